@@ -1,0 +1,76 @@
+#include "rhi/buffer.h"
+
+#include <volk.h>
+
+#include <utility>
+
+#include "rhi/device.h"
+
+namespace vkad::rhi {
+
+Buffer::Buffer(Device* device, VkBuffer buffer, Allocation allocation, uint64_t size)
+    : device_(device), buffer_(buffer), allocation_(allocation), size_(size) {}
+
+Buffer::Buffer(Buffer&& o) noexcept
+    : device_(o.device_),
+      buffer_(std::exchange(o.buffer_, VK_NULL_HANDLE)),
+      allocation_(o.allocation_),
+      size_(o.size_),
+      use_(o.use_) {}
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    device_ = o.device_;
+    buffer_ = std::exchange(o.buffer_, VK_NULL_HANDLE);
+    allocation_ = o.allocation_;
+    size_ = o.size_;
+    use_ = o.use_;
+  }
+  return *this;
+}
+
+void Buffer::reset() {
+  if (buffer_ == VK_NULL_HANDLE) return;
+  device_->release(use_, Garbage{VK_OBJECT_TYPE_BUFFER, reinterpret_cast<uint64_t>(buffer_),
+                                 allocation_});
+  buffer_ = VK_NULL_HANDLE;
+  use_ = {};
+}
+
+Result<Buffer> Device::create_buffer(const BufferDesc& desc) {
+  VKAD_TRY(status());
+  if (desc.size == 0) {
+    return make_error(ErrorCode::kInvalidArgument, "buffer '" + desc.name + "' has size 0");
+  }
+  VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+  info.size = desc.size;
+  info.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+               VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  info.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  VkBuffer buffer = VK_NULL_HANDLE;
+  VKAD_TRY(vk("vkCreateBuffer", [&] { return vkCreateBuffer(device_, &info, nullptr, &buffer); }));
+  VkMemoryRequirements reqs;
+  vkGetBufferMemoryRequirements(device_, buffer, &reqs);
+  Result<Allocation> alloc = allocator_->allocate(reqs, desc.usage);
+  if (!alloc.ok()) {
+    vkDestroyBuffer(device_, buffer, nullptr);
+    return make_error(alloc.status().code(), "buffer '" + desc.name + "' (" +
+                                                 std::to_string(desc.size) +
+                                                 " bytes): " + alloc.status().message());
+  }
+  Status bound = vk("vkBindBufferMemory", [&] {
+    return vkBindBufferMemory(device_, buffer, alloc->memory, alloc->offset);
+  });
+  if (!bound.ok()) {
+    vkDestroyBuffer(device_, buffer, nullptr);
+    allocator_->free(*alloc);
+    return bound;
+  }
+  set_name(VK_OBJECT_TYPE_BUFFER, reinterpret_cast<uint64_t>(buffer),
+           desc.name.empty() ? "vkad buffer" : desc.name);
+  ++live_.buffers;
+  return Buffer(this, buffer, *alloc, desc.size);
+}
+
+}  // namespace vkad::rhi

@@ -1,0 +1,161 @@
+#include "rhi/command_list.h"
+
+#include <volk.h>
+
+#include <utility>
+#include <vector>
+
+#include "rhi/buffer.h"
+#include "rhi/device.h"
+#include "rhi/pipeline.h"
+#include "rhi/stream.h"
+
+namespace vkad::rhi {
+
+CommandList::CommandList(CommandList&& o) noexcept
+    : stream_(o.stream_),
+      cb_(std::exchange(o.cb_, VK_NULL_HANDLE)),
+      serial_(o.serial_),
+      dispatches_(o.dispatches_) {}
+
+CommandList& CommandList::operator=(CommandList&& o) noexcept {
+  if (this != &o) {
+    if (cb_) stream_->abandon(cb_);
+    stream_ = o.stream_;
+    cb_ = std::exchange(o.cb_, VK_NULL_HANDLE);
+    serial_ = o.serial_;
+    dispatches_ = o.dispatches_;
+  }
+  return *this;
+}
+
+CommandList::~CommandList() {
+  if (cb_) stream_->abandon(cb_);
+}
+
+void CommandList::mark_used(ResourceUse& use) { use.mark(stream_->index(), serial_); }
+
+void CommandList::bind_pipeline(ComputePipeline& pipeline) {
+  mark_used(pipeline.use());
+  vkCmdBindPipeline(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle());
+}
+
+Status CommandList::bind_buffers(ComputePipeline& pipeline, std::span<Buffer* const> buffers) {
+  if (buffers.size() != pipeline.storage_buffer_count()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "pipeline '" + pipeline.name() + "' expects " +
+                          std::to_string(pipeline.storage_buffer_count()) + " buffers, got " +
+                          std::to_string(buffers.size()));
+  }
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (buffers[i] == nullptr || !buffers[i]->valid()) {
+      return make_error(ErrorCode::kInvalidArgument, "pipeline '" + pipeline.name() +
+                                                         "': buffer for binding " +
+                                                         std::to_string(i) + " is empty");
+    }
+  }
+  if (buffers.empty()) return {};
+  VKAD_ASSIGN_OR_RETURN(VkDescriptorSet set,
+                        stream_->descriptors_.allocate(pipeline.set_layout(),
+                                                       static_cast<uint32_t>(buffers.size()),
+                                                       serial_));
+  // Small fixed arrays cover the common case without a heap allocation per launch.
+  constexpr size_t kInline = 16;
+  VkDescriptorBufferInfo inline_infos[kInline];
+  VkWriteDescriptorSet inline_writes[kInline];
+  std::vector<VkDescriptorBufferInfo> heap_infos;
+  std::vector<VkWriteDescriptorSet> heap_writes;
+  VkDescriptorBufferInfo* infos = inline_infos;
+  VkWriteDescriptorSet* writes = inline_writes;
+  if (buffers.size() > kInline) {
+    heap_infos.resize(buffers.size());
+    heap_writes.resize(buffers.size());
+    infos = heap_infos.data();
+    writes = heap_writes.data();
+  }
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    infos[i] = {buffers[i]->handle(), 0, VK_WHOLE_SIZE};
+    writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+    writes[i].dstSet = set;
+    writes[i].dstBinding = static_cast<uint32_t>(i);
+    writes[i].descriptorCount = 1;
+    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[i].pBufferInfo = &infos[i];
+    mark_used(buffers[i]->use());
+  }
+  vkUpdateDescriptorSets(stream_->device().handle(), static_cast<uint32_t>(buffers.size()),
+                         writes, 0, nullptr);
+  vkCmdBindDescriptorSets(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout(), 0, 1, &set, 0,
+                          nullptr);
+  return {};
+}
+
+void CommandList::push_constants(ComputePipeline& pipeline, const void* data, uint32_t bytes) {
+  vkCmdPushConstants(cb_, pipeline.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, bytes, data);
+}
+
+void CommandList::dispatch(uint32_t x, uint32_t y, uint32_t z) {
+  vkCmdDispatch(cb_, x, y, z);
+  ++dispatches_;
+}
+
+void CommandList::barrier(Barrier kind) {
+  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  VkPipelineStageFlags src = 0, dst = 0;
+  switch (kind) {
+    case Barrier::kComputeToCompute:
+      src = dst = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+      mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+      mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+      break;
+    case Barrier::kComputeToTransfer:
+      src = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+      dst = VK_PIPELINE_STAGE_TRANSFER_BIT;
+      mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+      mb.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+      break;
+    case Barrier::kTransferToCompute:
+      src = VK_PIPELINE_STAGE_TRANSFER_BIT;
+      dst = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+      mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+      mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+      break;
+    case Barrier::kTransferToTransfer:
+      src = dst = VK_PIPELINE_STAGE_TRANSFER_BIT;
+      mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+      mb.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+      break;
+    case Barrier::kToHost:
+      src = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+      dst = VK_PIPELINE_STAGE_HOST_BIT;
+      mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+      mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+      break;
+  }
+  vkCmdPipelineBarrier(cb_, src, dst, 0, 1, &mb, 0, nullptr, 0, nullptr);
+}
+
+void CommandList::copy(Buffer& src, Buffer& dst, uint64_t bytes, uint64_t src_offset,
+                       uint64_t dst_offset) {
+  mark_used(src.use());
+  mark_used(dst.use());
+  VkBufferCopy region{src_offset, dst_offset, bytes};
+  vkCmdCopyBuffer(cb_, src.handle(), dst.handle(), 1, &region);
+}
+
+void CommandList::fill(Buffer& dst, uint32_t value, uint64_t offset, uint64_t bytes) {
+  mark_used(dst.use());
+  vkCmdFillBuffer(cb_, dst.handle(), offset, bytes, value);
+}
+
+void CommandList::reset_queries(QueryPool& pool, uint32_t first, uint32_t count) {
+  mark_used(pool.use());
+  vkCmdResetQueryPool(cb_, pool.handle(), first, count);
+}
+
+void CommandList::write_timestamp(QueryPool& pool, uint32_t index) {
+  mark_used(pool.use());
+  vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, pool.handle(), index);
+}
+
+}  // namespace vkad::rhi

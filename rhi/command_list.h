@@ -1,0 +1,73 @@
+// Records commands for one submission of a Stream. Every command that references a buffer,
+// pipeline or query pool marks it used at this list's serial, which is what keeps the object
+// alive (through the deferred deleter) until the submission completes.
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <cstdint>
+#include <span>
+
+#include "rhi/serial.h"
+#include "rhi/status.h"
+
+namespace vkad::rhi {
+
+class Stream;
+class Buffer;
+class ComputePipeline;
+class QueryPool;
+struct ResourceUse;
+
+// Memory dependencies between commands of one list, named by what they order.
+enum class Barrier : uint8_t {
+  kComputeToCompute,   // shader writes -> shader reads/writes (dependent dispatches)
+  kComputeToTransfer,  // shader writes -> copy source
+  kTransferToCompute,  // copy/fill writes -> shader reads/writes
+  kTransferToTransfer,
+  kToHost,             // shader or copy writes -> host reads after the submission completes
+};
+
+class CommandList {
+ public:
+  CommandList() = default;
+  CommandList(CommandList&& other) noexcept;
+  CommandList& operator=(CommandList&& other) noexcept;
+  // An unsubmitted list gives its command buffer back to the stream. Never throws.
+  ~CommandList();
+
+  bool recording() const { return cb_ != VK_NULL_HANDLE; }
+  Serial serial() const { return serial_; }
+  VkCommandBuffer handle() const { return cb_; }
+  uint32_t dispatch_count() const { return dispatches_; }
+
+  void bind_pipeline(ComputePipeline& pipeline);
+  // Allocates a descriptor set for `pipeline`'s layout, writes `buffers` to bindings 0..n-1
+  // (whole ranges), binds it, and marks the buffers used. kInvalidArgument when the count does
+  // not match the pipeline's layout or a buffer is empty.
+  Status bind_buffers(ComputePipeline& pipeline, std::span<Buffer* const> buffers);
+  void push_constants(ComputePipeline& pipeline, const void* data, uint32_t bytes);
+  void dispatch(uint32_t x, uint32_t y = 1, uint32_t z = 1);
+  void barrier(Barrier kind);
+  void copy(Buffer& src, Buffer& dst, uint64_t bytes, uint64_t src_offset = 0,
+            uint64_t dst_offset = 0);
+  // Fills `bytes` (a multiple of 4, or VK_WHOLE_SIZE) at `offset` with the 32-bit `value`.
+  void fill(Buffer& dst, uint32_t value, uint64_t offset = 0, uint64_t bytes = VK_WHOLE_SIZE);
+  void reset_queries(QueryPool& pool, uint32_t first, uint32_t count);
+  void write_timestamp(QueryPool& pool, uint32_t index);
+  // Marks an object used by this submission without recording a command (e.g. a buffer only
+  // reached through a device address).
+  void mark_used(ResourceUse& use);
+
+ private:
+  friend class Stream;
+  CommandList(Stream* stream, VkCommandBuffer cb, Serial serial)
+      : stream_(stream), cb_(cb), serial_(serial) {}
+
+  Stream* stream_ = nullptr;  // borrowed
+  VkCommandBuffer cb_ = VK_NULL_HANDLE;
+  Serial serial_ = kNoSerial;
+  uint32_t dispatches_ = 0;
+};
+
+}  // namespace vkad::rhi

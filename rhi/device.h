@@ -1,0 +1,199 @@
+// The Vulkan instance + logical device, its capabilities, validation messages, object names,
+// the memory allocator and the deferred deleter.
+//
+// Duties (and why each lives here):
+//  - device choice (discrete GPU > integrated > ... > lavapipe), forced by option or VKAD_DEVICE;
+//  - a capability snapshot, so codegen can ask "float64? atomic float add?" without Vulkan;
+//  - the validation layer's messages, counted, because a single one fails a test;
+//  - debug-utils names on every object, so capture tools show a readable trace;
+//  - the sticky device-lost state: once lost, every call reports it and nothing hangs;
+//  - live-object counters, which tests and benchmarks read to prove nothing leaks or piles up.
+//
+// Threading: a Device and everything created from it are externally synchronised (one thread at
+// a time), as Vulkan queues are. The validation callback alone may run on any thread.
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "rhi/deferred_deleter.h"
+#include "rhi/device_plan.h"
+#include "rhi/memory_allocator.h"
+#include "rhi/status.h"
+#include "rhi/vk_check.h"
+
+namespace vkad::rhi {
+
+class Stream;
+class Buffer;
+class ComputePipeline;
+class QueryPool;
+struct BufferDesc;
+struct ComputePipelineDesc;
+struct StreamOptions;
+
+struct DeviceOptions {
+  // Khronos validation layer + debug messenger. Also turned on by VKAD_VALIDATION=1.
+  bool enable_validation = false;
+  // "" = automatic; else an index or a name substring (see choose_device). When empty, the
+  // environment variable VKAD_DEVICE is used if set.
+  std::string device;
+  // Feature names from Capabilities::feature_names() that must be present, e.g. "float64".
+  std::vector<std::string> required_features;
+  // 0 = no cap. Otherwise device-memory allocations past this many bytes fail with
+  // kOutOfDeviceMemory, as a real exhaustion would (used to test out-of-memory handling).
+  uint64_t memory_limit_bytes = 0;
+  // Size of each VkDeviceMemory block the sub-allocator carves buffers from.
+  uint64_t memory_block_bytes = 64ull << 20;
+};
+
+struct MemoryHeap {
+  uint64_t size = 0;
+  bool device_local = false;
+};
+
+struct Capabilities {
+  std::string device_name;
+  std::string driver_name;
+  DeviceKind kind = DeviceKind::kOther;
+  uint32_t api_version = 0;
+  uint32_t vendor_id = 0;
+  bool timeline_semaphore = false;
+  bool shader_int64 = false;
+  bool shader_float64 = false;
+  bool shader_float16 = false;
+  bool atomic_float32_add = false;  // VK_EXT_shader_atomic_float, shaderBufferFloat32AtomicAdd
+  bool atomic_float64_add = false;
+  bool buffer_device_address = false;
+  bool timestamps = false;
+  float timestamp_period_ns = 0;
+  uint32_t subgroup_size = 0;
+  uint64_t max_storage_buffer_range = 0;
+  std::array<uint32_t, 3> max_workgroup_count{};
+  std::array<uint32_t, 3> max_workgroup_size{};
+  uint32_t max_workgroup_invocations = 0;
+  uint32_t max_push_constants_size = 0;
+  uint64_t min_storage_buffer_offset_alignment = 0;
+  std::vector<MemoryHeap> heaps;
+
+  // Names accepted in DeviceOptions::required_features.
+  static const std::vector<std::string>& feature_names();
+  // Whether the named feature is present; kInvalidArgument for an unknown name.
+  Result<bool> has_feature(const std::string& name) const;
+  // Human-readable multi-line summary (vkad-info prints it).
+  std::string to_string() const;
+};
+
+// kUnsupported naming the first missing feature (and the device), or ok.
+Status check_required_features(const Capabilities& caps, const std::vector<std::string>& names);
+
+struct LiveObjects {
+  int64_t buffers = 0;
+  int64_t memory_blocks = 0;
+  int64_t pipelines = 0;
+  int64_t command_buffers = 0;
+  int64_t descriptor_pools = 0;
+  int64_t fences = 0;
+  int64_t query_pools = 0;
+};
+
+// What the deferred deleter holds: one Vulkan handle (+ its memory, for buffers).
+struct Garbage {
+  VkObjectType type = VK_OBJECT_TYPE_UNKNOWN;
+  uint64_t handle = 0;
+  Allocation allocation;  // valid only for buffers
+};
+
+class Device {
+ public:
+  // Creates instance and device. kNoDevice when Vulkan has no device at all, kUnsupported when
+  // the chosen one lacks Vulkan 1.2 or a required feature (the message names it).
+  static Result<std::unique_ptr<Device>> create(const DeviceOptions& options = {});
+  // Waits for the device to go idle, destroys every queued and live object it owns. Streams,
+  // buffers and pipelines created from it must be destroyed first. Never throws.
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  // Streams: at most kMaxStreams per device. The stream is owned by the caller and must be
+  // destroyed before the device.
+  Result<std::unique_ptr<Stream>> create_stream(const StreamOptions& options);
+  Result<Buffer> create_buffer(const BufferDesc& desc);
+  Result<ComputePipeline> create_compute_pipeline(const ComputePipelineDesc& desc);
+  Result<QueryPool> create_query_pool(uint32_t count, const std::string& name);
+
+  const Capabilities& caps() const { return caps_; }
+  VkDevice handle() const { return device_; }
+  VkPhysicalDevice physical_device() const { return physical_; }
+  VkInstance instance() const { return instance_; }
+  uint32_t queue_family() const { return queue_family_; }
+  uint32_t queue_count() const { return queue_count_; }
+
+  // ok, or kDeviceLost once any call has reported the device lost (sticky).
+  Status status() const;
+  // Runs a Vulkan call through the checker; a VK_ERROR_DEVICE_LOST marks the device lost.
+  template <typename Fn>
+  Status vk(const char* call, Fn&& fn) {
+    Status s = vk_call(call, std::forward<Fn>(fn));
+    if (s.code() == ErrorCode::kDeviceLost) lost_ = true;
+    return s;
+  }
+  void mark_lost() { lost_ = true; }
+
+  // Gives `handle` a debug-utils name (no-op when the extension is absent).
+  void set_name(VkObjectType type, uint64_t handle, const std::string& name);
+
+  bool validation_enabled() const { return validation_enabled_; }
+  uint64_t validation_message_count() const { return validation_count_.load(); }
+  std::vector<std::string> validation_messages() const;
+  void clear_validation_messages();
+
+  MemoryAllocator& allocator() { return *allocator_; }
+  const LiveObjects& live() const { return live_; }
+  LiveObjects& live_mut() { return live_; }
+
+  // Hands `garbage` to the deferred deleter: destroyed once every serial in `use` completed.
+  void release(const ResourceUse& use, Garbage garbage);
+  // Destroys whatever the deleter holds that has completed (non-blocking).
+  size_t collect_garbage();
+  size_t garbage_pending() const { return deleter_.pending(); }
+
+  // Used by Stream to register/unregister itself as tracker `index`.
+  int attach_stream(SerialTracker* tracker);
+  void detach_stream(int index);
+
+ private:
+  Device() = default;
+  void destroy_now(Garbage&& g);
+
+  VkInstance instance_ = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  VkDevice device_ = VK_NULL_HANDLE;
+  uint32_t queue_family_ = 0;
+  uint32_t queue_count_ = 0;
+  bool debug_utils_ = false;
+  bool validation_enabled_ = false;
+  bool lost_ = false;
+  Capabilities caps_;
+  LiveObjects live_;
+  std::unique_ptr<MemoryAllocator> allocator_;
+  DeferredDeleter<Garbage> deleter_;
+  std::array<bool, kMaxStreams> stream_slots_{};
+
+  std::atomic<uint64_t> validation_count_{0};
+  mutable std::mutex validation_mutex_;
+  std::vector<std::string> validation_messages_;
+  static VKAPI_ATTR VkBool32 VKAPI_CALL on_debug_message(
+      VkDebugUtilsMessageSeverityFlagBitsEXT severity, VkDebugUtilsMessageTypeFlagsEXT types,
+      const VkDebugUtilsMessengerCallbackDataEXT* data, void* user);
+};
+
+}  // namespace vkad::rhi

@@ -1,0 +1,46 @@
+// Pure policy for choosing a device and a memory type. No live Vulkan objects: the inputs are
+// plain descriptions, so the choices are unit-tested without a GPU.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rhi/status.h"
+
+namespace vkad::rhi {
+
+enum class DeviceKind : uint8_t { kDiscreteGpu, kIntegratedGpu, kVirtualGpu, kCpu, kOther };
+const char* device_kind_name(DeviceKind kind);
+
+struct PhysicalDeviceInfo {
+  std::string name;
+  DeviceKind kind = DeviceKind::kOther;
+  uint32_t api_version = 0;      // VK_MAKE_API_VERSION form
+  bool has_compute_queue = false;
+};
+
+struct DeviceSelection {
+  // "" = automatic. Otherwise a decimal index into the enumeration order, or a case-insensitive
+  // substring of the device name ("llvmpipe", "H100").
+  std::string forced;
+  uint32_t min_api_version = 0;
+};
+
+// Automatic order: discrete GPU, integrated, virtual, other, CPU (lavapipe) last; ties keep the
+// enumeration order. Devices below min_api_version or without a compute queue are skipped, and a
+// forced device that is one of those is an error naming why. Returns the index into `devices`.
+Result<size_t> choose_device(const std::vector<PhysicalDeviceInfo>& devices,
+                             const DeviceSelection& selection);
+
+struct MemoryTypeInfo {
+  uint32_t property_flags = 0;  // VkMemoryPropertyFlags
+  uint32_t heap_index = 0;
+};
+
+// Picks the first memory type allowed by `type_bits` that has all `required` flags, preferring
+// one that also has all `preferred` flags and, among those, fewest extra flags. -1 if none.
+int choose_memory_type(const std::vector<MemoryTypeInfo>& types, uint32_t type_bits,
+                       uint32_t required, uint32_t preferred);
+
+}  // namespace vkad::rhi

@@ -1,0 +1,162 @@
+#include "rhi/memory_allocator.h"
+
+#include <volk.h>
+
+#include "rhi/device.h"
+
+namespace vkad::rhi {
+
+const char* memory_usage_name(MemoryUsage usage) {
+  switch (usage) {
+    case MemoryUsage::kDeviceLocal: return "device-local";
+    case MemoryUsage::kUpload: return "upload";
+    case MemoryUsage::kReadback: return "readback";
+  }
+  return "?";
+}
+
+MemoryAllocator::MemoryAllocator(Device& device, uint64_t block_bytes, uint64_t limit_bytes)
+    : device_(device), block_bytes_(block_bytes), limit_bytes_(limit_bytes) {}
+
+MemoryAllocator::~MemoryAllocator() {
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    if (blocks_[i].memory != VK_NULL_HANDLE) free_block(static_cast<int>(i));
+  }
+}
+
+Result<int> MemoryAllocator::new_block(int memory_type, uint64_t size, bool host_visible,
+                                       bool dedicated) {
+  if (limit_bytes_ != 0 && stats_.block_bytes + size > limit_bytes_) {
+    return make_error(ErrorCode::kOutOfDeviceMemory,
+                      "vkAllocateMemory of " + std::to_string(size) +
+                          " bytes would pass the device memory limit of " +
+                          std::to_string(limit_bytes_) + " bytes (" +
+                          std::to_string(stats_.block_bytes) + " in use)");
+  }
+  VkMemoryAllocateInfo info{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+  info.allocationSize = size;
+  info.memoryTypeIndex = static_cast<uint32_t>(memory_type);
+  VkDeviceMemory memory = VK_NULL_HANDLE;
+  VKAD_TRY(device_.vk("vkAllocateMemory", [&] {
+    return vkAllocateMemory(device_.handle(), &info, nullptr, &memory);
+  }));
+  void* mapped = nullptr;
+  if (host_visible) {
+    Status s = device_.vk("vkMapMemory", [&] {
+      return vkMapMemory(device_.handle(), memory, 0, VK_WHOLE_SIZE, 0, &mapped);
+    });
+    if (!s.ok()) {
+      vkFreeMemory(device_.handle(), memory, nullptr);
+      return s;
+    }
+  }
+  device_.set_name(VK_OBJECT_TYPE_DEVICE_MEMORY, reinterpret_cast<uint64_t>(memory),
+                   std::string("vkad block ") + (dedicated ? "(dedicated) " : "") + "type " +
+                       std::to_string(memory_type));
+  int index = -1;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    if (blocks_[i].memory == VK_NULL_HANDLE) {
+      index = static_cast<int>(i);
+      break;
+    }
+  }
+  if (index < 0) {
+    index = static_cast<int>(blocks_.size());
+    blocks_.emplace_back();
+  }
+  Block& b = blocks_[index];
+  b.memory = memory;
+  b.ranges = std::make_unique<SubAllocator>(size);
+  b.mapped = static_cast<std::byte*>(mapped);
+  b.memory_type = memory_type;
+  b.dedicated = dedicated;
+  stats_.block_bytes += size;
+  ++stats_.blocks;
+  ++device_.live_mut().memory_blocks;
+  return index;
+}
+
+void MemoryAllocator::free_block(int index) {
+  Block& b = blocks_[index];
+  stats_.block_bytes -= b.ranges->capacity();
+  --stats_.blocks;
+  --device_.live_mut().memory_blocks;
+  vkFreeMemory(device_.handle(), b.memory, nullptr);  // unmaps implicitly
+  b = Block{};
+}
+
+Result<Allocation> MemoryAllocator::allocate(const VkMemoryRequirements& reqs,
+                                             MemoryUsage usage) {
+  VkPhysicalDeviceMemoryProperties props;
+  vkGetPhysicalDeviceMemoryProperties(device_.physical_device(), &props);
+  std::vector<MemoryTypeInfo> types(props.memoryTypeCount);
+  for (uint32_t i = 0; i < props.memoryTypeCount; ++i) {
+    types[i] = {props.memoryTypes[i].propertyFlags, props.memoryTypes[i].heapIndex};
+  }
+  uint32_t required = 0, preferred = 0;
+  switch (usage) {
+    case MemoryUsage::kDeviceLocal: preferred = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT; break;
+    case MemoryUsage::kUpload:
+      required = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+      break;
+    case MemoryUsage::kReadback:
+      required = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+      preferred = VK_MEMORY_PROPERTY_HOST_CACHED_BIT;
+      break;
+  }
+  int type = choose_memory_type(types, reqs.memoryTypeBits, required, preferred);
+  if (type < 0) {
+    return make_error(ErrorCode::kUnsupported, std::string("no memory type for ") +
+                                                   memory_usage_name(usage) + " buffers");
+  }
+  bool host_visible = usage != MemoryUsage::kDeviceLocal;
+  uint64_t alignment = reqs.alignment;
+  // Large requests get a block of their own, so they neither waste nor fragment shared blocks.
+  bool dedicated = reqs.size > block_bytes_ / 2;
+  if (!dedicated) {
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      Block& b = blocks_[i];
+      if (b.memory == VK_NULL_HANDLE || b.dedicated || b.memory_type != type) continue;
+      if (auto offset = b.ranges->allocate(reqs.size, alignment)) {
+        stats_.used_bytes += reqs.size;
+        ++stats_.allocations;
+        return Allocation{b.memory, *offset, reqs.size, b.mapped ? b.mapped + *offset : nullptr,
+                          type, static_cast<int>(i)};
+      }
+    }
+  }
+  VKAD_ASSIGN_OR_RETURN(int index,
+                        new_block(type, dedicated ? reqs.size : block_bytes_, host_visible,
+                                  dedicated));
+  Block& b = blocks_[index];
+  auto offset = b.ranges->allocate(reqs.size, alignment);
+  stats_.used_bytes += reqs.size;
+  ++stats_.allocations;
+  return Allocation{b.memory, *offset, reqs.size, b.mapped ? b.mapped + *offset : nullptr, type,
+                    index};
+}
+
+void MemoryAllocator::free(const Allocation& a) {
+  if (!a.valid() || a.block < 0 || a.block >= static_cast<int>(blocks_.size())) return;
+  Block& b = blocks_[a.block];
+  if (b.memory != a.memory || !b.ranges->free(a.offset)) return;
+  stats_.used_bytes -= a.size;
+  --stats_.allocations;
+  if (!b.ranges->empty()) return;
+  // Keep one empty shared block per memory type so a free/allocate cycle does not thrash
+  // vkAllocateMemory; dedicated blocks and further empty blocks go back at once.
+  bool keep = !b.dedicated;
+  if (keep) {
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      const Block& o = blocks_[i];
+      if (static_cast<int>(i) != a.block && o.memory != VK_NULL_HANDLE && !o.dedicated &&
+          o.memory_type == b.memory_type && o.ranges->empty()) {
+        keep = false;
+        break;
+      }
+    }
+  }
+  if (!keep) free_block(a.block);
+}
+
+}  // namespace vkad::rhi

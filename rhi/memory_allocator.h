@@ -1,0 +1,73 @@
+// Device memory from large VkDeviceMemory blocks, carved by SubAllocator. Vulkan limits the
+// number of live allocations (maxMemoryAllocationCount, often 4096), so buffers never get a
+// VkDeviceMemory of their own unless they are larger than half a block.
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "rhi/status.h"
+#include "rhi/sub_allocator.h"
+
+namespace vkad::rhi {
+
+class Device;
+
+enum class MemoryUsage : uint8_t {
+  kDeviceLocal,  // GPU-only data; never mapped
+  kUpload,       // host-visible + coherent, written by the host, read by the GPU
+  kReadback,     // host-visible + coherent (+ cached where available), read by the host
+};
+const char* memory_usage_name(MemoryUsage usage);
+
+struct Allocation {
+  VkDeviceMemory memory = VK_NULL_HANDLE;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  std::byte* mapped = nullptr;  // host pointer at `offset` for host-visible usages
+  int memory_type = -1;
+  int block = -1;  // index into the allocator's block table
+  bool valid() const { return memory != VK_NULL_HANDLE; }
+};
+
+struct MemoryStats {
+  uint64_t block_bytes = 0;  // VkDeviceMemory bytes currently allocated
+  uint64_t used_bytes = 0;   // bytes handed out to live allocations
+  uint64_t blocks = 0;
+  uint64_t allocations = 0;
+};
+
+class MemoryAllocator {
+ public:
+  MemoryAllocator(Device& device, uint64_t block_bytes, uint64_t limit_bytes);
+  ~MemoryAllocator();  // frees every block; all allocations must have been freed
+
+  // kOutOfDeviceMemory (message names size, usage and the failing call) when neither an
+  // existing block nor a new one can hold it; no state changes in that case.
+  Result<Allocation> allocate(const VkMemoryRequirements& reqs, MemoryUsage usage);
+  void free(const Allocation& allocation);
+  const MemoryStats& stats() const { return stats_; }
+
+ private:
+  struct Block {
+    VkDeviceMemory memory = VK_NULL_HANDLE;
+    std::unique_ptr<SubAllocator> ranges;
+    std::byte* mapped = nullptr;
+    int memory_type = -1;
+    bool dedicated = false;
+  };
+  Result<int> new_block(int memory_type, uint64_t size, bool host_visible, bool dedicated);
+  void free_block(int index);
+
+  Device& device_;
+  uint64_t block_bytes_;
+  uint64_t limit_bytes_;
+  std::vector<Block> blocks_;  // a freed slot has memory == VK_NULL_HANDLE and is reused
+  MemoryStats stats_;
+};
+
+}  // namespace vkad::rhi

@@ -1,0 +1,181 @@
+#include "rhi/pipeline.h"
+
+#include <volk.h>
+
+#include <utility>
+
+#include "rhi/device.h"
+
+namespace vkad::rhi {
+
+ComputePipeline::ComputePipeline(ComputePipeline&& o) noexcept { *this = std::move(o); }
+
+ComputePipeline& ComputePipeline::operator=(ComputePipeline&& o) noexcept {
+  if (this != &o) {
+    reset();
+    device_ = o.device_;
+    pipeline_ = std::exchange(o.pipeline_, VK_NULL_HANDLE);
+    layout_ = std::exchange(o.layout_, VK_NULL_HANDLE);
+    set_layout_ = std::exchange(o.set_layout_, VK_NULL_HANDLE);
+    storage_buffer_count_ = o.storage_buffer_count_;
+    push_constant_bytes_ = o.push_constant_bytes_;
+    name_ = std::move(o.name_);
+    use_ = o.use_;
+  }
+  return *this;
+}
+
+void ComputePipeline::reset() {
+  if (pipeline_ == VK_NULL_HANDLE) return;
+  device_->release(use_, {VK_OBJECT_TYPE_PIPELINE, reinterpret_cast<uint64_t>(pipeline_), {}});
+  device_->release(use_, {VK_OBJECT_TYPE_PIPELINE_LAYOUT, reinterpret_cast<uint64_t>(layout_), {}});
+  device_->release(use_, {VK_OBJECT_TYPE_DESCRIPTOR_SET_LAYOUT,
+                          reinterpret_cast<uint64_t>(set_layout_), {}});
+  pipeline_ = VK_NULL_HANDLE;
+  layout_ = VK_NULL_HANDLE;
+  set_layout_ = VK_NULL_HANDLE;
+  use_ = {};
+}
+
+Result<ComputePipeline> Device::create_compute_pipeline(const ComputePipelineDesc& desc) {
+  VKAD_TRY(status());
+  if (desc.spirv.empty() || desc.spirv[0] != 0x07230203) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "pipeline '" + desc.name + "': SPIR-V is empty or lacks the magic number");
+  }
+  if (desc.push_constant_bytes > caps_.max_push_constants_size) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "pipeline '" + desc.name + "': " + std::to_string(desc.push_constant_bytes) +
+                          " bytes of push constants exceed the device limit of " +
+                          std::to_string(caps_.max_push_constants_size));
+  }
+  ComputePipeline p;
+  p.device_ = this;
+  p.name_ = desc.name;
+  p.storage_buffer_count_ = desc.storage_buffer_count;
+  p.push_constant_bytes_ = desc.push_constant_bytes;
+
+  // Build in local handles and hand them over only at the end, so every failure path
+  // destroys exactly what was created (nothing was used by a submission yet).
+  VkShaderModule module = VK_NULL_HANDLE;
+  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+  VkPipelineLayout layout = VK_NULL_HANDLE;
+  VkPipeline pipeline = VK_NULL_HANDLE;
+  auto cleanup = [&] {
+    if (pipeline) vkDestroyPipeline(device_, pipeline, nullptr);
+    if (layout) vkDestroyPipelineLayout(device_, layout, nullptr);
+    if (set_layout) vkDestroyDescriptorSetLayout(device_, set_layout, nullptr);
+    if (module) vkDestroyShaderModule(device_, module, nullptr);
+  };
+
+  VkShaderModuleCreateInfo smci{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+  smci.codeSize = desc.spirv.size() * sizeof(uint32_t);
+  smci.pCode = desc.spirv.data();
+  Status s = vk("vkCreateShaderModule",
+                [&] { return vkCreateShaderModule(device_, &smci, nullptr, &module); });
+  std::vector<VkDescriptorSetLayoutBinding> bindings(desc.storage_buffer_count);
+  for (uint32_t i = 0; i < desc.storage_buffer_count; ++i) {
+    bindings[i] = {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+  }
+  if (s.ok()) {
+    VkDescriptorSetLayoutCreateInfo dslci{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+    dslci.bindingCount = desc.storage_buffer_count;
+    dslci.pBindings = bindings.data();
+    s = vk("vkCreateDescriptorSetLayout",
+           [&] { return vkCreateDescriptorSetLayout(device_, &dslci, nullptr, &set_layout); });
+  }
+  if (s.ok()) {
+    VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, desc.push_constant_bytes};
+    VkPipelineLayoutCreateInfo plci{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+    plci.setLayoutCount = 1;
+    plci.pSetLayouts = &set_layout;
+    plci.pushConstantRangeCount = desc.push_constant_bytes > 0 ? 1 : 0;
+    plci.pPushConstantRanges = &range;
+    s = vk("vkCreatePipelineLayout",
+           [&] { return vkCreatePipelineLayout(device_, &plci, nullptr, &layout); });
+  }
+  if (s.ok()) {
+    std::vector<VkSpecializationMapEntry> entries;
+    std::vector<uint32_t> data;
+    for (const auto& sc : desc.specialization) {
+      entries.push_back({sc.id, static_cast<uint32_t>(data.size() * 4), 4});
+      data.push_back(sc.value);
+    }
+    VkSpecializationInfo spec{static_cast<uint32_t>(entries.size()), entries.data(),
+                              data.size() * 4, data.data()};
+    VkComputePipelineCreateInfo cpci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+    cpci.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
+    cpci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    cpci.stage.module = module;
+    cpci.stage.pName = desc.entry_point.c_str();
+    cpci.stage.pSpecializationInfo = entries.empty() ? nullptr : &spec;
+    cpci.layout = layout;
+    s = vk("vkCreateComputePipelines", [&] {
+      return vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &cpci, nullptr, &pipeline);
+    });
+  }
+  if (!s.ok()) {
+    cleanup();
+    return make_error(s.code(), "pipeline '" + desc.name + "': " + s.message());
+  }
+  // The module is only needed to create the pipeline.
+  vkDestroyShaderModule(device_, module, nullptr);
+  std::string name = desc.name.empty() ? "vkad pipeline" : desc.name;
+  set_name(VK_OBJECT_TYPE_PIPELINE, reinterpret_cast<uint64_t>(pipeline), name);
+  set_name(VK_OBJECT_TYPE_PIPELINE_LAYOUT, reinterpret_cast<uint64_t>(layout), name + " layout");
+  set_name(VK_OBJECT_TYPE_DESCRIPTOR_SET_LAYOUT, reinterpret_cast<uint64_t>(set_layout),
+           name + " set layout");
+  p.pipeline_ = pipeline;
+  p.layout_ = layout;
+  p.set_layout_ = set_layout;
+  ++live_.pipelines;
+  return p;
+}
+
+QueryPool::QueryPool(QueryPool&& o) noexcept { *this = std::move(o); }
+
+QueryPool& QueryPool::operator=(QueryPool&& o) noexcept {
+  if (this != &o) {
+    reset();
+    device_ = o.device_;
+    pool_ = std::exchange(o.pool_, VK_NULL_HANDLE);
+    count_ = o.count_;
+    use_ = o.use_;
+  }
+  return *this;
+}
+
+void QueryPool::reset() {
+  if (pool_ == VK_NULL_HANDLE) return;
+  device_->release(use_, {VK_OBJECT_TYPE_QUERY_POOL, reinterpret_cast<uint64_t>(pool_), {}});
+  pool_ = VK_NULL_HANDLE;
+  use_ = {};
+}
+
+Status QueryPool::read(uint32_t first, uint32_t n, uint64_t* out) const {
+  return device_->vk("vkGetQueryPoolResults", [&] {
+    return vkGetQueryPoolResults(device_->handle(), pool_, first, n, n * sizeof(uint64_t), out,
+                                 sizeof(uint64_t), VK_QUERY_RESULT_64_BIT);
+  });
+}
+
+Result<QueryPool> Device::create_query_pool(uint32_t count, const std::string& name) {
+  VKAD_TRY(status());
+  if (!caps_.timestamps) {
+    return make_error(ErrorCode::kUnsupported,
+                      "device '" + caps_.device_name + "' has no timestamp queries");
+  }
+  VkQueryPoolCreateInfo info{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+  info.queryType = VK_QUERY_TYPE_TIMESTAMP;
+  info.queryCount = count;
+  QueryPool q;
+  VKAD_TRY(vk("vkCreateQueryPool",
+              [&] { return vkCreateQueryPool(device_, &info, nullptr, &q.pool_); }));
+  q.device_ = this;
+  q.count_ = count;
+  set_name(VK_OBJECT_TYPE_QUERY_POOL, reinterpret_cast<uint64_t>(q.pool_), name);
+  ++live_.query_pools;
+  return q;
+}
+
+}  // namespace vkad::rhi

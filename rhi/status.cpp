@@ -1,0 +1,29 @@
+#include "rhi/status.h"
+
+namespace vkad {
+
+const char* error_code_name(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kOk: return "ok";
+    case ErrorCode::kInvalidArgument: return "invalid argument";
+    case ErrorCode::kNotFound: return "not found";
+    case ErrorCode::kFailedPrecondition: return "failed precondition";
+    case ErrorCode::kOutOfDeviceMemory: return "out of device memory";
+    case ErrorCode::kOutOfHostMemory: return "out of host memory";
+    case ErrorCode::kDeviceLost: return "device lost";
+    case ErrorCode::kUnsupported: return "unsupported";
+    case ErrorCode::kNoDevice: return "no Vulkan device";
+    case ErrorCode::kTimeout: return "timeout";
+    case ErrorCode::kDeviceError: return "device-side error";
+    case ErrorCode::kVulkan: return "Vulkan error";
+    case ErrorCode::kInternal: return "internal error";
+  }
+  return "unknown";
+}
+
+std::string Status::to_string() const {
+  if (ok()) return "ok";
+  return std::string(error_code_name(code_)) + ": " + message_;
+}
+
+}  // namespace vkad

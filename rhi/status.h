@@ -1,0 +1,96 @@
+// Errors as values. Nothing in vkad's public surface throws: fallible calls return Status or
+// Result<T>, and VKAD_TRY / VKAD_ASSIGN_OR_RETURN propagate them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace vkad {
+
+enum class ErrorCode : uint8_t {
+  kOk = 0,
+  kInvalidArgument,     // caller passed something wrong (bad IR, wrong arg types/shapes, ...)
+  kNotFound,            // unknown handle / kernel / device
+  kFailedPrecondition,  // call not valid in the current state (e.g. a list already open)
+  kOutOfDeviceMemory,
+  kOutOfHostMemory,
+  kDeviceLost,          // sticky: every later device call reports it
+  kUnsupported,         // device lacks a required feature / extension / layer
+  kNoDevice,            // no Vulkan device at all (tests skip on this)
+  kTimeout,
+  kDeviceError,         // an error flag raised by a kernel on the device (e.g. adstack overflow)
+  kVulkan,              // any other VkResult failure
+  kInternal,            // a bug in vkad (e.g. emitted SPIR-V failed validation)
+};
+
+const char* error_code_name(ErrorCode code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  static Status ok_status() { return {}; }
+
+  bool ok() const { return code_ == ErrorCode::kOk; }
+  ErrorCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+  // "<code name>: <message>", for logs and test failure output.
+  std::string to_string() const;
+
+ private:
+  ErrorCode code_ = ErrorCode::kOk;
+  std::string message_;
+};
+
+inline Status make_error(ErrorCode code, std::string message) {
+  return Status(code, std::move(message));
+}
+
+// A value or the error that prevented it. Access value() only when ok().
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}
+  Result(Status status) : v_(std::move(status)) {}
+
+  bool ok() const { return v_.index() == 0; }
+  const Status& status() const {
+    static const Status kOk;
+    return ok() ? kOk : std::get<1>(v_);
+  }
+  T& value() & { return std::get<0>(v_); }
+  const T& value() const& { return std::get<0>(v_); }
+  T&& value() && { return std::get<0>(std::move(v_)); }
+  T* operator->() { return &value(); }
+  T& operator*() { return value(); }
+
+ private:
+  std::variant<T, Status> v_;
+};
+
+namespace detail {
+inline Status to_status(Status s) { return s; }
+template <typename T>
+Status to_status(const Result<T>& r) { return r.status(); }
+}  // namespace detail
+
+}  // namespace vkad
+
+#define VKAD_CONCAT_INNER(a, b) a##b
+#define VKAD_CONCAT(a, b) VKAD_CONCAT_INNER(a, b)
+
+#define VKAD_TRY(expr)                                            \
+  do {                                                            \
+    ::vkad::Status vkad_try_status_ = ::vkad::detail::to_status(expr); \
+    if (!vkad_try_status_.ok()) return vkad_try_status_;          \
+  } while (0)
+
+#define VKAD_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                               \
+  if (!tmp.ok()) return tmp.status();              \
+  lhs = std::move(tmp).value()
+
+#define VKAD_ASSIGN_OR_RETURN(lhs, expr) \
+  VKAD_ASSIGN_OR_RETURN_IMPL(VKAD_CONCAT(vkad_result_, __LINE__), lhs, expr)

@@ -1,0 +1,259 @@
+#include "rhi/stream.h"
+
+#include <volk.h>
+
+#include <algorithm>
+
+#include "rhi/device.h"
+
+namespace vkad::rhi {
+
+const char* sync_mode_name(SyncMode mode) {
+  switch (mode) {
+    case SyncMode::kAuto: return "auto";
+    case SyncMode::kTimeline: return "timeline";
+    case SyncMode::kFence: return "fence";
+  }
+  return "?";
+}
+
+Result<std::unique_ptr<Stream>> Device::create_stream(const StreamOptions& options) {
+  VKAD_TRY(status());
+  return Stream::create(*this, options);
+}
+
+Result<std::unique_ptr<Stream>> Stream::create(Device& device, const StreamOptions& options) {
+  SyncMode mode = options.mode;
+  if (mode == SyncMode::kAuto) {
+    mode = device.caps().timeline_semaphore ? SyncMode::kTimeline : SyncMode::kFence;
+  }
+  if (mode == SyncMode::kTimeline && !device.caps().timeline_semaphore) {
+    return make_error(ErrorCode::kUnsupported, "stream '" + options.name + "': device '" +
+                                                   device.caps().device_name +
+                                                   "' lacks timeline semaphores; use fence mode");
+  }
+  std::unique_ptr<Stream> s(new Stream(device, mode, options.name));
+  s->index_ = device.attach_stream(s.get());
+  if (s->index_ < 0) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "at most " + std::to_string(kMaxStreams) + " streams per device");
+  }
+  // Streams share queues round-robin when the family has fewer queues than streams.
+  vkGetDeviceQueue(device.handle(), device.queue_family(),
+                   static_cast<uint32_t>(s->index_) % device.queue_count(), &s->queue_);
+  VkCommandPoolCreateInfo cpci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  cpci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  cpci.queueFamilyIndex = device.queue_family();
+  VKAD_TRY(device.vk("vkCreateCommandPool", [&] {
+    return vkCreateCommandPool(device.handle(), &cpci, nullptr, &s->command_pool_);
+  }));
+  device.set_name(VK_OBJECT_TYPE_COMMAND_POOL, reinterpret_cast<uint64_t>(s->command_pool_),
+                  options.name + " command pool");
+  if (mode == SyncMode::kTimeline) {
+    VkSemaphoreTypeCreateInfo type{VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO};
+    type.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+    type.initialValue = 0;
+    VkSemaphoreCreateInfo sci{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
+    sci.pNext = &type;
+    VKAD_TRY(device.vk("vkCreateSemaphore", [&] {
+      return vkCreateSemaphore(device.handle(), &sci, nullptr, &s->timeline_);
+    }));
+    device.set_name(VK_OBJECT_TYPE_SEMAPHORE, reinterpret_cast<uint64_t>(s->timeline_),
+                    options.name + " timeline");
+  }
+  return s;
+}
+
+Stream::~Stream() {
+  if (recording_) {
+    // A CommandList outlived its stream's destruction start; nothing to do but not hang.
+    recording_ = false;
+  }
+  if (last_submitted_ > completed_) {
+    if (!wait_for(last_submitted_, UINT64_MAX)) {
+      // Device lost: nothing will complete; the objects may be destroyed now (Vulkan allows
+      // destroying objects of a lost device).
+      completed_ = last_submitted_;
+    }
+  }
+  VkDevice d = device_.handle();
+  descriptors_.recycle(completed_);
+  device_.detach_stream(index_);
+  in_flight_cbs_.retire_all([&](VkCommandBuffer cb) { free_cbs_.push_back(cb); });
+  device_.live_mut().command_buffers -= static_cast<int64_t>(free_cbs_.size());
+  if (command_pool_) vkDestroyCommandPool(d, command_pool_, nullptr);  // frees its buffers
+  for (auto& [serial, fence] : in_flight_fences_) free_fences_.push_back(fence);
+  for (VkFence f : free_fences_) vkDestroyFence(d, f, nullptr);
+  device_.live_mut().fences -= static_cast<int64_t>(free_fences_.size());
+  if (timeline_) vkDestroySemaphore(d, timeline_, nullptr);
+}
+
+Serial Stream::refresh_completed() {
+  ++counters_.completion_queries;
+  if (mode_ == SyncMode::kTimeline) {
+    uint64_t value = 0;
+    VkResult r = vkGetSemaphoreCounterValue(device_.handle(), timeline_, &value);
+    if (r == VK_ERROR_DEVICE_LOST) device_.mark_lost();
+    if (r == VK_SUCCESS && value > completed_.value()) completed_ = Serial(value);
+    return completed_;
+  }
+  // Fence mode: the completed serial is the longest prefix of signalled fences.
+  while (!in_flight_fences_.empty()) {
+    VkResult r = vkGetFenceStatus(device_.handle(), in_flight_fences_.front().second);
+    if (r == VK_ERROR_DEVICE_LOST) device_.mark_lost();
+    if (r != VK_SUCCESS) break;
+    completed_ = in_flight_fences_.front().first;
+    VkFence f = in_flight_fences_.front().second;
+    in_flight_fences_.pop_front();
+    vkResetFences(device_.handle(), 1, &f);
+    free_fences_.push_back(f);
+  }
+  return completed_;
+}
+
+bool Stream::wait_for(Serial serial, uint64_t timeout_ns) {
+  if (serial <= completed_) return true;
+  if (serial > last_submitted_) return false;  // never submitted: would wait forever
+  if (!device_.status().ok()) return false;
+  ++counters_.waits;
+  VkResult r;
+  if (mode_ == SyncMode::kTimeline) {
+    uint64_t value = serial.value();
+    VkSemaphoreWaitInfo info{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
+    info.semaphoreCount = 1;
+    info.pSemaphores = &timeline_;
+    info.pValues = &value;
+    r = vkWaitSemaphores(device_.handle(), &info, timeout_ns);
+  } else {
+    std::vector<VkFence> fences;
+    for (const auto& [s, f] : in_flight_fences_) {
+      if (s > serial) break;
+      fences.push_back(f);
+    }
+    r = fences.empty() ? VK_SUCCESS
+                       : vkWaitForFences(device_.handle(), static_cast<uint32_t>(fences.size()),
+                                         fences.data(), VK_TRUE, timeout_ns);
+  }
+  if (r == VK_ERROR_DEVICE_LOST) device_.mark_lost();
+  if (r != VK_SUCCESS) return false;
+  refresh_completed();
+  return serial <= completed_;
+}
+
+Status Stream::wait_idle(uint64_t timeout_ns) {
+  if (wait_for(last_submitted_, timeout_ns)) return {};
+  VKAD_TRY(device_.status());
+  return make_error(ErrorCode::kTimeout, "stream '" + name_ + "': serial " +
+                                             std::to_string(last_submitted_.value()) +
+                                             " did not complete in time");
+}
+
+void Stream::recycle() {
+  Serial done = refresh_completed();
+  in_flight_cbs_.retire_up_to(done, [this](VkCommandBuffer cb) { free_cbs_.push_back(cb); });
+  descriptors_.recycle(done);
+  device_.collect_garbage();
+}
+
+Result<CommandList> Stream::begin() {
+  VKAD_TRY(device_.status());
+  if (recording_) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "stream '" + name_ + "' already has a command list being recorded");
+  }
+  recycle();
+  VkCommandBuffer cb = VK_NULL_HANDLE;
+  if (!free_cbs_.empty()) {
+    cb = free_cbs_.back();
+    free_cbs_.pop_back();
+  } else {
+    VkCommandBufferAllocateInfo info{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    info.commandPool = command_pool_;
+    info.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    info.commandBufferCount = 1;
+    VKAD_TRY(device_.vk("vkAllocateCommandBuffers",
+                        [&] { return vkAllocateCommandBuffers(device_.handle(), &info, &cb); }));
+    ++counters_.command_buffers_created;
+    ++device_.live_mut().command_buffers;
+    device_.set_name(VK_OBJECT_TYPE_COMMAND_BUFFER, reinterpret_cast<uint64_t>(cb),
+                     name_ + " cmd " + std::to_string(counters_.command_buffers_created));
+  }
+  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  Status s = device_.vk("vkBeginCommandBuffer", [&] { return vkBeginCommandBuffer(cb, &bi); });
+  if (!s.ok()) {
+    free_cbs_.push_back(cb);
+    return s;
+  }
+  recording_ = true;
+  return CommandList(this, cb, pending());
+}
+
+void Stream::abandon(VkCommandBuffer cb) {
+  vkEndCommandBuffer(cb);
+  free_cbs_.push_back(cb);
+  recording_ = false;
+}
+
+Result<VkFence> Stream::take_fence() {
+  if (!free_fences_.empty()) {
+    VkFence f = free_fences_.back();
+    free_fences_.pop_back();
+    return f;
+  }
+  VkFenceCreateInfo info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  VkFence f = VK_NULL_HANDLE;
+  VKAD_TRY(device_.vk("vkCreateFence",
+                      [&] { return vkCreateFence(device_.handle(), &info, nullptr, &f); }));
+  ++counters_.fences_created;
+  ++device_.live_mut().fences;
+  device_.set_name(VK_OBJECT_TYPE_FENCE, reinterpret_cast<uint64_t>(f),
+                   name_ + " fence " + std::to_string(counters_.fences_created));
+  return f;
+}
+
+Result<StreamSemaphore> Stream::submit(CommandList& list) {
+  if (list.stream_ != this || !list.recording()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "stream '" + name_ + "': submit of a list that is not open on this stream");
+  }
+  VkCommandBuffer cb = std::exchange(list.cb_, VK_NULL_HANDLE);
+  recording_ = false;
+  Status s = device_.status();
+  if (s.ok()) s = device_.vk("vkEndCommandBuffer", [&] { return vkEndCommandBuffer(cb); });
+  Serial serial = pending();
+  VkFence fence = VK_NULL_HANDLE;
+  if (s.ok() && mode_ == SyncMode::kFence) {
+    Result<VkFence> f = take_fence();
+    if (f.ok()) fence = *f;
+    else s = f.status();
+  }
+  if (s.ok()) {
+    uint64_t signal = serial.value();
+    VkTimelineSemaphoreSubmitInfo tsi{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+    tsi.signalSemaphoreValueCount = 1;
+    tsi.pSignalSemaphoreValues = &signal;
+    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &cb;
+    if (mode_ == SyncMode::kTimeline) {
+      si.pNext = &tsi;
+      si.signalSemaphoreCount = 1;
+      si.pSignalSemaphores = &timeline_;
+    }
+    s = device_.vk("vkQueueSubmit", [&] { return vkQueueSubmit(queue_, 1, &si, fence); });
+  }
+  if (!s.ok()) {
+    // Nothing reached the queue: the serial is not consumed and the pooled objects go back.
+    if (fence) free_fences_.push_back(fence);
+    free_cbs_.push_back(cb);
+    return s;
+  }
+  last_submitted_ = serial;
+  ++counters_.submits;
+  in_flight_cbs_.push(serial, cb);
+  if (fence) in_flight_fences_.emplace_back(serial, fence);
+  return StreamSemaphore(this, serial);
+}
+
+}  // namespace vkad::rhi

@@ -1,0 +1,108 @@
+// A stream is one VkQueue plus the machinery to know, without blocking, which of its
+// submissions have finished.
+//
+// Contract:
+//  - Each submit gets the next serial (last_submitted() + 1). Serials complete in order.
+//  - Timeline mode: one timeline semaphore; submit signals it with the serial; completion is
+//    read with vkGetSemaphoreCounterValue. Fence mode: a pooled VkFence per submission, read
+//    with vkGetFenceStatus; for devices without timeline semaphores, and selectable anywhere so
+//    both paths are tested. kAuto picks timeline where the device has it.
+//  - One command list is recorded at a time; it carries serial pending() from begin() on.
+//  - Nothing is created per submit that is not reused: command buffers, fences and descriptor
+//    pools go back to free lists when their serial completes (recycle(), also run by begin()
+//    and submit()).
+//  - Waiting is per serial (StreamSemaphore::wait); the only whole-queue wait is wait_idle(),
+//    which waits for this stream's last submission, never the device.
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rhi/command_list.h"
+#include "rhi/descriptor_allocator.h"
+#include "rhi/serial.h"
+#include "rhi/serial_queue.h"
+#include "rhi/status.h"
+
+namespace vkad::rhi {
+
+class Device;
+
+enum class SyncMode : uint8_t { kAuto, kTimeline, kFence };
+const char* sync_mode_name(SyncMode mode);
+
+struct StreamOptions {
+  SyncMode mode = SyncMode::kAuto;
+  std::string name = "vkad stream";
+};
+
+struct StreamCounters {
+  uint64_t submits = 0;
+  uint64_t command_buffers_created = 0;  // stays at the number ever in flight at once + 1
+  uint64_t fences_created = 0;
+  uint64_t completion_queries = 0;       // vkGetSemaphoreCounterValue / vkGetFenceStatus calls
+  uint64_t waits = 0;                    // blocking waits (wait_for / wait_idle that blocked)
+};
+
+class Stream final : public SerialTracker {
+ public:
+  // Use Device::create_stream.
+  static Result<std::unique_ptr<Stream>> create(Device& device, const StreamOptions& options);
+  // Waits for this stream's own last submission, then destroys its pools. Never throws.
+  ~Stream() override;
+
+  // Starts recording. kFailedPrecondition if another list of this stream is still open.
+  Result<CommandList> begin();
+  // Ends and submits `list` (which becomes empty whether or not this succeeds). On failure the
+  // serial is not consumed, the command buffer returns to the pool, and the error names the call.
+  Result<StreamSemaphore> submit(CommandList& list);
+
+  Serial last_submitted() const { return last_submitted_; }
+  Serial pending() const { return last_submitted_.next(); }
+  Serial completed_cached() const override { return completed_; }
+  Serial refresh_completed() override;
+  bool wait_for(Serial serial, uint64_t timeout_ns) override;
+  // Waits for last_submitted() (this stream only). kTimeout / kDeviceLost on failure.
+  Status wait_idle(uint64_t timeout_ns = UINT64_MAX);
+  // Non-blocking: refresh completion, recycle command buffers, fences, descriptor pools and
+  // destroy deferred garbage whose serial completed.
+  void recycle();
+
+  SyncMode mode() const { return mode_; }
+  int index() const { return index_; }
+  Device& device() { return device_; }
+  VkQueue queue() const { return queue_; }
+  const StreamCounters& counters() const { return counters_; }
+  size_t live_descriptor_sets() const { return descriptors_.live_sets(); }
+  size_t command_buffers_in_flight() const { return in_flight_cbs_.size(); }
+
+ private:
+  friend class CommandList;
+  Stream(Device& device, SyncMode mode, std::string name)
+      : device_(device), mode_(mode), name_(std::move(name)), descriptors_(device) {}
+  void abandon(VkCommandBuffer cb);  // an unsubmitted list went away
+  Result<VkFence> take_fence();
+
+  Device& device_;
+  SyncMode mode_;
+  std::string name_;
+  int index_ = -1;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  VkCommandPool command_pool_ = VK_NULL_HANDLE;
+  VkSemaphore timeline_ = VK_NULL_HANDLE;
+  Serial last_submitted_ = kNoSerial;
+  Serial completed_ = kNoSerial;
+  bool recording_ = false;
+  std::vector<VkCommandBuffer> free_cbs_;
+  SerialQueue<VkCommandBuffer> in_flight_cbs_;
+  std::vector<VkFence> free_fences_;
+  std::deque<std::pair<Serial, VkFence>> in_flight_fences_;
+  DescriptorAllocator descriptors_;
+  StreamCounters counters_;
+};
+
+}  // namespace vkad::rhi
