@@ -54,7 +54,11 @@ Result<VkDescriptorSet> DescriptorAllocator::allocate(VkDescriptorSetLayout layo
     info.descriptorSetCount = 1;
     info.pSetLayouts = &layout;
     VkDescriptorSet set = VK_NULL_HANDLE;
-    VkResult r = vkAllocateDescriptorSets(device_.handle(), &info, &set);
+    // Count sets ourselves: some drivers (lavapipe) let a pool exceed maxSets, and we want one
+    // recycling behaviour everywhere.
+    VkResult r = current_.sets >= kSetsPerPool
+                     ? VK_ERROR_OUT_OF_POOL_MEMORY
+                     : vkAllocateDescriptorSets(device_.handle(), &info, &set);
     if (r == VK_SUCCESS) {
       ++current_.sets;
       ++live_sets_;

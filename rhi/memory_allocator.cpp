@@ -109,7 +109,9 @@ Result<Allocation> MemoryAllocator::allocate(const VkMemoryRequirements& reqs,
     return make_error(ErrorCode::kUnsupported, std::string("no memory type for ") +
                                                    memory_usage_name(usage) + " buffers");
   }
-  bool host_visible = usage != MemoryUsage::kDeviceLocal;
+  // Map every block of a host-visible type, whatever the request: on unified-memory devices
+  // (lavapipe, integrated GPUs) device-local and upload buffers share one type and one block.
+  bool host_visible = (types[type].property_flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) != 0;
   uint64_t alignment = reqs.alignment;
   // Large requests get a block of their own, so they neither waste nor fragment shared blocks.
   bool dedicated = reqs.size > block_bytes_ / 2;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cassert>
+#include <cstddef>
 #include <deque>
 #include <utility>
 
@@ -22,8 +23,8 @@ class SerialQueue {
   // Calls `fn(T&&)` for each front entry with serial <= completed, in order, and removes it.
   // Returns how many were retired.
   template <typename Fn>
-  size_t retire_up_to(Serial completed, Fn&& fn) {
-    size_t n = 0;
+  std::size_t retire_up_to(Serial completed, Fn&& fn) {
+    std::size_t n = 0;
     while (!entries_.empty() && entries_.front().first <= completed) {
       T value = std::move(entries_.front().second);
       entries_.pop_front();
@@ -35,12 +36,12 @@ class SerialQueue {
 
   // Retires everything regardless of serial (used only after a wait made everything complete).
   template <typename Fn>
-  size_t retire_all(Fn&& fn) {
+  std::size_t retire_all(Fn&& fn) {
     return retire_up_to(Serial(UINT64_MAX), std::forward<Fn>(fn));
   }
 
   bool empty() const { return entries_.empty(); }
-  size_t size() const { return entries_.size(); }
+  std::size_t size() const { return entries_.size(); }
   Serial front_serial() const { return entries_.front().first; }
   Serial back_serial() const { return entries_.back().first; }
 

@@ -212,7 +212,7 @@ Result<VkFence> Stream::take_fence() {
   return f;
 }
 
-Result<StreamSemaphore> Stream::submit(CommandList& list) {
+Result<StreamSemaphore> Stream::submit(CommandList& list, std::span<const TimelineWait> waits) {
   if (list.stream_ != this || !list.recording()) {
     return make_error(ErrorCode::kInvalidArgument,
                       "stream '" + name_ + "': submit of a list that is not open on this stream");
@@ -231,16 +231,31 @@ Result<StreamSemaphore> Stream::submit(CommandList& list) {
   if (s.ok()) {
     uint64_t signal = serial.value();
     VkTimelineSemaphoreSubmitInfo tsi{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
-    tsi.signalSemaphoreValueCount = 1;
-    tsi.pSignalSemaphoreValues = &signal;
     VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
     si.commandBufferCount = 1;
     si.pCommandBuffers = &cb;
     if (mode_ == SyncMode::kTimeline) {
-      si.pNext = &tsi;
+      tsi.signalSemaphoreValueCount = 1;
+      tsi.pSignalSemaphoreValues = &signal;
       si.signalSemaphoreCount = 1;
       si.pSignalSemaphores = &timeline_;
     }
+    std::vector<VkSemaphore> wait_sems;
+    std::vector<uint64_t> wait_values;
+    std::vector<VkPipelineStageFlags> wait_stages;
+    for (const TimelineWait& w : waits) {
+      wait_sems.push_back(w.semaphore);
+      wait_values.push_back(w.value);
+      wait_stages.push_back(VK_PIPELINE_STAGE_ALL_COMMANDS_BIT);
+    }
+    if (!waits.empty()) {
+      tsi.waitSemaphoreValueCount = static_cast<uint32_t>(wait_values.size());
+      tsi.pWaitSemaphoreValues = wait_values.data();
+      si.waitSemaphoreCount = static_cast<uint32_t>(wait_sems.size());
+      si.pWaitSemaphores = wait_sems.data();
+      si.pWaitDstStageMask = wait_stages.data();
+    }
+    if (mode_ == SyncMode::kTimeline || !waits.empty()) si.pNext = &tsi;
     s = device_.vk("vkQueueSubmit", [&] { return vkQueueSubmit(queue_, 1, &si, fence); });
   }
   if (!s.ok()) {

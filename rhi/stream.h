@@ -19,6 +19,7 @@
 
 #include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,9 +58,17 @@ class Stream final : public SerialTracker {
 
   // Starts recording. kFailedPrecondition if another list of this stream is still open.
   Result<CommandList> begin();
-  // Ends and submits `list` (which becomes empty whether or not this succeeds). On failure the
-  // serial is not consumed, the command buffer returns to the pool, and the error names the call.
-  Result<StreamSemaphore> submit(CommandList& list);
+  // Ends and submits `list` (which becomes empty whether or not this succeeds). The submission
+  // starts only after every `waits` timeline semaphore reached its value (another stream's
+  // timeline, or a host-signalled gate). On failure the serial is not consumed, the command
+  // buffer returns to the pool, and the error names the call.
+  struct TimelineWait {
+    VkSemaphore semaphore = VK_NULL_HANDLE;
+    uint64_t value = 0;
+  };
+  Result<StreamSemaphore> submit(CommandList& list, std::span<const TimelineWait> waits = {});
+  // This stream's timeline semaphore (timeline mode only; null in fence mode).
+  VkSemaphore timeline_semaphore() const { return timeline_; }
 
   Serial last_submitted() const { return last_submitted_; }
   Serial pending() const { return last_submitted_.next(); }

@@ -1,0 +1,88 @@
+#include "rhi/device_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <vulkan/vulkan.h>
+
+#include "rhi/device.h"
+
+namespace vkad::rhi {
+namespace {
+
+constexpr uint32_t k12 = VK_API_VERSION_1_2;
+constexpr uint32_t k11 = VK_API_VERSION_1_1;
+
+std::vector<PhysicalDeviceInfo> sample() {
+  return {{"llvmpipe (LLVM 15)", DeviceKind::kCpu, k12, true},
+          {"Intel UHD", DeviceKind::kIntegratedGpu, k12, true},
+          {"NVIDIA H100", DeviceKind::kDiscreteGpu, k12, true}};
+}
+
+TEST(ChooseDevice, PrefersDiscreteThenIntegratedThenCpu) {
+  DeviceSelection sel{"", k12};
+  EXPECT_EQ(*choose_device(sample(), sel), 2u);
+  auto no_discrete = sample();
+  no_discrete.pop_back();
+  EXPECT_EQ(*choose_device(no_discrete, sel), 1u);
+  no_discrete.pop_back();
+  EXPECT_EQ(*choose_device(no_discrete, sel), 0u) << "lavapipe is the fallback";
+}
+
+TEST(ChooseDevice, SkipsDevicesBelowMinimumVersionOrWithoutCompute) {
+  auto d = sample();
+  d[2].api_version = k11;
+  d[1].has_compute_queue = false;
+  EXPECT_EQ(*choose_device(d, {"", k12}), 0u);
+}
+
+TEST(ChooseDevice, ForcedByIndexOrNameSubstring) {
+  EXPECT_EQ(*choose_device(sample(), {"0", k12}), 0u);
+  EXPECT_EQ(*choose_device(sample(), {"llvm", k12}), 0u);
+  EXPECT_EQ(*choose_device(sample(), {"h100", k12}), 2u) << "case-insensitive";
+}
+
+TEST(ChooseDevice, ForcedErrorsNameTheProblem) {
+  auto r = choose_device(sample(), {"7", k12});
+  EXPECT_EQ(r.status().code(), ErrorCode::kNotFound);
+  EXPECT_NE(r.status().message().find("3 device(s)"), std::string::npos);
+  r = choose_device(sample(), {"radeon", k12});
+  EXPECT_EQ(r.status().code(), ErrorCode::kNotFound);
+  EXPECT_NE(r.status().message().find("NVIDIA H100"), std::string::npos) << "lists what exists";
+  auto old = sample();
+  old[2].api_version = k11;
+  r = choose_device(old, {"H100", k12});
+  EXPECT_EQ(r.status().code(), ErrorCode::kUnsupported);
+  EXPECT_NE(r.status().message().find("1.1"), std::string::npos);
+}
+
+TEST(ChooseDevice, NoDevicesIsNoDevice) {
+  EXPECT_EQ(choose_device({}, {}).status().code(), ErrorCode::kNoDevice);
+}
+
+TEST(ChooseMemoryType, PicksRequiredAndPreferredFlags) {
+  constexpr uint32_t DL = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
+  constexpr uint32_t HV = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT;
+  constexpr uint32_t HC = VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  constexpr uint32_t CA = VK_MEMORY_PROPERTY_HOST_CACHED_BIT;
+  std::vector<MemoryTypeInfo> types = {{DL | HV | HC, 0}, {DL, 0}, {HV | HC, 1}, {HV | HC | CA, 1}};
+  EXPECT_EQ(choose_memory_type(types, 0xF, 0, DL), 1) << "plain device-local over BAR memory";
+  EXPECT_EQ(choose_memory_type(types, 0xF, HV | HC, CA), 3) << "cached for readback";
+  EXPECT_EQ(choose_memory_type(types, 0xF, HV | HC, 0), 2) << "upload: fewest extra flags";
+  EXPECT_EQ(choose_memory_type(types, 0x2, HV, 0), -1) << "type bits exclude host-visible";
+  EXPECT_EQ(choose_memory_type(types, 0x1, HV | HC, CA), 0) << "required beats preferred";
+}
+
+TEST(CheckRequiredFeatures, NamesTheMissingFeatureAndRejectsUnknownNames) {
+  Capabilities caps;
+  caps.device_name = "testdev";
+  caps.shader_float64 = true;
+  EXPECT_TRUE(check_required_features(caps, {"float64"}).ok());
+  Status s = check_required_features(caps, {"float64", "atomic_float32_add"});
+  EXPECT_EQ(s.code(), ErrorCode::kUnsupported);
+  EXPECT_NE(s.message().find("atomic_float32_add"), std::string::npos);
+  EXPECT_NE(s.message().find("testdev"), std::string::npos);
+  EXPECT_EQ(check_required_features(caps, {"warp_drive"}).code(), ErrorCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace vkad::rhi
