@@ -14,17 +14,13 @@
 #include "rhi/device.h"
 #include "rhi/pipeline.h"
 #include "rhi/stream.h"
+#include "support/sample_kernels.h"
 
 namespace vkad::testing {
 
 // Assembles SPIR-V text for Vulkan 1.2 (SPIR-V 1.5); fails the test on a syntax error.
 std::vector<uint32_t> assemble(const std::string& text);
 
-// out[i] = in[i] * 2 + pc.add for i < pc.n; bindings 0 (in), 1 (out); push constants {n, add}.
-extern const char* kScaleAddSpirv;
-// Like kScaleAddSpirv but every invocation first spins pc.spin iterations (slow work).
-// Push constants {n, add, spin}.
-extern const char* kSpinScaleAddSpirv;
 
 class GpuTest : public ::testing::Test {
  protected:

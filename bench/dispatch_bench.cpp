@@ -1,0 +1,265 @@
+// Dispatch benchmark: the cost rhi adds over raw Vulkan, and the cost of knowing what finished.
+//
+//   vkad-bench-dispatch [--device <index|name>] [--dispatches N] [--reps R] [--json out.json]
+//
+// Reports, on the chosen device in one run:
+//  - us per dependent dispatch (push constants + dispatch + compute->compute barrier), recorded,
+//    submitted and waited for, through rhi and through the same loop written against Vulkan;
+//  - the same through rhi with a fresh descriptor set per dispatch (what a runtime launch does);
+//  - ns per is_signaled() on a finished submission (cached) and on an unfinished one (a device
+//    query each call), in timeline and in fence mode;
+//  - submit + wait round trip, in each mode.
+#include <volk.h>
+
+#include <cstring>
+#include <memory>
+
+#include "bench/bench_util.h"
+#include "codegen/spirv_tools.h"
+#include "rhi/buffer.h"
+#include "rhi/device.h"
+#include "rhi/pipeline.h"
+#include "rhi/stream.h"
+#include "support/sample_kernels.h"
+
+using namespace vkad;
+using namespace vkad::bench;
+
+namespace {
+
+struct Push {
+  uint32_t n, add, spin;
+};
+
+#define CHECK_OK(expr)                                                            \
+  do {                                                                            \
+    auto&& check_ok_ = (expr);                                                    \
+    if (!::vkad::detail::to_status(check_ok_).ok()) {                             \
+      std::fprintf(stderr, "%s failed: %s\n", #expr,                              \
+                   ::vkad::detail::to_status(check_ok_).to_string().c_str());     \
+      std::exit(1);                                                               \
+    }                                                                             \
+  } while (0)
+
+double raw_dependent_dispatch_us(rhi::Device& dev, rhi::ComputePipeline& p, rhi::Buffer& a,
+                                 rhi::Buffer& b, int n, int reps) {
+  VkDevice d = dev.handle();
+  VkQueue queue;
+  vkGetDeviceQueue(d, dev.queue_family(), 0, &queue);
+  VkCommandPoolCreateInfo cpci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  cpci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  cpci.queueFamilyIndex = dev.queue_family();
+  VkCommandPool pool;
+  vkCreateCommandPool(d, &cpci, nullptr, &pool);
+  VkCommandBufferAllocateInfo cbai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  cbai.commandPool = pool;
+  cbai.commandBufferCount = 1;
+  VkCommandBuffer cb;
+  vkAllocateCommandBuffers(d, &cbai, &cb);
+  VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  VkFence fence;
+  vkCreateFence(d, &fci, nullptr, &fence);
+  VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 2};
+  VkDescriptorPoolCreateInfo dpci{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+  dpci.maxSets = 1;
+  dpci.poolSizeCount = 1;
+  dpci.pPoolSizes = &size;
+  VkDescriptorPool dpool;
+  vkCreateDescriptorPool(d, &dpci, nullptr, &dpool);
+  VkDescriptorSetLayout layout = p.set_layout();
+  VkDescriptorSetAllocateInfo dsai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+  dsai.descriptorPool = dpool;
+  dsai.descriptorSetCount = 1;
+  dsai.pSetLayouts = &layout;
+  VkDescriptorSet set;
+  vkAllocateDescriptorSets(d, &dsai, &set);
+  VkDescriptorBufferInfo infos[2] = {{a.handle(), 0, VK_WHOLE_SIZE}, {b.handle(), 0, VK_WHOLE_SIZE}};
+  VkWriteDescriptorSet writes[2];
+  for (int i = 0; i < 2; ++i) {
+    writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+    writes[i].dstSet = set;
+    writes[i].dstBinding = i;
+    writes[i].descriptorCount = 1;
+    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[i].pBufferInfo = &infos[i];
+  }
+  vkUpdateDescriptorSets(d, 2, writes, 0, nullptr);
+
+  std::vector<double> samples;
+  Push pc{64, 1, 0};
+  for (int r = 0; r < reps; ++r) {
+    double t0 = now_us();
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    vkBeginCommandBuffer(cb, &bi);
+    vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.handle());
+    vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout(), 0, 1, &set, 0, nullptr);
+    for (int i = 0; i < n; ++i) {
+      vkCmdPushConstants(cb, p.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
+      vkCmdDispatch(cb, 1, 1, 1);
+      VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+      mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+      mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+      vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                           VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+    }
+    vkEndCommandBuffer(cb);
+    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &cb;
+    vkQueueSubmit(queue, 1, &si, fence);
+    vkWaitForFences(d, 1, &fence, VK_TRUE, UINT64_MAX);
+    vkResetFences(d, 1, &fence);
+    samples.push_back((now_us() - t0) / n);
+  }
+  vkDestroyDescriptorPool(d, dpool, nullptr);
+  vkDestroyFence(d, fence, nullptr);
+  vkDestroyCommandPool(d, pool, nullptr);
+  return median(samples);
+}
+
+double rhi_dependent_dispatch_us(rhi::Stream& s, rhi::ComputePipeline& p, rhi::Buffer& a,
+                                 rhi::Buffer& b, int n, int reps, bool set_per_dispatch) {
+  std::vector<double> samples;
+  Push pc{64, 1, 0};
+  rhi::Buffer* bufs[] = {&a, &b};
+  for (int r = 0; r < reps; ++r) {
+    double t0 = now_us();
+    auto list = s.begin();
+    CHECK_OK(list);
+    list->bind_pipeline(p);
+    if (!set_per_dispatch) CHECK_OK(list->bind_buffers(p, bufs));
+    for (int i = 0; i < n; ++i) {
+      if (set_per_dispatch) CHECK_OK(list->bind_buffers(p, bufs));
+      list->push_constants(p, &pc, sizeof pc);
+      list->dispatch(1);
+      list->barrier(rhi::Barrier::kComputeToCompute);
+    }
+    auto sem = s.submit(*list);
+    CHECK_OK(sem);
+    sem->wait();
+    samples.push_back((now_us() - t0) / n);
+  }
+  return median(samples);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args(argc, argv);
+  if (args.has("help")) {
+    std::printf("usage: vkad-bench-dispatch [--device D] [--dispatches N] [--reps R] [--json F]\n");
+    return 0;
+  }
+  int n = static_cast<int>(args.get_int("dispatches", 2000));
+  int reps = static_cast<int>(args.get_int("reps", 15));
+  rhi::DeviceOptions opts;
+  opts.device = args.get("device", "");
+  auto dev_r = rhi::Device::create(opts);
+  CHECK_OK(dev_r);
+  rhi::Device& dev = **dev_r;
+  std::string device_name = dev.caps().device_name;
+  std::printf("device: %s\n", device_name.c_str());
+
+  rhi::ComputePipelineDesc desc;
+  auto words = codegen::assemble_spirv(testing::kScaleAddSpirv);
+  CHECK_OK(words);
+  desc.spirv = *words;
+  desc.storage_buffer_count = 2;
+  desc.push_constant_bytes = sizeof(Push);
+  desc.name = "scale_add";
+  auto p = dev.create_compute_pipeline(desc);
+  CHECK_OK(p);
+  auto a = dev.create_buffer({4096, rhi::MemoryUsage::kDeviceLocal, "a"});
+  auto b = dev.create_buffer({4096, rhi::MemoryUsage::kDeviceLocal, "b"});
+  CHECK_OK(a);
+  CHECK_OK(b);
+
+  JsonRecords json;
+  auto record = [&](const char* what, const char* mode, double value, const char* unit) {
+    std::printf("  %-44s %-9s %10.3f %s\n", what, mode, value, unit);
+    json.begin();
+    json.field("metric", what);
+    json.field("mode", mode);
+    json.field("value", value);
+    json.field("unit", unit);
+  };
+
+  std::printf("dependent dispatches: %d per command buffer, median of %d\n", n, reps);
+  // Warm up both paths once (pipeline compilation on first use, page faults).
+  raw_dependent_dispatch_us(dev, *p, *a, *b, 16, 2);
+  double raw = raw_dependent_dispatch_us(dev, *p, *a, *b, n, reps);
+  record("dependent dispatch, raw Vulkan", "-", raw, "us");
+  for (rhi::SyncMode mode : {rhi::SyncMode::kTimeline, rhi::SyncMode::kFence}) {
+    if (mode == rhi::SyncMode::kTimeline && !dev.caps().timeline_semaphore) continue;
+    const char* m = rhi::sync_mode_name(mode);
+    auto s = dev.create_stream({mode, std::string("bench ") + m});
+    CHECK_OK(s);
+    rhi::Stream& stream = **s;
+    rhi_dependent_dispatch_us(stream, *p, *a, *b, 16, 2, false);
+    double via_rhi = rhi_dependent_dispatch_us(stream, *p, *a, *b, n, reps, false);
+    record("dependent dispatch, rhi", m, via_rhi, "us");
+    record("rhi / raw ratio", m, via_rhi / raw, "x");
+    double per_set = rhi_dependent_dispatch_us(stream, *p, *a, *b, n, reps, true);
+    record("dependent dispatch, rhi, set per dispatch", m, per_set, "us");
+
+    // is_signaled on a finished submission: the cached fast path.
+    auto list = stream.begin();
+    CHECK_OK(list);
+    list->fill(*a, 0);
+    auto sem = stream.submit(*list);
+    CHECK_OK(sem);
+    sem->wait();
+    const int polls = 1000000;
+    volatile bool sink = false;
+    double t0 = now_us();
+    for (int i = 0; i < polls; ++i) sink = sink ^ sem->is_signaled();
+    record("is_signaled, finished (cached)", m, (now_us() - t0) * 1000.0 / polls, "ns");
+
+    // is_signaled on an unfinished submission: held behind a host-signalled gate, so every
+    // call asks the device (vkGetSemaphoreCounterValue / vkGetFenceStatus).
+    VkSemaphoreTypeCreateInfo type{VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO};
+    type.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+    VkSemaphoreCreateInfo sci{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
+    sci.pNext = &type;
+    VkSemaphore gate;
+    vkCreateSemaphore(dev.handle(), &sci, nullptr, &gate);
+    auto gated = stream.begin();
+    CHECK_OK(gated);
+    gated->fill(*a, 1);
+    rhi::Stream::TimelineWait wait{gate, 1};
+    auto pending = stream.submit(*gated, {&wait, 1});
+    CHECK_OK(pending);
+    const int slow_polls = 200000;
+    t0 = now_us();
+    for (int i = 0; i < slow_polls; ++i) sink = sink ^ pending->is_signaled();
+    record("is_signaled, unfinished (device query)", m, (now_us() - t0) * 1000.0 / slow_polls,
+           "ns");
+    VkSemaphoreSignalInfo sig{VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO};
+    sig.semaphore = gate;
+    sig.value = 1;
+    vkSignalSemaphore(dev.handle(), &sig);
+    pending->wait();
+    vkDestroySemaphore(dev.handle(), gate, nullptr);
+
+    // Submit + wait round trip of a one-dispatch list.
+    std::vector<double> rt;
+    for (int i = 0; i < 200; ++i) {
+      double t = now_us();
+      auto l = stream.begin();
+      CHECK_OK(l);
+      l->fill(*a, 2, 0, 256);
+      auto s2 = stream.submit(*l);
+      CHECK_OK(s2);
+      s2->wait();
+      rt.push_back(now_us() - t);
+    }
+    record("submit + wait round trip", m, median(rt), "us");
+  }
+  std::string out = args.get("json", "");
+  if (!out.empty() && !json.write(out, device_name)) {
+    std::fprintf(stderr, "cannot write %s\n", out.c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,21 @@
+// The one gate every SPIR-V module passes before a driver sees it: SPIRV-Tools' assembler and
+// validator for the Vulkan 1.2 environment (SPIR-V 1.5). A failure carries the validator's
+// message and the module's disassembly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rhi/status.h"
+
+namespace vkad::codegen {
+
+// Assembles SPIR-V text and validates the result. kInvalidArgument with line numbers on a
+// syntax error; kInternal with the disassembly when the module does not validate.
+Result<std::vector<uint32_t>> assemble_spirv(const std::string& text);
+// Validates `words`; kInternal with message + disassembly on failure.
+Status validate_spirv(const std::vector<uint32_t>& words);
+std::string disassemble_spirv(const std::vector<uint32_t>& words);
+
+}  // namespace vkad::codegen

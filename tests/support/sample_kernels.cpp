@@ -1,0 +1,118 @@
+// Hand-written SPIR-V used by rhi/runtime tests and benchmarks before codegen exists for them.
+#include "support/sample_kernels.h"
+
+#include <string>
+
+namespace vkad::testing {
+
+namespace {
+constexpr const char* kHeader = R"(
+OpCapability Shader
+OpMemoryModel Logical GLSL450
+OpEntryPoint GLCompute %main "main" %gid %in %out %pc
+OpExecutionMode %main LocalSize 64 1 1
+OpDecorate %gid BuiltIn GlobalInvocationId
+OpDecorate %arr ArrayStride 4
+OpMemberDecorate %Buf 0 Offset 0
+OpDecorate %Buf Block
+OpDecorate %in DescriptorSet 0
+OpDecorate %in Binding 0
+OpDecorate %out DescriptorSet 0
+OpDecorate %out Binding 1
+OpMemberDecorate %PC 0 Offset 0
+OpMemberDecorate %PC 1 Offset 4
+OpMemberDecorate %PC 2 Offset 8
+OpDecorate %PC Block
+%void = OpTypeVoid
+%fn = OpTypeFunction %void
+%uint = OpTypeInt 32 0
+%v3uint = OpTypeVector %uint 3
+%ptr_in_v3 = OpTypePointer Input %v3uint
+%gid = OpVariable %ptr_in_v3 Input
+%arr = OpTypeRuntimeArray %uint
+%Buf = OpTypeStruct %arr
+%ptr_sb_Buf = OpTypePointer StorageBuffer %Buf
+%in = OpVariable %ptr_sb_Buf StorageBuffer
+%out = OpVariable %ptr_sb_Buf StorageBuffer
+%PC = OpTypeStruct %uint %uint %uint
+%ptr_pc_PC = OpTypePointer PushConstant %PC
+%pc = OpVariable %ptr_pc_PC PushConstant
+%ptr_pc_uint = OpTypePointer PushConstant %uint
+%ptr_sb_uint = OpTypePointer StorageBuffer %uint
+%ptr_fn_uint = OpTypePointer Function %uint
+%bool = OpTypeBool
+%c0 = OpConstant %uint 0
+%c1 = OpConstant %uint 1
+%c2 = OpConstant %uint 2
+)";
+
+constexpr const char* kBody = R"(
+%i = OpCompositeExtract %uint %g 0
+%np = OpAccessChain %ptr_pc_uint %pc %c0
+%n = OpLoad %uint %np
+%inb = OpULessThan %bool %i %n
+OpSelectionMerge %end None
+OpBranchConditional %inb %body %end
+%body = OpLabel
+%ip = OpAccessChain %ptr_sb_uint %in %c0 %i
+%x = OpLoad %uint %ip
+%ap = OpAccessChain %ptr_pc_uint %pc %c1
+%a = OpLoad %uint %ap
+%x2 = OpIMul %uint %x %c2
+%y0 = OpIAdd %uint %x2 %a
+%y = OpIAdd %uint %y0 %extra
+%op = OpAccessChain %ptr_sb_uint %out %c0 %i
+OpStore %op %y
+OpBranch %end
+%end = OpLabel
+OpReturn
+OpFunctionEnd
+)";
+
+const std::string kScaleAdd = std::string(kHeader) + R"(
+%main = OpFunction %void None %fn
+%entry = OpLabel
+%g = OpLoad %v3uint %gid
+%extra = OpCopyObject %uint %c0
+)" + kBody;
+
+// The spin loop accumulates (k & 1) into `acc`, then adds acc*0 (always 0, but the compiler
+// cannot drop the loop because acc depends on it... it can, so the store uses acc - acc + ...).
+// To keep the loop, the result adds (acc ^ acc): still 0; drivers rarely fold loop-carried xor.
+const std::string kSpin = std::string(kHeader) + R"(
+%main = OpFunction %void None %fn
+%entry = OpLabel
+%k = OpVariable %ptr_fn_uint Function
+%acc = OpVariable %ptr_fn_uint Function
+%g = OpLoad %v3uint %gid
+OpStore %k %c0
+OpStore %acc %c0
+%sp = OpAccessChain %ptr_pc_uint %pc %c2
+%spin = OpLoad %uint %sp
+OpBranch %head
+%head = OpLabel
+%kv = OpLoad %uint %k
+%more = OpULessThan %bool %kv %spin
+OpLoopMerge %after %cont None
+OpBranchConditional %more %loop %after
+%loop = OpLabel
+%av = OpLoad %uint %acc
+%mix = OpIMul %uint %av %c2
+%bit = OpBitwiseAnd %uint %kv %c1
+%nv = OpIAdd %uint %mix %bit
+OpStore %acc %nv
+OpBranch %cont
+%cont = OpLabel
+%kn = OpIAdd %uint %kv %c1
+OpStore %k %kn
+OpBranch %head
+%after = OpLabel
+%af = OpLoad %uint %acc
+%extra = OpBitwiseXor %uint %af %af
+)" + kBody;
+}  // namespace
+
+const char* kScaleAddSpirv = kScaleAdd.c_str();
+const char* kSpinScaleAddSpirv = kSpin.c_str();
+
+}  // namespace vkad::testing
