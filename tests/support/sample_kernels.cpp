@@ -116,3 +116,132 @@ const char* kScaleAddSpirv = kScaleAdd.c_str();
 const char* kSpinScaleAddSpirv = kSpin.c_str();
 
 }  // namespace vkad::testing
+
+#include "codegen/spirv_tools.h"
+
+namespace vkad::testing {
+
+namespace {
+constexpr const char* kAxpyTemplate = R"(
+OpCapability Shader
+OpMemoryModel Logical GLSL450
+OpEntryPoint GLCompute %main "main" %gid %nwg %args %x %y %pc
+OpExecutionMode %main LocalSize 64 1 1
+OpDecorate %gid BuiltIn GlobalInvocationId
+OpDecorate %nwg BuiltIn NumWorkgroups
+OpMemberDecorate %Args 0 Offset 0
+OpMemberDecorate %Args 1 Offset 4
+OpMemberDecorate %Args 2 Offset 8
+OpMemberDecorate %Args 3 Offset 12
+OpDecorate %Args Block
+OpDecorate %args DescriptorSet 0
+OpDecorate %args Binding 0
+OpDecorate %farr ArrayStride 4
+OpMemberDecorate %FBuf 0 Offset 0
+OpDecorate %FBuf Block
+OpDecorate %x DescriptorSet 0
+OpDecorate %x Binding 1
+OpDecorate %y DescriptorSet 0
+OpDecorate %y Binding 2
+OpMemberDecorate %PC 0 Offset 0
+OpMemberDecorate %PC 1 Offset 4
+OpDecorate %PC Block
+%void = OpTypeVoid
+%fn = OpTypeFunction %void
+%uint = OpTypeInt 32 0
+%float = OpTypeFloat 32
+%bool = OpTypeBool
+%v3uint = OpTypeVector %uint 3
+%ptr_in_v3 = OpTypePointer Input %v3uint
+%gid = OpVariable %ptr_in_v3 Input
+%nwg = OpVariable %ptr_in_v3 Input
+%Args = OpTypeStruct %float %uint %uint %uint
+%ptr_sb_Args = OpTypePointer StorageBuffer %Args
+%args = OpVariable %ptr_sb_Args StorageBuffer
+%farr = OpTypeRuntimeArray %float
+%FBuf = OpTypeStruct %farr
+%ptr_sb_FBuf = OpTypePointer StorageBuffer %FBuf
+%x = OpVariable %ptr_sb_FBuf StorageBuffer
+%y = OpVariable %ptr_sb_FBuf StorageBuffer
+%PC = OpTypeStruct %uint %uint
+%ptr_pc_PC = OpTypePointer PushConstant %PC
+%pc = OpVariable %ptr_pc_PC PushConstant
+%ptr_pc_uint = OpTypePointer PushConstant %uint
+%ptr_sb_uint = OpTypePointer StorageBuffer %uint
+%ptr_sb_float = OpTypePointer StorageBuffer %float
+%ptr_fn_uint = OpTypePointer Function %uint
+%c0 = OpConstant %uint 0
+%c1 = OpConstant %uint 1
+%c3 = OpConstant %uint 3
+%c7 = OpConstant %uint 7
+%c64 = OpConstant %uint 64
+%f0 = OpConstant %float 0
+%main = OpFunction %void None %fn
+%entry = OpLabel
+%i = OpVariable %ptr_fn_uint Function
+%g = OpLoad %v3uint %gid
+%g0 = OpCompositeExtract %uint %g 0
+%w = OpLoad %v3uint %nwg
+%w0 = OpCompositeExtract %uint %w 0
+%stride = OpIMul %uint %w0 %c64
+%bp = OpAccessChain %ptr_pc_uint %pc %c0
+%begin = OpLoad %uint %bp
+%ep = OpAccessChain %ptr_pc_uint %pc %c1
+%end = OpLoad %uint %ep
+%ap = OpAccessChain %ptr_sb_float %args %c0
+%a = OpLoad %float %ap
+%start = OpIAdd %uint %begin %g0
+OpStore %i %start
+OpBranch %head
+%head = OpLabel
+%iv = OpLoad %uint %i
+%more = OpULessThan %bool %iv %end
+OpLoopMerge %exit %cont None
+OpBranchConditional %more %body %exit
+%body = OpLabel
+%xp = OpAccessChain %ptr_sb_float %x %c0 %iv
+%xv = OpLoad %float %xp
+%yp = OpAccessChain %ptr_sb_float %y %c0 %iv
+%yv = OpLoad %float %yp
+%ax = OpFMul %float %a %xv
+%r = OP %float %ax %yv
+OpStore %yp %r
+%neg = OpFOrdLessThan %bool %xv %f0
+OpSelectionMerge %flagged None
+OpBranchConditional %neg %flag %flagged
+%flag = OpLabel
+%errp = OpAccessChain %ptr_sb_uint %args %c3
+OpStore %errp %c7
+OpBranch %flagged
+%flagged = OpLabel
+OpBranch %cont
+%cont = OpLabel
+%next = OpIAdd %uint %iv %stride
+OpStore %i %next
+OpBranch %head
+%exit = OpLabel
+OpReturn
+OpFunctionEnd
+)";
+}  // namespace
+
+runtime::CompiledKernel make_axpy_kernel(const std::string& name, const char* op) {
+  std::string text = kAxpyTemplate;
+  text.replace(text.find("OP %float"), 2, op);
+  auto words = codegen::assemble_spirv(text);
+  runtime::CompiledKernel k;
+  k.name = name;
+  k.params = {{"a", runtime::ParamKind::kScalar, runtime::DType::kF32, 0, false},
+              {"x", runtime::ParamKind::kNdArray, runtime::DType::kF32, 1, false},
+              {"y", runtime::ParamKind::kNdArray, runtime::DType::kF32, 1, true}};
+  runtime::CompiledTask t;
+  t.name = "axpy";
+  t.spirv = words.ok() ? *words : std::vector<uint32_t>{};
+  t.local_size = 64;
+  t.begin = runtime::RangeBound::constant(0);
+  t.end = runtime::RangeBound::array_dim(1, 0);
+  k.tasks.push_back(std::move(t));
+  return k;
+}
+
+}  // namespace vkad::testing

@@ -11,3 +11,17 @@ extern const char* kScaleAddSpirv;
 extern const char* kSpinScaleAddSpirv;
 
 }  // namespace vkad::testing
+
+#include <string>
+
+#include "runtime/compiled_kernel.h"
+
+namespace vkad::testing {
+
+// A kernel following the runtime ABI (runtime/compiled_kernel.h):
+//   params (a: f32, x: f32[n], y: f32[n] written); one task over [0, shape(x, 0)):
+//   y[i] = a * x[i] OP y[i], where OP is "OpFAdd" or "OpFSub"; grid-stride loop.
+//   If x[i] < 0 the task raises its error flag (error code 7).
+runtime::CompiledKernel make_axpy_kernel(const std::string& name, const char* op = "OpFAdd");
+
+}  // namespace vkad::testing

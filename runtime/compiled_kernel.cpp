@@ -1,0 +1,84 @@
+#include "runtime/compiled_kernel.h"
+
+namespace vkad::runtime {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "f32";
+    case DType::kF64: return "f64";
+    case DType::kI32: return "i32";
+    case DType::kU32: return "u32";
+    case DType::kI64: return "i64";
+    case DType::kBool: return "bool";
+  }
+  return "?";
+}
+
+uint32_t dtype_bytes(DType t) {
+  return (t == DType::kF64 || t == DType::kI64) ? 8 : 4;
+}
+
+namespace {
+uint32_t align_up(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
+}  // namespace
+
+uint32_t CompiledKernel::scalar_offset(uint32_t param) const {
+  uint32_t off = 0;
+  for (uint32_t i = 0; i < params.size(); ++i) {
+    if (params[i].kind != ParamKind::kScalar) continue;
+    uint32_t b = dtype_bytes(params[i].dtype);
+    off = align_up(off, b);
+    if (i == param) return off;
+    off += b;
+  }
+  return off;
+}
+
+uint32_t CompiledKernel::shape_offset(uint32_t param) const {
+  uint32_t off = align_up(scalar_offset(static_cast<uint32_t>(params.size())), 4);
+  for (uint32_t i = 0; i < params.size(); ++i) {
+    if (params[i].kind != ParamKind::kNdArray) continue;
+    if (i == param) return off;
+    off += 4 * params[i].rank;
+  }
+  return off;
+}
+
+uint32_t CompiledKernel::error_flag_offset(uint32_t task) const {
+  return shape_offset(static_cast<uint32_t>(params.size())) + 4 * task;
+}
+
+uint32_t CompiledKernel::args_bytes() const {
+  return align_up(error_flag_offset(static_cast<uint32_t>(tasks.size())), 16);
+}
+
+uint32_t CompiledKernel::array_count() const {
+  uint32_t n = 0;
+  for (const auto& p : params) n += p.kind == ParamKind::kNdArray;
+  return n;
+}
+
+uint64_t CompiledKernel::content_hash() const {
+  // FNV-1a over a canonical serialisation.
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(params.size());
+  for (const auto& p : params) {
+    mix(static_cast<uint64_t>(p.kind) << 16 | static_cast<uint64_t>(p.dtype) << 8 | p.rank);
+  }
+  mix(tasks.size());
+  for (const auto& t : tasks) {
+    mix(t.local_size);
+    mix(t.serial);
+    mix(t.spirv.size());
+    for (uint32_t w : t.spirv) mix(w);
+  }
+  return h;
+}
+
+}  // namespace vkad::runtime

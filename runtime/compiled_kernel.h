@@ -1,0 +1,76 @@
+// What runtime/ registers: a kernel compiled to one SPIR-V compute module per task, plus the
+// description of its parameters and launch ranges. codegen/ produces this; hand-written SPIR-V
+// can too, by following the ABI below.
+//
+// Kernel ABI (every task module of a kernel):
+//   set 0, binding 0   the args buffer, a std430 block written by the host per launch:
+//                        for each scalar parameter in order: its value (4 bytes; f64/i64 take
+//                        8 bytes, 8-aligned), then for each ndarray parameter its shape
+//                        (rank u32 words each), then one u32 error-flag word per task
+//                        (`error_flag_offset()`), which the device sets non-zero to report an
+//                        error (adstack overflow, out-of-bounds) for the host to surface.
+//   set 0, binding 1+k the k-th ndarray parameter, a runtime array of its element type.
+//   push constants     {u32 begin, u32 end}: the task's iteration range [begin, end).
+//   The dispatch covers min(ceil((end-begin)/local_size), max_groups) workgroups; a task
+//   grid-strides over its range, so it must not assume one invocation per iteration.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vkad::runtime {
+
+enum class DType : uint8_t { kF32, kF64, kI32, kU32, kI64, kBool };
+const char* dtype_name(DType t);
+uint32_t dtype_bytes(DType t);  // element size in ndarrays (bool: 4) and in the args buffer
+
+enum class ParamKind : uint8_t { kScalar, kNdArray };
+
+struct KernelParam {
+  std::string name;
+  ParamKind kind = ParamKind::kScalar;
+  DType dtype = DType::kF32;
+  uint32_t rank = 0;      // ndarrays only
+  bool written = false;   // ndarrays only: the kernel stores or atomically adds into it
+};
+
+// One end of a task's iteration range, evaluated per launch.
+struct RangeBound {
+  enum class Kind : uint8_t { kConstant, kScalarParam, kArrayDim };
+  Kind kind = Kind::kConstant;
+  int64_t value = 0;   // kConstant
+  uint32_t param = 0;  // kScalarParam / kArrayDim: parameter index
+  uint32_t dim = 0;    // kArrayDim
+  static RangeBound constant(int64_t v) { return {Kind::kConstant, v, 0, 0}; }
+  static RangeBound scalar(uint32_t p) { return {Kind::kScalarParam, 0, p, 0}; }
+  static RangeBound array_dim(uint32_t p, uint32_t d) { return {Kind::kArrayDim, 0, p, d}; }
+};
+
+struct CompiledTask {
+  std::string name;
+  std::vector<uint32_t> spirv;
+  uint32_t local_size = 64;
+  RangeBound begin = RangeBound::constant(0);
+  RangeBound end = RangeBound::constant(1);
+  // A serial task runs its whole range in one invocation (one workgroup of one thread).
+  bool serial = false;
+};
+
+struct CompiledKernel {
+  std::string name;
+  std::vector<KernelParam> params;
+  std::vector<CompiledTask> tasks;
+
+  // Byte layout of the args buffer (see the ABI above).
+  uint32_t scalar_offset(uint32_t param) const;
+  uint32_t shape_offset(uint32_t param) const;  // first shape word of an ndarray param
+  uint32_t error_flag_offset(uint32_t task) const;
+  uint32_t args_bytes() const;
+  uint32_t array_count() const;
+  // Content hash of everything that defines the pipelines (SPIR-V, local sizes, parameter
+  // layout). Two kernels with one name but different content hash differently.
+  uint64_t content_hash() const;
+};
+
+}  // namespace vkad::runtime

@@ -1,0 +1,134 @@
+// The retirement queue: per-flush payloads (ctx buffers) paired with the semaphore of the
+// submission that used them, released as soon as that submission is known complete.
+//
+// Policy (the design's contract):
+//   push(sem, payload)  append; then pop every FRONT entry whose is_signaled() is true
+//                       (non-blocking, per entry, in order); then, while more than `depth`
+//                       entries remain, wait for the OLDEST entry only and pop it — a forced
+//                       wait, counted with the time it blocked.
+//   poll()              the non-blocking part alone.
+//   drain_all()         wait for the newest entry (so every entry is complete) and pop all.
+// Pure logic over StreamSemaphore/SerialTracker, so it is unit-tested with a fake semaphore.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <utility>
+
+#include "rhi/serial.h"
+#include "rhi/status.h"
+
+namespace vkad::runtime {
+
+struct RetirementCounters {
+  uint64_t pushed = 0;
+  uint64_t retired_by_polling = 0;
+  uint64_t retired_by_forced_wait = 0;
+  uint64_t retired_by_drain = 0;
+  uint64_t forced_waits = 0;
+  double forced_wait_us = 0;       // total host time blocked in forced waits
+  uint64_t entries = 0;            // held now
+  uint64_t bytes = 0;              // held now
+  uint64_t high_water_entries = 0;
+  uint64_t high_water_bytes = 0;
+};
+
+template <typename Payload>
+class RetirementQueue {
+ public:
+  explicit RetirementQueue(size_t depth) : depth_(depth) {}
+  // Called with each payload as it retires (its submission is complete), before it is
+  // destroyed; e.g. to read device-written error flags out of it.
+  void set_on_retire(std::function<void(Payload&)> fn) { on_retire_ = std::move(fn); }
+
+  size_t depth() const { return depth_; }
+  // Lowering the depth retires down to it (forced waits on the oldest entries as needed).
+  Status set_depth(size_t depth) {
+    depth_ = depth;
+    poll();
+    return enforce_depth();
+  }
+
+  Status push(rhi::StreamSemaphore sem, Payload payload, uint64_t bytes) {
+    entries_.push_back({sem, std::move(payload), bytes});
+    ++c_.pushed;
+    ++c_.entries;
+    c_.bytes += bytes;
+    if (c_.entries > c_.high_water_entries) c_.high_water_entries = c_.entries;
+    if (c_.bytes > c_.high_water_bytes) c_.high_water_bytes = c_.bytes;
+    poll();
+    return enforce_depth();
+  }
+
+  // Non-blocking; returns how many entries were retired.
+  size_t poll() {
+    size_t n = 0;
+    while (!entries_.empty() && entries_.front().sem.is_signaled()) {
+      pop_front();
+      ++c_.retired_by_polling;
+      ++n;
+    }
+    return n;
+  }
+
+  // Waits for the newest entry, then retires everything. On a failed wait (device lost) the
+  // entries stay held and the error is returned.
+  Status drain_all() {
+    if (entries_.empty()) return {};
+    if (!entries_.back().sem.wait()) return wait_failed();
+    while (!entries_.empty()) {
+      pop_front();
+      ++c_.retired_by_drain;
+    }
+    return {};
+  }
+
+  // Drops every entry without waiting or calling on_retire. Only for shutdown after a lost
+  // device (nothing will complete; Vulkan allows destroying a lost device's objects).
+  void abandon_all() {
+    on_retire_ = nullptr;
+    while (!entries_.empty()) pop_front();
+  }
+
+  const RetirementCounters& counters() const { return c_; }
+  size_t size() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    rhi::StreamSemaphore sem;
+    Payload payload;
+    uint64_t bytes;
+  };
+  Status enforce_depth() {
+    while (entries_.size() > depth_) {
+      auto t0 = std::chrono::steady_clock::now();
+      bool ok = entries_.front().sem.wait();
+      c_.forced_wait_us +=
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      ++c_.forced_waits;
+      if (!ok) return wait_failed();
+      pop_front();
+      ++c_.retired_by_forced_wait;
+    }
+    return {};
+  }
+  void pop_front() {
+    c_.bytes -= entries_.front().bytes;
+    --c_.entries;
+    if (on_retire_) on_retire_(entries_.front().payload);
+    entries_.pop_front();  // destroys the payload: its buffers go to the deferred deleter
+  }
+  Status wait_failed() {
+    return make_error(ErrorCode::kDeviceLost,
+                      "waiting for a submission in the retirement queue failed (device lost)");
+  }
+
+  size_t depth_;
+  std::function<void(Payload&)> on_retire_;
+  std::deque<Entry> entries_;
+  RetirementCounters c_;
+};
+
+}  // namespace vkad::runtime

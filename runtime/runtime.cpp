@@ -1,0 +1,474 @@
+#include "runtime/runtime.h"
+
+#include <chrono>
+#include <cstring>
+
+namespace vkad::runtime {
+
+namespace {
+
+double now_us() {
+  using namespace std::chrono;
+  return duration<double, std::micro>(steady_clock::now().time_since_epoch()).count();
+}
+
+uint64_t element_count(const std::vector<uint32_t>& shape) {
+  uint64_t n = 1;
+  for (uint32_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_string(const std::vector<uint32_t>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + ")";
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) {
+  std::unique_ptr<Runtime> rt(new Runtime());
+  rt->options_ = options;
+  VKAD_ASSIGN_OR_RETURN(rt->device_, rhi::Device::create(options.device));
+  VKAD_ASSIGN_OR_RETURN(rt->stream_,
+                        rt->device_->create_stream({options.sync_mode, "vkad runtime stream"}));
+  rt->retirement_ = RetirementQueue<CtxBuffers>(options.retirement_depth);
+  Runtime* self = rt.get();
+  rt->retirement_.set_on_retire([self](CtxBuffers& b) { self->read_error_flags(b); });
+  return rt;
+}
+
+Runtime::~Runtime() {
+  // Flush what was recorded and wait for this stream's work only; then release everything.
+  Status s = flush().status();
+  if (s.ok()) s = drain_all();
+  if (!s.ok()) retirement_.abandon_all();
+  list_ = rhi::CommandList();
+  ctx_buffers_ = {};
+  arrays_.clear();
+  kernels_.clear();
+  pipelines_.clear();
+  stream_.reset();   // waits for its own last submission
+  device_.reset();
+}
+
+// ---------------------------------------------------------------- kernels
+
+Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
+  VKAD_TRY(device_->status());
+  if (kernel.tasks.empty()) {
+    return make_error(ErrorCode::kInvalidArgument, "kernel '" + kernel.name + "' has no tasks");
+  }
+  for (size_t i = 0; i < kernel.params.size(); ++i) {
+    const KernelParam& p = kernel.params[i];
+    if (p.kind == ParamKind::kNdArray && p.rank == 0) {
+      return make_error(ErrorCode::kInvalidArgument, "kernel '" + kernel.name + "' parameter " +
+                                                         std::to_string(i) + " ('" + p.name +
+                                                         "'): ndarray of rank 0");
+    }
+    if ((p.dtype == DType::kF64 && !device_->caps().shader_float64) ||
+        (p.dtype == DType::kI64 && !device_->caps().shader_int64)) {
+      return make_error(ErrorCode::kUnsupported,
+                        "kernel '" + kernel.name + "' parameter '" + p.name + "' is " +
+                            dtype_name(p.dtype) + ", which device '" +
+                            device_->caps().device_name + "' does not support");
+    }
+  }
+  for (const auto& range_task : kernel.tasks) {
+    for (const RangeBound* b : {&range_task.begin, &range_task.end}) {
+      bool bad = b->kind != RangeBound::Kind::kConstant &&
+                 (b->param >= kernel.params.size() ||
+                  (b->kind == RangeBound::Kind::kScalarParam &&
+                   kernel.params[b->param].kind != ParamKind::kScalar) ||
+                  (b->kind == RangeBound::Kind::kArrayDim &&
+                   (kernel.params[b->param].kind != ParamKind::kNdArray ||
+                    b->dim >= kernel.params[b->param].rank)));
+      if (bad) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          "kernel '" + kernel.name + "' task '" + range_task.name +
+                              "': range bound refers to a missing parameter or dimension");
+      }
+    }
+  }
+  uint64_t hash = kernel.content_hash();
+  auto it = pipelines_.find(hash);
+  if (it == pipelines_.end()) {
+    Pipeline p;
+    for (const CompiledTask& t : kernel.tasks) {
+      rhi::ComputePipelineDesc desc;
+      desc.spirv = t.spirv;
+      desc.storage_buffer_count = 1 + kernel.array_count();
+      desc.push_constant_bytes = 8;
+      desc.name = kernel.name + "." + t.name;
+      VKAD_ASSIGN_OR_RETURN(rhi::ComputePipeline pipeline,
+                            device_->create_compute_pipeline(desc));
+      p.tasks.push_back(std::move(pipeline));
+    }
+    it = pipelines_.emplace(hash, std::move(p)).first;
+  } else {
+    ++stats_.pipeline_cache_hits;
+  }
+  ++it->second.refs;
+  it->second.last_used = ++tick_;
+  uint32_t id = next_id_++;
+  auto k = std::make_shared<Kernel>();
+  k->desc = kernel;
+  k->hash = hash;
+  kernels_.emplace(id, std::move(k));
+  evict_unreferenced();
+  return KernelHandle{id};
+}
+
+Status Runtime::unregister_kernel(KernelHandle kernel) {
+  auto it = kernels_.find(kernel.id);
+  if (it == kernels_.end()) {
+    return make_error(ErrorCode::kNotFound,
+                      "kernel handle " + std::to_string(kernel.id) + " is not registered");
+  }
+  auto p = pipelines_.find(it->second->hash);
+  if (p != pipelines_.end() && p->second.refs > 0) --p->second.refs;
+  kernels_.erase(it);
+  evict_unreferenced();
+  return {};
+}
+
+void Runtime::evict_unreferenced() {
+  // LRU among unreferenced pipelines; destruction is deferred by the rhi deleter to the last
+  // submission that bound them.
+  while (pipelines_.size() > options_.pipeline_cache_capacity) {
+    auto victim = pipelines_.end();
+    for (auto it = pipelines_.begin(); it != pipelines_.end(); ++it) {
+      if (it->second.refs == 0 &&
+          (victim == pipelines_.end() || it->second.last_used < victim->second.last_used)) {
+        victim = it;
+      }
+    }
+    if (victim == pipelines_.end()) return;  // everything is referenced
+    pipelines_.erase(victim);
+  }
+}
+
+// ---------------------------------------------------------------- ndarrays
+
+Result<NdArrayHandle> Runtime::create_ndarray(DType dtype, std::vector<uint32_t> shape,
+                                              const std::string& name) {
+  VKAD_TRY(device_->status());
+  std::string label = name.empty() ? "ndarray " + std::to_string(next_id_) : name;
+  if (shape.empty() || element_count(shape) == 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "ndarray '" + label + "': shape " + shape_string(shape) + " is empty");
+  }
+  uint64_t bytes = element_count(shape) * dtype_bytes(dtype);
+  if (bytes > device_->caps().max_storage_buffer_range) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "ndarray '" + label + "' of " + std::to_string(bytes) +
+                          " bytes exceeds the device's storage buffer range of " +
+                          std::to_string(device_->caps().max_storage_buffer_range));
+  }
+  VKAD_ASSIGN_OR_RETURN(rhi::Buffer buffer,
+                        device_->create_buffer({bytes, rhi::MemoryUsage::kDeviceLocal, label}));
+  uint32_t id = next_id_++;
+  arrays_.emplace(id, NdArray{dtype, std::move(shape), std::move(buffer), label, bytes});
+  return NdArrayHandle{id};
+}
+
+Status Runtime::free_ndarray(NdArrayHandle array) {
+  auto it = arrays_.find(array.id);
+  if (it == arrays_.end()) {
+    return make_error(ErrorCode::kNotFound,
+                      "ndarray handle " + std::to_string(array.id) + " is not live");
+  }
+  arrays_.erase(it);  // Buffer -> deferred deleter at the serial of its last use
+  return {};
+}
+
+Result<std::vector<uint32_t>> Runtime::shape(NdArrayHandle array) const {
+  auto it = arrays_.find(array.id);
+  if (it == arrays_.end()) {
+    return make_error(ErrorCode::kNotFound,
+                      "ndarray handle " + std::to_string(array.id) + " is not live");
+  }
+  return it->second.shape;
+}
+
+Status Runtime::ensure_list() {
+  if (list_.recording()) return {};
+  VKAD_ASSIGN_OR_RETURN(list_, stream_->begin());
+  list_started_us_ = now_us();
+  return {};
+}
+
+Status Runtime::upload(NdArrayHandle array, const void* data, uint64_t bytes) {
+  VKAD_TRY(device_->status());
+  auto it = arrays_.find(array.id);
+  if (it == arrays_.end()) {
+    return make_error(ErrorCode::kNotFound,
+                      "upload: ndarray handle " + std::to_string(array.id) + " is not live");
+  }
+  NdArray& a = it->second;
+  if (bytes != a.bytes) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "upload to '" + a.name + "': " + std::to_string(bytes) +
+                          " bytes given, the array holds " + std::to_string(a.bytes));
+  }
+  VKAD_ASSIGN_OR_RETURN(rhi::Buffer staging,
+                        device_->create_buffer({bytes, rhi::MemoryUsage::kUpload,
+                                                a.name + " upload"}));
+  std::memcpy(staging.mapped(), data, bytes);
+  VKAD_TRY(ensure_list());
+  list_.barrier(rhi::Barrier::kComputeToTransfer);
+  list_.copy(staging, a.buffer, bytes);
+  list_.barrier(rhi::Barrier::kTransferToCompute);
+  ctx_bytes_ += bytes;
+  ctx_buffers_.buffers.push_back(std::move(staging));
+  return {};
+}
+
+Status Runtime::download(NdArrayHandle array, void* out, uint64_t bytes) {
+  VKAD_TRY(device_->status());
+  auto it = arrays_.find(array.id);
+  if (it == arrays_.end()) {
+    return make_error(ErrorCode::kNotFound,
+                      "download: ndarray handle " + std::to_string(array.id) + " is not live");
+  }
+  NdArray& a = it->second;
+  if (bytes != a.bytes) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "download from '" + a.name + "': " + std::to_string(bytes) +
+                          " bytes requested, the array holds " + std::to_string(a.bytes));
+  }
+  VKAD_ASSIGN_OR_RETURN(rhi::Buffer readback,
+                        device_->create_buffer({bytes, rhi::MemoryUsage::kReadback,
+                                                a.name + " readback"}));
+  VKAD_TRY(ensure_list());
+  list_.barrier(rhi::Barrier::kComputeToTransfer);
+  list_.copy(a.buffer, readback, bytes);
+  VKAD_ASSIGN_OR_RETURN(rhi::StreamSemaphore sem, flush());
+  if (!sem.wait()) {
+    VKAD_TRY(device_->status());
+    return make_error(ErrorCode::kTimeout, "download from '" + a.name + "' did not complete");
+  }
+  std::memcpy(out, readback.mapped(), bytes);
+  // The readback buffer was used only by `sem`, which is complete: released at once.
+  readback.reset();
+  VKAD_TRY(drain_all());
+  return take_device_errors();
+}
+
+// ---------------------------------------------------------------- launch
+
+Status Runtime::check_args(const Kernel& k, std::span<const Arg> args) const {
+  const CompiledKernel& d = k.desc;
+  if (args.size() != d.params.size()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "launch of '" + d.name + "': " + std::to_string(args.size()) +
+                          " arguments given, the kernel takes " +
+                          std::to_string(d.params.size()));
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const KernelParam& p = d.params[i];
+    const Arg& a = args[i];
+    std::string where = "launch of '" + d.name + "', argument " + std::to_string(i) + " ('" +
+                        p.name + "')";
+    if (a.kind != p.kind) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        where + ": expected " +
+                            (p.kind == ParamKind::kScalar ? "a scalar" : "an ndarray") +
+                            ", got " + (a.kind == ParamKind::kScalar ? "a scalar" : "an ndarray"));
+    }
+    if (p.kind == ParamKind::kScalar) {
+      if (a.dtype != p.dtype) {
+        return make_error(ErrorCode::kInvalidArgument, where + ": expected " +
+                                                           dtype_name(p.dtype) + ", got " +
+                                                           dtype_name(a.dtype));
+      }
+      continue;
+    }
+    auto it = arrays_.find(a.array.id);
+    if (it == arrays_.end()) {
+      return make_error(ErrorCode::kNotFound, where + ": ndarray handle " +
+                                                  std::to_string(a.array.id) +
+                                                  " was freed or never existed");
+    }
+    const NdArray& arr = it->second;
+    if (arr.dtype != p.dtype || arr.shape.size() != p.rank) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        where + ": expected a rank-" + std::to_string(p.rank) + " " +
+                            dtype_name(p.dtype) + " ndarray, got '" + arr.name + "' " +
+                            dtype_name(arr.dtype) + shape_string(arr.shape));
+    }
+  }
+  return {};
+}
+
+Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args) {
+  VKAD_TRY(device_->status());
+  auto kit = kernels_.find(kernel.id);
+  if (kit == kernels_.end()) {
+    return make_error(ErrorCode::kNotFound, "launch: kernel handle " +
+                                                std::to_string(kernel.id) + " is not registered");
+  }
+  const std::shared_ptr<const Kernel>& k = kit->second;
+  const CompiledKernel& d = k->desc;
+  VKAD_TRY(check_args(*k, args));
+
+  // Resolve ranges before recording anything, so a bad range records nothing.
+  auto eval = [&](const RangeBound& b) -> int64_t {
+    switch (b.kind) {
+      case RangeBound::Kind::kConstant: return b.value;
+      case RangeBound::Kind::kScalarParam: return args[b.param].i;
+      case RangeBound::Kind::kArrayDim: return arrays_.at(args[b.param].array.id).shape[b.dim];
+    }
+    return 0;
+  };
+  std::vector<std::pair<uint32_t, uint32_t>> ranges;
+  for (const CompiledTask& t : d.tasks) {
+    int64_t b = eval(t.begin), e = eval(t.end);
+    if (b < 0 || e > UINT32_MAX) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "launch of '" + d.name + "' task '" + t.name + "': range [" +
+                            std::to_string(b) + ", " + std::to_string(e) + ") is out of bounds");
+    }
+    ranges.emplace_back(static_cast<uint32_t>(b), static_cast<uint32_t>(std::max(b, e)));
+  }
+
+  // The args buffer: scalars, shapes, zeroed error words (ABI in compiled_kernel.h).
+  uint32_t args_bytes = d.args_bytes();
+  VKAD_ASSIGN_OR_RETURN(rhi::Buffer args_buf,
+                        device_->create_buffer({args_bytes, rhi::MemoryUsage::kUpload,
+                                                d.name + " args"}));
+  std::byte* dst = args_buf.mapped();
+  std::memset(dst, 0, args_bytes);
+  std::vector<rhi::Buffer*> bindings = {&args_buf};
+  for (uint32_t i = 0; i < d.params.size(); ++i) {
+    const KernelParam& p = d.params[i];
+    const Arg& a = args[i];
+    if (p.kind == ParamKind::kScalar) {
+      std::byte* at = dst + d.scalar_offset(i);
+      switch (p.dtype) {
+        case DType::kF32: { float v = static_cast<float>(a.f); std::memcpy(at, &v, 4); break; }
+        case DType::kF64: std::memcpy(at, &a.f, 8); break;
+        case DType::kI64: std::memcpy(at, &a.i, 8); break;
+        default: { uint32_t v = static_cast<uint32_t>(a.i); std::memcpy(at, &v, 4); break; }
+      }
+    } else {
+      NdArray& arr = arrays_.at(a.array.id);
+      std::memcpy(dst + d.shape_offset(i), arr.shape.data(), 4 * arr.shape.size());
+      bindings.push_back(&arr.buffer);
+    }
+  }
+
+  VKAD_TRY(ensure_list());
+  Pipeline& pipes = pipelines_.at(k->hash);
+  for (size_t t = 0; t < d.tasks.size(); ++t) {
+    const CompiledTask& task = d.tasks[t];
+    rhi::ComputePipeline& p = pipes.tasks[t];
+    list_.bind_pipeline(p);
+    VKAD_TRY(list_.bind_buffers(p, bindings));
+    uint32_t push[2] = {ranges[t].first, ranges[t].second};
+    list_.push_constants(p, push, sizeof push);
+    uint64_t n = ranges[t].second - ranges[t].first;
+    uint64_t groups = task.serial ? 1 : (n + task.local_size - 1) / task.local_size;
+    groups = std::min<uint64_t>(std::max<uint64_t>(groups, 1), options_.max_groups);
+    list_.dispatch(static_cast<uint32_t>(groups));
+    list_.barrier(rhi::Barrier::kComputeToCompute);
+  }
+  ctx_bytes_ += args_bytes;
+  ctx_buffers_.flags.push_back({ctx_buffers_.buffers.size(), k});
+  ctx_buffers_.buffers.push_back(std::move(args_buf));
+  ++stats_.launches;
+
+  if (list_.dispatch_count() >= options_.max_dispatches_per_list ||
+      now_us() - list_started_us_ > options_.max_list_age_us) {
+    ++stats_.auto_flushes;
+    VKAD_TRY(flush().status());
+  }
+  return {};
+}
+
+// ---------------------------------------------------------------- flush / retire
+
+Result<rhi::StreamSemaphore> Runtime::flush() {
+  VKAD_TRY(device_->status());
+  if (!list_.recording()) {
+    retirement_.poll();
+    return last_sem_;
+  }
+  // Makes device writes (args error words, readbacks) visible to the host after completion.
+  list_.barrier(rhi::Barrier::kToHost);
+  Result<rhi::StreamSemaphore> sem = stream_->submit(list_);
+  if (!sem.ok()) {
+    // Nothing was submitted; the ctx buffers were only recorded into a list that is gone, so
+    // they are released through the deleter (which waits for no serial that never ran).
+    ctx_buffers_ = {};
+    ctx_bytes_ = 0;
+    return sem.status();
+  }
+  last_sem_ = *sem;
+  ++stats_.flushes;
+  uint64_t bytes = ctx_bytes_;
+  ctx_bytes_ = 0;
+  VKAD_TRY(retirement_.push(*sem, std::exchange(ctx_buffers_, {}), bytes));
+  stream_->recycle();
+  return *sem;
+}
+
+Status Runtime::drain_all() {
+  VKAD_TRY(retirement_.drain_all());
+  stream_->recycle();
+  return device_->status();
+}
+
+Status Runtime::synchronize() {
+  VKAD_ASSIGN_OR_RETURN(rhi::StreamSemaphore sem, flush());
+  if (!sem.wait()) {
+    VKAD_TRY(device_->status());
+    return make_error(ErrorCode::kTimeout, "synchronize: the last submission did not complete");
+  }
+  VKAD_TRY(drain_all());
+  return take_device_errors();
+}
+
+Status Runtime::set_retirement_depth(size_t depth) {
+  VKAD_TRY(retirement_.set_depth(depth));
+  stream_->recycle();
+  return {};
+}
+
+void Runtime::read_error_flags(CtxBuffers& retired) {
+  for (const FlagSite& site : retired.flags) {
+    const CompiledKernel& d = site.kernel->desc;
+    const std::byte* base = retired.buffers[site.buffer].mapped();
+    for (uint32_t t = 0; t < d.tasks.size(); ++t) {
+      uint32_t flag;
+      std::memcpy(&flag, base + d.error_flag_offset(t), 4);
+      if (flag == 0) continue;
+      if (device_errors_.size() < 16) {
+        device_errors_.push_back("kernel '" + d.name + "', task '" + d.tasks[t].name +
+                                 "': device reported error code " + std::to_string(flag));
+      }
+    }
+  }
+}
+
+Status Runtime::take_device_errors() {
+  if (device_errors_.empty()) return {};
+  std::string msg;
+  for (const auto& e : device_errors_) msg += (msg.empty() ? "" : "; ") + e;
+  device_errors_.clear();  // reported once; the runtime stays usable
+  return make_error(ErrorCode::kDeviceError, msg);
+}
+
+RuntimeStats Runtime::stats() const {
+  RuntimeStats s = stats_;
+  s.retirement = retirement_.counters();
+  s.live = device_->live();
+  s.ctx_bytes_recording = ctx_bytes_;
+  s.pipelines_cached = pipelines_.size();
+  s.ndarrays = arrays_.size();
+  s.memory_block_bytes = device_->allocator().stats().block_bytes;
+  s.live_descriptor_sets = stream_->live_descriptor_sets();
+  return s;
+}
+
+}  // namespace vkad::runtime

@@ -1,0 +1,181 @@
+// The gfx runtime a DSL talks to: registers compiled kernels, owns ndarrays, launches kernels
+// asynchronously, and retires per-launch memory without stalling.
+//
+// Life of a launch:
+//   launch(k, args)  validates args against k's parameters (nothing is recorded on error),
+//                    writes a per-launch args buffer, records one dispatch per task into the
+//                    current command list; the args buffer (and upload staging buffers) go into
+//                    ctx_buffers. Past `max_dispatches_per_list` dispatches or `max_list_age_us`
+//                    the list is flushed automatically, so no command buffer grows unbounded.
+//   flush()          submits the list -> StreamSemaphore; pushes {semaphore, ctx_buffers} onto
+//                    the retirement queue (see retirement_queue.h for the exact policy).
+//   download()       flush, wait for that submission, copy out, drain ALL retirements, check
+//                    the device-side error flags of every launch since the last check.
+//   synchronize()    flush, wait for the last serial, drain all, check error flags.
+// Every drain point (download, synchronize, destruction) uses one helper, drain_all().
+//
+// Ownership: the Runtime owns its device, stream, ndarrays and pipelines. Handles are plain ids;
+// using one after free is an error value, never a crash. Externally synchronised (one thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "rhi/buffer.h"
+#include "rhi/device.h"
+#include "rhi/pipeline.h"
+#include "rhi/stream.h"
+#include "runtime/compiled_kernel.h"
+#include "runtime/retirement_queue.h"
+
+namespace vkad::runtime {
+
+struct RuntimeOptions {
+  rhi::DeviceOptions device;
+  rhi::SyncMode sync_mode = rhi::SyncMode::kAuto;
+  size_t retirement_depth = 3;
+  uint32_t max_dispatches_per_list = 1024;
+  double max_list_age_us = 2000;   // auto-flush a list older than this at the next launch
+  uint32_t max_groups = 65535;     // cap on workgroups per dispatch (tasks grid-stride)
+  size_t pipeline_cache_capacity = 256;  // unreferenced pipelines kept for reuse
+};
+
+struct KernelHandle {
+  uint32_t id = 0;
+};
+struct NdArrayHandle {
+  uint32_t id = 0;
+};
+
+// A launch argument: a scalar of a dtype, or an ndarray.
+struct Arg {
+  ParamKind kind = ParamKind::kScalar;
+  DType dtype = DType::kF32;
+  double f = 0;
+  int64_t i = 0;
+  NdArrayHandle array;
+  static Arg f32(float v) { return {ParamKind::kScalar, DType::kF32, v, 0, {}}; }
+  static Arg f64(double v) { return {ParamKind::kScalar, DType::kF64, v, 0, {}}; }
+  static Arg i32(int32_t v) { return {ParamKind::kScalar, DType::kI32, 0, v, {}}; }
+  static Arg u32(uint32_t v) { return {ParamKind::kScalar, DType::kU32, 0, v, {}}; }
+  static Arg i64(int64_t v) { return {ParamKind::kScalar, DType::kI64, 0, v, {}}; }
+  static Arg boolean(bool v) { return {ParamKind::kScalar, DType::kBool, 0, v ? 1 : 0, {}}; }
+  static Arg ndarray(NdArrayHandle h) { return {ParamKind::kNdArray, DType::kF32, 0, 0, h}; }
+};
+
+struct RuntimeStats {
+  RetirementCounters retirement;
+  rhi::LiveObjects live;
+  uint64_t launches = 0;
+  uint64_t flushes = 0;              // submissions made by flush (explicit or automatic)
+  uint64_t auto_flushes = 0;
+  uint64_t device_wide_waits = 0;    // always 0: the runtime never waits for the whole device
+  uint64_t ctx_bytes_recording = 0;  // ctx buffer bytes of the list being recorded
+  uint64_t pipelines_cached = 0;
+  uint64_t pipeline_cache_hits = 0;
+  uint64_t ndarrays = 0;
+  uint64_t memory_block_bytes = 0;
+  size_t live_descriptor_sets = 0;
+};
+
+class Runtime {
+ public:
+  static Result<std::unique_ptr<Runtime>> create(const RuntimeOptions& options = {});
+  // Waits for this runtime's own submissions (never the whole device), drains, frees all.
+  // Never throws; after a device loss it releases without waiting.
+  ~Runtime();
+
+  // --- kernels ---
+  // Creates (or finds, by content hash) the pipelines of `kernel`. Two kernels with the same
+  // name but different content coexist. kInvalidArgument when the kernel is malformed.
+  Result<KernelHandle> register_kernel(const CompiledKernel& kernel);
+  // Drops the handle. Its pipelines stay cached while unreferenced (up to the cache
+  // capacity); eviction goes through the deferred deleter, never under a queued submission.
+  Status unregister_kernel(KernelHandle kernel);
+
+  // --- ndarrays ---
+  Result<NdArrayHandle> create_ndarray(DType dtype, std::vector<uint32_t> shape,
+                                       const std::string& name = "");
+  // Frees now from the caller's view; the memory is released once every recorded or in-flight
+  // launch that uses it has completed (never early, never leaked).
+  Status free_ndarray(NdArrayHandle array);
+  // Host -> device. Recorded into the current list (ordered before later launches); the host
+  // data is copied into a staging buffer before returning.
+  Status upload(NdArrayHandle array, const void* data, uint64_t bytes);
+  // Device -> host (a readback: flushes, waits for that submission, drains all retirements,
+  // checks device error flags). `bytes` must equal the array's size.
+  Status download(NdArrayHandle array, void* out, uint64_t bytes);
+  Result<std::vector<uint32_t>> shape(NdArrayHandle array) const;
+
+  // --- execution ---
+  Status launch(KernelHandle kernel, std::span<const Arg> args);
+  // Submits what was recorded (if anything) and runs the retirement policy. With nothing
+  // recorded it only polls, and returns the semaphore of the last submission.
+  Result<rhi::StreamSemaphore> flush();
+  Status synchronize();
+
+  Status set_retirement_depth(size_t depth);
+  size_t retirement_depth() const { return retirement_.depth(); }
+  RuntimeStats stats() const;
+  rhi::Device& device() { return *device_; }
+  const rhi::Capabilities& caps() const { return device_->caps(); }
+
+ private:
+  struct Pipeline {
+    std::vector<rhi::ComputePipeline> tasks;  // one per task
+    uint32_t refs = 0;
+    uint64_t last_used = 0;  // registration tick, for LRU eviction
+  };
+  struct Kernel {
+    CompiledKernel desc;
+    uint64_t hash = 0;
+  };
+  struct NdArray {
+    DType dtype;
+    std::vector<uint32_t> shape;
+    rhi::Buffer buffer;
+    std::string name;
+    uint64_t bytes = 0;
+  };
+  // Where a launch's device error words live: checked when its submission retires.
+  struct FlagSite {
+    size_t buffer;  // index into CtxBuffers::buffers (the launch's args buffer)
+    std::shared_ptr<const Kernel> kernel;  // kept alive even if unregistered meanwhile
+  };
+  // Per-flush payload of the retirement queue.
+  struct CtxBuffers {
+    std::vector<rhi::Buffer> buffers;
+    std::vector<FlagSite> flags;
+  };
+
+  Runtime() : retirement_(3) {}
+  Status ensure_list();
+  Status check_args(const Kernel& k, std::span<const Arg> args) const;
+  Status drain_all();
+  void read_error_flags(CtxBuffers& retired);
+  Status take_device_errors();
+  void evict_unreferenced();
+
+  RuntimeOptions options_;
+  std::unique_ptr<rhi::Device> device_;
+  std::unique_ptr<rhi::Stream> stream_;
+  rhi::CommandList list_;
+  double list_started_us_ = 0;
+  CtxBuffers ctx_buffers_;
+  uint64_t ctx_bytes_ = 0;
+  RetirementQueue<CtxBuffers> retirement_;
+  std::unordered_map<uint64_t, Pipeline> pipelines_;
+  std::unordered_map<uint32_t, std::shared_ptr<const Kernel>> kernels_;
+  std::unordered_map<uint32_t, NdArray> arrays_;
+  uint32_t next_id_ = 1;
+  uint64_t tick_ = 0;
+  rhi::StreamSemaphore last_sem_;
+  std::vector<std::string> device_errors_;  // found at retirement, reported at the next drain
+  RuntimeStats stats_;
+};
+
+}  // namespace vkad::runtime
