@@ -22,6 +22,9 @@ class RuntimeTest : public ::testing::TestWithParam<rhi::SyncMode> {
     o.device.enable_validation = true;
     o.sync_mode = GetParam();
     o.retirement_depth = depth;
+    // Deterministic batching: only explicit flushes and the dispatch-count trigger (the age
+    // trigger has its own test).
+    o.max_list_age_us = 1e12;
     auto r = Runtime::create(o);
     if (!r.ok() && r.status().code() == ErrorCode::kNoDevice) {
       skipped_ = true;
@@ -79,7 +82,8 @@ TEST_P(RuntimeTest, GridStrideCoversRangesBeyondTheGroupCap) {
   runtime::RuntimeOptions o;
   o.device.enable_validation = true;
   o.sync_mode = GetParam();
-  o.max_groups = 3;  // 192 threads for 5000 elements
+  o.max_groups = 3;
+  o.max_list_age_us = 1e12;  // 192 threads for 5000 elements
   auto rt = Runtime::create(o);
   ASSERT_TRUE(rt.ok());
   rt_.reset();
@@ -214,7 +218,8 @@ TEST_P(RuntimeTest, EvictedPipelinesOutliveTheirQueuedLaunches) {
   runtime::RuntimeOptions o;
   o.device.enable_validation = true;
   o.sync_mode = GetParam();
-  o.pipeline_cache_capacity = 0;  // evict as soon as unreferenced
+  o.pipeline_cache_capacity = 0;
+  o.max_list_age_us = 1e12;  // evict as soon as unreferenced
   auto rt = Runtime::create(o);
   ASSERT_TRUE(rt.ok());
   rt_.reset();
@@ -361,6 +366,29 @@ TEST_P(RuntimeTest, AutoFlushBoundsCommandListLength) {
   for (int i = 0; i < 35; ++i) ASSERT_TRUE(rt_->launch(*k, args).ok());
   EXPECT_EQ(rt_->stats().auto_flushes, 3u);
   EXPECT_EQ(read(hy, 64)[0], 35.0f);
+}
+
+TEST_P(RuntimeTest, AutoFlushesAListOlderThanTheAgeLimit) {
+  SKIP_IF_NO_DEVICE();
+  runtime::RuntimeOptions o;
+  o.device.enable_validation = true;
+  o.sync_mode = GetParam();
+  o.max_list_age_us = 1000;
+  auto rt = Runtime::create(o);
+  ASSERT_TRUE(rt.ok());
+  rt_.reset();
+  rt_ = std::move(rt).value();
+  std::vector<float> x(64, 1.0f), y(64, 0.0f);
+  auto hx = array(x, "x"), hy = array(y, "y");
+  auto k = rt_->register_kernel(make_axpy_kernel("axpy"));
+  ASSERT_TRUE(k.ok());
+  ASSERT_TRUE(rt_->synchronize().ok());
+  Arg args[] = {Arg::f32(1.0f), Arg::ndarray(hx), Arg::ndarray(hy)};
+  ASSERT_TRUE(rt_->launch(*k, args).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(rt_->launch(*k, args).ok());
+  EXPECT_GE(rt_->stats().auto_flushes, 1u);
+  EXPECT_EQ(rt_->stats().ctx_bytes_recording, 0u);
 }
 
 TEST_P(RuntimeTest, DeviceLossIsReportedByEveryLaterCall) {
