@@ -443,10 +443,16 @@ void Runtime::read_error_flags(CtxBuffers& retired) {
       uint32_t flag;
       std::memcpy(&flag, base + d.error_flag_offset(t), 4);
       if (flag == 0) continue;
-      if (device_errors_.size() < 16) {
-        device_errors_.push_back("kernel '" + d.name + "', task '" + d.tasks[t].name +
-                                 "': device reported error code " + std::to_string(flag));
+      std::string what = "kernel '" + d.name + "', task '" + d.tasks[t].name +
+                         "': device reported error code " + std::to_string(flag);
+      bool seen = false;
+      for (auto& [msg, count] : device_errors_) {
+        if (msg == what) {
+          ++count;
+          seen = true;
+        }
       }
+      if (!seen && device_errors_.size() < 16) device_errors_.emplace_back(std::move(what), 1);
     }
   }
 }
@@ -454,7 +460,10 @@ void Runtime::read_error_flags(CtxBuffers& retired) {
 Status Runtime::take_device_errors() {
   if (device_errors_.empty()) return {};
   std::string msg;
-  for (const auto& e : device_errors_) msg += (msg.empty() ? "" : "; ") + e;
+  for (const auto& [e, count] : device_errors_) {
+    msg += (msg.empty() ? "" : "; ") + e +
+           (count > 1 ? " (in " + std::to_string(count) + " launches)" : "");
+  }
   device_errors_.clear();  // reported once; the runtime stays usable
   return make_error(ErrorCode::kDeviceError, msg);
 }

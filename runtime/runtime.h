@@ -174,7 +174,8 @@ class Runtime {
   uint32_t next_id_ = 1;
   uint64_t tick_ = 0;
   rhi::StreamSemaphore last_sem_;
-  std::vector<std::string> device_errors_;  // found at retirement, reported at the next drain
+  // Found at retirement, reported at the next drain: one line per (kernel, task, code).
+  std::vector<std::pair<std::string, uint64_t>> device_errors_;
   RuntimeStats stats_;
 };
 
