@@ -35,10 +35,18 @@ struct RetirementCounters {
   uint64_t high_water_bytes = 0;
 };
 
+// kPerEntryPolling is vkad's policy. The other two exist as baselines for the benchmark:
+//   kHoldUntilSync     never poll, never wait; release only at drain_all() (Quadrants today);
+//   kFullDrainWhenFull never poll; when more than `depth` entries are held, wait for the NEWEST
+//                      and release everything (the rejected proposal).
+enum class RetirementPolicy : uint8_t { kPerEntryPolling, kHoldUntilSync, kFullDrainWhenFull };
+
 template <typename Payload>
 class RetirementQueue {
  public:
-  explicit RetirementQueue(size_t depth) : depth_(depth) {}
+  explicit RetirementQueue(size_t depth,
+                           RetirementPolicy policy = RetirementPolicy::kPerEntryPolling)
+      : depth_(depth), policy_(policy) {}
   // Called with each payload as it retires (its submission is complete), before it is
   // destroyed; e.g. to read device-written error flags out of it.
   void set_on_retire(std::function<void(Payload&)> fn) { on_retire_ = std::move(fn); }
@@ -64,6 +72,7 @@ class RetirementQueue {
 
   // Non-blocking; returns how many entries were retired.
   size_t poll() {
+    if (policy_ != RetirementPolicy::kPerEntryPolling) return 0;
     size_t n = 0;
     while (!entries_.empty() && entries_.front().sem.is_signaled()) {
       pop_front();
@@ -102,6 +111,21 @@ class RetirementQueue {
     uint64_t bytes;
   };
   Status enforce_depth() {
+    if (policy_ == RetirementPolicy::kHoldUntilSync) return {};
+    if (policy_ == RetirementPolicy::kFullDrainWhenFull) {
+      if (entries_.size() <= depth_) return {};
+      auto t0 = std::chrono::steady_clock::now();
+      bool ok = entries_.back().sem.wait();
+      c_.forced_wait_us +=
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      ++c_.forced_waits;
+      if (!ok) return wait_failed();
+      while (!entries_.empty()) {
+        pop_front();
+        ++c_.retired_by_forced_wait;
+      }
+      return {};
+    }
     while (entries_.size() > depth_) {
       auto t0 = std::chrono::steady_clock::now();
       bool ok = entries_.front().sem.wait();
@@ -126,6 +150,7 @@ class RetirementQueue {
   }
 
   size_t depth_;
+  RetirementPolicy policy_;
   std::function<void(Payload&)> on_retire_;
   std::deque<Entry> entries_;
   RetirementCounters c_;

@@ -32,7 +32,8 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   VKAD_ASSIGN_OR_RETURN(rt->device_, rhi::Device::create(options.device));
   VKAD_ASSIGN_OR_RETURN(rt->stream_,
                         rt->device_->create_stream({options.sync_mode, "vkad runtime stream"}));
-  rt->retirement_ = RetirementQueue<CtxBuffers>(options.retirement_depth);
+  rt->retirement_ =
+      RetirementQueue<CtxBuffers>(options.retirement_depth, options.retirement_policy);
   Runtime* self = rt.get();
   rt->retirement_.set_on_retire([self](CtxBuffers& b) { self->read_error_flags(b); });
   return rt;

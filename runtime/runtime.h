@@ -38,6 +38,8 @@ struct RuntimeOptions {
   rhi::DeviceOptions device;
   rhi::SyncMode sync_mode = rhi::SyncMode::kAuto;
   size_t retirement_depth = 3;
+  // vkad's policy is kPerEntryPolling; the others are baselines for benchmarks.
+  RetirementPolicy retirement_policy = RetirementPolicy::kPerEntryPolling;
   uint32_t max_dispatches_per_list = 1024;
   double max_list_age_us = 2000;   // auto-flush a list older than this at the next launch
   uint32_t max_groups = 65535;     // cap on workgroups per dispatch (tasks grid-stride)

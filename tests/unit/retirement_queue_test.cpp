@@ -136,5 +136,27 @@ TEST_F(RetirementQueueTest, OnRetireSeesEachPayloadOnce) {
   EXPECT_EQ(seen, (std::vector<int>{1, 2, 3}));
 }
 
+TEST_F(RetirementQueueTest, BaselinePoliciesBehaveAsNamed) {
+  RetirementQueue<Tracked> hold(2, RetirementPolicy::kHoldUntilSync);
+  for (uint64_t s = 1; s <= 5; ++s) {
+    ASSERT_TRUE(hold.push(StreamSemaphore(&tracker, Serial(s)), Tracked(log, 0), 1).ok());
+  }
+  tracker.advance_device(Serial(5));
+  EXPECT_EQ(hold.poll(), 0u);
+  EXPECT_EQ(hold.size(), 5u) << "held until drain";
+  EXPECT_EQ(tracker.waits, 0);
+  ASSERT_TRUE(hold.drain_all().ok());
+  EXPECT_EQ(hold.size(), 0u);
+
+  FakeTracker t2;
+  RetirementQueue<Tracked> full(2, RetirementPolicy::kFullDrainWhenFull);
+  for (uint64_t s = 1; s <= 3; ++s) {
+    ASSERT_TRUE(full.push(StreamSemaphore(&t2, Serial(s)), Tracked(log, 0), 1).ok());
+  }
+  EXPECT_EQ(full.size(), 0u) << "third push drained everything";
+  EXPECT_EQ(t2.last_wait, Serial(3)) << "waited for the newest";
+  EXPECT_EQ(full.counters().forced_waits, 1u);
+}
+
 }  // namespace
 }  // namespace vkad::runtime

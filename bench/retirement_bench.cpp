@@ -1,0 +1,202 @@
+// Retirement policies side by side, in one run on one device.
+//
+//   vkad-bench-retirement [--device D] [--flushes F] [--bytes B] [--json out.json]
+//                         [--svg out.svg]
+//
+// Workload: each flush holds one launch of axpy plus an upload of B bytes (default 16 KiB) as
+// its per-flush ctx buffers. Two GPU loads: "keeps up" (axpy over 1024 elements) and "behind"
+// (axpy over 2^20 elements on a GPU, 2^18 on a CPU device). Policies: hold until synchronize,
+// full drain when full, per-entry polling (vkad), at depths 1, 3 and 8. Reports host time
+// blocked, forced waits, high-water bytes held, and flushes per second; the SVG plots bytes held
+// over the run. "floor" is the same loop with no retirement work (hold until synchronize): the
+// cost of retirement is ours / floor.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "runtime/runtime.h"
+#include "support/sample_kernels.h"
+
+using namespace vkad;
+using namespace vkad::bench;
+
+namespace {
+
+struct RunResult {
+  std::string load, policy;
+  size_t depth;
+  int flushes;
+  double seconds, blocked_ms;
+  uint64_t forced_waits, high_water_bytes;
+  std::vector<uint64_t> bytes_trace;
+};
+
+const char* policy_name(runtime::RetirementPolicy p) {
+  switch (p) {
+    case runtime::RetirementPolicy::kPerEntryPolling: return "per-entry polling (vkad)";
+    case runtime::RetirementPolicy::kHoldUntilSync: return "hold until synchronize";
+    case runtime::RetirementPolicy::kFullDrainWhenFull: return "full drain when full";
+  }
+  return "?";
+}
+
+RunResult run(const std::string& device, runtime::RetirementPolicy policy, size_t depth,
+              uint32_t n, int flushes, uint64_t bytes, const std::string& load) {
+  runtime::RuntimeOptions o;
+  o.device.device = device;
+  o.retirement_depth = depth;
+  o.retirement_policy = policy;
+  o.max_list_age_us = 1e12;
+  auto rt_r = runtime::Runtime::create(o);
+  if (!rt_r.ok()) {
+    std::fprintf(stderr, "%s\n", rt_r.status().to_string().c_str());
+    std::exit(1);
+  }
+  runtime::Runtime& rt = **rt_r;
+  auto x = rt.create_ndarray(runtime::DType::kF32, {n}, "x");
+  auto y = rt.create_ndarray(runtime::DType::kF32, {n}, "y");
+  uint32_t scratch_n = static_cast<uint32_t>(bytes / 4);
+  auto scratch = rt.create_ndarray(runtime::DType::kF32, {scratch_n}, "scratch");
+  auto k = rt.register_kernel(testing::make_axpy_kernel("axpy"));
+  std::vector<float> ones(n, 1.0f), host(scratch_n, 0.5f);
+  (void)rt.upload(*x, ones.data(), n * 4);
+  (void)rt.upload(*y, ones.data(), n * 4);
+  (void)rt.synchronize();
+  runtime::Arg args[] = {runtime::Arg::f32(1.0f), runtime::Arg::ndarray(*x),
+                         runtime::Arg::ndarray(*y)};
+  auto base = rt.stats().retirement;
+  RunResult r{load, policy_name(policy), depth, flushes, 0, 0, 0, 0, {}};
+  int sample_every = std::max(1, flushes / 400);
+  double t0 = now_us();
+  for (int i = 0; i < flushes; ++i) {
+    Status s = rt.upload(*scratch, host.data(), scratch_n * 4);
+    if (s.ok()) s = rt.launch(*k, args);
+    if (s.ok()) s = rt.flush().status();
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", s.to_string().c_str());
+      std::exit(1);
+    }
+    if (i % sample_every == 0) r.bytes_trace.push_back(rt.stats().retirement.bytes);
+  }
+  (void)rt.synchronize();
+  r.seconds = (now_us() - t0) / 1e6;
+  auto c = rt.stats().retirement;
+  r.blocked_ms = (c.forced_wait_us - base.forced_wait_us) / 1000;
+  r.forced_waits = c.forced_waits - base.forced_waits;
+  r.high_water_bytes = c.high_water_bytes;
+  return r;
+}
+
+void write_svg(const std::string& path, const std::vector<RunResult>& runs) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return;
+  const int W = 900, H = 420, L = 70, B = 40;
+  uint64_t max_bytes = 1;
+  for (const auto& r : runs) {
+    for (uint64_t b : r.bytes_trace) max_bytes = std::max(max_bytes, b);
+  }
+  std::fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' "
+               "font-family='sans-serif' font-size='11'>\n<rect width='100%%' height='100%%' fill='white'/>\n",
+               W, H + 140);
+  std::fprintf(f, "<text x='%d' y='16' font-size='13'>bytes held for retirement over the run "
+               "(load: keeps up, depth 3 and hold-until-sync); max %.1f MiB</text>\n",
+               L, max_bytes / 1048576.0);
+  std::fprintf(f, "<line x1='%d' y1='%d' x2='%d' y2='%d' stroke='black'/>\n", L, H - B, W - 10,
+               H - B);
+  std::fprintf(f, "<line x1='%d' y1='30' x2='%d' y2='%d' stroke='black'/>\n", L, L, H - B);
+  const char* colors[] = {"#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"};
+  int ci = 0, legend_y = H + 10;
+  for (const auto& r : runs) {
+    if (r.bytes_trace.size() < 2) continue;
+    const char* col = colors[ci++ % 6];
+    std::fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='1.5' points='", col);
+    for (size_t i = 0; i < r.bytes_trace.size(); ++i) {
+      double px = L + (W - 10 - L) * static_cast<double>(i) / (r.bytes_trace.size() - 1);
+      double py = (H - B) - (H - B - 30) * static_cast<double>(r.bytes_trace[i]) / max_bytes;
+      std::fprintf(f, "%.1f,%.1f ", px, py);
+    }
+    std::fprintf(f, "'/>\n<text x='%d' y='%d' fill='%s'>%s, depth %zu: peak %.2f MiB</text>\n", L,
+                 legend_y, col, r.policy.c_str(), r.depth, r.high_water_bytes / 1048576.0);
+    legend_y += 16;
+  }
+  std::fprintf(f, "<text x='%d' y='%d'>flush index →</text></svg>\n", W / 2, H - 10);
+  std::fclose(f);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args(argc, argv);
+  if (args.has("help")) {
+    std::printf("usage: vkad-bench-retirement [--device D] [--flushes F] [--bytes B] "
+                "[--json F] [--svg F]\n");
+    return 0;
+  }
+  std::string device = args.get("device", "");
+  int flushes = static_cast<int>(args.get_int("flushes", 20000));
+  uint64_t bytes = static_cast<uint64_t>(args.get_int("bytes", 16384));
+  std::string device_name;
+  bool cpu = false;
+  {
+    rhi::DeviceOptions o;
+    o.device = device;
+    auto d = rhi::Device::create(o);
+    if (!d.ok()) {
+      std::fprintf(stderr, "%s\n", d.status().to_string().c_str());
+      return 1;
+    }
+    device_name = (*d)->caps().device_name;
+    cpu = (*d)->caps().kind == rhi::DeviceKind::kCpu;
+  }
+  std::printf("device: %s; per flush: one axpy launch + %llu bytes of ctx buffers\n",
+              device_name.c_str(), (unsigned long long)bytes);
+  struct Load {
+    const char* name;
+    uint32_t n;
+    int flushes;
+  };
+  Load loads[] = {{"keeps up", 1024, flushes},
+                  {"behind", cpu ? (1u << 18) : (1u << 22), std::max(50, flushes / (cpu ? 40 : 10))}};
+  std::vector<RunResult> results, plotted;
+  JsonRecords json;
+  std::printf("%-9s %-26s %5s %8s %10s %12s %14s %12s\n", "load", "policy", "depth", "flushes",
+              "blocked ms", "forced waits", "peak held KiB", "flushes/s");
+  for (const Load& load : loads) {
+    double floor_rate = 0;
+    for (auto policy : {runtime::RetirementPolicy::kHoldUntilSync,
+                        runtime::RetirementPolicy::kFullDrainWhenFull,
+                        runtime::RetirementPolicy::kPerEntryPolling}) {
+      for (size_t depth : {size_t{1}, size_t{3}, size_t{8}}) {
+        if (policy == runtime::RetirementPolicy::kHoldUntilSync && depth != 3) continue;
+        RunResult r = run(device, policy, depth, load.n, load.flushes, bytes, load.name);
+        double rate = r.flushes / r.seconds;
+        if (policy == runtime::RetirementPolicy::kHoldUntilSync) floor_rate = rate;
+        std::printf("%-9s %-26s %5s %8d %10.1f %12llu %14.1f %12.0f", r.load.c_str(),
+                    r.policy.c_str(),
+                    policy == runtime::RetirementPolicy::kHoldUntilSync ? "-" :
+                        std::to_string(depth).c_str(),
+                    r.flushes, r.blocked_ms, (unsigned long long)r.forced_waits,
+                    r.high_water_bytes / 1024.0, rate);
+        if (policy == runtime::RetirementPolicy::kPerEntryPolling) {
+          std::printf("   (floor/ours time %.3fx)", floor_rate / rate);
+        }
+        std::printf("\n");
+        json.begin();
+        json.field("load", r.load);
+        json.field("policy", r.policy);
+        json.field("depth", static_cast<double>(depth));
+        json.field("flushes", r.flushes);
+        json.field("blocked_ms", r.blocked_ms);
+        json.field("forced_waits", static_cast<double>(r.forced_waits));
+        json.field("high_water_bytes", static_cast<double>(r.high_water_bytes));
+        json.field("flushes_per_s", rate);
+        if (load.n == 1024 && depth == 3) plotted.push_back(r);
+        results.push_back(std::move(r));
+      }
+    }
+  }
+  if (args.has("json")) json.write(args.get("json", ""), device_name);
+  if (args.has("svg")) write_svg(args.get("svg", ""), plotted);
+  return 0;
+}
