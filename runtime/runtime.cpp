@@ -40,6 +40,8 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
 }
 
 Runtime::~Runtime() {
+  // create() may have failed part-way: nothing to flush without a device and a stream.
+  if (!device_ || !stream_) return;
   // Flush what was recorded and wait for this stream's work only; then release everything.
   Status s = flush().status();
   if (s.ok()) s = drain_all();

@@ -410,6 +410,15 @@ TEST_P(RuntimeTest, DeviceLossIsReportedByEveryLaterCall) {
   // Destruction in TearDown/the fixture must be clean and not hang.
 }
 
+TEST(RuntimeCreate, FailedCreationIsAnErrorNotACrash) {
+  runtime::RuntimeOptions o;
+  o.device.device = "no-such-device-name";
+  auto r = Runtime::create(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().code() == ErrorCode::kNotFound || r.status().code() == ErrorCode::kNoDevice)
+      << r.status().to_string();
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, RuntimeTest,
                          ::testing::Values(rhi::SyncMode::kTimeline, rhi::SyncMode::kFence),
                          [](const auto& info) { return std::string(rhi::sync_mode_name(info.param)); });
