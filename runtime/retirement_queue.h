@@ -114,12 +114,7 @@ class RetirementQueue {
     if (policy_ == RetirementPolicy::kHoldUntilSync) return {};
     if (policy_ == RetirementPolicy::kFullDrainWhenFull) {
       if (entries_.size() <= depth_) return {};
-      auto t0 = std::chrono::steady_clock::now();
-      bool ok = entries_.back().sem.wait();
-      c_.forced_wait_us +=
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-      ++c_.forced_waits;
-      if (!ok) return wait_failed();
+      if (!forced_wait(entries_.back().sem)) return wait_failed();
       while (!entries_.empty()) {
         pop_front();
         ++c_.retired_by_forced_wait;
@@ -127,16 +122,20 @@ class RetirementQueue {
       return {};
     }
     while (entries_.size() > depth_) {
-      auto t0 = std::chrono::steady_clock::now();
-      bool ok = entries_.front().sem.wait();
-      c_.forced_wait_us +=
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-      ++c_.forced_waits;
-      if (!ok) return wait_failed();
+      if (!forced_wait(entries_.front().sem)) return wait_failed();
       pop_front();
       ++c_.retired_by_forced_wait;
     }
     return {};
+  }
+  // Blocks on one semaphore, counting it as a forced wait with the time it took.
+  bool forced_wait(const rhi::StreamSemaphore& sem) {
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = sem.wait();
+    c_.forced_wait_us +=
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    ++c_.forced_waits;
+    return ok;
   }
   void pop_front() {
     c_.bytes -= entries_.front().bytes;
