@@ -43,9 +43,6 @@ int compute_queue_family(VkPhysicalDevice pd, uint32_t* count_out) {
     }
   }
   if (best >= 0 && count_out) *count_out = fams[best].queueCount;
-  if (best >= 0 && fams[best].timestampValidBits == 0 && count_out) {
-    // Recorded by the caller through caps; nothing to do here.
-  }
   return best;
 }
 

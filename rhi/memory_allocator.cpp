@@ -16,7 +16,15 @@ const char* memory_usage_name(MemoryUsage usage) {
 }
 
 MemoryAllocator::MemoryAllocator(Device& device, uint64_t block_bytes, uint64_t limit_bytes)
-    : device_(device), block_bytes_(block_bytes), limit_bytes_(limit_bytes) {}
+    : device_(device), block_bytes_(block_bytes), limit_bytes_(limit_bytes) {
+  // Memory types never change for a device: read them once, not on every allocation (the
+  // runtime allocates an args buffer per launch).
+  VkPhysicalDeviceMemoryProperties props;
+  vkGetPhysicalDeviceMemoryProperties(device_.physical_device(), &props);
+  for (uint32_t i = 0; i < props.memoryTypeCount; ++i) {
+    memory_types_.push_back({props.memoryTypes[i].propertyFlags, props.memoryTypes[i].heapIndex});
+  }
+}
 
 MemoryAllocator::~MemoryAllocator() {
   for (size_t i = 0; i < blocks_.size(); ++i) {
@@ -87,12 +95,7 @@ void MemoryAllocator::free_block(int index) {
 
 Result<Allocation> MemoryAllocator::allocate(const VkMemoryRequirements& reqs,
                                              MemoryUsage usage) {
-  VkPhysicalDeviceMemoryProperties props;
-  vkGetPhysicalDeviceMemoryProperties(device_.physical_device(), &props);
-  std::vector<MemoryTypeInfo> types(props.memoryTypeCount);
-  for (uint32_t i = 0; i < props.memoryTypeCount; ++i) {
-    types[i] = {props.memoryTypes[i].propertyFlags, props.memoryTypes[i].heapIndex};
-  }
+  const std::vector<MemoryTypeInfo>& types = memory_types_;
   uint32_t required = 0, preferred = 0;
   switch (usage) {
     case MemoryUsage::kDeviceLocal: preferred = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT; break;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "rhi/device_plan.h"
 #include "rhi/status.h"
 #include "rhi/sub_allocator.h"
 
@@ -66,6 +67,7 @@ class MemoryAllocator {
   Device& device_;
   uint64_t block_bytes_;
   uint64_t limit_bytes_;
+  std::vector<MemoryTypeInfo> memory_types_;
   std::vector<Block> blocks_;  // a freed slot has memory == VK_NULL_HANDLE and is reused
   MemoryStats stats_;
 };
