@@ -58,7 +58,7 @@ bool has_extension(const std::vector<VkExtensionProperties>& exts, const char* n
 const std::vector<std::string>& Capabilities::feature_names() {
   static const std::vector<std::string> names = {
       "timeline_semaphore", "int64", "float64", "float16", "atomic_float32_add",
-      "atomic_float64_add", "buffer_device_address", "timestamps"};
+      "atomic_float64_add", "atomic_int64", "buffer_device_address", "timestamps"};
   return names;
 }
 
@@ -69,6 +69,7 @@ Result<bool> Capabilities::has_feature(const std::string& name) const {
   if (name == "float16") return shader_float16;
   if (name == "atomic_float32_add") return atomic_float32_add;
   if (name == "atomic_float64_add") return atomic_float64_add;
+  if (name == "atomic_int64") return atomic_int64;
   if (name == "buffer_device_address") return buffer_device_address;
   if (name == "timestamps") return timestamps;
   std::string known;
@@ -100,6 +101,7 @@ std::string Capabilities::to_string() const {
     << yn(shader_float16) << "\n"
     << "atomic float add:       f32 " << yn(atomic_float32_add) << ", f64 "
     << yn(atomic_float64_add) << "\n"
+    << "int64 buffer atomics:   " << yn(atomic_int64) << "\n"
     << "buffer device address:  " << yn(buffer_device_address) << "\n"
     << "timestamps:             " << yn(timestamps) << " (period " << timestamp_period_ns
     << " ns)\n"
@@ -301,6 +303,7 @@ Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
   c.shader_float16 = f12.shaderFloat16;
   c.atomic_float32_add = has_atomic_float && atomic_f.shaderBufferFloat32AtomicAdd;
   c.atomic_float64_add = has_atomic_float && atomic_f.shaderBufferFloat64AtomicAdd;
+  c.atomic_int64 = f12.shaderBufferInt64Atomics && f2.features.shaderInt64;
   c.buffer_device_address = f12.bufferDeviceAddress;
   c.timestamps = fams[dev->queue_family_].timestampValidBits != 0 && lim.timestampPeriod > 0;
   c.timestamp_period_ns = lim.timestampPeriod;
@@ -331,6 +334,7 @@ Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
   on12.shaderFloat16 = c.shader_float16;
   on12.bufferDeviceAddress = c.buffer_device_address;
   on12.hostQueryReset = f12.hostQueryReset;
+  on12.shaderBufferInt64Atomics = c.atomic_int64;
   if (has_atomic_float) on12.pNext = &atomic_on;
   VkPhysicalDeviceFeatures2 on2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
   on2.pNext = &on12;

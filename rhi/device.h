@@ -71,6 +71,7 @@ struct Capabilities {
   bool shader_float16 = false;
   bool atomic_float32_add = false;  // VK_EXT_shader_atomic_float, shaderBufferFloat32AtomicAdd
   bool atomic_float64_add = false;
+  bool atomic_int64 = false;        // shaderBufferInt64Atomics (f64 atomic add by compare-and-swap)
   bool buffer_device_address = false;
   bool timestamps = false;
   float timestamp_period_ns = 0;

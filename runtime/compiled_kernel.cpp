@@ -48,8 +48,27 @@ uint32_t CompiledKernel::error_flag_offset(uint32_t task) const {
   return shape_offset(static_cast<uint32_t>(params.size())) + 4 * task;
 }
 
+uint32_t CompiledKernel::adstack_args_offset(uint32_t task) const {
+  uint32_t off = error_flag_offset(static_cast<uint32_t>(tasks.size()));
+  for (uint32_t t = 0; t < task && t < tasks.size(); ++t) {
+    off += 4 * adstack::args_words(tasks[t].adstacks.size());
+  }
+  return off;
+}
+
+bool CompiledKernel::has_adstacks() const {
+  for (const auto& t : tasks) {
+    if (!t.adstacks.empty()) return true;
+  }
+  return false;
+}
+
+uint32_t CompiledKernel::binding_count() const {
+  return 1 + array_count() + (has_adstacks() ? adstack::kHeapCount : 0);
+}
+
 uint32_t CompiledKernel::args_bytes() const {
-  return align_up(error_flag_offset(static_cast<uint32_t>(tasks.size())), 16);
+  return align_up(adstack_args_offset(static_cast<uint32_t>(tasks.size())), 16);
 }
 
 uint32_t CompiledKernel::array_count() const {
@@ -75,6 +94,8 @@ uint64_t CompiledKernel::content_hash() const {
   for (const auto& t : tasks) {
     mix(t.local_size);
     mix(t.serial);
+    mix(t.adstacks.size());
+    for (const auto& st : t.adstacks) mix(static_cast<uint64_t>(st.heap));
     mix(t.spirv.size());
     for (uint32_t w : t.spirv) mix(w);
   }

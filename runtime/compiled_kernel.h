@@ -9,7 +9,10 @@
 //                        (rank u32 words each), then one u32 error-flag word per task
 //                        (`error_flag_offset()`), which the device sets non-zero to report an
 //                        error (adstack overflow, out-of-bounds) for the host to surface.
+//                      Then, for each task with adstacks, its row lengths and per-stack
+//                      (offset, capacity) words (`adstack_args_offset()`).
 //   set 0, binding 1+k the k-th ndarray parameter, a runtime array of its element type.
+//   set 0, after them  the adstack heaps (f32, f64, int) if any task has adstacks.
 //   push constants     {u32 begin, u32 end}: the task's iteration range [begin, end).
 //   The dispatch covers min(ceil((end-begin)/local_size), max_groups) workgroups; a task
 //   grid-strides over its range, so it must not assume one invocation per iteration.
@@ -19,7 +22,14 @@
 #include <string>
 #include <vector>
 
+#include "adstack/adstack_layout.h"
+
 namespace vkad::runtime {
+
+// Error codes the device writes into a task's error word (low 8 bits; the rest is detail,
+// e.g. which adstack overflowed, plus one). The first error of a launch wins.
+inline constexpr uint32_t kErrorOutOfBounds = 1;
+inline constexpr uint32_t kErrorAdstackOverflow = 2;
 
 enum class DType : uint8_t { kF32, kF64, kI32, kU32, kI64, kBool };
 const char* dtype_name(DType t);
@@ -55,6 +65,9 @@ struct CompiledTask {
   RangeBound end = RangeBound::constant(1);
   // A serial task runs its whole range in one invocation (one workgroup of one thread).
   bool serial = false;
+  // Adstacks in the order the module numbers them (adstack/adstack_layout.h has the storage
+  // contract). Empty for kernels without reverse-mode stacks.
+  std::vector<adstack::StackDesc> adstacks;
 };
 
 struct CompiledKernel {
@@ -66,6 +79,12 @@ struct CompiledKernel {
   uint32_t scalar_offset(uint32_t param) const;
   uint32_t shape_offset(uint32_t param) const;  // first shape word of an ndarray param
   uint32_t error_flag_offset(uint32_t task) const;
+  // First of the task's adstack words (adstack::args_words of them), after all error words.
+  uint32_t adstack_args_offset(uint32_t task) const;
+  bool has_adstacks() const;
+  // Storage-buffer bindings: args, ndarrays, and the three adstack heaps when any task has
+  // stacks (f32 at 1 + array_count(), f64 next, integers last).
+  uint32_t binding_count() const;
   uint32_t args_bytes() const;
   uint32_t array_count() const;
   // Content hash of everything that defines the pipelines (SPIR-V, local sizes, parameter

@@ -100,7 +100,7 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
     for (const CompiledTask& t : kernel.tasks) {
       rhi::ComputePipelineDesc desc;
       desc.spirv = t.spirv;
-      desc.storage_buffer_count = 1 + kernel.array_count();
+      desc.storage_buffer_count = kernel.binding_count();
       desc.push_constant_bytes = 8;
       desc.name = kernel.name + "." + t.name;
       VKAD_ASSIGN_OR_RETURN(rhi::ComputePipeline pipeline,

@@ -1,0 +1,50 @@
+#include "adstack/adstack_layout.h"
+
+#include <algorithm>
+
+namespace vkad::adstack {
+
+uint32_t heap_elem_bytes(Heap h) { return h == Heap::kF64 ? 8 : 4; }
+
+const char* heap_name(Heap h) {
+  switch (h) {
+    case Heap::kF32: return "f32";
+    case Heap::kF64: return "f64";
+    case Heap::kInt: return "int";
+  }
+  return "?";
+}
+
+Result<RowLayout> plan_row(std::span<const StackDesc> stacks, const SizeInputs& in) {
+  RowLayout row;
+  std::array<uint64_t, kHeapCount> used{};
+  for (const StackDesc& s : stacks) {
+    int64_t cap = std::max<int64_t>(evaluate(s.capacity, in), 1);
+    uint64_t blocks = s.heap == Heap::kInt ? 1 : 2;
+    uint64_t& u = used[static_cast<size_t>(s.heap)];
+    if (cap > INT32_MAX || u + blocks * static_cast<uint64_t>(cap) > INT32_MAX) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "adstack " + s.name + " needs capacity " + std::to_string(cap) +
+                            ", which does not fit a 32-bit row; lower the loop trip counts");
+    }
+    row.offset.push_back(static_cast<uint32_t>(u));
+    row.capacity.push_back(static_cast<uint32_t>(cap));
+    u += blocks * static_cast<uint64_t>(cap);
+  }
+  for (size_t h = 0; h < kHeapCount; ++h) row.row_elems[h] = static_cast<uint32_t>(used[h]);
+  return row;
+}
+
+void write_args(const RowLayout& row, uint32_t* w) {
+  for (size_t h = 0; h < kHeapCount; ++h) *w++ = row.row_elems[h];
+  for (size_t s = 0; s < row.offset.size(); ++s) {
+    *w++ = row.offset[s];
+    *w++ = row.capacity[s];
+  }
+}
+
+uint64_t heap_bytes(const RowLayout& row, Heap h, uint64_t threads) {
+  return threads * row.row_elems[static_cast<size_t>(h)] * heap_elem_bytes(h);
+}
+
+}  // namespace vkad::adstack

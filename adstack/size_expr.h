@@ -1,0 +1,37 @@
+// A symbolic, non-negative size evaluated per launch on the host: constants, scalar kernel
+// parameters, ndarray extents, and sums / products / maxima of those. Adstack capacities are
+// SizeExprs derived by reverse mode from the loops around each push.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace vkad::adstack {
+
+struct SizeExpr {
+  enum class Kind : uint8_t { kConst, kScalar, kDim, kAdd, kMul, kMax };
+  Kind kind = Kind::kConst;
+  int64_t value = 0;   // kConst
+  uint32_t param = 0;  // kScalar / kDim: kernel parameter index
+  uint32_t dim = 0;    // kDim
+  std::vector<SizeExpr> operands;  // kAdd / kMul / kMax
+
+  static SizeExpr constant(int64_t v) { return {Kind::kConst, v, 0, 0, {}}; }
+  static SizeExpr scalar(uint32_t p) { return {Kind::kScalar, 0, p, 0, {}}; }
+  static SizeExpr array_dim(uint32_t p, uint32_t d) { return {Kind::kDim, 0, p, d, {}}; }
+  // add / mul / max of two sizes, folding constants and identities (x+0, x*1, max(x, 0)).
+  static SizeExpr combine(Kind k, SizeExpr a, SizeExpr b);
+  bool operator==(const SizeExpr&) const = default;
+};
+
+// Where a SizeExpr's leaves come from at a launch.
+struct SizeInputs {
+  std::function<int64_t(uint32_t param)> scalar;
+  std::function<int64_t(uint32_t param, uint32_t dim)> dim;
+};
+
+// The value of `e`; negative leaves count as 0 (a loop with end < begin runs no iterations).
+int64_t evaluate(const SizeExpr& e, const SizeInputs& in);
+
+}  // namespace vkad::adstack

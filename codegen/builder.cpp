@@ -1,0 +1,265 @@
+#include "codegen/builder.h"
+
+#include <utility>
+
+namespace vkad::codegen {
+
+Scalar::operator Value() const {
+  Stmt s;
+  s.op = Op::kArg;
+  s.param = param_;
+  s.type = b_->kernel().params[param_].dtype;
+  return b_->emit(std::move(s));
+}
+
+Dim::operator Value() const {
+  Stmt s;
+  s.op = Op::kShape;
+  s.param = param_;
+  s.dim = dim_;
+  s.type = DType::kI32;
+  return b_->emit(std::move(s));
+}
+
+namespace {
+Stmt access(Op op, uint32_t param, std::initializer_list<Value> idx) {
+  Stmt s;
+  s.op = op;
+  s.param = param;
+  for (const Value& v : idx) s.args.push_back(v.id());
+  return s;
+}
+}  // namespace
+
+Value Array::load(std::initializer_list<Value> idx) const {
+  Stmt s = access(Op::kLoad, param_, idx);
+  s.type = b_->kernel().params[param_].dtype;
+  return b_->emit(std::move(s));
+}
+
+void Array::store(std::initializer_list<Value> idx, Value v) const {
+  Stmt s = access(Op::kStore, param_, idx);
+  s.args.push_back(v.id());
+  b_->emit(std::move(s));
+}
+
+void Array::atomic_add(std::initializer_list<Value> idx, Value v) const {
+  Stmt s = access(Op::kAtomicAdd, param_, idx);
+  s.args.push_back(v.id());
+  b_->emit(std::move(s));
+}
+
+Value Local::load() const {
+  Stmt s;
+  s.op = Op::kLoadLocal;
+  s.type = type_;
+  s.args = {id_};
+  return b_->emit(std::move(s));
+}
+
+void Local::store(Value v) const {
+  Stmt s;
+  s.op = Op::kStoreLocal;
+  s.args = {id_, v.id()};
+  b_->emit(std::move(s));
+}
+
+KernelBuilder::KernelBuilder(std::string name) { k_.name = std::move(name); }
+
+Scalar KernelBuilder::scalar(const std::string& name, DType t) {
+  k_.params.push_back({name, ParamKind::kScalar, t, 0, false, false});
+  return Scalar(this, static_cast<uint32_t>(k_.params.size() - 1));
+}
+
+Array KernelBuilder::ndarray(const std::string& name, DType t, uint32_t rank, ArrayFlags flags) {
+  k_.params.push_back({name, ParamKind::kNdArray, t, rank, flags.needs_grad, flags.read_only});
+  return Array(this, static_cast<uint32_t>(k_.params.size() - 1));
+}
+
+void KernelBuilder::parallel_for(const std::string& name, Bound begin, Bound end,
+                                 const std::function<void(Value)>& body, uint32_t local_size) {
+  Task t;
+  t.name = name;
+  t.begin = begin.rb;
+  t.end = end.rb;
+  t.index = k_.fresh();
+  t.local_size = local_size;
+  k_.tasks.push_back(std::move(t));
+  Task& task = k_.tasks.back();
+  blocks_.push_back(&task.body);
+  body(Value(this, task.index, DType::kI32));
+  blocks_.pop_back();
+}
+
+void KernelBuilder::serial_for(const std::string& name, Bound begin, Bound end,
+                               const std::function<void(Value)>& body) {
+  parallel_for(name, begin, end, body);
+  k_.tasks.back().serial = true;
+}
+
+Block* KernelBuilder::current() {
+  if (blocks_.empty()) {
+    // Statements outside any task have nowhere to go; a hidden task makes the misuse visible
+    // to the verifier (an unnamed extra task) instead of crashing here.
+    parallel_for("<outside any task>", 0, 0, [](Value) {});
+    blocks_.push_back(&k_.tasks.back().body);
+  }
+  return blocks_.back();
+}
+
+Value KernelBuilder::emit(Stmt s) {
+  if (op_info(s.op).has_result) s.result = k_.fresh();
+  Value v(this, s.result, s.type);
+  current()->stmts.push_back(std::move(s));
+  return v;
+}
+
+void KernelBuilder::for_range(Value begin, Value end, const std::function<void(Value)>& body) {
+  Stmt s;
+  s.op = Op::kFor;
+  s.type = DType::kI32;
+  s.args = {begin.id(), end.id()};
+  s.blocks.resize(1);
+  Value index = emit(std::move(s));
+  blocks_.push_back(&current()->stmts.back().blocks[0]);
+  body(index);
+  blocks_.pop_back();
+}
+
+void KernelBuilder::if_(Value cond, const std::function<void()>& then_body,
+                        const std::function<void()>& else_body) {
+  Stmt s;
+  s.op = Op::kIf;
+  s.type = DType::kBool;
+  s.args = {cond.id()};
+  s.blocks.resize(2);
+  emit(std::move(s));
+  Stmt& st = current()->stmts.back();
+  blocks_.push_back(&st.blocks[0]);
+  then_body();
+  blocks_.pop_back();
+  if (else_body) {
+    blocks_.push_back(&st.blocks[1]);
+    else_body();
+    blocks_.pop_back();
+  }
+}
+
+Local KernelBuilder::local(DType t) {
+  Stmt s;
+  s.op = Op::kAlloca;
+  s.type = t;
+  Value v = emit(std::move(s));
+  return Local(this, v.id(), t);
+}
+
+Local KernelBuilder::local(Value init) {
+  Local l = local(init.type());
+  l.store(init);
+  return l;
+}
+
+Value KernelBuilder::constant(DType t, double v) {
+  Stmt s;
+  s.op = Op::kConst;
+  s.type = t;
+  if (is_float(t)) {
+    s.fimm = t == DType::kF32 ? static_cast<float>(v) : v;
+  } else {
+    s.iimm = t == DType::kBool ? (v != 0) : static_cast<int64_t>(v);
+    s.fimm = static_cast<double>(s.iimm);
+  }
+  return emit(std::move(s));
+}
+
+Value KernelBuilder::unary(Op op, Value a) {
+  Stmt s;
+  s.op = op;
+  s.type = a.type();
+  s.args = {a.id()};
+  return emit(std::move(s));
+}
+
+Value KernelBuilder::binary(Op op, Value a, Value b) {
+  Stmt s;
+  s.op = op;
+  s.type = op_info(op).cls == OpClass::kCompare ? DType::kBool : a.type();
+  s.args = {a.id(), b.id()};
+  return emit(std::move(s));
+}
+
+Value KernelBuilder::cast(Value a, DType to) {
+  Stmt s;
+  s.op = Op::kCast;
+  s.type = to;
+  s.args = {a.id()};
+  return emit(std::move(s));
+}
+
+Value KernelBuilder::select(Value c, Value a, Value b) {
+  Stmt s;
+  s.op = Op::kSelect;
+  s.type = a.type();
+  s.args = {c.id(), a.id(), b.id()};
+  return emit(std::move(s));
+}
+
+Kernel KernelBuilder::finish() {
+  blocks_.clear();
+  return std::exchange(k_, Kernel{});
+}
+
+// ---------------------------------------------------------------- operators
+
+namespace {
+KernelBuilder* pick(Value a, Value b) { return a.builder() ? a.builder() : b.builder(); }
+Value lit(Value like, double v) { return like.builder()->constant(like.type(), v); }
+}  // namespace
+
+Value operator+(Value a, Value b) { return pick(a, b)->binary(Op::kAdd, a, b); }
+Value operator-(Value a, Value b) { return pick(a, b)->binary(Op::kSub, a, b); }
+Value operator*(Value a, Value b) { return pick(a, b)->binary(Op::kMul, a, b); }
+Value operator/(Value a, Value b) { return pick(a, b)->binary(Op::kDiv, a, b); }
+Value operator+(Value a, double b) { return a + lit(a, b); }
+Value operator-(Value a, double b) { return a - lit(a, b); }
+Value operator*(Value a, double b) { return a * lit(a, b); }
+Value operator/(Value a, double b) { return a / lit(a, b); }
+Value operator+(double a, Value b) { return lit(b, a) + b; }
+Value operator-(double a, Value b) { return lit(b, a) - b; }
+Value operator*(double a, Value b) { return lit(b, a) * b; }
+Value operator/(double a, Value b) { return lit(b, a) / b; }
+Value operator-(Value a) { return a.builder()->unary(Op::kNeg, a); }
+Value operator<(Value a, Value b) { return pick(a, b)->binary(Op::kLt, a, b); }
+Value operator<=(Value a, Value b) { return pick(a, b)->binary(Op::kLe, a, b); }
+Value operator>(Value a, Value b) { return pick(a, b)->binary(Op::kGt, a, b); }
+Value operator>=(Value a, Value b) { return pick(a, b)->binary(Op::kGe, a, b); }
+Value operator<(Value a, double b) { return a < lit(a, b); }
+Value operator>(Value a, double b) { return a > lit(a, b); }
+Value operator&&(Value a, Value b) { return pick(a, b)->binary(Op::kAnd, a, b); }
+Value operator||(Value a, Value b) { return pick(a, b)->binary(Op::kOr, a, b); }
+Value operator!(Value a) { return a.builder()->unary(Op::kNot, a); }
+Value eq(Value a, Value b) { return pick(a, b)->binary(Op::kEq, a, b); }
+Value ne(Value a, Value b) { return pick(a, b)->binary(Op::kNe, a, b); }
+Value sqrt(Value a) { return a.builder()->unary(Op::kSqrt, a); }
+Value rsqrt(Value a) { return a.builder()->unary(Op::kRsqrt, a); }
+Value exp(Value a) { return a.builder()->unary(Op::kExp, a); }
+Value log(Value a) { return a.builder()->unary(Op::kLog, a); }
+Value sin(Value a) { return a.builder()->unary(Op::kSin, a); }
+Value cos(Value a) { return a.builder()->unary(Op::kCos, a); }
+Value tan(Value a) { return a.builder()->unary(Op::kTan, a); }
+Value tanh(Value a) { return a.builder()->unary(Op::kTanh, a); }
+Value asin(Value a) { return a.builder()->unary(Op::kAsin, a); }
+Value acos(Value a) { return a.builder()->unary(Op::kAcos, a); }
+Value abs(Value a) { return a.builder()->unary(Op::kAbs, a); }
+Value floor(Value a) { return a.builder()->unary(Op::kFloor, a); }
+Value ceil(Value a) { return a.builder()->unary(Op::kCeil, a); }
+Value pow(Value a, Value b) { return pick(a, b)->binary(Op::kPow, a, b); }
+Value atan2(Value a, Value b) { return pick(a, b)->binary(Op::kAtan2, a, b); }
+Value min(Value a, Value b) { return pick(a, b)->binary(Op::kMin, a, b); }
+Value max(Value a, Value b) { return pick(a, b)->binary(Op::kMax, a, b); }
+Value mod(Value a, Value b) { return pick(a, b)->binary(Op::kMod, a, b); }
+Value floordiv(Value a, Value b) { return pick(a, b)->binary(Op::kFloorDiv, a, b); }
+Value select(Value c, Value a, Value b) { return pick(a, b)->select(c, a, b); }
+Value cast(Value a, DType to) { return a.builder()->cast(a, to); }
+
+}  // namespace vkad::codegen

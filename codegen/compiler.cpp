@@ -1,0 +1,142 @@
+#include "codegen/compiler.h"
+
+#include <spirv-tools/optimizer.hpp>
+
+#include "codegen/spirv_emitter.h"
+#include "codegen/spirv_tools.h"
+#include "codegen/text.h"
+#include "codegen/verifier.h"
+
+namespace vkad::codegen {
+
+namespace {
+
+bool writes(const Block& b, uint32_t param) {
+  for (const Stmt& s : b.stmts) {
+    if ((s.op == Op::kStore || s.op == Op::kAtomicAdd) && s.param == param) return true;
+    for (const Block& c : s.blocks) {
+      if (writes(c, param)) return true;
+    }
+  }
+  return false;
+}
+
+bool has_loops(const Block& b) {
+  for (const Stmt& s : b.stmts) {
+    if (s.op == Op::kFor) return true;
+    for (const Block& c : s.blocks) {
+      if (has_loops(c)) return true;
+    }
+  }
+  return false;
+}
+
+void collect_stacks(const Kernel& k, const Block& b, std::vector<adstack::StackDesc>* out) {
+  for (const Stmt& s : b.stmts) {
+    if (s.op == Op::kStackAlloc) {
+      adstack::StackDesc d;
+      d.name = "%" + std::to_string(s.result) + " (" + runtime::dtype_name(s.type) +
+               ", capacity " + print_size(k, s.cap) + ")";
+      d.heap = s.type == DType::kF32   ? adstack::Heap::kF32
+               : s.type == DType::kF64 ? adstack::Heap::kF64
+                                       : adstack::Heap::kInt;
+      d.capacity = s.cap;
+      out->push_back(std::move(d));
+    }
+    for (const Block& c : s.blocks) collect_stacks(k, c, out);
+  }
+}
+
+}  // namespace
+
+Result<std::vector<uint32_t>> optimize_spirv(const std::vector<uint32_t>& words) {
+  spvtools::Optimizer opt(SPV_ENV_VULKAN_1_2);
+  std::string log;
+  opt.SetMessageConsumer([&log](spv_message_level_t, const char*, const spv_position_t&,
+                                const char* m) { log += std::string(m) + "\n"; });
+  opt.RegisterPerformancePasses();
+  std::vector<uint32_t> out;
+  if (!opt.Run(words.data(), words.size(), &out)) {
+    return make_error(ErrorCode::kInternal, "spirv-opt failed:\n" + log);
+  }
+  return out;
+}
+
+Result<runtime::CompiledKernel> compile(const Kernel& k, const Target& target,
+                                        const CompileOptions& options) {
+  VKAD_TRY(verify(k, target));
+  runtime::CompiledKernel out;
+  out.name = k.name;
+  for (uint32_t i = 0; i < k.params.size(); ++i) {
+    const Param& p = k.params[i];
+    bool w = false;
+    for (const Task& t : k.tasks) w = w || writes(t.body, i);
+    out.params.push_back({p.name, p.kind, p.dtype, p.rank, w});
+  }
+  for (const Task& t : k.tasks) {
+    runtime::CompiledTask ct;
+    ct.name = t.name;
+    ct.begin = t.begin;
+    ct.end = t.end;
+    ct.serial = t.serial;
+    // Serial tasks run on one invocation. Tasks with serial loops (long per-thread work,
+    // adstack rows) get smaller groups than straight-line ones.
+    ct.local_size = t.local_size ? t.local_size
+                    : t.serial   ? 1
+                    : has_loops(t.body) ? 64
+                                        : options.default_local_size;
+    ct.local_size = std::min(ct.local_size, target.max_local_size);
+    collect_stacks(k, t.body, &ct.adstacks);
+    out.tasks.push_back(std::move(ct));
+  }
+  for (size_t i = 0; i < k.tasks.size(); ++i) {
+    EmitOptions eo;
+    eo.native_float_atomics = options.native_float_atomics;
+    eo.bounds_checks = options.bounds_checks;
+    eo.local_size = out.tasks[i].local_size;
+    std::vector<uint32_t> words = emit_task(k, i, out, target, eo);
+    Status valid = validate_spirv(words);
+    if (!valid.ok()) {
+      return make_error(ErrorCode::kInternal, "codegen bug: kernel '" + k.name + "', task '" +
+                                                  k.tasks[i].name +
+                                                  "' emitted invalid SPIR-V. " + valid.message());
+    }
+    if (options.optimize) {
+      VKAD_ASSIGN_OR_RETURN(words, optimize_spirv(words));
+      VKAD_TRY(validate_spirv(words));
+    }
+    out.tasks[i].spirv = std::move(words);
+  }
+  return out;
+}
+
+Result<std::shared_ptr<const runtime::CompiledKernel>> CompileCache::compile(
+    const Kernel& k, const Target& target, const CompileOptions& o) {
+  // The text form is the kernel's content; target and options change the code too.
+  std::string key = print(k);
+  key += "|" + target.device_name + (target.float64 ? "d" : "") +
+         (target.atomic_float32_add ? "a" : "") + (target.atomic_float64_add ? "A" : "") +
+         (target.atomic_int64 ? "I" : "") + std::to_string(target.max_local_size) + "|" +
+         (o.optimize ? "O" : "") + (o.native_float_atomics ? "N" : "") +
+         (o.bounds_checks ? "B" : "") + std::to_string(o.default_local_size);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(key);
+    if (it != entries_.end()) {
+      ++hits_;
+      return it->second;
+    }
+  }
+  VKAD_ASSIGN_OR_RETURN(runtime::CompiledKernel ck, codegen::compile(k, target, o));
+  auto ptr = std::make_shared<const runtime::CompiledKernel>(std::move(ck));
+  std::lock_guard<std::mutex> lock(mu_);
+  ++misses_;
+  return entries_.emplace(std::move(key), ptr).first->second;
+}
+
+size_t CompileCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+}  // namespace vkad::codegen

@@ -1,0 +1,57 @@
+// The CPU reference: runs a verified kernel's IR on the host. Tests use it as the oracle for
+// what the device computes, so it follows the device's semantics where they are defined:
+//   - every value is rounded to its type after each operation (f32 arithmetic is f32);
+//   - i32/u32 arithmetic wraps; div truncates; mod and floordiv round toward -inf (the
+//     remainder takes the divisor's sign); integer division by zero yields 0 (undefined on
+//     the device: tests avoid it);
+//   - f64 transcendentals (exp log sin cos tan tanh asin acos atan2 pow) are computed in f32,
+//     exactly as the emitter does (GLSL.std.450 defines them for 16/32-bit floats only);
+//   - an out-of-bounds ndarray access reads 0 and writes nothing, and raises error code 1;
+//     an adstack push past capacity is dropped and raises error code 2 (as on the device);
+//   - parallel iterations run in index order; atomic adds are plain adds.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "codegen/ir.h"
+#include "rhi/status.h"
+
+namespace vkad::codegen {
+
+// Host storage for an ndarray: row-major, one double per element holding the element's exact
+// value (f32 values are f32-representable; integers are exact).
+struct HostArray {
+  DType dtype = DType::kF32;
+  std::vector<uint32_t> shape;
+  std::vector<double> data;
+
+  HostArray() = default;
+  HostArray(DType t, std::vector<uint32_t> s);
+  size_t size() const { return data.size(); }
+};
+
+// One argument per kernel parameter: `scalar` for scalar parameters (integers as exact
+// doubles), `array` (borrowed, written in place) for ndarray parameters.
+struct HostArg {
+  double scalar = 0;
+  HostArray* array = nullptr;
+  static HostArg of(double v) { return {v, nullptr}; }
+  static HostArg of(HostArray& a) { return {0, &a}; }
+};
+
+struct EvalResult {
+  // Per task, the error code the device would have flagged (0: none), like the args buffer's
+  // error words.
+  std::vector<uint32_t> error_flags;
+};
+
+// kInvalidArgument when the arguments do not match the parameters (count, kind, dtype, rank).
+// The kernel must be verified.
+Result<EvalResult> evaluate(const Kernel& k, std::span<const HostArg> args);
+
+// `v` rounded to what a value of type `t` can hold (f32 rounding, integer wrap, bool 0/1).
+double round_to(DType t, double v);
+
+}  // namespace vkad::codegen

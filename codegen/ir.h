@@ -1,0 +1,139 @@
+// The kernel IR: what a DSL lowers its kernels into, what reverse mode rewrites, and what the
+// SPIR-V emitter and the CPU reference evaluator consume.
+//
+// Shape of a kernel:
+//   Kernel  = name, typed parameters (scalars and ndarrays), tasks.
+//   Task    = a parallel range-for over [begin, end) (bounds: constants, scalar parameters or
+//             ndarray shapes), or a serial task (the same range, run by one invocation).
+//             The task's index is an i32 SSA value visible in its body.
+//   Block   = an ordered list of statements.
+//   Stmt    = one operation. A statement that yields something defines exactly one SSA id
+//             (`result`): a value, a mutable local (alloca), an adstack (stack_alloc), or the
+//             index of a serial for loop. Ids are unique within a kernel.
+//
+// Scoping: an id is visible after its definition in its own block and in blocks nested inside;
+// a for loop's index is visible only in its body. Values are immutable; mutation goes through
+// locals (alloca / load_local / store_local), which is what reverse mode needs to see.
+//
+// Types: f32, f64 (where the device has it), i32, u32, bool. Arithmetic takes operands of one
+// type (casts are explicit); comparisons yield bool; indices and loop bounds are i32 or u32.
+// Ndarrays of bool hold one u32 (0/1) per element.
+//
+// The IR is plain data: build it with KernelBuilder (builder.h) or parse it (text.h); check it
+// with verify() (verifier.h) before anything consumes it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "adstack/size_expr.h"
+#include "runtime/compiled_kernel.h"
+
+namespace vkad::codegen {
+
+using runtime::DType;
+using runtime::ParamKind;
+using runtime::RangeBound;
+
+using ValueId = uint32_t;
+inline constexpr ValueId kNoValue = UINT32_MAX;
+
+enum class Op : uint8_t {
+  // leaves
+  kConst,   // type, imm
+  kArg,     // scalar parameter `param`
+  kShape,   // i32 extent `dim` of ndarray parameter `param`
+  // unary (args[0])
+  kNeg, kNot, kSqrt, kRsqrt, kExp, kLog, kSin, kCos, kTan, kTanh, kAsin, kAcos, kAbs,
+  kFloor, kCeil,
+  // binary (args[0], args[1])
+  kAdd, kSub, kMul, kDiv, kMod, kFloorDiv, kMin, kMax, kPow, kAtan2, kAnd, kOr,
+  kLt, kLe, kGt, kGe, kEq, kNe,
+  kSelect,  // args: cond, a, b
+  kCast,    // args[0] converted to `type`
+  // mutable locals
+  kAlloca,      // result: a local of `type`, initialised to zero
+  kLoadLocal,   // args: local
+  kStoreLocal,  // args: local, value
+  // ndarrays (parameter `param`; args: indices..., [value])
+  kLoad, kStore, kAtomicAdd,
+  // structured control flow
+  kFor,  // args: begin, end (i32); result: the i32 index; blocks[0]: body
+  kIf,   // args: cond; blocks[0]: then, blocks[1]: else
+  // adstacks (reverse mode; adstack/ describes storage). result of kStackAlloc: the stack.
+  kStackAlloc,   // type: element type; `cap`: capacity bound (SizeExpr)
+  kStackPush,    // args: stack, value
+  kStackPop,     // args: stack
+  kStackTop,     // args: stack -> primal at the top
+  kStackTopAdj,  // args: stack -> adjoint at the top
+  kStackAccAdj,  // args: stack, value: adjoint at the top += value
+};
+
+using adstack::SizeExpr;
+
+struct Stmt;
+struct Block {
+  std::vector<Stmt> stmts;
+};
+
+struct Stmt {
+  Op op = Op::kConst;
+  ValueId result = kNoValue;
+  DType type = DType::kF32;  // result type; element type for alloca / stack_alloc
+  std::vector<ValueId> args;
+  uint32_t param = 0;  // kArg, kShape, kLoad, kStore, kAtomicAdd
+  uint32_t dim = 0;    // kShape
+  double fimm = 0;     // kConst of a float type
+  int64_t iimm = 0;    // kConst of an integer or bool type
+  std::vector<Block> blocks;  // kFor: body; kIf: then, else
+  SizeExpr cap;               // kStackAlloc
+};
+
+struct Param {
+  std::string name;
+  ParamKind kind = ParamKind::kScalar;
+  DType dtype = DType::kF32;
+  uint32_t rank = 0;        // ndarrays
+  bool needs_grad = false;  // ndarrays of a float type: reverse mode produces its gradient
+  bool read_only = false;   // ndarrays: stores and atomic adds into it are rejected
+};
+
+struct Task {
+  std::string name;
+  bool serial = false;
+  RangeBound begin = RangeBound::constant(0);
+  RangeBound end = RangeBound::constant(1);
+  ValueId index = kNoValue;  // i32
+  Block body;
+  uint32_t local_size = 0;   // 0: the compiler chooses
+};
+
+struct Kernel {
+  std::string name;
+  std::vector<Param> params;
+  std::vector<Task> tasks;
+  ValueId next_id = 0;  // ids below this may be in use; new ids come from here
+
+  ValueId fresh() { return next_id++; }
+  // Index of the parameter called `name`, or -1.
+  int find_param(const std::string& name) const;
+};
+
+// --- op metadata (one table drives the printer, parser, verifier and evaluators) ---
+enum class OpClass : uint8_t { kLeaf, kUnary, kBinary, kCompare, kOther };
+struct OpInfo {
+  const char* name;
+  OpClass cls;
+  bool has_result;
+};
+const OpInfo& op_info(Op op);
+// Op called `name` in the text form; false if none.
+bool op_from_name(const std::string& name, Op* out);
+
+bool is_float(DType t);
+bool is_int(DType t);  // i32, u32, i64
+// Float math (sqrt .. ceil, pow, atan2): float operands only.
+bool is_float_math(Op op);
+
+}  // namespace vkad::codegen

@@ -1,0 +1,651 @@
+#include "codegen/spirv_emitter.h"
+
+#include <array>
+#include <unordered_map>
+
+#include <spirv/unified1/GLSL.std.450.h>
+
+#include "codegen/spirv_module.h"
+
+namespace vkad::codegen {
+
+namespace {
+
+using runtime::kErrorAdstackOverflow;
+using runtime::kErrorOutOfBounds;
+
+constexpr uint32_t kScopeDevice = 1;
+constexpr uint32_t kRelaxed = 0;
+
+class TaskEmitter {
+ public:
+  TaskEmitter(const Kernel& k, size_t task, const runtime::CompiledKernel& layout,
+              const Target& target, const EmitOptions& o)
+      : k_(k), task_(k.tasks[task]), task_index_(static_cast<uint32_t>(task)), layout_(layout),
+        target_(target), o_(o) {}
+
+  std::vector<uint32_t> run() {
+    scan_bits(task_.body);
+    u32_ = m_.t_int(32, false);
+    i32_ = m_.t_int(32, true);
+    bool_ = m_.t_bool();
+    uint32_t v3 = m_.t_vector(u32_, 3);
+    uint32_t in_v3 = m_.t_pointer(spv::StorageClassInput, v3);
+    uint32_t gid_var = m_.global_variable(in_v3, spv::StorageClassInput);
+    m_.decorate(gid_var, spv::DecorationBuiltIn, {spv::BuiltInGlobalInvocationId});
+    uint32_t nwg_var = m_.global_variable(in_v3, spv::StorageClassInput);
+    m_.decorate(nwg_var, spv::DecorationBuiltIn, {spv::BuiltInNumWorkgroups});
+    uint32_t args_block = m_.t_buffer_block(u32_, 4);
+    args_var_ = m_.global_variable(m_.t_pointer(spv::StorageClassStorageBuffer, args_block),
+                                   spv::StorageClassStorageBuffer, 0);
+    m_.name(args_var_, "args");
+    uint32_t pc_block = m_.t_u32_block(2);
+    uint32_t pc_var = m_.global_variable(m_.t_pointer(spv::StorageClassPushConstant, pc_block),
+                                         spv::StorageClassPushConstant);
+
+    uint32_t void_t = m_.t_void();
+    uint32_t fn = m_.id();
+    m_.op(spv::OpFunction, {void_t, fn, spv::FunctionControlMaskNone, m_.t_function(void_t)});
+    uint32_t entry = m_.id();
+    block(entry);
+    uint32_t gid3 = op(spv::OpLoad, v3, {gid_var});
+    gid_ = op(spv::OpCompositeExtract, u32_, {gid3, 0});
+    uint32_t nwg3 = op(spv::OpLoad, v3, {nwg_var});
+    uint32_t nwg = op(spv::OpCompositeExtract, u32_, {nwg3, 0});
+    uint32_t stride = op(spv::OpIMul, u32_, {nwg, m_.c_u32(o_.local_size)});
+    uint32_t pc_ptr = m_.t_pointer(spv::StorageClassPushConstant, u32_);
+    uint32_t begin = op(spv::OpLoad, u32_, {op(spv::OpAccessChain, pc_ptr, {pc_var, m_.c_u32(0)})});
+    uint32_t end = op(spv::OpLoad, u32_, {op(spv::OpAccessChain, pc_ptr, {pc_var, m_.c_u32(1)})});
+    uint32_t start = op(spv::OpIAdd, u32_, {begin, gid_});
+    load_adstack_layout();
+    loop(u32_, start, end, stride, /*is_signed=*/false, [&](uint32_t i) {
+      values_[task_.index] = op(spv::OpBitcast, i32_, {i});
+      types_[task_.index] = DType::kI32;
+      emit_block(task_.body);
+    });
+    m_.op(spv::OpReturn, {});
+    m_.op(spv::OpFunctionEnd, {});
+    return m_.finish(fn, entry, {gid_var, nwg_var}, o_.local_size);
+  }
+
+ private:
+  // ------------------------------------------------------------ helpers
+  uint32_t op(spv::Op o, uint32_t type, std::initializer_list<uint32_t> operands) {
+    uint32_t r = m_.id();
+    SpirvModule::Words w = {type, r};
+    w.insert(w.end(), operands.begin(), operands.end());
+    m_.op(o, w);
+    return r;
+  }
+  uint32_t ext(GLSLstd450 inst, uint32_t type, std::initializer_list<uint32_t> operands) {
+    uint32_t r = m_.id();
+    SpirvModule::Words w = {type, r, m_.glsl_std_450(), static_cast<uint32_t>(inst)};
+    w.insert(w.end(), operands.begin(), operands.end());
+    m_.op(spv::OpExtInst, w);
+    return r;
+  }
+  void block(uint32_t label) {
+    m_.label(label);
+    cur_ = label;
+  }
+  void branch(uint32_t to) { m_.op(spv::OpBranch, {to}); }
+
+  uint32_t type(DType t) {
+    switch (t) {
+      case DType::kF32: return m_.t_float(32);
+      case DType::kF64: return m_.t_float(64);
+      case DType::kI32: return i32_;
+      case DType::kU32: return u32_;
+      case DType::kI64: return m_.t_int(64, true);
+      case DType::kBool: return bool_;
+    }
+    return u32_;
+  }
+  uint32_t zero(DType t) {
+    switch (t) {
+      case DType::kF32: return m_.c_f32(0);
+      case DType::kF64: return m_.c_f64(0);
+      case DType::kI32: return m_.c_i32(0);
+      case DType::kBool: return m_.c_bool(false);
+      default: return m_.c_u32(0);
+    }
+  }
+  uint32_t one(DType t) {
+    switch (t) {
+      case DType::kF32: return m_.c_f32(1);
+      case DType::kF64: return m_.c_f64(1);
+      case DType::kI32: return m_.c_i32(1);
+      case DType::kBool: return m_.c_bool(true);
+      default: return m_.c_u32(1);
+    }
+  }
+  uint32_t v(ValueId id) const { return values_.at(id); }
+  DType vt(ValueId id) const { return types_.at(id); }
+
+  // A structured loop `for (i = start; i < end; i += step) body(i)`.
+  template <typename Body>
+  void loop(uint32_t ty, uint32_t start, uint32_t end, uint32_t step, bool is_signed, Body body) {
+    uint32_t header = m_.id(), check = m_.id(), body_l = m_.id(), cont = m_.id(), merge = m_.id();
+    uint32_t next = m_.id();
+    uint32_t pre = cur_;
+    branch(header);
+    block(header);
+    uint32_t i = op(spv::OpPhi, ty, {start, pre, next, cont});
+    m_.op(spv::OpLoopMerge, {merge, cont, spv::LoopControlMaskNone});
+    branch(check);
+    block(check);
+    uint32_t c = op(is_signed ? spv::OpSLessThan : spv::OpULessThan, bool_, {i, end});
+    m_.op(spv::OpBranchConditional, {c, body_l, merge});
+    block(body_l);
+    body(i);
+    branch(cont);
+    block(cont);
+    m_.op(spv::OpIAdd, {ty, next, i, step});
+    branch(header);
+    block(merge);
+  }
+
+  // `if (cond) then(); else otherwise();` as a structured selection.
+  template <typename Then, typename Else>
+  void if_else(uint32_t cond, Then then_body, Else else_body) {
+    uint32_t t = m_.id(), e = m_.id(), merge = m_.id();
+    m_.op(spv::OpSelectionMerge, {merge, spv::SelectionControlMaskNone});
+    m_.op(spv::OpBranchConditional, {cond, t, e});
+    block(t);
+    then_body();
+    branch(merge);
+    block(e);
+    else_body();
+    branch(merge);
+    block(merge);
+  }
+
+  uint32_t args_ptr(uint32_t word) {
+    return op(spv::OpAccessChain, m_.t_pointer(spv::StorageClassStorageBuffer, u32_),
+              {args_var_, m_.c_u32(0), word});
+  }
+  uint32_t args_word(uint32_t byte_offset) {
+    return op(spv::OpLoad, u32_, {args_ptr(m_.c_u32(byte_offset / 4))});
+  }
+  // The first error of a launch wins: compare-and-swap 0 -> code.
+  void raise(uint32_t code_id) {
+    uint32_t ptr = args_ptr(m_.c_u32(layout_.error_flag_offset(task_index_) / 4));
+    op(spv::OpAtomicCompareExchange, u32_,
+       {ptr, m_.c_u32(kScopeDevice), m_.c_u32(kRelaxed), m_.c_u32(kRelaxed), code_id, m_.c_u32(0)});
+  }
+
+  // ------------------------------------------------------------ ndarrays
+  struct ArrayVar {
+    uint32_t var = 0;
+    uint32_t elem = 0;   // storage element type
+    bool bits = false;   // float stored as its bit pattern (compare-and-swap atomics)
+  };
+
+  bool native_atomic(DType t) const {
+    return o_.native_float_atomics &&
+           ((t == DType::kF32 && target_.atomic_float32_add) ||
+            (t == DType::kF64 && target_.atomic_float64_add));
+  }
+
+  void scan_bits(const Block& b) {
+    for (const Stmt& s : b.stmts) {
+      if (s.op == Op::kAtomicAdd && is_float(k_.params[s.param].dtype) &&
+          !native_atomic(k_.params[s.param].dtype)) {
+        bits_params_.insert_or_assign(s.param, true);
+      }
+      for (const Block& c : s.blocks) scan_bits(c);
+    }
+  }
+
+  const ArrayVar& array(uint32_t p) {
+    auto it = arrays_.find(p);
+    if (it != arrays_.end()) return it->second;
+    const Param& prm = k_.params[p];
+    ArrayVar a;
+    a.bits = bits_params_.count(p) > 0;
+    uint32_t stride = runtime::dtype_bytes(prm.dtype);
+    switch (prm.dtype) {
+      case DType::kF32: a.elem = a.bits ? u32_ : m_.t_float(32); break;
+      case DType::kF64:
+        a.elem = a.bits ? m_.t_int(64, false) : m_.t_float(64);
+        if (a.bits) m_.capability(spv::CapabilityInt64Atomics);
+        break;
+      case DType::kI32: a.elem = i32_; break;
+      default: a.elem = u32_; break;
+    }
+    uint32_t binding = 1;
+    for (uint32_t q = 0; q < p; ++q) binding += k_.params[q].kind == ParamKind::kNdArray;
+    uint32_t blk = m_.t_buffer_block(a.elem, stride);
+    a.var = m_.global_variable(m_.t_pointer(spv::StorageClassStorageBuffer, blk),
+                               spv::StorageClassStorageBuffer, static_cast<int>(binding));
+    m_.name(a.var, prm.name);
+    return arrays_.emplace(p, a).first->second;
+  }
+
+  // Computes the row-major element index of `s`'s first `n` args, then runs `access(ptr)` only
+  // when every index is in bounds; otherwise flags kErrorOutOfBounds. Returns the value
+  // `access` produced, or `fallback` on the out-of-bounds path (0 if result_type is 0).
+  template <typename Access>
+  uint32_t guarded(const Stmt& s, size_t n, uint32_t result_type, uint32_t fallback, Access access) {
+    const ArrayVar& a = array(s.param);
+    uint32_t shape_base = layout_.shape_offset(s.param);
+    uint32_t lin = 0, ok = 0;
+    for (size_t d = 0; d < n; ++d) {
+      uint32_t idx = v(s.args[d]);
+      if (vt(s.args[d]) == DType::kI32) idx = op(spv::OpBitcast, u32_, {idx});
+      uint32_t extent = args_word(shape_base + 4 * static_cast<uint32_t>(d));
+      uint32_t in = op(spv::OpULessThan, bool_, {idx, extent});
+      ok = ok ? op(spv::OpLogicalAnd, bool_, {ok, in}) : in;
+      lin = lin ? op(spv::OpIAdd, u32_, {op(spv::OpIMul, u32_, {lin, extent}), idx}) : idx;
+    }
+    uint32_t ptr_t = m_.t_pointer(spv::StorageClassStorageBuffer, a.elem);
+    auto ptr = [&] { return op(spv::OpAccessChain, ptr_t, {a.var, m_.c_u32(0), lin}); };
+    if (!o_.bounds_checks) return access(ptr());
+    uint32_t r = 0, then_end = 0, else_end = 0;
+    if_else(
+        ok,
+        [&] {
+          r = access(ptr());
+          then_end = cur_;
+        },
+        [&] {
+          raise(m_.c_u32(kErrorOutOfBounds));
+          else_end = cur_;
+        });
+    if (!result_type) return 0;
+    return op(spv::OpPhi, result_type, {r, then_end, fallback, else_end});
+  }
+
+  void atomic_add(const Stmt& s) {
+    DType t = k_.params[s.param].dtype;
+    uint32_t val = v(s.args.back());
+    guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
+      const ArrayVar& a = arrays_.at(s.param);
+      uint32_t scope = m_.c_u32(kScopeDevice), sem = m_.c_u32(kRelaxed);
+      if (!is_float(t)) return op(spv::OpAtomicIAdd, a.elem, {ptr, scope, sem, val});
+      if (!a.bits) {
+        m_.extension("SPV_EXT_shader_atomic_float_add");
+        m_.capability(t == DType::kF32 ? spv::CapabilityAtomicFloat32AddEXT
+                                       : spv::CapabilityAtomicFloat64AddEXT);
+        return op(spv::OpAtomicFAddEXT, a.elem, {ptr, scope, sem, val});
+      }
+      // Compare-and-swap on the bits until no other invocation got in between.
+      uint32_t ft = type(t);
+      uint32_t init = op(spv::OpAtomicLoad, a.elem, {ptr, scope, sem});
+      uint32_t header = m_.id(), body = m_.id(), cont = m_.id(), merge = m_.id();
+      uint32_t got = m_.id();
+      uint32_t pre = cur_;
+      branch(header);
+      block(header);
+      uint32_t expected = op(spv::OpPhi, a.elem, {init, pre, got, cont});
+      m_.op(spv::OpLoopMerge, {merge, cont, spv::LoopControlMaskNone});
+      branch(body);
+      block(body);
+      uint32_t sum = op(spv::OpFAdd, ft, {op(spv::OpBitcast, ft, {expected}), val});
+      uint32_t desired = op(spv::OpBitcast, a.elem, {sum});
+      m_.op(spv::OpAtomicCompareExchange, {a.elem, got, ptr, scope, sem, sem, desired, expected});
+      uint32_t done = op(a.elem == u32_ ? spv::OpIEqual : spv::OpIEqual, bool_, {got, expected});
+      m_.op(spv::OpBranchConditional, {done, merge, cont});
+      block(cont);
+      branch(header);
+      block(merge);
+      return 0;
+    });
+  }
+
+  // ------------------------------------------------------------ adstacks
+  void count_stacks(const Block& b, uint32_t* n) {
+    for (const Stmt& s : b.stmts) {
+      if (s.op == Op::kStackAlloc) ++*n;
+      for (const Block& c : s.blocks) count_stacks(c, n);
+    }
+  }
+
+  struct StackVar {
+    DType type;
+    adstack::Heap heap;
+    uint32_t index;   // within the task
+    uint32_t count;   // Function variable holding the count
+    uint32_t offset;  // value: offset within the row
+    uint32_t cap;     // value: capacity
+  };
+
+  void load_adstack_layout() {
+    uint32_t n = 0;
+    count_stacks(task_.body, &n);
+    if (!n) return;
+    uint32_t base = layout_.adstack_args_offset(task_index_);
+    uint32_t heap_binding = 1 + layout_.array_count();
+    for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
+      row_len_[h] = args_word(base + 4 * h);
+    }
+    for (uint32_t s = 0; s < n; ++s) {
+      stack_offset_.push_back(args_word(base + 12 + 8 * s));
+      stack_cap_.push_back(args_word(base + 16 + 8 * s));
+    }
+    heap_binding_ = heap_binding;
+  }
+
+  uint32_t heap_var(adstack::Heap h, DType t) {
+    size_t i = static_cast<size_t>(h);
+    if (heap_vars_[i]) return heap_vars_[i];
+    uint32_t elem = h == adstack::Heap::kInt ? u32_ : type(t);
+    uint32_t blk = m_.t_buffer_block(elem, adstack::heap_elem_bytes(h));
+    heap_vars_[i] = m_.global_variable(m_.t_pointer(spv::StorageClassStorageBuffer, blk),
+                                       spv::StorageClassStorageBuffer,
+                                       static_cast<int>(heap_binding_ + i));
+    m_.name(heap_vars_[i], std::string("adstack_") + adstack::heap_name(h));
+    heap_elem_[i] = elem;
+    return heap_vars_[i];
+  }
+
+  // Pointer to element `slot` (primal) or `slot + cap` (adjoint) of stack `st` in this
+  // thread's row.
+  uint32_t stack_ptr(const StackVar& st, uint32_t slot, bool adjoint) {
+    size_t h = static_cast<size_t>(st.heap);
+    uint32_t var = heap_var(st.heap, st.type);
+    uint32_t row = op(spv::OpIMul, u32_, {gid_, row_len_[h]});
+    uint32_t at = op(spv::OpIAdd, u32_, {op(spv::OpIAdd, u32_, {row, st.offset}), slot});
+    if (adjoint) at = op(spv::OpIAdd, u32_, {at, st.cap});
+    return op(spv::OpAccessChain, m_.t_pointer(spv::StorageClassStorageBuffer, heap_elem_[h]),
+              {var, m_.c_u32(0), at});
+  }
+
+  // The top slot: count - 1, or 0 for an empty stack (capacity >= 1 keeps it in the row).
+  uint32_t top_slot(const StackVar& st) {
+    uint32_t c = op(spv::OpLoad, u32_, {st.count});
+    uint32_t has = op(spv::OpUGreaterThan, bool_, {c, m_.c_u32(0)});
+    return op(spv::OpSelect, u32_, {has, op(spv::OpISub, u32_, {c, m_.c_u32(1)}), m_.c_u32(0)});
+  }
+
+  uint32_t to_heap(const StackVar& st, uint32_t val) {
+    return st.type == DType::kI32 ? op(spv::OpBitcast, u32_, {val}) : val;
+  }
+  uint32_t from_heap(const StackVar& st, uint32_t val) {
+    return st.type == DType::kI32 ? op(spv::OpBitcast, i32_, {val}) : val;
+  }
+
+  void stack_op(const Stmt& s) {
+    if (s.op == Op::kStackAlloc) {
+      StackVar st;
+      st.type = s.type;
+      st.heap = s.type == DType::kF32   ? adstack::Heap::kF32
+                : s.type == DType::kF64 ? adstack::Heap::kF64
+                                        : adstack::Heap::kInt;
+      st.index = static_cast<uint32_t>(stacks_.size());
+      st.count = m_.function_variable(u32_);
+      st.offset = stack_offset_.at(st.index);
+      st.cap = stack_cap_.at(st.index);
+      m_.op(spv::OpStore, {st.count, m_.c_u32(0)});
+      stacks_.emplace(s.result, st);
+      return;
+    }
+    const StackVar& st = stacks_.at(s.args[0]);
+    switch (s.op) {
+      case Op::kStackPush: {
+        uint32_t c = op(spv::OpLoad, u32_, {st.count});
+        uint32_t fits = op(spv::OpULessThan, bool_, {c, st.cap});
+        if_else(
+            fits,
+            [&] {
+              m_.op(spv::OpStore, {stack_ptr(st, c, false), to_heap(st, v(s.args[1]))});
+              if (st.heap != adstack::Heap::kInt) {
+                m_.op(spv::OpStore, {stack_ptr(st, c, true), zero(st.type)});
+              }
+              m_.op(spv::OpStore, {st.count, op(spv::OpIAdd, u32_, {c, m_.c_u32(1)})});
+            },
+            [&] { raise(m_.c_u32(kErrorAdstackOverflow | (st.index + 1) << 8)); });
+        return;
+      }
+      case Op::kStackPop: {
+        uint32_t c = op(spv::OpLoad, u32_, {st.count});
+        uint32_t has = op(spv::OpUGreaterThan, bool_, {c, m_.c_u32(0)});
+        uint32_t dec = op(spv::OpSelect, u32_, {has, op(spv::OpISub, u32_, {c, m_.c_u32(1)}), c});
+        m_.op(spv::OpStore, {st.count, dec});
+        return;
+      }
+      case Op::kStackTop:
+      case Op::kStackTopAdj: {
+        uint32_t h = heap_elem_for(st);
+        uint32_t raw = op(spv::OpLoad, h, {stack_ptr(st, top_slot(st), s.op == Op::kStackTopAdj)});
+        set(s, from_heap(st, raw));
+        return;
+      }
+      case Op::kStackAccAdj: {
+        uint32_t ptr = stack_ptr(st, top_slot(st), true);
+        uint32_t ft = type(st.type);
+        uint32_t sum = op(spv::OpFAdd, ft, {op(spv::OpLoad, ft, {ptr}), v(s.args[1])});
+        m_.op(spv::OpStore, {ptr, sum});
+        return;
+      }
+      default: return;
+    }
+  }
+  uint32_t heap_elem_for(const StackVar& st) {
+    heap_var(st.heap, st.type);
+    return heap_elem_[static_cast<size_t>(st.heap)];
+  }
+
+  // ------------------------------------------------------------ statements
+  void set(const Stmt& s, uint32_t id) {
+    values_[s.result] = id;
+    types_[s.result] = s.type;
+  }
+
+  void emit_block(const Block& b) {
+    for (const Stmt& s : b.stmts) emit(s);
+  }
+
+  uint32_t constant(const Stmt& s) {
+    switch (s.type) {
+      case DType::kF32: return m_.c_f32(static_cast<float>(s.fimm));
+      case DType::kF64: return m_.c_f64(s.fimm);
+      case DType::kI32: return m_.c_i32(static_cast<int32_t>(s.iimm));
+      case DType::kBool: return m_.c_bool(s.iimm != 0);
+      default: return m_.c_u32(static_cast<uint32_t>(s.iimm));
+    }
+  }
+
+  uint32_t scalar_arg(const Stmt& s) {
+    const Param& p = k_.params[s.param];
+    uint32_t off = layout_.scalar_offset(s.param);
+    uint32_t w = args_word(off);
+    switch (p.dtype) {
+      case DType::kF32: return op(spv::OpBitcast, m_.t_float(32), {w});
+      case DType::kI32: return op(spv::OpBitcast, i32_, {w});
+      case DType::kBool: return op(spv::OpINotEqual, bool_, {w, m_.c_u32(0)});
+      case DType::kF64: {
+        uint32_t hi = args_word(off + 4);
+        uint32_t pair = op(spv::OpCompositeConstruct, m_.t_vector(u32_, 2), {w, hi});
+        return op(spv::OpBitcast, m_.t_float(64), {pair});
+      }
+      default: return w;
+    }
+  }
+
+  // A transcendental from GLSL.std.450; f64 goes through f32 (the set defines 32-bit only).
+  uint32_t math(GLSLstd450 inst, DType t, std::initializer_list<uint32_t> xs) {
+    if (t != DType::kF64) return ext(inst, type(t), xs);
+    uint32_t f32 = m_.t_float(32);
+    std::vector<uint32_t> narrowed;
+    for (uint32_t x : xs) narrowed.push_back(op(spv::OpFConvert, f32, {x}));
+    uint32_t r = narrowed.size() == 1 ? ext(inst, f32, {narrowed[0]})
+                                      : ext(inst, f32, {narrowed[0], narrowed[1]});
+    return op(spv::OpFConvert, type(t), {r});
+  }
+
+  uint32_t unary(const Stmt& s) {
+    uint32_t a = v(s.args[0]);
+    DType t = s.type;
+    uint32_t ty = type(t);
+    bool f = is_float(t);
+    switch (s.op) {
+      case Op::kNeg: return op(f ? spv::OpFNegate : spv::OpSNegate, ty, {a});
+      case Op::kNot: return op(spv::OpLogicalNot, ty, {a});
+      case Op::kSqrt: return ext(GLSLstd450Sqrt, ty, {a});
+      case Op::kRsqrt: return ext(GLSLstd450InverseSqrt, ty, {a});
+      case Op::kExp: return math(GLSLstd450Exp, t, {a});
+      case Op::kLog: return math(GLSLstd450Log, t, {a});
+      case Op::kSin: return math(GLSLstd450Sin, t, {a});
+      case Op::kCos: return math(GLSLstd450Cos, t, {a});
+      case Op::kTan: return math(GLSLstd450Tan, t, {a});
+      case Op::kTanh: return math(GLSLstd450Tanh, t, {a});
+      case Op::kAsin: return math(GLSLstd450Asin, t, {a});
+      case Op::kAcos: return math(GLSLstd450Acos, t, {a});
+      case Op::kAbs:
+        if (t == DType::kU32) return a;
+        return ext(f ? GLSLstd450FAbs : GLSLstd450SAbs, ty, {a});
+      case Op::kFloor: return ext(GLSLstd450Floor, ty, {a});
+      case Op::kCeil: return ext(GLSLstd450Ceil, ty, {a});
+      default: return 0;
+    }
+  }
+
+  uint32_t binary(const Stmt& s) {
+    uint32_t a = v(s.args[0]), b = v(s.args[1]);
+    DType t = vt(s.args[0]);
+    uint32_t ty = type(s.type);
+    bool f = is_float(t), sg = t == DType::kI32, bl = t == DType::kBool;
+    auto pick = [&](spv::Op fo, spv::Op so, spv::Op uo) { return f ? fo : sg ? so : uo; };
+    switch (s.op) {
+      case Op::kAdd: return op(f ? spv::OpFAdd : spv::OpIAdd, ty, {a, b});
+      case Op::kSub: return op(f ? spv::OpFSub : spv::OpISub, ty, {a, b});
+      case Op::kMul: return op(f ? spv::OpFMul : spv::OpIMul, ty, {a, b});
+      case Op::kDiv: return op(pick(spv::OpFDiv, spv::OpSDiv, spv::OpUDiv), ty, {a, b});
+      case Op::kMod: return op(sg ? spv::OpSMod : spv::OpUMod, ty, {a, b});
+      case Op::kFloorDiv: {
+        if (!sg) return op(spv::OpUDiv, ty, {a, b});
+        // Truncating quotient, minus one when the remainder's sign differs from the divisor's.
+        uint32_t q = op(spv::OpSDiv, ty, {a, b});
+        uint32_t r = op(spv::OpSRem, ty, {a, b});
+        uint32_t z = m_.c_i32(0);
+        uint32_t nz = op(spv::OpINotEqual, bool_, {r, z});
+        uint32_t differ = op(spv::OpLogicalNotEqual, bool_,
+                             {op(spv::OpSLessThan, bool_, {r, z}), op(spv::OpSLessThan, bool_, {b, z})});
+        uint32_t adj = op(spv::OpLogicalAnd, bool_, {nz, differ});
+        return op(spv::OpISub, ty, {q, op(spv::OpSelect, ty, {adj, m_.c_i32(1), z})});
+      }
+      case Op::kMin: return ext(f ? GLSLstd450FMin : sg ? GLSLstd450SMin : GLSLstd450UMin, ty, {a, b});
+      case Op::kMax: return ext(f ? GLSLstd450FMax : sg ? GLSLstd450SMax : GLSLstd450UMax, ty, {a, b});
+      case Op::kPow: return math(GLSLstd450Pow, t, {a, b});
+      case Op::kAtan2: return math(GLSLstd450Atan2, t, {a, b});
+      case Op::kAnd: return op(spv::OpLogicalAnd, ty, {a, b});
+      case Op::kOr: return op(spv::OpLogicalOr, ty, {a, b});
+      case Op::kLt: return op(pick(spv::OpFOrdLessThan, spv::OpSLessThan, spv::OpULessThan), ty, {a, b});
+      case Op::kLe: return op(pick(spv::OpFOrdLessThanEqual, spv::OpSLessThanEqual, spv::OpULessThanEqual), ty, {a, b});
+      case Op::kGt: return op(pick(spv::OpFOrdGreaterThan, spv::OpSGreaterThan, spv::OpUGreaterThan), ty, {a, b});
+      case Op::kGe: return op(pick(spv::OpFOrdGreaterThanEqual, spv::OpSGreaterThanEqual, spv::OpUGreaterThanEqual), ty, {a, b});
+      case Op::kEq: return op(bl ? spv::OpLogicalEqual : f ? spv::OpFOrdEqual : spv::OpIEqual, ty, {a, b});
+      case Op::kNe: return op(bl ? spv::OpLogicalNotEqual : f ? spv::OpFUnordNotEqual : spv::OpINotEqual, ty, {a, b});
+      default: return 0;
+    }
+  }
+
+  uint32_t cast(const Stmt& s) {
+    uint32_t a = v(s.args[0]);
+    DType from = vt(s.args[0]), to = s.type;
+    uint32_t ty = type(to);
+    if (from == to) return a;
+    if (to == DType::kBool) {
+      return op(is_float(from) ? spv::OpFUnordNotEqual : spv::OpINotEqual, ty, {a, zero(from)});
+    }
+    if (from == DType::kBool) return op(spv::OpSelect, ty, {a, one(to), zero(to)});
+    if (is_float(from) && is_float(to)) return op(spv::OpFConvert, ty, {a});
+    if (is_float(from)) return op(to == DType::kI32 ? spv::OpConvertFToS : spv::OpConvertFToU, ty, {a});
+    if (is_float(to)) return op(from == DType::kI32 ? spv::OpConvertSToF : spv::OpConvertUToF, ty, {a});
+    return op(spv::OpBitcast, ty, {a});  // i32 <-> u32
+  }
+
+  void emit(const Stmt& s) {
+    const OpInfo& info = op_info(s.op);
+    switch (info.cls) {
+      case OpClass::kLeaf:
+        if (s.op == Op::kConst) set(s, constant(s));
+        else if (s.op == Op::kArg) set(s, scalar_arg(s));
+        else set(s, op(spv::OpBitcast, i32_, {args_word(layout_.shape_offset(s.param) + 4 * s.dim)}));
+        return;
+      case OpClass::kUnary: set(s, unary(s)); return;
+      case OpClass::kBinary:
+      case OpClass::kCompare: set(s, binary(s)); return;
+      case OpClass::kOther: break;
+    }
+    switch (s.op) {
+      case Op::kSelect:
+        set(s, op(spv::OpSelect, type(s.type), {v(s.args[0]), v(s.args[1]), v(s.args[2])}));
+        return;
+      case Op::kCast: set(s, cast(s)); return;
+      case Op::kAlloca: {
+        uint32_t var = m_.function_variable(type(s.type));
+        m_.op(spv::OpStore, {var, zero(s.type)});
+        locals_[s.result] = var;
+        return;
+      }
+      case Op::kLoadLocal: set(s, op(spv::OpLoad, type(s.type), {locals_.at(s.args[0])})); return;
+      case Op::kStoreLocal: m_.op(spv::OpStore, {locals_.at(s.args[0]), v(s.args[1])}); return;
+      case Op::kLoad: {
+        DType t = k_.params[s.param].dtype;
+        uint32_t ty = type(t);
+        set(s, guarded(s, s.args.size(), ty, zero(t), [&](uint32_t ptr) {
+              const ArrayVar& a = arrays_.at(s.param);
+              uint32_t raw = op(spv::OpLoad, a.elem, {ptr});
+              if (t == DType::kBool) return op(spv::OpINotEqual, bool_, {raw, m_.c_u32(0)});
+              if (a.bits) return op(spv::OpBitcast, ty, {raw});
+              return raw;
+            }));
+        return;
+      }
+      case Op::kStore: {
+        DType t = k_.params[s.param].dtype;
+        uint32_t val = v(s.args.back());
+        guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
+          const ArrayVar& a = arrays_.at(s.param);
+          uint32_t w = val;
+          if (t == DType::kBool) w = op(spv::OpSelect, u32_, {val, m_.c_u32(1), m_.c_u32(0)});
+          else if (a.bits) w = op(spv::OpBitcast, a.elem, {val});
+          m_.op(spv::OpStore, {ptr, w});
+          return 0;
+        });
+        return;
+      }
+      case Op::kAtomicAdd: atomic_add(s); return;
+      case Op::kFor:
+        loop(i32_, v(s.args[0]), v(s.args[1]), m_.c_i32(1), /*is_signed=*/true, [&](uint32_t i) {
+          values_[s.result] = i;
+          types_[s.result] = DType::kI32;
+          emit_block(s.blocks[0]);
+        });
+        return;
+      case Op::kIf:
+        if_else(v(s.args[0]), [&] { emit_block(s.blocks[0]); }, [&] { emit_block(s.blocks[1]); });
+        return;
+      default: stack_op(s); return;
+    }
+  }
+
+  SpirvModule m_;
+  const Kernel& k_;
+  const Task& task_;
+  uint32_t task_index_;
+  const runtime::CompiledKernel& layout_;
+  const Target& target_;
+  const EmitOptions& o_;
+  uint32_t u32_ = 0, i32_ = 0, bool_ = 0, gid_ = 0, args_var_ = 0, cur_ = 0;
+  std::unordered_map<ValueId, uint32_t> values_, locals_;
+  std::unordered_map<ValueId, DType> types_;
+  std::unordered_map<uint32_t, ArrayVar> arrays_;
+  std::unordered_map<uint32_t, bool> bits_params_;
+  std::unordered_map<ValueId, StackVar> stacks_;
+  std::vector<uint32_t> stack_offset_, stack_cap_;
+  std::array<uint32_t, adstack::kHeapCount> row_len_{}, heap_vars_{}, heap_elem_{};
+  uint32_t heap_binding_ = 0;
+};
+
+}  // namespace
+
+std::vector<uint32_t> emit_task(const Kernel& k, size_t task, const runtime::CompiledKernel& layout,
+                                const Target& target, const EmitOptions& options) {
+  TaskEmitter e(k, task, layout, target, options);
+  return e.run();
+}
+
+}  // namespace vkad::codegen

@@ -1,0 +1,34 @@
+// The SPIR-V emitter: one GLCompute module per task of a verified kernel, following the kernel
+// ABI in runtime/compiled_kernel.h (args buffer at binding 0, ndarrays at 1.., adstack heaps
+// after them, push constants {begin, end}, a grid-stride loop over the range).
+//
+// Lowering decisions worth knowing:
+//   - ndarray accesses are bounds-checked (unsigned compare per index); an out-of-bounds
+//     access reads 0 / writes nothing and sets the task's error word to kErrorOutOfBounds;
+//   - float atomic add uses OpAtomicFAddEXT where `native_float_atomics` and the target allow,
+//     otherwise a compare-and-swap loop on the element's bits (the ndarray is then declared as
+//     an array of u32 / u64 in that module);
+//   - f64 transcendentals are evaluated in f32 (GLSL.std.450 defines them for 32-bit only).
+// Internal to codegen/; compile() (compiler.h) is the entry point.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "codegen/ir.h"
+#include "codegen/target.h"
+#include "runtime/compiled_kernel.h"
+
+namespace vkad::codegen {
+
+struct EmitOptions {
+  bool native_float_atomics = true;
+  bool bounds_checks = true;
+  uint32_t local_size = 64;
+};
+
+// `layout` supplies the args-buffer offsets (its params must already be filled in).
+std::vector<uint32_t> emit_task(const Kernel& k, size_t task, const runtime::CompiledKernel& layout,
+                                const Target& target, const EmitOptions& options);
+
+}  // namespace vkad::codegen

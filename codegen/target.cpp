@@ -1,0 +1,20 @@
+#include "codegen/target.h"
+
+#include <algorithm>
+
+#include "rhi/device.h"
+
+namespace vkad::codegen {
+
+Target target_from_caps(const rhi::Capabilities& caps) {
+  Target t;
+  t.device_name = caps.device_name;
+  t.float64 = caps.shader_float64;
+  t.atomic_float32_add = caps.atomic_float32_add;
+  t.atomic_float64_add = caps.atomic_float64_add && caps.shader_float64;
+  t.atomic_int64 = caps.atomic_int64;
+  t.max_local_size = std::min(caps.max_workgroup_invocations, caps.max_workgroup_size[0]);
+  return t;
+}
+
+}  // namespace vkad::codegen

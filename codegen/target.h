@@ -1,0 +1,24 @@
+// What the compiler may assume about the device it compiles for. from_caps() reads it from a
+// live device; the default (everything present) suits host-only work such as text tests.
+#pragma once
+
+#include <string>
+
+namespace vkad::rhi {
+struct Capabilities;
+}
+
+namespace vkad::codegen {
+
+struct Target {
+  std::string device_name = "any device";
+  bool float64 = true;
+  bool atomic_float32_add = true;  // SPV_EXT_shader_atomic_float_add, 32-bit
+  bool atomic_float64_add = true;
+  bool atomic_int64 = true;        // 64-bit integer buffer atomics (f64 compare-and-swap)
+  uint32_t max_local_size = 1024;
+};
+
+Target target_from_caps(const rhi::Capabilities& caps);
+
+}  // namespace vkad::codegen

@@ -1,0 +1,581 @@
+#include "codegen/text.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+namespace vkad::codegen {
+
+// ---------------------------------------------------------------- printer
+
+namespace {
+
+std::string vid(ValueId v) { return v == kNoValue ? "%?" : "%" + std::to_string(v); }
+
+std::string param_name(const Kernel& k, uint32_t p) {
+  return p < k.params.size() ? k.params[p].name : "<param " + std::to_string(p) + ">";
+}
+
+std::string format_const(const Stmt& s) {
+  if (s.type == DType::kBool) return s.iimm ? "true" : "false";
+  if (!is_float(s.type)) return std::to_string(s.iimm);
+  if (std::isnan(s.fimm)) return "nan";
+  if (std::isinf(s.fimm)) return s.fimm > 0 ? "inf" : "-inf";
+  // The shortest decimal that reads back to the same value.
+  char buf[64];
+  bool f32 = s.type == DType::kF32;
+  for (int prec = f32 ? 6 : 15; prec <= (f32 ? 9 : 17); ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, s.fimm);
+    double back = std::strtod(buf, nullptr);
+    if (f32 ? static_cast<float>(back) == static_cast<float>(s.fimm) : back == s.fimm) break;
+  }
+  std::string out = buf;
+  // Keep floats recognisable as floats in the text.
+  if (out.find_first_of(".eE") == std::string::npos) out += ".0";
+  return out;
+}
+
+std::string print_bound(const Kernel& k, const RangeBound& b) {
+  switch (b.kind) {
+    case RangeBound::Kind::kConstant: return std::to_string(b.value);
+    case RangeBound::Kind::kScalarParam: return param_name(k, b.param);
+    case RangeBound::Kind::kArrayDim:
+      return "shape(" + param_name(k, b.param) + ", " + std::to_string(b.dim) + ")";
+  }
+  return "?";
+}
+
+std::string indices(const Stmt& s, size_t n) {
+  std::string out = "[";
+  for (size_t i = 0; i < n; ++i) out += (i ? ", " : "") + vid(s.args[i]);
+  return out + "]";
+}
+
+void print_block(const Kernel& k, const Block& b, int depth, std::string& out);
+
+}  // namespace
+
+std::string print_size(const Kernel& k, const SizeExpr& e) {
+  switch (e.kind) {
+    case SizeExpr::Kind::kConst: return std::to_string(e.value);
+    case SizeExpr::Kind::kScalar: return param_name(k, e.param);
+    case SizeExpr::Kind::kDim:
+      return "shape(" + param_name(k, e.param) + ", " + std::to_string(e.dim) + ")";
+    default: {
+      const char* n = e.kind == SizeExpr::Kind::kAdd ? "add"
+                      : e.kind == SizeExpr::Kind::kMul ? "mul" : "max";
+      std::string out = std::string(n) + "(";
+      for (size_t i = 0; i < e.operands.size(); ++i) {
+        out += (i ? ", " : "") + print_size(k, e.operands[i]);
+      }
+      return out + ")";
+    }
+  }
+}
+
+std::string print_stmt(const Kernel& k, const Stmt& s) {
+  const OpInfo& info = op_info(s.op);
+  std::string head = info.has_result && s.op != Op::kFor ? vid(s.result) + " = " : "";
+  std::string ty = std::string(" : ") + runtime::dtype_name(s.type);
+  auto arg = [&](size_t i) { return i < s.args.size() ? vid(s.args[i]) : std::string("%?"); };
+  switch (s.op) {
+    case Op::kConst: return head + "const " + format_const(s) + ty;
+    case Op::kArg: return head + "arg " + param_name(k, s.param) + ty;
+    case Op::kShape:
+      return head + "shape " + param_name(k, s.param) + " " + std::to_string(s.dim) + ty;
+    case Op::kAlloca: return head + "alloca" + ty;
+    case Op::kStackAlloc: return head + "stack_alloc cap(" + print_size(k, s.cap) + ")" + ty;
+    case Op::kLoad:
+      return head + "load " + param_name(k, s.param) + indices(s, s.args.size()) + ty;
+    case Op::kStore:
+    case Op::kAtomicAdd: {
+      size_t n = s.args.empty() ? 0 : s.args.size() - 1;
+      return std::string(info.name) + " " + param_name(k, s.param) + indices(s, n) + ", " +
+             (s.args.empty() ? "%?" : vid(s.args.back()));
+    }
+    case Op::kFor: return "for " + vid(s.result) + " in [" + arg(0) + ", " + arg(1) + ")";
+    case Op::kIf: return "if " + arg(0);
+    default: break;
+  }
+  std::string out = head + info.name;
+  for (size_t i = 0; i < s.args.size(); ++i) out += (i ? ", " : " ") + vid(s.args[i]);
+  return info.has_result ? out + ty : out;
+}
+
+namespace {
+
+void print_block(const Kernel& k, const Block& b, int depth, std::string& out) {
+  std::string pad(2 * depth, ' ');
+  for (const Stmt& s : b.stmts) {
+    out += pad + print_stmt(k, s);
+    if (s.op == Op::kFor || s.op == Op::kIf) {
+      out += " {\n";
+      if (!s.blocks.empty()) print_block(k, s.blocks[0], depth + 1, out);
+      out += pad + "}";
+      if (s.op == Op::kIf && s.blocks.size() > 1 && !s.blocks[1].stmts.empty()) {
+        out += " else {\n";
+        print_block(k, s.blocks[1], depth + 1, out);
+        out += pad + "}";
+      }
+    }
+    out += "\n";
+  }
+}
+
+}  // namespace
+
+std::string print(const Kernel& k) {
+  std::string out = "kernel " + k.name + "(";
+  for (size_t i = 0; i < k.params.size(); ++i) {
+    const Param& p = k.params[i];
+    out += (i ? ", " : "") + p.name + ": ";
+    if (p.kind == ParamKind::kScalar) {
+      out += runtime::dtype_name(p.dtype);
+    } else {
+      out += std::string("ndarray<") + runtime::dtype_name(p.dtype) + ", " +
+             std::to_string(p.rank) + ">" + (p.needs_grad ? " grad" : "") +
+             (p.read_only ? " readonly" : "");
+    }
+  }
+  out += ") {\n";
+  for (const Task& t : k.tasks) {
+    out += "  task " + t.name + (t.serial ? " serial " : " parallel ") + vid(t.index) +
+           " in [" + print_bound(k, t.begin) + ", " + print_bound(k, t.end) + ")";
+    if (t.local_size) out += " local_size " + std::to_string(t.local_size);
+    out += " {\n";
+    print_block(k, t.body, 2, out);
+    out += "  }\n";
+  }
+  return out + "}\n";
+}
+
+// ---------------------------------------------------------------- parser
+
+namespace {
+
+struct Token {
+  enum Kind { kIdent, kValue, kNumber, kPunct, kEnd } kind = kEnd;
+  std::string text;
+  int line = 1, col = 1;
+};
+
+class Parser {
+ public:
+  explicit Parser(const std::string& src) : src_(src) { advance(); }
+
+  Result<Kernel> kernel() {
+    Kernel k;
+    VKAD_TRY(expect_word("kernel"));
+    VKAD_ASSIGN_OR_RETURN(k.name, ident("a kernel name"));
+    VKAD_TRY(expect("("));
+    while (!is(")")) {
+      if (!k.params.empty()) VKAD_TRY(expect(","));
+      Param p;
+      VKAD_ASSIGN_OR_RETURN(p.name, ident("a parameter name"));
+      VKAD_TRY(expect(":"));
+      if (tok_.kind == Token::kIdent && tok_.text == "ndarray") {
+        advance();
+        p.kind = ParamKind::kNdArray;
+        VKAD_TRY(expect("<"));
+        VKAD_ASSIGN_OR_RETURN(p.dtype, dtype());
+        VKAD_TRY(expect(","));
+        VKAD_ASSIGN_OR_RETURN(int64_t rank, integer("a rank"));
+        p.rank = static_cast<uint32_t>(rank);
+        VKAD_TRY(expect(">"));
+        if (tok_.kind == Token::kIdent && tok_.text == "grad") {
+          advance();
+          p.needs_grad = true;
+        }
+        if (tok_.kind == Token::kIdent && tok_.text == "readonly") {
+          advance();
+          p.read_only = true;
+        }
+      } else {
+        VKAD_ASSIGN_OR_RETURN(p.dtype, dtype());
+      }
+      k.params.push_back(std::move(p));
+    }
+    advance();
+    k_ = &k;
+    VKAD_TRY(expect("{"));
+    while (!is("}")) {
+      Task t;
+      VKAD_TRY(expect_word("task"));
+      VKAD_ASSIGN_OR_RETURN(t.name, ident("a task name"));
+      if (tok_.kind == Token::kIdent && (tok_.text == "serial" || tok_.text == "parallel")) {
+        t.serial = tok_.text == "serial";
+        advance();
+      } else {
+        return error("expected 'parallel' or 'serial'");
+      }
+      VKAD_ASSIGN_OR_RETURN(t.index, value());
+      VKAD_TRY(expect_word("in"));
+      VKAD_TRY(expect("["));
+      VKAD_ASSIGN_OR_RETURN(t.begin, bound());
+      VKAD_TRY(expect(","));
+      VKAD_ASSIGN_OR_RETURN(t.end, bound());
+      VKAD_TRY(expect(")"));
+      if (tok_.kind == Token::kIdent && tok_.text == "local_size") {
+        advance();
+        VKAD_ASSIGN_OR_RETURN(int64_t ls, integer("a local size"));
+        t.local_size = static_cast<uint32_t>(ls);
+      }
+      VKAD_TRY(block(t.body));
+      k.tasks.push_back(std::move(t));
+    }
+    advance();
+    if (tok_.kind != Token::kEnd) return error("expected the end of the text");
+    k.next_id = max_id_ + 1;
+    k_ = nullptr;
+    return k;
+  }
+
+ private:
+  // --- lexer ---
+  void advance() {
+    skip_space();
+    tok_ = Token{};
+    tok_.line = line_;
+    tok_.col = col_;
+    if (pos_ >= src_.size()) return;
+    char c = src_[pos_];
+    size_t start = pos_;
+    auto ident_char = [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.'; };
+    if (c == '%') {
+      bump();
+      while (pos_ < src_.size() && ident_char(src_[pos_])) bump();
+      tok_.kind = Token::kValue;
+    } else if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      while (pos_ < src_.size() && ident_char(src_[pos_])) bump();
+      tok_.kind = Token::kIdent;
+    } else if (std::isdigit(static_cast<unsigned char>(c)) ||
+               ((c == '-' || c == '+') && pos_ + 1 < src_.size() &&
+                (std::isdigit(static_cast<unsigned char>(src_[pos_ + 1])) || src_[pos_ + 1] == 'i' ||
+                 src_[pos_ + 1] == '.'))) {
+      bump();
+      while (pos_ < src_.size() &&
+             (std::isalnum(static_cast<unsigned char>(src_[pos_])) || src_[pos_] == '.' ||
+              ((src_[pos_] == '-' || src_[pos_] == '+') &&
+               (src_[pos_ - 1] == 'e' || src_[pos_ - 1] == 'E')))) {
+        bump();
+      }
+      tok_.kind = Token::kNumber;
+    } else {
+      bump();
+      tok_.kind = Token::kPunct;
+    }
+    tok_.text = src_.substr(start, pos_ - start);
+  }
+  void bump() {
+    if (src_[pos_] == '\n') {
+      ++line_;
+      col_ = 1;
+    } else {
+      ++col_;
+    }
+    ++pos_;
+  }
+  void skip_space() {
+    while (pos_ < src_.size()) {
+      if (std::isspace(static_cast<unsigned char>(src_[pos_]))) {
+        bump();
+      } else if (src_.compare(pos_, 2, "//") == 0) {
+        while (pos_ < src_.size() && src_[pos_] != '\n') bump();
+      } else {
+        break;
+      }
+    }
+  }
+
+  // --- helpers ---
+  Status error(const std::string& what) const {
+    std::string got = tok_.kind == Token::kEnd ? "end of text" : "'" + tok_.text + "'";
+    return make_error(ErrorCode::kInvalidArgument, "line " + std::to_string(tok_.line) +
+                                                       ", column " + std::to_string(tok_.col) +
+                                                       ": " + what + ", got " + got);
+  }
+  bool is(const char* p) const { return tok_.kind == Token::kPunct && tok_.text == p; }
+  Status expect(const char* p) {
+    if (!is(p)) return error(std::string("expected '") + p + "'");
+    advance();
+    return {};
+  }
+  Status expect_word(const char* w) {
+    if (tok_.kind != Token::kIdent || tok_.text != w) return error(std::string("expected '") + w + "'");
+    advance();
+    return {};
+  }
+  Result<std::string> ident(const char* what) {
+    if (tok_.kind != Token::kIdent) return error(std::string("expected ") + what);
+    std::string s = tok_.text;
+    advance();
+    return s;
+  }
+  Result<int64_t> integer(const char* what) {
+    if (tok_.kind != Token::kNumber) return error(std::string("expected ") + what);
+    char* end = nullptr;
+    long long v = std::strtoll(tok_.text.c_str(), &end, 10);
+    if (*end != '\0') return error(std::string("expected ") + what + " (an integer)");
+    advance();
+    return static_cast<int64_t>(v);
+  }
+  Result<DType> dtype() {
+    static const std::pair<const char*, DType> kTypes[] = {
+        {"f32", DType::kF32}, {"f64", DType::kF64}, {"i32", DType::kI32},
+        {"u32", DType::kU32}, {"i64", DType::kI64}, {"bool", DType::kBool}};
+    if (tok_.kind == Token::kIdent) {
+      for (const auto& [n, t] : kTypes) {
+        if (tok_.text == n) {
+          advance();
+          return t;
+        }
+      }
+    }
+    return error("expected a type (f32, f64, i32, u32, i64, bool)");
+  }
+  Result<ValueId> value() {
+    if (tok_.kind != Token::kValue) return error("expected a value (%N)");
+    std::string name = tok_.text.substr(1);
+    ValueId id;
+    bool numeric = !name.empty() && name.find_first_not_of("0123456789") == std::string::npos;
+    if (numeric && name.size() < 10) {
+      id = static_cast<ValueId>(std::stoul(name));
+    } else {
+      auto it = named_.find(name);
+      if (it == named_.end()) {
+        // Symbolic names get ids far above printed ones, so mixing both never collides.
+        it = named_.emplace(name, 1u << 30 | static_cast<ValueId>(named_.size())).first;
+      }
+      id = it->second;
+    }
+    max_id_ = std::max(max_id_, id);
+    advance();
+    return id;
+  }
+  Result<uint32_t> param_ref(bool want_array) {
+    Token at = tok_;
+    VKAD_ASSIGN_OR_RETURN(std::string n, ident("a parameter name"));
+    int p = k_->find_param(n);
+    if (p < 0 || (k_->params[p].kind == ParamKind::kNdArray) != want_array) {
+      tok_ = at;  // report at the name
+      return error(std::string("expected the name of ") +
+                   (want_array ? "an ndarray" : "a scalar") + " parameter");
+    }
+    return static_cast<uint32_t>(p);
+  }
+  Result<RangeBound> bound() {
+    if (tok_.kind == Token::kNumber) {
+      VKAD_ASSIGN_OR_RETURN(int64_t v, integer("an integer bound"));
+      return RangeBound::constant(v);
+    }
+    if (tok_.kind == Token::kIdent && tok_.text == "shape") {
+      advance();
+      VKAD_TRY(expect("("));
+      VKAD_ASSIGN_OR_RETURN(uint32_t p, param_ref(true));
+      VKAD_TRY(expect(","));
+      VKAD_ASSIGN_OR_RETURN(int64_t d, integer("a dimension"));
+      VKAD_TRY(expect(")"));
+      return RangeBound::array_dim(p, static_cast<uint32_t>(d));
+    }
+    VKAD_ASSIGN_OR_RETURN(uint32_t p, param_ref(false));
+    return RangeBound::scalar(p);
+  }
+  Result<SizeExpr> size() {
+    if (tok_.kind == Token::kIdent &&
+        (tok_.text == "add" || tok_.text == "mul" || tok_.text == "max")) {
+      SizeExpr::Kind kind = tok_.text == "add"   ? SizeExpr::Kind::kAdd
+                            : tok_.text == "mul" ? SizeExpr::Kind::kMul
+                                                 : SizeExpr::Kind::kMax;
+      advance();
+      VKAD_TRY(expect("("));
+      SizeExpr e;
+      e.kind = kind;
+      while (true) {
+        VKAD_ASSIGN_OR_RETURN(SizeExpr sub, size());
+        e.operands.push_back(std::move(sub));
+        if (is(")")) break;
+        VKAD_TRY(expect(","));
+      }
+      advance();
+      return e;
+    }
+    VKAD_ASSIGN_OR_RETURN(RangeBound b, bound());
+    switch (b.kind) {
+      case RangeBound::Kind::kConstant: return SizeExpr::constant(b.value);
+      case RangeBound::Kind::kScalarParam: return SizeExpr::scalar(b.param);
+      case RangeBound::Kind::kArrayDim: return SizeExpr::array_dim(b.param, b.dim);
+    }
+    return SizeExpr{};
+  }
+  Status operands(Stmt& s, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      if (i) VKAD_TRY(expect(","));
+      VKAD_ASSIGN_OR_RETURN(ValueId v, value());
+      s.args.push_back(v);
+    }
+    return {};
+  }
+  Status index_list(Stmt& s) {
+    VKAD_ASSIGN_OR_RETURN(s.param, param_ref(true));
+    VKAD_TRY(expect("["));
+    while (!is("]")) {
+      if (!s.args.empty()) VKAD_TRY(expect(","));
+      VKAD_ASSIGN_OR_RETURN(ValueId v, value());
+      s.args.push_back(v);
+    }
+    advance();
+    return {};
+  }
+  Status constant(Stmt& s) {
+    if (tok_.kind == Token::kIdent && (tok_.text == "true" || tok_.text == "false")) {
+      s.iimm = tok_.text == "true";
+      s.fimm = static_cast<double>(s.iimm);
+      advance();
+      return {};
+    }
+    if (tok_.kind == Token::kIdent && (tok_.text == "inf" || tok_.text == "nan")) {
+      s.fimm = tok_.text == "inf" ? INFINITY : NAN;
+      advance();
+      return {};
+    }
+    if (tok_.kind != Token::kNumber) return error("expected a constant");
+    const std::string& t = tok_.text;
+    char* end = nullptr;
+    if (t.find_first_of(".eEin") != std::string::npos) {
+      s.fimm = std::strtod(t.c_str(), &end);
+      s.iimm = static_cast<int64_t>(s.fimm);
+    } else {
+      s.iimm = std::strtoll(t.c_str(), &end, 10);
+      s.fimm = static_cast<double>(s.iimm);
+    }
+    if (*end != '\0') return error("expected a constant");
+    advance();
+    return {};
+  }
+  Status type_suffix(Stmt& s) {
+    VKAD_TRY(expect(":"));
+    VKAD_ASSIGN_OR_RETURN(s.type, dtype());
+    if (s.op == Op::kConst && s.type == DType::kF32) {
+      s.fimm = static_cast<float>(s.fimm);  // a f32 constant holds a float value exactly
+    }
+    if (s.op == Op::kConst && !is_float(s.type)) s.fimm = static_cast<double>(s.iimm);
+    if (s.op == Op::kConst && is_float(s.type)) s.iimm = 0;
+    return {};
+  }
+
+  Status block(Block& b) {
+    VKAD_TRY(expect("{"));
+    while (!is("}")) {
+      if (tok_.kind == Token::kEnd) return error("expected '}'");
+      Stmt s;
+      VKAD_TRY(statement(s));
+      b.stmts.push_back(std::move(s));
+    }
+    advance();
+    return {};
+  }
+
+  Status statement(Stmt& s) {
+    if (tok_.kind == Token::kValue) {
+      VKAD_ASSIGN_OR_RETURN(s.result, value());
+      VKAD_TRY(expect("="));
+    }
+    if (tok_.kind != Token::kIdent) return error("expected an operation");
+    Token op_tok = tok_;
+    if (!op_from_name(tok_.text, &s.op)) return error("unknown operation");
+    advance();
+    const OpInfo& info = op_info(s.op);
+    if (info.has_result != (s.result != kNoValue) && s.op != Op::kFor) {
+      tok_ = op_tok;
+      return error(info.has_result ? "this operation needs a result ('%N = ...')"
+                                   : "this operation has no result");
+    }
+    switch (s.op) {
+      case Op::kConst: VKAD_TRY(constant(s)); break;
+      case Op::kArg: {
+        VKAD_ASSIGN_OR_RETURN(s.param, param_ref(false));
+        break;
+      }
+      case Op::kShape: {
+        VKAD_ASSIGN_OR_RETURN(s.param, param_ref(true));
+        VKAD_ASSIGN_OR_RETURN(int64_t d, integer("a dimension"));
+        s.dim = static_cast<uint32_t>(d);
+        break;
+      }
+      case Op::kAlloca: break;
+      case Op::kStackAlloc: {
+        VKAD_TRY(expect_word("cap"));
+        VKAD_TRY(expect("("));
+        VKAD_ASSIGN_OR_RETURN(s.cap, size());
+        VKAD_TRY(expect(")"));
+        break;
+      }
+      case Op::kLoad: VKAD_TRY(index_list(s)); break;
+      case Op::kStore:
+      case Op::kAtomicAdd: {
+        VKAD_TRY(index_list(s));
+        VKAD_TRY(expect(","));
+        VKAD_ASSIGN_OR_RETURN(ValueId v, value());
+        s.args.push_back(v);
+        return {};
+      }
+      case Op::kFor: {
+        if (s.result != kNoValue) {
+          tok_ = op_tok;
+          return error("write a for loop as 'for %i in [%begin, %end) { ... }'");
+        }
+        s.type = DType::kI32;
+        VKAD_ASSIGN_OR_RETURN(s.result, value());
+        VKAD_TRY(expect_word("in"));
+        VKAD_TRY(expect("["));
+        VKAD_TRY(operands(s, 2));
+        VKAD_TRY(expect(")"));
+        s.blocks.resize(1);
+        return block(s.blocks[0]);
+      }
+      case Op::kIf: {
+        s.type = DType::kBool;
+        VKAD_TRY(operands(s, 1));
+        s.blocks.resize(2);
+        VKAD_TRY(block(s.blocks[0]));
+        if (tok_.kind == Token::kIdent && tok_.text == "else") {
+          advance();
+          VKAD_TRY(block(s.blocks[1]));
+        }
+        return {};
+      }
+      default: {
+        size_t n = info.cls == OpClass::kUnary                                   ? 1
+                   : info.cls == OpClass::kBinary || info.cls == OpClass::kCompare ? 2
+                   : s.op == Op::kSelect                                         ? 3
+                   : s.op == Op::kStoreLocal || s.op == Op::kStackPush ||
+                           s.op == Op::kStackAccAdj
+                       ? 2
+                       : 1;  // cast, load_local, stack_pop/top/top_adj
+        VKAD_TRY(operands(s, n));
+        break;
+      }
+    }
+    if (info.has_result) VKAD_TRY(type_suffix(s));
+    return {};
+  }
+
+  const std::string& src_;
+  size_t pos_ = 0;
+  int line_ = 1, col_ = 1;
+  Token tok_;
+  Kernel* k_ = nullptr;
+  ValueId max_id_ = 0;
+  std::map<std::string, ValueId> named_;
+};
+
+}  // namespace
+
+Result<Kernel> parse(const std::string& text) {
+  Parser p(text);
+  return p.kernel();
+}
+
+}  // namespace vkad::codegen
