@@ -512,7 +512,18 @@ class TaskEmitter {
       case Op::kSub: return op(f ? spv::OpFSub : spv::OpISub, ty, {a, b});
       case Op::kMul: return op(f ? spv::OpFMul : spv::OpIMul, ty, {a, b});
       case Op::kDiv: return op(pick(spv::OpFDiv, spv::OpSDiv, spv::OpUDiv), ty, {a, b});
-      case Op::kMod: return op(sg ? spv::OpSMod : spv::OpUMod, ty, {a, b});
+      case Op::kMod: {
+        if (!sg) return op(spv::OpUMod, ty, {a, b});
+        // Floor modulo from the truncating remainder: drivers disagree on OpSMod with a
+        // negative divisor, OpSRem is unambiguous.
+        uint32_t r = op(spv::OpSRem, ty, {a, b});
+        uint32_t z = m_.c_i32(0);
+        uint32_t nz = op(spv::OpINotEqual, bool_, {r, z});
+        uint32_t differ = op(spv::OpLogicalNotEqual, bool_,
+                             {op(spv::OpSLessThan, bool_, {r, z}), op(spv::OpSLessThan, bool_, {b, z})});
+        uint32_t adj = op(spv::OpLogicalAnd, bool_, {nz, differ});
+        return op(spv::OpIAdd, ty, {r, op(spv::OpSelect, ty, {adj, b, z})});
+      }
       case Op::kFloorDiv: {
         if (!sg) return op(spv::OpUDiv, ty, {a, b});
         // Truncating quotient, minus one when the remainder's sign differs from the divisor's.

@@ -438,6 +438,27 @@ Status Runtime::set_retirement_depth(size_t depth) {
   return {};
 }
 
+// What a task's error word means (codes in compiled_kernel.h). `args` is the launch's args
+// buffer, which still holds the launch's adstack capacities.
+static std::string describe_device_error(const CompiledKernel& d, uint32_t task, uint32_t flag,
+                                  const std::byte* args) {
+  uint32_t code = flag & 0xff, detail = flag >> 8;
+  if (code == kErrorOutOfBounds) {
+    return "out-of-bounds ndarray access (the access was skipped; loads read 0)";
+  }
+  const auto& stacks = d.tasks[task].adstacks;
+  if (code == kErrorAdstackOverflow && detail >= 1 && detail <= stacks.size()) {
+    uint32_t cap = 0;
+    std::memcpy(&cap, args + d.adstack_args_offset(task) + 4 * (3 + 2 * (detail - 1) + 1), 4);
+    return "adstack " + stacks[detail - 1].name + " overflowed its capacity of " +
+           std::to_string(cap) +
+           " entries per thread (pushes past it were dropped and the gradients of that launch "
+           "are wrong); the loop trip count exceeded the bound the kernel declares: raise it "
+           "(the bound argument of the loop) or use exact counting";
+  }
+  return "device reported error code " + std::to_string(flag);
+}
+
 void Runtime::read_error_flags(CtxBuffers& retired) {
   for (const FlagSite& site : retired.flags) {
     const CompiledKernel& d = site.kernel->desc;
@@ -446,8 +467,8 @@ void Runtime::read_error_flags(CtxBuffers& retired) {
       uint32_t flag;
       std::memcpy(&flag, base + d.error_flag_offset(t), 4);
       if (flag == 0) continue;
-      std::string what = "kernel '" + d.name + "', task '" + d.tasks[t].name +
-                         "': device reported error code " + std::to_string(flag);
+      std::string what = "kernel '" + d.name + "', task '" + d.tasks[t].name + "': " +
+                         describe_device_error(d, t, flag, base);
       bool seen = false;
       for (auto& [msg, count] : device_errors_) {
         if (msg == what) {

@@ -1,0 +1,190 @@
+#include "gpu/kernel_harness.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace vkad::testing {
+
+using codegen::HostArg;
+using codegen::HostArray;
+using runtime::DType;
+
+std::vector<HostArg> HostArgs::view() {
+  std::vector<HostArg> v;
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    if (!arrays[i].shape.empty()) v.push_back(HostArg::of(arrays[i]));
+    else v.push_back(HostArg::of(scalars[i]));
+  }
+  return v;
+}
+
+HostArgs make_args(const codegen::Kernel& k, const std::vector<ArgSpec>& specs, uint32_t seed) {
+  HostArgs a;
+  std::mt19937 rng(seed);
+  EXPECT_EQ(specs.size(), k.params.size()) << "kernel " << k.name;
+  for (size_t i = 0; i < k.params.size() && i < specs.size(); ++i) {
+    const codegen::Param& p = k.params[i];
+    const ArgSpec& s = specs[i];
+    if (p.kind == runtime::ParamKind::kScalar) {
+      a.arrays.emplace_back();
+      a.scalars.push_back(codegen::round_to(p.dtype, s.scalar));
+      continue;
+    }
+    HostArray arr(p.dtype, s.shape);
+    std::uniform_real_distribution<double> u(s.lo, s.hi);
+    for (double& x : arr.data) {
+      double r = u(rng);
+      x = codegen::round_to(p.dtype, codegen::is_float(p.dtype) ? r : std::round(r));
+    }
+    a.arrays.push_back(std::move(arr));
+    a.scalars.push_back(0);
+  }
+  return a;
+}
+
+std::unique_ptr<KernelRunner> KernelRunner::create(runtime::RuntimeOptions o, bool* skipped) {
+  o.device.enable_validation = true;
+  auto r = runtime::Runtime::create(o);
+  if (!r.ok()) {
+    if (skipped) *skipped = r.status().code() == ErrorCode::kNoDevice;
+    if (r.status().code() != ErrorCode::kNoDevice) ADD_FAILURE() << r.status().to_string();
+    return nullptr;
+  }
+  auto k = std::make_unique<KernelRunner>();
+  k->rt_ = std::move(r).value();
+  return k;
+}
+
+codegen::Target KernelRunner::target() const { return codegen::target_from_caps(rt_->caps()); }
+
+namespace {
+
+std::vector<std::byte> to_bytes(const HostArray& a) {
+  uint32_t eb = runtime::dtype_bytes(a.dtype);
+  std::vector<std::byte> out(a.size() * eb);
+  for (size_t i = 0; i < a.size(); ++i) {
+    std::byte* at = out.data() + i * eb;
+    double v = a.data[i];
+    switch (a.dtype) {
+      case DType::kF32: { float f = static_cast<float>(v); std::memcpy(at, &f, 4); break; }
+      case DType::kF64: std::memcpy(at, &v, 8); break;
+      case DType::kI32: { int32_t x = static_cast<int32_t>(v); std::memcpy(at, &x, 4); break; }
+      case DType::kI64: { int64_t x = static_cast<int64_t>(v); std::memcpy(at, &x, 8); break; }
+      default: { uint32_t x = static_cast<uint32_t>(v); std::memcpy(at, &x, 4); break; }
+    }
+  }
+  return out;
+}
+
+void from_bytes(HostArray& a, const std::vector<std::byte>& in) {
+  uint32_t eb = runtime::dtype_bytes(a.dtype);
+  for (size_t i = 0; i < a.size(); ++i) {
+    const std::byte* at = in.data() + i * eb;
+    switch (a.dtype) {
+      case DType::kF32: { float f; std::memcpy(&f, at, 4); a.data[i] = f; break; }
+      case DType::kF64: std::memcpy(&a.data[i], at, 8); break;
+      case DType::kI32: { int32_t x; std::memcpy(&x, at, 4); a.data[i] = x; break; }
+      case DType::kI64: { int64_t x; std::memcpy(&x, at, 8); a.data[i] = static_cast<double>(x); break; }
+      default: { uint32_t x; std::memcpy(&x, at, 4); a.data[i] = x; break; }
+    }
+  }
+}
+
+runtime::Arg scalar_arg(DType t, double v) {
+  switch (t) {
+    case DType::kF32: return runtime::Arg::f32(static_cast<float>(v));
+    case DType::kF64: return runtime::Arg::f64(v);
+    case DType::kI32: return runtime::Arg::i32(static_cast<int32_t>(v));
+    case DType::kU32: return runtime::Arg::u32(static_cast<uint32_t>(v));
+    case DType::kI64: return runtime::Arg::i64(static_cast<int64_t>(v));
+    case DType::kBool: return runtime::Arg::boolean(v != 0);
+  }
+  return {};
+}
+
+}  // namespace
+
+Status KernelRunner::run(const codegen::Kernel& k, HostArgs& args, const codegen::CompileOptions& o) {
+  VKAD_ASSIGN_OR_RETURN(runtime::CompiledKernel ck, codegen::compile(k, target(), o));
+  return run_compiled(ck, args);
+}
+
+Status KernelRunner::run_compiled(const runtime::CompiledKernel& ck, HostArgs& args) {
+  VKAD_ASSIGN_OR_RETURN(runtime::KernelHandle h, rt_->register_kernel(ck));
+  std::vector<runtime::Arg> launch_args;
+  std::vector<runtime::NdArrayHandle> handles;
+  Status st;
+  for (size_t i = 0; i < ck.params.size() && st.ok(); ++i) {
+    const auto& p = ck.params[i];
+    if (p.kind == runtime::ParamKind::kScalar) {
+      launch_args.push_back(scalar_arg(p.dtype, args.scalars[i]));
+      continue;
+    }
+    HostArray& a = args.arrays[i];
+    auto nd = rt_->create_ndarray(p.dtype, a.shape, p.name);
+    if (!nd.ok()) {
+      st = nd.status();
+      break;
+    }
+    handles.push_back(*nd);
+    std::vector<std::byte> bytes = to_bytes(a);
+    if (!bytes.empty()) st = rt_->upload(*nd, bytes.data(), bytes.size());
+    launch_args.push_back(runtime::Arg::ndarray(*nd));
+  }
+  if (st.ok()) st = rt_->launch(h, launch_args);
+  Status sync = rt_->synchronize();
+  if (st.ok()) st = sync;
+  size_t hi = 0;
+  for (size_t i = 0; i < ck.params.size(); ++i) {
+    if (ck.params[i].kind != runtime::ParamKind::kNdArray || hi >= handles.size()) continue;
+    HostArray& a = args.arrays[i];
+    std::vector<std::byte> bytes(a.size() * runtime::dtype_bytes(a.dtype));
+    Status d = bytes.empty() ? Status{} : rt_->download(handles[hi], bytes.data(), bytes.size());
+    if (d.ok()) from_bytes(a, bytes);
+    else if (st.ok()) st = d;
+    (void)rt_->free_ndarray(handles[hi]);
+    ++hi;
+  }
+  (void)rt_->unregister_kernel(h);
+  return st;
+}
+
+size_t KernelRunner::validation_messages() const { return rt_->device().validation_message_count(); }
+
+std::string KernelRunner::validation_log() const {
+  std::string all;
+  for (const auto& m : rt_->device().validation_messages()) all += m + "\n";
+  return all;
+}
+
+std::string compare_arrays(const HostArray& got, const HostArray& want, double tol) {
+  if (got.size() != want.size()) return "size differs";
+  std::string out;
+  int shown = 0;
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double g = got.data[i], w = want.data[i];
+    bool ok = codegen::is_float(want.dtype)
+                  ? (std::isnan(w) ? std::isnan(g) : std::fabs(g - w) <= tol * std::max(1.0, std::fabs(w)))
+                  : g == w;
+    if (ok) continue;
+    ++bad;
+    if (shown++ < 5) out += "  [" + std::to_string(i) + "] device " + std::to_string(g) + ", cpu " + std::to_string(w) + "\n";
+  }
+  if (bad) out = std::to_string(bad) + " of " + std::to_string(got.size()) + " elements differ:\n" + out;
+  return out;
+}
+
+void KernelTest::SetUp() {
+  bool skipped = false;
+  runner_ = KernelRunner::create(options(), &skipped);
+  if (skipped) GTEST_SKIP() << "no Vulkan device (install mesa-vulkan-drivers for lavapipe)";
+  ASSERT_TRUE(runner_);
+}
+
+void KernelTest::TearDown() {
+  if (!runner_) return;
+  EXPECT_EQ(runner_->validation_messages(), 0u) << runner_->validation_log();
+}
+
+}  // namespace vkad::testing

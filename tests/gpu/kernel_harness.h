@@ -1,0 +1,74 @@
+// Runs IR kernels on a real device and on the CPU reference, for the codegen and reverse-mode
+// GPU tests: compile -> register -> upload -> launch -> download, with host arrays in the
+// CPU evaluator's representation.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codegen/compiler.h"
+#include "codegen/cpu_eval.h"
+#include "codegen/ir.h"
+#include "runtime/runtime.h"
+
+namespace vkad::testing {
+
+// How to make one argument: a scalar value, or an array of `shape` filled uniformly from
+// [lo, hi] (integers for integer dtypes).
+struct ArgSpec {
+  double scalar = 0;
+  std::vector<uint32_t> shape;
+  double lo = -1, hi = 1;
+  static ArgSpec of(double v) { return {v, {}, 0, 0}; }
+  static ArgSpec array(std::vector<uint32_t> s, double lo = -1, double hi = 1) { return {0, std::move(s), lo, hi}; }
+};
+
+// Host arguments for `k` built from specs, with storage owned here.
+struct HostArgs {
+  std::vector<codegen::HostArray> arrays;  // one per parameter (unused for scalars)
+  std::vector<double> scalars;
+  std::vector<codegen::HostArg> view() ;
+};
+HostArgs make_args(const codegen::Kernel& k, const std::vector<ArgSpec>& specs, uint32_t seed);
+
+class KernelRunner {
+ public:
+  // Null (and `skipped` set) when there is no Vulkan device.
+  static std::unique_ptr<KernelRunner> create(runtime::RuntimeOptions options = {}, bool* skipped = nullptr);
+
+  runtime::Runtime& rt() { return *rt_; }
+  codegen::Target target() const;
+
+  // Compiles `k`, uploads every ndarray of `args`, launches once, synchronizes and downloads
+  // every ndarray back into `args`. Returns the first error (compile, launch or the device
+  // errors synchronize reports).
+  Status run(const codegen::Kernel& k, HostArgs& args, const codegen::CompileOptions& o = {});
+  Status run_compiled(const runtime::CompiledKernel& ck, HostArgs& args);
+
+  // Validation messages so far (the fixture asserts zero).
+  size_t validation_messages() const;
+  std::string validation_log() const;
+
+ private:
+  std::unique_ptr<runtime::Runtime> rt_;
+};
+
+// Every element of `got` within tolerance of `want` (exact for integer dtypes): |g - w| <=
+// tol * max(1, |w|). Returns a description of the first few mismatches, or "" when all match.
+std::string compare_arrays(const codegen::HostArray& got, const codegen::HostArray& want, double tol);
+
+// A fixture owning a KernelRunner; skips visibly without a device and fails on any
+// validation message at teardown.
+class KernelTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+  virtual runtime::RuntimeOptions options() const { return {}; }
+  std::unique_ptr<KernelRunner> runner_;
+};
+
+}  // namespace vkad::testing
