@@ -12,3 +12,4 @@
 #include "codegen/cpu_eval.h"
 #include "codegen/text.h"
 #include "codegen/verifier.h"
+#include "codegen/reverse_mode.h"

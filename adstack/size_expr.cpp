@@ -29,7 +29,7 @@ SizeExpr SizeExpr::combine(Kind k, SizeExpr a, SizeExpr b) {
 
 int64_t evaluate(const SizeExpr& e, const SizeInputs& in) {
   switch (e.kind) {
-    case SizeExpr::Kind::kConst: return std::max<int64_t>(e.value, 0);
+    case SizeExpr::Kind::kConst: return e.value;  // may be negative inside a sum (x - 1)
     case SizeExpr::Kind::kScalar: return std::max<int64_t>(in.scalar(e.param), 0);
     case SizeExpr::Kind::kDim: return std::max<int64_t>(in.dim(e.param, e.dim), 0);
     default: break;

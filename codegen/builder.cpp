@@ -126,6 +126,20 @@ void KernelBuilder::for_range(Value begin, Value end, const std::function<void(V
   blocks_.pop_back();
 }
 
+void KernelBuilder::for_range(Value begin, Value end, const SizeExpr& max_trip,
+                              const std::function<void(Value)>& body) {
+  for_range(begin, end, body);
+  // The loop is the last statement of the block that was current before the body ran.
+  Block* b = current();
+  for (auto it = b->stmts.rbegin(); it != b->stmts.rend(); ++it) {
+    if (it->op == Op::kFor) {
+      it->cap = max_trip;
+      it->has_cap = true;
+      break;
+    }
+  }
+}
+
 void KernelBuilder::if_(Value cond, const std::function<void()>& then_body,
                         const std::function<void()>& else_body) {
   Stmt s;

@@ -128,6 +128,10 @@ class KernelBuilder {
 
   // A serial loop inside a body; bounds are i32 values (may depend on enclosing indices).
   void for_range(Value begin, Value end, const std::function<void(Value)>& body);
+  // The same, stating the loop's maximum trip count for reverse mode (needed when the bounds
+  // depend on ndarray contents; a launch that exceeds it reports an adstack overflow).
+  void for_range(Value begin, Value end, const SizeExpr& max_trip,
+                 const std::function<void(Value)>& body);
   void if_(Value cond, const std::function<void()>& then_body,
            const std::function<void()>& else_body = {});
 

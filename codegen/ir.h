@@ -59,7 +59,9 @@ enum class Op : uint8_t {
   // ndarrays (parameter `param`; args: indices..., [value])
   kLoad, kStore, kAtomicAdd,
   // structured control flow
-  kFor,  // args: begin, end (i32); result: the i32 index; blocks[0]: body
+  kFor,  // args: begin, end (i32); result: the i32 index; blocks[0]: body; optional `cap`:
+         // the DSL's stated maximum trip count (reverse mode needs one when the bounds
+         // depend on ndarray contents)
   kIf,   // args: cond; blocks[0]: then, blocks[1]: else
   // adstacks (reverse mode; adstack/ describes storage). result of kStackAlloc: the stack.
   kStackAlloc,   // type: element type; `cap`: capacity bound (SizeExpr)
@@ -87,7 +89,8 @@ struct Stmt {
   double fimm = 0;     // kConst of a float type
   int64_t iimm = 0;    // kConst of an integer or bool type
   std::vector<Block> blocks;  // kFor: body; kIf: then, else
-  SizeExpr cap;               // kStackAlloc
+  SizeExpr cap;               // kStackAlloc: capacity; kFor: stated max trip (if has_cap)
+  bool has_cap = false;
 };
 
 struct Param {

@@ -95,7 +95,9 @@ std::string print_stmt(const Kernel& k, const Stmt& s) {
       return std::string(info.name) + " " + param_name(k, s.param) + indices(s, n) + ", " +
              (s.args.empty() ? "%?" : vid(s.args.back()));
     }
-    case Op::kFor: return "for " + vid(s.result) + " in [" + arg(0) + ", " + arg(1) + ")";
+    case Op::kFor:
+      return "for " + vid(s.result) + " in [" + arg(0) + ", " + arg(1) + ")" +
+             (s.has_cap ? " max_trip(" + print_size(k, s.cap) + ")" : "");
     case Op::kIf: return "if " + arg(0);
     default: break;
   }
@@ -510,6 +512,7 @@ class Parser {
         VKAD_TRY(expect("("));
         VKAD_ASSIGN_OR_RETURN(s.cap, size());
         VKAD_TRY(expect(")"));
+        s.has_cap = true;
         break;
       }
       case Op::kLoad: VKAD_TRY(index_list(s)); break;
@@ -532,6 +535,13 @@ class Parser {
         VKAD_TRY(expect("["));
         VKAD_TRY(operands(s, 2));
         VKAD_TRY(expect(")"));
+        if (tok_.kind == Token::kIdent && tok_.text == "max_trip") {
+          advance();
+          VKAD_TRY(expect("("));
+          VKAD_ASSIGN_OR_RETURN(s.cap, size());
+          VKAD_TRY(expect(")"));
+          s.has_cap = true;
+        }
         s.blocks.resize(1);
         return block(s.blocks[0]);
       }

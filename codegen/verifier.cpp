@@ -109,6 +109,25 @@ class Verifier {
     return {};
   }
 
+  Status check_size(const Stmt& s, const SizeExpr& e) const {
+    using K = SizeExpr::Kind;
+    if (e.kind == K::kScalar || e.kind == K::kDim) {
+      if (e.param >= k_.params.size()) return error(s, "size refers to parameter " + std::to_string(e.param) + ", which does not exist");
+      const Param& p = k_.params[e.param];
+      if (e.kind == K::kScalar && (p.kind != ParamKind::kScalar || !is_int(p.dtype))) {
+        return error(s, "size uses '" + p.name + "', which is not an integer scalar");
+      }
+      if (e.kind == K::kDim && (p.kind != ParamKind::kNdArray || e.dim >= p.rank)) {
+        return error(s, "size uses shape(" + p.name + ", " + std::to_string(e.dim) + "), which does not exist");
+      }
+    }
+    if ((e.kind == K::kAdd || e.kind == K::kMul || e.kind == K::kMax) && e.operands.empty()) {
+      return error(s, "size combination without operands");
+    }
+    for (const SizeExpr& o : e.operands) VKAD_TRY(check_size(s, o));
+    return {};
+  }
+
   Status define(ValueId id, IdInfo info, const Stmt* s) {
     if (id == kNoValue) return error(*s, "the statement has no result id");
     if (!ids_.emplace(id, info).second) {
@@ -214,6 +233,7 @@ class Verifier {
       if (s.type != t) return error(s, "type mismatch: the result is " + tn(s.type) + " but the operation yields " + tn(t));
       return {};
     };
+    if (s.has_cap) VKAD_TRY(check_size(s, s.cap));
     IdKind kind = IdKind::kValue;
     DType def_type = s.type;
     switch (info.cls) {

@@ -49,6 +49,7 @@ Runtime::~Runtime() {
   list_ = rhi::CommandList();
   ctx_buffers_ = {};
   arrays_.clear();
+  heaps_ = {};
   kernels_.clear();
   pipelines_.clear();
   stream_.reset();   // waits for its own last submission
@@ -334,8 +335,52 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args) {
     }
     ranges.emplace_back(static_cast<uint32_t>(b), static_cast<uint32_t>(std::max(b, e)));
   }
+  // Workgroups per task; adstack tasks may get fewer so their heap rows fit one binding
+  // (they grid-stride, so fewer threads is still correct).
+  std::vector<uint32_t> groups(d.tasks.size());
+  std::vector<adstack::RowLayout> rows(d.tasks.size());
+  std::array<uint64_t, adstack::kHeapCount> heap_need{};
+  adstack::SizeInputs inputs{
+      [&](uint32_t p) { return args[p].i; },
+      [&](uint32_t p, uint32_t dim) { return static_cast<int64_t>(arrays_.at(args[p].array.id).shape[dim]); }};
+  for (size_t t = 0; t < d.tasks.size(); ++t) {
+    const CompiledTask& task = d.tasks[t];
+    uint64_t n = ranges[t].second - ranges[t].first;
+    uint64_t g = task.serial ? 1 : (n + task.local_size - 1) / task.local_size;
+    g = std::min<uint64_t>(std::max<uint64_t>(g, 1), options_.max_groups);
+    if (!task.adstacks.empty()) {
+      Result<adstack::RowLayout> row = adstack::plan_row(task.adstacks, inputs);
+      if (!row.ok()) {
+        return make_error(row.status().code(), "launch of '" + d.name + "' task '" + task.name +
+                                                   "': " + row.status().message());
+      }
+      rows[t] = std::move(row).value();
+      for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
+        uint64_t row_bytes = uint64_t{rows[t].row_elems[h]} * adstack::heap_elem_bytes(static_cast<adstack::Heap>(h));
+        if (!row_bytes) continue;
+        uint64_t max_threads = caps().max_storage_buffer_range / row_bytes;
+        if (max_threads < task.local_size) {
+          return make_error(ErrorCode::kOutOfDeviceMemory,
+                            "launch of '" + d.name + "' task '" + task.name + "': one thread's adstack row needs " +
+                                std::to_string(row_bytes) + " bytes of the " +
+                                adstack::heap_name(static_cast<adstack::Heap>(h)) +
+                                " heap, more than the device allows in one binding (" +
+                                std::to_string(caps().max_storage_buffer_range / task.local_size) +
+                                " per thread); lower the loop trip counts");
+        }
+        g = std::min<uint64_t>(g, max_threads / task.local_size);
+      }
+      for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
+        heap_need[h] = std::max(heap_need[h], adstack::heap_bytes(rows[t], static_cast<adstack::Heap>(h),
+                                                                  g * task.local_size));
+      }
+    }
+    groups[t] = static_cast<uint32_t>(g);
+  }
+  if (d.has_adstacks()) VKAD_TRY(ensure_heaps(heap_need));
 
-  // The args buffer: scalars, shapes, zeroed error words (ABI in compiled_kernel.h).
+  // The args buffer: scalars, shapes, zeroed error words, adstack rows (ABI in
+  // compiled_kernel.h).
   uint32_t args_bytes = d.args_bytes();
   VKAD_ASSIGN_OR_RETURN(rhi::Buffer args_buf,
                         device_->create_buffer({args_bytes, rhi::MemoryUsage::kUpload,
@@ -360,7 +405,15 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args) {
       bindings.push_back(&arr.buffer);
     }
   }
-
+  for (uint32_t t = 0; t < d.tasks.size(); ++t) {
+    if (d.tasks[t].adstacks.empty()) continue;
+    std::vector<uint32_t> words(adstack::args_words(d.tasks[t].adstacks.size()));
+    adstack::write_args(rows[t], words.data());
+    std::memcpy(dst + d.adstack_args_offset(t), words.data(), 4 * words.size());
+  }
+  if (d.has_adstacks()) {
+    for (rhi::Buffer& h : heaps_) bindings.push_back(&h);
+  }
   VKAD_TRY(ensure_list());
   Pipeline& pipes = pipelines_.at(k->hash);
   for (size_t t = 0; t < d.tasks.size(); ++t) {
@@ -370,10 +423,7 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args) {
     VKAD_TRY(list_.bind_buffers(p, bindings));
     uint32_t push[2] = {ranges[t].first, ranges[t].second};
     list_.push_constants(p, push, sizeof push);
-    uint64_t n = ranges[t].second - ranges[t].first;
-    uint64_t groups = task.serial ? 1 : (n + task.local_size - 1) / task.local_size;
-    groups = std::min<uint64_t>(std::max<uint64_t>(groups, 1), options_.max_groups);
-    list_.dispatch(static_cast<uint32_t>(groups));
+    list_.dispatch(groups[t]);
     list_.barrier(rhi::Barrier::kComputeToCompute);
   }
   ctx_bytes_ += args_bytes;
@@ -430,6 +480,30 @@ Status Runtime::synchronize() {
   }
   VKAD_TRY(drain_all());
   return take_device_errors();
+}
+
+Status Runtime::ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& need) {
+  for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
+    uint64_t have = heaps_[h].valid() ? heaps_[h].size() : 0;
+    if (have >= std::max<uint64_t>(need[h], 1)) continue;
+    // Amortised doubling; the old heap may still be used by recorded or in-flight work, so it
+    // travels with this list's ctx buffers through the retirement queue.
+    uint64_t bytes = std::max<uint64_t>({need[h], 2 * have, 4096});
+    bytes = std::min<uint64_t>(bytes, std::max<uint64_t>(need[h], caps().max_storage_buffer_range));
+    VKAD_ASSIGN_OR_RETURN(
+        rhi::Buffer fresh,
+        device_->create_buffer({bytes, rhi::MemoryUsage::kDeviceLocal,
+                                std::string("adstack heap ") + adstack::heap_name(static_cast<adstack::Heap>(h))}));
+    if (heaps_[h].valid()) {
+      ctx_bytes_ += heaps_[h].size();
+      ctx_buffers_.buffers.push_back(std::move(heaps_[h]));
+      ++stats_.adstack_heap_growths;
+    }
+    heaps_[h] = std::move(fresh);
+  }
+  stats_.adstack_heap_bytes = 0;
+  for (const rhi::Buffer& b : heaps_) stats_.adstack_heap_bytes += b.valid() ? b.size() : 0;
+  return {};
 }
 
 Status Runtime::set_retirement_depth(size_t depth) {

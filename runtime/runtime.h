@@ -18,6 +18,7 @@
 // using one after free is an error value, never a crash. Externally synchronised (one thread).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -82,6 +83,8 @@ struct RuntimeStats {
   uint64_t ndarrays = 0;
   uint64_t memory_block_bytes = 0;
   size_t live_descriptor_sets = 0;
+  uint64_t adstack_heap_bytes = 0;    // current f32 + f64 + int adstack heaps
+  uint64_t adstack_heap_growths = 0;  // heaps replaced by bigger ones (old ones retired)
 };
 
 class Runtime {
@@ -158,6 +161,7 @@ class Runtime {
   Status ensure_list();
   Status check_args(const Kernel& k, std::span<const Arg> args) const;
   Status drain_all();
+  Status ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& need);
   void read_error_flags(CtxBuffers& retired);
   Status take_device_errors();
   void evict_unreferenced();
@@ -176,6 +180,7 @@ class Runtime {
   uint32_t next_id_ = 1;
   uint64_t tick_ = 0;
   rhi::StreamSemaphore last_sem_;
+  std::array<rhi::Buffer, adstack::kHeapCount> heaps_;  // shared by all adstack launches
   // Found at retirement, reported at the next drain: one line per (kernel, task, code).
   std::vector<std::pair<std::string, uint64_t>> device_errors_;
   RuntimeStats stats_;

@@ -1,0 +1,631 @@
+#include "codegen/reverse_mode.h"
+
+#include <algorithm>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "codegen/text.h"
+#include "codegen/verifier.h"
+
+namespace vkad::codegen {
+
+namespace {
+
+bool is_nonlinear(Op op) {
+  switch (op) {
+    case Op::kMul: case Op::kDiv: case Op::kMin: case Op::kMax: case Op::kAbs: case Op::kSqrt:
+    case Op::kRsqrt: case Op::kExp: case Op::kLog: case Op::kSin: case Op::kCos: case Op::kTan:
+    case Op::kTanh: case Op::kAsin: case Op::kAcos: case Op::kPow: case Op::kAtan2:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// A symbolic integer range: lo is a constant (or assumed >= 0), up a SizeExpr.
+struct SymRange {
+  int64_t lo = 0;
+  SizeExpr up;
+};
+
+class ReverseMode {
+ public:
+  ReverseMode(const Kernel& f, const Target& t) : f_(f), t_(t) {}
+
+  Result<Kernel> run() {
+    VKAD_TRY(verify(f_, t_));
+    VKAD_TRY(check_rules());
+    a_.name = f_.name + "_adjoint";
+    a_.params = f_.params;
+    grad_param_.assign(f_.params.size(), UINT32_MAX);
+    for (uint32_t p = 0; p < f_.params.size(); ++p) {
+      a_.params[p].needs_grad = false;
+      if (!f_.params[p].needs_grad) continue;
+      Param g = f_.params[p];
+      g.name += "_grad";
+      g.needs_grad = false;
+      g.read_only = false;
+      grad_param_[p] = static_cast<uint32_t>(a_.params.size());
+      a_.params.push_back(std::move(g));
+    }
+    for (auto it = f_.tasks.rbegin(); it != f_.tasks.rend(); ++it) VKAD_TRY(task(*it));
+    return std::move(a_);
+  }
+
+ private:
+  // ------------------------------------------------------------ rules
+  Status error(const Task& t, const Stmt& s, const std::string& what) const {
+    return make_error(ErrorCode::kInvalidArgument, "reverse mode of kernel '" + f_.name + "', task '" +
+                                                       t.name + "', statement `" + print_stmt(f_, s) +
+                                                       "`: " + what);
+  }
+
+  Status check_rules() {
+    std::vector<const Stmt*> first_read(f_.params.size(), nullptr), first_write(f_.params.size(), nullptr);
+    std::vector<const Task*> write_task(f_.params.size(), nullptr);
+    std::function<Status(const Task&, const Block&)> walk = [&](const Task& t, const Block& b) -> Status {
+      for (const Stmt& s : b.stmts) {
+        if (s.op >= Op::kStackAlloc) return error(t, s, "adstack statements cannot be differentiated");
+        if (s.op == Op::kLoad && !first_read[s.param]) first_read[s.param] = &s;
+        if ((s.op == Op::kStore || s.op == Op::kAtomicAdd) && !first_write[s.param]) {
+          first_write[s.param] = &s;
+          write_task[s.param] = &t;
+        }
+        for (const Block& c : s.blocks) VKAD_TRY(walk(t, c));
+      }
+      return {};
+    };
+    for (const Task& t : f_.tasks) VKAD_TRY(walk(t, t.body));
+    for (size_t p = 0; p < f_.params.size(); ++p) {
+      if (first_read[p] && first_write[p]) {
+        return error(*write_task[p], *first_write[p],
+                     "ndarray '" + f_.params[p].name +
+                         "' is both read and written by the kernel; its gradient would need the "
+                         "values it overwrites. Write the result to a separate ndarray");
+      }
+    }
+    return {};
+  }
+
+  // ------------------------------------------------------------ analysis (forward ids)
+  void index_defs(const Block& b, std::vector<const Stmt*>& ctrl) {
+    for (const Stmt& s : b.stmts) {
+      if (s.result != kNoValue) {
+        def_[s.result] = &s;
+        type_[s.result] = s.type;
+      }
+      if (s.op == Op::kAlloca) alloca_ctrl_[s.result] = ctrl;
+      if (!s.blocks.empty()) {
+        ctrl.push_back(&s);
+        for (const Block& c : s.blocks) index_defs(c, ctrl);
+        ctrl.pop_back();
+      }
+    }
+  }
+
+  bool act(ValueId v) const { return active_.count(v) > 0; }
+
+  bool activity(const Block& b) {
+    bool changed = false;
+    for (const Stmt& s : b.stmts) {
+      for (const Block& c : s.blocks) changed |= activity(c);
+      if (s.op == Op::kStoreLocal) {
+        if (act(s.args[1]) && active_.insert(s.args[0]).second) changed = true;
+        continue;
+      }
+      if (s.result == kNoValue || !is_float(s.type) || s.op == Op::kAlloca || s.op == Op::kFor) continue;
+      bool a = false;
+      switch (s.op) {
+        case Op::kLoad: a = f_.params[s.param].needs_grad; break;
+        case Op::kLoadLocal: a = act(s.args[0]); break;
+        case Op::kConst: case Op::kArg: case Op::kShape: break;
+        case Op::kSelect: a = act(s.args[1]) || act(s.args[2]); break;
+        default:
+          for (ValueId x : s.args) a = a || act(x);
+      }
+      if (a && active_.insert(s.result).second) changed = true;
+    }
+    return changed;
+  }
+
+  void mark(ValueId v) {
+    if (needed_.insert(v).second) work_.push_back(v);
+  }
+
+  void seed_needed(const Block& b) {
+    for (const Stmt& s : b.stmts) {
+      bool active = s.result != kNoValue && act(s.result);
+      if (active && is_nonlinear(s.op)) {
+        for (ValueId x : s.args) mark(x);
+      }
+      if (active && s.op == Op::kSelect) mark(s.args[0]);
+      if (s.op == Op::kFor) mark(s.args[0]), mark(s.args[1]);
+      if (s.op == Op::kIf) mark(s.args[0]);
+      if (s.op == Op::kLoad && active) {
+        for (ValueId x : s.args) mark(x);
+      }
+      if ((s.op == Op::kStore || s.op == Op::kAtomicAdd) && f_.params[s.param].needs_grad &&
+          act(s.args.back())) {
+        for (size_t i = 0; i + 1 < s.args.size(); ++i) mark(s.args[i]);
+      }
+      for (const Block& c : s.blocks) seed_needed(c);
+    }
+  }
+
+  void propagate_needed() {
+    while (!work_.empty()) {
+      ValueId v = work_.back();
+      work_.pop_back();
+      auto it = def_.find(v);
+      if (it == def_.end()) continue;  // the task index
+      const Stmt& s = *it->second;
+      if (s.op == Op::kLoadLocal || s.op == Op::kFor) continue;  // restored / an index
+      for (ValueId x : s.args) mark(x);
+    }
+  }
+
+  // Locals each control statement must checkpoint: those with a needed load inside it but
+  // defined outside it.
+  void collect_checkpoints(const Block& b, std::vector<const Stmt*>& ctrl) {
+    for (const Stmt& s : b.stmts) {
+      if (s.op == Op::kLoadLocal && needed_.count(s.result)) {
+        const auto& def_ctrl = alloca_ctrl_.at(s.args[0]);
+        for (const Stmt* c : ctrl) {
+          if (std::find(def_ctrl.begin(), def_ctrl.end(), c) != def_ctrl.end()) continue;
+          auto& list = ckpt_[c];
+          if (std::find(list.begin(), list.end(), s.args[0]) == list.end()) list.push_back(s.args[0]);
+        }
+      }
+      if (!s.blocks.empty()) {
+        ctrl.push_back(&s);
+        for (const Block& c : s.blocks) collect_checkpoints(c, ctrl);
+        ctrl.pop_back();
+      }
+    }
+  }
+
+  // Symbolic range of an integer value, or nullopt when it depends on data.
+  std::optional<SymRange> range(ValueId v) {
+    if (v == task_->index) {
+      SymRange r;
+      r.lo = task_->begin.kind == RangeBound::Kind::kConstant ? task_->begin.value : 0;
+      r.up = SizeExpr::combine(SizeExpr::Kind::kAdd, bound_size(task_->end), SizeExpr::constant(-1));
+      return r;
+    }
+    auto it = def_.find(v);
+    if (it == def_.end()) return std::nullopt;
+    const Stmt& s = *it->second;
+    using K = SizeExpr::Kind;
+    auto both = [&](auto f) -> std::optional<SymRange> {
+      auto a = range(s.args[0]), b = range(s.args[1]);
+      if (!a || !b) return std::nullopt;
+      return f(*a, *b);
+    };
+    switch (s.op) {
+      case Op::kConst: return SymRange{s.iimm, SizeExpr::constant(s.iimm)};
+      case Op::kArg: return SymRange{0, SizeExpr::scalar(s.param)};
+      case Op::kShape: return SymRange{0, SizeExpr::array_dim(s.param, s.dim)};
+      case Op::kCast: return is_int(s.type) && is_int(type_.at(s.args[0])) ? range(s.args[0]) : std::nullopt;
+      case Op::kFor: {
+        auto b = range(s.args[0]), e = range(s.args[1]);
+        if (!b || !e) return std::nullopt;
+        return SymRange{b->lo, SizeExpr::combine(K::kAdd, e->up, SizeExpr::constant(-1))};
+      }
+      case Op::kAdd:
+        return both([](SymRange a, SymRange b) -> std::optional<SymRange> {
+          return SymRange{a.lo + b.lo, SizeExpr::combine(K::kAdd, a.up, b.up)};
+        });
+      case Op::kSub:
+        return both([](SymRange a, SymRange b) -> std::optional<SymRange> {
+          return SymRange{0, SizeExpr::combine(K::kAdd, a.up, SizeExpr::constant(-b.lo))};
+        });
+      case Op::kMul:
+        return both([](SymRange a, SymRange b) -> std::optional<SymRange> {
+          if (a.lo < 0 || b.lo < 0) return std::nullopt;
+          return SymRange{a.lo * b.lo, SizeExpr::combine(K::kMul, a.up, b.up)};
+        });
+      case Op::kMax:
+        return both([](SymRange a, SymRange b) -> std::optional<SymRange> {
+          return SymRange{std::max(a.lo, b.lo), SizeExpr::combine(K::kMax, a.up, b.up)};
+        });
+      case Op::kMin:
+        return both([](SymRange a, SymRange b) -> std::optional<SymRange> {
+          return SymRange{std::min(a.lo, b.lo), b.up.kind == K::kConst ? b.up : a.up};
+        });
+      case Op::kMod: {
+        auto c = def_.find(s.args[1]);
+        if (c == def_.end() || c->second->op != Op::kConst || c->second->iimm <= 0) return std::nullopt;
+        return SymRange{0, SizeExpr::constant(c->second->iimm - 1)};
+      }
+      case Op::kDiv:
+      case Op::kFloorDiv: {
+        auto a = range(s.args[0]);
+        auto c = def_.find(s.args[1]);
+        if (!a || a->lo < 0 || c == def_.end() || c->second->op != Op::kConst || c->second->iimm < 1) return std::nullopt;
+        return SymRange{0, a->up};
+      }
+      default: return std::nullopt;
+    }
+  }
+
+  SizeExpr bound_size(const RangeBound& b) const {
+    switch (b.kind) {
+      case RangeBound::Kind::kConstant: return SizeExpr::constant(b.value);
+      case RangeBound::Kind::kScalarParam: return SizeExpr::scalar(b.param);
+      case RangeBound::Kind::kArrayDim: return SizeExpr::array_dim(b.param, b.dim);
+    }
+    return {};
+  }
+
+  Result<SizeExpr> trip_bound(const Stmt& loop) {
+    if (loop.has_cap) return loop.cap;
+    auto b = range(loop.args[0]), e = range(loop.args[1]);
+    if (!b || !e) {
+      return error(*task_, loop,
+                   "reverse mode needs a bound on this loop's trip count to size its adstack, and "
+                   "its bounds depend on ndarray contents or mutable locals. State one: "
+                   "`for %i in [%b, %e) max_trip(<size>)` in text, or "
+                   "KernelBuilder::for_range(begin, end, max_trip, body)");
+    }
+    return SizeExpr::combine(SizeExpr::Kind::kAdd, e->up, SizeExpr::constant(-b->lo));
+  }
+
+  // ------------------------------------------------------------ emission helpers (adjoint ids)
+  ValueId emit(Stmt s) {
+    if (op_info(s.op).has_result) s.result = a_.fresh();
+    ValueId r = s.result;
+    out_.back()->stmts.push_back(std::move(s));
+    return r;
+  }
+  ValueId mk(Op op, DType t, std::vector<ValueId> args) {
+    Stmt s;
+    s.op = op;
+    s.type = t;
+    s.args = std::move(args);
+    return emit(std::move(s));
+  }
+  ValueId cst(DType t, double v) {
+    Stmt s;
+    s.op = Op::kConst;
+    s.type = t;
+    if (is_float(t)) s.fimm = t == DType::kF32 ? static_cast<float>(v) : v;
+    else s.iimm = static_cast<int64_t>(v), s.fimm = v;
+    return emit(std::move(s));
+  }
+  void store_local(ValueId local, ValueId v) { mk(Op::kStoreLocal, DType::kF32, {local, v}); }
+  ValueId load_local(ValueId local, DType t) { return mk(Op::kLoadLocal, t, {local}); }
+  ValueId p(ValueId forward) const { return map_.at(forward); }
+  DType ft(ValueId forward) const { return type_.at(forward); }
+
+  // The adjoint of forward value `x` += d (nothing if x carries no derivative).
+  void acc(ValueId x, ValueId d) {
+    if (!act(x) || !vadj_.count(x)) return;
+    ValueId local = vadj_.at(x);
+    store_local(local, mk(Op::kAdd, ft(x), {load_local(local, ft(x)), d}));
+  }
+
+  template <typename Body>
+  void in_block(Block& b, Body body) {
+    out_.push_back(&b);
+    body();
+    out_.pop_back();
+  }
+
+  // Checkpoint stacks hold numbers; bool locals travel as i32.
+  static DType stack_type(DType t) { return t == DType::kBool ? DType::kI32 : t; }
+
+  void push_checkpoints(const Stmt& ctrl) {
+    auto it = ckpt_.find(&ctrl);
+    if (it == ckpt_.end()) return;
+    for (size_t i = 0; i < it->second.size(); ++i) {
+      ValueId L = it->second[i];
+      DType t = ft(L);
+      ValueId v = load_local(p(L), t);
+      if (t == DType::kBool) v = mk(Op::kCast, DType::kI32, {v});
+      mk(Op::kStackPush, DType::kF32, {stacks_.at(&ctrl)[i], v});
+    }
+  }
+  void restore_checkpoints(const Stmt& ctrl) {
+    auto it = ckpt_.find(&ctrl);
+    if (it == ckpt_.end()) return;
+    for (size_t i = 0; i < it->second.size(); ++i) {
+      ValueId L = it->second[i];
+      DType t = ft(L);
+      ValueId v = mk(Op::kStackTop, stack_type(t), {stacks_.at(&ctrl)[i]});
+      if (t == DType::kBool) v = mk(Op::kCast, DType::kBool, {v});
+      store_local(p(L), v);
+    }
+  }
+  void pop_checkpoints(const Stmt& ctrl) {
+    auto it = stacks_.find(&ctrl);
+    if (it == stacks_.end()) return;
+    for (ValueId s : it->second) mk(Op::kStackPop, DType::kF32, {s});
+  }
+
+  // ------------------------------------------------------------ forward replay
+  void fwd(const Block& b, bool checkpoint) {
+    for (const Stmt& s : b.stmts) {
+      switch (s.op) {
+        case Op::kStore:
+        case Op::kAtomicAdd:
+          break;  // the adjoint writes no primal ndarray
+        case Op::kFor: {
+          Stmt loop;
+          loop.op = Op::kFor;
+          loop.type = DType::kI32;
+          loop.args = {p(s.args[0]), p(s.args[1])};
+          loop.blocks.resize(1);
+          ValueId idx = emit(std::move(loop));
+          map_[s.result] = idx;
+          in_block(out_.back()->stmts.back().blocks[0], [&] {
+            if (checkpoint) push_checkpoints(s);
+            fwd(s.blocks[0], false);
+          });
+          break;
+        }
+        case Op::kIf: {
+          if (checkpoint) push_checkpoints(s);
+          Stmt br;
+          br.op = Op::kIf;
+          br.type = DType::kBool;
+          br.args = {p(s.args[0])};
+          br.blocks.resize(2);
+          emit(std::move(br));
+          Stmt& st = out_.back()->stmts.back();
+          in_block(st.blocks[0], [&] { fwd(s.blocks[0], false); });
+          in_block(st.blocks[1], [&] { fwd(s.blocks[1], false); });
+          break;
+        }
+        default: {
+          Stmt c = s;
+          for (ValueId& x : c.args) x = p(x);
+          ValueId r = emit(std::move(c));
+          if (s.result != kNoValue) map_[s.result] = r;
+        }
+      }
+    }
+  }
+
+  // ------------------------------------------------------------ reverse sweep
+  void rev(const Block& b) {
+    for (const Stmt& s : b.stmts) {
+      if (s.result != kNoValue && is_float(s.type) && act(s.result) && s.op != Op::kAlloca &&
+          s.op != Op::kFor) {
+        vadj_[s.result] = mk(Op::kAlloca, s.type, {});
+      }
+    }
+    for (auto it = b.stmts.rbegin(); it != b.stmts.rend(); ++it) rev_stmt(*it);
+  }
+
+  void rev_stmt(const Stmt& s) {
+    switch (s.op) {
+      case Op::kFor: {
+        ValueId b = p(s.args[0]), e = p(s.args[1]);
+        Stmt loop;
+        loop.op = Op::kFor;
+        loop.type = DType::kI32;
+        loop.args = {b, e};
+        loop.blocks.resize(1);
+        ValueId jr = emit(std::move(loop));
+        in_block(out_.back()->stmts.back().blocks[0], [&] {
+          // j = b + e - 1 - jr walks [b, e) backwards.
+          ValueId last = mk(Op::kSub, DType::kI32, {mk(Op::kAdd, DType::kI32, {b, e}), cst(DType::kI32, 1)});
+          map_[s.result] = mk(Op::kSub, DType::kI32, {last, jr});
+          restore_checkpoints(s);
+          fwd(s.blocks[0], true);
+          rev(s.blocks[0]);
+          pop_checkpoints(s);
+        });
+        return;
+      }
+      case Op::kIf: {
+        Stmt br;
+        br.op = Op::kIf;
+        br.type = DType::kBool;
+        br.args = {p(s.args[0])};
+        br.blocks.resize(2);
+        emit(std::move(br));
+        Stmt& st = out_.back()->stmts.back();
+        for (int side = 0; side < 2; ++side) {
+          in_block(st.blocks[side], [&] {
+            restore_checkpoints(s);
+            fwd(s.blocks[side], true);
+            rev(s.blocks[side]);
+          });
+        }
+        pop_checkpoints(s);
+        return;
+      }
+      case Op::kAlloca:
+        if (ladj_.count(s.result)) store_local(ladj_.at(s.result), cst(s.type, 0));
+        return;
+      case Op::kStoreLocal: {
+        ValueId L = s.args[0], v = s.args[1];
+        if (!ladj_.count(L)) return;
+        ValueId la = ladj_.at(L);
+        acc(v, load_local(la, ft(L)));
+        store_local(la, cst(ft(L), 0));
+        return;
+      }
+      case Op::kStore:
+      case Op::kAtomicAdd: {
+        uint32_t g = grad_param_[s.param];
+        if (g == UINT32_MAX || !act(s.args.back())) return;
+        Stmt ld;
+        ld.op = Op::kLoad;
+        ld.param = g;
+        ld.type = f_.params[s.param].dtype;
+        for (size_t i = 0; i + 1 < s.args.size(); ++i) ld.args.push_back(p(s.args[i]));
+        acc(s.args.back(), emit(std::move(ld)));
+        return;
+      }
+      default: break;
+    }
+    if (s.result == kNoValue || !vadj_.count(s.result)) return;
+    DType t = s.type;
+    ValueId g = load_local(vadj_.at(s.result), t);
+    ValueId f = p(s.result);
+    auto A = [&](size_t i) { return p(s.args[i]); };
+    auto M = [&](ValueId x, ValueId y) { return mk(Op::kMul, t, {x, y}); };
+    auto D = [&](ValueId x, ValueId y) { return mk(Op::kDiv, t, {x, y}); };
+    auto N = [&](ValueId x) { return mk(Op::kNeg, t, {x}); };
+    auto S = [&](ValueId c, ValueId x, ValueId y) { return mk(Op::kSelect, t, {c, x, y}); };
+    auto C = [&](double v) { return cst(t, v); };
+    switch (s.op) {
+      case Op::kLoad: {
+        uint32_t gp = grad_param_[s.param];
+        if (gp == UINT32_MAX) return;
+        Stmt add;
+        add.op = Op::kAtomicAdd;
+        add.param = gp;
+        for (ValueId x : s.args) add.args.push_back(p(x));
+        add.args.push_back(g);
+        emit(std::move(add));
+        return;
+      }
+      case Op::kLoadLocal: {
+        ValueId la = ladj_.at(s.args[0]);
+        store_local(la, mk(Op::kAdd, t, {load_local(la, t), g}));
+        return;
+      }
+      case Op::kAdd: acc(s.args[0], g); acc(s.args[1], g); return;
+      case Op::kSub: acc(s.args[0], g); acc(s.args[1], N(g)); return;
+      case Op::kNeg: acc(s.args[0], N(g)); return;
+      case Op::kMul: acc(s.args[0], M(g, A(1))); acc(s.args[1], M(g, A(0))); return;
+      case Op::kDiv: acc(s.args[0], D(g, A(1))); acc(s.args[1], N(D(M(g, f), A(1)))); return;
+      case Op::kMin:
+      case Op::kMax: {
+        ValueId first = mk(s.op == Op::kMin ? Op::kLe : Op::kGe, DType::kBool, {A(0), A(1)});
+        acc(s.args[0], S(first, g, C(0)));
+        acc(s.args[1], S(first, C(0), g));
+        return;
+      }
+      case Op::kAbs: acc(s.args[0], S(mk(Op::kLt, DType::kBool, {A(0), C(0)}), N(g), g)); return;
+      case Op::kSqrt: acc(s.args[0], D(M(g, C(0.5)), f)); return;
+      case Op::kRsqrt: acc(s.args[0], M(M(g, C(-0.5)), M(f, M(f, f)))); return;
+      case Op::kExp: acc(s.args[0], M(g, f)); return;
+      case Op::kLog: acc(s.args[0], D(g, A(0))); return;
+      case Op::kSin: acc(s.args[0], M(g, mk(Op::kCos, t, {A(0)}))); return;
+      case Op::kCos: acc(s.args[0], N(M(g, mk(Op::kSin, t, {A(0)})))); return;
+      case Op::kTan: acc(s.args[0], M(g, mk(Op::kAdd, t, {C(1), M(f, f)}))); return;
+      case Op::kTanh: acc(s.args[0], M(g, mk(Op::kSub, t, {C(1), M(f, f)}))); return;
+      case Op::kAsin:
+      case Op::kAcos: {
+        ValueId r = mk(Op::kRsqrt, t, {mk(Op::kSub, t, {C(1), M(A(0), A(0))})});
+        acc(s.args[0], s.op == Op::kAsin ? M(g, r) : N(M(g, r)));
+        return;
+      }
+      case Op::kPow: {
+        ValueId bm1 = mk(Op::kSub, t, {A(1), C(1)});
+        acc(s.args[0], M(M(g, A(1)), mk(Op::kPow, t, {A(0), bm1})));
+        if (act(s.args[1])) {
+          ValueId pos = mk(Op::kGt, DType::kBool, {A(0), C(0)});
+          // log(a) only where a > 0; the derivative in b is 0 (not NaN) elsewhere.
+          ValueId safe = S(pos, A(0), C(1));
+          acc(s.args[1], M(g, S(pos, M(f, mk(Op::kLog, t, {safe})), C(0))));
+        }
+        return;
+      }
+      case Op::kAtan2: {
+        ValueId den = mk(Op::kAdd, t, {M(A(0), A(0)), M(A(1), A(1))});
+        acc(s.args[0], D(M(g, A(1)), den));
+        acc(s.args[1], N(D(M(g, A(0)), den)));
+        return;
+      }
+      case Op::kSelect:
+        acc(s.args[1], S(A(0), g, C(0)));
+        acc(s.args[2], S(A(0), C(0), g));
+        return;
+      case Op::kCast:
+        if (is_float(ft(s.args[0]))) acc(s.args[0], mk(Op::kCast, ft(s.args[0]), {g}));
+        return;
+      default:
+        return;  // floor, ceil, constants: zero derivative
+    }
+  }
+
+  // ------------------------------------------------------------ one task
+  Status task(const Task& t) {
+    task_ = &t;
+    def_.clear(), type_.clear(), active_.clear(), needed_.clear(), ckpt_.clear(), stacks_.clear();
+    alloca_ctrl_.clear(), map_.clear(), vadj_.clear(), ladj_.clear();
+    type_[t.index] = DType::kI32;
+    std::vector<const Stmt*> ctrl;
+    index_defs(t.body, ctrl);
+    while (activity(t.body)) {
+    }
+    seed_needed(t.body);
+    propagate_needed();
+    collect_checkpoints(t.body, ctrl);
+
+    Task at;
+    at.name = t.name + "_adjoint";
+    at.begin = t.begin;
+    at.end = t.end;
+    at.serial = t.serial;
+    at.index = a_.fresh();
+    map_[t.index] = at.index;
+    out_ = {&at.body};
+    // Checkpoint stacks, in a deterministic order (statement order).
+    std::vector<const Stmt*> order;
+    std::function<void(const Block&)> walk = [&](const Block& b) {
+      for (const Stmt& s : b.stmts) {
+        if (ckpt_.count(&s)) order.push_back(&s);
+        for (const Block& c : s.blocks) walk(c);
+      }
+    };
+    walk(t.body);
+    for (const Stmt* c : order) {
+      SizeExpr cap = SizeExpr::constant(1);
+      if (c->op == Op::kFor) {
+        VKAD_ASSIGN_OR_RETURN(cap, trip_bound(*c));
+      }
+      for (ValueId L : ckpt_.at(c)) {
+        Stmt st;
+        st.op = Op::kStackAlloc;
+        st.type = stack_type(ft(L));
+        st.cap = cap;
+        st.has_cap = true;
+        stacks_[c].push_back(emit(std::move(st)));
+      }
+    }
+    // Adjoints of active float locals live for the whole iteration.
+    for (const auto& [id, s] : def_) {
+      if (s->op == Op::kAlloca && is_float(s->type) && act(id)) ladj_[id] = kNoValue;
+    }
+    std::vector<ValueId> locals;
+    for (const auto& [id, unused] : ladj_) locals.push_back(id);
+    std::sort(locals.begin(), locals.end());
+    for (ValueId id : locals) ladj_[id] = mk(Op::kAlloca, ft(id), {});
+
+    fwd(t.body, true);
+    rev(t.body);
+    a_.tasks.push_back(std::move(at));
+    return {};
+  }
+
+  const Kernel& f_;
+  const Target& t_;
+  Kernel a_;
+  const Task* task_ = nullptr;
+  std::vector<uint32_t> grad_param_;
+  std::unordered_map<ValueId, const Stmt*> def_;
+  std::unordered_map<ValueId, DType> type_;
+  std::unordered_map<ValueId, std::vector<const Stmt*>> alloca_ctrl_;
+  std::unordered_set<ValueId> active_, needed_;
+  std::vector<ValueId> work_;
+  std::unordered_map<const Stmt*, std::vector<ValueId>> ckpt_;    // forward locals
+  std::unordered_map<const Stmt*, std::vector<ValueId>> stacks_;  // adjoint stack ids
+  std::vector<Block*> out_;
+  std::unordered_map<ValueId, ValueId> map_, vadj_, ladj_;
+};
+
+}  // namespace
+
+Result<Kernel> make_adjoint(const Kernel& forward, const Target& target) {
+  ReverseMode rm(forward, target);
+  return rm.run();
+}
+
+}  // namespace vkad::codegen

@@ -1,0 +1,42 @@
+// Reverse mode: the adjoint kernel of a forward kernel.
+//
+// Parameters of the adjoint: the forward kernel's parameters, unchanged and in order, then one
+// gradient ndarray per parameter marked `grad`, called `<name>_grad`, same dtype and shape.
+// For an ndarray the forward kernel reads, the adjoint atomically adds dL/d(element) into its
+// gradient; for one it writes (store or atomic_add), the adjoint reads the seeded dL/d(output)
+// from its gradient. The adjoint writes no primal ndarray.
+//
+// Scheme, per parallel iteration (docs/architecture.md has the full story):
+//   - replay the forward computation, checkpointing onto adstacks, at the start of every
+//     iteration of every loop (and before every branch), the mutable locals whose values the
+//     reverse sweep needs. "Needs" is computed: a local only updated linearly (acc += x) is
+//     never checkpointed; integer locals used as indices, bounds or conditions are (on integer
+//     stacks);
+//   - walk the statements backwards accumulating adjoints. A loop runs reversed over the same
+//     bounds; each reversed iteration restores its checkpoint, recomputes the iteration
+//     (checkpointing its own inner loops), then walks it backwards. A branch re-evaluates its
+//     condition from restored values, so it takes the forward path.
+//   Stack memory per thread is the sum over loops of their trip bounds (not the product):
+//   nested loops are recomputed instead of stored.
+//
+// Adstack capacities are symbolic trip bounds derived from loop bounds (constants, scalar
+// parameters, ndarray shapes, enclosing indices; sums, products, max). A loop whose bounds
+// depend on ndarray contents or on mutable locals needs a stated bound (`max_trip`), otherwise
+// reverse mode fails naming the loop. A launch that exceeds a stated bound reports an adstack
+// overflow (never a wrong gradient in silence).
+//
+// Rejected with kInvalidArgument naming the statement: an ndarray both read and written by the
+// kernel (its old values would be needed), adstack statements in the forward kernel, and loops
+// with no derivable or stated trip bound. Scalar parameters get no gradient.
+#pragma once
+
+#include "codegen/ir.h"
+#include "codegen/target.h"
+#include "rhi/status.h"
+
+namespace vkad::codegen {
+
+// The forward kernel must verify; the result verifies too (tested).
+Result<Kernel> make_adjoint(const Kernel& forward, const Target& target = {});
+
+}  // namespace vkad::codegen

@@ -1,0 +1,490 @@
+// Reverse mode on the device (validation on, zero messages): every adjoint is checked against
+// central finite differences of the forward kernel run on the same device, in f64 (lavapipe
+// has it). The loss is L = sum(w * outputs) with random seeds w, so the adjoint's gradient of
+// an input element must equal (L(x + h) - L(x - h)) / 2h. f64 transcendentals are evaluated in
+// f32 (see spirv_emitter.h), so the finite differences carry ~1e-7/h of noise: h = 1e-4 and a
+// relative tolerance of 2e-3 (1e-6 for kernels with only exact f64 arithmetic). Closed forms
+// are checked where they exist, and the device adjoint is compared to the CPU reference's.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "codegen/reverse_mode.h"
+#include "codegen/text.h"
+#include "codegen/verifier.h"
+#include "gpu/kernel_harness.h"
+
+namespace vkad::testing {
+namespace {
+
+using codegen::HostArray;
+using codegen::Kernel;
+
+struct AdCase {
+  std::string name;
+  std::string text;
+  std::vector<ArgSpec> args;
+  double tol = 2e-3;
+  double h = 1e-4;
+};
+
+ArgSpec A(std::vector<uint32_t> s, double lo = -1, double hi = 1) { return ArgSpec::array(std::move(s), lo, hi); }
+ArgSpec S(double v) { return ArgSpec::of(v); }
+
+// One kernel per differentiable op: a nonlinear recurrence v <- v/2 + op(v)/4 (a contraction
+// for the input ranges used, so finite differences stay well-conditioned) that applies the op
+// to the loop-carried value, so the reverse sweep needs every iteration's value back.
+AdCase op_case(const std::string& op, const std::string& update, double lo = -0.5, double hi = 0.5) {
+  std::string text = R"(kernel rec_)" + op + R"((n: i32, x: ndarray<f64, 1> grad, z: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f64
+    %x = load x[%i] : f64
+    %z = load z[%i] : f64
+    store_local %v, %x
+    %zero = const 0 : i32
+    %n = arg n : i32
+    %c = const 0.5 : f64
+    %half = const 0.5 : f64
+    %one = const 1.0 : f64
+    %quarter = const 0.25 : f64
+    for %k in [%zero, %n) {
+      %a = load_local %v : f64
+)" + update + R"(
+      %keep = mul %a, %c : f64
+      %uq = mul %u, %quarter : f64
+      %nv = add %keep, %uq : f64
+      store_local %v, %nv
+    }
+    %out = load_local %v : f64
+    store y[%i], %out
+  }
+})";
+  return {"op_" + op, text, {S(6), A({64}, lo, hi), A({64}, 0.2, 0.8), A({64})}};
+}
+
+std::vector<AdCase> cases() {
+  std::vector<AdCase> c;
+  // Every differentiable op on a loop-varying operand.
+  c.push_back(op_case("sin", "      %u = sin %a : f64"));
+  c.push_back(op_case("cos", "      %u = cos %a : f64"));
+  c.push_back(op_case("tan", "      %u = tan %a : f64"));
+  c.push_back(op_case("tanh", "      %u = tanh %a : f64"));
+  c.push_back(op_case("asin", "      %s = mul %a, %half : f64\n      %u = asin %s : f64"));
+  c.push_back(op_case("acos", "      %s = mul %a, %half : f64\n      %u = acos %s : f64"));
+  c.push_back(op_case("exp", "      %s = mul %a, %half : f64\n      %u = exp %s : f64"));
+  c.push_back(op_case("log", "      %s = mul %a, %a : f64\n      %t = add %s, %one : f64\n      %u = log %t : f64"));
+  c.push_back(op_case("sqrt", "      %s = mul %a, %a : f64\n      %t = add %s, %one : f64\n      %u = sqrt %t : f64"));
+  c.push_back(op_case("rsqrt", "      %s = mul %a, %a : f64\n      %t = add %s, %one : f64\n      %u = rsqrt %t : f64"));
+  c.push_back(op_case("pow", "      %s = mul %a, %a : f64\n      %t = add %s, %one : f64\n      %u = pow %t, %z : f64"));
+  c.push_back(op_case("pow_base_const", "      %s = mul %a, %a : f64\n      %t = add %s, %one : f64\n      %u = pow %z, %t : f64"));
+  c.push_back(op_case("atan2", "      %u = atan2 %a, %z : f64"));
+  c.push_back(op_case("abs", "      %s = sub %a, %z : f64\n      %u = abs %s : f64"));
+  c.push_back(op_case("min", "      %u = min %a, %z : f64"));
+  c.push_back(op_case("max", "      %u = max %a, %z : f64"));
+  c.push_back(op_case("select", "      %p = gt %a, %z : bool\n      %s = mul %a, %a : f64\n      %u = select %p, %s, %z : f64"));
+  c.push_back(op_case("div", "      %s = mul %a, %a : f64\n      %t = add %s, %one : f64\n      %u = div %z, %t : f64"));
+  c.push_back(op_case("mul", "      %u = mul %a, %z : f64"));
+  c.push_back(op_case("cast_f32", "      %s = cast %a : f32\n      %q = mul %s, %s : f32\n      %u = cast %q : f64"));
+  c.back().tol = 2e-2;  // the f32 round trip limits what finite differences can resolve
+  c.back().h = 1e-3;
+
+  c.push_back({"linear_recurrence_constant_loop", R"(kernel lin(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f64
+    %x = load x[%i] : f64
+    store_local %v, %x
+    %zero = const 0 : i32
+    %ten = const 10 : i32
+    %c = const 0.9 : f64
+    for %k in [%zero, %ten) {
+      %a = load_local %v : f64
+      %b = mul %a, %c : f64
+      %kf = cast %k : f64
+      %d = add %b, %kf : f64
+      store_local %v, %d
+    }
+    %out = load_local %v : f64
+    store y[%i], %out
+  }
+})", {A({100}), A({100})}, 1e-6, 1e-3});
+  c.push_back({"accumulate_argument_loop", R"(kernel acc(n: i32, x: ndarray<f64, 2> grad, w: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %acc = alloca : f64
+    %zero = const 0 : i32
+    %n = arg n : i32
+    for %k in [%zero, %n) {
+      %xv = load x[%i, %k] : f64
+      %wv = load w[%k] : f64
+      %p = mul %xv, %wv : f64
+      %a = load_local %acc : f64
+      %s = add %a, %p : f64
+      store_local %acc, %s
+    }
+    %out = load_local %acc : f64
+    store y[%i], %out
+  }
+})", {S(12), A({20, 12}), A({12}), A({20})}, 1e-6, 1e-3});
+  c.push_back({"many_stacks_per_thread", R"(kernel ms(n: i32, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %p = alloca : f64
+    %q = alloca : f64
+    %r = alloca : f64
+    %x = load x[%i] : f64
+    store_local %p, %x
+    %h = const 0.3 : f64
+    store_local %q, %h
+    store_local %r, %x
+    %zero = const 0 : i32
+    %n = arg n : i32
+    for %k in [%zero, %n) {
+      %pv = load_local %p : f64
+      %qv = load_local %q : f64
+      %rv = load_local %r : f64
+      %a = mul %pv, %qv : f64
+      %b = sin %rv : f64
+      %cc = mul %qv, %rv : f64
+      %np = add %a, %b : f64
+      %nq = tanh %cc : f64
+      %nr = add %rv, %a : f64
+      store_local %p, %np
+      store_local %q, %nq
+      store_local %r, %nr
+    }
+    %pv2 = load_local %p : f64
+    %rv2 = load_local %r : f64
+    %out = add %pv2, %rv2 : f64
+    store y[%i], %out
+  }
+})", {S(5), A({64}), A({64})}});
+  c.push_back({"carried_int_as_index", R"(kernel ci(n: i32, x: ndarray<f64, 1> grad, t: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f64
+    %j = alloca : i32
+    %x = load x[%i] : f64
+    store_local %v, %x
+    %m = shape t 0 : i32
+    %j0 = mod %i, %m : i32
+    store_local %j, %j0
+    %zero = const 0 : i32
+    %n = arg n : i32
+    %three = const 3 : i32
+    for %k in [%zero, %n) {
+      %jv = load_local %j : i32
+      %tv = load t[%jv] : f64
+      %a = load_local %v : f64
+      %p = mul %a, %tv : f64
+      %s = sin %p : f64
+      store_local %v, %s
+      %j2 = add %jv, %three : i32
+      %j3 = mod %j2, %m : i32
+      store_local %j, %j3
+    }
+    %out = load_local %v : f64
+    store y[%i], %out
+  }
+})", {S(7), A({50}), A({11}), A({50})}});
+  c.push_back({"branch_on_carried_value", R"(kernel bc(n: i32, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f64
+    %x = load x[%i] : f64
+    store_local %v, %x
+    %zero = const 0 : i32
+    %n = arg n : i32
+    %zf = const 0.0 : f64
+    %c = const 0.7 : f64
+    for %k in [%zero, %n) {
+      %a = load_local %v : f64
+      %pos = gt %a, %zf : bool
+      if %pos {
+        %s = sin %a : f64
+        %t = mul %s, %c : f64
+        %u = sub %t, %c : f64
+        store_local %v, %u
+      } else {
+        %sq = mul %a, %a : f64
+        %w = add %sq, %c : f64
+        store_local %v, %w
+      }
+    }
+    %out = load_local %v : f64
+    store y[%i], %out
+  }
+})", {S(6), A({64}), A({64})}});
+  c.push_back({"nested_loops", R"(kernel nl(n: i32, m: i32, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f64
+    %x = load x[%i] : f64
+    store_local %v, %x
+    %zero = const 0 : i32
+    %n = arg n : i32
+    %m = arg m : i32
+    %c = const 0.8 : f64
+    for %k in [%zero, %n) {
+      for %l in [%zero, %m) {
+        %a = load_local %v : f64
+        %s = sin %a : f64
+        %t = mul %a, %c : f64
+        %u = add %s, %t : f64
+        store_local %v, %u
+      }
+      %b = load_local %v : f64
+      %bb = mul %b, %b : f64
+      %w = tanh %bb : f64
+      store_local %v, %w
+    }
+    %out = load_local %v : f64
+    store y[%i], %out
+  }
+})", {S(3), S(4), A({64}), A({64})}});
+  c.push_back({"triangular_loops", R"(kernel tl(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f64
+    %x = load x[%i] : f64
+    store_local %v, %x
+    %zero = const 0 : i32
+    %eight = const 8 : i32
+    %c = const 0.9 : f64
+    %m = mod %i, %eight : i32
+    for %k in [%zero, %m) {
+      for %l in [%k, %m) {
+        %a = load_local %v : f64
+        %s = cos %a : f64
+        %t = mul %s, %c : f64
+        store_local %v, %t
+      }
+    }
+    %out = load_local %v : f64
+    store y[%i], %out
+  }
+})", {A({64}), A({64})}});
+  c.push_back({"sibling_loops", R"(kernel sl(n: i32, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f64
+    %x = load x[%i] : f64
+    store_local %v, %x
+    %zero = const 0 : i32
+    %n = arg n : i32
+    %c = const 1.1 : f64
+    for %k in [%zero, %n) {
+      %a = load_local %v : f64
+      %s = sin %a : f64
+      %t = mul %s, %c : f64
+      store_local %v, %t
+    }
+    %mid = load_local %v : f64
+    %sq = mul %mid, %x : f64
+    store_local %v, %sq
+    for %l in [%zero, %n) {
+      %b = load_local %v : f64
+      %e = mul %b, %b : f64
+      %f = add %e, %b : f64
+      %g = tanh %f : f64
+      store_local %v, %g
+    }
+    %out = load_local %v : f64
+    store y[%i], %out
+  }
+})", {S(5), A({64}), A({64})}});
+  c.push_back({"two_tasks", R"(kernel tt(n: i32, x: ndarray<f64, 1> grad, z: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad, y2: ndarray<f64, 1> grad) {
+  task first parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f64
+    %x = load x[%i] : f64
+    store_local %v, %x
+    %zero = const 0 : i32
+    %n = arg n : i32
+    for %k in [%zero, %n) {
+      %a = load_local %v : f64
+      %s = sin %a : f64
+      %t = add %s, %a : f64
+      store_local %v, %t
+    }
+    %out = load_local %v : f64
+    store y[%i], %out
+  }
+  task second parallel %j in [0, shape(z, 0)) {
+    %zv = load z[%j] : f64
+    %xv = load x[%j] : f64
+    %p = mul %zv, %xv : f64
+    %e = exp %p : f64
+    store y2[%j], %e
+  }
+})", {S(4), A({40}), A({40}), A({40}), A({40})}});
+  c.push_back({"gated_loop_few_threads", R"(kernel gl(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f64
+    %x = load x[%i] : f64
+    store_local %v, %x
+    %seven = const 7 : i32
+    %zero = const 0 : i32
+    %r = mod %i, %seven : i32
+    %gate = eq %r, %zero : bool
+    if %gate {
+      %twenty = const 20 : i32
+      for %k in [%zero, %twenty) {
+        %a = load_local %v : f64
+        %s = sin %a : f64
+        %h = const 0.5 : f64
+        %t = add %s, %h : f64
+        store_local %v, %t
+      }
+    }
+    %out = load_local %v : f64
+    store y[%i], %out
+  }
+})", {A({100}), A({100})}});
+  c.push_back({"data_dependent_trip_with_max_trip", R"(kernel dd(cnt: ndarray<i32, 1>, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f64
+    %x = load x[%i] : f64
+    store_local %v, %x
+    %zero = const 0 : i32
+    %c = load cnt[%i] : i32
+    for %k in [%zero, %c) max_trip(9) {
+      %a = load_local %v : f64
+      %s = sin %a : f64
+      %t = mul %s, %a : f64
+      %u = add %t, %a : f64
+      store_local %v, %u
+    }
+    %out = load_local %v : f64
+    store y[%i], %out
+  }
+})", {A({60}, 0, 9), A({60}), A({60})}});
+  c.push_back({"atomic_output_accumulation", R"(kernel ao(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %x = load x[%i] : f64
+    %four = const 4 : i32
+    %b = mod %i, %four : i32
+    %s = sin %x : f64
+    %p = mul %s, %x : f64
+    atomic_add y[%b], %p
+  }
+})", {A({64}), A({4})}});
+  c.push_back({"rank2_arrays_and_shapes", R"(kernel r2(a: ndarray<f64, 2> grad, y: ndarray<f64, 2> grad) {
+  task main parallel %i in [0, shape(a, 0)) {
+    %zero = const 0 : i32
+    %n = shape a 1 : i32
+    %v = alloca : f64
+    for %j in [%zero, %n) {
+      %e = load a[%i, %j] : f64
+      %pv = load_local %v : f64
+      %q = mul %pv, %e : f64
+      %r = add %q, %e : f64
+      store_local %v, %r
+      store y[%i, %j], %r
+    }
+  }
+})", {A({10, 6}), A({10, 6})}, 1e-6, 1e-3});
+  c.push_back({"f32_kernel", R"(kernel f3(n: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f32
+    %x = load x[%i] : f32
+    store_local %v, %x
+    %zero = const 0 : i32
+    %n = arg n : i32
+    %c = const 0.5 : f32
+    for %k in [%zero, %n) {
+      %a = load_local %v : f32
+      %s = sin %a : f32
+      %t = mul %a, %c : f32
+      %u = add %s, %t : f32
+      store_local %v, %u
+    }
+    %out = load_local %v : f32
+    store y[%i], %out
+  }
+})", {S(5), A({64}), A({64})}, 3e-2, 1e-2});
+  return c;
+}
+
+class ReverseMode : public KernelTest, public ::testing::WithParamInterface<size_t> {};
+
+double loss(const Kernel& k, const HostArgs& out, const std::vector<HostArray>& w) {
+  double l = 0;
+  for (size_t p = 0; p < k.params.size(); ++p) {
+    if (w[p].data.empty()) continue;
+    for (size_t e = 0; e < w[p].size(); ++e) l += w[p].data[e] * out.arrays[p].data[e];
+  }
+  return l;
+}
+
+bool writes(const Kernel& k, uint32_t p) {
+  std::string text = codegen::print(k);
+  return text.find("store " + k.params[p].name + "[") != std::string::npos ||
+         text.find("atomic_add " + k.params[p].name + "[") != std::string::npos;
+}
+
+TEST_P(ReverseMode, GradientsMatchFiniteDifferences) {
+  const AdCase c = cases()[GetParam()];
+  auto fk = codegen::parse(c.text);
+  ASSERT_TRUE(fk.ok()) << fk.status().to_string();
+  codegen::Target target = runner_->target();
+  ASSERT_TRUE(codegen::verify(*fk, target).ok()) << codegen::verify(*fk, target).to_string();
+  auto ak = codegen::make_adjoint(*fk, target);
+  ASSERT_TRUE(ak.ok()) << ak.status().to_string();
+  ASSERT_TRUE(codegen::verify(*ak, target).ok()) << codegen::verify(*ak, target).to_string() << codegen::print(*ak);
+  auto fwd = codegen::compile(*fk, target);
+  auto adj = codegen::compile(*ak, target);
+  ASSERT_TRUE(fwd.ok()) << fwd.status().to_string();
+  ASSERT_TRUE(adj.ok()) << adj.status().to_string();
+
+  const Kernel& k = *fk;
+  HostArgs base = make_args(k, c.args, 99);
+  // Seeds: random weights on every differentiable output.
+  std::vector<HostArray> w(k.params.size());
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (uint32_t p = 0; p < k.params.size(); ++p) {
+    if (!k.params[p].needs_grad || !writes(k, p)) continue;
+    w[p] = HostArray(k.params[p].dtype, base.arrays[p].shape);
+    for (double& x : w[p].data) x = codegen::round_to(k.params[p].dtype, u(rng));
+  }
+  // The adjoint: forward arguments, then gradients (seeds for outputs, zeros for inputs).
+  HostArgs adj_args = base;
+  for (uint32_t p = 0; p < k.params.size(); ++p) {
+    if (!k.params[p].needs_grad) continue;
+    HostArray g = w[p].data.empty() ? HostArray(k.params[p].dtype, base.arrays[p].shape) : w[p];
+    adj_args.arrays.push_back(g);
+    adj_args.scalars.push_back(0);
+  }
+  HostArgs cpu_adj = adj_args;
+  Status st = runner_->run_compiled(*adj, adj_args);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  auto view = cpu_adj.view();
+  auto ref = codegen::evaluate(*ak, view);
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+
+  size_t grad_index = k.params.size();
+  int checked = 0;
+  for (uint32_t p = 0; p < k.params.size(); ++p) {
+    if (!k.params[p].needs_grad) continue;
+    const HostArray& g = adj_args.arrays[grad_index];
+    EXPECT_EQ(compare_arrays(g, cpu_adj.arrays[grad_index], 1e-4), "") << "device vs CPU adjoint of " << k.params[p].name;
+    ++grad_index;
+    if (writes(k, p)) continue;  // an output: its gradient array held the seed
+    // Central differences on a few elements of this input.
+    for (size_t e : {size_t{0}, g.size() / 3, g.size() / 2, g.size() - 1}) {
+      HostArgs plus = base, minus = base;
+      double x0 = base.arrays[p].data[e];
+      double h = c.h * std::max(1.0, std::fabs(x0));
+      plus.arrays[p].data[e] = codegen::round_to(k.params[p].dtype, x0 + h);
+      minus.arrays[p].data[e] = codegen::round_to(k.params[p].dtype, x0 - h);
+      double span = plus.arrays[p].data[e] - minus.arrays[p].data[e];
+      ASSERT_TRUE(runner_->run_compiled(*fwd, plus).ok());
+      ASSERT_TRUE(runner_->run_compiled(*fwd, minus).ok());
+      double fd = (loss(k, plus, w) - loss(k, minus, w)) / span;
+      EXPECT_NEAR(g.data[e], fd, c.tol * std::max(1.0, std::fabs(fd)))
+          << c.name << ": d loss / d " << k.params[p].name << "[" << e << "]";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, ReverseMode, ::testing::Range<size_t>(0, cases().size()),
+                         [](const ::testing::TestParamInfo<size_t>& info) { return cases()[info.param].name; });
+
+TEST(ReverseModeCorpus, AtLeastThirtyKernels) { EXPECT_GE(cases().size(), 30u); }
+
+}  // namespace
+}  // namespace vkad::testing

@@ -1,0 +1,134 @@
+// Reverse mode, text in / CHECK-style text out (no device): which stacks the pass makes, how
+// loads and stores of differentiable ndarrays turn around, and the kernels it rejects.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "codegen/reverse_mode.h"
+#include "codegen/text.h"
+#include "codegen/verifier.h"
+
+namespace vkad::codegen {
+namespace {
+
+// The adjoint's text, after checking that it verifies.
+std::string adjoint_text(const std::string& forward) {
+  auto k = parse(forward);
+  EXPECT_TRUE(k.ok()) << k.status().to_string();
+  if (!k.ok()) return "";
+  auto a = make_adjoint(*k);
+  EXPECT_TRUE(a.ok()) << a.status().to_string();
+  if (!a.ok()) return a.status().message();
+  Status v = verify(*a);
+  EXPECT_TRUE(v.ok()) << v.to_string() << "\n" << print(*a);
+  return print(*a);
+}
+
+// CHECK: each pattern appears, in order. CHECK-NOT: handled by the callers with find().
+void check_in_order(const std::string& text, const std::vector<std::string>& patterns) {
+  size_t at = 0;
+  for (const std::string& p : patterns) {
+    size_t found = text.find(p, at);
+    ASSERT_NE(found, std::string::npos) << "CHECK: '" << p << "' not found after offset " << at << " in\n" << text;
+    at = found + p.size();
+  }
+}
+
+const char* kHeader = "kernel k(n: i32, x: ndarray<f32, 1> grad, w: ndarray<f32, 1>, y: ndarray<f32, 1> grad) {\n"
+                      "  task main parallel %i in [0, shape(x, 0)) {\n";
+
+TEST(ReverseModePass, StraightLineLoadsBecomeAtomicAddsAndStoresReadSeeds) {
+  std::string t = adjoint_text(std::string(kHeader) +
+                               "    %x = load x[%i] : f32\n    %s = sin %x : f32\n    store y[%i], %s\n  }\n}\n");
+  check_in_order(t, {"kernel k_adjoint(n: i32, x: ndarray<f32, 1>, w: ndarray<f32, 1>, y: ndarray<f32, 1>, "
+                     "x_grad: ndarray<f32, 1>, y_grad: ndarray<f32, 1>)",
+                     "task main_adjoint parallel", "= load x[", "= sin ",  // replay
+                     "= load y_grad[",                                     // the seed
+                     "= cos ",                                             // d sin
+                     "atomic_add x_grad["});
+  EXPECT_EQ(t.find("stack_alloc"), std::string::npos) << "no loop, no stack";
+  EXPECT_EQ(t.find("store y["), std::string::npos) << "the adjoint writes no primal output";
+}
+
+TEST(ReverseModePass, LinearAccumulationNeedsNoStack) {
+  std::string t = adjoint_text(std::string(kHeader) +
+                               "    %acc = alloca : f32\n    %z = const 0 : i32\n    %n = arg n : i32\n"
+                               "    for %k in [%z, %n) {\n      %xv = load x[%k] : f32\n      %wv = load w[%k] : f32\n"
+                               "      %p = mul %xv, %wv : f32\n      %a = load_local %acc : f32\n"
+                               "      %s = add %a, %p : f32\n      store_local %acc, %s\n    }\n"
+                               "    %o = load_local %acc : f32\n    store y[%i], %o\n  }\n}\n");
+  EXPECT_EQ(t.find("stack_alloc"), std::string::npos) << t;
+  check_in_order(t, {"for ", "for ", "atomic_add x_grad["});
+}
+
+TEST(ReverseModePass, NonlinearRecurrenceCheckpointsTheCarriedLocal) {
+  std::string t = adjoint_text(std::string(kHeader) +
+                               "    %v = alloca : f32\n    %x = load x[%i] : f32\n    store_local %v, %x\n"
+                               "    %z = const 0 : i32\n    %n = arg n : i32\n"
+                               "    for %k in [%z, %n) {\n      %a = load_local %v : f32\n      %s = sin %a : f32\n"
+                               "      store_local %v, %s\n    }\n"
+                               "    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n");
+  check_in_order(t, {"= stack_alloc cap(n) : f32",  // one stack, sized by the loop's trip count
+                     "for ", "stack_push ",          // forward: checkpoint each iteration
+                     "for ", "= stack_top ",         // reverse: restore, recompute, backprop
+                     "= cos ", "stack_pop ", "atomic_add x_grad["});
+}
+
+TEST(ReverseModePass, NestedLoopStacksAreSizedPerLoopNotByTheProduct) {
+  std::string t = adjoint_text(std::string(kHeader) +
+                               "    %v = alloca : f32\n    %x = load x[%i] : f32\n    store_local %v, %x\n"
+                               "    %z = const 0 : i32\n    %n = arg n : i32\n    %m = shape w 0 : i32\n"
+                               "    for %k in [%z, %n) {\n      for %l in [%k, %m) {\n"
+                               "        %a = load_local %v : f32\n        %s = sin %a : f32\n        store_local %v, %s\n"
+                               "      }\n    }\n"
+                               "    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n");
+  check_in_order(t, {"= stack_alloc cap(n) : f32", "= stack_alloc cap(shape(w, 0)) : f32"});
+}
+
+TEST(ReverseModePass, CarriedIntegerIndexGoesOnAnIntegerStack) {
+  std::string t;
+  t = adjoint_text(std::string(kHeader) +
+                   "    %v = alloca : f32\n    %j = alloca : i32\n    %x = load x[%i] : f32\n"
+                   "    store_local %v, %x\n    %z = const 0 : i32\n    %n = arg n : i32\n    %one = const 1 : i32\n"
+                   "    for %k in [%z, %n) {\n      %jv = load_local %j : i32\n      %wv = load w[%jv] : f32\n"
+                   "      %a = load_local %v : f32\n      %p = mul %a, %wv : f32\n      store_local %v, %p\n"
+                   "      %jn = add %jv, %one : i32\n      store_local %j, %jn\n    }\n"
+                   "    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n");
+  check_in_order(t, {"= stack_alloc cap(n) : i32"});
+}
+
+TEST(ReverseModePass, RejectsAnArrayBothReadAndWritten) {
+  auto k = parse("kernel k(x: ndarray<f32, 1> grad) {\n  task main parallel %i in [0, shape(x, 0)) {\n"
+                 "    %v = load x[%i] : f32\n    %s = sin %v : f32\n    store x[%i], %s\n  }\n}\n");
+  ASSERT_TRUE(k.ok());
+  auto a = make_adjoint(*k);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("reverse mode of kernel 'k', task 'main', statement `store x[%"), std::string::npos)
+      << a.status().message();
+  EXPECT_NE(a.status().message().find("ndarray 'x' is both read and written"), std::string::npos);
+}
+
+TEST(ReverseModePass, RejectsAnUnboundableLoopNamingIt) {
+  auto k = parse("kernel k(c: ndarray<i32, 1>, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {\n"
+                 "  task main parallel %i in [0, shape(x, 0)) {\n"
+                 "    %v = alloca : f32\n    %x = load x[%i] : f32\n    store_local %v, %x\n"
+                 "    %z = const 0 : i32\n    %n = load c[%i] : i32\n"
+                 "    for %k in [%z, %n) {\n      %a = load_local %v : f32\n      %s = sin %a : f32\n"
+                 "      store_local %v, %s\n    }\n    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n");
+  ASSERT_TRUE(k.ok());
+  auto a = make_adjoint(*k);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("statement `for %"), std::string::npos) << a.status().message();
+  EXPECT_NE(a.status().message().find("max_trip"), std::string::npos) << a.status().message();
+}
+
+TEST(ReverseModePass, RejectsStackStatementsInTheForwardKernel) {
+  auto k = parse("kernel k(n: i32) {\n  task main parallel %i in [0, 1) {\n    %s = stack_alloc cap(n) : f32\n  }\n}\n");
+  ASSERT_TRUE(k.ok());
+  auto a = make_adjoint(*k);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("adstack statements cannot be differentiated"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vkad::codegen
