@@ -136,7 +136,15 @@ class ReverseMode {
   void seed_needed(const Block& b) {
     for (const Stmt& s : b.stmts) {
       bool active = s.result != kNoValue && act(s.result);
-      if (active && is_nonlinear(s.op)) {
+      if (active && s.op == Op::kMul) {
+        // d(a*b) = b da + a db: a is needed only if b carries a derivative, and vice versa,
+        // so scaling by a constant or an inactive value needs no checkpoint.
+        if (act(s.args[1])) mark(s.args[0]);
+        if (act(s.args[0])) mark(s.args[1]);
+      } else if (active && s.op == Op::kDiv) {
+        mark(s.args[1]);
+        if (act(s.args[1])) mark(s.args[0]);
+      } else if (active && is_nonlinear(s.op)) {
         for (ValueId x : s.args) mark(x);
       }
       if (active && s.op == Op::kSelect) mark(s.args[0]);
@@ -492,8 +500,14 @@ class ReverseMode {
       case Op::kAdd: acc(s.args[0], g); acc(s.args[1], g); return;
       case Op::kSub: acc(s.args[0], g); acc(s.args[1], N(g)); return;
       case Op::kNeg: acc(s.args[0], N(g)); return;
-      case Op::kMul: acc(s.args[0], M(g, A(1))); acc(s.args[1], M(g, A(0))); return;
-      case Op::kDiv: acc(s.args[0], D(g, A(1))); acc(s.args[1], N(D(M(g, f), A(1)))); return;
+      case Op::kMul:
+        if (act(s.args[0])) acc(s.args[0], M(g, A(1)));
+        if (act(s.args[1])) acc(s.args[1], M(g, A(0)));
+        return;
+      case Op::kDiv:
+        if (act(s.args[0])) acc(s.args[0], D(g, A(1)));
+        if (act(s.args[1])) acc(s.args[1], N(D(M(g, f), A(1))));
+        return;
       case Op::kMin:
       case Op::kMax: {
         ValueId first = mk(s.op == Op::kMin ? Op::kLe : Op::kGe, DType::kBool, {A(0), A(1)});

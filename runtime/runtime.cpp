@@ -526,9 +526,9 @@ static std::string describe_device_error(const CompiledKernel& d, uint32_t task,
     std::memcpy(&cap, args + d.adstack_args_offset(task) + 4 * (3 + 2 * (detail - 1) + 1), 4);
     return "adstack " + stacks[detail - 1].name + " overflowed its capacity of " +
            std::to_string(cap) +
-           " entries per thread (pushes past it were dropped and the gradients of that launch "
-           "are wrong); the loop trip count exceeded the bound the kernel declares: raise it "
-           "(the bound argument of the loop) or use exact counting";
+           " entries per thread (pushes past it were dropped, so that launch's gradients are "
+           "wrong): a loop ran more iterations than its trip bound; raise the loop's max_trip "
+           "(KernelBuilder::for_range(begin, end, max_trip, body))";
   }
   return "device reported error code " + std::to_string(flag);
 }
