@@ -36,10 +36,10 @@ Result<RowLayout> plan_row(std::span<const StackDesc> stacks, const SizeInputs& 
 }
 
 void write_args(const RowLayout& row, uint32_t* w) {
-  for (size_t h = 0; h < kHeapCount; ++h) *w++ = row.row_elems[h];
-  for (size_t s = 0; s < row.offset.size(); ++s) {
-    *w++ = row.offset[s];
-    *w++ = row.capacity[s];
+  for (uint32_t h = 0; h < kHeapCount; ++h) w[row_length_word(static_cast<Heap>(h))] = row.row_elems[h];
+  for (uint32_t s = 0; s < row.offset.size(); ++s) {
+    w[offset_word(s)] = row.offset[s];
+    w[capacity_word(s)] = row.capacity[s];
   }
 }
 

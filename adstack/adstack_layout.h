@@ -47,6 +47,10 @@ Result<RowLayout> plan_row(std::span<const StackDesc> stacks, const SizeInputs& 
 // Args-buffer words a task with `n` stacks needs: the three row lengths, then (offset,
 // capacity) per stack.
 inline uint32_t args_words(size_t n) { return n ? 3 + 2 * static_cast<uint32_t>(n) : 0; }
+// Word indices within a task's adstack words (the layout write_args produces).
+inline uint32_t row_length_word(Heap h) { return static_cast<uint32_t>(h); }
+inline uint32_t offset_word(uint32_t stack) { return 3 + 2 * stack; }
+inline uint32_t capacity_word(uint32_t stack) { return 3 + 2 * stack + 1; }
 void write_args(const RowLayout& row, uint32_t* words);
 
 // Bytes of heap `h` needed for `threads` dispatched threads.

@@ -37,9 +37,7 @@ void collect_stacks(const Kernel& k, const Block& b, std::vector<adstack::StackD
       adstack::StackDesc d;
       d.name = "%" + std::to_string(s.result) + " (" + runtime::dtype_name(s.type) +
                ", capacity " + print_size(k, s.cap) + ")";
-      d.heap = s.type == DType::kF32   ? adstack::Heap::kF32
-               : s.type == DType::kF64 ? adstack::Heap::kF64
-                                       : adstack::Heap::kInt;
+      d.heap = stack_heap(s.type);
       d.capacity = s.cap;
       out->push_back(std::move(d));
     }

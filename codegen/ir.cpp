@@ -77,6 +77,10 @@ bool op_from_name(const std::string& name, Op* out) {
 }
 
 bool is_float(DType t) { return t == DType::kF32 || t == DType::kF64; }
+adstack::Heap stack_heap(DType t) {
+  return t == DType::kF32 ? adstack::Heap::kF32 : t == DType::kF64 ? adstack::Heap::kF64 : adstack::Heap::kInt;
+}
+
 bool is_int(DType t) { return t == DType::kI32 || t == DType::kU32 || t == DType::kI64; }
 
 bool is_float_math(Op op) {

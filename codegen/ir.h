@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "adstack/adstack_layout.h"
 #include "adstack/size_expr.h"
 #include "runtime/compiled_kernel.h"
 
@@ -135,6 +136,8 @@ const OpInfo& op_info(Op op);
 bool op_from_name(const std::string& name, Op* out);
 
 bool is_float(DType t);
+// The adstack heap holding stacks of element type `t` (f32, f64, or the integer heap).
+adstack::Heap stack_heap(DType t);
 bool is_int(DType t);  // i32, u32, i64
 // Float math (sqrt .. ceil, pow, atan2): float operands only.
 bool is_float_math(Op op);

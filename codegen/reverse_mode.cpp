@@ -313,6 +313,31 @@ class ReverseMode {
     store_local(local, mk(Op::kAdd, ft(x), {load_local(local, ft(x)), d}));
   }
 
+  // Emits `for idx in [b, e) { body(idx) }` into the current block.
+  template <typename Body>
+  void emit_for(ValueId b, ValueId e, Body body) {
+    Stmt loop;
+    loop.op = Op::kFor;
+    loop.type = DType::kI32;
+    loop.args = {b, e};
+    loop.blocks.resize(1);
+    ValueId idx = emit(std::move(loop));
+    in_block(out_.back()->stmts.back().blocks[0], [&] { body(idx); });
+  }
+
+  // Emits `if cond { side(0) } else { side(1) }` into the current block.
+  template <typename Side>
+  void emit_if(ValueId cond, Side side) {
+    Stmt br;
+    br.op = Op::kIf;
+    br.type = DType::kBool;
+    br.args = {cond};
+    br.blocks.resize(2);
+    emit(std::move(br));
+    Stmt& st = out_.back()->stmts.back();
+    for (int i = 0; i < 2; ++i) in_block(st.blocks[i], [&] { side(i); });
+  }
+
   template <typename Body>
   void in_block(Block& b, Body body) {
     out_.push_back(&b);
@@ -358,33 +383,17 @@ class ReverseMode {
         case Op::kStore:
         case Op::kAtomicAdd:
           break;  // the adjoint writes no primal ndarray
-        case Op::kFor: {
-          Stmt loop;
-          loop.op = Op::kFor;
-          loop.type = DType::kI32;
-          loop.args = {p(s.args[0]), p(s.args[1])};
-          loop.blocks.resize(1);
-          ValueId idx = emit(std::move(loop));
-          map_[s.result] = idx;
-          in_block(out_.back()->stmts.back().blocks[0], [&] {
+        case Op::kFor:
+          emit_for(p(s.args[0]), p(s.args[1]), [&](ValueId idx) {
+            map_[s.result] = idx;
             if (checkpoint) push_checkpoints(s);
             fwd(s.blocks[0], false);
           });
           break;
-        }
-        case Op::kIf: {
+        case Op::kIf:
           if (checkpoint) push_checkpoints(s);
-          Stmt br;
-          br.op = Op::kIf;
-          br.type = DType::kBool;
-          br.args = {p(s.args[0])};
-          br.blocks.resize(2);
-          emit(std::move(br));
-          Stmt& st = out_.back()->stmts.back();
-          in_block(st.blocks[0], [&] { fwd(s.blocks[0], false); });
-          in_block(st.blocks[1], [&] { fwd(s.blocks[1], false); });
+          emit_if(p(s.args[0]), [&](int side) { fwd(s.blocks[side], false); });
           break;
-        }
         default: {
           Stmt c = s;
           for (ValueId& x : c.args) x = p(x);
@@ -410,13 +419,7 @@ class ReverseMode {
     switch (s.op) {
       case Op::kFor: {
         ValueId b = p(s.args[0]), e = p(s.args[1]);
-        Stmt loop;
-        loop.op = Op::kFor;
-        loop.type = DType::kI32;
-        loop.args = {b, e};
-        loop.blocks.resize(1);
-        ValueId jr = emit(std::move(loop));
-        in_block(out_.back()->stmts.back().blocks[0], [&] {
+        emit_for(b, e, [&](ValueId jr) {
           // j = b + e - 1 - jr walks [b, e) backwards.
           ValueId last = mk(Op::kSub, DType::kI32, {mk(Op::kAdd, DType::kI32, {b, e}), cst(DType::kI32, 1)});
           map_[s.result] = mk(Op::kSub, DType::kI32, {last, jr});
@@ -427,24 +430,14 @@ class ReverseMode {
         });
         return;
       }
-      case Op::kIf: {
-        Stmt br;
-        br.op = Op::kIf;
-        br.type = DType::kBool;
-        br.args = {p(s.args[0])};
-        br.blocks.resize(2);
-        emit(std::move(br));
-        Stmt& st = out_.back()->stmts.back();
-        for (int side = 0; side < 2; ++side) {
-          in_block(st.blocks[side], [&] {
-            restore_checkpoints(s);
-            fwd(s.blocks[side], true);
-            rev(s.blocks[side]);
-          });
-        }
+      case Op::kIf:
+        emit_if(p(s.args[0]), [&](int side) {
+          restore_checkpoints(s);
+          fwd(s.blocks[side], true);
+          rev(s.blocks[side]);
+        });
         pop_checkpoints(s);
         return;
-      }
       case Op::kAlloca:
         if (ladj_.count(s.result)) store_local(ladj_.at(s.result), cst(s.type, 0));
         return;

@@ -284,7 +284,7 @@ class TaskEmitter {
       uint32_t sum = op(spv::OpFAdd, ft, {op(spv::OpBitcast, ft, {expected}), val});
       uint32_t desired = op(spv::OpBitcast, a.elem, {sum});
       m_.op(spv::OpAtomicCompareExchange, {a.elem, got, ptr, scope, sem, sem, desired, expected});
-      uint32_t done = op(a.elem == u32_ ? spv::OpIEqual : spv::OpIEqual, bool_, {got, expected});
+      uint32_t done = op(spv::OpIEqual, bool_, {got, expected});
       m_.op(spv::OpBranchConditional, {done, merge, cont});
       block(cont);
       branch(header);
@@ -317,11 +317,11 @@ class TaskEmitter {
     uint32_t base = layout_.adstack_args_offset(task_index_);
     uint32_t heap_binding = 1 + layout_.array_count();
     for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
-      row_len_[h] = args_word(base + 4 * h);
+      row_len_[h] = args_word(base + 4 * adstack::row_length_word(static_cast<adstack::Heap>(h)));
     }
     for (uint32_t s = 0; s < n; ++s) {
-      stack_offset_.push_back(args_word(base + 12 + 8 * s));
-      stack_cap_.push_back(args_word(base + 16 + 8 * s));
+      stack_offset_.push_back(args_word(base + 4 * adstack::offset_word(s)));
+      stack_cap_.push_back(args_word(base + 4 * adstack::capacity_word(s)));
     }
     heap_binding_ = heap_binding;
   }
@@ -369,9 +369,7 @@ class TaskEmitter {
     if (s.op == Op::kStackAlloc) {
       StackVar st;
       st.type = s.type;
-      st.heap = s.type == DType::kF32   ? adstack::Heap::kF32
-                : s.type == DType::kF64 ? adstack::Heap::kF64
-                                        : adstack::Heap::kInt;
+      st.heap = stack_heap(s.type);
       st.index = static_cast<uint32_t>(stacks_.size());
       st.count = m_.function_variable(u32_);
       st.offset = stack_offset_.at(st.index);
