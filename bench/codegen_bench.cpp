@@ -12,6 +12,7 @@
 #include "codegen/reverse_mode.h"
 #include "codegen/spirv_tools.h"
 #include "runtime/runtime.h"
+#include "support/sample_kernels.h"
 
 using namespace vkad;
 using namespace vkad::codegen;
@@ -47,83 +48,6 @@ Kernel chain(const std::string& name, int n) {
   });
   return kb.finish();
 }
-
-// The raw copy: y[i] = x[i], hand-written, grid-stride, no bounds checks (the ABI of
-// runtime/compiled_kernel.h: args at binding 0, x at 1, y at 2, push constants {begin, end}).
-const char* kCopySpirv = R"(
-OpCapability Shader
-OpMemoryModel Logical GLSL450
-OpEntryPoint GLCompute %main "main" %gid %nwg %args %x %y %push
-OpExecutionMode %main LocalSize 128 1 1
-OpDecorate %gid BuiltIn GlobalInvocationId
-OpDecorate %nwg BuiltIn NumWorkgroups
-OpDecorate %rt ArrayStride 4
-OpMemberDecorate %buf 0 Offset 0
-OpDecorate %buf Block
-OpMemberDecorate %pc 0 Offset 0
-OpMemberDecorate %pc 1 Offset 4
-OpDecorate %pc Block
-OpDecorate %args DescriptorSet 0
-OpDecorate %args Binding 0
-OpDecorate %x DescriptorSet 0
-OpDecorate %x Binding 1
-OpDecorate %y DescriptorSet 0
-OpDecorate %y Binding 2
-%void = OpTypeVoid
-%fn = OpTypeFunction %void
-%u32 = OpTypeInt 32 0
-%bool = OpTypeBool
-%v3 = OpTypeVector %u32 3
-%pin = OpTypePointer Input %v3
-%gid = OpVariable %pin Input
-%nwg = OpVariable %pin Input
-%rt = OpTypeRuntimeArray %u32
-%buf = OpTypeStruct %rt
-%pbuf = OpTypePointer StorageBuffer %buf
-%args = OpVariable %pbuf StorageBuffer
-%x = OpVariable %pbuf StorageBuffer
-%y = OpVariable %pbuf StorageBuffer
-%pc = OpTypeStruct %u32 %u32
-%ppc = OpTypePointer PushConstant %pc
-%push = OpVariable %ppc PushConstant
-%ppcu = OpTypePointer PushConstant %u32
-%pu = OpTypePointer StorageBuffer %u32
-%c0 = OpConstant %u32 0
-%c1 = OpConstant %u32 1
-%c128 = OpConstant %u32 128
-%main = OpFunction %void None %fn
-%entry = OpLabel
-%g3 = OpLoad %v3 %gid
-%g = OpCompositeExtract %u32 %g3 0
-%n3 = OpLoad %v3 %nwg
-%n = OpCompositeExtract %u32 %n3 0
-%stride = OpIMul %u32 %n %c128
-%pb = OpAccessChain %ppcu %push %c0
-%b = OpLoad %u32 %pb
-%pe = OpAccessChain %ppcu %push %c1
-%e = OpLoad %u32 %pe
-%start = OpIAdd %u32 %b %g
-OpBranch %head
-%head = OpLabel
-%i = OpPhi %u32 %start %entry %next %cont
-OpLoopMerge %exit %cont None
-OpBranch %check
-%check = OpLabel
-%ok = OpULessThan %bool %i %e
-OpBranchConditional %ok %body %exit
-%body = OpLabel
-%src = OpAccessChain %pu %x %c0 %i
-%v = OpLoad %u32 %src
-%dst = OpAccessChain %pu %y %c0 %i
-OpStore %dst %v
-OpBranch %cont
-%cont = OpLabel
-%next = OpIAdd %u32 %i %stride
-OpBranch %head
-%exit = OpLabel
-OpReturn
-OpFunctionEnd
-)";
 
 double time_compile(const Kernel& k, const Target& t, bool opt, int reps) {
   std::vector<double> v;
@@ -187,7 +111,7 @@ int main(int argc, char** argv) {
   copy.name = "copy";
   copy.params = {{"x", runtime::ParamKind::kNdArray, runtime::DType::kU32, 1, false},
                  {"y", runtime::ParamKind::kNdArray, runtime::DType::kU32, 1, true}};
-  copy.tasks.push_back({"main", assemble_spirv(kCopySpirv).value(), 128, runtime::RangeBound::constant(0),
+  copy.tasks.push_back({"main", assemble_spirv(testing::kCopyU32Spirv).value(), 128, runtime::RangeBound::constant(0),
                         runtime::RangeBound::array_dim(0, 0), false, {}});
   auto xu = rt.create_ndarray(runtime::DType::kU32, {n}, "xu").value();
   auto yu = rt.create_ndarray(runtime::DType::kU32, {n}, "yu").value();

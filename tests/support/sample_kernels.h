@@ -9,6 +9,10 @@ extern const char* kScaleAddSpirv;
 // Like kScaleAddSpirv, but every invocation first runs a loop of pc.spin iterations, so a
 // dispatch takes a controllable amount of device time. Same interface.
 extern const char* kSpinScaleAddSpirv;
+// The raw copy kernel the codegen benchmark compares generated code with, in the kernel ABI of
+// runtime/compiled_kernel.h: y[i] = x[i] over u32 ndarrays x (binding 1) and y (binding 2),
+// grid-stride, local size 128, no bounds checks.
+extern const char* kCopyU32Spirv;
 
 }  // namespace vkad::testing
 
