@@ -58,6 +58,7 @@ class TaskEmitter {
     uint32_t end = op(spv::OpLoad, u32_, {op(spv::OpAccessChain, pc_ptr, {pc_var, m_.c_u32(1)})});
     uint32_t start = op(spv::OpIAdd, u32_, {begin, gid_});
     load_adstack_layout();
+    load_launch_constants(task_.body);
     loop(u32_, start, end, stride, /*is_signed=*/false, [&](uint32_t i) {
       values_[task_.index] = op(spv::OpBitcast, i32_, {i});
       types_[task_.index] = DType::kI32;
@@ -174,6 +175,22 @@ class TaskEmitter {
        {ptr, m_.c_u32(kScopeDevice), m_.c_u32(kRelaxed), m_.c_u32(kRelaxed), code_id, m_.c_u32(0)});
   }
 
+  // Scalars and shapes are constant for a launch: read each one once, in the entry block, so
+  // every use (inside loops too) shares the load.
+  void load_launch_constants(const Block& b) {
+    for (const Stmt& s : b.stmts) {
+      if (s.op == Op::kArg && !scalars_.count(s.param)) scalars_[s.param] = read_scalar(s.param);
+      bool array = s.op == Op::kShape || s.op == Op::kLoad || s.op == Op::kStore || s.op == Op::kAtomicAdd;
+      if (array && !shapes_.count(s.param)) {
+        std::vector<uint32_t>& dims = shapes_[s.param];
+        for (uint32_t d = 0; d < k_.params[s.param].rank; ++d) {
+          dims.push_back(args_word(layout_.shape_offset(s.param) + 4 * d));
+        }
+      }
+      for (const Block& c : s.blocks) load_launch_constants(c);
+    }
+  }
+
   // ------------------------------------------------------------ ndarrays
   struct ArrayVar {
     uint32_t var = 0;
@@ -228,12 +245,11 @@ class TaskEmitter {
   template <typename Access>
   uint32_t guarded(const Stmt& s, size_t n, uint32_t result_type, uint32_t fallback, Access access) {
     const ArrayVar& a = array(s.param);
-    uint32_t shape_base = layout_.shape_offset(s.param);
     uint32_t lin = 0, ok = 0;
     for (size_t d = 0; d < n; ++d) {
       uint32_t idx = v(s.args[d]);
       if (vt(s.args[d]) == DType::kI32) idx = op(spv::OpBitcast, u32_, {idx});
-      uint32_t extent = args_word(shape_base + 4 * static_cast<uint32_t>(d));
+      uint32_t extent = shapes_.at(s.param)[d];
       uint32_t in = op(spv::OpULessThan, bool_, {idx, extent});
       ok = ok ? op(spv::OpLogicalAnd, bool_, {ok, in}) : in;
       lin = lin ? op(spv::OpIAdd, u32_, {op(spv::OpIMul, u32_, {lin, extent}), idx}) : idx;
@@ -317,7 +333,8 @@ class TaskEmitter {
     uint32_t base = layout_.adstack_args_offset(task_index_);
     uint32_t heap_binding = 1 + layout_.array_count();
     for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
-      row_len_[h] = args_word(base + 4 * adstack::row_length_word(static_cast<adstack::Heap>(h)));
+      uint32_t len = args_word(base + 4 * adstack::row_length_word(static_cast<adstack::Heap>(h)));
+      row_base_[h] = op(spv::OpIMul, u32_, {gid_, len});  // this thread's row
     }
     for (uint32_t s = 0; s < n; ++s) {
       stack_offset_.push_back(args_word(base + 4 * adstack::offset_word(s)));
@@ -344,8 +361,7 @@ class TaskEmitter {
   uint32_t stack_ptr(const StackVar& st, uint32_t slot, bool adjoint) {
     size_t h = static_cast<size_t>(st.heap);
     uint32_t var = heap_var(st.heap, st.type);
-    uint32_t row = op(spv::OpIMul, u32_, {gid_, row_len_[h]});
-    uint32_t at = op(spv::OpIAdd, u32_, {op(spv::OpIAdd, u32_, {row, st.offset}), slot});
+    uint32_t at = op(spv::OpIAdd, u32_, {op(spv::OpIAdd, u32_, {row_base_[h], st.offset}), slot});
     if (adjoint) at = op(spv::OpIAdd, u32_, {at, st.cap});
     return op(spv::OpAccessChain, m_.t_pointer(spv::StorageClassStorageBuffer, heap_elem_[h]),
               {var, m_.c_u32(0), at});
@@ -444,9 +460,9 @@ class TaskEmitter {
     }
   }
 
-  uint32_t scalar_arg(const Stmt& s) {
-    const Param& p = k_.params[s.param];
-    uint32_t off = layout_.scalar_offset(s.param);
+  uint32_t read_scalar(uint32_t param) {
+    const Param& p = k_.params[param];
+    uint32_t off = layout_.scalar_offset(param);
     uint32_t w = args_word(off);
     switch (p.dtype) {
       case DType::kF32: return op(spv::OpBitcast, m_.t_float(32), {w});
@@ -570,8 +586,8 @@ class TaskEmitter {
     switch (info.cls) {
       case OpClass::kLeaf:
         if (s.op == Op::kConst) set(s, constant(s));
-        else if (s.op == Op::kArg) set(s, scalar_arg(s));
-        else set(s, op(spv::OpBitcast, i32_, {args_word(layout_.shape_offset(s.param) + 4 * s.dim)}));
+        else if (s.op == Op::kArg) set(s, scalars_.at(s.param));
+        else set(s, op(spv::OpBitcast, i32_, {shapes_.at(s.param)[s.dim]}));
         return;
       case OpClass::kUnary: set(s, unary(s)); return;
       case OpClass::kBinary:
@@ -645,7 +661,9 @@ class TaskEmitter {
   std::unordered_map<uint32_t, bool> bits_params_;
   std::unordered_map<ValueId, StackVar> stacks_;
   std::vector<uint32_t> stack_offset_, stack_cap_;
-  std::array<uint32_t, adstack::kHeapCount> row_len_{}, heap_vars_{}, heap_elem_{};
+  std::array<uint32_t, adstack::kHeapCount> row_base_{}, heap_vars_{}, heap_elem_{};
+  std::unordered_map<uint32_t, uint32_t> scalars_;                // param -> value
+  std::unordered_map<uint32_t, std::vector<uint32_t>> shapes_;    // param -> extents (u32)
   uint32_t heap_binding_ = 0;
 };
 
