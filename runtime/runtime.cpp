@@ -325,59 +325,30 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args) {
     }
     return 0;
   };
-  std::vector<std::pair<uint32_t, uint32_t>> ranges;
-  for (const CompiledTask& t : d.tasks) {
-    int64_t b = eval(t.begin), e = eval(t.end);
-    if (b < 0 || e > UINT32_MAX) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "launch of '" + d.name + "' task '" + t.name + "': range [" +
-                            std::to_string(b) + ", " + std::to_string(e) + ") is out of bounds");
-    }
-    ranges.emplace_back(static_cast<uint32_t>(b), static_cast<uint32_t>(std::max(b, e)));
-  }
-  // Workgroups per task; adstack tasks may get fewer so their heap rows fit one binding
-  // (they grid-stride, so fewer threads is still correct).
-  std::vector<uint32_t> groups(d.tasks.size());
-  std::vector<adstack::RowLayout> rows(d.tasks.size());
+  // Per task: its range and workgroups (min(ceil(n / local_size), max_groups)), and for
+  // adstack tasks the row layout, which may lower the workgroups so a heap fits one binding
+  // (tasks grid-stride, so fewer threads is still correct).
+  const bool stacks = d.has_adstacks();
+  std::vector<TaskLaunch> plan(d.tasks.size());
   std::array<uint64_t, adstack::kHeapCount> heap_need{};
-  adstack::SizeInputs inputs{
-      [&](uint32_t p) { return args[p].i; },
-      [&](uint32_t p, uint32_t dim) { return static_cast<int64_t>(arrays_.at(args[p].array.id).shape[dim]); }};
   for (size_t t = 0; t < d.tasks.size(); ++t) {
     const CompiledTask& task = d.tasks[t];
-    uint64_t n = ranges[t].second - ranges[t].first;
+    int64_t b = eval(task.begin), e = eval(task.end);
+    if (b < 0 || e > UINT32_MAX) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "launch of '" + d.name + "' task '" + task.name + "': range [" +
+                            std::to_string(b) + ", " + std::to_string(e) + ") is out of bounds");
+    }
+    TaskLaunch& tl = plan[t];
+    tl.begin = static_cast<uint32_t>(b);
+    tl.end = static_cast<uint32_t>(std::max(b, e));
+    uint64_t n = tl.end - tl.begin;
     uint64_t g = task.serial ? 1 : (n + task.local_size - 1) / task.local_size;
     g = std::min<uint64_t>(std::max<uint64_t>(g, 1), options_.max_groups);
-    if (!task.adstacks.empty()) {
-      Result<adstack::RowLayout> row = adstack::plan_row(task.adstacks, inputs);
-      if (!row.ok()) {
-        return make_error(row.status().code(), "launch of '" + d.name + "' task '" + task.name +
-                                                   "': " + row.status().message());
-      }
-      rows[t] = std::move(row).value();
-      for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
-        uint64_t row_bytes = uint64_t{rows[t].row_elems[h]} * adstack::heap_elem_bytes(static_cast<adstack::Heap>(h));
-        if (!row_bytes) continue;
-        uint64_t max_threads = caps().max_storage_buffer_range / row_bytes;
-        if (max_threads < task.local_size) {
-          return make_error(ErrorCode::kOutOfDeviceMemory,
-                            "launch of '" + d.name + "' task '" + task.name + "': one thread's adstack row needs " +
-                                std::to_string(row_bytes) + " bytes of the " +
-                                adstack::heap_name(static_cast<adstack::Heap>(h)) +
-                                " heap, more than the device allows in one binding (" +
-                                std::to_string(caps().max_storage_buffer_range / task.local_size) +
-                                " per thread); lower the loop trip counts");
-        }
-        g = std::min<uint64_t>(g, max_threads / task.local_size);
-      }
-      for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
-        heap_need[h] = std::max(heap_need[h], adstack::heap_bytes(rows[t], static_cast<adstack::Heap>(h),
-                                                                  g * task.local_size));
-      }
-    }
-    groups[t] = static_cast<uint32_t>(g);
+    if (!task.adstacks.empty()) VKAD_TRY(plan_rows(d, task, args, &g, &tl.row, &heap_need));
+    tl.groups = static_cast<uint32_t>(g);
   }
-  if (d.has_adstacks()) VKAD_TRY(ensure_heaps(heap_need));
+  if (stacks) VKAD_TRY(ensure_heaps(heap_need));
 
   // The args buffer: scalars, shapes, zeroed error words, adstack rows (ABI in
   // compiled_kernel.h).
@@ -405,13 +376,13 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args) {
       bindings.push_back(&arr.buffer);
     }
   }
-  for (uint32_t t = 0; t < d.tasks.size(); ++t) {
-    if (d.tasks[t].adstacks.empty()) continue;
-    std::vector<uint32_t> words(adstack::args_words(d.tasks[t].adstacks.size()));
-    adstack::write_args(rows[t], words.data());
-    std::memcpy(dst + d.adstack_args_offset(t), words.data(), 4 * words.size());
-  }
-  if (d.has_adstacks()) {
+  if (stacks) {
+    for (uint32_t t = 0; t < d.tasks.size(); ++t) {
+      if (d.tasks[t].adstacks.empty()) continue;
+      std::vector<uint32_t> words(adstack::args_words(d.tasks[t].adstacks.size()));
+      adstack::write_args(plan[t].row, words.data());
+      std::memcpy(dst + d.adstack_args_offset(t), words.data(), 4 * words.size());
+    }
     for (rhi::Buffer& h : heaps_) bindings.push_back(&h);
   }
   VKAD_TRY(ensure_list());
@@ -421,9 +392,9 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args) {
     rhi::ComputePipeline& p = pipes.tasks[t];
     list_.bind_pipeline(p);
     VKAD_TRY(list_.bind_buffers(p, bindings));
-    uint32_t push[2] = {ranges[t].first, ranges[t].second};
+    uint32_t push[2] = {plan[t].begin, plan[t].end};
     list_.push_constants(p, push, sizeof push);
-    list_.dispatch(groups[t]);
+    list_.dispatch(plan[t].groups);
     list_.barrier(rhi::Barrier::kComputeToCompute);
   }
   ctx_bytes_ += args_bytes;
@@ -480,6 +451,40 @@ Status Runtime::synchronize() {
   }
   VKAD_TRY(drain_all());
   return take_device_errors();
+}
+
+Status Runtime::plan_rows(const CompiledKernel& d, const CompiledTask& task,
+                          std::span<const Arg> args, uint64_t* groups, adstack::RowLayout* row,
+                          std::array<uint64_t, adstack::kHeapCount>* heap_need) const {
+  adstack::SizeInputs inputs{
+      [&](uint32_t p) { return args[p].i; },
+      [&](uint32_t p, uint32_t dim) { return static_cast<int64_t>(arrays_.at(args[p].array.id).shape[dim]); }};
+  Result<adstack::RowLayout> planned = adstack::plan_row(task.adstacks, inputs);
+  if (!planned.ok()) {
+    return make_error(planned.status().code(), "launch of '" + d.name + "' task '" + task.name +
+                                                   "': " + planned.status().message());
+  }
+  *row = std::move(planned).value();
+  for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
+    auto heap = static_cast<adstack::Heap>(h);
+    uint64_t row_bytes = uint64_t{row->row_elems[h]} * adstack::heap_elem_bytes(heap);
+    if (!row_bytes) continue;
+    uint64_t max_threads = caps().max_storage_buffer_range / row_bytes;
+    if (max_threads < task.local_size) {
+      return make_error(ErrorCode::kOutOfDeviceMemory,
+                        "launch of '" + d.name + "' task '" + task.name + "': one thread's adstack row needs " +
+                            std::to_string(row_bytes) + " bytes of the " + adstack::heap_name(heap) +
+                            " heap, more than the device allows in one binding (" +
+                            std::to_string(caps().max_storage_buffer_range / task.local_size) +
+                            " per thread); lower the loop trip counts");
+    }
+    *groups = std::min<uint64_t>(*groups, max_threads / task.local_size);
+  }
+  for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
+    (*heap_need)[h] = std::max((*heap_need)[h], adstack::heap_bytes(*row, static_cast<adstack::Heap>(h),
+                                                                    *groups * task.local_size));
+  }
+  return {};
 }
 
 Status Runtime::ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& need) {

@@ -161,6 +161,15 @@ class Runtime {
   Status ensure_list();
   Status check_args(const Kernel& k, std::span<const Arg> args) const;
   Status drain_all();
+  struct TaskLaunch {
+    uint32_t begin = 0, end = 0, groups = 0;
+    adstack::RowLayout row;  // adstack tasks only
+  };
+  // Row layout of an adstack task for these args; may lower *groups so a heap fits one
+  // binding; raises *heap_need to what this task needs.
+  Status plan_rows(const CompiledKernel& d, const CompiledTask& task, std::span<const Arg> args,
+                   uint64_t* groups, adstack::RowLayout* row,
+                   std::array<uint64_t, adstack::kHeapCount>* heap_need) const;
   Status ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& need);
   void read_error_flags(CtxBuffers& retired);
   Status take_device_errors();
