@@ -45,34 +45,34 @@ double raw_dependent_dispatch_us(rhi::Device& dev, rhi::ComputePipeline& p, rhi:
                                  rhi::Buffer& b, int n, int reps) {
   VkDevice d = dev.handle();
   VkQueue queue;
-  vkGetDeviceQueue(d, dev.queue_family(), 0, &queue);
+  dev.fn().vkGetDeviceQueue(d, dev.queue_family(), 0, &queue);
   VkCommandPoolCreateInfo cpci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   cpci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   cpci.queueFamilyIndex = dev.queue_family();
   VkCommandPool pool;
-  vkCreateCommandPool(d, &cpci, nullptr, &pool);
+  dev.fn().vkCreateCommandPool(d, &cpci, nullptr, &pool);
   VkCommandBufferAllocateInfo cbai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
   cbai.commandPool = pool;
   cbai.commandBufferCount = 1;
   VkCommandBuffer cb;
-  vkAllocateCommandBuffers(d, &cbai, &cb);
+  dev.fn().vkAllocateCommandBuffers(d, &cbai, &cb);
   VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
   VkFence fence;
-  vkCreateFence(d, &fci, nullptr, &fence);
+  dev.fn().vkCreateFence(d, &fci, nullptr, &fence);
   VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 2};
   VkDescriptorPoolCreateInfo dpci{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
   dpci.maxSets = 1;
   dpci.poolSizeCount = 1;
   dpci.pPoolSizes = &size;
   VkDescriptorPool dpool;
-  vkCreateDescriptorPool(d, &dpci, nullptr, &dpool);
+  dev.fn().vkCreateDescriptorPool(d, &dpci, nullptr, &dpool);
   VkDescriptorSetLayout layout = p.set_layout();
   VkDescriptorSetAllocateInfo dsai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
   dsai.descriptorPool = dpool;
   dsai.descriptorSetCount = 1;
   dsai.pSetLayouts = &layout;
   VkDescriptorSet set;
-  vkAllocateDescriptorSets(d, &dsai, &set);
+  dev.fn().vkAllocateDescriptorSets(d, &dsai, &set);
   VkDescriptorBufferInfo infos[2] = {{a.handle(), 0, VK_WHOLE_SIZE}, {b.handle(), 0, VK_WHOLE_SIZE}};
   VkWriteDescriptorSet writes[2];
   for (int i = 0; i < 2; ++i) {
@@ -83,7 +83,7 @@ double raw_dependent_dispatch_us(rhi::Device& dev, rhi::ComputePipeline& p, rhi:
     writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
     writes[i].pBufferInfo = &infos[i];
   }
-  vkUpdateDescriptorSets(d, 2, writes, 0, nullptr);
+  dev.fn().vkUpdateDescriptorSets(d, 2, writes, 0, nullptr);
 
   std::vector<double> samples;
   Push pc{64, 1, 0};
@@ -91,30 +91,30 @@ double raw_dependent_dispatch_us(rhi::Device& dev, rhi::ComputePipeline& p, rhi:
     double t0 = now_us();
     VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-    vkBeginCommandBuffer(cb, &bi);
-    vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.handle());
-    vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout(), 0, 1, &set, 0, nullptr);
+    dev.fn().vkBeginCommandBuffer(cb, &bi);
+    dev.fn().vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.handle());
+    dev.fn().vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout(), 0, 1, &set, 0, nullptr);
     for (int i = 0; i < n; ++i) {
-      vkCmdPushConstants(cb, p.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
-      vkCmdDispatch(cb, 1, 1, 1);
+      dev.fn().vkCmdPushConstants(cb, p.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
+      dev.fn().vkCmdDispatch(cb, 1, 1, 1);
       VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
       mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
       mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
-      vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+      dev.fn().vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                            VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
     }
-    vkEndCommandBuffer(cb);
+    dev.fn().vkEndCommandBuffer(cb);
     VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
     si.commandBufferCount = 1;
     si.pCommandBuffers = &cb;
-    vkQueueSubmit(queue, 1, &si, fence);
-    vkWaitForFences(d, 1, &fence, VK_TRUE, UINT64_MAX);
-    vkResetFences(d, 1, &fence);
+    dev.fn().vkQueueSubmit(queue, 1, &si, fence);
+    dev.fn().vkWaitForFences(d, 1, &fence, VK_TRUE, UINT64_MAX);
+    dev.fn().vkResetFences(d, 1, &fence);
     samples.push_back((now_us() - t0) / n);
   }
-  vkDestroyDescriptorPool(d, dpool, nullptr);
-  vkDestroyFence(d, fence, nullptr);
-  vkDestroyCommandPool(d, pool, nullptr);
+  dev.fn().vkDestroyDescriptorPool(d, dpool, nullptr);
+  dev.fn().vkDestroyFence(d, fence, nullptr);
+  dev.fn().vkDestroyCommandPool(d, pool, nullptr);
   return median(samples);
 }
 
@@ -223,7 +223,7 @@ int main(int argc, char** argv) {
     VkSemaphoreCreateInfo sci{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
     sci.pNext = &type;
     VkSemaphore gate;
-    vkCreateSemaphore(dev.handle(), &sci, nullptr, &gate);
+    dev.fn().vkCreateSemaphore(dev.handle(), &sci, nullptr, &gate);
     auto gated = stream.begin();
     CHECK_OK(gated);
     gated->fill(*a, 1);
@@ -238,9 +238,9 @@ int main(int argc, char** argv) {
     VkSemaphoreSignalInfo sig{VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO};
     sig.semaphore = gate;
     sig.value = 1;
-    vkSignalSemaphore(dev.handle(), &sig);
+    dev.fn().vkSignalSemaphore(dev.handle(), &sig);
     pending->wait();
-    vkDestroySemaphore(dev.handle(), gate, nullptr);
+    dev.fn().vkDestroySemaphore(dev.handle(), gate, nullptr);
 
     // Submit + wait round trip of a one-dispatch list.
     std::vector<double> rt;

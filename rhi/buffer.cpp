@@ -49,21 +49,21 @@ Result<Buffer> Device::create_buffer(const BufferDesc& desc) {
                VK_BUFFER_USAGE_TRANSFER_DST_BIT;
   info.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
   VkBuffer buffer = VK_NULL_HANDLE;
-  VKAD_TRY(vk("vkCreateBuffer", [&] { return vkCreateBuffer(device_, &info, nullptr, &buffer); }));
+  VKAD_TRY(vk("vkCreateBuffer", [&] { return fn_->vkCreateBuffer(device_, &info, nullptr, &buffer); }));
   VkMemoryRequirements reqs;
-  vkGetBufferMemoryRequirements(device_, buffer, &reqs);
+  fn_->vkGetBufferMemoryRequirements(device_, buffer, &reqs);
   Result<Allocation> alloc = allocator_->allocate(reqs, desc.usage);
   if (!alloc.ok()) {
-    vkDestroyBuffer(device_, buffer, nullptr);
+    fn_->vkDestroyBuffer(device_, buffer, nullptr);
     return make_error(alloc.status().code(), "buffer '" + desc.name + "' (" +
                                                  std::to_string(desc.size) +
                                                  " bytes): " + alloc.status().message());
   }
   Status bound = vk("vkBindBufferMemory", [&] {
-    return vkBindBufferMemory(device_, buffer, alloc->memory, alloc->offset);
+    return fn_->vkBindBufferMemory(device_, buffer, alloc->memory, alloc->offset);
   });
   if (!bound.ok()) {
-    vkDestroyBuffer(device_, buffer, nullptr);
+    fn_->vkDestroyBuffer(device_, buffer, nullptr);
     allocator_->free(*alloc);
     return bound;
   }

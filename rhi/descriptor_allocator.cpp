@@ -8,7 +8,7 @@ namespace vkad::rhi {
 
 DescriptorAllocator::~DescriptorAllocator() {
   auto destroy = [this](Pool&& p) {
-    vkDestroyDescriptorPool(device_.handle(), p.pool, nullptr);
+    device_.fn().vkDestroyDescriptorPool(device_.handle(), p.pool, nullptr);
     --device_.live_mut().descriptor_pools;
   };
   if (current_.pool) destroy(std::move(current_));
@@ -29,7 +29,7 @@ Result<DescriptorAllocator::Pool> DescriptorAllocator::take_pool() {
   info.pPoolSizes = &size;
   Pool p;
   VKAD_TRY(device_.vk("vkCreateDescriptorPool", [&] {
-    return vkCreateDescriptorPool(device_.handle(), &info, nullptr, &p.pool);
+    return device_.fn().vkCreateDescriptorPool(device_.handle(), &info, nullptr, &p.pool);
   }));
   device_.set_name(VK_OBJECT_TYPE_DESCRIPTOR_POOL, reinterpret_cast<uint64_t>(p.pool),
                    "vkad descriptor pool " + std::to_string(pool_count_));
@@ -58,7 +58,7 @@ Result<VkDescriptorSet> DescriptorAllocator::allocate(VkDescriptorSetLayout layo
     // recycling behaviour everywhere.
     VkResult r = current_.sets >= kSetsPerPool
                      ? VK_ERROR_OUT_OF_POOL_MEMORY
-                     : vkAllocateDescriptorSets(device_.handle(), &info, &set);
+                     : device_.fn().vkAllocateDescriptorSets(device_.handle(), &info, &set);
     if (r == VK_SUCCESS) {
       ++current_.sets;
       ++live_sets_;
@@ -80,7 +80,7 @@ Result<VkDescriptorSet> DescriptorAllocator::allocate(VkDescriptorSetLayout layo
 
 void DescriptorAllocator::recycle(Serial completed) {
   retired_.retire_up_to(completed, [this](Pool&& p) {
-    vkResetDescriptorPool(device_.handle(), p.pool, 0);
+    device_.fn().vkResetDescriptorPool(device_.handle(), p.pool, 0);
     live_sets_ -= p.sets;
     p.sets = 0;
     p.last_use = kNoSerial;
@@ -89,7 +89,7 @@ void DescriptorAllocator::recycle(Serial completed) {
   // An idle current pool whose sets are all done can be reset in place, so a steady stream of
   // launches cycles through one pool instead of filling it and switching.
   if (current_.pool && current_.sets > 0 && current_.last_use <= completed) {
-    vkResetDescriptorPool(device_.handle(), current_.pool, 0);
+    device_.fn().vkResetDescriptorPool(device_.handle(), current_.pool, 0);
     live_sets_ -= current_.sets;
     current_.sets = 0;
   }

@@ -11,8 +11,6 @@ namespace vkad::rhi {
 
 namespace {
 
-constexpr const char* kValidationLayer = "VK_LAYER_KHRONOS_validation";
-
 bool env_flag(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
@@ -120,19 +118,14 @@ std::string Capabilities::to_string() const {
   return o.str();
 }
 
-VKAPI_ATTR VkBool32 VKAPI_CALL Device::on_debug_message(
-    VkDebugUtilsMessageSeverityFlagBitsEXT severity, VkDebugUtilsMessageTypeFlagsEXT,
-    const VkDebugUtilsMessengerCallbackDataEXT* data, void* user) {
-  auto* self = static_cast<Device*>(user);
-  if (severity < VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT) return VK_FALSE;
-  std::string msg = data && data->pMessage ? data->pMessage : "(no message)";
-  std::fprintf(stderr, "[vkad validation] %s\n", msg.c_str());
+Device::Device() : fn_(std::make_unique<VolkDeviceTable>()) {}
+
+void Device::on_validation_message(const std::string& message) {
   {
-    std::lock_guard<std::mutex> lock(self->validation_mutex_);
-    if (self->validation_messages_.size() < 256) self->validation_messages_.push_back(msg);
+    std::lock_guard<std::mutex> lock(validation_mutex_);
+    if (validation_messages_.size() < 256) validation_messages_.push_back(message);
   }
-  self->validation_count_.fetch_add(1);
-  return VK_FALSE;
+  validation_count_.fetch_add(1);
 }
 
 std::vector<std::string> Device::validation_messages() const {
@@ -160,93 +153,25 @@ void Device::set_name(VkObjectType type, uint64_t handle, const std::string& nam
   info.objectType = type;
   info.objectHandle = handle;
   info.pObjectName = name.c_str();
-  vkSetDebugUtilsObjectNameEXT(device_, &info);
+  vkSetDebugUtilsObjectNameEXT(device_, &info);  // a loader trampoline: dispatches per device
 }
 
 Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
-  static std::once_flag volk_once;
-  static VkResult volk_result = VK_SUCCESS;
-  std::call_once(volk_once, [] { volk_result = volkInitialize(); });
-  if (volk_result != VK_SUCCESS) {
-    return make_error(ErrorCode::kNoDevice,
-                      "no Vulkan loader (libvulkan.so.1) found; install libvulkan1 and a driver "
-                      "(mesa-vulkan-drivers provides lavapipe)");
-  }
   std::unique_ptr<Device> dev(new Device());
-  uint32_t loader_version = volkGetInstanceVersion();
-  if (loader_version < VK_API_VERSION_1_2) {
-    return make_error(ErrorCode::kUnsupported, "the Vulkan loader supports only Vulkan " +
-                                                   std::to_string(loader_version >> 22) + "." +
-                                                   std::to_string((loader_version >> 12) & 0x3ff) +
-                                                   "; vkad needs 1.2");
-  }
-
-  uint32_t n = 0;
-  vkEnumerateInstanceExtensionProperties(nullptr, &n, nullptr);
-  std::vector<VkExtensionProperties> inst_exts(n);
-  vkEnumerateInstanceExtensionProperties(nullptr, &n, inst_exts.data());
-  std::vector<const char*> extensions;
-  dev->debug_utils_ = has_extension(inst_exts, VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
-  if (dev->debug_utils_) extensions.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
-
-  std::vector<const char*> layers;
   dev->validation_enabled_ = options.enable_validation || env_flag("VKAD_VALIDATION");
-  if (dev->validation_enabled_) {
-    vkEnumerateInstanceLayerProperties(&n, nullptr);
-    std::vector<VkLayerProperties> props(n);
-    vkEnumerateInstanceLayerProperties(&n, props.data());
-    bool found = false;
-    for (const auto& p : props) found |= std::strcmp(p.layerName, kValidationLayer) == 0;
-    if (!found) {
-      return make_error(ErrorCode::kUnsupported,
-                        std::string("validation requested but layer ") + kValidationLayer +
-                            " is not installed (Debian: vulkan-validationlayers)");
-    }
-    if (!dev->debug_utils_) {
-      return make_error(ErrorCode::kUnsupported,
-                        "validation requested but VK_EXT_debug_utils is unavailable");
-    }
-    layers.push_back(kValidationLayer);
-  }
-
-  VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
-  app.pApplicationName = "vkad";
-  app.pEngineName = "vkad";
-  app.apiVersion = loader_version >= VK_API_VERSION_1_3 ? VK_API_VERSION_1_3 : VK_API_VERSION_1_2;
-  VkDebugUtilsMessengerCreateInfoEXT messenger_info{
-      VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT};
-  messenger_info.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
-                                   VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
-  messenger_info.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT |
-                               VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
-                               VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
-  messenger_info.pfnUserCallback = &Device::on_debug_message;
-  messenger_info.pUserData = dev.get();
-
-  VkInstanceCreateInfo ici{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
-  ici.pApplicationInfo = &app;
-  ici.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
-  ici.ppEnabledExtensionNames = extensions.data();
-  ici.enabledLayerCount = static_cast<uint32_t>(layers.size());
-  ici.ppEnabledLayerNames = layers.data();
-  // Chained so that messages from instance creation itself are caught too.
-  if (dev->validation_enabled_) ici.pNext = &messenger_info;
-  VKAD_TRY(dev->vk("vkCreateInstance", [&] { return vkCreateInstance(&ici, nullptr, &dev->instance_); }));
-  volkLoadInstanceOnly(dev->instance_);
-  if (dev->validation_enabled_) {
-    VKAD_TRY(dev->vk("vkCreateDebugUtilsMessengerEXT", [&] {
-      return vkCreateDebugUtilsMessengerEXT(dev->instance_, &messenger_info, nullptr,
-                                            &dev->messenger_);
-    }));
-  }
+  VKAD_ASSIGN_OR_RETURN(dev->instance_, Instance::shared(dev->validation_enabled_));
+  dev->debug_utils_ = dev->instance_->debug_utils();
+  dev->instance_->add_sink(dev.get());
+  dev->sink_added_ = true;
+  VkInstance instance = dev->instance_->handle();
 
   // --- choose the physical device ---
   uint32_t count = 0;
   VKAD_TRY(dev->vk("vkEnumeratePhysicalDevices",
-                   [&] { return vkEnumeratePhysicalDevices(dev->instance_, &count, nullptr); }));
+                   [&] { return vkEnumeratePhysicalDevices(instance, &count, nullptr); }));
   std::vector<VkPhysicalDevice> pds(count);
   VKAD_TRY(dev->vk("vkEnumeratePhysicalDevices", [&] {
-    return vkEnumeratePhysicalDevices(dev->instance_, &count, pds.data());
+    return vkEnumeratePhysicalDevices(instance, &count, pds.data());
   }));
   std::vector<PhysicalDeviceInfo> infos;
   for (VkPhysicalDevice pd : pds) {
@@ -358,7 +283,7 @@ Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
   VKAD_TRY(dev->vk("vkCreateDevice", [&] {
     return vkCreateDevice(dev->physical_, &dci, nullptr, &dev->device_);
   }));
-  volkLoadDevice(dev->device_);
+  volkLoadDeviceTable(dev->fn_.get(), dev->device_);
   dev->set_name(VK_OBJECT_TYPE_DEVICE, reinterpret_cast<uint64_t>(dev->device_),
                 "vkad device (" + c.device_name + ")");
   dev->allocator_ = std::make_unique<MemoryAllocator>(*dev, options.memory_block_bytes,
@@ -369,13 +294,12 @@ Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
 Device::~Device() {
   if (device_ != VK_NULL_HANDLE) {
     // Shutdown is the one place a device-wide wait is right: everything is going away.
-    vkDeviceWaitIdle(device_);
+    fn_->vkDeviceWaitIdle(device_);
     deleter_.destroy_all([this](Garbage&& g) { destroy_now(std::move(g)); });
     allocator_.reset();
-    vkDestroyDevice(device_, nullptr);
+    fn_->vkDestroyDevice(device_, nullptr);
   }
-  if (messenger_ != VK_NULL_HANDLE) vkDestroyDebugUtilsMessengerEXT(instance_, messenger_, nullptr);
-  if (instance_ != VK_NULL_HANDLE) vkDestroyInstance(instance_, nullptr);
+  if (sink_added_) instance_->remove_sink(this);
 }
 
 int Device::attach_stream(SerialTracker* tracker) {
@@ -408,26 +332,26 @@ size_t Device::collect_garbage() {
 void Device::destroy_now(Garbage&& g) {
   switch (g.type) {
     case VK_OBJECT_TYPE_BUFFER:
-      vkDestroyBuffer(device_, reinterpret_cast<VkBuffer>(g.handle), nullptr);
+      fn_->vkDestroyBuffer(device_, reinterpret_cast<VkBuffer>(g.handle), nullptr);
       allocator_->free(g.allocation);
       --live_.buffers;
       break;
     case VK_OBJECT_TYPE_PIPELINE:
-      vkDestroyPipeline(device_, reinterpret_cast<VkPipeline>(g.handle), nullptr);
+      fn_->vkDestroyPipeline(device_, reinterpret_cast<VkPipeline>(g.handle), nullptr);
       --live_.pipelines;
       break;
     case VK_OBJECT_TYPE_PIPELINE_LAYOUT:
-      vkDestroyPipelineLayout(device_, reinterpret_cast<VkPipelineLayout>(g.handle), nullptr);
+      fn_->vkDestroyPipelineLayout(device_, reinterpret_cast<VkPipelineLayout>(g.handle), nullptr);
       break;
     case VK_OBJECT_TYPE_DESCRIPTOR_SET_LAYOUT:
-      vkDestroyDescriptorSetLayout(device_, reinterpret_cast<VkDescriptorSetLayout>(g.handle),
+      fn_->vkDestroyDescriptorSetLayout(device_, reinterpret_cast<VkDescriptorSetLayout>(g.handle),
                                    nullptr);
       break;
     case VK_OBJECT_TYPE_SHADER_MODULE:
-      vkDestroyShaderModule(device_, reinterpret_cast<VkShaderModule>(g.handle), nullptr);
+      fn_->vkDestroyShaderModule(device_, reinterpret_cast<VkShaderModule>(g.handle), nullptr);
       break;
     case VK_OBJECT_TYPE_QUERY_POOL:
-      vkDestroyQueryPool(device_, reinterpret_cast<VkQueryPool>(g.handle), nullptr);
+      fn_->vkDestroyQueryPool(device_, reinterpret_cast<VkQueryPool>(g.handle), nullptr);
       --live_.query_pools;
       break;
     default: break;

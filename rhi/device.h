@@ -25,9 +25,12 @@
 
 #include "rhi/deferred_deleter.h"
 #include "rhi/device_plan.h"
+#include "rhi/instance.h"
 #include "rhi/memory_allocator.h"
 #include "rhi/status.h"
 #include "rhi/vk_check.h"
+
+struct VolkDeviceTable;  // volk.h: this device's device-level entry points
 
 namespace vkad::rhi {
 
@@ -112,14 +115,14 @@ struct Garbage {
   Allocation allocation;  // valid only for buffers
 };
 
-class Device {
+class Device final : public ValidationSink {
  public:
-  // Creates instance and device. kNoDevice when Vulkan has no device at all, kUnsupported when
+  // Creates the device on the process-wide instance (see instance.h). kNoDevice when Vulkan has no device at all, kUnsupported when
   // the chosen one lacks Vulkan 1.2 or a required feature (the message names it).
   static Result<std::unique_ptr<Device>> create(const DeviceOptions& options = {});
   // Waits for the device to go idle, destroys every queued and live object it owns. Streams,
   // buffers and pipelines created from it must be destroyed first. Never throws.
-  ~Device();
+  ~Device() override;
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
@@ -133,7 +136,12 @@ class Device {
   const Capabilities& caps() const { return caps_; }
   VkDevice handle() const { return device_; }
   VkPhysicalDevice physical_device() const { return physical_; }
-  VkInstance instance() const { return instance_; }
+  VkInstance instance() const { return instance_->handle(); }
+  // This device's function table. Every device-level call (vkCreateBuffer, vkCmd*,
+  // vkQueueSubmit, ...) goes through it: volk's global device pointers are never loaded, so two
+  // devices (one with validation, one without; or created on two threads) never see each
+  // other's entry points.
+  const VolkDeviceTable& fn() const { return *fn_; }
   uint32_t queue_family() const { return queue_family_; }
   uint32_t queue_count() const { return queue_count_; }
 
@@ -171,11 +179,13 @@ class Device {
   void detach_stream(int index);
 
  private:
-  Device() = default;
+  Device();
   void destroy_now(Garbage&& g);
+  void on_validation_message(const std::string& message) override;
 
-  VkInstance instance_ = VK_NULL_HANDLE;
-  VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
+  std::shared_ptr<Instance> instance_;
+  std::unique_ptr<VolkDeviceTable> fn_;
+  bool sink_added_ = false;
   VkPhysicalDevice physical_ = VK_NULL_HANDLE;
   VkDevice device_ = VK_NULL_HANDLE;
   uint32_t queue_family_ = 0;
@@ -192,9 +202,6 @@ class Device {
   std::atomic<uint64_t> validation_count_{0};
   mutable std::mutex validation_mutex_;
   std::vector<std::string> validation_messages_;
-  static VKAPI_ATTR VkBool32 VKAPI_CALL on_debug_message(
-      VkDebugUtilsMessageSeverityFlagBitsEXT severity, VkDebugUtilsMessageTypeFlagsEXT types,
-      const VkDebugUtilsMessengerCallbackDataEXT* data, void* user);
 };
 
 }  // namespace vkad::rhi

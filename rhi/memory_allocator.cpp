@@ -46,15 +46,15 @@ Result<int> MemoryAllocator::new_block(int memory_type, uint64_t size, bool host
   info.memoryTypeIndex = static_cast<uint32_t>(memory_type);
   VkDeviceMemory memory = VK_NULL_HANDLE;
   VKAD_TRY(device_.vk("vkAllocateMemory", [&] {
-    return vkAllocateMemory(device_.handle(), &info, nullptr, &memory);
+    return device_.fn().vkAllocateMemory(device_.handle(), &info, nullptr, &memory);
   }));
   void* mapped = nullptr;
   if (host_visible) {
     Status s = device_.vk("vkMapMemory", [&] {
-      return vkMapMemory(device_.handle(), memory, 0, VK_WHOLE_SIZE, 0, &mapped);
+      return device_.fn().vkMapMemory(device_.handle(), memory, 0, VK_WHOLE_SIZE, 0, &mapped);
     });
     if (!s.ok()) {
-      vkFreeMemory(device_.handle(), memory, nullptr);
+      device_.fn().vkFreeMemory(device_.handle(), memory, nullptr);
       return s;
     }
   }
@@ -89,7 +89,7 @@ void MemoryAllocator::free_block(int index) {
   stats_.block_bytes -= b.ranges->capacity();
   --stats_.blocks;
   --device_.live_mut().memory_blocks;
-  vkFreeMemory(device_.handle(), b.memory, nullptr);  // unmaps implicitly
+  device_.fn().vkFreeMemory(device_.handle(), b.memory, nullptr);  // unmaps implicitly
   b = Block{};
 }
 

@@ -62,17 +62,17 @@ Result<ComputePipeline> Device::create_compute_pipeline(const ComputePipelineDes
   VkPipelineLayout layout = VK_NULL_HANDLE;
   VkPipeline pipeline = VK_NULL_HANDLE;
   auto cleanup = [&] {
-    if (pipeline) vkDestroyPipeline(device_, pipeline, nullptr);
-    if (layout) vkDestroyPipelineLayout(device_, layout, nullptr);
-    if (set_layout) vkDestroyDescriptorSetLayout(device_, set_layout, nullptr);
-    if (module) vkDestroyShaderModule(device_, module, nullptr);
+    if (pipeline) fn_->vkDestroyPipeline(device_, pipeline, nullptr);
+    if (layout) fn_->vkDestroyPipelineLayout(device_, layout, nullptr);
+    if (set_layout) fn_->vkDestroyDescriptorSetLayout(device_, set_layout, nullptr);
+    if (module) fn_->vkDestroyShaderModule(device_, module, nullptr);
   };
 
   VkShaderModuleCreateInfo smci{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
   smci.codeSize = desc.spirv.size() * sizeof(uint32_t);
   smci.pCode = desc.spirv.data();
   Status s = vk("vkCreateShaderModule",
-                [&] { return vkCreateShaderModule(device_, &smci, nullptr, &module); });
+                [&] { return fn_->vkCreateShaderModule(device_, &smci, nullptr, &module); });
   std::vector<VkDescriptorSetLayoutBinding> bindings(desc.storage_buffer_count);
   for (uint32_t i = 0; i < desc.storage_buffer_count; ++i) {
     bindings[i] = {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
@@ -82,7 +82,7 @@ Result<ComputePipeline> Device::create_compute_pipeline(const ComputePipelineDes
     dslci.bindingCount = desc.storage_buffer_count;
     dslci.pBindings = bindings.data();
     s = vk("vkCreateDescriptorSetLayout",
-           [&] { return vkCreateDescriptorSetLayout(device_, &dslci, nullptr, &set_layout); });
+           [&] { return fn_->vkCreateDescriptorSetLayout(device_, &dslci, nullptr, &set_layout); });
   }
   if (s.ok()) {
     VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, desc.push_constant_bytes};
@@ -92,7 +92,7 @@ Result<ComputePipeline> Device::create_compute_pipeline(const ComputePipelineDes
     plci.pushConstantRangeCount = desc.push_constant_bytes > 0 ? 1 : 0;
     plci.pPushConstantRanges = &range;
     s = vk("vkCreatePipelineLayout",
-           [&] { return vkCreatePipelineLayout(device_, &plci, nullptr, &layout); });
+           [&] { return fn_->vkCreatePipelineLayout(device_, &plci, nullptr, &layout); });
   }
   if (s.ok()) {
     std::vector<VkSpecializationMapEntry> entries;
@@ -111,7 +111,7 @@ Result<ComputePipeline> Device::create_compute_pipeline(const ComputePipelineDes
     cpci.stage.pSpecializationInfo = entries.empty() ? nullptr : &spec;
     cpci.layout = layout;
     s = vk("vkCreateComputePipelines", [&] {
-      return vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &cpci, nullptr, &pipeline);
+      return fn_->vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &cpci, nullptr, &pipeline);
     });
   }
   if (!s.ok()) {
@@ -119,7 +119,7 @@ Result<ComputePipeline> Device::create_compute_pipeline(const ComputePipelineDes
     return make_error(s.code(), "pipeline '" + desc.name + "': " + s.message());
   }
   // The module is only needed to create the pipeline.
-  vkDestroyShaderModule(device_, module, nullptr);
+  fn_->vkDestroyShaderModule(device_, module, nullptr);
   std::string name = desc.name.empty() ? "vkad pipeline" : desc.name;
   set_name(VK_OBJECT_TYPE_PIPELINE, reinterpret_cast<uint64_t>(pipeline), name);
   set_name(VK_OBJECT_TYPE_PIPELINE_LAYOUT, reinterpret_cast<uint64_t>(layout), name + " layout");
@@ -154,7 +154,7 @@ void QueryPool::reset() {
 
 Status QueryPool::read(uint32_t first, uint32_t n, uint64_t* out) const {
   return device_->vk("vkGetQueryPoolResults", [&] {
-    return vkGetQueryPoolResults(device_->handle(), pool_, first, n, n * sizeof(uint64_t), out,
+    return device_->fn().vkGetQueryPoolResults(device_->handle(), pool_, first, n, n * sizeof(uint64_t), out,
                                  sizeof(uint64_t), VK_QUERY_RESULT_64_BIT);
   });
 }
@@ -170,7 +170,7 @@ Result<QueryPool> Device::create_query_pool(uint32_t count, const std::string& n
   info.queryCount = count;
   QueryPool q;
   VKAD_TRY(vk("vkCreateQueryPool",
-              [&] { return vkCreateQueryPool(device_, &info, nullptr, &q.pool_); }));
+              [&] { return fn_->vkCreateQueryPool(device_, &info, nullptr, &q.pool_); }));
   q.device_ = this;
   q.count_ = count;
   set_name(VK_OBJECT_TYPE_QUERY_POOL, reinterpret_cast<uint64_t>(q.pool_), name);

@@ -3,6 +3,7 @@
 #include <volk.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "rhi/device.h"
 
@@ -33,19 +34,22 @@ Result<std::unique_ptr<Stream>> Stream::create(Device& device, const StreamOptio
                                                    "' lacks timeline semaphores; use fence mode");
   }
   std::unique_ptr<Stream> s(new Stream(device, mode, options.name));
+  s->set_spin_ns(options.spin_ns >= 0 ? options.spin_ns
+                 : device.caps().kind == DeviceKind::kCpu ? 0
+                                                          : StreamOptions::kDefaultSpinNs);
   s->index_ = device.attach_stream(s.get());
   if (s->index_ < 0) {
     return make_error(ErrorCode::kFailedPrecondition,
                       "at most " + std::to_string(kMaxStreams) + " streams per device");
   }
   // Streams share queues round-robin when the family has fewer queues than streams.
-  vkGetDeviceQueue(device.handle(), device.queue_family(),
+  device.fn().vkGetDeviceQueue(device.handle(), device.queue_family(),
                    static_cast<uint32_t>(s->index_) % device.queue_count(), &s->queue_);
   VkCommandPoolCreateInfo cpci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   cpci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   cpci.queueFamilyIndex = device.queue_family();
   VKAD_TRY(device.vk("vkCreateCommandPool", [&] {
-    return vkCreateCommandPool(device.handle(), &cpci, nullptr, &s->command_pool_);
+    return device.fn().vkCreateCommandPool(device.handle(), &cpci, nullptr, &s->command_pool_);
   }));
   device.set_name(VK_OBJECT_TYPE_COMMAND_POOL, reinterpret_cast<uint64_t>(s->command_pool_),
                   options.name + " command pool");
@@ -56,7 +60,7 @@ Result<std::unique_ptr<Stream>> Stream::create(Device& device, const StreamOptio
     VkSemaphoreCreateInfo sci{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
     sci.pNext = &type;
     VKAD_TRY(device.vk("vkCreateSemaphore", [&] {
-      return vkCreateSemaphore(device.handle(), &sci, nullptr, &s->timeline_);
+      return device.fn().vkCreateSemaphore(device.handle(), &sci, nullptr, &s->timeline_);
     }));
     device.set_name(VK_OBJECT_TYPE_SEMAPHORE, reinterpret_cast<uint64_t>(s->timeline_),
                     options.name + " timeline");
@@ -70,42 +74,43 @@ Stream::~Stream() {
     recording_ = false;
   }
   if (last_submitted_ > completed_) {
-    if (!wait_for(last_submitted_, UINT64_MAX)) {
-      // Device lost: nothing will complete; the objects may be destroyed now (Vulkan allows
-      // destroying objects of a lost device).
-      completed_ = last_submitted_;
-    }
+    // Waits in the driver even when the device was already reported lost: a loss may have been
+    // reported (or injected) while work is still running, and the pools below must not be
+    // freed under it. A really lost device returns VK_ERROR_DEVICE_LOST from the wait, after
+    // which Vulkan allows destroying its objects.
+    if (wait_in_driver(last_submitted_, UINT64_MAX) == VK_SUCCESS) refresh_completed();
+    completed_ = last_submitted_;
   }
   VkDevice d = device_.handle();
   descriptors_.recycle(completed_);
   device_.detach_stream(index_);
   in_flight_cbs_.retire_all([&](VkCommandBuffer cb) { free_cbs_.push_back(cb); });
   device_.live_mut().command_buffers -= static_cast<int64_t>(free_cbs_.size());
-  if (command_pool_) vkDestroyCommandPool(d, command_pool_, nullptr);  // frees its buffers
+  if (command_pool_) device_.fn().vkDestroyCommandPool(d, command_pool_, nullptr);  // frees its buffers
   for (auto& [serial, fence] : in_flight_fences_) free_fences_.push_back(fence);
-  for (VkFence f : free_fences_) vkDestroyFence(d, f, nullptr);
+  for (VkFence f : free_fences_) device_.fn().vkDestroyFence(d, f, nullptr);
   device_.live_mut().fences -= static_cast<int64_t>(free_fences_.size());
-  if (timeline_) vkDestroySemaphore(d, timeline_, nullptr);
+  if (timeline_) device_.fn().vkDestroySemaphore(d, timeline_, nullptr);
 }
 
 Serial Stream::refresh_completed() {
   ++counters_.completion_queries;
   if (mode_ == SyncMode::kTimeline) {
     uint64_t value = 0;
-    VkResult r = vkGetSemaphoreCounterValue(device_.handle(), timeline_, &value);
+    VkResult r = device_.fn().vkGetSemaphoreCounterValue(device_.handle(), timeline_, &value);
     if (r == VK_ERROR_DEVICE_LOST) device_.mark_lost();
     if (r == VK_SUCCESS && value > completed_.value()) completed_ = Serial(value);
     return completed_;
   }
   // Fence mode: the completed serial is the longest prefix of signalled fences.
   while (!in_flight_fences_.empty()) {
-    VkResult r = vkGetFenceStatus(device_.handle(), in_flight_fences_.front().second);
+    VkResult r = device_.fn().vkGetFenceStatus(device_.handle(), in_flight_fences_.front().second);
     if (r == VK_ERROR_DEVICE_LOST) device_.mark_lost();
     if (r != VK_SUCCESS) break;
     completed_ = in_flight_fences_.front().first;
     VkFence f = in_flight_fences_.front().second;
     in_flight_fences_.pop_front();
-    vkResetFences(device_.handle(), 1, &f);
+    device_.fn().vkResetFences(device_.handle(), 1, &f);
     free_fences_.push_back(f);
   }
   return completed_;
@@ -116,28 +121,46 @@ bool Stream::wait_for(Serial serial, uint64_t timeout_ns) {
   if (serial > last_submitted_) return false;  // never submitted: would wait forever
   if (!device_.status().ok()) return false;
   ++counters_.waits;
-  VkResult r;
+  if (spin_ns_ > 0 && timeout_ns > 0) {
+    using clock = std::chrono::steady_clock;
+    const auto start = clock::now();
+    const auto budget = std::chrono::nanoseconds(
+        std::min<uint64_t>(static_cast<uint64_t>(spin_ns_), timeout_ns));
+    do {
+      if (serial <= refresh_completed()) {
+        ++counters_.spin_completions;
+        return true;
+      }
+      if (!device_.status().ok()) return false;
+    } while (clock::now() - start < budget);
+    uint64_t spent = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start).count());
+    timeout_ns = timeout_ns == UINT64_MAX ? UINT64_MAX : timeout_ns - std::min(timeout_ns, spent);
+  }
+  VkResult r = wait_in_driver(serial, timeout_ns);
+  if (r == VK_ERROR_DEVICE_LOST) device_.mark_lost();
+  if (r != VK_SUCCESS) return false;
+  refresh_completed();
+  return serial <= completed_;
+}
+
+VkResult Stream::wait_in_driver(Serial serial, uint64_t timeout_ns) {
   if (mode_ == SyncMode::kTimeline) {
     uint64_t value = serial.value();
     VkSemaphoreWaitInfo info{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
     info.semaphoreCount = 1;
     info.pSemaphores = &timeline_;
     info.pValues = &value;
-    r = vkWaitSemaphores(device_.handle(), &info, timeout_ns);
-  } else {
-    std::vector<VkFence> fences;
-    for (const auto& [s, f] : in_flight_fences_) {
-      if (s > serial) break;
-      fences.push_back(f);
-    }
-    r = fences.empty() ? VK_SUCCESS
-                       : vkWaitForFences(device_.handle(), static_cast<uint32_t>(fences.size()),
-                                         fences.data(), VK_TRUE, timeout_ns);
+    return device_.fn().vkWaitSemaphores(device_.handle(), &info, timeout_ns);
   }
-  if (r == VK_ERROR_DEVICE_LOST) device_.mark_lost();
-  if (r != VK_SUCCESS) return false;
-  refresh_completed();
-  return serial <= completed_;
+  std::vector<VkFence> fences;
+  for (const auto& [s, f] : in_flight_fences_) {
+    if (s > serial) break;
+    fences.push_back(f);
+  }
+  if (fences.empty()) return VK_SUCCESS;
+  return device_.fn().vkWaitForFences(device_.handle(), static_cast<uint32_t>(fences.size()),
+                                      fences.data(), VK_TRUE, timeout_ns);
 }
 
 Status Stream::wait_idle(uint64_t timeout_ns) {
@@ -172,7 +195,7 @@ Result<CommandList> Stream::begin() {
     info.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
     info.commandBufferCount = 1;
     VKAD_TRY(device_.vk("vkAllocateCommandBuffers",
-                        [&] { return vkAllocateCommandBuffers(device_.handle(), &info, &cb); }));
+                        [&] { return device_.fn().vkAllocateCommandBuffers(device_.handle(), &info, &cb); }));
     ++counters_.command_buffers_created;
     ++device_.live_mut().command_buffers;
     device_.set_name(VK_OBJECT_TYPE_COMMAND_BUFFER, reinterpret_cast<uint64_t>(cb),
@@ -180,7 +203,7 @@ Result<CommandList> Stream::begin() {
   }
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  Status s = device_.vk("vkBeginCommandBuffer", [&] { return vkBeginCommandBuffer(cb, &bi); });
+  Status s = device_.vk("vkBeginCommandBuffer", [&] { return device_.fn().vkBeginCommandBuffer(cb, &bi); });
   if (!s.ok()) {
     free_cbs_.push_back(cb);
     return s;
@@ -190,7 +213,7 @@ Result<CommandList> Stream::begin() {
 }
 
 void Stream::abandon(VkCommandBuffer cb) {
-  vkEndCommandBuffer(cb);
+  device_.fn().vkEndCommandBuffer(cb);
   free_cbs_.push_back(cb);
   recording_ = false;
 }
@@ -204,7 +227,7 @@ Result<VkFence> Stream::take_fence() {
   VkFenceCreateInfo info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
   VkFence f = VK_NULL_HANDLE;
   VKAD_TRY(device_.vk("vkCreateFence",
-                      [&] { return vkCreateFence(device_.handle(), &info, nullptr, &f); }));
+                      [&] { return device_.fn().vkCreateFence(device_.handle(), &info, nullptr, &f); }));
   ++counters_.fences_created;
   ++device_.live_mut().fences;
   device_.set_name(VK_OBJECT_TYPE_FENCE, reinterpret_cast<uint64_t>(f),
@@ -220,7 +243,7 @@ Result<StreamSemaphore> Stream::submit(CommandList& list, std::span<const Timeli
   VkCommandBuffer cb = std::exchange(list.cb_, VK_NULL_HANDLE);
   recording_ = false;
   Status s = device_.status();
-  if (s.ok()) s = device_.vk("vkEndCommandBuffer", [&] { return vkEndCommandBuffer(cb); });
+  if (s.ok()) s = device_.vk("vkEndCommandBuffer", [&] { return device_.fn().vkEndCommandBuffer(cb); });
   Serial serial = pending();
   VkFence fence = VK_NULL_HANDLE;
   if (s.ok() && mode_ == SyncMode::kFence) {
@@ -256,7 +279,7 @@ Result<StreamSemaphore> Stream::submit(CommandList& list, std::span<const Timeli
       si.pWaitDstStageMask = wait_stages.data();
     }
     if (mode_ == SyncMode::kTimeline || !waits.empty()) si.pNext = &tsi;
-    s = device_.vk("vkQueueSubmit", [&] { return vkQueueSubmit(queue_, 1, &si, fence); });
+    s = device_.vk("vkQueueSubmit", [&] { return device_.fn().vkQueueSubmit(queue_, 1, &si, fence); });
   }
   if (!s.ok()) {
     // Nothing reached the queue: the serial is not consumed and the pooled objects go back.

@@ -31,7 +31,8 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   rt->options_ = options;
   VKAD_ASSIGN_OR_RETURN(rt->device_, rhi::Device::create(options.device));
   VKAD_ASSIGN_OR_RETURN(rt->stream_,
-                        rt->device_->create_stream({options.sync_mode, "vkad runtime stream"}));
+                        rt->device_->create_stream(
+                            {options.sync_mode, "vkad runtime stream", options.wait_spin_ns}));
   rt->retirement_ =
       RetirementQueue<CtxBuffers>(options.retirement_depth, options.retirement_policy);
   Runtime* self = rt.get();
@@ -59,6 +60,7 @@ Runtime::~Runtime() {
 // ---------------------------------------------------------------- kernels
 
 Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
+  VKAD_EXCLUSIVE_USE("register_kernel");
   VKAD_TRY(device_->status());
   if (kernel.tasks.empty()) {
     return make_error(ErrorCode::kInvalidArgument, "kernel '" + kernel.name + "' has no tasks");
@@ -124,6 +126,7 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
 }
 
 Status Runtime::unregister_kernel(KernelHandle kernel) {
+  VKAD_EXCLUSIVE_USE("unregister_kernel");
   auto it = kernels_.find(kernel.id);
   if (it == kernels_.end()) {
     return make_error(ErrorCode::kNotFound,
@@ -156,6 +159,7 @@ void Runtime::evict_unreferenced() {
 
 Result<NdArrayHandle> Runtime::create_ndarray(DType dtype, std::vector<uint32_t> shape,
                                               const std::string& name) {
+  VKAD_EXCLUSIVE_USE("create_ndarray");
   VKAD_TRY(device_->status());
   std::string label = name.empty() ? "ndarray " + std::to_string(next_id_) : name;
   if (shape.empty() || element_count(shape) == 0) {
@@ -177,6 +181,7 @@ Result<NdArrayHandle> Runtime::create_ndarray(DType dtype, std::vector<uint32_t>
 }
 
 Status Runtime::free_ndarray(NdArrayHandle array) {
+  VKAD_EXCLUSIVE_USE("free_ndarray");
   auto it = arrays_.find(array.id);
   if (it == arrays_.end()) {
     return make_error(ErrorCode::kNotFound,
@@ -187,6 +192,7 @@ Status Runtime::free_ndarray(NdArrayHandle array) {
 }
 
 Result<std::vector<uint32_t>> Runtime::shape(NdArrayHandle array) const {
+  VKAD_EXCLUSIVE_USE("shape");
   auto it = arrays_.find(array.id);
   if (it == arrays_.end()) {
     return make_error(ErrorCode::kNotFound,
@@ -203,6 +209,7 @@ Status Runtime::ensure_list() {
 }
 
 Status Runtime::upload(NdArrayHandle array, const void* data, uint64_t bytes) {
+  VKAD_EXCLUSIVE_USE("upload");
   VKAD_TRY(device_->status());
   auto it = arrays_.find(array.id);
   if (it == arrays_.end()) {
@@ -229,6 +236,7 @@ Status Runtime::upload(NdArrayHandle array, const void* data, uint64_t bytes) {
 }
 
 Status Runtime::download(NdArrayHandle array, void* out, uint64_t bytes) {
+  VKAD_EXCLUSIVE_USE("download");
   VKAD_TRY(device_->status());
   auto it = arrays_.find(array.id);
   if (it == arrays_.end()) {
@@ -306,6 +314,7 @@ Status Runtime::check_args(const Kernel& k, std::span<const Arg> args) const {
 }
 
 Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args) {
+  VKAD_EXCLUSIVE_USE("launch");
   VKAD_TRY(device_->status());
   auto kit = kernels_.find(kernel.id);
   if (kit == kernels_.end()) {
@@ -413,6 +422,7 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args) {
 // ---------------------------------------------------------------- flush / retire
 
 Result<rhi::StreamSemaphore> Runtime::flush() {
+  VKAD_EXCLUSIVE_USE("flush");
   VKAD_TRY(device_->status());
   if (!list_.recording()) {
     retirement_.poll();
@@ -444,6 +454,7 @@ Status Runtime::drain_all() {
 }
 
 Status Runtime::synchronize() {
+  VKAD_EXCLUSIVE_USE("synchronize");
   VKAD_ASSIGN_OR_RETURN(rhi::StreamSemaphore sem, flush());
   if (!sem.wait()) {
     VKAD_TRY(device_->status());
@@ -512,6 +523,7 @@ Status Runtime::ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& ne
 }
 
 Status Runtime::set_retirement_depth(size_t depth) {
+  VKAD_EXCLUSIVE_USE("set_retirement_depth");
   VKAD_TRY(retirement_.set_depth(depth));
   stream_->recycle();
   return {};

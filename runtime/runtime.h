@@ -15,7 +15,13 @@
 // Every drain point (download, synchronize, destruction) uses one helper, drain_all().
 //
 // Ownership: the Runtime owns its device, stream, ndarrays and pipelines. Handles are plain ids;
-// using one after free is an error value, never a crash. Externally synchronised (one thread).
+// using one after free is an error value, never a crash.
+//
+// Threads: a Runtime is externally synchronised: one thread at a time (as a VkQueue). A call that
+// overlaps a call from another thread returns kFailedPrecondition and changes nothing (see
+// use_guard.h). Distinct runtimes on distinct threads are independent and need no locking: they
+// share only the process-wide VkInstance (rhi/instance.h), which is thread-safe. A semaphore
+// returned by flush() may outlive its runtime (it then reports signaled).
 #pragma once
 
 #include <array>
@@ -32,6 +38,7 @@
 #include "rhi/stream.h"
 #include "runtime/compiled_kernel.h"
 #include "runtime/retirement_queue.h"
+#include "runtime/use_guard.h"
 
 namespace vkad::runtime {
 
@@ -45,6 +52,9 @@ struct RuntimeOptions {
   double max_list_age_us = 2000;   // auto-flush a list older than this at the next launch
   uint32_t max_groups = 65535;     // cap on workgroups per dispatch (tasks grid-stride)
   size_t pipeline_cache_capacity = 256;  // unreferenced pipelines kept for reuse
+  // Spin-then-block waits (download, synchronize, forced retirement waits); see
+  // rhi::StreamOptions::spin_ns. -1 = automatic (spin on GPUs, block at once on CPU devices).
+  int64_t wait_spin_ns = -1;
 };
 
 struct KernelHandle {
@@ -193,6 +203,7 @@ class Runtime {
   // Found at retirement, reported at the next drain: one line per (kernel, task, code).
   std::vector<std::pair<std::string, uint64_t>> device_errors_;
   RuntimeStats stats_;
+  UseGuard use_guard_;  // see use_guard.h: the thread model, enforced
 };
 
 }  // namespace vkad::runtime

@@ -2,6 +2,7 @@
 #include <volk.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -51,14 +52,14 @@ class RhiTest : public GpuTest, public ::testing::WithParamInterface<SyncMode> {
     VkSemaphoreCreateInfo sci{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
     sci.pNext = &type;
     VkSemaphore s = VK_NULL_HANDLE;
-    EXPECT_EQ(vkCreateSemaphore(device_->handle(), &sci, nullptr, &s), VK_SUCCESS);
+    EXPECT_EQ(device_->fn().vkCreateSemaphore(device_->handle(), &sci, nullptr, &s), VK_SUCCESS);
     return s;
   }
   void open_gate(VkSemaphore gate) {
     VkSemaphoreSignalInfo info{VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO};
     info.semaphore = gate;
     info.value = 1;
-    EXPECT_EQ(vkSignalSemaphore(device_->handle(), &info), VK_SUCCESS);
+    EXPECT_EQ(device_->fn().vkSignalSemaphore(device_->handle(), &info), VK_SUCCESS);
   }
   std::unique_ptr<rhi::Stream> stream_;
 };
@@ -103,7 +104,31 @@ TEST_P(RhiTest, IsSignaledOnlyAfterCompletion) {
   EXPECT_TRUE(sem->wait());
   EXPECT_TRUE(sem->is_signaled());
   EXPECT_GE(stream_->completed_cached(), sem->serial());
-  vkDestroySemaphore(device_->handle(), gate, nullptr);
+  device_->fn().vkDestroySemaphore(device_->handle(), gate, nullptr);
+}
+
+TEST_P(RhiTest, DestroyAfterReportedLossWaitsForRunningWork) {
+  // A loss reported (here: marked) while work is still queued: destroying the stream must wait
+  // in the driver for that work before freeing its command pool, not trust the sticky flag.
+  VkSemaphore gate = make_gate();
+  auto scratch = device_->create_buffer({256, MemoryUsage::kDeviceLocal, "scratch"});
+  ASSERT_TRUE(scratch.ok());
+  auto list = stream_->begin();
+  ASSERT_TRUE(list.ok());
+  list->fill(*scratch, 1);
+  rhi::Stream::TimelineWait wait{gate, 1};
+  ASSERT_TRUE(stream_->submit(*list, {&wait, 1}).ok());
+  device_->mark_lost();
+  std::atomic<bool> opened{false};
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    opened = true;
+    open_gate(gate);
+  });
+  stream_.reset();
+  EXPECT_TRUE(opened.load()) << "the stream was destroyed while its work was still queued";
+  opener.join();
+  device_->fn().vkDestroySemaphore(device_->handle(), gate, nullptr);
 }
 
 TEST_P(RhiTest, ManySubmissionsPolledOutOfOrder) {
@@ -138,7 +163,7 @@ TEST_P(RhiTest, ManySubmissionsPolledOutOfOrder) {
   stream_->recycle();
   EXPECT_LE(stream_->counters().command_buffers_created, 64u);
   EXPECT_EQ(stream_->command_buffers_in_flight(), 0u);
-  vkDestroySemaphore(device_->handle(), gate, nullptr);
+  device_->fn().vkDestroySemaphore(device_->handle(), gate, nullptr);
 }
 
 TEST_P(RhiTest, CommandBuffersAndFencesAreRecycled) {
@@ -195,7 +220,7 @@ TEST_P(RhiTest, ObjectsReleasedRightAfterRecordingSurviveUntilCompletion) {
   EXPECT_EQ(device_->live().buffers, buffers_before - 1) << "released after completion";
   EXPECT_EQ(device_->live().pipelines, 0);
   EXPECT_EQ(device_->garbage_pending(), 0u);
-  vkDestroySemaphore(device_->handle(), gate, nullptr);
+  device_->fn().vkDestroySemaphore(device_->handle(), gate, nullptr);
 }
 
 TEST_P(RhiTest, DescriptorPoolsAreRecycledPastOnePool) {

@@ -57,8 +57,10 @@ class RuntimeTest : public ::testing::TestWithParam<rhi::SyncMode> {
   std::unique_ptr<Runtime> rt_;
 };
 
-#define SKIP_IF_NO_DEVICE() \
-  if (skipped_) GTEST_SKIP() << "SKIPPED: no Vulkan device"
+// Skips without a device; fails (instead of dereferencing null) when creation failed otherwise.
+#define SKIP_IF_NO_DEVICE()                                         \
+  if (skipped_) GTEST_SKIP() << "SKIPPED: no Vulkan device";        \
+  ASSERT_NE(rt_, nullptr) << "Runtime::create failed (see above)"
 
 TEST_P(RuntimeTest, AxpyMatchesCpu) {
   SKIP_IF_NO_DEVICE();
