@@ -57,7 +57,14 @@ double time_ms(runtime::Runtime& rt, runtime::KernelHandle h, const std::vector<
 }  // namespace
 
 int main(int argc, char** argv) {
-  bench::Args args(argc, argv);
+  bench::Args args(argc, argv,
+                   "usage: vkad-bench-adjoint [--n N] [--reps R] [--json F]\n"
+                   "  forward and generated adjoint of the recurrence v <- 0.5v + 0.25 sin(v) w\n"
+                   "  over L = 16, 64, 256 steps, against copy bandwidth\n"
+                   "  --n N     elements (default 2^24)\n"
+                   "  --reps R  repetitions, median reported (default 3)\n"
+                   "  --json F  also write the results as JSON to F\n",
+                   {"n", "reps", "json"});
   uint32_t n = static_cast<uint32_t>(args.get_int("n", 1 << 24));
   int reps = static_cast<int>(args.get_int("reps", 3));
   auto rt_r = runtime::Runtime::create();

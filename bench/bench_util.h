@@ -5,7 +5,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
+#include <initializer_list>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,13 +25,23 @@ inline double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// --key value / --flag arguments.
+// --key value / --flag arguments. Every benchmark states its usage and its flags: --help prints
+// the usage and exits 0; an unknown flag or a stray word prints it and exits 2 (never a silent
+// full run with the wrong settings).
 class Args {
  public:
-  Args(int argc, char** argv) {
+  Args(int argc, char** argv, const char* usage, std::initializer_list<const char*> flags) {
+    std::set<std::string> known(flags.begin(), flags.end());
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
-      if (a.rfind("--", 0) != 0) continue;
+      if (a == "--help" || a == "-h") {
+        std::printf("%s", usage);
+        std::exit(0);
+      }
+      if (a.rfind("--", 0) != 0 || !known.count(a.substr(2))) {
+        std::fprintf(stderr, "unknown argument '%s'\n%s", a.c_str(), usage);
+        std::exit(2);
+      }
       std::string key = a.substr(2);
       if (i + 1 < argc && std::strncmp(argv[i + 1], "--", 2) != 0) {
         values_[key] = argv[++i];

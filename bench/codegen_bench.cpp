@@ -65,7 +65,14 @@ double time_compile(const Kernel& k, const Target& t, bool opt, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bench::Args args(argc, argv);
+  bench::Args args(argc, argv,
+                   "usage: vkad-bench-codegen [--reps R] [--n N] [--json F]\n"
+                   "  compile time (IR -> validated SPIR-V, with and without spirv-opt) and\n"
+                   "  generated saxpy against the hand-written copy kernel (GB/s)\n"
+                   "  --reps R  repetitions, median reported (default 20)\n"
+                   "  --n N     elements (default: as many as one binding holds, at most 64 Mi)\n"
+                   "  --json F  also write the results as JSON to F\n",
+                   {"reps", "n", "json"});
   int reps = static_cast<int>(args.get_int("reps", 20));
   bench::JsonRecords json;
   auto rt_r = runtime::Runtime::create();

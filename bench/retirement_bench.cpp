@@ -4,8 +4,11 @@
 //                         [--svg out.svg]
 //
 // Workload: each flush holds one launch of axpy plus an upload of B bytes (default 16 KiB) as
-// its per-flush ctx buffers. Two GPU loads: "keeps up" (axpy over 1024 elements) and "behind"
-// (axpy over 2^20 elements on a GPU, 2^18 on a CPU device). Policies: hold until synchronize,
+// its per-flush ctx buffers. Three loads: "keeps up" (axpy over 1024 elements, flushes back to
+// back: on a fast GPU the host still outruns the device's per-submission latency), "paced" (the
+// same, plus U us of simulated host work per flush, as a DSL's Python layer spends; host time
+// per flush >= GPU time per flush, so per-entry polling should never force a wait) and "behind"
+// (axpy over 2^22 elements on a GPU, 2^18 on a CPU device). Policies: hold until synchronize,
 // full drain when full, per-entry polling (vkad), at depths 1, 3 and 8. Reports host time
 // blocked, forced waits, high-water bytes held, and flushes per second; the SVG plots bytes held
 // over the run. "floor" is the same loop with no retirement work (hold until synchronize): the
@@ -42,7 +45,7 @@ const char* policy_name(runtime::RetirementPolicy p) {
 }
 
 RunResult run(const std::string& device, runtime::RetirementPolicy policy, size_t depth,
-              uint32_t n, int flushes, uint64_t bytes, const std::string& load) {
+              uint32_t n, int flushes, uint64_t bytes, double host_us, const std::string& load) {
   runtime::RuntimeOptions o;
   o.device.device = device;
   o.retirement_depth = depth;
@@ -70,6 +73,11 @@ RunResult run(const std::string& device, runtime::RetirementPolicy policy, size_
   int sample_every = std::max(1, flushes / 400);
   double t0 = now_us();
   for (int i = 0; i < flushes; ++i) {
+    if (host_us > 0) {
+      // Simulated host work: a busy loop, as an interpreter would keep the core busy.
+      for (double until = now_us() + host_us; now_us() < until;) {
+      }
+    }
     Status s = rt.upload(*scratch, host.data(), scratch_n * 4);
     if (s.ok()) s = rt.launch(*k, args);
     if (s.ok()) s = rt.flush().status();
@@ -127,15 +135,22 @@ void write_svg(const std::string& path, const std::vector<RunResult>& runs) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args args(argc, argv);
-  if (args.has("help")) {
-    std::printf("usage: vkad-bench-retirement [--device D] [--flushes F] [--bytes B] "
-                "[--json F] [--svg F]\n");
-    return 0;
-  }
+  Args args(argc, argv,
+            "usage: vkad-bench-retirement [--device D] [--flushes F] [--bytes B] [--host-us U]\n"
+            "                             [--json F] [--svg F]\n"
+            "  retirement policies (per-entry polling at depths 1/3/8, hold-until-sync,\n"
+            "  full drain) under a back-to-back load and a paced load\n"
+            "  --device D   device index or name substring (default: automatic)\n"
+            "  --flushes F  flushes per run (default 20000)\n"
+            "  --bytes B    ctx-buffer bytes per flush (default 16384)\n"
+            "  --host-us U  simulated host work per flush in the paced load (default 30)\n"
+            "  --json F     write the results as JSON to F\n"
+            "  --svg F      plot bytes held over time to F\n",
+            {"device", "flushes", "bytes", "host-us", "json", "svg"});
   std::string device = args.get("device", "");
   int flushes = static_cast<int>(args.get_int("flushes", 20000));
   uint64_t bytes = static_cast<uint64_t>(args.get_int("bytes", 16384));
+  double host_us = static_cast<double>(args.get_int("host-us", 30));
   std::string device_name;
   bool cpu = false;
   {
@@ -155,11 +170,14 @@ int main(int argc, char** argv) {
     const char* name;
     uint32_t n;
     int flushes;
+    double host_us;
   };
-  Load loads[] = {{"keeps up", 1024, flushes},
-                  {"behind", cpu ? (1u << 18) : (1u << 22), std::max(50, flushes / (cpu ? 40 : 10))}};
+  Load loads[] = {{"keeps up", 1024, flushes, 0},
+                  {"paced", 1024, flushes, host_us},
+                  {"behind", cpu ? (1u << 18) : (1u << 22), std::max(50, flushes / (cpu ? 40 : 10)), 0}};
   std::vector<RunResult> results, plotted;
   JsonRecords json;
+  std::printf("paced load: %.0f us of host work per flush\n", host_us);
   std::printf("%-9s %-26s %5s %8s %10s %12s %14s %12s\n", "load", "policy", "depth", "flushes",
               "blocked ms", "forced waits", "peak held KiB", "flushes/s");
   for (const Load& load : loads) {
@@ -169,21 +187,27 @@ int main(int argc, char** argv) {
                         runtime::RetirementPolicy::kPerEntryPolling}) {
       for (size_t depth : {size_t{1}, size_t{3}, size_t{8}}) {
         if (policy == runtime::RetirementPolicy::kHoldUntilSync && depth != 3) continue;
-        RunResult r = run(device, policy, depth, load.n, load.flushes, bytes, load.name);
+        // The paced load asks one question (does per-entry polling force waits when the host
+        // is the slower side?); the baselines there add run time, not information.
+        if (load.host_us > 0 && policy != runtime::RetirementPolicy::kPerEntryPolling) continue;
+        RunResult r = run(device, policy, depth, load.n, load.flushes, bytes, load.host_us,
+                          load.name);
         double rate = r.flushes / r.seconds;
         if (policy == runtime::RetirementPolicy::kHoldUntilSync) floor_rate = rate;
-        std::printf("%-9s %-26s %5s %8d %10.1f %12llu %14.1f %12.0f", r.load.c_str(),
+        std::printf("paced load: %.0f us of host work per flush\n", host_us);
+  std::printf("%-9s %-26s %5s %8d %10.1f %12llu %14.1f %12.0f", r.load.c_str(),
                     r.policy.c_str(),
                     policy == runtime::RetirementPolicy::kHoldUntilSync ? "-" :
                         std::to_string(depth).c_str(),
                     r.flushes, r.blocked_ms, (unsigned long long)r.forced_waits,
                     r.high_water_bytes / 1024.0, rate);
-        if (policy == runtime::RetirementPolicy::kPerEntryPolling) {
+        if (policy == runtime::RetirementPolicy::kPerEntryPolling && floor_rate > 0) {
           std::printf("   (floor/ours time %.3fx)", floor_rate / rate);
         }
         std::printf("\n");
         json.begin();
         json.field("load", r.load);
+        json.field("host_us_per_flush", load.host_us);
         json.field("policy", r.policy);
         json.field("depth", static_cast<double>(depth));
         json.field("flushes", r.flushes);

@@ -287,7 +287,8 @@ Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
   dev->set_name(VK_OBJECT_TYPE_DEVICE, reinterpret_cast<uint64_t>(dev->device_),
                 "vkad device (" + c.device_name + ")");
   dev->allocator_ = std::make_unique<MemoryAllocator>(*dev, options.memory_block_bytes,
-                                                      options.memory_limit_bytes);
+                                                      options.memory_limit_bytes,
+                                                      options.spare_blocks_per_memory_type);
   return dev;
 }
 

@@ -55,6 +55,10 @@ struct DeviceOptions {
   uint64_t memory_limit_bytes = 0;
   // Size of each VkDeviceMemory block the sub-allocator carves buffers from.
   uint64_t memory_block_bytes = 64ull << 20;
+  // Empty shared blocks kept per memory type when their last buffer is freed, so a
+  // free/allocate cycle does not call vkAllocateMemory each time; further empty blocks (and
+  // every empty dedicated block) go back to the driver at once. 0 = give every empty block back.
+  uint32_t spare_blocks_per_memory_type = 1;
 };
 
 struct MemoryHeap {

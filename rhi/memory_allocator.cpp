@@ -15,8 +15,10 @@ const char* memory_usage_name(MemoryUsage usage) {
   return "?";
 }
 
-MemoryAllocator::MemoryAllocator(Device& device, uint64_t block_bytes, uint64_t limit_bytes)
-    : device_(device), block_bytes_(block_bytes), limit_bytes_(limit_bytes) {
+MemoryAllocator::MemoryAllocator(Device& device, uint64_t block_bytes, uint64_t limit_bytes,
+                                 uint32_t spare_blocks)
+    : device_(device), block_bytes_(block_bytes), limit_bytes_(limit_bytes),
+      spare_blocks_(spare_blocks) {
   // Memory types never change for a device: read them once, not on every allocation (the
   // runtime allocates an args buffer per launch).
   VkPhysicalDeviceMemoryProperties props;
@@ -148,20 +150,19 @@ void MemoryAllocator::free(const Allocation& a) {
   stats_.used_bytes -= a.size;
   --stats_.allocations;
   if (!b.ranges->empty()) return;
-  // Keep one empty shared block per memory type so a free/allocate cycle does not thrash
-  // vkAllocateMemory; dedicated blocks and further empty blocks go back at once.
-  bool keep = !b.dedicated;
-  if (keep) {
+  // Keep up to spare_blocks_ empty shared blocks per memory type so a free/allocate cycle does
+  // not thrash vkAllocateMemory; dedicated blocks and further empty blocks go back at once.
+  uint32_t empty_others = 0;
+  if (!b.dedicated) {
     for (size_t i = 0; i < blocks_.size(); ++i) {
       const Block& o = blocks_[i];
       if (static_cast<int>(i) != a.block && o.memory != VK_NULL_HANDLE && !o.dedicated &&
           o.memory_type == b.memory_type && o.ranges->empty()) {
-        keep = false;
-        break;
+        ++empty_others;
       }
     }
   }
-  if (!keep) free_block(a.block);
+  if (b.dedicated || empty_others >= spare_blocks_) free_block(a.block);
 }
 
 }  // namespace vkad::rhi

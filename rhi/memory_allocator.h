@@ -44,7 +44,9 @@ struct MemoryStats {
 
 class MemoryAllocator {
  public:
-  MemoryAllocator(Device& device, uint64_t block_bytes, uint64_t limit_bytes);
+  // `spare_blocks`: empty shared blocks kept per memory type (see DeviceOptions).
+  MemoryAllocator(Device& device, uint64_t block_bytes, uint64_t limit_bytes,
+                  uint32_t spare_blocks = 1);
   ~MemoryAllocator();  // frees every block; all allocations must have been freed
 
   // kOutOfDeviceMemory (message names size, usage and the failing call) when neither an
@@ -67,6 +69,7 @@ class MemoryAllocator {
   Device& device_;
   uint64_t block_bytes_;
   uint64_t limit_bytes_;
+  uint32_t spare_blocks_;
   std::vector<MemoryTypeInfo> memory_types_;
   std::vector<Block> blocks_;  // a freed slot has memory == VK_NULL_HANDLE and is reused
   MemoryStats stats_;

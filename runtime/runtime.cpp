@@ -591,6 +591,7 @@ RuntimeStats Runtime::stats() const {
   s.pipelines_cached = pipelines_.size();
   s.ndarrays = arrays_.size();
   s.memory_block_bytes = device_->allocator().stats().block_bytes;
+  s.memory_used_bytes = device_->allocator().stats().used_bytes;
   s.live_descriptor_sets = stream_->live_descriptor_sets();
   return s;
 }

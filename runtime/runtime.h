@@ -91,7 +91,8 @@ struct RuntimeStats {
   uint64_t pipelines_cached = 0;
   uint64_t pipeline_cache_hits = 0;
   uint64_t ndarrays = 0;
-  uint64_t memory_block_bytes = 0;
+  uint64_t memory_block_bytes = 0;   // VkDeviceMemory held (blocks, spares included)
+  uint64_t memory_used_bytes = 0;    // ... of which handed out to live buffers
   size_t live_descriptor_sets = 0;
   uint64_t adstack_heap_bytes = 0;    // current f32 + f64 + int adstack heaps
   uint64_t adstack_heap_growths = 0;  // heaps replaced by bigger ones (old ones retired)

@@ -311,6 +311,31 @@ TEST_P(RhiTest, MemoryLimitGivesOutOfMemory) {
   EXPECT_NE(big.status().message().find("limit"), std::string::npos);
 }
 
+TEST_P(RhiTest, EmptyBlocksBeyondTheSpareCountGoBackToTheDriver) {
+  for (uint32_t spare : {0u, 1u, 2u}) {
+    rhi::DeviceOptions opts;
+    opts.memory_block_bytes = 4ull << 20;
+    opts.spare_blocks_per_memory_type = spare;
+    auto dev = make_device(opts);
+    ASSERT_TRUE(dev.ok());
+    rhi::Device& d = **dev;
+    std::vector<Buffer> buffers;
+    // Five shared blocks of one memory type: two 1.5 MiB buffers fit a 4 MiB block (a buffer
+    // over half a block would get a dedicated block instead).
+    for (int i = 0; i < 10; ++i) {
+      auto b = d.create_buffer({3ull << 19, MemoryUsage::kDeviceLocal, "fill"});
+      ASSERT_TRUE(b.ok());
+      buffers.push_back(std::move(*b));
+    }
+    EXPECT_EQ(d.allocator().stats().blocks, 5u);
+    buffers.clear();  // nothing was submitted: released at once
+    d.collect_garbage();
+    EXPECT_EQ(d.allocator().stats().used_bytes, 0u);
+    EXPECT_EQ(d.allocator().stats().blocks, spare) << "spare blocks per type: " << spare;
+    EXPECT_EQ(d.allocator().stats().block_bytes, spare * (4ull << 20));
+  }
+}
+
 TEST_P(RhiTest, InjectedSubmitFailureGivesErrorAndLeaksNothing) {
   auto scratch = device_->create_buffer({4096, MemoryUsage::kDeviceLocal, "scratch"});
   ASSERT_TRUE(scratch.ok());

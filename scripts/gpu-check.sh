@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# The GPU machine in the loop, in two parts (see docs/benchmarks.md, "GPU check").
+#
+#   scripts/gpu-check.sh prepare     HERE (a Debian 12 dev machine with network):
+#       downloads the Vulkan loader, the GL dispatch libraries the NVIDIA ICD needs and the
+#       Khronos validation layer (Debian 12 amd64 .debs) into .gl/, builds a Release tree into
+#       build-gpu/ and copies the stripped test, benchmark, example and tool binaries into
+#       build-gpu/bin/ (what travels: .gl + build-gpu/bin, well under the 64 MiB carry limit).
+#
+#   scripts/gpu-check.sh run [--quick]   THERE (the GPU machine; carry [".gl", "build-gpu/bin"]):
+#       unpacks the libraries, runs the whole GPU test suite in ONE process under the validation
+#       layer (one process on purpose: it is what a DSL does, and what hit NVIDIA's instance
+#       limit), the unit tests, the examples, then every benchmark; writes $OUT/gpu-check.json
+#       (machine-readable: device, driver, commit, test counts, failures, every benchmark's
+#       JSON) and $OUT/gpu-check.txt (the human summary). --quick skips the benchmarks.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-}
+shift || true
+
+packages="libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 vulkan-validationlayers"
+
+prepare() {
+  set -e
+  mkdir -p .gl /tmp/vkad-amd64/partial
+  if ! ls .gl/libglvnd0_*.deb >/dev/null 2>&1 || ! ls .gl/vulkan-validationlayers_*.deb >/dev/null 2>&1; then
+    o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/vkad-amd64'
+    apt-get $o update -qq
+    # The libvulkan1 deb alone is not enough: without libglvnd0/libglx0/libegl1 the NVIDIA ICD
+    # returns no vkCreateInstance (VK_ERROR_INCOMPATIBLE_DRIVER).
+    (cd .gl && apt-get $o download $packages 2>&1 | grep -v unsandboxed || true)
+  fi
+  cp scripts/gpu-env.sh .gl/gpu-env.sh
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build build-gpu
+  rm -rf build-gpu/bin && mkdir -p build-gpu/bin
+  for f in tests/vkad_gpu_tests tests/vkad_unit_tests examples/vkad-example examples/vkad_embedding \
+           vkad-info bench/vkad-bench-dispatch bench/vkad-bench-retirement bench/vkad-bench-codegen \
+           bench/vkad-bench-adjoint; do
+    [ -f "build-gpu/$f" ] && cp "build-gpu/$f" build-gpu/bin/
+  done
+  strip build-gpu/bin/*
+  git rev-parse --short HEAD > build-gpu/bin/COMMIT
+  git status --porcelain | grep -q . && echo "+uncommitted" >> build-gpu/bin/COMMIT
+  du -sh .gl build-gpu/bin
+}
+
+run() {
+  local quick=0
+  [ "${1:-}" = "--quick" ] && quick=1
+  out=${OUT:-/tmp/gpu-check-out}
+  mkdir -p "$out"
+  bin=build-gpu/bin
+  . .gl/gpu-env.sh > "$out/env.txt" 2>&1
+  local txt="$out/gpu-check.txt"
+  {
+    echo "vkad GPU check  $(date -u +%Y-%m-%dT%H:%MZ)  commit $(tr '\n' ' ' < $bin/COMMIT)"
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || true
+  } > "$txt"
+  "$bin/vkad-info" > "$out/vkad-info.txt" 2>&1
+  if [ $? -ne 0 ]; then
+    echo "vkad-info failed; loader log follows" >> "$txt"
+    VK_LOADER_DEBUG=error,warn,driver "$bin/vkad-info" 2>&1 | tail -30 >> "$txt"
+  fi
+  head -3 "$out/vkad-info.txt" >> "$txt"
+
+  # The GPU suite in one process, validation on (any validation message fails the test that
+  # caused it); then the unit tests; then the two examples as the README runs them.
+  VKAD_VALIDATION=1 timeout 420 "$bin/vkad_gpu_tests" --gtest_output=json:"$out/gpu-tests.json" \
+    > "$out/gpu-tests.log" 2>&1
+  echo "gpu tests (one process, validation on): exit $?" >> "$txt"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED TEST" "$out/gpu-tests.log" | sort | uniq -c | head -40 >> "$txt"
+  grep -c "\[vkad validation\]" "$out/gpu-tests.log" | sed 's/^/validation messages: /' >> "$txt"
+  timeout 120 "$bin/vkad_unit_tests" > "$out/unit-tests.log" 2>&1
+  echo "unit tests: exit $? ($(grep -E '^\[  PASSED' "$out/unit-tests.log"))" >> "$txt"
+  VKAD_VALIDATION=1 timeout 60 "$bin/vkad_embedding" > "$out/embedding.log" 2>&1
+  echo "example.embedding (validation on): exit $?" >> "$txt"
+
+  if [ $quick -eq 0 ]; then
+    timeout 120 "$bin/vkad-example" --svg "$out/training.svg" > "$out/example.log" 2>&1
+    echo "vkad-example: exit $?: $(grep -E 'iterations/s|it/s' "$out/example.log" | tail -1)" >> "$txt"
+    timeout 120 "$bin/vkad-bench-dispatch" --json "$out/bench-dispatch.json" > "$out/bench-dispatch.txt" 2>&1
+    echo "bench dispatch: exit $?" >> "$txt"
+    timeout 240 "$bin/vkad-bench-retirement" --flushes 100000 --json "$out/bench-retirement.json" \
+      > "$out/bench-retirement.txt" 2>&1
+    echo "bench retirement: exit $?" >> "$txt"
+    timeout 180 "$bin/vkad-bench-codegen" --json "$out/bench-codegen.json" > "$out/bench-codegen.txt" 2>&1
+    echo "bench codegen: exit $?" >> "$txt"
+    timeout 240 "$bin/vkad-bench-adjoint" --json "$out/bench-adjoint.json" > "$out/bench-adjoint.txt" 2>&1
+    echo "bench adjoint: exit $?" >> "$txt"
+    for f in dispatch retirement codegen adjoint; do
+      echo "--- $f" >> "$txt"
+      cat "$out/bench-$f.txt" >> "$txt"
+    done
+  fi
+  # One JSON with everything machine-readable.
+  python3 - "$out" "$(tr -d '\n' < $bin/COMMIT)" <<'EOF'
+import json, os, sys
+out, commit = sys.argv[1], sys.argv[2]
+doc = {"commit": commit}
+try:
+    doc["device"] = open(os.path.join(out, "vkad-info.txt")).read().splitlines()[:2]
+except OSError:
+    pass
+try:
+    t = json.load(open(os.path.join(out, "gpu-tests.json")))
+    doc["gpu_tests"] = {"tests": t.get("tests"), "failures": t.get("failures"),
+                        "disabled": t.get("disabled"), "errors": t.get("errors")}
+    doc["gpu_test_failures"] = [f"{s['name']}.{c['name']}" for s in t.get("testsuites", [])
+                                for c in s.get("testsuite", []) if c.get("failures")]
+except (OSError, ValueError) as e:
+    doc["gpu_tests"] = f"no result: {e}"
+for b in ("dispatch", "retirement", "codegen", "adjoint"):
+    p = os.path.join(out, f"bench-{b}.json")
+    if os.path.exists(p):
+        try:
+            doc[f"bench_{b}"] = json.load(open(p))
+        except ValueError as e:
+            doc[f"bench_{b}"] = f"unreadable: {e}"
+json.dump(doc, open(os.path.join(out, "gpu-check.json"), "w"), indent=1)
+EOF
+  # At most 8 files come back from the GPU machine: the summary, the JSON, and one archive.
+  (cd "$out" && tar czf logs.tar.gz --exclude=gpu-check.txt --exclude=gpu-check.json \
+     --exclude=logs.tar.gz . && find . -type f ! -name gpu-check.txt ! -name gpu-check.json \
+     ! -name logs.tar.gz -delete)
+  cat "$txt"
+}
+
+case "$mode" in
+  prepare) prepare ;;
+  run) run "$@" ;;
+  *) echo "usage: scripts/gpu-check.sh prepare | run [--quick]   (see the header of this script)"; exit 2 ;;
+esac
