@@ -194,8 +194,7 @@ int main(int argc, char** argv) {
                           load.name);
         double rate = r.flushes / r.seconds;
         if (policy == runtime::RetirementPolicy::kHoldUntilSync) floor_rate = rate;
-        std::printf("paced load: %.0f us of host work per flush\n", host_us);
-  std::printf("%-9s %-26s %5s %8d %10.1f %12llu %14.1f %12.0f", r.load.c_str(),
+        std::printf("%-9s %-26s %5s %8d %10.1f %12llu %14.1f %12.0f", r.load.c_str(),
                     r.policy.c_str(),
                     policy == runtime::RetirementPolicy::kHoldUntilSync ? "-" :
                         std::to_string(depth).c_str(),

@@ -55,10 +55,12 @@ Status CommandList::bind_buffers(ComputePipeline& pipeline, std::span<Buffer* co
     }
   }
   if (buffers.empty()) return {};
-  VKAD_ASSIGN_OR_RETURN(VkDescriptorSet set,
-                        stream_->descriptors_.allocate(pipeline.set_layout(),
-                                                       static_cast<uint32_t>(buffers.size()),
-                                                       serial_));
+  VkDescriptorSet set = VK_NULL_HANDLE;
+  if (!pipeline.push_descriptors()) {
+    VKAD_ASSIGN_OR_RETURN(set, stream_->descriptors_.allocate(
+                                   pipeline.set_layout(), static_cast<uint32_t>(buffers.size()),
+                                   serial_));
+  }
   // Small fixed arrays cover the common case without a heap allocation per launch.
   constexpr size_t kInline = 16;
   VkDescriptorBufferInfo inline_infos[kInline];
@@ -83,10 +85,17 @@ Status CommandList::bind_buffers(ComputePipeline& pipeline, std::span<Buffer* co
     writes[i].pBufferInfo = &infos[i];
     mark_used(buffers[i]->use());
   }
-  stream_->device().fn().vkUpdateDescriptorSets(stream_->device().handle(), static_cast<uint32_t>(buffers.size()),
-                         writes, 0, nullptr);
-  stream_->device().fn().vkCmdBindDescriptorSets(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout(), 0, 1, &set, 0,
-                          nullptr);
+  const VolkDeviceTable& fn = stream_->device().fn();
+  if (pipeline.push_descriptors()) {
+    // The descriptors live in the command buffer: nothing to allocate, recycle or bound.
+    fn.vkCmdPushDescriptorSetKHR(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout(), 0,
+                                 static_cast<uint32_t>(buffers.size()), writes);
+    return {};
+  }
+  fn.vkUpdateDescriptorSets(stream_->device().handle(), static_cast<uint32_t>(buffers.size()),
+                            writes, 0, nullptr);
+  fn.vkCmdBindDescriptorSets(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout(), 0, 1, &set,
+                             0, nullptr);
   return {};
 }
 

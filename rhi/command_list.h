@@ -42,8 +42,9 @@ class CommandList {
   uint32_t dispatch_count() const { return dispatches_; }
 
   void bind_pipeline(ComputePipeline& pipeline);
-  // Allocates a descriptor set for `pipeline`'s layout, writes `buffers` to bindings 0..n-1
-  // (whole ranges), binds it, and marks the buffers used. kInvalidArgument when the count does
+  // Binds `buffers` to bindings 0..n-1 (whole ranges) and marks them used: with push
+  // descriptors where the pipeline has them (pipeline.push_descriptors()), else through a
+  // descriptor set allocated from the stream's pools (recycled when this serial completes). kInvalidArgument when the count does
   // not match the pipeline's layout or a buffer is empty.
   Status bind_buffers(ComputePipeline& pipeline, std::span<Buffer* const> buffers);
   void push_constants(ComputePipeline& pipeline, const void* data, uint32_t bytes);

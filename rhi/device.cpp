@@ -101,6 +101,8 @@ std::string Capabilities::to_string() const {
     << yn(atomic_float64_add) << "\n"
     << "int64 buffer atomics:   " << yn(atomic_int64) << "\n"
     << "buffer device address:  " << yn(buffer_device_address) << "\n"
+    << "push descriptors:       " << yn(push_descriptor) << " (max " << max_push_descriptors
+    << ")\n"
     << "timestamps:             " << yn(timestamps) << " (period " << timestamp_period_ns
     << " ns)\n"
     << "subgroup size:          " << subgroup_size << "\n"
@@ -194,6 +196,8 @@ Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
   std::vector<VkExtensionProperties> dev_exts(ext_count);
   vkEnumerateDeviceExtensionProperties(dev->physical_, nullptr, &ext_count, dev_exts.data());
   bool has_atomic_float = has_extension(dev_exts, VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME);
+  bool has_push_descriptor =
+      options.push_descriptors && has_extension(dev_exts, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
 
   VkPhysicalDeviceShaderAtomicFloatFeaturesEXT atomic_f{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_FEATURES_EXT};
@@ -203,9 +207,12 @@ Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
   f2.pNext = &f12;
   vkGetPhysicalDeviceFeatures2(dev->physical_, &f2);
 
+  VkPhysicalDevicePushDescriptorPropertiesKHR push_props{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PUSH_DESCRIPTOR_PROPERTIES_KHR};
   VkPhysicalDeviceVulkan11Properties p11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_PROPERTIES};
   VkPhysicalDeviceVulkan12Properties p12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_PROPERTIES};
   p11.pNext = &p12;
+  if (has_push_descriptor) p12.pNext = &push_props;
   VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
   p2.pNext = &p11;
   vkGetPhysicalDeviceProperties2(dev->physical_, &p2);
@@ -230,6 +237,8 @@ Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
   c.atomic_float64_add = has_atomic_float && atomic_f.shaderBufferFloat64AtomicAdd;
   c.atomic_int64 = f12.shaderBufferInt64Atomics && f2.features.shaderInt64;
   c.buffer_device_address = f12.bufferDeviceAddress;
+  c.push_descriptor = has_push_descriptor && push_props.maxPushDescriptors > 0;
+  c.max_push_descriptors = c.push_descriptor ? push_props.maxPushDescriptors : 0;
   c.timestamps = fams[dev->queue_family_].timestampValidBits != 0 && lim.timestampPeriod > 0;
   c.timestamp_period_ns = lim.timestampPeriod;
   c.subgroup_size = p11.subgroupSize;
@@ -267,6 +276,7 @@ Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
   on2.features.shaderFloat64 = c.shader_float64;
   std::vector<const char*> dev_ext_names;
   if (has_atomic_float) dev_ext_names.push_back(VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME);
+  if (c.push_descriptor) dev_ext_names.push_back(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
 
   dev->queue_count_ = std::min<uint32_t>(dev->queue_count_, kMaxStreams);
   std::vector<float> priorities(dev->queue_count_, 1.0f);

@@ -59,6 +59,10 @@ struct DeviceOptions {
   // free/allocate cycle does not call vkAllocateMemory each time; further empty blocks (and
   // every empty dedicated block) go back to the driver at once. 0 = give every empty block back.
   uint32_t spare_blocks_per_memory_type = 1;
+  // Bind kernel buffers with VK_KHR_push_descriptor where the device has it: no descriptor
+  // sets or pools to allocate, write and recycle per launch. false forces the descriptor-set
+  // path (devices without the extension take it anyway), so both are tested.
+  bool push_descriptors = true;
 };
 
 struct MemoryHeap {
@@ -80,6 +84,8 @@ struct Capabilities {
   bool atomic_float64_add = false;
   bool atomic_int64 = false;        // shaderBufferInt64Atomics (f64 atomic add by compare-and-swap)
   bool buffer_device_address = false;
+  bool push_descriptor = false;     // VK_KHR_push_descriptor present and enabled
+  uint32_t max_push_descriptors = 0;
   bool timestamps = false;
   float timestamp_period_ns = 0;
   uint32_t subgroup_size = 0;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "rhi/vk_check.h"
@@ -32,6 +33,18 @@ Registry& registry() {
   return r;
 }
 
+// At exit: drops the registry's references, destroying every instance no device still holds.
+// Registered with atexit right after the first vkCreateInstance, i.e. after the driver was
+// loaded and had registered its own exit handlers, so this runs BEFORE the driver tears itself
+// down (exit handlers run in reverse order). Destroying the instance from the registry's static
+// destructor instead (constructed before the driver was loaded, so destroyed after it) crashed
+// every program at exit on NVIDIA.
+void release_at_exit() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (auto& inst : r.instances) inst.reset();
+}
+
 }  // namespace
 
 Result<std::shared_ptr<Instance>> Instance::shared(bool validation) {
@@ -41,6 +54,8 @@ Result<std::shared_ptr<Instance>> Instance::shared(bool validation) {
   if (!slot) {
     VKAD_ASSIGN_OR_RETURN(std::unique_ptr<Instance> created, create(validation));
     slot = std::move(created);
+    static const bool registered = std::atexit(release_at_exit) == 0;
+    (void)registered;
   }
   return slot;
 }

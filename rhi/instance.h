@@ -8,7 +8,7 @@
 // Contract:
 //  - Instance::shared(validation) creates the instance on first use and returns the same one on
 //    every later call with the same setting. Thread-safe. The registry keeps it alive until
-//    process exit (static destruction), so an instance is created at most twice per process.
+//    process exit (an atexit handler), so an instance is created at most twice per process.
 //  - Every Device holds a shared_ptr, so an instance outlives every device made from it, even
 //    a device destroyed during static destruction.
 //  - Instance-level entry points are loaded once into volk's globals (they are loader

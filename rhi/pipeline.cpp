@@ -19,6 +19,7 @@ ComputePipeline& ComputePipeline::operator=(ComputePipeline&& o) noexcept {
     set_layout_ = std::exchange(o.set_layout_, VK_NULL_HANDLE);
     storage_buffer_count_ = o.storage_buffer_count_;
     push_constant_bytes_ = o.push_constant_bytes_;
+    push_descriptors_ = o.push_descriptors_;
     name_ = std::move(o.name_);
     use_ = o.use_;
   }
@@ -54,6 +55,8 @@ Result<ComputePipeline> Device::create_compute_pipeline(const ComputePipelineDes
   p.name_ = desc.name;
   p.storage_buffer_count_ = desc.storage_buffer_count;
   p.push_constant_bytes_ = desc.push_constant_bytes;
+  p.push_descriptors_ = caps_.push_descriptor && desc.storage_buffer_count > 0 &&
+                        desc.storage_buffer_count <= caps_.max_push_descriptors;
 
   // Build in local handles and hand them over only at the end, so every failure path
   // destroys exactly what was created (nothing was used by a submission yet).
@@ -80,6 +83,7 @@ Result<ComputePipeline> Device::create_compute_pipeline(const ComputePipelineDes
   if (s.ok()) {
     VkDescriptorSetLayoutCreateInfo dslci{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
     dslci.bindingCount = desc.storage_buffer_count;
+    if (p.push_descriptors_) dslci.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
     dslci.pBindings = bindings.data();
     s = vk("vkCreateDescriptorSetLayout",
            [&] { return fn_->vkCreateDescriptorSetLayout(device_, &dslci, nullptr, &set_layout); });

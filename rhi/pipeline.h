@@ -44,6 +44,8 @@ class ComputePipeline {
   VkDescriptorSetLayout set_layout() const { return set_layout_; }
   uint32_t storage_buffer_count() const { return storage_buffer_count_; }
   uint32_t push_constant_bytes() const { return push_constant_bytes_; }
+  // Buffers are bound with vkCmdPushDescriptorSetKHR (no descriptor set to allocate).
+  bool push_descriptors() const { return push_descriptors_; }
   const std::string& name() const { return name_; }
   ResourceUse& use() { return use_; }
 
@@ -55,6 +57,7 @@ class ComputePipeline {
   VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
   uint32_t storage_buffer_count_ = 0;
   uint32_t push_constant_bytes_ = 0;
+  bool push_descriptors_ = false;
   std::string name_;
   ResourceUse use_;
 };

@@ -34,7 +34,7 @@ prepare() {
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build-gpu
   rm -rf build-gpu/bin && mkdir -p build-gpu/bin
-  for f in tests/vkad_gpu_tests tests/vkad_unit_tests examples/vkad-example examples/vkad_embedding \
+  for f in tests/vkad_gpu_tests tests/vkad_unit_tests examples/vkad-example examples/vkad-embedding \
            vkad-info bench/vkad-bench-dispatch bench/vkad-bench-retirement bench/vkad-bench-codegen \
            bench/vkad-bench-adjoint; do
     [ -f "build-gpu/$f" ] && cp "build-gpu/$f" build-gpu/bin/
@@ -68,12 +68,14 @@ run() {
   # caused it); then the unit tests; then the two examples as the README runs them.
   VKAD_VALIDATION=1 timeout 420 "$bin/vkad_gpu_tests" --gtest_output=json:"$out/gpu-tests.json" \
     > "$out/gpu-tests.log" 2>&1
-  echo "gpu tests (one process, validation on): exit $?" >> "$txt"
+  rc=$?
+  echo "gpu tests (one process, validation on): exit $rc" >> "$txt"
+  [ $rc -ne 0 ] && { echo "--- last lines of the GPU test log"; tail -25 "$out/gpu-tests.log"; echo "---"; } >> "$txt"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED TEST" "$out/gpu-tests.log" | sort | uniq -c | head -40 >> "$txt"
   grep -c "\[vkad validation\]" "$out/gpu-tests.log" | sed 's/^/validation messages: /' >> "$txt"
   timeout 120 "$bin/vkad_unit_tests" > "$out/unit-tests.log" 2>&1
   echo "unit tests: exit $? ($(grep -E '^\[  PASSED' "$out/unit-tests.log"))" >> "$txt"
-  VKAD_VALIDATION=1 timeout 60 "$bin/vkad_embedding" > "$out/embedding.log" 2>&1
+  VKAD_VALIDATION=1 timeout 60 "$bin/vkad-embedding" > "$out/embedding.log" 2>&1
   echo "example.embedding (validation on): exit $?" >> "$txt"
 
   if [ $quick -eq 0 ]; then
@@ -120,9 +122,10 @@ for b in ("dispatch", "retirement", "codegen", "adjoint"):
 json.dump(doc, open(os.path.join(out, "gpu-check.json"), "w"), indent=1)
 EOF
   # At most 8 files come back from the GPU machine: the summary, the JSON, and one archive.
-  (cd "$out" && tar czf logs.tar.gz --exclude=gpu-check.txt --exclude=gpu-check.json \
-     --exclude=logs.tar.gz . && find . -type f ! -name gpu-check.txt ! -name gpu-check.json \
-     ! -name logs.tar.gz -delete)
+  tmp_tar=$(mktemp /tmp/vkad-logs.XXXXXX.tar.gz)
+  (cd "$out" && tar czf "$tmp_tar" --exclude=gpu-check.txt --exclude=gpu-check.json . ;
+   find . -type f ! -name gpu-check.txt ! -name gpu-check.json -delete)
+  mv "$tmp_tar" "$out/logs.tar.gz"
   cat "$txt"
 }
 

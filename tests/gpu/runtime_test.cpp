@@ -21,6 +21,8 @@ class RuntimeTest : public ::testing::TestWithParam<rhi::SyncMode> {
     runtime::RuntimeOptions o;
     o.device.enable_validation = true;
     o.sync_mode = GetParam();
+    // Both binding paths run: push descriptors with timelines, descriptor sets with fences.
+    o.device.push_descriptors = GetParam() != rhi::SyncMode::kFence;
     o.retirement_depth = depth;
     // Deterministic batching: only explicit flushes and the dispatch-count trigger (the age
     // trigger has its own test).
@@ -132,6 +134,10 @@ TEST_P(RuntimeTest, HundredThousandFlushesStayBoundedWithoutDeviceWideWaits) {
             std::max<uint64_t>(base.retirement.high_water_bytes, (rt_->retirement_depth() + 1) * 16));
   EXPECT_LE(s.live.command_buffers, static_cast<int64_t>(rt_->retirement_depth()) + 2);
   EXPECT_LE(max_sets, 2 * static_cast<int64_t>(rhi::DescriptorAllocator::kSetsPerPool));
+  if (rt_->caps().push_descriptor) {
+    EXPECT_EQ(max_sets, 0) << "push descriptors: no descriptor set per launch";
+    EXPECT_EQ(s.live.descriptor_pools, 0);
+  }
   // Every retirement was by polling or by waiting for the oldest entry; the stream's only
   // blocking waits were those forced waits (no readback, no device-wide wait).
   EXPECT_EQ(s.retirement.retired_by_drain, base.retirement.retired_by_drain);
