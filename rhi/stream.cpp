@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "rhi/device.h"
 
@@ -34,9 +35,12 @@ Result<std::unique_ptr<Stream>> Stream::create(Device& device, const StreamOptio
                                                    "' lacks timeline semaphores; use fence mode");
   }
   std::unique_ptr<Stream> s(new Stream(device, mode, options.name));
-  s->set_spin_ns(options.spin_ns >= 0 ? options.spin_ns
-                 : device.caps().kind == DeviceKind::kCpu ? 0
-                                                          : StreamOptions::kDefaultSpinNs);
+  int64_t spin = options.spin_ns;
+  if (spin < 0 && std::getenv("VKAD_WAIT_SPIN_NS") != nullptr) {
+    spin = std::strtoll(std::getenv("VKAD_WAIT_SPIN_NS"), nullptr, 10);
+  }
+  if (spin < 0) spin = device.caps().kind == DeviceKind::kCpu ? 0 : StreamOptions::kDefaultSpinNs;
+  s->set_spin_ns(spin);
   s->index_ = device.attach_stream(s.get());
   if (s->index_ < 0) {
     return make_error(ErrorCode::kFailedPrecondition,

@@ -43,8 +43,9 @@ struct StreamOptions {
   // fence status: ~0.4 us) for up to this long, then blocks in the driver. Blocking waits on
   // NVIDIA cost ~35-45 us of wake-up latency for a tiny submission; polling sees completion
   // ~15 us after submit. The price is up to this much CPU time per wait, on the waiting thread.
-  // -1 = automatic: kDefaultSpinNs on GPUs, 0 on CPU devices (lavapipe's worker threads need
-  // the cores a spinning waiter would take).
+  // -1 = automatic: the environment variable VKAD_WAIT_SPIN_NS if set, else kDefaultSpinNs on
+  // GPUs and 0 on CPU devices (lavapipe's worker threads need the cores a spinning waiter
+  // would take).
   int64_t spin_ns = -1;
   static constexpr int64_t kDefaultSpinNs = 50'000;
 };
