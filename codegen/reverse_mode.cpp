@@ -96,6 +96,7 @@ class ReverseMode {
         type_[s.result] = s.type;
       }
       if (s.op == Op::kAlloca) alloca_ctrl_[s.result] = ctrl;
+      if (s.op == Op::kStoreLocal) stored_[s.args[0]].push_back(s.args[1]);
       if (!s.blocks.empty()) {
         ctrl.push_back(&s);
         for (const Block& c : s.blocks) index_defs(c, ctrl);
@@ -161,6 +162,13 @@ class ReverseMode {
     }
   }
 
+  // Closes `needed_` over what the replay reads to recompute a needed value. A needed load of
+  // local L is right in the replay only if L holds, at that point, what it held in the
+  // forward run: its value at the start of the enclosing iteration comes back from a
+  // checkpoint (collect_checkpoints), and every value stored into L inside the iteration must
+  // itself be recomputed right, so each store's value is needed too. (Stopping at the load
+  // left `t = q; q = p + q; p = t` reading a stale p: issue 12.) Any store to L counts, not
+  // only those that reach the load: a few extra checkpoints, never a missing one.
   void propagate_needed() {
     while (!work_.empty()) {
       ValueId v = work_.back();
@@ -168,7 +176,14 @@ class ReverseMode {
       auto it = def_.find(v);
       if (it == def_.end()) continue;  // the task index
       const Stmt& s = *it->second;
-      if (s.op == Op::kLoadLocal || s.op == Op::kFor) continue;  // restored / an index
+      if (s.op == Op::kFor) continue;  // a loop index: the replayed loop recomputes it
+      if (s.op == Op::kLoadLocal) {
+        auto st = stored_.find(s.args[0]);
+        if (st != stored_.end()) {
+          for (ValueId x : st->second) mark(x);
+        }
+        continue;
+      }
       for (ValueId x : s.args) mark(x);
     }
   }
@@ -556,7 +571,7 @@ class ReverseMode {
   Status task(const Task& t) {
     task_ = &t;
     def_.clear(), type_.clear(), active_.clear(), needed_.clear(), ckpt_.clear(), stacks_.clear();
-    alloca_ctrl_.clear(), map_.clear(), vadj_.clear(), ladj_.clear();
+    alloca_ctrl_.clear(), stored_.clear(), map_.clear(), vadj_.clear(), ladj_.clear();
     type_[t.index] = DType::kI32;
     std::vector<const Stmt*> ctrl;
     index_defs(t.body, ctrl);
@@ -620,6 +635,7 @@ class ReverseMode {
   std::unordered_map<ValueId, const Stmt*> def_;
   std::unordered_map<ValueId, DType> type_;
   std::unordered_map<ValueId, std::vector<const Stmt*>> alloca_ctrl_;
+  std::unordered_map<ValueId, std::vector<ValueId>> stored_;  // local -> values stored into it
   std::unordered_set<ValueId> active_, needed_;
   std::vector<ValueId> work_;
   std::unordered_map<const Stmt*, std::vector<ValueId>> ckpt_;    // forward locals
