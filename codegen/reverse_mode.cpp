@@ -232,8 +232,14 @@ class ReverseMode {
       case Op::kCast: return is_int(s.type) && is_int(type_.at(s.args[0])) ? range(s.args[0]) : std::nullopt;
       case Op::kFor: {
         auto b = range(s.args[0]), e = range(s.args[1]);
-        if (!b || !e) return std::nullopt;
-        return SymRange{b->lo, SizeExpr::combine(K::kAdd, e->up, SizeExpr::constant(-1))};
+        if (b && e) return SymRange{b->lo, SizeExpr::combine(K::kAdd, e->up, SizeExpr::constant(-1))};
+        // A stated trip bound caps the index too: index < begin + max_trip (a launch that
+        // exceeds it overflows this loop's own stack, which is reported).
+        if (b && s.has_cap) {
+          return SymRange{b->lo, SizeExpr::combine(K::kAdd, SizeExpr::combine(K::kAdd, b->up, s.cap),
+                                                   SizeExpr::constant(-1))};
+        }
+        return std::nullopt;
       }
       case Op::kAdd:
         return both([](SymRange a, SymRange b) -> std::optional<SymRange> {

@@ -7,9 +7,11 @@
 // drawn from [-1, 1]; the adjoint's gradient of an input element must equal dL/d(element).
 //
 // Noise: the evaluator computes f64 transcendentals in f32 (as the emitter does), so L carries
-// relative noise ~1e-7 and finite differences ~1e-7/h. Points where the function is not
-// smooth at the scale of h (a branch or an integer cast flips between x - h and x + h) are
-// detected by comparing the difference quotients at h and h/2, and skipped, not failed.
+// relative noise ~1e-7 and finite differences ~1e-7/h. The reference derivative is the
+// Richardson extrapolation of the central quotients at h and h/2. Points where the function
+// is not smooth at the scale of h (a branch or an integer cast flips between x - h and x + h,
+// a kink such as abs at x) are detected — the two central quotients disagree, or the
+// one-sided quotient disagrees with them — and skipped, not failed.
 #pragma once
 
 #include <cstdint>

@@ -97,6 +97,21 @@ TEST(ReverseModePass, CarriedIntegerIndexGoesOnAnIntegerStack) {
   check_in_order(t, {"= stack_alloc cap(n) : i32"});
 }
 
+// Found by the fuzzer (seeds 49, 114): the index of a loop with a stated max_trip bounds the
+// loops nested in it, so a triangular inner loop needs no max_trip of its own.
+TEST(ReverseModePass, TriangularLoopInsideAStatedBoundLoopIsBounded) {
+  std::string t = adjoint_text(
+      "kernel k(c: ndarray<i32, 1>, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {\n"
+      "  task main parallel %i in [0, shape(x, 0)) {\n"
+      "    %v = alloca : f32\n    %x = load x[%i] : f32\n    store_local %v, %x\n"
+      "    %z = const 0 : i32\n    %three = const 3 : i32\n    %n = load c[%i] : i32\n"
+      "    for %k in [%z, %n) max_trip(4) {\n      %one = const 1 : i32\n      %e = add %k, %one : i32\n"
+      "      for %l in [%z, %e) {\n        %a = load_local %v : f32\n        %s = sin %a : f32\n"
+      "        store_local %v, %s\n      }\n    }\n"
+      "    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n");
+  check_in_order(t, {"= stack_alloc cap(4) : f32", "= stack_alloc cap("});
+}
+
 TEST(ReverseModePass, RejectsAnArrayBothReadAndWritten) {
   auto k = parse("kernel k(x: ndarray<f32, 1> grad) {\n  task main parallel %i in [0, shape(x, 0)) {\n"
                  "    %v = load x[%i] : f32\n    %s = sin %v : f32\n    store x[%i], %s\n  }\n}\n");
