@@ -50,6 +50,7 @@ class ReverseMode {
       a_.params.push_back(std::move(g));
     }
     for (auto it = f_.tasks.rbegin(); it != f_.tasks.rend(); ++it) VKAD_TRY(task(*it));
+    VKAD_TRY(verify_adjoint(f_, a_, t_));
     return std::move(a_);
   }
 
@@ -651,6 +652,19 @@ class ReverseMode {
 };
 
 }  // namespace
+
+Status verify_adjoint(const Kernel& forward, const Kernel& adjoint, const Target& target) {
+  Status v = verify(adjoint, target);
+  if (v.ok()) return v;
+  if (v.code() == ErrorCode::kUnsupported) {
+    return make_error(ErrorCode::kUnsupported, "the adjoint of kernel '" + forward.name +
+                                                   "' needs what the device lacks: " + v.message());
+  }
+  return make_error(ErrorCode::kInternal, "reverse mode of kernel '" + forward.name +
+                                              "' produced an adjoint that does not verify (a bug in vkad; "
+                                              "please report it with the forward kernel's text): " +
+                                              v.message());
+}
 
 Result<Kernel> make_adjoint(const Kernel& forward, const Target& target) {
   ReverseMode rm(forward, target);

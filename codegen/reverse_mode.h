@@ -36,7 +36,15 @@
 
 namespace vkad::codegen {
 
-// The forward kernel must verify; the result verifies too (tested).
+// The forward kernel must verify. The adjoint is verified (against `target`) before it is
+// returned, so a caller never receives IR that the compiler would reject later: a failure is
+// kUnsupported when the adjoint needs what the target lacks (e.g. atomic_add into an f64
+// gradient on a device without f64 or 64-bit integer atomics), otherwise kInternal (a bug in
+// reverse mode); both name the adjoint's statement.
 Result<Kernel> make_adjoint(const Kernel& forward, const Target& target = {});
+
+// The check make_adjoint runs on its result: verify(adjoint, target), with a failure reworded
+// as above. Exposed for its unit test.
+Status verify_adjoint(const Kernel& forward, const Kernel& adjoint, const Target& target);
 
 }  // namespace vkad::codegen

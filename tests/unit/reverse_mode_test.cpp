@@ -2,6 +2,7 @@
 // loads and stores of differentiable ndarrays turn around, and the kernels it rejects.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "codegen/reverse_mode.h"
@@ -110,6 +111,48 @@ TEST(ReverseModePass, TriangularLoopInsideAStatedBoundLoopIsBounded) {
       "        store_local %v, %s\n      }\n    }\n"
       "    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n");
   check_in_order(t, {"= stack_alloc cap(4) : f32", "= stack_alloc cap("});
+}
+
+// make_adjoint verifies its result against the target: a forward kernel that only reads an
+// f64 gradient array verifies on a device without f64 atomics, but its adjoint atomically adds
+// into x_grad, which that device cannot do: an error naming the statement, not IR that fails
+// later in compile().
+TEST(ReverseModePass, AdjointIsVerifiedAgainstTheTarget) {
+  auto k = parse("kernel k(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {\n"
+                 "  task main parallel %i in [0, shape(x, 0)) {\n"
+                 "    %x = load x[%i] : f64\n    %s = sin %x : f64\n    store y[%i], %s\n  }\n}\n");
+  ASSERT_TRUE(k.ok());
+  Target no_f64_atomics;
+  no_f64_atomics.device_name = "test device";
+  no_f64_atomics.atomic_float64_add = false;
+  no_f64_atomics.atomic_int64 = false;
+  ASSERT_TRUE(verify(*k, no_f64_atomics).ok());
+  auto a = make_adjoint(*k, no_f64_atomics);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), ErrorCode::kUnsupported) << a.status().to_string();
+  EXPECT_NE(a.status().message().find("the adjoint of kernel 'k'"), std::string::npos) << a.status().message();
+  EXPECT_NE(a.status().message().find("statement `atomic_add x_grad[%"), std::string::npos) << a.status().message();
+}
+
+// An adjoint that does not verify is reported as vkad's own bug, naming the statement.
+TEST(ReverseModePass, VerifyAdjointReportsABrokenAdjointAsInternal) {
+  auto k = parse(std::string(kHeader) + "    %x = load x[%i] : f32\n    %s = sin %x : f32\n    store y[%i], %s\n  }\n}\n");
+  ASSERT_TRUE(k.ok());
+  auto a = make_adjoint(*k);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_TRUE(verify_adjoint(*k, *a, {}).ok());
+  // Break it: drop the replayed load, so the sin that follows uses an undefined id.
+  Kernel broken = *a;
+  auto& body = broken.tasks[0].body.stmts;
+  auto load = std::find_if(body.begin(), body.end(), [](const Stmt& s) { return s.op == Op::kLoad; });
+  ASSERT_NE(load, body.end());
+  body.erase(load);
+  Status st = verify_adjoint(*k, broken, {});
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), ErrorCode::kInternal) << st.to_string();
+  EXPECT_NE(st.message().find("reverse mode of kernel 'k' produced an adjoint that does not verify"), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("statement `%"), std::string::npos) << st.message();
 }
 
 TEST(ReverseModePass, RejectsAnArrayBothReadAndWritten) {
