@@ -65,15 +65,25 @@ class ReverseMode {
   Status check_rules() {
     std::vector<const Stmt*> first_read(f_.params.size(), nullptr), first_write(f_.params.size(), nullptr);
     std::vector<const Task*> write_task(f_.params.size(), nullptr);
+    int depth = 0;
     std::function<Status(const Task&, const Block&)> walk = [&](const Task& t, const Block& b) -> Status {
       for (const Stmt& s : b.stmts) {
         if (s.op >= Op::kStackAlloc) return error(t, s, "adstack statements cannot be differentiated");
+        if (!s.blocks.empty() && depth == kMaxAdjointNesting) {
+          return error(t, s, "loops and branches are nested " + std::to_string(depth + 1) +
+                                 " deep here; reverse mode supports at most " +
+                                 std::to_string(kMaxAdjointNesting) +
+                                 " (the adjoint replays each loop level once per enclosing loop). "
+                                 "Split the kernel into tasks or flatten the conditions");
+        }
         if (s.op == Op::kLoad && !first_read[s.param]) first_read[s.param] = &s;
         if ((s.op == Op::kStore || s.op == Op::kAtomicAdd) && !first_write[s.param]) {
           first_write[s.param] = &s;
           write_task[s.param] = &t;
         }
+        ++depth;
         for (const Block& c : s.blocks) VKAD_TRY(walk(t, c));
+        --depth;
       }
       return {};
     };
@@ -98,6 +108,10 @@ class ReverseMode {
       }
       if (s.op == Op::kAlloca) alloca_ctrl_[s.result] = ctrl;
       if (s.op == Op::kStoreLocal) stored_[s.args[0]].push_back(s.args[1]);
+      // A loop's reversal replays its body: what the body uses is read in the reverse sweep.
+      if (!ctrl.empty() && std::any_of(ctrl.begin(), ctrl.end(), [](const Stmt* c) { return c->op == Op::kFor; })) {
+        for (ValueId x : s.args) read_.insert(x);
+      }
       if (!s.blocks.empty()) {
         ctrl.push_back(&s);
         for (const Block& c : s.blocks) index_defs(c, ctrl);
@@ -132,6 +146,10 @@ class ReverseMode {
   }
 
   void mark(ValueId v) {
+    read_.insert(v);
+    if (needed_.insert(v).second) work_.push_back(v);
+  }
+  void mark_closure(ValueId v) {
     if (needed_.insert(v).second) work_.push_back(v);
   }
 
@@ -148,6 +166,11 @@ class ReverseMode {
         if (act(s.args[1])) mark(s.args[0]);
       } else if (active && is_nonlinear(s.op)) {
         for (ValueId x : s.args) mark(x);
+      }
+      // Derivatives written with the op's own result (exp' = exp, d(a/b)/db = -(a/b)/b, ...).
+      if (active && (s.op == Op::kExp || s.op == Op::kSqrt || s.op == Op::kRsqrt || s.op == Op::kTan ||
+                     s.op == Op::kTanh || s.op == Op::kPow || (s.op == Op::kDiv && act(s.args[1])))) {
+        read_.insert(s.result);
       }
       if (active && s.op == Op::kSelect) mark(s.args[0]);
       if (s.op == Op::kFor) mark(s.args[0]), mark(s.args[1]);
@@ -181,21 +204,23 @@ class ReverseMode {
       if (s.op == Op::kLoadLocal) {
         auto st = stored_.find(s.args[0]);
         if (st != stored_.end()) {
-          for (ValueId x : st->second) mark(x);
+          for (ValueId x : st->second) mark_closure(x);
         }
         continue;
       }
-      for (ValueId x : s.args) mark(x);
+      for (ValueId x : s.args) mark_closure(x);
     }
   }
 
-  // Locals each control statement must checkpoint: those with a needed load inside it but
-  // defined outside it.
+  // Locals each loop must checkpoint: those with a needed load inside it but defined outside
+  // it. Branches need none: the reverse of a branch reads the values its forward replay left
+  // in hoisted locals (see fwd) instead of replaying it.
   void collect_checkpoints(const Block& b, std::vector<const Stmt*>& ctrl) {
     for (const Stmt& s : b.stmts) {
       if (s.op == Op::kLoadLocal && needed_.count(s.result)) {
         const auto& def_ctrl = alloca_ctrl_.at(s.args[0]);
         for (const Stmt* c : ctrl) {
+          if (c->op != Op::kFor) continue;
           if (std::find(def_ctrl.begin(), def_ctrl.end(), c) != def_ctrl.end()) continue;
           auto& list = ckpt_[c];
           if (std::find(list.begin(), list.end(), s.args[0]) == list.end()) list.push_back(s.args[0]);
@@ -399,7 +424,28 @@ class ReverseMode {
   }
 
   // ------------------------------------------------------------ forward replay
-  void fwd(const Block& b, bool checkpoint) {
+  //
+  // A *frame* is a block whose replay the reverse sweep reads: the task body, and the body of
+  // each reversed loop iteration. fwd(frame body, frame = true) pushes the checkpoints of the
+  // loops in it (inside branches too) and replays their bodies plainly (frame = false); their
+  // own reversal replays them again as frames of their own.
+  //
+  // Branches inside a frame are replayed once: values the reverse sweep reads that are defined
+  // in a branch (and locals declared there) live in locals declared at the frame's top
+  // (hoist_frame), so the reverse of the branch loads them rather than replaying the branch.
+  // That keeps the adjoint linear in the nesting of branches (replaying each branch's subtree
+  // in its reverse made it quadratic).
+  void hoist_frame(const Block& b, int if_depth) {
+    for (const Stmt& s : b.stmts) {
+      if (s.op == Op::kFor) continue;  // its body is a frame of its own
+      if (if_depth > 0 && (s.op == Op::kAlloca || (s.result != kNoValue && read_.count(s.result)))) {
+        hoist_[s.result] = mk(Op::kAlloca, s.type, {});
+      }
+      for (const Block& c : s.blocks) hoist_frame(c, if_depth + 1);
+    }
+  }
+
+  void fwd(const Block& b, bool frame, int if_depth = 0) {
     for (const Stmt& s : b.stmts) {
       switch (s.op) {
         case Op::kStore:
@@ -408,20 +454,36 @@ class ReverseMode {
         case Op::kFor:
           emit_for(p(s.args[0]), p(s.args[1]), [&](ValueId idx) {
             map_[s.result] = idx;
-            if (checkpoint) push_checkpoints(s);
+            if (frame) push_checkpoints(s);
             fwd(s.blocks[0], false);
           });
           break;
         case Op::kIf:
-          if (checkpoint) push_checkpoints(s);
-          emit_if(p(s.args[0]), [&](int side) { fwd(s.blocks[side], false); });
+          emit_if(p(s.args[0]), [&](int side) { fwd(s.blocks[side], frame, if_depth + 1); });
           break;
+        case Op::kAlloca:
+          if (frame && if_depth > 0) {  // declared at the frame's top; zeroed here
+            map_[s.result] = hoist_.at(s.result);
+            store_local(map_[s.result], cst(s.type, 0));
+            break;
+          }
+          [[fallthrough]];
         default: {
           Stmt c = s;
           for (ValueId& x : c.args) x = p(x);
           ValueId r = emit(std::move(c));
           if (s.result != kNoValue) map_[s.result] = r;
+          if (frame && if_depth > 0 && hoist_.count(s.result)) store_local(hoist_.at(s.result), r);
         }
+      }
+    }
+  }
+
+  // In the reverse of a branch side: the hoisted values defined directly in it, loaded.
+  void load_hoisted(const Block& side) {
+    for (const Stmt& s : side.stmts) {
+      if (s.op != Op::kAlloca && s.result != kNoValue && hoist_.count(s.result)) {
+        map_[s.result] = load_local(hoist_.at(s.result), s.type);
       }
     }
   }
@@ -445,6 +507,7 @@ class ReverseMode {
           // j = b + e - 1 - jr walks [b, e) backwards.
           ValueId last = mk(Op::kSub, DType::kI32, {mk(Op::kAdd, DType::kI32, {b, e}), cst(DType::kI32, 1)});
           map_[s.result] = mk(Op::kSub, DType::kI32, {last, jr});
+          hoist_frame(s.blocks[0], 0);
           restore_checkpoints(s);
           fwd(s.blocks[0], true);
           rev(s.blocks[0]);
@@ -453,12 +516,11 @@ class ReverseMode {
         return;
       }
       case Op::kIf:
+        // The condition and the side's values are the frame replay's: the same path.
         emit_if(p(s.args[0]), [&](int side) {
-          restore_checkpoints(s);
-          fwd(s.blocks[side], true);
+          load_hoisted(s.blocks[side]);
           rev(s.blocks[side]);
         });
-        pop_checkpoints(s);
         return;
       case Op::kAlloca:
         if (ladj_.count(s.result)) store_local(ladj_.at(s.result), cst(s.type, 0));
@@ -578,8 +640,9 @@ class ReverseMode {
   Status task(const Task& t) {
     task_ = &t;
     def_.clear(), type_.clear(), active_.clear(), needed_.clear(), ckpt_.clear(), stacks_.clear();
-    alloca_ctrl_.clear(), stored_.clear(), map_.clear(), vadj_.clear(), ladj_.clear();
+    alloca_ctrl_.clear(), stored_.clear(), hoist_.clear(), map_.clear(), vadj_.clear(), ladj_.clear();
     type_[t.index] = DType::kI32;
+    read_.clear();
     std::vector<const Stmt*> ctrl;
     index_defs(t.body, ctrl);
     while (activity(t.body)) {
@@ -628,6 +691,7 @@ class ReverseMode {
     std::sort(locals.begin(), locals.end());
     for (ValueId id : locals) ladj_[id] = mk(Op::kAlloca, ft(id), {});
 
+    hoist_frame(t.body, 0);
     fwd(t.body, true);
     rev(t.body);
     a_.tasks.push_back(std::move(at));
@@ -644,6 +708,10 @@ class ReverseMode {
   std::unordered_map<ValueId, std::vector<const Stmt*>> alloca_ctrl_;
   std::unordered_map<ValueId, std::vector<ValueId>> stored_;  // local -> values stored into it
   std::unordered_set<ValueId> active_, needed_;
+  // Forward values the reverse sweep reads directly: operands its derivative rules use, and
+  // anything a loop body uses (the loop's reversal replays the body).
+  std::unordered_set<ValueId> read_;
+  std::unordered_map<ValueId, ValueId> hoist_;  // forward value / local in a branch -> frame local
   std::vector<ValueId> work_;
   std::unordered_map<const Stmt*, std::vector<ValueId>> ckpt_;    // forward locals
   std::unordered_map<const Stmt*, std::vector<ValueId>> stacks_;  // adjoint stack ids

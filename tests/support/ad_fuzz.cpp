@@ -178,7 +178,15 @@ class AdGenerator {
   void block(int depth, int count) {
     auto saved_f = floats_;
     auto saved_i = ints_;
+    size_t locals = fl_.size();
+    // Sometimes a local declared in this block (in a branch or a loop body), carried like the
+    // others while the block lasts.
+    if (depth > 0 && uniform(0, 3) == 0) {
+      Value init = fexpr(1);
+      fl_.push_back(b_->local(init));
+    }
     for (int k = 0; k < count; ++k) stmt(depth);
+    fl_.erase(fl_.begin() + static_cast<std::ptrdiff_t>(locals), fl_.end());
     floats_ = saved_f;  // values defined in this block are not visible after it
     ints_ = saved_i;
   }

@@ -2,7 +2,8 @@
 // adjoint's replay and checkpointing, with arguments that keep them in bounds and smooth.
 //
 // A kernel: one parallel task over x's elements (f64), with
-//   - several f64 and i32 locals carried across nested serial loops (constant, scalar-argument,
+//   - several f64 and i32 locals (some declared inside branches and loop bodies) carried
+//     across nested serial loops (constant, scalar-argument,
 //     triangular, and data-dependent bounds with a stated max_trip), updated in random orders:
 //     plain updates, swaps and rotations (reads after writes inside an iteration), conditional
 //     updates, and a linear accumulator;

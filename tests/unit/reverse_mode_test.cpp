@@ -155,6 +155,67 @@ TEST(ReverseModePass, VerifyAdjointReportsABrokenAdjointAsInternal) {
   EXPECT_NE(st.message().find("statement `%"), std::string::npos) << st.message();
 }
 
+size_t count_stmts(const Block& b) {
+  size_t n = 0;
+  for (const Stmt& s : b.stmts) {
+    ++n;
+    for (const Block& c : s.blocks) n += count_stmts(c);
+  }
+  return n;
+}
+
+// `depth` ifs nested in each other, each on the carried value and updating it nonlinearly.
+Kernel nested_ifs(int depth) {
+  std::string t = "kernel k(x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {\n"
+                  "  task main parallel %i in [0, shape(x, 0)) {\n"
+                  "    %v = alloca : f32\n    %x = load x[%i] : f32\n    store_local %v, %x\n"
+                  "    %c = const -0.5 : f32\n";
+  for (int d = 0; d < depth; ++d) {
+    std::string n = std::to_string(d);
+    t += "    %a" + n + " = load_local %v : f32\n    %p" + n + " = gt %a" + n + ", %c : bool\n    if %p" + n + " {\n" +
+         "    %s" + n + " = sin %a" + n + " : f32\n    store_local %v, %s" + n + "\n";
+  }
+  for (int d = 0; d < depth; ++d) t += "    }\n";
+  t += "    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n";
+  auto k = parse(t);
+  EXPECT_TRUE(k.ok()) << k.status().to_string();
+  return k.ok() ? *k : Kernel{};
+}
+
+// A hostile kernel of 160 nested ifs once gave a 26,426-line adjoint (each branch's reverse
+// replayed its whole subtree): the adjoint's size must grow linearly with the nesting.
+TEST(ReverseModePass, AdjointOfNestedIfsGrowsLinearly) {
+  static_assert(kMaxAdjointNesting >= 60);
+  auto a30 = make_adjoint(nested_ifs(30));
+  auto a60 = make_adjoint(nested_ifs(60));
+  ASSERT_TRUE(a30.ok()) << a30.status().to_string();
+  ASSERT_TRUE(a60.ok()) << a60.status().to_string();
+  size_t n30 = count_stmts(a30->tasks[0].body), n60 = count_stmts(a60->tasks[0].body);
+  EXPECT_LT(static_cast<double>(n60), 2.5 * static_cast<double>(n30)) << n30 << " statements at depth 30, " << n60 << " at 60";
+  EXPECT_LT(n60, 10u * count_stmts(nested_ifs(60).tasks[0].body)) << "a constant factor over the forward";
+}
+
+TEST(ReverseModePass, RejectsNestingDeeperThanTheLimitNamingTheStatement) {
+  EXPECT_TRUE(make_adjoint(nested_ifs(kMaxAdjointNesting)).ok());
+  Kernel k = nested_ifs(kMaxAdjointNesting + 1);
+  const Stmt* innermost = nullptr;
+  for (const Block* b = &k.tasks[0].body; b;) {
+    const Block* next = nullptr;
+    for (const Stmt& s : b->stmts) {
+      if (s.op == Op::kIf) innermost = &s, next = &s.blocks[0];
+    }
+    b = next;
+  }
+  ASSERT_NE(innermost, nullptr);
+  auto a = make_adjoint(k);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("statement `" + print_stmt(k, *innermost) + "`"), std::string::npos)
+      << a.status().message();
+  EXPECT_NE(a.status().message().find("at most " + std::to_string(kMaxAdjointNesting)), std::string::npos)
+      << a.status().message();
+}
+
 TEST(ReverseModePass, RejectsAnArrayBothReadAndWritten) {
   auto k = parse("kernel k(x: ndarray<f32, 1> grad) {\n  task main parallel %i in [0, shape(x, 0)) {\n"
                  "    %v = load x[%i] : f32\n    %s = sin %v : f32\n    store x[%i], %s\n  }\n}\n");
