@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "codegen/derivative_rules.h"
 #include "codegen/text.h"
 #include "codegen/verifier.h"
 
@@ -12,24 +13,13 @@ namespace vkad::codegen {
 
 namespace {
 
-bool is_nonlinear(Op op) {
-  switch (op) {
-    case Op::kMul: case Op::kDiv: case Op::kMin: case Op::kMax: case Op::kAbs: case Op::kSqrt:
-    case Op::kRsqrt: case Op::kExp: case Op::kLog: case Op::kSin: case Op::kCos: case Op::kTan:
-    case Op::kTanh: case Op::kAsin: case Op::kAcos: case Op::kPow: case Op::kAtan2:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // A symbolic integer range: lo is a constant (or assumed >= 0), up a SizeExpr.
 struct SymRange {
   int64_t lo = 0;
   SizeExpr up;
 };
 
-class ReverseMode {
+class ReverseMode : public PartialBuilder {
  public:
   ReverseMode(const Kernel& f, const Target& t) : f_(f), t_(t) {}
 
@@ -153,26 +143,30 @@ class ReverseMode {
     if (needed_.insert(v).second) work_.push_back(v);
   }
 
+  // The union of the primals read by the partials rev_stmt will emit for `s`: those of its
+  // operands that carry a derivative.
+  uint8_t primal_reads(const Stmt& s) const {
+    const DerivativeRule* r = derivative_rule(s.op);
+    if (!r) return 0;
+    uint8_t reads = 0;
+    for (size_t k = 0; k < s.args.size() && k < 3; ++k) {
+      if (r->partial[k].emit && act(s.args[k])) reads |= r->partial[k].reads;
+    }
+    return reads;
+  }
+
   void seed_needed(const Block& b) {
     for (const Stmt& s : b.stmts) {
       bool active = s.result != kNoValue && act(s.result);
-      if (active && s.op == Op::kMul) {
-        // d(a*b) = b da + a db: a is needed only if b carries a derivative, and vice versa,
-        // so scaling by a constant or an inactive value needs no checkpoint.
-        if (act(s.args[1])) mark(s.args[0]);
-        if (act(s.args[0])) mark(s.args[1]);
-      } else if (active && s.op == Op::kDiv) {
-        mark(s.args[1]);
-        if (act(s.args[1])) mark(s.args[0]);
-      } else if (active && is_nonlinear(s.op)) {
-        for (ValueId x : s.args) mark(x);
+      // The primals that the partials of active operands read (derivative_rules.h): the same
+      // rows rev_stmt emits from.
+      if (active) {
+        uint8_t reads = primal_reads(s);
+        for (size_t k = 0; k < s.args.size() && k < 3; ++k) {
+          if (reads & (1u << k)) mark(s.args[k]);
+        }
+        if (reads & kReadResult) mark(s.result);
       }
-      // Derivatives written with the op's own result (exp' = exp, d(a/b)/db = -(a/b)/b, ...).
-      if (active && (s.op == Op::kExp || s.op == Op::kSqrt || s.op == Op::kRsqrt || s.op == Op::kTan ||
-                     s.op == Op::kTanh || s.op == Op::kPow || (s.op == Op::kDiv && act(s.args[1])))) {
-        read_.insert(s.result);
-      }
-      if (active && s.op == Op::kSelect) mark(s.args[0]);
       if (s.op == Op::kFor) mark(s.args[0]), mark(s.args[1]);
       if (s.op == Op::kIf) mark(s.args[0]);
       if (s.op == Op::kLoad && active) {
@@ -550,13 +544,6 @@ class ReverseMode {
     if (s.result == kNoValue || !vadj_.count(s.result)) return;
     DType t = s.type;
     ValueId g = load_local(vadj_.at(s.result), t);
-    ValueId f = p(s.result);
-    auto A = [&](size_t i) { return p(s.args[i]); };
-    auto M = [&](ValueId x, ValueId y) { return mk(Op::kMul, t, {x, y}); };
-    auto D = [&](ValueId x, ValueId y) { return mk(Op::kDiv, t, {x, y}); };
-    auto N = [&](ValueId x) { return mk(Op::kNeg, t, {x}); };
-    auto S = [&](ValueId c, ValueId x, ValueId y) { return mk(Op::kSelect, t, {c, x, y}); };
-    auto C = [&](double v) { return cst(t, v); };
     switch (s.op) {
       case Op::kLoad: {
         uint32_t gp = grad_param_[s.param];
@@ -574,67 +561,28 @@ class ReverseMode {
         store_local(la, mk(Op::kAdd, t, {load_local(la, t), g}));
         return;
       }
-      case Op::kAdd: acc(s.args[0], g); acc(s.args[1], g); return;
-      case Op::kSub: acc(s.args[0], g); acc(s.args[1], N(g)); return;
-      case Op::kNeg: acc(s.args[0], N(g)); return;
-      case Op::kMul:
-        if (act(s.args[0])) acc(s.args[0], M(g, A(1)));
-        if (act(s.args[1])) acc(s.args[1], M(g, A(0)));
-        return;
-      case Op::kDiv:
-        if (act(s.args[0])) acc(s.args[0], D(g, A(1)));
-        if (act(s.args[1])) acc(s.args[1], N(D(M(g, f), A(1))));
-        return;
-      case Op::kMin:
-      case Op::kMax: {
-        ValueId first = mk(s.op == Op::kMin ? Op::kLe : Op::kGe, DType::kBool, {A(0), A(1)});
-        acc(s.args[0], S(first, g, C(0)));
-        acc(s.args[1], S(first, C(0), g));
-        return;
-      }
-      case Op::kAbs: acc(s.args[0], S(mk(Op::kLt, DType::kBool, {A(0), C(0)}), N(g), g)); return;
-      case Op::kSqrt: acc(s.args[0], D(M(g, C(0.5)), f)); return;
-      case Op::kRsqrt: acc(s.args[0], M(M(g, C(-0.5)), M(f, M(f, f)))); return;
-      case Op::kExp: acc(s.args[0], M(g, f)); return;
-      case Op::kLog: acc(s.args[0], D(g, A(0))); return;
-      case Op::kSin: acc(s.args[0], M(g, mk(Op::kCos, t, {A(0)}))); return;
-      case Op::kCos: acc(s.args[0], N(M(g, mk(Op::kSin, t, {A(0)})))); return;
-      case Op::kTan: acc(s.args[0], M(g, mk(Op::kAdd, t, {C(1), M(f, f)}))); return;
-      case Op::kTanh: acc(s.args[0], M(g, mk(Op::kSub, t, {C(1), M(f, f)}))); return;
-      case Op::kAsin:
-      case Op::kAcos: {
-        ValueId r = mk(Op::kRsqrt, t, {mk(Op::kSub, t, {C(1), M(A(0), A(0))})});
-        acc(s.args[0], s.op == Op::kAsin ? M(g, r) : N(M(g, r)));
-        return;
-      }
-      case Op::kPow: {
-        ValueId bm1 = mk(Op::kSub, t, {A(1), C(1)});
-        acc(s.args[0], M(M(g, A(1)), mk(Op::kPow, t, {A(0), bm1})));
-        if (act(s.args[1])) {
-          ValueId pos = mk(Op::kGt, DType::kBool, {A(0), C(0)});
-          // log(a) only where a > 0; the derivative in b is 0 (not NaN) elsewhere.
-          ValueId safe = S(pos, A(0), C(1));
-          acc(s.args[1], M(g, S(pos, M(f, mk(Op::kLog, t, {safe})), C(0))));
-        }
-        return;
-      }
-      case Op::kAtan2: {
-        ValueId den = mk(Op::kAdd, t, {M(A(0), A(0)), M(A(1), A(1))});
-        acc(s.args[0], D(M(g, A(1)), den));
-        acc(s.args[1], N(D(M(g, A(0)), den)));
-        return;
-      }
-      case Op::kSelect:
-        acc(s.args[1], S(A(0), g, C(0)));
-        acc(s.args[2], S(A(0), C(0), g));
-        return;
-      case Op::kCast:
-        if (is_float(ft(s.args[0]))) acc(s.args[0], mk(Op::kCast, ft(s.args[0]), {g}));
-        return;
-      default:
-        return;  // floor, ceil, constants: zero derivative
+      default: break;
+    }
+    const DerivativeRule* rule = derivative_rule(s.op);
+    if (!rule) return;
+    // Only the primals the row declares are handed over (kNoValue otherwise), so a partial
+    // that reads an undeclared one yields an adjoint that fails verification.
+    uint8_t reads = primal_reads(s);
+    PartialArgs a{t, g, {kNoValue, kNoValue, kNoValue}, {t, t, t}, kNoValue};
+    for (size_t k = 0; k < s.args.size() && k < 3; ++k) {
+      if (reads & (1u << k)) a.arg[k] = p(s.args[k]);
+      a.arg_type[k] = ft(s.args[k]);
+    }
+    if (reads & kReadResult) a.result = p(s.result);
+    for (size_t k = 0; k < s.args.size() && k < 3; ++k) {
+      const PartialRule& partial = rule->partial[k];
+      if (partial.emit && act(s.args[k])) acc(s.args[k], partial.emit(*this, a));
     }
   }
+
+  // PartialBuilder: what the derivative rules emit into the adjoint.
+  ValueId op(Op o, DType t, std::vector<ValueId> args) override { return mk(o, t, std::move(args)); }
+  ValueId constant(DType t, double v) override { return cst(t, v); }
 
   // ------------------------------------------------------------ one task
   Status task(const Task& t) {
