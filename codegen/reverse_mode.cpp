@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "codegen/derivative_rules.h"
 #include "codegen/text.h"
 #include "codegen/verifier.h"
 
@@ -12,24 +13,13 @@ namespace vkad::codegen {
 
 namespace {
 
-bool is_nonlinear(Op op) {
-  switch (op) {
-    case Op::kMul: case Op::kDiv: case Op::kMin: case Op::kMax: case Op::kAbs: case Op::kSqrt:
-    case Op::kRsqrt: case Op::kExp: case Op::kLog: case Op::kSin: case Op::kCos: case Op::kTan:
-    case Op::kTanh: case Op::kAsin: case Op::kAcos: case Op::kPow: case Op::kAtan2:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // A symbolic integer range: lo is a constant (or assumed >= 0), up a SizeExpr.
 struct SymRange {
   int64_t lo = 0;
   SizeExpr up;
 };
 
-class ReverseMode {
+class ReverseMode : public PartialBuilder {
  public:
   ReverseMode(const Kernel& f, const Target& t) : f_(f), t_(t) {}
 
@@ -50,6 +40,7 @@ class ReverseMode {
       a_.params.push_back(std::move(g));
     }
     for (auto it = f_.tasks.rbegin(); it != f_.tasks.rend(); ++it) VKAD_TRY(task(*it));
+    VKAD_TRY(verify_adjoint(f_, a_, t_));
     return std::move(a_);
   }
 
@@ -64,15 +55,25 @@ class ReverseMode {
   Status check_rules() {
     std::vector<const Stmt*> first_read(f_.params.size(), nullptr), first_write(f_.params.size(), nullptr);
     std::vector<const Task*> write_task(f_.params.size(), nullptr);
+    int depth = 0;
     std::function<Status(const Task&, const Block&)> walk = [&](const Task& t, const Block& b) -> Status {
       for (const Stmt& s : b.stmts) {
         if (s.op >= Op::kStackAlloc) return error(t, s, "adstack statements cannot be differentiated");
+        if (!s.blocks.empty() && depth == kMaxAdjointNesting) {
+          return error(t, s, "loops and branches are nested " + std::to_string(depth + 1) +
+                                 " deep here; reverse mode supports at most " +
+                                 std::to_string(kMaxAdjointNesting) +
+                                 " (the adjoint replays each loop level once per enclosing loop). "
+                                 "Split the kernel into tasks or flatten the conditions");
+        }
         if (s.op == Op::kLoad && !first_read[s.param]) first_read[s.param] = &s;
         if ((s.op == Op::kStore || s.op == Op::kAtomicAdd) && !first_write[s.param]) {
           first_write[s.param] = &s;
           write_task[s.param] = &t;
         }
+        ++depth;
         for (const Block& c : s.blocks) VKAD_TRY(walk(t, c));
+        --depth;
       }
       return {};
     };
@@ -96,6 +97,11 @@ class ReverseMode {
         type_[s.result] = s.type;
       }
       if (s.op == Op::kAlloca) alloca_ctrl_[s.result] = ctrl;
+      if (s.op == Op::kStoreLocal) stored_[s.args[0]].push_back(s.args[1]);
+      // A loop's reversal replays its body: what the body uses is read in the reverse sweep.
+      if (!ctrl.empty() && std::any_of(ctrl.begin(), ctrl.end(), [](const Stmt* c) { return c->op == Op::kFor; })) {
+        for (ValueId x : s.args) read_.insert(x);
+      }
       if (!s.blocks.empty()) {
         ctrl.push_back(&s);
         for (const Block& c : s.blocks) index_defs(c, ctrl);
@@ -130,24 +136,37 @@ class ReverseMode {
   }
 
   void mark(ValueId v) {
+    read_.insert(v);
     if (needed_.insert(v).second) work_.push_back(v);
+  }
+  void mark_closure(ValueId v) {
+    if (needed_.insert(v).second) work_.push_back(v);
+  }
+
+  // The union of the primals read by the partials rev_stmt will emit for `s`: those of its
+  // operands that carry a derivative.
+  uint8_t primal_reads(const Stmt& s) const {
+    const DerivativeRule* r = derivative_rule(s.op);
+    if (!r) return 0;
+    uint8_t reads = 0;
+    for (size_t k = 0; k < s.args.size() && k < 3; ++k) {
+      if (r->partial[k].emit && act(s.args[k])) reads |= r->partial[k].reads;
+    }
+    return reads;
   }
 
   void seed_needed(const Block& b) {
     for (const Stmt& s : b.stmts) {
       bool active = s.result != kNoValue && act(s.result);
-      if (active && s.op == Op::kMul) {
-        // d(a*b) = b da + a db: a is needed only if b carries a derivative, and vice versa,
-        // so scaling by a constant or an inactive value needs no checkpoint.
-        if (act(s.args[1])) mark(s.args[0]);
-        if (act(s.args[0])) mark(s.args[1]);
-      } else if (active && s.op == Op::kDiv) {
-        mark(s.args[1]);
-        if (act(s.args[1])) mark(s.args[0]);
-      } else if (active && is_nonlinear(s.op)) {
-        for (ValueId x : s.args) mark(x);
+      // The primals that the partials of active operands read (derivative_rules.h): the same
+      // rows rev_stmt emits from.
+      if (active) {
+        uint8_t reads = primal_reads(s);
+        for (size_t k = 0; k < s.args.size() && k < 3; ++k) {
+          if (reads & (1u << k)) mark(s.args[k]);
+        }
+        if (reads & kReadResult) mark(s.result);
       }
-      if (active && s.op == Op::kSelect) mark(s.args[0]);
       if (s.op == Op::kFor) mark(s.args[0]), mark(s.args[1]);
       if (s.op == Op::kIf) mark(s.args[0]);
       if (s.op == Op::kLoad && active) {
@@ -161,6 +180,13 @@ class ReverseMode {
     }
   }
 
+  // Closes `needed_` over what the replay reads to recompute a needed value. A needed load of
+  // local L is right in the replay only if L holds, at that point, what it held in the
+  // forward run: its value at the start of the enclosing iteration comes back from a
+  // checkpoint (collect_checkpoints), and every value stored into L inside the iteration must
+  // itself be recomputed right, so each store's value is needed too. (Stopping at the load
+  // left `t = q; q = p + q; p = t` reading a stale p: issue 12.) Any store to L counts, not
+  // only those that reach the load: a few extra checkpoints, never a missing one.
   void propagate_needed() {
     while (!work_.empty()) {
       ValueId v = work_.back();
@@ -168,18 +194,27 @@ class ReverseMode {
       auto it = def_.find(v);
       if (it == def_.end()) continue;  // the task index
       const Stmt& s = *it->second;
-      if (s.op == Op::kLoadLocal || s.op == Op::kFor) continue;  // restored / an index
-      for (ValueId x : s.args) mark(x);
+      if (s.op == Op::kFor) continue;  // a loop index: the replayed loop recomputes it
+      if (s.op == Op::kLoadLocal) {
+        auto st = stored_.find(s.args[0]);
+        if (st != stored_.end()) {
+          for (ValueId x : st->second) mark_closure(x);
+        }
+        continue;
+      }
+      for (ValueId x : s.args) mark_closure(x);
     }
   }
 
-  // Locals each control statement must checkpoint: those with a needed load inside it but
-  // defined outside it.
+  // Locals each loop must checkpoint: those with a needed load inside it but defined outside
+  // it. Branches need none: the reverse of a branch reads the values its forward replay left
+  // in hoisted locals (see fwd) instead of replaying it.
   void collect_checkpoints(const Block& b, std::vector<const Stmt*>& ctrl) {
     for (const Stmt& s : b.stmts) {
       if (s.op == Op::kLoadLocal && needed_.count(s.result)) {
         const auto& def_ctrl = alloca_ctrl_.at(s.args[0]);
         for (const Stmt* c : ctrl) {
+          if (c->op != Op::kFor) continue;
           if (std::find(def_ctrl.begin(), def_ctrl.end(), c) != def_ctrl.end()) continue;
           auto& list = ckpt_[c];
           if (std::find(list.begin(), list.end(), s.args[0]) == list.end()) list.push_back(s.args[0]);
@@ -217,8 +252,14 @@ class ReverseMode {
       case Op::kCast: return is_int(s.type) && is_int(type_.at(s.args[0])) ? range(s.args[0]) : std::nullopt;
       case Op::kFor: {
         auto b = range(s.args[0]), e = range(s.args[1]);
-        if (!b || !e) return std::nullopt;
-        return SymRange{b->lo, SizeExpr::combine(K::kAdd, e->up, SizeExpr::constant(-1))};
+        if (b && e) return SymRange{b->lo, SizeExpr::combine(K::kAdd, e->up, SizeExpr::constant(-1))};
+        // A stated trip bound caps the index too: index < begin + max_trip (a launch that
+        // exceeds it overflows this loop's own stack, which is reported).
+        if (b && s.has_cap) {
+          return SymRange{b->lo, SizeExpr::combine(K::kAdd, SizeExpr::combine(K::kAdd, b->up, s.cap),
+                                                   SizeExpr::constant(-1))};
+        }
+        return std::nullopt;
       }
       case Op::kAdd:
         return both([](SymRange a, SymRange b) -> std::optional<SymRange> {
@@ -377,7 +418,28 @@ class ReverseMode {
   }
 
   // ------------------------------------------------------------ forward replay
-  void fwd(const Block& b, bool checkpoint) {
+  //
+  // A *frame* is a block whose replay the reverse sweep reads: the task body, and the body of
+  // each reversed loop iteration. fwd(frame body, frame = true) pushes the checkpoints of the
+  // loops in it (inside branches too) and replays their bodies plainly (frame = false); their
+  // own reversal replays them again as frames of their own.
+  //
+  // Branches inside a frame are replayed once: values the reverse sweep reads that are defined
+  // in a branch (and locals declared there) live in locals declared at the frame's top
+  // (hoist_frame), so the reverse of the branch loads them rather than replaying the branch.
+  // That keeps the adjoint linear in the nesting of branches (replaying each branch's subtree
+  // in its reverse made it quadratic).
+  void hoist_frame(const Block& b, int if_depth) {
+    for (const Stmt& s : b.stmts) {
+      if (s.op == Op::kFor) continue;  // its body is a frame of its own
+      if (if_depth > 0 && (s.op == Op::kAlloca || (s.result != kNoValue && read_.count(s.result)))) {
+        hoist_[s.result] = mk(Op::kAlloca, s.type, {});
+      }
+      for (const Block& c : s.blocks) hoist_frame(c, if_depth + 1);
+    }
+  }
+
+  void fwd(const Block& b, bool frame, int if_depth = 0) {
     for (const Stmt& s : b.stmts) {
       switch (s.op) {
         case Op::kStore:
@@ -386,20 +448,36 @@ class ReverseMode {
         case Op::kFor:
           emit_for(p(s.args[0]), p(s.args[1]), [&](ValueId idx) {
             map_[s.result] = idx;
-            if (checkpoint) push_checkpoints(s);
+            if (frame) push_checkpoints(s);
             fwd(s.blocks[0], false);
           });
           break;
         case Op::kIf:
-          if (checkpoint) push_checkpoints(s);
-          emit_if(p(s.args[0]), [&](int side) { fwd(s.blocks[side], false); });
+          emit_if(p(s.args[0]), [&](int side) { fwd(s.blocks[side], frame, if_depth + 1); });
           break;
+        case Op::kAlloca:
+          if (frame && if_depth > 0) {  // declared at the frame's top; zeroed here
+            map_[s.result] = hoist_.at(s.result);
+            store_local(map_[s.result], cst(s.type, 0));
+            break;
+          }
+          [[fallthrough]];
         default: {
           Stmt c = s;
           for (ValueId& x : c.args) x = p(x);
           ValueId r = emit(std::move(c));
           if (s.result != kNoValue) map_[s.result] = r;
+          if (frame && if_depth > 0 && hoist_.count(s.result)) store_local(hoist_.at(s.result), r);
         }
+      }
+    }
+  }
+
+  // In the reverse of a branch side: the hoisted values defined directly in it, loaded.
+  void load_hoisted(const Block& side) {
+    for (const Stmt& s : side.stmts) {
+      if (s.op != Op::kAlloca && s.result != kNoValue && hoist_.count(s.result)) {
+        map_[s.result] = load_local(hoist_.at(s.result), s.type);
       }
     }
   }
@@ -423,6 +501,7 @@ class ReverseMode {
           // j = b + e - 1 - jr walks [b, e) backwards.
           ValueId last = mk(Op::kSub, DType::kI32, {mk(Op::kAdd, DType::kI32, {b, e}), cst(DType::kI32, 1)});
           map_[s.result] = mk(Op::kSub, DType::kI32, {last, jr});
+          hoist_frame(s.blocks[0], 0);
           restore_checkpoints(s);
           fwd(s.blocks[0], true);
           rev(s.blocks[0]);
@@ -431,12 +510,11 @@ class ReverseMode {
         return;
       }
       case Op::kIf:
+        // The condition and the side's values are the frame replay's: the same path.
         emit_if(p(s.args[0]), [&](int side) {
-          restore_checkpoints(s);
-          fwd(s.blocks[side], true);
+          load_hoisted(s.blocks[side]);
           rev(s.blocks[side]);
         });
-        pop_checkpoints(s);
         return;
       case Op::kAlloca:
         if (ladj_.count(s.result)) store_local(ladj_.at(s.result), cst(s.type, 0));
@@ -466,13 +544,6 @@ class ReverseMode {
     if (s.result == kNoValue || !vadj_.count(s.result)) return;
     DType t = s.type;
     ValueId g = load_local(vadj_.at(s.result), t);
-    ValueId f = p(s.result);
-    auto A = [&](size_t i) { return p(s.args[i]); };
-    auto M = [&](ValueId x, ValueId y) { return mk(Op::kMul, t, {x, y}); };
-    auto D = [&](ValueId x, ValueId y) { return mk(Op::kDiv, t, {x, y}); };
-    auto N = [&](ValueId x) { return mk(Op::kNeg, t, {x}); };
-    auto S = [&](ValueId c, ValueId x, ValueId y) { return mk(Op::kSelect, t, {c, x, y}); };
-    auto C = [&](double v) { return cst(t, v); };
     switch (s.op) {
       case Op::kLoad: {
         uint32_t gp = grad_param_[s.param];
@@ -490,74 +561,36 @@ class ReverseMode {
         store_local(la, mk(Op::kAdd, t, {load_local(la, t), g}));
         return;
       }
-      case Op::kAdd: acc(s.args[0], g); acc(s.args[1], g); return;
-      case Op::kSub: acc(s.args[0], g); acc(s.args[1], N(g)); return;
-      case Op::kNeg: acc(s.args[0], N(g)); return;
-      case Op::kMul:
-        if (act(s.args[0])) acc(s.args[0], M(g, A(1)));
-        if (act(s.args[1])) acc(s.args[1], M(g, A(0)));
-        return;
-      case Op::kDiv:
-        if (act(s.args[0])) acc(s.args[0], D(g, A(1)));
-        if (act(s.args[1])) acc(s.args[1], N(D(M(g, f), A(1))));
-        return;
-      case Op::kMin:
-      case Op::kMax: {
-        ValueId first = mk(s.op == Op::kMin ? Op::kLe : Op::kGe, DType::kBool, {A(0), A(1)});
-        acc(s.args[0], S(first, g, C(0)));
-        acc(s.args[1], S(first, C(0), g));
-        return;
-      }
-      case Op::kAbs: acc(s.args[0], S(mk(Op::kLt, DType::kBool, {A(0), C(0)}), N(g), g)); return;
-      case Op::kSqrt: acc(s.args[0], D(M(g, C(0.5)), f)); return;
-      case Op::kRsqrt: acc(s.args[0], M(M(g, C(-0.5)), M(f, M(f, f)))); return;
-      case Op::kExp: acc(s.args[0], M(g, f)); return;
-      case Op::kLog: acc(s.args[0], D(g, A(0))); return;
-      case Op::kSin: acc(s.args[0], M(g, mk(Op::kCos, t, {A(0)}))); return;
-      case Op::kCos: acc(s.args[0], N(M(g, mk(Op::kSin, t, {A(0)})))); return;
-      case Op::kTan: acc(s.args[0], M(g, mk(Op::kAdd, t, {C(1), M(f, f)}))); return;
-      case Op::kTanh: acc(s.args[0], M(g, mk(Op::kSub, t, {C(1), M(f, f)}))); return;
-      case Op::kAsin:
-      case Op::kAcos: {
-        ValueId r = mk(Op::kRsqrt, t, {mk(Op::kSub, t, {C(1), M(A(0), A(0))})});
-        acc(s.args[0], s.op == Op::kAsin ? M(g, r) : N(M(g, r)));
-        return;
-      }
-      case Op::kPow: {
-        ValueId bm1 = mk(Op::kSub, t, {A(1), C(1)});
-        acc(s.args[0], M(M(g, A(1)), mk(Op::kPow, t, {A(0), bm1})));
-        if (act(s.args[1])) {
-          ValueId pos = mk(Op::kGt, DType::kBool, {A(0), C(0)});
-          // log(a) only where a > 0; the derivative in b is 0 (not NaN) elsewhere.
-          ValueId safe = S(pos, A(0), C(1));
-          acc(s.args[1], M(g, S(pos, M(f, mk(Op::kLog, t, {safe})), C(0))));
-        }
-        return;
-      }
-      case Op::kAtan2: {
-        ValueId den = mk(Op::kAdd, t, {M(A(0), A(0)), M(A(1), A(1))});
-        acc(s.args[0], D(M(g, A(1)), den));
-        acc(s.args[1], N(D(M(g, A(0)), den)));
-        return;
-      }
-      case Op::kSelect:
-        acc(s.args[1], S(A(0), g, C(0)));
-        acc(s.args[2], S(A(0), C(0), g));
-        return;
-      case Op::kCast:
-        if (is_float(ft(s.args[0]))) acc(s.args[0], mk(Op::kCast, ft(s.args[0]), {g}));
-        return;
-      default:
-        return;  // floor, ceil, constants: zero derivative
+      default: break;
+    }
+    const DerivativeRule* rule = derivative_rule(s.op);
+    if (!rule) return;
+    // Only the primals the row declares are handed over (kNoValue otherwise), so a partial
+    // that reads an undeclared one yields an adjoint that fails verification.
+    uint8_t reads = primal_reads(s);
+    PartialArgs a{t, g, {kNoValue, kNoValue, kNoValue}, {t, t, t}, kNoValue};
+    for (size_t k = 0; k < s.args.size() && k < 3; ++k) {
+      if (reads & (1u << k)) a.arg[k] = p(s.args[k]);
+      a.arg_type[k] = ft(s.args[k]);
+    }
+    if (reads & kReadResult) a.result = p(s.result);
+    for (size_t k = 0; k < s.args.size() && k < 3; ++k) {
+      const PartialRule& partial = rule->partial[k];
+      if (partial.emit && act(s.args[k])) acc(s.args[k], partial.emit(*this, a));
     }
   }
+
+  // PartialBuilder: what the derivative rules emit into the adjoint.
+  ValueId op(Op o, DType t, std::vector<ValueId> args) override { return mk(o, t, std::move(args)); }
+  ValueId constant(DType t, double v) override { return cst(t, v); }
 
   // ------------------------------------------------------------ one task
   Status task(const Task& t) {
     task_ = &t;
     def_.clear(), type_.clear(), active_.clear(), needed_.clear(), ckpt_.clear(), stacks_.clear();
-    alloca_ctrl_.clear(), map_.clear(), vadj_.clear(), ladj_.clear();
+    alloca_ctrl_.clear(), stored_.clear(), hoist_.clear(), map_.clear(), vadj_.clear(), ladj_.clear();
     type_[t.index] = DType::kI32;
+    read_.clear();
     std::vector<const Stmt*> ctrl;
     index_defs(t.body, ctrl);
     while (activity(t.body)) {
@@ -606,6 +639,7 @@ class ReverseMode {
     std::sort(locals.begin(), locals.end());
     for (ValueId id : locals) ladj_[id] = mk(Op::kAlloca, ft(id), {});
 
+    hoist_frame(t.body, 0);
     fwd(t.body, true);
     rev(t.body);
     a_.tasks.push_back(std::move(at));
@@ -620,7 +654,12 @@ class ReverseMode {
   std::unordered_map<ValueId, const Stmt*> def_;
   std::unordered_map<ValueId, DType> type_;
   std::unordered_map<ValueId, std::vector<const Stmt*>> alloca_ctrl_;
+  std::unordered_map<ValueId, std::vector<ValueId>> stored_;  // local -> values stored into it
   std::unordered_set<ValueId> active_, needed_;
+  // Forward values the reverse sweep reads directly: operands its derivative rules use, and
+  // anything a loop body uses (the loop's reversal replays the body).
+  std::unordered_set<ValueId> read_;
+  std::unordered_map<ValueId, ValueId> hoist_;  // forward value / local in a branch -> frame local
   std::vector<ValueId> work_;
   std::unordered_map<const Stmt*, std::vector<ValueId>> ckpt_;    // forward locals
   std::unordered_map<const Stmt*, std::vector<ValueId>> stacks_;  // adjoint stack ids
@@ -629,6 +668,19 @@ class ReverseMode {
 };
 
 }  // namespace
+
+Status verify_adjoint(const Kernel& forward, const Kernel& adjoint, const Target& target) {
+  Status v = verify(adjoint, target);
+  if (v.ok()) return v;
+  if (v.code() == ErrorCode::kUnsupported) {
+    return make_error(ErrorCode::kUnsupported, "the adjoint of kernel '" + forward.name +
+                                                   "' needs what the device lacks: " + v.message());
+  }
+  return make_error(ErrorCode::kInternal, "reverse mode of kernel '" + forward.name +
+                                              "' produced an adjoint that does not verify (a bug in vkad; "
+                                              "please report it with the forward kernel's text): " +
+                                              v.message());
+}
 
 Result<Kernel> make_adjoint(const Kernel& forward, const Target& target) {
   ReverseMode rm(forward, target);

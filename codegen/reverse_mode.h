@@ -8,14 +8,17 @@
 //
 // Scheme, per parallel iteration (docs/architecture.md has the full story):
 //   - replay the forward computation, checkpointing onto adstacks, at the start of every
-//     iteration of every loop (and before every branch), the mutable locals whose values the
+//     iteration of every loop, the mutable locals whose values the
 //     reverse sweep needs. "Needs" is computed: a local only updated linearly (acc += x) is
 //     never checkpointed; integer locals used as indices, bounds or conditions are (on integer
 //     stacks);
 //   - walk the statements backwards accumulating adjoints. A loop runs reversed over the same
 //     bounds; each reversed iteration restores its checkpoint, recomputes the iteration
-//     (checkpointing its own inner loops), then walks it backwards. A branch re-evaluates its
-//     condition from restored values, so it takes the forward path.
+//     (checkpointing its own inner loops), then walks it backwards. A branch is not replayed
+//     in reverse: the values its reverse reads were kept in locals by the replay that
+//     preceded it, and it tests the same condition value, so it takes the forward path.
+//   Adjoint size is linear in the forward's for branches; each loop body is replayed once
+//   per enclosing loop level, hence kMaxAdjointNesting.
 //   Stack memory per thread is the sum over loops of their trip bounds (not the product):
 //   nested loops are recomputed instead of stored.
 //
@@ -36,7 +39,20 @@
 
 namespace vkad::codegen {
 
-// The forward kernel must verify; the result verifies too (tested).
+// Loops and branches nested deeper than this in a forward kernel are rejected
+// (kInvalidArgument naming the first statement past the limit). The adjoint is linear in the
+// forward's size for branches, but replays each loop body once per enclosing loop level.
+inline constexpr int kMaxAdjointNesting = 64;
+
+// The forward kernel must verify. The adjoint is verified (against `target`) before it is
+// returned, so a caller never receives IR that the compiler would reject later: a failure is
+// kUnsupported when the adjoint needs what the target lacks (e.g. atomic_add into an f64
+// gradient on a device without f64 or 64-bit integer atomics), otherwise kInternal (a bug in
+// reverse mode); both name the adjoint's statement.
 Result<Kernel> make_adjoint(const Kernel& forward, const Target& target = {});
+
+// The check make_adjoint runs on its result: verify(adjoint, target), with a failure reworded
+// as above. Exposed for its unit test.
+Status verify_adjoint(const Kernel& forward, const Kernel& adjoint, const Target& target);
 
 }  // namespace vkad::codegen

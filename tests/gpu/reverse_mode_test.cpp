@@ -13,6 +13,7 @@
 #include "codegen/text.h"
 #include "codegen/verifier.h"
 #include "gpu/kernel_harness.h"
+#include "support/ad_regressions.h"
 
 namespace vkad::testing {
 namespace {
@@ -394,6 +395,9 @@ std::vector<AdCase> cases() {
     store y[%i], %out
   }
 })", {S(5), A({64}), A({64})}, 3e-2, 1e-2});
+  // Regressions (tests/support/ad_regressions.h; the unit tier checks them on the CPU too).
+  c.push_back({"swapped_float_locals_regression", kSwappedFloatLocals, {A({64}), A({64})}});
+  c.push_back({"swapped_integer_index_locals_regression", kSwappedIntegerIndexLocals, {A({64}), A({7}), A({64})}});
   return c;
 }
 

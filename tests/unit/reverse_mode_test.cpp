@@ -2,6 +2,7 @@
 // loads and stores of differentiable ndarrays turn around, and the kernels it rejects.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "codegen/reverse_mode.h"
@@ -95,6 +96,124 @@ TEST(ReverseModePass, CarriedIntegerIndexGoesOnAnIntegerStack) {
                    "      %jn = add %jv, %one : i32\n      store_local %j, %jn\n    }\n"
                    "    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n");
   check_in_order(t, {"= stack_alloc cap(n) : i32"});
+}
+
+// Found by the fuzzer (seeds 49, 114): the index of a loop with a stated max_trip bounds the
+// loops nested in it, so a triangular inner loop needs no max_trip of its own.
+TEST(ReverseModePass, TriangularLoopInsideAStatedBoundLoopIsBounded) {
+  std::string t = adjoint_text(
+      "kernel k(c: ndarray<i32, 1>, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {\n"
+      "  task main parallel %i in [0, shape(x, 0)) {\n"
+      "    %v = alloca : f32\n    %x = load x[%i] : f32\n    store_local %v, %x\n"
+      "    %z = const 0 : i32\n    %three = const 3 : i32\n    %n = load c[%i] : i32\n"
+      "    for %k in [%z, %n) max_trip(4) {\n      %one = const 1 : i32\n      %e = add %k, %one : i32\n"
+      "      for %l in [%z, %e) {\n        %a = load_local %v : f32\n        %s = sin %a : f32\n"
+      "        store_local %v, %s\n      }\n    }\n"
+      "    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n");
+  check_in_order(t, {"= stack_alloc cap(4) : f32", "= stack_alloc cap("});
+}
+
+// make_adjoint verifies its result against the target: a forward kernel that only reads an
+// f64 gradient array verifies on a device without f64 atomics, but its adjoint atomically adds
+// into x_grad, which that device cannot do: an error naming the statement, not IR that fails
+// later in compile().
+TEST(ReverseModePass, AdjointIsVerifiedAgainstTheTarget) {
+  auto k = parse("kernel k(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {\n"
+                 "  task main parallel %i in [0, shape(x, 0)) {\n"
+                 "    %x = load x[%i] : f64\n    %s = sin %x : f64\n    store y[%i], %s\n  }\n}\n");
+  ASSERT_TRUE(k.ok());
+  Target no_f64_atomics;
+  no_f64_atomics.device_name = "test device";
+  no_f64_atomics.atomic_float64_add = false;
+  no_f64_atomics.atomic_int64 = false;
+  ASSERT_TRUE(verify(*k, no_f64_atomics).ok());
+  auto a = make_adjoint(*k, no_f64_atomics);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), ErrorCode::kUnsupported) << a.status().to_string();
+  EXPECT_NE(a.status().message().find("the adjoint of kernel 'k'"), std::string::npos) << a.status().message();
+  EXPECT_NE(a.status().message().find("statement `atomic_add x_grad[%"), std::string::npos) << a.status().message();
+}
+
+// An adjoint that does not verify is reported as vkad's own bug, naming the statement.
+TEST(ReverseModePass, VerifyAdjointReportsABrokenAdjointAsInternal) {
+  auto k = parse(std::string(kHeader) + "    %x = load x[%i] : f32\n    %s = sin %x : f32\n    store y[%i], %s\n  }\n}\n");
+  ASSERT_TRUE(k.ok());
+  auto a = make_adjoint(*k);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_TRUE(verify_adjoint(*k, *a, {}).ok());
+  // Break it: drop the replayed load, so the sin that follows uses an undefined id.
+  Kernel broken = *a;
+  auto& body = broken.tasks[0].body.stmts;
+  auto load = std::find_if(body.begin(), body.end(), [](const Stmt& s) { return s.op == Op::kLoad; });
+  ASSERT_NE(load, body.end());
+  body.erase(load);
+  Status st = verify_adjoint(*k, broken, {});
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), ErrorCode::kInternal) << st.to_string();
+  EXPECT_NE(st.message().find("reverse mode of kernel 'k' produced an adjoint that does not verify"), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("statement `%"), std::string::npos) << st.message();
+}
+
+size_t count_stmts(const Block& b) {
+  size_t n = 0;
+  for (const Stmt& s : b.stmts) {
+    ++n;
+    for (const Block& c : s.blocks) n += count_stmts(c);
+  }
+  return n;
+}
+
+// `depth` ifs nested in each other, each on the carried value and updating it nonlinearly.
+Kernel nested_ifs(int depth) {
+  std::string t = "kernel k(x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {\n"
+                  "  task main parallel %i in [0, shape(x, 0)) {\n"
+                  "    %v = alloca : f32\n    %x = load x[%i] : f32\n    store_local %v, %x\n"
+                  "    %c = const -0.5 : f32\n";
+  for (int d = 0; d < depth; ++d) {
+    std::string n = std::to_string(d);
+    t += "    %a" + n + " = load_local %v : f32\n    %p" + n + " = gt %a" + n + ", %c : bool\n    if %p" + n + " {\n" +
+         "    %s" + n + " = sin %a" + n + " : f32\n    store_local %v, %s" + n + "\n";
+  }
+  for (int d = 0; d < depth; ++d) t += "    }\n";
+  t += "    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n";
+  auto k = parse(t);
+  EXPECT_TRUE(k.ok()) << k.status().to_string();
+  return k.ok() ? *k : Kernel{};
+}
+
+// A hostile kernel of 160 nested ifs once gave a 26,426-line adjoint (each branch's reverse
+// replayed its whole subtree): the adjoint's size must grow linearly with the nesting.
+TEST(ReverseModePass, AdjointOfNestedIfsGrowsLinearly) {
+  static_assert(kMaxAdjointNesting >= 60);
+  auto a30 = make_adjoint(nested_ifs(30));
+  auto a60 = make_adjoint(nested_ifs(60));
+  ASSERT_TRUE(a30.ok()) << a30.status().to_string();
+  ASSERT_TRUE(a60.ok()) << a60.status().to_string();
+  size_t n30 = count_stmts(a30->tasks[0].body), n60 = count_stmts(a60->tasks[0].body);
+  EXPECT_LT(static_cast<double>(n60), 2.5 * static_cast<double>(n30)) << n30 << " statements at depth 30, " << n60 << " at 60";
+  EXPECT_LT(n60, 10u * count_stmts(nested_ifs(60).tasks[0].body)) << "a constant factor over the forward";
+}
+
+TEST(ReverseModePass, RejectsNestingDeeperThanTheLimitNamingTheStatement) {
+  EXPECT_TRUE(make_adjoint(nested_ifs(kMaxAdjointNesting)).ok());
+  Kernel k = nested_ifs(kMaxAdjointNesting + 1);
+  const Stmt* innermost = nullptr;
+  for (const Block* b = &k.tasks[0].body; b;) {
+    const Block* next = nullptr;
+    for (const Stmt& s : b->stmts) {
+      if (s.op == Op::kIf) innermost = &s, next = &s.blocks[0];
+    }
+    b = next;
+  }
+  ASSERT_NE(innermost, nullptr);
+  auto a = make_adjoint(k);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("statement `" + print_stmt(k, *innermost) + "`"), std::string::npos)
+      << a.status().message();
+  EXPECT_NE(a.status().message().find("at most " + std::to_string(kMaxAdjointNesting)), std::string::npos)
+      << a.status().message();
 }
 
 TEST(ReverseModePass, RejectsAnArrayBothReadAndWritten) {
