@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <unordered_map>
 
@@ -14,9 +15,36 @@ HostArray::HostArray(DType t, std::vector<uint32_t> s) : dtype(t), shape(std::mo
   data.assign(n, 0.0);
 }
 
+namespace {
+
+// `v` rounded to the nearest f32 (ties to even), overflowing to +-inf as IEEE rounding does:
+// a plain static_cast is undefined behaviour in C++ for finite values beyond FLT_MAX.
+float to_f32(double v) {
+  constexpr double kMax = std::numeric_limits<float>::max();
+  // FLT_MAX plus half an ulp: the midpoint to infinity, which ties to infinity (even).
+  constexpr double kOverflow = kMax + 0x1p103;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  if (std::isfinite(v) && std::fabs(v) > kMax) {
+    float mag = std::fabs(v) < kOverflow ? std::numeric_limits<float>::max() : kInf;
+    return v > 0 ? mag : -mag;
+  }
+  return static_cast<float>(v);
+}
+
+// A double holding an integer (or whatever a caller passed as a scalar) as int64, saturating,
+// NaN -> 0: every conversion of a host value stays free of undefined behaviour.
+int64_t to_i64(double v) {
+  if (std::isnan(v)) return 0;
+  if (v <= -0x1p63) return INT64_MIN;
+  if (v >= 0x1p63) return INT64_MAX;
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
+
 double round_to(DType t, double v) {
   switch (t) {
-    case DType::kF32: return static_cast<double>(static_cast<float>(v));
+    case DType::kF32: return static_cast<double>(to_f32(v));
     case DType::kF64: return v;
     case DType::kI32: {
       if (!std::isfinite(v)) return 0;
@@ -40,7 +68,7 @@ using runtime::kErrorOutOfBounds;
 
 // Transcendentals are computed in f32 for f64 too, as the emitter does.
 double math1(Op op, double x) {
-  float f = static_cast<float>(x);
+  float f = to_f32(x);
   switch (op) {
     case Op::kExp: return std::exp(f);
     case Op::kLog: return std::log(f);
@@ -135,7 +163,7 @@ class Evaluator {
   int64_t bound(const RangeBound& b) const {
     switch (b.kind) {
       case RangeBound::Kind::kConstant: return b.value;
-      case RangeBound::Kind::kScalarParam: return static_cast<int64_t>(args_[b.param].scalar);
+      case RangeBound::Kind::kScalarParam: return to_i64(args_[b.param].scalar);
       case RangeBound::Kind::kArrayDim: return args_[b.param].array->shape[b.dim];
     }
     return 0;
@@ -143,7 +171,7 @@ class Evaluator {
 
   int64_t size(const SizeExpr& e) const {
     adstack::SizeInputs in{
-        [&](uint32_t p) { return static_cast<int64_t>(args_[p].scalar); },
+        [&](uint32_t p) { return to_i64(args_[p].scalar); },
         [&](uint32_t p, uint32_t d) { return static_cast<int64_t>(args_[p].array->shape[d]); }};
     return std::max<int64_t>(adstack::evaluate(e, in), 1);
   }
@@ -187,7 +215,7 @@ class Evaluator {
       case Op::kSub: return a - b;
       case Op::kMul:
         if (!f) {  // exact wrap of a 32x32-bit product
-          uint64_t p = static_cast<uint64_t>(static_cast<int64_t>(a)) * static_cast<uint64_t>(static_cast<int64_t>(b));
+          uint64_t p = static_cast<uint64_t>(to_i64(a)) * static_cast<uint64_t>(to_i64(b));
           return static_cast<double>(static_cast<uint32_t>(p));
         }
         return a * b;
@@ -195,8 +223,10 @@ class Evaluator {
       case Op::kMod:
       case Op::kFloorDiv: {
         if (f) return a / b;
-        int64_t x = static_cast<int64_t>(a), y = static_cast<int64_t>(b);
-        if (y == 0) return 0;
+        // i32 and u32 operands: int64 holds them and INT_MIN / -1 (2^31, which round_to wraps
+        // back to INT_MIN) without overflow. By zero: div and floordiv 0, mod the dividend.
+        int64_t x = to_i64(a), y = to_i64(b);
+        if (y == 0) return s.op == Op::kMod ? a : 0;
         int64_t q = x / y, r = x % y;
         if (s.op == Op::kDiv) return static_cast<double>(q);
         bool adjust = r != 0 && ((r < 0) != (y < 0));
@@ -205,8 +235,8 @@ class Evaluator {
       }
       case Op::kMin: return a < b ? a : b;
       case Op::kMax: return a > b ? a : b;
-      case Op::kPow: return static_cast<double>(std::pow(static_cast<float>(a), static_cast<float>(b)));
-      case Op::kAtan2: return static_cast<double>(std::atan2(static_cast<float>(a), static_cast<float>(b)));
+      case Op::kPow: return static_cast<double>(std::pow(to_f32(a), to_f32(b)));
+      case Op::kAtan2: return static_cast<double>(std::atan2(to_f32(a), to_f32(b)));
       case Op::kAnd: return (a != 0 && b != 0) ? 1 : 0;
       case Op::kOr: return (a != 0 || b != 0) ? 1 : 0;
       case Op::kLt: return a < b;
@@ -267,7 +297,7 @@ class Evaluator {
             return;
           }
           case Op::kFor: {
-            int64_t b = static_cast<int64_t>(get(s.args[0])), e = static_cast<int64_t>(get(s.args[1]));
+            int64_t b = to_i64(get(s.args[0])), e = to_i64(get(s.args[1]));
             for (int64_t i = b; i < e; ++i) {
               regs_[slot(s.result)] = static_cast<double>(i);
               block(s.blocks[0]);

@@ -1,9 +1,12 @@
 // The CPU reference: runs a verified kernel's IR on the host. Tests use it as the oracle for
 // what the device computes, so it follows the device's semantics where they are defined:
 //   - every value is rounded to its type after each operation (f32 arithmetic is f32);
-//   - i32/u32 arithmetic wraps; div truncates; mod and floordiv round toward -inf (the
-//     remainder takes the divisor's sign); integer division by zero yields 0 (undefined on
-//     the device: tests avoid it);
+//   - every operation is defined for every input, as ir.h's "Operation semantics" table
+//     (and docs/reference.md) say, and the emitter produces exactly the same values: i32/u32
+//     arithmetic wraps; div truncates; mod and floordiv round toward -inf; x / 0 = 0,
+//     x mod 0 = x, floordiv(x, 0) = 0, INT_MIN / -1 = INT_MIN; float -> int saturates, NaN -> 0;
+//     float min/max are `a < b ? a : b` / `a > b ? a : b`;
+//   - the evaluator itself has no C++ undefined behaviour for any input (clean under UBSan);
 //   - f64 transcendentals (exp log sin cos tan tanh asin acos atan2 pow) are computed in f32,
 //     exactly as the emitter does (GLSL.std.450 defines them for 16/32-bit floats only);
 //   - an out-of-bounds ndarray access reads 0 and writes nothing, and raises error code 1;

@@ -1,6 +1,7 @@
 #include "codegen/spirv_emitter.h"
 
 #include <array>
+#include <cstdint>
 #include <unordered_map>
 
 #include <spirv/unified1/GLSL.std.450.h>
@@ -515,6 +516,63 @@ class TaskEmitter {
     }
   }
 
+  // Integer div / mod / floordiv with the semantics of ir.h's table for every input:
+  // x / 0 = 0, x mod 0 = x, floordiv(x, 0) = 0, INT_MIN / -1 = INT_MIN, INT_MIN mod -1 = 0.
+  // SPIR-V leaves OpSDiv/OpUDiv/OpSRem undefined for a zero divisor and for INT_MIN / -1, so
+  // those divisors are replaced by 1 before dividing and the results selected after. The
+  // remainder is a - q*d rather than OpSRem/OpUMod: an NVIDIA driver (580.159) computed OpSRem
+  // by a negative constant as an unsigned remainder; the quotient alone is the one primitive
+  // every driver must get right.
+  uint32_t integer_division(Op o, bool is_signed, uint32_t a, uint32_t b) {
+    uint32_t ty = is_signed ? i32_ : u32_;
+    uint32_t z = is_signed ? m_.c_i32(0) : m_.c_u32(0);
+    uint32_t one = is_signed ? m_.c_i32(1) : m_.c_u32(1);
+    uint32_t by_zero = op(spv::OpIEqual, bool_, {b, z});
+    uint32_t bad = by_zero;
+    if (is_signed) {
+      uint32_t overflow = op(spv::OpLogicalAnd, bool_,
+                             {op(spv::OpIEqual, bool_, {a, m_.c_i32(INT32_MIN)}),
+                              op(spv::OpIEqual, bool_, {b, m_.c_i32(-1)})});
+      bad = op(spv::OpLogicalOr, bool_, {by_zero, overflow});
+    }
+    uint32_t d = op(spv::OpSelect, ty, {bad, one, b});
+    uint32_t q = op(is_signed ? spv::OpSDiv : spv::OpUDiv, ty, {a, d});
+    if (o == Op::kDiv || (o == Op::kFloorDiv && !is_signed)) return op(spv::OpSelect, ty, {by_zero, z, q});
+    uint32_t r = op(spv::OpISub, ty, {a, op(spv::OpIMul, ty, {q, d})});
+    if (!is_signed) return op(spv::OpSelect, ty, {by_zero, a, r});
+    // Floor semantics: when the truncated remainder's sign differs from the divisor's, the
+    // quotient steps down by one and the remainder moves by one divisor.
+    uint32_t differ = op(spv::OpLogicalNotEqual, bool_,
+                         {op(spv::OpSLessThan, bool_, {r, z}), op(spv::OpSLessThan, bool_, {d, z})});
+    uint32_t adjust = op(spv::OpLogicalAnd, bool_, {op(spv::OpINotEqual, bool_, {r, z}), differ});
+    if (o == Op::kFloorDiv) {
+      uint32_t fq = op(spv::OpISub, ty, {q, op(spv::OpSelect, ty, {adjust, one, z})});
+      return op(spv::OpSelect, ty, {by_zero, z, fq});
+    }
+    uint32_t fr = op(spv::OpIAdd, ty, {r, op(spv::OpSelect, ty, {adjust, d, z})});
+    return op(spv::OpSelect, ty, {by_zero, a, fr});
+  }
+
+  // Float -> i32/u32, saturating (ir.h's table): NaN -> 0, below the range -> its minimum,
+  // above -> its maximum, otherwise truncation toward zero. OpConvertFToS/U are undefined
+  // outside the range, so only in-range values reach them.
+  uint32_t float_to_int(DType from, DType to, uint32_t x) {
+    bool sg = to == DType::kI32;
+    uint32_t ty = type(to), fty = type(from);
+    auto fc = [&](double v) { return from == DType::kF64 ? m_.c_f64(v) : m_.c_f32(static_cast<float>(v)); };
+    // Both bounds are powers of two, exact in f32 and f64; every value in [lo, hi) truncates
+    // to a representable integer.
+    uint32_t lo = fc(sg ? -2147483648.0 : 0.0), hi = fc(sg ? 2147483648.0 : 4294967296.0);
+    uint32_t clamped = op(spv::OpSelect, fty, {op(spv::OpFOrdLessThan, bool_, {x, lo}), lo, x});
+    uint32_t in_range = op(spv::OpFOrdLessThan, bool_, {clamped, hi});  // false for NaN
+    uint32_t safe = op(spv::OpSelect, fty, {in_range, clamped, fc(0)});
+    uint32_t conv = op(sg ? spv::OpConvertFToS : spv::OpConvertFToU, ty, {safe});
+    uint32_t top = sg ? m_.c_i32(INT32_MAX) : m_.c_u32(UINT32_MAX);
+    uint32_t zero_v = sg ? m_.c_i32(0) : m_.c_u32(0);
+    uint32_t out = op(spv::OpSelect, ty, {op(spv::OpIsNan, bool_, {x}), zero_v, top});
+    return op(spv::OpSelect, ty, {in_range, conv, out});
+  }
+
   uint32_t binary(const Stmt& s) {
     uint32_t a = v(s.args[0]), b = v(s.args[1]);
     DType t = vt(s.args[0]);
@@ -525,33 +583,20 @@ class TaskEmitter {
       case Op::kAdd: return op(f ? spv::OpFAdd : spv::OpIAdd, ty, {a, b});
       case Op::kSub: return op(f ? spv::OpFSub : spv::OpISub, ty, {a, b});
       case Op::kMul: return op(f ? spv::OpFMul : spv::OpIMul, ty, {a, b});
-      case Op::kDiv: return op(pick(spv::OpFDiv, spv::OpSDiv, spv::OpUDiv), ty, {a, b});
-      case Op::kMod: {
-        if (!sg) return op(spv::OpUMod, ty, {a, b});
-        // Floor modulo from the truncating remainder: drivers disagree on OpSMod with a
-        // negative divisor, OpSRem is unambiguous.
-        uint32_t r = op(spv::OpSRem, ty, {a, b});
-        uint32_t z = m_.c_i32(0);
-        uint32_t nz = op(spv::OpINotEqual, bool_, {r, z});
-        uint32_t differ = op(spv::OpLogicalNotEqual, bool_,
-                             {op(spv::OpSLessThan, bool_, {r, z}), op(spv::OpSLessThan, bool_, {b, z})});
-        uint32_t adj = op(spv::OpLogicalAnd, bool_, {nz, differ});
-        return op(spv::OpIAdd, ty, {r, op(spv::OpSelect, ty, {adj, b, z})});
-      }
-      case Op::kFloorDiv: {
-        if (!sg) return op(spv::OpUDiv, ty, {a, b});
-        // Truncating quotient, minus one when the remainder's sign differs from the divisor's.
-        uint32_t q = op(spv::OpSDiv, ty, {a, b});
-        uint32_t r = op(spv::OpSRem, ty, {a, b});
-        uint32_t z = m_.c_i32(0);
-        uint32_t nz = op(spv::OpINotEqual, bool_, {r, z});
-        uint32_t differ = op(spv::OpLogicalNotEqual, bool_,
-                             {op(spv::OpSLessThan, bool_, {r, z}), op(spv::OpSLessThan, bool_, {b, z})});
-        uint32_t adj = op(spv::OpLogicalAnd, bool_, {nz, differ});
-        return op(spv::OpISub, ty, {q, op(spv::OpSelect, ty, {adj, m_.c_i32(1), z})});
-      }
-      case Op::kMin: return ext(f ? GLSLstd450FMin : sg ? GLSLstd450SMin : GLSLstd450UMin, ty, {a, b});
-      case Op::kMax: return ext(f ? GLSLstd450FMax : sg ? GLSLstd450SMax : GLSLstd450UMax, ty, {a, b});
+      case Op::kDiv:
+        if (f) return op(spv::OpFDiv, ty, {a, b});
+        return integer_division(s.op, sg, a, b);
+      case Op::kMod:
+      case Op::kFloorDiv:
+        return integer_division(s.op, sg, a, b);
+      // FMin/FMax leave the result undefined when an operand is NaN (and may flush or
+      // reorder signed zeros); a compare and a select give the documented `a < b ? a : b`.
+      case Op::kMin:
+        if (f) return op(spv::OpSelect, ty, {op(spv::OpFOrdLessThan, bool_, {a, b}), a, b});
+        return ext(sg ? GLSLstd450SMin : GLSLstd450UMin, ty, {a, b});
+      case Op::kMax:
+        if (f) return op(spv::OpSelect, ty, {op(spv::OpFOrdGreaterThan, bool_, {a, b}), a, b});
+        return ext(sg ? GLSLstd450SMax : GLSLstd450UMax, ty, {a, b});
       case Op::kPow: return math(GLSLstd450Pow, t, {a, b});
       case Op::kAtan2: return math(GLSLstd450Atan2, t, {a, b});
       case Op::kAnd: return op(spv::OpLogicalAnd, ty, {a, b});
@@ -576,7 +621,7 @@ class TaskEmitter {
     }
     if (from == DType::kBool) return op(spv::OpSelect, ty, {a, one(to), zero(to)});
     if (is_float(from) && is_float(to)) return op(spv::OpFConvert, ty, {a});
-    if (is_float(from)) return op(to == DType::kI32 ? spv::OpConvertFToS : spv::OpConvertFToU, ty, {a});
+    if (is_float(from)) return float_to_int(from, to, a);
     if (is_float(to)) return op(from == DType::kI32 ? spv::OpConvertSToF : spv::OpConvertUToF, ty, {a});
     return op(spv::OpBitcast, ty, {a});  // i32 <-> u32
   }

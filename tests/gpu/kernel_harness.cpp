@@ -164,9 +164,11 @@ std::string compare_arrays(const HostArray& got, const HostArray& want, double t
   size_t bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     double g = got.data[i], w = want.data[i];
-    bool ok = g == w || codegen::is_float(want.dtype)
-                  ? (std::isnan(w) ? std::isnan(g) : std::fabs(g - w) <= tol * std::max(1.0, std::fabs(w)))
-                  : g == w;
+    bool ok;
+    if (!codegen::is_float(want.dtype)) ok = g == w;
+    else if (std::isnan(w) || std::isnan(g)) ok = std::isnan(w) && std::isnan(g);
+    else if (tol == 0) ok = g == w && std::signbit(g) == std::signbit(w);  // bit-exact
+    else ok = g == w || std::fabs(g - w) <= tol * std::max(1.0, std::fabs(w));
     if (ok) continue;
     ++bad;
     if (shown++ < 5) out += "  [" + std::to_string(i) + "] device " + std::to_string(g) + ", cpu " + std::to_string(w) + "\n";

@@ -58,7 +58,8 @@ class KernelRunner {
 };
 
 // Every element of `got` within tolerance of `want` (exact for integer dtypes): |g - w| <=
-// tol * max(1, |w|). Returns a description of the first few mismatches, or "" when all match.
+// tol * max(1, |w|); NaN matches only NaN; tol == 0 is bit-exact (the sign of zero counts).
+// Returns a description of the first few mismatches, or "" when all match.
 std::string compare_arrays(const codegen::HostArray& got, const codegen::HostArray& want, double tol);
 
 // A fixture owning a KernelRunner; skips visibly without a device and fails on any
