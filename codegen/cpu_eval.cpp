@@ -1,5 +1,7 @@
 #include "codegen/cpu_eval.h"
 
+#include "codegen/precision.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -94,7 +96,16 @@ struct Stack {
   DType type;
   int64_t cap = 0;
   std::vector<double> primal, adj;
+  std::vector<double> primal_err, adj_err;  // the bounds of the values above
 };
+
+// The bound of a result computed from operands with bounds ea, eb: what the operands' error
+// carries through, one rounding more when it is non-zero, and the operation's own error.
+double result_error(Op op, DType t, double a, double ea, double b, double eb, double r) {
+  double carried = carried_error(op, t, a, ea, b, eb, r);
+  if (carried > 0 && is_float(t)) carried += ulp(t, r);
+  return carried + local_error(op, t, a, b, r);
+}
 
 class Evaluator {
  public:
@@ -105,6 +116,7 @@ class Evaluator {
     for (const Task& t : k_.tasks) number(t.index, DType::kI32), number_block(t.body);
     densify();
     regs_.assign(slot_types_.size(), 0.0);
+    errs_.assign(slot_types_.size(), 0.0);
     EvalResult r;
     for (const Task& t : k_.tasks) {
       flag_ = 0;
@@ -159,6 +171,7 @@ class Evaluator {
   }
   uint32_t slot(ValueId id) const { return dense_ ? direct_[id] : slots_.at(id); }
   double get(ValueId id) const { return regs_[slot(id)]; }
+  double err(ValueId id) const { return errs_[slot(id)]; }
 
   int64_t bound(const RangeBound& b) const {
     switch (b.kind) {
@@ -263,6 +276,7 @@ class Evaluator {
 
   void stmt(const Stmt& s) {
     double r = 0;
+    double e = 0;  // the bound of r, set by the cases that can be inexact
     const OpInfo& info = op_info(s.op);
     switch (info.cls) {
       case OpClass::kLeaf:
@@ -270,21 +284,52 @@ class Evaluator {
         else if (s.op == Op::kArg) r = args_[s.param].scalar;
         else r = args_[s.param].array->shape[s.dim];
         break;
-      case OpClass::kUnary: r = unary(s, get(s.args[0])); break;
-      case OpClass::kBinary:
-      case OpClass::kCompare:
+      case OpClass::kUnary: {
+        double a = get(s.args[0]);
+        r = round_to(s.type, unary(s, a));
+        e = result_error(s.op, s.type, a, err(s.args[0]), 0, 0, r);
+        break;
+      }
+      case OpClass::kBinary: {
+        double a = get(s.args[0]), b = get(s.args[1]);
+        r = round_to(s.type, binary(s, operand_type(s), a, b));
+        e = result_error(s.op, s.type, a, err(s.args[0]), b, err(s.args[1]), r);
+        break;
+      }
+      case OpClass::kCompare:  // taken as exact (precision.h)
         r = binary(s, operand_type(s), get(s.args[0]), get(s.args[1]));
         break;
       case OpClass::kOther:
         switch (s.op) {
-          case Op::kSelect: r = get(s.args[0]) != 0 ? get(s.args[1]) : get(s.args[2]); break;
-          case Op::kCast: r = cast(type_of(s.args[0]), s.type, get(s.args[0])); break;
+          case Op::kSelect: {
+            ValueId pick = get(s.args[0]) != 0 ? s.args[1] : s.args[2];
+            r = get(pick), e = err(pick);
+            break;
+          }
+          case Op::kCast: {
+            DType from = type_of(s.args[0]);
+            double a = get(s.args[0]), ea = err(s.args[0]);
+            r = round_to(s.type, cast(from, s.type, a));
+            // A float -> int cast of an inexact value may truncate one unit either way.
+            if (ea == 0 || s.type == DType::kBool) e = 0;  // to bool: taken as exact, like compares
+            else if (is_float(s.type)) e = result_error(Op::kCast, s.type, a, ea, 0, 0, r);
+            else if (is_float(from)) {  // truncation is monotone: the interval's image
+              e = std::max(std::fabs(cast(from, s.type, a - ea) - r), std::fabs(cast(from, s.type, a + ea) - r));
+            }
+            else e = ea;  // i32 <-> u32
+            break;
+          }
           case Op::kAlloca: r = 0; break;
-          case Op::kLoadLocal: r = get(s.args[0]); break;
-          case Op::kStoreLocal: regs_[slot(s.args[0])] = get(s.args[1]); return;
+          case Op::kLoadLocal: r = get(s.args[0]), e = err(s.args[0]); break;
+          case Op::kStoreLocal:
+            regs_[slot(s.args[0])] = get(s.args[1]);
+            errs_[slot(s.args[0])] = err(s.args[1]);
+            return;
           case Op::kLoad: {
             int64_t i = linear(s, s.args.size());
-            r = i < 0 ? 0 : args_[s.param].array->data[i];
+            const HostArray& a = *args_[s.param].array;
+            r = i < 0 ? 0 : a.data[i];
+            e = i < 0 || a.error.empty() ? 0 : a.error[i];
             break;
           }
           case Op::kStore:
@@ -292,13 +337,21 @@ class Evaluator {
             int64_t i = linear(s, s.args.size() - 1);
             if (i < 0) return;
             HostArray& a = *args_[s.param].array;
-            double v = get(s.args.back());
-            a.data[i] = round_to(a.dtype, s.op == Op::kStore ? v : a.data[i] + v);
+            double v = get(s.args.back()), ev = err(s.args.back());
+            if (a.error.size() != a.data.size()) a.error.assign(a.data.size(), 0.0);
+            if (s.op == Op::kStore) {
+              a.data[i] = round_to(a.dtype, v);
+              a.error[i] = ev;
+            } else {
+              double old = a.data[i], sum = round_to(a.dtype, old + v);
+              a.error[i] = result_error(Op::kAdd, a.dtype, old, a.error[i], v, ev, sum);
+              a.data[i] = sum;
+            }
             return;
           }
           case Op::kFor: {
-            int64_t b = to_i64(get(s.args[0])), e = to_i64(get(s.args[1]));
-            for (int64_t i = b; i < e; ++i) {
+            int64_t b = to_i64(get(s.args[0])), end = to_i64(get(s.args[1]));
+            for (int64_t i = b; i < end; ++i) {
               regs_[slot(s.result)] = static_cast<double>(i);
               block(s.blocks[0]);
             }
@@ -306,7 +359,7 @@ class Evaluator {
           }
           case Op::kIf: block(s.blocks[get(s.args[0]) != 0 ? 0 : 1]); return;
           case Op::kStackAlloc: {
-            Stack st{s.type, size(s.cap), {}, {}};
+            Stack st{s.type, size(s.cap), {}, {}, {}, {}};
             stacks_.push_back(std::move(st));
             r = static_cast<double>(stacks_.size() - 1);
             break;
@@ -319,23 +372,33 @@ class Evaluator {
             }
             st.primal.push_back(get(s.args[1]));
             st.adj.push_back(0);
+            st.primal_err.push_back(err(s.args[1]));
+            st.adj_err.push_back(0);
             return;
           }
           case Op::kStackPop: {
             Stack& st = stacks_[static_cast<size_t>(get(s.args[0]))];
-            if (!st.primal.empty()) st.primal.pop_back(), st.adj.pop_back();
+            if (!st.primal.empty()) {
+              st.primal.pop_back(), st.adj.pop_back();
+              st.primal_err.pop_back(), st.adj_err.pop_back();
+            }
             return;
           }
           case Op::kStackTop:
           case Op::kStackTopAdj: {
             Stack& st = stacks_[static_cast<size_t>(get(s.args[0]))];
-            const auto& v = s.op == Op::kStackTop ? st.primal : st.adj;
+            bool primal = s.op == Op::kStackTop;
+            const auto& v = primal ? st.primal : st.adj;
             r = v.empty() ? 0 : v.back();
+            e = v.empty() ? 0 : (primal ? st.primal_err : st.adj_err).back();
             break;
           }
           case Op::kStackAccAdj: {
             Stack& st = stacks_[static_cast<size_t>(get(s.args[0]))];
-            if (!st.adj.empty()) st.adj.back() = round_to(st.type, st.adj.back() + get(s.args[1]));
+            if (st.adj.empty()) return;
+            double old = st.adj.back(), v = get(s.args[1]), sum = round_to(st.type, old + v);
+            st.adj_err.back() = result_error(Op::kAdd, st.type, old, st.adj_err.back(), v, err(s.args[1]), sum);
+            st.adj.back() = sum;
             return;
           }
           default: return;
@@ -345,6 +408,7 @@ class Evaluator {
     if (s.result == kNoValue) return;
     regs_[slot(s.result)] =
         (s.op == Op::kStackAlloc || s.op == Op::kAlloca) ? r : round_to(s.type, r);
+    errs_[slot(s.result)] = e;
   }
 
   DType operand_type(const Stmt& s) const { return type_of(s.args[0]); }
@@ -356,6 +420,7 @@ class Evaluator {
   std::vector<uint32_t> direct_;
   bool dense_ = false;
   std::vector<double> regs_;
+  std::vector<double> errs_;  // per register: the bound on |device - reference| (precision.h)
   std::vector<Stack> stacks_;
   uint32_t flag_ = 0;
 };

@@ -11,7 +11,9 @@
 //     exactly as the emitter does (GLSL.std.450 defines them for 16/32-bit floats only);
 //   - an out-of-bounds ndarray access reads 0 and writes nothing, and raises error code 1;
 //     an adstack push past capacity is dropped and raises error code 2 (as on the device);
-//   - parallel iterations run in index order; atomic adds are plain adds.
+//   - parallel iterations run in index order; atomic adds are plain adds;
+//   - every value carries a bound on |device - reference| (precision.h), propagated through
+//     the kernel and stored in HostArray::error for the arrays it writes.
 #pragma once
 
 #include <cstdint>
@@ -25,10 +27,16 @@ namespace vkad::codegen {
 
 // Host storage for an ndarray: row-major, one double per element holding the element's exact
 // value (f32 values are f32-representable; integers are exact).
+//
+// `error`: per element, how far a device's value may lie from `data` under Vulkan's precision
+// requirements (precision.h), given that the kernel's inputs were exact. evaluate() fills it
+// (sized like `data`) for every array it writes; empty means every element is exact. It is
+// what tests compare a device's output against.
 struct HostArray {
   DType dtype = DType::kF32;
   std::vector<uint32_t> shape;
   std::vector<double> data;
+  std::vector<double> error;
 
   HostArray() = default;
   HostArray(DType t, std::vector<uint32_t> s);

@@ -478,15 +478,32 @@ class TaskEmitter {
     }
   }
 
-  // A transcendental from GLSL.std.450; f64 goes through f32 (the set defines 32-bit only).
-  uint32_t math(GLSLstd450 inst, DType t, std::initializer_list<uint32_t> xs) {
-    if (t != DType::kF64) return ext(inst, type(t), xs);
+  // x - 2*pi*k with k = roundeven(x / 2pi), in f32 (Cody-Waite: 2*pi = C1 + C2 + C3 where
+  // C1 and C2 have 8 significant bits, so k*C1 and k*C2 are exact for |k| < 2^16 and the
+  // first subtraction is exact). Vulkan bounds GLSL Sin/Cos (absolute error 2^-11) only
+  // inside [-pi, pi] and leaves them undefined outside; reduced, they are accurate for every
+  // |x| up to about 1e5 (codegen/precision.cpp has the bound the tests use).
+  uint32_t reduce_two_pi(uint32_t x) {
     uint32_t f32 = m_.t_float(32);
-    std::vector<uint32_t> narrowed;
-    for (uint32_t x : xs) narrowed.push_back(op(spv::OpFConvert, f32, {x}));
-    uint32_t r = narrowed.size() == 1 ? ext(inst, f32, {narrowed[0]})
-                                      : ext(inst, f32, {narrowed[0], narrowed[1]});
-    return op(spv::OpFConvert, type(t), {r});
+    constexpr double kTwoPi = 6.283185307179586476925;
+    constexpr float kC1 = 6.28125f;                  // 201 / 32
+    constexpr float kC2 = 0.0019378662109375f;       // 254 / 2^17
+    const float c3 = static_cast<float>(kTwoPi - 6.28125 - 0.0019378662109375);
+    uint32_t k = ext(GLSLstd450RoundEven, f32, {op(spv::OpFMul, f32, {x, m_.c_f32(static_cast<float>(1 / kTwoPi))})});
+    uint32_t r = op(spv::OpFSub, f32, {x, op(spv::OpFMul, f32, {k, m_.c_f32(kC1)})});
+    r = op(spv::OpFSub, f32, {r, op(spv::OpFMul, f32, {k, m_.c_f32(kC2)})});
+    return op(spv::OpFSub, f32, {r, op(spv::OpFMul, f32, {k, m_.c_f32(c3)})});
+  }
+
+  // A transcendental from GLSL.std.450; f64 goes through f32 (the set defines 32-bit only).
+  // Sin, Cos and Tan (period 2*pi too) see their argument reduced first.
+  uint32_t math(GLSLstd450 inst, DType t, std::initializer_list<uint32_t> xs) {
+    uint32_t f32 = m_.t_float(32);
+    std::vector<uint32_t> in;
+    for (uint32_t x : xs) in.push_back(t == DType::kF64 ? op(spv::OpFConvert, f32, {x}) : x);
+    if (inst == GLSLstd450Sin || inst == GLSLstd450Cos || inst == GLSLstd450Tan) in[0] = reduce_two_pi(in[0]);
+    uint32_t r = in.size() == 1 ? ext(inst, f32, {in[0]}) : ext(inst, f32, {in[0], in[1]});
+    return t == DType::kF64 ? op(spv::OpFConvert, type(t), {r}) : r;
   }
 
   uint32_t unary(const Stmt& s) {

@@ -194,7 +194,7 @@ TEST_F(CodegenProperty, RandomKernelsMatchCpuReference) {
     Status st = runner_->run(k, device);
     ASSERT_TRUE(st.ok()) << "seed " << seed << ": " << st.to_string() << "\n" << print(k);
     for (size_t p = 4; p < 7; ++p) {
-      std::string diff = compare_arrays(device.arrays[p], cpu.arrays[p], 2e-3);
+      std::string diff = compare_arrays(device.arrays[p], cpu.arrays[p]);
       if (!diff.empty()) {
         ++failures;
         ADD_FAILURE() << "seed " << seed << ", ndarray '" << k.params[p].name << "': " << diff << "\n"

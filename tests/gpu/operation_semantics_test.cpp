@@ -60,7 +60,7 @@ class OperationSemantics : public KernelTest {
     Status st = runner_->run(*k, device);
     ASSERT_TRUE(st.ok()) << st.to_string();
     for (size_t p = n_in; p < k->params.size(); ++p) {
-      std::string diff = compare_arrays(device.arrays[p], cpu.arrays[p], 0);
+      std::string diff = compare_arrays_exact(device.arrays[p], cpu.arrays[p]);
       if (diff.empty()) continue;
       ADD_FAILURE() << "kernel '" << k->name << "', output '" << k->params[p].name << "': " << diff;
     }
