@@ -68,9 +68,9 @@ namespace {
 using runtime::kErrorAdstackOverflow;
 using runtime::kErrorOutOfBounds;
 
-// Transcendentals are computed in f32 for f64 too, as the emitter does.
-double math1(Op op, double x) {
-  float f = to_f32(x);
+// f32 transcendentals are computed in f32 (libm's float functions), f64 ones in f64.
+template <typename T>
+double math1(Op op, T f) {
   switch (op) {
     case Op::kExp: return std::exp(f);
     case Op::kLog: return std::log(f);
@@ -80,7 +80,7 @@ double math1(Op op, double x) {
     case Op::kTanh: return std::tanh(f);
     case Op::kAsin: return std::asin(f);
     case Op::kAcos: return std::acos(f);
-    default: return x;
+    default: return f;
   }
 }
 
@@ -213,7 +213,7 @@ class Evaluator {
       case Op::kRsqrt: return 1.0 / std::sqrt(x);
       case Op::kExp: case Op::kLog: case Op::kSin: case Op::kCos: case Op::kTan:
       case Op::kTanh: case Op::kAsin: case Op::kAcos:
-        return math1(s.op, x);
+        return s.type == DType::kF64 ? math1(s.op, x) : math1(s.op, to_f32(x));
       case Op::kAbs: return std::fabs(x);
       case Op::kFloor: return std::floor(x);
       case Op::kCeil: return std::ceil(x);
@@ -248,8 +248,12 @@ class Evaluator {
       }
       case Op::kMin: return a < b ? a : b;
       case Op::kMax: return a > b ? a : b;
-      case Op::kPow: return static_cast<double>(std::pow(to_f32(a), to_f32(b)));
-      case Op::kAtan2: return static_cast<double>(std::atan2(to_f32(a), to_f32(b)));
+      case Op::kPow:
+        if (t == DType::kF64) return std::pow(a, b);
+        return static_cast<double>(std::pow(to_f32(a), to_f32(b)));
+      case Op::kAtan2:
+        if (t == DType::kF64) return std::atan2(a, b);
+        return static_cast<double>(std::atan2(to_f32(a), to_f32(b)));
       case Op::kAnd: return (a != 0 && b != 0) ? 1 : 0;
       case Op::kOr: return (a != 0 || b != 0) ? 1 : 0;
       case Op::kLt: return a < b;

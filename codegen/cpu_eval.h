@@ -7,8 +7,8 @@
 //     x mod 0 = x, floordiv(x, 0) = 0, INT_MIN / -1 = INT_MIN; float -> int saturates, NaN -> 0;
 //     float min/max are `a < b ? a : b` / `a > b ? a : b`;
 //   - the evaluator itself has no C++ undefined behaviour for any input (clean under UBSan);
-//   - f64 transcendentals (exp log sin cos tan tanh asin acos atan2 pow) are computed in f32,
-//     exactly as the emitter does (GLSL.std.450 defines them for 16/32-bit floats only);
+//   - transcendentals are libm's: in f32 for f32 values, in f64 for f64 values (the emitter
+//     computes f64 ones in f64 too, codegen/f64_math.h);
 //   - an out-of-bounds ndarray access reads 0 and writes nothing, and raises error code 1;
 //     an adstack push past capacity is dropped and raises error code 2 (as on the device);
 //   - parallel iterations run in index order; atomic adds are plain adds;

@@ -6,6 +6,7 @@
 
 #include <spirv/unified1/GLSL.std.450.h>
 
+#include "codegen/f64_math.h"
 #include "codegen/spirv_module.h"
 
 namespace vkad::codegen {
@@ -495,15 +496,65 @@ class TaskEmitter {
     return op(spv::OpFSub, f32, {r, op(spv::OpFMul, f32, {k, m_.c_f32(c3)})});
   }
 
-  // A transcendental from GLSL.std.450; f64 goes through f32 (the set defines 32-bit only).
-  // Sin, Cos and Tan (period 2*pi too) see their argument reduced first.
+  // f64_math.h's backend: the f64 operations Vulkan defines, emitted into the current block.
+  struct SpirvF64 {
+    using Value = uint32_t;
+    TaskEmitter& e;
+    uint32_t f64 = e.m_.t_float(64);
+    uint32_t constant(double v) { return e.m_.c_f64(v); }
+    uint32_t add(uint32_t a, uint32_t b) { return e.op(spv::OpFAdd, f64, {a, b}); }
+    uint32_t sub(uint32_t a, uint32_t b) { return e.op(spv::OpFSub, f64, {a, b}); }
+    uint32_t mul(uint32_t a, uint32_t b) { return e.op(spv::OpFMul, f64, {a, b}); }
+    uint32_t div(uint32_t a, uint32_t b) { return e.op(spv::OpFDiv, f64, {a, b}); }
+    uint32_t neg(uint32_t a) { return e.op(spv::OpFNegate, f64, {a}); }
+    uint32_t abs(uint32_t a) { return e.ext(GLSLstd450FAbs, f64, {a}); }
+    uint32_t min(uint32_t a, uint32_t b) { return select(lt(a, b), a, b); }
+    uint32_t sqrt(uint32_t a) { return e.ext(GLSLstd450Sqrt, f64, {a}); }
+    uint32_t floor(uint32_t a) { return e.ext(GLSLstd450Floor, f64, {a}); }
+    uint32_t round_even(uint32_t a) { return e.ext(GLSLstd450RoundEven, f64, {a}); }
+    // `k` holds a small integer (the algorithms clamp first); NaN, whose conversion is
+    // undefined, becomes 0 -- the caller passes NaN through separately.
+    uint32_t ldexp(uint32_t a, uint32_t k) {
+      uint32_t safe = select(is_nan(k), constant(0), k);
+      return e.ext(GLSLstd450Ldexp, f64, {a, e.op(spv::OpConvertFToS, e.i32_, {safe})});
+    }
+    uint32_t frexp(uint32_t a, uint32_t* exponent) {
+      uint32_t var = e.m_.function_variable(e.i32_);
+      uint32_t m = e.ext(GLSLstd450Frexp, f64, {a, var});
+      *exponent = e.op(spv::OpConvertSToF, f64, {e.op(spv::OpLoad, e.i32_, {var})});
+      return m;
+    }
+    uint32_t lt(uint32_t a, uint32_t b) { return e.op(spv::OpFOrdLessThan, e.bool_, {a, b}); }
+    uint32_t eq(uint32_t a, uint32_t b) { return e.op(spv::OpFOrdEqual, e.bool_, {a, b}); }
+    uint32_t is_nan(uint32_t a) { return e.op(spv::OpIsNan, e.bool_, {a}); }
+    uint32_t select(uint32_t c, uint32_t a, uint32_t b) { return e.op(spv::OpSelect, f64, {c, a, b}); }
+  };
+
+  // A transcendental. f32: GLSL.std.450, with Sin, Cos and Tan (period 2*pi too) seeing their
+  // argument reduced first. f64: computed in f64 by f64_math.h (GLSL.std.450 defines these
+  // for 16- and 32-bit floats only).
   uint32_t math(GLSLstd450 inst, DType t, std::initializer_list<uint32_t> xs) {
+    std::vector<uint32_t> in(xs);
+    if (t == DType::kF64) {
+      SpirvF64 backend{*this};
+      F64Math<SpirvF64> f(backend);
+      switch (inst) {
+        case GLSLstd450Exp: return f.exp(in[0]);
+        case GLSLstd450Log: return f.log(in[0]);
+        case GLSLstd450Sin: return f.sin(in[0]);
+        case GLSLstd450Cos: return f.cos(in[0]);
+        case GLSLstd450Tan: return f.tan(in[0]);
+        case GLSLstd450Tanh: return f.tanh(in[0]);
+        case GLSLstd450Asin: return f.asin(in[0]);
+        case GLSLstd450Acos: return f.acos(in[0]);
+        case GLSLstd450Pow: return f.pow(in[0], in[1]);
+        case GLSLstd450Atan2: return f.atan2(in[0], in[1]);
+        default: break;
+      }
+    }
     uint32_t f32 = m_.t_float(32);
-    std::vector<uint32_t> in;
-    for (uint32_t x : xs) in.push_back(t == DType::kF64 ? op(spv::OpFConvert, f32, {x}) : x);
     if (inst == GLSLstd450Sin || inst == GLSLstd450Cos || inst == GLSLstd450Tan) in[0] = reduce_two_pi(in[0]);
-    uint32_t r = in.size() == 1 ? ext(inst, f32, {in[0]}) : ext(inst, f32, {in[0], in[1]});
-    return t == DType::kF64 ? op(spv::OpFConvert, type(t), {r}) : r;
+    return in.size() == 1 ? ext(inst, f32, {in[0]}) : ext(inst, f32, {in[0], in[1]});
   }
 
   uint32_t unary(const Stmt& s) {
