@@ -1,7 +1,10 @@
 #include "codegen/cpu_eval.h"
 
+#include "codegen/precision.h"
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <unordered_map>
 
@@ -14,9 +17,36 @@ HostArray::HostArray(DType t, std::vector<uint32_t> s) : dtype(t), shape(std::mo
   data.assign(n, 0.0);
 }
 
+namespace {
+
+// `v` rounded to the nearest f32 (ties to even), overflowing to +-inf as IEEE rounding does:
+// a plain static_cast is undefined behaviour in C++ for finite values beyond FLT_MAX.
+float to_f32(double v) {
+  constexpr double kMax = std::numeric_limits<float>::max();
+  // FLT_MAX plus half an ulp: the midpoint to infinity, which ties to infinity (even).
+  constexpr double kOverflow = kMax + 0x1p103;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  if (std::isfinite(v) && std::fabs(v) > kMax) {
+    float mag = std::fabs(v) < kOverflow ? std::numeric_limits<float>::max() : kInf;
+    return v > 0 ? mag : -mag;
+  }
+  return static_cast<float>(v);
+}
+
+// A double holding an integer (or whatever a caller passed as a scalar) as int64, saturating,
+// NaN -> 0: every conversion of a host value stays free of undefined behaviour.
+int64_t to_i64(double v) {
+  if (std::isnan(v)) return 0;
+  if (v <= -0x1p63) return INT64_MIN;
+  if (v >= 0x1p63) return INT64_MAX;
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
+
 double round_to(DType t, double v) {
   switch (t) {
-    case DType::kF32: return static_cast<double>(static_cast<float>(v));
+    case DType::kF32: return static_cast<double>(to_f32(v));
     case DType::kF64: return v;
     case DType::kI32: {
       if (!std::isfinite(v)) return 0;
@@ -38,9 +68,9 @@ namespace {
 using runtime::kErrorAdstackOverflow;
 using runtime::kErrorOutOfBounds;
 
-// Transcendentals are computed in f32 for f64 too, as the emitter does.
-double math1(Op op, double x) {
-  float f = static_cast<float>(x);
+// f32 transcendentals are computed in f32 (libm's float functions), f64 ones in f64.
+template <typename T>
+double math1(Op op, T f) {
   switch (op) {
     case Op::kExp: return std::exp(f);
     case Op::kLog: return std::log(f);
@@ -50,7 +80,7 @@ double math1(Op op, double x) {
     case Op::kTanh: return std::tanh(f);
     case Op::kAsin: return std::asin(f);
     case Op::kAcos: return std::acos(f);
-    default: return x;
+    default: return f;
   }
 }
 
@@ -66,7 +96,16 @@ struct Stack {
   DType type;
   int64_t cap = 0;
   std::vector<double> primal, adj;
+  std::vector<double> primal_err, adj_err;  // the bounds of the values above
 };
+
+// The bound of a result computed from operands with bounds ea, eb: what the operands' error
+// carries through, one rounding more when it is non-zero, and the operation's own error.
+double result_error(Op op, DType t, double a, double ea, double b, double eb, double r) {
+  double carried = carried_error(op, t, a, ea, b, eb, r);
+  if (carried > 0 && is_float(t)) carried += ulp(t, r);
+  return carried + local_error(op, t, a, b, r);
+}
 
 class Evaluator {
  public:
@@ -77,6 +116,7 @@ class Evaluator {
     for (const Task& t : k_.tasks) number(t.index, DType::kI32), number_block(t.body);
     densify();
     regs_.assign(slot_types_.size(), 0.0);
+    errs_.assign(slot_types_.size(), 0.0);
     EvalResult r;
     for (const Task& t : k_.tasks) {
       flag_ = 0;
@@ -131,11 +171,12 @@ class Evaluator {
   }
   uint32_t slot(ValueId id) const { return dense_ ? direct_[id] : slots_.at(id); }
   double get(ValueId id) const { return regs_[slot(id)]; }
+  double err(ValueId id) const { return errs_[slot(id)]; }
 
   int64_t bound(const RangeBound& b) const {
     switch (b.kind) {
       case RangeBound::Kind::kConstant: return b.value;
-      case RangeBound::Kind::kScalarParam: return static_cast<int64_t>(args_[b.param].scalar);
+      case RangeBound::Kind::kScalarParam: return to_i64(args_[b.param].scalar);
       case RangeBound::Kind::kArrayDim: return args_[b.param].array->shape[b.dim];
     }
     return 0;
@@ -143,7 +184,7 @@ class Evaluator {
 
   int64_t size(const SizeExpr& e) const {
     adstack::SizeInputs in{
-        [&](uint32_t p) { return static_cast<int64_t>(args_[p].scalar); },
+        [&](uint32_t p) { return to_i64(args_[p].scalar); },
         [&](uint32_t p, uint32_t d) { return static_cast<int64_t>(args_[p].array->shape[d]); }};
     return std::max<int64_t>(adstack::evaluate(e, in), 1);
   }
@@ -172,7 +213,7 @@ class Evaluator {
       case Op::kRsqrt: return 1.0 / std::sqrt(x);
       case Op::kExp: case Op::kLog: case Op::kSin: case Op::kCos: case Op::kTan:
       case Op::kTanh: case Op::kAsin: case Op::kAcos:
-        return math1(s.op, x);
+        return s.type == DType::kF64 ? math1(s.op, x) : math1(s.op, to_f32(x));
       case Op::kAbs: return std::fabs(x);
       case Op::kFloor: return std::floor(x);
       case Op::kCeil: return std::ceil(x);
@@ -187,7 +228,7 @@ class Evaluator {
       case Op::kSub: return a - b;
       case Op::kMul:
         if (!f) {  // exact wrap of a 32x32-bit product
-          uint64_t p = static_cast<uint64_t>(static_cast<int64_t>(a)) * static_cast<uint64_t>(static_cast<int64_t>(b));
+          uint64_t p = static_cast<uint64_t>(to_i64(a)) * static_cast<uint64_t>(to_i64(b));
           return static_cast<double>(static_cast<uint32_t>(p));
         }
         return a * b;
@@ -195,8 +236,10 @@ class Evaluator {
       case Op::kMod:
       case Op::kFloorDiv: {
         if (f) return a / b;
-        int64_t x = static_cast<int64_t>(a), y = static_cast<int64_t>(b);
-        if (y == 0) return 0;
+        // i32 and u32 operands: int64 holds them and INT_MIN / -1 (2^31, which round_to wraps
+        // back to INT_MIN) without overflow. By zero: div and floordiv 0, mod the dividend.
+        int64_t x = to_i64(a), y = to_i64(b);
+        if (y == 0) return s.op == Op::kMod ? a : 0;
         int64_t q = x / y, r = x % y;
         if (s.op == Op::kDiv) return static_cast<double>(q);
         bool adjust = r != 0 && ((r < 0) != (y < 0));
@@ -205,8 +248,12 @@ class Evaluator {
       }
       case Op::kMin: return a < b ? a : b;
       case Op::kMax: return a > b ? a : b;
-      case Op::kPow: return static_cast<double>(std::pow(static_cast<float>(a), static_cast<float>(b)));
-      case Op::kAtan2: return static_cast<double>(std::atan2(static_cast<float>(a), static_cast<float>(b)));
+      case Op::kPow:
+        if (t == DType::kF64) return std::pow(a, b);
+        return static_cast<double>(std::pow(to_f32(a), to_f32(b)));
+      case Op::kAtan2:
+        if (t == DType::kF64) return std::atan2(a, b);
+        return static_cast<double>(std::atan2(to_f32(a), to_f32(b)));
       case Op::kAnd: return (a != 0 && b != 0) ? 1 : 0;
       case Op::kOr: return (a != 0 || b != 0) ? 1 : 0;
       case Op::kLt: return a < b;
@@ -233,6 +280,7 @@ class Evaluator {
 
   void stmt(const Stmt& s) {
     double r = 0;
+    double e = 0;  // the bound of r, set by the cases that can be inexact
     const OpInfo& info = op_info(s.op);
     switch (info.cls) {
       case OpClass::kLeaf:
@@ -240,21 +288,52 @@ class Evaluator {
         else if (s.op == Op::kArg) r = args_[s.param].scalar;
         else r = args_[s.param].array->shape[s.dim];
         break;
-      case OpClass::kUnary: r = unary(s, get(s.args[0])); break;
-      case OpClass::kBinary:
-      case OpClass::kCompare:
+      case OpClass::kUnary: {
+        double a = get(s.args[0]);
+        r = round_to(s.type, unary(s, a));
+        e = result_error(s.op, s.type, a, err(s.args[0]), 0, 0, r);
+        break;
+      }
+      case OpClass::kBinary: {
+        double a = get(s.args[0]), b = get(s.args[1]);
+        r = round_to(s.type, binary(s, operand_type(s), a, b));
+        e = result_error(s.op, s.type, a, err(s.args[0]), b, err(s.args[1]), r);
+        break;
+      }
+      case OpClass::kCompare:  // taken as exact (precision.h)
         r = binary(s, operand_type(s), get(s.args[0]), get(s.args[1]));
         break;
       case OpClass::kOther:
         switch (s.op) {
-          case Op::kSelect: r = get(s.args[0]) != 0 ? get(s.args[1]) : get(s.args[2]); break;
-          case Op::kCast: r = cast(type_of(s.args[0]), s.type, get(s.args[0])); break;
+          case Op::kSelect: {
+            ValueId pick = get(s.args[0]) != 0 ? s.args[1] : s.args[2];
+            r = get(pick), e = err(pick);
+            break;
+          }
+          case Op::kCast: {
+            DType from = type_of(s.args[0]);
+            double a = get(s.args[0]), ea = err(s.args[0]);
+            r = round_to(s.type, cast(from, s.type, a));
+            // A float -> int cast of an inexact value may truncate one unit either way.
+            if (ea == 0 || s.type == DType::kBool) e = 0;  // to bool: taken as exact, like compares
+            else if (is_float(s.type)) e = result_error(Op::kCast, s.type, a, ea, 0, 0, r);
+            else if (is_float(from)) {  // truncation is monotone: the interval's image
+              e = std::max(std::fabs(cast(from, s.type, a - ea) - r), std::fabs(cast(from, s.type, a + ea) - r));
+            }
+            else e = ea;  // i32 <-> u32
+            break;
+          }
           case Op::kAlloca: r = 0; break;
-          case Op::kLoadLocal: r = get(s.args[0]); break;
-          case Op::kStoreLocal: regs_[slot(s.args[0])] = get(s.args[1]); return;
+          case Op::kLoadLocal: r = get(s.args[0]), e = err(s.args[0]); break;
+          case Op::kStoreLocal:
+            regs_[slot(s.args[0])] = get(s.args[1]);
+            errs_[slot(s.args[0])] = err(s.args[1]);
+            return;
           case Op::kLoad: {
             int64_t i = linear(s, s.args.size());
-            r = i < 0 ? 0 : args_[s.param].array->data[i];
+            const HostArray& a = *args_[s.param].array;
+            r = i < 0 ? 0 : a.data[i];
+            e = i < 0 || a.error.empty() ? 0 : a.error[i];
             break;
           }
           case Op::kStore:
@@ -262,13 +341,21 @@ class Evaluator {
             int64_t i = linear(s, s.args.size() - 1);
             if (i < 0) return;
             HostArray& a = *args_[s.param].array;
-            double v = get(s.args.back());
-            a.data[i] = round_to(a.dtype, s.op == Op::kStore ? v : a.data[i] + v);
+            double v = get(s.args.back()), ev = err(s.args.back());
+            if (a.error.size() != a.data.size()) a.error.assign(a.data.size(), 0.0);
+            if (s.op == Op::kStore) {
+              a.data[i] = round_to(a.dtype, v);
+              a.error[i] = ev;
+            } else {
+              double old = a.data[i], sum = round_to(a.dtype, old + v);
+              a.error[i] = result_error(Op::kAdd, a.dtype, old, a.error[i], v, ev, sum);
+              a.data[i] = sum;
+            }
             return;
           }
           case Op::kFor: {
-            int64_t b = static_cast<int64_t>(get(s.args[0])), e = static_cast<int64_t>(get(s.args[1]));
-            for (int64_t i = b; i < e; ++i) {
+            int64_t b = to_i64(get(s.args[0])), end = to_i64(get(s.args[1]));
+            for (int64_t i = b; i < end; ++i) {
               regs_[slot(s.result)] = static_cast<double>(i);
               block(s.blocks[0]);
             }
@@ -276,7 +363,7 @@ class Evaluator {
           }
           case Op::kIf: block(s.blocks[get(s.args[0]) != 0 ? 0 : 1]); return;
           case Op::kStackAlloc: {
-            Stack st{s.type, size(s.cap), {}, {}};
+            Stack st{s.type, size(s.cap), {}, {}, {}, {}};
             stacks_.push_back(std::move(st));
             r = static_cast<double>(stacks_.size() - 1);
             break;
@@ -289,23 +376,33 @@ class Evaluator {
             }
             st.primal.push_back(get(s.args[1]));
             st.adj.push_back(0);
+            st.primal_err.push_back(err(s.args[1]));
+            st.adj_err.push_back(0);
             return;
           }
           case Op::kStackPop: {
             Stack& st = stacks_[static_cast<size_t>(get(s.args[0]))];
-            if (!st.primal.empty()) st.primal.pop_back(), st.adj.pop_back();
+            if (!st.primal.empty()) {
+              st.primal.pop_back(), st.adj.pop_back();
+              st.primal_err.pop_back(), st.adj_err.pop_back();
+            }
             return;
           }
           case Op::kStackTop:
           case Op::kStackTopAdj: {
             Stack& st = stacks_[static_cast<size_t>(get(s.args[0]))];
-            const auto& v = s.op == Op::kStackTop ? st.primal : st.adj;
+            bool primal = s.op == Op::kStackTop;
+            const auto& v = primal ? st.primal : st.adj;
             r = v.empty() ? 0 : v.back();
+            e = v.empty() ? 0 : (primal ? st.primal_err : st.adj_err).back();
             break;
           }
           case Op::kStackAccAdj: {
             Stack& st = stacks_[static_cast<size_t>(get(s.args[0]))];
-            if (!st.adj.empty()) st.adj.back() = round_to(st.type, st.adj.back() + get(s.args[1]));
+            if (st.adj.empty()) return;
+            double old = st.adj.back(), v = get(s.args[1]), sum = round_to(st.type, old + v);
+            st.adj_err.back() = result_error(Op::kAdd, st.type, old, st.adj_err.back(), v, err(s.args[1]), sum);
+            st.adj.back() = sum;
             return;
           }
           default: return;
@@ -315,6 +412,7 @@ class Evaluator {
     if (s.result == kNoValue) return;
     regs_[slot(s.result)] =
         (s.op == Op::kStackAlloc || s.op == Op::kAlloca) ? r : round_to(s.type, r);
+    errs_[slot(s.result)] = e;
   }
 
   DType operand_type(const Stmt& s) const { return type_of(s.args[0]); }
@@ -326,6 +424,7 @@ class Evaluator {
   std::vector<uint32_t> direct_;
   bool dense_ = false;
   std::vector<double> regs_;
+  std::vector<double> errs_;  // per register: the bound on |device - reference| (precision.h)
   std::vector<Stack> stacks_;
   uint32_t flag_ = 0;
 };

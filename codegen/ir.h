@@ -40,6 +40,13 @@ using runtime::RangeBound;
 using ValueId = uint32_t;
 inline constexpr ValueId kNoValue = UINT32_MAX;
 
+// Operation semantics: every op has one result for every input of its types, written down
+// once in docs/reference.md ("Operation semantics"); the emitter and the CPU reference both
+// produce exactly it. In short: i32/u32 arithmetic wraps; div truncates, mod and floordiv
+// round toward -inf; x / 0 = 0, x mod 0 = x, floordiv(x, 0) = 0, INT_MIN / -1 = INT_MIN,
+// INT_MIN mod -1 = 0; float -> i32/u32 casts saturate with NaN -> 0; float min/max are
+// `a < b ? a : b` / `a > b ? a : b`. Float results are IEEE on the reference and within
+// Vulkan's precision requirements on a device.
 enum class Op : uint8_t {
   // leaves
   kConst,   // type, imm

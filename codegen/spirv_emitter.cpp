@@ -1,10 +1,12 @@
 #include "codegen/spirv_emitter.h"
 
 #include <array>
+#include <cstdint>
 #include <unordered_map>
 
 #include <spirv/unified1/GLSL.std.450.h>
 
+#include "codegen/f64_math.h"
 #include "codegen/spirv_module.h"
 
 namespace vkad::codegen {
@@ -477,15 +479,82 @@ class TaskEmitter {
     }
   }
 
-  // A transcendental from GLSL.std.450; f64 goes through f32 (the set defines 32-bit only).
-  uint32_t math(GLSLstd450 inst, DType t, std::initializer_list<uint32_t> xs) {
-    if (t != DType::kF64) return ext(inst, type(t), xs);
+  // x - 2*pi*k with k = roundeven(x / 2pi), in f32 (Cody-Waite: 2*pi = C1 + C2 + C3 where
+  // C1 and C2 have 8 significant bits, so k*C1 and k*C2 are exact for |k| < 2^16 and the
+  // first subtraction is exact). Vulkan bounds GLSL Sin/Cos (absolute error 2^-11) only
+  // inside [-pi, pi] and leaves them undefined outside; reduced, they are accurate for every
+  // |x| up to about 1e5 (codegen/precision.cpp has the bound the tests use).
+  uint32_t reduce_two_pi(uint32_t x) {
     uint32_t f32 = m_.t_float(32);
-    std::vector<uint32_t> narrowed;
-    for (uint32_t x : xs) narrowed.push_back(op(spv::OpFConvert, f32, {x}));
-    uint32_t r = narrowed.size() == 1 ? ext(inst, f32, {narrowed[0]})
-                                      : ext(inst, f32, {narrowed[0], narrowed[1]});
-    return op(spv::OpFConvert, type(t), {r});
+    constexpr double kTwoPi = 6.283185307179586476925;
+    constexpr float kC1 = 6.28125f;                  // 201 / 32
+    constexpr float kC2 = 0.0019378662109375f;       // 254 / 2^17
+    const float c3 = static_cast<float>(kTwoPi - 6.28125 - 0.0019378662109375);
+    uint32_t k = ext(GLSLstd450RoundEven, f32, {op(spv::OpFMul, f32, {x, m_.c_f32(static_cast<float>(1 / kTwoPi))})});
+    uint32_t r = op(spv::OpFSub, f32, {x, op(spv::OpFMul, f32, {k, m_.c_f32(kC1)})});
+    r = op(spv::OpFSub, f32, {r, op(spv::OpFMul, f32, {k, m_.c_f32(kC2)})});
+    return op(spv::OpFSub, f32, {r, op(spv::OpFMul, f32, {k, m_.c_f32(c3)})});
+  }
+
+  // f64_math.h's backend: the f64 operations Vulkan defines, emitted into the current block.
+  struct SpirvF64 {
+    using Value = uint32_t;
+    TaskEmitter& e;
+    uint32_t f64 = e.m_.t_float(64);
+    uint32_t constant(double v) { return e.m_.c_f64(v); }
+    uint32_t add(uint32_t a, uint32_t b) { return e.op(spv::OpFAdd, f64, {a, b}); }
+    uint32_t sub(uint32_t a, uint32_t b) { return e.op(spv::OpFSub, f64, {a, b}); }
+    uint32_t mul(uint32_t a, uint32_t b) { return e.op(spv::OpFMul, f64, {a, b}); }
+    uint32_t div(uint32_t a, uint32_t b) { return e.op(spv::OpFDiv, f64, {a, b}); }
+    uint32_t neg(uint32_t a) { return e.op(spv::OpFNegate, f64, {a}); }
+    uint32_t abs(uint32_t a) { return e.ext(GLSLstd450FAbs, f64, {a}); }
+    uint32_t min(uint32_t a, uint32_t b) { return select(lt(a, b), a, b); }
+    uint32_t sqrt(uint32_t a) { return e.ext(GLSLstd450Sqrt, f64, {a}); }
+    uint32_t floor(uint32_t a) { return e.ext(GLSLstd450Floor, f64, {a}); }
+    uint32_t round_even(uint32_t a) { return e.ext(GLSLstd450RoundEven, f64, {a}); }
+    // `k` holds a small integer (the algorithms clamp first); NaN, whose conversion is
+    // undefined, becomes 0 -- the caller passes NaN through separately.
+    uint32_t ldexp(uint32_t a, uint32_t k) {
+      uint32_t safe = select(is_nan(k), constant(0), k);
+      return e.ext(GLSLstd450Ldexp, f64, {a, e.op(spv::OpConvertFToS, e.i32_, {safe})});
+    }
+    uint32_t frexp(uint32_t a, uint32_t* exponent) {
+      uint32_t var = e.m_.function_variable(e.i32_);
+      uint32_t m = e.ext(GLSLstd450Frexp, f64, {a, var});
+      *exponent = e.op(spv::OpConvertSToF, f64, {e.op(spv::OpLoad, e.i32_, {var})});
+      return m;
+    }
+    uint32_t lt(uint32_t a, uint32_t b) { return e.op(spv::OpFOrdLessThan, e.bool_, {a, b}); }
+    uint32_t eq(uint32_t a, uint32_t b) { return e.op(spv::OpFOrdEqual, e.bool_, {a, b}); }
+    uint32_t is_nan(uint32_t a) { return e.op(spv::OpIsNan, e.bool_, {a}); }
+    uint32_t select(uint32_t c, uint32_t a, uint32_t b) { return e.op(spv::OpSelect, f64, {c, a, b}); }
+  };
+
+  // A transcendental. f32: GLSL.std.450, with Sin, Cos and Tan (period 2*pi too) seeing their
+  // argument reduced first. f64: computed in f64 by f64_math.h (GLSL.std.450 defines these
+  // for 16- and 32-bit floats only).
+  uint32_t math(GLSLstd450 inst, DType t, std::initializer_list<uint32_t> xs) {
+    std::vector<uint32_t> in(xs);
+    if (t == DType::kF64) {
+      SpirvF64 backend{*this};
+      F64Math<SpirvF64> f(backend);
+      switch (inst) {
+        case GLSLstd450Exp: return f.exp(in[0]);
+        case GLSLstd450Log: return f.log(in[0]);
+        case GLSLstd450Sin: return f.sin(in[0]);
+        case GLSLstd450Cos: return f.cos(in[0]);
+        case GLSLstd450Tan: return f.tan(in[0]);
+        case GLSLstd450Tanh: return f.tanh(in[0]);
+        case GLSLstd450Asin: return f.asin(in[0]);
+        case GLSLstd450Acos: return f.acos(in[0]);
+        case GLSLstd450Pow: return f.pow(in[0], in[1]);
+        case GLSLstd450Atan2: return f.atan2(in[0], in[1]);
+        default: break;
+      }
+    }
+    uint32_t f32 = m_.t_float(32);
+    if (inst == GLSLstd450Sin || inst == GLSLstd450Cos || inst == GLSLstd450Tan) in[0] = reduce_two_pi(in[0]);
+    return in.size() == 1 ? ext(inst, f32, {in[0]}) : ext(inst, f32, {in[0], in[1]});
   }
 
   uint32_t unary(const Stmt& s) {
@@ -515,6 +584,63 @@ class TaskEmitter {
     }
   }
 
+  // Integer div / mod / floordiv with the semantics of ir.h's table for every input:
+  // x / 0 = 0, x mod 0 = x, floordiv(x, 0) = 0, INT_MIN / -1 = INT_MIN, INT_MIN mod -1 = 0.
+  // SPIR-V leaves OpSDiv/OpUDiv/OpSRem undefined for a zero divisor and for INT_MIN / -1, so
+  // those divisors are replaced by 1 before dividing and the results selected after. The
+  // remainder is a - q*d rather than OpSRem/OpUMod: an NVIDIA driver (580.159) computed OpSRem
+  // by a negative constant as an unsigned remainder; the quotient alone is the one primitive
+  // every driver must get right.
+  uint32_t integer_division(Op o, bool is_signed, uint32_t a, uint32_t b) {
+    uint32_t ty = is_signed ? i32_ : u32_;
+    uint32_t z = is_signed ? m_.c_i32(0) : m_.c_u32(0);
+    uint32_t one = is_signed ? m_.c_i32(1) : m_.c_u32(1);
+    uint32_t by_zero = op(spv::OpIEqual, bool_, {b, z});
+    uint32_t bad = by_zero;
+    if (is_signed) {
+      uint32_t overflow = op(spv::OpLogicalAnd, bool_,
+                             {op(spv::OpIEqual, bool_, {a, m_.c_i32(INT32_MIN)}),
+                              op(spv::OpIEqual, bool_, {b, m_.c_i32(-1)})});
+      bad = op(spv::OpLogicalOr, bool_, {by_zero, overflow});
+    }
+    uint32_t d = op(spv::OpSelect, ty, {bad, one, b});
+    uint32_t q = op(is_signed ? spv::OpSDiv : spv::OpUDiv, ty, {a, d});
+    if (o == Op::kDiv || (o == Op::kFloorDiv && !is_signed)) return op(spv::OpSelect, ty, {by_zero, z, q});
+    uint32_t r = op(spv::OpISub, ty, {a, op(spv::OpIMul, ty, {q, d})});
+    if (!is_signed) return op(spv::OpSelect, ty, {by_zero, a, r});
+    // Floor semantics: when the truncated remainder's sign differs from the divisor's, the
+    // quotient steps down by one and the remainder moves by one divisor.
+    uint32_t differ = op(spv::OpLogicalNotEqual, bool_,
+                         {op(spv::OpSLessThan, bool_, {r, z}), op(spv::OpSLessThan, bool_, {d, z})});
+    uint32_t adjust = op(spv::OpLogicalAnd, bool_, {op(spv::OpINotEqual, bool_, {r, z}), differ});
+    if (o == Op::kFloorDiv) {
+      uint32_t fq = op(spv::OpISub, ty, {q, op(spv::OpSelect, ty, {adjust, one, z})});
+      return op(spv::OpSelect, ty, {by_zero, z, fq});
+    }
+    uint32_t fr = op(spv::OpIAdd, ty, {r, op(spv::OpSelect, ty, {adjust, d, z})});
+    return op(spv::OpSelect, ty, {by_zero, a, fr});
+  }
+
+  // Float -> i32/u32, saturating (ir.h's table): NaN -> 0, below the range -> its minimum,
+  // above -> its maximum, otherwise truncation toward zero. OpConvertFToS/U are undefined
+  // outside the range, so only in-range values reach them.
+  uint32_t float_to_int(DType from, DType to, uint32_t x) {
+    bool sg = to == DType::kI32;
+    uint32_t ty = type(to), fty = type(from);
+    auto fc = [&](double v) { return from == DType::kF64 ? m_.c_f64(v) : m_.c_f32(static_cast<float>(v)); };
+    // Both bounds are powers of two, exact in f32 and f64; every value in [lo, hi) truncates
+    // to a representable integer.
+    uint32_t lo = fc(sg ? -2147483648.0 : 0.0), hi = fc(sg ? 2147483648.0 : 4294967296.0);
+    uint32_t clamped = op(spv::OpSelect, fty, {op(spv::OpFOrdLessThan, bool_, {x, lo}), lo, x});
+    uint32_t in_range = op(spv::OpFOrdLessThan, bool_, {clamped, hi});  // false for NaN
+    uint32_t safe = op(spv::OpSelect, fty, {in_range, clamped, fc(0)});
+    uint32_t conv = op(sg ? spv::OpConvertFToS : spv::OpConvertFToU, ty, {safe});
+    uint32_t top = sg ? m_.c_i32(INT32_MAX) : m_.c_u32(UINT32_MAX);
+    uint32_t zero_v = sg ? m_.c_i32(0) : m_.c_u32(0);
+    uint32_t out = op(spv::OpSelect, ty, {op(spv::OpIsNan, bool_, {x}), zero_v, top});
+    return op(spv::OpSelect, ty, {in_range, conv, out});
+  }
+
   uint32_t binary(const Stmt& s) {
     uint32_t a = v(s.args[0]), b = v(s.args[1]);
     DType t = vt(s.args[0]);
@@ -525,33 +651,20 @@ class TaskEmitter {
       case Op::kAdd: return op(f ? spv::OpFAdd : spv::OpIAdd, ty, {a, b});
       case Op::kSub: return op(f ? spv::OpFSub : spv::OpISub, ty, {a, b});
       case Op::kMul: return op(f ? spv::OpFMul : spv::OpIMul, ty, {a, b});
-      case Op::kDiv: return op(pick(spv::OpFDiv, spv::OpSDiv, spv::OpUDiv), ty, {a, b});
-      case Op::kMod: {
-        if (!sg) return op(spv::OpUMod, ty, {a, b});
-        // Floor modulo from the truncating remainder: drivers disagree on OpSMod with a
-        // negative divisor, OpSRem is unambiguous.
-        uint32_t r = op(spv::OpSRem, ty, {a, b});
-        uint32_t z = m_.c_i32(0);
-        uint32_t nz = op(spv::OpINotEqual, bool_, {r, z});
-        uint32_t differ = op(spv::OpLogicalNotEqual, bool_,
-                             {op(spv::OpSLessThan, bool_, {r, z}), op(spv::OpSLessThan, bool_, {b, z})});
-        uint32_t adj = op(spv::OpLogicalAnd, bool_, {nz, differ});
-        return op(spv::OpIAdd, ty, {r, op(spv::OpSelect, ty, {adj, b, z})});
-      }
-      case Op::kFloorDiv: {
-        if (!sg) return op(spv::OpUDiv, ty, {a, b});
-        // Truncating quotient, minus one when the remainder's sign differs from the divisor's.
-        uint32_t q = op(spv::OpSDiv, ty, {a, b});
-        uint32_t r = op(spv::OpSRem, ty, {a, b});
-        uint32_t z = m_.c_i32(0);
-        uint32_t nz = op(spv::OpINotEqual, bool_, {r, z});
-        uint32_t differ = op(spv::OpLogicalNotEqual, bool_,
-                             {op(spv::OpSLessThan, bool_, {r, z}), op(spv::OpSLessThan, bool_, {b, z})});
-        uint32_t adj = op(spv::OpLogicalAnd, bool_, {nz, differ});
-        return op(spv::OpISub, ty, {q, op(spv::OpSelect, ty, {adj, m_.c_i32(1), z})});
-      }
-      case Op::kMin: return ext(f ? GLSLstd450FMin : sg ? GLSLstd450SMin : GLSLstd450UMin, ty, {a, b});
-      case Op::kMax: return ext(f ? GLSLstd450FMax : sg ? GLSLstd450SMax : GLSLstd450UMax, ty, {a, b});
+      case Op::kDiv:
+        if (f) return op(spv::OpFDiv, ty, {a, b});
+        return integer_division(s.op, sg, a, b);
+      case Op::kMod:
+      case Op::kFloorDiv:
+        return integer_division(s.op, sg, a, b);
+      // FMin/FMax leave the result undefined when an operand is NaN (and may flush or
+      // reorder signed zeros); a compare and a select give the documented `a < b ? a : b`.
+      case Op::kMin:
+        if (f) return op(spv::OpSelect, ty, {op(spv::OpFOrdLessThan, bool_, {a, b}), a, b});
+        return ext(sg ? GLSLstd450SMin : GLSLstd450UMin, ty, {a, b});
+      case Op::kMax:
+        if (f) return op(spv::OpSelect, ty, {op(spv::OpFOrdGreaterThan, bool_, {a, b}), a, b});
+        return ext(sg ? GLSLstd450SMax : GLSLstd450UMax, ty, {a, b});
       case Op::kPow: return math(GLSLstd450Pow, t, {a, b});
       case Op::kAtan2: return math(GLSLstd450Atan2, t, {a, b});
       case Op::kAnd: return op(spv::OpLogicalAnd, ty, {a, b});
@@ -576,7 +689,7 @@ class TaskEmitter {
     }
     if (from == DType::kBool) return op(spv::OpSelect, ty, {a, one(to), zero(to)});
     if (is_float(from) && is_float(to)) return op(spv::OpFConvert, ty, {a});
-    if (is_float(from)) return op(to == DType::kI32 ? spv::OpConvertFToS : spv::OpConvertFToU, ty, {a});
+    if (is_float(from)) return float_to_int(from, to, a);
     if (is_float(to)) return op(from == DType::kI32 ? spv::OpConvertSToF : spv::OpConvertUToF, ty, {a});
     return op(spv::OpBitcast, ty, {a});  // i32 <-> u32
   }

@@ -8,7 +8,10 @@
 //   - float atomic add uses OpAtomicFAddEXT where `native_float_atomics` and the target allow,
 //     otherwise a compare-and-swap loop on the element's bits (the ndarray is then declared as
 //     an array of u32 / u64 in that module);
-//   - f64 transcendentals are evaluated in f32 (GLSL.std.450 defines them for 32-bit only).
+//   - f32 sin/cos/tan reduce their argument by 2*pi first (Vulkan bounds them only inside
+//     [-pi, pi]); f64 transcendentals are computed in f64 from basic f64 operations
+//     (f64_math.h: GLSL.std.450 defines them for 16/32-bit only);
+//   - every operation is defined for every input (docs/reference.md, "Operation semantics").
 // Internal to codegen/; compile() (compiler.h) is the entry point.
 #pragma once
 

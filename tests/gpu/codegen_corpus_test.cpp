@@ -1,9 +1,13 @@
 // The codegen corpus: kernels covering every statement kind, run on the device (validation on)
 // and compared to the CPU reference evaluation of the same IR. Integers must match exactly;
-// floats within the case's stated relative tolerance. f32 atomics add integer values so the
-// sum does not depend on the order the device happens to use (device transcendentals and division are
-// not correctly rounded; 2e-5 covers f32 arithmetic, 1e-4 the transcendentals).
+// every float element within the bound the reference derived for it from Vulkan's precision
+// requirements (codegen/precision.h), carried through the kernel's own operations -- no
+// tolerance per case. f32 atomics add integer values so the sum does not depend on the order
+// the device happens to use.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "codegen/text.h"
 #include "codegen/verifier.h"
@@ -18,10 +22,23 @@ struct CorpusCase {
   const char* name;
   const char* text;
   std::vector<ArgSpec> args;
-  double tol = 2e-5;
   bool needs_f64 = false;
   bool cas_atomics = false;  // force the compare-and-swap lowering of float atomics
+  // Vulkan's precision requirements, carried through this kernel, leave its float outputs
+  // nearly unconstrained (an error-amplifying recurrence): exempt from the check that the
+  // bounds constrain most elements.
+  bool unconstrained = false;
 };
+
+// Fraction of `want`'s elements whose bound exceeds 1% of max(1, |value|).
+double loose_fraction(const codegen::HostArray& want) {
+  if (want.error.empty() || want.size() == 0) return 0;
+  size_t loose = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    loose += !(want.error[i] <= 1e-2 * std::max(1.0, std::fabs(want.data[i])));
+  }
+  return static_cast<double>(loose) / static_cast<double>(want.size());
+}
 
 ArgSpec A(std::vector<uint32_t> s, double lo = -1, double hi = 1) { return ArgSpec::array(std::move(s), lo, hi); }
 ArgSpec S(double v) { return ArgSpec::of(v); }
@@ -76,7 +93,7 @@ const std::vector<CorpusCase>& corpus() {
     %t = add %t1, %t2 : f32
     store y[%i], %t
   }
-})", {A({512}, -3, 3), A({512})}, 1e-4},
+})", {A({512}, -3, 3), A({512})}},
       {"math_trig", R"(kernel t(x: ndarray<f32, 1>, y: ndarray<f32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : f32
@@ -91,7 +108,18 @@ const std::vector<CorpusCase>& corpus() {
     %r = add %a, %b : f32
     store y[%i], %r
   }
-})", {A({512}, -3, 3), A({512})}, 1e-4},
+})", {A({512}, -3, 3), A({512})}},
+      // Far outside [-pi, pi], where Vulkan leaves GLSL Sin/Cos undefined: the emitter's
+      // reduction by 2*pi keeps them within 2^-11 (plus the reduction's own error).
+      {"math_trig_large_arguments", R"(kernel tl(x: ndarray<f32, 1>, y: ndarray<f32, 1>, z: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %x = load x[%i] : f32
+    %s = sin %x : f32
+    %c = cos %x : f32
+    store y[%i], %s
+    store z[%i], %c
+  }
+})", {A({2048}, -60000, 60000), A({2048}), A({2048})}},
       {"math_inverse_trig", R"(kernel it(x: ndarray<f32, 1>, z: ndarray<f32, 1>, y: ndarray<f32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : f32
@@ -105,7 +133,7 @@ const std::vector<CorpusCase>& corpus() {
     %r = add %a, %at : f32
     store y[%i], %r
   }
-})", {A({512}), A({512}), A({512})}, 1e-3},  // lavapipe's asin/acos are ~1e-4 accurate
+})", {A({512}), A({512}), A({512})}},
       {"math_pow", R"(kernel p(x: ndarray<f32, 1>, z: ndarray<f32, 1>, y: ndarray<f32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : f32
@@ -116,7 +144,7 @@ const std::vector<CorpusCase>& corpus() {
     %r = pow %b, %z : f32
     store y[%i], %r
   }
-})", {A({512}), A({512}, -2, 2), A({512})}, 1e-4},
+})", {A({512}), A({512}, -2, 2), A({512})}},
       {"floor_ceil", R"(kernel fc(x: ndarray<f32, 1>, y: ndarray<f32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : f32
@@ -127,7 +155,7 @@ const std::vector<CorpusCase>& corpus() {
     %r = add %f, %c : f32
     store y[%i], %r
   }
-})", {A({300}, -5, 5), A({300})}},
+})", {A({300}, 5), A({300})}},
       {"int_arith_i32", R"(kernel ia(x: ndarray<i32, 1>, y: ndarray<i32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : i32
@@ -150,7 +178,7 @@ const std::vector<CorpusCase>& corpus() {
     %q = min %p, %b : i32
     store y[%i], %q
   }
-})", {A({1000}, -1000, 1000), A({1000})}},
+})", {A({1000}, 1000), A({1000})}},
       {"int_arith_u32", R"(kernel ua(x: ndarray<u32, 1>, y: ndarray<u32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : u32
@@ -166,7 +194,7 @@ const std::vector<CorpusCase>& corpus() {
     %h = min %g, %a : u32
     store y[%i], %h
   }
-})", {A({1000}, 0, 100000), A({1000})}},
+})", {A({1000}, 100000), A({1000})}},
       {"compare_select", R"(kernel cs(x: ndarray<f32, 1>, z: ndarray<f32, 1>, y: ndarray<f32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : f32
@@ -199,7 +227,7 @@ const std::vector<CorpusCase>& corpus() {
     %r = or %ne, %prev : bool
     store y[%i], %r
   }
-})", {A({500}), A({500}, 0, 1)}},
+})", {A({500}), A({500}, 1)}},
       {"casts", R"(kernel cv(x: ndarray<f32, 1>, yi: ndarray<i32, 1>, yu: ndarray<u32, 1>, yf: ndarray<f32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : f32
@@ -237,7 +265,7 @@ const std::vector<CorpusCase>& corpus() {
     %r = add %back, %jf : f32
     store z[%i], %r
   }
-})", {A({300}), A({300}), A({300})}, 2e-5, true},
+})", {A({300}), A({300}), A({300})}, true},
       {"locals_in_branches", R"(kernel lb(x: ndarray<f32, 1>, y: ndarray<f32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : f32
@@ -292,7 +320,33 @@ const std::vector<CorpusCase>& corpus() {
     %r = load_local %acc : f32
     store y[%i], %r
   }
-})", {S(13), A({256}), A({256})}, 1e-4},
+})", {S(13), A({256}), A({256})}, false, false, /*unconstrained=*/true},
+      // a <- 0.9 a + sin a has slope 1.9 at its fixed point 0: each step may amplify the
+      // 2^-11 that Vulkan allows sin by up to 1.9, so after 13 steps the bound above is O(1)
+      // (an H200 gave -0.082416 where the reference has -0.082706, for x = -1.97e-5). The
+      // same loop contracting (slope 0.5 + 0.4 cos a <= 0.9) keeps the bound tight enough to
+      // catch a wrong trip count.
+      {"loop_argument_trip_contracting", R"(kernel lac(n: i32, x: ndarray<f32, 1>, y: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %x = load x[%i] : f32
+    %acc = alloca : f32
+    store_local %acc, %x
+    %b = const 0 : i32
+    %n = arg n : i32
+    %h = const 0.5 : f32
+    %k4 = const 0.4 : f32
+    for %k in [%b, %n) {
+      %a = load_local %acc : f32
+      %m = mul %a, %h : f32
+      %s = sin %a : f32
+      %s4 = mul %s, %k4 : f32
+      %nv = add %m, %s4 : f32
+      store_local %acc, %nv
+    }
+    %r = load_local %acc : f32
+    store y[%i], %r
+  }
+})", {S(13), A({256}, -3, 3), A({256})}},
       {"nested_matvec", R"(kernel mv(a: ndarray<f32, 2>, v: ndarray<f32, 1>, y: ndarray<f32, 1>) {
   task main parallel %i in [0, shape(a, 0)) {
     %acc = alloca : f32
@@ -309,7 +363,7 @@ const std::vector<CorpusCase>& corpus() {
     %r = load_local %acc : f32
     store y[%i], %r
   }
-})", {A({37, 53}), A({53}), A({37})}, 1e-5},
+})", {A({37, 53}), A({53}), A({37})}},
       {"triangular_prefix", R"(kernel tp(x: ndarray<f32, 1>, y: ndarray<f32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %acc = alloca : f32
@@ -325,7 +379,7 @@ const std::vector<CorpusCase>& corpus() {
     %r = load_local %acc : f32
     store y[%i], %r
   }
-})", {A({300}, 0, 1), A({300})}, 1e-5},
+})", {A({300}, 0, 1), A({300})}},
       {"triangular_nested", R"(kernel tn(y: ndarray<i32, 1>) {
   task main parallel %i in [0, shape(y, 0)) {
     %cnt = alloca : i32
@@ -343,7 +397,7 @@ const std::vector<CorpusCase>& corpus() {
     %r = load_local %cnt : i32
     store y[%i], %r
   }
-})", {A({200}, 0, 0)}},
+})", {A({200}, 0)}},
       {"branches_piecewise", R"(kernel pw(x: ndarray<f32, 1>, y: ndarray<f32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : f32
@@ -422,7 +476,7 @@ const std::vector<CorpusCase>& corpus() {
     %z = const 0 : i32
     atomic_add out[%z], %x
   }
-})", {A({5000}, -8, 8), A({1}, 0, 0)}},
+})", {A({5000}, -8, 8), A({1}, 0)}},
       {"atomic_f32_contention_cas", R"(kernel afc(x: ndarray<f32, 1>, out: ndarray<f32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %x0 = load x[%i] : f32
@@ -430,7 +484,7 @@ const std::vector<CorpusCase>& corpus() {
     %z = const 0 : i32
     atomic_add out[%z], %x
   }
-})", {A({5000}, -8, 8), A({1}, 0, 0)}, 2e-5, false, true},
+})", {A({5000}, -8, 8), A({1}, 0, 0)}, false, true},
       {"atomic_f32_histogram", R"(kernel ah(x: ndarray<f32, 1>, out: ndarray<f32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %eight = const 8 : i32
@@ -438,7 +492,7 @@ const std::vector<CorpusCase>& corpus() {
     %one = const 1.0 : f32
     atomic_add out[%b], %one
   }
-})", {A({10000}), A({8}, 0, 0)}},
+})", {A({10000}), A({8}, 0)}},
       {"atomic_i32_contention", R"(kernel ai(x: ndarray<i32, 1>, out: ndarray<i32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : i32
@@ -446,14 +500,14 @@ const std::vector<CorpusCase>& corpus() {
     %b = mod %x, %four : i32
     atomic_add out[%b], %x
   }
-})", {A({8000}, -100, 100), A({4}, 0, 0)}},
+})", {A({8000}, -100, 100), A({4}, 0)}},
       {"atomic_u32_contention", R"(kernel au(out: ndarray<u32, 1>) {
   task main parallel %i in [0, 6000) {
     %u = cast %i : u32
     %z = const 0 : i32
     atomic_add out[%z], %u
   }
-})", {A({1}, 0, 0)}},
+})", {A({1}, 0)}},
       {"atomic_f64_contention", R"(kernel ad(x: ndarray<f64, 1>, out: ndarray<f64, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : f64
@@ -461,7 +515,7 @@ const std::vector<CorpusCase>& corpus() {
     %b = mod %i, %three : i32
     atomic_add out[%b], %x
   }
-})", {A({3000}, -8, 8), A({3}, 0, 0)}, 1e-12, true},
+})", {A({3000}, -8, 8), A({3}, 0, 0)}, true},
       {"multi_task_pipeline", R"(kernel mt(x: ndarray<f32, 1>, tmp: ndarray<f32, 1>, y: ndarray<f32, 1>) {
   task square parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : f32
@@ -508,7 +562,7 @@ const std::vector<CorpusCase>& corpus() {
       store y[%i], %s
     }
   }
-})", {A({500}, 0, 1), A({500})}, 1e-5},
+})", {A({500}, 0, 1), A({500})}},
       {"shape_and_bool_scalar", R"(kernel sb(flip: bool, x: ndarray<f32, 2>, y: ndarray<f32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %f = arg flip : bool
@@ -544,7 +598,7 @@ const std::vector<CorpusCase>& corpus() {
     %q = sub %r, %f : f64
     store y[%i], %q
   }
-})", {S(0.7), A({1000}), A({1000})}, 1e-14, true},
+})", {S(0.7), A({1000}), A({1000})}, true},
       {"f64_transcendental", R"(kernel ft(x: ndarray<f64, 1>, y: ndarray<f64, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : f64
@@ -555,7 +609,7 @@ const std::vector<CorpusCase>& corpus() {
     %r = add %s, %p : f64
     store y[%i], %r
   }
-})", {A({300}), A({300})}, 1e-5, true},
+})", {A({300}), A({300})}, true},
       {"f64_loop_recurrence", R"(kernel fl(n: i32, x: ndarray<f64, 1>, y: ndarray<f64, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f64
@@ -576,7 +630,7 @@ const std::vector<CorpusCase>& corpus() {
     %r = load_local %v : f64
     store y[%i], %r
   }
-})", {S(20), A({256}), A({256})}, 1e-13, true},
+})", {S(20), A({256}), A({256})}, true},
       {"nonlinear_recurrence_f32", R"(kernel nr(x: ndarray<f32, 1>, y: ndarray<f32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f32
@@ -595,7 +649,7 @@ const std::vector<CorpusCase>& corpus() {
     %r = load_local %v : f32
     store y[%i], %r
   }
-})", {A({1024}, -2, 2), A({1024})}, 1e-3},  // 16 tanh steps amplify last-bit differences
+})", {A({1024}, -2, 2), A({1024})}},
       {"empty_range", R"(kernel er(n: i32, y: ndarray<f32, 1>) {
   task main parallel %i in [0, n) {
     %one = const 1.0 : f32
@@ -616,7 +670,7 @@ const std::vector<CorpusCase>& corpus() {
     %r = load_local %acc : f32
     store y[%i], %r
   }
-})", {A({333}, 0, 40), A({333})}},
+})", {A({333}, 40), A({333})}},
       {"int_division_negative", R"(kernel idn(x: ndarray<i32, 1>, d: ndarray<i32, 1>, y: ndarray<i32, 2>) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : i32
@@ -637,7 +691,7 @@ const std::vector<CorpusCase>& corpus() {
     store y[%i, %one], %m
     store y[%i, %two], %f
   }
-})", {A({500}, -50, 50), A({500}, -9, 9), A({500, 3}, 0, 0)}},
+})", {A({500}, -50, 50), A({500}, -9, 9), A({500, 3}, 0)}},
       {"many_tasks_chain", R"(kernel chain(x: ndarray<f32, 1>) {
   task a parallel %i in [0, shape(x, 0)) {
     %v = load x[%i] : f32
@@ -687,7 +741,13 @@ TEST_P(CodegenCorpus, MatchesCpuReference) {
   ASSERT_TRUE(st.ok()) << st.to_string();
   for (size_t i = 0; i < k->params.size(); ++i) {
     if (k->params[i].kind != runtime::ParamKind::kNdArray) continue;
-    std::string diff = compare_arrays(device.arrays[i], cpu.arrays[i], c.tol);
+    std::string diff = compare_arrays(device.arrays[i], cpu.arrays[i]);
+    if (!c.unconstrained) {
+      EXPECT_LE(loose_fraction(cpu.arrays[i]), 0.1)
+          << "ndarray '" << k->params[i].name << "': the reference's bounds leave most elements "
+          << "unconstrained, so the comparison checks little; mark the case `unconstrained` if "
+          << "that is what Vulkan's precision allows for it";
+    }
     EXPECT_EQ(diff, "") << "ndarray '" << k->params[i].name << "'";
   }
 }
@@ -739,8 +799,8 @@ TEST_F(GridStride, FewWorkgroupsCoverALargeRange) {
   ASSERT_TRUE(codegen::evaluate(*k, view).ok());
   Status st = runner_->run(*k, device);
   ASSERT_TRUE(st.ok()) << st.to_string();
-  EXPECT_EQ(compare_arrays(device.arrays[1], cpu.arrays[1], 0), "");
-  EXPECT_EQ(compare_arrays(device.arrays[2], cpu.arrays[2], 0), "") << "every index exactly once";
+  EXPECT_EQ(compare_arrays_exact(device.arrays[1], cpu.arrays[1]), "");
+  EXPECT_EQ(compare_arrays_exact(device.arrays[2], cpu.arrays[2]), "") << "every index exactly once";
 }
 
 using OutOfBounds = KernelTest;
@@ -767,7 +827,7 @@ TEST_F(OutOfBounds, IsReportedSkippedAndRecoveredFrom) {
   EXPECT_NE(st.message().find("kernel 'oob', task 'shift': out-of-bounds ndarray access"), std::string::npos)
       << st.message();
   // Nothing was written outside: the in-bounds part matches the reference exactly.
-  EXPECT_EQ(compare_arrays(device.arrays[1], cpu.arrays[1], 0), "");
+  EXPECT_EQ(compare_arrays_exact(device.arrays[1], cpu.arrays[1]), "");
   // The runtime stays usable and the error is not reported twice.
   EXPECT_TRUE(runner_->rt().synchronize().ok());
 }

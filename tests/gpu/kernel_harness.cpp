@@ -157,22 +157,56 @@ std::string KernelRunner::validation_log() const {
   return all;
 }
 
-std::string compare_arrays(const HostArray& got, const HostArray& want, double tol) {
+namespace {
+
+// `ok(i)` decides element i; the description lists the first few elements that fail.
+template <typename Ok>
+std::string describe_mismatches(const HostArray& got, const HostArray& want, Ok ok) {
   if (got.size() != want.size()) return "size differs";
   std::string out;
   int shown = 0;
   size_t bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
-    double g = got.data[i], w = want.data[i];
-    bool ok = g == w || codegen::is_float(want.dtype)
-                  ? (std::isnan(w) ? std::isnan(g) : std::fabs(g - w) <= tol * std::max(1.0, std::fabs(w)))
-                  : g == w;
-    if (ok) continue;
+    if (ok(i)) continue;
     ++bad;
-    if (shown++ < 5) out += "  [" + std::to_string(i) + "] device " + std::to_string(g) + ", cpu " + std::to_string(w) + "\n";
+    if (shown++ < 5) {
+      out += "  [" + std::to_string(i) + "] device " + std::to_string(got.data[i]) + ", cpu " +
+             std::to_string(want.data[i]);
+      if (!want.error.empty()) out += " +- " + std::to_string(want.error[i]);
+      out += "\n";
+    }
   }
   if (bad) out = std::to_string(bad) + " of " + std::to_string(got.size()) + " elements differ:\n" + out;
   return out;
+}
+
+}  // namespace
+
+std::string compare_arrays(const HostArray& got, const HostArray& want) {
+  return describe_mismatches(got, want, [&](size_t i) {
+    double g = got.data[i], w = want.data[i];
+    double bound = want.error.empty() ? 0 : want.error[i];
+    if (std::isinf(bound)) return true;  // Vulkan leaves this element unconstrained
+    if (std::isnan(w) || std::isnan(g)) return std::isnan(w) && std::isnan(g);
+    return g == w || std::fabs(g - w) <= bound;
+  });
+}
+
+std::string compare_arrays_exact(const HostArray& got, const HostArray& want) {
+  return describe_mismatches(got, want, [&](size_t i) {
+    double g = got.data[i], w = want.data[i];
+    if (std::isnan(w) || std::isnan(g)) return std::isnan(w) && std::isnan(g);
+    return g == w && std::signbit(g) == std::signbit(w);
+  });
+}
+
+std::string compare_arrays(const HostArray& got, const HostArray& want, double tol) {
+  return describe_mismatches(got, want, [&](size_t i) {
+    double g = got.data[i], w = want.data[i];
+    if (!codegen::is_float(want.dtype)) return g == w;
+    if (std::isnan(w) || std::isnan(g)) return std::isnan(w) && std::isnan(g);
+    return g == w || std::fabs(g - w) <= tol * std::max(1.0, std::fabs(w));
+  });
 }
 
 void KernelTest::SetUp() {

@@ -57,8 +57,15 @@ class KernelRunner {
   std::unique_ptr<runtime::Runtime> rt_;
 };
 
-// Every element of `got` within tolerance of `want` (exact for integer dtypes): |g - w| <=
-// tol * max(1, |w|). Returns a description of the first few mismatches, or "" when all match.
+// Device output `got` against the CPU reference `want`: every element within the bound the
+// reference computed for it (want.error, from Vulkan's precision requirements: precision.h;
+// exact where empty). NaN matches only NaN; an infinite bound accepts anything. Returns a
+// description of the first few mismatches, or "" when all match.
+std::string compare_arrays(const codegen::HostArray& got, const codegen::HostArray& want);
+// Bit for bit (the sign of zero counts; NaN matches NaN): for operations defined exactly.
+std::string compare_arrays_exact(const codegen::HostArray& got, const codegen::HostArray& want);
+// |g - w| <= tol * max(1, |w|) (exact for integer dtypes): for values the reference has no
+// bound for, such as gradients compared with finite differences.
 std::string compare_arrays(const codegen::HostArray& got, const codegen::HostArray& want, double tol);
 
 // A fixture owning a KernelRunner; skips visibly without a device and fails on any
