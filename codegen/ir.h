@@ -40,6 +40,14 @@ using runtime::RangeBound;
 using ValueId = uint32_t;
 inline constexpr ValueId kNoValue = UINT32_MAX;
 
+// How deep for / if bodies may nest (a task body is depth 0; each for or if body one more),
+// and how deep a size expression's add / mul / max may nest. The parser and the verifier
+// reject deeper kernels with an error, so the recursive passes after them (printer, reverse
+// mode, emitter, evaluators) have bounded stack use; reverse mode must keep the adjoint
+// within it too. It also bounds compile time: SPIRV-Tools' validation grows faster than
+// linearly with loop depth (docs/benchmarks.md, "compile time against nesting depth").
+inline constexpr uint32_t kMaxNestingDepth = 64;
+
 enum class Op : uint8_t {
   // leaves
   kConst,   // type, imm
