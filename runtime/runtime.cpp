@@ -1,7 +1,9 @@
 #include "runtime/runtime.h"
 
 #include <atomic>
+#include <cfloat>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "runtime/spirv_interface.h"
@@ -22,6 +24,36 @@ bool element_count(const std::vector<uint32_t>& shape, uint64_t* n) {
     if (__builtin_mul_overflow(*n, uint64_t{d}, n)) return false;
   }
   return true;
+}
+
+bool is_float_dtype(DType t) { return t == DType::kF32 || t == DType::kF64; }
+
+// Adstack capacities of a registered kernel are evaluated at every launch with its arguments:
+// their leaves must name integer scalars or existing ndarray dimensions. `depth` bounds the
+// recursion over a foreign expression.
+bool size_refs_ok(const adstack::SizeExpr& e, const std::vector<KernelParam>& params,
+                  uint32_t depth = 0) {
+  using K = adstack::SizeExpr::Kind;
+  if (depth > 64) return false;
+  switch (e.kind) {
+    case K::kConst: return true;
+    case K::kScalar:
+      return e.param < params.size() && params[e.param].kind == ParamKind::kScalar &&
+             (params[e.param].dtype == DType::kI32 || params[e.param].dtype == DType::kU32 ||
+              params[e.param].dtype == DType::kI64);
+    case K::kDim:
+      return e.param < params.size() && params[e.param].kind == ParamKind::kNdArray &&
+             e.dim < params[e.param].rank;
+    case K::kAdd:
+    case K::kMul:
+    case K::kMax:
+      if (e.operands.empty()) return false;
+      for (const auto& o : e.operands) {
+        if (!size_refs_ok(o, params, depth + 1)) return false;
+      }
+      return true;
+  }
+  return false;
 }
 
 // Every Runtime of the process gets its own id, the high half of its handles.
@@ -145,6 +177,15 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
                         where + ": " + std::to_string(range_task.adstacks.size()) +
                             " adstacks; at most " + std::to_string(kMaxTaskAdstacks) +
                             " are supported");
+    }
+    for (const adstack::StackDesc& st : range_task.adstacks) {
+      if (static_cast<uint32_t>(st.heap) >= adstack::kHeapCount ||
+          !size_refs_ok(st.capacity, kernel.params)) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          where + ": adstack " + st.name +
+                              " has an unknown heap or a capacity that refers to a missing or "
+                              "non-integer parameter or dimension (or nests deeper than 64)");
+      }
     }
     for (const RangeBound* b : {&range_task.begin, &range_task.end}) {
       // Scalar bounds are read as integers at launch, so they must be integer parameters.
@@ -395,6 +436,22 @@ Status Runtime::check_args(const Kernel& k, std::span<const Arg> args) const {
         return make_error(ErrorCode::kInvalidArgument, where + ": expected " +
                                                            dtype_name(p.dtype) + ", got " +
                                                            dtype_name(a.dtype));
+      }
+      // The args buffer holds the parameter's own width: a value that does not fit would be
+      // truncated (or, for f32, converted with undefined behaviour).
+      bool fits = true;
+      switch (p.dtype) {
+        case DType::kF32: fits = !std::isfinite(a.f) || std::fabs(a.f) <= FLT_MAX; break;
+        case DType::kI32: fits = a.i >= INT32_MIN && a.i <= INT32_MAX; break;
+        case DType::kU32: fits = a.i >= 0 && a.i <= UINT32_MAX; break;
+        case DType::kBool: fits = a.i == 0 || a.i == 1; break;
+        default: break;
+      }
+      if (!fits) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          where + ": value " +
+                              (is_float_dtype(p.dtype) ? std::to_string(a.f) : std::to_string(a.i)) +
+                              " does not fit " + dtype_name(p.dtype));
       }
       continue;
     }

@@ -234,6 +234,30 @@ TEST_F(RuntimeMisuse, BadForeignModulesAreRejectedBeforeTheDriver) {
   EXPECT_TRUE(rt_->register_kernel(good).ok());
 }
 
+TEST_F(RuntimeMisuse, ScalarArgumentsThatDoNotFitTheirTypeAreRejected) {
+  SKIP_IF_NO_DEVICE();
+  auto hx = array(*rt_, std::vector<float>(8, 1.0f), "x");
+  auto hy = array(*rt_, std::vector<float>(8, 1.0f), "y");
+  auto k = rt_->register_kernel(make_axpy_kernel("axpy"));
+  ASSERT_TRUE(k.ok());
+  Arg args[] = {Arg::f64(1e300), Arg::ndarray(hx), Arg::ndarray(hy)};
+  args[0].dtype = DType::kF32;  // an f32 argument holding a double past f32's range
+  EXPECT_ERROR(rt_->launch(*k, args), ErrorCode::kInvalidArgument,
+               "launch of 'axpy', argument 0 ('a'): value");
+  EXPECT_ERROR(rt_->launch(*k, args), ErrorCode::kInvalidArgument, "does not fit f32");
+  EXPECT_EQ(rt_->stats().launches, 0u);
+}
+
+TEST_F(RuntimeMisuse, ForeignAdstackCapacitiesMustReferToIntegerParameters) {
+  SKIP_IF_NO_DEVICE();
+  runtime::CompiledKernel k = make_axpy_kernel("axpy");
+  k.tasks[0].adstacks.push_back({"%s", adstack::Heap::kF32, adstack::SizeExpr::scalar(99)});
+  EXPECT_ERROR(rt_->register_kernel(k).status(), ErrorCode::kInvalidArgument,
+               "adstack %s has an unknown heap or a capacity that refers to a missing");
+  k.tasks[0].adstacks[0].capacity = adstack::SizeExpr::scalar(0);  // 'a' is f32
+  EXPECT_ERROR(rt_->register_kernel(k).status(), ErrorCode::kInvalidArgument, "adstack %s");
+}
+
 TEST_F(RuntimeMisuse, EveryCallReportsADeviceLoss) {
   SKIP_IF_NO_DEVICE();
   auto hx = array(*rt_, std::vector<float>(64, 1.0f), "x");
