@@ -4,6 +4,7 @@
 #include <cfloat>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "runtime/spirv_interface.h"
@@ -24,6 +25,12 @@ bool element_count(const std::vector<uint32_t>& shape, uint64_t* n) {
     if (__builtin_mul_overflow(*n, uint64_t{d}, n)) return false;
   }
   return true;
+}
+
+std::string format_double(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
 }
 
 bool is_float_dtype(DType t) { return t == DType::kF32 || t == DType::kF64; }
@@ -450,7 +457,7 @@ Status Runtime::check_args(const Kernel& k, std::span<const Arg> args) const {
       if (!fits) {
         return make_error(ErrorCode::kInvalidArgument,
                           where + ": value " +
-                              (is_float_dtype(p.dtype) ? std::to_string(a.f) : std::to_string(a.i)) +
+                              (is_float_dtype(p.dtype) ? format_double(a.f) : std::to_string(a.i)) +
                               " does not fit " + dtype_name(p.dtype));
       }
       continue;
