@@ -142,7 +142,7 @@ Status check_module(const std::vector<uint32_t>& words, const ModuleInterface& e
     return fail("SPIR-V module of " + std::to_string(words.size()) +
                 " words has no SPIR-V header (magic number 0x07230203)");
   }
-  if (Status v = codegen::validate_spirv(words); !v.ok()) {
+  if (Status v = codegen::validate_spirv_once(words); !v.ok()) {
     // The validator's report carries the disassembly; a foreign module is the caller's fault.
     return fail("SPIR-V module does not validate: " + v.message());
   }
