@@ -78,9 +78,9 @@ class Verifier {
       if (k_.params[j].name == p.name) return kernel_error("two parameters are called '" + p.name + "'");
     }
     VKAD_TRY(dtype_supported(p.dtype, "parameter '" + p.name + "'", nullptr));
-    if (p.kind == ParamKind::kNdArray && (p.rank == 0 || p.rank > 8)) {
+    if (p.kind == ParamKind::kNdArray && (p.rank == 0 || p.rank > runtime::kMaxNdArrayRank)) {
       return kernel_error("ndarray parameter '" + p.name + "' has rank " + std::to_string(p.rank) +
-                          " (1 to 8 supported)");
+                          " (1 to " + std::to_string(runtime::kMaxNdArrayRank) + " supported)");
     }
     if (p.needs_grad && (p.kind != ParamKind::kNdArray || !is_float(p.dtype))) {
       return kernel_error("parameter '" + p.name +
