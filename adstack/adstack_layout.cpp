@@ -19,7 +19,13 @@ Result<RowLayout> plan_row(std::span<const StackDesc> stacks, const SizeInputs& 
   RowLayout row;
   std::array<uint64_t, kHeapCount> used{};
   for (const StackDesc& s : stacks) {
-    int64_t cap = std::max<int64_t>(evaluate(s.capacity, in), 1);
+    Result<int64_t> size = evaluate(s.capacity, in);
+    if (!size.ok()) {
+      return make_error(size.status().code(), "adstack " + s.name + " capacity: " +
+                                                  size.status().message() +
+                                                  "; lower the loop trip counts");
+    }
+    int64_t cap = std::max<int64_t>(*size, 1);
     uint64_t blocks = s.heap == Heap::kInt ? 1 : 2;
     uint64_t& u = used[static_cast<size_t>(s.heap)];
     if (cap > INT32_MAX || u + blocks * static_cast<uint64_t>(cap) > INT32_MAX) {

@@ -4,11 +4,20 @@
 
 namespace vkad::adstack {
 
+namespace {
+// a op b, false when it overflows int64.
+bool apply(SizeExpr::Kind k, int64_t a, int64_t b, int64_t* out) {
+  switch (k) {
+    case SizeExpr::Kind::kAdd: return !__builtin_add_overflow(a, b, out);
+    case SizeExpr::Kind::kMul: return !__builtin_mul_overflow(a, b, out);
+    default: *out = std::max(a, b); return true;
+  }
+}
+}  // namespace
+
 SizeExpr SizeExpr::combine(Kind k, SizeExpr a, SizeExpr b) {
-  if (a.kind == Kind::kConst && b.kind == Kind::kConst) {
-    int64_t v = k == Kind::kAdd ? a.value + b.value
-                : k == Kind::kMul ? a.value * b.value
-                                  : std::max(a.value, b.value);
+  int64_t v = 0;
+  if (a.kind == Kind::kConst && b.kind == Kind::kConst && apply(k, a.value, b.value, &v)) {
     return constant(v);
   }
   // Identities keep printed bounds readable: x+0, x*1, x*0, max(x, 0) for sizes.
@@ -27,7 +36,7 @@ SizeExpr SizeExpr::combine(Kind k, SizeExpr a, SizeExpr b) {
   return e;
 }
 
-int64_t evaluate(const SizeExpr& e, const SizeInputs& in) {
+Result<int64_t> evaluate(const SizeExpr& e, const SizeInputs& in) {
   switch (e.kind) {
     case SizeExpr::Kind::kConst: return e.value;  // may be negative inside a sum (x - 1)
     case SizeExpr::Kind::kScalar: return std::max<int64_t>(in.scalar(e.param), 0);
@@ -36,8 +45,13 @@ int64_t evaluate(const SizeExpr& e, const SizeInputs& in) {
   }
   int64_t v = e.kind == SizeExpr::Kind::kMul ? 1 : 0;
   for (const SizeExpr& o : e.operands) {
-    int64_t x = evaluate(o, in);
-    v = e.kind == SizeExpr::Kind::kAdd ? v + x : e.kind == SizeExpr::Kind::kMul ? v * x : std::max(v, x);
+    VKAD_ASSIGN_OR_RETURN(int64_t x, evaluate(o, in));
+    if (!apply(e.kind, v, x, &v)) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        std::string("size overflows 64 bits (") +
+                            (e.kind == SizeExpr::Kind::kAdd ? "a sum" : "a product") +
+                            " past 2^63 - 1)");
+    }
   }
   return v;
 }

@@ -7,6 +7,8 @@
 #include <functional>
 #include <vector>
 
+#include "rhi/status.h"
+
 namespace vkad::adstack {
 
 struct SizeExpr {
@@ -21,6 +23,8 @@ struct SizeExpr {
   static SizeExpr scalar(uint32_t p) { return {Kind::kScalar, 0, p, 0, {}}; }
   static SizeExpr array_dim(uint32_t p, uint32_t d) { return {Kind::kDim, 0, p, d, {}}; }
   // add / mul / max of two sizes, folding constants and identities (x+0, x*1, max(x, 0)).
+  // Constants whose sum or product would overflow 64 bits stay unfolded, so evaluate()
+  // reports the overflow at launch instead of folding to a wrapped value.
   static SizeExpr combine(Kind k, SizeExpr a, SizeExpr b);
   bool operator==(const SizeExpr&) const = default;
 };
@@ -32,6 +36,8 @@ struct SizeInputs {
 };
 
 // The value of `e`; negative leaves count as 0 (a loop with end < begin runs no iterations).
-int64_t evaluate(const SizeExpr& e, const SizeInputs& in);
+// kInvalidArgument "size overflows 64 bits" when a sum or product does (callers add which
+// stack and kernel); never a wrapped value.
+Result<int64_t> evaluate(const SizeExpr& e, const SizeInputs& in);
 
 }  // namespace vkad::adstack

@@ -1,5 +1,7 @@
 // vkad-bench-codegen: (1) compile time from IR to validated SPIR-V, without and with spirv-opt,
-// for small / medium / large kernels; (2) device time of generated saxpy as a fraction of a
+// for small / medium / large kernels; (2) compile time against loop nesting depth, up to
+// kMaxNestingDepth, forward and adjoint (SPIR-V validation grows faster than linearly with
+// depth; the limit bounds it); (3) device time of generated saxpy as a fraction of a
 // hand-written copy kernel over the same bytes, measured in the same run.
 //
 //   vkad-bench-codegen [--reps R] [--n ELEMENTS] [--json FILE]
@@ -11,6 +13,7 @@
 #include "codegen/compiler.h"
 #include "codegen/reverse_mode.h"
 #include "codegen/spirv_tools.h"
+#include "codegen/text.h"
 #include "runtime/runtime.h"
 #include "support/sample_kernels.h"
 
@@ -47,6 +50,20 @@ Kernel chain(const std::string& name, int n) {
     y.store({i}, v.load());
   });
   return kb.finish();
+}
+
+// `depth` nested loops around a nonlinear update of a carried local: every level is reversed
+// with its own checkpoint stack in the adjoint.
+Kernel nest(uint32_t depth) {
+  std::string t = "kernel nest(n: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {\n"
+                  "  task t parallel %0 in [0, shape(x, 0)) {\n    %1 = const 0 : i32\n"
+                  "    %2 = arg n : i32\n    %v = alloca : f32\n    %x = load x[%0] : f32\n"
+                  "    store_local %v, %x\n";
+  for (uint32_t i = 0; i < depth; ++i) t += "for %l" + std::to_string(i) + " in [%1, %2) {\n";
+  t += "%a = load_local %v : f32\n%s = sin %a : f32\nstore_local %v, %s\n";
+  for (uint32_t i = 0; i < depth; ++i) t += "}\n";
+  t += "    %o = load_local %v : f32\n    store y[%0], %o\n  }\n}\n";
+  return parse(t).value();
 }
 
 double time_compile(const Kernel& k, const Target& t, bool opt, int reps) {
@@ -105,6 +122,34 @@ int main(int argc, char** argv) {
     json.field("stmts", static_cast<double>(stmts));
     json.field("ms", plain);
     json.field("ms_opt", opt);
+  }
+
+  std::printf("\ncompile time against loop nesting depth (median of %d, ms; limit %u)\n", reps,
+              kMaxNestingDepth);
+  std::printf("%-8s %12s %14s %14s %16s\n", "depth", "forward", "adjoint", "adjoint stmts",
+              "adjoint validate");
+  for (uint32_t depth : {1u, 4u, 8u, 16u, 32u, kMaxNestingDepth}) {
+    Kernel fwd = nest(depth);
+    Kernel adj = make_adjoint(fwd, target).value();
+    double f = time_compile(fwd, target, false, reps), a = time_compile(adj, target, false, reps);
+    size_t stmts = 0;
+    std::function<void(const Block&)> count = [&](const Block& b) {
+      for (const Stmt& s : b.stmts) { ++stmts; for (const Block& x : s.blocks) count(x); }
+    };
+    for (const Task& t : adj.tasks) count(t.body);
+    // The validation gate alone, on the adjoint's modules.
+    auto ck = compile(adj, target).value();
+    double v0 = now_us();
+    for (const auto& t : ck.tasks) (void)validate_spirv(t.spirv);
+    double val = (now_us() - v0) / 1000.0;
+    std::printf("%-8u %12.3f %14.3f %14zu %16.3f\n", depth, f, a, stmts, val);
+    json.begin();
+    json.field("bench", "compile_vs_depth");
+    json.field("depth", static_cast<double>(depth));
+    json.field("ms", f);
+    json.field("ms_adjoint", a);
+    json.field("adjoint_stmts", static_cast<double>(stmts));
+    json.field("ms_adjoint_validate", val);
   }
 
   // Bandwidth: generated saxpy vs the raw copy over the same arrays.

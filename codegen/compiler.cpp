@@ -110,7 +110,9 @@ Result<runtime::CompiledKernel> compile(const Kernel& k, const Target& target,
 
 Result<std::shared_ptr<const runtime::CompiledKernel>> CompileCache::compile(
     const Kernel& k, const Target& target, const CompileOptions& o) {
-  // The text form is the kernel's content; target and options change the code too.
+  // The text form is the kernel's content; target and options change the code too. print()
+  // recurses, so the nesting limit is checked first (compile() verifies the rest).
+  VKAD_TRY(check_nesting(k));
   std::string key = print(k);
   key += "|" + target.device_name + (target.float64 ? "d" : "") +
          (target.atomic_float32_add ? "a" : "") + (target.atomic_float64_add ? "A" : "") +

@@ -186,7 +186,10 @@ class Evaluator {
     adstack::SizeInputs in{
         [&](uint32_t p) { return to_i64(args_[p].scalar); },
         [&](uint32_t p, uint32_t d) { return static_cast<int64_t>(args_[p].array->shape[d]); }};
-    return std::max<int64_t>(adstack::evaluate(e, in), 1);
+    // A capacity past 64 bits is a launch error on the device (runtime plan_rows); here it
+    // means no push can reach it.
+    Result<int64_t> v = adstack::evaluate(e, in);
+    return v.ok() ? std::max<int64_t>(*v, 1) : INT64_MAX;
   }
 
   // Linear element index, or -1 (and the out-of-bounds flag) when any index is outside.

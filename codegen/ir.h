@@ -47,6 +47,15 @@ inline constexpr ValueId kNoValue = UINT32_MAX;
 // INT_MIN mod -1 = 0; float -> i32/u32 casts saturate with NaN -> 0; float min/max are
 // `a < b ? a : b` / `a > b ? a : b`. Float results are IEEE on the reference and within
 // Vulkan's precision requirements on a device.
+
+// How deep for / if bodies may nest (a task body is depth 0; each for or if body one more),
+// and how deep a size expression's add / mul / max may nest. The parser and the verifier
+// reject deeper kernels with an error, so the recursive passes after them (printer, reverse
+// mode, emitter, evaluators) have bounded stack use; reverse mode must keep the adjoint
+// within it too. It also bounds compile time: SPIRV-Tools' validation grows faster than
+// linearly with loop depth (docs/benchmarks.md, "compile time against nesting depth").
+inline constexpr uint32_t kMaxNestingDepth = 64;
+
 enum class Op : uint8_t {
   // leaves
   kConst,   // type, imm

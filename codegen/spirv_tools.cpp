@@ -1,5 +1,8 @@
 #include "codegen/spirv_tools.h"
 
+#include <mutex>
+#include <unordered_set>
+
 #include <spirv-tools/libspirv.hpp>
 
 namespace vkad::codegen {
@@ -25,11 +28,45 @@ std::string disassemble_spirv(const std::vector<uint32_t>& words) {
   return text;
 }
 
+namespace {
+// Modules that passed validation in this process, by content: register_kernel checks every
+// module (it cannot tell ours from foreign ones), and a module compile() just validated should
+// not pay twice. Keyed by a 64-bit FNV-1a hash plus the length; bounded (cleared when
+// full), so a fuzzer or a long session cannot grow it without limit.
+std::mutex g_validated_mu;
+std::unordered_set<uint64_t> g_validated;
+constexpr size_t kValidatedCap = 1 << 14;
+
+uint64_t module_key(const std::vector<uint32_t>& words) {
+  uint64_t h = 1469598103934665603ull ^ words.size();
+  for (uint32_t w : words) {
+    for (int i = 0; i < 4; ++i) {
+      h ^= (w >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  return h;
+}
+}  // namespace
+
+Status validate_spirv_once(const std::vector<uint32_t>& words) {
+  {
+    std::lock_guard<std::mutex> lock(g_validated_mu);
+    if (g_validated.count(module_key(words))) return {};
+  }
+  return validate_spirv(words);
+}
+
 Status validate_spirv(const std::vector<uint32_t>& words) {
   std::string log;
   spvtools::SpirvTools tools(kEnv);
   collect_messages(tools, &log);
-  if (tools.Validate(words)) return {};
+  if (tools.Validate(words)) {
+    std::lock_guard<std::mutex> lock(g_validated_mu);
+    if (g_validated.size() >= kValidatedCap) g_validated.clear();
+    g_validated.insert(module_key(words));
+    return {};
+  }
   return make_error(ErrorCode::kInternal,
                     "SPIR-V failed validation:\n" + log + "--- disassembly ---\n" +
                         disassemble_spirv(words));

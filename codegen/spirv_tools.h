@@ -14,8 +14,12 @@ namespace vkad::codegen {
 // Assembles SPIR-V text and validates the result. kInvalidArgument with line numbers on a
 // syntax error; kInternal with the disassembly when the module does not validate.
 Result<std::vector<uint32_t>> assemble_spirv(const std::string& text);
-// Validates `words`; kInternal with message + disassembly on failure.
+// Validates `words`; kInternal with message + disassembly on failure. Runs the validator every
+// time and remembers modules that pass (by content hash; bounded; thread-safe).
 Status validate_spirv(const std::vector<uint32_t>& words);
+// Like validate_spirv, but a module that already passed in this process is not validated again
+// (register_kernel uses it, so a module compile() produced is validated once).
+Status validate_spirv_once(const std::vector<uint32_t>& words);
 std::string disassemble_spirv(const std::vector<uint32_t>& words);
 
 }  // namespace vkad::codegen

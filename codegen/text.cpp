@@ -1,9 +1,12 @@
 #include "codegen/text.h"
 
 #include <cctype>
+#include <cerrno>
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 
 namespace vkad::codegen {
@@ -183,7 +186,7 @@ class Parser {
         VKAD_TRY(expect("<"));
         VKAD_ASSIGN_OR_RETURN(p.dtype, dtype());
         VKAD_TRY(expect(","));
-        VKAD_ASSIGN_OR_RETURN(int64_t rank, integer("a rank"));
+        VKAD_ASSIGN_OR_RETURN(int64_t rank, integer("a rank", 0, UINT32_MAX));
         p.rank = static_cast<uint32_t>(rank);
         VKAD_TRY(expect(">"));
         if (tok_.kind == Token::kIdent && tok_.text == "grad") {
@@ -221,7 +224,7 @@ class Parser {
       VKAD_TRY(expect(")"));
       if (tok_.kind == Token::kIdent && tok_.text == "local_size") {
         advance();
-        VKAD_ASSIGN_OR_RETURN(int64_t ls, integer("a local size"));
+        VKAD_ASSIGN_OR_RETURN(int64_t ls, integer("a local size", 0, UINT32_MAX));
         t.local_size = static_cast<uint32_t>(ls);
       }
       VKAD_TRY(block(t.body));
@@ -298,6 +301,12 @@ class Parser {
                                                        ", column " + std::to_string(tok_.col) +
                                                        ": " + what + ", got " + got);
   }
+  // An error about a token already consumed (a literal judged once its type is known).
+  static Status error_at(const Token& t, const std::string& what) {
+    return make_error(ErrorCode::kInvalidArgument, "line " + std::to_string(t.line) +
+                                                       ", column " + std::to_string(t.col) +
+                                                       ": " + what);
+  }
   bool is(const char* p) const { return tok_.kind == Token::kPunct && tok_.text == p; }
   Status expect(const char* p) {
     if (!is(p)) return error(std::string("expected '") + p + "'");
@@ -315,11 +324,17 @@ class Parser {
     advance();
     return s;
   }
-  Result<int64_t> integer(const char* what) {
+  // An integer literal in [lo, hi]; out of range is an error, never a truncated value.
+  Result<int64_t> integer(const char* what, int64_t lo = INT64_MIN, int64_t hi = INT64_MAX) {
     if (tok_.kind != Token::kNumber) return error(std::string("expected ") + what);
     char* end = nullptr;
+    errno = 0;
     long long v = std::strtoll(tok_.text.c_str(), &end, 10);
     if (*end != '\0') return error(std::string("expected ") + what + " (an integer)");
+    if (errno == ERANGE || v < lo || v > hi) {
+      return error(std::string(what) + " out of range (" + std::to_string(lo) + " to " +
+                   std::to_string(hi) + ")");
+    }
     advance();
     return static_cast<int64_t>(v);
   }
@@ -377,16 +392,20 @@ class Parser {
       VKAD_TRY(expect("("));
       VKAD_ASSIGN_OR_RETURN(uint32_t p, param_ref(true));
       VKAD_TRY(expect(","));
-      VKAD_ASSIGN_OR_RETURN(int64_t d, integer("a dimension"));
+      VKAD_ASSIGN_OR_RETURN(int64_t d, integer("a dimension", 0, UINT32_MAX));
       VKAD_TRY(expect(")"));
       return RangeBound::array_dim(p, static_cast<uint32_t>(d));
     }
     VKAD_ASSIGN_OR_RETURN(uint32_t p, param_ref(false));
     return RangeBound::scalar(p);
   }
-  Result<SizeExpr> size() {
+  Result<SizeExpr> size(uint32_t depth = 1) {
     if (tok_.kind == Token::kIdent &&
         (tok_.text == "add" || tok_.text == "mul" || tok_.text == "max")) {
+      if (depth > kMaxNestingDepth) {
+        return error("size expressions nest deeper than " + std::to_string(kMaxNestingDepth) +
+                     " (kMaxNestingDepth)");
+      }
       SizeExpr::Kind kind = tok_.text == "add"   ? SizeExpr::Kind::kAdd
                             : tok_.text == "mul" ? SizeExpr::Kind::kMul
                                                  : SizeExpr::Kind::kMax;
@@ -395,7 +414,7 @@ class Parser {
       SizeExpr e;
       e.kind = kind;
       while (true) {
-        VKAD_ASSIGN_OR_RETURN(SizeExpr sub, size());
+        VKAD_ASSIGN_OR_RETURN(SizeExpr sub, size(depth + 1));
         e.operands.push_back(std::move(sub));
         if (is(")")) break;
         VKAD_TRY(expect(","));
@@ -430,40 +449,91 @@ class Parser {
     advance();
     return {};
   }
-  Status constant(Stmt& s) {
-    if (tok_.kind == Token::kIdent && (tok_.text == "true" || tok_.text == "false")) {
-      s.iimm = tok_.text == "true";
-      s.fimm = static_cast<double>(s.iimm);
-      advance();
-      return {};
-    }
-    if (tok_.kind == Token::kIdent && (tok_.text == "inf" || tok_.text == "nan")) {
-      s.fimm = tok_.text == "inf" ? INFINITY : NAN;
+  // A constant's literal is read here and judged in type_suffix, once its type is known.
+  Status constant(Stmt&) {
+    literal_ = tok_;
+    if (tok_.kind == Token::kIdent &&
+        (tok_.text == "true" || tok_.text == "false" || tok_.text == "inf" || tok_.text == "nan")) {
+      literal_kind_ = tok_.text == "true" || tok_.text == "false" ? kBoolLit : kFloatLit;
       advance();
       return {};
     }
     if (tok_.kind != Token::kNumber) return error("expected a constant");
     const std::string& t = tok_.text;
+    literal_kind_ = t.find_first_of(".eEin") != std::string::npos ? kFloatLit : kIntLit;
     char* end = nullptr;
-    if (t.find_first_of(".eEin") != std::string::npos) {
-      s.fimm = std::strtod(t.c_str(), &end);
-      s.iimm = static_cast<int64_t>(s.fimm);
+    errno = 0;
+    if (literal_kind_ == kFloatLit) {
+      literal_f_ = std::strtod(t.c_str(), &end);
     } else {
-      s.iimm = std::strtoll(t.c_str(), &end, 10);
-      s.fimm = static_cast<double>(s.iimm);
+      literal_i_ = std::strtoll(t.c_str(), &end, 10);
     }
     if (*end != '\0') return error("expected a constant");
+    // Overflow only: an underflow to a denormal or zero is ordinary rounding.
+    if (errno == ERANGE && (literal_kind_ == kIntLit || std::isinf(literal_f_))) {
+      return error("constant out of range");
+    }
     advance();
+    return {};
+  }
+  // Sets the constant's value for its type from literal_: an exact conversion, or an error at
+  // the literal (never a silently changed value). Floats round to nearest, as any float
+  // literal does, but a finite literal past the type's range is an error.
+  Status convert_literal(Stmt& s) {
+    const std::string lit = "constant " + literal_.text;
+    const std::string ty = runtime::dtype_name(s.type);
+    if (literal_.kind == Token::kIdent) {
+      if (literal_.text == "inf") literal_f_ = INFINITY;
+      if (literal_.text == "nan") literal_f_ = NAN;
+      if (literal_kind_ == kBoolLit) literal_i_ = literal_.text == "true";
+    }
+    if (s.type == DType::kBool) {
+      if (literal_kind_ == kFloatLit || (literal_i_ != 0 && literal_i_ != 1)) {
+        return error_at(literal_, lit + " is not a bool (true, false, 0 or 1)");
+      }
+      s.iimm = literal_i_;
+      s.fimm = static_cast<double>(s.iimm);
+      return {};
+    }
+    if (is_float(s.type)) {
+      if (literal_kind_ == kBoolLit) return error_at(literal_, lit + " is a bool, not " + ty);
+      double v = literal_kind_ == kFloatLit ? literal_f_ : static_cast<double>(literal_i_);
+      if (s.type == DType::kF32) {
+        if (std::isfinite(v) && std::fabs(v) > FLT_MAX) {
+          return error_at(literal_, lit + " is out of range for f32");
+        }
+        v = static_cast<float>(v);  // a f32 constant holds a float value exactly
+      }
+      s.fimm = v;
+      s.iimm = 0;
+      return {};
+    }
+    // Integer types.
+    if (literal_kind_ == kBoolLit) return error_at(literal_, lit + " is a bool, not " + ty);
+    int64_t lo = s.type == DType::kI32 ? INT32_MIN : s.type == DType::kU32 ? 0 : INT64_MIN;
+    int64_t hi = s.type == DType::kI32 ? INT32_MAX : s.type == DType::kU32 ? UINT32_MAX : INT64_MAX;
+    int64_t v = literal_i_;
+    if (literal_kind_ == kFloatLit) {
+      double f = literal_f_;
+      // [-2^63, 2^63) is where the conversion is defined; outside it, or with a fraction,
+      // the literal has no exact integer value.
+      if (!std::isfinite(f) || f != std::trunc(f) || f < -0x1p63 || f >= 0x1p63) {
+        return error_at(literal_, lit + " is not exactly representable as " + ty);
+      }
+      v = static_cast<int64_t>(f);
+    }
+    if (v < lo || v > hi) {
+      return error_at(literal_, lit + " is out of range for " + ty + " (" + std::to_string(lo) +
+                                    " to " + std::to_string(hi) + ")");
+    }
+    s.iimm = v;
+    s.fimm = static_cast<double>(v);
     return {};
   }
   Status type_suffix(Stmt& s) {
     VKAD_TRY(expect(":"));
     VKAD_ASSIGN_OR_RETURN(s.type, dtype());
-    if (s.op == Op::kConst && s.type == DType::kF32) {
-      s.fimm = static_cast<float>(s.fimm);  // a f32 constant holds a float value exactly
-    }
-    if (s.op == Op::kConst && !is_float(s.type)) s.fimm = static_cast<double>(s.iimm);
-    if (s.op == Op::kConst && is_float(s.type)) s.iimm = 0;
+    if (s.op == Op::kConst) VKAD_TRY(convert_literal(s));
     return {};
   }
 
@@ -477,6 +547,19 @@ class Parser {
     }
     advance();
     return {};
+  }
+
+  // The body of a for / if at `at`: one level deeper, at most kMaxNestingDepth (the parser
+  // recurses per level, so this bounds its stack too).
+  Status nested_block(const Token& at, Block& b) {
+    if (depth_ + 1 > kMaxNestingDepth) {
+      return error_at(at, "for / if bodies nest deeper than " + std::to_string(kMaxNestingDepth) +
+                              " (kMaxNestingDepth)");
+    }
+    ++depth_;
+    Status s = block(b);
+    --depth_;
+    return s;
   }
 
   Status statement(Stmt& s) {
@@ -502,7 +585,7 @@ class Parser {
       }
       case Op::kShape: {
         VKAD_ASSIGN_OR_RETURN(s.param, param_ref(true));
-        VKAD_ASSIGN_OR_RETURN(int64_t d, integer("a dimension"));
+        VKAD_ASSIGN_OR_RETURN(int64_t d, integer("a dimension", 0, UINT32_MAX));
         s.dim = static_cast<uint32_t>(d);
         break;
       }
@@ -543,16 +626,16 @@ class Parser {
           s.has_cap = true;
         }
         s.blocks.resize(1);
-        return block(s.blocks[0]);
+        return nested_block(op_tok, s.blocks[0]);
       }
       case Op::kIf: {
         s.type = DType::kBool;
         VKAD_TRY(operands(s, 1));
         s.blocks.resize(2);
-        VKAD_TRY(block(s.blocks[0]));
+        VKAD_TRY(nested_block(op_tok, s.blocks[0]));
         if (tok_.kind == Token::kIdent && tok_.text == "else") {
           advance();
-          VKAD_TRY(block(s.blocks[1]));
+          VKAD_TRY(nested_block(op_tok, s.blocks[1]));
         }
         return {};
       }
@@ -579,6 +662,12 @@ class Parser {
   Kernel* k_ = nullptr;
   ValueId max_id_ = 0;
   std::map<std::string, ValueId> named_;
+  uint32_t depth_ = 0;  // for / if bodies around the statement being parsed
+  enum LiteralKind { kIntLit, kFloatLit, kBoolLit };
+  Token literal_;  // the last constant's literal, converted once its type is read
+  LiteralKind literal_kind_ = kIntLit;
+  int64_t literal_i_ = 0;
+  double literal_f_ = 0;
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "codegen/verifier.h"
 
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -22,6 +23,7 @@ class Verifier {
   Verifier(const Kernel& k, const Target& t) : k_(k), target_(t) {}
 
   Status run() {
+    VKAD_TRY(check_nesting(k_));
     if (k_.name.empty()) return kernel_error("the kernel has no name");
     for (size_t i = 0; i < k_.params.size(); ++i) VKAD_TRY(check_param(i));
     if (k_.tasks.empty()) return kernel_error("the kernel has no tasks");
@@ -76,9 +78,9 @@ class Verifier {
       if (k_.params[j].name == p.name) return kernel_error("two parameters are called '" + p.name + "'");
     }
     VKAD_TRY(dtype_supported(p.dtype, "parameter '" + p.name + "'", nullptr));
-    if (p.kind == ParamKind::kNdArray && (p.rank == 0 || p.rank > 8)) {
+    if (p.kind == ParamKind::kNdArray && (p.rank == 0 || p.rank > runtime::kMaxNdArrayRank)) {
       return kernel_error("ndarray parameter '" + p.name + "' has rank " + std::to_string(p.rank) +
-                          " (1 to 8 supported)");
+                          " (1 to " + std::to_string(runtime::kMaxNdArrayRank) + " supported)");
     }
     if (p.needs_grad && (p.kind != ParamKind::kNdArray || !is_float(p.dtype))) {
       return kernel_error("parameter '" + p.name +
@@ -397,7 +399,45 @@ class Verifier {
   std::vector<std::unordered_set<ValueId>> scopes_;
 };
 
+// Depth of `e`, counting up to `limit + 1` at most (so a pathological expression costs
+// bounded stack).
+uint32_t size_depth(const SizeExpr& e, uint32_t limit) {
+  if (limit == 0) return 1;
+  uint32_t d = 0;
+  for (const SizeExpr& o : e.operands) d = std::max(d, size_depth(o, limit - 1));
+  return d + 1;
+}
+
 }  // namespace
+
+Status check_nesting(const Kernel& k) {
+  for (const Task& t : k.tasks) {
+    std::string where = "kernel '" + k.name + "', task '" + t.name + "'";
+    // Explicit stack of (block, depth of its statements): no recursion over the tree.
+    std::vector<std::pair<const Block*, uint32_t>> todo = {{&t.body, 0}};
+    while (!todo.empty()) {
+      auto [b, depth] = todo.back();
+      todo.pop_back();
+      for (const Stmt& s : b->stmts) {
+        if ((s.has_cap || s.op == Op::kStackAlloc) &&
+            size_depth(s.cap, kMaxNestingDepth) > kMaxNestingDepth) {
+          return make_error(ErrorCode::kInvalidArgument,
+                            where + ": a " + op_info(s.op).name +
+                                " size expression nests add/mul/max deeper than " +
+                                std::to_string(kMaxNestingDepth) + " (kMaxNestingDepth)");
+        }
+        if (s.blocks.empty()) continue;
+        if (depth + 1 > kMaxNestingDepth) {
+          return make_error(ErrorCode::kInvalidArgument,
+                            where + ", statement `" + print_stmt(k, s) + "`: for / if bodies nest deeper than " +
+                                std::to_string(kMaxNestingDepth) + " (kMaxNestingDepth)");
+        }
+        for (const Block& c : s.blocks) todo.push_back({&c, depth + 1});
+      }
+    }
+  }
+  return {};
+}
 
 Status verify(const Kernel& k, const Target& target) {
   Verifier v(k, target);

@@ -18,4 +18,9 @@ namespace vkad::codegen {
 
 Status verify(const Kernel& k, const Target& target = {});
 
+// The part of verify() that runs first and without recursion: kInvalidArgument when for / if
+// bodies or size expressions nest deeper than kMaxNestingDepth. Anything that walks an
+// unverified kernel recursively (CompileCache's print) calls this first.
+Status check_nesting(const Kernel& k);
+
 }  // namespace vkad::codegen

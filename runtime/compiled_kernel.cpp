@@ -14,6 +14,8 @@ const char* dtype_name(DType t) {
   return "?";
 }
 
+bool valid_dtype(DType t) { return static_cast<uint8_t>(t) <= static_cast<uint8_t>(DType::kBool); }
+
 uint32_t dtype_bytes(DType t) {
   return (t == DType::kF64 || t == DType::kI64) ? 8 : 4;
 }

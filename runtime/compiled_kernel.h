@@ -37,6 +37,14 @@ uint32_t dtype_bytes(DType t);  // element size in ndarrays (bool: 4) and in the
 
 enum class ParamKind : uint8_t { kScalar, kNdArray };
 
+// The rank limit of ndarrays (create_ndarray, kernel parameters, the verifier).
+inline constexpr uint32_t kMaxNdArrayRank = 8;
+// Bounds on a kernel's declared layout, so every args-buffer offset fits 32 bits with room.
+inline constexpr uint32_t kMaxKernelParams = 4096;
+inline constexpr uint32_t kMaxKernelTasks = 4096;
+inline constexpr uint32_t kMaxTaskAdstacks = 4096;
+bool valid_dtype(DType t);  // one of the enumerators (a cast integer may be anything)
+
 struct KernelParam {
   std::string name;
   ParamKind kind = ParamKind::kScalar;

@@ -1,7 +1,13 @@
 #include "runtime/runtime.h"
 
+#include <atomic>
+#include <cfloat>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
+
+#include "runtime/spirv_interface.h"
 
 namespace vkad::runtime {
 
@@ -12,11 +18,53 @@ double now_us() {
   return duration<double, std::micro>(steady_clock::now().time_since_epoch()).count();
 }
 
-uint64_t element_count(const std::vector<uint32_t>& shape) {
-  uint64_t n = 1;
-  for (uint32_t d : shape) n *= d;
-  return n;
+// False when the product overflows 64 bits.
+bool element_count(const std::vector<uint32_t>& shape, uint64_t* n) {
+  *n = 1;
+  for (uint32_t d : shape) {
+    if (__builtin_mul_overflow(*n, uint64_t{d}, n)) return false;
+  }
+  return true;
 }
+
+std::string format_double(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+bool is_float_dtype(DType t) { return t == DType::kF32 || t == DType::kF64; }
+
+// Adstack capacities of a registered kernel are evaluated at every launch with its arguments:
+// their leaves must name integer scalars or existing ndarray dimensions. `depth` bounds the
+// recursion over a foreign expression.
+bool size_refs_ok(const adstack::SizeExpr& e, const std::vector<KernelParam>& params,
+                  uint32_t depth = 0) {
+  using K = adstack::SizeExpr::Kind;
+  if (depth > 64) return false;
+  switch (e.kind) {
+    case K::kConst: return true;
+    case K::kScalar:
+      return e.param < params.size() && params[e.param].kind == ParamKind::kScalar &&
+             (params[e.param].dtype == DType::kI32 || params[e.param].dtype == DType::kU32 ||
+              params[e.param].dtype == DType::kI64);
+    case K::kDim:
+      return e.param < params.size() && params[e.param].kind == ParamKind::kNdArray &&
+             e.dim < params[e.param].rank;
+    case K::kAdd:
+    case K::kMul:
+    case K::kMax:
+      if (e.operands.empty()) return false;
+      for (const auto& o : e.operands) {
+        if (!size_refs_ok(o, params, depth + 1)) return false;
+      }
+      return true;
+  }
+  return false;
+}
+
+// Every Runtime of the process gets its own id, the high half of its handles.
+std::atomic<uint32_t> g_next_runtime_id{1};
 
 std::string shape_string(const std::vector<uint32_t>& shape) {
   std::string s = "(";
@@ -26,10 +74,32 @@ std::string shape_string(const std::vector<uint32_t>& shape) {
 
 }  // namespace
 
+std::string handle_string(uint64_t id) {
+  return std::to_string(id >> 32) + ":" + std::to_string(id & 0xffffffffu);
+}
+
 Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) {
+  // A zero cap would dispatch no workgroups: every kernel would silently do nothing.
+  if (options.max_groups == 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "RuntimeOptions::max_groups is 0; it must be at least 1");
+  }
   std::unique_ptr<Runtime> rt(new Runtime());
   rt->options_ = options;
+  rt->runtime_id_ = g_next_runtime_id.fetch_add(1);
+  if (rt->runtime_id_ == 0) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "Runtime::create: 2^32 runtimes were created in this process; handle ids "
+                      "would repeat");
+  }
   VKAD_ASSIGN_OR_RETURN(rt->device_, rhi::Device::create(options.device));
+  if (options.max_groups > rt->device_->caps().max_workgroup_count[0]) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "RuntimeOptions::max_groups is " + std::to_string(options.max_groups) +
+                          ", more than device '" + rt->device_->caps().device_name +
+                          "' dispatches (maxComputeWorkGroupCount[0] = " +
+                          std::to_string(rt->device_->caps().max_workgroup_count[0]) + ")");
+  }
   VKAD_ASSIGN_OR_RETURN(rt->stream_,
                         rt->device_->create_stream(
                             {options.sync_mode, "vkad runtime stream", options.wait_spin_ns}));
@@ -62,15 +132,34 @@ Runtime::~Runtime() {
 Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
   VKAD_EXCLUSIVE_USE("register_kernel");
   VKAD_TRY(device_->status());
+  const std::string kname = "register_kernel: kernel '" + kernel.name + "'";
   if (kernel.tasks.empty()) {
     return make_error(ErrorCode::kInvalidArgument, "kernel '" + kernel.name + "' has no tasks");
   }
+  // Bounded so that every args-buffer offset (compiled_kernel.h) fits 32 bits.
+  if (kernel.params.size() > kMaxKernelParams || kernel.tasks.size() > kMaxKernelTasks) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      kname + " has " + std::to_string(kernel.params.size()) + " parameters and " +
+                          std::to_string(kernel.tasks.size()) + " tasks; at most " +
+                          std::to_string(kMaxKernelParams) + " and " +
+                          std::to_string(kMaxKernelTasks) + " are supported");
+  }
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     const KernelParam& p = kernel.params[i];
-    if (p.kind == ParamKind::kNdArray && p.rank == 0) {
+    if (!valid_dtype(p.dtype) || (p.kind != ParamKind::kScalar && p.kind != ParamKind::kNdArray)) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        kname + " parameter " + std::to_string(i) + " ('" + p.name +
+                            "'): dtype " + std::to_string(static_cast<int>(p.dtype)) +
+                            " or kind " + std::to_string(static_cast<int>(p.kind)) +
+                            " is not one of the enumerators");
+    }
+    if (p.kind == ParamKind::kNdArray && (p.rank == 0 || p.rank > kMaxNdArrayRank)) {
       return make_error(ErrorCode::kInvalidArgument, "kernel '" + kernel.name + "' parameter " +
                                                          std::to_string(i) + " ('" + p.name +
-                                                         "'): ndarray of rank 0");
+                                                         "'): ndarray of rank " +
+                                                         std::to_string(p.rank) + " (1 to " +
+                                                         std::to_string(kMaxNdArrayRank) +
+                                                         " supported)");
     }
     if ((p.dtype == DType::kF64 && !device_->caps().shader_float64) ||
         (p.dtype == DType::kI64 && !device_->caps().shader_int64)) {
@@ -81,11 +170,41 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
     }
   }
   for (const auto& range_task : kernel.tasks) {
+    std::string where = kname + " task '" + range_task.name + "'";
+    const rhi::Capabilities& dc = device_->caps();
+    if (range_task.local_size == 0 || range_task.local_size > dc.max_workgroup_size[0] ||
+        range_task.local_size > dc.max_workgroup_invocations) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        where + ": local_size " + std::to_string(range_task.local_size) +
+                            " is outside 1.." +
+                            std::to_string(std::min(dc.max_workgroup_size[0],
+                                                    dc.max_workgroup_invocations)) +
+                            " (the device's limit)");
+    }
+    if (range_task.adstacks.size() > kMaxTaskAdstacks) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        where + ": " + std::to_string(range_task.adstacks.size()) +
+                            " adstacks; at most " + std::to_string(kMaxTaskAdstacks) +
+                            " are supported");
+    }
+    for (const adstack::StackDesc& st : range_task.adstacks) {
+      if (static_cast<uint32_t>(st.heap) >= adstack::kHeapCount ||
+          !size_refs_ok(st.capacity, kernel.params)) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          where + ": adstack " + st.name +
+                              " has an unknown heap or a capacity that refers to a missing or "
+                              "non-integer parameter or dimension (or nests deeper than 64)");
+      }
+    }
     for (const RangeBound* b : {&range_task.begin, &range_task.end}) {
+      // Scalar bounds are read as integers at launch, so they must be integer parameters.
       bool bad = b->kind != RangeBound::Kind::kConstant &&
                  (b->param >= kernel.params.size() ||
                   (b->kind == RangeBound::Kind::kScalarParam &&
-                   kernel.params[b->param].kind != ParamKind::kScalar) ||
+                   (kernel.params[b->param].kind != ParamKind::kScalar ||
+                    (kernel.params[b->param].dtype != DType::kI32 &&
+                     kernel.params[b->param].dtype != DType::kU32 &&
+                     kernel.params[b->param].dtype != DType::kI64))) ||
                   (b->kind == RangeBound::Kind::kArrayDim &&
                    (kernel.params[b->param].kind != ParamKind::kNdArray ||
                     b->dim >= kernel.params[b->param].rank)));
@@ -99,6 +218,13 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
   uint64_t hash = kernel.content_hash();
   auto it = pipelines_.find(hash);
   if (it == pipelines_.end()) {
+    // Drivers trust their input: validate every module and its interface before any of them
+    // reaches one. Cached pipelines were checked when they were created.
+    for (const CompiledTask& t : kernel.tasks) {
+      VKAD_TRY(check_module(t.spirv,
+                            {"main", kernel.binding_count(), 8, t.local_size},
+                            kname + " task '" + t.name + "'"));
+    }
     Pipeline p;
     for (const CompiledTask& t : kernel.tasks) {
       rhi::ComputePipelineDesc desc;
@@ -114,9 +240,9 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
   } else {
     ++stats_.pipeline_cache_hits;
   }
+  VKAD_ASSIGN_OR_RETURN(uint64_t id, issue_id());
   ++it->second.refs;
   it->second.last_used = ++tick_;
-  uint32_t id = next_id_++;
   auto k = std::make_shared<Kernel>();
   k->desc = kernel;
   k->hash = hash;
@@ -127,16 +253,33 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
 
 Status Runtime::unregister_kernel(KernelHandle kernel) {
   VKAD_EXCLUSIVE_USE("unregister_kernel");
+  VKAD_TRY(device_->status());
   auto it = kernels_.find(kernel.id);
-  if (it == kernels_.end()) {
-    return make_error(ErrorCode::kNotFound,
-                      "kernel handle " + std::to_string(kernel.id) + " is not registered");
-  }
+  if (it == kernels_.end()) return dead_handle("unregister_kernel", "kernel", kernel.id);
   auto p = pipelines_.find(it->second->hash);
   if (p != pipelines_.end() && p->second.refs > 0) --p->second.refs;
   kernels_.erase(it);
   evict_unreferenced();
   return {};
+}
+
+Result<uint64_t> Runtime::issue_id() {
+  if (next_serial_ == 0) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "this runtime has issued 2^32 - 1 handles; create a new Runtime");
+  }
+  return runtime_id_ << 32 | next_serial_++;
+}
+
+Status Runtime::dead_handle(const std::string& where, const char* what, uint64_t id) const {
+  std::string h = std::string(what) + " handle " + handle_string(id);
+  uint64_t owner = id >> 32;
+  if (owner != 0 && owner != runtime_id_) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      where + ": " + h + " belongs to runtime " + std::to_string(owner) +
+                          ", not to this one (runtime " + std::to_string(runtime_id_) + ")");
+  }
+  return make_error(ErrorCode::kNotFound, where + ": " + h + " was freed or never existed");
 }
 
 void Runtime::evict_unreferenced() {
@@ -161,43 +304,56 @@ Result<NdArrayHandle> Runtime::create_ndarray(DType dtype, std::vector<uint32_t>
                                               const std::string& name) {
   VKAD_EXCLUSIVE_USE("create_ndarray");
   VKAD_TRY(device_->status());
-  std::string label = name.empty() ? "ndarray " + std::to_string(next_id_) : name;
-  if (shape.empty() || element_count(shape) == 0) {
+  std::string label = name.empty() ? "ndarray " + std::to_string(next_serial_) : name;
+  if (!valid_dtype(dtype)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "ndarray '" + label + "': dtype value " +
+                          std::to_string(static_cast<int>(dtype)) + " is not a DType");
+  }
+  if (shape.size() > kMaxNdArrayRank) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "ndarray '" + label + "': rank " + std::to_string(shape.size()) +
+                          " (shape " + shape_string(shape) + "); ranks 1 to " +
+                          std::to_string(kMaxNdArrayRank) + " are supported");
+  }
+  uint64_t elems = 0, bytes = 0;
+  if (!element_count(shape, &elems) ||
+      __builtin_mul_overflow(elems, uint64_t{dtype_bytes(dtype)}, &bytes)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "ndarray '" + label + "': shape " + shape_string(shape) + " of " +
+                          dtype_name(dtype) + " overflows 64 bits of bytes");
+  }
+  if (shape.empty() || elems == 0) {
     return make_error(ErrorCode::kInvalidArgument,
                       "ndarray '" + label + "': shape " + shape_string(shape) + " is empty");
   }
-  uint64_t bytes = element_count(shape) * dtype_bytes(dtype);
   if (bytes > device_->caps().max_storage_buffer_range) {
     return make_error(ErrorCode::kInvalidArgument,
                       "ndarray '" + label + "' of " + std::to_string(bytes) +
                           " bytes exceeds the device's storage buffer range of " +
                           std::to_string(device_->caps().max_storage_buffer_range));
   }
+  VKAD_ASSIGN_OR_RETURN(uint64_t id, issue_id());
   VKAD_ASSIGN_OR_RETURN(rhi::Buffer buffer,
                         device_->create_buffer({bytes, rhi::MemoryUsage::kDeviceLocal, label}));
-  uint32_t id = next_id_++;
   arrays_.emplace(id, NdArray{dtype, std::move(shape), std::move(buffer), label, bytes});
   return NdArrayHandle{id};
 }
 
 Status Runtime::free_ndarray(NdArrayHandle array) {
   VKAD_EXCLUSIVE_USE("free_ndarray");
+  VKAD_TRY(device_->status());
   auto it = arrays_.find(array.id);
-  if (it == arrays_.end()) {
-    return make_error(ErrorCode::kNotFound,
-                      "ndarray handle " + std::to_string(array.id) + " is not live");
-  }
+  if (it == arrays_.end()) return dead_handle("free_ndarray", "ndarray", array.id);
   arrays_.erase(it);  // Buffer -> deferred deleter at the serial of its last use
   return {};
 }
 
 Result<std::vector<uint32_t>> Runtime::shape(NdArrayHandle array) const {
   VKAD_EXCLUSIVE_USE("shape");
+  VKAD_TRY(device_->status());
   auto it = arrays_.find(array.id);
-  if (it == arrays_.end()) {
-    return make_error(ErrorCode::kNotFound,
-                      "ndarray handle " + std::to_string(array.id) + " is not live");
-  }
+  if (it == arrays_.end()) return dead_handle("shape", "ndarray", array.id);
   return it->second.shape;
 }
 
@@ -212,11 +368,12 @@ Status Runtime::upload(NdArrayHandle array, const void* data, uint64_t bytes) {
   VKAD_EXCLUSIVE_USE("upload");
   VKAD_TRY(device_->status());
   auto it = arrays_.find(array.id);
-  if (it == arrays_.end()) {
-    return make_error(ErrorCode::kNotFound,
-                      "upload: ndarray handle " + std::to_string(array.id) + " is not live");
-  }
+  if (it == arrays_.end()) return dead_handle("upload", "ndarray", array.id);
   NdArray& a = it->second;
+  if (data == nullptr) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "upload to '" + a.name + "': the data pointer is null");
+  }
   if (bytes != a.bytes) {
     return make_error(ErrorCode::kInvalidArgument,
                       "upload to '" + a.name + "': " + std::to_string(bytes) +
@@ -239,11 +396,12 @@ Status Runtime::download(NdArrayHandle array, void* out, uint64_t bytes) {
   VKAD_EXCLUSIVE_USE("download");
   VKAD_TRY(device_->status());
   auto it = arrays_.find(array.id);
-  if (it == arrays_.end()) {
-    return make_error(ErrorCode::kNotFound,
-                      "download: ndarray handle " + std::to_string(array.id) + " is not live");
-  }
+  if (it == arrays_.end()) return dead_handle("download", "ndarray", array.id);
   NdArray& a = it->second;
+  if (out == nullptr) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "download from '" + a.name + "': the output pointer is null");
+  }
   if (bytes != a.bytes) {
     return make_error(ErrorCode::kInvalidArgument,
                       "download from '" + a.name + "': " + std::to_string(bytes) +
@@ -294,14 +452,26 @@ Status Runtime::check_args(const Kernel& k, std::span<const Arg> args) const {
                                                            dtype_name(p.dtype) + ", got " +
                                                            dtype_name(a.dtype));
       }
+      // The args buffer holds the parameter's own width: a value that does not fit would be
+      // truncated (or, for f32, converted with undefined behaviour).
+      bool fits = true;
+      switch (p.dtype) {
+        case DType::kF32: fits = !std::isfinite(a.f) || std::fabs(a.f) <= FLT_MAX; break;
+        case DType::kI32: fits = a.i >= INT32_MIN && a.i <= INT32_MAX; break;
+        case DType::kU32: fits = a.i >= 0 && a.i <= UINT32_MAX; break;
+        case DType::kBool: fits = a.i == 0 || a.i == 1; break;
+        default: break;
+      }
+      if (!fits) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          where + ": value " +
+                              (is_float_dtype(p.dtype) ? format_double(a.f) : std::to_string(a.i)) +
+                              " does not fit " + dtype_name(p.dtype));
+      }
       continue;
     }
     auto it = arrays_.find(a.array.id);
-    if (it == arrays_.end()) {
-      return make_error(ErrorCode::kNotFound, where + ": ndarray handle " +
-                                                  std::to_string(a.array.id) +
-                                                  " was freed or never existed");
-    }
+    if (it == arrays_.end()) return dead_handle(where, "ndarray", a.array.id);
     const NdArray& arr = it->second;
     if (arr.dtype != p.dtype || arr.shape.size() != p.rank) {
       return make_error(ErrorCode::kInvalidArgument,
@@ -317,10 +487,7 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args) {
   VKAD_EXCLUSIVE_USE("launch");
   VKAD_TRY(device_->status());
   auto kit = kernels_.find(kernel.id);
-  if (kit == kernels_.end()) {
-    return make_error(ErrorCode::kNotFound, "launch: kernel handle " +
-                                                std::to_string(kernel.id) + " is not registered");
-  }
+  if (kit == kernels_.end()) return dead_handle("launch", "kernel", kernel.id);
   const std::shared_ptr<const Kernel>& k = kit->second;
   const CompiledKernel& d = k->desc;
   VKAD_TRY(check_args(*k, args));
@@ -524,6 +691,7 @@ Status Runtime::ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& ne
 
 Status Runtime::set_retirement_depth(size_t depth) {
   VKAD_EXCLUSIVE_USE("set_retirement_depth");
+  VKAD_TRY(device_->status());
   VKAD_TRY(retirement_.set_depth(depth));
   stream_->recycle();
   return {};

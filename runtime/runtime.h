@@ -57,12 +57,18 @@ struct RuntimeOptions {
   int64_t wait_spin_ns = -1;
 };
 
+// Handles name their owner: the high 32 bits are the id of the Runtime that issued them (a
+// process-wide counter, never reused), the low 32 bits the object's serial within that runtime
+// (never reused either). A handle of another runtime, a freed one or a made-up one is therefore
+// an error naming the handle, never another object. 0 is never a valid handle.
 struct KernelHandle {
-  uint32_t id = 0;
+  uint64_t id = 0;
 };
 struct NdArrayHandle {
-  uint32_t id = 0;
+  uint64_t id = 0;
 };
+// "runtime:serial", as error messages print a handle.
+std::string handle_string(uint64_t id);
 
 // A launch argument: a scalar of a dtype, or an ndarray.
 struct Arg {
@@ -100,6 +106,8 @@ struct RuntimeStats {
 
 class Runtime {
  public:
+  // kInvalidArgument for options out of range (max_groups must be 1 to the device's
+  // maxComputeWorkGroupCount[0]).
   static Result<std::unique_ptr<Runtime>> create(const RuntimeOptions& options = {});
   // Waits for this runtime's own submissions (never the whole device), drains, frees all.
   // Never throws; after a device loss it releases without waiting.
@@ -107,23 +115,31 @@ class Runtime {
 
   // --- kernels ---
   // Creates (or finds, by content hash) the pipelines of `kernel`. Two kernels with the same
-  // name but different content coexist. kInvalidArgument when the kernel is malformed.
+  // name but different content coexist. kInvalidArgument when the kernel is malformed: no
+  // tasks, bad parameters or range bounds, local_size 0 or past the device, or a task module
+  // that fails SPIR-V validation or whose interface (set-0 storage-buffer bindings, push
+  // constant size, LocalSize) disagrees with the declared parameters. All checked before any
+  // driver call.
   Result<KernelHandle> register_kernel(const CompiledKernel& kernel);
   // Drops the handle. Its pipelines stay cached while unreferenced (up to the cache
   // capacity); eviction goes through the deferred deleter, never under a queued submission.
   Status unregister_kernel(KernelHandle kernel);
 
   // --- ndarrays ---
+  // kInvalidArgument for an unknown dtype, a rank outside 1..kMaxNdArrayRank, a zero
+  // extent, or a size that overflows 64 bits or exceeds the device's storage buffer range.
   Result<NdArrayHandle> create_ndarray(DType dtype, std::vector<uint32_t> shape,
                                        const std::string& name = "");
   // Frees now from the caller's view; the memory is released once every recorded or in-flight
   // launch that uses it has completed (never early, never leaked).
   Status free_ndarray(NdArrayHandle array);
   // Host -> device. Recorded into the current list (ordered before later launches); the host
-  // data is copied into a staging buffer before returning.
+  // data is copied into a staging buffer before returning. `data` must not be null and
+  // `bytes` must equal the array's size (kInvalidArgument otherwise).
   Status upload(NdArrayHandle array, const void* data, uint64_t bytes);
   // Device -> host (a readback: flushes, waits for that submission, drains all retirements,
-  // checks device error flags). `bytes` must equal the array's size.
+  // checks device error flags). `out` must not be null and `bytes` must equal the array's
+  // size (kInvalidArgument otherwise).
   Status download(NdArrayHandle array, void* out, uint64_t bytes);
   Result<std::vector<uint32_t>> shape(NdArrayHandle array) const;
 
@@ -134,6 +150,9 @@ class Runtime {
   Result<rhi::StreamSemaphore> flush();
   Status synchronize();
 
+  // After a device loss every call above and set_retirement_depth return kDeviceLost and
+  // change nothing; only destruction remains useful. A handle of another runtime is
+  // kInvalidArgument, a freed or never-issued one kNotFound; both name the handle.
   Status set_retirement_depth(size_t depth);
   size_t retirement_depth() const { return retirement_.depth(); }
   RuntimeStats stats() const;
@@ -170,6 +189,10 @@ class Runtime {
 
   Runtime() : retirement_(3) {}
   Status ensure_list();
+  // The error for a handle that is not live here: foreign (kInvalidArgument) or freed /
+  // never issued (kNotFound). `what` is "kernel" or "ndarray".
+  Status dead_handle(const std::string& where, const char* what, uint64_t id) const;
+  Result<uint64_t> issue_id();  // the next handle id of this runtime
   Status check_args(const Kernel& k, std::span<const Arg> args) const;
   Status drain_all();
   struct TaskLaunch {
@@ -195,9 +218,10 @@ class Runtime {
   uint64_t ctx_bytes_ = 0;
   RetirementQueue<CtxBuffers> retirement_;
   std::unordered_map<uint64_t, Pipeline> pipelines_;
-  std::unordered_map<uint32_t, std::shared_ptr<const Kernel>> kernels_;
-  std::unordered_map<uint32_t, NdArray> arrays_;
-  uint32_t next_id_ = 1;
+  std::unordered_map<uint64_t, std::shared_ptr<const Kernel>> kernels_;
+  std::unordered_map<uint64_t, NdArray> arrays_;
+  uint64_t runtime_id_ = 0;   // process-wide, the high half of every handle
+  uint32_t next_serial_ = 1;  // the low half
   uint64_t tick_ = 0;
   rhi::StreamSemaphore last_sem_;
   std::array<rhi::Buffer, adstack::kHeapCount> heaps_;  // shared by all adstack launches

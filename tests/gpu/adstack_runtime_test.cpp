@@ -97,6 +97,46 @@ TEST_F(AdstackRuntime, HeapGrowsWhileEarlierLaunchesAreInFlight) {
   }
 }
 
+TEST_F(AdstackRuntime, CapacityPast64BitsIsALaunchErrorNamingKernelAndStack) {
+  // A stated bound n*n*n: with n = 3,000,000 it is 2.7e19, past 2^63. Before checked size
+  // arithmetic this wrapped to a garbage capacity (and aborted under UBSan).
+  runtime::CompiledKernel ck = adjoint(R"(kernel cube(n: i32, cnt: ndarray<i32, 1>, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f32
+    %x = load x[%i] : f32
+    store_local %v, %x
+    %zero = const 0 : i32
+    %c = load cnt[%i] : i32
+    for %k in [%zero, %c) max_trip(mul(n, mul(n, n))) {
+      %a = load_local %v : f32
+      %s = sin %a : f32
+      store_local %v, %s
+    }
+    %out = load_local %v : f32
+    store y[%i], %out
+  }
+})");
+  auto h = runner_->rt().register_kernel(ck);
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  auto cnt = runner_->rt().create_ndarray(DType::kI32, {4});
+  ASSERT_TRUE(cnt.ok());
+  auto x = array(std::vector<float>(4, 0.5f)), y = array(std::vector<float>(4, 0)),
+       xg = array(std::vector<float>(4, 0)), yg = array(std::vector<float>(4, 1));
+  Arg args[] = {Arg::i32(3'000'000), Arg::ndarray(*cnt), Arg::ndarray(x), Arg::ndarray(y),
+                Arg::ndarray(xg), Arg::ndarray(yg)};
+  auto before = runner_->rt().stats().launches;
+  Status st = runner_->rt().launch(*h, args);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("launch of 'cube_adjoint' task 'main_adjoint': adstack %"), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("size overflows 64 bits"), std::string::npos) << st.message();
+  EXPECT_EQ(runner_->rt().stats().launches, before) << "nothing recorded";
+  // A bound that fits launches normally.
+  args[0] = Arg::i32(2);
+  ASSERT_TRUE(runner_->rt().launch(*h, args).ok());
+  EXPECT_TRUE(runner_->rt().synchronize().ok());
+}
+
 TEST_F(AdstackRuntime, OverflowIsReportedNamingTheStackAndRecoveredFrom) {
   // The loop states max_trip(4), but the counts go up to 9.
   runtime::CompiledKernel ck = adjoint(R"(kernel dd(cnt: ndarray<i32, 1>, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {

@@ -1,0 +1,28 @@
+// Checks a task module that register_kernel is about to hand to the driver: it must be valid
+// SPIR-V (the SPIRV-Tools gate of codegen/spirv_tools.h) and its interface must match the kernel
+// ABI of compiled_kernel.h as the CompiledKernel declares it. Drivers do not validate modules
+// (a truncated one crashed lavapipe) and mismatched bindings are undefined behaviour, so both
+// are errors here, before any driver call.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rhi/status.h"
+
+namespace vkad::runtime {
+
+struct ModuleInterface {
+  std::string entry_point = "main";  // the one GLCompute entry point
+  uint32_t storage_buffer_count = 0;  // set 0, bindings [0, count): storage buffers only
+  uint32_t push_constant_bytes = 0;   // the push-constant block must fit in this many bytes
+  uint32_t local_size = 0;            // LocalSize must be (local_size, 1, 1)
+};
+
+// kInvalidArgument saying what is wrong (the validator's message, or which binding / block /
+// execution mode disagrees with `expected`). `where` prefixes every message.
+Status check_module(const std::vector<uint32_t>& words, const ModuleInterface& expected,
+                    const std::string& where);
+
+}  // namespace vkad::runtime

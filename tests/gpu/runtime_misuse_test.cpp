@@ -1,0 +1,288 @@
+// Misuse of the Runtime API, as a hostile or careless caller does it: every case is an error
+// value that names what is wrong and where (never a crash, never silent success).
+#include <cstring>
+#include <limits>
+
+#include "codegen/spirv_tools.h"
+#include "gpu/gpu_test.h"
+#include "rhi/vk_check.h"
+#include "runtime/runtime.h"
+
+namespace vkad::testing {
+namespace {
+
+using runtime::Arg;
+using runtime::DType;
+using runtime::Runtime;
+
+std::unique_ptr<Runtime> make_runtime(bool* skipped, runtime::RuntimeOptions o = {}) {
+  o.device.enable_validation = true;
+  o.max_list_age_us = 1e12;
+  auto r = Runtime::create(o);
+  if (!r.ok() && r.status().code() == ErrorCode::kNoDevice) {
+    *skipped = true;
+    return nullptr;
+  }
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? std::move(r).value() : nullptr;
+}
+
+#define EXPECT_ERROR(expr, want, needle)                                         \
+  do {                                                                           \
+    Status s_ = (expr);                                                          \
+    EXPECT_EQ(s_.code(), want) << s_.to_string();                                \
+    EXPECT_NE(s_.message().find(needle), std::string::npos) << s_.message();     \
+  } while (0)
+
+class RuntimeMisuse : public ::testing::Test {
+ protected:
+  void SetUp() override { rt_ = make_runtime(&skipped_); }
+  void TearDown() override {
+    for (Runtime* rt : {rt_.get(), other_.get()}) {
+      if (!rt) continue;
+      std::string all;
+      for (const auto& m : rt->device().validation_messages()) all += m + "\n";
+      EXPECT_EQ(rt->device().validation_message_count(), 0u) << all;
+    }
+  }
+  runtime::NdArrayHandle array(Runtime& rt, std::vector<float> v, const std::string& name) {
+    auto h = rt.create_ndarray(DType::kF32, {static_cast<uint32_t>(v.size())}, name);
+    EXPECT_TRUE(h.ok()) << h.status().to_string();
+    EXPECT_TRUE(rt.upload(*h, v.data(), 4 * v.size()).ok());
+    return *h;
+  }
+  std::vector<float> read(Runtime& rt, runtime::NdArrayHandle h, size_t n) {
+    std::vector<float> out(n);
+    Status s = rt.download(h, out.data(), 4 * n);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    return out;
+  }
+  bool skipped_ = false;
+  std::unique_ptr<Runtime> rt_, other_;
+};
+
+#define SKIP_IF_NO_DEVICE() \
+  if (skipped_) GTEST_SKIP() << "SKIPPED: no Vulkan device"
+
+TEST_F(RuntimeMisuse, NullPointersAndWrongSizesInUploadAndDownload) {
+  SKIP_IF_NO_DEVICE();
+  auto h = array(*rt_, std::vector<float>(16, 1.0f), "buf");
+  EXPECT_ERROR(rt_->upload(h, nullptr, 64), ErrorCode::kInvalidArgument,
+               "upload to 'buf': the data pointer is null");
+  EXPECT_ERROR(rt_->download(h, nullptr, 64), ErrorCode::kInvalidArgument,
+               "download from 'buf': the output pointer is null");
+  float one = 0;
+  EXPECT_ERROR(rt_->upload(h, &one, 0), ErrorCode::kInvalidArgument, "0 bytes given, the array holds 64");
+  EXPECT_ERROR(rt_->download(h, &one, 0), ErrorCode::kInvalidArgument,
+               "0 bytes requested, the array holds 64");
+  EXPECT_EQ(rt_->stats().ctx_bytes_recording, 64u) << "only the first upload was recorded";
+  EXPECT_EQ(read(*rt_, h, 16)[3], 1.0f);
+}
+
+TEST_F(RuntimeMisuse, HandlesOfAnotherRuntimeAreRejectedNamingTheHandle) {
+  SKIP_IF_NO_DEVICE();
+  other_ = make_runtime(&skipped_);
+  ASSERT_TRUE(other_);
+  // Both runtimes hold objects created in the same order, so plain counters would coincide.
+  auto ax = array(*rt_, std::vector<float>(32, 1.0f), "a.x");
+  auto ay = array(*rt_, std::vector<float>(32, 10.0f), "a.y");
+  auto ka = rt_->register_kernel(make_axpy_kernel("axpy_add"));
+  auto bx = array(*other_, std::vector<float>(32, 2.0f), "b.x");
+  auto by = array(*other_, std::vector<float>(32, 20.0f), "b.y");
+  auto kb = other_->register_kernel(make_axpy_kernel("axpy_sub", "OpFSub"));
+  ASSERT_TRUE(ka.ok() && kb.ok());
+  ASSERT_NE(ka->id, kb->id);
+  ASSERT_NE(ax.id, bx.id);
+
+  Arg own[] = {Arg::f32(1.0f), Arg::ndarray(ax), Arg::ndarray(ay)};
+  Arg foreign_arrays[] = {Arg::f32(1.0f), Arg::ndarray(bx), Arg::ndarray(by)};
+  std::string kb_name = "kernel handle " + runtime::handle_string(kb->id);
+  EXPECT_ERROR(rt_->launch(*kb, own), ErrorCode::kInvalidArgument, kb_name + " belongs to runtime");
+  EXPECT_ERROR(rt_->launch(*ka, foreign_arrays), ErrorCode::kInvalidArgument,
+               "argument 1 ('x'): ndarray handle " + runtime::handle_string(bx.id) +
+                   " belongs to runtime");
+  float buf[32] = {};
+  EXPECT_ERROR(rt_->upload(by, buf, sizeof buf), ErrorCode::kInvalidArgument, "upload: ndarray handle");
+  EXPECT_ERROR(rt_->download(by, buf, sizeof buf), ErrorCode::kInvalidArgument, "belongs to runtime");
+  EXPECT_ERROR(rt_->free_ndarray(by), ErrorCode::kInvalidArgument, "free_ndarray: ndarray handle");
+  EXPECT_ERROR(rt_->shape(by).status(), ErrorCode::kInvalidArgument, "shape: ndarray handle");
+  EXPECT_ERROR(rt_->unregister_kernel(*kb), ErrorCode::kInvalidArgument, "belongs to runtime");
+  // A kernel handle is not an ndarray handle.
+  EXPECT_ERROR(rt_->free_ndarray({ka->id}), ErrorCode::kNotFound, "was freed or never existed");
+
+  // Nothing of the other runtime was touched: its arrays and kernel still work as before.
+  EXPECT_EQ(read(*other_, by, 32)[0], 20.0f);
+  Arg b_args[] = {Arg::f32(1.0f), Arg::ndarray(bx), Arg::ndarray(by)};
+  ASSERT_TRUE(other_->launch(*kb, b_args).ok());
+  EXPECT_EQ(read(*other_, by, 32)[0], 2.0f - 20.0f);
+  ASSERT_TRUE(rt_->launch(*ka, own).ok());
+  EXPECT_EQ(read(*rt_, ay, 32)[0], 11.0f);
+}
+
+TEST_F(RuntimeMisuse, FreedAndMadeUpHandlesAreNotFound) {
+  SKIP_IF_NO_DEVICE();
+  auto h = array(*rt_, std::vector<float>(8, 1.0f), "gone");
+  auto k = rt_->register_kernel(make_axpy_kernel("axpy"));
+  ASSERT_TRUE(k.ok());
+  ASSERT_TRUE(rt_->free_ndarray(h).ok());
+  ASSERT_TRUE(rt_->unregister_kernel(*k).ok());
+  std::string hn = "ndarray handle " + runtime::handle_string(h.id) + " was freed or never existed";
+  EXPECT_ERROR(rt_->free_ndarray(h), ErrorCode::kNotFound, hn);
+  EXPECT_ERROR(rt_->shape(h).status(), ErrorCode::kNotFound, hn);
+  EXPECT_ERROR(rt_->unregister_kernel(*k), ErrorCode::kNotFound, "was freed or never existed");
+  EXPECT_ERROR(rt_->free_ndarray({12345}), ErrorCode::kNotFound, "ndarray handle 0:12345");
+  // A new array never reuses the freed handle.
+  auto again = rt_->create_ndarray(DType::kF32, {8});
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(again->id, h.id);
+}
+
+TEST_F(RuntimeMisuse, ShapesWhoseSizeOverflowsAreRejected) {
+  SKIP_IF_NO_DEVICE();
+  // 2^32-1 squared times 2^32-1 ... wraps 64 bits; so does 2^64 + 30 elements.
+  const uint32_t m = std::numeric_limits<uint32_t>::max();
+  EXPECT_ERROR(rt_->create_ndarray(DType::kF32, {m, m, m}, "huge").status(),
+               ErrorCode::kInvalidArgument, "ndarray 'huge': shape (4294967295, 4294967295, 4294967295) of f32 overflows 64 bits");
+  // 2^31 * 2^31 * 4 * 4 bytes = 2^66 bytes: the element count fits, the bytes do not.
+  EXPECT_ERROR(rt_->create_ndarray(DType::kF32, {1u << 31, 1u << 31, 4}, "wide").status(),
+               ErrorCode::kInvalidArgument, "overflows 64 bits");
+  EXPECT_EQ(rt_->stats().ndarrays, 0u);
+}
+
+TEST_F(RuntimeMisuse, RankAndDtypeOutOfRangeAreRejected) {
+  SKIP_IF_NO_DEVICE();
+  EXPECT_ERROR(rt_->create_ndarray(DType::kF32, {1, 1, 1, 1, 1, 1, 1, 1, 1}, "r9").status(),
+               ErrorCode::kInvalidArgument, "ndarray 'r9': rank 9");
+  EXPECT_ERROR(rt_->create_ndarray(static_cast<DType>(42), {4}, "bad").status(),
+               ErrorCode::kInvalidArgument, "ndarray 'bad': dtype value 42 is not a DType");
+  EXPECT_TRUE(rt_->create_ndarray(DType::kF32, {1, 1, 1, 1, 1, 1, 1, 2}, "r8").ok());
+}
+
+TEST_F(RuntimeMisuse, ZeroMaxGroupsIsRejected) {
+  SKIP_IF_NO_DEVICE();
+  runtime::RuntimeOptions o;
+  o.max_groups = 0;
+  auto r = Runtime::create(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("max_groups is 0"), std::string::npos) << r.status().message();
+  o.max_groups = std::numeric_limits<uint32_t>::max();
+  r = Runtime::create(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("maxComputeWorkGroupCount"), std::string::npos)
+      << r.status().message();
+}
+
+TEST_F(RuntimeMisuse, BadForeignModulesAreRejectedBeforeTheDriver) {
+  SKIP_IF_NO_DEVICE();
+  auto expect_rejected = [&](runtime::CompiledKernel k, const std::string& needle) {
+    auto r = rt_->register_kernel(k);
+    ASSERT_FALSE(r.ok()) << needle;
+    EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument) << r.status().to_string();
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  const runtime::CompiledKernel good = make_axpy_kernel("axpy");
+  std::string where = "register_kernel: kernel 'axpy' task '" + good.tasks[0].name + "': ";
+
+  runtime::CompiledKernel truncated = good;
+  truncated.tasks[0].spirv.resize(truncated.tasks[0].spirv.size() / 2);
+  expect_rejected(truncated, where + "SPIR-V module does not validate");
+
+  runtime::CompiledKernel headless = good;
+  headless.tasks[0].spirv.resize(3);
+  expect_rejected(headless, where + "SPIR-V module of 3 words has no SPIR-V header");
+
+  // The module binds x and y at 1 and 2; a kernel declaring one ndarray has bindings 0..1.
+  runtime::CompiledKernel fewer = good;
+  fewer.params.pop_back();
+  expect_rejected(fewer, "(set 0, binding 2): the kernel declares 2 bindings");
+
+  runtime::CompiledKernel wrong_size = good;
+  wrong_size.tasks[0].local_size = 32;
+  expect_rejected(wrong_size, "LocalSize 64 1 1, the task declares local_size 32");
+
+  runtime::CompiledKernel zero = good;
+  zero.tasks[0].local_size = 0;
+  expect_rejected(zero, "local_size 0 is outside 1..");
+
+  // Push constants larger than the ABI's 8 bytes, binding in set 1, a uniform buffer.
+  std::string scale_add = kScaleAddSpirv;  // 12-byte push constants, bindings 0 and 1
+  auto words = codegen::assemble_spirv(scale_add);
+  ASSERT_TRUE(words.ok()) << words.status().to_string();
+  runtime::CompiledKernel big_pc;
+  big_pc.name = "scale_add";
+  big_pc.params = {{"x", runtime::ParamKind::kNdArray, DType::kU32, 1, false}};
+  big_pc.tasks.push_back({"main", *words, 64});
+  expect_rejected(big_pc, "push-constant block %");
+  expect_rejected(big_pc, "is 12 bytes, the kernel ABI passes 8");
+
+  auto set1 = good;
+  auto set1_words = codegen::assemble_spirv(
+      codegen::disassemble_spirv(good.tasks[0].spirv));  // round trip works
+  ASSERT_TRUE(set1_words.ok());
+  std::string text = codegen::disassemble_spirv(good.tasks[0].spirv);
+  size_t at = text.find("DescriptorSet 0", text.find("Binding 1") - 40);
+  ASSERT_NE(at, std::string::npos);
+  std::string moved = text;
+  moved.replace(text.find("DescriptorSet 0"), 15, "DescriptorSet 1");
+  set1_words = codegen::assemble_spirv(moved);
+  ASSERT_TRUE(set1_words.ok()) << set1_words.status().to_string();
+  set1.tasks[0].spirv = *set1_words;
+  expect_rejected(set1, "the kernel ABI uses descriptor set 0 only");
+
+  EXPECT_EQ(rt_->stats().pipelines_cached, 0u);
+  EXPECT_TRUE(rt_->register_kernel(good).ok());
+}
+
+TEST_F(RuntimeMisuse, ScalarArgumentsThatDoNotFitTheirTypeAreRejected) {
+  SKIP_IF_NO_DEVICE();
+  auto hx = array(*rt_, std::vector<float>(8, 1.0f), "x");
+  auto hy = array(*rt_, std::vector<float>(8, 1.0f), "y");
+  auto k = rt_->register_kernel(make_axpy_kernel("axpy"));
+  ASSERT_TRUE(k.ok());
+  Arg args[] = {Arg::f64(1e300), Arg::ndarray(hx), Arg::ndarray(hy)};
+  args[0].dtype = DType::kF32;  // an f32 argument holding a double past f32's range
+  EXPECT_ERROR(rt_->launch(*k, args), ErrorCode::kInvalidArgument,
+               "launch of 'axpy', argument 0 ('a'): value");
+  EXPECT_ERROR(rt_->launch(*k, args), ErrorCode::kInvalidArgument, "value 1e+300 does not fit f32");
+  EXPECT_EQ(rt_->stats().launches, 0u);
+}
+
+TEST_F(RuntimeMisuse, ForeignAdstackCapacitiesMustReferToIntegerParameters) {
+  SKIP_IF_NO_DEVICE();
+  runtime::CompiledKernel k = make_axpy_kernel("axpy");
+  k.tasks[0].adstacks.push_back({"%s", adstack::Heap::kF32, adstack::SizeExpr::scalar(99)});
+  EXPECT_ERROR(rt_->register_kernel(k).status(), ErrorCode::kInvalidArgument,
+               "adstack %s has an unknown heap or a capacity that refers to a missing");
+  k.tasks[0].adstacks[0].capacity = adstack::SizeExpr::scalar(0);  // 'a' is f32
+  EXPECT_ERROR(rt_->register_kernel(k).status(), ErrorCode::kInvalidArgument, "adstack %s");
+}
+
+TEST_F(RuntimeMisuse, EveryCallReportsADeviceLoss) {
+  SKIP_IF_NO_DEVICE();
+  auto hx = array(*rt_, std::vector<float>(64, 1.0f), "x");
+  auto hy = array(*rt_, std::vector<float>(64, 1.0f), "y");
+  auto k = rt_->register_kernel(make_axpy_kernel("axpy"));
+  ASSERT_TRUE(k.ok());
+  Arg args[] = {Arg::f32(1.0f), Arg::ndarray(hx), Arg::ndarray(hy)};
+  ASSERT_TRUE(rt_->launch(*k, args).ok());
+  rhi::FaultInjection::arm("vkQueueSubmit", VK_ERROR_DEVICE_LOST);
+  EXPECT_EQ(rt_->flush().status().code(), ErrorCode::kDeviceLost);
+  rhi::FaultInjection::disarm_all();
+  std::vector<float> out(64);
+  EXPECT_EQ(rt_->set_retirement_depth(1).code(), ErrorCode::kDeviceLost);
+  EXPECT_EQ(rt_->unregister_kernel(*k).code(), ErrorCode::kDeviceLost);
+  EXPECT_EQ(rt_->free_ndarray(hx).code(), ErrorCode::kDeviceLost);
+  EXPECT_EQ(rt_->shape(hx).status().code(), ErrorCode::kDeviceLost);
+  EXPECT_EQ(rt_->register_kernel(make_axpy_kernel("other")).status().code(), ErrorCode::kDeviceLost);
+  EXPECT_EQ(rt_->create_ndarray(DType::kF32, {4}).status().code(), ErrorCode::kDeviceLost);
+  EXPECT_EQ(rt_->upload(hy, out.data(), 256).code(), ErrorCode::kDeviceLost);
+  EXPECT_EQ(rt_->download(hy, out.data(), 256).code(), ErrorCode::kDeviceLost);
+  EXPECT_EQ(rt_->launch(*k, args).code(), ErrorCode::kDeviceLost);
+  EXPECT_EQ(rt_->flush().status().code(), ErrorCode::kDeviceLost);
+  EXPECT_EQ(rt_->synchronize().code(), ErrorCode::kDeviceLost);
+  EXPECT_EQ(rt_->stats().ndarrays, 2u) << "calls after the loss change nothing";
+}
+
+}  // namespace
+}  // namespace vkad::testing
