@@ -42,7 +42,7 @@ namespace vkad::codegen {
 // Loops and branches nested deeper than this in a forward kernel are rejected
 // (kInvalidArgument naming the first statement past the limit). The adjoint is linear in the
 // forward's size for branches, but replays each loop body once per enclosing loop level.
-inline constexpr int kMaxAdjointNesting = 64;
+inline constexpr int kMaxAdjointNesting = static_cast<int>(kMaxNestingDepth);  // ir.h
 
 // The forward kernel must verify. The adjoint is verified (against `target`) before it is
 // returned, so a caller never receives IR that the compiler would reject later: a failure is

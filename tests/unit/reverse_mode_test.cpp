@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <sstream>
 
+#include "codegen/builder.h"
 #include "codegen/reverse_mode.h"
 #include "codegen/text.h"
 #include "codegen/verifier.h"
@@ -182,6 +184,27 @@ Kernel nested_ifs(int depth) {
   return k.ok() ? *k : Kernel{};
 }
 
+// The same through the builder, which (unlike the parser) does not stop at the nesting limit:
+// how a DSL could hand reverse mode a kernel deeper than the verifier allows.
+Kernel nested_ifs_built(int depth) {
+  KernelBuilder kb("k");
+  Array x = kb.ndarray("x", DType::kF32, 1, {.needs_grad = true});
+  Array y = kb.ndarray("y", DType::kF32, 1, {.needs_grad = true});
+  kb.parallel_for("main", 0, x.dim(0), [&](Value i) {
+    Local v = kb.local(x(i));
+    std::function<void(int)> nest = [&](int d) {
+      if (d == depth) return;
+      kb.if_(v.load() > -0.5, [&] {
+        v.store(sin(v.load()));
+        nest(d + 1);
+      });
+    };
+    nest(0);
+    y.store({i}, v.load());
+  });
+  return kb.finish();
+}
+
 // A hostile kernel of 160 nested ifs once gave a 26,426-line adjoint (each branch's reverse
 // replayed its whole subtree): the adjoint's size must grow linearly with the nesting.
 TEST(ReverseModePass, AdjointOfNestedIfsGrowsLinearly) {
@@ -197,7 +220,7 @@ TEST(ReverseModePass, AdjointOfNestedIfsGrowsLinearly) {
 
 TEST(ReverseModePass, RejectsNestingDeeperThanTheLimitNamingTheStatement) {
   EXPECT_TRUE(make_adjoint(nested_ifs(kMaxAdjointNesting)).ok());
-  Kernel k = nested_ifs(kMaxAdjointNesting + 1);
+  Kernel k = nested_ifs_built(kMaxAdjointNesting + 1);
   const Stmt* innermost = nullptr;
   for (const Block* b = &k.tasks[0].body; b;) {
     const Block* next = nullptr;
@@ -212,7 +235,7 @@ TEST(ReverseModePass, RejectsNestingDeeperThanTheLimitNamingTheStatement) {
   EXPECT_EQ(a.status().code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(a.status().message().find("statement `" + print_stmt(k, *innermost) + "`"), std::string::npos)
       << a.status().message();
-  EXPECT_NE(a.status().message().find("at most " + std::to_string(kMaxAdjointNesting)), std::string::npos)
+  EXPECT_NE(a.status().message().find(std::to_string(kMaxAdjointNesting)), std::string::npos)
       << a.status().message();
 }
 
