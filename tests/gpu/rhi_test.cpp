@@ -153,6 +153,9 @@ TEST_P(RhiTest, ManySubmissionsPolledOutOfOrder) {
   for (int i = 0; i < 64; ++i) {
     auto list = stream_->begin();
     ASSERT_TRUE(list.ok());
+    // Orders this fill after the previous submission's (write-after-write on one buffer: a
+    // hazard synchronization validation reports at queue submit without it).
+    list->barrier(Barrier::kTransferToTransfer);
     list->fill(*scratch, static_cast<uint32_t>(i));
     rhi::Stream::TimelineWait wait{gate, 1};
     auto sem = i == 0 ? stream_->submit(*list, {&wait, 1}) : stream_->submit(*list);

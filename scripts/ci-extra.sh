@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# CI after the README's test command (.ci/run calls it): the checks a user's two commands do not
+# run, each in its own build tree so nothing is shared with ./build.
+#   1. ASan + UBSan: the whole suite, validation on, LeakSanitizer on (lavapipe's known leak
+#      suppressed in tests/sanitizers/lsan.supp).
+#   2. ThreadSanitizer: the threading tests (distinct runtimes on distinct threads, concurrent
+#      use of one runtime refused, the use guard).
+#   3. Synchronization validation over the GPU suite's fence-mode tests (the 1.3.239 layer does
+#      not track host waits on timeline semaphores, so timeline mode reports false hazards at
+#      queue submit; fence mode is the path it can check).
+# VKAD_CI_SKIP="asan tsan sync" skips parts (for a quick local run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+skip=" ${VKAD_CI_SKIP:-} "
+jobs=$(nproc)
+
+if [[ "$skip" != *" asan "* ]]; then
+  echo "=== ASan + UBSan: whole suite"
+  VKAD_BUILD_DIR=build-asan VKAD_CMAKE_ARGS="-DVKAD_SANITIZE=ON -DVKAD_BUILD_BENCH=OFF" ./scripts/setup.sh
+  (cd build-asan &&
+   VKAD_VALIDATION=1 VKAD_PROPERTY_COUNT=60 VKAD_AD_FUZZ_COUNT=1000 VKAD_TEXT_FUZZ_COUNT=1500 \
+   LSAN_OPTIONS="suppressions=$PWD/../tests/sanitizers/lsan.supp:print_suppressions=0" \
+   UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$jobs")
+fi
+
+if [[ "$skip" != *" tsan "* ]]; then
+  echo "=== ThreadSanitizer: threading tests"
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVKAD_TSAN=ON \
+    -DVKAD_BUILD_BENCH=OFF >/dev/null
+  cmake --build build-tsan --target vkad_gpu_tests vkad_unit_tests
+  export TSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/tsan.supp halt_on_error=1 second_deadlock_stack=1"
+  VKAD_VALIDATION=1 ./build-tsan/tests/vkad_gpu_tests --gtest_filter='ProcessWide.*'
+  ./build-tsan/tests/vkad_unit_tests --gtest_filter='UseGuard.*'
+  unset TSAN_OPTIONS
+fi
+
+if [[ "$skip" != *" sync "* ]]; then
+  echo "=== Synchronization validation: fence-mode GPU tests"
+  VKAD_VALIDATION=1 \
+  VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT:VALIDATION_CHECK_ENABLE_SYNCHRONIZATION_VALIDATION_QUEUE_SUBMIT \
+    ./build/tests/vkad_gpu_tests --gtest_filter='*fence*' 2>&1 | tee /tmp/vkad-sync.log | tail -3
+  if grep -q "\[vkad validation\]" /tmp/vkad-sync.log || ! grep -q "PASSED" /tmp/vkad-sync.log; then
+    echo "synchronization validation reported hazards or a test failed:"
+    grep -m 20 "\[vkad validation\]\|FAILED" /tmp/vkad-sync.log
+    exit 1
+  fi
+fi
+echo "=== ci-extra: all passed"
