@@ -8,7 +8,10 @@
 //   - float atomic add uses OpAtomicFAddEXT where `native_float_atomics` and the target allow,
 //     otherwise a compare-and-swap loop on the element's bits (the ndarray is then declared as
 //     an array of u32 / u64 in that module);
-//   - f64 transcendentals are evaluated in f32 (GLSL.std.450 defines them for 32-bit only).
+//   - f64 transcendentals are evaluated in f32 (GLSL.std.450 defines them for 32-bit only);
+//   - adstack slots are addressed in the target's adstack layout (thread-major rows or
+//     slot-major `(offset + k) * T + t`, adstack/adstack_layout.h), from per-stack bases
+//     computed once per invocation.
 // Internal to codegen/; compile() (compiler.h) is the entry point.
 #pragma once
 
