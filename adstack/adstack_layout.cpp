@@ -19,7 +19,7 @@ const char* layout_name(Layout l) {
   return l == Layout::kSlotMajor ? "slot-major" : "thread-major";
 }
 
-bool has_adjoint_block(const StackDesc& s) { return s.heap != Heap::kInt; }
+bool has_adjoint_block(const StackDesc& s) { return s.heap != Heap::kInt && s.adjoint; }
 
 Result<RowLayout> plan_row(std::span<const StackDesc> stacks, const SizeInputs& in) {
   RowLayout row;

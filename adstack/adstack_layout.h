@@ -6,8 +6,9 @@
 //     integers (i32/u32 as 32-bit words);
 //   - a heap holds `row_elems[h]` elements per dispatched thread (T = groups x local size of
 //     the launch); tasks grid-stride, so heap size scales with dispatched threads;
-//   - a float stack occupies row positions [offset, offset + cap) for primal values and
-//     [offset + cap, offset + 2 cap) for adjoints; an integer stack only its primal block;
+//   - a stack with an adjoint block (has_adjoint_block: a float stack whose adjoint the kernel
+//     reads or accumulates) occupies row positions [offset, offset + cap) for primal values and
+//     [offset + cap, offset + 2 cap) for adjoints; any other stack only its primal block;
 //   - row position r of thread t is element `t * row_elems[h] + r` in the thread-major layout
 //     (each thread's row contiguous: best on CPU devices, one thread walks its own cache lines)
 //     and `r * T + t` in the slot-major layout (slot k of all threads contiguous: on GPUs
@@ -43,6 +44,10 @@ struct StackDesc {
   std::string name;  // what an overflow report calls it (e.g. "%12 (carried f32 local %4)")
   Heap heap = Heap::kF32;
   SizeExpr capacity;
+  // Whether the kernel reads or accumulates this stack's adjoint (stack_top_adj,
+  // stack_acc_adj). Without such a use the stack gets no adjoint block and a push writes only
+  // the primal; compile() sets it from the task body.
+  bool adjoint = true;
 };
 
 struct RowLayout {
@@ -54,7 +59,7 @@ struct RowLayout {
 // kInvalidArgument naming the stack when a capacity or a row does not fit 32-bit indexing.
 Result<RowLayout> plan_row(std::span<const StackDesc> stacks, const SizeInputs& in);
 
-// Whether `s` has an adjoint block in its row (float stacks).
+// Whether `s` has an adjoint block in its row (a float stack with `adjoint` set).
 bool has_adjoint_block(const StackDesc& s);
 
 // Args-buffer words a task with `n` stacks needs: the three row lengths, the dispatched

@@ -424,7 +424,8 @@ class TaskEmitter {
             fits,
             [&] {
               m_.op(spv::OpStore, {stack_ptr(st, c, false), to_heap(st, v(s.args[1]))});
-              if (st.heap != adstack::Heap::kInt) {
+              // A stack without an adjoint block (its adjoint is never used) writes no zero.
+              if (stack_adj_base_.at(st.index)) {
                 m_.op(spv::OpStore, {stack_ptr(st, c, true), zero(st.type)});
               }
               m_.op(spv::OpStore, {st.count, op(spv::OpIAdd, u32_, {c, m_.c_u32(1)})});

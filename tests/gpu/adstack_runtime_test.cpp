@@ -269,6 +269,57 @@ TEST_P(AdstackFewThreads, StacksOfEveryHeapMatchTheCpuReference) {
   }
 }
 
+// Adjoint blocks (stack_acc_adj / stack_top_adj, which reverse mode does not emit today)
+// beside a primal-only stack in the same row, over the grid-stride: device vs CPU reference.
+TEST_P(AdstackFewThreads, AdjointBlocksBesidePrimalOnlyStacksMatchTheCpuReference) {
+  auto k = codegen::parse(R"(kernel adj(n: i32, x: ndarray<f32, 1>, y: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %z = const 0 : i32
+    %n = arg n : i32
+    %x = load x[%i] : f32
+    %p = stack_alloc cap(n) : f32
+    %s = stack_alloc cap(n) : f32
+    %acc = alloca : f32
+    for %k in [%z, %n) {
+      %kf = cast %k : f32
+      %v = add %x, %kf : f32
+      stack_push %p, %kf
+      stack_push %s, %v
+      %t = stack_top %s : f32
+      stack_acc_adj %s, %t
+      stack_acc_adj %s, %x
+    }
+    for %j in [%z, %n) {
+      %a = stack_top_adj %s : f32
+      %b = stack_top %p : f32
+      %old = load_local %acc : f32
+      %m = mul %a, %b : f32
+      %sum = add %old, %m : f32
+      store_local %acc, %sum
+      stack_pop %s
+      stack_pop %p
+    }
+    %r = load_local %acc : f32
+    store y[%i], %r
+  }
+})");
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  auto ck = codegen::compile(*k, runner_->target());
+  ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+  ASSERT_EQ(ck->tasks[0].adstacks.size(), 2u);
+  EXPECT_FALSE(adstack::has_adjoint_block(ck->tasks[0].adstacks[0]));
+  EXPECT_TRUE(adstack::has_adjoint_block(ck->tasks[0].adstacks[1]));
+  const uint32_t n = 4096;
+  HostArgs args = make_args(*k, {ArgSpec::of(5), ArgSpec::array({n}), ArgSpec::array({n}, 0, 0)}, 3);
+  HostArgs cpu = args;
+  Status st = runner_->run_compiled(*ck, args);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  auto view = cpu.view();
+  auto ref = codegen::evaluate(*k, view);
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  EXPECT_EQ(compare_arrays(args.arrays[2], cpu.arrays[2], 1e-5), "");
+}
+
 auto layout_name = [](const ::testing::TestParamInfo<adstack::Layout>& info) { return layout_suffix(info.param); };
 INSTANTIATE_TEST_SUITE_P(Layouts, AdstackRuntime, ::testing::ValuesIn(kAdstackLayouts), layout_name);
 INSTANTIATE_TEST_SUITE_P(Layouts, AdstackFewThreads, ::testing::ValuesIn(kAdstackLayouts), layout_name);

@@ -5,7 +5,9 @@
 #include <set>
 
 #include "adstack/adstack_layout.h"
+#include "codegen/compiler.h"
 #include "codegen/target.h"
+#include "codegen/text.h"
 #include "rhi/device.h"
 
 namespace vkad::adstack {
@@ -89,6 +91,41 @@ TEST(AdstackLayout, CapacityBeyondThirtyTwoBitsNamesTheStack) {
   ASSERT_FALSE(row.ok());
   EXPECT_EQ(row.status().code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(row.status().message().find("adstack b"), std::string::npos) << row.status().message();
+}
+
+// A stack whose adjoint the kernel never reads or accumulates (every stack reverse mode makes
+// today: it keeps adjoints in locals) gets no adjoint block: the row holds only primal values.
+// A stack that uses its adjoint keeps the block.
+TEST(AdstackLayout, CompiledStacksGetAnAdjointBlockOnlyWhenTheKernelUsesIt) {
+  auto k = codegen::parse(R"(kernel k(n: i32, x: ndarray<f32, 1>, y: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %z = const 0 : i32
+    %n = arg n : i32
+    %x = load x[%i] : f32
+    %p = stack_alloc cap(n) : f32
+    %a = stack_alloc cap(n) : f32
+    for %k in [%z, %n) {
+      stack_push %p, %x
+      stack_push %a, %x
+      stack_acc_adj %a, %x
+    }
+    %t = stack_top %p : f32
+    %u = stack_top_adj %a : f32
+    %r = add %t, %u : f32
+    store y[%i], %r
+  }
+})");
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  auto ck = codegen::compile(*k, codegen::Target{});
+  ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+  const std::vector<StackDesc>& stacks = ck->tasks[0].adstacks;
+  ASSERT_EQ(stacks.size(), 2u);
+  EXPECT_FALSE(has_adjoint_block(stacks[0]));
+  EXPECT_TRUE(has_adjoint_block(stacks[1]));
+  auto row = plan_row(stacks, inputs(10));
+  ASSERT_TRUE(row.ok());
+  EXPECT_EQ(row->offset, (std::vector<uint32_t>{0, 10}));
+  EXPECT_EQ(row->row_elems[0], 10u + 20u);
 }
 
 TEST(AdstackLayout, TargetPicksSlotMajorOnGpusAndThreadMajorOnCpus) {
