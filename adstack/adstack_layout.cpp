@@ -15,6 +15,12 @@ const char* heap_name(Heap h) {
   return "?";
 }
 
+const char* layout_name(Layout l) {
+  return l == Layout::kSlotMajor ? "slot-major" : "thread-major";
+}
+
+bool has_adjoint_block(const StackDesc& s) { return s.heap != Heap::kInt && s.adjoint; }
+
 Result<RowLayout> plan_row(std::span<const StackDesc> stacks, const SizeInputs& in) {
   RowLayout row;
   std::array<uint64_t, kHeapCount> used{};
@@ -26,7 +32,7 @@ Result<RowLayout> plan_row(std::span<const StackDesc> stacks, const SizeInputs& 
                                                   "; lower the loop trip counts");
     }
     int64_t cap = std::max<int64_t>(*size, 1);
-    uint64_t blocks = s.heap == Heap::kInt ? 1 : 2;
+    uint64_t blocks = has_adjoint_block(s) ? 2 : 1;
     uint64_t& u = used[static_cast<size_t>(s.heap)];
     if (cap > INT32_MAX || u + blocks * static_cast<uint64_t>(cap) > INT32_MAX) {
       return make_error(ErrorCode::kInvalidArgument,
@@ -41,12 +47,21 @@ Result<RowLayout> plan_row(std::span<const StackDesc> stacks, const SizeInputs& 
   return row;
 }
 
-void write_args(const RowLayout& row, uint32_t* w) {
+void write_args(const RowLayout& row, uint32_t threads, uint32_t* w) {
   for (uint32_t h = 0; h < kHeapCount; ++h) w[row_length_word(static_cast<Heap>(h))] = row.row_elems[h];
+  w[threads_word()] = threads;
   for (uint32_t s = 0; s < row.offset.size(); ++s) {
     w[offset_word(s)] = row.offset[s];
     w[capacity_word(s)] = row.capacity[s];
   }
+}
+
+uint64_t element_index(Layout layout, const RowLayout& row, std::span<const StackDesc> stacks,
+                       uint32_t stack, uint32_t slot, bool adjoint, uint32_t thread,
+                       uint32_t threads) {
+  uint64_t pos = uint64_t{row.offset[stack]} + slot + (adjoint ? row.capacity[stack] : 0);
+  if (layout == Layout::kSlotMajor) return pos * threads + thread;
+  return uint64_t{thread} * row.row_elems[static_cast<size_t>(stacks[stack].heap)] + pos;
 }
 
 uint64_t heap_bytes(const RowLayout& row, Heap h, uint64_t threads) {

@@ -1,13 +1,19 @@
 // Adstack storage planning: pure functions, no device. Given a task's stacks and a launch's
-// arguments, where each stack lives in a thread's row of each heap, and how big the heaps are.
+// arguments, where each stack lives in each heap, and how big the heaps are.
 //
 // Storage contract (the emitter and the runtime both follow it):
 //   - three heaps, each a storage buffer bound after the ndarrays: f32 values, f64 values,
 //     integers (i32/u32 as 32-bit words);
-//   - each dispatched thread (global invocation id) owns one row per heap, `row_elems[h]`
-//     elements long; tasks grid-stride, so heap size scales with dispatched threads;
-//   - within a row, a float stack occupies [offset, offset + cap) for primal values and
-//     [offset + cap, offset + 2 cap) for adjoints; an integer stack only its primal block;
+//   - a heap holds `row_elems[h]` elements per dispatched thread (T = groups x local size of
+//     the launch); tasks grid-stride, so heap size scales with dispatched threads;
+//   - a stack with an adjoint block (has_adjoint_block: a float stack whose adjoint the kernel
+//     reads or accumulates) occupies row positions [offset, offset + cap) for primal values and
+//     [offset + cap, offset + 2 cap) for adjoints; any other stack only its primal block;
+//   - row position r of thread t is element `t * row_elems[h] + r` in the thread-major layout
+//     (each thread's row contiguous: best on CPU devices, one thread walks its own cache lines)
+//     and `r * T + t` in the slot-major layout (slot k of all threads contiguous: on GPUs
+//     neighbouring invocations of a subgroup touch neighbouring words, one transaction per
+//     subgroup); element_index() is the reference for both;
 //   - counts live in private memory; a push at count == cap writes nothing and flags
 //     kErrorAdstackOverflow with the stack's index + 1 in the error word's upper bits.
 // Capacities are at least 1, so a top-of-stack read on an empty stack stays inside the row.
@@ -29,10 +35,19 @@ inline constexpr uint32_t kHeapCount = 3;
 uint32_t heap_elem_bytes(Heap h);
 const char* heap_name(Heap h);
 
+// How a heap's elements are ordered across threads; a property of the compile target
+// (codegen::Target::adstack_layout), invisible to the host apart from the args words.
+enum class Layout : uint8_t { kThreadMajor, kSlotMajor };
+const char* layout_name(Layout l);
+
 struct StackDesc {
   std::string name;  // what an overflow report calls it (e.g. "%12 (carried f32 local %4)")
   Heap heap = Heap::kF32;
   SizeExpr capacity;
+  // Whether the kernel reads or accumulates this stack's adjoint (stack_top_adj,
+  // stack_acc_adj). Without such a use the stack gets no adjoint block and a push writes only
+  // the primal; compile() sets it from the task body.
+  bool adjoint = true;
 };
 
 struct RowLayout {
@@ -44,14 +59,26 @@ struct RowLayout {
 // kInvalidArgument naming the stack when a capacity or a row does not fit 32-bit indexing.
 Result<RowLayout> plan_row(std::span<const StackDesc> stacks, const SizeInputs& in);
 
-// Args-buffer words a task with `n` stacks needs: the three row lengths, then (offset,
-// capacity) per stack.
-inline uint32_t args_words(size_t n) { return n ? 3 + 2 * static_cast<uint32_t>(n) : 0; }
+// Whether `s` has an adjoint block in its row (a float stack with `adjoint` set).
+bool has_adjoint_block(const StackDesc& s);
+
+// Args-buffer words a task with `n` stacks needs: the three row lengths, the dispatched
+// thread count T, then (offset, capacity) per stack.
+inline uint32_t args_words(size_t n) { return n ? 4 + 2 * static_cast<uint32_t>(n) : 0; }
 // Word indices within a task's adstack words (the layout write_args produces).
 inline uint32_t row_length_word(Heap h) { return static_cast<uint32_t>(h); }
-inline uint32_t offset_word(uint32_t stack) { return 3 + 2 * stack; }
-inline uint32_t capacity_word(uint32_t stack) { return 3 + 2 * stack + 1; }
-void write_args(const RowLayout& row, uint32_t* words);
+inline uint32_t threads_word() { return 3; }
+inline uint32_t offset_word(uint32_t stack) { return 4 + 2 * stack; }
+inline uint32_t capacity_word(uint32_t stack) { return 4 + 2 * stack + 1; }
+// `threads`: the launch's dispatched threads of this task (groups x local size).
+void write_args(const RowLayout& row, uint32_t threads, uint32_t* words);
+
+// Element of stack `stack`'s heap holding slot `slot` (primal, or adjoint when `adjoint`) of
+// thread `thread` out of `threads` dispatched, under `layout`. The emitter computes the same
+// index on the device; this is its reference (and what the unit tests check).
+uint64_t element_index(Layout layout, const RowLayout& row, std::span<const StackDesc> stacks,
+                       uint32_t stack, uint32_t slot, bool adjoint, uint32_t thread,
+                       uint32_t threads);
 
 // Bytes of heap `h` needed for `threads` dispatched threads.
 uint64_t heap_bytes(const RowLayout& row, Heap h, uint64_t threads);

@@ -96,10 +96,10 @@ int main(int argc, char** argv) {
     std::vector<runtime::Arg> aa = fa;
     for (auto g : {xg, wg, yg}) aa.push_back(runtime::Arg::ndarray(g));
     double f = time_ms(rt, hf, fa, reps), a = time_ms(rt, ha, aa, reps);
-    // Adstack traffic per element and iteration: push writes primal + zeroed adjoint (8 B),
-    // the reverse sweep reads the primal back (4 B). Plus the arrays: 3 reads + 3 gradient
-    // writes of 4 B per element.
-    double bytes = double(n) * (12.0 * L + 24.0);
+    // Adstack traffic per element and iteration: push writes the primal (4 B; the stack has
+    // no adjoint block), the reverse sweep reads it back (4 B). Plus the arrays: 3 reads + 3
+    // gradient writes of 4 B per element.
+    double bytes = double(n) * (8.0 * L + 24.0);
     double gbs = bytes / (a * 1e6);
     std::printf("%6d %12.3f %12.3f %14.1f %16.1f %9.0f%%\n", L, f, a, bytes / 1e6, gbs, 100 * gbs / copy_gbs);
     json.begin();

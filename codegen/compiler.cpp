@@ -31,7 +31,19 @@ bool has_loops(const Block& b) {
   return false;
 }
 
-void collect_stacks(const Kernel& k, const Block& b, std::vector<adstack::StackDesc>* out) {
+bool uses_adjoint(const Block& b, ValueId stack) {
+  for (const Stmt& s : b.stmts) {
+    if ((s.op == Op::kStackTopAdj || s.op == Op::kStackAccAdj) && s.args[0] == stack) return true;
+    for (const Block& c : s.blocks) {
+      if (uses_adjoint(c, stack)) return true;
+    }
+  }
+  return false;
+}
+
+// `body` is the whole task body (adjoint uses may sit outside the block of the allocation).
+void collect_stacks(const Kernel& k, const Block& body, const Block& b,
+                    std::vector<adstack::StackDesc>* out) {
   for (const Stmt& s : b.stmts) {
     if (s.op == Op::kStackAlloc) {
       adstack::StackDesc d;
@@ -39,9 +51,10 @@ void collect_stacks(const Kernel& k, const Block& b, std::vector<adstack::StackD
                ", capacity " + print_size(k, s.cap) + ")";
       d.heap = stack_heap(s.type);
       d.capacity = s.cap;
+      d.adjoint = uses_adjoint(body, s.result);
       out->push_back(std::move(d));
     }
-    for (const Block& c : s.blocks) collect_stacks(k, c, out);
+    for (const Block& c : s.blocks) collect_stacks(k, body, c, out);
   }
 }
 
@@ -84,7 +97,7 @@ Result<runtime::CompiledKernel> compile(const Kernel& k, const Target& target,
                     : has_loops(t.body) ? 64
                                         : options.default_local_size;
     ct.local_size = std::min(ct.local_size, target.max_local_size);
-    collect_stacks(k, t.body, &ct.adstacks);
+    collect_stacks(k, t.body, t.body, &ct.adstacks);
     out.tasks.push_back(std::move(ct));
   }
   for (size_t i = 0; i < k.tasks.size(); ++i) {
@@ -116,7 +129,8 @@ Result<std::shared_ptr<const runtime::CompiledKernel>> CompileCache::compile(
   std::string key = print(k);
   key += "|" + target.device_name + (target.float64 ? "d" : "") +
          (target.atomic_float32_add ? "a" : "") + (target.atomic_float64_add ? "A" : "") +
-         (target.atomic_int64 ? "I" : "") + std::to_string(target.max_local_size) + "|" +
+         (target.atomic_int64 ? "I" : "") + std::to_string(target.max_local_size) +
+         adstack::layout_name(target.adstack_layout) + "|" +
          (o.optimize ? "O" : "") + (o.native_float_atomics ? "N" : "") +
          (o.bounds_checks ? "B" : "") + std::to_string(o.default_local_size);
   {

@@ -324,25 +324,47 @@ class TaskEmitter {
     adstack::Heap heap;
     uint32_t index;   // within the task
     uint32_t count;   // Function variable holding the count
-    uint32_t offset;  // value: offset within the row
     uint32_t cap;     // value: capacity
   };
 
+  bool slot_major() const { return target_.adstack_layout == adstack::Layout::kSlotMajor; }
+
+  // Per stack, the heap index of slot 0's primal and adjoint for this thread, computed once in
+  // the entry block; slot k is then `base + k * slot_step_` (adstack::element_index):
+  //   thread-major  base = gid * row_elems[heap] + offset (+ cap),  step 1;
+  //   slot-major    base = (offset (+ cap)) * T + gid,             step T (dispatched threads).
   void load_adstack_layout() {
     uint32_t n = 0;
     count_stacks(task_.body, &n);
     if (!n) return;
+    const std::vector<adstack::StackDesc>& descs = layout_.tasks[task_index_].adstacks;
     uint32_t base = layout_.adstack_args_offset(task_index_);
-    uint32_t heap_binding = 1 + layout_.array_count();
-    for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
-      uint32_t len = args_word(base + 4 * adstack::row_length_word(static_cast<adstack::Heap>(h)));
-      row_base_[h] = op(spv::OpIMul, u32_, {gid_, len});  // this thread's row
+    std::array<uint32_t, adstack::kHeapCount> row_base{};
+    if (slot_major()) {
+      slot_step_ = args_word(base + 4 * adstack::threads_word());
+    } else {
+      for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
+        bool used = false;
+        for (const adstack::StackDesc& d : descs) used = used || static_cast<uint32_t>(d.heap) == h;
+        if (!used) continue;
+        uint32_t len = args_word(base + 4 * adstack::row_length_word(static_cast<adstack::Heap>(h)));
+        row_base[h] = op(spv::OpIMul, u32_, {gid_, len});  // this thread's row
+      }
     }
     for (uint32_t s = 0; s < n; ++s) {
-      stack_offset_.push_back(args_word(base + 4 * adstack::offset_word(s)));
-      stack_cap_.push_back(args_word(base + 4 * adstack::capacity_word(s)));
+      uint32_t offset = args_word(base + 4 * adstack::offset_word(s));
+      uint32_t cap = args_word(base + 4 * adstack::capacity_word(s));
+      stack_cap_.push_back(cap);
+      auto at = [&](uint32_t pos) {
+        if (slot_major()) return op(spv::OpIAdd, u32_, {op(spv::OpIMul, u32_, {pos, slot_step_}), gid_});
+        return op(spv::OpIAdd, u32_, {row_base[static_cast<size_t>(descs.at(s).heap)], pos});
+      };
+      stack_base_.push_back(at(offset));
+      stack_adj_base_.push_back(adstack::has_adjoint_block(descs.at(s))
+                                    ? at(op(spv::OpIAdd, u32_, {offset, cap}))
+                                    : 0);
     }
-    heap_binding_ = heap_binding;
+    heap_binding_ = 1 + layout_.array_count();
   }
 
   uint32_t heap_var(adstack::Heap h, DType t) {
@@ -358,13 +380,13 @@ class TaskEmitter {
     return heap_vars_[i];
   }
 
-  // Pointer to element `slot` (primal) or `slot + cap` (adjoint) of stack `st` in this
-  // thread's row.
+  // Pointer to slot `slot` of stack `st` (its primal, or its adjoint) for this thread.
   uint32_t stack_ptr(const StackVar& st, uint32_t slot, bool adjoint) {
     size_t h = static_cast<size_t>(st.heap);
     uint32_t var = heap_var(st.heap, st.type);
-    uint32_t at = op(spv::OpIAdd, u32_, {op(spv::OpIAdd, u32_, {row_base_[h], st.offset}), slot});
-    if (adjoint) at = op(spv::OpIAdd, u32_, {at, st.cap});
+    uint32_t base = adjoint ? stack_adj_base_.at(st.index) : stack_base_.at(st.index);
+    uint32_t step = slot_major() ? op(spv::OpIMul, u32_, {slot, slot_step_}) : slot;
+    uint32_t at = op(spv::OpIAdd, u32_, {base, step});
     return op(spv::OpAccessChain, m_.t_pointer(spv::StorageClassStorageBuffer, heap_elem_[h]),
               {var, m_.c_u32(0), at});
   }
@@ -390,7 +412,6 @@ class TaskEmitter {
       st.heap = stack_heap(s.type);
       st.index = static_cast<uint32_t>(stacks_.size());
       st.count = m_.function_variable(u32_);
-      st.offset = stack_offset_.at(st.index);
       st.cap = stack_cap_.at(st.index);
       m_.op(spv::OpStore, {st.count, m_.c_u32(0)});
       stacks_.emplace(s.result, st);
@@ -405,7 +426,8 @@ class TaskEmitter {
             fits,
             [&] {
               m_.op(spv::OpStore, {stack_ptr(st, c, false), to_heap(st, v(s.args[1]))});
-              if (st.heap != adstack::Heap::kInt) {
+              // A stack without an adjoint block (its adjoint is never used) writes no zero.
+              if (stack_adj_base_.at(st.index)) {
                 m_.op(spv::OpStore, {stack_ptr(st, c, true), zero(st.type)});
               }
               m_.op(spv::OpStore, {st.count, op(spv::OpIAdd, u32_, {c, m_.c_u32(1)})});
@@ -773,8 +795,9 @@ class TaskEmitter {
   std::unordered_map<uint32_t, ArrayVar> arrays_;
   std::unordered_map<uint32_t, bool> bits_params_;
   std::unordered_map<ValueId, StackVar> stacks_;
-  std::vector<uint32_t> stack_offset_, stack_cap_;
-  std::array<uint32_t, adstack::kHeapCount> row_base_{}, heap_vars_{}, heap_elem_{};
+  std::vector<uint32_t> stack_cap_, stack_base_, stack_adj_base_;  // per stack (values)
+  uint32_t slot_step_ = 0;  // slot-major: T, the dispatched threads
+  std::array<uint32_t, adstack::kHeapCount> heap_vars_{}, heap_elem_{};
   std::unordered_map<uint32_t, uint32_t> scalars_;                // param -> value
   std::unordered_map<uint32_t, std::vector<uint32_t>> shapes_;    // param -> extents (u32)
   uint32_t heap_binding_ = 0;

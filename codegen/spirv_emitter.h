@@ -12,6 +12,9 @@
 //     [-pi, pi]); f64 transcendentals are computed in f64 from basic f64 operations
 //     (f64_math.h: GLSL.std.450 defines them for 16/32-bit only);
 //   - every operation is defined for every input (docs/reference.md, "Operation semantics").
+//   - adstack slots are addressed in the target's adstack layout (thread-major rows or
+//     slot-major `(offset + k) * T + t`, adstack/adstack_layout.h), from per-stack bases
+//     computed once per invocation.
 // Internal to codegen/; compile() (compiler.h) is the entry point.
 #pragma once
 

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "adstack/adstack_layout.h"
+
 namespace vkad::rhi {
 struct Capabilities;
 }
@@ -17,8 +19,14 @@ struct Target {
   bool atomic_float64_add = true;
   bool atomic_int64 = true;        // 64-bit integer buffer atomics (f64 compare-and-swap)
   uint32_t max_local_size = 1024;
+  // How adstack heaps order their elements (adstack/adstack_layout.h): slot-major on GPUs
+  // (coalesced pushes and pops), thread-major on CPU devices (one thread's stacks in its own
+  // cache lines). Callers may override it; both are correct on every device.
+  adstack::Layout adstack_layout = adstack::Layout::kThreadMajor;
 };
 
+// Slot-major adstacks for discrete, integrated, virtual and unknown GPUs, thread-major for CPU
+// devices (on lavapipe the slot-major layout is several times slower).
 Target target_from_caps(const rhi::Capabilities& caps);
 
 }  // namespace vkad::codegen

@@ -9,8 +9,9 @@
 //                        (rank u32 words each), then one u32 error-flag word per task
 //                        (`error_flag_offset()`), which the device sets non-zero to report an
 //                        error (adstack overflow, out-of-bounds) for the host to surface.
-//                      Then, for each task with adstacks, its row lengths and per-stack
-//                      (offset, capacity) words (`adstack_args_offset()`).
+//                      Then, for each task with adstacks, its row lengths, its dispatched
+//                      thread count and per-stack (offset, capacity) words
+//                      (`adstack_args_offset()`, adstack/adstack_layout.h).
 //   set 0, binding 1+k the k-th ndarray parameter, a runtime array of its element type.
 //   set 0, after them  the adstack heaps (f32, f64, int) if any task has adstacks.
 //   push constants     {u32 begin, u32 end}: the task's iteration range [begin, end).

@@ -556,7 +556,7 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args) {
     for (uint32_t t = 0; t < d.tasks.size(); ++t) {
       if (d.tasks[t].adstacks.empty()) continue;
       std::vector<uint32_t> words(adstack::args_words(d.tasks[t].adstacks.size()));
-      adstack::write_args(plan[t].row, words.data());
+      adstack::write_args(plan[t].row, plan[t].groups * d.tasks[t].local_size, words.data());
       std::memcpy(dst + d.adstack_args_offset(t), words.data(), 4 * words.size());
     }
     for (rhi::Buffer& h : heaps_) bindings.push_back(&h);

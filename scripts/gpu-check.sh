@@ -36,7 +36,7 @@ prepare() {
   rm -rf build-gpu/bin && mkdir -p build-gpu/bin
   for f in tests/vkad_gpu_tests tests/vkad_unit_tests examples/vkad-example examples/vkad-embedding \
            vkad-info bench/vkad-bench-dispatch bench/vkad-bench-retirement bench/vkad-bench-codegen \
-           bench/vkad-bench-adjoint; do
+           bench/vkad-bench-adjoint bench/vkad-bench-adjoint-floor; do
     [ -f "build-gpu/$f" ] && cp "build-gpu/$f" build-gpu/bin/
   done
   strip build-gpu/bin/*
@@ -90,7 +90,13 @@ run() {
     echo "bench codegen: exit $?" >> "$txt"
     timeout 240 "$bin/vkad-bench-adjoint" --json "$out/bench-adjoint.json" > "$out/bench-adjoint.txt" 2>&1
     echo "bench adjoint: exit $?" >> "$txt"
-    for f in dispatch retirement codegen adjoint; do
+    # The generated adjoint against the hand-written slot-major heap tape, in both layouts.
+    for l in slot thread; do
+      timeout 300 "$bin/vkad-bench-adjoint-floor" --layout $l --json "$out/bench-floor-$l.json" \
+        > "$out/bench-floor-$l.txt" 2>&1
+      echo "bench adjoint floor ($l-major): exit $?" >> "$txt"
+    done
+    for f in dispatch retirement codegen adjoint floor-slot floor-thread; do
       echo "--- $f" >> "$txt"
       cat "$out/bench-$f.txt" >> "$txt"
     done
@@ -112,7 +118,7 @@ try:
                                 for c in s.get("testsuite", []) if c.get("failures")]
 except (OSError, ValueError) as e:
     doc["gpu_tests"] = f"no result: {e}"
-for b in ("dispatch", "retirement", "codegen", "adjoint"):
+for b in ("dispatch", "retirement", "codegen", "adjoint", "floor-slot", "floor-thread"):
     p = os.path.join(out, f"bench-{b}.json")
     if os.path.exists(p):
         try:

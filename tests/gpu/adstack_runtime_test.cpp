@@ -1,5 +1,6 @@
 // Adstack heaps in the runtime: growth while earlier launches are in flight (no synchronize in
-// between), overflow raised / reported / recovered from, and a closed-form gradient.
+// between), overflow raised / reported / recovered from, a closed-form gradient, and stacks of
+// every heap with fewer threads than iterations. Each test runs once per adstack layout.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -35,8 +36,12 @@ const char* kRecurrence = R"(kernel rec(n: i32, x: ndarray<f32, 1> grad, y: ndar
   }
 })";
 
-class AdstackRuntime : public KernelTest {
+class AdstackRuntime : public KernelTest, public ::testing::WithParamInterface<adstack::Layout> {
  protected:
+  void SetUp() override {
+    KernelTest::SetUp();
+    if (runner_) runner_->set_adstack_layout(GetParam());
+  }
   runtime::CompiledKernel adjoint(const char* text) {
     auto k = codegen::parse(text);
     EXPECT_TRUE(k.ok()) << k.status().to_string();
@@ -63,7 +68,7 @@ class AdstackRuntime : public KernelTest {
   codegen::Kernel forward_, adjoint_;
 };
 
-TEST_F(AdstackRuntime, HeapGrowsWhileEarlierLaunchesAreInFlight) {
+TEST_P(AdstackRuntime, HeapGrowsWhileEarlierLaunchesAreInFlight) {
   runtime::CompiledKernel ck = adjoint(kRecurrence);
   auto h = runner_->rt().register_kernel(ck);
   ASSERT_TRUE(h.ok()) << h.status().to_string();
@@ -97,7 +102,7 @@ TEST_F(AdstackRuntime, HeapGrowsWhileEarlierLaunchesAreInFlight) {
   }
 }
 
-TEST_F(AdstackRuntime, CapacityPast64BitsIsALaunchErrorNamingKernelAndStack) {
+TEST_P(AdstackRuntime, CapacityPast64BitsIsALaunchErrorNamingKernelAndStack) {
   // A stated bound n*n*n: with n = 3,000,000 it is 2.7e19, past 2^63. Before checked size
   // arithmetic this wrapped to a garbage capacity (and aborted under UBSan).
   runtime::CompiledKernel ck = adjoint(R"(kernel cube(n: i32, cnt: ndarray<i32, 1>, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
@@ -137,7 +142,7 @@ TEST_F(AdstackRuntime, CapacityPast64BitsIsALaunchErrorNamingKernelAndStack) {
   EXPECT_TRUE(runner_->rt().synchronize().ok());
 }
 
-TEST_F(AdstackRuntime, OverflowIsReportedNamingTheStackAndRecoveredFrom) {
+TEST_P(AdstackRuntime, OverflowIsReportedNamingTheStackAndRecoveredFrom) {
   // The loop states max_trip(4), but the counts go up to 9.
   runtime::CompiledKernel ck = adjoint(R"(kernel dd(cnt: ndarray<i32, 1>, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
@@ -190,7 +195,7 @@ TEST_F(AdstackRuntime, OverflowIsReportedNamingTheStackAndRecoveredFrom) {
   }
 }
 
-TEST_F(AdstackRuntime, LinearRecurrenceMatchesItsClosedForm) {
+TEST_P(AdstackRuntime, LinearRecurrenceMatchesItsClosedForm) {
   // v <- a v + x_k over n steps: dy/dx_k = a^(n-1-k), dy/dv0 = a^n.
   runtime::CompiledKernel ck = adjoint(R"(kernel lin(n: i32, v0: ndarray<f32, 1> grad, xs: ndarray<f32, 2> grad, y: ndarray<f32, 1> grad) {
   task main parallel %i in [0, shape(v0, 0)) {
@@ -235,6 +240,129 @@ TEST_F(AdstackRuntime, LinearRecurrenceMatchesItsClosedForm) {
     for (uint32_t k = 0; k < n; ++k) EXPECT_NEAR(gx[r * n + k], std::pow(0.75, n - 1 - k), 1e-6) << r << "," << k;
   }
 }
+
+// Stacks in all three heaps (f32, f64, and the integer index), with two workgroups for 4096
+// iterations: each thread grid-strides over 32 iterations, reusing its stack slots, and the
+// slot-major stride T (dispatched threads) differs from the range.
+class AdstackFewThreads : public AdstackRuntime {
+ protected:
+  runtime::RuntimeOptions options() const override {
+    runtime::RuntimeOptions o;
+    o.max_groups = 2;
+    return o;
+  }
+};
+
+TEST_P(AdstackFewThreads, StacksOfEveryHeapMatchTheCpuReference) {
+  if (!runner_->target().float64) GTEST_SKIP() << "device has no f64";
+  adjoint(R"(kernel mix(n: i32, x: ndarray<f32, 1> grad, w: ndarray<f32, 1>, d: ndarray<f64, 1> grad, y: ndarray<f32, 1> grad, yd: ndarray<f64, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f32
+    %u = alloca : f64
+    %j = alloca : i32
+    %x = load x[%i] : f32
+    store_local %v, %x
+    %d = load d[%i] : f64
+    store_local %u, %d
+    %z = const 0 : i32
+    %n = arg n : i32
+    %one = const 1 : i32
+    for %k in [%z, %n) {
+      %jv = load_local %j : i32
+      %wv = load w[%jv] : f32
+      %a = load_local %v : f32
+      %s = sin %a : f32
+      %p = mul %s, %wv : f32
+      store_local %v, %p
+      %b = load_local %u : f64
+      %c = cos %b : f64
+      store_local %u, %c
+      %jn = add %jv, %one : i32
+      store_local %j, %jn
+    }
+    %o = load_local %v : f32
+    store y[%i], %o
+    %od = load_local %u : f64
+    store yd[%i], %od
+  }
+})");
+  std::string text = codegen::print(adjoint_);
+  for (const char* heap : {": f32", ": f64", ": i32"}) {
+    EXPECT_NE(text.find(std::string("stack_alloc cap(n) ") + heap), std::string::npos) << heap << "\n" << text;
+  }
+  const uint32_t n = 4096;
+  // x, w, d, y, yd, then x_grad, d_grad (zero), y_grad, yd_grad (seeds).
+  HostArgs args = make_args(adjoint_, {ArgSpec::of(6), ArgSpec::array({n}), ArgSpec::array({8}, 0.5, 1.5),
+                                       ArgSpec::array({n}), ArgSpec::array({n}, 0, 0), ArgSpec::array({n}, 0, 0),
+                                       ArgSpec::array({n}, 0, 0), ArgSpec::array({n}, 0, 0),
+                                       ArgSpec::array({n}), ArgSpec::array({n})},
+                            7);
+  HostArgs cpu = args;
+  Status st = runner_->run(adjoint_, args);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  auto view = cpu.view();
+  auto ref = codegen::evaluate(adjoint_, view);
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  for (size_t p = 0; p < adjoint_.params.size(); ++p) {
+    if (args.arrays[p].shape.empty()) continue;
+    EXPECT_EQ(compare_arrays(args.arrays[p], cpu.arrays[p], 1e-4), "") << adjoint_.params[p].name;
+  }
+}
+
+// Adjoint blocks (stack_acc_adj / stack_top_adj, which reverse mode does not emit today)
+// beside a primal-only stack in the same row, over the grid-stride: device vs CPU reference.
+TEST_P(AdstackFewThreads, AdjointBlocksBesidePrimalOnlyStacksMatchTheCpuReference) {
+  auto k = codegen::parse(R"(kernel adj(n: i32, x: ndarray<f32, 1>, y: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %z = const 0 : i32
+    %n = arg n : i32
+    %x = load x[%i] : f32
+    %p = stack_alloc cap(n) : f32
+    %s = stack_alloc cap(n) : f32
+    %acc = alloca : f32
+    for %k in [%z, %n) {
+      %kf = cast %k : f32
+      %v = add %x, %kf : f32
+      stack_push %p, %kf
+      stack_push %s, %v
+      %t = stack_top %s : f32
+      stack_acc_adj %s, %t
+      stack_acc_adj %s, %x
+    }
+    for %j in [%z, %n) {
+      %a = stack_top_adj %s : f32
+      %b = stack_top %p : f32
+      %old = load_local %acc : f32
+      %m = mul %a, %b : f32
+      %sum = add %old, %m : f32
+      store_local %acc, %sum
+      stack_pop %s
+      stack_pop %p
+    }
+    %r = load_local %acc : f32
+    store y[%i], %r
+  }
+})");
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  auto ck = codegen::compile(*k, runner_->target());
+  ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+  ASSERT_EQ(ck->tasks[0].adstacks.size(), 2u);
+  EXPECT_FALSE(adstack::has_adjoint_block(ck->tasks[0].adstacks[0]));
+  EXPECT_TRUE(adstack::has_adjoint_block(ck->tasks[0].adstacks[1]));
+  const uint32_t n = 4096;
+  HostArgs args = make_args(*k, {ArgSpec::of(5), ArgSpec::array({n}), ArgSpec::array({n}, 0, 0)}, 3);
+  HostArgs cpu = args;
+  Status st = runner_->run_compiled(*ck, args);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  auto view = cpu.view();
+  auto ref = codegen::evaluate(*k, view);
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  EXPECT_EQ(compare_arrays(args.arrays[2], cpu.arrays[2], 1e-5), "");
+}
+
+auto layout_name = [](const ::testing::TestParamInfo<adstack::Layout>& info) { return layout_suffix(info.param); };
+INSTANTIATE_TEST_SUITE_P(Layouts, AdstackRuntime, ::testing::ValuesIn(kAdstackLayouts), layout_name);
+INSTANTIATE_TEST_SUITE_P(Layouts, AdstackFewThreads, ::testing::ValuesIn(kAdstackLayouts), layout_name);
 
 }  // namespace
 }  // namespace vkad::testing

@@ -55,7 +55,11 @@ std::unique_ptr<KernelRunner> KernelRunner::create(runtime::RuntimeOptions o, bo
   return k;
 }
 
-codegen::Target KernelRunner::target() const { return codegen::target_from_caps(rt_->caps()); }
+codegen::Target KernelRunner::target() const {
+  codegen::Target t = codegen::target_from_caps(rt_->caps());
+  if (layout_) t.adstack_layout = *layout_;
+  return t;
+}
 
 namespace {
 

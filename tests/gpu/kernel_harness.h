@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -41,7 +42,10 @@ class KernelRunner {
   static std::unique_ptr<KernelRunner> create(runtime::RuntimeOptions options = {}, bool* skipped = nullptr);
 
   runtime::Runtime& rt() { return *rt_; }
+  // The device's target, with the adstack layout overridden when one was set (tests run every
+  // adstack kernel in both layouts on whatever device they have).
   codegen::Target target() const;
+  void set_adstack_layout(adstack::Layout l) { layout_ = l; }
 
   // Compiles `k`, uploads every ndarray of `args`, launches once, synchronizes and downloads
   // every ndarray back into `args`. Returns the first error (compile, launch or the device
@@ -55,7 +59,14 @@ class KernelRunner {
 
  private:
   std::unique_ptr<runtime::Runtime> rt_;
+  std::optional<adstack::Layout> layout_;
 };
+
+// Both adstack layouts, for INSTANTIATE_TEST_SUITE_P, and a test-name suffix for one.
+inline const adstack::Layout kAdstackLayouts[] = {adstack::Layout::kThreadMajor, adstack::Layout::kSlotMajor};
+inline std::string layout_suffix(adstack::Layout l) {
+  return l == adstack::Layout::kSlotMajor ? "SlotMajor" : "ThreadMajor";
+}
 
 // Device output `got` against the CPU reference `want`: every element within the bound the
 // reference computed for it (want.error, from Vulkan's precision requirements: precision.h;

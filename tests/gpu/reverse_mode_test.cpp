@@ -402,7 +402,9 @@ std::vector<AdCase> cases() {
   return c;
 }
 
-class ReverseMode : public KernelTest, public ::testing::WithParamInterface<size_t> {};
+// Every case runs once per adstack layout.
+class ReverseMode : public KernelTest,
+                    public ::testing::WithParamInterface<std::tuple<size_t, adstack::Layout>> {};
 
 double loss(const Kernel& k, const HostArgs& out, const std::vector<HostArray>& w) {
   double l = 0;
@@ -420,7 +422,8 @@ bool writes(const Kernel& k, uint32_t p) {
 }
 
 TEST_P(ReverseMode, GradientsMatchFiniteDifferences) {
-  const AdCase c = cases()[GetParam()];
+  const AdCase c = cases()[std::get<0>(GetParam())];
+  runner_->set_adstack_layout(std::get<1>(GetParam()));
   auto fk = codegen::parse(c.text);
   ASSERT_TRUE(fk.ok()) << fk.status().to_string();
   codegen::Target target = runner_->target();
@@ -486,8 +489,13 @@ TEST_P(ReverseMode, GradientsMatchFiniteDifferences) {
   EXPECT_GT(checked, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, ReverseMode, ::testing::Range<size_t>(0, cases().size()),
-                         [](const ::testing::TestParamInfo<size_t>& info) { return cases()[info.param].name; });
+INSTANTIATE_TEST_SUITE_P(Kernels, ReverseMode,
+                         ::testing::Combine(::testing::Range<size_t>(0, cases().size()),
+                                            ::testing::ValuesIn(kAdstackLayouts)),
+                         [](const auto& info) {
+                           return cases()[std::get<0>(info.param)].name + "_" +
+                                  layout_suffix(std::get<1>(info.param));
+                         });
 
 TEST(ReverseModeCorpus, AtLeastThirtyKernels) { EXPECT_GE(cases().size(), 30u); }
 

@@ -1,0 +1,378 @@
+// vkad-bench-adjoint-floor: the generated adjoint held against the floor, in one process on one
+// device. The kernel is the sin loop x <- sin(x) * 0.9 + 0.1 for L steps per element, y = x_L,
+// and the gradient dL/dx0 for L = sum(y_grad * y). Measured per L:
+//   - vkad forward and vkad's generated adjoint (adstack layout from the device, or --layout);
+//   - a hand-written slot-major heap tape in SPIR-V (../shared/DEVICE.md): the forward replay
+//     stores x_k at heap[k*T + t] (T dispatched threads, t this thread), the reverse sweep walks
+//     k downwards multiplying 0.9 cos(x_k) into a register and stores x_grad (each thread owns
+//     its elements);
+//   - a hand-written grid-stride copy kernel, for GB/s.
+// The hand tape's gradient is checked against vkad's (f32 tolerance) before anything is timed,
+// so the ratio compares equal work. Times are wall-clock per launch over a batch of launches
+// recorded back to back and waited for once (median of --reps batches), which spreads the
+// submit-and-wait round trip over the batch.
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "bench/bench_util.h"
+#include "codegen/builder.h"
+#include "codegen/compiler.h"
+#include "codegen/reverse_mode.h"
+#include "codegen/spirv_tools.h"
+#include "runtime/runtime.h"
+#include "support/sample_kernels.h"
+
+using namespace vkad;
+using namespace vkad::codegen;
+using bench::now_us;
+
+namespace {
+
+constexpr uint32_t kTapeLocalSize = 64;
+
+Kernel sin_loop() {
+  KernelBuilder kb("sin_loop");
+  Scalar steps = kb.scalar("steps", DType::kI32);
+  Array x = kb.ndarray("x", DType::kF32, 1, {.needs_grad = true});
+  Array y = kb.ndarray("y", DType::kF32, 1, {.needs_grad = true});
+  kb.parallel_for("main", 0, x.dim(0), [&](Value i) {
+    Local v = kb.local(x(i));
+    kb.for_range(kb.i32(0), steps, [&](Value) { v.store(sin(v.load()) * 0.9 + 0.1); });
+    y.store({i}, v.load());
+  });
+  return kb.finish();
+}
+
+// The hand-written heap tape. Parameters: steps (i32), T (u32, dispatched threads), x, heap
+// (L*T floats), x_grad, y_grad. One task over [0, T): thread t grid-strides over the elements
+// i = t, t + T, ... < shape(x, 0) itself. Args-buffer words are pasted in by tape_kernel().
+const char* kHeapTapeSpirv = R"(
+OpCapability Shader
+%glsl = OpExtInstImport "GLSL.std.450"
+OpMemoryModel Logical GLSL450
+OpEntryPoint GLCompute %main "main" %gid %args %x %heap %xg %yg
+OpExecutionMode %main LocalSize 64 1 1
+OpDecorate %gid BuiltIn GlobalInvocationId
+OpDecorate %rtu ArrayStride 4
+OpMemberDecorate %bufu 0 Offset 0
+OpDecorate %bufu Block
+OpDecorate %rtf ArrayStride 4
+OpMemberDecorate %buff 0 Offset 0
+OpDecorate %buff Block
+OpDecorate %args DescriptorSet 0
+OpDecorate %args Binding 0
+OpDecorate %x DescriptorSet 0
+OpDecorate %x Binding 1
+OpDecorate %heap DescriptorSet 0
+OpDecorate %heap Binding 2
+OpDecorate %xg DescriptorSet 0
+OpDecorate %xg Binding 3
+OpDecorate %yg DescriptorSet 0
+OpDecorate %yg Binding 4
+%void = OpTypeVoid
+%fn = OpTypeFunction %void
+%u32 = OpTypeInt 32 0
+%f32 = OpTypeFloat 32
+%bool = OpTypeBool
+%v3 = OpTypeVector %u32 3
+%pin = OpTypePointer Input %v3
+%gid = OpVariable %pin Input
+%rtu = OpTypeRuntimeArray %u32
+%bufu = OpTypeStruct %rtu
+%pbufu = OpTypePointer StorageBuffer %bufu
+%args = OpVariable %pbufu StorageBuffer
+%rtf = OpTypeRuntimeArray %f32
+%buff = OpTypeStruct %rtf
+%pbuff = OpTypePointer StorageBuffer %buff
+%x = OpVariable %pbuff StorageBuffer
+%heap = OpVariable %pbuff StorageBuffer
+%xg = OpVariable %pbuff StorageBuffer
+%yg = OpVariable %pbuff StorageBuffer
+%pu = OpTypePointer StorageBuffer %u32
+%pf = OpTypePointer StorageBuffer %f32
+%c0 = OpConstant %u32 0
+%c1 = OpConstant %u32 1
+%wsteps = OpConstant %u32 STEPS_WORD
+%wthreads = OpConstant %u32 THREADS_WORD
+%wn = OpConstant %u32 N_WORD
+%f09 = OpConstant %f32 0.9
+%f01 = OpConstant %f32 0.1
+%main = OpFunction %void None %fn
+%entry = OpLabel
+%g3 = OpLoad %v3 %gid
+%t = OpCompositeExtract %u32 %g3 0
+%psteps = OpAccessChain %pu %args %c0 %wsteps
+%L = OpLoad %u32 %psteps
+%pthreads = OpAccessChain %pu %args %c0 %wthreads
+%T = OpLoad %u32 %pthreads
+%pn = OpAccessChain %pu %args %c0 %wn
+%N = OpLoad %u32 %pn
+OpBranch %ohead
+%ohead = OpLabel
+%i = OpPhi %u32 %t %entry %inext %ocont
+OpLoopMerge %oexit %ocont None
+OpBranch %ocheck
+%ocheck = OpLabel
+%iok = OpULessThan %bool %i %N
+OpBranchConditional %iok %obody %oexit
+%obody = OpLabel
+%px = OpAccessChain %pf %x %c0 %i
+%x0 = OpLoad %f32 %px
+OpBranch %fhead
+%fhead = OpLabel
+%k = OpPhi %u32 %c0 %obody %knext %fcont
+%v = OpPhi %f32 %x0 %obody %vnext %fcont
+%at = OpPhi %u32 %t %obody %atnext %fcont
+OpLoopMerge %fexit %fcont None
+OpBranch %fcheck
+%fcheck = OpLabel
+%kok = OpULessThan %bool %k %L
+OpBranchConditional %kok %fbody %fexit
+%fbody = OpLabel
+%ph = OpAccessChain %pf %heap %c0 %at
+OpStore %ph %v
+%s = OpExtInst %f32 %glsl Sin %v
+%sm = OpFMul %f32 %s %f09
+%vnext = OpFAdd %f32 %sm %f01
+OpBranch %fcont
+%fcont = OpLabel
+%knext = OpIAdd %u32 %k %c1
+%atnext = OpIAdd %u32 %at %T
+OpBranch %fhead
+%fexit = OpLabel
+%pyg = OpAccessChain %pf %yg %c0 %i
+%g0 = OpLoad %f32 %pyg
+OpBranch %rhead
+%rhead = OpLabel
+%r = OpPhi %u32 %L %fexit %rnext %rcont
+%g = OpPhi %f32 %g0 %fexit %gnext %rcont
+%ra = OpPhi %u32 %at %fexit %ranext %rcont
+OpLoopMerge %rexit %rcont None
+OpBranch %rcheck
+%rcheck = OpLabel
+%rok = OpUGreaterThan %bool %r %c0
+OpBranchConditional %rok %rbody %rexit
+%rbody = OpLabel
+%ranext = OpISub %u32 %ra %T
+%ph2 = OpAccessChain %pf %heap %c0 %ranext
+%xk = OpLoad %f32 %ph2
+%c = OpExtInst %f32 %glsl Cos %xk
+%cm = OpFMul %f32 %c %f09
+%gnext = OpFMul %f32 %g %cm
+OpBranch %rcont
+%rcont = OpLabel
+%rnext = OpISub %u32 %r %c1
+OpBranch %rhead
+%rexit = OpLabel
+%pxg = OpAccessChain %pf %xg %c0 %i
+OpStore %pxg %g
+OpBranch %ocont
+%ocont = OpLabel
+%inext = OpIAdd %u32 %i %T
+OpBranch %ohead
+%oexit = OpLabel
+OpReturn
+OpFunctionEnd
+)";
+
+void paste(std::string& text, const std::string& key, uint32_t value) {
+  text.replace(text.find(key), key.size(), std::to_string(value));
+}
+
+Result<runtime::CompiledKernel> tape_kernel() {
+  using runtime::DType;
+  using runtime::ParamKind;
+  runtime::CompiledKernel k;
+  k.name = "heap_tape";
+  k.params = {{"steps", ParamKind::kScalar, DType::kI32, 0, false},
+              {"threads", ParamKind::kScalar, DType::kU32, 0, false},
+              {"x", ParamKind::kNdArray, DType::kF32, 1, false},
+              {"heap", ParamKind::kNdArray, DType::kF32, 1, true},
+              {"x_grad", ParamKind::kNdArray, DType::kF32, 1, true},
+              {"y_grad", ParamKind::kNdArray, DType::kF32, 1, false}};
+  std::string text = kHeapTapeSpirv;
+  paste(text, "STEPS_WORD", k.scalar_offset(0) / 4);
+  paste(text, "THREADS_WORD", k.scalar_offset(1) / 4);
+  paste(text, "N_WORD", k.shape_offset(2) / 4);
+  VKAD_ASSIGN_OR_RETURN(std::vector<uint32_t> words, assemble_spirv(text));
+  k.tasks.push_back({"tape", std::move(words), kTapeLocalSize, runtime::RangeBound::constant(0),
+                     runtime::RangeBound::scalar(1), false, {}});
+  return k;
+}
+
+runtime::CompiledKernel copy_kernel() {
+  runtime::CompiledKernel copy;
+  copy.name = "copy";
+  copy.params = {{"x", runtime::ParamKind::kNdArray, runtime::DType::kU32, 1, false},
+                 {"y", runtime::ParamKind::kNdArray, runtime::DType::kU32, 1, true}};
+  copy.tasks.push_back({"main", assemble_spirv(testing::kCopyU32Spirv).value(), 128, runtime::RangeBound::constant(0),
+                        runtime::RangeBound::array_dim(0, 0), false, {}});
+  return copy;
+}
+
+// Milliseconds per launch: median over `reps` batches of `batch` launches waited for once.
+double time_ms(runtime::Runtime& rt, runtime::KernelHandle h, const std::vector<runtime::Arg>& a, int reps, int batch) {
+  std::vector<double> v;
+  for (int r = 0; r <= reps; ++r) {
+    (void)rt.synchronize();
+    double t0 = now_us();
+    for (int b = 0; b < batch; ++b) {
+      Status s = rt.launch(h, a);
+      if (!s.ok()) std::fprintf(stderr, "%s\n", s.to_string().c_str());
+    }
+    Status s = rt.synchronize();
+    if (!s.ok()) std::fprintf(stderr, "%s\n", s.to_string().c_str());
+    if (r) v.push_back((now_us() - t0) / 1000 / batch);  // the first batch warms up
+  }
+  return bench::median(v);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench::Args args(argc, argv,
+                   "usage: vkad-bench-adjoint-floor [--n N] [--steps L,L,...] [--layout auto|slot|thread]\n"
+                   "                                [--reps R] [--batch B] [--json F]\n"
+                   "  the sin loop x <- sin(x)*0.9 + 0.1 for L steps, dL/dx0: vkad forward, vkad's\n"
+                   "  generated adjoint and a hand-written slot-major heap tape (SPIR-V), plus a copy\n"
+                   "  kernel for GB/s; prints adjoint / hand tape ratios\n"
+                   "  --n N        elements (default 2^24)\n"
+                   "  --steps LS   comma-separated step counts (default 16,64,256)\n"
+                   "  --layout X   vkad's adstack layout: auto (the device's, default), slot, thread\n"
+                   "  --reps R     batches timed, median reported (default 5)\n"
+                   "  --batch B    launches per batch, waited for once (default 4)\n"
+                   "  --json F     also write the results as JSON to F\n",
+                   {"n", "steps", "layout", "reps", "batch", "json"});
+  uint32_t n = static_cast<uint32_t>(args.get_int("n", 1 << 24));
+  int reps = static_cast<int>(args.get_int("reps", 5));
+  int batch = static_cast<int>(args.get_int("batch", 4));
+  std::string layout = args.get("layout", "auto");
+  std::vector<int> steps;
+  {
+    std::string s = args.get("steps", "16,64,256");
+    for (size_t at = 0; at < s.size();) {
+      size_t comma = s.find(',', at);
+      if (comma == std::string::npos) comma = s.size();
+      steps.push_back(std::stoi(s.substr(at, comma - at)));
+      at = comma + 1;
+    }
+  }
+  for (int L : steps) {
+    if (L <= 0) {
+      std::fprintf(stderr, "--steps: every step count must be positive\n");
+      return 2;
+    }
+  }
+  if (layout != "auto" && layout != "slot" && layout != "thread") {
+    std::fprintf(stderr, "--layout must be auto, slot or thread, not '%s'\n", layout.c_str());
+    return 2;
+  }
+  auto rt_r = runtime::Runtime::create();
+  if (!rt_r.ok()) {
+    std::fprintf(stderr, "%s\n", rt_r.status().to_string().c_str());
+    return 1;
+  }
+  runtime::Runtime& rt = **rt_r;
+  Target target = target_from_caps(rt.caps());
+  if (layout == "slot") target.adstack_layout = adstack::Layout::kSlotMajor;
+  if (layout == "thread") target.adstack_layout = adstack::Layout::kThreadMajor;
+  Kernel fwd = sin_loop();
+  Kernel adj = make_adjoint(fwd, target).value();
+  auto hf = rt.register_kernel(compile(fwd, target).value()).value();
+  auto ha = rt.register_kernel(compile(adj, target).value()).value();
+  auto tape = tape_kernel();
+  if (!tape.ok()) {
+    std::fprintf(stderr, "hand tape: %s\n", tape.status().to_string().c_str());
+    return 1;
+  }
+  auto ht = rt.register_kernel(*tape).value();
+  auto hc = rt.register_kernel(copy_kernel()).value();
+
+  // x0 = 0.001 (i mod 1000), as in issue 13's first measurement; seeds 1.
+  std::vector<float> x0(n), ones(n, 1.0f), zeros(n, 0.0f);
+  for (uint32_t i = 0; i < n; ++i) x0[i] = 0.001f * static_cast<float>(i % 1000);
+  auto arr = [&](const char* name, const std::vector<float>& init) {
+    auto h = rt.create_ndarray(runtime::DType::kF32, {n}, name).value();
+    (void)rt.upload(h, init.data(), 4ull * n);
+    return h;
+  };
+  auto x = arr("x", x0), y = arr("y", zeros), xg = arr("x_grad", zeros), yg = arr("y_grad", ones),
+       tg = arr("tape_x_grad", zeros);
+  auto xu = rt.create_ndarray(runtime::DType::kU32, {n}, "xu").value();
+  auto yu = rt.create_ndarray(runtime::DType::kU32, {n}, "yu").value();
+  double copy_ms = time_ms(rt, hc, {runtime::Arg::ndarray(xu), runtime::Arg::ndarray(yu)}, reps, batch);
+  double copy_gbs = 8.0 * n / (copy_ms * 1e6);
+  std::printf("device: %s; %u elements; vkad adstack layout %s; copy %.3f ms = %.1f GB/s\n",
+              rt.caps().device_name.c_str(), n, adstack::layout_name(target.adstack_layout), copy_ms, copy_gbs);
+  std::printf("%5s %9s %11s %11s %11s %9s %12s %11s %10s\n", "L", "tape T", "forward ms", "adjoint ms",
+              "hand tape ms", "adj/tape", "tape GB/s", "tape/copy", "max rel d");
+  bench::JsonRecords json;
+  int status = 0;
+  for (int L : steps) {
+    // The tape's threads: as many as cover n (whole groups), at most max_groups groups, and
+    // few enough that L*T floats fit one binding.
+    uint64_t groups = (n + kTapeLocalSize - 1) / kTapeLocalSize;
+    groups = std::min<uint64_t>(groups, runtime::RuntimeOptions{}.max_groups);
+    groups = std::max<uint64_t>(1, std::min<uint64_t>(groups, rt.caps().max_storage_buffer_range / (4ull * L * kTapeLocalSize)));
+    uint32_t T = static_cast<uint32_t>(groups * kTapeLocalSize);
+    auto heap = rt.create_ndarray(runtime::DType::kF32, {static_cast<uint32_t>(static_cast<uint64_t>(L) * T)}, "tape heap").value();
+    std::vector<runtime::Arg> fa = {runtime::Arg::i32(L), runtime::Arg::ndarray(x), runtime::Arg::ndarray(y)};
+    std::vector<runtime::Arg> aa = fa;
+    aa.push_back(runtime::Arg::ndarray(xg));
+    aa.push_back(runtime::Arg::ndarray(yg));
+    std::vector<runtime::Arg> ta = {runtime::Arg::i32(L), runtime::Arg::u32(T), runtime::Arg::ndarray(x),
+                                    runtime::Arg::ndarray(heap), runtime::Arg::ndarray(tg), runtime::Arg::ndarray(yg)};
+
+    // Equal work: one adjoint launch into a zeroed x_grad (it accumulates) against the tape.
+    (void)rt.upload(xg, zeros.data(), 4ull * n);
+    Status st = rt.launch(ha, aa);
+    if (st.ok()) st = rt.launch(ht, ta);
+    if (st.ok()) st = rt.synchronize();
+    if (!st.ok()) {
+      std::fprintf(stderr, "L = %d: %s\n", L, st.to_string().c_str());
+      return 1;
+    }
+    std::vector<float> gv(n), gt(n);
+    (void)rt.download(xg, gv.data(), 4ull * n);
+    (void)rt.download(tg, gt.data(), 4ull * n);
+    double max_rel = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      double d = std::fabs(double(gv[i]) - gt[i]) / std::max(std::fabs(double(gt[i])), 1e-30);
+      max_rel = std::max(max_rel, d);
+    }
+    if (!(max_rel <= 1e-3)) {
+      std::fprintf(stderr, "L = %d: vkad's gradient and the hand tape's differ (max relative %.3g)\n", L, max_rel);
+      status = 1;
+    }
+
+    double f = time_ms(rt, hf, fa, reps, batch);
+    double a = time_ms(rt, ha, aa, reps, batch);
+    double t = time_ms(rt, ht, ta, reps, batch);
+    // The tape's bytes: x, y_grad read and x_grad written (12 B per element), each step
+    // stored and read back once (8 B).
+    double tape_bytes = double(n) * (12.0 + 8.0 * L);
+    double tape_gbs = tape_bytes / (t * 1e6);
+    std::printf("%5d %9u %11.3f %11.3f %11.3f %8.2fx %12.1f %10.0f%% %10.2g\n", L, T, f, a, t, a / t, tape_gbs,
+                100 * tape_gbs / copy_gbs, max_rel);
+    json.begin();
+    json.field("L", L);
+    json.field("n", n);
+    json.field("layout", adstack::layout_name(target.adstack_layout));
+    json.field("forward_ms", f);
+    json.field("adjoint_ms", a);
+    json.field("hand_tape_ms", t);
+    json.field("adjoint_over_hand_tape", a / t);
+    json.field("hand_tape_threads", T);
+    json.field("hand_tape_gbs", tape_gbs);
+    json.field("copy_ms", copy_ms);
+    json.field("copy_gbs", copy_gbs);
+    json.field("gradient_max_rel_diff", max_rel);
+  }
+  std::printf("vkad adstack heap: %llu bytes\n", (unsigned long long)rt.stats().adstack_heap_bytes);
+  if (args.has("json") && !json.write(args.get("json", ""), rt.caps().device_name)) {
+    std::fprintf(stderr, "cannot write %s\n", args.get("json", "").c_str());
+    return 1;
+  }
+  return status;
+}
