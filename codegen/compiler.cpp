@@ -130,7 +130,8 @@ Result<std::shared_ptr<const runtime::CompiledKernel>> CompileCache::compile(
   key += "|" + target.device_name + (target.float64 ? "d" : "") +
          (target.atomic_float32_add ? "a" : "") + (target.atomic_float64_add ? "A" : "") +
          (target.atomic_int64 ? "I" : "") + std::to_string(target.max_local_size) +
-         adstack::layout_name(target.adstack_layout) + "|" +
+         adstack::layout_name(target.adstack_layout) + (target.preserve_nan_inf_f32 ? "n" : "") +
+         (target.preserve_nan_inf_f64 ? "N" : "") + "|" +
          (o.optimize ? "O" : "") + (o.native_float_atomics ? "N" : "") +
          (o.bounds_checks ? "B" : "") + std::to_string(o.default_local_size);
   {

@@ -59,6 +59,7 @@ class TaskEmitter {
     uint32_t begin = op(spv::OpLoad, u32_, {op(spv::OpAccessChain, pc_ptr, {pc_var, m_.c_u32(0)})});
     uint32_t end = op(spv::OpLoad, u32_, {op(spv::OpAccessChain, pc_ptr, {pc_var, m_.c_u32(1)})});
     uint32_t start = op(spv::OpIAdd, u32_, {begin, gid_});
+    m_.preserve_nan_inf(target_.preserve_nan_inf_f32, target_.preserve_nan_inf_f64);
     load_adstack_layout();
     load_launch_constants(task_.body);
     loop(u32_, start, end, stride, /*is_signed=*/false, [&](uint32_t i) {
@@ -513,9 +514,19 @@ class TaskEmitter {
     constexpr float kC2 = 0.0019378662109375f;       // 254 / 2^17
     const float c3 = static_cast<float>(kTwoPi - 6.28125 - 0.0019378662109375);
     uint32_t k = ext(GLSLstd450RoundEven, f32, {op(spv::OpFMul, f32, {x, m_.c_f32(static_cast<float>(1 / kTwoPi))})});
-    uint32_t r = op(spv::OpFSub, f32, {x, op(spv::OpFMul, f32, {k, m_.c_f32(kC1)})});
-    r = op(spv::OpFSub, f32, {r, op(spv::OpFMul, f32, {k, m_.c_f32(kC2)})});
-    return op(spv::OpFSub, f32, {r, op(spv::OpFMul, f32, {k, m_.c_f32(c3)})});
+    // NoContraction: the exactness argument above needs k*C1 rounded on its own; a driver that
+    // fuses the multiply into the subtraction (NVIDIA does) changes r.
+    uint32_t r = exact(op(spv::OpFSub, f32, {x, exact(op(spv::OpFMul, f32, {k, m_.c_f32(kC1)}))}));
+    r = exact(op(spv::OpFSub, f32, {r, exact(op(spv::OpFMul, f32, {k, m_.c_f32(kC2)}))}));
+    return exact(op(spv::OpFSub, f32, {r, exact(op(spv::OpFMul, f32, {k, m_.c_f32(c3)}))}));
+  }
+
+  // Decorates a float result NoContraction: the driver may not fuse it with a neighbouring
+  // multiply or add (Vulkan otherwise allows contraction into fma, which changes the rounding
+  // that range reductions and compensated sums are built on).
+  uint32_t exact(uint32_t id) {
+    m_.decorate(id, spv::DecorationNoContraction);
+    return id;
   }
 
   // f64_math.h's backend: the f64 operations Vulkan defines, emitted into the current block.
@@ -524,9 +535,12 @@ class TaskEmitter {
     TaskEmitter& e;
     uint32_t f64 = e.m_.t_float(64);
     uint32_t constant(double v) { return e.m_.c_f64(v); }
-    uint32_t add(uint32_t a, uint32_t b) { return e.op(spv::OpFAdd, f64, {a, b}); }
-    uint32_t sub(uint32_t a, uint32_t b) { return e.op(spv::OpFSub, f64, {a, b}); }
-    uint32_t mul(uint32_t a, uint32_t b) { return e.op(spv::OpFMul, f64, {a, b}); }
+    // NoContraction on every add/sub/mul: the algorithms (Cody-Waite reductions, exact
+    // splits) assume each operation rounds on its own, as on the host; NVIDIA fuses them into
+    // fma otherwise (tan near its poles was 5e5 ulp off on an H100).
+    uint32_t add(uint32_t a, uint32_t b) { return e.exact(e.op(spv::OpFAdd, f64, {a, b})); }
+    uint32_t sub(uint32_t a, uint32_t b) { return e.exact(e.op(spv::OpFSub, f64, {a, b})); }
+    uint32_t mul(uint32_t a, uint32_t b) { return e.exact(e.op(spv::OpFMul, f64, {a, b})); }
     uint32_t div(uint32_t a, uint32_t b) { return e.op(spv::OpFDiv, f64, {a, b}); }
     uint32_t neg(uint32_t a) { return e.op(spv::OpFNegate, f64, {a}); }
     uint32_t abs(uint32_t a) { return e.ext(GLSLstd450FAbs, f64, {a}); }

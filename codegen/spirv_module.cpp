@@ -151,6 +151,14 @@ SpirvModule::Words SpirvModule::finish(uint32_t entry, uint32_t entry_label,
                                        const std::vector<uint32_t>& interface, uint32_t local_size) {
   Words out = {spv::MagicNumber, 0x00010300u, 0u, 0u, 0u};
   capability(spv::CapabilityShader);
+  const bool uses_f64 = caps_.count(static_cast<uint32_t>(spv::CapabilityFloat64)) != 0;
+  std::vector<uint32_t> preserve_widths;
+  if (preserve32_) preserve_widths.push_back(32);
+  if (preserve64_ && uses_f64) preserve_widths.push_back(64);
+  if (!preserve_widths.empty()) {
+    extension("SPV_KHR_float_controls");
+    capability(spv::CapabilitySignedZeroInfNanPreserve);
+  }
   for (uint32_t c : caps_) put(out, spv::OpCapability, {c});
   for (const std::string& e : exts_) put(out, spv::OpExtension, string_words(e));
   if (glsl_) {
@@ -166,6 +174,9 @@ SpirvModule::Words SpirvModule::finish(uint32_t entry, uint32_t entry_label,
   ep.insert(ep.end(), interface.begin(), interface.end());
   put(out, spv::OpEntryPoint, ep);
   put(out, spv::OpExecutionMode, {entry, spv::ExecutionModeLocalSize, local_size, 1, 1});
+  for (uint32_t w : preserve_widths) {
+    put(out, spv::OpExecutionMode, {entry, spv::ExecutionModeSignedZeroInfNanPreserve, w});
+  }
   out.insert(out.end(), debug_.begin(), debug_.end());
   out.insert(out.end(), annotations_.begin(), annotations_.end());
   out.insert(out.end(), globals_.begin(), globals_.end());

@@ -22,6 +22,9 @@ class SpirvModule {
 
   void capability(spv::Capability c);
   void extension(const std::string& name);
+  // SignedZeroInfNanPreserve execution modes for 32 / 64-bit floats (64 only if the module
+  // uses f64), written by finish().
+  void preserve_nan_inf(bool f32, bool f64) { preserve32_ = f32, preserve64_ = f64; }
   uint32_t glsl_std_450();
 
   // Types (de-duplicated).
@@ -73,6 +76,7 @@ class SpirvModule {
   size_t entry_pos_ = 0;
   std::set<uint32_t> caps_;
   std::set<std::string> exts_;
+  bool preserve32_ = false, preserve64_ = false;
   Words debug_, annotations_, globals_, code_, vars_;
   std::map<Words, uint32_t> dedupe_;
 };

@@ -23,6 +23,12 @@ struct Target {
   // (coalesced pushes and pops), thread-major on CPU devices (one thread's stacks in its own
   // cache lines). Callers may override it; both are correct on every device.
   adstack::Layout adstack_layout = adstack::Layout::kThreadMajor;
+  // Declare SignedZeroInfNanPreserve (SPV_KHR_float_controls) for 32 / 64-bit floats. Without
+  // it a driver may assume no NaN or infinity occurs (NVIDIA then turns the documented
+  // compare-and-select min/max and NaN -> 0 casts into fmin/fmax and raw conversions), so the
+  // "Operation semantics" for NaN, infinities and -0 hold only where the device has it.
+  bool preserve_nan_inf_f32 = false;
+  bool preserve_nan_inf_f64 = false;
 };
 
 // Slot-major adstacks for discrete, integrated, virtual and unknown GPUs, thread-major for CPU

@@ -101,6 +101,8 @@ std::string Capabilities::to_string() const {
     << yn(atomic_float64_add) << "\n"
     << "int64 buffer atomics:   " << yn(atomic_int64) << "\n"
     << "buffer device address:  " << yn(buffer_device_address) << "\n"
+    << "NaN/inf/-0 preserved:   f32 " << yn(preserve_nan_inf_f32) << ", f64 "
+    << yn(preserve_nan_inf_f64) << "\n"
     << "push descriptors:       " << yn(push_descriptor) << " (max " << max_push_descriptors
     << ")\n"
     << "timestamps:             " << yn(timestamps) << " (period " << timestamp_period_ns
@@ -237,6 +239,8 @@ Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
   c.atomic_float64_add = has_atomic_float && atomic_f.shaderBufferFloat64AtomicAdd;
   c.atomic_int64 = f12.shaderBufferInt64Atomics && f2.features.shaderInt64;
   c.buffer_device_address = f12.bufferDeviceAddress;
+  c.preserve_nan_inf_f32 = p12.shaderSignedZeroInfNanPreserveFloat32;
+  c.preserve_nan_inf_f64 = p12.shaderSignedZeroInfNanPreserveFloat64 && c.shader_float64;
   c.push_descriptor = has_push_descriptor && push_props.maxPushDescriptors > 0;
   c.max_push_descriptors = c.push_descriptor ? push_props.maxPushDescriptors : 0;
   c.timestamps = fams[dev->queue_family_].timestampValidBits != 0 && lim.timestampPeriod > 0;

@@ -85,6 +85,10 @@ struct Capabilities {
   bool atomic_int64 = false;        // shaderBufferInt64Atomics (f64 atomic add by compare-and-swap)
   bool buffer_device_address = false;
   bool push_descriptor = false;     // VK_KHR_push_descriptor present and enabled
+  // shaderSignedZeroInfNanPreserveFloat32/64 (float controls, core in Vulkan 1.2): shaders may
+  // ask that NaN, infinities and the sign of zero survive every operation.
+  bool preserve_nan_inf_f32 = false;
+  bool preserve_nan_inf_f64 = false;
   uint32_t max_push_descriptors = 0;
   bool timestamps = false;
   float timestamp_period_ns = 0;
