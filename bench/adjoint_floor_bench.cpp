@@ -211,21 +211,40 @@ runtime::CompiledKernel copy_kernel() {
   return copy;
 }
 
-// Milliseconds per launch: median over `reps` batches of `batch` launches waited for once.
-double time_ms(runtime::Runtime& rt, runtime::KernelHandle h, const std::vector<runtime::Arg>& a, int reps, int batch) {
-  std::vector<double> v;
+// Milliseconds per launch of each kernel: median over `reps` batches of `batch` launches waited
+// for once. The kernels' batches are interleaved (a, b, c, a, b, c, ...) so that all of them see
+// the same GPU clock state: a GPU raises its clocks only under sustained load, and a kernel timed
+// first in a cold run read up to 2x slower than the same kernel timed last.
+struct Timed {
+  runtime::KernelHandle h;
+  std::vector<runtime::Arg> args;
+};
+std::vector<double> time_ms(runtime::Runtime& rt, const std::vector<Timed>& ks, int reps, int batch) {
+  std::vector<std::vector<double>> v(ks.size());
   for (int r = 0; r <= reps; ++r) {
-    (void)rt.synchronize();
-    double t0 = now_us();
-    for (int b = 0; b < batch; ++b) {
-      Status s = rt.launch(h, a);
+    for (size_t k = 0; k < ks.size(); ++k) {
+      (void)rt.synchronize();
+      double t0 = now_us();
+      for (int b = 0; b < batch; ++b) {
+        Status s = rt.launch(ks[k].h, ks[k].args);
+        if (!s.ok()) std::fprintf(stderr, "%s\n", s.to_string().c_str());
+      }
+      Status s = rt.synchronize();
       if (!s.ok()) std::fprintf(stderr, "%s\n", s.to_string().c_str());
+      if (r) v[k].push_back((now_us() - t0) / 1000 / batch);  // the first round warms up
     }
-    Status s = rt.synchronize();
-    if (!s.ok()) std::fprintf(stderr, "%s\n", s.to_string().c_str());
-    if (r) v.push_back((now_us() - t0) / 1000 / batch);  // the first batch warms up
   }
-  return bench::median(v);
+  std::vector<double> out;
+  for (auto& x : v) out.push_back(bench::median(x));
+  return out;
+}
+
+// Runs `k` for about `ms` milliseconds, so the GPU is at its sustained clocks before timing.
+void warm_up(runtime::Runtime& rt, const Timed& k, double ms) {
+  for (double t0 = now_us(); now_us() - t0 < ms * 1000;) {
+    for (int b = 0; b < 10; ++b) (void)rt.launch(k.h, k.args);
+    (void)rt.synchronize();
+  }
 }
 
 }  // namespace
@@ -301,7 +320,9 @@ int main(int argc, char** argv) {
        tg = arr("tape_x_grad", zeros);
   auto xu = rt.create_ndarray(runtime::DType::kU32, {n}, "xu").value();
   auto yu = rt.create_ndarray(runtime::DType::kU32, {n}, "yu").value();
-  double copy_ms = time_ms(rt, hc, {runtime::Arg::ndarray(xu), runtime::Arg::ndarray(yu)}, reps, batch);
+  Timed copy{hc, {runtime::Arg::ndarray(xu), runtime::Arg::ndarray(yu)}};
+  warm_up(rt, copy, 300);
+  double copy_ms = time_ms(rt, {copy}, reps, batch)[0];
   double copy_gbs = 8.0 * n / (copy_ms * 1e6);
   std::printf("device: %s; %u elements; vkad adstack layout %s; copy %.3f ms = %.1f GB/s\n",
               rt.caps().device_name.c_str(), n, adstack::layout_name(target.adstack_layout), copy_ms, copy_gbs);
@@ -346,9 +367,8 @@ int main(int argc, char** argv) {
       status = 1;
     }
 
-    double f = time_ms(rt, hf, fa, reps, batch);
-    double a = time_ms(rt, ha, aa, reps, batch);
-    double t = time_ms(rt, ht, ta, reps, batch);
+    std::vector<double> ms = time_ms(rt, {{hf, fa}, {ha, aa}, {ht, ta}}, reps, batch);
+    double f = ms[0], a = ms[1], t = ms[2];
     // The tape's bytes: x, y_grad read and x_grad written (12 B per element), each step
     // stored and read back once (8 B).
     double tape_bytes = double(n) * (12.0 + 8.0 * L);
