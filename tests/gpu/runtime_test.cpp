@@ -3,9 +3,11 @@
 #include <cmath>
 #include <thread>
 
+#include "codegen/spirv_tools.h"
 #include "gpu/gpu_test.h"
 #include "rhi/vk_check.h"
 #include "runtime/runtime.h"
+#include "support/sample_kernels.h"
 
 namespace vkad::testing {
 namespace {
@@ -79,6 +81,42 @@ TEST_P(RuntimeTest, AxpyMatchesCpu) {
   ASSERT_TRUE(rt_->launch(*k, args).ok());
   auto out = read(hy, n);
   for (uint32_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(out[i], 3.0f * x[i] + y[i]) << i;
+}
+
+// The benchmarks' bandwidth references copy every element (a copy that skipped elements
+// would read as impossibly fast): the scalar and the 16-byte variant, over many workgroups.
+TEST_P(RuntimeTest, ReferenceCopyKernelsCopyEveryElement) {
+  SKIP_IF_NO_DEVICE();
+  const uint32_t n = 4 * 70001;
+  std::vector<uint32_t> src(n), zero(n, 0);
+  for (uint32_t i = 0; i < n; ++i) src[i] = i * 2654435761u + 1;
+  auto mk = [&](const char* name, const std::vector<uint32_t>& v) {
+    auto h = rt_->create_ndarray(DType::kU32, {n}, name).value();
+    EXPECT_TRUE(rt_->upload(h, v.data(), 4ull * n).ok());
+    return h;
+  };
+  auto x = mk("x", src), y = mk("y", zero), y4 = mk("y4", zero);
+  runtime::CompiledKernel scalar;
+  scalar.name = "copy";
+  scalar.params = {{"x", runtime::ParamKind::kNdArray, DType::kU32, 1, false},
+                   {"y", runtime::ParamKind::kNdArray, DType::kU32, 1, true}};
+  scalar.tasks.push_back({"main", codegen::assemble_spirv(kCopyU32Spirv).value(), 128,
+                          runtime::RangeBound::constant(0), runtime::RangeBound::array_dim(0, 0), false, {}});
+  auto ks = rt_->register_kernel(scalar);
+  auto k4 = rt_->register_kernel(make_copy_u32x4_kernel());
+  ASSERT_TRUE(ks.ok()) << ks.status().to_string();
+  ASSERT_TRUE(k4.ok()) << k4.status().to_string();
+  Arg as[] = {Arg::ndarray(x), Arg::ndarray(y)};
+  Arg a4[] = {Arg::u32(n / 4), Arg::ndarray(x), Arg::ndarray(y4)};
+  ASSERT_TRUE(rt_->launch(*ks, as).ok());
+  ASSERT_TRUE(rt_->launch(*k4, a4).ok());
+  std::vector<uint32_t> got(n), got4(n);
+  ASSERT_TRUE(rt_->download(y, got.data(), 4ull * n).ok());
+  ASSERT_TRUE(rt_->download(y4, got4.data(), 4ull * n).ok());
+  for (uint32_t i = 0; i < n; ++i) {
+    ASSERT_EQ(got[i], src[i]) << "scalar copy, element " << i;
+    ASSERT_EQ(got4[i], src[i]) << "uvec4 copy, element " << i;
+  }
 }
 
 TEST_P(RuntimeTest, GridStrideCoversRangesBeyondTheGroupCap) {
