@@ -1,5 +1,6 @@
 #include "codegen/compiler.h"
 
+#include <algorithm>
 #include <spirv-tools/optimizer.hpp>
 
 #include "codegen/spirv_emitter.h"
@@ -105,6 +106,7 @@ Result<runtime::CompiledKernel> compile(const Kernel& k, const Target& target,
     eo.native_float_atomics = options.native_float_atomics;
     eo.bounds_checks = options.bounds_checks;
     eo.local_size = out.tasks[i].local_size;
+    eo.unroll = std::max(options.unroll, 1u);
     std::vector<uint32_t> words = emit_task(k, i, out, target, eo);
     Status valid = validate_spirv(words);
     if (!valid.ok()) {
@@ -133,7 +135,8 @@ Result<std::shared_ptr<const runtime::CompiledKernel>> CompileCache::compile(
          adstack::layout_name(target.adstack_layout) + (target.preserve_nan_inf_f32 ? "n" : "") +
          (target.preserve_nan_inf_f64 ? "N" : "") + "|" +
          (o.optimize ? "O" : "") + (o.native_float_atomics ? "N" : "") +
-         (o.bounds_checks ? "B" : "") + std::to_string(o.default_local_size);
+         (o.bounds_checks ? "B" : "") + std::to_string(o.default_local_size) + "u" +
+         std::to_string(o.unroll);
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(key);

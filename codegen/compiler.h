@@ -26,6 +26,9 @@ struct CompileOptions {
   bool native_float_atomics = true;
   bool bounds_checks = true;
   uint32_t default_local_size = 128;  // parallel tasks that do not set one
+  // Elements per main-loop iteration of straight-line parallel tasks whose written arrays are
+  // accessed only at the task index (more loads in flight; EmitOptions::unroll). 1: off.
+  uint32_t unroll = 4;
 };
 
 // Errors: those of verify() (kInvalidArgument / kUnsupported naming the statement), kInternal

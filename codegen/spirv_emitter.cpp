@@ -62,7 +62,34 @@ class TaskEmitter {
     m_.preserve_nan_inf(target_.preserve_nan_inf_f32, target_.preserve_nan_inf_f64);
     load_adstack_layout();
     load_launch_constants(task_.body);
-    loop(u32_, start, end, stride, /*is_signed=*/false, [&](uint32_t i) {
+    uint32_t first = start;
+    if (o_.unroll > 1 && !task_.serial && unrollable(task_.body)) {
+      // Main loop: kUnroll elements per iteration (i, i + stride, ...), their statements
+      // interleaved so the loads of all copies issue before the first use. One 4-byte load in
+      // flight per thread cannot saturate HBM (H200: generated saxpy 87% of a uvec4 copy).
+      // It runs while the last copy is in range; the plain loop below finishes the rest.
+      const uint32_t u = o_.unroll;
+      uint32_t span = op(spv::OpIMul, u32_, {stride, m_.c_u32(u - 1)});
+      uint32_t has_room = op(spv::OpUGreaterThan, bool_, {end, span});
+      uint32_t limit = op(spv::OpSelect, u32_, {has_room, op(spv::OpISub, u32_, {end, span}), m_.c_u32(0)});
+      uint32_t step = op(spv::OpIMul, u32_, {stride, m_.c_u32(u)});
+      first = loop(u32_, start, limit, step, /*is_signed=*/false, [&](uint32_t i) {
+        std::vector<std::unordered_map<ValueId, uint32_t>> copies(u, values_);
+        for (uint32_t c = 0; c < u; ++c) {
+          uint32_t ic = c == 0 ? i : op(spv::OpIAdd, u32_, {i, op(spv::OpIMul, u32_, {stride, m_.c_u32(c)})});
+          copies[c][task_.index] = op(spv::OpBitcast, i32_, {ic});
+        }
+        types_[task_.index] = DType::kI32;
+        for (const Stmt& st : task_.body.stmts) {
+          for (uint32_t c = 0; c < u; ++c) {
+            std::swap(values_, copies[c]);
+            emit(st);
+            std::swap(values_, copies[c]);
+          }
+        }
+      });
+    }
+    loop(u32_, first, end, stride, /*is_signed=*/false, [&](uint32_t i) {
       values_[task_.index] = op(spv::OpBitcast, i32_, {i});
       types_[task_.index] = DType::kI32;
       emit_block(task_.body);
@@ -128,7 +155,8 @@ class TaskEmitter {
 
   // A structured loop `for (i = start; i < end; i += step) body(i)`.
   template <typename Body>
-  void loop(uint32_t ty, uint32_t start, uint32_t end, uint32_t step, bool is_signed, Body body) {
+  // Returns the index's phi, which at the merge block holds the first index not run.
+  uint32_t loop(uint32_t ty, uint32_t start, uint32_t end, uint32_t step, bool is_signed, Body body) {
     uint32_t header = m_.id(), check = m_.id(), body_l = m_.id(), cont = m_.id(), merge = m_.id();
     uint32_t next = m_.id();
     uint32_t pre = cur_;
@@ -147,6 +175,33 @@ class TaskEmitter {
     m_.op(spv::OpIAdd, {ty, next, i, step});
     branch(header);
     block(merge);
+    return i;
+  }
+
+  // A parallel task body may run several elements interleaved (statement by statement) only
+  // if the elements cannot see each other: straight-line code (no loops, branches, locals,
+  // adstacks or atomics, whose order or storage the copies would share) in which every ndarray
+  // the body stores to is accessed only at the task's own index, so the copies touch disjoint
+  // elements of it. Reads of arrays the body does not write may use any index.
+  bool unrollable(const Block& b) const {
+    std::unordered_map<uint32_t, bool> written;
+    for (const Stmt& st : b.stmts) {
+      switch (st.op) {
+        case Op::kFor: case Op::kIf: case Op::kAlloca: case Op::kLoadLocal: case Op::kStoreLocal:
+        case Op::kAtomicAdd: case Op::kStackAlloc: case Op::kStackPush: case Op::kStackPop:
+        case Op::kStackTop: case Op::kStackTopAdj: case Op::kStackAccAdj:
+          return false;
+        case Op::kStore: written[st.param] = true; break;
+        default: break;
+      }
+    }
+    if (written.empty()) return false;
+    for (const Stmt& st : b.stmts) {
+      if ((st.op != Op::kLoad && st.op != Op::kStore) || !written.count(st.param)) continue;
+      size_t nidx = st.op == Op::kStore ? st.args.size() - 1 : st.args.size();
+      if (nidx != 1 || st.args[0] != task_.index) return false;
+    }
+    return true;
   }
 
   // `if (cond) then(); else otherwise();` as a structured selection.

@@ -31,6 +31,10 @@ struct EmitOptions {
   bool native_float_atomics = true;
   bool bounds_checks = true;
   uint32_t local_size = 64;
+  // Elements per main-loop iteration of a parallel task whose body allows it (straight-line,
+  // written arrays accessed only at the task index; see the emitter): more loads in flight per
+  // thread. 1 turns it off.
+  uint32_t unroll = 4;
 };
 
 // `layout` supplies the args-buffer offsets (its params must already be filled in).

@@ -803,6 +803,35 @@ TEST_F(GridStride, FewWorkgroupsCoverALargeRange) {
   EXPECT_EQ(compare_arrays_exact(device.arrays[2], cpu.arrays[2]), "") << "every index exactly once";
 }
 
+// Straight-line tasks run several elements per main-loop iteration (the emitter's unroll), then
+// a plain loop finishes the rest: every element exactly once, gathers from a read-only table
+// and bounds checks intact, for sizes below, at and past one unrolled span (4 x 384 threads).
+TEST_F(GridStride, UnrolledMainLoopAndTailCoverEveryElementOnce) {
+  auto k = codegen::parse(R"(kernel unrolled(x: ndarray<f32, 1>, idx: ndarray<i32, 1>, table: ndarray<f32, 1>, y: ndarray<f32, 1>, who: ndarray<i32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %x = load x[%i] : f32
+    %j = load idx[%i] : i32
+    %t = load table[%j] : f32
+    %two = const 2.0 : f32
+    %m = mul %x, %two : f32
+    %r = add %m, %t : f32
+    store y[%i], %r
+    store who[%i], %i
+  }
+})");
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  for (uint32_t n : {100u, 1536u, 1537u, 300001u}) {
+    HostArgs device = make_args(*k, {A({n}), A({n}, 0, 63), A({64}), A({n}), A({n}, -1, -1)}, 11);
+    HostArgs cpu = device;
+    auto view = cpu.view();
+    ASSERT_TRUE(codegen::evaluate(*k, view).ok());
+    Status st = runner_->run(*k, device);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(compare_arrays_exact(device.arrays[3], cpu.arrays[3]), "") << "n = " << n;
+    EXPECT_EQ(compare_arrays_exact(device.arrays[4], cpu.arrays[4]), "") << "n = " << n;
+  }
+}
+
 using OutOfBounds = KernelTest;
 
 TEST_F(OutOfBounds, IsReportedSkippedAndRecoveredFrom) {

@@ -38,6 +38,58 @@ TEST(CodegenEmit, EveryStatementKindValidates) {
   }
 }
 
+// The unrolled main loop applies exactly where the copies of the body cannot see each other:
+// counted by the loads of x in the module (one per copy, plus the tail loop's).
+TEST(CodegenEmit, UnrollOnlyStraightLineTasksThatOwnTheirWrites) {
+  auto loads_of_x = [](const std::string& text, uint32_t unroll) {
+    CompileOptions o;
+    o.unroll = unroll;
+    auto c = compile(parsed(text), Target{}, o);
+    EXPECT_TRUE(c.ok()) << c.status().to_string();
+    if (!c.ok()) return -1;
+    std::string dis = disassemble_spirv(c->tasks[0].spirv);
+    int n = 0;
+    for (size_t at = dis.find("OpAccessChain"); at != std::string::npos; at = dis.find("OpAccessChain", at + 1)) {
+      size_t eol = dis.find('\n', at);
+      if (dis.substr(at, eol - at).find("%x ") != std::string::npos) ++n;
+    }
+    return n;
+  };
+  const char* owned = R"(kernel k(x: ndarray<f32, 1>, y: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = load x[%i] : f32
+    store y[%i], %v
+  }
+})";
+  const char* shifted = R"(kernel k(x: ndarray<f32, 1>, y: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = load x[%i] : f32
+    %one = const 1 : i32
+    %j = add %i, %one : i32
+    store y[%j], %v
+  }
+})";
+  const char* reads_what_it_writes = R"(kernel k(x: ndarray<f32, 1>, y: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = load x[%i] : f32
+    %one = const 1 : i32
+    %j = add %i, %one : i32
+    %w = load y[%j] : f32
+    %s = add %v, %w : f32
+    store y[%i], %s
+  }
+})";
+  const char* atomic = R"(kernel k(x: ndarray<f32, 1>, y: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = load x[%i] : f32
+    atomic_add y[%i], %v
+  }
+})";
+  EXPECT_EQ(loads_of_x(owned, 1), 1);
+  EXPECT_EQ(loads_of_x(owned, 4), 5);
+  for (const char* no : {shifted, reads_what_it_writes, atomic}) EXPECT_EQ(loads_of_x(no, 4), 1) << no;
+}
+
 TEST(CodegenEmit, Deterministic) {
   Kernel k = parsed(testing::kEveryStatementKernel);
   auto a = compile(k, Target{});
