@@ -196,6 +196,11 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
                               "non-integer parameter or dimension (or nests deeper than 64)");
       }
     }
+    if (!size_refs_ok(range_task.loop_passes, kernel.params)) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        where + ": loop_passes refers to a missing or non-integer parameter or "
+                                "dimension (or nests deeper than 64)");
+    }
     for (const RangeBound* b : {&range_task.begin, &range_task.end}) {
       // Scalar bounds are read as integers at launch, so they must be integer parameters.
       bool bad = b->kind != RangeBound::Kind::kConstant &&
@@ -523,6 +528,7 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args) {
     g = std::min<uint64_t>(std::max<uint64_t>(g, 1), options_.max_groups);
     if (!task.adstacks.empty()) VKAD_TRY(plan_rows(d, task, args, &g, &tl.row, &heap_need));
     tl.groups = static_cast<uint32_t>(g);
+    VKAD_TRY(check_loop_passes(d, task, args, n, g));
   }
   if (stacks) VKAD_TRY(ensure_heaps(heap_need));
 
@@ -663,6 +669,44 @@ Status Runtime::plan_rows(const CompiledKernel& d, const CompiledTask& task,
                                                                     *groups * task.local_size));
   }
   return {};
+}
+
+Status Runtime::check_loop_passes(const CompiledKernel& d, const CompiledTask& task,
+                                  std::span<const Arg> args, uint64_t n, uint64_t groups) const {
+  const uint64_t limit = caps().max_loop_passes;
+  if (limit == 0 || !options_.enforce_loop_limit) return {};
+  adstack::SizeInputs inputs{
+      [&](uint32_t p) { return args[p].i; },
+      [&](uint32_t p, uint32_t dim) { return static_cast<int64_t>(arrays_.at(args[p].array.id).shape[dim]); }};
+  const std::string where = "launch of '" + d.name + "' task '" + task.name + "'";
+  Result<int64_t> body = adstack::evaluate(task.loop_passes, inputs);
+  // The grid-stride loop: its iterations per invocation, each ending with one pass, then the
+  // pass that ends it (codegen/loop_passes.h has the model).
+  uint64_t threads = task.serial ? 1 : groups * task.local_size;
+  uint64_t strides = (n + threads - 1) / threads;
+  uint64_t total = 0;
+  bool over = !body.ok() ||
+              __builtin_mul_overflow(strides, static_cast<uint64_t>(*body) + 1, &total) ||
+              __builtin_add_overflow(total, 1 + task.loop_passes_idle, &total) || total > limit;
+  if (!over) return {};
+  std::string count = body.ok() ? std::to_string(total) : "more than 2^64";
+  std::string advice =
+      task.serial ? "shorten the serial task's range or its loops"
+                  : "lower the per-thread trip counts (the range's iterations per thread are " +
+                        std::to_string(strides) +
+                        (groups < caps().max_workgroup_count[0] && strides > 1
+                             ? "; more workgroups (RuntimeOptions::max_groups) would lower them"
+                             : "") +
+                        ")";
+  return make_error(
+      ErrorCode::kFailedPrecondition,
+      where + ": up to " + count + " loop passes per shader invocation (" + std::to_string(strides) +
+          " grid-stride iteration(s) of a body with up to " +
+          (body.ok() ? std::to_string(*body) : std::string("?")) +
+          " loop passes), more than the " + std::to_string(limit) + " that device '" +
+          caps().device_name +
+          "' runs: lavapipe silently leaves loops past this limit, so the results would be "
+          "wrong. Run it on a GPU, or " + advice + " (docs/reference.md, \"Loop limit on lavapipe\")");
 }
 
 Status Runtime::ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& need) {

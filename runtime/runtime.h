@@ -55,6 +55,10 @@ struct RuntimeOptions {
   // Spin-then-block waits (download, synchronize, forced retirement waits); see
   // rhi::StreamOptions::spin_ns. -1 = automatic (spin on GPUs, block at once on CPU devices).
   int64_t wait_spin_ns = -1;
+  // On a device that caps loop passes per invocation (Capabilities::max_loop_passes: lavapipe),
+  // launch refuses a launch whose known loop passes exceed the cap (see launch). false skips the
+  // check: only to observe the driver's behaviour, or on a driver known not to cut loops.
+  bool enforce_loop_limit = true;
 };
 
 // Handles name their owner: the high 32 bits are the id of the Runtime that issued them (a
@@ -144,6 +148,12 @@ class Runtime {
   Result<std::vector<uint32_t>> shape(NdArrayHandle array) const;
 
   // --- execution ---
+  // Validates and records one dispatch per task; nothing is recorded on error.
+  // kFailedPrecondition on a device that silently leaves loops after a number of passes per
+  // invocation (lavapipe: Capabilities::max_loop_passes) when a task's loop passes, as known at
+  // launch, exceed it: the grid-stride iterations per invocation times the task's loop_passes
+  // (codegen/loop_passes.h; loops with data-dependent bounds are not checked). The error names
+  // the kernel, the task and the count.
   Status launch(KernelHandle kernel, std::span<const Arg> args);
   // Submits what was recorded (if anything) and runs the retirement policy. With nothing
   // recorded it only polls, and returns the semaphore of the last submission.
@@ -204,6 +214,11 @@ class Runtime {
   Status plan_rows(const CompiledKernel& d, const CompiledTask& task, std::span<const Arg> args,
                    uint64_t* groups, adstack::RowLayout* row,
                    std::array<uint64_t, adstack::kHeapCount>* heap_need) const;
+  // kFailedPrecondition when the device caps loop passes per invocation and this task's known
+  // passes (grid-stride iterations over `n` with `groups` workgroups, times its body's
+  // loop_passes) exceed the cap.
+  Status check_loop_passes(const CompiledKernel& d, const CompiledTask& task,
+                           std::span<const Arg> args, uint64_t n, uint64_t groups) const;
   Status ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& need);
   void read_error_flags(CtxBuffers& retired);
   Status take_device_errors();
