@@ -488,7 +488,7 @@ Status Runtime::check_args(const Kernel& k, std::span<const Arg> args) const {
   return {};
 }
 
-Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args) {
+Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id) {
   VKAD_EXCLUSIVE_USE("launch");
   VKAD_TRY(device_->status());
   auto kit = kernels_.find(kernel.id);
@@ -580,9 +580,11 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args) {
     list_.barrier(rhi::Barrier::kComputeToCompute);
   }
   ctx_bytes_ += args_bytes;
-  ctx_buffers_.flags.push_back({ctx_buffers_.buffers.size(), k});
+  const LaunchId launch_id{++next_launch_};
+  ctx_buffers_.flags.push_back({ctx_buffers_.buffers.size(), k, launch_id});
   ctx_buffers_.buffers.push_back(std::move(args_buf));
   ++stats_.launches;
+  if (id) *id = launch_id;
 
   if (list_.dispatch_count() >= options_.max_dispatches_per_list ||
       now_us() - list_started_us_ > options_.max_list_age_us) {
@@ -763,6 +765,8 @@ static std::string describe_device_error(const CompiledKernel& d, uint32_t task,
 }
 
 void Runtime::read_error_flags(CtxBuffers& retired) {
+  // Entries retire in submission order and a list's launches in launch order, so `launches`
+  // stays ascending.
   for (const FlagSite& site : retired.flags) {
     const CompiledKernel& d = site.kernel->desc;
     const std::byte* base = retired.buffers[site.buffer].mapped();
@@ -772,14 +776,20 @@ void Runtime::read_error_flags(CtxBuffers& retired) {
       if (flag == 0) continue;
       std::string what = "kernel '" + d.name + "', task '" + d.tasks[t].name + "': " +
                          describe_device_error(d, t, flag, base);
-      bool seen = false;
-      for (auto& [msg, count] : device_errors_) {
-        if (msg == what) {
-          ++count;
-          seen = true;
-        }
+      DeviceError* e = nullptr;
+      for (DeviceError& known : device_errors_) {
+        if (known.message == what) e = &known;
       }
-      if (!seen && device_errors_.size() < 16) device_errors_.emplace_back(std::move(what), 1);
+      if (!e) {
+        if (device_errors_.size() >= 16) continue;
+        e = &device_errors_.emplace_back();
+        e->kernel = d.name;
+        e->task = d.tasks[t].name;
+        e->code = flag & 0xff;
+        e->message = std::move(what);
+      }
+      ++e->count;
+      if (e->launches.size() < DeviceError::kMaxListedLaunches) e->launches.push_back(site.launch);
     }
   }
 }
@@ -787,11 +797,18 @@ void Runtime::read_error_flags(CtxBuffers& retired) {
 Status Runtime::take_device_errors() {
   if (device_errors_.empty()) return {};
   std::string msg;
-  for (const auto& [e, count] : device_errors_) {
-    msg += (msg.empty() ? "" : "; ") + e +
-           (count > 1 ? " (in " + std::to_string(count) + " launches)" : "");
+  for (const DeviceError& e : device_errors_) {
+    std::string ids;
+    for (size_t i = 0; i < e.launches.size(); ++i) {
+      ids += (i ? ", #" : "#") + std::to_string(e.launches[i].value);
+    }
+    if (e.count > e.launches.size()) ids += ", ...";
+    msg += (msg.empty() ? "" : "; ") + e.message +
+           (e.count == 1 ? " (in launch " + ids + ")"
+                         : " (in launches " + ids + "; " + std::to_string(e.count) + " launches)");
   }
-  device_errors_.clear();  // reported once; the runtime stays usable
+  // Reported once; the runtime stays usable.
+  reported_errors_ = std::exchange(device_errors_, {});
   return make_error(ErrorCode::kDeviceError, msg);
 }
 

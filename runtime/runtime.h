@@ -25,6 +25,7 @@
 #pragma once
 
 #include <array>
+#include <compare>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -88,6 +89,27 @@ struct Arg {
   static Arg i64(int64_t v) { return {ParamKind::kScalar, DType::kI64, 0, v, {}}; }
   static Arg boolean(bool v) { return {ParamKind::kScalar, DType::kBool, 0, v ? 1 : 0, {}}; }
   static Arg ndarray(NdArrayHandle h) { return {ParamKind::kNdArray, DType::kF32, 0, 0, h}; }
+};
+
+// The sequence number of a recorded launch: 1 for a runtime's first, then +1 per launch that
+// launch() recorded (a refused launch gets none). 0 is never a launch.
+struct LaunchId {
+  uint64_t value = 0;
+  bool operator==(const LaunchId&) const = default;
+  auto operator<=>(const LaunchId&) const = default;
+};
+
+// An error the device flagged (adstack overflow, out-of-bounds access), as found when the
+// launches that hit it retired. One entry per (kernel, task, error); `launches` lists the first
+// of them in launch order (at most kMaxListedLaunches), `count` all of them.
+struct DeviceError {
+  static constexpr size_t kMaxListedLaunches = 16;
+  std::string kernel;
+  std::string task;
+  uint32_t code = 0;      // kErrorOutOfBounds, kErrorAdstackOverflow, ... (compiled_kernel.h)
+  std::string message;    // "kernel 'k', task 't': <what happened and what to do>"
+  std::vector<LaunchId> launches;
+  uint64_t count = 0;
 };
 
 struct RuntimeStats {
@@ -154,11 +176,22 @@ class Runtime {
   // launch, exceed it: the grid-stride iterations per invocation times the task's loop_passes
   // (codegen/loop_passes.h; loops with data-dependent bounds are not checked). The error names
   // the kernel, the task and the count.
-  Status launch(KernelHandle kernel, std::span<const Arg> args);
+  // `id`, when not null, receives the launch's sequence number (LaunchId) once it is recorded
+  // (unchanged on error). Device errors reported later name the launches that hit them, so a
+  // caller can discard exactly those launches' results (see device_errors()).
+  Status launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id = nullptr);
+  // The sequence number the next recorded launch will get.
+  LaunchId next_launch_id() const { return LaunchId{next_launch_ + 1}; }
   // Submits what was recorded (if anything) and runs the retirement policy. With nothing
   // recorded it only polls, and returns the semaphore of the last submission.
   Result<rhi::StreamSemaphore> flush();
+  // Device errors are reported once, by the download / synchronize that finds them, as a
+  // kDeviceError whose message names kernel, task, the error and the launch sequence numbers
+  // ("in launch #2", "in launches #2, #5 (3 launches)").
   Status synchronize();
+  // The device errors behind the last kDeviceError that download / synchronize returned (empty
+  // when none was reported yet), for callers that act on them rather than print them.
+  const std::vector<DeviceError>& device_errors() const { return reported_errors_; }
 
   // After a device loss every call above and set_retirement_depth return kDeviceLost and
   // change nothing; only destruction remains useful. A handle of another runtime is
@@ -190,6 +223,7 @@ class Runtime {
   struct FlagSite {
     size_t buffer;  // index into CtxBuffers::buffers (the launch's args buffer)
     std::shared_ptr<const Kernel> kernel;  // kept alive even if unregistered meanwhile
+    LaunchId launch;
   };
   // Per-flush payload of the retirement queue.
   struct CtxBuffers {
@@ -240,8 +274,10 @@ class Runtime {
   uint64_t tick_ = 0;
   rhi::StreamSemaphore last_sem_;
   std::array<rhi::Buffer, adstack::kHeapCount> heaps_;  // shared by all adstack launches
-  // Found at retirement, reported at the next drain: one line per (kernel, task, code).
-  std::vector<std::pair<std::string, uint64_t>> device_errors_;
+  // Found at retirement, reported at the next drain: one entry per (kernel, task, message).
+  std::vector<DeviceError> device_errors_;
+  std::vector<DeviceError> reported_errors_;  // what the last kDeviceError reported
+  uint64_t next_launch_ = 0;                  // the last LaunchId issued
   RuntimeStats stats_;
   UseGuard use_guard_;  // see use_guard.h: the thread model, enforced
 };
