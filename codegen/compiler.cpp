@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <spirv-tools/optimizer.hpp>
 
+#include "codegen/loop_passes.h"
 #include "codegen/spirv_emitter.h"
 #include "codegen/spirv_tools.h"
 #include "codegen/text.h"
@@ -99,6 +100,12 @@ Result<runtime::CompiledKernel> compile(const Kernel& k, const Target& target,
                                         : options.default_local_size;
     ct.local_size = std::min(ct.local_size, target.max_local_size);
     collect_stacks(k, t.body, t.body, &ct.adstacks);
+    // The emitter lowers a float atomic add to a compare-and-swap loop under these conditions.
+    LoopPassBound passes =
+        loop_pass_bound(k, t, !(options.native_float_atomics && target.atomic_float32_add),
+                        !(options.native_float_atomics && target.atomic_float64_add));
+    ct.loop_passes = std::move(passes.per_iteration);
+    ct.loop_passes_idle = passes.idle;
     out.tasks.push_back(std::move(ct));
   }
   for (size_t i = 0; i < k.tasks.size(); ++i) {

@@ -52,9 +52,22 @@ class ReverseMode : public PartialBuilder {
                                                        "`: " + what);
   }
 
+  // Which ndarrays may be both read and written (the adjoint runs after the forward, so its
+  // replay reads every ndarray as the forward left it, and it writes no primal ndarray):
+  //  - written only in tasks before every task that reads it: the replay reads what the forward
+  //    read (tasks are separated by barriers). Accepted, with or without a gradient; a
+  //    gradient flows from the reads into the writes through the gradient array.
+  //  - otherwise (read and written in one task, or read before a later task writes it): only
+  //    an array without gradient, and only while the reverse sweep needs none of the values
+  //    read from it (checked per task in check_read_write, after the needed-values analysis).
+  // An array without gradient must not carry differentiable values from a store to a read:
+  // the gradient through it would be lost (also check_read_write).
   Status check_rules() {
     std::vector<const Stmt*> first_read(f_.params.size(), nullptr), first_write(f_.params.size(), nullptr);
-    std::vector<const Task*> write_task(f_.params.size(), nullptr);
+    const size_t none = SIZE_MAX;
+    std::vector<size_t> first_read_task(f_.params.size(), none), last_write_task(f_.params.size(), none);
+    std::vector<const Stmt*> last_write(f_.params.size(), nullptr);
+    size_t task_no = 0;
     int depth = 0;
     std::function<Status(const Task&, const Block&)> walk = [&](const Task& t, const Block& b) -> Status {
       for (const Stmt& s : b.stmts) {
@@ -66,10 +79,14 @@ class ReverseMode : public PartialBuilder {
                                  " (the adjoint replays each loop level once per enclosing loop). "
                                  "Split the kernel into tasks or flatten the conditions");
         }
-        if (s.op == Op::kLoad && !first_read[s.param]) first_read[s.param] = &s;
-        if ((s.op == Op::kStore || s.op == Op::kAtomicAdd) && !first_write[s.param]) {
-          first_write[s.param] = &s;
-          write_task[s.param] = &t;
+        if (s.op == Op::kLoad) {
+          if (!first_read[s.param]) first_read[s.param] = &s;
+          if (first_read_task[s.param] == none) first_read_task[s.param] = task_no;
+        }
+        if (s.op == Op::kStore || s.op == Op::kAtomicAdd) {
+          if (!first_write[s.param]) first_write[s.param] = &s;
+          if (last_write_task[s.param] != task_no) last_write[s.param] = &s;
+          last_write_task[s.param] = task_no;
         }
         ++depth;
         for (const Block& c : s.blocks) VKAD_TRY(walk(t, c));
@@ -77,14 +94,62 @@ class ReverseMode : public PartialBuilder {
       }
       return {};
     };
-    for (const Task& t : f_.tasks) VKAD_TRY(walk(t, t.body));
+    for (const Task& t : f_.tasks) {
+      VKAD_TRY(walk(t, t.body));
+      ++task_no;
+    }
+    rw_unordered_.assign(f_.params.size(), false);
+    rw_no_grad_.assign(f_.params.size(), false);
     for (size_t p = 0; p < f_.params.size(); ++p) {
-      if (first_read[p] && first_write[p]) {
-        return error(*write_task[p], *first_write[p],
-                     "ndarray '" + f_.params[p].name +
-                         "' is both read and written by the kernel; its gradient would need the "
-                         "values it overwrites. Write the result to a separate ndarray");
+      if (!first_read[p] || !first_write[p]) continue;
+      const bool ordered = last_write_task[p] < first_read_task[p];
+      const std::string name = "ndarray '" + f_.params[p].name + "'";
+      if (!f_.params[p].needs_grad) {
+        rw_no_grad_[p] = true;
+        rw_unordered_[p] = !ordered;
+        continue;
       }
+      if (ordered) continue;
+      const Task& rt = f_.tasks[first_read_task[p]];
+      const Task& wt = f_.tasks[last_write_task[p]];
+      if (&rt == &wt) {
+        return error(wt, *last_write[p],
+                     name + " (grad) is both read and written in task '" + wt.name +
+                         "'; its gradient would need the values the stores overwrite, which the "
+                         "adjoint (run after the forward) no longer sees. Write the result to a "
+                         "separate ndarray, or move the stores into an earlier task than the reads");
+      }
+      return error(wt, *last_write[p],
+                   name + " (grad) is read in task '" + rt.name + "' and written by the later task '" +
+                       wt.name + "'; the gradient of the read needs the values the write "
+                       "overwrites. Write the result to a separate ndarray");
+    }
+    return {};
+  }
+
+  // The per-task half of check_rules, after activity and needed values are known.
+  Status check_read_write(const Task& t, const Block& b) {
+    for (const Stmt& s : b.stmts) {
+      if (s.op == Op::kLoad || s.op == Op::kStore || s.op == Op::kAtomicAdd) {
+        if (!rw_no_grad_[s.param]) continue;
+        const std::string name = "ndarray '" + f_.params[s.param].name + "'";
+        if (s.op != Op::kLoad && act(s.args.back())) {
+          return error(t, s,
+                       name + " has no gradient, yet the kernel stores a differentiable value into "
+                       "it and reads it back: the gradient through it would be lost. Mark it grad "
+                       "(and write it in an earlier task than the reads), or keep the value in a "
+                       "local");
+        }
+        if (s.op == Op::kLoad && rw_unordered_[s.param] && needed_.count(s.result)) {
+          return error(t, s,
+                       name + " is read and written in task '" + t.name +
+                           "' (or written after it is read), and the reverse sweep needs the value "
+                           "this load read; the adjoint, run after the forward, would read the "
+                           "overwritten value. Move the stores into an earlier task than the reads, "
+                           "or write to a separate ndarray");
+        }
+      }
+      for (const Block& c : s.blocks) VKAD_TRY(check_read_write(t, c));
     }
     return {};
   }
@@ -597,6 +662,7 @@ class ReverseMode : public PartialBuilder {
     }
     seed_needed(t.body);
     propagate_needed();
+    VKAD_TRY(check_read_write(t, t.body));
     collect_checkpoints(t.body, ctrl);
 
     Task at;
@@ -651,6 +717,9 @@ class ReverseMode : public PartialBuilder {
   Kernel a_;
   const Task* task_ = nullptr;
   std::vector<uint32_t> grad_param_;
+  // Per parameter (check_rules): read and written with no gradient; and of those, not written
+  // strictly before every read.
+  std::vector<bool> rw_no_grad_, rw_unordered_;
   std::unordered_map<ValueId, const Stmt*> def_;
   std::unordered_map<ValueId, DType> type_;
   std::unordered_map<ValueId, std::vector<const Stmt*>> alloca_ctrl_;

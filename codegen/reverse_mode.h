@@ -28,9 +28,16 @@
 // reverse mode fails naming the loop. A launch that exceeds a stated bound reports an adstack
 // overflow (never a wrong gradient in silence).
 //
-// Rejected with kInvalidArgument naming the statement: an ndarray both read and written by the
-// kernel (its old values would be needed), adstack statements in the forward kernel, and loops
-// with no derivable or stated trip bound. Scalar parameters get no gradient.
+// The adjoint must run on the arrays as the forward left them (it reads an array that the
+// forward writes in its final state). An ndarray both read and written by the kernel is
+// accepted when that is provably what the forward read: written only in tasks before every task
+// that reads it (grad or not), or, without gradient, when the reverse sweep needs none of the
+// values read from it (docs/architecture.md has the rules).
+//
+// Rejected with kInvalidArgument naming the statement: other ndarrays both read and written
+// (the error says which case and what to do), a differentiable value carried through an array
+// without gradient, adstack statements in the forward kernel, and loops with no derivable or
+// stated trip bound. Scalar parameters get no gradient.
 #pragma once
 
 #include "codegen/ir.h"

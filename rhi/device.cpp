@@ -108,6 +108,10 @@ std::string Capabilities::to_string() const {
     << "timestamps:             " << yn(timestamps) << " (period " << timestamp_period_ns
     << " ns)\n"
     << "subgroup size:          " << subgroup_size << "\n"
+    << "loop passes per thread: "
+    << (max_loop_passes ? std::to_string(max_loop_passes) + " (the driver silently leaves loops past it)"
+                        : std::string("no limit"))
+    << "\n"
     << "max storage buffer:     " << max_storage_buffer_range << " bytes\n"
     << "max workgroup count:    " << max_workgroup_count[0] << " x " << max_workgroup_count[1]
     << " x " << max_workgroup_count[2] << "\n"
@@ -247,6 +251,7 @@ Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
   c.timestamp_period_ns = lim.timestampPeriod;
   c.subgroup_size = p11.subgroupSize;
   c.max_storage_buffer_range = lim.maxStorageBufferRange;
+  if (p12.driverID == VK_DRIVER_ID_MESA_LLVMPIPE) c.max_loop_passes = 65535;
   for (int i = 0; i < 3; ++i) {
     c.max_workgroup_count[i] = lim.maxComputeWorkGroupCount[i];
     c.max_workgroup_size[i] = lim.maxComputeWorkGroupSize[i];

@@ -98,6 +98,10 @@ struct Capabilities {
   std::array<uint32_t, 3> max_workgroup_size{};
   uint32_t max_workgroup_invocations = 0;
   uint32_t max_push_constants_size = 0;
+  // Loop passes one shader invocation may make before the driver silently leaves the loop,
+  // counted over all its loops; 0 = no such limit. Mesa's lavapipe (driver id
+  // MESA_LLVMPIPE): 65,535 (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS).
+  uint32_t max_loop_passes = 0;
   uint64_t min_storage_buffer_offset_alignment = 0;
   std::vector<MemoryHeap> heaps;
 

@@ -77,6 +77,13 @@ struct CompiledTask {
   // Adstacks in the order the module numbers them (adstack/adstack_layout.h has the storage
   // contract). Empty for kernels without reverse-mode stacks.
   std::vector<adstack::StackDesc> adstacks;
+  // Upper bound of the loop passes one iteration of the range makes in the task's body (serial
+  // loops, compare-and-swap loops; codegen/loop_passes.h has the model), evaluated per launch
+  // on devices that cap loop passes per invocation (lavapipe: runtime.h, launch). Loops whose
+  // bounds depend on data count once. 0 for a hand-written module that states nothing.
+  adstack::SizeExpr loop_passes = adstack::SizeExpr::constant(0);
+  // The passes the body makes in the grid-stride loop's final pass, with no lane active.
+  uint64_t loop_passes_idle = 0;
 };
 
 struct CompiledKernel {

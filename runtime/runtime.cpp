@@ -196,6 +196,11 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
                               "non-integer parameter or dimension (or nests deeper than 64)");
       }
     }
+    if (!size_refs_ok(range_task.loop_passes, kernel.params)) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        where + ": loop_passes refers to a missing or non-integer parameter or "
+                                "dimension (or nests deeper than 64)");
+    }
     for (const RangeBound* b : {&range_task.begin, &range_task.end}) {
       // Scalar bounds are read as integers at launch, so they must be integer parameters.
       bool bad = b->kind != RangeBound::Kind::kConstant &&
@@ -483,7 +488,7 @@ Status Runtime::check_args(const Kernel& k, std::span<const Arg> args) const {
   return {};
 }
 
-Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args) {
+Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id) {
   VKAD_EXCLUSIVE_USE("launch");
   VKAD_TRY(device_->status());
   auto kit = kernels_.find(kernel.id);
@@ -523,6 +528,7 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args) {
     g = std::min<uint64_t>(std::max<uint64_t>(g, 1), options_.max_groups);
     if (!task.adstacks.empty()) VKAD_TRY(plan_rows(d, task, args, &g, &tl.row, &heap_need));
     tl.groups = static_cast<uint32_t>(g);
+    VKAD_TRY(check_loop_passes(d, task, args, n, g));
   }
   if (stacks) VKAD_TRY(ensure_heaps(heap_need));
 
@@ -574,9 +580,11 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args) {
     list_.barrier(rhi::Barrier::kComputeToCompute);
   }
   ctx_bytes_ += args_bytes;
-  ctx_buffers_.flags.push_back({ctx_buffers_.buffers.size(), k});
+  const LaunchId launch_id{++next_launch_};
+  ctx_buffers_.flags.push_back({ctx_buffers_.buffers.size(), k, launch_id});
   ctx_buffers_.buffers.push_back(std::move(args_buf));
   ++stats_.launches;
+  if (id) *id = launch_id;
 
   if (list_.dispatch_count() >= options_.max_dispatches_per_list ||
       now_us() - list_started_us_ > options_.max_list_age_us) {
@@ -665,6 +673,44 @@ Status Runtime::plan_rows(const CompiledKernel& d, const CompiledTask& task,
   return {};
 }
 
+Status Runtime::check_loop_passes(const CompiledKernel& d, const CompiledTask& task,
+                                  std::span<const Arg> args, uint64_t n, uint64_t groups) const {
+  const uint64_t limit = caps().max_loop_passes;
+  if (limit == 0 || !options_.enforce_loop_limit) return {};
+  adstack::SizeInputs inputs{
+      [&](uint32_t p) { return args[p].i; },
+      [&](uint32_t p, uint32_t dim) { return static_cast<int64_t>(arrays_.at(args[p].array.id).shape[dim]); }};
+  const std::string where = "launch of '" + d.name + "' task '" + task.name + "'";
+  Result<int64_t> body = adstack::evaluate(task.loop_passes, inputs);
+  // The grid-stride loop: its iterations per invocation, each ending with one pass, then the
+  // pass that ends it (codegen/loop_passes.h has the model).
+  uint64_t threads = task.serial ? 1 : groups * task.local_size;
+  uint64_t strides = (n + threads - 1) / threads;
+  uint64_t total = 0;
+  bool over = !body.ok() ||
+              __builtin_mul_overflow(strides, static_cast<uint64_t>(*body) + 1, &total) ||
+              __builtin_add_overflow(total, 1 + task.loop_passes_idle, &total) || total > limit;
+  if (!over) return {};
+  std::string count = body.ok() ? std::to_string(total) : "more than 2^64";
+  std::string advice =
+      task.serial ? "shorten the serial task's range or its loops"
+                  : "lower the per-thread trip counts (the range's iterations per thread are " +
+                        std::to_string(strides) +
+                        (groups < caps().max_workgroup_count[0] && strides > 1
+                             ? "; more workgroups (RuntimeOptions::max_groups) would lower them"
+                             : "") +
+                        ")";
+  return make_error(
+      ErrorCode::kFailedPrecondition,
+      where + ": up to " + count + " loop passes per shader invocation (" + std::to_string(strides) +
+          " grid-stride iteration(s) of a body with up to " +
+          (body.ok() ? std::to_string(*body) : std::string("?")) +
+          " loop passes), more than the " + std::to_string(limit) + " that device '" +
+          caps().device_name +
+          "' runs: lavapipe silently leaves loops past this limit, so the results would be "
+          "wrong. Run it on a GPU, or " + advice + " (docs/reference.md, \"Loop limit on lavapipe\")");
+}
+
 Status Runtime::ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& need) {
   for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
     uint64_t have = heaps_[h].valid() ? heaps_[h].size() : 0;
@@ -719,6 +765,8 @@ static std::string describe_device_error(const CompiledKernel& d, uint32_t task,
 }
 
 void Runtime::read_error_flags(CtxBuffers& retired) {
+  // Entries retire in submission order and a list's launches in launch order, so `launches`
+  // stays ascending.
   for (const FlagSite& site : retired.flags) {
     const CompiledKernel& d = site.kernel->desc;
     const std::byte* base = retired.buffers[site.buffer].mapped();
@@ -728,14 +776,20 @@ void Runtime::read_error_flags(CtxBuffers& retired) {
       if (flag == 0) continue;
       std::string what = "kernel '" + d.name + "', task '" + d.tasks[t].name + "': " +
                          describe_device_error(d, t, flag, base);
-      bool seen = false;
-      for (auto& [msg, count] : device_errors_) {
-        if (msg == what) {
-          ++count;
-          seen = true;
-        }
+      DeviceError* e = nullptr;
+      for (DeviceError& known : device_errors_) {
+        if (known.message == what) e = &known;
       }
-      if (!seen && device_errors_.size() < 16) device_errors_.emplace_back(std::move(what), 1);
+      if (!e) {
+        if (device_errors_.size() >= 16) continue;
+        e = &device_errors_.emplace_back();
+        e->kernel = d.name;
+        e->task = d.tasks[t].name;
+        e->code = flag & 0xff;
+        e->message = std::move(what);
+      }
+      ++e->count;
+      if (e->launches.size() < DeviceError::kMaxListedLaunches) e->launches.push_back(site.launch);
     }
   }
 }
@@ -743,11 +797,18 @@ void Runtime::read_error_flags(CtxBuffers& retired) {
 Status Runtime::take_device_errors() {
   if (device_errors_.empty()) return {};
   std::string msg;
-  for (const auto& [e, count] : device_errors_) {
-    msg += (msg.empty() ? "" : "; ") + e +
-           (count > 1 ? " (in " + std::to_string(count) + " launches)" : "");
+  for (const DeviceError& e : device_errors_) {
+    std::string ids;
+    for (size_t i = 0; i < e.launches.size(); ++i) {
+      ids += (i ? ", #" : "#") + std::to_string(e.launches[i].value);
+    }
+    if (e.count > e.launches.size()) ids += ", ...";
+    msg += (msg.empty() ? "" : "; ") + e.message +
+           (e.count == 1 ? " (in launch " + ids + ")"
+                         : " (in launches " + ids + "; " + std::to_string(e.count) + " launches)");
   }
-  device_errors_.clear();  // reported once; the runtime stays usable
+  // Reported once; the runtime stays usable.
+  reported_errors_ = std::exchange(device_errors_, {});
   return make_error(ErrorCode::kDeviceError, msg);
 }
 

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <array>
+#include <compare>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -55,6 +56,10 @@ struct RuntimeOptions {
   // Spin-then-block waits (download, synchronize, forced retirement waits); see
   // rhi::StreamOptions::spin_ns. -1 = automatic (spin on GPUs, block at once on CPU devices).
   int64_t wait_spin_ns = -1;
+  // On a device that caps loop passes per invocation (Capabilities::max_loop_passes: lavapipe),
+  // launch refuses a launch whose known loop passes exceed the cap (see launch). false skips the
+  // check: only to observe the driver's behaviour, or on a driver known not to cut loops.
+  bool enforce_loop_limit = true;
 };
 
 // Handles name their owner: the high 32 bits are the id of the Runtime that issued them (a
@@ -84,6 +89,27 @@ struct Arg {
   static Arg i64(int64_t v) { return {ParamKind::kScalar, DType::kI64, 0, v, {}}; }
   static Arg boolean(bool v) { return {ParamKind::kScalar, DType::kBool, 0, v ? 1 : 0, {}}; }
   static Arg ndarray(NdArrayHandle h) { return {ParamKind::kNdArray, DType::kF32, 0, 0, h}; }
+};
+
+// The sequence number of a recorded launch: 1 for a runtime's first, then +1 per launch that
+// launch() recorded (a refused launch gets none). 0 is never a launch.
+struct LaunchId {
+  uint64_t value = 0;
+  bool operator==(const LaunchId&) const = default;
+  auto operator<=>(const LaunchId&) const = default;
+};
+
+// An error the device flagged (adstack overflow, out-of-bounds access), as found when the
+// launches that hit it retired. One entry per (kernel, task, error); `launches` lists the first
+// of them in launch order (at most kMaxListedLaunches), `count` all of them.
+struct DeviceError {
+  static constexpr size_t kMaxListedLaunches = 16;
+  std::string kernel;
+  std::string task;
+  uint32_t code = 0;      // kErrorOutOfBounds, kErrorAdstackOverflow, ... (compiled_kernel.h)
+  std::string message;    // "kernel 'k', task 't': <what happened and what to do>"
+  std::vector<LaunchId> launches;
+  uint64_t count = 0;
 };
 
 struct RuntimeStats {
@@ -144,11 +170,28 @@ class Runtime {
   Result<std::vector<uint32_t>> shape(NdArrayHandle array) const;
 
   // --- execution ---
-  Status launch(KernelHandle kernel, std::span<const Arg> args);
+  // Validates and records one dispatch per task; nothing is recorded on error.
+  // kFailedPrecondition on a device that silently leaves loops after a number of passes per
+  // invocation (lavapipe: Capabilities::max_loop_passes) when a task's loop passes, as known at
+  // launch, exceed it: the grid-stride iterations per invocation times the task's loop_passes
+  // (codegen/loop_passes.h; loops with data-dependent bounds are not checked). The error names
+  // the kernel, the task and the count.
+  // `id`, when not null, receives the launch's sequence number (LaunchId) once it is recorded
+  // (unchanged on error). Device errors reported later name the launches that hit them, so a
+  // caller can discard exactly those launches' results (see device_errors()).
+  Status launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id = nullptr);
+  // The sequence number the next recorded launch will get.
+  LaunchId next_launch_id() const { return LaunchId{next_launch_ + 1}; }
   // Submits what was recorded (if anything) and runs the retirement policy. With nothing
   // recorded it only polls, and returns the semaphore of the last submission.
   Result<rhi::StreamSemaphore> flush();
+  // Device errors are reported once, by the download / synchronize that finds them, as a
+  // kDeviceError whose message names kernel, task, the error and the launch sequence numbers
+  // ("in launch #2", "in launches #2, #5 (3 launches)").
   Status synchronize();
+  // The device errors behind the last kDeviceError that download / synchronize returned (empty
+  // when none was reported yet), for callers that act on them rather than print them.
+  const std::vector<DeviceError>& device_errors() const { return reported_errors_; }
 
   // After a device loss every call above and set_retirement_depth return kDeviceLost and
   // change nothing; only destruction remains useful. A handle of another runtime is
@@ -180,6 +223,7 @@ class Runtime {
   struct FlagSite {
     size_t buffer;  // index into CtxBuffers::buffers (the launch's args buffer)
     std::shared_ptr<const Kernel> kernel;  // kept alive even if unregistered meanwhile
+    LaunchId launch;
   };
   // Per-flush payload of the retirement queue.
   struct CtxBuffers {
@@ -204,6 +248,11 @@ class Runtime {
   Status plan_rows(const CompiledKernel& d, const CompiledTask& task, std::span<const Arg> args,
                    uint64_t* groups, adstack::RowLayout* row,
                    std::array<uint64_t, adstack::kHeapCount>* heap_need) const;
+  // kFailedPrecondition when the device caps loop passes per invocation and this task's known
+  // passes (grid-stride iterations over `n` with `groups` workgroups, times its body's
+  // loop_passes) exceed the cap.
+  Status check_loop_passes(const CompiledKernel& d, const CompiledTask& task,
+                           std::span<const Arg> args, uint64_t n, uint64_t groups) const;
   Status ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& need);
   void read_error_flags(CtxBuffers& retired);
   Status take_device_errors();
@@ -225,8 +274,10 @@ class Runtime {
   uint64_t tick_ = 0;
   rhi::StreamSemaphore last_sem_;
   std::array<rhi::Buffer, adstack::kHeapCount> heaps_;  // shared by all adstack launches
-  // Found at retirement, reported at the next drain: one line per (kernel, task, code).
-  std::vector<std::pair<std::string, uint64_t>> device_errors_;
+  // Found at retirement, reported at the next drain: one entry per (kernel, task, message).
+  std::vector<DeviceError> device_errors_;
+  std::vector<DeviceError> reported_errors_;  // what the last kDeviceError reported
+  uint64_t next_launch_ = 0;                  // the last LaunchId issued
   RuntimeStats stats_;
   UseGuard use_guard_;  // see use_guard.h: the thread model, enforced
 };

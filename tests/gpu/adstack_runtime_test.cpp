@@ -195,6 +195,69 @@ TEST_P(AdstackRuntime, OverflowIsReportedNamingTheStackAndRecoveredFrom) {
   }
 }
 
+TEST_P(AdstackRuntime, OverflowNamesTheLaunchThatHitIt) {
+  // Three launches with separate counts and gradients, one submission: only the second's counts
+  // exceed max_trip(4), and the error names exactly that launch.
+  runtime::CompiledKernel ck = adjoint(R"(kernel dd(cnt: ndarray<i32, 1>, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f32
+    %x = load x[%i] : f32
+    store_local %v, %x
+    %zero = const 0 : i32
+    %c = load cnt[%i] : i32
+    for %k in [%zero, %c) max_trip(4) {
+      %a = load_local %v : f32
+      %s = sin %a : f32
+      store_local %v, %s
+    }
+    %out = load_local %v : f32
+    store y[%i], %out
+  }
+})");
+  auto h = runner_->rt().register_kernel(ck);
+  ASSERT_TRUE(h.ok());
+  const size_t n = 64;
+  auto x = array(std::vector<float>(n, 0.5f)), y = array(std::vector<float>(n, 0)),
+       yg = array(std::vector<float>(n, 1));
+  std::vector<runtime::LaunchId> ids;
+  std::vector<runtime::NdArrayHandle> grads;
+  for (int l = 0; l < 3; ++l) {
+    std::vector<int32_t> counts(n, 3);
+    if (l == 1) counts[n / 2] = 7;  // past the stated bound of 4
+    auto cnt = runner_->rt().create_ndarray(DType::kI32, {n});
+    ASSERT_TRUE(cnt.ok());
+    ASSERT_TRUE(runner_->rt().upload(*cnt, counts.data(), 4 * n).ok());
+    grads.push_back(array(std::vector<float>(n, 0)));
+    Arg args[] = {Arg::ndarray(*cnt), Arg::ndarray(x), Arg::ndarray(y), Arg::ndarray(grads.back()), Arg::ndarray(yg)};
+    runtime::LaunchId id;
+    ASSERT_TRUE(runner_->rt().launch(*h, args, &id).ok());
+    ids.push_back(id);
+  }
+  EXPECT_LT(ids[0], ids[1]);
+  EXPECT_LT(ids[1], ids[2]);
+  EXPECT_EQ(runner_->rt().next_launch_id().value, ids[2].value + 1);
+  Status st = runner_->rt().synchronize();
+  ASSERT_EQ(st.code(), ErrorCode::kDeviceError) << st.to_string();
+  const std::string second = "(in launch #" + std::to_string(ids[1].value) + ")";
+  EXPECT_NE(st.message().find(second), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find("#" + std::to_string(ids[0].value) + ")"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find("#" + std::to_string(ids[2].value) + ")"), std::string::npos) << st.message();
+  // The same, as data: one error, hit by the second launch only.
+  const auto& errors = runner_->rt().device_errors();
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].kernel, "dd_adjoint");
+  EXPECT_EQ(errors[0].task, "main_adjoint");
+  EXPECT_EQ(errors[0].code, runtime::kErrorAdstackOverflow);
+  EXPECT_EQ(errors[0].count, 1u);
+  EXPECT_EQ(errors[0].launches, std::vector<runtime::LaunchId>{ids[1]});
+  // The other launches' gradients are right: three sin steps from 0.5.
+  double v = 0.5, d = 1;
+  for (int k = 0; k < 3; ++k) d *= std::cos(v), v = std::sin(v);
+  for (int l : {0, 2}) {
+    for (float g : read(grads[l], n)) ASSERT_NEAR(g, d, 1e-5) << "launch " << l;
+  }
+}
+
 TEST_P(AdstackRuntime, LinearRecurrenceMatchesItsClosedForm) {
   // v <- a v + x_k over n steps: dy/dx_k = a^(n-1-k), dy/dv0 = a^n.
   runtime::CompiledKernel ck = adjoint(R"(kernel lin(n: i32, v0: ndarray<f32, 1> grad, xs: ndarray<f32, 2> grad, y: ndarray<f32, 1> grad) {
