@@ -1,6 +1,7 @@
 #include "codegen/reverse_mode.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -548,10 +549,28 @@ class ReverseMode : public PartialBuilder {
       case Op::kLoad: {
         uint32_t gp = grad_param_[s.param];
         if (gp == UINT32_MAX) return;
+        std::vector<ValueId> idx;
+        for (ValueId x : s.args) idx.push_back(p(x));
+        if (owned_[s.param]) {
+          // This invocation alone touches the element (owned_ndarrays): no atomic needed.
+          Stmt ld;
+          ld.op = Op::kLoad;
+          ld.param = gp;
+          ld.type = t;
+          ld.args = idx;
+          ValueId sum = mk(Op::kAdd, t, {emit(std::move(ld)), g});
+          Stmt st;
+          st.op = Op::kStore;
+          st.param = gp;
+          st.args = std::move(idx);
+          st.args.push_back(sum);
+          emit(std::move(st));
+          return;
+        }
         Stmt add;
         add.op = Op::kAtomicAdd;
         add.param = gp;
-        for (ValueId x : s.args) add.args.push_back(p(x));
+        add.args = std::move(idx);
         add.args.push_back(g);
         emit(std::move(add));
         return;
@@ -591,6 +610,7 @@ class ReverseMode : public PartialBuilder {
     alloca_ctrl_.clear(), stored_.clear(), hoist_.clear(), map_.clear(), vadj_.clear(), ladj_.clear();
     type_[t.index] = DType::kI32;
     read_.clear();
+    owned_ = owned_ndarrays(f_, t);
     std::vector<const Stmt*> ctrl;
     index_defs(t.body, ctrl);
     while (activity(t.body)) {
@@ -651,6 +671,7 @@ class ReverseMode : public PartialBuilder {
   Kernel a_;
   const Task* task_ = nullptr;
   std::vector<uint32_t> grad_param_;
+  std::vector<bool> owned_;  // per forward parameter, for the current task
   std::unordered_map<ValueId, const Stmt*> def_;
   std::unordered_map<ValueId, DType> type_;
   std::unordered_map<ValueId, std::vector<const Stmt*>> alloca_ctrl_;
@@ -668,6 +689,27 @@ class ReverseMode : public PartialBuilder {
 };
 
 }  // namespace
+
+std::vector<bool> owned_ndarrays(const Kernel& k, const Task& task) {
+  std::vector<bool> accessed(k.params.size(), false), other(k.params.size(), false);
+  std::function<void(const Block&)> walk = [&](const Block& b) {
+    for (const Stmt& s : b.stmts) {
+      if (s.op == Op::kLoad || s.op == Op::kStore || s.op == Op::kAtomicAdd) {
+        size_t n = s.args.size() - (s.op == Op::kLoad ? 0 : 1);  // index operands
+        accessed[s.param] = true;
+        if (n != 1 || s.args[0] != task.index) other[s.param] = true;
+      }
+      for (const Block& c : s.blocks) walk(c);
+    }
+  };
+  walk(task.body);
+  std::vector<bool> owned(k.params.size(), false);
+  if (task.serial || task.index == kNoValue) return owned;
+  for (size_t p = 0; p < k.params.size(); ++p) {
+    owned[p] = k.params[p].kind == ParamKind::kNdArray && accessed[p] && !other[p];
+  }
+  return owned;
+}
 
 Status verify_adjoint(const Kernel& forward, const Kernel& adjoint, const Target& target) {
   Status v = verify(adjoint, target);
