@@ -429,6 +429,7 @@ std::vector<AdCase> cases() {
   // Regressions (tests/support/ad_regressions.h; the unit tier checks them on the CPU too).
   c.push_back({"swapped_float_locals_regression", kSwappedFloatLocals, {A({64}), A({64})}});
   c.push_back({"swapped_integer_index_locals_regression", kSwappedIntegerIndexLocals, {A({64}), A({7}), A({64})}});
+  c.push_back({"linearly_carried_position", kLinearlyCarriedPosition, {S(6), S(0.1), A({64}), A({64}), A({64})}});
   return c;
 }
 

@@ -14,6 +14,7 @@
 #include "codegen/spirv_tools.h"
 #include "codegen/text.h"
 #include "codegen/verifier.h"
+#include "support/ad_regressions.h"
 
 namespace vkad::codegen {
 namespace {
@@ -118,6 +119,23 @@ TEST(ReverseModePass, TriangularLoopInsideAStatedBoundLoopIsBounded) {
       "        store_local %v, %s\n      }\n    }\n"
       "    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n");
   check_in_order(t, {"= stack_alloc cap(4) : f32", "= stack_alloc cap("});
+}
+
+// Issue 13: the training example's adjoint checkpointed its positions too, doubling its heap.
+// A local whose needed loads all come from the replay that pushes another local's checkpoint
+// (not from an iteration's own reverse sweep) needs no stack: one stack here (the velocity).
+TEST(ReverseModePass, LinearlyCarriedLocalIsNotCheckpointed) {
+  std::string t = adjoint_text(testing::kLinearlyCarriedPosition);
+  size_t stacks = 0;
+  for (size_t at = t.find("stack_alloc"); at != std::string::npos; at = t.find("stack_alloc", at + 1)) ++stacks;
+  EXPECT_EQ(stacks, 1u) << t;
+  // The swap regressions still checkpoint both swapped locals.
+  for (const char* k : {testing::kSwappedFloatLocals, testing::kSwappedIntegerIndexLocals}) {
+    std::string s = adjoint_text(k);
+    size_t n = 0;
+    for (size_t at = s.find("stack_alloc"); at != std::string::npos; at = s.find("stack_alloc", at + 1)) ++n;
+    EXPECT_GE(n, 2u) << s;
+  }
 }
 
 // make_adjoint verifies its result against the target: a forward kernel that only reads an
