@@ -1,11 +1,13 @@
 // vkad-bench-adjoint-floor: the generated adjoint held against the floor, in one process on one
-// device. The kernel is the sin loop x <- sin(x) * 0.9 + 0.1 for L steps per element, y = x_L,
-// and the gradient dL/dx0 for L = sum(y_grad * y). Measured per L:
+// device. Two kernels, L steps per element, y = the last value, gradients of L = sum(y_grad * y):
+// the sin loop x <- sin(x) * 0.9 + 0.1 (dL/dx0), and the recurrence of vkad-bench-adjoint,
+// v <- 0.5 v + 0.25 sin(v) w with v0 = x (dL/dx and dL/dw: two differentiated inputs). Measured
+// per kernel and L:
 //   - vkad forward and vkad's generated adjoint (adstack layout from the device, or --layout);
 //   - a hand-written slot-major heap tape in SPIR-V (../shared/DEVICE.md): the forward replay
 //     stores x_k at heap[k*T + t] (T dispatched threads, t this thread), the reverse sweep walks
 //     k downwards multiplying 0.9 cos(x_k) into a register and stores x_grad (each thread owns
-//     its elements);
+//     its elements); the recurrence's tape likewise, with dL/dw summed in a second register;
 //   - a hand-written grid-stride copy kernel with 16-byte accesses, for GB/s.
 // The hand tape's gradient is checked against vkad's (f32 tolerance) before anything is timed,
 // so the ratio compares equal work. Times are wall-clock per launch over a batch of launches
@@ -39,6 +41,22 @@ Kernel sin_loop() {
   kb.parallel_for("main", 0, x.dim(0), [&](Value i) {
     Local v = kb.local(x(i));
     kb.for_range(kb.i32(0), steps, [&](Value) { v.store(sin(v.load()) * 0.9 + 0.1); });
+    y.store({i}, v.load());
+  });
+  return kb.finish();
+}
+
+// The recurrence of bench/adjoint_bench.cpp, the same statements.
+Kernel recurrence() {
+  KernelBuilder kb("recurrence");
+  Scalar steps = kb.scalar("steps", DType::kI32);
+  Array x = kb.ndarray("x", DType::kF32, 1, {.needs_grad = true});
+  Array w = kb.ndarray("w", DType::kF32, 1, {.needs_grad = true});
+  Array y = kb.ndarray("y", DType::kF32, 1, {.needs_grad = true});
+  kb.parallel_for("main", 0, x.dim(0), [&](Value i) {
+    Local v = kb.local(x(i));
+    Value wi = w(i);
+    kb.for_range(kb.i32(0), steps, [&](Value) { v.store(v.load() * 0.5 + sin(v.load()) * wi * 0.25); });
     y.store({i}, v.load());
   });
   return kb.finish();
@@ -176,22 +194,177 @@ OpReturn
 OpFunctionEnd
 )";
 
+// The recurrence's hand-written heap tape, the same scheme. Parameters: steps (i32), T (u32),
+// x, w, heap (L*T floats), x_grad, w_grad, y_grad. Forward: v_{k+1} = 0.5 v_k + 0.25 w sin(v_k),
+// v_k stored at heap[k*T + t]. Reverse, g = dL/dv_{k+1}: gw += g * 0.25 sin(v_k),
+// g *= 0.5 + 0.25 w cos(v_k); then x_grad[i] = g, w_grad[i] = gw.
+const char* kRecurrenceTapeSpirv = R"(
+OpCapability Shader
+%glsl = OpExtInstImport "GLSL.std.450"
+OpMemoryModel Logical GLSL450
+OpEntryPoint GLCompute %main "main" %gid %args %x %w %heap %xg %wg %yg
+OpExecutionMode %main LocalSize 64 1 1
+OpDecorate %gid BuiltIn GlobalInvocationId
+OpDecorate %rtu ArrayStride 4
+OpMemberDecorate %bufu 0 Offset 0
+OpDecorate %bufu Block
+OpDecorate %rtf ArrayStride 4
+OpMemberDecorate %buff 0 Offset 0
+OpDecorate %buff Block
+OpDecorate %args DescriptorSet 0
+OpDecorate %args Binding 0
+OpDecorate %x DescriptorSet 0
+OpDecorate %x Binding 1
+OpDecorate %w DescriptorSet 0
+OpDecorate %w Binding 2
+OpDecorate %heap DescriptorSet 0
+OpDecorate %heap Binding 3
+OpDecorate %xg DescriptorSet 0
+OpDecorate %xg Binding 4
+OpDecorate %wg DescriptorSet 0
+OpDecorate %wg Binding 5
+OpDecorate %yg DescriptorSet 0
+OpDecorate %yg Binding 6
+%void = OpTypeVoid
+%fn = OpTypeFunction %void
+%u32 = OpTypeInt 32 0
+%f32 = OpTypeFloat 32
+%bool = OpTypeBool
+%v3 = OpTypeVector %u32 3
+%pin = OpTypePointer Input %v3
+%gid = OpVariable %pin Input
+%rtu = OpTypeRuntimeArray %u32
+%bufu = OpTypeStruct %rtu
+%pbufu = OpTypePointer StorageBuffer %bufu
+%args = OpVariable %pbufu StorageBuffer
+%rtf = OpTypeRuntimeArray %f32
+%buff = OpTypeStruct %rtf
+%pbuff = OpTypePointer StorageBuffer %buff
+%x = OpVariable %pbuff StorageBuffer
+%w = OpVariable %pbuff StorageBuffer
+%heap = OpVariable %pbuff StorageBuffer
+%xg = OpVariable %pbuff StorageBuffer
+%wg = OpVariable %pbuff StorageBuffer
+%yg = OpVariable %pbuff StorageBuffer
+%pu = OpTypePointer StorageBuffer %u32
+%pf = OpTypePointer StorageBuffer %f32
+%c0 = OpConstant %u32 0
+%c1 = OpConstant %u32 1
+%wsteps = OpConstant %u32 STEPS_WORD
+%wthreads = OpConstant %u32 THREADS_WORD
+%wn = OpConstant %u32 N_WORD
+%f0 = OpConstant %f32 0
+%f05 = OpConstant %f32 0.5
+%f025 = OpConstant %f32 0.25
+%main = OpFunction %void None %fn
+%entry = OpLabel
+%g3 = OpLoad %v3 %gid
+%t = OpCompositeExtract %u32 %g3 0
+%psteps = OpAccessChain %pu %args %c0 %wsteps
+%L = OpLoad %u32 %psteps
+%pthreads = OpAccessChain %pu %args %c0 %wthreads
+%T = OpLoad %u32 %pthreads
+%pn = OpAccessChain %pu %args %c0 %wn
+%N = OpLoad %u32 %pn
+OpBranch %ohead
+%ohead = OpLabel
+%i = OpPhi %u32 %t %entry %inext %ocont
+OpLoopMerge %oexit %ocont None
+OpBranch %ocheck
+%ocheck = OpLabel
+%iok = OpULessThan %bool %i %N
+OpBranchConditional %iok %obody %oexit
+%obody = OpLabel
+%px = OpAccessChain %pf %x %c0 %i
+%x0 = OpLoad %f32 %px
+%pw = OpAccessChain %pf %w %c0 %i
+%wi = OpLoad %f32 %pw
+%wq = OpFMul %f32 %wi %f025
+OpBranch %fhead
+%fhead = OpLabel
+%k = OpPhi %u32 %c0 %obody %knext %fcont
+%v = OpPhi %f32 %x0 %obody %vnext %fcont
+%at = OpPhi %u32 %t %obody %atnext %fcont
+OpLoopMerge %fexit %fcont None
+OpBranch %fcheck
+%fcheck = OpLabel
+%kok = OpULessThan %bool %k %L
+OpBranchConditional %kok %fbody %fexit
+%fbody = OpLabel
+%ph = OpAccessChain %pf %heap %c0 %at
+OpStore %ph %v
+%s = OpExtInst %f32 %glsl Sin %v
+%h = OpFMul %f32 %v %f05
+%sw = OpFMul %f32 %s %wq
+%vnext = OpFAdd %f32 %h %sw
+OpBranch %fcont
+%fcont = OpLabel
+%knext = OpIAdd %u32 %k %c1
+%atnext = OpIAdd %u32 %at %T
+OpBranch %fhead
+%fexit = OpLabel
+%pyg = OpAccessChain %pf %yg %c0 %i
+%g0 = OpLoad %f32 %pyg
+OpBranch %rhead
+%rhead = OpLabel
+%r = OpPhi %u32 %L %fexit %rnext %rcont
+%g = OpPhi %f32 %g0 %fexit %gnext %rcont
+%gw = OpPhi %f32 %f0 %fexit %gwnext %rcont
+%ra = OpPhi %u32 %at %fexit %ranext %rcont
+OpLoopMerge %rexit %rcont None
+OpBranch %rcheck
+%rcheck = OpLabel
+%rok = OpUGreaterThan %bool %r %c0
+OpBranchConditional %rok %rbody %rexit
+%rbody = OpLabel
+%ranext = OpISub %u32 %ra %T
+%ph2 = OpAccessChain %pf %heap %c0 %ranext
+%vk = OpLoad %f32 %ph2
+%s2 = OpExtInst %f32 %glsl Sin %vk
+%c = OpExtInst %f32 %glsl Cos %vk
+%ds = OpFMul %f32 %s2 %f025
+%gwi = OpFMul %f32 %g %ds
+%gwnext = OpFAdd %f32 %gw %gwi
+%cw = OpFMul %f32 %c %wq
+%dv = OpFAdd %f32 %cw %f05
+%gnext = OpFMul %f32 %g %dv
+OpBranch %rcont
+%rcont = OpLabel
+%rnext = OpISub %u32 %r %c1
+OpBranch %rhead
+%rexit = OpLabel
+%pxg = OpAccessChain %pf %xg %c0 %i
+OpStore %pxg %g
+%pwg = OpAccessChain %pf %wg %c0 %i
+OpStore %pwg %gw
+OpBranch %ocont
+%ocont = OpLabel
+%inext = OpIAdd %u32 %i %T
+OpBranch %ohead
+%oexit = OpLabel
+OpReturn
+OpFunctionEnd
+)";
+
 void paste(std::string& text, const std::string& key, uint32_t value) {
   text.replace(text.find(key), key.size(), std::to_string(value));
 }
 
-Result<runtime::CompiledKernel> tape_kernel() {
+// The sin loop's tape, or (recurrence) the recurrence's, which also takes w and w_grad.
+Result<runtime::CompiledKernel> tape_kernel(bool recurrence) {
   using runtime::DType;
   using runtime::ParamKind;
   runtime::CompiledKernel k;
-  k.name = "heap_tape";
+  k.name = recurrence ? "recurrence_heap_tape" : "heap_tape";
   k.params = {{"steps", ParamKind::kScalar, DType::kI32, 0, false},
               {"threads", ParamKind::kScalar, DType::kU32, 0, false},
-              {"x", ParamKind::kNdArray, DType::kF32, 1, false},
-              {"heap", ParamKind::kNdArray, DType::kF32, 1, true},
-              {"x_grad", ParamKind::kNdArray, DType::kF32, 1, true},
-              {"y_grad", ParamKind::kNdArray, DType::kF32, 1, false}};
-  std::string text = kHeapTapeSpirv;
+              {"x", ParamKind::kNdArray, DType::kF32, 1, false}};
+  if (recurrence) k.params.push_back({"w", ParamKind::kNdArray, DType::kF32, 1, false});
+  k.params.push_back({"heap", ParamKind::kNdArray, DType::kF32, 1, true});
+  k.params.push_back({"x_grad", ParamKind::kNdArray, DType::kF32, 1, true});
+  if (recurrence) k.params.push_back({"w_grad", ParamKind::kNdArray, DType::kF32, 1, true});
+  k.params.push_back({"y_grad", ParamKind::kNdArray, DType::kF32, 1, false});
+  std::string text = recurrence ? kRecurrenceTapeSpirv : kHeapTapeSpirv;
   paste(text, "STEPS_WORD", k.scalar_offset(0) / 4);
   paste(text, "THREADS_WORD", k.scalar_offset(1) / 4);
   paste(text, "N_WORD", k.shape_offset(2) / 4);
@@ -243,17 +416,19 @@ void warm_up(runtime::Runtime& rt, const Timed& k, double ms) {
 int main(int argc, char** argv) {
   bench::Args args(argc, argv,
                    "usage: vkad-bench-adjoint-floor [--n N] [--steps L,L,...] [--layout auto|slot|thread]\n"
-                   "                                [--reps R] [--batch B] [--json F]\n"
-                   "  the sin loop x <- sin(x)*0.9 + 0.1 for L steps, dL/dx0: vkad forward, vkad's\n"
-                   "  generated adjoint and a hand-written slot-major heap tape (SPIR-V), plus a copy\n"
-                   "  kernel for GB/s; prints adjoint / hand tape ratios\n"
+                   "                                [--kernels sin,recurrence] [--reps R] [--batch B] [--json F]\n"
+                   "  the sin loop x <- sin(x)*0.9 + 0.1 for L steps, dL/dx0, and the recurrence\n"
+                   "  v <- 0.5 v + 0.25 sin(v) w, dL/dx and dL/dw: vkad forward, vkad's generated\n"
+                   "  adjoint and a hand-written slot-major heap tape (SPIR-V), plus a copy kernel for\n"
+                   "  GB/s; prints adjoint / hand tape ratios\n"
                    "  --n N        elements (default 2^24)\n"
                    "  --steps LS   comma-separated step counts (default 16,64,256)\n"
+                   "  --kernels K  comma-separated: sin, recurrence (default both)\n"
                    "  --layout X   vkad's adstack layout: auto (the device's, default), slot, thread\n"
                    "  --reps R     batches timed, median reported (default 5)\n"
                    "  --batch B    launches per batch, waited for once (default 4)\n"
                    "  --json F     also write the results as JSON to F\n",
-                   {"n", "steps", "layout", "reps", "batch", "json"});
+                   {"n", "steps", "layout", "kernels", "reps", "batch", "json"});
   uint32_t n = static_cast<uint32_t>(args.get_int("n", 1 << 24));
   int reps = static_cast<int>(args.get_int("reps", 5));
   int batch = static_cast<int>(args.get_int("batch", 4));
@@ -274,6 +449,17 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  std::string kernels = "," + args.get("kernels", "sin,recurrence") + ",";
+  auto want = [&](const char* k) { return kernels.find(std::string(",") + k + ",") != std::string::npos; };
+  for (size_t at = 1; at < kernels.size();) {
+    size_t comma = kernels.find(',', at);
+    std::string k = kernels.substr(at, comma - at);
+    if (k != "sin" && k != "recurrence") {
+      std::fprintf(stderr, "--kernels: '%s' is not sin or recurrence\n", k.c_str());
+      return 2;
+    }
+    at = comma + 1;
+  }
   if (layout != "auto" && layout != "slot" && layout != "thread") {
     std::fprintf(stderr, "--layout must be auto, slot or thread, not '%s'\n", layout.c_str());
     return 2;
@@ -287,21 +473,15 @@ int main(int argc, char** argv) {
   Target target = target_from_caps(rt.caps());
   if (layout == "slot") target.adstack_layout = adstack::Layout::kSlotMajor;
   if (layout == "thread") target.adstack_layout = adstack::Layout::kThreadMajor;
-  Kernel fwd = sin_loop();
-  Kernel adj = make_adjoint(fwd, target).value();
-  auto hf = rt.register_kernel(compile(fwd, target).value()).value();
-  auto ha = rt.register_kernel(compile(adj, target).value()).value();
-  auto tape = tape_kernel();
-  if (!tape.ok()) {
-    std::fprintf(stderr, "hand tape: %s\n", tape.status().to_string().c_str());
-    return 1;
-  }
-  auto ht = rt.register_kernel(*tape).value();
   auto hc = rt.register_kernel(testing::make_copy_u32x4_kernel()).value();
 
-  // x0 = 0.001 (i mod 1000), as in issue 13's first measurement; seeds 1.
-  std::vector<float> x0(n), ones(n, 1.0f), zeros(n, 0.0f);
-  for (uint32_t i = 0; i < n; ++i) x0[i] = 0.001f * static_cast<float>(i % 1000);
+  // x0 = 0.001 (i mod 1000), as in issue 13's first measurement; w = 0.25 + 0.0005 (i mod
+  // 1000) for the recurrence; seeds 1.
+  std::vector<float> x0(n), w0(n), ones(n, 1.0f), zeros(n, 0.0f);
+  for (uint32_t i = 0; i < n; ++i) {
+    x0[i] = 0.001f * static_cast<float>(i % 1000);
+    w0[i] = 0.25f + 0.0005f * static_cast<float>(i % 1000);
+  }
   auto arr = [&](const char* name, const std::vector<float>& init) {
     auto h = rt.create_ndarray(runtime::DType::kF32, {n}, name).value();
     (void)rt.upload(h, init.data(), 4ull * n);
@@ -317,68 +497,101 @@ int main(int argc, char** argv) {
   double copy_gbs = 8.0 * (n & ~3u) / (copy_ms * 1e6);
   std::printf("device: %s; %u elements; vkad adstack layout %s; copy %.3f ms = %.1f GB/s\n",
               rt.caps().device_name.c_str(), n, adstack::layout_name(target.adstack_layout), copy_ms, copy_gbs);
-  std::printf("%5s %9s %11s %11s %11s %9s %12s %11s %10s\n", "L", "tape T", "forward ms", "adjoint ms",
-              "hand tape ms", "adj/tape", "tape GB/s", "tape/copy", "max rel d");
   bench::JsonRecords json;
   int status = 0;
-  for (int L : steps) {
-    // The tape's threads: as many as cover n (whole groups), at most max_groups groups, and
-    // few enough that L*T floats fit one binding.
-    uint64_t groups = (n + kTapeLocalSize - 1) / kTapeLocalSize;
-    groups = std::min<uint64_t>(groups, runtime::RuntimeOptions{}.max_groups);
-    groups = std::max<uint64_t>(1, std::min<uint64_t>(groups, rt.caps().max_storage_buffer_range / (4ull * L * kTapeLocalSize)));
-    uint32_t T = static_cast<uint32_t>(groups * kTapeLocalSize);
-    auto heap = rt.create_ndarray(runtime::DType::kF32, {static_cast<uint32_t>(static_cast<uint64_t>(L) * T)}, "tape heap").value();
-    std::vector<runtime::Arg> fa = {runtime::Arg::i32(L), runtime::Arg::ndarray(x), runtime::Arg::ndarray(y)};
-    std::vector<runtime::Arg> aa = fa;
-    aa.push_back(runtime::Arg::ndarray(xg));
-    aa.push_back(runtime::Arg::ndarray(yg));
-    std::vector<runtime::Arg> ta = {runtime::Arg::i32(L), runtime::Arg::u32(T), runtime::Arg::ndarray(x),
-                                    runtime::Arg::ndarray(heap), runtime::Arg::ndarray(tg), runtime::Arg::ndarray(yg)};
+  // One kernel: vkad forward and adjoint and the hand tape at every L. `inputs` are the
+  // forward's differentiated inputs (x, then w for the recurrence); vkad's gradients go to
+  // `grads`, the tape's to `tape_grads` (same order).
+  auto measure = [&](const char* kernel, const Kernel& fwd, bool rec, const std::vector<runtime::NdArrayHandle>& inputs,
+                     const std::vector<runtime::NdArrayHandle>& grads,
+                     const std::vector<runtime::NdArrayHandle>& tape_grads) -> bool {
+    Kernel adj = make_adjoint(fwd, target).value();
+    auto hf = rt.register_kernel(compile(fwd, target).value()).value();
+    auto ha = rt.register_kernel(compile(adj, target).value()).value();
+    auto tape = tape_kernel(rec);
+    if (!tape.ok()) {
+      std::fprintf(stderr, "hand tape: %s\n", tape.status().to_string().c_str());
+      return false;
+    }
+    auto ht = rt.register_kernel(*tape).value();
+    std::printf("%5s %9s %11s %11s %11s %9s %12s %11s %10s\n", "L", "tape T", "forward ms", "adjoint ms",
+                "hand tape ms", "adj/tape", "tape GB/s", "tape/copy", "max rel d");
+    for (int L : steps) {
+      // The tape's threads: as many as cover n (whole groups), at most max_groups groups, and
+      // few enough that L*T floats fit one binding.
+      uint64_t groups = (n + kTapeLocalSize - 1) / kTapeLocalSize;
+      groups = std::min<uint64_t>(groups, runtime::RuntimeOptions{}.max_groups);
+      groups = std::max<uint64_t>(1, std::min<uint64_t>(groups, rt.caps().max_storage_buffer_range / (4ull * L * kTapeLocalSize)));
+      uint32_t T = static_cast<uint32_t>(groups * kTapeLocalSize);
+      auto heap = rt.create_ndarray(runtime::DType::kF32, {static_cast<uint32_t>(static_cast<uint64_t>(L) * T)}, "tape heap").value();
+      std::vector<runtime::Arg> fa = {runtime::Arg::i32(L)};
+      for (auto h : inputs) fa.push_back(runtime::Arg::ndarray(h));
+      fa.push_back(runtime::Arg::ndarray(y));
+      std::vector<runtime::Arg> aa = fa;
+      for (auto h : grads) aa.push_back(runtime::Arg::ndarray(h));
+      aa.push_back(runtime::Arg::ndarray(yg));
+      std::vector<runtime::Arg> ta = {runtime::Arg::i32(L), runtime::Arg::u32(T)};
+      for (auto h : inputs) ta.push_back(runtime::Arg::ndarray(h));
+      ta.push_back(runtime::Arg::ndarray(heap));
+      for (auto h : tape_grads) ta.push_back(runtime::Arg::ndarray(h));
+      ta.push_back(runtime::Arg::ndarray(yg));
 
-    // Equal work: one adjoint launch into a zeroed x_grad (it accumulates) against the tape.
-    (void)rt.upload(xg, zeros.data(), 4ull * n);
-    Status st = rt.launch(ha, aa);
-    if (st.ok()) st = rt.launch(ht, ta);
-    if (st.ok()) st = rt.synchronize();
-    if (!st.ok()) {
-      std::fprintf(stderr, "L = %d: %s\n", L, st.to_string().c_str());
-      return 1;
-    }
-    std::vector<float> gv(n), gt(n);
-    (void)rt.download(xg, gv.data(), 4ull * n);
-    (void)rt.download(tg, gt.data(), 4ull * n);
-    double max_rel = 0;
-    for (uint32_t i = 0; i < n; ++i) {
-      double d = std::fabs(double(gv[i]) - gt[i]) / std::max(std::fabs(double(gt[i])), 1e-30);
-      max_rel = std::max(max_rel, d);
-    }
-    if (!(max_rel <= 1e-3)) {
-      std::fprintf(stderr, "L = %d: vkad's gradient and the hand tape's differ (max relative %.3g)\n", L, max_rel);
-      status = 1;
-    }
+      // Equal work: one adjoint launch into zeroed gradients (it accumulates) against the tape.
+      for (auto h : grads) (void)rt.upload(h, zeros.data(), 4ull * n);
+      Status st = rt.launch(ha, aa);
+      if (st.ok()) st = rt.launch(ht, ta);
+      if (st.ok()) st = rt.synchronize();
+      if (!st.ok()) {
+        std::fprintf(stderr, "%s, L = %d: %s\n", kernel, L, st.to_string().c_str());
+        return false;
+      }
+      double max_rel = 0;
+      for (size_t g = 0; g < grads.size(); ++g) {
+        std::vector<float> gv(n), gt(n);
+        (void)rt.download(grads[g], gv.data(), 4ull * n);
+        (void)rt.download(tape_grads[g], gt.data(), 4ull * n);
+        for (uint32_t i = 0; i < n; ++i) {
+          double d = std::fabs(double(gv[i]) - gt[i]) / std::max(std::fabs(double(gt[i])), 1e-30);
+          max_rel = std::max(max_rel, d);
+        }
+      }
+      if (!(max_rel <= 1e-3)) {
+        std::fprintf(stderr, "%s, L = %d: vkad's gradient and the hand tape's differ (max relative %.3g)\n", kernel, L,
+                     max_rel);
+        status = 1;
+      }
 
-    std::vector<double> ms = time_ms(rt, {{hf, fa}, {ha, aa}, {ht, ta}}, reps, batch);
-    double f = ms[0], a = ms[1], t = ms[2];
-    // The tape's bytes: x, y_grad read and x_grad written (12 B per element), each step
-    // stored and read back once (8 B).
-    double tape_bytes = double(n) * (12.0 + 8.0 * L);
-    double tape_gbs = tape_bytes / (t * 1e6);
-    std::printf("%5d %9u %11.3f %11.3f %11.3f %8.2fx %12.1f %10.0f%% %10.2g\n", L, T, f, a, t, a / t, tape_gbs,
-                100 * tape_gbs / copy_gbs, max_rel);
-    json.begin();
-    json.field("L", L);
-    json.field("n", n);
-    json.field("layout", adstack::layout_name(target.adstack_layout));
-    json.field("forward_ms", f);
-    json.field("adjoint_ms", a);
-    json.field("hand_tape_ms", t);
-    json.field("adjoint_over_hand_tape", a / t);
-    json.field("hand_tape_threads", T);
-    json.field("hand_tape_gbs", tape_gbs);
-    json.field("copy_ms", copy_ms);
-    json.field("copy_gbs", copy_gbs);
-    json.field("gradient_max_rel_diff", max_rel);
+      std::vector<double> ms = time_ms(rt, {{hf, fa}, {ha, aa}, {ht, ta}}, reps, batch);
+      double f = ms[0], a = ms[1], t = ms[2];
+      // The tape's bytes: the inputs and y_grad read and the gradients written (4 B each per
+      // element), each step stored and read back once (8 B).
+      double tape_bytes = double(n) * (4.0 * (2 * inputs.size() + 1) + 8.0 * L);
+      double tape_gbs = tape_bytes / (t * 1e6);
+      std::printf("%5d %9u %11.3f %11.3f %11.3f %8.2fx %12.1f %10.0f%% %10.2g\n", L, T, f, a, t, a / t, tape_gbs,
+                  100 * tape_gbs / copy_gbs, max_rel);
+      json.begin();
+      json.field("L", L);
+      json.field("n", n);
+      json.field("layout", adstack::layout_name(target.adstack_layout));
+      json.field("forward_ms", f);
+      json.field("adjoint_ms", a);
+      json.field("hand_tape_ms", t);
+      json.field("adjoint_over_hand_tape", a / t);
+      json.field("hand_tape_threads", T);
+      json.field("hand_tape_gbs", tape_gbs);
+      json.field("copy_ms", copy_ms);
+      json.field("copy_gbs", copy_gbs);
+      json.field("gradient_max_rel_diff", max_rel);
+      json.field("kernel", kernel);
+      (void)rt.free_ndarray(heap);
+    }
+    return true;
+  };
+  if (want("sin") && !measure("sin_loop", sin_loop(), false, {x}, {xg}, {tg})) return 1;
+  if (want("recurrence")) {
+    auto w = arr("w", w0), wg = arr("w_grad", zeros), twg = arr("tape_w_grad", zeros);
+    std::printf("recurrence v <- 0.5 v + 0.25 sin(v) w, v0 = x; dL/dx and dL/dw:\n");
+    if (!measure("recurrence", recurrence(), true, {x, w}, {xg, wg}, {tg, twg})) return 1;
   }
   std::printf("vkad adstack heap: %llu bytes\n", (unsigned long long)rt.stats().adstack_heap_bytes);
   if (args.has("json") && !json.write(args.get("json", ""), rt.caps().device_name)) {

@@ -1,7 +1,9 @@
 #include "codegen/reverse_mode.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -140,7 +142,7 @@ class ReverseMode : public PartialBuilder {
                        "(and write it in an earlier task than the reads), or keep the value in a "
                        "local");
         }
-        if (s.op == Op::kLoad && rw_unordered_[s.param] && needed_.count(s.result)) {
+        if (s.op == Op::kLoad && rw_unordered_[s.param] && needed_anywhere(s.result)) {
           return error(t, s,
                        name + " is read and written in task '" + t.name +
                            "' (or written after it is read), and the reverse sweep needs the value "
@@ -155,24 +157,73 @@ class ReverseMode : public PartialBuilder {
   }
 
   // ------------------------------------------------------------ analysis (forward ids)
-  void index_defs(const Block& b, std::vector<const Stmt*>& ctrl) {
-    for (const Stmt& s : b.stmts) {
+  //
+  // Positions: each statement's path from the task body, one Pos per level (its index in the
+  // block, which block of the statement at that level the path enters, that statement).
+  struct Pos {
+    uint32_t index = 0;
+    uint32_t block = 0;
+    const Stmt* stmt = nullptr;
+  };
+  void index_defs(const Block& b, std::vector<const Stmt*>& ctrl, std::vector<Pos>& at) {
+    for (uint32_t i = 0; i < b.stmts.size(); ++i) {
+      const Stmt& s = b.stmts[i];
+      at.push_back({i, 0, &s});
+      path_[&s] = at;
       if (s.result != kNoValue) {
         def_[s.result] = &s;
         type_[s.result] = s.type;
       }
-      if (s.op == Op::kAlloca) alloca_ctrl_[s.result] = ctrl;
-      if (s.op == Op::kStoreLocal) stored_[s.args[0]].push_back(s.args[1]);
+      if (s.op == Op::kStoreLocal) stores_[s.args[0]].push_back(&s);
       // A loop's reversal replays its body: what the body uses is read in the reverse sweep.
       if (!ctrl.empty() && std::any_of(ctrl.begin(), ctrl.end(), [](const Stmt* c) { return c->op == Op::kFor; })) {
         for (ValueId x : s.args) read_.insert(x);
       }
       if (!s.blocks.empty()) {
         ctrl.push_back(&s);
-        for (const Block& c : s.blocks) index_defs(c, ctrl);
+        for (uint32_t c = 0; c < s.blocks.size(); ++c) {
+          at.back().block = c;
+          index_defs(s.blocks[c], ctrl, at);
+        }
         ctrl.pop_back();
       }
+      at.pop_back();
     }
+  }
+
+  // Frames (see "forward replay" below): the task body (nullptr) and each loop's body (the
+  // loop). Whether statement x lies in frame F's body, at any depth.
+  bool inside(const Stmt* F, const Stmt* x) const {
+    if (!F) return true;
+    const std::vector<Pos>& p = path_.at(x);
+    for (size_t d = 0; d + 1 < p.size(); ++d) {
+      if (p[d].stmt == F) return true;
+    }
+    return false;
+  }
+  // The innermost frame around statement x: its innermost enclosing loop, or the task body.
+  const Stmt* frame_of(const Stmt* x) const {
+    const std::vector<Pos>& p = path_.at(x);
+    for (size_t d = p.size() - 1; d-- > 0;) {
+      if (p[d].stmt->op == Op::kFor) return p[d].stmt;
+    }
+    return nullptr;
+  }
+  // Whether, in one replay of frame F, store `st` can run before `at` (a statement in F; both
+  // inside F) with no replay start of F in between: it comes first in the body, or both lie in
+  // one loop nested in F (its back edge), or `at` is such a loop and `st` is inside it. Stores
+  // on the other side of a branch do not; stores after `at` reach it only through F's own back
+  // edge, which the replay cuts (it starts each iteration from F's checkpoint).
+  bool reaches(const Stmt* F, const Stmt* st, const Stmt* at) const {
+    const std::vector<Pos>& ps = path_.at(st);
+    const std::vector<Pos>& pa = path_.at(at);
+    for (size_t d = F ? path_.at(F).size() : 0; d < ps.size() && d < pa.size(); ++d) {
+      if (ps[d].index != pa[d].index) return ps[d].index < pa[d].index;
+      const Stmt* c = ps[d].stmt;  // a statement both lie in (or one of them)
+      if (d + 1 == ps.size() || d + 1 == pa.size() || c->op == Op::kFor) return c->op == Op::kFor;
+      if (ps[d].block != pa[d].block) return false;  // two sides of a branch
+    }
+    return false;
   }
 
   bool act(ValueId v) const { return active_.count(v) > 0; }
@@ -200,12 +251,25 @@ class ReverseMode : public PartialBuilder {
     return changed;
   }
 
-  void mark(ValueId v) {
+  // v's primal is read by the reverse sweep of frame F (a seed).
+  void mark(ValueId v, const Stmt* F) {
     read_.insert(v);
-    if (needed_.insert(v).second) work_.push_back(v);
+    need(v, F);
   }
-  void mark_closure(ValueId v) {
-    if (needed_.insert(v).second) work_.push_back(v);
+  // v is needed in some frame (the reverse sweep reads it, directly or through a replay).
+  bool needed_anywhere(ValueId v) const {
+    auto it = needed_.lower_bound({v, nullptr});
+    return it != needed_.end() && it->first == v;
+  }
+  // v must be recomputed right by the replay of frame F. A value defined outside F is not
+  // recomputed there: it is its home frame's replay value.
+  void need(ValueId v, const Stmt* F) {
+    auto it = def_.find(v);
+    if (it == def_.end()) return;  // the task index
+    const Stmt* d = it->second;
+    if (d->op == Op::kFor) return;  // a loop index: the replayed loop recomputes it
+    if (!inside(F, d)) F = frame_of(d);
+    if (needed_.insert({v, F}).second) work_.push_back({v, F});
   }
 
   // The union of the primals read by the partials rev_stmt will emit for `s`: those of its
@@ -222,75 +286,79 @@ class ReverseMode : public PartialBuilder {
 
   void seed_needed(const Block& b) {
     for (const Stmt& s : b.stmts) {
+      const Stmt* F = frame_of(&s);  // the frame whose reverse sweep reverses s
       bool active = s.result != kNoValue && act(s.result);
       // The primals that the partials of active operands read (derivative_rules.h): the same
       // rows rev_stmt emits from.
       if (active) {
         uint8_t reads = primal_reads(s);
         for (size_t k = 0; k < s.args.size() && k < 3; ++k) {
-          if (reads & (1u << k)) mark(s.args[k]);
+          if (reads & (1u << k)) mark(s.args[k], F);
         }
-        if (reads & kReadResult) mark(s.result);
+        if (reads & kReadResult) mark(s.result, F);
       }
-      if (s.op == Op::kFor) mark(s.args[0]), mark(s.args[1]);
-      if (s.op == Op::kIf) mark(s.args[0]);
+      // Loop bounds and conditions decide what every replay that runs them computes: needed in
+      // each frame around them.
+      if (s.op == Op::kFor || s.op == Op::kIf) {
+        const std::vector<Pos>& p = path_.at(&s);
+        for (size_t d = 0; d + 1 < p.size(); ++d) {
+          if (p[d].stmt->op != Op::kFor) continue;
+          for (ValueId x : s.args) mark(x, p[d].stmt);
+        }
+        for (ValueId x : s.args) mark(x, nullptr);
+      }
       if (s.op == Op::kLoad && active) {
-        for (ValueId x : s.args) mark(x);
+        for (ValueId x : s.args) mark(x, F);
       }
       if ((s.op == Op::kStore || s.op == Op::kAtomicAdd) && f_.params[s.param].needs_grad &&
           act(s.args.back())) {
-        for (size_t i = 0; i + 1 < s.args.size(); ++i) mark(s.args[i]);
+        for (size_t i = 0; i + 1 < s.args.size(); ++i) mark(s.args[i], F);
       }
       for (const Block& c : s.blocks) seed_needed(c);
     }
   }
 
-  // Closes `needed_` over what the replay reads to recompute a needed value. A needed load of
-  // local L is right in the replay only if L holds, at that point, what it held in the
-  // forward run: its value at the start of the enclosing iteration comes back from a
-  // checkpoint (collect_checkpoints), and every value stored into L inside the iteration must
-  // itself be recomputed right, so each store's value is needed too. (Stopping at the load
-  // left `t = q; q = p + q; p = t` reading a stale p: issue 12.) Any store to L counts, not
-  // only those that reach the load: a few extra checkpoints, never a missing one.
+  // Closes `needed_` over what the replays read to recompute needed values, and decides the
+  // checkpoints. Frame F's replay starts from F's checkpoint, so a needed load of local L in it
+  // is right when (a) every store to L that can run before the load in that replay
+  // (`reaches`) stores a value F recomputes right, and (b) if L is declared outside F, L is
+  // checkpointed at F. Only reaching stores count: a store after the load in F's body reaches
+  // it only through F's back edge, i.e. through the checkpoint, which (b) covers. (Stopping at
+  // the load, with no (a), left `t = q; q = p + q; p = t` reading a stale p: issue 12;
+  // counting every store to L in the kernel made the training example checkpoint its linearly
+  // updated positions as well, doubling its heap: issue 13.)
   void propagate_needed() {
     while (!work_.empty()) {
-      ValueId v = work_.back();
+      auto [v, F] = work_.back();
       work_.pop_back();
-      auto it = def_.find(v);
-      if (it == def_.end()) continue;  // the task index
-      const Stmt& s = *it->second;
-      if (s.op == Op::kFor) continue;  // a loop index: the replayed loop recomputes it
+      const Stmt& s = *def_.at(v);
       if (s.op == Op::kLoadLocal) {
-        auto st = stored_.find(s.args[0]);
-        if (st != stored_.end()) {
-          for (ValueId x : st->second) mark_closure(x);
+        ValueId L = s.args[0];
+        for (const Stmt* st : stores_[L]) {
+          if (inside(F, st) && reaches(F, st, &s)) need(st->args[1], F);
         }
+        if (F && !inside(F, def_.at(L))) checkpoint(F, L);
         continue;
       }
-      for (ValueId x : s.args) mark_closure(x);
+      for (ValueId x : s.args) need(x, F);
     }
   }
 
-  // Locals each loop must checkpoint: those with a needed load inside it but defined outside
-  // it. Branches need none: the reverse of a branch reads the values its forward replay left
-  // in hoisted locals (see fwd) instead of replaying it.
-  void collect_checkpoints(const Block& b, std::vector<const Stmt*>& ctrl) {
-    for (const Stmt& s : b.stmts) {
-      if (s.op == Op::kLoadLocal && needed_.count(s.result)) {
-        const auto& def_ctrl = alloca_ctrl_.at(s.args[0]);
-        for (const Stmt* c : ctrl) {
-          if (c->op != Op::kFor) continue;
-          if (std::find(def_ctrl.begin(), def_ctrl.end(), c) != def_ctrl.end()) continue;
-          auto& list = ckpt_[c];
-          if (std::find(list.begin(), list.end(), s.args[0]) == list.end()) list.push_back(s.args[0]);
-        }
-      }
-      if (!s.blocks.empty()) {
-        ctrl.push_back(&s);
-        for (const Block& c : s.blocks) collect_checkpoints(c, ctrl);
-        ctrl.pop_back();
-      }
+  // Local L is checkpointed at loop G: the replay of G's enclosing frame P pushes L at the start
+  // of every iteration of G, so L must be right there: the stores in P that can run before G
+  // (those inside G, through G's back edge, included) store values P recomputes right, and if L
+  // is declared outside P, P checkpoints it too. Branches need no checkpoints: the reverse of
+  // a branch reads the values its frame's replay left in hoisted locals (see fwd) instead of
+  // replaying it.
+  void checkpoint(const Stmt* G, ValueId L) {
+    std::vector<ValueId>& list = ckpt_[G];
+    if (std::find(list.begin(), list.end(), L) != list.end()) return;
+    list.push_back(L);
+    const Stmt* P = frame_of(G);
+    for (const Stmt* st : stores_[L]) {
+      if (inside(P, st) && reaches(P, st, G)) need(st->args[1], P);
     }
+    if (P && !inside(P, def_.at(L))) checkpoint(P, L);
   }
 
   // Symbolic range of an integer value, or nullopt when it depends on data.
@@ -613,10 +681,28 @@ class ReverseMode : public PartialBuilder {
       case Op::kLoad: {
         uint32_t gp = grad_param_[s.param];
         if (gp == UINT32_MAX) return;
+        std::vector<ValueId> idx;
+        for (ValueId x : s.args) idx.push_back(p(x));
+        if (owned_[s.param]) {
+          // This invocation alone touches the element (owned_ndarrays): no atomic needed.
+          Stmt ld;
+          ld.op = Op::kLoad;
+          ld.param = gp;
+          ld.type = t;
+          ld.args = idx;
+          ValueId sum = mk(Op::kAdd, t, {emit(std::move(ld)), g});
+          Stmt st;
+          st.op = Op::kStore;
+          st.param = gp;
+          st.args = std::move(idx);
+          st.args.push_back(sum);
+          emit(std::move(st));
+          return;
+        }
         Stmt add;
         add.op = Op::kAtomicAdd;
         add.param = gp;
-        for (ValueId x : s.args) add.args.push_back(p(x));
+        add.args = std::move(idx);
         add.args.push_back(g);
         emit(std::move(add));
         return;
@@ -653,17 +739,18 @@ class ReverseMode : public PartialBuilder {
   Status task(const Task& t) {
     task_ = &t;
     def_.clear(), type_.clear(), active_.clear(), needed_.clear(), ckpt_.clear(), stacks_.clear();
-    alloca_ctrl_.clear(), stored_.clear(), hoist_.clear(), map_.clear(), vadj_.clear(), ladj_.clear();
+    path_.clear(), stores_.clear(), hoist_.clear(), map_.clear(), vadj_.clear(), ladj_.clear();
     type_[t.index] = DType::kI32;
     read_.clear();
+    owned_ = owned_ndarrays(f_, t);
     std::vector<const Stmt*> ctrl;
-    index_defs(t.body, ctrl);
+    std::vector<Pos> pos;
+    index_defs(t.body, ctrl, pos);
     while (activity(t.body)) {
     }
     seed_needed(t.body);
     propagate_needed();
     VKAD_TRY(check_read_write(t, t.body));
-    collect_checkpoints(t.body, ctrl);
 
     Task at;
     at.name = t.name + "_adjoint";
@@ -720,16 +807,19 @@ class ReverseMode : public PartialBuilder {
   // Per parameter (check_rules): read and written with no gradient; and of those, not written
   // strictly before every read.
   std::vector<bool> rw_no_grad_, rw_unordered_;
+  std::vector<bool> owned_;  // per forward parameter, for the current task
   std::unordered_map<ValueId, const Stmt*> def_;
   std::unordered_map<ValueId, DType> type_;
-  std::unordered_map<ValueId, std::vector<const Stmt*>> alloca_ctrl_;
-  std::unordered_map<ValueId, std::vector<ValueId>> stored_;  // local -> values stored into it
-  std::unordered_set<ValueId> active_, needed_;
+  std::unordered_map<const Stmt*, std::vector<Pos>> path_;
+  std::unordered_map<ValueId, std::vector<const Stmt*>> stores_;  // local -> its store_locals
+  std::unordered_set<ValueId> active_;
+  // (value, frame): the value must be recomputed right by the frame's replay.
+  std::set<std::pair<ValueId, const Stmt*>> needed_;
   // Forward values the reverse sweep reads directly: operands its derivative rules use, and
   // anything a loop body uses (the loop's reversal replays the body).
   std::unordered_set<ValueId> read_;
   std::unordered_map<ValueId, ValueId> hoist_;  // forward value / local in a branch -> frame local
-  std::vector<ValueId> work_;
+  std::vector<std::pair<ValueId, const Stmt*>> work_;
   std::unordered_map<const Stmt*, std::vector<ValueId>> ckpt_;    // forward locals
   std::unordered_map<const Stmt*, std::vector<ValueId>> stacks_;  // adjoint stack ids
   std::vector<Block*> out_;
@@ -737,6 +827,27 @@ class ReverseMode : public PartialBuilder {
 };
 
 }  // namespace
+
+std::vector<bool> owned_ndarrays(const Kernel& k, const Task& task) {
+  std::vector<bool> accessed(k.params.size(), false), other(k.params.size(), false);
+  std::function<void(const Block&)> walk = [&](const Block& b) {
+    for (const Stmt& s : b.stmts) {
+      if (s.op == Op::kLoad || s.op == Op::kStore || s.op == Op::kAtomicAdd) {
+        size_t n = s.args.size() - (s.op == Op::kLoad ? 0 : 1);  // index operands
+        accessed[s.param] = true;
+        if (n != 1 || s.args[0] != task.index) other[s.param] = true;
+      }
+      for (const Block& c : s.blocks) walk(c);
+    }
+  };
+  walk(task.body);
+  std::vector<bool> owned(k.params.size(), false);
+  if (task.serial || task.index == kNoValue) return owned;
+  for (size_t p = 0; p < k.params.size(); ++p) {
+    owned[p] = k.params[p].kind == ParamKind::kNdArray && accessed[p] && !other[p];
+  }
+  return owned;
+}
 
 Status verify_adjoint(const Kernel& forward, const Kernel& adjoint, const Target& target) {
   Status v = verify(adjoint, target);

@@ -2,9 +2,11 @@
 //
 // Parameters of the adjoint: the forward kernel's parameters, unchanged and in order, then one
 // gradient ndarray per parameter marked `grad`, called `<name>_grad`, same dtype and shape.
-// For an ndarray the forward kernel reads, the adjoint atomically adds dL/d(element) into its
-// gradient; for one it writes (store or atomic_add), the adjoint reads the seeded dL/d(output)
-// from its gradient. The adjoint writes no primal ndarray.
+// For an ndarray the forward kernel reads, the adjoint adds dL/d(element) into its gradient
+// (onto what the gradient array holds): with atomic_add, or with a plain load, add and store
+// where owned_ndarrays() proves each thread touches only its own element; for one it writes
+// (store or atomic_add), the adjoint reads the seeded dL/d(output) from its gradient. The
+// adjoint writes no primal ndarray.
 //
 // Scheme, per parallel iteration (docs/architecture.md has the full story):
 //   - replay the forward computation, checkpointing onto adstacks, at the start of every
@@ -40,6 +42,8 @@
 // stated trip bound. Scalar parameters get no gradient.
 #pragma once
 
+#include <vector>
+
 #include "codegen/ir.h"
 #include "codegen/target.h"
 #include "rhi/status.h"
@@ -57,6 +61,19 @@ inline constexpr int kMaxAdjointNesting = static_cast<int>(kMaxNestingDepth);  /
 // gradient on a device without f64 or 64-bit integer atomics), otherwise kInternal (a bug in
 // reverse mode); both name the adjoint's statement.
 Result<Kernel> make_adjoint(const Kernel& forward, const Target& target = {});
+
+// Which ndarray parameters of `k` each invocation of `task` (one of k's tasks) owns: flag p is
+// true when the task is parallel and every load, store and atomic_add of parameter p in it
+// (inside loops and branches too) indexes exactly [task index] -- the task's own index value,
+// not a copy through a local, a cast or any arithmetic -- and it has at least one. Distinct
+// iterations of a parallel task then touch distinct elements of p (and of p's gradient, which
+// the adjoint indexes the same way), so the adjoint accumulates p's gradient with load-add-
+// store instead of atomic_add. Tasks run one after another (a barrier between dispatches),
+// so the proof is per task. False for serial tasks, scalars and anything unproven (gathers,
+// scatters, index arithmetic, rank > 1). Result: one flag per parameter of k. The proof is
+// per parameter: it assumes the launch binds distinct ndarrays to distinct gradient
+// parameters (one ndarray bound as both x_grad and w_grad would mix plain and atomic adds).
+std::vector<bool> owned_ndarrays(const Kernel& k, const Task& task);
 
 // The check make_adjoint runs on its result: verify(adjoint, target), with a failure reworded
 // as above. Exposed for its unit test.

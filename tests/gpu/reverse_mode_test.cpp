@@ -453,9 +453,40 @@ std::vector<AdCase> cases() {
     store y[%i], %out
   }
 })", {S(5), A({64}), A({64})}, 3e-2, 1e-2});
+  // Owned and not owned in one kernel (owned_ndarrays): x is read at [%i] only, before and in
+  // the loop (several load-add-stores per thread into x_grad[i]); w is gathered at (3i + k) mod m
+  // by every thread (atomic adds from many threads into one element).
+  c.push_back({"owned_and_gathered_inputs", R"(kernel og(n: i32, x: ndarray<f64, 1> grad, w: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f64
+    %x0 = load x[%i] : f64
+    store_local %v, %x0
+    %zero = const 0 : i32
+    %n = arg n : i32
+    %three = const 3 : i32
+    %m = shape w 0 : i32
+    %half = const 0.5 : f64
+    %i3 = mul %i, %three : i32
+    for %k in [%zero, %n) {
+      %a = load_local %v : f64
+      %xv = load x[%i] : f64
+      %jk = add %i3, %k : i32
+      %j = mod %jk, %m : i32
+      %wv = load w[%j] : f64
+      %s = sin %a : f64
+      %p = mul %s, %wv : f64
+      %q = mul %xv, %half : f64
+      %u = add %p, %q : f64
+      store_local %v, %u
+    }
+    %out = load_local %v : f64
+    store y[%i], %out
+  }
+})", {S(5), A({256}), A({7}), A({256})}});
   // Regressions (tests/support/ad_regressions.h; the unit tier checks them on the CPU too).
   c.push_back({"swapped_float_locals_regression", kSwappedFloatLocals, {A({64}), A({64})}});
   c.push_back({"swapped_integer_index_locals_regression", kSwappedIntegerIndexLocals, {A({64}), A({7}), A({64})}});
+  c.push_back({"linearly_carried_position", kLinearlyCarriedPosition, {S(6), S(0.1), A({64}), A({64}), A({64})}});
   return c;
 }
 

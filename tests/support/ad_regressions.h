@@ -73,4 +73,38 @@ inline const char* kSwappedIntegerIndexLocals = R"(kernel swapped_integer_index_
   }
 })";
 
+// The training example's shape (examples/diffsim): position x moves linearly with velocity u,
+// u nonlinearly (u <- u + (-u*u - x) * dt, x <- x + u * dt). The reverse sweep of an iteration
+// reads only u (d(u*u)); x is needed only to recompute the u that the task's replay pushes at
+// each iteration start, and that replay runs from the task's start, so x needs no checkpoint.
+// One stack (u), not two; gradients into both inputs.
+inline const char* kLinearlyCarriedPosition = R"(kernel linearly_carried_position(n: i32, dt: f64, a: ndarray<f64, 1> grad, v: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  task main parallel %i in [0, shape(a, 0)) {
+    %x = alloca : f64
+    %u = alloca : f64
+    %a0 = load a[%i] : f64
+    store_local %x, %a0
+    %v0 = load v[%i] : f64
+    store_local %u, %v0
+    %dt = arg dt : f64
+    %zero = const 0 : i32
+    %n = arg n : i32
+    for %k in [%zero, %n) {
+      %xv = load_local %x : f64
+      %uv = load_local %u : f64
+      %sq = mul %uv, %uv : f64
+      %nsq = neg %sq : f64
+      %f = sub %nsq, %xv : f64
+      %fdt = mul %f, %dt : f64
+      %nu = add %uv, %fdt : f64
+      store_local %u, %nu
+      %step = mul %nu, %dt : f64
+      %nx = add %xv, %step : f64
+      store_local %x, %nx
+    }
+    %out = load_local %x : f64
+    store y[%i], %out
+  }
+})";
+
 }  // namespace vkad::testing

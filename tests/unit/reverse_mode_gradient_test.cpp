@@ -52,5 +52,16 @@ TEST(ReverseModeGradient, SwappedIntegerIndexLocalsRegression) {
   expect_gradients_match(kSwappedIntegerIndexLocals, v, 13);
 }
 
+// The training example's shape: a linearly carried position beside a nonlinear velocity. Only
+// the velocity is checkpointed (ReverseModePass.LinearlyCarriedLocalIsNotCheckpointed); the
+// gradients must still be right.
+TEST(ReverseModeGradient, LinearlyCarriedPositionNeededValues) {
+  HostValues v;
+  v.arrays = {HostArray{}, HostArray{}, array_of(codegen::DType::kF64, {0.3, -0.7, 1.1, 0.4}),
+              array_of(codegen::DType::kF64, {0.5, -0.2, 0.1, -0.6}), HostArray(codegen::DType::kF64, {4})};
+  v.scalars = {6, 0.1, 0, 0, 0};
+  expect_gradients_match(kLinearlyCarriedPosition, v, 8);
+}
+
 }  // namespace
 }  // namespace vkad::testing

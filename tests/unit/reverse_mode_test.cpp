@@ -5,11 +5,16 @@
 #include <algorithm>
 #include <functional>
 #include <sstream>
+#include <unordered_set>
 
 #include "codegen/builder.h"
+#include "codegen/compiler.h"
+#include "codegen/cpu_eval.h"
 #include "codegen/reverse_mode.h"
+#include "codegen/spirv_tools.h"
 #include "codegen/text.h"
 #include "codegen/verifier.h"
+#include "support/ad_regressions.h"
 
 namespace vkad::codegen {
 namespace {
@@ -40,7 +45,7 @@ void check_in_order(const std::string& text, const std::vector<std::string>& pat
 const char* kHeader = "kernel k(n: i32, x: ndarray<f32, 1> grad, w: ndarray<f32, 1>, y: ndarray<f32, 1> grad) {\n"
                       "  task main parallel %i in [0, shape(x, 0)) {\n";
 
-TEST(ReverseModePass, StraightLineLoadsBecomeAtomicAddsAndStoresReadSeeds) {
+TEST(ReverseModePass, StraightLineLoadsAccumulateIntoGradsAndStoresReadSeeds) {
   std::string t = adjoint_text(std::string(kHeader) +
                                "    %x = load x[%i] : f32\n    %s = sin %x : f32\n    store y[%i], %s\n  }\n}\n");
   check_in_order(t, {"kernel k_adjoint(n: i32, x: ndarray<f32, 1>, w: ndarray<f32, 1>, y: ndarray<f32, 1>, "
@@ -48,7 +53,8 @@ TEST(ReverseModePass, StraightLineLoadsBecomeAtomicAddsAndStoresReadSeeds) {
                      "task main_adjoint parallel", "= load x[", "= sin ",  // replay
                      "= load y_grad[",                                     // the seed
                      "= cos ",                                             // d sin
-                     "atomic_add x_grad["});
+                     "= load x_grad[", "store x_grad["});                  // owned: load-add-store
+  EXPECT_EQ(t.find("atomic_add"), std::string::npos) << t;
   EXPECT_EQ(t.find("stack_alloc"), std::string::npos) << "no loop, no stack";
   EXPECT_EQ(t.find("store y["), std::string::npos) << "the adjoint writes no primal output";
 }
@@ -74,7 +80,7 @@ TEST(ReverseModePass, NonlinearRecurrenceCheckpointsTheCarriedLocal) {
   check_in_order(t, {"= stack_alloc cap(n) : f32",  // one stack, sized by the loop's trip count
                      "for ", "stack_push ",          // forward: checkpoint each iteration
                      "for ", "= stack_top ",         // reverse: restore, recompute, backprop
-                     "= cos ", "stack_pop ", "atomic_add x_grad["});
+                     "= cos ", "stack_pop ", "store x_grad["});
 }
 
 TEST(ReverseModePass, NestedLoopStacksAreSizedPerLoopNotByTheProduct) {
@@ -115,14 +121,32 @@ TEST(ReverseModePass, TriangularLoopInsideAStatedBoundLoopIsBounded) {
   check_in_order(t, {"= stack_alloc cap(4) : f32", "= stack_alloc cap("});
 }
 
+// Issue 13: the training example's adjoint checkpointed its positions too, doubling its heap.
+// A local whose needed loads all come from the replay that pushes another local's checkpoint
+// (not from an iteration's own reverse sweep) needs no stack: one stack here (the velocity).
+TEST(ReverseModePass, LinearlyCarriedLocalIsNotCheckpointed) {
+  std::string t = adjoint_text(testing::kLinearlyCarriedPosition);
+  size_t stacks = 0;
+  for (size_t at = t.find("stack_alloc"); at != std::string::npos; at = t.find("stack_alloc", at + 1)) ++stacks;
+  EXPECT_EQ(stacks, 1u) << t;
+  // The swap regressions still checkpoint both swapped locals.
+  for (const char* k : {testing::kSwappedFloatLocals, testing::kSwappedIntegerIndexLocals}) {
+    std::string s = adjoint_text(k);
+    size_t n = 0;
+    for (size_t at = s.find("stack_alloc"); at != std::string::npos; at = s.find("stack_alloc", at + 1)) ++n;
+    EXPECT_GE(n, 2u) << s;
+  }
+}
+
 // make_adjoint verifies its result against the target: a forward kernel that only reads an
 // f64 gradient array verifies on a device without f64 atomics, but its adjoint atomically adds
-// into x_grad, which that device cannot do: an error naming the statement, not IR that fails
-// later in compile().
+// into x_grad (a gather: x[%i + 1] is not owned), which that device cannot do: an error naming
+// the statement, not IR that fails later in compile().
 TEST(ReverseModePass, AdjointIsVerifiedAgainstTheTarget) {
   auto k = parse("kernel k(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {\n"
-                 "  task main parallel %i in [0, shape(x, 0)) {\n"
-                 "    %x = load x[%i] : f64\n    %s = sin %x : f64\n    store y[%i], %s\n  }\n}\n");
+                 "  task main parallel %i in [0, shape(y, 0)) {\n"
+                 "    %one = const 1 : i32\n    %j = add %i, %one : i32\n"
+                 "    %x = load x[%j] : f64\n    %s = sin %x : f64\n    store y[%i], %s\n  }\n}\n");
   ASSERT_TRUE(k.ok());
   Target no_f64_atomics;
   no_f64_atomics.device_name = "test device";
@@ -272,7 +296,8 @@ TEST(ReverseModePass, AcceptsAGradArrayWrittenInAnEarlierTaskThanItsReads) {
   ASSERT_TRUE(a.ok()) << a.status().to_string();
   std::string text = print(*a);
   // second's adjoint (adds into t_grad) comes before first's (reads t_grad as its seed).
-  check_in_order(text, {"task second_adjoint", "atomic_add t_grad[", "task first_adjoint", "= load t_grad["});
+  // t is owned in `second` (only t[i]): its gradient is accumulated with load-add-store.
+  check_in_order(text, {"task second_adjoint", "store t_grad[", "task first_adjoint", "= load t_grad["});
 }
 
 TEST(ReverseModePass, RejectsAGradArrayReadBeforeALaterTaskWritesIt) {
@@ -361,6 +386,236 @@ TEST(ReverseModePass, RejectsStackStatementsInTheForwardKernel) {
   auto a = make_adjoint(*k);
   ASSERT_FALSE(a.ok());
   EXPECT_NE(a.status().message().find("adstack statements cannot be differentiated"), std::string::npos);
+}
+
+// ---- owned outputs: which arrays a thread provably owns (owned_ndarrays) ----
+
+// owned_ndarrays of the first task of the parsed kernel, as "name:0/1" per ndarray parameter.
+std::string owned_of(const std::string& text, size_t task = 0) {
+  auto k = parse(text);
+  EXPECT_TRUE(k.ok()) << k.status().to_string();
+  if (!k.ok()) return "";
+  std::vector<bool> o = owned_ndarrays(*k, k->tasks[task]);
+  EXPECT_EQ(o.size(), k->params.size());
+  std::string r;
+  for (size_t p = 0; p < o.size(); ++p) {
+    if (k->params[p].kind != ParamKind::kNdArray) {
+      EXPECT_FALSE(o[p]) << "a scalar is never owned";
+      continue;
+    }
+    r += (r.empty() ? "" : " ") + k->params[p].name + ":" + (o[p] ? "1" : "0");
+  }
+  return r;
+}
+
+const char* kOwnHeader = "kernel k(n: i32, x: ndarray<f32, 1> grad, idx: ndarray<i32, 1>, y: ndarray<f32, 1> grad) {\n"
+                         "  task main parallel %i in [0, shape(y, 0)) {\n";
+
+TEST(OwnedNdarrays, ExactTaskIndexEverywhereIsOwned) {
+  // x read three times at [%i] (once inside a loop, once in a branch), y stored at [%i]:
+  // both owned; idx and w are never accessed, so nothing is proven about them.
+  EXPECT_EQ(owned_of(std::string(kOwnHeader) +
+                     "    %a = load x[%i] : f32\n    %z = const 0 : i32\n    %n = arg n : i32\n"
+                     "    %v = alloca : f32\n    store_local %v, %a\n"
+                     "    for %k in [%z, %n) {\n      %b = load x[%i] : f32\n      %c = load_local %v : f32\n"
+                     "      %d = mul %b, %c : f32\n      store_local %v, %d\n    }\n"
+                     "    %zf = const 0 : f32\n    %p = gt %a, %zf : bool\n"
+                     "    if %p {\n      %e = load x[%i] : f32\n      store_local %v, %e\n    } else {\n    }\n"
+                     "    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n"),
+            "x:1 idx:0 y:1");
+}
+
+TEST(OwnedNdarrays, IndexArithmeticIsNotOwned) {
+  EXPECT_EQ(owned_of(std::string(kOwnHeader) +
+                     "    %one = const 1 : i32\n    %j = add %i, %one : i32\n"
+                     "    %a = load x[%j] : f32\n    store y[%i], %a\n  }\n}\n"),
+            "x:0 idx:0 y:1");
+  // i + 0 is i, but the analysis proves nothing through arithmetic.
+  EXPECT_EQ(owned_of(std::string(kOwnHeader) +
+                     "    %zero = const 0 : i32\n    %j = add %i, %zero : i32\n"
+                     "    %a = load x[%j] : f32\n    store y[%j], %a\n  }\n}\n"),
+            "x:0 idx:0 y:0");
+}
+
+TEST(OwnedNdarrays, ACopyOfTheIndexThroughALocalIsNotOwned) {
+  EXPECT_EQ(owned_of(std::string(kOwnHeader) +
+                     "    %l = alloca : i32\n    store_local %l, %i\n    %j = load_local %l : i32\n"
+                     "    %a = load x[%j] : f32\n    store y[%i], %a\n  }\n}\n"),
+            "x:0 idx:0 y:1");
+}
+
+TEST(OwnedNdarrays, GatherAndScatterAreNotOwned) {
+  // x[idx[i]]: idx is read at [%i] (owned), x through its contents (not).
+  EXPECT_EQ(owned_of(std::string(kOwnHeader) +
+                     "    %j = load idx[%i] : i32\n    %a = load x[%j] : f32\n    store y[%i], %a\n  }\n}\n"),
+            "x:0 idx:1 y:1");
+  // A scatter: y[idx[i]] += x[i].
+  EXPECT_EQ(owned_of(std::string(kOwnHeader) +
+                     "    %j = load idx[%i] : i32\n    %a = load x[%i] : f32\n    atomic_add y[%j], %a\n  }\n}\n"),
+            "x:1 idx:1 y:0");
+}
+
+TEST(OwnedNdarrays, TwoDifferentIndicesAreNotOwned) {
+  // x[i] and x[k] in one task: thread i reads x[k] that thread k owns.
+  EXPECT_EQ(owned_of(std::string(kOwnHeader) +
+                     "    %a = load x[%i] : f32\n    %v = alloca : f32\n    store_local %v, %a\n"
+                     "    %z = const 0 : i32\n    %n = arg n : i32\n"
+                     "    for %k in [%z, %n) {\n      %b = load x[%k] : f32\n      %c = load_local %v : f32\n"
+                     "      %d = add %b, %c : f32\n      store_local %v, %d\n    }\n"
+                     "    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n"),
+            "x:0 idx:0 y:1");
+}
+
+TEST(OwnedNdarrays, RankTwoIsNotOwned) {
+  // [i, j] over a rank-2 array: the index tuple is not exactly the task's (one) index.
+  EXPECT_EQ(owned_of("kernel k(a: ndarray<f32, 2> grad, y: ndarray<f32, 2> grad) {\n"
+                     "  task main parallel %i in [0, shape(a, 0)) {\n"
+                     "    %z = const 0 : i32\n    %m = shape a 1 : i32\n"
+                     "    for %j in [%z, %m) {\n      %v = load a[%i, %j] : f32\n      %s = sin %v : f32\n"
+                     "      store y[%i, %j], %s\n    }\n  }\n}\n"),
+            "a:0 y:0");
+  // The flattened form, [i / m, i mod m], is not proven either.
+  EXPECT_EQ(owned_of("kernel k(a: ndarray<f32, 2> grad, y: ndarray<f32, 1> grad) {\n"
+                     "  task main parallel %i in [0, shape(y, 0)) {\n"
+                     "    %m = const 4 : i32\n    %r = div %i, %m : i32\n    %c = mod %i, %m : i32\n"
+                     "    %v = load a[%r, %c] : f32\n    store y[%i], %v\n  }\n}\n"),
+            "a:0 y:1");
+}
+
+TEST(OwnedNdarrays, SerialTasksAndOtherTasksAreNotOwned) {
+  EXPECT_EQ(owned_of("kernel k(x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {\n"
+                     "  task main serial %i in [0, shape(x, 0)) {\n"
+                     "    %a = load x[%i] : f32\n    store y[%i], %a\n  }\n}\n"),
+            "x:0 y:0");
+  // Per task: x is owned in the first task, gathered in the second.
+  std::string two = "kernel k(x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad, z: ndarray<f32, 1> grad) {\n"
+                    "  task first parallel %i in [0, shape(x, 0)) {\n"
+                    "    %a = load x[%i] : f32\n    store y[%i], %a\n  }\n"
+                    "  task second parallel %t in [0, shape(x, 0)) {\n"
+                    "    %zero = const 0 : i32\n    %b = load x[%zero] : f32\n    store z[%t], %b\n  }\n}\n";
+  EXPECT_EQ(owned_of(two, 0), "x:1 y:1 z:0");
+  EXPECT_EQ(owned_of(two, 1), "x:0 y:0 z:1");
+}
+
+// What make_adjoint does with it: owned gradients by load-add-store, the rest by atomic_add,
+// in one kernel.
+TEST(ReverseModePass, OwnedGradientsAccumulateWithoutAtomicsAndGathersKeepThem) {
+  std::string t = adjoint_text(std::string(kOwnHeader) +
+                               "    %a = load x[%i] : f32\n    %j = load idx[%i] : i32\n    %b = load x[%j] : f32\n"
+                               "    %s = sin %a : f32\n    store y[%i], %s\n  }\n}\n");
+  // x is read at [%i] and gathered at [%j]: not owned, both accumulations atomic.
+  EXPECT_EQ(t.find("store x_grad["), std::string::npos) << t;
+  check_in_order(t, {"atomic_add x_grad["});
+
+  t = adjoint_text("kernel k(x: ndarray<f32, 1> grad, w: ndarray<f32, 1> grad, idx: ndarray<i32, 1>, "
+                   "y: ndarray<f32, 1> grad) {\n  task main parallel %i in [0, shape(y, 0)) {\n"
+                   "    %a = load x[%i] : f32\n    %j = load idx[%i] : i32\n    %b = load w[%j] : f32\n"
+                   "    %p = mul %a, %b : f32\n    store y[%i], %p\n  }\n}\n");
+  EXPECT_EQ(t.find("atomic_add x_grad["), std::string::npos) << t;
+  EXPECT_EQ(t.find("store w_grad["), std::string::npos) << t;
+  check_in_order(t, {"atomic_add w_grad[", "= load x_grad[", "store x_grad["});
+}
+
+// An owned f64 gradient needs no f64 atomics: the adjoint verifies on a device without them
+// (AdjointIsVerifiedAgainstTheTarget is the gather, which does not).
+TEST(ReverseModePass, OwnedF64GradientNeedsNoAtomics) {
+  auto k = parse("kernel k(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {\n"
+                 "  task main parallel %i in [0, shape(x, 0)) {\n"
+                 "    %x = load x[%i] : f64\n    %s = sin %x : f64\n    store y[%i], %s\n  }\n}\n");
+  ASSERT_TRUE(k.ok());
+  Target no_f64_atomics;
+  no_f64_atomics.device_name = "test device";
+  no_f64_atomics.atomic_float64_add = false;
+  no_f64_atomics.atomic_int64 = false;
+  auto a = make_adjoint(*k, no_f64_atomics);
+  EXPECT_TRUE(a.ok()) << a.status().to_string();
+}
+
+// Load-add-store adds onto what the gradient array holds, as atomic_add does: the CPU
+// evaluator's adjoint with x_grad pre-filled gives the pre-filled values plus the gradient.
+TEST(ReverseModePass, OwnedAccumulationAddsOntoTheGradientArray) {
+  auto k = parse("kernel k(n: i32, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {\n"
+                 "  task main parallel %i in [0, shape(x, 0)) {\n"
+                 "    %v = alloca : f64\n    %x = load x[%i] : f64\n    store_local %v, %x\n"
+                 "    %z = const 0 : i32\n    %n = arg n : i32\n"
+                 "    for %k in [%z, %n) {\n      %a = load_local %v : f64\n      %b = load x[%i] : f64\n"
+                 "      %s = sin %a : f64\n      %m = mul %s, %b : f64\n      store_local %v, %m\n    }\n"
+                 "    %o = load_local %v : f64\n    store y[%i], %o\n  }\n}\n");
+  ASSERT_TRUE(k.ok());
+  auto a = make_adjoint(*k);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  ASSERT_EQ(owned_ndarrays(*k, k->tasks[0]), (std::vector<bool>{false, true, true}));
+  auto run = [&](double prefill) {
+    HostArray x(DType::kF64, {5}), y(DType::kF64, {5}), xg(DType::kF64, {5}), yg(DType::kF64, {5});
+    for (size_t e = 0; e < 5; ++e) {
+      x.data[e] = 0.2 * static_cast<double>(e) - 0.3;
+      xg.data[e] = prefill * static_cast<double>(e + 1);
+      yg.data[e] = 1.0;
+    }
+    std::vector<HostArg> args = {HostArg::of(3), HostArg::of(x), HostArg::of(y), HostArg::of(xg), HostArg::of(yg)};
+    auto r = evaluate(*a, args);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return xg.data;
+  };
+  std::vector<double> g0 = run(0), g1 = run(0.5);
+  for (size_t e = 0; e < 5; ++e) {
+    EXPECT_NE(g0[e], 0) << e;
+    EXPECT_NEAR(g1[e], g0[e] + 0.5 * static_cast<double>(e + 1), 1e-12) << e;
+  }
+}
+
+// Atomic instructions (OpAtomic*) in disassembly `dis` whose pointer is an OpAccessChain into
+// the variable named `var` (the error word's compare-exchange goes into %args, not counted).
+int atomics_on(const std::string& dis, const std::string& var) {
+  std::unordered_set<std::string> ptrs;
+  int n = 0;
+  std::istringstream in(dis);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream w(line);
+    std::vector<std::string> tok;
+    for (std::string t; w >> t;) tok.push_back(t);
+    // `%r = OpAccessChain %type %base ...` / `%r = OpAtomicX %type %ptr ...` / `OpAtomicStore %ptr ...`
+    if (tok.size() >= 5 && tok[2] == "OpAccessChain" && tok[4] == "%" + var) ptrs.insert(tok[0]);
+    if (tok.size() >= 5 && tok[2].rfind("OpAtomic", 0) == 0 && ptrs.count(tok[4])) ++n;
+    if (tok.size() >= 2 && tok[0].rfind("OpAtomic", 0) == 0 && ptrs.count(tok[1])) ++n;
+  }
+  return n;
+}
+
+// The emitted modules: the sin loop's adjoint (x read at [%i] only) has no atomic on x_grad in
+// either lowering of a float atomic add (OpAtomicFAddEXT, or a load and compare-exchange loop
+// on the bits); the same loop reading x[idx[i]] keeps them.
+TEST(ReverseModePass, OwnedSinLoopAdjointEmitsNoAtomics) {
+  auto sin_loop = [](const std::string& index_stmts, const std::string& index) {
+    return "kernel sin_loop(steps: i32, x: ndarray<f32, 1> grad, idx: ndarray<i32, 1>, y: ndarray<f32, 1> grad) {\n"
+           "  task main parallel %i in [0, shape(y, 0)) {\n" + index_stmts +
+           "    %v = alloca : f32\n    %x = load x[" + index + "] : f32\n    store_local %v, %x\n"
+           "    %z = const 0 : i32\n    %n = arg steps : i32\n    %c9 = const 0.9 : f32\n    %c1 = const 0.1 : f32\n"
+           "    for %k in [%z, %n) {\n      %a = load_local %v : f32\n      %s = sin %a : f32\n"
+           "      %m = mul %s, %c9 : f32\n      %u = add %m, %c1 : f32\n      store_local %v, %u\n    }\n"
+           "    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n";
+  };
+  auto float_atomics = [](const std::string& text, bool native) -> int {
+    auto k = parse(text);
+    EXPECT_TRUE(k.ok()) << k.status().to_string();
+    if (!k.ok()) return -1;
+    auto a = make_adjoint(*k);
+    EXPECT_TRUE(a.ok()) << a.status().to_string();
+    if (!a.ok()) return -1;
+    CompileOptions o;
+    o.native_float_atomics = native;
+    auto c = compile(*a, Target{}, o);
+    EXPECT_TRUE(c.ok()) << c.status().to_string();
+    if (!c.ok()) return -1;
+    int n = 0;
+    for (const auto& t : c->tasks) n += atomics_on(disassemble_spirv(t.spirv), "x_grad");
+    return n;
+  };
+  std::string owned = sin_loop("", "%i"), gather = sin_loop("    %j = load idx[%i] : i32\n", "%j");
+  for (bool native : {true, false}) {
+    EXPECT_EQ(float_atomics(owned, native), 0) << "native float atomics: " << native;
+    EXPECT_GT(float_atomics(gather, native), 0) << "native float atomics: " << native;
+  }
 }
 
 }  // namespace
