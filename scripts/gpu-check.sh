@@ -73,7 +73,8 @@ run() {
   [ $rc -ne 0 ] && { echo "--- last lines of the GPU test log"; tail -25 "$out/gpu-tests.log"; echo "---"; } >> "$txt"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED TEST" "$out/gpu-tests.log" | sort | uniq -c | head -40 >> "$txt"
   grep -c "\[vkad validation\]" "$out/gpu-tests.log" | sed 's/^/validation messages: /' >> "$txt"
-  timeout 120 "$bin/vkad_unit_tests" > "$out/unit-tests.log" 2>&1
+  # The unit tests that read README/corpus files find them in this working copy.
+  VKAD_SOURCE_DIR=$PWD timeout 120 "$bin/vkad_unit_tests" > "$out/unit-tests.log" 2>&1
   echo "unit tests: exit $? ($(grep -E '^\[  PASSED' "$out/unit-tests.log"))" >> "$txt"
   VKAD_VALIDATION=1 timeout 60 "$bin/vkad-embedding" > "$out/embedding.log" 2>&1
   echo "example.embedding (validation on): exit $?" >> "$txt"

@@ -13,13 +13,21 @@
 namespace vkad::fuzz {
 namespace {
 
+// The source tree: $VKAD_SOURCE_DIR where set (a binary carried to another machine, e.g. the GPU
+// check), else the tree the test was built from.
+std::string source_dir() {
+  const char* env = std::getenv("VKAD_SOURCE_DIR");
+  return env && *env ? env : VKAD_SOURCE_DIR;
+}
+
+
 uint64_t env_or(const char* name, uint64_t fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::strtoull(v, nullptr, 10) : fallback;
 }
 
 TEST(TextFuzz, CorpusIsTheTestsKernelTexts) {
-  auto corpus = load_corpus(VKAD_SOURCE_DIR);
+  auto corpus = load_corpus(source_dir());
   EXPECT_GE(corpus.size(), 50u);
   // Unmutated, the corpus exercises every stage (many of its kernels verify and differentiate).
   size_t adjoints = 0;
@@ -34,7 +42,7 @@ TEST(TextFuzz, CorpusIsTheTestsKernelTexts) {
 TEST(TextFuzz, MutatedKernelsNeverBreakAnInvariant) {
   const uint64_t seed = env_or("VKAD_TEXT_FUZZ_SEED", 20261122);
   const uint64_t count = env_or("VKAD_TEXT_FUZZ_COUNT", 5000);
-  auto corpus = load_corpus(VKAD_SOURCE_DIR);
+  auto corpus = load_corpus(source_dir());
   ASSERT_FALSE(corpus.empty());
   std::mt19937_64 rng(seed);
   uint64_t parsed = 0, verified = 0, compiled = 0, adjoints = 0;
