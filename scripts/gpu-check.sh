@@ -13,6 +13,7 @@
 #       limit), the unit tests, the examples, then every benchmark; writes $OUT/gpu-check.json
 #       (machine-readable: device, driver, commit, test counts, failures, every benchmark's
 #       JSON) and $OUT/gpu-check.txt (the human summary). --quick skips the benchmarks.
+#       bench/peers.py (PyTorch and JAX, where installed) runs with the benchmarks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -97,7 +98,10 @@ run() {
         > "$out/bench-floor-$l.txt" 2>&1
       echo "bench adjoint floor ($l-major): exit $?" >> "$txt"
     done
-    for f in dispatch retirement codegen adjoint floor-slot floor-thread; do
+    # The same kernels in PyTorch and JAX where they are installed (bench/peers.py).
+    timeout 300 python3 bench/peers.py --json "$out/bench-peers.json" > "$out/bench-peers.txt" 2>&1
+    echo "bench peers (pytorch, jax): exit $?" >> "$txt"
+    for f in dispatch retirement codegen adjoint floor-slot floor-thread peers; do
       echo "--- $f" >> "$txt"
       cat "$out/bench-$f.txt" >> "$txt"
     done
@@ -119,7 +123,7 @@ try:
                                 for c in s.get("testsuite", []) if c.get("failures")]
 except (OSError, ValueError) as e:
     doc["gpu_tests"] = f"no result: {e}"
-for b in ("dispatch", "retirement", "codegen", "adjoint", "floor-slot", "floor-thread"):
+for b in ("dispatch", "retirement", "codegen", "adjoint", "floor-slot", "floor-thread", "peers"):
     p = os.path.join(out, f"bench-{b}.json")
     if os.path.exists(p):
         try:
