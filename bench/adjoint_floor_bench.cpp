@@ -351,7 +351,52 @@ void paste(std::string& text, const std::string& key, uint32_t value) {
 }
 
 // The sin loop's tape, or (recurrence) the recurrence's, which also takes w and w_grad.
-Result<runtime::CompiledKernel> tape_kernel(bool recurrence) {
+// --tape-reduction: the hand tapes reduce Sin/Cos arguments by 2 pi exactly as vkad's emitter
+// does (Cody-Waite in three NoContraction steps; codegen/spirv_emitter.cpp reduce_two_pi), so
+// the ratio compares the reverse-mode machinery on equal math. Rewrites every
+// `%r = OpExtInst %f32 %glsl Sin|Cos %a` line of the module text.
+void reduce_trig(std::string& text) {
+  constexpr double kTwoPi = 6.283185307179586476925;
+  char consts[512];
+  std::snprintf(consts, sizeof consts,
+                "%%rr_inv = OpConstant %%f32 %.9g\n%%rr_c1 = OpConstant %%f32 6.28125\n"
+                "%%rr_c2 = OpConstant %%f32 0.0019378662109375\n%%rr_c3 = OpConstant %%f32 %.9g\n",
+                static_cast<double>(static_cast<float>(1 / kTwoPi)),
+                static_cast<double>(static_cast<float>(kTwoPi - 6.28125 - 0.0019378662109375)));
+  std::string decorations, out;
+  int n = 0;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t eol = text.find('\n', at);
+    if (eol == std::string::npos) eol = text.size();
+    std::string line = text.substr(at, eol - at);
+    at = eol + 1;
+    size_t fn = line.find(" = OpExtInst %f32 %glsl ");
+    if (fn != std::string::npos && (line.find(" Sin %") != std::string::npos || line.find(" Cos %") != std::string::npos)) {
+      std::string result = line.substr(0, fn), arg = line.substr(line.rfind(' ') + 1);
+      std::string inst = line.find(" Sin %") != std::string::npos ? "Sin" : "Cos";
+      std::string p = "%rr" + std::to_string(n++) + "_";
+      out += p + "q = OpFMul %f32 " + arg + " %rr_inv\n";
+      out += p + "k = OpExtInst %f32 %glsl RoundEven " + p + "q\n";
+      std::string r = arg;
+      for (int j = 1; j <= 3; ++j) {
+        std::string t = p + "t" + std::to_string(j), rj = p + "r" + std::to_string(j);
+        out += t + " = OpFMul %f32 " + p + "k %rr_c" + std::to_string(j) + "\n";
+        out += rj + " = OpFSub %f32 " + r + " " + t + "\n";
+        decorations += "OpDecorate " + t + " NoContraction\nOpDecorate " + rj + " NoContraction\n";
+        r = rj;
+      }
+      out += result + " = OpExtInst %f32 %glsl " + inst + " " + r + "\n";
+    } else {
+      out += line + (eol < text.size() ? "\n" : "");
+    }
+  }
+  out.insert(out.find("%void = OpTypeVoid"), decorations);
+  out.insert(out.find("%main = OpFunction"), consts);
+  text = std::move(out);
+}
+
+Result<runtime::CompiledKernel> tape_kernel(bool recurrence, bool reduce) {
   using runtime::DType;
   using runtime::ParamKind;
   runtime::CompiledKernel k;
@@ -368,6 +413,7 @@ Result<runtime::CompiledKernel> tape_kernel(bool recurrence) {
   paste(text, "STEPS_WORD", k.scalar_offset(0) / 4);
   paste(text, "THREADS_WORD", k.scalar_offset(1) / 4);
   paste(text, "N_WORD", k.shape_offset(2) / 4);
+  if (reduce) reduce_trig(text);
   VKAD_ASSIGN_OR_RETURN(std::vector<uint32_t> words, assemble_spirv(text));
   k.tasks.push_back({"tape", std::move(words), kTapeLocalSize, runtime::RangeBound::constant(0),
                      runtime::RangeBound::scalar(1), false, {}});
@@ -417,6 +463,7 @@ int main(int argc, char** argv) {
   bench::Args args(argc, argv,
                    "usage: vkad-bench-adjoint-floor [--n N] [--steps L,L,...] [--layout auto|slot|thread]\n"
                    "                                [--kernels sin,recurrence] [--reps R] [--batch B] [--json F]\n"
+                   "                                [--tape-reduction]\n"
                    "  the sin loop x <- sin(x)*0.9 + 0.1 for L steps, dL/dx0, and the recurrence\n"
                    "  v <- 0.5 v + 0.25 sin(v) w, dL/dx and dL/dw: vkad forward, vkad's generated\n"
                    "  adjoint and a hand-written slot-major heap tape (SPIR-V), plus a copy kernel for\n"
@@ -427,8 +474,10 @@ int main(int argc, char** argv) {
                    "  --layout X   vkad's adstack layout: auto (the device's, default), slot, thread\n"
                    "  --reps R     batches timed, median reported (default 5)\n"
                    "  --batch B    launches per batch, waited for once (default 4)\n"
-                   "  --json F     also write the results as JSON to F\n",
-                   {"n", "steps", "layout", "kernels", "reps", "batch", "json"});
+                   "  --json F     also write the results as JSON to F\n"
+                   "  --tape-reduction  the hand tapes reduce sin/cos arguments by 2 pi as vkad does\n",
+                   {"n", "steps", "layout", "kernels", "reps", "batch", "json", "tape-reduction"});
+  const bool tape_reduction = args.has("tape-reduction");
   uint32_t n = static_cast<uint32_t>(args.get_int("n", 1 << 24));
   int reps = static_cast<int>(args.get_int("reps", 5));
   int batch = static_cast<int>(args.get_int("batch", 4));
@@ -508,7 +557,7 @@ int main(int argc, char** argv) {
     Kernel adj = make_adjoint(fwd, target).value();
     auto hf = rt.register_kernel(compile(fwd, target).value()).value();
     auto ha = rt.register_kernel(compile(adj, target).value()).value();
-    auto tape = tape_kernel(rec);
+    auto tape = tape_kernel(rec, tape_reduction);
     if (!tape.ok()) {
       std::fprintf(stderr, "hand tape: %s\n", tape.status().to_string().c_str());
       return false;
