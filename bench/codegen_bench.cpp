@@ -234,6 +234,62 @@ int main(int argc, char** argv) {
     json.field("gbs", gbs);
     json.field("fraction_of_copy", gbs / copy_gbs);
   }
+  // Cost of the transcendentals: f32 (GLSL.std.450, with vkad's range reduction for sin) against
+  // f64 (vkad's own, codegen/f64_math.h), y[i] = op(x[i]) (pow: x[i]^x2[i]), ms per launch over
+  // the same element count; "add" is the memory-bound baseline (same loads and store).
+  if (target.float64) {
+    uint32_t m = rt.caps().kind == rhi::DeviceKind::kCpu ? (1u << 18) : (1u << 24);
+    std::printf("\ntranscendental cost over %u elements (ms per launch, median of 9 batches of 10)\n", m);
+    std::printf("%-8s %10s %10s %10s\n", "op", "f32", "f64", "f64/f32");
+    for (const char* fn : {"add", "sin", "exp", "log", "tanh", "pow"}) {
+      double t[2] = {0, 0};
+      for (int w = 0; w < 2; ++w) {
+        const char* ty = w ? "f64" : "f32";
+        std::string body = std::string(fn) == "add" ? std::string("    %r = add %a, %b : ") + ty
+                           : std::string(fn) == "pow" ? std::string("    %r = pow %a, %b : ") + ty
+                                                      : std::string("    %r = ") + fn + " %a : " + ty;
+        std::string text = std::string("kernel t(x: ndarray<") + ty + ", 1>, x2: ndarray<" + ty + ", 1>, y: ndarray<" + ty +
+                           ", 1>) {\n  task main parallel %i in [0, shape(x, 0)) {\n    %a = load x[%i] : " + ty +
+                           "\n    %b = load x2[%i] : " + ty + "\n" + body + "\n    store y[%i], %r\n  }\n}\n";
+        auto k = parse(text);
+        auto c = k.ok() ? compile(*k, target) : Result<runtime::CompiledKernel>(k.status());
+        if (!c.ok()) {
+          std::fprintf(stderr, "%s %s: %s\n", fn, ty, c.status().to_string().c_str());
+          return 1;
+        }
+        auto h = rt.register_kernel(*c).value();
+        runtime::DType dt = w ? runtime::DType::kF64 : runtime::DType::kF32;
+        std::vector<runtime::NdArrayHandle> arrs;
+        for (const char* nm : {"tx", "tx2", "ty"}) {
+          auto a = rt.create_ndarray(dt, {m}, nm).value();
+          std::vector<double> v64(m);
+          std::vector<float> v32(m);
+          for (uint32_t i = 0; i < m; ++i) v64[i] = v32[i] = 0.5f + 0.001f * static_cast<float>(i % 1000);
+          (void)rt.upload(a, w ? static_cast<const void*>(v64.data()) : v32.data(), (w ? 8ull : 4ull) * m);
+          arrs.push_back(a);
+        }
+        std::vector<runtime::Arg> a = {runtime::Arg::ndarray(arrs[0]), runtime::Arg::ndarray(arrs[1]),
+                                       runtime::Arg::ndarray(arrs[2])};
+        std::vector<double> ms;
+        for (int r = 0; r < 10; ++r) {
+          (void)rt.synchronize();
+          double t0 = now_us();
+          for (int b = 0; b < 10; ++b) (void)rt.launch(h, a);
+          (void)rt.synchronize();
+          if (r) ms.push_back((now_us() - t0) / 1000 / 10);
+        }
+        t[w] = bench::median(ms);
+        for (auto x : arrs) (void)rt.free_ndarray(x);
+      }
+      std::printf("%-8s %10.3f %10.3f %9.1fx\n", fn, t[0], t[1], t[1] / t[0]);
+      json.begin();
+      json.field("bench", "transcendental_cost");
+      json.field("op", fn);
+      json.field("n", m);
+      json.field("ms_f32", t[0]);
+      json.field("ms_f64", t[1]);
+    }
+  }
   if (args.has("json")) json.write(args.get("json", ""), rt.caps().device_name);
   return 0;
 }
