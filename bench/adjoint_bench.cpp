@@ -6,6 +6,7 @@
 //   vkad-bench-adjoint [--n ELEMENTS (default 2^24)] [--json FILE]
 #include <cstdio>
 
+#include "bench/bench_runtime.h"
 #include "bench/bench_util.h"
 #include "codegen/builder.h"
 #include "codegen/compiler.h"
@@ -41,18 +42,14 @@ Kernel copy_kernel() {
   return kb.finish();
 }
 
-// Milliseconds per launch: median over `reps` batches of `batch` launches waited for once (a
-// batch spreads the submit/wait round trip, tens of microseconds, over its launches).
+// Milliseconds per launch: median over `reps` batches of `batch` launches (the first, extra
+// batch warms up).
 double time_ms(runtime::Runtime& rt, runtime::KernelHandle h, const std::vector<runtime::Arg>& a, int reps,
                int batch = 4) {
   std::vector<double> v;
   for (int r = 0; r <= reps; ++r) {
-    (void)rt.synchronize();
-    double t0 = now_us();
-    for (int b = 0; b < batch; ++b) (void)rt.launch(h, a);
-    Status s = rt.synchronize();
-    if (!s.ok()) std::fprintf(stderr, "%s\n", s.to_string().c_str());
-    if (r) v.push_back((now_us() - t0) / 1000 / batch);
+    double m = bench::batch_ms(rt, h, a, batch);
+    if (r) v.push_back(m);
   }
   return bench::median(v);
 }
@@ -91,7 +88,7 @@ int main(int argc, char** argv) {
   auto x = arr("x"), w = arr("w"), y = arr("y"), xg = arr("x_grad"), wg = arr("w_grad"), yg = arr("y_grad");
   // A GPU raises its clocks only under sustained load: ~300 ms of copies first, so the copy
   // (timed first) is not measured at idle clocks (H200: 512 GB/s cold).
-  for (double t0 = now_us(); now_us() - t0 < 300e3;) time_ms(rt, hc, {runtime::Arg::ndarray(x), runtime::Arg::ndarray(y)}, 0, 10);
+  bench::warm_up(rt, hc, {runtime::Arg::ndarray(x), runtime::Arg::ndarray(y)}, 300);
   double copy_ms = time_ms(rt, hc, {runtime::Arg::ndarray(x), runtime::Arg::ndarray(y)}, reps, 20);
   double copy_gbs = 8.0 * n / (copy_ms * 1e6);
   std::printf("device: %s; %u elements; copy %.3f ms = %.1f GB/s\n", rt.caps().device_name.c_str(), n, copy_ms, copy_gbs);

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <string>
 
+#include "bench/bench_runtime.h"
 #include "bench/bench_util.h"
 #include "codegen/builder.h"
 #include "codegen/compiler.h"
@@ -433,28 +434,13 @@ std::vector<double> time_ms(runtime::Runtime& rt, const std::vector<Timed>& ks, 
   std::vector<std::vector<double>> v(ks.size());
   for (int r = 0; r <= reps; ++r) {
     for (size_t k = 0; k < ks.size(); ++k) {
-      (void)rt.synchronize();
-      double t0 = now_us();
-      for (int b = 0; b < batch; ++b) {
-        Status s = rt.launch(ks[k].h, ks[k].args);
-        if (!s.ok()) std::fprintf(stderr, "%s\n", s.to_string().c_str());
-      }
-      Status s = rt.synchronize();
-      if (!s.ok()) std::fprintf(stderr, "%s\n", s.to_string().c_str());
-      if (r) v[k].push_back((now_us() - t0) / 1000 / batch);  // the first round warms up
+      double m = bench::batch_ms(rt, ks[k].h, ks[k].args, batch);
+      if (r) v[k].push_back(m);  // the first round warms up
     }
   }
   std::vector<double> out;
   for (auto& x : v) out.push_back(bench::median(x));
   return out;
-}
-
-// Runs `k` for about `ms` milliseconds, so the GPU is at its sustained clocks before timing.
-void warm_up(runtime::Runtime& rt, const Timed& k, double ms) {
-  for (double t0 = now_us(); now_us() - t0 < ms * 1000;) {
-    for (int b = 0; b < 10; ++b) (void)rt.launch(k.h, k.args);
-    (void)rt.synchronize();
-  }
 }
 
 }  // namespace
@@ -551,7 +537,7 @@ int main(int argc, char** argv) {
   auto xu = rt.create_ndarray(runtime::DType::kU32, {n}, "xu").value();
   auto yu = rt.create_ndarray(runtime::DType::kU32, {n}, "yu").value();
   Timed copy{hc, {runtime::Arg::u32(n / 4), runtime::Arg::ndarray(xu), runtime::Arg::ndarray(yu)}};
-  warm_up(rt, copy, 300);
+  bench::warm_up(rt, copy.h, copy.args, 300);
   double copy_ms = time_ms(rt, {copy}, reps, batch)[0];
   double copy_gbs = 8.0 * (n & ~3u) / (copy_ms * 1e6);
   std::printf("device: %s; %u elements; vkad adstack layout %s; copy %.3f ms = %.1f GB/s\n",

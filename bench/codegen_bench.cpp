@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "bench/bench_runtime.h"
 #include "bench/bench_util.h"
 #include "codegen/builder.h"
 #include "codegen/compiler.h"
@@ -205,19 +206,12 @@ int main(int argc, char** argv) {
   // same launch geometry). So every variant is first run for ~300 ms, and then the variants
   // are interleaved batch by batch, so all of them see the same clock state.
   constexpr int kBatch = 20;
-  auto batch_ms = [&](Variant& v) {
-    (void)rt.synchronize();
-    double t0 = now_us();
-    for (int b = 0; b < kBatch; ++b) (void)rt.launch(v.h, v.args);
-    Status s = rt.synchronize();
-    if (!s.ok()) std::fprintf(stderr, "%s: %s\n", v.name, s.to_string().c_str());
-    return (now_us() - t0) / 1000 / kBatch;
-  };
+
   for (Variant& v : variants)
-    for (double t0 = now_us(); now_us() - t0 < 300e3;) batch_ms(v);
+    bench::warm_up(rt, v.h, v.args, 300);
   constexpr int kBandwidthReps = 9;
   for (int r = 0; r < kBandwidthReps; ++r)
-    for (Variant& v : variants) v.ms.push_back(batch_ms(v));
+    for (Variant& v : variants) v.ms.push_back(bench::batch_ms(rt, v.h, v.args, kBatch));
   std::printf("\nbandwidth over %u elements (%.0f MiB per array), median of %d interleaved batches of %d launches\n",
               n, 4.0 * n / (1 << 20), kBandwidthReps, kBatch);
   std::printf("%-30s %10s %10s %8s\n", "kernel", "ms", "GB/s", "vs copy");
@@ -272,11 +266,8 @@ int main(int argc, char** argv) {
                                        runtime::Arg::ndarray(arrs[2])};
         std::vector<double> ms;
         for (int r = 0; r < 10; ++r) {
-          (void)rt.synchronize();
-          double t0 = now_us();
-          for (int b = 0; b < 10; ++b) (void)rt.launch(h, a);
-          (void)rt.synchronize();
-          if (r) ms.push_back((now_us() - t0) / 1000 / 10);
+          double m = bench::batch_ms(rt, h, a, 10);
+          if (r) ms.push_back(m);  // the first batch warms up
         }
         t[w] = bench::median(ms);
         for (auto x : arrs) (void)rt.free_ndarray(x);

@@ -570,7 +570,6 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   VKAD_TRY(ensure_list());
   Pipeline& pipes = pipelines_.at(k->hash);
   for (size_t t = 0; t < d.tasks.size(); ++t) {
-    const CompiledTask& task = d.tasks[t];
     rhi::ComputePipeline& p = pipes.tasks[t];
     list_.bind_pipeline(p);
     VKAD_TRY(list_.bind_buffers(p, bindings));
@@ -680,7 +679,6 @@ Status Runtime::check_loop_passes(const CompiledKernel& d, const CompiledTask& t
   adstack::SizeInputs inputs{
       [&](uint32_t p) { return args[p].i; },
       [&](uint32_t p, uint32_t dim) { return static_cast<int64_t>(arrays_.at(args[p].array.id).shape[dim]); }};
-  const std::string where = "launch of '" + d.name + "' task '" + task.name + "'";
   Result<int64_t> body = adstack::evaluate(task.loop_passes, inputs);
   // The grid-stride loop: its iterations per invocation, each ending with one pass, then the
   // pass that ends it (codegen/loop_passes.h has the model).
@@ -691,6 +689,8 @@ Status Runtime::check_loop_passes(const CompiledKernel& d, const CompiledTask& t
               __builtin_mul_overflow(strides, static_cast<uint64_t>(*body) + 1, &total) ||
               __builtin_add_overflow(total, 1 + task.loop_passes_idle, &total) || total > limit;
   if (!over) return {};
+  // Only the error path builds strings (this runs on every launch on lavapipe).
+  const std::string where = "launch of '" + d.name + "' task '" + task.name + "'";
   std::string count = body.ok() ? std::to_string(total) : "more than 2^64";
   std::string advice =
       task.serial ? "shorten the serial task's range or its loops"

@@ -173,7 +173,9 @@ TEST_P(RhiTest, ManySubmissionsPolledOutOfOrder) {
   // In-order completion: once 40 is done, everything before it is, whatever the polling order.
   std::shuffle(order.begin(), order.end(), rng);
   for (size_t i : order) {
-    if (i <= 40) EXPECT_TRUE(sems[i].is_signaled()) << "submission " << i;
+    if (i <= 40) {
+      EXPECT_TRUE(sems[i].is_signaled()) << "submission " << i;
+    }
   }
   ASSERT_TRUE(stream_->wait_idle().ok());
   for (size_t i : order) EXPECT_TRUE(sems[i].is_signaled());
@@ -196,7 +198,9 @@ TEST_P(RhiTest, CommandBuffersAndFencesAreRecycled) {
   }
   // Each submission completed before the next began: one buffer (and fence) served them all.
   EXPECT_EQ(stream_->counters().command_buffers_created, 1u);
-  if (stream_->mode() == SyncMode::kFence) EXPECT_EQ(stream_->counters().fences_created, 1u);
+  if (stream_->mode() == SyncMode::kFence) {
+    EXPECT_EQ(stream_->counters().fences_created, 1u);
+  }
   EXPECT_EQ(stream_->counters().submits, 200u);
 }
 

@@ -13,8 +13,6 @@ extern const char* kSpinScaleAddSpirv;
 // runtime/compiled_kernel.h: y[i] = x[i] over u32 ndarrays x (binding 1) and y (binding 2),
 // grid-stride, local size 128, no bounds checks.
 extern const char* kCopyU32Spirv;
-// The same copy with 16-byte (uvec4) accesses over [0, n4), n4 = the first, scalar parameter.
-extern const char* kCopyU32x4Spirv;
 
 }  // namespace vkad::testing
 
@@ -30,7 +28,7 @@ namespace vkad::testing {
 //   If x[i] < 0 the task raises its error flag (error code 7).
 runtime::CompiledKernel make_axpy_kernel(const std::string& name, const char* op = "OpFAdd");
 
-// The bandwidth reference: kCopyU32x4Spirv as a kernel with params (n4: u32, x: u32[n],
+// The bandwidth reference: kCopyU32Spirv with 16-byte (uvec4) accesses, as a kernel with params (n4: u32, x: u32[n],
 // y: u32[n] written), one task over [0, n4); copies the first 4 * n4 elements of x to y.
 runtime::CompiledKernel make_copy_u32x4_kernel();
 
