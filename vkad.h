@@ -1,15 +1,8 @@
-// Umbrella header: everything an embedding project uses.
+// vkad's front door: a Session (device, compile, differentiate, ndarrays, launches), the kernel
+// builder, the IR text form and Status/Result. Everything else (the runtime, the RHI, the
+// compiler's parts) is in vkad_advanced.h.
 #pragma once
-#include "rhi/buffer.h"
-#include "rhi/command_list.h"
-#include "rhi/device.h"
-#include "rhi/pipeline.h"
-#include "rhi/status.h"
-#include "rhi/stream.h"
-#include "runtime/runtime.h"
+#include "api/session.h"
 #include "codegen/builder.h"
-#include "codegen/compiler.h"
-#include "codegen/cpu_eval.h"
 #include "codegen/text.h"
-#include "codegen/verifier.h"
-#include "codegen/reverse_mode.h"
+#include "rhi/status.h"

@@ -362,6 +362,71 @@ Result<std::vector<uint32_t>> Runtime::shape(NdArrayHandle array) const {
   return it->second.shape;
 }
 
+Result<DType> Runtime::dtype(NdArrayHandle array) const {
+  VKAD_EXCLUSIVE_USE("dtype");
+  VKAD_TRY(device_->status());
+  auto it = arrays_.find(array.id);
+  if (it == arrays_.end()) return dead_handle("dtype", "ndarray", array.id);
+  return it->second.dtype;
+}
+
+Status Runtime::fill(NdArrayHandle array, double value) {
+  VKAD_EXCLUSIVE_USE("fill");
+  VKAD_TRY(device_->status());
+  auto it = arrays_.find(array.id);
+  if (it == arrays_.end()) return dead_handle("fill", "ndarray", array.id);
+  NdArray& a = it->second;
+  uint64_t pattern = 0;  // the element's bytes, little-endian
+  const bool integer = a.dtype != DType::kF32 && a.dtype != DType::kF64 && a.dtype != DType::kBool;
+  if (integer && !std::isfinite(value)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "fill '" + a.name + "': " + std::to_string(value) + " is not a " +
+                          dtype_name(a.dtype) + " value");
+  }
+  switch (a.dtype) {
+    case DType::kF32: {
+      float f = static_cast<float>(value);
+      uint32_t w;
+      std::memcpy(&w, &f, 4);
+      pattern = w;
+      break;
+    }
+    case DType::kF64:
+      std::memcpy(&pattern, &value, 8);
+      break;
+    case DType::kI32:
+    case DType::kU32:
+    case DType::kI64: {
+      // Through a wide integer, as a cast of an in-range value; out-of-range values wrap.
+      const double t = std::trunc(value);
+      const int64_t i = t >= 9.2e18 ? INT64_MAX : t <= -9.2e18 ? INT64_MIN : static_cast<int64_t>(t);
+      pattern = a.dtype == DType::kI64 ? static_cast<uint64_t>(i) : static_cast<uint32_t>(i);
+      break;
+    }
+    case DType::kBool:
+      pattern = value != 0 ? 1 : 0;
+      break;
+  }
+  const uint32_t elem = dtype_bytes(a.dtype);
+  const uint32_t lo = static_cast<uint32_t>(pattern), hi = static_cast<uint32_t>(pattern >> 32);
+  VKAD_TRY(ensure_list());
+  list_.barrier(rhi::Barrier::kComputeToTransfer);
+  if (elem == 4 || lo == hi) {
+    list_.fill(a.buffer, lo, 0, a.bytes);
+  } else {
+    VKAD_ASSIGN_OR_RETURN(rhi::Buffer staging,
+                          device_->create_buffer({a.bytes, rhi::MemoryUsage::kUpload,
+                                                  a.name + " fill"}));
+    auto* dst = reinterpret_cast<unsigned char*>(staging.mapped());
+    for (uint64_t off = 0; off < a.bytes; off += elem) std::memcpy(dst + off, &pattern, elem);
+    list_.copy(staging, a.buffer, a.bytes);
+    ctx_bytes_ += a.bytes;
+    ctx_buffers_.buffers.push_back(std::move(staging));
+  }
+  list_.barrier(rhi::Barrier::kTransferToCompute);
+  return {};
+}
+
 Status Runtime::ensure_list() {
   if (list_.recording()) return {};
   VKAD_ASSIGN_OR_RETURN(list_, stream_->begin());

@@ -38,6 +38,7 @@
 #include "rhi/pipeline.h"
 #include "rhi/stream.h"
 #include "runtime/compiled_kernel.h"
+#include "runtime/handles.h"
 #include "runtime/retirement_queue.h"
 #include "runtime/use_guard.h"
 
@@ -60,43 +61,6 @@ struct RuntimeOptions {
   // launch refuses a launch whose known loop passes exceed the cap (see launch). false skips the
   // check: only to observe the driver's behaviour, or on a driver known not to cut loops.
   bool enforce_loop_limit = true;
-};
-
-// Handles name their owner: the high 32 bits are the id of the Runtime that issued them (a
-// process-wide counter, never reused), the low 32 bits the object's serial within that runtime
-// (never reused either). A handle of another runtime, a freed one or a made-up one is therefore
-// an error naming the handle, never another object. 0 is never a valid handle.
-struct KernelHandle {
-  uint64_t id = 0;
-};
-struct NdArrayHandle {
-  uint64_t id = 0;
-};
-// "runtime:serial", as error messages print a handle.
-std::string handle_string(uint64_t id);
-
-// A launch argument: a scalar of a dtype, or an ndarray.
-struct Arg {
-  ParamKind kind = ParamKind::kScalar;
-  DType dtype = DType::kF32;
-  double f = 0;
-  int64_t i = 0;
-  NdArrayHandle array;
-  static Arg f32(float v) { return {ParamKind::kScalar, DType::kF32, v, 0, {}}; }
-  static Arg f64(double v) { return {ParamKind::kScalar, DType::kF64, v, 0, {}}; }
-  static Arg i32(int32_t v) { return {ParamKind::kScalar, DType::kI32, 0, v, {}}; }
-  static Arg u32(uint32_t v) { return {ParamKind::kScalar, DType::kU32, 0, v, {}}; }
-  static Arg i64(int64_t v) { return {ParamKind::kScalar, DType::kI64, 0, v, {}}; }
-  static Arg boolean(bool v) { return {ParamKind::kScalar, DType::kBool, 0, v ? 1 : 0, {}}; }
-  static Arg ndarray(NdArrayHandle h) { return {ParamKind::kNdArray, DType::kF32, 0, 0, h}; }
-};
-
-// The sequence number of a recorded launch: 1 for a runtime's first, then +1 per launch that
-// launch() recorded (a refused launch gets none). 0 is never a launch.
-struct LaunchId {
-  uint64_t value = 0;
-  bool operator==(const LaunchId&) const = default;
-  auto operator<=>(const LaunchId&) const = default;
 };
 
 // An error the device flagged (adstack overflow, out-of-bounds access), as found when the
@@ -168,6 +132,14 @@ class Runtime {
   // size (kInvalidArgument otherwise).
   Status download(NdArrayHandle array, void* out, uint64_t bytes);
   Result<std::vector<uint32_t>> shape(NdArrayHandle array) const;
+  Result<DType> dtype(NdArrayHandle array) const;
+  // Sets every element to `value` converted to the array's dtype (to float; integers truncate
+  // toward zero and wrap as a cast does; bool: value != 0). Recorded into the current list like
+  // upload (ordered before later launches), never waits. A value whose element pattern repeats
+  // every 32 bits (every 4-byte dtype, and 0 of every dtype) is a device fill; an 8-byte pattern
+  // that does not is staged from the host. kInvalidArgument for a NaN or infinite value into an
+  // integer array.
+  Status fill(NdArrayHandle array, double value);
 
   // --- execution ---
   // Validates and records one dispatch per task; nothing is recorded on error.

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "vkad.h"
+#include "vkad_advanced.h"
 
 namespace diffsim {
 

@@ -1,0 +1,144 @@
+#include "api/session.h"
+
+#include "codegen/reverse_mode.h"
+#include "codegen/text.h"
+#include "runtime/runtime.h"
+
+namespace vkad {
+
+Result<std::vector<Arg>> Differentiated::adjoint_args(std::span<const Arg> forward_args,
+                                                      std::span<const NdArrayHandle> grads) const {
+  if (forward_args.size() != forward_params) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "adjoint_args: " + std::to_string(forward_args.size()) +
+                          " forward arguments given, the forward kernel has " +
+                          std::to_string(forward_params) + " parameters");
+  }
+  if (grads.size() != gradients.size()) {
+    std::string names;
+    for (const GradientParam& g : gradients) names += (names.empty() ? "" : ", ") + g.name;
+    return make_error(ErrorCode::kInvalidArgument,
+                      "adjoint_args: " + std::to_string(grads.size()) +
+                          " gradient arrays given, the adjoint takes " +
+                          std::to_string(gradients.size()) + " (" + names + ")");
+  }
+  std::vector<Arg> out(forward_args.begin(), forward_args.end());
+  for (NdArrayHandle g : grads) out.push_back(Arg::ndarray(g));
+  return out;
+}
+
+Result<std::unique_ptr<Session>> Session::create(const SessionOptions& options) {
+  runtime::RuntimeOptions ro;
+  ro.device.device = options.device;
+  ro.device.enable_validation = options.validation;
+  ro.retirement_depth = options.retirement_depth;
+  return create(ro, options.compile);
+}
+
+Result<std::unique_ptr<Session>> Session::create(const runtime::RuntimeOptions& runtime,
+                                                 const codegen::CompileOptions& compile) {
+  VKAD_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Runtime> rt, runtime::Runtime::create(runtime));
+  std::unique_ptr<Session> s(new Session());
+  s->compile_options_ = compile;
+  s->target_ = codegen::target_from_caps(rt->caps());
+  s->rt_ = std::move(rt);
+  return s;
+}
+
+Session::~Session() = default;
+
+Result<KernelHandle> Session::compile(const codegen::Kernel& kernel) {
+  VKAD_ASSIGN_OR_RETURN(runtime::CompiledKernel ck,
+                        codegen::compile(kernel, target_, compile_options_));
+  return rt_->register_kernel(ck);
+}
+
+Result<KernelHandle> Session::compile(std::string_view ir_text) {
+  VKAD_ASSIGN_OR_RETURN(codegen::Kernel k, codegen::parse(std::string(ir_text)));
+  return compile(k);
+}
+
+Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
+  bool any = false;
+  for (const codegen::Param& p : forward.params) any = any || p.needs_grad;
+  if (!any) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "differentiate '" + forward.name +
+                          "': no parameter is marked grad, so there is no gradient to compute");
+  }
+  VKAD_ASSIGN_OR_RETURN(codegen::Kernel adjoint, codegen::make_adjoint(forward, target_));
+  VKAD_ASSIGN_OR_RETURN(runtime::CompiledKernel fck,
+                        codegen::compile(forward, target_, compile_options_));
+  VKAD_ASSIGN_OR_RETURN(runtime::CompiledKernel ack,
+                        codegen::compile(adjoint, target_, compile_options_));
+  Differentiated d;
+  d.forward_params = static_cast<uint32_t>(forward.params.size());
+  // make_adjoint's contract (reverse_mode.h): the forward's parameters, then one gradient per
+  // parameter marked grad, in parameter order.
+  uint32_t next = d.forward_params;
+  for (uint32_t p = 0; p < forward.params.size(); ++p) {
+    if (!forward.params[p].needs_grad) continue;
+    if (next >= adjoint.params.size()) {
+      return make_error(ErrorCode::kInternal, "differentiate '" + forward.name +
+                                                  "': the adjoint lacks the gradient of '" +
+                                                  forward.params[p].name + "'");
+    }
+    d.gradients.push_back({p, next, adjoint.params[next].name});
+    ++next;
+  }
+  VKAD_ASSIGN_OR_RETURN(d.forward, rt_->register_kernel(fck));
+  Result<KernelHandle> a = rt_->register_kernel(ack);
+  if (!a.ok()) {
+    (void)rt_->unregister_kernel(d.forward);  // a failed call changes nothing
+    return a.status();
+  }
+  d.adjoint = *a;
+  return d;
+}
+
+Result<Differentiated> Session::differentiate(std::string_view ir_text) {
+  VKAD_ASSIGN_OR_RETURN(codegen::Kernel k, codegen::parse(std::string(ir_text)));
+  return differentiate(k);
+}
+
+Status Session::release(KernelHandle kernel) { return rt_->unregister_kernel(kernel); }
+
+Result<NdArrayHandle> Session::ndarray(DType dtype, std::vector<uint32_t> shape,
+                                       const std::string& name) {
+  return rt_->create_ndarray(dtype, std::move(shape), name);
+}
+Status Session::free(NdArrayHandle array) { return rt_->free_ndarray(array); }
+Status Session::zero(NdArrayHandle array) { return rt_->fill(array, 0.0); }
+Status Session::fill(NdArrayHandle array, double value) { return rt_->fill(array, value); }
+Status Session::upload(NdArrayHandle array, const void* data, uint64_t bytes) {
+  return rt_->upload(array, data, bytes);
+}
+Status Session::download(NdArrayHandle array, void* out, uint64_t bytes) {
+  return rt_->download(array, out, bytes);
+}
+Result<std::vector<uint32_t>> Session::shape(NdArrayHandle array) const { return rt_->shape(array); }
+Result<DType> Session::dtype(NdArrayHandle array) const { return rt_->dtype(array); }
+
+Status Session::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id) {
+  return rt_->launch(kernel, args, id);
+}
+Status Session::flush() {
+  Result<rhi::StreamSemaphore> r = rt_->flush();
+  return r.ok() ? Status{} : r.status();
+}
+Status Session::synchronize() { return rt_->synchronize(); }
+SessionStats Session::stats() const {
+  const runtime::RuntimeStats r = rt_->stats();
+  SessionStats s;
+  s.launches = r.launches;
+  s.flushes = r.flushes;
+  s.forced_waits = r.retirement.forced_waits;
+  s.ndarrays = r.ndarrays;
+  s.kernels_cached = r.pipelines_cached;
+  s.memory_block_bytes = r.memory_block_bytes;
+  s.memory_used_bytes = r.memory_used_bytes;
+  s.adstack_heap_bytes = r.adstack_heap_bytes;
+  return s;
+}
+
+}  // namespace vkad

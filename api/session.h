@@ -1,0 +1,168 @@
+// vkad::Session — the front door. One object holds a device, compiles kernels for that device's
+// own target, differentiates them, owns ndarrays and launches asynchronously:
+//
+//   auto session = vkad::Session::create();           // a GPU if there is one, else lavapipe
+//   if (!session.ok()) { report(session.status()); return; }
+//   vkad::Session& s = **session;
+//   auto d = s.differentiate(forward_kernel);          // forward + adjoint + gradient map
+//   auto x = s.ndarray(vkad::DType::kF32, {n}, "x");
+//   s.upload(*x, host_x); s.zero(*x_grad); s.fill(*y_grad, 1.0);
+//   s.launch(d->forward, {Arg::ndarray(*x), ...});   // recorded, not waited for
+//   s.launch(d->adjoint, d->adjoint_args(forward_args, grads));
+//   s.download(*x_grad, host_grad);                   // the blocking point
+//
+// Contract: every fallible call returns Status / Result (nothing throws); a failed call changes
+// nothing. Blocking points are download() and synchronize() (and destruction, which waits for
+// this session's own work only); everything else records or submits without waiting. A Session
+// is externally synchronised (one thread at a time, as runtime::Runtime, which it wraps); two
+// sessions on two threads are independent.
+//
+// The advanced surface (runtime::Runtime, codegen::compile, rhi::) stays available through
+// runtime(); a Session never hands out anything that can break its invariants.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "codegen/compiler.h"
+#include "codegen/ir.h"
+#include "codegen/target.h"
+#include "runtime/handles.h"
+
+namespace vkad {
+namespace runtime {
+class Runtime;
+struct RuntimeOptions;
+}  // namespace runtime
+
+using runtime::Arg;
+using runtime::DType;
+using runtime::KernelHandle;
+using runtime::LaunchId;
+using runtime::NdArrayHandle;
+
+struct SessionOptions {
+  // "" = automatic (a discrete GPU first, lavapipe last; the VKAD_DEVICE environment variable
+  // when set), else a device index or a substring of its name.
+  std::string device;
+  bool validation = false;      // the Khronos validation layer (also VKAD_VALIDATION=1)
+  size_t retirement_depth = 3;  // submissions in flight before the host waits for the oldest
+  codegen::CompileOptions compile;  // applied to every kernel this session compiles
+};
+
+// A snapshot of what a session holds and has done.
+struct SessionStats {
+  uint64_t launches = 0;
+  uint64_t flushes = 0;
+  uint64_t forced_waits = 0;        // times a flush waited for the oldest submission
+  uint64_t ndarrays = 0;
+  uint64_t kernels_cached = 0;      // pipelines held (kernels registered or kept for reuse)
+  uint64_t memory_block_bytes = 0;  // device memory held
+  uint64_t memory_used_bytes = 0;   // ... of which in live buffers
+  uint64_t adstack_heap_bytes = 0;  // reverse-mode stack storage held now
+};
+
+// One differentiated parameter: forward parameter `param` (an ndarray marked grad) has its
+// gradient in adjoint parameter `grad_param`, called `name` (`<param name>_grad`).
+struct GradientParam {
+  uint32_t param = 0;
+  uint32_t grad_param = 0;
+  std::string name;
+};
+
+// What differentiate() returns: both kernels registered, and the map from each differentiated
+// parameter to its gradient. The adjoint's parameters are the forward's, in order, then one
+// gradient array per entry of `gradients`, in that order.
+struct Differentiated {
+  KernelHandle forward;
+  KernelHandle adjoint;
+  uint32_t forward_params = 0;
+  std::vector<GradientParam> gradients;
+  // The adjoint's argument list: the forward's arguments, then `grads` (one ndarray per entry
+  // of `gradients`, in order). kInvalidArgument if the counts disagree.
+  Result<std::vector<Arg>> adjoint_args(std::span<const Arg> forward_args,
+                                        std::span<const NdArrayHandle> grads) const;
+};
+
+class Session {
+ public:
+  // Creates a device (options.runtime.device picks it) and its runtime. kNoDevice when no Vulkan
+  // device qualifies; kInvalidArgument for options out of range.
+  static Result<std::unique_ptr<Session>> create(const SessionOptions& options = {});
+  // Every runtime option (runtime/runtime.h: flush policy, memory limits, an imported Vulkan
+  // device, ...), for embedders that need more than SessionOptions.
+  static Result<std::unique_ptr<Session>> create(const runtime::RuntimeOptions& runtime,
+                                                 const codegen::CompileOptions& compile);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // The target every kernel is compiled for: this session's device's capabilities.
+  const codegen::Target& target() const { return target_; }
+  const std::string& device_name() const { return target_.device_name; }
+
+  // --- kernels ---
+  // Verifies, compiles for target() and registers. Errors name the statement (bad IR), or say
+  // what the device lacks (kUnsupported).
+  Result<KernelHandle> compile(const codegen::Kernel& kernel);
+  // The same from the IR text form (codegen/text.h); parse errors name line and column.
+  Result<KernelHandle> compile(std::string_view ir_text);
+  // Builds the adjoint (codegen::make_adjoint), compiles and registers both kernels. kInvalid-
+  // Argument when no parameter is marked grad.
+  Result<Differentiated> differentiate(const codegen::Kernel& forward);
+  Result<Differentiated> differentiate(std::string_view ir_text);
+  // Drops a kernel (both of a Differentiated are dropped separately).
+  Status release(KernelHandle kernel);
+
+  // --- ndarrays ---
+  Result<NdArrayHandle> ndarray(DType dtype, std::vector<uint32_t> shape,
+                                const std::string& name = "");
+  Status free(NdArrayHandle array);
+  // Sets every element to 0 / to `value` converted to the array's dtype (float -> integer
+  // truncates toward zero; bool: value != 0). Recorded on the device, ordered with launches;
+  // nothing waits. An f64 or i64 value whose two 32-bit halves differ is staged from the host
+  // (still recorded, still no wait).
+  Status zero(NdArrayHandle array);
+  Status fill(NdArrayHandle array, double value);
+  // Host <-> device; `bytes` must equal the array's size. upload copies the data before it
+  // returns; download blocks until the array's last writer has finished.
+  Status upload(NdArrayHandle array, const void* data, uint64_t bytes);
+  Status download(NdArrayHandle array, void* out, uint64_t bytes);
+  template <typename T>
+  Status upload(NdArrayHandle array, std::span<const T> data) {
+    return upload(array, data.data(), data.size_bytes());
+  }
+  template <typename T>
+  Status download(NdArrayHandle array, std::span<T> out) {
+    return download(array, out.data(), out.size_bytes());
+  }
+  Result<std::vector<uint32_t>> shape(NdArrayHandle array) const;
+  Result<DType> dtype(NdArrayHandle array) const;
+
+  // --- execution ---
+  // Asynchronous: validates and records; see runtime::Runtime::launch for the errors.
+  Status launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id = nullptr);
+  Status launch(KernelHandle kernel, std::initializer_list<Arg> args, LaunchId* id = nullptr) {
+    return launch(kernel, std::span<const Arg>(args.begin(), args.size()), id);
+  }
+  // Submits what was recorded; never waits for the device.
+  Status flush();
+  // Waits for everything this session submitted; reports device errors (kDeviceError).
+  Status synchronize();
+
+  SessionStats stats() const;
+  // The advanced surface (runtime/runtime.h). Outlives nothing: valid while the session is.
+  runtime::Runtime& runtime() { return *rt_; }
+
+ private:
+  Session() = default;
+  codegen::CompileOptions compile_options_;
+  codegen::Target target_;
+  std::unique_ptr<runtime::Runtime> rt_;
+};
+
+}  // namespace vkad

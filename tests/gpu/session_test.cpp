@@ -1,0 +1,217 @@
+// api/session.h, the front door, on a real device with validation on.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "codegen/builder.h"
+#include "runtime/runtime.h"
+#include "vkad.h"
+
+namespace vkad::testing {
+namespace {
+
+using codegen::Array;
+using codegen::KernelBuilder;
+using codegen::Value;
+
+class SessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SessionOptions o;
+    o.validation = true;
+    auto r = Session::create(o);
+    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    s_ = std::move(r).value();
+  }
+  void TearDown() override {
+    if (!s_) return;
+    rhi::Device& d = s_->runtime().device();
+    EXPECT_EQ(d.validation_message_count(), 0u) << [&] {
+      std::string all;
+      for (const auto& m : d.validation_messages()) all += m + "\n";
+      return all;
+    }();
+  }
+  std::unique_ptr<Session> s_;
+};
+
+// loss = sum_i w[i] * sin(a * x[i]) * y[i] with x and y differentiated, w not: the map must pair
+// x with x_grad and y with y_grad whatever lies between them.
+codegen::Kernel weighted_sin() {
+  KernelBuilder kb("weighted_sin");
+  codegen::Scalar a = kb.scalar("a", DType::kF32);
+  Array x = kb.ndarray("x", DType::kF32, 1, {.needs_grad = true});
+  Array w = kb.ndarray("w", DType::kF32, 1);
+  Array y = kb.ndarray("y", DType::kF32, 1, {.needs_grad = true});
+  Array out = kb.ndarray("out", DType::kF32, 1, {.needs_grad = true});
+  kb.parallel_for("main", 0, x.dim(0), [&](Value i) {
+    out.store({i}, w(i) * sin(Value(a) * x(i)) * y(i));
+  });
+  return kb.finish();
+}
+
+TEST_F(SessionTest, DifferentiateMapsEachGradParamToItsGradientAndRuns) {
+  auto d = s_->differentiate(weighted_sin());
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->forward_params, 5u);
+  ASSERT_EQ(d->gradients.size(), 3u);
+  EXPECT_EQ(d->gradients[0].param, 1u);
+  EXPECT_EQ(d->gradients[0].grad_param, 5u);
+  EXPECT_EQ(d->gradients[0].name, "x_grad");
+  EXPECT_EQ(d->gradients[1].param, 3u);
+  EXPECT_EQ(d->gradients[1].grad_param, 6u);
+  EXPECT_EQ(d->gradients[1].name, "y_grad");
+  EXPECT_EQ(d->gradients[2].param, 4u);
+  EXPECT_EQ(d->gradients[2].name, "out_grad");
+
+  const uint32_t n = 1000;
+  const float a = 1.7f;
+  std::vector<float> x(n), w(n), y(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    x[i] = 0.01f * static_cast<float>(i % 97) - 0.3f;
+    w[i] = 1.0f + 0.001f * static_cast<float>(i);
+    y[i] = 0.5f - 0.002f * static_cast<float>(i % 13);
+  }
+  auto mk = [&](const char* name) {
+    auto h = s_->ndarray(DType::kF32, {n}, name);
+    EXPECT_TRUE(h.ok()) << h.status().to_string();
+    return *h;
+  };
+  NdArrayHandle hx = mk("x"), hw = mk("w"), hy = mk("y"), ho = mk("out");
+  NdArrayHandle gx = mk("x_grad"), gy = mk("y_grad"), go = mk("out_grad");
+  ASSERT_TRUE(s_->upload(hx, std::span<const float>(x)).ok());
+  ASSERT_TRUE(s_->upload(hw, std::span<const float>(w)).ok());
+  ASSERT_TRUE(s_->upload(hy, std::span<const float>(y)).ok());
+  // Garbage first, so the zero / fill below is what the gradients start from.
+  std::vector<float> junk(n, 123.0f);
+  ASSERT_TRUE(s_->upload(gx, std::span<const float>(junk)).ok());
+  ASSERT_TRUE(s_->upload(gy, std::span<const float>(junk)).ok());
+  ASSERT_TRUE(s_->zero(gx).ok());
+  ASSERT_TRUE(s_->zero(gy).ok());
+  ASSERT_TRUE(s_->fill(go, 1.0).ok());
+  const Arg fargs[] = {Arg::f32(a), Arg::ndarray(hx), Arg::ndarray(hw), Arg::ndarray(hy),
+                       Arg::ndarray(ho)};
+  const NdArrayHandle grads[] = {gx, gy, go};
+  auto aargs = d->adjoint_args(fargs, grads);
+  ASSERT_TRUE(aargs.ok()) << aargs.status().to_string();
+  ASSERT_TRUE(s_->launch(d->forward, fargs).ok());
+  ASSERT_TRUE(s_->launch(d->adjoint, *aargs).ok());
+  std::vector<float> dx(n), dy(n);
+  ASSERT_TRUE(s_->download(gx, std::span<float>(dx)).ok());
+  ASSERT_TRUE(s_->download(gy, std::span<float>(dy)).ok());
+  for (uint32_t i = 0; i < n; ++i) {
+    // Closed forms; Vulkan's sin/cos carry an absolute error of 2^-11 on [-pi, pi].
+    const double ex = w[i] * a * std::cos(a * x[i]) * y[i], ey = w[i] * std::sin(a * x[i]);
+    ASSERT_NEAR(dx[i], ex, 2e-3 * (1 + std::fabs(w[i] * a * y[i]))) << i;
+    ASSERT_NEAR(dy[i], ey, 2e-3 * (1 + std::fabs(w[i]))) << i;
+  }
+}
+
+// fill converts as documented for every dtype; the 8-byte pattern that is not two equal halves
+// takes the staged path, 0 and repeated halves the device fill.
+TEST_F(SessionTest, FillAndZeroEveryDtype) {
+  struct Case {
+    DType t;
+    double v;
+  };
+  std::vector<Case> cases = {{DType::kF32, -2.25}, {DType::kI32, -7.9}, {DType::kU32, 4e9},
+                             {DType::kBool, 0.5},  {DType::kBool, 0},  {DType::kF32, 0}};
+  if (s_->target().float64) {
+    cases.push_back({DType::kF64, 0.1});  // halves differ: staged
+    cases.push_back({DType::kF64, 0});
+  }
+  if (s_->runtime().caps().shader_int64) {
+    cases.push_back({DType::kI64, -3.0e12});
+    cases.push_back({DType::kI64, -1});  // all ones: halves equal
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(runtime::dtype_name(c.t)) + " " + std::to_string(c.v));
+    auto h = s_->ndarray(c.t, {7, 3}, "filled");
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    const uint32_t eb = runtime::dtype_bytes(c.t);
+    std::vector<unsigned char> junk(21 * eb, 0xA5), got(21 * eb);
+    ASSERT_TRUE(s_->upload(*h, junk.data(), junk.size()).ok());
+    ASSERT_TRUE(s_->fill(*h, c.v).ok());
+    ASSERT_TRUE(s_->download(*h, got.data(), got.size()).ok());
+    for (uint32_t e = 0; e < 21; ++e) {
+      const unsigned char* p = got.data() + e * eb;
+      switch (c.t) {
+        case DType::kF32: { float f; std::memcpy(&f, p, 4); ASSERT_EQ(f, static_cast<float>(c.v)); break; }
+        case DType::kF64: { double f; std::memcpy(&f, p, 8); ASSERT_EQ(f, c.v); break; }
+        case DType::kI32: { int32_t i; std::memcpy(&i, p, 4); ASSERT_EQ(i, static_cast<int32_t>(c.v)); break; }
+        case DType::kU32: { uint32_t u; std::memcpy(&u, p, 4); ASSERT_EQ(u, static_cast<uint32_t>(c.v)); break; }
+        case DType::kI64: { int64_t i; std::memcpy(&i, p, 8); ASSERT_EQ(i, static_cast<int64_t>(c.v)); break; }
+        case DType::kBool: { uint32_t u; std::memcpy(&u, p, 4); ASSERT_EQ(u, c.v != 0 ? 1u : 0u); break; }
+      }
+    }
+    ASSERT_TRUE(s_->free(*h).ok());
+  }
+}
+
+// A fill is ordered with launches: launch, fill, launch again sees the fill in between.
+TEST_F(SessionTest, FillIsOrderedWithLaunches) {
+  KernelBuilder kb("add_one");
+  Array x = kb.ndarray("x", DType::kF32, 1);
+  kb.parallel_for("main", 0, x.dim(0), [&](Value i) { x.store({i}, x(i) + 1.0); });
+  auto k = s_->compile(kb.finish());
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  auto h = s_->ndarray(DType::kF32, {4096}, "x");
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(s_->fill(*h, 5).ok());
+  ASSERT_TRUE(s_->launch(*k, {Arg::ndarray(*h)}).ok());  // 6
+  ASSERT_TRUE(s_->fill(*h, 10).ok());                    // 10
+  ASSERT_TRUE(s_->launch(*k, {Arg::ndarray(*h)}).ok());  // 11
+  ASSERT_TRUE(s_->launch(*k, {Arg::ndarray(*h)}).ok());  // 12
+  std::vector<float> out(4096);
+  ASSERT_TRUE(s_->download(*h, std::span<float>(out)).ok());
+  for (float v : out) ASSERT_EQ(v, 12.0f);
+  EXPECT_EQ(s_->stats().launches, 3u);
+}
+
+TEST_F(SessionTest, CompileFromTextAndErrorsNameWhatIsWrong) {
+  auto bad = s_->compile(std::string_view("kernel k(\n  ndarray<f32, 1> x\n) {\n  oops\n}\n"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("line"), std::string::npos) << bad.status().message();
+
+  KernelBuilder kb("no_grad");
+  Array x = kb.ndarray("x", DType::kF32, 1);
+  kb.parallel_for("main", 0, x.dim(0), [&](Value i) { x.store({i}, x(i) * 2.0); });
+  codegen::Kernel k = kb.finish();
+  auto d = s_->differentiate(k);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(d.status().message().find("'no_grad'"), std::string::npos) << d.status().message();
+  EXPECT_NE(d.status().message().find("grad"), std::string::npos);
+
+  // The text form round-trips through compile(text).
+  auto ok = s_->compile(std::string_view(codegen::print(k)));
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+
+  auto dd = s_->differentiate(weighted_sin());
+  ASSERT_TRUE(dd.ok());
+  const Arg one[] = {Arg::f32(1)};
+  auto aa = dd->adjoint_args(one, {});
+  ASSERT_FALSE(aa.ok());
+  EXPECT_NE(aa.status().message().find("5 parameters"), std::string::npos) << aa.status().message();
+  const Arg five[] = {Arg::f32(1), Arg::f32(1), Arg::f32(1), Arg::f32(1), Arg::f32(1)};
+  aa = dd->adjoint_args(five, {});
+  ASSERT_FALSE(aa.ok());
+  EXPECT_NE(aa.status().message().find("x_grad, y_grad, out_grad"), std::string::npos)
+      << aa.status().message();
+
+  auto h = s_->ndarray(DType::kI32, {3}, "ints");
+  ASSERT_TRUE(h.ok());
+  Status st = s_->fill(*h, std::nan(""));
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("'ints'"), std::string::npos) << st.message();
+  ASSERT_TRUE(s_->free(*h).ok());
+  EXPECT_EQ(s_->zero(*h).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(s_->dtype(*h).status().code(), ErrorCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace vkad::testing
