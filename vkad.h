@@ -5,4 +5,4 @@
 #include "api/session.h"
 #include "codegen/builder.h"
 #include "codegen/text.h"
-#include "rhi/status.h"
+#include "base/status.h"

@@ -6,7 +6,7 @@
 #include "rhi/command_list.h"
 #include "rhi/device.h"
 #include "rhi/pipeline.h"
-#include "rhi/status.h"
+#include "base/status.h"
 #include "rhi/stream.h"
 #include "runtime/runtime.h"
 #include "codegen/builder.h"

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "adstack/size_expr.h"
-#include "rhi/status.h"
+#include "base/status.h"
 
 namespace vkad::adstack {
 

@@ -7,7 +7,7 @@
 #include <functional>
 #include <vector>
 
-#include "rhi/status.h"
+#include "base/status.h"
 
 namespace vkad::adstack {
 

@@ -13,7 +13,7 @@
 
 #include "codegen/ir.h"
 #include "codegen/target.h"
-#include "rhi/status.h"
+#include "base/status.h"
 #include "runtime/compiled_kernel.h"
 
 namespace vkad::codegen {

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "codegen/ir.h"
-#include "rhi/status.h"
+#include "base/status.h"
 
 namespace vkad::codegen {
 

@@ -46,7 +46,7 @@
 
 #include "codegen/ir.h"
 #include "codegen/target.h"
-#include "rhi/status.h"
+#include "base/status.h"
 
 namespace vkad::codegen {
 

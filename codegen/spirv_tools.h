@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "rhi/status.h"
+#include "base/status.h"
 
 namespace vkad::codegen {
 

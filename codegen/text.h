@@ -20,7 +20,7 @@
 #include <string>
 
 #include "codegen/ir.h"
-#include "rhi/status.h"
+#include "base/status.h"
 
 namespace vkad::codegen {
 

@@ -9,7 +9,7 @@
 #include <span>
 
 #include "rhi/serial.h"
-#include "rhi/status.h"
+#include "base/status.h"
 
 namespace vkad::rhi {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "rhi/serial_queue.h"
-#include "rhi/status.h"
+#include "base/status.h"
 
 namespace vkad::rhi {
 

@@ -27,7 +27,7 @@
 #include "rhi/device_plan.h"
 #include "rhi/instance.h"
 #include "rhi/memory_allocator.h"
-#include "rhi/status.h"
+#include "base/status.h"
 #include "rhi/vk_check.h"
 
 struct VolkDeviceTable;  // volk.h: this device's device-level entry points

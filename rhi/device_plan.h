@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "rhi/status.h"
+#include "base/status.h"
 
 namespace vkad::rhi {
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/log.h"
 #include "rhi/vk_check.h"
 
 namespace vkad::rhi {
@@ -171,7 +172,8 @@ VKAPI_ATTR VkBool32 VKAPI_CALL Instance::on_debug_message(
   auto* self = static_cast<Instance*>(user);
   if (severity < VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT) return VK_FALSE;
   std::string msg = data && data->pMessage ? data->pMessage : "(no message)";
-  std::fprintf(stderr, "[vkad validation] %s\n", msg.c_str());
+  log(severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT ? LogLevel::kError : LogLevel::kWarning,
+      "validation: " + msg);
   std::lock_guard<std::mutex> lock(self->sinks_mutex_);
   for (ValidationSink* sink : self->sinks_) sink->on_validation_message(msg);
   return VK_FALSE;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "rhi/device_plan.h"
-#include "rhi/status.h"
+#include "base/status.h"
 #include "rhi/sub_allocator.h"
 
 namespace vkad::rhi {

@@ -27,7 +27,7 @@
 #include "rhi/descriptor_allocator.h"
 #include "rhi/serial.h"
 #include "rhi/serial_queue.h"
-#include "rhi/status.h"
+#include "base/status.h"
 
 namespace vkad::rhi {
 

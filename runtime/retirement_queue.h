@@ -18,7 +18,7 @@
 #include <utility>
 
 #include "rhi/serial.h"
-#include "rhi/status.h"
+#include "base/status.h"
 
 namespace vkad::runtime {
 

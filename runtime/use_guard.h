@@ -15,7 +15,7 @@
 #include <string>
 #include <thread>
 
-#include "rhi/status.h"
+#include "base/status.h"
 
 namespace vkad::runtime {
 

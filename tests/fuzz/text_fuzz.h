@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "codegen/target.h"
-#include "rhi/status.h"
+#include "base/status.h"
 
 namespace vkad::fuzz {
 

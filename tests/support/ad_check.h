@@ -20,7 +20,7 @@
 
 #include "codegen/cpu_eval.h"
 #include "codegen/ir.h"
-#include "rhi/status.h"
+#include "base/status.h"
 
 namespace vkad::testing {
 

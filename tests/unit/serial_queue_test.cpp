@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "rhi/deferred_deleter.h"
-#include "rhi/status.h"
+#include "base/status.h"
 
 namespace vkad::rhi {
 namespace {

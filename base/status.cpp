@@ -1,4 +1,8 @@
-#include "rhi/status.h"
+#include "base/status.h"
+
+#include <cstdlib>
+
+#include "base/log.h"
 
 namespace vkad {
 
@@ -25,5 +29,12 @@ std::string Status::to_string() const {
   if (ok()) return "ok";
   return std::string(error_code_name(code_)) + ": " + message_;
 }
+
+namespace detail {
+void value_of_failed_result(const Status& s) {
+  log(LogLevel::kError, "value() of a failed Result (check ok() first): " + s.to_string());
+  std::abort();
+}
+}  // namespace detail
 
 }  // namespace vkad
