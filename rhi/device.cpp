@@ -164,23 +164,116 @@ void Device::set_name(VkObjectType type, uint64_t handle, const std::string& nam
   vkSetDebugUtilsObjectNameEXT(device_, &info);  // a loader trampoline: dispatches per device
 }
 
-Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
-  std::unique_ptr<Device> dev(new Device());
-  dev->validation_enabled_ = options.enable_validation || env_flag("VKAD_VALIDATION");
-  VKAD_ASSIGN_OR_RETURN(dev->instance_, Instance::shared(dev->validation_enabled_));
-  dev->debug_utils_ = dev->instance_->debug_utils();
-  dev->instance_->add_sink(dev.get());
-  dev->sink_added_ = true;
-  VkInstance instance = dev->instance_->handle();
+namespace {
 
-  // --- choose the physical device ---
+// Reads every fact capabilities_from() needs. Only queries; creates nothing.
+DeviceFacts gather_device_facts(VkPhysicalDevice pd, uint32_t queue_family) {
+  DeviceFacts f;
+  uint32_t ext_count = 0;
+  vkEnumerateDeviceExtensionProperties(pd, nullptr, &ext_count, nullptr);
+  std::vector<VkExtensionProperties> exts(ext_count);
+  vkEnumerateDeviceExtensionProperties(pd, nullptr, &ext_count, exts.data());
+  f.has_atomic_float_ext = has_extension(exts, VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME);
+  f.has_push_descriptor_ext = has_extension(exts, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+
+  f.atomic_float = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_FEATURES_EXT};
+  f.f12 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  if (f.has_atomic_float_ext) f.f12.pNext = &f.atomic_float;
+  VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  f2.pNext = &f.f12;
+  vkGetPhysicalDeviceFeatures2(pd, &f2);
+  f.features = f2.features;
+
+  VkPhysicalDevicePushDescriptorPropertiesKHR push_props{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PUSH_DESCRIPTOR_PROPERTIES_KHR};
+  f.p11 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_PROPERTIES};
+  f.p12 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_PROPERTIES};
+  f.p11.pNext = &f.p12;
+  if (f.has_push_descriptor_ext) f.p12.pNext = &push_props;
+  VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+  p2.pNext = &f.p11;
+  vkGetPhysicalDeviceProperties2(pd, &p2);
+  f.properties = p2.properties;
+  f.max_push_descriptors = f.has_push_descriptor_ext ? push_props.maxPushDescriptors : 0;
+  // The copies must not point into this frame.
+  f.f12.pNext = f.p11.pNext = f.p12.pNext = f.atomic_float.pNext = nullptr;
+
+  uint32_t qn = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(pd, &qn, nullptr);
+  std::vector<VkQueueFamilyProperties> fams(qn);
+  vkGetPhysicalDeviceQueueFamilyProperties(pd, &qn, fams.data());
+  if (queue_family < qn) f.queue_family = fams[queue_family];
+  vkGetPhysicalDeviceMemoryProperties(pd, &f.memory);
+  return f;
+}
+
+}  // namespace
+
+Capabilities capabilities_from(const DeviceFacts& facts, bool use_push_descriptors) {
+  Capabilities c;
+  const VkPhysicalDeviceProperties& p = facts.properties;
+  const VkPhysicalDeviceLimits& lim = p.limits;
+  c.device_name = p.deviceName;
+  c.driver_name = facts.p12.driverName;
+  c.kind = to_kind(p.deviceType);
+  c.api_version = p.apiVersion;
+  c.vendor_id = p.vendorID;
+  c.timeline_semaphore = facts.f12.timelineSemaphore;
+  c.shader_int64 = facts.features.shaderInt64;
+  c.shader_float64 = facts.features.shaderFloat64;
+  c.shader_float16 = facts.f12.shaderFloat16;
+  c.atomic_float32_add = facts.has_atomic_float_ext && facts.atomic_float.shaderBufferFloat32AtomicAdd;
+  c.atomic_float64_add = facts.has_atomic_float_ext && facts.atomic_float.shaderBufferFloat64AtomicAdd &&
+                         c.shader_float64;
+  c.atomic_int64 = facts.f12.shaderBufferInt64Atomics && c.shader_int64;
+  c.buffer_device_address = facts.f12.bufferDeviceAddress;
+  c.preserve_nan_inf_f32 = facts.p12.shaderSignedZeroInfNanPreserveFloat32;
+  c.preserve_nan_inf_f64 = facts.p12.shaderSignedZeroInfNanPreserveFloat64 && c.shader_float64;
+  c.push_descriptor = use_push_descriptors && facts.has_push_descriptor_ext &&
+                      facts.max_push_descriptors > 0;
+  c.max_push_descriptors = c.push_descriptor ? facts.max_push_descriptors : 0;
+  c.timestamps = facts.queue_family.timestampValidBits != 0 && lim.timestampPeriod > 0;
+  c.timestamp_period_ns = lim.timestampPeriod;
+  c.subgroup_size = facts.p11.subgroupSize;
+  c.max_storage_buffer_range = lim.maxStorageBufferRange;
+  // Mesa's llvmpipe leaves a loop after 65,535 passes per invocation (see Capabilities).
+  if (facts.p12.driverID == VK_DRIVER_ID_MESA_LLVMPIPE) c.max_loop_passes = 65535;
+  for (int i = 0; i < 3; ++i) {
+    c.max_workgroup_count[i] = lim.maxComputeWorkGroupCount[i];
+    c.max_workgroup_size[i] = lim.maxComputeWorkGroupSize[i];
+  }
+  c.max_workgroup_invocations = lim.maxComputeWorkGroupInvocations;
+  c.max_push_constants_size = lim.maxPushConstantsSize;
+  c.min_storage_buffer_offset_alignment = lim.minStorageBufferOffsetAlignment;
+  for (uint32_t i = 0; i < facts.memory.memoryHeapCount; ++i) {
+    c.heaps.push_back({facts.memory.memoryHeaps[i].size,
+                       (facts.memory.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
+  }
+  return c;
+}
+
+Capabilities capabilities_from(const DeviceFacts& facts, const ExternalFeatures& on) {
+  Capabilities c = capabilities_from(facts, on.push_descriptor);
+  c.timeline_semaphore = c.timeline_semaphore && on.timeline_semaphore;
+  c.shader_int64 = c.shader_int64 && on.shader_int64;
+  c.shader_float64 = c.shader_float64 && on.shader_float64;
+  c.shader_float16 = c.shader_float16 && on.shader_float16;
+  c.atomic_float32_add = c.atomic_float32_add && on.atomic_float32_add;
+  c.atomic_float64_add = c.atomic_float64_add && on.atomic_float64_add && c.shader_float64;
+  c.atomic_int64 = c.atomic_int64 && on.buffer_int64_atomics && c.shader_int64;
+  c.buffer_device_address = c.buffer_device_address && on.buffer_device_address;
+  c.preserve_nan_inf_f64 = c.preserve_nan_inf_f64 && c.shader_float64;
+  return c;
+}
+
+Status Device::choose_physical(const DeviceOptions& options) {
+  VkInstance instance = instance_->handle();
   uint32_t count = 0;
-  VKAD_TRY(dev->vk("vkEnumeratePhysicalDevices",
-                   [&] { return vkEnumeratePhysicalDevices(instance, &count, nullptr); }));
+  VKAD_TRY(vk("vkEnumeratePhysicalDevices",
+              [&] { return vkEnumeratePhysicalDevices(instance, &count, nullptr); }));
   std::vector<VkPhysicalDevice> pds(count);
-  VKAD_TRY(dev->vk("vkEnumeratePhysicalDevices", [&] {
-    return vkEnumeratePhysicalDevices(instance, &count, pds.data());
-  }));
+  VKAD_TRY(vk("vkEnumeratePhysicalDevices",
+              [&] { return vkEnumeratePhysicalDevices(instance, &count, pds.data()); }));
   std::vector<PhysicalDeviceInfo> infos;
   for (VkPhysicalDevice pd : pds) {
     VkPhysicalDeviceProperties p;
@@ -193,81 +286,15 @@ Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
   if (sel.forced.empty() && std::getenv("VKAD_DEVICE")) sel.forced = std::getenv("VKAD_DEVICE");
   sel.min_api_version = VK_API_VERSION_1_2;
   VKAD_ASSIGN_OR_RETURN(size_t chosen, choose_device(infos, sel));
-  dev->physical_ = pds[chosen];
-  dev->queue_family_ = static_cast<uint32_t>(compute_queue_family(dev->physical_, &dev->queue_count_));
+  physical_ = pds[chosen];
+  queue_family_ = static_cast<uint32_t>(compute_queue_family(physical_, &queue_count_));
+  queue_count_ = std::min<uint32_t>(queue_count_, kMaxStreams);
+  return {};
+}
 
-  // --- capabilities ---
-  uint32_t ext_count = 0;
-  vkEnumerateDeviceExtensionProperties(dev->physical_, nullptr, &ext_count, nullptr);
-  std::vector<VkExtensionProperties> dev_exts(ext_count);
-  vkEnumerateDeviceExtensionProperties(dev->physical_, nullptr, &ext_count, dev_exts.data());
-  bool has_atomic_float = has_extension(dev_exts, VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME);
-  bool has_push_descriptor =
-      options.push_descriptors && has_extension(dev_exts, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
-
-  VkPhysicalDeviceShaderAtomicFloatFeaturesEXT atomic_f{
-      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_FEATURES_EXT};
-  VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
-  if (has_atomic_float) f12.pNext = &atomic_f;
-  VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-  f2.pNext = &f12;
-  vkGetPhysicalDeviceFeatures2(dev->physical_, &f2);
-
-  VkPhysicalDevicePushDescriptorPropertiesKHR push_props{
-      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PUSH_DESCRIPTOR_PROPERTIES_KHR};
-  VkPhysicalDeviceVulkan11Properties p11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_PROPERTIES};
-  VkPhysicalDeviceVulkan12Properties p12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_PROPERTIES};
-  p11.pNext = &p12;
-  if (has_push_descriptor) p12.pNext = &push_props;
-  VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
-  p2.pNext = &p11;
-  vkGetPhysicalDeviceProperties2(dev->physical_, &p2);
-  const VkPhysicalDeviceLimits& lim = p2.properties.limits;
-
-  uint32_t qn = 0;
-  vkGetPhysicalDeviceQueueFamilyProperties(dev->physical_, &qn, nullptr);
-  std::vector<VkQueueFamilyProperties> fams(qn);
-  vkGetPhysicalDeviceQueueFamilyProperties(dev->physical_, &qn, fams.data());
-
-  Capabilities& c = dev->caps_;
-  c.device_name = p2.properties.deviceName;
-  c.driver_name = p12.driverName;
-  c.kind = to_kind(p2.properties.deviceType);
-  c.api_version = p2.properties.apiVersion;
-  c.vendor_id = p2.properties.vendorID;
-  c.timeline_semaphore = f12.timelineSemaphore;
-  c.shader_int64 = f2.features.shaderInt64;
-  c.shader_float64 = f2.features.shaderFloat64;
-  c.shader_float16 = f12.shaderFloat16;
-  c.atomic_float32_add = has_atomic_float && atomic_f.shaderBufferFloat32AtomicAdd;
-  c.atomic_float64_add = has_atomic_float && atomic_f.shaderBufferFloat64AtomicAdd;
-  c.atomic_int64 = f12.shaderBufferInt64Atomics && f2.features.shaderInt64;
-  c.buffer_device_address = f12.bufferDeviceAddress;
-  c.preserve_nan_inf_f32 = p12.shaderSignedZeroInfNanPreserveFloat32;
-  c.preserve_nan_inf_f64 = p12.shaderSignedZeroInfNanPreserveFloat64 && c.shader_float64;
-  c.push_descriptor = has_push_descriptor && push_props.maxPushDescriptors > 0;
-  c.max_push_descriptors = c.push_descriptor ? push_props.maxPushDescriptors : 0;
-  c.timestamps = fams[dev->queue_family_].timestampValidBits != 0 && lim.timestampPeriod > 0;
-  c.timestamp_period_ns = lim.timestampPeriod;
-  c.subgroup_size = p11.subgroupSize;
-  c.max_storage_buffer_range = lim.maxStorageBufferRange;
-  if (p12.driverID == VK_DRIVER_ID_MESA_LLVMPIPE) c.max_loop_passes = 65535;
-  for (int i = 0; i < 3; ++i) {
-    c.max_workgroup_count[i] = lim.maxComputeWorkGroupCount[i];
-    c.max_workgroup_size[i] = lim.maxComputeWorkGroupSize[i];
-  }
-  c.max_workgroup_invocations = lim.maxComputeWorkGroupInvocations;
-  c.max_push_constants_size = lim.maxPushConstantsSize;
-  c.min_storage_buffer_offset_alignment = lim.minStorageBufferOffsetAlignment;
-  VkPhysicalDeviceMemoryProperties mem;
-  vkGetPhysicalDeviceMemoryProperties(dev->physical_, &mem);
-  for (uint32_t i = 0; i < mem.memoryHeapCount; ++i) {
-    c.heaps.push_back({mem.memoryHeaps[i].size,
-                       (mem.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
-  }
-  VKAD_TRY(check_required_features(c, options.required_features));
-
-  // --- logical device: enable exactly what we detected ---
+Status Device::create_logical(const DeviceFacts& facts) {
+  const Capabilities& c = caps_;
+  // Enable exactly what caps_ says.
   VkPhysicalDeviceShaderAtomicFloatFeaturesEXT atomic_on{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_FEATURES_EXT};
   atomic_on.shaderBufferFloat32AtomicAdd = c.atomic_float32_add;
@@ -276,22 +303,21 @@ Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
   on12.timelineSemaphore = c.timeline_semaphore;
   on12.shaderFloat16 = c.shader_float16;
   on12.bufferDeviceAddress = c.buffer_device_address;
-  on12.hostQueryReset = f12.hostQueryReset;
+  on12.hostQueryReset = facts.f12.hostQueryReset;
   on12.shaderBufferInt64Atomics = c.atomic_int64;
-  if (has_atomic_float) on12.pNext = &atomic_on;
+  if (facts.has_atomic_float_ext) on12.pNext = &atomic_on;
   VkPhysicalDeviceFeatures2 on2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
   on2.pNext = &on12;
   on2.features.shaderInt64 = c.shader_int64;
   on2.features.shaderFloat64 = c.shader_float64;
   std::vector<const char*> dev_ext_names;
-  if (has_atomic_float) dev_ext_names.push_back(VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME);
+  if (facts.has_atomic_float_ext) dev_ext_names.push_back(VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME);
   if (c.push_descriptor) dev_ext_names.push_back(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
 
-  dev->queue_count_ = std::min<uint32_t>(dev->queue_count_, kMaxStreams);
-  std::vector<float> priorities(dev->queue_count_, 1.0f);
+  std::vector<float> priorities(queue_count_, 1.0f);
   VkDeviceQueueCreateInfo qci{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
-  qci.queueFamilyIndex = dev->queue_family_;
-  qci.queueCount = dev->queue_count_;
+  qci.queueFamilyIndex = queue_family_;
+  qci.queueCount = queue_count_;
   qci.pQueuePriorities = priorities.data();
   VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
   dci.pNext = &on2;
@@ -299,12 +325,76 @@ Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
   dci.pQueueCreateInfos = &qci;
   dci.enabledExtensionCount = static_cast<uint32_t>(dev_ext_names.size());
   dci.ppEnabledExtensionNames = dev_ext_names.data();
-  VKAD_TRY(dev->vk("vkCreateDevice", [&] {
-    return vkCreateDevice(dev->physical_, &dci, nullptr, &dev->device_);
-  }));
+  VKAD_TRY(vk("vkCreateDevice", [&] { return vkCreateDevice(physical_, &dci, nullptr, &device_); }));
+  return {};
+}
+
+Status Device::adopt(const ExternalDevice& e) {
+  if (e.instance == VK_NULL_HANDLE || e.physical_device == VK_NULL_HANDLE ||
+      e.device == VK_NULL_HANDLE) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "imported device: the instance, physical device and device must all be set");
+  }
+  uint32_t qn = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(e.physical_device, &qn, nullptr);
+  std::vector<VkQueueFamilyProperties> fams(qn);
+  vkGetPhysicalDeviceQueueFamilyProperties(e.physical_device, &qn, fams.data());
+  if (e.queue_family >= qn || (fams[e.queue_family].queueFlags & VK_QUEUE_COMPUTE_BIT) == 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "imported device: queue family " + std::to_string(e.queue_family) +
+                          " does not exist or has no compute queues (" + std::to_string(qn) +
+                          " families)");
+  }
+  if (e.queue_count == 0 || e.first_queue + e.queue_count > fams[e.queue_family].queueCount) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "imported device: queues " + std::to_string(e.first_queue) + ".." +
+                          std::to_string(e.first_queue + e.queue_count) + " of family " +
+                          std::to_string(e.queue_family) + ", which has " +
+                          std::to_string(fams[e.queue_family].queueCount));
+  }
+  physical_ = e.physical_device;
+  device_ = e.device;
+  queue_family_ = e.queue_family;
+  first_queue_ = e.first_queue;
+  queue_count_ = std::min<uint32_t>(e.queue_count, kMaxStreams);
+  imported_ = true;
+  return {};
+}
+
+Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
+  std::unique_ptr<Device> dev(new Device());
+  const ExternalDevice* ext = options.external ? &*options.external : nullptr;
+  // An imported device's validation is its instance's business: vkad's layer would not see it.
+  dev->validation_enabled_ = !ext && (options.enable_validation || env_flag("VKAD_VALIDATION"));
+  // Even an imported device needs the shared instance: it loads the loader's instance-level
+  // trampolines, which dispatch on the physical device passed, whichever instance made it.
+  VKAD_ASSIGN_OR_RETURN(dev->instance_, Instance::shared(dev->validation_enabled_));
+  if (ext) {
+    VKAD_TRY(dev->adopt(*ext));
+  } else {
+    dev->debug_utils_ = dev->instance_->debug_utils();
+    dev->instance_->add_sink(dev.get());
+    dev->sink_added_ = true;
+    VKAD_TRY(dev->choose_physical(options));
+  }
+  const DeviceFacts facts = gather_device_facts(dev->physical_, dev->queue_family_);
+  if (facts.properties.apiVersion < VK_API_VERSION_1_2) {
+    return make_error(ErrorCode::kUnsupported,
+                      std::string("device '") + facts.properties.deviceName +
+                          "' supports only Vulkan " +
+                          std::to_string(VK_API_VERSION_MAJOR(facts.properties.apiVersion)) + "." +
+                          std::to_string(VK_API_VERSION_MINOR(facts.properties.apiVersion)) +
+                          "; vkad needs 1.2");
+  }
+  dev->caps_ = ext ? capabilities_from(facts, ext->enabled)
+                   : capabilities_from(facts, options.push_descriptors);
+  VKAD_TRY(check_required_features(dev->caps_, options.required_features));
+  if (!ext) VKAD_TRY(dev->create_logical(facts));
   volkLoadDeviceTable(dev->fn_.get(), dev->device_);
-  dev->set_name(VK_OBJECT_TYPE_DEVICE, reinterpret_cast<uint64_t>(dev->device_),
-                "vkad device (" + c.device_name + ")");
+  if (!ext) {
+    dev->set_name(VK_OBJECT_TYPE_DEVICE, reinterpret_cast<uint64_t>(dev->device_),
+                  "vkad device (" + dev->caps_.device_name + ")");
+  }
   dev->allocator_ = std::make_unique<MemoryAllocator>(*dev, options.memory_block_bytes,
                                                       options.memory_limit_bytes,
                                                       options.spare_blocks_per_memory_type);
@@ -312,11 +402,15 @@ Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
 }
 
 Device::~Device() {
-  if (device_ != VK_NULL_HANDLE) {
-    // Shutdown is the one place a device-wide wait is right: everything is going away.
-    fn_->vkDeviceWaitIdle(device_);
+  if (device_ != VK_NULL_HANDLE && allocator_) {
+    // Shutdown is the one place a device-wide wait is right for a device vkad owns: everything
+    // is going away. An imported device is the embedder's: its streams already waited for
+    // vkad's own submissions, so what the deleter holds is complete; the device stays.
+    if (!imported_) fn_->vkDeviceWaitIdle(device_);
     deleter_.destroy_all([this](Garbage&& g) { destroy_now(std::move(g)); });
     allocator_.reset();
+    if (!imported_) fn_->vkDestroyDevice(device_, nullptr);
+  } else if (device_ != VK_NULL_HANDLE && !imported_) {
     fn_->vkDestroyDevice(device_, nullptr);
   }
   if (sink_added_) instance_->remove_sink(this);

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,57 @@ struct BufferDesc;
 struct ComputePipelineDesc;
 struct StreamOptions;
 
+// Optional features an imported VkDevice was created with. Vulkan cannot be asked what a
+// device enabled, so the caller states it; vkad uses a feature only when it is both stated here
+// and supported by the physical device.
+struct ExternalFeatures {
+  bool timeline_semaphore = false;        // VkPhysicalDeviceVulkan12Features::timelineSemaphore
+  bool host_query_reset = false;
+  bool shader_int64 = false;
+  bool shader_float64 = false;
+  bool shader_float16 = false;
+  bool buffer_int64_atomics = false;      // shaderBufferInt64Atomics
+  bool buffer_device_address = false;
+  bool atomic_float32_add = false;        // VK_EXT_shader_atomic_float enabled, and the feature
+  bool atomic_float64_add = false;
+  bool push_descriptor = false;           // VK_KHR_push_descriptor enabled
+};
+
+// A Vulkan device that an embedder (a DSL with its own renderer or runtime) already has, for vkad
+// to share instead of creating its own. Requirements: created through the same Vulkan loader
+// vkad uses (libvulkan.so.1), Vulkan 1.2 or later (instance apiVersion and device), the queues
+// [first_queue, first_queue + queue_count) of `queue_family` created and supporting compute.
+// vkad never destroys the instance or the device, never waits for the whole device (it waits
+// only for its own submissions), and submits to those queues only from inside vkad calls: the
+// embedder must not use them concurrently with a vkad call (Vulkan's external synchronization
+// of VkQueue), or must give vkad queues of its own. The instance's validation layer, if any, is
+// the embedder's: vkad's enable_validation does not apply to an imported device.
+struct ExternalDevice {
+  VkInstance instance = VK_NULL_HANDLE;
+  VkPhysicalDevice physical_device = VK_NULL_HANDLE;
+  VkDevice device = VK_NULL_HANDLE;
+  uint32_t queue_family = 0;
+  uint32_t first_queue = 0;
+  uint32_t queue_count = 1;
+  ExternalFeatures enabled;
+};
+
+// Everything vkad reads from a physical device, as plain values (no Vulkan calls): what
+// capabilities_from() turns into Capabilities. Gathered by gather_device_facts().
+struct DeviceFacts {
+  VkPhysicalDeviceProperties properties{};
+  VkPhysicalDeviceFeatures features{};
+  VkPhysicalDeviceVulkan11Properties p11{};
+  VkPhysicalDeviceVulkan12Properties p12{};
+  VkPhysicalDeviceVulkan12Features f12{};
+  VkPhysicalDeviceShaderAtomicFloatFeaturesEXT atomic_float{};
+  bool has_atomic_float_ext = false;
+  bool has_push_descriptor_ext = false;
+  uint32_t max_push_descriptors = 0;
+  VkQueueFamilyProperties queue_family{};
+  VkPhysicalDeviceMemoryProperties memory{};
+};
+
 struct DeviceOptions {
   // Khronos validation layer + debug messenger. Also turned on by VKAD_VALIDATION=1.
   bool enable_validation = false;
@@ -63,6 +115,9 @@ struct DeviceOptions {
   // sets or pools to allocate, write and recycle per launch. false forces the descriptor-set
   // path (devices without the extension take it anyway), so both are tested.
   bool push_descriptors = true;
+  // Set: share this existing device instead of creating one (see ExternalDevice); `device`
+  // (the choice) and enable_validation are then ignored.
+  std::optional<ExternalDevice> external;
 };
 
 struct MemoryHeap {
@@ -133,11 +188,25 @@ struct Garbage {
   Allocation allocation;  // valid only for buffers
 };
 
+// The capability snapshot of a device with these facts (pure: unit-tested without a device).
+// Features the device would enable are the ones present; push descriptors only when
+// `use_push_descriptors` and the extension reports at least one.
+Capabilities capabilities_from(const DeviceFacts& facts, bool use_push_descriptors);
+// The same, restricted to what an imported device was created with.
+Capabilities capabilities_from(const DeviceFacts& facts, const ExternalFeatures& enabled);
+
+
 class Device final : public ValidationSink {
  public:
   // Creates the device on the process-wide instance (see instance.h). kNoDevice when Vulkan has no device at all, kUnsupported when
   // the chosen one lacks Vulkan 1.2 or a required feature (the message names it).
+  // Chooses a physical device (or adopts options.external), reads its capabilities and creates
+  // the logical device. kNoDevice when none qualifies; kInvalidArgument for an ExternalDevice
+  // with null handles or a queue range the family does not have; kUnsupported for a device
+  // below Vulkan 1.2 or missing a required feature.
   static Result<std::unique_ptr<Device>> create(const DeviceOptions& options = {});
+  // True when the device is an imported one (never destroyed by vkad).
+  bool imported() const { return imported_; }
   // Waits for the device to go idle, destroys every queued and live object it owns. Streams,
   // buffers and pipelines created from it must be destroyed first. Never throws.
   ~Device() override;
@@ -162,6 +231,9 @@ class Device final : public ValidationSink {
   const VolkDeviceTable& fn() const { return *fn_; }
   uint32_t queue_family() const { return queue_family_; }
   uint32_t queue_count() const { return queue_count_; }
+  // The index of queue 0 of vkad's queue range in queue_family (non-zero only for an imported
+  // device that reserved other queues for itself).
+  uint32_t first_queue() const { return first_queue_; }
 
   // ok, or kDeviceLost once any call has reported the device lost (sticky).
   Status status() const;
@@ -199,6 +271,11 @@ class Device final : public ValidationSink {
  private:
   Device();
   void destroy_now(Garbage&& g);
+  // The parts of create(): choose the physical device, create the logical device with exactly
+  // what caps_ says, or adopt an imported one.
+  Status choose_physical(const DeviceOptions& options);
+  Status create_logical(const DeviceFacts& facts);
+  Status adopt(const ExternalDevice& external);
   void on_validation_message(const std::string& message) override;
 
   std::shared_ptr<Instance> instance_;
@@ -208,6 +285,8 @@ class Device final : public ValidationSink {
   VkDevice device_ = VK_NULL_HANDLE;
   uint32_t queue_family_ = 0;
   uint32_t queue_count_ = 0;
+  uint32_t first_queue_ = 0;
+  bool imported_ = false;
   bool debug_utils_ = false;
   bool validation_enabled_ = false;
   bool lost_ = false;

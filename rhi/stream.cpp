@@ -48,7 +48,7 @@ Result<std::unique_ptr<Stream>> Stream::create(Device& device, const StreamOptio
   }
   // Streams share queues round-robin when the family has fewer queues than streams.
   device.fn().vkGetDeviceQueue(device.handle(), device.queue_family(),
-                   static_cast<uint32_t>(s->index_) % device.queue_count(), &s->queue_);
+                   device.first_queue() + static_cast<uint32_t>(s->index_) % device.queue_count(), &s->queue_);
   VkCommandPoolCreateInfo cpci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   cpci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   cpci.queueFamilyIndex = device.queue_family();

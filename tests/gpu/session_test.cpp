@@ -215,3 +215,97 @@ TEST_F(SessionTest, CompileFromTextAndErrorsNameWhatIsWrong) {
 
 }  // namespace
 }  // namespace vkad::testing
+
+namespace vkad::testing {
+namespace {
+
+rhi::ExternalDevice external_from(rhi::Device& d) {
+  rhi::ExternalDevice e;
+  e.instance = d.instance();
+  e.physical_device = d.physical_device();
+  e.device = d.handle();
+  e.queue_family = d.queue_family();
+  const rhi::Capabilities& c = d.caps();
+  e.enabled.timeline_semaphore = c.timeline_semaphore;
+  e.enabled.shader_int64 = c.shader_int64;
+  e.enabled.shader_float64 = c.shader_float64;
+  e.enabled.atomic_float32_add = c.atomic_float32_add;
+  e.enabled.atomic_float64_add = c.atomic_float64_add;
+  e.enabled.buffer_int64_atomics = c.atomic_int64;
+  e.enabled.push_descriptor = c.push_descriptor;
+  return e;
+}
+
+// An embedder's VkDevice (here one an rhi::Device created, standing in for a DSL's own) shared
+// by a Session: kernels run on it, the session's destruction leaves it alive and usable, and the
+// features the embedder did not state are not used.
+TEST(SessionImport, RunsOnAnImportedDeviceAndLeavesItAlive) {
+  rhi::DeviceOptions own;
+  own.enable_validation = true;
+  auto host = rhi::Device::create(own);
+  if (!host.ok() && host.status().code() == ErrorCode::kNoDevice) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+  ASSERT_TRUE(host.ok()) << host.status().to_string();
+  rhi::Device& embedder = **host;
+  for (int round = 0; round < 2; ++round) {
+    runtime::RuntimeOptions ro;
+    ro.device.external = external_from(embedder);
+    if (round == 1) {  // features not stated are not used, even where the device has them
+      ro.device.external->enabled.shader_float64 = false;
+      ro.device.external->enabled.push_descriptor = false;
+    }
+    auto s = Session::create(ro, {});
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    EXPECT_TRUE((*s)->runtime().device().imported());
+    if (round == 1) {
+      EXPECT_FALSE((*s)->target().float64);
+      EXPECT_FALSE((*s)->runtime().caps().push_descriptor);
+    }
+    KernelBuilder kb("twice");
+    Array x = kb.ndarray("x", DType::kF32, 1);
+    kb.parallel_for("main", 0, x.dim(0), [&](Value i) { x.store({i}, x(i) * 2.0); });
+    auto k = (*s)->compile(kb.finish());
+    ASSERT_TRUE(k.ok()) << k.status().to_string();
+    auto h = (*s)->ndarray(DType::kF32, {1000}, "x");
+    ASSERT_TRUE(h.ok());
+    ASSERT_TRUE((*s)->fill(*h, 1.5).ok());
+    ASSERT_TRUE((*s)->launch(*k, {Arg::ndarray(*h)}).ok());
+    std::vector<float> out(1000);
+    ASSERT_TRUE((*s)->download(*h, std::span<float>(out)).ok());
+    for (float v : out) ASSERT_EQ(v, 3.0f);
+  }  // each session destroyed here: the device must survive it
+  auto buf = embedder.create_buffer({4096, rhi::MemoryUsage::kDeviceLocal, "after"});
+  EXPECT_TRUE(buf.ok()) << buf.status().to_string();
+  EXPECT_EQ(embedder.validation_message_count(), 0u) << [&] {
+    std::string all;
+    for (const auto& m : embedder.validation_messages()) all += m + "\n";
+    return all;
+  }();
+}
+
+TEST(SessionImport, BadExternalDevicesAreRejectedByName) {
+  rhi::DeviceOptions own;
+  own.enable_validation = true;
+  auto host = rhi::Device::create(own);
+  if (!host.ok() && host.status().code() == ErrorCode::kNoDevice) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+  ASSERT_TRUE(host.ok());
+  runtime::RuntimeOptions ro;
+  ro.device.external = external_from(**host);
+  ro.device.external->device = VK_NULL_HANDLE;
+  auto s = Session::create(ro, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("must all be set"), std::string::npos);
+  ro.device.external = external_from(**host);
+  ro.device.external->queue_family = 99;
+  s = Session::create(ro, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("queue family 99"), std::string::npos) << s.status().message();
+  ro.device.external = external_from(**host);
+  ro.device.external->first_queue = 50;
+  s = Session::create(ro, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("queues 50..51"), std::string::npos) << s.status().message();
+}
+
+}  // namespace
+}  // namespace vkad::testing
