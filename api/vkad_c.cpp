@@ -1,0 +1,337 @@
+// The C ABI over vkad::Session. Every entry point catches nothing because nothing throws; it
+// checks its pointers, converts, and hands back an owned vkad_status on error.
+#include "api/vkad_c.h"
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include <vulkan/vulkan.h>
+
+#include "api/session.h"
+#include "base/log.h"
+#include "codegen/text.h"
+#include "runtime/runtime.h"
+
+struct vkad_status {
+  vkad_code code;
+  std::string message;
+};
+
+struct vkad_session {
+  std::unique_ptr<vkad::Session> s;
+  std::string device_name;
+};
+
+namespace {
+
+using vkad::ErrorCode;
+using vkad::Status;
+
+static_assert(static_cast<int>(ErrorCode::kInternal) == VKAD_INTERNAL, "codes must match");
+static_assert(static_cast<int>(vkad::runtime::DType::kBool) == VKAD_BOOL, "dtypes must match");
+
+// Out of host memory while reporting an error: this static object is returned, and
+// vkad_status_free recognises it and does not free it.
+vkad_status g_out_of_memory{VKAD_OUT_OF_HOST_MEMORY, "out of host memory"};
+
+vkad_status* make(vkad_code code, std::string message) {
+  auto* st = new (std::nothrow) vkad_status{code, std::move(message)};
+  return st != nullptr ? st : &g_out_of_memory;
+}
+
+vkad_status* from(const Status& s) {
+  if (s.ok()) return nullptr;
+  return make(static_cast<vkad_code>(s.code()), s.message());
+}
+
+vkad_status* invalid(const char* fn, const char* what) {
+  return make(VKAD_INVALID_ARGUMENT, std::string(fn) + ": " + what);
+}
+
+#define VKAD_C_CHECK_SESSION(fn)                                       \
+  if (session == nullptr || !session->s) return invalid(fn, "session is NULL")
+
+// Copies a caller's versioned struct into a zeroed full-size one: an older (smaller) struct
+// gets defaults for the fields it lacks; a larger one comes from a newer header.
+template <typename T>
+vkad_status* read_versioned(const char* fn, const T* in, T* out) {
+  std::memset(out, 0, sizeof(T));
+  if (in->struct_size < sizeof(uint32_t) || in->struct_size > sizeof(T)) {
+    return make(VKAD_INVALID_ARGUMENT,
+                std::string(fn) + ": struct_size " + std::to_string(in->struct_size) +
+                    " is not one this library knows (at most " + std::to_string(sizeof(T)) +
+                    "; set it to sizeof the struct)");
+  }
+  std::memcpy(static_cast<void*>(out), static_cast<const void*>(in), in->struct_size);
+  return nullptr;
+}
+
+// Writes at most out->struct_size bytes of `full` into a caller's versioned result struct.
+template <typename T>
+vkad_status* write_versioned(const char* fn, const T& full, T* out) {
+  const uint32_t n = out->struct_size;
+  if (n < sizeof(uint32_t) || n > sizeof(T)) {
+    return make(VKAD_INVALID_ARGUMENT, std::string(fn) + ": out->struct_size " +
+                                           std::to_string(n) + " is not one this library knows");
+  }
+  std::memcpy(static_cast<void*>(out), static_cast<const void*>(&full), n);
+  out->struct_size = n;
+  return nullptr;
+}
+
+vkad::runtime::Arg to_arg(const vkad_arg& a) {
+  using vkad::runtime::Arg;
+  if (a.is_ndarray) return Arg::ndarray({a.array});
+  Arg r;
+  r.kind = vkad::runtime::ParamKind::kScalar;
+  r.dtype = static_cast<vkad::runtime::DType>(a.dtype);
+  r.f = a.f;
+  r.i = a.i;
+  return r;
+}
+
+}  // namespace
+
+extern "C" {
+
+uint32_t vkad_version(void) {
+  return (VKAD_C_API_VERSION_MAJOR << 22) | (VKAD_C_API_VERSION_MINOR << 12) |
+         VKAD_C_API_VERSION_PATCH;
+}
+
+const char* vkad_version_string(void) {
+#define VKAD_STR2(x) #x
+#define VKAD_STR(x) VKAD_STR2(x)
+  return VKAD_STR(VKAD_C_API_VERSION_MAJOR) "." VKAD_STR(VKAD_C_API_VERSION_MINOR) "." VKAD_STR(
+      VKAD_C_API_VERSION_PATCH);
+}
+
+vkad_code vkad_status_code(const vkad_status* status) {
+  return status == nullptr ? VKAD_OK : status->code;
+}
+const char* vkad_status_message(const vkad_status* status) {
+  return status == nullptr ? "" : status->message.c_str();
+}
+void vkad_status_free(vkad_status* status) {
+  if (status == nullptr || status == &g_out_of_memory) return;
+  delete status;
+}
+
+void vkad_set_log_callback(vkad_log_callback callback, void* user) {
+  struct Bridge {
+    static void call(vkad::LogLevel level, const char* message, void* u) {
+      auto* pair = static_cast<std::pair<vkad_log_callback, void*>*>(u);
+      pair->first(static_cast<int>(level), message, pair->second);
+    }
+  };
+  // The sink's user pointer must outlive every message in flight, so the pairs are kept (a few
+  // bytes per call; callers set a callback once or twice per process).
+  static std::vector<std::unique_ptr<std::pair<vkad_log_callback, void*>>> kept;
+  static std::mutex mu;
+  if (callback == nullptr) {
+    vkad::set_log_sink(nullptr, nullptr);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  kept.push_back(std::make_unique<std::pair<vkad_log_callback, void*>>(callback, user));
+  vkad::set_log_sink(&Bridge::call, kept.back().get());
+}
+
+vkad_status* vkad_session_create(const vkad_session_options* options, vkad_session** out) {
+  if (out == nullptr) return invalid("vkad_session_create", "out is NULL");
+  vkad_session_options o{};
+  o.struct_size = sizeof o;
+  if (options != nullptr) {
+    if (vkad_status* e = read_versioned("vkad_session_create", options, &o)) return e;
+  }
+  vkad::runtime::RuntimeOptions ro;
+  if (o.device != nullptr) ro.device.device = o.device;
+  ro.device.enable_validation = o.validation != 0;
+  if (o.retirement_depth != 0) ro.retirement_depth = o.retirement_depth;
+  if (o.external != nullptr) {
+    vkad_external_device e{};
+    if (vkad_status* err = read_versioned("vkad_session_create (external)", o.external, &e)) {
+      return err;
+    }
+    vkad::rhi::ExternalDevice x;
+    x.instance = static_cast<VkInstance>(e.instance);
+    x.physical_device = static_cast<VkPhysicalDevice>(e.physical_device);
+    x.device = static_cast<VkDevice>(e.device);
+    x.queue_family = e.queue_family;
+    x.first_queue = e.first_queue;
+    x.queue_count = e.queue_count == 0 ? 1 : e.queue_count;
+    const vkad_external_features& f = e.enabled;
+    x.enabled.timeline_semaphore = f.timeline_semaphore != 0;
+    x.enabled.host_query_reset = f.host_query_reset != 0;
+    x.enabled.shader_int64 = f.shader_int64 != 0;
+    x.enabled.shader_float64 = f.shader_float64 != 0;
+    x.enabled.shader_float16 = f.shader_float16 != 0;
+    x.enabled.buffer_int64_atomics = f.buffer_int64_atomics != 0;
+    x.enabled.buffer_device_address = f.buffer_device_address != 0;
+    x.enabled.atomic_float32_add = f.atomic_float32_add != 0;
+    x.enabled.atomic_float64_add = f.atomic_float64_add != 0;
+    x.enabled.push_descriptor = f.push_descriptor != 0;
+    ro.device.external = x;
+  }
+  vkad::codegen::CompileOptions co;
+  co.optimize = o.optimize != 0;
+  auto s = vkad::Session::create(ro, co);
+  if (!s.ok()) return from(s.status());
+  auto* session = new (std::nothrow) vkad_session();
+  if (session == nullptr) return make(VKAD_OUT_OF_HOST_MEMORY, "vkad_session_create: no memory");
+  session->s = std::move(s).value();
+  session->device_name = session->s->device_name();
+  *out = session;
+  return nullptr;
+}
+
+void vkad_session_destroy(vkad_session* session) { delete session; }
+
+const char* vkad_session_device_name(const vkad_session* session) {
+  return session == nullptr ? "" : session->device_name.c_str();
+}
+
+vkad_status* vkad_compile(vkad_session* session, const char* ir_text, vkad_kernel* out) {
+  VKAD_C_CHECK_SESSION("vkad_compile");
+  if (ir_text == nullptr) return invalid("vkad_compile", "ir_text is NULL");
+  if (out == nullptr) return invalid("vkad_compile", "out is NULL");
+  auto k = session->s->compile(std::string_view(ir_text));
+  if (!k.ok()) return from(k.status());
+  *out = k->id;
+  return nullptr;
+}
+
+vkad_status* vkad_differentiate(vkad_session* session, const char* ir_text,
+                                vkad_differentiated* out) {
+  VKAD_C_CHECK_SESSION("vkad_differentiate");
+  if (ir_text == nullptr) return invalid("vkad_differentiate", "ir_text is NULL");
+  if (out == nullptr) return invalid("vkad_differentiate", "out is NULL");
+  auto parsed = vkad::codegen::parse(ir_text);
+  if (!parsed.ok()) return from(parsed.status());
+  uint32_t marked = 0;
+  for (const auto& p : parsed->params) marked += p.needs_grad ? 1 : 0;
+  if (marked > VKAD_MAX_GRADIENTS) {
+    return invalid("vkad_differentiate",
+                   ("kernel '" + parsed->name + "' has " + std::to_string(marked) +
+                    " parameters marked grad; the C ABI returns at most " +
+                    std::to_string(VKAD_MAX_GRADIENTS))
+                       .c_str());
+  }
+  auto d = session->s->differentiate(*parsed);
+  if (!d.ok()) return from(d.status());
+  vkad_differentiated full{};
+  full.struct_size = sizeof full;
+  full.forward = d->forward.id;
+  full.adjoint = d->adjoint.id;
+  full.forward_params = d->forward_params;
+  full.gradient_count = static_cast<uint32_t>(d->gradients.size());
+  for (size_t i = 0; i < d->gradients.size(); ++i) {
+    full.gradients[i] = {d->gradients[i].param, d->gradients[i].grad_param};
+  }
+  vkad_status* e = write_versioned("vkad_differentiate", full, out);
+  if (e != nullptr) {  // a failed call changes nothing
+    (void)session->s->release(d->forward);
+    (void)session->s->release(d->adjoint);
+  }
+  return e;
+}
+
+vkad_status* vkad_kernel_release(vkad_session* session, vkad_kernel kernel) {
+  VKAD_C_CHECK_SESSION("vkad_kernel_release");
+  return from(session->s->release({kernel}));
+}
+
+vkad_status* vkad_ndarray_create(vkad_session* session, vkad_dtype dtype, uint32_t rank,
+                                 const uint32_t* shape, const char* name, vkad_ndarray* out) {
+  VKAD_C_CHECK_SESSION("vkad_ndarray_create");
+  if (out == nullptr) return invalid("vkad_ndarray_create", "out is NULL");
+  if (shape == nullptr && rank > 0) return invalid("vkad_ndarray_create", "shape is NULL");
+  if (static_cast<uint32_t>(dtype) > VKAD_BOOL) {
+    return invalid("vkad_ndarray_create",
+                   ("dtype " + std::to_string(static_cast<int>(dtype)) + " is not a vkad_dtype").c_str());
+  }
+  if (rank > 64) {  // the runtime names the real limit; this only bounds the copy below
+    return invalid("vkad_ndarray_create", ("rank " + std::to_string(rank) + " is too large").c_str());
+  }
+  std::vector<uint32_t> dims(shape, shape + rank);
+  auto h = session->s->ndarray(static_cast<vkad::runtime::DType>(dtype), std::move(dims),
+                               name != nullptr ? name : "");
+  if (!h.ok()) return from(h.status());
+  *out = h->id;
+  return nullptr;
+}
+
+vkad_status* vkad_ndarray_free(vkad_session* session, vkad_ndarray array) {
+  VKAD_C_CHECK_SESSION("vkad_ndarray_free");
+  return from(session->s->free({array}));
+}
+vkad_status* vkad_ndarray_zero(vkad_session* session, vkad_ndarray array) {
+  VKAD_C_CHECK_SESSION("vkad_ndarray_zero");
+  return from(session->s->zero({array}));
+}
+vkad_status* vkad_ndarray_fill(vkad_session* session, vkad_ndarray array, double value) {
+  VKAD_C_CHECK_SESSION("vkad_ndarray_fill");
+  return from(session->s->fill({array}, value));
+}
+vkad_status* vkad_upload(vkad_session* session, vkad_ndarray array, const void* data,
+                         uint64_t bytes) {
+  VKAD_C_CHECK_SESSION("vkad_upload");
+  return from(session->s->upload({array}, data, bytes));
+}
+vkad_status* vkad_download(vkad_session* session, vkad_ndarray array, void* out, uint64_t bytes) {
+  VKAD_C_CHECK_SESSION("vkad_download");
+  return from(session->s->download({array}, out, bytes));
+}
+
+vkad_status* vkad_launch(vkad_session* session, vkad_kernel kernel, const vkad_arg* args,
+                         uint32_t arg_count, uint64_t* launch_id) {
+  VKAD_C_CHECK_SESSION("vkad_launch");
+  if (args == nullptr && arg_count > 0) return invalid("vkad_launch", "args is NULL");
+  std::vector<vkad::runtime::Arg> a;
+  a.reserve(arg_count);
+  for (uint32_t i = 0; i < arg_count; ++i) {
+    if (!args[i].is_ndarray && static_cast<uint32_t>(args[i].dtype) > VKAD_BOOL) {
+      return invalid("vkad_launch", ("argument " + std::to_string(i) + ": dtype " +
+                                     std::to_string(static_cast<int>(args[i].dtype)) +
+                                     " is not a vkad_dtype")
+                                        .c_str());
+    }
+    a.push_back(to_arg(args[i]));
+  }
+  vkad::runtime::LaunchId id;
+  Status s = session->s->launch({kernel}, a, &id);
+  if (s.ok() && launch_id != nullptr) *launch_id = id.value;
+  return from(s);
+}
+
+vkad_status* vkad_flush(vkad_session* session) {
+  VKAD_C_CHECK_SESSION("vkad_flush");
+  return from(session->s->flush());
+}
+vkad_status* vkad_synchronize(vkad_session* session) {
+  VKAD_C_CHECK_SESSION("vkad_synchronize");
+  return from(session->s->synchronize());
+}
+
+vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out) {
+  VKAD_C_CHECK_SESSION("vkad_session_stats");
+  if (out == nullptr) return invalid("vkad_session_stats", "out is NULL");
+  const vkad::SessionStats st = session->s->stats();
+  vkad_stats full{};
+  full.struct_size = sizeof full;
+  full.launches = st.launches;
+  full.flushes = st.flushes;
+  full.forced_waits = st.forced_waits;
+  full.ndarrays = st.ndarrays;
+  full.kernels_cached = st.kernels_cached;
+  full.memory_block_bytes = st.memory_block_bytes;
+  full.memory_used_bytes = st.memory_used_bytes;
+  full.adstack_heap_bytes = st.adstack_heap_bytes;
+  return write_versioned("vkad_session_stats", full, out);
+}
+
+}  // extern "C"

@@ -1,0 +1,211 @@
+/* vkad's C ABI: the front door (api/session.h) for embedders in C and for other languages'
+ * foreign-function interfaces.
+ *
+ * Conventions
+ *  - Objects are opaque pointers (vkad_session) or 64-bit handles (vkad_kernel, vkad_ndarray;
+ *    0 is never valid). A handle of another session, or a freed one, is an error, never a crash.
+ *  - Every fallible call returns a vkad_status*: NULL means success; otherwise an owned error
+ *    object (code + message) that the caller frees with vkad_status_free. Out-parameters are
+ *    written only on success. Nothing aborts on bad input: a NULL session, NULL out-pointer or a
+ *    struct_size the library does not know is VKAD_INVALID_ARGUMENT naming the parameter.
+ *  - Option and result structs begin with `struct_size` (set it to sizeof the struct you
+ *    compiled against): a newer library accepts an older, smaller struct and uses defaults for
+ *    the fields it lacks, so the ABI grows without breaking callers.
+ *  - The library never writes to stderr on its own: messages go to the log callback
+ *    (vkad_set_log_callback; by default they are written to stderr, NULL silences them).
+ *  - Blocking points: vkad_download, vkad_synchronize and vkad_session_destroy wait for the
+ *    device (only for this session's own work). Every other call records or submits and returns.
+ *  - Threads: a session is used by one thread at a time; distinct sessions are independent.
+ *    An overlapping call from a second thread fails with VKAD_FAILED_PRECONDITION.
+ */
+#ifndef VKAD_C_H_
+#define VKAD_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version of the library: major << 22 | minor << 12 | patch (Vulkan's encoding). */
+#define VKAD_C_API_VERSION_MAJOR 0
+#define VKAD_C_API_VERSION_MINOR 2
+#define VKAD_C_API_VERSION_PATCH 0
+uint32_t vkad_version(void);
+const char* vkad_version_string(void);
+
+/* Error codes (the values of vkad::ErrorCode). */
+typedef enum vkad_code {
+  VKAD_OK = 0,
+  VKAD_INVALID_ARGUMENT = 1,
+  VKAD_NOT_FOUND = 2,
+  VKAD_FAILED_PRECONDITION = 3,
+  VKAD_OUT_OF_DEVICE_MEMORY = 4,
+  VKAD_OUT_OF_HOST_MEMORY = 5,
+  VKAD_DEVICE_LOST = 6,
+  VKAD_UNSUPPORTED = 7,
+  VKAD_NO_DEVICE = 8,
+  VKAD_TIMEOUT = 9,
+  VKAD_DEVICE_ERROR = 10,
+  VKAD_VULKAN_ERROR = 11,
+  VKAD_INTERNAL = 12
+} vkad_code;
+
+typedef struct vkad_status vkad_status;
+/* The error's code (VKAD_OK for NULL) and message ("" for NULL); valid until vkad_status_free. */
+vkad_code vkad_status_code(const vkad_status* status);
+const char* vkad_status_message(const vkad_status* status);
+void vkad_status_free(vkad_status* status); /* NULL is fine */
+
+/* The log callback: level 0 debug, 1 info, 2 warning, 3 error. Called from any thread (validation
+ * messages arrive on the thread that made the Vulkan call); must be thread-safe. `message` is
+ * valid during the call only. Process-wide; NULL drops every message. */
+typedef void (*vkad_log_callback)(int level, const char* message, void* user);
+void vkad_set_log_callback(vkad_log_callback callback, void* user);
+
+typedef enum vkad_dtype {
+  VKAD_F32 = 0,
+  VKAD_F64 = 1,
+  VKAD_I32 = 2,
+  VKAD_U32 = 3,
+  VKAD_I64 = 4,
+  VKAD_BOOL = 5
+} vkad_dtype;
+
+typedef struct vkad_session vkad_session;
+typedef uint64_t vkad_kernel;
+typedef uint64_t vkad_ndarray;
+
+/* Optional features an imported device was created with (Vulkan cannot be asked): vkad uses a
+ * feature only where it is stated here and supported. */
+typedef struct vkad_external_features {
+  int timeline_semaphore, host_query_reset, shader_int64, shader_float64, shader_float16;
+  int buffer_int64_atomics, buffer_device_address;
+  int atomic_float32_add, atomic_float64_add; /* VK_EXT_shader_atomic_float */
+  int push_descriptor;                        /* VK_KHR_push_descriptor */
+} vkad_external_features;
+
+/* An embedder's Vulkan device for the session to share (handles as the Vulkan types, cast to
+ * void pointers so this header needs no Vulkan headers). Created through the same loader
+ * (libvulkan.so.1), Vulkan >= 1.2, queues [first_queue, first_queue + queue_count) of
+ * queue_family created with compute. vkad never destroys these objects and never waits for the
+ * whole device. The embedder must not use those queues while a vkad call runs. */
+typedef struct vkad_external_device {
+  uint32_t struct_size;
+  void* instance;        /* VkInstance */
+  void* physical_device; /* VkPhysicalDevice */
+  void* device;          /* VkDevice */
+  uint32_t queue_family;
+  uint32_t first_queue;
+  uint32_t queue_count; /* 0 means 1 */
+  vkad_external_features enabled;
+} vkad_external_device;
+
+typedef struct vkad_session_options {
+  uint32_t struct_size;
+  const char* device;        /* NULL or "": automatic; else an index or a name substring */
+  int validation;            /* Khronos validation layer (also VKAD_VALIDATION=1) */
+  uint32_t retirement_depth; /* 0: the default (3) */
+  const vkad_external_device* external; /* NULL: vkad creates its own device */
+  int optimize;              /* run spirv-opt on compiled kernels */
+} vkad_session_options;
+
+/* options may be NULL (all defaults). VKAD_NO_DEVICE when there is no usable Vulkan device. */
+vkad_status* vkad_session_create(const vkad_session_options* options, vkad_session** out);
+/* Blocks until this session's submissions are done, then frees everything. NULL is fine. */
+void vkad_session_destroy(vkad_session* session);
+/* The device's name; valid while the session lives. */
+const char* vkad_session_device_name(const vkad_session* session);
+
+/* Kernels from the IR text form (docs/reference.md). Parse errors name line and column. */
+vkad_status* vkad_compile(vkad_session* session, const char* ir_text, vkad_kernel* out);
+
+/* One differentiated parameter: forward parameter `param` has its gradient in adjoint
+ * parameter `grad_param`. */
+typedef struct vkad_gradient {
+  uint32_t param;
+  uint32_t grad_param;
+} vkad_gradient;
+
+#define VKAD_MAX_GRADIENTS 64
+typedef struct vkad_differentiated {
+  uint32_t struct_size;
+  vkad_kernel forward;
+  vkad_kernel adjoint;
+  uint32_t forward_params; /* the adjoint takes these, then one array per gradient */
+  uint32_t gradient_count;
+  vkad_gradient gradients[VKAD_MAX_GRADIENTS];
+} vkad_differentiated;
+
+/* Builds the adjoint of the kernel in `ir_text`, compiles and registers both. `out->struct_size`
+ * must be set by the caller. VKAD_INVALID_ARGUMENT when no parameter is marked grad, or more
+ * than VKAD_MAX_GRADIENTS are. */
+vkad_status* vkad_differentiate(vkad_session* session, const char* ir_text,
+                                vkad_differentiated* out);
+vkad_status* vkad_kernel_release(vkad_session* session, vkad_kernel kernel);
+
+/* ndarrays: rank 1..8, every extent > 0. */
+vkad_status* vkad_ndarray_create(vkad_session* session, vkad_dtype dtype, uint32_t rank,
+                                 const uint32_t* shape, const char* name, vkad_ndarray* out);
+vkad_status* vkad_ndarray_free(vkad_session* session, vkad_ndarray array);
+/* Recorded on the device, ordered with launches; no wait. */
+vkad_status* vkad_ndarray_zero(vkad_session* session, vkad_ndarray array);
+vkad_status* vkad_ndarray_fill(vkad_session* session, vkad_ndarray array, double value);
+/* `bytes` must equal the array's size. upload copies `data` before it returns (no wait). */
+vkad_status* vkad_upload(vkad_session* session, vkad_ndarray array, const void* data,
+                         uint64_t bytes);
+/* BLOCKS until the array's last writer has finished. */
+vkad_status* vkad_download(vkad_session* session, vkad_ndarray array, void* out, uint64_t bytes);
+
+/* A launch argument: a scalar of `dtype`, or an ndarray. Build them with the helpers below. */
+typedef struct vkad_arg {
+  uint32_t is_ndarray;
+  vkad_dtype dtype;
+  double f;         /* f32, f64 */
+  int64_t i;        /* i32, u32, i64, bool */
+  vkad_ndarray array;
+} vkad_arg;
+
+static inline vkad_arg vkad_arg_f32(float v) {
+  vkad_arg a = {0, VKAD_F32, v, 0, 0};
+  return a;
+}
+static inline vkad_arg vkad_arg_f64(double v) {
+  vkad_arg a = {0, VKAD_F64, v, 0, 0};
+  return a;
+}
+static inline vkad_arg vkad_arg_i32(int32_t v) {
+  vkad_arg a = {0, VKAD_I32, 0, v, 0};
+  return a;
+}
+static inline vkad_arg vkad_arg_u32(uint32_t v) {
+  vkad_arg a = {0, VKAD_U32, 0, (int64_t)v, 0};
+  return a;
+}
+static inline vkad_arg vkad_arg_ndarray(vkad_ndarray h) {
+  vkad_arg a = {1, VKAD_F32, 0, 0, h};
+  return a;
+}
+
+/* Asynchronous: validates and records. launch_id (may be NULL) receives the launch's sequence
+ * number, which device errors name. */
+vkad_status* vkad_launch(vkad_session* session, vkad_kernel kernel, const vkad_arg* args,
+                         uint32_t arg_count, uint64_t* launch_id);
+/* Submits what was recorded; no wait. */
+vkad_status* vkad_flush(vkad_session* session);
+/* BLOCKS until everything this session submitted has finished; reports device errors. */
+vkad_status* vkad_synchronize(vkad_session* session);
+
+typedef struct vkad_stats {
+  uint32_t struct_size;
+  uint64_t launches, flushes, forced_waits, ndarrays, kernels_cached;
+  uint64_t memory_block_bytes, memory_used_bytes, adstack_heap_bytes;
+} vkad_stats;
+vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* VKAD_C_H_ */

@@ -1,0 +1,195 @@
+/* The C ABI from C: compiled as C (C99) against the installed package by tests/consumer, and
+ * in-tree by tests/CMakeLists.txt. Exits 0 when every check holds (or there is no device),
+ * 1 with a message naming the failed check otherwise. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <vkad_c.h>
+
+static int failures = 0;
+#define CHECK(cond)                                                   \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      fprintf(stderr, "c_api_test:%d: check failed: %s\n", __LINE__, #cond); \
+      ++failures;                                                     \
+    }                                                                 \
+  } while (0)
+/* A call that must succeed; prints the error otherwise. */
+#define OK(call)                                                                          \
+  do {                                                                                    \
+    vkad_status* st_ = (call);                                                            \
+    if (st_ != NULL) {                                                                    \
+      fprintf(stderr, "c_api_test:%d: %s failed: %s\n", __LINE__, #call, vkad_status_message(st_)); \
+      ++failures;                                                                         \
+      vkad_status_free(st_);                                                              \
+    }                                                                                     \
+  } while (0)
+
+static int log_calls = 0;
+static void on_log(int level, const char* message, void* user) {
+  (void)level;
+  (void)message;
+  ++*(int*)user;
+}
+
+/* loss = sum_i out[i] with out[i] = a * x[i] * x[i] * y[i]: d/dx = 2 a x y, d/dy = a x^2. */
+static const char* kKernel =
+    "kernel sq(a: f32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad, "
+    "out: ndarray<f32, 1> grad) {\n"
+    "  task main parallel %0 in [0, shape(x, 0)) {\n"
+    "    %1 = load x[%0] : f32\n"
+    "    %2 = load y[%0] : f32\n"
+    "    %3 = arg a : f32\n"
+    "    %4 = mul %3, %1 : f32\n"
+    "    %5 = mul %4, %1 : f32\n"
+    "    %6 = mul %5, %2 : f32\n"
+    "    store out[%0], %6\n"
+    "  }\n"
+    "}\n";
+
+int main(void) {
+  vkad_session* s = NULL;
+  vkad_session_options opts;
+  vkad_status* st;
+  enum { N = 257 };
+  float x[N], y[N], gx[N], gy[N];
+  uint32_t shape[1] = {N};
+  vkad_ndarray hx, hy, ho, hgx, hgy, hgo;
+  vkad_differentiated d;
+  vkad_stats stats;
+  vkad_kernel bad_kernel = 0;
+  uint64_t launch_id = 0;
+  int i;
+
+  CHECK(vkad_version() == ((VKAD_C_API_VERSION_MAJOR << 22) | (VKAD_C_API_VERSION_MINOR << 12) |
+                           VKAD_C_API_VERSION_PATCH));
+  CHECK(strlen(vkad_version_string()) >= 5);
+  vkad_set_log_callback(on_log, &log_calls);
+
+  /* Misuse is an error value, never a crash. */
+  st = vkad_session_create(NULL, NULL);
+  CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+  CHECK(strstr(vkad_status_message(st), "out is NULL") != NULL);
+  vkad_status_free(st);
+  st = vkad_compile(NULL, kKernel, &bad_kernel);
+  CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+  CHECK(strstr(vkad_status_message(st), "session is NULL") != NULL);
+  vkad_status_free(st);
+  CHECK(vkad_status_code(NULL) == VKAD_OK);
+  vkad_status_free(NULL);
+  memset(&opts, 0, sizeof opts);
+  opts.struct_size = sizeof opts + 8; /* from a "newer" header */
+  st = vkad_session_create(&opts, &s);
+  CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+  CHECK(strstr(vkad_status_message(st), "struct_size") != NULL);
+  vkad_status_free(st);
+
+  opts.struct_size = sizeof opts;
+  opts.validation = 1;
+  st = vkad_session_create(&opts, &s);
+  if (vkad_status_code(st) == VKAD_NO_DEVICE) {
+    printf("c_api_test: SKIPPED: no Vulkan device (%s)\n", vkad_status_message(st));
+    vkad_status_free(st);
+    return failures == 0 ? 0 : 1;
+  }
+  CHECK(st == NULL);
+  if (st != NULL) {
+    fprintf(stderr, "c_api_test: %s\n", vkad_status_message(st));
+    vkad_status_free(st);
+    return 1;
+  }
+  printf("c_api_test: running on %s\n", vkad_session_device_name(s));
+
+  /* A parse error names the line. */
+  st = vkad_compile(s, "kernel k(x: ndarray<f32, 1>) {\n  oops\n}\n", &bad_kernel);
+  CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+  CHECK(strstr(vkad_status_message(st), "line") != NULL);
+  vkad_status_free(st);
+  CHECK(bad_kernel == 0); /* out-parameters are written only on success */
+
+  memset(&d, 0, sizeof d);
+  d.struct_size = sizeof d;
+  OK(vkad_differentiate(s, kKernel, &d));
+  CHECK(d.forward != 0 && d.adjoint != 0 && d.forward != d.adjoint);
+  CHECK(d.forward_params == 4);
+  CHECK(d.gradient_count == 3);
+  CHECK(d.gradients[0].param == 1 && d.gradients[0].grad_param == 4);
+  CHECK(d.gradients[1].param == 2 && d.gradients[1].grad_param == 5);
+  CHECK(d.gradients[2].param == 3 && d.gradients[2].grad_param == 6);
+
+  for (i = 0; i < N; ++i) {
+    x[i] = 0.01f * (float)(i % 50) - 0.2f;
+    y[i] = 1.0f + 0.003f * (float)i;
+  }
+  OK(vkad_ndarray_create(s, VKAD_F32, 1, shape, "x", &hx));
+  OK(vkad_ndarray_create(s, VKAD_F32, 1, shape, "y", &hy));
+  OK(vkad_ndarray_create(s, VKAD_F32, 1, shape, "out", &ho));
+  OK(vkad_ndarray_create(s, VKAD_F32, 1, shape, "x_grad", &hgx));
+  OK(vkad_ndarray_create(s, VKAD_F32, 1, shape, "y_grad", &hgy));
+  OK(vkad_ndarray_create(s, VKAD_F32, 1, shape, "out_grad", &hgo));
+  OK(vkad_upload(s, hx, x, sizeof x));
+  OK(vkad_upload(s, hy, y, sizeof y));
+  OK(vkad_ndarray_zero(s, hgx));
+  OK(vkad_ndarray_zero(s, hgy));
+  OK(vkad_ndarray_fill(s, hgo, 1.0));
+  {
+    vkad_arg fargs[4];
+    vkad_arg aargs[7];
+    fargs[0] = vkad_arg_f32(1.5f);
+    fargs[1] = vkad_arg_ndarray(hx);
+    fargs[2] = vkad_arg_ndarray(hy);
+    fargs[3] = vkad_arg_ndarray(ho);
+    memcpy(aargs, fargs, sizeof fargs);
+    aargs[4] = vkad_arg_ndarray(hgx);
+    aargs[5] = vkad_arg_ndarray(hgy);
+    aargs[6] = vkad_arg_ndarray(hgo);
+    OK(vkad_launch(s, d.forward, fargs, 4, &launch_id));
+    CHECK(launch_id == 1);
+    OK(vkad_launch(s, d.adjoint, aargs, 7, &launch_id));
+    CHECK(launch_id == 2);
+    /* Wrong argument count: an error naming the kernel, nothing recorded. */
+    st = vkad_launch(s, d.forward, fargs, 3, &launch_id);
+    CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+    CHECK(strstr(vkad_status_message(st), "sq") != NULL);
+    vkad_status_free(st);
+    CHECK(launch_id == 2);
+  }
+  OK(vkad_flush(s));
+  OK(vkad_download(s, hgx, gx, sizeof gx));
+  OK(vkad_download(s, hgy, gy, sizeof gy));
+  for (i = 0; i < N; ++i) {
+    /* Closed forms; f32 products, a few ulp. */
+    double ex = 2.0 * 1.5 * x[i] * y[i], ey = 1.5 * x[i] * x[i];
+    if (fabs(gx[i] - ex) > 1e-5 * (1 + fabs(ex)) || fabs(gy[i] - ey) > 1e-5 * (1 + fabs(ey))) {
+      fprintf(stderr, "c_api_test: gradient %d: got %g %g want %g %g\n", i, gx[i], gy[i], ex, ey);
+      ++failures;
+      break;
+    }
+  }
+  /* Wrong size, freed handles: errors naming what is wrong. */
+  st = vkad_download(s, hgx, gx, 4);
+  CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+  CHECK(strstr(vkad_status_message(st), "x_grad") != NULL);
+  vkad_status_free(st);
+  OK(vkad_ndarray_free(s, hy));
+  st = vkad_ndarray_zero(s, hy);
+  CHECK(vkad_status_code(st) == VKAD_NOT_FOUND);
+  vkad_status_free(st);
+  OK(vkad_synchronize(s));
+
+  memset(&stats, 0, sizeof stats);
+  stats.struct_size = sizeof stats;
+  OK(vkad_session_stats(s, &stats));
+  CHECK(stats.launches == 2);
+  CHECK(stats.ndarrays == 5);
+  CHECK(stats.memory_used_bytes > 0);
+
+  OK(vkad_kernel_release(s, d.forward));
+  OK(vkad_kernel_release(s, d.adjoint));
+  vkad_session_destroy(s);
+  vkad_set_log_callback(NULL, NULL);
+  CHECK(log_calls == 0); /* validation on, and nothing to report */
+  if (failures == 0) printf("c_api_test: all checks passed\n");
+  return failures == 0 ? 0 : 1;
+}
