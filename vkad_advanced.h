@@ -2,6 +2,7 @@
 // codegen/) for embedders that drive them directly. Most projects need only vkad.h.
 #pragma once
 #include "vkad.h"
+#include "api/device_target.h"
 #include "rhi/buffer.h"
 #include "rhi/command_list.h"
 #include "rhi/device.h"

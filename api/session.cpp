@@ -1,3 +1,4 @@
+#include "api/device_target.h"
 #include "api/session.h"
 
 #include "codegen/reverse_mode.h"

@@ -6,6 +6,7 @@
 //   vkad-bench-adjoint [--n ELEMENTS (default 2^24)] [--json FILE]
 #include <cstdio>
 
+#include "api/device_target.h"
 #include "bench/bench_runtime.h"
 #include "bench/bench_util.h"
 #include "codegen/builder.h"

@@ -17,12 +17,13 @@
 #include <cstdio>
 #include <string>
 
+#include "api/device_target.h"
 #include "bench/bench_runtime.h"
 #include "bench/bench_util.h"
 #include "codegen/builder.h"
 #include "codegen/compiler.h"
 #include "codegen/reverse_mode.h"
-#include "codegen/spirv_tools.h"
+#include "abi/spirv_tools.h"
 #include "runtime/runtime.h"
 #include "support/sample_kernels.h"
 

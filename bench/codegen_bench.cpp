@@ -8,12 +8,13 @@
 #include <cmath>
 #include <cstdio>
 
+#include "api/device_target.h"
 #include "bench/bench_runtime.h"
 #include "bench/bench_util.h"
 #include "codegen/builder.h"
 #include "codegen/compiler.h"
 #include "codegen/reverse_mode.h"
-#include "codegen/spirv_tools.h"
+#include "abi/spirv_tools.h"
 #include "codegen/text.h"
 #include "runtime/runtime.h"
 #include "support/sample_kernels.h"

@@ -15,7 +15,7 @@
 #include <memory>
 
 #include "bench/bench_util.h"
-#include "codegen/spirv_tools.h"
+#include "abi/spirv_tools.h"
 #include "rhi/buffer.h"
 #include "rhi/device.h"
 #include "rhi/pipeline.h"

@@ -5,7 +5,7 @@
 
 #include "codegen/loop_passes.h"
 #include "codegen/spirv_emitter.h"
-#include "codegen/spirv_tools.h"
+#include "abi/spirv_tools.h"
 #include "codegen/text.h"
 #include "codegen/verifier.h"
 
@@ -49,7 +49,7 @@ void collect_stacks(const Kernel& k, const Block& body, const Block& b,
   for (const Stmt& s : b.stmts) {
     if (s.op == Op::kStackAlloc) {
       adstack::StackDesc d;
-      d.name = "%" + std::to_string(s.result) + " (" + runtime::dtype_name(s.type) +
+      d.name = "%" + std::to_string(s.result) + " (" + abi::dtype_name(s.type) +
                ", capacity " + print_size(k, s.cap) + ")";
       d.heap = stack_heap(s.type);
       d.capacity = s.cap;
@@ -75,10 +75,10 @@ Result<std::vector<uint32_t>> optimize_spirv(const std::vector<uint32_t>& words)
   return out;
 }
 
-Result<runtime::CompiledKernel> compile(const Kernel& k, const Target& target,
+Result<abi::CompiledKernel> compile(const Kernel& k, const Target& target,
                                         const CompileOptions& options) {
   VKAD_TRY(verify(k, target));
-  runtime::CompiledKernel out;
+  abi::CompiledKernel out;
   out.name = k.name;
   for (uint32_t i = 0; i < k.params.size(); ++i) {
     const Param& p = k.params[i];
@@ -87,7 +87,7 @@ Result<runtime::CompiledKernel> compile(const Kernel& k, const Target& target,
     out.params.push_back({p.name, p.kind, p.dtype, p.rank, w});
   }
   for (const Task& t : k.tasks) {
-    runtime::CompiledTask ct;
+    abi::CompiledTask ct;
     ct.name = t.name;
     ct.begin = t.begin;
     ct.end = t.end;
@@ -130,7 +130,7 @@ Result<runtime::CompiledKernel> compile(const Kernel& k, const Target& target,
   return out;
 }
 
-Result<std::shared_ptr<const runtime::CompiledKernel>> CompileCache::compile(
+Result<std::shared_ptr<const abi::CompiledKernel>> CompileCache::compile(
     const Kernel& k, const Target& target, const CompileOptions& o) {
   // The text form is the kernel's content; target and options change the code too. print()
   // recurses, so the nesting limit is checked first (compile() verifies the rest).
@@ -152,8 +152,8 @@ Result<std::shared_ptr<const runtime::CompiledKernel>> CompileCache::compile(
       return it->second;
     }
   }
-  VKAD_ASSIGN_OR_RETURN(runtime::CompiledKernel ck, codegen::compile(k, target, o));
-  auto ptr = std::make_shared<const runtime::CompiledKernel>(std::move(ck));
+  VKAD_ASSIGN_OR_RETURN(abi::CompiledKernel ck, codegen::compile(k, target, o));
+  auto ptr = std::make_shared<const abi::CompiledKernel>(std::move(ck));
   std::lock_guard<std::mutex> lock(mu_);
   ++misses_;
   return entries_.emplace(std::move(key), ptr).first->second;

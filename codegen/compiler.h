@@ -14,7 +14,7 @@
 #include "codegen/ir.h"
 #include "codegen/target.h"
 #include "base/status.h"
-#include "runtime/compiled_kernel.h"
+#include "abi/kernel_abi.h"
 
 namespace vkad::codegen {
 
@@ -33,7 +33,7 @@ struct CompileOptions {
 
 // Errors: those of verify() (kInvalidArgument / kUnsupported naming the statement), kInternal
 // when an emitted module does not validate.
-Result<runtime::CompiledKernel> compile(const Kernel& k, const Target& target,
+Result<abi::CompiledKernel> compile(const Kernel& k, const Target& target,
                                         const CompileOptions& options = {});
 
 // Runs spirv-opt's performance passes on a valid module; kInternal if the optimizer fails.
@@ -43,7 +43,7 @@ Result<std::vector<uint32_t>> optimize_spirv(const std::vector<uint32_t>& words)
 // returns the first result. Thread-safe. Entries live as long as the cache.
 class CompileCache {
  public:
-  Result<std::shared_ptr<const runtime::CompiledKernel>> compile(const Kernel& k, const Target& target,
+  Result<std::shared_ptr<const abi::CompiledKernel>> compile(const Kernel& k, const Target& target,
                                                                  const CompileOptions& options = {});
   uint64_t hits() const { return hits_; }
   uint64_t misses() const { return misses_; }
@@ -51,7 +51,7 @@ class CompileCache {
 
  private:
   mutable std::mutex mu_;
-  std::unordered_map<std::string, std::shared_ptr<const runtime::CompiledKernel>> entries_;
+  std::unordered_map<std::string, std::shared_ptr<const abi::CompiledKernel>> entries_;
   uint64_t hits_ = 0, misses_ = 0;
 };
 

@@ -65,8 +65,8 @@ double round_to(DType t, double v) {
 
 namespace {
 
-using runtime::kErrorAdstackOverflow;
-using runtime::kErrorOutOfBounds;
+using abi::kErrorAdstackOverflow;
+using abi::kErrorOutOfBounds;
 
 // f32 transcendentals are computed in f32 (libm's float functions), f64 ones in f64.
 template <typename T>

@@ -29,13 +29,13 @@
 
 #include "adstack/adstack_layout.h"
 #include "adstack/size_expr.h"
-#include "runtime/compiled_kernel.h"
+#include "abi/kernel_abi.h"
 
 namespace vkad::codegen {
 
-using runtime::DType;
-using runtime::ParamKind;
-using runtime::RangeBound;
+using abi::DType;
+using abi::ParamKind;
+using abi::RangeBound;
 
 using ValueId = uint32_t;
 inline constexpr ValueId kNoValue = UINT32_MAX;

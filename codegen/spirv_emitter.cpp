@@ -13,15 +13,14 @@ namespace vkad::codegen {
 
 namespace {
 
-using runtime::kErrorAdstackOverflow;
-using runtime::kErrorOutOfBounds;
+using abi::kErrorOutOfBounds;
 
 constexpr uint32_t kScopeDevice = 1;
 constexpr uint32_t kRelaxed = 0;
 
 class TaskEmitter {
  public:
-  TaskEmitter(const Kernel& k, size_t task, const runtime::CompiledKernel& layout,
+  TaskEmitter(const Kernel& k, size_t task, const abi::CompiledKernel& layout,
               const Target& target, const EmitOptions& o)
       : k_(k), task_(k.tasks[task]), task_index_(static_cast<uint32_t>(task)), layout_(layout),
         target_(target), o_(o) {}
@@ -278,7 +277,7 @@ class TaskEmitter {
     const Param& prm = k_.params[p];
     ArrayVar a;
     a.bits = bits_params_.count(p) > 0;
-    uint32_t stride = runtime::dtype_bytes(prm.dtype);
+    uint32_t stride = abi::dtype_bytes(prm.dtype);
     switch (prm.dtype) {
       case DType::kF32: a.elem = a.bits ? u32_ : m_.t_float(32); break;
       case DType::kF64:
@@ -488,7 +487,7 @@ class TaskEmitter {
               }
               m_.op(spv::OpStore, {st.count, op(spv::OpIAdd, u32_, {c, m_.c_u32(1)})});
             },
-            [&] { raise(m_.c_u32(kErrorAdstackOverflow | (st.index + 1) << 8)); });
+            [&] { raise(m_.c_u32(abi::adstack_overflow_word(st.index))); });
         return;
       }
       case Op::kStackPop: {
@@ -855,7 +854,7 @@ class TaskEmitter {
   const Kernel& k_;
   const Task& task_;
   uint32_t task_index_;
-  const runtime::CompiledKernel& layout_;
+  const abi::CompiledKernel& layout_;
   const Target& target_;
   const EmitOptions& o_;
   uint32_t u32_ = 0, i32_ = 0, bool_ = 0, gid_ = 0, args_var_ = 0, cur_ = 0;
@@ -874,7 +873,7 @@ class TaskEmitter {
 
 }  // namespace
 
-std::vector<uint32_t> emit_task(const Kernel& k, size_t task, const runtime::CompiledKernel& layout,
+std::vector<uint32_t> emit_task(const Kernel& k, size_t task, const abi::CompiledKernel& layout,
                                 const Target& target, const EmitOptions& options) {
   TaskEmitter e(k, task, layout, target, options);
   return e.run();

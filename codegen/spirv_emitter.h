@@ -1,5 +1,5 @@
 // The SPIR-V emitter: one GLCompute module per task of a verified kernel, following the kernel
-// ABI in runtime/compiled_kernel.h (args buffer at binding 0, ndarrays at 1.., adstack heaps
+// ABI in abi/kernel_abi.h (args buffer at binding 0, ndarrays at 1.., adstack heaps
 // after them, push constants {begin, end}, a grid-stride loop over the range).
 //
 // Lowering decisions worth knowing:
@@ -23,7 +23,7 @@
 
 #include "codegen/ir.h"
 #include "codegen/target.h"
-#include "runtime/compiled_kernel.h"
+#include "abi/kernel_abi.h"
 
 namespace vkad::codegen {
 
@@ -38,7 +38,7 @@ struct EmitOptions {
 };
 
 // `layout` supplies the args-buffer offsets (its params must already be filled in).
-std::vector<uint32_t> emit_task(const Kernel& k, size_t task, const runtime::CompiledKernel& layout,
+std::vector<uint32_t> emit_task(const Kernel& k, size_t task, const abi::CompiledKernel& layout,
                                 const Target& target, const EmitOptions& options);
 
 }  // namespace vkad::codegen

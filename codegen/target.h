@@ -1,14 +1,10 @@
-// What the compiler may assume about the device it compiles for. from_caps() reads it from a
-// live device; the default (everything present) suits host-only work such as text tests.
+// What the compiler may assume about the device it compiles for: plain data, no Vulkan.
+// api/device_target.h reads it from a live device (Session does this for every kernel).
 #pragma once
 
 #include <string>
 
 #include "adstack/adstack_layout.h"
-
-namespace vkad::rhi {
-struct Capabilities;
-}
 
 namespace vkad::codegen {
 
@@ -30,9 +26,5 @@ struct Target {
   bool preserve_nan_inf_f32 = false;
   bool preserve_nan_inf_f64 = false;
 };
-
-// Slot-major adstacks for discrete, integrated, virtual and unknown GPUs, thread-major for CPU
-// devices (on lavapipe the slot-major layout is several times slower).
-Target target_from_caps(const rhi::Capabilities& caps);
 
 }  // namespace vkad::codegen

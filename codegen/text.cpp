@@ -81,7 +81,7 @@ std::string print_size(const Kernel& k, const SizeExpr& e) {
 std::string print_stmt(const Kernel& k, const Stmt& s) {
   const OpInfo& info = op_info(s.op);
   std::string head = info.has_result && s.op != Op::kFor ? vid(s.result) + " = " : "";
-  std::string ty = std::string(" : ") + runtime::dtype_name(s.type);
+  std::string ty = std::string(" : ") + abi::dtype_name(s.type);
   auto arg = [&](size_t i) { return i < s.args.size() ? vid(s.args[i]) : std::string("%?"); };
   switch (s.op) {
     case Op::kConst: return head + "const " + format_const(s) + ty;
@@ -137,9 +137,9 @@ std::string print(const Kernel& k) {
     const Param& p = k.params[i];
     out += (i ? ", " : "") + p.name + ": ";
     if (p.kind == ParamKind::kScalar) {
-      out += runtime::dtype_name(p.dtype);
+      out += abi::dtype_name(p.dtype);
     } else {
-      out += std::string("ndarray<") + runtime::dtype_name(p.dtype) + ", " +
+      out += std::string("ndarray<") + abi::dtype_name(p.dtype) + ", " +
              std::to_string(p.rank) + ">" + (p.needs_grad ? " grad" : "") +
              (p.read_only ? " readonly" : "");
     }
@@ -481,7 +481,7 @@ class Parser {
   // literal does, but a finite literal past the type's range is an error.
   Status convert_literal(Stmt& s) {
     const std::string lit = "constant " + literal_.text;
-    const std::string ty = runtime::dtype_name(s.type);
+    const std::string ty = abi::dtype_name(s.type);
     if (literal_.kind == Token::kIdent) {
       if (literal_.text == "inf") literal_f_ = INFINITY;
       if (literal_.text == "nan") literal_f_ = NAN;

@@ -78,9 +78,9 @@ class Verifier {
       if (k_.params[j].name == p.name) return kernel_error("two parameters are called '" + p.name + "'");
     }
     VKAD_TRY(dtype_supported(p.dtype, "parameter '" + p.name + "'", nullptr));
-    if (p.kind == ParamKind::kNdArray && (p.rank == 0 || p.rank > runtime::kMaxNdArrayRank)) {
+    if (p.kind == ParamKind::kNdArray && (p.rank == 0 || p.rank > abi::kMaxNdArrayRank)) {
       return kernel_error("ndarray parameter '" + p.name + "' has rank " + std::to_string(p.rank) +
-                          " (1 to " + std::to_string(runtime::kMaxNdArrayRank) + " supported)");
+                          " (1 to " + std::to_string(abi::kMaxNdArrayRank) + " supported)");
     }
     if (p.needs_grad && (p.kind != ParamKind::kNdArray || !is_float(p.dtype))) {
       return kernel_error("parameter '" + p.name +
@@ -169,7 +169,7 @@ class Verifier {
     return info.type;
   }
 
-  static std::string tn(DType t) { return runtime::dtype_name(t); }
+  static std::string tn(DType t) { return abi::dtype_name(t); }
 
   void collect(const Block& b) {
     for (const Stmt& s : b.stmts) {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/compiled_kernel.h"
+#include "abi/kernel_abi.h"
 
 namespace vkad::runtime {
 

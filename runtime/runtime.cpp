@@ -136,7 +136,7 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
   if (kernel.tasks.empty()) {
     return make_error(ErrorCode::kInvalidArgument, "kernel '" + kernel.name + "' has no tasks");
   }
-  // Bounded so that every args-buffer offset (compiled_kernel.h) fits 32 bits.
+  // Bounded so that every args-buffer offset (abi/kernel_abi.h) fits 32 bits.
   if (kernel.params.size() > kMaxKernelParams || kernel.tasks.size() > kMaxKernelTasks) {
     return make_error(ErrorCode::kInvalidArgument,
                       kname + " has " + std::to_string(kernel.params.size()) + " parameters and " +
@@ -603,35 +603,30 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   VKAD_ASSIGN_OR_RETURN(rhi::Buffer args_buf,
                         device_->create_buffer({args_bytes, rhi::MemoryUsage::kUpload,
                                                 d.name + " args"}));
-  std::byte* dst = args_buf.mapped();
-  std::memset(dst, 0, args_bytes);
   std::vector<rhi::Buffer*> bindings = {&args_buf};
+  std::vector<abi::ScalarValue> scalars(d.params.size());
+  std::vector<const std::vector<uint32_t>*> shapes(d.params.size(), nullptr);
   for (uint32_t i = 0; i < d.params.size(); ++i) {
-    const KernelParam& p = d.params[i];
     const Arg& a = args[i];
-    if (p.kind == ParamKind::kScalar) {
-      std::byte* at = dst + d.scalar_offset(i);
-      switch (p.dtype) {
-        case DType::kF32: { float v = static_cast<float>(a.f); std::memcpy(at, &v, 4); break; }
-        case DType::kF64: std::memcpy(at, &a.f, 8); break;
-        case DType::kI64: std::memcpy(at, &a.i, 8); break;
-        default: { uint32_t v = static_cast<uint32_t>(a.i); std::memcpy(at, &v, 4); break; }
-      }
+    if (d.params[i].kind == ParamKind::kScalar) {
+      scalars[i] = {a.f, a.i};
     } else {
       NdArray& arr = arrays_.at(a.array.id);
-      std::memcpy(dst + d.shape_offset(i), arr.shape.data(), 4 * arr.shape.size());
+      shapes[i] = &arr.shape;
       bindings.push_back(&arr.buffer);
     }
   }
+  std::vector<std::vector<uint32_t>> adstack_words(d.tasks.size());
   if (stacks) {
     for (uint32_t t = 0; t < d.tasks.size(); ++t) {
       if (d.tasks[t].adstacks.empty()) continue;
-      std::vector<uint32_t> words(adstack::args_words(d.tasks[t].adstacks.size()));
-      adstack::write_args(plan[t].row, plan[t].groups * d.tasks[t].local_size, words.data());
-      std::memcpy(dst + d.adstack_args_offset(t), words.data(), 4 * words.size());
+      adstack_words[t].resize(adstack::args_words(d.tasks[t].adstacks.size()));
+      adstack::write_args(plan[t].row, plan[t].groups * d.tasks[t].local_size,
+                          adstack_words[t].data());
     }
     for (rhi::Buffer& h : heaps_) bindings.push_back(&h);
   }
+  abi::encode_args(d, scalars, shapes, adstack_words, args_buf.mapped());
   VKAD_TRY(ensure_list());
   Pipeline& pipes = pipelines_.at(k->hash);
   for (size_t t = 0; t < d.tasks.size(); ++t) {
@@ -808,19 +803,20 @@ Status Runtime::set_retirement_depth(size_t depth) {
   return {};
 }
 
-// What a task's error word means (codes in compiled_kernel.h). `args` is the launch's args
+// What a task's error word means (codes in abi/kernel_abi.h). `args` is the launch's args
 // buffer, which still holds the launch's adstack capacities.
 static std::string describe_device_error(const CompiledKernel& d, uint32_t task, uint32_t flag,
                                   const std::byte* args) {
-  uint32_t code = flag & 0xff, detail = flag >> 8;
-  if (code == kErrorOutOfBounds) {
+  const abi::ErrorWord e = abi::decode_error_word(flag);
+  if (e.code == kErrorOutOfBounds) {
     return "out-of-bounds ndarray access (the access was skipped; loads read 0)";
   }
   const auto& stacks = d.tasks[task].adstacks;
-  if (code == kErrorAdstackOverflow && detail >= 1 && detail <= stacks.size()) {
+  if (e.code == kErrorAdstackOverflow && e.stack >= 0 && static_cast<size_t>(e.stack) < stacks.size()) {
     uint32_t cap = 0;
-    std::memcpy(&cap, args + d.adstack_args_offset(task) + 4 * adstack::capacity_word(detail - 1), 4);
-    return "adstack " + stacks[detail - 1].name + " overflowed its capacity of " +
+    const uint32_t st = static_cast<uint32_t>(e.stack);
+    std::memcpy(&cap, args + d.adstack_args_offset(task) + 4 * adstack::capacity_word(st), 4);
+    return "adstack " + stacks[st].name + " overflowed its capacity of " +
            std::to_string(cap) +
            " entries per thread (pushes past it were dropped, so that launch's gradients are "
            "wrong): a loop ran more iterations than its trip bound; raise the loop's max_trip "

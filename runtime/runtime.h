@@ -37,7 +37,7 @@
 #include "rhi/device.h"
 #include "rhi/pipeline.h"
 #include "rhi/stream.h"
-#include "runtime/compiled_kernel.h"
+#include "abi/kernel_abi.h"
 #include "runtime/handles.h"
 #include "runtime/retirement_queue.h"
 #include "runtime/use_guard.h"
@@ -70,7 +70,7 @@ struct DeviceError {
   static constexpr size_t kMaxListedLaunches = 16;
   std::string kernel;
   std::string task;
-  uint32_t code = 0;      // kErrorOutOfBounds, kErrorAdstackOverflow, ... (compiled_kernel.h)
+  uint32_t code = 0;      // kErrorOutOfBounds, kErrorAdstackOverflow, ... (abi/kernel_abi.h)
   std::string message;    // "kernel 'k', task 't': <what happened and what to do>"
   std::vector<LaunchId> launches;
   uint64_t count = 0;

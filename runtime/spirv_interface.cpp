@@ -4,7 +4,7 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "codegen/spirv_tools.h"
+#include "abi/spirv_tools.h"
 
 namespace vkad::runtime {
 

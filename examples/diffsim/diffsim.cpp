@@ -1,3 +1,4 @@
+#include "api/device_target.h"
 #include "diffsim/diffsim.h"
 
 #include <chrono>

@@ -1,6 +1,6 @@
 #include "gpu/gpu_test.h"
 
-#include "codegen/spirv_tools.h"
+#include "abi/spirv_tools.h"
 
 #include <cstring>
 

@@ -1,3 +1,4 @@
+#include "api/device_target.h"
 #include "gpu/kernel_harness.h"
 
 #include <cmath>

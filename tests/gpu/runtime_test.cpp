@@ -3,7 +3,7 @@
 #include <cmath>
 #include <thread>
 
-#include "codegen/spirv_tools.h"
+#include "abi/spirv_tools.h"
 #include "gpu/gpu_test.h"
 #include "rhi/vk_check.h"
 #include "runtime/runtime.h"

@@ -117,7 +117,7 @@ const char* kSpinScaleAddSpirv = kSpin.c_str();
 
 }  // namespace vkad::testing
 
-#include "codegen/spirv_tools.h"
+#include "abi/spirv_tools.h"
 
 namespace vkad::testing {
 
@@ -245,7 +245,7 @@ runtime::CompiledKernel make_axpy_kernel(const std::string& name, const char* op
 }
 
 // The raw copy: y[i] = x[i], hand-written, grid-stride, no bounds checks (the ABI of
-// runtime/compiled_kernel.h: args at binding 0, x at 1, y at 2, push constants {begin, end}).
+// abi/kernel_abi.h: args at binding 0, x at 1, y at 2, push constants {begin, end}).
 const char* kCopyU32Spirv = R"(
 OpCapability Shader
 OpMemoryModel Logical GLSL450

@@ -10,7 +10,7 @@ extern const char* kScaleAddSpirv;
 // dispatch takes a controllable amount of device time. Same interface.
 extern const char* kSpinScaleAddSpirv;
 // The raw copy kernel the codegen benchmark compares generated code with, in the kernel ABI of
-// runtime/compiled_kernel.h: y[i] = x[i] over u32 ndarrays x (binding 1) and y (binding 2),
+// abi/kernel_abi.h: y[i] = x[i] over u32 ndarrays x (binding 1) and y (binding 2),
 // grid-stride, local size 128, no bounds checks.
 extern const char* kCopyU32Spirv;
 
@@ -18,11 +18,11 @@ extern const char* kCopyU32Spirv;
 
 #include <string>
 
-#include "runtime/compiled_kernel.h"
+#include "abi/kernel_abi.h"
 
 namespace vkad::testing {
 
-// A kernel following the runtime ABI (runtime/compiled_kernel.h):
+// A kernel following the runtime ABI (abi/kernel_abi.h):
 //   params (a: f32, x: f32[n], y: f32[n] written); one task over [0, shape(x, 0)):
 //   y[i] = a * x[i] OP y[i], where OP is "OpFAdd" or "OpFSub"; grid-stride loop.
 //   If x[i] < 0 the task raises its error flag (error code 7).

@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "api/device_target.h"
 #include "adstack/adstack_layout.h"
 #include "codegen/compiler.h"
 #include "codegen/target.h"

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "codegen/compiler.h"
-#include "codegen/spirv_tools.h"
+#include "abi/spirv_tools.h"
 #include "codegen/text.h"
 #include "unit/codegen_kernels.h"
 

@@ -11,7 +11,7 @@
 #include "codegen/compiler.h"
 #include "codegen/cpu_eval.h"
 #include "codegen/reverse_mode.h"
-#include "codegen/spirv_tools.h"
+#include "abi/spirv_tools.h"
 #include "codegen/text.h"
 #include "codegen/verifier.h"
 #include "support/ad_regressions.h"

@@ -1,6 +1,8 @@
-#include "runtime/compiled_kernel.h"
+#include "abi/kernel_abi.h"
 
-namespace vkad::runtime {
+#include <cstring>
+
+namespace vkad::abi {
 
 const char* dtype_name(DType t) {
   switch (t) {
@@ -104,4 +106,39 @@ uint64_t CompiledKernel::content_hash() const {
   return h;
 }
 
-}  // namespace vkad::runtime
+void encode_args(const CompiledKernel& d, const std::vector<ScalarValue>& scalars,
+                 const std::vector<const std::vector<uint32_t>*>& shapes,
+                 const std::vector<std::vector<uint32_t>>& adstack_words, std::byte* dst) {
+  std::memset(dst, 0, d.args_bytes());
+  for (uint32_t i = 0; i < d.params.size(); ++i) {
+    const KernelParam& p = d.params[i];
+    if (p.kind == ParamKind::kScalar) {
+      std::byte* at = dst + d.scalar_offset(i);
+      const ScalarValue& a = scalars[i];
+      switch (p.dtype) {
+        case DType::kF32: {
+          float v = static_cast<float>(a.f);
+          std::memcpy(at, &v, 4);
+          break;
+        }
+        case DType::kF64: std::memcpy(at, &a.f, 8); break;
+        case DType::kI64: std::memcpy(at, &a.i, 8); break;
+        default: {
+          uint32_t v = static_cast<uint32_t>(a.i);
+          std::memcpy(at, &v, 4);
+          break;
+        }
+      }
+    } else {
+      const std::vector<uint32_t>& shape = *shapes[i];
+      std::memcpy(dst + d.shape_offset(i), shape.data(), 4 * shape.size());
+    }
+  }
+  for (uint32_t t = 0; t < d.tasks.size() && t < adstack_words.size(); ++t) {
+    if (adstack_words[t].empty()) continue;
+    std::memcpy(dst + d.adstack_args_offset(t), adstack_words[t].data(),
+                4 * adstack_words[t].size());
+  }
+}
+
+}  // namespace vkad::abi

@@ -1,11 +1,11 @@
-#include "codegen/spirv_tools.h"
+#include "abi/spirv_tools.h"
 
 #include <mutex>
 #include <unordered_set>
 
 #include <spirv-tools/libspirv.hpp>
 
-namespace vkad::codegen {
+namespace vkad::abi {
 
 namespace {
 constexpr spv_target_env kEnv = SPV_ENV_VULKAN_1_2;
@@ -84,4 +84,4 @@ Result<std::vector<uint32_t>> assemble_spirv(const std::string& text) {
   return words;
 }
 
-}  // namespace vkad::codegen
+}  // namespace vkad::abi

@@ -1,8 +1,8 @@
-#include "codegen/target.h"
+#include "api/device_target.h"
 
 #include <algorithm>
 
-#include "rhi/device.h"
+
 
 namespace vkad::codegen {
 

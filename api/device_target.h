@@ -1,0 +1,16 @@
+// The compile target of a live device: what codegen may assume (codegen/target.h), read from the
+// RHI's capability snapshot. It lives above both codegen/ and rhi/ so that codegen never sees
+// Vulkan: the compiler takes a plain Target, and only this function knows where one comes from.
+#pragma once
+
+#include "codegen/target.h"
+#include "rhi/device.h"
+
+namespace vkad::codegen {
+
+// Slot-major adstacks for discrete, integrated, virtual and unknown GPUs, thread-major for CPU
+// devices (on lavapipe the slot-major layout is several times slower). Features the device lacks
+// are off, so a kernel that needs them fails verify() with kUnsupported naming the statement.
+Target target_from_caps(const rhi::Capabilities& caps);
+
+}  // namespace vkad::codegen

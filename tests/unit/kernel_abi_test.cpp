@@ -1,0 +1,72 @@
+// abi/kernel_abi.h: the args-buffer encoder and the error words, checked against the layout the
+// header documents (scalars in order, 4 bytes or 8 bytes 8-aligned; then each ndarray's shape
+// words; then one error word per task; then the adstack words).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "abi/kernel_abi.h"
+
+namespace vkad::abi {
+namespace {
+
+CompiledKernel three_params() {
+  CompiledKernel k;
+  k.name = "k";
+  k.params = {{"a", ParamKind::kScalar, DType::kF32, 0, false},
+              {"x", ParamKind::kNdArray, DType::kF32, 2, true},
+              {"b", ParamKind::kScalar, DType::kF64, 0, false},
+              {"n", ParamKind::kScalar, DType::kI32, 0, false}};
+  k.tasks.resize(2);
+  return k;
+}
+
+TEST(KernelAbi, EncodeArgsFollowsTheDocumentedLayout) {
+  CompiledKernel k = three_params();
+  // a at 0; b (8 bytes) 8-aligned after a: 8; n at 16; x's shape (2 words) after: 20; error words
+  // (2 tasks) at 28 and 32.
+  ASSERT_EQ(k.scalar_offset(0), 0u);
+  ASSERT_EQ(k.scalar_offset(2), 8u);
+  ASSERT_EQ(k.scalar_offset(3), 16u);
+  ASSERT_EQ(k.shape_offset(1), 20u);
+  ASSERT_EQ(k.error_flag_offset(0), 28u);
+  ASSERT_EQ(k.error_flag_offset(1), 32u);
+  std::vector<ScalarValue> scalars = {{1.5, 0}, {}, {-2.25, 0}, {0, -7}};
+  std::vector<uint32_t> shape = {3, 5};
+  std::vector<const std::vector<uint32_t>*> shapes = {nullptr, &shape, nullptr, nullptr};
+  std::vector<std::byte> buf(k.args_bytes(), std::byte{0xAB});
+  encode_args(k, scalars, shapes, {}, buf.data());
+  float a;
+  double b;
+  int32_t n;
+  uint32_t s0, s1, e0, e1;
+  std::memcpy(&a, buf.data() + 0, 4);
+  std::memcpy(&b, buf.data() + 8, 8);
+  std::memcpy(&n, buf.data() + 16, 4);
+  std::memcpy(&s0, buf.data() + 20, 4);
+  std::memcpy(&s1, buf.data() + 24, 4);
+  std::memcpy(&e0, buf.data() + 28, 4);
+  std::memcpy(&e1, buf.data() + 32, 4);
+  EXPECT_EQ(a, 1.5f);
+  EXPECT_EQ(b, -2.25);
+  EXPECT_EQ(n, -7);
+  EXPECT_EQ(s0, 3u);
+  EXPECT_EQ(s1, 5u);
+  EXPECT_EQ(e0, 0u);  // error words start cleared, whatever the buffer held
+  EXPECT_EQ(e1, 0u);
+}
+
+TEST(KernelAbi, ErrorWordsRoundTrip) {
+  EXPECT_EQ(decode_error_word(kErrorOutOfBounds).code, kErrorOutOfBounds);
+  EXPECT_EQ(decode_error_word(kErrorOutOfBounds).stack, -1);
+  for (uint32_t st : {0u, 1u, 41u, 4095u}) {
+    ErrorWord e = decode_error_word(adstack_overflow_word(st));
+    EXPECT_EQ(e.code, kErrorAdstackOverflow);
+    EXPECT_EQ(e.stack, static_cast<int64_t>(st));
+  }
+  EXPECT_EQ(decode_error_word(kErrorAdstackOverflow).stack, -1);  // no stack named
+}
+
+}  // namespace
+}  // namespace vkad::abi
