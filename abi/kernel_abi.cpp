@@ -106,6 +106,25 @@ uint64_t CompiledKernel::content_hash() const {
   return h;
 }
 
+bool same_pipelines(const CompiledKernel& a, const CompiledKernel& b) {
+  if (a.params.size() != b.params.size() || a.tasks.size() != b.tasks.size()) return false;
+  for (size_t i = 0; i < a.params.size(); ++i) {
+    const KernelParam &p = a.params[i], &q = b.params[i];
+    if (p.kind != q.kind || p.dtype != q.dtype || p.rank != q.rank) return false;
+  }
+  for (size_t i = 0; i < a.tasks.size(); ++i) {
+    const CompiledTask &t = a.tasks[i], &u = b.tasks[i];
+    if (t.local_size != u.local_size || t.serial != u.serial || t.spirv != u.spirv ||
+        t.adstacks.size() != u.adstacks.size()) {
+      return false;
+    }
+    for (size_t k = 0; k < t.adstacks.size(); ++k) {
+      if (t.adstacks[k].heap != u.adstacks[k].heap) return false;
+    }
+  }
+  return true;
+}
+
 void encode_args(const CompiledKernel& d, const std::vector<ScalarValue>& scalars,
                  const std::vector<const std::vector<uint32_t>*>& shapes,
                  const std::vector<std::vector<uint32_t>>& adstack_words, std::byte* dst) {

@@ -125,6 +125,10 @@ struct CompiledKernel {
   uint64_t content_hash() const;
 };
 
+// True when `a` and `b` define the same pipelines: everything content_hash() covers, compared in
+// full (a hash match alone is not proof; the runtime's pipeline cache checks this on a hit).
+bool same_pipelines(const CompiledKernel& a, const CompiledKernel& b);
+
 // One scalar argument's value, as the host holds it: `f` for f32/f64, `i` for the integers and
 // bool (the runtime's Arg carries the same two fields).
 struct ScalarValue {

@@ -61,6 +61,9 @@ struct RuntimeOptions {
   // launch refuses a launch whose known loop passes exceed the cap (see launch). false skips the
   // check: only to observe the driver's behaviour, or on a driver known not to cut loops.
   bool enforce_loop_limit = true;
+  // Test seam: replaces CompiledKernel::content_hash as the pipeline cache's key, so a test can
+  // make every kernel collide and check that a hit is confirmed by content. nullptr in real use.
+  uint64_t (*pipeline_hash_for_testing)(const CompiledKernel&) = nullptr;
 };
 
 // An error the device flagged (adstack overflow, out-of-bounds access), as found when the
@@ -177,12 +180,13 @@ class Runtime {
  private:
   struct Pipeline {
     std::vector<rhi::ComputePipeline> tasks;  // one per task
+    std::shared_ptr<const CompiledKernel> content;  // what they were built from (hits compare it)
     uint32_t refs = 0;
     uint64_t last_used = 0;  // registration tick, for LRU eviction
   };
   struct Kernel {
     CompiledKernel desc;
-    uint64_t hash = 0;
+    uint64_t hash = 0;  // the key of its pipelines in pipelines_
   };
   struct NdArray {
     DType dtype;
