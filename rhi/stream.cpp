@@ -244,7 +244,7 @@ Result<StreamSemaphore> Stream::submit(CommandList& list, std::span<const Timeli
     return make_error(ErrorCode::kInvalidArgument,
                       "stream '" + name_ + "': submit of a list that is not open on this stream");
   }
-  VkCommandBuffer cb = std::exchange(list.cb_, VK_NULL_HANDLE);
+  VkCommandBuffer cb = list.cb_.release();
   recording_ = false;
   Status s = device_.status();
   if (s.ok()) s = device_.vk("vkEndCommandBuffer", [&] { return device_.fn().vkEndCommandBuffer(cb); });
