@@ -12,7 +12,8 @@ Buffer::Buffer(Device* device, VkBuffer buffer, Allocation allocation, uint64_t 
     : buffer_(buffer, Release{device, allocation, {}}), size_(size) {}
 
 void Buffer::Release::operator()(VkBuffer buffer) noexcept {
-  device->release(use, Garbage{VK_OBJECT_TYPE_BUFFER, reinterpret_cast<uint64_t>(buffer), allocation});
+  device->release(use,
+                  Garbage{VK_OBJECT_TYPE_BUFFER, reinterpret_cast<uint64_t>(buffer), allocation});
 }
 
 void Buffer::reset() {

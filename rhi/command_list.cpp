@@ -18,7 +18,8 @@ void CommandList::mark_used(ResourceUse& use) { use.mark(stream_->index(), seria
 
 void CommandList::bind_pipeline(ComputePipeline& pipeline) {
   mark_used(pipeline.use());
-  stream_->device().fn().vkCmdBindPipeline(cb_.get(), VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle());
+  stream_->device().fn().vkCmdBindPipeline(cb_.get(), VK_PIPELINE_BIND_POINT_COMPUTE,
+                                           pipeline.handle());
 }
 
 Status CommandList::bind_buffers(ComputePipeline& pipeline, std::span<Buffer* const> buffers) {
@@ -75,13 +76,14 @@ Status CommandList::bind_buffers(ComputePipeline& pipeline, std::span<Buffer* co
   }
   fn.vkUpdateDescriptorSets(stream_->device().handle(), static_cast<uint32_t>(buffers.size()),
                             writes, 0, nullptr);
-  fn.vkCmdBindDescriptorSets(cb_.get(), VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout(), 0, 1, &set,
-                             0, nullptr);
+  fn.vkCmdBindDescriptorSets(cb_.get(), VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout(), 0, 1,
+                             &set, 0, nullptr);
   return {};
 }
 
 void CommandList::push_constants(ComputePipeline& pipeline, const void* data, uint32_t bytes) {
-  stream_->device().fn().vkCmdPushConstants(cb_.get(), pipeline.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, bytes, data);
+  stream_->device().fn().vkCmdPushConstants(cb_.get(), pipeline.layout(),
+                                            VK_SHADER_STAGE_COMPUTE_BIT, 0, bytes, data);
 }
 
 void CommandList::dispatch(uint32_t x, uint32_t y, uint32_t z) {
@@ -122,7 +124,8 @@ void CommandList::barrier(Barrier kind) {
       mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
       break;
   }
-  stream_->device().fn().vkCmdPipelineBarrier(cb_.get(), src, dst, 0, 1, &mb, 0, nullptr, 0, nullptr);
+  stream_->device().fn().vkCmdPipelineBarrier(cb_.get(), src, dst, 0, 1, &mb, 0, nullptr, 0,
+                                              nullptr);
 }
 
 void CommandList::copy(Buffer& src, Buffer& dst, uint64_t bytes, uint64_t src_offset,
@@ -145,7 +148,8 @@ void CommandList::reset_queries(QueryPool& pool, uint32_t first, uint32_t count)
 
 void CommandList::write_timestamp(QueryPool& pool, uint32_t index) {
   mark_used(pool.use());
-  stream_->device().fn().vkCmdWriteTimestamp(cb_.get(), VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, pool.handle(), index);
+  stream_->device().fn().vkCmdWriteTimestamp(cb_.get(), VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
+                                             pool.handle(), index);
 }
 
 }  // namespace vkad::rhi

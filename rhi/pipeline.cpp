@@ -147,8 +147,9 @@ void QueryPool::reset() {
 
 Status QueryPool::read(uint32_t first, uint32_t n, uint64_t* out) const {
   return device_->vk("vkGetQueryPoolResults", [&] {
-    return device_->fn().vkGetQueryPoolResults(device_->handle(), pool_.get(), first, n, n * sizeof(uint64_t), out,
-                                 sizeof(uint64_t), VK_QUERY_RESULT_64_BIT);
+    return device_->fn().vkGetQueryPoolResults(device_->handle(), pool_.get(), first, n,
+                                               n * sizeof(uint64_t), out, sizeof(uint64_t),
+                                               VK_QUERY_RESULT_64_BIT);
   });
 }
 

@@ -754,7 +754,9 @@ static std::string describe_device_error(const CompiledKernel& d, uint32_t task,
   const auto& stacks = d.tasks[task].adstacks;
   if (code == kErrorAdstackOverflow && detail >= 1 && detail <= stacks.size()) {
     uint32_t cap = 0;
-    std::memcpy(&cap, args + d.adstack_args_offset(task) + 4 * adstack::capacity_word(detail - 1), 4);
+    std::memcpy(&cap,
+                args + d.adstack_args_offset(task) + 4 * size_t{adstack::capacity_word(detail - 1)},
+                4);
     return "adstack " + stacks[detail - 1].name + " overflowed its capacity of " +
            std::to_string(cap) +
            " entries per thread (pushes past it were dropped, so that launch's gradients are "

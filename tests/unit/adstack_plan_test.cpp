@@ -26,9 +26,15 @@ constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 
 SizeExpr c(int64_t v) { return SizeExpr::constant(v); }
 SizeExpr n() { return SizeExpr::scalar(0); }  // the launch's scalar argument 0
-SizeExpr add(SizeExpr a, SizeExpr b) { return SizeExpr::combine(K::kAdd, std::move(a), std::move(b)); }
-SizeExpr mul(SizeExpr a, SizeExpr b) { return SizeExpr::combine(K::kMul, std::move(a), std::move(b)); }
-SizeExpr max(SizeExpr a, SizeExpr b) { return SizeExpr::combine(K::kMax, std::move(a), std::move(b)); }
+SizeExpr add(SizeExpr a, SizeExpr b) {
+  return SizeExpr::combine(K::kAdd, std::move(a), std::move(b));
+}
+SizeExpr mul(SizeExpr a, SizeExpr b) {
+  return SizeExpr::combine(K::kMul, std::move(a), std::move(b));
+}
+SizeExpr max(SizeExpr a, SizeExpr b) {
+  return SizeExpr::combine(K::kMax, std::move(a), std::move(b));
+}
 // A node the folder cannot touch, so that the evaluator (not combine()) does the arithmetic.
 SizeExpr raw(K k, SizeExpr a, SizeExpr b) {
   SizeExpr e;
@@ -54,6 +60,7 @@ struct EvalCase {
 };
 
 TEST(AdstackPlan, EvaluateTable) {
+  // clang-format off: one case per line reads as a table
   const EvalCase cases[] = {
       {"constant", c(7), 0, 7},
       {"scalar leaf", n(), 12, 12},
@@ -74,6 +81,7 @@ TEST(AdstackPlan, EvaluateTable) {
       {"overflow deep inside a max", max(c(1), mul(n(), mul(n(), n()))), 3'000'000, 0,
        "overflows 64 bits"},
   };
+  // clang-format on
   for (const EvalCase& tc : cases) {
     SCOPED_TRACE(tc.name);
     Result<int64_t> v = evaluate(tc.expr, inputs(tc.scalar));
@@ -90,17 +98,26 @@ TEST(AdstackPlan, EvaluateTable) {
 
 // combine() folds constants and identities; what it folds must evaluate as the unfolded node.
 TEST(AdstackPlan, FoldingAgreesWithTheEvaluator) {
+  // clang-format off: one case per line reads as a table
   const std::pair<const char*, SizeExpr> exprs[] = {
-      {"x + 0", add(n(), c(0))},     {"0 + x", add(c(0), n())},       {"x * 1", mul(n(), c(1))},
-      {"1 * x", mul(c(1), n())},     {"x * 0", mul(n(), c(0))},       {"max(x, 0)", max(n(), c(0))},
-      {"max(x, x)", max(n(), n())},  {"3 * 5 + 2", add(mul(c(3), c(5)), c(2))},
+      {"x + 0", add(n(), c(0))},    {"0 + x", add(c(0), n())},
+      {"x * 1", mul(n(), c(1))},    {"1 * x", mul(c(1), n())},
+      {"x * 0", mul(n(), c(0))},    {"max(x, 0)", max(n(), c(0))},
+      {"max(x, x)", max(n(), n())}, {"3 * 5 + 2", add(mul(c(3), c(5)), c(2))},
   };
+  // clang-format on
+  // clang-format off: one case per line reads as a table
   const std::pair<const char*, SizeExpr> unfolded[] = {
-      {"x + 0", raw(K::kAdd, n(), c(0))},     {"0 + x", raw(K::kAdd, c(0), n())},
-      {"x * 1", raw(K::kMul, n(), c(1))},     {"1 * x", raw(K::kMul, c(1), n())},
-      {"x * 0", raw(K::kMul, n(), c(0))},     {"max(x, 0)", raw(K::kMax, n(), c(0))},
-      {"max(x, x)", raw(K::kMax, n(), n())},  {"3 * 5 + 2", raw(K::kAdd, raw(K::kMul, c(3), c(5)), c(2))},
+      {"x + 0", raw(K::kAdd, n(), c(0))},
+      {"0 + x", raw(K::kAdd, c(0), n())},
+      {"x * 1", raw(K::kMul, n(), c(1))},
+      {"1 * x", raw(K::kMul, c(1), n())},
+      {"x * 0", raw(K::kMul, n(), c(0))},
+      {"max(x, 0)", raw(K::kMax, n(), c(0))},
+      {"max(x, x)", raw(K::kMax, n(), n())},
+      {"3 * 5 + 2", raw(K::kAdd, raw(K::kMul, c(3), c(5)), c(2))},
   };
+  // clang-format on
   for (size_t i = 0; i < std::size(exprs); ++i) {
     for (int64_t x : {int64_t{0}, int64_t{1}, int64_t{17}}) {
       SCOPED_TRACE(std::string(exprs[i].first) + " at x = " + std::to_string(x));
@@ -134,26 +151,58 @@ std::vector<StackDesc> mixed() {
 }
 
 TEST(AdstackPlan, RowTable) {
+  // clang-format off: one case per line reads as a table
   const RowCase cases[] = {
       {"no stacks", {}, 0, {}, {}, {0, 0, 0}},
-      {"f32 with adjoint: primal + adjoint block", {stack("a", Heap::kF32, c(4))}, 0, {0}, {4}, {8, 0, 0}},
-      {"f32 without adjoint use: primal only", {stack("a", Heap::kF32, c(4), false)}, 0, {0}, {4}, {4, 0, 0}},
+      {"f32 with adjoint: primal + adjoint block",
+       {stack("a", Heap::kF32, c(4))},
+       0,
+       {0},
+       {4},
+       {8, 0, 0}},
+      {"f32 without adjoint use: primal only",
+       {stack("a", Heap::kF32, c(4), false)},
+       0,
+       {0},
+       {4},
+       {4, 0, 0}},
       {"f64 with adjoint", {stack("a", Heap::kF64, n())}, 5, {0}, {5}, {0, 10, 0}},
-      {"int stacks never get an adjoint block", {stack("a", Heap::kInt, c(5), true)}, 0, {0}, {5}, {0, 0, 5}},
+      {"int stacks never get an adjoint block",
+       {stack("a", Heap::kInt, c(5), true)},
+       0,
+       {0},
+       {5},
+       {0, 0, 5}},
       {"capacity 0 is lifted to 1", {stack("a", Heap::kF32, n())}, 0, {0}, {1}, {2, 0, 0}},
       {"negative capacity (n - 1 at n = 0) is lifted to 1",
-       {stack("a", Heap::kInt, add(n(), c(-1)))}, 0, {0}, {1}, {0, 0, 1}},
+       {stack("a", Heap::kInt, add(n(), c(-1)))},
+       0,
+       {0},
+       {1},
+       {0, 0, 1}},
       {"same heap: offsets follow in stack order",
-       {stack("a", Heap::kF32, c(3)), stack("b", Heap::kF32, c(5), false), stack("c", Heap::kF32, c(2))},
-       0, {0, 6, 11}, {3, 5, 2}, {15, 0, 0}},
+       {stack("a", Heap::kF32, c(3)), stack("b", Heap::kF32, c(5), false),
+        stack("c", Heap::kF32, c(2))},
+       0,
+       {0, 6, 11},
+       {3, 5, 2},
+       {15, 0, 0}},
       {"heaps are independent", mixed(), 6, {0, 0, 0, 6, 12}, {3, 6, 2, 2, 1}, {8, 13, 2}},
       {"a row of exactly 2^31 - 1 fits",
-       {stack("a", Heap::kF32, n(), false)}, kI32Max, {0}, {uint32_t(kI32Max)}, {uint32_t(kI32Max), 0, 0}},
+       {stack("a", Heap::kF32, n(), false)},
+       kI32Max,
+       {0},
+       {uint32_t(kI32Max)},
+       {uint32_t(kI32Max), 0, 0}},
       {"2^31 - 1 elements in each heap",
-       {stack("a", Heap::kF32, n(), false), stack("b", Heap::kF64, n(), false), stack("c", Heap::kInt, n())},
-       kI32Max, {0, 0, 0}, {uint32_t(kI32Max), uint32_t(kI32Max), uint32_t(kI32Max)},
+       {stack("a", Heap::kF32, n(), false), stack("b", Heap::kF64, n(), false),
+        stack("c", Heap::kInt, n())},
+       kI32Max,
+       {0, 0, 0},
+       {uint32_t(kI32Max), uint32_t(kI32Max), uint32_t(kI32Max)},
        {uint32_t(kI32Max), uint32_t(kI32Max), uint32_t(kI32Max)}},
   };
+  // clang-format on
   for (const RowCase& tc : cases) {
     SCOPED_TRACE(tc.name);
     Result<RowLayout> row = plan_row(tc.stacks, inputs(tc.scalar));
@@ -172,29 +221,40 @@ struct RowErrorCase {
 };
 
 TEST(AdstackPlan, RowErrorTable) {
+  // clang-format off: one case per line reads as a table
   const RowErrorCase cases[] = {
-      {"capacity 2^31", {stack("%4", Heap::kInt, n())}, kI32Max + 1,
+      {"capacity 2^31",
+       {stack("%4", Heap::kInt, n())},
+       kI32Max + 1,
        {"adstack %4 needs capacity 2147483648", "32-bit row"}},
       {"capacity 2^31 - 1 with its adjoint block is a 2^32 - 2 row",
-       {stack("%4", Heap::kF32, n())}, kI32Max, {"adstack %4 ", "32-bit row"}},
+       {stack("%4", Heap::kF32, n())},
+       kI32Max,
+       {"adstack %4 ", "32-bit row"}},
       {"two stacks of 2^30 in one heap: the second does not fit",
-       {stack("%1", Heap::kF64, n(), false), stack("%2", Heap::kF64, n(), false)}, int64_t{1} << 30,
+       {stack("%1", Heap::kF64, n(), false), stack("%2", Heap::kF64, n(), false)},
+       int64_t{1} << 30,
        {"adstack %2 ", "32-bit row"}},
       {"a capacity past 64 bits names its stack",
-       {stack("%1", Heap::kF32, n()), stack("%7 (carried f32 local %3)", Heap::kF32, mul(n(), mul(n(), n())))},
-       3'000'000, {"adstack %7 (carried f32 local %3) capacity", "overflows 64 bits"}},
+       {stack("%1", Heap::kF32, n()),
+        stack("%7 (carried f32 local %3)", Heap::kF32, mul(n(), mul(n(), n())))},
+       3'000'000,
+       {"adstack %7 (carried f32 local %3) capacity", "overflows 64 bits"}},
   };
+  // clang-format on
   for (const RowErrorCase& tc : cases) {
     SCOPED_TRACE(tc.name);
     Result<RowLayout> row = plan_row(tc.stacks, inputs(tc.scalar));
     ASSERT_FALSE(row.ok());
     EXPECT_EQ(row.status().code(), ErrorCode::kInvalidArgument);
     for (const char* m : tc.message) {
-      EXPECT_NE(row.status().message().find(m), std::string::npos) << m << " in: " << row.status().message();
+      EXPECT_NE(row.status().message().find(m), std::string::npos)
+          << m << " in: " << row.status().message();
     }
   }
   // The same two 2^30 stacks fit when they live in different heaps.
-  std::vector<StackDesc> split = {stack("%1", Heap::kF64, n(), false), stack("%2", Heap::kF32, n(), false)};
+  std::vector<StackDesc> split = {stack("%1", Heap::kF64, n(), false),
+                                  stack("%2", Heap::kF32, n(), false)};
   EXPECT_TRUE(plan_row(split, inputs(int64_t{1} << 30)).ok());
 }
 
@@ -212,6 +272,7 @@ TEST(AdstackPlan, ElementIndexTable) {
   auto row = plan_row(stacks, inputs(6));
   ASSERT_TRUE(row.ok());
   // Row lengths 8 (f32), 13 (f64), 2 (int); see RowTable's "heaps are independent".
+  // clang-format off: one case per line reads as a table
   const IndexCase cases[] = {
       // stack a (f32, off 0, cap 3)
       {0, 0, false, 0, 0, 0},
@@ -228,12 +289,15 @@ TEST(AdstackPlan, ElementIndexTable) {
       {4, 0, false, 0, 12, 120},
       {4, 0, false, 9, 9 * 13 + 12, 12 * 10 + 9},
   };
+  // clang-format on
   for (const IndexCase& tc : cases) {
     SCOPED_TRACE("stack " + std::to_string(tc.stack) + " slot " + std::to_string(tc.slot) +
                  (tc.adjoint ? " adjoint" : " primal") + " thread " + std::to_string(tc.thread));
-    EXPECT_EQ(element_index(Layout::kThreadMajor, *row, stacks, tc.stack, tc.slot, tc.adjoint, tc.thread, 10),
+    EXPECT_EQ(element_index(Layout::kThreadMajor, *row, stacks, tc.stack, tc.slot, tc.adjoint,
+                            tc.thread, 10),
               tc.thread_major);
-    EXPECT_EQ(element_index(Layout::kSlotMajor, *row, stacks, tc.stack, tc.slot, tc.adjoint, tc.thread, 10),
+    EXPECT_EQ(element_index(Layout::kSlotMajor, *row, stacks, tc.stack, tc.slot, tc.adjoint,
+                            tc.thread, 10),
               tc.slot_major);
   }
 }
@@ -248,7 +312,9 @@ TEST(AdstackPlan, ElementIndexAtTheLargestRowAndThreadCount) {
   const uint64_t last = uint64_t{0x7fffffff} * 0xffffffffu - 1;  // 0x7ffffffe80000000
   for (Layout layout : {Layout::kThreadMajor, Layout::kSlotMajor}) {
     SCOPED_TRACE(layout_name(layout));
-    EXPECT_EQ(element_index(layout, *row, stacks, 0, uint32_t(kI32Max) - 1, false, threads - 1, threads), last);
+    EXPECT_EQ(
+        element_index(layout, *row, stacks, 0, uint32_t(kI32Max) - 1, false, threads - 1, threads),
+        last);
     EXPECT_EQ(element_index(layout, *row, stacks, 0, 0, false, 0, threads), 0u);
   }
 }
@@ -277,24 +343,31 @@ struct HeapCase {
 TEST(AdstackPlan, HeapBytesTable) {
   constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
   const uint32_t big = uint32_t(kI32Max);
+  // clang-format off: one case per line reads as a table
   const HeapCase cases[] = {
       {"mixed row, 10 threads", {8, 13, 2}, 10, {320, 1040, 80}},
       {"no threads", {8, 13, 2}, 0, {0, 0, 0}},
       {"empty row", {0, 0, 0}, 1u << 20, {0, 0, 0}},
-      {"largest row, 2^26 threads (65535 groups of 1024)", {big, big, big}, uint64_t{1} << 26,
+      {"largest row, 2^26 threads (65535 groups of 1024)",
+       {big, big, big},
+       uint64_t{1} << 26,
        {(uint64_t{1} << 28) * big, (uint64_t{1} << 29) * big, (uint64_t{1} << 28) * big}},
       // (2^31 - 1) * 2^32 * 4 and * 8 are past 2^64: the need saturates instead of wrapping to
       // a small number that a heap would then be sized by.
-      {"largest row, 2^32 threads: saturates", {big, big, 1}, uint64_t{1} << 32,
+      {"largest row, 2^32 threads: saturates",
+       {big, big, 1},
+       uint64_t{1} << 32,
        {kMax, kMax, uint64_t{1} << 34}},
       {"threads past 2^61 with a one-element row", {1, 1, 0}, uint64_t{1} << 62, {kMax, kMax, 0}},
   };
+  // clang-format on
   for (const HeapCase& tc : cases) {
     SCOPED_TRACE(tc.name);
     RowLayout row;
     row.row_elems = tc.row_elems;
     for (uint32_t h = 0; h < kHeapCount; ++h) {
-      EXPECT_EQ(heap_bytes(row, static_cast<Heap>(h), tc.threads), tc.bytes[h]) << heap_name(static_cast<Heap>(h));
+      EXPECT_EQ(heap_bytes(row, static_cast<Heap>(h), tc.threads), tc.bytes[h])
+          << heap_name(static_cast<Heap>(h));
     }
   }
 }

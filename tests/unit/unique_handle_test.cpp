@@ -22,13 +22,16 @@ struct Log {
 struct FakeDeleter {
   Log* log = nullptr;
   std::string owner;
-  void operator()(FakeHandle h) noexcept { log->released.push_back(owner + ":" + std::to_string(h)); }
+  void operator()(FakeHandle h) noexcept {
+    log->released.push_back(owner + ":" + std::to_string(h));
+  }
 };
 
 using Handle = UniqueHandle<FakeHandle, FakeDeleter>;
 
 static_assert(!std::is_copy_constructible_v<Handle> && !std::is_copy_assignable_v<Handle>);
-static_assert(std::is_nothrow_move_constructible_v<Handle> && std::is_nothrow_move_assignable_v<Handle>);
+static_assert(std::is_nothrow_move_constructible_v<Handle> &&
+              std::is_nothrow_move_assignable_v<Handle>);
 static_assert(std::is_nothrow_destructible_v<Handle>);
 
 TEST(UniqueHandle, DestructorReleasesOnceAndNullReleasesNothing) {

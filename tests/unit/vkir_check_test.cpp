@@ -103,7 +103,8 @@ std::string match(const std::string& output, const std::vector<Directive>& check
     for (const Directive* d : pending_not) {
       size_t found = output.find(d->pattern, pos);
       if (found != std::string::npos && found + d->pattern.size() <= end) {
-        return at_line(*d) + "CHECK-NOT: '" + d->pattern + "' found at offset " + std::to_string(found);
+        return at_line(*d) + "CHECK-NOT: '" + d->pattern + "' found at offset " +
+               std::to_string(found);
       }
     }
     pending_not.clear();
@@ -122,15 +123,17 @@ std::string match(const std::string& output, const std::vector<Directive>& check
         size_t from = pos, limit = output.size();
         if (d.kind == Directive::Kind::kNext) {
           size_t nl = matched ? output.find('\n', pos) : std::string::npos;
-          if (nl == std::string::npos) return at_line(d) + "CHECK-NEXT: no line after the previous match";
+          if (nl == std::string::npos)
+            return at_line(d) + "CHECK-NEXT: no line after the previous match";
           from = nl + 1;
           limit = std::min(output.find('\n', from), output.size());
         }
         size_t found = output.find(d.pattern, from);
         if (found == std::string::npos || found + d.pattern.size() > limit) {
-          return at_line(d) + (d.kind == Directive::Kind::kNext ? "CHECK-NEXT: '" : "CHECK: '") + d.pattern +
-                 "' not found " + (d.kind == Directive::Kind::kNext ? "on the next line" : "after offset " +
-                                                                                          std::to_string(pos));
+          return at_line(d) + (d.kind == Directive::Kind::kNext ? "CHECK-NEXT: '" : "CHECK: '") +
+                 d.pattern + "' not found " +
+                 (d.kind == Directive::Kind::kNext ? "on the next line"
+                                                   : "after offset " + std::to_string(pos));
         }
         if (std::string e = check_nots(found); !e.empty()) return e;
         pos = found + d.pattern.size();
@@ -150,7 +153,8 @@ std::string run_mode(const std::string& mode, const std::string& text, bool* ok)
   if (mode == "print") {
     std::string printed = print(*k);
     auto again = parse(printed);
-    if (!again.ok()) return "RUN failed: the printed kernel does not parse: " + again.status().to_string();
+    if (!again.ok())
+      return "RUN failed: the printed kernel does not parse: " + again.status().to_string();
     if (print(*again) != printed) return "RUN failed: print(parse(print(k))) differs from print(k)";
     *ok = true;
     return printed;
@@ -162,15 +166,18 @@ std::string run_mode(const std::string& mode, const std::string& text, bool* ok)
     return s.to_string();
   }
   if (mode == "adjoint" || mode == "adjoint-error") {
-    if (Status s = verify(*k); !s.ok()) return "RUN failed: the forward kernel does not verify: " + s.to_string();
+    if (Status s = verify(*k); !s.ok())
+      return "RUN failed: the forward kernel does not verify: " + s.to_string();
     auto a = make_adjoint(*k);
     if (mode == "adjoint-error") {
-      if (a.ok()) return "RUN failed: make_adjoint() accepted the kernel; its adjoint:\n" + print(*a);
+      if (a.ok())
+        return "RUN failed: make_adjoint() accepted the kernel; its adjoint:\n" + print(*a);
       *ok = true;
       return a.status().to_string();
     }
     if (!a.ok()) return "RUN failed: make_adjoint(): " + a.status().to_string();
-    if (Status s = verify(*a); !s.ok()) return "RUN failed: the adjoint does not verify: " + s.to_string() + "\n" + print(*a);
+    if (Status s = verify(*a); !s.ok())
+      return "RUN failed: the adjoint does not verify: " + s.to_string() + "\n" + print(*a);
     *ok = true;
     return print(*a);
   }
@@ -238,12 +245,15 @@ TEST(VkirCheckRunner, CheckNotIsScopedBetweenMatchesAndAbsentIsGlobal) {
 TEST(VkirCheckRunner, MalformedFilesFail) {
   EXPECT_NE(parse_directives("// CHECK: x\n").error.find("no RUN line"), std::string::npos);
   EXPECT_NE(parse_directives("// RUN: print\n").error.find("no CHECK lines"), std::string::npos);
-  EXPECT_NE(parse_directives("// RUN: print\n// CHECK-NXT: x\n").error.find("line 2: unknown directive"),
-            std::string::npos);
-  EXPECT_NE(parse_directives("// RUN: print\n// RUN: adjoint\n// CHECK: x\n").error.find("second RUN"),
-            std::string::npos);
+  EXPECT_NE(
+      parse_directives("// RUN: print\n// CHECK-NXT: x\n").error.find("line 2: unknown directive"),
+      std::string::npos);
+  EXPECT_NE(
+      parse_directives("// RUN: print\n// RUN: adjoint\n// CHECK: x\n").error.find("second RUN"),
+      std::string::npos);
   bool ok = true;
-  EXPECT_NE(run_mode("adjiont", "kernel k() {\n}\n", &ok).find("unknown mode 'adjiont'"), std::string::npos);
+  EXPECT_NE(run_mode("adjiont", "kernel k() {\n}\n", &ok).find("unknown mode 'adjiont'"),
+            std::string::npos);
   EXPECT_FALSE(ok);
 }
 
@@ -270,7 +280,8 @@ TEST_P(VkirFile, Checks) {
   std::string output = run_mode(f.run, ss.str(), &ok);
   ASSERT_TRUE(ok) << path << ": " << output;
   std::string failure = match(output, f.checks);
-  EXPECT_EQ(failure, "") << path << ":" << failure << "\n--- output (RUN: " << f.run << ") ---\n" << output;
+  EXPECT_EQ(failure, "") << path << ":" << failure << "\n--- output (RUN: " << f.run << ") ---\n"
+                         << output;
 }
 
 std::string case_name(const ::testing::TestParamInfo<std::string>& info) {
