@@ -65,7 +65,10 @@ uint64_t element_index(Layout layout, const RowLayout& row, std::span<const Stac
 }
 
 uint64_t heap_bytes(const RowLayout& row, Heap h, uint64_t threads) {
-  return threads * row.row_elems[static_cast<size_t>(h)] * heap_elem_bytes(h);
+  uint64_t row_bytes = uint64_t{row.row_elems[static_cast<size_t>(h)]} * heap_elem_bytes(h);
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(threads, row_bytes, &bytes)) return UINT64_MAX;
+  return bytes;
 }
 
 }  // namespace vkad::adstack

@@ -80,7 +80,8 @@ uint64_t element_index(Layout layout, const RowLayout& row, std::span<const Stac
                        uint32_t stack, uint32_t slot, bool adjoint, uint32_t thread,
                        uint32_t threads);
 
-// Bytes of heap `h` needed for `threads` dispatched threads.
+// Bytes of heap `h` needed for `threads` dispatched threads; UINT64_MAX when that is past
+// 64 bits (a need no allocation meets, instead of a wrapped small one).
 uint64_t heap_bytes(const RowLayout& row, Heap h, uint64_t threads);
 
 }  // namespace vkad::adstack

@@ -113,6 +113,8 @@ Status to_status(const Result<T>& r) { return r.status(); }
     if (!vkad_try_status_.ok()) return vkad_try_status_;          \
   } while (0)
 
+// `lhs` is a declaration (`Type name`) and `tmp` a generated name: neither can be parenthesised.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define VKAD_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                               \
   if (!tmp.ok()) return tmp.status();              \
@@ -136,3 +138,4 @@ Status to_status(const Result<T>& r) { return r.status(); }
 
 #define VKAD_ASSIGN_OR_RETURN_CTX(lhs, expr, context) \
   VKAD_ASSIGN_OR_RETURN_CTX_IMPL(VKAD_CONCAT(vkad_result_, __LINE__), lhs, expr, context)
+// NOLINTEND(bugprone-macro-parentheses)

@@ -159,6 +159,16 @@ Result<std::shared_ptr<const abi::CompiledKernel>> CompileCache::compile(
   return entries_.emplace(std::move(key), ptr).first->second;
 }
 
+uint64_t CompileCache::hits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return hits_;
+}
+
+uint64_t CompileCache::misses() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return misses_;
+}
+
 size_t CompileCache::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return entries_.size();

@@ -45,14 +45,15 @@ class CompileCache {
  public:
   Result<std::shared_ptr<const abi::CompiledKernel>> compile(const Kernel& k, const Target& target,
                                                                  const CompileOptions& options = {});
-  uint64_t hits() const { return hits_; }
-  uint64_t misses() const { return misses_; }
+  // Read under the cache's mutex: compile() on other threads updates them.
+  uint64_t hits() const;
+  uint64_t misses() const;
   size_t size() const;
 
  private:
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<const abi::CompiledKernel>> entries_;
-  uint64_t hits_ = 0, misses_ = 0;
+  uint64_t hits_ = 0, misses_ = 0;  // guarded by mu_
 };
 
 }  // namespace vkad::codegen

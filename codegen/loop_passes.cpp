@@ -45,7 +45,7 @@ class Analysis {
           SizeExpr last = SizeExpr::constant(1 + idle_passes(s.blocks[0]));
           std::optional<SizeExpr> trips = trip_bound(s);
           if (!trips) {
-            unchecked_.push_back("%" + std::to_string(s.result));
+            unchecked.push_back("%" + std::to_string(s.result));
             total = add(total, last);
           } else {
             SizeExpr per = add(SizeExpr::constant(1), passes(s.blocks[0]));
@@ -76,7 +76,7 @@ class Analysis {
     return n;
   }
 
-  std::vector<std::string> unchecked_;
+  std::vector<std::string> unchecked;
 
  private:
   bool cas(const Stmt& s) const {
@@ -208,7 +208,7 @@ LoopPassBound loop_pass_bound(const Kernel& k, const Task& task, bool cas_float_
   LoopPassBound out;
   out.per_iteration = a.passes(task.body);
   out.idle = a.idle_passes(task.body);
-  out.unchecked_loops = std::move(a.unchecked_);
+  out.unchecked_loops = std::move(a.unchecked);
   return out;
 }
 

@@ -112,7 +112,7 @@ std::string print_stmt(const Kernel& k, const Stmt& s) {
 namespace {
 
 void print_block(const Kernel& k, const Block& b, int depth, std::string& out) {
-  std::string pad(2 * depth, ' ');
+  std::string pad(2 * static_cast<size_t>(depth), ' ');
   for (const Stmt& s : b.stmts) {
     out += pad + print_stmt(k, s);
     if (s.op == Op::kFor || s.op == Op::kIf) {

@@ -9,33 +9,16 @@
 namespace vkad::rhi {
 
 Buffer::Buffer(Device* device, VkBuffer buffer, Allocation allocation, uint64_t size)
-    : device_(device), buffer_(buffer), allocation_(allocation), size_(size) {}
+    : buffer_(buffer, Release{device, allocation, {}}), size_(size) {}
 
-Buffer::Buffer(Buffer&& o) noexcept
-    : device_(o.device_),
-      buffer_(std::exchange(o.buffer_, VK_NULL_HANDLE)),
-      allocation_(o.allocation_),
-      size_(o.size_),
-      use_(o.use_) {}
-
-Buffer& Buffer::operator=(Buffer&& o) noexcept {
-  if (this != &o) {
-    reset();
-    device_ = o.device_;
-    buffer_ = std::exchange(o.buffer_, VK_NULL_HANDLE);
-    allocation_ = o.allocation_;
-    size_ = o.size_;
-    use_ = o.use_;
-  }
-  return *this;
+void Buffer::Release::operator()(VkBuffer buffer) noexcept {
+  device->release(use,
+                  Garbage{VK_OBJECT_TYPE_BUFFER, reinterpret_cast<uint64_t>(buffer), allocation});
 }
 
 void Buffer::reset() {
-  if (buffer_ == VK_NULL_HANDLE) return;
-  device_->release(use_, Garbage{VK_OBJECT_TYPE_BUFFER, reinterpret_cast<uint64_t>(buffer_),
-                                 allocation_});
-  buffer_ = VK_NULL_HANDLE;
-  use_ = {};
+  buffer_.reset();
+  buffer_.deleter().use = {};
 }
 
 Result<Buffer> Device::create_buffer(const BufferDesc& desc) {

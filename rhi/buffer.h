@@ -11,6 +11,7 @@
 
 #include "rhi/deferred_deleter.h"
 #include "rhi/memory_allocator.h"
+#include "rhi/unique_handle.h"
 
 namespace vkad::rhi {
 
@@ -26,28 +27,34 @@ class Buffer {
  public:
   Buffer() = default;
   Buffer(Device* device, VkBuffer buffer, Allocation allocation, uint64_t size);
-  Buffer(Buffer&& other) noexcept;
-  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(Buffer&& other) noexcept = default;
+  Buffer& operator=(Buffer&& other) noexcept = default;
   ~Buffer() { reset(); }
 
   // Hands the buffer to the deferred deleter now (see class comment). Safe on an empty Buffer.
   void reset();
 
-  bool valid() const { return buffer_ != VK_NULL_HANDLE; }
-  VkBuffer handle() const { return buffer_; }
+  bool valid() const { return static_cast<bool>(buffer_); }
+  VkBuffer handle() const { return buffer_.get(); }
   uint64_t size() const { return size_; }
   // Host pointer for kUpload / kReadback buffers (coherent memory); null for device-local.
-  std::byte* mapped() const { return allocation_.mapped; }
+  std::byte* mapped() const { return buffer_.deleter().allocation.mapped; }
   // Recorded by CommandList whenever a command uses this buffer.
-  ResourceUse& use() { return use_; }
-  const ResourceUse& use() const { return use_; }
+  ResourceUse& use() { return buffer_.deleter().use; }
+  const ResourceUse& use() const { return buffer_.deleter().use; }
 
  private:
-  Device* device_ = nullptr;  // borrowed; the device outlives its buffers
-  VkBuffer buffer_ = VK_NULL_HANDLE;
-  Allocation allocation_;
+  // Hands the buffer and its memory to the device's deferred deleter with the submissions that
+  // used it.
+  struct Release {
+    Device* device = nullptr;  // borrowed; the device outlives its buffers
+    Allocation allocation;
+    ResourceUse use;
+    void operator()(VkBuffer buffer) noexcept;
+  };
+
+  UniqueHandle<VkBuffer, Release> buffer_;
   uint64_t size_ = 0;
-  ResourceUse use_;
 };
 
 }  // namespace vkad::rhi

@@ -12,32 +12,14 @@
 
 namespace vkad::rhi {
 
-CommandList::CommandList(CommandList&& o) noexcept
-    : stream_(o.stream_),
-      cb_(std::exchange(o.cb_, VK_NULL_HANDLE)),
-      serial_(o.serial_),
-      dispatches_(o.dispatches_) {}
-
-CommandList& CommandList::operator=(CommandList&& o) noexcept {
-  if (this != &o) {
-    if (cb_) stream_->abandon(cb_);
-    stream_ = o.stream_;
-    cb_ = std::exchange(o.cb_, VK_NULL_HANDLE);
-    serial_ = o.serial_;
-    dispatches_ = o.dispatches_;
-  }
-  return *this;
-}
-
-CommandList::~CommandList() {
-  if (cb_) stream_->abandon(cb_);
-}
+void CommandList::Abandon::operator()(VkCommandBuffer cb) noexcept { stream->abandon(cb); }
 
 void CommandList::mark_used(ResourceUse& use) { use.mark(stream_->index(), serial_); }
 
 void CommandList::bind_pipeline(ComputePipeline& pipeline) {
   mark_used(pipeline.use());
-  stream_->device().fn().vkCmdBindPipeline(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle());
+  stream_->device().fn().vkCmdBindPipeline(cb_.get(), VK_PIPELINE_BIND_POINT_COMPUTE,
+                                           pipeline.handle());
 }
 
 Status CommandList::bind_buffers(ComputePipeline& pipeline, std::span<Buffer* const> buffers) {
@@ -88,23 +70,24 @@ Status CommandList::bind_buffers(ComputePipeline& pipeline, std::span<Buffer* co
   const VolkDeviceTable& fn = stream_->device().fn();
   if (pipeline.push_descriptors()) {
     // The descriptors live in the command buffer: nothing to allocate, recycle or bound.
-    fn.vkCmdPushDescriptorSetKHR(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout(), 0,
+    fn.vkCmdPushDescriptorSetKHR(cb_.get(), VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout(), 0,
                                  static_cast<uint32_t>(buffers.size()), writes);
     return {};
   }
   fn.vkUpdateDescriptorSets(stream_->device().handle(), static_cast<uint32_t>(buffers.size()),
                             writes, 0, nullptr);
-  fn.vkCmdBindDescriptorSets(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout(), 0, 1, &set,
-                             0, nullptr);
+  fn.vkCmdBindDescriptorSets(cb_.get(), VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout(), 0, 1,
+                             &set, 0, nullptr);
   return {};
 }
 
 void CommandList::push_constants(ComputePipeline& pipeline, const void* data, uint32_t bytes) {
-  stream_->device().fn().vkCmdPushConstants(cb_, pipeline.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, bytes, data);
+  stream_->device().fn().vkCmdPushConstants(cb_.get(), pipeline.layout(),
+                                            VK_SHADER_STAGE_COMPUTE_BIT, 0, bytes, data);
 }
 
 void CommandList::dispatch(uint32_t x, uint32_t y, uint32_t z) {
-  stream_->device().fn().vkCmdDispatch(cb_, x, y, z);
+  stream_->device().fn().vkCmdDispatch(cb_.get(), x, y, z);
   ++dispatches_;
 }
 
@@ -141,7 +124,8 @@ void CommandList::barrier(Barrier kind) {
       mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
       break;
   }
-  stream_->device().fn().vkCmdPipelineBarrier(cb_, src, dst, 0, 1, &mb, 0, nullptr, 0, nullptr);
+  stream_->device().fn().vkCmdPipelineBarrier(cb_.get(), src, dst, 0, 1, &mb, 0, nullptr, 0,
+                                              nullptr);
 }
 
 void CommandList::copy(Buffer& src, Buffer& dst, uint64_t bytes, uint64_t src_offset,
@@ -149,22 +133,23 @@ void CommandList::copy(Buffer& src, Buffer& dst, uint64_t bytes, uint64_t src_of
   mark_used(src.use());
   mark_used(dst.use());
   VkBufferCopy region{src_offset, dst_offset, bytes};
-  stream_->device().fn().vkCmdCopyBuffer(cb_, src.handle(), dst.handle(), 1, &region);
+  stream_->device().fn().vkCmdCopyBuffer(cb_.get(), src.handle(), dst.handle(), 1, &region);
 }
 
 void CommandList::fill(Buffer& dst, uint32_t value, uint64_t offset, uint64_t bytes) {
   mark_used(dst.use());
-  stream_->device().fn().vkCmdFillBuffer(cb_, dst.handle(), offset, bytes, value);
+  stream_->device().fn().vkCmdFillBuffer(cb_.get(), dst.handle(), offset, bytes, value);
 }
 
 void CommandList::reset_queries(QueryPool& pool, uint32_t first, uint32_t count) {
   mark_used(pool.use());
-  stream_->device().fn().vkCmdResetQueryPool(cb_, pool.handle(), first, count);
+  stream_->device().fn().vkCmdResetQueryPool(cb_.get(), pool.handle(), first, count);
 }
 
 void CommandList::write_timestamp(QueryPool& pool, uint32_t index) {
   mark_used(pool.use());
-  stream_->device().fn().vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, pool.handle(), index);
+  stream_->device().fn().vkCmdWriteTimestamp(cb_.get(), VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
+                                             pool.handle(), index);
 }
 
 }  // namespace vkad::rhi

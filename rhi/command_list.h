@@ -10,6 +10,7 @@
 
 #include "rhi/serial.h"
 #include "base/status.h"
+#include "rhi/unique_handle.h"
 
 namespace vkad::rhi {
 
@@ -31,14 +32,14 @@ enum class Barrier : uint8_t {
 class CommandList {
  public:
   CommandList() = default;
-  CommandList(CommandList&& other) noexcept;
-  CommandList& operator=(CommandList&& other) noexcept;
-  // An unsubmitted list gives its command buffer back to the stream. Never throws.
-  ~CommandList();
+  CommandList(CommandList&& other) noexcept = default;
+  CommandList& operator=(CommandList&& other) noexcept = default;
+  // An unsubmitted list gives its command buffer back to the stream (cb_'s deleter). Never throws.
+  ~CommandList() = default;
 
-  bool recording() const { return cb_ != VK_NULL_HANDLE; }
+  bool recording() const { return static_cast<bool>(cb_); }
   Serial serial() const { return serial_; }
-  VkCommandBuffer handle() const { return cb_; }
+  VkCommandBuffer handle() const { return cb_.get(); }
   uint32_t dispatch_count() const { return dispatches_; }
 
   void bind_pipeline(ComputePipeline& pipeline);
@@ -63,10 +64,16 @@ class CommandList {
  private:
   friend class Stream;
   CommandList(Stream* stream, VkCommandBuffer cb, Serial serial)
-      : stream_(stream), cb_(cb), serial_(serial) {}
+      : stream_(stream), cb_(cb, Abandon{stream}), serial_(serial) {}
+
+  // Gives an unsubmitted command buffer back to its stream.
+  struct Abandon {
+    Stream* stream = nullptr;
+    void operator()(VkCommandBuffer cb) noexcept;
+  };
 
   Stream* stream_ = nullptr;  // borrowed
-  VkCommandBuffer cb_ = VK_NULL_HANDLE;
+  UniqueHandle<VkCommandBuffer, Abandon> cb_;
   Serial serial_ = kNoSerial;
   uint32_t dispatches_ = 0;
 };

@@ -136,30 +136,20 @@ Result<ComputePipeline> Device::create_compute_pipeline(const ComputePipelineDes
   return p;
 }
 
-QueryPool::QueryPool(QueryPool&& o) noexcept { *this = std::move(o); }
-
-QueryPool& QueryPool::operator=(QueryPool&& o) noexcept {
-  if (this != &o) {
-    reset();
-    device_ = o.device_;
-    pool_ = std::exchange(o.pool_, VK_NULL_HANDLE);
-    count_ = o.count_;
-    use_ = o.use_;
-  }
-  return *this;
+void QueryPool::Release::operator()(VkQueryPool pool) noexcept {
+  device->release(use, {VK_OBJECT_TYPE_QUERY_POOL, reinterpret_cast<uint64_t>(pool), {}});
 }
 
 void QueryPool::reset() {
-  if (pool_ == VK_NULL_HANDLE) return;
-  device_->release(use_, {VK_OBJECT_TYPE_QUERY_POOL, reinterpret_cast<uint64_t>(pool_), {}});
-  pool_ = VK_NULL_HANDLE;
-  use_ = {};
+  pool_.reset();
+  pool_.deleter().use = {};
 }
 
 Status QueryPool::read(uint32_t first, uint32_t n, uint64_t* out) const {
   return device_->vk("vkGetQueryPoolResults", [&] {
-    return device_->fn().vkGetQueryPoolResults(device_->handle(), pool_, first, n, n * sizeof(uint64_t), out,
-                                 sizeof(uint64_t), VK_QUERY_RESULT_64_BIT);
+    return device_->fn().vkGetQueryPoolResults(device_->handle(), pool_.get(), first, n,
+                                               n * sizeof(uint64_t), out, sizeof(uint64_t),
+                                               VK_QUERY_RESULT_64_BIT);
   });
 }
 
@@ -173,11 +163,13 @@ Result<QueryPool> Device::create_query_pool(uint32_t count, const std::string& n
   info.queryType = VK_QUERY_TYPE_TIMESTAMP;
   info.queryCount = count;
   QueryPool q;
+  VkQueryPool pool = VK_NULL_HANDLE;
   VKAD_TRY(vk("vkCreateQueryPool",
-              [&] { return fn_->vkCreateQueryPool(device_, &info, nullptr, &q.pool_); }));
+              [&] { return fn_->vkCreateQueryPool(device_, &info, nullptr, &pool); }));
   q.device_ = this;
+  q.pool_ = {pool, QueryPool::Release{this, {}}};
   q.count_ = count;
-  set_name(VK_OBJECT_TYPE_QUERY_POOL, reinterpret_cast<uint64_t>(q.pool_), name);
+  set_name(VK_OBJECT_TYPE_QUERY_POOL, reinterpret_cast<uint64_t>(pool), name);
   ++live_.query_pools;
   return q;
 }

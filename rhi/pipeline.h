@@ -11,6 +11,7 @@
 
 #include "rhi/deferred_deleter.h"
 #include "base/status.h"
+#include "rhi/unique_handle.h"
 
 namespace vkad::rhi {
 
@@ -66,23 +67,29 @@ class ComputePipeline {
 class QueryPool {
  public:
   QueryPool() = default;
-  QueryPool(QueryPool&& other) noexcept;
-  QueryPool& operator=(QueryPool&& other) noexcept;
+  QueryPool(QueryPool&& other) noexcept = default;
+  QueryPool& operator=(QueryPool&& other) noexcept = default;
   ~QueryPool() { reset(); }
   void reset();
 
-  VkQueryPool handle() const { return pool_; }
+  VkQueryPool handle() const { return pool_.get(); }
   uint32_t count() const { return count_; }
-  ResourceUse& use() { return use_; }
+  ResourceUse& use() { return pool_.deleter().use; }
   // Reads `n` timestamps starting at `first` (in ticks; multiply by timestamp_period_ns).
   Status read(uint32_t first, uint32_t n, uint64_t* out) const;
 
  private:
   friend class Device;
+  // Hands the pool to the device's deferred deleter with the submissions that used it.
+  struct Release {
+    Device* device = nullptr;
+    ResourceUse use;
+    void operator()(VkQueryPool pool) noexcept;
+  };
+
   Device* device_ = nullptr;
-  VkQueryPool pool_ = VK_NULL_HANDLE;
+  UniqueHandle<VkQueryPool, Release> pool_;
   uint32_t count_ = 0;
-  ResourceUse use_;
 };
 
 }  // namespace vkad::rhi

@@ -126,8 +126,8 @@ bool Stream::wait_for(Serial serial, uint64_t timeout_ns) {
   if (!device_.status().ok()) return false;
   ++counters_.waits;
   if (spin_ns_ > 0 && timeout_ns > 0) {
-    using clock = std::chrono::steady_clock;
-    const auto start = clock::now();
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
     const auto budget = std::chrono::nanoseconds(
         std::min<uint64_t>(static_cast<uint64_t>(spin_ns_), timeout_ns));
     do {
@@ -136,9 +136,9 @@ bool Stream::wait_for(Serial serial, uint64_t timeout_ns) {
         return true;
       }
       if (!device_.status().ok()) return false;
-    } while (clock::now() - start < budget);
+    } while (Clock::now() - start < budget);
     uint64_t spent = static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start).count());
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
     timeout_ns = timeout_ns == UINT64_MAX ? UINT64_MAX : timeout_ns - std::min(timeout_ns, spent);
   }
   VkResult r = wait_in_driver(serial, timeout_ns);
@@ -244,7 +244,7 @@ Result<StreamSemaphore> Stream::submit(CommandList& list, std::span<const Timeli
     return make_error(ErrorCode::kInvalidArgument,
                       "stream '" + name_ + "': submit of a list that is not open on this stream");
   }
-  VkCommandBuffer cb = std::exchange(list.cb_, VK_NULL_HANDLE);
+  VkCommandBuffer cb = list.cb_.release();
   recording_ = false;
   Status s = device_.status();
   if (s.ok()) s = device_.vk("vkEndCommandBuffer", [&] { return device_.fn().vkEndCommandBuffer(cb); });

@@ -822,7 +822,7 @@ static std::string describe_device_error(const CompiledKernel& d, uint32_t task,
   if (e.code == kErrorAdstackOverflow && e.stack >= 0 && static_cast<size_t>(e.stack) < stacks.size()) {
     uint32_t cap = 0;
     const uint32_t st = static_cast<uint32_t>(e.stack);
-    std::memcpy(&cap, args + d.adstack_args_offset(task) + 4 * adstack::capacity_word(st), 4);
+    std::memcpy(&cap, args + d.adstack_args_offset(task) + 4 * size_t{adstack::capacity_word(st)}, 4);
     return "adstack " + stacks[st].name + " overflowed its capacity of " +
            std::to_string(cap) +
            " entries per thread (pushes past it were dropped, so that launch's gradients are "

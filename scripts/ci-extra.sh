@@ -4,7 +4,7 @@
 #   1. ASan + UBSan: the whole suite, validation on, LeakSanitizer on (lavapipe's known leak
 #      suppressed in tests/sanitizers/lsan.supp).
 #   2. ThreadSanitizer: the threading tests (distinct runtimes on distinct threads, concurrent
-#      use of one runtime refused, the use guard).
+#      use of one runtime refused, the use guard, CompileCache from several threads).
 #   3. Synchronization validation over the GPU suite's fence-mode tests (the 1.3.239 layer does
 #      not track host waits on timeline semaphores, so timeline mode reports false hazards at
 #      queue submit; fence mode is the path it can check).
@@ -30,7 +30,7 @@ if [[ "$skip" != *" tsan "* ]]; then
   cmake --build build-tsan --target vkad_gpu_tests vkad_unit_tests
   export TSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/tsan.supp halt_on_error=1 second_deadlock_stack=1"
   VKAD_VALIDATION=1 ./build-tsan/tests/vkad_gpu_tests --gtest_filter='ProcessWide.*'
-  ./build-tsan/tests/vkad_unit_tests --gtest_filter='UseGuard.*'
+  ./build-tsan/tests/vkad_unit_tests --gtest_filter='UseGuard.*:CompileCacheThreads.*'
   unset TSAN_OPTIONS
 fi
 

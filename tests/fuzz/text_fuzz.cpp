@@ -22,11 +22,15 @@ std::vector<std::string> load_corpus(const std::string& source_dir) {
   for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
     std::string ext = it->path().extension().string();
-    if (ext != ".cpp" && ext != ".h") continue;
+    if (ext != ".cpp" && ext != ".h" && ext != ".vkir") continue;
     std::ifstream f(it->path());
     std::stringstream ss;
     ss << f.rdbuf();
     std::string src = ss.str();
+    if (ext == ".vkir") {  // tests/kernels: a whole kernel file (its CHECK lines are comments)
+      out.push_back(src);
+      continue;
+    }
     const std::string open = "R\"(kernel ";
     for (size_t at = src.find(open); at != std::string::npos; at = src.find(open, at + 1)) {
       size_t begin = at + 3, end = src.find(")\"", begin);

@@ -21,8 +21,9 @@
 
 namespace vkad::fuzz {
 
-// Every kernel text in the repository's tests (raw strings starting `R"(kernel `) under
-// `source_dir`/tests: the fuzzer's seeds, so new test kernels become seeds by themselves.
+// Every kernel text in the repository's tests (raw strings starting `R"(kernel ` and the
+// kernel files tests/kernels/*.vkir) under `source_dir`/tests: the fuzzer's seeds, so new test
+// kernels become seeds by themselves.
 std::vector<std::string> load_corpus(const std::string& source_dir);
 
 // 1 to 4 byte- or token-level mutations of `text` (see text_fuzz.cpp for the kinds).
