@@ -136,7 +136,7 @@ Result<std::shared_ptr<const runtime::CompiledKernel>> CompileCache::compile(
   // recurses, so the nesting limit is checked first (compile() verifies the rest).
   VKAD_TRY(check_nesting(k));
   std::string key = print(k);
-  key += "|" + target.device_name + (target.float64 ? "d" : "") +
+  key += "|" + target.device_name + (target.float64 ? "d" : "") + (target.int64 ? "l" : "") +
          (target.atomic_float32_add ? "a" : "") + (target.atomic_float64_add ? "A" : "") +
          (target.atomic_int64 ? "I" : "") + std::to_string(target.max_local_size) +
          adstack::layout_name(target.adstack_layout) + (target.preserve_nan_inf_f32 ? "n" : "") +

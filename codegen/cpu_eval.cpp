@@ -57,7 +57,16 @@ double round_to(DType t, double v) {
       int64_t i = static_cast<int64_t>(std::fmod(v, 4294967296.0));
       return static_cast<double>(static_cast<uint32_t>(i));
     }
-    case DType::kI64: return v;
+    case DType::kI64: {
+      // Wraps modulo 2^64 like the device. The reference holds values as doubles, so i64 is
+      // exact only while |v| <= 2^53 (cpu_eval.h).
+      if (!std::isfinite(v)) return 0;
+      if (v >= -0x1p63 && v < 0x1p63) return v;
+      double w = std::fmod(v, 0x1p64);
+      if (w >= 0x1p63) w -= 0x1p64;
+      if (w < -0x1p63) w += 0x1p64;
+      return w;
+    }
     case DType::kBool: return v != 0 ? 1 : 0;
   }
   return v;
@@ -87,8 +96,9 @@ double math1(Op op, T f) {
 double float_to_int(DType to, double v) {
   if (std::isnan(v)) return 0;
   v = std::trunc(v);
-  double lo = to == DType::kU32 ? 0.0 : -2147483648.0;
-  double hi = to == DType::kU32 ? 4294967295.0 : 2147483647.0;
+  double lo = to == DType::kU32 ? 0.0 : to == DType::kI64 ? -0x1p63 : -2147483648.0;
+  // i64: the largest double below 2^63 (INT64_MAX itself has no double).
+  double hi = to == DType::kU32 ? 4294967295.0 : to == DType::kI64 ? 0x1p63 - 1024 : 2147483647.0;
   return std::min(std::max(v, lo), hi);
 }
 
@@ -230,8 +240,9 @@ class Evaluator {
       case Op::kAdd: return a + b;
       case Op::kSub: return a - b;
       case Op::kMul:
-        if (!f) {  // exact wrap of a 32x32-bit product
+        if (!f) {  // exact wrap of a 32x32-bit product (64-bit for i64)
           uint64_t p = static_cast<uint64_t>(to_i64(a)) * static_cast<uint64_t>(to_i64(b));
+          if (t == DType::kI64) return static_cast<double>(static_cast<int64_t>(p));
           return static_cast<double>(static_cast<uint32_t>(p));
         }
         return a * b;
@@ -243,6 +254,7 @@ class Evaluator {
         // back to INT_MIN) without overflow. By zero: div and floordiv 0, mod the dividend.
         int64_t x = to_i64(a), y = to_i64(b);
         if (y == 0) return s.op == Op::kMod ? a : 0;
+        if (y == -1 && x == INT64_MIN) return s.op == Op::kMod ? 0 : a;  // i64's INT_MIN / -1
         int64_t q = x / y, r = x % y;
         if (s.op == Op::kDiv) return static_cast<double>(q);
         bool adjust = r != 0 && ((r < 0) != (y < 0));
@@ -271,7 +283,7 @@ class Evaluator {
 
   double cast(DType from, DType to, double v) const {
     if (to == DType::kBool) return v != 0;
-    if (is_float(from) && (to == DType::kI32 || to == DType::kU32)) return float_to_int(to, v);
+    if (is_float(from) && is_int(to)) return float_to_int(to, v);
     return round_to(to, v);  // int<->int wraps (a bitcast), int->float and f32<->f64 round
   }
 

@@ -15,7 +15,7 @@
 // a for loop's index is visible only in its body. Values are immutable; mutation goes through
 // locals (alloca / load_local / store_local), which is what reverse mode needs to see.
 //
-// Types: f32, f64 (where the device has it), i32, u32, bool. Arithmetic takes operands of one
+// Types: f32, f64 and i64 (where the device has them), i32, u32, bool. Arithmetic takes operands of one
 // type (casts are explicit); comparisons yield bool; indices and loop bounds are i32 or u32.
 // Ndarrays of bool hold one u32 (0/1) per element.
 //

@@ -137,6 +137,7 @@ class TaskEmitter {
       case DType::kF32: return m_.c_f32(0);
       case DType::kF64: return m_.c_f64(0);
       case DType::kI32: return m_.c_i32(0);
+      case DType::kI64: return m_.c_i64(0);
       case DType::kBool: return m_.c_bool(false);
       default: return m_.c_u32(0);
     }
@@ -146,6 +147,7 @@ class TaskEmitter {
       case DType::kF32: return m_.c_f32(1);
       case DType::kF64: return m_.c_f64(1);
       case DType::kI32: return m_.c_i32(1);
+      case DType::kI64: return m_.c_i64(1);
       case DType::kBool: return m_.c_bool(true);
       default: return m_.c_u32(1);
     }
@@ -286,6 +288,7 @@ class TaskEmitter {
         if (a.bits) m_.capability(spv::CapabilityInt64Atomics);
         break;
       case DType::kI32: a.elem = i32_; break;
+      case DType::kI64: a.elem = m_.t_int(64, true); break;
       default: a.elem = u32_; break;
     }
     uint32_t binding = 1;
@@ -336,6 +339,7 @@ class TaskEmitter {
     guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
       const ArrayVar& a = arrays_.at(s.param);
       uint32_t scope = m_.c_u32(kScopeDevice), sem = m_.c_u32(kRelaxed);
+      if (t == DType::kI64) m_.capability(spv::CapabilityInt64Atomics);
       if (!is_float(t)) return op(spv::OpAtomicIAdd, a.elem, {ptr, scope, sem, val});
       if (!a.bits) {
         m_.extension("SPV_EXT_shader_atomic_float_add");
@@ -535,6 +539,7 @@ class TaskEmitter {
       case DType::kF32: return m_.c_f32(static_cast<float>(s.fimm));
       case DType::kF64: return m_.c_f64(s.fimm);
       case DType::kI32: return m_.c_i32(static_cast<int32_t>(s.iimm));
+      case DType::kI64: return m_.c_i64(s.iimm);
       case DType::kBool: return m_.c_bool(s.iimm != 0);
       default: return m_.c_u32(static_cast<uint32_t>(s.iimm));
     }
@@ -548,10 +553,11 @@ class TaskEmitter {
       case DType::kF32: return op(spv::OpBitcast, m_.t_float(32), {w});
       case DType::kI32: return op(spv::OpBitcast, i32_, {w});
       case DType::kBool: return op(spv::OpINotEqual, bool_, {w, m_.c_u32(0)});
-      case DType::kF64: {
+      case DType::kF64:
+      case DType::kI64: {
         uint32_t hi = args_word(off + 4);
         uint32_t pair = op(spv::OpCompositeConstruct, m_.t_vector(u32_, 2), {w, hi});
-        return op(spv::OpBitcast, m_.t_float(64), {pair});
+        return op(spv::OpBitcast, type(p.dtype), {pair});
       }
       default: return w;
     }
@@ -682,16 +688,20 @@ class TaskEmitter {
   // remainder is a - q*d rather than OpSRem/OpUMod: an NVIDIA driver (580.159) computed OpSRem
   // by a negative constant as an unsigned remainder; the quotient alone is the one primitive
   // every driver must get right.
-  uint32_t integer_division(Op o, bool is_signed, uint32_t a, uint32_t b) {
-    uint32_t ty = is_signed ? i32_ : u32_;
-    uint32_t z = is_signed ? m_.c_i32(0) : m_.c_u32(0);
-    uint32_t one = is_signed ? m_.c_i32(1) : m_.c_u32(1);
+  // i64 follows the same rules with INT64_MIN.
+  uint32_t integer_division(Op o, DType t, uint32_t a, uint32_t b) {
+    bool is_signed = t != DType::kU32;
+    uint32_t ty = type(t);
+    uint32_t z = zero(t);
+    uint32_t one = this->one(t);
     uint32_t by_zero = op(spv::OpIEqual, bool_, {b, z});
     uint32_t bad = by_zero;
     if (is_signed) {
+      uint32_t min = t == DType::kI64 ? m_.c_i64(INT64_MIN) : m_.c_i32(INT32_MIN);
+      uint32_t minus_one = t == DType::kI64 ? m_.c_i64(-1) : m_.c_i32(-1);
       uint32_t overflow = op(spv::OpLogicalAnd, bool_,
-                             {op(spv::OpIEqual, bool_, {a, m_.c_i32(INT32_MIN)}),
-                              op(spv::OpIEqual, bool_, {b, m_.c_i32(-1)})});
+                             {op(spv::OpIEqual, bool_, {a, min}),
+                              op(spv::OpIEqual, bool_, {b, minus_one})});
       bad = op(spv::OpLogicalOr, bool_, {by_zero, overflow});
     }
     uint32_t d = op(spv::OpSelect, ty, {bad, one, b});
@@ -716,18 +726,20 @@ class TaskEmitter {
   // above -> its maximum, otherwise truncation toward zero. OpConvertFToS/U are undefined
   // outside the range, so only in-range values reach them.
   uint32_t float_to_int(DType from, DType to, uint32_t x) {
-    bool sg = to == DType::kI32;
+    bool sg = to != DType::kU32;
     uint32_t ty = type(to), fty = type(from);
     auto fc = [&](double v) { return from == DType::kF64 ? m_.c_f64(v) : m_.c_f32(static_cast<float>(v)); };
     // Both bounds are powers of two, exact in f32 and f64; every value in [lo, hi) truncates
     // to a representable integer.
-    uint32_t lo = fc(sg ? -2147483648.0 : 0.0), hi = fc(sg ? 2147483648.0 : 4294967296.0);
+    bool wide = to == DType::kI64;
+    uint32_t lo = fc(wide ? -0x1p63 : sg ? -2147483648.0 : 0.0);
+    uint32_t hi = fc(wide ? 0x1p63 : sg ? 2147483648.0 : 4294967296.0);
     uint32_t clamped = op(spv::OpSelect, fty, {op(spv::OpFOrdLessThan, bool_, {x, lo}), lo, x});
     uint32_t in_range = op(spv::OpFOrdLessThan, bool_, {clamped, hi});  // false for NaN
     uint32_t safe = op(spv::OpSelect, fty, {in_range, clamped, fc(0)});
     uint32_t conv = op(sg ? spv::OpConvertFToS : spv::OpConvertFToU, ty, {safe});
-    uint32_t top = sg ? m_.c_i32(INT32_MAX) : m_.c_u32(UINT32_MAX);
-    uint32_t zero_v = sg ? m_.c_i32(0) : m_.c_u32(0);
+    uint32_t top = wide ? m_.c_i64(INT64_MAX) : sg ? m_.c_i32(INT32_MAX) : m_.c_u32(UINT32_MAX);
+    uint32_t zero_v = zero(to);
     uint32_t out = op(spv::OpSelect, ty, {op(spv::OpIsNan, bool_, {x}), zero_v, top});
     return op(spv::OpSelect, ty, {in_range, conv, out});
   }
@@ -736,7 +748,7 @@ class TaskEmitter {
     uint32_t a = v(s.args[0]), b = v(s.args[1]);
     DType t = vt(s.args[0]);
     uint32_t ty = type(s.type);
-    bool f = is_float(t), sg = t == DType::kI32, bl = t == DType::kBool;
+    bool f = is_float(t), sg = t == DType::kI32 || t == DType::kI64, bl = t == DType::kBool;
     auto pick = [&](spv::Op fo, spv::Op so, spv::Op uo) { return f ? fo : sg ? so : uo; };
     switch (s.op) {
       case Op::kAdd: return op(f ? spv::OpFAdd : spv::OpIAdd, ty, {a, b});
@@ -744,10 +756,10 @@ class TaskEmitter {
       case Op::kMul: return op(f ? spv::OpFMul : spv::OpIMul, ty, {a, b});
       case Op::kDiv:
         if (f) return op(spv::OpFDiv, ty, {a, b});
-        return integer_division(s.op, sg, a, b);
+        return integer_division(s.op, t, a, b);
       case Op::kMod:
       case Op::kFloorDiv:
-        return integer_division(s.op, sg, a, b);
+        return integer_division(s.op, t, a, b);
       // FMin/FMax leave the result undefined when an operand is NaN (and may flush or
       // reorder signed zeros); a compare and a select give the documented `a < b ? a : b`.
       case Op::kMin:
@@ -781,7 +793,15 @@ class TaskEmitter {
     if (from == DType::kBool) return op(spv::OpSelect, ty, {a, one(to), zero(to)});
     if (is_float(from) && is_float(to)) return op(spv::OpFConvert, ty, {a});
     if (is_float(from)) return float_to_int(from, to, a);
-    if (is_float(to)) return op(from == DType::kI32 ? spv::OpConvertSToF : spv::OpConvertUToF, ty, {a});
+    if (is_float(to)) return op(from == DType::kU32 ? spv::OpConvertUToF : spv::OpConvertSToF, ty, {a});
+    if (to == DType::kI64) {  // i32 sign-extends, u32 zero-extends (OpUConvert yields unsigned)
+      if (from == DType::kI32) return op(spv::OpSConvert, ty, {a});
+      return op(spv::OpBitcast, ty, {op(spv::OpUConvert, m_.t_int(64, false), {a})});
+    }
+    if (from == DType::kI64) {  // the low 32 bits
+      uint32_t low = op(spv::OpUConvert, u32_, {op(spv::OpBitcast, m_.t_int(64, false), {a})});
+      return to == DType::kU32 ? low : op(spv::OpBitcast, ty, {low});
+    }
     return op(spv::OpBitcast, ty, {a});  // i32 <-> u32
   }
 

@@ -61,7 +61,10 @@ class Verifier {
   }
   Status dtype_supported(DType t, const std::string& where, const Stmt* s) const {
     std::string what;
-    if (t == DType::kI64) what = "dtype i64 is not supported by codegen (use i32 or u32)";
+    if (t == DType::kI64 && !target_.int64) {
+      what = "dtype i64 is not supported on this device (" + target_.device_name +
+             " lacks shaderInt64)";
+    }
     if (t == DType::kF64 && !target_.float64) {
       what = "dtype f64 is not supported on this device (" + target_.device_name +
              " lacks shaderFloat64)";
@@ -236,6 +239,13 @@ class Verifier {
       return {};
     };
     if (s.has_cap) VKAD_TRY(check_size(s, s.cap));
+    // Operands count too: a statement may use i64 values without yielding one (a store).
+    if (!info.has_result || s.type != DType::kI64) {
+      for (ValueId a : s.args) {
+        auto it = ids_.find(a);
+        if (it != ids_.end() && it->second.type == DType::kI64) VKAD_TRY(dtype_supported(DType::kI64, "", &s));
+      }
+    }
     IdKind kind = IdKind::kValue;
     DType def_type = s.type;
     switch (info.cls) {
@@ -328,6 +338,9 @@ class Verifier {
             if (v != e) return error(s, "type mismatch: ndarray '" + k_.params[s.param].name + "' holds " + tn(e) + ", the value is " + tn(v));
             if (s.op == Op::kAtomicAdd) {
               if (e == DType::kBool) return error(s, "atomic_add on a bool ndarray");
+              if (e == DType::kI64 && !target_.atomic_int64) {
+                return error(s, "atomic_add on i64 needs shaderBufferInt64Atomics; " + target_.device_name + " lacks it", ErrorCode::kUnsupported);
+              }
               if (e == DType::kF64 && !target_.atomic_float64_add && !target_.atomic_int64) {
                 return error(s, "atomic_add on f64 needs shaderBufferFloat64AtomicAdd or shaderBufferInt64Atomics; " + target_.device_name + " has neither", ErrorCode::kUnsupported);
               }
@@ -362,6 +375,8 @@ class Verifier {
           case Op::kStackAlloc:
             VKAD_TRY(expect_args(s, 0));
             if (s.type == DType::kBool) return error(s, "an adstack holds numbers, not bool");
+            // The integer heap has 32-bit elements.
+            if (s.type == DType::kI64) return error(s, "an adstack holds f32, f64, i32 or u32, not i64", ErrorCode::kUnsupported);
             kind = IdKind::kStack;
             break;
           case Op::kStackPush:
