@@ -125,19 +125,74 @@ Array KernelBuilder::ndarray(const std::string& name, DType t, uint32_t rank, Ar
   return Array(this, static_cast<uint32_t>(k_.params.size() - 1));
 }
 
-void KernelBuilder::parallel_for(const std::string& name, Bound begin, Bound end,
-                                 const std::function<void(Value)>& body, uint32_t local_size) {
+void KernelBuilder::make_task(const std::string& name, const std::vector<Range>& ranges,
+                              uint32_t local_size,
+                              const std::function<void(const std::vector<Value>&)>& body) {
   Task t;
   t.name = name;
-  t.begin = begin.rb;
-  t.end = end.rb;
-  t.index = k_.fresh();
   t.local_size = local_size;
+  if (ranges.size() == 1 && ranges[0].begin.leaf && ranges[0].end.leaf) {
+    t.begin = ranges[0].begin.rb;
+    t.end = ranges[0].end.rb;
+    t.index = k_.fresh();
+  } else {
+    for (const Range& r : ranges) t.dims.push_back({r.begin.expr, r.end.expr, k_.fresh()});
+    t.index = t.dims[0].index;
+  }
   k_.tasks.push_back(std::move(t));
   Task& task = k_.tasks.back();
+  std::vector<Value> idx;
+  for (ValueId id : task_indices(task)) idx.emplace_back(this, id, DType::kI32);
   blocks_.push_back(&task.body);
-  body(Value(this, task.index, DType::kI32));
+  body(idx);
   blocks_.pop_back();
+}
+
+void KernelBuilder::parallel_for(const std::string& name, Bound begin, Bound end,
+                                 const std::function<void(Value)>& body, uint32_t local_size) {
+  make_task(name, {Range(std::move(begin), std::move(end))}, local_size,
+            [&](const std::vector<Value>& i) { body(i[0]); });
+}
+
+void KernelBuilder::parallel_for(const std::string& name, Range r0, Range r1,
+                                 const std::function<void(Value, Value)>& body, uint32_t local_size) {
+  make_task(name, {std::move(r0), std::move(r1)}, local_size,
+            [&](const std::vector<Value>& i) { body(i[0], i[1]); });
+}
+
+void KernelBuilder::parallel_for(const std::string& name, Range r0, Range r1, Range r2,
+                                 const std::function<void(Value, Value, Value)>& body,
+                                 uint32_t local_size) {
+  make_task(name, {std::move(r0), std::move(r1), std::move(r2)}, local_size,
+            [&](const std::vector<Value>& i) { body(i[0], i[1], i[2]); });
+}
+
+Bound::Bound(SizeExpr e) : expr(std::move(e)) {
+  switch (expr.kind) {
+    case SizeExpr::Kind::kConst: rb = RangeBound::constant(expr.value); break;
+    case SizeExpr::Kind::kScalar: rb = RangeBound::scalar(expr.param); break;
+    case SizeExpr::Kind::kDim: rb = RangeBound::array_dim(expr.param, expr.dim); break;
+    default: leaf = false; break;
+  }
+}
+
+Bound Bound::max(const Bound& a, const Bound& b) {
+  // Not SizeExpr::combine: it folds max(x, 0) to x, which holds for sizes but not for a
+  // bound such as max(n - 5, 0).
+  SizeExpr e;
+  e.kind = SizeExpr::Kind::kMax;
+  e.operands = {a.expr, b.expr};
+  return Bound(std::move(e));
+}
+Bound operator+(const Bound& a, const Bound& b) {
+  return Bound(SizeExpr::combine(SizeExpr::Kind::kAdd, a.expr, b.expr));
+}
+Bound operator-(const Bound& a, const Bound& b) {
+  SizeExpr neg = SizeExpr::combine(SizeExpr::Kind::kMul, b.expr, SizeExpr::constant(-1));
+  return Bound(SizeExpr::combine(SizeExpr::Kind::kAdd, a.expr, std::move(neg)));
+}
+Bound operator*(const Bound& a, const Bound& b) {
+  return Bound(SizeExpr::combine(SizeExpr::Kind::kMul, a.expr, b.expr));
 }
 
 void KernelBuilder::serial_for(const std::string& name, Bound begin, Bound end,

@@ -173,13 +173,29 @@ class Local {
   DType type_ = DType::kF32;
 };
 
-// A task bound: an integer constant, a scalar parameter, or an ndarray extent.
+// A task bound: an integer constant, a scalar parameter, an ndarray extent, or sums,
+// differences and products of those, written from an explicit Bound so that they do not
+// build Values: `Bound(x.dim(0)) - 1`, `Bound(n) * m` (max(a, b) as Bound::max).
 struct Bound {
-  Bound(int64_t c) : rb(RangeBound::constant(c)) {}                  // NOLINT
-  Bound(int c) : rb(RangeBound::constant(c)) {}                      // NOLINT
-  Bound(const Scalar& s) : rb(RangeBound::scalar(s.param())) {}      // NOLINT
-  Bound(const Dim& d) : rb(RangeBound::array_dim(d.param(), d.dim())) {}  // NOLINT
-  RangeBound rb;
+  Bound(int64_t c) : rb(RangeBound::constant(c)), expr(SizeExpr::constant(c)) {}  // NOLINT
+  Bound(int c) : Bound(static_cast<int64_t>(c)) {}                                 // NOLINT
+  Bound(const Scalar& s) : rb(RangeBound::scalar(s.param())), expr(SizeExpr::scalar(s.param())) {}  // NOLINT
+  Bound(const Dim& d)  // NOLINT
+      : rb(RangeBound::array_dim(d.param(), d.dim())), expr(SizeExpr::array_dim(d.param(), d.dim())) {}
+  explicit Bound(SizeExpr e);
+  static Bound max(const Bound& a, const Bound& b);
+  RangeBound rb;  // when `leaf`
+  SizeExpr expr;
+  bool leaf = true;  // a constant, scalar or extent (a 1-d task keeps it as a RangeBound)
+};
+Bound operator+(const Bound& a, const Bound& b);
+Bound operator-(const Bound& a, const Bound& b);
+Bound operator*(const Bound& a, const Bound& b);
+
+// One dimension's [begin, end) of an N-d task: `{0, x.dim(0)}`.
+struct Range {
+  Range(Bound b, Bound e) : begin(std::move(b)), end(std::move(e)) {}
+  Bound begin, end;
 };
 
 struct ArrayFlags {
@@ -197,6 +213,12 @@ class KernelBuilder {
   // A parallel task over [begin, end); `body` receives the i32 index.
   void parallel_for(const std::string& name, Bound begin, Bound end,
                     const std::function<void(Value)>& body, uint32_t local_size = 0);
+  // Parallel tasks over 2 or 3 dimensions (the product of the ranges; a body receives one i32
+  // index per dimension): `kb.parallel_for("t", {0, n}, {1, Bound(x.dim(1)) - 1}, body)`.
+  void parallel_for(const std::string& name, Range r0, Range r1,
+                    const std::function<void(Value, Value)>& body, uint32_t local_size = 0);
+  void parallel_for(const std::string& name, Range r0, Range r1, Range r2,
+                    const std::function<void(Value, Value, Value)>& body, uint32_t local_size = 0);
   // A serial task: one invocation runs [begin, end) in order.
   void serial_for(const std::string& name, Bound begin, Bound end,
                   const std::function<void(Value)>& body);
@@ -237,6 +259,10 @@ class KernelBuilder {
 
  private:
   Block* current();
+  // Appends a task over `ranges` (an N-d task unless it is one range of plain bounds) and
+  // builds its body with the index values.
+  void make_task(const std::string& name, const std::vector<Range>& ranges, uint32_t local_size,
+                 const std::function<void(const std::vector<Value>&)>& body);
   Kernel k_;
   std::vector<Block*> blocks_;
 };

@@ -91,6 +91,10 @@ Result<runtime::CompiledKernel> compile(const Kernel& k, const Target& target,
     ct.name = t.name;
     ct.begin = t.begin;
     ct.end = t.end;
+    for (const TaskDim& dim : t.dims) {
+      ct.dim_begin.push_back(dim.begin);
+      ct.dim_end.push_back(dim.end);
+    }
     ct.serial = t.serial;
     // Serial tasks run on one invocation. Tasks with serial loops (long per-thread work,
     // adstack rows) get smaller groups than straight-line ones.

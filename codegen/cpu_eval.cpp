@@ -123,13 +123,21 @@ class Evaluator {
 
   Result<EvalResult> run() {
     VKAD_TRY(check_args());
-    for (const Task& t : k_.tasks) number(t.index, DType::kI32), number_block(t.body);
+    for (const Task& t : k_.tasks) {
+      for (ValueId ix : task_indices(t)) number(ix, DType::kI32);
+      number_block(t.body);
+    }
     densify();
     regs_.assign(slot_types_.size(), 0.0);
     errs_.assign(slot_types_.size(), 0.0);
     EvalResult r;
     for (const Task& t : k_.tasks) {
       flag_ = 0;
+      if (!t.dims.empty()) {
+        VKAD_TRY(run_nd(t));
+        r.error_flags.push_back(flag_);
+        continue;
+      }
       int64_t b = bound(t.begin), e = bound(t.end);
       for (int64_t i = b; i < e; ++i) {
         stacks_.clear();
@@ -142,6 +150,36 @@ class Evaluator {
   }
 
  private:
+  // An N-d task: the box's points in row-major order (the last dimension fastest). Bounds
+  // are evaluated as the runtime does; one it would refuse (a negative begin, an end past
+  // i32) is an error here too.
+  Status run_nd(const Task& t) {
+    size_t n = t.dims.size();
+    std::vector<int64_t> b(n), e(n), i(n);
+    for (size_t d = 0; d < n; ++d) {
+      adstack::SizeInputs in{[&](uint32_t p) { return to_i64(args_[p].scalar); },
+                             [&](uint32_t p, uint32_t dd) { return static_cast<int64_t>(args_[p].array->shape[dd]); }};
+      Result<int64_t> bv = adstack::evaluate(t.dims[d].begin, in);
+      Result<int64_t> ev = adstack::evaluate(t.dims[d].end, in);
+      if (!bv.ok() || !ev.ok() || *bv < 0 || *ev > INT32_MAX) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          "evaluate '" + k_.name + "' task '" + t.name + "': dimension " +
+                              std::to_string(d) + "'s range is out of bounds");
+      }
+      b[d] = *bv, e[d] = *ev;
+      if (e[d] <= b[d]) return {};
+    }
+    i = b;
+    while (true) {
+      stacks_.clear();
+      for (size_t d = 0; d < n; ++d) regs_[slot(t.dims[d].index)] = static_cast<double>(i[d]);
+      block(t.body);
+      size_t d = n;
+      while (d > 0 && ++i[d - 1] == e[d - 1]) i[d - 1] = b[d - 1], --d;
+      if (d == 0) return {};
+    }
+  }
+
   Status check_args() const {
     if (args_.size() != k_.params.size()) {
       return make_error(ErrorCode::kInvalidArgument,

@@ -363,11 +363,15 @@ class ReverseMode : public PartialBuilder {
 
   // Symbolic range of an integer value, or nullopt when it depends on data.
   std::optional<SymRange> range(ValueId v) {
-    if (v == task_->index) {
-      SymRange r;
-      r.lo = task_->begin.kind == RangeBound::Kind::kConstant ? task_->begin.value : 0;
-      r.up = SizeExpr::combine(SizeExpr::Kind::kAdd, bound_size(task_->end), SizeExpr::constant(-1));
-      return r;
+    {
+      int64_t lo = 0;
+      SizeExpr up;
+      if (task_index_bounds(*task_, v, &lo, &up)) {  // an index of the task (any dimension)
+        SymRange r;
+        r.lo = lo;
+        r.up = std::move(up);
+        return r;
+      }
     }
     auto it = def_.find(v);
     if (it == def_.end()) return std::nullopt;
@@ -740,7 +744,7 @@ class ReverseMode : public PartialBuilder {
     task_ = &t;
     def_.clear(), type_.clear(), active_.clear(), needed_.clear(), ckpt_.clear(), stacks_.clear();
     path_.clear(), stores_.clear(), hoist_.clear(), map_.clear(), vadj_.clear(), ladj_.clear();
-    type_[t.index] = DType::kI32;
+    for (ValueId ix : task_indices(t)) type_[ix] = DType::kI32;
     read_.clear();
     owned_ = owned_ndarrays(f_, t);
     std::vector<const Stmt*> ctrl;
@@ -759,6 +763,12 @@ class ReverseMode : public PartialBuilder {
     at.serial = t.serial;
     at.index = a_.fresh();
     map_[t.index] = at.index;
+    // The adjoint of an N-d task ranges over the same box, with its own indices.
+    at.dims = t.dims;
+    for (size_t d = 0; d < at.dims.size(); ++d) {
+      at.dims[d].index = d == 0 ? at.index : a_.fresh();
+      map_[t.dims[d].index] = at.dims[d].index;
+    }
     out_ = {&at.body};
     // Checkpoint stacks, in a deterministic order (statement order).
     std::vector<const Stmt*> order;
@@ -830,12 +840,14 @@ class ReverseMode : public PartialBuilder {
 
 std::vector<bool> owned_ndarrays(const Kernel& k, const Task& task) {
   std::vector<bool> accessed(k.params.size(), false), other(k.params.size(), false);
+  // An N-d task owns [i, j(, k)]: its own indices, all of them, in order.
+  const std::vector<ValueId> own = task_indices(task);
   std::function<void(const Block&)> walk = [&](const Block& b) {
     for (const Stmt& s : b.stmts) {
       if (s.op == Op::kLoad || s.op == Op::kStore || s.op == Op::kAtomicAdd) {
         size_t n = s.args.size() - (s.op == Op::kLoad ? 0 : 1);  // index operands
         accessed[s.param] = true;
-        if (n != 1 || s.args[0] != task.index) other[s.param] = true;
+        if (n != own.size() || !std::equal(own.begin(), own.end(), s.args.begin())) other[s.param] = true;
       }
       for (const Block& c : s.blocks) walk(c);
     }

@@ -70,7 +70,9 @@ Result<Kernel> make_adjoint(const Kernel& forward, const Target& target = {});
 // the adjoint indexes the same way), so the adjoint accumulates p's gradient with load-add-
 // store instead of atomic_add. Tasks run one after another (a barrier between dispatches),
 // so the proof is per task. False for serial tasks, scalars and anything unproven (gathers,
-// scatters, index arithmetic, rank > 1). Result: one flag per parameter of k. The proof is
+// scatters, index arithmetic, rank > 1 in a 1-d task). An N-d task owns the elements
+// [i, j(, k)] indexed by exactly its own indices in order (rank = its dimension count).
+// Result: one flag per parameter of k. The proof is
 // per parameter: it assumes the launch binds distinct ndarrays to distinct gradient
 // parameters (one ndarray bound as both x_grad and w_grad would mix plain and atomic adds).
 std::vector<bool> owned_ndarrays(const Kernel& k, const Task& task);

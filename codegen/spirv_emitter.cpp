@@ -62,8 +62,9 @@ class TaskEmitter {
     m_.preserve_nan_inf(target_.preserve_nan_inf_f32, target_.preserve_nan_inf_f64);
     load_adstack_layout();
     load_launch_constants(task_.body);
+    load_nd_bounds();
     uint32_t first = start;
-    if (o_.unroll > 1 && !task_.serial && unrollable(task_.body)) {
+    if (o_.unroll > 1 && !task_.serial && task_.dims.empty() && unrollable(task_.body)) {
       // Main loop: kUnroll elements per iteration (i, i + stride, ...), their statements
       // interleaved so the loads of all copies issue before the first use. One 4-byte load in
       // flight per thread cannot saturate HBM (H200: generated saxpy 87% of a uvec4 copy).
@@ -90,8 +91,7 @@ class TaskEmitter {
       });
     }
     loop(u32_, first, end, stride, /*is_signed=*/false, [&](uint32_t i) {
-      values_[task_.index] = op(spv::OpBitcast, i32_, {i});
-      types_[task_.index] = DType::kI32;
+      bind_indices(i);
       emit_block(task_.body);
     });
     m_.op(spv::OpReturn, {});
@@ -100,6 +100,64 @@ class TaskEmitter {
   }
 
  private:
+  // ------------------------------------------------------------ N-d ranges
+  // An N-d task's range is [0, product of extents) (the runtime sets it so); each dimension's
+  // begin and extent are computed here once per invocation, from the same args-buffer words
+  // the host evaluated, in i32 (add and mul wrap like the host's exact values modulo 2^32;
+  // the launch refused bounds outside [0, 2^31)).
+  uint32_t size_value(const SizeExpr& e) {
+    switch (e.kind) {
+      case SizeExpr::Kind::kConst: return m_.c_i32(static_cast<int32_t>(e.value));
+      case SizeExpr::Kind::kScalar: {
+        uint32_t s = read_scalar(e.param);
+        if (k_.params[e.param].dtype == DType::kU32) s = op(spv::OpBitcast, i32_, {s});
+        return ext(GLSLstd450SMax, i32_, {s, m_.c_i32(0)});  // a negative scalar counts as 0
+      }
+      case SizeExpr::Kind::kDim:
+        return op(spv::OpBitcast, i32_, {args_word(layout_.shape_offset(e.param) + 4 * e.dim)});
+      default: {
+        uint32_t r = size_value(e.operands[0]);
+        for (size_t i = 1; i < e.operands.size(); ++i) {
+          uint32_t x = size_value(e.operands[i]);
+          if (e.kind == SizeExpr::Kind::kAdd) r = op(spv::OpIAdd, i32_, {r, x});
+          else if (e.kind == SizeExpr::Kind::kMul) r = op(spv::OpIMul, i32_, {r, x});
+          else r = ext(GLSLstd450SMax, i32_, {r, x});
+        }
+        return r;
+      }
+    }
+  }
+  void load_nd_bounds() {
+    for (const TaskDim& d : task_.dims) {
+      uint32_t b = size_value(d.begin), e = size_value(d.end);
+      uint32_t ext = ext_inst_smax(op(spv::OpISub, i32_, {e, b}));
+      nd_begin_.push_back(op(spv::OpBitcast, u32_, {b}));
+      nd_extent_.push_back(op(spv::OpBitcast, u32_, {ext}));
+    }
+  }
+  uint32_t ext_inst_smax(uint32_t x) { return ext(GLSLstd450SMax, i32_, {x, m_.c_i32(0)}); }
+  // The index values of iteration `i` (u32): i itself for a 1-d task; for an N-d one its
+  // row-major coordinates, the last dimension fastest. i < product of extents, so no
+  // extent divided by here is 0.
+  void bind_indices(uint32_t i) {
+    if (task_.dims.empty()) {
+      values_[task_.index] = op(spv::OpBitcast, i32_, {i});
+      types_[task_.index] = DType::kI32;
+      return;
+    }
+    uint32_t rem = i;
+    for (size_t d = task_.dims.size(); d-- > 0;) {
+      uint32_t coord = rem;
+      if (d > 0) {
+        coord = op(spv::OpUMod, u32_, {rem, nd_extent_[d]});
+        rem = op(spv::OpUDiv, u32_, {rem, nd_extent_[d]});
+      }
+      uint32_t idx = op(spv::OpIAdd, u32_, {nd_begin_[d], coord});
+      values_[task_.dims[d].index] = op(spv::OpBitcast, i32_, {idx});
+      types_[task_.dims[d].index] = DType::kI32;
+    }
+  }
+
   // ------------------------------------------------------------ helpers
   uint32_t op(spv::Op o, uint32_t type, std::initializer_list<uint32_t> operands) {
     uint32_t r = m_.id();
@@ -890,6 +948,7 @@ class TaskEmitter {
   std::unordered_map<uint32_t, uint32_t> scalars_;                // param -> value
   std::unordered_map<uint32_t, std::vector<uint32_t>> shapes_;    // param -> extents (u32)
   uint32_t heap_binding_ = 0;
+  std::vector<uint32_t> nd_begin_, nd_extent_;  // N-d tasks: per dimension (u32 values)
 };
 
 }  // namespace

@@ -31,15 +31,23 @@ class Verifier {
     for (const Task& t : k_.tasks) {
       task_ = &t;
       if (!task_names.insert(t.name).second) return task_error("two tasks are called '" + t.name + "'");
-      VKAD_TRY(check_bound(t.begin, "begin"));
-      VKAD_TRY(check_bound(t.end, "end"));
+      if (t.dims.empty()) {
+        VKAD_TRY(check_bound(t.begin, "begin"));
+        VKAD_TRY(check_bound(t.end, "end"));
+      } else {
+        VKAD_TRY(check_dims(t));
+      }
       if (t.local_size > target_.max_local_size) {
         return task_error("local size " + std::to_string(t.local_size) + " exceeds the device's " +
                           std::to_string(target_.max_local_size));
       }
       if (t.index == kNoValue) return task_error("the task has no index value");
-      VKAD_TRY(define(t.index, {IdKind::kValue, DType::kI32, nullptr}, nullptr));
-      scopes_.push_back({t.index});
+      std::vector<ValueId> indices = task_indices(t);
+      scopes_.emplace_back();
+      for (ValueId ix : indices) {
+        if (ix == kNoValue) return task_error("the task has no index value");
+        VKAD_TRY(define(ix, {IdKind::kValue, DType::kI32, nullptr}, nullptr));
+      }
       VKAD_TRY(block(t.body));
       scopes_.pop_back();
     }
@@ -112,6 +120,55 @@ class Verifier {
                         std::to_string(b.dim) + "), which does not exist");
     }
     return {};
+  }
+
+  // An N-d task's dimensions: 1 to kMaxTaskDims, index = dims[0].index, and bounds whose
+  // leaves are i32 constants, i32 / u32 scalars and existing extents (the module evaluates
+  // them in i32). A constant begin must not be negative; other bounds are checked per launch.
+  Status check_dims(const Task& t) const {
+    if (t.dims.size() > kMaxTaskDims) {
+      return task_error("the task has " + std::to_string(t.dims.size()) + " dimensions (1 to " +
+                        std::to_string(kMaxTaskDims) + " supported)");
+    }
+    if (t.index != t.dims[0].index) return task_error("the task's index is not its first dimension's");
+    for (size_t d = 0; d < t.dims.size(); ++d) {
+      std::string where = "dimension " + std::to_string(d);
+      VKAD_TRY(check_dim_bound(t.dims[d].begin, where + " begin"));
+      VKAD_TRY(check_dim_bound(t.dims[d].end, where + " end"));
+      const SizeExpr& b = t.dims[d].begin;
+      if (b.kind == SizeExpr::Kind::kConst && b.value < 0) {
+        return task_error(where + " begin is negative (" + std::to_string(b.value) + ")");
+      }
+    }
+    return {};
+  }
+  Status check_dim_bound(const SizeExpr& e, const std::string& which) const {
+    using K = SizeExpr::Kind;
+    switch (e.kind) {
+      case K::kConst:
+        if (e.value < INT32_MIN || e.value > INT32_MAX) {
+          return task_error(which + ": constant " + std::to_string(e.value) + " is out of range for i32");
+        }
+        return {};
+      case K::kScalar:
+      case K::kDim: {
+        if (e.param >= k_.params.size()) {
+          return task_error(which + " names parameter " + std::to_string(e.param) + ", which does not exist");
+        }
+        const Param& p = k_.params[e.param];
+        if (e.kind == K::kScalar && (p.kind != ParamKind::kScalar || (p.dtype != DType::kI32 && p.dtype != DType::kU32))) {
+          return task_error(which + " uses '" + p.name + "', which is not an i32 or u32 scalar");
+        }
+        if (e.kind == K::kDim && (p.kind != ParamKind::kNdArray || e.dim >= p.rank)) {
+          return task_error(which + " uses shape(" + p.name + ", " + std::to_string(e.dim) + "), which does not exist");
+        }
+        return {};
+      }
+      default:
+        if (e.operands.empty()) return task_error(which + ": a combination without operands");
+        for (const SizeExpr& o : e.operands) VKAD_TRY(check_dim_bound(o, which));
+        return {};
+    }
   }
 
   Status check_size(const Stmt& s, const SizeExpr& e) const {
@@ -428,6 +485,14 @@ uint32_t size_depth(const SizeExpr& e, uint32_t limit) {
 Status check_nesting(const Kernel& k) {
   for (const Task& t : k.tasks) {
     std::string where = "kernel '" + k.name + "', task '" + t.name + "'";
+    for (const TaskDim& d : t.dims) {
+      if (size_depth(d.begin, kMaxNestingDepth) > kMaxNestingDepth ||
+          size_depth(d.end, kMaxNestingDepth) > kMaxNestingDepth) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          where + ": a range bound nests add/mul/max deeper than " +
+                              std::to_string(kMaxNestingDepth) + " (kMaxNestingDepth)");
+      }
+    }
     // Explicit stack of (block, depth of its statements): no recursion over the tree.
     std::vector<std::pair<const Block*, uint32_t>> todo = {{&t.body, 0}};
     while (!todo.empty()) {
