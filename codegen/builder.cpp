@@ -115,8 +115,8 @@ const Local& Local::operator/=(double v) const { store(load() / v); return *this
 
 KernelBuilder::KernelBuilder(std::string name) { k_.name = std::move(name); }
 
-Scalar KernelBuilder::scalar(const std::string& name, DType t) {
-  k_.params.push_back({name, ParamKind::kScalar, t, 0, false, false});
+Scalar KernelBuilder::scalar(const std::string& name, DType t, bool needs_grad) {
+  k_.params.push_back({name, ParamKind::kScalar, t, 0, needs_grad, false});
   return Scalar(this, static_cast<uint32_t>(k_.params.size() - 1));
 }
 

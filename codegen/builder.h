@@ -207,7 +207,8 @@ class KernelBuilder {
  public:
   explicit KernelBuilder(std::string name);
 
-  Scalar scalar(const std::string& name, DType t);
+  // `needs_grad` (f32 / f64 only): the adjoint produces d loss / d scalar in `<name>_grad`.
+  Scalar scalar(const std::string& name, DType t, bool needs_grad = false);
   Array ndarray(const std::string& name, DType t, uint32_t rank, ArrayFlags flags = {});
 
   // A parallel task over [begin, end); `body` receives the i32 index.

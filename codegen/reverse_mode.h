@@ -1,7 +1,8 @@
 // Reverse mode: the adjoint kernel of a forward kernel.
 //
 // Parameters of the adjoint: the forward kernel's parameters, unchanged and in order, then one
-// gradient ndarray per parameter marked `grad`, called `<name>_grad`, same dtype and shape.
+// gradient ndarray per parameter marked `grad`, called `<name>_grad`, same dtype and shape (a
+// scalar's: shape {1}).
 // For an ndarray the forward kernel reads, the adjoint adds dL/d(element) into its gradient
 // (onto what the gradient array holds): with atomic_add, or with a plain load, add and store
 // where owned_ndarrays() proves each thread touches only its own element; for one it writes
@@ -39,7 +40,12 @@
 // Rejected with kInvalidArgument naming the statement: other ndarrays both read and written
 // (the error says which case and what to do), a differentiable value carried through an array
 // without gradient, adstack statements in the forward kernel, and loops with no derivable or
-// stated trip bound. Scalar parameters get no gradient.
+// stated trip bound.
+//
+// A scalar f32 / f64 parameter marked grad gets a 1-element gradient ndarray `<name>_grad`:
+// each iteration sums d loss / d scalar over every use into a local, then atomically adds it
+// into element 0 (onto what the array holds, like every gradient), so the launch's threads
+// reduce into it.
 #pragma once
 
 #include <vector>

@@ -138,6 +138,7 @@ std::string print(const Kernel& k) {
     out += (i ? ", " : "") + p.name + ": ";
     if (p.kind == ParamKind::kScalar) {
       out += runtime::dtype_name(p.dtype);
+      if (p.needs_grad) out += " grad";
     } else {
       out += std::string("ndarray<") + runtime::dtype_name(p.dtype) + ", " +
              std::to_string(p.rank) + ">" + (p.needs_grad ? " grad" : "") +
@@ -207,6 +208,10 @@ class Parser {
         }
       } else {
         VKAD_ASSIGN_OR_RETURN(p.dtype, dtype());
+        if (tok_.kind == Token::kIdent && tok_.text == "grad") {  // a differentiable scalar
+          advance();
+          p.needs_grad = true;
+        }
       }
       k.params.push_back(std::move(p));
     }

@@ -93,9 +93,9 @@ class Verifier {
       return kernel_error("ndarray parameter '" + p.name + "' has rank " + std::to_string(p.rank) +
                           " (1 to " + std::to_string(runtime::kMaxNdArrayRank) + " supported)");
     }
-    if (p.needs_grad && (p.kind != ParamKind::kNdArray || !is_float(p.dtype))) {
+    if (p.needs_grad && !is_float(p.dtype)) {
       return kernel_error("parameter '" + p.name +
-                          "' is marked grad, but only float ndarrays have gradients");
+                          "' is marked grad, but only float ndarrays and scalars have gradients");
     }
     return {};
   }
