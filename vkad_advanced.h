@@ -16,3 +16,4 @@
 #include "codegen/text.h"
 #include "codegen/verifier.h"
 #include "codegen/reverse_mode.h"
+#include "codegen/forward_mode.h"

@@ -91,6 +91,12 @@ struct CompiledTask {
   RangeBound end = RangeBound::constant(1);
   // A serial task runs its whole range in one invocation (one workgroup of one thread).
   bool serial = false;
+  // An N-d task (up to 3 dimensions): per dimension, [begin, end) as size expressions of
+  // constants, integer scalars and extents. The launch range is then [0, product of
+  // max(end - begin, 0)) (begin / end above are unused) and the module computes each
+  // iteration's indices from it; a launch refuses a negative begin or an end past 2^31 - 1.
+  // Empty for a 1-d task.
+  std::vector<adstack::SizeExpr> dim_begin, dim_end;
   // Adstacks in the order the module numbers them (adstack/adstack_layout.h has the storage
   // contract). Empty for kernels without reverse-mode stacks.
   std::vector<adstack::StackDesc> adstacks;

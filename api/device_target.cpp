@@ -10,6 +10,7 @@ Target target_from_caps(const rhi::Capabilities& caps) {
   Target t;
   t.device_name = caps.device_name;
   t.float64 = caps.shader_float64;
+  t.int64 = caps.shader_int64;
   t.atomic_float32_add = caps.atomic_float32_add;
   t.atomic_float64_add = caps.atomic_float64_add && caps.shader_float64;
   t.atomic_int64 = caps.atomic_int64;

@@ -1,5 +1,6 @@
 #include "codegen/builder.h"
 
+#include <cmath>
 #include <utility>
 
 namespace vkad::codegen {
@@ -22,7 +23,7 @@ Dim::operator Value() const {
 }
 
 namespace {
-Stmt access(Op op, uint32_t param, std::initializer_list<Value> idx) {
+Stmt access(Op op, uint32_t param, const std::vector<Value>& idx) {
   Stmt s;
   s.op = op;
   s.param = param;
@@ -31,23 +32,62 @@ Stmt access(Op op, uint32_t param, std::initializer_list<Value> idx) {
 }
 }  // namespace
 
-Value Array::load(std::initializer_list<Value> idx) const {
+Value Array::load(std::initializer_list<Value> idx) const { return load(std::vector<Value>(idx)); }
+void Array::store(std::initializer_list<Value> idx, Value v) const { store(std::vector<Value>(idx), v); }
+void Array::atomic_add(std::initializer_list<Value> idx, Value v) const {
+  atomic_add(std::vector<Value>(idx), v);
+}
+
+Value Array::load(const std::vector<Value>& idx) const {
   Stmt s = access(Op::kLoad, param_, idx);
   s.type = b_->kernel().params[param_].dtype;
   return b_->emit(std::move(s));
 }
 
-void Array::store(std::initializer_list<Value> idx, Value v) const {
+void Array::store(const std::vector<Value>& idx, Value v) const {
   Stmt s = access(Op::kStore, param_, idx);
   s.args.push_back(v.id());
   b_->emit(std::move(s));
 }
 
-void Array::atomic_add(std::initializer_list<Value> idx, Value v) const {
+void Array::atomic_add(const std::vector<Value>& idx, Value v) const {
   Stmt s = access(Op::kAtomicAdd, param_, idx);
   s.args.push_back(v.id());
   b_->emit(std::move(s));
 }
+
+Element Array::operator[](std::initializer_list<Value> idx) const {
+  return Element(*this, std::vector<Value>(idx));
+}
+
+std::vector<Value> Array::component_index(std::initializer_list<Value> idx, int c) const {
+  std::vector<Value> r(idx);
+  uint32_t rank = b_->kernel().params[param_].rank;
+  if (r.size() + 1 == rank) {
+    r.push_back(b_->i32(c));  // a trailing dimension of extent N
+  } else if (r.size() == rank && c > 0) {
+    r.back() = r.back() + static_cast<double>(c);  // consecutive along the last dimension
+  }
+  // Any other count is left as it is: verify() reports the rank mismatch on the load / store.
+  return r;
+}
+
+const Element& Element::operator=(Value v) const {
+  a_.store(idx_, v);
+  return *this;
+}
+const Element& Element::operator=(double v) const {
+  Value l = a_.builder()->constant(a_.builder()->kernel().params[a_.param()].dtype, v);
+  return *this = l;
+}
+const Element& Element::operator+=(Value v) const { return *this = load() + v; }
+const Element& Element::operator-=(Value v) const { return *this = load() - v; }
+const Element& Element::operator*=(Value v) const { return *this = load() * v; }
+const Element& Element::operator/=(Value v) const { return *this = load() / v; }
+const Element& Element::operator+=(double v) const { return *this = load() + v; }
+const Element& Element::operator-=(double v) const { return *this = load() - v; }
+const Element& Element::operator*=(double v) const { return *this = load() * v; }
+const Element& Element::operator/=(double v) const { return *this = load() / v; }
 
 Value Local::load() const {
   Stmt s;
@@ -64,10 +104,19 @@ void Local::store(Value v) const {
   b_->emit(std::move(s));
 }
 
+const Local& Local::operator+=(Value v) const { store(load() + v); return *this; }
+const Local& Local::operator-=(Value v) const { store(load() - v); return *this; }
+const Local& Local::operator*=(Value v) const { store(load() * v); return *this; }
+const Local& Local::operator/=(Value v) const { store(load() / v); return *this; }
+const Local& Local::operator+=(double v) const { store(load() + v); return *this; }
+const Local& Local::operator-=(double v) const { store(load() - v); return *this; }
+const Local& Local::operator*=(double v) const { store(load() * v); return *this; }
+const Local& Local::operator/=(double v) const { store(load() / v); return *this; }
+
 KernelBuilder::KernelBuilder(std::string name) { k_.name = std::move(name); }
 
-Scalar KernelBuilder::scalar(const std::string& name, DType t) {
-  k_.params.push_back({name, ParamKind::kScalar, t, 0, false, false});
+Scalar KernelBuilder::scalar(const std::string& name, DType t, bool needs_grad) {
+  k_.params.push_back({name, ParamKind::kScalar, t, 0, needs_grad, false});
   return Scalar(this, static_cast<uint32_t>(k_.params.size() - 1));
 }
 
@@ -76,19 +125,74 @@ Array KernelBuilder::ndarray(const std::string& name, DType t, uint32_t rank, Ar
   return Array(this, static_cast<uint32_t>(k_.params.size() - 1));
 }
 
-void KernelBuilder::parallel_for(const std::string& name, Bound begin, Bound end,
-                                 const std::function<void(Value)>& body, uint32_t local_size) {
+void KernelBuilder::make_task(const std::string& name, const std::vector<Range>& ranges,
+                              uint32_t local_size,
+                              const std::function<void(const std::vector<Value>&)>& body) {
   Task t;
   t.name = name;
-  t.begin = begin.rb;
-  t.end = end.rb;
-  t.index = k_.fresh();
   t.local_size = local_size;
+  if (ranges.size() == 1 && ranges[0].begin.leaf && ranges[0].end.leaf) {
+    t.begin = ranges[0].begin.rb;
+    t.end = ranges[0].end.rb;
+    t.index = k_.fresh();
+  } else {
+    for (const Range& r : ranges) t.dims.push_back({r.begin.expr, r.end.expr, k_.fresh()});
+    t.index = t.dims[0].index;
+  }
   k_.tasks.push_back(std::move(t));
   Task& task = k_.tasks.back();
+  std::vector<Value> idx;
+  for (ValueId id : task_indices(task)) idx.emplace_back(this, id, DType::kI32);
   blocks_.push_back(&task.body);
-  body(Value(this, task.index, DType::kI32));
+  body(idx);
   blocks_.pop_back();
+}
+
+void KernelBuilder::parallel_for(const std::string& name, Bound begin, Bound end,
+                                 const std::function<void(Value)>& body, uint32_t local_size) {
+  make_task(name, {Range(std::move(begin), std::move(end))}, local_size,
+            [&](const std::vector<Value>& i) { body(i[0]); });
+}
+
+void KernelBuilder::parallel_for(const std::string& name, Range r0, Range r1,
+                                 const std::function<void(Value, Value)>& body, uint32_t local_size) {
+  make_task(name, {std::move(r0), std::move(r1)}, local_size,
+            [&](const std::vector<Value>& i) { body(i[0], i[1]); });
+}
+
+void KernelBuilder::parallel_for(const std::string& name, Range r0, Range r1, Range r2,
+                                 const std::function<void(Value, Value, Value)>& body,
+                                 uint32_t local_size) {
+  make_task(name, {std::move(r0), std::move(r1), std::move(r2)}, local_size,
+            [&](const std::vector<Value>& i) { body(i[0], i[1], i[2]); });
+}
+
+Bound::Bound(SizeExpr e) : expr(std::move(e)) {
+  switch (expr.kind) {
+    case SizeExpr::Kind::kConst: rb = RangeBound::constant(expr.value); break;
+    case SizeExpr::Kind::kScalar: rb = RangeBound::scalar(expr.param); break;
+    case SizeExpr::Kind::kDim: rb = RangeBound::array_dim(expr.param, expr.dim); break;
+    default: leaf = false; break;
+  }
+}
+
+Bound Bound::max(const Bound& a, const Bound& b) {
+  // Not SizeExpr::combine: it folds max(x, 0) to x, which holds for sizes but not for a
+  // bound such as max(n - 5, 0).
+  SizeExpr e;
+  e.kind = SizeExpr::Kind::kMax;
+  e.operands = {a.expr, b.expr};
+  return Bound(std::move(e));
+}
+Bound operator+(const Bound& a, const Bound& b) {
+  return Bound(SizeExpr::combine(SizeExpr::Kind::kAdd, a.expr, b.expr));
+}
+Bound operator-(const Bound& a, const Bound& b) {
+  SizeExpr neg = SizeExpr::combine(SizeExpr::Kind::kMul, b.expr, SizeExpr::constant(-1));
+  return Bound(SizeExpr::combine(SizeExpr::Kind::kAdd, a.expr, std::move(neg)));
+}
+Bound operator*(const Bound& a, const Bound& b) {
+  return Bound(SizeExpr::combine(SizeExpr::Kind::kMul, a.expr, b.expr));
 }
 
 void KernelBuilder::serial_for(const std::string& name, Bound begin, Bound end,
@@ -180,7 +284,10 @@ Value KernelBuilder::constant(DType t, double v) {
   if (is_float(t)) {
     s.fimm = t == DType::kF32 ? static_cast<float>(v) : v;
   } else {
-    s.iimm = t == DType::kBool ? (v != 0) : static_cast<int64_t>(v);
+    // Saturating, NaN -> 0: a number past int64 stays defined here and verify() reports it
+    // out of range for the type.
+    double c = std::isnan(v) ? 0 : v <= -0x1p63 ? -0x1p63 : v >= 0x1p63 ? 0x1p63 - 1024 : v;
+    s.iimm = t == DType::kBool ? (v != 0) : static_cast<int64_t>(c);
     s.fimm = static_cast<double>(s.iimm);
   }
   return emit(std::move(s));
@@ -227,7 +334,19 @@ Kernel KernelBuilder::finish() {
 
 namespace {
 KernelBuilder* pick(Value a, Value b) { return a.builder() ? a.builder() : b.builder(); }
-Value lit(Value like, double v) { return like.builder()->constant(like.type(), v); }
+// A constant of `like`'s type, unless the type cannot hold `v` exactly (2.5 or 1e30 for an
+// integer, 2 for a bool): then an f64 constant, so verify() names the statement whose
+// operand types differ instead of the literal being truncated here.
+Value lit(Value like, double v) {
+  DType t = like.type();
+  bool exact = true;
+  if (is_int(t)) {
+    exact = std::isfinite(v) && std::trunc(v) == v && std::fabs(v) <= 0x1p63;
+  } else if (t == DType::kBool) {
+    exact = v == 0 || v == 1;
+  }
+  return like.builder()->constant(exact ? t : DType::kF64, v);
+}
 }  // namespace
 
 Value operator+(Value a, Value b) { return pick(a, b)->binary(Op::kAdd, a, b); }
@@ -248,7 +367,19 @@ Value operator<=(Value a, Value b) { return pick(a, b)->binary(Op::kLe, a, b); }
 Value operator>(Value a, Value b) { return pick(a, b)->binary(Op::kGt, a, b); }
 Value operator>=(Value a, Value b) { return pick(a, b)->binary(Op::kGe, a, b); }
 Value operator<(Value a, double b) { return a < lit(a, b); }
+Value operator<=(Value a, double b) { return a <= lit(a, b); }
 Value operator>(Value a, double b) { return a > lit(a, b); }
+Value operator>=(Value a, double b) { return a >= lit(a, b); }
+Value operator<(double a, Value b) { return lit(b, a) < b; }
+Value operator<=(double a, Value b) { return lit(b, a) <= b; }
+Value operator>(double a, Value b) { return lit(b, a) > b; }
+Value operator>=(double a, Value b) { return lit(b, a) >= b; }
+Value operator==(Value a, Value b) { return pick(a, b)->binary(Op::kEq, a, b); }
+Value operator!=(Value a, Value b) { return pick(a, b)->binary(Op::kNe, a, b); }
+Value operator==(Value a, double b) { return a == lit(a, b); }
+Value operator!=(Value a, double b) { return a != lit(a, b); }
+Value operator==(double a, Value b) { return lit(b, a) == b; }
+Value operator!=(double a, Value b) { return lit(b, a) != b; }
 Value operator&&(Value a, Value b) { return pick(a, b)->binary(Op::kAnd, a, b); }
 Value operator||(Value a, Value b) { return pick(a, b)->binary(Op::kOr, a, b); }
 Value operator!(Value a) { return a.builder()->unary(Op::kNot, a); }

@@ -91,6 +91,10 @@ Result<abi::CompiledKernel> compile(const Kernel& k, const Target& target,
     ct.name = t.name;
     ct.begin = t.begin;
     ct.end = t.end;
+    for (const TaskDim& dim : t.dims) {
+      ct.dim_begin.push_back(dim.begin);
+      ct.dim_end.push_back(dim.end);
+    }
     ct.serial = t.serial;
     // Serial tasks run on one invocation. Tasks with serial loops (long per-thread work,
     // adstack rows) get smaller groups than straight-line ones.
@@ -136,7 +140,7 @@ Result<std::shared_ptr<const abi::CompiledKernel>> CompileCache::compile(
   // recurses, so the nesting limit is checked first (compile() verifies the rest).
   VKAD_TRY(check_nesting(k));
   std::string key = print(k);
-  key += "|" + target.device_name + (target.float64 ? "d" : "") +
+  key += "|" + target.device_name + (target.float64 ? "d" : "") + (target.int64 ? "l" : "") +
          (target.atomic_float32_add ? "a" : "") + (target.atomic_float64_add ? "A" : "") +
          (target.atomic_int64 ? "I" : "") + std::to_string(target.max_local_size) +
          adstack::layout_name(target.adstack_layout) + (target.preserve_nan_inf_f32 ? "n" : "") +

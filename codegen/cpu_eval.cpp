@@ -57,7 +57,16 @@ double round_to(DType t, double v) {
       int64_t i = static_cast<int64_t>(std::fmod(v, 4294967296.0));
       return static_cast<double>(static_cast<uint32_t>(i));
     }
-    case DType::kI64: return v;
+    case DType::kI64: {
+      // Wraps modulo 2^64 like the device. The reference holds values as doubles, so i64 is
+      // exact only while |v| <= 2^53 (cpu_eval.h).
+      if (!std::isfinite(v)) return 0;
+      if (v >= -0x1p63 && v < 0x1p63) return v;
+      double w = std::fmod(v, 0x1p64);
+      if (w >= 0x1p63) w -= 0x1p64;
+      if (w < -0x1p63) w += 0x1p64;
+      return w;
+    }
     case DType::kBool: return v != 0 ? 1 : 0;
   }
   return v;
@@ -87,8 +96,9 @@ double math1(Op op, T f) {
 double float_to_int(DType to, double v) {
   if (std::isnan(v)) return 0;
   v = std::trunc(v);
-  double lo = to == DType::kU32 ? 0.0 : -2147483648.0;
-  double hi = to == DType::kU32 ? 4294967295.0 : 2147483647.0;
+  double lo = to == DType::kU32 ? 0.0 : to == DType::kI64 ? -0x1p63 : -2147483648.0;
+  // i64: the largest double below 2^63 (INT64_MAX itself has no double).
+  double hi = to == DType::kU32 ? 4294967295.0 : to == DType::kI64 ? 0x1p63 - 1024 : 2147483647.0;
   return std::min(std::max(v, lo), hi);
 }
 
@@ -113,13 +123,21 @@ class Evaluator {
 
   Result<EvalResult> run() {
     VKAD_TRY(check_args());
-    for (const Task& t : k_.tasks) number(t.index, DType::kI32), number_block(t.body);
+    for (const Task& t : k_.tasks) {
+      for (ValueId ix : task_indices(t)) number(ix, DType::kI32);
+      number_block(t.body);
+    }
     densify();
     regs_.assign(slot_types_.size(), 0.0);
     errs_.assign(slot_types_.size(), 0.0);
     EvalResult r;
     for (const Task& t : k_.tasks) {
       flag_ = 0;
+      if (!t.dims.empty()) {
+        VKAD_TRY(run_nd(t));
+        r.error_flags.push_back(flag_);
+        continue;
+      }
       int64_t b = bound(t.begin), e = bound(t.end);
       for (int64_t i = b; i < e; ++i) {
         stacks_.clear();
@@ -132,6 +150,36 @@ class Evaluator {
   }
 
  private:
+  // An N-d task: the box's points in row-major order (the last dimension fastest). Bounds
+  // are evaluated as the runtime does; one it would refuse (a negative begin, an end past
+  // i32) is an error here too.
+  Status run_nd(const Task& t) {
+    size_t n = t.dims.size();
+    std::vector<int64_t> b(n), e(n), i(n);
+    for (size_t d = 0; d < n; ++d) {
+      adstack::SizeInputs in{[&](uint32_t p) { return to_i64(args_[p].scalar); },
+                             [&](uint32_t p, uint32_t dd) { return static_cast<int64_t>(args_[p].array->shape[dd]); }};
+      Result<int64_t> bv = adstack::evaluate(t.dims[d].begin, in);
+      Result<int64_t> ev = adstack::evaluate(t.dims[d].end, in);
+      if (!bv.ok() || !ev.ok() || *bv < 0 || *ev > INT32_MAX) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          "evaluate '" + k_.name + "' task '" + t.name + "': dimension " +
+                              std::to_string(d) + "'s range is out of bounds");
+      }
+      b[d] = *bv, e[d] = *ev;
+      if (e[d] <= b[d]) return {};
+    }
+    i = b;
+    while (true) {
+      stacks_.clear();
+      for (size_t d = 0; d < n; ++d) regs_[slot(t.dims[d].index)] = static_cast<double>(i[d]);
+      block(t.body);
+      size_t d = n;
+      while (d > 0 && ++i[d - 1] == e[d - 1]) i[d - 1] = b[d - 1], --d;
+      if (d == 0) return {};
+    }
+  }
+
   Status check_args() const {
     if (args_.size() != k_.params.size()) {
       return make_error(ErrorCode::kInvalidArgument,
@@ -230,8 +278,9 @@ class Evaluator {
       case Op::kAdd: return a + b;
       case Op::kSub: return a - b;
       case Op::kMul:
-        if (!f) {  // exact wrap of a 32x32-bit product
+        if (!f) {  // exact wrap of a 32x32-bit product (64-bit for i64)
           uint64_t p = static_cast<uint64_t>(to_i64(a)) * static_cast<uint64_t>(to_i64(b));
+          if (t == DType::kI64) return static_cast<double>(static_cast<int64_t>(p));
           return static_cast<double>(static_cast<uint32_t>(p));
         }
         return a * b;
@@ -243,6 +292,7 @@ class Evaluator {
         // back to INT_MIN) without overflow. By zero: div and floordiv 0, mod the dividend.
         int64_t x = to_i64(a), y = to_i64(b);
         if (y == 0) return s.op == Op::kMod ? a : 0;
+        if (y == -1 && x == INT64_MIN) return s.op == Op::kMod ? 0 : a;  // i64's INT_MIN / -1
         int64_t q = x / y, r = x % y;
         if (s.op == Op::kDiv) return static_cast<double>(q);
         bool adjust = r != 0 && ((r < 0) != (y < 0));
@@ -271,7 +321,7 @@ class Evaluator {
 
   double cast(DType from, DType to, double v) const {
     if (to == DType::kBool) return v != 0;
-    if (is_float(from) && (to == DType::kI32 || to == DType::kU32)) return float_to_int(to, v);
+    if (is_float(from) && is_int(to)) return float_to_int(to, v);
     return round_to(to, v);  // int<->int wraps (a bitcast), int->float and f32<->f64 round
   }
 

@@ -1,6 +1,7 @@
 // The CPU reference: runs a verified kernel's IR on the host. Tests use it as the oracle for
 // what the device computes, so it follows the device's semantics where they are defined:
 //   - every value is rounded to its type after each operation (f32 arithmetic is f32);
+//     values are held as doubles, so i64 is exact only while |v| <= 2^53;
 //   - every operation is defined for every input, as ir.h's "Operation semantics" table
 //     (and docs/reference.md) say, and the emitter produces exactly the same values: i32/u32
 //     arithmetic wraps; div truncates; mod and floordiv round toward -inf; x / 0 = 0,

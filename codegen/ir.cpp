@@ -94,6 +94,40 @@ bool is_float_math(Op op) {
   }
 }
 
+std::vector<ValueId> task_indices(const Task& t) {
+  if (t.dims.empty()) return {t.index};
+  std::vector<ValueId> r;
+  for (const TaskDim& d : t.dims) r.push_back(d.index);
+  return r;
+}
+
+SizeExpr bound_expr(const RangeBound& b) {
+  switch (b.kind) {
+    case RangeBound::Kind::kConstant: return SizeExpr::constant(b.value);
+    case RangeBound::Kind::kScalarParam: return SizeExpr::scalar(b.param);
+    case RangeBound::Kind::kArrayDim: return SizeExpr::array_dim(b.param, b.dim);
+  }
+  return SizeExpr::constant(0);
+}
+
+bool task_index_bounds(const Task& t, ValueId v, int64_t* lo, SizeExpr* up) {
+  const SizeExpr* begin = nullptr;
+  SizeExpr b, e;
+  if (t.dims.empty()) {
+    if (v != t.index) return false;
+    b = bound_expr(t.begin), e = bound_expr(t.end);
+  } else {
+    auto it = std::find_if(t.dims.begin(), t.dims.end(), [&](const TaskDim& d) { return d.index == v; });
+    if (it == t.dims.end()) return false;
+    b = it->begin, e = it->end;
+  }
+  begin = &b;
+  // The runtime refuses a negative begin, so 0 bounds every index from below.
+  *lo = begin->kind == SizeExpr::Kind::kConst ? std::max<int64_t>(begin->value, 0) : 0;
+  *up = SizeExpr::combine(SizeExpr::Kind::kAdd, e, SizeExpr::constant(-1));
+  return true;
+}
+
 int Kernel::find_param(const std::string& n) const {
   for (size_t i = 0; i < params.size(); ++i) {
     if (params[i].name == n) return static_cast<int>(i);

@@ -5,7 +5,9 @@
 //   Kernel  = name, typed parameters (scalars and ndarrays), tasks.
 //   Task    = a parallel range-for over [begin, end) (bounds: constants, scalar parameters or
 //             ndarray shapes), or a serial task (the same range, run by one invocation).
-//             The task's index is an i32 SSA value visible in its body.
+//             The task's index is an i32 SSA value visible in its body. An N-d task ranges
+//             over the product of up to 3 dimensions (`dims`), each with its own i32 index
+//             and bounds that are expressions (sums, products, max) of those leaves.
 //   Block   = an ordered list of statements.
 //   Stmt    = one operation. A statement that yields something defines exactly one SSA id
 //             (`result`): a value, a mutable local (alloca), an adstack (stack_alloc), or the
@@ -15,7 +17,7 @@
 // a for loop's index is visible only in its body. Values are immutable; mutation goes through
 // locals (alloca / load_local / store_local), which is what reverse mode needs to see.
 //
-// Types: f32, f64 (where the device has it), i32, u32, bool. Arithmetic takes operands of one
+// Types: f32, f64 and i64 (where the device has them), i32, u32, bool. Arithmetic takes operands of one
 // type (casts are explicit); comparisons yield bool; indices and loop bounds are i32 or u32.
 // Ndarrays of bool hold one u32 (0/1) per element.
 //
@@ -119,6 +121,19 @@ struct Param {
   bool read_only = false;   // ndarrays: stores and atomic adds into it are rejected
 };
 
+// The most dimensions an N-d task has.
+inline constexpr uint32_t kMaxTaskDims = 3;
+
+// One dimension of an N-d task: [begin, end) as size expressions of constants, integer scalar
+// parameters and ndarray extents (sums, products, max; `n - 1` is add(n, -1), `a - b` is
+// add(a, mul(b, -1))), evaluated per launch with SizeExpr's rules (a negative scalar counts
+// as 0), and the i32 index value it binds.
+struct TaskDim {
+  SizeExpr begin = SizeExpr::constant(0);
+  SizeExpr end = SizeExpr::constant(1);
+  ValueId index = kNoValue;
+};
+
 struct Task {
   std::string name;
   bool serial = false;
@@ -127,7 +142,19 @@ struct Task {
   ValueId index = kNoValue;  // i32
   Block body;
   uint32_t local_size = 0;   // 0: the compiler chooses
+  // Non-empty: an N-d task (1 to kMaxTaskDims dimensions; `begin` / `end` are unused and
+  // `index` is dims[0].index). Its iterations are the points of the box, in row-major order
+  // (the last dimension varies fastest); a launch with an empty dimension runs none.
+  std::vector<TaskDim> dims;
 };
+
+// The task's index values, one per dimension ({index} for a 1-d task).
+std::vector<ValueId> task_indices(const Task& t);
+// For one of t's index values: a constant lower bound (>= 0) and an inclusive upper bound as
+// a size expression (end - 1). False when `v` is not an index of `t`.
+bool task_index_bounds(const Task& t, ValueId v, int64_t* lo, SizeExpr* up);
+// A RangeBound as a size expression.
+SizeExpr bound_expr(const RangeBound& b);
 
 struct Kernel {
   std::string name;

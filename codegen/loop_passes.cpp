@@ -20,15 +20,6 @@ struct Range {
 SizeExpr add(SizeExpr a, SizeExpr b) { return SizeExpr::combine(K::kAdd, std::move(a), std::move(b)); }
 SizeExpr mul(SizeExpr a, SizeExpr b) { return SizeExpr::combine(K::kMul, std::move(a), std::move(b)); }
 
-SizeExpr bound_size(const RangeBound& b) {
-  switch (b.kind) {
-    case RangeBound::Kind::kConstant: return SizeExpr::constant(b.value);
-    case RangeBound::Kind::kScalarParam: return SizeExpr::scalar(b.param);
-    case RangeBound::Kind::kArrayDim: return SizeExpr::array_dim(b.param, b.dim);
-  }
-  return {};
-}
-
 class Analysis {
  public:
   Analysis(const Kernel& k, const Task& t, bool cas32, bool cas64) : k_(k), t_(t), cas32_(cas32), cas64_(cas64) {
@@ -108,10 +99,11 @@ class Analysis {
   // `depth` bounds the recursion over long arithmetic chains.
   Range range(ValueId v, int depth) {
     if (depth > 64) return {};
-    if (v == t_.index) {
+    {
       // The runtime refuses a negative range begin, so 0 is a lower bound of every index.
-      int64_t lo = t_.begin.kind == RangeBound::Kind::kConstant ? std::max<int64_t>(t_.begin.value, 0) : 0;
-      return {lo, add(bound_size(t_.end), SizeExpr::constant(-1))};
+      int64_t lo = 0;
+      SizeExpr up;
+      if (task_index_bounds(t_, v, &lo, &up)) return {lo, std::move(up)};
     }
     auto it = def_.find(v);
     if (it == def_.end()) return {};

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <optional>
+#include <map>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -38,6 +39,10 @@ class ReverseMode : public PartialBuilder {
       g.name += "_grad";
       g.needs_grad = false;
       g.read_only = false;
+      if (g.kind == ParamKind::kScalar) {  // d loss / d scalar: one element
+        g.kind = ParamKind::kNdArray;
+        g.rank = 1;
+      }
       grad_param_[p] = static_cast<uint32_t>(a_.params.size());
       a_.params.push_back(std::move(g));
     }
@@ -241,7 +246,8 @@ class ReverseMode : public PartialBuilder {
       switch (s.op) {
         case Op::kLoad: a = f_.params[s.param].needs_grad; break;
         case Op::kLoadLocal: a = act(s.args[0]); break;
-        case Op::kConst: case Op::kArg: case Op::kShape: break;
+        case Op::kArg: a = f_.params[s.param].needs_grad; break;
+        case Op::kConst: case Op::kShape: break;
         case Op::kSelect: a = act(s.args[1]) || act(s.args[2]); break;
         default:
           for (ValueId x : s.args) a = a || act(x);
@@ -363,11 +369,15 @@ class ReverseMode : public PartialBuilder {
 
   // Symbolic range of an integer value, or nullopt when it depends on data.
   std::optional<SymRange> range(ValueId v) {
-    if (v == task_->index) {
-      SymRange r;
-      r.lo = task_->begin.kind == RangeBound::Kind::kConstant ? task_->begin.value : 0;
-      r.up = SizeExpr::combine(SizeExpr::Kind::kAdd, bound_size(task_->end), SizeExpr::constant(-1));
-      return r;
+    {
+      int64_t lo = 0;
+      SizeExpr up;
+      if (task_index_bounds(*task_, v, &lo, &up)) {  // an index of the task (any dimension)
+        SymRange r;
+        r.lo = lo;
+        r.up = std::move(up);
+        return r;
+      }
     }
     auto it = def_.find(v);
     if (it == def_.end()) return std::nullopt;
@@ -712,6 +722,11 @@ class ReverseMode : public PartialBuilder {
         store_local(la, mk(Op::kAdd, t, {load_local(la, t), g}));
         return;
       }
+      case Op::kArg: {
+        ValueId sa = scalar_adj_.at(s.param);
+        store_local(sa, mk(Op::kAdd, t, {load_local(sa, t), g}));
+        return;
+      }
       default: break;
     }
     const DerivativeRule* rule = derivative_rule(s.op);
@@ -740,7 +755,7 @@ class ReverseMode : public PartialBuilder {
     task_ = &t;
     def_.clear(), type_.clear(), active_.clear(), needed_.clear(), ckpt_.clear(), stacks_.clear();
     path_.clear(), stores_.clear(), hoist_.clear(), map_.clear(), vadj_.clear(), ladj_.clear();
-    type_[t.index] = DType::kI32;
+    for (ValueId ix : task_indices(t)) type_[ix] = DType::kI32;
     read_.clear();
     owned_ = owned_ndarrays(f_, t);
     std::vector<const Stmt*> ctrl;
@@ -759,6 +774,12 @@ class ReverseMode : public PartialBuilder {
     at.serial = t.serial;
     at.index = a_.fresh();
     map_[t.index] = at.index;
+    // The adjoint of an N-d task ranges over the same box, with its own indices.
+    at.dims = t.dims;
+    for (size_t d = 0; d < at.dims.size(); ++d) {
+      at.dims[d].index = d == 0 ? at.index : a_.fresh();
+      map_[t.dims[d].index] = at.dims[d].index;
+    }
     out_ = {&at.body};
     // Checkpoint stacks, in a deterministic order (statement order).
     std::vector<const Stmt*> order;
@@ -791,10 +812,25 @@ class ReverseMode : public PartialBuilder {
     for (const auto& [id, unused] : ladj_) locals.push_back(id);
     std::sort(locals.begin(), locals.end());
     for (ValueId id : locals) ladj_[id] = mk(Op::kAlloca, ft(id), {});
+    // Differentiable scalars: this iteration's d loss / d scalar, summed over every use, then
+    // added into the 1-element gradient once per iteration (one atomic, not one per use).
+    scalar_adj_.clear();
+    for (uint32_t q = 0; q < f_.params.size(); ++q) {
+      if (f_.params[q].kind == ParamKind::kScalar && f_.params[q].needs_grad && uses_arg(t.body, q)) {
+        scalar_adj_[q] = mk(Op::kAlloca, f_.params[q].dtype, {});
+      }
+    }
 
     hoist_frame(t.body, 0);
     fwd(t.body, true);
     rev(t.body);
+    for (const auto& [q, local] : scalar_adj_) {
+      Stmt add;
+      add.op = Op::kAtomicAdd;
+      add.param = grad_param_[q];
+      add.args = {cst(DType::kI32, 0), load_local(local, f_.params[q].dtype)};
+      emit(std::move(add));
+    }
     a_.tasks.push_back(std::move(at));
     return {};
   }
@@ -804,6 +840,16 @@ class ReverseMode : public PartialBuilder {
   Kernel a_;
   const Task* task_ = nullptr;
   std::vector<uint32_t> grad_param_;
+  std::map<uint32_t, ValueId> scalar_adj_;  // differentiable scalar param -> its adjoint local
+  static bool uses_arg(const Block& b, uint32_t param) {
+    for (const Stmt& s : b.stmts) {
+      if (s.op == Op::kArg && s.param == param) return true;
+      for (const Block& c : s.blocks) {
+        if (uses_arg(c, param)) return true;
+      }
+    }
+    return false;
+  }
   // Per parameter (check_rules): read and written with no gradient; and of those, not written
   // strictly before every read.
   std::vector<bool> rw_no_grad_, rw_unordered_;
@@ -830,12 +876,14 @@ class ReverseMode : public PartialBuilder {
 
 std::vector<bool> owned_ndarrays(const Kernel& k, const Task& task) {
   std::vector<bool> accessed(k.params.size(), false), other(k.params.size(), false);
+  // An N-d task owns [i, j(, k)]: its own indices, all of them, in order.
+  const std::vector<ValueId> own = task_indices(task);
   std::function<void(const Block&)> walk = [&](const Block& b) {
     for (const Stmt& s : b.stmts) {
       if (s.op == Op::kLoad || s.op == Op::kStore || s.op == Op::kAtomicAdd) {
         size_t n = s.args.size() - (s.op == Op::kLoad ? 0 : 1);  // index operands
         accessed[s.param] = true;
-        if (n != 1 || s.args[0] != task.index) other[s.param] = true;
+        if (n != own.size() || !std::equal(own.begin(), own.end(), s.args.begin())) other[s.param] = true;
       }
       for (const Block& c : s.blocks) walk(c);
     }

@@ -1,7 +1,8 @@
 // Reverse mode: the adjoint kernel of a forward kernel.
 //
 // Parameters of the adjoint: the forward kernel's parameters, unchanged and in order, then one
-// gradient ndarray per parameter marked `grad`, called `<name>_grad`, same dtype and shape.
+// gradient ndarray per parameter marked `grad`, called `<name>_grad`, same dtype and shape (a
+// scalar's: shape {1}).
 // For an ndarray the forward kernel reads, the adjoint adds dL/d(element) into its gradient
 // (onto what the gradient array holds): with atomic_add, or with a plain load, add and store
 // where owned_ndarrays() proves each thread touches only its own element; for one it writes
@@ -39,7 +40,12 @@
 // Rejected with kInvalidArgument naming the statement: other ndarrays both read and written
 // (the error says which case and what to do), a differentiable value carried through an array
 // without gradient, adstack statements in the forward kernel, and loops with no derivable or
-// stated trip bound. Scalar parameters get no gradient.
+// stated trip bound.
+//
+// A scalar f32 / f64 parameter marked grad gets a 1-element gradient ndarray `<name>_grad`:
+// each iteration sums d loss / d scalar over every use into a local, then atomically adds it
+// into element 0 (onto what the array holds, like every gradient), so the launch's threads
+// reduce into it.
 #pragma once
 
 #include <vector>
@@ -70,7 +76,9 @@ Result<Kernel> make_adjoint(const Kernel& forward, const Target& target = {});
 // the adjoint indexes the same way), so the adjoint accumulates p's gradient with load-add-
 // store instead of atomic_add. Tasks run one after another (a barrier between dispatches),
 // so the proof is per task. False for serial tasks, scalars and anything unproven (gathers,
-// scatters, index arithmetic, rank > 1). Result: one flag per parameter of k. The proof is
+// scatters, index arithmetic, rank > 1 in a 1-d task). An N-d task owns the elements
+// [i, j(, k)] indexed by exactly its own indices in order (rank = its dimension count).
+// Result: one flag per parameter of k. The proof is
 // per parameter: it assumes the launch binds distinct ndarrays to distinct gradient
 // parameters (one ndarray bound as both x_grad and w_grad would mix plain and atomic adds).
 std::vector<bool> owned_ndarrays(const Kernel& k, const Task& task);

@@ -61,8 +61,9 @@ class TaskEmitter {
     m_.preserve_nan_inf(target_.preserve_nan_inf_f32, target_.preserve_nan_inf_f64);
     load_adstack_layout();
     load_launch_constants(task_.body);
+    load_nd_bounds();
     uint32_t first = start;
-    if (o_.unroll > 1 && !task_.serial && unrollable(task_.body)) {
+    if (o_.unroll > 1 && !task_.serial && task_.dims.empty() && unrollable(task_.body)) {
       // Main loop: kUnroll elements per iteration (i, i + stride, ...), their statements
       // interleaved so the loads of all copies issue before the first use. One 4-byte load in
       // flight per thread cannot saturate HBM (H200: generated saxpy 87% of a uvec4 copy).
@@ -89,8 +90,7 @@ class TaskEmitter {
       });
     }
     loop(u32_, first, end, stride, /*is_signed=*/false, [&](uint32_t i) {
-      values_[task_.index] = op(spv::OpBitcast, i32_, {i});
-      types_[task_.index] = DType::kI32;
+      bind_indices(i);
       emit_block(task_.body);
     });
     m_.op(spv::OpReturn, {});
@@ -99,6 +99,64 @@ class TaskEmitter {
   }
 
  private:
+  // ------------------------------------------------------------ N-d ranges
+  // An N-d task's range is [0, product of extents) (the runtime sets it so); each dimension's
+  // begin and extent are computed here once per invocation, from the same args-buffer words
+  // the host evaluated, in i32 (add and mul wrap like the host's exact values modulo 2^32;
+  // the launch refused bounds outside [0, 2^31)).
+  uint32_t size_value(const SizeExpr& e) {
+    switch (e.kind) {
+      case SizeExpr::Kind::kConst: return m_.c_i32(static_cast<int32_t>(e.value));
+      case SizeExpr::Kind::kScalar: {
+        uint32_t s = read_scalar(e.param);
+        if (k_.params[e.param].dtype == DType::kU32) s = op(spv::OpBitcast, i32_, {s});
+        return ext(GLSLstd450SMax, i32_, {s, m_.c_i32(0)});  // a negative scalar counts as 0
+      }
+      case SizeExpr::Kind::kDim:
+        return op(spv::OpBitcast, i32_, {args_word(layout_.shape_offset(e.param) + 4 * e.dim)});
+      default: {
+        uint32_t r = size_value(e.operands[0]);
+        for (size_t i = 1; i < e.operands.size(); ++i) {
+          uint32_t x = size_value(e.operands[i]);
+          if (e.kind == SizeExpr::Kind::kAdd) r = op(spv::OpIAdd, i32_, {r, x});
+          else if (e.kind == SizeExpr::Kind::kMul) r = op(spv::OpIMul, i32_, {r, x});
+          else r = ext(GLSLstd450SMax, i32_, {r, x});
+        }
+        return r;
+      }
+    }
+  }
+  void load_nd_bounds() {
+    for (const TaskDim& d : task_.dims) {
+      uint32_t b = size_value(d.begin), e = size_value(d.end);
+      uint32_t ext = ext_inst_smax(op(spv::OpISub, i32_, {e, b}));
+      nd_begin_.push_back(op(spv::OpBitcast, u32_, {b}));
+      nd_extent_.push_back(op(spv::OpBitcast, u32_, {ext}));
+    }
+  }
+  uint32_t ext_inst_smax(uint32_t x) { return ext(GLSLstd450SMax, i32_, {x, m_.c_i32(0)}); }
+  // The index values of iteration `i` (u32): i itself for a 1-d task; for an N-d one its
+  // row-major coordinates, the last dimension fastest. i < product of extents, so no
+  // extent divided by here is 0.
+  void bind_indices(uint32_t i) {
+    if (task_.dims.empty()) {
+      values_[task_.index] = op(spv::OpBitcast, i32_, {i});
+      types_[task_.index] = DType::kI32;
+      return;
+    }
+    uint32_t rem = i;
+    for (size_t d = task_.dims.size(); d-- > 0;) {
+      uint32_t coord = rem;
+      if (d > 0) {
+        coord = op(spv::OpUMod, u32_, {rem, nd_extent_[d]});
+        rem = op(spv::OpUDiv, u32_, {rem, nd_extent_[d]});
+      }
+      uint32_t idx = op(spv::OpIAdd, u32_, {nd_begin_[d], coord});
+      values_[task_.dims[d].index] = op(spv::OpBitcast, i32_, {idx});
+      types_[task_.dims[d].index] = DType::kI32;
+    }
+  }
+
   // ------------------------------------------------------------ helpers
   uint32_t op(spv::Op o, uint32_t type, std::initializer_list<uint32_t> operands) {
     uint32_t r = m_.id();
@@ -136,6 +194,7 @@ class TaskEmitter {
       case DType::kF32: return m_.c_f32(0);
       case DType::kF64: return m_.c_f64(0);
       case DType::kI32: return m_.c_i32(0);
+      case DType::kI64: return m_.c_i64(0);
       case DType::kBool: return m_.c_bool(false);
       default: return m_.c_u32(0);
     }
@@ -145,6 +204,7 @@ class TaskEmitter {
       case DType::kF32: return m_.c_f32(1);
       case DType::kF64: return m_.c_f64(1);
       case DType::kI32: return m_.c_i32(1);
+      case DType::kI64: return m_.c_i64(1);
       case DType::kBool: return m_.c_bool(true);
       default: return m_.c_u32(1);
     }
@@ -285,6 +345,7 @@ class TaskEmitter {
         if (a.bits) m_.capability(spv::CapabilityInt64Atomics);
         break;
       case DType::kI32: a.elem = i32_; break;
+      case DType::kI64: a.elem = m_.t_int(64, true); break;
       default: a.elem = u32_; break;
     }
     uint32_t binding = 1;
@@ -335,6 +396,7 @@ class TaskEmitter {
     guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
       const ArrayVar& a = arrays_.at(s.param);
       uint32_t scope = m_.c_u32(kScopeDevice), sem = m_.c_u32(kRelaxed);
+      if (t == DType::kI64) m_.capability(spv::CapabilityInt64Atomics);
       if (!is_float(t)) return op(spv::OpAtomicIAdd, a.elem, {ptr, scope, sem, val});
       if (!a.bits) {
         m_.extension("SPV_EXT_shader_atomic_float_add");
@@ -534,6 +596,7 @@ class TaskEmitter {
       case DType::kF32: return m_.c_f32(static_cast<float>(s.fimm));
       case DType::kF64: return m_.c_f64(s.fimm);
       case DType::kI32: return m_.c_i32(static_cast<int32_t>(s.iimm));
+      case DType::kI64: return m_.c_i64(s.iimm);
       case DType::kBool: return m_.c_bool(s.iimm != 0);
       default: return m_.c_u32(static_cast<uint32_t>(s.iimm));
     }
@@ -547,10 +610,11 @@ class TaskEmitter {
       case DType::kF32: return op(spv::OpBitcast, m_.t_float(32), {w});
       case DType::kI32: return op(spv::OpBitcast, i32_, {w});
       case DType::kBool: return op(spv::OpINotEqual, bool_, {w, m_.c_u32(0)});
-      case DType::kF64: {
+      case DType::kF64:
+      case DType::kI64: {
         uint32_t hi = args_word(off + 4);
         uint32_t pair = op(spv::OpCompositeConstruct, m_.t_vector(u32_, 2), {w, hi});
-        return op(spv::OpBitcast, m_.t_float(64), {pair});
+        return op(spv::OpBitcast, type(p.dtype), {pair});
       }
       default: return w;
     }
@@ -681,16 +745,20 @@ class TaskEmitter {
   // remainder is a - q*d rather than OpSRem/OpUMod: an NVIDIA driver (580.159) computed OpSRem
   // by a negative constant as an unsigned remainder; the quotient alone is the one primitive
   // every driver must get right.
-  uint32_t integer_division(Op o, bool is_signed, uint32_t a, uint32_t b) {
-    uint32_t ty = is_signed ? i32_ : u32_;
-    uint32_t z = is_signed ? m_.c_i32(0) : m_.c_u32(0);
-    uint32_t one = is_signed ? m_.c_i32(1) : m_.c_u32(1);
+  // i64 follows the same rules with INT64_MIN.
+  uint32_t integer_division(Op o, DType t, uint32_t a, uint32_t b) {
+    bool is_signed = t != DType::kU32;
+    uint32_t ty = type(t);
+    uint32_t z = zero(t);
+    uint32_t one = this->one(t);
     uint32_t by_zero = op(spv::OpIEqual, bool_, {b, z});
     uint32_t bad = by_zero;
     if (is_signed) {
+      uint32_t min = t == DType::kI64 ? m_.c_i64(INT64_MIN) : m_.c_i32(INT32_MIN);
+      uint32_t minus_one = t == DType::kI64 ? m_.c_i64(-1) : m_.c_i32(-1);
       uint32_t overflow = op(spv::OpLogicalAnd, bool_,
-                             {op(spv::OpIEqual, bool_, {a, m_.c_i32(INT32_MIN)}),
-                              op(spv::OpIEqual, bool_, {b, m_.c_i32(-1)})});
+                             {op(spv::OpIEqual, bool_, {a, min}),
+                              op(spv::OpIEqual, bool_, {b, minus_one})});
       bad = op(spv::OpLogicalOr, bool_, {by_zero, overflow});
     }
     uint32_t d = op(spv::OpSelect, ty, {bad, one, b});
@@ -715,18 +783,20 @@ class TaskEmitter {
   // above -> its maximum, otherwise truncation toward zero. OpConvertFToS/U are undefined
   // outside the range, so only in-range values reach them.
   uint32_t float_to_int(DType from, DType to, uint32_t x) {
-    bool sg = to == DType::kI32;
+    bool sg = to != DType::kU32;
     uint32_t ty = type(to), fty = type(from);
     auto fc = [&](double v) { return from == DType::kF64 ? m_.c_f64(v) : m_.c_f32(static_cast<float>(v)); };
     // Both bounds are powers of two, exact in f32 and f64; every value in [lo, hi) truncates
     // to a representable integer.
-    uint32_t lo = fc(sg ? -2147483648.0 : 0.0), hi = fc(sg ? 2147483648.0 : 4294967296.0);
+    bool wide = to == DType::kI64;
+    uint32_t lo = fc(wide ? -0x1p63 : sg ? -2147483648.0 : 0.0);
+    uint32_t hi = fc(wide ? 0x1p63 : sg ? 2147483648.0 : 4294967296.0);
     uint32_t clamped = op(spv::OpSelect, fty, {op(spv::OpFOrdLessThan, bool_, {x, lo}), lo, x});
     uint32_t in_range = op(spv::OpFOrdLessThan, bool_, {clamped, hi});  // false for NaN
     uint32_t safe = op(spv::OpSelect, fty, {in_range, clamped, fc(0)});
     uint32_t conv = op(sg ? spv::OpConvertFToS : spv::OpConvertFToU, ty, {safe});
-    uint32_t top = sg ? m_.c_i32(INT32_MAX) : m_.c_u32(UINT32_MAX);
-    uint32_t zero_v = sg ? m_.c_i32(0) : m_.c_u32(0);
+    uint32_t top = wide ? m_.c_i64(INT64_MAX) : sg ? m_.c_i32(INT32_MAX) : m_.c_u32(UINT32_MAX);
+    uint32_t zero_v = zero(to);
     uint32_t out = op(spv::OpSelect, ty, {op(spv::OpIsNan, bool_, {x}), zero_v, top});
     return op(spv::OpSelect, ty, {in_range, conv, out});
   }
@@ -735,7 +805,7 @@ class TaskEmitter {
     uint32_t a = v(s.args[0]), b = v(s.args[1]);
     DType t = vt(s.args[0]);
     uint32_t ty = type(s.type);
-    bool f = is_float(t), sg = t == DType::kI32, bl = t == DType::kBool;
+    bool f = is_float(t), sg = t == DType::kI32 || t == DType::kI64, bl = t == DType::kBool;
     auto pick = [&](spv::Op fo, spv::Op so, spv::Op uo) { return f ? fo : sg ? so : uo; };
     switch (s.op) {
       case Op::kAdd: return op(f ? spv::OpFAdd : spv::OpIAdd, ty, {a, b});
@@ -743,10 +813,10 @@ class TaskEmitter {
       case Op::kMul: return op(f ? spv::OpFMul : spv::OpIMul, ty, {a, b});
       case Op::kDiv:
         if (f) return op(spv::OpFDiv, ty, {a, b});
-        return integer_division(s.op, sg, a, b);
+        return integer_division(s.op, t, a, b);
       case Op::kMod:
       case Op::kFloorDiv:
-        return integer_division(s.op, sg, a, b);
+        return integer_division(s.op, t, a, b);
       // FMin/FMax leave the result undefined when an operand is NaN (and may flush or
       // reorder signed zeros); a compare and a select give the documented `a < b ? a : b`.
       case Op::kMin:
@@ -780,7 +850,15 @@ class TaskEmitter {
     if (from == DType::kBool) return op(spv::OpSelect, ty, {a, one(to), zero(to)});
     if (is_float(from) && is_float(to)) return op(spv::OpFConvert, ty, {a});
     if (is_float(from)) return float_to_int(from, to, a);
-    if (is_float(to)) return op(from == DType::kI32 ? spv::OpConvertSToF : spv::OpConvertUToF, ty, {a});
+    if (is_float(to)) return op(from == DType::kU32 ? spv::OpConvertUToF : spv::OpConvertSToF, ty, {a});
+    if (to == DType::kI64) {  // i32 sign-extends, u32 zero-extends (OpUConvert yields unsigned)
+      if (from == DType::kI32) return op(spv::OpSConvert, ty, {a});
+      return op(spv::OpBitcast, ty, {op(spv::OpUConvert, m_.t_int(64, false), {a})});
+    }
+    if (from == DType::kI64) {  // the low 32 bits
+      uint32_t low = op(spv::OpUConvert, u32_, {op(spv::OpBitcast, m_.t_int(64, false), {a})});
+      return to == DType::kU32 ? low : op(spv::OpBitcast, ty, {low});
+    }
     return op(spv::OpBitcast, ty, {a});  // i32 <-> u32
   }
 
@@ -869,6 +947,7 @@ class TaskEmitter {
   std::unordered_map<uint32_t, uint32_t> scalars_;                // param -> value
   std::unordered_map<uint32_t, std::vector<uint32_t>> shapes_;    // param -> extents (u32)
   uint32_t heap_binding_ = 0;
+  std::vector<uint32_t> nd_begin_, nd_extent_;  // N-d tasks: per dimension (u32 values)
 };
 
 }  // namespace

@@ -105,6 +105,10 @@ uint32_t SpirvModule::c_f64(double v) {
 uint32_t SpirvModule::c_u64(uint64_t v) {
   return typed(spv::OpConstant, {t_int(64, false), static_cast<uint32_t>(v), static_cast<uint32_t>(v >> 32)}, &globals_);
 }
+uint32_t SpirvModule::c_i64(int64_t v) {
+  uint64_t u = static_cast<uint64_t>(v);
+  return typed(spv::OpConstant, {t_int(64, true), static_cast<uint32_t>(u), static_cast<uint32_t>(u >> 32)}, &globals_);
+}
 uint32_t SpirvModule::c_bool(bool v) {
   return typed(v ? spv::OpConstantTrue : spv::OpConstantFalse, {t_bool()}, &globals_);
 }

@@ -47,6 +47,7 @@ class SpirvModule {
   uint32_t c_f32(float v);
   uint32_t c_f64(double v);
   uint32_t c_u64(uint64_t v);
+  uint32_t c_i64(int64_t v);
   uint32_t c_bool(bool v);
 
   // A module-scope variable; `binding` >= 0 decorates it with set 0 / that binding.

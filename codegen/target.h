@@ -11,6 +11,7 @@ namespace vkad::codegen {
 struct Target {
   std::string device_name = "any device";
   bool float64 = true;
+  bool int64 = true;               // shaderInt64: i64 values, parameters and ndarrays
   bool atomic_float32_add = true;  // SPV_EXT_shader_atomic_float_add, 32-bit
   bool atomic_float64_add = true;
   bool atomic_int64 = true;        // 64-bit integer buffer atomics (f64 compare-and-swap)

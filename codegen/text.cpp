@@ -138,6 +138,7 @@ std::string print(const Kernel& k) {
     out += (i ? ", " : "") + p.name + ": ";
     if (p.kind == ParamKind::kScalar) {
       out += abi::dtype_name(p.dtype);
+      if (p.needs_grad) out += " grad";
     } else {
       out += std::string("ndarray<") + abi::dtype_name(p.dtype) + ", " +
              std::to_string(p.rank) + ">" + (p.needs_grad ? " grad" : "") +
@@ -146,8 +147,16 @@ std::string print(const Kernel& k) {
   }
   out += ") {\n";
   for (const Task& t : k.tasks) {
-    out += "  task " + t.name + (t.serial ? " serial " : " parallel ") + vid(t.index) +
-           " in [" + print_bound(k, t.begin) + ", " + print_bound(k, t.end) + ")";
+    if (t.dims.empty()) {
+      out += "  task " + t.name + (t.serial ? " serial " : " parallel ") + vid(t.index) +
+             " in [" + print_bound(k, t.begin) + ", " + print_bound(k, t.end) + ")";
+    } else {  // N-d: `%i in [b0, e0), %j in [b1, e1)`
+      out += "  task " + t.name + (t.serial ? " serial " : " parallel ");
+      for (size_t d = 0; d < t.dims.size(); ++d) {
+        out += (d ? ", " : "") + vid(t.dims[d].index) + " in [" + print_size(k, t.dims[d].begin) +
+               ", " + print_size(k, t.dims[d].end) + ")";
+      }
+    }
     if (t.local_size) out += " local_size " + std::to_string(t.local_size);
     out += " {\n";
     print_block(k, t.body, 2, out);
@@ -199,6 +208,10 @@ class Parser {
         }
       } else {
         VKAD_ASSIGN_OR_RETURN(p.dtype, dtype());
+        if (tok_.kind == Token::kIdent && tok_.text == "grad") {  // a differentiable scalar
+          advance();
+          p.needs_grad = true;
+        }
       }
       k.params.push_back(std::move(p));
     }
@@ -215,13 +228,31 @@ class Parser {
       } else {
         return error("expected 'parallel' or 'serial'");
       }
-      VKAD_ASSIGN_OR_RETURN(t.index, value());
-      VKAD_TRY(expect_word("in"));
-      VKAD_TRY(expect("["));
-      VKAD_ASSIGN_OR_RETURN(t.begin, bound());
-      VKAD_TRY(expect(","));
-      VKAD_ASSIGN_OR_RETURN(t.end, bound());
-      VKAD_TRY(expect(")"));
+      // One or more `%i in [begin, end)`, bounds as size expressions; a single dimension with
+      // plain bounds is a 1-d task.
+      while (true) {
+        TaskDim dim;
+        VKAD_ASSIGN_OR_RETURN(dim.index, value());
+        VKAD_TRY(expect_word("in"));
+        VKAD_TRY(expect("["));
+        VKAD_ASSIGN_OR_RETURN(dim.begin, size());
+        VKAD_TRY(expect(","));
+        VKAD_ASSIGN_OR_RETURN(dim.end, size());
+        VKAD_TRY(expect(")"));
+        t.dims.push_back(std::move(dim));
+        if (!is(",")) break;
+        if (t.dims.size() == kMaxTaskDims) {
+          return error("a task has at most " + std::to_string(kMaxTaskDims) + " dimensions");
+        }
+        advance();
+      }
+      t.index = t.dims[0].index;
+      auto leaf = [](const SizeExpr& e) { return e.kind != SizeExpr::Kind::kAdd && e.kind != SizeExpr::Kind::kMul && e.kind != SizeExpr::Kind::kMax; };
+      if (t.dims.size() == 1 && leaf(t.dims[0].begin) && leaf(t.dims[0].end)) {
+        t.begin = leaf_bound(t.dims[0].begin);
+        t.end = leaf_bound(t.dims[0].end);
+        t.dims.clear();
+      }
       if (tok_.kind == Token::kIdent && tok_.text == "local_size") {
         advance();
         VKAD_ASSIGN_OR_RETURN(int64_t ls, integer("a local size", 0, UINT32_MAX));
@@ -398,6 +429,13 @@ class Parser {
     }
     VKAD_ASSIGN_OR_RETURN(uint32_t p, param_ref(false));
     return RangeBound::scalar(p);
+  }
+  static RangeBound leaf_bound(const SizeExpr& e) {
+    switch (e.kind) {
+      case SizeExpr::Kind::kScalar: return RangeBound::scalar(e.param);
+      case SizeExpr::Kind::kDim: return RangeBound::array_dim(e.param, e.dim);
+      default: return RangeBound::constant(e.value);
+    }
   }
   Result<SizeExpr> size(uint32_t depth = 1) {
     if (tok_.kind == Token::kIdent &&

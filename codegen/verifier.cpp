@@ -31,15 +31,23 @@ class Verifier {
     for (const Task& t : k_.tasks) {
       task_ = &t;
       if (!task_names.insert(t.name).second) return task_error("two tasks are called '" + t.name + "'");
-      VKAD_TRY(check_bound(t.begin, "begin"));
-      VKAD_TRY(check_bound(t.end, "end"));
+      if (t.dims.empty()) {
+        VKAD_TRY(check_bound(t.begin, "begin"));
+        VKAD_TRY(check_bound(t.end, "end"));
+      } else {
+        VKAD_TRY(check_dims(t));
+      }
       if (t.local_size > target_.max_local_size) {
         return task_error("local size " + std::to_string(t.local_size) + " exceeds the device's " +
                           std::to_string(target_.max_local_size));
       }
       if (t.index == kNoValue) return task_error("the task has no index value");
-      VKAD_TRY(define(t.index, {IdKind::kValue, DType::kI32, nullptr}, nullptr));
-      scopes_.push_back({t.index});
+      std::vector<ValueId> indices = task_indices(t);
+      scopes_.emplace_back();
+      for (ValueId ix : indices) {
+        if (ix == kNoValue) return task_error("the task has no index value");
+        VKAD_TRY(define(ix, {IdKind::kValue, DType::kI32, nullptr}, nullptr));
+      }
       VKAD_TRY(block(t.body));
       scopes_.pop_back();
     }
@@ -61,7 +69,10 @@ class Verifier {
   }
   Status dtype_supported(DType t, const std::string& where, const Stmt* s) const {
     std::string what;
-    if (t == DType::kI64) what = "dtype i64 is not supported by codegen (use i32 or u32)";
+    if (t == DType::kI64 && !target_.int64) {
+      what = "dtype i64 is not supported on this device (" + target_.device_name +
+             " lacks shaderInt64)";
+    }
     if (t == DType::kF64 && !target_.float64) {
       what = "dtype f64 is not supported on this device (" + target_.device_name +
              " lacks shaderFloat64)";
@@ -82,9 +93,9 @@ class Verifier {
       return kernel_error("ndarray parameter '" + p.name + "' has rank " + std::to_string(p.rank) +
                           " (1 to " + std::to_string(abi::kMaxNdArrayRank) + " supported)");
     }
-    if (p.needs_grad && (p.kind != ParamKind::kNdArray || !is_float(p.dtype))) {
+    if (p.needs_grad && !is_float(p.dtype)) {
       return kernel_error("parameter '" + p.name +
-                          "' is marked grad, but only float ndarrays have gradients");
+                          "' is marked grad, but only float ndarrays and scalars have gradients");
     }
     return {};
   }
@@ -109,6 +120,55 @@ class Verifier {
                         std::to_string(b.dim) + "), which does not exist");
     }
     return {};
+  }
+
+  // An N-d task's dimensions: 1 to kMaxTaskDims, index = dims[0].index, and bounds whose
+  // leaves are i32 constants, i32 / u32 scalars and existing extents (the module evaluates
+  // them in i32). A constant begin must not be negative; other bounds are checked per launch.
+  Status check_dims(const Task& t) const {
+    if (t.dims.size() > kMaxTaskDims) {
+      return task_error("the task has " + std::to_string(t.dims.size()) + " dimensions (1 to " +
+                        std::to_string(kMaxTaskDims) + " supported)");
+    }
+    if (t.index != t.dims[0].index) return task_error("the task's index is not its first dimension's");
+    for (size_t d = 0; d < t.dims.size(); ++d) {
+      std::string where = "dimension " + std::to_string(d);
+      VKAD_TRY(check_dim_bound(t.dims[d].begin, where + " begin"));
+      VKAD_TRY(check_dim_bound(t.dims[d].end, where + " end"));
+      const SizeExpr& b = t.dims[d].begin;
+      if (b.kind == SizeExpr::Kind::kConst && b.value < 0) {
+        return task_error(where + " begin is negative (" + std::to_string(b.value) + ")");
+      }
+    }
+    return {};
+  }
+  Status check_dim_bound(const SizeExpr& e, const std::string& which) const {
+    using K = SizeExpr::Kind;
+    switch (e.kind) {
+      case K::kConst:
+        if (e.value < INT32_MIN || e.value > INT32_MAX) {
+          return task_error(which + ": constant " + std::to_string(e.value) + " is out of range for i32");
+        }
+        return {};
+      case K::kScalar:
+      case K::kDim: {
+        if (e.param >= k_.params.size()) {
+          return task_error(which + " names parameter " + std::to_string(e.param) + ", which does not exist");
+        }
+        const Param& p = k_.params[e.param];
+        if (e.kind == K::kScalar && (p.kind != ParamKind::kScalar || (p.dtype != DType::kI32 && p.dtype != DType::kU32))) {
+          return task_error(which + " uses '" + p.name + "', which is not an i32 or u32 scalar");
+        }
+        if (e.kind == K::kDim && (p.kind != ParamKind::kNdArray || e.dim >= p.rank)) {
+          return task_error(which + " uses shape(" + p.name + ", " + std::to_string(e.dim) + "), which does not exist");
+        }
+        return {};
+      }
+      default:
+        if (e.operands.empty()) return task_error(which + ": a combination without operands");
+        for (const SizeExpr& o : e.operands) VKAD_TRY(check_dim_bound(o, which));
+        return {};
+    }
   }
 
   Status check_size(const Stmt& s, const SizeExpr& e) const {
@@ -236,6 +296,13 @@ class Verifier {
       return {};
     };
     if (s.has_cap) VKAD_TRY(check_size(s, s.cap));
+    // Operands count too: a statement may use i64 values without yielding one (a store).
+    if (!info.has_result || s.type != DType::kI64) {
+      for (ValueId a : s.args) {
+        auto it = ids_.find(a);
+        if (it != ids_.end() && it->second.type == DType::kI64) VKAD_TRY(dtype_supported(DType::kI64, "", &s));
+      }
+    }
     IdKind kind = IdKind::kValue;
     DType def_type = s.type;
     switch (info.cls) {
@@ -328,6 +395,9 @@ class Verifier {
             if (v != e) return error(s, "type mismatch: ndarray '" + k_.params[s.param].name + "' holds " + tn(e) + ", the value is " + tn(v));
             if (s.op == Op::kAtomicAdd) {
               if (e == DType::kBool) return error(s, "atomic_add on a bool ndarray");
+              if (e == DType::kI64 && !target_.atomic_int64) {
+                return error(s, "atomic_add on i64 needs shaderBufferInt64Atomics; " + target_.device_name + " lacks it", ErrorCode::kUnsupported);
+              }
               if (e == DType::kF64 && !target_.atomic_float64_add && !target_.atomic_int64) {
                 return error(s, "atomic_add on f64 needs shaderBufferFloat64AtomicAdd or shaderBufferInt64Atomics; " + target_.device_name + " has neither", ErrorCode::kUnsupported);
               }
@@ -362,6 +432,8 @@ class Verifier {
           case Op::kStackAlloc:
             VKAD_TRY(expect_args(s, 0));
             if (s.type == DType::kBool) return error(s, "an adstack holds numbers, not bool");
+            // The integer heap has 32-bit elements.
+            if (s.type == DType::kI64) return error(s, "an adstack holds f32, f64, i32 or u32, not i64", ErrorCode::kUnsupported);
             kind = IdKind::kStack;
             break;
           case Op::kStackPush:
@@ -413,6 +485,14 @@ uint32_t size_depth(const SizeExpr& e, uint32_t limit) {
 Status check_nesting(const Kernel& k) {
   for (const Task& t : k.tasks) {
     std::string where = "kernel '" + k.name + "', task '" + t.name + "'";
+    for (const TaskDim& d : t.dims) {
+      if (size_depth(d.begin, kMaxNestingDepth) > kMaxNestingDepth ||
+          size_depth(d.end, kMaxNestingDepth) > kMaxNestingDepth) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          where + ": a range bound nests add/mul/max deeper than " +
+                              std::to_string(kMaxNestingDepth) + " (kMaxNestingDepth)");
+      }
+    }
     // Explicit stack of (block, depth of its statements): no recursion over the tree.
     std::vector<std::pair<const Block*, uint32_t>> todo = {{&t.body, 0}};
     while (!todo.empty()) {

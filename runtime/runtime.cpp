@@ -196,6 +196,17 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
                               "non-integer parameter or dimension (or nests deeper than 64)");
       }
     }
+    bool dims_ok = range_task.dim_begin.size() == range_task.dim_end.size() &&
+                   range_task.dim_begin.size() <= 3;
+    for (size_t dd = 0; dims_ok && dd < range_task.dim_begin.size(); ++dd) {
+      dims_ok = size_refs_ok(range_task.dim_begin[dd], kernel.params) &&
+                size_refs_ok(range_task.dim_end[dd], kernel.params);
+    }
+    if (!dims_ok) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        where + ": N-d range bounds are malformed (more than 3 dimensions, or a "
+                                "missing or non-integer parameter or dimension)");
+    }
     if (!size_refs_ok(range_task.loop_passes, kernel.params)) {
       return make_error(ErrorCode::kInvalidArgument,
                         where + ": loop_passes refers to a missing or non-integer parameter or "
@@ -586,7 +597,12 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   std::array<uint64_t, adstack::kHeapCount> heap_need{};
   for (size_t t = 0; t < d.tasks.size(); ++t) {
     const CompiledTask& task = d.tasks[t];
-    int64_t b = eval(task.begin), e = eval(task.end);
+    int64_t b = 0, e = 0;
+    if (task.dim_begin.empty()) {
+      b = eval(task.begin), e = eval(task.end);
+    } else {
+      VKAD_ASSIGN_OR_RETURN(e, nd_range_count(d, task, args));
+    }
     if (b < 0 || e > UINT32_MAX) {
       return make_error(ErrorCode::kInvalidArgument,
                         "launch of '" + d.name + "' task '" + task.name + "': range [" +
@@ -737,6 +753,34 @@ Status Runtime::plan_rows(const CompiledKernel& d, const CompiledTask& task,
                                                                     *groups * task.local_size));
   }
   return {};
+}
+
+Result<int64_t> Runtime::nd_range_count(const CompiledKernel& d, const CompiledTask& task,
+                                        std::span<const Arg> args) const {
+  adstack::SizeInputs inputs{
+      [&](uint32_t p) { return args[p].i; },
+      [&](uint32_t p, uint32_t dim) { return static_cast<int64_t>(arrays_.at(args[p].array.id).shape[dim]); }};
+  int64_t count = 1;
+  for (size_t dim = 0; dim < task.dim_begin.size(); ++dim) {
+    Result<int64_t> b = adstack::evaluate(task.dim_begin[dim], inputs);
+    Result<int64_t> e = adstack::evaluate(task.dim_end[dim], inputs);
+    // The module computes the bounds in i32 and the indices are i32.
+    if (!b.ok() || !e.ok() || *b < 0 || *e > INT32_MAX) {
+      std::string got = b.ok() && e.ok() ? "[" + std::to_string(*b) + ", " + std::to_string(*e) + ")"
+                                         : (b.ok() ? e : b).status().message();
+      return make_error(ErrorCode::kInvalidArgument,
+                        "launch of '" + d.name + "' task '" + task.name + "': dimension " +
+                            std::to_string(dim) + "'s range " + got +
+                            " is out of bounds (begin >= 0, end <= 2^31 - 1)");
+    }
+    count *= std::max<int64_t>(*e - *b, 0);  // < 2^31 per factor, at most 3 factors
+    if (count > UINT32_MAX) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "launch of '" + d.name + "' task '" + task.name + "': the N-d range has " +
+                            "more than 2^32 - 1 iterations");
+    }
+  }
+  return count;
 }
 
 Status Runtime::check_loop_passes(const CompiledKernel& d, const CompiledTask& task,

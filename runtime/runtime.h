@@ -227,6 +227,10 @@ class Runtime {
   // kFailedPrecondition when the device caps loop passes per invocation and this task's known
   // passes (grid-stride iterations over `n` with `groups` workgroups, times its body's
   // loop_passes) exceed the cap.
+  // The iteration count of an N-d task (the product of its dimensions' extents), or
+  // kInvalidArgument naming the dimension whose range the launch cannot run.
+  Result<int64_t> nd_range_count(const CompiledKernel& d, const CompiledTask& task,
+                                 std::span<const Arg> args) const;
   Status check_loop_passes(const CompiledKernel& d, const CompiledTask& task,
                            std::span<const Arg> args, uint64_t n, uint64_t groups) const;
   Status ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& need);

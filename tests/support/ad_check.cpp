@@ -42,7 +42,11 @@ HostValues adjoint_args(const Kernel& forward, const HostValues& base, const std
   HostValues a = base;
   for (uint32_t p = 0; p < forward.params.size(); ++p) {
     if (!forward.params[p].needs_grad) continue;
-    a.arrays.push_back(seeds[p].data.empty() ? HostArray(forward.params[p].dtype, base.arrays[p].shape) : seeds[p]);
+    // A differentiable scalar's gradient is a 1-element ndarray.
+    std::vector<uint32_t> shape = forward.params[p].kind == codegen::ParamKind::kScalar
+                                      ? std::vector<uint32_t>{1}
+                                      : base.arrays[p].shape;
+    a.arrays.push_back(seeds[p].data.empty() ? HostArray(forward.params[p].dtype, shape) : seeds[p]);
     a.scalars.push_back(0);
   }
   return a;
@@ -102,16 +106,20 @@ Result<GradCheckReport> check_gradients_cpu(const Kernel& forward, const HostVal
     if (!forward.params[p].needs_grad) continue;
     const HostArray& g = adj.arrays[grad_index++];
     if (writes_param(forward, p)) continue;  // an output: its gradient array held the seed
+    const bool scalar = forward.params[p].kind == codegen::ParamKind::kScalar;
+    // The perturbed input: element e of the ndarray, or the scalar itself.
+    auto at_ref = [&](HostValues& v, size_t e) -> double& { return scalar ? v.scalars[p] : v.arrays[p].data[e]; };
     size_t n = g.size();
     size_t count = o.max_elements == 0 ? n : std::min(n, o.max_elements);
     for (size_t c = 0; c < count; ++c) {
       size_t e = count == n ? c : c * (n - 1) / std::max<size_t>(count - 1, 1);
-      double x0 = base.arrays[p].data[e];
+      HostValues base_copy = base;
+      double x0 = at_ref(base_copy, e);
       auto quotient = [&](double h) -> Result<double> {
         HostValues plus = base, minus = base;
-        plus.arrays[p].data[e] = codegen::round_to(forward.params[p].dtype, x0 + h);
-        minus.arrays[p].data[e] = codegen::round_to(forward.params[p].dtype, x0 - h);
-        double span = plus.arrays[p].data[e] - minus.arrays[p].data[e];
+        at_ref(plus, e) = codegen::round_to(forward.params[p].dtype, x0 + h);
+        at_ref(minus, e) = codegen::round_to(forward.params[p].dtype, x0 - h);
+        double span = at_ref(plus, e) - at_ref(minus, e);
         VKAD_ASSIGN_OR_RETURN(double lp, cpu_loss(forward, plus, seeds));
         VKAD_ASSIGN_OR_RETURN(double lm, cpu_loss(forward, minus, seeds));
         return (lp - lm) / span;
@@ -122,8 +130,8 @@ Result<GradCheckReport> check_gradients_cpu(const Kernel& forward, const HostVal
       // One-sided quotients tell a kink at x0 (abs at 0) that central differences average out.
       HostValues at = base;
       VKAD_ASSIGN_OR_RETURN(double l0, cpu_loss(forward, at, seeds));
-      at.arrays[p].data[e] = codegen::round_to(forward.params[p].dtype, x0 + h / 2);
-      double right_span = at.arrays[p].data[e] - x0;
+      at_ref(at, e) = codegen::round_to(forward.params[p].dtype, x0 + h / 2);
+      double right_span = at_ref(at, e) - x0;
       VKAD_ASSIGN_OR_RETURN(double lr, cpu_loss(forward, at, seeds));
       double right = (lr - l0) / right_span;
       // Richardson: the h^2 error terms of the two central quotients cancel.
@@ -139,7 +147,7 @@ Result<GradCheckReport> check_gradients_cpu(const Kernel& forward, const HostVal
       }
       ++report.checked;
       if (!(std::fabs(g.data[e] - fd) <= tol) && report.failure.empty()) {
-        report.failure = "d loss / d " + forward.params[p].name + "[" + std::to_string(e) + "]: adjoint " +
+        report.failure = "d loss / d " + forward.params[p].name + (scalar ? "" : "[" + std::to_string(e) + "]") + ": adjoint " +
                          std::to_string(g.data[e]) + ", finite differences " + std::to_string(fd) +
                          " (central quotients at h = " + std::to_string(h) + " and h/2: " + std::to_string(fd1) +
                          ", " + std::to_string(fd2) + ")";
