@@ -20,7 +20,7 @@
 
 #include "codegen/ir.h"
 #include "codegen/target.h"
-#include "rhi/status.h"
+#include "base/status.h"
 
 namespace vkad::codegen {
 
