@@ -51,16 +51,11 @@ class _Block(list):
     """Statements: text lines and nested (header, body, else_body) triples."""
 
 
-class Value:
-    """An SSA value of a kernel being built."""
+class _Operators:
+    """Arithmetic, comparisons and logic, for Values and what reads as one (scalar
+    parameters, extents, locals)."""
 
-    __slots__ = ("kb", "id", "dtype")
-
-    def __init__(self, kb: "KernelBuilder", id: int, dtype: DType):
-        self.kb, self.id, self.dtype = kb, id, dtype
-
-    def __repr__(self) -> str:
-        return f"Value(%{self.id}: {self.dtype.name})"
+    __slots__ = ()
 
     def __bool__(self):
         raise TypeError("a vkad Value has no truth value while the kernel is built: "
@@ -100,16 +95,29 @@ class Value:
     def __ror__(self, o): return _binary("or", o, self)
     def __invert__(self): return _unary("not", self)
 
+
+class Value(_Operators):
+    """An SSA value of a kernel being built."""
+
+    __slots__ = ("kb", "id", "dtype")
+
+    def __init__(self, kb: "KernelBuilder", id: int, dtype: DType):
+        self.kb, self.id, self.dtype = kb, id, dtype
+
+    def __repr__(self) -> str:
+        return f"Value(%{self.id}: {self.dtype.name})"
+
     def cast(self, dtype: DType) -> "Value":
         return cast(self, dtype)
 
 
-class Scalar:
+class Scalar(_Operators):
     """A scalar parameter: a task bound, or a Value (an `arg` statement) where it is used."""
 
     def __init__(self, kb: "KernelBuilder", name: str, dtype: DType):
         self.kb, self.name, self.dtype = kb, name, dtype
 
+    @property
     def value(self) -> Value:
         return self.kb._emit(f"arg {self.name}", self.dtype)
 
@@ -117,12 +125,13 @@ class Scalar:
         return self.name
 
 
-class Dim:
+class Dim(_Operators):
     """Extent `dim` of an ndarray parameter: a task bound, or an i32 Value inside a body."""
 
     def __init__(self, array: "Array", dim: int):
         self.array, self.dim = array, dim
 
+    @property
     def value(self) -> Value:
         return self.array.kb._emit(f"shape {self.array.name} {self.dim}", DType.i32)
 
@@ -170,7 +179,7 @@ class Array:
         self.kb._line(f"atomic_add {self.name}[{self._indices(idx)}], %{v.id}")
 
 
-class Local:
+class Local(_Operators):
     """A mutable local: `.value` (or load()/store()), and `+=`, `-=`, `*=`."""
 
     def __init__(self, kb: "KernelBuilder", id: int, dtype: DType):
@@ -429,7 +438,7 @@ class KernelBuilder:
                 raise ValueError("a Value of another KernelBuilder")
             return v
         if isinstance(v, (Scalar, Dim)):
-            return v.value()
+            return v.value
         if isinstance(v, Local):
             return v.load()
         if isinstance(v, bool):

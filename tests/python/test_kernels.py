@@ -70,7 +70,7 @@ def test_scalar_conversion_to_param_dtype(session):
                   [("a", vkad.f64), ("b", vkad.u32), ("c", vkad.i32), ("d", vkad.bool_)])
     out = kb.ndarray("out", vkad.f64, 1)
     with kb.serial_for("one", 0, 1) as i:
-        out[i] = a.value() + vkad.cast(b, vkad.f64) + vkad.cast(c, vkad.f64) + \
+        out[i] = a.value + vkad.cast(b, vkad.f64) + vkad.cast(c, vkad.f64) + \
             vkad.select(d, kb.f64(1000), kb.f64(0))
     k = session.compile(kb)
     o = session.empty(1, vkad.f64)
@@ -106,7 +106,7 @@ def test_integer_range_checked(session):
     u = kb.scalar("u", vkad.u32)
     out = kb.ndarray("out", vkad.i32, 1)
     with kb.serial_for("one", 0, 1) as i:
-        out[i] = n.value() + vkad.cast(u, vkad.i32)
+        out[i] = n.value + vkad.cast(u, vkad.i32)
     k = session.compile(kb)
     o = session.empty(1, vkad.i32)
     with pytest.raises(vkad.InvalidArgumentError, match=r"'n': i32\): 2147483648 is out of range"):
