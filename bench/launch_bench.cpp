@@ -79,11 +79,13 @@ int main(int argc, char** argv) {
   std::vector<float> host(n);
   if (!(st = s.download(*x, std::span<float>(host))).ok()) return die("download", st);
   if (host[0] != static_cast<float>(launches * (reps + 1))) {
-    std::fprintf(stderr, "vkad-bench-launch: x[0] = %g, expected %d\n", host[0], launches * (reps + 1));
+    std::fprintf(stderr, "vkad-bench-launch: x[0] = %g, expected %d\n", host[0],
+                 launches * (reps + 1));
     return 1;
   }
   std::printf("device: %s\n", s.device_name().c_str());
-  std::printf("C++ vkad::Session::launch, %d launches x %d reps, %u elements:\n", launches, reps, n);
+  std::printf("C++ vkad::Session::launch, %d launches x %d reps, %u elements:\n", launches, reps,
+              n);
   std::printf("  record only   %.2f us/launch\n  with the wait %.2f us/launch\n", median(record),
               median(total));
   if (!json.empty()) {

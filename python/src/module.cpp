@@ -46,7 +46,7 @@ using vkad::runtime::ParamKind;
 // ------------------------------------------------------------------ errors
 
 constexpr int kCodes = static_cast<int>(ErrorCode::kInternal) + 1;
-PyObject* g_error = nullptr;           // vkad.Error
+PyObject* g_error = PyExc_RuntimeError;  // vkad.Error once registered
 PyObject* g_errors[kCodes] = {};       // one subclass per ErrorCode (index 0 unused)
 
 [[noreturn]] void raise(const Status& s) {
@@ -346,7 +346,9 @@ Arg to_arg(const Kernel& k, const State& st, size_t i, nb::handle v) {
   int overflow = 0;
   long long x = PyLong_AsLongLongAndOverflow(idx.ptr(), &overflow);
   long long lo = p.dtype == DType::kI32 ? INT32_MIN : p.dtype == DType::kU32 ? 0 : LLONG_MIN;
-  long long hi = p.dtype == DType::kI32 ? INT32_MAX : p.dtype == DType::kU32 ? UINT32_MAX : LLONG_MAX;
+  long long hi = p.dtype == DType::kI32   ? INT32_MAX
+                 : p.dtype == DType::kU32 ? UINT32_MAX
+                                          : LLONG_MAX;
   if (overflow || x < lo || x > hi) {
     invalid(where() + ": " + nb::str(idx).c_str() + " is out of range for " + tname(p.dtype));
   }
@@ -568,39 +570,16 @@ struct Session {
 NB_MODULE(_vkad, m) {
   m.doc() = "vkad's native binding; use the vkad package, which wraps and re-exports it.";
 
-  // Exceptions: vkad.Error, and one subclass per error code (InvalidArgumentError is also a
-  // ValueError, NotFoundError a LookupError).
-  g_error = PyErr_NewExceptionWithDoc("vkad.Error", "An error reported by vkad.", PyExc_RuntimeError,
-                                      nullptr);
-  m.attr("Error") = nb::handle(g_error);
-  struct Def {
-    ErrorCode code;
-    const char* name;
-    PyObject* extra;
-  };
-  const Def defs[] = {
-      {ErrorCode::kInvalidArgument, "InvalidArgumentError", PyExc_ValueError},
-      {ErrorCode::kNotFound, "NotFoundError", PyExc_LookupError},
-      {ErrorCode::kFailedPrecondition, "FailedPreconditionError", nullptr},
-      {ErrorCode::kOutOfDeviceMemory, "OutOfDeviceMemoryError", PyExc_MemoryError},
-      {ErrorCode::kOutOfHostMemory, "OutOfHostMemoryError", PyExc_MemoryError},
-      {ErrorCode::kDeviceLost, "DeviceLostError", nullptr},
-      {ErrorCode::kUnsupported, "UnsupportedError", nullptr},
-      {ErrorCode::kNoDevice, "NoDeviceError", nullptr},
-      {ErrorCode::kTimeout, "TimeoutError", nullptr},
-      {ErrorCode::kDeviceError, "DeviceError", nullptr},
-      {ErrorCode::kVulkan, "VulkanError", nullptr},
-      {ErrorCode::kInternal, "InternalError", nullptr},
-  };
-  for (const Def& d : defs) {
-    std::string qual = std::string("vkad.") + d.name;
-    nb::object bases = d.extra ? nb::make_tuple(nb::handle(g_error), nb::handle(d.extra))
-                               : nb::make_tuple(nb::handle(g_error));
-    PyObject* cls = PyErr_NewException(qual.c_str(), bases.ptr(), nullptr);
-    if (!cls) throw nb::python_error();
-    g_errors[static_cast<int>(d.code)] = cls;
-    m.attr(d.name) = nb::handle(cls);
-  }
+  // The exception classes live in vkad/errors.py (typed, documented); vkad/__init__.py hands
+  // them over here: the base class, and {error_code_name(code): class}. Until then (and for a
+  // code without a class) errors are RuntimeErrors.
+  m.def("_set_errors", [](nb::handle base, nb::dict by_name) {
+    g_error = nb::borrow(base).release().ptr();  // kept for the life of the process
+    for (int c = 1; c < kCodes; ++c) {
+      const char* name = vkad::error_code_name(static_cast<ErrorCode>(c));
+      g_errors[c] = by_name.contains(name) ? nb::borrow(by_name[name]).release().ptr() : g_error;
+    }
+  });
 
   nb::enum_<DType>(m, "DType", "Element and scalar types.")
       .value("f32", DType::kF32)
@@ -621,7 +600,7 @@ NB_MODULE(_vkad, m) {
       .def_prop_ro("size", &NdArray::size)
       .def_prop_ro("nbytes", &NdArray::nbytes)
       .def_prop_ro("handle", [](const NdArray& a) { return a.handle.id; })
-      .def("numpy", &download,
+      .def("numpy", &download, nb::sig("def numpy(self) -> numpy.typing.NDArray"),
            "Waits for the array's last writer (GIL released) and returns a new numpy array.")
       .def("upload", &upload, "array"_a,
            "Copies a numpy array of the same dtype and shape in (recorded, no wait).")
@@ -645,6 +624,7 @@ NB_MODULE(_vkad, m) {
         return out;
       }, "(name, dtype, rank) per parameter; rank 0 for a scalar.")
       .def_prop_ro("adjoint", [](const Kernel& k) { return k.adjoint; },
+                   nb::sig("def adjoint(self) -> Kernel | None"),
                    "The adjoint of a kernel from differentiate(), else None.")
       .def_prop_ro("gradients", [](const Kernel& k) {
         nb::list out;
@@ -656,8 +636,8 @@ NB_MODULE(_vkad, m) {
 
   nb::class_<Differentiated>(m, "Differentiated",
                              "A forward kernel and its adjoint (Session.differentiate).")
-      .def_ro("forward", &Differentiated::forward)
-      .def_ro("adjoint", &Differentiated::adjoint)
+      .def_ro("forward", &Differentiated::forward, nb::sig("def forward(self) -> Kernel"))
+      .def_ro("adjoint", &Differentiated::adjoint, nb::sig("def adjoint(self) -> Kernel"))
       .def_prop_ro("gradients", [](const Differentiated& d) {
         // {forward parameter name: gradient parameter name}
         const Kernel& k = nb::cast<const Kernel&>(d.forward);
@@ -668,25 +648,35 @@ NB_MODULE(_vkad, m) {
 
   nb::class_<Session>(m, "Session", "A device, its kernels and ndarrays (vkad::Session).")
       .def(nb::init<nb::handle, bool, size_t>(), "device"_a = nb::none(), "validation"_a = false,
-           "retirement_depth"_a = 3)
+           "retirement_depth"_a = 3,
+           nb::sig("def __init__(self, device: int | str | None = None, validation: bool = False, "
+                   "retirement_depth: int = 3) -> None"))
       .def_prop_ro("device_name", &Session::device_name)
-      .def("compile", &Session::compile, "ir"_a, "Compiles a kernel from the IR text form.")
+      .def("compile", &Session::compile, "ir"_a, nb::sig("def compile(self, ir: str) -> Kernel"),
+           "Compiles a kernel from the IR text form.")
       .def("differentiate", &Session::differentiate, "ir"_a,
+           nb::sig("def differentiate(self, ir: str) -> Differentiated"),
            "Compiles a kernel (IR text) and its adjoint.")
       .def("release", &Session::release, "kernel"_a)
       .def("empty", &Session::empty, "shape"_a, "dtype"_a, "name"_a = "",
+           nb::sig("def empty(self, shape: int | collections.abc.Sequence[int], dtype: DType, "
+                   "name: str = '') -> NdArray"),
            "A new device array (contents undefined until written).")
-      .def("_from_numpy", &Session::from_numpy, "array"_a, "name"_a = "")
-      .def("free", &Session::free, "array"_a)
-      .def("zero", &Session::zero, "array"_a)
-      .def("fill", &Session::fill, "array"_a, "value"_a)
+      .def("_from_numpy", &Session::from_numpy, "array"_a, "name"_a = "",
+           nb::sig("def _from_numpy(self, array: numpy.typing.NDArray, name: str = '') -> NdArray"))
+      .def("free", &Session::free, "array"_a, nb::sig("def free(self, array: NdArray) -> None"))
+      .def("zero", &Session::zero, "array"_a, nb::sig("def zero(self, array: NdArray) -> None"))
+      .def("fill", &Session::fill, "array"_a, "value"_a,
+           nb::sig("def fill(self, array: NdArray, value: float) -> None"))
       .def("launch", &Session::launch, "kernel"_a, "args"_a,
+           nb::sig("def launch(self, kernel: Kernel | Differentiated, "
+                   "*args: NdArray | int | float | bool) -> None"),
            "Records a launch (asynchronous). Scalars are converted to the parameter's dtype.")
       .def("flush", &Session::flush)
       .def("synchronize", &Session::synchronize,
            "Waits for everything submitted (GIL released); raises device errors.")
       .def("close", &Session::close, "Waits for this session's work and frees the device.")
-      .def("stats", &Session::stats)
+      .def("stats", &Session::stats, nb::sig("def stats(self) -> dict[str, int]"))
       .def("validation_messages", &Session::validation_messages)
       .def("_set_tape", [](Session& s, nb::object tape) {
         s.st->tape = std::move(tape);

@@ -23,14 +23,17 @@ from typing import Any, Dict, Optional, Sequence, Union
 import numpy as _np
 
 from . import _vkad
-from ._vkad import (DType, Differentiated, Kernel, NdArray, Error, InvalidArgumentError,
-                    NotFoundError, FailedPreconditionError, OutOfDeviceMemoryError,
-                    OutOfHostMemoryError, DeviceLostError, UnsupportedError, NoDeviceError,
-                    TimeoutError, DeviceError, VulkanError, InternalError)
+from ._vkad import DType, Differentiated, Kernel, NdArray
+from .errors import (Error, InvalidArgumentError, NotFoundError, FailedPreconditionError,
+                     OutOfDeviceMemoryError, OutOfHostMemoryError, DeviceLostError,
+                     UnsupportedError, NoDeviceError, TimeoutError, DeviceError, VulkanError,
+                     InternalError, ERRORS as _ERRORS)
 from .builder import (KernelBuilder, Value, Scalar, Array, Dim, Local, sqrt, rsqrt, exp, log,
-                      sin, cos, tan, tanh, asin, acos, abs, floor, ceil, pow, atan2, min, max, eq, ne,
-                      select, cast)
+                      sin, cos, tan, tanh, asin, acos, abs, floor, ceil, pow, atan2, min, max,
+                      eq, ne, select, cast)
 from .tape import Tape
+
+_vkad._set_errors(Error, {e.code: e for e in _ERRORS})
 
 __version__ = "0.1.0"
 

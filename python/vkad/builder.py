@@ -202,7 +202,8 @@ class Local(_Operators):
 
 def _same(a: DType, b: DType, what: str) -> None:
     if a != b:
-        raise TypeError(f"{what}: types {a.name} and {b.name} differ (cast explicitly with vkad.cast)")
+        raise TypeError(f"{what}: types {a.name} and {b.name} differ "
+                        "(cast explicitly with vkad.cast)")
 
 
 def _builder_of(*vs) -> "KernelBuilder":
@@ -216,11 +217,16 @@ def _builder_of(*vs) -> "KernelBuilder":
     raise TypeError("vkad math needs at least one kernel Value operand")
 
 
+def _type_of(v) -> Optional[DType]:
+    """The type of a kernel operand; None for a Python number (it takes the other's type)."""
+    if isinstance(v, (Value, Scalar, Local)):
+        return v.dtype
+    return DType.i32 if isinstance(v, Dim) else None
+
+
 def _binary(op: str, a, b, result: Optional[DType] = None) -> Value:
     kb = _builder_of(a, b)
-    ta = a.dtype if isinstance(a, (Value, Scalar, Local)) else DType.i32 if isinstance(a, Dim) else None
-    tb = b.dtype if isinstance(b, (Value, Scalar, Local)) else DType.i32 if isinstance(b, Dim) else None
-    t = ta or tb
+    t = _type_of(a) or _type_of(b)
     va, vb = kb._as_value(a, t), kb._as_value(b, t)
     _same(va.dtype, vb.dtype, op)
     return kb._emit(f"{op} %{va.id}, %{vb.id}", result or va.dtype)
@@ -257,7 +263,7 @@ def ne(a, b): return _binary("ne", a, b, DType.bool)
 def select(c, a, b) -> Value:
     """c ? a : b (both branches are evaluated)."""
     kb = _builder_of(c, a, b)
-    t = a.dtype if isinstance(a, (Value, Scalar, Local)) else b.dtype if isinstance(b, (Value, Scalar, Local)) else None
+    t = _type_of(a) or _type_of(b)
     vc, va, vb = kb._as_value(c, DType.bool), kb._as_value(a, t), kb._as_value(b, t)
     _same(va.dtype, vb.dtype, "select")
     return kb._emit(f"select %{vc.id}, %{va.id}, %{vb.id}", va.dtype)
@@ -457,5 +463,5 @@ class KernelBuilder:
 
 
 __all__ = ["KernelBuilder", "Value", "Scalar", "Array", "Dim", "Local", "sqrt", "rsqrt", "exp",
-           "log", "sin", "cos", "tan", "tanh", "asin", "acos", "abs", "floor", "ceil", "pow", "atan2",
-           "min", "max", "eq", "ne", "select", "cast"]
+           "log", "sin", "cos", "tan", "tanh", "asin", "acos", "abs", "floor", "ceil", "pow",
+           "atan2", "min", "max", "eq", "ne", "select", "cast"]

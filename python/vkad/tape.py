@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Tuple
 
 import numpy as _np
 
-from ._vkad import InvalidArgumentError, NdArray
+from ._vkad import NdArray
+from .errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from . import Session

@@ -92,11 +92,12 @@ def test_wrong_argument_count(session):
 def test_wrong_argument_types(session):
     k = session.compile(SAXPY)
     x, y = session.empty(4, vkad.f32), session.empty(4, vkad.f32)
-    with pytest.raises(vkad.InvalidArgumentError, match=r"argument 0 \('a': f32\): expected a number"):
+    bad = vkad.InvalidArgumentError
+    with pytest.raises(bad, match=r"argument 0 \('a': f32\): expected a number"):
         session.launch(k, "two", x, y)
-    with pytest.raises(vkad.InvalidArgumentError, match=r"argument 1 \('x'.*expected a vkad ndarray, got float"):
+    with pytest.raises(bad, match=r"argument 1 \('x'.*expected a vkad ndarray, got float"):
         session.launch(k, 1.0, 3.0, y)
-    with pytest.raises(vkad.InvalidArgumentError, match=r"argument 2 \('y'.*got ndarray"):
+    with pytest.raises(bad, match=r"argument 2 \('y'.*got ndarray"):
         session.launch(k, 1.0, x, np.zeros(4, np.float32))
 
 
@@ -113,7 +114,7 @@ def test_integer_range_checked(session):
         session.launch(k, 2 ** 31, 0, o)
     with pytest.raises(vkad.InvalidArgumentError, match=r"'u': u32\): -1 is out of range"):
         session.launch(k, 0, -1, o)
-    with pytest.raises(vkad.InvalidArgumentError, match=r"'n': i32\): expected an integer, got float"):
+    with pytest.raises(vkad.InvalidArgumentError, match=r"'n': i32\): expected an integer, got"):
         session.launch(k, 1.5, 0, o)
     session.launch(k, np.int64(-5), np.uint8(7), o)
     assert o.numpy()[0] == 2
@@ -211,3 +212,25 @@ def test_many_asynchronous_launches(session):
     assert session.stats()["launches"] == launches + 31
     np.testing.assert_array_equal(a.numpy(), np.full(256, 7))
     session.synchronize()
+
+
+def test_device_error_raised_at_synchronize(session):
+    kb = vkad.KernelBuilder("oob")
+    x = kb.ndarray("x", vkad.f32, 1)
+    with kb.parallel_for("shift", 0, x.shape[0]) as i:
+        x[i + 1] = 1.0  # the last iteration writes past the end
+    k = session.compile(kb)
+    a = session.zeros(8, vkad.f32)
+    session.launch(k, a)  # asynchronous: nothing raised yet
+    with pytest.raises(vkad.DeviceError, match=r"kernel 'oob', task 'shift'.*out-of-bounds") as e:
+        session.synchronize()
+    assert isinstance(e.value, vkad.Error) and e.value.code == "device-side error"
+    session.synchronize()  # reported once; the session stays usable
+    np.testing.assert_array_equal(session.ndarray(np.ones(2, np.float32)).numpy(), [1, 1])
+
+
+def test_error_classes_carry_codes(session):
+    with pytest.raises(vkad.Error) as e:
+        session.compile("kernel")
+    assert type(e.value) is vkad.InvalidArgumentError and e.value.code == "invalid argument"
+    assert isinstance(e.value, ValueError) and "line 1" in str(e.value)

@@ -22,24 +22,28 @@ def busy_kernel(session):
     return session.compile(kb)
 
 
-def long_launch(session, k, x):
-    """Trips for which one launch takes a while (so a second thread surely wakes during the
-    wait): doubled until a synchronized launch takes 0.2 s or the per-invocation loop limit
-    is near. Calibration, not an assertion."""
-    trips = 256
+def long_launch(session, k):
+    """An array and trip count for which one launch takes a while (so a second thread surely
+    wakes during the wait): trips doubled up to 16384 (below lavapipe's loop-pass limit), then
+    the array, until a synchronized launch takes 0.2 s. Calibration, not an assertion."""
+    trips, n = 256, 1 << 16
+    x = session.zeros(n, vkad.f32)
     while True:
         t0 = time.perf_counter()
         session.launch(k, trips, x)
         session.synchronize()
-        if time.perf_counter() - t0 > 0.2 or trips >= 16384:
-            return trips
-        trips *= 2
+        if time.perf_counter() - t0 > 0.2 or n >= 1 << 24:
+            return trips, x
+        if trips < 16384:
+            trips *= 2
+        else:
+            n *= 2
+            x = session.zeros(n, vkad.f32)
 
 
 def test_second_thread_runs_during_synchronize(session):
     k = busy_kernel(session)
-    x = session.zeros(1 << 16, vkad.f32)
-    trips = long_launch(session, k, x)
+    trips, x = long_launch(session, k)
     go, done = threading.Event(), threading.Event()
     counter = [0]
 
@@ -69,8 +73,7 @@ def test_second_thread_runs_during_synchronize(session):
 
 def test_second_thread_runs_during_download(session):
     k = busy_kernel(session)
-    x = session.zeros(1 << 16, vkad.f32)
-    trips = long_launch(session, k, x)
+    trips, x = long_launch(session, k)
     go, done = threading.Event(), threading.Event()
 
     def worker():
