@@ -116,13 +116,15 @@ class Locked {
   State& st_;
 };
 
-// Runs `f` (which must not touch Python) with the GIL released and the session mutex held.
+// Runs `f(session)` (which must not touch Python) with the GIL released and the session mutex
+// held; kFailedPrecondition if the session was closed (by another thread, meanwhile too).
 template <typename F>
-auto blocking(State& st, F&& f) {
+auto blocking(State& st, F&& f) -> decltype(f(std::declval<vkad::Session&>())) {
   nb::gil_scoped_release release;
   std::lock_guard<std::mutex> l(st.mu);
   st.drain_pending();
-  return f();
+  if (!st.session) return Status(ErrorCode::kFailedPrecondition, "the session is closed");
+  return f(*st.session);
 }
 
 const char* tname(DType t) { return vkad::runtime::dtype_name(t); }
@@ -244,9 +246,9 @@ nb::object download(NdArray& a) {
   auto view = nb::cast<nb::ndarray<nb::c_contig, nb::device::cpu>>(out);
   void* data = view.data();
   uint64_t bytes = view.nbytes();
-  State& st = *a.st;
-  vkad::Session* s = &st.get();
-  Status status = blocking(st, [&] { return s->download(a.handle, data, bytes); });
+  Status status = blocking(*a.st, [&](vkad::Session& s) {
+    return s.download(a.handle, data, bytes);
+  });
   check(status);
   return is_bool ? out.attr("astype")("bool") : out;
 }
@@ -388,21 +390,20 @@ struct Session {
   }
 
   nb::object compile(const std::string& text) {
-    vkad::Session* s = &st->get();
     vkad::codegen::Kernel k;
-    Result<KernelHandle> h = blocking(*st, [&]() -> Result<KernelHandle> {
+    Result<KernelHandle> h = blocking(*st, [&](vkad::Session& s) -> Result<KernelHandle> {
       VKAD_ASSIGN_OR_RETURN(k, vkad::codegen::parse(text));
-      return s->compile(k);
+      return s.compile(k);
     });
     return make_kernel(take(std::move(h)), k.name, params_of(k));
   }
 
   nb::object differentiate(const std::string& text) {
-    vkad::Session* s = &st->get();
     vkad::codegen::Kernel k;
-    Result<vkad::Differentiated> r = blocking(*st, [&]() -> Result<vkad::Differentiated> {
+    Result<vkad::Differentiated> r =
+        blocking(*st, [&](vkad::Session& s) -> Result<vkad::Differentiated> {
       VKAD_ASSIGN_OR_RETURN(k, vkad::codegen::parse(text));
-      return s->differentiate(k);
+      return s.differentiate(k);
     });
     vkad::Differentiated d = take(std::move(r));
     std::vector<ParamInfo> fparams = params_of(k), aparams = fparams;
@@ -528,20 +529,16 @@ struct Session {
   }
 
   void flush() {
-    vkad::Session* s = &st->get();
-    check(blocking(*st, [&] { return s->flush(); }));
+    check(blocking(*st, [](vkad::Session& s) { return s.flush(); }));
   }
   void synchronize() {
-    vkad::Session* s = &st->get();
-    check(blocking(*st, [&] { return s->synchronize(); }));
+    check(blocking(*st, [](vkad::Session& s) { return s.synchronize(); }));
   }
   void close() {
-    std::unique_ptr<vkad::Session> s;
-    blocking(*st, [&] {
-      s = std::move(st->session);
-      s.reset();  // waits for this session's work, with the GIL released
-      return 0;
-    });
+    nb::gil_scoped_release release;  // destruction waits for this session's work
+    std::lock_guard<std::mutex> l(st->mu);
+    st->drain_pending();
+    st->session.reset();
   }
 
   nb::dict stats() {
