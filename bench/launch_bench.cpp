@@ -2,6 +2,7 @@
 // bench/python_launch.py (the same kernel and loop from Python):
 //
 //   vkad-bench-launch [--launches N] [--reps R] [--n ELEMENTS] [--device D] [--json out.json]
+//                     [--kernel bench/launch_kernel.vkir (default: the one in the source tree)]
 //
 // Per rep: N launches of a tiny kernel (x[i] += 1 over ELEMENTS elements, each launch depending
 // on the previous one) recorded back to back, then synchronize(). Reports the median over reps
@@ -41,7 +42,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   int launches = 500, reps = 15;
   uint32_t n = 64;
-  std::string json, device;
+  std::string json, device, kernel = std::string(VKAD_SOURCE_DIR) + "/bench/launch_kernel.vkir";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--launches") launches = std::atoi(argv[i + 1]);
@@ -49,8 +50,13 @@ int main(int argc, char** argv) {
     else if (a == "--n") n = static_cast<uint32_t>(std::atoi(argv[i + 1]));
     else if (a == "--json") json = argv[i + 1];
     else if (a == "--device") device = argv[i + 1];
+    else if (a == "--kernel") kernel = argv[i + 1];
   }
-  std::ifstream f(std::string(VKAD_SOURCE_DIR) + "/bench/launch_kernel.vkir");
+  std::ifstream f(kernel);
+  if (!f) {
+    std::fprintf(stderr, "vkad-bench-launch: cannot read %s\n", kernel.c_str());
+    return 1;
+  }
   std::stringstream text;
   text << f.rdbuf();
   vkad::SessionOptions options;
