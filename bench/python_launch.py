@@ -1,0 +1,85 @@
+"""Launch overhead from Python: µs per launch of a tiny kernel (x[i] += a over 64 elements,
+each launch after the previous), for vkad and, measured the same way, Taichi and Quadrants.
+
+    python bench/python_launch.py [--backend vkad|taichi|quadrants] [--launches N] [--reps R]
+                                  [--n ELEMENTS] [--json FILE]
+
+Per rep: N launches recorded back to back, then a synchronize. Prints the median over reps of
+µs per launch for the launches alone and for the batch including the wait. vkad's C++ figure
+for the same loop is build/bench/vkad-bench-launch. Taichi and Quadrants are not dependencies:
+install them into a separate venv (`pip install taichi`, `pip install quadrants`) and run this
+script there with --backend; their arch is Vulkan (lavapipe where there is no GPU), as vkad's.
+Numbers and machines: docs/benchmarks.md, "Launch overhead from Python".
+"""
+import argparse
+import json
+import pathlib
+import statistics
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def measure(launch, sync, launches, reps):
+    record, total = [], []
+    for r in range(reps + 1):  # rep 0 warms up (compiles, allocates)
+        t0 = time.perf_counter()
+        for _ in range(launches):
+            launch()
+        t1 = time.perf_counter()
+        sync()
+        t2 = time.perf_counter()
+        if r:
+            record.append((t1 - t0) / launches * 1e6)
+            total.append((t2 - t0) / launches * 1e6)
+    return statistics.median(record), statistics.median(total)
+
+
+def vkad_backend(n):
+    import vkad
+    s = vkad.Session()
+    k = s.compile((HERE / "launch_kernel.vkir").read_text())
+    x = s.zeros(n, vkad.f32)
+    return s.device_name, (lambda: s.launch(k, 1.0, x)), s.synchronize, (lambda: x.numpy()[0])
+
+
+def taichi_like_backend(mod, n):
+    ti = mod
+    ti.init(arch=ti.vulkan, offline_cache=False)
+
+    @ti.kernel
+    def bump(a: ti.f32, x: ti.types.ndarray(dtype=ti.f32, ndim=1)):
+        for i in x:
+            x[i] += a
+
+    x = ti.ndarray(ti.f32, n)
+    x.fill(0)
+    return (f"{mod.__name__} vulkan", (lambda: bump(1.0, x)), ti.sync,
+            (lambda: x.to_numpy()[0]))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--backend", default="vkad", choices=["vkad", "taichi", "quadrants"])
+    ap.add_argument("--launches", type=int, default=500)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--n", type=int, default=64)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    if a.backend == "vkad":
+        device, launch, sync, first = vkad_backend(a.n)
+    else:
+        device, launch, sync, first = taichi_like_backend(__import__(a.backend), a.n)
+    record, total = measure(launch, sync, a.launches, a.reps)
+    expected = a.launches * (a.reps + 1)
+    if first() != expected:  # every launch ran, in order
+        raise SystemExit(f"x[0] = {first()}, expected {expected}")
+    print(f"{a.backend} ({device}), {a.launches} launches x {a.reps} reps, {a.n} elements:")
+    print(f"  launch only   {record:.2f} us/launch\n  with the wait {total:.2f} us/launch")
+    if a.json:
+        pathlib.Path(a.json).write_text(json.dumps(
+            {"backend": a.backend, "device": device, "record_us": record, "total_us": total}))
+
+
+if __name__ == "__main__":
+    main()

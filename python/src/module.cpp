@@ -1,0 +1,681 @@
+// vkad._vkad: the nanobind binding of vkad's front door (api/session.h) for the Python package
+// (python/vkad). It stays thin: kernels come in as IR text (the Python builder prints it), the
+// Tape and the dtype/shape conveniences live in Python. What lives here is what must be fast or
+// must touch memory: launch (arguments converted against the kernel's parameters), numpy upload
+// and download (one copy at most), and the locking that lets blocking waits release the GIL.
+//
+// Threads: a vkad::Session is externally synchronised. Every call below takes the session's
+// mutex; a blocking call (download, synchronize, flush, compile, close) releases the GIL first,
+// so other Python threads run while it waits. A non-blocking call tries the mutex while holding
+// the GIL and releases the GIL only when it has to wait for it (no deadlock: the mutex holder
+// never needs the GIL while holding the mutex).
+//
+// Errors: every vkad Status that is not ok is raised as the vkad.Error subclass of its code,
+// carrying vkad's message. Python-side misuse (a wrong argument count or type) raises
+// InvalidArgumentError with a message naming the kernel, the argument and what was expected.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <climits>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "rhi/device.h"
+#include "runtime/runtime.h"
+#include "vkad.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+using vkad::Arg;
+using vkad::DType;
+using vkad::ErrorCode;
+using vkad::KernelHandle;
+using vkad::NdArrayHandle;
+using vkad::Result;
+using vkad::Status;
+using vkad::runtime::ParamKind;
+
+// ------------------------------------------------------------------ errors
+
+constexpr int kCodes = static_cast<int>(ErrorCode::kInternal) + 1;
+PyObject* g_error = PyExc_RuntimeError;  // vkad.Error once registered
+PyObject* g_errors[kCodes] = {};       // one subclass per ErrorCode (index 0 unused)
+
+[[noreturn]] void raise(const Status& s) {
+  int c = static_cast<int>(s.code());
+  PyObject* cls = c > 0 && c < kCodes && g_errors[c] ? g_errors[c] : g_error;
+  PyErr_SetString(cls, s.message().c_str());
+  throw nb::python_error();
+}
+[[noreturn]] void invalid(const std::string& message) {
+  raise(Status(ErrorCode::kInvalidArgument, message));
+}
+void check(const Status& s) {
+  if (!s.ok()) raise(s);
+}
+template <typename T>
+T take(Result<T> r) {
+  if (!r.ok()) raise(r.status());
+  return std::move(r).value();
+}
+
+// ------------------------------------------------------------------ session state
+
+// What a Session, its arrays and its kernels share. Arrays and kernels keep it alive, so a
+// handle never outlives the vkad::Session that issued it.
+struct State {
+  std::unique_ptr<vkad::Session> session;  // null once closed
+  std::mutex mu;                           // held around every call into `session`
+  // Handles whose Python objects died while another thread held `mu`: freed by the next call.
+  std::mutex pending_mu;
+  std::vector<NdArrayHandle> pending_arrays;
+  std::vector<KernelHandle> pending_kernels;
+  // The recording tape (a Python list) or None; see Session.launch.
+  nb::object tape = nb::none();
+
+  vkad::Session& get() {
+    if (!session) raise(Status(ErrorCode::kFailedPrecondition, "the session is closed"));
+    return *session;
+  }
+  // Called with `mu` held.
+  void drain_pending() {
+    std::lock_guard<std::mutex> l(pending_mu);
+    if (session) {
+      for (NdArrayHandle h : pending_arrays) (void)session->free(h);
+      for (KernelHandle k : pending_kernels) (void)session->release(k);
+    }
+    pending_arrays.clear();
+    pending_kernels.clear();
+  }
+};
+using StatePtr = std::shared_ptr<State>;
+
+// Holds the session mutex for a non-blocking call (see the thread notes at the top).
+class Locked {
+ public:
+  explicit Locked(State& st) : st_(st) {
+    if (!st.mu.try_lock()) {
+      nb::gil_scoped_release release;
+      st.mu.lock();
+    }
+    st.drain_pending();
+  }
+  ~Locked() { st_.mu.unlock(); }
+  Locked(const Locked&) = delete;
+  Locked& operator=(const Locked&) = delete;
+
+ private:
+  State& st_;
+};
+
+// Runs `f(session)` (which must not touch Python) with the GIL released and the session mutex
+// held; kFailedPrecondition if the session was closed (by another thread, meanwhile too).
+template <typename F>
+auto blocking(State& st, F&& f) -> decltype(f(std::declval<vkad::Session&>())) {
+  nb::gil_scoped_release release;
+  std::lock_guard<std::mutex> l(st.mu);
+  st.drain_pending();
+  if (!st.session) return Status(ErrorCode::kFailedPrecondition, "the session is closed");
+  return f(*st.session);
+}
+
+const char* tname(DType t) { return vkad::runtime::dtype_name(t); }
+
+std::string shape_string(const std::vector<uint32_t>& shape) {
+  std::string out = "(";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + (shape.size() == 1 ? ",)" : ")");
+}
+
+// ------------------------------------------------------------------ ndarrays
+
+struct NdArray {
+  StatePtr st;
+  NdArrayHandle handle;
+  DType dtype = DType::kF32;
+  std::vector<uint32_t> shape;
+  std::string name;
+  bool freed = false;
+
+  NdArray() = default;
+  NdArray(const NdArray&) = delete;
+  NdArray& operator=(const NdArray&) = delete;
+  ~NdArray() {
+    // Garbage collection frees the device array (after its in-flight launches, as
+    // Session::free does). If another thread is inside the session, the next call frees it.
+    if (freed || !st) return;
+    if (st->mu.try_lock()) {
+      if (st->session) (void)st->session->free(handle);
+      st->mu.unlock();
+    } else {
+      std::lock_guard<std::mutex> l(st->pending_mu);
+      st->pending_arrays.push_back(handle);
+    }
+  }
+  uint64_t size() const {
+    uint64_t n = 1;
+    for (uint32_t e : shape) n *= e;
+    return n;
+  }
+  uint64_t nbytes() const { return size() * vkad::runtime::dtype_bytes(dtype); }
+  std::string label() const {
+    return name.empty() ? "ndarray " + vkad::runtime::handle_string(handle.id)
+                        : "ndarray '" + name + "'";
+  }
+};
+
+// numpy's name of each dtype, and the DLPack description nanobind reports for it.
+const char* numpy_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "float32";
+    case DType::kF64: return "float64";
+    case DType::kI32: return "int32";
+    case DType::kU32: return "uint32";
+    case DType::kI64: return "int64";
+    case DType::kBool: return "bool";
+  }
+  return "?";
+}
+bool dtype_of(const nb::dlpack::dtype& d, DType* out) {
+  using C = nb::dlpack::dtype_code;
+  auto code = static_cast<C>(d.code);
+  if (d.lanes != 1) return false;
+  if (code == C::Float && d.bits == 32) *out = DType::kF32;
+  else if (code == C::Float && d.bits == 64) *out = DType::kF64;
+  else if (code == C::Int && d.bits == 32) *out = DType::kI32;
+  else if (code == C::UInt && d.bits == 32) *out = DType::kU32;
+  else if (code == C::Int && d.bits == 64) *out = DType::kI64;
+  else if (code == C::Bool && d.bits == 8) *out = DType::kBool;
+  else return false;
+  return true;
+}
+std::string describe(const nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>& a) {
+  std::vector<uint32_t> shape;
+  for (size_t i = 0; i < a.ndim(); ++i) shape.push_back(static_cast<uint32_t>(a.shape(i)));
+  DType t;
+  return "a numpy array of shape " + shape_string(shape) + " and dtype " +
+         (dtype_of(a.dtype(), &t) ? numpy_name(t) : "unsupported by vkad");
+}
+
+using HostArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
+
+// Host -> device from the numpy buffer itself (vkad copies it into staging before returning);
+// only a bool array is converted first (the device holds one u32 per bool).
+void upload(NdArray& a, const HostArray& host) {
+  DType t;
+  bool same_shape = host.ndim() == a.shape.size();
+  for (size_t i = 0; same_shape && i < host.ndim(); ++i) same_shape = host.shape(i) == a.shape[i];
+  if (!dtype_of(host.dtype(), &t) || t != a.dtype || !same_shape) {
+    invalid("upload to " + a.label() + " (" + tname(a.dtype) + ", shape " +
+            shape_string(a.shape) + "): got " + describe(host));
+  }
+  State& st = *a.st;
+  if (t == DType::kBool) {
+    const auto* b = static_cast<const uint8_t*>(host.data());
+    std::vector<uint32_t> words(host.size());
+    for (size_t i = 0; i < words.size(); ++i) words[i] = b[i] != 0;
+    Locked l(st);
+    check(st.get().upload(a.handle, words.data(), words.size() * 4));
+    return;
+  }
+  Locked l(st);
+  check(st.get().upload(a.handle, host.data(), host.nbytes()));
+}
+
+nb::object numpy_module() {
+  static PyObject* np = nullptr;  // leaked on purpose: module objects outlive static destructors
+  if (!np) np = nb::module_::import_("numpy").release().ptr();
+  return nb::borrow(np);
+}
+
+// Device -> a new numpy array (the one copy); blocks with the GIL released.
+nb::object download(NdArray& a) {
+  nb::object np = numpy_module();
+  nb::list shape;
+  for (uint32_t e : a.shape) shape.append(e);
+  bool is_bool = a.dtype == DType::kBool;
+  nb::object out = np.attr("empty")(nb::tuple(shape), is_bool ? "uint32" : numpy_name(a.dtype));
+  auto view = nb::cast<nb::ndarray<nb::c_contig, nb::device::cpu>>(out);
+  void* data = view.data();
+  uint64_t bytes = view.nbytes();
+  Status status = blocking(*a.st, [&](vkad::Session& s) {
+    return s.download(a.handle, data, bytes);
+  });
+  check(status);
+  return is_bool ? out.attr("astype")("bool") : out;
+}
+
+// ------------------------------------------------------------------ kernels
+
+struct ParamInfo {
+  std::string name;
+  bool array = false;
+  DType dtype = DType::kF32;
+  uint32_t rank = 0;
+  bool grad = false;
+};
+
+struct Kernel {
+  StatePtr st;
+  KernelHandle handle;
+  std::string name;
+  std::vector<ParamInfo> params;
+  bool released = false;
+  // Set on the forward kernel of differentiate(): its adjoint (a Kernel) and, per gradient,
+  // (forward parameter index, gradient name). Launches of such a kernel are what a Tape records.
+  nb::object adjoint = nb::none();
+  std::vector<std::pair<uint32_t, std::string>> gradients;
+
+  Kernel() = default;
+  Kernel(const Kernel&) = delete;
+  Kernel& operator=(const Kernel&) = delete;
+  ~Kernel() {
+    if (released || !st) return;
+    if (st->mu.try_lock()) {
+      if (st->session) (void)st->session->release(handle);
+      st->mu.unlock();
+    } else {
+      std::lock_guard<std::mutex> l(st->pending_mu);
+      st->pending_kernels.push_back(handle);
+    }
+  }
+  std::string signature() const {
+    std::string out = name + "(";
+    for (size_t i = 0; i < params.size(); ++i) {
+      const ParamInfo& p = params[i];
+      out += (i ? ", " : "") + p.name + ": " +
+             (p.array ? "ndarray<" + std::string(tname(p.dtype)) + ", " +
+                            std::to_string(p.rank) + ">"
+                      : std::string(tname(p.dtype)));
+    }
+    return out + ")";
+  }
+};
+
+std::vector<ParamInfo> params_of(const vkad::codegen::Kernel& k) {
+  std::vector<ParamInfo> out;
+  for (const auto& p : k.params) {
+    out.push_back({p.name, p.kind == ParamKind::kNdArray, p.dtype, p.rank, p.needs_grad});
+  }
+  return out;
+}
+
+// One Python value as the launch argument of parameter `i` of `k`.
+Arg to_arg(const Kernel& k, const State& st, size_t i, nb::handle v) {
+  const ParamInfo& p = k.params[i];
+  auto where = [&] {
+    return "launch '" + k.name + "', argument " + std::to_string(i) + " ('" + p.name + "': " +
+           (p.array ? "ndarray<" + std::string(tname(p.dtype)) + ", " +
+                          std::to_string(p.rank) + ">"
+                    : std::string(tname(p.dtype))) +
+           ")";
+  };
+  auto type_name = [&] { return std::string(nb::type_name(v.type()).c_str()); };
+  if (p.array) {
+    NdArray* a = nullptr;
+    if (!nb::try_cast<NdArray*>(v, a) || a == nullptr) {
+      invalid(where() + ": expected a vkad ndarray, got " + type_name());
+    }
+    if (a->st.get() != &st) invalid(where() + ": " + a->label() + " belongs to another session");
+    return Arg::ndarray(a->handle);
+  }
+  if (p.dtype == DType::kF32 || p.dtype == DType::kF64) {
+    double d = PyFloat_AsDouble(v.ptr());
+    if (d == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      invalid(where() + ": expected a number, got " + type_name());
+    }
+    return p.dtype == DType::kF32 ? Arg::f32(static_cast<float>(d)) : Arg::f64(d);
+  }
+  if (p.dtype == DType::kBool) {
+    if (!PyBool_Check(v.ptr()) && !PyIndex_Check(v.ptr())) {
+      invalid(where() + ": expected a bool, got " + type_name());
+    }
+    return Arg::boolean(PyObject_IsTrue(v.ptr()) == 1);
+  }
+  // Integers: Python ints and numpy integers (anything with __index__), range checked.
+  if (!PyIndex_Check(v.ptr())) invalid(where() + ": expected an integer, got " + type_name());
+  nb::object idx = nb::steal(PyNumber_Index(v.ptr()));
+  if (!idx.is_valid()) throw nb::python_error();
+  int overflow = 0;
+  long long x = PyLong_AsLongLongAndOverflow(idx.ptr(), &overflow);
+  long long lo = p.dtype == DType::kI32 ? INT32_MIN : p.dtype == DType::kU32 ? 0 : LLONG_MIN;
+  long long hi = p.dtype == DType::kI32   ? INT32_MAX
+                 : p.dtype == DType::kU32 ? UINT32_MAX
+                                          : LLONG_MAX;
+  if (overflow || x < lo || x > hi) {
+    invalid(where() + ": " + nb::str(idx).c_str() + " is out of range for " + tname(p.dtype));
+  }
+  if (p.dtype == DType::kI32) return Arg::i32(static_cast<int32_t>(x));
+  if (p.dtype == DType::kU32) return Arg::u32(static_cast<uint32_t>(x));
+  return Arg::i64(x);
+}
+
+struct Differentiated {
+  nb::object forward, adjoint;  // Kernels
+};
+
+// ------------------------------------------------------------------ session
+
+struct Session {
+  StatePtr st = std::make_shared<State>();
+
+  Session(nb::handle device, bool validation, size_t retirement_depth) {
+    vkad::SessionOptions o;
+    if (!device.is_none()) o.device = nb::str(device).c_str();
+    o.validation = validation;
+    o.retirement_depth = retirement_depth;
+    Result<std::unique_ptr<vkad::Session>> r = [&] {
+      nb::gil_scoped_release release;
+      return vkad::Session::create(o);
+    }();
+    st->session = take(std::move(r));
+  }
+
+  nb::object make_kernel(KernelHandle h, const std::string& name, std::vector<ParamInfo> params) {
+    auto* k = new Kernel();
+    k->st = st;
+    k->handle = h;
+    k->name = name;
+    k->params = std::move(params);
+    return nb::cast(k, nb::rv_policy::take_ownership);
+  }
+
+  nb::object compile(const std::string& text) {
+    vkad::codegen::Kernel k;
+    Result<KernelHandle> h = blocking(*st, [&](vkad::Session& s) -> Result<KernelHandle> {
+      VKAD_ASSIGN_OR_RETURN(k, vkad::codegen::parse(text));
+      return s.compile(k);
+    });
+    return make_kernel(take(std::move(h)), k.name, params_of(k));
+  }
+
+  nb::object differentiate(const std::string& text) {
+    vkad::codegen::Kernel k;
+    Result<vkad::Differentiated> r =
+        blocking(*st, [&](vkad::Session& s) -> Result<vkad::Differentiated> {
+      VKAD_ASSIGN_OR_RETURN(k, vkad::codegen::parse(text));
+      return s.differentiate(k);
+    });
+    vkad::Differentiated d = take(std::move(r));
+    std::vector<ParamInfo> fparams = params_of(k), aparams = fparams;
+    nb::object forward = make_kernel(d.forward, k.name, fparams);
+    Kernel& fk = nb::cast<Kernel&>(forward);
+    for (const vkad::GradientParam& g : d.gradients) {
+      ParamInfo gp = fparams[g.param];
+      gp.name = g.name;
+      gp.grad = false;
+      aparams.push_back(gp);
+      fk.gradients.emplace_back(g.param, g.name);
+    }
+    fk.adjoint = make_kernel(d.adjoint, k.name + "_adjoint", aparams);
+    auto* out = new Differentiated{forward, fk.adjoint};
+    return nb::cast(out, nb::rv_policy::take_ownership);
+  }
+
+  void release(Kernel& k) {
+    if (k.st != st) invalid("release: kernel '" + k.name + "' belongs to another session");
+    Locked l(*st);
+    check(st->get().release(k.handle));
+    k.released = true;
+  }
+
+  nb::object empty(nb::handle shape_obj, DType dtype, const std::string& name) {
+    std::vector<uint32_t> shape;
+    nb::object extents = PyIndex_Check(shape_obj.ptr()) ? nb::make_tuple(shape_obj)
+                                                         : nb::borrow(shape_obj);
+    for (nb::handle e : extents) {
+      nb::object index = nb::steal(PyNumber_Index(e.ptr()));
+      if (!index.is_valid()) throw nb::python_error();
+      long long v = PyLong_AsLongLong(index.ptr());
+      if (PyErr_Occurred()) throw nb::python_error();
+      if (v < 0 || v > UINT32_MAX) {
+        invalid("ndarray '" + name + "': extent " + std::to_string(v) + " out of range");
+      }
+      shape.push_back(static_cast<uint32_t>(v));
+    }
+    NdArrayHandle h;
+    {
+      Locked l(*st);
+      h = take(st->get().ndarray(dtype, shape, name));
+    }
+    auto* a = new NdArray();
+    a->st = st;
+    a->handle = h;
+    a->dtype = dtype;
+    a->shape = std::move(shape);
+    a->name = name;
+    return nb::cast(a, nb::rv_policy::take_ownership);
+  }
+
+  nb::object from_numpy(const HostArray& host, const std::string& name) {
+    DType t;
+    if (!dtype_of(host.dtype(), &t)) {
+      invalid("ndarray '" + name + "': " + describe(host) +
+              "; vkad holds float32, float64, int32, uint32, int64 and bool");
+    }
+    nb::list shape;
+    for (size_t i = 0; i < host.ndim(); ++i) shape.append(host.shape(i));
+    nb::object a = empty(shape, t, name);
+    upload(nb::cast<NdArray&>(a), host);
+    return a;
+  }
+
+  NdArray& own(nb::handle obj, const char* what) {
+    NdArray* a = nullptr;
+    if (!nb::try_cast<NdArray*>(obj, a) || !a) {
+      invalid(std::string(what) + ": expected a vkad ndarray, got " +
+              nb::type_name(obj.type()).c_str());
+    }
+    if (a->st != st) invalid(std::string(what) + ": " + a->label() + " belongs to another session");
+    return *a;
+  }
+
+  void free(nb::handle obj) {
+    NdArray& a = own(obj, "free");
+    Locked l(*st);
+    check(st->get().free(a.handle));
+    a.freed = true;
+  }
+  void zero(nb::handle obj) {
+    NdArray& a = own(obj, "zero");
+    Locked l(*st);
+    check(st->get().zero(a.handle));
+  }
+  void fill(nb::handle obj, double value) {
+    NdArray& a = own(obj, "fill");
+    Locked l(*st);
+    check(st->get().fill(a.handle, value));
+  }
+
+  // The hot path: no Python-level wrapper, arguments converted in place.
+  void launch(nb::handle kernel, nb::args args) {
+    Kernel* k = nullptr;
+    if (!nb::try_cast<Kernel*>(kernel, k) || !k) {
+      Differentiated* d = nullptr;
+      if (nb::try_cast<Differentiated*>(kernel, d) && d) k = nb::cast<Kernel*>(d->forward);
+    }
+    if (!k) invalid(std::string("launch: expected a vkad Kernel, got ") +
+                    nb::type_name(kernel.type()).c_str());
+    if (k->st != st) invalid("launch '" + k->name + "': the kernel belongs to another session");
+    if (args.size() != k->params.size()) {
+      invalid("launch '" + k->name + "': " + std::to_string(args.size()) +
+              " arguments given, the kernel takes " + std::to_string(k->params.size()) + ": " +
+              k->signature());
+    }
+    Arg buf[16];
+    std::vector<Arg> heap;
+    Arg* a = buf;
+    if (args.size() > 16) {
+      heap.resize(args.size());
+      a = heap.data();
+    }
+    for (size_t i = 0; i < args.size(); ++i) a[i] = to_arg(*k, *st, i, args[i]);
+    {
+      Locked l(*st);
+      check(st->get().launch(k->handle, std::span<const Arg>(a, args.size())));
+    }
+    if (!st->tape.is_none() && !k->adjoint.is_none()) {
+      nb::cast<nb::list>(st->tape).append(nb::make_tuple(nb::borrow(kernel), args));
+    }
+  }
+
+  void flush() {
+    check(blocking(*st, [](vkad::Session& s) { return s.flush(); }));
+  }
+  void synchronize() {
+    check(blocking(*st, [](vkad::Session& s) { return s.synchronize(); }));
+  }
+  void close() {
+    nb::gil_scoped_release release;  // destruction waits for this session's work
+    std::lock_guard<std::mutex> l(st->mu);
+    st->drain_pending();
+    st->session.reset();
+  }
+
+  nb::dict stats() {
+    Locked l(*st);
+    vkad::SessionStats s = st->get().stats();
+    nb::dict d;
+    d["launches"] = s.launches;
+    d["flushes"] = s.flushes;
+    d["forced_waits"] = s.forced_waits;
+    d["ndarrays"] = s.ndarrays;
+    d["kernels_cached"] = s.kernels_cached;
+    d["memory_block_bytes"] = s.memory_block_bytes;
+    d["memory_used_bytes"] = s.memory_used_bytes;
+    d["adstack_heap_bytes"] = s.adstack_heap_bytes;
+    return d;
+  }
+  std::vector<std::string> validation_messages() {
+    Locked l(*st);
+    return st->get().runtime().device().validation_messages();
+  }
+  std::string device_name() { return st->get().device_name(); }
+};
+
+}  // namespace
+
+NB_MODULE(_vkad, m) {
+  m.doc() = "vkad's native binding; use the vkad package, which wraps and re-exports it.";
+
+  // The exception classes live in vkad/errors.py (typed, documented); vkad/__init__.py hands
+  // them over here: the base class, and {error_code_name(code): class}. Until then (and for a
+  // code without a class) errors are RuntimeErrors.
+  m.def("_set_errors", [](nb::handle base, nb::dict by_name) {
+    g_error = nb::borrow(base).release().ptr();  // kept for the life of the process
+    for (int c = 1; c < kCodes; ++c) {
+      const char* name = vkad::error_code_name(static_cast<ErrorCode>(c));
+      g_errors[c] = by_name.contains(name) ? nb::borrow(by_name[name]).release().ptr() : g_error;
+    }
+  });
+
+  nb::enum_<DType>(m, "DType", "Element and scalar types.")
+      .value("f32", DType::kF32)
+      .value("f64", DType::kF64)
+      .value("i32", DType::kI32)
+      .value("u32", DType::kU32)
+      .value("i64", DType::kI64)
+      .value("bool", DType::kBool);
+
+  nb::class_<NdArray>(m, "NdArray", "A device array owned by a Session; freed when collected.")
+      .def_prop_ro("shape", [](const NdArray& a) {
+        nb::list l;
+        for (uint32_t e : a.shape) l.append(e);
+        return nb::tuple(l);
+      })
+      .def_prop_ro("dtype", [](const NdArray& a) { return a.dtype; })
+      .def_prop_ro("name", [](const NdArray& a) { return a.name; })
+      .def_prop_ro("size", &NdArray::size)
+      .def_prop_ro("nbytes", &NdArray::nbytes)
+      .def_prop_ro("handle", [](const NdArray& a) { return a.handle.id; })
+      .def("numpy", &download, nb::sig("def numpy(self) -> numpy.typing.NDArray"),
+           "Waits for the array's last writer (GIL released) and returns a new numpy array.")
+      .def("upload", &upload, "array"_a,
+           "Copies a numpy array of the same dtype and shape in (recorded, no wait).")
+      .def("__repr__", [](const NdArray& a) {
+        return "vkad.NdArray(" + (a.name.empty() ? "" : "'" + a.name + "', ") +
+               std::string(tname(a.dtype)) + ", shape " + shape_string(a.shape) +
+               (a.freed ? ", freed" : "") + ")";
+      });
+
+  nb::class_<Kernel>(m, "Kernel", "A compiled kernel; released when collected.")
+      .def_prop_ro("name", [](const Kernel& k) { return k.name; })
+      .def_prop_ro("param_names", [](const Kernel& k) {
+        std::vector<std::string> out;
+        for (const ParamInfo& p : k.params) out.push_back(p.name);
+        return out;
+      })
+      .def_prop_ro("params", [](const Kernel& k) {
+        // (name, dtype, rank): rank 0 for a scalar.
+        nb::list out;
+        for (const ParamInfo& p : k.params) out.append(nb::make_tuple(p.name, p.dtype, p.rank));
+        return out;
+      }, "(name, dtype, rank) per parameter; rank 0 for a scalar.")
+      .def_prop_ro("adjoint", [](const Kernel& k) { return k.adjoint; },
+                   nb::sig("def adjoint(self) -> Kernel | None"),
+                   "The adjoint of a kernel from differentiate(), else None.")
+      .def_prop_ro("gradients", [](const Kernel& k) {
+        nb::list out;
+        for (const auto& [p, name] : k.gradients) out.append(nb::make_tuple(p, name));
+        return out;
+      }, "(forward parameter index, gradient name) per differentiated parameter.")
+      .def_prop_ro("signature", &Kernel::signature)
+      .def("__repr__", [](const Kernel& k) { return "vkad.Kernel(" + k.signature() + ")"; });
+
+  nb::class_<Differentiated>(m, "Differentiated",
+                             "A forward kernel and its adjoint (Session.differentiate).")
+      .def_ro("forward", &Differentiated::forward, nb::sig("def forward(self) -> Kernel"))
+      .def_ro("adjoint", &Differentiated::adjoint, nb::sig("def adjoint(self) -> Kernel"))
+      .def_prop_ro("gradients", [](const Differentiated& d) {
+        // {forward parameter name: gradient parameter name}
+        const Kernel& k = nb::cast<const Kernel&>(d.forward);
+        nb::dict out;
+        for (const auto& [p, name] : k.gradients) out[nb::str(k.params[p].name.c_str())] = name;
+        return out;
+      }, "{forward parameter name: gradient parameter name} of the adjoint.");
+
+  nb::class_<Session>(m, "Session", "A device, its kernels and ndarrays (vkad::Session).")
+      .def(nb::init<nb::handle, bool, size_t>(), "device"_a = nb::none(), "validation"_a = false,
+           "retirement_depth"_a = 3,
+           nb::sig("def __init__(self, device: int | str | None = None, validation: bool = False, "
+                   "retirement_depth: int = 3) -> None"))
+      .def_prop_ro("device_name", &Session::device_name)
+      .def("compile", &Session::compile, "ir"_a, nb::sig("def compile(self, ir: str) -> Kernel"),
+           "Compiles a kernel from the IR text form.")
+      .def("differentiate", &Session::differentiate, "ir"_a,
+           nb::sig("def differentiate(self, ir: str) -> Differentiated"),
+           "Compiles a kernel (IR text) and its adjoint.")
+      .def("release", &Session::release, "kernel"_a)
+      .def("empty", &Session::empty, "shape"_a, "dtype"_a, "name"_a = "",
+           nb::sig("def empty(self, shape: int | collections.abc.Sequence[int], dtype: DType, "
+                   "name: str = '') -> NdArray"),
+           "A new device array (contents undefined until written).")
+      .def("_from_numpy", &Session::from_numpy, "array"_a, "name"_a = "",
+           nb::sig("def _from_numpy(self, array: numpy.typing.NDArray, name: str = '') -> NdArray"))
+      .def("free", &Session::free, "array"_a, nb::sig("def free(self, array: NdArray) -> None"))
+      .def("zero", &Session::zero, "array"_a, nb::sig("def zero(self, array: NdArray) -> None"))
+      .def("fill", &Session::fill, "array"_a, "value"_a,
+           nb::sig("def fill(self, array: NdArray, value: float) -> None"))
+      .def("launch", &Session::launch, "kernel"_a, "args"_a,
+           nb::sig("def launch(self, kernel: Kernel | Differentiated, "
+                   "*args: NdArray | int | float | bool) -> None"),
+           "Records a launch (asynchronous). Scalars are converted to the parameter's dtype.")
+      .def("flush", &Session::flush)
+      .def("synchronize", &Session::synchronize,
+           "Waits for everything submitted (GIL released); raises device errors.")
+      .def("close", &Session::close, "Waits for this session's work and frees the device.")
+      .def("stats", &Session::stats, nb::sig("def stats(self) -> dict[str, int]"))
+      .def("validation_messages", &Session::validation_messages)
+      .def("_set_tape", [](Session& s, nb::object tape) {
+        s.st->tape = std::move(tape);
+      }, "tape"_a.none());
+}

@@ -1,0 +1,140 @@
+"""vkad from Python: automatically differentiated compute kernels on Vulkan.
+
+    import numpy as np, vkad
+    s = vkad.Session()                                  # a GPU if there is one, else lavapipe
+    kb = vkad.KernelBuilder("square")
+    x = kb.ndarray("x", vkad.f32, 1, grad=True)
+    y = kb.ndarray("y", vkad.f32, 1, grad=True)
+    with kb.parallel_for("main", 0, x.shape[0]) as i:
+        y[i] = x[i] * x[i]
+    square = s.differentiate(kb)                        # forward + adjoint
+    xs = s.ndarray(np.arange(4, dtype=np.float32)); ys = s.empty(4, vkad.f32)
+    with s.tape() as t:
+        s.launch(square, xs, ys)                        # asynchronous
+    t.backward(seed={ys: 1.0})
+    print(t.grad(xs).numpy())                           # [0, 2, 4, 6]
+
+Everything that fails raises a vkad.Error subclass carrying vkad's message.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Sequence, Union
+
+import numpy as _np
+
+from . import _vkad
+from ._vkad import DType, Differentiated, Kernel, NdArray
+from .errors import (Error, InvalidArgumentError, NotFoundError, FailedPreconditionError,
+                     OutOfDeviceMemoryError, OutOfHostMemoryError, DeviceLostError,
+                     UnsupportedError, NoDeviceError, TimeoutError, DeviceError, VulkanError,
+                     InternalError, ERRORS as _ERRORS)
+from .builder import (KernelBuilder, Value, Scalar, Array, Dim, Local, sqrt, rsqrt, exp, log,
+                      sin, cos, tan, tanh, asin, acos, abs, floor, ceil, pow, atan2, min, max,
+                      eq, ne, select, cast)
+from .tape import Tape
+
+_vkad._set_errors(Error, {e.code: e for e in _ERRORS})
+
+__version__ = "0.1.0"
+
+f32, f64, i32, u32, i64 = DType.f32, DType.f64, DType.i32, DType.u32, DType.i64
+bool_ = DType.bool
+
+_NUMPY = {"float32": f32, "float64": f64, "int32": i32, "uint32": u32, "int64": i64, "bool": bool_}
+_TO_NUMPY = {v: k for k, v in _NUMPY.items()}
+
+DTypeLike = Union[DType, str, type, _np.dtype]
+
+
+def as_dtype(dtype: DTypeLike) -> DType:
+    """A vkad DType from a DType, its name ("f32"), or a numpy dtype (np.float32)."""
+    if isinstance(dtype, DType):
+        return dtype
+    if isinstance(dtype, str) and dtype in DType.__members__:
+        return DType[dtype]
+    try:
+        name = _np.dtype(dtype).name
+    except TypeError:
+        name = None
+    if name in _NUMPY:
+        return _NUMPY[name]
+    raise InvalidArgumentError(f"dtype {dtype!r}: vkad holds f32, f64, i32, u32, i64 and bool")
+
+
+def numpy_dtype(dtype: DTypeLike) -> _np.dtype:
+    """The numpy dtype of a vkad dtype (bool arrays are bool on the host, u32 on the device)."""
+    return _np.dtype(_TO_NUMPY[as_dtype(dtype)])
+
+
+def _ir(kernel: Union[str, KernelBuilder]) -> str:
+    return kernel.finish() if isinstance(kernel, KernelBuilder) else kernel
+
+
+class Session(_vkad.Session):
+    """A device, the kernels compiled for it and its ndarrays (vkad::Session).
+
+    device: None (a discrete GPU first, lavapipe last; VKAD_DEVICE when set), a device index,
+    or a substring of its name. validation: the Khronos validation layer (also
+    VKAD_VALIDATION=1). retirement_depth: submissions in flight before the host waits.
+
+    launch(kernel, *args) is asynchronous: ndarrays for array parameters, Python (or numpy)
+    numbers converted to each scalar parameter's dtype. Blocking points: NdArray.numpy(),
+    synchronize(), close(); they release the GIL while they wait.
+    """
+
+    def __init__(self, device: Union[None, int, str] = None, validation: bool = False,
+                 retirement_depth: int = 3):
+        super().__init__(device, validation, retirement_depth)
+        self._recording: Optional[Tape] = None
+
+    def compile(self, kernel: Union[str, KernelBuilder]) -> Kernel:
+        """Compiles a kernel from IR text or a KernelBuilder."""
+        return super().compile(_ir(kernel))
+
+    def differentiate(self, kernel: Union[str, KernelBuilder]) -> Differentiated:
+        """Compiles a kernel and its adjoint; raises InvalidArgumentError when no parameter
+        is marked grad."""
+        return super().differentiate(_ir(kernel))
+
+    def ndarray(self, array: Any, dtype: Optional[DTypeLike] = None, name: str = "") -> NdArray:
+        """A device array holding a copy of `array` (a numpy array, or anything np.asarray
+        takes; `dtype` converts first). Uploads straight from a C-contiguous numpy buffer."""
+        host = _np.asarray(array) if dtype is None else _np.asarray(array, numpy_dtype(dtype))
+        if host.dtype.name not in _NUMPY:
+            raise InvalidArgumentError(f"ndarray '{name}': numpy dtype {host.dtype.name} is not "
+                                       "one vkad holds (float32, float64, int32, uint32, int64, "
+                                       "bool)")
+        return self._from_numpy(host, name)
+
+    def empty(self, shape: Union[int, Sequence[int]], dtype: DTypeLike = DType.f32,
+              name: str = "") -> NdArray:
+        """A device array whose contents are undefined until written."""
+        return super().empty(shape, as_dtype(dtype), name)
+
+    def zeros(self, shape: Union[int, Sequence[int]], dtype: DTypeLike = DType.f32,
+              name: str = "") -> NdArray:
+        """A device array set to zero on the device (recorded, no wait)."""
+        a = self.empty(shape, dtype, name)
+        self.zero(a)
+        return a
+
+    def tape(self) -> Tape:
+        """`with s.tape() as t:` records launches of differentiated kernels; t.backward()
+        replays their adjoints in reverse order."""
+        return Tape(self)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+__all__ = ["Session", "Tape", "DType", "Kernel", "NdArray", "Differentiated", "KernelBuilder",
+           "Value", "Scalar", "Array", "Dim", "Local", "f32", "f64", "i32", "u32", "i64", "bool_",
+           "as_dtype", "numpy_dtype", "Error", "InvalidArgumentError", "NotFoundError",
+           "FailedPreconditionError", "OutOfDeviceMemoryError", "OutOfHostMemoryError",
+           "DeviceLostError", "UnsupportedError", "NoDeviceError", "TimeoutError", "DeviceError",
+           "VulkanError", "InternalError", "sqrt", "rsqrt", "exp", "log", "sin", "cos", "tan",
+           "tanh", "asin", "acos", "abs", "floor", "ceil", "pow", "atan2", "min", "max", "eq", "ne",
+           "select", "cast"]

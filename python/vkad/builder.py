@@ -1,0 +1,467 @@
+"""A Pythonic kernel builder that prints vkad's IR text form (codegen/text.h).
+
+    kb = vkad.KernelBuilder("saxpy")
+    a = kb.scalar("a", vkad.f32)
+    x = kb.ndarray("x", vkad.f32, 1, grad=True)
+    y = kb.ndarray("y", vkad.f32, 1)
+    with kb.parallel_for("main", 0, x.shape[0]) as i:
+        y[i] = a * x[i] + y[i]
+    k = session.compile(kb)
+
+Values are typed SSA names; operators and the math functions append statements to the block
+being built. A Python number beside a Value becomes a constant of the Value's type. Types are
+checked here, at the operator, so a mistake raises TypeError where it is written; everything
+else (scoping, parameters, loops) is checked by vkad's verifier when the kernel is compiled,
+which names the statement. Locals (`kb.local`) are the only mutable state.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from typing import Iterator, List, Optional, Tuple, Union
+
+from ._vkad import DType
+
+_FLOATS = (DType.f32, DType.f64)
+_INTS = (DType.i32, DType.u32, DType.i64)
+
+Number = Union[int, float, bool]
+
+
+def _tname(t: DType) -> str:
+    return t.name
+
+
+def _literal(v: Number, t: DType) -> str:
+    if t == DType.bool:
+        return "true" if v else "false"
+    if t in _INTS:
+        if isinstance(v, float) and not v.is_integer():
+            raise TypeError(f"constant {v!r} is not an integer, but the other operand is {t.name}")
+        return str(int(v))
+    f = float(v)
+    if math.isnan(f):
+        return "nan"
+    if math.isinf(f):
+        return "inf" if f > 0 else "-inf"
+    return repr(f)
+
+
+class _Block(list):
+    """Statements: text lines and nested (header, body, else_body) triples."""
+
+
+class _Operators:
+    """Arithmetic, comparisons and logic, for Values and what reads as one (scalar
+    parameters, extents, locals)."""
+
+    __slots__ = ()
+
+    def __bool__(self):
+        raise TypeError("a vkad Value has no truth value while the kernel is built: "
+                        "use kb.if_(cond) or vkad.select(cond, a, b), and & | ~ for and/or/not")
+
+    __hash__ = object.__hash__
+
+    # arithmetic
+    def __add__(self, o): return _binary("add", self, o)
+    def __radd__(self, o): return _binary("add", o, self)
+    def __sub__(self, o): return _binary("sub", self, o)
+    def __rsub__(self, o): return _binary("sub", o, self)
+    def __mul__(self, o): return _binary("mul", self, o)
+    def __rmul__(self, o): return _binary("mul", o, self)
+    def __truediv__(self, o): return _binary("div", self, o)
+    def __rtruediv__(self, o): return _binary("div", o, self)
+    def __floordiv__(self, o): return _binary("floordiv", self, o)
+    def __rfloordiv__(self, o): return _binary("floordiv", o, self)
+    def __mod__(self, o): return _binary("mod", self, o)
+    def __rmod__(self, o): return _binary("mod", o, self)
+    def __pow__(self, o): return _binary("pow", self, o)
+    def __rpow__(self, o): return _binary("pow", o, self)
+    def __neg__(self): return _unary("neg", self)
+    def __pos__(self): return self
+    def __abs__(self): return _unary("abs", self)
+    # comparisons (bool results)
+    def __lt__(self, o): return _binary("lt", self, o, DType.bool)
+    def __le__(self, o): return _binary("le", self, o, DType.bool)
+    def __gt__(self, o): return _binary("gt", self, o, DType.bool)
+    def __ge__(self, o): return _binary("ge", self, o, DType.bool)
+    def __eq__(self, o): return _binary("eq", self, o, DType.bool)  # type: ignore[override]
+    def __ne__(self, o): return _binary("ne", self, o, DType.bool)  # type: ignore[override]
+    # logic on bools
+    def __and__(self, o): return _binary("and", self, o)
+    def __rand__(self, o): return _binary("and", o, self)
+    def __or__(self, o): return _binary("or", self, o)
+    def __ror__(self, o): return _binary("or", o, self)
+    def __invert__(self): return _unary("not", self)
+
+
+class Value(_Operators):
+    """An SSA value of a kernel being built."""
+
+    __slots__ = ("kb", "id", "dtype")
+
+    def __init__(self, kb: "KernelBuilder", id: int, dtype: DType):
+        self.kb, self.id, self.dtype = kb, id, dtype
+
+    def __repr__(self) -> str:
+        return f"Value(%{self.id}: {self.dtype.name})"
+
+    def cast(self, dtype: DType) -> "Value":
+        return cast(self, dtype)
+
+
+class Scalar(_Operators):
+    """A scalar parameter: a task bound, or a Value (an `arg` statement) where it is used."""
+
+    def __init__(self, kb: "KernelBuilder", name: str, dtype: DType):
+        self.kb, self.name, self.dtype = kb, name, dtype
+
+    @property
+    def value(self) -> Value:
+        return self.kb._emit(f"arg {self.name}", self.dtype)
+
+    def _bound(self) -> str:
+        return self.name
+
+
+class Dim(_Operators):
+    """Extent `dim` of an ndarray parameter: a task bound, or an i32 Value inside a body."""
+
+    def __init__(self, array: "Array", dim: int):
+        self.array, self.dim = array, dim
+
+    @property
+    def value(self) -> Value:
+        return self.array.kb._emit(f"shape {self.array.name} {self.dim}", DType.i32)
+
+    def _bound(self) -> str:
+        return f"shape({self.array.name}, {self.dim})"
+
+
+class _Shape:
+    def __init__(self, array: "Array"):
+        self.array = array
+
+    def __getitem__(self, d: int) -> Dim:
+        if not 0 <= d < self.array.rank:
+            raise IndexError(f"ndarray '{self.array.name}' has rank {self.array.rank}, no dim {d}")
+        return Dim(self.array, d)
+
+    def __len__(self) -> int:
+        return self.array.rank
+
+
+class Array:
+    """An ndarray parameter: `x[i, j]` loads, `x[i, j] = v` stores, `x.atomic_add((i,), v)`."""
+
+    def __init__(self, kb: "KernelBuilder", name: str, dtype: DType, rank: int):
+        self.kb, self.name, self.dtype, self.rank = kb, name, dtype, rank
+        self.shape = _Shape(self)
+
+    def _indices(self, idx) -> str:
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        if len(idx) != self.rank:
+            raise IndexError(f"ndarray '{self.name}' has rank {self.rank}, indexed with {len(idx)}")
+        return ", ".join(f"%{self.kb._as_value(i, DType.i32).id}" for i in idx)
+
+    def __getitem__(self, idx) -> Value:
+        return self.kb._emit(f"load {self.name}[{self._indices(idx)}]", self.dtype)
+
+    def __setitem__(self, idx, v) -> None:
+        v = self.kb._as_value(v, self.dtype)
+        _same(self.dtype, v.dtype, f"store into '{self.name}'")
+        self.kb._line(f"store {self.name}[{self._indices(idx)}], %{v.id}")
+
+    def atomic_add(self, idx, v) -> None:
+        v = self.kb._as_value(v, self.dtype)
+        _same(self.dtype, v.dtype, f"atomic_add into '{self.name}'")
+        self.kb._line(f"atomic_add {self.name}[{self._indices(idx)}], %{v.id}")
+
+
+class Local(_Operators):
+    """A mutable local: `.value` (or load()/store()), and `+=`, `-=`, `*=`."""
+
+    def __init__(self, kb: "KernelBuilder", id: int, dtype: DType):
+        self.kb, self.id, self.dtype = kb, id, dtype
+
+    def load(self) -> Value:
+        return self.kb._emit(f"load_local %{self.id}", self.dtype)
+
+    def store(self, v) -> None:
+        v = self.kb._as_value(v, self.dtype)
+        _same(self.dtype, v.dtype, "store into a local")
+        self.kb._line(f"store_local %{self.id}, %{v.id}")
+
+    value = property(load, store)
+
+    def __iadd__(self, v): self.store(self.load() + v); return self
+    def __isub__(self, v): self.store(self.load() - v); return self
+    def __imul__(self, v): self.store(self.load() * v); return self
+
+
+def _same(a: DType, b: DType, what: str) -> None:
+    if a != b:
+        raise TypeError(f"{what}: types {a.name} and {b.name} differ "
+                        "(cast explicitly with vkad.cast)")
+
+
+def _builder_of(*vs) -> "KernelBuilder":
+    for v in vs:
+        if isinstance(v, Value):
+            return v.kb
+        if isinstance(v, (Scalar, Local)):
+            return v.kb
+        if isinstance(v, Dim):
+            return v.array.kb
+    raise TypeError("vkad math needs at least one kernel Value operand")
+
+
+def _type_of(v) -> Optional[DType]:
+    """The type of a kernel operand; None for a Python number (it takes the other's type)."""
+    if isinstance(v, (Value, Scalar, Local)):
+        return v.dtype
+    return DType.i32 if isinstance(v, Dim) else None
+
+
+def _binary(op: str, a, b, result: Optional[DType] = None) -> Value:
+    kb = _builder_of(a, b)
+    t = _type_of(a) or _type_of(b)
+    va, vb = kb._as_value(a, t), kb._as_value(b, t)
+    _same(va.dtype, vb.dtype, op)
+    return kb._emit(f"{op} %{va.id}, %{vb.id}", result or va.dtype)
+
+
+def _unary(op: str, a) -> Value:
+    kb = _builder_of(a)
+    va = kb._as_value(a, None)
+    return kb._emit(f"{op} %{va.id}", va.dtype)
+
+
+# Math functions (float operands; abs, min, max also on integers).
+def sqrt(a): return _unary("sqrt", a)
+def rsqrt(a): return _unary("rsqrt", a)
+def exp(a): return _unary("exp", a)
+def log(a): return _unary("log", a)
+def sin(a): return _unary("sin", a)
+def cos(a): return _unary("cos", a)
+def tan(a): return _unary("tan", a)
+def tanh(a): return _unary("tanh", a)
+def asin(a): return _unary("asin", a)
+def acos(a): return _unary("acos", a)
+def abs(a): return _unary("abs", a)  # noqa: A001
+def floor(a): return _unary("floor", a)
+def ceil(a): return _unary("ceil", a)
+def pow(a, b): return _binary("pow", a, b)  # noqa: A001 - mirrors the IR's name
+def atan2(a, b): return _binary("atan2", a, b)
+def min(a, b): return _binary("min", a, b)  # noqa: A001
+def max(a, b): return _binary("max", a, b)  # noqa: A001
+def eq(a, b): return _binary("eq", a, b, DType.bool)
+def ne(a, b): return _binary("ne", a, b, DType.bool)
+
+
+def select(c, a, b) -> Value:
+    """c ? a : b (both branches are evaluated)."""
+    kb = _builder_of(c, a, b)
+    t = _type_of(a) or _type_of(b)
+    vc, va, vb = kb._as_value(c, DType.bool), kb._as_value(a, t), kb._as_value(b, t)
+    _same(va.dtype, vb.dtype, "select")
+    return kb._emit(f"select %{vc.id}, %{va.id}, %{vb.id}", va.dtype)
+
+
+def cast(a, dtype: DType) -> Value:
+    kb = _builder_of(a)
+    va = kb._as_value(a, None)
+    return kb._emit(f"cast %{va.id}", dtype)
+
+
+class KernelBuilder:
+    """Builds one kernel; `finish()` (or Session.compile(kb)) takes its IR text."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._params: List[str] = []
+        self._tasks: List[Tuple[str, _Block]] = []
+        self._stack: List[_Block] = []
+        self._next = 0
+        self._last_if: Optional[list] = None
+
+    # --- parameters ---
+    def scalar(self, name: str, dtype: DType) -> Scalar:
+        self._params.append(f"{name}: {_tname(dtype)}")
+        return Scalar(self, name, dtype)
+
+    def ndarray(self, name: str, dtype: DType, rank: int, grad: bool = False,
+                readonly: bool = False) -> Array:
+        flags = (" grad" if grad else "") + (" readonly" if readonly else "")
+        self._params.append(f"{name}: ndarray<{_tname(dtype)}, {rank}>{flags}")
+        return Array(self, name, dtype, rank)
+
+    # --- tasks and control flow (context managers yielding the index) ---
+    @contextmanager
+    def parallel_for(self, name: str, begin, end, local_size: int = 0) -> Iterator[Value]:
+        """A parallel task over [begin, end): ints, scalar parameters or x.shape[d]."""
+        with self._task(name, "parallel", begin, end, local_size) as i:
+            yield i
+
+    @contextmanager
+    def serial_for(self, name: str, begin, end) -> Iterator[Value]:
+        """A serial task: one invocation runs [begin, end) in order."""
+        with self._task(name, "serial", begin, end, 0) as i:
+            yield i
+
+    @contextmanager
+    def _task(self, name, kind, begin, end, local_size):
+        if self._stack:
+            raise RuntimeError(f"task '{name}': tasks cannot nest; use for_range inside a task")
+        index = self._fresh()
+        head = f"task {name} {kind} %{index} in [{self._bound(begin)}, {self._bound(end)})"
+        if local_size:
+            head += f" local_size {local_size}"
+        body = _Block()
+        self._tasks.append((head, body))
+        self._stack.append(body)
+        try:
+            yield Value(self, index, DType.i32)
+        finally:
+            self._stack.pop()
+
+    @contextmanager
+    def for_range(self, begin, end, max_trip: Optional[int] = None) -> Iterator[Value]:
+        """A serial loop inside a body over [begin, end) (i32). `max_trip` states the loop's
+        maximum trip count for reverse mode when the bounds depend on ndarray contents."""
+        b, e = self._as_value(begin, DType.i32), self._as_value(end, DType.i32)
+        index = self._fresh()
+        head = f"for %{index} in [%{b.id}, %{e.id})"
+        if max_trip is not None:
+            head += f" max_trip({int(max_trip)})"
+        body = _Block()
+        self._cur().append([head, body, None])
+        self._stack.append(body)
+        try:
+            yield Value(self, index, DType.i32)
+        finally:
+            self._stack.pop()
+
+    @contextmanager
+    def if_(self, cond) -> Iterator[None]:
+        c = self._as_value(cond, DType.bool)
+        body = _Block()
+        node = [f"if %{c.id}", body, None]
+        self._cur().append(node)
+        self._stack.append(body)
+        try:
+            yield
+        finally:
+            self._stack.pop()
+        self._last_if = node
+
+    @contextmanager
+    def else_(self) -> Iterator[None]:
+        """The else branch of the `if_` just closed (it must come right after it)."""
+        node = self._last_if
+        cur = self._cur()
+        if node is None or not cur or cur[-1] is not node:
+            raise RuntimeError("else_() must directly follow a `with kb.if_(...)` block")
+        body = _Block()
+        node[2] = body
+        self._stack.append(body)
+        try:
+            yield
+        finally:
+            self._stack.pop()
+        self._last_if = None
+
+    # --- values ---
+    def local(self, init) -> Local:
+        """A mutable local: of a dtype (starts at zero), or initialised with a Value."""
+        if isinstance(init, DType):
+            return Local(self, self._emit("alloca", init).id, init)
+        v = self._as_value(init, None)
+        loc = Local(self, self._emit("alloca", v.dtype).id, v.dtype)
+        loc.store(v)
+        return loc
+
+    def constant(self, value: Number, dtype: DType) -> Value:
+        return self._emit(f"const {_literal(value, dtype)}", dtype)
+
+    def f32(self, v: float) -> Value: return self.constant(v, DType.f32)
+    def f64(self, v: float) -> Value: return self.constant(v, DType.f64)
+    def i32(self, v: int) -> Value: return self.constant(v, DType.i32)
+    def u32(self, v: int) -> Value: return self.constant(v, DType.u32)
+
+    def finish(self) -> str:
+        """The kernel's IR text (codegen/text.h)."""
+        if self._stack:
+            raise RuntimeError(f"kernel '{self.name}': finish() inside an open block")
+        out = [f"kernel {self.name}({', '.join(self._params)}) {{"]
+        for head, body in self._tasks:
+            out.append(f"  {head} {{")
+            self._print(body, 2, out)
+            out.append("  }")
+        out.append("}")
+        return "\n".join(out) + "\n"
+
+    text = finish
+
+    # --- internals ---
+    def _print(self, block: _Block, depth: int, out: List[str]) -> None:
+        pad = "  " * depth
+        for s in block:
+            if isinstance(s, str):
+                out.append(pad + s)
+                continue
+            head, body, orelse = s
+            out.append(f"{pad}{head} {{")
+            self._print(body, depth + 1, out)
+            if orelse:
+                out.append(f"{pad}}} else {{")
+                self._print(orelse, depth + 1, out)
+            out.append(pad + "}")
+
+    def _fresh(self) -> int:
+        self._next += 1
+        return self._next - 1
+
+    def _cur(self) -> _Block:
+        if not self._stack:
+            raise RuntimeError(f"kernel '{self.name}': statements belong inside "
+                               "`with kb.parallel_for(...)` or `with kb.serial_for(...)`")
+        return self._stack[-1]
+
+    def _line(self, text: str) -> None:
+        self._cur().append(text)
+
+    def _emit(self, text: str, dtype: DType) -> Value:
+        block = self._cur()
+        id = self._fresh()
+        block.append(f"%{id} = {text} : {_tname(dtype)}")
+        return Value(self, id, dtype)
+
+    def _as_value(self, v, dtype: Optional[DType]) -> Value:
+        if isinstance(v, Value):
+            if v.kb is not self:
+                raise ValueError("a Value of another KernelBuilder")
+            return v
+        if isinstance(v, (Scalar, Dim)):
+            return v.value
+        if isinstance(v, Local):
+            return v.load()
+        if isinstance(v, bool):
+            return self.constant(v, DType.bool)
+        if isinstance(v, (int, float)):
+            if dtype is None:
+                dtype = DType.i32 if isinstance(v, int) else DType.f32
+            return self.constant(v, dtype)
+        raise TypeError(f"expected a kernel Value or a number, got {type(v).__name__}")
+
+    def _bound(self, b) -> str:
+        if isinstance(b, bool) or not isinstance(b, (int, Scalar, Dim)):
+            raise TypeError("a task bound is an int, a scalar parameter or x.shape[d], "
+                            f"got {type(b).__name__}")
+        return str(b) if isinstance(b, int) else b._bound()
+
+
+__all__ = ["KernelBuilder", "Value", "Scalar", "Array", "Dim", "Local", "sqrt", "rsqrt", "exp",
+           "log", "sin", "cos", "tan", "tanh", "asin", "acos", "abs", "floor", "ceil", "pow",
+           "atan2", "min", "max", "eq", "ne", "select", "cast"]

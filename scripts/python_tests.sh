@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The Python package's test suite, the way a user installs it: a fresh venv, `pip install .`
+# (README.md, "Python"), pytest and numpy, then tests/python with the Khronos validation layer
+# on. The build folder build/python/<wheel tag> persists, so a second run recompiles nothing.
+# VKAD_PYTHON (default /usr/bin/python3 when present: Debian's, as the README assumes) picks
+# the interpreter; VKAD_VENV (default build/python-venv) the venv, recreated on every run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${VKAD_PYTHON:-$( [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || command -v python3 )}
+venv=${VKAD_VENV:-build/python-venv}
+rm -rf "$venv"
+"$python" -m venv "$venv"
+"$venv/bin/python" -m pip install -q --upgrade pip
+"$venv/bin/python" -m pip install -q .
+"$venv/bin/python" -m pip install -q pytest numpy
+export VKAD_VALIDATION=1
+# From outside the checkout, so `import vkad` is the installed package, not python/vkad.
+cd tests/python
+"../../$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" .

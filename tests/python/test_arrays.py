@@ -1,0 +1,156 @@
+"""ndarrays from and to numpy: every dtype, shapes, the checks, the copies."""
+import numpy as np
+import pytest
+
+import vkad
+
+DTYPES = [np.float32, np.float64, np.int32, np.uint32, np.int64, np.bool_]
+
+
+def sample(dtype, shape, rng):
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if np.issubdtype(dtype, np.floating):
+        a = rng.standard_normal(shape).astype(dtype)
+        a.flat[0] = np.finfo(dtype).max  # extremes survive the trip bit for bit
+        a.flat[-1] = np.finfo(dtype).tiny
+        return a
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+    a.flat[0], a.flat[-1] = info.min, info.max
+    return a
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape", [(1,), (7,), (3, 5), (2, 3, 4)])
+def test_round_trip_every_dtype(session, dtype, shape):
+    rng = np.random.default_rng(sum(shape))
+    host = sample(dtype, shape, rng)
+    a = session.ndarray(host, name="a")
+    assert a.shape == shape
+    assert a.dtype == vkad.as_dtype(dtype)
+    back = a.numpy()
+    assert back.dtype == host.dtype and back.shape == host.shape
+    np.testing.assert_array_equal(back, host)
+    # upload into an existing array, then read again
+    host2 = sample(dtype, shape, np.random.default_rng(7))
+    a.upload(host2)
+    np.testing.assert_array_equal(a.numpy(), host2)
+
+
+def test_download_is_a_new_array(session):
+    a = session.ndarray(np.arange(5, dtype=np.float32))
+    x, y = a.numpy(), a.numpy()
+    x[0] = 42
+    assert y[0] == 0 and a.numpy()[0] == 0
+
+
+def test_non_contiguous_input_is_copied_once(session):
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+    view = base[:, ::2]  # strided: converted to a contiguous copy before the upload
+    a = session.ndarray(view)
+    np.testing.assert_array_equal(a.numpy(), view)
+
+
+def test_python_lists_and_dtype_conversion(session):
+    a = session.ndarray([1.5, 2.5], dtype=vkad.f32)
+    assert a.dtype == vkad.f32
+    np.testing.assert_array_equal(a.numpy(), np.array([1.5, 2.5], np.float32))
+    b = session.ndarray([[1, 2], [3, 4]], dtype="i64")
+    assert b.dtype == vkad.i64 and b.shape == (2, 2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_zero_and_fill_on_device(session, dtype):
+    a = session.empty((3, 4), dtype)
+    session.fill(a, 1)
+    np.testing.assert_array_equal(a.numpy(), np.ones((3, 4), dtype))
+    session.zero(a)
+    np.testing.assert_array_equal(a.numpy(), np.zeros((3, 4), dtype))
+    z = session.zeros(6, dtype)
+    np.testing.assert_array_equal(z.numpy(), np.zeros(6, dtype))
+
+
+def test_fill_converts_like_a_cast(session):
+    a = session.empty(3, vkad.i32)
+    session.fill(a, -2.75)  # truncates toward zero
+    np.testing.assert_array_equal(a.numpy(), [-2, -2, -2])
+    f = session.empty(2, vkad.f64)
+    session.fill(f, 0.1)
+    np.testing.assert_array_equal(f.numpy(), [0.1, 0.1])
+
+
+def test_wrong_dtype_upload(session):
+    a = session.empty(4, vkad.f32, name="w")
+    with pytest.raises(vkad.InvalidArgumentError, match=r"upload to ndarray 'w' \(f32.*float64"):
+        a.upload(np.zeros(4))
+    with pytest.raises(ValueError):  # InvalidArgumentError is a ValueError too
+        a.upload(np.zeros(4, np.int32))
+
+
+def test_wrong_shape_upload(session):
+    a = session.empty((2, 3), vkad.f32, name="s")
+    with pytest.raises(vkad.InvalidArgumentError, match=r"shape \(2, 3\).*shape \(3, 2\)"):
+        a.upload(np.zeros((3, 2), np.float32))
+    with pytest.raises(vkad.InvalidArgumentError, match=r"shape \(6,\)"):
+        a.upload(np.zeros(6, np.float32))
+
+
+def test_unsupported_numpy_dtype(session):
+    with pytest.raises(vkad.InvalidArgumentError, match="float16"):
+        session.ndarray(np.zeros(3, np.float16))
+    with pytest.raises(vkad.InvalidArgumentError, match="dtype"):
+        session.empty(3, "complex64")
+
+
+def test_bad_shapes(session):
+    with pytest.raises(vkad.InvalidArgumentError, match="empty"):
+        session.empty((0,), vkad.f32, name="z")
+    with pytest.raises(vkad.InvalidArgumentError, match="rank"):
+        session.empty((1,) * 9, vkad.f32)
+
+
+def test_freed_array(session):
+    a = session.ndarray(np.ones(3, np.float32), name="gone")
+    session.free(a)
+    assert "freed" in repr(a)
+    with pytest.raises(vkad.NotFoundError):
+        a.numpy()
+    with pytest.raises(vkad.NotFoundError):
+        session.zero(a)
+    with pytest.raises(vkad.NotFoundError):
+        session.free(a)
+
+
+def test_arrays_are_freed_when_collected(session):
+    before = session.stats()["ndarrays"]
+    a = session.empty(1000, vkad.f32)
+    assert session.stats()["ndarrays"] == before + 1
+    del a
+    assert session.stats()["ndarrays"] == before
+
+
+def test_array_of_another_session(session):
+    other = vkad.Session()
+    a = other.empty(2, vkad.f32)
+    with pytest.raises(vkad.InvalidArgumentError, match="another session"):
+        session.zero(a)
+    del a
+    other.close()
+
+
+def test_closed_session():
+    s = vkad.Session()
+    a = s.empty(2, vkad.f32)
+    s.close()
+    with pytest.raises(vkad.FailedPreconditionError, match="closed"):
+        a.numpy()
+    with pytest.raises(vkad.FailedPreconditionError, match="closed"):
+        s.empty(2, vkad.f32)
+
+
+def test_stats_is_a_dict(session):
+    st = session.stats()
+    for key in ["launches", "flushes", "forced_waits", "ndarrays", "kernels_cached",
+                "memory_block_bytes", "memory_used_bytes", "adstack_heap_bytes"]:
+        assert isinstance(st[key], int)

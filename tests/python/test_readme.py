@@ -1,0 +1,22 @@
+"""The README's Python example runs as written and prints dL/dx = x^2."""
+import contextlib
+import io
+import pathlib
+import re
+
+import numpy as np
+
+README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_readme_python_example():
+    text = README.read_text()
+    section = text[text.index("## Python"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        scope = {}
+        exec(compile(code, "README.md", "exec"), scope)
+    scope["s"].close()
+    printed = np.array(out.getvalue().strip().strip("[]").split(), dtype=float)
+    np.testing.assert_allclose(printed, np.array([1, 2, 3, 4]) ** 2, rtol=1e-6)

@@ -1,0 +1,35 @@
+"""Session options: device choice, retirement depth, and their errors."""
+import numpy as np
+import pytest
+
+import vkad
+
+
+def test_device_by_index_and_by_name():
+    with vkad.Session(device=0) as s:
+        name = s.device_name
+    with vkad.Session(device=name.split()[0], retirement_depth=1) as s:
+        assert s.device_name == name
+        a = s.ndarray(np.arange(3, dtype=np.int32))
+        np.testing.assert_array_equal(a.numpy(), [0, 1, 2])
+
+
+def test_unknown_device_names_what_is_present():
+    with pytest.raises(vkad.NotFoundError, match="no device name contains 'no-such-gpu'; present"):
+        vkad.Session(device="no-such-gpu")
+
+
+def test_retirement_depth_one_keeps_results():
+    # Depth 1: every flush waits for the one before; results are the same.
+    with vkad.Session(retirement_depth=1) as s:
+        kb = vkad.KernelBuilder("twice")
+        x = kb.ndarray("x", vkad.i32, 1)
+        with kb.parallel_for("main", 0, x.shape[0]) as i:
+            x[i] = x[i] * 2
+        k = s.compile(kb)
+        a = s.ndarray(np.ones(100, np.int32))
+        for _ in range(10):
+            s.launch(k, a)
+            s.flush()
+        np.testing.assert_array_equal(a.numpy(), np.full(100, 1024))
+        assert s.stats()["flushes"] >= 10
