@@ -14,6 +14,8 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <utility>
+#include <vector>
 #include <functional>
 #include <utility>
 
@@ -47,9 +49,11 @@ class RetirementQueue {
   explicit RetirementQueue(size_t depth,
                            RetirementPolicy policy = RetirementPolicy::kPerEntryPolling)
       : depth_(depth), policy_(policy) {}
-  // Called with each payload as it retires (its submission is complete), before it is
-  // destroyed; e.g. to read device-written error flags out of it.
-  void set_on_retire(std::function<void(Payload&)> fn) { on_retire_ = std::move(fn); }
+  // The payloads retired (their submissions complete) since the last call, oldest first, for
+  // the owner to read (e.g. device-written error flags) and then destroy. The queue never calls
+  // back into its owner: every call that can retire (push, poll, drain_all, set_depth) is
+  // followed by the owner taking what it retired.
+  std::vector<Payload> take_retired() { return std::exchange(retired_, {}); }
 
   size_t depth() const { return depth_; }
   // Lowering the depth retires down to it (forced waits on the oldest entries as needed).
@@ -94,11 +98,12 @@ class RetirementQueue {
     return {};
   }
 
-  // Drops every entry without waiting or calling on_retire. Only for shutdown after a lost
-  // device (nothing will complete; Vulkan allows destroying a lost device's objects).
+  // Drops every entry (and every retired payload not taken) without waiting. Only for shutdown
+  // after a lost device (nothing will complete; Vulkan allows destroying a lost device's
+  // objects).
   void abandon_all() {
-    on_retire_ = nullptr;
     while (!entries_.empty()) pop_front();
+    retired_.clear();
   }
 
   const RetirementCounters& counters() const { return c_; }
@@ -140,8 +145,8 @@ class RetirementQueue {
   void pop_front() {
     c_.bytes -= entries_.front().bytes;
     --c_.entries;
-    if (on_retire_) on_retire_(entries_.front().payload);
-    entries_.pop_front();  // destroys the payload: its buffers go to the deferred deleter
+    retired_.push_back(std::move(entries_.front().payload));
+    entries_.pop_front();
   }
   Status wait_failed() {
     return make_error(ErrorCode::kDeviceLost,
@@ -150,8 +155,8 @@ class RetirementQueue {
 
   size_t depth_;
   RetirementPolicy policy_;
-  std::function<void(Payload&)> on_retire_;
   std::deque<Entry> entries_;
+  std::vector<Payload> retired_;  // until take_retired()
   RetirementCounters c_;
 };
 

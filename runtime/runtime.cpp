@@ -105,8 +105,6 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
                             {options.sync_mode, "vkad runtime stream", options.wait_spin_ns}));
   rt->retirement_ =
       RetirementQueue<CtxBuffers>(options.retirement_depth, options.retirement_policy);
-  Runtime* self = rt.get();
-  rt->retirement_.set_on_retire([self](CtxBuffers& b) { self->read_error_flags(b); });
   return rt;
 }
 
@@ -683,6 +681,7 @@ Result<rhi::StreamSemaphore> Runtime::flush() {
   VKAD_TRY(device_->status());
   if (!list_.recording()) {
     retirement_.poll();
+    take_retired();
     return last_sem_;
   }
   // Makes device writes (args error words, readbacks) visible to the host after completion.
@@ -699,13 +698,23 @@ Result<rhi::StreamSemaphore> Runtime::flush() {
   ++stats_.flushes;
   uint64_t bytes = ctx_bytes_;
   ctx_bytes_ = 0;
-  VKAD_TRY(retirement_.push(*sem, std::exchange(ctx_buffers_, {}), bytes));
+  Status pushed = retirement_.push(*sem, std::exchange(ctx_buffers_, {}), bytes);
+  take_retired();
+  VKAD_TRY(pushed);
   stream_->recycle();
   return *sem;
 }
 
+void Runtime::take_retired() {
+  // Retired payloads: read the error words their launches wrote, then release their buffers
+  // (destroying a payload hands them to the deferred deleter).
+  for (CtxBuffers& b : retirement_.take_retired()) read_error_flags(b);
+}
+
 Status Runtime::drain_all() {
-  VKAD_TRY(retirement_.drain_all());
+  Status s = retirement_.drain_all();
+  take_retired();
+  VKAD_TRY(s);
   stream_->recycle();
   return device_->status();
 }
@@ -849,7 +858,9 @@ Status Runtime::ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& ne
 Status Runtime::set_retirement_depth(size_t depth) {
   VKAD_EXCLUSIVE_USE("set_retirement_depth");
   VKAD_TRY(device_->status());
-  VKAD_TRY(retirement_.set_depth(depth));
+  Status s = retirement_.set_depth(depth);
+  take_retired();
+  VKAD_TRY(s);
   stream_->recycle();
   return {};
 }

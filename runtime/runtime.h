@@ -235,6 +235,8 @@ class Runtime {
                            std::span<const Arg> args, uint64_t n, uint64_t groups) const;
   Status ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& need);
   void read_error_flags(CtxBuffers& retired);
+  // Reads and releases what the retirement queue retired (after every call that can retire).
+  void take_retired();
   Status take_device_errors();
   void evict_unreferenced();
 
