@@ -134,6 +134,13 @@ class KernelBuilder {
                  const std::function<void(Value)>& body);
   void if_(Value cond, const std::function<void()>& then_body,
            const std::function<void()>& else_body = {});
+  // `while (cond()) body();`: `cond` builds the test before every iteration and returns its
+  // bool; it may read (ndarrays, locals) and compute but not store (the verifier says so).
+  // Reverse mode needs a bound on the trip count: the max_trip overload states one (a launch
+  // that exceeds it reports an adstack overflow); without it, the runtime counts the trips.
+  void while_(const std::function<Value()>& cond, const std::function<void()>& body);
+  void while_(const std::function<Value()>& cond, const SizeExpr& max_trip,
+              const std::function<void()>& body);
 
   Local local(DType t);
   Local local(Value init);

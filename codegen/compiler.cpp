@@ -25,7 +25,7 @@ bool writes(const Block& b, uint32_t param) {
 
 bool has_loops(const Block& b) {
   for (const Stmt& s : b.stmts) {
-    if (s.op == Op::kFor) return true;
+    if (s.op == Op::kFor || s.op == Op::kWhile) return true;
     for (const Block& c : s.blocks) {
       if (has_loops(c)) return true;
     }

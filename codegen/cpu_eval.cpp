@@ -125,6 +125,13 @@ class Evaluator {
         stacks_.clear();
         regs_[slot(t.index)] = static_cast<double>(static_cast<int32_t>(i));
         block(t.body);
+        if (runaway_ != kNoValue) {
+          return make_error(ErrorCode::kInvalidArgument,
+                            "evaluate '" + k_.name + "', task '" + t.name + "': while loop %" +
+                                std::to_string(runaway_) + " ran " + std::to_string(kMaxWhileTrips) +
+                                " iterations in iteration " + std::to_string(i) +
+                                " (the reference's limit); it may never end");
+        }
       }
       r.error_flags.push_back(flag_);
     }
@@ -365,6 +372,18 @@ class Evaluator {
             return;
           }
           case Op::kIf: block(s.blocks[get(s.args[0]) != 0 ? 0 : 1]); return;
+          case Op::kWhile: {
+            for (int64_t i = 0;; ++i) {
+              if (i == kMaxWhileTrips) {
+                if (runaway_ == kNoValue) runaway_ = s.result;
+                return;
+              }
+              regs_[slot(s.result)] = static_cast<double>(i);
+              block(s.blocks[0]);
+              if (get(s.args[0]) == 0) return;
+              block(s.blocks[1]);
+            }
+          }
           case Op::kStackAlloc: {
             Stack st{s.type, size(s.cap), {}, {}, {}, {}};
             stacks_.push_back(std::move(st));
@@ -430,6 +449,10 @@ class Evaluator {
   std::vector<double> errs_;  // per register: the bound on |device - reference| (precision.h)
   std::vector<Stack> stacks_;
   uint32_t flag_ = 0;
+  // A while loop that does not end would hang the reference: it stops after this many trips
+  // and evaluate() reports the loop (an error, not a result).
+  static constexpr int64_t kMaxWhileTrips = int64_t{1} << 24;
+  ValueId runaway_ = kNoValue;
 };
 
 }  // namespace

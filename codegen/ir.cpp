@@ -55,6 +55,7 @@ constexpr std::array<OpInfo, static_cast<size_t>(Op::kStackAccAdj) + 1> kOps = {
     {"atomic_add", OpClass::kOther, false},
     {"for", OpClass::kOther, true},
     {"if", OpClass::kOther, false},
+    {"while", OpClass::kOther, true},
     {"stack_alloc", OpClass::kOther, true},
     {"stack_push", OpClass::kOther, false},
     {"stack_pop", OpClass::kOther, false},

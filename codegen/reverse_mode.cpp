@@ -15,6 +15,8 @@ namespace vkad::codegen {
 
 namespace {
 
+bool is_loop(const Stmt& s) { return s.op == Op::kFor || s.op == Op::kWhile; }
+
 // A symbolic integer range: lo is a constant (or assumed >= 0), up a SizeExpr.
 struct SymRange {
   int64_t lo = 0;
@@ -176,7 +178,7 @@ class ReverseMode : public PartialBuilder {
       }
       if (s.op == Op::kStoreLocal) stores_[s.args[0]].push_back(&s);
       // A loop's reversal replays its body: what the body uses is read in the reverse sweep.
-      if (!ctrl.empty() && std::any_of(ctrl.begin(), ctrl.end(), [](const Stmt* c) { return c->op == Op::kFor; })) {
+      if (!ctrl.empty() && std::any_of(ctrl.begin(), ctrl.end(), [](const Stmt* c) { return is_loop(*c); })) {
         for (ValueId x : s.args) read_.insert(x);
       }
       if (!s.blocks.empty()) {
@@ -205,7 +207,7 @@ class ReverseMode : public PartialBuilder {
   const Stmt* frame_of(const Stmt* x) const {
     const std::vector<Pos>& p = path_.at(x);
     for (size_t d = p.size() - 1; d-- > 0;) {
-      if (p[d].stmt->op == Op::kFor) return p[d].stmt;
+      if (is_loop(*p[d].stmt)) return p[d].stmt;
     }
     return nullptr;
   }
@@ -220,7 +222,7 @@ class ReverseMode : public PartialBuilder {
     for (size_t d = F ? path_.at(F).size() : 0; d < ps.size() && d < pa.size(); ++d) {
       if (ps[d].index != pa[d].index) return ps[d].index < pa[d].index;
       const Stmt* c = ps[d].stmt;  // a statement both lie in (or one of them)
-      if (d + 1 == ps.size() || d + 1 == pa.size() || c->op == Op::kFor) return c->op == Op::kFor;
+      if (d + 1 == ps.size() || d + 1 == pa.size() || is_loop(*c)) return is_loop(*c);
       if (ps[d].block != pa[d].block) return false;  // two sides of a branch
     }
     return false;
@@ -267,7 +269,7 @@ class ReverseMode : public PartialBuilder {
     auto it = def_.find(v);
     if (it == def_.end()) return;  // the task index
     const Stmt* d = it->second;
-    if (d->op == Op::kFor) return;  // a loop index: the replayed loop recomputes it
+    if (is_loop(*d)) return;  // a loop index: the replayed loop recomputes it
     if (!inside(F, d)) F = frame_of(d);
     if (needed_.insert({v, F}).second) work_.push_back({v, F});
   }
@@ -299,10 +301,13 @@ class ReverseMode : public PartialBuilder {
       }
       // Loop bounds and conditions decide what every replay that runs them computes: needed in
       // each frame around them.
-      if (s.op == Op::kFor || s.op == Op::kIf) {
+      // A while loop's test (args[0]) decides the trip count each replay of it finds; its own
+      // reversal does not run the test (it reads that count), so the test is needed in the
+      // frames around the loop only.
+      if (s.op == Op::kFor || s.op == Op::kIf || s.op == Op::kWhile) {
         const std::vector<Pos>& p = path_.at(&s);
         for (size_t d = 0; d + 1 < p.size(); ++d) {
-          if (p[d].stmt->op != Op::kFor) continue;
+          if (!is_loop(*p[d].stmt)) continue;
           for (ValueId x : s.args) mark(x, p[d].stmt);
         }
         for (ValueId x : s.args) mark(x, nullptr);
@@ -313,6 +318,12 @@ class ReverseMode : public PartialBuilder {
       if ((s.op == Op::kStore || s.op == Op::kAtomicAdd) && f_.params[s.param].needs_grad &&
           act(s.args.back())) {
         for (size_t i = 0; i + 1 < s.args.size(); ++i) mark(s.args[i], F);
+      }
+      // A while loop's test is never reversed: it seeds nothing of its own (its value is
+      // marked above).
+      if (s.op == Op::kWhile) {
+        seed_needed(s.blocks[1]);
+        continue;
       }
       for (const Block& c : s.blocks) seed_needed(c);
     }
@@ -394,6 +405,11 @@ class ReverseMode : public PartialBuilder {
         }
         return std::nullopt;
       }
+      case Op::kWhile:
+        // Its index is below the stated trip bound (a launch past it overflows the loop's
+        // stack, or the counted bound is exact).
+        if (s.has_cap) return SymRange{0, SizeExpr::combine(K::kAdd, s.cap, SizeExpr::constant(-1))};
+        return std::nullopt;
       case Op::kAdd:
         return both([](SymRange a, SymRange b) -> std::optional<SymRange> {
           return SymRange{a.lo + b.lo, SizeExpr::combine(K::kAdd, a.up, b.up)};
@@ -442,6 +458,12 @@ class ReverseMode : public PartialBuilder {
 
   Result<SizeExpr> trip_bound(const Stmt& loop) {
     if (loop.has_cap) return loop.cap;
+    if (loop.op == Op::kWhile) {
+      return error(*task_, loop,
+                   "reverse mode needs a bound on this while loop's trip count to size its "
+                   "adstack. State one: `while %i (%c) max_trip(<size>) { ... } do { ... }` in "
+                   "text, or KernelBuilder::while_(cond, max_trip, body)");
+    }
     auto b = range(loop.args[0]), e = range(loop.args[1]);
     if (!b || !e) {
       return error(*task_, loop,
@@ -497,6 +519,22 @@ class ReverseMode : public PartialBuilder {
     loop.blocks.resize(1);
     ValueId idx = emit(std::move(loop));
     in_block(out_.back()->stmts.back().blocks[0], [&] { body(idx); });
+  }
+
+  // Emits `while idx (test(idx)) { body(idx) }` into the current block; `test` returns the
+  // test value it emitted.
+  template <typename Test, typename Body>
+  void emit_while(Test test, Body body) {
+    Stmt loop;
+    loop.op = Op::kWhile;
+    loop.type = DType::kI32;
+    loop.blocks.resize(2);
+    ValueId idx = emit(std::move(loop));
+    Stmt& st = out_.back()->stmts.back();  // stable: the callbacks fill its own blocks
+    ValueId c = kNoValue;
+    in_block(st.blocks[0], [&] { c = test(idx); });
+    st.args = {c};
+    in_block(st.blocks[1], [&] { body(idx); });
   }
 
   // Emits `if cond { side(0) } else { side(1) }` into the current block.
@@ -565,6 +603,13 @@ class ReverseMode : public PartialBuilder {
   void hoist_frame(const Block& b, int if_depth) {
     for (const Stmt& s : b.stmts) {
       if (s.op == Op::kFor) continue;  // its body is a frame of its own
+      if (s.op == Op::kWhile) {
+        // Its body is a frame of its own; its test is replayed plainly. The frame's replay
+        // counts its trips into a local its reversal reads (declared here, at the frame's
+        // top, so a loop inside a branch is covered too).
+        trips_[&s] = mk(Op::kAlloca, DType::kI32, {});
+        continue;
+      }
       if (if_depth > 0 && (s.op == Op::kAlloca || (s.result != kNoValue && read_.count(s.result)))) {
         hoist_[s.result] = mk(Op::kAlloca, s.type, {});
       }
@@ -584,6 +629,23 @@ class ReverseMode : public PartialBuilder {
             if (frame) push_checkpoints(s);
             fwd(s.blocks[0], false);
           });
+          break;
+        case Op::kWhile:
+          if (frame) store_local(trips_.at(&s), cst(DType::kI32, 0));
+          emit_while(
+              [&](ValueId idx) {
+                map_[s.result] = idx;
+                fwd(s.blocks[0], false);
+                return p(s.args[0]);
+              },
+              [&](ValueId idx) {
+                map_[s.result] = idx;
+                if (frame) {
+                  push_checkpoints(s);
+                  store_local(trips_.at(&s), mk(Op::kAdd, DType::kI32, {idx, cst(DType::kI32, 1)}));
+                }
+                fwd(s.blocks[1], false);
+              });
           break;
         case Op::kIf:
           emit_if(p(s.args[0]), [&](int side) { fwd(s.blocks[side], frame, if_depth + 1); });
@@ -638,6 +700,20 @@ class ReverseMode : public PartialBuilder {
           restore_checkpoints(s);
           fwd(s.blocks[0], true);
           rev(s.blocks[0]);
+          pop_checkpoints(s);
+        });
+        return;
+      }
+      case Op::kWhile: {
+        // The trips the frame's replay counted, reversed: like a for loop over [0, n).
+        ValueId n = load_local(trips_.at(&s), DType::kI32);
+        emit_for(cst(DType::kI32, 0), n, [&](ValueId jr) {
+          ValueId last = mk(Op::kSub, DType::kI32, {n, cst(DType::kI32, 1)});
+          map_[s.result] = mk(Op::kSub, DType::kI32, {last, jr});
+          hoist_frame(s.blocks[1], 0);
+          restore_checkpoints(s);
+          fwd(s.blocks[1], true);
+          rev(s.blocks[1]);
           pop_checkpoints(s);
         });
         return;
@@ -740,6 +816,7 @@ class ReverseMode : public PartialBuilder {
     task_ = &t;
     def_.clear(), type_.clear(), active_.clear(), needed_.clear(), ckpt_.clear(), stacks_.clear();
     path_.clear(), stores_.clear(), hoist_.clear(), map_.clear(), vadj_.clear(), ladj_.clear();
+    trips_.clear();
     type_[t.index] = DType::kI32;
     read_.clear();
     owned_ = owned_ndarrays(f_, t);
@@ -771,7 +848,7 @@ class ReverseMode : public PartialBuilder {
     walk(t.body);
     for (const Stmt* c : order) {
       SizeExpr cap = SizeExpr::constant(1);
-      if (c->op == Op::kFor) {
+      if (is_loop(*c)) {
         VKAD_ASSIGN_OR_RETURN(cap, trip_bound(*c));
       }
       for (ValueId L : ckpt_.at(c)) {
@@ -819,6 +896,8 @@ class ReverseMode : public PartialBuilder {
   // anything a loop body uses (the loop's reversal replays the body).
   std::unordered_set<ValueId> read_;
   std::unordered_map<ValueId, ValueId> hoist_;  // forward value / local in a branch -> frame local
+  // Forward while loop -> the local (adjoint id) its frame's replay counts its trips into.
+  std::unordered_map<const Stmt*, ValueId> trips_;
   std::vector<std::pair<ValueId, const Stmt*>> work_;
   std::unordered_map<const Stmt*, std::vector<ValueId>> ckpt_;    // forward locals
   std::unordered_map<const Stmt*, std::vector<ValueId>> stacks_;  // adjoint stack ids

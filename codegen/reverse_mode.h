@@ -24,10 +24,14 @@
 //   Stack memory per thread is the sum over loops of their trip bounds (not the product):
 //   nested loops are recomputed instead of stored.
 //
+// While loops reverse like for loops over [0, n), n being the trip count the replay of the
+// loop's frame counted into a local (no trip-count stack: the frame's replay immediately
+// precedes its reverse). Their checkpoint stacks are sized by the stated `max_trip`.
+//
 // Adstack capacities are symbolic trip bounds derived from loop bounds (constants, scalar
 // parameters, ndarray shapes, enclosing indices; sums, products, max). A loop whose bounds
-// depend on ndarray contents or on mutable locals needs a stated bound (`max_trip`), otherwise
-// reverse mode fails naming the loop. A launch that exceeds a stated bound reports an adstack
+// depend on ndarray contents or on mutable locals, and every while loop, needs a stated bound
+// (`max_trip`), otherwise reverse mode fails naming the loop. A launch that exceeds a stated bound reports an adstack
 // overflow (never a wrong gradient in silence).
 //
 // The adjoint must run on the arrays as the forward left them (it reads an array that the

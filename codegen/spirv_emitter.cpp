@@ -178,6 +178,31 @@ class TaskEmitter {
     return i;
   }
 
+  // `for (i = 0; test(i); ++i) body(i)`: the loop() shape with the test block emitted in the
+  // check block (its statements may open selections of their own: bounds-checked loads).
+  void while_loop(const Stmt& s) {
+    uint32_t header = m_.id(), check = m_.id(), body_l = m_.id(), cont = m_.id(), merge = m_.id();
+    uint32_t next = m_.id();
+    uint32_t pre = cur_;
+    branch(header);
+    block(header);
+    uint32_t i = op(spv::OpPhi, i32_, {m_.c_i32(0), pre, next, cont});
+    values_[s.result] = i;
+    types_[s.result] = DType::kI32;
+    m_.op(spv::OpLoopMerge, {merge, cont, spv::LoopControlMaskNone});
+    branch(check);
+    block(check);
+    emit_block(s.blocks[0]);
+    m_.op(spv::OpBranchConditional, {v(s.args[0]), body_l, merge});
+    block(body_l);
+    emit_block(s.blocks[1]);
+    branch(cont);
+    block(cont);
+    m_.op(spv::OpIAdd, {i32_, next, i, m_.c_i32(1)});
+    branch(header);
+    block(merge);
+  }
+
   // A parallel task body may run several elements interleaved (statement by statement) only
   // if the elements cannot see each other: straight-line code (no loops, branches, locals,
   // adstacks or atomics, whose order or storage the copies would share) in which every ndarray
@@ -187,7 +212,7 @@ class TaskEmitter {
     std::unordered_map<uint32_t, bool> written;
     for (const Stmt& st : b.stmts) {
       switch (st.op) {
-        case Op::kFor: case Op::kIf: case Op::kAlloca: case Op::kLoadLocal: case Op::kStoreLocal:
+        case Op::kFor: case Op::kIf: case Op::kWhile: case Op::kAlloca: case Op::kLoadLocal: case Op::kStoreLocal:
         case Op::kAtomicAdd: case Op::kStackAlloc: case Op::kStackPush: case Op::kStackPop:
         case Op::kStackTop: case Op::kStackTopAdj: case Op::kStackAccAdj:
           return false;
@@ -847,6 +872,7 @@ class TaskEmitter {
       case Op::kIf:
         if_else(v(s.args[0]), [&] { emit_block(s.blocks[0]); }, [&] { emit_block(s.blocks[1]); });
         return;
+      case Op::kWhile: while_loop(s); return;
       default: stack_op(s); return;
     }
   }

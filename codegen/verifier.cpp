@@ -224,7 +224,8 @@ class Verifier {
     if (!info.has_result && s.result != kNoValue) return error(s, "this statement yields no value");
     if (info.has_result) VKAD_TRY(dtype_supported(s.type, "", &s));
     if ((s.op == Op::kFor && s.blocks.size() != 1) || (s.op == Op::kIf && s.blocks.size() != 2) ||
-        (s.op != Op::kFor && s.op != Op::kIf && !s.blocks.empty())) {
+        (s.op == Op::kWhile && s.blocks.size() != 2) ||
+        (s.op != Op::kFor && s.op != Op::kIf && s.op != Op::kWhile && !s.blocks.empty())) {
       return error(s, "malformed blocks");
     }
     auto same = [&](DType a, DType b) -> Status {
@@ -345,6 +346,35 @@ class Verifier {
             scopes_.back().erase(s.result);
             scopes_.push_back({s.result});
             VKAD_TRY(block(s.blocks[0]));
+            scopes_.pop_back();
+            return {};
+          }
+          case Op::kWhile: {
+            VKAD_TRY(expect_args(s, 1));
+            VKAD_TRY(result_is(DType::kI32));
+            VKAD_TRY(define(s.result, {IdKind::kValue, DType::kI32, &s}, &s));
+            scopes_.back().erase(s.result);
+            // The test only decides (ir.h): reverse mode replays it in the forward sweeps and
+            // never reverses it, which is right only while it changes nothing.
+            for (const Stmt& t : s.blocks[0].stmts) {
+              bool pure = t.blocks.empty() && t.op != Op::kAlloca && t.op != Op::kStoreLocal &&
+                          t.op != Op::kStore && t.op != Op::kAtomicAdd && t.op < Op::kStackAlloc;
+              if (!pure) {
+                return error(t, std::string("a while loop's test may compute and read, not ") +
+                                    op_info(t.op).name + " (move it into the body or before the loop)");
+              }
+            }
+            scopes_.push_back({s.result});  // the index is visible in the test and the body
+            VKAD_TRY(block(s.blocks[0]));
+            if (!scopes_.back().count(s.args[0])) {
+              return error(s, "the test value %" + std::to_string(s.args[0]) +
+                                  " must be defined in the loop's test block");
+            }
+            VKAD_ASSIGN_OR_RETURN(DType c, value(s, 0));
+            if (c != DType::kBool) return error(s, "type mismatch: the test is " + tn(c) + ", expected bool");
+            scopes_.pop_back();
+            scopes_.push_back({s.result});
+            VKAD_TRY(block(s.blocks[1]));
             scopes_.pop_back();
             return {};
           }

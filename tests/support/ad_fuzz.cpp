@@ -274,8 +274,27 @@ class AdGenerator {
       ints_.pop_back();
       indices_ = saved;
     };
-    int shape = uniform(0, 4);
+    int shape = uniform(0, 5);
     if ((shape == 2 || shape == 3) && indices_.empty()) shape = 0;
+    if (shape == 5) {
+      // A while loop: a carried counter below a bound read from the table (0..3), sometimes
+      // also on a carried float, so trip counts differ per thread and move with x.
+      Local count = b_->local(icst(0));
+      Value lim = tab_->load({idx(tab_->dim(0))});
+      bool on_float = uniform(0, 1) == 1;
+      b_->while_(
+          [&] {
+            Value c = count.load() < lim;
+            if (on_float) c = c && (any(fl_).load() > cst(real(-0.5, 0.5)));
+            return c;
+          },
+          SizeExpr::constant(3),
+          [&] {
+            count.store(count.load() + icst(1));
+            block(depth + 1, uniform(2, 5));
+          });
+      return;
+    }
     switch (shape) {
       case 0: b_->for_range(icst(0), icst(uniform(1, 3)), body); return;
       case 1: b_->for_range(icst(0), Value(*n_), body); return;
