@@ -170,6 +170,18 @@ void KernelBuilder::while_(const std::function<Value()>& cond, const SizeExpr& m
   }
 }
 
+void KernelBuilder::break_() {
+  Stmt s;
+  s.op = Op::kBreak;
+  emit(std::move(s));
+}
+
+void KernelBuilder::continue_() {
+  Stmt s;
+  s.op = Op::kContinue;
+  emit(std::move(s));
+}
+
 void KernelBuilder::if_(Value cond, const std::function<void()>& then_body,
                         const std::function<void()>& else_body) {
   Stmt s;

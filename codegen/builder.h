@@ -141,6 +141,10 @@ class KernelBuilder {
   void while_(const std::function<Value()>& cond, const std::function<void()>& body);
   void while_(const std::function<Value()>& cond, const SizeExpr& max_trip,
               const std::function<void()>& body);
+  // Leave / go to the next iteration of the innermost loop. Each must end its block (e.g. the
+  // body of an if_): verify() rejects statements after it.
+  void break_();
+  void continue_();
 
   Local local(DType t);
   Local local(Value init);

@@ -282,8 +282,17 @@ class Evaluator {
     return round_to(to, v);  // int<->int wraps (a bitcast), int->float and f32<->f64 round
   }
 
+  // A break / continue unwinds the blocks up to its loop (jump_ set), which takes it.
   void block(const Block& b) {
-    for (const Stmt& s : b.stmts) stmt(s);
+    for (const Stmt& s : b.stmts) {
+      stmt(s);
+      if (jump_ != Op::kConst) return;
+    }
+  }
+  Op take_jump() {
+    Op j = jump_;
+    jump_ = Op::kConst;
+    return j;
   }
 
   DType type_of(ValueId id) const { return slot_types_[slot(id)]; }
@@ -368,9 +377,14 @@ class Evaluator {
             for (int64_t i = b; i < end; ++i) {
               regs_[slot(s.result)] = static_cast<double>(i);
               block(s.blocks[0]);
+              if (take_jump() == Op::kBreak) break;
             }
             return;
           }
+          case Op::kBreak:
+          case Op::kContinue:
+            jump_ = s.op;
+            return;
           case Op::kIf: block(s.blocks[get(s.args[0]) != 0 ? 0 : 1]); return;
           case Op::kWhile: {
             for (int64_t i = 0;; ++i) {
@@ -382,6 +396,7 @@ class Evaluator {
               block(s.blocks[0]);
               if (get(s.args[0]) == 0) return;
               block(s.blocks[1]);
+              if (take_jump() == Op::kBreak) return;
             }
           }
           case Op::kStackAlloc: {
@@ -453,6 +468,7 @@ class Evaluator {
   // and evaluate() reports the loop (an error, not a result).
   static constexpr int64_t kMaxWhileTrips = int64_t{1} << 24;
   ValueId runaway_ = kNoValue;
+  Op jump_ = Op::kConst;  // kBreak / kContinue while unwinding to the loop; kConst: none
 };
 
 }  // namespace

@@ -56,6 +56,8 @@ constexpr std::array<OpInfo, static_cast<size_t>(Op::kStackAccAdj) + 1> kOps = {
     {"for", OpClass::kOther, true},
     {"if", OpClass::kOther, false},
     {"while", OpClass::kOther, true},
+    {"break", OpClass::kOther, false},
+    {"continue", OpClass::kOther, false},
     {"stack_alloc", OpClass::kOther, true},
     {"stack_push", OpClass::kOther, false},
     {"stack_pop", OpClass::kOther, false},

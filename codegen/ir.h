@@ -87,6 +87,10 @@ enum class Op : uint8_t {
            // is pure (values, loads of ndarrays and locals; no stores, locals, control flow):
            // it decides, it does not compute what the body uses, so reverse mode never
            // reverses it. Optional `cap`: the stated maximum trip count (reverse_mode.h)
+  kBreak,     // leaves the innermost enclosing for / while loop
+  kContinue,  // ends the innermost loop's iteration (a for loop steps, a while loop tests)
+              // Both: no operands; inside a loop body (branches in it included, not a while
+              // test), and the last statement of their block (what would follow never runs).
   // adstacks (reverse mode; adstack/ describes storage). result of kStackAlloc: the stack.
   kStackAlloc,   // type: element type; `cap`: capacity bound (SizeExpr)
   kStackPush,    // args: stack, value

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "codegen/derivative_rules.h"
+#include "codegen/jumps.h"
 #include "codegen/text.h"
 #include "codegen/verifier.h"
 
@@ -942,6 +943,13 @@ Status verify_adjoint(const Kernel& forward, const Kernel& adjoint, const Target
 }
 
 Result<Kernel> make_adjoint(const Kernel& forward, const Target& target) {
+  if (has_jumps(forward)) {
+    // Differentiated without jumps (jumps.h): the reverse sweep's own loops would catch them.
+    VKAD_TRY(verify(forward, target));
+    Kernel lowered = lower_jumps(forward);
+    ReverseMode rm(lowered, target);
+    return rm.run();
+  }
   ReverseMode rm(forward, target);
   return rm.run();
 }

@@ -27,6 +27,7 @@
 // While loops reverse like for loops over [0, n), n being the trip count the replay of the
 // loop's frame counted into a local (no trip-count stack: the frame's replay immediately
 // precedes its reverse). Their checkpoint stacks are sized by the stated `max_trip`.
+// A kernel with break / continue is differentiated as rewritten by lower_jumps (jumps.h).
 //
 // Adstack capacities are symbolic trip bounds derived from loop bounds (constants, scalar
 // parameters, ndarray shapes, enclosing indices; sums, products, max). A loop whose bounds

@@ -118,8 +118,14 @@ class TaskEmitter {
   void block(uint32_t label) {
     m_.label(label);
     cur_ = label;
+    ended_ = false;
   }
-  void branch(uint32_t to) { m_.op(spv::OpBranch, {to}); }
+  // Ends the current block, unless a break / continue (the last statement of its IR block)
+  // already did.
+  void branch(uint32_t to) {
+    if (!ended_) m_.op(spv::OpBranch, {to});
+    ended_ = false;
+  }
 
   uint32_t type(DType t) {
     switch (t) {
@@ -169,7 +175,9 @@ class TaskEmitter {
     uint32_t c = op(is_signed ? spv::OpSLessThan : spv::OpULessThan, bool_, {i, end});
     m_.op(spv::OpBranchConditional, {c, body_l, merge});
     block(body_l);
+    loops_.push_back({merge, cont});
     body(i);
+    loops_.pop_back();
     branch(cont);
     block(cont);
     m_.op(spv::OpIAdd, {ty, next, i, step});
@@ -195,7 +203,9 @@ class TaskEmitter {
     emit_block(s.blocks[0]);
     m_.op(spv::OpBranchConditional, {v(s.args[0]), body_l, merge});
     block(body_l);
+    loops_.push_back({merge, cont});
     emit_block(s.blocks[1]);
+    loops_.pop_back();
     branch(cont);
     block(cont);
     m_.op(spv::OpIAdd, {i32_, next, i, m_.c_i32(1)});
@@ -873,6 +883,14 @@ class TaskEmitter {
         if_else(v(s.args[0]), [&] { emit_block(s.blocks[0]); }, [&] { emit_block(s.blocks[1]); });
         return;
       case Op::kWhile: while_loop(s); return;
+      case Op::kBreak:
+      case Op::kContinue:
+        // A break / continue block of the innermost loop's construct (structured: the loop's
+        // merge block or continue target). The verifier put it last in its IR block, so the
+        // enclosing construct's closing branch is the next thing emitted; branch() drops it.
+        m_.op(spv::OpBranch, {s.op == Op::kBreak ? loops_.back().first : loops_.back().second});
+        ended_ = true;
+        return;
       default: stack_op(s); return;
     }
   }
@@ -885,6 +903,8 @@ class TaskEmitter {
   const Target& target_;
   const EmitOptions& o_;
   uint32_t u32_ = 0, i32_ = 0, bool_ = 0, gid_ = 0, args_var_ = 0, cur_ = 0;
+  bool ended_ = false;  // the current block ends with a break / continue already
+  std::vector<std::pair<uint32_t, uint32_t>> loops_;  // (merge, continue target), innermost last
   std::unordered_map<ValueId, uint32_t> values_, locals_;
   std::unordered_map<ValueId, DType> types_;
   std::unordered_map<uint32_t, ArrayVar> arrays_;

@@ -659,6 +659,9 @@ class Parser {
         VKAD_TRY(expect_word("do"));
         return nested_block(op_tok, s.blocks[1]);
       }
+      case Op::kBreak:
+      case Op::kContinue:
+        return {};
       case Op::kIf: {
         s.type = DType::kBool;
         VKAD_TRY(operands(s, 1));

@@ -182,7 +182,13 @@ class Verifier {
     if (all_defs_.empty()) {
       for (const Task& t : k_.tasks) collect(t.body);
     }
-    for (const Stmt& s : b.stmts) VKAD_TRY(stmt(s));
+    for (const Stmt& s : b.stmts) {
+      if ((s.op == Op::kBreak || s.op == Op::kContinue) && &s != &b.stmts.back()) {
+        return error(s, std::string(op_info(s.op).name) +
+                            " must be the last statement of its block (what follows it never runs)");
+      }
+      VKAD_TRY(stmt(s));
+    }
     return {};
   }
 
@@ -345,7 +351,9 @@ class Verifier {
             // The index belongs to the body's scope, not the enclosing one.
             scopes_.back().erase(s.result);
             scopes_.push_back({s.result});
+            ++loop_depth_;
             VKAD_TRY(block(s.blocks[0]));
+            --loop_depth_;
             scopes_.pop_back();
             return {};
           }
@@ -358,7 +366,8 @@ class Verifier {
             // never reverses it, which is right only while it changes nothing.
             for (const Stmt& t : s.blocks[0].stmts) {
               bool pure = t.blocks.empty() && t.op != Op::kAlloca && t.op != Op::kStoreLocal &&
-                          t.op != Op::kStore && t.op != Op::kAtomicAdd && t.op < Op::kStackAlloc;
+                          t.op != Op::kStore && t.op != Op::kAtomicAdd && t.op != Op::kBreak &&
+                          t.op != Op::kContinue && t.op < Op::kStackAlloc;
               if (!pure) {
                 return error(t, std::string("a while loop's test may compute and read, not ") +
                                     op_info(t.op).name + " (move it into the body or before the loop)");
@@ -374,10 +383,17 @@ class Verifier {
             if (c != DType::kBool) return error(s, "type mismatch: the test is " + tn(c) + ", expected bool");
             scopes_.pop_back();
             scopes_.push_back({s.result});
+            ++loop_depth_;
             VKAD_TRY(block(s.blocks[1]));
+            --loop_depth_;
             scopes_.pop_back();
             return {};
           }
+          case Op::kBreak:
+          case Op::kContinue:
+            VKAD_TRY(expect_args(s, 0));
+            if (loop_depth_ == 0) return error(s, std::string(info.name) + " outside a for or while loop body");
+            return {};
           case Op::kIf: {
             VKAD_TRY(expect_args(s, 1));
             VKAD_ASSIGN_OR_RETURN(DType c, value(s, 0));
@@ -427,6 +443,7 @@ class Verifier {
   std::unordered_map<ValueId, IdInfo> ids_;
   std::unordered_set<ValueId> all_defs_;
   std::vector<std::unordered_set<ValueId>> scopes_;
+  uint32_t loop_depth_ = 0;  // for / while bodies around the statement (branches don't count)
 };
 
 // Depth of `e`, counting up to `limit + 1` at most (so a pathological expression costs

@@ -39,6 +39,22 @@ TEST_F(WhileLoopDevice, ForwardMatchesTheCpuEvaluator) {
   }
 }
 
+TEST_F(WhileLoopDevice, JumpCountsMatchTheCpuEvaluator) {
+  if (!runner_->target().float64) GTEST_SKIP() << "device has no f64";
+  auto k = codegen::parse(kJumpCounts);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  HostArgs dev;
+  dev.arrays = {while_array({0.1, 0.35, 0.5, 0.75, 1.2, 4.0}), HostArray(codegen::DType::kI32, {6}),
+                HostArray(codegen::DType::kI32, {6})};
+  dev.scalars = {0, 0, 0};
+  HostArgs cpu = dev;
+  Status st = runner_->run(*k, dev);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  auto view = cpu.view();
+  ASSERT_TRUE(codegen::evaluate(*k, view).ok());
+  for (size_t p = 1; p < 3; ++p) EXPECT_EQ(compare_arrays_exact(dev.arrays[p], cpu.arrays[p]), "");
+}
+
 TEST_F(WhileLoopDevice, AdjointMatchesTheCpuAdjointInBothLayouts) {
   if (!runner_->target().float64) GTEST_SKIP() << "device has no f64";
   for (adstack::Layout layout : kAdstackLayouts) {

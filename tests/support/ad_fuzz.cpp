@@ -194,6 +194,16 @@ class AdGenerator {
   void stmt(int depth) {
     int kind = uniform(0, 14);
     if (depth >= kMaxDepth && kind >= 12) kind = uniform(0, 11);
+    // Inside a loop body, sometimes a branch that ends in break or continue.
+    if (loop_depth_ > 0 && kind == 9 && uniform(0, 1) == 0) {
+      bool brk = uniform(0, 1) == 0;
+      b_->if_(bexpr(), [&] {
+        if (uniform(0, 1) == 0) block(depth + 1, uniform(1, 2));
+        if (brk) b_->break_();
+        else b_->continue_();
+      });
+      return;
+    }
     switch (kind) {
       case 0: case 1:
         any(fl_).store(fexpr(2));
@@ -270,7 +280,9 @@ class AdGenerator {
       auto saved = indices_;
       indices_.push_back(k);
       ints_.push_back(k);
+      ++loop_depth_;
       block(depth + 1, uniform(2, 5));
+      --loop_depth_;
       ints_.pop_back();
       indices_ = saved;
     };
@@ -291,7 +303,9 @@ class AdGenerator {
           SizeExpr::constant(3),
           [&] {
             count.store(count.load() + icst(1));
+            ++loop_depth_;
             block(depth + 1, uniform(2, 5));
+            --loop_depth_;
           });
       return;
     }
@@ -315,6 +329,7 @@ class AdGenerator {
   std::vector<Local> fl_, il_;
   std::unique_ptr<Local> acc_;
   std::vector<Value> floats_, ints_, indices_;
+  int loop_depth_ = 0;  // loop bodies around the statement being generated (if bodies too)
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // While-loop kernels in text form, shared by the CPU (tests/unit/while_loop_test.cpp) and device
 // (tests/gpu/while_loop_test.cpp) tests: data-dependent trip counts that differ per thread,
-// while inside for, for inside while, while inside a branch and inside a while.
+// while inside for, for inside while, while inside a branch and inside a while; break and
+// continue in for and while loops.
 #pragma once
 
 #include <string>
@@ -203,6 +204,163 @@ inline const char* kWhileInBranchAndWhile = R"(kernel while_nested(x: ndarray<f6
   }
 })";
 
+// break and continue: a for loop that stops once the running sum passes a threshold, skipping
+// (continue) the elements of w below a cutoff; a while loop that continues on odd trips and
+// breaks when v turns small; an inner for loop with a break inside an outer for loop with a
+// continue.
+inline const char* kBreakContinue = R"(kernel jumps(x: ndarray<f64, 1> grad, w: ndarray<f64, 1> grad readonly, y: ndarray<f64, 1> grad, y2: ndarray<f64, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %acc = alloca : f64
+    %v = alloca : f64
+    %x = load x[%i] : f64
+    store_local %v, %x
+    %zero = const 0 : i32
+    %m = shape w 0 : i32
+    %cut = const -0.3 : f64
+    %lim = const 1.6 : f64
+    %zf = const 0.0 : f64
+    for %k in [%zero, %m) {
+      %wv = load w[%k] : f64
+      %low = lt %wv, %cut : bool
+      if %low {
+        continue
+      }
+      %a = load_local %v : f64
+      %p = mul %a, %wv : f64
+      %s = sin %p : f64
+      %t = load_local %acc : f64
+      %t2 = add %t, %s : f64
+      store_local %acc, %t2
+      %b = add %a, %s : f64
+      store_local %v, %b
+      %big = gt %t2, %lim : bool
+      if %big {
+        %h = const 0.5 : f64
+        %vh = mul %b, %h : f64
+        store_local %v, %vh
+        break
+      }
+    }
+    %o = load_local %acc : f64
+    %ov = load_local %v : f64
+    %r = mul %o, %ov : f64
+    store y[%i], %r
+    %u = alloca : f64
+    store_local %u, %x
+    %two = const 2 : i32
+    %one = const 1 : i32
+    %eps = const 0.05 : f64
+    %f = const 0.7 : f64
+    while %q (%go) max_trip(40) {
+      %go = const true : bool
+    } do {
+      %ua = load_local %u : f64
+      %un = mul %ua, %f : f64
+      store_local %u, %un
+      %odd = mod %q, %two : i32
+      %isodd = eq %odd, %one : bool
+      if %isodd {
+        continue
+      }
+      %ab = abs %un : f64
+      %small = lt %ab, %eps : bool
+      if %small {
+        break
+      } else {
+        %cu = cos %un : f64
+        %tenth = const 0.1 : f64
+        %cs = mul %cu, %tenth : f64
+        %onef = const 1.0 : f64
+        %fac = add %cs, %onef : f64
+        %uq = mul %un, %fac : f64
+        store_local %u, %uq
+      }
+    }
+    for %j in [%zero, %two) {
+      %jodd = eq %j, %one : bool
+      if %jodd {
+        continue
+      }
+      for %l in [%zero, %m) {
+        %wl = load w[%l] : f64
+        %neg = lt %wl, %zf : bool
+        if %neg {
+          break
+        }
+        %ub = load_local %u : f64
+        %e = mul %ub, %wl : f64
+        %te = tanh %e : f64
+        store_local %u, %te
+      }
+    }
+    %uo = load_local %u : f64
+    store y2[%i], %uo
+  }
+})";
+
+// Counting under break and continue (integers only: tests/unit/while_loop_test.cpp checks the
+// counts against the same loops in C++), with a branch whose both sides jump (its merge block
+// is unreachable in SPIR-V).
+inline const char* kJumpCounts = R"(kernel j(x: ndarray<f64, 1>, y: ndarray<i32, 1>, z: ndarray<i32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %n = alloca : i32
+    %m = alloca : i32
+    %x = load x[%i] : f64
+    %zero = const 0 : i32
+    %one = const 1 : i32
+    %two = const 2 : i32
+    %ten = const 10 : i32
+    %three = const 3.0 : f64
+    for %k in [%zero, %ten) {
+      %kf = cast %k : f64
+      %p = mul %kf, %x : f64
+      %stop = ge %p, %three : bool
+      if %stop {
+        break
+      }
+      %odd = mod %k, %two : i32
+      %isodd = eq %odd, %one : bool
+      if %isodd {
+        continue
+      }
+      %a = load_local %n : i32
+      %a1 = add %a, %one : i32
+      store_local %n, %a1
+    }
+    while %q (%c) {
+      %c = lt %q, %ten : bool
+    } do {
+      %qf = cast %q : f64
+      %p2 = mul %qf, %x : f64
+      %stop2 = ge %p2, %three : bool
+      if %stop2 {
+        break
+      } else {
+        %odd2 = mod %q, %two : i32
+        %isodd2 = eq %odd2, %one : bool
+        if %isodd2 {
+          continue
+        }
+      }
+      %b = load_local %m : i32
+      %b1 = add %b, %one : i32
+      store_local %m, %b1
+    }
+    for %r in [%zero, %two) {
+      %rz = eq %r, %zero : bool
+      if %rz {
+        continue
+      } else {
+        break
+      }
+    }
+    %nv = load_local %n : i32
+    store y[%i], %nv
+    %mv = load_local %m : i32
+    store z[%i], %mv
+  }
+})";
+
 struct WhileCase {
   std::string name;
   const char* text;
@@ -252,6 +410,16 @@ inline std::vector<WhileCase> while_cases() {
          return v;
        },
        7},
+      {"break_continue", kBreakContinue,
+       [] {
+         HostValues v;
+         v.arrays = {while_array({0.33, -0.71, 1.37, 0.9, -0.2, 2.3}),
+                     while_array({0.9, -0.5, 1.3, 0.7, -0.1, 1.1, 0.6}),
+                     codegen::HostArray(codegen::DType::kF64, {6}), codegen::HostArray(codegen::DType::kF64, {6})};
+         v.scalars = {0, 0, 0, 0};
+         return v;
+       },
+       12},
       {"while_in_branch_and_while", kWhileInBranchAndWhile,
        [] {
          HostValues v;

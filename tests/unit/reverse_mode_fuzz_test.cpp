@@ -57,7 +57,7 @@ TEST(ReverseModeFuzz, GeneratorCoversEveryDifferentiableOp) {
                 Op::kAsin, Op::kAcos, Op::kAbs, Op::kFloor, Op::kCeil, Op::kAdd, Op::kSub, Op::kMul, Op::kDiv,
                 Op::kMod, Op::kFloorDiv, Op::kMin, Op::kMax, Op::kPow, Op::kAtan2, Op::kSelect, Op::kCast,
                 Op::kLoadLocal, Op::kStoreLocal, Op::kLoad, Op::kStore, Op::kAtomicAdd, Op::kFor, Op::kIf,
-                Op::kWhile}) {
+                Op::kWhile, Op::kBreak, Op::kContinue}) {
     EXPECT_TRUE(seen.count(op)) << "no generated kernel uses " << codegen::op_info(op).name;
   }
 }

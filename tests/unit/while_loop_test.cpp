@@ -218,3 +218,53 @@ TEST(WhileLoop, LoopPassesListItAsUnchecked) {
 
 }  // namespace
 }  // namespace vkad::testing
+
+namespace vkad::testing {
+namespace {
+
+TEST(BreakContinue, VerifierPlacesThem) {
+  auto check = [](const std::string& body, const std::string& expect) {
+    auto k = codegen::parse(R"(kernel j(x: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %z = const 0 : i32
+    %n = const 4 : i32
+)" + body + "\n  }\n}\n");
+    ASSERT_TRUE(k.ok()) << k.status().to_string();
+    Status v = codegen::verify(*k);
+    ASSERT_FALSE(v.ok()) << body;
+    EXPECT_NE(v.message().find(expect), std::string::npos) << v.message();
+  };
+  check("    break", "break outside a for or while loop body");
+  check("    %c = const true : bool\n    if %c {\n      continue\n    }", "continue outside a for or while loop body");
+  check("    for %k in [%z, %n) {\n      break\n      %u = const 1 : i32\n    }",
+        "break must be the last statement of its block");
+  check("    while %k (%c) {\n      %c = const true : bool\n      break\n    } do {\n    }",
+        "a while loop's test may compute and read, not break");
+}
+
+// The reference's semantics, against the same loops in C++: a for loop whose continue skips
+// odd k and whose break leaves at the first k with k * x >= 3; a while loop likewise.
+TEST(BreakContinue, ReferenceSemantics) {
+  Kernel k = parse_ok(kJumpCounts);
+  HostArray xs = array_of(DType::kF64, {0.1, 0.35, 0.5, 0.75, 1.2, 4.0});
+  HostArray ys(DType::kI32, {6}), zs(DType::kI32, {6});
+  std::vector<codegen::HostArg> args = {codegen::HostArg::of(xs), codegen::HostArg::of(ys), codegen::HostArg::of(zs)};
+  ASSERT_TRUE(codegen::evaluate(k, args).ok());
+  for (size_t e = 0; e < xs.size(); ++e) {
+    int want = 0;
+    for (int j = 0; j < 10; ++j) {
+      if (j * xs.data[e] >= 3) break;
+      if (j % 2 == 1) continue;
+      ++want;
+    }
+    EXPECT_EQ(ys.data[e], want) << "x = " << xs.data[e];
+    EXPECT_EQ(zs.data[e], want) << "x = " << xs.data[e];
+  }
+  // And the text form round-trips.
+  auto again = codegen::parse(codegen::print(k));
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(codegen::print(*again), codegen::print(k));
+}
+
+}  // namespace
+}  // namespace vkad::testing
