@@ -137,7 +137,8 @@ class KernelBuilder {
   // `while (cond()) body();`: `cond` builds the test before every iteration and returns its
   // bool; it may read (ndarrays, locals) and compute but not store (the verifier says so).
   // Reverse mode needs a bound on the trip count: the max_trip overload states one (a launch
-  // that exceeds it reports an adstack overflow); without it, the runtime counts the trips.
+  // that exceeds it reports an adstack overflow); without it, make_adjoint_counted counts the
+  // trips on the device (reverse_mode.h).
   void while_(const std::function<Value()>& cond, const std::function<void()>& body);
   void while_(const std::function<Value()>& cond, const SizeExpr& max_trip,
               const std::function<void()>& body);

@@ -355,6 +355,13 @@ class Evaluator {
             e = i < 0 || a.error.empty() ? 0 : a.error[i];
             break;
           }
+          case Op::kAtomicMax: {
+            int64_t i = linear(s, s.args.size() - 1);
+            if (i < 0) return;
+            HostArray& a = *args_[s.param].array;
+            a.data[i] = std::max(a.data[i], get(s.args.back()));  // integers: exact
+            return;
+          }
           case Op::kStore:
           case Op::kAtomicAdd: {
             int64_t i = linear(s, s.args.size() - 1);

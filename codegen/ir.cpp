@@ -58,6 +58,7 @@ constexpr std::array<OpInfo, static_cast<size_t>(Op::kStackAccAdj) + 1> kOps = {
     {"while", OpClass::kOther, true},
     {"break", OpClass::kOther, false},
     {"continue", OpClass::kOther, false},
+    {"atomic_max", OpClass::kOther, false},
     {"stack_alloc", OpClass::kOther, true},
     {"stack_push", OpClass::kOther, false},
     {"stack_pop", OpClass::kOther, false},

@@ -91,6 +91,9 @@ enum class Op : uint8_t {
   kContinue,  // ends the innermost loop's iteration (a for loop steps, a while loop tests)
               // Both: no operands; inside a loop body (branches in it included, not a while
               // test), and the last statement of their block (what would follow never runs).
+  kAtomicMax,  // ndarray `param` of i32 / u32 (args: indices..., value): element = max(element,
+               // value), atomically. Not differentiable (reverse mode rejects it); the
+               // counting kernels of make_adjoint_counted reduce trip counts with it.
   // adstacks (reverse mode; adstack/ describes storage). result of kStackAlloc: the stack.
   kStackAlloc,   // type: element type; `cap`: capacity bound (SizeExpr)
   kStackPush,    // args: stack, value

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -26,7 +27,9 @@ struct SymRange {
 
 class ReverseMode : public PartialBuilder {
  public:
-  ReverseMode(const Kernel& f, const Target& t) : f_(f), t_(t) {}
+  // `counting`: loops with no derivable or stated trip bound get a counted one (a scalar
+  // parameter of the adjoint, measured by counter_kernel()) instead of an error.
+  ReverseMode(const Kernel& f, const Target& t, bool counting = false) : f_(f), t_(t), counting_(counting) {}
 
   Result<Kernel> run() {
     VKAD_TRY(verify(f_, t_));
@@ -77,6 +80,7 @@ class ReverseMode : public PartialBuilder {
     std::function<Status(const Task&, const Block&)> walk = [&](const Task& t, const Block& b) -> Status {
       for (const Stmt& s : b.stmts) {
         if (s.op >= Op::kStackAlloc) return error(t, s, "adstack statements cannot be differentiated");
+        if (s.op == Op::kAtomicMax) return error(t, s, "atomic_max cannot be differentiated");
         if (!s.blocks.empty() && depth == kMaxAdjointNesting) {
           return error(t, s, "loops and branches are nested " + std::to_string(depth + 1) +
                                  " deep here; reverse mode supports at most " +
@@ -400,8 +404,9 @@ class ReverseMode : public PartialBuilder {
         if (b && e) return SymRange{b->lo, SizeExpr::combine(K::kAdd, e->up, SizeExpr::constant(-1))};
         // A stated trip bound caps the index too: index < begin + max_trip (a launch that
         // exceeds it overflows this loop's own stack, which is reported).
-        if (b && s.has_cap) {
-          return SymRange{b->lo, SizeExpr::combine(K::kAdd, SizeExpr::combine(K::kAdd, b->up, s.cap),
+        if (b && (s.has_cap || counting_)) {
+          SizeExpr trips = s.has_cap ? s.cap : counted(s);
+          return SymRange{b->lo, SizeExpr::combine(K::kAdd, SizeExpr::combine(K::kAdd, b->up, trips),
                                                    SizeExpr::constant(-1))};
         }
         return std::nullopt;
@@ -410,6 +415,7 @@ class ReverseMode : public PartialBuilder {
         // Its index is below the stated trip bound (a launch past it overflows the loop's
         // stack, or the counted bound is exact).
         if (s.has_cap) return SymRange{0, SizeExpr::combine(K::kAdd, s.cap, SizeExpr::constant(-1))};
+        if (counting_) return SymRange{0, SizeExpr::combine(K::kAdd, counted(s), SizeExpr::constant(-1))};
         return std::nullopt;
       case Op::kAdd:
         return both([](SymRange a, SymRange b) -> std::optional<SymRange> {
@@ -459,23 +465,140 @@ class ReverseMode : public PartialBuilder {
 
   Result<SizeExpr> trip_bound(const Stmt& loop) {
     if (loop.has_cap) return loop.cap;
+    if (loop.op == Op::kWhile && counting_) return counted(loop);
     if (loop.op == Op::kWhile) {
       return error(*task_, loop,
                    "reverse mode needs a bound on this while loop's trip count to size its "
                    "adstack. State one: `while %i (%c) max_trip(<size>) { ... } do { ... }` in "
-                   "text, or KernelBuilder::while_(cond, max_trip, body)");
+                   "text, or KernelBuilder::while_(cond, max_trip, body); or let "
+                   "make_adjoint_counted count it on the device");
     }
     auto b = range(loop.args[0]), e = range(loop.args[1]);
+    if ((!b || !e) && counting_) return counted(loop);
     if (!b || !e) {
       return error(*task_, loop,
                    "reverse mode needs a bound on this loop's trip count to size its adstack, and "
                    "its bounds depend on ndarray contents or mutable locals. State one: "
                    "`for %i in [%b, %e) max_trip(<size>)` in text, or "
-                   "KernelBuilder::for_range(begin, end, max_trip, body)");
+                   "KernelBuilder::for_range(begin, end, max_trip, body); or let "
+                   "make_adjoint_counted count it on the device");
     }
     return SizeExpr::combine(SizeExpr::Kind::kAdd, e->up, SizeExpr::constant(-b->lo));
   }
 
+  // The counted trip bound of `loop`: a new i32 scalar parameter of the adjoint, named after the
+  // loop, that launch_counted (runtime/counted_launch.h) sets from the counting kernel.
+  SizeExpr counted(const Stmt& loop) {
+    auto it = counted_.find(&loop);
+    if (it == counted_.end()) {
+      Param p;
+      p.name = "trips_" + std::to_string(loop.result);
+      p.kind = ParamKind::kScalar;
+      p.dtype = DType::kI32;
+      it = counted_.emplace(&loop, static_cast<uint32_t>(a_.params.size())).first;
+      a_.params.push_back(std::move(p));
+      counted_order_.push_back(&loop);
+    }
+    return SizeExpr::scalar(it->second);
+  }
+
+ public:
+  // The counting kernel: the forward's parameters (no gradients) and `trips` (ndarray<i32, 1>,
+  // one element per counted loop, in the order of the adjoint's trips_ parameters, zeroed by
+  // the caller); each task with a counted loop, run with the forward's control flow and no
+  // ndarray writes (as the adjoint's replay runs it, on the arrays the forward left), keeps the
+  // largest trip count of each counted loop over its instances, then atomic_max-es it into
+  // trips. Valid after run().
+  Kernel counter_kernel() const {
+    Kernel c;
+    c.name = f_.name + "_trip_count";
+    c.params = f_.params;
+    for (Param& p : c.params) p.needs_grad = false;
+    Param trips;
+    trips.name = "trips";
+    trips.kind = ParamKind::kNdArray;
+    trips.dtype = DType::kI32;
+    trips.rank = 1;
+    const uint32_t trips_param = static_cast<uint32_t>(c.params.size());
+    c.params.push_back(trips);
+    c.next_id = f_.next_id;
+    std::unordered_map<ValueId, uint32_t> slot;  // counted loop (its result id) -> trips index
+    for (size_t j = 0; j < counted_order_.size(); ++j) slot[counted_order_[j]->result] = static_cast<uint32_t>(j);
+    auto mk = [&c](Op op, DType t, std::vector<ValueId> args) {
+      Stmt s;
+      s.op = op;
+      s.type = t;
+      s.args = std::move(args);
+      if (op_info(op).has_result) s.result = c.fresh();
+      return s;
+    };
+    auto konst = [&](int64_t v, std::vector<Stmt>& out) {
+      Stmt s = mk(Op::kConst, DType::kI32, {});
+      s.iimm = v;
+      s.fimm = static_cast<double>(v);
+      out.push_back(s);
+      return s.result;
+    };
+    // M = max(M, n)
+    auto raise = [&](ValueId M, ValueId n, std::vector<Stmt>& out) {
+      Stmt l = mk(Op::kLoadLocal, DType::kI32, {M});
+      Stmt m = mk(Op::kMax, DType::kI32, {l.result, n});
+      Stmt st = mk(Op::kStoreLocal, DType::kF32, {M, m.result});
+      out.push_back(l), out.push_back(m), out.push_back(st);
+    };
+    for (const Task& t : f_.tasks) {
+      std::map<uint32_t, ValueId> maxima;  // trips index -> its local in this task
+      std::function<void(Block&)> walk = [&](Block& b) {
+        std::vector<Stmt> out;
+        for (Stmt& s : b.stmts) {
+          if (s.op == Op::kStore || s.op == Op::kAtomicAdd) continue;  // as the adjoint's replay
+          for (Block& sub : s.blocks) walk(sub);
+          auto it = slot.find(s.result);
+          if (is_loop(s) && it != slot.end()) {
+            auto mx = maxima.find(it->second);
+            if (mx == maxima.end()) mx = maxima.emplace(it->second, c.fresh()).first;
+            const ValueId M = mx->second;
+            if (s.op == Op::kFor) {
+              Stmt d = mk(Op::kSub, DType::kI32, {s.args[1], s.args[0]});
+              out.push_back(d);
+              raise(M, d.result, out);
+            } else {
+              std::vector<Stmt> head;
+              ValueId one = konst(1, head);
+              Stmt n = mk(Op::kAdd, DType::kI32, {s.result, one});
+              head.push_back(n);
+              raise(M, n.result, head);
+              Block& body = s.blocks[1];
+              body.stmts.insert(body.stmts.begin(), head.begin(), head.end());
+            }
+          }
+          out.push_back(std::move(s));
+        }
+        b.stmts = std::move(out);
+      };
+      Task ct = t;
+      walk(ct.body);
+      if (maxima.empty()) continue;
+      std::vector<Stmt> top, tail;
+      for (const auto& [j, M] : maxima) {
+        Stmt a = mk(Op::kAlloca, DType::kI32, {});
+        a.result = M;
+        top.push_back(a);
+        ValueId at = konst(j, tail);
+        Stmt l = mk(Op::kLoadLocal, DType::kI32, {M});
+        Stmt am = mk(Op::kAtomicMax, DType::kF32, {at, l.result});
+        am.param = trips_param;
+        tail.push_back(l), tail.push_back(am);
+      }
+      ct.body.stmts.insert(ct.body.stmts.begin(), top.begin(), top.end());
+      for (Stmt& x : tail) ct.body.stmts.push_back(std::move(x));
+      c.tasks.push_back(std::move(ct));
+    }
+    return c;
+  }
+  uint32_t counted_loops() const { return static_cast<uint32_t>(counted_order_.size()); }
+
+ private:
   // ------------------------------------------------------------ emission helpers (adjoint ids)
   ValueId emit(Stmt s) {
     if (op_info(s.op).has_result) s.result = a_.fresh();
@@ -879,6 +1002,9 @@ class ReverseMode : public PartialBuilder {
 
   const Kernel& f_;
   const Target& t_;
+  bool counting_ = false;
+  std::unordered_map<const Stmt*, uint32_t> counted_;  // loop -> the adjoint's trips_ parameter
+  std::vector<const Stmt*> counted_order_;
   Kernel a_;
   const Task* task_ = nullptr;
   std::vector<uint32_t> grad_param_;
@@ -940,6 +1066,24 @@ Status verify_adjoint(const Kernel& forward, const Kernel& adjoint, const Target
                                               "' produced an adjoint that does not verify (a bug in vkad; "
                                               "please report it with the forward kernel's text): " +
                                               v.message());
+}
+
+Result<CountedAdjoint> make_adjoint_counted(const Kernel& forward, const Target& target) {
+  VKAD_TRY(verify(forward, target));
+  Kernel lowered = has_jumps(forward) ? lower_jumps(forward) : forward;
+  ReverseMode rm(lowered, target, /*counting=*/true);
+  CountedAdjoint out;
+  VKAD_ASSIGN_OR_RETURN(out.adjoint, rm.run());
+  out.counted = rm.counted_loops();
+  if (out.counted) {
+    out.counter = rm.counter_kernel();
+    Status v = verify(out.counter, target);
+    if (!v.ok()) {
+      return make_error(v.code() == ErrorCode::kUnsupported ? ErrorCode::kUnsupported : ErrorCode::kInternal,
+                        "the trip-counting kernel of '" + forward.name + "' does not verify: " + v.message());
+    }
+  }
+  return out;
 }
 
 Result<Kernel> make_adjoint(const Kernel& forward, const Target& target) {

@@ -67,6 +67,23 @@ inline constexpr int kMaxAdjointNesting = static_cast<int>(kMaxNestingDepth);  /
 // reverse mode); both name the adjoint's statement.
 Result<Kernel> make_adjoint(const Kernel& forward, const Target& target = {});
 
+// Exact stack sizing without max_trip: as make_adjoint, but a loop with no derivable or stated
+// trip bound (a while loop without max_trip, a for loop whose bounds depend on ndarray contents
+// or locals) gets a counted one instead of an error: `adjoint` has, after make_adjoint's
+// parameters, one i32 scalar `trips_<loop id>` per such loop (its stacks' capacity), and
+// `counter` is a kernel that measures them: the forward's parameters, then `trips`
+// (ndarray<i32, 1> of `counted` elements, zeroed by the caller), into which it atomic_max-es
+// each loop's largest trip count over all instances and threads, running the forward's control
+// flow without its ndarray writes, as the adjoint's replay does (so it runs, like the adjoint,
+// on the arrays as the forward left them). runtime/counted_launch.h runs both. `max_trip` still
+// overrides. With `counted` == 0, `counter` is empty and `adjoint` is make_adjoint's.
+struct CountedAdjoint {
+  Kernel adjoint;
+  Kernel counter;
+  uint32_t counted = 0;
+};
+Result<CountedAdjoint> make_adjoint_counted(const Kernel& forward, const Target& target = {});
+
 // Which ndarray parameters of `k` each invocation of `task` (one of k's tasks) owns: flag p is
 // true when the task is parallel and every load, store and atomic_add of parameter p in it
 // (inside loops and branches too) indexes exactly [task index] -- the task's own index value,

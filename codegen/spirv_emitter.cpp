@@ -223,7 +223,7 @@ class TaskEmitter {
     for (const Stmt& st : b.stmts) {
       switch (st.op) {
         case Op::kFor: case Op::kIf: case Op::kWhile: case Op::kAlloca: case Op::kLoadLocal: case Op::kStoreLocal:
-        case Op::kAtomicAdd: case Op::kStackAlloc: case Op::kStackPush: case Op::kStackPop:
+        case Op::kAtomicAdd: case Op::kAtomicMax: case Op::kStackAlloc: case Op::kStackPush: case Op::kStackPop:
         case Op::kStackTop: case Op::kStackTopAdj: case Op::kStackAccAdj:
           return false;
         case Op::kStore: written[st.param] = true; break;
@@ -273,7 +273,8 @@ class TaskEmitter {
   void load_launch_constants(const Block& b) {
     for (const Stmt& s : b.stmts) {
       if (s.op == Op::kArg && !scalars_.count(s.param)) scalars_[s.param] = read_scalar(s.param);
-      bool array = s.op == Op::kShape || s.op == Op::kLoad || s.op == Op::kStore || s.op == Op::kAtomicAdd;
+      bool array = s.op == Op::kShape || s.op == Op::kLoad || s.op == Op::kStore || s.op == Op::kAtomicAdd ||
+                   s.op == Op::kAtomicMax;
       if (array && !shapes_.count(s.param)) {
         std::vector<uint32_t>& dims = shapes_[s.param];
         for (uint32_t d = 0; d < k_.params[s.param].rank; ++d) {
@@ -872,6 +873,15 @@ class TaskEmitter {
         return;
       }
       case Op::kAtomicAdd: atomic_add(s); return;
+      case Op::kAtomicMax: {
+        bool sg = k_.params[s.param].dtype == DType::kI32;
+        uint32_t val = v(s.args.back());
+        guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
+          return op(sg ? spv::OpAtomicSMax : spv::OpAtomicUMax, arrays_.at(s.param).elem,
+                    {ptr, m_.c_u32(kScopeDevice), m_.c_u32(kRelaxed), val});
+        });
+        return;
+      }
       case Op::kFor:
         loop(i32_, v(s.args[0]), v(s.args[1]), m_.c_i32(1), /*is_signed=*/true, [&](uint32_t i) {
           values_[s.result] = i;

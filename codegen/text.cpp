@@ -93,7 +93,8 @@ std::string print_stmt(const Kernel& k, const Stmt& s) {
     case Op::kLoad:
       return head + "load " + param_name(k, s.param) + indices(s, s.args.size()) + ty;
     case Op::kStore:
-    case Op::kAtomicAdd: {
+    case Op::kAtomicAdd:
+    case Op::kAtomicMax: {
       size_t n = s.args.empty() ? 0 : s.args.size() - 1;
       return std::string(info.name) + " " + param_name(k, s.param) + indices(s, n) + ", " +
              (s.args.empty() ? "%?" : vid(s.args.back()));
@@ -608,7 +609,8 @@ class Parser {
       }
       case Op::kLoad: VKAD_TRY(index_list(s)); break;
       case Op::kStore:
-      case Op::kAtomicAdd: {
+      case Op::kAtomicAdd:
+      case Op::kAtomicMax: {
         VKAD_TRY(index_list(s));
         VKAD_TRY(expect(","));
         VKAD_ASSIGN_OR_RETURN(ValueId v, value());

@@ -327,12 +327,16 @@ class Verifier {
             VKAD_TRY(result_is(k_.params[s.param].dtype));
             break;
           case Op::kStore:
-          case Op::kAtomicAdd: {
+          case Op::kAtomicAdd:
+          case Op::kAtomicMax: {
             if (s.args.empty()) return error(s, std::string(info.name) + " needs a value");
             VKAD_TRY(array_access(s, s.args.size() - 1));
             VKAD_ASSIGN_OR_RETURN(DType v, value(s, s.args.size() - 1));
             DType e = k_.params[s.param].dtype;
             if (v != e) return error(s, "type mismatch: ndarray '" + k_.params[s.param].name + "' holds " + tn(e) + ", the value is " + tn(v));
+            if (s.op == Op::kAtomicMax && e != DType::kI32 && e != DType::kU32) {
+              return error(s, "atomic_max on a " + tn(e) + " ndarray (i32 or u32 only)");
+            }
             if (s.op == Op::kAtomicAdd) {
               if (e == DType::kBool) return error(s, "atomic_add on a bool ndarray");
               if (e == DType::kF64 && !target_.atomic_float64_add && !target_.atomic_int64) {
@@ -366,7 +370,8 @@ class Verifier {
             // never reverses it, which is right only while it changes nothing.
             for (const Stmt& t : s.blocks[0].stmts) {
               bool pure = t.blocks.empty() && t.op != Op::kAlloca && t.op != Op::kStoreLocal &&
-                          t.op != Op::kStore && t.op != Op::kAtomicAdd && t.op != Op::kBreak &&
+                          t.op != Op::kStore && t.op != Op::kAtomicAdd && t.op != Op::kAtomicMax &&
+                          t.op != Op::kBreak &&
                           t.op != Op::kContinue && t.op < Op::kStackAlloc;
               if (!pure) {
                 return error(t, std::string("a while loop's test may compute and read, not ") +

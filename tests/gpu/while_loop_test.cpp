@@ -4,6 +4,8 @@
 // differences), in both adstack layouts. Trip counts differ per thread.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "codegen/reverse_mode.h"
 #include "codegen/text.h"
 #include "gpu/kernel_harness.h"
@@ -75,6 +77,49 @@ TEST_F(WhileLoopDevice, AdjointMatchesTheCpuAdjointInBothLayouts) {
       for (size_t p = k->params.size(); p < ak->params.size(); ++p) {
         EXPECT_EQ(compare_arrays(dev.arrays[p], cpu.arrays[p], 1e-9), "")
             << c.name << " " << ak->params[p].name << " (" << layout_suffix(layout) << ")";
+      }
+    }
+  }
+}
+
+// Exact sizing without max_trip on the device: launch_counted runs the counting kernel, reads
+// the counts back and launches the adjoint sized by them; its gradients equal the CPU
+// reference's adjoint with the stated bounds (tests/unit/counted_sizing_test.cpp shows the two
+// CPU adjoints agree bit for bit and the counts are exact).
+TEST_F(WhileLoopDevice, CountedSizingMatchesTheCpuAdjoint) {
+  if (!runner_->target().float64) GTEST_SKIP() << "device has no f64";
+  std::function<void(codegen::Block&)> strip = [&](codegen::Block& b) {
+    for (codegen::Stmt& s : b.stmts) {
+      if (s.op == codegen::Op::kWhile) s.has_cap = false;
+      for (codegen::Block& c : s.blocks) strip(c);
+    }
+  };
+  for (adstack::Layout layout : kAdstackLayouts) {
+    runner_->set_adstack_layout(layout);
+    for (const WhileCase& c : while_cases()) {
+      auto k = codegen::parse(c.text);
+      ASSERT_TRUE(k.ok());
+      auto capped = codegen::make_adjoint(*k, runner_->target());
+      ASSERT_TRUE(capped.ok());
+      codegen::Kernel bare = *k;
+      for (codegen::Task& t : bare.tasks) strip(t.body);
+      auto ca = codegen::make_adjoint_counted(bare, runner_->target());
+      ASSERT_TRUE(ca.ok()) << ca.status().to_string();
+      ASSERT_GT(ca->counted, 0u);
+      auto counter = codegen::compile(ca->counter, runner_->target());
+      auto adjoint = codegen::compile(ca->adjoint, runner_->target());
+      ASSERT_TRUE(counter.ok()) << counter.status().to_string();
+      ASSERT_TRUE(adjoint.ok()) << adjoint.status().to_string();
+      HostValues base = c.args();
+      HostArgs dev = host_args(adjoint_args(*k, base, random_seeds(*k, base, 5)));
+      HostArgs cpu = dev;
+      Status st = runner_->run_counted(*counter, *adjoint, ca->counted, k->params.size(), dev);
+      ASSERT_TRUE(st.ok()) << c.name << ": " << st.to_string();
+      auto view = cpu.view();
+      ASSERT_TRUE(codegen::evaluate(*capped, view).ok());
+      for (size_t p = k->params.size(); p < capped->params.size(); ++p) {
+        EXPECT_EQ(compare_arrays(dev.arrays[p], cpu.arrays[p], 1e-9), "")
+            << c.name << " " << capped->params[p].name << " (" << layout_suffix(layout) << ")";
       }
     }
   }
