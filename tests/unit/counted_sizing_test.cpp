@@ -12,6 +12,7 @@
 #include "codegen/text.h"
 #include "codegen/verifier.h"
 #include "support/ad_check.h"
+#include "support/ad_fuzz.h"
 #include "support/while_kernels.h"
 
 namespace vkad::testing {
@@ -171,6 +172,34 @@ TEST(CountedSizing, DataBoundedForLoop) {
   auto [g_got, f_got] = run_adjoint(*k, ca->adjoint, base, trips);
   EXPECT_EQ(f_got, 0u);
   for (size_t p = 0; p < g_got.size(); ++p) EXPECT_EQ(g_got[p].data, g_want[p].data);
+}
+
+// The AD fuzzer's kernels (while loops, for loops bounded by table entries, break / continue,
+// loops nested in them) with every stated bound removed: the counted adjoint raises no overflow
+// and equals the stated-bound adjoint bit for bit.
+TEST(CountedSizing, FuzzKernelsMatchTheStatedBound) {
+  uint32_t seed0 = env_or("VKAD_AD_FUZZ_SEED", 1), count = env_or("VKAD_AD_FUZZ_COUNT", 5000) / 10;
+  int counted_kernels = 0;
+  for (uint32_t seed = seed0; seed < seed0 + count; ++seed) {
+    AdFuzzCase c = random_ad_kernel(seed);
+    Kernel bare = c.kernel;
+    for (codegen::Task& t : bare.tasks) strip_caps(t.body);
+    auto ca = codegen::make_adjoint_counted(bare);
+    ASSERT_TRUE(ca.ok()) << "seed " << seed << ": " << ca.status().to_string();
+    if (ca->counted == 0) continue;
+    ++counted_kernels;
+    auto want = codegen::make_adjoint(c.kernel);
+    ASSERT_TRUE(want.ok()) << "seed " << seed;
+    std::vector<int32_t> trips = count_trips(bare, *ca, c.args);
+    auto [g_want, f_want] = run_adjoint(c.kernel, *want, c.args, {});
+    auto [g_got, f_got] = run_adjoint(bare, ca->adjoint, c.args, trips);
+    ASSERT_EQ(f_got, 0u) << "seed " << seed << "\n" << codegen::print(bare);
+    ASSERT_EQ(f_want, 0u) << "seed " << seed;
+    for (size_t p = 0; p < g_got.size(); ++p) {
+      ASSERT_EQ(g_got[p].data, g_want[p].data) << "seed " << seed << " gradient " << p << "\n" << codegen::print(bare);
+    }
+  }
+  EXPECT_GT(counted_kernels, static_cast<int>(count) / 8);  // ~20% of the kernels count a loop
 }
 
 }  // namespace
