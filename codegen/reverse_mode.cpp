@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <map>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -10,6 +9,7 @@
 
 #include "codegen/derivative_rules.h"
 #include "codegen/jumps.h"
+#include "codegen/trip_counter.h"
 #include "codegen/text.h"
 #include "codegen/verifier.h"
 
@@ -503,100 +503,13 @@ class ReverseMode : public PartialBuilder {
   }
 
  public:
-  // The counting kernel: the forward's parameters (no gradients) and `trips` (ndarray<i32, 1>,
-  // one element per counted loop, in the order of the adjoint's trips_ parameters, zeroed by
-  // the caller); each task with a counted loop, run with the forward's control flow and no
-  // ndarray writes (as the adjoint's replay runs it, on the arrays the forward left), keeps the
-  // largest trip count of each counted loop over its instances, then atomic_max-es it into
-  // trips. Valid after run().
-  Kernel counter_kernel() const {
-    Kernel c;
-    c.name = f_.name + "_trip_count";
-    c.params = f_.params;
-    for (Param& p : c.params) p.needs_grad = false;
-    Param trips;
-    trips.name = "trips";
-    trips.kind = ParamKind::kNdArray;
-    trips.dtype = DType::kI32;
-    trips.rank = 1;
-    const uint32_t trips_param = static_cast<uint32_t>(c.params.size());
-    c.params.push_back(trips);
-    c.next_id = f_.next_id;
-    std::unordered_map<ValueId, uint32_t> slot;  // counted loop (its result id) -> trips index
-    for (size_t j = 0; j < counted_order_.size(); ++j) slot[counted_order_[j]->result] = static_cast<uint32_t>(j);
-    auto mk = [&c](Op op, DType t, std::vector<ValueId> args) {
-      Stmt s;
-      s.op = op;
-      s.type = t;
-      s.args = std::move(args);
-      if (op_info(op).has_result) s.result = c.fresh();
-      return s;
-    };
-    auto konst = [&](int64_t v, std::vector<Stmt>& out) {
-      Stmt s = mk(Op::kConst, DType::kI32, {});
-      s.iimm = v;
-      s.fimm = static_cast<double>(v);
-      out.push_back(s);
-      return s.result;
-    };
-    // M = max(M, n)
-    auto raise = [&](ValueId M, ValueId n, std::vector<Stmt>& out) {
-      Stmt l = mk(Op::kLoadLocal, DType::kI32, {M});
-      Stmt m = mk(Op::kMax, DType::kI32, {l.result, n});
-      Stmt st = mk(Op::kStoreLocal, DType::kF32, {M, m.result});
-      out.push_back(l), out.push_back(m), out.push_back(st);
-    };
-    for (const Task& t : f_.tasks) {
-      std::map<uint32_t, ValueId> maxima;  // trips index -> its local in this task
-      std::function<void(Block&)> walk = [&](Block& b) {
-        std::vector<Stmt> out;
-        for (Stmt& s : b.stmts) {
-          if (s.op == Op::kStore || s.op == Op::kAtomicAdd) continue;  // as the adjoint's replay
-          for (Block& sub : s.blocks) walk(sub);
-          auto it = slot.find(s.result);
-          if (is_loop(s) && it != slot.end()) {
-            auto mx = maxima.find(it->second);
-            if (mx == maxima.end()) mx = maxima.emplace(it->second, c.fresh()).first;
-            const ValueId M = mx->second;
-            if (s.op == Op::kFor) {
-              Stmt d = mk(Op::kSub, DType::kI32, {s.args[1], s.args[0]});
-              out.push_back(d);
-              raise(M, d.result, out);
-            } else {
-              std::vector<Stmt> head;
-              ValueId one = konst(1, head);
-              Stmt n = mk(Op::kAdd, DType::kI32, {s.result, one});
-              head.push_back(n);
-              raise(M, n.result, head);
-              Block& body = s.blocks[1];
-              body.stmts.insert(body.stmts.begin(), head.begin(), head.end());
-            }
-          }
-          out.push_back(std::move(s));
-        }
-        b.stmts = std::move(out);
-      };
-      Task ct = t;
-      walk(ct.body);
-      if (maxima.empty()) continue;
-      std::vector<Stmt> top, tail;
-      for (const auto& [j, M] : maxima) {
-        Stmt a = mk(Op::kAlloca, DType::kI32, {});
-        a.result = M;
-        top.push_back(a);
-        ValueId at = konst(j, tail);
-        Stmt l = mk(Op::kLoadLocal, DType::kI32, {M});
-        Stmt am = mk(Op::kAtomicMax, DType::kF32, {at, l.result});
-        am.param = trips_param;
-        tail.push_back(l), tail.push_back(am);
-      }
-      ct.body.stmts.insert(ct.body.stmts.begin(), top.begin(), top.end());
-      for (Stmt& x : tail) ct.body.stmts.push_back(std::move(x));
-      c.tasks.push_back(std::move(ct));
-    }
-    return c;
+  // The counted loops (their result ids), in the order of the adjoint's trips_ parameters.
+  // Valid after run().
+  std::vector<ValueId> counted_loops() const {
+    std::vector<ValueId> ids;
+    for (const Stmt* l : counted_order_) ids.push_back(l->result);
+    return ids;
   }
-  uint32_t counted_loops() const { return static_cast<uint32_t>(counted_order_.size()); }
 
  private:
   // ------------------------------------------------------------ emission helpers (adjoint ids)
@@ -1074,9 +987,10 @@ Result<CountedAdjoint> make_adjoint_counted(const Kernel& forward, const Target&
   ReverseMode rm(lowered, target, /*counting=*/true);
   CountedAdjoint out;
   VKAD_ASSIGN_OR_RETURN(out.adjoint, rm.run());
-  out.counted = rm.counted_loops();
+  std::vector<ValueId> loops = rm.counted_loops();
+  out.counted = static_cast<uint32_t>(loops.size());
   if (out.counted) {
-    out.counter = rm.counter_kernel();
+    out.counter = trip_counter_kernel(lowered, loops);
     Status v = verify(out.counter, target);
     if (!v.ok()) {
       return make_error(v.code() == ErrorCode::kUnsupported ? ErrorCode::kUnsupported : ErrorCode::kInternal,
