@@ -71,7 +71,7 @@ Result<Kernel> make_adjoint(const Kernel& forward, const Target& target = {});
 // trip bound (a while loop without max_trip, a for loop whose bounds depend on ndarray contents
 // or locals) gets a counted one instead of an error: `adjoint` has, after make_adjoint's
 // parameters, one i32 scalar `trips_<loop id>` per such loop (its stacks' capacity), and
-// `counter` is a kernel that measures them: the forward's parameters, then `trips`
+// `counter` (trip_counter.h) is a kernel that measures them: the forward's parameters, then `trips`
 // (ndarray<i32, 1> of `counted` elements, zeroed by the caller), into which it atomic_max-es
 // each loop's largest trip count over all instances and threads, running the forward's control
 // flow without its ndarray writes, as the adjoint's replay does (so it runs, like the adjoint,
