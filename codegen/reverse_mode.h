@@ -72,8 +72,9 @@ Result<Kernel> make_adjoint(const Kernel& forward, const Target& target = {});
 // or locals) gets a counted one instead of an error: `adjoint` has, after make_adjoint's
 // parameters, one i32 scalar `trips_<loop id>` per such loop (its stacks' capacity), and
 // `counter` (trip_counter.h) is a kernel that measures them: the forward's parameters, then `trips`
-// (ndarray<i32, 1> of `counted` elements, zeroed by the caller), into which it atomic_max-es
-// each loop's largest trip count over all instances and threads, running the forward's control
+// (ndarray<i32, 1> of `counted` x kTripSlots elements, zeroed by the caller), into which it
+// atomic_max-es each loop's largest trip count over all instances and threads (trip_counter.h
+// says where), running the forward's control
 // flow without its ndarray writes, as the adjoint's replay does (so it runs, like the adjoint,
 // on the arrays as the forward left them). runtime/counted_launch.h runs both. `max_trip` still
 // overrides. With `counted` == 0, `counter` is empty and `adjoint` is make_adjoint's.

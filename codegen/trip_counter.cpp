@@ -1,5 +1,7 @@
 #include "codegen/trip_counter.h"
 
+#include "runtime/counted_launch.h"
+
 #include <functional>
 #include <map>
 #include <unordered_map>
@@ -81,7 +83,14 @@ Kernel trip_counter_kernel(const Kernel& f, const std::vector<ValueId>& loops) {
       Stmt a = mk(Op::kAlloca, DType::kI32, {});
       a.result = M;
       top.push_back(a);
-      ValueId at = konst(j, tail);
+      // Slot j * kTripSlots + index mod kTripSlots: threads spread over kTripSlots words
+      // instead of contending for one (the host takes the max over them).
+      ValueId slots = konst(runtime::kTripSlots, tail);
+      Stmt lane = mk(Op::kMod, DType::kI32, {ct.index, slots});
+      ValueId base = konst(static_cast<int64_t>(j) * runtime::kTripSlots, tail);
+      Stmt at_s = mk(Op::kAdd, DType::kI32, {base, lane.result});
+      ValueId at = at_s.result;
+      tail.push_back(lane), tail.push_back(at_s);
       Stmt l = mk(Op::kLoadLocal, DType::kI32, {M});
       Stmt am = mk(Op::kAtomicMax, DType::kF32, {at, l.result});
       am.param = trips_param;

@@ -13,9 +13,10 @@ Status launch_counted(Runtime& rt, KernelHandle counter, KernelHandle adjoint, u
                       "launch_counted: " + std::to_string(args.size()) + " arguments, fewer than the forward's " +
                           std::to_string(forward_params) + " parameters");
   }
-  VKAD_ASSIGN_OR_RETURN(NdArrayHandle trips, rt.create_ndarray(DType::kI32, {counted}, "trips"));
-  std::vector<int32_t> host(counted, 0);
-  const uint64_t bytes = 4ull * counted;
+  const uint32_t words = counted * kTripSlots;
+  VKAD_ASSIGN_OR_RETURN(NdArrayHandle trips, rt.create_ndarray(DType::kI32, {words}, "trips"));
+  std::vector<int32_t> host(words, 0);
+  const uint64_t bytes = 4ull * words;
   Status st = rt.upload(trips, host.data(), bytes);
   if (st.ok()) {
     std::vector<Arg> cargs(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(forward_params));
@@ -27,7 +28,11 @@ Status launch_counted(Runtime& rt, KernelHandle counter, KernelHandle adjoint, u
   VKAD_TRY(st);
   VKAD_TRY(freed);
   std::vector<Arg> aargs(args.begin(), args.end());
-  for (int32_t t : host) aargs.push_back(Arg::i32(std::max(t, 0)));
+  for (uint32_t j = 0; j < counted; ++j) {
+    int32_t t = 0;
+    for (uint32_t s = 0; s < kTripSlots; ++s) t = std::max(t, host[j * kTripSlots + s]);
+    aargs.push_back(Arg::i32(t));
+  }
   return rt.launch(adjoint, aargs, id);
 }
 

@@ -15,10 +15,15 @@
 
 namespace vkad::runtime {
 
+// Words of the counting kernel's `trips` array per counted loop (codegen/trip_counter.h): its
+// threads atomic_max into one of them by index, launch_counted takes the max over them.
+inline constexpr uint32_t kTripSlots = 64;
+
 // `counter` and `adjoint`: the registered CountedAdjoint kernels; `counted`: its count (0:
 // the adjoint is launched as is). `args`: the adjoint's arguments without the trips_ scalars
 // (the forward's arguments, then the gradient arrays); the counting kernel gets the first
-// `forward_params` of them and a zeroed i32 array of `counted` elements, freed after use.
+// `forward_params` of them and a zeroed i32 array of `counted` x kTripSlots elements, freed
+// after use.
 // Errors: those of launch / download (a device error of the counting kernel, e.g. an
 // out-of-bounds read, is reported by its readback, naming it); a count past INT32_MAX cannot
 // occur (trip counts are i32).
