@@ -55,6 +55,10 @@ uint32_t dtype_bytes(DType t);  // element size in ndarrays (bool: 4) and in the
 
 enum class ParamKind : uint8_t { kScalar, kNdArray };
 
+// Words of a trip-counting kernel's `trips` array per counted loop (codegen/trip_counter.h): its
+// threads atomic_max into one of them by index; runtime::launch_counted takes the max over them.
+inline constexpr uint32_t kTripSlots = 64;
+
 // The rank limit of ndarrays (create_ndarray, kernel parameters, the verifier).
 inline constexpr uint32_t kMaxNdArrayRank = 8;
 // Bounds on a kernel's declared layout, so every args-buffer offset fits 32 bits with room.

@@ -244,6 +244,48 @@ void KernelBuilder::for_range(Value begin, Value end, const SizeExpr& max_trip,
   }
 }
 
+void KernelBuilder::while_(const std::function<Value()>& cond, const std::function<void()>& body) {
+  Stmt s;
+  s.op = Op::kWhile;
+  s.type = DType::kI32;
+  s.blocks.resize(2);
+  emit(std::move(s));
+  // Stable while the callbacks run: they append to the loop's own blocks only.
+  Stmt* st = &current()->stmts.back();
+  blocks_.push_back(&st->blocks[0]);
+  Value c = cond();
+  blocks_.pop_back();
+  st->args = {c.id()};
+  blocks_.push_back(&st->blocks[1]);
+  body();
+  blocks_.pop_back();
+}
+
+void KernelBuilder::while_(const std::function<Value()>& cond, const SizeExpr& max_trip,
+                           const std::function<void()>& body) {
+  while_(cond, body);
+  Block* b = current();
+  for (auto it = b->stmts.rbegin(); it != b->stmts.rend(); ++it) {
+    if (it->op == Op::kWhile) {
+      it->cap = max_trip;
+      it->has_cap = true;
+      break;
+    }
+  }
+}
+
+void KernelBuilder::break_() {
+  Stmt s;
+  s.op = Op::kBreak;
+  emit(std::move(s));
+}
+
+void KernelBuilder::continue_() {
+  Stmt s;
+  s.op = Op::kContinue;
+  emit(std::move(s));
+}
+
 void KernelBuilder::if_(Value cond, const std::function<void()>& then_body,
                         const std::function<void()>& else_body) {
   Stmt s;

@@ -232,6 +232,18 @@ class KernelBuilder {
                  const std::function<void(Value)>& body);
   void if_(Value cond, const std::function<void()>& then_body,
            const std::function<void()>& else_body = {});
+  // `while (cond()) body();`: `cond` builds the test before every iteration and returns its
+  // bool; it may read (ndarrays, locals) and compute but not store (the verifier says so).
+  // Reverse mode needs a bound on the trip count: the max_trip overload states one (a launch
+  // that exceeds it reports an adstack overflow); without it, make_adjoint_counted counts the
+  // trips on the device (reverse_mode.h).
+  void while_(const std::function<Value()>& cond, const std::function<void()>& body);
+  void while_(const std::function<Value()>& cond, const SizeExpr& max_trip,
+              const std::function<void()>& body);
+  // Leave / go to the next iteration of the innermost loop. Each must end its block (e.g. the
+  // body of an if_): verify() rejects statements after it.
+  void break_();
+  void continue_();
 
   Local local(DType t);
   Local local(Value init);

@@ -15,7 +15,7 @@ namespace {
 
 bool writes(const Block& b, uint32_t param) {
   for (const Stmt& s : b.stmts) {
-    if ((s.op == Op::kStore || s.op == Op::kAtomicAdd) && s.param == param) return true;
+    if ((s.op == Op::kStore || s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax) && s.param == param) return true;
     for (const Block& c : s.blocks) {
       if (writes(c, param)) return true;
     }
@@ -25,7 +25,7 @@ bool writes(const Block& b, uint32_t param) {
 
 bool has_loops(const Block& b) {
   for (const Stmt& s : b.stmts) {
-    if (s.op == Op::kFor) return true;
+    if (s.op == Op::kFor || s.op == Op::kWhile) return true;
     for (const Block& c : s.blocks) {
       if (has_loops(c)) return true;
     }

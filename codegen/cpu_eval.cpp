@@ -143,6 +143,13 @@ class Evaluator {
         stacks_.clear();
         regs_[slot(t.index)] = static_cast<double>(static_cast<int32_t>(i));
         block(t.body);
+        if (runaway_ != kNoValue) {
+          return make_error(ErrorCode::kInvalidArgument,
+                            "evaluate '" + k_.name + "', task '" + t.name + "': while loop %" +
+                                std::to_string(runaway_) + " ran " + std::to_string(kMaxWhileTrips) +
+                                " iterations in iteration " + std::to_string(i) +
+                                " (the reference's limit); it may never end");
+        }
       }
       r.error_flags.push_back(flag_);
     }
@@ -325,8 +332,17 @@ class Evaluator {
     return round_to(to, v);  // int<->int wraps (a bitcast), int->float and f32<->f64 round
   }
 
+  // A break / continue unwinds the blocks up to its loop (jump_ set), which takes it.
   void block(const Block& b) {
-    for (const Stmt& s : b.stmts) stmt(s);
+    for (const Stmt& s : b.stmts) {
+      stmt(s);
+      if (jump_ != Op::kConst) return;
+    }
+  }
+  Op take_jump() {
+    Op j = jump_;
+    jump_ = Op::kConst;
+    return j;
   }
 
   DType type_of(ValueId id) const { return slot_types_[slot(id)]; }
@@ -389,6 +405,13 @@ class Evaluator {
             e = i < 0 || a.error.empty() ? 0 : a.error[i];
             break;
           }
+          case Op::kAtomicMax: {
+            int64_t i = linear(s, s.args.size() - 1);
+            if (i < 0) return;
+            HostArray& a = *args_[s.param].array;
+            a.data[i] = std::max(a.data[i], get(s.args.back()));  // integers: exact
+            return;
+          }
           case Op::kStore:
           case Op::kAtomicAdd: {
             int64_t i = linear(s, s.args.size() - 1);
@@ -411,10 +434,28 @@ class Evaluator {
             for (int64_t i = b; i < end; ++i) {
               regs_[slot(s.result)] = static_cast<double>(i);
               block(s.blocks[0]);
+              if (take_jump() == Op::kBreak) break;
             }
             return;
           }
+          case Op::kBreak:
+          case Op::kContinue:
+            jump_ = s.op;
+            return;
           case Op::kIf: block(s.blocks[get(s.args[0]) != 0 ? 0 : 1]); return;
+          case Op::kWhile: {
+            for (int64_t i = 0;; ++i) {
+              if (i == kMaxWhileTrips) {
+                if (runaway_ == kNoValue) runaway_ = s.result;
+                return;
+              }
+              regs_[slot(s.result)] = static_cast<double>(i);
+              block(s.blocks[0]);
+              if (get(s.args[0]) == 0) return;
+              block(s.blocks[1]);
+              if (take_jump() == Op::kBreak) return;
+            }
+          }
           case Op::kStackAlloc: {
             Stack st{s.type, size(s.cap), {}, {}, {}, {}};
             stacks_.push_back(std::move(st));
@@ -480,6 +521,11 @@ class Evaluator {
   std::vector<double> errs_;  // per register: the bound on |device - reference| (precision.h)
   std::vector<Stack> stacks_;
   uint32_t flag_ = 0;
+  // A while loop that does not end would hang the reference: it stops after this many trips
+  // and evaluate() reports the loop (an error, not a result).
+  static constexpr int64_t kMaxWhileTrips = int64_t{1} << 24;
+  ValueId runaway_ = kNoValue;
+  Op jump_ = Op::kConst;  // kBreak / kContinue while unwinding to the loop; kConst: none
 };
 
 }  // namespace

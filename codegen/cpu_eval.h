@@ -13,6 +13,8 @@
 //   - an out-of-bounds ndarray access reads 0 and writes nothing, and raises error code 1;
 //     an adstack push past capacity is dropped and raises error code 2 (as on the device);
 //   - parallel iterations run in index order; atomic adds are plain adds;
+//   - a while loop still running after 2^24 trips is taken as never ending: evaluate() returns
+//     kInvalidArgument naming it (the device would hang, or lavapipe cut it short);
 //   - every value carries a bound on |device - reference| (precision.h), propagated through
 //     the kernel and stored in HostArray::error for the arrays it writes.
 #pragma once

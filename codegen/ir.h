@@ -11,10 +11,11 @@
 //   Block   = an ordered list of statements.
 //   Stmt    = one operation. A statement that yields something defines exactly one SSA id
 //             (`result`): a value, a mutable local (alloca), an adstack (stack_alloc), or the
-//             index of a serial for loop. Ids are unique within a kernel.
+//             index of a serial for / while loop. Ids are unique within a kernel.
 //
 // Scoping: an id is visible after its definition in its own block and in blocks nested inside;
-// a for loop's index is visible only in its body. Values are immutable; mutation goes through
+// a for / while loop's index is visible only in its body (a while loop's test block is a
+// scope of its own, like a branch side). Values are immutable; mutation goes through
 // locals (alloca / load_local / store_local), which is what reverse mode needs to see.
 //
 // Types: f32, f64 and i64 (where the device has them), i32, u32, bool. Arithmetic takes operands of one
@@ -82,6 +83,19 @@ enum class Op : uint8_t {
          // the DSL's stated maximum trip count (reverse mode needs one when the bounds
          // depend on ndarray contents)
   kIf,   // args: cond; blocks[0]: then, blocks[1]: else
+  kWhile,  // blocks[0]: the test, blocks[1]: the body; args[0]: the test's bool value
+           // (defined in blocks[0]); result: the i32 iteration number (0, 1, ...), visible in
+           // the test and the body. Runs `for (i = 0; test(i); ++i) body(i)`. The test block
+           // is pure (values, loads of ndarrays and locals; no stores, locals, control flow):
+           // it decides, it does not compute what the body uses, so reverse mode never
+           // reverses it. Optional `cap`: the stated maximum trip count (reverse_mode.h)
+  kBreak,     // leaves the innermost enclosing for / while loop
+  kContinue,  // ends the innermost loop's iteration (a for loop steps, a while loop tests)
+              // Both: no operands; inside a loop body (branches in it included, not a while
+              // test), and the last statement of their block (what would follow never runs).
+  kAtomicMax,  // ndarray `param` of i32 / u32 (args: indices..., value): element = max(element,
+               // value), atomically. Not differentiable (reverse mode rejects it); the
+               // counting kernels of make_adjoint_counted reduce trip counts with it.
   // adstacks (reverse mode; adstack/ describes storage). result of kStackAlloc: the stack.
   kStackAlloc,   // type: element type; `cap`: capacity bound (SizeExpr)
   kStackPush,    // args: stack, value
@@ -107,8 +121,8 @@ struct Stmt {
   uint32_t dim = 0;    // kShape
   double fimm = 0;     // kConst of a float type
   int64_t iimm = 0;    // kConst of an integer or bool type
-  std::vector<Block> blocks;  // kFor: body; kIf: then, else
-  SizeExpr cap;               // kStackAlloc: capacity; kFor: stated max trip (if has_cap)
+  std::vector<Block> blocks;  // kFor: body; kIf: then, else; kWhile: test, body
+  SizeExpr cap;               // kStackAlloc: capacity; kFor, kWhile: stated max trip (if has_cap)
   bool has_cap = false;
 };
 

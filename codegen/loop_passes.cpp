@@ -44,6 +44,11 @@ class Analysis {
           }
           break;
         }
+        case Op::kWhile:
+          // Its passes depend on data: counted once, like a for loop with data bounds.
+          unchecked.push_back("%" + std::to_string(s.result));
+          total = add(total, SizeExpr::constant(1 + idle_passes(s.blocks[1])));
+          break;
         case Op::kIf:
           for (const Block& c : s.blocks) total = add(total, passes(c));
           break;
@@ -61,6 +66,7 @@ class Analysis {
     uint64_t n = 0;
     for (const Stmt& s : b.stmts) {
       if (s.op == Op::kFor) n += 1 + idle_passes(s.blocks[0]);
+      else if (s.op == Op::kWhile) n += 1 + idle_passes(s.blocks[1]);
       else if (s.op == Op::kAtomicAdd && cas(s)) n += 1;
       else for (const Block& c : s.blocks) n += idle_passes(c);
     }

@@ -15,6 +15,7 @@
 //   passes(block) = sum over its statements of
 //     for with a known trip bound T:  T * (1 + passes(body)) + 1 + idle(body)
 //     for whose bounds depend on data: 1 + idle(body)   (a lower bound: not checked)
+//     while:                           1 + idle(body)   (data-dependent: not checked)
 //     if:                              passes(then) + passes(else)
 //     float atomic_add lowered to a compare-and-swap loop: 1 (retries under contention are
 //                                      not counted)

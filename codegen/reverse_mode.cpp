@@ -9,12 +9,16 @@
 #include <unordered_set>
 
 #include "codegen/derivative_rules.h"
+#include "codegen/jumps.h"
+#include "codegen/trip_counter.h"
 #include "codegen/text.h"
 #include "codegen/verifier.h"
 
 namespace vkad::codegen {
 
 namespace {
+
+bool is_loop(const Stmt& s) { return s.op == Op::kFor || s.op == Op::kWhile; }
 
 // A symbolic integer range: lo is a constant (or assumed >= 0), up a SizeExpr.
 struct SymRange {
@@ -24,7 +28,9 @@ struct SymRange {
 
 class ReverseMode : public PartialBuilder {
  public:
-  ReverseMode(const Kernel& f, const Target& t) : f_(f), t_(t) {}
+  // `counting`: loops with no derivable or stated trip bound get a counted one (a scalar
+  // parameter of the adjoint, measured by counter_kernel()) instead of an error.
+  ReverseMode(const Kernel& f, const Target& t, bool counting = false) : f_(f), t_(t), counting_(counting) {}
 
   Result<Kernel> run() {
     VKAD_TRY(verify(f_, t_));
@@ -79,6 +85,7 @@ class ReverseMode : public PartialBuilder {
     std::function<Status(const Task&, const Block&)> walk = [&](const Task& t, const Block& b) -> Status {
       for (const Stmt& s : b.stmts) {
         if (s.op >= Op::kStackAlloc) return error(t, s, "adstack statements cannot be differentiated");
+        if (s.op == Op::kAtomicMax) return error(t, s, "atomic_max cannot be differentiated");
         if (!s.blocks.empty() && depth == kMaxAdjointNesting) {
           return error(t, s, "loops and branches are nested " + std::to_string(depth + 1) +
                                  " deep here; reverse mode supports at most " +
@@ -181,7 +188,7 @@ class ReverseMode : public PartialBuilder {
       }
       if (s.op == Op::kStoreLocal) stores_[s.args[0]].push_back(&s);
       // A loop's reversal replays its body: what the body uses is read in the reverse sweep.
-      if (!ctrl.empty() && std::any_of(ctrl.begin(), ctrl.end(), [](const Stmt* c) { return c->op == Op::kFor; })) {
+      if (!ctrl.empty() && std::any_of(ctrl.begin(), ctrl.end(), [](const Stmt* c) { return is_loop(*c); })) {
         for (ValueId x : s.args) read_.insert(x);
       }
       if (!s.blocks.empty()) {
@@ -210,7 +217,7 @@ class ReverseMode : public PartialBuilder {
   const Stmt* frame_of(const Stmt* x) const {
     const std::vector<Pos>& p = path_.at(x);
     for (size_t d = p.size() - 1; d-- > 0;) {
-      if (p[d].stmt->op == Op::kFor) return p[d].stmt;
+      if (is_loop(*p[d].stmt)) return p[d].stmt;
     }
     return nullptr;
   }
@@ -225,7 +232,7 @@ class ReverseMode : public PartialBuilder {
     for (size_t d = F ? path_.at(F).size() : 0; d < ps.size() && d < pa.size(); ++d) {
       if (ps[d].index != pa[d].index) return ps[d].index < pa[d].index;
       const Stmt* c = ps[d].stmt;  // a statement both lie in (or one of them)
-      if (d + 1 == ps.size() || d + 1 == pa.size() || c->op == Op::kFor) return c->op == Op::kFor;
+      if (d + 1 == ps.size() || d + 1 == pa.size() || is_loop(*c)) return is_loop(*c);
       if (ps[d].block != pa[d].block) return false;  // two sides of a branch
     }
     return false;
@@ -273,7 +280,7 @@ class ReverseMode : public PartialBuilder {
     auto it = def_.find(v);
     if (it == def_.end()) return;  // the task index
     const Stmt* d = it->second;
-    if (d->op == Op::kFor) return;  // a loop index: the replayed loop recomputes it
+    if (is_loop(*d)) return;  // a loop index: the replayed loop recomputes it
     if (!inside(F, d)) F = frame_of(d);
     if (needed_.insert({v, F}).second) work_.push_back({v, F});
   }
@@ -305,10 +312,13 @@ class ReverseMode : public PartialBuilder {
       }
       // Loop bounds and conditions decide what every replay that runs them computes: needed in
       // each frame around them.
-      if (s.op == Op::kFor || s.op == Op::kIf) {
+      // A while loop's test (args[0]) decides the trip count each replay of it finds; its own
+      // reversal does not run the test (it reads that count), so the test is needed in the
+      // frames around the loop only.
+      if (s.op == Op::kFor || s.op == Op::kIf || s.op == Op::kWhile) {
         const std::vector<Pos>& p = path_.at(&s);
         for (size_t d = 0; d + 1 < p.size(); ++d) {
-          if (p[d].stmt->op != Op::kFor) continue;
+          if (!is_loop(*p[d].stmt)) continue;
           for (ValueId x : s.args) mark(x, p[d].stmt);
         }
         for (ValueId x : s.args) mark(x, nullptr);
@@ -319,6 +329,12 @@ class ReverseMode : public PartialBuilder {
       if ((s.op == Op::kStore || s.op == Op::kAtomicAdd) && f_.params[s.param].needs_grad &&
           act(s.args.back())) {
         for (size_t i = 0; i + 1 < s.args.size(); ++i) mark(s.args[i], F);
+      }
+      // A while loop's test is never reversed: it seeds nothing of its own (its value is
+      // marked above).
+      if (s.op == Op::kWhile) {
+        seed_needed(s.blocks[1]);
+        continue;
       }
       for (const Block& c : s.blocks) seed_needed(c);
     }
@@ -398,12 +414,19 @@ class ReverseMode : public PartialBuilder {
         if (b && e) return SymRange{b->lo, SizeExpr::combine(K::kAdd, e->up, SizeExpr::constant(-1))};
         // A stated trip bound caps the index too: index < begin + max_trip (a launch that
         // exceeds it overflows this loop's own stack, which is reported).
-        if (b && s.has_cap) {
-          return SymRange{b->lo, SizeExpr::combine(K::kAdd, SizeExpr::combine(K::kAdd, b->up, s.cap),
+        if (b && (s.has_cap || counting_)) {
+          SizeExpr trips = s.has_cap ? s.cap : counted(s);
+          return SymRange{b->lo, SizeExpr::combine(K::kAdd, SizeExpr::combine(K::kAdd, b->up, trips),
                                                    SizeExpr::constant(-1))};
         }
         return std::nullopt;
       }
+      case Op::kWhile:
+        // Its index is below the stated trip bound (a launch past it overflows the loop's
+        // stack, or the counted bound is exact).
+        if (s.has_cap) return SymRange{0, SizeExpr::combine(K::kAdd, s.cap, SizeExpr::constant(-1))};
+        if (counting_) return SymRange{0, SizeExpr::combine(K::kAdd, counted(s), SizeExpr::constant(-1))};
+        return std::nullopt;
       case Op::kAdd:
         return both([](SymRange a, SymRange b) -> std::optional<SymRange> {
           return SymRange{a.lo + b.lo, SizeExpr::combine(K::kAdd, a.up, b.up)};
@@ -452,17 +475,53 @@ class ReverseMode : public PartialBuilder {
 
   Result<SizeExpr> trip_bound(const Stmt& loop) {
     if (loop.has_cap) return loop.cap;
+    if (loop.op == Op::kWhile && counting_) return counted(loop);
+    if (loop.op == Op::kWhile) {
+      return error(*task_, loop,
+                   "reverse mode needs a bound on this while loop's trip count to size its "
+                   "adstack. State one: `while %i (%c) max_trip(<size>) { ... } do { ... }` in "
+                   "text, or KernelBuilder::while_(cond, max_trip, body); or let "
+                   "make_adjoint_counted count it on the device");
+    }
     auto b = range(loop.args[0]), e = range(loop.args[1]);
+    if ((!b || !e) && counting_) return counted(loop);
     if (!b || !e) {
       return error(*task_, loop,
                    "reverse mode needs a bound on this loop's trip count to size its adstack, and "
                    "its bounds depend on ndarray contents or mutable locals. State one: "
                    "`for %i in [%b, %e) max_trip(<size>)` in text, or "
-                   "KernelBuilder::for_range(begin, end, max_trip, body)");
+                   "KernelBuilder::for_range(begin, end, max_trip, body); or let "
+                   "make_adjoint_counted count it on the device");
     }
     return SizeExpr::combine(SizeExpr::Kind::kAdd, e->up, SizeExpr::constant(-b->lo));
   }
 
+  // The counted trip bound of `loop`: a new i32 scalar parameter of the adjoint, named after the
+  // loop, that launch_counted (runtime/counted_launch.h) sets from the counting kernel.
+  SizeExpr counted(const Stmt& loop) {
+    auto it = counted_.find(&loop);
+    if (it == counted_.end()) {
+      Param p;
+      p.name = "trips_" + std::to_string(loop.result);
+      p.kind = ParamKind::kScalar;
+      p.dtype = DType::kI32;
+      it = counted_.emplace(&loop, static_cast<uint32_t>(a_.params.size())).first;
+      a_.params.push_back(std::move(p));
+      counted_order_.push_back(&loop);
+    }
+    return SizeExpr::scalar(it->second);
+  }
+
+ public:
+  // The counted loops (their result ids), in the order of the adjoint's trips_ parameters.
+  // Valid after run().
+  std::vector<ValueId> counted_loops() const {
+    std::vector<ValueId> ids;
+    for (const Stmt* l : counted_order_) ids.push_back(l->result);
+    return ids;
+  }
+
+ private:
   // ------------------------------------------------------------ emission helpers (adjoint ids)
   ValueId emit(Stmt s) {
     if (op_info(s.op).has_result) s.result = a_.fresh();
@@ -507,6 +566,22 @@ class ReverseMode : public PartialBuilder {
     loop.blocks.resize(1);
     ValueId idx = emit(std::move(loop));
     in_block(out_.back()->stmts.back().blocks[0], [&] { body(idx); });
+  }
+
+  // Emits `while idx (test(idx)) { body(idx) }` into the current block; `test` returns the
+  // test value it emitted.
+  template <typename Test, typename Body>
+  void emit_while(Test test, Body body) {
+    Stmt loop;
+    loop.op = Op::kWhile;
+    loop.type = DType::kI32;
+    loop.blocks.resize(2);
+    ValueId idx = emit(std::move(loop));
+    Stmt& st = out_.back()->stmts.back();  // stable: the callbacks fill its own blocks
+    ValueId c = kNoValue;
+    in_block(st.blocks[0], [&] { c = test(idx); });
+    st.args = {c};
+    in_block(st.blocks[1], [&] { body(idx); });
   }
 
   // Emits `if cond { side(0) } else { side(1) }` into the current block.
@@ -575,6 +650,13 @@ class ReverseMode : public PartialBuilder {
   void hoist_frame(const Block& b, int if_depth) {
     for (const Stmt& s : b.stmts) {
       if (s.op == Op::kFor) continue;  // its body is a frame of its own
+      if (s.op == Op::kWhile) {
+        // Its body is a frame of its own; its test is replayed plainly. The frame's replay
+        // counts its trips into a local its reversal reads (declared here, at the frame's
+        // top, so a loop inside a branch is covered too).
+        trips_[&s] = mk(Op::kAlloca, DType::kI32, {});
+        continue;
+      }
       if (if_depth > 0 && (s.op == Op::kAlloca || (s.result != kNoValue && read_.count(s.result)))) {
         hoist_[s.result] = mk(Op::kAlloca, s.type, {});
       }
@@ -594,6 +676,23 @@ class ReverseMode : public PartialBuilder {
             if (frame) push_checkpoints(s);
             fwd(s.blocks[0], false);
           });
+          break;
+        case Op::kWhile:
+          if (frame) store_local(trips_.at(&s), cst(DType::kI32, 0));
+          emit_while(
+              [&](ValueId idx) {
+                map_[s.result] = idx;
+                fwd(s.blocks[0], false);
+                return p(s.args[0]);
+              },
+              [&](ValueId idx) {
+                map_[s.result] = idx;
+                if (frame) {
+                  push_checkpoints(s);
+                  store_local(trips_.at(&s), mk(Op::kAdd, DType::kI32, {idx, cst(DType::kI32, 1)}));
+                }
+                fwd(s.blocks[1], false);
+              });
           break;
         case Op::kIf:
           emit_if(p(s.args[0]), [&](int side) { fwd(s.blocks[side], frame, if_depth + 1); });
@@ -648,6 +747,20 @@ class ReverseMode : public PartialBuilder {
           restore_checkpoints(s);
           fwd(s.blocks[0], true);
           rev(s.blocks[0]);
+          pop_checkpoints(s);
+        });
+        return;
+      }
+      case Op::kWhile: {
+        // The trips the frame's replay counted, reversed: like a for loop over [0, n).
+        ValueId n = load_local(trips_.at(&s), DType::kI32);
+        emit_for(cst(DType::kI32, 0), n, [&](ValueId jr) {
+          ValueId last = mk(Op::kSub, DType::kI32, {n, cst(DType::kI32, 1)});
+          map_[s.result] = mk(Op::kSub, DType::kI32, {last, jr});
+          hoist_frame(s.blocks[1], 0);
+          restore_checkpoints(s);
+          fwd(s.blocks[1], true);
+          rev(s.blocks[1]);
           pop_checkpoints(s);
         });
         return;
@@ -755,6 +868,7 @@ class ReverseMode : public PartialBuilder {
     task_ = &t;
     def_.clear(), type_.clear(), active_.clear(), needed_.clear(), ckpt_.clear(), stacks_.clear();
     path_.clear(), stores_.clear(), hoist_.clear(), map_.clear(), vadj_.clear(), ladj_.clear();
+    trips_.clear();
     for (ValueId ix : task_indices(t)) type_[ix] = DType::kI32;
     read_.clear();
     owned_ = owned_ndarrays(f_, t);
@@ -792,7 +906,7 @@ class ReverseMode : public PartialBuilder {
     walk(t.body);
     for (const Stmt* c : order) {
       SizeExpr cap = SizeExpr::constant(1);
-      if (c->op == Op::kFor) {
+      if (is_loop(*c)) {
         VKAD_ASSIGN_OR_RETURN(cap, trip_bound(*c));
       }
       for (ValueId L : ckpt_.at(c)) {
@@ -837,6 +951,9 @@ class ReverseMode : public PartialBuilder {
 
   const Kernel& f_;
   const Target& t_;
+  bool counting_ = false;
+  std::unordered_map<const Stmt*, uint32_t> counted_;  // loop -> the adjoint's trips_ parameter
+  std::vector<const Stmt*> counted_order_;
   Kernel a_;
   const Task* task_ = nullptr;
   std::vector<uint32_t> grad_param_;
@@ -865,6 +982,8 @@ class ReverseMode : public PartialBuilder {
   // anything a loop body uses (the loop's reversal replays the body).
   std::unordered_set<ValueId> read_;
   std::unordered_map<ValueId, ValueId> hoist_;  // forward value / local in a branch -> frame local
+  // Forward while loop -> the local (adjoint id) its frame's replay counts its trips into.
+  std::unordered_map<const Stmt*, ValueId> trips_;
   std::vector<std::pair<ValueId, const Stmt*>> work_;
   std::unordered_map<const Stmt*, std::vector<ValueId>> ckpt_;    // forward locals
   std::unordered_map<const Stmt*, std::vector<ValueId>> stacks_;  // adjoint stack ids
@@ -910,7 +1029,33 @@ Status verify_adjoint(const Kernel& forward, const Kernel& adjoint, const Target
                                               v.message());
 }
 
+Result<CountedAdjoint> make_adjoint_counted(const Kernel& forward, const Target& target) {
+  VKAD_TRY(verify(forward, target));
+  Kernel lowered = has_jumps(forward) ? lower_jumps(forward) : forward;
+  ReverseMode rm(lowered, target, /*counting=*/true);
+  CountedAdjoint out;
+  VKAD_ASSIGN_OR_RETURN(out.adjoint, rm.run());
+  std::vector<ValueId> loops = rm.counted_loops();
+  out.counted = static_cast<uint32_t>(loops.size());
+  if (out.counted) {
+    out.counter = trip_counter_kernel(lowered, loops);
+    Status v = verify(out.counter, target);
+    if (!v.ok()) {
+      return make_error(v.code() == ErrorCode::kUnsupported ? ErrorCode::kUnsupported : ErrorCode::kInternal,
+                        "the trip-counting kernel of '" + forward.name + "' does not verify: " + v.message());
+    }
+  }
+  return out;
+}
+
 Result<Kernel> make_adjoint(const Kernel& forward, const Target& target) {
+  if (has_jumps(forward)) {
+    // Differentiated without jumps (jumps.h): the reverse sweep's own loops would catch them.
+    VKAD_TRY(verify(forward, target));
+    Kernel lowered = lower_jumps(forward);
+    ReverseMode rm(lowered, target);
+    return rm.run();
+  }
   ReverseMode rm(forward, target);
   return rm.run();
 }

@@ -25,10 +25,15 @@
 //   Stack memory per thread is the sum over loops of their trip bounds (not the product):
 //   nested loops are recomputed instead of stored.
 //
+// While loops reverse like for loops over [0, n), n being the trip count the replay of the
+// loop's frame counted into a local (no trip-count stack: the frame's replay immediately
+// precedes its reverse). Their checkpoint stacks are sized by the stated `max_trip`.
+// A kernel with break / continue is differentiated as rewritten by lower_jumps (jumps.h).
+//
 // Adstack capacities are symbolic trip bounds derived from loop bounds (constants, scalar
 // parameters, ndarray shapes, enclosing indices; sums, products, max). A loop whose bounds
-// depend on ndarray contents or on mutable locals needs a stated bound (`max_trip`), otherwise
-// reverse mode fails naming the loop. A launch that exceeds a stated bound reports an adstack
+// depend on ndarray contents or on mutable locals, and every while loop, needs a stated bound
+// (`max_trip`), otherwise reverse mode fails naming the loop. A launch that exceeds a stated bound reports an adstack
 // overflow (never a wrong gradient in silence).
 //
 // The adjoint must run on the arrays as the forward left them (it reads an array that the
@@ -67,6 +72,24 @@ inline constexpr int kMaxAdjointNesting = static_cast<int>(kMaxNestingDepth);  /
 // gradient on a device without f64 or 64-bit integer atomics), otherwise kInternal (a bug in
 // reverse mode); both name the adjoint's statement.
 Result<Kernel> make_adjoint(const Kernel& forward, const Target& target = {});
+
+// Exact stack sizing without max_trip: as make_adjoint, but a loop with no derivable or stated
+// trip bound (a while loop without max_trip, a for loop whose bounds depend on ndarray contents
+// or locals) gets a counted one instead of an error: `adjoint` has, after make_adjoint's
+// parameters, one i32 scalar `trips_<loop id>` per such loop (its stacks' capacity), and
+// `counter` (trip_counter.h) is a kernel that measures them: the forward's parameters, then `trips`
+// (ndarray<i32, 1> of `counted` x kTripSlots elements, zeroed by the caller), into which it
+// atomic_max-es each loop's largest trip count over all instances and threads (trip_counter.h
+// says where), running the forward's control
+// flow without its ndarray writes, as the adjoint's replay does (so it runs, like the adjoint,
+// on the arrays as the forward left them). runtime/counted_launch.h runs both. `max_trip` still
+// overrides. With `counted` == 0, `counter` is empty and `adjoint` is make_adjoint's.
+struct CountedAdjoint {
+  Kernel adjoint;
+  Kernel counter;
+  uint32_t counted = 0;
+};
+Result<CountedAdjoint> make_adjoint_counted(const Kernel& forward, const Target& target = {});
 
 // Which ndarray parameters of `k` each invocation of `task` (one of k's tasks) owns: flag p is
 // true when the task is parallel and every load, store and atomic_add of parameter p in it

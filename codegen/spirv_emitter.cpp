@@ -175,8 +175,14 @@ class TaskEmitter {
   void block(uint32_t label) {
     m_.label(label);
     cur_ = label;
+    ended_ = false;
   }
-  void branch(uint32_t to) { m_.op(spv::OpBranch, {to}); }
+  // Ends the current block, unless a break / continue (the last statement of its IR block)
+  // already did.
+  void branch(uint32_t to) {
+    if (!ended_) m_.op(spv::OpBranch, {to});
+    ended_ = false;
+  }
 
   uint32_t type(DType t) {
     switch (t) {
@@ -228,13 +234,42 @@ class TaskEmitter {
     uint32_t c = op(is_signed ? spv::OpSLessThan : spv::OpULessThan, bool_, {i, end});
     m_.op(spv::OpBranchConditional, {c, body_l, merge});
     block(body_l);
+    loops_.push_back({merge, cont});
     body(i);
+    loops_.pop_back();
     branch(cont);
     block(cont);
     m_.op(spv::OpIAdd, {ty, next, i, step});
     branch(header);
     block(merge);
     return i;
+  }
+
+  // `for (i = 0; test(i); ++i) body(i)`: the loop() shape with the test block emitted in the
+  // check block (its statements may open selections of their own: bounds-checked loads).
+  void while_loop(const Stmt& s) {
+    uint32_t header = m_.id(), check = m_.id(), body_l = m_.id(), cont = m_.id(), merge = m_.id();
+    uint32_t next = m_.id();
+    uint32_t pre = cur_;
+    branch(header);
+    block(header);
+    uint32_t i = op(spv::OpPhi, i32_, {m_.c_i32(0), pre, next, cont});
+    values_[s.result] = i;
+    types_[s.result] = DType::kI32;
+    m_.op(spv::OpLoopMerge, {merge, cont, spv::LoopControlMaskNone});
+    branch(check);
+    block(check);
+    emit_block(s.blocks[0]);
+    m_.op(spv::OpBranchConditional, {v(s.args[0]), body_l, merge});
+    block(body_l);
+    loops_.push_back({merge, cont});
+    emit_block(s.blocks[1]);
+    loops_.pop_back();
+    branch(cont);
+    block(cont);
+    m_.op(spv::OpIAdd, {i32_, next, i, m_.c_i32(1)});
+    branch(header);
+    block(merge);
   }
 
   // A parallel task body may run several elements interleaved (statement by statement) only
@@ -246,8 +281,8 @@ class TaskEmitter {
     std::unordered_map<uint32_t, bool> written;
     for (const Stmt& st : b.stmts) {
       switch (st.op) {
-        case Op::kFor: case Op::kIf: case Op::kAlloca: case Op::kLoadLocal: case Op::kStoreLocal:
-        case Op::kAtomicAdd: case Op::kStackAlloc: case Op::kStackPush: case Op::kStackPop:
+        case Op::kFor: case Op::kIf: case Op::kWhile: case Op::kAlloca: case Op::kLoadLocal: case Op::kStoreLocal:
+        case Op::kAtomicAdd: case Op::kAtomicMax: case Op::kStackAlloc: case Op::kStackPush: case Op::kStackPop:
         case Op::kStackTop: case Op::kStackTopAdj: case Op::kStackAccAdj:
           return false;
         case Op::kStore: written[st.param] = true; break;
@@ -297,7 +332,8 @@ class TaskEmitter {
   void load_launch_constants(const Block& b) {
     for (const Stmt& s : b.stmts) {
       if (s.op == Op::kArg && !scalars_.count(s.param)) scalars_[s.param] = read_scalar(s.param);
-      bool array = s.op == Op::kShape || s.op == Op::kLoad || s.op == Op::kStore || s.op == Op::kAtomicAdd;
+      bool array = s.op == Op::kShape || s.op == Op::kLoad || s.op == Op::kStore || s.op == Op::kAtomicAdd ||
+                   s.op == Op::kAtomicMax;
       if (array && !shapes_.count(s.param)) {
         std::vector<uint32_t>& dims = shapes_[s.param];
         for (uint32_t d = 0; d < k_.params[s.param].rank; ++d) {
@@ -914,6 +950,15 @@ class TaskEmitter {
         return;
       }
       case Op::kAtomicAdd: atomic_add(s); return;
+      case Op::kAtomicMax: {
+        bool sg = k_.params[s.param].dtype == DType::kI32;
+        uint32_t val = v(s.args.back());
+        guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
+          return op(sg ? spv::OpAtomicSMax : spv::OpAtomicUMax, arrays_.at(s.param).elem,
+                    {ptr, m_.c_u32(kScopeDevice), m_.c_u32(kRelaxed), val});
+        });
+        return;
+      }
       case Op::kFor:
         loop(i32_, v(s.args[0]), v(s.args[1]), m_.c_i32(1), /*is_signed=*/true, [&](uint32_t i) {
           values_[s.result] = i;
@@ -923,6 +968,15 @@ class TaskEmitter {
         return;
       case Op::kIf:
         if_else(v(s.args[0]), [&] { emit_block(s.blocks[0]); }, [&] { emit_block(s.blocks[1]); });
+        return;
+      case Op::kWhile: while_loop(s); return;
+      case Op::kBreak:
+      case Op::kContinue:
+        // A break / continue block of the innermost loop's construct (structured: the loop's
+        // merge block or continue target). The verifier put it last in its IR block, so the
+        // enclosing construct's closing branch is the next thing emitted; branch() drops it.
+        m_.op(spv::OpBranch, {s.op == Op::kBreak ? loops_.back().first : loops_.back().second});
+        ended_ = true;
         return;
       default: stack_op(s); return;
     }
@@ -936,6 +990,8 @@ class TaskEmitter {
   const Target& target_;
   const EmitOptions& o_;
   uint32_t u32_ = 0, i32_ = 0, bool_ = 0, gid_ = 0, args_var_ = 0, cur_ = 0;
+  bool ended_ = false;  // the current block ends with a break / continue already
+  std::vector<std::pair<uint32_t, uint32_t>> loops_;  // (merge, continue target), innermost last
   std::unordered_map<ValueId, uint32_t> values_, locals_;
   std::unordered_map<ValueId, DType> types_;
   std::unordered_map<uint32_t, ArrayVar> arrays_;

@@ -80,7 +80,7 @@ std::string print_size(const Kernel& k, const SizeExpr& e) {
 
 std::string print_stmt(const Kernel& k, const Stmt& s) {
   const OpInfo& info = op_info(s.op);
-  std::string head = info.has_result && s.op != Op::kFor ? vid(s.result) + " = " : "";
+  std::string head = info.has_result && s.op != Op::kFor && s.op != Op::kWhile ? vid(s.result) + " = " : "";
   std::string ty = std::string(" : ") + abi::dtype_name(s.type);
   auto arg = [&](size_t i) { return i < s.args.size() ? vid(s.args[i]) : std::string("%?"); };
   switch (s.op) {
@@ -93,7 +93,8 @@ std::string print_stmt(const Kernel& k, const Stmt& s) {
     case Op::kLoad:
       return head + "load " + param_name(k, s.param) + indices(s, s.args.size()) + ty;
     case Op::kStore:
-    case Op::kAtomicAdd: {
+    case Op::kAtomicAdd:
+    case Op::kAtomicMax: {
       size_t n = s.args.empty() ? 0 : s.args.size() - 1;
       return std::string(info.name) + " " + param_name(k, s.param) + indices(s, n) + ", " +
              (s.args.empty() ? "%?" : vid(s.args.back()));
@@ -102,6 +103,9 @@ std::string print_stmt(const Kernel& k, const Stmt& s) {
       return "for " + vid(s.result) + " in [" + arg(0) + ", " + arg(1) + ")" +
              (s.has_cap ? " max_trip(" + print_size(k, s.cap) + ")" : "");
     case Op::kIf: return "if " + arg(0);
+    case Op::kWhile:
+      return "while " + vid(s.result) + " (" + arg(0) + ")" +
+             (s.has_cap ? " max_trip(" + print_size(k, s.cap) + ")" : "");
     default: break;
   }
   std::string out = head + info.name;
@@ -115,10 +119,15 @@ void print_block(const Kernel& k, const Block& b, int depth, std::string& out) {
   std::string pad(2 * static_cast<size_t>(depth), ' ');
   for (const Stmt& s : b.stmts) {
     out += pad + print_stmt(k, s);
-    if (s.op == Op::kFor || s.op == Op::kIf) {
+    if (s.op == Op::kFor || s.op == Op::kIf || s.op == Op::kWhile) {
       out += " {\n";
       if (!s.blocks.empty()) print_block(k, s.blocks[0], depth + 1, out);
       out += pad + "}";
+      if (s.op == Op::kWhile && s.blocks.size() > 1) {
+        out += " do {\n";
+        print_block(k, s.blocks[1], depth + 1, out);
+        out += pad + "}";
+      }
       if (s.op == Op::kIf && s.blocks.size() > 1 && !s.blocks[1].stmts.empty()) {
         out += " else {\n";
         print_block(k, s.blocks[1], depth + 1, out);
@@ -610,7 +619,7 @@ class Parser {
     if (!op_from_name(tok_.text, &s.op)) return error("unknown operation");
     advance();
     const OpInfo& info = op_info(s.op);
-    if (info.has_result != (s.result != kNoValue) && s.op != Op::kFor) {
+    if (info.has_result != (s.result != kNoValue) && s.op != Op::kFor && s.op != Op::kWhile) {
       tok_ = op_tok;
       return error(info.has_result ? "this operation needs a result ('%N = ...')"
                                    : "this operation has no result");
@@ -638,7 +647,8 @@ class Parser {
       }
       case Op::kLoad: VKAD_TRY(index_list(s)); break;
       case Op::kStore:
-      case Op::kAtomicAdd: {
+      case Op::kAtomicAdd:
+      case Op::kAtomicMax: {
         VKAD_TRY(index_list(s));
         VKAD_TRY(expect(","));
         VKAD_ASSIGN_OR_RETURN(ValueId v, value());
@@ -666,6 +676,32 @@ class Parser {
         s.blocks.resize(1);
         return nested_block(op_tok, s.blocks[0]);
       }
+      case Op::kWhile: {
+        // while %i (%c) [max_trip(<size>)] { test, defining %c } do { body }
+        if (s.result != kNoValue) {
+          tok_ = op_tok;
+          return error("write a while loop as 'while %i (%cond) { test } do { body }'");
+        }
+        s.type = DType::kI32;
+        VKAD_ASSIGN_OR_RETURN(s.result, value());
+        VKAD_TRY(expect("("));
+        VKAD_TRY(operands(s, 1));
+        VKAD_TRY(expect(")"));
+        if (tok_.kind == Token::kIdent && tok_.text == "max_trip") {
+          advance();
+          VKAD_TRY(expect("("));
+          VKAD_ASSIGN_OR_RETURN(s.cap, size());
+          VKAD_TRY(expect(")"));
+          s.has_cap = true;
+        }
+        s.blocks.resize(2);
+        VKAD_TRY(nested_block(op_tok, s.blocks[0]));
+        VKAD_TRY(expect_word("do"));
+        return nested_block(op_tok, s.blocks[1]);
+      }
+      case Op::kBreak:
+      case Op::kContinue:
+        return {};
       case Op::kIf: {
         s.type = DType::kBool;
         VKAD_TRY(operands(s, 1));

@@ -242,7 +242,13 @@ class Verifier {
     if (all_defs_.empty()) {
       for (const Task& t : k_.tasks) collect(t.body);
     }
-    for (const Stmt& s : b.stmts) VKAD_TRY(stmt(s));
+    for (const Stmt& s : b.stmts) {
+      if ((s.op == Op::kBreak || s.op == Op::kContinue) && &s != &b.stmts.back()) {
+        return error(s, std::string(op_info(s.op).name) +
+                            " must be the last statement of its block (what follows it never runs)");
+      }
+      VKAD_TRY(stmt(s));
+    }
     return {};
   }
 
@@ -284,7 +290,8 @@ class Verifier {
     if (!info.has_result && s.result != kNoValue) return error(s, "this statement yields no value");
     if (info.has_result) VKAD_TRY(dtype_supported(s.type, "", &s));
     if ((s.op == Op::kFor && s.blocks.size() != 1) || (s.op == Op::kIf && s.blocks.size() != 2) ||
-        (s.op != Op::kFor && s.op != Op::kIf && !s.blocks.empty())) {
+        (s.op == Op::kWhile && s.blocks.size() != 2) ||
+        (s.op != Op::kFor && s.op != Op::kIf && s.op != Op::kWhile && !s.blocks.empty())) {
       return error(s, "malformed blocks");
     }
     auto same = [&](DType a, DType b) -> Status {
@@ -387,12 +394,16 @@ class Verifier {
             VKAD_TRY(result_is(k_.params[s.param].dtype));
             break;
           case Op::kStore:
-          case Op::kAtomicAdd: {
+          case Op::kAtomicAdd:
+          case Op::kAtomicMax: {
             if (s.args.empty()) return error(s, std::string(info.name) + " needs a value");
             VKAD_TRY(array_access(s, s.args.size() - 1));
             VKAD_ASSIGN_OR_RETURN(DType v, value(s, s.args.size() - 1));
             DType e = k_.params[s.param].dtype;
             if (v != e) return error(s, "type mismatch: ndarray '" + k_.params[s.param].name + "' holds " + tn(e) + ", the value is " + tn(v));
+            if (s.op == Op::kAtomicMax && e != DType::kI32 && e != DType::kU32) {
+              return error(s, "atomic_max on a " + tn(e) + " ndarray (i32 or u32 only)");
+            }
             if (s.op == Op::kAtomicAdd) {
               if (e == DType::kBool) return error(s, "atomic_add on a bool ndarray");
               if (e == DType::kI64 && !target_.atomic_int64) {
@@ -414,10 +425,50 @@ class Verifier {
             // The index belongs to the body's scope, not the enclosing one.
             scopes_.back().erase(s.result);
             scopes_.push_back({s.result});
+            ++loop_depth_;
             VKAD_TRY(block(s.blocks[0]));
+            --loop_depth_;
             scopes_.pop_back();
             return {};
           }
+          case Op::kWhile: {
+            VKAD_TRY(expect_args(s, 1));
+            VKAD_TRY(result_is(DType::kI32));
+            VKAD_TRY(define(s.result, {IdKind::kValue, DType::kI32, &s}, &s));
+            scopes_.back().erase(s.result);
+            // The test only decides (ir.h): reverse mode replays it in the forward sweeps and
+            // never reverses it, which is right only while it changes nothing.
+            for (const Stmt& t : s.blocks[0].stmts) {
+              bool pure = t.blocks.empty() && t.op != Op::kAlloca && t.op != Op::kStoreLocal &&
+                          t.op != Op::kStore && t.op != Op::kAtomicAdd && t.op != Op::kAtomicMax &&
+                          t.op != Op::kBreak &&
+                          t.op != Op::kContinue && t.op < Op::kStackAlloc;
+              if (!pure) {
+                return error(t, std::string("a while loop's test may compute and read, not ") +
+                                    op_info(t.op).name + " (move it into the body or before the loop)");
+              }
+            }
+            scopes_.push_back({s.result});  // the index is visible in the test and the body
+            VKAD_TRY(block(s.blocks[0]));
+            if (!scopes_.back().count(s.args[0])) {
+              return error(s, "the test value %" + std::to_string(s.args[0]) +
+                                  " must be defined in the loop's test block");
+            }
+            VKAD_ASSIGN_OR_RETURN(DType c, value(s, 0));
+            if (c != DType::kBool) return error(s, "type mismatch: the test is " + tn(c) + ", expected bool");
+            scopes_.pop_back();
+            scopes_.push_back({s.result});
+            ++loop_depth_;
+            VKAD_TRY(block(s.blocks[1]));
+            --loop_depth_;
+            scopes_.pop_back();
+            return {};
+          }
+          case Op::kBreak:
+          case Op::kContinue:
+            VKAD_TRY(expect_args(s, 0));
+            if (loop_depth_ == 0) return error(s, std::string(info.name) + " outside a for or while loop body");
+            return {};
           case Op::kIf: {
             VKAD_TRY(expect_args(s, 1));
             VKAD_ASSIGN_OR_RETURN(DType c, value(s, 0));
@@ -469,6 +520,7 @@ class Verifier {
   std::unordered_map<ValueId, IdInfo> ids_;
   std::unordered_set<ValueId> all_defs_;
   std::vector<std::unordered_set<ValueId>> scopes_;
+  uint32_t loop_depth_ = 0;  // for / while bodies around the statement (branches don't count)
 };
 
 // Depth of `e`, counting up to `limit + 1` at most (so a pathological expression costs

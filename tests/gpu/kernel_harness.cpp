@@ -154,6 +154,52 @@ Status KernelRunner::run_compiled(const runtime::CompiledKernel& ck, HostArgs& a
   return st;
 }
 
+Status KernelRunner::run_counted(const runtime::CompiledKernel& counter, const runtime::CompiledKernel& adjoint,
+                                 uint32_t counted, size_t forward_params, HostArgs& args) {
+  VKAD_ASSIGN_OR_RETURN(runtime::KernelHandle ch, rt_->register_kernel(counter));
+  auto ah = rt_->register_kernel(adjoint);
+  if (!ah.ok()) {
+    (void)rt_->unregister_kernel(ch);
+    return ah.status();
+  }
+  std::vector<runtime::Arg> launch_args;
+  std::vector<std::pair<size_t, runtime::NdArrayHandle>> handles;
+  Status st;
+  // The adjoint's parameters without its trailing trips_ scalars.
+  size_t n = adjoint.params.size() - counted;
+  for (size_t i = 0; i < n && st.ok(); ++i) {
+    const auto& p = adjoint.params[i];
+    if (p.kind == runtime::ParamKind::kScalar) {
+      launch_args.push_back(scalar_arg(p.dtype, args.scalars[i]));
+      continue;
+    }
+    HostArray& a = args.arrays[i];
+    auto nd = rt_->create_ndarray(p.dtype, a.shape, p.name);
+    if (!nd.ok()) {
+      st = nd.status();
+      break;
+    }
+    handles.push_back({i, *nd});
+    std::vector<std::byte> bytes = to_bytes(a);
+    if (!bytes.empty()) st = rt_->upload(*nd, bytes.data(), bytes.size());
+    launch_args.push_back(runtime::Arg::ndarray(*nd));
+  }
+  if (st.ok()) st = runtime::launch_counted(*rt_, ch, *ah, counted, forward_params, launch_args);
+  Status sync = rt_->synchronize();
+  if (st.ok()) st = sync;
+  for (auto [i, h] : handles) {
+    HostArray& a = args.arrays[i];
+    std::vector<std::byte> bytes(a.size() * runtime::dtype_bytes(a.dtype));
+    Status d = bytes.empty() ? Status{} : rt_->download(h, bytes.data(), bytes.size());
+    if (d.ok()) from_bytes(a, bytes);
+    else if (st.ok()) st = d;
+    (void)rt_->free_ndarray(h);
+  }
+  (void)rt_->unregister_kernel(ch);
+  (void)rt_->unregister_kernel(*ah);
+  return st;
+}
+
 size_t KernelRunner::validation_messages() const { return rt_->device().validation_message_count(); }
 
 std::string KernelRunner::validation_log() const {

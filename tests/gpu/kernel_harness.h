@@ -14,6 +14,7 @@
 #include "codegen/compiler.h"
 #include "codegen/cpu_eval.h"
 #include "codegen/ir.h"
+#include "runtime/counted_launch.h"
 #include "runtime/runtime.h"
 
 namespace vkad::testing {
@@ -52,6 +53,11 @@ class KernelRunner {
   // errors synchronize reports).
   Status run(const codegen::Kernel& k, HostArgs& args, const codegen::CompileOptions& o = {});
   Status run_compiled(const runtime::CompiledKernel& ck, HostArgs& args);
+  // The same for an adjoint with counted stack capacities (codegen::make_adjoint_counted):
+  // `args` are the adjoint's without the trips_ scalars; runtime::launch_counted runs
+  // `counter` first.
+  Status run_counted(const runtime::CompiledKernel& counter, const runtime::CompiledKernel& adjoint,
+                     uint32_t counted, size_t forward_params, HostArgs& args);
 
   // Validation messages so far (the fixture asserts zero).
   size_t validation_messages() const;

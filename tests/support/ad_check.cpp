@@ -25,7 +25,10 @@ std::vector<HostArg> HostValues::view() {
 bool writes_param(const Kernel& k, uint32_t p) {
   std::function<bool(const codegen::Block&)> walk = [&](const codegen::Block& b) {
     for (const codegen::Stmt& s : b.stmts) {
-      if ((s.op == codegen::Op::kStore || s.op == codegen::Op::kAtomicAdd) && s.param == p) return true;
+      if ((s.op == codegen::Op::kStore || s.op == codegen::Op::kAtomicAdd || s.op == codegen::Op::kAtomicMax) &&
+          s.param == p) {
+        return true;
+      }
       for (const codegen::Block& c : s.blocks) {
         if (walk(c)) return true;
       }

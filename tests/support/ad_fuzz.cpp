@@ -194,6 +194,16 @@ class AdGenerator {
   void stmt(int depth) {
     int kind = uniform(0, 14);
     if (depth >= kMaxDepth && kind >= 12) kind = uniform(0, 11);
+    // Inside a loop body, sometimes a branch that ends in break or continue.
+    if (loop_depth_ > 0 && kind == 9 && uniform(0, 1) == 0) {
+      bool brk = uniform(0, 1) == 0;
+      b_->if_(bexpr(), [&] {
+        if (uniform(0, 1) == 0) block(depth + 1, uniform(1, 2));
+        if (brk) b_->break_();
+        else b_->continue_();
+      });
+      return;
+    }
     switch (kind) {
       case 0: case 1:
         any(fl_).store(fexpr(2));
@@ -270,12 +280,35 @@ class AdGenerator {
       auto saved = indices_;
       indices_.push_back(k);
       ints_.push_back(k);
+      ++loop_depth_;
       block(depth + 1, uniform(2, 5));
+      --loop_depth_;
       ints_.pop_back();
       indices_ = saved;
     };
-    int shape = uniform(0, 4);
+    int shape = uniform(0, 5);
     if ((shape == 2 || shape == 3) && indices_.empty()) shape = 0;
+    if (shape == 5) {
+      // A while loop: a carried counter below a bound read from the table (0..3), sometimes
+      // also on a carried float, so trip counts differ per thread and move with x.
+      Local count = b_->local(icst(0));
+      Value lim = tab_->load({idx(tab_->dim(0))});
+      bool on_float = uniform(0, 1) == 1;
+      b_->while_(
+          [&] {
+            Value c = count.load() < lim;
+            if (on_float) c = c && (any(fl_).load() > cst(real(-0.5, 0.5)));
+            return c;
+          },
+          SizeExpr::constant(3),
+          [&] {
+            count.store(count.load() + icst(1));
+            ++loop_depth_;
+            block(depth + 1, uniform(2, 5));
+            --loop_depth_;
+          });
+      return;
+    }
     switch (shape) {
       case 0: b_->for_range(icst(0), icst(uniform(1, 3)), body); return;
       case 1: b_->for_range(icst(0), Value(*n_), body); return;
@@ -296,6 +329,7 @@ class AdGenerator {
   std::vector<Local> fl_, il_;
   std::unique_ptr<Local> acc_;
   std::vector<Value> floats_, ints_, indices_;
+  int loop_depth_ = 0;  // loop bodies around the statement being generated (if bodies too)
 };
 
 }  // namespace

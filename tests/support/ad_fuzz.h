@@ -4,7 +4,9 @@
 // A kernel: one parallel task over x's elements (f64), with
 //   - several f64 and i32 locals (some declared inside branches and loop bodies) carried
 //     across nested serial loops (constant, scalar-argument,
-//     triangular, and data-dependent bounds with a stated max_trip), updated in random orders:
+//     triangular, and data-dependent bounds with a stated max_trip) and while loops (a carried
+//     counter below a table entry, sometimes also a carried float above a threshold), updated
+//     in random orders; inside loop bodies, branches that end in break or continue;
 //     plain updates, swaps and rotations (reads after writes inside an iteration), conditional
 //     updates, and a linear accumulator;
 //   - branches on carried float and integer values and on loop indices;

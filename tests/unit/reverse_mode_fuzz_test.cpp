@@ -56,7 +56,8 @@ TEST(ReverseModeFuzz, GeneratorCoversEveryDifferentiableOp) {
   for (Op op : {Op::kNeg, Op::kSqrt, Op::kRsqrt, Op::kExp, Op::kLog, Op::kSin, Op::kCos, Op::kTan, Op::kTanh,
                 Op::kAsin, Op::kAcos, Op::kAbs, Op::kFloor, Op::kCeil, Op::kAdd, Op::kSub, Op::kMul, Op::kDiv,
                 Op::kMod, Op::kFloorDiv, Op::kMin, Op::kMax, Op::kPow, Op::kAtan2, Op::kSelect, Op::kCast,
-                Op::kLoadLocal, Op::kStoreLocal, Op::kLoad, Op::kStore, Op::kAtomicAdd, Op::kFor, Op::kIf}) {
+                Op::kLoadLocal, Op::kStoreLocal, Op::kLoad, Op::kStore, Op::kAtomicAdd, Op::kFor, Op::kIf,
+                Op::kWhile, Op::kBreak, Op::kContinue}) {
     EXPECT_TRUE(seen.count(op)) << "no generated kernel uses " << codegen::op_info(op).name;
   }
 }

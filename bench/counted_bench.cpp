@@ -1,0 +1,160 @@
+// vkad-bench-counted: what exact adstack sizing without max_trip costs. A reverse-mode kernel
+// whose per-element while loop runs a data-dependent number of trips ("while v^2 > eps:
+// acc += v sin(v) w; v *= 0.5", x spread so trips range 1..T), differentiated twice: with a
+// stated max_trip (the bound a user would guess) and counted (codegen::make_adjoint_counted).
+// Reports the forward, the counting kernel alone, the adjoint (each sized its way), and
+// launch_counted end to end (counter, blocking readback, adjoint), and the heap bytes.
+//
+//   vkad-bench-counted [--n ELEMENTS (default 2^22)] [--max-trip M (default 64)] [--reps R] [--json F]
+#include <cmath>
+#include <cstdio>
+#include <functional>
+
+#include "api/device_target.h"
+#include "bench/bench_runtime.h"
+#include "bench/bench_util.h"
+#include "codegen/builder.h"
+#include "codegen/compiler.h"
+#include "codegen/reverse_mode.h"
+#include "runtime/counted_launch.h"
+#include "runtime/runtime.h"
+
+using namespace vkad;
+using namespace vkad::codegen;
+using bench::now_us;
+
+namespace {
+
+Kernel halving(int64_t max_trip) {
+  KernelBuilder kb("halving");
+  Array x = kb.ndarray("x", DType::kF32, 1, {.needs_grad = true});
+  Array w = kb.ndarray("w", DType::kF32, 1, {.needs_grad = true});
+  Array y = kb.ndarray("y", DType::kF32, 1, {.needs_grad = true});
+  kb.parallel_for("main", 0, x.dim(0), [&](Value i) {
+    Local v = kb.local(x(i));
+    Local acc = kb.local(DType::kF32);
+    Value wi = w(i);
+    auto cond = [&] { return v.load() * v.load() > 1e-4; };
+    auto body = [&] {
+      acc.store(acc.load() + v.load() * sin(v.load()) * wi);
+      v.store(v.load() * 0.5);
+    };
+    if (max_trip > 0) kb.while_(cond, SizeExpr::constant(max_trip), body);
+    else kb.while_(cond, body);
+    y.store({i}, acc.load() + v.load());
+  });
+  return kb.finish();
+}
+
+double time_ms(const std::function<double()>& one, int reps) {
+  std::vector<double> v;
+  for (int r = 0; r <= reps; ++r) {
+    double m = one();
+    if (r) v.push_back(m);
+  }
+  return bench::median(v);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench::Args args(argc, argv,
+                   "usage: vkad-bench-counted [--n N] [--max-trip M] [--reps R] [--json F]\n"
+                   "  cost of counting a while loop's trips for exact adstack sizing, against\n"
+                   "  the adjoint itself and a stated max_trip\n"
+                   "  --n N         elements (default 2^22)\n"
+                   "  --max-trip M  the stated bound compared against (default 64)\n"
+                   "  --reps R      repetitions, median reported (default 5)\n"
+                   "  --json F      also write the results as JSON to F\n",
+                   {"n", "max-trip", "reps", "json"});
+  uint32_t n = static_cast<uint32_t>(args.get_int("n", 1 << 22));
+  int64_t max_trip = args.get_int("max-trip", 64);
+  int reps = static_cast<int>(args.get_int("reps", 5));
+  auto rt_r = runtime::Runtime::create();
+  if (!rt_r.ok()) {
+    std::fprintf(stderr, "%s\n", rt_r.status().to_string().c_str());
+    return 1;
+  }
+  runtime::Runtime& rt = **rt_r;
+  Target target = target_from_caps(rt.caps());
+  Kernel fwd = halving(0);
+  Kernel stated = make_adjoint(halving(max_trip), target).value();
+  CountedAdjoint ca = make_adjoint_counted(fwd, target).value();
+  auto hf = rt.register_kernel(compile(fwd, target).value()).value();
+  auto hs = rt.register_kernel(compile(stated, target).value()).value();
+  auto ha = rt.register_kernel(compile(ca.adjoint, target).value()).value();
+  auto hc = rt.register_kernel(compile(ca.counter, target).value()).value();
+  auto arr = [&](const char* name, float lo, float hi) {
+    auto h = rt.create_ndarray(runtime::DType::kF32, {n}, name).value();
+    std::vector<float> init(n);
+    // x from lo to hi geometrically: trip counts spread over the range.
+    for (uint32_t e = 0; e < n; ++e) init[e] = lo == hi ? lo : lo * std::pow(hi / lo, float(e % 997) / 996.0f);
+    (void)rt.upload(h, init.data(), 4ull * n);
+    return h;
+  };
+  auto x = arr("x", 0.02f, 1000.0f), w = arr("w", 0.5f, 1.5f), y = arr("y", 0, 0);
+  auto xg = arr("x_grad", 0, 0), wg = arr("w_grad", 0, 0), yg = arr("y_grad", 1, 1);
+  const uint32_t words = ca.counted * runtime::kTripSlots;
+  auto trips = rt.create_ndarray(runtime::DType::kI32, {words}, "trips").value();
+  using runtime::Arg;
+  std::vector<Arg> fa = {Arg::ndarray(x), Arg::ndarray(w), Arg::ndarray(y)};
+  std::vector<Arg> aa = fa;
+  for (auto g : {xg, wg, yg}) aa.push_back(Arg::ndarray(g));
+  std::vector<Arg> ca_args = fa;
+  ca_args.push_back(Arg::ndarray(trips));
+  bench::warm_up(rt, hf, fa, 300);
+  // The counts, for the counted adjoint launched on its own.
+  std::vector<int32_t> zero(words, 0), slots(words, 0), counts(ca.counted, 0);
+  (void)rt.upload(trips, zero.data(), 4ull * words);
+  (void)rt.launch(hc, ca_args);
+  (void)rt.download(trips, slots.data(), 4ull * words);
+  for (uint32_t w = 0; w < words; ++w) {
+    counts[w / runtime::kTripSlots] = std::max(counts[w / runtime::kTripSlots], slots[w]);
+  }
+  std::vector<Arg> counted_args = aa;
+  for (int32_t t : counts) counted_args.push_back(Arg::i32(t));
+
+  double f = time_ms([&] { return bench::batch_ms(rt, hf, fa, 4); }, reps);
+  double c = time_ms([&] { return bench::batch_ms(rt, hc, ca_args, 4); }, reps);
+  double s = time_ms([&] { return bench::batch_ms(rt, hs, aa, 4); }, reps);
+  uint64_t heap_stated = rt.stats().adstack_heap_bytes;
+  double a = time_ms([&] { return bench::batch_ms(rt, ha, counted_args, 4); }, reps);
+  double e2e = time_ms(
+      [&] {
+        (void)rt.synchronize();
+        double t0 = now_us();
+        Status st = runtime::launch_counted(rt, hc, ha, ca.counted, fa.size(), aa);
+        if (!st.ok()) std::fprintf(stderr, "%s\n", st.to_string().c_str());
+        (void)rt.synchronize();
+        return (now_us() - t0) / 1000;
+      },
+      reps);
+  double adj_alone = time_ms(
+      [&] {
+        (void)rt.synchronize();
+        double t0 = now_us();
+        (void)rt.launch(ha, counted_args);
+        (void)rt.synchronize();
+        return (now_us() - t0) / 1000;
+      },
+      reps);
+  std::printf("device: %s; %u elements; counted trips %d (stated max_trip %lld)\n", rt.caps().device_name.c_str(), n,
+              counts.empty() ? 0 : counts[0], static_cast<long long>(max_trip));
+  std::printf("forward                      %9.3f ms\n", f);
+  std::printf("counting kernel              %9.3f ms  (%.1f%% of the counted adjoint)\n", c, 100 * c / a);
+  std::printf("adjoint, stated max_trip     %9.3f ms  (heap %.1f MB)\n", s, heap_stated / 1e6);
+  std::printf("adjoint, counted capacity    %9.3f ms\n", a);
+  std::printf("launch_counted, one launch   %9.3f ms  (adjoint alone, one launch: %.3f ms)\n", e2e, adj_alone);
+  bench::JsonRecords json;
+  json.begin();
+  json.field("n", n);
+  json.field("counted_trips", counts.empty() ? 0 : counts[0]);
+  json.field("forward_ms", f);
+  json.field("counter_ms", c);
+  json.field("adjoint_stated_ms", s);
+  json.field("adjoint_counted_ms", a);
+  json.field("launch_counted_ms", e2e);
+  json.field("adjoint_single_launch_ms", adj_alone);
+  if (args.has("json")) json.write(args.get("json", ""), rt.caps().device_name);
+  return 0;
+}

@@ -1,0 +1,211 @@
+// Exact adstack sizing without max_trip (make_adjoint_counted): the counting kernel on the CPU
+// reference finds each counted loop's largest trip count; the adjoint sized by those counts
+// computes bit for bit what the max_trip-sized adjoint computes (which
+// WhileLoop.GradientsMatchFiniteDifferences checks against finite differences), and one trip
+// less overflows, so the counts are exact, not merely sufficient.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "codegen/reverse_mode.h"
+#include "codegen/text.h"
+#include "codegen/verifier.h"
+#include "runtime/counted_launch.h"
+#include "support/ad_check.h"
+#include "support/ad_fuzz.h"
+#include "support/while_kernels.h"
+
+namespace vkad::testing {
+namespace {
+
+using codegen::DType;
+using codegen::HostArray;
+using codegen::Kernel;
+
+// Drops every stated max_trip.
+void strip_caps(codegen::Block& b) {
+  for (codegen::Stmt& s : b.stmts) {
+    if (s.op == codegen::Op::kWhile || s.op == codegen::Op::kFor) s.has_cap = false;
+    for (codegen::Block& c : s.blocks) strip_caps(c);
+  }
+}
+
+// The counting kernel's result on `base` (run after the forward, as the adjoint is).
+std::vector<int32_t> count_trips(const Kernel& forward, const codegen::CountedAdjoint& ca, HostValues base) {
+  {
+    auto v = base.view();
+    EXPECT_TRUE(codegen::evaluate(forward, v).ok());
+  }
+  HostValues c = base;
+  c.arrays.push_back(HostArray(DType::kI32, {ca.counted * runtime::kTripSlots}));
+  c.scalars.push_back(0);
+  auto v = c.view();
+  auto r = codegen::evaluate(ca.counter, v);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  std::vector<int32_t> out(ca.counted, 0);
+  const std::vector<double>& words = c.arrays.back().data;
+  for (size_t w = 0; w < words.size(); ++w) {
+    int32_t& o = out[w / runtime::kTripSlots];
+    o = std::max(o, static_cast<int32_t>(words[w]));
+  }
+  return out;
+}
+
+// The adjoint's gradient arrays and error flags with `trips` appended.
+std::pair<std::vector<HostArray>, uint32_t> run_adjoint(const Kernel& forward, const Kernel& adjoint,
+                                                        const HostValues& base, const std::vector<int32_t>& trips) {
+  HostValues a = adjoint_args(forward, base, random_seeds(forward, base, 9));
+  for (int32_t t : trips) {
+    a.arrays.emplace_back();
+    a.scalars.push_back(t);
+  }
+  auto v = a.view();
+  auto r = codegen::evaluate(adjoint, v);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  uint32_t flags = 0;
+  if (r.ok()) {
+    for (uint32_t f : r->error_flags) flags |= f;
+  }
+  std::vector<HostArray> grads(a.arrays.begin() + static_cast<std::ptrdiff_t>(forward.params.size()),
+                               a.arrays.end() - static_cast<std::ptrdiff_t>(trips.size()));
+  return {grads, flags};
+}
+
+TEST(CountedSizing, WhileKernelsWithoutMaxTripMatchTheStatedBound) {
+  for (const WhileCase& c : while_cases()) {
+    auto parsed = codegen::parse(c.text);
+    ASSERT_TRUE(parsed.ok());
+    Kernel capped = *parsed, bare = *parsed;
+    for (codegen::Task& t : bare.tasks) strip_caps(t.body);
+    EXPECT_FALSE(codegen::make_adjoint(bare).ok()) << c.name << ": plain make_adjoint needs the bound";
+    auto ca = codegen::make_adjoint_counted(bare);
+    ASSERT_TRUE(ca.ok()) << c.name << ": " << ca.status().to_string();
+    ASSERT_GT(ca->counted, 0u) << c.name;
+    ASSERT_TRUE(codegen::verify(ca->counter).ok());
+    HostValues base = c.args();
+    std::vector<int32_t> trips = count_trips(bare, *ca, base);
+    auto want = codegen::make_adjoint(capped);
+    ASSERT_TRUE(want.ok());
+    auto [g_want, f_want] = run_adjoint(capped, *want, base, {});
+    auto [g_got, f_got] = run_adjoint(bare, ca->adjoint, base, trips);
+    EXPECT_EQ(f_want, 0u) << c.name;
+    EXPECT_EQ(f_got, 0u) << c.name;
+    ASSERT_EQ(g_got.size(), g_want.size());
+    for (size_t p = 0; p < g_got.size(); ++p) EXPECT_EQ(g_got[p].data, g_want[p].data) << c.name << " gradient " << p;
+    // One trip less for any counted loop with a stack: an overflow (the count is exact).
+    bool any_overflow = false;
+    for (size_t j = 0; j < trips.size(); ++j) {
+      std::vector<int32_t> less = trips;
+      less[j] -= 1;
+      any_overflow |= (run_adjoint(bare, ca->adjoint, base, less).second & 0xff) == runtime::kErrorAdstackOverflow;
+    }
+    EXPECT_TRUE(any_overflow) << c.name;
+  }
+}
+
+// The halving loop's count, against the same loop in C++.
+TEST(CountedSizing, CountIsTheLargestTripCount) {
+  auto k = codegen::parse(kHalveUntilSmall);
+  ASSERT_TRUE(k.ok());
+  strip_caps(k->tasks[0].body);
+  auto ca = codegen::make_adjoint_counted(*k);
+  ASSERT_TRUE(ca.ok()) << ca.status().to_string();
+  ASSERT_EQ(ca->counted, 1u);
+  HostValues base = while_cases()[0].args();
+  int want = 0;
+  for (double x : base.arrays[0].data) {
+    int n = 0;
+    for (double v = x; v * v > 0.01; v *= 0.5) ++n;
+    want = std::max(want, n);
+  }
+  EXPECT_EQ(count_trips(*k, *ca, base), std::vector<int32_t>{want});
+  EXPECT_EQ(ca->adjoint.params.back().name.rfind("trips_", 0), 0u);
+}
+
+// A for loop bounded by ndarray contents, with no max_trip: counted too, the loop inside it
+// sized from the counted bound; gradients against finite differences through the counted
+// capacity (a stated max_trip adjoint is the reference).
+TEST(CountedSizing, DataBoundedForLoop) {
+  const char* text = R"(kernel gather(n: ndarray<i32, 1>, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f64
+    %x = load x[%i] : f64
+    store_local %v, %x
+    %zero = const 0 : i32
+    %m = load n[%i] : i32
+    for %k in [%zero, %m) {
+      for %l in [%zero, %k) {
+        %a = load_local %v : f64
+        %s = sin %a : f64
+        %t = add %s, %a : f64
+        %h = const 0.5 : f64
+        %u = mul %t, %h : f64
+        store_local %v, %u
+      }
+      %b = load_local %v : f64
+      %c = cos %b : f64
+      store_local %v, %c
+    }
+    %o = load_local %v : f64
+    store y[%i], %o
+  }
+})";
+  auto k = codegen::parse(text);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  auto ca = codegen::make_adjoint_counted(*k);
+  ASSERT_TRUE(ca.ok()) << ca.status().to_string();
+  ASSERT_EQ(ca->counted, 1u);
+  HostValues base;
+  base.arrays = {HostArray(DType::kI32, {4}), HostArray(DType::kF64, {4}), HostArray(DType::kF64, {4})};
+  base.arrays[0].data = {3, 0, 5, 2};
+  base.arrays[1].data = {0.3, -0.8, 1.2, 0.5};
+  base.scalars = {0, 0, 0};
+  std::vector<int32_t> trips = count_trips(*k, *ca, base);
+  EXPECT_EQ(trips, std::vector<int32_t>{5});
+  Kernel capped = *k;
+  for (codegen::Stmt& s : capped.tasks[0].body.stmts) {
+    if (s.op == codegen::Op::kFor) s.has_cap = true, s.cap = codegen::SizeExpr::constant(5);
+  }
+  auto r = check_gradients_cpu(capped, base, 3);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->failure, "");
+  EXPECT_GE(r->checked, 3);
+  auto want = codegen::make_adjoint(capped);
+  ASSERT_TRUE(want.ok());
+  auto [g_want, f_want] = run_adjoint(capped, *want, base, {});
+  auto [g_got, f_got] = run_adjoint(*k, ca->adjoint, base, trips);
+  EXPECT_EQ(f_got, 0u);
+  for (size_t p = 0; p < g_got.size(); ++p) EXPECT_EQ(g_got[p].data, g_want[p].data);
+}
+
+// The AD fuzzer's kernels (while loops, for loops bounded by table entries, break / continue,
+// loops nested in them) with every stated bound removed: the counted adjoint raises no overflow
+// and equals the stated-bound adjoint bit for bit.
+TEST(CountedSizing, FuzzKernelsMatchTheStatedBound) {
+  uint32_t seed0 = env_or("VKAD_AD_FUZZ_SEED", 1), count = env_or("VKAD_AD_FUZZ_COUNT", 5000) / 10;
+  int counted_kernels = 0;
+  for (uint32_t seed = seed0; seed < seed0 + count; ++seed) {
+    AdFuzzCase c = random_ad_kernel(seed);
+    Kernel bare = c.kernel;
+    for (codegen::Task& t : bare.tasks) strip_caps(t.body);
+    auto ca = codegen::make_adjoint_counted(bare);
+    ASSERT_TRUE(ca.ok()) << "seed " << seed << ": " << ca.status().to_string();
+    if (ca->counted == 0) continue;
+    ++counted_kernels;
+    auto want = codegen::make_adjoint(c.kernel);
+    ASSERT_TRUE(want.ok()) << "seed " << seed;
+    std::vector<int32_t> trips = count_trips(bare, *ca, c.args);
+    auto [g_want, f_want] = run_adjoint(c.kernel, *want, c.args, {});
+    auto [g_got, f_got] = run_adjoint(bare, ca->adjoint, c.args, trips);
+    ASSERT_EQ(f_got, 0u) << "seed " << seed << "\n" << codegen::print(bare);
+    ASSERT_EQ(f_want, 0u) << "seed " << seed;
+    for (size_t p = 0; p < g_got.size(); ++p) {
+      ASSERT_EQ(g_got[p].data, g_want[p].data) << "seed " << seed << " gradient " << p << "\n" << codegen::print(bare);
+    }
+  }
+  EXPECT_GT(counted_kernels, static_cast<int>(count) / 8);  // ~20% of the kernels count a loop
+}
+
+}  // namespace
+}  // namespace vkad::testing
