@@ -1,6 +1,7 @@
 #include "adstack/adstack_layout.h"
 
 #include <algorithm>
+#include <bit>
 
 namespace vkad::adstack {
 
@@ -66,6 +67,22 @@ uint64_t element_index(Layout layout, const RowLayout& row, std::span<const Stac
 
 uint64_t heap_bytes(const RowLayout& row, Heap h, uint64_t threads) {
   return threads * row.row_elems[static_cast<size_t>(h)] * heap_elem_bytes(h);
+}
+
+std::array<uint32_t, kHeapCount> private_lengths(const RowLayout& row) {
+  std::array<uint32_t, kHeapCount> len{};
+  // row_elems <= INT32_MAX (plan_row), so the power of two fits 32 bits.
+  for (size_t h = 0; h < kHeapCount; ++h) len[h] = std::bit_ceil(std::max<uint32_t>(row.row_elems[h], 1));
+  return len;
+}
+
+uint64_t private_bytes(const RowLayout& row) {
+  std::array<uint32_t, kHeapCount> len = private_lengths(row);
+  uint64_t bytes = 0;
+  for (size_t h = 0; h < kHeapCount; ++h) {
+    if (row.row_elems[h]) bytes += uint64_t{len[h]} * heap_elem_bytes(static_cast<Heap>(h));
+  }
+  return bytes;
 }
 
 }  // namespace vkad::adstack
