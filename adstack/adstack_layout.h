@@ -98,10 +98,11 @@ uint64_t heap_bytes(const RowLayout& row, Heap h, uint64_t threads);
 // heap the task uses, the u32 length of its private array (default 1).
 inline constexpr uint32_t kPrivateTierSpecId = 0;
 inline uint32_t private_length_spec_id(Heap h) { return 1 + static_cast<uint32_t>(h); }
-// The private array lengths for `row`: each heap's row_elems rounded up to a power of two (1 for
-// a heap with no stacks), so launches whose rows differ a little share a pipeline variant.
-std::array<uint32_t, kHeapCount> private_lengths(const RowLayout& row);
+// The private array lengths for `row`: each used heap's row_elems, at least `min_length`,
+// rounded up to a power of two (1 for a heap with no stacks), so launches whose rows differ a
+// little share a pipeline variant.
+std::array<uint32_t, kHeapCount> private_lengths(const RowLayout& row, uint32_t min_length = 1);
 // Bytes per thread those arrays take (heaps with no stacks count 0).
-uint64_t private_bytes(const RowLayout& row);
+uint64_t private_bytes(const RowLayout& row, uint32_t min_length = 1);
 
 }  // namespace vkad::adstack

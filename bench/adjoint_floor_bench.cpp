@@ -411,7 +411,7 @@ void reduce_trig(std::string& text) {
 // The private tape from a heap tape's text: the tape slots go to `%priv`, a Function array of
 // `len` floats (slot k at index k), instead of heap[k*T + t]. The heap binding stays declared
 // (unused) so both tapes take the same arguments.
-void make_private(std::string& text, uint32_t len) {
+void make_private(std::string& text, uint32_t len, bool static_steps) {
   auto swap_line = [&](const std::string& from, const std::string& to) {
     size_t at = text.find(from);
     text.replace(at, from.size(), to);
@@ -424,6 +424,9 @@ void make_private(std::string& text, uint32_t len) {
                   "\n%tarr = OpTypeArray %f32 %plen\n%ptarr = OpTypePointer Function %tarr\n"
                   "%pff = OpTypePointer Function %f32\n");
   swap_line("%entry = OpLabel\n", "%entry = OpLabel\n%priv = OpVariable %ptarr Function\n");
+  // static_steps: the trip count is the array length, a constant the driver sees (it may
+  // unroll the loops and index the array statically), as in ../shared/DEVICE.md's private tape.
+  if (static_steps) swap_line("%L = OpLoad %u32 %psteps", "%L = OpCopyObject %u32 %plen");
 }
 
 // A copy of an adstack kernel that always runs in the heap tier: its tier specialization
@@ -445,7 +448,8 @@ runtime::CompiledKernel heap_only(runtime::CompiledKernel k) {
   return k;
 }
 
-Result<runtime::CompiledKernel> tape_kernel(bool recurrence, bool reduce, uint32_t private_len = 0) {
+Result<runtime::CompiledKernel> tape_kernel(bool recurrence, bool reduce, uint32_t private_len = 0,
+                                            bool static_steps = false) {
   using runtime::DType;
   using runtime::ParamKind;
   runtime::CompiledKernel k;
@@ -463,8 +467,8 @@ Result<runtime::CompiledKernel> tape_kernel(bool recurrence, bool reduce, uint32
   paste(text, "THREADS_WORD", k.scalar_offset(1) / 4);
   paste(text, "N_WORD", k.shape_offset(2) / 4);
   if (private_len) {
-    make_private(text, private_len);
-    k.name = recurrence ? "recurrence_private_tape" : "private_tape";
+    make_private(text, private_len, static_steps);
+    k.name = std::string(recurrence ? "recurrence_" : "") + (static_steps ? "static_" : "") + "private_tape";
   }
   if (reduce) reduce_trig(text);
   VKAD_ASSIGN_OR_RETURN(std::vector<uint32_t> words, assemble_spirv(text));
@@ -518,9 +522,10 @@ int main(int argc, char** argv) {
                    "  --x0 X       inputs: mod (0.001 (i mod 1000), default) or uniform (a hash of i\n"
                    "               spread uniformly over [0, 1))\n"
                    "  --particles P, --train-steps S  the training example's kernel size (default 65536, 256)\n"
-                   "  --train-batch B  its launches per batch, waited for once (default 50)\n",
+                   "  --train-batch B  its launches per batch, waited for once (default 50)\n"
+                   "  --private-min-length M  RuntimeOptions::adstack_private_min_length (default: its default)\n",
                    {"n", "steps", "layout", "kernels", "reps", "batch", "json", "tape-reduction", "x0",
-                    "particles", "train-steps", "train-batch"});
+                    "particles", "train-steps", "train-batch", "private-min-length"});
   const std::string x0_kind = args.get("x0", "mod");
   if (x0_kind != "mod" && x0_kind != "uniform") {
     std::fprintf(stderr, "--x0 must be mod or uniform, not '%s'\n", x0_kind.c_str());
@@ -567,6 +572,7 @@ int main(int argc, char** argv) {
   // kMaxPrivateTierBytes per thread), its heap_only() copy in the heaps.
   runtime::RuntimeOptions rt_options;
   rt_options.adstack_tier = runtime::AdstackTier::kPrivate;
+  rt_options.adstack_private_min_length = static_cast<uint32_t>(args.get_int("private-min-length", runtime::RuntimeOptions{}.adstack_private_min_length));
   auto rt_r = runtime::Runtime::create(rt_options);
   if (!rt_r.ok()) {
     std::fprintf(stderr, "%s\n", rt_r.status().to_string().c_str());
@@ -621,9 +627,12 @@ int main(int argc, char** argv) {
       return false;
     }
     auto ht = rt.register_kernel(*tape).value();
-    std::printf("%5s %9s %10s %10s %10s %10s %10s %9s %9s %9s %10s %9s %9s\n", "L", "tape T", "forward", "adj heap",
-                "adj priv", "heap tape", "priv tape", "heap/ht", "priv/pt", "pt/ht", "tape GB/s", "tape/copy", "max rel d");
-    std::printf("%5s %9s %10s %10s %10s %10s %10s\n", "", "", "ms", "ms", "ms", "ms", "ms");
+    // ht: hand heap tape; pt: hand private tape (trip count from the args, as vkad's); st: the
+    // same with the trip count a constant (static capacity).
+    std::printf("%5s %9s %10s %10s %10s %10s %10s %10s %9s %9s %9s %9s %10s %9s %9s\n", "L", "tape T", "forward", "adj heap",
+                "adj priv", "heap tape", "priv tape", "stat tape", "heap/ht", "priv/pt", "priv/st", "pt/ht", "tape GB/s",
+                "tape/copy", "max rel d");
+    std::printf("%5s %9s %10s %10s %10s %10s %10s %10s\n", "", "", "ms", "ms", "ms", "ms", "ms", "ms");
     for (int L : steps) {
       auto ptape = tape_kernel(rec, tape_reduction, static_cast<uint32_t>(L));
       if (!ptape.ok()) {
@@ -631,6 +640,12 @@ int main(int argc, char** argv) {
         return false;
       }
       auto hpt = rt.register_kernel(*ptape).value();
+      auto stape = tape_kernel(rec, tape_reduction, static_cast<uint32_t>(L), true);
+      if (!stape.ok()) {
+        std::fprintf(stderr, "static private tape: %s\n", stape.status().to_string().c_str());
+        return false;
+      }
+      auto hst = rt.register_kernel(*stape).value();
       // The tape's threads: as many as cover n (whole groups), at most max_groups groups, and
       // few enough that L*T floats fit one binding.
       uint64_t groups = (n + kTapeLocalSize - 1) / kTapeLocalSize;
@@ -665,7 +680,7 @@ int main(int argc, char** argv) {
       };
       const auto ref = run(ht, ta, tape_grads);
       double max_rel = 0;
-      for (const auto& got : {run(ha, aa, grads), run(hp, aa, grads), run(hpt, ta, tape_grads)}) {
+      for (const auto& got : {run(ha, aa, grads), run(hp, aa, grads), run(hpt, ta, tape_grads), run(hst, ta, tape_grads)}) {
         for (size_t g = 0; g < got.size(); ++g) {
           for (uint32_t i = 0; i < n; ++i) {
             double d = std::fabs(double(got[g][i]) - ref[g][i]) / std::max(std::fabs(double(ref[g][i])), 1e-30);
@@ -680,14 +695,14 @@ int main(int argc, char** argv) {
         status = 1;
       }
 
-      std::vector<double> ms = time_ms(rt, {{hf, fa}, {ha, aa}, {hp, aa}, {ht, ta}, {hpt, ta}}, reps, batch);
-      double f = ms[0], a = ms[1], ap = ms[2], t = ms[3], pt = ms[4];
+      std::vector<double> ms = time_ms(rt, {{hf, fa}, {ha, aa}, {hp, aa}, {ht, ta}, {hpt, ta}, {hst, ta}}, reps, batch);
+      double f = ms[0], a = ms[1], ap = ms[2], t = ms[3], pt = ms[4], spt = ms[5];
       // The tape's bytes: the inputs and y_grad read and the gradients written (4 B each per
       // element), each step stored and read back once (8 B).
       double tape_bytes = double(n) * (4.0 * (2 * inputs.size() + 1) + 8.0 * L);
       double tape_gbs = tape_bytes / (t * 1e6);
-      std::printf("%5d %9u %10.3f %10.3f %10.3f %10.3f %10.3f %8.2fx %8.2fx %8.2fx %10.1f %8.0f%% %9.2g%s\n", L, T, f,
-                  a, ap, t, pt, a / t, ap / pt, pt / t, tape_gbs, 100 * tape_gbs / copy_gbs, max_rel,
+      std::printf("%5d %9u %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %8.2fx %8.2fx %8.2fx %8.2fx %10.1f %8.0f%% %9.2g%s\n",
+                  L, T, f, a, ap, t, pt, spt, a / t, ap / pt, ap / spt, pt / t, tape_gbs, 100 * tape_gbs / copy_gbs, max_rel,
                   private_ran ? "" : "  (adj priv fell back to the heap)");
       json.begin();
       json.field("L", L);
@@ -699,6 +714,9 @@ int main(int argc, char** argv) {
       json.field("adjoint_private_ran_private", private_ran ? 1 : 0);
       json.field("hand_tape_ms", t);
       json.field("hand_private_tape_ms", pt);
+      json.field("hand_static_private_tape_ms", spt);
+      json.field("adjoint_private_over_hand_static_private_tape", ap / spt);
+      json.field("private_min_length", rt_options.adstack_private_min_length);
       json.field("adjoint_over_hand_tape", a / t);
       json.field("adjoint_private_over_hand_private_tape", ap / pt);
       json.field("hand_private_tape_over_hand_tape", pt / t);
@@ -710,6 +728,7 @@ int main(int argc, char** argv) {
       json.field("kernel", kernel);
       (void)rt.free_ndarray(heap);
       (void)rt.unregister_kernel(hpt);
+      (void)rt.unregister_kernel(hst);
     }
     return true;
   };

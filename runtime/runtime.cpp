@@ -773,12 +773,13 @@ Runtime::TierChoice Runtime::choose_tier(const Kernel& k, uint32_t task,
                                          const adstack::RowLayout& row, PrivateLengths* len) const {
   const AdstackTier policy = options_.adstack_tier;
   if (policy == AdstackTier::kHeap || !k.private_tier[task]) return TierChoice::kHeap;
-  const uint64_t bytes = adstack::private_bytes(row);
+  const uint32_t min_length = options_.adstack_private_min_length;
+  const uint64_t bytes = adstack::private_bytes(row, min_length);
   if (policy == AdstackTier::kPrivate && bytes > kMaxPrivateTierBytes) return TierChoice::kFallback;
   if (policy == AdstackTier::kAuto && bytes > std::min(options_.adstack_private_budget_bytes, kMaxPrivateTierBytes)) {
     return TierChoice::kHeap;
   }
-  *len = adstack::private_lengths(row);
+  *len = adstack::private_lengths(row, min_length);
   return TierChoice::kPrivate;
 }
 

@@ -81,9 +81,14 @@ struct RuntimeOptions {
   // check: only to observe the driver's behaviour, or on a driver known not to cut loops.
   bool enforce_loop_limit = true;
   AdstackTier adstack_tier = AdstackTier::kDefault;
-  // kAuto's limit: private arrays up to this many bytes per thread. Measured on the H200
-  // (docs/benchmarks.md, "Private tier"): past it private arrays spill and lose to the heap.
-  uint64_t adstack_private_budget_bytes = 1024;
+  // kAuto's limit: private arrays up to this many bytes per thread. On the H200 private arrays
+  // (local memory) beat the slot-major heap by 4-17% up to 4 KiB per thread, the largest
+  // measured (docs/benchmarks.md, "Private tier").
+  uint64_t adstack_private_budget_bytes = 4096;
+  // Private arrays get at least this many elements (then a power of two). On the H200 a 16-float
+  // array indexed by a runtime value ran 2.2x slower than a 32-float one (kept in registers with
+  // per-access selects, presumably, instead of local memory; docs/benchmarks.md).
+  uint32_t adstack_private_min_length = 32;
 };
 
 // Handles name their owner: the high 32 bits are the id of the Runtime that issued them (a

@@ -443,11 +443,13 @@ class AdstackTiers : public AdstackRuntime {
     runtime::RuntimeOptions o;
     o.adstack_tier = tier_;
     o.adstack_private_budget_bytes = 64;  // 16 f32 slots
+    o.adstack_private_min_length = min_length_;
     return o;
   }
   void SetUp() override {}  // each test picks its tier, then calls start()
-  void start(runtime::AdstackTier tier) {
+  void start(runtime::AdstackTier tier, uint32_t min_length = 1) {
     tier_ = tier;
+    min_length_ = min_length;
     AdstackRuntime::SetUp();
   }
   // Launches the recurrence's adjoint with `trips` on `n` elements (one submission) and checks
@@ -474,7 +476,20 @@ class AdstackTiers : public AdstackRuntime {
     for (auto a : {x, y, yg, xg}) EXPECT_TRUE(runner_->rt().free_ndarray(a).ok());
   }
   runtime::AdstackTier tier_ = runtime::AdstackTier::kDefault;
+  uint32_t min_length_ = 1;
 };
+
+TEST_P(AdstackTiers, MinimumPrivateLengthMergesSmallBuckets) {
+  start(runtime::AdstackTier::kPrivate, 32);
+  if (!runner_) return;
+  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  for (int trips : {1, 9, 32}) check_recurrence(*h, trips);  // all in the 32-slot bucket
+  EXPECT_EQ(runner_->rt().stats().adstack_private_pipelines, 1u);
+  check_recurrence(*h, 33);
+  EXPECT_EQ(runner_->rt().stats().adstack_private_pipelines, 2u);
+  EXPECT_EQ(runner_->rt().stats().adstack_private_dispatches, 4u);
+}
 
 TEST_P(AdstackTiers, PrivateTierMakesNoHeapAndOneVariantPerCapacityBucket) {
   start(runtime::AdstackTier::kPrivate);

@@ -139,6 +139,9 @@ TEST(AdstackLayout, PrivateLengthsArePowersOfTwoCoveringEachUsedHeap) {
   ASSERT_TRUE(row.ok());
   EXPECT_EQ(private_lengths(*row)[0], 32u);
   for (uint32_t h = 0; h < kHeapCount; ++h) EXPECT_GE(private_lengths(*row)[h], row->row_elems[h]);
+  // A minimum length raises the used heaps only.
+  EXPECT_EQ(private_lengths(*row, 64), (std::array<uint32_t, kHeapCount>{64, 1, 64}));
+  EXPECT_EQ(private_bytes(*row, 64), 64u * 4 + 64u * 4);
 }
 
 TEST(AdstackLayout, CompiledAdstackTasksDeclareThePrivateTier) {
