@@ -1,6 +1,7 @@
 #include "adstack/adstack_layout.h"
 
 #include <algorithm>
+#include <bit>
 
 namespace vkad::adstack {
 
@@ -68,6 +69,26 @@ uint64_t heap_bytes(const RowLayout& row, Heap h, uint64_t threads) {
   uint64_t row_bytes = uint64_t{row.row_elems[static_cast<size_t>(h)]} * heap_elem_bytes(h);
   uint64_t bytes = 0;
   if (__builtin_mul_overflow(threads, row_bytes, &bytes)) return UINT64_MAX;
+  return bytes;
+}
+
+std::array<uint32_t, kHeapCount> private_lengths(const RowLayout& row, uint32_t min_length) {
+  std::array<uint32_t, kHeapCount> len{};
+  // row_elems <= INT32_MAX (plan_row), so the power of two fits 32 bits (min_length is capped
+  // at 2^31 likewise).
+  min_length = std::min<uint32_t>(min_length, 1u << 31);
+  for (size_t h = 0; h < kHeapCount; ++h) {
+    len[h] = row.row_elems[h] ? std::bit_ceil(std::max(row.row_elems[h], min_length)) : 1;
+  }
+  return len;
+}
+
+uint64_t private_bytes(const RowLayout& row, uint32_t min_length) {
+  std::array<uint32_t, kHeapCount> len = private_lengths(row, min_length);
+  uint64_t bytes = 0;
+  for (size_t h = 0; h < kHeapCount; ++h) {
+    if (row.row_elems[h]) bytes += uint64_t{len[h]} * heap_elem_bytes(static_cast<Heap>(h));
+  }
   return bytes;
 }
 

@@ -17,6 +17,17 @@
 //   - counts live in private memory; a push at count == cap writes nothing and flags
 //     kErrorAdstackOverflow with the stack's index + 1 in the error word's upper bits.
 // Capacities are at least 1, so a top-of-stack read on an empty stack stays inside the row.
+//
+// Storage tiers (chosen per launch by the runtime; docs/architecture.md, "Storage tiers"):
+//   - heap: the rows above, in the three heap bindings;
+//   - private: thread t's row of heap h is a Function-storage array of its own, of length
+//     `private_length` (>= row_elems[h]); row position r is array index r (the thread-major row
+//     without the thread's base). The heap bindings are still declared but never accessed.
+// A module that supports both declares the specialization constants below and branches on
+// kPrivateTierSpecId around every stack access (the driver folds the branch when it creates
+// the pipeline), so one module serves both tiers; the runtime creates one pipeline per
+// (tier, private lengths) and rounds lengths up to powers of two (private_lengths) so few
+// variants exist. A module without kPrivateTierSpecId always runs in the heap tier.
 #pragma once
 
 #include <array>
@@ -83,5 +94,16 @@ uint64_t element_index(Layout layout, const RowLayout& row, std::span<const Stac
 // Bytes of heap `h` needed for `threads` dispatched threads; UINT64_MAX when that is past
 // 64 bits (a need no allocation meets, instead of a wrapped small one).
 uint64_t heap_bytes(const RowLayout& row, Heap h, uint64_t threads);
+
+// Specialization constants of the private tier: a bool (default false: heap tier) and, per
+// heap the task uses, the u32 length of its private array (default 1).
+inline constexpr uint32_t kPrivateTierSpecId = 0;
+inline uint32_t private_length_spec_id(Heap h) { return 1 + static_cast<uint32_t>(h); }
+// The private array lengths for `row`: each used heap's row_elems, at least `min_length`,
+// rounded up to a power of two (1 for a heap with no stacks), so launches whose rows differ a
+// little share a pipeline variant.
+std::array<uint32_t, kHeapCount> private_lengths(const RowLayout& row, uint32_t min_length = 1);
+// Bytes per thread those arrays take (heaps with no stacks count 0).
+uint64_t private_bytes(const RowLayout& row, uint32_t min_length = 1);
 
 }  // namespace vkad::adstack

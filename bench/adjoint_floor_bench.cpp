@@ -8,7 +8,14 @@
 //     stores x_k at heap[k*T + t] (T dispatched threads, t this thread), the reverse sweep walks
 //     k downwards multiplying 0.9 cos(x_k) into a register and stores x_grad (each thread owns
 //     its elements); the recurrence's tape likewise, with dL/dw summed in a second register;
-//   - a hand-written grid-stride copy kernel with 16-byte accesses, for GB/s.
+//   - a hand-written private tape: the same SPIR-V with the tape in a Function-storage array of
+//     L floats per thread (one module per L), the floor of vkad's private adstack tier;
+//   - vkad's adjoint once per adstack storage tier (runtime.h AdstackTier): the private tier
+//     (private arrays up to kMaxPrivateTierBytes) and the heap tier;
+//   - a hand-written grid-stride copy kernel with 16-byte accesses, for GB/s;
+//   - --kernels training: the training example's kernel (examples/diffsim), forward and
+//     adjoint per tier, timed over batches of --train-batch launches between syncs, for issue
+//     13's "adjoint <= 4x forward per iteration".
 // The hand tape's gradient is checked against vkad's (f32 tolerance) before anything is timed,
 // so the ratio compares equal work. Times are wall-clock per launch over a batch of launches
 // recorded back to back and waited for once (median of --reps batches), which spreads the
@@ -18,12 +25,16 @@
 #include <string>
 
 #include "api/device_target.h"
+#include <spirv/unified1/spirv.hpp>
+
 #include "bench/bench_runtime.h"
 #include "bench/bench_util.h"
 #include "codegen/builder.h"
 #include "codegen/compiler.h"
 #include "codegen/reverse_mode.h"
 #include "abi/spirv_tools.h"
+#include "diffsim/diffsim.h"
+#include "runtime/spirv_interface.h"
 #include "runtime/runtime.h"
 #include "support/sample_kernels.h"
 
@@ -398,7 +409,48 @@ void reduce_trig(std::string& text) {
   text = std::move(out);
 }
 
-Result<runtime::CompiledKernel> tape_kernel(bool recurrence, bool reduce) {
+// The private tape from a heap tape's text: the tape slots go to `%priv`, a Function array of
+// `len` floats (slot k at index k), instead of heap[k*T + t]. The heap binding stays declared
+// (unused) so both tapes take the same arguments.
+void make_private(std::string& text, uint32_t len, bool static_steps) {
+  auto swap_line = [&](const std::string& from, const std::string& to) {
+    size_t at = text.find(from);
+    text.replace(at, from.size(), to);
+  };
+  swap_line("%ph = OpAccessChain %pf %heap %c0 %at", "%ph = OpAccessChain %pff %priv %k");
+  swap_line("%ph2 = OpAccessChain %pf %heap %c0 %ranext",
+            "%rm1 = OpISub %u32 %r %c1\n%ph2 = OpAccessChain %pff %priv %rm1");
+  text.insert(text.find("%main = OpFunction"),
+              "%plen = OpConstant %u32 " + std::to_string(len) +
+                  "\n%tarr = OpTypeArray %f32 %plen\n%ptarr = OpTypePointer Function %tarr\n"
+                  "%pff = OpTypePointer Function %f32\n");
+  swap_line("%entry = OpLabel\n", "%entry = OpLabel\n%priv = OpVariable %ptarr Function\n");
+  // static_steps: the trip count is the array length, a constant the driver sees (it may
+  // unroll the loops and index the array statically), as in ../shared/DEVICE.md's private tape.
+  if (static_steps) swap_line("%L = OpLoad %u32 %psteps", "%L = OpCopyObject %u32 %plen");
+}
+
+// A copy of an adstack kernel that always runs in the heap tier: its tier specialization
+// constant renumbered away, so the runtime sees a module without the private tier
+// (adstack_layout.h, "Storage tiers"). Lets one runtime time both tiers side by side.
+runtime::CompiledKernel heap_only(runtime::CompiledKernel k) {
+  k.name += "_heap";
+  for (runtime::CompiledTask& t : k.tasks) {
+    std::vector<uint32_t>& w = t.spirv;
+    for (size_t i = 5; i < w.size() && (w[i] >> 16);) {
+      uint32_t count = w[i] >> 16;
+      if ((w[i] & 0xffff) == spv::OpDecorate && count == 4 && w[i + 2] == spv::DecorationSpecId &&
+          w[i + 3] == adstack::kPrivateTierSpecId) {
+        w[i + 3] = 1000;
+      }
+      i += count;
+    }
+  }
+  return k;
+}
+
+Result<runtime::CompiledKernel> tape_kernel(bool recurrence, bool reduce, uint32_t private_len = 0,
+                                            bool static_steps = false) {
   using runtime::DType;
   using runtime::ParamKind;
   runtime::CompiledKernel k;
@@ -415,6 +467,10 @@ Result<runtime::CompiledKernel> tape_kernel(bool recurrence, bool reduce) {
   paste(text, "STEPS_WORD", k.scalar_offset(0) / 4);
   paste(text, "THREADS_WORD", k.scalar_offset(1) / 4);
   paste(text, "N_WORD", k.shape_offset(2) / 4);
+  if (private_len) {
+    make_private(text, private_len, static_steps);
+    k.name = std::string(recurrence ? "recurrence_" : "") + (static_steps ? "static_" : "") + "private_tape";
+  }
   if (reduce) reduce_trig(text);
   VKAD_ASSIGN_OR_RETURN(std::vector<uint32_t> words, assemble_spirv(text));
   k.tasks.push_back({"tape", std::move(words), kTapeLocalSize, runtime::RangeBound::constant(0),
@@ -451,21 +507,26 @@ int main(int argc, char** argv) {
                    "usage: vkad-bench-adjoint-floor [--n N] [--steps L,L,...] [--layout auto|slot|thread]\n"
                    "                                [--kernels sin,recurrence] [--reps R] [--batch B] [--json F]\n"
                    "                                [--tape-reduction] [--x0 mod|uniform]\n"
+                   "                                [--particles P] [--train-steps S] [--train-batch B]\n"
                    "  the sin loop x <- sin(x)*0.9 + 0.1 for L steps, dL/dx0, and the recurrence\n"
                    "  v <- 0.5 v + 0.25 sin(v) w, dL/dx and dL/dw: vkad forward, vkad's generated\n"
                    "  adjoint and a hand-written slot-major heap tape (SPIR-V), plus a copy kernel for\n"
                    "  GB/s; prints adjoint / hand tape ratios\n"
                    "  --n N        elements (default 2^24)\n"
                    "  --steps LS   comma-separated step counts (default 16,64,256)\n"
-                   "  --kernels K  comma-separated: sin, recurrence (default both)\n"
+                   "  --kernels K  comma-separated: sin, recurrence, training (default all)\n"
                    "  --layout X   vkad's adstack layout: auto (the device's, default), slot, thread\n"
                    "  --reps R     batches timed, median reported (default 5)\n"
                    "  --batch B    launches per batch, waited for once (default 4)\n"
                    "  --json F     also write the results as JSON to F\n"
                    "  --tape-reduction  the hand tapes reduce sin/cos arguments by 2 pi as vkad does\n"
                    "  --x0 X       inputs: mod (0.001 (i mod 1000), default) or uniform (a hash of i\n"
-                   "               spread uniformly over [0, 1))\n",
-                   {"n", "steps", "layout", "kernels", "reps", "batch", "json", "tape-reduction", "x0"});
+                   "               spread uniformly over [0, 1))\n"
+                   "  --particles P, --train-steps S  the training example's kernel size (default 65536, 256)\n"
+                   "  --train-batch B  its launches per batch, waited for once (default 50)\n"
+                   "  --private-min-length M  RuntimeOptions::adstack_private_min_length (default: its default)\n",
+                   {"n", "steps", "layout", "kernels", "reps", "batch", "json", "tape-reduction", "x0",
+                    "particles", "train-steps", "train-batch", "private-min-length"});
   const std::string x0_kind = args.get("x0", "mod");
   if (x0_kind != "mod" && x0_kind != "uniform") {
     std::fprintf(stderr, "--x0 must be mod or uniform, not '%s'\n", x0_kind.c_str());
@@ -493,13 +554,13 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::string kernels = "," + args.get("kernels", "sin,recurrence") + ",";
+  std::string kernels = "," + args.get("kernels", "sin,recurrence,training") + ",";
   auto want = [&](const char* k) { return kernels.find(std::string(",") + k + ",") != std::string::npos; };
   for (size_t at = 1; at < kernels.size();) {
     size_t comma = kernels.find(',', at);
     std::string k = kernels.substr(at, comma - at);
-    if (k != "sin" && k != "recurrence") {
-      std::fprintf(stderr, "--kernels: '%s' is not sin or recurrence\n", k.c_str());
+    if (k != "sin" && k != "recurrence" && k != "training") {
+      std::fprintf(stderr, "--kernels: '%s' is not sin, recurrence or training\n", k.c_str());
       return 2;
     }
     at = comma + 1;
@@ -508,7 +569,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--layout must be auto, slot or thread, not '%s'\n", layout.c_str());
     return 2;
   }
-  auto rt_r = runtime::Runtime::create();
+  // Forced private tier: the adjoint registered as is runs in private arrays (up to
+  // kMaxPrivateTierBytes per thread), its heap_only() copy in the heaps.
+  runtime::RuntimeOptions rt_options;
+  rt_options.adstack_tier = runtime::AdstackTier::kPrivate;
+  rt_options.adstack_private_min_length = static_cast<uint32_t>(args.get_int("private-min-length", runtime::RuntimeOptions{}.adstack_private_min_length));
+  auto rt_r = runtime::Runtime::create(rt_options);
   if (!rt_r.ok()) {
     std::fprintf(stderr, "%s\n", rt_r.status().to_string().c_str());
     return 1;
@@ -553,16 +619,34 @@ int main(int argc, char** argv) {
                      const std::vector<runtime::NdArrayHandle>& tape_grads) -> bool {
     Kernel adj = make_adjoint(fwd, target).value();
     auto hf = rt.register_kernel(compile(fwd, target).value()).value();
-    auto ha = rt.register_kernel(compile(adj, target).value()).value();
+    runtime::CompiledKernel adj_compiled = compile(adj, target).value();
+    auto ha = rt.register_kernel(heap_only(adj_compiled)).value();  // heap tier
+    auto hp = rt.register_kernel(adj_compiled).value();              // private tier
     auto tape = tape_kernel(rec, tape_reduction);
     if (!tape.ok()) {
       std::fprintf(stderr, "hand tape: %s\n", tape.status().to_string().c_str());
       return false;
     }
     auto ht = rt.register_kernel(*tape).value();
-    std::printf("%5s %9s %11s %11s %11s %9s %12s %11s %10s\n", "L", "tape T", "forward ms", "adjoint ms",
-                "hand tape ms", "adj/tape", "tape GB/s", "tape/copy", "max rel d");
+    // ht: hand heap tape; pt: hand private tape (trip count from the args, as vkad's); st: the
+    // same with the trip count a constant (static capacity).
+    std::printf("%5s %9s %10s %10s %10s %10s %10s %10s %9s %9s %9s %9s %10s %9s %9s\n", "L", "tape T", "forward", "adj heap",
+                "adj priv", "heap tape", "priv tape", "stat tape", "heap/ht", "priv/pt", "priv/st", "pt/ht", "tape GB/s",
+                "tape/copy", "max rel d");
+    std::printf("%5s %9s %10s %10s %10s %10s %10s %10s\n", "", "", "ms", "ms", "ms", "ms", "ms", "ms");
     for (int L : steps) {
+      auto ptape = tape_kernel(rec, tape_reduction, static_cast<uint32_t>(L));
+      if (!ptape.ok()) {
+        std::fprintf(stderr, "private tape: %s\n", ptape.status().to_string().c_str());
+        return false;
+      }
+      auto hpt = rt.register_kernel(*ptape).value();
+      auto stape = tape_kernel(rec, tape_reduction, static_cast<uint32_t>(L), true);
+      if (!stape.ok()) {
+        std::fprintf(stderr, "static private tape: %s\n", stape.status().to_string().c_str());
+        return false;
+      }
+      auto hst = rt.register_kernel(*stape).value();
       // The tape's threads: as many as cover n (whole groups), at most max_groups groups, and
       // few enough that L*T floats fit one binding.
       uint64_t groups = (n + kTapeLocalSize - 1) / kTapeLocalSize;
@@ -582,47 +666,61 @@ int main(int argc, char** argv) {
       for (auto h : tape_grads) ta.push_back(runtime::Arg::ndarray(h));
       ta.push_back(runtime::Arg::ndarray(yg));
 
-      // Equal work: one adjoint launch into zeroed gradients (it accumulates) against the tape.
-      for (auto h : grads) (void)rt.upload(h, zeros.data(), 4ull * n);
-      Status st = rt.launch(ha, aa);
-      if (st.ok()) st = rt.launch(ht, ta);
-      if (st.ok()) st = rt.synchronize();
-      if (!st.ok()) {
-        std::fprintf(stderr, "%s, L = %d: %s\n", kernel, L, st.to_string().c_str());
-        return false;
-      }
+      // Equal work: each of vkad's adjoints (one launch into zeroed gradients: it accumulates)
+      // and the private tape against the heap tape.
+      const uint64_t fallbacks = rt.stats().adstack_private_fallbacks;
+      auto run = [&](runtime::KernelHandle h, const std::vector<runtime::Arg>& a,
+                     const std::vector<runtime::NdArrayHandle>& out) -> std::vector<std::vector<float>> {
+        for (auto g : out) (void)rt.upload(g, zeros.data(), 4ull * n);
+        Status st = rt.launch(h, a);
+        if (st.ok()) st = rt.synchronize();
+        if (!st.ok()) std::fprintf(stderr, "%s, L = %d: %s\n", kernel, L, st.to_string().c_str());
+        std::vector<std::vector<float>> v(out.size(), std::vector<float>(n));
+        for (size_t g = 0; g < out.size(); ++g) (void)rt.download(out[g], v[g].data(), 4ull * n);
+        return v;
+      };
+      const auto ref = run(ht, ta, tape_grads);
       double max_rel = 0;
-      for (size_t g = 0; g < grads.size(); ++g) {
-        std::vector<float> gv(n), gt(n);
-        (void)rt.download(grads[g], gv.data(), 4ull * n);
-        (void)rt.download(tape_grads[g], gt.data(), 4ull * n);
-        for (uint32_t i = 0; i < n; ++i) {
-          double d = std::fabs(double(gv[i]) - gt[i]) / std::max(std::fabs(double(gt[i])), 1e-30);
-          max_rel = std::max(max_rel, d);
+      for (const auto& got : {run(ha, aa, grads), run(hp, aa, grads), run(hpt, ta, tape_grads), run(hst, ta, tape_grads)}) {
+        for (size_t g = 0; g < got.size(); ++g) {
+          for (uint32_t i = 0; i < n; ++i) {
+            double d = std::fabs(double(got[g][i]) - ref[g][i]) / std::max(std::fabs(double(ref[g][i])), 1e-30);
+            max_rel = std::max(max_rel, d);
+          }
         }
       }
+      const bool private_ran = rt.stats().adstack_private_fallbacks == fallbacks;
       if (!(max_rel <= 1e-3)) {
-        std::fprintf(stderr, "%s, L = %d: vkad's gradient and the hand tape's differ (max relative %.3g)\n", kernel, L,
-                     max_rel);
+        std::fprintf(stderr, "%s, L = %d: vkad's gradients, the private tape's and the heap tape's differ (max relative %.3g)\n",
+                     kernel, L, max_rel);
         status = 1;
       }
 
-      std::vector<double> ms = time_ms(rt, {{hf, fa}, {ha, aa}, {ht, ta}}, reps, batch);
-      double f = ms[0], a = ms[1], t = ms[2];
+      std::vector<double> ms = time_ms(rt, {{hf, fa}, {ha, aa}, {hp, aa}, {ht, ta}, {hpt, ta}, {hst, ta}}, reps, batch);
+      double f = ms[0], a = ms[1], ap = ms[2], t = ms[3], pt = ms[4], spt = ms[5];
       // The tape's bytes: the inputs and y_grad read and the gradients written (4 B each per
       // element), each step stored and read back once (8 B).
       double tape_bytes = double(n) * (4.0 * (2 * inputs.size() + 1) + 8.0 * L);
       double tape_gbs = tape_bytes / (t * 1e6);
-      std::printf("%5d %9u %11.3f %11.3f %11.3f %8.2fx %12.1f %10.0f%% %10.2g\n", L, T, f, a, t, a / t, tape_gbs,
-                  100 * tape_gbs / copy_gbs, max_rel);
+      std::printf("%5d %9u %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %8.2fx %8.2fx %8.2fx %8.2fx %10.1f %8.0f%% %9.2g%s\n",
+                  L, T, f, a, ap, t, pt, spt, a / t, ap / pt, ap / spt, pt / t, tape_gbs, 100 * tape_gbs / copy_gbs, max_rel,
+                  private_ran ? "" : "  (adj priv fell back to the heap)");
       json.begin();
       json.field("L", L);
       json.field("n", n);
       json.field("layout", adstack::layout_name(target.adstack_layout));
       json.field("forward_ms", f);
       json.field("adjoint_ms", a);
+      json.field("adjoint_private_ms", ap);
+      json.field("adjoint_private_ran_private", private_ran ? 1 : 0);
       json.field("hand_tape_ms", t);
+      json.field("hand_private_tape_ms", pt);
+      json.field("hand_static_private_tape_ms", spt);
+      json.field("adjoint_private_over_hand_static_private_tape", ap / spt);
+      json.field("private_min_length", rt_options.adstack_private_min_length);
       json.field("adjoint_over_hand_tape", a / t);
+      json.field("adjoint_private_over_hand_private_tape", ap / pt);
+      json.field("hand_private_tape_over_hand_tape", pt / t);
       json.field("hand_tape_threads", T);
       json.field("hand_tape_gbs", tape_gbs);
       json.field("copy_ms", copy_ms);
@@ -630,6 +728,8 @@ int main(int argc, char** argv) {
       json.field("gradient_max_rel_diff", max_rel);
       json.field("kernel", kernel);
       (void)rt.free_ndarray(heap);
+      (void)rt.unregister_kernel(hpt);
+      (void)rt.unregister_kernel(hst);
     }
     return true;
   };
@@ -638,6 +738,80 @@ int main(int argc, char** argv) {
     auto w = arr("w", w0), wg = arr("w_grad", zeros), twg = arr("tape_w_grad", zeros);
     std::printf("recurrence v <- 0.5 v + 0.25 sin(v) w, v0 = x; dL/dx and dL/dw:\n");
     if (!measure("recurrence", recurrence(), true, {x, w}, {xg, wg}, {tg, twg})) return 1;
+  }
+  if (want("training")) {
+    // The training example's kernel (examples/diffsim: particles integrated for S steps, four
+    // carried locals), forward and adjoint per tier, as the training loop launches them: many
+    // launches between syncs.
+    const uint32_t P = static_cast<uint32_t>(args.get_int("particles", 65536));
+    const int S = static_cast<int>(args.get_int("train-steps", 256));
+    const int tb = static_cast<int>(args.get_int("train-batch", 50));
+    Kernel fwd = diffsim::simulate_kernel();
+    Kernel adj = make_adjoint(fwd, target).value();
+    runtime::CompiledKernel ca = compile(adj, target).value();
+    auto hf = rt.register_kernel(compile(fwd, target).value()).value();
+    auto ha = rt.register_kernel(heap_only(ca)).value();
+    auto hp = rt.register_kernel(ca).value();
+    std::vector<float> p0(2 * P), v0(2 * P, 0.0f), tgt(2 * P), seed(P, 1.0f), zero2(2 * P, 0.0f);
+    for (uint32_t i = 0; i < P; ++i) {
+      float a = static_cast<float>((i * 2654435761u) >> 8) / 16777216.0f;
+      float b = static_cast<float>((i * 40503u + 7u) % 1000u) / 1000.0f;
+      p0[2 * i] = 2 * a - 1, p0[2 * i + 1] = 0.5f * b;
+      tgt[2 * i] = p0[2 * i] + 0.8f * b - 0.4f, tgt[2 * i + 1] = p0[2 * i + 1] + 0.6f * a - 0.5f;
+    }
+    auto arr2 = [&](std::vector<uint32_t> shape, const char* name, const std::vector<float>& init) {
+      auto h = rt.create_ndarray(runtime::DType::kF32, shape, name).value();
+      (void)rt.upload(h, init.data(), 4 * init.size());
+      return h;
+    };
+    auto hp0 = arr2({P, 2}, "p0", p0), hv0 = arr2({P, 2}, "v0", v0), ht = arr2({P, 2}, "target", tgt),
+         hl = arr2({P}, "loss", std::vector<float>(P, 0.0f)), hg = arr2({P, 2}, "v0_grad", zero2),
+         hlg = arr2({P}, "loss_grad", seed);
+    using runtime::Arg;
+    std::vector<Arg> fa = {Arg::i32(S), Arg::f32(1.0f / static_cast<float>(S)), Arg::ndarray(hp0),
+                           Arg::ndarray(hv0), Arg::ndarray(ht), Arg::ndarray(hl)};
+    std::vector<Arg> aa = fa;
+    aa.push_back(Arg::ndarray(hg));
+    aa.push_back(Arg::ndarray(hlg));
+    // The two tiers' gradients agree (same arithmetic, different storage).
+    std::vector<std::vector<float>> g(2, std::vector<float>(2 * P));
+    const uint64_t fallbacks = rt.stats().adstack_private_fallbacks;
+    for (int tier = 0; tier < 2; ++tier) {
+      (void)rt.upload(hg, zero2.data(), 4 * zero2.size());
+      Status st = rt.launch(tier ? hp : ha, aa);
+      if (st.ok()) st = rt.synchronize();
+      if (!st.ok()) {
+        std::fprintf(stderr, "training: %s\n", st.to_string().c_str());
+        return 1;
+      }
+      (void)rt.download(hg, g[tier].data(), 4 * g[tier].size());
+    }
+    const bool private_ran = rt.stats().adstack_private_fallbacks == fallbacks;
+    double max_rel = 0;
+    for (uint32_t i = 0; i < 2 * P; ++i) {
+      max_rel = std::max(max_rel, std::fabs(double(g[1][i]) - g[0][i]) / std::max(std::fabs(double(g[0][i])), 1e-30));
+    }
+    if (!(max_rel <= 1e-4)) {
+      std::fprintf(stderr, "training: the tiers' gradients differ (max relative %.3g)\n", max_rel);
+      status = 1;
+    }
+    std::vector<double> ms = time_ms(rt, {{hf, fa}, {ha, aa}, {hp, aa}}, reps, tb);
+    std::printf("training example kernel: %u particles, %d steps, batches of %d launches:\n"
+                "  forward %.3f ms, adjoint heap tier %.3f ms (%.2fx forward), private tier %.3f ms (%.2fx)%s; "
+                "tiers' max rel d %.2g\n",
+                P, S, tb, ms[0], ms[1], ms[1] / ms[0], ms[2], ms[2] / ms[0],
+                private_ran ? "" : " (private fell back to the heap)", max_rel);
+    json.begin();
+    json.field("kernel", "training");
+    json.field("particles", P);
+    json.field("L", S);
+    json.field("train_batch", tb);
+    json.field("forward_ms", ms[0]);
+    json.field("adjoint_ms", ms[1]);
+    json.field("adjoint_private_ms", ms[2]);
+    json.field("adjoint_private_ran_private", private_ran ? 1 : 0);
+    json.field("adjoint_over_forward", ms[1] / ms[0]);
+    json.field("adjoint_private_over_forward", ms[2] / ms[0]);
   }
   std::printf("vkad adstack heap: %llu bytes\n", (unsigned long long)rt.stats().adstack_heap_bytes);
   if (args.has("json") && !json.write(args.get("json", ""), rt.caps().device_name)) {

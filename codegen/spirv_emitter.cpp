@@ -504,10 +504,25 @@ class TaskEmitter {
         row_base[h] = op(spv::OpIMul, u32_, {gid_, len});  // this thread's row
       }
     }
+    // The private tier (adstack_layout.h, "Storage tiers"): one Function array per heap used,
+    // its length a specialization constant; the tier itself is a spec constant every stack
+    // access branches on, which the driver folds when it creates the pipeline.
+    private_tier_ = m_.spec_bool(adstack::kPrivateTierSpecId, false);
+    m_.name(private_tier_, "adstack_private_tier");
+    for (const adstack::StackDesc& d : descs) {
+      size_t h = static_cast<size_t>(d.heap);
+      if (private_vars_[h]) continue;
+      uint32_t len = m_.spec_u32(adstack::private_length_spec_id(d.heap), 1);
+      uint32_t elem = d.heap == adstack::Heap::kInt ? u32_ : m_.t_float(d.heap == adstack::Heap::kF64 ? 64 : 32);
+      private_vars_[h] = m_.function_variable(m_.t_array(elem, len));
+      m_.name(private_vars_[h], std::string("adstack_private_") + adstack::heap_name(d.heap));
+    }
     for (uint32_t s = 0; s < n; ++s) {
       uint32_t offset = args_word(base + 4 * adstack::offset_word(s));
       uint32_t cap = args_word(base + 4 * adstack::capacity_word(s));
       stack_cap_.push_back(cap);
+      private_base_.push_back(offset);
+      private_adj_base_.push_back(adstack::has_adjoint_block(descs.at(s)) ? op(spv::OpIAdd, u32_, {offset, cap}) : 0);
       auto at = [&](uint32_t pos) {
         if (slot_major()) return op(spv::OpIAdd, u32_, {op(spv::OpIMul, u32_, {pos, slot_step_}), gid_});
         return op(spv::OpIAdd, u32_, {row_base[static_cast<size_t>(descs.at(s).heap)], pos});
@@ -544,6 +559,36 @@ class TaskEmitter {
               {var, m_.c_u32(0), at});
   }
 
+  // Pointer to slot `slot` of stack `st` in its private array (private tier).
+  uint32_t private_ptr(const StackVar& st, uint32_t slot, bool adjoint) {
+    size_t h = static_cast<size_t>(st.heap);
+    heap_var(st.heap, st.type);  // heap_elem_[h]: the element type of both tiers
+    uint32_t base = adjoint ? private_adj_base_.at(st.index) : private_base_.at(st.index);
+    return op(spv::OpAccessChain, m_.t_pointer(spv::StorageClassFunction, heap_elem_[h]),
+              {private_vars_[h], op(spv::OpIAdd, u32_, {base, slot})});
+  }
+
+  // Load / store of a slot in the launch's tier: both accesses behind a branch on the tier's
+  // spec constant (after specialization, one side is dead code).
+  uint32_t load_slot(const StackVar& st, uint32_t slot, bool adjoint) {
+    uint32_t elem = heap_elem_for(st);
+    uint32_t t = m_.id(), e = m_.id(), merge = m_.id();
+    m_.op(spv::OpSelectionMerge, {merge, spv::SelectionControlMaskNone});
+    m_.op(spv::OpBranchConditional, {private_tier_, t, e});
+    block(t);
+    uint32_t from_private = op(spv::OpLoad, elem, {private_ptr(st, slot, adjoint)});
+    branch(merge);
+    block(e);
+    uint32_t from_heap = op(spv::OpLoad, elem, {stack_ptr(st, slot, adjoint)});
+    branch(merge);
+    block(merge);
+    return op(spv::OpPhi, elem, {from_private, t, from_heap, e});
+  }
+  void store_slot(const StackVar& st, uint32_t slot, bool adjoint, uint32_t value) {
+    if_else(private_tier_, [&] { m_.op(spv::OpStore, {private_ptr(st, slot, adjoint), value}); },
+            [&] { m_.op(spv::OpStore, {stack_ptr(st, slot, adjoint), value}); });
+  }
+
   // The top slot: count - 1, or 0 for an empty stack (capacity >= 1 keeps it in the row).
   uint32_t top_slot(const StackVar& st) {
     uint32_t c = op(spv::OpLoad, u32_, {st.count});
@@ -578,11 +623,9 @@ class TaskEmitter {
         if_else(
             fits,
             [&] {
-              m_.op(spv::OpStore, {stack_ptr(st, c, false), to_heap(st, v(s.args[1]))});
+              store_slot(st, c, false, to_heap(st, v(s.args[1])));
               // A stack without an adjoint block (its adjoint is never used) writes no zero.
-              if (stack_adj_base_.at(st.index)) {
-                m_.op(spv::OpStore, {stack_ptr(st, c, true), zero(st.type)});
-              }
+              if (stack_adj_base_.at(st.index)) store_slot(st, c, true, zero(st.type));
               m_.op(spv::OpStore, {st.count, op(spv::OpIAdd, u32_, {c, m_.c_u32(1)})});
             },
             [&] { raise(m_.c_u32(abi::adstack_overflow_word(st.index))); });
@@ -597,16 +640,13 @@ class TaskEmitter {
       }
       case Op::kStackTop:
       case Op::kStackTopAdj: {
-        uint32_t h = heap_elem_for(st);
-        uint32_t raw = op(spv::OpLoad, h, {stack_ptr(st, top_slot(st), s.op == Op::kStackTopAdj)});
-        set(s, from_heap(st, raw));
+        set(s, from_heap(st, load_slot(st, top_slot(st), s.op == Op::kStackTopAdj)));
         return;
       }
       case Op::kStackAccAdj: {
-        uint32_t ptr = stack_ptr(st, top_slot(st), true);
-        uint32_t ft = type(st.type);
-        uint32_t sum = op(spv::OpFAdd, ft, {op(spv::OpLoad, ft, {ptr}), v(s.args[1])});
-        m_.op(spv::OpStore, {ptr, sum});
+        uint32_t top = top_slot(st);
+        uint32_t sum = op(spv::OpFAdd, type(st.type), {load_slot(st, top, true), v(s.args[1])});
+        store_slot(st, top, true, sum);
         return;
       }
       default: return;
@@ -998,6 +1038,9 @@ class TaskEmitter {
   std::unordered_map<uint32_t, bool> bits_params_;
   std::unordered_map<ValueId, StackVar> stacks_;
   std::vector<uint32_t> stack_cap_, stack_base_, stack_adj_base_;  // per stack (values)
+  std::vector<uint32_t> private_base_, private_adj_base_;          // per stack (values)
+  uint32_t private_tier_ = 0;  // spec constant (bool)
+  std::array<uint32_t, adstack::kHeapCount> private_vars_{};
   uint32_t slot_step_ = 0;  // slot-major: T, the dispatched threads
   std::array<uint32_t, adstack::kHeapCount> heap_vars_{}, heap_elem_{};
   std::unordered_map<uint32_t, uint32_t> scalars_;                // param -> value

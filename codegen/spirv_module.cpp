@@ -88,6 +88,24 @@ uint32_t SpirvModule::t_u32_block(uint32_t members) {
   return st;
 }
 
+uint32_t SpirvModule::t_array(uint32_t elem, uint32_t length_id) {
+  return typed(spv::OpTypeArray, {elem, length_id}, &globals_);
+}
+
+uint32_t SpirvModule::spec_u32(uint32_t spec_id, uint32_t default_value) {
+  uint32_t r = id();
+  put(globals_, spv::OpSpecConstant, {t_int(32, false), r, default_value});
+  decorate(r, spv::DecorationSpecId, {spec_id});
+  return r;
+}
+
+uint32_t SpirvModule::spec_bool(uint32_t spec_id, bool default_value) {
+  uint32_t r = id();
+  put(globals_, default_value ? spv::OpSpecConstantTrue : spv::OpSpecConstantFalse, {t_bool(), r});
+  decorate(r, spv::DecorationSpecId, {spec_id});
+  return r;
+}
+
 uint32_t SpirvModule::c_u32(uint32_t v) { return typed(spv::OpConstant, {t_int(32, false), v}, &globals_); }
 uint32_t SpirvModule::c_i32(int32_t v) {
   return typed(spv::OpConstant, {t_int(32, true), static_cast<uint32_t>(v)}, &globals_);

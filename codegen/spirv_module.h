@@ -40,6 +40,8 @@ class SpirvModule {
   uint32_t t_buffer_block(uint32_t elem, uint32_t stride);
   // A Block struct of u32 members at offsets 0, 4, ... (the push constants).
   uint32_t t_u32_block(uint32_t members);
+  // OpTypeArray of `length_id` elements: a constant or a specialization constant id.
+  uint32_t t_array(uint32_t elem, uint32_t length_id);
 
   // Constants (de-duplicated).
   uint32_t c_u32(uint32_t v);
@@ -49,6 +51,10 @@ class SpirvModule {
   uint32_t c_u64(uint64_t v);
   uint32_t c_i64(int64_t v);
   uint32_t c_bool(bool v);
+  // Specialization constants, decorated SpecId `spec_id`; never de-duplicated (each id is its
+  // own constant, whatever its default).
+  uint32_t spec_u32(uint32_t spec_id, uint32_t default_value);
+  uint32_t spec_bool(uint32_t spec_id, bool default_value);
 
   // A module-scope variable; `binding` >= 0 decorates it with set 0 / that binding.
   uint32_t global_variable(uint32_t pointer_type, spv::StorageClass sc, int binding = -1);

@@ -1,10 +1,12 @@
 #include "runtime/runtime.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cfloat>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "runtime/spirv_interface.h"
@@ -74,6 +76,29 @@ std::string shape_string(const std::vector<uint32_t>& shape) {
 
 }  // namespace
 
+const char* adstack_tier_name(AdstackTier t) {
+  switch (t) {
+    case AdstackTier::kDefault: return "default";
+    case AdstackTier::kAuto: return "auto";
+    case AdstackTier::kHeap: return "heap";
+    case AdstackTier::kPrivate: return "private";
+  }
+  return "?";
+}
+
+// RuntimeOptions::adstack_tier, with kDefault resolved from VKAD_ADSTACK_TIER.
+static Result<AdstackTier> resolve_adstack_tier(AdstackTier t) {
+  if (t != AdstackTier::kDefault) return t;
+  const char* env = std::getenv("VKAD_ADSTACK_TIER");
+  std::string v = env ? env : "";
+  if (v.empty() || v == "auto") return AdstackTier::kAuto;
+  if (v == "heap") return AdstackTier::kHeap;
+  if (v == "private") return AdstackTier::kPrivate;
+  return make_error(ErrorCode::kInvalidArgument,
+                    "environment variable VKAD_ADSTACK_TIER is '" + v +
+                        "'; expected heap, private or auto");
+}
+
 std::string handle_string(uint64_t id) {
   return std::to_string(id >> 32) + ":" + std::to_string(id & 0xffffffffu);
 }
@@ -86,6 +111,8 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   }
   std::unique_ptr<Runtime> rt(new Runtime());
   rt->options_ = options;
+  VKAD_ASSIGN_OR_RETURN(rt->options_.adstack_tier, resolve_adstack_tier(options.adstack_tier));
+  rt->stats_.adstack_tier = rt->options_.adstack_tier;
   rt->runtime_id_ = g_next_runtime_id.fetch_add(1);
   if (rt->runtime_id_ == 0) {
     return make_error(ErrorCode::kFailedPrecondition,
@@ -267,6 +294,13 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
   auto k = std::make_shared<Kernel>();
   k->desc = kernel;
   k->hash = hash;
+  for (const CompiledTask& t : kernel.tasks) {
+    k->private_tier.push_back(!t.adstacks.empty() &&
+                              declares_spec_id(t.spirv, adstack::kPrivateTierSpecId));
+  }
+  if (it->second.private_variants.size() < kernel.tasks.size()) {
+    it->second.private_variants.resize(kernel.tasks.size());
+  }
   kernels_.emplace(id, std::move(k));
   evict_unreferenced();
   return KernelHandle{id};
@@ -593,6 +627,8 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   const bool stacks = d.has_adstacks();
   std::vector<TaskLaunch> plan(d.tasks.size());
   std::array<uint64_t, adstack::kHeapCount> heap_need{};
+  bool any_heap_task = false;             // else no heap is needed (nor made)
+  std::array<uint64_t, 3> tier_counts{};  // per TierChoice, counted once the launch is recorded
   for (size_t t = 0; t < d.tasks.size(); ++t) {
     const CompiledTask& task = d.tasks[t];
     int64_t b = 0, e = 0;
@@ -612,11 +648,24 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
     uint64_t n = tl.end - tl.begin;
     uint64_t g = task.serial ? 1 : (n + task.local_size - 1) / task.local_size;
     g = std::min<uint64_t>(std::max<uint64_t>(g, 1), options_.max_groups);
-    if (!task.adstacks.empty()) VKAD_TRY(plan_rows(d, task, args, &g, &tl.row, &heap_need));
+    if (!task.adstacks.empty()) {
+      TierChoice tier = TierChoice::kHeap;
+      auto use_private = [&](const adstack::RowLayout& row) {
+        tier = choose_tier(*k, static_cast<uint32_t>(t), row, &tl.private_len);
+        return tier == TierChoice::kPrivate;
+      };
+      VKAD_TRY(plan_rows(d, task, args, &g, &tl.row, &heap_need, use_private));
+      tl.private_tier = tier == TierChoice::kPrivate;
+      if (tl.private_tier) {
+        VKAD_TRY(private_pipeline(*k, static_cast<uint32_t>(t), tl.private_len).status());
+      }
+      any_heap_task = any_heap_task || !tl.private_tier;
+      ++tier_counts[static_cast<size_t>(tier)];
+    }
     tl.groups = static_cast<uint32_t>(g);
     VKAD_TRY(check_loop_passes(d, task, args, n, g));
   }
-  if (stacks) VKAD_TRY(ensure_heaps(heap_need));
+  if (any_heap_task) VKAD_TRY(ensure_heaps(heap_need));
 
   // The args buffer: scalars, shapes, zeroed error words, adstack rows (ABI in
   // compiled_kernel.h).
@@ -645,13 +694,17 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
       adstack::write_args(plan[t].row, plan[t].groups * d.tasks[t].local_size,
                           adstack_words[t].data());
     }
-    for (rhi::Buffer& h : heaps_) bindings.push_back(&h);
+    // With every adstack task in the private tier the heap bindings are never accessed: the
+    // args buffer stands in for them, so no heap is made.
+    for (rhi::Buffer& h : heaps_) bindings.push_back(any_heap_task ? &h : &args_buf);
   }
   abi::encode_args(d, scalars, shapes, adstack_words, args_buf.mapped());
   VKAD_TRY(ensure_list());
   Pipeline& pipes = pipelines_.at(k->hash);
   for (size_t t = 0; t < d.tasks.size(); ++t) {
-    rhi::ComputePipeline& p = pipes.tasks[t];
+    rhi::ComputePipeline& p = plan[t].private_tier
+                                  ? pipes.private_variants[t].at(plan[t].private_len)
+                                  : pipes.tasks[t];
     list_.bind_pipeline(p);
     VKAD_TRY(list_.bind_buffers(p, bindings));
     uint32_t push[2] = {plan[t].begin, plan[t].end};
@@ -664,6 +717,9 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   ctx_buffers_.flags.push_back({ctx_buffers_.buffers.size(), k, launch_id});
   ctx_buffers_.buffers.push_back(std::move(args_buf));
   ++stats_.launches;
+  stats_.adstack_heap_dispatches += tier_counts[0] + tier_counts[2];
+  stats_.adstack_private_dispatches += tier_counts[1];
+  stats_.adstack_private_fallbacks += tier_counts[2];
   if (id) *id = launch_id;
 
   if (list_.dispatch_count() >= options_.max_dispatches_per_list ||
@@ -732,7 +788,8 @@ Status Runtime::synchronize() {
 
 Status Runtime::plan_rows(const CompiledKernel& d, const CompiledTask& task,
                           std::span<const Arg> args, uint64_t* groups, adstack::RowLayout* row,
-                          std::array<uint64_t, adstack::kHeapCount>* heap_need) const {
+                          std::array<uint64_t, adstack::kHeapCount>* heap_need,
+                          const std::function<bool(const adstack::RowLayout&)>& use_private) const {
   adstack::SizeInputs inputs{
       [&](uint32_t p) { return args[p].i; },
       [&](uint32_t p, uint32_t dim) { return static_cast<int64_t>(arrays_.at(args[p].array.id).shape[dim]); }};
@@ -742,6 +799,7 @@ Status Runtime::plan_rows(const CompiledKernel& d, const CompiledTask& task,
                                                    "': " + planned.status().message());
   }
   *row = std::move(planned).value();
+  if (use_private(*row)) return {};
   for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
     auto heap = static_cast<adstack::Heap>(h);
     uint64_t row_bytes = uint64_t{row->row_elems[h]} * adstack::heap_elem_bytes(heap);
@@ -829,6 +887,44 @@ Status Runtime::check_loop_passes(const CompiledKernel& d, const CompiledTask& t
           caps().device_name +
           "' runs: lavapipe silently leaves loops past this limit, so the results would be "
           "wrong. Run it on a GPU, or " + advice + " (docs/reference.md, \"Loop limit on lavapipe\")");
+}
+
+Runtime::TierChoice Runtime::choose_tier(const Kernel& k, uint32_t task,
+                                         const adstack::RowLayout& row, PrivateLengths* len) const {
+  const AdstackTier policy = options_.adstack_tier;
+  if (policy == AdstackTier::kHeap || !k.private_tier[task]) return TierChoice::kHeap;
+  const uint32_t min_length = options_.adstack_private_min_length;
+  const uint64_t bytes = adstack::private_bytes(row, min_length);
+  if (policy == AdstackTier::kPrivate && bytes > kMaxPrivateTierBytes) return TierChoice::kFallback;
+  if (policy == AdstackTier::kAuto && bytes > std::min(options_.adstack_private_budget_bytes, kMaxPrivateTierBytes)) {
+    return TierChoice::kHeap;
+  }
+  *len = adstack::private_lengths(row, min_length);
+  return TierChoice::kPrivate;
+}
+
+Result<rhi::ComputePipeline*> Runtime::private_pipeline(const Kernel& k, uint32_t task,
+                                                        const PrivateLengths& len) {
+  Pipeline& pipes = pipelines_.at(k.hash);
+  auto& variants = pipes.private_variants.at(task);
+  auto it = variants.find(len);
+  if (it != variants.end()) return &it->second;
+  const CompiledTask& t = k.desc.tasks[task];
+  rhi::ComputePipelineDesc desc;
+  desc.spirv = t.spirv;
+  desc.storage_buffer_count = k.desc.binding_count();
+  desc.push_constant_bytes = 8;
+  desc.name = k.desc.name + "." + t.name + " (private adstacks)";
+  desc.specialization.push_back({adstack::kPrivateTierSpecId, 1});
+  for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
+    // Only the heaps the task uses have a length constant (Vulkan would ignore the others).
+    if (std::any_of(t.adstacks.begin(), t.adstacks.end(),
+                    [&](const adstack::StackDesc& s) { return static_cast<uint32_t>(s.heap) == h; })) {
+      desc.specialization.push_back({adstack::private_length_spec_id(static_cast<adstack::Heap>(h)), len[h]});
+    }
+  }
+  VKAD_ASSIGN_OR_RETURN(rhi::ComputePipeline pipeline, device_->create_compute_pipeline(desc));
+  return &variants.emplace(len, std::move(pipeline)).first->second;
 }
 
 Status Runtime::ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& need) {
@@ -941,6 +1037,9 @@ RuntimeStats Runtime::stats() const {
   s.live = device_->live();
   s.ctx_bytes_recording = ctx_bytes_;
   s.pipelines_cached = pipelines_.size();
+  for (const auto& [hash, p] : pipelines_) {
+    for (const auto& v : p.private_variants) s.adstack_private_pipelines += v.size();
+  }
   s.ndarrays = arrays_.size();
   s.memory_block_bytes = device_->allocator().stats().block_bytes;
   s.memory_used_bytes = device_->allocator().stats().used_bytes;

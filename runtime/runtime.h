@@ -27,6 +27,8 @@
 #include <array>
 #include <compare>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -43,6 +45,24 @@
 #include "runtime/use_guard.h"
 
 namespace vkad::runtime {
+
+// Where adstacks live at a launch (adstack/adstack_layout.h, "Storage tiers";
+// docs/architecture.md). kDefault reads the environment variable VKAD_ADSTACK_TIER (`heap`,
+// `private` or `auto`; unset or empty: auto), so a test suite can run once per tier.
+enum class AdstackTier : uint8_t {
+  kDefault,
+  // Private arrays when the task's private row (each heap's row rounded up to a power of two)
+  // takes at most adstack_private_budget_bytes per thread; the heaps otherwise.
+  kAuto,
+  kHeap,     // always the heaps
+  // Private arrays whenever the row fits kMaxPrivateTierBytes per thread; past that the heaps
+  // (correct, counted in RuntimeStats::adstack_private_fallbacks), never an error.
+  kPrivate,
+};
+const char* adstack_tier_name(AdstackTier t);
+// The private tier's hard limit per thread, also under kPrivate: Function memory is carved
+// from the driver's per-thread scratch (NVIDIA: local memory; lavapipe: the invocation's stack).
+inline constexpr uint64_t kMaxPrivateTierBytes = 16384;
 
 struct RuntimeOptions {
   rhi::DeviceOptions device;
@@ -64,6 +84,15 @@ struct RuntimeOptions {
   // Test seam: replaces CompiledKernel::content_hash as the pipeline cache's key, so a test can
   // make every kernel collide and check that a hit is confirmed by content. nullptr in real use.
   uint64_t (*pipeline_hash_for_testing)(const CompiledKernel&) = nullptr;
+  AdstackTier adstack_tier = AdstackTier::kDefault;
+  // kAuto's limit: private arrays up to this many bytes per thread. On the H200 private arrays
+  // (local memory) beat the slot-major heap by 4-17% up to 4 KiB per thread, the largest
+  // measured (docs/benchmarks.md, "Private tier").
+  uint64_t adstack_private_budget_bytes = 4096;
+  // Private arrays get at least this many elements (then a power of two). On the H200 a 16-float
+  // array indexed by a runtime value ran 2.2x slower than a 32-float one (kept in registers with
+  // per-access selects, presumably, instead of local memory; docs/benchmarks.md).
+  uint32_t adstack_private_min_length = 32;
 };
 
 // An error the device flagged (adstack overflow, out-of-bounds access), as found when the
@@ -95,6 +124,11 @@ struct RuntimeStats {
   size_t live_descriptor_sets = 0;
   uint64_t adstack_heap_bytes = 0;    // current f32 + f64 + int adstack heaps
   uint64_t adstack_heap_growths = 0;  // heaps replaced by bigger ones (old ones retired)
+  AdstackTier adstack_tier = AdstackTier::kAuto;  // the tier policy in force (never kDefault)
+  uint64_t adstack_private_dispatches = 0;  // adstack task dispatches in the private tier
+  uint64_t adstack_heap_dispatches = 0;     // ... in the heap tier
+  uint64_t adstack_private_fallbacks = 0;   // kPrivate dispatches over kMaxPrivateTierBytes
+  uint64_t adstack_private_pipelines = 0;   // cached private-tier pipeline variants
 };
 
 class Runtime {
@@ -178,8 +212,11 @@ class Runtime {
   const rhi::Capabilities& caps() const { return device_->caps(); }
 
  private:
+  using PrivateLengths = std::array<uint32_t, adstack::kHeapCount>;
   struct Pipeline {
-    std::vector<rhi::ComputePipeline> tasks;  // one per task
+    std::vector<rhi::ComputePipeline> tasks;  // one per task (the heap tier)
+    // Per task, the private-tier variants made so far, one per private_lengths bucket.
+    std::vector<std::map<PrivateLengths, rhi::ComputePipeline>> private_variants;
     std::shared_ptr<const CompiledKernel> content;  // what they were built from (hits compare it)
     uint32_t refs = 0;
     uint64_t last_used = 0;  // registration tick, for LRU eviction
@@ -187,6 +224,7 @@ class Runtime {
   struct Kernel {
     CompiledKernel desc;
     uint64_t hash = 0;  // the key of its pipelines in pipelines_
+    std::vector<bool> private_tier;  // per task: its module declares the private tier
   };
   struct NdArray {
     DType dtype;
@@ -218,12 +256,25 @@ class Runtime {
   struct TaskLaunch {
     uint32_t begin = 0, end = 0, groups = 0;
     adstack::RowLayout row;  // adstack tasks only
+    bool private_tier = false;   // stacks in private arrays of private_len (else the heaps)
+    PrivateLengths private_len{};
   };
+  enum class TierChoice : uint8_t { kHeap, kPrivate, kFallback };
+  // The tier of an adstack task at this launch (AdstackTier) and, for the private tier, its
+  // array lengths.
+  TierChoice choose_tier(const Kernel& k, uint32_t task, const adstack::RowLayout& row,
+                         PrivateLengths* len) const;
+  // The pipeline of `task` in the private tier with `len` (made on first use, then cached with
+  // the kernel's pipelines).
+  Result<rhi::ComputePipeline*> private_pipeline(const Kernel& k, uint32_t task,
+                                                 const PrivateLengths& len);
   // Row layout of an adstack task for these args; may lower *groups so a heap fits one
   // binding; raises *heap_need to what this task needs.
+  // When `use_private(row)` puts the row in private arrays, it leaves both alone.
   Status plan_rows(const CompiledKernel& d, const CompiledTask& task, std::span<const Arg> args,
                    uint64_t* groups, adstack::RowLayout* row,
-                   std::array<uint64_t, adstack::kHeapCount>* heap_need) const;
+                   std::array<uint64_t, adstack::kHeapCount>* heap_need,
+                   const std::function<bool(const adstack::RowLayout&)>& use_private) const;
   // kFailedPrecondition when the device caps loop passes per invocation and this task's known
   // passes (grid-stride iterations over `n` with `groups` workgroups, times its body's
   // loop_passes) exceed the cap.

@@ -202,4 +202,17 @@ Status check_module(const std::vector<uint32_t>& words, const ModuleInterface& e
   return {};
 }
 
+bool declares_spec_id(const std::vector<uint32_t>& words, uint32_t spec_id) {
+  constexpr uint32_t kDecorationSpecId = 1;
+  for (size_t i = 5; i < words.size();) {
+    uint32_t count = words[i] >> 16, op = words[i] & 0xffff;
+    if (count == 0 || i + count > words.size()) break;
+    if (op == kOpDecorate && count == 4 && words[i + 2] == kDecorationSpecId && words[i + 3] == spec_id) {
+      return true;
+    }
+    i += count;
+  }
+  return false;
+}
+
 }  // namespace vkad::runtime

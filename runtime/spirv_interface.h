@@ -25,4 +25,8 @@ struct ModuleInterface {
 Status check_module(const std::vector<uint32_t>& words, const ModuleInterface& expected,
                     const std::string& where);
 
+// Whether the module decorates a specialization constant with SpecId `spec_id` (the module is
+// assumed valid: check_module passed).
+bool declares_spec_id(const std::vector<uint32_t>& words, uint32_t spec_id);
+
 }  // namespace vkad::runtime

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "codegen/reverse_mode.h"
@@ -68,7 +69,17 @@ class AdstackRuntime : public KernelTest, public ::testing::WithParamInterface<a
   codegen::Kernel forward_, adjoint_;
 };
 
-TEST_P(AdstackRuntime, HeapGrowsWhileEarlierLaunchesAreInFlight) {
+// The heap tier forced, whatever VKAD_ADSTACK_TIER says: these tests are about the heaps.
+class AdstackHeapTier : public AdstackRuntime {
+ protected:
+  runtime::RuntimeOptions options() const override {
+    runtime::RuntimeOptions o;
+    o.adstack_tier = runtime::AdstackTier::kHeap;
+    return o;
+  }
+};
+
+TEST_P(AdstackHeapTier, HeapGrowsWhileEarlierLaunchesAreInFlight) {
   runtime::CompiledKernel ck = adjoint(kRecurrence);
   auto h = runner_->rt().register_kernel(ck);
   ASSERT_TRUE(h.ok()) << h.status().to_string();
@@ -424,6 +435,180 @@ TEST_P(AdstackFewThreads, AdjointBlocksBesidePrimalOnlyStacksMatchTheCpuReferenc
 }
 
 auto layout_name = [](const ::testing::TestParamInfo<adstack::Layout>& info) { return layout_suffix(info.param); };
+// ---------------------------------------------------------------- storage tiers
+// RuntimeOptions::adstack_tier and the private tier (adstack_layout.h, "Storage tiers").
+class AdstackTiers : public AdstackRuntime {
+ protected:
+  runtime::RuntimeOptions options() const override {
+    runtime::RuntimeOptions o;
+    o.adstack_tier = tier_;
+    o.adstack_private_budget_bytes = 64;  // 16 f32 slots
+    o.adstack_private_min_length = min_length_;
+    return o;
+  }
+  void SetUp() override {}  // each test picks its tier, then calls start()
+  void start(runtime::AdstackTier tier, uint32_t min_length = 1) {
+    tier_ = tier;
+    min_length_ = min_length;
+    AdstackRuntime::SetUp();
+  }
+  // Launches the recurrence's adjoint with `trips` on `n` elements (one submission) and checks
+  // its gradients against the CPU evaluator's.
+  void check_recurrence(runtime::KernelHandle h, int trips, uint32_t n = 256) {
+    std::vector<float> xs(n);
+    for (size_t i = 0; i < n; ++i) xs[i] = std::sin(0.01f * static_cast<float>(i));
+    auto x = array(xs), y = array(std::vector<float>(n, 0)), yg = array(std::vector<float>(n, 1)),
+         xg = array(std::vector<float>(n, 0));
+    Arg args[] = {Arg::i32(trips), Arg::ndarray(x), Arg::ndarray(y), Arg::ndarray(xg), Arg::ndarray(yg)};
+    ASSERT_TRUE(runner_->rt().launch(h, args).ok());
+    Status st = runner_->rt().synchronize();
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    std::vector<float> got = read(xg, n);
+    codegen::HostArray hx(DType::kF32, {n}), hy(DType::kF32, {n}), hxg(DType::kF32, {n}), hyg(DType::kF32, {n});
+    for (size_t i = 0; i < n; ++i) hx.data[i] = xs[i], hyg.data[i] = 1.0;
+    std::vector<codegen::HostArg> hargs = {codegen::HostArg::of(trips), codegen::HostArg::of(hx),
+                                           codegen::HostArg::of(hy), codegen::HostArg::of(hxg),
+                                           codegen::HostArg::of(hyg)};
+    ASSERT_TRUE(codegen::evaluate(adjoint_, hargs).ok());
+    codegen::HostArray dev(DType::kF32, {n});
+    for (size_t i = 0; i < n; ++i) dev.data[i] = got[i];
+    EXPECT_EQ(compare_arrays(dev, hxg), "") << "trip count " << trips;
+    for (auto a : {x, y, yg, xg}) EXPECT_TRUE(runner_->rt().free_ndarray(a).ok());
+  }
+  runtime::AdstackTier tier_ = runtime::AdstackTier::kDefault;
+  uint32_t min_length_ = 1;
+};
+
+TEST_P(AdstackTiers, MinimumPrivateLengthMergesSmallBuckets) {
+  start(runtime::AdstackTier::kPrivate, 32);
+  if (!runner_) return;
+  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  for (int trips : {1, 9, 32}) check_recurrence(*h, trips);  // all in the 32-slot bucket
+  EXPECT_EQ(runner_->rt().stats().adstack_private_pipelines, 1u);
+  check_recurrence(*h, 33);
+  EXPECT_EQ(runner_->rt().stats().adstack_private_pipelines, 2u);
+  EXPECT_EQ(runner_->rt().stats().adstack_private_dispatches, 4u);
+}
+
+TEST_P(AdstackTiers, PrivateTierMakesNoHeapAndOneVariantPerCapacityBucket) {
+  start(runtime::AdstackTier::kPrivate);
+  if (!runner_) return;
+  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  EXPECT_EQ(runner_->rt().stats().adstack_tier, runtime::AdstackTier::kPrivate);
+  // Capacities 5, 7 and 8 round up to one bucket (8 slots), 9 to the next (16).
+  for (int trips : {5, 7, 8}) check_recurrence(*h, trips);
+  runtime::RuntimeStats s = runner_->rt().stats();
+  EXPECT_EQ(s.adstack_heap_bytes, 0u) << "the private tier needs no heap";
+  EXPECT_EQ(s.adstack_private_dispatches, 3u);
+  EXPECT_EQ(s.adstack_heap_dispatches, 0u);
+  EXPECT_EQ(s.adstack_private_pipelines, 1u);
+  check_recurrence(*h, 9);
+  EXPECT_EQ(runner_->rt().stats().adstack_private_pipelines, 2u);
+  EXPECT_EQ(runner_->rt().stats().adstack_heap_bytes, 0u);
+}
+
+TEST_P(AdstackTiers, ForcedPrivatePastTheHardLimitFallsBackToTheHeap) {
+  start(runtime::AdstackTier::kPrivate);
+  if (!runner_) return;
+  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  // 4097 f32 slots round up to 8192 (32 KiB per thread), past kMaxPrivateTierBytes.
+  const int trips = static_cast<int>(runtime::kMaxPrivateTierBytes / 4) + 1;
+  check_recurrence(*h, trips, 64);
+  runtime::RuntimeStats s = runner_->rt().stats();
+  EXPECT_EQ(s.adstack_private_fallbacks, 1u);
+  EXPECT_EQ(s.adstack_heap_dispatches, 1u);
+  EXPECT_EQ(s.adstack_private_dispatches, 0u);
+  EXPECT_GT(s.adstack_heap_bytes, 0u);
+}
+
+TEST_P(AdstackTiers, AutoUsesPrivateArraysUpToTheBudget) {
+  start(runtime::AdstackTier::kAuto);
+  if (!runner_) return;
+  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  check_recurrence(*h, 16);  // 16 slots: 64 bytes, the budget
+  EXPECT_EQ(runner_->rt().stats().adstack_private_dispatches, 1u);
+  EXPECT_EQ(runner_->rt().stats().adstack_heap_bytes, 0u);
+  check_recurrence(*h, 17);  // rounds up to 32 slots: 128 bytes
+  EXPECT_EQ(runner_->rt().stats().adstack_heap_dispatches, 1u);
+  EXPECT_EQ(runner_->rt().stats().adstack_private_fallbacks, 0u) << "over budget is no fallback";
+  EXPECT_GT(runner_->rt().stats().adstack_heap_bytes, 0u);
+}
+
+TEST_P(AdstackTiers, HeapTierNeverUsesPrivateArrays) {
+  start(runtime::AdstackTier::kHeap);
+  if (!runner_) return;
+  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  check_recurrence(*h, 3);
+  EXPECT_EQ(runner_->rt().stats().adstack_private_dispatches, 0u);
+  EXPECT_EQ(runner_->rt().stats().adstack_private_pipelines, 0u);
+  EXPECT_GT(runner_->rt().stats().adstack_heap_bytes, 0u);
+}
+
+TEST_P(AdstackTiers, OverflowIsReportedInThePrivateTier) {
+  start(runtime::AdstackTier::kPrivate);
+  if (!runner_) return;
+  auto h = runner_->rt().register_kernel(adjoint(R"(kernel dd(cnt: ndarray<i32, 1>, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f32
+    %x = load x[%i] : f32
+    store_local %v, %x
+    %zero = const 0 : i32
+    %c = load cnt[%i] : i32
+    for %k in [%zero, %c) max_trip(4) {
+      %a = load_local %v : f32
+      %s = sin %a : f32
+      store_local %v, %s
+    }
+    %out = load_local %v : f32
+    store y[%i], %out
+  }
+})"));
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  const size_t n = 64;
+  std::vector<int32_t> counts(n, 3);
+  counts[17] = 6;  // past max_trip(4)
+  auto cnt = runner_->rt().create_ndarray(DType::kI32, {n});
+  ASSERT_TRUE(cnt.ok());
+  ASSERT_TRUE(runner_->rt().upload(*cnt, counts.data(), 4 * n).ok());
+  auto x = array(std::vector<float>(n, 0.5f)), y = array(std::vector<float>(n, 0)),
+       xg = array(std::vector<float>(n, 0)), yg = array(std::vector<float>(n, 1));
+  Arg args[] = {Arg::ndarray(*cnt), Arg::ndarray(x), Arg::ndarray(y), Arg::ndarray(xg), Arg::ndarray(yg)};
+  ASSERT_TRUE(runner_->rt().launch(*h, args).ok());
+  Status st = runner_->rt().synchronize();
+  EXPECT_EQ(st.code(), ErrorCode::kDeviceError) << st.to_string();
+  EXPECT_NE(st.message().find("overflowed its capacity of 4 entries per thread"), std::string::npos) << st.message();
+  EXPECT_EQ(runner_->rt().stats().adstack_private_dispatches, 1u);
+  EXPECT_EQ(runner_->rt().stats().adstack_heap_bytes, 0u);
+}
+
+TEST(AdstackTierOption, EnvironmentVariableSetsTheDefaultAndBadValuesAreNamed) {
+  // Each GPU test runs in its own process (tests/CMakeLists.txt), so setenv stays local.
+  ASSERT_EQ(setenv("VKAD_ADSTACK_TIER", "sideways", 1), 0);
+  auto bad = runtime::Runtime::create();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument) << "checked before any device";
+  EXPECT_NE(bad.status().message().find("VKAD_ADSTACK_TIER is 'sideways'"), std::string::npos)
+      << bad.status().message();
+  ASSERT_EQ(setenv("VKAD_ADSTACK_TIER", "heap", 1), 0);
+  auto rt = runtime::Runtime::create();
+  if (!rt.ok()) GTEST_SKIP() << rt.status().to_string();
+  EXPECT_EQ((*rt)->stats().adstack_tier, runtime::AdstackTier::kHeap);
+  // An explicit option wins over the environment.
+  runtime::RuntimeOptions o;
+  o.adstack_tier = runtime::AdstackTier::kPrivate;
+  auto rt2 = runtime::Runtime::create(o);
+  ASSERT_TRUE(rt2.ok());
+  EXPECT_EQ((*rt2)->stats().adstack_tier, runtime::AdstackTier::kPrivate);
+  unsetenv("VKAD_ADSTACK_TIER");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, AdstackHeapTier, ::testing::ValuesIn(kAdstackLayouts), layout_name);
+INSTANTIATE_TEST_SUITE_P(Layouts, AdstackTiers, ::testing::ValuesIn(kAdstackLayouts), layout_name);
 INSTANTIATE_TEST_SUITE_P(Layouts, AdstackRuntime, ::testing::ValuesIn(kAdstackLayouts), layout_name);
 INSTANTIATE_TEST_SUITE_P(Layouts, AdstackFewThreads, ::testing::ValuesIn(kAdstackLayouts), layout_name);
 

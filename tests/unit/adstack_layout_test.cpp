@@ -10,6 +10,7 @@
 #include "codegen/target.h"
 #include "codegen/text.h"
 #include "rhi/device.h"
+#include "runtime/spirv_interface.h"
 
 namespace vkad::adstack {
 namespace {
@@ -127,6 +128,49 @@ TEST(AdstackLayout, CompiledStacksGetAnAdjointBlockOnlyWhenTheKernelUsesIt) {
   ASSERT_TRUE(row.ok());
   EXPECT_EQ(row->offset, (std::vector<uint32_t>{0, 10}));
   EXPECT_EQ(row->row_elems[0], 10u + 20u);
+}
+
+TEST(AdstackLayout, PrivateLengthsArePowersOfTwoCoveringEachUsedHeap) {
+  std::vector<StackDesc> stacks = three_stacks();
+  auto row = plan_row(stacks, inputs(5));  // f32 row 16, int row 2, no f64
+  ASSERT_TRUE(row.ok());
+  EXPECT_EQ(private_lengths(*row), (std::array<uint32_t, kHeapCount>{16, 1, 2}));
+  EXPECT_EQ(private_bytes(*row), 16u * 4 + 2u * 4) << "the unused f64 heap takes nothing";
+  row = plan_row(stacks, inputs(6));  // f32 row 3*2 + 6*2 = 18 -> 32
+  ASSERT_TRUE(row.ok());
+  EXPECT_EQ(private_lengths(*row)[0], 32u);
+  for (uint32_t h = 0; h < kHeapCount; ++h) EXPECT_GE(private_lengths(*row)[h], row->row_elems[h]);
+  // A minimum length raises the used heaps only.
+  EXPECT_EQ(private_lengths(*row, 64), (std::array<uint32_t, kHeapCount>{64, 1, 64}));
+  EXPECT_EQ(private_bytes(*row, 64), 64u * 4 + 64u * 4);
+}
+
+TEST(AdstackLayout, CompiledAdstackTasksDeclareThePrivateTier) {
+  auto k = codegen::parse(R"(kernel k(n: i32, x: ndarray<f32, 1>, y: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %z = const 0 : i32
+    %n = arg n : i32
+    %x = load x[%i] : f32
+    %p = stack_alloc cap(n) : f32
+    for %k in [%z, %n) {
+      stack_push %p, %x
+    }
+    %t = stack_top %p : f32
+    store y[%i], %t
+  }
+  task plain parallel %j in [0, shape(x, 0)) {
+    %w = load x[%j] : f32
+    store y[%j], %w
+  }
+})");
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  auto ck = codegen::compile(*k, codegen::Target{});
+  ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+  EXPECT_TRUE(runtime::declares_spec_id(ck->tasks[0].spirv, kPrivateTierSpecId));
+  EXPECT_TRUE(runtime::declares_spec_id(ck->tasks[0].spirv, private_length_spec_id(Heap::kF32)));
+  EXPECT_FALSE(runtime::declares_spec_id(ck->tasks[0].spirv, private_length_spec_id(Heap::kF64)))
+      << "only heaps with stacks get a private array";
+  EXPECT_FALSE(runtime::declares_spec_id(ck->tasks[1].spirv, kPrivateTierSpecId));
 }
 
 TEST(AdstackLayout, TargetPicksSlotMajorOnGpusAndThreadMajorOnCpus) {
