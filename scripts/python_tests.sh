@@ -6,6 +6,18 @@
 # the interpreter; VKAD_VENV (default build/python-venv) the venv, recreated on every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# What README.md's "Python" section has a user install beyond scripts/setup.sh's packages.
+missing=()
+for p in python3-venv python3-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null; then
+  echo "vkad python tests: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
 python=${VKAD_PYTHON:-$( [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || command -v python3 )}
 venv=${VKAD_VENV:-build/python-venv}
 rm -rf "$venv"
