@@ -130,6 +130,13 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   VKAD_ASSIGN_OR_RETURN(rt->stream_,
                         rt->device_->create_stream(
                             {options.sync_mode, "vkad runtime stream", options.wait_spin_ns}));
+  const rhi::Capabilities& caps = rt->device_->caps();
+  rt->limits_.device_name = caps.device_name;
+  rt->limits_.max_groups = options.max_groups;
+  rt->limits_.max_workgroup_count_x = caps.max_workgroup_count[0];
+  rt->limits_.max_storage_buffer_range = caps.max_storage_buffer_range;
+  rt->limits_.max_loop_passes = caps.max_loop_passes;
+  rt->limits_.enforce_loop_limit = options.enforce_loop_limit;
   rt->retirement_ =
       RetirementQueue<CtxBuffers>(options.retirement_depth, options.retirement_policy);
   return rt;
@@ -612,60 +619,35 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   const CompiledKernel& d = k->desc;
   VKAD_TRY(check_args(*k, args));
 
-  // Resolve ranges before recording anything, so a bad range records nothing.
-  auto eval = [&](const RangeBound& b) -> int64_t {
-    switch (b.kind) {
-      case RangeBound::Kind::kConstant: return b.value;
-      case RangeBound::Kind::kScalarParam: return args[b.param].i;
-      case RangeBound::Kind::kArrayDim: return arrays_.at(args[b.param].array.id).shape[b.dim];
-    }
-    return 0;
-  };
-  // Per task: its range and workgroups (min(ceil(n / local_size), max_groups)), and for
-  // adstack tasks the row layout, which may lower the workgroups so a heap fits one binding
-  // (tasks grid-stride, so fewer threads is still correct).
+  // Plan every task before recording anything, so a bad range records nothing
+  // (runtime/launch_plan.h: ranges, workgroups, adstack rows and tiers, heap needs).
   const bool stacks = d.has_adstacks();
-  std::vector<TaskLaunch> plan(d.tasks.size());
-  std::array<uint64_t, adstack::kHeapCount> heap_need{};
-  bool any_heap_task = false;             // else no heap is needed (nor made)
-  std::array<uint64_t, 3> tier_counts{};  // per TierChoice, counted once the launch is recorded
-  for (size_t t = 0; t < d.tasks.size(); ++t) {
-    const CompiledTask& task = d.tasks[t];
-    int64_t b = 0, e = 0;
-    if (task.dim_begin.empty()) {
-      b = eval(task.begin), e = eval(task.end);
+  LaunchInputs inputs;
+  inputs.ints.resize(d.params.size());
+  inputs.shapes.resize(d.params.size(), nullptr);
+  for (uint32_t i = 0; i < d.params.size(); ++i) {
+    if (d.params[i].kind == ParamKind::kScalar) {
+      inputs.ints[i] = args[i].i;
     } else {
-      VKAD_ASSIGN_OR_RETURN(e, nd_range_count(d, task, args));
+      inputs.shapes[i] = &arrays_.at(args[i].array.id).shape;
     }
-    if (b < 0 || e > UINT32_MAX) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "launch of '" + d.name + "' task '" + task.name + "': range [" +
-                            std::to_string(b) + ", " + std::to_string(e) + ") is out of bounds");
-    }
-    TaskLaunch& tl = plan[t];
-    tl.begin = static_cast<uint32_t>(b);
-    tl.end = static_cast<uint32_t>(std::max(b, e));
-    uint64_t n = tl.end - tl.begin;
-    uint64_t g = task.serial ? 1 : (n + task.local_size - 1) / task.local_size;
-    g = std::min<uint64_t>(std::max<uint64_t>(g, 1), options_.max_groups);
-    if (!task.adstacks.empty()) {
-      TierChoice tier = TierChoice::kHeap;
-      auto use_private = [&](const adstack::RowLayout& row) {
-        tier = choose_tier(*k, static_cast<uint32_t>(t), row, &tl.private_len);
-        return tier == TierChoice::kPrivate;
-      };
-      VKAD_TRY(plan_rows(d, task, args, &g, &tl.row, &heap_need, use_private));
-      tl.private_tier = tier == TierChoice::kPrivate;
-      if (tl.private_tier) {
-        VKAD_TRY(private_pipeline(*k, static_cast<uint32_t>(t), tl.private_len).status());
-      }
-      any_heap_task = any_heap_task || !tl.private_tier;
-      ++tier_counts[static_cast<size_t>(tier)];
-    }
-    tl.groups = static_cast<uint32_t>(g);
-    VKAD_TRY(check_loop_passes(d, task, args, n, g));
   }
-  if (any_heap_task) VKAD_TRY(ensure_heaps(heap_need));
+  const AdstackTier policy = options_.adstack_tier;
+  auto chooser = [&](uint32_t t, const adstack::RowLayout& row, PrivateLengths* len) {
+    return choose_tier(k->private_tier[t], policy == AdstackTier::kHeap,
+                       policy == AdstackTier::kPrivate, options_.adstack_private_budget_bytes,
+                       kMaxPrivateTierBytes, options_.adstack_private_min_length, row, len);
+  };
+  VKAD_ASSIGN_OR_RETURN(LaunchPlan lp, plan_launch(d, inputs, limits_, chooser));
+  const std::vector<TaskPlan>& plan = lp.tasks;
+  for (size_t t = 0; t < d.tasks.size(); ++t) {
+    if (plan[t].private_tier()) {
+      VKAD_TRY(private_pipeline(*k, static_cast<uint32_t>(t), plan[t].private_len).status());
+    }
+  }
+  const bool any_heap_task = lp.any_heap_task;
+  const std::array<uint64_t, 3>& tier_counts = lp.tier_counts;
+  if (any_heap_task) VKAD_TRY(ensure_heaps(lp.heap_need));
 
   // The args buffer: scalars, shapes, zeroed error words, adstack rows (ABI in
   // compiled_kernel.h).
@@ -702,7 +684,7 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   VKAD_TRY(ensure_list());
   Pipeline& pipes = pipelines_.at(k->hash);
   for (size_t t = 0; t < d.tasks.size(); ++t) {
-    rhi::ComputePipeline& p = plan[t].private_tier
+    rhi::ComputePipeline& p = plan[t].private_tier()
                                   ? pipes.private_variants[t].at(plan[t].private_len)
                                   : pipes.tasks[t];
     list_.bind_pipeline(p);
@@ -784,123 +766,6 @@ Status Runtime::synchronize() {
   }
   VKAD_TRY(drain_all());
   return take_device_errors();
-}
-
-Status Runtime::plan_rows(const CompiledKernel& d, const CompiledTask& task,
-                          std::span<const Arg> args, uint64_t* groups, adstack::RowLayout* row,
-                          std::array<uint64_t, adstack::kHeapCount>* heap_need,
-                          const std::function<bool(const adstack::RowLayout&)>& use_private) const {
-  adstack::SizeInputs inputs{
-      [&](uint32_t p) { return args[p].i; },
-      [&](uint32_t p, uint32_t dim) { return static_cast<int64_t>(arrays_.at(args[p].array.id).shape[dim]); }};
-  Result<adstack::RowLayout> planned = adstack::plan_row(task.adstacks, inputs);
-  if (!planned.ok()) {
-    return make_error(planned.status().code(), "launch of '" + d.name + "' task '" + task.name +
-                                                   "': " + planned.status().message());
-  }
-  *row = std::move(planned).value();
-  if (use_private(*row)) return {};
-  for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
-    auto heap = static_cast<adstack::Heap>(h);
-    uint64_t row_bytes = uint64_t{row->row_elems[h]} * adstack::heap_elem_bytes(heap);
-    if (!row_bytes) continue;
-    uint64_t max_threads = caps().max_storage_buffer_range / row_bytes;
-    if (max_threads < task.local_size) {
-      return make_error(ErrorCode::kOutOfDeviceMemory,
-                        "launch of '" + d.name + "' task '" + task.name + "': one thread's adstack row needs " +
-                            std::to_string(row_bytes) + " bytes of the " + adstack::heap_name(heap) +
-                            " heap, more than the device allows in one binding (" +
-                            std::to_string(caps().max_storage_buffer_range / task.local_size) +
-                            " per thread); lower the loop trip counts");
-    }
-    *groups = std::min<uint64_t>(*groups, max_threads / task.local_size);
-  }
-  for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
-    (*heap_need)[h] = std::max((*heap_need)[h], adstack::heap_bytes(*row, static_cast<adstack::Heap>(h),
-                                                                    *groups * task.local_size));
-  }
-  return {};
-}
-
-Result<int64_t> Runtime::nd_range_count(const CompiledKernel& d, const CompiledTask& task,
-                                        std::span<const Arg> args) const {
-  adstack::SizeInputs inputs{
-      [&](uint32_t p) { return args[p].i; },
-      [&](uint32_t p, uint32_t dim) { return static_cast<int64_t>(arrays_.at(args[p].array.id).shape[dim]); }};
-  int64_t count = 1;
-  for (size_t dim = 0; dim < task.dim_begin.size(); ++dim) {
-    Result<int64_t> b = adstack::evaluate(task.dim_begin[dim], inputs);
-    Result<int64_t> e = adstack::evaluate(task.dim_end[dim], inputs);
-    // The module computes the bounds in i32 and the indices are i32.
-    if (!b.ok() || !e.ok() || *b < 0 || *e > INT32_MAX) {
-      std::string got = b.ok() && e.ok() ? "[" + std::to_string(*b) + ", " + std::to_string(*e) + ")"
-                                         : (b.ok() ? e : b).status().message();
-      return make_error(ErrorCode::kInvalidArgument,
-                        "launch of '" + d.name + "' task '" + task.name + "': dimension " +
-                            std::to_string(dim) + "'s range " + got +
-                            " is out of bounds (begin >= 0, end <= 2^31 - 1)");
-    }
-    count *= std::max<int64_t>(*e - *b, 0);  // < 2^31 per factor, at most 3 factors
-    if (count > UINT32_MAX) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "launch of '" + d.name + "' task '" + task.name + "': the N-d range has " +
-                            "more than 2^32 - 1 iterations");
-    }
-  }
-  return count;
-}
-
-Status Runtime::check_loop_passes(const CompiledKernel& d, const CompiledTask& task,
-                                  std::span<const Arg> args, uint64_t n, uint64_t groups) const {
-  const uint64_t limit = caps().max_loop_passes;
-  if (limit == 0 || !options_.enforce_loop_limit) return {};
-  adstack::SizeInputs inputs{
-      [&](uint32_t p) { return args[p].i; },
-      [&](uint32_t p, uint32_t dim) { return static_cast<int64_t>(arrays_.at(args[p].array.id).shape[dim]); }};
-  Result<int64_t> body = adstack::evaluate(task.loop_passes, inputs);
-  // The grid-stride loop: its iterations per invocation, each ending with one pass, then the
-  // pass that ends it (codegen/loop_passes.h has the model).
-  uint64_t threads = task.serial ? 1 : groups * task.local_size;
-  uint64_t strides = (n + threads - 1) / threads;
-  uint64_t total = 0;
-  bool over = !body.ok() ||
-              __builtin_mul_overflow(strides, static_cast<uint64_t>(*body) + 1, &total) ||
-              __builtin_add_overflow(total, 1 + task.loop_passes_idle, &total) || total > limit;
-  if (!over) return {};
-  // Only the error path builds strings (this runs on every launch on lavapipe).
-  const std::string where = "launch of '" + d.name + "' task '" + task.name + "'";
-  std::string count = body.ok() ? std::to_string(total) : "more than 2^64";
-  std::string advice =
-      task.serial ? "shorten the serial task's range or its loops"
-                  : "lower the per-thread trip counts (the range's iterations per thread are " +
-                        std::to_string(strides) +
-                        (groups < caps().max_workgroup_count[0] && strides > 1
-                             ? "; more workgroups (RuntimeOptions::max_groups) would lower them"
-                             : "") +
-                        ")";
-  return make_error(
-      ErrorCode::kFailedPrecondition,
-      where + ": up to " + count + " loop passes per shader invocation (" + std::to_string(strides) +
-          " grid-stride iteration(s) of a body with up to " +
-          (body.ok() ? std::to_string(*body) : std::string("?")) +
-          " loop passes), more than the " + std::to_string(limit) + " that device '" +
-          caps().device_name +
-          "' runs: lavapipe silently leaves loops past this limit, so the results would be "
-          "wrong. Run it on a GPU, or " + advice + " (docs/reference.md, \"Loop limit on lavapipe\")");
-}
-
-Runtime::TierChoice Runtime::choose_tier(const Kernel& k, uint32_t task,
-                                         const adstack::RowLayout& row, PrivateLengths* len) const {
-  const AdstackTier policy = options_.adstack_tier;
-  if (policy == AdstackTier::kHeap || !k.private_tier[task]) return TierChoice::kHeap;
-  const uint32_t min_length = options_.adstack_private_min_length;
-  const uint64_t bytes = adstack::private_bytes(row, min_length);
-  if (policy == AdstackTier::kPrivate && bytes > kMaxPrivateTierBytes) return TierChoice::kFallback;
-  if (policy == AdstackTier::kAuto && bytes > std::min(options_.adstack_private_budget_bytes, kMaxPrivateTierBytes)) {
-    return TierChoice::kHeap;
-  }
-  *len = adstack::private_lengths(row, min_length);
-  return TierChoice::kPrivate;
 }
 
 Result<rhi::ComputePipeline*> Runtime::private_pipeline(const Kernel& k, uint32_t task,

@@ -41,6 +41,7 @@
 #include "rhi/stream.h"
 #include "abi/kernel_abi.h"
 #include "runtime/handles.h"
+#include "runtime/launch_plan.h"
 #include "runtime/retirement_queue.h"
 #include "runtime/use_guard.h"
 
@@ -212,7 +213,6 @@ class Runtime {
   const rhi::Capabilities& caps() const { return device_->caps(); }
 
  private:
-  using PrivateLengths = std::array<uint32_t, adstack::kHeapCount>;
   struct Pipeline {
     std::vector<rhi::ComputePipeline> tasks;  // one per task (the heap tier)
     // Per task, the private-tier variants made so far, one per private_lengths bucket.
@@ -253,37 +253,10 @@ class Runtime {
   Result<uint64_t> issue_id();  // the next handle id of this runtime
   Status check_args(const Kernel& k, std::span<const Arg> args) const;
   Status drain_all();
-  struct TaskLaunch {
-    uint32_t begin = 0, end = 0, groups = 0;
-    adstack::RowLayout row;  // adstack tasks only
-    bool private_tier = false;   // stacks in private arrays of private_len (else the heaps)
-    PrivateLengths private_len{};
-  };
-  enum class TierChoice : uint8_t { kHeap, kPrivate, kFallback };
-  // The tier of an adstack task at this launch (AdstackTier) and, for the private tier, its
-  // array lengths.
-  TierChoice choose_tier(const Kernel& k, uint32_t task, const adstack::RowLayout& row,
-                         PrivateLengths* len) const;
   // The pipeline of `task` in the private tier with `len` (made on first use, then cached with
   // the kernel's pipelines).
   Result<rhi::ComputePipeline*> private_pipeline(const Kernel& k, uint32_t task,
                                                  const PrivateLengths& len);
-  // Row layout of an adstack task for these args; may lower *groups so a heap fits one
-  // binding; raises *heap_need to what this task needs.
-  // When `use_private(row)` puts the row in private arrays, it leaves both alone.
-  Status plan_rows(const CompiledKernel& d, const CompiledTask& task, std::span<const Arg> args,
-                   uint64_t* groups, adstack::RowLayout* row,
-                   std::array<uint64_t, adstack::kHeapCount>* heap_need,
-                   const std::function<bool(const adstack::RowLayout&)>& use_private) const;
-  // kFailedPrecondition when the device caps loop passes per invocation and this task's known
-  // passes (grid-stride iterations over `n` with `groups` workgroups, times its body's
-  // loop_passes) exceed the cap.
-  // The iteration count of an N-d task (the product of its dimensions' extents), or
-  // kInvalidArgument naming the dimension whose range the launch cannot run.
-  Result<int64_t> nd_range_count(const CompiledKernel& d, const CompiledTask& task,
-                                 std::span<const Arg> args) const;
-  Status check_loop_passes(const CompiledKernel& d, const CompiledTask& task,
-                           std::span<const Arg> args, uint64_t n, uint64_t groups) const;
   Status ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& need);
   void read_error_flags(CtxBuffers& retired);
   // Reads and releases what the retirement queue retired (after every call that can retire).
@@ -292,6 +265,7 @@ class Runtime {
   void evict_unreferenced();
 
   RuntimeOptions options_;
+  LaunchLimits limits_;  // the device's and options' numbers planning needs (launch_plan.h)
   std::unique_ptr<rhi::Device> device_;
   std::unique_ptr<rhi::Stream> stream_;
   rhi::CommandList list_;
