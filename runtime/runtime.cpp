@@ -549,7 +549,7 @@ Status Runtime::download(NdArrayHandle array, void* out, uint64_t bytes) {
   // The readback buffer was used only by `sem`, which is complete: released at once.
   readback.reset();
   VKAD_TRY(drain_all());
-  return take_device_errors();
+  return errors_.take();
 }
 
 // ---------------------------------------------------------------- launch
@@ -765,7 +765,7 @@ Status Runtime::synchronize() {
     return make_error(ErrorCode::kTimeout, "synchronize: the last submission did not complete");
   }
   VKAD_TRY(drain_all());
-  return take_device_errors();
+  return errors_.take();
 }
 
 Result<rhi::ComputePipeline*> Runtime::private_pipeline(const Kernel& k, uint32_t task,
@@ -826,74 +826,10 @@ Status Runtime::set_retirement_depth(size_t depth) {
   return {};
 }
 
-// What a task's error word means (codes in abi/kernel_abi.h). `args` is the launch's args
-// buffer, which still holds the launch's adstack capacities.
-static std::string describe_device_error(const CompiledKernel& d, uint32_t task, uint32_t flag,
-                                  const std::byte* args) {
-  const abi::ErrorWord e = abi::decode_error_word(flag);
-  if (e.code == kErrorOutOfBounds) {
-    return "out-of-bounds ndarray access (the access was skipped; loads read 0)";
-  }
-  const auto& stacks = d.tasks[task].adstacks;
-  if (e.code == kErrorAdstackOverflow && e.stack >= 0 && static_cast<size_t>(e.stack) < stacks.size()) {
-    uint32_t cap = 0;
-    const uint32_t st = static_cast<uint32_t>(e.stack);
-    std::memcpy(&cap, args + d.adstack_args_offset(task) + 4 * size_t{adstack::capacity_word(st)}, 4);
-    return "adstack " + stacks[st].name + " overflowed its capacity of " +
-           std::to_string(cap) +
-           " entries per thread (pushes past it were dropped, so that launch's gradients are "
-           "wrong): a loop ran more iterations than its trip bound; raise the loop's max_trip "
-           "(KernelBuilder::for_range(begin, end, max_trip, body))";
-  }
-  return "device reported error code " + std::to_string(flag);
-}
-
 void Runtime::read_error_flags(CtxBuffers& retired) {
-  // Entries retire in submission order and a list's launches in launch order, so `launches`
-  // stays ascending.
   for (const FlagSite& site : retired.flags) {
-    const CompiledKernel& d = site.kernel->desc;
-    const std::byte* base = retired.buffers[site.buffer].mapped();
-    for (uint32_t t = 0; t < d.tasks.size(); ++t) {
-      uint32_t flag;
-      std::memcpy(&flag, base + d.error_flag_offset(t), 4);
-      if (flag == 0) continue;
-      std::string what = "kernel '" + d.name + "', task '" + d.tasks[t].name + "': " +
-                         describe_device_error(d, t, flag, base);
-      DeviceError* e = nullptr;
-      for (DeviceError& known : device_errors_) {
-        if (known.message == what) e = &known;
-      }
-      if (!e) {
-        if (device_errors_.size() >= 16) continue;
-        e = &device_errors_.emplace_back();
-        e->kernel = d.name;
-        e->task = d.tasks[t].name;
-        e->code = flag & 0xff;
-        e->message = std::move(what);
-      }
-      ++e->count;
-      if (e->launches.size() < DeviceError::kMaxListedLaunches) e->launches.push_back(site.launch);
-    }
+    errors_.record(site.kernel->desc, retired.buffers[site.buffer].mapped(), site.launch);
   }
-}
-
-Status Runtime::take_device_errors() {
-  if (device_errors_.empty()) return {};
-  std::string msg;
-  for (const DeviceError& e : device_errors_) {
-    std::string ids;
-    for (size_t i = 0; i < e.launches.size(); ++i) {
-      ids += (i ? ", #" : "#") + std::to_string(e.launches[i].value);
-    }
-    if (e.count > e.launches.size()) ids += ", ...";
-    msg += (msg.empty() ? "" : "; ") + e.message +
-           (e.count == 1 ? " (in launch " + ids + ")"
-                         : " (in launches " + ids + "; " + std::to_string(e.count) + " launches)");
-  }
-  // Reported once; the runtime stays usable.
-  reported_errors_ = std::exchange(device_errors_, {});
-  return make_error(ErrorCode::kDeviceError, msg);
 }
 
 RuntimeStats Runtime::stats() const {

@@ -41,6 +41,7 @@
 #include "rhi/stream.h"
 #include "abi/kernel_abi.h"
 #include "runtime/handles.h"
+#include "runtime/device_error_log.h"
 #include "runtime/launch_plan.h"
 #include "runtime/retirement_queue.h"
 #include "runtime/use_guard.h"
@@ -96,18 +97,6 @@ struct RuntimeOptions {
   uint32_t adstack_private_min_length = 32;
 };
 
-// An error the device flagged (adstack overflow, out-of-bounds access), as found when the
-// launches that hit it retired. One entry per (kernel, task, error); `launches` lists the first
-// of them in launch order (at most kMaxListedLaunches), `count` all of them.
-struct DeviceError {
-  static constexpr size_t kMaxListedLaunches = 16;
-  std::string kernel;
-  std::string task;
-  uint32_t code = 0;      // kErrorOutOfBounds, kErrorAdstackOverflow, ... (abi/kernel_abi.h)
-  std::string message;    // "kernel 'k', task 't': <what happened and what to do>"
-  std::vector<LaunchId> launches;
-  uint64_t count = 0;
-};
 
 struct RuntimeStats {
   RetirementCounters retirement;
@@ -201,7 +190,7 @@ class Runtime {
   Status synchronize();
   // The device errors behind the last kDeviceError that download / synchronize returned (empty
   // when none was reported yet), for callers that act on them rather than print them.
-  const std::vector<DeviceError>& device_errors() const { return reported_errors_; }
+  const std::vector<DeviceError>& device_errors() const { return errors_.reported(); }
 
   // After a device loss every call above and set_retirement_depth return kDeviceLost and
   // change nothing; only destruction remains useful. A handle of another runtime is
@@ -261,7 +250,6 @@ class Runtime {
   void read_error_flags(CtxBuffers& retired);
   // Reads and releases what the retirement queue retired (after every call that can retire).
   void take_retired();
-  Status take_device_errors();
   void evict_unreferenced();
 
   RuntimeOptions options_;
@@ -282,8 +270,7 @@ class Runtime {
   rhi::StreamSemaphore last_sem_;
   std::array<rhi::Buffer, adstack::kHeapCount> heaps_;  // shared by all adstack launches
   // Found at retirement, reported at the next drain: one entry per (kernel, task, message).
-  std::vector<DeviceError> device_errors_;
-  std::vector<DeviceError> reported_errors_;  // what the last kDeviceError reported
+  DeviceErrorLog errors_;  // found at retirement, reported at the next drain
   uint64_t next_launch_ = 0;                  // the last LaunchId issued
   RuntimeStats stats_;
   UseGuard use_guard_;  // see use_guard.h: the thread model, enforced
