@@ -678,7 +678,7 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
     }
     // With every adstack task in the private tier the heap bindings are never accessed: the
     // args buffer stands in for them, so no heap is made.
-    for (rhi::Buffer& h : heaps_) bindings.push_back(any_heap_task ? &h : &args_buf);
+    for (rhi::Buffer& h : heaps_.all()) bindings.push_back(any_heap_task ? &h : &args_buf);
   }
   abi::encode_args(d, scalars, shapes, adstack_words, args_buf.mapped());
   VKAD_TRY(ensure_list());
@@ -793,26 +793,10 @@ Result<rhi::ComputePipeline*> Runtime::private_pipeline(const Kernel& k, uint32_
 }
 
 Status Runtime::ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& need) {
-  for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
-    uint64_t have = heaps_[h].valid() ? heaps_[h].size() : 0;
-    if (have >= std::max<uint64_t>(need[h], 1)) continue;
-    // Amortised doubling; the old heap may still be used by recorded or in-flight work, so it
-    // travels with this list's ctx buffers through the retirement queue.
-    uint64_t bytes = std::max<uint64_t>({need[h], 2 * have, 4096});
-    bytes = std::min<uint64_t>(bytes, std::max<uint64_t>(need[h], caps().max_storage_buffer_range));
-    VKAD_ASSIGN_OR_RETURN(
-        rhi::Buffer fresh,
-        device_->create_buffer({bytes, rhi::MemoryUsage::kDeviceLocal,
-                                std::string("adstack heap ") + adstack::heap_name(static_cast<adstack::Heap>(h))}));
-    if (heaps_[h].valid()) {
-      ctx_bytes_ += heaps_[h].size();
-      ctx_buffers_.buffers.push_back(std::move(heaps_[h]));
-      ++stats_.adstack_heap_growths;
-    }
-    heaps_[h] = std::move(fresh);
-  }
-  stats_.adstack_heap_bytes = 0;
-  for (const rhi::Buffer& b : heaps_) stats_.adstack_heap_bytes += b.valid() ? b.size() : 0;
+  // Old heaps travel with this list's ctx buffers through the retirement queue.
+  VKAD_TRY(heaps_.ensure(*device_, need, &ctx_buffers_.buffers, &ctx_bytes_,
+                         &stats_.adstack_heap_growths));
+  stats_.adstack_heap_bytes = heaps_.bytes();
   return {};
 }
 

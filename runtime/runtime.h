@@ -41,6 +41,7 @@
 #include "rhi/stream.h"
 #include "abi/kernel_abi.h"
 #include "runtime/handles.h"
+#include "runtime/adstack_heaps.h"
 #include "runtime/device_error_log.h"
 #include "runtime/launch_plan.h"
 #include "runtime/retirement_queue.h"
@@ -268,7 +269,7 @@ class Runtime {
   uint32_t next_serial_ = 1;  // the low half
   uint64_t tick_ = 0;
   rhi::StreamSemaphore last_sem_;
-  std::array<rhi::Buffer, adstack::kHeapCount> heaps_;  // shared by all adstack launches
+  AdstackHeaps heaps_;  // shared by all adstack launches
   // Found at retirement, reported at the next drain: one entry per (kernel, task, message).
   DeviceErrorLog errors_;  // found at retirement, reported at the next drain
   uint64_t next_launch_ = 0;                  // the last LaunchId issued

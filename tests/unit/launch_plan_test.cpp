@@ -190,3 +190,21 @@ TEST(LaunchPlan, LoopPassLimitRefusesWithTheCount) {
 
 }  // namespace
 }  // namespace vkad::runtime
+
+#include "runtime/adstack_heaps.h"
+
+namespace vkad::runtime {
+namespace {
+
+TEST(AdstackHeapsGrowth, DoublesFromFourKibAndStopsAtTheBindingRange) {
+  EXPECT_EQ(next_heap_bytes(0, 0, 1 << 30), 4096u);  // every heap is bound: even an unused one exists
+  EXPECT_EQ(next_heap_bytes(0, 100, 1 << 30), 4096u);      // at least 4 KiB
+  EXPECT_EQ(next_heap_bytes(4096, 4096, 1 << 30), 4096u);  // enough: unchanged
+  EXPECT_EQ(next_heap_bytes(4096, 5000, 1 << 30), 8192u);  // doubling
+  EXPECT_EQ(next_heap_bytes(4096, 100000, 1 << 30), 100000u);  // or the need, if larger
+  EXPECT_EQ(next_heap_bytes(600u << 20, 700u << 20, 1u << 30), 1u << 30);  // capped at the range
+  EXPECT_EQ(next_heap_bytes(0, 3ull << 30, 1u << 30), 3ull << 30);  // unless the need is larger
+}
+
+}  // namespace
+}  // namespace vkad::runtime
