@@ -36,9 +36,8 @@ const std::map<std::string, std::set<std::string>>& allowed() {
 }
 // Layers that must compile without Vulkan headers.
 const std::set<std::string> kNoVulkan = {"base", "adstack", "abi", "codegen"};
-// Forwarding headers kept while branches in flight still include the old paths.
-const std::set<std::string> kForwarding = {"rhi/status.h", "runtime/compiled_kernel.h",
-                                           "codegen/spirv_tools.h"};
+// Forwarding headers kept while branches in flight still include old paths (none now).
+const std::set<std::string> kForwarding = {};
 
 TEST(Layers, EachFolderIncludesOnlyTheLayersBelowIt) {
   namespace fs = std::filesystem;
