@@ -111,6 +111,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   }
   std::unique_ptr<Runtime> rt(new Runtime());
   rt->options_ = options;
+  rt->pipelines_ = PipelineCache(options.pipeline_cache_capacity, options.pipeline_hash_for_testing);
   VKAD_ASSIGN_OR_RETURN(rt->options_.adstack_tier, resolve_adstack_tier(options.adstack_tier));
   rt->stats_.adstack_tier = rt->options_.adstack_tier;
   rt->runtime_id_ = g_next_runtime_id.fetch_add(1);
@@ -263,53 +264,27 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
       }
     }
   }
-  // The key is the content hash, probed forward past entries with that hash and different
-  // content: a hash match is confirmed by comparing the content, never taken as proof.
-  uint64_t hash = options_.pipeline_hash_for_testing ? options_.pipeline_hash_for_testing(kernel)
-                                                     : kernel.content_hash();
-  auto it = pipelines_.find(hash);
-  while (it != pipelines_.end() && !abi::same_pipelines(*it->second.content, kernel)) {
-    it = pipelines_.find(++hash);
-  }
-  if (it == pipelines_.end()) {
-    // Drivers trust their input: validate every module and its interface before any of them
-    // reaches one. Cached pipelines were checked when they were created.
+  // Drivers trust their input: every module and its interface is validated before any of them
+  // reaches one (on a cache miss; cached pipelines were checked when they were created).
+  auto validate = [&]() -> Status {
     for (const CompiledTask& t : kernel.tasks) {
-      VKAD_TRY(check_module(t.spirv,
-                            {"main", kernel.binding_count(), 8, t.local_size},
+      VKAD_TRY(check_module(t.spirv, {"main", kernel.binding_count(), 8, t.local_size},
                             kname + " task '" + t.name + "'"));
     }
-    Pipeline p;
-    p.content = std::make_shared<const CompiledKernel>(kernel);
-    for (const CompiledTask& t : kernel.tasks) {
-      rhi::ComputePipelineDesc desc;
-      desc.spirv = t.spirv;
-      desc.storage_buffer_count = kernel.binding_count();
-      desc.push_constant_bytes = 8;
-      desc.name = kernel.name + "." + t.name;
-      VKAD_ASSIGN_OR_RETURN(rhi::ComputePipeline pipeline,
-                            device_->create_compute_pipeline(desc));
-      p.tasks.push_back(std::move(pipeline));
-    }
-    it = pipelines_.emplace(hash, std::move(p)).first;
-  } else {
-    ++stats_.pipeline_cache_hits;
-  }
+    return {};
+  };
   VKAD_ASSIGN_OR_RETURN(uint64_t id, issue_id());
-  ++it->second.refs;
-  it->second.last_used = ++tick_;
+  bool hit = false;
+  VKAD_ASSIGN_OR_RETURN(uint64_t key, pipelines_.acquire(*device_, kernel, validate, &hit));
+  if (hit) ++stats_.pipeline_cache_hits;
   auto k = std::make_shared<Kernel>();
   k->desc = kernel;
-  k->hash = hash;
+  k->hash = key;
   for (const CompiledTask& t : kernel.tasks) {
     k->private_tier.push_back(!t.adstacks.empty() &&
                               declares_spec_id(t.spirv, adstack::kPrivateTierSpecId));
   }
-  if (it->second.private_variants.size() < kernel.tasks.size()) {
-    it->second.private_variants.resize(kernel.tasks.size());
-  }
   kernels_.emplace(id, std::move(k));
-  evict_unreferenced();
   return KernelHandle{id};
 }
 
@@ -318,10 +293,9 @@ Status Runtime::unregister_kernel(KernelHandle kernel) {
   VKAD_TRY(device_->status());
   auto it = kernels_.find(kernel.id);
   if (it == kernels_.end()) return dead_handle("unregister_kernel", "kernel", kernel.id);
-  auto p = pipelines_.find(it->second->hash);
-  if (p != pipelines_.end() && p->second.refs > 0) --p->second.refs;
+  const uint64_t key = it->second->hash;
   kernels_.erase(it);
-  evict_unreferenced();
+  pipelines_.release(key);
   return {};
 }
 
@@ -342,22 +316,6 @@ Status Runtime::dead_handle(const std::string& where, const char* what, uint64_t
                           ", not to this one (runtime " + std::to_string(runtime_id_) + ")");
   }
   return make_error(ErrorCode::kNotFound, where + ": " + h + " was freed or never existed");
-}
-
-void Runtime::evict_unreferenced() {
-  // LRU among unreferenced pipelines; destruction is deferred by the rhi deleter to the last
-  // submission that bound them.
-  while (pipelines_.size() > options_.pipeline_cache_capacity) {
-    auto victim = pipelines_.end();
-    for (auto it = pipelines_.begin(); it != pipelines_.end(); ++it) {
-      if (it->second.refs == 0 &&
-          (victim == pipelines_.end() || it->second.last_used < victim->second.last_used)) {
-        victim = it;
-      }
-    }
-    if (victim == pipelines_.end()) return;  // everything is referenced
-    pipelines_.erase(victim);
-  }
 }
 
 // ---------------------------------------------------------------- ndarrays
@@ -642,7 +600,7 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   const std::vector<TaskPlan>& plan = lp.tasks;
   for (size_t t = 0; t < d.tasks.size(); ++t) {
     if (plan[t].private_tier()) {
-      VKAD_TRY(private_pipeline(*k, static_cast<uint32_t>(t), plan[t].private_len).status());
+      VKAD_TRY(pipelines_.private_variant(*device_, k->hash, static_cast<uint32_t>(t), plan[t].private_len).status());
     }
   }
   const bool any_heap_task = lp.any_heap_task;
@@ -682,7 +640,7 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   }
   abi::encode_args(d, scalars, shapes, adstack_words, args_buf.mapped());
   VKAD_TRY(ensure_list());
-  Pipeline& pipes = pipelines_.at(k->hash);
+  PipelineCache::Entry& pipes = pipelines_.at(k->hash);
   for (size_t t = 0; t < d.tasks.size(); ++t) {
     rhi::ComputePipeline& p = plan[t].private_tier()
                                   ? pipes.private_variants[t].at(plan[t].private_len)
@@ -768,30 +726,6 @@ Status Runtime::synchronize() {
   return errors_.take();
 }
 
-Result<rhi::ComputePipeline*> Runtime::private_pipeline(const Kernel& k, uint32_t task,
-                                                        const PrivateLengths& len) {
-  Pipeline& pipes = pipelines_.at(k.hash);
-  auto& variants = pipes.private_variants.at(task);
-  auto it = variants.find(len);
-  if (it != variants.end()) return &it->second;
-  const CompiledTask& t = k.desc.tasks[task];
-  rhi::ComputePipelineDesc desc;
-  desc.spirv = t.spirv;
-  desc.storage_buffer_count = k.desc.binding_count();
-  desc.push_constant_bytes = 8;
-  desc.name = k.desc.name + "." + t.name + " (private adstacks)";
-  desc.specialization.push_back({adstack::kPrivateTierSpecId, 1});
-  for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
-    // Only the heaps the task uses have a length constant (Vulkan would ignore the others).
-    if (std::any_of(t.adstacks.begin(), t.adstacks.end(),
-                    [&](const adstack::StackDesc& s) { return static_cast<uint32_t>(s.heap) == h; })) {
-      desc.specialization.push_back({adstack::private_length_spec_id(static_cast<adstack::Heap>(h)), len[h]});
-    }
-  }
-  VKAD_ASSIGN_OR_RETURN(rhi::ComputePipeline pipeline, device_->create_compute_pipeline(desc));
-  return &variants.emplace(len, std::move(pipeline)).first->second;
-}
-
 Status Runtime::ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& need) {
   // Old heaps travel with this list's ctx buffers through the retirement queue.
   VKAD_TRY(heaps_.ensure(*device_, need, &ctx_buffers_.buffers, &ctx_bytes_,
@@ -822,9 +756,7 @@ RuntimeStats Runtime::stats() const {
   s.live = device_->live();
   s.ctx_bytes_recording = ctx_bytes_;
   s.pipelines_cached = pipelines_.size();
-  for (const auto& [hash, p] : pipelines_) {
-    for (const auto& v : p.private_variants) s.adstack_private_pipelines += v.size();
-  }
+  s.adstack_private_pipelines = pipelines_.private_variant_count();
   s.ndarrays = arrays_.size();
   s.memory_block_bytes = device_->allocator().stats().block_bytes;
   s.memory_used_bytes = device_->allocator().stats().used_bytes;

@@ -44,6 +44,7 @@
 #include "runtime/adstack_heaps.h"
 #include "runtime/device_error_log.h"
 #include "runtime/launch_plan.h"
+#include "runtime/pipeline_cache.h"
 #include "runtime/retirement_queue.h"
 #include "runtime/use_guard.h"
 
@@ -203,17 +204,10 @@ class Runtime {
   const rhi::Capabilities& caps() const { return device_->caps(); }
 
  private:
-  struct Pipeline {
-    std::vector<rhi::ComputePipeline> tasks;  // one per task (the heap tier)
-    // Per task, the private-tier variants made so far, one per private_lengths bucket.
-    std::vector<std::map<PrivateLengths, rhi::ComputePipeline>> private_variants;
-    std::shared_ptr<const CompiledKernel> content;  // what they were built from (hits compare it)
-    uint32_t refs = 0;
-    uint64_t last_used = 0;  // registration tick, for LRU eviction
-  };
+
   struct Kernel {
     CompiledKernel desc;
-    uint64_t hash = 0;  // the key of its pipelines in pipelines_
+    uint64_t hash = 0;  // the key of its pipelines in the pipeline cache
     std::vector<bool> private_tier;  // per task: its module declares the private tier
   };
   struct NdArray {
@@ -243,15 +237,10 @@ class Runtime {
   Result<uint64_t> issue_id();  // the next handle id of this runtime
   Status check_args(const Kernel& k, std::span<const Arg> args) const;
   Status drain_all();
-  // The pipeline of `task` in the private tier with `len` (made on first use, then cached with
-  // the kernel's pipelines).
-  Result<rhi::ComputePipeline*> private_pipeline(const Kernel& k, uint32_t task,
-                                                 const PrivateLengths& len);
   Status ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& need);
   void read_error_flags(CtxBuffers& retired);
   // Reads and releases what the retirement queue retired (after every call that can retire).
   void take_retired();
-  void evict_unreferenced();
 
   RuntimeOptions options_;
   LaunchLimits limits_;  // the device's and options' numbers planning needs (launch_plan.h)
@@ -262,12 +251,11 @@ class Runtime {
   CtxBuffers ctx_buffers_;
   uint64_t ctx_bytes_ = 0;
   RetirementQueue<CtxBuffers> retirement_;
-  std::unordered_map<uint64_t, Pipeline> pipelines_;
+  PipelineCache pipelines_{256, nullptr};  // create() sets it from the options
   std::unordered_map<uint64_t, std::shared_ptr<const Kernel>> kernels_;
   std::unordered_map<uint64_t, NdArray> arrays_;
   uint64_t runtime_id_ = 0;   // process-wide, the high half of every handle
   uint32_t next_serial_ = 1;  // the low half
-  uint64_t tick_ = 0;
   rhi::StreamSemaphore last_sem_;
   AdstackHeaps heaps_;  // shared by all adstack launches
   // Found at retirement, reported at the next drain: one entry per (kernel, task, message).
