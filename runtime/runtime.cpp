@@ -21,14 +21,6 @@ double now_us() {
 }
 
 // False when the product overflows 64 bits.
-bool element_count(const std::vector<uint32_t>& shape, uint64_t* n) {
-  *n = 1;
-  for (uint32_t d : shape) {
-    if (__builtin_mul_overflow(*n, uint64_t{d}, n)) return false;
-  }
-  return true;
-}
-
 std::string format_double(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.9g", v);
@@ -67,12 +59,6 @@ bool size_refs_ok(const adstack::SizeExpr& e, const std::vector<KernelParam>& pa
 
 // Every Runtime of the process gets its own id, the high half of its handles.
 std::atomic<uint32_t> g_next_runtime_id{1};
-
-std::string shape_string(const std::vector<uint32_t>& shape) {
-  std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + ")";
-}
 
 }  // namespace
 
@@ -325,34 +311,8 @@ Result<NdArrayHandle> Runtime::create_ndarray(DType dtype, std::vector<uint32_t>
   VKAD_EXCLUSIVE_USE("create_ndarray");
   VKAD_TRY(device_->status());
   std::string label = name.empty() ? "ndarray " + std::to_string(next_serial_) : name;
-  if (!valid_dtype(dtype)) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "ndarray '" + label + "': dtype value " +
-                          std::to_string(static_cast<int>(dtype)) + " is not a DType");
-  }
-  if (shape.size() > kMaxNdArrayRank) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "ndarray '" + label + "': rank " + std::to_string(shape.size()) +
-                          " (shape " + shape_string(shape) + "); ranks 1 to " +
-                          std::to_string(kMaxNdArrayRank) + " are supported");
-  }
-  uint64_t elems = 0, bytes = 0;
-  if (!element_count(shape, &elems) ||
-      __builtin_mul_overflow(elems, uint64_t{dtype_bytes(dtype)}, &bytes)) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "ndarray '" + label + "': shape " + shape_string(shape) + " of " +
-                          dtype_name(dtype) + " overflows 64 bits of bytes");
-  }
-  if (shape.empty() || elems == 0) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "ndarray '" + label + "': shape " + shape_string(shape) + " is empty");
-  }
-  if (bytes > device_->caps().max_storage_buffer_range) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "ndarray '" + label + "' of " + std::to_string(bytes) +
-                          " bytes exceeds the device's storage buffer range of " +
-                          std::to_string(device_->caps().max_storage_buffer_range));
-  }
+  VKAD_ASSIGN_OR_RETURN(uint64_t bytes,
+                        ndarray_bytes(dtype, shape, label, device_->caps().max_storage_buffer_range));
   VKAD_ASSIGN_OR_RETURN(uint64_t id, issue_id());
   VKAD_ASSIGN_OR_RETURN(rhi::Buffer buffer,
                         device_->create_buffer({bytes, rhi::MemoryUsage::kDeviceLocal, label}));

@@ -44,6 +44,7 @@
 #include "runtime/adstack_heaps.h"
 #include "runtime/device_error_log.h"
 #include "runtime/launch_plan.h"
+#include "runtime/ndarray_table.h"
 #include "runtime/pipeline_cache.h"
 #include "runtime/retirement_queue.h"
 #include "runtime/use_guard.h"
@@ -210,13 +211,7 @@ class Runtime {
     uint64_t hash = 0;  // the key of its pipelines in the pipeline cache
     std::vector<bool> private_tier;  // per task: its module declares the private tier
   };
-  struct NdArray {
-    DType dtype;
-    std::vector<uint32_t> shape;
-    rhi::Buffer buffer;
-    std::string name;
-    uint64_t bytes = 0;
-  };
+
   // Where a launch's device error words live: checked when its submission retires.
   struct FlagSite {
     size_t buffer;  // index into CtxBuffers::buffers (the launch's args buffer)
@@ -253,7 +248,7 @@ class Runtime {
   RetirementQueue<CtxBuffers> retirement_;
   PipelineCache pipelines_{256, nullptr};  // create() sets it from the options
   std::unordered_map<uint64_t, std::shared_ptr<const Kernel>> kernels_;
-  std::unordered_map<uint64_t, NdArray> arrays_;
+  NdArrayTable arrays_;
   uint64_t runtime_id_ = 0;   // process-wide, the high half of every handle
   uint32_t next_serial_ = 1;  // the low half
   rhi::StreamSemaphore last_sem_;

@@ -208,3 +208,29 @@ TEST(AdstackHeapsGrowth, DoublesFromFourKibAndStopsAtTheBindingRange) {
 
 }  // namespace
 }  // namespace vkad::runtime
+
+#include "runtime/ndarray_table.h"
+
+namespace vkad::runtime {
+namespace {
+
+TEST(NdArrayTable, BytesAndTheErrorsThatNameTheArray) {
+  auto ok = ndarray_bytes(DType::kF64, {3, 5}, "a", 1 << 20);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(*ok, 3u * 5u * 8u);
+  EXPECT_EQ(*ndarray_bytes(DType::kBool, {7}, "b", 1 << 20), 28u);  // bool: one u32 each
+  auto empty = ndarray_bytes(DType::kF32, {4, 0}, "e", 1 << 20);
+  EXPECT_NE(empty.status().message().find("'e': shape (4, 0) is empty"), std::string::npos);
+  EXPECT_FALSE(ndarray_bytes(DType::kF32, {}, "r0", 1 << 20).ok());
+  auto rank = ndarray_bytes(DType::kF32, std::vector<uint32_t>(9, 2), "r9", 1 << 20);
+  EXPECT_NE(rank.status().message().find("rank 9"), std::string::npos);
+  auto big = ndarray_bytes(DType::kF32, {1u << 20, 1u << 20, 1u << 30}, "o", UINT64_MAX);
+  EXPECT_NE(big.status().message().find("overflows 64 bits"), std::string::npos);
+  auto range = ndarray_bytes(DType::kF32, {1000}, "x", 3999);
+  EXPECT_NE(range.status().message().find("'x' of 4000 bytes exceeds"), std::string::npos);
+  auto dtype = ndarray_bytes(static_cast<DType>(42), {1}, "d", 1 << 20);
+  EXPECT_NE(dtype.status().message().find("dtype value 42"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vkad::runtime
