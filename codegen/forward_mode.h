@@ -24,6 +24,6 @@
 
 namespace vkad::codegen {
 
-Result<Kernel> make_jvp(const Kernel& forward, const Target& target = {});
+Result<Kernel> make_jvp(const Kernel& forward, const Target& target = Target::host());
 
 }  // namespace vkad::codegen

@@ -71,7 +71,7 @@ inline constexpr int kMaxAdjointNesting = static_cast<int>(kMaxNestingDepth);  /
 // kUnsupported when the adjoint needs what the target lacks (e.g. atomic_add into an f64
 // gradient on a device without f64 or 64-bit integer atomics), otherwise kInternal (a bug in
 // reverse mode); both name the adjoint's statement.
-Result<Kernel> make_adjoint(const Kernel& forward, const Target& target = {});
+Result<Kernel> make_adjoint(const Kernel& forward, const Target& target = Target::host());
 
 // Exact stack sizing without max_trip: as make_adjoint, but a loop with no derivable or stated
 // trip bound (a while loop without max_trip, a for loop whose bounds depend on ndarray contents
@@ -89,7 +89,7 @@ struct CountedAdjoint {
   Kernel counter;
   uint32_t counted = 0;
 };
-Result<CountedAdjoint> make_adjoint_counted(const Kernel& forward, const Target& target = {});
+Result<CountedAdjoint> make_adjoint_counted(const Kernel& forward, const Target& target = Target::host());
 
 // Which ndarray parameters of `k` each invocation of `task` (one of k's tasks) owns: flag p is
 // true when the task is parallel and every load, store and atomic_add of parameter p in it

@@ -1,5 +1,10 @@
 // What the compiler may assume about the device it compiles for: plain data, no Vulkan.
 // api/device_target.h reads it from a live device (Session does this for every kernel).
+//
+// A default-constructed Target is the Vulkan 1.2 baseline: no optional feature (no f64, no i64,
+// no float or 64-bit atomics), so a kernel compiled for it runs on every device vkad supports.
+// Target::host() claims every feature: for host-only work (the text form, the CPU reference,
+// verifying without a device), and the default of the passes that take a target.
 #pragma once
 
 #include <string>
@@ -9,12 +14,12 @@
 namespace vkad::codegen {
 
 struct Target {
-  std::string device_name = "any device";
-  bool float64 = true;
-  bool int64 = true;               // shaderInt64: i64 values, parameters and ndarrays
-  bool atomic_float32_add = true;  // SPV_EXT_shader_atomic_float_add, 32-bit
-  bool atomic_float64_add = true;
-  bool atomic_int64 = true;        // 64-bit integer buffer atomics (f64 compare-and-swap)
+  std::string device_name = "the Vulkan 1.2 baseline";
+  bool float64 = false;
+  bool int64 = false;               // shaderInt64: i64 values, parameters and ndarrays
+  bool atomic_float32_add = false;  // SPV_EXT_shader_atomic_float_add, 32-bit
+  bool atomic_float64_add = false;
+  bool atomic_int64 = false;        // 64-bit integer buffer atomics (f64 compare-and-swap)
   uint32_t max_local_size = 1024;
   // How adstack heaps order their elements (adstack/adstack_layout.h): slot-major on GPUs
   // (coalesced pushes and pops), thread-major on CPU devices (one thread's stacks in its own
@@ -26,6 +31,14 @@ struct Target {
   // "Operation semantics" for NaN, infinities and -0 hold only where the device has it.
   bool preserve_nan_inf_f32 = false;
   bool preserve_nan_inf_f64 = false;
+
+  // Every feature present (see above).
+  static Target host() {
+    Target t;
+    t.device_name = "any device (host)";
+    t.float64 = t.int64 = t.atomic_float32_add = t.atomic_float64_add = t.atomic_int64 = true;
+    return t;
+  }
 };
 
 }  // namespace vkad::codegen

@@ -16,7 +16,7 @@
 
 namespace vkad::codegen {
 
-Status verify(const Kernel& k, const Target& target = {});
+Status verify(const Kernel& k, const Target& target = Target::host());
 
 // The part of verify() that runs first and without recursion: kInvalidArgument when for / if
 // bodies or size expressions nest deeper than kMaxNestingDepth. Anything that walks an

@@ -118,7 +118,7 @@ TEST(AdstackLayout, CompiledStacksGetAnAdjointBlockOnlyWhenTheKernelUsesIt) {
   }
 })");
   ASSERT_TRUE(k.ok()) << k.status().to_string();
-  auto ck = codegen::compile(*k, codegen::Target{});
+  auto ck = codegen::compile(*k, codegen::Target::host());
   ASSERT_TRUE(ck.ok()) << ck.status().to_string();
   const std::vector<StackDesc>& stacks = ck->tasks[0].adstacks;
   ASSERT_EQ(stacks.size(), 2u);
@@ -164,7 +164,7 @@ TEST(AdstackLayout, CompiledAdstackTasksDeclareThePrivateTier) {
   }
 })");
   ASSERT_TRUE(k.ok()) << k.status().to_string();
-  auto ck = codegen::compile(*k, codegen::Target{});
+  auto ck = codegen::compile(*k, codegen::Target::host());
   ASSERT_TRUE(ck.ok()) << ck.status().to_string();
   EXPECT_TRUE(runtime::declares_spec_id(ck->tasks[0].spirv, kPrivateTierSpecId));
   EXPECT_TRUE(runtime::declares_spec_id(ck->tasks[0].spirv, private_length_spec_id(Heap::kF32)));

@@ -24,7 +24,7 @@ TEST(CodegenEmit, EveryStatementKindValidates) {
       CompileOptions o;
       o.native_float_atomics = native;
       o.optimize = opt;
-      auto c = compile(k, Target{}, o);
+      auto c = compile(k, Target::host(), o);
       ASSERT_TRUE(c.ok()) << c.status().to_string();
       ASSERT_EQ(c->tasks.size(), 2u);
       for (const auto& t : c->tasks) EXPECT_TRUE(validate_spirv(t.spirv).ok());
@@ -44,7 +44,7 @@ TEST(CodegenEmit, UnrollOnlyStraightLineTasksThatOwnTheirWrites) {
   auto loads_of_x = [](const std::string& text, uint32_t unroll) {
     CompileOptions o;
     o.unroll = unroll;
-    auto c = compile(parsed(text), Target{}, o);
+    auto c = compile(parsed(text), Target::host(), o);
     EXPECT_TRUE(c.ok()) << c.status().to_string();
     if (!c.ok()) return -1;
     std::string dis = disassemble_spirv(c->tasks[0].spirv);
@@ -92,15 +92,15 @@ TEST(CodegenEmit, UnrollOnlyStraightLineTasksThatOwnTheirWrites) {
 
 TEST(CodegenEmit, Deterministic) {
   Kernel k = parsed(testing::kEveryStatementKernel);
-  auto a = compile(k, Target{});
-  auto b = compile(parsed(print(k)), Target{});
+  auto a = compile(k, Target::host());
+  auto b = compile(parsed(print(k)), Target::host());
   ASSERT_TRUE(a.ok() && b.ok());
   for (size_t t = 0; t < a->tasks.size(); ++t) EXPECT_EQ(a->tasks[t].spirv, b->tasks[t].spirv);
   EXPECT_EQ(a->content_hash(), b->content_hash());
 }
 
 TEST(CodegenEmit, TargetWithoutF64IsRejectedNotMiscompiled) {
-  Target t;
+  Target t = Target::host();
   t.float64 = false;
   t.device_name = "tiny";
   auto c = compile(parsed(testing::kEveryStatementKernel), t);
@@ -113,14 +113,14 @@ TEST(CodegenEmit, TargetWithoutF64IsRejectedNotMiscompiled) {
 TEST(CodegenEmit, CacheHitsOnContent) {
   CompileCache cache;
   Kernel k = parsed(testing::kEveryStatementKernel);
-  auto a = cache.compile(k, Target{});
+  auto a = cache.compile(k, Target::host());
   ASSERT_TRUE(a.ok());
-  auto b = cache.compile(parsed(print(k)), Target{});  // same content, different object
+  auto b = cache.compile(parsed(print(k)), Target::host());  // same content, different object
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(a->get(), b->get());
   EXPECT_EQ(cache.hits(), 1u);
   k.tasks[0].local_size = 16;  // different content
-  auto c = cache.compile(k, Target{});
+  auto c = cache.compile(k, Target::host());
   ASSERT_TRUE(c.ok());
   EXPECT_NE(a->get(), c->get());
   EXPECT_EQ(cache.misses(), 2u);

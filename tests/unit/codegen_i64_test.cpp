@@ -16,13 +16,13 @@ TEST(CodegenI64, EveryOperationValidates) {
   for (bool opt : {false, true}) {
     CompileOptions o;
     o.optimize = opt;
-    auto c = compile(*k, Target{}, o);
+    auto c = compile(*k, Target::host(), o);
     ASSERT_TRUE(c.ok()) << c.status().to_string();
   }
 }
 
 TEST(CodegenI64, TargetWithoutInt64IsRejectedNamingTheStatement) {
-  Target t;
+  Target t = Target::host();
   t.int64 = false;
   t.device_name = "tiny";
   auto k = parse(testing::kI64Kernel);
@@ -53,7 +53,7 @@ TEST(CodegenI64, TargetWithoutInt64IsRejectedNamingTheStatement) {
 }
 
 TEST(CodegenI64, AtomicAddNeedsInt64Atomics) {
-  Target t;
+  Target t = Target::host();
   t.atomic_int64 = false;
   auto k = parse(R"(kernel a(x: ndarray<i64, 1>) {
   task main parallel %i in [0, 4) {

@@ -10,7 +10,7 @@ namespace vkad::codegen {
 namespace {
 
 std::string verify_text(const std::string& body, const std::string& params = "x: ndarray<f32, 1>, n: i32",
-                        const Target& t = {}) {
+                        const Target& t = Target::host()) {
   std::string text = "kernel k(" + params + ") {\n  task main parallel %0 in [0, 4) {\n" + body + "  }\n}\n";
   auto k = parse(text);
   EXPECT_TRUE(k.ok()) << k.status().to_string();
@@ -75,12 +75,12 @@ TEST(CodegenVerifier, IndexRankMismatch) {
 }
 
 TEST(CodegenVerifier, UnsupportedDtypeOnDevice) {
-  Target t;
+  Target t = Target::host();
   t.float64 = false;
   t.device_name = "llvmpipe-like";
   std::string got = verify_text("    %1 = const 1.0 : f64\n", "x: ndarray<f32, 1>", t);
   expect_error(got, "%1 = const 1.0 : f64", "dtype f64 is not supported on this device (llvmpipe-like");
-  Target no_atomics;
+  Target no_atomics = Target::host();
   no_atomics.atomic_float64_add = false;
   no_atomics.atomic_int64 = false;
   got = verify_text("    %1 = const 1.0 : f64\n    atomic_add y[%0], %1\n", "y: ndarray<f64, 1>", no_atomics);

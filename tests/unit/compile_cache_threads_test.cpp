@@ -47,7 +47,7 @@ TEST(CompileCacheThreads, CountersReadWhileOtherThreadsCompile) {
   for (int t = 0; t < kThreads; ++t) {
     compilers.emplace_back([&, t] {
       for (int i = 0; i < kCallsPerThread; ++i) {
-        auto r = cache.compile(small_kernel(16u << ((t + i) % kDistinct)), Target{});
+        auto r = cache.compile(small_kernel(16u << ((t + i) % kDistinct)), Target::host());
         if (!r.ok()) failures.fetch_add(1);
       }
     });

@@ -65,7 +65,7 @@ TEST(ReverseModePass, AdjointIsVerifiedAgainstTheTarget) {
                  "    %one = const 1 : i32\n    %j = add %i, %one : i32\n"
                  "    %x = load x[%j] : f64\n    %s = sin %x : f64\n    store y[%i], %s\n  }\n}\n");
   ASSERT_TRUE(k.ok());
-  Target no_f64_atomics;
+  Target no_f64_atomics = Target::host();
   no_f64_atomics.device_name = "test device";
   no_f64_atomics.atomic_float64_add = false;
   no_f64_atomics.atomic_int64 = false;
@@ -296,7 +296,7 @@ TEST(ReverseModePass, OwnedF64GradientNeedsNoAtomics) {
                  "  task main parallel %i in [0, shape(x, 0)) {\n"
                  "    %x = load x[%i] : f64\n    %s = sin %x : f64\n    store y[%i], %s\n  }\n}\n");
   ASSERT_TRUE(k.ok());
-  Target no_f64_atomics;
+  Target no_f64_atomics = Target::host();
   no_f64_atomics.device_name = "test device";
   no_f64_atomics.atomic_float64_add = false;
   no_f64_atomics.atomic_int64 = false;
@@ -377,7 +377,7 @@ TEST(ReverseModePass, OwnedSinLoopAdjointEmitsNoAtomics) {
     if (!a.ok()) return -1;
     CompileOptions o;
     o.native_float_atomics = native;
-    auto c = compile(*a, Target{}, o);
+    auto c = compile(*a, Target::host(), o);
     EXPECT_TRUE(c.ok()) << c.status().to_string();
     if (!c.ok()) return -1;
     int n = 0;
