@@ -201,7 +201,10 @@ class Runtime {
   Status set_retirement_depth(size_t depth);
   size_t retirement_depth() const { return retirement_.depth(); }
   RuntimeStats stats() const;
-  rhi::Device& device() { return *device_; }
+  // Read-only: the device's state (capabilities, validation messages, live objects). Calls that
+  // change it (mark_lost, live_mut, creating objects) stay inside the runtime, which keeps its
+  // invariants.
+  const rhi::Device& device() const { return *device_; }
   const rhi::Capabilities& caps() const { return device_->caps(); }
 
  private:

@@ -28,7 +28,7 @@ class SessionTest : public ::testing::Test {
   }
   void TearDown() override {
     if (!s_) return;
-    rhi::Device& d = s_->runtime().device();
+    const rhi::Device& d = s_->runtime().device();
     EXPECT_EQ(d.validation_message_count(), 0u) << [&] {
       std::string all;
       for (const auto& m : d.validation_messages()) all += m + "\n";
