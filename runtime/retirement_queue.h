@@ -54,6 +54,12 @@ class RetirementQueue {
   // back into its owner: every call that can retire (push, poll, drain_all, set_depth) is
   // followed by the owner taking what it retired.
   std::vector<Payload> take_retired() { return std::exchange(retired_, {}); }
+  // The same into `out` (cleared first), trading buffers so neither side allocates per call:
+  // for the runtime's flush path.
+  void take_retired(std::vector<Payload>& out) {
+    out.clear();
+    std::swap(out, retired_);
+  }
 
   size_t depth() const { return depth_; }
   // Lowering the depth retires down to it (forced waits on the oldest entries as needed).

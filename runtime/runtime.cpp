@@ -384,20 +384,15 @@ Status Runtime::fill(NdArrayHandle array, double value) {
   }
   const uint32_t elem = dtype_bytes(a.dtype);
   const uint32_t lo = static_cast<uint32_t>(pattern), hi = static_cast<uint32_t>(pattern >> 32);
+  if (elem == 8 && lo != hi) {
+    // vkCmdFillBuffer repeats 32 bits: an 8-byte pattern with unequal halves is staged.
+    std::vector<unsigned char> host(a.bytes);
+    for (uint64_t off = 0; off < a.bytes; off += elem) std::memcpy(host.data() + off, &pattern, elem);
+    return record_host_copy(a, host.data());
+  }
   VKAD_TRY(ensure_list());
   list_.barrier(rhi::Barrier::kComputeToTransfer);
-  if (elem == 4 || lo == hi) {
-    list_.fill(a.buffer, lo, 0, a.bytes);
-  } else {
-    VKAD_ASSIGN_OR_RETURN(rhi::Buffer staging,
-                          device_->create_buffer({a.bytes, rhi::MemoryUsage::kUpload,
-                                                  a.name + " fill"}));
-    auto* dst = reinterpret_cast<unsigned char*>(staging.mapped());
-    for (uint64_t off = 0; off < a.bytes; off += elem) std::memcpy(dst + off, &pattern, elem);
-    list_.copy(staging, a.buffer, a.bytes);
-    ctx_bytes_ += a.bytes;
-    ctx_buffers_.buffers.push_back(std::move(staging));
-  }
+  list_.fill(a.buffer, lo, 0, a.bytes);
   list_.barrier(rhi::Barrier::kTransferToCompute);
   return {};
 }
@@ -424,15 +419,19 @@ Status Runtime::upload(NdArrayHandle array, const void* data, uint64_t bytes) {
                       "upload to '" + a.name + "': " + std::to_string(bytes) +
                           " bytes given, the array holds " + std::to_string(a.bytes));
   }
+  return record_host_copy(a, data);
+}
+
+Status Runtime::record_host_copy(NdArray& a, const void* data) {
   VKAD_ASSIGN_OR_RETURN(rhi::Buffer staging,
-                        device_->create_buffer({bytes, rhi::MemoryUsage::kUpload,
+                        device_->create_buffer({a.bytes, rhi::MemoryUsage::kUpload,
                                                 a.name + " upload"}));
-  std::memcpy(staging.mapped(), data, bytes);
+  std::memcpy(staging.mapped(), data, a.bytes);
   VKAD_TRY(ensure_list());
   list_.barrier(rhi::Barrier::kComputeToTransfer);
-  list_.copy(staging, a.buffer, bytes);
+  list_.copy(staging, a.buffer, a.bytes);
   list_.barrier(rhi::Barrier::kTransferToCompute);
-  ctx_bytes_ += bytes;
+  ctx_bytes_ += a.bytes;
   ctx_buffers_.buffers.push_back(std::move(staging));
   return {};
 }
@@ -539,15 +538,23 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
 
   // Plan every task before recording anything, so a bad range records nothing
   // (runtime/launch_plan.h: ranges, workgroups, adstack rows and tiers, heap needs).
+  // One pass over the arguments gives the planner its inputs and the args encoder its values.
   const bool stacks = d.has_adstacks();
   LaunchInputs inputs;
   inputs.ints.resize(d.params.size());
   inputs.shapes.resize(d.params.size(), nullptr);
+  std::vector<abi::ScalarValue> scalars(d.params.size());
+  std::vector<rhi::Buffer*> bindings;  // the args buffer goes in front once it exists
+  bindings.reserve(1 + d.params.size() + (stacks ? adstack::kHeapCount : 0));
+  bindings.push_back(nullptr);
   for (uint32_t i = 0; i < d.params.size(); ++i) {
     if (d.params[i].kind == ParamKind::kScalar) {
       inputs.ints[i] = args[i].i;
+      scalars[i] = {args[i].f, args[i].i};
     } else {
-      inputs.shapes[i] = &arrays_.at(args[i].array.id).shape;
+      NdArray& arr = arrays_.at(args[i].array.id);
+      inputs.shapes[i] = &arr.shape;
+      bindings.push_back(&arr.buffer);
     }
   }
   const AdstackTier policy = options_.adstack_tier;
@@ -558,36 +565,32 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   };
   VKAD_ASSIGN_OR_RETURN(LaunchPlan lp, plan_launch(d, inputs, limits_, chooser));
   const std::vector<TaskPlan>& plan = lp.tasks;
+  // Each task's pipeline, found once: the heap tier's, or its private-tier variant (made on
+  // first use).
+  PipelineCache::Entry& pipes = pipelines_.at(k->hash);
+  std::vector<rhi::ComputePipeline*> task_pipeline(d.tasks.size());
   for (size_t t = 0; t < d.tasks.size(); ++t) {
     if (plan[t].private_tier()) {
-      VKAD_TRY(pipelines_.private_variant(*device_, k->hash, static_cast<uint32_t>(t), plan[t].private_len).status());
+      VKAD_ASSIGN_OR_RETURN(task_pipeline[t],
+                            pipelines_.private_variant(*device_, k->hash, static_cast<uint32_t>(t),
+                                                       plan[t].private_len));
+    } else {
+      task_pipeline[t] = &pipes.tasks[t];
     }
   }
   const bool any_heap_task = lp.any_heap_task;
   const std::array<uint64_t, 3>& tier_counts = lp.tier_counts;
   if (any_heap_task) VKAD_TRY(ensure_heaps(lp.heap_need));
 
-  // The args buffer: scalars, shapes, zeroed error words, adstack rows (ABI in
-  // compiled_kernel.h).
+  // The args buffer: scalars, shapes, zeroed error words, adstack rows (abi/kernel_abi.h).
   uint32_t args_bytes = d.args_bytes();
   VKAD_ASSIGN_OR_RETURN(rhi::Buffer args_buf,
                         device_->create_buffer({args_bytes, rhi::MemoryUsage::kUpload,
                                                 d.name + " args"}));
-  std::vector<rhi::Buffer*> bindings = {&args_buf};
-  std::vector<abi::ScalarValue> scalars(d.params.size());
-  std::vector<const std::vector<uint32_t>*> shapes(d.params.size(), nullptr);
-  for (uint32_t i = 0; i < d.params.size(); ++i) {
-    const Arg& a = args[i];
-    if (d.params[i].kind == ParamKind::kScalar) {
-      scalars[i] = {a.f, a.i};
-    } else {
-      NdArray& arr = arrays_.at(a.array.id);
-      shapes[i] = &arr.shape;
-      bindings.push_back(&arr.buffer);
-    }
-  }
-  std::vector<std::vector<uint32_t>> adstack_words(d.tasks.size());
+  bindings[0] = &args_buf;
+  std::vector<std::vector<uint32_t>> adstack_words;  // empty for kernels without adstacks
   if (stacks) {
+    adstack_words.resize(d.tasks.size());
     for (uint32_t t = 0; t < d.tasks.size(); ++t) {
       if (d.tasks[t].adstacks.empty()) continue;
       adstack_words[t].resize(adstack::args_words(d.tasks[t].adstacks.size()));
@@ -598,13 +601,10 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
     // args buffer stands in for them, so no heap is made.
     for (rhi::Buffer& h : heaps_.all()) bindings.push_back(any_heap_task ? &h : &args_buf);
   }
-  abi::encode_args(d, scalars, shapes, adstack_words, args_buf.mapped());
+  abi::encode_args(d, scalars, inputs.shapes, adstack_words, args_buf.mapped());
   VKAD_TRY(ensure_list());
-  PipelineCache::Entry& pipes = pipelines_.at(k->hash);
   for (size_t t = 0; t < d.tasks.size(); ++t) {
-    rhi::ComputePipeline& p = plan[t].private_tier()
-                                  ? pipes.private_variants[t].at(plan[t].private_len)
-                                  : pipes.tasks[t];
+    rhi::ComputePipeline& p = *task_pipeline[t];
     list_.bind_pipeline(p);
     VKAD_TRY(list_.bind_buffers(p, bindings));
     uint32_t push[2] = {plan[t].begin, plan[t].end};
@@ -664,7 +664,9 @@ Result<rhi::StreamSemaphore> Runtime::flush() {
 void Runtime::take_retired() {
   // Retired payloads: read the error words their launches wrote, then release their buffers
   // (destroying a payload hands them to the deferred deleter).
-  for (CtxBuffers& b : retirement_.take_retired()) read_error_flags(b);
+  retirement_.take_retired(retired_);
+  for (CtxBuffers& b : retired_) read_error_flags(b);
+  retired_.clear();  // releases their buffers; the vector keeps its capacity
 }
 
 Status Runtime::drain_all() {

@@ -229,6 +229,9 @@ class Runtime {
 
   Runtime() : retirement_(3) {}
   Status ensure_list();
+  // Records a host -> device copy of all of `a` from `data` (a.bytes bytes) through a staging
+  // buffer retired with the list: upload, and fill's patterns that vkCmdFillBuffer cannot repeat.
+  Status record_host_copy(NdArray& a, const void* data);
   // The error for a handle that is not live here: foreign (kInvalidArgument) or freed /
   // never issued (kNotFound). `what` is "kernel" or "ndarray".
   Status dead_handle(const std::string& where, const char* what, uint64_t id) const;
@@ -249,6 +252,7 @@ class Runtime {
   CtxBuffers ctx_buffers_;
   uint64_t ctx_bytes_ = 0;
   RetirementQueue<CtxBuffers> retirement_;
+  std::vector<CtxBuffers> retired_;  // take_retired's scratch (no allocation per flush)
   PipelineCache pipelines_{256, nullptr};  // create() sets it from the options
   std::unordered_map<uint64_t, std::shared_ptr<const Kernel>> kernels_;
   NdArrayTable arrays_;
