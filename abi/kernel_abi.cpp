@@ -102,6 +102,8 @@ uint64_t CompiledKernel::content_hash() const {
     for (const auto& st : t.adstacks) mix(static_cast<uint64_t>(st.heap));
     mix(t.spirv.size());
     for (uint32_t w : t.spirv) mix(w);
+    mix(t.spec_words.size());
+    for (uint32_t w : t.spec_words) mix(w);
   }
   return h;
 }
@@ -115,7 +117,7 @@ bool same_pipelines(const CompiledKernel& a, const CompiledKernel& b) {
   for (size_t i = 0; i < a.tasks.size(); ++i) {
     const CompiledTask &t = a.tasks[i], &u = b.tasks[i];
     if (t.local_size != u.local_size || t.serial != u.serial || t.spirv != u.spirv ||
-        t.adstacks.size() != u.adstacks.size()) {
+        t.adstacks.size() != u.adstacks.size() || t.spec_words != u.spec_words) {
       return false;
     }
     for (size_t k = 0; k < t.adstacks.size(); ++k) {

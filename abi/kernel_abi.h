@@ -111,7 +111,25 @@ struct CompiledTask {
   adstack::SizeExpr loop_passes = adstack::SizeExpr::constant(0);
   // The passes the body makes in the grid-stride loop's final pass, with no lane active.
   uint64_t loop_passes_idle = 0;
+  // Launch specialization ("Launch specialization" below): byte offsets into the args buffer
+  // of the 32-bit words this module can take as specialization constants instead of loading
+  // them. Word i has a bool spec constant launch_spec_flag_id(i) (default false: load the
+  // word) and a u32 launch_spec_value_id(i) (the value when the flag is true). Empty for a
+  // module that declares none (hand-written ones, tasks without adstacks).
+  std::vector<uint32_t> spec_words;
 };
+
+// Launch specialization: the words codegen marks in a task with adstacks are the adstack
+// offset and capacity words and the 32-bit integer scalars and extents its `for` loops'
+// bounds are computed from. A pipeline created with them fixed lets the driver see constant
+// trip counts and constant private-array indices (it unrolls, and indexes the private tier's
+// arrays statically); the runtime makes such variants per distinct value set
+// (runtime.h: RuntimeOptions::adstack_specialize), and a module run without them (every flag
+// false) computes the same results from the loaded words.
+inline constexpr uint32_t kLaunchSpecIdBase = 16;  // above the adstack tier's ids
+inline constexpr uint32_t kMaxSpecWords = 64;
+constexpr uint32_t launch_spec_flag_id(uint32_t i) { return kLaunchSpecIdBase + 2 * i; }
+constexpr uint32_t launch_spec_value_id(uint32_t i) { return kLaunchSpecIdBase + 2 * i + 1; }
 
 struct CompiledKernel {
   std::string name;

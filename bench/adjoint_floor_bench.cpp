@@ -433,6 +433,14 @@ void make_private(std::string& text, uint32_t len, bool static_steps) {
 // A copy of an adstack kernel that always runs in the heap tier: its tier specialization
 // constant renumbered away, so the runtime sees a module without the private tier
 // (adstack_layout.h, "Storage tiers"). Lets one runtime time both tiers side by side.
+// The same module without launch specialization: no spec words, so every launch uses the
+// tier's generic pipeline (its constants keep their defaults: load the words).
+runtime::CompiledKernel unspecialized(runtime::CompiledKernel k) {
+  k.name += "_generic";
+  for (runtime::CompiledTask& t : k.tasks) t.spec_words.clear();
+  return k;
+}
+
 runtime::CompiledKernel heap_only(runtime::CompiledKernel k) {
   k.name += "_heap";
   for (runtime::CompiledTask& t : k.tasks) {
@@ -573,6 +581,8 @@ int main(int argc, char** argv) {
   // kMaxPrivateTierBytes per thread), its heap_only() copy in the heaps.
   runtime::RuntimeOptions rt_options;
   rt_options.adstack_tier = runtime::AdstackTier::kPrivate;
+  // Both tiers specialized where the kernel allows it; unspecialized() copies measure without.
+  rt_options.adstack_specialize = runtime::AdstackSpecialize::kAll;
   rt_options.adstack_private_min_length = static_cast<uint32_t>(args.get_int("private-min-length", runtime::RuntimeOptions{}.adstack_private_min_length));
   auto rt_r = runtime::Runtime::create(rt_options);
   if (!rt_r.ok()) {
@@ -620,8 +630,10 @@ int main(int argc, char** argv) {
     Kernel adj = make_adjoint(fwd, target).value();
     auto hf = rt.register_kernel(compile(fwd, target).value()).value();
     runtime::CompiledKernel adj_compiled = compile(adj, target).value();
-    auto ha = rt.register_kernel(heap_only(adj_compiled)).value();  // heap tier
-    auto hp = rt.register_kernel(adj_compiled).value();              // private tier
+    auto ha = rt.register_kernel(heap_only(unspecialized(adj_compiled))).value();  // heap tier
+    auto hp = rt.register_kernel(unspecialized(adj_compiled)).value();             // private tier
+    auto has = rt.register_kernel(heap_only(adj_compiled)).value();  // heap tier, specialized
+    auto hps = rt.register_kernel(adj_compiled).value();             // private tier, specialized
     auto tape = tape_kernel(rec, tape_reduction);
     if (!tape.ok()) {
       std::fprintf(stderr, "hand tape: %s\n", tape.status().to_string().c_str());
@@ -630,10 +642,10 @@ int main(int argc, char** argv) {
     auto ht = rt.register_kernel(*tape).value();
     // ht: hand heap tape; pt: hand private tape (trip count from the args, as vkad's); st: the
     // same with the trip count a constant (static capacity).
-    std::printf("%5s %9s %10s %10s %10s %10s %10s %10s %9s %9s %9s %9s %10s %9s %9s\n", "L", "tape T", "forward", "adj heap",
-                "adj priv", "heap tape", "priv tape", "stat tape", "heap/ht", "priv/pt", "priv/st", "pt/ht", "tape GB/s",
-                "tape/copy", "max rel d");
-    std::printf("%5s %9s %10s %10s %10s %10s %10s %10s\n", "", "", "ms", "ms", "ms", "ms", "ms", "ms");
+    std::printf("%5s %9s %10s %10s %10s %10s %10s %10s %10s %10s %9s %9s %9s %9s %9s %9s %10s %9s %9s\n", "L", "tape T",
+                "forward", "adj heap", "adj priv", "heap spec", "priv spec", "heap tape", "priv tape", "stat tape",
+                "heap/ht", "priv/pt", "priv/st", "hs/ht", "ps/st", "pt/ht", "tape GB/s", "tape/copy", "max rel d");
+    std::printf("%5s %9s %10s %10s %10s %10s %10s %10s %10s %10s\n", "", "", "ms", "ms", "ms", "ms", "ms", "ms", "ms", "ms");
     for (int L : steps) {
       auto ptape = tape_kernel(rec, tape_reduction, static_cast<uint32_t>(L));
       if (!ptape.ok()) {
@@ -669,6 +681,7 @@ int main(int argc, char** argv) {
       // Equal work: each of vkad's adjoints (one launch into zeroed gradients: it accumulates)
       // and the private tape against the heap tape.
       const uint64_t fallbacks = rt.stats().adstack_private_fallbacks;
+      const uint64_t spec_misses = rt.stats().adstack_specialize_misses;
       auto run = [&](runtime::KernelHandle h, const std::vector<runtime::Arg>& a,
                      const std::vector<runtime::NdArrayHandle>& out) -> std::vector<std::vector<float>> {
         for (auto g : out) (void)rt.upload(g, zeros.data(), 4ull * n);
@@ -681,7 +694,8 @@ int main(int argc, char** argv) {
       };
       const auto ref = run(ht, ta, tape_grads);
       double max_rel = 0;
-      for (const auto& got : {run(ha, aa, grads), run(hp, aa, grads), run(hpt, ta, tape_grads), run(hst, ta, tape_grads)}) {
+      for (const auto& got : {run(ha, aa, grads), run(hp, aa, grads), run(has, aa, grads), run(hps, aa, grads),
+                              run(hpt, ta, tape_grads), run(hst, ta, tape_grads)}) {
         for (size_t g = 0; g < got.size(); ++g) {
           for (uint32_t i = 0; i < n; ++i) {
             double d = std::fabs(double(got[g][i]) - ref[g][i]) / std::max(std::fabs(double(ref[g][i])), 1e-30);
@@ -690,21 +704,25 @@ int main(int argc, char** argv) {
         }
       }
       const bool private_ran = rt.stats().adstack_private_fallbacks == fallbacks;
+      const bool specialized_ran = rt.stats().adstack_specialize_misses == spec_misses;
       if (!(max_rel <= 1e-3)) {
         std::fprintf(stderr, "%s, L = %d: vkad's gradients, the private tape's and the heap tape's differ (max relative %.3g)\n",
                      kernel, L, max_rel);
         status = 1;
       }
 
-      std::vector<double> ms = time_ms(rt, {{hf, fa}, {ha, aa}, {hp, aa}, {ht, ta}, {hpt, ta}, {hst, ta}}, reps, batch);
-      double f = ms[0], a = ms[1], ap = ms[2], t = ms[3], pt = ms[4], spt = ms[5];
+      std::vector<double> ms =
+          time_ms(rt, {{hf, fa}, {ha, aa}, {hp, aa}, {ht, ta}, {hpt, ta}, {hst, ta}, {has, aa}, {hps, aa}}, reps, batch);
+      double f = ms[0], a = ms[1], ap = ms[2], t = ms[3], pt = ms[4], spt = ms[5], as = ms[6], aps = ms[7];
       // The tape's bytes: the inputs and y_grad read and the gradients written (4 B each per
       // element), each step stored and read back once (8 B).
       double tape_bytes = double(n) * (4.0 * (2 * inputs.size() + 1) + 8.0 * L);
       double tape_gbs = tape_bytes / (t * 1e6);
-      std::printf("%5d %9u %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %8.2fx %8.2fx %8.2fx %8.2fx %10.1f %8.0f%% %9.2g%s\n",
-                  L, T, f, a, ap, t, pt, spt, a / t, ap / pt, ap / spt, pt / t, tape_gbs, 100 * tape_gbs / copy_gbs, max_rel,
-                  private_ran ? "" : "  (adj priv fell back to the heap)");
+      std::printf("%5d %9u %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %8.2fx %8.2fx %8.2fx %8.2fx %8.2fx "
+                  "%8.2fx %10.1f %8.0f%% %9.2g%s%s\n",
+                  L, T, f, a, ap, as, aps, t, pt, spt, a / t, ap / pt, ap / spt, as / t, aps / spt, pt / t, tape_gbs,
+                  100 * tape_gbs / copy_gbs, max_rel, private_ran ? "" : "  (adj priv fell back to the heap)",
+                  specialized_ran ? "" : "  (a specialized launch missed its variant)");
       json.begin();
       json.field("L", L);
       json.field("n", n);
@@ -713,6 +731,12 @@ int main(int argc, char** argv) {
       json.field("adjoint_ms", a);
       json.field("adjoint_private_ms", ap);
       json.field("adjoint_private_ran_private", private_ran ? 1 : 0);
+      json.field("adjoint_specialized_ms", as);
+      json.field("adjoint_private_specialized_ms", aps);
+      json.field("adjoint_specialized_over_hand_tape", as / t);
+      json.field("adjoint_private_specialized_over_hand_private_tape", aps / pt);
+      json.field("adjoint_private_specialized_over_hand_static_private_tape", aps / spt);
+      json.field("specialized_ran", specialized_ran ? 1 : 0);
       json.field("hand_tape_ms", t);
       json.field("hand_private_tape_ms", pt);
       json.field("hand_static_private_tape_ms", spt);
@@ -750,8 +774,10 @@ int main(int argc, char** argv) {
     Kernel adj = make_adjoint(fwd, target).value();
     runtime::CompiledKernel ca = compile(adj, target).value();
     auto hf = rt.register_kernel(compile(fwd, target).value()).value();
-    auto ha = rt.register_kernel(heap_only(ca)).value();
-    auto hp = rt.register_kernel(ca).value();
+    auto ha = rt.register_kernel(heap_only(unspecialized(ca))).value();
+    auto hp = rt.register_kernel(unspecialized(ca)).value();
+    auto has = rt.register_kernel(heap_only(ca)).value();
+    auto hps = rt.register_kernel(ca).value();
     std::vector<float> p0(2 * P), v0(2 * P, 0.0f), tgt(2 * P), seed(P, 1.0f), zero2(2 * P, 0.0f);
     for (uint32_t i = 0; i < P; ++i) {
       float a = static_cast<float>((i * 2654435761u) >> 8) / 16777216.0f;
@@ -774,11 +800,12 @@ int main(int argc, char** argv) {
     aa.push_back(Arg::ndarray(hg));
     aa.push_back(Arg::ndarray(hlg));
     // The two tiers' gradients agree (same arithmetic, different storage).
-    std::vector<std::vector<float>> g(2, std::vector<float>(2 * P));
+    const runtime::KernelHandle variants[] = {ha, hp, has, hps};
+    std::vector<std::vector<float>> g(4, std::vector<float>(2 * P));
     const uint64_t fallbacks = rt.stats().adstack_private_fallbacks;
-    for (int tier = 0; tier < 2; ++tier) {
+    for (int tier = 0; tier < 4; ++tier) {
       (void)rt.upload(hg, zero2.data(), 4 * zero2.size());
-      Status st = rt.launch(tier ? hp : ha, aa);
+      Status st = rt.launch(variants[tier], aa);
       if (st.ok()) st = rt.synchronize();
       if (!st.ok()) {
         std::fprintf(stderr, "training: %s\n", st.to_string().c_str());
@@ -788,19 +815,22 @@ int main(int argc, char** argv) {
     }
     const bool private_ran = rt.stats().adstack_private_fallbacks == fallbacks;
     double max_rel = 0;
-    for (uint32_t i = 0; i < 2 * P; ++i) {
-      max_rel = std::max(max_rel, std::fabs(double(g[1][i]) - g[0][i]) / std::max(std::fabs(double(g[0][i])), 1e-30));
+    for (int v = 1; v < 4; ++v) {
+      for (uint32_t i = 0; i < 2 * P; ++i) {
+        max_rel = std::max(max_rel, std::fabs(double(g[v][i]) - g[0][i]) / std::max(std::fabs(double(g[0][i])), 1e-30));
+      }
     }
     if (!(max_rel <= 1e-4)) {
       std::fprintf(stderr, "training: the tiers' gradients differ (max relative %.3g)\n", max_rel);
       status = 1;
     }
-    std::vector<double> ms = time_ms(rt, {{hf, fa}, {ha, aa}, {hp, aa}}, reps, tb);
+    std::vector<double> ms = time_ms(rt, {{hf, fa}, {ha, aa}, {hp, aa}, {has, aa}, {hps, aa}}, reps, tb);
     std::printf("training example kernel: %u particles, %d steps, batches of %d launches:\n"
-                "  forward %.3f ms, adjoint heap tier %.3f ms (%.2fx forward), private tier %.3f ms (%.2fx)%s; "
-                "tiers' max rel d %.2g\n",
+                "  forward %.3f ms, adjoint heap tier %.3f ms (%.2fx forward), private tier %.3f ms (%.2fx)%s;\n"
+                "  specialized: heap tier %.3f ms (%.2fx), private tier %.3f ms (%.2fx); variants' max rel d %.2g\n",
                 P, S, tb, ms[0], ms[1], ms[1] / ms[0], ms[2], ms[2] / ms[0],
-                private_ran ? "" : " (private fell back to the heap)", max_rel);
+                private_ran ? "" : " (private fell back to the heap)", ms[3], ms[3] / ms[0], ms[4], ms[4] / ms[0],
+                max_rel);
     json.begin();
     json.field("kernel", "training");
     json.field("particles", P);
@@ -812,6 +842,10 @@ int main(int argc, char** argv) {
     json.field("adjoint_private_ran_private", private_ran ? 1 : 0);
     json.field("adjoint_over_forward", ms[1] / ms[0]);
     json.field("adjoint_private_over_forward", ms[2] / ms[0]);
+    json.field("adjoint_specialized_ms", ms[3]);
+    json.field("adjoint_private_specialized_ms", ms[4]);
+    json.field("adjoint_specialized_over_forward", ms[3] / ms[0]);
+    json.field("adjoint_private_specialized_over_forward", ms[4] / ms[0]);
   }
   std::printf("vkad adstack heap: %llu bytes\n", (unsigned long long)rt.stats().adstack_heap_bytes);
   if (args.has("json") && !json.write(args.get("json", ""), rt.caps().device_name)) {

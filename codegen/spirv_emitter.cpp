@@ -1,6 +1,8 @@
 #include "codegen/spirv_emitter.h"
 
+#include <algorithm>
 #include <array>
+#include <map>
 #include <cstdint>
 #include <unordered_map>
 
@@ -317,8 +319,23 @@ class TaskEmitter {
     return op(spv::OpAccessChain, m_.t_pointer(spv::StorageClassStorageBuffer, u32_),
               {args_var_, m_.c_u32(0), word});
   }
+  // A launch-constant word. One the runtime may specialize (abi/kernel_abi.h, "Launch
+  // specialization") is select(flag, value, loaded), both spec constants: the driver folds it
+  // to the constant or to the load when it creates the pipeline.
   uint32_t args_word(uint32_t byte_offset) {
-    return op(spv::OpLoad, u32_, {args_ptr(m_.c_u32(byte_offset / 4))});
+    uint32_t loaded = op(spv::OpLoad, u32_, {args_ptr(m_.c_u32(byte_offset / 4))});
+    const std::vector<uint32_t>& spec = layout_.tasks[task_index_].spec_words;
+    auto it = std::find(spec.begin(), spec.end(), byte_offset);
+    if (it == spec.end()) return loaded;
+    uint32_t i = static_cast<uint32_t>(it - spec.begin());
+    auto [c, fresh] = spec_consts_.try_emplace(i);
+    if (fresh) {
+      c->second.first = m_.spec_bool(abi::launch_spec_flag_id(i), false);
+      c->second.second = m_.spec_u32(abi::launch_spec_value_id(i), 0);
+      m_.name(c->second.first, "launch_spec_flag_" + std::to_string(byte_offset / 4));
+      m_.name(c->second.second, "launch_spec_word_" + std::to_string(byte_offset / 4));
+    }
+    return op(spv::OpSelect, u32_, {c->second.first, c->second.second, loaded});
   }
   // The first error of a launch wins: compare-and-swap 0 -> code.
   void raise(uint32_t code_id) {
@@ -1040,6 +1057,8 @@ class TaskEmitter {
   std::vector<uint32_t> stack_cap_, stack_base_, stack_adj_base_;  // per stack (values)
   std::vector<uint32_t> private_base_, private_adj_base_;          // per stack (values)
   uint32_t private_tier_ = 0;  // spec constant (bool)
+  // Launch specialization constants per spec word index: (flag, value).
+  std::map<uint32_t, std::pair<uint32_t, uint32_t>> spec_consts_;
   std::array<uint32_t, adstack::kHeapCount> private_vars_{};
   uint32_t slot_step_ = 0;  // slot-major: T, the dispatched threads
   std::array<uint32_t, adstack::kHeapCount> heap_vars_{}, heap_elem_{};

@@ -29,8 +29,8 @@ Result<uint64_t> PipelineCache::acquire(rhi::Device& device, const abi::Compiled
   }
   ++it->second.refs;
   it->second.last_used = ++tick_;
-  if (it->second.private_variants.size() < kernel.tasks.size()) {
-    it->second.private_variants.resize(kernel.tasks.size());
+  if (it->second.variants.size() < kernel.tasks.size()) {
+    it->second.variants.resize(kernel.tasks.size());
   }
   evict_unreferenced();
   return key;
@@ -42,12 +42,12 @@ void PipelineCache::release(uint64_t key) {
   evict_unreferenced();
 }
 
-Result<rhi::ComputePipeline*> PipelineCache::private_variant(rhi::Device& device, uint64_t key,
-                                                             uint32_t task,
-                                                             const PrivateLengths& len) {
+Result<rhi::ComputePipeline*> PipelineCache::variant(rhi::Device& device, uint64_t key,
+                                                     uint32_t task, const VariantKey& variant) {
   Entry& e = entries_.at(key);
-  auto& variants = e.private_variants.at(task);
-  auto it = variants.find(len);
+  if (!variant.private_tier && variant.spec_values.empty()) return &e.tasks.at(task);
+  auto& variants = e.variants.at(task);
+  auto it = variants.find(variant);
   if (it != variants.end()) return &it->second;
   const abi::CompiledKernel& k = *e.content;
   const abi::CompiledTask& t = k.tasks[task];
@@ -55,24 +55,59 @@ Result<rhi::ComputePipeline*> PipelineCache::private_variant(rhi::Device& device
   desc.spirv = t.spirv;
   desc.storage_buffer_count = k.binding_count();
   desc.push_constant_bytes = 8;
-  desc.name = k.name + "." + t.name + " (private adstacks)";
-  desc.specialization.push_back({adstack::kPrivateTierSpecId, 1});
-  for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
-    // Only the heaps the task uses have a length constant (Vulkan would ignore the others).
-    if (std::any_of(t.adstacks.begin(), t.adstacks.end(),
-                    [&](const adstack::StackDesc& s) { return static_cast<uint32_t>(s.heap) == h; })) {
-      desc.specialization.push_back(
-          {adstack::private_length_spec_id(static_cast<adstack::Heap>(h)), len[h]});
+  desc.name = k.name + "." + t.name;
+  if (variant.private_tier) {
+    desc.name += " (private adstacks)";
+    desc.specialization.push_back({adstack::kPrivateTierSpecId, 1});
+    for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
+      // Only the heaps the task uses have a length constant (Vulkan would ignore the others).
+      if (std::any_of(t.adstacks.begin(), t.adstacks.end(), [&](const adstack::StackDesc& s) {
+            return static_cast<uint32_t>(s.heap) == h;
+          })) {
+        desc.specialization.push_back(
+            {adstack::private_length_spec_id(static_cast<adstack::Heap>(h)), variant.len[h]});
+      }
+    }
+  }
+  if (!variant.spec_values.empty()) {
+    desc.name += " (specialized)";
+    for (uint32_t i = 0; i < variant.spec_values.size(); ++i) {
+      desc.specialization.push_back({abi::launch_spec_flag_id(i), 1});
+      desc.specialization.push_back({abi::launch_spec_value_id(i), variant.spec_values[i]});
     }
   }
   VKAD_ASSIGN_OR_RETURN(rhi::ComputePipeline pipeline, device.create_compute_pipeline(desc));
-  return &variants.emplace(len, std::move(pipeline)).first->second;
+  return &variants.emplace(variant, std::move(pipeline)).first->second;
+}
+
+bool PipelineCache::has_variant(uint64_t key, uint32_t task, const VariantKey& variant) const {
+  if (!variant.private_tier && variant.spec_values.empty()) return true;
+  const auto& variants = entries_.at(key).variants.at(task);
+  return variants.count(variant) != 0;
+}
+
+uint32_t PipelineCache::specialized_count(uint64_t key, uint32_t task) const {
+  uint32_t n = 0;
+  for (const auto& [v, p] : entries_.at(key).variants.at(task)) n += !v.spec_values.empty();
+  return n;
 }
 
 uint64_t PipelineCache::private_variant_count() const {
   uint64_t n = 0;
   for (const auto& [key, e] : entries_) {
-    for (const auto& v : e.private_variants) n += v.size();
+    for (const auto& task : e.variants) {
+      for (const auto& [v, p] : task) n += v.private_tier;
+    }
+  }
+  return n;
+}
+
+uint64_t PipelineCache::specialized_variant_count() const {
+  uint64_t n = 0;
+  for (const auto& [key, e] : entries_) {
+    for (const auto& task : e.variants) {
+      for (const auto& [v, p] : task) n += !v.spec_values.empty();
+    }
   }
   return n;
 }

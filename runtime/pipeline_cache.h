@@ -2,8 +2,9 @@
 // the same content, kept (up to a capacity) after their last kernel is unregistered so that
 // re-registering is free, and evicted least-recently-registered first. Keys are content hashes;
 // a hit is confirmed by comparing the content (abi::same_pipelines), and a colliding kernel
-// probes to the next key, so a 64-bit hash match is never taken as proof. Private-tier variants
-// (adstack/adstack_layout.h, "Storage tiers") are made on first use and live with the entry.
+// probes to the next key, so a 64-bit hash match is never taken as proof. Variants (the
+// private tier, adstack/adstack_layout.h "Storage tiers", and launch specialization,
+// abi/kernel_abi.h) are made on first use and live with the entry.
 // Destruction of evicted pipelines is deferred by the rhi deleter to the last submission that
 // bound them.
 #pragma once
@@ -25,10 +26,19 @@ namespace vkad::runtime {
 
 class PipelineCache {
  public:
+  // A task's pipeline beyond the generic one: its tier, the private lengths bucket (private
+  // tier) and the launch-constant values (one per CompiledTask::spec_words; empty: none
+  // specialized).
+  struct VariantKey {
+    bool private_tier = false;
+    PrivateLengths len{};
+    std::vector<uint32_t> spec_values;
+    auto operator<=>(const VariantKey&) const = default;
+  };
   struct Entry {
-    std::vector<rhi::ComputePipeline> tasks;  // one per task (the heap tier)
-    // Per task, the private-tier variants made so far, one per private lengths bucket.
-    std::vector<std::map<PrivateLengths, rhi::ComputePipeline>> private_variants;
+    std::vector<rhi::ComputePipeline> tasks;  // one per task: the heap tier, unspecialized
+    // Per task, the variants made so far.
+    std::vector<std::map<VariantKey, rhi::ComputePipeline>> variants;
     std::shared_ptr<const abi::CompiledKernel> content;  // what they were built from
     uint32_t refs = 0;
     uint64_t last_used = 0;  // acquisition tick, for LRU eviction
@@ -46,11 +56,16 @@ class PipelineCache {
   // Drops one reference; then evicts unreferenced entries past the capacity.
   void release(uint64_t key);
   Entry& at(uint64_t key) { return entries_.at(key); }
-  // The pipeline of `task` in the private tier with `len` (made on first use).
-  Result<rhi::ComputePipeline*> private_variant(rhi::Device& device, uint64_t key, uint32_t task,
-                                                const PrivateLengths& len);
+  // The pipeline of `task` for `variant` (the generic one for the heap tier, unspecialized;
+  // otherwise made on first use).
+  Result<rhi::ComputePipeline*> variant(rhi::Device& device, uint64_t key, uint32_t task,
+                                        const VariantKey& variant);
+  // Whether `variant` exists already, and how many specialized variants `task` has.
+  bool has_variant(uint64_t key, uint32_t task, const VariantKey& variant) const;
+  uint32_t specialized_count(uint64_t key, uint32_t task) const;
   size_t size() const { return entries_.size(); }
-  uint64_t private_variant_count() const;
+  uint64_t private_variant_count() const;      // variants in the private tier
+  uint64_t specialized_variant_count() const;  // variants with launch constants fixed
   void clear() { entries_.clear(); }
 
  private:

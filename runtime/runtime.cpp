@@ -85,6 +85,29 @@ static Result<AdstackTier> resolve_adstack_tier(AdstackTier t) {
                         "'; expected heap, private or auto");
 }
 
+const char* adstack_specialize_name(AdstackSpecialize s) {
+  switch (s) {
+    case AdstackSpecialize::kDefault: return "default";
+    case AdstackSpecialize::kOff: return "off";
+    case AdstackSpecialize::kPrivate: return "private";
+    case AdstackSpecialize::kAll: return "all";
+  }
+  return "?";
+}
+
+// RuntimeOptions::adstack_specialize, with kDefault resolved from VKAD_ADSTACK_SPECIALIZE.
+static Result<AdstackSpecialize> resolve_adstack_specialize(AdstackSpecialize s) {
+  if (s != AdstackSpecialize::kDefault) return s;
+  const char* env = std::getenv("VKAD_ADSTACK_SPECIALIZE");
+  std::string v = env ? env : "";
+  if (v.empty() || v == "private") return AdstackSpecialize::kPrivate;
+  if (v == "off") return AdstackSpecialize::kOff;
+  if (v == "all") return AdstackSpecialize::kAll;
+  return make_error(ErrorCode::kInvalidArgument,
+                    "environment variable VKAD_ADSTACK_SPECIALIZE is '" + v +
+                        "'; expected off, private or all");
+}
+
 std::string handle_string(uint64_t id) {
   return std::to_string(id >> 32) + ":" + std::to_string(id & 0xffffffffu);
 }
@@ -99,6 +122,8 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   rt->options_ = options;
   rt->pipelines_ = PipelineCache(options.pipeline_cache_capacity, options.pipeline_hash_for_testing);
   VKAD_ASSIGN_OR_RETURN(rt->options_.adstack_tier, resolve_adstack_tier(options.adstack_tier));
+  VKAD_ASSIGN_OR_RETURN(rt->options_.adstack_specialize,
+                        resolve_adstack_specialize(options.adstack_specialize));
   rt->stats_.adstack_tier = rt->options_.adstack_tier;
   rt->runtime_id_ = g_next_runtime_id.fetch_add(1);
   if (rt->runtime_id_ == 0) {
@@ -214,6 +239,22 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
                               " has an unknown heap or a capacity that refers to a missing or "
                               "non-integer parameter or dimension (or nests deeper than 64)");
       }
+    }
+    // Launch specialization reads these words from the encoded args (runtime.h): each must be
+    // an aligned word inside the args buffer, and the module must declare its constants.
+    bool spec_ok = range_task.spec_words.size() <= abi::kMaxSpecWords;
+    for (uint32_t w : range_task.spec_words) {
+      spec_ok = spec_ok && w % 4 == 0 && w + 4 <= kernel.args_bytes();
+    }
+    for (size_t i = 0; spec_ok && i < range_task.spec_words.size(); ++i) {
+      spec_ok = declares_spec_id(range_task.spirv, abi::launch_spec_flag_id(static_cast<uint32_t>(i))) &&
+                declares_spec_id(range_task.spirv, abi::launch_spec_value_id(static_cast<uint32_t>(i)));
+    }
+    if (!spec_ok) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        where + ": spec_words must be at most " + std::to_string(abi::kMaxSpecWords) +
+                            " aligned offsets inside the args buffer, each with its two "
+                            "specialization constants declared by the module");
     }
     bool dims_ok = range_task.dim_begin.size() == range_task.dim_end.size() &&
                    range_task.dim_begin.size() <= 3;
@@ -565,19 +606,6 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   };
   VKAD_ASSIGN_OR_RETURN(LaunchPlan lp, plan_launch(d, inputs, limits_, chooser));
   const std::vector<TaskPlan>& plan = lp.tasks;
-  // Each task's pipeline, found once: the heap tier's, or its private-tier variant (made on
-  // first use).
-  PipelineCache::Entry& pipes = pipelines_.at(k->hash);
-  std::vector<rhi::ComputePipeline*> task_pipeline(d.tasks.size());
-  for (size_t t = 0; t < d.tasks.size(); ++t) {
-    if (plan[t].private_tier()) {
-      VKAD_ASSIGN_OR_RETURN(task_pipeline[t],
-                            pipelines_.private_variant(*device_, k->hash, static_cast<uint32_t>(t),
-                                                       plan[t].private_len));
-    } else {
-      task_pipeline[t] = &pipes.tasks[t];
-    }
-  }
   const bool any_heap_task = lp.any_heap_task;
   const std::array<uint64_t, 3>& tier_counts = lp.tier_counts;
   if (any_heap_task) VKAD_TRY(ensure_heaps(lp.heap_need));
@@ -601,7 +629,43 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
     // args buffer stands in for them, so no heap is made.
     for (rhi::Buffer& h : heaps_.all()) bindings.push_back(any_heap_task ? &h : &args_buf);
   }
-  abi::encode_args(d, scalars, inputs.shapes, adstack_words, args_buf.mapped());
+  // Encoded in host memory first: launch specialization reads words back, and the mapped
+  // args buffer may be write-combined (slow to read).
+  args_scratch_.assign(args_bytes, std::byte{0});
+  abi::encode_args(d, scalars, inputs.shapes, adstack_words, args_scratch_.data());
+  std::memcpy(args_buf.mapped(), args_scratch_.data(), args_bytes);
+  // Each task's pipeline, found once: the generic one, or a variant (private tier, launch
+  // constants specialized; made on first use).
+  PipelineCache::Entry& pipes = pipelines_.at(k->hash);
+  std::vector<rhi::ComputePipeline*> task_pipeline(d.tasks.size());
+  uint64_t specialized = 0, spec_misses = 0;
+  for (size_t t = 0; t < d.tasks.size(); ++t) {
+    const uint32_t task = static_cast<uint32_t>(t);
+    PipelineCache::VariantKey variant;
+    variant.private_tier = plan[t].private_tier();
+    if (variant.private_tier) variant.len = plan[t].private_len;
+    const AdstackSpecialize spec = options_.adstack_specialize;
+    if (!d.tasks[t].spec_words.empty() &&
+        (spec == AdstackSpecialize::kAll || (spec == AdstackSpecialize::kPrivate && variant.private_tier))) {
+      for (uint32_t w : d.tasks[t].spec_words) {
+        uint32_t value;
+        std::memcpy(&value, args_scratch_.data() + w, 4);
+        variant.spec_values.push_back(value);
+      }
+      if (!pipelines_.has_variant(k->hash, task, variant) &&
+          pipelines_.specialized_count(k->hash, task) >= options_.adstack_specialize_max_variants) {
+        variant.spec_values.clear();  // past the cap: the tier's generic pipeline
+        ++spec_misses;
+      } else {
+        ++specialized;
+      }
+    }
+    if (!variant.private_tier && variant.spec_values.empty()) {
+      task_pipeline[t] = &pipes.tasks[t];
+    } else {
+      VKAD_ASSIGN_OR_RETURN(task_pipeline[t], pipelines_.variant(*device_, k->hash, task, variant));
+    }
+  }
   VKAD_TRY(ensure_list());
   for (size_t t = 0; t < d.tasks.size(); ++t) {
     rhi::ComputePipeline& p = *task_pipeline[t];
@@ -620,6 +684,8 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   stats_.adstack_heap_dispatches += tier_counts[0] + tier_counts[2];
   stats_.adstack_private_dispatches += tier_counts[1];
   stats_.adstack_private_fallbacks += tier_counts[2];
+  stats_.adstack_specialized_dispatches += specialized;
+  stats_.adstack_specialize_misses += spec_misses;
   if (id) *id = launch_id;
 
   if (list_.dispatch_count() >= options_.max_dispatches_per_list ||
@@ -719,6 +785,8 @@ RuntimeStats Runtime::stats() const {
   s.ctx_bytes_recording = ctx_bytes_;
   s.pipelines_cached = pipelines_.size();
   s.adstack_private_pipelines = pipelines_.private_variant_count();
+  s.adstack_specialize = options_.adstack_specialize;
+  s.adstack_specialized_pipelines = pipelines_.specialized_variant_count();
   s.ndarrays = arrays_.size();
   s.memory_block_bytes = device_->allocator().stats().block_bytes;
   s.memory_used_bytes = device_->allocator().stats().used_bytes;

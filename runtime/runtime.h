@@ -65,6 +65,18 @@ enum class AdstackTier : uint8_t {
   kPrivate,
 };
 const char* adstack_tier_name(AdstackTier t);
+// Which adstack tasks launch with their launch-constant words specialized (abi/kernel_abi.h,
+// "Launch specialization": trip counts, adstack offsets and capacities become constants the
+// driver sees, so it can unroll loops and index private arrays statically). Each distinct set
+// of values is a pipeline variant, made on the first launch that needs it.
+// kDefault reads VKAD_ADSTACK_SPECIALIZE (`off`, `private` or `all`; unset or empty: private).
+enum class AdstackSpecialize : uint8_t {
+  kDefault,
+  kOff,      // never: every launch uses the tier's generic pipeline
+  kPrivate,  // tasks launched in the private tier
+  kAll,      // every adstack task, either tier
+};
+const char* adstack_specialize_name(AdstackSpecialize s);
 // The private tier's hard limit per thread, also under kPrivate: Function memory is carved
 // from the driver's per-thread scratch (NVIDIA: local memory; lavapipe: the invocation's stack).
 inline constexpr uint64_t kMaxPrivateTierBytes = 16384;
@@ -98,6 +110,11 @@ struct RuntimeOptions {
   // array indexed by a runtime value ran 2.2x slower than a 32-float one (kept in registers with
   // per-access selects, presumably, instead of local memory; docs/benchmarks.md).
   uint32_t adstack_private_min_length = 32;
+  AdstackSpecialize adstack_specialize = AdstackSpecialize::kDefault;
+  // Specialized variants per task at most; launches with further value sets use the tier's
+  // generic pipeline (counted in RuntimeStats::adstack_specialize_misses). Bounds the pipeline
+  // creations a kernel whose trip count changes at every launch can cause.
+  uint32_t adstack_specialize_max_variants = 8;
 };
 
 
@@ -122,6 +139,10 @@ struct RuntimeStats {
   uint64_t adstack_heap_dispatches = 0;     // ... in the heap tier
   uint64_t adstack_private_fallbacks = 0;   // kPrivate dispatches over kMaxPrivateTierBytes
   uint64_t adstack_private_pipelines = 0;   // cached private-tier pipeline variants
+  AdstackSpecialize adstack_specialize = AdstackSpecialize::kPrivate;  // in force (never kDefault)
+  uint64_t adstack_specialized_dispatches = 0;  // dispatches with launch constants specialized
+  uint64_t adstack_specialize_misses = 0;       // ... wanted, but past the variant cap
+  uint64_t adstack_specialized_pipelines = 0;   // cached specialized variants (either tier)
 };
 
 class Runtime {
@@ -264,6 +285,7 @@ class Runtime {
   DeviceErrorLog errors_;  // found at retirement, reported at the next drain
   uint64_t next_launch_ = 0;                  // the last LaunchId issued
   RuntimeStats stats_;
+  std::vector<std::byte> args_scratch_;  // launch: the args encoded before the copy to the device
   UseGuard use_guard_;  // see use_guard.h: the thread model, enforced
 };
 

@@ -444,12 +444,18 @@ class AdstackTiers : public AdstackRuntime {
     o.adstack_tier = tier_;
     o.adstack_private_budget_bytes = 64;  // 16 f32 slots
     o.adstack_private_min_length = min_length_;
+    o.adstack_specialize = specialize_;
+    o.adstack_specialize_max_variants = max_variants_;
     return o;
   }
   void SetUp() override {}  // each test picks its tier, then calls start()
-  void start(runtime::AdstackTier tier, uint32_t min_length = 1) {
+  void start(runtime::AdstackTier tier, uint32_t min_length = 1,
+             runtime::AdstackSpecialize specialize = runtime::AdstackSpecialize::kPrivate,
+             uint32_t max_variants = 8) {
     tier_ = tier;
     min_length_ = min_length;
+    specialize_ = specialize;
+    max_variants_ = max_variants;
     AdstackRuntime::SetUp();
   }
   // Launches the recurrence's adjoint with `trips` on `n` elements (one submission) and checks
@@ -477,10 +483,13 @@ class AdstackTiers : public AdstackRuntime {
   }
   runtime::AdstackTier tier_ = runtime::AdstackTier::kDefault;
   uint32_t min_length_ = 1;
+  runtime::AdstackSpecialize specialize_ = runtime::AdstackSpecialize::kPrivate;
+  uint32_t max_variants_ = 8;
 };
 
+// The bucket tests count the private tier's generic variants: launch specialization off.
 TEST_P(AdstackTiers, MinimumPrivateLengthMergesSmallBuckets) {
-  start(runtime::AdstackTier::kPrivate, 32);
+  start(runtime::AdstackTier::kPrivate, 32, runtime::AdstackSpecialize::kOff);
   if (!runner_) return;
   auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
   ASSERT_TRUE(h.ok()) << h.status().to_string();
@@ -492,7 +501,7 @@ TEST_P(AdstackTiers, MinimumPrivateLengthMergesSmallBuckets) {
 }
 
 TEST_P(AdstackTiers, PrivateTierMakesNoHeapAndOneVariantPerCapacityBucket) {
-  start(runtime::AdstackTier::kPrivate);
+  start(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kOff);
   if (!runner_) return;
   auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
   ASSERT_TRUE(h.ok()) << h.status().to_string();
@@ -584,6 +593,111 @@ TEST_P(AdstackTiers, OverflowIsReportedInThePrivateTier) {
   EXPECT_NE(st.message().find("overflowed its capacity of 4 entries per thread"), std::string::npos) << st.message();
   EXPECT_EQ(runner_->rt().stats().adstack_private_dispatches, 1u);
   EXPECT_EQ(runner_->rt().stats().adstack_heap_bytes, 0u);
+}
+
+// Launch specialization (abi/kernel_abi.h): one variant per trip count, each one's gradients
+// the CPU reference's; the variant cap; which tiers it applies to.
+TEST_P(AdstackTiers, SpecializedVariantPerTripCountMatchesTheCpuReference) {
+  start(runtime::AdstackTier::kPrivate);
+  if (!runner_) return;
+  auto ck = adjoint(kRecurrence);
+  ASSERT_FALSE(ck.tasks[0].spec_words.empty());
+  auto h = runner_->rt().register_kernel(ck);
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  // 5 and 7 share the 8-slot private bucket but are separate specialized variants; the second
+  // launch with 5 reuses the first variant.
+  for (int trips : {5, 7, 5}) check_recurrence(*h, trips);
+  runtime::RuntimeStats s = runner_->rt().stats();
+  EXPECT_EQ(s.adstack_specialize, runtime::AdstackSpecialize::kPrivate);
+  EXPECT_EQ(s.adstack_specialized_dispatches, 3u);
+  EXPECT_EQ(s.adstack_specialized_pipelines, 2u);
+  EXPECT_EQ(s.adstack_private_pipelines, 2u);
+  EXPECT_EQ(s.adstack_specialize_misses, 0u);
+}
+
+TEST_P(AdstackTiers, PastTheVariantCapLaunchesUseTheGenericPipeline) {
+  start(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kPrivate, 1);
+  if (!runner_) return;
+  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  for (int trips : {5, 7, 6, 5}) check_recurrence(*h, trips);
+  runtime::RuntimeStats s = runner_->rt().stats();
+  EXPECT_EQ(s.adstack_specialized_pipelines, 1u) << "the cap is one variant";
+  EXPECT_EQ(s.adstack_specialized_dispatches, 2u) << "5 twice";
+  EXPECT_EQ(s.adstack_specialize_misses, 2u) << "7 and 6";
+  EXPECT_EQ(s.adstack_private_pipelines, 2u) << "the specialized one and the generic 8-slot one";
+}
+
+TEST_P(AdstackTiers, HeapTierIsSpecializedOnlyWhenAllTiersAre) {
+  start(runtime::AdstackTier::kHeap, 1, runtime::AdstackSpecialize::kPrivate);
+  if (!runner_) return;
+  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  check_recurrence(*h, 6);
+  EXPECT_EQ(runner_->rt().stats().adstack_specialized_dispatches, 0u);
+  EXPECT_EQ(runner_->rt().stats().adstack_specialized_pipelines, 0u);
+}
+
+TEST_P(AdstackTiers, HeapTierSpecializedUnderAllMatchesTheCpuReference) {
+  start(runtime::AdstackTier::kHeap, 1, runtime::AdstackSpecialize::kAll);
+  if (!runner_) return;
+  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  // Different element counts change the dispatched threads (not a specialized word): one variant.
+  check_recurrence(*h, 6, 256);
+  check_recurrence(*h, 6, 1000);
+  check_recurrence(*h, 11, 300);
+  runtime::RuntimeStats s = runner_->rt().stats();
+  EXPECT_EQ(s.adstack_specialized_dispatches, 3u);
+  EXPECT_EQ(s.adstack_specialized_pipelines, 2u);
+  EXPECT_EQ(s.adstack_private_pipelines, 0u);
+  EXPECT_GT(s.adstack_heap_bytes, 0u);
+}
+
+TEST_P(AdstackTiers, SpecializationOffMakesNoSpecializedVariant) {
+  start(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kOff);
+  if (!runner_) return;
+  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  check_recurrence(*h, 4);
+  EXPECT_EQ(runner_->rt().stats().adstack_specialized_dispatches, 0u);
+  EXPECT_EQ(runner_->rt().stats().adstack_specialized_pipelines, 0u);
+  EXPECT_EQ(runner_->rt().stats().adstack_private_pipelines, 1u);
+}
+
+TEST_P(AdstackTiers, MalformedSpecWordsAreRefusedAtRegistration) {
+  start(runtime::AdstackTier::kPrivate);
+  if (!runner_) return;
+  auto ck = adjoint(kRecurrence);
+  auto past = ck;
+  past.tasks[0].spec_words.back() = past.args_bytes();  // one word past the args buffer
+  auto bad = runner_->rt().register_kernel(past);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("spec_words"), std::string::npos) << bad.status().message();
+  auto extra = ck;
+  extra.tasks[0].spec_words.push_back(0);  // the module declares no constants for a new word
+  EXPECT_EQ(runner_->rt().register_kernel(extra).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(runner_->rt().register_kernel(ck).ok());
+}
+
+TEST(AdstackSpecializeOption, EnvironmentVariableSetsTheDefaultAndBadValuesAreNamed) {
+  ASSERT_EQ(setenv("VKAD_ADSTACK_SPECIALIZE", "sometimes", 1), 0);
+  auto bad = runtime::Runtime::create();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("VKAD_ADSTACK_SPECIALIZE is 'sometimes'"), std::string::npos)
+      << bad.status().message();
+  ASSERT_EQ(setenv("VKAD_ADSTACK_SPECIALIZE", "all", 1), 0);
+  auto rt = runtime::Runtime::create();
+  if (!rt.ok()) GTEST_SKIP() << rt.status().to_string();
+  EXPECT_EQ((*rt)->stats().adstack_specialize, runtime::AdstackSpecialize::kAll);
+  runtime::RuntimeOptions o;
+  o.adstack_specialize = runtime::AdstackSpecialize::kOff;
+  auto rt2 = runtime::Runtime::create(o);
+  ASSERT_TRUE(rt2.ok());
+  EXPECT_EQ((*rt2)->stats().adstack_specialize, runtime::AdstackSpecialize::kOff);
+  unsetenv("VKAD_ADSTACK_SPECIALIZE");
 }
 
 TEST(AdstackTierOption, EnvironmentVariableSetsTheDefaultAndBadValuesAreNamed) {
