@@ -89,7 +89,7 @@ const char* adstack_specialize_name(AdstackSpecialize s) {
   switch (s) {
     case AdstackSpecialize::kDefault: return "default";
     case AdstackSpecialize::kOff: return "off";
-    case AdstackSpecialize::kPrivate: return "private";
+    case AdstackSpecialize::kAuto: return "auto";
     case AdstackSpecialize::kAll: return "all";
   }
   return "?";
@@ -100,12 +100,12 @@ static Result<AdstackSpecialize> resolve_adstack_specialize(AdstackSpecialize s)
   if (s != AdstackSpecialize::kDefault) return s;
   const char* env = std::getenv("VKAD_ADSTACK_SPECIALIZE");
   std::string v = env ? env : "";
-  if (v.empty() || v == "private") return AdstackSpecialize::kPrivate;
+  if (v.empty() || v == "auto") return AdstackSpecialize::kAuto;
   if (v == "off") return AdstackSpecialize::kOff;
   if (v == "all") return AdstackSpecialize::kAll;
   return make_error(ErrorCode::kInvalidArgument,
                     "environment variable VKAD_ADSTACK_SPECIALIZE is '" + v +
-                        "'; expected off, private or all");
+                        "'; expected off, auto or all");
 }
 
 std::string handle_string(uint64_t id) {
@@ -645,8 +645,10 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
     variant.private_tier = plan[t].private_tier();
     if (variant.private_tier) variant.len = plan[t].private_len;
     const AdstackSpecialize spec = options_.adstack_specialize;
+    bool small = true;
+    for (uint32_t c : plan[t].row.capacity) small = small && c <= options_.adstack_specialize_max_capacity;
     if (!d.tasks[t].spec_words.empty() &&
-        (spec == AdstackSpecialize::kAll || (spec == AdstackSpecialize::kPrivate && variant.private_tier))) {
+        (spec == AdstackSpecialize::kAll || (spec == AdstackSpecialize::kAuto && small))) {
       for (uint32_t w : d.tasks[t].spec_words) {
         uint32_t value;
         std::memcpy(&value, args_scratch_.data() + w, 4);

@@ -69,12 +69,16 @@ const char* adstack_tier_name(AdstackTier t);
 // "Launch specialization": trip counts, adstack offsets and capacities become constants the
 // driver sees, so it can unroll loops and index private arrays statically). Each distinct set
 // of values is a pipeline variant, made on the first launch that needs it.
-// kDefault reads VKAD_ADSTACK_SPECIALIZE (`off`, `private` or `all`; unset or empty: private).
+// kDefault reads VKAD_ADSTACK_SPECIALIZE (`off`, `auto` or `all`; unset or empty: auto).
 enum class AdstackSpecialize : uint8_t {
   kDefault,
-  kOff,      // never: every launch uses the tier's generic pipeline
-  kPrivate,  // tasks launched in the private tier
-  kAll,      // every adstack task, either tier
+  kOff,   // never: every launch uses the tier's generic pipeline
+  // Tasks whose stacks all hold at most adstack_specialize_max_capacity entries, in either
+  // tier. On the H200 specialization made the sin-loop adjoint 1.3-1.8x faster at 16 steps
+  // (both tiers), but the heap tier 1.2-1.3x slower at 64 and 256 steps, where the private
+  // tier gained or lost under 5% (docs/benchmarks.md, "Launch specialization").
+  kAuto,
+  kAll,   // every adstack task, either tier, any capacity
 };
 const char* adstack_specialize_name(AdstackSpecialize s);
 // The private tier's hard limit per thread, also under kPrivate: Function memory is carved
@@ -111,6 +115,7 @@ struct RuntimeOptions {
   // per-access selects, presumably, instead of local memory; docs/benchmarks.md).
   uint32_t adstack_private_min_length = 32;
   AdstackSpecialize adstack_specialize = AdstackSpecialize::kDefault;
+  uint32_t adstack_specialize_max_capacity = 32;  // kAuto's limit, entries per stack
   // Specialized variants per task at most; launches with further value sets use the tier's
   // generic pipeline (counted in RuntimeStats::adstack_specialize_misses). Bounds the pipeline
   // creations a kernel whose trip count changes at every launch can cause.
@@ -139,7 +144,7 @@ struct RuntimeStats {
   uint64_t adstack_heap_dispatches = 0;     // ... in the heap tier
   uint64_t adstack_private_fallbacks = 0;   // kPrivate dispatches over kMaxPrivateTierBytes
   uint64_t adstack_private_pipelines = 0;   // cached private-tier pipeline variants
-  AdstackSpecialize adstack_specialize = AdstackSpecialize::kPrivate;  // in force (never kDefault)
+  AdstackSpecialize adstack_specialize = AdstackSpecialize::kAuto;  // in force (never kDefault)
   uint64_t adstack_specialized_dispatches = 0;  // dispatches with launch constants specialized
   uint64_t adstack_specialize_misses = 0;       // ... wanted, but past the variant cap
   uint64_t adstack_specialized_pipelines = 0;   // cached specialized variants (either tier)

@@ -450,7 +450,7 @@ class AdstackTiers : public AdstackRuntime {
   }
   void SetUp() override {}  // each test picks its tier, then calls start()
   void start(runtime::AdstackTier tier, uint32_t min_length = 1,
-             runtime::AdstackSpecialize specialize = runtime::AdstackSpecialize::kPrivate,
+             runtime::AdstackSpecialize specialize = runtime::AdstackSpecialize::kAuto,
              uint32_t max_variants = 8) {
     tier_ = tier;
     min_length_ = min_length;
@@ -483,7 +483,7 @@ class AdstackTiers : public AdstackRuntime {
   }
   runtime::AdstackTier tier_ = runtime::AdstackTier::kDefault;
   uint32_t min_length_ = 1;
-  runtime::AdstackSpecialize specialize_ = runtime::AdstackSpecialize::kPrivate;
+  runtime::AdstackSpecialize specialize_ = runtime::AdstackSpecialize::kAuto;
   uint32_t max_variants_ = 8;
 };
 
@@ -608,7 +608,7 @@ TEST_P(AdstackTiers, SpecializedVariantPerTripCountMatchesTheCpuReference) {
   // launch with 5 reuses the first variant.
   for (int trips : {5, 7, 5}) check_recurrence(*h, trips);
   runtime::RuntimeStats s = runner_->rt().stats();
-  EXPECT_EQ(s.adstack_specialize, runtime::AdstackSpecialize::kPrivate);
+  EXPECT_EQ(s.adstack_specialize, runtime::AdstackSpecialize::kAuto);
   EXPECT_EQ(s.adstack_specialized_dispatches, 3u);
   EXPECT_EQ(s.adstack_specialized_pipelines, 2u);
   EXPECT_EQ(s.adstack_private_pipelines, 2u);
@@ -616,7 +616,7 @@ TEST_P(AdstackTiers, SpecializedVariantPerTripCountMatchesTheCpuReference) {
 }
 
 TEST_P(AdstackTiers, PastTheVariantCapLaunchesUseTheGenericPipeline) {
-  start(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kPrivate, 1);
+  start(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kAuto, 1);
   if (!runner_) return;
   auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
   ASSERT_TRUE(h.ok()) << h.status().to_string();
@@ -628,14 +628,18 @@ TEST_P(AdstackTiers, PastTheVariantCapLaunchesUseTheGenericPipeline) {
   EXPECT_EQ(s.adstack_private_pipelines, 2u) << "the specialized one and the generic 8-slot one";
 }
 
-TEST_P(AdstackTiers, HeapTierIsSpecializedOnlyWhenAllTiersAre) {
-  start(runtime::AdstackTier::kHeap, 1, runtime::AdstackSpecialize::kPrivate);
+TEST_P(AdstackTiers, AutoSpecializesOnlyUpToTheCapacityLimit) {
+  start(runtime::AdstackTier::kHeap, 1, runtime::AdstackSpecialize::kAuto);
   if (!runner_) return;
   auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
   ASSERT_TRUE(h.ok()) << h.status().to_string();
   check_recurrence(*h, 6);
-  EXPECT_EQ(runner_->rt().stats().adstack_specialized_dispatches, 0u);
-  EXPECT_EQ(runner_->rt().stats().adstack_specialized_pipelines, 0u);
+  const uint32_t past = runtime::RuntimeOptions{}.adstack_specialize_max_capacity + 1;
+  check_recurrence(*h, static_cast<int>(past));
+  runtime::RuntimeStats s = runner_->rt().stats();
+  EXPECT_EQ(s.adstack_specialized_dispatches, 1u) << "6 entries: specialized, in the heap tier too";
+  EXPECT_EQ(s.adstack_specialized_pipelines, 1u);
+  EXPECT_EQ(s.adstack_specialize_misses, 0u) << "past the capacity limit is no miss";
 }
 
 TEST_P(AdstackTiers, HeapTierSpecializedUnderAllMatchesTheCpuReference) {
@@ -646,7 +650,7 @@ TEST_P(AdstackTiers, HeapTierSpecializedUnderAllMatchesTheCpuReference) {
   // Different element counts change the dispatched threads (not a specialized word): one variant.
   check_recurrence(*h, 6, 256);
   check_recurrence(*h, 6, 1000);
-  check_recurrence(*h, 11, 300);
+  check_recurrence(*h, 40, 300);  // past kAuto's capacity limit: kAll specializes it anyway
   runtime::RuntimeStats s = runner_->rt().stats();
   EXPECT_EQ(s.adstack_specialized_dispatches, 3u);
   EXPECT_EQ(s.adstack_specialized_pipelines, 2u);
