@@ -120,6 +120,17 @@ const std::vector<CorpusCase>& corpus() {
     store z[%i], %c
   }
 })", {A({2048}, -60000, 60000), A({2048}), A({2048})}},
+      // Both sides of the emitter's |x| < 3.1415925 branch (no reduction / reduction) among
+      // the invocations of one subgroup.
+      {"math_trig_both_reduction_paths", R"(kernel tb(x: ndarray<f32, 1>, y: ndarray<f32, 1>, z: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %x = load x[%i] : f32
+    %s = sin %x : f32
+    %c = cos %x : f32
+    store y[%i], %s
+    store z[%i], %c
+  }
+})", {A({2048}, -8, 8), A({2048}), A({2048})}},
       {"math_inverse_trig", R"(kernel it(x: ndarray<f32, 1>, z: ndarray<f32, 1>, y: ndarray<f32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : f32
