@@ -718,27 +718,7 @@ class TaskEmitter {
   // first subtraction is exact). Vulkan bounds GLSL Sin/Cos (absolute error 2^-11) only
   // inside [-pi, pi] and leaves them undefined outside; reduced, they are accurate for every
   // |x| up to about 1e5 (codegen/precision.cpp has the bound the tests use).
-  // The reduction is skipped behind a branch when |x| < 3.1415925 (below pi, so k would be 0
-  // and r == x bit for bit): it costs ~8 unfused operations per sin / cos, and in loops whose
-  // values stay in range (the common case) that was most of an adjoint's arithmetic on the
-  // H200 (docs/benchmarks.md, "Range reduction"). DontFlatten asks the driver to keep the
-  // branch instead of computing both sides; NaN and infinities take the reducing side.
   uint32_t reduce_two_pi(uint32_t x) {
-    uint32_t f32 = m_.t_float(32);
-    uint32_t in_range = op(spv::OpFOrdLessThan, bool_, {ext(GLSLstd450FAbs, f32, {x}), m_.c_f32(3.1415925f)});
-    uint32_t keep = m_.id(), reduce = m_.id(), merge = m_.id();
-    m_.op(spv::OpSelectionMerge, {merge, spv::SelectionControlDontFlattenMask});
-    m_.op(spv::OpBranchConditional, {in_range, keep, reduce});
-    block(keep);
-    branch(merge);
-    block(reduce);
-    uint32_t r = reduce_two_pi_always(x);
-    uint32_t reduced_end = cur_;
-    branch(merge);
-    block(merge);
-    return op(spv::OpPhi, f32, {x, keep, r, reduced_end});
-  }
-  uint32_t reduce_two_pi_always(uint32_t x) {
     uint32_t f32 = m_.t_float(32);
     constexpr double kTwoPi = 6.283185307179586476925;
     constexpr float kC1 = 6.28125f;                  // 201 / 32
