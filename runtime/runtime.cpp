@@ -645,8 +645,10 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
     variant.private_tier = plan[t].private_tier();
     if (variant.private_tier) variant.len = plan[t].private_len;
     const AdstackSpecialize spec = options_.adstack_specialize;
+    const uint32_t limit = variant.private_tier ? options_.adstack_specialize_max_private_capacity
+                                                : options_.adstack_specialize_max_capacity;
     bool small = true;
-    for (uint32_t c : plan[t].row.capacity) small = small && c <= options_.adstack_specialize_max_capacity;
+    for (uint32_t c : plan[t].row.capacity) small = small && c <= limit;
     if (!d.tasks[t].spec_words.empty() &&
         (spec == AdstackSpecialize::kAll || (spec == AdstackSpecialize::kAuto && small))) {
       for (uint32_t w : d.tasks[t].spec_words) {

@@ -73,10 +73,11 @@ const char* adstack_tier_name(AdstackTier t);
 enum class AdstackSpecialize : uint8_t {
   kDefault,
   kOff,   // never: every launch uses the tier's generic pipeline
-  // Tasks whose stacks all hold at most adstack_specialize_max_capacity entries, in either
-  // tier. On the H200 specialization made the sin-loop adjoint 1.3-1.8x faster at 16 steps
-  // (both tiers), but the heap tier 1.2-1.3x slower at 64 and 256 steps, where the private
-  // tier gained or lost under 5% (docs/benchmarks.md, "Launch specialization").
+  // Tasks whose stacks all hold at most adstack_specialize_max_capacity entries in the heap
+  // tier, adstack_specialize_max_private_capacity in the private tier. On the H200
+  // specialization made the sin-loop adjoint 1.3-1.8x faster at 16 steps (both tiers) and the
+  // private tier 5-20% faster at 64, but the heap tier 1.2-1.3x slower at 64 and 256 steps and
+  // the private tier 3% slower at 256 (docs/benchmarks.md, "Launch specialization").
   kAuto,
   kAll,   // every adstack task, either tier, any capacity
 };
@@ -115,7 +116,8 @@ struct RuntimeOptions {
   // per-access selects, presumably, instead of local memory; docs/benchmarks.md).
   uint32_t adstack_private_min_length = 32;
   AdstackSpecialize adstack_specialize = AdstackSpecialize::kDefault;
-  uint32_t adstack_specialize_max_capacity = 32;  // kAuto's limit, entries per stack
+  uint32_t adstack_specialize_max_capacity = 32;          // kAuto's limits, entries per stack:
+  uint32_t adstack_specialize_max_private_capacity = 64;  // heap tier, private tier
   // Specialized variants per task at most; launches with further value sets use the tier's
   // generic pipeline (counted in RuntimeStats::adstack_specialize_misses). Bounds the pipeline
   // creations a kernel whose trip count changes at every launch can cause.

@@ -642,6 +642,20 @@ TEST_P(AdstackTiers, AutoSpecializesOnlyUpToTheCapacityLimit) {
   EXPECT_EQ(s.adstack_specialize_misses, 0u) << "past the capacity limit is no miss";
 }
 
+TEST_P(AdstackTiers, AutoLimitInThePrivateTierIsItsOwn) {
+  start(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kAuto);
+  if (!runner_) return;
+  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  const runtime::RuntimeOptions d;
+  ASSERT_GT(d.adstack_specialize_max_private_capacity, d.adstack_specialize_max_capacity);
+  check_recurrence(*h, static_cast<int>(d.adstack_specialize_max_private_capacity), 64);
+  check_recurrence(*h, static_cast<int>(d.adstack_specialize_max_private_capacity) + 1, 64);
+  runtime::RuntimeStats s = runner_->rt().stats();
+  EXPECT_EQ(s.adstack_private_dispatches, 2u);
+  EXPECT_EQ(s.adstack_specialized_dispatches, 1u) << "only the one within the private limit";
+}
+
 TEST_P(AdstackTiers, HeapTierSpecializedUnderAllMatchesTheCpuReference) {
   start(runtime::AdstackTier::kHeap, 1, runtime::AdstackSpecialize::kAll);
   if (!runner_) return;
