@@ -642,10 +642,13 @@ int main(int argc, char** argv) {
     auto ht = rt.register_kernel(*tape).value();
     // ht: hand heap tape; pt: hand private tape (trip count from the args, as vkad's); st: the
     // same with the trip count a constant (static capacity).
-    std::printf("%5s %9s %10s %10s %10s %10s %10s %10s %10s %10s %9s %9s %9s %9s %9s %9s %10s %9s %9s\n", "L", "tape T",
-                "forward", "adj heap", "adj priv", "heap spec", "priv spec", "heap tape", "priv tape", "stat tape",
-                "heap/ht", "priv/pt", "priv/st", "hs/ht", "ps/st", "pt/ht", "tape GB/s", "tape/copy", "max rel d");
-    std::printf("%5s %9s %10s %10s %10s %10s %10s %10s %10s %10s\n", "", "", "ms", "ms", "ms", "ms", "ms", "ms", "ms", "ms");
+    std::printf(
+        "%5s %9s %10s %10s %10s %10s %10s %10s %10s %10s %9s %9s %9s %9s %9s %9s %10s %9s %9s\n",
+        "L", "tape T", "forward", "adj heap", "adj priv", "heap spec", "priv spec", "heap tape",
+        "priv tape", "stat tape", "heap/ht", "priv/pt", "priv/st", "hs/ht", "ps/st", "pt/ht",
+        "tape GB/s", "tape/copy", "max rel d");
+    std::printf("%5s %9s %10s %10s %10s %10s %10s %10s %10s %10s\n", "", "", "ms", "ms", "ms", "ms",
+                "ms", "ms", "ms", "ms");
     for (int L : steps) {
       auto ptape = tape_kernel(rec, tape_reduction, static_cast<uint32_t>(L));
       if (!ptape.ok()) {
@@ -694,8 +697,9 @@ int main(int argc, char** argv) {
       };
       const auto ref = run(ht, ta, tape_grads);
       double max_rel = 0;
-      for (const auto& got : {run(ha, aa, grads), run(hp, aa, grads), run(has, aa, grads), run(hps, aa, grads),
-                              run(hpt, ta, tape_grads), run(hst, ta, tape_grads)}) {
+      for (const auto& got :
+           {run(ha, aa, grads), run(hp, aa, grads), run(has, aa, grads), run(hps, aa, grads),
+            run(hpt, ta, tape_grads), run(hst, ta, tape_grads)}) {
         for (size_t g = 0; g < got.size(); ++g) {
           for (uint32_t i = 0; i < n; ++i) {
             double d = std::fabs(double(got[g][i]) - ref[g][i]) / std::max(std::fabs(double(ref[g][i])), 1e-30);
@@ -711,18 +715,23 @@ int main(int argc, char** argv) {
         status = 1;
       }
 
-      std::vector<double> ms =
-          time_ms(rt, {{hf, fa}, {ha, aa}, {hp, aa}, {ht, ta}, {hpt, ta}, {hst, ta}, {has, aa}, {hps, aa}}, reps, batch);
-      double f = ms[0], a = ms[1], ap = ms[2], t = ms[3], pt = ms[4], spt = ms[5], as = ms[6], aps = ms[7];
+      std::vector<double> ms = time_ms(
+          rt, {{hf, fa}, {ha, aa}, {hp, aa}, {ht, ta}, {hpt, ta}, {hst, ta}, {has, aa}, {hps, aa}},
+          reps, batch);
+      double f = ms[0], a = ms[1], ap = ms[2], t = ms[3], pt = ms[4], spt = ms[5], as = ms[6],
+             aps = ms[7];
       // The tape's bytes: the inputs and y_grad read and the gradients written (4 B each per
       // element), each step stored and read back once (8 B).
       double tape_bytes = double(n) * (4.0 * (2 * inputs.size() + 1) + 8.0 * L);
       double tape_gbs = tape_bytes / (t * 1e6);
-      std::printf("%5d %9u %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %8.2fx %8.2fx %8.2fx %8.2fx %8.2fx "
-                  "%8.2fx %10.1f %8.0f%% %9.2g%s%s\n",
-                  L, T, f, a, ap, as, aps, t, pt, spt, a / t, ap / pt, ap / spt, as / t, aps / spt, pt / t, tape_gbs,
-                  100 * tape_gbs / copy_gbs, max_rel, private_ran ? "" : "  (adj priv fell back to the heap)",
-                  specialized_ran ? "" : "  (a specialized launch missed its variant)");
+      std::printf(
+          "%5d %9u %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %8.2fx %8.2fx %8.2fx "
+          "%8.2fx %8.2fx "
+          "%8.2fx %10.1f %8.0f%% %9.2g%s%s\n",
+          L, T, f, a, ap, as, aps, t, pt, spt, a / t, ap / pt, ap / spt, as / t, aps / spt, pt / t,
+          tape_gbs, 100 * tape_gbs / copy_gbs, max_rel,
+          private_ran ? "" : "  (adj priv fell back to the heap)",
+          specialized_ran ? "" : "  (a specialized launch missed its variant)");
       json.begin();
       json.field("L", L);
       json.field("n", n);
@@ -817,20 +826,25 @@ int main(int argc, char** argv) {
     double max_rel = 0;
     for (int v = 1; v < 4; ++v) {
       for (uint32_t i = 0; i < 2 * P; ++i) {
-        max_rel = std::max(max_rel, std::fabs(double(g[v][i]) - g[0][i]) / std::max(std::fabs(double(g[0][i])), 1e-30));
+        max_rel = std::max(max_rel, std::fabs(double(g[v][i]) - g[0][i]) /
+                                        std::max(std::fabs(double(g[0][i])), 1e-30));
       }
     }
     if (!(max_rel <= 1e-4)) {
       std::fprintf(stderr, "training: the tiers' gradients differ (max relative %.3g)\n", max_rel);
       status = 1;
     }
-    std::vector<double> ms = time_ms(rt, {{hf, fa}, {ha, aa}, {hp, aa}, {has, aa}, {hps, aa}}, reps, tb);
-    std::printf("training example kernel: %u particles, %d steps, batches of %d launches:\n"
-                "  forward %.3f ms, adjoint heap tier %.3f ms (%.2fx forward), private tier %.3f ms (%.2fx)%s;\n"
-                "  specialized: heap tier %.3f ms (%.2fx), private tier %.3f ms (%.2fx); variants' max rel d %.2g\n",
-                P, S, tb, ms[0], ms[1], ms[1] / ms[0], ms[2], ms[2] / ms[0],
-                private_ran ? "" : " (private fell back to the heap)", ms[3], ms[3] / ms[0], ms[4], ms[4] / ms[0],
-                max_rel);
+    std::vector<double> ms =
+        time_ms(rt, {{hf, fa}, {ha, aa}, {hp, aa}, {has, aa}, {hps, aa}}, reps, tb);
+    std::printf(
+        "training example kernel: %u particles, %d steps, batches of %d launches:\n"
+        "  forward %.3f ms, adjoint heap tier %.3f ms (%.2fx forward), private tier %.3f ms "
+        "(%.2fx)%s;\n"
+        "  specialized: heap tier %.3f ms (%.2fx), private tier %.3f ms (%.2fx); variants' max rel "
+        "d %.2g\n",
+        P, S, tb, ms[0], ms[1], ms[1] / ms[0], ms[2], ms[2] / ms[0],
+        private_ran ? "" : " (private fell back to the heap)", ms[3], ms[3] / ms[0], ms[4],
+        ms[4] / ms[0], max_rel);
     json.begin();
     json.field("kernel", "training");
     json.field("particles", P);

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <spirv-tools/optimizer.hpp>
 
+#include "abi/spirv_tools.h"
 #include "codegen/launch_spec.h"
 #include "codegen/loop_passes.h"
 #include "codegen/spirv_emitter.h"
-#include "abi/spirv_tools.h"
 #include "codegen/text.h"
 #include "codegen/verifier.h"
 
@@ -113,7 +113,8 @@ Result<abi::CompiledKernel> compile(const Kernel& k, const Target& target,
     ct.loop_passes_idle = passes.idle;
     out.tasks.push_back(std::move(ct));
   }
-  for (size_t i = 0; i < k.tasks.size(); ++i) out.tasks[i].spec_words = launch_spec_words(k, i, out);
+  for (size_t i = 0; i < k.tasks.size(); ++i)
+    out.tasks[i].spec_words = launch_spec_words(k, i, out);
   for (size_t i = 0; i < k.tasks.size(); ++i) {
     EmitOptions eo;
     eo.native_float_atomics = options.native_float_atomics;

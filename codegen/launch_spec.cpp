@@ -59,7 +59,8 @@ void loop_bounds(const Kernel& k, const abi::CompiledKernel& layout,
 
 }  // namespace
 
-std::vector<uint32_t> launch_spec_words(const Kernel& k, size_t task, const abi::CompiledKernel& layout) {
+std::vector<uint32_t> launch_spec_words(const Kernel& k, size_t task,
+                                        const abi::CompiledKernel& layout) {
   const abi::CompiledTask& ct = layout.tasks.at(task);
   if (ct.adstacks.empty()) return {};
   const uint32_t base = layout.adstack_args_offset(static_cast<uint32_t>(task));

@@ -18,6 +18,7 @@ namespace vkad::codegen {
 // adstack words first: they decide private-array indices). Empty for a task without adstacks:
 // a forward kernel gains little from constant trip counts and would pay a pipeline per value.
 // `layout`: the compiled kernel with every task's adstacks filled in.
-std::vector<uint32_t> launch_spec_words(const Kernel& k, size_t task, const abi::CompiledKernel& layout);
+std::vector<uint32_t> launch_spec_words(const Kernel& k, size_t task,
+                                        const abi::CompiledKernel& layout);
 
 }  // namespace vkad::codegen

@@ -1,12 +1,12 @@
 #include "codegen/spirv_emitter.h"
 
+#include <spirv/unified1/GLSL.std.450.h>
+
 #include <algorithm>
 #include <array>
-#include <map>
 #include <cstdint>
+#include <map>
 #include <unordered_map>
-
-#include <spirv/unified1/GLSL.std.450.h>
 
 #include "codegen/f64_math.h"
 #include "codegen/spirv_module.h"

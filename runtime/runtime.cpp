@@ -103,9 +103,9 @@ static Result<AdstackSpecialize> resolve_adstack_specialize(AdstackSpecialize s)
   if (v.empty() || v == "auto") return AdstackSpecialize::kAuto;
   if (v == "off") return AdstackSpecialize::kOff;
   if (v == "all") return AdstackSpecialize::kAll;
-  return make_error(ErrorCode::kInvalidArgument,
-                    "environment variable VKAD_ADSTACK_SPECIALIZE is '" + v +
-                        "'; expected off, auto or all");
+  return make_error(
+      ErrorCode::kInvalidArgument,
+      "environment variable VKAD_ADSTACK_SPECIALIZE is '" + v + "'; expected off, auto or all");
 }
 
 std::string handle_string(uint64_t id) {
@@ -247,12 +247,14 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
       spec_ok = spec_ok && w % 4 == 0 && w + 4 <= kernel.args_bytes();
     }
     for (size_t i = 0; spec_ok && i < range_task.spec_words.size(); ++i) {
-      spec_ok = declares_spec_id(range_task.spirv, abi::launch_spec_flag_id(static_cast<uint32_t>(i))) &&
-                declares_spec_id(range_task.spirv, abi::launch_spec_value_id(static_cast<uint32_t>(i)));
+      spec_ok =
+          declares_spec_id(range_task.spirv, abi::launch_spec_flag_id(static_cast<uint32_t>(i))) &&
+          declares_spec_id(range_task.spirv, abi::launch_spec_value_id(static_cast<uint32_t>(i)));
     }
     if (!spec_ok) {
       return make_error(ErrorCode::kInvalidArgument,
-                        where + ": spec_words must be at most " + std::to_string(abi::kMaxSpecWords) +
+                        where + ": spec_words must be at most " +
+                            std::to_string(abi::kMaxSpecWords) +
                             " aligned offsets inside the args buffer, each with its two "
                             "specialization constants declared by the module");
     }

@@ -72,14 +72,14 @@ const char* adstack_tier_name(AdstackTier t);
 // kDefault reads VKAD_ADSTACK_SPECIALIZE (`off`, `auto` or `all`; unset or empty: auto).
 enum class AdstackSpecialize : uint8_t {
   kDefault,
-  kOff,   // never: every launch uses the tier's generic pipeline
+  kOff,  // never: every launch uses the tier's generic pipeline
   // Tasks whose stacks all hold at most adstack_specialize_max_capacity entries in the heap
   // tier, adstack_specialize_max_private_capacity in the private tier. On the H200
   // specialization made the sin-loop adjoint 1.3-1.8x faster at 16 steps (both tiers) and the
   // private tier 5-20% faster at 64, but the heap tier 1.2-1.3x slower at 64 and 256 steps and
   // the private tier 3% slower at 256 (docs/benchmarks.md, "Launch specialization").
   kAuto,
-  kAll,   // every adstack task, either tier, any capacity
+  kAll,  // every adstack task, either tier, any capacity
 };
 const char* adstack_specialize_name(AdstackSpecialize s);
 // The private tier's hard limit per thread, also under kPrivate: Function memory is carved

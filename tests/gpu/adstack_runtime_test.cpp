@@ -704,7 +704,8 @@ TEST(AdstackSpecializeOption, EnvironmentVariableSetsTheDefaultAndBadValuesAreNa
   auto bad = runtime::Runtime::create();
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("VKAD_ADSTACK_SPECIALIZE is 'sometimes'"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("VKAD_ADSTACK_SPECIALIZE is 'sometimes'"),
+            std::string::npos)
       << bad.status().message();
   ASSERT_EQ(setenv("VKAD_ADSTACK_SPECIALIZE", "all", 1), 0);
   auto rt = runtime::Runtime::create();

@@ -26,11 +26,14 @@ abi::CompiledKernel adjoint_compiled(const Kernel& fwd) {
   return *c;
 }
 
-bool has(const std::vector<uint32_t>& v, uint32_t w) { return std::find(v.begin(), v.end(), w) != v.end(); }
+bool has(const std::vector<uint32_t>& v, uint32_t w) {
+  return std::find(v.begin(), v.end(), w) != v.end();
+}
 
 // Trip count from scalar `n`, a second bound from an extent; `k` is a float scalar (never a
 // bound) and `m` an integer scalar that only feeds arithmetic.
-const char* kLoop = R"(kernel f(n: i32, k: f32, m: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
+const char* kLoop =
+    R"(kernel f(n: i32, k: f32, m: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f32
     %x = load x[%i] : f32
@@ -75,7 +78,8 @@ TEST(LaunchSpec, AdjointMarksItsStackWordsAndTheScalarsItsLoopBoundsComeFrom) {
     EXPECT_TRUE(runtime::declares_spec_id(t.spirv, abi::launch_spec_flag_id(i))) << i;
     EXPECT_TRUE(runtime::declares_spec_id(t.spirv, abi::launch_spec_value_id(i))) << i;
   }
-  EXPECT_FALSE(runtime::declares_spec_id(t.spirv, abi::launch_spec_flag_id(static_cast<uint32_t>(w.size()))));
+  EXPECT_FALSE(runtime::declares_spec_id(
+      t.spirv, abi::launch_spec_flag_id(static_cast<uint32_t>(w.size()))));
 }
 
 TEST(LaunchSpec, ForwardKernelsAndDataDependentBoundsMarkNoScalar) {
@@ -84,7 +88,8 @@ TEST(LaunchSpec, ForwardKernelsAndDataDependentBoundsMarkNoScalar) {
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_TRUE(c->tasks[0].spec_words.empty()) << "no adstacks: nothing to specialize";
   // The trip count loaded from an ndarray: only the stack words (and no scalar) are marked.
-  abi::CompiledKernel a = adjoint_compiled(parse_ok(R"(kernel g(n: i32, cnt: ndarray<i32, 1>, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
+  abi::CompiledKernel a = adjoint_compiled(parse_ok(
+      R"(kernel g(n: i32, cnt: ndarray<i32, 1>, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f32
     %x = load x[%i] : f32
