@@ -43,12 +43,24 @@ void PipelineCache::release(uint64_t key) {
 }
 
 Result<rhi::ComputePipeline*> PipelineCache::variant(rhi::Device& device, uint64_t key,
-                                                     uint32_t task, const VariantKey& variant) {
+                                                     uint32_t task, VariantKey* wanted,
+                                                     uint32_t max_specialized) {
   Entry& e = entries_.at(key);
-  if (!variant.private_tier && variant.spec_values.empty()) return &e.tasks.at(task);
+  if (!wanted->private_tier && wanted->spec_values.empty()) return &e.tasks.at(task);
   auto& variants = e.variants.at(task);
-  auto it = variants.find(variant);
+  auto it = variants.find(*wanted);
   if (it != variants.end()) return &it->second;
+  if (!wanted->spec_values.empty()) {
+    uint32_t made = 0;
+    for (const auto& [v, p] : variants) made += !v.spec_values.empty();
+    if (made >= max_specialized) {
+      wanted->spec_values.clear();  // past the cap: the tier's generic pipeline
+      it = variants.find(*wanted);
+      if (it != variants.end()) return &it->second;
+    }
+  }
+  const VariantKey& variant = *wanted;
+  if (!variant.private_tier && variant.spec_values.empty()) return &e.tasks.at(task);
   const abi::CompiledKernel& k = *e.content;
   const abi::CompiledTask& t = k.tasks[task];
   rhi::ComputePipelineDesc desc;
@@ -78,18 +90,6 @@ Result<rhi::ComputePipeline*> PipelineCache::variant(rhi::Device& device, uint64
   }
   VKAD_ASSIGN_OR_RETURN(rhi::ComputePipeline pipeline, device.create_compute_pipeline(desc));
   return &variants.emplace(variant, std::move(pipeline)).first->second;
-}
-
-bool PipelineCache::has_variant(uint64_t key, uint32_t task, const VariantKey& variant) const {
-  if (!variant.private_tier && variant.spec_values.empty()) return true;
-  const auto& variants = entries_.at(key).variants.at(task);
-  return variants.count(variant) != 0;
-}
-
-uint32_t PipelineCache::specialized_count(uint64_t key, uint32_t task) const {
-  uint32_t n = 0;
-  for (const auto& [v, p] : entries_.at(key).variants.at(task)) n += !v.spec_values.empty();
-  return n;
 }
 
 uint64_t PipelineCache::private_variant_count() const {

@@ -56,13 +56,12 @@ class PipelineCache {
   // Drops one reference; then evicts unreferenced entries past the capacity.
   void release(uint64_t key);
   Entry& at(uint64_t key) { return entries_.at(key); }
-  // The pipeline of `task` for `variant` (the generic one for the heap tier, unspecialized;
-  // otherwise made on first use).
+  // The pipeline of `task` for `*variant`: the generic one for the heap tier unspecialized;
+  // otherwise made on first use. A specialized variant not made yet, when `task` has
+  // `max_specialized` of them already, is not made: its spec_values are cleared and the
+  // tier's generic pipeline is returned (the caller counts that as a miss).
   Result<rhi::ComputePipeline*> variant(rhi::Device& device, uint64_t key, uint32_t task,
-                                        const VariantKey& variant);
-  // Whether `variant` exists already, and how many specialized variants `task` has.
-  bool has_variant(uint64_t key, uint32_t task, const VariantKey& variant) const;
-  uint32_t specialized_count(uint64_t key, uint32_t task) const;
+                                        VariantKey* variant, uint32_t max_specialized);
   size_t size() const { return entries_.size(); }
   uint64_t private_variant_count() const;      // variants in the private tier
   uint64_t specialized_variant_count() const;  // variants with launch constants fixed

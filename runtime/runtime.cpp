@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "runtime/spirv_interface.h"
 
@@ -246,10 +247,10 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
     for (uint32_t w : range_task.spec_words) {
       spec_ok = spec_ok && w % 4 == 0 && w + 4 <= kernel.args_bytes();
     }
-    for (size_t i = 0; spec_ok && i < range_task.spec_words.size(); ++i) {
-      spec_ok =
-          declares_spec_id(range_task.spirv, abi::launch_spec_flag_id(static_cast<uint32_t>(i))) &&
-          declares_spec_id(range_task.spirv, abi::launch_spec_value_id(static_cast<uint32_t>(i)));
+    const std::set<uint32_t> spec_ids =
+        range_task.spec_words.empty() ? std::set<uint32_t>{} : declared_spec_ids(range_task.spirv);
+    for (uint32_t i = 0; spec_ok && i < range_task.spec_words.size(); ++i) {
+      spec_ok = spec_ids.count(abi::launch_spec_flag_id(i)) && spec_ids.count(abi::launch_spec_value_id(i));
     }
     if (!spec_ok) {
       return make_error(ErrorCode::kInvalidArgument,
@@ -638,7 +639,6 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   std::memcpy(args_buf.mapped(), args_scratch_.data(), args_bytes);
   // Each task's pipeline, found once: the generic one, or a variant (private tier, launch
   // constants specialized; made on first use).
-  PipelineCache::Entry& pipes = pipelines_.at(k->hash);
   std::vector<rhi::ComputePipeline*> task_pipeline(d.tasks.size());
   uint64_t specialized = 0, spec_misses = 0;
   for (size_t t = 0; t < d.tasks.size(); ++t) {
@@ -658,19 +658,13 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
         std::memcpy(&value, args_scratch_.data() + w, 4);
         variant.spec_values.push_back(value);
       }
-      if (!pipelines_.has_variant(k->hash, task, variant) &&
-          pipelines_.specialized_count(k->hash, task) >= options_.adstack_specialize_max_variants) {
-        variant.spec_values.clear();  // past the cap: the tier's generic pipeline
-        ++spec_misses;
-      } else {
-        ++specialized;
-      }
     }
-    if (!variant.private_tier && variant.spec_values.empty()) {
-      task_pipeline[t] = &pipes.tasks[t];
-    } else {
-      VKAD_ASSIGN_OR_RETURN(task_pipeline[t], pipelines_.variant(*device_, k->hash, task, variant));
-    }
+    const bool wanted = !variant.spec_values.empty();
+    VKAD_ASSIGN_OR_RETURN(task_pipeline[t],
+                          pipelines_.variant(*device_, k->hash, task, &variant,
+                                             options_.adstack_specialize_max_variants));
+    // The cache clears the values of a variant past the cap (the tier's generic pipeline).
+    if (wanted) ++(variant.spec_values.empty() ? spec_misses : specialized);
   }
   VKAD_TRY(ensure_list());
   for (size_t t = 0; t < d.tasks.size(); ++t) {

@@ -202,17 +202,20 @@ Status check_module(const std::vector<uint32_t>& words, const ModuleInterface& e
   return {};
 }
 
-bool declares_spec_id(const std::vector<uint32_t>& words, uint32_t spec_id) {
+std::set<uint32_t> declared_spec_ids(const std::vector<uint32_t>& words) {
   constexpr uint32_t kDecorationSpecId = 1;
+  std::set<uint32_t> ids;
   for (size_t i = 5; i < words.size();) {
     uint32_t count = words[i] >> 16, op = words[i] & 0xffff;
     if (count == 0 || i + count > words.size()) break;
-    if (op == kOpDecorate && count == 4 && words[i + 2] == kDecorationSpecId && words[i + 3] == spec_id) {
-      return true;
-    }
+    if (op == kOpDecorate && count == 4 && words[i + 2] == kDecorationSpecId) ids.insert(words[i + 3]);
     i += count;
   }
-  return false;
+  return ids;
+}
+
+bool declares_spec_id(const std::vector<uint32_t>& words, uint32_t spec_id) {
+  return declared_spec_ids(words).count(spec_id) != 0;
 }
 
 }  // namespace vkad::runtime

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <set>
 #include <vector>
 
 #include "base/status.h"
@@ -28,5 +29,7 @@ Status check_module(const std::vector<uint32_t>& words, const ModuleInterface& e
 // Whether the module decorates a specialization constant with SpecId `spec_id` (the module is
 // assumed valid: check_module passed).
 bool declares_spec_id(const std::vector<uint32_t>& words, uint32_t spec_id);
+// Every SpecId the module decorates, in one pass (registration checks several).
+std::set<uint32_t> declared_spec_ids(const std::vector<uint32_t>& words);
 
 }  // namespace vkad::runtime

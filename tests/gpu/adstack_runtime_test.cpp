@@ -37,6 +37,24 @@ const char* kRecurrence = R"(kernel rec(n: i32, x: ndarray<f32, 1> grad, y: ndar
   }
 })";
 
+// Per element, cnt[i] sin steps under a stated max_trip(4): counts past 4 overflow the stack.
+const char* kDataDependentTrips = R"(kernel dd(cnt: ndarray<i32, 1>, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f32
+    %x = load x[%i] : f32
+    store_local %v, %x
+    %zero = const 0 : i32
+    %c = load cnt[%i] : i32
+    for %k in [%zero, %c) max_trip(4) {
+      %a = load_local %v : f32
+      %s = sin %a : f32
+      store_local %v, %s
+    }
+    %out = load_local %v : f32
+    store y[%i], %out
+  }
+})";
+
 class AdstackRuntime : public KernelTest, public ::testing::WithParamInterface<adstack::Layout> {
  protected:
   void SetUp() override {
@@ -155,22 +173,7 @@ TEST_P(AdstackRuntime, CapacityPast64BitsIsALaunchErrorNamingKernelAndStack) {
 
 TEST_P(AdstackRuntime, OverflowIsReportedNamingTheStackAndRecoveredFrom) {
   // The loop states max_trip(4), but the counts go up to 9.
-  runtime::CompiledKernel ck = adjoint(R"(kernel dd(cnt: ndarray<i32, 1>, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
-  task main parallel %i in [0, shape(x, 0)) {
-    %v = alloca : f32
-    %x = load x[%i] : f32
-    store_local %v, %x
-    %zero = const 0 : i32
-    %c = load cnt[%i] : i32
-    for %k in [%zero, %c) max_trip(4) {
-      %a = load_local %v : f32
-      %s = sin %a : f32
-      store_local %v, %s
-    }
-    %out = load_local %v : f32
-    store y[%i], %out
-  }
-})");
+  runtime::CompiledKernel ck = adjoint(kDataDependentTrips);
   auto h = runner_->rt().register_kernel(ck);
   ASSERT_TRUE(h.ok());
   const size_t n = 256;
@@ -209,22 +212,7 @@ TEST_P(AdstackRuntime, OverflowIsReportedNamingTheStackAndRecoveredFrom) {
 TEST_P(AdstackRuntime, OverflowNamesTheLaunchThatHitIt) {
   // Three launches with separate counts and gradients, one submission: only the second's counts
   // exceed max_trip(4), and the error names exactly that launch.
-  runtime::CompiledKernel ck = adjoint(R"(kernel dd(cnt: ndarray<i32, 1>, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
-  task main parallel %i in [0, shape(x, 0)) {
-    %v = alloca : f32
-    %x = load x[%i] : f32
-    store_local %v, %x
-    %zero = const 0 : i32
-    %c = load cnt[%i] : i32
-    for %k in [%zero, %c) max_trip(4) {
-      %a = load_local %v : f32
-      %s = sin %a : f32
-      store_local %v, %s
-    }
-    %out = load_local %v : f32
-    store y[%i], %out
-  }
-})");
+  runtime::CompiledKernel ck = adjoint(kDataDependentTrips);
   auto h = runner_->rt().register_kernel(ck);
   ASSERT_TRUE(h.ok());
   const size_t n = 64;
@@ -561,22 +549,7 @@ TEST_P(AdstackTiers, HeapTierNeverUsesPrivateArrays) {
 TEST_P(AdstackTiers, OverflowIsReportedInThePrivateTier) {
   start(runtime::AdstackTier::kPrivate);
   if (!runner_) return;
-  auto h = runner_->rt().register_kernel(adjoint(R"(kernel dd(cnt: ndarray<i32, 1>, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
-  task main parallel %i in [0, shape(x, 0)) {
-    %v = alloca : f32
-    %x = load x[%i] : f32
-    store_local %v, %x
-    %zero = const 0 : i32
-    %c = load cnt[%i] : i32
-    for %k in [%zero, %c) max_trip(4) {
-      %a = load_local %v : f32
-      %s = sin %a : f32
-      store_local %v, %s
-    }
-    %out = load_local %v : f32
-    store y[%i], %out
-  }
-})"));
+  auto h = runner_->rt().register_kernel(adjoint(kDataDependentTrips));
   ASSERT_TRUE(h.ok()) << h.status().to_string();
   const size_t n = 64;
   std::vector<int32_t> counts(n, 3);

@@ -43,6 +43,17 @@ double loose_fraction(const codegen::HostArray& want) {
 ArgSpec A(std::vector<uint32_t> s, double lo = -1, double hi = 1) { return ArgSpec::array(std::move(s), lo, hi); }
 ArgSpec S(double v) { return ArgSpec::of(v); }
 
+// sin and cos of x into y and z: the trig cases at arguments far from and around +-pi.
+const char* kSinCos = R"(kernel tl(x: ndarray<f32, 1>, y: ndarray<f32, 1>, z: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %x = load x[%i] : f32
+    %s = sin %x : f32
+    %c = cos %x : f32
+    store y[%i], %s
+    store z[%i], %c
+  }
+})";
+
 const std::vector<CorpusCase>& corpus() {
   static const std::vector<CorpusCase> cases = {
       {"copy",
@@ -122,29 +133,13 @@ const std::vector<CorpusCase>& corpus() {
       // Far outside [-pi, pi], where Vulkan leaves GLSL Sin/Cos undefined: the emitter's
       // reduction by 2*pi keeps them within 2^-11 (plus the reduction's own error).
       {"math_trig_large_arguments",
-       R"(kernel tl(x: ndarray<f32, 1>, y: ndarray<f32, 1>, z: ndarray<f32, 1>) {
-  task main parallel %i in [0, shape(x, 0)) {
-    %x = load x[%i] : f32
-    %s = sin %x : f32
-    %c = cos %x : f32
-    store y[%i], %s
-    store z[%i], %c
-  }
-})",
+       kSinCos,
        {A({2048}, -60000, 60000), A({2048}), A({2048})}},
       // Arguments on both sides of +-pi in one subgroup: unreduced (k = 0) and reduced
       // invocations side by side (a branch on |x| < pi was tried and measured slower: the
       // result must not depend on how the emitter arranges the reduction).
       {"math_trig_around_pi",
-       R"(kernel tb(x: ndarray<f32, 1>, y: ndarray<f32, 1>, z: ndarray<f32, 1>) {
-  task main parallel %i in [0, shape(x, 0)) {
-    %x = load x[%i] : f32
-    %s = sin %x : f32
-    %c = cos %x : f32
-    store y[%i], %s
-    store z[%i], %c
-  }
-})",
+       kSinCos,
        {A({2048}, -8, 8), A({2048}), A({2048})}},
       {"math_inverse_trig",
        R"(kernel it(x: ndarray<f32, 1>, z: ndarray<f32, 1>, y: ndarray<f32, 1>) {
