@@ -36,11 +36,35 @@ SizeExpr SizeExpr::combine(Kind k, SizeExpr a, SizeExpr b) {
   return e;
 }
 
+namespace {
+int64_t floor_div(int64_t a, int64_t d) {
+  int64_t q = a / d;
+  return (a % d != 0 && a < 0) ? q - 1 : q;
+}
+}  // namespace
+
+SizeExpr SizeExpr::div(SizeExpr a, int64_t divisor) {
+  if (divisor == 1) return a;
+  if (a.kind == Kind::kConst) return constant(floor_div(a.value, divisor));
+  SizeExpr e;
+  e.kind = Kind::kDiv;
+  e.value = divisor;
+  e.operands = {std::move(a)};
+  return e;
+}
+
 Result<int64_t> evaluate(const SizeExpr& e, const SizeInputs& in) {
   switch (e.kind) {
     case SizeExpr::Kind::kConst: return e.value;  // may be negative inside a sum (x - 1)
     case SizeExpr::Kind::kScalar: return std::max<int64_t>(in.scalar(e.param), 0);
     case SizeExpr::Kind::kDim: return std::max<int64_t>(in.dim(e.param, e.dim), 0);
+    case SizeExpr::Kind::kDiv: {
+      if (e.operands.size() != 1 || e.value < 1) {
+        return make_error(ErrorCode::kInvalidArgument, "size quotient needs one operand and a divisor >= 1");
+      }
+      VKAD_ASSIGN_OR_RETURN(int64_t x, evaluate(e.operands[0], in));
+      return floor_div(x, e.value);
+    }
     default: break;
   }
   int64_t v = e.kind == SizeExpr::Kind::kMul ? 1 : 0;

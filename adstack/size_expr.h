@@ -1,5 +1,6 @@
 // A symbolic, non-negative size evaluated per launch on the host: constants, scalar kernel
-// parameters, ndarray extents, and sums / products / maxima of those. Adstack capacities are
+// parameters, ndarray extents, and sums / products / maxima of those, and quotients by a
+// positive constant (rounded down). Adstack capacities are
 // SizeExprs derived by reverse mode from the loops around each push.
 #pragma once
 
@@ -12,12 +13,12 @@
 namespace vkad::adstack {
 
 struct SizeExpr {
-  enum class Kind : uint8_t { kConst, kScalar, kDim, kAdd, kMul, kMax };
+  enum class Kind : uint8_t { kConst, kScalar, kDim, kAdd, kMul, kMax, kDiv };
   Kind kind = Kind::kConst;
-  int64_t value = 0;   // kConst
+  int64_t value = 0;   // kConst; kDiv: the divisor (>= 1)
   uint32_t param = 0;  // kScalar / kDim: kernel parameter index
   uint32_t dim = 0;    // kDim
-  std::vector<SizeExpr> operands;  // kAdd / kMul / kMax
+  std::vector<SizeExpr> operands;  // kAdd / kMul / kMax; kDiv: the dividend (one)
 
   static SizeExpr constant(int64_t v) { return {Kind::kConst, v, 0, 0, {}}; }
   static SizeExpr scalar(uint32_t p) { return {Kind::kScalar, 0, p, 0, {}}; }
@@ -26,6 +27,9 @@ struct SizeExpr {
   // Constants whose sum or product would overflow 64 bits stay unfolded, so evaluate()
   // reports the overflow at launch instead of folding to a wrapped value.
   static SizeExpr combine(Kind k, SizeExpr a, SizeExpr b);
+  // floor(a / divisor), divisor >= 1 (segmented checkpointing's segment counts, checkpoint.h);
+  // folds a constant and a divisor of 1.
+  static SizeExpr div(SizeExpr a, int64_t divisor);
   bool operator==(const SizeExpr&) const = default;
 };
 

@@ -1,10 +1,30 @@
 #include "api/device_target.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
-
+#include "codegen/checkpoint.h"
 
 namespace vkad::codegen {
+
+namespace {
+
+// VKAD_ADJOINT_CHECKPOINT: "off" / "0", or a segment length. A value that is neither becomes
+// UINT32_MAX, which make_adjoint refuses with an error naming the variable (this function has
+// no error channel, and ignoring a mistyped setting would hide it).
+uint32_t checkpoint_segment(uint32_t device_default) {
+  const char* env = std::getenv("VKAD_ADJOINT_CHECKPOINT");
+  if (!env || !*env) return device_default;
+  const std::string v = env;
+  if (v == "off") return 0;
+  char* end = nullptr;
+  const unsigned long n = std::strtoul(v.c_str(), &end, 10);
+  if (*end != '\0' || v[0] == '-' || n > kMaxCheckpointSegment) return UINT32_MAX;
+  return static_cast<uint32_t>(n);
+}
+
+}  // namespace
 
 Target target_from_caps(const rhi::Capabilities& caps) {
   Target t;
@@ -19,6 +39,7 @@ Target target_from_caps(const rhi::Capabilities& caps) {
   t.preserve_nan_inf_f64 = caps.preserve_nan_inf_f64;
   t.adstack_layout = caps.kind == rhi::DeviceKind::kCpu ? adstack::Layout::kThreadMajor
                                                         : adstack::Layout::kSlotMajor;
+  t.checkpoint_segment = checkpoint_segment(caps.kind == rhi::DeviceKind::kCpu ? 0 : kGpuCheckpointSegment);
   return t;
 }
 

@@ -11,6 +11,9 @@ namespace vkad::codegen {
 // Slot-major adstacks for discrete, integrated, virtual and unknown GPUs, thread-major for CPU
 // devices (on lavapipe the slot-major layout is several times slower). Features the device lacks
 // are off, so a kernel that needs them fails verify() with kUnsupported naming the statement.
+// Segmented checkpointing (Target::checkpoint_segment) is on for GPUs (kGpuCheckpointSegment),
+// off for CPU devices (their caches hold a thread's stacks; the replay would only add work);
+// the environment variable VKAD_ADJOINT_CHECKPOINT ("off" or a segment length) overrides it.
 Target target_from_caps(const rhi::Capabilities& caps);
 
 }  // namespace vkad::codegen

@@ -186,7 +186,9 @@ class Analysis {
         if (!a.lo || *a.lo < 0 || c == def_.end() || c->second->op != Op::kConst || c->second->iimm < 1) {
           return {};
         }
-        return {0, a.up};
+        // Non-negative by a constant >= 1: div and floordiv agree, floor(up / c) bounds it.
+        if (!a.up) return {0, std::nullopt};
+        return {0, SizeExpr::div(*a.up, c->second->iimm)};
       }
       default: return {};
     }

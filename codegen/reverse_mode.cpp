@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "codegen/checkpoint.h"
 #include "codegen/derivative_rules.h"
 #include "codegen/jumps.h"
 #include "codegen/trip_counter.h"
@@ -414,7 +415,7 @@ class ReverseMode : public PartialBuilder {
         if (b && e) return SymRange{b->lo, SizeExpr::combine(K::kAdd, e->up, SizeExpr::constant(-1))};
         // A stated trip bound caps the index too: index < begin + max_trip (a launch that
         // exceeds it overflows this loop's own stack, which is reported).
-        if (b && (s.has_cap || counting_)) {
+        if (b && (s.has_cap || (counting_ && !probing_))) {
           SizeExpr trips = s.has_cap ? s.cap : counted(s);
           return SymRange{b->lo, SizeExpr::combine(K::kAdd, SizeExpr::combine(K::kAdd, b->up, trips),
                                                    SizeExpr::constant(-1))};
@@ -425,7 +426,9 @@ class ReverseMode : public PartialBuilder {
         // Its index is below the stated trip bound (a launch past it overflows the loop's
         // stack, or the counted bound is exact).
         if (s.has_cap) return SymRange{0, SizeExpr::combine(K::kAdd, s.cap, SizeExpr::constant(-1))};
-        if (counting_) return SymRange{0, SizeExpr::combine(K::kAdd, counted(s), SizeExpr::constant(-1))};
+        if (counting_ && !probing_) {
+          return SymRange{0, SizeExpr::combine(K::kAdd, counted(s), SizeExpr::constant(-1))};
+        }
         return std::nullopt;
       case Op::kAdd:
         return both([](SymRange a, SymRange b) -> std::optional<SymRange> {
@@ -458,7 +461,8 @@ class ReverseMode : public PartialBuilder {
         auto a = range(s.args[0]);
         auto c = def_.find(s.args[1]);
         if (!a || a->lo < 0 || c == def_.end() || c->second->op != Op::kConst || c->second->iimm < 1) return std::nullopt;
-        return SymRange{0, a->up};
+        // Non-negative by a constant >= 1: div and floordiv agree, floor(up / c) bounds it.
+        return SymRange{a->lo / c->second->iimm, SizeExpr::div(a->up, c->second->iimm)};
       }
       default: return std::nullopt;
     }
@@ -520,6 +524,9 @@ class ReverseMode : public PartialBuilder {
     for (const Stmt* l : counted_order_) ids.push_back(l->result);
     return ids;
   }
+  // The loops (forward ids) that segmented checkpointing (checkpoint.h) should split, given
+  // Target::checkpoint_segment. Valid after run().
+  const std::unordered_set<ValueId>& segmentable_loops() const { return segmentable_; }
 
  private:
   // ------------------------------------------------------------ emission helpers (adjoint ids)
@@ -904,6 +911,11 @@ class ReverseMode : public PartialBuilder {
       }
     };
     walk(t.body);
+    if (t_.checkpoint_segment >= 2) {
+      for (const Stmt* c : order) {
+        if (segmentable(*c)) segmentable_.insert(c->result);
+      }
+    }
     for (const Stmt* c : order) {
       SizeExpr cap = SizeExpr::constant(1);
       if (is_loop(*c)) {
@@ -949,9 +961,44 @@ class ReverseMode : public PartialBuilder {
     return {};
   }
 
+  static bool contains_loop(const Block& b) {
+    for (const Stmt& s : b.stmts) {
+      if (is_loop(s)) return true;
+      for (const Block& c : s.blocks) {
+        if (contains_loop(c)) return true;
+      }
+    }
+    return false;
+  }
+
+  // Whether segmented checkpointing should split `loop`, one that checkpoints locals: an
+  // innermost for loop (its body has no loops, so its index bounds no nested trip count and
+  // the split adds one replay, not one per level), i32 bounds whose range derives (the outer
+  // loop's trip bound is derived from them), no stated max_trip, room for the extra nesting
+  // level, and more iterations than one segment unless its bounds vary.
+  bool segmentable(const Stmt& loop) {
+    if (loop.op != Op::kFor || loop.has_cap || contains_loop(loop.blocks[0])) return false;
+    if (path_.at(&loop).size() + 2 > static_cast<size_t>(kMaxAdjointNesting)) return false;
+    if (type_.at(loop.args[0]) != DType::kI32 || type_.at(loop.args[1]) != DType::kI32) return false;
+    // Probing: a bound that only a counted trip count would bound is not derivable here (and
+    // asking must not add a trips_ parameter).
+    probing_ = true;
+    const bool derivable = range(loop.args[0]) && range(loop.args[1]);
+    probing_ = false;
+    if (!derivable) return false;
+    const Stmt* b = def_.count(loop.args[0]) ? def_.at(loop.args[0]) : nullptr;
+    const Stmt* e = def_.count(loop.args[1]) ? def_.at(loop.args[1]) : nullptr;
+    if (b && e && b->op == Op::kConst && e->op == Op::kConst) {
+      return e->iimm - b->iimm > static_cast<int64_t>(t_.checkpoint_segment);
+    }
+    return true;
+  }
+
   const Kernel& f_;
   const Target& t_;
   bool counting_ = false;
+  std::unordered_set<ValueId> segmentable_;
+  bool probing_ = false;  // range() without creating counted trip bounds
   std::unordered_map<const Stmt*, uint32_t> counted_;  // loop -> the adjoint's trips_ parameter
   std::vector<const Stmt*> counted_order_;
   Kernel a_;
@@ -1029,16 +1076,52 @@ Status verify_adjoint(const Kernel& forward, const Kernel& adjoint, const Target
                                               v.message());
 }
 
+namespace {
+
+Status check_segment(const Target& target) {
+  const uint32_t k = target.checkpoint_segment;
+  if (k == 0 || (k >= 2 && k <= kMaxCheckpointSegment)) return {};
+  return make_error(ErrorCode::kInvalidArgument,
+                    "Target::checkpoint_segment is " + std::to_string(k) + "; it must be 0 (off) or 2 to " +
+                        std::to_string(kMaxCheckpointSegment) +
+                        " iterations (the environment variable VKAD_ADJOINT_CHECKPOINT sets it: off or a "
+                        "segment length)");
+}
+
+// Reverse mode of `lowered` (no jumps), with segmented checkpointing (checkpoint.h) when the
+// target asks for it: a first pass selects the loops worth splitting, the second
+// differentiates the split kernel. `forward_out` receives the kernel actually differentiated
+// (the trip counter must run its loops); `counted` its counted loops.
+Result<Kernel> reverse(const Kernel& lowered, const Target& target, bool counting, Kernel* forward_out,
+                       std::vector<ValueId>* counted) {
+  VKAD_TRY(check_segment(target));
+  ReverseMode rm(lowered, target, counting);
+  Result<Kernel> adjoint = rm.run();
+  if (!adjoint.ok() || rm.segmentable_loops().empty()) {
+    if (forward_out) *forward_out = lowered;
+    if (counted) *counted = rm.counted_loops();
+    return adjoint;
+  }
+  Kernel split = segment_loops(lowered, rm.segmentable_loops(), target.checkpoint_segment);
+  ReverseMode again(split, target, counting);
+  Result<Kernel> out = again.run();
+  if (counted) *counted = again.counted_loops();
+  if (forward_out) *forward_out = std::move(split);
+  return out;
+}
+
+}  // namespace
+
 Result<CountedAdjoint> make_adjoint_counted(const Kernel& forward, const Target& target) {
   VKAD_TRY(verify(forward, target));
   Kernel lowered = has_jumps(forward) ? lower_jumps(forward) : forward;
-  ReverseMode rm(lowered, target, /*counting=*/true);
+  Kernel differentiated;
+  std::vector<ValueId> loops;
   CountedAdjoint out;
-  VKAD_ASSIGN_OR_RETURN(out.adjoint, rm.run());
-  std::vector<ValueId> loops = rm.counted_loops();
+  VKAD_ASSIGN_OR_RETURN(out.adjoint, reverse(lowered, target, /*counting=*/true, &differentiated, &loops));
   out.counted = static_cast<uint32_t>(loops.size());
   if (out.counted) {
-    out.counter = trip_counter_kernel(lowered, loops);
+    out.counter = trip_counter_kernel(differentiated, loops);
     Status v = verify(out.counter, target);
     if (!v.ok()) {
       return make_error(v.code() == ErrorCode::kUnsupported ? ErrorCode::kUnsupported : ErrorCode::kInternal,
@@ -1052,12 +1135,9 @@ Result<Kernel> make_adjoint(const Kernel& forward, const Target& target) {
   if (has_jumps(forward)) {
     // Differentiated without jumps (jumps.h): the reverse sweep's own loops would catch them.
     VKAD_TRY(verify(forward, target));
-    Kernel lowered = lower_jumps(forward);
-    ReverseMode rm(lowered, target);
-    return rm.run();
+    return reverse(lower_jumps(forward), target, false, nullptr, nullptr);
   }
-  ReverseMode rm(forward, target);
-  return rm.run();
+  return reverse(forward, target, false, nullptr, nullptr);
 }
 
 }  // namespace vkad::codegen

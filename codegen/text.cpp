@@ -66,6 +66,9 @@ std::string print_size(const Kernel& k, const SizeExpr& e) {
     case SizeExpr::Kind::kScalar: return param_name(k, e.param);
     case SizeExpr::Kind::kDim:
       return "shape(" + param_name(k, e.param) + ", " + std::to_string(e.dim) + ")";
+    case SizeExpr::Kind::kDiv:
+      return "div(" + (e.operands.empty() ? std::string("?") : print_size(k, e.operands[0])) + ", " +
+             std::to_string(e.value) + ")";
     default: {
       const char* n = e.kind == SizeExpr::Kind::kAdd ? "add"
                       : e.kind == SizeExpr::Kind::kMul ? "mul" : "max";
@@ -256,7 +259,9 @@ class Parser {
         advance();
       }
       t.index = t.dims[0].index;
-      auto leaf = [](const SizeExpr& e) { return e.kind != SizeExpr::Kind::kAdd && e.kind != SizeExpr::Kind::kMul && e.kind != SizeExpr::Kind::kMax; };
+      auto leaf = [](const SizeExpr& e) {
+        return e.kind == SizeExpr::Kind::kConst || e.kind == SizeExpr::Kind::kScalar || e.kind == SizeExpr::Kind::kDim;
+      };
       if (t.dims.size() == 1 && leaf(t.dims[0].begin) && leaf(t.dims[0].end)) {
         t.begin = leaf_bound(t.dims[0].begin);
         t.end = leaf_bound(t.dims[0].end);
@@ -447,6 +452,26 @@ class Parser {
     }
   }
   Result<SizeExpr> size(uint32_t depth = 1) {
+    if (tok_.kind == Token::kIdent && tok_.text == "div") {  // div(x, d): floor(x / d), d >= 1
+      if (depth > kMaxNestingDepth) {
+        return error("size expressions nest deeper than " + std::to_string(kMaxNestingDepth) +
+                     " (kMaxNestingDepth)");
+      }
+      advance();
+      VKAD_TRY(expect("("));
+      VKAD_ASSIGN_OR_RETURN(SizeExpr a, size(depth + 1));
+      VKAD_TRY(expect(","));
+      VKAD_ASSIGN_OR_RETURN(SizeExpr d, size(depth + 1));
+      VKAD_TRY(expect(")"));
+      if (d.kind != SizeExpr::Kind::kConst || d.value < 1) {
+        return error("the divisor of a size quotient div(x, d) must be a constant >= 1");
+      }
+      SizeExpr e;
+      e.kind = SizeExpr::Kind::kDiv;
+      e.value = d.value;
+      e.operands = {std::move(a)};
+      return e;
+    }
     if (tok_.kind == Token::kIdent &&
         (tok_.text == "add" || tok_.text == "mul" || tok_.text == "max")) {
       if (depth > kMaxNestingDepth) {

@@ -164,6 +164,8 @@ class Verifier {
         }
         return {};
       }
+      case K::kDiv:
+        return task_error(which + ": a quotient (div) is not allowed in a task dimension");
       default:
         if (e.operands.empty()) return task_error(which + ": a combination without operands");
         for (const SizeExpr& o : e.operands) VKAD_TRY(check_dim_bound(o, which));
@@ -185,6 +187,9 @@ class Verifier {
     }
     if ((e.kind == K::kAdd || e.kind == K::kMul || e.kind == K::kMax) && e.operands.empty()) {
       return error(s, "size combination without operands");
+    }
+    if (e.kind == K::kDiv && (e.operands.size() != 1 || e.value < 1)) {
+      return error(s, "size quotient div(x, d) needs one operand and a constant divisor d >= 1");
     }
     for (const SizeExpr& o : e.operands) VKAD_TRY(check_size(s, o));
     return {};

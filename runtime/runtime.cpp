@@ -46,6 +46,8 @@ bool size_refs_ok(const adstack::SizeExpr& e, const std::vector<KernelParam>& pa
     case K::kDim:
       return e.param < params.size() && params[e.param].kind == ParamKind::kNdArray &&
              e.dim < params[e.param].rank;
+    case K::kDiv:
+      return e.operands.size() == 1 && e.value >= 1 && size_refs_ok(e.operands[0], params, depth + 1);
     case K::kAdd:
     case K::kMul:
     case K::kMax:
