@@ -593,6 +593,11 @@ int main(int argc, char** argv) {
   Target target = target_from_caps(rt.caps());
   if (layout == "slot") target.adstack_layout = adstack::Layout::kSlotMajor;
   if (layout == "thread") target.adstack_layout = adstack::Layout::kThreadMajor;
+  // The adjoint columns without segmented checkpointing (every iteration checkpointed, as
+  // before it existed) and with it (kGpuCheckpointSegment, on every device).
+  Target every_iteration = target, segmented = target;
+  every_iteration.checkpoint_segment = 0;
+  segmented.checkpoint_segment = codegen::kGpuCheckpointSegment;
   auto hc = rt.register_kernel(testing::make_copy_u32x4_kernel()).value();
 
   // x0 = 0.001 (i mod 1000), as in issue 13's first measurement; w = 0.25 + 0.0005 (i mod
@@ -627,13 +632,17 @@ int main(int argc, char** argv) {
   auto measure = [&](const char* kernel, const Kernel& fwd, bool rec, const std::vector<runtime::NdArrayHandle>& inputs,
                      const std::vector<runtime::NdArrayHandle>& grads,
                      const std::vector<runtime::NdArrayHandle>& tape_grads) -> bool {
-    Kernel adj = make_adjoint(fwd, target).value();
+    Kernel adj = make_adjoint(fwd, every_iteration).value();
     auto hf = rt.register_kernel(compile(fwd, target).value()).value();
     runtime::CompiledKernel adj_compiled = compile(adj, target).value();
     auto ha = rt.register_kernel(heap_only(unspecialized(adj_compiled))).value();  // heap tier
     auto hp = rt.register_kernel(unspecialized(adj_compiled)).value();             // private tier
     auto has = rt.register_kernel(heap_only(adj_compiled)).value();  // heap tier, specialized
     auto hps = rt.register_kernel(adj_compiled).value();             // private tier, specialized
+    // Segmented checkpointing, both tiers specialized.
+    runtime::CompiledKernel seg_compiled = compile(make_adjoint(fwd, segmented).value(), target).value();
+    auto hch = rt.register_kernel(heap_only(seg_compiled)).value();
+    auto hcp = rt.register_kernel(seg_compiled).value();
     auto tape = tape_kernel(rec, tape_reduction);
     if (!tape.ok()) {
       std::fprintf(stderr, "hand tape: %s\n", tape.status().to_string().c_str());
@@ -643,12 +652,13 @@ int main(int argc, char** argv) {
     // ht: hand heap tape; pt: hand private tape (trip count from the args, as vkad's); st: the
     // same with the trip count a constant (static capacity).
     std::printf(
-        "%5s %9s %10s %10s %10s %10s %10s %10s %10s %10s %9s %9s %9s %9s %9s %9s %10s %9s %9s\n",
-        "L", "tape T", "forward", "adj heap", "adj priv", "heap spec", "priv spec", "heap tape",
-        "priv tape", "stat tape", "heap/ht", "priv/pt", "priv/st", "hs/ht", "ps/st", "pt/ht",
-        "tape GB/s", "tape/copy", "max rel d");
-    std::printf("%5s %9s %10s %10s %10s %10s %10s %10s %10s %10s\n", "", "", "ms", "ms", "ms", "ms",
-                "ms", "ms", "ms", "ms");
+        "%5s %9s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %9s %9s %9s %9s %9s %9s %9s %9s "
+        "%10s %9s %9s\n",
+        "L", "tape T", "forward", "adj heap", "adj priv", "heap spec", "priv spec", "ckpt heap",
+        "ckpt priv", "heap tape", "priv tape", "stat tape", "heap/ht", "priv/pt", "priv/st", "hs/ht",
+        "ps/st", "ch/ht", "cp/st", "pt/ht", "tape GB/s", "tape/copy", "max rel d");
+    std::printf("%5s %9s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "", "", "ms", "ms", "ms",
+                "ms", "ms", "ms", "ms", "ms", "ms", "ms");
     for (int L : steps) {
       auto ptape = tape_kernel(rec, tape_reduction, static_cast<uint32_t>(L));
       if (!ptape.ok()) {
@@ -699,7 +709,7 @@ int main(int argc, char** argv) {
       double max_rel = 0;
       for (const auto& got :
            {run(ha, aa, grads), run(hp, aa, grads), run(has, aa, grads), run(hps, aa, grads),
-            run(hpt, ta, tape_grads), run(hst, ta, tape_grads)}) {
+            run(hch, aa, grads), run(hcp, aa, grads), run(hpt, ta, tape_grads), run(hst, ta, tape_grads)}) {
         for (size_t g = 0; g < got.size(); ++g) {
           for (uint32_t i = 0; i < n; ++i) {
             double d = std::fabs(double(got[g][i]) - ref[g][i]) / std::max(std::fabs(double(ref[g][i])), 1e-30);
@@ -716,19 +726,21 @@ int main(int argc, char** argv) {
       }
 
       std::vector<double> ms = time_ms(
-          rt, {{hf, fa}, {ha, aa}, {hp, aa}, {ht, ta}, {hpt, ta}, {hst, ta}, {has, aa}, {hps, aa}},
+          rt,
+          {{hf, fa}, {ha, aa}, {hp, aa}, {ht, ta}, {hpt, ta}, {hst, ta}, {has, aa}, {hps, aa}, {hch, aa}, {hcp, aa}},
           reps, batch);
       double f = ms[0], a = ms[1], ap = ms[2], t = ms[3], pt = ms[4], spt = ms[5], as = ms[6],
-             aps = ms[7];
+             aps = ms[7], ch = ms[8], cp = ms[9];
       // The tape's bytes: the inputs and y_grad read and the gradients written (4 B each per
       // element), each step stored and read back once (8 B).
       double tape_bytes = double(n) * (4.0 * (2 * inputs.size() + 1) + 8.0 * L);
       double tape_gbs = tape_bytes / (t * 1e6);
       std::printf(
-          "%5d %9u %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %8.2fx %8.2fx %8.2fx "
-          "%8.2fx %8.2fx "
+          "%5d %9u %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %8.2fx %8.2fx "
+          "%8.2fx %8.2fx %8.2fx %8.2fx %8.2fx "
           "%8.2fx %10.1f %8.0f%% %9.2g%s%s\n",
-          L, T, f, a, ap, as, aps, t, pt, spt, a / t, ap / pt, ap / spt, as / t, aps / spt, pt / t,
+          L, T, f, a, ap, as, aps, ch, cp, t, pt, spt, a / t, ap / pt, ap / spt, as / t, aps / spt, ch / t,
+          cp / spt, pt / t,
           tape_gbs, 100 * tape_gbs / copy_gbs, max_rel,
           private_ran ? "" : "  (adj priv fell back to the heap)",
           specialized_ran ? "" : "  (a specialized launch missed its variant)");
@@ -746,6 +758,11 @@ int main(int argc, char** argv) {
       json.field("adjoint_private_specialized_over_hand_private_tape", aps / pt);
       json.field("adjoint_private_specialized_over_hand_static_private_tape", aps / spt);
       json.field("specialized_ran", specialized_ran ? 1 : 0);
+      json.field("checkpoint_segment", segmented.checkpoint_segment);
+      json.field("adjoint_checkpointed_ms", ch);
+      json.field("adjoint_private_checkpointed_ms", cp);
+      json.field("adjoint_checkpointed_over_hand_tape", ch / t);
+      json.field("adjoint_private_checkpointed_over_hand_static_private_tape", cp / spt);
       json.field("hand_tape_ms", t);
       json.field("hand_private_tape_ms", pt);
       json.field("hand_static_private_tape_ms", spt);
@@ -780,13 +797,15 @@ int main(int argc, char** argv) {
     const int S = static_cast<int>(args.get_int("train-steps", 256));
     const int tb = static_cast<int>(args.get_int("train-batch", 50));
     Kernel fwd = diffsim::simulate_kernel();
-    Kernel adj = make_adjoint(fwd, target).value();
+    Kernel adj = make_adjoint(fwd, every_iteration).value();
     runtime::CompiledKernel ca = compile(adj, target).value();
+    runtime::CompiledKernel cs = compile(make_adjoint(fwd, segmented).value(), target).value();
     auto hf = rt.register_kernel(compile(fwd, target).value()).value();
     auto ha = rt.register_kernel(heap_only(unspecialized(ca))).value();
     auto hp = rt.register_kernel(unspecialized(ca)).value();
     auto has = rt.register_kernel(heap_only(ca)).value();
     auto hps = rt.register_kernel(ca).value();
+    auto hch = rt.register_kernel(heap_only(cs)).value(), hcp = rt.register_kernel(cs).value();
     std::vector<float> p0(2 * P), v0(2 * P, 0.0f), tgt(2 * P), seed(P, 1.0f), zero2(2 * P, 0.0f);
     for (uint32_t i = 0; i < P; ++i) {
       float a = static_cast<float>((i * 2654435761u) >> 8) / 16777216.0f;
@@ -809,10 +828,11 @@ int main(int argc, char** argv) {
     aa.push_back(Arg::ndarray(hg));
     aa.push_back(Arg::ndarray(hlg));
     // The two tiers' gradients agree (same arithmetic, different storage).
-    const runtime::KernelHandle variants[] = {ha, hp, has, hps};
-    std::vector<std::vector<float>> g(4, std::vector<float>(2 * P));
+    const runtime::KernelHandle variants[] = {ha, hp, has, hps, hch, hcp};
+    constexpr int kVariants = 6;
+    std::vector<std::vector<float>> g(kVariants, std::vector<float>(2 * P));
     const uint64_t fallbacks = rt.stats().adstack_private_fallbacks;
-    for (int tier = 0; tier < 4; ++tier) {
+    for (int tier = 0; tier < kVariants; ++tier) {
       (void)rt.upload(hg, zero2.data(), 4 * zero2.size());
       Status st = rt.launch(variants[tier], aa);
       if (st.ok()) st = rt.synchronize();
@@ -824,7 +844,7 @@ int main(int argc, char** argv) {
     }
     const bool private_ran = rt.stats().adstack_private_fallbacks == fallbacks;
     double max_rel = 0;
-    for (int v = 1; v < 4; ++v) {
+    for (int v = 1; v < kVariants; ++v) {
       for (uint32_t i = 0; i < 2 * P; ++i) {
         max_rel = std::max(max_rel, std::fabs(double(g[v][i]) - g[0][i]) /
                                         std::max(std::fabs(double(g[0][i])), 1e-30));
@@ -835,16 +855,17 @@ int main(int argc, char** argv) {
       status = 1;
     }
     std::vector<double> ms =
-        time_ms(rt, {{hf, fa}, {ha, aa}, {hp, aa}, {has, aa}, {hps, aa}}, reps, tb);
+        time_ms(rt, {{hf, fa}, {ha, aa}, {hp, aa}, {has, aa}, {hps, aa}, {hch, aa}, {hcp, aa}}, reps, tb);
     std::printf(
         "training example kernel: %u particles, %d steps, batches of %d launches:\n"
         "  forward %.3f ms, adjoint heap tier %.3f ms (%.2fx forward), private tier %.3f ms "
         "(%.2fx)%s;\n"
-        "  specialized: heap tier %.3f ms (%.2fx), private tier %.3f ms (%.2fx); variants' max rel "
-        "d %.2g\n",
+        "  specialized: heap tier %.3f ms (%.2fx), private tier %.3f ms (%.2fx);\n"
+        "  checkpointed every %u steps, specialized: heap tier %.3f ms (%.2fx), private tier %.3f ms "
+        "(%.2fx); variants' max rel d %.2g\n",
         P, S, tb, ms[0], ms[1], ms[1] / ms[0], ms[2], ms[2] / ms[0],
         private_ran ? "" : " (private fell back to the heap)", ms[3], ms[3] / ms[0], ms[4],
-        ms[4] / ms[0], max_rel);
+        ms[4] / ms[0], segmented.checkpoint_segment, ms[5], ms[5] / ms[0], ms[6], ms[6] / ms[0], max_rel);
     json.begin();
     json.field("kernel", "training");
     json.field("particles", P);
@@ -858,6 +879,11 @@ int main(int argc, char** argv) {
     json.field("adjoint_private_over_forward", ms[2] / ms[0]);
     json.field("adjoint_specialized_ms", ms[3]);
     json.field("adjoint_private_specialized_ms", ms[4]);
+    json.field("checkpoint_segment", segmented.checkpoint_segment);
+    json.field("adjoint_checkpointed_ms", ms[5]);
+    json.field("adjoint_private_checkpointed_ms", ms[6]);
+    json.field("adjoint_checkpointed_over_forward", ms[5] / ms[0]);
+    json.field("adjoint_private_checkpointed_over_forward", ms[6] / ms[0]);
     json.field("adjoint_specialized_over_forward", ms[3] / ms[0]);
     json.field("adjoint_private_specialized_over_forward", ms[4] / ms[0]);
   }
