@@ -365,7 +365,7 @@ void paste(std::string& text, const std::string& key, uint32_t value) {
 
 // The sin loop's tape, or (recurrence) the recurrence's, which also takes w and w_grad.
 // --tape-reduction: the hand tapes reduce Sin/Cos arguments by 2 pi exactly as vkad's emitter
-// does (Cody-Waite in three NoContraction steps; codegen/spirv_emitter.cpp reduce_two_pi), so
+// does (two-term Cody-Waite, contraction allowed; codegen/spirv_emitter.cpp reduce_two_pi), so
 // the ratio compares the reverse-mode machinery on equal math. Rewrites every
 // `%r = OpExtInst %f32 %glsl Sin|Cos %a` line of the module text.
 void reduce_trig(std::string& text) {
@@ -373,10 +373,10 @@ void reduce_trig(std::string& text) {
   char consts[512];
   std::snprintf(consts, sizeof consts,
                 "%%rr_inv = OpConstant %%f32 %.9g\n%%rr_c1 = OpConstant %%f32 6.28125\n"
-                "%%rr_c2 = OpConstant %%f32 0.0019378662109375\n%%rr_c3 = OpConstant %%f32 %.9g\n",
+                "%%rr_c2 = OpConstant %%f32 %.9g\n",
                 static_cast<double>(static_cast<float>(1 / kTwoPi)),
-                static_cast<double>(static_cast<float>(kTwoPi - 6.28125 - 0.0019378662109375)));
-  std::string decorations, out;
+                static_cast<double>(static_cast<float>(kTwoPi - 6.28125)));
+  std::string out;
   int n = 0;
   size_t at = 0;
   while (at < text.size()) {
@@ -392,11 +392,10 @@ void reduce_trig(std::string& text) {
       out += p + "q = OpFMul %f32 " + arg + " %rr_inv\n";
       out += p + "k = OpExtInst %f32 %glsl RoundEven " + p + "q\n";
       std::string r = arg;
-      for (int j = 1; j <= 3; ++j) {
+      for (int j = 1; j <= 2; ++j) {
         std::string t = p + "t" + std::to_string(j), rj = p + "r" + std::to_string(j);
         out += t + " = OpFMul %f32 " + p + "k %rr_c" + std::to_string(j) + "\n";
         out += rj + " = OpFSub %f32 " + r + " " + t + "\n";
-        decorations += "OpDecorate " + t + " NoContraction\nOpDecorate " + rj + " NoContraction\n";
         r = rj;
       }
       out += result + " = OpExtInst %f32 %glsl " + inst + " " + r + "\n";
@@ -404,7 +403,6 @@ void reduce_trig(std::string& text) {
       out += line + (eol < text.size() ? "\n" : "");
     }
   }
-  out.insert(out.find("%void = OpTypeVoid"), decorations);
   out.insert(out.find("%main = OpFunction"), consts);
   text = std::move(out);
 }
@@ -532,9 +530,10 @@ int main(int argc, char** argv) {
                    "               spread uniformly over [0, 1))\n"
                    "  --particles P, --train-steps S  the training example's kernel size (default 65536, 256)\n"
                    "  --train-batch B  its launches per batch, waited for once (default 50)\n"
+                   "  --segment K  the checkpointed adjoints' segment length (default 16)\n"
                    "  --private-min-length M  RuntimeOptions::adstack_private_min_length (default: its default)\n",
                    {"n", "steps", "layout", "kernels", "reps", "batch", "json", "tape-reduction", "x0",
-                    "particles", "train-steps", "train-batch", "private-min-length"});
+                    "particles", "train-steps", "train-batch", "private-min-length", "segment"});
   const std::string x0_kind = args.get("x0", "mod");
   if (x0_kind != "mod" && x0_kind != "uniform") {
     std::fprintf(stderr, "--x0 must be mod or uniform, not '%s'\n", x0_kind.c_str());
@@ -594,10 +593,11 @@ int main(int argc, char** argv) {
   if (layout == "slot") target.adstack_layout = adstack::Layout::kSlotMajor;
   if (layout == "thread") target.adstack_layout = adstack::Layout::kThreadMajor;
   // The adjoint columns without segmented checkpointing (every iteration checkpointed, as
-  // before it existed) and with it (kGpuCheckpointSegment, on every device).
+  // before it existed) and with it (--segment K, default kGpuCheckpointSegment, on every device).
   Target every_iteration = target, segmented = target;
   every_iteration.checkpoint_segment = 0;
-  segmented.checkpoint_segment = codegen::kGpuCheckpointSegment;
+  segmented.checkpoint_segment =
+      static_cast<uint32_t>(args.get_int("segment", codegen::kGpuCheckpointSegment));
   auto hc = rt.register_kernel(testing::make_copy_u32x4_kernel()).value();
 
   // x0 = 0.001 (i mod 1000), as in issue 13's first measurement; w = 0.25 + 0.0005 (i mod

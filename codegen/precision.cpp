@@ -20,13 +20,14 @@ double flush_of(DType t, double a, double b, double r) {
   return sub(a) || sub(b) || sub(r) ? min_normal : 0;
 }
 
-// sin/cos/tan arguments are reduced by 2*pi in the emitter (Cody-Waite, f32) before GLSL
-// Sin/Cos/Tan, so Vulkan's "inside [-pi, pi]" bound applies to every |x| below this; the
-// products k * C1, k * C2 of the reduction stay exact up to |k| = 2^14.
+// sin/cos/tan arguments are reduced by 2*pi in the emitter (two-term Cody-Waite, f32) before
+// GLSL Sin/Cos/Tan, so Vulkan's "inside [-pi, pi]" bound applies to every |x| below this; the
+// product k * C1 and the first subtraction of the reduction stay exact up to |k| = 2^14.
 constexpr double kTrigReducedMax = 102944.0;  // 2^14 * 2 * pi, rounded down
-// Error of the reduced argument: three roundings of values below 4 (2^-22 each, with margin)
-// plus |k| times the representation error of 2*pi in three f32 parts.
-double reduction_error(double x) { return 3 * 0x1p-22 + std::fabs(x) * 0x1p-40; }
+// Error of the reduced argument: k * C2 rounded (|k * C2| < 32: 2^-20) and the subtraction
+// (|r| < 4: 2^-23), fused or not, plus the constant's tail e * |k| <= 2^-34 |x| / (2 pi);
+// with margin (spirv_emitter.cpp, reduce_two_pi).
+double reduction_error(double x) { return 0x1p-19 + std::fabs(x) * 0x1p-36; }
 
 // Vulkan: sin, cos "absolute error <= 2^-11 inside the range [-pi, pi]".
 constexpr double kSinCosAbs = 0x1p-11;

@@ -713,23 +713,23 @@ class TaskEmitter {
     }
   }
 
-  // x - 2*pi*k with k = roundeven(x / 2pi), in f32 (Cody-Waite: 2*pi = C1 + C2 + C3 where
-  // C1 and C2 have 8 significant bits, so k*C1 and k*C2 are exact for |k| < 2^16 and the
-  // first subtraction is exact). Vulkan bounds GLSL Sin/Cos (absolute error 2^-11) only
-  // inside [-pi, pi] and leaves them undefined outside; reduced, they are accurate for every
-  // |x| up to about 1e5 (codegen/precision.cpp has the bound the tests use).
+  // x - 2*pi*k with k = roundeven(x / 2pi), in f32: a two-term Cody-Waite, 2*pi = C1 + C2 + e
+  // with C1 = 201/32 (8 significant bits) and C2 = f32(2*pi - C1). For |k| <= 2^14, k*C1 is
+  // exact and x - k*C1 is exact (Sterbenz), fused or not; the second term rounds once or twice
+  // (a driver may fuse it into an fma: both are covered), and e*k is below 2^-34 |k|. So the
+  // reduced argument is within 2^-19 + |x| 2^-36 of the exact one (precision.cpp) -- far inside
+  // Vulkan's 2^-11 for sin/cos, which holds only inside [-pi, pi], so the reduction is needed
+  // for every |x| up to 2^14 * 2 pi. Four operations (mul, round, two fma-able mul-subs): the
+  // sin loop is bound by them (a third term, exact roundings and NoContraction cost 1.5-2x on
+  // the H200 against an unreduced sin; docs/benchmarks.md).
   uint32_t reduce_two_pi(uint32_t x) {
     uint32_t f32 = m_.t_float(32);
     constexpr double kTwoPi = 6.283185307179586476925;
-    constexpr float kC1 = 6.28125f;                  // 201 / 32
-    constexpr float kC2 = 0.0019378662109375f;       // 254 / 2^17
-    const float c3 = static_cast<float>(kTwoPi - 6.28125 - 0.0019378662109375);
+    constexpr float kC1 = 6.28125f;  // 201 / 32
+    const float c2 = static_cast<float>(kTwoPi - 6.28125);
     uint32_t k = ext(GLSLstd450RoundEven, f32, {op(spv::OpFMul, f32, {x, m_.c_f32(static_cast<float>(1 / kTwoPi))})});
-    // NoContraction: the exactness argument above needs k*C1 rounded on its own; a driver that
-    // fuses the multiply into the subtraction (NVIDIA does) changes r.
-    uint32_t r = exact(op(spv::OpFSub, f32, {x, exact(op(spv::OpFMul, f32, {k, m_.c_f32(kC1)}))}));
-    r = exact(op(spv::OpFSub, f32, {r, exact(op(spv::OpFMul, f32, {k, m_.c_f32(kC2)}))}));
-    return exact(op(spv::OpFSub, f32, {r, exact(op(spv::OpFMul, f32, {k, m_.c_f32(c3)}))}));
+    uint32_t r = op(spv::OpFSub, f32, {x, op(spv::OpFMul, f32, {k, m_.c_f32(kC1)})});
+    return op(spv::OpFSub, f32, {r, op(spv::OpFMul, f32, {k, m_.c_f32(c2)})});
   }
 
   // Decorates a float result NoContraction: the driver may not fuse it with a neighbouring
