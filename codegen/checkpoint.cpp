@@ -1,5 +1,7 @@
 #include "codegen/checkpoint.h"
 
+#include <functional>
+#include <unordered_map>
 #include <utility>
 
 namespace vkad::codegen {
@@ -46,29 +48,79 @@ class Segmenter {
   }
 
   void split(Stmt loop, std::vector<Stmt>& out) {
-    const ValueId begin = loop.args[0], end = loop.args[1];
+    const ValueId begin = loop.args[0], end = loop.args[1], index = loop.result;
     const int64_t K = segment_;
-    // n = max(end - begin, 0): an empty or reversed range runs no segment. (n + K - 1) / K
-    // cannot overflow where the adstack could hold the loop: its capacity is n entries.
+    // n = max(end - begin, 0): an empty or reversed range runs nothing. full = n / K segments of
+    // exactly K iterations, then the remainder (fewer than K).
     ValueId zero = constant(out, 0);
     ValueId n = add(out, Op::kMax, {add(out, Op::kSub, {end, begin}), zero});
     ValueId k = constant(out, K);
-    ValueId segments = add(out, Op::kDiv, {add(out, Op::kAdd, {n, constant(out, K - 1)}), k});
+    ValueId full = add(out, Op::kDiv, {n, k});
 
-    Stmt outer;
-    outer.op = Op::kFor;
-    outer.type = DType::kI32;
-    outer.result = k_.fresh();
-    outer.args = {zero, segments};
-    outer.blocks.resize(1);
-    std::vector<Stmt>& body = outer.blocks[0].stmts;
-    ValueId base = add(body, Op::kAdd, {begin, add(body, Op::kMul, {outer.result, k})});
-    ValueId hi = add(body, Op::kMin, {add(body, Op::kAdd, {base, k}), end});
-    loop.args = {base, hi};
-    loop.has_cap = true;  // its stacks hold one segment
-    loop.cap = SizeExpr::constant(K);
-    body.push_back(std::move(loop));
+    // for s in [0, full) { base = begin + s*K; for jj in [0, K) { index = base + jj; body } }
+    // The segment's loop has constant bounds: the driver can unroll it, and its stacks (K
+    // entries) are then indexed by constants.
+    Stmt outer = for_stmt(zero, full);
+    std::vector<Stmt>& ob = outer.blocks[0].stmts;
+    ValueId base = add(ob, Op::kAdd, {begin, add(ob, Op::kMul, {outer.result, k})});
+    Stmt inner = for_stmt(zero, k);
+    Stmt idx;
+    idx.op = Op::kAdd;
+    idx.type = DType::kI32;
+    idx.result = index;
+    idx.args = {base, inner.result};
+    std::vector<Stmt>& ib = inner.blocks[0].stmts;
+    ib.push_back(std::move(idx));
+    Block body = std::move(loop.blocks[0]);
+    std::unordered_map<ValueId, ValueId> renamed;
+    Block copy = clone(body, renamed);  // the remainder's body, before `body` moves
+    for (Stmt& st : body.stmts) ib.push_back(std::move(st));
+    ob.push_back(std::move(inner));
     out.push_back(std::move(outer));
+
+    // for index' in [begin + full*K, end) max_trip(K - 1) { body' }: its stacks hold fewer
+    // than K entries.
+    ValueId rest = add(out, Op::kAdd, {begin, add(out, Op::kMul, {full, k})});
+    Stmt tail = for_stmt(rest, end);
+    tail.has_cap = true;
+    tail.cap = SizeExpr::constant(K - 1);
+    renamed[index] = tail.result;
+    remap(copy, renamed);
+    tail.blocks[0] = std::move(copy);
+    out.push_back(std::move(tail));
+  }
+
+  Stmt for_stmt(ValueId b, ValueId e) {
+    Stmt f;
+    f.op = Op::kFor;
+    f.type = DType::kI32;
+    f.result = k_.fresh();
+    f.args = {b, e};
+    f.blocks.resize(1);
+    return f;
+  }
+
+  // A copy of `b` whose every defined id (values, locals, loop indices, at any depth) is fresh;
+  // `renamed` maps old to new. Operands are remapped by remap() once every definition is known.
+  Block clone(const Block& b, std::unordered_map<ValueId, ValueId>& renamed) {
+    Block c = b;
+    std::function<void(Block&)> fresh = [&](Block& blk) {
+      for (Stmt& st : blk.stmts) {
+        if (st.result != kNoValue) st.result = renamed[st.result] = k_.fresh();
+        for (Block& sub : st.blocks) fresh(sub);
+      }
+    };
+    fresh(c);
+    return c;
+  }
+  static void remap(Block& b, const std::unordered_map<ValueId, ValueId>& renamed) {
+    for (Stmt& st : b.stmts) {
+      for (ValueId& a : st.args) {
+        auto it = renamed.find(a);
+        if (it != renamed.end()) a = it->second;
+      }
+      for (Block& sub : st.blocks) remap(sub, renamed);
+    }
   }
 
   Kernel& k_;

@@ -8,17 +8,19 @@
 //
 // into
 //
-//   n = max(b - a, 0); segments = (n + K - 1) / K
-//   for s in [0, segments) {
+//   n = max(b - a, 0); full = n / K
+//   for s in [0, full) {
 //     base = a + s * K
-//     for j in [base, min(base + K, b)) max_trip(K) body(j)
+//     for jj in [0, K) { j = base + jj; body(j) }
 //   }
+//   for j in [a + full * K, b) max_trip(K - 1) body(j)      (a copy of the body, fresh ids)
 //
 // runs the same iterations in the same order with the same index values (so the forward, and
 // every float it computes, is unchanged), while its adjoint keeps one checkpoint per segment on
 // the adstack (the outer loop's) and the per-iteration values of only the segment it is
-// reversing (the inner loop's stacks, K entries: small enough for the private tier and launch
-// specialization). The price is one more replay of the body per iteration (the segment is
+// reversing (the inner loop's stacks, K entries: small enough for the private tier, and with a
+// constant trip count the driver can unroll the segment and index them by constants; the
+// remainder's stacks hold fewer than K). The price is one more replay of the body per iteration (the segment is
 // recomputed from its checkpoint before it is reversed); what it buys is K times fewer adstack
 // bytes through memory, which is what bounds a long loop's adjoint on a GPU (docs/architecture.md,
 // "Segmented checkpointing").
@@ -41,8 +43,8 @@ inline constexpr uint32_t kMaxCheckpointSegment = 4096;
 
 // `k` with each `for` loop whose result id is in `loops` split as above into segments of
 // `segment` (>= 2) iterations. The loops must have i32 bounds and no stated max_trip; ids that
-// name no such loop are ignored. The rewritten loop keeps its index id (the inner loop's), so
-// its body is unchanged; new ids come from k.next_id.
+// name no such loop are ignored. In the segments the loop's index id is the value base + jj,
+// so the body is unchanged; the remainder's copy of the body has fresh ids (from k.next_id).
 Kernel segment_loops(const Kernel& k, const std::unordered_set<ValueId>& loops, uint32_t segment);
 
 }  // namespace vkad::codegen

@@ -113,11 +113,13 @@ TEST(Checkpoint, SplitForwardRunsTheSameIterations) {
   for (uint32_t segment : {2u, 3u, 16u}) {
     Kernel split = codegen::segment_loops(k, {loops[0]->result}, segment);
     ASSERT_TRUE(codegen::verify(split).ok()) << codegen::verify(split).to_string() << codegen::print(split);
+    // The segments' loop, its constant-trip inner loop, and the remainder with max_trip K - 1.
     std::vector<const codegen::Stmt*> nested;
     for_loops(split.tasks[0].body, &nested);
-    ASSERT_EQ(nested.size(), 2u) << codegen::print(split);
-    EXPECT_TRUE(nested[1]->has_cap);
-    EXPECT_EQ(nested[1]->cap, adstack::SizeExpr::constant(segment));
+    ASSERT_EQ(nested.size(), 3u) << codegen::print(split);
+    EXPECT_FALSE(nested[1]->has_cap);
+    EXPECT_TRUE(nested[2]->has_cap);
+    EXPECT_EQ(nested[2]->cap, adstack::SizeExpr::constant(segment - 1));
     // Empty, reversed, shorter than a segment, exact multiples and remainders, negative begin.
     for (auto [b, e] : std::vector<std::pair<int, int>>{{0, 0}, {5, 2}, {0, 1}, {0, 2}, {0, 16}, {0, 17},
                                                         {3, 40}, {-7, 9}, {-20, -3}}) {
@@ -147,8 +149,8 @@ TEST(Checkpoint, SegmentedAdjointEqualsTheEveryIterationAdjointBitForBit) {
 }
 
 // One checkpoint stack per carried local the replay needs, sized by the segment count
-// div(add(e, 15), 16) (not by e: that would keep 16 times the memory), and the segment's own
-// stacks sized by the segment.
+// div(e, 16) (not by e: that would keep 16 times the memory); the segment's own stack sized by
+// the segment, the remainder's by the segment less one.
 TEST(Checkpoint, StacksAreSizedPerSegment) {
   Kernel k = parsed(kLoop);
   auto seg = codegen::make_adjoint(k, with_segment(16));
@@ -156,23 +158,25 @@ TEST(Checkpoint, StacksAreSizedPerSegment) {
   const std::string text = codegen::print(*seg);
   std::vector<const codegen::Stmt*> stacks = stack_allocs(*seg);
   ASSERT_FALSE(stacks.empty()) << text;
-  int per_segment = 0, inner = 0;
+  int per_segment = 0, inner = 0, rest = 0;
   for (const codegen::Stmt* s : stacks) {
     const std::string cap = codegen::print_size(*seg, s->cap);
     if (cap == "16") ++inner;
+    else if (cap == "15") ++rest;
     else if (cap.find("div(") == 0) ++per_segment;
     else ADD_FAILURE() << "a stack sized " << cap << "\n" << text;
   }
   EXPECT_EQ(inner, 1) << "the sin's argument, per iteration of the segment\n" << text;
+  EXPECT_EQ(rest, 1) << "the sin's argument, per iteration of the remainder\n" << text;
   EXPECT_GE(per_segment, 1) << text;
-  // The sizes evaluate as the launch would: 37 steps from 0 are 3 segments.
+  // The sizes evaluate as the launch would: 37 steps from 0 are 2 full segments.
   adstack::SizeInputs in{[](uint32_t p) { return p == 1 ? int64_t{37} : int64_t{0}; },
                          [](uint32_t, uint32_t) { return int64_t{5}; }};
   for (const codegen::Stmt* s : stacks) {
     if (s->cap.kind == adstack::SizeExpr::Kind::kConst) continue;
     auto v = adstack::evaluate(s->cap, in);
     ASSERT_TRUE(v.ok());
-    EXPECT_EQ(*v, 3) << codegen::print_size(*seg, s->cap);
+    EXPECT_EQ(*v, 2) << codegen::print_size(*seg, s->cap);
   }
 }
 
