@@ -8,19 +8,20 @@
 //
 // into
 //
-//   n = max(b - a, 0); full = n / K
+//   n = max(b - a, 0); full = n >= 2K ? n / K : 0
 //   for s in [0, full) {
 //     base = a + s * K
 //     for jj in [0, K) { j = base + jj; body(j) }
 //   }
-//   for j in [a + full * K, b) max_trip(K - 1) body(j)      (a copy of the body, fresh ids)
+//   for j in [a + full * K, b) max_trip(2K - 1) body(j)     (a copy of the body, fresh ids)
 //
 // runs the same iterations in the same order with the same index values (so the forward, and
 // every float it computes, is unchanged), while its adjoint keeps one checkpoint per segment on
 // the adstack (the outer loop's) and the per-iteration values of only the segment it is
 // reversing (the inner loop's stacks, K entries: small enough for the private tier, and with a
 // constant trip count the driver can unroll the segment and index them by constants; the
-// remainder's stacks hold fewer than K). The price is one more replay of the body per iteration (the segment is
+// remainder's stacks hold fewer than 2K). A loop of fewer than 2K iterations runs wholly in the
+// remainder, as it would without segments. The price is one more replay of the body per iteration (the segment is
 // recomputed from its checkpoint before it is reversed); what it buys is K times fewer adstack
 // bytes through memory, which is what bounds a long loop's adjoint on a GPU (docs/architecture.md,
 // "Segmented checkpointing").
