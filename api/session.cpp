@@ -123,6 +123,9 @@ Result<DType> Session::dtype(NdArrayHandle array) const { return rt_->dtype(arra
 Status Session::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id) {
   return rt_->launch(kernel, args, id);
 }
+Status Session::prepare(KernelHandle kernel, std::span<const Arg> args) {
+  return rt_->prepare(kernel, args);
+}
 Status Session::flush() {
   Result<rhi::StreamSemaphore> r = rt_->flush();
   return r.ok() ? Status{} : r.status();

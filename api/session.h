@@ -149,6 +149,12 @@ class Session {
   Status launch(KernelHandle kernel, std::initializer_list<Arg> args, LaunchId* id = nullptr) {
     return launch(kernel, std::span<const Arg>(args.begin(), args.size()), id);
   }
+  // Makes the pipelines launch(kernel, args) would use, without launching (runtime::Runtime::
+  // prepare): moves the creation of specialized variants out of the first launch.
+  Status prepare(KernelHandle kernel, std::span<const Arg> args);
+  Status prepare(KernelHandle kernel, std::initializer_list<Arg> args) {
+    return prepare(kernel, std::span<const Arg>(args.begin(), args.size()));
+  }
   // Submits what was recorded; never waits for the device.
   Status flush();
   // Waits for everything this session submitted; reports device errors (kDeviceError).

@@ -287,21 +287,35 @@ vkad_status* vkad_download(vkad_session* session, vkad_ndarray array, void* out,
   return from(session->s->download({array}, out, bytes));
 }
 
+// vkad_launch's and vkad_prepare's arguments, checked; `where` names the call in errors.
+static vkad_status* to_args(const char* where, const vkad_arg* args, uint32_t arg_count,
+                            std::vector<vkad::runtime::Arg>* a) {
+  if (args == nullptr && arg_count > 0) return invalid(where, "args is NULL");
+  a->reserve(arg_count);
+  for (uint32_t i = 0; i < arg_count; ++i) {
+    if (!args[i].is_ndarray && static_cast<uint32_t>(args[i].dtype) > VKAD_BOOL) {
+      return invalid(where, ("argument " + std::to_string(i) + ": dtype " +
+                             std::to_string(static_cast<int>(args[i].dtype)) + " is not a vkad_dtype")
+                                .c_str());
+    }
+    a->push_back(to_arg(args[i]));
+  }
+  return nullptr;
+}
+
+vkad_status* vkad_prepare(vkad_session* session, vkad_kernel kernel, const vkad_arg* args,
+                          uint32_t arg_count) {
+  VKAD_C_CHECK_SESSION("vkad_prepare");
+  std::vector<vkad::runtime::Arg> a;
+  if (vkad_status* bad = to_args("vkad_prepare", args, arg_count, &a)) return bad;
+  return from(session->s->prepare({kernel}, a));
+}
+
 vkad_status* vkad_launch(vkad_session* session, vkad_kernel kernel, const vkad_arg* args,
                          uint32_t arg_count, uint64_t* launch_id) {
   VKAD_C_CHECK_SESSION("vkad_launch");
-  if (args == nullptr && arg_count > 0) return invalid("vkad_launch", "args is NULL");
   std::vector<vkad::runtime::Arg> a;
-  a.reserve(arg_count);
-  for (uint32_t i = 0; i < arg_count; ++i) {
-    if (!args[i].is_ndarray && static_cast<uint32_t>(args[i].dtype) > VKAD_BOOL) {
-      return invalid("vkad_launch", ("argument " + std::to_string(i) + ": dtype " +
-                                     std::to_string(static_cast<int>(args[i].dtype)) +
-                                     " is not a vkad_dtype")
-                                        .c_str());
-    }
-    a.push_back(to_arg(args[i]));
-  }
+  if (vkad_status* bad = to_args("vkad_launch", args, arg_count, &a)) return bad;
   vkad::runtime::LaunchId id;
   Status s = session->s->launch({kernel}, a, &id);
   if (s.ok() && launch_id != nullptr) *launch_id = id.value;

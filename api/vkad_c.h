@@ -192,6 +192,11 @@ static inline vkad_arg vkad_arg_ndarray(vkad_ndarray h) {
  * number, which device errors name. */
 vkad_status* vkad_launch(vkad_session* session, vkad_kernel kernel, const vkad_arg* args,
                          uint32_t arg_count, uint64_t* launch_id);
+/* BLOCKS while it makes the pipelines vkad_launch with these arguments would use (the
+ * specialized adstack variants, otherwise made inside the first such launch: tens of ms on
+ * NVIDIA); launches nothing. Errors as vkad_launch's. Call it before a hot loop. */
+vkad_status* vkad_prepare(vkad_session* session, vkad_kernel kernel, const vkad_arg* args,
+                          uint32_t arg_count);
 /* Submits what was recorded; no wait. */
 vkad_status* vkad_flush(vkad_session* session);
 /* BLOCKS until everything this session submitted has finished; reports device errors. */

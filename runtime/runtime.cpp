@@ -573,26 +573,19 @@ Status Runtime::check_args(const Kernel& k, std::span<const Arg> args) const {
   return {};
 }
 
-Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id) {
-  VKAD_EXCLUSIVE_USE("launch");
-  VKAD_TRY(device_->status());
-  auto kit = kernels_.find(kernel.id);
-  if (kit == kernels_.end()) return dead_handle("launch", "kernel", kernel.id);
-  const std::shared_ptr<const Kernel>& k = kit->second;
-  const CompiledKernel& d = k->desc;
-  VKAD_TRY(check_args(*k, args));
-
-  // Plan every task before recording anything, so a bad range records nothing
-  // (runtime/launch_plan.h: ranges, workgroups, adstack rows and tiers, heap needs).
+// launch and prepare: the plan of every task (runtime/launch_plan.h: ranges, workgroups,
+// adstack rows and tiers, heap needs), the args encoded into args_scratch_, and each task's
+// pipeline (made here on first use: the private-tier and specialized variants). Records and
+// allocates nothing else, so an error leaves no trace.
+Status Runtime::plan_pipelines(const Kernel& k, std::span<const Arg> args, PlannedLaunch* out) {
+  const CompiledKernel& d = k.desc;
   // One pass over the arguments gives the planner its inputs and the args encoder its values.
   const bool stacks = d.has_adstacks();
   LaunchInputs inputs;
   inputs.ints.resize(d.params.size());
   inputs.shapes.resize(d.params.size(), nullptr);
   std::vector<abi::ScalarValue> scalars(d.params.size());
-  std::vector<rhi::Buffer*> bindings;  // the args buffer goes in front once it exists
-  bindings.reserve(1 + d.params.size() + (stacks ? adstack::kHeapCount : 0));
-  bindings.push_back(nullptr);
+  out->arrays.clear();
   for (uint32_t i = 0; i < d.params.size(); ++i) {
     if (d.params[i].kind == ParamKind::kScalar) {
       inputs.ints[i] = args[i].i;
@@ -600,27 +593,21 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
     } else {
       NdArray& arr = arrays_.at(args[i].array.id);
       inputs.shapes[i] = &arr.shape;
-      bindings.push_back(&arr.buffer);
+      out->arrays.push_back(&arr.buffer);
     }
   }
   const AdstackTier policy = options_.adstack_tier;
   auto chooser = [&](uint32_t t, const adstack::RowLayout& row, PrivateLengths* len) {
-    return choose_tier(k->private_tier[t], policy == AdstackTier::kHeap,
+    return choose_tier(k.private_tier[t], policy == AdstackTier::kHeap,
                        policy == AdstackTier::kPrivate, options_.adstack_private_budget_bytes,
                        kMaxPrivateTierBytes, options_.adstack_private_min_length, row, len);
   };
-  VKAD_ASSIGN_OR_RETURN(LaunchPlan lp, plan_launch(d, inputs, limits_, chooser));
-  const std::vector<TaskPlan>& plan = lp.tasks;
-  const bool any_heap_task = lp.any_heap_task;
-  const std::array<uint64_t, 3>& tier_counts = lp.tier_counts;
-  if (any_heap_task) VKAD_TRY(ensure_heaps(lp.heap_need));
+  VKAD_ASSIGN_OR_RETURN(out->lp, plan_launch(d, inputs, limits_, chooser));
+  const std::vector<TaskPlan>& plan = out->lp.tasks;
 
-  // The args buffer: scalars, shapes, zeroed error words, adstack rows (abi/kernel_abi.h).
-  uint32_t args_bytes = d.args_bytes();
-  VKAD_ASSIGN_OR_RETURN(rhi::Buffer args_buf,
-                        device_->create_buffer({args_bytes, rhi::MemoryUsage::kUpload,
-                                                d.name + " args"}));
-  bindings[0] = &args_buf;
+  // The args: scalars, shapes, zeroed error words, adstack rows (abi/kernel_abi.h). Encoded in
+  // host memory: launch specialization reads words back, and the mapped args buffer may be
+  // write-combined (slow to read).
   std::vector<std::vector<uint32_t>> adstack_words;  // empty for kernels without adstacks
   if (stacks) {
     adstack_words.resize(d.tasks.size());
@@ -630,19 +617,13 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
       adstack::write_args(plan[t].row, plan[t].groups * d.tasks[t].local_size,
                           adstack_words[t].data());
     }
-    // With every adstack task in the private tier the heap bindings are never accessed: the
-    // args buffer stands in for them, so no heap is made.
-    for (rhi::Buffer& h : heaps_.all()) bindings.push_back(any_heap_task ? &h : &args_buf);
   }
-  // Encoded in host memory first: launch specialization reads words back, and the mapped
-  // args buffer may be write-combined (slow to read).
-  args_scratch_.assign(args_bytes, std::byte{0});
+  args_scratch_.assign(d.args_bytes(), std::byte{0});
   abi::encode_args(d, scalars, inputs.shapes, adstack_words, args_scratch_.data());
-  std::memcpy(args_buf.mapped(), args_scratch_.data(), args_bytes);
   // Each task's pipeline, found once: the generic one, or a variant (private tier, launch
   // constants specialized; made on first use).
-  std::vector<rhi::ComputePipeline*> task_pipeline(d.tasks.size());
-  uint64_t specialized = 0, spec_misses = 0;
+  out->pipelines.assign(d.tasks.size(), nullptr);
+  out->specialized = out->spec_misses = 0;
   for (size_t t = 0; t < d.tasks.size(); ++t) {
     const uint32_t task = static_cast<uint32_t>(t);
     PipelineCache::VariantKey variant;
@@ -662,12 +643,59 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
       }
     }
     const bool wanted = !variant.spec_values.empty();
-    VKAD_ASSIGN_OR_RETURN(task_pipeline[t],
-                          pipelines_.variant(*device_, k->hash, task, &variant,
+    VKAD_ASSIGN_OR_RETURN(out->pipelines[t],
+                          pipelines_.variant(*device_, k.hash, task, &variant,
                                              options_.adstack_specialize_max_variants));
     // The cache clears the values of a variant past the cap (the tier's generic pipeline).
-    if (wanted) ++(variant.spec_values.empty() ? spec_misses : specialized);
+    if (wanted) ++(variant.spec_values.empty() ? out->spec_misses : out->specialized);
   }
+  return {};
+}
+
+Status Runtime::prepare(KernelHandle kernel, std::span<const Arg> args) {
+  VKAD_EXCLUSIVE_USE("prepare");
+  VKAD_TRY(device_->status());
+  auto kit = kernels_.find(kernel.id);
+  if (kit == kernels_.end()) return dead_handle("prepare", "kernel", kernel.id);
+  VKAD_TRY(check_args(*kit->second, args));
+  VKAD_TRY(plan_pipelines(*kit->second, args, &planned_));
+  ++stats_.prepares;
+  return {};
+}
+
+Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id) {
+  VKAD_EXCLUSIVE_USE("launch");
+  VKAD_TRY(device_->status());
+  auto kit = kernels_.find(kernel.id);
+  if (kit == kernels_.end()) return dead_handle("launch", "kernel", kernel.id);
+  const std::shared_ptr<const Kernel>& k = kit->second;
+  const CompiledKernel& d = k->desc;
+  VKAD_TRY(check_args(*k, args));
+
+  // Plan every task and find its pipeline before recording anything, so a bad range records
+  // nothing.
+  VKAD_TRY(plan_pipelines(*k, args, &planned_));
+  const std::vector<TaskPlan>& plan = planned_.lp.tasks;
+  const bool any_heap_task = planned_.lp.any_heap_task;
+  const std::array<uint64_t, 3>& tier_counts = planned_.lp.tier_counts;
+  const std::vector<rhi::ComputePipeline*>& task_pipeline = planned_.pipelines;
+  if (any_heap_task) VKAD_TRY(ensure_heaps(planned_.lp.heap_need));
+
+  const uint32_t args_bytes = d.args_bytes();
+  VKAD_ASSIGN_OR_RETURN(rhi::Buffer args_buf,
+                        device_->create_buffer({args_bytes, rhi::MemoryUsage::kUpload,
+                                                d.name + " args"}));
+  std::memcpy(args_buf.mapped(), args_scratch_.data(), args_bytes);
+  std::vector<rhi::Buffer*> bindings;
+  bindings.reserve(1 + planned_.arrays.size() + (d.has_adstacks() ? adstack::kHeapCount : 0));
+  bindings.push_back(&args_buf);
+  bindings.insert(bindings.end(), planned_.arrays.begin(), planned_.arrays.end());
+  // With every adstack task in the private tier the heap bindings are never accessed: the
+  // args buffer stands in for them, so no heap is made.
+  if (d.has_adstacks()) {
+    for (rhi::Buffer& h : heaps_.all()) bindings.push_back(any_heap_task ? &h : &args_buf);
+  }
+  const uint64_t specialized = planned_.specialized, spec_misses = planned_.spec_misses;
   VKAD_TRY(ensure_list());
   for (size_t t = 0; t < d.tasks.size(); ++t) {
     rhi::ComputePipeline& p = *task_pipeline[t];

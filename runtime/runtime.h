@@ -129,6 +129,7 @@ struct RuntimeStats {
   RetirementCounters retirement;
   rhi::LiveObjects live;
   uint64_t launches = 0;
+  uint64_t prepares = 0;             // Runtime::prepare calls that succeeded
   uint64_t flushes = 0;              // submissions made by flush (explicit or automatic)
   uint64_t auto_flushes = 0;
   uint64_t device_wide_waits = 0;    // always 0: the runtime never waits for the whole device
@@ -210,6 +211,13 @@ class Runtime {
   // (unchanged on error). Device errors reported later name the launches that hit them, so a
   // caller can discard exactly those launches' results (see device_errors()).
   Status launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id = nullptr);
+  // Makes every pipeline that launch(kernel, args) would use -- the private-tier and
+  // specialized variants included, which are otherwise created inside the first launch with
+  // their values (tens of ms on NVIDIA) -- without recording, dispatching or allocating heaps.
+  // Checks the arguments as launch does and returns its errors (nothing made on error). Call it
+  // where a pause is acceptable (loading, before a timed loop) with the arguments the hot loop
+  // will pass. Counts in RuntimeStats::prepares; not a launch.
+  Status prepare(KernelHandle kernel, std::span<const Arg> args);
   // The sequence number the next recorded launch will get.
   LaunchId next_launch_id() const { return LaunchId{next_launch_ + 1}; }
   // Submits what was recorded (if anything) and runs the retirement policy. With nothing
@@ -293,6 +301,15 @@ class Runtime {
   uint64_t next_launch_ = 0;                  // the last LaunchId issued
   RuntimeStats stats_;
   std::vector<std::byte> args_scratch_;  // launch: the args encoded before the copy to the device
+  // What plan_pipelines finds for one launch (kept as a member: its vectors are reused).
+  struct PlannedLaunch {
+    LaunchPlan lp;
+    std::vector<rhi::Buffer*> arrays;  // the ndarray arguments' buffers, in parameter order
+    std::vector<rhi::ComputePipeline*> pipelines;  // per task
+    uint64_t specialized = 0, spec_misses = 0;
+  };
+  PlannedLaunch planned_;
+  Status plan_pipelines(const Kernel& k, std::span<const Arg> args, PlannedLaunch* out);
   UseGuard use_guard_;  // see use_guard.h: the thread model, enforced
 };
 

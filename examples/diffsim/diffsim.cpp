@@ -137,6 +137,13 @@ Result<std::unique_ptr<Simulation>> Simulation::create(runtime::Runtime& rt, con
   // d total / d loss_i = 1: the seed of the output gradient.
   VKAD_TRY(make({n}, "loss_grad", std::vector<float>(n, 1), &s->loss_grad_));
   VKAD_TRY(make({1}, "total", {0.0f}, &s->total_));
+  // The pipelines the training step's launches use, made now rather than inside the first
+  // step (the adjoint's specialized adstack variant is created per launch values).
+  t0 = now_ms();
+  VKAD_TRY(rt.prepare(s->forward_, s->forward_args()));
+  VKAD_TRY(rt.prepare(s->adjoint_, s->adjoint_args()));
+  VKAD_TRY(rt.prepare(s->update_, s->update_args()));
+  s->compile_ms_ += now_ms() - t0;
   return s;
 }
 
@@ -149,25 +156,24 @@ Simulation::~Simulation() {
   }
 }
 
-Status Simulation::launch_forward() {
+std::array<Arg, 6> Simulation::forward_args() const {
   float dt = 1.0f / static_cast<float>(config_.steps);
-  Arg args[] = {Arg::i32(static_cast<int32_t>(config_.steps)), Arg::f32(dt), Arg::ndarray(p0_),
-                Arg::ndarray(v0_), Arg::ndarray(target_), Arg::ndarray(loss_)};
-  return rt_.launch(forward_, args);
+  return {Arg::i32(static_cast<int32_t>(config_.steps)), Arg::f32(dt), Arg::ndarray(p0_),
+          Arg::ndarray(v0_), Arg::ndarray(target_), Arg::ndarray(loss_)};
 }
 
-Status Simulation::launch_adjoint() {
-  float dt = 1.0f / static_cast<float>(config_.steps);
-  Arg args[] = {Arg::i32(static_cast<int32_t>(config_.steps)), Arg::f32(dt), Arg::ndarray(p0_),
-                Arg::ndarray(v0_), Arg::ndarray(target_), Arg::ndarray(loss_),
-                Arg::ndarray(v0_grad_), Arg::ndarray(loss_grad_)};
-  return rt_.launch(adjoint_, args);
+std::array<Arg, 8> Simulation::adjoint_args() const {
+  std::array<Arg, 6> f = forward_args();
+  return {f[0], f[1], f[2], f[3], f[4], f[5], Arg::ndarray(v0_grad_), Arg::ndarray(loss_grad_)};
 }
 
-Status Simulation::launch_update() {
-  Arg args[] = {Arg::f32(config_.learning_rate), Arg::ndarray(v0_), Arg::ndarray(v0_grad_)};
-  return rt_.launch(update_, args);
+std::array<Arg, 3> Simulation::update_args() const {
+  return {Arg::f32(config_.learning_rate), Arg::ndarray(v0_), Arg::ndarray(v0_grad_)};
 }
+
+Status Simulation::launch_forward() { return rt_.launch(forward_, forward_args()); }
+Status Simulation::launch_adjoint() { return rt_.launch(adjoint_, adjoint_args()); }
+Status Simulation::launch_update() { return rt_.launch(update_, update_args()); }
 
 Status Simulation::step() {
   VKAD_TRY(launch_forward());

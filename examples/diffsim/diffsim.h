@@ -6,6 +6,7 @@
 // the adjoint gives d loss / d v0 and an update kernel applies it on the device.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -48,10 +49,15 @@ class Simulation {
 
   const std::vector<float>& targets() const { return targets_; }
   const Config& config() const { return config_; }
+  // Compiling, registering and preparing the kernels (their pipelines, the adjoint's
+  // specialized variant included: made once, before the training loop).
   double compile_ms() const { return compile_ms_; }
 
  private:
   Simulation(vkad::runtime::Runtime& rt, const Config& c) : rt_(rt), config_(c) {}
+  std::array<vkad::runtime::Arg, 6> forward_args() const;
+  std::array<vkad::runtime::Arg, 8> adjoint_args() const;
+  std::array<vkad::runtime::Arg, 3> update_args() const;
   vkad::Status launch_forward();
   vkad::Status launch_adjoint();
   vkad::Status launch_update();

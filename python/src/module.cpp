@@ -497,20 +497,26 @@ struct Session {
   }
 
   // The hot path: no Python-level wrapper, arguments converted in place.
-  void launch(nb::handle kernel, nb::args args) {
+  // The Kernel a launch or prepare names (a Differentiated stands for its forward), checked
+  // against this session and the argument count; `where` names the call in errors.
+  Kernel* kernel_for(nb::handle kernel, size_t nargs, const char* where) {
     Kernel* k = nullptr;
     if (!nb::try_cast<Kernel*>(kernel, k) || !k) {
       Differentiated* d = nullptr;
       if (nb::try_cast<Differentiated*>(kernel, d) && d) k = nb::cast<Kernel*>(d->forward);
     }
-    if (!k) invalid(std::string("launch: expected a vkad Kernel, got ") +
-                    nb::type_name(kernel.type()).c_str());
-    if (k->st != st) invalid("launch '" + k->name + "': the kernel belongs to another session");
-    if (args.size() != k->params.size()) {
-      invalid("launch '" + k->name + "': " + std::to_string(args.size()) +
+    if (!k) invalid(std::string(where) + ": expected a vkad Kernel, got " + nb::type_name(kernel.type()).c_str());
+    if (k->st != st) invalid(std::string(where) + " '" + k->name + "': the kernel belongs to another session");
+    if (nargs != k->params.size()) {
+      invalid(std::string(where) + " '" + k->name + "': " + std::to_string(nargs) +
               " arguments given, the kernel takes " + std::to_string(k->params.size()) + ": " +
               k->signature());
     }
+    return k;
+  }
+
+  void launch(nb::handle kernel, nb::args args) {
+    Kernel* k = kernel_for(kernel, args.size(), "launch");
     Arg buf[16];
     std::vector<Arg> heap;
     Arg* a = buf;
@@ -526,6 +532,16 @@ struct Session {
     if (!st->tape.is_none() && !k->adjoint.is_none()) {
       nb::cast<nb::list>(st->tape).append(nb::make_tuple(nb::borrow(kernel), args));
     }
+  }
+
+  // Makes the pipelines launch(kernel, *args) would use, launching nothing (GIL released
+  // while the driver compiles them).
+  void prepare(nb::handle kernel, nb::args args) {
+    Kernel* k = kernel_for(kernel, args.size(), "prepare");
+    std::vector<Arg> a(args.size());
+    for (size_t i = 0; i < args.size(); ++i) a[i] = to_arg(*k, *st, i, args[i]);
+    const KernelHandle h = k->handle;
+    check(blocking(*st, [&](vkad::Session& s) { return s.prepare(h, a); }));
   }
 
   void flush() {
@@ -669,6 +685,11 @@ NB_MODULE(_vkad, m) {
            nb::sig("def launch(self, kernel: Kernel | Differentiated, "
                    "*args: NdArray | int | float | bool) -> None"),
            "Records a launch (asynchronous). Scalars are converted to the parameter's dtype.")
+      .def("prepare", &Session::prepare, "kernel"_a, "args"_a,
+           nb::sig("def prepare(self, kernel: Kernel | Differentiated, "
+                   "*args: NdArray | int | float | bool) -> None"),
+           "Makes the pipelines a launch with these arguments uses (specialized variants "
+           "included), launching nothing; blocks while the driver compiles them.")
       .def("flush", &Session::flush)
       .def("synchronize", &Session::synchronize,
            "Waits for everything submitted (GIL released); raises device errors.")

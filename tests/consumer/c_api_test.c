@@ -144,6 +144,11 @@ int main(void) {
     aargs[4] = vkad_arg_ndarray(hgx);
     aargs[5] = vkad_arg_ndarray(hgy);
     aargs[6] = vkad_arg_ndarray(hgo);
+    /* prepare makes the launch's pipelines, launches nothing (the first launch is still 1). */
+    OK(vkad_prepare(s, d.adjoint, aargs, 7));
+    st = vkad_prepare(s, d.adjoint, aargs, 6);
+    CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+    vkad_status_free(st);
     OK(vkad_launch(s, d.forward, fargs, 4, &launch_id));
     CHECK(launch_id == 1);
     OK(vkad_launch(s, d.adjoint, aargs, 7, &launch_id));

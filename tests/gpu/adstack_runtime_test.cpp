@@ -593,6 +593,44 @@ TEST_P(AdstackTiers, SpecializedVariantPerTripCountMatchesTheCpuReference) {
   EXPECT_EQ(s.adstack_specialize_misses, 0u);
 }
 
+// Runtime::prepare makes the pipelines a launch with those arguments uses (here the private
+// tier's specialized variant) without launching or making a heap; the launch then finds them.
+TEST_P(AdstackTiers, PrepareMakesTheLaunchsPipelinesAheadOfIt) {
+  start(runtime::AdstackTier::kAuto);
+  if (!runner_) return;
+  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  const uint32_t n = 256;
+  auto x = array(std::vector<float>(n, 0.5f)), y = array(std::vector<float>(n, 0)),
+       xg = array(std::vector<float>(n, 0)), yg = array(std::vector<float>(n, 1));
+  Arg args[] = {Arg::i32(5), Arg::ndarray(x), Arg::ndarray(y), Arg::ndarray(xg), Arg::ndarray(yg)};
+  // Bad arguments: the launch's error, nothing made.
+  Arg too_few[] = {Arg::i32(5), Arg::ndarray(x)};
+  Status bad = runner_->rt().prepare(*h, too_few);
+  EXPECT_EQ(bad.code(), ErrorCode::kInvalidArgument) << bad.to_string();
+  EXPECT_EQ(runner_->rt().stats().adstack_private_pipelines, 0u);
+  Status st = runner_->rt().prepare(*h, args);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  runtime::RuntimeStats s = runner_->rt().stats();
+  EXPECT_EQ(s.prepares, 1u);
+  EXPECT_EQ(s.launches, 0u);
+  EXPECT_EQ(s.adstack_specialized_pipelines, 1u);
+  EXPECT_EQ(s.adstack_private_pipelines, 1u);
+  EXPECT_EQ(s.adstack_heap_bytes, 0u);
+  EXPECT_EQ(s.adstack_specialized_dispatches, 0u) << "prepare dispatches nothing";
+  for (auto a : {x, y, xg, yg}) EXPECT_TRUE(runner_->rt().free_ndarray(a).ok());
+  check_recurrence(*h, 5, n);  // the same trip count: the prepared variant, a right gradient
+  s = runner_->rt().stats();
+  EXPECT_EQ(s.adstack_specialized_dispatches, 1u);
+  EXPECT_EQ(s.adstack_specialized_pipelines, 1u) << "the launch made no pipeline of its own";
+  EXPECT_EQ(s.adstack_private_pipelines, 1u);
+  // A freed kernel handle is refused, naming the call.
+  ASSERT_TRUE(runner_->rt().unregister_kernel(*h).ok());
+  Status gone = runner_->rt().prepare(*h, args);
+  EXPECT_EQ(gone.code(), ErrorCode::kNotFound) << gone.to_string();
+  EXPECT_NE(gone.message().find("prepare"), std::string::npos) << gone.to_string();
+}
+
 TEST_P(AdstackTiers, PastTheVariantCapLaunchesUseTheGenericPipeline) {
   start(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kAuto, 1);
   if (!runner_) return;

@@ -234,3 +234,16 @@ def test_error_classes_carry_codes(session):
         session.compile("kernel")
     assert type(e.value) is vkad.InvalidArgumentError and e.value.code == "invalid argument"
     assert isinstance(e.value, ValueError) and "line 1" in str(e.value)
+
+
+def test_prepare_makes_pipelines_and_launches_nothing(session):
+    k = session.compile(SAXPY)
+    x, y = session.empty(4, vkad.f32), session.empty(4, vkad.f32)
+    before = session.stats()["launches"]
+    session.prepare(k, 1.0, x, y)
+    assert session.stats()["launches"] == before
+    with pytest.raises(vkad.InvalidArgumentError, match="prepare"):
+        session.prepare(k, 1.0, x)
+    session.free(y)
+    with pytest.raises(vkad.NotFoundError):
+        session.prepare(k, 1.0, x, y)
