@@ -975,7 +975,8 @@ class ReverseMode : public PartialBuilder {
   // innermost for loop (its body has no loops, so its index bounds no nested trip count and
   // the split adds one replay, not one per level), i32 bounds whose range derives (the outer
   // loop's trip bound is derived from them), no stated max_trip, room for the extra nesting
-  // level, and more iterations than one segment unless its bounds vary.
+  // level, and at least two segments' worth of iterations unless its bounds vary (below that
+  // the split runs everything in its remainder: checkpoint.h).
   bool segmentable(const Stmt& loop) {
     if (loop.op != Op::kFor || loop.has_cap || contains_loop(loop.blocks[0])) return false;
     if (path_.at(&loop).size() + 2 > static_cast<size_t>(kMaxAdjointNesting)) return false;
@@ -989,7 +990,7 @@ class ReverseMode : public PartialBuilder {
     const Stmt* b = def_.count(loop.args[0]) ? def_.at(loop.args[0]) : nullptr;
     const Stmt* e = def_.count(loop.args[1]) ? def_.at(loop.args[1]) : nullptr;
     if (b && e && b->op == Op::kConst && e->op == Op::kConst) {
-      return e->iimm - b->iimm > static_cast<int64_t>(t_.checkpoint_segment);
+      return e->iimm - b->iimm >= 2 * static_cast<int64_t>(t_.checkpoint_segment);
     }
     return true;
   }

@@ -181,7 +181,7 @@ TEST(Checkpoint, StacksAreSizedPerSegment) {
   }
 }
 
-// What is not split: a constant trip count within one segment, a loop with a stated max_trip,
+// What is not split: a constant trip count below two segments (15 < 2 x 8), a loop with a stated max_trip,
 // an outer loop (only the innermost is), and a loop that checkpoints nothing.
 TEST(Checkpoint, SplitsOnlyLongInnermostLoopsThatCheckpoint) {
   const char* text = R"(kernel sel(n: i32, x: ndarray<f32, 1> grad, c: ndarray<i32, 1>, y: ndarray<f32, 1> grad) {
@@ -192,8 +192,8 @@ TEST(Checkpoint, SplitsOnlyLongInnermostLoopsThatCheckpoint) {
     store_local %v, %x
     %z = const 0 : i32
     %n = arg n : i32
-    %eight = const 8 : i32
-    for %a in [%z, %eight) {
+    %fifteen = const 15 : i32
+    for %a in [%z, %fifteen) {
       %p = load_local %v : f32
       %s = sin %p : f32
       store_local %v, %s
