@@ -60,7 +60,8 @@ Result<int64_t> evaluate(const SizeExpr& e, const SizeInputs& in) {
     case SizeExpr::Kind::kDim: return std::max<int64_t>(in.dim(e.param, e.dim), 0);
     case SizeExpr::Kind::kDiv: {
       if (e.operands.size() != 1 || e.value < 1) {
-        return make_error(ErrorCode::kInvalidArgument, "size quotient needs one operand and a divisor >= 1");
+        return make_error(ErrorCode::kInvalidArgument,
+                          "size quotient needs one operand and a divisor >= 1");
       }
       VKAD_ASSIGN_OR_RETURN(int64_t x, evaluate(e.operands[0], in));
       return floor_div(x, e.value);

@@ -294,9 +294,10 @@ static vkad_status* to_args(const char* where, const vkad_arg* args, uint32_t ar
   a->reserve(arg_count);
   for (uint32_t i = 0; i < arg_count; ++i) {
     if (!args[i].is_ndarray && static_cast<uint32_t>(args[i].dtype) > VKAD_BOOL) {
-      return invalid(where, ("argument " + std::to_string(i) + ": dtype " +
-                             std::to_string(static_cast<int>(args[i].dtype)) + " is not a vkad_dtype")
-                                .c_str());
+      return invalid(where,
+                     ("argument " + std::to_string(i) + ": dtype " +
+                      std::to_string(static_cast<int>(args[i].dtype)) + " is not a vkad_dtype")
+                         .c_str());
     }
     a->push_back(to_arg(args[i]));
   }

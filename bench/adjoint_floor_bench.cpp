@@ -509,31 +509,34 @@ std::vector<double> time_ms(runtime::Runtime& rt, const std::vector<Timed>& ks, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  bench::Args args(argc, argv,
-                   "usage: vkad-bench-adjoint-floor [--n N] [--steps L,L,...] [--layout auto|slot|thread]\n"
-                   "                                [--kernels sin,recurrence] [--reps R] [--batch B] [--json F]\n"
-                   "                                [--tape-reduction] [--x0 mod|uniform]\n"
-                   "                                [--particles P] [--train-steps S] [--train-batch B]\n"
-                   "  the sin loop x <- sin(x)*0.9 + 0.1 for L steps, dL/dx0, and the recurrence\n"
-                   "  v <- 0.5 v + 0.25 sin(v) w, dL/dx and dL/dw: vkad forward, vkad's generated\n"
-                   "  adjoint and a hand-written slot-major heap tape (SPIR-V), plus a copy kernel for\n"
-                   "  GB/s; prints adjoint / hand tape ratios\n"
-                   "  --n N        elements (default 2^24)\n"
-                   "  --steps LS   comma-separated step counts (default 16,64,256)\n"
-                   "  --kernels K  comma-separated: sin, recurrence, training (default all)\n"
-                   "  --layout X   vkad's adstack layout: auto (the device's, default), slot, thread\n"
-                   "  --reps R     batches timed, median reported (default 5)\n"
-                   "  --batch B    launches per batch, waited for once (default 4)\n"
-                   "  --json F     also write the results as JSON to F\n"
-                   "  --tape-reduction  the hand tapes reduce sin/cos arguments by 2 pi as vkad does\n"
-                   "  --x0 X       inputs: mod (0.001 (i mod 1000), default) or uniform (a hash of i\n"
-                   "               spread uniformly over [0, 1))\n"
-                   "  --particles P, --train-steps S  the training example's kernel size (default 65536, 256)\n"
-                   "  --train-batch B  its launches per batch, waited for once (default 50)\n"
-                   "  --segment K  the checkpointed adjoints' segment length (default 16)\n"
-                   "  --private-min-length M  RuntimeOptions::adstack_private_min_length (default: its default)\n",
-                   {"n", "steps", "layout", "kernels", "reps", "batch", "json", "tape-reduction", "x0",
-                    "particles", "train-steps", "train-batch", "private-min-length", "segment"});
+  bench::Args args(
+      argc, argv,
+      "usage: vkad-bench-adjoint-floor [--n N] [--steps L,L,...] [--layout auto|slot|thread]\n"
+      "                                [--kernels sin,recurrence] [--reps R] [--batch B] [--json "
+      "F]\n"
+      "                                [--tape-reduction] [--x0 mod|uniform]\n"
+      "                                [--particles P] [--train-steps S] [--train-batch B]\n"
+      "  the sin loop x <- sin(x)*0.9 + 0.1 for L steps, dL/dx0, and the recurrence\n"
+      "  v <- 0.5 v + 0.25 sin(v) w, dL/dx and dL/dw: vkad forward, vkad's generated\n"
+      "  adjoint and a hand-written slot-major heap tape (SPIR-V), plus a copy kernel for\n"
+      "  GB/s; prints adjoint / hand tape ratios\n"
+      "  --n N        elements (default 2^24)\n"
+      "  --steps LS   comma-separated step counts (default 16,64,256)\n"
+      "  --kernels K  comma-separated: sin, recurrence, training (default all)\n"
+      "  --layout X   vkad's adstack layout: auto (the device's, default), slot, thread\n"
+      "  --reps R     batches timed, median reported (default 5)\n"
+      "  --batch B    launches per batch, waited for once (default 4)\n"
+      "  --json F     also write the results as JSON to F\n"
+      "  --tape-reduction  the hand tapes reduce sin/cos arguments by 2 pi as vkad does\n"
+      "  --x0 X       inputs: mod (0.001 (i mod 1000), default) or uniform (a hash of i\n"
+      "               spread uniformly over [0, 1))\n"
+      "  --particles P, --train-steps S  the training example's kernel size (default 65536, 256)\n"
+      "  --train-batch B  its launches per batch, waited for once (default 50)\n"
+      "  --segment K  the checkpointed adjoints' segment length (default 16)\n"
+      "  --private-min-length M  RuntimeOptions::adstack_private_min_length (default: its "
+      "default)\n",
+      {"n", "steps", "layout", "kernels", "reps", "batch", "json", "tape-reduction", "x0",
+       "particles", "train-steps", "train-batch", "private-min-length", "segment"});
   const std::string x0_kind = args.get("x0", "mod");
   if (x0_kind != "mod" && x0_kind != "uniform") {
     std::fprintf(stderr, "--x0 must be mod or uniform, not '%s'\n", x0_kind.c_str());
@@ -629,7 +632,8 @@ int main(int argc, char** argv) {
   // One kernel: vkad forward and adjoint and the hand tape at every L. `inputs` are the
   // forward's differentiated inputs (x, then w for the recurrence); vkad's gradients go to
   // `grads`, the tape's to `tape_grads` (same order).
-  auto measure = [&](const char* kernel, const Kernel& fwd, bool rec, const std::vector<runtime::NdArrayHandle>& inputs,
+  auto measure = [&](const char* kernel, const Kernel& fwd, bool rec,
+                     const std::vector<runtime::NdArrayHandle>& inputs,
                      const std::vector<runtime::NdArrayHandle>& grads,
                      const std::vector<runtime::NdArrayHandle>& tape_grads) -> bool {
     Kernel adj = make_adjoint(fwd, every_iteration).value();
@@ -640,7 +644,8 @@ int main(int argc, char** argv) {
     auto has = rt.register_kernel(heap_only(adj_compiled)).value();  // heap tier, specialized
     auto hps = rt.register_kernel(adj_compiled).value();             // private tier, specialized
     // Segmented checkpointing, both tiers specialized.
-    runtime::CompiledKernel seg_compiled = compile(make_adjoint(fwd, segmented).value(), target).value();
+    runtime::CompiledKernel seg_compiled =
+        compile(make_adjoint(fwd, segmented).value(), target).value();
     auto hch = rt.register_kernel(heap_only(seg_compiled)).value();
     auto hcp = rt.register_kernel(seg_compiled).value();
     auto tape = tape_kernel(rec, tape_reduction);
@@ -655,10 +660,10 @@ int main(int argc, char** argv) {
         "%5s %9s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %9s %9s %9s %9s %9s %9s %9s %9s "
         "%10s %9s %9s\n",
         "L", "tape T", "forward", "adj heap", "adj priv", "heap spec", "priv spec", "ckpt heap",
-        "ckpt priv", "heap tape", "priv tape", "stat tape", "heap/ht", "priv/pt", "priv/st", "hs/ht",
-        "ps/st", "ch/ht", "cp/st", "pt/ht", "tape GB/s", "tape/copy", "max rel d");
-    std::printf("%5s %9s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "", "", "ms", "ms", "ms",
-                "ms", "ms", "ms", "ms", "ms", "ms", "ms");
+        "ckpt priv", "heap tape", "priv tape", "stat tape", "heap/ht", "priv/pt", "priv/st",
+        "hs/ht", "ps/st", "ch/ht", "cp/st", "pt/ht", "tape GB/s", "tape/copy", "max rel d");
+    std::printf("%5s %9s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "", "", "ms", "ms",
+                "ms", "ms", "ms", "ms", "ms", "ms", "ms", "ms");
     for (int L : steps) {
       auto ptape = tape_kernel(rec, tape_reduction, static_cast<uint32_t>(L));
       if (!ptape.ok()) {
@@ -707,9 +712,9 @@ int main(int argc, char** argv) {
       };
       const auto ref = run(ht, ta, tape_grads);
       double max_rel = 0;
-      for (const auto& got :
-           {run(ha, aa, grads), run(hp, aa, grads), run(has, aa, grads), run(hps, aa, grads),
-            run(hch, aa, grads), run(hcp, aa, grads), run(hpt, ta, tape_grads), run(hst, ta, tape_grads)}) {
+      for (const auto& got : {run(ha, aa, grads), run(hp, aa, grads), run(has, aa, grads),
+                              run(hps, aa, grads), run(hch, aa, grads), run(hcp, aa, grads),
+                              run(hpt, ta, tape_grads), run(hst, ta, tape_grads)}) {
         for (size_t g = 0; g < got.size(); ++g) {
           for (uint32_t i = 0; i < n; ++i) {
             double d = std::fabs(double(got[g][i]) - ref[g][i]) / std::max(std::fabs(double(ref[g][i])), 1e-30);
@@ -725,10 +730,18 @@ int main(int argc, char** argv) {
         status = 1;
       }
 
-      std::vector<double> ms = time_ms(
-          rt,
-          {{hf, fa}, {ha, aa}, {hp, aa}, {ht, ta}, {hpt, ta}, {hst, ta}, {has, aa}, {hps, aa}, {hch, aa}, {hcp, aa}},
-          reps, batch);
+      std::vector<double> ms = time_ms(rt,
+                                       {{hf, fa},
+                                        {ha, aa},
+                                        {hp, aa},
+                                        {ht, ta},
+                                        {hpt, ta},
+                                        {hst, ta},
+                                        {has, aa},
+                                        {hps, aa},
+                                        {hch, aa},
+                                        {hcp, aa}},
+                                       reps, batch);
       double f = ms[0], a = ms[1], ap = ms[2], t = ms[3], pt = ms[4], spt = ms[5], as = ms[6],
              aps = ms[7], ch = ms[8], cp = ms[9];
       // The tape's bytes: the inputs and y_grad read and the gradients written (4 B each per
@@ -736,12 +749,12 @@ int main(int argc, char** argv) {
       double tape_bytes = double(n) * (4.0 * (2 * inputs.size() + 1) + 8.0 * L);
       double tape_gbs = tape_bytes / (t * 1e6);
       std::printf(
-          "%5d %9u %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %8.2fx %8.2fx "
+          "%5d %9u %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %8.2fx "
+          "%8.2fx "
           "%8.2fx %8.2fx %8.2fx %8.2fx %8.2fx "
           "%8.2fx %10.1f %8.0f%% %9.2g%s%s\n",
-          L, T, f, a, ap, as, aps, ch, cp, t, pt, spt, a / t, ap / pt, ap / spt, as / t, aps / spt, ch / t,
-          cp / spt, pt / t,
-          tape_gbs, 100 * tape_gbs / copy_gbs, max_rel,
+          L, T, f, a, ap, as, aps, ch, cp, t, pt, spt, a / t, ap / pt, ap / spt, as / t, aps / spt,
+          ch / t, cp / spt, pt / t, tape_gbs, 100 * tape_gbs / copy_gbs, max_rel,
           private_ran ? "" : "  (adj priv fell back to the heap)",
           specialized_ran ? "" : "  (a specialized launch missed its variant)");
       json.begin();
@@ -854,18 +867,20 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "training: the tiers' gradients differ (max relative %.3g)\n", max_rel);
       status = 1;
     }
-    std::vector<double> ms =
-        time_ms(rt, {{hf, fa}, {ha, aa}, {hp, aa}, {has, aa}, {hps, aa}, {hch, aa}, {hcp, aa}}, reps, tb);
+    std::vector<double> ms = time_ms(
+        rt, {{hf, fa}, {ha, aa}, {hp, aa}, {has, aa}, {hps, aa}, {hch, aa}, {hcp, aa}}, reps, tb);
     std::printf(
         "training example kernel: %u particles, %d steps, batches of %d launches:\n"
         "  forward %.3f ms, adjoint heap tier %.3f ms (%.2fx forward), private tier %.3f ms "
         "(%.2fx)%s;\n"
         "  specialized: heap tier %.3f ms (%.2fx), private tier %.3f ms (%.2fx);\n"
-        "  checkpointed every %u steps, specialized: heap tier %.3f ms (%.2fx), private tier %.3f ms "
+        "  checkpointed every %u steps, specialized: heap tier %.3f ms (%.2fx), private tier %.3f "
+        "ms "
         "(%.2fx); variants' max rel d %.2g\n",
         P, S, tb, ms[0], ms[1], ms[1] / ms[0], ms[2], ms[2] / ms[0],
         private_ran ? "" : " (private fell back to the heap)", ms[3], ms[3] / ms[0], ms[4],
-        ms[4] / ms[0], segmented.checkpoint_segment, ms[5], ms[5] / ms[0], ms[6], ms[6] / ms[0], max_rel);
+        ms[4] / ms[0], segmented.checkpoint_segment, ms[5], ms[5] / ms[0], ms[6], ms[6] / ms[0],
+        max_rel);
     json.begin();
     json.field("kernel", "training");
     json.field("particles", P);

@@ -58,7 +58,8 @@ class Segmenter {
     ValueId zero = constant(out, 0);
     ValueId n = add(out, Op::kMax, {add(out, Op::kSub, {end, begin}), zero});
     ValueId k = constant(out, K);
-    ValueId any = add(out, Op::kMin, {add(out, Op::kDiv, {n, constant(out, 2 * K)}), constant(out, 1)});
+    ValueId any =
+        add(out, Op::kMin, {add(out, Op::kDiv, {n, constant(out, 2 * K)}), constant(out, 1)});
     ValueId full = add(out, Op::kMul, {add(out, Op::kDiv, {n, k}), any});
 
     // for s in [0, full) { base = begin + s*K; for jj in [0, K) { index = base + jj; body } }

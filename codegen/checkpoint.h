@@ -21,10 +21,10 @@
 // reversing (the inner loop's stacks, K entries: small enough for the private tier, and with a
 // constant trip count the driver can unroll the segment and index them by constants; the
 // remainder's stacks hold fewer than 2K). A loop of fewer than 2K iterations runs wholly in the
-// remainder, as it would without segments. The price is one more replay of the body per iteration (the segment is
-// recomputed from its checkpoint before it is reversed); what it buys is K times fewer adstack
-// bytes through memory, which is what bounds a long loop's adjoint on a GPU (docs/architecture.md,
-// "Segmented checkpointing").
+// remainder, as it would without segments. The price is one more replay of the body per iteration
+// (the segment is recomputed from its checkpoint before it is reversed); what it buys is K times
+// fewer adstack bytes through memory, which is what bounds a long loop's adjoint on a GPU
+// (docs/architecture.md, "Segmented checkpointing").
 //
 // make_adjoint applies it when Target::checkpoint_segment is non-zero, to the loops it selects
 // (reverse_mode.cpp: innermost `for` loops that checkpoint something, with derivable i32 bounds,

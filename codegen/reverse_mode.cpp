@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <functional>
-#include <optional>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -11,8 +11,8 @@
 #include "codegen/checkpoint.h"
 #include "codegen/derivative_rules.h"
 #include "codegen/jumps.h"
-#include "codegen/trip_counter.h"
 #include "codegen/text.h"
+#include "codegen/trip_counter.h"
 #include "codegen/verifier.h"
 
 namespace vkad::codegen {
@@ -980,7 +980,8 @@ class ReverseMode : public PartialBuilder {
   bool segmentable(const Stmt& loop) {
     if (loop.op != Op::kFor || loop.has_cap || contains_loop(loop.blocks[0])) return false;
     if (path_.at(&loop).size() + 2 > static_cast<size_t>(kMaxAdjointNesting)) return false;
-    if (type_.at(loop.args[0]) != DType::kI32 || type_.at(loop.args[1]) != DType::kI32) return false;
+    if (type_.at(loop.args[0]) != DType::kI32 || type_.at(loop.args[1]) != DType::kI32)
+      return false;
     // Probing: a bound that only a counted trip count would bound is not derivable here (and
     // asking must not add a trips_ parameter).
     probing_ = true;
@@ -1082,19 +1083,20 @@ namespace {
 Status check_segment(const Target& target) {
   const uint32_t k = target.checkpoint_segment;
   if (k == 0 || (k >= 2 && k <= kMaxCheckpointSegment)) return {};
-  return make_error(ErrorCode::kInvalidArgument,
-                    "Target::checkpoint_segment is " + std::to_string(k) + "; it must be 0 (off) or 2 to " +
-                        std::to_string(kMaxCheckpointSegment) +
-                        " iterations (the environment variable VKAD_ADJOINT_CHECKPOINT sets it: off or a "
-                        "segment length)");
+  return make_error(
+      ErrorCode::kInvalidArgument,
+      "Target::checkpoint_segment is " + std::to_string(k) + "; it must be 0 (off) or 2 to " +
+          std::to_string(kMaxCheckpointSegment) +
+          " iterations (the environment variable VKAD_ADJOINT_CHECKPOINT sets it: off or a "
+          "segment length)");
 }
 
 // Reverse mode of `lowered` (no jumps), with segmented checkpointing (checkpoint.h) when the
 // target asks for it: a first pass selects the loops worth splitting, the second
 // differentiates the split kernel. `forward_out` receives the kernel actually differentiated
 // (the trip counter must run its loops); `counted` its counted loops.
-Result<Kernel> reverse(const Kernel& lowered, const Target& target, bool counting, Kernel* forward_out,
-                       std::vector<ValueId>* counted) {
+Result<Kernel> reverse(const Kernel& lowered, const Target& target, bool counting,
+                       Kernel* forward_out, std::vector<ValueId>* counted) {
   VKAD_TRY(check_segment(target));
   ReverseMode rm(lowered, target, counting);
   Result<Kernel> adjoint = rm.run();
@@ -1119,7 +1121,8 @@ Result<CountedAdjoint> make_adjoint_counted(const Kernel& forward, const Target&
   Kernel differentiated;
   std::vector<ValueId> loops;
   CountedAdjoint out;
-  VKAD_ASSIGN_OR_RETURN(out.adjoint, reverse(lowered, target, /*counting=*/true, &differentiated, &loops));
+  VKAD_ASSIGN_OR_RETURN(out.adjoint,
+                        reverse(lowered, target, /*counting=*/true, &differentiated, &loops));
   out.counted = static_cast<uint32_t>(loops.size());
   if (out.counted) {
     out.counter = trip_counter_kernel(differentiated, loops);

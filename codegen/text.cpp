@@ -67,8 +67,8 @@ std::string print_size(const Kernel& k, const SizeExpr& e) {
     case SizeExpr::Kind::kDim:
       return "shape(" + param_name(k, e.param) + ", " + std::to_string(e.dim) + ")";
     case SizeExpr::Kind::kDiv:
-      return "div(" + (e.operands.empty() ? std::string("?") : print_size(k, e.operands[0])) + ", " +
-             std::to_string(e.value) + ")";
+      return "div(" + (e.operands.empty() ? std::string("?") : print_size(k, e.operands[0])) +
+             ", " + std::to_string(e.value) + ")";
     default: {
       const char* n = e.kind == SizeExpr::Kind::kAdd ? "add"
                       : e.kind == SizeExpr::Kind::kMul ? "mul" : "max";
@@ -260,7 +260,8 @@ class Parser {
       }
       t.index = t.dims[0].index;
       auto leaf = [](const SizeExpr& e) {
-        return e.kind == SizeExpr::Kind::kConst || e.kind == SizeExpr::Kind::kScalar || e.kind == SizeExpr::Kind::kDim;
+        return e.kind == SizeExpr::Kind::kConst || e.kind == SizeExpr::Kind::kScalar ||
+               e.kind == SizeExpr::Kind::kDim;
       };
       if (t.dims.size() == 1 && leaf(t.dims[0].begin) && leaf(t.dims[0].end)) {
         t.begin = leaf_bound(t.dims[0].begin);

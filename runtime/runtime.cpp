@@ -47,7 +47,8 @@ bool size_refs_ok(const adstack::SizeExpr& e, const std::vector<KernelParam>& pa
       return e.param < params.size() && params[e.param].kind == ParamKind::kNdArray &&
              e.dim < params[e.param].rank;
     case K::kDiv:
-      return e.operands.size() == 1 && e.value >= 1 && size_refs_ok(e.operands[0], params, depth + 1);
+      return e.operands.size() == 1 && e.value >= 1 &&
+             size_refs_ok(e.operands[0], params, depth + 1);
     case K::kAdd:
     case K::kMul:
     case K::kMax:
@@ -682,9 +683,9 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   if (any_heap_task) VKAD_TRY(ensure_heaps(planned_.lp.heap_need));
 
   const uint32_t args_bytes = d.args_bytes();
-  VKAD_ASSIGN_OR_RETURN(rhi::Buffer args_buf,
-                        device_->create_buffer({args_bytes, rhi::MemoryUsage::kUpload,
-                                                d.name + " args"}));
+  VKAD_ASSIGN_OR_RETURN(
+      rhi::Buffer args_buf,
+      device_->create_buffer({args_bytes, rhi::MemoryUsage::kUpload, d.name + " args"}));
   std::memcpy(args_buf.mapped(), args_scratch_.data(), args_bytes);
   std::vector<rhi::Buffer*> bindings;
   bindings.reserve(1 + planned_.arrays.size() + (d.has_adstacks() ? adstack::kHeapCount : 0));

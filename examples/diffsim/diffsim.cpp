@@ -158,8 +158,12 @@ Simulation::~Simulation() {
 
 std::array<Arg, 6> Simulation::forward_args() const {
   float dt = 1.0f / static_cast<float>(config_.steps);
-  return {Arg::i32(static_cast<int32_t>(config_.steps)), Arg::f32(dt), Arg::ndarray(p0_),
-          Arg::ndarray(v0_), Arg::ndarray(target_), Arg::ndarray(loss_)};
+  return {Arg::i32(static_cast<int32_t>(config_.steps)),
+          Arg::f32(dt),
+          Arg::ndarray(p0_),
+          Arg::ndarray(v0_),
+          Arg::ndarray(target_),
+          Arg::ndarray(loss_)};
 }
 
 std::array<Arg, 8> Simulation::adjoint_args() const {

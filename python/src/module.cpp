@@ -505,8 +505,11 @@ struct Session {
       Differentiated* d = nullptr;
       if (nb::try_cast<Differentiated*>(kernel, d) && d) k = nb::cast<Kernel*>(d->forward);
     }
-    if (!k) invalid(std::string(where) + ": expected a vkad Kernel, got " + nb::type_name(kernel.type()).c_str());
-    if (k->st != st) invalid(std::string(where) + " '" + k->name + "': the kernel belongs to another session");
+    if (!k)
+      invalid(std::string(where) + ": expected a vkad Kernel, got " +
+              nb::type_name(kernel.type()).c_str());
+    if (k->st != st)
+      invalid(std::string(where) + " '" + k->name + "': the kernel belongs to another session");
     if (nargs != k->params.size()) {
       invalid(std::string(where) + " '" + k->name + "': " + std::to_string(nargs) +
               " arguments given, the kernel takes " + std::to_string(k->params.size()) + ": " +
@@ -696,7 +699,7 @@ NB_MODULE(_vkad, m) {
       .def("close", &Session::close, "Waits for this session's work and frees the device.")
       .def("stats", &Session::stats, nb::sig("def stats(self) -> dict[str, int]"))
       .def("validation_messages", &Session::validation_messages)
-      .def("_set_tape", [](Session& s, nb::object tape) {
-        s.st->tape = std::move(tape);
-      }, "tape"_a.none());
+      .def(
+          "_set_tape", [](Session& s, nb::object tape) { s.st->tape = std::move(tape); },
+          "tape"_a.none());
 }

@@ -2,12 +2,13 @@
 // does, the segmented adjoint computes bit for bit what the every-iteration adjoint does (same
 // operations in the same order on the CPU evaluator), its stacks are sized per segment, and
 // make_adjoint splits only the loops it should.
+#include "codegen/checkpoint.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
 #include "api/device_target.h"
-#include "codegen/checkpoint.h"
 #include "codegen/cpu_eval.h"
 #include "codegen/reverse_mode.h"
 #include "codegen/text.h"
@@ -25,7 +26,8 @@ using codegen::Target;
 
 // x[i] <- sin(x)*0.9 + 0.1 for steps in [b, e), beside a linearly carried accumulator; the loop
 // index enters the arithmetic so a wrong index in a segment changes the result.
-const char* kLoop = R"(kernel loop(b: i32, e: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
+const char* kLoop =
+    R"(kernel loop(b: i32, e: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f32
     %acc = alloca : f32
@@ -86,19 +88,22 @@ std::vector<const codegen::Stmt*> stack_allocs(const Kernel& k) {
 
 HostArray ramp(size_t n, double scale) {
   HostArray a(codegen::DType::kF32, {static_cast<uint32_t>(n)});
-  for (size_t i = 0; i < n; ++i) a.data[i] = codegen::round_to(codegen::DType::kF32, scale * static_cast<double>(i + 1));
+  for (size_t i = 0; i < n; ++i)
+    a.data[i] = codegen::round_to(codegen::DType::kF32, scale * static_cast<double>(i + 1));
   return a;
 }
 
 // Runs `k` (forward: b, e, x, y; adjoint: also x_grad, y_grad) and returns y, or y and x_grad.
 std::vector<double> run_loop(const Kernel& k, int b, int e, bool adjoint) {
-  HostArray x = ramp(5, 0.21), y(codegen::DType::kF32, {5}), xg(codegen::DType::kF32, {5}), yg = ramp(5, 0.1);
+  HostArray x = ramp(5, 0.21), y(codegen::DType::kF32, {5}), xg(codegen::DType::kF32, {5}),
+            yg = ramp(5, 0.1);
   std::vector<HostArg> args = {HostArg::of(b), HostArg::of(e), HostArg::of(x), HostArg::of(y)};
   if (adjoint) args.insert(args.end(), {HostArg::of(xg), HostArg::of(yg)});
   auto r = codegen::evaluate(k, args);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   if (r.ok()) {
-    for (uint32_t f : r->error_flags) EXPECT_EQ(f, 0u) << "a device error flag (2: adstack overflow)";
+    for (uint32_t f : r->error_flags)
+      EXPECT_EQ(f, 0u) << "a device error flag (2: adstack overflow)";
   }
   std::vector<double> out = y.data;
   if (adjoint) out.insert(out.end(), xg.data.begin(), xg.data.end());
@@ -112,7 +117,8 @@ TEST(Checkpoint, SplitForwardRunsTheSameIterations) {
   ASSERT_EQ(loops.size(), 1u);
   for (uint32_t segment : {2u, 3u, 16u}) {
     Kernel split = codegen::segment_loops(k, {loops[0]->result}, segment);
-    ASSERT_TRUE(codegen::verify(split).ok()) << codegen::verify(split).to_string() << codegen::print(split);
+    ASSERT_TRUE(codegen::verify(split).ok())
+        << codegen::verify(split).to_string() << codegen::print(split);
     // The segments' loop, its constant-trip inner loop, and the remainder with max_trip 2K - 1.
     std::vector<const codegen::Stmt*> nested;
     for_loops(split.tasks[0].body, &nested);
@@ -122,8 +128,18 @@ TEST(Checkpoint, SplitForwardRunsTheSameIterations) {
     EXPECT_EQ(nested[2]->cap, adstack::SizeExpr::constant(2 * segment - 1));
     // Empty, reversed, shorter than a segment, below and at two segments, exact multiples and
     // remainders, negative begin.
-    for (auto [b, e] : std::vector<std::pair<int, int>>{{0, 0}, {5, 2}, {0, 1}, {0, 2}, {0, 16}, {0, 17},
-                                                        {3, 40}, {0, 31}, {0, 32}, {5, 38}, {-7, 9}, {-20, -3}}) {
+    for (auto [b, e] : std::vector<std::pair<int, int>>{{0, 0},
+                                                        {5, 2},
+                                                        {0, 1},
+                                                        {0, 2},
+                                                        {0, 16},
+                                                        {0, 17},
+                                                        {3, 40},
+                                                        {0, 31},
+                                                        {0, 32},
+                                                        {5, 38},
+                                                        {-7, 9},
+                                                        {-20, -3}}) {
       EXPECT_EQ(run_loop(split, b, e, false), run_loop(k, b, e, false))
           << "segment " << segment << ", [" << b << ", " << e << ")";
     }
@@ -137,11 +153,20 @@ TEST(Checkpoint, SegmentedAdjointEqualsTheEveryIterationAdjointBitForBit) {
   for (uint32_t segment : {2u, 5u, 16u}) {
     auto seg = codegen::make_adjoint(k, with_segment(segment));
     ASSERT_TRUE(seg.ok()) << seg.status().to_string();
-    ASSERT_NE(codegen::print(*seg), codegen::print(*every)) << "segment " << segment << ": nothing was split";
+    ASSERT_NE(codegen::print(*seg), codegen::print(*every))
+        << "segment " << segment << ": nothing was split";
     // (Begins >= 0: reverse mode sizes a loop's stacks assuming a scalar begin is not negative;
     // a launch that breaks that reports an adstack overflow, with or without segments.)
-    for (auto [b, e] : std::vector<std::pair<int, int>>{{0, 0}, {4, 1}, {0, 1}, {0, 5}, {0, 16}, {0, 37},
-                                                        {6, 11}, {3, 40}, {0, 31}, {0, 32}}) {
+    for (auto [b, e] : std::vector<std::pair<int, int>>{{0, 0},
+                                                        {4, 1},
+                                                        {0, 1},
+                                                        {0, 5},
+                                                        {0, 16},
+                                                        {0, 37},
+                                                        {6, 11},
+                                                        {3, 40},
+                                                        {0, 31},
+                                                        {0, 32}}) {
       EXPECT_EQ(run_loop(*seg, b, e, true), run_loop(*every, b, e, true))
           << "segment " << segment << ", [" << b << ", " << e << ")\n"
           << codegen::print(*seg);
@@ -162,10 +187,14 @@ TEST(Checkpoint, StacksAreSizedPerSegment) {
   int per_segment = 0, inner = 0, rest = 0;
   for (const codegen::Stmt* s : stacks) {
     const std::string cap = codegen::print_size(*seg, s->cap);
-    if (cap == "16") ++inner;
-    else if (cap == "31") ++rest;
-    else if (cap.find("div(") == 0) ++per_segment;
-    else ADD_FAILURE() << "a stack sized " << cap << "\n" << text;
+    if (cap == "16")
+      ++inner;
+    else if (cap == "31")
+      ++rest;
+    else if (cap.find("div(") == 0)
+      ++per_segment;
+    else
+      ADD_FAILURE() << "a stack sized " << cap << "\n" << text;
   }
   EXPECT_EQ(inner, 1) << "the sin's argument, per iteration of the segment\n" << text;
   EXPECT_EQ(rest, 1) << "the sin's argument, per iteration of the remainder\n" << text;
@@ -181,10 +210,11 @@ TEST(Checkpoint, StacksAreSizedPerSegment) {
   }
 }
 
-// What is not split: a constant trip count below two segments (15 < 2 x 8), a loop with a stated max_trip,
-// an outer loop (only the innermost is), and a loop that checkpoints nothing.
+// What is not split: a constant trip count below two segments (15 < 2 x 8), a loop with a stated
+// max_trip, an outer loop (only the innermost is), and a loop that checkpoints nothing.
 TEST(Checkpoint, SplitsOnlyLongInnermostLoopsThatCheckpoint) {
-  const char* text = R"(kernel sel(n: i32, x: ndarray<f32, 1> grad, c: ndarray<i32, 1>, y: ndarray<f32, 1> grad) {
+  const char* text =
+      R"(kernel sel(n: i32, x: ndarray<f32, 1> grad, c: ndarray<i32, 1>, y: ndarray<f32, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f32
     %acc = alloca : f32
@@ -245,8 +275,10 @@ TEST(Checkpoint, InvalidSegmentIsAnErrorNamingTheSetting) {
     auto a = codegen::make_adjoint(k, with_segment(bad));
     ASSERT_FALSE(a.ok());
     EXPECT_EQ(a.status().code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(a.status().message().find("VKAD_ADJOINT_CHECKPOINT"), std::string::npos) << a.status().to_string();
-    EXPECT_NE(a.status().message().find("checkpoint_segment"), std::string::npos) << a.status().to_string();
+    EXPECT_NE(a.status().message().find("VKAD_ADJOINT_CHECKPOINT"), std::string::npos)
+        << a.status().to_string();
+    EXPECT_NE(a.status().message().find("checkpoint_segment"), std::string::npos)
+        << a.status().to_string();
   }
 }
 
@@ -271,8 +303,10 @@ TEST(Checkpoint, DeviceTargetDefaultAndEnvironmentOverride) {
     ASSERT_FALSE(a.ok()) << bad;
     EXPECT_NE(a.status().message().find("VKAD_ADJOINT_CHECKPOINT"), std::string::npos);
   }
-  if (saved) setenv("VKAD_ADJOINT_CHECKPOINT", restore.c_str(), 1);
-  else unsetenv("VKAD_ADJOINT_CHECKPOINT");
+  if (saved)
+    setenv("VKAD_ADJOINT_CHECKPOINT", restore.c_str(), 1);
+  else
+    unsetenv("VKAD_ADJOINT_CHECKPOINT");
 }
 
 // The reverse-mode fuzzer's kernels (nested, triangular, data-dependent and while loops,
@@ -286,7 +320,8 @@ TEST(Checkpoint, FuzzKernelsAdjointsUnchanged) {
     ASSERT_TRUE(every.ok()) << "seed " << seed << ": " << every.status().to_string();
     for (uint32_t segment : {2u, 3u}) {
       auto seg = codegen::make_adjoint(c.kernel, with_segment(segment));
-      ASSERT_TRUE(seg.ok()) << "seed " << seed << ", segment " << segment << ": " << seg.status().to_string();
+      ASSERT_TRUE(seg.ok()) << "seed " << seed << ", segment " << segment << ": "
+                            << seg.status().to_string();
       if (codegen::print(*seg) == codegen::print(*every)) continue;
       ++split;
       std::vector<HostArray> seeds = random_seeds(c.kernel, c.args, seed);
