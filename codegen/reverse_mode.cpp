@@ -988,10 +988,10 @@ class ReverseMode : public PartialBuilder {
     const bool derivable = range(loop.args[0]) && range(loop.args[1]);
     probing_ = false;
     if (!derivable) return false;
-    const Stmt* b = def_.count(loop.args[0]) ? def_.at(loop.args[0]) : nullptr;
-    const Stmt* e = def_.count(loop.args[1]) ? def_.at(loop.args[1]) : nullptr;
-    if (b && e && b->op == Op::kConst && e->op == Op::kConst) {
-      return e->iimm - b->iimm >= 2 * static_cast<int64_t>(t_.checkpoint_segment);
+    // (A bound may be a task index, which def_ does not hold.)
+    auto b = def_.find(loop.args[0]), e = def_.find(loop.args[1]);
+    if (b != def_.end() && e != def_.end() && b->second->op == Op::kConst && e->second->op == Op::kConst) {
+      return e->second->iimm - b->second->iimm >= 2 * static_cast<int64_t>(t_.checkpoint_segment);
     }
     return true;
   }

@@ -687,8 +687,8 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
       rhi::Buffer args_buf,
       device_->create_buffer({args_bytes, rhi::MemoryUsage::kUpload, d.name + " args"}));
   std::memcpy(args_buf.mapped(), args_scratch_.data(), args_bytes);
-  std::vector<rhi::Buffer*> bindings;
-  bindings.reserve(1 + planned_.arrays.size() + (d.has_adstacks() ? adstack::kHeapCount : 0));
+  std::vector<rhi::Buffer*>& bindings = planned_.bindings;  // reused: no allocation per launch
+  bindings.clear();
   bindings.push_back(&args_buf);
   bindings.insert(bindings.end(), planned_.arrays.begin(), planned_.arrays.end());
   // With every adstack task in the private tier the heap bindings are never accessed: the

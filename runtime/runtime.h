@@ -305,6 +305,7 @@ class Runtime {
   struct PlannedLaunch {
     LaunchPlan lp;
     std::vector<rhi::Buffer*> arrays;  // the ndarray arguments' buffers, in parameter order
+    std::vector<rhi::Buffer*> bindings;  // launch: args buffer, arrays, heaps (filled there)
     std::vector<rhi::ComputePipeline*> pipelines;  // per task
     uint64_t specialized = 0, spec_misses = 0;
   };

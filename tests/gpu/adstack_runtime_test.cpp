@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "codegen/reverse_mode.h"
 #include "codegen/text.h"
@@ -474,6 +475,18 @@ class AdstackTiers : public AdstackRuntime {
     EXPECT_EQ(compare_arrays(dev, hxg), "") << "trip count " << trips;
     for (auto a : {x, y, yg, xg}) EXPECT_TRUE(runner_->rt().free_ndarray(a).ok());
   }
+  // start(), then the recurrence's adjoint registered; nullopt (a failure recorded where it
+  // is one) when there is no device or registration fails.
+  std::optional<runtime::KernelHandle> start_recurrence(
+      runtime::AdstackTier tier, uint32_t min_length = 1,
+      runtime::AdstackSpecialize specialize = runtime::AdstackSpecialize::kAuto, uint32_t max_variants = 8) {
+    start(tier, min_length, specialize, max_variants);
+    if (!runner_) return std::nullopt;
+    auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
+    EXPECT_TRUE(h.ok()) << h.status().to_string();
+    if (!h.ok()) return std::nullopt;
+    return *h;
+  }
   runtime::AdstackTier tier_ = runtime::AdstackTier::kDefault;
   uint32_t min_length_ = 1;
   runtime::AdstackSpecialize specialize_ = runtime::AdstackSpecialize::kAuto;
@@ -482,10 +495,8 @@ class AdstackTiers : public AdstackRuntime {
 
 // The bucket tests count the private tier's generic variants: launch specialization off.
 TEST_P(AdstackTiers, MinimumPrivateLengthMergesSmallBuckets) {
-  start(runtime::AdstackTier::kPrivate, 32, runtime::AdstackSpecialize::kOff);
-  if (!runner_) return;
-  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
-  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  auto h = start_recurrence(runtime::AdstackTier::kPrivate, 32, runtime::AdstackSpecialize::kOff);
+  if (!h) return;
   for (int trips : {1, 9, 32}) check_recurrence(*h, trips);  // all in the 32-slot bucket
   EXPECT_EQ(runner_->rt().stats().adstack_private_pipelines, 1u);
   check_recurrence(*h, 33);
@@ -494,10 +505,8 @@ TEST_P(AdstackTiers, MinimumPrivateLengthMergesSmallBuckets) {
 }
 
 TEST_P(AdstackTiers, PrivateTierMakesNoHeapAndOneVariantPerCapacityBucket) {
-  start(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kOff);
-  if (!runner_) return;
-  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
-  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  auto h = start_recurrence(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kOff);
+  if (!h) return;
   EXPECT_EQ(runner_->rt().stats().adstack_tier, runtime::AdstackTier::kPrivate);
   // Capacities 5, 7 and 8 round up to one bucket (8 slots), 9 to the next (16).
   for (int trips : {5, 7, 8}) check_recurrence(*h, trips);
@@ -512,10 +521,8 @@ TEST_P(AdstackTiers, PrivateTierMakesNoHeapAndOneVariantPerCapacityBucket) {
 }
 
 TEST_P(AdstackTiers, ForcedPrivatePastTheHardLimitFallsBackToTheHeap) {
-  start(runtime::AdstackTier::kPrivate);
-  if (!runner_) return;
-  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
-  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  auto h = start_recurrence(runtime::AdstackTier::kPrivate);
+  if (!h) return;
   // 4097 f32 slots round up to 8192 (32 KiB per thread), past kMaxPrivateTierBytes.
   const int trips = static_cast<int>(runtime::kMaxPrivateTierBytes / 4) + 1;
   check_recurrence(*h, trips, 64);
@@ -527,10 +534,8 @@ TEST_P(AdstackTiers, ForcedPrivatePastTheHardLimitFallsBackToTheHeap) {
 }
 
 TEST_P(AdstackTiers, AutoUsesPrivateArraysUpToTheBudget) {
-  start(runtime::AdstackTier::kAuto);
-  if (!runner_) return;
-  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
-  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  auto h = start_recurrence(runtime::AdstackTier::kAuto);
+  if (!h) return;
   check_recurrence(*h, 16);  // 16 slots: 64 bytes, the budget
   EXPECT_EQ(runner_->rt().stats().adstack_private_dispatches, 1u);
   EXPECT_EQ(runner_->rt().stats().adstack_heap_bytes, 0u);
@@ -541,10 +546,8 @@ TEST_P(AdstackTiers, AutoUsesPrivateArraysUpToTheBudget) {
 }
 
 TEST_P(AdstackTiers, HeapTierNeverUsesPrivateArrays) {
-  start(runtime::AdstackTier::kHeap);
-  if (!runner_) return;
-  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
-  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  auto h = start_recurrence(runtime::AdstackTier::kHeap);
+  if (!h) return;
   check_recurrence(*h, 3);
   EXPECT_EQ(runner_->rt().stats().adstack_private_dispatches, 0u);
   EXPECT_EQ(runner_->rt().stats().adstack_private_pipelines, 0u);
@@ -596,10 +599,8 @@ TEST_P(AdstackTiers, SpecializedVariantPerTripCountMatchesTheCpuReference) {
 // Runtime::prepare makes the pipelines a launch with those arguments uses (here the private
 // tier's specialized variant) without launching or making a heap; the launch then finds them.
 TEST_P(AdstackTiers, PrepareMakesTheLaunchsPipelinesAheadOfIt) {
-  start(runtime::AdstackTier::kAuto);
-  if (!runner_) return;
-  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
-  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  auto h = start_recurrence(runtime::AdstackTier::kAuto);
+  if (!h) return;
   const uint32_t n = 256;
   auto x = array(std::vector<float>(n, 0.5f)), y = array(std::vector<float>(n, 0)),
        xg = array(std::vector<float>(n, 0)), yg = array(std::vector<float>(n, 1));
@@ -632,10 +633,8 @@ TEST_P(AdstackTiers, PrepareMakesTheLaunchsPipelinesAheadOfIt) {
 }
 
 TEST_P(AdstackTiers, PastTheVariantCapLaunchesUseTheGenericPipeline) {
-  start(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kAuto, 1);
-  if (!runner_) return;
-  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
-  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  auto h = start_recurrence(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kAuto, 1);
+  if (!h) return;
   for (int trips : {5, 7, 6, 5}) check_recurrence(*h, trips);
   runtime::RuntimeStats s = runner_->rt().stats();
   EXPECT_EQ(s.adstack_specialized_pipelines, 1u) << "the cap is one variant";
@@ -645,10 +644,8 @@ TEST_P(AdstackTiers, PastTheVariantCapLaunchesUseTheGenericPipeline) {
 }
 
 TEST_P(AdstackTiers, AutoSpecializesOnlyUpToTheCapacityLimit) {
-  start(runtime::AdstackTier::kHeap, 1, runtime::AdstackSpecialize::kAuto);
-  if (!runner_) return;
-  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
-  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  auto h = start_recurrence(runtime::AdstackTier::kHeap, 1, runtime::AdstackSpecialize::kAuto);
+  if (!h) return;
   check_recurrence(*h, 6);
   const uint32_t past = runtime::RuntimeOptions{}.adstack_specialize_max_capacity + 1;
   check_recurrence(*h, static_cast<int>(past));
@@ -659,10 +656,8 @@ TEST_P(AdstackTiers, AutoSpecializesOnlyUpToTheCapacityLimit) {
 }
 
 TEST_P(AdstackTiers, AutoLimitInThePrivateTierIsItsOwn) {
-  start(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kAuto);
-  if (!runner_) return;
-  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
-  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  auto h = start_recurrence(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kAuto);
+  if (!h) return;
   const runtime::RuntimeOptions d;
   ASSERT_GT(d.adstack_specialize_max_private_capacity, d.adstack_specialize_max_capacity);
   check_recurrence(*h, static_cast<int>(d.adstack_specialize_max_private_capacity), 64);
@@ -673,10 +668,8 @@ TEST_P(AdstackTiers, AutoLimitInThePrivateTierIsItsOwn) {
 }
 
 TEST_P(AdstackTiers, HeapTierSpecializedUnderAllMatchesTheCpuReference) {
-  start(runtime::AdstackTier::kHeap, 1, runtime::AdstackSpecialize::kAll);
-  if (!runner_) return;
-  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
-  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  auto h = start_recurrence(runtime::AdstackTier::kHeap, 1, runtime::AdstackSpecialize::kAll);
+  if (!h) return;
   // Different element counts change the dispatched threads (not a specialized word): one variant.
   check_recurrence(*h, 6, 256);
   check_recurrence(*h, 6, 1000);
@@ -689,10 +682,8 @@ TEST_P(AdstackTiers, HeapTierSpecializedUnderAllMatchesTheCpuReference) {
 }
 
 TEST_P(AdstackTiers, SpecializationOffMakesNoSpecializedVariant) {
-  start(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kOff);
-  if (!runner_) return;
-  auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
-  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  auto h = start_recurrence(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kOff);
+  if (!h) return;
   check_recurrence(*h, 4);
   EXPECT_EQ(runner_->rt().stats().adstack_specialized_dispatches, 0u);
   EXPECT_EQ(runner_->rt().stats().adstack_specialized_pipelines, 0u);
