@@ -365,7 +365,8 @@ void paste(std::string& text, const std::string& key, uint32_t value) {
 
 // The sin loop's tape, or (recurrence) the recurrence's, which also takes w and w_grad.
 // --tape-reduction: the hand tapes reduce Sin/Cos arguments by 2 pi exactly as vkad's emitter
-// does (two-term Cody-Waite, contraction allowed; codegen/spirv_emitter.cpp reduce_two_pi), so
+// does (k rounded by adding and subtracting 1.5 * 2^23, then a two-term Cody-Waite, contraction
+// allowed; codegen/spirv_emitter.cpp reduce_two_pi), so
 // the ratio compares the reverse-mode machinery on equal math. Rewrites every
 // `%r = OpExtInst %f32 %glsl Sin|Cos %a` line of the module text.
 void reduce_trig(std::string& text) {
@@ -373,10 +374,10 @@ void reduce_trig(std::string& text) {
   char consts[512];
   std::snprintf(consts, sizeof consts,
                 "%%rr_inv = OpConstant %%f32 %.9g\n%%rr_c1 = OpConstant %%f32 6.28125\n"
-                "%%rr_c2 = OpConstant %%f32 %.9g\n",
+                "%%rr_c2 = OpConstant %%f32 %.9g\n%%rr_m = OpConstant %%f32 12582912\n",
                 static_cast<double>(static_cast<float>(1 / kTwoPi)),
                 static_cast<double>(static_cast<float>(kTwoPi - 6.28125)));
-  std::string out;
+  std::string out, decorations;
   int n = 0;
   size_t at = 0;
   while (at < text.size()) {
@@ -390,7 +391,9 @@ void reduce_trig(std::string& text) {
       std::string inst = line.find(" Sin %") != std::string::npos ? "Sin" : "Cos";
       std::string p = "%rr" + std::to_string(n++) + "_";
       out += p + "q = OpFMul %f32 " + arg + " %rr_inv\n";
-      out += p + "k = OpExtInst %f32 %glsl RoundEven " + p + "q\n";
+      out += p + "m = OpFAdd %f32 " + p + "q %rr_m\n";
+      out += p + "k = OpFSub %f32 " + p + "m %rr_m\n";
+      decorations += "OpDecorate " + p + "m NoContraction\nOpDecorate " + p + "k NoContraction\n";
       std::string r = arg;
       for (int j = 1; j <= 2; ++j) {
         std::string t = p + "t" + std::to_string(j), rj = p + "r" + std::to_string(j);
@@ -404,6 +407,7 @@ void reduce_trig(std::string& text) {
     }
   }
   out.insert(out.find("%main = OpFunction"), consts);
+  out.insert(out.find("OpDecorate"), decorations);
   text = std::move(out);
 }
 

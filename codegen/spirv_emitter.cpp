@@ -713,21 +713,27 @@ class TaskEmitter {
     }
   }
 
-  // x - 2*pi*k with k = roundeven(x / 2pi), in f32: a two-term Cody-Waite, 2*pi = C1 + C2 + e
-  // with C1 = 201/32 (8 significant bits) and C2 = f32(2*pi - C1). For |k| <= 2^14, k*C1 is
-  // exact and x - k*C1 is exact (Sterbenz), fused or not; the second term rounds once or twice
-  // (a driver may fuse it into an fma: both are covered), and e*k is below 2^-34 |k|. So the
-  // reduced argument is within 2^-19 + |x| 2^-36 of the exact one (precision.cpp) -- far inside
-  // Vulkan's 2^-11 for sin/cos, which holds only inside [-pi, pi], so the reduction is needed
-  // for every |x| up to 2^14 * 2 pi. Four operations (mul, round, two fma-able mul-subs): the
-  // sin loop is bound by them (a third term, exact roundings and NoContraction cost 1.5-2x on
-  // the H200 against an unreduced sin; docs/benchmarks.md).
+  // x - 2*pi*k with k = x / 2pi rounded to an integer, in f32: a two-term Cody-Waite, 2*pi =
+  // C1 + C2 + e with C1 = 201/32 (8 significant bits) and C2 = f32(2*pi - C1). For |k| <= 2^14,
+  // k*C1 is exact and x - k*C1 is exact (Sterbenz), fused or not; the second term rounds once
+  // or twice (a driver may fuse it into an fma: both are covered), and e*k is below 2^-34 |k|.
+  // So the reduced argument is within 2^-19 + |x| 2^-36 of the exact one (precision.cpp) -- far
+  // inside Vulkan's 2^-11 for sin/cos, which holds only inside [-pi, pi], so the reduction is
+  // needed for every |x| up to 2^14 * 2 pi.
+  // k is rounded by adding and subtracting M = 1.5 * 2^23 (exact for |x / 2pi| < 2^22, which
+  // covers the reduction's range), not by RoundEven: NVIDIA runs RoundEven (FRND) on the same
+  // quarter-rate pipe as the sin itself, which doubled the sin loop's time on the H200, while
+  // the two adds are full-rate. They are NoContraction so that no driver folds (q + M) - M
+  // back to q (the f64 algorithms rely on the same decoration); a k off by one at a tie leaves
+  // the argument a rounding past +-pi, as RoundEven of a rounded quotient does.
   uint32_t reduce_two_pi(uint32_t x) {
     uint32_t f32 = m_.t_float(32);
     constexpr double kTwoPi = 6.283185307179586476925;
     constexpr float kC1 = 6.28125f;  // 201 / 32
+    constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
     const float c2 = static_cast<float>(kTwoPi - 6.28125);
-    uint32_t k = ext(GLSLstd450RoundEven, f32, {op(spv::OpFMul, f32, {x, m_.c_f32(static_cast<float>(1 / kTwoPi))})});
+    uint32_t q = op(spv::OpFMul, f32, {x, m_.c_f32(static_cast<float>(1 / kTwoPi))});
+    uint32_t k = exact(op(spv::OpFSub, f32, {exact(op(spv::OpFAdd, f32, {q, m_.c_f32(kRound)})), m_.c_f32(kRound)}));
     uint32_t r = op(spv::OpFSub, f32, {x, op(spv::OpFMul, f32, {k, m_.c_f32(kC1)})});
     return op(spv::OpFSub, f32, {r, op(spv::OpFMul, f32, {k, m_.c_f32(c2)})});
   }
