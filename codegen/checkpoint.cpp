@@ -1,5 +1,6 @@
 #include "codegen/checkpoint.h"
 
+#include <algorithm>
 #include <functional>
 #include <unordered_map>
 #include <utility>
@@ -10,7 +11,7 @@ namespace {
 
 class Segmenter {
  public:
-  Segmenter(Kernel& k, const std::unordered_set<ValueId>& loops, uint32_t segment)
+  Segmenter(Kernel& k, const std::unordered_map<ValueId, uint32_t>& loops, uint32_t segment)
       : k_(k), loops_(loops), segment_(segment) {}
 
   void block(Block& b) {
@@ -18,8 +19,9 @@ class Segmenter {
     out.reserve(b.stmts.size());
     for (Stmt& s : b.stmts) {
       for (Block& c : s.blocks) block(c);
-      if (s.op == Op::kFor && !s.has_cap && loops_.count(s.result)) {
-        split(std::move(s), out);
+      auto w = s.op == Op::kFor && !s.has_cap ? loops_.find(s.result) : loops_.end();
+      if (w != loops_.end()) {
+        split(std::move(s), std::max<int64_t>(w->second, 2 * int64_t{segment_} - 1), out);
       } else {
         out.push_back(std::move(s));
       }
@@ -28,10 +30,10 @@ class Segmenter {
   }
 
  private:
-  ValueId add(std::vector<Stmt>& out, Op op, std::vector<ValueId> args) {
+  ValueId add(std::vector<Stmt>& out, Op op, std::vector<ValueId> args, DType type = DType::kI32) {
     Stmt s;
     s.op = op;
-    s.type = DType::kI32;
+    s.type = type;
     s.args = std::move(args);
     s.result = k_.fresh();
     out.push_back(std::move(s));
@@ -47,28 +49,42 @@ class Segmenter {
     return out.back().result;
   }
 
-  void split(Stmt loop, std::vector<Stmt>& out) {
+  void split(Stmt loop, int64_t whole, std::vector<Stmt>& out) {
     const ValueId begin = loop.args[0], end = loop.args[1], index = loop.result;
     const int64_t K = segment_;
-    // n = max(end - begin, 0): an empty or reversed range runs nothing. full = n / K segments of
-    // exactly K iterations, then the remainder (fewer than K) -- unless n < 2K: then no segment
-    // and all of it in the remainder, checkpointed every iteration as without segments (one
-    // segment would only add a replay, and on the H200 the sin loop's adjoint at 16 steps took
-    // 1.6x as long split). full = (n / K) * min(n / 2K, 1) keeps its range derivable.
+    // n = max(end - begin, 0): an empty or reversed range runs nothing, on the whole path.
     ValueId zero = constant(out, 0);
     ValueId n = add(out, Op::kMax, {add(out, Op::kSub, {end, begin}), zero});
-    ValueId k = constant(out, K);
-    ValueId any =
-        add(out, Op::kMin, {add(out, Op::kDiv, {n, constant(out, 2 * K)}), constant(out, 1)});
-    ValueId full = add(out, Op::kMul, {add(out, Op::kDiv, {n, k}), any});
+    Stmt branch;
+    branch.op = Op::kIf;
+    branch.args = {add(out, Op::kLe, {n, constant(out, whole)}, DType::kBool)};
+    branch.blocks.resize(2);
 
+    Block body = std::move(loop.blocks[0]);
+    // Both copies are made before `body` moves into the segments.
+    std::unordered_map<ValueId, ValueId> whole_ids, rest_ids;
+    Block whole_body = clone(body, whole_ids), rest_body = clone(body, rest_ids);
+
+    // if (n <= W) for index' in [begin, end) max_trip(W) { body' }
+    Stmt all = for_stmt(begin, end);
+    all.has_cap = true;
+    all.cap = SizeExpr::constant(whole);
+    whole_ids[index] = all.result;
+    remap(whole_body, whole_ids);
+    all.blocks[0] = std::move(whole_body);
+    branch.blocks[0].stmts.push_back(std::move(all));
+
+    // else: full = n / K segments (n > W >= 2K - 1, so at least two), each
     // for s in [0, full) { base = begin + s*K; for jj in [0, K) { index = base + jj; body } }
     // The segment's loop has constant bounds: the driver can unroll it, and its stacks (K
     // entries) are then indexed by constants.
-    Stmt outer = for_stmt(zero, full);
+    std::vector<Stmt>& eb = branch.blocks[1].stmts;
+    ValueId k = constant(eb, K);
+    ValueId full = add(eb, Op::kDiv, {n, k});
+    Stmt outer = for_stmt(constant(eb, 0), full);
     std::vector<Stmt>& ob = outer.blocks[0].stmts;
     ValueId base = add(ob, Op::kAdd, {begin, add(ob, Op::kMul, {outer.result, k})});
-    Stmt inner = for_stmt(zero, k);
+    Stmt inner = for_stmt(constant(ob, 0), constant(ob, K));
     Stmt idx;
     idx.op = Op::kAdd;
     idx.type = DType::kI32;
@@ -76,23 +92,20 @@ class Segmenter {
     idx.args = {base, inner.result};
     std::vector<Stmt>& ib = inner.blocks[0].stmts;
     ib.push_back(std::move(idx));
-    Block body = std::move(loop.blocks[0]);
-    std::unordered_map<ValueId, ValueId> renamed;
-    Block copy = clone(body, renamed);  // the remainder's body, before `body` moves
     for (Stmt& st : body.stmts) ib.push_back(std::move(st));
     ob.push_back(std::move(inner));
-    out.push_back(std::move(outer));
+    eb.push_back(std::move(outer));
 
-    // for index' in [begin + full*K, end) max_trip(2K - 1) { body' }: fewer than K iterations
-    // after segments, fewer than 2K without.
-    ValueId rest = add(out, Op::kAdd, {begin, add(out, Op::kMul, {full, k})});
+    // then for index'' in [begin + full*K, end) max_trip(K - 1) { body'' }: the rest.
+    ValueId rest = add(eb, Op::kAdd, {begin, add(eb, Op::kMul, {full, k})});
     Stmt tail = for_stmt(rest, end);
     tail.has_cap = true;
-    tail.cap = SizeExpr::constant(2 * K - 1);
-    renamed[index] = tail.result;
-    remap(copy, renamed);
-    tail.blocks[0] = std::move(copy);
-    out.push_back(std::move(tail));
+    tail.cap = SizeExpr::constant(K - 1);
+    rest_ids[index] = tail.result;
+    remap(rest_body, rest_ids);
+    tail.blocks[0] = std::move(rest_body);
+    eb.push_back(std::move(tail));
+    out.push_back(std::move(branch));
   }
 
   Stmt for_stmt(ValueId b, ValueId e) {
@@ -129,13 +142,20 @@ class Segmenter {
   }
 
   Kernel& k_;
-  const std::unordered_set<ValueId>& loops_;
+  const std::unordered_map<ValueId, uint32_t>& loops_;
   uint32_t segment_;
 };
 
 }  // namespace
 
-Kernel segment_loops(const Kernel& k, const std::unordered_set<ValueId>& loops, uint32_t segment) {
+uint32_t whole_tape_trips(uint32_t segment, size_t values) {
+  const uint64_t w = kWholeTapeValues / std::max<size_t>(values, 1);
+  return static_cast<uint32_t>(
+      std::clamp<uint64_t>(w, 2 * uint64_t{segment} - 1, 4 * uint64_t{segment}));
+}
+
+Kernel segment_loops(const Kernel& k, const std::unordered_map<ValueId, uint32_t>& loops,
+                     uint32_t segment) {
   Kernel out = k;
   if (segment < 2 || loops.empty()) return out;
   Segmenter s(out, loops, segment);

@@ -526,7 +526,7 @@ class ReverseMode : public PartialBuilder {
   }
   // The loops (forward ids) that segmented checkpointing (checkpoint.h) should split, given
   // Target::checkpoint_segment. Valid after run().
-  const std::unordered_set<ValueId>& segmentable_loops() const { return segmentable_; }
+  const std::unordered_map<ValueId, uint32_t>& segmentable_loops() const { return segmentable_; }
 
  private:
   // ------------------------------------------------------------ emission helpers (adjoint ids)
@@ -565,11 +565,17 @@ class ReverseMode : public PartialBuilder {
 
   // Emits `for idx in [b, e) { body(idx) }` into the current block.
   template <typename Body>
-  void emit_for(ValueId b, ValueId e, Body body) {
+  // `like`: the forward loop it runs the trips of; a constant max_trip of it carries over (the
+  // emitter asks the driver to unroll a loop that short: spirv_emitter.cpp, kUnrollMaxTrips).
+  void emit_for(ValueId b, ValueId e, Body body, const Stmt* like = nullptr) {
     Stmt loop;
     loop.op = Op::kFor;
     loop.type = DType::kI32;
     loop.args = {b, e};
+    if (like && like->has_cap && like->cap.kind == SizeExpr::Kind::kConst) {
+      loop.has_cap = true;
+      loop.cap = like->cap;
+    }
     loop.blocks.resize(1);
     ValueId idx = emit(std::move(loop));
     in_block(out_.back()->stmts.back().blocks[0], [&] { body(idx); });
@@ -678,11 +684,14 @@ class ReverseMode : public PartialBuilder {
         case Op::kAtomicAdd:
           break;  // the adjoint writes no primal ndarray
         case Op::kFor:
-          emit_for(p(s.args[0]), p(s.args[1]), [&](ValueId idx) {
-            map_[s.result] = idx;
-            if (frame) push_checkpoints(s);
-            fwd(s.blocks[0], false);
-          });
+          emit_for(
+              p(s.args[0]), p(s.args[1]),
+              [&](ValueId idx) {
+                map_[s.result] = idx;
+                if (frame) push_checkpoints(s);
+                fwd(s.blocks[0], false);
+              },
+              &s);
           break;
         case Op::kWhile:
           if (frame) store_local(trips_.at(&s), cst(DType::kI32, 0));
@@ -746,16 +755,20 @@ class ReverseMode : public PartialBuilder {
     switch (s.op) {
       case Op::kFor: {
         ValueId b = p(s.args[0]), e = p(s.args[1]);
-        emit_for(b, e, [&](ValueId jr) {
-          // j = b + e - 1 - jr walks [b, e) backwards.
-          ValueId last = mk(Op::kSub, DType::kI32, {mk(Op::kAdd, DType::kI32, {b, e}), cst(DType::kI32, 1)});
-          map_[s.result] = mk(Op::kSub, DType::kI32, {last, jr});
-          hoist_frame(s.blocks[0], 0);
-          restore_checkpoints(s);
-          fwd(s.blocks[0], true);
-          rev(s.blocks[0]);
-          pop_checkpoints(s);
-        });
+        emit_for(
+            b, e,
+            [&](ValueId jr) {
+              // j = b + e - 1 - jr walks [b, e) backwards.
+              ValueId last = mk(Op::kSub, DType::kI32,
+                                {mk(Op::kAdd, DType::kI32, {b, e}), cst(DType::kI32, 1)});
+              map_[s.result] = mk(Op::kSub, DType::kI32, {last, jr});
+              hoist_frame(s.blocks[0], 0);
+              restore_checkpoints(s);
+              fwd(s.blocks[0], true);
+              rev(s.blocks[0]);
+              pop_checkpoints(s);
+            },
+            &s);
         return;
       }
       case Op::kWhile: {
@@ -913,7 +926,9 @@ class ReverseMode : public PartialBuilder {
     walk(t.body);
     if (t_.checkpoint_segment >= 2) {
       for (const Stmt* c : order) {
-        if (segmentable(*c)) segmentable_.insert(c->result);
+        // W from the locals it checkpoints per iteration (checkpoint.h, "whole tape").
+        const uint32_t whole = whole_tape_trips(t_.checkpoint_segment, ckpt_.at(c).size());
+        if (segmentable(*c, whole)) segmentable_[c->result] = whole;
       }
     }
     for (const Stmt* c : order) {
@@ -974,12 +989,13 @@ class ReverseMode : public PartialBuilder {
   // Whether segmented checkpointing should split `loop`, one that checkpoints locals: an
   // innermost for loop (its body has no loops, so its index bounds no nested trip count and
   // the split adds one replay, not one per level), i32 bounds whose range derives (the outer
-  // loop's trip bound is derived from them), no stated max_trip, room for the extra nesting
-  // level, and at least two segments' worth of iterations unless its bounds vary (below that
-  // the split runs everything in its remainder: checkpoint.h).
-  bool segmentable(const Stmt& loop) {
+  // loop's trip bound is derived from them), no stated max_trip, room for the two extra nesting
+  // levels (the branch and the segments' loop), and more than `whole` iterations unless its
+  // bounds vary (up to that the split would run everything on its whole-tape path:
+  // checkpoint.h).
+  bool segmentable(const Stmt& loop, uint32_t whole) {
     if (loop.op != Op::kFor || loop.has_cap || contains_loop(loop.blocks[0])) return false;
-    if (path_.at(&loop).size() + 2 > static_cast<size_t>(kMaxAdjointNesting)) return false;
+    if (path_.at(&loop).size() + 3 > static_cast<size_t>(kMaxAdjointNesting)) return false;
     if (type_.at(loop.args[0]) != DType::kI32 || type_.at(loop.args[1]) != DType::kI32)
       return false;
     // Probing: a bound that only a counted trip count would bound is not derivable here (and
@@ -991,7 +1007,7 @@ class ReverseMode : public PartialBuilder {
     // (A bound may be a task index, which def_ does not hold.)
     auto b = def_.find(loop.args[0]), e = def_.find(loop.args[1]);
     if (b != def_.end() && e != def_.end() && b->second->op == Op::kConst && e->second->op == Op::kConst) {
-      return e->second->iimm - b->second->iimm >= 2 * static_cast<int64_t>(t_.checkpoint_segment);
+      return e->second->iimm - b->second->iimm > static_cast<int64_t>(whole);
     }
     return true;
   }
@@ -999,7 +1015,7 @@ class ReverseMode : public PartialBuilder {
   const Kernel& f_;
   const Target& t_;
   bool counting_ = false;
-  std::unordered_set<ValueId> segmentable_;
+  std::unordered_map<ValueId, uint32_t> segmentable_;  // loop -> its whole tape's trip bound
   bool probing_ = false;  // range() without creating counted trip bounds
   std::unordered_map<const Stmt*, uint32_t> counted_;  // loop -> the adjoint's trips_ parameter
   std::vector<const Stmt*> counted_order_;

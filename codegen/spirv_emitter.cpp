@@ -223,14 +223,15 @@ class TaskEmitter {
   // A structured loop `for (i = start; i < end; i += step) body(i)`.
   template <typename Body>
   // Returns the index's phi, which at the merge block holds the first index not run.
-  uint32_t loop(uint32_t ty, uint32_t start, uint32_t end, uint32_t step, bool is_signed, Body body) {
+  uint32_t loop(uint32_t ty, uint32_t start, uint32_t end, uint32_t step, bool is_signed, Body body,
+                uint32_t control = spv::LoopControlMaskNone) {
     uint32_t header = m_.id(), check = m_.id(), body_l = m_.id(), cont = m_.id(), merge = m_.id();
     uint32_t next = m_.id();
     uint32_t pre = cur_;
     branch(header);
     block(header);
     uint32_t i = op(spv::OpPhi, ty, {start, pre, next, cont});
-    m_.op(spv::OpLoopMerge, {merge, cont, spv::LoopControlMaskNone});
+    m_.op(spv::OpLoopMerge, {merge, cont, control});
     branch(check);
     block(check);
     uint32_t c = op(is_signed ? spv::OpSLessThan : spv::OpULessThan, bool_, {i, end});
@@ -1022,13 +1023,20 @@ class TaskEmitter {
         });
         return;
       }
-      case Op::kFor:
-        loop(i32_, v(s.args[0]), v(s.args[1]), m_.c_i32(1), /*is_signed=*/true, [&](uint32_t i) {
-          values_[s.result] = i;
-          types_[s.result] = DType::kI32;
-          emit_block(s.blocks[0]);
-        });
+      case Op::kFor: {
+        const bool unroll = !stacks_.empty() && s.has_cap &&
+                            s.cap.kind == adstack::SizeExpr::Kind::kConst &&
+                            s.cap.value <= kUnrollMaxTrips;
+        loop(
+            i32_, v(s.args[0]), v(s.args[1]), m_.c_i32(1), /*is_signed=*/true,
+            [&](uint32_t i) {
+              values_[s.result] = i;
+              types_[s.result] = DType::kI32;
+              emit_block(s.blocks[0]);
+            },
+            unroll ? spv::LoopControlUnrollMask : spv::LoopControlMaskNone);
         return;
+      }
       case Op::kIf:
         if_else(v(s.args[0]), [&] { emit_block(s.blocks[0]); }, [&] { emit_block(s.blocks[1]); });
         return;

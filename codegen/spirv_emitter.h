@@ -27,6 +27,14 @@
 
 namespace vkad::codegen {
 
+// A `for` loop in a task with adstacks whose max_trip is a constant up to this is emitted with
+// the Unroll loop control: once a launch specializes its trip count (launch_spec.h) the driver
+// unrolls it, and its stacks are then indexed by constants (registers, not local memory).
+// NVIDIA's driver did not unroll the sin loop's 64-step adjoint on its own: unrolled it ran 1.4x
+// faster on the H200 (docs/benchmarks.md). Segmented checkpointing's whole tape
+// (checkpoint.h) is such a loop; so is the rest after its segments.
+inline constexpr int64_t kUnrollMaxTrips = 64;
+
 struct EmitOptions {
   bool native_float_atomics = true;
   bool bounds_checks = true;

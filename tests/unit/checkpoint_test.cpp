@@ -7,10 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <spirv/unified1/spirv.hpp>
 
 #include "api/device_target.h"
+#include "codegen/compiler.h"
 #include "codegen/cpu_eval.h"
 #include "codegen/reverse_mode.h"
+#include "codegen/spirv_emitter.h"
 #include "codegen/text.h"
 #include "codegen/verifier.h"
 #include "support/ad_check.h"
@@ -116,32 +119,42 @@ TEST(Checkpoint, SplitForwardRunsTheSameIterations) {
   for_loops(k.tasks[0].body, &loops);
   ASSERT_EQ(loops.size(), 1u);
   for (uint32_t segment : {2u, 3u, 16u}) {
-    Kernel split = codegen::segment_loops(k, {loops[0]->result}, segment);
-    ASSERT_TRUE(codegen::verify(split).ok())
-        << codegen::verify(split).to_string() << codegen::print(split);
-    // The segments' loop, its constant-trip inner loop, and the remainder with max_trip 2K - 1.
-    std::vector<const codegen::Stmt*> nested;
-    for_loops(split.tasks[0].body, &nested);
-    ASSERT_EQ(nested.size(), 3u) << codegen::print(split);
-    EXPECT_FALSE(nested[1]->has_cap);
-    EXPECT_TRUE(nested[2]->has_cap);
-    EXPECT_EQ(nested[2]->cap, adstack::SizeExpr::constant(2 * segment - 1));
-    // Empty, reversed, shorter than a segment, below and at two segments, exact multiples and
-    // remainders, negative begin.
-    for (auto [b, e] : std::vector<std::pair<int, int>>{{0, 0},
-                                                        {5, 2},
-                                                        {0, 1},
-                                                        {0, 2},
-                                                        {0, 16},
-                                                        {0, 17},
-                                                        {3, 40},
-                                                        {0, 31},
-                                                        {0, 32},
-                                                        {5, 38},
-                                                        {-7, 9},
-                                                        {-20, -3}}) {
-      EXPECT_EQ(run_loop(split, b, e, false), run_loop(k, b, e, false))
-          << "segment " << segment << ", [" << b << ", " << e << ")";
+    // The whole tape from the least W (2K - 1) to the most (4K).
+    for (uint32_t whole : {2 * segment - 1, 4 * segment}) {
+      Kernel split = codegen::segment_loops(k, {{loops[0]->result, whole}}, segment);
+      ASSERT_TRUE(codegen::verify(split).ok())
+          << codegen::verify(split).to_string() << codegen::print(split);
+      // The whole tape's loop (max_trip W), the segments' loop, its constant-trip inner loop,
+      // and the rest with max_trip K - 1.
+      std::vector<const codegen::Stmt*> nested;
+      for_loops(split.tasks[0].body, &nested);
+      ASSERT_EQ(nested.size(), 4u) << codegen::print(split);
+      EXPECT_TRUE(nested[0]->has_cap);
+      EXPECT_EQ(nested[0]->cap, adstack::SizeExpr::constant(whole));
+      EXPECT_FALSE(nested[1]->has_cap);
+      EXPECT_FALSE(nested[2]->has_cap);
+      EXPECT_TRUE(nested[3]->has_cap);
+      EXPECT_EQ(nested[3]->cap, adstack::SizeExpr::constant(segment - 1));
+      // Empty, reversed, shorter than a segment, around W and two segments, exact multiples
+      // and remainders, past 4K, negative begin.
+      for (auto [b, e] : std::vector<std::pair<int, int>>{{0, 0},
+                                                          {5, 2},
+                                                          {0, 1},
+                                                          {0, 2},
+                                                          {0, 16},
+                                                          {0, 17},
+                                                          {3, 40},
+                                                          {0, 31},
+                                                          {0, 32},
+                                                          {5, 38},
+                                                          {0, 64},
+                                                          {0, 65},
+                                                          {2, 99},
+                                                          {-7, 9},
+                                                          {-20, -3}}) {
+        EXPECT_EQ(run_loop(split, b, e, false), run_loop(k, b, e, false))
+            << "segment " << segment << ", W " << whole << ", [" << b << ", " << e << ")";
+      }
     }
   }
 }
@@ -166,7 +179,11 @@ TEST(Checkpoint, SegmentedAdjointEqualsTheEveryIterationAdjointBitForBit) {
                                                         {6, 11},
                                                         {3, 40},
                                                         {0, 31},
-                                                        {0, 32}}) {
+                                                        {0, 32},
+                                                        {0, 64},
+                                                        {0, 65},
+                                                        {5, 86},
+                                                        {0, 100}}) {
       EXPECT_EQ(run_loop(*seg, b, e, true), run_loop(*every, b, e, true))
           << "segment " << segment << ", [" << b << ", " << e << ")\n"
           << codegen::print(*seg);
@@ -176,7 +193,8 @@ TEST(Checkpoint, SegmentedAdjointEqualsTheEveryIterationAdjointBitForBit) {
 
 // One checkpoint stack per carried local the replay needs, sized by the segment count
 // div(e, 16) (not by e: that would keep 16 times the memory); the segment's own stack sized by
-// the segment, the remainder's by two segments less one.
+// the segment, the rest's by a segment less one, the whole tape's by W (one value per
+// iteration: 4 segments).
 TEST(Checkpoint, StacksAreSizedPerSegment) {
   Kernel k = parsed(kLoop);
   auto seg = codegen::make_adjoint(k, with_segment(16));
@@ -184,20 +202,23 @@ TEST(Checkpoint, StacksAreSizedPerSegment) {
   const std::string text = codegen::print(*seg);
   std::vector<const codegen::Stmt*> stacks = stack_allocs(*seg);
   ASSERT_FALSE(stacks.empty()) << text;
-  int per_segment = 0, inner = 0, rest = 0;
+  int per_segment = 0, inner = 0, rest = 0, whole = 0;
   for (const codegen::Stmt* s : stacks) {
     const std::string cap = codegen::print_size(*seg, s->cap);
     if (cap == "16")
       ++inner;
-    else if (cap == "31")
+    else if (cap == "15")
       ++rest;
+    else if (cap == "64")
+      ++whole;
     else if (cap.find("div(") == 0)
       ++per_segment;
     else
       ADD_FAILURE() << "a stack sized " << cap << "\n" << text;
   }
   EXPECT_EQ(inner, 1) << "the sin's argument, per iteration of the segment\n" << text;
-  EXPECT_EQ(rest, 1) << "the sin's argument, per iteration of the remainder\n" << text;
+  EXPECT_EQ(rest, 1) << "the sin's argument, per iteration of the rest\n" << text;
+  EXPECT_EQ(whole, 1) << "the sin's argument, per iteration of the whole tape\n" << text;
   EXPECT_GE(per_segment, 1) << text;
   // The sizes evaluate as the launch would: 37 steps from 0 are 2 full segments.
   adstack::SizeInputs in{[](uint32_t p) { return p == 1 ? int64_t{37} : int64_t{0}; },
@@ -210,8 +231,8 @@ TEST(Checkpoint, StacksAreSizedPerSegment) {
   }
 }
 
-// What is not split: a constant trip count below two segments (15 < 2 x 8), a loop with a stated
-// max_trip, an outer loop (only the innermost is), and a loop that checkpoints nothing.
+// What is not split: a constant trip count within the whole tape (15 <= W = 32), a loop with a
+// stated max_trip, an outer loop (only the innermost is), and a loop that checkpoints nothing.
 TEST(Checkpoint, SplitsOnlyLongInnermostLoopsThatCheckpoint) {
   const char* text =
       R"(kernel sel(n: i32, x: ndarray<f32, 1> grad, c: ndarray<i32, 1>, y: ndarray<f32, 1> grad) {
@@ -260,13 +281,58 @@ TEST(Checkpoint, SplitsOnlyLongInnermostLoopsThatCheckpoint) {
   std::vector<const codegen::Stmt*> fl;
   for_loops(k.tasks[0].body, &fl);
   ASSERT_EQ(fl.size(), 5u);
-  Kernel only_inner = codegen::segment_loops(k, {fl[3]->result}, 8);
+  Kernel only_inner =
+      codegen::segment_loops(k, {{fl[3]->result, codegen::whole_tape_trips(8, 1)}}, 8);
   auto expected = codegen::make_adjoint(only_inner, with_segment(0));
   ASSERT_TRUE(expected.ok()) << expected.status().to_string();
   EXPECT_EQ(codegen::print(*seg), codegen::print(*expected));
   auto every = codegen::make_adjoint(k, with_segment(0));
   ASSERT_TRUE(every.ok());
   EXPECT_NE(codegen::print(*seg), codegen::print(*every));
+}
+
+// The loop-merge controls of a compiled task's loops, in module order.
+std::vector<uint32_t> loop_controls(const std::vector<uint32_t>& words) {
+  std::vector<uint32_t> out;
+  for (size_t i = 5; i < words.size() && (words[i] >> 16);) {
+    const uint32_t count = words[i] >> 16;
+    if ((words[i] & 0xffff) == spv::OpLoopMerge && count == 4) out.push_back(words[i + 3]);
+    i += count;
+  }
+  return out;
+}
+
+// The whole tape's loops (and the rest's) carry a constant max_trip into the adjoint, and the
+// emitter asks the driver to unroll them: without that NVIDIA kept the 64-step tape in local
+// memory (1.4x slower on the H200). The every-iteration adjoint's loops, whose trip counts are
+// unbounded at compile time, are not marked.
+TEST(Checkpoint, WholeTapeLoopsAskTheDriverToUnroll) {
+  Kernel k = parsed(kLoop);
+  auto count_unrolled = [](const Kernel& adj) {
+    auto c = codegen::compile(adj, Target::host());
+    EXPECT_TRUE(c.ok()) << c.status().to_string();
+    int n = 0;
+    for (uint32_t control : loop_controls(c->tasks[0].spirv))
+      n += (control & spv::LoopControlUnrollMask) ? 1 : 0;
+    return n;
+  };
+  auto seg = codegen::make_adjoint(k, with_segment(16));
+  ASSERT_TRUE(seg.ok()) << seg.status().to_string();
+  int capped = 0;
+  std::vector<const codegen::Stmt*> loops;
+  for_loops(seg->tasks[0].body, &loops);
+  for (const codegen::Stmt* l : loops) {
+    if (!l->has_cap) continue;
+    ++capped;
+    ASSERT_EQ(l->cap.kind, adstack::SizeExpr::Kind::kConst) << codegen::print(*seg);
+    EXPECT_LE(l->cap.value, codegen::kUnrollMaxTrips);
+  }
+  // The whole tape and the rest, each in the forward sweep and in the reverse.
+  EXPECT_EQ(capped, 4) << codegen::print(*seg);
+  EXPECT_EQ(count_unrolled(*seg), 4);
+  auto every = codegen::make_adjoint(k, with_segment(0));
+  ASSERT_TRUE(every.ok());
+  EXPECT_EQ(count_unrolled(*every), 0);
 }
 
 TEST(Checkpoint, InvalidSegmentIsAnErrorNamingTheSetting) {
