@@ -15,7 +15,7 @@
 //     full = n / K
 //     for s in [0, full) {
 //       base = a + s * K
-//       for jj in [0, K) { j = base + jj; body(j) }
+//       for jj in [0, K) max_trip(K) { j = base + jj; body(j) }
 //     }
 //     for j in [a + full * K, b) max_trip(K - 1) body(j)
 //   }

@@ -31,8 +31,8 @@ namespace vkad::codegen {
 // the Unroll loop control: once a launch specializes its trip count (launch_spec.h) the driver
 // unrolls it, and its stacks are then indexed by constants (registers, not local memory).
 // NVIDIA's driver did not unroll the sin loop's 64-step adjoint on its own: unrolled it ran 1.4x
-// faster on the H200 (docs/benchmarks.md). Segmented checkpointing's whole tape
-// (checkpoint.h) is such a loop; so is the rest after its segments.
+// faster on the H200 (docs/benchmarks.md). Segmented checkpointing's loops (checkpoint.h: the
+// whole tape, each segment, the rest after the segments) are such loops.
 inline constexpr int64_t kUnrollMaxTrips = 64;
 
 struct EmitOptions {

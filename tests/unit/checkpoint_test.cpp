@@ -124,15 +124,16 @@ TEST(Checkpoint, SplitForwardRunsTheSameIterations) {
       Kernel split = codegen::segment_loops(k, {{loops[0]->result, whole}}, segment);
       ASSERT_TRUE(codegen::verify(split).ok())
           << codegen::verify(split).to_string() << codegen::print(split);
-      // The whole tape's loop (max_trip W), the segments' loop, its constant-trip inner loop,
-      // and the rest with max_trip K - 1.
+      // The whole tape's loop (max_trip W), the segments' loop, its constant-trip inner loop
+      // (max_trip K, exact), and the rest with max_trip K - 1.
       std::vector<const codegen::Stmt*> nested;
       for_loops(split.tasks[0].body, &nested);
       ASSERT_EQ(nested.size(), 4u) << codegen::print(split);
       EXPECT_TRUE(nested[0]->has_cap);
       EXPECT_EQ(nested[0]->cap, adstack::SizeExpr::constant(whole));
       EXPECT_FALSE(nested[1]->has_cap);
-      EXPECT_FALSE(nested[2]->has_cap);
+      EXPECT_TRUE(nested[2]->has_cap);
+      EXPECT_EQ(nested[2]->cap, adstack::SizeExpr::constant(segment));
       EXPECT_TRUE(nested[3]->has_cap);
       EXPECT_EQ(nested[3]->cap, adstack::SizeExpr::constant(segment - 1));
       // Empty, reversed, shorter than a segment, around W and two segments, exact multiples
@@ -302,10 +303,11 @@ std::vector<uint32_t> loop_controls(const std::vector<uint32_t>& words) {
   return out;
 }
 
-// The whole tape's loops (and the rest's) carry a constant max_trip into the adjoint, and the
-// emitter asks the driver to unroll them: without that NVIDIA kept the 64-step tape in local
-// memory (1.4x slower on the H200). The every-iteration adjoint's loops, whose trip counts are
-// unbounded at compile time, are not marked.
+// The whole tape's loops, the segments' and the rest's carry a constant max_trip into the
+// adjoint, and the emitter asks the driver to unroll them: without that NVIDIA kept the 64-step
+// tape in local memory (1.4x slower on the H200). The segments' outer loop and the
+// every-iteration adjoint's loops, whose trip counts are unbounded at compile time, are not
+// marked.
 TEST(Checkpoint, WholeTapeLoopsAskTheDriverToUnroll) {
   Kernel k = parsed(kLoop);
   auto count_unrolled = [](const Kernel& adj) {
@@ -327,9 +329,11 @@ TEST(Checkpoint, WholeTapeLoopsAskTheDriverToUnroll) {
     ASSERT_EQ(l->cap.kind, adstack::SizeExpr::Kind::kConst) << codegen::print(*seg);
     EXPECT_LE(l->cap.value, codegen::kUnrollMaxTrips);
   }
-  // The whole tape and the rest, each in the forward sweep and in the reverse.
-  EXPECT_EQ(capped, 4) << codegen::print(*seg);
-  EXPECT_EQ(count_unrolled(*seg), 4);
+  // The whole tape and the rest, each in the forward sweep and in the reverse; the segment in
+  // the forward sweep, in its replay and in the reverse.
+  EXPECT_EQ(capped, 7) << codegen::print(*seg);
+  EXPECT_EQ(count_unrolled(*seg), 7);
+  EXPECT_EQ(static_cast<int>(loops.size()), 9) << "and the segments' loop, forward and reverse";
   auto every = codegen::make_adjoint(k, with_segment(0));
   ASSERT_TRUE(every.ok());
   EXPECT_EQ(count_unrolled(*every), 0);
