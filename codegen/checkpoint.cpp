@@ -61,18 +61,8 @@ class Segmenter {
     branch.blocks.resize(2);
 
     Block body = std::move(loop.blocks[0]);
-    // Both copies are made before `body` moves into the segments.
-    std::unordered_map<ValueId, ValueId> whole_ids, rest_ids;
-    Block whole_body = clone(body, whole_ids), rest_body = clone(body, rest_ids);
-
     // if (n <= W) for index' in [begin, end) max_trip(W) { body' }
-    Stmt all = for_stmt(begin, end);
-    all.has_cap = true;
-    all.cap = SizeExpr::constant(whole);
-    whole_ids[index] = all.result;
-    remap(whole_body, whole_ids);
-    all.blocks[0] = std::move(whole_body);
-    branch.blocks[0].stmts.push_back(std::move(all));
+    branch.blocks[0].stmts.push_back(copy_loop(body, index, begin, end, whole));
 
     // else: full = n / K segments (n > W >= 2K - 1, so at least two), each
     // for s in [0, full) { base = begin + s*K; for jj in [0, K) { index = base + jj; body } }
@@ -97,20 +87,29 @@ class Segmenter {
     idx.args = {base, inner.result};
     std::vector<Stmt>& ib = inner.blocks[0].stmts;
     ib.push_back(std::move(idx));
+
+    // The rest's copy, made before `body` moves into the segments; its begin follows them.
+    Stmt tail = copy_loop(body, index, kNoValue, end, K - 1);
     for (Stmt& st : body.stmts) ib.push_back(std::move(st));
     ob.push_back(std::move(inner));
     eb.push_back(std::move(outer));
 
     // then for index'' in [begin + full*K, end) max_trip(K - 1) { body'' }: the rest.
-    ValueId rest = add(eb, Op::kAdd, {begin, add(eb, Op::kMul, {full, k})});
-    Stmt tail = for_stmt(rest, end);
-    tail.has_cap = true;
-    tail.cap = SizeExpr::constant(K - 1);
-    rest_ids[index] = tail.result;
-    remap(rest_body, rest_ids);
-    tail.blocks[0] = std::move(rest_body);
+    tail.args[0] = add(eb, Op::kAdd, {begin, add(eb, Op::kMul, {full, k})});
     eb.push_back(std::move(tail));
     out.push_back(std::move(branch));
+  }
+
+  // for index' in [b, e) max_trip(cap) { a copy of `body` with fresh ids, `index` renamed }.
+  Stmt copy_loop(const Block& body, ValueId index, ValueId b, ValueId e, int64_t cap) {
+    Stmt f = for_stmt(b, e);
+    f.has_cap = true;
+    f.cap = SizeExpr::constant(cap);
+    std::unordered_map<ValueId, ValueId> renamed;
+    f.blocks[0] = clone(body, renamed);
+    renamed[index] = f.result;
+    remap(f.blocks[0], renamed);
+    return f;
   }
 
   Stmt for_stmt(ValueId b, ValueId e) {

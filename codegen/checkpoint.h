@@ -39,7 +39,7 @@
 //
 // make_adjoint applies it when Target::checkpoint_segment is non-zero, to the loops it selects
 // (reverse_mode.cpp: innermost `for` loops that checkpoint something, with derivable i32 bounds,
-// no stated max_trip, room for two more nesting levels, and not a constant trip count < 2K).
+// no stated max_trip, room for two more nesting levels, and not a constant trip count <= W).
 #pragma once
 
 #include <cstddef>
