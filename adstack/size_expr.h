@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/tree_children.h"
 
 namespace vkad::adstack {
 
@@ -18,7 +19,9 @@ struct SizeExpr {
   int64_t value = 0;   // kConst; kDiv: the divisor (>= 1)
   uint32_t param = 0;  // kScalar / kDim: kernel parameter index
   uint32_t dim = 0;    // kDim
-  std::vector<SizeExpr> operands;  // kAdd / kMul / kMax; kDiv: the dividend (one)
+  // kAdd / kMul / kMax; kDiv: the dividend (one). Copied and freed without recursion
+  // (base/tree_children.h): expressions built in memory may nest arbitrarily deep.
+  TreeChildren<SizeExpr> operands;
 
   static SizeExpr constant(int64_t v) { return {Kind::kConst, v, 0, 0, {}}; }
   static SizeExpr scalar(uint32_t p) { return {Kind::kScalar, 0, p, 0, {}}; }
@@ -32,6 +35,12 @@ struct SizeExpr {
   static SizeExpr div(SizeExpr a, int64_t divisor);
   bool operator==(const SizeExpr&) const = default;
 };
+// TreeChildren's hook: the operand list of `e`.
+inline void detach_children(SizeExpr& e, std::vector<TreeChildren<SizeExpr>>& out) {
+  if (e.operands.empty()) return;
+  out.push_back(std::move(e.operands));
+  e.operands.clear();
+}
 
 // Where a SizeExpr's leaves come from at a launch.
 struct SizeInputs {

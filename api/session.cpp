@@ -33,6 +33,7 @@ Result<std::unique_ptr<Session>> Session::create(const SessionOptions& options) 
   ro.device.device = options.device;
   ro.device.enable_validation = options.validation;
   ro.retirement_depth = options.retirement_depth;
+  ro.device.spare_blocks_per_memory_type = options.spare_memory_blocks;
   return create(ro, options.compile);
 }
 
@@ -131,8 +132,8 @@ Status Session::flush() {
   return r.ok() ? Status{} : r.status();
 }
 Status Session::synchronize() { return rt_->synchronize(); }
-SessionStats Session::stats() const {
-  const runtime::RuntimeStats r = rt_->stats();
+Result<SessionStats> Session::stats() const {
+  VKAD_ASSIGN_OR_RETURN(const runtime::RuntimeStats r, rt_->stats());
   SessionStats s;
   s.launches = r.launches;
   s.flushes = r.flushes;

@@ -51,6 +51,10 @@ struct SessionOptions {
   std::string device;
   bool validation = false;      // the Khronos validation layer (also VKAD_VALIDATION=1)
   size_t retirement_depth = 3;  // submissions in flight before the host waits for the oldest
+  // Empty device-memory blocks (64 MiB each) the allocator keeps per memory type after their
+  // last array is freed, so a free / allocate cycle does not go back to the driver; 0 gives
+  // every empty block back at once (README, "Memory").
+  uint32_t spare_memory_blocks = 1;
   codegen::CompileOptions compile;  // applied to every kernel this session compiles
 };
 
@@ -123,9 +127,11 @@ class Session {
                                 const std::string& name = "");
   Status free(NdArrayHandle array);
   // Sets every element to 0 / to `value` converted to the array's dtype (float -> integer
-  // truncates toward zero; bool: value != 0). Recorded on the device, ordered with launches;
-  // nothing waits. An f64 or i64 value whose two 32-bit halves differ is staged from the host
-  // (still recorded, still no wait).
+  // truncates toward zero; bool takes 0 or 1). A value the dtype cannot hold (1e20 into i32,
+  // -1 into u32, 1e300 into f32, NaN into an integer) is kInvalidArgument and changes nothing,
+  // as for launch's scalar arguments (Runtime::fill). Recorded on the device, ordered with
+  // launches; nothing waits. An f64 or i64 value whose two 32-bit halves differ is staged from
+  // the host (still recorded, still no wait).
   Status zero(NdArrayHandle array);
   Status fill(NdArrayHandle array, double value);
   // Host <-> device; `bytes` must equal the array's size. upload copies the data before it
@@ -160,7 +166,8 @@ class Session {
   // Waits for everything this session submitted; reports device errors (kDeviceError).
   Status synchronize();
 
-  SessionStats stats() const;
+  // kFailedPrecondition while another thread is inside this session (runtime/use_guard.h).
+  Result<SessionStats> stats() const;
   // The advanced surface (runtime/runtime.h). Outlives nothing: valid while the session is.
   runtime::Runtime& runtime() { return *rt_; }
 

@@ -2,11 +2,14 @@
 // checks its pointers, converts, and hands back an owned vkad_status on error.
 #include "api/vkad_c.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <vulkan/vulkan.h>
@@ -34,13 +37,72 @@ using vkad::Status;
 static_assert(static_cast<int>(ErrorCode::kInternal) == VKAD_INTERNAL, "codes must match");
 static_assert(static_cast<int>(vkad::runtime::DType::kBool) == VKAD_BOOL, "dtypes must match");
 
+// C ABI lifetimes (vkad_c.h, "Lifetimes"): in builds without NDEBUG every session and status
+// handed out is registered, and a call through one that is not live -- destroyed or freed
+// already, or never made by vkad -- aborts with a message naming the call and the pointer,
+// where it would otherwise be a use-after-free. Release builds skip the registry (a lock and a
+// hash lookup per call) and trust the caller, as Vulkan does without its validation layer.
+#ifndef NDEBUG
+constexpr bool kCheckLifetimes = true;
+#else
+constexpr bool kCheckLifetimes = false;
+#endif
+
+class LiveSet {
+ public:
+  explicit LiveSet(const char* what) : what_(what) {}
+  void add(const void* p) {
+    std::lock_guard<std::mutex> l(mu_);
+    live_.insert(p);
+  }
+  // Aborts unless `p` is live; with `remove`, it is live no more.
+  void expect(const char* fn, const void* p, bool remove) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = live_.find(p);
+    if (it == live_.end()) {
+      std::fprintf(stderr,
+                   "vkad: %s: %s %p is not live (%s already, or never returned by vkad); this is "
+                   "a use-after-free in the caller. Aborting.\n",
+                   fn, what_, p, remove ? "destroyed or freed" : "destroyed");
+      std::fflush(stderr);
+      std::abort();
+    }
+    if (remove) live_.erase(it);
+  }
+
+ private:
+  const char* what_;
+  std::mutex mu_;
+  std::unordered_set<const void*> live_;
+};
+LiveSet& live_sessions() {
+  static LiveSet* s = new LiveSet("session");  // never destroyed: usable during exit
+  return *s;
+}
+LiveSet& live_statuses() {
+  static LiveSet* s = new LiveSet("status");
+  return *s;
+}
+
 // Out of host memory while reporting an error: this static object is returned, and
 // vkad_status_free recognises it and does not free it.
 vkad_status g_out_of_memory{VKAD_OUT_OF_HOST_MEMORY, "out of host memory"};
 
 vkad_status* make(vkad_code code, std::string message) {
   auto* st = new (std::nothrow) vkad_status{code, std::move(message)};
-  return st != nullptr ? st : &g_out_of_memory;
+  if (st == nullptr) return &g_out_of_memory;
+  if (kCheckLifetimes) live_statuses().add(st);
+  return st;
+}
+
+// A vkad_dtype as the integer the caller stored. A C caller may store any int in an enum
+// object, and loading a C++ enum holding a value outside its range is undefined behaviour
+// (UBSan's -fsanitize=enum aborts on it), so the bits are copied out, never read as the enum.
+uint32_t dtype_bits(const vkad_dtype& d) {
+  static_assert(sizeof(vkad_dtype) == sizeof(uint32_t), "vkad_dtype is an int-sized enum");
+  uint32_t v;
+  std::memcpy(&v, &d, sizeof v);
+  return v;
 }
 
 vkad_status* from(const Status& s) {
@@ -52,8 +114,9 @@ vkad_status* invalid(const char* fn, const char* what) {
   return make(VKAD_INVALID_ARGUMENT, std::string(fn) + ": " + what);
 }
 
-#define VKAD_C_CHECK_SESSION(fn)                                       \
-  if (session == nullptr || !session->s) return invalid(fn, "session is NULL")
+#define VKAD_C_CHECK_SESSION(fn)                                                \
+  if (session == nullptr) return invalid(fn, "session is NULL");                \
+  if (kCheckLifetimes) live_sessions().expect(fn, session, false)
 
 // Copies a caller's versioned struct into a zeroed full-size one: an older (smaller) struct
 // gets defaults for the fields it lacks; a larger one comes from a newer header.
@@ -88,7 +151,7 @@ vkad::runtime::Arg to_arg(const vkad_arg& a) {
   if (a.is_ndarray) return Arg::ndarray({a.array});
   Arg r;
   r.kind = vkad::runtime::ParamKind::kScalar;
-  r.dtype = static_cast<vkad::runtime::DType>(a.dtype);
+  r.dtype = static_cast<vkad::runtime::DType>(dtype_bits(a.dtype));  // checked by to_args
   r.f = a.f;
   r.i = a.i;
   return r;
@@ -111,13 +174,20 @@ const char* vkad_version_string(void) {
 }
 
 vkad_code vkad_status_code(const vkad_status* status) {
-  return status == nullptr ? VKAD_OK : status->code;
+  if (status == nullptr) return VKAD_OK;
+  if (kCheckLifetimes && status != &g_out_of_memory) live_statuses().expect("vkad_status_code", status, false);
+  return status->code;
 }
 const char* vkad_status_message(const vkad_status* status) {
-  return status == nullptr ? "" : status->message.c_str();
+  if (status == nullptr) return "";
+  if (kCheckLifetimes && status != &g_out_of_memory) {
+    live_statuses().expect("vkad_status_message", status, false);
+  }
+  return status->message.c_str();
 }
 void vkad_status_free(vkad_status* status) {
   if (status == nullptr || status == &g_out_of_memory) return;
+  if (kCheckLifetimes) live_statuses().expect("vkad_status_free", status, true);
   delete status;
 }
 
@@ -152,6 +222,15 @@ vkad_status* vkad_session_create(const vkad_session_options* options, vkad_sessi
   if (o.device != nullptr) ro.device.device = o.device;
   ro.device.enable_validation = o.validation != 0;
   if (o.retirement_depth != 0) ro.retirement_depth = o.retirement_depth;
+  if (o.spare_memory_blocks < -1) {
+    return invalid("vkad_session_create",
+                   ("spare_memory_blocks " + std::to_string(o.spare_memory_blocks) +
+                    ": use 0 (the default), -1 (none) or a positive count").c_str());
+  }
+  if (o.spare_memory_blocks != 0) {
+    ro.device.spare_blocks_per_memory_type =
+        o.spare_memory_blocks < 0 ? 0u : static_cast<uint32_t>(o.spare_memory_blocks);
+  }
   if (o.external != nullptr) {
     vkad_external_device e{};
     if (vkad_status* err = read_versioned("vkad_session_create (external)", o.external, &e)) {
@@ -185,14 +264,21 @@ vkad_status* vkad_session_create(const vkad_session_options* options, vkad_sessi
   if (session == nullptr) return make(VKAD_OUT_OF_HOST_MEMORY, "vkad_session_create: no memory");
   session->s = std::move(s).value();
   session->device_name = session->s->device_name();
+  if (kCheckLifetimes) live_sessions().add(session);
   *out = session;
   return nullptr;
 }
 
-void vkad_session_destroy(vkad_session* session) { delete session; }
+void vkad_session_destroy(vkad_session* session) {
+  if (session == nullptr) return;
+  if (kCheckLifetimes) live_sessions().expect("vkad_session_destroy", session, true);
+  delete session;
+}
 
 const char* vkad_session_device_name(const vkad_session* session) {
-  return session == nullptr ? "" : session->device_name.c_str();
+  if (session == nullptr) return "";
+  if (kCheckLifetimes) live_sessions().expect("vkad_session_device_name", session, false);
+  return session->device_name.c_str();
 }
 
 vkad_status* vkad_compile(vkad_session* session, const char* ir_text, vkad_kernel* out) {
@@ -250,15 +336,16 @@ vkad_status* vkad_ndarray_create(vkad_session* session, vkad_dtype dtype, uint32
   VKAD_C_CHECK_SESSION("vkad_ndarray_create");
   if (out == nullptr) return invalid("vkad_ndarray_create", "out is NULL");
   if (shape == nullptr && rank > 0) return invalid("vkad_ndarray_create", "shape is NULL");
-  if (static_cast<uint32_t>(dtype) > VKAD_BOOL) {
+  if (dtype_bits(dtype) > VKAD_BOOL) {
     return invalid("vkad_ndarray_create",
-                   ("dtype " + std::to_string(static_cast<int>(dtype)) + " is not a vkad_dtype").c_str());
+                   ("dtype " + std::to_string(static_cast<int32_t>(dtype_bits(dtype))) +
+                    " is not a vkad_dtype").c_str());
   }
   if (rank > 64) {  // the runtime names the real limit; this only bounds the copy below
     return invalid("vkad_ndarray_create", ("rank " + std::to_string(rank) + " is too large").c_str());
   }
   std::vector<uint32_t> dims(shape, shape + rank);
-  auto h = session->s->ndarray(static_cast<vkad::runtime::DType>(dtype), std::move(dims),
+  auto h = session->s->ndarray(static_cast<vkad::runtime::DType>(dtype_bits(dtype)), std::move(dims),
                                name != nullptr ? name : "");
   if (!h.ok()) return from(h.status());
   *out = h->id;
@@ -293,10 +380,11 @@ static vkad_status* to_args(const char* where, const vkad_arg* args, uint32_t ar
   if (args == nullptr && arg_count > 0) return invalid(where, "args is NULL");
   a->reserve(arg_count);
   for (uint32_t i = 0; i < arg_count; ++i) {
-    if (!args[i].is_ndarray && static_cast<uint32_t>(args[i].dtype) > VKAD_BOOL) {
+    if (!args[i].is_ndarray && dtype_bits(args[i].dtype) > VKAD_BOOL) {
       return invalid(where,
                      ("argument " + std::to_string(i) + ": dtype " +
-                      std::to_string(static_cast<int>(args[i].dtype)) + " is not a vkad_dtype")
+                      std::to_string(static_cast<int32_t>(dtype_bits(args[i].dtype))) +
+                      " is not a vkad_dtype")
                          .c_str());
     }
     a->push_back(to_arg(args[i]));
@@ -335,7 +423,9 @@ vkad_status* vkad_synchronize(vkad_session* session) {
 vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out) {
   VKAD_C_CHECK_SESSION("vkad_session_stats");
   if (out == nullptr) return invalid("vkad_session_stats", "out is NULL");
-  const vkad::SessionStats st = session->s->stats();
+  vkad::Result<vkad::SessionStats> got = session->s->stats();
+  if (!got.ok()) return from(got.status());
+  const vkad::SessionStats& st = *got;
   vkad_stats full{};
   full.struct_size = sizeof full;
   full.launches = st.launches;

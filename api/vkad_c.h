@@ -17,6 +17,14 @@
  *    device (only for this session's own work). Every other call records or submits and returns.
  *  - Threads: a session is used by one thread at a time; distinct sessions are independent.
  *    An overlapping call from a second thread fails with VKAD_FAILED_PRECONDITION.
+ *  - Lifetimes: a vkad_session* is live from vkad_session_create until vkad_session_destroy, a
+ *    vkad_status* from the call that returned it until vkad_status_free; destroy / free each
+ *    exactly once (NULL is accepted and ignored) and use neither afterwards. Kernels and
+ *    ndarrays die with their session. Breaking this rule is a use-after-free that no error
+ *    value can report: in a build of the library without NDEBUG (Debug) every call checks its
+ *    session or status against a registry of live ones and aborts with a message on stderr
+ *    ("vkad: vkad_launch: session 0x... is not live ...") -- the one case where the library
+ *    writes to stderr or aborts. Release builds do not check (as Vulkan without validation).
  */
 #ifndef VKAD_C_H_
 #define VKAD_C_H_
@@ -109,6 +117,10 @@ typedef struct vkad_session_options {
   uint32_t retirement_depth; /* 0: the default (3) */
   const vkad_external_device* external; /* NULL: vkad creates its own device */
   int optimize;              /* run spirv-opt on compiled kernels */
+  /* Empty 64 MiB device-memory blocks kept per memory type once their last array is freed
+   * (so a free / allocate cycle does not go back to the driver): 0 = the default (1), -1 =
+   * none (every empty block is given back at once), n > 0 = n. */
+  int32_t spare_memory_blocks;
 } vkad_session_options;
 
 /* options may be NULL (all defaults). VKAD_NO_DEVICE when there is no usable Vulkan device. */
@@ -149,7 +161,10 @@ vkad_status* vkad_kernel_release(vkad_session* session, vkad_kernel kernel);
 vkad_status* vkad_ndarray_create(vkad_session* session, vkad_dtype dtype, uint32_t rank,
                                  const uint32_t* shape, const char* name, vkad_ndarray* out);
 vkad_status* vkad_ndarray_free(vkad_session* session, vkad_ndarray array);
-/* Recorded on the device, ordered with launches; no wait. */
+/* Recorded on the device, ordered with launches; no wait. fill converts `value` to the
+ * array's dtype (integers truncate toward zero; bool takes 0 or 1) and fails with
+ * VKAD_INVALID_ARGUMENT, changing nothing, for a value the dtype cannot hold (1e20 into i32,
+ * -1 into u32, 1e300 into f32, NaN into an integer). */
 vkad_status* vkad_ndarray_zero(vkad_session* session, vkad_ndarray array);
 vkad_status* vkad_ndarray_fill(vkad_session* session, vkad_ndarray array, double value);
 /* `bytes` must equal the array's size. upload copies `data` before it returns (no wait). */
@@ -207,6 +222,7 @@ typedef struct vkad_stats {
   uint64_t launches, flushes, forced_waits, ndarrays, kernels_cached;
   uint64_t memory_block_bytes, memory_used_bytes, adstack_heap_bytes;
 } vkad_stats;
+/* Fails (VKAD_FAILED_PRECONDITION) while another thread is inside the session. */
 vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out);
 
 #ifdef __cplusplus

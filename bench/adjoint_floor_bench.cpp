@@ -702,8 +702,8 @@ int main(int argc, char** argv) {
 
       // Equal work: each of vkad's adjoints (one launch into zeroed gradients: it accumulates)
       // and the private tape against the heap tape.
-      const uint64_t fallbacks = rt.stats().adstack_private_fallbacks;
-      const uint64_t spec_misses = rt.stats().adstack_specialize_misses;
+      const uint64_t fallbacks = rt.stats()->adstack_private_fallbacks;
+      const uint64_t spec_misses = rt.stats()->adstack_specialize_misses;
       auto run = [&](runtime::KernelHandle h, const std::vector<runtime::Arg>& a,
                      const std::vector<runtime::NdArrayHandle>& out) -> std::vector<std::vector<float>> {
         for (auto g : out) (void)rt.upload(g, zeros.data(), 4ull * n);
@@ -726,8 +726,8 @@ int main(int argc, char** argv) {
           }
         }
       }
-      const bool private_ran = rt.stats().adstack_private_fallbacks == fallbacks;
-      const bool specialized_ran = rt.stats().adstack_specialize_misses == spec_misses;
+      const bool private_ran = rt.stats()->adstack_private_fallbacks == fallbacks;
+      const bool specialized_ran = rt.stats()->adstack_specialize_misses == spec_misses;
       if (!(max_rel <= 1e-3)) {
         std::fprintf(stderr, "%s, L = %d: vkad's gradients, the private tape's and the heap tape's differ (max relative %.3g)\n",
                      kernel, L, max_rel);
@@ -848,7 +848,7 @@ int main(int argc, char** argv) {
     const runtime::KernelHandle variants[] = {ha, hp, has, hps, hch, hcp};
     constexpr int kVariants = 6;
     std::vector<std::vector<float>> g(kVariants, std::vector<float>(2 * P));
-    const uint64_t fallbacks = rt.stats().adstack_private_fallbacks;
+    const uint64_t fallbacks = rt.stats()->adstack_private_fallbacks;
     for (int tier = 0; tier < kVariants; ++tier) {
       (void)rt.upload(hg, zero2.data(), 4 * zero2.size());
       Status st = rt.launch(variants[tier], aa);
@@ -859,7 +859,7 @@ int main(int argc, char** argv) {
       }
       (void)rt.download(hg, g[tier].data(), 4 * g[tier].size());
     }
-    const bool private_ran = rt.stats().adstack_private_fallbacks == fallbacks;
+    const bool private_ran = rt.stats()->adstack_private_fallbacks == fallbacks;
     double max_rel = 0;
     for (int v = 1; v < kVariants; ++v) {
       for (uint32_t i = 0; i < 2 * P; ++i) {
@@ -906,7 +906,7 @@ int main(int argc, char** argv) {
     json.field("adjoint_specialized_over_forward", ms[3] / ms[0]);
     json.field("adjoint_private_specialized_over_forward", ms[4] / ms[0]);
   }
-  std::printf("vkad adstack heap: %llu bytes\n", (unsigned long long)rt.stats().adstack_heap_bytes);
+  std::printf("vkad adstack heap: %llu bytes\n", (unsigned long long)rt.stats()->adstack_heap_bytes);
   if (args.has("json") && !json.write(args.get("json", ""), rt.caps().device_name)) {
     std::fprintf(stderr, "cannot write %s\n", args.get("json", "").c_str());
     return 1;

@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   double f = time_ms([&] { return bench::batch_ms(rt, hf, fa, 4); }, reps);
   double c = time_ms([&] { return bench::batch_ms(rt, hc, ca_args, 4); }, reps);
   double s = time_ms([&] { return bench::batch_ms(rt, hs, aa, 4); }, reps);
-  uint64_t heap_stated = rt.stats().adstack_heap_bytes;
+  uint64_t heap_stated = rt.stats()->adstack_heap_bytes;
   double a = time_ms([&] { return bench::batch_ms(rt, ha, counted_args, 4); }, reps);
   double e2e = time_ms(
       [&] {

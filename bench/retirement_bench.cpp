@@ -68,7 +68,7 @@ RunResult run(const std::string& device, runtime::RetirementPolicy policy, size_
   (void)rt.synchronize();
   runtime::Arg args[] = {runtime::Arg::f32(1.0f), runtime::Arg::ndarray(*x),
                          runtime::Arg::ndarray(*y)};
-  auto base = rt.stats().retirement;
+  auto base = rt.stats()->retirement;
   RunResult r{load, policy_name(policy), depth, flushes, 0, 0, 0, 0, {}};
   int sample_every = std::max(1, flushes / 400);
   double t0 = now_us();
@@ -85,11 +85,11 @@ RunResult run(const std::string& device, runtime::RetirementPolicy policy, size_
       std::fprintf(stderr, "%s\n", s.to_string().c_str());
       std::exit(1);
     }
-    if (i % sample_every == 0) r.bytes_trace.push_back(rt.stats().retirement.bytes);
+    if (i % sample_every == 0) r.bytes_trace.push_back(rt.stats()->retirement.bytes);
   }
   (void)rt.synchronize();
   r.seconds = (now_us() - t0) / 1e6;
-  auto c = rt.stats().retirement;
+  auto c = rt.stats()->retirement;
   r.blocked_ms = (c.forced_wait_us - base.forced_wait_us) / 1000;
   r.forced_waits = c.forced_waits - base.forced_waits;
   r.high_water_bytes = c.high_water_bytes;

@@ -125,7 +125,13 @@ class Evaluator {
     VKAD_TRY(check_args());
     for (const Task& t : k_.tasks) {
       for (ValueId ix : task_indices(t)) number(ix, DType::kI32);
-      number_block(t.body);
+      if (!number_block(t.body, 0)) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          "evaluate '" + k_.name + "', task '" + t.name +
+                              "': loops and branches nest deeper than " +
+                              std::to_string(kMaxNestingDepth) +
+                              " (kMaxNestingDepth); the reference evaluates verifiable kernels only");
+      }
     }
     densify();
     regs_.assign(slot_types_.size(), 0.0);
@@ -210,11 +216,17 @@ class Evaluator {
   void number(ValueId id, DType t) {
     if (slots_.emplace(id, static_cast<uint32_t>(slot_types_.size())).second) slot_types_.push_back(t);
   }
-  void number_block(const Block& b) {
+  // The first walk of the kernel, so it bounds the depth of every later recursion (block,
+  // stmt): false past kMaxNestingDepth, which verify() refuses too.
+  bool number_block(const Block& b, uint32_t depth) {
     for (const Stmt& s : b.stmts) {
       if (s.result != kNoValue) number(s.result, s.type);
-      for (const Block& c : s.blocks) number_block(c);
+      if (!s.blocks.empty() && depth + 1 > kMaxNestingDepth) return false;
+      for (const Block& c : s.blocks) {
+        if (!number_block(c, depth + 1)) return false;
+      }
     }
+    return true;
   }
   void densify() {
     if (k_.next_id > (1u << 22)) return;

@@ -15,6 +15,8 @@
 //   - parallel iterations run in index order; atomic adds are plain adds;
 //   - a while loop still running after 2^24 trips is taken as never ending: evaluate() returns
 //     kInvalidArgument naming it (the device would hang, or lavapipe cut it short);
+//   - a kernel nested deeper than kMaxNestingDepth (which verify() refuses) is kInvalidArgument
+//     before anything runs: the evaluator recurses once per level;
 //   - every value carries a bound on |device - reference| (precision.h), propagated through
 //     the kernel and stored in HostArray::error for the arrays it writes.
 #pragma once

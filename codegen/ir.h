@@ -108,8 +108,11 @@ enum class Op : uint8_t {
 using adstack::SizeExpr;
 
 struct Stmt;
+// A block's statements copy and free without recursion (base/tree_children.h), so a kernel
+// built in memory far past kMaxNestingDepth can be copied, destroyed and then refused by
+// verify() without overflowing the stack.
 struct Block {
-  std::vector<Stmt> stmts;
+  TreeChildren<Stmt> stmts;
 };
 
 struct Stmt {
@@ -125,6 +128,14 @@ struct Stmt {
   SizeExpr cap;               // kStackAlloc: capacity; kFor, kWhile: stated max trip (if has_cap)
   bool has_cap = false;
 };
+// TreeChildren's hook: the statement lists nested in `s` (its blocks' statements).
+inline void detach_children(Stmt& s, std::vector<TreeChildren<Stmt>>& out) {
+  for (Block& b : s.blocks) {
+    if (b.stmts.empty()) continue;
+    out.push_back(std::move(b.stmts));
+    b.stmts.clear();
+  }
+}
 
 struct Param {
   std::string name;

@@ -148,21 +148,20 @@ class Lowerer {
   Kernel& k_;
 };
 
-bool has_jumps_in(const Block& b) {
-  for (const Stmt& s : b.stmts) {
-    if (is_jump(s)) return true;
-    for (const Block& c : s.blocks) {
-      if (has_jumps_in(c)) return true;
-    }
-  }
-  return false;
-}
-
 }  // namespace
 
+// With an explicit stack: make_adjoint asks this before the kernel is verified, so a kernel
+// nested far past kMaxNestingDepth (built in memory) must not overflow the call stack here.
 bool has_jumps(const Kernel& k) {
-  for (const Task& t : k.tasks) {
-    if (has_jumps_in(t.body)) return true;
+  std::vector<const Block*> work;
+  for (const Task& t : k.tasks) work.push_back(&t.body);
+  while (!work.empty()) {
+    const Block* b = work.back();
+    work.pop_back();
+    for (const Stmt& s : b->stmts) {
+      if (is_jump(s)) return true;
+      for (const Block& c : s.blocks) work.push_back(&c);
+    }
   }
   return false;
 }

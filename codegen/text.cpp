@@ -60,26 +60,39 @@ void print_block(const Kernel& k, const Block& b, int depth, std::string& out);
 
 }  // namespace
 
-std::string print_size(const Kernel& k, const SizeExpr& e) {
+namespace {
+// Printing is bounded, not iterative: what nests deeper than the verifier accepts (and the
+// parser reads) prints as this marker, so a kernel built in memory with 10^5 levels prints in
+// bounded stack and output instead of overflowing the stack.
+constexpr const char* kTooDeep = "...";
+std::string print_size_at(const Kernel& k, const SizeExpr& e, uint32_t depth);
+}  // namespace
+
+std::string print_size(const Kernel& k, const SizeExpr& e) { return print_size_at(k, e, 0); }
+
+namespace {
+std::string print_size_at(const Kernel& k, const SizeExpr& e, uint32_t depth) {
+  if (depth > kMaxNestingDepth) return kTooDeep;
   switch (e.kind) {
     case SizeExpr::Kind::kConst: return std::to_string(e.value);
     case SizeExpr::Kind::kScalar: return param_name(k, e.param);
     case SizeExpr::Kind::kDim:
       return "shape(" + param_name(k, e.param) + ", " + std::to_string(e.dim) + ")";
     case SizeExpr::Kind::kDiv:
-      return "div(" + (e.operands.empty() ? std::string("?") : print_size(k, e.operands[0])) +
+      return "div(" + (e.operands.empty() ? std::string("?") : print_size_at(k, e.operands[0], depth + 1)) +
              ", " + std::to_string(e.value) + ")";
     default: {
       const char* n = e.kind == SizeExpr::Kind::kAdd ? "add"
                       : e.kind == SizeExpr::Kind::kMul ? "mul" : "max";
       std::string out = std::string(n) + "(";
       for (size_t i = 0; i < e.operands.size(); ++i) {
-        out += (i ? ", " : "") + print_size(k, e.operands[i]);
+        out += (i ? ", " : "") + print_size_at(k, e.operands[i], depth + 1);
       }
       return out + ")";
     }
   }
 }
+}  // namespace
 
 std::string print_stmt(const Kernel& k, const Stmt& s) {
   const OpInfo& info = op_info(s.op);
@@ -120,6 +133,11 @@ namespace {
 
 void print_block(const Kernel& k, const Block& b, int depth, std::string& out) {
   std::string pad(2 * static_cast<size_t>(depth), ' ');
+  // Tasks print their bodies at depth 2: past kMaxNestingDepth levels below that, a marker.
+  if (depth > static_cast<int>(kMaxNestingDepth) + 2 && !b.stmts.empty()) {
+    out += pad + kTooDeep + "\n";
+    return;
+  }
   for (const Stmt& s : b.stmts) {
     out += pad + print_stmt(k, s);
     if (s.op == Op::kFor || s.op == Op::kIf || s.op == Op::kWhile) {

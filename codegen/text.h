@@ -24,6 +24,8 @@
 
 namespace vkad::codegen {
 
+// Bounded: statements or size expressions nested deeper than kMaxNestingDepth (which verify()
+// and the parser refuse) print as "..." (no round trip for such kernels).
 std::string print(const Kernel& k);
 // One statement on one line (a for / if prints its header only): what error messages quote.
 std::string print_stmt(const Kernel& k, const Stmt& s);

@@ -345,10 +345,12 @@ Status Device::adopt(const ExternalDevice& e) {
                           " does not exist or has no compute queues (" + std::to_string(qn) +
                           " families)");
   }
-  if (e.queue_count == 0 || e.first_queue + e.queue_count > fams[e.queue_family].queueCount) {
+  // In 64 bits: first_queue + queue_count may wrap in 32 (1 + 0xFFFFFFFF would pass as 0).
+  const uint64_t queue_end = uint64_t{e.first_queue} + e.queue_count;
+  if (e.queue_count == 0 || queue_end > fams[e.queue_family].queueCount) {
     return make_error(ErrorCode::kInvalidArgument,
                       "imported device: queues " + std::to_string(e.first_queue) + ".." +
-                          std::to_string(e.first_queue + e.queue_count) + " of family " +
+                          std::to_string(queue_end) + " of family " +
                           std::to_string(e.queue_family) + ", which has " +
                           std::to_string(fams[e.queue_family].queueCount));
   }

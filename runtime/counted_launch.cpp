@@ -13,6 +13,15 @@ Status launch_counted(Runtime& rt, KernelHandle counter, KernelHandle adjoint, u
                       "launch_counted: " + std::to_string(args.size()) + " arguments, fewer than the forward's " +
                           std::to_string(forward_params) + " parameters");
   }
+  // The adjoint takes one trips_ scalar per counted loop, and no kernel has more than
+  // kMaxKernelParams parameters: a larger count is a caller's error, refused before
+  // counted * kTripSlots (which wraps in 32 bits past 2^26) sizes anything.
+  if (counted > kMaxKernelParams || args.size() + counted > kMaxKernelParams) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "launch_counted: " + std::to_string(counted) + " counted loops with " +
+                          std::to_string(args.size()) + " arguments; an adjoint takes at most " +
+                          std::to_string(kMaxKernelParams) + " parameters");
+  }
   const uint32_t words = counted * kTripSlots;
   VKAD_ASSIGN_OR_RETURN(NdArrayHandle trips, rt.create_ndarray(DType::kI32, {words}, "trips"));
   std::vector<int32_t> host(words, 0);

@@ -399,11 +399,21 @@ Status Runtime::fill(NdArrayHandle array, double value) {
   if (it == arrays_.end()) return dead_handle("fill", "ndarray", array.id);
   NdArray& a = it->second;
   uint64_t pattern = 0;  // the element's bytes, little-endian
-  const bool integer = a.dtype != DType::kF32 && a.dtype != DType::kF64 && a.dtype != DType::kBool;
-  if (integer && !std::isfinite(value)) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "fill '" + a.name + "': " + std::to_string(value) + " is not a " +
-                          dtype_name(a.dtype) + " value");
+  // One rule with launch's scalar check: a value the dtype cannot hold is refused, never
+  // wrapped or saturated. Integers take the value truncated toward zero (as a cast does).
+  const double t = std::trunc(value);
+  bool fits = true;
+  switch (a.dtype) {
+    case DType::kF32: fits = !std::isfinite(value) || std::fabs(value) <= FLT_MAX; break;
+    case DType::kF64: break;
+    case DType::kI32: fits = t >= -2147483648.0 && t <= 2147483647.0; break;
+    case DType::kU32: fits = t >= 0.0 && t <= 4294967295.0; break;
+    case DType::kI64: fits = t >= -9223372036854775808.0 && t < 9223372036854775808.0; break;
+    case DType::kBool: fits = value == 0.0 || value == 1.0; break;
+  }
+  if (!fits) {  // NaN fails every integer comparison above, so it lands here too
+    return make_error(ErrorCode::kInvalidArgument, "fill '" + a.name + "': value " + format_double(value) +
+                                                       " does not fit " + dtype_name(a.dtype));
   }
   switch (a.dtype) {
     case DType::kF32: {
@@ -419,14 +429,12 @@ Status Runtime::fill(NdArrayHandle array, double value) {
     case DType::kI32:
     case DType::kU32:
     case DType::kI64: {
-      // Through a wide integer, as a cast of an in-range value; out-of-range values wrap.
-      const double t = std::trunc(value);
-      const int64_t i = t >= 9.2e18 ? INT64_MAX : t <= -9.2e18 ? INT64_MIN : static_cast<int64_t>(t);
+      const int64_t i = static_cast<int64_t>(t);  // in range: checked above
       pattern = a.dtype == DType::kI64 ? static_cast<uint64_t>(i) : static_cast<uint32_t>(i);
       break;
     }
     case DType::kBool:
-      pattern = value != 0 ? 1 : 0;
+      pattern = value == 1.0 ? 1 : 0;
       break;
   }
   const uint32_t elem = dtype_bytes(a.dtype);
@@ -809,7 +817,8 @@ void Runtime::read_error_flags(CtxBuffers& retired) {
   }
 }
 
-RuntimeStats Runtime::stats() const {
+Result<RuntimeStats> Runtime::stats() const {
+  VKAD_EXCLUSIVE_USE("stats");
   RuntimeStats s = stats_;
   s.retirement = retirement_.counters();
   s.live = device_->live();

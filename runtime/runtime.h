@@ -192,12 +192,15 @@ class Runtime {
   Status download(NdArrayHandle array, void* out, uint64_t bytes);
   Result<std::vector<uint32_t>> shape(NdArrayHandle array) const;
   Result<DType> dtype(NdArrayHandle array) const;
-  // Sets every element to `value` converted to the array's dtype (to float; integers truncate
-  // toward zero and wrap as a cast does; bool: value != 0). Recorded into the current list like
-  // upload (ordered before later launches), never waits. A value whose element pattern repeats
-  // every 32 bits (every 4-byte dtype, and 0 of every dtype) is a device fill; an 8-byte pattern
-  // that does not is staged from the host. kInvalidArgument for a NaN or infinite value into an
-  // integer array.
+  // Sets every element to `value` converted to the array's dtype: rounded to f32 / exact in
+  // f64; integers take it truncated toward zero (2.9 -> 2, -2.9 -> -2); bool takes 0 or 1.
+  // Recorded into the current list like upload (ordered before later launches), never waits. A
+  // value whose element pattern repeats every 32 bits (every 4-byte dtype, and 0 of every dtype)
+  // is a device fill; an 8-byte pattern that does not is staged from the host.
+  // kInvalidArgument ("fill 'x': value 1e+20 does not fit i32") for a value the dtype cannot
+  // hold -- the rule launch applies to scalar arguments: a finite value past FLT_MAX into f32
+  // (inf and NaN are f32 values), NaN, infinities or a truncated value out of range into an
+  // integer, anything but 0 and 1 into bool. Nothing is recorded then.
   Status fill(NdArrayHandle array, double value);
 
   // --- execution ---
@@ -236,7 +239,9 @@ class Runtime {
   // kInvalidArgument, a freed or never-issued one kNotFound; both name the handle.
   Status set_retirement_depth(size_t depth);
   size_t retirement_depth() const { return retirement_.depth(); }
-  RuntimeStats stats() const;
+  // A snapshot of the counters. Like every call, kFailedPrecondition while another thread is
+  // inside this runtime (the counters are being changed; see use_guard.h).
+  Result<RuntimeStats> stats() const;
   // Read-only: the device's state (capabilities, validation messages, live objects). Calls that
   // change it (mark_lost, live_mut, creating objects) stay inside the runtime, which keeps its
   // invariants.

@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
   std::printf("time split: compile %.1f ms (once); per iteration forward %.2f ms, adjoint %.2f ms, "
               "update %.2f ms (one synchronized iteration)\n",
               timing->compile_ms, timing->forward_ms, timing->adjoint_ms, timing->update_ms);
-  auto st = rt.stats();
+  auto st = *rt.stats();
   std::printf("retirement: %llu entries retired by polling, %llu forced waits (%.1f ms blocked), "
               "%llu drained at readbacks, peak %llu bytes held; adstack heaps %llu bytes\n",
               (unsigned long long)st.retirement.retired_by_polling,

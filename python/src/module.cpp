@@ -333,7 +333,11 @@ Arg to_arg(const Kernel& k, const State& st, size_t i, nb::handle v) {
       PyErr_Clear();
       invalid(where() + ": expected a number, got " + type_name());
     }
-    return p.dtype == DType::kF32 ? Arg::f32(static_cast<float>(d)) : Arg::f64(d);
+    // Passed on as a double: the runtime's range check (a finite value past FLT_MAX does not
+    // fit f32) must see the value the caller gave, not one narrowed to +-inf here.
+    Arg a = Arg::f64(d);
+    a.dtype = p.dtype;
+    return a;
   }
   if (p.dtype == DType::kBool) {
     if (!PyBool_Check(v.ptr()) && !PyIndex_Check(v.ptr())) {
@@ -368,11 +372,12 @@ struct Differentiated {
 struct Session {
   StatePtr st = std::make_shared<State>();
 
-  Session(nb::handle device, bool validation, size_t retirement_depth) {
+  Session(nb::handle device, bool validation, size_t retirement_depth, uint32_t spare_memory_blocks) {
     vkad::SessionOptions o;
     if (!device.is_none()) o.device = nb::str(device).c_str();
     o.validation = validation;
     o.retirement_depth = retirement_depth;
+    o.spare_memory_blocks = spare_memory_blocks;
     Result<std::unique_ptr<vkad::Session>> r = [&] {
       nb::gil_scoped_release release;
       return vkad::Session::create(o);
@@ -562,7 +567,7 @@ struct Session {
 
   nb::dict stats() {
     Locked l(*st);
-    vkad::SessionStats s = st->get().stats();
+    vkad::SessionStats s = take(st->get().stats());
     nb::dict d;
     d["launches"] = s.launches;
     d["flushes"] = s.flushes;
@@ -663,10 +668,10 @@ NB_MODULE(_vkad, m) {
       }, "{forward parameter name: gradient parameter name} of the adjoint.");
 
   nb::class_<Session>(m, "Session", "A device, its kernels and ndarrays (vkad::Session).")
-      .def(nb::init<nb::handle, bool, size_t>(), "device"_a = nb::none(), "validation"_a = false,
-           "retirement_depth"_a = 3,
+      .def(nb::init<nb::handle, bool, size_t, uint32_t>(), "device"_a = nb::none(),
+           "validation"_a = false, "retirement_depth"_a = 3, "spare_memory_blocks"_a = 1,
            nb::sig("def __init__(self, device: int | str | None = None, validation: bool = False, "
-                   "retirement_depth: int = 3) -> None"))
+                   "retirement_depth: int = 3, spare_memory_blocks: int = 1) -> None"))
       .def_prop_ro("device_name", &Session::device_name)
       .def("compile", &Session::compile, "ir"_a, nb::sig("def compile(self, ir: str) -> Kernel"),
            "Compiles a kernel from the IR text form.")

@@ -50,6 +50,8 @@ def as_dtype(dtype: DTypeLike) -> DType:
     """A vkad DType from a DType, its name ("f32"), or a numpy dtype (np.float32)."""
     if isinstance(dtype, DType):
         return dtype
+    if dtype is None:  # numpy reads None as float64; vkad wants the dtype said
+        raise InvalidArgumentError("dtype None: give one of f32, f64, i32, u32, i64, bool")
     if isinstance(dtype, str) and dtype in DType.__members__:
         return DType[dtype]
     try:
@@ -76,6 +78,8 @@ class Session(_vkad.Session):
     device: None (a discrete GPU first, lavapipe last; VKAD_DEVICE when set), a device index,
     or a substring of its name. validation: the Khronos validation layer (also
     VKAD_VALIDATION=1). retirement_depth: submissions in flight before the host waits.
+    spare_memory_blocks: empty 64 MiB device-memory blocks kept per memory type after their
+    last array is freed (0 gives every empty block back at once).
 
     launch(kernel, *args) is asynchronous: ndarrays for array parameters, Python (or numpy)
     numbers converted to each scalar parameter's dtype. Blocking points: NdArray.numpy(),
@@ -83,8 +87,8 @@ class Session(_vkad.Session):
     """
 
     def __init__(self, device: Union[None, int, str] = None, validation: bool = False,
-                 retirement_depth: int = 3):
-        super().__init__(device, validation, retirement_depth)
+                 retirement_depth: int = 3, spare_memory_blocks: int = 1):
+        super().__init__(device, validation, retirement_depth, spare_memory_blocks)
         self._recording: Optional[Tape] = None
 
     def compile(self, kernel: Union[str, KernelBuilder]) -> Kernel:

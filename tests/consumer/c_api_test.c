@@ -86,7 +86,15 @@ int main(void) {
   vkad_status_free(st);
 
   opts.struct_size = sizeof opts;
+  opts.spare_memory_blocks = -2; /* 0, -1 or a count */
+  st = vkad_session_create(&opts, &s);
+  CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+  CHECK(strstr(vkad_status_message(st), "spare_memory_blocks -2") != NULL);
+  CHECK(s == NULL);
+  vkad_status_free(st);
+
   opts.validation = 1;
+  opts.spare_memory_blocks = -1; /* give every empty block back */
   st = vkad_session_create(&opts, &s);
   if (vkad_status_code(st) == VKAD_NO_DEVICE) {
     printf("c_api_test: SKIPPED: no Vulkan device (%s)\n", vkad_status_message(st));
@@ -189,6 +197,39 @@ int main(void) {
   CHECK(stats.launches == 2);
   CHECK(stats.ndarrays == 5);
   CHECK(stats.memory_used_bytes > 0);
+
+  /* A dtype outside vkad_dtype (a C caller may store any int in the enum): a named error. */
+  {
+    vkad_ndarray bad = 0;
+    vkad_dtype wild;
+    vkad_arg arg = vkad_arg_f32(1.0f);
+    int raw = 99;
+    memcpy(&wild, &raw, sizeof wild);
+    st = vkad_ndarray_create(s, wild, 1, shape, "bad", &bad);
+    CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+    CHECK(strstr(vkad_status_message(st), "dtype 99 is not a vkad_dtype") != NULL);
+    CHECK(bad == 0);
+    vkad_status_free(st);
+    raw = -1;
+    memcpy(&arg.dtype, &raw, sizeof arg.dtype);
+    st = vkad_launch(s, d.forward, &arg, 1, NULL);
+    CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+    CHECK(strstr(vkad_status_message(st), "argument 0: dtype -1 is not a vkad_dtype") != NULL);
+    vkad_status_free(st);
+  }
+  /* A fill value the dtype cannot hold: refused, naming the array (Runtime::fill). */
+  {
+    vkad_ndarray ints = 0;
+    OK(vkad_ndarray_create(s, VKAD_I32, 1, shape, "ints", &ints));
+    st = vkad_ndarray_fill(s, ints, 1e20);
+    CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+    CHECK(strstr(vkad_status_message(st), "fill 'ints': value 1e+20 does not fit i32") != NULL);
+    vkad_status_free(st);
+    st = vkad_ndarray_fill(s, hgx, 1e300);
+    CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+    vkad_status_free(st);
+    OK(vkad_ndarray_free(s, ints));
+  }
 
   OK(vkad_kernel_release(s, d.forward));
   OK(vkad_kernel_release(s, d.adjoint));

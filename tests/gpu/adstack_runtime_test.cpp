@@ -112,7 +112,7 @@ TEST_P(AdstackHeapTier, HeapGrowsWhileEarlierLaunchesAreInFlight) {
   auto x = array(xs), y = array(std::vector<float>(n, 0)), yg = array(seed);
   const int trips[] = {2, 40, 300, 7};
   std::vector<runtime::NdArrayHandle> grads;
-  uint64_t growths_before = runner_->rt().stats().adstack_heap_growths;
+  uint64_t growths_before = runner_->rt().stats()->adstack_heap_growths;
   for (int t : trips) {
     grads.push_back(array(std::vector<float>(n, 0)));
     Arg args[] = {Arg::i32(t), Arg::ndarray(x), Arg::ndarray(y), Arg::ndarray(grads.back()), Arg::ndarray(yg)};
@@ -120,7 +120,7 @@ TEST_P(AdstackHeapTier, HeapGrowsWhileEarlierLaunchesAreInFlight) {
     ASSERT_TRUE(st.ok()) << st.to_string();
     ASSERT_TRUE(runner_->rt().flush().ok());  // submitted, not waited for
   }
-  EXPECT_GT(runner_->rt().stats().adstack_heap_growths, growths_before) << "trip 300 needs a bigger heap";
+  EXPECT_GT(runner_->rt().stats()->adstack_heap_growths, growths_before) << "trip 300 needs a bigger heap";
   ASSERT_TRUE(runner_->rt().synchronize().ok());
   // Each launch's gradients equal the CPU reference adjoint's for its own trip count.
   for (size_t l = 0; l < grads.size(); ++l) {
@@ -164,13 +164,13 @@ TEST_P(AdstackRuntime, CapacityPast64BitsIsALaunchErrorNamingKernelAndStack) {
        xg = array(std::vector<float>(4, 0)), yg = array(std::vector<float>(4, 1));
   Arg args[] = {Arg::i32(3'000'000), Arg::ndarray(*cnt), Arg::ndarray(x), Arg::ndarray(y),
                 Arg::ndarray(xg), Arg::ndarray(yg)};
-  auto before = runner_->rt().stats().launches;
+  auto before = runner_->rt().stats()->launches;
   Status st = runner_->rt().launch(*h, args);
   EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
   EXPECT_NE(st.message().find("launch of 'cube_adjoint' task 'main_adjoint': adstack %"), std::string::npos)
       << st.message();
   EXPECT_NE(st.message().find("size overflows 64 bits"), std::string::npos) << st.message();
-  EXPECT_EQ(runner_->rt().stats().launches, before) << "nothing recorded";
+  EXPECT_EQ(runner_->rt().stats()->launches, before) << "nothing recorded";
   // A bound that fits launches normally.
   args[0] = Arg::i32(2);
   ASSERT_TRUE(runner_->rt().launch(*h, args).ok());
@@ -498,26 +498,26 @@ TEST_P(AdstackTiers, MinimumPrivateLengthMergesSmallBuckets) {
   auto h = start_recurrence(runtime::AdstackTier::kPrivate, 32, runtime::AdstackSpecialize::kOff);
   if (!h) return;
   for (int trips : {1, 9, 32}) check_recurrence(*h, trips);  // all in the 32-slot bucket
-  EXPECT_EQ(runner_->rt().stats().adstack_private_pipelines, 1u);
+  EXPECT_EQ(runner_->rt().stats()->adstack_private_pipelines, 1u);
   check_recurrence(*h, 33);
-  EXPECT_EQ(runner_->rt().stats().adstack_private_pipelines, 2u);
-  EXPECT_EQ(runner_->rt().stats().adstack_private_dispatches, 4u);
+  EXPECT_EQ(runner_->rt().stats()->adstack_private_pipelines, 2u);
+  EXPECT_EQ(runner_->rt().stats()->adstack_private_dispatches, 4u);
 }
 
 TEST_P(AdstackTiers, PrivateTierMakesNoHeapAndOneVariantPerCapacityBucket) {
   auto h = start_recurrence(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kOff);
   if (!h) return;
-  EXPECT_EQ(runner_->rt().stats().adstack_tier, runtime::AdstackTier::kPrivate);
+  EXPECT_EQ(runner_->rt().stats()->adstack_tier, runtime::AdstackTier::kPrivate);
   // Capacities 5, 7 and 8 round up to one bucket (8 slots), 9 to the next (16).
   for (int trips : {5, 7, 8}) check_recurrence(*h, trips);
-  runtime::RuntimeStats s = runner_->rt().stats();
+  runtime::RuntimeStats s = *runner_->rt().stats();
   EXPECT_EQ(s.adstack_heap_bytes, 0u) << "the private tier needs no heap";
   EXPECT_EQ(s.adstack_private_dispatches, 3u);
   EXPECT_EQ(s.adstack_heap_dispatches, 0u);
   EXPECT_EQ(s.adstack_private_pipelines, 1u);
   check_recurrence(*h, 9);
-  EXPECT_EQ(runner_->rt().stats().adstack_private_pipelines, 2u);
-  EXPECT_EQ(runner_->rt().stats().adstack_heap_bytes, 0u);
+  EXPECT_EQ(runner_->rt().stats()->adstack_private_pipelines, 2u);
+  EXPECT_EQ(runner_->rt().stats()->adstack_heap_bytes, 0u);
 }
 
 TEST_P(AdstackTiers, ForcedPrivatePastTheHardLimitFallsBackToTheHeap) {
@@ -526,7 +526,7 @@ TEST_P(AdstackTiers, ForcedPrivatePastTheHardLimitFallsBackToTheHeap) {
   // 4097 f32 slots round up to 8192 (32 KiB per thread), past kMaxPrivateTierBytes.
   const int trips = static_cast<int>(runtime::kMaxPrivateTierBytes / 4) + 1;
   check_recurrence(*h, trips, 64);
-  runtime::RuntimeStats s = runner_->rt().stats();
+  runtime::RuntimeStats s = *runner_->rt().stats();
   EXPECT_EQ(s.adstack_private_fallbacks, 1u);
   EXPECT_EQ(s.adstack_heap_dispatches, 1u);
   EXPECT_EQ(s.adstack_private_dispatches, 0u);
@@ -537,21 +537,21 @@ TEST_P(AdstackTiers, AutoUsesPrivateArraysUpToTheBudget) {
   auto h = start_recurrence(runtime::AdstackTier::kAuto);
   if (!h) return;
   check_recurrence(*h, 16);  // 16 slots: 64 bytes, the budget
-  EXPECT_EQ(runner_->rt().stats().adstack_private_dispatches, 1u);
-  EXPECT_EQ(runner_->rt().stats().adstack_heap_bytes, 0u);
+  EXPECT_EQ(runner_->rt().stats()->adstack_private_dispatches, 1u);
+  EXPECT_EQ(runner_->rt().stats()->adstack_heap_bytes, 0u);
   check_recurrence(*h, 17);  // rounds up to 32 slots: 128 bytes
-  EXPECT_EQ(runner_->rt().stats().adstack_heap_dispatches, 1u);
-  EXPECT_EQ(runner_->rt().stats().adstack_private_fallbacks, 0u) << "over budget is no fallback";
-  EXPECT_GT(runner_->rt().stats().adstack_heap_bytes, 0u);
+  EXPECT_EQ(runner_->rt().stats()->adstack_heap_dispatches, 1u);
+  EXPECT_EQ(runner_->rt().stats()->adstack_private_fallbacks, 0u) << "over budget is no fallback";
+  EXPECT_GT(runner_->rt().stats()->adstack_heap_bytes, 0u);
 }
 
 TEST_P(AdstackTiers, HeapTierNeverUsesPrivateArrays) {
   auto h = start_recurrence(runtime::AdstackTier::kHeap);
   if (!h) return;
   check_recurrence(*h, 3);
-  EXPECT_EQ(runner_->rt().stats().adstack_private_dispatches, 0u);
-  EXPECT_EQ(runner_->rt().stats().adstack_private_pipelines, 0u);
-  EXPECT_GT(runner_->rt().stats().adstack_heap_bytes, 0u);
+  EXPECT_EQ(runner_->rt().stats()->adstack_private_dispatches, 0u);
+  EXPECT_EQ(runner_->rt().stats()->adstack_private_pipelines, 0u);
+  EXPECT_GT(runner_->rt().stats()->adstack_heap_bytes, 0u);
 }
 
 TEST_P(AdstackTiers, OverflowIsReportedInThePrivateTier) {
@@ -572,8 +572,8 @@ TEST_P(AdstackTiers, OverflowIsReportedInThePrivateTier) {
   Status st = runner_->rt().synchronize();
   EXPECT_EQ(st.code(), ErrorCode::kDeviceError) << st.to_string();
   EXPECT_NE(st.message().find("overflowed its capacity of 4 entries per thread"), std::string::npos) << st.message();
-  EXPECT_EQ(runner_->rt().stats().adstack_private_dispatches, 1u);
-  EXPECT_EQ(runner_->rt().stats().adstack_heap_bytes, 0u);
+  EXPECT_EQ(runner_->rt().stats()->adstack_private_dispatches, 1u);
+  EXPECT_EQ(runner_->rt().stats()->adstack_heap_bytes, 0u);
 }
 
 // Launch specialization (abi/kernel_abi.h): one variant per trip count, each one's gradients
@@ -588,7 +588,7 @@ TEST_P(AdstackTiers, SpecializedVariantPerTripCountMatchesTheCpuReference) {
   // 5 and 7 share the 8-slot private bucket but are separate specialized variants; the second
   // launch with 5 reuses the first variant.
   for (int trips : {5, 7, 5}) check_recurrence(*h, trips);
-  runtime::RuntimeStats s = runner_->rt().stats();
+  runtime::RuntimeStats s = *runner_->rt().stats();
   EXPECT_EQ(s.adstack_specialize, runtime::AdstackSpecialize::kAuto);
   EXPECT_EQ(s.adstack_specialized_dispatches, 3u);
   EXPECT_EQ(s.adstack_specialized_pipelines, 2u);
@@ -609,10 +609,10 @@ TEST_P(AdstackTiers, PrepareMakesTheLaunchsPipelinesAheadOfIt) {
   Arg too_few[] = {Arg::i32(5), Arg::ndarray(x)};
   Status bad = runner_->rt().prepare(*h, too_few);
   EXPECT_EQ(bad.code(), ErrorCode::kInvalidArgument) << bad.to_string();
-  EXPECT_EQ(runner_->rt().stats().adstack_private_pipelines, 0u);
+  EXPECT_EQ(runner_->rt().stats()->adstack_private_pipelines, 0u);
   Status st = runner_->rt().prepare(*h, args);
   ASSERT_TRUE(st.ok()) << st.to_string();
-  runtime::RuntimeStats s = runner_->rt().stats();
+  runtime::RuntimeStats s = *runner_->rt().stats();
   EXPECT_EQ(s.prepares, 1u);
   EXPECT_EQ(s.launches, 0u);
   EXPECT_EQ(s.adstack_specialized_pipelines, 1u);
@@ -621,7 +621,7 @@ TEST_P(AdstackTiers, PrepareMakesTheLaunchsPipelinesAheadOfIt) {
   EXPECT_EQ(s.adstack_specialized_dispatches, 0u) << "prepare dispatches nothing";
   for (auto a : {x, y, xg, yg}) EXPECT_TRUE(runner_->rt().free_ndarray(a).ok());
   check_recurrence(*h, 5, n);  // the same trip count: the prepared variant, a right gradient
-  s = runner_->rt().stats();
+  s = *runner_->rt().stats();
   EXPECT_EQ(s.adstack_specialized_dispatches, 1u);
   EXPECT_EQ(s.adstack_specialized_pipelines, 1u) << "the launch made no pipeline of its own";
   EXPECT_EQ(s.adstack_private_pipelines, 1u);
@@ -636,7 +636,7 @@ TEST_P(AdstackTiers, PastTheVariantCapLaunchesUseTheGenericPipeline) {
   auto h = start_recurrence(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kAuto, 1);
   if (!h) return;
   for (int trips : {5, 7, 6, 5}) check_recurrence(*h, trips);
-  runtime::RuntimeStats s = runner_->rt().stats();
+  runtime::RuntimeStats s = *runner_->rt().stats();
   EXPECT_EQ(s.adstack_specialized_pipelines, 1u) << "the cap is one variant";
   EXPECT_EQ(s.adstack_specialized_dispatches, 2u) << "5 twice";
   EXPECT_EQ(s.adstack_specialize_misses, 2u) << "7 and 6";
@@ -649,7 +649,7 @@ TEST_P(AdstackTiers, AutoSpecializesOnlyUpToTheCapacityLimit) {
   check_recurrence(*h, 6);
   const uint32_t past = runtime::RuntimeOptions{}.adstack_specialize_max_capacity + 1;
   check_recurrence(*h, static_cast<int>(past));
-  runtime::RuntimeStats s = runner_->rt().stats();
+  runtime::RuntimeStats s = *runner_->rt().stats();
   EXPECT_EQ(s.adstack_specialized_dispatches, 1u) << "6 entries: specialized, in the heap tier too";
   EXPECT_EQ(s.adstack_specialized_pipelines, 1u);
   EXPECT_EQ(s.adstack_specialize_misses, 0u) << "past the capacity limit is no miss";
@@ -662,7 +662,7 @@ TEST_P(AdstackTiers, AutoLimitInThePrivateTierIsItsOwn) {
   ASSERT_GT(d.adstack_specialize_max_private_capacity, d.adstack_specialize_max_capacity);
   check_recurrence(*h, static_cast<int>(d.adstack_specialize_max_private_capacity), 64);
   check_recurrence(*h, static_cast<int>(d.adstack_specialize_max_private_capacity) + 1, 64);
-  runtime::RuntimeStats s = runner_->rt().stats();
+  runtime::RuntimeStats s = *runner_->rt().stats();
   EXPECT_EQ(s.adstack_private_dispatches, 2u);
   EXPECT_EQ(s.adstack_specialized_dispatches, 1u) << "only the one within the private limit";
 }
@@ -674,7 +674,7 @@ TEST_P(AdstackTiers, HeapTierSpecializedUnderAllMatchesTheCpuReference) {
   check_recurrence(*h, 6, 256);
   check_recurrence(*h, 6, 1000);
   check_recurrence(*h, 40, 300);  // past kAuto's capacity limit: kAll specializes it anyway
-  runtime::RuntimeStats s = runner_->rt().stats();
+  runtime::RuntimeStats s = *runner_->rt().stats();
   EXPECT_EQ(s.adstack_specialized_dispatches, 3u);
   EXPECT_EQ(s.adstack_specialized_pipelines, 2u);
   EXPECT_EQ(s.adstack_private_pipelines, 0u);
@@ -685,9 +685,9 @@ TEST_P(AdstackTiers, SpecializationOffMakesNoSpecializedVariant) {
   auto h = start_recurrence(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kOff);
   if (!h) return;
   check_recurrence(*h, 4);
-  EXPECT_EQ(runner_->rt().stats().adstack_specialized_dispatches, 0u);
-  EXPECT_EQ(runner_->rt().stats().adstack_specialized_pipelines, 0u);
-  EXPECT_EQ(runner_->rt().stats().adstack_private_pipelines, 1u);
+  EXPECT_EQ(runner_->rt().stats()->adstack_specialized_dispatches, 0u);
+  EXPECT_EQ(runner_->rt().stats()->adstack_specialized_pipelines, 0u);
+  EXPECT_EQ(runner_->rt().stats()->adstack_private_pipelines, 1u);
 }
 
 TEST_P(AdstackTiers, MalformedSpecWordsAreRefusedAtRegistration) {
@@ -717,12 +717,12 @@ TEST(AdstackSpecializeOption, EnvironmentVariableSetsTheDefaultAndBadValuesAreNa
   ASSERT_EQ(setenv("VKAD_ADSTACK_SPECIALIZE", "all", 1), 0);
   auto rt = runtime::Runtime::create();
   if (!rt.ok()) GTEST_SKIP() << rt.status().to_string();
-  EXPECT_EQ((*rt)->stats().adstack_specialize, runtime::AdstackSpecialize::kAll);
+  EXPECT_EQ((*rt)->stats()->adstack_specialize, runtime::AdstackSpecialize::kAll);
   runtime::RuntimeOptions o;
   o.adstack_specialize = runtime::AdstackSpecialize::kOff;
   auto rt2 = runtime::Runtime::create(o);
   ASSERT_TRUE(rt2.ok());
-  EXPECT_EQ((*rt2)->stats().adstack_specialize, runtime::AdstackSpecialize::kOff);
+  EXPECT_EQ((*rt2)->stats()->adstack_specialize, runtime::AdstackSpecialize::kOff);
   unsetenv("VKAD_ADSTACK_SPECIALIZE");
 }
 
@@ -737,13 +737,13 @@ TEST(AdstackTierOption, EnvironmentVariableSetsTheDefaultAndBadValuesAreNamed) {
   ASSERT_EQ(setenv("VKAD_ADSTACK_TIER", "heap", 1), 0);
   auto rt = runtime::Runtime::create();
   if (!rt.ok()) GTEST_SKIP() << rt.status().to_string();
-  EXPECT_EQ((*rt)->stats().adstack_tier, runtime::AdstackTier::kHeap);
+  EXPECT_EQ((*rt)->stats()->adstack_tier, runtime::AdstackTier::kHeap);
   // An explicit option wins over the environment.
   runtime::RuntimeOptions o;
   o.adstack_tier = runtime::AdstackTier::kPrivate;
   auto rt2 = runtime::Runtime::create(o);
   ASSERT_TRUE(rt2.ok());
-  EXPECT_EQ((*rt2)->stats().adstack_tier, runtime::AdstackTier::kPrivate);
+  EXPECT_EQ((*rt2)->stats()->adstack_tier, runtime::AdstackTier::kPrivate);
   unsetenv("VKAD_ADSTACK_TIER");
 }
 

@@ -39,8 +39,8 @@ TEST(PipelineCache, AHashHitIsConfirmedByContent) {
   auto k3 = rt.register_kernel(scale(rt, 3));
   auto k2again = rt.register_kernel(scale(rt, 2));
   ASSERT_TRUE(k2.ok() && k3.ok() && k2again.ok());
-  EXPECT_EQ(rt.stats().pipelines_cached, 2u);
-  EXPECT_EQ(rt.stats().pipeline_cache_hits, 1u);
+  EXPECT_EQ(rt.stats()->pipelines_cached, 2u);
+  EXPECT_EQ(rt.stats()->pipeline_cache_hits, 1u);
   auto h = rt.create_ndarray(DType::kF32, {1000}, "x");
   ASSERT_TRUE(h.ok());
   std::vector<float> ones(1000, 1.0f), out(1000);

@@ -197,5 +197,49 @@ TEST(ProcessWide, ConcurrentUseOfOneRuntimeIsRefusedNotCorrupting) {
   expect_no_validation_messages(*rt);
 }
 
+// stats() is a call like the others: while another thread is inside the runtime it is refused
+// (kFailedPrecondition), never a read racing the launch's writes (ThreadSanitizer runs this in
+// CI: it reported the race when stats() bypassed the use guard).
+TEST(ProcessWide, StatsDuringALaunchOnAnotherThreadIsRefusedNotRacing) {
+  CREATE_OR_SKIP(rt, make_runtime(true));
+  const uint32_t n = 64;
+  std::vector<float> ones(n, 1.0f);
+  auto hx = rt->create_ndarray(DType::kF32, {n}, "x");
+  auto hy = rt->create_ndarray(DType::kF32, {n}, "y");
+  ASSERT_TRUE(hx.ok() && hy.ok());
+  ASSERT_TRUE(rt->upload(*hx, ones.data(), n * 4).ok());
+  ASSERT_TRUE(rt->upload(*hy, ones.data(), n * 4).ok());
+  auto k = rt->register_kernel(make_axpy_kernel("axpy"));
+  ASSERT_TRUE(k.ok());
+  std::atomic<bool> done{false};
+  std::atomic<int> launched{0}, read{0}, refused{0}, other{0};
+  std::thread launcher([&] {
+    Arg args[] = {Arg::f32(1.0f), Arg::ndarray(*hx), Arg::ndarray(*hy)};
+    for (int i = 0; i < 300; ++i) {
+      if (rt->launch(*k, args).ok()) ++launched;
+      (void)rt->flush();
+    }
+    done = true;
+  });
+  while (!done) {
+    Result<runtime::RuntimeStats> s = rt->stats();
+    if (s.ok()) {
+      ++read;
+      if (s->launches > 300) ++other;  // a torn or garbage read
+    } else if (s.status().code() == ErrorCode::kFailedPrecondition &&
+               s.status().message().find("Runtime::stats called on thread") != std::string::npos) {
+      ++refused;
+    } else {
+      ++other;
+    }
+  }
+  launcher.join();
+  EXPECT_EQ(other.load(), 0);
+  auto final_stats = rt->stats();
+  ASSERT_TRUE(final_stats.ok());
+  EXPECT_EQ(final_stats->launches, static_cast<uint64_t>(launched.load()));
+  expect_no_validation_messages(*rt);
+}
+
 }  // namespace
 }  // namespace vkad::testing

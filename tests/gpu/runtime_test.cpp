@@ -147,21 +147,21 @@ TEST_P(RuntimeTest, HundredThousandFlushesStayBoundedWithoutDeviceWideWaits) {
   auto k = rt_->register_kernel(make_axpy_kernel("axpy"));
   ASSERT_TRUE(k.ok());
   ASSERT_TRUE(rt_->synchronize().ok());
-  auto base = rt_->stats();
+  auto base = *rt_->stats();
   const int launches = 100000;
   Arg args[] = {Arg::f32(1.0f), Arg::ndarray(hx), Arg::ndarray(hy)};
   int64_t max_buffers = 0, max_sets = 0;
   for (int i = 0; i < launches; ++i) {
     ASSERT_TRUE(rt_->launch(*k, args).ok());
     ASSERT_TRUE(rt_->flush().ok());
-    auto s = rt_->stats();
+    auto s = *rt_->stats();
     max_buffers = std::max(max_buffers, s.live.buffers);
     max_sets = std::max<int64_t>(max_sets, static_cast<int64_t>(s.live_descriptor_sets));
     ASSERT_LE(s.retirement.entries, rt_->retirement_depth());
     // One 16-byte args buffer per flush: never more than `depth` flushes' worth held.
     ASSERT_LE(s.retirement.bytes, rt_->retirement_depth() * 16);
   }
-  auto s = rt_->stats();
+  auto s = *rt_->stats();
   EXPECT_EQ(s.flushes - base.flushes, static_cast<uint64_t>(launches));
   EXPECT_LE(s.retirement.high_water_entries, rt_->retirement_depth() + 1);
   // Each flush holds one args buffer: live buffers never exceed the arrays + depth + 1.
@@ -200,10 +200,10 @@ TEST_P(RuntimeTest, ReadbackEmptiesRetirementQueueAndCtxBuffers) {
     ASSERT_TRUE(rt_->flush().ok());
   }
   ASSERT_TRUE(rt_->launch(*k, args).ok());  // recorded, not flushed
-  EXPECT_GT(rt_->stats().ctx_bytes_recording, 0u);
+  EXPECT_GT(rt_->stats()->ctx_bytes_recording, 0u);
   auto out = read(hy, 256);
   EXPECT_EQ(out[0], 7.0f);
-  auto s = rt_->stats();
+  auto s = *rt_->stats();
   EXPECT_EQ(s.retirement.entries, 0u);
   EXPECT_EQ(s.retirement.bytes, 0u);
   EXPECT_EQ(s.ctx_bytes_recording, 0u);
@@ -221,14 +221,14 @@ TEST_P(RuntimeTest, FreeWhileInFlightIsDeferredNotEarlyNorLeaked) {
   ASSERT_TRUE(k.ok());
   Arg args[] = {Arg::f32(2.0f), Arg::ndarray(hx), Arg::ndarray(hy)};
   ASSERT_TRUE(rt_->launch(*k, args).ok());
-  int64_t buffers = rt_->stats().live.buffers;
+  int64_t buffers = rt_->stats()->live.buffers;
   ASSERT_TRUE(rt_->free_ndarray(hx).ok());
-  EXPECT_EQ(rt_->stats().live.buffers, buffers) << "recorded use: not released yet";
+  EXPECT_EQ(rt_->stats()->live.buffers, buffers) << "recorded use: not released yet";
   EXPECT_EQ(rt_->free_ndarray(hx).code(), ErrorCode::kNotFound) << "double free is an error";
   ASSERT_TRUE(rt_->flush().ok());
   auto out = read(hy, n);
   for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(out[i], 2.0f * i + 1.0f);
-  EXPECT_EQ(rt_->stats().live.buffers, 1) << "x's memory came back after completion";
+  EXPECT_EQ(rt_->stats()->live.buffers, 1) << "x's memory came back after completion";
   Status s = rt_->launch(*k, args);
   EXPECT_EQ(s.code(), ErrorCode::kNotFound);
   EXPECT_NE(s.message().find("'x'"), std::string::npos) << s.message();
@@ -241,7 +241,7 @@ TEST_P(RuntimeTest, TwoVariantsOfOneKernelNameInFlight) {
   auto add = rt_->register_kernel(make_axpy_kernel("axpy", "OpFAdd"));
   auto sub = rt_->register_kernel(make_axpy_kernel("axpy", "OpFSub"));
   ASSERT_TRUE(add.ok() && sub.ok());
-  EXPECT_EQ(rt_->stats().pipelines_cached, 2u);
+  EXPECT_EQ(rt_->stats()->pipelines_cached, 2u);
   Arg a1[] = {Arg::f32(3.0f), Arg::ndarray(hx), Arg::ndarray(y1)};
   Arg a2[] = {Arg::f32(3.0f), Arg::ndarray(hx), Arg::ndarray(y2)};
   ASSERT_TRUE(rt_->launch(*add, a1).ok());
@@ -256,7 +256,7 @@ TEST_P(RuntimeTest, TwoVariantsOfOneKernelNameInFlight) {
   // Same content again: a cache hit, not a new pipeline.
   auto again = rt_->register_kernel(make_axpy_kernel("axpy", "OpFAdd"));
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(rt_->stats().pipeline_cache_hits, 1u);
+  EXPECT_EQ(rt_->stats()->pipeline_cache_hits, 1u);
 }
 
 TEST_P(RuntimeTest, EvictedPipelinesOutliveTheirQueuedLaunches) {
@@ -277,10 +277,10 @@ TEST_P(RuntimeTest, EvictedPipelinesOutliveTheirQueuedLaunches) {
   Arg args[] = {Arg::f32(5.0f), Arg::ndarray(hx), Arg::ndarray(hy)};
   ASSERT_TRUE(rt_->launch(*k, args).ok());
   ASSERT_TRUE(rt_->unregister_kernel(*k).ok());
-  EXPECT_EQ(rt_->stats().pipelines_cached, 0u);
-  EXPECT_EQ(rt_->stats().live.pipelines, 1) << "evicted but still recorded: deferred";
+  EXPECT_EQ(rt_->stats()->pipelines_cached, 0u);
+  EXPECT_EQ(rt_->stats()->live.pipelines, 1) << "evicted but still recorded: deferred";
   EXPECT_EQ(read(hy, 64)[0], 5.0f);
-  EXPECT_EQ(rt_->stats().live.pipelines, 0);
+  EXPECT_EQ(rt_->stats()->live.pipelines, 0);
 }
 
 TEST_P(RuntimeTest, IdlePauseThenEmptyFlushRetiresEverythingWithoutForcedWait) {
@@ -295,7 +295,7 @@ TEST_P(RuntimeTest, IdlePauseThenEmptyFlushRetiresEverythingWithoutForcedWait) {
     ASSERT_TRUE(rt_->launch(*k, args).ok());
     ASSERT_TRUE(rt_->flush().ok());
   }
-  uint64_t forced = rt_->stats().retirement.forced_waits;
+  uint64_t forced = rt_->stats()->retirement.forced_waits;
   // Longer than the GPU work takes; then a flush with nothing new only polls.
   auto sem = rt_->flush();
   ASSERT_TRUE(sem.ok());
@@ -304,7 +304,7 @@ TEST_P(RuntimeTest, IdlePauseThenEmptyFlushRetiresEverythingWithoutForcedWait) {
   }
   ASSERT_TRUE(sem->is_signaled());
   ASSERT_TRUE(rt_->flush().ok());
-  auto s = rt_->stats();
+  auto s = *rt_->stats();
   EXPECT_EQ(s.retirement.entries, 0u);
   EXPECT_EQ(s.retirement.forced_waits, forced);
   EXPECT_EQ(s.live.buffers, 2);
@@ -325,7 +325,7 @@ TEST_P(RuntimeTest, LoweringDepthAtRunTimeRetiresDownToIt) {
     ASSERT_TRUE(rt_->flush().ok());
   }
   ASSERT_TRUE(rt_->set_retirement_depth(1).ok());
-  EXPECT_LE(rt_->stats().retirement.entries, 1u);
+  EXPECT_LE(rt_->stats()->retirement.entries, 1u);
   EXPECT_EQ(rt_->retirement_depth(), 1u);
 }
 
@@ -339,7 +339,7 @@ TEST_P(RuntimeTest, BadLaunchesAreClearErrorsAndRecordNothing) {
   auto k = rt_->register_kernel(make_axpy_kernel("axpy"));
   ASSERT_TRUE(k.ok());
   ASSERT_TRUE(rt_->synchronize().ok());
-  auto before = rt_->stats();
+  auto before = *rt_->stats();
   auto expect_error = [&](std::vector<Arg> args, ErrorCode code, const char* needle) {
     Status s = rt_->launch(*k, args);
     EXPECT_EQ(s.code(), code) << s.to_string();
@@ -360,7 +360,7 @@ TEST_P(RuntimeTest, BadLaunchesAreClearErrorsAndRecordNothing) {
   Arg ok_args[] = {Arg::f32(1.0f), Arg::ndarray(hx), Arg::ndarray(hy)};
   Status s = rt_->launch({12345}, ok_args);
   EXPECT_EQ(s.code(), ErrorCode::kNotFound);
-  auto after = rt_->stats();
+  auto after = *rt_->stats();
   EXPECT_EQ(after.launches, before.launches);
   EXPECT_EQ(after.ctx_bytes_recording, 0u) << "nothing recorded";
   std::vector<float> wrong(3);
@@ -413,7 +413,7 @@ TEST_P(RuntimeTest, AutoFlushBoundsCommandListLength) {
   ASSERT_TRUE(k.ok());
   Arg args[] = {Arg::f32(1.0f), Arg::ndarray(hx), Arg::ndarray(hy)};
   for (int i = 0; i < 35; ++i) ASSERT_TRUE(rt_->launch(*k, args).ok());
-  EXPECT_EQ(rt_->stats().auto_flushes, 3u);
+  EXPECT_EQ(rt_->stats()->auto_flushes, 3u);
   EXPECT_EQ(read(hy, 64)[0], 35.0f);
 }
 
@@ -436,8 +436,8 @@ TEST_P(RuntimeTest, AutoFlushesAListOlderThanTheAgeLimit) {
   ASSERT_TRUE(rt_->launch(*k, args).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_TRUE(rt_->launch(*k, args).ok());
-  EXPECT_GE(rt_->stats().auto_flushes, 1u);
-  EXPECT_EQ(rt_->stats().ctx_bytes_recording, 0u);
+  EXPECT_GE(rt_->stats()->auto_flushes, 1u);
+  EXPECT_EQ(rt_->stats()->ctx_bytes_recording, 0u);
 }
 
 TEST_P(RuntimeTest, DeviceLossIsReportedByEveryLaterCall) {

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "codegen/builder.h"
@@ -118,7 +119,7 @@ TEST_F(SessionTest, FillAndZeroEveryDtype) {
     double v;
   };
   std::vector<Case> cases = {{DType::kF32, -2.25}, {DType::kI32, -7.9}, {DType::kU32, 4e9},
-                             {DType::kBool, 0.5},  {DType::kBool, 0},  {DType::kF32, 0}};
+                             {DType::kBool, 1},    {DType::kBool, 0},  {DType::kF32, 0}};
   if (s_->target().float64) {
     cases.push_back({DType::kF64, 0.1});  // halves differ: staged
     cases.push_back({DType::kF64, 0});
@@ -144,10 +145,95 @@ TEST_F(SessionTest, FillAndZeroEveryDtype) {
         case DType::kI32: { int32_t i; std::memcpy(&i, p, 4); ASSERT_EQ(i, static_cast<int32_t>(c.v)); break; }
         case DType::kU32: { uint32_t u; std::memcpy(&u, p, 4); ASSERT_EQ(u, static_cast<uint32_t>(c.v)); break; }
         case DType::kI64: { int64_t i; std::memcpy(&i, p, 8); ASSERT_EQ(i, static_cast<int64_t>(c.v)); break; }
-        case DType::kBool: { uint32_t u; std::memcpy(&u, p, 4); ASSERT_EQ(u, c.v != 0 ? 1u : 0u); break; }
+        case DType::kBool: { uint32_t u; std::memcpy(&u, p, 4); ASSERT_EQ(u, c.v == 1 ? 1u : 0u); break; }
       }
     }
     ASSERT_TRUE(s_->free(*h).ok());
+  }
+}
+
+// fill refuses a value its dtype cannot hold (launch's rule for scalars), names the array and
+// the value, records nothing and leaves the array as it was; the edges that fit are stored.
+TEST_F(SessionTest, FillRefusesValuesTheDtypeCannotHold) {
+  struct Case {
+    DType t;
+    double v;
+  };
+  const Case refused[] = {{DType::kI32, 1e20},         {DType::kI32, 2147483648.0},
+                          {DType::kI32, -2147483649.0}, {DType::kU32, -1},
+                          {DType::kU32, 4294967296.0},  {DType::kF32, 1e300},
+                          {DType::kF32, -1e39},         {DType::kBool, 0.5},
+                          {DType::kBool, 2},            {DType::kU32, std::nan("")}};
+  for (const Case& c : refused) {
+    SCOPED_TRACE(std::string(runtime::dtype_name(c.t)) + " " + std::to_string(c.v));
+    auto h = s_->ndarray(c.t, {5}, "kept");
+    ASSERT_TRUE(h.ok());
+    const std::vector<uint32_t> before = {1, 2, 3, 0, 1};
+    ASSERT_TRUE(s_->upload(*h, before.data(), 20).ok());
+    Status st = s_->fill(*h, c.v);
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("fill 'kept': value "), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find(std::string("does not fit ") + runtime::dtype_name(c.t)), std::string::npos)
+        << st.message();
+    std::vector<uint32_t> after(5);
+    ASSERT_TRUE(s_->download(*h, after.data(), 20).ok());
+    EXPECT_EQ(after, before) << "a refused fill changes nothing";
+    ASSERT_TRUE(s_->free(*h).ok());
+  }
+  // The edges that fit: truncation toward zero lands inside the range.
+  struct Edge {
+    DType t;
+    double v;
+    uint32_t want;
+  };
+  float inf = std::numeric_limits<float>::infinity();
+  uint32_t inf_bits;
+  std::memcpy(&inf_bits, &inf, 4);
+  const Edge fit[] = {{DType::kI32, 2147483647.9, 0x7FFFFFFFu},
+                      {DType::kI32, -2147483648.9, 0x80000000u},
+                      {DType::kU32, 4294967295.5, 0xFFFFFFFFu},
+                      {DType::kU32, -0.5, 0u},
+                      {DType::kF32, std::numeric_limits<double>::infinity(), inf_bits}};
+  for (const Edge& e : fit) {
+    SCOPED_TRACE(std::string(runtime::dtype_name(e.t)) + " " + std::to_string(e.v));
+    auto h = s_->ndarray(e.t, {3}, "edge");
+    ASSERT_TRUE(h.ok());
+    Status st = s_->fill(*h, e.v);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    std::vector<uint32_t> got(3);
+    ASSERT_TRUE(s_->download(*h, got.data(), 12).ok());
+    EXPECT_EQ(got[2], e.want);
+    ASSERT_TRUE(s_->free(*h).ok());
+  }
+}
+
+// SessionOptions::spare_memory_blocks: with 0, freeing the last array of a block gives the block
+// back (device memory held returns to what it was); with the default 1 the empty block is kept.
+TEST(SessionMemory, SpareBlocksOptionDecidesWhetherFreedMemoryIsKept) {
+  for (uint32_t spare : {0u, 1u}) {
+    SCOPED_TRACE("spare_memory_blocks " + std::to_string(spare));
+    SessionOptions o;
+    o.validation = true;
+    o.spare_memory_blocks = spare;
+    auto r = Session::create(o);
+    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    Session& s = **r;
+    ASSERT_TRUE(s.synchronize().ok());
+    const uint64_t held_before = s.stats()->memory_block_bytes;
+    auto h = s.ndarray(DType::kF32, {1024}, "tmp");
+    ASSERT_TRUE(h.ok());
+    ASSERT_TRUE(s.zero(*h).ok());
+    ASSERT_TRUE(s.synchronize().ok());
+    EXPECT_GT(s.stats()->memory_block_bytes, held_before);
+    ASSERT_TRUE(s.free(*h).ok());
+    ASSERT_TRUE(s.synchronize().ok());
+    if (spare == 0) {
+      EXPECT_EQ(s.stats()->memory_block_bytes, held_before) << "every empty block given back";
+    } else {
+      EXPECT_GT(s.stats()->memory_block_bytes, held_before) << "one empty block kept";
+    }
+    EXPECT_EQ(s.runtime().device().validation_message_count(), 0u);
   }
 }
 
@@ -168,7 +254,7 @@ TEST_F(SessionTest, FillIsOrderedWithLaunches) {
   std::vector<float> out(4096);
   ASSERT_TRUE(s_->download(*h, std::span<float>(out)).ok());
   for (float v : out) ASSERT_EQ(v, 12.0f);
-  EXPECT_EQ(s_->stats().launches, 3u);
+  EXPECT_EQ(s_->stats()->launches, 3u);
 }
 
 TEST_F(SessionTest, CompileFromTextAndErrorsNameWhatIsWrong) {
@@ -305,6 +391,14 @@ TEST(SessionImport, BadExternalDevicesAreRejectedByName) {
   s = Session::create(ro, {});
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("queues 50..51"), std::string::npos) << s.status().message();
+  // A range whose end wraps in 32 bits (1 + 0xFFFFFFFF) is refused, not taken as queues 1..0.
+  ro.device.external = external_from(**host);
+  ro.device.external->first_queue = 1;
+  ro.device.external->queue_count = 0xFFFFFFFFu;
+  s = Session::create(ro, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("queues 1..4294967296"), std::string::npos) << s.status().message();
 }
 
 }  // namespace

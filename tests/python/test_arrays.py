@@ -80,6 +80,24 @@ def test_fill_converts_like_a_cast(session):
     np.testing.assert_array_equal(f.numpy(), [0.1, 0.1])
 
 
+@pytest.mark.parametrize("dtype,value", [(vkad.i32, 1e20), (vkad.i32, 2 ** 31), (vkad.u32, -1),
+                                         (vkad.f32, 1e300), (vkad.bool_, 0.5),
+                                         (vkad.i64, float("nan"))],
+                         ids=["i32-1e20", "i32-2^31", "u32-neg", "f32-1e300", "bool-half", "i64-nan"])
+def test_fill_refuses_values_the_dtype_cannot_hold(session, dtype, value):
+    a = session.zeros(3, dtype, name="kept")
+    with pytest.raises(vkad.InvalidArgumentError, match=r"fill 'kept': value .* does not fit"):
+        session.fill(a, value)
+    np.testing.assert_array_equal(a.numpy(), np.zeros(3, vkad.numpy_dtype(dtype)))
+
+
+def test_empty_needs_a_dtype(session):
+    with pytest.raises(vkad.InvalidArgumentError, match="dtype None"):
+        session.empty(4, None)
+    with pytest.raises(vkad.InvalidArgumentError, match="dtype None"):
+        session.zeros(4, None)
+
+
 def test_wrong_dtype_upload(session):
     a = session.empty(4, vkad.f32, name="w")
     with pytest.raises(vkad.InvalidArgumentError, match=r"upload to ndarray 'w' \(f32.*float64"):

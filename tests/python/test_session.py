@@ -1,4 +1,6 @@
 """Session options: device choice, retirement depth, and their errors."""
+import gc
+
 import numpy as np
 import pytest
 
@@ -33,3 +35,24 @@ def test_retirement_depth_one_keeps_results():
             s.flush()
         np.testing.assert_array_equal(a.numpy(), np.full(100, 1024))
         assert s.stats()["flushes"] >= 10
+
+
+def test_spare_memory_blocks_zero_gives_freed_memory_back():
+    for spare in (0, 1):
+        s = vkad.Session(spare_memory_blocks=spare)
+        try:
+            s.synchronize()
+            before = s.stats()["memory_block_bytes"]
+            a = s.zeros(1024, vkad.f32)
+            s.synchronize()
+            assert s.stats()["memory_block_bytes"] > before
+            del a  # freed when collected
+            gc.collect()
+            s.synchronize()
+            after = s.stats()["memory_block_bytes"]
+            if spare == 0:
+                assert after == before
+            else:
+                assert after > before
+        finally:
+            s.close()

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "codegen/compiler.h"
+#include "codegen/cpu_eval.h"
 #include "codegen/reverse_mode.h"
 #include "codegen/text.h"
 #include "codegen/verifier.h"
@@ -150,6 +151,57 @@ TEST(CodegenLimits, VerifierAndCompileCacheRejectDeepBuiltKernels) {
   Status v = verify(k);
   EXPECT_NE(v.message().find("size expression nests add/mul/max deeper than"), std::string::npos)
       << v.message();
+}
+
+// A kernel built in memory 200,000 levels deep (the parser refuses such text; a builder or a
+// program editing Stmts does not) is copied, assigned, printed, evaluated, differentiated and
+// destroyed in bounded stack: copy and destruction are iterative (base/tree_children.h), the
+// printer bounded, the evaluator and reverse mode refuse it by name. This crashed (a stack
+// overflow in has_jumps, the evaluator, and in Debug builds the recursive destructor).
+TEST(CodegenLimits, DeepBuiltKernelsAreCopiedPrintedAndRefusedInBoundedStack) {
+  constexpr uint32_t kDepth = 200000;
+  Kernel k = deep_kernel(kDepth);
+  Kernel copy = k;  // iterative copy
+  uint32_t depth = 0;
+  for (const Block* b = &copy.tasks[0].body; !b->stmts.empty();) {
+    const Stmt& last = b->stmts.size() > 2 ? b->stmts[2] : b->stmts.back();
+    if (last.blocks.empty()) break;
+    ++depth;
+    b = &last.blocks[0];
+  }
+  EXPECT_EQ(depth, kDepth) << "the copy has every level";
+  Kernel assigned = deep_kernel(3);
+  assigned = copy;  // copy assignment frees the old tree and copies the deep one
+  assigned = deep_kernel(2);  // move assignment frees the deep tree iteratively
+  const std::string text = print(k);
+  EXPECT_NE(text.find("..."), std::string::npos);
+  EXPECT_LT(text.size(), 200000u) << "printing stops at the verifier's depth";
+  HostArray ya;
+  ya.dtype = DType::kF32;
+  ya.shape = {1};
+  ya.data.assign(1, 0.0);
+  const HostArg args[] = {HostArg::of(1.0), HostArg::of(ya)};
+  auto e = evaluate(k, args);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("nest deeper than"), std::string::npos) << e.status().message();
+  k.params[1].needs_grad = true;
+  auto a = make_adjoint(k);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("nest deeper than"), std::string::npos) << a.status().message();
+  // A size expression 200,000 deep: copied, compared and freed iteratively, printed bounded.
+  SizeExpr deep = SizeExpr::scalar(0);
+  for (uint32_t i = 0; i < kDepth; ++i) {
+    SizeExpr outer;
+    outer.kind = SizeExpr::Kind::kAdd;
+    outer.operands.push_back(std::move(deep));
+    outer.operands.push_back(SizeExpr::constant(1));
+    deep = std::move(outer);
+  }
+  SizeExpr twin = deep;
+  EXPECT_EQ(twin.operands.size(), 2u);
+  EXPECT_LT(print_size(k, twin).size(), 10000u);
 }
 
 TEST(CodegenLimits, AdjointOfAKernelAtTheLimitIsAnErrorOrVerifies) {
