@@ -58,6 +58,7 @@ double time_ms(runtime::Runtime& rt, runtime::KernelHandle h, const std::vector<
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it is printed, also into a pipe or file
   bench::Args args(argc, argv,
                    "usage: vkad-bench-adjoint [--n N] [--reps R] [--json F]\n"
                    "  forward and generated adjoint of the recurrence v <- 0.5v + 0.25 sin(v) w\n"

@@ -513,6 +513,7 @@ std::vector<double> time_ms(runtime::Runtime& rt, const std::vector<Timed>& ks, 
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it is printed, also into a pipe or file
   bench::Args args(
       argc, argv,
       "usage: vkad-bench-adjoint-floor [--n N] [--steps L,L,...] [--layout auto|slot|thread]\n"

@@ -58,6 +58,7 @@ double time_ms(const std::function<double()>& one, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it is printed, also into a pipe or file
   bench::Args args(argc, argv,
                    "usage: vkad-bench-counted [--n N] [--max-trip M] [--reps R] [--json F]\n"
                    "  cost of counting a while loop's trips for exact adstack sizing, against\n"

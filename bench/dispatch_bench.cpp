@@ -11,6 +11,7 @@
 //  - submit + wait round trip, in each mode.
 #include <volk.h>
 
+#include <cstdio>
 #include <cstring>
 #include <memory>
 
@@ -146,6 +147,7 @@ double rhi_dependent_dispatch_us(rhi::Stream& s, rhi::ComputePipeline& p, rhi::B
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it is printed, also into a pipe or file
   Args args(argc, argv,
             "usage: vkad-bench-dispatch [--device D] [--dispatches N] [--reps R] [--json F]\n"
             "  dependent dispatches in one command buffer (raw Vulkan vs rhi, timeline and fence),\n"

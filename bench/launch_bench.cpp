@@ -2,12 +2,14 @@
 // bench/python_launch.py (the same kernel and loop from Python):
 //
 //   vkad-bench-launch [--launches N] [--reps R] [--n ELEMENTS] [--device D] [--json out.json]
-//                     [--kernel bench/launch_kernel.vkir (default: the one in the source tree)]
+//                     [--kernel FILE (default: bench/launch_kernel.vkir, embedded at build time)]
 //
 // Per rep: N launches of a tiny kernel (x[i] += 1 over ELEMENTS elements, each launch depending
 // on the previous one) recorded back to back, then synchronize(). Reports the median over reps
 // of µs per launch for recording alone (launch() returning) and for the whole batch including
 // the wait. The kernel text is bench/launch_kernel.vkir, shared with the Python benchmark.
+#include "launch_kernel.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -40,9 +42,10 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it is printed, also into a pipe or file
   int launches = 500, reps = 15;
   uint32_t n = 64;
-  std::string json, device, kernel = std::string(VKAD_SOURCE_DIR) + "/bench/launch_kernel.vkir";
+  std::string json, device, kernel;  // empty: the embedded bench/launch_kernel.vkir
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--launches") launches = std::atoi(argv[i + 1]);
@@ -52,13 +55,17 @@ int main(int argc, char** argv) {
     else if (a == "--device") device = argv[i + 1];
     else if (a == "--kernel") kernel = argv[i + 1];
   }
-  std::ifstream f(kernel);
-  if (!f) {
-    std::fprintf(stderr, "vkad-bench-launch: cannot read %s\n", kernel.c_str());
-    return 1;
-  }
   std::stringstream text;
-  text << f.rdbuf();
+  if (kernel.empty()) {
+    text << kLaunchKernelText;
+  } else {
+    std::ifstream f(kernel);
+    if (!f) {
+      std::fprintf(stderr, "vkad-bench-launch: cannot read %s\n", kernel.c_str());
+      return 1;
+    }
+    text << f.rdbuf();
+  }
   vkad::SessionOptions options;
   options.device = device;
   auto session = vkad::Session::create(options);

@@ -135,6 +135,7 @@ void write_svg(const std::string& path, const std::vector<RunResult>& runs) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it is printed, also into a pipe or file
   Args args(argc, argv,
             "usage: vkad-bench-retirement [--device D] [--flushes F] [--bytes B] [--host-us U]\n"
             "                             [--json F] [--svg F]\n"

@@ -8,7 +8,10 @@
 #   3. Synchronization validation over the GPU suite's fence-mode tests (the 1.3.239 layer does
 #      not track host waits on timeline semaphores, so timeline mode reports false hazards at
 #      queue submit; fence mode is the path it can check).
-# VKAD_CI_SKIP="asan tsan sync" skips parts (for a quick local run).
+#   4. Debug: the whole suite in a Debug build (no NDEBUG: the C ABI's lifetime checks and their
+#      death tests are compiled in; -O0 frames are larger, so a recursion on a deep kernel that
+#      a Release build survives overflows here).
+# VKAD_CI_SKIP="asan tsan sync debug" skips parts (for a quick local run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 skip=" ${VKAD_CI_SKIP:-} "
@@ -45,4 +48,10 @@ if [[ "$skip" != *" sync "* ]]; then
     exit 1
   fi
 fi
+if [[ "$skip" != *" debug "* ]]; then
+  echo "=== Debug build: whole suite"
+  VKAD_BUILD_DIR=build-debug VKAD_BUILD_TYPE=Debug VKAD_CMAKE_ARGS="-DVKAD_BUILD_BENCH=OFF" ./scripts/setup.sh
+  (cd build-debug && VKAD_VALIDATION=1 ctest --output-on-failure -j"$jobs")
+fi
+
 echo "=== ci-extra: all passed"

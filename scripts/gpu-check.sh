@@ -5,12 +5,16 @@
 #       downloads the Vulkan loader, the GL dispatch libraries the NVIDIA ICD needs and the
 #       Khronos validation layer (Debian 12 amd64 .debs) into .gl/, builds a Release tree into
 #       build-gpu/ and copies the stripped test, benchmark, example and tool binaries into
-#       build-gpu/bin/ (what travels: .gl + build-gpu/bin, well under the 64 MiB carry limit).
+#       build-gpu/bin/, and the Python package as a wheel for the GPU machine's Python 3.12
+#       (with pytest's wheels) into build-gpu/bin/wheels (what travels: .gl + build-gpu/bin,
+#       well under the 64 MiB carry limit). VKAD_GPU_PYTHON names the 3.12 interpreter
+#       (default: python3.12 on PATH); without one the Python suite is skipped there.
 #
 #   scripts/gpu-check.sh run [--quick]   THERE (the GPU machine; carry [".gl", "build-gpu/bin"]):
 #       unpacks the libraries, runs the whole GPU test suite in ONE process under the validation
 #       layer (one process on purpose: it is what a DSL does, and what hit NVIDIA's instance
-#       limit), the unit tests, the examples, then every benchmark; writes $OUT/gpu-check.json
+#       limit), the unit tests, the Python suite (the wheel installed into /tmp/site, pytest
+#       under validation), the examples, then every benchmark; writes $OUT/gpu-check.json
 #       (machine-readable: device, driver, commit, test counts, failures, every benchmark's
 #       JSON) and $OUT/gpu-check.txt (the human summary). --quick skips the benchmarks.
 #       bench/peers.py (PyTorch and JAX, where installed) runs with the benchmarks.
@@ -37,10 +41,21 @@ prepare() {
   rm -rf build-gpu/bin && mkdir -p build-gpu/bin
   for f in tests/vkad_gpu_tests tests/vkad_unit_tests examples/vkad-example examples/vkad-embedding \
            vkad-info bench/vkad-bench-dispatch bench/vkad-bench-retirement bench/vkad-bench-codegen \
-           bench/vkad-bench-adjoint bench/vkad-bench-adjoint-floor; do
+           bench/vkad-bench-adjoint bench/vkad-bench-adjoint-floor bench/vkad-bench-launch \
+           bench/vkad-bench-counted; do
     [ -f "build-gpu/$f" ] && cp "build-gpu/$f" build-gpu/bin/
   done
   strip build-gpu/bin/*
+  # The Python package for the GPU machine's interpreter (3.12), and pytest, as wheels.
+  local py=${VKAD_GPU_PYTHON:-$(command -v python3.12 || true)}
+  if [ -n "$py" ]; then
+    mkdir -p build-gpu/bin/wheels
+    "$py" -m pip wheel -q --no-deps -w build-gpu/bin/wheels .
+    "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      -d build-gpu/bin/wheels pytest pluggy iniconfig packaging
+  else
+    echo "gpu-check prepare: no python3.12 (VKAD_GPU_PYTHON): the Python suite will be skipped there"
+  fi
   git rev-parse --short HEAD > build-gpu/bin/COMMIT
   git status --porcelain | grep -q . && echo "+uncommitted" >> build-gpu/bin/COMMIT
   du -sh .gl build-gpu/bin
@@ -79,6 +94,16 @@ run() {
   echo "unit tests: exit $? ($(grep -E '^\[  PASSED' "$out/unit-tests.log"))" >> "$txt"
   VKAD_VALIDATION=1 timeout 60 "$bin/vkad-embedding" > "$out/embedding.log" 2>&1
   echo "example.embedding (validation on): exit $?" >> "$txt"
+  # The Python suite on the GPU, validation on, from the wheel built by prepare.
+  if ls $bin/wheels/vkad-*.whl >/dev/null 2>&1; then
+    rm -rf /tmp/site && python3 -m pip install -q --no-index --no-deps --target /tmp/site $bin/wheels/*.whl \
+      > "$out/python-install.log" 2>&1
+    (cd tests/python && PYTHONPATH=/tmp/site VKAD_VALIDATION=1 timeout 300 python3 -m pytest -q \
+       -p no:cacheprovider --junitxml="$out/python-tests.xml" . > "$out/python-tests.log" 2>&1)
+    echo "python tests (validation on): exit $?: $(tail -1 "$out/python-tests.log")" >> "$txt"
+  else
+    echo "python tests: skipped (no wheel in $bin/wheels)" >> "$txt"
+  fi
 
   if [ $quick -eq 0 ]; then
     timeout 120 "$bin/vkad-example" --svg "$out/training.svg" > "$out/example.log" 2>&1
@@ -88,8 +113,12 @@ run() {
     timeout 240 "$bin/vkad-bench-retirement" --flushes 100000 --json "$out/bench-retirement.json" \
       > "$out/bench-retirement.txt" 2>&1
     echo "bench retirement: exit $?" >> "$txt"
-    timeout 180 "$bin/vkad-bench-codegen" --json "$out/bench-codegen.json" > "$out/bench-codegen.txt" 2>&1
+    timeout 120 "$bin/vkad-bench-codegen" --json "$out/bench-codegen.json" > "$out/bench-codegen.txt" 2>&1
     echo "bench codegen: exit $?" >> "$txt"
+    timeout 60 "$bin/vkad-bench-launch" --json "$out/bench-launch.json" > "$out/bench-launch.txt" 2>&1
+    echo "bench launch: exit $?" >> "$txt"
+    timeout 60 "$bin/vkad-bench-counted" --json "$out/bench-counted.json" > "$out/bench-counted.txt" 2>&1
+    echo "bench counted: exit $?" >> "$txt"
     timeout 240 "$bin/vkad-bench-adjoint" --json "$out/bench-adjoint.json" > "$out/bench-adjoint.txt" 2>&1
     echo "bench adjoint: exit $?" >> "$txt"
     # The generated adjoint against the hand-written slot-major heap tape, in both layouts.
@@ -101,7 +130,7 @@ run() {
     # The same kernels in PyTorch and JAX where they are installed (bench/peers.py).
     timeout 300 python3 bench/peers.py --json "$out/bench-peers.json" > "$out/bench-peers.txt" 2>&1
     echo "bench peers (pytorch, jax): exit $?" >> "$txt"
-    for f in dispatch retirement codegen adjoint floor-slot floor-thread peers; do
+    for f in dispatch retirement codegen launch counted adjoint floor-slot floor-thread peers; do
       echo "--- $f" >> "$txt"
       cat "$out/bench-$f.txt" >> "$txt"
     done
@@ -123,7 +152,18 @@ try:
                                 for c in s.get("testsuite", []) if c.get("failures")]
 except (OSError, ValueError) as e:
     doc["gpu_tests"] = f"no result: {e}"
-for b in ("dispatch", "retirement", "codegen", "adjoint", "floor-slot", "floor-thread", "peers"):
+try:
+    import xml.etree.ElementTree as ET
+    suite = ET.parse(os.path.join(out, "python-tests.xml")).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    doc["python_tests"] = {k: suite.get(k) for k in ("tests", "failures", "errors", "skipped")}
+    doc["python_test_failures"] = [c.get("classname", "") + "." + c.get("name", "")
+                                   for c in suite.iter("testcase")
+                                   if c.find("failure") is not None or c.find("error") is not None]
+except (OSError, ET.ParseError, AttributeError) as e:
+    doc["python_tests"] = f"no result: {e}"
+for b in ("dispatch", "retirement", "codegen", "launch", "counted", "adjoint", "floor-slot",
+          "floor-thread", "peers"):
     p = os.path.join(out, f"bench-{b}.json")
     if os.path.exists(p):
         try:

@@ -6,6 +6,7 @@
 #include "abi/spirv_tools.h"
 #include "gpu/gpu_test.h"
 #include "rhi/vk_check.h"
+#include "runtime/counted_launch.h"
 #include "runtime/runtime.h"
 
 namespace vkad::testing {
@@ -156,6 +157,18 @@ TEST_F(RuntimeMisuse, RankAndDtypeOutOfRangeAreRejected) {
   EXPECT_ERROR(rt_->create_ndarray(static_cast<DType>(42), {4}, "bad").status(),
                ErrorCode::kInvalidArgument, "ndarray 'bad': dtype value 42 is not a DType");
   EXPECT_TRUE(rt_->create_ndarray(DType::kF32, {1, 1, 1, 1, 1, 1, 1, 2}, "r8").ok());
+}
+
+// A count of counted loops no adjoint can take is refused before it sizes anything: 2^26 + 1
+// wrapped counted * kTripSlots to 64 words in 32 bits, and the host loop read past its buffer.
+TEST_F(RuntimeMisuse, LaunchCountedWithAnImpossibleCountIsRefused) {
+  SKIP_IF_NO_DEVICE();
+  const Arg none[] = {Arg::f32(1.0f)};
+  for (uint32_t counted : {(1u << 26) + 1, 0xFFFFFFFFu, runtime::kMaxKernelParams}) {
+    EXPECT_ERROR(runtime::launch_counted(*rt_, {}, {}, counted, 1, none), ErrorCode::kInvalidArgument,
+                 "launch_counted: " + std::to_string(counted) + " counted loops");
+  }
+  EXPECT_EQ(rt_->stats()->launches, 0u);
 }
 
 TEST_F(RuntimeMisuse, ZeroMaxGroupsIsRejected) {
