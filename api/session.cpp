@@ -143,6 +143,7 @@ Result<SessionStats> Session::stats() const {
   s.memory_block_bytes = r.memory_block_bytes;
   s.memory_used_bytes = r.memory_used_bytes;
   s.adstack_heap_bytes = r.adstack_heap_bytes;
+  s.vulkan_objects_created = r.live.created;
   return s;
 }
 

@@ -68,6 +68,9 @@ struct SessionStats {
   uint64_t memory_block_bytes = 0;  // device memory held
   uint64_t memory_used_bytes = 0;   // ... of which in live buffers
   uint64_t adstack_heap_bytes = 0;  // reverse-mode stack storage held now
+  // Vulkan objects and memory blocks created so far: constant across the iterations of a
+  // training loop in its steady state (launch args and small transfers use recycled rings).
+  uint64_t vulkan_objects_created = 0;
 };
 
 // One differentiated parameter: forward parameter `param` (an ndarray marked grad) has its

@@ -436,6 +436,7 @@ vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out) {
   full.memory_block_bytes = st.memory_block_bytes;
   full.memory_used_bytes = st.memory_used_bytes;
   full.adstack_heap_bytes = st.adstack_heap_bytes;
+  full.vulkan_objects_created = st.vulkan_objects_created;
   return write_versioned("vkad_session_stats", full, out);
 }
 

@@ -221,6 +221,7 @@ typedef struct vkad_stats {
   uint32_t struct_size;
   uint64_t launches, flushes, forced_waits, ndarrays, kernels_cached;
   uint64_t memory_block_bytes, memory_used_bytes, adstack_heap_bytes;
+  uint64_t vulkan_objects_created; /* constant over a steady-state training loop */
 } vkad_stats;
 /* Fails (VKAD_FAILED_PRECONDITION) while another thread is inside the session. */
 vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out);

@@ -53,6 +53,7 @@ Result<Buffer> Device::create_buffer(const BufferDesc& desc) {
   set_name(VK_OBJECT_TYPE_BUFFER, reinterpret_cast<uint64_t>(buffer),
            desc.name.empty() ? "vkad buffer" : desc.name);
   ++live_.buffers;
+  ++live_.created;
   return Buffer(this, buffer, *alloc, desc.size);
 }
 

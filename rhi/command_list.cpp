@@ -22,7 +22,8 @@ void CommandList::bind_pipeline(ComputePipeline& pipeline) {
                                            pipeline.handle());
 }
 
-Status CommandList::bind_buffers(ComputePipeline& pipeline, std::span<Buffer* const> buffers) {
+Status CommandList::bind_buffers(ComputePipeline& pipeline, std::span<Buffer* const> buffers,
+                                 BufferRange first) {
   if (buffers.size() != pipeline.storage_buffer_count()) {
     return make_error(ErrorCode::kInvalidArgument,
                       "pipeline '" + pipeline.name() + "' expects " +
@@ -59,6 +60,7 @@ Status CommandList::bind_buffers(ComputePipeline& pipeline, std::span<Buffer* co
   }
   for (size_t i = 0; i < buffers.size(); ++i) {
     infos[i] = {buffers[i]->handle(), 0, VK_WHOLE_SIZE};
+    if (i == 0) infos[0] = {buffers[0]->handle(), first.offset, first.size ? first.size : VK_WHOLE_SIZE};
     writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
     writes[i].dstSet = set;
     writes[i].dstBinding = static_cast<uint32_t>(i);

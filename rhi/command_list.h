@@ -29,6 +29,13 @@ enum class Barrier : uint8_t {
   kToHost,             // shader or copy writes -> host reads after the submission completes
 };
 
+// A sub-range of a buffer for binding 0 of bind_buffers (offset a multiple of the device's
+// minStorageBufferOffsetAlignment; size 0: to the end of the buffer).
+struct BufferRange {
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
 class CommandList {
  public:
   CommandList() = default;
@@ -43,11 +50,13 @@ class CommandList {
   uint32_t dispatch_count() const { return dispatches_; }
 
   void bind_pipeline(ComputePipeline& pipeline);
-  // Binds `buffers` to bindings 0..n-1 (whole ranges) and marks them used: with push
-  // descriptors where the pipeline has them (pipeline.push_descriptors()), else through a
-  // descriptor set allocated from the stream's pools (recycled when this serial completes). kInvalidArgument when the count does
+  // Binds `buffers` to bindings 0..n-1 (whole ranges, but `first` for binding 0: a slot of a
+  // ring of per-launch memory) and marks them used: with push descriptors where the pipeline
+  // has them (pipeline.push_descriptors()), else through a descriptor set allocated from the
+  // stream's pools (recycled when this serial completes). kInvalidArgument when the count does
   // not match the pipeline's layout or a buffer is empty.
-  Status bind_buffers(ComputePipeline& pipeline, std::span<Buffer* const> buffers);
+  Status bind_buffers(ComputePipeline& pipeline, std::span<Buffer* const> buffers,
+                      BufferRange first = {});
   void push_constants(ComputePipeline& pipeline, const void* data, uint32_t bytes);
   void dispatch(uint32_t x, uint32_t y = 1, uint32_t z = 1);
   void barrier(Barrier kind);

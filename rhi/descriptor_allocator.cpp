@@ -35,6 +35,7 @@ Result<DescriptorAllocator::Pool> DescriptorAllocator::take_pool() {
                    "vkad descriptor pool " + std::to_string(pool_count_));
   ++pool_count_;
   ++device_.live_mut().descriptor_pools;
+  ++device_.live_mut().created;
   return p;
 }
 

@@ -179,6 +179,9 @@ struct LiveObjects {
   int64_t descriptor_pools = 0;
   int64_t fences = 0;
   int64_t query_pools = 0;
+  // Vulkan objects (and VkDeviceMemory blocks) created over the device's life: the counter a
+  // steady-state loop must not move (RuntimeStats; a training iteration creates none).
+  uint64_t created = 0;
 };
 
 // What the deferred deleter holds: one Vulkan handle (+ its memory, for buffers).

@@ -83,6 +83,7 @@ Result<int> MemoryAllocator::new_block(int memory_type, uint64_t size, bool host
   stats_.block_bytes += size;
   ++stats_.blocks;
   ++device_.live_mut().memory_blocks;
+  ++device_.live_mut().created;
   return index;
 }
 

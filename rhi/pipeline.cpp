@@ -133,6 +133,7 @@ Result<ComputePipeline> Device::create_compute_pipeline(const ComputePipelineDes
   p.layout_ = layout;
   p.set_layout_ = set_layout;
   ++live_.pipelines;
+  ++live_.created;
   return p;
 }
 
@@ -171,6 +172,7 @@ Result<QueryPool> Device::create_query_pool(uint32_t count, const std::string& n
   q.count_ = count;
   set_name(VK_OBJECT_TYPE_QUERY_POOL, reinterpret_cast<uint64_t>(pool), name);
   ++live_.query_pools;
+  ++live_.created;
   return q;
 }
 

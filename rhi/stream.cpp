@@ -202,6 +202,7 @@ Result<CommandList> Stream::begin() {
                         [&] { return device_.fn().vkAllocateCommandBuffers(device_.handle(), &info, &cb); }));
     ++counters_.command_buffers_created;
     ++device_.live_mut().command_buffers;
+    ++device_.live_mut().created;
     device_.set_name(VK_OBJECT_TYPE_COMMAND_BUFFER, reinterpret_cast<uint64_t>(cb),
                      name_ + " cmd " + std::to_string(counters_.command_buffers_created));
   }
@@ -234,6 +235,7 @@ Result<VkFence> Stream::take_fence() {
                       [&] { return device_.fn().vkCreateFence(device_.handle(), &info, nullptr, &f); }));
   ++counters_.fences_created;
   ++device_.live_mut().fences;
+  ++device_.live_mut().created;
   device_.set_name(VK_OBJECT_TYPE_FENCE, reinterpret_cast<uint64_t>(f),
                    name_ + " fence " + std::to_string(counters_.fences_created));
   return f;

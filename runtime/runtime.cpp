@@ -155,6 +155,12 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   rt->limits_.enforce_loop_limit = options.enforce_loop_limit;
   rt->retirement_ =
       RetirementQueue<CtxBuffers>(options.retirement_depth, options.retirement_policy);
+  // 256 KiB chunks: about a thousand launches' args each; 32 chunks kept (8 MiB) covers the
+  // launches a retirement depth of a few flushes keeps in flight.
+  const uint64_t align = std::max<uint64_t>(caps.min_storage_buffer_offset_alignment, 16);
+  rt->upload_ring_.emplace(rhi::MemoryUsage::kUpload, kRingChunkBytes, align, 32, "vkad args ring");
+  rt->readback_ring_.emplace(rhi::MemoryUsage::kReadback, kRingChunkBytes, align, 4,
+                             "vkad readback ring");
   return rt;
 }
 
@@ -169,6 +175,8 @@ Runtime::~Runtime() {
   ctx_buffers_ = {};
   arrays_.clear();
   heaps_ = {};
+  upload_ring_.reset();
+  readback_ring_.reset();
   kernels_.clear();
   pipelines_.clear();
   stream_.reset();   // waits for its own last submission
@@ -478,16 +486,24 @@ Status Runtime::upload(NdArrayHandle array, const void* data, uint64_t bytes) {
 }
 
 Status Runtime::record_host_copy(NdArray& a, const void* data) {
-  VKAD_ASSIGN_OR_RETURN(rhi::Buffer staging,
-                        device_->create_buffer({a.bytes, rhi::MemoryUsage::kUpload,
-                                                a.name + " upload"}));
-  std::memcpy(staging.mapped(), data, a.bytes);
   VKAD_TRY(ensure_list());
-  list_.barrier(rhi::Barrier::kComputeToTransfer);
-  list_.copy(staging, a.buffer, a.bytes);
+  if (a.bytes <= upload_ring_->chunk_bytes()) {  // small: staged in the ring, no buffer made
+    VKAD_ASSIGN_OR_RETURN(HostRing::Slot slot,
+                          upload_ring_->allocate(*device_, a.bytes, &ctx_buffers_.upload_chunks));
+    std::memcpy(slot.data, data, a.bytes);
+    list_.barrier(rhi::Barrier::kComputeToTransfer);
+    list_.copy(*slot.buffer, a.buffer, a.bytes, slot.offset, 0);
+  } else {
+    VKAD_ASSIGN_OR_RETURN(rhi::Buffer staging,
+                          device_->create_buffer({a.bytes, rhi::MemoryUsage::kUpload,
+                                                  a.name + " upload"}));
+    std::memcpy(staging.mapped(), data, a.bytes);
+    list_.barrier(rhi::Barrier::kComputeToTransfer);
+    list_.copy(staging, a.buffer, a.bytes);
+    ctx_buffers_.buffers.push_back(std::move(staging));
+  }
   list_.barrier(rhi::Barrier::kTransferToCompute);
   ctx_bytes_ += a.bytes;
-  ctx_buffers_.buffers.push_back(std::move(staging));
   return {};
 }
 
@@ -506,20 +522,30 @@ Status Runtime::download(NdArrayHandle array, void* out, uint64_t bytes) {
                       "download from '" + a.name + "': " + std::to_string(bytes) +
                           " bytes requested, the array holds " + std::to_string(a.bytes));
   }
-  VKAD_ASSIGN_OR_RETURN(rhi::Buffer readback,
-                        device_->create_buffer({bytes, rhi::MemoryUsage::kReadback,
-                                                a.name + " readback"}));
+  // Small readbacks land in the readback ring (no buffer made); large ones in their own buffer.
   VKAD_TRY(ensure_list());
+  rhi::Buffer own;
+  const std::byte* from = nullptr;
   list_.barrier(rhi::Barrier::kComputeToTransfer);
-  list_.copy(a.buffer, readback, bytes);
+  if (bytes <= readback_ring_->chunk_bytes()) {
+    VKAD_ASSIGN_OR_RETURN(HostRing::Slot slot,
+                          readback_ring_->allocate(*device_, bytes, &ctx_buffers_.readback_chunks));
+    list_.copy(a.buffer, *slot.buffer, bytes, 0, slot.offset);
+    from = slot.data;
+  } else {
+    VKAD_ASSIGN_OR_RETURN(own, device_->create_buffer({bytes, rhi::MemoryUsage::kReadback,
+                                                       a.name + " readback"}));
+    list_.copy(a.buffer, own, bytes);
+    from = own.mapped();
+  }
   VKAD_ASSIGN_OR_RETURN(rhi::StreamSemaphore sem, flush());
   if (!sem.wait()) {
     VKAD_TRY(device_->status());
     return make_error(ErrorCode::kTimeout, "download from '" + a.name + "' did not complete");
   }
-  std::memcpy(out, readback.mapped(), bytes);
-  // The readback buffer was used only by `sem`, which is complete: released at once.
-  readback.reset();
+  std::memcpy(out, from, bytes);
+  // An own readback buffer was used only by `sem`, which is complete: released at once.
+  own.reset();
   VKAD_TRY(drain_all());
   return errors_.take();
 }
@@ -691,10 +717,12 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   if (any_heap_task) VKAD_TRY(ensure_heaps(planned_.lp.heap_need));
 
   const uint32_t args_bytes = d.args_bytes();
-  VKAD_ASSIGN_OR_RETURN(
-      rhi::Buffer args_buf,
-      device_->create_buffer({args_bytes, rhi::MemoryUsage::kUpload, d.name + " args"}));
-  std::memcpy(args_buf.mapped(), args_scratch_.data(), args_bytes);
+  VKAD_TRY(ensure_list());
+  // The args go into a slot of the upload ring: no Vulkan object per launch (host_ring.h).
+  VKAD_ASSIGN_OR_RETURN(HostRing::Slot args_slot,
+                        upload_ring_->allocate(*device_, args_bytes, &ctx_buffers_.upload_chunks));
+  std::memcpy(args_slot.data, args_scratch_.data(), args_bytes);
+  rhi::Buffer& args_buf = *args_slot.buffer;
   std::vector<rhi::Buffer*>& bindings = planned_.bindings;  // reused: no allocation per launch
   bindings.clear();
   bindings.push_back(&args_buf);
@@ -705,11 +733,10 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
     for (rhi::Buffer& h : heaps_.all()) bindings.push_back(any_heap_task ? &h : &args_buf);
   }
   const uint64_t specialized = planned_.specialized, spec_misses = planned_.spec_misses;
-  VKAD_TRY(ensure_list());
   for (size_t t = 0; t < d.tasks.size(); ++t) {
     rhi::ComputePipeline& p = *task_pipeline[t];
     list_.bind_pipeline(p);
-    VKAD_TRY(list_.bind_buffers(p, bindings));
+    VKAD_TRY(list_.bind_buffers(p, bindings, {args_slot.offset, args_bytes}));
     uint32_t push[2] = {plan[t].begin, plan[t].end};
     list_.push_constants(p, push, sizeof push);
     list_.dispatch(plan[t].groups);
@@ -717,8 +744,7 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   }
   ctx_bytes_ += args_bytes;
   const LaunchId launch_id{++next_launch_};
-  ctx_buffers_.flags.push_back({ctx_buffers_.buffers.size(), k, launch_id});
-  ctx_buffers_.buffers.push_back(std::move(args_buf));
+  ctx_buffers_.flags.push_back({args_slot.data, k, launch_id});
   ++stats_.launches;
   stats_.adstack_heap_dispatches += tier_counts[0] + tier_counts[2];
   stats_.adstack_private_dispatches += tier_counts[1];
@@ -770,7 +796,11 @@ void Runtime::take_retired() {
   // Retired payloads: read the error words their launches wrote, then release their buffers
   // (destroying a payload hands them to the deferred deleter).
   retirement_.take_retired(retired_);
-  for (CtxBuffers& b : retired_) read_error_flags(b);
+  for (CtxBuffers& b : retired_) {
+    read_error_flags(b);  // before recycling: a flag site may sit in a chunk closed here
+    upload_ring_->recycle(b.upload_chunks);
+    readback_ring_->recycle(b.readback_chunks);
+  }
   retired_.clear();  // releases their buffers; the vector keeps its capacity
 }
 
@@ -813,7 +843,7 @@ Status Runtime::set_retirement_depth(size_t depth) {
 
 void Runtime::read_error_flags(CtxBuffers& retired) {
   for (const FlagSite& site : retired.flags) {
-    errors_.record(site.kernel->desc, retired.buffers[site.buffer].mapped(), site.launch);
+    errors_.record(site.kernel->desc, site.args, site.launch);
   }
 }
 
@@ -831,6 +861,8 @@ Result<RuntimeStats> Runtime::stats() const {
   s.memory_block_bytes = device_->allocator().stats().block_bytes;
   s.memory_used_bytes = device_->allocator().stats().used_bytes;
   s.live_descriptor_sets = stream_->live_descriptor_sets();
+  s.ring_chunks_held = upload_ring_->chunks_held() + readback_ring_->chunks_held();
+  s.ring_chunks_created = upload_ring_->chunks_created() + readback_ring_->chunks_created();
   return s;
 }
 

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <span>
 #include <string>
@@ -43,6 +44,7 @@
 #include "runtime/handles.h"
 #include "runtime/adstack_heaps.h"
 #include "runtime/device_error_log.h"
+#include "runtime/host_ring.h"
 #include "runtime/launch_plan.h"
 #include "runtime/ndarray_table.h"
 #include "runtime/pipeline_cache.h"
@@ -151,6 +153,10 @@ struct RuntimeStats {
   uint64_t adstack_specialized_dispatches = 0;  // dispatches with launch constants specialized
   uint64_t adstack_specialize_misses = 0;       // ... wanted, but past the variant cap
   uint64_t adstack_specialized_pipelines = 0;   // cached specialized variants (either tier)
+  // The host rings (host_ring.h: launch args, small staging and readbacks): chunk buffers held
+  // by the rings now (open + pool; those in flight come back at retirement), and created so far.
+  uint64_t ring_chunks_held = 0;
+  uint64_t ring_chunks_created = 0;
 };
 
 class Runtime {
@@ -258,14 +264,17 @@ class Runtime {
 
   // Where a launch's device error words live: checked when its submission retires.
   struct FlagSite {
-    size_t buffer;  // index into CtxBuffers::buffers (the launch's args buffer)
+    const std::byte* args;  // the launch's args slot in the upload ring (mapped)
     std::shared_ptr<const Kernel> kernel;  // kept alive even if unregistered meanwhile
     LaunchId launch;
   };
   // Per-flush payload of the retirement queue.
   struct CtxBuffers {
-    std::vector<rhi::Buffer> buffers;
+    std::vector<rhi::Buffer> buffers;  // per-launch buffers: large staging, replaced heaps
     std::vector<FlagSite> flags;
+    // Ring chunks closed while this list was recorded (host_ring.h): back to their ring's
+    // pool when it retires.
+    std::vector<rhi::Buffer> upload_chunks, readback_chunks;
   };
 
   Runtime() : retirement_(3) {}
@@ -301,6 +310,8 @@ class Runtime {
   uint32_t next_serial_ = 1;  // the low half
   rhi::StreamSemaphore last_sem_;
   AdstackHeaps heaps_;  // shared by all adstack launches
+  // Launch args and small upload staging / small readbacks (host_ring.h): no buffer per call.
+  std::optional<HostRing> upload_ring_, readback_ring_;
   // Found at retirement, reported at the next drain: one entry per (kernel, task, message).
   DeviceErrorLog errors_;  // found at retirement, reported at the next drain
   uint64_t next_launch_ = 0;                  // the last LaunchId issued

@@ -577,6 +577,7 @@ struct Session {
     d["memory_block_bytes"] = s.memory_block_bytes;
     d["memory_used_bytes"] = s.memory_used_bytes;
     d["adstack_heap_bytes"] = s.adstack_heap_bytes;
+    d["vulkan_objects_created"] = s.vulkan_objects_created;
     return d;
   }
   std::vector<std::string> validation_messages() {

@@ -197,6 +197,7 @@ int main(void) {
   CHECK(stats.launches == 2);
   CHECK(stats.ndarrays == 5);
   CHECK(stats.memory_used_bytes > 0);
+  CHECK(stats.vulkan_objects_created > 0); /* the device's own objects at least */
 
   /* A dtype outside vkad_dtype (a C caller may store any int in the enum): a named error. */
   {

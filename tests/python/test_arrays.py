@@ -170,5 +170,6 @@ def test_closed_session():
 def test_stats_is_a_dict(session):
     st = session.stats()
     for key in ["launches", "flushes", "forced_waits", "ndarrays", "kernels_cached",
-                "memory_block_bytes", "memory_used_bytes", "adstack_heap_bytes"]:
+                "memory_block_bytes", "memory_used_bytes", "adstack_heap_bytes",
+                "vulkan_objects_created"]:
         assert isinstance(st[key], int)

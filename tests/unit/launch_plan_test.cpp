@@ -2,8 +2,10 @@
 // the loop-pass check, with expectations from the documented rules (not from the code).
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <vector>
 
+#include "runtime/host_ring.h"
 #include "runtime/launch_plan.h"
 
 namespace vkad::runtime {
@@ -232,5 +234,28 @@ TEST(NdArrayTable, BytesAndTheErrorsThatNameTheArray) {
   EXPECT_NE(dtype.status().message().find("dtype value 42"), std::string::npos);
 }
 
+}  // namespace
+}  // namespace vkad::runtime
+
+// The host ring's suballocation (runtime/host_ring.h): aligned slots front to back, refused
+// once the chunk cannot hold the next one, from the start again after reset.
+namespace vkad::runtime {
+namespace {
+TEST(RingCursor, AlignedSlotsFrontToBackUntilFull) {
+  RingCursor c(256, 64);
+  EXPECT_EQ(c.take(10), std::optional<uint64_t>(0));
+  EXPECT_EQ(c.take(64), std::optional<uint64_t>(64)) << "aligned up from 10";
+  EXPECT_EQ(c.take(1), std::optional<uint64_t>(128));
+  EXPECT_EQ(c.take(64), std::optional<uint64_t>(192)) << "exactly fills the chunk";
+  EXPECT_EQ(c.take(1), std::nullopt) << "full";
+  EXPECT_EQ(c.used(), 256u);
+  c.reset();
+  EXPECT_EQ(c.take(256), std::optional<uint64_t>(0));
+  EXPECT_EQ(c.take(0), std::nullopt) << "an aligned offset past the end is refused";
+  RingCursor big(100, 16);
+  EXPECT_EQ(big.take(101), std::nullopt) << "larger than the chunk";
+  EXPECT_EQ(big.take(UINT64_MAX), std::nullopt) << "no overflow in the bound";
+  EXPECT_EQ(big.take(100), std::optional<uint64_t>(0));
+}
 }  // namespace
 }  // namespace vkad::runtime
