@@ -3,9 +3,10 @@
 //
 // Life of a launch:
 //   launch(k, args)  validates args against k's parameters (nothing is recorded on error),
-//                    writes a per-launch args buffer, records one dispatch per task into the
-//                    current command list; the args buffer (and upload staging buffers) go into
-//                    ctx_buffers. Past `max_dispatches_per_list` dispatches or `max_list_age_us`
+//                    writes the launch's args into a slot of the upload ring (host_ring.h; no
+//                    Vulkan object per launch), records one dispatch per task into the
+//                    current command list; ring chunks that fill up (and large upload staging
+//                    buffers) go into ctx_buffers. Past `max_dispatches_per_list` dispatches or `max_list_age_us`
 //                    the list is flushed automatically, so no command buffer grows unbounded.
 //   flush()          submits the list -> StreamSemaphore; pushes {semaphore, ctx_buffers} onto
 //                    the retirement queue (see retirement_queue.h for the exact policy).
