@@ -42,7 +42,7 @@ prepare() {
   for f in tests/vkad_gpu_tests tests/vkad_unit_tests examples/vkad-example examples/vkad-embedding \
            vkad-info bench/vkad-bench-dispatch bench/vkad-bench-retirement bench/vkad-bench-codegen \
            bench/vkad-bench-adjoint bench/vkad-bench-adjoint-floor bench/vkad-bench-launch \
-           bench/vkad-bench-counted; do
+           bench/vkad-bench-counted bench/vkad-bench-substep; do
     [ -f "build-gpu/$f" ] && cp "build-gpu/$f" build-gpu/bin/
   done
   strip build-gpu/bin/*
@@ -119,6 +119,15 @@ run() {
     echo "bench launch: exit $?" >> "$txt"
     timeout 60 "$bin/vkad-bench-counted" --json "$out/bench-counted.json" > "$out/bench-counted.txt" 2>&1
     echo "bench counted: exit $?" >> "$txt"
+    timeout 120 "$bin/vkad-bench-substep" --json "$out/bench-substep.json" > "$out/bench-substep.txt" 2>&1
+    echo "bench substep (C++): exit $?" >> "$txt"
+    # The same program from Python and in the peers installed there (Warp when carried:
+    # PYTHONPATH=/tmp/site), bench/substep.py.
+    if [ -d /tmp/site/vkad ]; then
+      PYTHONPATH=/tmp/site timeout 300 python3 bench/substep.py --json "$out/bench-substep-py.json" \
+        > "$out/bench-substep-py.txt" 2>&1
+      echo "bench substep (Python, peers): exit $?" >> "$txt"
+    fi
     timeout 240 "$bin/vkad-bench-adjoint" --json "$out/bench-adjoint.json" > "$out/bench-adjoint.txt" 2>&1
     echo "bench adjoint: exit $?" >> "$txt"
     # The generated adjoint against the hand-written slot-major heap tape, in both layouts.
@@ -130,7 +139,7 @@ run() {
     # The same kernels in PyTorch and JAX where they are installed (bench/peers.py).
     timeout 300 python3 bench/peers.py --json "$out/bench-peers.json" > "$out/bench-peers.txt" 2>&1
     echo "bench peers (pytorch, jax): exit $?" >> "$txt"
-    for f in dispatch retirement codegen launch counted adjoint floor-slot floor-thread peers; do
+    for f in dispatch retirement codegen launch counted substep substep-py adjoint floor-slot floor-thread peers; do
       echo "--- $f" >> "$txt"
       cat "$out/bench-$f.txt" >> "$txt"
     done
@@ -162,7 +171,7 @@ try:
                                    if c.find("failure") is not None or c.find("error") is not None]
 except (OSError, ET.ParseError, AttributeError) as e:
     doc["python_tests"] = f"no result: {e}"
-for b in ("dispatch", "retirement", "codegen", "launch", "counted", "adjoint", "floor-slot",
+for b in ("dispatch", "retirement", "codegen", "launch", "counted", "substep", "substep-py", "adjoint", "floor-slot",
           "floor-thread", "peers"):
     p = os.path.join(out, f"bench-{b}.json")
     if os.path.exists(p):
