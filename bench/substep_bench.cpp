@@ -145,9 +145,10 @@ int main(int argc, char** argv) {
     }
     const double floor_ms = 20.0 * P * steps / (bandwidth * 1e9) * 1e3;
     const double m = bench::median(ms), rc = bench::median(rec);
-    std::printf("P = %8u, %u substeps: %9.2f ms/iteration (%.1fx the %.2f ms floor at %g GB/s), "
-                "%.2f us per launch recorded\n",
-                P, steps, m, m / floor_ms, floor_ms, bandwidth, rc);
+    std::printf(
+        "P = %8u, %u substeps: %9.2f ms/iteration (%.1fx the %.2f ms floor at %g GB/s), "
+        "%.2f us per launch recorded\n",
+        P, steps, m, m / floor_ms, floor_ms, bandwidth, rc);
     json.begin();
     json.field("bench", "substep");
     json.field("P", static_cast<double>(P));

@@ -19,6 +19,10 @@ struct KernelHandle {
 struct NdArrayHandle {
   uint64_t id = 0;
 };
+// A captured launch sequence (Runtime::begin_capture / end_capture / replay).
+struct GraphHandle {
+  uint64_t id = 0;
+};
 // "runtime:serial", as error messages print a handle.
 std::string handle_string(uint64_t id);
 
@@ -36,6 +40,14 @@ struct Arg {
   static Arg i64(int64_t v) { return {ParamKind::kScalar, DType::kI64, 0, v, {}}; }
   static Arg boolean(bool v) { return {ParamKind::kScalar, DType::kBool, 0, v ? 1 : 0, {}}; }
   static Arg ndarray(NdArrayHandle h) { return {ParamKind::kNdArray, DType::kF32, 0, 0, h}; }
+};
+
+// A scalar argument of a captured launch replaced at a replay (Runtime::replay): launch index
+// in capture order, parameter index, new value.
+struct GraphUpdate {
+  uint32_t launch = 0;
+  uint32_t param = 0;
+  Arg value;
 };
 
 // The sequence number of a recorded launch: 1 for a runtime's first, then +1 per launch that

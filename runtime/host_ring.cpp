@@ -7,7 +7,8 @@ namespace vkad::runtime {
 Result<HostRing::Slot> HostRing::allocate(rhi::Device& device, uint64_t bytes,
                                           std::vector<rhi::Buffer>* closing) {
   if (bytes > chunk_bytes_) {
-    VKAD_ASSIGN_OR_RETURN(rhi::Buffer own, device.create_buffer({bytes, usage_, name_ + " (large)"}));
+    VKAD_ASSIGN_OR_RETURN(rhi::Buffer own,
+                          device.create_buffer({bytes, usage_, name_ + " (large)"}));
     closing->push_back(std::move(own));
     return Slot{&closing->back(), 0, closing->back().mapped()};
   }

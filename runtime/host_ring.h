@@ -58,8 +58,12 @@ class HostRing {
   // (a slot may be bound as a storage buffer range). `max_free`: chunks kept in the pool.
   HostRing(rhi::MemoryUsage usage, uint64_t chunk_bytes, uint64_t alignment, uint32_t max_free,
            std::string name)
-      : usage_(usage), chunk_bytes_(chunk_bytes), alignment_(alignment), max_free_(max_free),
-        name_(std::move(name)), cursor_(chunk_bytes, alignment) {}
+      : usage_(usage),
+        chunk_bytes_(chunk_bytes),
+        alignment_(alignment),
+        max_free_(max_free),
+        name_(std::move(name)),
+        cursor_(chunk_bytes, alignment) {}
 
   // A slot of `bytes`. When the open chunk is full it goes into `closing` (the payload of the
   // list being recorded) and the next comes from the pool, or is created. A slot larger than a

@@ -55,6 +55,8 @@ class PipelineCache {
                            const std::function<Status()>& validate, bool* hit);
   // Drops one reference; then evicts unreferenced entries past the capacity.
   void release(uint64_t key);
+  // One more reference to an entry that has one (a captured graph keeps its pipelines).
+  void retain(uint64_t key) { ++entries_.at(key).refs; }
   Entry& at(uint64_t key) { return entries_.at(key); }
   // The pipeline of `task` for `*variant`: the generic one for the heap tier unspecialized;
   // otherwise made on first use. A specialized variant not made yet, when `task` has

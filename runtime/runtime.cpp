@@ -167,6 +167,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
 Runtime::~Runtime() {
   // create() may have failed part-way: nothing to flush without a device and a stream.
   if (!device_ || !stream_) return;
+  capture_.reset();  // an open capture recorded nothing
   // Flush what was recorded and wait for this stream's work only; then release everything.
   Status s = flush().status();
   if (s.ok()) s = drain_all();
@@ -447,6 +448,17 @@ Status Runtime::fill(NdArrayHandle array, double value) {
   }
   const uint32_t elem = dtype_bytes(a.dtype);
   const uint32_t lo = static_cast<uint32_t>(pattern), hi = static_cast<uint32_t>(pattern >> 32);
+  if (capture_) {
+    if (elem == 8 && lo != hi) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "fill '" + a.name + "': value " + format_double(value) +
+                            " needs host staging (its 8-byte halves differ), which graph '" +
+                            capture_->name + "' cannot capture");
+    }
+    capture_->steps.push_back({false, static_cast<uint32_t>(capture_->fills.size())});
+    capture_->fills.push_back({array, lo});
+    return {};
+  }
   if (elem == 8 && lo != hi) {
     // vkCmdFillBuffer repeats 32 bits: an 8-byte pattern with unequal halves is staged.
     std::vector<unsigned char> host(a.bytes);
@@ -470,6 +482,7 @@ Status Runtime::ensure_list() {
 Status Runtime::upload(NdArrayHandle array, const void* data, uint64_t bytes) {
   VKAD_EXCLUSIVE_USE("upload");
   VKAD_TRY(device_->status());
+  VKAD_TRY(not_while_capturing("upload"));
   auto it = arrays_.find(array.id);
   if (it == arrays_.end()) return dead_handle("upload", "ndarray", array.id);
   NdArray& a = it->second;
@@ -510,6 +523,7 @@ Status Runtime::record_host_copy(NdArray& a, const void* data) {
 Status Runtime::download(NdArrayHandle array, void* out, uint64_t bytes) {
   VKAD_EXCLUSIVE_USE("download");
   VKAD_TRY(device_->status());
+  VKAD_TRY(not_while_capturing("download"));
   auto it = arrays_.find(array.id);
   if (it == arrays_.end()) return dead_handle("download", "ndarray", array.id);
   NdArray& a = it->second;
@@ -704,37 +718,50 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   auto kit = kernels_.find(kernel.id);
   if (kit == kernels_.end()) return dead_handle("launch", "kernel", kernel.id);
   const std::shared_ptr<const Kernel>& k = kit->second;
-  const CompiledKernel& d = k->desc;
   VKAD_TRY(check_args(*k, args));
 
   // Plan every task and find its pipeline before recording anything, so a bad range records
   // nothing.
   VKAD_TRY(plan_pipelines(*k, args, &planned_));
-  const std::vector<TaskPlan>& plan = planned_.lp.tasks;
-  const bool any_heap_task = planned_.lp.any_heap_task;
-  const std::array<uint64_t, 3>& tier_counts = planned_.lp.tier_counts;
-  const std::vector<rhi::ComputePipeline*>& task_pipeline = planned_.pipelines;
-  if (any_heap_task) VKAD_TRY(ensure_heaps(planned_.lp.heap_need));
-
-  const uint32_t args_bytes = d.args_bytes();
+  if (capture_) return capture_launch(k, args);
+  if (planned_.lp.any_heap_task) VKAD_TRY(ensure_heaps(planned_.lp.heap_need));
   VKAD_TRY(ensure_list());
+  VKAD_TRY(record_launch(k, planned_, args_scratch_.data(), id));
+  return auto_flush();
+}
+
+Status Runtime::auto_flush() {
+  if (list_.dispatch_count() >= options_.max_dispatches_per_list ||
+      now_us() - list_started_us_ > options_.max_list_age_us) {
+    ++stats_.auto_flushes;
+    VKAD_TRY(flush().status());
+  }
+  return {};
+}
+
+Status Runtime::record_launch(const std::shared_ptr<const Kernel>& k, const PlannedLaunch& planned,
+                              const std::byte* encoded, LaunchId* id) {
+  const CompiledKernel& d = k->desc;
+  const std::vector<TaskPlan>& plan = planned.lp.tasks;
+  const bool any_heap_task = planned.lp.any_heap_task;
+  const std::array<uint64_t, 3>& tier_counts = planned.lp.tier_counts;
+  const uint32_t args_bytes = d.args_bytes();
   // The args go into a slot of the upload ring: no Vulkan object per launch (host_ring.h).
   VKAD_ASSIGN_OR_RETURN(HostRing::Slot args_slot,
                         upload_ring_->allocate(*device_, args_bytes, &ctx_buffers_.upload_chunks));
-  std::memcpy(args_slot.data, args_scratch_.data(), args_bytes);
+  std::memcpy(args_slot.data, encoded, args_bytes);
   rhi::Buffer& args_buf = *args_slot.buffer;
-  std::vector<rhi::Buffer*>& bindings = planned_.bindings;  // reused: no allocation per launch
+  std::vector<rhi::Buffer*>& bindings = bindings_;  // reused: no allocation per launch
   bindings.clear();
   bindings.push_back(&args_buf);
-  bindings.insert(bindings.end(), planned_.arrays.begin(), planned_.arrays.end());
+  bindings.insert(bindings.end(), planned.arrays.begin(), planned.arrays.end());
   // With every adstack task in the private tier the heap bindings are never accessed: the
   // args buffer stands in for them, so no heap is made.
   if (d.has_adstacks()) {
     for (rhi::Buffer& h : heaps_.all()) bindings.push_back(any_heap_task ? &h : &args_buf);
   }
-  const uint64_t specialized = planned_.specialized, spec_misses = planned_.spec_misses;
   for (size_t t = 0; t < d.tasks.size(); ++t) {
-    rhi::ComputePipeline& p = *task_pipeline[t];
+    rhi::ComputePipeline& p = *planned.pipelines[t];
     list_.bind_pipeline(p);
     VKAD_TRY(list_.bind_buffers(p, bindings, {args_slot.offset, args_bytes}));
     uint32_t push[2] = {plan[t].begin, plan[t].end};
@@ -749,15 +776,9 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   stats_.adstack_heap_dispatches += tier_counts[0] + tier_counts[2];
   stats_.adstack_private_dispatches += tier_counts[1];
   stats_.adstack_private_fallbacks += tier_counts[2];
-  stats_.adstack_specialized_dispatches += specialized;
-  stats_.adstack_specialize_misses += spec_misses;
+  stats_.adstack_specialized_dispatches += planned.specialized;
+  stats_.adstack_specialize_misses += planned.spec_misses;
   if (id) *id = launch_id;
-
-  if (list_.dispatch_count() >= options_.max_dispatches_per_list ||
-      now_us() - list_started_us_ > options_.max_list_age_us) {
-    ++stats_.auto_flushes;
-    VKAD_TRY(flush().status());
-  }
   return {};
 }
 
@@ -766,6 +787,7 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
 Result<rhi::StreamSemaphore> Runtime::flush() {
   VKAD_EXCLUSIVE_USE("flush");
   VKAD_TRY(device_->status());
+  if (capture_) return last_sem_;  // nothing is recorded while capturing: nothing to submit
   if (!list_.recording()) {
     retirement_.poll();
     take_retired();
@@ -814,6 +836,7 @@ Status Runtime::drain_all() {
 
 Status Runtime::synchronize() {
   VKAD_EXCLUSIVE_USE("synchronize");
+  VKAD_TRY(not_while_capturing("synchronize"));
   VKAD_ASSIGN_OR_RETURN(rhi::StreamSemaphore sem, flush());
   if (!sem.wait()) {
     VKAD_TRY(device_->status());
@@ -834,6 +857,7 @@ Status Runtime::ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& ne
 Status Runtime::set_retirement_depth(size_t depth) {
   VKAD_EXCLUSIVE_USE("set_retirement_depth");
   VKAD_TRY(device_->status());
+  VKAD_TRY(not_while_capturing("set_retirement_depth"));
   Status s = retirement_.set_depth(depth);
   take_retired();
   VKAD_TRY(s);

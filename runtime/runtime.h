@@ -158,6 +158,9 @@ struct RuntimeStats {
   // by the rings now (open + pool; those in flight come back at retirement), and created so far.
   uint64_t ring_chunks_held = 0;
   uint64_t ring_chunks_created = 0;
+  uint64_t graphs = 0;             // captured graphs alive
+  uint64_t graph_replays = 0;
+  uint64_t replayed_launches = 0;  // launches recorded by replays (also counted in `launches`)
 };
 
 class Runtime {
@@ -230,6 +233,41 @@ class Runtime {
   Status prepare(KernelHandle kernel, std::span<const Arg> args);
   // The sequence number the next recorded launch will get.
   LaunchId next_launch_id() const { return LaunchId{next_launch_ + 1}; }
+
+  // --- captured launch sequences (graphs) ---
+  // A graph is a sequence of launches and device fills captured once and replayed with one
+  // call: the launches' checks, plans (ranges, workgroups, adstack rows and tiers), pipelines
+  // (specialized variants included) and encoded args are kept, so a replay only writes each
+  // launch's args into the upload ring and records its dispatches -- no validation, planning,
+  // allocation or lookup per launch, and one call from a DSL's Python layer instead of one
+  // per launch. Arrays are bound by reference (re-resolved at every replay; a freed one makes
+  // the replay fail naming it, with nothing recorded); the adstack heaps are the runtime's at
+  // the replay (grown first if the graph needs more). Device errors of replayed launches are
+  // reported as for any launch, with the sequence numbers each replay gave them.
+  //
+  // begin_capture: from now until end_capture, launch() and fill() (zero) are validated and
+  // planned as usual but captured instead of recorded (launch's `id` is left unchanged);
+  // flush() submits nothing (so a DSL's step function that flushes can be captured as is);
+  // upload, download, synchronize, set_retirement_depth and replay return
+  // kFailedPrecondition naming the capture. kFailedPrecondition if a capture is open already.
+  // A fill whose value needs host staging (an 8-byte pattern with unequal halves) cannot be
+  // captured (kInvalidArgument naming it).
+  Status begin_capture(const std::string& name = "");
+  // The graph (kFailedPrecondition without an open capture; an empty capture is a graph too).
+  Result<GraphHandle> end_capture();
+  // Records the graph's steps into the current list, in order, as if launched one by one
+  // (ordered with every other call; asynchronous; may auto-flush once at the end). `updates`
+  // replace scalar arguments of captured launches, for this replay and later ones: each names
+  // the launch (0-based, in capture order), the parameter and the new value, checked as a
+  // launch checks it; an updated launch is planned again (its ranges may depend on it).
+  // `first`, when not null, receives the LaunchId of the graph's first launch (the others
+  // follow consecutively). On an error in the checks (a bad update, a freed array) nothing is
+  // recorded and no update is kept; only running out of memory for the args ring part-way
+  // leaves the steps before it recorded.
+  Status replay(GraphHandle graph, std::span<const GraphUpdate> updates = {},
+                LaunchId* first = nullptr);
+  // Drops the graph (its pipelines return to the cache's care). kNotFound for a dead handle.
+  Status release_graph(GraphHandle graph);
   // Submits what was recorded (if anything) and runs the retirement policy. With nothing
   // recorded it only polls, and returns the semaphore of the last submission.
   Result<rhi::StreamSemaphore> flush();
@@ -328,6 +366,36 @@ class Runtime {
   };
   PlannedLaunch planned_;
   Status plan_pipelines(const Kernel& k, std::span<const Arg> args, PlannedLaunch* out);
+  // Records a planned launch into the current list (heaps already grown to its need; `encoded`:
+  // its args, d.args_bytes() of them). Only the ring slot can fail.
+  Status record_launch(const std::shared_ptr<const Kernel>& k, const PlannedLaunch& planned,
+                       const std::byte* encoded, LaunchId* id);
+  Status auto_flush();  // flush when the list is past max_dispatches_per_list or max_list_age_us
+  std::vector<rhi::Buffer*> bindings_;  // record_launch's scratch
+
+  // Graphs (runtime/graph.cpp).
+  struct CapturedLaunch {
+    std::shared_ptr<const Kernel> kernel;
+    std::vector<Arg> args;
+    PlannedLaunch planned;  // `arrays` is re-resolved from `args` at every replay
+    std::vector<std::byte> encoded;
+  };
+  struct CapturedFill {
+    NdArrayHandle array;
+    uint32_t pattern = 0;
+  };
+  struct Graph {
+    std::string name;
+    std::vector<CapturedLaunch> launches;
+    // Steps in order: launch i is {true, i}, fill i is {false, i}.
+    std::vector<std::pair<bool, uint32_t>> steps;
+    std::vector<CapturedFill> fills;
+    std::vector<uint64_t> pipeline_keys;  // cache entries retained while the graph lives
+  };
+  Status capture_launch(const std::shared_ptr<const Kernel>& k, std::span<const Arg> args);
+  Status not_while_capturing(const char* what) const;
+  std::unique_ptr<Graph> capture_;  // the capture being recorded
+  std::unordered_map<uint64_t, std::unique_ptr<Graph>> graphs_;
   UseGuard use_guard_;  // see use_guard.h: the thread model, enforced
 };
 

@@ -38,7 +38,8 @@ TEST(SteadyState, TrainingIterationsCreateNoVulkanObjectsOrAllocations) {
   runtime::RuntimeOptions o;
   o.device.enable_validation = true;
   auto rt = runtime::Runtime::create(o);
-  if (!rt.ok() && rt.status().code() == ErrorCode::kNoDevice) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+  if (!rt.ok() && rt.status().code() == ErrorCode::kNoDevice)
+    GTEST_SKIP() << "SKIPPED: no Vulkan device";
   ASSERT_TRUE(rt.ok()) << rt.status().to_string();
   diffsim::Config c;
   c.particles = 1024;
@@ -55,8 +56,8 @@ TEST(SteadyState, TrainingIterationsCreateNoVulkanObjectsOrAllocations) {
     ASSERT_TRUE((*sim)->step().ok());
     auto loss = (*sim)->loss();
     ASSERT_TRUE(loss.ok()) << loss.status().to_string();
-    EXPECT_EQ(counters(**rt), warm) << "iteration " << i << ": " << show(counters(**rt))
-                                    << " vs warm " << show(warm);
+    EXPECT_EQ(counters(**rt), warm)
+        << "iteration " << i << ": " << show(counters(**rt)) << " vs warm " << show(warm);
   }
   EXPECT_GE((*rt)->stats()->launches, launches + 30) << "the loop did launch";
   EXPECT_EQ((*rt)->device().validation_message_count(), 0u);

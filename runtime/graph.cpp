@@ -1,0 +1,167 @@
+// Captured launch sequences (runtime.h, "captured launch sequences"): capture keeps what a
+// launch checked and planned; replay re-resolves the arrays, re-plans only the launches whose
+// scalars were updated, and records every step through the same path as launch().
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/runtime.h"
+
+namespace vkad::runtime {
+
+Status Runtime::not_while_capturing(const char* what) const {
+  if (!capture_) return {};
+  return make_error(ErrorCode::kFailedPrecondition,
+                    std::string(what) + ": graph '" + capture_->name +
+                        "' is being captured; only launches and fills are captured (end_capture "
+                        "first)");
+}
+
+Status Runtime::begin_capture(const std::string& name) {
+  VKAD_EXCLUSIVE_USE("begin_capture");
+  VKAD_TRY(device_->status());
+  if (capture_) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "begin_capture: graph '" + capture_->name + "' is being captured already");
+  }
+  capture_ = std::make_unique<Graph>();
+  capture_->name = name.empty() ? "graph" : name;
+  return {};
+}
+
+Status Runtime::capture_launch(const std::shared_ptr<const Kernel>& k, std::span<const Arg> args) {
+  Graph& g = *capture_;
+  CapturedLaunch c;
+  c.kernel = k;
+  c.args.assign(args.begin(), args.end());
+  c.planned = planned_;
+  c.planned.arrays.clear();
+  c.planned.bindings.clear();
+  c.encoded.assign(args_scratch_.begin(), args_scratch_.end());
+  if (std::find(g.pipeline_keys.begin(), g.pipeline_keys.end(), k->hash) == g.pipeline_keys.end()) {
+    pipelines_.retain(k->hash);
+    g.pipeline_keys.push_back(k->hash);
+  }
+  g.steps.push_back({true, static_cast<uint32_t>(g.launches.size())});
+  g.launches.push_back(std::move(c));
+  return {};
+}
+
+Result<GraphHandle> Runtime::end_capture() {
+  VKAD_EXCLUSIVE_USE("end_capture");
+  if (!capture_)
+    return make_error(ErrorCode::kFailedPrecondition, "end_capture: no capture is open");
+  VKAD_ASSIGN_OR_RETURN(uint64_t id, issue_id());
+  graphs_.emplace(id, std::move(capture_));
+  stats_.graphs = graphs_.size();
+  return GraphHandle{id};
+}
+
+Status Runtime::release_graph(GraphHandle graph) {
+  VKAD_EXCLUSIVE_USE("release_graph");
+  auto it = graphs_.find(graph.id);
+  if (it == graphs_.end()) return dead_handle("release_graph", "graph", graph.id);
+  for (uint64_t key : it->second->pipeline_keys) pipelines_.release(key);
+  graphs_.erase(it);
+  stats_.graphs = graphs_.size();
+  return {};
+}
+
+Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, LaunchId* first) {
+  VKAD_EXCLUSIVE_USE("replay");
+  VKAD_TRY(device_->status());
+  VKAD_TRY(not_while_capturing("replay"));
+  auto it = graphs_.find(graph.id);
+  if (it == graphs_.end()) return dead_handle("replay", "graph", graph.id);
+  Graph& g = *it->second;
+  const std::string where = "replay of graph '" + g.name + "'";
+  // 1. Updates: checked and planned on copies, kept only if the whole replay is recorded.
+  std::vector<std::pair<uint32_t, CapturedLaunch>> updated;
+  for (const GraphUpdate& u : updates) {
+    if (u.launch >= g.launches.size()) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        where + ": update of launch " + std::to_string(u.launch) +
+                            "; the graph has " + std::to_string(g.launches.size()) + " launches");
+    }
+    auto at = std::find_if(updated.begin(), updated.end(),
+                           [&](const auto& p) { return p.first == u.launch; });
+    if (at == updated.end()) {
+      updated.push_back({u.launch, g.launches[u.launch]});
+      at = updated.end() - 1;
+    }
+    CapturedLaunch& c = at->second;
+    const CompiledKernel& d = c.kernel->desc;
+    if (u.param >= c.args.size() || d.params[u.param].kind != ParamKind::kScalar) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        where + ", launch " + std::to_string(u.launch) + " ('" + d.name +
+                            "'): parameter " + std::to_string(u.param) +
+                            " is not a scalar parameter of the kernel");
+    }
+    c.args[u.param] = u.value;
+  }
+  for (auto& [index, c] : updated) {
+    VKAD_TRY_CTX(check_args(*c.kernel, c.args), where + ", launch " + std::to_string(index));
+    VKAD_TRY_CTX(plan_pipelines(*c.kernel, c.args, &planned_),
+                 where + ", launch " + std::to_string(index));
+    c.planned = planned_;
+    c.planned.arrays.clear();
+    c.planned.bindings.clear();
+    c.encoded.assign(args_scratch_.begin(), args_scratch_.end());
+  }
+  auto launch_at = [&](uint32_t i) -> CapturedLaunch& {
+    for (auto& [index, c] : updated) {
+      if (index == i) return c;
+    }
+    return g.launches[i];
+  };
+  // 2. Every array still alive (bound by reference); the heaps the graph needs.
+  std::array<uint64_t, adstack::kHeapCount> heap_need{};
+  bool any_heap = false;
+  for (uint32_t i = 0; i < g.launches.size(); ++i) {
+    CapturedLaunch& c = launch_at(i);
+    c.planned.arrays.clear();
+    for (size_t p = 0; p < c.args.size(); ++p) {
+      if (c.args[p].kind != ParamKind::kNdArray) continue;
+      auto a = arrays_.find(c.args[p].array.id);
+      if (a == arrays_.end()) {
+        return dead_handle(where + ", launch " + std::to_string(i) + " ('" + c.kernel->desc.name +
+                               "'), argument " + std::to_string(p) + " ('" +
+                               c.kernel->desc.params[p].name + "')",
+                           "ndarray", c.args[p].array.id);
+      }
+      c.planned.arrays.push_back(&a->second.buffer);
+    }
+    if (c.planned.lp.any_heap_task) {
+      any_heap = true;
+      for (size_t h = 0; h < heap_need.size(); ++h) {
+        heap_need[h] = std::max(heap_need[h], c.planned.lp.heap_need[h]);
+      }
+    }
+  }
+  for (const CapturedFill& f : g.fills) {
+    if (arrays_.find(f.array.id) == arrays_.end()) {
+      return dead_handle(where + ", fill", "ndarray", f.array.id);
+    }
+  }
+  if (any_heap) VKAD_TRY(ensure_heaps(heap_need));
+  // 3. Record, in capture order.
+  VKAD_TRY(ensure_list());
+  const LaunchId first_id{next_launch_ + 1};
+  for (const auto& [is_launch, i] : g.steps) {
+    if (!is_launch) {
+      NdArray& a = arrays_.at(g.fills[i].array.id);
+      list_.barrier(rhi::Barrier::kComputeToTransfer);
+      list_.fill(a.buffer, g.fills[i].pattern, 0, a.bytes);
+      list_.barrier(rhi::Barrier::kTransferToCompute);
+      continue;
+    }
+    CapturedLaunch& c = launch_at(i);
+    VKAD_TRY(record_launch(c.kernel, c.planned, c.encoded.data(), nullptr));
+  }
+  for (auto& [index, c] : updated) g.launches[index] = std::move(c);
+  ++stats_.graph_replays;
+  stats_.replayed_launches += g.launches.size();
+  if (first && !g.launches.empty()) *first = first_id;
+  return auto_flush();
+}
+
+}  // namespace vkad::runtime

@@ -1,0 +1,239 @@
+// Captured launch sequences (Runtime::begin_capture / end_capture / replay): a replay computes
+// what launching the captured steps one by one computes, takes scalar updates, binds arrays
+// by reference, reports device errors with the replayed launch's number, refuses misuse with
+// nothing recorded, and in its steady state creates no Vulkan object.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "diffsim/diffsim.h"
+#include "runtime/runtime.h"
+#include "support/sample_kernels.h"
+
+namespace vkad::testing {
+namespace {
+
+using runtime::Arg;
+using runtime::DType;
+using runtime::GraphUpdate;
+using runtime::Runtime;
+
+class Graphs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    runtime::RuntimeOptions o;
+    o.device.enable_validation = true;
+    auto r = Runtime::create(o);
+    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice)
+      GTEST_SKIP() << "SKIPPED: no Vulkan device";
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    rt_ = std::move(r).value();
+    auto k = rt_->register_kernel(make_axpy_kernel("axpy"));
+    ASSERT_TRUE(k.ok());
+    axpy_ = *k;
+    x_ = array(xs_, "x");
+    y_ = array(std::vector<float>(kN, 0.0f), "y");
+  }
+  void TearDown() override {
+    if (!rt_) return;
+    std::string all;
+    for (const auto& m : rt_->device().validation_messages()) all += m + "\n";
+    EXPECT_EQ(rt_->device().validation_message_count(), 0u) << all;
+  }
+  runtime::NdArrayHandle array(const std::vector<float>& v, const std::string& name) {
+    auto h = rt_->create_ndarray(DType::kF32, {static_cast<uint32_t>(v.size())}, name);
+    EXPECT_TRUE(h.ok());
+    EXPECT_TRUE(rt_->upload(*h, v.data(), 4 * v.size()).ok());
+    return *h;
+  }
+  std::vector<float> read(runtime::NdArrayHandle h) {
+    std::vector<float> out(kN);
+    Status s = rt_->download(h, out.data(), 4 * kN);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    return out;
+  }
+  // y = 1, then y = a_k * x + y for a = {2, 3, 4}: captured, not run.
+  runtime::GraphHandle capture_three() {
+    EXPECT_TRUE(rt_->begin_capture("three").ok());
+    EXPECT_TRUE(rt_->fill(y_, 1.0).ok());
+    for (float a : {2.0f, 3.0f, 4.0f}) {
+      const Arg args[] = {Arg::f32(a), Arg::ndarray(x_), Arg::ndarray(y_)};
+      EXPECT_TRUE(rt_->launch(axpy_, args).ok());
+    }
+    auto g = rt_->end_capture();
+    EXPECT_TRUE(g.ok()) << g.status().to_string();
+    return *g;
+  }
+  void expect_y(float sum_a) {
+    std::vector<float> y = read(y_);
+    for (uint32_t i = 0; i < kN; ++i) {
+      // a*x + y in f32, one rounding per step (small integers times exact x: exact).
+      ASSERT_EQ(y[i], 1.0f + sum_a * xs_[i]) << "element " << i;
+    }
+  }
+  static constexpr uint32_t kN = 300;
+  std::vector<float> xs_ = [] {
+    std::vector<float> v(kN);
+    for (uint32_t i = 0; i < kN; ++i) v[i] = 0.25f * static_cast<float>(i % 17);
+    return v;
+  }();
+  std::unique_ptr<Runtime> rt_;
+  runtime::KernelHandle axpy_;
+  runtime::NdArrayHandle x_, y_;
+};
+
+TEST_F(Graphs, CaptureRunsNothingAndReplayEqualsLaunchingTheSteps) {
+  const uint64_t launches = rt_->stats()->launches;
+  runtime::GraphHandle g = capture_three();
+  EXPECT_EQ(rt_->stats()->launches, launches) << "capturing launches nothing";
+  std::vector<float> y0 = read(y_);
+  for (float v : y0) ASSERT_EQ(v, 0.0f) << "the captured fill did not run either";
+  runtime::LaunchId first;
+  ASSERT_TRUE(rt_->replay(g, {}, &first).ok());
+  EXPECT_EQ(first.value, launches + 1);
+  expect_y(9.0f);
+  ASSERT_TRUE(rt_->replay(g).ok());  // the fill resets y: the same result again
+  expect_y(9.0f);
+  auto s = *rt_->stats();
+  EXPECT_EQ(s.graph_replays, 2u);
+  EXPECT_EQ(s.replayed_launches, 6u);
+  EXPECT_EQ(s.launches, launches + 6);
+  EXPECT_EQ(s.graphs, 1u);
+}
+
+TEST_F(Graphs, ScalarUpdatesApplyToThisAndLaterReplays) {
+  runtime::GraphHandle g = capture_three();
+  const GraphUpdate u[] = {{1, 0, Arg::f32(-5.0f)}};
+  ASSERT_TRUE(rt_->replay(g, u).ok());
+  expect_y(2.0f - 5.0f + 4.0f);
+  ASSERT_TRUE(rt_->replay(g).ok());
+  expect_y(1.0f);
+}
+
+TEST_F(Graphs, BadUpdatesAreRefusedWithNothingRecordedOrKept) {
+  runtime::GraphHandle g = capture_three();
+  const uint64_t launches = rt_->stats()->launches;
+  const GraphUpdate past[] = {{3, 0, Arg::f32(1.0f)}};
+  Status s = rt_->replay(g, past);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(
+      s.message().find("replay of graph 'three': update of launch 3; the graph has 3 launches"),
+      std::string::npos)
+      << s.message();
+  const GraphUpdate array_param[] = {{0, 1, Arg::f32(1.0f)}};
+  s = rt_->replay(g, array_param);
+  EXPECT_NE(s.message().find("parameter 1 is not a scalar parameter"), std::string::npos)
+      << s.message();
+  // A good update next to a bad one: neither is kept.
+  const GraphUpdate mixed[] = {{0, 0, Arg::f32(100.0f)}, {2, 0, Arg::i32(1)}};
+  s = rt_->replay(g, mixed);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("launch 2: launch of 'axpy', argument 0 ('a'): expected f32, got i32"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(rt_->stats()->launches, launches) << "nothing recorded";
+  ASSERT_TRUE(rt_->replay(g).ok());
+  expect_y(9.0f);
+}
+
+TEST_F(Graphs, ArraysAreBoundByReferenceAndAFreedOneIsNamed) {
+  runtime::GraphHandle g = capture_three();
+  std::vector<float> x2(kN, 1.0f);
+  ASSERT_TRUE(rt_->upload(x_, x2.data(), 4 * kN).ok());  // new contents, same array
+  ASSERT_TRUE(rt_->replay(g).ok());
+  for (float v : read(y_)) ASSERT_EQ(v, 10.0f);
+  const uint64_t launches = rt_->stats()->launches;
+  ASSERT_TRUE(rt_->free_ndarray(x_).ok());
+  Status s = rt_->replay(g);
+  EXPECT_EQ(s.code(), ErrorCode::kNotFound);
+  EXPECT_NE(s.message().find("replay of graph 'three', launch 0 ('axpy'), argument 1 ('x')"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(rt_->stats()->launches, launches);
+  ASSERT_TRUE(rt_->release_graph(g).ok());
+  EXPECT_EQ(rt_->replay(g).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(rt_->release_graph(g).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(rt_->stats()->graphs, 0u);
+}
+
+TEST_F(Graphs, CallsThatCannotBeCapturedAreRefusedWhileCapturing) {
+  EXPECT_EQ(rt_->end_capture().status().code(), ErrorCode::kFailedPrecondition);
+  ASSERT_TRUE(rt_->begin_capture("open").ok());
+  EXPECT_EQ(rt_->begin_capture().code(), ErrorCode::kFailedPrecondition);
+  std::vector<float> v(kN);
+  for (Status s : {rt_->upload(x_, v.data(), 4 * kN), rt_->download(x_, v.data(), 4 * kN),
+                   rt_->synchronize(), rt_->set_retirement_depth(2)}) {
+    EXPECT_EQ(s.code(), ErrorCode::kFailedPrecondition);
+    EXPECT_NE(s.message().find("graph 'open' is being captured"), std::string::npos) << s.message();
+  }
+  EXPECT_TRUE(rt_->flush().ok()) << "flush submits nothing while capturing";
+  auto empty = rt_->end_capture();
+  ASSERT_TRUE(empty.ok());
+  ASSERT_TRUE(rt_->replay(*empty).ok()) << "an empty graph replays as nothing";
+  ASSERT_TRUE(rt_->synchronize().ok());
+}
+
+TEST_F(Graphs, ADeviceErrorInAReplayNamesTheReplayedLaunch) {
+  runtime::GraphHandle g = capture_three();
+  std::vector<float> neg(kN, 1.0f);
+  neg[5] = -1.0f;  // the axpy kernel flags x < 0 (error code 7)
+  ASSERT_TRUE(rt_->upload(x_, neg.data(), 4 * kN).ok());
+  runtime::LaunchId first;
+  ASSERT_TRUE(rt_->replay(g, {}, &first).ok());
+  Status s = rt_->synchronize();
+  EXPECT_EQ(s.code(), ErrorCode::kDeviceError);
+  const std::string want = "launches #" + std::to_string(first.value) + ", #" +
+                           std::to_string(first.value + 1) + ", #" +
+                           std::to_string(first.value + 2);
+  EXPECT_NE(s.message().find(want), std::string::npos) << s.message() << "\nwanted " << want;
+}
+
+// The example's whole training step (forward with a 16-step loop, adjoint with adstacks in the
+// heaps, update; the gradient fills included) captured once and replayed: the same v0 as
+// running the step directly, and from the second replay on no Vulkan object is created.
+TEST(GraphTraining, ReplayedTrainingStepsEqualDirectStepsAndCreateNothing) {
+  auto make = [](bool* skipped) -> std::unique_ptr<Runtime> {
+    runtime::RuntimeOptions o;
+    o.device.enable_validation = true;
+    o.adstack_tier = runtime::AdstackTier::kHeap;
+    auto r = Runtime::create(o);
+    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice) {
+      *skipped = true;
+      return nullptr;
+    }
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? std::move(r).value() : nullptr;
+  };
+  bool skipped = false;
+  auto direct_rt = make(&skipped), graph_rt = make(&skipped);
+  if (skipped) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+  diffsim::Config c;
+  c.particles = 512;
+  c.steps = 16;
+  auto direct = diffsim::Simulation::create(*direct_rt, c);
+  auto graphed = diffsim::Simulation::create(*graph_rt, c);
+  ASSERT_TRUE(direct.ok() && graphed.ok());
+  ASSERT_TRUE(graph_rt->begin_capture("train").ok());
+  ASSERT_TRUE((*graphed)->step().ok());
+  auto g = graph_rt->end_capture();
+  ASSERT_TRUE(g.ok());
+  uint64_t created = 0;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE((*direct)->step().ok());
+    ASSERT_TRUE(graph_rt->replay(*g).ok());
+    ASSERT_TRUE(graph_rt->synchronize().ok());
+    if (i == 1) created = graph_rt->stats()->live.created;
+    if (i > 1) EXPECT_EQ(graph_rt->stats()->live.created, created) << "replay " << i;
+  }
+  auto a = (*direct)->v0(), b = (*graphed)->v0();
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->size(), b->size());
+  for (size_t i = 0; i < a->size(); ++i) ASSERT_EQ((*a)[i], (*b)[i]) << "v0[" << i << "]";
+  EXPECT_GT(graph_rt->stats()->adstack_heap_dispatches, 0u) << "the heaps were bound";
+  EXPECT_EQ(graph_rt->device().validation_message_count(), 0u);
+  EXPECT_EQ(direct_rt->device().validation_message_count(), 0u);
+}
+
+}  // namespace
+}  // namespace vkad::testing
