@@ -10,6 +10,7 @@
 
 #include "codegen/checkpoint.h"
 #include "codegen/derivative_rules.h"
+#include "codegen/disjoint_access.h"
 #include "codegen/jumps.h"
 #include "codegen/text.h"
 #include "codegen/trip_counter.h"
@@ -68,9 +69,12 @@ class ReverseMode : public PartialBuilder {
 
   // Which ndarrays may be both read and written (the adjoint runs after the forward, so its
   // replay reads every ndarray as the forward left it, and it writes no primal ndarray):
-  //  - written only in tasks before every task that reads it: the replay reads what the forward
-  //    read (tasks are separated by barriers). Accepted, with or without a gradient; a
-  //    gradient flows from the reads into the writes through the gradient array.
+  //  - written only in tasks before every task that reads it, or (disjoint_access.h) proven
+  //    never to write, in a read's task or a later one, an element the read reads: the replay
+  //    reads what the forward read. Accepted, with or without a gradient; a gradient flows
+  //    from the reads into the writes through the gradient array (a store's adjoint reads its
+  //    element's gradient as the seed, a load's adds into its own element, so disjoint
+  //    elements keep the seeds apart from the accumulations).
   //  - otherwise (read and written in one task, or read before a later task writes it): only
   //    an array without gradient, and only while the reverse sweep needs none of the values
   //    read from it (checked per task in check_read_write, after the needed-values analysis).
@@ -117,7 +121,9 @@ class ReverseMode : public PartialBuilder {
     rw_no_grad_.assign(f_.params.size(), false);
     for (size_t p = 0; p < f_.params.size(); ++p) {
       if (!first_read[p] || !first_write[p]) continue;
-      const bool ordered = last_write_task[p] < first_read_task[p];
+      const bool ordered =
+          last_write_task[p] < first_read_task[p] ||
+          disjoint_access(f_, static_cast<uint32_t>(p)).kind != DisjointAccess::Kind::kUnproven;
       const std::string name = "ndarray '" + f_.params[p].name + "'";
       if (!f_.params[p].needs_grad) {
         rw_no_grad_[p] = true;
@@ -128,16 +134,22 @@ class ReverseMode : public PartialBuilder {
       const Task& rt = f_.tasks[first_read_task[p]];
       const Task& wt = f_.tasks[last_write_task[p]];
       if (&rt == &wt) {
-        return error(wt, *last_write[p],
-                     name + " (grad) is both read and written in task '" + wt.name +
-                         "'; its gradient would need the values the stores overwrite, which the "
-                         "adjoint (run after the forward) no longer sees. Write the result to a "
-                         "separate ndarray, or move the stores into an earlier task than the reads");
+        return error(
+            wt, *last_write[p],
+            name + " (grad) is both read and written in task '" + wt.name +
+                "'; its gradient would need the values the stores overwrite, which the "
+                "adjoint (run after the forward) no longer sees. Write the result to a "
+                "separate ndarray, or move the stores into an earlier task than the reads, "
+                "or index the reads and the stores on one axis by launch-uniform values "
+                "a constant apart (read x[f, i], store x[f + 1, i])");
       }
       return error(wt, *last_write[p],
-                   name + " (grad) is read in task '" + rt.name + "' and written by the later task '" +
-                       wt.name + "'; the gradient of the read needs the values the write "
-                       "overwrites. Write the result to a separate ndarray");
+                   name + " (grad) is read in task '" + rt.name +
+                       "' and written by the later task '" + wt.name +
+                       "'; the gradient of the read needs the values the write "
+                       "overwrites. Write the result to a separate ndarray, or index the reads "
+                       "and the stores on one axis by launch-uniform values a constant apart "
+                       "(read x[f, i], store x[f + 1, i])");
     }
     return {};
   }

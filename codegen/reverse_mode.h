@@ -33,14 +33,34 @@
 // Adstack capacities are symbolic trip bounds derived from loop bounds (constants, scalar
 // parameters, ndarray shapes, enclosing indices; sums, products, max). A loop whose bounds
 // depend on ndarray contents or on mutable locals, and every while loop, needs a stated bound
-// (`max_trip`), otherwise reverse mode fails naming the loop. A launch that exceeds a stated bound reports an adstack
-// overflow (never a wrong gradient in silence).
+// (`max_trip`), otherwise reverse mode fails naming the loop. A launch that exceeds a stated bound
+// reports an adstack overflow (never a wrong gradient in silence).
 //
 // The adjoint must run on the arrays as the forward left them (it reads an array that the
 // forward writes in its final state). An ndarray both read and written by the kernel is
 // accepted when that is provably what the forward read: written only in tasks before every task
-// that reads it (grad or not), or, without gradient, when the reverse sweep needs none of the
-// values read from it (docs/architecture.md has the rules).
+// that reads it (grad or not); or proven by disjoint_access (disjoint_access.h) never to write,
+// in a read's task or a later one, an element that the read reads -- one axis indexed by
+// launch-uniform values a non-zero constant apart, DiffTaichi's `x[f + 1, p] = x[f, p] + ...`
+// (grad or not); or, without gradient, when the reverse sweep needs none of the values read
+// from it (docs/architecture.md has the rules).
+//
+// The gradient of an ndarray that is read and written: the adjoint of a store or atomic_add
+// reads its element's gradient as the seed and leaves it there (no clearing, as for any
+// output): afterwards `x_grad` at an element the kernel wrote holds d loss / d (the value
+// written) -- the seed plus what the adjoints of the reads after the write added -- not
+// d loss / d (the element before the launch), which the kernel overwrote unread. The adjoint of
+// a load adds into the element read. So a program of launches (one per time step, reading row
+// f and writing row f + 1) is differentiated by launching the adjoints in reverse order on the
+// arrays as the last forward launch left them: step f's adjoint reads as its seed the
+// x_grad[f + 1] that step f + 1's adjoint (and the loss's) added into. That holds when, over the
+// program, each element is written at most once and not read before it is written (Taichi's
+// global data access rule; not checked across launches). A task whose adjoint reads seeds from
+// one gradient array and adds into it touches disjoint elements for the two (the proof covers
+// the same indices), and adds with atomic_add: such a task both reads and writes the array, so
+// the proof needed launch-uniform indices on one axis, and owned_ndarrays (the task index on
+// every axis) is false for it there. No add is a plain load-add-store that could race with
+// another thread or read a seed.
 //
 // Rejected with kInvalidArgument naming the statement: other ndarrays both read and written
 // (the error says which case and what to do), a differentiable value carried through an array

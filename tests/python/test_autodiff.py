@@ -171,3 +171,70 @@ def test_tape_errors(session, ftype):
     with pytest.raises(vkad.InvalidArgumentError, match="shape"):
         t.backward(seed={y: np.ones(3)})  # the seed array must have y's shape
     assert len(t.launches) == 1
+
+
+def test_time_steps_in_one_array(session, ftype):
+    # DiffTaichi's idiom: one array holds every time step's state; each launch reads row f and
+    # writes row f + 1 of it (reverse mode proves the rows disjoint). backward replays the
+    # adjoints last launch first: step f's adjoint reads as its seed the x_grad[f + 1] that
+    # step f + 1's adjoint added into.
+    step = session.differentiate("""
+kernel step(x: ndarray<T, 2> grad, v: ndarray<T, 2> grad, f: i32, dt: T) {
+  task main parallel %p in [0, shape(x, 1)) {
+    %f = arg f : i32
+    %one = const 1 : i32
+    %f1 = add %f, %one : i32
+    %xv = load x[%f, %p] : T
+    %vv = load v[%f, %p] : T
+    %dt = arg dt : T
+    %dx = mul %dt, %vv : T
+    %nx = add %xv, %dx : T
+    store x[%f1, %p], %nx
+    %s = sin %xv : T
+    %dv = mul %dt, %s : T
+    %nv = sub %vv, %dv : T
+    store v[%f1, %p], %nv
+  }
+}""".replace("T", ftype.name))
+    loss = session.differentiate("""
+kernel loss(x: ndarray<T, 2> grad, last: i32, l: ndarray<T, 1> grad) {
+  task main parallel %p in [0, shape(x, 1)) {
+    %t = arg last : i32
+    %xv = load x[%t, %p] : T
+    %sq = mul %xv, %xv : T
+    %zero = const 0 : i32
+    atomic_add l[%zero], %sq
+  }
+}""".replace("T", ftype.name))
+    npt = vkad.numpy_dtype(ftype)
+    steps, n, dt = 20, 4, 0.1
+    rng = np.random.default_rng(5)
+    x0 = rng.uniform(-1, 1, (steps + 1, n)).astype(npt)
+    v0 = rng.uniform(-1, 1, (steps + 1, n)).astype(npt)
+    x, v = session.ndarray(x0, name="x"), session.ndarray(v0, name="v")
+    l = session.ndarray(np.zeros(1, npt), name="l")
+    with session.tape() as t:
+        for f in range(steps):
+            session.launch(step, x, v, f, dt)
+        session.launch(loss, x, steps, l)
+    t.backward(seed={l: 1.0})
+    gx, gv = t.grad(x).numpy(), t.grad(v).numpy()
+
+    def objective(xs, vs):
+        x.upload(xs)
+        v.upload(vs)
+        l.upload(np.zeros(1, npt))
+        for f in range(steps):
+            session.launch(step.forward, x, v, f, dt)
+        session.launch(loss.forward, x, steps, l)
+        return float(l.numpy()[0])
+
+    for name, g in (("x", gx), ("v", gv)):
+        fd = np.zeros(n)
+        for j in range(n):
+            for sign in (1, -1):
+                xs, vs = x0.copy(), v0.copy()
+                (xs if name == "x" else vs)[0, j] += sign * h(ftype)
+                fd[j] += sign * objective(xs, vs)
+            fd[j] /= 2 * h(ftype)
+        np.testing.assert_allclose(g[0], fd, **tol(ftype), err_msg=f"d loss / d {name}[0]")
