@@ -111,6 +111,7 @@ Result<NdArrayHandle> Session::ndarray(DType dtype, std::vector<uint32_t> shape,
 }
 Status Session::free(NdArrayHandle array) { return rt_->free_ndarray(array); }
 Status Session::zero(NdArrayHandle array) { return rt_->fill(array, 0.0); }
+Status Session::zero(std::span<const NdArrayHandle> arrays) { return rt_->zero_many(arrays); }
 Status Session::fill(NdArrayHandle array, double value) { return rt_->fill(array, value); }
 Status Session::upload(NdArrayHandle array, const void* data, uint64_t bytes) {
   return rt_->upload(array, data, bytes);

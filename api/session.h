@@ -137,6 +137,10 @@ class Session {
   // the host (still recorded, still no wait).
   Status zero(NdArrayHandle array);
   Status fill(NdArrayHandle array, double value);
+  // Zeroes every array of `arrays` with one barrier pair around one fill each
+  // (runtime::Runtime::zero_many): every handle is checked first, and an error (naming the bad
+  // handle) records nothing.
+  Status zero(std::span<const NdArrayHandle> arrays);
   // Host <-> device; `bytes` must equal the array's size. upload copies the data before it
   // returns; download blocks until the array's last writer has finished.
   Status upload(NdArrayHandle array, const void* data, uint64_t bytes);

@@ -15,6 +15,7 @@
 #include <vulkan/vulkan.h>
 
 #include "api/session.h"
+#include "api/tape.h"
 #include "base/log.h"
 #include "codegen/text.h"
 #include "runtime/runtime.h"
@@ -27,6 +28,14 @@ struct vkad_status {
 struct vkad_session {
   std::unique_ptr<vkad::Session> s;
   std::string device_name;
+};
+
+struct vkad_tape {
+  vkad_session* session;  // borrowed: outlives the tape (checked in Debug builds)
+  vkad::Tape tape;
+  vkad::Differentiated d;                // vkad_tape_launch's scratch (reused: no allocation)
+  std::vector<vkad::runtime::Arg> args;  // ... and its arguments'
+  std::vector<vkad::TapeSeed> seeds;     // vkad_tape_backward's
 };
 
 namespace {
@@ -79,6 +88,10 @@ LiveSet& live_sessions() {
   static LiveSet* s = new LiveSet("session");  // never destroyed: usable during exit
   return *s;
 }
+LiveSet& live_tapes() {
+  static LiveSet* s = new LiveSet("tape");
+  return *s;
+}
 LiveSet& live_statuses() {
   static LiveSet* s = new LiveSet("status");
   return *s;
@@ -117,6 +130,14 @@ vkad_status* invalid(const char* fn, const char* what) {
 #define VKAD_C_CHECK_SESSION(fn)                                                \
   if (session == nullptr) return invalid(fn, "session is NULL");                \
   if (kCheckLifetimes) live_sessions().expect(fn, session, false)
+
+// A tape call: the tape, and (Debug builds) its session, must be live.
+#define VKAD_C_CHECK_TAPE(fn)                              \
+  if (tape == nullptr) return invalid(fn, "tape is NULL"); \
+  if (kCheckLifetimes) {                                   \
+    live_tapes().expect(fn, tape, false);                  \
+    live_sessions().expect(fn, tape->session, false);      \
+  }
 
 // Copies a caller's versioned struct into a zeroed full-size one: an older (smaller) struct
 // gets defaults for the fields it lacks; a larger one comes from a newer header.
@@ -418,6 +439,82 @@ vkad_status* vkad_flush(vkad_session* session) {
 vkad_status* vkad_synchronize(vkad_session* session) {
   VKAD_C_CHECK_SESSION("vkad_synchronize");
   return from(session->s->synchronize());
+}
+
+vkad_status* vkad_tape_create(vkad_session* session, vkad_tape** out) {
+  VKAD_C_CHECK_SESSION("vkad_tape_create");
+  if (out == nullptr) return invalid("vkad_tape_create", "out is NULL");
+  auto* tape = new (std::nothrow) vkad_tape{session, vkad::Tape(*session->s), {}, {}, {}};
+  if (tape == nullptr) return make(VKAD_OUT_OF_HOST_MEMORY, "vkad_tape_create: no memory");
+  if (kCheckLifetimes) live_tapes().add(tape);
+  *out = tape;
+  return nullptr;
+}
+
+void vkad_tape_destroy(vkad_tape* tape) {
+  if (tape == nullptr) return;
+  if (kCheckLifetimes) {
+    live_tapes().expect("vkad_tape_destroy", tape, true);
+    live_sessions().expect("vkad_tape_destroy", tape->session, false);
+  }
+  delete tape;
+}
+
+vkad_status* vkad_tape_launch(vkad_tape* tape, const vkad_differentiated* d, const vkad_arg* args,
+                              uint32_t arg_count, uint64_t* launch_id) {
+  VKAD_C_CHECK_TAPE("vkad_tape_launch");
+  if (d == nullptr) return invalid("vkad_tape_launch", "d is NULL");
+  vkad_differentiated full;
+  if (vkad_status* e = read_versioned("vkad_tape_launch", d, &full)) return e;
+  if (full.gradient_count > VKAD_MAX_GRADIENTS) {
+    return invalid("vkad_tape_launch", ("d->gradient_count " + std::to_string(full.gradient_count) +
+                                        " is past VKAD_MAX_GRADIENTS")
+                                           .c_str());
+  }
+  tape->d.forward = {full.forward};
+  tape->d.adjoint = {full.adjoint};
+  tape->d.forward_params = full.forward_params;
+  tape->d.gradients.resize(full.gradient_count);
+  for (uint32_t i = 0; i < full.gradient_count; ++i) {
+    tape->d.gradients[i].param = full.gradients[i].param;
+    tape->d.gradients[i].grad_param = full.gradients[i].grad_param;
+  }
+  tape->args.clear();
+  if (vkad_status* bad = to_args("vkad_tape_launch", args, arg_count, &tape->args)) return bad;
+  vkad::runtime::LaunchId id;
+  Status s = tape->tape.launch(tape->d, tape->args, &id);
+  if (s.ok() && launch_id != nullptr) *launch_id = id.value;
+  return from(s);
+}
+
+vkad_status* vkad_tape_backward(vkad_tape* tape, const vkad_seed* seeds, uint32_t count) {
+  VKAD_C_CHECK_TAPE("vkad_tape_backward");
+  if (seeds == nullptr && count > 0) return invalid("vkad_tape_backward", "seeds is NULL");
+  tape->seeds.clear();
+  for (uint32_t i = 0; i < count; ++i) {
+    tape->seeds.push_back({{seeds[i].array}, seeds[i].value, seeds[i].data, seeds[i].bytes});
+  }
+  return from(tape->tape.backward(tape->seeds));
+}
+
+vkad_status* vkad_tape_grad(const vkad_tape* tape, vkad_ndarray array, vkad_ndarray* out) {
+  VKAD_C_CHECK_TAPE("vkad_tape_grad");
+  if (out == nullptr) return invalid("vkad_tape_grad", "out is NULL");
+  vkad::Result<vkad::NdArrayHandle> g = tape->tape.grad({array});
+  if (!g.ok()) return from(g.status());
+  *out = g->id;
+  return nullptr;
+}
+
+vkad_status* vkad_tape_set_grad(vkad_tape* tape, vkad_ndarray array, vkad_ndarray grad) {
+  VKAD_C_CHECK_TAPE("vkad_tape_set_grad");
+  return from(tape->tape.set_grad({array}, {grad}));
+}
+
+vkad_status* vkad_tape_reset(vkad_tape* tape) {
+  VKAD_C_CHECK_TAPE("vkad_tape_reset");
+  tape->tape.reset();
+  return nullptr;
 }
 
 vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out) {

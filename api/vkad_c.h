@@ -217,6 +217,47 @@ vkad_status* vkad_flush(vkad_session* session);
 /* BLOCKS until everything this session submitted has finished; reports device errors. */
 vkad_status* vkad_synchronize(vkad_session* session);
 
+/* Tapes (api/tape.h): a tape launches and records forwards of differentiated kernels, and
+ * vkad_tape_backward zeroes their gradients (one barrier pair for all), seeds, and launches
+ * the adjoints last-first. Gradient arrays (same dtype and shape as their array) are made by the
+ * first backward that needs them and kept across vkad_tape_reset, so a loop of reset / launches
+ * / backward allocates nothing after its first iteration; the gradient of an array freed
+ * meanwhile is freed by the next reset or backward, the rest by vkad_tape_destroy. A tape
+ * borrows its session: destroy every tape before its session (Debug builds abort otherwise, as
+ * for a dead session). A recorded launch keeps its arrays' handles, not copies: keep them alive
+ * and unchanged until backward (README.md, "Tapes and memory"). */
+typedef struct vkad_tape vkad_tape;
+vkad_status* vkad_tape_create(vkad_session* session, vkad_tape** out);
+void vkad_tape_destroy(vkad_tape* tape); /* NULL is fine */
+/* Launches d->forward with the arguments (as vkad_launch: asynchronous, launch_id may be NULL)
+ * and records it. `d` is what vkad_differentiate wrote (its struct_size set). Fails, recording
+ * and launching nothing, when arg_count is not d->forward_params, when a differentiated
+ * parameter's argument is a scalar (the tape keeps gradients of ndarrays only), or as
+ * vkad_launch fails. */
+vkad_status* vkad_tape_launch(vkad_tape* tape, const vkad_differentiated* d, const vkad_arg* args,
+                              uint32_t arg_count, uint64_t* launch_id);
+/* d(objective)/d(array) for one output: `value` for every element, or when `data` is not NULL,
+ * `bytes` of host data (exactly the array's size; copied before the call returns). */
+typedef struct vkad_seed {
+  vkad_ndarray array;
+  double value;
+  const void* data;
+  uint64_t bytes;
+} vkad_seed;
+/* Records: zero every gradient of the recording, seed, launch the adjoints last-first; no wait.
+ * VKAD_INVALID_ARGUMENT, nothing recorded, when nothing was recorded since the last reset, a
+ * seed's array is not a differentiated argument of any recorded launch, or its data has the
+ * wrong size. seeds may be NULL when count is 0. */
+vkad_status* vkad_tape_backward(vkad_tape* tape, const vkad_seed* seeds, uint32_t count);
+/* The gradient array of `array` (the tape's, or the one given to vkad_tape_set_grad).
+ * VKAD_INVALID_ARGUMENT when the tape holds none for it. */
+vkad_status* vkad_tape_grad(const vkad_tape* tape, vkad_ndarray array, vkad_ndarray* out);
+/* Makes `grad` (the caller's; never freed by the tape) the gradient of `array`: same dtype and
+ * shape, or VKAD_INVALID_ARGUMENT. */
+vkad_status* vkad_tape_set_grad(vkad_tape* tape, vkad_ndarray array, vkad_ndarray grad);
+/* Forgets the recorded launches; keeps the gradients (except those of freed arrays). */
+vkad_status* vkad_tape_reset(vkad_tape* tape);
+
 typedef struct vkad_stats {
   uint32_t struct_size;
   uint64_t launches, flushes, forced_waits, ndarrays, kernels_cached;

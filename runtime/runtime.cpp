@@ -472,6 +472,25 @@ Status Runtime::fill(NdArrayHandle array, double value) {
   return {};
 }
 
+Status Runtime::zero_many(std::span<const NdArrayHandle> arrays) {
+  VKAD_EXCLUSIVE_USE("zero_many");
+  VKAD_TRY(device_->status());
+  for (NdArrayHandle h : arrays) {  // all checked before anything is recorded
+    if (arrays_.find(h.id) == arrays_.end()) return dead_handle("zero_many", "ndarray", h.id);
+  }
+  if (arrays.empty()) return {};
+  VKAD_TRY(ensure_list());
+  // One barrier pair for all: the fills write distinct buffers (or the same one twice, with
+  // the same value), so no transfer->transfer dependency is needed between them.
+  list_.barrier(rhi::Barrier::kComputeToTransfer);
+  for (NdArrayHandle h : arrays) {
+    NdArray& a = arrays_.find(h.id)->second;
+    list_.fill(a.buffer, 0, 0, a.bytes);
+  }
+  list_.barrier(rhi::Barrier::kTransferToCompute);
+  return {};
+}
+
 Status Runtime::ensure_list() {
   if (list_.recording()) return {};
   VKAD_ASSIGN_OR_RETURN(list_, stream_->begin());

@@ -212,6 +212,13 @@ class Runtime {
   // (inf and NaN are f32 values), NaN, infinities or a truncated value out of range into an
   // integer, anything but 0 and 1 into bool. Nothing is recorded then.
   Status fill(NdArrayHandle array, double value);
+  // Sets every element of every array in `arrays` to 0, in as few commands as the device allows:
+  // one compute->transfer barrier, one vkCmdFillBuffer per array, one transfer->compute barrier
+  // (fill records two barriers per array). Every handle is checked first: a dead or foreign one
+  // is the error dead_handle gives ("zero_many: ndarray handle 4:7 was freed or never existed",
+  // kNotFound / kInvalidArgument) and nothing is recorded. An empty span records nothing; a
+  // handle given twice is filled twice. Ordered with launches like fill; never waits.
+  Status zero_many(std::span<const NdArrayHandle> arrays);
 
   // --- execution ---
   // Validates and records one dispatch per task; nothing is recorded on error.

@@ -1,6 +1,6 @@
 // vkad._vkad: the nanobind binding of vkad's front door (api/session.h) for the Python package
 // (python/vkad). It stays thin: kernels come in as IR text (the Python builder prints it), the
-// Tape and the dtype/shape conveniences live in Python. What lives here is what must be fast or
+// Tape (vkad::Tape's behaviour, over zero_many) and the dtype/shape conveniences live in Python. What lives here is what must be fast or
 // must touch memory: launch (arguments converted against the kernel's parameters), numpy upload
 // and download (one copy at most), and the locking that lets blocking waits release the GIL.
 //
@@ -144,6 +144,8 @@ struct NdArray {
   std::vector<uint32_t> shape;
   std::string name;
   bool freed = false;
+  // The caller's gradient array (Python `a.grad`), which a Tape uses when set; None otherwise.
+  nb::object grad = nb::none();
 
   NdArray() = default;
   NdArray(const NdArray&) = delete;
@@ -495,6 +497,14 @@ struct Session {
     Locked l(*st);
     check(st->get().zero(a.handle));
   }
+  // One barrier pair around one fill per array (Session::zero(span)); every array is checked
+  // (type, session, then the runtime's handle check) before anything is recorded.
+  void zero_many(nb::handle arrays) {
+    std::vector<NdArrayHandle> handles;
+    for (nb::handle obj : arrays) handles.push_back(own(obj, "zero_many").handle);
+    Locked l(*st);
+    check(st->get().zero(std::span<const NdArrayHandle>(handles)));
+  }
   void fill(nb::handle obj, double value) {
     NdArray& a = own(obj, "fill");
     Locked l(*st);
@@ -533,13 +543,21 @@ struct Session {
       a = heap.data();
     }
     for (size_t i = 0; i < args.size(); ++i) a[i] = to_arg(*k, *st, i, args[i]);
+    const bool record = !st->tape.is_none() && !k->adjoint.is_none();
+    if (record) {  // vkad::Tape::launch's rule, checked before launching
+      for (const auto& [p, gname] : k->gradients) {
+        if (!k->params[p].array) {
+          invalid("tape.launch: argument " + std::to_string(p) + " (gradient '" + gname +
+                  "') is a scalar; the tape keeps gradients of ndarray arguments only (launch "
+                  "the adjoint yourself for a scalar's gradient)");
+        }
+      }
+    }
     {
       Locked l(*st);
       check(st->get().launch(k->handle, std::span<const Arg>(a, args.size())));
     }
-    if (!st->tape.is_none() && !k->adjoint.is_none()) {
-      nb::cast<nb::list>(st->tape).append(nb::make_tuple(nb::borrow(kernel), args));
-    }
+    if (record) nb::cast<nb::list>(st->tape).append(nb::make_tuple(nb::borrow(kernel), args));
   }
 
   // Makes the pipelines launch(kernel, *args) would use, launching nothing (GIL released
@@ -611,7 +629,8 @@ NB_MODULE(_vkad, m) {
       .value("i64", DType::kI64)
       .value("bool", DType::kBool);
 
-  nb::class_<NdArray>(m, "NdArray", "A device array owned by a Session; freed when collected.")
+  nb::class_<NdArray>(m, "NdArray", nb::is_weak_referenceable(),
+                      "A device array owned by a Session; freed when collected.")
       .def_prop_ro("shape", [](const NdArray& a) {
         nb::list l;
         for (uint32_t e : a.shape) l.append(e);
@@ -622,6 +641,34 @@ NB_MODULE(_vkad, m) {
       .def_prop_ro("size", &NdArray::size)
       .def_prop_ro("nbytes", &NdArray::nbytes)
       .def_prop_ro("handle", [](const NdArray& a) { return a.handle.id; })
+      .def_prop_ro("freed", [](const NdArray& a) { return a.freed; },
+                   "Whether Session.free released it.")
+      .def_prop_rw(
+          "grad", [](const NdArray& a) { return a.grad; },
+          [](NdArray& a, nb::object g) {
+            if (!g.is_none()) {
+              NdArray* ga = nullptr;
+              if (!nb::try_cast<NdArray*>(g, ga) || !ga) {
+                invalid("NdArray.grad of " + a.label() + ": expected a vkad ndarray or None, got " +
+                        nb::type_name(g.type()).c_str());
+              }
+              if (ga == &a) invalid("NdArray.grad: " + a.label() + " cannot be its own gradient");
+              if (ga->st != a.st) {
+                invalid("NdArray.grad of " + a.label() + ": " + ga->label() +
+                        " belongs to another session");
+              }
+              if (ga->dtype != a.dtype || ga->shape != a.shape) {
+                invalid("NdArray.grad: the gradient " + ga->label() + " is " + tname(ga->dtype) +
+                        " of shape " + shape_string(ga->shape) + ", " + a.label() + " is " +
+                        tname(a.dtype) + " of shape " + shape_string(a.shape) +
+                        "; a gradient has its array's dtype and shape");
+              }
+            }
+            a.grad = std::move(g);
+          },
+          nb::arg("grad").none(),
+          "The caller's gradient array (same dtype and shape), which a Tape uses; None when "
+          "unset (the tape then keeps its own).")
       .def("numpy", &download, nb::sig("def numpy(self) -> numpy.typing.NDArray"),
            "Waits for the array's last writer (GIL released) and returns a new numpy array.")
       .def("upload", &upload, "array"_a,
@@ -688,6 +735,9 @@ NB_MODULE(_vkad, m) {
            nb::sig("def _from_numpy(self, array: numpy.typing.NDArray, name: str = '') -> NdArray"))
       .def("free", &Session::free, "array"_a, nb::sig("def free(self, array: NdArray) -> None"))
       .def("zero", &Session::zero, "array"_a, nb::sig("def zero(self, array: NdArray) -> None"))
+      .def("zero_many", &Session::zero_many, "arrays"_a,
+           nb::sig("def zero_many(self, arrays: collections.abc.Iterable[NdArray]) -> None"),
+           "Zeroes every array with one barrier pair (recorded, no wait); checks them all first.")
       .def("fill", &Session::fill, "array"_a, "value"_a,
            nb::sig("def fill(self, array: NdArray, value: float) -> None"))
       .def("launch", &Session::launch, "kernel"_a, "args"_a,

@@ -9,7 +9,7 @@
         y[i] = x[i] * x[i]
     square = s.differentiate(kb)                        # forward + adjoint
     xs = s.ndarray(np.arange(4, dtype=np.float32)); ys = s.empty(4, vkad.f32)
-    with s.tape() as t:
+    with s.tape() as t:                                 # reuse t: `with t:` each iteration
         s.launch(square, xs, ys)                        # asynchronous
     t.backward(seed={ys: 1.0})
     print(t.grad(xs).numpy())                           # [0, 2, 4, 6]
@@ -100,31 +100,51 @@ class Session(_vkad.Session):
         is marked grad."""
         return super().differentiate(_ir(kernel))
 
-    def ndarray(self, array: Any, dtype: Optional[DTypeLike] = None, name: str = "") -> NdArray:
+    def ndarray(self, array: Any, dtype: Optional[DTypeLike] = None, name: str = "",
+                grad: bool = False) -> NdArray:
         """A device array holding a copy of `array` (a numpy array, or anything np.asarray
-        takes; `dtype` converts first). Uploads straight from a C-contiguous numpy buffer."""
+        takes; `dtype` converts first). Uploads straight from a C-contiguous numpy buffer.
+        grad=True attaches a zeroed gradient array as `.grad` (a Tape uses it)."""
         host = _np.asarray(array) if dtype is None else _np.asarray(array, numpy_dtype(dtype))
         if host.dtype.name not in _NUMPY:
             raise InvalidArgumentError(f"ndarray '{name}': numpy dtype {host.dtype.name} is not "
                                        "one vkad holds (float32, float64, int32, uint32, int64, "
                                        "bool)")
-        return self._from_numpy(host, name)
+        a = self._from_numpy(host, name)
+        if grad:
+            self._attach_grad(a)
+        return a
 
     def empty(self, shape: Union[int, Sequence[int]], dtype: DTypeLike = DType.f32,
-              name: str = "") -> NdArray:
-        """A device array whose contents are undefined until written."""
-        return super().empty(shape, as_dtype(dtype), name)
+              name: str = "", grad: bool = False) -> NdArray:
+        """A device array whose contents are undefined until written. grad=True attaches a
+        zeroed gradient array as `.grad` (a Tape uses it)."""
+        a = super().empty(shape, as_dtype(dtype), name)
+        if grad:
+            self._attach_grad(a)
+        return a
 
     def zeros(self, shape: Union[int, Sequence[int]], dtype: DTypeLike = DType.f32,
-              name: str = "") -> NdArray:
-        """A device array set to zero on the device (recorded, no wait)."""
-        a = self.empty(shape, dtype, name)
-        self.zero(a)
+              name: str = "", grad: bool = False) -> NdArray:
+        """A device array set to zero on the device (recorded, no wait); grad=True attaches a
+        zeroed gradient array as `.grad`."""
+        a = super().empty(shape, as_dtype(dtype), name)
+        if grad:
+            a.grad = super().empty(shape, as_dtype(dtype), name + "_grad" if name else "")
+            self.zero_many([a, a.grad])
+        else:
+            self.zero(a)
         return a
+
+    def _attach_grad(self, a: NdArray) -> None:
+        a.grad = super().empty(a.shape, a.dtype, a.name + "_grad" if a.name else "")
+        self.zero(a.grad)
 
     def tape(self) -> Tape:
         """`with s.tape() as t:` records launches of differentiated kernels; t.backward()
-        replays their adjoints in reverse order."""
+        replays their adjoints in reverse order. Keep the tape and enter it again (`with t:`)
+        every iteration: its gradient arrays are reused, so a steady-state iteration allocates
+        nothing."""
         return Tape(self)
 
     def __enter__(self) -> "Session":

@@ -180,6 +180,88 @@ int main(void) {
       break;
     }
   }
+  /* A tape: launches recorded, gradients made by the first backward and reused after it. */
+  {
+    vkad_tape* tape = NULL;
+    vkad_arg fargs[4];
+    vkad_seed seed;
+    vkad_ndarray g = 0, other = 0;
+    uint64_t ndarrays_after_first = 0;
+    float ones[N];
+    int it;
+    fargs[0] = vkad_arg_f32(1.5f);
+    fargs[1] = vkad_arg_ndarray(hx);
+    fargs[2] = vkad_arg_ndarray(hy);
+    fargs[3] = vkad_arg_ndarray(ho);
+    for (i = 0; i < N; ++i) ones[i] = 1.0f;
+    st = vkad_tape_create(NULL, &tape);
+    CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+    CHECK(strstr(vkad_status_message(st), "session is NULL") != NULL);
+    vkad_status_free(st);
+    OK(vkad_tape_create(s, &tape));
+    st = vkad_tape_backward(tape, NULL, 0);
+    CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+    CHECK(strstr(vkad_status_message(st), "no launch of a differentiated kernel") != NULL);
+    vkad_status_free(st);
+    OK(vkad_ndarray_create(s, VKAD_F32, 1, shape, "other", &other));
+    for (it = 0; it < 2; ++it) {
+      OK(vkad_tape_reset(tape));
+      launch_id = 0;
+      OK(vkad_tape_launch(tape, &d, fargs, 4, &launch_id));
+      CHECK(launch_id != 0);
+      st = vkad_tape_launch(tape, &d, fargs, 3, NULL); /* nothing launched or recorded */
+      CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+      CHECK(strstr(vkad_status_message(st), "3 arguments given") != NULL);
+      vkad_status_free(st);
+      seed.array = other;
+      seed.value = 1.0;
+      seed.data = NULL;
+      seed.bytes = 0;
+      st = vkad_tape_backward(tape, &seed, 1);
+      CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+      CHECK(strstr(vkad_status_message(st), "not a differentiated (grad) argument") != NULL);
+      vkad_status_free(st);
+      seed.array = ho;
+      if (it == 1) { /* by host data the second time: the same gradient */
+        seed.data = ones;
+        seed.bytes = sizeof ones;
+      }
+      OK(vkad_tape_backward(tape, &seed, 1));
+      g = 0;
+      OK(vkad_tape_grad(tape, hx, &g));
+      CHECK(g != 0 && g != hgx);
+      OK(vkad_download(s, g, gx, sizeof gx));
+      for (i = 0; i < N; ++i) {
+        double ex = 2.0 * 1.5 * x[i] * y[i];
+        if (fabs(gx[i] - ex) > 1e-5 * (1 + fabs(ex))) {
+          fprintf(stderr, "c_api_test: tape gradient %d: got %g want %g\n", i, gx[i], ex);
+          ++failures;
+          break;
+        }
+      }
+      memset(&stats, 0, sizeof stats);
+      stats.struct_size = sizeof stats;
+      OK(vkad_session_stats(s, &stats));
+      if (it == 0) ndarrays_after_first = stats.ndarrays;
+      CHECK(stats.ndarrays == ndarrays_after_first); /* nothing made after the first */
+    }
+    /* The caller's own gradient array replaces the tape's (which is freed). */
+    OK(vkad_tape_set_grad(tape, hx, hgx));
+    OK(vkad_tape_grad(tape, hx, &g));
+    CHECK(g == hgx);
+    g = 0;
+    st = vkad_tape_grad(tape, other, &g);
+    CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+    CHECK(g == 0);
+    vkad_status_free(st);
+    vkad_tape_destroy(tape); /* frees the gradients it made: y's and out's */
+    vkad_tape_destroy(NULL);
+    OK(vkad_ndarray_free(s, other));
+    memset(&stats, 0, sizeof stats);
+    stats.struct_size = sizeof stats;
+    OK(vkad_session_stats(s, &stats));
+    CHECK(stats.ndarrays == ndarrays_after_first - 4);
+  }
   /* Wrong size, freed handles: errors naming what is wrong. */
   st = vkad_download(s, hgx, gx, 4);
   CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
@@ -194,7 +276,7 @@ int main(void) {
   memset(&stats, 0, sizeof stats);
   stats.struct_size = sizeof stats;
   OK(vkad_session_stats(s, &stats));
-  CHECK(stats.launches == 2);
+  CHECK(stats.launches == 6); /* 2, then the tape's 2 forwards and 2 adjoints */
   CHECK(stats.ndarrays == 5);
   CHECK(stats.memory_used_bytes > 0);
   CHECK(stats.vulkan_objects_created > 0); /* the device's own objects at least */

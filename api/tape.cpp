@@ -1,0 +1,211 @@
+#include "api/tape.h"
+
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+namespace vkad {
+
+namespace {
+
+std::string label(NdArrayHandle a) { return "ndarray " + runtime::handle_string(a.id); }
+
+std::string format_double(double v) {  // as Runtime::fill prints a value
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+}  // namespace
+
+Tape::Tape(Session& session) : session_(&session) {}
+
+Tape::~Tape() {
+  for (auto& [array, g] : grads_) {
+    if (g.owned) (void)session_->free(g.grad);  // deferred past in-flight uses by the runtime
+  }
+}
+
+Status Tape::launch(const Differentiated& d, std::span<const Arg> args, LaunchId* id) {
+  if (args.size() != d.forward_params) {
+    return make_error(ErrorCode::kInvalidArgument, "tape.launch: " + std::to_string(args.size()) +
+                                                       " arguments given, the forward kernel has " +
+                                                       std::to_string(d.forward_params) +
+                                                       " parameters");
+  }
+  for (const GradientParam& g : d.gradients) {
+    if (g.param >= args.size()) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "tape.launch: a gradient is of parameter " + std::to_string(g.param) +
+                            ", past the " + std::to_string(args.size()) + " arguments");
+    }
+    if (args[g.param].kind != runtime::ParamKind::kNdArray) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "tape.launch: argument " + std::to_string(g.param) +
+                            (g.name.empty() ? "" : " (gradient '" + g.name + "')") +
+                            " is a scalar; the tape keeps gradients of ndarray arguments only "
+                            "(launch the adjoint yourself for a scalar's gradient)");
+    }
+  }
+  VKAD_TRY_CTX(session_->launch(d.forward, args, id), "tape.launch");
+  Record r;
+  r.forward = d.forward;
+  r.adjoint = d.adjoint;
+  r.arg_begin = static_cast<uint32_t>(args_.size());
+  r.arg_count = static_cast<uint32_t>(args.size());
+  r.grad_begin = static_cast<uint32_t>(grad_params_.size());
+  r.grad_count = static_cast<uint32_t>(d.gradients.size());
+  args_.insert(args_.end(), args.begin(), args.end());
+  for (const GradientParam& g : d.gradients) grad_params_.push_back(g.param);
+  records_.push_back(r);
+  return {};
+}
+
+bool Tape::differentiated(NdArrayHandle array) const {
+  for (const Record& r : records_) {
+    for (uint32_t k = 0; k < r.grad_count; ++k) {
+      if (args_[r.arg_begin + grad_params_[r.grad_begin + k]].array.id == array.id) return true;
+    }
+  }
+  return false;
+}
+
+void Tape::prune() {
+  for (auto it = grads_.begin(); it != grads_.end();) {
+    if (session_->dtype(NdArrayHandle{it->first}).ok()) {
+      ++it;
+      continue;
+    }
+    if (it->second.owned) (void)session_->free(it->second.grad);
+    it = grads_.erase(it);
+  }
+}
+
+void Tape::reset() {
+  records_.clear();
+  args_.clear();
+  grad_params_.clear();
+  prune();
+}
+
+Status Tape::backward(std::span<const TapeSeed> seeds) {
+  if (records_.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "tape.backward: no launch of a differentiated kernel was recorded");
+  }
+  // Everything a seed can get wrong is checked before anything is made or recorded.
+  for (const TapeSeed& s : seeds) {
+    if (!differentiated(s.array)) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "tape.backward: seed for " + label(s.array) +
+                            ", which is not a differentiated (grad) argument of any recorded "
+                            "launch");
+    }
+    VKAD_ASSIGN_OR_RETURN_CTX(DType t, session_->dtype(s.array), "tape.backward");
+    if (s.data != nullptr) {
+      VKAD_ASSIGN_OR_RETURN_CTX(std::vector<uint32_t> shape, session_->shape(s.array),
+                                "tape.backward");
+      uint64_t bytes = runtime::dtype_bytes(t);
+      for (uint32_t e : shape) bytes *= e;
+      if (s.bytes != bytes) {
+        return make_error(ErrorCode::kInvalidArgument, "tape.backward: seed for " + label(s.array) +
+                                                           ": " + std::to_string(s.bytes) +
+                                                           " bytes given, the array holds " +
+                                                           std::to_string(bytes));
+      }
+    } else if (t == DType::kF32 && std::isfinite(s.value) && std::fabs(s.value) > FLT_MAX) {
+      return make_error(ErrorCode::kInvalidArgument, "tape.backward: seed for " + label(s.array) +
+                                                         ": value " + format_double(s.value) +
+                                                         " does not fit f32");
+    }
+  }
+  prune();
+  // The gradients this recording needs, made where missing, listed once each.
+  ++epoch_;
+  zero_list_.clear();
+  for (const Record& r : records_) {
+    for (uint32_t k = 0; k < r.grad_count; ++k) {
+      const NdArrayHandle a = args_[r.arg_begin + grad_params_[r.grad_begin + k]].array;
+      auto it = grads_.find(a.id);
+      if (it == grads_.end()) {
+        VKAD_ASSIGN_OR_RETURN_CTX(DType t, session_->dtype(a), "tape.backward");
+        VKAD_ASSIGN_OR_RETURN_CTX(std::vector<uint32_t> shape, session_->shape(a), "tape.backward");
+        VKAD_ASSIGN_OR_RETURN_CTX(
+            NdArrayHandle g,
+            session_->ndarray(t, std::move(shape), "tape grad of " + runtime::handle_string(a.id)),
+            "tape.backward");
+        it = grads_.emplace(a.id, Grad{g, true, 0}).first;
+      }
+      if (it->second.stamp != epoch_) {
+        it->second.stamp = epoch_;
+        zero_list_.push_back(it->second.grad);
+      }
+    }
+  }
+  VKAD_TRY_CTX(session_->zero(std::span<const NdArrayHandle>(zero_list_)), "tape.backward");
+  for (const TapeSeed& s : seeds) {
+    const NdArrayHandle g = grads_.at(s.array.id).grad;
+    VKAD_TRY_CTX(
+        s.data != nullptr ? session_->upload(g, s.data, s.bytes) : session_->fill(g, s.value),
+        "tape.backward");
+  }
+  for (size_t i = records_.size(); i-- > 0;) VKAD_TRY(launch_adjoint(i));
+  return {};
+}
+
+Status Tape::launch_adjoint(size_t index) {
+  const Record& r = records_[index];
+  adjoint_args_.assign(args_.begin() + r.arg_begin, args_.begin() + r.arg_begin + r.arg_count);
+  for (uint32_t k = 0; k < r.grad_count; ++k) {
+    const NdArrayHandle a = args_[r.arg_begin + grad_params_[r.grad_begin + k]].array;
+    adjoint_args_.push_back(Arg::ndarray(grads_.at(a.id).grad));
+  }
+  VKAD_TRY_CTX(session_->launch(r.adjoint, adjoint_args_),
+               "tape.backward: adjoint of launch " + std::to_string(index));
+  return {};
+}
+
+Result<NdArrayHandle> Tape::grad(NdArrayHandle array) const {
+  auto it = grads_.find(array.id);
+  if (it == grads_.end()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "tape.grad: " + label(array) +
+                          " is not a differentiated (grad) argument of any recorded launch, or "
+                          "backward() has not run");
+  }
+  VKAD_TRY_CTX(session_->dtype(array).status(), "tape.grad");  // freed since: not its gradient
+  return it->second.grad;
+}
+
+Status Tape::set_grad(NdArrayHandle array, NdArrayHandle grad) {
+  VKAD_ASSIGN_OR_RETURN_CTX(DType at, session_->dtype(array), "tape.set_grad");
+  VKAD_ASSIGN_OR_RETURN_CTX(DType gt, session_->dtype(grad), "tape.set_grad");
+  VKAD_ASSIGN_OR_RETURN_CTX(std::vector<uint32_t> as, session_->shape(array), "tape.set_grad");
+  VKAD_ASSIGN_OR_RETURN_CTX(std::vector<uint32_t> gs, session_->shape(grad), "tape.set_grad");
+  if (array.id == grad.id) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "tape.set_grad: " + label(array) + " cannot be its own gradient");
+  }
+  if (at != gt || as != gs) {
+    auto describe = [](DType t, const std::vector<uint32_t>& shape) {
+      std::string out = std::string(runtime::dtype_name(t)) + " of shape (";
+      for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+      return out + (shape.size() == 1 ? ",)" : ")");
+    };
+    return make_error(ErrorCode::kInvalidArgument,
+                      "tape.set_grad: the gradient " + label(grad) + " is " + describe(gt, gs) +
+                          ", " + label(array) + " is " + describe(at, as) +
+                          "; a gradient has its array's dtype and shape");
+  }
+  auto it = grads_.find(array.id);
+  if (it != grads_.end()) {
+    if (it->second.owned && it->second.grad.id != grad.id) (void)session_->free(it->second.grad);
+    it->second = Grad{grad, false, 0};
+  } else {
+    grads_.emplace(array.id, Grad{grad, false, 0});
+  }
+  return {};
+}
+
+}  // namespace vkad

@@ -1,0 +1,152 @@
+// vkad::Tape — records launches of differentiated kernels and runs their adjoints, with
+// gradient storage that lives across iterations:
+//
+//   vkad::Tape tape(session);                       // borrows the session; outlive it not
+//   for (int it = 0; it < iterations; ++it) {
+//     tape.reset();                                 // a new recording; gradients are kept
+//     for (int k = 0; k < steps; ++k) tape.launch(step, {Arg::ndarray(x[k]),
+//     Arg::ndarray(x[k+1])}); tape.launch(loss_kernel, {Arg::ndarray(x[steps]),
+//     Arg::ndarray(loss)}); tape.backward({TapeSeed::of_value(loss, 1.0)});   // zero, seed,
+//     adjoints last-first session.launch(update, {..., Arg::ndarray(*tape.grad(x[0]))});
+//   }
+//
+// Duties, and why each exists:
+//  - launch(d, args) launches d.forward (Session::launch) and records (d, args), so backward can
+//    launch each adjoint with the forward's own arguments (Differentiated::adjoint_args).
+//  - Gradient storage: the gradient of an array (same dtype and shape) is made the first time a
+//    backward needs it and kept, keyed by the array's handle, for later recordings: after the
+//    first iteration a backward allocates and frees nothing. A gradient the tape made is freed
+//    by the first reset() or backward() after its array was freed (handles are never reused,
+//    so a stale key can never name another array), and by the tape's destruction.
+//    set_grad(array, g) makes g (the caller's, never freed by the tape) array's gradient.
+//  - backward zeroes every gradient the recording needs in one Session::zero(span) (one barrier
+//    pair, one fill each), seeds, then launches the adjoints last-first. Nothing waits.
+//
+// Memory (README.md, "Tapes and memory"): a recorded launch keeps its arguments' handles, not
+// copies, and backward reads every array as it is when the adjoints run (reverse mode reads the
+// forward's inputs as they are). So a launch recorded later must not overwrite an array that an
+// earlier recorded launch reads: a simulation of S steps over a state of B bytes holds S + 1
+// state arrays, (S + 1) x B, for as long as the recording is to be differentiated, plus one
+// gradient (same size) per differentiated array -- another (S + 1) x B when every step's state
+// is differentiated -- kept across recordings. Nothing else grows with S (the recording itself
+// is a few dozen host bytes per launch). When that does not fit: differentiate fewer steps per
+// recording (truncated windows), or shrink the state. Recompute-based checkpointing (a ring of
+// state arrays with the forward launched again per segment during backward) is not offered:
+// with a ring, an array's gradient would also have to be cleared where a later step overwrote
+// it, which the adjoint of a store does not do (codegen/reverse_mode.cpp); the ring would give
+// wrong gradients, not an error.
+//
+// Contract: every fallible call returns Status / Result and never throws. A Tape borrows its
+// Session, which must outlive it, and is externally synchronised like the session. Launches
+// and gradient arrays are plain handles: the caller keeps the arrays of the recorded launches
+// alive until backward has run (a freed one is the error Session::launch gives for it).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "api/session.h"
+
+namespace vkad {
+
+// d(objective)/d(array) for one output: `value` for every element, or, when `data` is not
+// null, `bytes` of host data (exactly the array's size; copied before backward returns).
+struct TapeSeed {
+  NdArrayHandle array;
+  double value = 0;
+  const void* data = nullptr;
+  uint64_t bytes = 0;
+  static TapeSeed of_value(NdArrayHandle array, double value) { return {array, value, nullptr, 0}; }
+  static TapeSeed of_data(NdArrayHandle array, const void* data, uint64_t bytes) {
+    return {array, 0, data, bytes};
+  }
+  template <typename T>
+  static TapeSeed of_data(NdArrayHandle array, std::span<const T> data) {
+    return {array, 0, data.data(), data.size_bytes()};
+  }
+};
+
+class Tape {
+ public:
+  explicit Tape(Session& session);
+  // Frees the gradient arrays the tape made (after their in-flight uses, as Session::free);
+  // set_grad's arrays stay the caller's.
+  ~Tape();
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+
+  // Launches d.forward with `args` (Session::launch, asynchronous) and records it. kInvalid-
+  // Argument, nothing launched or recorded, when args.size() differs from d.forward_params
+  // ("tape.launch: 3 arguments given, the forward kernel has 4 parameters"), or a
+  // differentiated parameter's argument is a scalar (the tape keeps gradients of ndarrays; launch
+  // the adjoint yourself, with adjoint_args, for a scalar's); otherwise Session::launch's errors,
+  // with "tape.launch: " in front. `id` as in Session::launch.
+  Status launch(const Differentiated& d, std::span<const Arg> args, LaunchId* id = nullptr);
+  Status launch(const Differentiated& d, std::initializer_list<Arg> args, LaunchId* id = nullptr) {
+    return launch(d, std::span<const Arg>(args.begin(), args.size()), id);
+  }
+
+  // Zeroes the gradient of every differentiated argument of the recorded launches (making the
+  // missing ones: same dtype and shape), seeds (a value fills the output's gradient, host data
+  // is uploaded into it), then launches every recorded adjoint, last launch first. Records;
+  // never waits.
+  // kInvalidArgument, nothing recorded, when nothing was recorded since the last reset
+  // ("tape.backward: no launch of a differentiated kernel was recorded"), a seed names an array
+  // that no recorded launch differentiates ("tape.backward: seed for ndarray 1:4, which is not a
+  // differentiated (grad) argument of any recorded launch"), host data of the wrong size, or a
+  // value the gradient's dtype cannot hold. Gradients made before a later failure are kept. A
+  // launch failing among the adjoints (an argument freed since it was recorded) returns its
+  // error ("tape.backward: adjoint of launch 3: ...") with the adjoints before it recorded.
+  // The recording stays: backward may run again (gradients are zeroed again, not accumulated).
+  Status backward(std::span<const TapeSeed> seeds);
+  Status backward(std::initializer_list<TapeSeed> seeds) {
+    return backward(std::span<const TapeSeed>(seeds.begin(), seeds.size()));
+  }
+
+  // The gradient array of `array`: made by a backward, or given to set_grad. It lives while
+  // the tape and `array` do. kInvalidArgument ("tape.grad: ndarray 1:4 is not a differentiated
+  // (grad) argument of any recorded launch, or backward() has not run") otherwise.
+  Result<NdArrayHandle> grad(NdArrayHandle array) const;
+  // Makes `grad` (the caller's; the tape never frees it) the gradient of `array` from now on; a
+  // gradient the tape had made for `array` is freed. kInvalidArgument when either handle is
+  // not live, they are the same array, or their dtypes or shapes differ; nothing changes then.
+  Status set_grad(NdArrayHandle array, NdArrayHandle grad);
+  // Forgets the recorded launches (a new recording starts); keeps the gradients, except those
+  // of arrays freed meanwhile, which it frees.
+  void reset();
+
+  size_t launches() const { return records_.size(); }
+  size_t gradients() const { return grads_.size(); }  // gradient arrays held (made or set)
+
+ private:
+  struct Record {
+    KernelHandle forward, adjoint;
+    uint32_t arg_begin = 0, arg_count = 0;    // into args_
+    uint32_t grad_begin = 0, grad_count = 0;  // into grad_params_
+  };
+  struct Grad {
+    NdArrayHandle grad;
+    bool owned = false;  // made by the tape (freed by it) or given to set_grad
+    uint64_t stamp = 0;  // the backward that last listed it (dedupes without allocating)
+  };
+  // Drops the gradients of arrays that are no longer live, freeing those the tape made.
+  void prune();
+  Status launch_adjoint(size_t index);
+  bool differentiated(NdArrayHandle array) const;
+
+  Session* session_;  // borrowed
+  std::vector<Record> records_;
+  std::vector<Arg> args_;                     // every record's forward arguments, back to back
+  std::vector<uint32_t> grad_params_;         // every record's differentiated parameter indices
+  std::unordered_map<uint64_t, Grad> grads_;  // array handle id -> its gradient
+  uint64_t epoch_ = 0;
+  // backward's scratch, kept so that a steady-state backward allocates nothing on the host
+  // either.
+  std::vector<NdArrayHandle> zero_list_;
+  std::vector<Arg> adjoint_args_;
+};
+
+}  // namespace vkad

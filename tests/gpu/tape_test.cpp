@@ -1,0 +1,362 @@
+// api/tape.h (vkad::Tape) and Runtime::zero_many / Session::zero(span) on a real device with
+// validation on: gradients against closed forms, storage reused across iterations, every error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "codegen/builder.h"
+#include "runtime/runtime.h"
+#include "vkad.h"
+
+namespace vkad::testing {
+namespace {
+
+using codegen::Array;
+using codegen::KernelBuilder;
+using codegen::Value;
+
+class TapeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SessionOptions o;
+    o.validation = true;
+    auto r = Session::create(o);
+    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice)
+      GTEST_SKIP() << "SKIPPED: no Vulkan device";
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    s_ = std::move(r).value();
+  }
+  void TearDown() override {
+    if (!s_) return;
+    const rhi::Device& d = s_->runtime().device();
+    EXPECT_EQ(d.validation_message_count(), 0u) << [&] {
+      std::string all;
+      for (const auto& m : d.validation_messages()) all += m + "\n";
+      return all;
+    }();
+  }
+  NdArrayHandle make(uint32_t n, const char* name, DType t = DType::kF32) {
+    auto h = s_->ndarray(t, {n}, name);
+    EXPECT_TRUE(h.ok()) << h.status().to_string();
+    return h.ok() ? *h : NdArrayHandle{};
+  }
+  std::vector<float> read(NdArrayHandle h, uint32_t n) {
+    std::vector<float> out(n);
+    Status st = s_->download(h, std::span<float>(out));
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    return out;
+  }
+  SessionStats stats() {
+    auto r = s_->stats();
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : SessionStats{};
+  }
+  std::unique_ptr<Session> s_;
+};
+
+// y[i] = sin(x[i]) * 0.9 + 0.1: dy/dx = 0.9 cos(x).
+codegen::Kernel sin_step() {
+  KernelBuilder kb("sin_step");
+  Array x = kb.ndarray("x", DType::kF32, 1, {.needs_grad = true});
+  Array y = kb.ndarray("y", DType::kF32, 1, {.needs_grad = true});
+  kb.parallel_for("main", 0, x.dim(0), [&](Value i) { y.store({i}, sin(x(i)) * 0.9 + 0.1); });
+  return kb.finish();
+}
+
+constexpr uint32_t kN = 64;
+constexpr int kSteps = 10;
+
+std::vector<float> start_values() {
+  std::vector<float> x0(kN);
+  for (uint32_t i = 0; i < kN; ++i) x0[i] = -1.5f + 3.0f * static_cast<float>(i) / kN;
+  return x0;
+}
+
+// d x_to / d x_from through y = sin(x) 0.9 + 0.1, evaluated in double from x0.
+std::vector<double> chain_gradient(const std::vector<float>& x0, int from, int to) {
+  std::vector<double> out(x0.size());
+  for (size_t i = 0; i < x0.size(); ++i) {
+    double x = x0[i], g = 1;
+    for (int k = 0; k < to; ++k) {
+      if (k >= from) g *= 0.9 * std::cos(x);
+      x = std::sin(x) * 0.9 + 0.1;
+    }
+    out[i] = g;
+  }
+  return out;
+}
+
+void expect_near(const std::vector<float>& got, const std::vector<double>& want, double w = 1) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    // Vulkan's sin/cos: 2^-11 absolute on [-pi, pi]; ten factors of at most 0.9 each.
+    ASSERT_NEAR(got[i], w * want[i], 5e-3 * std::fabs(w)) << "element " << i;
+  }
+}
+
+// --- zero_many ----------------------------------------------------------------------------
+
+TEST_F(TapeTest, ZeroManyZeroesEveryListedArrayAndNothingElse) {
+  const std::vector<float> junk(kN, 7.5f);
+  NdArrayHandle a = make(kN, "a"), b = make(kN, "b"), c = make(kN, "c");
+  auto ints = s_->ndarray(DType::kI32, {4, 4}, "ints");
+  ASSERT_TRUE(ints.ok());
+  const std::vector<int32_t> ijunk(16, -3);
+  for (NdArrayHandle h : {a, b, c}) ASSERT_TRUE(s_->upload(h, std::span<const float>(junk)).ok());
+  ASSERT_TRUE(s_->upload(*ints, std::span<const int32_t>(ijunk)).ok());
+  const NdArrayHandle list[] = {a, *ints, c, a};  // a twice: filled twice, no error
+  ASSERT_TRUE(s_->zero(std::span<const NdArrayHandle>(list)).ok());
+  EXPECT_EQ(read(a, kN), std::vector<float>(kN, 0.0f));
+  EXPECT_EQ(read(c, kN), std::vector<float>(kN, 0.0f));
+  EXPECT_EQ(read(b, kN), junk) << "an array not listed is untouched";
+  std::vector<int32_t> got(16);
+  ASSERT_TRUE(s_->download(*ints, std::span<int32_t>(got)).ok());
+  EXPECT_EQ(got, std::vector<int32_t>(16, 0));
+  EXPECT_TRUE(s_->zero(std::span<const NdArrayHandle>()).ok()) << "an empty list records nothing";
+}
+
+TEST_F(TapeTest, ZeroManyChecksEveryHandleFirstAndRecordsNothingOnError) {
+  const std::vector<float> junk(kN, 7.5f);
+  NdArrayHandle a = make(kN, "a"), b = make(kN, "b"), dead = make(kN, "dead");
+  for (NdArrayHandle h : {a, b}) ASSERT_TRUE(s_->upload(h, std::span<const float>(junk)).ok());
+  ASSERT_TRUE(s_->free(dead).ok());
+  {
+    const NdArrayHandle list[] = {a, b, dead};  // the bad one last: a and b must stay
+    Status st = s_->zero(std::span<const NdArrayHandle>(list));
+    EXPECT_EQ(st.code(), ErrorCode::kNotFound);
+    EXPECT_EQ(st.message(), "zero_many: ndarray handle " + runtime::handle_string(dead.id) +
+                                " was freed or never existed");
+  }
+  {
+    const NdArrayHandle foreign{(uint64_t{999999} << 32) | 1};
+    const NdArrayHandle list[] = {a, foreign};
+    Status st = s_->zero(std::span<const NdArrayHandle>(list));
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("zero_many: ndarray handle 999999:1 belongs to runtime 999999"),
+              std::string::npos)
+        << st.message();
+  }
+  EXPECT_EQ(read(a, kN), junk);
+  EXPECT_EQ(read(b, kN), junk);
+}
+
+// --- Tape ---------------------------------------------------------------------------------
+
+struct Chain {
+  std::vector<NdArrayHandle> x;  // x[0] .. x[kSteps]
+  std::vector<Arg> args;         // per step: x[k], x[k + 1]
+};
+
+TEST_F(TapeTest, TenLaunchChainMatchesClosedFormSeededByValueAndByData) {
+  auto d = s_->differentiate(sin_step());
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  const std::vector<float> x0 = start_values();
+  std::vector<NdArrayHandle> x;
+  for (int k = 0; k <= kSteps; ++k) x.push_back(make(kN, "x"));
+  ASSERT_TRUE(s_->upload(x[0], std::span<const float>(x0)).ok());
+  Tape tape(*s_);
+  for (int k = 0; k < kSteps; ++k) {
+    Status st = tape.launch(*d, {Arg::ndarray(x[k]), Arg::ndarray(x[k + 1])});
+    ASSERT_TRUE(st.ok()) << st.to_string();
+  }
+  EXPECT_EQ(tape.launches(), static_cast<size_t>(kSteps));
+  ASSERT_TRUE(tape.backward({TapeSeed::of_value(x[kSteps], 1.0)}).ok());
+  auto g0 = tape.grad(x[0]);
+  ASSERT_TRUE(g0.ok()) << g0.status().to_string();
+  expect_near(read(*g0, kN), chain_gradient(x0, 0, kSteps));
+  // An intermediate array's gradient: d x10 / d x4.
+  auto g4 = tape.grad(x[4]);
+  ASSERT_TRUE(g4.ok());
+  expect_near(read(*g4, kN), chain_gradient(x0, 4, kSteps));
+  EXPECT_EQ(tape.gradients(), static_cast<size_t>(kSteps + 1));
+
+  // Seeded by host data: weights per element.
+  std::vector<float> w(kN);
+  for (uint32_t i = 0; i < kN; ++i) w[i] = 0.5f + 0.01f * static_cast<float>(i);
+  ASSERT_TRUE(tape.backward({TapeSeed::of_data(x[kSteps], std::span<const float>(w))}).ok());
+  const std::vector<float> got = read(*g0, kN);
+  const std::vector<double> want = chain_gradient(x0, 0, kSteps);
+  for (uint32_t i = 0; i < kN; ++i) ASSERT_NEAR(got[i], w[i] * want[i], 5e-3) << i;
+
+  // Two seeds at once: d(x10 + 2 x5)/dx0 = chain(0, 10) + 2 chain(0, 5).
+  ASSERT_TRUE(
+      tape.backward({TapeSeed::of_value(x[kSteps], 1.0), TapeSeed::of_value(x[5], 2.0)}).ok());
+  const std::vector<float> both = read(*g0, kN);
+  const std::vector<double> c5 = chain_gradient(x0, 0, 5);
+  for (uint32_t i = 0; i < kN; ++i) ASSERT_NEAR(both[i], want[i] + 2 * c5[i], 1e-2) << i;
+}
+
+TEST_F(TapeTest, ReusedAcrossIterationsAllocatesNothingAfterTheFirst) {
+  auto d = s_->differentiate(sin_step());
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  const std::vector<float> x0 = start_values();
+  std::vector<NdArrayHandle> x;
+  for (int k = 0; k <= kSteps; ++k) x.push_back(make(kN, "x"));
+  ASSERT_TRUE(s_->upload(x[0], std::span<const float>(x0)).ok());
+  // The caller's own gradient for x[0] (as Python's array.grad): used, never freed by the tape.
+  NdArrayHandle mine = make(kN, "x0_grad");
+  Tape tape(*s_);
+  ASSERT_TRUE(tape.set_grad(x[0], mine).ok());
+  std::vector<float> first;
+  SessionStats after_first{};
+  for (int it = 0; it < 3; ++it) {
+    tape.reset();
+    EXPECT_EQ(tape.launches(), 0u);
+    for (int k = 0; k < kSteps; ++k) {
+      ASSERT_TRUE(tape.launch(*d, {Arg::ndarray(x[k]), Arg::ndarray(x[k + 1])}).ok());
+    }
+    ASSERT_TRUE(tape.backward({TapeSeed::of_value(x[kSteps], 1.0)}).ok());
+    auto g = tape.grad(x[0]);
+    ASSERT_TRUE(g.ok());
+    EXPECT_EQ(g->id, mine.id);
+    const std::vector<float> got = read(mine, kN);  // a readback: drains every retirement
+    const SessionStats st = stats();
+    if (it == 0) {
+      expect_near(got, chain_gradient(x0, 0, kSteps));
+      first = got;
+      after_first = st;
+      // x[0]'s gradient is the caller's: the tape made the other ten.
+      EXPECT_EQ(st.ndarrays, static_cast<uint64_t>(kSteps + 1 + 1 + kSteps));
+    } else {
+      EXPECT_EQ(got, first) << "iteration " << it << ": zeroed, not accumulated";
+      EXPECT_EQ(st.ndarrays, after_first.ndarrays) << "iteration " << it;
+      EXPECT_EQ(st.memory_block_bytes, after_first.memory_block_bytes) << "iteration " << it;
+      EXPECT_EQ(st.memory_used_bytes, after_first.memory_used_bytes) << "iteration " << it;
+    }
+  }
+  EXPECT_EQ(tape.gradients(), static_cast<size_t>(kSteps + 1));
+  EXPECT_TRUE(s_->free(mine).ok()) << "the caller's gradient is still the caller's";
+}
+
+TEST_F(TapeTest, GradientOfAFreedArrayIsFreedAtTheNextReset) {
+  auto d = s_->differentiate(sin_step());
+  ASSERT_TRUE(d.ok());
+  NdArrayHandle a = make(kN, "a"), b = make(kN, "b");
+  ASSERT_TRUE(s_->zero(a).ok());
+  const uint64_t base = stats().ndarrays;
+  {
+    Tape tape(*s_);
+    ASSERT_TRUE(tape.launch(*d, {Arg::ndarray(a), Arg::ndarray(b)}).ok());
+    ASSERT_TRUE(tape.backward({TapeSeed::of_value(b, 1.0)}).ok());
+    EXPECT_EQ(stats().ndarrays, base + 2);  // a_grad, b_grad
+    ASSERT_TRUE(s_->free(a).ok());
+    tape.reset();
+    EXPECT_EQ(stats().ndarrays, base - 1 + 1) << "a and its gradient are gone; b's stays";
+    EXPECT_EQ(tape.gradients(), 1u);
+    Result<NdArrayHandle> g = tape.grad(a);
+    EXPECT_EQ(g.status().code(), ErrorCode::kInvalidArgument);
+  }
+  EXPECT_EQ(stats().ndarrays, base - 1) << "the tape's destruction freed b's gradient";
+}
+
+TEST_F(TapeTest, ErrorsNameWhatIsWrongAndChangeNothing) {
+  auto d = s_->differentiate(sin_step());
+  ASSERT_TRUE(d.ok());
+  NdArrayHandle a = make(kN, "a"), b = make(kN, "b"), other = make(kN, "other");
+  NdArrayHandle small = make(3, "small");
+  ASSERT_TRUE(s_->zero(a).ok());
+  Tape tape(*s_);
+
+  // backward with nothing recorded.
+  Status st = tape.backward({TapeSeed::of_value(b, 1.0)});
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "tape.backward: no launch of a differentiated kernel was recorded");
+
+  // launch: wrong count; nothing launched or recorded.
+  const uint64_t launches = stats().launches;
+  st = tape.launch(*d, {Arg::ndarray(a)});
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "tape.launch: 1 arguments given, the forward kernel has 2 parameters");
+  // launch: arguments Session::launch refuses (a scalar for an ndarray that is not a gradient
+  // can't happen here; an f64 array for an f32 parameter can).
+  auto wide = s_->ndarray(DType::kF64, {kN}, "wide");
+  if (wide.ok()) {
+    st = tape.launch(*d, {Arg::ndarray(*wide), Arg::ndarray(b)});
+    EXPECT_FALSE(st.ok());
+    EXPECT_EQ(st.message().rfind("tape.launch: ", 0), 0u) << st.message();
+  }
+  EXPECT_EQ(tape.launches(), 0u);
+  EXPECT_EQ(stats().launches, launches);
+
+  // A scalar marked grad: refused before launching.
+  auto scaled = s_->differentiate(R"(
+kernel scaled(a: f32 grad, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
+  task main parallel %0 in [0, shape(x, 0)) {
+    %1 = load x[%0] : f32
+    %2 = arg a : f32
+    %3 = mul %1, %2 : f32
+    store y[%0], %3
+  }
+})");
+  ASSERT_TRUE(scaled.ok()) << scaled.status().to_string();
+  st = tape.launch(*scaled, {Arg::f32(2), Arg::ndarray(a), Arg::ndarray(b)});
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("tape.launch: argument 0 (gradient 'a_grad') is a scalar"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(tape.launches(), 0u);
+  EXPECT_EQ(stats().launches, launches);
+
+  ASSERT_TRUE(tape.launch(*d, {Arg::ndarray(a), Arg::ndarray(b)}).ok());
+  const uint64_t ndarrays = stats().ndarrays;
+
+  // Seeds: an array no recorded launch differentiates; data of the wrong size; a value f32
+  // cannot hold. Nothing is made (ndarray count) or recorded.
+  st = tape.backward({TapeSeed::of_value(other, 1.0)});
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "tape.backward: seed for ndarray " + runtime::handle_string(other.id) +
+                              ", which is not a differentiated (grad) argument of any recorded "
+                              "launch");
+  const float three[3] = {1, 2, 3};
+  st = tape.backward({TapeSeed::of_data(b, three, sizeof three)});
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("12 bytes given, the array holds 256"), std::string::npos)
+      << st.message();
+  st = tape.backward({TapeSeed::of_value(b, 1e300)});
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("value 1e+300 does not fit f32"), std::string::npos) << st.message();
+  EXPECT_EQ(stats().ndarrays, ndarrays);
+  EXPECT_EQ(stats().launches, launches + 1);
+
+  // grad before any backward, and of an array never differentiated.
+  Result<NdArrayHandle> g = tape.grad(a);
+  EXPECT_EQ(g.status().code(), ErrorCode::kInvalidArgument);
+  g = tape.grad(other);
+  EXPECT_EQ(g.status().message(),
+            "tape.grad: ndarray " + runtime::handle_string(other.id) +
+                " is not a differentiated (grad) argument of any recorded launch, or backward() "
+                "has not run");
+
+  // set_grad: shape or dtype differs, the array itself, a dead handle.
+  st = tape.set_grad(a, small);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("is f32 of shape (3,), ndarray " + runtime::handle_string(a.id) +
+                              " is f32 of shape (64,)"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(tape.set_grad(a, a).code(), ErrorCode::kInvalidArgument);
+  NdArrayHandle gone = make(kN, "gone");
+  ASSERT_TRUE(s_->free(gone).ok());
+  st = tape.set_grad(a, gone);
+  EXPECT_EQ(st.code(), ErrorCode::kNotFound);
+  EXPECT_EQ(st.message().rfind("tape.set_grad: ", 0), 0u) << st.message();
+  EXPECT_EQ(tape.gradients(), 0u);
+
+  // An argument freed between the recording and backward: the adjoint launch names it.
+  ASSERT_TRUE(tape.backward({TapeSeed::of_value(b, 1.0)}).ok());
+  ASSERT_TRUE(s_->free(other).ok());
+  Tape t2(*s_);
+  NdArrayHandle c = make(kN, "c");
+  ASSERT_TRUE(t2.launch(*d, {Arg::ndarray(b), Arg::ndarray(c)}).ok());
+  ASSERT_TRUE(s_->synchronize().ok());
+  ASSERT_TRUE(s_->free(b).ok());
+  st = t2.backward({TapeSeed::of_value(c, 1.0)});
+  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(st.message().rfind("tape.backward: ", 0), 0u) << st.message();
+  ASSERT_TRUE(s_->synchronize().ok());
+}
+
+}  // namespace
+}  // namespace vkad::testing
