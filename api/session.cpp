@@ -1,6 +1,6 @@
-#include "api/device_target.h"
 #include "api/session.h"
 
+#include "api/device_target.h"
 #include "codegen/reverse_mode.h"
 #include "codegen/text.h"
 #include "runtime/runtime.h"
@@ -119,7 +119,9 @@ Status Session::upload(NdArrayHandle array, const void* data, uint64_t bytes) {
 Status Session::download(NdArrayHandle array, void* out, uint64_t bytes) {
   return rt_->download(array, out, bytes);
 }
-Result<std::vector<uint32_t>> Session::shape(NdArrayHandle array) const { return rt_->shape(array); }
+Result<std::vector<uint32_t>> Session::shape(NdArrayHandle array) const {
+  return rt_->shape(array);
+}
 Result<DType> Session::dtype(NdArrayHandle array) const { return rt_->dtype(array); }
 
 Status Session::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id) {
@@ -133,6 +135,12 @@ Status Session::flush() {
   return r.ok() ? Status{} : r.status();
 }
 Status Session::synchronize() { return rt_->synchronize(); }
+Status Session::begin_capture(const std::string& name) { return rt_->begin_capture(name); }
+Result<GraphHandle> Session::end_capture() { return rt_->end_capture(); }
+Status Session::replay(GraphHandle graph, std::span<const GraphUpdate> updates, LaunchId* first) {
+  return rt_->replay(graph, updates, first);
+}
+Status Session::release_graph(GraphHandle graph) { return rt_->release_graph(graph); }
 Result<SessionStats> Session::stats() const {
   VKAD_ASSIGN_OR_RETURN(const runtime::RuntimeStats r, rt_->stats());
   SessionStats s;

@@ -41,6 +41,8 @@ struct RuntimeOptions;
 
 using runtime::Arg;
 using runtime::DType;
+using runtime::GraphHandle;
+using runtime::GraphUpdate;
 using runtime::KernelHandle;
 using runtime::LaunchId;
 using runtime::NdArrayHandle;
@@ -62,7 +64,7 @@ struct SessionOptions {
 struct SessionStats {
   uint64_t launches = 0;
   uint64_t flushes = 0;
-  uint64_t forced_waits = 0;        // times a flush waited for the oldest submission
+  uint64_t forced_waits = 0;  // times a flush waited for the oldest submission
   uint64_t ndarrays = 0;
   uint64_t kernels_cached = 0;      // pipelines held (kernels registered or kept for reuse)
   uint64_t memory_block_bytes = 0;  // device memory held
@@ -168,6 +170,16 @@ class Session {
   Status prepare(KernelHandle kernel, std::initializer_list<Arg> args) {
     return prepare(kernel, std::span<const Arg>(args.begin(), args.size()));
   }
+  // Captured launch sequences (runtime::Runtime::begin_capture, "captured launch sequences"):
+  // launches (and zero / fill) between begin_capture and end_capture are checked and planned
+  // but not run; replay runs them all with one call, optionally replacing scalar arguments
+  // (GraphUpdate: launch index in capture order, parameter, value; kept for later replays).
+  // Arrays are bound by reference. Tape::backward can be captured like any launches.
+  Status begin_capture(const std::string& name = "");
+  Result<GraphHandle> end_capture();
+  Status replay(GraphHandle graph, std::span<const GraphUpdate> updates = {},
+                LaunchId* first = nullptr);
+  Status release_graph(GraphHandle graph);
   // Submits what was recorded; never waits for the device.
   Status flush();
   // Waits for everything this session submitted; reports device errors (kDeviceError).

@@ -2,6 +2,8 @@
 // checks its pointers, converts, and hands back an owned vkad_status on error.
 #include "api/vkad_c.h"
 
+#include <vulkan/vulkan.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,8 +13,6 @@
 #include <string>
 #include <unordered_set>
 #include <vector>
-
-#include <vulkan/vulkan.h>
 
 #include "api/session.h"
 #include "api/tape.h"
@@ -127,8 +127,8 @@ vkad_status* invalid(const char* fn, const char* what) {
   return make(VKAD_INVALID_ARGUMENT, std::string(fn) + ": " + what);
 }
 
-#define VKAD_C_CHECK_SESSION(fn)                                                \
-  if (session == nullptr) return invalid(fn, "session is NULL");                \
+#define VKAD_C_CHECK_SESSION(fn)                                 \
+  if (session == nullptr) return invalid(fn, "session is NULL"); \
   if (kCheckLifetimes) live_sessions().expect(fn, session, false)
 
 // A tape call: the tape, and (Debug builds) its session, must be live.
@@ -159,8 +159,8 @@ template <typename T>
 vkad_status* write_versioned(const char* fn, const T& full, T* out) {
   const uint32_t n = out->struct_size;
   if (n < sizeof(uint32_t) || n > sizeof(T)) {
-    return make(VKAD_INVALID_ARGUMENT, std::string(fn) + ": out->struct_size " +
-                                           std::to_string(n) + " is not one this library knows");
+    return make(VKAD_INVALID_ARGUMENT, std::string(fn) + ": out->struct_size " + std::to_string(n) +
+                                           " is not one this library knows");
   }
   std::memcpy(static_cast<void*>(out), static_cast<const void*>(&full), n);
   out->struct_size = n;
@@ -196,7 +196,8 @@ const char* vkad_version_string(void) {
 
 vkad_code vkad_status_code(const vkad_status* status) {
   if (status == nullptr) return VKAD_OK;
-  if (kCheckLifetimes && status != &g_out_of_memory) live_statuses().expect("vkad_status_code", status, false);
+  if (kCheckLifetimes && status != &g_out_of_memory)
+    live_statuses().expect("vkad_status_code", status, false);
   return status->code;
 }
 const char* vkad_status_message(const vkad_status* status) {
@@ -246,7 +247,8 @@ vkad_status* vkad_session_create(const vkad_session_options* options, vkad_sessi
   if (o.spare_memory_blocks < -1) {
     return invalid("vkad_session_create",
                    ("spare_memory_blocks " + std::to_string(o.spare_memory_blocks) +
-                    ": use 0 (the default), -1 (none) or a positive count").c_str());
+                    ": use 0 (the default), -1 (none) or a positive count")
+                       .c_str());
   }
   if (o.spare_memory_blocks != 0) {
     ro.device.spare_blocks_per_memory_type =
@@ -322,11 +324,11 @@ vkad_status* vkad_differentiate(vkad_session* session, const char* ir_text,
   uint32_t marked = 0;
   for (const auto& p : parsed->params) marked += p.needs_grad ? 1 : 0;
   if (marked > VKAD_MAX_GRADIENTS) {
-    return invalid("vkad_differentiate",
-                   ("kernel '" + parsed->name + "' has " + std::to_string(marked) +
-                    " parameters marked grad; the C ABI returns at most " +
-                    std::to_string(VKAD_MAX_GRADIENTS))
-                       .c_str());
+    return invalid(
+        "vkad_differentiate",
+        ("kernel '" + parsed->name + "' has " + std::to_string(marked) +
+         " parameters marked grad; the C ABI returns at most " + std::to_string(VKAD_MAX_GRADIENTS))
+            .c_str());
   }
   auto d = session->s->differentiate(*parsed);
   if (!d.ok()) return from(d.status());
@@ -360,14 +362,16 @@ vkad_status* vkad_ndarray_create(vkad_session* session, vkad_dtype dtype, uint32
   if (dtype_bits(dtype) > VKAD_BOOL) {
     return invalid("vkad_ndarray_create",
                    ("dtype " + std::to_string(static_cast<int32_t>(dtype_bits(dtype))) +
-                    " is not a vkad_dtype").c_str());
+                    " is not a vkad_dtype")
+                       .c_str());
   }
   if (rank > 64) {  // the runtime names the real limit; this only bounds the copy below
-    return invalid("vkad_ndarray_create", ("rank " + std::to_string(rank) + " is too large").c_str());
+    return invalid("vkad_ndarray_create",
+                   ("rank " + std::to_string(rank) + " is too large").c_str());
   }
   std::vector<uint32_t> dims(shape, shape + rank);
-  auto h = session->s->ndarray(static_cast<vkad::runtime::DType>(dtype_bits(dtype)), std::move(dims),
-                               name != nullptr ? name : "");
+  auto h = session->s->ndarray(static_cast<vkad::runtime::DType>(dtype_bits(dtype)),
+                               std::move(dims), name != nullptr ? name : "");
   if (!h.ok()) return from(h.status());
   *out = h->id;
   return nullptr;
@@ -402,11 +406,10 @@ static vkad_status* to_args(const char* where, const vkad_arg* args, uint32_t ar
   a->reserve(arg_count);
   for (uint32_t i = 0; i < arg_count; ++i) {
     if (!args[i].is_ndarray && dtype_bits(args[i].dtype) > VKAD_BOOL) {
-      return invalid(where,
-                     ("argument " + std::to_string(i) + ": dtype " +
-                      std::to_string(static_cast<int32_t>(dtype_bits(args[i].dtype))) +
-                      " is not a vkad_dtype")
-                         .c_str());
+      return invalid(where, ("argument " + std::to_string(i) + ": dtype " +
+                             std::to_string(static_cast<int32_t>(dtype_bits(args[i].dtype))) +
+                             " is not a vkad_dtype")
+                                .c_str());
     }
     a->push_back(to_arg(args[i]));
   }
@@ -515,6 +518,38 @@ vkad_status* vkad_tape_reset(vkad_tape* tape) {
   VKAD_C_CHECK_TAPE("vkad_tape_reset");
   tape->tape.reset();
   return nullptr;
+}
+
+vkad_status* vkad_begin_capture(vkad_session* session, const char* name) {
+  VKAD_C_CHECK_SESSION("vkad_begin_capture");
+  return from(session->s->begin_capture(name != nullptr ? name : ""));
+}
+vkad_status* vkad_end_capture(vkad_session* session, vkad_graph* out) {
+  VKAD_C_CHECK_SESSION("vkad_end_capture");
+  if (out == nullptr) return invalid("vkad_end_capture", "out is NULL");
+  auto g = session->s->end_capture();
+  if (!g.ok()) return from(g.status());
+  *out = g->id;
+  return nullptr;
+}
+vkad_status* vkad_replay(vkad_session* session, vkad_graph graph, const vkad_graph_update* updates,
+                         uint32_t update_count, uint64_t* first_launch_id) {
+  VKAD_C_CHECK_SESSION("vkad_replay");
+  if (updates == nullptr && update_count > 0) return invalid("vkad_replay", "updates is NULL");
+  std::vector<vkad::runtime::GraphUpdate> u(update_count);
+  for (uint32_t i = 0; i < update_count; ++i) {
+    std::vector<vkad::runtime::Arg> one;
+    if (vkad_status* bad = to_args("vkad_replay (update)", &updates[i].value, 1, &one)) return bad;
+    u[i] = {updates[i].launch, updates[i].param, one[0]};
+  }
+  vkad::runtime::LaunchId first;
+  vkad_status* st = from(session->s->replay({graph}, u, &first));
+  if (st == nullptr && first_launch_id != nullptr) *first_launch_id = first.value;
+  return st;
+}
+vkad_status* vkad_graph_release(vkad_session* session, vkad_graph graph) {
+  VKAD_C_CHECK_SESSION("vkad_graph_release");
+  return from(session->s->release_graph(vkad::GraphHandle{graph}));
 }
 
 vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out) {

@@ -84,6 +84,7 @@ typedef enum vkad_dtype {
 typedef struct vkad_session vkad_session;
 typedef uint64_t vkad_kernel;
 typedef uint64_t vkad_ndarray;
+typedef uint64_t vkad_graph;
 
 /* Optional features an imported device was created with (Vulkan cannot be asked): vkad uses a
  * feature only where it is stated here and supported. */
@@ -216,6 +217,26 @@ vkad_status* vkad_prepare(vkad_session* session, vkad_kernel kernel, const vkad_
 vkad_status* vkad_flush(vkad_session* session);
 /* BLOCKS until everything this session submitted has finished; reports device errors. */
 vkad_status* vkad_synchronize(vkad_session* session);
+
+/* Captured launch sequences: launches (vkad_launch, vkad_tape_launch, vkad_tape_backward,
+ * zero / fill) between vkad_begin_capture and vkad_end_capture are checked and planned but
+ * not run; vkad_replay runs them all with one call (asynchronous, like a launch), binding the
+ * same arrays (a freed one fails the replay, naming it, with nothing run). While capturing,
+ * vkad_flush submits nothing and upload, download and synchronize fail with
+ * VKAD_FAILED_PRECONDITION. A replay may replace scalar arguments: `updates[i]` names a
+ * captured launch (0-based, capture order), its parameter and the new value; kept for later
+ * replays. `first_launch_id` (may be NULL) receives the sequence number of the graph's first
+ * launch in this replay; device errors name these numbers. */
+typedef struct vkad_graph_update {
+  uint32_t launch;
+  uint32_t param;
+  vkad_arg value;
+} vkad_graph_update;
+vkad_status* vkad_begin_capture(vkad_session* session, const char* name /* NULL: "graph" */);
+vkad_status* vkad_end_capture(vkad_session* session, vkad_graph* out);
+vkad_status* vkad_replay(vkad_session* session, vkad_graph graph, const vkad_graph_update* updates,
+                         uint32_t update_count, uint64_t* first_launch_id);
+vkad_status* vkad_graph_release(vkad_session* session, vkad_graph graph);
 
 /* Tapes (api/tape.h): a tape launches and records forwards of differentiated kernels, and
  * vkad_tape_backward zeroes their gradients (one barrier pair for all), seeds, and launches

@@ -146,17 +146,31 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
   // 3. Record, in capture order.
   VKAD_TRY(ensure_list());
   const LaunchId first_id{next_launch_ + 1};
+  // Consecutive fills share one barrier pair (as zero_many records them); a second fill of an
+  // array in one run is ordered after the first (it may write another value).
+  bool filling = false;
+  std::vector<uint64_t> filled;
   for (const auto& [is_launch, i] : g.steps) {
     if (!is_launch) {
       NdArray& a = arrays_.at(g.fills[i].array.id);
-      list_.barrier(rhi::Barrier::kComputeToTransfer);
+      if (!filling) {
+        list_.barrier(rhi::Barrier::kComputeToTransfer);
+        filled.clear();
+      } else if (std::find(filled.begin(), filled.end(), g.fills[i].array.id) != filled.end()) {
+        list_.barrier(rhi::Barrier::kTransferToTransfer);
+        filled.clear();
+      }
+      filled.push_back(g.fills[i].array.id);
+      filling = true;
       list_.fill(a.buffer, g.fills[i].pattern, 0, a.bytes);
-      list_.barrier(rhi::Barrier::kTransferToCompute);
       continue;
     }
+    if (filling) list_.barrier(rhi::Barrier::kTransferToCompute);
+    filling = false;
     CapturedLaunch& c = launch_at(i);
     VKAD_TRY(record_launch(c.kernel, c.planned, c.encoded.data(), nullptr));
   }
+  if (filling) list_.barrier(rhi::Barrier::kTransferToCompute);
   for (auto& [index, c] : updated) g.launches[index] = std::move(c);
   ++stats_.graph_replays;
   stats_.replayed_launches += g.launches.size();

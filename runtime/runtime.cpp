@@ -479,6 +479,13 @@ Status Runtime::zero_many(std::span<const NdArrayHandle> arrays) {
     if (arrays_.find(h.id) == arrays_.end()) return dead_handle("zero_many", "ndarray", h.id);
   }
   if (arrays.empty()) return {};
+  if (capture_) {  // captured as fills; a replay batches consecutive fills the same way
+    for (NdArrayHandle h : arrays) {
+      capture_->steps.push_back({false, static_cast<uint32_t>(capture_->fills.size())});
+      capture_->fills.push_back({h, 0});
+    }
+    return {};
+  }
   VKAD_TRY(ensure_list());
   // One barrier pair for all: the fills write distinct buffers (or the same one twice, with
   // the same value), so no transfer->transfer dependency is needed between them.

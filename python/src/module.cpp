@@ -1,8 +1,9 @@
 // vkad._vkad: the nanobind binding of vkad's front door (api/session.h) for the Python package
 // (python/vkad). It stays thin: kernels come in as IR text (the Python builder prints it), the
-// Tape (vkad::Tape's behaviour, over zero_many) and the dtype/shape conveniences live in Python. What lives here is what must be fast or
-// must touch memory: launch (arguments converted against the kernel's parameters), numpy upload
-// and download (one copy at most), and the locking that lets blocking waits release the GIL.
+// Tape (vkad::Tape's behaviour, over zero_many) and the dtype/shape conveniences live in Python.
+// What lives here is what must be fast or must touch memory: launch (arguments converted against
+// the kernel's parameters), numpy upload and download (one copy at most), and the locking that lets
+// blocking waits release the GIL.
 //
 // Threads: a vkad::Session is externally synchronised. Every call below takes the session's
 // mutex; a blocking call (download, synchronize, flush, compile, close) releases the GIL first,
@@ -47,7 +48,7 @@ using vkad::runtime::ParamKind;
 
 constexpr int kCodes = static_cast<int>(ErrorCode::kInternal) + 1;
 PyObject* g_error = PyExc_RuntimeError;  // vkad.Error once registered
-PyObject* g_errors[kCodes] = {};       // one subclass per ErrorCode (index 0 unused)
+PyObject* g_errors[kCodes] = {};         // one subclass per ErrorCode (index 0 unused)
 
 [[noreturn]] void raise(const Status& s) {
   int c = static_cast<int>(s.code());
@@ -80,6 +81,8 @@ struct State {
   std::vector<KernelHandle> pending_kernels;
   // The recording tape (a Python list) or None; see Session.launch.
   nb::object tape = nb::none();
+  // The graph being captured (a Graph) or None: launches append their kernel to it.
+  nb::object capture = nb::none();
 
   vkad::Session& get() {
     if (!session) raise(Status(ErrorCode::kFailedPrecondition, "the session is closed"));
@@ -190,13 +193,20 @@ bool dtype_of(const nb::dlpack::dtype& d, DType* out) {
   using C = nb::dlpack::dtype_code;
   auto code = static_cast<C>(d.code);
   if (d.lanes != 1) return false;
-  if (code == C::Float && d.bits == 32) *out = DType::kF32;
-  else if (code == C::Float && d.bits == 64) *out = DType::kF64;
-  else if (code == C::Int && d.bits == 32) *out = DType::kI32;
-  else if (code == C::UInt && d.bits == 32) *out = DType::kU32;
-  else if (code == C::Int && d.bits == 64) *out = DType::kI64;
-  else if (code == C::Bool && d.bits == 8) *out = DType::kBool;
-  else return false;
+  if (code == C::Float && d.bits == 32)
+    *out = DType::kF32;
+  else if (code == C::Float && d.bits == 64)
+    *out = DType::kF64;
+  else if (code == C::Int && d.bits == 32)
+    *out = DType::kI32;
+  else if (code == C::UInt && d.bits == 32)
+    *out = DType::kU32;
+  else if (code == C::Int && d.bits == 64)
+    *out = DType::kI64;
+  else if (code == C::Bool && d.bits == 8)
+    *out = DType::kBool;
+  else
+    return false;
   return true;
 }
 std::string describe(const nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>& a) {
@@ -216,8 +226,8 @@ void upload(NdArray& a, const HostArray& host) {
   bool same_shape = host.ndim() == a.shape.size();
   for (size_t i = 0; same_shape && i < host.ndim(); ++i) same_shape = host.shape(i) == a.shape[i];
   if (!dtype_of(host.dtype(), &t) || t != a.dtype || !same_shape) {
-    invalid("upload to " + a.label() + " (" + tname(a.dtype) + ", shape " +
-            shape_string(a.shape) + "): got " + describe(host));
+    invalid("upload to " + a.label() + " (" + tname(a.dtype) + ", shape " + shape_string(a.shape) +
+            "): got " + describe(host));
   }
   State& st = *a.st;
   if (t == DType::kBool) {
@@ -248,9 +258,8 @@ nb::object download(NdArray& a) {
   auto view = nb::cast<nb::ndarray<nb::c_contig, nb::device::cpu>>(out);
   void* data = view.data();
   uint64_t bytes = view.nbytes();
-  Status status = blocking(*a.st, [&](vkad::Session& s) {
-    return s.download(a.handle, data, bytes);
-  });
+  Status status =
+      blocking(*a.st, [&](vkad::Session& s) { return s.download(a.handle, data, bytes); });
   check(status);
   return is_bool ? out.attr("astype")("bool") : out;
 }
@@ -293,12 +302,33 @@ struct Kernel {
     std::string out = name + "(";
     for (size_t i = 0; i < params.size(); ++i) {
       const ParamInfo& p = params[i];
-      out += (i ? ", " : "") + p.name + ": " +
-             (p.array ? "ndarray<" + std::string(tname(p.dtype)) + ", " +
-                            std::to_string(p.rank) + ">"
-                      : std::string(tname(p.dtype)));
+      out +=
+          (i ? ", " : "") + p.name + ": " +
+          (p.array ? "ndarray<" + std::string(tname(p.dtype)) + ", " + std::to_string(p.rank) + ">"
+                   : std::string(tname(p.dtype)));
     }
     return out + ")";
+  }
+};
+
+// A captured launch sequence (Session.capture); released when collected or by release().
+struct Graph {
+  StatePtr st;
+  vkad::GraphHandle handle;  // 0 while the capture is open
+  std::string name;
+  nb::list kernels;  // the Kernel of each captured launch, in order (for updates' dtypes)
+  bool released = false;
+
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  ~Graph() {
+    // Best effort: a graph holds no device memory of its own; the session frees the rest.
+    if (released || !st || handle.id == 0) return;
+    if (st->mu.try_lock()) {
+      if (st->session) (void)st->session->release_graph(handle);
+      st->mu.unlock();
+    }
   }
 };
 
@@ -315,8 +345,7 @@ Arg to_arg(const Kernel& k, const State& st, size_t i, nb::handle v) {
   const ParamInfo& p = k.params[i];
   auto where = [&] {
     return "launch '" + k.name + "', argument " + std::to_string(i) + " ('" + p.name + "': " +
-           (p.array ? "ndarray<" + std::string(tname(p.dtype)) + ", " +
-                          std::to_string(p.rank) + ">"
+           (p.array ? "ndarray<" + std::string(tname(p.dtype)) + ", " + std::to_string(p.rank) + ">"
                     : std::string(tname(p.dtype))) +
            ")";
   };
@@ -374,7 +403,8 @@ struct Differentiated {
 struct Session {
   StatePtr st = std::make_shared<State>();
 
-  Session(nb::handle device, bool validation, size_t retirement_depth, uint32_t spare_memory_blocks) {
+  Session(nb::handle device, bool validation, size_t retirement_depth,
+          uint32_t spare_memory_blocks) {
     vkad::SessionOptions o;
     if (!device.is_none()) o.device = nb::str(device).c_str();
     o.validation = validation;
@@ -409,9 +439,9 @@ struct Session {
     vkad::codegen::Kernel k;
     Result<vkad::Differentiated> r =
         blocking(*st, [&](vkad::Session& s) -> Result<vkad::Differentiated> {
-      VKAD_ASSIGN_OR_RETURN(k, vkad::codegen::parse(text));
-      return s.differentiate(k);
-    });
+          VKAD_ASSIGN_OR_RETURN(k, vkad::codegen::parse(text));
+          return s.differentiate(k);
+        });
     vkad::Differentiated d = take(std::move(r));
     std::vector<ParamInfo> fparams = params_of(k), aparams = fparams;
     nb::object forward = make_kernel(d.forward, k.name, fparams);
@@ -437,8 +467,8 @@ struct Session {
 
   nb::object empty(nb::handle shape_obj, DType dtype, const std::string& name) {
     std::vector<uint32_t> shape;
-    nb::object extents = PyIndex_Check(shape_obj.ptr()) ? nb::make_tuple(shape_obj)
-                                                         : nb::borrow(shape_obj);
+    nb::object extents =
+        PyIndex_Check(shape_obj.ptr()) ? nb::make_tuple(shape_obj) : nb::borrow(shape_obj);
     for (nb::handle e : extents) {
       nb::object index = nb::steal(PyNumber_Index(e.ptr()));
       if (!index.is_valid()) throw nb::python_error();
@@ -558,6 +588,62 @@ struct Session {
       check(st->get().launch(k->handle, std::span<const Arg>(a, args.size())));
     }
     if (record) nb::cast<nb::list>(st->tape).append(nb::make_tuple(nb::borrow(kernel), args));
+    if (!st->capture.is_none()) nb::cast<Graph*>(st->capture)->kernels.append(nb::find(k));
+  }
+
+  // Session.capture's halves: begin returns the Graph (its handle set by end).
+  nb::object begin_capture(const std::string& name) {
+    {
+      Locked l(*st);
+      check(st->get().begin_capture(name));
+    }
+    auto* g = new Graph();
+    g->st = st;
+    g->name = name.empty() ? "graph" : name;
+    nb::object obj = nb::cast(g, nb::rv_policy::take_ownership);
+    st->capture = obj;
+    return obj;
+  }
+  void end_capture() {
+    Graph* g = st->capture.is_none() ? nullptr : nb::cast<Graph*>(st->capture);
+    Result<vkad::GraphHandle> h = [&] {
+      Locked l(*st);
+      return st->get().end_capture();
+    }();
+    st->capture = nb::none();
+    vkad::GraphHandle got = take(std::move(h));
+    if (g) g->handle = got;
+  }
+  // updates: (launch index, parameter index, value) triples, converted like launch arguments.
+  void replay(Graph& g, nb::handle updates) {
+    if (g.st != st)
+      invalid("replay of graph '" + g.name + "': the graph belongs to another session");
+    if (g.released || g.handle.id == 0) {
+      invalid("replay of graph '" + g.name +
+              "': " + (g.released ? "the graph was released" : "its capture is still open"));
+    }
+    std::vector<vkad::GraphUpdate> u;
+    if (!updates.is_none()) {
+      for (nb::handle item : updates) {
+        auto t = nb::cast<nb::tuple>(item);
+        if (t.size() != 3)
+          invalid("replay of graph '" + g.name + "': an update is (launch, param, value)");
+        const uint32_t launch = nb::cast<uint32_t>(t[0]), param = nb::cast<uint32_t>(t[1]);
+        if (launch >= g.kernels.size()) {
+          invalid("replay of graph '" + g.name + "': update of launch " + std::to_string(launch) +
+                  "; the graph has " + std::to_string(g.kernels.size()) + " launches");
+        }
+        Kernel* k = nb::cast<Kernel*>(g.kernels[launch]);
+        if (param >= k->params.size() || k->params[param].array) {
+          invalid("replay of graph '" + g.name + "', launch " + std::to_string(launch) + " ('" +
+                  k->name + "'): parameter " + std::to_string(param) +
+                  " is not a scalar parameter of the kernel");
+        }
+        u.push_back({launch, param, to_arg(*k, *st, param, t[2])});
+      }
+    }
+    Locked l(*st);
+    check(st->get().replay(g.handle, u));
   }
 
   // Makes the pipelines launch(kernel, *args) would use, launching nothing (GIL released
@@ -631,18 +717,19 @@ NB_MODULE(_vkad, m) {
 
   nb::class_<NdArray>(m, "NdArray", nb::is_weak_referenceable(),
                       "A device array owned by a Session; freed when collected.")
-      .def_prop_ro("shape", [](const NdArray& a) {
-        nb::list l;
-        for (uint32_t e : a.shape) l.append(e);
-        return nb::tuple(l);
-      })
+      .def_prop_ro("shape",
+                   [](const NdArray& a) {
+                     nb::list l;
+                     for (uint32_t e : a.shape) l.append(e);
+                     return nb::tuple(l);
+                   })
       .def_prop_ro("dtype", [](const NdArray& a) { return a.dtype; })
       .def_prop_ro("name", [](const NdArray& a) { return a.name; })
       .def_prop_ro("size", &NdArray::size)
       .def_prop_ro("nbytes", &NdArray::nbytes)
       .def_prop_ro("handle", [](const NdArray& a) { return a.handle.id; })
-      .def_prop_ro("freed", [](const NdArray& a) { return a.freed; },
-                   "Whether Session.free released it.")
+      .def_prop_ro(
+          "freed", [](const NdArray& a) { return a.freed; }, "Whether Session.free released it.")
       .def_prop_rw(
           "grad", [](const NdArray& a) { return a.grad; },
           [](NdArray& a, nb::object g) {
@@ -679,27 +766,52 @@ NB_MODULE(_vkad, m) {
                (a.freed ? ", freed" : "") + ")";
       });
 
+  nb::class_<Graph>(m, "Graph", "A captured launch sequence (Session.capture).")
+      .def_prop_ro("name", [](const Graph& g) { return g.name; })
+      .def_prop_ro("launches", [](const Graph& g) { return g.kernels.size(); })
+      .def(
+          "release",
+          [](Graph& g) {
+            if (g.released || g.handle.id == 0) return;
+            Locked l(*g.st);
+            check(g.st->get().release_graph(g.handle));
+            g.released = true;
+          },
+          "Drops the graph now (otherwise when collected).")
+      .def("__repr__", [](const Graph& g) {
+        return "vkad.Graph('" + g.name + "', " + std::to_string(g.kernels.size()) + " launches" +
+               (g.released ? ", released" : "") + ")";
+      });
+
   nb::class_<Kernel>(m, "Kernel", "A compiled kernel; released when collected.")
       .def_prop_ro("name", [](const Kernel& k) { return k.name; })
-      .def_prop_ro("param_names", [](const Kernel& k) {
-        std::vector<std::string> out;
-        for (const ParamInfo& p : k.params) out.push_back(p.name);
-        return out;
-      })
-      .def_prop_ro("params", [](const Kernel& k) {
-        // (name, dtype, rank): rank 0 for a scalar.
-        nb::list out;
-        for (const ParamInfo& p : k.params) out.append(nb::make_tuple(p.name, p.dtype, p.rank));
-        return out;
-      }, "(name, dtype, rank) per parameter; rank 0 for a scalar.")
-      .def_prop_ro("adjoint", [](const Kernel& k) { return k.adjoint; },
-                   nb::sig("def adjoint(self) -> Kernel | None"),
-                   "The adjoint of a kernel from differentiate(), else None.")
-      .def_prop_ro("gradients", [](const Kernel& k) {
-        nb::list out;
-        for (const auto& [p, name] : k.gradients) out.append(nb::make_tuple(p, name));
-        return out;
-      }, "(forward parameter index, gradient name) per differentiated parameter.")
+      .def_prop_ro("param_names",
+                   [](const Kernel& k) {
+                     std::vector<std::string> out;
+                     for (const ParamInfo& p : k.params) out.push_back(p.name);
+                     return out;
+                   })
+      .def_prop_ro(
+          "params",
+          [](const Kernel& k) {
+            // (name, dtype, rank): rank 0 for a scalar.
+            nb::list out;
+            for (const ParamInfo& p : k.params) out.append(nb::make_tuple(p.name, p.dtype, p.rank));
+            return out;
+          },
+          "(name, dtype, rank) per parameter; rank 0 for a scalar.")
+      .def_prop_ro(
+          "adjoint", [](const Kernel& k) { return k.adjoint; },
+          nb::sig("def adjoint(self) -> Kernel | None"),
+          "The adjoint of a kernel from differentiate(), else None.")
+      .def_prop_ro(
+          "gradients",
+          [](const Kernel& k) {
+            nb::list out;
+            for (const auto& [p, name] : k.gradients) out.append(nb::make_tuple(p, name));
+            return out;
+          },
+          "(forward parameter index, gradient name) per differentiated parameter.")
       .def_prop_ro("signature", &Kernel::signature)
       .def("__repr__", [](const Kernel& k) { return "vkad.Kernel(" + k.signature() + ")"; });
 
@@ -707,13 +819,16 @@ NB_MODULE(_vkad, m) {
                              "A forward kernel and its adjoint (Session.differentiate).")
       .def_ro("forward", &Differentiated::forward, nb::sig("def forward(self) -> Kernel"))
       .def_ro("adjoint", &Differentiated::adjoint, nb::sig("def adjoint(self) -> Kernel"))
-      .def_prop_ro("gradients", [](const Differentiated& d) {
-        // {forward parameter name: gradient parameter name}
-        const Kernel& k = nb::cast<const Kernel&>(d.forward);
-        nb::dict out;
-        for (const auto& [p, name] : k.gradients) out[nb::str(k.params[p].name.c_str())] = name;
-        return out;
-      }, "{forward parameter name: gradient parameter name} of the adjoint.");
+      .def_prop_ro(
+          "gradients",
+          [](const Differentiated& d) {
+            // {forward parameter name: gradient parameter name}
+            const Kernel& k = nb::cast<const Kernel&>(d.forward);
+            nb::dict out;
+            for (const auto& [p, name] : k.gradients) out[nb::str(k.params[p].name.c_str())] = name;
+            return out;
+          },
+          "{forward parameter name: gradient parameter name} of the adjoint.");
 
   nb::class_<Session>(m, "Session", "A device, its kernels and ndarrays (vkad::Session).")
       .def(nb::init<nb::handle, bool, size_t, uint32_t>(), "device"_a = nb::none(),
@@ -757,5 +872,12 @@ NB_MODULE(_vkad, m) {
       .def("validation_messages", &Session::validation_messages)
       .def(
           "_set_tape", [](Session& s, nb::object tape) { s.st->tape = std::move(tape); },
-          "tape"_a.none());
+          "tape"_a.none())
+      .def("_begin_capture", &Session::begin_capture, "name"_a)
+      .def("_end_capture", &Session::end_capture)
+      .def("replay", &Session::replay, "graph"_a, "updates"_a = nb::none(),
+           nb::sig("def replay(self, graph: Graph, updates: list[tuple[int, int, int | float | "
+                   "bool]] | None = None) -> None"),
+           "Runs a captured graph (asynchronous). updates: (launch index, parameter index, "
+           "value) triples replacing scalar arguments, kept for later replays.");
 }

@@ -18,12 +18,13 @@ Everything that fails raises a vkad.Error subclass carrying vkad's message.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Union
+import contextlib as _contextlib
+from typing import Any, Dict, Iterator, Optional, Sequence, Union
 
 import numpy as _np
 
 from . import _vkad
-from ._vkad import DType, Differentiated, Kernel, NdArray
+from ._vkad import DType, Differentiated, Graph, Kernel, NdArray
 from .errors import (Error, InvalidArgumentError, NotFoundError, FailedPreconditionError,
                      OutOfDeviceMemoryError, OutOfHostMemoryError, DeviceLostError,
                      UnsupportedError, NoDeviceError, TimeoutError, DeviceError, VulkanError,
@@ -140,6 +141,20 @@ class Session(_vkad.Session):
         a.grad = super().empty(a.shape, a.dtype, a.name + "_grad" if a.name else "")
         self.zero(a.grad)
 
+    @_contextlib.contextmanager
+    def capture(self, name: str = "") -> Iterator[Graph]:
+        """`with s.capture() as g:` captures the launches (and zero / fill / zero_many) of the
+        block instead of running them; `s.replay(g)` then runs them all with one call, and
+        `s.replay(g, updates=[(launch, param, value)])` with scalar arguments replaced (kept for
+        later replays). Arrays are bound by reference. Inside the block flush() submits nothing
+        and uploads, readbacks and synchronize() raise FailedPreconditionError. A tape's
+        forward launches and backward() can be captured: replaying them is a training step."""
+        g = self._begin_capture(name)
+        try:
+            yield g
+        finally:
+            self._end_capture()
+
     def tape(self) -> Tape:
         """`with s.tape() as t:` records launches of differentiated kernels; t.backward()
         replays their adjoints in reverse order. Keep the tape and enter it again (`with t:`)
@@ -154,7 +169,7 @@ class Session(_vkad.Session):
         self.close()
 
 
-__all__ = ["Session", "Tape", "DType", "Kernel", "NdArray", "Differentiated", "KernelBuilder",
+__all__ = ["Session", "Tape", "Graph", "DType", "Kernel", "NdArray", "Differentiated", "KernelBuilder",
            "Value", "Scalar", "Array", "Dim", "Local", "f32", "f64", "i32", "u32", "i64", "bool_",
            "as_dtype", "numpy_dtype", "Error", "InvalidArgumentError", "NotFoundError",
            "FailedPreconditionError", "OutOfDeviceMemoryError", "OutOfHostMemoryError",

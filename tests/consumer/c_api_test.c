@@ -262,6 +262,51 @@ int main(void) {
     OK(vkad_session_stats(s, &stats));
     CHECK(stats.ndarrays == ndarrays_after_first - 4);
   }
+  /* A captured launch replayed with its scalar replaced: out = 3 x^2 y, nothing ran at capture. */
+  {
+    vkad_graph g = 0;
+    vkad_arg fargs[4];
+    vkad_graph_update u;
+    float out[N];
+    uint64_t first = 0;
+    fargs[0] = vkad_arg_f32(1.5f);
+    fargs[1] = vkad_arg_ndarray(hx);
+    fargs[2] = vkad_arg_ndarray(hy);
+    fargs[3] = vkad_arg_ndarray(ho);
+    OK(vkad_ndarray_zero(s, ho));
+    OK(vkad_begin_capture(s, "c graph"));
+    OK(vkad_launch(s, d.forward, fargs, 4, NULL));
+    st = vkad_upload(s, hx, x, sizeof x);
+    CHECK(vkad_status_code(st) == VKAD_FAILED_PRECONDITION);
+    CHECK(strstr(vkad_status_message(st), "graph 'c graph' is being captured") != NULL);
+    vkad_status_free(st);
+    OK(vkad_end_capture(s, &g));
+    CHECK(g != 0);
+    OK(vkad_download(s, ho, out, sizeof out));
+    CHECK(out[3] == 0.0f); /* captured, not run */
+    u.launch = 0;
+    u.param = 0;
+    u.value = vkad_arg_f32(3.0f);
+    OK(vkad_replay(s, g, &u, 1, &first));
+    CHECK(first == 7); /* after the 2 launches and the tape's 4 above */
+    OK(vkad_download(s, ho, out, sizeof out));
+    for (i = 0; i < N; ++i) {
+      float want = 3.0f * x[i] * x[i] * y[i];
+      if (fabs(out[i] - want) > 1e-6 * (1 + fabs(want))) {
+        fprintf(stderr, "c_api_test: replay %d: got %g want %g\n", i, out[i], want);
+        ++failures;
+        break;
+      }
+    }
+    u.launch = 1; /* the graph has one launch */
+    st = vkad_replay(s, g, &u, 1, NULL);
+    CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+    vkad_status_free(st);
+    OK(vkad_graph_release(s, g));
+    st = vkad_replay(s, g, NULL, 0, NULL);
+    CHECK(vkad_status_code(st) == VKAD_NOT_FOUND);
+    vkad_status_free(st);
+  }
   /* Wrong size, freed handles: errors naming what is wrong. */
   st = vkad_download(s, hgx, gx, 4);
   CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
@@ -276,7 +321,7 @@ int main(void) {
   memset(&stats, 0, sizeof stats);
   stats.struct_size = sizeof stats;
   OK(vkad_session_stats(s, &stats));
-  CHECK(stats.launches == 6); /* 2, then the tape's 2 forwards and 2 adjoints */
+  CHECK(stats.launches == 7); /* 2, the tape's 2 forwards and 2 adjoints, 1 replayed */
   CHECK(stats.ndarrays == 5);
   CHECK(stats.memory_used_bytes > 0);
   CHECK(stats.vulkan_objects_created > 0); /* the device's own objects at least */

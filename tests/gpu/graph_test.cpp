@@ -224,7 +224,9 @@ TEST(GraphTraining, ReplayedTrainingStepsEqualDirectStepsAndCreateNothing) {
     ASSERT_TRUE(graph_rt->replay(*g).ok());
     ASSERT_TRUE(graph_rt->synchronize().ok());
     if (i == 1) created = graph_rt->stats()->live.created;
-    if (i > 1) EXPECT_EQ(graph_rt->stats()->live.created, created) << "replay " << i;
+    if (i > 1) {
+      EXPECT_EQ(graph_rt->stats()->live.created, created) << "replay " << i;
+    }
   }
   auto a = (*direct)->v0(), b = (*graphed)->v0();
   ASSERT_TRUE(a.ok() && b.ok());

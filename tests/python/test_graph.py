@@ -1,0 +1,106 @@
+"""Captured launch sequences from Python (Session.capture / replay): results equal launching the
+steps one by one, scalar updates, a whole training iteration (tape forward + backward)
+captured and replayed, and the misuse errors."""
+import numpy as np
+import pytest
+
+import vkad
+
+AXPY = """
+kernel axpy(a: f32, x: ndarray<f32, 1>, y: ndarray<f32, 1>) {
+  task main parallel %0 in [0, shape(x, 0)) {
+    %1 = arg a : f32
+    %2 = load x[%0] : f32
+    %3 = load y[%0] : f32
+    %4 = mul %1, %2 : f32
+    %5 = add %4, %3 : f32
+    store y[%0], %5
+  }
+}"""
+STEP = """
+kernel step(x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
+  task main parallel %0 in [0, shape(x, 0)) {
+    %1 = load x[%0] : f32
+    %2 = sin %1 : f32
+    %3 = const 0.9 : f32
+    %4 = mul %2, %3 : f32
+    %5 = const 0.1 : f32
+    %6 = add %4, %5 : f32
+    store y[%0], %6
+  }
+}"""
+N = 100
+XS = (0.25 * (np.arange(N) % 17)).astype(np.float32)  # small exact values: sums are exact
+
+
+def test_replay_equals_the_steps_and_takes_updates(session):
+    s = session
+    k = s.compile(AXPY)
+    x, y = s.ndarray(XS), s.zeros(N, vkad.f32)
+    launches = s.stats()["launches"]
+    with s.capture("three") as g:
+        s.fill(y, 1.0)
+        for a in (2.0, 3.0, 4.0):
+            s.launch(k, a, x, y)
+    assert s.stats()["launches"] == launches, "capturing runs nothing"
+    np.testing.assert_array_equal(y.numpy(), np.zeros(N, np.float32))
+    assert g.launches == 3 and g.name == "three"
+    s.replay(g)
+    np.testing.assert_array_equal(y.numpy(), 1 + 9 * XS)
+    s.replay(g, updates=[(1, 0, -5)])  # an int converts to the f32 parameter
+    np.testing.assert_array_equal(y.numpy(), 1 + 1 * XS)
+    s.replay(g)  # the update was kept
+    np.testing.assert_array_equal(y.numpy(), 1 + 1 * XS)
+    with pytest.raises(vkad.InvalidArgumentError, match=r"update of launch 3; the graph has 3"):
+        s.replay(g, updates=[(3, 0, 1.0)])
+    with pytest.raises(vkad.InvalidArgumentError, match=r"parameter 1 is not a scalar parameter"):
+        s.replay(g, updates=[(0, 1, 1.0)])
+    with pytest.raises(vkad.InvalidArgumentError, match=r"value 1e\+300 does not fit f32"):
+        s.replay(g, updates=[(0, 0, 1e300)])
+    g.release()
+    with pytest.raises(vkad.InvalidArgumentError, match="released"):
+        s.replay(g)
+
+
+def test_uploads_and_readbacks_are_refused_while_capturing(session):
+    s = session
+    a = s.zeros(4, vkad.f32)
+    with s.capture("open"):
+        with pytest.raises(vkad.FailedPreconditionError, match="graph 'open' is being captured"):
+            a.numpy()
+        with pytest.raises(vkad.FailedPreconditionError, match="graph 'open' is being captured"):
+            a.upload(np.ones(4, np.float32))
+        s.flush()  # submits nothing, no error
+    np.testing.assert_array_equal(a.numpy(), np.zeros(4, np.float32))
+
+
+def test_a_captured_training_iteration_equals_the_direct_one(session):
+    """Forward launches on a tape and its backward, captured once; each replay computes the
+    gradient the direct iteration computes, bit for bit, and creates no Vulkan object."""
+    s = session
+    step = s.differentiate(STEP)
+    steps = 12
+    x0 = np.linspace(-1.5, 1.5, N).astype(np.float32)
+    xs = [s.ndarray(x0)] + [s.empty(N, vkad.f32) for _ in range(steps)]
+    t = s.tape()
+
+    def iteration():
+        with t:
+            for j in range(steps):
+                s.launch(step, xs[j], xs[j + 1])
+        t.backward(seed={xs[-1]: 1.0})
+
+    iteration()
+    direct = t.grad(xs[0]).numpy()
+    with s.capture("train") as g:
+        iteration()
+    assert g.launches == 2 * steps
+    t.grad(xs[0]).upload(np.full(N, 7.0, np.float32))  # garbage: the replay must zero it
+    created = None
+    for i in range(3):
+        s.replay(g)
+        np.testing.assert_array_equal(t.grad(xs[0]).numpy(), direct)
+        if i == 1:
+            created = s.stats()["vulkan_objects_created"]
+        elif i == 2:
+            assert s.stats()["vulkan_objects_created"] == created
