@@ -104,20 +104,47 @@ int main(int argc, char** argv) {
       fwd[j].assign(std::begin(f), std::end(f));
       adj[j] = *a;
     }
-    auto iteration = [&](Result1* r) -> Status {
+    // One iteration recorded (no wait): forward, gradients zeroed (one barrier pair), seed,
+    // adjoints last-first. `launch_us` gets the host time of the two launch loops.
+    auto record = [&](double* launch_us) -> Status {
       const double t0 = bench::now_us();
       for (uint32_t j = 0; j < steps; ++j) VKAD_TRY(s.launch(d->forward, fwd[j]));
       const double t1 = bench::now_us();
-      for (uint32_t j = 0; j < steps; ++j) VKAD_TRY(s.zero(gs[j]));
+      VKAD_TRY(s.zero(std::span<const NdArrayHandle>(gs.data(), steps)));
       VKAD_TRY(s.fill(gs[steps], 1.0));
       const double t2 = bench::now_us();
       for (uint32_t j = steps; j-- > 0;) VKAD_TRY(s.launch(d->adjoint, adj[j]));
       const double t3 = bench::now_us();
-      VKAD_TRY(s.synchronize());
-      const double t4 = bench::now_us();
-      r->ms = (t4 - t0) / 1e3;
-      r->record_us = ((t1 - t0) + (t3 - t2)) / (2.0 * steps);
+      *launch_us = (t1 - t0) + (t3 - t2);
       return {};
+    };
+    auto iteration = [&](Result1* r) -> Status {
+      const double t0 = bench::now_us();
+      double launch_us = 0;
+      VKAD_TRY(record(&launch_us));
+      VKAD_TRY(s.synchronize());
+      r->ms = (bench::now_us() - t0) / 1e3;
+      r->record_us = launch_us / (2.0 * steps);
+      return {};
+    };
+    // The closed form dL/dx0 = prod 0.9 cos(x_k) at a few elements, after the direct
+    // iterations and after the replays.
+    auto check = [&](const char* after) -> int {
+      std::vector<float> g(P);
+      Status got = s.download(gs[0], std::span<float>(g));
+      if (!got.ok()) return die("download", got);
+      for (uint32_t i : {0u, 1u, P / 2 + 7, P - 1}) {
+        double x = x0[i], want = 1;
+        for (uint32_t k = 0; k < steps; ++k) {
+          want *= 0.9 * std::cos(x);
+          x = std::sin(x) * 0.9 + 0.1;
+        }
+        if (!(std::fabs(g[i] - want) <= 2e-3 * std::fabs(want) + 1e-30)) {
+          std::fprintf(stderr, "gradient at %u after %s: %g, closed form %g\n", i, after, g[i], want);
+          return 1;
+        }
+      }
+      return 0;
     };
     Result1 r;
     for (int w = 0; w < 2; ++w) {
@@ -129,26 +156,36 @@ int main(int argc, char** argv) {
       ms.push_back(r.ms);
       rec.push_back(r.record_us);
     }
-    // The closed form dL/dx0 = prod 0.9 cos(x_k) at a few elements.
-    std::vector<float> g(P);
-    if (!(st = s.download(gs[0], std::span<float>(g))).ok()) return die("download", st);
-    for (uint32_t i : {0u, 1u, P / 2 + 7, P - 1}) {
-      double x = x0[i], want = 1;
-      for (uint32_t k = 0; k < steps; ++k) {
-        want *= 0.9 * std::cos(x);
-        x = std::sin(x) * 0.9 + 0.1;
-      }
-      if (!(std::fabs(g[i] - want) <= 2e-3 * std::fabs(want) + 1e-30)) {
-        std::fprintf(stderr, "gradient at %u: %g, closed form %g\n", i, g[i], want);
-        return 1;
-      }
+    if (check("the direct iterations")) return 1;
+    // The same iteration captured once (Session::begin_capture) and replayed: host time per
+    // replayed launch, and the iteration time.
+    if (!(st = s.begin_capture("substep")).ok()) return die("begin_capture", st);
+    double ignored = 0;
+    if (!(st = record(&ignored)).ok()) return die("capture", st);
+    auto graph = s.end_capture();
+    if (!graph.ok()) return die("end_capture", graph.status());
+    std::vector<double> gms, grec;
+    for (int i = 0; i < reps + 2; ++i) {
+      const double t0 = bench::now_us();
+      if (!(st = s.replay(*graph)).ok()) return die("replay", st);
+      const double t1 = bench::now_us();
+      if (!(st = s.synchronize()).ok()) return die("synchronize", st);
+      const double t2 = bench::now_us();
+      if (i < 2) continue;
+      gms.push_back((t2 - t0) / 1e3);
+      grec.push_back((t1 - t0) / (2.0 * steps));
     }
+    (void)s.release_graph(*graph);
+    if (check("the replays")) return 1;
     const double floor_ms = 20.0 * P * steps / (bandwidth * 1e9) * 1e3;
     const double m = bench::median(ms), rc = bench::median(rec);
-    std::printf(
-        "P = %8u, %u substeps: %9.2f ms/iteration (%.1fx the %.2f ms floor at %g GB/s), "
-        "%.2f us per launch recorded\n",
-        P, steps, m, m / floor_ms, floor_ms, bandwidth, rc);
+    const double gm = bench::median(gms), grc = bench::median(grec);
+    std::printf("P = %8u, %u substeps: %9.2f ms/iteration (%.1fx the %.2f ms floor at %g GB/s), "
+                "%.2f us per launch recorded\n",
+                P, steps, m, m / floor_ms, floor_ms, bandwidth, rc);
+    std::printf("  captured and replayed:   %9.2f ms/iteration (%.1fx the floor), %.3f us of host "
+                "time per replayed launch\n",
+                gm, gm / floor_ms, grc);
     json.begin();
     json.field("bench", "substep");
     json.field("P", static_cast<double>(P));
@@ -156,6 +193,8 @@ int main(int argc, char** argv) {
     json.field("ms", m);
     json.field("record_us_per_launch", rc);
     json.field("floor_ms", floor_ms);
+    json.field("graph_ms", gm);
+    json.field("graph_record_us_per_launch", grc);
     for (size_t j = 0; j <= steps; ++j) {
       (void)s.free(xs[j]);
       (void)s.free(gs[j]);

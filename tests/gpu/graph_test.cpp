@@ -102,6 +102,26 @@ TEST_F(Graphs, CaptureRunsNothingAndReplayEqualsLaunchingTheSteps) {
   EXPECT_EQ(s.graphs, 1u);
 }
 
+// zero_many is captured as fills (and a fill of the same array after it, with another value,
+// is ordered after it): every replay zeroes again what was written since.
+TEST_F(Graphs, CapturedZeroManyRunsAtEveryReplay) {
+  auto z = array(std::vector<float>(kN, 5.0f), "z");
+  const runtime::NdArrayHandle both[] = {y_, z};
+  ASSERT_TRUE(rt_->begin_capture("zeros").ok());
+  ASSERT_TRUE(rt_->zero_many(both).ok());
+  ASSERT_TRUE(rt_->fill(z, 2.0).ok());  // same array again in the same run of fills
+  auto g = rt_->end_capture();
+  ASSERT_TRUE(g.ok());
+  for (int i = 0; i < 3; ++i) {
+    std::vector<float> junk(kN, 9.0f + i);
+    ASSERT_TRUE(rt_->upload(y_, junk.data(), 4 * kN).ok());
+    ASSERT_TRUE(rt_->upload(z, junk.data(), 4 * kN).ok());
+    ASSERT_TRUE(rt_->replay(*g).ok());
+    for (float v : read(y_)) ASSERT_EQ(v, 0.0f) << "replay " << i;
+    for (float v : read(z)) ASSERT_EQ(v, 2.0f) << "replay " << i;
+  }
+}
+
 TEST_F(Graphs, ScalarUpdatesApplyToThisAndLaterReplays) {
   runtime::GraphHandle g = capture_three();
   const GraphUpdate u[] = {{1, 0, Arg::f32(-5.0f)}};
