@@ -9,7 +9,8 @@ iteration (forward + tape + backward, synchronised at the end of each iteration)
 a, write b; backward: read a, read dL/db, read-modify-write dL/da: 20 bytes per element and
 substep) at --bandwidth GB/s.
 
-    python3 bench/substep.py [--backend vkad,warp,warp-graph,jax,torch] [--P 16384,1048576]
+    python3 bench/substep.py [--backend vkad,vkad-graph,warp,warp-graph,jax,torch]
+                             [--P 16384,1048576]
                              [--steps 1000] [--reps R] [--bandwidth 4000] [--json FILE]
 
 Backends that are not installed are skipped with a line saying so. Each backend checks its
@@ -78,7 +79,7 @@ kernel step(a: ndarray<f32, 1> grad, b: ndarray<f32, 1> grad) {
 """
 
 
-def run_vkad(P, steps, reps, idx):
+def run_vkad(P, steps, reps, idx, graph=False):
     import numpy as np
     import vkad
     s = vkad.Session()
@@ -92,10 +93,17 @@ def run_vkad(P, steps, reps, idx):
                 s.launch(k, xs[j], xs[j + 1])
         tape.backward(seed={xs[steps]: 1.0})
 
-    ms = timed(iteration, s.synchronize, reps)
-    g = tape.grad(xs[0]).numpy()
-    check("vkad", [float(g[i]) for i in idx], closed_form(x0_host(P), steps, idx))
-    return f"vkad {getattr(vkad, '__version__', '')} python tape, {s.device_name}", ms
+    if graph:  # the whole iteration captured once (Session.capture), then one replay each
+        iteration()
+        with s.capture("substep") as g:
+            iteration()
+        ms = timed(lambda: s.replay(g), s.synchronize, reps)
+    else:
+        ms = timed(iteration, s.synchronize, reps)
+    got = tape.grad(xs[0]).numpy()
+    check("vkad", [float(got[i]) for i in idx], closed_form(x0_host(P), steps, idx))
+    how = "python tape captured and replayed" if graph else "python tape"
+    return f"vkad {getattr(vkad, '__version__', '')} {how}, {s.device_name}", ms
 
 
 def run_warp(P, steps, reps, idx, graph):
@@ -190,7 +198,7 @@ def run_torch(P, steps, reps, idx):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--backend", default="vkad,warp,warp-graph,jax,torch")
+    ap.add_argument("--backend", default="vkad,vkad-graph,warp,warp-graph,jax,torch")
     ap.add_argument("--P", default="16384,1048576")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--reps", type=int, default=10)
@@ -199,7 +207,8 @@ def main():
     a = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
     rows = []
-    runners = {"vkad": run_vkad, "jax": run_jax, "torch": run_torch,
+    runners = {"vkad": run_vkad, "vkad-graph": lambda *x: run_vkad(*x, graph=True),
+               "jax": run_jax, "torch": run_torch,
                "warp": lambda *x: run_warp(*x, graph=False),
                "warp-graph": lambda *x: run_warp(*x, graph=True)}
     for P in [int(p) for p in a.P.split(",")]:

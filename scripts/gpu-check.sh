@@ -10,7 +10,7 @@
 #       well under the 64 MiB carry limit). VKAD_GPU_PYTHON names the 3.12 interpreter
 #       (default: python3.12 on PATH); without one the Python suite is skipped there.
 #
-#   scripts/gpu-check.sh run [--quick]   THERE (the GPU machine; carry [".gl", "build-gpu/bin"]):
+#   scripts/gpu-check.sh run [--quick]   THERE (the GPU machine; carry [".gl", "build-gpu/pack"]):
 #       unpacks the libraries, runs the whole GPU test suite in ONE process under the validation
 #       layer (one process on purpose: it is what a DSL does, and what hit NVIDIA's instance
 #       limit), the unit tests, the Python suite (the wheel installed into /tmp/site, pytest
@@ -47,8 +47,8 @@ prepare() {
   done
   strip build-gpu/bin/*
   # The Python package for the GPU machine's interpreter (3.12), and pytest, as wheels.
-  local py=${VKAD_GPU_PYTHON:-$(command -v python3.12 || true)}
-  if [ -n "$py" ]; then
+  local py=${VKAD_GPU_PYTHON:-python3.12}
+  if "$py" -c pass 2>/dev/null; then
     mkdir -p build-gpu/bin/wheels
     "$py" -m pip wheel -q --no-deps -w build-gpu/bin/wheels .
     "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -58,15 +58,24 @@ prepare() {
   fi
   git rev-parse --short HEAD > build-gpu/bin/COMMIT
   git status --porcelain | grep -q . && echo "+uncommitted" >> build-gpu/bin/COMMIT
-  du -sh .gl build-gpu/bin
+  # The statically linked binaries are ~6 MB each, 70 MB in all: what travels is one xz archive
+  # (carry [".gl", "build-gpu/pack"]); run unpacks it into build-gpu/bin.
+  rm -rf build-gpu/pack && mkdir -p build-gpu/pack
+  tar c -C build-gpu bin | xz -T2 -6 > build-gpu/pack/bin.tar.xz
+  du -sh .gl build-gpu/pack
 }
 
 run() {
-  local quick=0
+  local quick=0 programs=0
   [ "${1:-}" = "--quick" ] && quick=1
+  # --programs: the quick check, then the whole-program benchmarks (substep program in C++ and
+  # Python beside Warp / JAX / torch, launch cost, retirement, codegen, counted) -- what fits
+  # one 10-minute call.
+  [ "${1:-}" = "--programs" ] && quick=1 && programs=1
   out=${OUT:-/tmp/gpu-check-out}
   mkdir -p "$out"
   bin=build-gpu/bin
+  [ -f build-gpu/pack/bin.tar.xz ] && xz -dc build-gpu/pack/bin.tar.xz | tar x -C build-gpu
   . .gl/gpu-env.sh > "$out/env.txt" 2>&1
   local txt="$out/gpu-check.txt"
   {
@@ -96,9 +105,10 @@ run() {
   echo "example.embedding (validation on): exit $?" >> "$txt"
   # The Python suite on the GPU, validation on, from the wheel built by prepare.
   if ls $bin/wheels/vkad-*.whl >/dev/null 2>&1; then
-    rm -rf /tmp/site && python3 -m pip install -q --no-index --no-deps --target /tmp/site $bin/wheels/*.whl \
-      > "$out/python-install.log" 2>&1
-    (cd tests/python && PYTHONPATH=/tmp/site VKAD_VALIDATION=1 timeout 300 python3 -m pytest -q \
+    # Into its own folder: /tmp/site may hold peers carried separately (Warp).
+    rm -rf /tmp/vkad-site && python3 -m pip install -q --no-index --no-deps --target /tmp/vkad-site \
+      $bin/wheels/*.whl > "$out/python-install.log" 2>&1
+    (cd tests/python && PYTHONPATH=/tmp/vkad-site VKAD_VALIDATION=1 timeout 300 python3 -m pytest -q \
        -p no:cacheprovider --junitxml="$out/python-tests.xml" . > "$out/python-tests.log" 2>&1)
     echo "python tests (validation on): exit $?: $(tail -1 "$out/python-tests.log")" >> "$txt"
   else
@@ -121,10 +131,10 @@ run() {
     echo "bench counted: exit $?" >> "$txt"
     timeout 120 "$bin/vkad-bench-substep" --json "$out/bench-substep.json" > "$out/bench-substep.txt" 2>&1
     echo "bench substep (C++): exit $?" >> "$txt"
-    # The same program from Python and in the peers installed there (Warp when carried:
-    # PYTHONPATH=/tmp/site), bench/substep.py.
-    if [ -d /tmp/site/vkad ]; then
-      PYTHONPATH=/tmp/site timeout 300 python3 bench/substep.py --json "$out/bench-substep-py.json" \
+    # The same program from Python and in the peers installed there (Warp when carried into
+    # /tmp/site: ../shared/DEVICE.md), bench/substep.py.
+    if [ -d /tmp/vkad-site/vkad ]; then
+      PYTHONPATH=/tmp/vkad-site:/tmp/site timeout 300 python3 bench/substep.py --json "$out/bench-substep-py.json" \
         > "$out/bench-substep-py.txt" 2>&1
       echo "bench substep (Python, peers): exit $?" >> "$txt"
     fi
@@ -140,6 +150,26 @@ run() {
     timeout 300 python3 bench/peers.py --json "$out/bench-peers.json" > "$out/bench-peers.txt" 2>&1
     echo "bench peers (pytorch, jax): exit $?" >> "$txt"
     for f in dispatch retirement codegen launch counted substep substep-py adjoint floor-slot floor-thread peers; do
+      echo "--- $f" >> "$txt"
+      cat "$out/bench-$f.txt" >> "$txt"
+    done
+  fi
+  if [ $programs -eq 1 ]; then
+    local pp=/tmp/vkad-site:/tmp/site
+    for b in "substep:120:$bin/vkad-bench-substep" "launch:60:$bin/vkad-bench-launch" \
+             "counted:60:$bin/vkad-bench-counted" "codegen:90:$bin/vkad-bench-codegen" \
+             "retirement:120:$bin/vkad-bench-retirement --flushes 30000"; do
+      IFS=: read -r name limit cmd <<< "$b"
+      timeout "$limit" $cmd --json "$out/bench-$name.json" > "$out/bench-$name.txt" 2>&1
+      echo "bench $name: exit $?" >> "$txt"
+    done
+    PYTHONPATH=$pp timeout 240 python3 bench/substep.py --json "$out/bench-substep-py.json" \
+      > "$out/bench-substep-py.txt" 2>&1
+    echo "bench substep (Python, peers): exit $?" >> "$txt"
+    PYTHONPATH=$pp timeout 60 python3 bench/python_launch.py --json "$out/bench-launch-py.json" \
+      > "$out/bench-launch-py.txt" 2>&1
+    echo "bench launch (Python): exit $?" >> "$txt"
+    for f in substep substep-py launch launch-py counted codegen retirement; do
       echo "--- $f" >> "$txt"
       cat "$out/bench-$f.txt" >> "$txt"
     done
@@ -171,7 +201,7 @@ try:
                                    if c.find("failure") is not None or c.find("error") is not None]
 except (OSError, ET.ParseError, AttributeError) as e:
     doc["python_tests"] = f"no result: {e}"
-for b in ("dispatch", "retirement", "codegen", "launch", "counted", "substep", "substep-py", "adjoint", "floor-slot",
+for b in ("dispatch", "retirement", "codegen", "launch", "launch-py", "counted", "substep", "substep-py", "adjoint", "floor-slot",
           "floor-thread", "peers"):
     p = os.path.join(out, f"bench-{b}.json")
     if os.path.exists(p):
@@ -192,5 +222,5 @@ EOF
 case "$mode" in
   prepare) prepare ;;
   run) run "$@" ;;
-  *) echo "usage: scripts/gpu-check.sh prepare | run [--quick]   (see the header of this script)"; exit 2 ;;
+  *) echo "usage: scripts/gpu-check.sh prepare | run [--quick | --programs]   (see the header of this script)"; exit 2 ;;
 esac
