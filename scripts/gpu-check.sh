@@ -52,7 +52,7 @@ prepare() {
     mkdir -p build-gpu/bin/wheels
     "$py" -m pip wheel -q --no-deps -w build-gpu/bin/wheels .
     "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-      -d build-gpu/bin/wheels pytest pluggy iniconfig packaging
+      -d build-gpu/bin/wheels pytest pluggy iniconfig packaging pygments
   else
     echo "gpu-check prepare: no python3.12 (VKAD_GPU_PYTHON): the Python suite will be skipped there"
   fi
