@@ -12,9 +12,49 @@
 
 namespace vkad::rhi {
 
-void CommandList::Abandon::operator()(VkCommandBuffer cb) noexcept { stream->abandon(cb); }
+void CommandList::Abandon::operator()(VkCommandBuffer cb) noexcept {
+  if (bundle) {
+    stream->release_bundle(cb, kNoSerial);
+  } else {
+    stream->abandon(cb);
+  }
+}
 
-void CommandList::mark_used(ResourceUse& use) { use.mark(stream_->index(), serial_); }
+void CommandList::mark_used(ResourceUse& use) {
+  if (bundle_) {
+    uses_.push_back(&use);  // deduplicated by end_bundle
+    return;
+  }
+  use.mark(stream_->index(), serial_);
+}
+
+void CommandList::execute(Bundle& bundle) {
+  for (ResourceUse* use : bundle.uses_) use->mark(stream_->index(), serial_);
+  if (bundle.last_use_ < serial_) bundle.last_use_ = serial_;
+  VkCommandBuffer cb = bundle.cb_;
+  stream_->device().fn().vkCmdExecuteCommands(cb_.get(), 1, &cb);
+  dispatches_ += bundle.dispatches_;
+}
+
+Bundle& Bundle::operator=(Bundle&& other) noexcept {
+  if (this != &other) {
+    reset();
+    stream_ = std::exchange(other.stream_, nullptr);
+    cb_ = std::exchange(other.cb_, VK_NULL_HANDLE);
+    uses_ = std::move(other.uses_);
+    last_use_ = std::exchange(other.last_use_, kNoSerial);
+    dispatches_ = std::exchange(other.dispatches_, 0);
+  }
+  return *this;
+}
+
+void Bundle::reset() noexcept {
+  if (cb_ != VK_NULL_HANDLE) stream_->release_bundle(cb_, last_use_);
+  cb_ = VK_NULL_HANDLE;
+  uses_.clear();
+  last_use_ = kNoSerial;
+  dispatches_ = 0;
+}
 
 void CommandList::bind_pipeline(ComputePipeline& pipeline) {
   mark_used(pipeline.use());
@@ -39,6 +79,12 @@ Status CommandList::bind_buffers(ComputePipeline& pipeline, std::span<Buffer* co
   }
   if (buffers.empty()) return {};
   VkDescriptorSet set = VK_NULL_HANDLE;
+  if (bundle_ && !pipeline.push_descriptors()) {
+    // A pooled set is recycled by serial; a bundle runs at serials not known yet.
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "pipeline '" + pipeline.name() +
+                          "': a bundle binds buffers with push descriptors only");
+  }
   if (!pipeline.push_descriptors()) {
     VKAD_ASSIGN_OR_RETURN(set, stream_->descriptors_.allocate(
                                    pipeline.set_layout(), static_cast<uint32_t>(buffers.size()),

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "rhi/serial.h"
 #include "base/status.h"
@@ -34,6 +35,37 @@ enum class Barrier : uint8_t {
 struct BufferRange {
   uint64_t offset = 0;
   uint64_t size = 0;
+};
+
+class CommandList;
+
+// A secondary command buffer recorded once (Stream::begin_bundle / end_bundle) and executed by
+// any number of lists (CommandList::execute), also while earlier executions are in flight
+// (recorded with SIMULTANEOUS_USE). It keeps the objects it references as pointers to their
+// ResourceUse and marks them at each execution's serial, so the deferred deleter keeps them
+// alive exactly as if the commands had been recorded into the list: the owner must keep every
+// referenced object alive, and unmoved, for as long as it executes the bundle (vkad's graphs
+// check their arrays before each replay and re-record when the adstack heaps were replaced).
+// Destroying it hands the command buffer back to its stream, freed once the last submission
+// that executed it completed. Move-only; never throws.
+class Bundle {
+ public:
+  Bundle() = default;
+  Bundle(Bundle&& other) noexcept { *this = std::move(other); }
+  Bundle& operator=(Bundle&& other) noexcept;
+  ~Bundle() { reset(); }
+  void reset() noexcept;
+  bool valid() const { return cb_ != VK_NULL_HANDLE; }
+  uint32_t dispatch_count() const { return dispatches_; }
+
+ private:
+  friend class Stream;
+  friend class CommandList;
+  Stream* stream_ = nullptr;  // borrowed; outlives its bundles
+  VkCommandBuffer cb_ = VK_NULL_HANDLE;
+  std::vector<ResourceUse*> uses_;
+  Serial last_use_ = kNoSerial;
+  uint32_t dispatches_ = 0;
 };
 
 class CommandList {
@@ -67,17 +99,24 @@ class CommandList {
   void reset_queries(QueryPool& pool, uint32_t first, uint32_t count);
   void write_timestamp(QueryPool& pool, uint32_t index);
   // Marks an object used by this submission without recording a command (e.g. a buffer only
-  // reached through a device address).
+  // reached through a device address). In a bundle's recording: remembered, and marked at each
+  // execution instead.
   void mark_used(ResourceUse& use);
+  // Executes a bundle (vkCmdExecuteCommands) and marks everything it references used by this
+  // list. The list's bound pipeline and push state are undefined afterwards (Vulkan's rule for
+  // secondary command buffers): record binds again. Not valid in a bundle's own recording.
+  void execute(Bundle& bundle);
+  bool is_bundle() const { return bundle_; }
 
  private:
   friend class Stream;
-  CommandList(Stream* stream, VkCommandBuffer cb, Serial serial)
-      : stream_(stream), cb_(cb, Abandon{stream}), serial_(serial) {}
+  CommandList(Stream* stream, VkCommandBuffer cb, Serial serial, bool bundle = false)
+      : stream_(stream), cb_(cb, Abandon{stream, bundle}), serial_(serial), bundle_(bundle) {}
 
-  // Gives an unsubmitted command buffer back to its stream.
+  // Gives an unsubmitted command buffer (or an unfinished bundle's) back to its stream.
   struct Abandon {
     Stream* stream = nullptr;
+    bool bundle = false;
     void operator()(VkCommandBuffer cb) noexcept;
   };
 
@@ -85,6 +124,8 @@ class CommandList {
   UniqueHandle<VkCommandBuffer, Abandon> cb_;
   Serial serial_ = kNoSerial;
   uint32_t dispatches_ = 0;
+  bool bundle_ = false;             // recording a Bundle (a secondary command buffer)
+  std::vector<ResourceUse*> uses_;  // a bundle's recording: what it references
 };
 
 }  // namespace vkad::rhi

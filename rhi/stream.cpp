@@ -90,6 +90,9 @@ Stream::~Stream() {
   device_.detach_stream(index_);
   in_flight_cbs_.retire_all([&](VkCommandBuffer cb) { free_cbs_.push_back(cb); });
   device_.live_mut().command_buffers -= static_cast<int64_t>(free_cbs_.size());
+  // The pool frees the bundles' buffers too (a bundle outliving its stream is a caller bug).
+  device_.live_mut().command_buffers -= static_cast<int64_t>(retiring_bundles_.size());
+  retiring_bundles_.retire_all([](VkCommandBuffer) {});
   if (command_pool_) device_.fn().vkDestroyCommandPool(d, command_pool_, nullptr);  // frees its buffers
   for (auto& [serial, fence] : in_flight_fences_) free_fences_.push_back(fence);
   for (VkFence f : free_fences_) device_.fn().vkDestroyFence(d, f, nullptr);
@@ -178,6 +181,7 @@ Status Stream::wait_idle(uint64_t timeout_ns) {
 void Stream::recycle() {
   Serial done = refresh_completed();
   in_flight_cbs_.retire_up_to(done, [this](VkCommandBuffer cb) { free_cbs_.push_back(cb); });
+  retiring_bundles_.retire_up_to(done, [this](VkCommandBuffer cb) { free_bundle(cb); });
   descriptors_.recycle(done);
   device_.collect_garbage();
 }
@@ -215,6 +219,72 @@ Result<CommandList> Stream::begin() {
   }
   recording_ = true;
   return CommandList(this, cb, pending());
+}
+
+Result<CommandList> Stream::begin_bundle() {
+  VKAD_TRY(device_.status());
+  recycle();
+  VkCommandBufferAllocateInfo info{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  info.commandPool = command_pool_;
+  info.level = VK_COMMAND_BUFFER_LEVEL_SECONDARY;
+  info.commandBufferCount = 1;
+  VkCommandBuffer cb = VK_NULL_HANDLE;
+  VKAD_TRY(device_.vk("vkAllocateCommandBuffers (bundle)", [&] {
+    return device_.fn().vkAllocateCommandBuffers(device_.handle(), &info, &cb);
+  }));
+  ++counters_.command_buffers_created;
+  ++device_.live_mut().command_buffers;
+  ++device_.live_mut().created;
+  device_.set_name(VK_OBJECT_TYPE_COMMAND_BUFFER, reinterpret_cast<uint64_t>(cb),
+                   name_ + " bundle " + std::to_string(counters_.command_buffers_created));
+  VkCommandBufferInheritanceInfo inherit{VK_STRUCTURE_TYPE_COMMAND_BUFFER_INHERITANCE_INFO};
+  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  // Executed by every later list that replays it, possibly while earlier ones are in flight.
+  bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
+  bi.pInheritanceInfo = &inherit;
+  Status s = device_.vk("vkBeginCommandBuffer (bundle)",
+                        [&] { return device_.fn().vkBeginCommandBuffer(cb, &bi); });
+  if (!s.ok()) {
+    free_bundle(cb);
+    return s;
+  }
+  return CommandList(this, cb, kNoSerial, /*bundle=*/true);
+}
+
+Result<Bundle> Stream::end_bundle(CommandList& list) {
+  if (!list.recording() || !list.is_bundle()) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "stream '" + name_ + "': end_bundle of a list that is not a bundle");
+  }
+  VkCommandBuffer cb = list.cb_.release();
+  Bundle b;
+  b.stream_ = this;
+  b.cb_ = cb;
+  b.dispatches_ = list.dispatches_;
+  b.uses_ = std::move(list.uses_);
+  std::sort(b.uses_.begin(), b.uses_.end());
+  b.uses_.erase(std::unique(b.uses_.begin(), b.uses_.end()), b.uses_.end());
+  list = CommandList();
+  VKAD_TRY(device_.vk("vkEndCommandBuffer (bundle)",
+                      [&] { return device_.fn().vkEndCommandBuffer(cb); }));
+  return b;
+}
+
+void Stream::release_bundle(VkCommandBuffer cb, Serial last_use) noexcept {
+  if (last_use <= completed_) {
+    free_bundle(cb);
+    return;
+  }
+  // Kept in serial order: a key later than the last use only delays the free.
+  if (!retiring_bundles_.empty() && last_use < retiring_bundles_.back_serial()) {
+    last_use = retiring_bundles_.back_serial();
+  }
+  retiring_bundles_.push(last_use, cb);
+}
+
+void Stream::free_bundle(VkCommandBuffer cb) noexcept {
+  device_.fn().vkFreeCommandBuffers(device_.handle(), command_pool_, 1, &cb);
+  --device_.live_mut().command_buffers;
 }
 
 void Stream::abandon(VkCommandBuffer cb) {

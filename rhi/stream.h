@@ -77,6 +77,11 @@ class Stream final : public SerialTracker {
     uint64_t value = 0;
   };
   Result<StreamSemaphore> submit(CommandList& list, std::span<const TimelineWait> waits = {});
+  // Starts recording a Bundle (a secondary command buffer to execute from this stream's lists,
+  // command_list.h). Independent of begin(): a bundle may be recorded while a list is open.
+  Result<CommandList> begin_bundle();
+  // Ends a bundle's recording (`list` comes from begin_bundle and becomes empty).
+  Result<Bundle> end_bundle(CommandList& list);
   // This stream's timeline semaphore (timeline mode only; null in fence mode).
   VkSemaphore timeline_semaphore() const { return timeline_; }
 
@@ -98,6 +103,7 @@ class Stream final : public SerialTracker {
   const StreamCounters& counters() const { return counters_; }
   size_t live_descriptor_sets() const { return descriptors_.live_sets(); }
   size_t command_buffers_in_flight() const { return in_flight_cbs_.size(); }
+  size_t bundles_retiring() const { return retiring_bundles_.size(); }
   int64_t spin_ns() const { return spin_ns_; }
   void set_spin_ns(int64_t ns) { spin_ns_ = ns < 0 ? 0 : ns; }
 
@@ -105,7 +111,11 @@ class Stream final : public SerialTracker {
   friend class CommandList;
   Stream(Device& device, SyncMode mode, std::string name)
       : device_(device), mode_(mode), name_(std::move(name)), descriptors_(device) {}
+  friend class Bundle;
   void abandon(VkCommandBuffer cb);  // an unsubmitted list went away
+  // A bundle went away: freed once `last_use` completed (kNoSerial: never executed).
+  void release_bundle(VkCommandBuffer cb, Serial last_use) noexcept;
+  void free_bundle(VkCommandBuffer cb) noexcept;
   Result<VkFence> take_fence();
   // The driver wait itself, without the sticky device-lost short cut: also used at destruction,
   // where objects may be freed only once the queue is really done with them.
@@ -124,6 +134,7 @@ class Stream final : public SerialTracker {
   bool recording_ = false;
   std::vector<VkCommandBuffer> free_cbs_;
   SerialQueue<VkCommandBuffer> in_flight_cbs_;
+  SerialQueue<VkCommandBuffer> retiring_bundles_;  // released bundles, freed when complete
   std::vector<VkFence> free_fences_;
   std::deque<std::pair<Serial, VkFence>> in_flight_fences_;
   DescriptorAllocator descriptors_;

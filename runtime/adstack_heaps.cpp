@@ -29,6 +29,7 @@ Status AdstackHeaps::ensure(rhi::Device& device, const std::array<uint64_t, adst
       ++*growths;
     }
     heaps_[h] = std::move(fresh);
+    ++generation_;
   }
   return {};
 }

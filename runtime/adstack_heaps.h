@@ -30,10 +30,16 @@ class AdstackHeaps {
   rhi::Buffer& heap(uint32_t h) { return heaps_[h]; }
   std::array<rhi::Buffer, adstack::kHeapCount>& all() { return heaps_; }
   uint64_t bytes() const;
-  void clear() { heaps_ = {}; }
+  void clear() {
+    heaps_ = {};
+    ++generation_;
+  }
+  // Changes whenever a heap buffer is replaced: what recorded bundles bound is gone.
+  uint64_t generation() const { return generation_; }
 
  private:
   std::array<rhi::Buffer, adstack::kHeapCount> heaps_;
+  uint64_t generation_ = 0;
 };
 
 }  // namespace vkad::runtime

@@ -1,6 +1,11 @@
 // Captured launch sequences (runtime.h, "captured launch sequences"): capture keeps what a
-// launch checked and planned; replay re-resolves the arrays, re-plans only the launches whose
-// scalars were updated, and records every step through the same path as launch().
+// launch checked and planned; replay re-resolves the arrays and re-plans only the launches
+// whose scalars were updated. Where every pipeline binds with push descriptors the steps are
+// recorded once into a bundle (a secondary command buffer) that reads its args from a buffer of
+// the graph's own: a replay then records two copies (the args in, the error words back) and
+// one vkCmdExecuteCommands, whatever the graph's length. The bundle is recorded again only
+// when an update changed a launch's plan or the adstack heaps were replaced. Otherwise every
+// step is recorded again through the same path as launch().
 #include <algorithm>
 #include <cstring>
 
@@ -51,6 +56,28 @@ Result<GraphHandle> Runtime::end_capture() {
   if (!capture_)
     return make_error(ErrorCode::kFailedPrecondition, "end_capture: no capture is open");
   VKAD_ASSIGN_OR_RETURN(uint64_t id, issue_id());
+  // Every launch's args at an offset a storage binding may start at, in pieces of at most a
+  // ring chunk (a launch's args never straddle two pieces).
+  Graph& g = *capture_;
+  const uint64_t align = std::max<uint64_t>(device_->caps().min_storage_buffer_offset_alignment, 16);
+  const uint64_t chunk = upload_ring_->chunk_bytes();
+  uint64_t at = 0;
+  for (const CapturedLaunch& c : g.launches) {
+    const uint64_t bytes = c.encoded.size();
+    at = (at + align - 1) / align * align;
+    if (g.pieces.empty() || at + bytes - g.pieces.back().first > chunk) {
+      if (!g.pieces.empty()) g.pieces.back().second = at;
+      g.pieces.push_back({at, at});
+    }
+    g.args_offset.push_back(at);
+    at += bytes;
+  }
+  if (!g.pieces.empty()) g.pieces.back().second = at;
+  g.args_blob.assign(at, std::byte{0});
+  for (size_t i = 0; i < g.launches.size(); ++i) {
+    std::memcpy(g.args_blob.data() + g.args_offset[i], g.launches[i].encoded.data(),
+                g.launches[i].encoded.size());
+  }
   graphs_.emplace(id, std::move(capture_));
   stats_.graphs = graphs_.size();
   return GraphHandle{id};
@@ -102,6 +129,18 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
     VKAD_TRY_CTX(check_args(*c.kernel, c.args), where + ", launch " + std::to_string(index));
     VKAD_TRY_CTX(plan_pipelines(*c.kernel, c.args, &planned_),
                  where + ", launch " + std::to_string(index));
+    // The bundle bakes ranges, workgroup counts and pipelines in; only the args are read at
+    // run time.
+    const PlannedLaunch& was = g.launches[index].planned;
+    bool same = was.pipelines == planned_.pipelines &&
+                was.lp.any_heap_task == planned_.lp.any_heap_task &&
+                was.lp.tasks.size() == planned_.lp.tasks.size();
+    for (size_t t = 0; same && t < was.lp.tasks.size(); ++t) {
+      const TaskPlan& a = was.lp.tasks[t];
+      const TaskPlan& b = planned_.lp.tasks[t];
+      same = a.begin == b.begin && a.end == b.end && a.groups == b.groups;
+    }
+    if (!same) g.rerecord = true;
     c.planned = planned_;
     c.planned.arrays.clear();
     c.planned.bindings.clear();
@@ -143,6 +182,17 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
     }
   }
   if (any_heap) VKAD_TRY(ensure_heaps(heap_need));
+  for (auto& [index, c] : updated) {
+    std::memcpy(g.args_blob.data() + g.args_offset[index], c.encoded.data(), c.encoded.size());
+    g.launches[index] = std::move(c);
+  }
+  bool bundled = device_->caps().push_descriptor;
+  for (const CapturedLaunch& c : g.launches) {
+    for (const rhi::ComputePipeline* p : c.planned.pipelines) {
+      bundled = bundled && p->push_descriptors();
+    }
+  }
+  if (bundled) return replay_bundle(g, where, first);
   // 3. Record, in capture order.
   VKAD_TRY(ensure_list());
   const LaunchId first_id{next_launch_ + 1};
@@ -167,12 +217,101 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
     }
     if (filling) list_.barrier(rhi::Barrier::kTransferToCompute);
     filling = false;
-    CapturedLaunch& c = launch_at(i);
+    CapturedLaunch& c = g.launches[i];
     VKAD_TRY(record_launch(c.kernel, c.planned, c.encoded.data(), nullptr));
   }
   if (filling) list_.barrier(rhi::Barrier::kTransferToCompute);
-  for (auto& [index, c] : updated) g.launches[index] = std::move(c);
   ++stats_.graph_replays;
+  stats_.replayed_launches += g.launches.size();
+  if (first && !g.launches.empty()) *first = first_id;
+  return auto_flush();
+}
+
+// The steps into a fresh bundle, with the same commands record_launch and the fill path above
+// record, each launch reading its args from g.args_dev. The old bundle (and args buffer) are
+// released through the stream and the deferred deleter: in-flight replays keep running.
+Status Runtime::record_bundle(Graph& g) {
+  if (!g.args_dev.valid()) {
+    VKAD_ASSIGN_OR_RETURN(
+        g.args_dev, device_->create_buffer({std::max<uint64_t>(g.args_blob.size(), 16),
+                                            rhi::MemoryUsage::kDeviceLocal,
+                                            "graph '" + g.name + "' args"}));
+  }
+  VKAD_ASSIGN_OR_RETURN(rhi::CommandList rec, stream_->begin_bundle());
+  bool filling = false;
+  std::vector<uint64_t> filled;
+  for (const auto& [is_launch, i] : g.steps) {
+    if (!is_launch) {
+      NdArray& a = arrays_.at(g.fills[i].array.id);
+      if (!filling) {
+        rec.barrier(rhi::Barrier::kComputeToTransfer);
+        filled.clear();
+      } else if (std::find(filled.begin(), filled.end(), g.fills[i].array.id) != filled.end()) {
+        rec.barrier(rhi::Barrier::kTransferToTransfer);
+        filled.clear();
+      }
+      filled.push_back(g.fills[i].array.id);
+      filling = true;
+      rec.fill(a.buffer, g.fills[i].pattern, 0, a.bytes);
+      continue;
+    }
+    if (filling) rec.barrier(rhi::Barrier::kTransferToCompute);
+    filling = false;
+    const CapturedLaunch& c = g.launches[i];
+    VKAD_TRY(record_dispatches(rec, *c.kernel, c.planned, g.args_dev, g.args_offset[i]));
+  }
+  if (filling) rec.barrier(rhi::Barrier::kTransferToCompute);
+  VKAD_ASSIGN_OR_RETURN(g.bundle, stream_->end_bundle(rec));
+  g.bundle_heaps = heaps_.generation();
+  g.rerecord = false;
+  ++stats_.graph_recordings;
+  return {};
+}
+
+Status Runtime::replay_bundle(Graph& g, const std::string& where, LaunchId* first) {
+  if (!g.bundle.valid() || g.rerecord || g.bundle_heaps != heaps_.generation()) {
+    VKAD_TRY_CTX(record_bundle(g), where);
+  }
+  VKAD_TRY(ensure_list());
+  // The args in: ring slots of at most a chunk each (no buffer per replay), copied into the
+  // graph's args buffer after every earlier use of it (a previous replay's dispatches) is done.
+  std::vector<ReplayPiece>& pieces = replay_pieces_;
+  pieces.clear();
+  for (const auto& [begin, end] : g.pieces) {
+    ReplayPiece p;
+    VKAD_ASSIGN_OR_RETURN(p.up, upload_ring_->allocate(*device_, end - begin,
+                                                       &ctx_buffers_.upload_chunks));
+    VKAD_ASSIGN_OR_RETURN(p.down, readback_ring_->allocate(*device_, end - begin,
+                                                           &ctx_buffers_.readback_chunks));
+    std::memcpy(p.up.data, g.args_blob.data() + begin, end - begin);
+    pieces.push_back(p);
+  }
+  list_.barrier(rhi::Barrier::kComputeToTransfer);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const auto& [begin, end] = g.pieces[i];
+    list_.copy(*pieces[i].up.buffer, g.args_dev, end - begin, pieces[i].up.offset, begin);
+  }
+  list_.barrier(rhi::Barrier::kTransferToCompute);
+  list_.execute(g.bundle);
+  // The error words back (the launches wrote them into the graph's args buffer), read when
+  // this list retires like every launch's.
+  list_.barrier(rhi::Barrier::kComputeToTransfer);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const auto& [begin, end] = g.pieces[i];
+    list_.copy(g.args_dev, *pieces[i].down.buffer, end - begin, begin, pieces[i].down.offset);
+  }
+  list_.barrier(rhi::Barrier::kTransferToCompute);
+  const LaunchId first_id{next_launch_ + 1};
+  size_t piece = 0;
+  for (size_t i = 0; i < g.launches.size(); ++i) {
+    while (g.args_offset[i] >= g.pieces[piece].second) ++piece;
+    const std::byte* at = pieces[piece].down.data + (g.args_offset[i] - g.pieces[piece].first);
+    ctx_buffers_.flags.push_back({at, g.launches[i].kernel, LaunchId{++next_launch_}});
+    count_launch(g.launches[i].planned);
+  }
+  ctx_bytes_ += g.args_blob.size();
+  ++stats_.graph_replays;
+  ++stats_.bundle_replays;
   stats_.replayed_launches += g.launches.size();
   if (first && !g.launches.empty()) *first = first_id;
   return auto_flush();

@@ -175,6 +175,7 @@ Runtime::~Runtime() {
   list_ = rhi::CommandList();
   ctx_buffers_ = {};
   arrays_.clear();
+  graphs_.clear();  // their bundles go back to the stream before it is destroyed
   heaps_ = {};
   upload_ring_.reset();
   readback_ring_.reset();
@@ -767,16 +768,25 @@ Status Runtime::auto_flush() {
 
 Status Runtime::record_launch(const std::shared_ptr<const Kernel>& k, const PlannedLaunch& planned,
                               const std::byte* encoded, LaunchId* id) {
-  const CompiledKernel& d = k->desc;
-  const std::vector<TaskPlan>& plan = planned.lp.tasks;
-  const bool any_heap_task = planned.lp.any_heap_task;
-  const std::array<uint64_t, 3>& tier_counts = planned.lp.tier_counts;
-  const uint32_t args_bytes = d.args_bytes();
+  const uint32_t args_bytes = k->desc.args_bytes();
   // The args go into a slot of the upload ring: no Vulkan object per launch (host_ring.h).
   VKAD_ASSIGN_OR_RETURN(HostRing::Slot args_slot,
                         upload_ring_->allocate(*device_, args_bytes, &ctx_buffers_.upload_chunks));
   std::memcpy(args_slot.data, encoded, args_bytes);
-  rhi::Buffer& args_buf = *args_slot.buffer;
+  VKAD_TRY(record_dispatches(list_, *k, planned, *args_slot.buffer, args_slot.offset));
+  ctx_bytes_ += args_bytes;
+  const LaunchId launch_id{++next_launch_};
+  ctx_buffers_.flags.push_back({args_slot.data, k, launch_id});
+  count_launch(planned);
+  if (id) *id = launch_id;
+  return {};
+}
+
+Status Runtime::record_dispatches(rhi::CommandList& list, const Kernel& k,
+                                  const PlannedLaunch& planned, rhi::Buffer& args_buf,
+                                  uint64_t args_offset) {
+  const CompiledKernel& d = k.desc;
+  const std::vector<TaskPlan>& plan = planned.lp.tasks;
   std::vector<rhi::Buffer*>& bindings = bindings_;  // reused: no allocation per launch
   bindings.clear();
   bindings.push_back(&args_buf);
@@ -784,28 +794,30 @@ Status Runtime::record_launch(const std::shared_ptr<const Kernel>& k, const Plan
   // With every adstack task in the private tier the heap bindings are never accessed: the
   // args buffer stands in for them, so no heap is made.
   if (d.has_adstacks()) {
-    for (rhi::Buffer& h : heaps_.all()) bindings.push_back(any_heap_task ? &h : &args_buf);
+    for (rhi::Buffer& h : heaps_.all()) {
+      bindings.push_back(planned.lp.any_heap_task ? &h : &args_buf);
+    }
   }
   for (size_t t = 0; t < d.tasks.size(); ++t) {
     rhi::ComputePipeline& p = *planned.pipelines[t];
-    list_.bind_pipeline(p);
-    VKAD_TRY(list_.bind_buffers(p, bindings, {args_slot.offset, args_bytes}));
+    list.bind_pipeline(p);
+    VKAD_TRY(list.bind_buffers(p, bindings, {args_offset, d.args_bytes()}));
     uint32_t push[2] = {plan[t].begin, plan[t].end};
-    list_.push_constants(p, push, sizeof push);
-    list_.dispatch(plan[t].groups);
-    list_.barrier(rhi::Barrier::kComputeToCompute);
+    list.push_constants(p, push, sizeof push);
+    list.dispatch(plan[t].groups);
+    list.barrier(rhi::Barrier::kComputeToCompute);
   }
-  ctx_bytes_ += args_bytes;
-  const LaunchId launch_id{++next_launch_};
-  ctx_buffers_.flags.push_back({args_slot.data, k, launch_id});
+  return {};
+}
+
+void Runtime::count_launch(const PlannedLaunch& planned) {
+  const std::array<uint64_t, 3>& tier_counts = planned.lp.tier_counts;
   ++stats_.launches;
   stats_.adstack_heap_dispatches += tier_counts[0] + tier_counts[2];
   stats_.adstack_private_dispatches += tier_counts[1];
   stats_.adstack_private_fallbacks += tier_counts[2];
   stats_.adstack_specialized_dispatches += planned.specialized;
   stats_.adstack_specialize_misses += planned.spec_misses;
-  if (id) *id = launch_id;
-  return {};
 }
 
 // ---------------------------------------------------------------- flush / retire

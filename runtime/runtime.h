@@ -161,6 +161,11 @@ struct RuntimeStats {
   uint64_t graphs = 0;             // captured graphs alive
   uint64_t graph_replays = 0;
   uint64_t replayed_launches = 0;  // launches recorded by replays (also counted in `launches`)
+  // Replays that executed a pre-recorded bundle (the others recorded every step again: a
+  // pipeline without push descriptors), and bundle recordings (one per graph, again after an
+  // update changed a launch's plan or the adstack heaps grew).
+  uint64_t bundle_replays = 0;
+  uint64_t graph_recordings = 0;
 };
 
 class Runtime {
@@ -244,13 +249,19 @@ class Runtime {
   // --- captured launch sequences (graphs) ---
   // A graph is a sequence of launches and device fills captured once and replayed with one
   // call: the launches' checks, plans (ranges, workgroups, adstack rows and tiers), pipelines
-  // (specialized variants included) and encoded args are kept, so a replay only writes each
-  // launch's args into the upload ring and records its dispatches -- no validation, planning,
-  // allocation or lookup per launch, and one call from a DSL's Python layer instead of one
-  // per launch. Arrays are bound by reference (re-resolved at every replay; a freed one makes
-  // the replay fail naming it, with nothing recorded); the adstack heaps are the runtime's at
-  // the replay (grown first if the graph needs more). Device errors of replayed launches are
-  // reported as for any launch, with the sequence numbers each replay gave them.
+  // (specialized variants included) and encoded args are kept. Where every pipeline binds with
+  // push descriptors (every device vkad knows of), the first replay records the steps once into
+  // a bundle (a secondary command buffer, rhi/command_list.h) that reads every launch's args
+  // from a device buffer of the graph's own; each replay then writes all args into the upload
+  // ring, records one copy in, one vkCmdExecuteCommands and one copy of the error words back,
+  // whatever the graph's length -- no validation, planning, allocation, lookup or per-launch
+  // command. The bundle is recorded again when an update changed a launch's plan (its range,
+  // workgroups or pipeline variant) or the adstack heaps grew. Without push descriptors every
+  // step is recorded again at each replay (same results). Arrays are bound by reference
+  // (checked alive at every replay; a freed one makes the replay fail naming it, with nothing
+  // recorded); the adstack heaps are the runtime's at the replay (grown first if the graph
+  // needs more). Device errors of replayed launches are reported as for any launch, with the
+  // sequence numbers each replay gave them.
   //
   // begin_capture: from now until end_capture, launch() and fill() (zero) are validated and
   // planned as usual but captured instead of recorded (launch's `id` is left unchanged);
@@ -269,8 +280,8 @@ class Runtime {
   // launch checks it; an updated launch is planned again (its ranges may depend on it).
   // `first`, when not null, receives the LaunchId of the graph's first launch (the others
   // follow consecutively). On an error in the checks (a bad update, a freed array) nothing is
-  // recorded and no update is kept; only running out of memory for the args ring part-way
-  // leaves the steps before it recorded.
+  // recorded and no update is kept; running out of memory for the ring or the bundle part-way
+  // keeps the updates and may leave the steps before it recorded.
   Status replay(GraphHandle graph, std::span<const GraphUpdate> updates = {},
                 LaunchId* first = nullptr);
   // Drops the graph (its pipelines return to the cache's care). kNotFound for a dead handle.
@@ -377,6 +388,11 @@ class Runtime {
   // its args, d.args_bytes() of them). Only the ring slot can fail.
   Status record_launch(const std::shared_ptr<const Kernel>& k, const PlannedLaunch& planned,
                        const std::byte* encoded, LaunchId* id);
+  // Binds and dispatches every task of a planned launch into `list` (the runtime's list, or a
+  // graph's bundle), reading its args at `args_offset` of `args_buf`.
+  Status record_dispatches(rhi::CommandList& list, const Kernel& k, const PlannedLaunch& planned,
+                           rhi::Buffer& args_buf, uint64_t args_offset);
+  void count_launch(const PlannedLaunch& planned);  // the stats of one launch recorded
   Status auto_flush();  // flush when the list is past max_dispatches_per_list or max_list_age_us
   std::vector<rhi::Buffer*> bindings_;  // record_launch's scratch
 
@@ -398,7 +414,24 @@ class Runtime {
     std::vector<std::pair<bool, uint32_t>> steps;
     std::vector<CapturedFill> fills;
     std::vector<uint64_t> pipeline_keys;  // cache entries retained while the graph lives
+    // Pre-recorded replay (graph.cpp): the steps recorded once into `bundle`, reading every
+    // launch's args from `args_dev` at args_offset[i]; each replay copies `args_blob` (the
+    // encoded args, updates applied) into it from the upload ring, and copies it back to the
+    // readback ring afterwards for the error words.
+    std::vector<uint64_t> args_offset;
+    std::vector<std::pair<uint64_t, uint64_t>> pieces;  // [begin, end) copied per ring slot
+    std::vector<std::byte> args_blob;
+    rhi::Buffer args_dev;
+    rhi::Bundle bundle;
+    uint64_t bundle_heaps = 0;  // heaps_.generation() the bundle was recorded with
+    bool rerecord = false;  // an update changed a launch's plan (ranges, groups, pipelines)
   };
+  Status replay_bundle(Graph& g, const std::string& where, LaunchId* first);
+  struct ReplayPiece {
+    HostRing::Slot up, down;
+  };
+  std::vector<ReplayPiece> replay_pieces_;  // replay_bundle's scratch
+  Status record_bundle(Graph& g);
   Status capture_launch(const std::shared_ptr<const Kernel>& k, std::span<const Arg> args);
   Status not_while_capturing(const char* what) const;
   std::unique_ptr<Graph> capture_;  // the capture being recorded

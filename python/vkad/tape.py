@@ -18,8 +18,9 @@ array lives: after the first iteration backward allocates and frees nothing. The
 array that was freed or collected is dropped at the next recording or backward.
 
 As in reverse mode generally, the replay reads the forward's inputs as they are when the
-adjoints run: a launch recorded later must not overwrite an input of an earlier one (use
-separate arrays per step; README.md, "Tapes and memory").
+adjoints run: a launch recorded later must not overwrite an input of an earlier one (keep each
+step's state: an array with a time axis written at f + 1 and read at f, or an array per step;
+README.md, "Tapes and memory").
 """
 from __future__ import annotations
 

@@ -19,11 +19,15 @@ using runtime::DType;
 using runtime::GraphUpdate;
 using runtime::Runtime;
 
-class Graphs : public ::testing::Test {
+// Both replay paths: a pre-recorded bundle (push descriptors, every device vkad knows of) and
+// every step recorded again (descriptor sets).
+class Graphs : public ::testing::TestWithParam<bool> {
  protected:
+  bool bundled() const { return GetParam(); }
   void SetUp() override {
     runtime::RuntimeOptions o;
     o.device.enable_validation = true;
+    o.device.push_descriptors = GetParam();
     auto r = Runtime::create(o);
     if (!r.ok() && r.status().code() == ErrorCode::kNoDevice)
       GTEST_SKIP() << "SKIPPED: no Vulkan device";
@@ -83,7 +87,7 @@ class Graphs : public ::testing::Test {
   runtime::NdArrayHandle x_, y_;
 };
 
-TEST_F(Graphs, CaptureRunsNothingAndReplayEqualsLaunchingTheSteps) {
+TEST_P(Graphs, CaptureRunsNothingAndReplayEqualsLaunchingTheSteps) {
   const uint64_t launches = rt_->stats()->launches;
   runtime::GraphHandle g = capture_three();
   EXPECT_EQ(rt_->stats()->launches, launches) << "capturing launches nothing";
@@ -100,11 +104,90 @@ TEST_F(Graphs, CaptureRunsNothingAndReplayEqualsLaunchingTheSteps) {
   EXPECT_EQ(s.replayed_launches, 6u);
   EXPECT_EQ(s.launches, launches + 6);
   EXPECT_EQ(s.graphs, 1u);
+  if (bundled() && rt_->device().caps().push_descriptor) {
+    EXPECT_EQ(s.bundle_replays, 2u);
+    EXPECT_EQ(s.graph_recordings, 1u) << "recorded once, executed twice";
+  } else {
+    EXPECT_EQ(s.bundle_replays, 0u);
+  }
+}
+
+// Replays in flight together, each with its own scalars: the second replay's args do not
+// overwrite the first's before the first ran (in one list, and across a flush).
+TEST_P(Graphs, ReplaysInFlightTogetherEachSeeTheirOwnScalars) {
+  auto k = rt_->register_kernel(make_axpy_kernel("axpy"));
+  ASSERT_TRUE(k.ok());
+  ASSERT_TRUE(rt_->begin_capture("one").ok());
+  const Arg args[] = {Arg::f32(1.0f), Arg::ndarray(x_), Arg::ndarray(y_)};
+  ASSERT_TRUE(rt_->launch(axpy_, args).ok());
+  auto g = rt_->end_capture();
+  ASSERT_TRUE(g.ok());
+  for (bool flush_between : {false, true}) {
+    auto z = array(std::vector<float>(kN, 0.0f), "z");
+    ASSERT_TRUE(rt_->fill(y_, 0.0).ok());
+    const GraphUpdate two[] = {{0, 0, Arg::f32(2.0f)}};
+    ASSERT_TRUE(rt_->replay(*g, two).ok());  // y = 2x
+    const Arg copy[] = {Arg::f32(1.0f), Arg::ndarray(y_), Arg::ndarray(z)};
+    ASSERT_TRUE(rt_->launch(*k, copy).ok());  // z = y
+    if (flush_between) {
+      ASSERT_TRUE(rt_->flush().ok());
+    }
+    const GraphUpdate three[] = {{0, 0, Arg::f32(3.0f)}};
+    ASSERT_TRUE(rt_->replay(*g, three).ok());  // y = 3x + 2x
+    std::vector<float> zs = read(z), ys = read(y_);
+    for (uint32_t i = 0; i < kN; ++i) {
+      ASSERT_EQ(zs[i], 2.0f * xs_[i]) << "element " << i << ", flush " << flush_between;
+      ASSERT_EQ(ys[i], 5.0f * xs_[i]) << "element " << i << ", flush " << flush_between;
+    }
+    ASSERT_TRUE(rt_->free_ndarray(z).ok());
+  }
+}
+
+// An update that changes a launch's range (the copy kernel's count is a scalar): the bundle
+// bakes ranges in, so it is recorded again; an update of a plain scalar is not.
+TEST_P(Graphs, AnUpdateThatChangesTheRangeIsRecordedAgain) {
+  auto k = rt_->register_kernel(make_copy_u32x4_kernel());
+  ASSERT_TRUE(k.ok());
+  std::vector<uint32_t> src(kN), zeros(kN, 0u);
+  for (uint32_t i = 0; i < kN; ++i) src[i] = 1000u + i;
+  auto u32 = [&](const std::vector<uint32_t>& v, const char* name) {
+    auto h = rt_->create_ndarray(DType::kU32, {kN}, name);
+    EXPECT_TRUE(h.ok());
+    EXPECT_TRUE(rt_->upload(*h, v.data(), 4 * kN).ok());
+    return *h;
+  };
+  auto a = u32(src, "a"), b = u32(zeros, "b");
+  ASSERT_TRUE(rt_->begin_capture("copy").ok());
+  const Arg args[] = {Arg::u32(2), Arg::ndarray(a), Arg::ndarray(b)};
+  ASSERT_TRUE(rt_->launch(*k, args).ok());
+  auto g = rt_->end_capture();
+  ASSERT_TRUE(g.ok());
+  auto check = [&](uint32_t copied) {
+    std::vector<uint32_t> out(kN);
+    ASSERT_TRUE(rt_->download(b, out.data(), 4 * kN).ok());
+    for (uint32_t i = 0; i < kN; ++i) {
+      ASSERT_EQ(out[i], i < copied ? src[i] : 0u) << "element " << i << " of " << copied;
+    }
+  };
+  ASSERT_TRUE(rt_->replay(*g).ok());
+  check(8);
+  const uint64_t recorded = rt_->stats()->graph_recordings;
+  const GraphUpdate all[] = {{0, 0, Arg::u32(kN / 4)}};
+  ASSERT_TRUE(rt_->replay(*g, all).ok());
+  check(kN / 4 * 4);
+  if (bundled() && rt_->device().caps().push_descriptor) {
+    EXPECT_EQ(rt_->stats()->graph_recordings, recorded + 1);
+  }
+  ASSERT_TRUE(rt_->replay(*g).ok());  // the update stays
+  check(kN / 4 * 4);
+  if (bundled() && rt_->device().caps().push_descriptor) {
+    EXPECT_EQ(rt_->stats()->graph_recordings, recorded + 1) << "nothing changed: not again";
+  }
 }
 
 // zero_many is captured as fills (and a fill of the same array after it, with another value,
 // is ordered after it): every replay zeroes again what was written since.
-TEST_F(Graphs, CapturedZeroManyRunsAtEveryReplay) {
+TEST_P(Graphs, CapturedZeroManyRunsAtEveryReplay) {
   auto z = array(std::vector<float>(kN, 5.0f), "z");
   const runtime::NdArrayHandle both[] = {y_, z};
   ASSERT_TRUE(rt_->begin_capture("zeros").ok());
@@ -122,7 +205,7 @@ TEST_F(Graphs, CapturedZeroManyRunsAtEveryReplay) {
   }
 }
 
-TEST_F(Graphs, ScalarUpdatesApplyToThisAndLaterReplays) {
+TEST_P(Graphs, ScalarUpdatesApplyToThisAndLaterReplays) {
   runtime::GraphHandle g = capture_three();
   const GraphUpdate u[] = {{1, 0, Arg::f32(-5.0f)}};
   ASSERT_TRUE(rt_->replay(g, u).ok());
@@ -131,7 +214,7 @@ TEST_F(Graphs, ScalarUpdatesApplyToThisAndLaterReplays) {
   expect_y(1.0f);
 }
 
-TEST_F(Graphs, BadUpdatesAreRefusedWithNothingRecordedOrKept) {
+TEST_P(Graphs, BadUpdatesAreRefusedWithNothingRecordedOrKept) {
   runtime::GraphHandle g = capture_three();
   const uint64_t launches = rt_->stats()->launches;
   const GraphUpdate past[] = {{3, 0, Arg::f32(1.0f)}};
@@ -157,7 +240,7 @@ TEST_F(Graphs, BadUpdatesAreRefusedWithNothingRecordedOrKept) {
   expect_y(9.0f);
 }
 
-TEST_F(Graphs, ArraysAreBoundByReferenceAndAFreedOneIsNamed) {
+TEST_P(Graphs, ArraysAreBoundByReferenceAndAFreedOneIsNamed) {
   runtime::GraphHandle g = capture_three();
   std::vector<float> x2(kN, 1.0f);
   ASSERT_TRUE(rt_->upload(x_, x2.data(), 4 * kN).ok());  // new contents, same array
@@ -177,7 +260,7 @@ TEST_F(Graphs, ArraysAreBoundByReferenceAndAFreedOneIsNamed) {
   EXPECT_EQ(rt_->stats()->graphs, 0u);
 }
 
-TEST_F(Graphs, CallsThatCannotBeCapturedAreRefusedWhileCapturing) {
+TEST_P(Graphs, CallsThatCannotBeCapturedAreRefusedWhileCapturing) {
   EXPECT_EQ(rt_->end_capture().status().code(), ErrorCode::kFailedPrecondition);
   ASSERT_TRUE(rt_->begin_capture("open").ok());
   EXPECT_EQ(rt_->begin_capture().code(), ErrorCode::kFailedPrecondition);
@@ -194,7 +277,7 @@ TEST_F(Graphs, CallsThatCannotBeCapturedAreRefusedWhileCapturing) {
   ASSERT_TRUE(rt_->synchronize().ok());
 }
 
-TEST_F(Graphs, ADeviceErrorInAReplayNamesTheReplayedLaunch) {
+TEST_P(Graphs, ADeviceErrorInAReplayNamesTheReplayedLaunch) {
   runtime::GraphHandle g = capture_three();
   std::vector<float> neg(kN, 1.0f);
   neg[5] = -1.0f;  // the axpy kernel flags x < 0 (error code 7)
@@ -208,6 +291,11 @@ TEST_F(Graphs, ADeviceErrorInAReplayNamesTheReplayedLaunch) {
                            std::to_string(first.value + 2);
   EXPECT_NE(s.message().find(want), std::string::npos) << s.message() << "\nwanted " << want;
 }
+
+INSTANTIATE_TEST_SUITE_P(Replay, Graphs, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "Bundled" : "RecordedAgain";
+                         });
 
 // The example's whole training step (forward with a 16-step loop, adjoint with adstacks in the
 // heaps, update; the gradient fills included) captured once and replayed: the same v0 as
