@@ -604,17 +604,19 @@ Status Runtime::check_args(const Kernel& k, std::span<const Arg> args) const {
   for (size_t i = 0; i < args.size(); ++i) {
     const KernelParam& p = d.params[i];
     const Arg& a = args[i];
-    std::string where = "launch of '" + d.name + "', argument " + std::to_string(i) + " ('" +
-                        p.name + "')";
+    // Built only for an error: a launch checks every argument, and most launches are fine.
+    auto where = [&] {
+      return "launch of '" + d.name + "', argument " + std::to_string(i) + " ('" + p.name + "')";
+    };
     if (a.kind != p.kind) {
       return make_error(ErrorCode::kInvalidArgument,
-                        where + ": expected " +
+                        where() + ": expected " +
                             (p.kind == ParamKind::kScalar ? "a scalar" : "an ndarray") +
                             ", got " + (a.kind == ParamKind::kScalar ? "a scalar" : "an ndarray"));
     }
     if (p.kind == ParamKind::kScalar) {
       if (a.dtype != p.dtype) {
-        return make_error(ErrorCode::kInvalidArgument, where + ": expected " +
+        return make_error(ErrorCode::kInvalidArgument, where() + ": expected " +
                                                            dtype_name(p.dtype) + ", got " +
                                                            dtype_name(a.dtype));
       }
@@ -630,18 +632,18 @@ Status Runtime::check_args(const Kernel& k, std::span<const Arg> args) const {
       }
       if (!fits) {
         return make_error(ErrorCode::kInvalidArgument,
-                          where + ": value " +
+                          where() + ": value " +
                               (is_float_dtype(p.dtype) ? format_double(a.f) : std::to_string(a.i)) +
                               " does not fit " + dtype_name(p.dtype));
       }
       continue;
     }
     auto it = arrays_.find(a.array.id);
-    if (it == arrays_.end()) return dead_handle(where, "ndarray", a.array.id);
+    if (it == arrays_.end()) return dead_handle(where(), "ndarray", a.array.id);
     const NdArray& arr = it->second;
     if (arr.dtype != p.dtype || arr.shape.size() != p.rank) {
       return make_error(ErrorCode::kInvalidArgument,
-                        where + ": expected a rank-" + std::to_string(p.rank) + " " +
+                        where() + ": expected a rank-" + std::to_string(p.rank) + " " +
                             dtype_name(p.dtype) + " ndarray, got '" + arr.name + "' " +
                             dtype_name(arr.dtype) + shape_string(arr.shape));
     }
@@ -657,10 +659,11 @@ Status Runtime::plan_pipelines(const Kernel& k, std::span<const Arg> args, Plann
   const CompiledKernel& d = k.desc;
   // One pass over the arguments gives the planner its inputs and the args encoder its values.
   const bool stacks = d.has_adstacks();
-  LaunchInputs inputs;
-  inputs.ints.resize(d.params.size());
-  inputs.shapes.resize(d.params.size(), nullptr);
-  std::vector<abi::ScalarValue> scalars(d.params.size());
+  LaunchInputs& inputs = plan_inputs_;  // reused: no allocation per launch
+  inputs.ints.assign(d.params.size(), 0);
+  inputs.shapes.assign(d.params.size(), nullptr);
+  std::vector<abi::ScalarValue>& scalars = plan_scalars_;
+  scalars.assign(d.params.size(), abi::ScalarValue{});
   out->arrays.clear();
   for (uint32_t i = 0; i < d.params.size(); ++i) {
     if (d.params[i].kind == ParamKind::kScalar) {

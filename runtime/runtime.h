@@ -383,6 +383,8 @@ class Runtime {
     uint64_t specialized = 0, spec_misses = 0;
   };
   PlannedLaunch planned_;
+  LaunchInputs plan_inputs_;                   // plan_pipelines' scratch
+  std::vector<abi::ScalarValue> plan_scalars_;  // plan_pipelines' scratch
   Status plan_pipelines(const Kernel& k, std::span<const Arg> args, PlannedLaunch* out);
   // Records a planned launch into the current list (heaps already grown to its need; `encoded`:
   // its args, d.args_bytes() of them). Only the ring slot can fail.
