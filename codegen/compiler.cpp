@@ -145,9 +145,9 @@ Result<std::shared_ptr<const abi::CompiledKernel>> CompileCache::compile(
   std::string key = print(k);
   key += "|" + target.device_name + (target.float64 ? "d" : "") + (target.int64 ? "l" : "") +
          (target.atomic_float32_add ? "a" : "") + (target.atomic_float64_add ? "A" : "") +
-         (target.atomic_int64 ? "I" : "") + std::to_string(target.max_local_size) +
-         adstack::layout_name(target.adstack_layout) + (target.preserve_nan_inf_f32 ? "n" : "") +
-         (target.preserve_nan_inf_f64 ? "N" : "") + "|" +
+         (target.atomic_int64 ? "I" : "") + (target.subgroup_arithmetic ? "s" : "") +
+         std::to_string(target.max_local_size) + adstack::layout_name(target.adstack_layout) +
+         (target.preserve_nan_inf_f32 ? "n" : "") + (target.preserve_nan_inf_f64 ? "N" : "") + "|" +
          (o.optimize ? "O" : "") + (o.native_float_atomics ? "N" : "") +
          (o.bounds_checks ? "B" : "") + std::to_string(o.default_local_size) + "u" +
          std::to_string(o.unroll);

@@ -444,6 +444,41 @@ class TaskEmitter {
     return op(spv::OpPhi, result_type, {r, then_end, fallback, else_end});
   }
 
+  // element = max(element, value). With subgroup arithmetic (Target::subgroup_arithmetic), the
+  // invocations of a subgroup that all hit one element combine first: the subgroup's maximum,
+  // one atomic from one of them (a counting kernel's threads otherwise all contend for a few
+  // words: issue 27). Invocations whose subgroup is split over several elements issue their
+  // own. The test, the reduction and the election are in one block, so they see the same
+  // active invocations, whatever the subgroup size and however the code diverged before.
+  void atomic_max(const Stmt& s) {
+    const bool sg = k_.params[s.param].dtype == DType::kI32;
+    auto atomic = [&](uint32_t val) {
+      guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
+        return op(sg ? spv::OpAtomicSMax : spv::OpAtomicUMax, arrays_.at(s.param).elem,
+                  {ptr, m_.c_u32(kScopeDevice), m_.c_u32(kRelaxed), val});
+      });
+    };
+    const uint32_t val = v(s.args.back());
+    if (!target_.subgroup_arithmetic) return atomic(val);
+    m_.capability(spv::CapabilityGroupNonUniform);
+    m_.capability(spv::CapabilityGroupNonUniformVote);
+    m_.capability(spv::CapabilityGroupNonUniformArithmetic);
+    const uint32_t scope = m_.c_u32(spv::ScopeSubgroup);
+    uint32_t same = 0;  // every active invocation has these indices (ndarrays have rank >= 1)
+    for (size_t d = 0; d + 1 < s.args.size(); ++d) {
+      uint32_t eq = op(spv::OpGroupNonUniformAllEqual, bool_, {scope, v(s.args[d])});
+      same = d == 0 ? eq : op(spv::OpLogicalAnd, bool_, {same, eq});
+    }
+    const uint32_t ty = type(vt(s.args.back()));
+    uint32_t most = op(sg ? spv::OpGroupNonUniformSMax : spv::OpGroupNonUniformUMax, ty,
+                       {scope, spv::GroupOperationReduce, val});
+    uint32_t elected = op(spv::OpGroupNonUniformElect, bool_, {scope});
+    uint32_t issue = op(spv::OpLogicalOr, bool_, {op(spv::OpLogicalNot, bool_, {same}), elected});
+    uint32_t mine = op(spv::OpSelect, ty, {same, most, val});
+    auto issue_mine = [&] { atomic(mine); };
+    if_else(issue, issue_mine, [] {});
+  }
+
   void atomic_add(const Stmt& s) {
     DType t = k_.params[s.param].dtype;
     uint32_t val = v(s.args.back());
@@ -1014,15 +1049,7 @@ class TaskEmitter {
         return;
       }
       case Op::kAtomicAdd: atomic_add(s); return;
-      case Op::kAtomicMax: {
-        bool sg = k_.params[s.param].dtype == DType::kI32;
-        uint32_t val = v(s.args.back());
-        guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
-          return op(sg ? spv::OpAtomicSMax : spv::OpAtomicUMax, arrays_.at(s.param).elem,
-                    {ptr, m_.c_u32(kScopeDevice), m_.c_u32(kRelaxed), val});
-        });
-        return;
-      }
+      case Op::kAtomicMax: atomic_max(s); return;
       case Op::kFor: {
         const bool unroll = !stacks_.empty() && s.has_cap &&
                             s.cap.kind == adstack::SizeExpr::Kind::kConst &&
