@@ -7,6 +7,7 @@
 #include "codegen/launch_spec.h"
 #include "codegen/loop_passes.h"
 #include "codegen/spirv_emitter.h"
+#include "codegen/spirv_outline.h"
 #include "codegen/text.h"
 #include "codegen/verifier.h"
 
@@ -121,7 +122,8 @@ Result<abi::CompiledKernel> compile(const Kernel& k, const Target& target,
     eo.bounds_checks = options.bounds_checks;
     eo.local_size = out.tasks[i].local_size;
     eo.unroll = std::max(options.unroll, 1u);
-    std::vector<uint32_t> words = emit_task(k, i, out, target, eo);
+    std::vector<uint32_t> words =
+        outline_deep_loops(emit_task(k, i, out, target, eo), kOutlineLoopDepth);
     Status valid = validate_spirv(words);
     if (!valid.ok()) {
       return make_error(ErrorCode::kInternal, "codegen bug: kernel '" + k.name + "', task '" +

@@ -178,6 +178,22 @@ class TaskEmitter {
     m_.label(label);
     cur_ = label;
     ended_ = false;
+    sole_pred_ = 0;
+  }
+  // Opens a loop's header block and returns it with the block its entry edge comes from. A
+  // loop body that begins with a loop is its header: no empty block that only branches on
+  // (validation time grows faster than the block count in deep nests, issue 27).
+  void enter_header(uint32_t* header, uint32_t* pre) {
+    if (sole_pred_ && !ended_ && m_.block_empty()) {
+      *header = cur_;
+      *pre = sole_pred_;
+      sole_pred_ = 0;
+      return;
+    }
+    *header = m_.id();
+    *pre = cur_;
+    branch(*header);
+    block(*header);
   }
   // Ends the current block, unless a break / continue (the last statement of its IR block)
   // already did.
@@ -220,23 +236,24 @@ class TaskEmitter {
   uint32_t v(ValueId id) const { return values_.at(id); }
   DType vt(ValueId id) const { return types_.at(id); }
 
-  // A structured loop `for (i = start; i < end; i += step) body(i)`.
+  // A structured loop `for (i = start; i < end; i += step) body(i)`. The header tests and
+  // branches itself (no separate test block): SPIR-V validation walks the dominator tree once
+  // per enclosing construct and block, so every block a loop adds costs superlinearly in a deep
+  // nest (issue 27, docs/benchmarks.md "Compile time against nesting depth").
   template <typename Body>
   // Returns the index's phi, which at the merge block holds the first index not run.
   uint32_t loop(uint32_t ty, uint32_t start, uint32_t end, uint32_t step, bool is_signed, Body body,
                 uint32_t control = spv::LoopControlMaskNone) {
-    uint32_t header = m_.id(), check = m_.id(), body_l = m_.id(), cont = m_.id(), merge = m_.id();
+    uint32_t header = 0, body_l = m_.id(), cont = m_.id(), merge = m_.id();
     uint32_t next = m_.id();
-    uint32_t pre = cur_;
-    branch(header);
-    block(header);
+    uint32_t pre = 0;
+    enter_header(&header, &pre);
     uint32_t i = op(spv::OpPhi, ty, {start, pre, next, cont});
-    m_.op(spv::OpLoopMerge, {merge, cont, control});
-    branch(check);
-    block(check);
     uint32_t c = op(is_signed ? spv::OpSLessThan : spv::OpULessThan, bool_, {i, end});
+    m_.op(spv::OpLoopMerge, {merge, cont, control});
     m_.op(spv::OpBranchConditional, {c, body_l, merge});
     block(body_l);
+    sole_pred_ = header;
     loops_.push_back({merge, cont});
     body(i);
     loops_.pop_back();
@@ -251,11 +268,10 @@ class TaskEmitter {
   // `for (i = 0; test(i); ++i) body(i)`: the loop() shape with the test block emitted in the
   // check block (its statements may open selections of their own: bounds-checked loads).
   void while_loop(const Stmt& s) {
-    uint32_t header = m_.id(), check = m_.id(), body_l = m_.id(), cont = m_.id(), merge = m_.id();
+    uint32_t header = 0, check = m_.id(), body_l = m_.id(), cont = m_.id(), merge = m_.id();
     uint32_t next = m_.id();
-    uint32_t pre = cur_;
-    branch(header);
-    block(header);
+    uint32_t pre = 0;
+    enter_header(&header, &pre);
     uint32_t i = op(spv::OpPhi, i32_, {m_.c_i32(0), pre, next, cont});
     values_[s.result] = i;
     types_[s.result] = DType::kI32;
@@ -263,8 +279,10 @@ class TaskEmitter {
     branch(check);
     block(check);
     emit_block(s.blocks[0]);
+    const uint32_t test_end = cur_;  // the test's statements may have opened blocks of their own
     m_.op(spv::OpBranchConditional, {v(s.args[0]), body_l, merge});
     block(body_l);
+    sole_pred_ = test_end;
     loops_.push_back({merge, cont});
     emit_block(s.blocks[1]);
     loops_.pop_back();
@@ -1089,6 +1107,8 @@ class TaskEmitter {
   const EmitOptions& o_;
   uint32_t u32_ = 0, i32_ = 0, bool_ = 0, gid_ = 0, args_var_ = 0, cur_ = 0;
   bool ended_ = false;  // the current block ends with a break / continue already
+  // The only predecessor of the current block while it is a loop body's first block, else 0.
+  uint32_t sole_pred_ = 0;
   std::vector<std::pair<uint32_t, uint32_t>> loops_;  // (merge, continue target), innermost last
   std::unordered_map<ValueId, uint32_t> values_, locals_;
   std::unordered_map<ValueId, DType> types_;
