@@ -14,6 +14,7 @@ namespace vkad::codegen {
 // Segmented checkpointing (Target::checkpoint_segment) is on for GPUs (kGpuCheckpointSegment),
 // off for CPU devices (their caches hold a thread's stacks; the replay would only add work);
 // the environment variable VKAD_ADJOINT_CHECKPOINT ("off" or a segment length) overrides it.
+// Target::subgroup_arithmetic is on where the device has it, except on CPU devices (see there).
 Target target_from_caps(const rhi::Capabilities& caps);
 
 }  // namespace vkad::codegen

@@ -1,7 +1,8 @@
 // vkad-bench-codegen: (1) compile time from IR to validated SPIR-V, without and with spirv-opt,
 // for small / medium / large kernels; (2) compile time against loop nesting depth, up to
-// kMaxNestingDepth, forward and adjoint (SPIR-V validation grows faster than linearly with
-// depth; the limit bounds it); (3) device time of generated saxpy as a fraction of a
+// kMaxNestingDepth, forward and adjoint, with the module's size and the validation's share
+// (loops nested kOutlineLoopDepth deep go into functions of their own so that validation stays
+// fast, codegen/spirv_outline.h); (3) device time of generated saxpy as a fraction of a
 // hand-written copy kernel over the same bytes, measured in the same run.
 //
 //   vkad-bench-codegen [--reps R] [--n ELEMENTS] [--json FILE]   (--reps: compile-time repetitions)
@@ -85,18 +86,19 @@ double time_compile(const Kernel& k, const Target& t, bool opt, int reps) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it is printed, also into a pipe or file
-  bench::Args args(argc, argv,
-                   "usage: vkad-bench-codegen [--reps R] [--n N] [--max-depth D] [--json F]\n"
-                   "  compile time (IR -> validated SPIR-V, with and without spirv-opt) and\n"
-                   "  generated saxpy against the hand-written copy kernel (GB/s)\n"
-                   "  --reps R  repetitions, median reported (default 20)\n"
-                   "  --n N     bandwidth elements (default: 256 Mi on GPUs, 64 Mi on CPU devices, at most\n"
-                   "            what one binding holds)\n"
-                   "  --max-depth D  deepest loop nest of the depth sweep (default 32; the\n"
-                   "            sweep's compile time grows fast with depth, kMaxNestingDepth = 64)\n"
-                   "  --json F  also write the results as JSON to F\n",
-                   {"reps", "n", "max-depth", "json"});
-  const uint32_t max_depth = static_cast<uint32_t>(args.get_int("max-depth", 32));
+  bench::Args args(
+      argc, argv,
+      "usage: vkad-bench-codegen [--reps R] [--n N] [--max-depth D] [--json F]\n"
+      "  compile time (IR -> validated SPIR-V, with and without spirv-opt) and\n"
+      "  generated saxpy against the hand-written copy kernel (GB/s)\n"
+      "  --reps R  repetitions, median reported (default 20)\n"
+      "  --n N     bandwidth elements (default: 256 Mi on GPUs, 64 Mi on CPU devices, at most\n"
+      "            what one binding holds)\n"
+      "  --max-depth D  deepest loop nest of the depth sweep (default and at most\n"
+      "            kMaxNestingDepth = 64)\n"
+      "  --json F  also write the results as JSON to F\n",
+      {"reps", "n", "max-depth", "json"});
+  const uint32_t max_depth = static_cast<uint32_t>(args.get_int("max-depth", kMaxNestingDepth));
   int reps = static_cast<int>(args.get_int("reps", 20));
   bench::JsonRecords json;
   auto rt_r = runtime::Runtime::create();
@@ -133,8 +135,8 @@ int main(int argc, char** argv) {
 
   std::printf("\ncompile time against loop nesting depth (median of %d, ms; limit %u)\n", reps,
               kMaxNestingDepth);
-  std::printf("%-8s %12s %14s %14s %16s\n", "depth", "forward", "adjoint", "adjoint stmts",
-              "adjoint validate");
+  std::printf("%-8s %12s %14s %14s %14s %16s %9s\n", "depth", "forward", "adjoint", "adjoint stmts",
+              "adjoint words", "adjoint validate", "validate");
   for (uint32_t depth : {1u, 4u, 8u, 16u, 32u, kMaxNestingDepth}) {
     if (depth > max_depth) break;
     Kernel fwd = nest(depth);
@@ -147,10 +149,13 @@ int main(int argc, char** argv) {
     for (const Task& t : adj.tasks) count(t.body);
     // The validation gate alone, on the adjoint's modules.
     auto ck = compile(adj, target).value();
+    size_t words = 0;
+    for (const auto& t : ck.tasks) words += t.spirv.size();
     double v0 = now_us();
     for (const auto& t : ck.tasks) (void)validate_spirv(t.spirv);
     double val = (now_us() - v0) / 1000.0;
-    std::printf("%-8u %12.3f %14.3f %14zu %16.3f\n", depth, f, a, stmts, val);
+    std::printf("%-8u %12.3f %14.3f %14zu %14zu %16.3f %8.0f%%\n", depth, f, a, stmts, words, val,
+                100 * val / a);
     json.begin();
     json.field("bench", "compile_vs_depth");
     json.field("depth", static_cast<double>(depth));
@@ -158,6 +163,7 @@ int main(int argc, char** argv) {
     json.field("ms_adjoint", a);
     json.field("adjoint_stmts", static_cast<double>(stmts));
     json.field("ms_adjoint_validate", val);
+    json.field("adjoint_words", static_cast<double>(words));
   }
 
   // Bandwidth: generated saxpy vs the raw copy over the same arrays. On GPUs 1 GiB per array

@@ -2,8 +2,10 @@
 // whose per-element while loop runs a data-dependent number of trips ("while v^2 > eps:
 // acc += v sin(v) w; v *= 0.5", x spread so trips range 1..T), differentiated twice: with a
 // stated max_trip (the bound a user would guess) and counted (codegen::make_adjoint_counted).
-// Reports the forward, the counting kernel alone, the adjoint (each sized its way), and
-// launch_counted end to end (counter, blocking readback, adjoint), and the heap bytes.
+// Reports the forward, the counting kernel alone (as target_from_caps lowers it, and with the
+// other lowering of its atomic_max: combined per subgroup or per thread), the adjoint (each sized
+// its way), and launch_counted end to end (counter, blocking readback, adjoint), and the heap
+// bytes.
 //
 //   vkad-bench-counted [--n ELEMENTS (default 2^22)] [--max-trip M (default 64)] [--reps R] [--json F]
 #include <cmath>
@@ -85,6 +87,14 @@ int main(int argc, char** argv) {
   auto hs = rt.register_kernel(compile(stated, target).value()).value();
   auto ha = rt.register_kernel(compile(ca.adjoint, target).value()).value();
   auto hc = rt.register_kernel(compile(ca.counter, target).value()).value();
+  // The other lowering of the counting kernel's atomic_max, timed beside the one target_from_caps
+  // chose (issue 27): per thread (every thread its own atomic_max, neighbours spread over the
+  // words: all there was before) where the target combines them over subgroups, combined where
+  // the device has subgroup arithmetic but the target leaves it off (CPU devices). Same counts.
+  Target other = target;
+  other.subgroup_arithmetic = !target.subgroup_arithmetic && rt.caps().subgroup_arithmetic;
+  CountedAdjoint ca_other = make_adjoint_counted(fwd, other).value();
+  auto hc_other = rt.register_kernel(compile(ca_other.counter, other).value()).value();
   auto arr = [&](const char* name, float lo, float hi) {
     auto h = rt.create_ndarray(runtime::DType::kF32, {n}, name).value();
     std::vector<float> init(n);
@@ -112,11 +122,25 @@ int main(int argc, char** argv) {
   for (uint32_t w = 0; w < words; ++w) {
     counts[w / runtime::kTripSlots] = std::max(counts[w / runtime::kTripSlots], slots[w]);
   }
+  // The other counter must find the same counts (they are exact maxima).
+  std::vector<int32_t> slots_pt(words, 0), counts_pt(ca.counted, 0);
+  (void)rt.upload(trips, zero.data(), 4ull * words);
+  (void)rt.launch(hc_other, ca_args);
+  (void)rt.download(trips, slots_pt.data(), 4ull * words);
+  for (uint32_t w = 0; w < words; ++w) {
+    counts_pt[w / runtime::kTripSlots] = std::max(counts_pt[w / runtime::kTripSlots], slots_pt[w]);
+  }
+  if (counts_pt != counts) {
+    std::fprintf(stderr, "counting kernels disagree: %d vs %d\n", counts.empty() ? 0 : counts[0],
+                 counts_pt.empty() ? 0 : counts_pt[0]);
+    return 1;
+  }
   std::vector<Arg> counted_args = aa;
   for (int32_t t : counts) counted_args.push_back(Arg::i32(t));
 
   double f = time_ms([&] { return bench::batch_ms(rt, hf, fa, 4); }, reps);
   double c = time_ms([&] { return bench::batch_ms(rt, hc, ca_args, 4); }, reps);
+  double c_other = time_ms([&] { return bench::batch_ms(rt, hc_other, ca_args, 4); }, reps);
   double s = time_ms([&] { return bench::batch_ms(rt, hs, aa, 4); }, reps);
   uint64_t heap_stated = rt.stats()->adstack_heap_bytes;
   double a = time_ms([&] { return bench::batch_ms(rt, ha, counted_args, 4); }, reps);
@@ -142,7 +166,17 @@ int main(int argc, char** argv) {
   std::printf("device: %s; %u elements; counted trips %d (stated max_trip %lld)\n", rt.caps().device_name.c_str(), n,
               counts.empty() ? 0 : counts[0], static_cast<long long>(max_trip));
   std::printf("forward                      %9.3f ms\n", f);
-  std::printf("counting kernel              %9.3f ms  (%.1f%% of the counted adjoint)\n", c, 100 * c / a);
+  auto lowering = [](const Target& t) {
+    return t.subgroup_arithmetic ? "atomic_max combined per subgroup" : "one atomic_max per thread";
+  };
+  std::printf("counting kernel              %9.3f ms  (%.1f%% of the counted adjoint; %s)\n", c,
+              100 * c / a, lowering(target));
+  if (other.subgroup_arithmetic != target.subgroup_arithmetic) {
+    std::printf("  the other lowering         %9.3f ms  (%.1f%% of the counted adjoint; %s)\n",
+                c_other, 100 * c_other / a, lowering(other));
+  } else {
+    std::printf("  (no other lowering: the device has no subgroup arithmetic)\n");
+  }
   std::printf("adjoint, stated max_trip     %9.3f ms  (heap %.1f MB)\n", s, heap_stated / 1e6);
   std::printf("adjoint, counted capacity    %9.3f ms\n", a);
   std::printf("launch_counted, one launch   %9.3f ms  (adjoint alone, one launch: %.3f ms)\n", e2e, adj_alone);
@@ -152,6 +186,9 @@ int main(int argc, char** argv) {
   json.field("counted_trips", counts.empty() ? 0 : counts[0]);
   json.field("forward_ms", f);
   json.field("counter_ms", c);
+  json.field("counter_pct_of_adjoint", 100 * c / a);
+  json.field("counter_subgroup_combined", target.subgroup_arithmetic ? 1 : 0);
+  json.field("counter_other_lowering_ms", c_other);
   json.field("adjoint_stated_ms", s);
   json.field("adjoint_counted_ms", a);
   json.field("launch_counted_ms", e2e);

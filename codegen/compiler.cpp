@@ -7,6 +7,7 @@
 #include "codegen/launch_spec.h"
 #include "codegen/loop_passes.h"
 #include "codegen/spirv_emitter.h"
+#include "codegen/spirv_outline.h"
 #include "codegen/text.h"
 #include "codegen/verifier.h"
 
@@ -121,7 +122,8 @@ Result<abi::CompiledKernel> compile(const Kernel& k, const Target& target,
     eo.bounds_checks = options.bounds_checks;
     eo.local_size = out.tasks[i].local_size;
     eo.unroll = std::max(options.unroll, 1u);
-    std::vector<uint32_t> words = emit_task(k, i, out, target, eo);
+    std::vector<uint32_t> words =
+        outline_deep_loops(emit_task(k, i, out, target, eo), kOutlineLoopDepth);
     Status valid = validate_spirv(words);
     if (!valid.ok()) {
       return make_error(ErrorCode::kInternal, "codegen bug: kernel '" + k.name + "', task '" +
@@ -145,9 +147,9 @@ Result<std::shared_ptr<const abi::CompiledKernel>> CompileCache::compile(
   std::string key = print(k);
   key += "|" + target.device_name + (target.float64 ? "d" : "") + (target.int64 ? "l" : "") +
          (target.atomic_float32_add ? "a" : "") + (target.atomic_float64_add ? "A" : "") +
-         (target.atomic_int64 ? "I" : "") + std::to_string(target.max_local_size) +
-         adstack::layout_name(target.adstack_layout) + (target.preserve_nan_inf_f32 ? "n" : "") +
-         (target.preserve_nan_inf_f64 ? "N" : "") + "|" +
+         (target.atomic_int64 ? "I" : "") + (target.subgroup_arithmetic ? "s" : "") +
+         std::to_string(target.max_local_size) + adstack::layout_name(target.adstack_layout) +
+         (target.preserve_nan_inf_f32 ? "n" : "") + (target.preserve_nan_inf_f64 ? "N" : "") + "|" +
          (o.optimize ? "O" : "") + (o.native_float_atomics ? "N" : "") +
          (o.bounds_checks ? "B" : "") + std::to_string(o.default_local_size) + "u" +
          std::to_string(o.unroll);

@@ -1153,7 +1153,8 @@ Result<CountedAdjoint> make_adjoint_counted(const Kernel& forward, const Target&
                         reverse(lowered, target, /*counting=*/true, &differentiated, &loops));
   out.counted = static_cast<uint32_t>(loops.size());
   if (out.counted) {
-    out.counter = trip_counter_kernel(differentiated, loops);
+    out.counter =
+        trip_counter_kernel(differentiated, loops, target.subgroup_arithmetic ? kTripSlotRun : 1);
     Status v = verify(out.counter, target);
     if (!v.ok()) {
       return make_error(v.code() == ErrorCode::kUnsupported ? ErrorCode::kUnsupported : ErrorCode::kInternal,

@@ -178,6 +178,22 @@ class TaskEmitter {
     m_.label(label);
     cur_ = label;
     ended_ = false;
+    sole_pred_ = 0;
+  }
+  // Opens a loop's header block and returns it with the block its entry edge comes from. A
+  // loop body that begins with a loop is its header: no empty block that only branches on
+  // (validation time grows faster than the block count in deep nests, issue 27).
+  void enter_header(uint32_t* header, uint32_t* pre) {
+    if (sole_pred_ && !ended_ && m_.block_empty()) {
+      *header = cur_;
+      *pre = sole_pred_;
+      sole_pred_ = 0;
+      return;
+    }
+    *header = m_.id();
+    *pre = cur_;
+    branch(*header);
+    block(*header);
   }
   // Ends the current block, unless a break / continue (the last statement of its IR block)
   // already did.
@@ -220,23 +236,24 @@ class TaskEmitter {
   uint32_t v(ValueId id) const { return values_.at(id); }
   DType vt(ValueId id) const { return types_.at(id); }
 
-  // A structured loop `for (i = start; i < end; i += step) body(i)`.
+  // A structured loop `for (i = start; i < end; i += step) body(i)`. The header tests and
+  // branches itself (no separate test block): SPIR-V validation walks the dominator tree once
+  // per enclosing construct and block, so every block a loop adds costs superlinearly in a deep
+  // nest (issue 27, docs/benchmarks.md "Compile time against nesting depth").
   template <typename Body>
   // Returns the index's phi, which at the merge block holds the first index not run.
   uint32_t loop(uint32_t ty, uint32_t start, uint32_t end, uint32_t step, bool is_signed, Body body,
                 uint32_t control = spv::LoopControlMaskNone) {
-    uint32_t header = m_.id(), check = m_.id(), body_l = m_.id(), cont = m_.id(), merge = m_.id();
+    uint32_t header = 0, body_l = m_.id(), cont = m_.id(), merge = m_.id();
     uint32_t next = m_.id();
-    uint32_t pre = cur_;
-    branch(header);
-    block(header);
+    uint32_t pre = 0;
+    enter_header(&header, &pre);
     uint32_t i = op(spv::OpPhi, ty, {start, pre, next, cont});
-    m_.op(spv::OpLoopMerge, {merge, cont, control});
-    branch(check);
-    block(check);
     uint32_t c = op(is_signed ? spv::OpSLessThan : spv::OpULessThan, bool_, {i, end});
+    m_.op(spv::OpLoopMerge, {merge, cont, control});
     m_.op(spv::OpBranchConditional, {c, body_l, merge});
     block(body_l);
+    sole_pred_ = header;
     loops_.push_back({merge, cont});
     body(i);
     loops_.pop_back();
@@ -251,11 +268,10 @@ class TaskEmitter {
   // `for (i = 0; test(i); ++i) body(i)`: the loop() shape with the test block emitted in the
   // check block (its statements may open selections of their own: bounds-checked loads).
   void while_loop(const Stmt& s) {
-    uint32_t header = m_.id(), check = m_.id(), body_l = m_.id(), cont = m_.id(), merge = m_.id();
+    uint32_t header = 0, check = m_.id(), body_l = m_.id(), cont = m_.id(), merge = m_.id();
     uint32_t next = m_.id();
-    uint32_t pre = cur_;
-    branch(header);
-    block(header);
+    uint32_t pre = 0;
+    enter_header(&header, &pre);
     uint32_t i = op(spv::OpPhi, i32_, {m_.c_i32(0), pre, next, cont});
     values_[s.result] = i;
     types_[s.result] = DType::kI32;
@@ -263,8 +279,10 @@ class TaskEmitter {
     branch(check);
     block(check);
     emit_block(s.blocks[0]);
+    const uint32_t test_end = cur_;  // the test's statements may have opened blocks of their own
     m_.op(spv::OpBranchConditional, {v(s.args[0]), body_l, merge});
     block(body_l);
+    sole_pred_ = test_end;
     loops_.push_back({merge, cont});
     emit_block(s.blocks[1]);
     loops_.pop_back();
@@ -442,6 +460,41 @@ class TaskEmitter {
         });
     if (!result_type) return 0;
     return op(spv::OpPhi, result_type, {r, then_end, fallback, else_end});
+  }
+
+  // element = max(element, value). With subgroup arithmetic (Target::subgroup_arithmetic), the
+  // invocations of a subgroup that all hit one element combine first: the subgroup's maximum,
+  // one atomic from one of them (a counting kernel's threads otherwise all contend for a few
+  // words: issue 27). Invocations whose subgroup is split over several elements issue their
+  // own. The test, the reduction and the election are in one block, so they see the same
+  // active invocations, whatever the subgroup size and however the code diverged before.
+  void atomic_max(const Stmt& s) {
+    const bool sg = k_.params[s.param].dtype == DType::kI32;
+    auto atomic = [&](uint32_t val) {
+      guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
+        return op(sg ? spv::OpAtomicSMax : spv::OpAtomicUMax, arrays_.at(s.param).elem,
+                  {ptr, m_.c_u32(kScopeDevice), m_.c_u32(kRelaxed), val});
+      });
+    };
+    const uint32_t val = v(s.args.back());
+    if (!target_.subgroup_arithmetic) return atomic(val);
+    m_.capability(spv::CapabilityGroupNonUniform);
+    m_.capability(spv::CapabilityGroupNonUniformVote);
+    m_.capability(spv::CapabilityGroupNonUniformArithmetic);
+    const uint32_t scope = m_.c_u32(spv::ScopeSubgroup);
+    uint32_t same = 0;  // every active invocation has these indices (ndarrays have rank >= 1)
+    for (size_t d = 0; d + 1 < s.args.size(); ++d) {
+      uint32_t eq = op(spv::OpGroupNonUniformAllEqual, bool_, {scope, v(s.args[d])});
+      same = d == 0 ? eq : op(spv::OpLogicalAnd, bool_, {same, eq});
+    }
+    const uint32_t ty = type(vt(s.args.back()));
+    uint32_t most = op(sg ? spv::OpGroupNonUniformSMax : spv::OpGroupNonUniformUMax, ty,
+                       {scope, spv::GroupOperationReduce, val});
+    uint32_t elected = op(spv::OpGroupNonUniformElect, bool_, {scope});
+    uint32_t issue = op(spv::OpLogicalOr, bool_, {op(spv::OpLogicalNot, bool_, {same}), elected});
+    uint32_t mine = op(spv::OpSelect, ty, {same, most, val});
+    auto issue_mine = [&] { atomic(mine); };
+    if_else(issue, issue_mine, [] {});
   }
 
   void atomic_add(const Stmt& s) {
@@ -1014,15 +1067,7 @@ class TaskEmitter {
         return;
       }
       case Op::kAtomicAdd: atomic_add(s); return;
-      case Op::kAtomicMax: {
-        bool sg = k_.params[s.param].dtype == DType::kI32;
-        uint32_t val = v(s.args.back());
-        guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
-          return op(sg ? spv::OpAtomicSMax : spv::OpAtomicUMax, arrays_.at(s.param).elem,
-                    {ptr, m_.c_u32(kScopeDevice), m_.c_u32(kRelaxed), val});
-        });
-        return;
-      }
+      case Op::kAtomicMax: atomic_max(s); return;
       case Op::kFor: {
         const bool unroll = !stacks_.empty() && s.has_cap &&
                             s.cap.kind == adstack::SizeExpr::Kind::kConst &&
@@ -1062,6 +1107,8 @@ class TaskEmitter {
   const EmitOptions& o_;
   uint32_t u32_ = 0, i32_ = 0, bool_ = 0, gid_ = 0, args_var_ = 0, cur_ = 0;
   bool ended_ = false;  // the current block ends with a break / continue already
+  // The only predecessor of the current block while it is a loop body's first block, else 0.
+  uint32_t sole_pred_ = 0;
   std::vector<std::pair<uint32_t, uint32_t>> loops_;  // (merge, continue target), innermost last
   std::unordered_map<ValueId, uint32_t> values_, locals_;
   std::unordered_map<ValueId, DType> types_;

@@ -167,6 +167,7 @@ uint32_t SpirvModule::function_variable(uint32_t pointee) {
 void SpirvModule::label(uint32_t l) {
   op(spv::OpLabel, {l});
   if (entry_pos_ == 0) entry_pos_ = code_.size();  // the first label opens the entry block
+  label_end_ = code_.size();
 }
 
 SpirvModule::Words SpirvModule::finish(uint32_t entry, uint32_t entry_label,

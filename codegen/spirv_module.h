@@ -67,6 +67,8 @@ class SpirvModule {
   // An OpVariable in Function storage, placed in the entry block whatever the call site.
   uint32_t function_variable(uint32_t pointee);
   void label(uint32_t l);
+  // True when nothing followed the last label(): its block has no instruction yet.
+  bool block_empty() const { return code_.size() == label_end_; }
 
   // The finished binary: `entry` is a function id already emitted with OpFunction..OpFunctionEnd
   // through op(); its entry block's label must be `entry_label` (function variables go there).
@@ -81,6 +83,7 @@ class SpirvModule {
   uint32_t next_id_ = 1;
   uint32_t glsl_ = 0;
   size_t entry_pos_ = 0;
+  size_t label_end_ = 0;  // code_.size() right after the last label()
   std::set<uint32_t> caps_;
   std::set<std::string> exts_;
   bool preserve32_ = false, preserve64_ = false;

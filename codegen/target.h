@@ -23,6 +23,12 @@ struct Target {
   bool atomic_float32_add = false;  // SPV_EXT_shader_atomic_float_add, 32-bit
   bool atomic_float64_add = false;
   bool atomic_int64 = false;        // 64-bit integer buffer atomics (f64 compare-and-swap)
+  // Basic, vote and arithmetic subgroup operations in compute shaders (Vulkan 1.1 subgroup
+  // properties). The emitter then aggregates each atomic_max over a subgroup whose invocations
+  // hit one element (one atomic per subgroup instead of one per invocation); without it every
+  // invocation issues its own. Both give the same result. target_from_caps leaves it off on CPU
+  // devices, where it costs more than it saves.
+  bool subgroup_arithmetic = false;
   uint32_t max_local_size = 1024;
   // How adstack heaps order their elements (adstack/adstack_layout.h): slot-major on GPUs
   // (coalesced pushes and pops), thread-major on CPU devices (one thread's stacks in its own
@@ -46,6 +52,7 @@ struct Target {
     Target t;
     t.device_name = "any device (host)";
     t.float64 = t.int64 = t.atomic_float32_add = t.atomic_float64_add = t.atomic_int64 = true;
+    t.subgroup_arithmetic = true;
     return t;
   }
 };

@@ -8,7 +8,7 @@
 
 namespace vkad::codegen {
 
-Kernel trip_counter_kernel(const Kernel& f, const std::vector<ValueId>& loops) {
+Kernel trip_counter_kernel(const Kernel& f, const std::vector<ValueId>& loops, uint32_t slot_run) {
   Kernel c;
   c.name = f.name + "_trip_count";
   c.params = f.params;
@@ -83,10 +83,19 @@ Kernel trip_counter_kernel(const Kernel& f, const std::vector<ValueId>& loops) {
       Stmt a = mk(Op::kAlloca, DType::kI32, {});
       a.result = M;
       top.push_back(a);
-      // Slot j * kTripSlots + index mod kTripSlots: threads spread over kTripSlots words
-      // instead of contending for one (the host takes the max over them).
+      // Slot j * kTripSlots + (index / slot_run) mod kTripSlots: threads spread over
+      // kTripSlots words instead of contending for one (the host takes the max over them);
+      // runs of slot_run consecutive indices share a word, so that a subgroup can combine its
+      // atomics into one (trip_counter.h).
       ValueId slots = konst(abi::kTripSlots, tail);
-      Stmt lane = mk(Op::kMod, DType::kI32, {ct.index, slots});
+      ValueId run_of = ct.index;
+      if (slot_run > 1) {
+        ValueId run = konst(slot_run, tail);
+        Stmt q = mk(Op::kDiv, DType::kI32, {ct.index, run});
+        tail.push_back(q);
+        run_of = q.result;
+      }
+      Stmt lane = mk(Op::kMod, DType::kI32, {run_of, slots});
       ValueId base = konst(static_cast<int64_t>(j) * abi::kTripSlots, tail);
       Stmt at_s = mk(Op::kAdd, DType::kI32, {base, lane.result});
       ValueId at = at_s.result;

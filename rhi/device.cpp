@@ -107,17 +107,18 @@ std::string Capabilities::to_string() const {
     << ")\n"
     << "timestamps:             " << yn(timestamps) << " (period " << timestamp_period_ns
     << " ns)\n"
-    << "subgroup size:          " << subgroup_size << "\n"
+    << "subgroup size:          " << subgroup_size
+    << " (arithmetic in compute: " << yn(subgroup_arithmetic) << ")\n"
     << "loop passes per thread: "
-    << (max_loop_passes ? std::to_string(max_loop_passes) + " (the driver silently leaves loops past it)"
-                        : std::string("no limit"))
+    << (max_loop_passes
+            ? std::to_string(max_loop_passes) + " (the driver silently leaves loops past it)"
+            : std::string("no limit"))
     << "\n"
     << "max storage buffer:     " << max_storage_buffer_range << " bytes\n"
     << "max workgroup count:    " << max_workgroup_count[0] << " x " << max_workgroup_count[1]
     << " x " << max_workgroup_count[2] << "\n"
     << "max workgroup size:     " << max_workgroup_size[0] << " x " << max_workgroup_size[1]
-    << " x " << max_workgroup_size[2] << " (" << max_workgroup_invocations
-    << " invocations)\n"
+    << " x " << max_workgroup_size[2] << " (" << max_workgroup_invocations << " invocations)\n"
     << "max push constants:     " << max_push_constants_size << " bytes\n";
   for (size_t i = 0; i < heaps.size(); ++i) {
     o << "memory heap " << i << ":          " << (heaps[i].size >> 20) << " MiB"
@@ -235,6 +236,14 @@ Capabilities capabilities_from(const DeviceFacts& facts, bool use_push_descripto
   c.timestamps = facts.queue_family.timestampValidBits != 0 && lim.timestampPeriod > 0;
   c.timestamp_period_ns = lim.timestampPeriod;
   c.subgroup_size = facts.p11.subgroupSize;
+  {
+    const VkSubgroupFeatureFlags need = VK_SUBGROUP_FEATURE_BASIC_BIT |
+                                        VK_SUBGROUP_FEATURE_VOTE_BIT |
+                                        VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
+    c.subgroup_arithmetic =
+        (facts.p11.subgroupSupportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0 &&
+        (facts.p11.subgroupSupportedOperations & need) == need;
+  }
   c.max_storage_buffer_range = lim.maxStorageBufferRange;
   // Mesa's llvmpipe leaves a loop after 65,535 passes per invocation (see Capabilities).
   if (facts.p12.driverID == VK_DRIVER_ID_MESA_LLVMPIPE) c.max_loop_passes = 65535;

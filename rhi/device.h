@@ -148,6 +148,10 @@ struct Capabilities {
   bool timestamps = false;
   float timestamp_period_ns = 0;
   uint32_t subgroup_size = 0;
+  // Compute shaders may use the basic, vote and arithmetic subgroup operations
+  // (VkPhysicalDeviceVulkan11Properties: subgroupSupportedStages has the compute stage,
+  // subgroupSupportedOperations BASIC | VOTE | ARITHMETIC). Properties, nothing to enable.
+  bool subgroup_arithmetic = false;
   uint64_t max_storage_buffer_range = 0;
   std::array<uint32_t, 3> max_workgroup_count{};
   std::array<uint32_t, 3> max_workgroup_size{};

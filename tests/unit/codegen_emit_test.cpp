@@ -38,6 +38,31 @@ TEST(CodegenEmit, EveryStatementKindValidates) {
   }
 }
 
+// atomic_max: with subgroup arithmetic each subgroup whose invocations hit one element issues
+// one atomic of their maximum (the test, the reduction and the election in one block), the
+// others their own; without it, every invocation its own and no subgroup operation at all.
+TEST(CodegenEmit, AtomicMaxCombinesOverASubgroupOnlyWhereTheTargetHasIt) {
+  Kernel k = parsed(R"(kernel k(v: ndarray<i32, 1>, m: ndarray<i32, 1>) {
+  task main parallel %i in [0, shape(v, 0)) {
+    %x = load v[%i] : i32
+    atomic_max m[%i], %x
+  }
+}
+)");
+  for (bool subgroup : {true, false}) {
+    Target t = Target::host();
+    t.subgroup_arithmetic = subgroup;
+    auto c = compile(k, t);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    std::string dis = disassemble_spirv(c->tasks[0].spirv);
+    for (const char* op : {"OpGroupNonUniformAllEqual", "OpGroupNonUniformSMax",
+                           "OpGroupNonUniformElect", "OpCapability GroupNonUniformArithmetic"}) {
+      EXPECT_EQ(dis.find(op) != std::string::npos, subgroup) << op << "\n" << dis;
+    }
+    EXPECT_NE(dis.find("OpAtomicSMax"), std::string::npos) << dis;
+  }
+}
+
 // The unrolled main loop applies exactly where the copies of the body cannot see each other:
 // counted by the loads of x in the module (one per copy, plus the tail loop's).
 TEST(CodegenEmit, UnrollOnlyStraightLineTasksThatOwnTheirWrites) {

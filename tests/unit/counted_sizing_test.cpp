@@ -123,6 +123,34 @@ TEST(CountedSizing, CountIsTheLargestTripCount) {
   EXPECT_EQ(ca->adjoint.params.back().name.rfind("trips_", 0), 0u);
 }
 
+// The two slot layouts of the counting kernel (trip_counter.h: runs of kTripSlotRun indices per
+// word where the target has subgroup arithmetic, neighbours on different words where not) find
+// the same counts for every while kernel; the runs put each loop's maxima on fewer words.
+TEST(CountedSizing, SlotLayoutsFindTheSameCounts) {
+  for (const WhileCase& c : while_cases()) {
+    auto parsed = codegen::parse(c.text);
+    ASSERT_TRUE(parsed.ok());
+    Kernel bare = *parsed;
+    for (codegen::Task& t : bare.tasks) strip_caps(t.body);
+    codegen::Target runs = codegen::Target::host(), spread = runs;
+    ASSERT_TRUE(runs.subgroup_arithmetic);
+    spread.subgroup_arithmetic = false;
+    auto a = codegen::make_adjoint_counted(bare, runs),
+         b = codegen::make_adjoint_counted(bare, spread);
+    ASSERT_TRUE(a.ok() && b.ok()) << c.name;
+    auto divs = [](const std::string& text) {
+      size_t n = 0;
+      for (size_t at = text.find(" div "); at != std::string::npos; at = text.find(" div ", at + 1))
+        ++n;
+      return n;
+    };
+    EXPECT_EQ(divs(codegen::print(a->counter)), divs(codegen::print(b->counter)) + a->counted)
+        << c.name;
+    HostValues base = c.args();
+    EXPECT_EQ(count_trips(bare, *a, base), count_trips(bare, *b, base)) << c.name;
+  }
+}
+
 // A for loop bounded by ndarray contents, with no max_trip: counted too, the loop inside it
 // sized from the counted bound; gradients against finite differences through the counted
 // capacity (a stated max_trip adjoint is the reference).

@@ -27,6 +27,10 @@ DeviceFacts gpu_facts() {
   f.max_push_descriptors = 32;
   f.p12.shaderSignedZeroInfNanPreserveFloat64 = VK_TRUE;
   f.p12.driverID = VK_DRIVER_ID_NVIDIA_PROPRIETARY;
+  f.p11.subgroupSize = 32;
+  f.p11.subgroupSupportedStages = VK_SHADER_STAGE_COMPUTE_BIT;
+  f.p11.subgroupSupportedOperations = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_VOTE_BIT |
+                                      VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
   f.memory.memoryHeapCount = 2;
   f.memory.memoryHeaps[0] = {80ull << 30, VK_MEMORY_HEAP_DEVICE_LOCAL_BIT};
   f.memory.memoryHeaps[1] = {64ull << 30, 0};
@@ -41,6 +45,7 @@ TEST(DeviceCaps, FeaturesFollowTheFactsAndTheirPrerequisites) {
   EXPECT_TRUE(c.atomic_int64 && c.atomic_float64_add && c.preserve_nan_inf_f64);
   EXPECT_TRUE(c.push_descriptor);
   EXPECT_EQ(c.max_push_descriptors, 32u);
+  EXPECT_TRUE(c.subgroup_arithmetic);
   EXPECT_TRUE(c.timestamps);
   EXPECT_EQ(c.max_loop_passes, 0u);
   ASSERT_EQ(c.heaps.size(), 2u);
@@ -53,6 +58,13 @@ TEST(DeviceCaps, FeaturesFollowTheFactsAndTheirPrerequisites) {
   f.has_atomic_float_ext = false;
   c = capabilities_from(f, true);
   EXPECT_FALSE(c.atomic_int64 || c.atomic_float64_add || c.atomic_float32_add || c.preserve_nan_inf_f64);
+  // Subgroup arithmetic needs the compute stage and all of basic, vote and arithmetic.
+  f = gpu_facts();
+  f.p11.subgroupSupportedOperations &= ~VK_SUBGROUP_FEATURE_VOTE_BIT;
+  EXPECT_FALSE(capabilities_from(f, true).subgroup_arithmetic);
+  f = gpu_facts();
+  f.p11.subgroupSupportedStages = VK_SHADER_STAGE_FRAGMENT_BIT;
+  EXPECT_FALSE(capabilities_from(f, true).subgroup_arithmetic);
   EXPECT_FALSE(capabilities_from(gpu_facts(), false).push_descriptor);
   f = gpu_facts();
   f.max_push_descriptors = 0;
