@@ -10,13 +10,15 @@
 #       well under the 64 MiB carry limit). VKAD_GPU_PYTHON names the 3.12 interpreter
 #       (default: python3.12 on PATH); without one the Python suite is skipped there.
 #
-#   scripts/gpu-check.sh run [--quick]   THERE (the GPU machine; carry [".gl", "build-gpu/pack"]):
+#   scripts/gpu-check.sh run [--quick|--programs|--benches]   THERE (the GPU machine; carry [".gl", "build-gpu/pack"]):
 #       unpacks the libraries, runs the whole GPU test suite in ONE process under the validation
 #       layer (one process on purpose: it is what a DSL does, and what hit NVIDIA's instance
 #       limit), the unit tests, the Python suite (the wheel installed into /tmp/site, pytest
 #       under validation), the examples, then every benchmark; writes $OUT/gpu-check.json
 #       (machine-readable: device, driver, commit, test counts, failures, every benchmark's
-#       JSON) and $OUT/gpu-check.txt (the human summary). --quick skips the benchmarks.
+#       JSON) and $OUT/gpu-check.txt (the human summary). --quick skips the benchmarks;
+#       --programs runs the tests and the whole-program benchmarks; --benches those benchmarks
+#       alone (for a second call, e.g. the one that brings the last part of a peer's wheel).
 #       bench/peers.py (PyTorch and JAX, where installed) runs with the benchmarks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -72,6 +74,9 @@ run() {
   # Python beside Warp / JAX / torch, launch cost, retirement, codegen, counted) -- what fits
   # one 10-minute call.
   [ "${1:-}" = "--programs" ] && quick=1 && programs=1
+  # --benches: the whole-program benchmarks alone (the tests ran in an earlier call).
+  local tests=1
+  [ "${1:-}" = "--benches" ] && quick=1 && programs=1 && tests=0
   out=${OUT:-/tmp/gpu-check-out}
   mkdir -p "$out"
   bin=build-gpu/bin
@@ -89,30 +94,34 @@ run() {
   fi
   head -3 "$out/vkad-info.txt" >> "$txt"
 
-  # The GPU suite in one process, validation on (any validation message fails the test that
-  # caused it); then the unit tests; then the two examples as the README runs them.
-  VKAD_VALIDATION=1 timeout 420 "$bin/vkad_gpu_tests" --gtest_output=json:"$out/gpu-tests.json" \
-    > "$out/gpu-tests.log" 2>&1
-  rc=$?
-  echo "gpu tests (one process, validation on): exit $rc" >> "$txt"
-  [ $rc -ne 0 ] && { echo "--- last lines of the GPU test log"; tail -25 "$out/gpu-tests.log"; echo "---"; } >> "$txt"
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED TEST" "$out/gpu-tests.log" | sort | uniq -c | head -40 >> "$txt"
-  grep -c "\[vkad validation\]" "$out/gpu-tests.log" | sed 's/^/validation messages: /' >> "$txt"
-  # The unit tests that read README/corpus files find them in this working copy.
-  VKAD_SOURCE_DIR=$PWD timeout 120 "$bin/vkad_unit_tests" > "$out/unit-tests.log" 2>&1
-  echo "unit tests: exit $? ($(grep -E '^\[  PASSED' "$out/unit-tests.log"))" >> "$txt"
-  VKAD_VALIDATION=1 timeout 60 "$bin/vkad-embedding" > "$out/embedding.log" 2>&1
-  echo "example.embedding (validation on): exit $?" >> "$txt"
-  # The Python suite on the GPU, validation on, from the wheel built by prepare.
+  # The Python package into its own folder (/tmp/site may hold peers carried separately: Warp).
   if ls $bin/wheels/vkad-*.whl >/dev/null 2>&1; then
-    # Into its own folder: /tmp/site may hold peers carried separately (Warp).
     rm -rf /tmp/vkad-site && python3 -m pip install -q --no-index --no-deps --target /tmp/vkad-site \
       $bin/wheels/*.whl > "$out/python-install.log" 2>&1
-    (cd tests/python && PYTHONPATH=/tmp/vkad-site VKAD_VALIDATION=1 timeout 300 python3 -m pytest -q \
-       -p no:cacheprovider --junitxml="$out/python-tests.xml" . > "$out/python-tests.log" 2>&1)
-    echo "python tests (validation on): exit $?: $(tail -1 "$out/python-tests.log")" >> "$txt"
-  else
-    echo "python tests: skipped (no wheel in $bin/wheels)" >> "$txt"
+  fi
+  if [ $tests -eq 1 ]; then
+    # The GPU suite in one process, validation on (any validation message fails the test that
+    # caused it); then the unit tests; then the two examples as the README runs them.
+    VKAD_VALIDATION=1 timeout 420 "$bin/vkad_gpu_tests" --gtest_output=json:"$out/gpu-tests.json" \
+      > "$out/gpu-tests.log" 2>&1
+    rc=$?
+    echo "gpu tests (one process, validation on): exit $rc" >> "$txt"
+    [ $rc -ne 0 ] && { echo "--- last lines of the GPU test log"; tail -25 "$out/gpu-tests.log"; echo "---"; } >> "$txt"
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED TEST" "$out/gpu-tests.log" | sort | uniq -c | head -40 >> "$txt"
+    grep -c "\[vkad validation\]" "$out/gpu-tests.log" | sed 's/^/validation messages: /' >> "$txt"
+    # The unit tests that read README/corpus files find them in this working copy.
+    VKAD_SOURCE_DIR=$PWD timeout 120 "$bin/vkad_unit_tests" > "$out/unit-tests.log" 2>&1
+    echo "unit tests: exit $? ($(grep -E '^\[  PASSED' "$out/unit-tests.log"))" >> "$txt"
+    VKAD_VALIDATION=1 timeout 60 "$bin/vkad-embedding" > "$out/embedding.log" 2>&1
+    echo "example.embedding (validation on): exit $?" >> "$txt"
+    # The Python suite on the GPU, validation on, from the wheel built by prepare.
+    if [ -d /tmp/vkad-site/vkad ]; then
+      (cd tests/python && PYTHONPATH=/tmp/vkad-site VKAD_VALIDATION=1 timeout 300 python3 -m pytest -q \
+         -p no:cacheprovider --junitxml="$out/python-tests.xml" . > "$out/python-tests.log" 2>&1)
+      echo "python tests (validation on): exit $?: $(tail -1 "$out/python-tests.log")" >> "$txt"
+    else
+      echo "python tests: skipped (no wheel in $bin/wheels)" >> "$txt"
+    fi
   fi
 
   if [ $quick -eq 0 ]; then
