@@ -7,7 +7,11 @@
 #      use of one runtime refused, the use guard, CompileCache from several threads).
 #   3. Synchronization validation over the GPU suite's fence-mode tests (the 1.3.239 layer does
 #      not track host waits on timeline semaphores, so timeline mode reports false hazards at
-#      queue submit; fence mode is the path it can check).
+#      queue submit; fence mode is the path it can check). DestroyAfterReportedLoss is left out:
+#      its host thread signals a gate the queue waits on while the stream is destroyed, and the
+#      layer sometimes times out tracking that signal ("UNASSIGNED-VkSemaphore-state-timeout ...
+#      most likely a validation bug"; seen once under heavy load); the whole suite runs it
+#      with the validation layer.
 #   4. Debug: the whole suite in a Debug build (no NDEBUG: the C ABI's lifetime checks and their
 #      death tests are compiled in; -O0 frames are larger, so a recursion on a deep kernel that
 #      a Release build survives overflows here).
@@ -41,7 +45,8 @@ if [[ "$skip" != *" sync "* ]]; then
   echo "=== Synchronization validation: fence-mode GPU tests"
   VKAD_VALIDATION=1 \
   VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT:VALIDATION_CHECK_ENABLE_SYNCHRONIZATION_VALIDATION_QUEUE_SUBMIT \
-    ./build/tests/vkad_gpu_tests --gtest_filter='*fence*' 2>&1 | tee /tmp/vkad-sync.log | tail -3
+    ./build/tests/vkad_gpu_tests --gtest_filter='*fence*:-*DestroyAfterReportedLossWaitsForRunningWork*' \
+    2>&1 | tee /tmp/vkad-sync.log | tail -3
   if grep -q "\[vkad validation\]" /tmp/vkad-sync.log || ! grep -q "PASSED" /tmp/vkad-sync.log; then
     echo "synchronization validation reported hazards or a test failed:"
     grep -m 20 "\[vkad validation\]\|FAILED" /tmp/vkad-sync.log
