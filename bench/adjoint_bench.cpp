@@ -115,7 +115,8 @@ int main(int argc, char** argv) {
     json.field("modelled_traffic_bytes", bytes);
     json.field("fraction_of_copy_bandwidth", gbs / copy_gbs);
   }
-  std::printf("adstack heap: %llu bytes (rows capped to fit one binding)\n", (unsigned long long)rt.stats()->adstack_heap_bytes);
+  std::printf("adstack heap: %llu bytes (rows capped to fit one binding)\n",
+              (unsigned long long)rt.stats()->adstack_heap_bytes);
   if (args.has("json")) json.write(args.get("json", ""), rt.caps().device_name);
   return 0;
 }

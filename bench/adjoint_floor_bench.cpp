@@ -907,7 +907,8 @@ int main(int argc, char** argv) {
     json.field("adjoint_specialized_over_forward", ms[3] / ms[0]);
     json.field("adjoint_private_specialized_over_forward", ms[4] / ms[0]);
   }
-  std::printf("vkad adstack heap: %llu bytes\n", (unsigned long long)rt.stats()->adstack_heap_bytes);
+  std::printf("vkad adstack heap: %llu bytes\n",
+              (unsigned long long)rt.stats()->adstack_heap_bytes);
   if (args.has("json") && !json.write(args.get("json", ""), rt.caps().device_name)) {
     std::fprintf(stderr, "cannot write %s\n", args.get("json", "").c_str());
     return 1;

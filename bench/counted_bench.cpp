@@ -7,7 +7,8 @@
 // its way), and launch_counted end to end (counter, blocking readback, adjoint), and the heap
 // bytes.
 //
-//   vkad-bench-counted [--n ELEMENTS (default 2^22)] [--max-trip M (default 64)] [--reps R] [--json F]
+//   vkad-bench-counted [--n ELEMENTS (default 2^22)] [--max-trip M (default 64)] [--reps R] [--json
+//   F]
 #include <cmath>
 #include <cstdio>
 #include <functional>

@@ -15,8 +15,8 @@
 #include <cstring>
 #include <memory>
 
-#include "bench/bench_util.h"
 #include "abi/spirv_tools.h"
+#include "bench/bench_util.h"
 #include "rhi/buffer.h"
 #include "rhi/device.h"
 #include "rhi/pipeline.h"

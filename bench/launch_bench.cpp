@@ -8,8 +8,6 @@
 // on the previous one) recorded back to back, then synchronize(). Reports the median over reps
 // of µs per launch for recording alone (launch() returning) and for the whole batch including
 // the wait. The kernel text is bench/launch_kernel.vkir, shared with the Python benchmark.
-#include "launch_kernel.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "launch_kernel.h"
 #include "vkad.h"
 
 namespace {

@@ -140,7 +140,8 @@ int main(int argc, char** argv) {
           x = std::sin(x) * 0.9 + 0.1;
         }
         if (!(std::fabs(g[i] - want) <= 2e-3 * std::fabs(want) + 1e-30)) {
-          std::fprintf(stderr, "gradient at %u after %s: %g, closed form %g\n", i, after, g[i], want);
+          std::fprintf(stderr, "gradient at %u after %s: %g, closed form %g\n", i, after, g[i],
+                       want);
           return 1;
         }
       }
@@ -180,12 +181,14 @@ int main(int argc, char** argv) {
     const double floor_ms = 20.0 * P * steps / (bandwidth * 1e9) * 1e3;
     const double m = bench::median(ms), rc = bench::median(rec);
     const double gm = bench::median(gms), grc = bench::median(grec);
-    std::printf("P = %8u, %u substeps: %9.2f ms/iteration (%.1fx the %.2f ms floor at %g GB/s), "
-                "%.2f us per launch recorded\n",
-                P, steps, m, m / floor_ms, floor_ms, bandwidth, rc);
-    std::printf("  captured and replayed:   %9.2f ms/iteration (%.1fx the floor), %.3f us of host "
-                "time per replayed launch\n",
-                gm, gm / floor_ms, grc);
+    std::printf(
+        "P = %8u, %u substeps: %9.2f ms/iteration (%.1fx the %.2f ms floor at %g GB/s), "
+        "%.2f us per launch recorded\n",
+        P, steps, m, m / floor_ms, floor_ms, bandwidth, rc);
+    std::printf(
+        "  captured and replayed:   %9.2f ms/iteration (%.1fx the floor), %.3f us of host "
+        "time per replayed launch\n",
+        gm, gm / floor_ms, grc);
     json.begin();
     json.field("bench", "substep");
     json.field("P", static_cast<double>(P));

@@ -126,11 +126,11 @@ class Evaluator {
     for (const Task& t : k_.tasks) {
       for (ValueId ix : task_indices(t)) number(ix, DType::kI32);
       if (!number_block(t.body, 0)) {
-        return make_error(ErrorCode::kInvalidArgument,
-                          "evaluate '" + k_.name + "', task '" + t.name +
-                              "': loops and branches nest deeper than " +
-                              std::to_string(kMaxNestingDepth) +
-                              " (kMaxNestingDepth); the reference evaluates verifiable kernels only");
+        return make_error(
+            ErrorCode::kInvalidArgument,
+            "evaluate '" + k_.name + "', task '" + t.name +
+                "': loops and branches nest deeper than " + std::to_string(kMaxNestingDepth) +
+                " (kMaxNestingDepth); the reference evaluates verifiable kernels only");
       }
     }
     densify();

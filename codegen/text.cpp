@@ -79,7 +79,8 @@ std::string print_size_at(const Kernel& k, const SizeExpr& e, uint32_t depth) {
     case SizeExpr::Kind::kDim:
       return "shape(" + param_name(k, e.param) + ", " + std::to_string(e.dim) + ")";
     case SizeExpr::Kind::kDiv:
-      return "div(" + (e.operands.empty() ? std::string("?") : print_size_at(k, e.operands[0], depth + 1)) +
+      return "div(" +
+             (e.operands.empty() ? std::string("?") : print_size_at(k, e.operands[0], depth + 1)) +
              ", " + std::to_string(e.value) + ")";
     default: {
       const char* n = e.kind == SizeExpr::Kind::kAdd ? "add"

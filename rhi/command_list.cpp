@@ -81,9 +81,9 @@ Status CommandList::bind_buffers(ComputePipeline& pipeline, std::span<Buffer* co
   VkDescriptorSet set = VK_NULL_HANDLE;
   if (bundle_ && !pipeline.push_descriptors()) {
     // A pooled set is recycled by serial; a bundle runs at serials not known yet.
-    return make_error(ErrorCode::kFailedPrecondition,
-                      "pipeline '" + pipeline.name() +
-                          "': a bundle binds buffers with push descriptors only");
+    return make_error(
+        ErrorCode::kFailedPrecondition,
+        "pipeline '" + pipeline.name() + "': a bundle binds buffers with push descriptors only");
   }
   if (!pipeline.push_descriptors()) {
     VKAD_ASSIGN_OR_RETURN(set, stream_->descriptors_.allocate(
@@ -106,7 +106,8 @@ Status CommandList::bind_buffers(ComputePipeline& pipeline, std::span<Buffer* co
   }
   for (size_t i = 0; i < buffers.size(); ++i) {
     infos[i] = {buffers[i]->handle(), 0, VK_WHOLE_SIZE};
-    if (i == 0) infos[0] = {buffers[0]->handle(), first.offset, first.size ? first.size : VK_WHOLE_SIZE};
+    if (i == 0)
+      infos[0] = {buffers[0]->handle(), first.offset, first.size ? first.size : VK_WHOLE_SIZE};
     writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
     writes[i].dstSet = set;
     writes[i].dstBinding = static_cast<uint32_t>(i);

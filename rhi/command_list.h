@@ -9,8 +9,8 @@
 #include <span>
 #include <vector>
 
-#include "rhi/serial.h"
 #include "base/status.h"
+#include "rhi/serial.h"
 #include "rhi/unique_handle.h"
 
 namespace vkad::rhi {

@@ -23,9 +23,9 @@ using abi::kTripSlots;  // abi/kernel_abi.h
 // `forward_params` of them and a zeroed i32 array of `counted` x kTripSlots elements, freed
 // after use.
 // Errors: kInvalidArgument when `counted` plus args.size() exceeds kMaxKernelParams (no adjoint
-// takes that many trips_ arguments) or forward_params > args.size(); those of launch / download (a device error of the counting kernel, e.g. an
-// out-of-bounds read, is reported by its readback, naming it); a count past INT32_MAX cannot
-// occur (trip counts are i32).
+// takes that many trips_ arguments) or forward_params > args.size(); those of launch / download (a
+// device error of the counting kernel, e.g. an out-of-bounds read, is reported by its readback,
+// naming it); a count past INT32_MAX cannot occur (trip counts are i32).
 Status launch_counted(Runtime& rt, KernelHandle counter, KernelHandle adjoint, uint32_t counted,
                       size_t forward_params, std::span<const Arg> args, LaunchId* id = nullptr);
 

@@ -59,7 +59,8 @@ Result<GraphHandle> Runtime::end_capture() {
   // Every launch's args at an offset a storage binding may start at, in pieces of at most a
   // ring chunk (a launch's args never straddle two pieces).
   Graph& g = *capture_;
-  const uint64_t align = std::max<uint64_t>(device_->caps().min_storage_buffer_offset_alignment, 16);
+  const uint64_t align =
+      std::max<uint64_t>(device_->caps().min_storage_buffer_offset_alignment, 16);
   const uint64_t chunk = upload_ring_->chunk_bytes();
   uint64_t at = 0;
   for (const CapturedLaunch& c : g.launches) {
@@ -233,9 +234,9 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
 Status Runtime::record_bundle(Graph& g) {
   if (!g.args_dev.valid()) {
     VKAD_ASSIGN_OR_RETURN(
-        g.args_dev, device_->create_buffer({std::max<uint64_t>(g.args_blob.size(), 16),
-                                            rhi::MemoryUsage::kDeviceLocal,
-                                            "graph '" + g.name + "' args"}));
+        g.args_dev,
+        device_->create_buffer({std::max<uint64_t>(g.args_blob.size(), 16),
+                                rhi::MemoryUsage::kDeviceLocal, "graph '" + g.name + "' args"}));
   }
   VKAD_ASSIGN_OR_RETURN(rhi::CommandList rec, stream_->begin_bundle());
   bool filling = false;
@@ -279,10 +280,10 @@ Status Runtime::replay_bundle(Graph& g, const std::string& where, LaunchId* firs
   pieces.clear();
   for (const auto& [begin, end] : g.pieces) {
     ReplayPiece p;
-    VKAD_ASSIGN_OR_RETURN(p.up, upload_ring_->allocate(*device_, end - begin,
-                                                       &ctx_buffers_.upload_chunks));
-    VKAD_ASSIGN_OR_RETURN(p.down, readback_ring_->allocate(*device_, end - begin,
-                                                           &ctx_buffers_.readback_chunks));
+    VKAD_ASSIGN_OR_RETURN(
+        p.up, upload_ring_->allocate(*device_, end - begin, &ctx_buffers_.upload_chunks));
+    VKAD_ASSIGN_OR_RETURN(
+        p.down, readback_ring_->allocate(*device_, end - begin, &ctx_buffers_.readback_chunks));
     std::memcpy(p.up.data, g.args_blob.data() + begin, end - begin);
     pieces.push_back(p);
   }

@@ -422,8 +422,9 @@ Status Runtime::fill(NdArrayHandle array, double value) {
     case DType::kBool: fits = value == 0.0 || value == 1.0; break;
   }
   if (!fits) {  // NaN fails every integer comparison above, so it lands here too
-    return make_error(ErrorCode::kInvalidArgument, "fill '" + a.name + "': value " + format_double(value) +
-                                                       " does not fit " + dtype_name(a.dtype));
+    return make_error(ErrorCode::kInvalidArgument, "fill '" + a.name + "': value " +
+                                                       format_double(value) + " does not fit " +
+                                                       dtype_name(a.dtype));
   }
   switch (a.dtype) {
     case DType::kF32: {
@@ -443,9 +444,7 @@ Status Runtime::fill(NdArrayHandle array, double value) {
       pattern = a.dtype == DType::kI64 ? static_cast<uint64_t>(i) : static_cast<uint32_t>(i);
       break;
     }
-    case DType::kBool:
-      pattern = value == 1.0 ? 1 : 0;
-      break;
+    case DType::kBool: pattern = value == 1.0 ? 1 : 0; break;
   }
   const uint32_t elem = dtype_bytes(a.dtype);
   const uint32_t lo = static_cast<uint32_t>(pattern), hi = static_cast<uint32_t>(pattern >> 32);
@@ -534,9 +533,9 @@ Status Runtime::record_host_copy(NdArray& a, const void* data) {
     list_.barrier(rhi::Barrier::kComputeToTransfer);
     list_.copy(*slot.buffer, a.buffer, a.bytes, slot.offset, 0);
   } else {
-    VKAD_ASSIGN_OR_RETURN(rhi::Buffer staging,
-                          device_->create_buffer({a.bytes, rhi::MemoryUsage::kUpload,
-                                                  a.name + " upload"}));
+    VKAD_ASSIGN_OR_RETURN(
+        rhi::Buffer staging,
+        device_->create_buffer({a.bytes, rhi::MemoryUsage::kUpload, a.name + " upload"}));
     std::memcpy(staging.mapped(), data, a.bytes);
     list_.barrier(rhi::Barrier::kComputeToTransfer);
     list_.copy(staging, a.buffer, a.bytes);
@@ -574,8 +573,8 @@ Status Runtime::download(NdArrayHandle array, void* out, uint64_t bytes) {
     list_.copy(a.buffer, *slot.buffer, bytes, 0, slot.offset);
     from = slot.data;
   } else {
-    VKAD_ASSIGN_OR_RETURN(own, device_->create_buffer({bytes, rhi::MemoryUsage::kReadback,
-                                                       a.name + " readback"}));
+    VKAD_ASSIGN_OR_RETURN(
+        own, device_->create_buffer({bytes, rhi::MemoryUsage::kReadback, a.name + " readback"}));
     list_.copy(a.buffer, own, bytes);
     from = own.mapped();
   }
@@ -611,14 +610,14 @@ Status Runtime::check_args(const Kernel& k, std::span<const Arg> args) const {
     if (a.kind != p.kind) {
       return make_error(ErrorCode::kInvalidArgument,
                         where() + ": expected " +
-                            (p.kind == ParamKind::kScalar ? "a scalar" : "an ndarray") +
-                            ", got " + (a.kind == ParamKind::kScalar ? "a scalar" : "an ndarray"));
+                            (p.kind == ParamKind::kScalar ? "a scalar" : "an ndarray") + ", got " +
+                            (a.kind == ParamKind::kScalar ? "a scalar" : "an ndarray"));
     }
     if (p.kind == ParamKind::kScalar) {
       if (a.dtype != p.dtype) {
-        return make_error(ErrorCode::kInvalidArgument, where() + ": expected " +
-                                                           dtype_name(p.dtype) + ", got " +
-                                                           dtype_name(a.dtype));
+        return make_error(
+            ErrorCode::kInvalidArgument,
+            where() + ": expected " + dtype_name(p.dtype) + ", got " + dtype_name(a.dtype));
       }
       // The args buffer holds the parameter's own width: a value that does not fit would be
       // truncated (or, for f32, converted with undefined behaviour).

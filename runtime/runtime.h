@@ -6,8 +6,9 @@
 //                    writes the launch's args into a slot of the upload ring (host_ring.h; no
 //                    Vulkan object per launch), records one dispatch per task into the
 //                    current command list; ring chunks that fill up (and large upload staging
-//                    buffers) go into ctx_buffers. Past `max_dispatches_per_list` dispatches or `max_list_age_us`
-//                    the list is flushed automatically, so no command buffer grows unbounded.
+//                    buffers) go into ctx_buffers. Past `max_dispatches_per_list` dispatches or
+//                    `max_list_age_us` the list is flushed automatically, so no command buffer
+//                    grows unbounded.
 //   flush()          submits the list -> StreamSemaphore; pushes {semaphore, ctx_buffers} onto
 //                    the retirement queue (see retirement_queue.h for the exact policy).
 //   download()       flush, wait for that submission, copy out, drain ALL retirements, check
@@ -30,21 +31,21 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "abi/kernel_abi.h"
 #include "rhi/buffer.h"
 #include "rhi/device.h"
 #include "rhi/pipeline.h"
 #include "rhi/stream.h"
-#include "abi/kernel_abi.h"
-#include "runtime/handles.h"
 #include "runtime/adstack_heaps.h"
 #include "runtime/device_error_log.h"
+#include "runtime/handles.h"
 #include "runtime/host_ring.h"
 #include "runtime/launch_plan.h"
 #include "runtime/ndarray_table.h"
@@ -158,7 +159,7 @@ struct RuntimeStats {
   // by the rings now (open + pool; those in flight come back at retirement), and created so far.
   uint64_t ring_chunks_held = 0;
   uint64_t ring_chunks_created = 0;
-  uint64_t graphs = 0;             // captured graphs alive
+  uint64_t graphs = 0;  // captured graphs alive
   uint64_t graph_replays = 0;
   uint64_t replayed_launches = 0;  // launches recorded by replays (also counted in `launches`)
   // Replays that executed a pre-recorded bundle (the others recorded every step again: a
@@ -321,7 +322,7 @@ class Runtime {
 
   // Where a launch's device error words live: checked when its submission retires.
   struct FlagSite {
-    const std::byte* args;  // the launch's args slot in the upload ring (mapped)
+    const std::byte* args;                 // the launch's args slot in the upload ring (mapped)
     std::shared_ptr<const Kernel> kernel;  // kept alive even if unregistered meanwhile
     LaunchId launch;
   };
@@ -383,7 +384,7 @@ class Runtime {
     uint64_t specialized = 0, spec_misses = 0;
   };
   PlannedLaunch planned_;
-  LaunchInputs plan_inputs_;                   // plan_pipelines' scratch
+  LaunchInputs plan_inputs_;                    // plan_pipelines' scratch
   std::vector<abi::ScalarValue> plan_scalars_;  // plan_pipelines' scratch
   Status plan_pipelines(const Kernel& k, std::span<const Arg> args, PlannedLaunch* out);
   // Records a planned launch into the current list (heaps already grown to its need; `encoded`:
@@ -426,7 +427,7 @@ class Runtime {
     rhi::Buffer args_dev;
     rhi::Bundle bundle;
     uint64_t bundle_heaps = 0;  // heaps_.generation() the bundle was recorded with
-    bool rerecord = false;  // an update changed a launch's plan (ranges, groups, pipelines)
+    bool rerecord = false;      // an update changed a launch's plan (ranges, groups, pipelines)
   };
   Status replay_bundle(Graph& g, const std::string& where, LaunchId* first);
   struct ReplayPiece {

@@ -120,7 +120,8 @@ TEST_P(AdstackHeapTier, HeapGrowsWhileEarlierLaunchesAreInFlight) {
     ASSERT_TRUE(st.ok()) << st.to_string();
     ASSERT_TRUE(runner_->rt().flush().ok());  // submitted, not waited for
   }
-  EXPECT_GT(runner_->rt().stats()->adstack_heap_growths, growths_before) << "trip 300 needs a bigger heap";
+  EXPECT_GT(runner_->rt().stats()->adstack_heap_growths, growths_before)
+      << "trip 300 needs a bigger heap";
   ASSERT_TRUE(runner_->rt().synchronize().ok());
   // Each launch's gradients equal the CPU reference adjoint's for its own trip count.
   for (size_t l = 0; l < grads.size(); ++l) {

@@ -165,7 +165,8 @@ TEST_F(RuntimeMisuse, LaunchCountedWithAnImpossibleCountIsRefused) {
   SKIP_IF_NO_DEVICE();
   const Arg none[] = {Arg::f32(1.0f)};
   for (uint32_t counted : {(1u << 26) + 1, 0xFFFFFFFFu, runtime::kMaxKernelParams}) {
-    EXPECT_ERROR(runtime::launch_counted(*rt_, {}, {}, counted, 1, none), ErrorCode::kInvalidArgument,
+    EXPECT_ERROR(runtime::launch_counted(*rt_, {}, {}, counted, 1, none),
+                 ErrorCode::kInvalidArgument,
                  "launch_counted: " + std::to_string(counted) + " counted loops");
   }
   EXPECT_EQ(rt_->stats()->launches, 0u);

@@ -119,7 +119,7 @@ TEST_F(SessionTest, FillAndZeroEveryDtype) {
     double v;
   };
   std::vector<Case> cases = {{DType::kF32, -2.25}, {DType::kI32, -7.9}, {DType::kU32, 4e9},
-                             {DType::kBool, 1},    {DType::kBool, 0},  {DType::kF32, 0}};
+                             {DType::kBool, 1},    {DType::kBool, 0},   {DType::kF32, 0}};
   if (s_->target().float64) {
     cases.push_back({DType::kF64, 0.1});  // halves differ: staged
     cases.push_back({DType::kF64, 0});
@@ -145,7 +145,12 @@ TEST_F(SessionTest, FillAndZeroEveryDtype) {
         case DType::kI32: { int32_t i; std::memcpy(&i, p, 4); ASSERT_EQ(i, static_cast<int32_t>(c.v)); break; }
         case DType::kU32: { uint32_t u; std::memcpy(&u, p, 4); ASSERT_EQ(u, static_cast<uint32_t>(c.v)); break; }
         case DType::kI64: { int64_t i; std::memcpy(&i, p, 8); ASSERT_EQ(i, static_cast<int64_t>(c.v)); break; }
-        case DType::kBool: { uint32_t u; std::memcpy(&u, p, 4); ASSERT_EQ(u, c.v == 1 ? 1u : 0u); break; }
+        case DType::kBool: {
+          uint32_t u;
+          std::memcpy(&u, p, 4);
+          ASSERT_EQ(u, c.v == 1 ? 1u : 0u);
+          break;
+        }
       }
     }
     ASSERT_TRUE(s_->free(*h).ok());
@@ -159,11 +164,11 @@ TEST_F(SessionTest, FillRefusesValuesTheDtypeCannotHold) {
     DType t;
     double v;
   };
-  const Case refused[] = {{DType::kI32, 1e20},         {DType::kI32, 2147483648.0},
-                          {DType::kI32, -2147483649.0}, {DType::kU32, -1},
-                          {DType::kU32, 4294967296.0},  {DType::kF32, 1e300},
-                          {DType::kF32, -1e39},         {DType::kBool, 0.5},
-                          {DType::kBool, 2},            {DType::kU32, std::nan("")}};
+  const Case refused[] = {
+      {DType::kI32, 1e20},        {DType::kI32, 2147483648.0}, {DType::kI32, -2147483649.0},
+      {DType::kU32, -1},          {DType::kU32, 4294967296.0}, {DType::kF32, 1e300},
+      {DType::kF32, -1e39},       {DType::kBool, 0.5},         {DType::kBool, 2},
+      {DType::kU32, std::nan("")}};
   for (const Case& c : refused) {
     SCOPED_TRACE(std::string(runtime::dtype_name(c.t)) + " " + std::to_string(c.v));
     auto h = s_->ndarray(c.t, {5}, "kept");
@@ -173,7 +178,8 @@ TEST_F(SessionTest, FillRefusesValuesTheDtypeCannotHold) {
     Status st = s_->fill(*h, c.v);
     EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(st.message().find("fill 'kept': value "), std::string::npos) << st.message();
-    EXPECT_NE(st.message().find(std::string("does not fit ") + runtime::dtype_name(c.t)), std::string::npos)
+    EXPECT_NE(st.message().find(std::string("does not fit ") + runtime::dtype_name(c.t)),
+              std::string::npos)
         << st.message();
     std::vector<uint32_t> after(5);
     ASSERT_TRUE(s_->download(*h, after.data(), 20).ok());
@@ -216,7 +222,8 @@ TEST(SessionMemory, SpareBlocksOptionDecidesWhetherFreedMemoryIsKept) {
     o.validation = true;
     o.spare_memory_blocks = spare;
     auto r = Session::create(o);
-    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice)
+      GTEST_SKIP() << "SKIPPED: no Vulkan device";
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     Session& s = **r;
     ASSERT_TRUE(s.synchronize().ok());
@@ -398,7 +405,8 @@ TEST(SessionImport, BadExternalDevicesAreRejectedByName) {
   s = Session::create(ro, {});
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(s.status().message().find("queues 1..4294967296"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("queues 1..4294967296"), std::string::npos)
+      << s.status().message();
 }
 
 }  // namespace

@@ -171,7 +171,7 @@ TEST(CodegenLimits, DeepBuiltKernelsAreCopiedPrintedAndRefusedInBoundedStack) {
   }
   EXPECT_EQ(depth, kDepth) << "the copy has every level";
   Kernel assigned = deep_kernel(3);
-  assigned = copy;  // copy assignment frees the old tree and copies the deep one
+  assigned = copy;            // copy assignment frees the old tree and copies the deep one
   assigned = deep_kernel(2);  // move assignment frees the deep tree iteratively
   const std::string text = print(k);
   EXPECT_NE(text.find("..."), std::string::npos);
@@ -184,12 +184,14 @@ TEST(CodegenLimits, DeepBuiltKernelsAreCopiedPrintedAndRefusedInBoundedStack) {
   auto e = evaluate(k, args);
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(e.status().message().find("nest deeper than"), std::string::npos) << e.status().message();
+  EXPECT_NE(e.status().message().find("nest deeper than"), std::string::npos)
+      << e.status().message();
   k.params[1].needs_grad = true;
   auto a = make_adjoint(k);
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(a.status().message().find("nest deeper than"), std::string::npos) << a.status().message();
+  EXPECT_NE(a.status().message().find("nest deeper than"), std::string::npos)
+      << a.status().message();
   // A size expression 200,000 deep: copied, compared and freed iteratively, printed bounded.
   SizeExpr deep = SizeExpr::scalar(0);
   for (uint32_t i = 0; i < kDepth; ++i) {

@@ -1,12 +1,13 @@
 // runtime/launch_plan.h on the host: ranges, workgroups, adstack rows and heap needs, tiers and
 // the loop-pass check, with expectations from the documented rules (not from the code).
+#include "runtime/launch_plan.h"
+
 #include <gtest/gtest.h>
 
 #include <optional>
 #include <vector>
 
 #include "runtime/host_ring.h"
-#include "runtime/launch_plan.h"
 
 namespace vkad::runtime {
 namespace {
