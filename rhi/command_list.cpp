@@ -2,6 +2,7 @@
 
 #include <volk.h>
 
+#include <cassert>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,8 @@ void CommandList::mark_used(ResourceUse& use) {
 }
 
 void CommandList::execute(Bundle& bundle) {
+  // A bundle is freed by its own stream against that stream's serials, and does not nest.
+  assert(bundle.stream_ == stream_ && !bundle_);
   for (ResourceUse* use : bundle.uses_) use->mark(stream_->index(), serial_);
   if (bundle.last_use_ < serial_) bundle.last_use_ = serial_;
   VkCommandBuffer cb = bundle.cb_;

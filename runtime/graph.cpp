@@ -104,6 +104,7 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
   const std::string where = "replay of graph '" + g.name + "'";
   // 1. Updates: checked and planned on copies, kept only if the whole replay is recorded.
   std::vector<std::pair<uint32_t, CapturedLaunch>> updated;
+  bool rerecord = false;  // an update changed a plan: kept with the updates, below
   for (const GraphUpdate& u : updates) {
     if (u.launch >= g.launches.size()) {
       return make_error(ErrorCode::kInvalidArgument,
@@ -141,7 +142,7 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
       const TaskPlan& b = planned_.lp.tasks[t];
       same = a.begin == b.begin && a.end == b.end && a.groups == b.groups;
     }
-    if (!same) g.rerecord = true;
+    if (!same) rerecord = true;
     c.planned = planned_;
     c.planned.arrays.clear();
     c.planned.bindings.clear();
@@ -183,6 +184,7 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
     }
   }
   if (any_heap) VKAD_TRY(ensure_heaps(heap_need));
+  if (rerecord) g.rerecord = true;
   for (auto& [index, c] : updated) {
     std::memcpy(g.args_blob.data() + g.args_offset[index], c.encoded.data(), c.encoded.size());
     g.launches[index] = std::move(c);
@@ -193,7 +195,7 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
       bundled = bundled && p->push_descriptors();
     }
   }
-  if (bundled) return replay_bundle(g, where, first);
+  if (bundled) return replay_bundle(g, any_heap, where, first);
   // 3. Record, in capture order.
   VKAD_TRY(ensure_list());
   const LaunchId first_id{next_launch_ + 1};
@@ -229,8 +231,9 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
 }
 
 // The steps into a fresh bundle, with the same commands record_launch and the fill path above
-// record, each launch reading its args from g.args_dev. The old bundle (and args buffer) are
-// released through the stream and the deferred deleter: in-flight replays keep running.
+// record, each launch reading its args from g.args_dev (made once, kept with the graph). The
+// old bundle goes back to its stream, freed after its last execution: in-flight replays keep
+// running.
 Status Runtime::record_bundle(Graph& g) {
   if (!g.args_dev.valid()) {
     VKAD_ASSIGN_OR_RETURN(
@@ -269,48 +272,51 @@ Status Runtime::record_bundle(Graph& g) {
   return {};
 }
 
-Status Runtime::replay_bundle(Graph& g, const std::string& where, LaunchId* first) {
-  if (!g.bundle.valid() || g.rerecord || g.bundle_heaps != heaps_.generation()) {
+Status Runtime::replay_bundle(Graph& g, bool any_heap, const std::string& where,
+                              LaunchId* first) {
+  // A graph with no heap task binds its args buffer where the heaps would go: heap growth
+  // leaves its bundle valid.
+  if (!g.bundle.valid() || g.rerecord || (any_heap && g.bundle_heaps != heaps_.generation())) {
     VKAD_TRY_CTX(record_bundle(g), where);
   }
   VKAD_TRY(ensure_list());
   // The args in: ring slots of at most a chunk each (no buffer per replay), copied into the
   // graph's args buffer after every earlier use of it (a previous replay's dispatches) is done.
-  std::vector<ReplayPiece>& pieces = replay_pieces_;
-  pieces.clear();
-  for (const auto& [begin, end] : g.pieces) {
-    ReplayPiece p;
-    VKAD_ASSIGN_OR_RETURN(
-        p.up, upload_ring_->allocate(*device_, end - begin, &ctx_buffers_.upload_chunks));
-    VKAD_ASSIGN_OR_RETURN(
-        p.down, readback_ring_->allocate(*device_, end - begin, &ctx_buffers_.readback_chunks));
-    std::memcpy(p.up.data, g.args_blob.data() + begin, end - begin);
-    pieces.push_back(p);
-  }
+  // Each slot's copy is recorded as soon as it is allocated: a slot's `buffer` is the ring's
+  // open chunk, which the next allocation may close and replace.
+  std::vector<const std::byte*>& down = replay_down_;  // where each piece's error words land
+  down.clear();
   list_.barrier(rhi::Barrier::kComputeToTransfer);
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const auto& [begin, end] = g.pieces[i];
-    list_.copy(*pieces[i].up.buffer, g.args_dev, end - begin, pieces[i].up.offset, begin);
+  for (const auto& [begin, end] : g.pieces) {
+    VKAD_ASSIGN_OR_RETURN(
+        HostRing::Slot up,
+        upload_ring_->allocate(*device_, end - begin, &ctx_buffers_.upload_chunks));
+    std::memcpy(up.data, g.args_blob.data() + begin, end - begin);
+    list_.copy(*up.buffer, g.args_dev, end - begin, up.offset, begin);
   }
   list_.barrier(rhi::Barrier::kTransferToCompute);
   list_.execute(g.bundle);
   // The error words back (the launches wrote them into the graph's args buffer), read when
-  // this list retires like every launch's.
+  // this list retires like every launch's. Running out of host memory here returns the error
+  // with the replay recorded but its error words unread.
   list_.barrier(rhi::Barrier::kComputeToTransfer);
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const auto& [begin, end] = g.pieces[i];
-    list_.copy(g.args_dev, *pieces[i].down.buffer, end - begin, begin, pieces[i].down.offset);
+  for (const auto& [begin, end] : g.pieces) {
+    VKAD_ASSIGN_OR_RETURN(
+        HostRing::Slot slot,
+        readback_ring_->allocate(*device_, end - begin, &ctx_buffers_.readback_chunks));
+    list_.copy(g.args_dev, *slot.buffer, end - begin, begin, slot.offset);
+    down.push_back(slot.data);
   }
   list_.barrier(rhi::Barrier::kTransferToCompute);
   const LaunchId first_id{next_launch_ + 1};
   size_t piece = 0;
   for (size_t i = 0; i < g.launches.size(); ++i) {
     while (g.args_offset[i] >= g.pieces[piece].second) ++piece;
-    const std::byte* at = pieces[piece].down.data + (g.args_offset[i] - g.pieces[piece].first);
+    const std::byte* at = down[piece] + (g.args_offset[i] - g.pieces[piece].first);
     ctx_buffers_.flags.push_back({at, g.launches[i].kernel, LaunchId{++next_launch_}});
     count_launch(g.launches[i].planned);
   }
-  ctx_bytes_ += g.args_blob.size();
+  ctx_bytes_ += 2 * g.args_blob.size();  // the upload and the readback slots
   ++stats_.graph_replays;
   ++stats_.bundle_replays;
   stats_.replayed_launches += g.launches.size();

@@ -159,7 +159,9 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   // launches a retirement depth of a few flushes keeps in flight.
   const uint64_t align = std::max<uint64_t>(caps.min_storage_buffer_offset_alignment, 16);
   rt->upload_ring_.emplace(rhi::MemoryUsage::kUpload, kRingChunkBytes, align, 32, "vkad args ring");
-  rt->readback_ring_.emplace(rhi::MemoryUsage::kReadback, kRingChunkBytes, align, 4,
+  // The readback ring also takes every graph replay's error words (as many bytes as its args):
+  // as many chunks kept as the upload ring.
+  rt->readback_ring_.emplace(rhi::MemoryUsage::kReadback, kRingChunkBytes, align, 32,
                              "vkad readback ring");
   return rt;
 }

@@ -254,9 +254,9 @@ class Runtime {
   // push descriptors (every device vkad knows of), the first replay records the steps once into
   // a bundle (a secondary command buffer, rhi/command_list.h) that reads every launch's args
   // from a device buffer of the graph's own; each replay then writes all args into the upload
-  // ring, records one copy in, one vkCmdExecuteCommands and one copy of the error words back,
-  // whatever the graph's length -- no validation, planning, allocation, lookup or per-launch
-  // command. The bundle is recorded again when an update changed a launch's plan (its range,
+  // ring and records a copy in per 256 KiB of args, one vkCmdExecuteCommands and the copies of
+  // the error words back, whatever the graph's length -- no validation, planning, allocation,
+  // lookup or per-launch command. The bundle is recorded again when an update changed a launch's plan (its range,
   // workgroups or pipeline variant) or the adstack heaps grew. Without push descriptors every
   // step is recorded again at each replay (same results). Arrays are bound by reference
   // (checked alive at every replay; a freed one makes the replay fail naming it, with nothing
@@ -429,11 +429,8 @@ class Runtime {
     uint64_t bundle_heaps = 0;  // heaps_.generation() the bundle was recorded with
     bool rerecord = false;      // an update changed a launch's plan (ranges, groups, pipelines)
   };
-  Status replay_bundle(Graph& g, const std::string& where, LaunchId* first);
-  struct ReplayPiece {
-    HostRing::Slot up, down;
-  };
-  std::vector<ReplayPiece> replay_pieces_;  // replay_bundle's scratch
+  Status replay_bundle(Graph& g, bool any_heap, const std::string& where, LaunchId* first);
+  std::vector<const std::byte*> replay_down_;  // replay_bundle's scratch
   Status record_bundle(Graph& g);
   Status capture_launch(const std::shared_ptr<const Kernel>& k, std::span<const Arg> args);
   Status not_while_capturing(const char* what) const;

@@ -143,6 +143,39 @@ TEST_P(Graphs, ReplaysInFlightTogetherEachSeeTheirOwnScalars) {
   }
 }
 
+// A graph whose args take several ring chunks (each replay copies them in per chunk-sized
+// piece, and back for the error words): every launch runs with its own scalar, and an error
+// raised by every launch is reported from the first one on.
+TEST_P(Graphs, AGraphWhoseArgsSpanSeveralRingChunksRunsEveryLaunchWithItsOwnArgs) {
+  // Each launch takes at least its args bytes (more when aligned): past two chunks' worth.
+  const uint64_t per_launch = make_axpy_kernel("axpy").args_bytes();
+  const uint32_t n = static_cast<uint32_t>(2 * runtime::kRingChunkBytes / per_launch + 64);
+  ASSERT_TRUE(rt_->begin_capture("long").ok());
+  ASSERT_TRUE(rt_->fill(y_, 1.0).ok());
+  float sum = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const float a = static_cast<float>(i % 7) - 3.0f;  // -3..3: distinct per neighbour
+    sum += a;
+    const Arg args[] = {Arg::f32(a), Arg::ndarray(x_), Arg::ndarray(y_)};
+    ASSERT_TRUE(rt_->launch(axpy_, args).ok());
+  }
+  auto g = rt_->end_capture();
+  ASSERT_TRUE(g.ok());
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(rt_->replay(*g).ok());
+    expect_y(sum);  // exact: small integer sums times multiples of 1/4
+  }
+  std::vector<float> neg(xs_);
+  neg[7] = -1.0f;  // every launch flags it
+  ASSERT_TRUE(rt_->upload(x_, neg.data(), 4 * kN).ok());
+  runtime::LaunchId first;
+  ASSERT_TRUE(rt_->replay(*g, {}, &first).ok());
+  Status s = rt_->synchronize();
+  EXPECT_EQ(s.code(), ErrorCode::kDeviceError);
+  EXPECT_NE(s.message().find("#" + std::to_string(first.value) + ","), std::string::npos)
+      << s.message().substr(0, 400) << "\nwanted #" << first.value;
+}
+
 // An update that changes a launch's range (the copy kernel's count is a scalar): the bundle
 // bakes ranges in, so it is recorded again; an update of a plain scalar is not.
 TEST_P(Graphs, AnUpdateThatChangesTheRangeIsRecordedAgain) {
