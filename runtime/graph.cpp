@@ -272,8 +272,7 @@ Status Runtime::record_bundle(Graph& g) {
   return {};
 }
 
-Status Runtime::replay_bundle(Graph& g, bool any_heap, const std::string& where,
-                              LaunchId* first) {
+Status Runtime::replay_bundle(Graph& g, bool any_heap, const std::string& where, LaunchId* first) {
   // A graph with no heap task binds its args buffer where the heaps would go: heap growth
   // leaves its bundle valid.
   if (!g.bundle.valid() || g.rerecord || (any_heap && g.bundle_heaps != heaps_.generation())) {
@@ -288,9 +287,8 @@ Status Runtime::replay_bundle(Graph& g, bool any_heap, const std::string& where,
   down.clear();
   list_.barrier(rhi::Barrier::kComputeToTransfer);
   for (const auto& [begin, end] : g.pieces) {
-    VKAD_ASSIGN_OR_RETURN(
-        HostRing::Slot up,
-        upload_ring_->allocate(*device_, end - begin, &ctx_buffers_.upload_chunks));
+    VKAD_ASSIGN_OR_RETURN(HostRing::Slot up, upload_ring_->allocate(*device_, end - begin,
+                                                                    &ctx_buffers_.upload_chunks));
     std::memcpy(up.data, g.args_blob.data() + begin, end - begin);
     list_.copy(*up.buffer, g.args_dev, end - begin, up.offset, begin);
   }

@@ -256,11 +256,11 @@ class Runtime {
   // from a device buffer of the graph's own; each replay then writes all args into the upload
   // ring and records a copy in per 256 KiB of args, one vkCmdExecuteCommands and the copies of
   // the error words back, whatever the graph's length -- no validation, planning, allocation,
-  // lookup or per-launch command. The bundle is recorded again when an update changed a launch's plan (its range,
-  // workgroups or pipeline variant) or the adstack heaps grew. Without push descriptors every
-  // step is recorded again at each replay (same results). Arrays are bound by reference
-  // (checked alive at every replay; a freed one makes the replay fail naming it, with nothing
-  // recorded); the adstack heaps are the runtime's at the replay (grown first if the graph
+  // lookup or per-launch command. The bundle is recorded again when an update changed a launch's
+  // plan (its range, workgroups or pipeline variant) or the adstack heaps grew. Without push
+  // descriptors every step is recorded again at each replay (same results). Arrays are bound by
+  // reference (checked alive at every replay; a freed one makes the replay fail naming it, with
+  // nothing recorded); the adstack heaps are the runtime's at the replay (grown first if the graph
   // needs more). Device errors of replayed launches are reported as for any launch, with the
   // sequence numbers each replay gave them.
   //
