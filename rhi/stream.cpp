@@ -186,6 +186,25 @@ void Stream::recycle() {
   device_.collect_garbage();
 }
 
+// One command buffer from this stream's pool, counted (stream counters, live objects) and named.
+Result<VkCommandBuffer> Stream::allocate_command_buffer(VkCommandBufferLevel level,
+                                                        const char* label) {
+  VkCommandBufferAllocateInfo info{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  info.commandPool = command_pool_;
+  info.level = level;
+  info.commandBufferCount = 1;
+  VkCommandBuffer cb = VK_NULL_HANDLE;
+  VKAD_TRY(device_.vk("vkAllocateCommandBuffers", [&] {
+    return device_.fn().vkAllocateCommandBuffers(device_.handle(), &info, &cb);
+  }));
+  ++counters_.command_buffers_created;
+  ++device_.live_mut().command_buffers;
+  ++device_.live_mut().created;
+  device_.set_name(VK_OBJECT_TYPE_COMMAND_BUFFER, reinterpret_cast<uint64_t>(cb),
+                   name_ + label + std::to_string(counters_.command_buffers_created));
+  return cb;
+}
+
 Result<CommandList> Stream::begin() {
   VKAD_TRY(device_.status());
   if (recording_) {
@@ -198,17 +217,7 @@ Result<CommandList> Stream::begin() {
     cb = free_cbs_.back();
     free_cbs_.pop_back();
   } else {
-    VkCommandBufferAllocateInfo info{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-    info.commandPool = command_pool_;
-    info.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    info.commandBufferCount = 1;
-    VKAD_TRY(device_.vk("vkAllocateCommandBuffers",
-                        [&] { return device_.fn().vkAllocateCommandBuffers(device_.handle(), &info, &cb); }));
-    ++counters_.command_buffers_created;
-    ++device_.live_mut().command_buffers;
-    ++device_.live_mut().created;
-    device_.set_name(VK_OBJECT_TYPE_COMMAND_BUFFER, reinterpret_cast<uint64_t>(cb),
-                     name_ + " cmd " + std::to_string(counters_.command_buffers_created));
+    VKAD_ASSIGN_OR_RETURN(cb, allocate_command_buffer(VK_COMMAND_BUFFER_LEVEL_PRIMARY, " cmd "));
   }
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
@@ -224,19 +233,8 @@ Result<CommandList> Stream::begin() {
 Result<CommandList> Stream::begin_bundle() {
   VKAD_TRY(device_.status());
   recycle();
-  VkCommandBufferAllocateInfo info{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-  info.commandPool = command_pool_;
-  info.level = VK_COMMAND_BUFFER_LEVEL_SECONDARY;
-  info.commandBufferCount = 1;
-  VkCommandBuffer cb = VK_NULL_HANDLE;
-  VKAD_TRY(device_.vk("vkAllocateCommandBuffers (bundle)", [&] {
-    return device_.fn().vkAllocateCommandBuffers(device_.handle(), &info, &cb);
-  }));
-  ++counters_.command_buffers_created;
-  ++device_.live_mut().command_buffers;
-  ++device_.live_mut().created;
-  device_.set_name(VK_OBJECT_TYPE_COMMAND_BUFFER, reinterpret_cast<uint64_t>(cb),
-                   name_ + " bundle " + std::to_string(counters_.command_buffers_created));
+  VKAD_ASSIGN_OR_RETURN(VkCommandBuffer cb,
+                        allocate_command_buffer(VK_COMMAND_BUFFER_LEVEL_SECONDARY, " bundle "));
   VkCommandBufferInheritanceInfo inherit{VK_STRUCTURE_TYPE_COMMAND_BUFFER_INHERITANCE_INFO};
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   // Executed by every later list that replays it, possibly while earlier ones are in flight.

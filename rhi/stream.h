@@ -116,6 +116,7 @@ class Stream final : public SerialTracker {
   // A bundle went away: freed once `last_use` completed (kNoSerial: never executed).
   void release_bundle(VkCommandBuffer cb, Serial last_use) noexcept;
   void free_bundle(VkCommandBuffer cb) noexcept;
+  Result<VkCommandBuffer> allocate_command_buffer(VkCommandBufferLevel level, const char* label);
   Result<VkFence> take_fence();
   // The driver wait itself, without the sticky device-lost short cut: also used at destruction,
   // where objects may be freed only once the queue is really done with them.

@@ -8,6 +8,7 @@
 // step is recorded again through the same path as launch().
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "runtime/runtime.h"
 
@@ -91,6 +92,37 @@ Status Runtime::release_graph(GraphHandle graph) {
   for (uint64_t key : it->second->pipeline_keys) pipelines_.release(key);
   graphs_.erase(it);
   stats_.graphs = graphs_.size();
+  return {};
+}
+
+// The graph's steps in capture order into `list`: fills directly, launch i through
+// `launch(i)`. Consecutive fills share one barrier pair (as zero_many records them); a second
+// fill of an array in one run is ordered after the first (it may write another value).
+Status Runtime::record_steps(rhi::CommandList& list, const Graph& g,
+                             const std::function<Status(uint32_t)>& launch) {
+  bool filling = false;
+  std::vector<uint64_t>& filled = filled_scratch_;
+  filled.clear();
+  for (const auto& [is_launch, i] : g.steps) {
+    if (!is_launch) {
+      NdArray& a = arrays_.at(g.fills[i].array.id);
+      if (!filling) {
+        list.barrier(rhi::Barrier::kComputeToTransfer);
+        filled.clear();
+      } else if (std::find(filled.begin(), filled.end(), g.fills[i].array.id) != filled.end()) {
+        list.barrier(rhi::Barrier::kTransferToTransfer);
+        filled.clear();
+      }
+      filled.push_back(g.fills[i].array.id);
+      filling = true;
+      list.fill(a.buffer, g.fills[i].pattern, 0, a.bytes);
+      continue;
+    }
+    if (filling) list.barrier(rhi::Barrier::kTransferToCompute);
+    filling = false;
+    VKAD_TRY(launch(i));
+  }
+  if (filling) list.barrier(rhi::Barrier::kTransferToCompute);
   return {};
 }
 
@@ -199,31 +231,10 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
   // 3. Record, in capture order.
   VKAD_TRY(ensure_list());
   const LaunchId first_id{next_launch_ + 1};
-  // Consecutive fills share one barrier pair (as zero_many records them); a second fill of an
-  // array in one run is ordered after the first (it may write another value).
-  bool filling = false;
-  std::vector<uint64_t> filled;
-  for (const auto& [is_launch, i] : g.steps) {
-    if (!is_launch) {
-      NdArray& a = arrays_.at(g.fills[i].array.id);
-      if (!filling) {
-        list_.barrier(rhi::Barrier::kComputeToTransfer);
-        filled.clear();
-      } else if (std::find(filled.begin(), filled.end(), g.fills[i].array.id) != filled.end()) {
-        list_.barrier(rhi::Barrier::kTransferToTransfer);
-        filled.clear();
-      }
-      filled.push_back(g.fills[i].array.id);
-      filling = true;
-      list_.fill(a.buffer, g.fills[i].pattern, 0, a.bytes);
-      continue;
-    }
-    if (filling) list_.barrier(rhi::Barrier::kTransferToCompute);
-    filling = false;
-    CapturedLaunch& c = g.launches[i];
-    VKAD_TRY(record_launch(c.kernel, c.planned, c.encoded.data(), nullptr));
-  }
-  if (filling) list_.barrier(rhi::Barrier::kTransferToCompute);
+  VKAD_TRY(record_steps(list_, g, [&](uint32_t i) {
+    const CapturedLaunch& c = g.launches[i];
+    return record_launch(c.kernel, c.planned, c.encoded.data(), nullptr);
+  }));
   ++stats_.graph_replays;
   stats_.replayed_launches += g.launches.size();
   if (first && !g.launches.empty()) *first = first_id;
@@ -242,29 +253,10 @@ Status Runtime::record_bundle(Graph& g) {
                                 rhi::MemoryUsage::kDeviceLocal, "graph '" + g.name + "' args"}));
   }
   VKAD_ASSIGN_OR_RETURN(rhi::CommandList rec, stream_->begin_bundle());
-  bool filling = false;
-  std::vector<uint64_t> filled;
-  for (const auto& [is_launch, i] : g.steps) {
-    if (!is_launch) {
-      NdArray& a = arrays_.at(g.fills[i].array.id);
-      if (!filling) {
-        rec.barrier(rhi::Barrier::kComputeToTransfer);
-        filled.clear();
-      } else if (std::find(filled.begin(), filled.end(), g.fills[i].array.id) != filled.end()) {
-        rec.barrier(rhi::Barrier::kTransferToTransfer);
-        filled.clear();
-      }
-      filled.push_back(g.fills[i].array.id);
-      filling = true;
-      rec.fill(a.buffer, g.fills[i].pattern, 0, a.bytes);
-      continue;
-    }
-    if (filling) rec.barrier(rhi::Barrier::kTransferToCompute);
-    filling = false;
+  VKAD_TRY(record_steps(rec, g, [&](uint32_t i) {
     const CapturedLaunch& c = g.launches[i];
-    VKAD_TRY(record_dispatches(rec, *c.kernel, c.planned, g.args_dev, g.args_offset[i]));
-  }
-  if (filling) rec.barrier(rhi::Barrier::kTransferToCompute);
+    return record_dispatches(rec, *c.kernel, c.planned, g.args_dev, g.args_offset[i]);
+  }));
   VKAD_ASSIGN_OR_RETURN(g.bundle, stream_->end_bundle(rec));
   g.bundle_heaps = heaps_.generation();
   g.rerecord = false;

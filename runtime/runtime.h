@@ -432,6 +432,9 @@ class Runtime {
   Status replay_bundle(Graph& g, bool any_heap, const std::string& where, LaunchId* first);
   std::vector<const std::byte*> replay_down_;  // replay_bundle's scratch
   Status record_bundle(Graph& g);
+  Status record_steps(rhi::CommandList& list, const Graph& g,
+                      const std::function<Status(uint32_t)>& launch);
+  std::vector<uint64_t> filled_scratch_;  // record_steps' scratch
   Status capture_launch(const std::shared_ptr<const Kernel>& k, std::span<const Arg> args);
   Status not_while_capturing(const char* what) const;
   std::unique_ptr<Graph> capture_;  // the capture being recorded
