@@ -1,6 +1,7 @@
 #include "api/session.h"
 
 #include "api/device_target.h"
+#include "codegen/launch_fusion.h"
 #include "codegen/reverse_mode.h"
 #include "codegen/text.h"
 #include "runtime/runtime.h"
@@ -34,7 +35,9 @@ Result<std::unique_ptr<Session>> Session::create(const SessionOptions& options) 
   ro.device.enable_validation = options.validation;
   ro.retirement_depth = options.retirement_depth;
   ro.device.spare_blocks_per_memory_type = options.spare_memory_blocks;
-  return create(ro, options.compile);
+  VKAD_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, create(ro, options.compile));
+  s->fuse_graph_launches_ = options.fuse_graph_launches;
+  return s;
 }
 
 Result<std::unique_ptr<Session>> Session::create(const runtime::RuntimeOptions& runtime,
@@ -52,7 +55,14 @@ Session::~Session() = default;
 Result<KernelHandle> Session::compile(const codegen::Kernel& kernel) {
   VKAD_ASSIGN_OR_RETURN(runtime::CompiledKernel ck,
                         codegen::compile(kernel, target_, compile_options_));
-  return rt_->register_kernel(ck);
+  return register_ir(kernel, std::move(ck));
+}
+
+Result<KernelHandle> Session::register_ir(const codegen::Kernel& kernel,
+                                          runtime::CompiledKernel ck) {
+  VKAD_ASSIGN_OR_RETURN(KernelHandle h, rt_->register_kernel(ck));
+  if (codegen::fusible(kernel)) ir_[h.id] = std::make_shared<const codegen::Kernel>(kernel);
+  return h;
 }
 
 Result<KernelHandle> Session::compile(std::string_view ir_text) {
@@ -88,10 +98,10 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
     d.gradients.push_back({p, next, adjoint.params[next].name});
     ++next;
   }
-  VKAD_ASSIGN_OR_RETURN(d.forward, rt_->register_kernel(fck));
-  Result<KernelHandle> a = rt_->register_kernel(ack);
+  VKAD_ASSIGN_OR_RETURN(d.forward, register_ir(forward, std::move(fck)));
+  Result<KernelHandle> a = register_ir(adjoint, std::move(ack));
   if (!a.ok()) {
-    (void)rt_->unregister_kernel(d.forward);  // a failed call changes nothing
+    (void)release(d.forward);  // a failed call changes nothing
     return a.status();
   }
   d.adjoint = *a;
@@ -103,16 +113,30 @@ Result<Differentiated> Session::differentiate(std::string_view ir_text) {
   return differentiate(k);
 }
 
-Status Session::release(KernelHandle kernel) { return rt_->unregister_kernel(kernel); }
+Status Session::release(KernelHandle kernel) {
+  VKAD_TRY(rt_->unregister_kernel(kernel));
+  ir_.erase(kernel.id);
+  return {};
+}
 
 Result<NdArrayHandle> Session::ndarray(DType dtype, std::vector<uint32_t> shape,
                                        const std::string& name) {
   return rt_->create_ndarray(dtype, std::move(shape), name);
 }
 Status Session::free(NdArrayHandle array) { return rt_->free_ndarray(array); }
-Status Session::zero(NdArrayHandle array) { return rt_->fill(array, 0.0); }
-Status Session::zero(std::span<const NdArrayHandle> arrays) { return rt_->zero_many(arrays); }
-Status Session::fill(NdArrayHandle array, double value) { return rt_->fill(array, value); }
+Status Session::zero(NdArrayHandle array) { return fill(array, 0.0); }
+Status Session::zero(std::span<const NdArrayHandle> arrays) {
+  VKAD_TRY(rt_->zero_many(arrays));
+  if (capture_) {
+    for (NdArrayHandle h : arrays) capture_->push_back({false, {}, {Arg::ndarray(h)}, 0.0});
+  }
+  return {};
+}
+Status Session::fill(NdArrayHandle array, double value) {
+  VKAD_TRY(rt_->fill(array, value));
+  if (capture_) capture_->push_back({false, {}, {Arg::ndarray(array)}, value});
+  return {};
+}
 Status Session::upload(NdArrayHandle array, const void* data, uint64_t bytes) {
   return rt_->upload(array, data, bytes);
 }
@@ -125,7 +149,9 @@ Result<std::vector<uint32_t>> Session::shape(NdArrayHandle array) const {
 Result<DType> Session::dtype(NdArrayHandle array) const { return rt_->dtype(array); }
 
 Status Session::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id) {
-  return rt_->launch(kernel, args, id);
+  VKAD_TRY(rt_->launch(kernel, args, id));
+  if (capture_) capture_->push_back({true, kernel, {args.begin(), args.end()}, 0.0});
+  return {};
 }
 Status Session::prepare(KernelHandle kernel, std::span<const Arg> args) {
   return rt_->prepare(kernel, args);
@@ -135,12 +161,31 @@ Status Session::flush() {
   return r.ok() ? Status{} : r.status();
 }
 Status Session::synchronize() { return rt_->synchronize(); }
-Status Session::begin_capture(const std::string& name) { return rt_->begin_capture(name); }
-Result<GraphHandle> Session::end_capture() { return rt_->end_capture(); }
-Status Session::replay(GraphHandle graph, std::span<const GraphUpdate> updates, LaunchId* first) {
-  return rt_->replay(graph, updates, first);
+Status Session::begin_capture(const std::string& name) {
+  VKAD_TRY(rt_->begin_capture(name));
+  capture_.emplace();
+  capture_name_ = name;
+  return {};
 }
-Status Session::release_graph(GraphHandle graph) { return rt_->release_graph(graph); }
+Result<GraphHandle> Session::end_capture() {
+  VKAD_ASSIGN_OR_RETURN(GraphHandle g, rt_->end_capture());
+  std::vector<CapturedStep> steps = std::move(*capture_);
+  capture_.reset();
+  if (!fuse_graph_launches_) return g;
+  return fuse(g, steps);
+}
+Status Session::replay(GraphHandle graph, std::span<const GraphUpdate> updates, LaunchId* first) {
+  auto it = fused_graphs_.find(graph.id);
+  if (it == fused_graphs_.end() || updates.empty()) return rt_->replay(graph, updates, first);
+  std::vector<GraphUpdate> mapped;
+  VKAD_TRY(translate(it->second, updates, &mapped));
+  return rt_->replay(graph, mapped, first);
+}
+Status Session::release_graph(GraphHandle graph) {
+  VKAD_TRY(rt_->release_graph(graph));
+  fused_graphs_.erase(graph.id);
+  return {};
+}
 Result<SessionStats> Session::stats() const {
   VKAD_ASSIGN_OR_RETURN(const runtime::RuntimeStats r, rt_->stats());
   SessionStats s;

@@ -23,9 +23,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "codegen/compiler.h"
@@ -58,6 +60,8 @@ struct SessionOptions {
   // every empty block back at once (README, "Memory").
   uint32_t spare_memory_blocks = 1;
   codegen::CompileOptions compile;  // applied to every kernel this session compiles
+  // Fuse element-wise runs of captured launches at end_capture (Session::begin_capture).
+  bool fuse_graph_launches = true;
 };
 
 // A snapshot of what a session holds and has done.
@@ -124,7 +128,8 @@ class Session {
   // Argument when no parameter is marked grad.
   Result<Differentiated> differentiate(const codegen::Kernel& forward);
   Result<Differentiated> differentiate(std::string_view ir_text);
-  // Drops a kernel (both of a Differentiated are dropped separately).
+  // Drops a kernel (both of a Differentiated are dropped separately). A graph captured with it
+  // keeps working (the runtime keeps what a captured launch needs).
   Status release(KernelHandle kernel);
 
   // --- ndarrays ---
@@ -175,6 +180,16 @@ class Session {
   // but not run; replay runs them all with one call, optionally replacing scalar arguments
   // (GraphUpdate: launch index in capture order, parameter, value; kept for later replays).
   // Arrays are bound by reference. Tape::backward can be captured like any launches.
+  //
+  // Launch fusion (codegen/launch_fusion.h; on unless SessionOptions::fuse_graph_launches is
+  // false): at end_capture, runs of consecutive captured launches that share arrays only at
+  // each invocation's own element ([i] of a 1-d task over the same range, as a substep loop's
+  // element-wise kernels do, forward and adjoint) become one launch of a fused kernel (compiled
+  // once per distinct run and kept while the session lives), so a replay dispatches them with
+  // no barrier between them. Results are those of the launches one by one. Updates still name
+  // the captured launch and its parameter. A fused run is one launch for LaunchIds, stats and
+  // device errors: an error in it names the fused kernel ("fused_<first kernel>_x<count>") and
+  // the member's parameter ("l<member>_<name>").
   Status begin_capture(const std::string& name = "");
   Result<GraphHandle> end_capture();
   Status replay(GraphHandle graph, std::span<const GraphUpdate> updates = {},
@@ -192,9 +207,36 @@ class Session {
 
  private:
   Session() = default;
+  // Launch fusion (api/graph_fusion.cpp).
+  struct CapturedStep {
+    bool launch = true;
+    KernelHandle kernel;
+    std::vector<Arg> args;  // a fill: args[0] is the array, `value` its value
+    double value = 0;
+  };
+  // Per original captured launch: its launch in the fused graph and parameter map.
+  struct FusedGraph {
+    std::string name;
+    std::vector<uint32_t> launch;
+    std::vector<std::vector<uint32_t>> param;  // empty: the launch was not merged
+    std::vector<std::vector<bool>> scalars;    // which of its parameters are scalars
+  };
+  static std::vector<bool> scalar_params(std::span<const Arg> args);
+  Result<GraphHandle> fuse(GraphHandle graph, const std::vector<CapturedStep>& steps);
+  Status translate(const FusedGraph& f, std::span<const GraphUpdate> updates,
+                   std::vector<GraphUpdate>* out) const;
+  Result<KernelHandle> register_ir(const codegen::Kernel& kernel, runtime::CompiledKernel ck);
+
   codegen::CompileOptions compile_options_;
   codegen::Target target_;
   std::unique_ptr<runtime::Runtime> rt_;
+  bool fuse_graph_launches_ = true;
+  // The IR of every kernel compiled here, by handle id (what fusion merges).
+  std::unordered_map<uint64_t, std::shared_ptr<const codegen::Kernel>> ir_;
+  std::optional<std::vector<CapturedStep>> capture_;  // open capture, as Session saw it
+  std::string capture_name_;
+  std::unordered_map<std::string, KernelHandle> fused_kernels_;  // by printed IR
+  std::unordered_map<uint64_t, FusedGraph> fused_graphs_;        // by graph id
 };
 
 }  // namespace vkad

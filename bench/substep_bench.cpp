@@ -178,6 +178,31 @@ int main(int argc, char** argv) {
     }
     (void)s.release_graph(*graph);
     if (check("the replays")) return 1;
+    // Where the replayed iteration's time goes: its three parts captured as graphs of their
+    // own (forward launches; zeroing and seed; adjoints) and replayed alone.
+    double part_ms[3] = {0, 0, 0};
+    for (int part = 0; part < 3; ++part) {
+      if (!(st = s.begin_capture("part")).ok()) return die("begin_capture", st);
+      if (part == 0) {
+        for (uint32_t j = 0; j < steps && st.ok(); ++j) st = s.launch(d->forward, fwd[j]);
+      } else if (part == 1) {
+        st = s.zero(std::span<const NdArrayHandle>(gs.data(), steps));
+        if (st.ok()) st = s.fill(gs[steps], 1.0);
+      } else {
+        for (uint32_t j = steps; j-- > 0 && st.ok();) st = s.launch(d->adjoint, adj[j]);
+      }
+      auto pg = s.end_capture();
+      if (!st.ok()) return die("capture", st);
+      if (!pg.ok()) return die("end_capture", pg.status());
+      std::vector<double> pms;
+      for (int i = 0; i < reps + 2; ++i) {
+        const double t0 = bench::now_us();
+        if (!(st = s.replay(*pg)).ok() || !(st = s.synchronize()).ok()) return die("replay", st);
+        if (i >= 2) pms.push_back((bench::now_us() - t0) / 1e3);
+      }
+      (void)s.release_graph(*pg);
+      part_ms[part] = bench::median(pms);
+    }
     const double floor_ms = 20.0 * P * steps / (bandwidth * 1e9) * 1e3;
     const double m = bench::median(ms), rc = bench::median(rec);
     const double gm = bench::median(gms), grc = bench::median(grec);
@@ -189,6 +214,8 @@ int main(int argc, char** argv) {
         "  captured and replayed:   %9.2f ms/iteration (%.1fx the floor), %.3f us of host "
         "time per replayed launch\n",
         gm, gm / floor_ms, grc);
+    std::printf("  replayed alone:          forward %.2f ms, zeroing and seed %.2f ms, backward %.2f ms\n",
+                part_ms[0], part_ms[1], part_ms[2]);
     json.begin();
     json.field("bench", "substep");
     json.field("P", static_cast<double>(P));
@@ -198,6 +225,9 @@ int main(int argc, char** argv) {
     json.field("floor_ms", floor_ms);
     json.field("graph_ms", gm);
     json.field("graph_record_us_per_launch", grc);
+    json.field("forward_ms", part_ms[0]);
+    json.field("zero_ms", part_ms[1]);
+    json.field("backward_ms", part_ms[2]);
     for (size_t j = 0; j <= steps; ++j) {
       (void)s.free(xs[j]);
       (void)s.free(gs[j]);

@@ -1,0 +1,185 @@
+// Session's launch fusion at end_capture (session.h, "Launch fusion"; the merging itself is
+// codegen/launch_fusion.h). The runtime captured the launches one by one, which checked them;
+// when runs of them can merge, the same steps are captured again with each run as one launch
+// of its fused kernel, and the first graph is dropped. Fusion is an optimisation: whatever
+// keeps a run from being fused (a kernel vkad did not compile, a fused kernel the device
+// refuses) leaves those launches as they were.
+#include <string>
+
+#include "api/session.h"
+#include "codegen/launch_fusion.h"
+#include "codegen/text.h"
+#include "runtime/runtime.h"
+
+namespace vkad {
+
+namespace {
+
+// At most this many distinct arrays per fused kernel: with its args buffer that stays within
+// the 32 bindings every push-descriptor implementation takes (maxPushDescriptors >= 32).
+constexpr uint32_t kMaxFusedArrays = 24;
+constexpr uint32_t kMaxFusedLaunches = 32;
+
+const codegen::Kernel& not_fusible() {
+  static const codegen::Kernel k;  // no task: fusible() is false
+  return k;
+}
+
+}  // namespace
+
+Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedStep>& steps) {
+  // Launch-only stretches between fills, each split into runs.
+  std::vector<codegen::FusionLaunch> launches;  // every captured launch, in order
+  for (const CapturedStep& s : steps) {
+    if (!s.launch) continue;
+    codegen::FusionLaunch l;
+    l.kernel = &not_fusible();
+    auto it = ir_.find(s.kernel.id);
+    if (it != ir_.end() && it->second->params.size() == s.args.size()) {
+      const codegen::Kernel& k = *it->second;
+      l.arrays.assign(s.args.size(), 0);
+      for (size_t p = 0; p < s.args.size(); ++p) {
+        if (s.args[p].kind == abi::ParamKind::kNdArray) l.arrays[p] = s.args[p].array.id;
+      }
+      // The range: constants and extents only (fusible() refuses scalar bounds).
+      auto bound = [&](const abi::RangeBound& b, int64_t* out) {
+        if (b.kind == abi::RangeBound::Kind::kConstant) {
+          *out = b.value;
+          return true;
+        }
+        if (b.kind != abi::RangeBound::Kind::kArrayDim || b.param >= s.args.size()) return false;
+        Result<std::vector<uint32_t>> shape = rt_->shape(s.args[b.param].array);
+        if (!shape.ok() || b.dim >= shape->size()) return false;
+        *out = (*shape)[b.dim];
+        return true;
+      };
+      if (!k.tasks.empty() && bound(k.tasks[0].begin, &l.begin) && bound(k.tasks[0].end, &l.end)) {
+        l.kernel = &k;
+      }
+    }
+    launches.push_back(std::move(l));
+  }
+  std::vector<codegen::FusionRun> runs;
+  {
+    size_t launch = 0, stretch = 0;
+    for (size_t i = 0; i <= steps.size(); ++i) {
+      if (i < steps.size() && steps[i].launch) {
+        ++launch;
+        continue;
+      }
+      std::span<const codegen::FusionLaunch> part(launches.data() + stretch, launch - stretch);
+      for (codegen::FusionRun r : codegen::fusion_groups(part, kMaxFusedArrays, kMaxFusedLaunches)) {
+        r.first += stretch;
+        runs.push_back(r);
+      }
+      stretch = launch;
+    }
+  }
+  bool any = false;
+  for (const codegen::FusionRun& r : runs) any = any || r.count > 1;
+  if (!any) return graph;
+
+  // The fused kernels (compiled once per distinct run), then the steps captured again.
+  struct Planned {
+    KernelHandle kernel;
+    std::vector<std::vector<uint32_t>> param_map;
+    size_t params = 0;
+  };
+  std::vector<Planned> planned(runs.size());
+  for (size_t r = 0; r < runs.size(); ++r) {
+    if (runs[r].count < 2) continue;
+    std::span<const codegen::FusionLaunch> members(launches.data() + runs[r].first, runs[r].count);
+    const std::string name =
+        "fused_" + members[0].kernel->name + "_x" + std::to_string(runs[r].count);
+    Result<codegen::FusedKernel> f = codegen::fuse_launches(members, name);
+    if (!f.ok()) return graph;
+    const std::string key = codegen::print(f->kernel);
+    auto it = fused_kernels_.find(key);
+    if (it == fused_kernels_.end()) {
+      Result<runtime::CompiledKernel> ck = codegen::compile(f->kernel, target_, compile_options_);
+      if (!ck.ok()) return graph;
+      Result<KernelHandle> h = rt_->register_kernel(*ck);
+      if (!h.ok()) return graph;
+      it = fused_kernels_.emplace(key, *h).first;
+    }
+    planned[r] = {it->second, std::move(f->param_map), f->kernel.params.size()};
+  }
+  std::vector<size_t> run_of(launches.size());
+  for (size_t r = 0; r < runs.size(); ++r) {
+    for (size_t m = 0; m < runs[r].count; ++m) run_of[runs[r].first + m] = r;
+  }
+  const std::string name = capture_name_;
+  VKAD_TRY(rt_->begin_capture(name));
+  FusedGraph map;
+  Status st;
+  size_t launch = 0;
+  uint32_t fused_launches = 0;
+  std::vector<Arg> args;
+  for (size_t i = 0; i < steps.size() && st.ok(); ++i) {
+    const CapturedStep& s = steps[i];
+    if (!s.launch) {
+      st = rt_->fill(s.args[0].array, s.value);
+      continue;
+    }
+    const size_t r = run_of[launch];
+    const size_t member = launch - runs[r].first;
+    ++launch;
+    if (runs[r].count < 2) {
+      map.launch.push_back(fused_launches++);
+      map.param.emplace_back();  // identity
+      st = rt_->launch(s.kernel, s.args);
+      continue;
+    }
+    if (member == 0) args.assign(planned[r].params, Arg{});
+    const std::vector<uint32_t>& pm = planned[r].param_map[member];
+    for (size_t p = 0; p < s.args.size(); ++p) args[pm[p]] = s.args[p];
+    map.launch.push_back(fused_launches);
+    map.param.push_back(pm);
+    if (member + 1 == runs[r].count) {
+      st = rt_->launch(planned[r].kernel, args);
+      ++fused_launches;
+    }
+  }
+  Result<GraphHandle> fused = rt_->end_capture();
+  if (!st.ok() || !fused.ok()) {
+    if (fused.ok()) (void)rt_->release_graph(*fused);
+    return graph;  // the launches as captured
+  }
+  (void)rt_->release_graph(graph);
+  map.name = name.empty() ? "graph" : name;
+  for (const CapturedStep& s : steps) {
+    if (s.launch) map.scalars.push_back(scalar_params(s.args));
+  }
+  fused_graphs_.emplace(fused->id, std::move(map));
+  return *fused;
+}
+
+std::vector<bool> Session::scalar_params(std::span<const Arg> args) {
+  std::vector<bool> out(args.size());
+  for (size_t p = 0; p < args.size(); ++p) out[p] = args[p].kind == abi::ParamKind::kScalar;
+  return out;
+}
+
+Status Session::translate(const FusedGraph& f, std::span<const GraphUpdate> updates,
+                          std::vector<GraphUpdate>* out) const {
+  // The runtime's messages (runtime/graph.cpp), in the captured launches' numbering.
+  const std::string where = "replay of graph '" + f.name + "'";
+  for (const GraphUpdate& u : updates) {
+    if (u.launch >= f.launch.size()) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        where + ": update of launch " + std::to_string(u.launch) +
+                            "; the graph has " + std::to_string(f.launch.size()) + " launches");
+    }
+    const std::vector<bool>& scalars = f.scalars[u.launch];
+    if (u.param >= scalars.size() || !scalars[u.param]) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        where + ", launch " + std::to_string(u.launch) + ": parameter " +
+                            std::to_string(u.param) + " is not a scalar parameter of the kernel");
+    }
+    const std::vector<uint32_t>& pm = f.param[u.launch];
+    out->push_back({f.launch[u.launch], pm.empty() ? u.param : pm[u.param], u.value});
+  }
+  return {};
+}
+
+}  // namespace vkad

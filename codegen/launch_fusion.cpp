@@ -1,0 +1,274 @@
+#include "codegen/launch_fusion.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+
+namespace vkad::codegen {
+
+namespace {
+
+bool accesses_array(Op op) {
+  return op == Op::kLoad || op == Op::kStore || op == Op::kAtomicAdd || op == Op::kAtomicMax;
+}
+
+// What one kernel does to each of its ndarray parameters.
+struct ParamUse {
+  bool read = false, written = false;
+  bool pointwise = true;  // every access is a plain load / store at [task index]
+};
+
+struct Summary {
+  bool ok = true;  // fusible
+  std::vector<ParamUse> use;
+};
+
+void scan(const Block& b, ValueId index, Summary& s) {
+  for (const Stmt& st : b.stmts) {
+    switch (st.op) {
+      case Op::kStackAlloc:
+      case Op::kStackPush:
+      case Op::kStackPop:
+      case Op::kStackTop:
+      case Op::kStackTopAdj:
+      case Op::kStackAccAdj:
+        s.ok = false;  // adstacks bind the runtime's heaps and size them per launch
+        return;
+      default:
+        break;
+    }
+    if (accesses_array(st.op) && st.param < s.use.size()) {
+      ParamUse& u = s.use[st.param];
+      const bool store = st.op != Op::kLoad;
+      (store ? u.written : u.read) = true;
+      const size_t indices = st.args.size() - (store ? 1 : 0);
+      const bool at_index = indices == 1 && st.args[0] == index;
+      if (!at_index || st.op == Op::kAtomicAdd || st.op == Op::kAtomicMax) u.pointwise = false;
+    }
+    if (st.has_cap) s.ok = false;  // a stated trip bound may read scalars: kept out for now
+    for (const Block& c : st.blocks) scan(c, index, s);
+    if (!s.ok) return;
+  }
+}
+
+Summary summarize(const Kernel& k) {
+  Summary s;
+  s.use.resize(k.params.size());
+  if (k.tasks.size() != 1) {
+    s.ok = false;
+    return s;
+  }
+  const Task& t = k.tasks[0];
+  if (t.serial || !t.dims.empty() || t.index == kNoValue ||
+      t.begin.kind == RangeBound::Kind::kScalarParam ||
+      t.end.kind == RangeBound::Kind::kScalarParam) {
+    s.ok = false;
+    return s;
+  }
+  scan(t.body, t.index, s);
+  return s;
+}
+
+void remap_size(SizeExpr& e, const std::vector<uint32_t>& pm) {
+  if (e.kind == SizeExpr::Kind::kScalar || e.kind == SizeExpr::Kind::kDim) e.param = pm[e.param];
+  for (SizeExpr& o : e.operands) remap_size(o, pm);
+}
+
+// Per array: which members touch it and whether every touch is pointwise.
+struct ArrayUse {
+  uint32_t members = 0;
+  size_t last_member = SIZE_MAX;
+  bool written = false, pointwise = true;
+  DType dtype = DType::kF32;
+  uint32_t rank = 0;
+};
+
+}  // namespace
+
+bool fusible(const Kernel& k) { return summarize(k).ok; }
+
+std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uint32_t max_arrays,
+                                     uint32_t max_launches) {
+  std::vector<FusionRun> runs;
+  std::vector<Summary> sums;
+  sums.reserve(launches.size());
+  for (const FusionLaunch& l : launches) sums.push_back(summarize(*l.kernel));
+  std::unordered_map<uint64_t, ArrayUse> arrays;
+  // Adds member `m` to the table; false (table unchanged is not needed: the caller starts over)
+  // when that makes an array unsafe or the run too wide.
+  auto admit = [&](size_t m, std::unordered_map<uint64_t, ArrayUse>& table) {
+    const Kernel& k = *launches[m].kernel;
+    for (size_t p = 0; p < k.params.size(); ++p) {
+      if (k.params[p].kind != ParamKind::kNdArray) continue;
+      const ParamUse& u = sums[m].use[p];
+      auto [it, fresh] = table.try_emplace(launches[m].arrays[p]);
+      ArrayUse& a = it->second;
+      if (fresh) {
+        a.dtype = k.params[p].dtype;
+        a.rank = k.params[p].rank;
+      } else if (a.dtype != k.params[p].dtype || a.rank != k.params[p].rank) {
+        return false;  // one array seen as two types: not merged
+      }
+      if (a.last_member != m) {
+        ++a.members;
+        a.last_member = m;
+      }
+      a.written = a.written || u.written;
+      a.pointwise = a.pointwise && u.pointwise;
+      if (a.written && a.members > 1 && !a.pointwise) return false;
+    }
+    return table.size() <= max_arrays;
+  };
+  size_t i = 0;
+  while (i < launches.size()) {
+    FusionRun run{i, 1};
+    if (sums[i].ok) {
+      arrays.clear();
+      if (admit(i, arrays)) {
+        const uint32_t size = launches[i].kernel->tasks[0].local_size;
+        for (size_t j = i + 1; j < launches.size() && run.count < max_launches; ++j) {
+          if (!sums[j].ok || launches[j].begin != launches[i].begin ||
+              launches[j].end != launches[i].end ||
+              launches[j].kernel->tasks[0].local_size != size) {
+            break;
+          }
+          std::unordered_map<uint64_t, ArrayUse> trial = arrays;
+          if (!admit(j, trial)) break;
+          arrays = std::move(trial);
+          ++run.count;
+        }
+      }
+    }
+    runs.push_back(run);
+    i += run.count;
+  }
+  return runs;
+}
+
+namespace {
+
+// Copies member bodies into the fused task: value ids shifted by `base`, the member's task
+// index replaced by the fused one, parameters renamed through `pm`, and values in `subst`
+// (loads forwarded from an earlier store) replaced.
+struct Cloner {
+  ValueId base = 0, old_index = 0, new_index = 0;
+  const std::vector<uint32_t>* pm = nullptr;
+  std::unordered_map<ValueId, ValueId>* subst = nullptr;
+
+  ValueId value(ValueId v) const {
+    if (v == kNoValue) return v;
+    if (v == old_index) return new_index;
+    const ValueId n = v + base;
+    auto it = subst->find(n);
+    return it == subst->end() ? n : it->second;
+  }
+  void stmt(Stmt& s) const {
+    if (s.result != kNoValue) s.result = s.result == old_index ? new_index : s.result + base;
+    for (ValueId& a : s.args) a = value(a);
+    switch (s.op) {
+      case Op::kArg:
+      case Op::kShape:
+      case Op::kLoad:
+      case Op::kStore:
+      case Op::kAtomicAdd:
+      case Op::kAtomicMax:
+        s.param = (*pm)[s.param];
+        break;
+      default:
+        break;
+    }
+    if (s.has_cap) remap_size(s.cap, *pm);
+    for (Block& b : s.blocks) block(b);
+  }
+  void block(Block& b) const {
+    for (Stmt& s : b.stmts) stmt(s);
+  }
+};
+
+void stored_params(const Block& b, std::vector<uint32_t>& out) {
+  for (const Stmt& s : b.stmts) {
+    if (s.op == Op::kStore || s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax) {
+      out.push_back(s.param);
+    }
+    for (const Block& c : s.blocks) stored_params(c, out);
+  }
+}
+
+}  // namespace
+
+Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::string& name) {
+  if (run.empty()) return make_error(ErrorCode::kInvalidArgument, "fuse_launches: no launch");
+  FusedKernel out;
+  Kernel& f = out.kernel;
+  f.name = name;
+  std::map<uint64_t, uint32_t> array_param;  // array identity -> fused parameter
+  for (size_t m = 0; m < run.size(); ++m) {
+    const Kernel& k = *run[m].kernel;
+    if (!fusible(k)) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "fuse_launches: kernel '" + k.name + "' cannot be fused");
+    }
+    std::vector<uint32_t>& pm = out.param_map.emplace_back(k.params.size());
+    for (size_t p = 0; p < k.params.size(); ++p) {
+      const Param& kp = k.params[p];
+      if (kp.kind == ParamKind::kNdArray) {
+        auto [it, fresh] = array_param.try_emplace(run[m].arrays[p], f.params.size());
+        if (!fresh) {
+          pm[p] = it->second;
+          continue;
+        }
+      }
+      pm[p] = static_cast<uint32_t>(f.params.size());
+      Param np = kp;
+      np.name = "l" + std::to_string(m) + "_" + kp.name;
+      np.needs_grad = false;
+      np.read_only = false;  // another member may write the array this one only reads
+      f.params.push_back(std::move(np));
+    }
+  }
+  Task t;
+  const Task& t0 = run[0].kernel->tasks[0];
+  t.name = "fused";
+  t.local_size = t0.local_size;
+  t.begin = t0.begin;
+  t.end = t0.end;
+  if (t.begin.kind == RangeBound::Kind::kArrayDim) t.begin.param = out.param_map[0][t.begin.param];
+  if (t.end.kind == RangeBound::Kind::kArrayDim) t.end.param = out.param_map[0][t.end.param];
+  t.index = f.fresh();
+  // fwd[param]: the value the fused body last stored at [index] of the array, at its top
+  // level; a later top-level load of it at [index] is that value. Safe because every member
+  // touching a shared written array does so only at [index] (fusion_groups).
+  std::unordered_map<uint32_t, ValueId> fwd;
+  std::unordered_map<ValueId, ValueId> subst;
+  for (size_t m = 0; m < run.size(); ++m) {
+    const Kernel& k = *run[m].kernel;
+    const Task& kt = k.tasks[0];
+    Cloner c{f.next_id, kt.index, t.index, &out.param_map[m], &subst};
+    for (const Stmt& src : kt.body.stmts) {
+      Stmt s = src;
+      c.stmt(s);
+      const bool at_index_load = s.op == Op::kLoad && s.args.size() == 1 && s.args[0] == t.index;
+      if (at_index_load) {
+        auto it = fwd.find(s.param);
+        if (it != fwd.end()) {
+          subst[s.result] = it->second;
+          continue;
+        }
+      }
+      std::vector<uint32_t> stored;
+      for (const Block& b : s.blocks) stored_params(b, stored);
+      for (uint32_t p : stored) fwd.erase(p);
+      if (s.op == Op::kStore && s.args.size() == 2 && s.args[0] == t.index) {
+        fwd[s.param] = s.args[1];
+      } else if (s.op == Op::kStore || s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax) {
+        fwd.erase(s.param);
+      }
+      t.body.stmts.push_back(std::move(s));
+    }
+    f.next_id += k.next_id;
+  }
+  f.tasks.push_back(std::move(t));
+  return out;
+}
+
+}  // namespace vkad::codegen

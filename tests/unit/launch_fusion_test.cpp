@@ -1,0 +1,220 @@
+// Launch fusion (codegen/launch_fusion.h): which runs of launches merge, and that a fused
+// kernel computes, on the CPU evaluator, exactly what its members compute one by one.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codegen/cpu_eval.h"
+#include "codegen/launch_fusion.h"
+#include "codegen/reverse_mode.h"
+#include "codegen/text.h"
+#include "codegen/verifier.h"
+
+namespace vkad::testing {
+namespace {
+
+using codegen::FusionLaunch;
+using codegen::HostArg;
+using codegen::HostArray;
+using codegen::Kernel;
+
+Kernel parse(const std::string& text) {
+  auto k = codegen::parse(text);
+  EXPECT_TRUE(k.ok()) << k.status().to_string();
+  return k.ok() ? *k : Kernel{};
+}
+
+// b = sin(a) * c + 0.1 at [i]: a substep.
+const char* kStep = R"(
+kernel step(a: ndarray<f32, 1> grad, b: ndarray<f32, 1> grad, c: f32) {
+  task main parallel %i in [0, shape(a, 0)) {
+    %x = load a[%i] : f32
+    %s = sin %x : f32
+    %k = arg c : f32
+    %m = mul %s, %k : f32
+    %c1 = const 0.1 : f32
+    %y = add %m, %c1 : f32
+    store b[%i], %y
+  }
+}
+)";
+
+// b[i] = a[i + 1]: reads a neighbour's element.
+const char* kShift = R"(
+kernel shift(a: ndarray<f32, 1>, b: ndarray<f32, 1>) {
+  task main parallel %i in [0, 7) {
+    %one = const 1 : i32
+    %j = add %i, %one : i32
+    %x = load a[%j] : f32
+    store b[%i], %x
+  }
+}
+)";
+
+// b[i] = a[i] * 2 over a range given by a scalar.
+const char* kScalarRange = R"(
+kernel scaled(a: ndarray<f32, 1>, b: ndarray<f32, 1>, n: i32) {
+  task main parallel %i in [0, n) {
+    %x = load a[%i] : f32
+    %two = const 2.0 : f32
+    %y = mul %x, %two : f32
+    store b[%i], %y
+  }
+}
+)";
+
+FusionLaunch launch(const Kernel& k, std::vector<uint64_t> arrays, int64_t end) {
+  return {&k, std::move(arrays), 0, end};
+}
+
+TEST(LaunchFusion, AnElementWiseChainMergesUpToTheArrayLimit) {
+  Kernel step = parse(kStep);
+  ASSERT_TRUE(codegen::fusible(step));
+  std::vector<FusionLaunch> chain;
+  for (uint64_t j = 1; j <= 10; ++j) chain.push_back(launch(step, {j, j + 1, 0}, 8));
+  auto runs = codegen::fusion_groups(chain, 24, 32);
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].count, 10u);
+  // 5 distinct arrays at most: runs of 4 launches (x1..x5), 4, then 2.
+  runs = codegen::fusion_groups(chain, 5, 32);
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_EQ(runs[0].count, 4u);
+  EXPECT_EQ(runs[1].first, 4u);
+  EXPECT_EQ(runs[2].count, 2u);
+  runs = codegen::fusion_groups(chain, 24, 3);  // the member limit
+  EXPECT_EQ(runs.size(), 4u);
+}
+
+TEST(LaunchFusion, RunsStopAtUnsafeAccessesOtherRangesAndUnfusibleKernels) {
+  Kernel step = parse(kStep), shift = parse(kShift), scaled = parse(kScalarRange);
+  EXPECT_FALSE(codegen::fusible(scaled));  // its range depends on a scalar
+  // shift reads a[i + 1] of what step just wrote: another invocation's element.
+  std::vector<FusionLaunch> l = {launch(step, {1, 2, 0}, 7), launch(shift, {2, 3}, 7)};
+  auto runs = codegen::fusion_groups(l, 24, 32);
+  EXPECT_EQ(runs.size(), 2u);
+  // The same neighbour read of an array nobody in the run writes is safe.
+  l = {launch(step, {1, 2, 0}, 7), launch(shift, {1, 3}, 7)};
+  runs = codegen::fusion_groups(l, 24, 32);
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].count, 2u);
+  // ...but not once a later member writes it: the reader would race with the writer.
+  l = {launch(shift, {1, 3}, 7), launch(step, {2, 1, 0}, 7)};
+  EXPECT_EQ(codegen::fusion_groups(l, 24, 32).size(), 2u);
+  // Another range.
+  l = {launch(step, {1, 2, 0}, 8), launch(step, {2, 3, 0}, 9)};
+  EXPECT_EQ(codegen::fusion_groups(l, 24, 32).size(), 2u);
+  // One array bound as two element types.
+  Kernel ints = parse(R"(
+kernel ints(a: ndarray<i32, 1>) {
+  task main parallel %i in [0, 8) {
+    %x = load a[%i] : i32
+    store a[%i], %x
+  }
+}
+)");
+  l = {launch(step, {1, 2, 0}, 8), launch(ints, {2}, 8)};
+  EXPECT_EQ(codegen::fusion_groups(l, 24, 32).size(), 2u);
+}
+
+TEST(LaunchFusion, AdjointsOfLoopsWithAdstacksAreNotFused) {
+  Kernel loop = parse(R"(
+kernel loop(a: ndarray<f32, 1> grad, b: ndarray<f32, 1> grad, n: i32) {
+  task main parallel %i in [0, shape(a, 0)) {
+    %acc = alloca : f32
+    %x = load a[%i] : f32
+    store_local %acc, %x
+    %zero = const 0 : i32
+    %nn = arg n : i32
+    for %k in [%zero, %nn) {
+      %v = load_local %acc : f32
+      %s = sin %v : f32
+      store_local %acc, %s
+    }
+    %r = load_local %acc : f32
+    store b[%i], %r
+  }
+}
+)");
+  auto adj = codegen::make_adjoint(loop);
+  ASSERT_TRUE(adj.ok()) << adj.status().to_string();
+  EXPECT_FALSE(codegen::fusible(*adj));
+}
+
+// Runs each member on `arrays` one by one, and the fused kernel on a copy; both must agree
+// exactly (the fused body performs the same f32 operations in the same order).
+void expect_same(const std::vector<const Kernel*>& members,
+                 const std::vector<std::vector<uint64_t>>& binds,
+                 const std::vector<std::vector<double>>& scalars, std::vector<HostArray> arrays,
+                 int64_t end) {
+  std::vector<FusionLaunch> l;
+  for (size_t m = 0; m < members.size(); ++m) l.push_back({members[m], binds[m], 0, end});
+  auto runs = codegen::fusion_groups(l, 24, 32);
+  ASSERT_EQ(runs.size(), 1u) << "the members should form one run";
+  auto fused = codegen::fuse_launches(l, "fused");
+  ASSERT_TRUE(fused.ok()) << fused.status().to_string();
+  ASSERT_TRUE(codegen::verify(fused->kernel).ok()) << codegen::print(fused->kernel);
+  std::vector<HostArray> one = arrays;
+  for (size_t m = 0; m < members.size(); ++m) {
+    std::vector<HostArg> args;
+    size_t s = 0;
+    for (size_t p = 0; p < binds[m].size(); ++p) {
+      args.push_back(binds[m][p] ? HostArg::of(one[binds[m][p] - 1])
+                                 : HostArg::of(scalars[m][s++]));
+    }
+    ASSERT_TRUE(codegen::evaluate(*members[m], args).ok());
+  }
+  std::vector<HostArg> fargs(fused->kernel.params.size());
+  for (size_t m = 0; m < members.size(); ++m) {
+    size_t s = 0;
+    for (size_t p = 0; p < binds[m].size(); ++p) {
+      fargs[fused->param_map[m][p]] = binds[m][p] ? HostArg::of(arrays[binds[m][p] - 1])
+                                                  : HostArg::of(scalars[m][s++]);
+    }
+  }
+  auto r = codegen::evaluate(fused->kernel, fargs);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  for (size_t a = 0; a < arrays.size(); ++a) {
+    EXPECT_EQ(arrays[a].data, one[a].data) << "array " << a + 1;
+  }
+}
+
+HostArray ramp(uint32_t n, double scale) {
+  HostArray a(abi::DType::kF32, {n});
+  for (uint32_t i = 0; i < n; ++i) a.data[i] = codegen::round_to(abi::DType::kF32, scale * i);
+  return a;
+}
+
+TEST(LaunchFusion, AFusedChainComputesWhatItsLaunchesComputeOneByOne) {
+  Kernel step = parse(kStep);
+  std::vector<HostArray> arrays = {ramp(9, 0.01), ramp(9, 0), ramp(9, 0), ramp(9, 0)};
+  expect_same({&step, &step, &step}, {{1, 2, 0}, {2, 3, 0}, {3, 4, 0}}, {{0.9}, {0.8}, {0.7}},
+              arrays, 9);
+}
+
+TEST(LaunchFusion, AdjointsChainAndForwardTheirAccumulatedGradients) {
+  Kernel step = parse(kStep);
+  auto adj = codegen::make_adjoint(step);
+  ASSERT_TRUE(adj.ok()) << adj.status().to_string();
+  ASSERT_TRUE(codegen::fusible(*adj)) << codegen::print(*adj);
+  // Adjoint params: a, b, c, a_grad, b_grad. Steps 2, 1, 0 in reverse over x0..x3, g0..g3.
+  std::vector<HostArray> arrays = {ramp(9, 0.01), ramp(9, 0.02), ramp(9, 0.03), ramp(9, 0.04),
+                                   ramp(9, 0),    ramp(9, 0),    ramp(9, 0),    ramp(9, 1.0)};
+  expect_same({&*adj, &*adj, &*adj}, {{3, 4, 0, 7, 8}, {2, 3, 0, 6, 7}, {1, 2, 0, 5, 6}},
+              {{0.9}, {0.8}, {0.7}}, arrays, 9);
+  // The chain's gradient arrays are loaded once: later members take the value the earlier one
+  // stored.
+  std::vector<FusionLaunch> l = {{&*adj, {3, 4, 0, 7, 8}, 0, 9}, {&*adj, {2, 3, 0, 6, 7}, 0, 9}};
+  auto fused = codegen::fuse_launches(l, "fused");
+  ASSERT_TRUE(fused.ok());
+  auto loads = [](const Kernel& k) {
+    int n = 0;
+    for (const codegen::Stmt& s : k.tasks[0].body.stmts) n += s.op == codegen::Op::kLoad;
+    return n;
+  };
+  EXPECT_LT(loads(fused->kernel), 2 * loads(*adj));
+}
+
+}  // namespace
+}  // namespace vkad::testing
