@@ -5,6 +5,7 @@
 // keeps a run from being fused (a kernel vkad did not compile, a fused kernel the device
 // refuses) leaves those launches as they were.
 #include <string>
+#include <unordered_map>
 
 #include "api/session.h"
 #include "codegen/launch_fusion.h"
@@ -86,13 +87,53 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
     size_t params = 0;
   };
   std::vector<Planned> planned(runs.size());
+  // Per run, the arrays a fill with 0 was the last step to touch before it (step index by
+  // array id): the fused kernel reads them as zeros, and a fill whose array the run then
+  // overwrites whole is left out of the graph.
+  std::vector<std::unordered_map<uint64_t, size_t>> zero_fills(runs.size());
+  {
+    std::unordered_map<uint64_t, size_t> last_touch;  // array id -> step index
+    size_t launch = 0, r = 0;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const CapturedStep& s = steps[i];
+      if (!s.launch) {
+        last_touch[s.args[0].array.id] = i;
+        continue;
+      }
+      while (r + 1 < runs.size() && runs[r].first + runs[r].count <= launch) ++r;
+      if (launch == runs[r].first && runs[r].count > 1) {
+        for (size_t m = 0; m < runs[r].count; ++m) {
+          for (uint64_t id : launches[launch + m].arrays) {
+            auto it = id ? last_touch.find(id) : last_touch.end();
+            if (it == last_touch.end()) continue;
+            const CapturedStep& f = steps[it->second];
+            if (!f.launch && f.value == 0.0) zero_fills[r].emplace(id, it->second);
+          }
+        }
+      }
+      for (const Arg& a : s.args) {
+        if (a.kind == abi::ParamKind::kNdArray) last_touch[a.array.id] = i;
+      }
+      ++launch;
+    }
+  }
+  std::vector<bool> dropped(steps.size(), false);
   for (size_t r = 0; r < runs.size(); ++r) {
     if (runs[r].count < 2) continue;
     std::span<const codegen::FusionLaunch> members(launches.data() + runs[r].first, runs[r].count);
     const std::string name =
         "fused_" + members[0].kernel->name + "_x" + std::to_string(runs[r].count);
-    Result<codegen::FusedKernel> f = codegen::fuse_launches(members, name);
+    std::vector<uint64_t> zeros;
+    for (const auto& [id, step] : zero_fills[r]) zeros.push_back(id);
+    Result<codegen::FusedKernel> f = codegen::fuse_launches(members, name, zeros);
     if (!f.ok()) return graph;
+    for (uint64_t id : f->overwritten) {
+      Result<std::vector<uint32_t>> shape = rt_->shape(NdArrayHandle{id});
+      if (shape.ok() && shape->size() == 1 && members[0].begin == 0 &&
+          members[0].end == static_cast<int64_t>((*shape)[0])) {
+        dropped[zero_fills[r].at(id)] = true;
+      }
+    }
     const std::string key = codegen::print(f->kernel);
     auto it = fused_kernels_.find(key);
     if (it == fused_kernels_.end()) {
@@ -118,7 +159,7 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
   for (size_t i = 0; i < steps.size() && st.ok(); ++i) {
     const CapturedStep& s = steps[i];
     if (!s.launch) {
-      st = rt_->fill(s.args[0].array, s.value);
+      if (!dropped[i]) st = rt_->fill(s.args[0].array, s.value);
       continue;
     }
     const size_t r = run_of[launch];

@@ -2,7 +2,7 @@
 // program as bench/substep.py, which also runs it in Warp, JAX and torch):
 //
 //   vkad-bench-substep [--P 16384,1048576] [--steps 1000] [--reps R] [--bandwidth GB/s]
-//                      [--json out.json]
+//                      [--no-fuse] [--json out.json]
 //
 // S substeps of b = sin(a) * 0.9 + 0.1 over P elements, one array per substep; backward runs
 // the S adjoints last-first from the seed dL/dx_S = 1 into gradient arrays made once and
@@ -52,15 +52,16 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it is printed, also into a pipe or file
   bench::Args args(argc, argv,
                    "usage: vkad-bench-substep [--P LIST] [--steps S] [--reps R] [--bandwidth GBS] "
-                   "[--json F]\n"
+                   "[--no-fuse] [--json F]\n"
                    "  S substeps of b = sin(a)*0.9 + 0.1 over P elements, one array per step,\n"
                    "  forward + backward through the adjoints, ms per iteration\n"
                    "  --P LIST       element counts (default 16384,1048576)\n"
                    "  --steps S      substeps (default 1000)\n"
                    "  --reps R       timed iterations, median reported (default 10)\n"
                    "  --bandwidth B  GB/s for the memory floor (default 4000)\n"
+                   "  --no-fuse      capture without launch fusion (Session::begin_capture)\n"
                    "  --json F       also write the results as JSON to F\n",
-                   {"P", "steps", "reps", "bandwidth", "json"});
+                   {"P", "steps", "reps", "bandwidth", "json", "no-fuse"});
   const uint32_t steps = static_cast<uint32_t>(args.get_int("steps", 1000));
   const int reps = static_cast<int>(args.get_int("reps", 10));
   const double bandwidth = std::stod(args.get("bandwidth", "4000"));
@@ -74,7 +75,9 @@ int main(int argc, char** argv) {
       at = comma == std::string::npos ? list.size() : comma + 1;
     }
   }
-  auto session = Session::create();
+  SessionOptions options;
+  options.fuse_graph_launches = !args.has("no-fuse");
+  auto session = Session::create(options);
   if (!session.ok()) return die("session", session.status());
   Session& s = **session;
   auto d = s.differentiate(std::string_view(kStep));
@@ -166,6 +169,7 @@ int main(int argc, char** argv) {
     auto graph = s.end_capture();
     if (!graph.ok()) return die("end_capture", graph.status());
     std::vector<double> gms, grec;
+    const uint64_t launches0 = s.stats().ok() ? s.stats()->launches : 0;
     for (int i = 0; i < reps + 2; ++i) {
       const double t0 = bench::now_us();
       if (!(st = s.replay(*graph)).ok()) return die("replay", st);
@@ -176,6 +180,8 @@ int main(int argc, char** argv) {
       gms.push_back((t2 - t0) / 1e3);
       grec.push_back((t1 - t0) / (2.0 * steps));
     }
+    const double replay_launches =
+        static_cast<double>((s.stats().ok() ? s.stats()->launches : 0) - launches0) / (reps + 2);
     (void)s.release_graph(*graph);
     if (check("the replays")) return 1;
     // Where the replayed iteration's time goes: its three parts captured as graphs of their
@@ -212,8 +218,9 @@ int main(int argc, char** argv) {
         P, steps, m, m / floor_ms, floor_ms, bandwidth, rc);
     std::printf(
         "  captured and replayed:   %9.2f ms/iteration (%.1fx the floor), %.3f us of host "
-        "time per replayed launch\n",
-        gm, gm / floor_ms, grc);
+        "time per captured launch, %.0f launches per replay (%s)\n",
+        gm, gm / floor_ms, grc, replay_launches,
+        options.fuse_graph_launches ? "fused" : "--no-fuse");
     std::printf("  replayed alone:          forward %.2f ms, zeroing and seed %.2f ms, backward %.2f ms\n",
                 part_ms[0], part_ms[1], part_ms[2]);
     json.begin();
@@ -225,6 +232,7 @@ int main(int argc, char** argv) {
     json.field("floor_ms", floor_ms);
     json.field("graph_ms", gm);
     json.field("graph_record_us_per_launch", grc);
+    json.field("graph_launches_per_replay", replay_launches);
     json.field("forward_ms", part_ms[0]);
     json.field("zero_ms", part_ms[1]);
     json.field("backward_ms", part_ms[2]);

@@ -185,18 +185,31 @@ struct Cloner {
   }
 };
 
-void stored_params(const Block& b, std::vector<uint32_t>& out) {
+// Parameters `b` accesses (loads too when `loads`), at any depth.
+void accessed_params(const Block& b, bool loads, std::vector<uint32_t>& out) {
   for (const Stmt& s : b.stmts) {
-    if (s.op == Op::kStore || s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax) {
+    if (s.op == Op::kStore || s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax ||
+        (loads && s.op == Op::kLoad)) {
       out.push_back(s.param);
     }
-    for (const Block& c : s.blocks) stored_params(c, out);
+    for (const Block& c : s.blocks) accessed_params(c, loads, out);
   }
+}
+
+// A value of `t` equal to 0, for a load of an array known to hold zeros.
+void make_zero(Stmt& s) {
+  const ValueId result = s.result;
+  const DType t = s.type;
+  s = Stmt{};
+  s.op = Op::kConst;
+  s.result = result;
+  s.type = t;
 }
 
 }  // namespace
 
-Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::string& name) {
+Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::string& name,
+                                  std::span<const uint64_t> zero_arrays) {
   if (run.empty()) return make_error(ErrorCode::kInvalidArgument, "fuse_launches: no launch");
   FusedKernel out;
   Kernel& f = out.kernel;
@@ -240,6 +253,20 @@ Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::
   // touching a shared written array does so only at [index] (fusion_groups).
   std::unordered_map<uint32_t, ValueId> fwd;
   std::unordered_map<ValueId, ValueId> subst;
+  // Arrays known to hold zeros when the run starts, until the body first touches them: a
+  // top-level load at [index] is 0; a top-level store at [index] overwrites the invocation's
+  // element (`kStored`: every element, when the range covers the array); any other access
+  // ends what is known.
+  enum class Zero : uint8_t { kZero, kStored, kUnknown };
+  std::unordered_map<uint32_t, Zero> zero;
+  for (uint64_t id : zero_arrays) {
+    auto it = array_param.find(id);
+    if (it != array_param.end()) zero[it->second] = Zero::kZero;
+  }
+  auto touch = [&](uint32_t p, Zero to) {
+    auto it = zero.find(p);
+    if (it != zero.end() && it->second == Zero::kZero) it->second = to;
+  };
   for (size_t m = 0; m < run.size(); ++m) {
     const Kernel& k = *run[m].kernel;
     const Task& kt = k.tasks[0];
@@ -247,26 +274,54 @@ Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::
     for (const Stmt& src : kt.body.stmts) {
       Stmt s = src;
       c.stmt(s);
-      const bool at_index_load = s.op == Op::kLoad && s.args.size() == 1 && s.args[0] == t.index;
-      if (at_index_load) {
+      const bool at_index = !s.args.empty() && s.args[0] == t.index;
+      if (s.op == Op::kLoad && s.args.size() == 1 && at_index) {
         auto it = fwd.find(s.param);
         if (it != fwd.end()) {
           subst[s.result] = it->second;
           continue;
         }
+        auto z = zero.find(s.param);
+        if (z != zero.end() && z->second == Zero::kZero) make_zero(s);
       }
-      std::vector<uint32_t> stored;
-      for (const Block& b : s.blocks) stored_params(b, stored);
-      for (uint32_t p : stored) fwd.erase(p);
-      if (s.op == Op::kStore && s.args.size() == 2 && s.args[0] == t.index) {
+      std::vector<uint32_t> nested;
+      for (const Block& b : s.blocks) accessed_params(b, true, nested);
+      for (uint32_t p : nested) {
+        fwd.erase(p);  // erasing for a nested load too is merely conservative
+        touch(p, Zero::kUnknown);
+      }
+      if (s.op == Op::kStore && s.args.size() == 2 && at_index) {
         fwd[s.param] = s.args[1];
-      } else if (s.op == Op::kStore || s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax) {
-        fwd.erase(s.param);
+        touch(s.param, Zero::kStored);
+      } else if (s.op == Op::kStore || s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax ||
+                 (s.op == Op::kLoad && !(s.args.size() == 1 && at_index))) {
+        if (s.op != Op::kLoad) fwd.erase(s.param);
+        touch(s.param, Zero::kUnknown);
       }
       t.body.stmts.push_back(std::move(s));
     }
     f.next_id += k.next_id;
   }
+  for (const auto& [id, p] : array_param) {
+    auto z = zero.find(p);
+    if (z != zero.end() && z->second == Zero::kStored) out.overwritten.push_back(id);
+  }
+  std::sort(out.overwritten.begin(), out.overwritten.end());
+  // Loads at [index] of arrays no member writes go first: the invocation then has them all
+  // in flight at once instead of one member's after the previous member's stores (a driver
+  // cannot move a load above a store to another binding that might alias it).
+  std::vector<uint32_t> written;
+  accessed_params(t.body, false, written);
+  std::vector<Stmt> hoisted, rest;
+  for (Stmt& s : t.body.stmts) {
+    const bool read_only_load =
+        s.op == Op::kLoad && s.args.size() == 1 && s.args[0] == t.index &&
+        std::find(written.begin(), written.end(), s.param) == written.end();
+    (read_only_load ? hoisted : rest).push_back(std::move(s));
+  }
+  t.body.stmts.clear();
+  for (Stmt& s : hoisted) t.body.stmts.push_back(std::move(s));
+  for (Stmt& s : rest) t.body.stmts.push_back(std::move(s));
   f.tasks.push_back(std::move(t));
   return out;
 }

@@ -54,10 +54,19 @@ std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uin
 // parameters: one per distinct array (in order of first use; name "l<member>_<param>"), one per
 // scalar parameter of each member. `param_map[m][p]`: the fused parameter of member m's
 // parameter p. Named `name`.
+//
+// `zero_arrays`: arrays the caller knows hold zeros when the run starts (a captured fill with
+// 0 is the last step that touched them): a load at [index] before anything else touched the
+// array is the constant 0. `overwritten`: those of them the fused body stores at [index]
+// unconditionally before any other access than such loads -- when the range is the whole
+// (rank-1) array, every element is written, so the fill before the run changes nothing and
+// may be left out (Session does).
 struct FusedKernel {
   Kernel kernel;
   std::vector<std::vector<uint32_t>> param_map;
+  std::vector<uint64_t> overwritten;  // sorted
 };
-Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::string& name);
+Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::string& name,
+                                  std::span<const uint64_t> zero_arrays = {});
 
 }  // namespace vkad::codegen

@@ -216,5 +216,72 @@ TEST(LaunchFusion, AdjointsChainAndForwardTheirAccumulatedGradients) {
   EXPECT_LT(loads(fused->kernel), 2 * loads(*adj));
 }
 
+// Gradients zeroed by a fill before the backward run: the fused adjoints read them as the
+// constant 0 and overwrite each whole, so the fills may go -- the fused kernel computes, from
+// garbage in those arrays, what the members compute from zeros.
+TEST(LaunchFusion, ZeroedArraysAreReadAsZerosAndReportedOverwritten) {
+  Kernel step = parse(kStep);
+  auto adj = codegen::make_adjoint(step);
+  ASSERT_TRUE(adj.ok()) << adj.status().to_string();
+  std::vector<FusionLaunch> l = {{&*adj, {3, 4, 0, 7, 8}, 0, 9},
+                                 {&*adj, {2, 3, 0, 6, 7}, 0, 9},
+                                 {&*adj, {1, 2, 0, 5, 6}, 0, 9}};
+  const uint64_t zeros[] = {5, 6, 7};
+  auto fused = codegen::fuse_launches(l, "fused", zeros);
+  ASSERT_TRUE(fused.ok()) << fused.status().to_string();
+  EXPECT_EQ(fused->overwritten, (std::vector<uint64_t>{5, 6, 7}));
+  ASSERT_TRUE(codegen::verify(fused->kernel).ok()) << codegen::print(fused->kernel);
+  std::vector<HostArray> members = {ramp(9, 0.01), ramp(9, 0.02), ramp(9, 0.03), ramp(9, 0.04),
+                                    ramp(9, 0),    ramp(9, 0),    ramp(9, 0),    ramp(9, 1.0)};
+  std::vector<HostArray> garbage = members;
+  for (int a : {4, 5, 6}) garbage[a] = ramp(9, 7.5);
+  const double c[] = {0.9, 0.8, 0.7};
+  for (size_t m = 0; m < l.size(); ++m) {
+    std::vector<HostArg> args;
+    for (size_t p = 0; p < 5; ++p) {
+      args.push_back(p == 2 ? HostArg::of(c[m]) : HostArg::of(members[l[m].arrays[p] - 1]));
+    }
+    ASSERT_TRUE(codegen::evaluate(*adj, args).ok());
+  }
+  std::vector<HostArg> fargs(fused->kernel.params.size());
+  for (size_t m = 0; m < l.size(); ++m) {
+    for (size_t p = 0; p < 5; ++p) {
+      fargs[fused->param_map[m][p]] =
+          p == 2 ? HostArg::of(c[m]) : HostArg::of(garbage[l[m].arrays[p] - 1]);
+    }
+  }
+  ASSERT_TRUE(codegen::evaluate(fused->kernel, fargs).ok());
+  for (size_t a = 0; a < members.size(); ++a) EXPECT_EQ(garbage[a].data, members[a].data) << a;
+  // The seed's array (8) is read, never stored: not overwritten, and its load is not a zero.
+  const uint64_t seed[] = {8};
+  auto seeded = codegen::fuse_launches(l, "fused", seed);
+  ASSERT_TRUE(seeded.ok());
+  EXPECT_TRUE(seeded->overwritten.empty());
+}
+
+// An array read inside a loop before its first store is not known to be overwritten whole.
+TEST(LaunchFusion, AnArrayReadInANestedBlockFirstKeepsItsFill) {
+  Kernel k = parse(R"(
+kernel nested(a: ndarray<f32, 1>, b: ndarray<f32, 1>) {
+  task main parallel %i in [0, 8) {
+    %zero = const 0 : i32
+    %two = const 2 : i32
+    for %k in [%zero, %two) {
+      %x = load a[%i] : f32
+      store b[%i], %x
+    }
+    %y = load b[%i] : f32
+    store a[%i], %y
+  }
+}
+)");
+  ASSERT_TRUE(codegen::fusible(k));
+  std::vector<FusionLaunch> l = {{&k, {1, 2}, 0, 8}, {&k, {1, 2}, 0, 8}};
+  const uint64_t zeros[] = {1, 2};
+  auto fused = codegen::fuse_launches(l, "fused", zeros);
+  ASSERT_TRUE(fused.ok());
+  EXPECT_TRUE(fused->overwritten.empty());
+}
+
 }  // namespace
 }  // namespace vkad::testing
