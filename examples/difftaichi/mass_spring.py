@@ -171,7 +171,8 @@ def build_kernels(ft: vkad.DType, n_objects: int, n_springs: int, toi: bool):
 
     kb = vkad.KernelBuilder("nn2")
     t = kb.scalar("t", vkad.i32)
-    hidden, weights2, bias2 = array(kb, "hidden", 2), array(kb, "weights2", 2), array(kb, "bias2", 1)
+    hidden, weights2 = array(kb, "hidden", 2), array(kb, "weights2", 2)
+    bias2 = array(kb, "bias2", 1)
     act = array(kb, "act", 2)
     with kb.parallel_for("act", 0, n_springs) as i:
         a = weights2[i, 0] * hidden[t, 0]

@@ -204,10 +204,9 @@ class Array:
         ops, tail = self._resolve(idx)
         if not tail:
             return self.kb._emit(f"load {self.name}[{self._at(ops, ())}]", self.dtype)
-        from . import matrix
         flat = [self.kb._emit(f"load {self.name}[{self._at(ops, c)}]", self.dtype)
                 for c in _components(tail)]
-        return matrix._Tensor._make(tail, flat, self.dtype)
+        return _Tensor._make(tail, flat, self.dtype)
 
     def _write(self, op: str, idx, v) -> None:
         ops, tail = self._resolve(idx)
@@ -219,10 +218,9 @@ class Array:
             _same(self.dtype, v.dtype, what)
             self.kb._line(f"{op} {self.name}[{self._at(ops, ())}], %{v.id}")
             return
-        from . import matrix
-        if not isinstance(v, matrix._Tensor) or v.shape != tail:
-            shape = matrix._shape_name(tail)
-            got = repr(v) if isinstance(v, matrix._Tensor) else type(v).__name__
+        if not isinstance(v, _Tensor) or v.shape != tail:
+            shape = _shape_name(tail)
+            got = repr(v) if isinstance(v, _Tensor) else type(v).__name__
             raise TypeError(f"{what}: the element is a {shape} {tail}, got {got}")
         if v.dtype is not None:
             _same(self.dtype, v.dtype, what)
@@ -239,7 +237,6 @@ class Array:
 
 
 def _is_tensor(v) -> bool:
-    from .matrix import _Tensor  # imported here: matrix builds on this module
     return isinstance(v, _Tensor)
 
 
@@ -343,8 +340,7 @@ def ne(a, b): return _binary("ne", a, b, DType.bool)
 def select(c, a, b):
     """c ? a : b (both branches are evaluated); componentwise for Vector / Matrix operands."""
     if _is_tensor(a) or _is_tensor(b):
-        from .matrix import select_tensor
-        return select_tensor(c, a, b)
+        return _select_tensor(c, a, b)
     kb = _builder_of(c, a, b)
     t = _type_of(a) or _type_of(b)
     vc, va, vb = kb._as_value(c, DType.bool), kb._as_value(a, t), kb._as_value(b, t)
@@ -471,8 +467,7 @@ class KernelBuilder:
         """A mutable local: of a dtype (starts at zero), or initialised with a Value, or a
         Vector / Matrix local (one local per component) initialised with one."""
         if _is_tensor(init):
-            from .matrix import make_local
-            return make_local(self, init)
+            return _make_local(self, init)
         if isinstance(init, DType):
             return Local(self, self._emit("alloca", init).id, init)
         v = self._as_value(init, None)
@@ -559,6 +554,11 @@ class KernelBuilder:
                             f"got {type(b).__name__}")
         return str(b) if isinstance(b, int) else b._bound()
 
+
+# Vectors and matrices build on the scalar Values above (imported last: matrix imports this
+# module); Array, select and local accept them.
+from .matrix import (_Tensor, _shape_name, make_local as _make_local,  # noqa: E402
+                     select_tensor as _select_tensor)
 
 __all__ = ["KernelBuilder", "Value", "Scalar", "Array", "Dim", "Local", "sqrt", "rsqrt", "exp",
            "log", "sin", "cos", "tan", "tanh", "asin", "acos", "abs", "floor", "ceil", "pow",

@@ -83,7 +83,7 @@ class _Tensor:
     """A Vector or a Matrix: `shape` and row-major components `flat`."""
 
     __slots__ = ("shape", "flat", "dtype")
-    __array_priority__ = 1000  # numpy scalars on the left defer to our reflected operators
+    __array_ufunc__ = None  # numpy operands on the left defer to our reflected operators
 
     def __init__(self, shape: Tuple[int, ...], flat: Sequence, dtype: Optional[DType] = None,
                  where: str = "vector"):
@@ -97,12 +97,6 @@ class _Tensor:
         if len(shape) == 1:
             return Vector(flat, dtype)
         return Matrix._from_flat(shape, flat, dtype)
-
-    def _kb(self) -> Optional["_b.KernelBuilder"]:
-        for c in self.flat:
-            if isinstance(c, _b.Value):
-                return c.kb
-        return None
 
     def __repr__(self) -> str:
         t = self.dtype.name if self.dtype is not None else "untyped"

@@ -95,8 +95,8 @@ OPS = {
                  lambda A, B, u, w, s: A, "nn"),
     "sum": ((2, 3), lambda A, B, u, w, s: A.sum() + u.sum(),
             lambda A, B, u, w, s: A.sum((1, 2)) + u.sum(1), ""),
-    "frobenius": ((2, 3), lambda A, B, u, w, s: A.norm_sqr(), lambda A, B, u, w, s: (A * A).sum((1, 2)),
-                  ""),
+    "frobenius": ((2, 3), lambda A, B, u, w, s: A.norm_sqr(),
+                  lambda A, B, u, w, s: (A * A).sum((1, 2)), ""),
     "row,col,M[i,j]": ((2, 3), lambda A, B, u, w, s: A[1] + A.col(0) * A[0, 1],
                        lambda A, B, u, w, s: A[:, 1] + A[:, :, 0] * vec(A[:, 0, 1]), "n"),
     "Matrix.rows/cols": ((2, 3), lambda A, B, u, w, s: Matrix.rows(list(A)) - Matrix.cols(list(B)),
@@ -106,8 +106,8 @@ OPS = {
     "v*w": ((2, 3), lambda A, B, u, w, s: u * w, lambda A, B, u, w, s: u * w, "n"),
     "v*s+1": ((2, 3), lambda A, B, u, w, s: u * s + 1.0, lambda A, B, u, w, s: u * vec(s) + 1, "n"),
     "dot": ((2, 3), lambda A, B, u, w, s: u.dot(w), lambda A, B, u, w, s: (u * w).sum(1), ""),
-    "norm": ((2, 3), lambda A, B, u, w, s: u.norm(), lambda A, B, u, w, s: np.linalg.norm(u, axis=1),
-             ""),
+    "norm": ((2, 3), lambda A, B, u, w, s: u.norm(),
+             lambda A, B, u, w, s: np.linalg.norm(u, axis=1), ""),
     "norm(eps)": ((2, 3), lambda A, B, u, w, s: u.norm(1e-2),
                   lambda A, B, u, w, s: np.sqrt((u * u).sum(1) + 1e-2), ""),
     "norm_sqr": ((2, 3), lambda A, B, u, w, s: u.norm_sqr(), lambda A, B, u, w, s: (u * u).sum(1),
@@ -182,7 +182,8 @@ def test_vector_and_matrix_elements_of_ndarrays(session, ftype):
         count.atomic_add((), 1.0)
     k = session.compile(kb)
     rng = np.random.default_rng(7)
-    x0, C0 = rng.standard_normal((T, P, 2)).astype(npt), rng.standard_normal((T, P, 2, 2)).astype(npt)
+    x0 = rng.standard_normal((T, P, 2)).astype(npt)
+    C0 = rng.standard_normal((T, P, 2, 2)).astype(npt)
     xs, Cs = session.ndarray(x0), session.ndarray(C0)
     tot, cnt = session.zeros(2, ftype), session.zeros(1, ftype)
     session.launch(k, 1, xs, Cs, tot, cnt)
@@ -265,7 +266,8 @@ def test_type_errors_name_what_is_wrong(session):
                                              r"component indices; its elements are 2x2\), "
                                              "indexed with 4"):
             m2[p, 0, 0, 0]
-        with pytest.raises(IndexError, match=r"'s' has rank 0 \(one scalar\): index it as s\[None\]"):
+        with pytest.raises(IndexError,
+                           match=r"'s' has rank 0 \(one scalar\): index it as s\[None\]"):
             s[p]
         with pytest.raises(TypeError, match="Matrix: row 1 has 1 components, row 0 has 2"):
             Matrix([[1.0, 2.0], [3.0]])
