@@ -32,6 +32,7 @@ from .errors import (Error, InvalidArgumentError, NotFoundError, FailedPrecondit
 from .builder import (KernelBuilder, Value, Scalar, Array, Dim, Local, sqrt, rsqrt, exp, log,
                       sin, cos, tan, tanh, asin, acos, abs, floor, ceil, pow, atan2, min, max,
                       eq, ne, select, cast)
+from .matrix import Vector, Matrix, polar_decompose
 from .tape import Tape
 
 _vkad._set_errors(Error, {e.code: e for e in _ERRORS})
@@ -67,6 +68,15 @@ def as_dtype(dtype: DTypeLike) -> DType:
 def numpy_dtype(dtype: DTypeLike) -> _np.dtype:
     """The numpy dtype of a vkad dtype (bool arrays are bool on the host, u32 on the device)."""
     return _np.dtype(_TO_NUMPY[as_dtype(dtype)])
+
+
+def _no_rank_0(shape: Any, name: str) -> None:
+    # vkad arrays have rank 1 to 8; the builder's rank-0 parameter (a scalar result such as a
+    # loss) takes a shape (1,) array, so say that rather than the runtime's "shape () is empty".
+    if shape == () or (isinstance(shape, (list, tuple)) and len(shape) == 0):
+        raise InvalidArgumentError(
+            f"ndarray '{name}': shape (): vkad arrays have rank 1 to 8; hold a scalar (a rank-0 "
+            "kernel parameter, kb.ndarray(name, dtype, 0), indexed x[None]) in shape (1,)")
 
 
 def _ir(kernel: Union[str, KernelBuilder]) -> str:
@@ -107,6 +117,7 @@ class Session(_vkad.Session):
         takes; `dtype` converts first). Uploads straight from a C-contiguous numpy buffer.
         grad=True attaches a zeroed gradient array as `.grad` (a Tape uses it)."""
         host = _np.asarray(array) if dtype is None else _np.asarray(array, numpy_dtype(dtype))
+        _no_rank_0(host.shape, name)
         if host.dtype.name not in _NUMPY:
             raise InvalidArgumentError(f"ndarray '{name}': numpy dtype {host.dtype.name} is not "
                                        "one vkad holds (float32, float64, int32, uint32, int64, "
@@ -120,6 +131,7 @@ class Session(_vkad.Session):
               name: str = "", grad: bool = False) -> NdArray:
         """A device array whose contents are undefined until written. grad=True attaches a
         zeroed gradient array as `.grad` (a Tape uses it)."""
+        _no_rank_0(shape, name)
         a = super().empty(shape, as_dtype(dtype), name)
         if grad:
             self._attach_grad(a)
@@ -129,6 +141,7 @@ class Session(_vkad.Session):
               name: str = "", grad: bool = False) -> NdArray:
         """A device array set to zero on the device (recorded, no wait); grad=True attaches a
         zeroed gradient array as `.grad`."""
+        _no_rank_0(shape, name)
         a = super().empty(shape, as_dtype(dtype), name)
         if grad:
             a.grad = super().empty(shape, as_dtype(dtype), name + "_grad" if name else "")
@@ -176,4 +189,4 @@ __all__ = ["Session", "Tape", "Graph", "DType", "Kernel", "NdArray", "Differenti
            "DeviceLostError", "UnsupportedError", "NoDeviceError", "TimeoutError", "DeviceError",
            "VulkanError", "InternalError", "sqrt", "rsqrt", "exp", "log", "sin", "cos", "tan",
            "tanh", "asin", "acos", "abs", "floor", "ceil", "pow", "atan2", "min", "max", "eq", "ne",
-           "select", "cast"]
+           "select", "cast", "Vector", "Matrix", "polar_decompose"]

@@ -64,20 +64,20 @@ class _Operators:
     __hash__ = object.__hash__
 
     # arithmetic
-    def __add__(self, o): return _binary("add", self, o)
-    def __radd__(self, o): return _binary("add", o, self)
-    def __sub__(self, o): return _binary("sub", self, o)
-    def __rsub__(self, o): return _binary("sub", o, self)
-    def __mul__(self, o): return _binary("mul", self, o)
-    def __rmul__(self, o): return _binary("mul", o, self)
-    def __truediv__(self, o): return _binary("div", self, o)
-    def __rtruediv__(self, o): return _binary("div", o, self)
-    def __floordiv__(self, o): return _binary("floordiv", self, o)
-    def __rfloordiv__(self, o): return _binary("floordiv", o, self)
-    def __mod__(self, o): return _binary("mod", self, o)
-    def __rmod__(self, o): return _binary("mod", o, self)
-    def __pow__(self, o): return _binary("pow", self, o)
-    def __rpow__(self, o): return _binary("pow", o, self)
+    def __add__(self, o): return _arith("add", self, o)
+    def __radd__(self, o): return _arith("add", o, self)
+    def __sub__(self, o): return _arith("sub", self, o)
+    def __rsub__(self, o): return _arith("sub", o, self)
+    def __mul__(self, o): return _arith("mul", self, o)
+    def __rmul__(self, o): return _arith("mul", o, self)
+    def __truediv__(self, o): return _arith("div", self, o)
+    def __rtruediv__(self, o): return _arith("div", o, self)
+    def __floordiv__(self, o): return _arith("floordiv", self, o)
+    def __rfloordiv__(self, o): return _arith("floordiv", o, self)
+    def __mod__(self, o): return _arith("mod", self, o)
+    def __rmod__(self, o): return _arith("mod", o, self)
+    def __pow__(self, o): return _arith("pow", self, o)
+    def __rpow__(self, o): return _arith("pow", o, self)
     def __neg__(self): return _unary("neg", self)
     def __pos__(self): return self
     def __abs__(self): return _unary("abs", self)
@@ -153,30 +153,99 @@ class _Shape:
 
 
 class Array:
-    """An ndarray parameter: `x[i, j]` loads, `x[i, j] = v` stores, `x.atomic_add((i,), v)`."""
+    """An ndarray parameter: `x[i, j]` loads, `x[i, j] = v` stores, `x.atomic_add((i,), v)`.
 
-    def __init__(self, kb: "KernelBuilder", name: str, dtype: DType, rank: int):
-        self.kb, self.name, self.dtype, self.rank = kb, name, dtype, rank
+    With `element` (kb.ndarray(..., element=(2,)) or (2, 2)), the trailing axes hold each
+    element's components: `x[t, p]` on a (T, P, 2) array loads a Vector, `F[t, p]` on a
+    (T, P, 2, 2) one a Matrix, and stores and atomic_add take one; `x[t, p, 0]` is still the
+    scalar and `F[t, p, 1]` row 1. A rank-0 array (`kb.ndarray("loss", f32, 0)`) is one scalar,
+    held on the device in a shape (1,) array (vkad arrays have rank 1 to 8): `loss[None]` (or
+    `loss[()]`) is that scalar, Taichi's spelling."""
+
+    def __init__(self, kb: "KernelBuilder", name: str, dtype: DType, rank: int,
+                 element: Tuple[int, ...] = ()):
+        self.kb, self.name, self.dtype = kb, name, dtype
+        self.index_rank = rank  # indices that pick an element
+        self.element = element  # the shape of an element's components (trailing axes)
+        # the device array's axes (what x.shape counts): a scalar rank-0 array has one
+        self.rank = (rank + len(element)) or 1
         self.shape = _Shape(self)
 
-    def _indices(self, idx) -> str:
-        idx = idx if isinstance(idx, tuple) else (idx,)
-        if len(idx) != self.rank:
-            raise IndexError(f"ndarray '{self.name}' has rank {self.rank}, indexed with {len(idx)}")
-        return ", ".join(f"%{self.kb._as_value(i, DType.i32).id}" for i in idx)
+    def _where(self) -> str:
+        return f"ndarray '{self.name}'"
 
-    def __getitem__(self, idx) -> Value:
-        return self.kb._emit(f"load {self.name}[{self._indices(idx)}]", self.dtype)
+    def _resolve(self, idx) -> Tuple[List[str], Tuple[int, ...]]:
+        """The index operands (`%id` strings) of `x[idx]`, and the component shape it leaves."""
+        if idx is None:
+            idx = ()
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        flat = []
+        for i in idx:  # a Vector of integers indexes as its components (grid[base + offset])
+            flat.extend(i.flat if _is_tensor(i) else (i,))
+        n, lo, hi = len(flat), self.index_rank, self.index_rank + len(self.element)
+        if not lo <= n <= hi:
+            if not self.element and self.index_rank:
+                raise IndexError(f"ndarray '{self.name}' has rank {self.rank}, indexed with {n}")
+            if not self.element:
+                raise IndexError(f"ndarray '{self.name}' has rank 0 (one scalar): index it "
+                                 f"as {self.name}[None], got {n} indices")
+            raise IndexError(f"ndarray '{self.name}' takes {lo} indices (then up to "
+                             f"{len(self.element)} component indices; its elements are "
+                             f"{'x'.join(map(str, self.element))}), indexed with {n}")
+        ops = [f"%{self.kb._as_value(i, DType.i32).id}" for i in flat]
+        if not self.index_rank and not self.element:
+            ops = [f"%{self.kb.i32(0).id}"]  # the rank-0 scalar lives at [0]
+        return ops, self.element[n - lo:]
+
+    def _at(self, ops: List[str], comp: Tuple[int, ...]) -> str:
+        return ", ".join(ops + [f"%{self.kb.i32(c).id}" for c in comp])
+
+    def __getitem__(self, idx):
+        ops, tail = self._resolve(idx)
+        if not tail:
+            return self.kb._emit(f"load {self.name}[{self._at(ops, ())}]", self.dtype)
+        flat = [self.kb._emit(f"load {self.name}[{self._at(ops, c)}]", self.dtype)
+                for c in _components(tail)]
+        return _Tensor._make(tail, flat, self.dtype)
+
+    def _write(self, op: str, idx, v) -> None:
+        ops, tail = self._resolve(idx)
+        what = f"{op} into '{self.name}'"
+        if not tail:
+            if _is_tensor(v):
+                raise TypeError(f"{what}: the element is a scalar, got a {v!r}")
+            v = self.kb._as_value(v, self.dtype)
+            _same(self.dtype, v.dtype, what)
+            self.kb._line(f"{op} {self.name}[{self._at(ops, ())}], %{v.id}")
+            return
+        if not isinstance(v, _Tensor) or v.shape != tail:
+            shape = _shape_name(tail)
+            got = repr(v) if isinstance(v, _Tensor) else type(v).__name__
+            raise TypeError(f"{what}: the element is a {shape} {tail}, got {got}")
+        if v.dtype is not None:
+            _same(self.dtype, v.dtype, what)
+        for c, comp in zip(_components(tail), v.flat):
+            val = self.kb._as_value(comp, self.dtype)
+            self.kb._line(f"{op} {self.name}[{self._at(ops, c)}], %{val.id}")
 
     def __setitem__(self, idx, v) -> None:
-        v = self.kb._as_value(v, self.dtype)
-        _same(self.dtype, v.dtype, f"store into '{self.name}'")
-        self.kb._line(f"store {self.name}[{self._indices(idx)}], %{v.id}")
+        self._write("store", idx, v)
 
     def atomic_add(self, idx, v) -> None:
-        v = self.kb._as_value(v, self.dtype)
-        _same(self.dtype, v.dtype, f"atomic_add into '{self.name}'")
-        self.kb._line(f"atomic_add {self.name}[{self._indices(idx)}], %{v.id}")
+        """x[idx] += v atomically (a Vector / Matrix componentwise)."""
+        self._write("atomic_add", idx, v)
+
+
+def _is_tensor(v) -> bool:
+    return isinstance(v, _Tensor)
+
+
+def _components(shape: Tuple[int, ...]) -> List[Tuple[int, ...]]:
+    """Row-major component indices of an element shape: (2,) -> (0,), (1,)."""
+    out: List[Tuple[int, ...]] = [()]
+    for e in shape:
+        out = [c + (k,) for c in out for k in range(e)]
+    return out
 
 
 class Local(_Operators):
@@ -232,6 +301,14 @@ def _binary(op: str, a, b, result: Optional[DType] = None) -> Value:
     return kb._emit(f"{op} %{va.id}, %{vb.id}", result or va.dtype)
 
 
+def _arith(op: str, a, b):
+    """An operator's binary op; NotImplemented for a Vector / Matrix operand, so that Python
+    asks the tensor's reflected operator (2.0 * v with a Value on the left works too)."""
+    if _is_tensor(a) or _is_tensor(b):
+        return NotImplemented
+    return _binary(op, a, b)
+
+
 def _unary(op: str, a) -> Value:
     kb = _builder_of(a)
     va = kb._as_value(a, None)
@@ -260,8 +337,10 @@ def eq(a, b): return _binary("eq", a, b, DType.bool)
 def ne(a, b): return _binary("ne", a, b, DType.bool)
 
 
-def select(c, a, b) -> Value:
-    """c ? a : b (both branches are evaluated)."""
+def select(c, a, b):
+    """c ? a : b (both branches are evaluated); componentwise for Vector / Matrix operands."""
+    if _is_tensor(a) or _is_tensor(b):
+        return _select_tensor(c, a, b)
     kb = _builder_of(c, a, b)
     t = _type_of(a) or _type_of(b)
     vc, va, vb = kb._as_value(c, DType.bool), kb._as_value(a, t), kb._as_value(b, t)
@@ -292,10 +371,21 @@ class KernelBuilder:
         return Scalar(self, name, dtype)
 
     def ndarray(self, name: str, dtype: DType, rank: int, grad: bool = False,
-                readonly: bool = False) -> Array:
+                readonly: bool = False, element: Tuple[int, ...] = ()) -> Array:
+        """An ndarray parameter indexed by `rank` indices. `element` = (n,) or (n, m) makes
+        each element a Vector / Matrix held in trailing axes of those extents (the device array
+        then has rank + len(element) axes: x of shape (T, P, 2) is rank 2, element (2,)).
+        rank 0 without element is one scalar, held in a shape (1,) array (`x[None]`)."""
+        element = tuple(element)
+        if len(element) > 2 or not all(isinstance(e, int) and e >= 1 for e in element):
+            raise TypeError(f"ndarray '{name}': element is () (scalars), (n,) (vectors) or "
+                            f"(n, m) (matrices) with positive int extents, got {element!r}")
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raise TypeError(f"ndarray '{name}': rank is an int >= 0, got {rank!r}")
         flags = (" grad" if grad else "") + (" readonly" if readonly else "")
-        self._params.append(f"{name}: ndarray<{_tname(dtype)}, {rank}>{flags}")
-        return Array(self, name, dtype, rank)
+        array = Array(self, name, dtype, rank, element)
+        self._params.append(f"{name}: ndarray<{_tname(dtype)}, {array.rank}>{flags}")
+        return array
 
     # --- tasks and control flow (context managers yielding the index) ---
     @contextmanager
@@ -373,8 +463,11 @@ class KernelBuilder:
         self._last_if = None
 
     # --- values ---
-    def local(self, init) -> Local:
-        """A mutable local: of a dtype (starts at zero), or initialised with a Value."""
+    def local(self, init):
+        """A mutable local: of a dtype (starts at zero), or initialised with a Value, or a
+        Vector / Matrix local (one local per component) initialised with one."""
+        if _is_tensor(init):
+            return _make_local(self, init)
         if isinstance(init, DType):
             return Local(self, self._emit("alloca", init).id, init)
         v = self._as_value(init, None)
@@ -461,6 +554,11 @@ class KernelBuilder:
                             f"got {type(b).__name__}")
         return str(b) if isinstance(b, int) else b._bound()
 
+
+# Vectors and matrices build on the scalar Values above (imported last: matrix imports this
+# module); Array, select and local accept them.
+from .matrix import (_Tensor, _shape_name, make_local as _make_local,  # noqa: E402
+                     select_tensor as _select_tensor)
 
 __all__ = ["KernelBuilder", "Value", "Scalar", "Array", "Dim", "Local", "sqrt", "rsqrt", "exp",
            "log", "sin", "cos", "tan", "tanh", "asin", "acos", "abs", "floor", "ceil", "pow",

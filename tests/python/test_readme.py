@@ -20,3 +20,15 @@ def test_readme_python_example():
     scope["s"].close()
     printed = np.array(out.getvalue().strip().strip("[]").split(), dtype=float)
     np.testing.assert_allclose(printed, np.array([1, 2, 3, 4]) ** 2, rtol=1e-6)
+
+
+def test_readme_vector_matrix_example_differentiates():
+    text = README.read_text()
+    section = text[text.index("### Vectors and matrices in the builder"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    scope = {}
+    exec(compile("import vkad\n" + code, "README.md", "exec"), scope)
+    import vkad
+    with vkad.Session() as s:
+        d = s.differentiate(scope["kb"])
+    assert d.gradients == {"x": "x_grad", "F": "F_grad", "loss": "loss_grad"}
