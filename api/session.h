@@ -60,7 +60,8 @@ struct SessionOptions {
   // every empty block back at once (README, "Memory").
   uint32_t spare_memory_blocks = 1;
   codegen::CompileOptions compile;  // applied to every kernel this session compiles
-  // Fuse element-wise runs of captured launches at end_capture (Session::begin_capture).
+  // Fuse element-wise runs of captured launches at end_capture (Session::begin_capture);
+  // VKAD_GRAPH_FUSION=0 in the environment turns it off for every session.
   bool fuse_graph_launches = true;
 };
 

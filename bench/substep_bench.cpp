@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
         "  captured and replayed:   %9.2f ms/iteration (%.1fx the floor), %.3f us of host "
         "time per captured launch, %.0f launches per replay (%s)\n",
         gm, gm / floor_ms, grc, replay_launches,
-        options.fuse_graph_launches ? "fused" : "--no-fuse");
+        replay_launches < 2.0 * steps ? "fused" : "not fused");
     std::printf("  replayed alone:          forward %.2f ms, zeroing and seed %.2f ms, backward %.2f ms\n",
                 part_ms[0], part_ms[1], part_ms[2]);
     json.begin();
