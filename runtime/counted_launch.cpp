@@ -19,12 +19,16 @@ Status check_count(const char* where, uint32_t counted, size_t args) {
                         std::to_string(kMaxKernelParams) + " parameters");
 }
 
-// A trips array for `counted` loops, zeroed by a device fill (no staging buffer) ordered before
-// the launches that follow. Nothing is left behind on error.
+// A trips array for `counted` loops, zeroed by an upload ordered before the launches that
+// follow: staged in the upload ring (no Vulkan object per call), and -- unlike a fill --
+// refused while a graph capture is open, so that a call during a capture records nothing (a
+// captured launch would keep this per-call array, which the call frees). Nothing is left
+// behind on error.
 Result<NdArrayHandle> zeroed_trips(Runtime& rt, uint32_t counted) {
   VKAD_ASSIGN_OR_RETURN(NdArrayHandle trips,
                         rt.create_ndarray(DType::kI32, {counted * kTripSlots}, "trips"));
-  Status st = rt.fill(trips, 0.0);
+  const std::vector<int32_t> zero(static_cast<size_t>(counted) * kTripSlots, 0);
+  Status st = rt.upload(trips, zero.data(), 4ull * zero.size());
   if (!st.ok()) {
     (void)rt.free_ndarray(trips);
     return st;

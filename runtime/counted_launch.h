@@ -39,7 +39,7 @@ Status launch_counted(Runtime& rt, KernelHandle counter, KernelHandle adjoint, u
                       size_t forward_params, std::span<const Arg> args, LaunchId* id = nullptr);
 
 // Launches the counting forward: makes an i32 array of `counted` x kTripSlots elements named
-// "trips", zeroes it (one device fill, ordered before the launch) and launches
+// "trips", zeroes it (one upload, ordered before the launch) and launches
 // `counting_forward` (the registered CountedAdjoint::counting_forward) with `forward_args` (the
 // forward's arguments) and that array. Asynchronous like launch: nothing waits. It writes what
 // the forward writes, so it replaces the caller's forward launch. On success `*trips` receives
@@ -49,10 +49,12 @@ Status launch_counted(Runtime& rt, KernelHandle counter, KernelHandle adjoint, u
 // caller's plain forward, launched with `forward_args` as is, and `*trips` is set to the null
 // handle {}, which launch_counted_adjoint takes with `counted` == 0.
 // Errors: kInvalidArgument for a null `trips`, or `counted` plus forward_args.size() past
-// kMaxKernelParams (no adjoint takes that many trips_ arguments); those of create_ndarray, fill
-// and launch (a dead or foreign kernel handle, arguments that do not match the kernel: for
-// example the forward's kernel given in place of its counting forward, one parameter short).
-// On every error nothing is launched, the array is freed and `*trips` is unchanged.
+// kMaxKernelParams (no adjoint takes that many trips_ arguments); kFailedPrecondition while a
+// graph capture is open (the per-call trips array cannot be captured; the upload refuses it);
+// those of create_ndarray, upload and launch (a dead or foreign kernel handle, arguments that do
+// not match the kernel: for example the forward's kernel given in place of its counting forward,
+// one parameter short). On every error nothing is launched, the array is freed and `*trips` is
+// unchanged.
 Status launch_forward_counted(Runtime& rt, KernelHandle counting_forward, uint32_t counted,
                               std::span<const Arg> forward_args, NdArrayHandle* trips,
                               LaunchId* id = nullptr);
