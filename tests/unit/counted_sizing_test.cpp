@@ -347,10 +347,14 @@ TEST(CountedSizing, CountingForwardKeepsEveryTaskAndCountsEachLoop) {
 
 // The AD fuzzer's kernels without stated bounds (nested while / for loops bounded by table
 // entries, break / continue, several counted loops): the counting forward writes what the
-// forward writes and counts what the counter counts.
+// forward writes and counts what the counter counts. Also with segmented checkpointing (as on
+// GPUs), where the counter runs the split kernel the adjoint differentiates and the counting
+// forward the unsplit one: the counted loops are the same statements in both.
 TEST(CountedSizing, CountingForwardOnFuzzKernels) {
   uint32_t seed0 = env_or("VKAD_AD_FUZZ_SEED", 1), count = env_or("VKAD_AD_FUZZ_COUNT", 5000) / 10;
-  int counted_kernels = 0, several = 0;
+  int counted_kernels = 0, several = 0, split = 0;
+  codegen::Target segmented = codegen::Target::host();
+  segmented.checkpoint_segment = 4;
   for (uint32_t seed = seed0; seed < seed0 + count; ++seed) {
     AdFuzzCase c = random_ad_kernel(seed);
     Kernel bare = c.kernel;
@@ -361,10 +365,16 @@ TEST(CountedSizing, CountingForwardOnFuzzKernels) {
     ++counted_kernels;
     several += ca->counted > 1;
     expect_counting_forward_matches(bare, *ca, c.args, "seed " + std::to_string(seed));
+    auto cs = codegen::make_adjoint_counted(bare, segmented);
+    ASSERT_TRUE(cs.ok()) << "seed " << seed << ": " << cs.status().to_string();
+    split += codegen::print(cs->counter) != codegen::print(ca->counter);
+    expect_counting_forward_matches(bare, *cs, c.args,
+                                    "seed " + std::to_string(seed) + ", segmented");
     if (::testing::Test::HasFailure()) FAIL() << "seed " << seed << "\n" << codegen::print(bare);
   }
   EXPECT_GT(counted_kernels, static_cast<int>(count) / 8);
   EXPECT_GT(several, 0);
+  EXPECT_GT(split, 0);  // kernels whose counter runs segmented loops
 }
 
 }  // namespace
