@@ -36,8 +36,9 @@ Kernel trip_counter_kernel(const Kernel& forward, const std::vector<ValueId>& lo
 // change what a counted loop's bounds or test read; reverse mode's rules on arrays both read and
 // written (reverse_mode.h) hold that for every value the adjoint's replay needs. Recording the
 // counts inside the forward launch a user runs anyway costs a few instructions per loop and one
-// atomic per thread (or subgroup) and task, where the separate counter re-runs every load and loop
-// of the forward (issue 27). Name: forward.name + "_counting". New ids come from forward.next_id.
+// atomic per counted loop and thread (or subgroup), where the separate counter re-runs every
+// load and loop of the forward (issue 27). Name: forward.name + "_counting". New ids come from
+// forward.next_id.
 Kernel counting_forward_kernel(const Kernel& forward, const std::vector<ValueId>& loops,
                                uint32_t slot_run = 1);
 
