@@ -3,14 +3,18 @@
 // acc += v sin(v) w; v *= 0.5", x spread so trips range 1..T), differentiated twice: with a
 // stated max_trip (the bound a user would guess) and counted (codegen::make_adjoint_counted).
 // Reports the forward, the counting kernel alone (as target_from_caps lowers it, and with the
-// other lowering of its atomic_max: combined per subgroup or per thread), the adjoint (each sized
-// its way), and launch_counted end to end (counter, blocking readback, adjoint), and the heap
-// bytes.
+// other lowering of its atomic_max: combined per subgroup or per thread), the counting forward
+// (the forward recording the counts itself: make_adjoint_counted's counting_forward) and what
+// counting costs that way (counting forward - forward, timed interleaved with the forward so that
+// drift on a shared machine hits both alike), the adjoint (each sized its way), launch_counted end
+// to end (counter, blocking readback, adjoint) after a forward and the forward-counted pair
+// (launch_forward_counted, launch_counted_adjoint) in its place, and the heap bytes.
 //
 //   vkad-bench-counted [--n ELEMENTS (default 2^22)] [--max-trip M (default 64)] [--reps R] [--json
 //   F]
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 
 #include "api/device_target.h"
@@ -88,6 +92,7 @@ int main(int argc, char** argv) {
   auto hs = rt.register_kernel(compile(stated, target).value()).value();
   auto ha = rt.register_kernel(compile(ca.adjoint, target).value()).value();
   auto hc = rt.register_kernel(compile(ca.counter, target).value()).value();
+  auto hcf = rt.register_kernel(compile(ca.counting_forward, target).value()).value();
   // The other lowering of the counting kernel's atomic_max, timed beside the one target_from_caps
   // chose (issue 27): per thread (every thread its own atomic_max, neighbours spread over the
   // words: all there was before) where the target combines them over subgroups, combined where
@@ -136,10 +141,34 @@ int main(int argc, char** argv) {
                  counts_pt.empty() ? 0 : counts_pt[0]);
     return 1;
   }
+  // The counting forward must leave the counter's words, word for word (same slots, same
+  // lowering of atomic_max), and write what the forward writes.
+  std::vector<float> y_fwd(n), y_cf(n);
+  (void)rt.launch(hf, fa);
+  (void)rt.download(y, y_fwd.data(), 4ull * n);
+  std::vector<int32_t> slots_cf(words, 0);
+  (void)rt.upload(trips, zero.data(), 4ull * words);
+  (void)rt.upload(y, std::vector<float>(n, 0.0f).data(), 4ull * n);
+  (void)rt.launch(hcf, ca_args);
+  (void)rt.download(trips, slots_cf.data(), 4ull * words);
+  (void)rt.download(y, y_cf.data(), 4ull * n);
+  if (slots_cf != slots || std::memcmp(y_fwd.data(), y_cf.data(), 4ull * n) != 0) {
+    std::fprintf(stderr, "the counting forward disagrees with the %s\n",
+                 slots_cf != slots ? "counter's words" : "forward's output");
+    return 1;
+  }
   std::vector<Arg> counted_args = aa;
   for (int32_t t : counts) counted_args.push_back(Arg::i32(t));
 
-  double f = time_ms([&] { return bench::batch_ms(rt, hf, fa, 4); }, reps);
+  // The forward and the counting forward interleaved, rep by rep (the batch launches into the
+  // same trips array without zeroing it again: the atomics cost the same whatever the words hold).
+  bench::warm_up(rt, hcf, ca_args, 100);
+  std::vector<double> fs, cfs;
+  for (int r = 0; r <= reps; ++r) {
+    double fr = bench::batch_ms(rt, hf, fa, 4), cfr = bench::batch_ms(rt, hcf, ca_args, 4);
+    if (r) fs.push_back(fr), cfs.push_back(cfr);
+  }
+  const double f = bench::median(fs), cf = bench::median(cfs);
   double c = time_ms([&] { return bench::batch_ms(rt, hc, ca_args, 4); }, reps);
   double c_other = time_ms([&] { return bench::batch_ms(rt, hc_other, ca_args, 4); }, reps);
   double s = time_ms([&] { return bench::batch_ms(rt, hs, aa, 4); }, reps);
@@ -150,6 +179,31 @@ int main(int argc, char** argv) {
         (void)rt.synchronize();
         double t0 = now_us();
         Status st = runtime::launch_counted(rt, hc, ha, ca.counted, fa.size(), aa);
+        if (!st.ok()) std::fprintf(stderr, "%s\n", st.to_string().c_str());
+        (void)rt.synchronize();
+        return (now_us() - t0) / 1000;
+      },
+      reps);
+  // One training step's gradient, end to end: the forward then launch_counted (the counter's
+  // second pass), against the forward-counted pair in its place.
+  double step_counter = time_ms(
+      [&] {
+        (void)rt.synchronize();
+        double t0 = now_us();
+        (void)rt.launch(hf, fa);
+        Status st = runtime::launch_counted(rt, hc, ha, ca.counted, fa.size(), aa);
+        if (!st.ok()) std::fprintf(stderr, "%s\n", st.to_string().c_str());
+        (void)rt.synchronize();
+        return (now_us() - t0) / 1000;
+      },
+      reps);
+  double step_pair = time_ms(
+      [&] {
+        (void)rt.synchronize();
+        double t0 = now_us();
+        runtime::NdArrayHandle t;
+        Status st = runtime::launch_forward_counted(rt, hcf, ca.counted, fa, &t);
+        if (st.ok()) st = runtime::launch_counted_adjoint(rt, ha, ca.counted, t, aa);
         if (!st.ok()) std::fprintf(stderr, "%s\n", st.to_string().c_str());
         (void)rt.synchronize();
         return (now_us() - t0) / 1000;
@@ -178,9 +232,17 @@ int main(int argc, char** argv) {
   } else {
     std::printf("  (no other lowering: the device has no subgroup arithmetic)\n");
   }
+  std::printf(
+      "counting forward             %9.3f ms  (counting cost: %+.3f ms over the forward, %.1f%% of "
+      "the counted adjoint)\n",
+      cf, cf - f, 100 * (cf - f) / a);
   std::printf("adjoint, stated max_trip     %9.3f ms  (heap %.1f MB)\n", s, heap_stated / 1e6);
   std::printf("adjoint, counted capacity    %9.3f ms\n", a);
   std::printf("launch_counted, one launch   %9.3f ms  (adjoint alone, one launch: %.3f ms)\n", e2e, adj_alone);
+  std::printf("forward + launch_counted     %9.3f ms  (one launch each)\n", step_counter);
+  std::printf(
+      "forward-counted pair         %9.3f ms  (launch_forward_counted + launch_counted_adjoint)\n",
+      step_pair);
   bench::JsonRecords json;
   json.begin();
   json.field("n", n);
@@ -190,10 +252,15 @@ int main(int argc, char** argv) {
   json.field("counter_pct_of_adjoint", 100 * c / a);
   json.field("counter_subgroup_combined", target.subgroup_arithmetic ? 1 : 0);
   json.field("counter_other_lowering_ms", c_other);
+  json.field("counting_forward_ms", cf);
+  json.field("counting_cost_ms", cf - f);
+  json.field("counting_cost_pct_of_adjoint", 100 * (cf - f) / a);
   json.field("adjoint_stated_ms", s);
   json.field("adjoint_counted_ms", a);
   json.field("launch_counted_ms", e2e);
   json.field("adjoint_single_launch_ms", adj_alone);
+  json.field("forward_then_launch_counted_ms", step_counter);
+  json.field("forward_counted_pair_ms", step_pair);
   if (args.has("json")) json.write(args.get("json", ""), rt.caps().device_name);
   return 0;
 }

@@ -1141,6 +1141,20 @@ Result<Kernel> reverse(const Kernel& lowered, const Target& target, bool countin
   return out;
 }
 
+// The atomic_max statements of `k`. Reverse mode rejects them in a forward, so in a kernel that
+// trip_counter.h made from one they are its recordings: one per counted loop it found.
+size_t count_atomic_max(const Kernel& k) {
+  size_t n = 0;
+  std::function<void(const Block&)> walk = [&](const Block& b) {
+    for (const Stmt& s : b.stmts) {
+      n += s.op == Op::kAtomicMax;
+      for (const Block& c : s.blocks) walk(c);
+    }
+  };
+  for (const Task& t : k.tasks) walk(t.body);
+  return n;
+}
+
 }  // namespace
 
 Result<CountedAdjoint> make_adjoint_counted(const Kernel& forward, const Target& target) {
@@ -1153,12 +1167,26 @@ Result<CountedAdjoint> make_adjoint_counted(const Kernel& forward, const Target&
                         reverse(lowered, target, /*counting=*/true, &differentiated, &loops));
   out.counted = static_cast<uint32_t>(loops.size());
   if (out.counted) {
-    out.counter =
-        trip_counter_kernel(differentiated, loops, target.subgroup_arithmetic ? kTripSlotRun : 1);
-    Status v = verify(out.counter, target);
-    if (!v.ok()) {
-      return make_error(v.code() == ErrorCode::kUnsupported ? ErrorCode::kUnsupported : ErrorCode::kInternal,
-                        "the trip-counting kernel of '" + forward.name + "' does not verify: " + v.message());
+    const uint32_t slot_run = target.subgroup_arithmetic ? kTripSlotRun : 1;
+    out.counter = trip_counter_kernel(differentiated, loops, slot_run);
+    // From `lowered`, not `differentiated`: segmented checkpointing split the latter's long
+    // loops for the adjoint's sake, and the user's forward launch should not pay for that. The
+    // counted loops are the same statements in both: segment_loops splits only innermost for
+    // loops with derivable bounds, never a counted loop or one around it (checked below).
+    out.counting_forward = counting_forward_kernel(lowered, loops, slot_run);
+    if (count_atomic_max(out.counting_forward) != out.counted) {
+      return make_error(ErrorCode::kInternal, "the counting forward of '" + forward.name +
+                                                  "' does not record every counted loop (a bug in "
+                                                  "vkad; please report it with the kernel's text)");
+    }
+    for (const Kernel* k : {&out.counter, &out.counting_forward}) {
+      Status v = verify(*k, target);
+      if (!v.ok()) {
+        return make_error(
+            v.code() == ErrorCode::kUnsupported ? ErrorCode::kUnsupported : ErrorCode::kInternal,
+            "the " + std::string(k == &out.counter ? "trip-counting kernel" : "counting forward") +
+                " of '" + forward.name + "' does not verify: " + v.message());
+      }
     }
   }
   return out;

@@ -102,11 +102,20 @@ Result<Kernel> make_adjoint(const Kernel& forward, const Target& target = Target
 // atomic_max-es each loop's largest trip count over all instances and threads (trip_counter.h
 // says where), running the forward's control
 // flow without its ndarray writes, as the adjoint's replay does (so it runs, like the adjoint,
-// on the arrays as the forward left them). runtime/counted_launch.h runs both. `max_trip` still
-// overrides. With `counted` == 0, `counter` is empty and `adjoint` is make_adjoint's.
+// on the arrays as the forward left them). `counting_forward` (trip_counter.h,
+// counting_forward_kernel) is the forward itself with the same trips parameter appended: it
+// writes what the forward writes and records the same counts into the same words as it runs, so
+// a user who launches it in place of the forward has the counts without running `counter`
+// (issue 27: the counter re-runs the forward's loads and loops, as costly as the adjoint on an
+// H100). It is the forward as given when that has no break / continue, else the lowered forward
+// (jumps.h) that reverse mode differentiates, which computes the same values.
+// runtime/counted_launch.h runs them: launch_counted (counter, then adjoint) or
+// launch_forward_counted then launch_counted_adjoint. `max_trip` still overrides. With
+// `counted` == 0, `counter` and `counting_forward` are empty and `adjoint` is make_adjoint's.
 struct CountedAdjoint {
   Kernel adjoint;
   Kernel counter;
+  Kernel counting_forward;
   uint32_t counted = 0;
 };
 Result<CountedAdjoint> make_adjoint_counted(const Kernel& forward, const Target& target = Target::host());

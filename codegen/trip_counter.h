@@ -26,6 +26,22 @@ namespace vkad::codegen {
 Kernel trip_counter_kernel(const Kernel& forward, const std::vector<ValueId>& loops,
                            uint32_t slot_run = 1);
 
+// The counting forward: `forward` itself (every task, every statement, its ndarray writes and
+// gradient flags) with `trips` appended as for trip_counter_kernel, and each task that holds one
+// of `loops` recording their trip counts the same way: the same locals raised at the same points,
+// atomic_max-ed at the end of the task's body into the same slots (same `slot_run`). So it
+// writes bit for bit what `forward` writes, and counts the loops on the arrays as `forward`
+// reads them, where trip_counter_kernel, run after `forward`, counts them on the arrays as
+// `forward` left them. The two leave the same words in `trips` when the forward's writes do not
+// change what a counted loop's bounds or test read; reverse mode's rules on arrays both read and
+// written (reverse_mode.h) hold that for every value the adjoint's replay needs. Recording the
+// counts inside the forward launch a user runs anyway costs a few instructions per loop and one
+// atomic per counted loop and thread (or subgroup), where the separate counter re-runs every
+// load and loop of the forward (issue 27). Name: forward.name + "_counting". New ids come from
+// forward.next_id.
+Kernel counting_forward_kernel(const Kernel& forward, const std::vector<ValueId>& loops,
+                               uint32_t slot_run = 1);
+
 // The slot_run make_adjoint_counted uses on targets with subgroup arithmetic: at least the
 // largest subgroup size Vulkan allows (128), so that an aligned subgroup's indices share a word.
 inline constexpr uint32_t kTripSlotRun = 128;

@@ -154,39 +154,25 @@ Status KernelRunner::run_compiled(const runtime::CompiledKernel& ck, HostArgs& a
   return st;
 }
 
-Status KernelRunner::run_counted(const runtime::CompiledKernel& counter, const runtime::CompiledKernel& adjoint,
-                                 uint32_t counted, size_t forward_params, HostArgs& args) {
-  VKAD_ASSIGN_OR_RETURN(runtime::KernelHandle ch, rt_->register_kernel(counter));
-  auto ah = rt_->register_kernel(adjoint);
-  if (!ah.ok()) {
-    (void)rt_->unregister_kernel(ch);
-    return ah.status();
-  }
-  std::vector<runtime::Arg> launch_args;
-  std::vector<std::pair<size_t, runtime::NdArrayHandle>> handles;
-  Status st;
-  // The adjoint's parameters without its trailing trips_ scalars.
-  size_t n = adjoint.params.size() - counted;
-  for (size_t i = 0; i < n && st.ok(); ++i) {
-    const auto& p = adjoint.params[i];
+Status KernelRunner::upload_params(const runtime::CompiledKernel& k, size_t n, HostArgs& args,
+                                   std::vector<runtime::Arg>* launch_args, ArrayHandles* handles) {
+  for (size_t i = 0; i < n; ++i) {
+    const auto& p = k.params[i];
     if (p.kind == runtime::ParamKind::kScalar) {
-      launch_args.push_back(scalar_arg(p.dtype, args.scalars[i]));
+      launch_args->push_back(scalar_arg(p.dtype, args.scalars[i]));
       continue;
     }
     HostArray& a = args.arrays[i];
-    auto nd = rt_->create_ndarray(p.dtype, a.shape, p.name);
-    if (!nd.ok()) {
-      st = nd.status();
-      break;
-    }
-    handles.push_back({i, *nd});
+    VKAD_ASSIGN_OR_RETURN(runtime::NdArrayHandle nd, rt_->create_ndarray(p.dtype, a.shape, p.name));
+    handles->push_back({i, nd});
     std::vector<std::byte> bytes = to_bytes(a);
-    if (!bytes.empty()) st = rt_->upload(*nd, bytes.data(), bytes.size());
-    launch_args.push_back(runtime::Arg::ndarray(*nd));
+    if (!bytes.empty()) VKAD_TRY(rt_->upload(nd, bytes.data(), bytes.size()));
+    launch_args->push_back(runtime::Arg::ndarray(nd));
   }
-  if (st.ok()) st = runtime::launch_counted(*rt_, ch, *ah, counted, forward_params, launch_args);
-  Status sync = rt_->synchronize();
-  if (st.ok()) st = sync;
+  return {};
+}
+
+Status KernelRunner::download_params(const ArrayHandles& handles, HostArgs& args, Status st) {
   for (auto [i, h] : handles) {
     HostArray& a = args.arrays[i];
     std::vector<std::byte> bytes(a.size() * runtime::dtype_bytes(a.dtype));
@@ -195,7 +181,63 @@ Status KernelRunner::run_counted(const runtime::CompiledKernel& counter, const r
     else if (st.ok()) st = d;
     (void)rt_->free_ndarray(h);
   }
+  return st;
+}
+
+Status KernelRunner::run_counted(const runtime::CompiledKernel& counter,
+                                 const runtime::CompiledKernel& adjoint, uint32_t counted,
+                                 size_t forward_params, HostArgs& args) {
+  VKAD_ASSIGN_OR_RETURN(runtime::KernelHandle ch, rt_->register_kernel(counter));
+  auto ah = rt_->register_kernel(adjoint);
+  if (!ah.ok()) {
+    (void)rt_->unregister_kernel(ch);
+    return ah.status();
+  }
+  std::vector<runtime::Arg> launch_args;
+  ArrayHandles handles;
+  // The adjoint's parameters without its trailing trips_ scalars.
+  Status st = upload_params(adjoint, adjoint.params.size() - counted, args, &launch_args, &handles);
+  if (st.ok()) st = runtime::launch_counted(*rt_, ch, *ah, counted, forward_params, launch_args);
+  Status sync = rt_->synchronize();
+  if (st.ok()) st = sync;
+  st = download_params(handles, args, st);
   (void)rt_->unregister_kernel(ch);
+  (void)rt_->unregister_kernel(*ah);
+  return st;
+}
+
+Status KernelRunner::run_forward_counted(const runtime::CompiledKernel& counting_forward,
+                                         const runtime::CompiledKernel& adjoint, uint32_t counted,
+                                         size_t forward_params, HostArgs& args,
+                                         std::vector<int32_t>* trips) {
+  VKAD_ASSIGN_OR_RETURN(runtime::KernelHandle fh, rt_->register_kernel(counting_forward));
+  auto ah = rt_->register_kernel(adjoint);
+  if (!ah.ok()) {
+    (void)rt_->unregister_kernel(fh);
+    return ah.status();
+  }
+  std::vector<runtime::Arg> launch_args;
+  ArrayHandles handles;
+  Status st = upload_params(adjoint, adjoint.params.size() - counted, args, &launch_args, &handles);
+  runtime::NdArrayHandle th;
+  if (st.ok()) {
+    st = runtime::launch_forward_counted(*rt_, fh, counted,
+                                         std::span(launch_args).first(forward_params), &th);
+  }
+  if (st.ok() && trips) {
+    // The words as the forward left them; reading them is only a download (a test's look, not
+    // part of the protocol).
+    trips->assign(static_cast<size_t>(counted) * runtime::kTripSlots, 0);
+    st = rt_->download(th, trips->data(), 4 * trips->size());
+  }
+  if (st.ok())
+    st = runtime::launch_counted_adjoint(*rt_, *ah, counted, th, launch_args);
+  else if (th.id)
+    (void)rt_->free_ndarray(th);
+  Status sync = rt_->synchronize();
+  if (st.ok()) st = sync;
+  st = download_params(handles, args, st);
+  (void)rt_->unregister_kernel(fh);
   (void)rt_->unregister_kernel(*ah);
   return st;
 }

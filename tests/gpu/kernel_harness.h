@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codegen/compiler.h"
@@ -58,12 +59,29 @@ class KernelRunner {
   // `counter` first.
   Status run_counted(const runtime::CompiledKernel& counter, const runtime::CompiledKernel& adjoint,
                      uint32_t counted, size_t forward_params, HostArgs& args);
+  // The same through the forward's own counts: runtime::launch_forward_counted runs
+  // `counting_forward` on the first `forward_params` of `args`, then
+  // runtime::launch_counted_adjoint the adjoint; every array comes back into `args`, the
+  // forward's outputs included. `trips`, when not null, receives the trips array's words as the
+  // forward left them (downloaded between the two launches).
+  Status run_forward_counted(const runtime::CompiledKernel& counting_forward,
+                             const runtime::CompiledKernel& adjoint, uint32_t counted,
+                             size_t forward_params, HostArgs& args,
+                             std::vector<int32_t>* trips = nullptr);
 
   // Validation messages so far (the fixture asserts zero).
   size_t validation_messages() const;
   std::string validation_log() const;
 
  private:
+  using ArrayHandles = std::vector<std::pair<size_t, runtime::NdArrayHandle>>;  // param, array
+  // New arrays for the ndarrays among the first `n` parameters of `k`, uploaded from `args`;
+  // every parameter's Arg appended to `launch_args`.
+  Status upload_params(const runtime::CompiledKernel& k, size_t n, HostArgs& args,
+                       std::vector<runtime::Arg>* launch_args, ArrayHandles* handles);
+  // Downloads each array back into `args` and frees it; `st`, or the first download error.
+  Status download_params(const ArrayHandles& handles, HostArgs& args, Status st);
+
   std::unique_ptr<runtime::Runtime> rt_;
   std::optional<adstack::Layout> layout_;
 };

@@ -4,6 +4,10 @@
 #include <limits>
 
 #include "abi/spirv_tools.h"
+#include "api/device_target.h"
+#include "codegen/compiler.h"
+#include "codegen/reverse_mode.h"
+#include "codegen/text.h"
 #include "gpu/gpu_test.h"
 #include "rhi/vk_check.h"
 #include "runtime/counted_launch.h"
@@ -170,6 +174,167 @@ TEST_F(RuntimeMisuse, LaunchCountedWithAnImpossibleCountIsRefused) {
                  "launch_counted: " + std::to_string(counted) + " counted loops");
   }
   EXPECT_EQ(rt_->stats()->launches, 0u);
+}
+
+// "while v^2 > 0.01: v = 0.9 sin v" in f32 (every device has it), without max_trip: one counted
+// loop.
+const char* kCountedHalve = R"(kernel shrink(x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f32
+    %x = load x[%i] : f32
+    store_local %v, %x
+    %g = const 0.9 : f32
+    %eps = const 0.01 : f32
+    while %k (%c) {
+      %a = load_local %v : f32
+      %a2 = mul %a, %a : f32
+      %c = gt %a2, %eps : bool
+    } do {
+      %b = load_local %v : f32
+      %s = sin %b : f32
+      %h = mul %s, %g : f32
+      store_local %v, %h
+    }
+    %o = load_local %v : f32
+    store y[%i], %o
+  }
+})";
+
+// launch_forward_counted and launch_counted_adjoint refuse each misuse with an error that names
+// it, and the trips array never outlives a failed call: the adjoint side frees it on every path
+// (a wrong count, a dead adjoint launch, another array in its place), the forward side leaves
+// nothing behind. RuntimeStats::ndarrays counts the live arrays.
+TEST_F(RuntimeMisuse, ForwardCountedPairStatesEachMisuseAndFreesTheTrips) {
+  SKIP_IF_NO_DEVICE();
+  auto k = codegen::parse(kCountedHalve);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  const codegen::Target target = codegen::target_from_caps(rt_->caps());
+  auto ca = codegen::make_adjoint_counted(*k, target);
+  ASSERT_TRUE(ca.ok()) << ca.status().to_string();
+  ASSERT_EQ(ca->counted, 1u);
+  auto compiled = [&](const codegen::Kernel& kernel) {
+    auto c = codegen::compile(kernel, target);
+    EXPECT_TRUE(c.ok()) << c.status().to_string();
+    auto h = rt_->register_kernel(*c);
+    EXPECT_TRUE(h.ok()) << h.status().to_string();
+    return *h;
+  };
+  const runtime::KernelHandle hf = compiled(ca->counting_forward), ha = compiled(ca->adjoint),
+                              plain = compiled(*k);
+  const std::vector<float> xs = {0.3f, -0.9f, 2.5f, 1.1f, -4.0f, 0.05f, 0.7f, 3.3f};
+  auto x = array(*rt_, xs, "x"), y = array(*rt_, std::vector<float>(8, 0.0f), "y"),
+       xg = array(*rt_, std::vector<float>(8, 0.0f), "x_grad"),
+       yg = array(*rt_, std::vector<float>(8, 1.0f), "y_grad");
+  const Arg fargs[] = {Arg::ndarray(x), Arg::ndarray(y)};
+  const Arg aargs[] = {Arg::ndarray(x), Arg::ndarray(y), Arg::ndarray(xg), Arg::ndarray(yg)};
+  const uint64_t live = rt_->stats()->ndarrays;
+  auto arrays_back_to_live = [&] { return rt_->stats()->ndarrays == live; };
+
+  // The forward side: nothing launched, nothing left, `trips` unchanged.
+  runtime::NdArrayHandle trips{};
+  EXPECT_ERROR(runtime::launch_forward_counted(*rt_, hf, 1, fargs, nullptr),
+               ErrorCode::kInvalidArgument, "launch_forward_counted: `trips` is null");
+  EXPECT_ERROR(runtime::launch_forward_counted(*rt_, hf, (1u << 26) + 1, fargs, &trips),
+               ErrorCode::kInvalidArgument, "launch_forward_counted: 67108865 counted loops");
+  // The plain forward in place of the counting one: one parameter short for the trips array.
+  EXPECT_ERROR(runtime::launch_forward_counted(*rt_, plain, 1, fargs, &trips),
+               ErrorCode::kInvalidArgument,
+               "launch of 'shrink': 3 arguments given, the kernel takes 2");
+  EXPECT_ERROR(runtime::launch_forward_counted(*rt_, runtime::KernelHandle{}, 1, fargs, &trips),
+               ErrorCode::kNotFound, "launch: kernel handle");
+  // Inside a graph capture: refused with nothing captured (a replay would reuse the per-call
+  // trips array after launch_counted_adjoint freed it).
+  ASSERT_TRUE(rt_->begin_capture("step").ok());
+  EXPECT_ERROR(runtime::launch_forward_counted(*rt_, hf, 1, fargs, &trips),
+               ErrorCode::kFailedPrecondition, "graph 'step' is being captured");
+  auto graph = rt_->end_capture();
+  ASSERT_TRUE(graph.ok());
+  EXPECT_TRUE(rt_->replay(*graph).ok());  // an empty graph: launches no kernel
+  EXPECT_TRUE(rt_->release_graph(*graph).ok());
+  EXPECT_EQ(trips.id, 0u);
+  EXPECT_TRUE(arrays_back_to_live());
+  EXPECT_EQ(rt_->stats()->launches, 0u);
+
+  // The adjoint side, each after a forward that worked.
+  auto forward = [&] {
+    runtime::NdArrayHandle t{};
+    Status st = runtime::launch_forward_counted(*rt_, hf, 1, fargs, &t);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    EXPECT_NE(t.id, 0u);
+    return t;
+  };
+  EXPECT_ERROR(runtime::launch_counted_adjoint(*rt_, ha, 2, forward(), aargs),
+               ErrorCode::kInvalidArgument,
+               "launch_counted_adjoint: trips: an i32 array of shape (64), a trips array for 1 "
+               "counted loop; 2 "
+               "counted loops need an i32 array of 128 elements");
+  EXPECT_TRUE(arrays_back_to_live());
+  EXPECT_ERROR(runtime::launch_counted_adjoint(*rt_, ha, 0, forward(), aargs),
+               ErrorCode::kInvalidArgument, "0 counted loops take the null handle {}");
+  EXPECT_TRUE(arrays_back_to_live());
+  EXPECT_ERROR(runtime::launch_counted_adjoint(*rt_, ha, 0xFFFFFFFFu, forward(), aargs),
+               ErrorCode::kInvalidArgument, "launch_counted_adjoint: 4294967295 counted loops");
+  EXPECT_TRUE(arrays_back_to_live());
+  // The forward's arguments in place of the adjoint's: the launch refuses them.
+  EXPECT_ERROR(runtime::launch_counted_adjoint(*rt_, ha, 1, forward(), fargs),
+               ErrorCode::kInvalidArgument, "arguments given, the kernel takes 5");
+  EXPECT_TRUE(arrays_back_to_live());
+  EXPECT_ERROR(runtime::launch_counted_adjoint(*rt_, runtime::KernelHandle{}, 1, forward(), aargs),
+               ErrorCode::kNotFound, "launch: kernel handle");
+  EXPECT_TRUE(arrays_back_to_live());
+  // Dead, null and foreign trips handles: the runtime's words, after this call's name.
+  runtime::NdArrayHandle dead = forward();
+  ASSERT_TRUE(rt_->free_ndarray(dead).ok());
+  EXPECT_ERROR(runtime::launch_counted_adjoint(*rt_, ha, 1, dead, aargs), ErrorCode::kNotFound,
+               "launch_counted_adjoint: trips: ndarray handle " + runtime::handle_string(dead.id) +
+                   " was freed or never existed");
+  EXPECT_ERROR(runtime::launch_counted_adjoint(*rt_, ha, 1, {}, aargs), ErrorCode::kNotFound,
+               "launch_counted_adjoint: trips: ndarray handle");
+  other_ = make_runtime(&skipped_);
+  ASSERT_NE(other_, nullptr);
+  auto foreign = other_->create_ndarray(DType::kI32, {runtime::kTripSlots}, "trips");
+  ASSERT_TRUE(foreign.ok());
+  EXPECT_ERROR(runtime::launch_counted_adjoint(*rt_, ha, 1, *foreign, aargs),
+               ErrorCode::kInvalidArgument,
+               "launch_counted_adjoint: trips: ndarray handle " +
+                   runtime::handle_string(foreign->id) + " belongs to runtime");
+  EXPECT_EQ(other_->stats()->ndarrays, 1u);  // not this runtime's to free
+  EXPECT_TRUE(arrays_back_to_live());
+  // Another of the caller's arrays given as trips: refused, and consumed as trips is.
+  auto scratch = array(*rt_, std::vector<float>(64, 0.0f), "scratch");
+  EXPECT_ERROR(runtime::launch_counted_adjoint(*rt_, ha, 1, scratch, aargs),
+               ErrorCode::kInvalidArgument,
+               "launch_counted_adjoint: trips: an f32 array of shape (64); 1 counted loop needs an "
+               "i32 array of 64 "
+               "elements");
+  EXPECT_TRUE(arrays_back_to_live());
+  EXPECT_TRUE(rt_->synchronize().ok());
+  const uint64_t launches = rt_->stats()->launches;
+
+  // And the pair as meant: the adjoint from the forward's counts, trips freed; the gradient is
+  // launch_counted's.
+  Status st = runtime::launch_counted_adjoint(*rt_, ha, 1, forward(), aargs);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_TRUE(arrays_back_to_live());
+  EXPECT_EQ(rt_->stats()->launches, launches + 2);
+  const std::vector<float> from_forward = read(*rt_, xg, 8);
+  auto hc = compiled(ca->counter);
+  ASSERT_TRUE(rt_->fill(xg, 0.0).ok());
+  st = runtime::launch_counted(*rt_, hc, ha, 1, 2, aargs);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(read(*rt_, xg, 8), from_forward);
+  EXPECT_NE(from_forward, std::vector<float>(8, 0.0f));
+  // With nothing counted the forward given is launched as is, no array made, and the adjoint
+  // (here given its trips_ argument by hand) too.
+  st = runtime::launch_forward_counted(*rt_, plain, 0, fargs, &trips);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(trips.id, 0u);
+  EXPECT_TRUE(arrays_back_to_live());
+  const Arg by_hand[] = {Arg::ndarray(x), Arg::ndarray(y), Arg::ndarray(xg), Arg::ndarray(yg),
+                         Arg::i32(64)};
+  st = runtime::launch_counted_adjoint(*rt_, ha, 0, {}, by_hand);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_TRUE(rt_->synchronize().ok());
 }
 
 TEST_F(RuntimeMisuse, ZeroMaxGroupsIsRejected) {

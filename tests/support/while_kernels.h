@@ -361,6 +361,76 @@ inline const char* kJumpCounts = R"(kernel j(x: ndarray<f64, 1>, y: ndarray<i32,
   }
 })";
 
+// Three tasks, three counted loops without max_trip (make_adjoint_counted's counting forward:
+// tests/unit/counted_sizing_test.cpp, tests/gpu/while_loop_test.cpp): a while loop writing y; a
+// task with no counted loop that reads y and writes z (the counter drops it, the counting forward
+// must keep it: the third task reads z); a while loop nested in a for loop bounded by n[i] (two
+// counted loops in one task).
+inline const char* kThreeTasks =
+    R"(kernel staged(n: ndarray<i32, 1>, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad, z: ndarray<f64, 1> grad, w: ndarray<f64, 1> grad) {
+  task halve parallel %i in [0, shape(x, 0)) {
+    %v = alloca : f64
+    %acc = alloca : f64
+    %x = load x[%i] : f64
+    store_local %v, %x
+    %half = const 0.5 : f64
+    %eps = const 0.01 : f64
+    while %k (%c) {
+      %a = load_local %v : f64
+      %a2 = mul %a, %a : f64
+      %c = gt %a2, %eps : bool
+    } do {
+      %b = load_local %v : f64
+      %s = sin %b : f64
+      %t = load_local %acc : f64
+      %t2 = add %t, %s : f64
+      store_local %acc, %t2
+      %h = mul %b, %half : f64
+      store_local %v, %h
+    }
+    %o = load_local %acc : f64
+    store y[%i], %o
+  }
+  task square parallel %i2 in [0, shape(x, 0)) {
+    %y = load y[%i2] : f64
+    %y2 = mul %y, %y : f64
+    store z[%i2], %y2
+  }
+  task nested parallel %i3 in [0, shape(x, 0)) {
+    %u = alloca : f64
+    %z = load z[%i3] : f64
+    store_local %u, %z
+    %zero = const 0 : i32
+    %m = load n[%i3] : i32
+    %g = const 0.9 : f64
+    for %j in [%zero, %m) {
+      while %q (%d) {
+        %d = le %q, %j : bool
+      } do {
+        %e = load_local %u : f64
+        %se = sin %e : f64
+        %e2 = mul %se, %g : f64
+        %e3 = add %e2, %z : f64
+        store_local %u, %e3
+      }
+    }
+    %ov = load_local %u : f64
+    store w[%i3], %ov
+  }
+})";
+
+inline HostValues three_tasks_args() {
+  HostValues v;
+  v.arrays = {
+      codegen::HostArray(codegen::DType::kI32, {5}), codegen::HostArray(codegen::DType::kF64, {5}),
+      codegen::HostArray(codegen::DType::kF64, {5}), codegen::HostArray(codegen::DType::kF64, {5}),
+      codegen::HostArray(codegen::DType::kF64, {5})};
+  v.arrays[0].data = {3, 0, 5, 2, 1};
+  v.arrays[1].data = {0.33, -0.71, 1.37, 2.9, 0.05};
+  v.scalars = {0, 0, 0, 0, 0};
+  return v;
+}
+
 struct WhileCase {
   std::string name;
   const char* text;

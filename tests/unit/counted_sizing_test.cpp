@@ -5,7 +5,9 @@
 // less overflows, so the counts are exact, not merely sufficient.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 
 #include "codegen/reverse_mode.h"
@@ -233,6 +235,146 @@ TEST(CountedSizing, FuzzKernelsMatchTheStatedBound) {
     }
   }
   EXPECT_GT(counted_kernels, static_cast<int>(count) / 8);  // ~20% of the kernels count a loop
+}
+
+// Equal bit for bit (NaN included), as the counting forward's outputs must be.
+bool same_bits(const HostArray& a, const HostArray& b) {
+  return a.dtype == b.dtype && a.shape == b.shape &&
+         std::equal(a.data.begin(), a.data.end(), b.data.begin(), b.data.end(),
+                    [](double p, double q) { return std::memcmp(&p, &q, sizeof p) == 0; });
+}
+
+// Runs `forward` and `ca.counting_forward` on copies of `base`; expects the counting forward to
+// write every array as the forward does and to leave in its trips array word for word what the
+// counter leaves when run after the forward. Returns the per-loop maxima of those words.
+std::vector<int32_t> expect_counting_forward_matches(const Kernel& forward,
+                                                     const codegen::CountedAdjoint& ca,
+                                                     const HostValues& base,
+                                                     const std::string& what) {
+  HostValues plain = base;
+  auto pv = plain.view();
+  auto pr = codegen::evaluate(forward, pv);
+  EXPECT_TRUE(pr.ok()) << what << ": " << pr.status().to_string();
+  HostValues counting = base;
+  counting.arrays.push_back(HostArray(DType::kI32, {ca.counted * runtime::kTripSlots}));
+  counting.scalars.push_back(0);
+  auto cv = counting.view();
+  auto cr = codegen::evaluate(ca.counting_forward, cv);
+  EXPECT_TRUE(cr.ok()) << what << ": " << cr.status().to_string();
+  if (pr.ok() && cr.ok()) {
+    EXPECT_EQ(pr->error_flags, cr->error_flags) << what;
+  }
+  for (size_t p = 0; p < forward.params.size(); ++p) {
+    EXPECT_TRUE(same_bits(counting.arrays[p], plain.arrays[p]))
+        << what << ": parameter " << forward.params[p].name;
+  }
+  // The counter, after the forward (on `plain`, as the forward left it).
+  HostValues after = plain;
+  after.arrays.push_back(HostArray(DType::kI32, {ca.counted * runtime::kTripSlots}));
+  after.scalars.push_back(0);
+  auto av = after.view();
+  EXPECT_TRUE(codegen::evaluate(ca.counter, av).ok()) << what;
+  const std::vector<double>& words = counting.arrays.back().data;
+  EXPECT_EQ(words, after.arrays.back().data) << what << ": trips words";
+  std::vector<int32_t> out(ca.counted, 0);
+  for (size_t w = 0; w < words.size(); ++w) {
+    int32_t& o = out[w / runtime::kTripSlots];
+    o = std::max(o, static_cast<int32_t>(words[w]));
+  }
+  return out;
+}
+
+// The counting forward (make_adjoint_counted's counting_forward: the forward with the counter's
+// recording) on the while kernels (break / continue among them: it is their lowered forward),
+// in both slot layouts: what the forward writes, and the counter's words.
+TEST(CountedSizing, CountingForwardWritesTheForwardsOutputsAndTheCountersWords) {
+  for (const WhileCase& c : while_cases()) {
+    auto parsed = codegen::parse(c.text);
+    ASSERT_TRUE(parsed.ok());
+    Kernel bare = *parsed;
+    for (codegen::Task& t : bare.tasks) strip_caps(t.body);
+    for (bool runs : {true, false}) {
+      codegen::Target target = codegen::Target::host();
+      target.subgroup_arithmetic = runs;
+      auto ca = codegen::make_adjoint_counted(bare, target);
+      ASSERT_TRUE(ca.ok()) << c.name << ": " << ca.status().to_string();
+      ASSERT_GT(ca->counted, 0u);
+      EXPECT_EQ(ca->counting_forward.params.size(), bare.params.size() + 1);
+      EXPECT_EQ(ca->counting_forward.tasks.size(), bare.tasks.size());
+      HostValues base = c.args();
+      std::vector<int32_t> trips = expect_counting_forward_matches(bare, *ca, base, c.name);
+      EXPECT_EQ(trips, count_trips(bare, *ca, base)) << c.name;
+    }
+  }
+}
+
+// Several tasks and counted loops, one task without: the counting forward keeps every task (the
+// third reads what the second writes), counts all three loops (checked against the loops in
+// C++), and the adjoint sized by its counts equals the one sized by the counter's, with no
+// overflow.
+TEST(CountedSizing, CountingForwardKeepsEveryTaskAndCountsEachLoop) {
+  auto k = codegen::parse(kThreeTasks);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  auto ca = codegen::make_adjoint_counted(*k);
+  ASSERT_TRUE(ca.ok()) << ca.status().to_string();
+  ASSERT_EQ(ca->counted, 3u);
+  EXPECT_EQ(ca->counter.tasks.size(), 2u);  // the square task has nothing to count
+  ASSERT_EQ(ca->counting_forward.tasks.size(), 3u);
+  HostValues base = three_tasks_args();
+  std::vector<int32_t> trips = expect_counting_forward_matches(*k, *ca, base, "staged");
+  int halvings = 0, n_max = 0;
+  for (double x : base.arrays[1].data) {
+    int h = 0;
+    for (double v = x; v * v > 0.01; v *= 0.5) ++h;
+    halvings = std::max(halvings, h);
+  }
+  for (double n : base.arrays[0].data) n_max = std::max(n_max, static_cast<int>(n));
+  // The while loop's count in the nested task is j + 1 for the largest j < n[i].
+  std::vector<int32_t> want = {halvings, n_max, n_max}, sorted = trips;
+  std::sort(sorted.begin(), sorted.end()), std::sort(want.begin(), want.end());
+  EXPECT_EQ(sorted, want);
+  // Adjoints run after the forward (the second and third tasks read what the first two wrote).
+  HostValues after = base;
+  auto v = after.view();
+  ASSERT_TRUE(codegen::evaluate(*k, v).ok());
+  auto [g_fwd, f_fwd] = run_adjoint(*k, ca->adjoint, after, trips);
+  auto [g_cnt, f_cnt] = run_adjoint(*k, ca->adjoint, after, count_trips(*k, *ca, base));
+  EXPECT_EQ(f_fwd, 0u);
+  EXPECT_EQ(f_cnt, 0u);
+  for (size_t p = 0; p < g_fwd.size(); ++p)
+    EXPECT_TRUE(same_bits(g_fwd[p], g_cnt[p])) << "gradient " << p;
+}
+
+// The AD fuzzer's kernels without stated bounds (nested while / for loops bounded by table
+// entries, break / continue, several counted loops): the counting forward writes what the
+// forward writes and counts what the counter counts. Also with segmented checkpointing (as on
+// GPUs), where the counter runs the split kernel the adjoint differentiates and the counting
+// forward the unsplit one: the counted loops are the same statements in both.
+TEST(CountedSizing, CountingForwardOnFuzzKernels) {
+  uint32_t seed0 = env_or("VKAD_AD_FUZZ_SEED", 1), count = env_or("VKAD_AD_FUZZ_COUNT", 5000) / 10;
+  int counted_kernels = 0, several = 0, split = 0;
+  codegen::Target segmented = codegen::Target::host();
+  segmented.checkpoint_segment = 4;
+  for (uint32_t seed = seed0; seed < seed0 + count; ++seed) {
+    AdFuzzCase c = random_ad_kernel(seed);
+    Kernel bare = c.kernel;
+    for (codegen::Task& t : bare.tasks) strip_caps(t.body);
+    auto ca = codegen::make_adjoint_counted(bare);
+    ASSERT_TRUE(ca.ok()) << "seed " << seed << ": " << ca.status().to_string();
+    if (ca->counted == 0) continue;
+    ++counted_kernels;
+    several += ca->counted > 1;
+    expect_counting_forward_matches(bare, *ca, c.args, "seed " + std::to_string(seed));
+    auto cs = codegen::make_adjoint_counted(bare, segmented);
+    ASSERT_TRUE(cs.ok()) << "seed " << seed << ": " << cs.status().to_string();
+    split += codegen::print(cs->counter) != codegen::print(ca->counter);
+    expect_counting_forward_matches(bare, *cs, c.args,
+                                    "seed " + std::to_string(seed) + ", segmented");
+    if (::testing::Test::HasFailure()) FAIL() << "seed " << seed << "\n" << codegen::print(bare);
+  }
+  EXPECT_GT(counted_kernels, static_cast<int>(count) / 8);
+  EXPECT_GT(several, 0);
+  EXPECT_GT(split, 0);  // kernels whose counter runs segmented loops
 }
 
 }  // namespace
