@@ -390,8 +390,8 @@ def train(sim: DiffMPM, iters: int) -> List[float]:
 
 
 def plot(sim: DiffMPM, losses: Sequence[float], out: str) -> List[str]:
-    """The loss curve and the particles at the last step (actuated ones coloured as DiffTaichi
-    does: red stretches, blue contracts); [] without matplotlib."""
+    """The loss curve and the particles at the last step (actuated ones coloured by their
+    actuation as DiffTaichi does, the start faint grey); [] without matplotlib."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -417,6 +417,8 @@ def plot(sim: DiffMPM, losses: Sequence[float], out: str) -> List[str]:
     a = act[aid[on]]
     colors[on] = np.clip(np.stack([0.5 - a, 0.5 - np.abs(a), 0.5 + a], axis=1), 0, 1)
     fig, ax = plt.subplots(figsize=(6, 6))
+    start = np.array(sim.scene.x)
+    ax.scatter(start[:, 0], start[:, 1], color="#ddd", s=2)  # where it started
     ax.scatter(x[:, 0], x[:, 1], c=colors, s=2)
     ax.plot([0.05, 0.95], [0.02, 0.02], color="k", lw=2)
     ax.set_xlim(0, 1), ax.set_ylim(0, 1), ax.set_aspect("equal")
@@ -453,8 +455,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         losses = train(sim, a.iters)
         final = sim.loss()
         start = -float(np.mean([p[0] for p, t in zip(sc.x, sc.particle_type) if t == 1]))
-        print(f"loss {losses[0] if losses else final:.5f} -> {final:.5f} (the robot's mean x "
-              f"moved {start - final:+.4f} from its start)")
+        print(f"loss {losses[0] if losses else final:.5f} -> {final:.5f} (the solid particles' "
+              f"mean x moved {start - final:+.4f} from its start)")
         for path in plot(sim, losses + [final], a.out):
             print(f"wrote {path}")
     return 0
