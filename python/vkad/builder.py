@@ -76,7 +76,7 @@ class _Operators:
     def __rfloordiv__(self, o): return _arith("floordiv", o, self)
     def __mod__(self, o): return _arith("mod", self, o)
     def __rmod__(self, o): return _arith("mod", o, self)
-    def __pow__(self, o): return _arith("pow", self, o)
+    def __pow__(self, o): return _power(self, o)
     def __rpow__(self, o): return _arith("pow", o, self)
     def __neg__(self): return _unary("neg", self)
     def __pos__(self): return self
@@ -309,6 +309,33 @@ def _arith(op: str, a, b):
     return _binary(op, a, b)
 
 
+def _power(a, n):
+    """a ** n. A Python int exponent is unrolled into multiplications (by squaring), as Taichi
+    does, so that `(x - 1) ** 2` is exact and defined for a negative base (the IR's `pow` is
+    GLSL's: undefined on a device for a base below 0, NaN in f64); a negative int exponent is
+    1 / a ** -n (floats only). Any other exponent is the IR's `pow`."""
+    if _is_tensor(n):
+        return NotImplemented
+    if isinstance(n, bool) or not isinstance(n, int):
+        return _binary("pow", a, n)
+    kb = _builder_of(a)
+    base = kb._as_value(a, None)  # a parameter or local is read once
+    if n < 0:
+        if base.dtype not in _FLOATS:
+            raise TypeError(f"pow: negative exponent {n} of an integer ({base.dtype.name})")
+        return 1.0 / _power(base, -n)
+    if n == 0:
+        return kb.constant(1, base.dtype)
+    result = None
+    while True:
+        if n & 1:
+            result = base if result is None else result * base
+        n >>= 1
+        if not n:
+            return result
+        base = base * base
+
+
 def _unary(op: str, a) -> Value:
     kb = _builder_of(a)
     va = kb._as_value(a, None)
@@ -393,6 +420,29 @@ class KernelBuilder:
         """A parallel task over [begin, end): ints, scalar parameters or x.shape[d]."""
         with self._task(name, "parallel", begin, end, local_size) as i:
             yield i
+
+    @contextmanager
+    def parallel_for_nd(self, name: str, *ranges: Tuple) -> Iterator[Tuple[Value, ...]]:
+        """A parallel task over a 2-d or 3-d box, Taichi's `for i, j in ti.ndrange(n, m)`:
+        `with kb.parallel_for_nd("grid", (0, n), (0, m)) as (i, j):`, the last index fastest.
+        A range is (begin, end) (ints, scalar parameters or x.shape[d]) or an end alone."""
+        if not 2 <= len(ranges) <= 3:
+            raise TypeError(f"task '{name}': parallel_for_nd takes 2 or 3 ranges, got "
+                            f"{len(ranges)} (one range: parallel_for)")
+        if self._stack:
+            raise RuntimeError(f"task '{name}': tasks cannot nest; use for_range inside a task")
+        dims = []
+        for r in ranges:
+            begin, end = r if isinstance(r, tuple) and len(r) == 2 else (0, r)
+            dims.append((self._fresh(), self._bound(begin), self._bound(end)))
+        head = f"task {name} parallel " + ", ".join(f"%{i} in [{b}, {e})" for i, b, e in dims)
+        body = _Block()
+        self._tasks.append((head, body))
+        self._stack.append(body)
+        try:
+            yield tuple(Value(self, i, DType.i32) for i, _, _ in dims)
+        finally:
+            self._stack.pop()
 
     @contextmanager
     def serial_for(self, name: str, begin, end) -> Iterator[Value]:

@@ -137,6 +137,11 @@ class _Tensor:
     def __truediv__(self, o): return self._elementwise(o, "div", lambda a, b: a / b)
     def __rtruediv__(self, o): return self._elementwise(o, "div", lambda a, b: a / b, True)
 
+    def __pow__(self, o):  # an int exponent multiplies (Value.__pow__): defined for c < 0
+        return self._elementwise(o, "pow", lambda a, b: a ** b)
+
+    def __rpow__(self, o): return self._elementwise(o, "pow", lambda a, b: a ** b, True)
+
     def __neg__(self): return self._make(self.shape, [-c for c in self.flat], self.dtype)
     def __pos__(self): return self
 

@@ -1,6 +1,7 @@
-"""examples/difftaichi/mass_spring.py (DiffTaichi's mass_spring on vkad), at small sizes: the
-gradient of the loss w.r.t. controller weights against central finite differences of the loss,
-a replayed (graph) iteration against a launched one, and training lowers the loss."""
+"""examples/difftaichi/mass_spring.py and diffmpm.py (DiffTaichi's mass_spring and diffmpm on
+vkad), at small sizes: the gradient of the loss w.r.t. controller weights against central finite
+differences of the loss, a replayed (graph) iteration against a launched one, and training
+lowers the loss."""
 import importlib.util
 import pathlib
 
@@ -10,10 +11,18 @@ import pytest
 import vkad
 from conftest import f64_ok
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "difftaichi" / "mass_spring.py"
-_spec = importlib.util.spec_from_file_location("mass_spring", EXAMPLE)
-mass_spring = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mass_spring)
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "difftaichi"
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+mass_spring = _load("mass_spring")
+diffmpm = _load("diffmpm")
 
 STEPS = 40  # 0.16 s of simulated time: the robot falls, lands and its springs work
 
@@ -103,3 +112,106 @@ def test_robots_are_difftaichis():
         assert (len(objects), len(sp), sum(1 for s in sp if s[4])) == (masses, springs, muscles)
     with pytest.raises(ValueError, match="robots 0-3"):
         mass_spring.robot(4)
+
+
+# --- diffmpm -------------------------------------------------------------------------------------
+
+# A 32^2 grid (DiffTaichi's: 128^2) places DiffTaichi's robot with 156 particles (two per cell
+# side); 60 steps are 0.06 s of simulated time, enough for the legs' actuation to move the body.
+MPM_GRID = 32
+MPM_STEPS = 60
+
+
+@pytest.mark.parametrize("scene,grid", [("robot", MPM_GRID), ("fish", 64)])
+def test_diffmpm_loss_gradient_matches_finite_differences(session, scene, grid):
+    # In f64, as for mass_spring. Central differences err by h^2/6 |L'''| (truncation) plus
+    # ~eps |L| k / h (rounding, k the amplification of a rounding error through the steps).
+    # With |L| ~ 0.25 and h = 1e-6 the rounding term is ~6e-11 k; measured differences are
+    # <= 1.5e-10 (k ~ 3), truncation far below (h = 1e-4 agrees as well where no kink is near).
+    # atol 1e-9 leaves 7x margin; the gradients picked are 9e-5 .. 5e-4, so rtol 1e-5 is the
+    # binding bound at about 1% of what a wrong adjoint rule gives (O(1) of the gradient).
+    # The loss has kinks where a grid node's velocity changes sign inside the sticky walls (the
+    # floor's select): bias[1] of the robot has one within 1e-5 (h = 1e-5 is 4% off there), none
+    # within h = 1e-6 at these fixed weights. The fish (grid 64: its thinnest rectangle needs
+    # >= 40 cells) runs p2g's fluid branch.
+    if not f64_ok(session):
+        pytest.skip("the device has no f64")
+    sim = diffmpm.DiffMPM(session, steps=MPM_STEPS, n_grid=grid, dtype=vkad.f64, scene=scene,
+                          graph=False)
+    sim.forward_backward()
+    grads = sim.gradients()
+    w0 = sim.weights()
+    picks = [("weights", (0, 0)), ("weights", (2, 1)), ("weights", (3, 3)), ("bias", (1,))]
+    h = 1e-6
+    for name, idx in picks:
+        fd = 0.0
+        for sign in (1, -1):
+            w = {k: v.copy() for k, v in w0.items()}
+            w[name][idx] += sign * h
+            sim.set_weights(w)
+            fd += sign * sim.loss()
+        fd /= 2 * h
+        np.testing.assert_allclose(grads[name][idx], fd, rtol=1e-5, atol=1e-9,
+                                   err_msg=f"{scene}: d loss / d {name}{list(idx)}")
+        assert abs(grads[name][idx]) > 5e-5, (name, idx)  # a gradient that is there
+
+
+def test_diffmpm_replayed_iteration_equals_a_launched_one(session):
+    # As for mass_spring: one simulation replays a captured iteration, the other launches every
+    # kernel. The grid is summed by float atomics (order may differ), hence tolerances: losses
+    # ~0.25 to f32 rounding of the sum; the updates are 0.1 x gradients ~1e-3, so a gradient
+    # that differs by 1e-3 relative moves a weight by ~1e-7 (atol 1e-6).
+    sims = [diffmpm.DiffMPM(session, steps=MPM_STEPS, n_grid=MPM_GRID, graph=g)
+            for g in (True, False)]
+    losses = [[sim.iteration() for _ in range(3)] for sim in sims]
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
+    grads = [sim.gradients() for sim in sims]
+    w = [sim.weights() for sim in sims]
+    for name in diffmpm.DiffMPM.PARAMS:
+        np.testing.assert_allclose(grads[0][name], grads[1][name], rtol=1e-3, atol=1e-7,
+                                   err_msg=name)
+        np.testing.assert_allclose(w[0][name], w[1][name], rtol=1e-4, atol=1e-6, err_msg=name)
+    assert sims[0]._graph is not None and sims[1]._graph is None
+
+
+def test_diffmpm_training_lowers_the_loss(session):
+    # The loss is -(mean x of the solid particles) at the last step. DiffTaichi's update (rate
+    # 0.1, gradients ~2e-3 here) is small: over 100 steps each iteration lowers the loss by
+    # ~2.6e-6 (measured), steadily; five must lower it by 5e-6 at least, far above the f32
+    # rounding of the loss (~1e-7).
+    sim = diffmpm.DiffMPM(session, steps=100, n_grid=MPM_GRID)
+    first = sim.loss()
+    losses = [sim.iteration() for _ in range(5)]
+    last = sim.loss()
+    assert losses[0] == pytest.approx(first, rel=1e-5)
+    assert last < first - 5e-6, (first, losses, last)
+
+
+def test_diffmpm_main_runs_and_writes_plots(tmp_path, capsys):
+    assert diffmpm.main(["--iters", "2", "--steps", "20", "--grid", "32",
+                         "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "robot (156 particles, 4 actuators), 32^2 grid, 20 steps, 2 iterations" in out
+    assert "loss " in out
+    try:
+        import matplotlib  # noqa: F401 - only whether it is there
+    except ImportError:
+        assert not list(tmp_path.iterdir())  # skipped quietly
+        return
+    assert (tmp_path / "diffmpm_loss.png").stat().st_size > 0
+    assert (tmp_path / "diffmpm_final.png").stat().st_size > 0
+
+
+def test_diffmpm_scenes_are_difftaichis():
+    # DiffTaichi's Scene.add_rect puts int(w / dx) * 2 x int(h / dx) * 2 particles in a
+    # rectangle. The robot on the 128^2 grid: body 0.3 x 0.1 -> 76 x 24 = 1824, four legs
+    # 0.05 x 0.1 -> 12 x 24 = 288 each: 2976 particles, all solid, 4 actuators; the fish: a
+    # fluid pool 0.95 x 0.1 -> 242 x 24 = 5808 under a body of 38 x 12 + 4 x 6 x 12 = 744.
+    robot = diffmpm.robot(diffmpm.Scene(128))
+    assert (robot.n_particles, robot.n_solid_particles, robot.n_actuators) == (2976, 2976, 4)
+    assert sorted(set(robot.actuator_id)) == [-1, 0, 1, 2, 3]
+    assert robot.actuator_id.count(-1) == 1824
+    x = np.array(robot.x)
+    assert x.min(0) == pytest.approx([0.1 + 0.3 / 152, 0.03 + 0.1 / 48])  # half a spacing in
+    fish = diffmpm.fish(diffmpm.Scene(128))
+    assert (fish.n_particles, fish.n_solid_particles) == (5808 + 744, 744)

@@ -127,6 +127,13 @@ OPS = {
                lambda A, B, u, w, s: np.where(vec(s) > 0.5, u, w), "n"),
     "select(scalar)": ((2, 3), lambda A, B, u, w, s: vkad.select(s > 0.5, A, 0.0),
                        lambda A, B, u, w, s: np.where(mat(s) > 0.5, A, 0), "nn"),
+    "M**2": ((2, 3), lambda A, B, u, w, s: (B - 1.0) ** 2, lambda A, B, u, w, s: (B - 1) ** 2,
+             "nn"),
+    "v**3": ((2, 3), lambda A, B, u, w, s: u ** 3, lambda A, B, u, w, s: u ** 3, "n"),
+    "v**-1": ((2, 3), lambda A, B, u, w, s: (u + 5.0) ** -1, lambda A, B, u, w, s: 1 / (u + 5),
+              "n"),
+    "v**s": ((2, 3), lambda A, B, u, w, s: (u * u + 0.5) ** s,
+             lambda A, B, u, w, s: (u * u + 0.5) ** vec(s), "n"),
     "unpack": ((2,), lambda A, B, u, w, s: (lambda a, b: Vector([b, a]))(*u),
                lambda A, B, u, w, s: u[:, ::-1], "n"),
 }
@@ -216,6 +223,65 @@ def test_vector_index_and_vector_local(session):
     want[1, 1] = 2 * np.array([0 + 1 + 2, 3])
     want[3, 3] = [0 + 1 + 2, 3]
     np.testing.assert_array_equal(g.numpy(), want)
+
+
+def test_int_powers_multiply(session, ftype):
+    # x ** n with a Python int n is unrolled into multiplications (by squaring), as Taichi does:
+    # `(fx - 1) ** 2` of diffmpm's B-spline weights has a negative base, where the IR's `pow`
+    # (GLSL's) is undefined on a device and NaN in f64. Other exponents stay `pow`.
+    kb = vkad.KernelBuilder("powers")
+    x = kb.ndarray("x", ftype, 1, readonly=True)
+    y = kb.ndarray("y", ftype, 1, element=(6,))
+    with kb.parallel_for("main", 0, x.shape[0]) as p:
+        v = x[p]
+        y[p] = Vector([v ** 0, v ** 1, v ** 2, v ** 5, v ** -2, abs(v) ** 0.5])
+    text = kb.finish()
+    assert text.count(" pow ") == 1  # only the float exponent
+    assert text.count(" mul ") == 1 + 3 + 1  # v*v; v^2, v^4, v*v^4; (v*v) for v ** -2
+    xs = np.array([-1.5, -0.5, 0.25, 2.0], vkad.numpy_dtype(ftype))
+    ys = session.empty((4, 6), ftype)
+    session.launch(session.compile(kb), session.ndarray(xs), ys)
+    x64 = xs.astype(np.float64)[:, None]
+    want = np.concatenate([x64 ** 0, x64, x64 ** 2, x64 ** 5, x64 ** -2.0, np.abs(x64) ** 0.5], 1)
+    np.testing.assert_allclose(ys.numpy(), want, **close(ftype))
+    kb = vkad.KernelBuilder("ipow")
+    n = kb.scalar("n", vkad.i32)
+    with kb.parallel_for("main", 0, 1):
+        with pytest.raises(TypeError, match="negative exponent -1 of an integer"):
+            n ** -1
+
+
+def test_parallel_for_nd(session, ftype):
+    # Taichi's `for i, j in grid`: a 2-d (or 3-d) task, the last index fastest, and its adjoint.
+    kb = vkad.KernelBuilder("grid")
+    a = kb.ndarray("a", ftype, 2, grad=True)
+    b = kb.ndarray("b", ftype, 3, grad=True)
+    with kb.parallel_for_nd("cells", (1, a.shape[0]), a.shape[1]) as (i, j):
+        a_ij = a[i, j]
+        b[0, i, j] = a_ij * a_ij + vkad.cast(i * 10 + j, ftype)
+    with kb.parallel_for_nd("box", 2, 3, (1, 2)) as (i, j, k):
+        b[1 + i, j, k] = vkad.cast(100 * i + 10 * j + k, ftype)
+    assert "task cells parallel %0 in [1, shape(a, 0)), %1 in [0, shape(a, 1))" in kb.finish()
+    k = session.differentiate(kb)
+    npt = vkad.numpy_dtype(ftype)
+    a0 = np.arange(12, dtype=npt).reshape(3, 4)
+    arr, out = session.ndarray(a0), session.zeros((3, 3, 4), ftype)
+    with session.tape() as t:
+        session.launch(k, arr, out)
+    t.backward(seed={out: 1.0})
+    want = np.zeros((3, 3, 4))
+    ii, jj = np.meshgrid(np.arange(1, 3), np.arange(4), indexing="ij")
+    want[0, 1:] = a0[1:] ** 2 + 10 * ii + jj
+    for i in range(2):
+        for j in range(3):
+            want[1 + i, j, 1] = 100 * i + 10 * j + 1
+    np.testing.assert_array_equal(out.numpy(), want)
+    grad = np.zeros((3, 4))
+    grad[1:] = 2 * a0[1:]
+    np.testing.assert_array_equal(t.grad(arr).numpy(), grad)
+    with pytest.raises(TypeError, match="2 or 3 ranges"):
+        with kb.parallel_for_nd("one", 4):
+            pass
 
 
 def test_type_errors_name_what_is_wrong(session):

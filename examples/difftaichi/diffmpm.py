@@ -1,0 +1,466 @@
+"""DiffTaichi's diffmpm.py on vkad: an MLS-MPM soft robot learns to walk right.
+
+    python examples/difftaichi/diffmpm.py --iters 30      # robot scene, 1024 steps, 128^2 grid
+
+The physics, parameters and optimisation loop are those of DiffTaichi's examples/diffmpm.py
+(github.com/taichi-dev/difftaichi), written in its idiom with vkad's Python front door:
+
+- the robot scene: particles placed on a lattice of two per grid cell in rectangles, four of
+  them actuated legs under a passive body; a 128 x 128 grid, dt = 1e-3, p_vol = 1, E = mu =
+  lambda = 10, gravity 3.8;
+- particle state with a time axis, x[f, p], v[f, p] (2-vectors) and the APIC affine matrix
+  C[f, p] and deformation gradient F[f, p] (2x2 matrices), read at step f and written at f + 1
+  of the same array (reverse mode proves the rows disjoint);
+- per step DiffTaichi's kernels: compute_actuation (a 1-layer controller: four sine waves
+  through weights and a bias, tanh), p2g (the deformation gradient updated by C, the fixed
+  corotated stress from vkad.polar_decompose plus the actuation stress F A F^T, scattered
+  with quadratic B-spline weights by atomic adds of vectors into the grid), grid_op (momentum
+  to velocity, gravity, sticky walls and floor) and g2p (velocity and C gathered back, x
+  advected);
+- the loss, minus the mean x of the solid particles at the last step, accumulated with an
+  atomic add into a rank-0 array; plain gradient descent with learning rate 0.1 on the
+  weights and the bias (DiffTaichi's update).
+
+**The grid has a time axis here.** DiffTaichi clears and reuses one grid every step and
+recomputes the grid in its hand-written `advance` gradient. A vkad.Tape replays each adjoint on
+the arrays as they are when backward runs, so a reused grid would give wrong gradients (README,
+"Tapes and memory"): grid_v_in[f, i, j], grid_m_in[f, i, j] and grid_v_out[f, i, j] keep every
+step's grid instead, zeroed once per simulation. At the default size that is 1023 steps x 128^2
+cells x 5 floats = 335 MB (f32), and as much again for their gradients; small next to a GPU's
+memory, and the price of recomputation-free reverse mode.
+
+The whole iteration's launches (zeroing, forward, backward) are captured once as a graph and
+replayed (--no-graph launches them one by one; the results are the same). Prints progress
+(tqdm where installed), and with matplotlib writes diffmpm_loss.png and diffmpm_final.png (the
+particles at the last step, actuated ones coloured by their actuation) into --out. The DiffMPM
+class is what tests/python/test_difftaichi.py imports.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+import vkad
+from vkad import Matrix, Vector
+
+# DiffTaichi's constants (examples/diffmpm.py)
+N_GRID = 128
+DT = 1e-3
+P_VOL = 1.0
+E = 10.0
+MU = E  # DiffTaichi: "TODO: update"
+LA = E
+STEPS = 1024
+GRAVITY = 3.8
+N_SIN_WAVES = 4
+ACTUATION_OMEGA = 20.0
+ACT_STRENGTH = 4.0
+BOUND = 3  # cells of wall and floor on each side
+LEARNING_RATE = 0.1
+
+
+# --- scenes ---------------------------------------------------------------------------------------
+
+class Scene:
+    """Particles in rectangles, two per grid cell along each axis (DiffTaichi's Scene): their
+    positions, actuator ids (-1: passive) and types (0: fluid, 1: solid)."""
+
+    def __init__(self, n_grid: int = N_GRID):
+        self.dx = 1.0 / n_grid
+        self.x: List[List[float]] = []
+        self.actuator_id: List[int] = []
+        self.particle_type: List[int] = []
+        self.offset = (0.0, 0.0)
+        self.n_actuators = 0
+
+    def add_rect(self, x: float, y: float, w: float, h: float, actuation: int,
+                 ptype: int = 1) -> None:
+        if ptype == 0 and actuation != -1:
+            raise ValueError("fluid particles are not actuated")
+        w_count, h_count = int(w / self.dx) * 2, int(h / self.dx) * 2
+        real_dx, real_dy = w / w_count, h / h_count
+        for i in range(w_count):
+            for j in range(h_count):
+                self.x.append([x + (i + 0.5) * real_dx + self.offset[0],
+                               y + (j + 0.5) * real_dy + self.offset[1]])
+                self.actuator_id.append(actuation)
+                self.particle_type.append(ptype)
+
+    def set_offset(self, x: float, y: float) -> None:
+        self.offset = (x, y)
+
+    @property
+    def n_particles(self) -> int:
+        return len(self.x)
+
+    @property
+    def n_solid_particles(self) -> int:
+        return sum(1 for t in self.particle_type if t == 1)
+
+
+def robot(scene: Scene) -> Scene:
+    """DiffTaichi's robot: a body on four legs, each leg one actuator."""
+    scene.set_offset(0.1, 0.03)
+    scene.add_rect(0.0, 0.1, 0.3, 0.1, -1)
+    scene.add_rect(0.0, 0.0, 0.05, 0.1, 0)
+    scene.add_rect(0.05, 0.0, 0.05, 0.1, 1)
+    scene.add_rect(0.2, 0.0, 0.05, 0.1, 2)
+    scene.add_rect(0.25, 0.0, 0.05, 0.1, 3)
+    scene.n_actuators = 4
+    return scene
+
+
+def fish(scene: Scene) -> Scene:
+    """DiffTaichi's fish: an actuated body over a pool of fluid particles."""
+    scene.add_rect(0.025, 0.025, 0.95, 0.1, -1, ptype=0)
+    scene.add_rect(0.1, 0.2, 0.15, 0.05, -1)
+    scene.add_rect(0.1, 0.15, 0.025, 0.05, 0)
+    scene.add_rect(0.125, 0.15, 0.025, 0.05, 1)
+    scene.add_rect(0.2, 0.15, 0.025, 0.05, 2)
+    scene.add_rect(0.225, 0.15, 0.025, 0.05, 3)
+    scene.n_actuators = 4
+    return scene
+
+
+SCENES = {"robot": robot, "fish": fish}
+
+
+# --- kernels -------------------------------------------------------------------------------------
+
+def build_kernels(ft: vkad.DType, n_grid: int, n_solid: int, fluid: bool):
+    """DiffTaichi's kernels, one KernelBuilder each, launched with the step f (an i32
+    parameter). The 3x3 stencil and the sine waves are unrolled at build time (ti.static);
+    `fluid` adds the fluid branch of p2g (a select per particle) for scenes that have fluid."""
+    dx, inv_dx = 1.0 / n_grid, float(n_grid)
+    kernels = {}
+
+    def array(kb, name, rank, element=(), grad=True):
+        return kb.ndarray(name, ft, rank, grad=grad, readonly=not grad, element=element)
+
+    def stencil(xp):
+        """Taichi's base cell, the position in it and the quadratic B-spline weights."""
+        base = (xp * inv_dx - 0.5).cast(vkad.i32)  # truncates toward 0, as ti.cast
+        fx = xp * inv_dx - base.cast(ft)
+        w = [0.5 * (1.5 - fx) ** 2, 0.75 - (fx - 1.0) ** 2, 0.5 * (fx - 0.5) ** 2]
+        return base, fx, w
+
+    kb = vkad.KernelBuilder("compute_actuation")
+    t = kb.scalar("t", vkad.i32)
+    weights, bias = array(kb, "weights", 2), array(kb, "bias", 1)
+    actuation = array(kb, "actuation", 2)
+    with kb.parallel_for("actuators", 0, weights.shape[0]) as i:
+        phase = vkad.cast(t, ft) * (ACTUATION_OMEGA * DT)
+        act = weights[i, 0] * vkad.sin(phase)
+        for j in range(1, N_SIN_WAVES):
+            act = act + weights[i, j] * vkad.sin(phase + 2 * math.pi / N_SIN_WAVES * j)
+        actuation[t, i] = vkad.tanh(act + bias[i])
+    kernels["compute_actuation"] = kb
+
+    kb = vkad.KernelBuilder("p2g")
+    f = kb.scalar("f", vkad.i32)
+    x, v = array(kb, "x", 2, (2,)), array(kb, "v", 2, (2,))
+    C, F = array(kb, "C", 2, (2, 2)), array(kb, "F", 2, (2, 2))
+    actuation = array(kb, "actuation", 2)
+    actuator_id = kb.ndarray("actuator_id", vkad.i32, 1, readonly=True)
+    particle_type = kb.ndarray("particle_type", vkad.i32, 1, readonly=True)
+    grid_v_in, grid_m_in = array(kb, "grid_v_in", 3, (2,)), array(kb, "grid_m_in", 3)
+    with kb.parallel_for("particles", 0, x.shape[1]) as p:
+        base, fx, w = stencil(x[f, p])
+        Cp = C[f, p]
+        new_F = (Matrix.identity(2) + DT * Cp) @ F[f, p]
+        J = new_F.determinant()
+        is_fluid = particle_type[p] == 0
+        if fluid:  # a fluid keeps only its volume change; sqrt sees 1 where unused
+            new_F = vkad.select(is_fluid, Matrix.diag(2, vkad.sqrt(vkad.select(is_fluid, J, 1.0))),
+                                new_F)
+        F[f + 1, p] = new_F
+        r, _ = vkad.polar_decompose(new_F)
+
+        act_id = actuator_id[p]
+        act = actuation[f, vkad.max(0, act_id)] * ACT_STRENGTH
+        act = vkad.select(act_id == -1, 0.0, act)
+        A = Matrix([[0.0, 0.0], [0.0, 1.0]]) * act
+
+        # solid: fixed corotated elasticity; fluid: pressure from the volume change
+        cauchy = 2 * MU * (new_F - r) @ new_F.T + Matrix.diag(2, LA * (J - 1) * J)
+        mass = 1.0
+        if fluid:
+            cauchy = vkad.select(is_fluid, Matrix([[1.0, 0.0], [0.0, 0.1]]) * (J - 1) * E, cauchy)
+            mass = vkad.select(is_fluid, 4.0, kb.constant(1.0, ft))
+        cauchy = cauchy + new_F @ A @ new_F.T
+        stress = -(DT * P_VOL * 4 * inv_dx * inv_dx) * cauchy
+        affine = stress + mass * Cp
+        momentum = mass * v[f, p]
+        for i in range(3):
+            for j in range(3):
+                offset = Vector([i, j])
+                dpos = (offset - fx) * dx
+                weight = w[i][0] * w[j][1]
+                grid_v_in.atomic_add((f, base + offset), weight * (momentum + affine @ dpos))
+                grid_m_in.atomic_add((f, base + offset), weight * mass)
+    kernels["p2g"] = kb
+
+    kb = vkad.KernelBuilder("grid_op")
+    f = kb.scalar("f", vkad.i32)
+    grid_v_in, grid_m_in = array(kb, "grid_v_in", 3, (2,)), array(kb, "grid_m_in", 3)
+    grid_v_out = array(kb, "grid_v_out", 3, (2,))
+    with kb.parallel_for_nd("cells", grid_m_in.shape[1], grid_m_in.shape[2]) as (i, j):
+        inv_m = 1 / (grid_m_in[f, i, j] + 1e-10)
+        v_out = inv_m * grid_v_in[f, i, j] - Vector([0.0, DT * GRAVITY])
+        # Walls and floor stop what moves into them. DiffTaichi's floor branch zeroes v_out
+        # before its friction code, which then sees lin = v_out . normal = 0 and changes
+        # nothing: the floor is sticky, and so it is here.
+        stop = (((i < BOUND) & (v_out[0] < 0)) | ((i > n_grid - BOUND) & (v_out[0] > 0))
+                | ((j < BOUND) & (v_out[1] < 0)) | ((j > n_grid - BOUND) & (v_out[1] > 0)))
+        grid_v_out[f, i, j] = vkad.select(stop, Vector.zero(2), v_out)
+    kernels["grid_op"] = kb
+
+    kb = vkad.KernelBuilder("g2p")
+    f = kb.scalar("f", vkad.i32)
+    x, v = array(kb, "x", 2, (2,)), array(kb, "v", 2, (2,))
+    C = array(kb, "C", 2, (2, 2))
+    grid_v_out = array(kb, "grid_v_out", 3, (2,))
+    with kb.parallel_for("particles", 0, x.shape[1]) as p:
+        xp = x[f, p]
+        base, fx, w = stencil(xp)
+        new_v, new_C = Vector.zero(2), Matrix.zero(2)
+        for i in range(3):
+            for j in range(3):
+                dpos = Vector([i, j]) - fx
+                g_v = grid_v_out[f, base[0] + i, base[1] + j]
+                weight = w[i][0] * w[j][1]
+                new_v = new_v + weight * g_v
+                new_C = new_C + 4 * inv_dx * weight * g_v.outer_product(dpos)
+        v[f + 1, p] = new_v
+        x[f + 1, p] = xp + DT * new_v
+        C[f + 1, p] = new_C
+    kernels["g2p"] = kb
+
+    kb = vkad.KernelBuilder("compute_loss")
+    t = kb.scalar("t", vkad.i32)
+    x, loss = array(kb, "x", 2, (2,)), array(kb, "loss", 0)
+    particle_type = kb.ndarray("particle_type", vkad.i32, 1, readonly=True)
+    with kb.parallel_for("particles", 0, x.shape[1]) as p:
+        # DiffTaichi: x_avg = mean of x[t] over the solid particles, loss = -x_avg[0]
+        contrib = vkad.select(particle_type[p] == 1, kb.constant(1.0 / n_solid, ft), 0.0)
+        loss.atomic_add(None, -contrib * x[t, p][0])
+    kernels["compute_loss"] = kb
+    return kernels
+
+
+class DiffMPM:
+    """A scene, its controller and the differentiated simulation on one session.
+
+    forward() launches one simulation (on the tape when recording); iteration() runs one
+    training iteration and returns its loss (before the update); loss() the current loss;
+    weights() / set_weights() the controller as numpy arrays."""
+
+    PARAMS = ("weights", "bias")
+
+    def __init__(self, session: vkad.Session, steps: int = STEPS, n_grid: int = N_GRID,
+                 dtype: vkad.DType = vkad.f32, scene: str = "robot", seed: int = 0,
+                 graph: bool = True):
+        if steps < 2:
+            raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
+        if n_grid < 2 * BOUND + 3:
+            raise ValueError(f"n_grid={n_grid}: the grid needs more than its walls")
+        self.s, self.steps, self.n_grid, self.dtype, self.graph = session, steps, n_grid, \
+            dtype, graph
+        self.scene = SCENES[scene](Scene(n_grid))
+        sc = self.scene
+        n, n_act = sc.n_particles, sc.n_actuators
+        fluid = any(t == 0 for t in sc.particle_type)
+        kbs = build_kernels(dtype, n_grid, sc.n_solid_particles, fluid)
+        self.kernels = {name: session.differentiate(kb) for name, kb in kbs.items()}
+        npt = vkad.numpy_dtype(dtype)
+
+        # DiffTaichi's initialisation: weights ~ N(0, 0.01^2), zero bias; F = identity.
+        rng = np.random.RandomState(seed)
+        x0 = np.zeros((steps, n, 2))
+        x0[0] = sc.x
+        F0 = np.zeros((steps, n, 2, 2))
+        F0[0] = np.eye(2)
+        s = session
+        grid = (steps - 1, n_grid, n_grid)  # one grid per step (see the docstring)
+        self.arrays: Dict[str, vkad.NdArray] = {
+            "x": s.ndarray(x0, npt, "x"),
+            "v": s.zeros((steps, n, 2), dtype, "v"),
+            "C": s.zeros((steps, n, 2, 2), dtype, "C"),
+            "F": s.ndarray(F0, npt, "F"),
+            "grid_v_in": s.zeros(grid + (2,), dtype, "grid_v_in"),
+            "grid_m_in": s.zeros(grid, dtype, "grid_m_in"),
+            "grid_v_out": s.zeros(grid + (2,), dtype, "grid_v_out"),
+            "actuation": s.zeros((steps, n_act), dtype, "actuation"),
+            "actuator_id": s.ndarray(np.array(sc.actuator_id, np.int32), name="actuator_id"),
+            "particle_type": s.ndarray(np.array(sc.particle_type, np.int32),
+                                       name="particle_type"),
+            "weights": s.ndarray(rng.randn(n_act, N_SIN_WAVES) * 0.01, npt, "weights"),
+            "bias": s.zeros(n_act, dtype, "bias"),
+            "loss": s.zeros(1, dtype, "loss"),
+        }
+        self.tape = s.tape()
+        self._graph: Optional[vkad.Graph] = None
+
+    # launches
+    def _launch(self, name: str, t: int, recorded: bool = True) -> None:
+        k = self.kernels[name]
+        k = k if recorded else k.forward  # a Differentiated is recorded by a tape; .forward not
+        params = k.forward.param_names if recorded else k.param_names
+        self.s.launch(k, *(t if p in ("t", "f") else self.arrays[p] for p in params))
+
+    def forward(self, recorded: bool = True) -> None:
+        """One simulation from x[0], F[0] = I, v[0] = C[0] = 0: DiffTaichi's forward()
+        (steps - 1 steps, then the loss at the last step). Asynchronous."""
+        a = self.arrays
+        # DiffTaichi's clear_grid, once for all the steps' grids
+        self.s.zero_many([a["grid_v_in"], a["grid_m_in"], a["loss"]])
+        for f in range(self.steps - 1):
+            for name in ("compute_actuation", "p2g", "grid_op", "g2p"):
+                self._launch(name, f, recorded)
+        self._launch("compute_loss", self.steps - 1, recorded)
+
+    def forward_backward(self) -> None:
+        """forward() on the tape, then its backward (seed d loss = 1): gradients() after it."""
+        with self.tape:
+            self.forward()
+        self.tape.backward(seed={self.arrays["loss"]: 1.0})
+
+    def gradients(self) -> Dict[str, np.ndarray]:
+        """d loss / d (weights, bias), after an iteration's backward."""
+        return {p: self.tape.grad(self.arrays[p]).numpy() for p in self.PARAMS}
+
+    def iteration(self) -> float:
+        """Forward and backward, then DiffTaichi's update: w -= LEARNING_RATE * dL/dw.
+        Returns the loss the forward computed."""
+        if not self.graph:
+            self.forward_backward()
+        elif self._graph is None:
+            self.forward_backward()  # the first iteration makes the tape's gradient arrays ...
+            with self.s.capture("diffmpm iteration") as g:  # ... that the graph binds
+                self.forward_backward()
+            self._graph = g
+        else:
+            self.s.replay(self._graph)
+        loss = float(self.arrays["loss"].numpy()[0])
+        grads = self.gradients()
+        w = self.weights()
+        self.set_weights({p: w[p] - LEARNING_RATE * grads[p] for p in self.PARAMS})
+        return loss
+
+    def loss(self) -> float:
+        """The loss of the current weights (a forward alone, not recorded)."""
+        self.forward(recorded=False)
+        return float(self.arrays["loss"].numpy()[0])
+
+    def weights(self) -> Dict[str, np.ndarray]:
+        return {p: self.arrays[p].numpy().astype(np.float64) for p in self.PARAMS}
+
+    def set_weights(self, w: Dict[str, np.ndarray]) -> None:
+        for p, value in w.items():
+            self.arrays[p].upload(np.asarray(value, vkad.numpy_dtype(self.dtype)))
+
+    def positions(self) -> np.ndarray:
+        return self.arrays["x"].numpy()
+
+    def actuations(self) -> np.ndarray:
+        return self.arrays["actuation"].numpy()
+
+
+# --- the program ---------------------------------------------------------------------------------
+
+def train(sim: DiffMPM, iters: int) -> List[float]:
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    losses = []
+    bar = tqdm(range(iters), desc="diffmpm") if tqdm else range(iters)
+    for it in bar:
+        losses.append(sim.iteration())
+        if tqdm:
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+        else:
+            print(f"iter {it}: loss {losses[-1]:.5f}", flush=True)
+    return losses
+
+
+def plot(sim: DiffMPM, losses: Sequence[float], out: str) -> List[str]:
+    """The loss curve and the particles at the last step (actuated ones coloured by their
+    actuation as DiffTaichi does, the start faint grey); [] without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    os.makedirs(out, exist_ok=True)
+    written = []
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot(losses)
+    ax.set_xlabel("iteration"), ax.set_ylabel("loss (-mean x)")
+    ax.set_title("diffmpm on vkad")
+    fig.tight_layout()
+    written.append(os.path.join(out, "diffmpm_loss.png"))
+    fig.savefig(written[-1], dpi=120)
+    plt.close(fig)
+
+    last = sim.steps - 1
+    x, act = sim.positions()[last], sim.actuations()[last - 1]
+    aid = np.array(sim.scene.actuator_id)
+    colors = np.full((len(aid), 3), 0.07)
+    on = aid >= 0
+    a = act[aid[on]]
+    colors[on] = np.clip(np.stack([0.5 - a, 0.5 - np.abs(a), 0.5 + a], axis=1), 0, 1)
+    fig, ax = plt.subplots(figsize=(6, 6))
+    start = np.array(sim.scene.x)
+    ax.scatter(start[:, 0], start[:, 1], color="#ddd", s=2)  # where it started
+    ax.scatter(x[:, 0], x[:, 1], c=colors, s=2)
+    ax.plot([0.05, 0.95], [0.02, 0.02], color="k", lw=2)
+    ax.set_xlim(0, 1), ax.set_ylim(0, 1), ax.set_aspect("equal")
+    ax.set_title(f"step {last} after training")
+    fig.tight_layout()
+    written.append(os.path.join(out, "diffmpm_final.png"))
+    fig.savefig(written[-1], dpi=120)
+    plt.close(fig)
+    return written
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--iters", type=int, default=100, help="training iterations (default 100)")
+    ap.add_argument("--steps", type=int, default=STEPS, help=f"time steps (default {STEPS})")
+    ap.add_argument("--grid", type=int, default=N_GRID,
+                    help=f"grid cells per side (default {N_GRID}; particles: 2 per cell side)")
+    ap.add_argument("--scene", choices=sorted(SCENES), default="robot",
+                    help="DiffTaichi's scene (default robot)")
+    ap.add_argument("--f64", action="store_true", help="simulate in f64 (default f32)")
+    ap.add_argument("--no-graph", action="store_true",
+                    help="launch every iteration's kernels one by one instead of replaying a graph")
+    ap.add_argument("--seed", type=int, default=0, help="weight initialisation seed (default 0)")
+    ap.add_argument("--device", default=None, help="device index or name substring")
+    ap.add_argument("--out", default=".", help="folder for the plots (default .)")
+    a = ap.parse_args(argv)
+    device = int(a.device) if a.device is not None and a.device.isdigit() else a.device
+    with vkad.Session(device) as s:
+        sim = DiffMPM(s, a.steps, a.grid, vkad.f64 if a.f64 else vkad.f32, scene=a.scene,
+                      seed=a.seed, graph=not a.no_graph)
+        sc = sim.scene
+        print(f"{s.device_name}: {a.scene} ({sc.n_particles} particles, {sc.n_actuators} "
+              f"actuators), {a.grid}^2 grid, {a.steps} steps, {a.iters} iterations")
+        losses = train(sim, a.iters)
+        final = sim.loss()
+        start = -float(np.mean([p[0] for p, t in zip(sc.x, sc.particle_type) if t == 1]))
+        print(f"loss {losses[0] if losses else final:.5f} -> {final:.5f} (the solid particles' "
+              f"mean x moved {start - final:+.4f} from its start)")
+        for path in plot(sim, losses + [final], a.out):
+            print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
