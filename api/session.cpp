@@ -111,6 +111,8 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
     return a.status();
   }
   d.adjoint = *a;
+  access_[d.forward.id] =
+      std::make_shared<const codegen::KernelAccess>(codegen::kernel_access(forward));
   return d;
 }
 
@@ -122,7 +124,13 @@ Result<Differentiated> Session::differentiate(std::string_view ir_text) {
 Status Session::release(KernelHandle kernel) {
   VKAD_TRY(rt_->unregister_kernel(kernel));
   ir_.erase(kernel.id);
+  access_.erase(kernel.id);
   return {};
+}
+
+std::shared_ptr<const codegen::KernelAccess> Session::launch_access(KernelHandle forward) const {
+  auto it = access_.find(forward.id);
+  return it == access_.end() ? nullptr : it->second;
 }
 
 Result<NdArrayHandle> Session::ndarray(DType dtype, std::vector<uint32_t> shape,
@@ -153,6 +161,8 @@ Result<std::vector<uint32_t>> Session::shape(NdArrayHandle array) const {
   return rt_->shape(array);
 }
 Result<DType> Session::dtype(NdArrayHandle array) const { return rt_->dtype(array); }
+
+Result<std::string> Session::name(NdArrayHandle array) const { return rt_->name(array); }
 
 Status Session::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id) {
   VKAD_TRY(rt_->launch(kernel, args, id));

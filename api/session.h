@@ -32,6 +32,7 @@
 
 #include "codegen/compiler.h"
 #include "codegen/ir.h"
+#include "codegen/launch_access.h"
 #include "codegen/target.h"
 #include "runtime/handles.h"
 
@@ -129,6 +130,10 @@ class Session {
   // Argument when no parameter is marked grad.
   Result<Differentiated> differentiate(const codegen::Kernel& forward);
   Result<Differentiated> differentiate(std::string_view ir_text);
+  // What the forward kernel of a differentiate() reads and writes of each ndarray, with the
+  // launch-uniform rows (codegen/launch_access.h): computed once by differentiate, shared with
+  // the tapes that record it (api/tape_hazards.h). Null for any other handle, and once released.
+  std::shared_ptr<const codegen::KernelAccess> launch_access(KernelHandle forward) const;
   // Drops a kernel (both of a Differentiated are dropped separately). A graph captured with it
   // keeps working (the runtime keeps what a captured launch needs).
   Status release(KernelHandle kernel);
@@ -163,6 +168,7 @@ class Session {
   }
   Result<std::vector<uint32_t>> shape(NdArrayHandle array) const;
   Result<DType> dtype(NdArrayHandle array) const;
+  Result<std::string> name(NdArrayHandle array) const;  // as given to ndarray()
 
   // --- execution ---
   // Asynchronous: validates and records; see runtime::Runtime::launch for the errors.
@@ -234,6 +240,8 @@ class Session {
   bool fuse_graph_launches_ = true;
   // The IR of every kernel compiled here, by handle id (what fusion merges).
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::Kernel>> ir_;
+  // launch_access() of every differentiated forward kernel, by handle id.
+  std::unordered_map<uint64_t, std::shared_ptr<const codegen::KernelAccess>> access_;
   std::optional<std::vector<CapturedStep>> capture_;  // open capture, as Session saw it
   std::string capture_name_;
   std::unordered_map<std::string, KernelHandle> fused_kernels_;  // by printed IR

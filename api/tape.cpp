@@ -48,7 +48,10 @@ Status Tape::launch(const Differentiated& d, std::span<const Arg> args, LaunchId
                             "(launch the adjoint yourself for a scalar's gradient)");
     }
   }
+  // Refused before it runs: the caller learns at the launch that would spoil the gradients.
+  VKAD_TRY(hazards_.check(*session_, session_->launch_access(d.forward), args));
   VKAD_TRY_CTX(session_->launch(d.forward, args, id), "tape.launch");
+  hazards_.record();
   Record r;
   r.forward = d.forward;
   r.adjoint = d.adjoint;
@@ -86,6 +89,7 @@ void Tape::reset() {
   records_.clear();
   args_.clear();
   grad_params_.clear();
+  hazards_.reset();
   prune();
 }
 

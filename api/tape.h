@@ -25,16 +25,19 @@
 // Memory (README.md, "Tapes and memory"): a recorded launch keeps its arguments' handles, not
 // copies, and backward reads every array as it is when the adjoints run (reverse mode reads the
 // forward's inputs as they are). So a launch recorded later must not overwrite an array that an
-// earlier recorded launch reads: a simulation of S steps over a state of B bytes holds S + 1
-// state arrays, (S + 1) x B, for as long as the recording is to be differentiated, plus one
-// gradient (same size) per differentiated array -- another (S + 1) x B when every step's state
-// is differentiated -- kept across recordings. Nothing else grows with S (the recording itself
-// is a few dozen host bytes per launch). When that does not fit: differentiate fewer steps per
+// earlier recorded launch reads, or one it wrote through a differentiated parameter; launch()
+// refuses such a launch before it runs (api/tape_hazards.h has the rule: rows given by
+// launch-uniform indices are compared, so DiffTaichi's time axis -- launch f reads row f and
+// writes row f + 1 -- is accepted). A simulation of S steps over a state of B bytes holds S + 1
+// states, (S + 1) x B, as one array with a time axis or S + 1 arrays, for as long as the
+// recording is to be differentiated, plus one gradient (same size) per differentiated array --
+// another (S + 1) x B when every step's state is differentiated -- kept across recordings.
+// Nothing else grows with S (the recording itself is a few dozen host bytes per launch, plus a
+// hash entry per row an array is read at). When that does not fit: differentiate fewer steps per
 // recording (truncated windows), or shrink the state. Recompute-based checkpointing (a ring of
 // state arrays with the forward launched again per segment during backward) is not offered:
 // with a ring, an array's gradient would also have to be cleared where a later step overwrote
-// it, which the adjoint of a store does not do (codegen/reverse_mode.cpp); the ring would give
-// wrong gradients, not an error.
+// it, which the adjoint of a store does not do (codegen/reverse_mode.cpp).
 //
 // Contract: every fallible call returns Status / Result and never throws. A Tape borrows its
 // Session, which must outlive it, and is externally synchronised like the session. Launches
@@ -49,6 +52,7 @@
 #include <vector>
 
 #include "api/session.h"
+#include "api/tape_hazards.h"
 
 namespace vkad {
 
@@ -82,8 +86,13 @@ class Tape {
   // Argument, nothing launched or recorded, when args.size() differs from d.forward_params
   // ("tape.launch: 3 arguments given, the forward kernel has 4 parameters"), or a
   // differentiated parameter's argument is a scalar (the tape keeps gradients of ndarrays; launch
-  // the adjoint yourself, with adjoint_args, for a scalar's); otherwise Session::launch's errors,
-  // with "tape.launch: " in front. `id` as in Session::launch.
+  // the adjoint yourself, with adjoint_args, for a scalar's), or the launch would overwrite what
+  // an earlier launch of this recording read or wrote through a differentiated parameter
+  // (TapeHazards::check: the message names both launches, the array and the row; kInvalid-
+  // Argument also when d.forward is not a live differentiate() result of this session);
+  // otherwise Session::launch's errors, with "tape.launch: " in front. `id` as in
+  // Session::launch. A launch captured into a graph (Session::begin_capture) is checked the
+  // same way; a replay's scalar updates are not (they could move rows: README.md).
   Status launch(const Differentiated& d, std::span<const Arg> args, LaunchId* id = nullptr);
   Status launch(const Differentiated& d, std::initializer_list<Arg> args, LaunchId* id = nullptr) {
     return launch(d, std::span<const Arg>(args.begin(), args.size()), id);
@@ -114,8 +123,8 @@ class Tape {
   // gradient the tape had made for `array` is freed. kInvalidArgument when either handle is
   // not live, they are the same array, or their dtypes or shapes differ; nothing changes then.
   Status set_grad(NdArrayHandle array, NdArrayHandle grad);
-  // Forgets the recorded launches (a new recording starts); keeps the gradients, except those
-  // of arrays freed meanwhile, which it frees.
+  // Forgets the recorded launches and what they read and wrote (a new recording starts); keeps
+  // the gradients, except those of arrays freed meanwhile, which it frees.
   void reset();
 
   size_t launches() const { return records_.size(); }
@@ -138,6 +147,7 @@ class Tape {
   bool differentiated(NdArrayHandle array) const;
 
   Session* session_;  // borrowed
+  TapeHazards hazards_;  // what the recording read and wrote (launch refuses overwrites)
   std::vector<Record> records_;
   std::vector<Arg> args_;                     // every record's forward arguments, back to back
   std::vector<uint32_t> grad_params_;         // every record's differentiated parameter indices

@@ -253,8 +253,10 @@ void vkad_tape_destroy(vkad_tape* tape); /* NULL is fine */
 /* Launches d->forward with the arguments (as vkad_launch: asynchronous, launch_id may be NULL)
  * and records it. `d` is what vkad_differentiate wrote (its struct_size set). Fails, recording
  * and launching nothing, when arg_count is not d->forward_params, when a differentiated
- * parameter's argument is a scalar (the tape keeps gradients of ndarrays only), or as
- * vkad_launch fails. */
+ * parameter's argument is a scalar (the tape keeps gradients of ndarrays only), when the launch
+ * would overwrite what an earlier launch of the recording read or wrote through a differentiated
+ * parameter (VKAD_INVALID_ARGUMENT naming both launches, the array and the row: backward would
+ * give wrong gradients; api/tape_hazards.h), or as vkad_launch fails. */
 vkad_status* vkad_tape_launch(vkad_tape* tape, const vkad_differentiated* d, const vkad_arg* args,
                               uint32_t arg_count, uint64_t* launch_id);
 /* d(objective)/d(array) for one output: `value` for every element, or when `data` is not NULL,

@@ -404,6 +404,14 @@ Result<DType> Runtime::dtype(NdArrayHandle array) const {
   return it->second.dtype;
 }
 
+Result<std::string> Runtime::name(NdArrayHandle array) const {
+  VKAD_EXCLUSIVE_USE("name");
+  VKAD_TRY(device_->status());
+  auto it = arrays_.find(array.id);
+  if (it == arrays_.end()) return dead_handle("name", "ndarray", array.id);
+  return it->second.name;
+}
+
 Status Runtime::fill(NdArrayHandle array, double value) {
   VKAD_EXCLUSIVE_USE("fill");
   VKAD_TRY(device_->status());

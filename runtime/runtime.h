@@ -208,6 +208,8 @@ class Runtime {
   Status download(NdArrayHandle array, void* out, uint64_t bytes);
   Result<std::vector<uint32_t>> shape(NdArrayHandle array) const;
   Result<DType> dtype(NdArrayHandle array) const;
+  // The name given at creation ("" when none).
+  Result<std::string> name(NdArrayHandle array) const;
   // Sets every element to `value` converted to the array's dtype: rounded to f32 / exact in
   // f64; integers take it truncated toward zero (2.9 -> 2, -2.9 -> -2); bool takes 0 or 1.
   // Recorded into the current list like upload (ordered before later launches), never waits. A

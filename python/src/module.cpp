@@ -1,6 +1,8 @@
 // vkad._vkad: the nanobind binding of vkad's front door (api/session.h) for the Python package
 // (python/vkad). It stays thin: kernels come in as IR text (the Python builder prints it), the
-// Tape (vkad::Tape's behaviour, over zero_many) and the dtype/shape conveniences live in Python.
+// Tape (vkad::Tape's behaviour, over zero_many) and the dtype/shape conveniences live in Python;
+// the tape's check that a launch does not overwrite what an earlier one read is vkad::Tape's own
+// (vkad::TapeHazards, run by launch below), so both front doors refuse with the same message.
 // What lives here is what must be fast or must touch memory: launch (arguments converted against
 // the kernel's parameters), numpy upload and download (one copy at most), and the locking that lets
 // blocking waits release the GIL.
@@ -79,8 +81,9 @@ struct State {
   std::mutex pending_mu;
   std::vector<NdArrayHandle> pending_arrays;
   std::vector<KernelHandle> pending_kernels;
-  // The recording tape (a Python list) or None; see Session.launch.
+  // The recording tape (a Python list) or None, and its TapeHazards; see Session.launch.
   nb::object tape = nb::none();
+  nb::object hazards = nb::none();
   // The graph being captured (a Graph) or None: launches append their kernel to it.
   nb::object capture = nb::none();
 
@@ -284,6 +287,8 @@ struct Kernel {
   // (forward parameter index, gradient name). Launches of such a kernel are what a Tape records.
   nb::object adjoint = nb::none();
   std::vector<std::pair<uint32_t, std::string>> gradients;
+  // What it reads and writes (Session::launch_access), which the tape's check needs.
+  std::shared_ptr<const vkad::codegen::KernelAccess> access;
 
   Kernel() = default;
   Kernel(const Kernel&) = delete;
@@ -398,6 +403,11 @@ struct Differentiated {
   nb::object forward, adjoint;  // Kernels
 };
 
+// A Python Tape's vkad::TapeHazards (api/tape_hazards.h): what its recording read and wrote.
+struct TapeHazards {
+  vkad::TapeHazards hazards;
+};
+
 // ------------------------------------------------------------------ session
 
 struct Session {
@@ -437,15 +447,19 @@ struct Session {
 
   nb::object differentiate(const std::string& text) {
     vkad::codegen::Kernel k;
+    std::shared_ptr<const vkad::codegen::KernelAccess> access;
     Result<vkad::Differentiated> r =
         blocking(*st, [&](vkad::Session& s) -> Result<vkad::Differentiated> {
           VKAD_ASSIGN_OR_RETURN(k, vkad::codegen::parse(text));
-          return s.differentiate(k);
+          VKAD_ASSIGN_OR_RETURN(vkad::Differentiated d, s.differentiate(k));
+          access = s.launch_access(d.forward);
+          return d;
         });
     vkad::Differentiated d = take(std::move(r));
     std::vector<ParamInfo> fparams = params_of(k), aparams = fparams;
     nb::object forward = make_kernel(d.forward, k.name, fparams);
     Kernel& fk = nb::cast<Kernel&>(forward);
+    fk.access = std::move(access);
     for (const vkad::GradientParam& g : d.gradients) {
       ParamInfo gp = fparams[g.param];
       gp.name = g.name;
@@ -583,9 +597,15 @@ struct Session {
         }
       }
     }
+    TapeHazards* hazards =
+        record && !st->hazards.is_none() ? nb::cast<TapeHazards*>(st->hazards) : nullptr;
     {
       Locked l(*st);
-      check(st->get().launch(k->handle, std::span<const Arg>(a, args.size())));
+      const std::span<const Arg> span(a, args.size());
+      // vkad::Tape::launch's check, refusing before anything runs.
+      if (hazards) check(hazards->hazards.check(st->get(), k->access, span));
+      check(st->get().launch(k->handle, span));
+      if (hazards) hazards->hazards.record();
     }
     if (record) nb::cast<nb::list>(st->tape).append(nb::make_tuple(nb::borrow(kernel), args));
     if (!st->capture.is_none()) nb::cast<Graph*>(st->capture)->kernels.append(nb::find(k));
@@ -815,6 +835,12 @@ NB_MODULE(_vkad, m) {
       .def_prop_ro("signature", &Kernel::signature)
       .def("__repr__", [](const Kernel& k) { return "vkad.Kernel(" + k.signature() + ")"; });
 
+  nb::class_<TapeHazards>(m, "_TapeHazards",
+                          "What a Tape's recording read and wrote (vkad::TapeHazards): launch "
+                          "refuses a launch that overwrites it.")
+      .def(nb::init<>())
+      .def("reset", [](TapeHazards& h) { h.hazards.reset(); })
+      .def_prop_ro("launches", [](const TapeHazards& h) { return h.hazards.launches(); });
   nb::class_<Differentiated>(m, "Differentiated",
                              "A forward kernel and its adjoint (Session.differentiate).")
       .def_ro("forward", &Differentiated::forward, nb::sig("def forward(self) -> Kernel"))
@@ -871,8 +897,12 @@ NB_MODULE(_vkad, m) {
       .def("stats", &Session::stats, nb::sig("def stats(self) -> dict[str, int]"))
       .def("validation_messages", &Session::validation_messages)
       .def(
-          "_set_tape", [](Session& s, nb::object tape) { s.st->tape = std::move(tape); },
-          "tape"_a.none())
+          "_set_tape",
+          [](Session& s, nb::object tape, nb::object hazards) {
+            s.st->tape = std::move(tape);
+            s.st->hazards = std::move(hazards);
+          },
+          "tape"_a.none(), "hazards"_a.none() = nb::none())
       .def("_begin_capture", &Session::begin_capture, "name"_a)
       .def("_end_capture", &Session::end_capture)
       .def("replay", &Session::replay, "graph"_a, "updates"_a = nb::none(),

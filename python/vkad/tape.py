@@ -20,7 +20,10 @@ array that was freed or collected is dropped at the next recording or backward.
 As in reverse mode generally, the replay reads the forward's inputs as they are when the
 adjoints run: a launch recorded later must not overwrite an input of an earlier one (keep each
 step's state: an array with a time axis written at f + 1 and read at f, or an array per step;
-README.md, "Tapes and memory").
+README.md, "Tapes and memory"). Session.launch refuses such a launch inside `with t:` before it
+runs (InvalidArgumentError naming both launches, the array and the row), with vkad::Tape's own
+check and message (api/tape_hazards.h); rows given by scalar arguments are compared, so the
+time axis is accepted.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Tuple
 
 import numpy as _np
 
-from ._vkad import DType, NdArray
+from ._vkad import DType, NdArray, _TapeHazards
 from .errors import Error, InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -45,23 +48,26 @@ class Tape:
         self.launches: List[Tuple[Any, tuple]] = []
         # handle -> (weak reference to the array, the gradient the tape made for it)
         self._grads: Dict[int, Tuple[weakref.ref, NdArray]] = {}
+        # What the recording read and wrote; the binding's launch checks and updates it.
+        self._hazards = _TapeHazards()
 
     def __enter__(self) -> "Tape":
         if self.session._recording is not None:
             raise InvalidArgumentError("tape: this session is already recording on another tape")
         self.reset()
         self.session._recording = self
-        self.session._set_tape(self.launches)
+        self.session._set_tape(self.launches, self._hazards)
         return self
 
     def __exit__(self, *exc) -> None:
-        self.session._set_tape(None)
+        self.session._set_tape(None, None)
         self.session._recording = None
 
     def reset(self) -> None:
         """Forgets the recorded launches (`with t:` does it); keeps the gradients, except those
         of arrays freed or collected meanwhile."""
         self.launches.clear()  # the same list object: the binding appends to it
+        self._hazards.reset()
         self._prune()
 
     def _prune(self) -> None:

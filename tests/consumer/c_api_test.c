@@ -213,6 +213,14 @@ int main(void) {
       CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
       CHECK(strstr(vkad_status_message(st), "3 arguments given") != NULL);
       vkad_status_free(st);
+      /* The same launch again overwrites `out`, which launch 0 wrote (differentiated): backward
+       * would credit launch 0 with the gradient of the new values too. Refused, nothing
+       * launched or recorded (api/tape_hazards.h). */
+      st = vkad_tape_launch(tape, &d, fargs, 4, NULL);
+      CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+      CHECK(strstr(vkad_status_message(st), "launch 1 ('sq') overwrites ndarray") != NULL);
+      CHECK(strstr(vkad_status_message(st), "which launch 0 ('sq') wrote") != NULL);
+      vkad_status_free(st);
       seed.array = other;
       seed.value = 1.0;
       seed.data = NULL;

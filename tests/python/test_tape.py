@@ -150,3 +150,168 @@ kernel scaled(a: f32 grad, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
         t.backward(seed={y: np.ones(2)})
     t.backward(seed={y: np.float32(2.0)})  # a numpy number is a value
     np.testing.assert_allclose(t.grad(x).numpy(), 2 * chain(X0, 0, 1), atol=5e-3)
+
+
+# --- a launch that overwrites what an earlier one read is refused (api/tape_hazards.h) ---------
+
+P2G = """
+kernel p2g(x: ndarray<f32, 1> grad, grid: ndarray<f32, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = load x[%i] : f32
+    %s = sin %v : f32
+    store grid[%i], %s
+  }
+}"""
+G2P = """
+kernel g2p(grid: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
+  task main parallel %i in [0, shape(grid, 0)) {
+    %v = load grid[%i] : f32
+    %two = const 2.0 : f32
+    %w = mul %v, %two : f32
+    store y[%i], %w
+  }
+}"""
+TIME_STEP = """
+kernel time_step(x: ndarray<f32, 2> grad, f: i32) {
+  task main parallel %p in [0, shape(x, 1)) {
+    %f = arg f : i32
+    %one = const 1 : i32
+    %f1 = add %f, %one : i32
+    %xv = load x[%f, %p] : f32
+    %s = sin %xv : f32
+    %a = const 0.9 : f32
+    %b = const 0.1 : f32
+    %m = mul %s, %a : f32
+    %n = add %m, %b : f32
+    store x[%f1, %p], %n
+  }
+}"""
+TAKE_ROW = """
+kernel take_row(x: ndarray<f32, 2> grad, y: ndarray<f32, 1> grad, f: i32) {
+  task main parallel %p in [0, shape(y, 0)) {
+    %f = arg f : i32
+    %v = load x[%f, %p] : f32
+    store y[%p], %v
+  }
+}"""
+PUT_ROW = """
+kernel put_row(x: ndarray<f32, 2> grad, z: ndarray<f32, 1> grad, g: i32) {
+  task main parallel %p in [0, shape(z, 0)) {
+    %g = arg g : i32
+    %v = load z[%p] : f32
+    store x[%g, %p], %v
+  }
+}"""
+SQ_LOSS = """
+kernel sq_loss(x: ndarray<f32, 1> grad, loss: ndarray<f32, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = load x[%i] : f32
+    %q = mul %v, %v : f32
+    %zero = const 0 : i32
+    atomic_add loss[%zero], %q
+  }
+}"""
+
+
+def handle(a):
+    return f"{a.handle >> 32}:{a.handle & 0xffffffff}"
+
+
+def test_reused_grid_is_refused_with_the_cpp_tapes_message(session):
+    s = session
+    p2g, g2p = s.differentiate(P2G), s.differentiate(G2P)
+    x0, x1 = s.ndarray(X0), s.ndarray(X0)
+    grid, y0 = s.empty(N, vkad.f32, "grid"), s.empty(N, vkad.f32)
+    t = s.tape()
+    with t:
+        s.launch(p2g, x0, grid)
+        s.launch(g2p, grid, y0)
+        launches = s.stats()["launches"]
+        with pytest.raises(vkad.InvalidArgumentError) as e:
+            s.launch(p2g, x1, grid)
+    msg = str(e.value)
+    assert msg.startswith(
+        f"tape.launch: launch 2 ('p2g') writes ndarray 'grid' ({handle(grid)}) (parameter "
+        "'grid') at rows that depend on the thread, a loop or data, which launch 1 ('g2p') read "
+        "(parameter 'grid'). Backward runs launch 1's adjoint"), msg
+    assert "Keep one row or one array per step" in msg and '"Tapes and memory"' in msg
+    assert len(t.launches) == 2 and s.stats()["launches"] == launches  # nor launched
+    with t:  # a new recording forgets what the last one read
+        s.launch(p2g, x1, grid)
+
+
+def test_time_axis_over_many_launches_is_accepted_and_matches_the_closed_form(session):
+    s = session
+    step = s.differentiate(TIME_STEP)
+    steps = 100
+    host = np.zeros((steps + 1, N), np.float32)
+    host[0] = X0
+    x = s.ndarray(host, name="x")
+    t = s.tape()
+    with t:
+        for f in range(steps):
+            s.launch(step, x, f)
+    seed = np.zeros((steps + 1, N), np.float32)
+    seed[steps] = 1.0
+    t.backward(seed={x: seed})
+    np.testing.assert_allclose(t.grad(x).numpy()[0], chain(X0, 0, steps), rtol=2e-2, atol=1e-6)
+    with t:
+        for f in range(5):
+            s.launch(step, x, f)
+        with pytest.raises(vkad.InvalidArgumentError,
+                           match=r"launch 5 \('time_step'\) writes ndarray 'x' \(.*\) \(parameter "
+                                 r"'x'\) at row 2 of axis 0, which launch 2 \('time_step'\) read "
+                                 r"there \(parameter 'x'\)"):
+            s.launch(step, x, 1)
+
+
+def test_scalar_rows_that_collide_are_refused(session):
+    s = session
+    take, put = s.differentiate(TAKE_ROW), s.differentiate(PUT_ROW)
+    x = s.ndarray(np.ones((8, N), np.float32), name="x")
+    y, z = s.empty(N, vkad.f32), s.ndarray(np.full(N, 2.0, np.float32))
+    with s.tape() as t:
+        s.launch(take, x, y, 3)
+        s.launch(put, x, z, 4)  # row 4 was not read
+        with pytest.raises(vkad.InvalidArgumentError) as e:
+            s.launch(put, x, z, 3)
+    assert (f"launch 2 ('put_row') writes ndarray 'x' ({handle(x)}) (parameter 'x') at row 3 of "
+            "axis 0, which launch 0 ('take_row') read there (parameter 'x')") in str(e.value)
+    assert len(t.launches) == 2
+
+
+def test_loss_accumulated_with_atomics_is_accepted(session):
+    s = session
+    loss_k, g2p = s.differentiate(SQ_LOSS), s.differentiate(G2P)
+    loss, out = s.zeros(1, vkad.f32, name="loss"), s.empty(1, vkad.f32)
+    xs = [s.ndarray(np.full(N, 0.5 + k, np.float32)) for k in range(5)]
+    t = s.tape()
+    with t:
+        for x in xs:
+            s.launch(loss_k, x, loss)
+    t.backward(seed={loss: 1.0})
+    for k, x in enumerate(xs):
+        np.testing.assert_allclose(t.grad(x).numpy(), np.full(N, 2 * (0.5 + k)), rtol=1e-5)
+    with t:
+        s.launch(g2p, loss, out)  # reads the loss; adding to it afterwards changes what it read
+        with pytest.raises(vkad.InvalidArgumentError,
+                           match=r"launch 1 \('sq_loss'\) atomically adds to ndarray 'loss'"):
+            s.launch(loss_k, xs[0], loss)
+
+
+def test_captured_tape_launches_are_checked(session):
+    s = session
+    take, put = s.differentiate(TAKE_ROW), s.differentiate(PUT_ROW)
+    x = s.ndarray(np.ones((8, N), np.float32), name="x")
+    y, z = s.empty(N, vkad.f32), s.ndarray(np.full(N, 2.0, np.float32))
+    t = s.tape()
+    with s.capture("hazards") as g:
+        with t:
+            s.launch(take, x, y, 3)
+            with pytest.raises(vkad.InvalidArgumentError, match="at row 3 of axis 0"):
+                s.launch(put, x, z, 3)
+            s.launch(put, x, z, 2)
+        t.backward(seed={y: 1.0})
+    s.replay(g)
+    np.testing.assert_array_equal(t.grad(z).numpy(), np.zeros(N, np.float32))
+    np.testing.assert_array_equal(t.grad(x).numpy()[3], np.ones(N, np.float32))

@@ -1,0 +1,187 @@
+#include "api/tape_hazards.h"
+
+#include <optional>
+
+namespace vkad {
+
+namespace {
+
+using codegen::ArrayAccess;
+
+std::string array_label(const Session& s, NdArrayHandle a) {
+  Result<std::string> name = s.name(a);
+  const std::string id = runtime::handle_string(a.id);
+  if (!name.ok() || name->empty()) return "ndarray " + id;
+  return "ndarray '" + *name + "' (" + id + ")";
+}
+
+std::string launch_label(uint32_t index, const codegen::KernelAccess& k) {
+  return "launch " + std::to_string(index) + " ('" + k.kernel + "')";
+}
+
+}  // namespace
+
+TapeHazards::By TapeHazards::overlap(const Touched& t, const int64_t* rows, size_t rank,
+                                     uint32_t* axis) const {
+  *axis = UINT32_MAX;
+  if (t.first.launch == kNone) return {};
+  // Disjoint when one axis has the write's row known, every earlier touch's row known there
+  // too, and none of them equal.
+  for (size_t a = 0; a < rank && a < t.axes.size(); ++a) {
+    if (rows[a] == kUnknownRow) continue;
+    const AxisRows& ar = t.axes[a];
+    if (ar.unknown.launch == kNone && !ar.rows.count(static_cast<uint32_t>(rows[a]))) return {};
+  }
+  // They may overlap: name a witness, at a known row where there is one.
+  for (size_t a = 0; a < rank && a < t.axes.size(); ++a) {
+    if (rows[a] == kUnknownRow) continue;
+    auto it = t.axes[a].rows.find(static_cast<uint32_t>(rows[a]));
+    if (it != t.axes[a].rows.end()) {
+      *axis = static_cast<uint32_t>(a);
+      return it->second;
+    }
+  }
+  for (size_t a = 0; a < rank && a < t.axes.size(); ++a) {
+    if (rows[a] != kUnknownRow && t.axes[a].unknown.launch != kNone) return t.axes[a].unknown;
+  }
+  return t.first;
+}
+
+void TapeHazards::add(Touched& t, const int64_t* rows, size_t rank, By by) {
+  if (t.first.launch == kNone) t.first = by;
+  if (t.axes.size() < rank) t.axes.resize(rank);
+  for (size_t a = 0; a < rank; ++a) {
+    AxisRows& ar = t.axes[a];
+    if (rows[a] == kUnknownRow) {
+      if (ar.unknown.launch == kNone) ar.unknown = by;
+    } else {
+      ar.rows.emplace(static_cast<uint32_t>(rows[a]), by);
+    }
+  }
+}
+
+Status TapeHazards::check(const Session& session,
+                          std::shared_ptr<const codegen::KernelAccess> access,
+                          std::span<const Arg> args) {
+  pending_ = nullptr;
+  if (!access) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "tape.launch: the forward kernel is not one this session's differentiate() "
+                      "made (or it was released), so the tape cannot check what it overwrites");
+  }
+  const codegen::KernelAccess& k = *access;
+  // Every launch-uniform index of the kernel, evaluated once.
+  const codegen::UniformInputs inputs{
+      [&](uint32_t p) -> int64_t { return p < args.size() ? args[p].i : 0; },
+      [&](uint32_t p, uint32_t d) -> std::optional<uint32_t> {
+        if (p >= args.size() || args[p].kind != runtime::ParamKind::kNdArray) return std::nullopt;
+        Result<std::vector<uint32_t>> shape = session.shape(args[p].array);
+        if (!shape.ok() || d >= shape->size()) return std::nullopt;
+        return (*shape)[d];
+      }};
+  expr_values_.resize(k.exprs.size());
+  for (size_t i = 0; i < k.exprs.size(); ++i) {
+    std::optional<uint32_t> v = codegen::evaluate(k.exprs[i], inputs);
+    expr_values_[i] = v ? static_cast<int64_t>(*v) : kUnknownRow;
+  }
+  evaluated_.clear();
+  rows_.clear();
+  for (uint32_t slot = 0; slot < k.params.size(); ++slot) {
+    const codegen::ParamAccess& p = k.params[slot];
+    if (p.param >= args.size() || args[p.param].kind != runtime::ParamKind::kNdArray) {
+      continue;  // Session::launch refuses it
+    }
+    auto rec = arrays_.find(args[p.param].array.id);
+    for (uint32_t ai = 0; ai < p.accesses.size(); ++ai) {
+      const ArrayAccess& a = p.accesses[ai];
+      Evaluated e{slot, ai, static_cast<uint32_t>(rows_.size())};
+      for (uint32_t r : a.rows) {
+        rows_.push_back(r == ArrayAccess::kNotUniform ? kUnknownRow : expr_values_[r]);
+      }
+      evaluated_.push_back(e);
+      if (rec == arrays_.end() || a.kind == ArrayAccess::Kind::kRead) continue;
+      const int64_t* rows = rows_.data() + e.row_begin;
+      uint32_t axis = UINT32_MAX;
+      By earlier = overlap(rec->second.read, rows, a.rows.size(), &axis);
+      if (earlier.launch != kNone) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          conflict(session, k, args, e, earlier, axis, false));
+      }
+      if (a.kind == ArrayAccess::Kind::kOverwrite) {
+        earlier = overlap(rec->second.written, rows, a.rows.size(), &axis);
+        if (earlier.launch != kNone) {
+          return make_error(ErrorCode::kInvalidArgument,
+                            conflict(session, k, args, e, earlier, axis, true));
+        }
+      }
+    }
+  }
+  pending_ = std::move(access);
+  pending_args_.assign(args.begin(), args.end());
+  return {};
+}
+
+void TapeHazards::record() {
+  if (!pending_) return;
+  const codegen::KernelAccess& k = *pending_;
+  const uint32_t launch = static_cast<uint32_t>(kernels_.size());
+  for (const Evaluated& e : evaluated_) {
+    const codegen::ParamAccess& p = k.params[e.param_slot];
+    const ArrayAccess& a = p.accesses[e.access];
+    if (a.kind != ArrayAccess::Kind::kRead && !p.needs_grad) continue;
+    ArrayRecord& rec = arrays_[pending_args_[p.param].array.id];
+    add(a.kind == ArrayAccess::Kind::kRead ? rec.read : rec.written, rows_.data() + e.row_begin,
+        a.rows.size(), By{launch, p.param});
+  }
+  kernels_.push_back(std::move(pending_));
+  pending_ = nullptr;
+}
+
+void TapeHazards::reset() {
+  arrays_.clear();
+  kernels_.clear();
+  pending_ = nullptr;
+}
+
+std::string TapeHazards::conflict(const Session& session, const codegen::KernelAccess& k,
+                                  std::span<const Arg> args, const Evaluated& e, By earlier,
+                                  uint32_t axis, bool overwrite_of_write) const {
+  const codegen::ParamAccess& p = k.params[e.param_slot];
+  const ArrayAccess& a = p.accesses[e.access];
+  const codegen::KernelAccess& ek = *kernels_[earlier.launch];
+  const uint32_t now = static_cast<uint32_t>(kernels_.size());
+  const char* verb = a.kind == ArrayAccess::Kind::kAccumulate ? "atomically adds to"
+                     : overwrite_of_write                     ? "overwrites"
+                                                              : "writes";
+  // Where the write is: the witness axis's row, else the first row known, else none.
+  uint32_t shown = axis;
+  for (uint32_t i = 0; shown == UINT32_MAX && i < a.rows.size(); ++i) {
+    if (rows_[e.row_begin + i] != kUnknownRow) shown = i;
+  }
+  const std::string thread_rows = " at rows that depend on the thread, a loop or data";
+  const std::string where = shown == UINT32_MAX
+                                ? thread_rows
+                                : " at row " + std::to_string(rows_[e.row_begin + shown]) +
+                                      " of axis " + std::to_string(shown);
+  const std::string earlier_where = axis != UINT32_MAX    ? " there"
+                                    : shown != UINT32_MAX ? thread_rows
+                                                          : "";
+  std::string out = "tape.launch: " + launch_label(now, k) + " " + verb + " " +
+                    array_label(session, args[p.param].array) + " (parameter '" + k.names[p.param] +
+                    "')" + where + ", which " + launch_label(earlier.launch, ek) +
+                    (overwrite_of_write ? " wrote, differentiated," : " read") + earlier_where +
+                    " (parameter '" + ek.names[earlier.param] + "'). ";
+  out += overwrite_of_write
+             ? "Backward would hand the gradient of the new values to launch " +
+                   std::to_string(earlier.launch) + "'s adjoint too"
+             : "Backward runs launch " + std::to_string(earlier.launch) +
+                   "'s adjoint on the arrays as they are then, so it would read the new values";
+  out +=
+      ": its gradients would be wrong. Keep one row or one array per step (an array with a time "
+      "axis, read at row f and written at row f + 1, or one array per step), or differentiate "
+      "the steps before the overwrite in a recording of their own; README.md, \"Tapes and "
+      "memory\". Nothing was launched or recorded";
+  return out;
+}
+
+}  // namespace vkad

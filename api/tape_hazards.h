@@ -1,0 +1,108 @@
+// vkad::TapeHazards — the check that keeps a tape's gradients from being silently wrong: it
+// refuses a launch that overwrites what an earlier launch of the same recording needs at
+// backward. vkad::Tape (C++ and, through it, C) and the Python binding's tape each hold one, so
+// all three front doors refuse the same launches with the same message.
+//
+// Why. Backward launches each recorded forward's adjoint with the forward's own arguments, on
+// the arrays as they are when backward runs. For recorded launches i < j and an array A, the
+// gradients are wrong, with no error, when
+//  - launch j writes (store, atomic_add, atomic_max) an element of A that launch i reads (load):
+//    i's adjoint would read the new value (DiffTaichi's diffmpm reusing one `grid` per substep);
+//  - launch j overwrites (store, atomic_max) an element of A that launch i wrote through a
+//    differentiated (grad) parameter: the adjoint of a store leaves its seed in A's gradient
+//    (codegen/reverse_mode.h), so i's adjoint would also credit its inputs with the gradient of
+//    the value j wrote. An atomic_add after a write (a loss accumulated by many launches) adds
+//    to it and is fine.
+// Launch j's own read-before-write of one array is make_adjoint's to prove (disjoint_access.h).
+//
+// Rows. codegen::kernel_access (codegen/launch_access.h) lists, per ndarray parameter, each
+// access and, per axis, its index when it is launch-uniform; check() evaluates those with the
+// launch's scalar arguments and array shapes. Where a write and an earlier access have
+// launch-uniform indices on a common axis and the rows differ, they cannot overlap: launch f
+// reading row f and writing row f + 1 of one array (DiffTaichi's time axis) is accepted over any
+// number of launches. Otherwise (an index that depends on the thread, a loop or data) they are
+// taken to overlap.
+//
+// Cost. Per array touched, per axis: the rows read so far (a hash set) or "rows not known";
+// likewise for the differentiated writes. check() is O(accesses of the launch x rank) hash
+// look-ups; record() adds one entry per new row. Array identity is the handle (never reused).
+//
+// Contract: check() changes nothing; record() commits the launch check() last accepted (call it
+// once the launch was made). reset() forgets everything (a new recording).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "api/session.h"
+#include "codegen/launch_access.h"
+
+namespace vkad {
+
+class TapeHazards {
+ public:
+  // kInvalidArgument when a launch of `access`'s kernel with `args` (the forward's arguments)
+  // would overwrite what a launch recorded earlier read, or wrote through a differentiated
+  // parameter. The message names both launches (their index in the recording and kernel), the
+  // array (name and handle), the two parameters, the row and axis where known, why that gives
+  // wrong gradients, and what to do (README.md, "Tapes and memory"), e.g.
+  //   "launch 3 ('p2g') writes ndarray 'grid' (1:5), parameter 'grid', at rows that depend on
+  //    the thread, a loop or data; launch 2 ('g2p') read it (parameter 'grid') ..."
+  // `session` gives array shapes (for indices that use shape()) and names (for the message).
+  Status check(const Session& session, std::shared_ptr<const codegen::KernelAccess> access,
+               std::span<const Arg> args);
+  // Adds the launch check() last accepted to the recording.
+  void record();
+  void reset();
+  size_t launches() const { return kernels_.size(); }
+
+ private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  // Which launch (index in the recording) touched an element first, and through which
+  // parameter of its kernel.
+  struct By {
+    uint32_t launch = kNone;
+    uint32_t param = 0;
+  };
+  struct AxisRows {
+    By unknown;                             // first touch at rows not known on this axis
+    std::unordered_map<uint32_t, By> rows;  // row -> first touch there
+  };
+  struct Touched {
+    By first;                    // first touch at all; launch == kNone: none
+    std::vector<AxisRows> axes;  // per axis of the array
+  };
+  struct ArrayRecord {
+    Touched read;     // loads
+    Touched written;  // writes through differentiated parameters
+  };
+  // A launch's access, evaluated: rows_[row_begin + axis] is the row or kUnknownRow.
+  struct Evaluated {
+    uint32_t param_slot = 0, access = 0, row_begin = 0;
+  };
+  static constexpr int64_t kUnknownRow = -1;
+
+  // The earlier touch that a write at `rows` may overlap in `t`, or {kNone}; `axis` / `row`
+  // get where it was found (axis UINT32_MAX: no row known).
+  By overlap(const Touched& t, const int64_t* rows, size_t rank, uint32_t* axis) const;
+  static void add(Touched& t, const int64_t* rows, size_t rank, By by);
+  std::string conflict(const Session& session, const codegen::KernelAccess& access,
+                       std::span<const Arg> args, const Evaluated& e, By earlier, uint32_t axis,
+                       bool overwrite_of_write) const;
+
+  std::unordered_map<uint64_t, ArrayRecord> arrays_;  // by array handle id
+  // The kernel of each recorded launch (messages name it).
+  std::vector<std::shared_ptr<const codegen::KernelAccess>> kernels_;
+  // check()'s result, which record() commits.
+  std::shared_ptr<const codegen::KernelAccess> pending_;
+  std::vector<Arg> pending_args_;
+  std::vector<Evaluated> evaluated_;
+  std::vector<int64_t> rows_;
+  std::vector<int64_t> expr_values_;
+};
+
+}  // namespace vkad

@@ -1,0 +1,192 @@
+// kernel_access and evaluate (codegen/launch_access.h): which accesses each ndarray parameter
+// has, which of their indices are launch-uniform, and the rows those give for a launch's
+// arguments. The tape's use of it is tests/gpu/tape_hazards_test.cpp.
+#include "codegen/launch_access.h"
+
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <map>
+#include <string>
+
+#include "codegen/text.h"
+#include "codegen/verifier.h"
+
+namespace vkad::codegen {
+namespace {
+
+using Kind = ArrayAccess::Kind;
+
+KernelAccess analyse(const std::string& text) {
+  auto k = parse(text);
+  EXPECT_TRUE(k.ok()) << k.status().to_string() << "\n" << text;
+  if (!k.ok()) return {};
+  Status v = verify(*k);
+  EXPECT_TRUE(v.ok()) << v.to_string() << "\n" << text;
+  return kernel_access(*k);
+}
+
+const ParamAccess* find(const KernelAccess& a, const std::string& name) {
+  for (const ParamAccess& p : a.params) {
+    if (a.names[p.param] == name) return &p;
+  }
+  return nullptr;
+}
+
+// Inputs from a map of scalar values and one extent for every shape query.
+UniformInputs inputs(std::map<uint32_t, int64_t> scalars, std::optional<uint32_t> extent = 16) {
+  return {[scalars](uint32_t p) { return scalars.count(p) ? scalars.at(p) : 0; },
+          [extent](uint32_t, uint32_t) { return extent; }};
+}
+
+// The row on `axis` of access `i` of `p`, for scalars `s`; nullopt when not launch-uniform.
+std::optional<uint32_t> row(const KernelAccess& a, const ParamAccess& p, size_t i, size_t axis,
+                            const UniformInputs& in) {
+  const uint32_t e = p.accesses.at(i).rows.at(axis);
+  if (e == ArrayAccess::kNotUniform) return std::nullopt;
+  return evaluate(a.exprs.at(e), in);
+}
+
+TEST(LaunchAccess, TimeAxisStepReadsRowFAndWritesRowFPlusOne) {
+  const KernelAccess a = analyse(R"(
+kernel step(x: ndarray<f32, 2> grad, w: ndarray<f32, 1>, f: i32) {
+  task main parallel %p in [0, shape(x, 1)) {
+    %f = arg f : i32
+    %one = const 1 : i32
+    %f1 = add %f, %one : i32
+    %xv = load x[%f, %p] : f32
+    %wv = load w[%p] : f32
+    %nx = mul %xv, %wv : f32
+    store x[%f1, %p], %nx
+  }
+})");
+  EXPECT_EQ(a.kernel, "step");
+  ASSERT_EQ(a.params.size(), 2u);
+  const ParamAccess* x = find(a, "x");
+  ASSERT_NE(x, nullptr);
+  EXPECT_TRUE(x->needs_grad);
+  EXPECT_EQ(x->rank, 2u);
+  ASSERT_EQ(x->accesses.size(), 2u);
+  EXPECT_EQ(x->accesses[0].kind, Kind::kRead);
+  EXPECT_EQ(x->accesses[1].kind, Kind::kOverwrite);
+  const UniformInputs in = inputs({{2, 7}});
+  EXPECT_EQ(row(a, *x, 0, 0, in), 7u);
+  EXPECT_EQ(row(a, *x, 1, 0, in), 8u);
+  EXPECT_EQ(row(a, *x, 0, 1, in), std::nullopt) << "the task index is not launch-uniform";
+  EXPECT_EQ(row(a, *x, 1, 1, in), std::nullopt);
+  const ParamAccess* w = find(a, "w");
+  ASSERT_NE(w, nullptr);
+  ASSERT_EQ(w->accesses.size(), 1u);
+  EXPECT_EQ(w->accesses[0].kind, Kind::kRead);
+  EXPECT_FALSE(w->needs_grad);
+}
+
+TEST(LaunchAccess, AtomicsLoopsLoadedIndicesAndUnusedParameters) {
+  const KernelAccess a = analyse(R"(
+kernel k(x: ndarray<f32, 1>, idx: ndarray<i32, 1>, loss: ndarray<f32, 1> grad, m: ndarray<i32, 1>, unused: ndarray<f32, 1>, n: i32) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %zero = const 0 : i32
+    %j = load idx[%i] : i32
+    %v = load x[%j] : f32
+    atomic_add loss[%zero], %v
+    %n = arg n : i32
+    for %t in [%zero, %n) {
+      %c = const 1 : i32
+      atomic_max m[%t], %c
+    }
+  }
+})");
+  EXPECT_EQ(find(a, "unused"), nullptr) << "a parameter never accessed is not listed";
+  const ParamAccess* x = find(a, "x");
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(row(a, *x, 0, 0, inputs({})), std::nullopt) << "a loaded index";
+  const ParamAccess* loss = find(a, "loss");
+  ASSERT_NE(loss, nullptr);
+  ASSERT_EQ(loss->accesses.size(), 1u);
+  EXPECT_EQ(loss->accesses[0].kind, Kind::kAccumulate);
+  EXPECT_EQ(row(a, *loss, 0, 0, inputs({})), 0u);
+  const ParamAccess* m = find(a, "m");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->accesses[0].kind, Kind::kOverwrite);
+  EXPECT_EQ(row(a, *m, 0, 0, inputs({})), std::nullopt) << "a loop index";
+}
+
+TEST(LaunchAccess, IdenticalAccessesAreListedOnceAndExpressionsShared) {
+  const KernelAccess a = analyse(R"(
+kernel k(x: ndarray<f32, 2> grad, f: i32) {
+  task main parallel %p in [0, shape(x, 1)) {
+    %f = arg f : i32
+    %a = load x[%f, %p] : f32
+    %f2 = arg f : i32
+    %b = load x[%f2, %p] : f32
+    %s = add %a, %b : f32
+    %one = const 1 : i32
+    %g = add %f, %one : i32
+    store x[%g, %p], %s
+  }
+})");
+  const ParamAccess* x = find(a, "x");
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(x->accesses.size(), 2u) << "two loads at the same launch-uniform row are one";
+  EXPECT_EQ(a.exprs.size(), 2u);
+}
+
+TEST(LaunchAccess, EvaluatesWithTheIrSemantics) {
+  // Each statement is stored at its own row of `out` so each is one access.
+  const KernelAccess a = analyse(R"(
+kernel k(out: ndarray<f32, 1>, f: i32, u: u32, b: bool) {
+  task main serial %i in [0, 1) {
+    %f = arg f : i32
+    %u = arg u : u32
+    %b = arg b : bool
+    %z = const 0 : i32
+    %m3 = const -3 : i32
+    %two = const 2 : i32
+    %big = const 4294967295 : u32
+    %n = shape out 0 : i32
+    %v = const 1.0 : f32
+    %e0 = floordiv %f, %two : i32
+    store out[%e0], %v
+    %e1 = mod %f, %m3 : i32
+    store out[%e1], %v
+    %e2 = div %f, %z : i32
+    store out[%e2], %v
+    %e3 = add %u, %big : u32
+    store out[%e3], %v
+    %e4 = sub %n, %f : i32
+    store out[%e4], %v
+    %c = lt %f, %z : bool
+    %e5 = select %b, %e0, %e4 : i32
+    store out[%e5], %v
+    %e6 = cast %c : i32
+    store out[%e6], %v
+    %e7 = neg %f : i32
+    %e8 = cast %e7 : u32
+    store out[%e8], %v
+    %e9 = min %e0, %e4 : i32
+    store out[%e9], %v
+  }
+})");
+  const ParamAccess* out = find(a, "out");
+  ASSERT_NE(out, nullptr);
+  ASSERT_EQ(out->accesses.size(), 9u);
+  const UniformInputs in = inputs({{1, -7}, {2, 5}, {3, 1}}, 10);
+  auto at = [&](size_t i) { return row(a, *out, i, 0, in); };
+  EXPECT_EQ(at(0), static_cast<uint32_t>(-4)) << "floordiv(-7, 2) rounds toward -inf";
+  EXPECT_EQ(at(1), static_cast<uint32_t>(-1)) << "mod(-7, -3) has the divisor's sign";
+  EXPECT_EQ(at(2), 0u) << "x / 0 = 0";
+  EXPECT_EQ(at(3), 4u) << "u32 wraps";
+  EXPECT_EQ(at(4), 17u) << "shape(out, 0) - f";
+  EXPECT_EQ(at(5), static_cast<uint32_t>(-4)) << "select takes its first value when true";
+  EXPECT_EQ(at(6), 1u) << "bool -> i32";
+  EXPECT_EQ(at(7), 7u) << "i32 -> u32 keeps the bits";
+  EXPECT_EQ(at(8), static_cast<uint32_t>(-4));
+  EXPECT_EQ(row(a, *out, 4, 0, inputs({{1, -7}}, std::nullopt)), std::nullopt)
+      << "an unknown extent makes the value unknown";
+  const UniformInputs min_case = inputs({{1, INT32_MIN}, {2, 0}, {3, 0}}, 10);
+  EXPECT_EQ(row(a, *out, 0, 0, min_case), static_cast<uint32_t>(INT32_MIN / 2));
+  EXPECT_EQ(row(a, *out, 7, 0, min_case), static_cast<uint32_t>(INT32_MIN)) << "-INT_MIN wraps";
+}
+
+}  // namespace
+}  // namespace vkad::codegen
