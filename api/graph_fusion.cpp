@@ -137,9 +137,10 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
     const std::string key = codegen::print(f->kernel);
     auto it = fused_kernels_.find(key);
     if (it == fused_kernels_.end()) {
-      Result<runtime::CompiledKernel> ck = codegen::compile(f->kernel, target_, compile_options_);
+      Result<std::shared_ptr<const runtime::CompiledKernel>> ck =
+          compile_cache_.compile(f->kernel, target_, compile_options_);
       if (!ck.ok()) return graph;
-      Result<KernelHandle> h = rt_->register_kernel(*ck);
+      Result<KernelHandle> h = rt_->register_kernel(**ck);
       if (!h.ok()) return graph;
       it = fused_kernels_.emplace(key, *h).first;
     }

@@ -59,13 +59,13 @@ Result<std::unique_ptr<Session>> Session::create(const runtime::RuntimeOptions& 
 Session::~Session() = default;
 
 Result<KernelHandle> Session::compile(const codegen::Kernel& kernel) {
-  VKAD_ASSIGN_OR_RETURN(runtime::CompiledKernel ck,
-                        codegen::compile(kernel, target_, compile_options_));
-  return register_ir(kernel, std::move(ck));
+  VKAD_ASSIGN_OR_RETURN(std::shared_ptr<const runtime::CompiledKernel> ck,
+                        compile_cache_.compile(kernel, target_, compile_options_));
+  return register_ir(kernel, *ck);
 }
 
 Result<KernelHandle> Session::register_ir(const codegen::Kernel& kernel,
-                                          runtime::CompiledKernel ck) {
+                                          const runtime::CompiledKernel& ck) {
   VKAD_ASSIGN_OR_RETURN(KernelHandle h, rt_->register_kernel(ck));
   if (codegen::fusible(kernel)) ir_[h.id] = std::make_shared<const codegen::Kernel>(kernel);
   return h;
@@ -85,10 +85,10 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
                           "': no parameter is marked grad, so there is no gradient to compute");
   }
   VKAD_ASSIGN_OR_RETURN(codegen::Kernel adjoint, codegen::make_adjoint(forward, target_));
-  VKAD_ASSIGN_OR_RETURN(runtime::CompiledKernel fck,
-                        codegen::compile(forward, target_, compile_options_));
-  VKAD_ASSIGN_OR_RETURN(runtime::CompiledKernel ack,
-                        codegen::compile(adjoint, target_, compile_options_));
+  VKAD_ASSIGN_OR_RETURN(std::shared_ptr<const runtime::CompiledKernel> fck,
+                        compile_cache_.compile(forward, target_, compile_options_));
+  VKAD_ASSIGN_OR_RETURN(std::shared_ptr<const runtime::CompiledKernel> ack,
+                        compile_cache_.compile(adjoint, target_, compile_options_));
   Differentiated d;
   d.forward_params = static_cast<uint32_t>(forward.params.size());
   // make_adjoint's contract (reverse_mode.h): the forward's parameters, then one gradient per
@@ -104,8 +104,8 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
     d.gradients.push_back({p, next, adjoint.params[next].name});
     ++next;
   }
-  VKAD_ASSIGN_OR_RETURN(d.forward, register_ir(forward, std::move(fck)));
-  Result<KernelHandle> a = register_ir(adjoint, std::move(ack));
+  VKAD_ASSIGN_OR_RETURN(d.forward, register_ir(forward, *fck));
+  Result<KernelHandle> a = register_ir(adjoint, *ack);
   if (!a.ok()) {
     (void)release(d.forward);  // a failed call changes nothing
     return a.status();
@@ -214,6 +214,8 @@ Result<SessionStats> Session::stats() const {
   s.memory_used_bytes = r.memory_used_bytes;
   s.adstack_heap_bytes = r.adstack_heap_bytes;
   s.vulkan_objects_created = r.live.created;
+  s.kernels_compiled = compile_cache_.misses();
+  s.compile_cache_hits = compile_cache_.hits();
   return s;
 }
 

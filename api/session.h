@@ -79,6 +79,10 @@ struct SessionStats {
   // Vulkan objects and memory blocks created so far: constant across the iterations of a
   // training loop in its steady state (launch args and small transfers use recycled rings).
   uint64_t vulkan_objects_created = 0;
+  // Kernels compiled to validated SPIR-V, and compiles answered from the session's cache (the
+  // same kernel text compiled again: no emission, no validation).
+  uint64_t kernels_compiled = 0;
+  uint64_t compile_cache_hits = 0;
 };
 
 // One differentiated parameter: forward parameter `param` (an ndarray marked grad) has its
@@ -232,10 +236,13 @@ class Session {
   Result<GraphHandle> fuse(GraphHandle graph, const std::vector<CapturedStep>& steps);
   Status translate(const FusedGraph& f, std::span<const GraphUpdate> updates,
                    std::vector<GraphUpdate>* out) const;
-  Result<KernelHandle> register_ir(const codegen::Kernel& kernel, runtime::CompiledKernel ck);
+  Result<KernelHandle> register_ir(const codegen::Kernel& kernel, const runtime::CompiledKernel& ck);
 
   codegen::CompileOptions compile_options_;
   codegen::Target target_;
+  // Every kernel this session compiled, by text, target and options: compiling one again
+  // (a DSL re-tracing a function, a fused run seen before) skips emission and validation.
+  codegen::CompileCache compile_cache_;
   std::unique_ptr<runtime::Runtime> rt_;
   bool fuse_graph_launches_ = true;
   // The IR of every kernel compiled here, by handle id (what fusion merges).

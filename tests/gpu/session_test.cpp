@@ -264,6 +264,43 @@ TEST_F(SessionTest, FillIsOrderedWithLaunches) {
   EXPECT_EQ(s_->stats()->launches, 3u);
 }
 
+// A kernel compiled again (same text) is answered from the session's compile cache: no second
+// emission or validation, and the second handle runs like the first (issue 27: validated once).
+TEST_F(SessionTest, CompilingAKernelAgainReusesItsValidatedModule) {
+  KernelBuilder kb("twice");
+  Array x = kb.ndarray("x", DType::kF32, 1);
+  kb.parallel_for("main", 0, x.dim(0), [&](Value i) { x.store({i}, x(i) * 3.0); });
+  codegen::Kernel k = kb.finish();
+  const SessionStats before = *s_->stats();
+  auto a = s_->compile(k);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  const SessionStats mid = *s_->stats();
+  EXPECT_EQ(mid.kernels_compiled, before.kernels_compiled + 1);
+  auto b = s_->compile(std::string_view(codegen::print(k)));
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  const SessionStats after = *s_->stats();
+  EXPECT_EQ(after.kernels_compiled, mid.kernels_compiled);
+  EXPECT_EQ(after.compile_cache_hits, mid.compile_cache_hits + 1);
+  EXPECT_NE(a->id, b->id);  // two registrations, one module
+  auto h = s_->ndarray(DType::kF32, {5}, "x");
+  ASSERT_TRUE(h.ok());
+  const std::vector<float> in = {1, 2, 3, 4, 5};
+  ASSERT_TRUE(s_->upload(*h, std::span<const float>(in)).ok());
+  ASSERT_TRUE(s_->launch(*a, {Arg::ndarray(*h)}).ok());
+  ASSERT_TRUE(s_->launch(*b, {Arg::ndarray(*h)}).ok());
+  std::vector<float> out(5);
+  ASSERT_TRUE(s_->download(*h, std::span<float>(out)).ok());
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(out[i], in[i] * 9.0f);
+  // A differentiated kernel seen again hits for both its forward and its adjoint.
+  auto d1 = s_->differentiate(weighted_sin());
+  ASSERT_TRUE(d1.ok());
+  const SessionStats d_mid = *s_->stats();
+  auto d2 = s_->differentiate(weighted_sin());
+  ASSERT_TRUE(d2.ok());
+  EXPECT_EQ(s_->stats()->kernels_compiled, d_mid.kernels_compiled);
+  EXPECT_EQ(s_->stats()->compile_cache_hits, d_mid.compile_cache_hits + 2);
+}
+
 TEST_F(SessionTest, CompileFromTextAndErrorsNameWhatIsWrong) {
   auto bad = s_->compile(std::string_view("kernel k(\n  ndarray<f32, 1> x\n) {\n  oops\n}\n"));
   ASSERT_FALSE(bad.ok());

@@ -171,5 +171,27 @@ def test_stats_is_a_dict(session):
     st = session.stats()
     for key in ["launches", "flushes", "forced_waits", "ndarrays", "kernels_cached",
                 "memory_block_bytes", "memory_used_bytes", "adstack_heap_bytes",
-                "vulkan_objects_created"]:
+                "vulkan_objects_created", "kernels_compiled", "compile_cache_hits"]:
         assert isinstance(st[key], int)
+
+
+def test_a_kernel_compiled_again_comes_from_the_compile_cache(session):
+    ir = """
+kernel thrice(x: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = load x[%i] : f32
+    %c = const 3.0 : f32
+    %y = mul %v, %c : f32
+    store x[%i], %y
+  }
+}
+"""
+    session.compile(ir)
+    before = session.stats()
+    k = session.compile(ir)
+    after = session.stats()
+    assert after["kernels_compiled"] == before["kernels_compiled"]
+    assert after["compile_cache_hits"] == before["compile_cache_hits"] + 1
+    x = session.ndarray(np.array([1.0, 2.0], dtype=np.float32))
+    session.launch(k, x)
+    assert np.array_equal(x.numpy(), np.array([3.0, 6.0], dtype=np.float32))
