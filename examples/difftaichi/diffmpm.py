@@ -40,7 +40,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import statistics
 import sys
+import time
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -378,14 +380,21 @@ def train(sim: DiffMPM, iters: int) -> List[float]:
         from tqdm import tqdm
     except ImportError:
         tqdm = None
-    losses = []
+    losses, ms = [], []
     bar = tqdm(range(iters), desc="diffmpm") if tqdm else range(iters)
     for it in bar:
-        losses.append(sim.iteration())
+        t0 = time.perf_counter()
+        losses.append(sim.iteration())  # reads the loss back: the iteration has finished
+        ms.append((time.perf_counter() - t0) * 1e3)
         if tqdm:
             bar.set_postfix(loss=f"{losses[-1]:.4f}")
         else:
             print(f"iter {it}: loss {losses[-1]:.5f}", flush=True)
+    if len(ms) > 1:
+        # The first iteration compiles the kernels and captures the graph; the rest is the
+        # steady state a training run pays per iteration (forward + backward + update).
+        print(f"first iteration {ms[0]:.1f} ms, then {statistics.median(ms[1:]):.2f} ms per "
+              f"iteration (median of {len(ms) - 1})")
     return losses
 
 
