@@ -4,6 +4,7 @@
 // of its fused kernel, and the first graph is dropped. Fusion is an optimisation: whatever
 // keeps a run from being fused (a kernel vkad did not compile, a fused kernel the device
 // refuses) leaves those launches as they were.
+#include <cmath>
 #include <string>
 #include <unordered_map>
 
@@ -28,7 +29,29 @@ const codegen::Kernel& not_fusible() {
 
 }  // namespace
 
+namespace {
+
+bool has_loops(const codegen::Block& b) {
+  for (const codegen::Stmt& s : b.stmts) {
+    if (s.op == codegen::Op::kFor || s.op == codegen::Op::kWhile) return true;
+    for (const codegen::Block& c : s.blocks) {
+      if (has_loops(c)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedStep>& steps) {
+  // Steps recorded through runtime() while Session captured are not in `steps`: the graph is
+  // then kept as the runtime captured it.
+  Result<size_t> captured = rt_->graph_steps(graph);
+  if (!captured.ok() || *captured != steps.size()) return graph;
+  // Where the device caps loop passes per invocation (lavapipe), a fused kernel's passes are
+  // its members' sum: an update that raises a member's trip count could then be refused where
+  // the launches alone were not. Kernels with loops are left alone there.
+  const bool loops_capped = rt_->caps().max_loop_passes != 0;
   // Launch-only stretches between fills, each split into runs.
   std::vector<codegen::FusionLaunch> launches;  // every captured launch, in order
   for (const CapturedStep& s : steps) {
@@ -54,7 +77,8 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
         *out = (*shape)[b.dim];
         return true;
       };
-      if (!k.tasks.empty() && bound(k.tasks[0].begin, &l.begin) && bound(k.tasks[0].end, &l.end)) {
+      if (!k.tasks.empty() && !(loops_capped && has_loops(k.tasks[0].body)) &&
+          bound(k.tasks[0].begin, &l.begin) && bound(k.tasks[0].end, &l.end)) {
         l.kernel = &k;
       }
     }
@@ -107,7 +131,16 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
             auto it = id ? last_touch.find(id) : last_touch.end();
             if (it == last_touch.end()) continue;
             const CapturedStep& f = steps[it->second];
-            if (!f.launch && f.value == 0.0) zero_fills[r].emplace(id, it->second);
+            // All bits zero (a fill of -0.0 is not), and an extent that covers the run's
+            // range: a load the fused kernel replaces by 0 must be one that was in bounds,
+            // since the constant carries no bounds check.
+            if (f.launch || f.value != 0.0 || std::signbit(f.value)) continue;
+            Result<std::vector<uint32_t>> shape = rt_->shape(NdArrayHandle{id});
+            if (!shape.ok() || shape->size() != 1 || launches[launch].begin < 0 ||
+                launches[launch].end > static_cast<int64_t>((*shape)[0])) {
+              continue;
+            }
+            zero_fills[r].emplace(id, it->second);
           }
         }
       }
@@ -151,7 +184,7 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
     for (size_t m = 0; m < runs[r].count; ++m) run_of[runs[r].first + m] = r;
   }
   const std::string name = capture_name_;
-  VKAD_TRY(rt_->begin_capture(name));
+  if (!rt_->begin_capture(name).ok()) return graph;  // the launches as captured
   FusedGraph map;
   Status st;
   size_t launch = 0;
@@ -190,7 +223,10 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
   (void)rt_->release_graph(graph);
   map.name = name.empty() ? "graph" : name;
   for (const CapturedStep& s : steps) {
-    if (s.launch) map.scalars.push_back(scalar_params(s.args));
+    if (!s.launch) continue;
+    map.scalars.push_back(scalar_params(s.args));
+    auto k = ir_.find(s.kernel.id);
+    map.kernel.push_back(k == ir_.end() ? std::string() : k->second->name);
   }
   fused_graphs_.emplace(fused->id, std::move(map));
   return *fused;
@@ -214,8 +250,10 @@ Status Session::translate(const FusedGraph& f, std::span<const GraphUpdate> upda
     }
     const std::vector<bool>& scalars = f.scalars[u.launch];
     if (u.param >= scalars.size() || !scalars[u.param]) {
+      const std::string& k = f.kernel[u.launch];
       return make_error(ErrorCode::kInvalidArgument,
-                        where + ", launch " + std::to_string(u.launch) + ": parameter " +
+                        where + ", launch " + std::to_string(u.launch) +
+                            (k.empty() ? "" : " ('" + k + "')") + ": parameter " +
                             std::to_string(u.param) + " is not a scalar parameter of the kernel");
     }
     const std::vector<uint32_t>& pm = f.param[u.launch];

@@ -140,6 +140,7 @@ Result<NdArrayHandle> Session::ndarray(DType dtype, std::vector<uint32_t> shape,
 Status Session::free(NdArrayHandle array) { return rt_->free_ndarray(array); }
 Status Session::zero(NdArrayHandle array) { return fill(array, 0.0); }
 Status Session::zero(std::span<const NdArrayHandle> arrays) {
+  if (capture_ && !rt_->capturing()) capture_.reset();  // ended through runtime()
   VKAD_TRY(rt_->zero_many(arrays));
   if (capture_) {
     for (NdArrayHandle h : arrays) capture_->push_back({false, {}, {Arg::ndarray(h)}, 0.0});
@@ -147,6 +148,7 @@ Status Session::zero(std::span<const NdArrayHandle> arrays) {
   return {};
 }
 Status Session::fill(NdArrayHandle array, double value) {
+  if (capture_ && !rt_->capturing()) capture_.reset();  // ended through runtime()
   VKAD_TRY(rt_->fill(array, value));
   if (capture_) capture_->push_back({false, {}, {Arg::ndarray(array)}, value});
   return {};
@@ -165,6 +167,7 @@ Result<DType> Session::dtype(NdArrayHandle array) const { return rt_->dtype(arra
 Result<std::string> Session::name(NdArrayHandle array) const { return rt_->name(array); }
 
 Status Session::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id) {
+  if (capture_ && !rt_->capturing()) capture_.reset();  // ended through runtime()
   VKAD_TRY(rt_->launch(kernel, args, id));
   if (capture_) capture_->push_back({true, kernel, {args.begin(), args.end()}, 0.0});
   return {};
@@ -185,6 +188,7 @@ Status Session::begin_capture(const std::string& name) {
 }
 Result<GraphHandle> Session::end_capture() {
   VKAD_ASSIGN_OR_RETURN(GraphHandle g, rt_->end_capture());
+  if (!capture_) return g;  // the capture was begun through runtime(): nothing to fuse
   std::vector<CapturedStep> steps = std::move(*capture_);
   capture_.reset();
   if (!fuse_graph_launches_) return g;
@@ -195,7 +199,18 @@ Status Session::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
   if (it == fused_graphs_.end() || updates.empty()) return rt_->replay(graph, updates, first);
   std::vector<GraphUpdate> mapped;
   VKAD_TRY(translate(it->second, updates, &mapped));
-  return rt_->replay(graph, mapped, first);
+  Status st = rt_->replay(graph, mapped, first);
+  if (st.ok()) return st;
+  // The runtime checks the values (dtype, range) in the fused graph's numbering: say which
+  // captured launch and parameter each fused one stands for.
+  std::string map;
+  for (size_t i = 0; i < updates.size(); ++i) {
+    map += (map.empty() ? "" : "; ") + std::string("captured launch ") +
+           std::to_string(updates[i].launch) + " parameter " + std::to_string(updates[i].param) +
+           " is launch " + std::to_string(mapped[i].launch) + " parameter " +
+           std::to_string(mapped[i].param) + " of the fused graph";
+  }
+  return make_error(st.code(), st.message() + " (launches fused at end_capture: " + map + ")");
 }
 Status Session::release_graph(GraphHandle graph) {
   VKAD_TRY(rt_->release_graph(graph));

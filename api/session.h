@@ -200,7 +200,8 @@ class Session {
   // no barrier between them. Results are those of the launches one by one. Updates still name
   // the captured launch and its parameter. A fused run is one launch for LaunchIds, stats and
   // device errors: an error in it names the fused kernel ("fused_<first kernel>_x<count>") and
-  // the member's parameter ("l<member>_<name>").
+  // the task "fused" (which member failed is not told apart: rerun with fusion off,
+  // VKAD_GRAPH_FUSION=0, to see it).
   Status begin_capture(const std::string& name = "");
   Result<GraphHandle> end_capture();
   Status replay(GraphHandle graph, std::span<const GraphUpdate> updates = {},
@@ -231,6 +232,7 @@ class Session {
     std::vector<uint32_t> launch;
     std::vector<std::vector<uint32_t>> param;  // empty: the launch was not merged
     std::vector<std::vector<bool>> scalars;    // which of its parameters are scalars
+    std::vector<std::string> kernel;           // its kernel's name
   };
   static std::vector<bool> scalar_params(std::span<const Arg> args);
   Result<GraphHandle> fuse(GraphHandle graph, const std::vector<CapturedStep>& steps);

@@ -10,7 +10,8 @@
 // load of the same element) instead of from memory after a barrier.
 //
 // Which launches merge (`fusion_groups`): each is a kernel of one 1-d parallel task (not
-// serial, no adstack or jump statements), and all have the same evaluated range and workgroup
+// serial, no adstack statements, no loop with a stated trip bound), and all have the same
+// evaluated range and workgroup
 // size. An array written by one member and accessed by another is accessed by every member
 // only at [index] (rank 1, the task's own index value): invocation t then owns element
 // begin + t of it in every member, so no invocation reads what another writes. Arrays only

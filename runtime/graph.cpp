@@ -85,6 +85,12 @@ Result<GraphHandle> Runtime::end_capture() {
   return GraphHandle{id};
 }
 
+Result<size_t> Runtime::graph_steps(GraphHandle graph) const {
+  auto it = graphs_.find(graph.id);
+  if (it == graphs_.end()) return dead_handle("graph_steps", "graph", graph.id);
+  return it->second->steps.size();
+}
+
 Status Runtime::release_graph(GraphHandle graph) {
   VKAD_EXCLUSIVE_USE("release_graph");
   auto it = graphs_.find(graph.id);

@@ -289,6 +289,10 @@ class Runtime {
                 LaunchId* first = nullptr);
   // Drops the graph (its pipelines return to the cache's care). kNotFound for a dead handle.
   Status release_graph(GraphHandle graph);
+  // Whether a capture is open; the steps (launches and fills) of a graph (kNotFound for a dead
+  // handle). What a layer above that keeps its own record of a capture checks it against.
+  bool capturing() const { return capture_ != nullptr; }
+  Result<size_t> graph_steps(GraphHandle graph) const;
   // Submits what was recorded (if anything) and runs the retirement policy. With nothing
   // recorded it only polls, and returns the semaphore of the last submission.
   Result<rhi::StreamSemaphore> flush();

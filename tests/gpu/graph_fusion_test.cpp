@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -192,6 +193,175 @@ TEST(GraphFusion, UpdatesNameTheCapturedLaunchesAndReachTheirMember) {
   ASSERT_TRUE(plain->s->release_graph(gp).ok());
   expect_clean(*fused);
   expect_clean(*plain);
+}
+
+// Review findings (each failed before its fix): a fill's sign, a short array's bounds check,
+// steps recorded through runtime() during a Session capture, update errors' numbering.
+constexpr const char* kRecip = R"(
+kernel recip(z: ndarray<f32, 1>, y: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(y, 0)) {
+    %v = load z[%i] : f32
+    %one = const 1.0 : f32
+    %r = div %one, %v : f32
+    store y[%i], %r
+  }
+})";
+constexpr const char* kCopy = R"(
+kernel copy(y: ndarray<f32, 1>, w: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(y, 0)) {
+    %v = load y[%i] : f32
+    store w[%i], %v
+  }
+})";
+constexpr const char* kAddZ = R"(
+kernel addz(x: ndarray<f32, 1>, z: ndarray<f32, 1>, y: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %a = load x[%i] : f32
+    %b = load z[%i] : f32
+    %c = add %a, %b : f32
+    store y[%i], %c
+  }
+})";
+constexpr const char* kDouble = R"(
+kernel dbl(y: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(y, 0)) {
+    %v = load y[%i] : f32
+    %r = add %v, %v : f32
+    store y[%i], %r
+  }
+})";
+
+class FusionEdges : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SessionOptions o;
+    o.validation = true;
+    auto r = Session::create(o);
+    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    s_ = std::move(r).value();
+  }
+  void TearDown() override {
+    if (!s_) return;
+    const rhi::Device& d = s_->runtime().device();
+    std::string all;
+    for (const auto& m : d.validation_messages()) all += m + "\n";
+    EXPECT_EQ(d.validation_message_count(), 0u) << all;
+  }
+  KernelHandle kernel(const char* text) {
+    auto k = s_->compile(std::string_view(text));
+    EXPECT_TRUE(k.ok()) << k.status().to_string();
+    return k.ok() ? *k : KernelHandle{};
+  }
+  NdArrayHandle array(uint32_t n, float v, const char* name) {
+    auto h = s_->ndarray(DType::kF32, {n}, name);
+    EXPECT_TRUE(h.ok());
+    const std::vector<float> init(n, v);
+    EXPECT_TRUE(s_->upload(*h, std::span<const float>(init)).ok());
+    return *h;
+  }
+  std::vector<float> read(NdArrayHandle h, uint32_t n) {
+    std::vector<float> out(n);
+    EXPECT_TRUE(s_->download(h, std::span<float>(out)).ok());
+    return out;
+  }
+  std::unique_ptr<Session> s_;
+};
+
+TEST_F(FusionEdges, AFillOfMinusZeroIsNotReadAsPlusZero) {
+  KernelHandle recip = kernel(kRecip), copy = kernel(kCopy);
+  NdArrayHandle z = array(8, 1, "z"), y = array(8, 0, "y"), w = array(8, 0, "w");
+  ASSERT_TRUE(s_->begin_capture("g").ok());
+  ASSERT_TRUE(s_->fill(z, -0.0).ok());
+  ASSERT_TRUE(s_->launch(recip, {Arg::ndarray(z), Arg::ndarray(y)}).ok());
+  ASSERT_TRUE(s_->launch(copy, {Arg::ndarray(y), Arg::ndarray(w)}).ok());
+  auto g = s_->end_capture();
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(s_->replay(*g).ok());
+  for (float v : read(w, 8)) EXPECT_EQ(v, -std::numeric_limits<float>::infinity());
+}
+
+TEST_F(FusionEdges, AZeroedArrayShorterThanTheRangeStillFaultsOutOfBounds) {
+  KernelHandle add = kernel(kAddZ), copy = kernel(kCopy);
+  NdArrayHandle x = array(8, 1, "x"), z = array(4, 0, "z"), y = array(8, 0, "y"),
+                w = array(8, 0, "w");
+  ASSERT_TRUE(s_->begin_capture("g").ok());
+  ASSERT_TRUE(s_->zero(z).ok());
+  ASSERT_TRUE(s_->launch(add, {Arg::ndarray(x), Arg::ndarray(z), Arg::ndarray(y)}).ok());
+  ASSERT_TRUE(s_->launch(copy, {Arg::ndarray(y), Arg::ndarray(w)}).ok());
+  auto g = s_->end_capture();
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(s_->replay(*g).ok());
+  Status st = s_->synchronize();
+  EXPECT_EQ(st.code(), ErrorCode::kDeviceError) << st.to_string();
+  EXPECT_NE(st.message().find("out-of-bounds"), std::string::npos) << st.to_string();
+}
+
+TEST_F(FusionEdges, StepsRecordedThroughTheRuntimeDuringACaptureAreKept) {
+  KernelHandle add = kernel(kAddZ), dbl = kernel(kDouble), copy = kernel(kCopy);
+  NdArrayHandle x = array(8, 1, "x"), z = array(8, 1, "z"), y = array(8, 0, "y"),
+                w = array(8, 0, "w");
+  ASSERT_TRUE(s_->begin_capture("g").ok());
+  ASSERT_TRUE(s_->launch(add, {Arg::ndarray(x), Arg::ndarray(z), Arg::ndarray(y)}).ok());
+  ASSERT_TRUE(s_->runtime().launch(dbl, std::vector<Arg>{Arg::ndarray(y)}).ok());
+  ASSERT_TRUE(s_->runtime().fill(x, 5.0).ok());
+  ASSERT_TRUE(s_->launch(copy, {Arg::ndarray(y), Arg::ndarray(w)}).ok());
+  auto g = s_->end_capture();
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(s_->replay(*g).ok());
+  for (float v : read(w, 8)) EXPECT_EQ(v, 4.0f);  // (1 + 1) * 2
+  for (float v : read(x, 8)) EXPECT_EQ(v, 5.0f);
+  // A capture begun through the runtime and ended through the session has nothing to fuse.
+  ASSERT_TRUE(s_->runtime().begin_capture("h").ok());
+  ASSERT_TRUE(s_->launch(copy, {Arg::ndarray(y), Arg::ndarray(w)}).ok());
+  auto h = s_->end_capture();
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+}
+
+TEST_F(FusionEdges, AValueTheRuntimeRefusesIsNamedInTheCapturedNumbering) {
+  auto d = s_->differentiate(std::string_view(kStep));
+  ASSERT_TRUE(d.ok());
+  NdArrayHandle a = array(8, 0.5f, "a"), b = array(8, 0, "b"), c = array(8, 0, "c");
+  ASSERT_TRUE(s_->begin_capture("g").ok());
+  ASSERT_TRUE(s_->launch(d->forward, {Arg::ndarray(a), Arg::ndarray(b), Arg::f32(0.5f)}).ok());
+  ASSERT_TRUE(s_->launch(d->forward, {Arg::ndarray(b), Arg::ndarray(c), Arg::f32(0.5f)}).ok());
+  auto g = s_->end_capture();
+  ASSERT_TRUE(g.ok());
+  const GraphUpdate wrong[] = {{1, 2, Arg::i32(5)}};
+  Status st = s_->replay(*g, wrong);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("captured launch 1 parameter 2"), std::string::npos)
+      << st.to_string();
+}
+
+// On a device that caps loop passes per invocation (lavapipe) kernels with loops are not
+// fused: an update that keeps each launch under the cap must not be refused because a fused
+// kernel would sum their passes. Elsewhere the same graph simply replays.
+TEST_F(FusionEdges, UpdatesThatEachLaunchTakesAreNotRefusedForAFusedSum) {
+  KernelHandle loop = kernel(R"(
+kernel loop(b: ndarray<f32, 1>, n: i32) {
+  task main parallel %i in [0, shape(b, 0)) {
+    %z = const 0 : i32
+    %n = arg n : i32
+    for %k in [%z, %n) {
+      %x = load b[%i] : f32
+      %one = const 1.0 : f32
+      %y = add %x, %one : f32
+      store b[%i], %y
+    }
+  }
+})");
+  NdArrayHandle b = array(8, 0, "b"), c = array(8, 0, "c");
+  ASSERT_TRUE(s_->begin_capture("g").ok());
+  ASSERT_TRUE(s_->launch(loop, {Arg::ndarray(b), Arg::i32(1)}).ok());
+  ASSERT_TRUE(s_->launch(loop, {Arg::ndarray(c), Arg::i32(1)}).ok());
+  auto g = s_->end_capture();
+  ASSERT_TRUE(g.ok());
+  const GraphUpdate ups[] = {{0, 1, Arg::i32(40000)}, {1, 1, Arg::i32(40000)}};
+  Status st = s_->replay(*g, ups);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  for (float v : read(b, 8)) EXPECT_EQ(v, 40000.0f);
+  for (float v : read(c, 8)) EXPECT_EQ(v, 40000.0f);
 }
 
 }  // namespace
