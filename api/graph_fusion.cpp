@@ -93,7 +93,8 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
         continue;
       }
       std::span<const codegen::FusionLaunch> part(launches.data() + stretch, launch - stretch);
-      for (codegen::FusionRun r : codegen::fusion_groups(part, kMaxFusedArrays, kMaxFusedLaunches)) {
+      for (codegen::FusionRun r :
+           codegen::fusion_groups(part, kMaxFusedArrays, kMaxFusedLaunches)) {
         r.first += stretch;
         runs.push_back(r);
       }

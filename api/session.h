@@ -238,7 +238,8 @@ class Session {
   Result<GraphHandle> fuse(GraphHandle graph, const std::vector<CapturedStep>& steps);
   Status translate(const FusedGraph& f, std::span<const GraphUpdate> updates,
                    std::vector<GraphUpdate>* out) const;
-  Result<KernelHandle> register_ir(const codegen::Kernel& kernel, const runtime::CompiledKernel& ck);
+  Result<KernelHandle> register_ir(const codegen::Kernel& kernel,
+                                   const runtime::CompiledKernel& ck);
 
   codegen::CompileOptions compile_options_;
   codegen::Target target_;

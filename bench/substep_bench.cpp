@@ -221,8 +221,9 @@ int main(int argc, char** argv) {
         "time per captured launch, %.0f launches per replay (%s)\n",
         gm, gm / floor_ms, grc, replay_launches,
         replay_launches < 2.0 * steps ? "fused" : "not fused");
-    std::printf("  replayed alone:          forward %.2f ms, zeroing and seed %.2f ms, backward %.2f ms\n",
-                part_ms[0], part_ms[1], part_ms[2]);
+    std::printf(
+        "  replayed alone:          forward %.2f ms, zeroing and seed %.2f ms, backward %.2f ms\n",
+        part_ms[0], part_ms[1], part_ms[2]);
     json.begin();
     json.field("bench", "substep");
     json.field("P", static_cast<double>(P));

@@ -34,8 +34,7 @@ void scan(const Block& b, ValueId index, Summary& s) {
       case Op::kStackAccAdj:
         s.ok = false;  // adstacks bind the runtime's heaps and size them per launch
         return;
-      default:
-        break;
+      default: break;
     }
     if (accesses_array(st.op) && st.param < s.use.size()) {
       ParamUse& u = s.use[st.param];
@@ -171,11 +170,8 @@ struct Cloner {
       case Op::kLoad:
       case Op::kStore:
       case Op::kAtomicAdd:
-      case Op::kAtomicMax:
-        s.param = (*pm)[s.param];
-        break;
-      default:
-        break;
+      case Op::kAtomicMax: s.param = (*pm)[s.param]; break;
+      default: break;
     }
     if (s.has_cap) remap_size(s.cap, *pm);
     for (Block& b : s.blocks) block(b);
@@ -314,9 +310,8 @@ Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::
   accessed_params(t.body, false, written);
   std::vector<Stmt> hoisted, rest;
   for (Stmt& s : t.body.stmts) {
-    const bool read_only_load =
-        s.op == Op::kLoad && s.args.size() == 1 && s.args[0] == t.index &&
-        std::find(written.begin(), written.end(), s.param) == written.end();
+    const bool read_only_load = s.op == Op::kLoad && s.args.size() == 1 && s.args[0] == t.index &&
+                                std::find(written.begin(), written.end(), s.param) == written.end();
     (read_only_load ? hoisted : rest).push_back(std::move(s));
   }
   t.body.stmts.clear();

@@ -481,10 +481,13 @@ class TaskEmitter {
         const uint32_t elem = arrays_.at(s.param).elem;
         const uint32_t scope = m_.c_u32(kScopeDevice), sem = m_.c_u32(kRelaxed);
         const uint32_t seen = op(spv::OpAtomicLoad, elem, {ptr, scope, sem});
-        const uint32_t above = op(sg ? spv::OpSGreaterThan : spv::OpUGreaterThan, bool_, {val, seen});
+        const uint32_t above =
+            op(sg ? spv::OpSGreaterThan : spv::OpUGreaterThan, bool_, {val, seen});
         if_else(
             above,
-            [&] { op(sg ? spv::OpAtomicSMax : spv::OpAtomicUMax, elem, {ptr, scope, sem, val}); },
+            [&] {
+              op(sg ? spv::OpAtomicSMax : spv::OpAtomicUMax, elem, {ptr, scope, sem, val});
+            },
             [] {});
         return 0;
       });

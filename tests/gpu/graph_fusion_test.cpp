@@ -72,13 +72,15 @@ float c_of(uint32_t j) { return 0.95f - 0.005f * static_cast<float>(j); }
 Status record(Program& p) {
   Session& s = *p.s;
   for (uint32_t j = 0; j < kSteps; ++j) {
-    VKAD_TRY(s.launch(p.d.forward, {Arg::ndarray(p.x[j]), Arg::ndarray(p.x[j + 1]), Arg::f32(c_of(j))}));
+    VKAD_TRY(
+        s.launch(p.d.forward, {Arg::ndarray(p.x[j]), Arg::ndarray(p.x[j + 1]), Arg::f32(c_of(j))}));
   }
   VKAD_TRY(s.zero(std::span<const NdArrayHandle>(p.g.data(), kSteps)));
   VKAD_TRY(s.fill(p.g[kSteps], 1.0));
   for (uint32_t j = kSteps; j-- > 0;) {
-    VKAD_TRY(s.launch(p.d.adjoint, {Arg::ndarray(p.x[j]), Arg::ndarray(p.x[j + 1]),
-                                    Arg::f32(c_of(j)), Arg::ndarray(p.g[j]), Arg::ndarray(p.g[j + 1])}));
+    VKAD_TRY(
+        s.launch(p.d.adjoint, {Arg::ndarray(p.x[j]), Arg::ndarray(p.x[j + 1]), Arg::f32(c_of(j)),
+                               Arg::ndarray(p.g[j]), Arg::ndarray(p.g[j + 1])}));
   }
   return {};
 }
@@ -237,7 +239,8 @@ class FusionEdges : public ::testing::Test {
     SessionOptions o;
     o.validation = true;
     auto r = Session::create(o);
-    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice)
+      GTEST_SKIP() << "SKIPPED: no Vulkan device";
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     s_ = std::move(r).value();
   }

@@ -1,5 +1,7 @@
 // Launch fusion (codegen/launch_fusion.h): which runs of launches merge, and that a fused
 // kernel computes, on the CPU evaluator, exactly what its members compute one by one.
+#include "codegen/launch_fusion.h"
+
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -7,7 +9,6 @@
 #include <vector>
 
 #include "codegen/cpu_eval.h"
-#include "codegen/launch_fusion.h"
 #include "codegen/reverse_mode.h"
 #include "codegen/text.h"
 #include "codegen/verifier.h"
@@ -169,8 +170,8 @@ void expect_same(const std::vector<const Kernel*>& members,
   for (size_t m = 0; m < members.size(); ++m) {
     size_t s = 0;
     for (size_t p = 0; p < binds[m].size(); ++p) {
-      fargs[fused->param_map[m][p]] = binds[m][p] ? HostArg::of(arrays[binds[m][p] - 1])
-                                                  : HostArg::of(scalars[m][s++]);
+      fargs[fused->param_map[m][p]] =
+          binds[m][p] ? HostArg::of(arrays[binds[m][p] - 1]) : HostArg::of(scalars[m][s++]);
     }
   }
   auto r = codegen::evaluate(fused->kernel, fargs);
