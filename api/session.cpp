@@ -105,6 +105,7 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
     ++next;
   }
   VKAD_ASSIGN_OR_RETURN(d.forward, register_ir(forward, *fck));
+  forward_ir_[d.forward.id] = std::make_shared<const codegen::Kernel>(forward);
   Result<KernelHandle> a = register_ir(adjoint, *ack);
   if (!a.ok()) {
     (void)release(d.forward);  // a failed call changes nothing
@@ -124,6 +125,12 @@ Result<Differentiated> Session::differentiate(std::string_view ir_text) {
 Status Session::release(KernelHandle kernel) {
   VKAD_TRY(rt_->unregister_kernel(kernel));
   ir_.erase(kernel.id);
+  forward_ir_.erase(kernel.id);
+  auto c = clearing_.find(kernel.id);
+  if (c != clearing_.end()) {
+    (void)rt_->unregister_kernel(c->second);
+    clearing_.erase(c);
+  }
   access_.erase(kernel.id);
   return {};
 }
@@ -139,6 +146,25 @@ Result<NdArrayHandle> Session::ndarray(DType dtype, std::vector<uint32_t> shape,
 }
 Status Session::free(NdArrayHandle array) { return rt_->free_ndarray(array); }
 Status Session::zero(NdArrayHandle array) { return fill(array, 0.0); }
+Status Session::copy(NdArrayHandle src, NdArrayHandle dst) { return rt_->copy(src, dst); }
+
+Result<KernelHandle> Session::clearing_adjoint(const Differentiated& d) {
+  auto done = clearing_.find(d.forward.id);
+  if (done != clearing_.end()) return done->second;
+  auto f = forward_ir_.find(d.forward.id);
+  if (f == forward_ir_.end()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "clearing_adjoint: kernel " + runtime::handle_string(d.forward.id) +
+                          " is not a live differentiate() result of this session");
+  }
+  VKAD_ASSIGN_OR_RETURN(codegen::Kernel adjoint,
+                        codegen::make_clearing_adjoint(*f->second, target_));
+  VKAD_ASSIGN_OR_RETURN(std::shared_ptr<const runtime::CompiledKernel> ck,
+                        compile_cache_.compile(adjoint, target_, compile_options_));
+  VKAD_ASSIGN_OR_RETURN(KernelHandle h, rt_->register_kernel(*ck));
+  clearing_.emplace(d.forward.id, h);
+  return h;
+}
 Status Session::zero(std::span<const NdArrayHandle> arrays) {
   if (capture_ && !rt_->capturing()) capture_.reset();  // ended through runtime()
   VKAD_TRY(rt_->zero_many(arrays));

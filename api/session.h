@@ -134,6 +134,11 @@ class Session {
   // Argument when no parameter is marked grad.
   Result<Differentiated> differentiate(const codegen::Kernel& forward);
   Result<Differentiated> differentiate(std::string_view ir_text);
+  // The adjoint of d.forward in which a store's adjoint also clears the seed it read
+  // (codegen::make_clearing_adjoint): same parameters as d.adjoint. Built and compiled on the
+  // first call per forward, then kept. What a checkpointed Tape (api/tape.h) launches.
+  // kInvalidArgument when d.forward is not a live differentiate() result of this session.
+  Result<KernelHandle> clearing_adjoint(const Differentiated& d);
   // What the forward kernel of a differentiate() reads and writes of each ndarray, with the
   // launch-uniform rows (codegen/launch_access.h): computed once by differentiate, shared with
   // the tapes that record it (api/tape_hazards.h). Null for any other handle, and once released.
@@ -154,6 +159,9 @@ class Session {
   // the host (still recorded, still no wait).
   Status zero(NdArrayHandle array);
   Status fill(NdArrayHandle array, double value);
+  // Copies one array into another of the same dtype and shape on the device, ordered with
+  // launches; nothing waits (runtime::Runtime::copy). Not while capturing.
+  Status copy(NdArrayHandle src, NdArrayHandle dst);
   // Zeroes every array of `arrays` with one barrier pair around one fill each
   // (runtime::Runtime::zero_many): every handle is checked first, and an error (naming the bad
   // handle) records nothing.
@@ -255,6 +263,9 @@ class Session {
   std::optional<std::vector<CapturedStep>> capture_;  // open capture, as Session saw it
   std::string capture_name_;
   std::unordered_map<std::string, KernelHandle> fused_kernels_;  // by printed IR
+  // differentiate()'s forward IR and clearing adjoints (made on demand), by forward handle id.
+  std::unordered_map<uint64_t, std::shared_ptr<const codegen::Kernel>> forward_ir_;
+  std::unordered_map<uint64_t, KernelHandle> clearing_;
   std::unordered_map<uint64_t, FusedGraph> fused_graphs_;        // by graph id
 };
 

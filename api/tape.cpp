@@ -1,5 +1,6 @@
 #include "api/tape.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +26,32 @@ Tape::~Tape() {
   for (auto& [array, g] : grads_) {
     if (g.owned) (void)session_->free(g.grad);  // deferred past in-flight uses by the runtime
   }
+  for (auto* pool : {&segment_copies_, &launch_copies_, &end_copies_}) {
+    for (auto& [key, copy] : *pool) (void)session_->free(copy);
+  }
+}
+
+Status Tape::set_checkpoint_every(uint32_t launches_per_segment) {
+  if (!records_.empty()) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "tape.set_checkpoint_every: " + std::to_string(records_.size()) +
+                          " launches are recorded; set it before a recording (or after reset())");
+  }
+  checkpoint_every_ = launches_per_segment;
+  return {};
+}
+
+Result<NdArrayHandle> Tape::copy_slot(std::map<SlotKey, NdArrayHandle>& pool, uint64_t slot,
+                                      NdArrayHandle array) {
+  auto it = pool.find({slot, array.id});
+  if (it != pool.end()) return it->second;
+  VKAD_ASSIGN_OR_RETURN(DType t, session_->dtype(array));
+  VKAD_ASSIGN_OR_RETURN(std::vector<uint32_t> shape, session_->shape(array));
+  VKAD_ASSIGN_OR_RETURN(
+      NdArrayHandle c,
+      session_->ndarray(t, std::move(shape), "tape checkpoint of " + runtime::handle_string(array.id)));
+  pool.emplace(SlotKey{slot, array.id}, c);
+  return c;
 }
 
 Status Tape::launch(const Differentiated& d, std::span<const Arg> args, LaunchId* id) {
@@ -48,13 +75,50 @@ Status Tape::launch(const Differentiated& d, std::span<const Arg> args, LaunchId
                             "(launch the adjoint yourself for a scalar's gradient)");
     }
   }
-  // Refused before it runs: the caller learns at the launch that would spoil the gradients.
-  VKAD_TRY(hazards_.check(*session_, session_->launch_access(d.forward), args));
-  VKAD_TRY_CTX(session_->launch(d.forward, args, id), "tape.launch");
-  hazards_.record();
   Record r;
   r.forward = d.forward;
   r.adjoint = d.adjoint;
+  if (checkpoint_every_ == 0) {
+    // Refused before it runs: the caller learns at the launch that would spoil the gradients.
+    VKAD_TRY(hazards_.check(*session_, session_->launch_access(d.forward), args));
+    VKAD_TRY_CTX(session_->launch(d.forward, args, id), "tape.launch");
+    hazards_.record();
+  } else {
+    // Overwrites are what checkpointing is for: the arrays this launch writes are copied the
+    // first time their segment writes them, and its adjoint clears the seeds it consumes.
+    std::shared_ptr<const codegen::KernelAccess> access = session_->launch_access(d.forward);
+    if (!access) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "tape.launch: kernel " + runtime::handle_string(d.forward.id) +
+                            " is not a live differentiate() result of this session");
+    }
+    VKAD_ASSIGN_OR_RETURN_CTX(r.adjoint, session_->clearing_adjoint(d), "tape.launch");
+    r.written_begin = static_cast<uint32_t>(written_.size());
+    for (const codegen::ParamAccess& pa : access->params) {
+      bool writes = false;
+      for (const codegen::ArrayAccess& a : pa.accesses) {
+        writes = writes || a.kind != codegen::ArrayAccess::Kind::kRead;
+      }
+      if (writes && pa.param < args.size()) written_.push_back(args[pa.param].array.id);
+    }
+    r.written_count = static_cast<uint32_t>(written_.size()) - r.written_begin;
+    const size_t segment = records_.size() / checkpoint_every_;
+    if (segment_arrays_.size() <= segment) segment_arrays_.resize(segment + 1);
+    std::vector<uint64_t>& at_start = segment_arrays_[segment];
+    Status st;
+    for (uint32_t w = 0; w < r.written_count && st.ok(); ++w) {
+      const uint64_t a = written_[r.written_begin + w];
+      if (std::find(at_start.begin(), at_start.end(), a) != at_start.end()) continue;
+      Result<NdArrayHandle> c = copy_slot(segment_copies_, segment, NdArrayHandle{a});
+      st = c.ok() ? session_->copy(NdArrayHandle{a}, *c) : c.status();
+      if (st.ok()) at_start.push_back(a);
+    }
+    if (st.ok()) st = session_->launch(d.forward, args, id);
+    if (!st.ok()) {
+      written_.resize(r.written_begin);
+      return make_error(st.code(), "tape.launch: " + st.message());
+    }
+  }
   r.arg_begin = static_cast<uint32_t>(args_.size());
   r.arg_count = static_cast<uint32_t>(args.size());
   r.grad_begin = static_cast<uint32_t>(grad_params_.size());
@@ -83,6 +147,16 @@ void Tape::prune() {
     if (it->second.owned) (void)session_->free(it->second.grad);
     it = grads_.erase(it);
   }
+  for (auto* pool : {&segment_copies_, &launch_copies_, &end_copies_}) {
+    for (auto it = pool->begin(); it != pool->end();) {
+      if (session_->dtype(NdArrayHandle{it->first.second}).ok()) {
+        ++it;
+        continue;
+      }
+      (void)session_->free(it->second);
+      it = pool->erase(it);
+    }
+  }
 }
 
 void Tape::reset() {
@@ -90,6 +164,8 @@ void Tape::reset() {
   args_.clear();
   grad_params_.clear();
   hazards_.reset();
+  written_.clear();
+  segment_arrays_.clear();
   prune();
 }
 
@@ -154,7 +230,60 @@ Status Tape::backward(std::span<const TapeSeed> seeds) {
         s.data != nullptr ? session_->upload(g, s.data, s.bytes) : session_->fill(g, s.value),
         "tape.backward");
   }
+  if (checkpoint_every_ > 0) return checkpointed_backward();
   for (size_t i = records_.size(); i-- > 0;) VKAD_TRY(launch_adjoint(i));
+  return {};
+}
+
+Status Tape::checkpointed_backward() {
+  const size_t n = records_.size(), k = checkpoint_every_;
+  auto copy = [&](NdArrayHandle from, NdArrayHandle to) { return session_->copy(from, to); };
+  // The recording's end state, put back at the end.
+  std::vector<uint64_t> all;
+  for (const std::vector<uint64_t>& seg : segment_arrays_) {
+    for (uint64_t a : seg) {
+      if (std::find(all.begin(), all.end(), a) == all.end()) all.push_back(a);
+    }
+  }
+  for (uint64_t a : all) {
+    VKAD_ASSIGN_OR_RETURN_CTX(NdArrayHandle c, copy_slot(end_copies_, 0, NdArrayHandle{a}),
+                              "tape.backward");
+    VKAD_TRY_CTX(copy(NdArrayHandle{a}, c), "tape.backward");
+  }
+  for (size_t segment = (n + k - 1) / k; segment-- > 0;) {
+    const size_t first = segment * k, last = std::min(n, first + k);
+    // 1. The segment's start state: what its launches overwrite, as it was before them (the
+    //    other arrays hold it already: later segments were put back to their starts).
+    for (uint64_t a : segment_arrays_[segment]) {
+      VKAD_TRY_CTX(copy(segment_copies_.at({segment, a}), NdArrayHandle{a}), "tape.backward");
+    }
+    // 2. Its launches again, what each writes copied before it runs.
+    for (size_t j = first; j < last; ++j) {
+      const Record& r = records_[j];
+      for (uint32_t w = 0; w < r.written_count; ++w) {
+        const NdArrayHandle a{written_[r.written_begin + w]};
+        VKAD_ASSIGN_OR_RETURN_CTX(NdArrayHandle c, copy_slot(launch_copies_, j - first, a),
+                                  "tape.backward");
+        VKAD_TRY_CTX(copy(a, c), "tape.backward");
+      }
+      VKAD_TRY_CTX(session_->launch(r.forward, std::span<const Arg>(args_.data() + r.arg_begin,
+                                                                     r.arg_count)),
+                   "tape.backward: forward of launch " + std::to_string(j) + " again");
+    }
+    // 3. Last launch first: what it wrote put back as it was before it, then its adjoint,
+    //    which sees the arrays as the launch saw them.
+    for (size_t j = last; j-- > first;) {
+      const Record& r = records_[j];
+      for (uint32_t w = 0; w < r.written_count; ++w) {
+        const NdArrayHandle a{written_[r.written_begin + w]};
+        VKAD_TRY_CTX(copy(launch_copies_.at({j - first, a.id}), a), "tape.backward");
+      }
+      VKAD_TRY(launch_adjoint(j));
+    }
+  }
+  for (uint64_t a : all) {
+    VKAD_TRY_CTX(copy(end_copies_.at({0, a}), NdArrayHandle{a}), "tape.backward");
+  }
   return {};
 }
 

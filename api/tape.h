@@ -33,11 +33,20 @@
 // recording is to be differentiated, plus one gradient (same size) per differentiated array --
 // another (S + 1) x B when every step's state is differentiated -- kept across recordings.
 // Nothing else grows with S (the recording itself is a few dozen host bytes per launch, plus a
-// hash entry per row an array is read at). When that does not fit: differentiate fewer steps per
-// recording (truncated windows), or shrink the state. Recompute-based checkpointing (a ring of
-// state arrays with the forward launched again per segment during backward) is not offered:
-// with a ring, an array's gradient would also have to be cleared where a later step overwrote
-// it, which the adjoint of a store does not do (codegen/reverse_mode.cpp).
+// hash entry per row an array is read at). When that does not fit: checkpointing
+// (set_checkpoint_every(K)) lets the recording reuse a few state arrays (a ring: step f reads A
+// and writes B, step f + 1 reads B and writes A), which the default tape refuses. Before each
+// launch the tape copies each array it writes, the first time the array is written in its
+// segment of K launches (the segment's start state); backward runs the segments last first:
+// copies the segment's start state back, launches its forward launches again (copying what each
+// writes before it runs), then, last launch first, copies back what the launch wrote and runs
+// its clearing adjoint (Session::clearing_adjoint: a store's adjoint clears the seed it read,
+// so the array's gradient holds, in turn, the seed of each version of the array). Memory: the
+// ring's arrays, plus one copy of each written array per segment (S / K) and per launch of a
+// segment (K), plus one of the recording's end state (backward puts it back when it is done,
+// so the arrays hold what the forward left, as without checkpointing); compute: the forward
+// twice. Copies cannot be captured: a checkpointed tape's launches and backward are refused
+// while a graph capture is open.
 //
 // Contract: every fallible call returns Status / Result and never throws. A Tape borrows its
 // Session, which must outlive it, and is externally synchronised like the session. Launches
@@ -47,6 +56,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -127,6 +137,14 @@ class Tape {
   // the gradients, except those of arrays freed meanwhile, which it frees.
   void reset();
 
+  // Checkpointing across launches (see the file comment): K launches per segment, 0 = off (the
+  // default). kFailedPrecondition while launches are recorded (set it before a recording, or
+  // after reset()). The copies it keeps are made on first use and kept, like gradients, for
+  // later recordings; they are freed with the tape (or at reset / backward once their array
+  // was freed).
+  Status set_checkpoint_every(uint32_t launches_per_segment);
+  uint32_t checkpoint_every() const { return checkpoint_every_; }
+
   size_t launches() const { return records_.size(); }
   size_t gradients() const { return grads_.size(); }  // gradient arrays held (made or set)
 
@@ -135,6 +153,7 @@ class Tape {
     KernelHandle forward, adjoint;
     uint32_t arg_begin = 0, arg_count = 0;    // into args_
     uint32_t grad_begin = 0, grad_count = 0;  // into grad_params_
+    uint32_t written_begin = 0, written_count = 0;  // into written_ (checkpointing only)
   };
   struct Grad {
     NdArrayHandle grad;
@@ -144,6 +163,12 @@ class Tape {
   // Drops the gradients of arrays that are no longer live, freeing those the tape made.
   void prune();
   Status launch_adjoint(size_t index);
+  // Checkpointing: the tape's copy of `array` for `slot` (made on first use, same dtype and
+  // shape), and the segments' backward.
+  using SlotKey = std::pair<uint64_t, uint64_t>;  // (slot, array handle id)
+  Result<NdArrayHandle> copy_slot(std::map<SlotKey, NdArrayHandle>& pool, uint64_t slot,
+                                  NdArrayHandle array);
+  Status checkpointed_backward();
   bool differentiated(NdArrayHandle array) const;
 
   Session* session_;  // borrowed
@@ -157,6 +182,13 @@ class Tape {
   // either.
   std::vector<NdArrayHandle> zero_list_;
   std::vector<Arg> adjoint_args_;
+  // Checkpointing (set_checkpoint_every).
+  uint32_t checkpoint_every_ = 0;
+  std::vector<uint64_t> written_;                      // every record's written arrays
+  std::vector<std::vector<uint64_t>> segment_arrays_;  // per segment: arrays copied at its start
+  std::map<SlotKey, NdArrayHandle> segment_copies_;    // (segment, array) -> start state
+  std::map<SlotKey, NdArrayHandle> launch_copies_;     // (position in segment, array)
+  std::map<SlotKey, NdArrayHandle> end_copies_;        // (0, array) -> the recording's end state
 };
 
 }  // namespace vkad

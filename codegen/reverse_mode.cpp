@@ -32,7 +32,8 @@ class ReverseMode : public PartialBuilder {
  public:
   // `counting`: loops with no derivable or stated trip bound get a counted one (a scalar
   // parameter of the adjoint, measured by counter_kernel()) instead of an error.
-  ReverseMode(const Kernel& f, const Target& t, bool counting = false) : f_(f), t_(t), counting_(counting) {}
+  ReverseMode(const Kernel& f, const Target& t, bool counting = false, bool clear_seeds = false)
+      : f_(f), t_(t), counting_(counting), clear_seeds_(clear_seeds) {}
 
   Result<Kernel> run() {
     VKAD_TRY(verify(f_, t_));
@@ -818,13 +819,25 @@ class ReverseMode : public PartialBuilder {
       case Op::kStore:
       case Op::kAtomicAdd: {
         uint32_t g = grad_param_[s.param];
-        if (g == UINT32_MAX || !act(s.args.back())) return;
-        Stmt ld;
-        ld.op = Op::kLoad;
-        ld.param = g;
-        ld.type = f_.params[s.param].dtype;
-        for (size_t i = 0; i + 1 < s.args.size(); ++i) ld.args.push_back(p(s.args[i]));
-        acc(s.args.back(), emit(std::move(ld)));
+        if (g == UINT32_MAX) return;
+        if (act(s.args.back())) {
+          Stmt ld;
+          ld.op = Op::kLoad;
+          ld.param = g;
+          ld.type = f_.params[s.param].dtype;
+          for (size_t i = 0; i + 1 < s.args.size(); ++i) ld.args.push_back(p(s.args[i]));
+          acc(s.args.back(), emit(std::move(ld)));
+        }
+        if (clear_seeds_ && s.op == Op::kStore) {
+          // The store replaced the element: what the array held before (an earlier step's
+          // value, when a checkpointed tape reuses the array) gets none of this seed.
+          Stmt st;
+          st.op = Op::kStore;
+          st.param = g;
+          for (size_t i = 0; i + 1 < s.args.size(); ++i) st.args.push_back(p(s.args[i]));
+          st.args.push_back(cst(f_.params[s.param].dtype, 0));
+          emit(std::move(st));
+        }
         return;
       }
       default: break;
@@ -1027,6 +1040,7 @@ class ReverseMode : public PartialBuilder {
   const Kernel& f_;
   const Target& t_;
   bool counting_ = false;
+  bool clear_seeds_ = false;  // make_clearing_adjoint
   std::unordered_map<ValueId, uint32_t> segmentable_;  // loop -> its whole tape's trip bound
   bool probing_ = false;  // range() without creating counted trip bounds
   std::unordered_map<const Stmt*, uint32_t> counted_;  // loop -> the adjoint's trips_ parameter
@@ -1124,9 +1138,10 @@ Status check_segment(const Target& target) {
 // differentiates the split kernel. `forward_out` receives the kernel actually differentiated
 // (the trip counter must run its loops); `counted` its counted loops.
 Result<Kernel> reverse(const Kernel& lowered, const Target& target, bool counting,
-                       Kernel* forward_out, std::vector<ValueId>* counted) {
+                       Kernel* forward_out, std::vector<ValueId>* counted,
+                       bool clear_seeds = false) {
   VKAD_TRY(check_segment(target));
-  ReverseMode rm(lowered, target, counting);
+  ReverseMode rm(lowered, target, counting, clear_seeds);
   Result<Kernel> adjoint = rm.run();
   if (!adjoint.ok() || rm.segmentable_loops().empty()) {
     if (forward_out) *forward_out = lowered;
@@ -1134,7 +1149,7 @@ Result<Kernel> reverse(const Kernel& lowered, const Target& target, bool countin
     return adjoint;
   }
   Kernel split = segment_loops(lowered, rm.segmentable_loops(), target.checkpoint_segment);
-  ReverseMode again(split, target, counting);
+  ReverseMode again(split, target, counting, clear_seeds);
   Result<Kernel> out = again.run();
   if (counted) *counted = again.counted_loops();
   if (forward_out) *forward_out = std::move(split);
@@ -1199,6 +1214,14 @@ Result<Kernel> make_adjoint(const Kernel& forward, const Target& target) {
     return reverse(lower_jumps(forward), target, false, nullptr, nullptr);
   }
   return reverse(forward, target, false, nullptr, nullptr);
+}
+
+Result<Kernel> make_clearing_adjoint(const Kernel& forward, const Target& target) {
+  if (has_jumps(forward)) {
+    VKAD_TRY(verify(forward, target));
+    return reverse(lower_jumps(forward), target, false, nullptr, nullptr, true);
+  }
+  return reverse(forward, target, false, nullptr, nullptr, true);
 }
 
 }  // namespace vkad::codegen

@@ -93,6 +93,13 @@ inline constexpr int kMaxAdjointNesting = static_cast<int>(kMaxNestingDepth);  /
 // reverse mode); both name the adjoint's statement.
 Result<Kernel> make_adjoint(const Kernel& forward, const Target& target = Target::host());
 
+// make_adjoint's kernel, except that the adjoint of a (non-atomic) store also writes 0 into the
+// gradient at the stored element after reading it: the element's earlier contents, which the
+// store replaced, get no part of that seed. For a tape that reuses arrays (checkpoint_every,
+// api/tape.h), where one gradient array holds, in turn, the seeds of several versions of its
+// array. Same parameters as make_adjoint's.
+Result<Kernel> make_clearing_adjoint(const Kernel& forward, const Target& target = Target::host());
+
 // Exact stack sizing without max_trip: as make_adjoint, but a loop with no derivable or stated
 // trip bound (a while loop without max_trip, a for loop whose bounds depend on ndarray contents
 // or locals) gets a counted one instead of an error: `adjoint` has, after make_adjoint's

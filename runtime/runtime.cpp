@@ -482,6 +482,32 @@ Status Runtime::fill(NdArrayHandle array, double value) {
   return {};
 }
 
+Status Runtime::copy(NdArrayHandle src, NdArrayHandle dst) {
+  VKAD_EXCLUSIVE_USE("copy");
+  VKAD_TRY(device_->status());
+  VKAD_TRY(not_while_capturing("copy"));
+  auto s = arrays_.find(src.id);
+  if (s == arrays_.end()) return dead_handle("copy", "ndarray", src.id);
+  auto d = arrays_.find(dst.id);
+  if (d == arrays_.end()) return dead_handle("copy", "ndarray", dst.id);
+  if (src.id == dst.id) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "copy '" + s->second.name + "': source and destination are one array");
+  }
+  if (s->second.dtype != d->second.dtype || s->second.shape != d->second.shape) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "copy '" + s->second.name + "' into '" + d->second.name +
+                          "': dtypes or shapes differ");
+  }
+  VKAD_TRY(ensure_list());
+  // After launches and after other copies / fills (a tape's snapshots copy back to back).
+  list_.barrier(rhi::Barrier::kComputeToTransfer);
+  list_.barrier(rhi::Barrier::kTransferToTransfer);
+  list_.copy(s->second.buffer, d->second.buffer, s->second.bytes);
+  list_.barrier(rhi::Barrier::kTransferToCompute);
+  return {};
+}
+
 Status Runtime::zero_many(std::span<const NdArrayHandle> arrays) {
   VKAD_EXCLUSIVE_USE("zero_many");
   VKAD_TRY(device_->status());

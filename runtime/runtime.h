@@ -220,6 +220,12 @@ class Runtime {
   // (inf and NaN are f32 values), NaN, infinities or a truncated value out of range into an
   // integer, anything but 0 and 1 into bool. Nothing is recorded then.
   Status fill(NdArrayHandle array, double value);
+  // Copies `src` into `dst` on the device, ordered with launches (a compute->transfer barrier,
+  // vkCmdCopyBuffer, a transfer->compute barrier); nothing waits. kInvalidArgument when the
+  // two differ in dtype or shape or are the same array; kNotFound for a dead handle;
+  // kFailedPrecondition while a capture is open (a graph has no copy step). Nothing is
+  // recorded on an error.
+  Status copy(NdArrayHandle src, NdArrayHandle dst);
   // Sets every element of every array in `arrays` to 0, in as few commands as the device allows:
   // one compute->transfer barrier, one vkCmdFillBuffer per array, one transfer->compute barrier
   // (fill records two barriers per array). Every handle is checked first: a dead or foreign one
