@@ -520,6 +520,11 @@ vkad_status* vkad_tape_reset(vkad_tape* tape) {
   return nullptr;
 }
 
+vkad_status* vkad_tape_set_checkpoint(vkad_tape* tape, uint32_t launches_per_segment) {
+  VKAD_C_CHECK_TAPE("vkad_tape_set_checkpoint");
+  return from(tape->tape.set_checkpoint_every(launches_per_segment));
+}
+
 vkad_status* vkad_begin_capture(vkad_session* session, const char* name) {
   VKAD_C_CHECK_SESSION("vkad_begin_capture");
   return from(session->s->begin_capture(name != nullptr ? name : ""));

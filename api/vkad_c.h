@@ -280,6 +280,12 @@ vkad_status* vkad_tape_grad(const vkad_tape* tape, vkad_ndarray array, vkad_ndar
 vkad_status* vkad_tape_set_grad(vkad_tape* tape, vkad_ndarray array, vkad_ndarray grad);
 /* Forgets the recorded launches; keeps the gradients (except those of freed arrays). */
 vkad_status* vkad_tape_reset(vkad_tape* tape);
+/* Checkpointing across launches (vkad::Tape::set_checkpoint_every, api/tape.h): the recording
+ * may reuse state arrays; the tape copies what each segment of `launches_per_segment` launches
+ * overwrites and, in backward, launches each segment's forward again. 0 turns it off. An error
+ * (VKAD_FAILED_PRECONDITION) while launches are recorded: set it before a recording or after
+ * vkad_tape_reset. */
+vkad_status* vkad_tape_set_checkpoint(vkad_tape* tape, uint32_t launches_per_segment);
 
 typedef struct vkad_stats {
   uint32_t struct_size;

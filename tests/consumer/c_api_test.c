@@ -204,11 +204,17 @@ int main(void) {
     CHECK(strstr(vkad_status_message(st), "no launch of a differentiated kernel") != NULL);
     vkad_status_free(st);
     OK(vkad_ndarray_create(s, VKAD_F32, 1, shape, "other", &other));
+    OK(vkad_tape_set_checkpoint(tape, 0));
     for (it = 0; it < 2; ++it) {
       OK(vkad_tape_reset(tape));
       launch_id = 0;
       OK(vkad_tape_launch(tape, &d, fargs, 4, &launch_id));
       CHECK(launch_id != 0);
+      /* Checkpointing is set between recordings, not during one. */
+      st = vkad_tape_set_checkpoint(tape, 2);
+      CHECK(vkad_status_code(st) == VKAD_FAILED_PRECONDITION);
+      CHECK(strstr(vkad_status_message(st), "launches are recorded") != NULL);
+      vkad_status_free(st);
       st = vkad_tape_launch(tape, &d, fargs, 3, NULL); /* nothing launched or recorded */
       CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
       CHECK(strstr(vkad_status_message(st), "3 arguments given") != NULL);
