@@ -84,6 +84,9 @@ struct State {
   // The recording tape (a Python list) or None, and its TapeHazards; see Session.launch.
   nb::object tape = nb::none();
   nb::object hazards = nb::none();
+  // A checkpointed tape's hook, called with (kernel, args) before a recorded launch runs (it
+  // copies what the launch will overwrite), or None.
+  nb::object before_launch = nb::none();
   // The graph being captured (a Graph) or None: launches append their kernel to it.
   nb::object capture = nb::none();
 
@@ -289,6 +292,8 @@ struct Kernel {
   std::vector<std::pair<uint32_t, std::string>> gradients;
   // What it reads and writes (Session::launch_access), which the tape's check needs.
   std::shared_ptr<const vkad::codegen::KernelAccess> access;
+  // The clearing adjoint (Session::clearing_adjoint), made on first use by a checkpointed tape.
+  nb::object clearing = nb::none();
 
   Kernel() = default;
   Kernel(const Kernel&) = delete;
@@ -555,6 +560,29 @@ struct Session {
     check(st->get().fill(a.handle, value));
   }
 
+  void copy(nb::handle src, nb::handle dst) {
+    NdArray& a = own(src, "copy");
+    NdArray& b = own(dst, "copy");
+    Locked l(*st);
+    check(st->get().copy(a.handle, b.handle));
+  }
+
+  // The forward kernel's clearing adjoint (vkad::Session::clearing_adjoint), kept on it.
+  nb::object clearing_adjoint(Kernel& fwd) {
+    if (fwd.st != st) invalid("clearing_adjoint: kernel '" + fwd.name + "' belongs to another session");
+    if (fwd.adjoint.is_none()) invalid("clearing_adjoint: '" + fwd.name + "' is not differentiated");
+    if (!fwd.clearing.is_none()) return fwd.clearing;
+    vkad::Differentiated d;
+    d.forward = fwd.handle;
+    Result<KernelHandle> h = [&] {
+      Locked l(*st);
+      return st->get().clearing_adjoint(d);
+    }();
+    Kernel& adj = nb::cast<Kernel&>(fwd.adjoint);
+    fwd.clearing = make_kernel(take(std::move(h)), fwd.name + "_clearing_adjoint", adj.params);
+    return fwd.clearing;
+  }
+
   // The hot path: no Python-level wrapper, arguments converted in place.
   // The Kernel a launch or prepare names (a Differentiated stands for its forward), checked
   // against this session and the argument count; `where` names the call in errors.
@@ -597,6 +625,7 @@ struct Session {
         }
       }
     }
+    if (record && !st->before_launch.is_none()) st->before_launch(kernel, args);
     TapeHazards* hazards =
         record && !st->hazards.is_none() ? nb::cast<TapeHazards*>(st->hazards) : nullptr;
     {
@@ -823,6 +852,21 @@ NB_MODULE(_vkad, m) {
           },
           "(name, dtype, rank) per parameter; rank 0 for a scalar.")
       .def_prop_ro(
+          "_written_params",
+          [](const Kernel& k) {
+            nb::list out;
+            if (!k.access) return out;
+            for (const vkad::codegen::ParamAccess& pa : k.access->params) {
+              bool writes = false;
+              for (const vkad::codegen::ArrayAccess& a : pa.accesses) {
+                writes = writes || a.kind != vkad::codegen::ArrayAccess::Kind::kRead;
+              }
+              if (writes) out.append(pa.param);
+            }
+            return out;
+          },
+          "Indices of the ndarray parameters the kernel writes (differentiated kernels).")
+      .def_prop_ro(
           "adjoint", [](const Kernel& k) { return k.adjoint; },
           nb::sig("def adjoint(self) -> Kernel | None"),
           "The adjoint of a kernel from differentiate(), else None.")
@@ -900,11 +944,16 @@ NB_MODULE(_vkad, m) {
       .def("validation_messages", &Session::validation_messages)
       .def(
           "_set_tape",
-          [](Session& s, nb::object tape, nb::object hazards) {
+          [](Session& s, nb::object tape, nb::object hazards, nb::object before_launch) {
             s.st->tape = std::move(tape);
             s.st->hazards = std::move(hazards);
+            s.st->before_launch = std::move(before_launch);
           },
-          "tape"_a.none(), "hazards"_a.none() = nb::none())
+          "tape"_a.none(), "hazards"_a.none() = nb::none(), "before_launch"_a.none() = nb::none())
+      .def("copy", &Session::copy, "src"_a, "dst"_a,
+           nb::sig("def copy(self, src: NdArray, dst: NdArray) -> None"),
+           "Copies src into dst (same dtype and shape) on the device; asynchronous.")
+      .def("_clearing_adjoint", &Session::clearing_adjoint, "forward"_a)
       .def("_begin_capture", &Session::begin_capture, "name"_a)
       .def("_end_capture", &Session::end_capture)
       .def("replay", &Session::replay, "graph"_a, "updates"_a = nb::none(),

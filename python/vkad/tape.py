@@ -24,6 +24,15 @@ README.md, "Tapes and memory"). Session.launch refuses such a launch inside `wit
 runs (InvalidArgumentError naming both launches, the array and the row), with vkad::Tape's own
 check and message (api/tape_hazards.h); rows given by scalar arguments are compared, so the
 time axis is accepted.
+
+Checkpointing across launches (`t.checkpoint_every = K`, vkad::Tape::set_checkpoint_every):
+the recording may reuse state arrays (a ring). Before each recorded launch the tape copies what
+it writes, the first time its segment of K launches writes it; backward runs the segments last
+first (their start state copied back, their launches again with a copy of what each writes,
+then each adjoint -- a clearing one -- after putting back what its launch wrote) and leaves the
+arrays as the forward did. Memory: a copy of each written array per segment and per launch of a
+segment, plus one; compute: the forward twice. Not inside a graph capture (copies are not
+captured).
 """
 from __future__ import annotations
 
@@ -33,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Tuple
 import numpy as _np
 
 from ._vkad import DType, NdArray, _TapeHazards
-from .errors import Error, InvalidArgumentError
+from .errors import Error, FailedPreconditionError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from . import Session
@@ -50,13 +59,63 @@ class Tape:
         self._grads: Dict[int, Tuple[weakref.ref, NdArray]] = {}
         # What the recording read and wrote; the binding's launch checks and updates it.
         self._hazards = _TapeHazards()
+        self._checkpoint_every = 0
+        # Checkpointing: per segment, the arrays copied at its start; the copies, by (kind,
+        # slot, array handle) -> (weak reference to the array, its copy), kept across recordings.
+        self._segment_arrays: List[List[NdArray]] = []
+        self._copies: Dict[Tuple[str, int, int], Tuple[weakref.ref, NdArray]] = {}
+
+    @property
+    def checkpoint_every(self) -> int:
+        """Launches per checkpointing segment; 0 (the default) is off."""
+        return self._checkpoint_every
+
+    @checkpoint_every.setter
+    def checkpoint_every(self, k: int) -> None:
+        if self.launches:
+            raise FailedPreconditionError(
+                f"tape.set_checkpoint_every: {len(self.launches)} launches are recorded; set it "
+                "before a recording (or after reset())")
+        if int(k) < 0:
+            raise InvalidArgumentError(f"tape.checkpoint_every: {k} is negative")
+        self._checkpoint_every = int(k)
+
+    def _copy_slot(self, kind: str, slot: int, array: NdArray) -> NdArray:
+        key = (kind, slot, array.handle)
+        entry = self._copies.get(key)
+        if entry is None:
+            c = self.session.empty(array.shape, array.dtype, f"tape checkpoint of {array.name}")
+            self._copies[key] = (weakref.ref(array), c)
+            return c
+        return entry[1]
+
+    @staticmethod
+    def _written(kernel, args) -> List[NdArray]:
+        fwd = Tape._forward(kernel)
+        return [args[p] for p in fwd._written_params]
+
+    def _before_launch(self, kernel, args) -> None:
+        # Called by the binding before a recorded launch runs: the segment's first copy of each
+        # array the launch writes.
+        segment = len(self.launches) // self._checkpoint_every
+        while len(self._segment_arrays) <= segment:
+            self._segment_arrays.append([])
+        at_start = self._segment_arrays[segment]
+        for a in self._written(kernel, args):
+            if any(b.handle == a.handle for b in at_start):
+                continue
+            self.session.copy(a, self._copy_slot("segment", segment, a))
+            at_start.append(a)
 
     def __enter__(self) -> "Tape":
         if self.session._recording is not None:
             raise InvalidArgumentError("tape: this session is already recording on another tape")
         self.reset()
         self.session._recording = self
-        self.session._set_tape(self.launches, self._hazards)
+        if self._checkpoint_every:
+            self.session._set_tape(self.launches, None, self._before_launch)
+        else:
+            self.session._set_tape(self.launches, self._hazards)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -68,6 +127,7 @@ class Tape:
         of arrays freed or collected meanwhile."""
         self.launches.clear()  # the same list object: the binding appends to it
         self._hazards.reset()
+        self._segment_arrays = []
         self._prune()
 
     def _prune(self) -> None:
@@ -75,6 +135,8 @@ class Tape:
                 if ref() is None or ref().freed]
         for h in dead:
             del self._grads[h]  # the gradient is freed when collected
+        for key in [k for k, (ref, _) in self._copies.items() if ref() is None or ref().freed]:
+            del self._copies[key]
 
     @staticmethod
     def _forward(kernel):
@@ -139,13 +201,48 @@ class Tape:
                 g.upload(hosts[out.handle])
             else:
                 s.fill(g, float(value))
+        if self._checkpoint_every:
+            self._checkpointed_backward(grads)
+            return
         for i in range(len(self.launches) - 1, -1, -1):
-            kernel, args = self.launches[i]
-            fwd = self._forward(kernel)
-            try:
-                s.launch(fwd.adjoint, *args, *(grads[args[p].handle] for p, _ in fwd.gradients))
-            except Error as e:
-                raise type(e)(f"tape.backward: adjoint of launch {i}: {e}") from None
+            self._adjoint(i, grads, clearing=False)
+
+    def _adjoint(self, i: int, grads, clearing: bool) -> None:
+        kernel, args = self.launches[i]
+        fwd = self._forward(kernel)
+        adj = self.session._clearing_adjoint(fwd) if clearing else fwd.adjoint
+        try:
+            self.session.launch(adj, *args, *(grads[args[p].handle] for p, _ in fwd.gradients))
+        except Error as e:
+            raise type(e)(f"tape.backward: adjoint of launch {i}: {e}") from None
+
+    def _checkpointed_backward(self, grads) -> None:
+        s, k, n = self.session, self._checkpoint_every, len(self.launches)
+        every: Dict[int, NdArray] = {}
+        for seg in self._segment_arrays:
+            for a in seg:
+                every.setdefault(a.handle, a)
+        for a in every.values():  # the end state, put back at the end
+            s.copy(a, self._copy_slot("end", 0, a))
+        for segment in range((n + k - 1) // k - 1, -1, -1):
+            first, last = segment * k, min(n, segment * k + k)
+            for a in self._segment_arrays[segment]:
+                s.copy(self._copy_slot("segment", segment, a), a)
+            for j in range(first, last):
+                kernel, args = self.launches[j]
+                for a in self._written(kernel, args):
+                    s.copy(a, self._copy_slot("launch", j - first, a))
+                try:
+                    s.launch(self._forward(kernel), *args)
+                except Error as e:
+                    raise type(e)(f"tape.backward: forward of launch {j} again: {e}") from None
+            for j in range(last - 1, first - 1, -1):
+                kernel, args = self.launches[j]
+                for a in self._written(kernel, args):
+                    s.copy(self._copy_slot("launch", j - first, a), a)
+                self._adjoint(j, grads, clearing=True)
+        for a in every.values():
+            s.copy(self._copy_slot("end", 0, a), a)
 
     def grad(self, array: NdArray) -> NdArray:
         """The gradient array of `array`: `array.grad` when set, else the one a backward made
