@@ -48,8 +48,8 @@ Result<NdArrayHandle> Tape::copy_slot(std::map<SlotKey, NdArrayHandle>& pool, ui
   VKAD_ASSIGN_OR_RETURN(DType t, session_->dtype(array));
   VKAD_ASSIGN_OR_RETURN(std::vector<uint32_t> shape, session_->shape(array));
   VKAD_ASSIGN_OR_RETURN(
-      NdArrayHandle c,
-      session_->ndarray(t, std::move(shape), "tape checkpoint of " + runtime::handle_string(array.id)));
+      NdArrayHandle c, session_->ndarray(t, std::move(shape),
+                                         "tape checkpoint of " + runtime::handle_string(array.id)));
   pool.emplace(SlotKey{slot, array.id}, c);
   return c;
 }
@@ -266,8 +266,8 @@ Status Tape::checkpointed_backward() {
                                   "tape.backward");
         VKAD_TRY_CTX(copy(a, c), "tape.backward");
       }
-      VKAD_TRY_CTX(session_->launch(r.forward, std::span<const Arg>(args_.data() + r.arg_begin,
-                                                                     r.arg_count)),
+      VKAD_TRY_CTX(session_->launch(r.forward,
+                                    std::span<const Arg>(args_.data() + r.arg_begin, r.arg_count)),
                    "tape.backward: forward of launch " + std::to_string(j) + " again");
     }
     // 3. Last launch first: what it wrote put back as it was before it, then its adjoint,

@@ -1040,7 +1040,7 @@ class ReverseMode : public PartialBuilder {
   const Kernel& f_;
   const Target& t_;
   bool counting_ = false;
-  bool clear_seeds_ = false;  // make_clearing_adjoint
+  bool clear_seeds_ = false;                           // make_clearing_adjoint
   std::unordered_map<ValueId, uint32_t> segmentable_;  // loop -> its whole tape's trip bound
   bool probing_ = false;  // range() without creating counted trip bounds
   std::unordered_map<const Stmt*, uint32_t> counted_;  // loop -> the adjoint's trips_ parameter

@@ -495,9 +495,9 @@ Status Runtime::copy(NdArrayHandle src, NdArrayHandle dst) {
                       "copy '" + s->second.name + "': source and destination are one array");
   }
   if (s->second.dtype != d->second.dtype || s->second.shape != d->second.shape) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "copy '" + s->second.name + "' into '" + d->second.name +
-                          "': dtypes or shapes differ");
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        "copy '" + s->second.name + "' into '" + d->second.name + "': dtypes or shapes differ");
   }
   VKAD_TRY(ensure_list());
   // After launches and after other copies / fills (a tape's snapshots copy back to back).

@@ -569,8 +569,10 @@ struct Session {
 
   // The forward kernel's clearing adjoint (vkad::Session::clearing_adjoint), kept on it.
   nb::object clearing_adjoint(Kernel& fwd) {
-    if (fwd.st != st) invalid("clearing_adjoint: kernel '" + fwd.name + "' belongs to another session");
-    if (fwd.adjoint.is_none()) invalid("clearing_adjoint: '" + fwd.name + "' is not differentiated");
+    if (fwd.st != st)
+      invalid("clearing_adjoint: kernel '" + fwd.name + "' belongs to another session");
+    if (fwd.adjoint.is_none())
+      invalid("clearing_adjoint: '" + fwd.name + "' is not differentiated");
     if (!fwd.clearing.is_none()) return fwd.clearing;
     vkad::Differentiated d;
     d.forward = fwd.handle;

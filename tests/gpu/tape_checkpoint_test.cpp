@@ -52,7 +52,8 @@ class TapeCheckpoint : public ::testing::TestWithParam<uint32_t> {
     SessionOptions o;
     o.validation = true;
     auto r = Session::create(o);
-    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice)
+      GTEST_SKIP() << "SKIPPED: no Vulkan device";
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     s_ = std::move(r).value();
     auto d = s_->differentiate(std::string_view(kStep));
@@ -103,8 +104,8 @@ TEST_P(TapeCheckpoint, ARingOfTwoArraysGetsThePerStepProgramsGradients) {
     }
     NdArrayHandle loss = array({0}, "loss");
     for (uint32_t j = 0; j < kSteps; ++j) {
-      ASSERT_TRUE(t.launch(step_, {Arg::ndarray(xs[j]), Arg::ndarray(xs[j + 1]), Arg::f32(c_of(j))})
-                      .ok());
+      ASSERT_TRUE(
+          t.launch(step_, {Arg::ndarray(xs[j]), Arg::ndarray(xs[j + 1]), Arg::f32(c_of(j))}).ok());
     }
     ASSERT_TRUE(t.launch(loss_, {Arg::ndarray(xs[kSteps]), Arg::ndarray(loss)}).ok());
     ASSERT_TRUE(t.backward({TapeSeed::of_value(loss, 1.0)}).ok());
@@ -120,8 +121,8 @@ TEST_P(TapeCheckpoint, ARingOfTwoArraysGetsThePerStepProgramsGradients) {
     Tape plain(*s_);
     Status st;
     for (uint32_t j = 0; j < kSteps && st.ok(); ++j) {
-      st = plain.launch(step_, {Arg::ndarray(ring[j % 2]), Arg::ndarray(ring[(j + 1) % 2]),
-                                Arg::f32(c_of(j))});
+      st = plain.launch(
+          step_, {Arg::ndarray(ring[j % 2]), Arg::ndarray(ring[(j + 1) % 2]), Arg::f32(c_of(j))});
     }
     EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
   }

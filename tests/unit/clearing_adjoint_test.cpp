@@ -44,12 +44,13 @@ TEST(ClearingAdjoint, StoresClearTheirSeedWhereTheyWroteAndGradientsAreMakeAdjoi
   };
   auto fresh = [] {
     std::vector<HostArray> arrays;
-    for (uint32_t n : {8u, 8u, 1u, 8u, 8u, 1u}) arrays.emplace_back(abi::DType::kF32, std::vector<uint32_t>{n});
+    for (uint32_t n : {8u, 8u, 1u, 8u, 8u, 1u})
+      arrays.emplace_back(abi::DType::kF32, std::vector<uint32_t>{n});
     for (uint32_t i = 0; i < 8; ++i) {
-      arrays[0].data[i] = 0.1 * i;        // a
-      arrays[4].data[i] = 1.0 + i;        // b_grad: the seed
+      arrays[0].data[i] = 0.1 * i;  // a
+      arrays[4].data[i] = 1.0 + i;  // b_grad: the seed
     }
-    arrays[5].data[0] = 2.0;              // s_grad
+    arrays[5].data[0] = 2.0;  // s_grad
     return arrays;
   };
   std::vector<HostArray> p = fresh(), c = fresh();
