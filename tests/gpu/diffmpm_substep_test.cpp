@@ -136,7 +136,8 @@ Kernel p2g(DType ft) {
   Array actuation = kb.ndarray("actuation", ft, 1, kGrad);
   Array actuator_id = kb.ndarray("actuator_id", DType::kI32, 1, {.read_only = true});
   Array new_f = kb.ndarray("F_new", ft, 3, kGrad);
-  Array grid_v = kb.ndarray("grid_v_in", ft, 3, kGrad), grid_m = kb.ndarray("grid_m_in", ft, 2, kGrad);
+  Array grid_v = kb.ndarray("grid_v_in", ft, 3, kGrad),
+        grid_m = kb.ndarray("grid_m_in", ft, 2, kGrad);
   kb.parallel_for("particles", 0, x.dim(0), [&](Value p) {
     Vec2 xp = x.load_vec<2>({p}), vp = v.load_vec<2>({p});
     Stencil s = stencil(xp, ft);
@@ -154,7 +155,8 @@ Kernel p2g(DType ft) {
         Value weight = s.w[i][0] * s.w[j][1];
         Value gi = s.base[0] + i, gj = s.base[1] + j;
         for (int d = 0; d < 2; ++d)
-          grid_v.atomic_add({gi, gj, kb.i32(d)}, weight * (vp[d] + affine[d][0] * dx + affine[d][1] * dy));
+          grid_v.atomic_add({gi, gj, kb.i32(d)},
+                            weight * (vp[d] + affine[d][0] * dx + affine[d][1] * dy));
         grid_m.atomic_add({gi, gj}, weight);
       }
     }
@@ -165,11 +167,13 @@ Kernel p2g(DType ft) {
 // grid_op: momentum to velocity, gravity, and the walls and floor stop what moves into them.
 Kernel grid_op(DType ft) {
   KernelBuilder kb("grid_op");
-  Array grid_v = kb.ndarray("grid_v_in", ft, 3, kGrad), grid_m = kb.ndarray("grid_m_in", ft, 2, kGrad);
+  Array grid_v = kb.ndarray("grid_v_in", ft, 3, kGrad),
+        grid_m = kb.ndarray("grid_m_in", ft, 2, kGrad);
   Array out = kb.ndarray("grid_v_out", ft, 3, kGrad);
   kb.parallel_for("cells", {0, kGrid}, {0, kGrid}, [&](Value i, Value j) {
     Value inv_m = 1.0 / (grid_m(i, j) + 1e-10);
-    Value vx = inv_m * grid_v(i, j, kb.i32(0)), vy = inv_m * grid_v(i, j, kb.i32(1)) - kDt * kGravity;
+    Value vx = inv_m * grid_v(i, j, kb.i32(0)),
+          vy = inv_m * grid_v(i, j, kb.i32(1)) - kDt * kGravity;
     Value stop = ((i < kBound) && (vx < 0.0)) || ((i > kGrid - kBound) && (vx > 0.0)) ||
                  ((j < kBound) && (vy < 0.0)) || ((j > kGrid - kBound) && (vy > 0.0));
     Value zero = kb.constant(ft, 0);
@@ -214,7 +218,24 @@ Kernel g2p(DType ft) {
 
 // ---------------------------------------------------------------- arrays and launches
 // Every array of the substep; the kernels' parameters name them in order (kT: the step).
-enum Slot { kX, kV, kC, kF, kWeights, kBias, kAct, kActId, kFNew, kGridV, kGridM, kGridVOut, kXNew, kVNew, kCNew, kSlots };
+enum Slot {
+  kX,
+  kV,
+  kC,
+  kF,
+  kWeights,
+  kBias,
+  kAct,
+  kActId,
+  kFNew,
+  kGridV,
+  kGridM,
+  kGridVOut,
+  kXNew,
+  kVNew,
+  kCNew,
+  kSlots
+};
 constexpr int kT = -1;
 const std::vector<int> kKernelArgs[4] = {{kT, kWeights, kBias, kAct},
                                          {kX, kV, kC, kF, kAct, kActId, kFNew, kGridV, kGridM},
@@ -222,18 +243,26 @@ const std::vector<int> kKernelArgs[4] = {{kT, kWeights, kBias, kAct},
                                          {kX, kGridVOut, kXNew, kVNew, kCNew}};
 const Slot kInputs[] = {kX, kV, kC, kF, kWeights, kBias};
 const Slot kOutputs[] = {kXNew, kVNew, kCNew, kFNew};
-const char* const kNames[kSlots] = {"x",      "v",         "C",         "F",          "weights",
-                                    "bias",   "actuation", "actuator_id", "F_new",    "grid_v_in",
-                                    "grid_m_in", "grid_v_out", "x_new",   "v_new",      "C_new"};
+const char* const kNames[kSlots] = {"x",         "v",          "C",           "F",     "weights",
+                                    "bias",      "actuation",  "actuator_id", "F_new", "grid_v_in",
+                                    "grid_m_in", "grid_v_out", "x_new",       "v_new", "C_new"};
 
 std::vector<uint32_t> slot_shape(int slot, uint32_t n) {
   switch (slot) {
-    case kX: case kV: case kXNew: case kVNew: return {n, 2};
-    case kC: case kF: case kFNew: case kCNew: return {n, 2, 2};
+    case kX:
+    case kV:
+    case kXNew:
+    case kVNew: return {n, 2};
+    case kC:
+    case kF:
+    case kFNew:
+    case kCNew: return {n, 2, 2};
     case kWeights: return {kActuators, kSinWaves};
-    case kBias: case kAct: return {kActuators};
+    case kBias:
+    case kAct: return {kActuators};
     case kActId: return {n};
-    case kGridV: case kGridVOut: return {kGrid, kGrid, 2};
+    case kGridV:
+    case kGridVOut: return {kGrid, kGrid, 2};
     default: return {kGrid, kGrid};  // kGridM
   }
 }
@@ -266,18 +295,20 @@ HostState make_scene(DType ft, uint32_t seed) {
   std::vector<P> ps;
   for (int i = 0; i < 6; ++i) {
     for (int j = 0; j < 6; ++j) {
-      double x = 0.5 + (i - 2.5) * 0.5 * kDx + 0.004 * u(rng), y = 0.5 + (j - 2.5) * 0.5 * kDx + 0.004 * u(rng);
+      double x = 0.5 + (i - 2.5) * 0.5 * kDx + 0.004 * u(rng),
+             y = 0.5 + (j - 2.5) * 0.5 * kDx + 0.004 * u(rng);
       ps.push_back({x, y, 0.3 * u(rng), 0.3 * u(rng)});
     }
   }
   ps.push_back({0.130, 0.500, -1.0, 0.2});  // left wall, moving into it
   ps.push_back({0.135, 0.515, -0.8, -0.1});
-  ps.push_back({0.130, 0.300, 1.0, 0.1});  // left wall, moving away
-  ps.push_back({0.870, 0.420, 0.8, 0.0});  // right wall
+  ps.push_back({0.130, 0.300, 1.0, 0.1});   // left wall, moving away
+  ps.push_back({0.870, 0.420, 0.8, 0.0});   // right wall
   ps.push_back({0.370, 0.130, 0.3, -1.0});  // floor
   const uint32_t n = static_cast<uint32_t>(ps.size());
   HostState h;
-  for (int a = 0; a < kSlots; ++a) h[a] = HostArray(a == kActId ? DType::kI32 : ft, slot_shape(a, n));
+  for (int a = 0; a < kSlots; ++a)
+    h[a] = HostArray(a == kActId ? DType::kI32 : ft, slot_shape(a, n));
   for (uint32_t p = 0; p < n; ++p) {
     h[kX].data[2 * p] = ps[p].x, h[kX].data[2 * p + 1] = ps[p].y;
     h[kV].data[2 * p] = ps[p].vx, h[kV].data[2 * p + 1] = ps[p].vy;
@@ -353,7 +384,8 @@ class DeviceSubstep {
     VKAD_TRY(s_.zero(std::span<const NdArrayHandle>(grids)));
     for (int k = 0; k < 4; ++k) {
       std::vector<Arg> args;
-      for (int slot : kKernelArgs[k]) args.push_back(slot == kT ? Arg::i32(kStep) : Arg::ndarray(arrays_[slot]));
+      for (int slot : kKernelArgs[k])
+        args.push_back(slot == kT ? Arg::i32(kStep) : Arg::ndarray(arrays_[slot]));
       VKAD_TRY(tape ? tape->launch(d_[k], args) : s_.launch(d_[k].forward, args));
     }
     return {};
@@ -372,10 +404,13 @@ class DeviceSubstep {
 Status cpu_substep(const std::array<Kernel, 4>& kernels, HostState& host) {
   for (int k = 0; k < 4; ++k) {
     std::vector<HostArg> args;
-    for (int slot : kKernelArgs[k]) args.push_back(slot == kT ? HostArg::of(kStep) : HostArg::of(host[slot]));
+    for (int slot : kKernelArgs[k])
+      args.push_back(slot == kT ? HostArg::of(kStep) : HostArg::of(host[slot]));
     VKAD_ASSIGN_OR_RETURN(EvalResult r, evaluate(kernels[k], args));
     for (uint32_t flag : r.error_flags)
-      if (flag != 0) return make_error(ErrorCode::kDeviceError, kernels[k].name + " raised error " + std::to_string(flag));
+      if (flag != 0)
+        return make_error(ErrorCode::kDeviceError,
+                          kernels[k].name + " raised error " + std::to_string(flag));
   }
   return {};
 }
@@ -404,7 +439,8 @@ Result<double> device_loss(DeviceSubstep& sub, HostState& h, const Seeds& seeds)
 
 // d loss / d input for each of kInputs: the substep recorded on a tape, its adjoints run
 // last-first from the seeds.
-Result<std::array<HostArray, 6>> adjoint_gradients(Session& s, DeviceSubstep& sub, const HostState& h, const Seeds& seeds) {
+Result<std::array<HostArray, 6>> adjoint_gradients(Session& s, DeviceSubstep& sub,
+                                                   const HostState& h, const Seeds& seeds) {
   Tape tape(s);
   VKAD_TRY(sub.run(&tape));
   std::array<std::vector<std::byte>, 4> bytes;
@@ -425,7 +461,8 @@ Result<std::array<HostArray, 6>> adjoint_gradients(Session& s, DeviceSubstep& su
 
 // Central difference of the loss in element `e` of input slot `in`, from two device forwards;
 // `h` is left as it was (and uploaded so).
-Result<double> central_difference(DeviceSubstep& sub, HostState& h, const Seeds& seeds, int in, size_t e, double step) {
+Result<double> central_difference(DeviceSubstep& sub, HostState& h, const Seeds& seeds, int in,
+                                  size_t e, double step) {
   const double x = h[in].data[e];
   double loss[2], at[2] = {x + step, x - step};
   for (int k = 0; k < 2; ++k) {
@@ -442,29 +479,36 @@ Result<double> central_difference(DeviceSubstep& sub, HostState& h, const Seeds&
 // least 0.1 from an integer (its base cell, a truncation, does not change), and every cell
 // with mass in a wall's or the floor's band has its velocity component normal to that wall at
 // least 0.05 from 0 (grid_op's select does not flip). A step of 1e-6 moves these by ~1e-4 at
-// most (velocities change by O(100) per unit of x). Returns how many cells the select stops.
-int check_far_from_switches(const HostState& h) {
+// most (velocities change by O(100) per unit of x). Returns the cells with mass in the bands, and
+// how many of them the select stops.
+struct BandCells {
+  int in_band = 0, stopped = 0;
+};
+BandCells check_far_from_switches(const HostState& h) {
   for (size_t e = 0; e < h[kX].size(); ++e) {
     double f = h[kX].data[e] * kInvDx - 0.5;
     EXPECT_GT(f - std::floor(f), 0.1) << "x element " << e;
     EXPECT_LT(f - std::floor(f), 0.9) << "x element " << e;
   }
-  int stopped = 0;
+  BandCells cells;
   for (int i = 0; i < kGrid; ++i) {
     for (int j = 0; j < kGrid; ++j) {
       double m = h[kGridM].data[i * kGrid + j];
       if (m == 0) continue;  // no particle reaches it, and none can under a small step
-      double v[2] = {h[kGridV].data[2 * (i * kGrid + j)] / m, h[kGridV].data[2 * (i * kGrid + j) + 1] / m - kDt * kGravity};
+      double v[2] = {h[kGridV].data[2 * (i * kGrid + j)] / m,
+                     h[kGridV].data[2 * (i * kGrid + j) + 1] / m - kDt * kGravity};
       bool band[2] = {i < kBound || i > kGrid - kBound, j < kBound || j > kGrid - kBound};
       for (int d = 0; d < 2; ++d) {
         if (band[d]) {
           EXPECT_GT(std::fabs(v[d]), 0.05) << "cell " << i << ", " << j << " component " << d;
         }
       }
-      stopped += h[kGridVOut].data[2 * (i * kGrid + j)] == 0 && h[kGridVOut].data[2 * (i * kGrid + j) + 1] == 0;
+      cells.in_band += band[0] || band[1];
+      cells.stopped += h[kGridVOut].data[2 * (i * kGrid + j)] == 0 &&
+                       h[kGridVOut].data[2 * (i * kGrid + j) + 1] == 0;
     }
   }
-  return stopped;
+  return cells;
 }
 
 class DiffMpmSubstep : public ::testing::Test {
@@ -473,7 +517,8 @@ class DiffMpmSubstep : public ::testing::Test {
     SessionOptions o;
     o.validation = true;
     auto r = Session::create(o);
-    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice)
+      GTEST_SKIP() << "SKIPPED: no Vulkan device";
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     s_ = std::move(r).value();
   }
@@ -506,11 +551,24 @@ TEST_F(DiffMpmSubstep, ForwardMatchesCpuReference) {
       ASSERT_TRUE(sub.download(slot, h[slot]).ok());
       EXPECT_EQ(compare_arrays(h[slot], cpu[slot]), "") << kNames[slot];
     }
-    // The wall particles' cells in the bands (2 x 3 each for the left and right walls and the
-    // floor, one of the left ones shared) are stopped; the one moving away is not.
-    EXPECT_GE(check_far_from_switches(h), 9);
+    // Each wall particle has 2 x 3 of its cells in a band (the two moving into the left wall
+    // share theirs): 24 cells, of which the 6 of the one moving away are not stopped.
+    BandCells cells = check_far_from_switches(h);
+    EXPECT_EQ(cells.in_band, 24);
+    EXPECT_EQ(cells.stopped, 18);
   }
 }
+
+// Central differences of the f64 loss, step h = 1e-6 (the inputs are O(0.1..1), so about 1e-6
+// relative), have two errors: truncation h^2 / 6 |L'''| and rounding delta / h, where delta is
+// the loss's rounding error. L is cubic in x within a cell (B-spline weights are quadratic, C'
+// multiplies them by dpos), with third derivatives up to ~(4 / dx) (1 / dx)^2 ~ 1e4 times the
+// O(10) velocities and seeds: truncation <= ~1e-8. The loss sums ~1e3 products of O(1) over
+// ~1e4 flops, so delta ~ 1e-13 (random-walk rounding at 1.1e-16 per flop) and delta / h ~
+// 1e-7. Hence |adjoint - fd| <= 1e-6 max(1, |fd|) (the largest gradients, in x, are O(300));
+// measured on lavapipe: 2e-8 at worst, and a seed off by 1e-4 relative in one element fails. A
+// wrong derivative rule is off by O(1) relative.
+constexpr double kFdStep = 1e-6, kFdTolerance = 1e-6;
 
 TEST_F(DiffMpmSubstep, F64AdjointMatchesCentralDifferences) {
   if (!s_->target().float64) GTEST_SKIP() << "SKIPPED: the device has no shaderFloat64";
@@ -523,16 +581,58 @@ TEST_F(DiffMpmSubstep, F64AdjointMatchesCentralDifferences) {
   ASSERT_TRUE(device_loss(sub, h, seeds).ok());
   for (int slot : {kGridV, kGridM, kGridVOut}) ASSERT_TRUE(sub.download(slot, h[slot]).ok());
   check_far_from_switches(h);
+  // Every element of every input (502 of them: 2 forwards each, ~1 s on lavapipe).
   for (int i = 0; i < 6; ++i) {
     const HostArray& g = (*grads)[i];
     double worst = 0, gmax = 0;
     for (size_t e = 0; e < g.size(); ++e) {
-      auto fd = central_difference(sub, h, seeds, kInputs[i], e, 1e-6);
+      auto fd = central_difference(sub, h, seeds, kInputs[i], e, kFdStep);
       ASSERT_TRUE(fd.ok()) << fd.status().to_string();
-      worst = std::max(worst, std::fabs(g.data[e] - *fd) / std::max(1.0, std::fabs(*fd)));
-      gmax = std::max(gmax, std::fabs(g.data[e]));
+      double err = std::fabs(g.data[e] - *fd) / std::max(1.0, std::fabs(*fd));
+      EXPECT_LE(err, kFdTolerance) << "d loss / d " << kNames[kInputs[i]] << "[" << e
+                                   << "]: adjoint " << g.data[e] << ", central difference " << *fd;
+      worst = std::max(worst, err), gmax = std::max(gmax, std::fabs(g.data[e]));
     }
-    std::printf("d loss / d %-7s max |g| %.3g, worst |g - fd| / max(1, |fd|) %.3g\n", kNames[kInputs[i]], gmax, worst);
+    EXPECT_GT(gmax, 0.1) << "a gradient worth comparing: d loss / d " << kNames[kInputs[i]];
+    std::printf("d loss / d %-7s max |g| %.3g, worst |g - fd| / max(1, |fd|) %.3g\n",
+                kNames[kInputs[i]], gmax, worst);
+  }
+}
+
+// The f32 substep's adjoint against the f64 one (checked above) on the same f32-representable
+// scene and seeds. Central differences in f32 would need a step far beyond a cell's curvature
+// (rounding eps_32 |L| / h ~ 6e-7 / h), so the f64 adjoint is the reference. Tolerance:
+// 1e-3 max(1, |g64|): Vulkan allows f32 sin 2^-11 absolute error (into the actuation, then
+// the weights' gradient), and the adjoint of x divides by cell-size quantities (1 / dx = 16,
+// three times in C'), amplifying eps_32 = 6e-8 rounding by ~1e3..1e4 over O(100) gradients;
+// measured on lavapipe: 1e-4 for x, 2e-6 at most for the rest.
+constexpr double kF32Tolerance = 1e-3;
+
+TEST_F(DiffMpmSubstep, F32AdjointMatchesF64Adjoint) {
+  if (!s_->target().float64)
+    GTEST_SKIP() << "SKIPPED: the device has no shaderFloat64 (the reference)";
+  std::array<HostArray, 6> grads[2];
+  for (DType ft : {DType::kF32, DType::kF64}) {
+    HostState h = make_scene(DType::kF32, 1);
+    for (HostArray& a : h) a.dtype = a.dtype == DType::kF32 ? ft : a.dtype;  // same values
+    Seeds seeds = make_seeds(h, 2);  // f32-representable for both
+    DeviceSubstep sub(*s_);
+    ASSERT_TRUE(sub.init(h).ok());
+    auto g = adjoint_gradients(*s_, sub, h, seeds);
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    grads[ft == DType::kF64] = std::move(g).value();
+  }
+  for (int i = 0; i < 6; ++i) {
+    double worst = 0;
+    for (size_t e = 0; e < grads[0][i].size(); ++e) {
+      double g32 = grads[0][i].data[e], g64 = grads[1][i].data[e];
+      double err = std::fabs(g32 - g64) / std::max(1.0, std::fabs(g64));
+      EXPECT_LE(err, kF32Tolerance)
+          << "d loss / d " << kNames[kInputs[i]] << "[" << e << "]: f32 " << g32 << ", f64 " << g64;
+      worst = std::max(worst, err);
+    }
+    std::printf("f32 d loss / d %-7s worst |g32 - g64| / max(1, |g64|) %.3g\n", kNames[kInputs[i]],
+                worst);
   }
 }
 
