@@ -74,7 +74,7 @@ class TaichiMassSpring:
         rng = np.random.RandomState(seed)
         w1 = rng.randn(N_HIDDEN, self.n_input) * math.sqrt(2 / (N_HIDDEN + self.n_input)) * 2
         w2 = rng.randn(n_spr, N_HIDDEN) * math.sqrt(2 / (N_HIDDEN + n_spr)) * 3
-        self.set_weights({"weights1": w1, "bias1": np.zeros(N_HIDDEN), "weights2": w2,
+        self.set_params({"weights1": w1, "bias1": np.zeros(N_HIDDEN), "weights2": w2,
                           "bias2": np.zeros(n_spr)})
 
     # --- kernels (DiffTaichi's) ------------------------------------------------------------
@@ -184,16 +184,16 @@ class TaichiMassSpring:
         grads = self.gradients()
         norm = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values()))
         scale = ms.GRADIENT_CLIP / (norm + 1e-6)
-        w = self.weights()
-        self.set_weights({p: w[p] - scale * grads[p] for p in self.PARAMS})
+        w = self.params()
+        self.set_params({p: w[p] - scale * grads[p] for p in self.PARAMS})
         return loss
 
     def gradients(self) -> Dict[str, np.ndarray]:
         return {p: getattr(self, p).grad.to_numpy() for p in self.PARAMS}
 
-    def weights(self) -> Dict[str, np.ndarray]:
+    def params(self) -> Dict[str, np.ndarray]:
         return {p: getattr(self, p).to_numpy().astype(np.float64) for p in self.PARAMS}
 
-    def set_weights(self, w: Dict[str, np.ndarray]) -> None:
+    def set_params(self, w: Dict[str, np.ndarray]) -> None:
         for p, value in w.items():
             getattr(self, p).from_numpy(np.asarray(value, self._np_real))

@@ -171,7 +171,7 @@ class WarpMassSpring:
         w2 = rng.randn(n_spr, N_HIDDEN) * math.sqrt(2 / (N_HIDDEN + n_spr)) * 3
         self.weights1, self.bias1 = zeros((N_HIDDEN, self.n_input)), zeros(N_HIDDEN)
         self.weights2, self.bias2 = zeros((n_spr, N_HIDDEN)), zeros(n_spr)
-        self.set_weights({"weights1": w1, "weights2": w2})
+        self.set_params({"weights1": w1, "weights2": w2})
         self.tape = None
         self._graph = None
 
@@ -219,16 +219,16 @@ class WarpMassSpring:
         grads = self.gradients()
         norm = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values()))
         scale = ms.GRADIENT_CLIP / (norm + 1e-6)
-        w = self.weights()
-        self.set_weights({p: w[p] - scale * grads[p] for p in self.PARAMS})
+        w = self.params()
+        self.set_params({p: w[p] - scale * grads[p] for p in self.PARAMS})
         return loss
 
     def gradients(self) -> Dict[str, np.ndarray]:
         return {p: getattr(self, p).grad.numpy() for p in self.PARAMS}
 
-    def weights(self) -> Dict[str, np.ndarray]:
+    def params(self) -> Dict[str, np.ndarray]:
         return {p: getattr(self, p).numpy().astype(np.float64) for p in self.PARAMS}
 
-    def set_weights(self, w: Dict[str, np.ndarray]) -> None:
+    def set_params(self, w: Dict[str, np.ndarray]) -> None:
         for p, value in w.items():
             getattr(self, p).assign(np.asarray(value, np.float32))
