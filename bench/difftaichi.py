@@ -16,8 +16,8 @@ The same two programs, sizes, initialisation, loss and update in each implementa
 Each implementation runs in its own subprocess, so Taichi's and Warp's initialisation and JIT are
 their own and a framework that is not installed is reported as skipped. Reported per
 implementation: ms per training iteration (forward + backward + update, which reads the loss and
-gradients back: median of iterations 2..N), the first iteration's ms (compilation, graph capture)
-and the seconds from launching the subprocess to the end of the first iteration (interpreter,
+gradients back: median of iterations 2..N), the first iteration's ms (Taichi's and Warp's JIT,
+graph capture; vkad compiles when the example is constructed, before it) and the seconds from launching the subprocess to the end of the first iteration (interpreter,
 imports, initialisation, compilation), the loss curve, and the gradient at iteration 0 (its norm,
 and its relative difference from vkad's). Framework kernel caches (Taichi's offline cache, Warp's
 kernel cache) point at a fresh temporary folder per run unless --warm-cache, so the first
