@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""DiffTaichi's mass_spring and diffmpm, raced: vkad against Taichi and Warp (issue 28).
+
+The same two programs, sizes, initialisation, loss and update in each implementation:
+  vkad        examples/difftaichi/{mass_spring,diffmpm}.py (a replayed graph per iteration;
+              --vkad-no-graph launches the kernels one by one)
+  taichi      bench/difftaichi_peers/taichi_*.py: DiffTaichi's idiom, ti.ad.Tape; arch=cuda
+              when Taichi finds CUDA, else cpu
+  warp        bench/difftaichi_peers/warp_*.py: wp.Tape (cuda:0 when present, else cpu)
+  warp-graph  the same with the tape's forward and backward captured in a CUDA graph (CUDA only)
+
+    python3 bench/difftaichi.py [--program mass_spring|diffmpm|both] [--iters 20]
+                                [--steps S] [--grid G] [--only vkad,taichi,warp,warp-graph]
+                                [--vkad-no-graph] [--warm-cache] [--json OUT]
+
+Each implementation runs in its own subprocess, so Taichi's and Warp's initialisation and JIT are
+their own and a framework that is not installed is reported as skipped. Reported per
+implementation: ms per training iteration (forward + backward + update, which reads the loss and
+gradients back: median of iterations 2..N), the first iteration's ms (Taichi's and Warp's JIT,
+graph capture; vkad compiles when the example is constructed, before it) and the seconds from launching the subprocess to the end of the first iteration (interpreter,
+imports, initialisation, compilation), the loss curve, and the gradient at iteration 0 (its norm,
+and its relative difference from vkad's). Framework kernel caches (Taichi's offline cache, Warp's
+kernel cache) point at a fresh temporary folder per run unless --warm-cache, so the first
+iteration includes compiling; the GPU driver's own caches are not touched.
+"""
+import argparse
+import json
+import math
+import os
+import pathlib
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+IMPLS = ("vkad", "taichi", "warp", "warp-graph")
+PROGRAMS = ("mass_spring", "diffmpm")
+RESULT = "DIFFTAICHI-RESULT "  # the child's last line of stdout: this, then its JSON
+
+
+class Skipped(Exception):
+    """The implementation cannot run here (not installed, no CUDA for a graph)."""
+
+
+# --- one implementation, in a child process -----------------------------------------------------
+
+def _make_vkad(a, program):
+    import vkad
+    sys.path.insert(0, str(ROOT / "bench"))
+    from difftaichi_peers import load_example
+    example = load_example(program)
+    session = vkad.Session()
+    graph = not a.vkad_no_graph
+    if program == "mass_spring":
+        sim = example.MassSpring(session, steps=a.steps, seed=a.seed, graph=graph)
+    else:
+        sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
+    name = "vkad graph" if graph else "vkad launches"
+    return sim, {"name": name, "device": session.device_name,
+                 "version": getattr(vkad, "__version__", "")}
+
+
+def _make_taichi(a, program, cache):
+    try:
+        import taichi as ti
+    except ImportError as e:
+        raise Skipped(f"taichi not importable ({e})")
+    kwargs = {"offline_cache_file_path": cache} if cache else {}
+    # arch=cuda falls back to the CPU (with a warning) where Taichi finds no CUDA
+    ti.init(arch=ti.cuda, default_fp=ti.f32, **kwargs)
+    sys.path.insert(0, str(ROOT / "bench"))
+    arch = str(ti.lang.impl.current_cfg().arch).split(".")[-1]
+    if program == "mass_spring":
+        from difftaichi_peers.taichi_mass_spring import TaichiMassSpring
+        sim = TaichiMassSpring(steps=a.steps, seed=a.seed)
+    else:
+        from difftaichi_peers.taichi_diffmpm import TaichiDiffMPM
+        sim = TaichiDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed)
+    version = ".".join(map(str, ti.__version__))  # a tuple in Taichi 1.7
+    return sim, {"name": f"taichi {version} ({arch})", "device": arch, "version": version}
+
+
+def _make_warp(a, program, cache, graph):
+    try:
+        import warp as wp
+    except ImportError as e:
+        raise Skipped(f"warp not importable ({e})")
+    wp.config.quiet = True
+    if cache:
+        wp.config.kernel_cache_dir = cache
+    wp.init()
+    if graph and not wp.is_cuda_available():
+        raise Skipped("no CUDA device for a CUDA graph")
+    device = "cuda:0" if wp.is_cuda_available() else "cpu"
+    sys.path.insert(0, str(ROOT / "bench"))
+    if program == "mass_spring":
+        from difftaichi_peers.warp_mass_spring import WarpMassSpring
+        sim = WarpMassSpring(steps=a.steps, seed=a.seed, graph=graph, device=device)
+    else:
+        from difftaichi_peers.warp_diffmpm import WarpDiffMPM
+        sim = WarpDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
+    name = f"warp {wp.config.version} tape" + (" in a CUDA graph" if graph else "")
+    return sim, {"name": name, "device": wp.get_device(device).name,
+                 "version": wp.config.version}
+
+
+def child(a) -> dict:
+    cache = None if a.warm_cache else tempfile.mkdtemp(prefix=f"difftaichi-{a.child}-")
+    try:
+        if a.child == "vkad":
+            sim, info = _make_vkad(a, a.program)
+        elif a.child == "taichi":
+            sim, info = _make_taichi(a, a.program, cache)
+        else:
+            sim, info = _make_warp(a, a.program, cache, graph=a.child == "warp-graph")
+        losses, ms, grad0 = [], [], None
+        for it in range(a.iters):
+            t0 = time.perf_counter()
+            losses.append(sim.iteration())  # reads the loss back: the iteration has finished
+            ms.append((time.perf_counter() - t0) * 1e3)
+            if it == 0:
+                to_first = time.time() - a.t0
+                g = sim.gradients()
+                grad0 = [float(x) for p in sim.PARAMS for x in g[p].ravel()]
+        steady = ms[1:]
+        return dict(info, status="ok", iters=a.iters, steps=a.steps,
+                    grid=a.grid if a.program == "diffmpm" else None,
+                    ms_per_iter=statistics.median(steady) if steady else None,
+                    ms_per_iter_min=min(steady) if steady else None,
+                    first_iter_ms=ms[0], start_to_first_iter_s=to_first, iter_ms=ms,
+                    losses=losses, final_loss=losses[-1],
+                    grad0_norm=math.sqrt(sum(x * x for x in grad0)), grad0=grad0)
+    except Skipped as e:
+        return {"status": "skipped", "reason": str(e)}
+    finally:
+        if cache:
+            shutil.rmtree(cache, ignore_errors=True)
+
+
+# --- the race -----------------------------------------------------------------------------------
+
+def run_child(a, program, impl, steps) -> dict:
+    cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--child", impl,
+           "--program", program, "--iters", str(a.iters), "--steps", str(steps),
+           "--grid", str(a.grid), "--seed", str(a.seed), "--t0", repr(time.time())]
+    cmd += ["--vkad-no-graph"] * a.vkad_no_graph + ["--warm-cache"] * a.warm_cache
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+    except subprocess.TimeoutExpired:
+        return {"status": "failed", "reason": f"timed out after {a.timeout} s"}
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith(RESULT)]
+    if p.returncode != 0 or not lines:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-15:]
+        return {"status": "failed", "reason": f"exit code {p.returncode}", "log": tail}
+    return json.loads(lines[-1][len(RESULT):])
+
+
+def relative_difference(a, b):
+    num = math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b)))
+    den = math.sqrt(sum(y * y for y in b))
+    return num / den if den else float("inf")
+
+
+def environment() -> dict:
+    env = {"python": platform.python_version(), "platform": platform.platform()}
+    try:
+        env["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True,
+                                       capture_output=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        env["commit"] = None
+    if shutil.which("nvidia-smi"):
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                            "--format=csv,noheader"], capture_output=True, text=True)
+        env["nvidia_smi"] = q.stdout.strip() or q.stderr.strip()
+    return env
+
+
+def fmt(x, spec):
+    return "-" if x is None else format(x, spec)
+
+
+def print_table(program, rows):
+    print(f"\n{program}")
+    head = (f"{'implementation':34} {'ms/iter':>9} {'first ms':>9} {'start->1st s':>12} "
+            f"{'loss[0]':>10} {'loss[-1]':>10} {'|grad0|':>10} {'grad0 vs vkad':>13}")
+    print(head)
+    print("-" * len(head))
+    for impl, r in rows:
+        if r["status"] != "ok":
+            print(f"{impl:34} {r['status']}: {r.get('reason', '')}")
+            for ln in r.get("log", []):
+                print(f"    {ln}")
+            continue
+        print(f"{r['name'][:34]:34} {fmt(r['ms_per_iter'], '9.2f')} "
+              f"{r['first_iter_ms']:9.1f} {r['start_to_first_iter_s']:12.2f} "
+              f"{r['losses'][0]:10.6f} {r['final_loss']:10.6f} {r['grad0_norm']:10.4g} "
+              f"{fmt(r.get('grad0_rel_diff_vs_vkad'), '13.2e')}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--program", choices=PROGRAMS + ("both",), default="both")
+    ap.add_argument("--iters", type=int, default=20, help="training iterations (default 20)")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="time steps (default: the example's, 682 mass_spring, 1024 diffmpm)")
+    ap.add_argument("--grid", type=int, default=128, help="diffmpm grid cells per side (128)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", default=",".join(IMPLS), help="comma-separated implementations")
+    ap.add_argument("--vkad-no-graph", action="store_true",
+                    help="vkad launches every kernel instead of replaying a captured graph")
+    ap.add_argument("--warm-cache", action="store_true",
+                    help="let Taichi and Warp use their usual kernel caches")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per implementation")
+    ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--child", choices=IMPLS, help=argparse.SUPPRESS)
+    ap.add_argument("--t0", type=float, default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.iters < 1:
+        ap.error("--iters must be at least 1")
+
+    if a.child:
+        print(RESULT + json.dumps(child(a)), flush=True)
+        return 0
+
+    impls = [s.strip() for s in a.only.split(",") if s.strip()]
+    unknown = sorted(set(impls) - set(IMPLS))
+    if unknown:
+        ap.error(f"--only: unknown {unknown}; choose from {', '.join(IMPLS)}")
+    programs = PROGRAMS if a.program == "both" else (a.program,)
+    defaults = {"mass_spring": 2048 // 3, "diffmpm": 1024}  # the examples' STEPS
+    out = dict(environment(), args=vars(a), results=[])
+    for program in programs:
+        steps = a.steps or defaults[program]
+        rows = []
+        for impl in impls:
+            r = run_child(a, program, impl, steps)
+            rows.append((impl, r))
+        ref = next((r for impl, r in rows if impl == "vkad" and r["status"] == "ok"), None)
+        for impl, r in rows:
+            if r["status"] == "ok" and ref is not None:
+                r["grad0_rel_diff_vs_vkad"] = relative_difference(r["grad0"], ref["grad0"])
+            out["results"].append(dict(r, program=program, impl=impl, steps=steps))
+        print_table(f"{program}: {steps} steps" + (f", {a.grid}^2 grid" if program == "diffmpm"
+                                                    else "") + f", {a.iters} iterations", rows)
+        if ref is not None:
+            out.setdefault("device", ref["device"])
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+        print(f"\nwrote {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

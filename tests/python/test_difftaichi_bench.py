@@ -1,0 +1,42 @@
+"""bench/difftaichi.py (the race of DiffTaichi's programs, issue 28) with --only vkad at tiny
+sizes: its subprocess protocol, table and JSON, so the GPU run that fills docs/benchmarks.md
+does not find them broken. Taichi and Warp are not needed (nor tried) here."""
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench" / "difftaichi.py"
+
+
+def test_vkad_only_run_writes_the_results(tmp_path):
+    out = tmp_path / "race.json"
+    p = subprocess.run([sys.executable, str(BENCH), "--only", "vkad", "--iters", "3",
+                        "--steps", "12", "--grid", "32", "--json", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "mass_spring: 12 steps" in p.stdout and "diffmpm: 12 steps, 32^2 grid" in p.stdout
+    data = json.loads(out.read_text())
+    assert data["python"] and "commit" in data and data["device"]
+    rows = {r["program"]: r for r in data["results"]}
+    assert set(rows) == {"mass_spring", "diffmpm"}
+    # the controllers' sizes: mass_spring robot 0 (32 x 36 + 32 + 11 x 32 + 11 weights),
+    # diffmpm's 4 actuators x 4 sine waves + 4 biases
+    for program, n_params in (("mass_spring", 32 * 36 + 32 + 11 * 32 + 11), ("diffmpm", 20)):
+        r = rows[program]
+        assert r["status"] == "ok", r
+        assert r["impl"] == "vkad" and r["name"] == "vkad graph" and r["steps"] == 12
+        assert len(r["losses"]) == len(r["iter_ms"]) == 3
+        assert all(math.isfinite(x) for x in r["losses"])
+        assert len(r["grad0"]) == n_params
+        assert r["grad0_norm"] > 0 and r["grad0_rel_diff_vs_vkad"] == 0
+        assert r["ms_per_iter"] > 0 and r["first_iter_ms"] > 0
+        # the process's start came before the end of its first iteration
+        assert r["start_to_first_iter_s"] * 1e3 >= r["first_iter_ms"]
+
+
+def test_unknown_implementation_is_refused():
+    p = subprocess.run([sys.executable, str(BENCH), "--only", "vkad,jax"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode != 0 and "unknown ['jax']" in p.stderr
