@@ -5,6 +5,7 @@
 // keeps a run from being fused (a kernel vkad did not compile, a fused kernel the device
 // refuses) leaves those launches as they were.
 #include <cmath>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -43,11 +44,102 @@ bool has_loops(const codegen::Block& b) {
 
 }  // namespace
 
-Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedStep>& steps) {
-  // Steps recorded through runtime() while Session captured are not in `steps`: the graph is
-  // then kept as the runtime captured it.
-  Result<size_t> captured = rt_->graph_steps(graph);
-  if (!captured.ok() || *captured != steps.size()) return graph;
+ScheduleLaunch Session::schedule_launch(const CapturedStep& s, std::vector<bool>* pinned) const {
+  ScheduleLaunch out;
+  pinned->assign(s.args.size(), false);
+  auto it = kernel_access_.find(s.kernel.id);
+  if (it == kernel_access_.end()) {
+    out.known = false;
+    return out;
+  }
+  const codegen::KernelAccess& k = *it->second;
+  const codegen::UniformInputs inputs{
+      [&](uint32_t p) -> int64_t { return p < s.args.size() ? s.args[p].i : 0; },
+      [&](uint32_t p, uint32_t d) -> std::optional<uint32_t> {
+        if (p >= s.args.size() || s.args[p].kind != abi::ParamKind::kNdArray) return std::nullopt;
+        Result<std::vector<uint32_t>> shape = rt_->shape(s.args[p].array);
+        if (!shape.ok() || d >= shape->size()) return std::nullopt;
+        return (*shape)[d];
+      }};
+  for (const codegen::ParamAccess& p : k.params) {
+    if (p.param >= s.args.size() || s.args[p.param].kind != abi::ParamKind::kNdArray) {
+      out.known = false;  // not a launch Session::launch let through
+      return out;
+    }
+    for (const codegen::ArrayAccess& a : p.accesses) {
+      ScheduleAccess sa{s.args[p.param].array.id, a.kind, ScheduleAccess::kAnyRow};
+      if (!a.rows.empty() && a.rows[0] != codegen::ArrayAccess::kNotUniform) {
+        const codegen::UniformExpr& e = k.exprs[a.rows[0]];
+        std::optional<uint32_t> v = codegen::evaluate(e, inputs);
+        if (v) sa.row = *v;
+        for (const codegen::UniformExpr::Node& n : e.nodes) {
+          if (n.op == codegen::Op::kArg && n.param < pinned->size()) (*pinned)[n.param] = true;
+        }
+      }
+      out.accesses.push_back(sa);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// Whether two launch schedules differ in what they let run concurrently or reorder.
+bool identity(std::span<const uint32_t> order) {
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (order[i] != i) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedStep>& captured) {
+  // Steps recorded through runtime() while Session captured are not in `captured`: the graph
+  // is then kept as the runtime captured it.
+  Result<size_t> n_steps = rt_->graph_steps(graph);
+  if (!n_steps.ok() || *n_steps != captured.size()) return graph;
+  // Scheduling first: within each stretch between fills the launches by level
+  // (api/graph_schedule.h); `order[i]` is the captured launch that runs i-th. Fusion then
+  // merges runs of the scheduled order.
+  std::vector<ScheduleLaunch> sched;
+  std::vector<std::vector<bool>> pinned;
+  for (const CapturedStep& s : captured) {
+    if (!s.launch) continue;
+    pinned.emplace_back();
+    sched.push_back(schedule_launch(s, &pinned.back()));
+  }
+  std::vector<uint32_t> order(sched.size());
+  std::vector<CapturedStep> steps;
+  {
+    size_t launch = 0, stretch = 0;
+    for (size_t i = 0; i <= captured.size(); ++i) {
+      if (i < captured.size() && captured[i].launch) {
+        ++launch;
+        continue;
+      }
+      std::span<const ScheduleLaunch> part(sched.data() + stretch, launch - stretch);
+      std::vector<uint32_t> local(part.size());
+      if (schedule_graph_launches_) {
+        local = schedule_order(schedule_levels(part));
+      } else {
+        for (uint32_t j = 0; j < local.size(); ++j) local[j] = j;
+      }
+      for (size_t j = 0; j < local.size(); ++j) order[stretch + j] = stretch + local[j];
+      stretch = launch;
+    }
+    launch = 0;
+    size_t li = 0;
+    std::vector<const CapturedStep*> launch_steps;
+    for (const CapturedStep& s : captured) {
+      if (s.launch) launch_steps.push_back(&s);
+    }
+    for (const CapturedStep& s : captured) {
+      steps.push_back(s.launch ? *launch_steps[order[li++]] : s);
+    }
+  }
+  std::vector<ScheduleLaunch> sched_ordered(sched.size());
+  for (size_t i = 0; i < order.size(); ++i) sched_ordered[i] = sched[order[i]];
   // Where the device caps loop passes per invocation (lavapipe), a fused kernel's passes are
   // its members' sum: an update that raises a member's trip count could then be refused where
   // the launches alone were not. Kernels with loops are left alone there.
@@ -101,9 +193,29 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
       stretch = launch;
     }
   }
+  if (!fuse_graph_launches_) {  // scheduling alone: every launch a run of its own
+    runs.clear();
+    for (size_t i = 0; i < launches.size(); ++i) runs.push_back({i, 1});
+  }
   bool any = false;
   for (const codegen::FusionRun& r : runs) any = any || r.count > 1;
-  if (!any) return graph;
+  const bool reordered = !identity(order);
+  bool relaxed = false;  // some barrier is left out
+  if (!any && schedule_graph_launches_) {
+    // Fills bound the stretches: they keep their own barriers.
+    size_t launch = 0, stretch = 0;
+    for (size_t i = 0; i <= steps.size() && !relaxed; ++i) {
+      if (i < steps.size() && steps[i].launch) {
+        ++launch;
+        continue;
+      }
+      std::span<const ScheduleLaunch> part(sched_ordered.data() + stretch, launch - stretch);
+      std::vector<bool> b = schedule_barriers(part);
+      for (size_t j = 1; j < b.size(); ++j) relaxed = relaxed || !b[j];
+      stretch = launch;
+    }
+  }
+  if (!any && !reordered && !relaxed) return graph;
 
   // The fused kernels (compiled once per distinct run), then the steps captured again.
   struct Planned {
@@ -187,32 +299,54 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
   const std::string name = capture_name_;
   if (!rt_->begin_capture(name).ok()) return graph;  // the launches as captured
   FusedGraph map;
+  map.launch.resize(launches.size());
+  map.param.resize(launches.size());
   Status st;
   size_t launch = 0;
   uint32_t fused_launches = 0;
   std::vector<Arg> args;
+  // What ran since the last barrier (a fill records its own): a launch that conflicts with
+  // none of it goes without one.
+  BarrierTracker pending;
+  bool first_in_stretch = true;
+  ScheduleLaunch unit;  // the accesses of the launch being assembled (a run's union)
+  auto emit = [&](KernelHandle k, std::span<const Arg> a) {
+    const bool barrier = pending.next(unit);
+    unit = ScheduleLaunch{};
+    if (schedule_graph_launches_ && !first_in_stretch && !barrier) {
+      relaxed = true;
+      VKAD_TRY(rt_->omit_next_barrier());
+    }
+    first_in_stretch = false;
+    return rt_->launch(k, a);
+  };
   for (size_t i = 0; i < steps.size() && st.ok(); ++i) {
     const CapturedStep& s = steps[i];
     if (!s.launch) {
       if (!dropped[i]) st = rt_->fill(s.args[0].array, s.value);
+      pending.clear();
+      first_in_stretch = true;
       continue;
     }
     const size_t r = run_of[launch];
     const size_t member = launch - runs[r].first;
+    const uint32_t orig = order[launch];
+    const ScheduleLaunch& sl = sched_ordered[launch];
+    unit.known = unit.known && sl.known;
+    unit.accesses.insert(unit.accesses.end(), sl.accesses.begin(), sl.accesses.end());
     ++launch;
     if (runs[r].count < 2) {
-      map.launch.push_back(fused_launches++);
-      map.param.emplace_back();  // identity
-      st = rt_->launch(s.kernel, s.args);
+      map.launch[orig] = fused_launches++;  // param stays empty: identity
+      st = emit(s.kernel, s.args);
       continue;
     }
     if (member == 0) args.assign(planned[r].params, Arg{});
     const std::vector<uint32_t>& pm = planned[r].param_map[member];
     for (size_t p = 0; p < s.args.size(); ++p) args[pm[p]] = s.args[p];
-    map.launch.push_back(fused_launches);
-    map.param.push_back(pm);
+    map.launch[orig] = fused_launches;
+    map.param[orig] = pm;
     if (member + 1 == runs[r].count) {
-      st = rt_->launch(planned[r].kernel, args);
+      st = emit(planned[r].kernel, args);
       ++fused_launches;
     }
   }
@@ -221,13 +355,24 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
     if (fused.ok()) (void)rt_->release_graph(*fused);
     return graph;  // the launches as captured
   }
-  (void)rt_->release_graph(graph);
   map.name = name.empty() ? "graph" : name;
-  for (const CapturedStep& s : steps) {
+  for (const CapturedStep& s : captured) {
     if (!s.launch) continue;
     map.scalars.push_back(scalar_params(s.args));
     auto k = ir_.find(s.kernel.id);
     map.kernel.push_back(k == ir_.end() ? std::string() : k->second->name);
+  }
+  // Where the schedule rests on rows that scalar arguments decide, the graph as captured stays
+  // for an update of one of them (Session::replay).
+  bool any_pinned = false;
+  for (const std::vector<bool>& p : pinned) {
+    for (bool b : p) any_pinned = any_pinned || b;
+  }
+  if ((reordered || relaxed) && any_pinned) {
+    map.pinned = std::move(pinned);
+    map.original = graph;
+  } else {
+    (void)rt_->release_graph(graph);
   }
   fused_graphs_.emplace(fused->id, std::move(map));
   return *fused;

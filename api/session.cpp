@@ -39,6 +39,7 @@ Result<std::unique_ptr<Session>> Session::create(const SessionOptions& options) 
   ro.device.spare_blocks_per_memory_type = options.spare_memory_blocks;
   VKAD_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, create(ro, options.compile));
   s->fuse_graph_launches_ = s->fuse_graph_launches_ && options.fuse_graph_launches;
+  s->schedule_graph_launches_ = s->schedule_graph_launches_ && options.schedule_graph_launches;
   return s;
 }
 
@@ -51,6 +52,8 @@ Result<std::unique_ptr<Session>> Session::create(const runtime::RuntimeOptions& 
   // have, and what a suspected fusion problem is checked against).
   const char* fusion = std::getenv("VKAD_GRAPH_FUSION");
   s->fuse_graph_launches_ = fusion == nullptr || std::string(fusion) != "0";
+  const char* schedule = std::getenv("VKAD_GRAPH_SCHEDULE");  // the same, for scheduling
+  s->schedule_graph_launches_ = schedule == nullptr || std::string(schedule) != "0";
   s->target_ = codegen::target_from_caps(rt->caps());
   s->rt_ = std::move(rt);
   return s;
@@ -68,6 +71,7 @@ Result<KernelHandle> Session::register_ir(const codegen::Kernel& kernel,
                                           const runtime::CompiledKernel& ck) {
   VKAD_ASSIGN_OR_RETURN(KernelHandle h, rt_->register_kernel(ck));
   if (codegen::fusible(kernel)) ir_[h.id] = std::make_shared<const codegen::Kernel>(kernel);
+  kernel_access_[h.id] = std::make_shared<const codegen::KernelAccess>(codegen::kernel_access(kernel));
   return h;
 }
 
@@ -125,6 +129,7 @@ Result<Differentiated> Session::differentiate(std::string_view ir_text) {
 Status Session::release(KernelHandle kernel) {
   VKAD_TRY(rt_->unregister_kernel(kernel));
   ir_.erase(kernel.id);
+  kernel_access_.erase(kernel.id);
   forward_ir_.erase(kernel.id);
   auto c = clearing_.find(kernel.id);
   if (c != clearing_.end()) {
@@ -217,16 +222,42 @@ Result<GraphHandle> Session::end_capture() {
   if (!capture_) return g;  // the capture was begun through runtime(): nothing to fuse
   std::vector<CapturedStep> steps = std::move(*capture_);
   capture_.reset();
-  if (!fuse_graph_launches_) return g;
+  if (!fuse_graph_launches_ && !schedule_graph_launches_) return g;
   return fuse(g, steps);
 }
 Status Session::replay(GraphHandle graph, std::span<const GraphUpdate> updates, LaunchId* first) {
   auto it = fused_graphs_.find(graph.id);
-  if (it == fused_graphs_.end() || updates.empty()) return rt_->replay(graph, updates, first);
+  if (it == fused_graphs_.end() || updates.empty()) {
+    if (it != fused_graphs_.end() && it->second.on_original) {
+      return rt_->replay(it->second.original, updates, first);
+    }
+    return rt_->replay(graph, updates, first);
+  }
+  FusedGraph& f = it->second;
+  if (f.original.id != 0) {
+    bool pinned = f.on_original;
+    for (const GraphUpdate& u : updates) {
+      pinned = pinned || (u.launch < f.pinned.size() && u.param < f.pinned[u.launch].size() &&
+                          f.pinned[u.launch][u.param]);
+    }
+    if (pinned) {
+      // The schedule's premise may not hold for the new values: the launches as captured,
+      // with every update so far, from now on.
+      std::vector<GraphUpdate> all = f.on_original ? std::vector<GraphUpdate>{} : f.applied;
+      all.insert(all.end(), updates.begin(), updates.end());
+      VKAD_TRY(rt_->replay(f.original, all, first));
+      f.on_original = true;
+      f.applied.clear();
+      return {};
+    }
+  }
   std::vector<GraphUpdate> mapped;
-  VKAD_TRY(translate(it->second, updates, &mapped));
+  VKAD_TRY(translate(f, updates, &mapped));
   Status st = rt_->replay(graph, mapped, first);
-  if (st.ok()) return st;
+  if (st.ok()) {
+    if (f.original.id != 0) f.applied.insert(f.applied.end(), updates.begin(), updates.end());
+    return st;
+  }
   // The runtime checks the values (dtype, range) in the fused graph's numbering: say which
   // captured launch and parameter each fused one stands for.
   std::string map;
@@ -240,6 +271,10 @@ Status Session::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
 }
 Status Session::release_graph(GraphHandle graph) {
   VKAD_TRY(rt_->release_graph(graph));
+  auto it = fused_graphs_.find(graph.id);
+  if (it != fused_graphs_.end() && it->second.original.id != 0) {
+    (void)rt_->release_graph(it->second.original);
+  }
   fused_graphs_.erase(graph.id);
   return {};
 }

@@ -32,6 +32,7 @@
 
 #include "codegen/compiler.h"
 #include "codegen/ir.h"
+#include "api/graph_schedule.h"
 #include "codegen/launch_access.h"
 #include "codegen/target.h"
 #include "runtime/handles.h"
@@ -64,6 +65,10 @@ struct SessionOptions {
   // Fuse element-wise runs of captured launches at end_capture (Session::begin_capture);
   // VKAD_GRAPH_FUSION=0 in the environment turns it off for every session.
   bool fuse_graph_launches = true;
+  // Order captured launches by their dependences and drop the barriers between independent
+  // ones at end_capture (Session::begin_capture, "Graph scheduling"); VKAD_GRAPH_SCHEDULE=0 in
+  // the environment turns it off for every session.
+  bool schedule_graph_launches = true;
 };
 
 // A snapshot of what a session holds and has done.
@@ -210,6 +215,20 @@ class Session {
   // device errors: an error in it names the fused kernel ("fused_<first kernel>_x<count>") and
   // the task "fused" (which member failed is not told apart: rerun with fusion off,
   // VKAD_GRAPH_FUSION=0, to see it).
+  //
+  // Graph scheduling (api/graph_schedule.h; on unless SessionOptions::schedule_graph_launches
+  // is false): at end_capture, before fusion, the launches between two fills are ordered by
+  // their dependences (each as early as what it reads and writes allows, capture order among
+  // equals) and a replay records a barrier only before a launch that conflicts with one since
+  // the last barrier, so independent launches run concurrently. Conflicts are judged per array
+  // and per row of its first axis where a launch-uniform index and the launch's arguments
+  // decide it (x[f, p] of step f and of step f + 1 are different rows); two atomic adds to one
+  // array commute. A launch of a kernel this session did not compile keeps everything in
+  // place around it. Results are those of the launches in capture order (atomic adds may sum
+  // in another order); the graph's launches are numbered (LaunchIds, device errors) in the
+  // order they run. Where the schedule relied on rows that a scalar parameter decides, an
+  // update of that parameter makes this and every later replay run the launches as captured
+  // (the graph keeps that form too), so an update never breaks the schedule's premise.
   Status begin_capture(const std::string& name = "");
   Result<GraphHandle> end_capture();
   Status replay(GraphHandle graph, std::span<const GraphUpdate> updates = {},
@@ -241,11 +260,21 @@ class Session {
     std::vector<std::vector<uint32_t>> param;  // empty: the launch was not merged
     std::vector<std::vector<bool>> scalars;    // which of its parameters are scalars
     std::vector<std::string> kernel;           // its kernel's name
+    // Graph scheduling relied on rows these scalar parameters decide (per captured launch):
+    // an update of one switches to `original`, the graph as captured, for good; `applied` is
+    // every update so far, in captured numbering, that the switch replays onto it.
+    std::vector<std::vector<bool>> pinned;
+    GraphHandle original{0};
+    bool on_original = false;
+    std::vector<GraphUpdate> applied;
   };
   static std::vector<bool> scalar_params(std::span<const Arg> args);
   Result<GraphHandle> fuse(GraphHandle graph, const std::vector<CapturedStep>& steps);
   Status translate(const FusedGraph& f, std::span<const GraphUpdate> updates,
                    std::vector<GraphUpdate>* out) const;
+  // What a captured launch reads and writes, rows evaluated (api/graph_schedule.h); `pinned`
+  // gets the scalar parameters those rows depend on.
+  ScheduleLaunch schedule_launch(const CapturedStep& s, std::vector<bool>* pinned) const;
   Result<KernelHandle> register_ir(const codegen::Kernel& kernel,
                                    const runtime::CompiledKernel& ck);
 
@@ -256,6 +285,9 @@ class Session {
   codegen::CompileCache compile_cache_;
   std::unique_ptr<runtime::Runtime> rt_;
   bool fuse_graph_launches_ = true;
+  bool schedule_graph_launches_ = true;
+  // kernel_access() of every kernel compiled here, by handle id (what scheduling reads).
+  std::unordered_map<uint64_t, std::shared_ptr<const codegen::KernelAccess>> kernel_access_;
   // The IR of every kernel compiled here, by handle id (what fusion merges).
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::Kernel>> ir_;
   // launch_access() of every differentiated forward kernel, by handle id.

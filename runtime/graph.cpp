@@ -31,6 +31,7 @@ Status Runtime::begin_capture(const std::string& name) {
   }
   capture_ = std::make_unique<Graph>();
   capture_->name = name.empty() ? "graph" : name;
+  omit_next_barrier_ = false;
   return {};
 }
 
@@ -47,8 +48,20 @@ Status Runtime::capture_launch(const std::shared_ptr<const Kernel>& k, std::span
     pipelines_.retain(k->hash);
     g.pipeline_keys.push_back(k->hash);
   }
+  if (omit_next_barrier_ && !g.steps.empty() && g.steps.back().first) {
+    g.launches.back().barrier_after = false;
+  }
+  omit_next_barrier_ = false;
   g.steps.push_back({true, static_cast<uint32_t>(g.launches.size())});
   g.launches.push_back(std::move(c));
+  return {};
+}
+
+Status Runtime::omit_next_barrier() {
+  if (!capture_) {
+    return make_error(ErrorCode::kFailedPrecondition, "omit_next_barrier: no capture is open");
+  }
+  omit_next_barrier_ = true;
   return {};
 }
 
@@ -89,6 +102,14 @@ Result<size_t> Runtime::graph_steps(GraphHandle graph) const {
   auto it = graphs_.find(graph.id);
   if (it == graphs_.end()) return dead_handle("graph_steps", "graph", graph.id);
   return it->second->steps.size();
+}
+
+Result<size_t> Runtime::graph_barriers(GraphHandle graph) const {
+  auto it = graphs_.find(graph.id);
+  if (it == graphs_.end()) return dead_handle("graph_barriers", "graph", graph.id);
+  size_t n = 0;
+  for (const CapturedLaunch& c : it->second->launches) n += c.barrier_after;
+  return n;
 }
 
 Status Runtime::release_graph(GraphHandle graph) {
@@ -239,7 +260,7 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
   const LaunchId first_id{next_launch_ + 1};
   VKAD_TRY(record_steps(list_, g, [&](uint32_t i) {
     const CapturedLaunch& c = g.launches[i];
-    return record_launch(c.kernel, c.planned, c.encoded.data(), nullptr);
+    return record_launch(c.kernel, c.planned, c.encoded.data(), nullptr, c.barrier_after);
   }));
   ++stats_.graph_replays;
   stats_.replayed_launches += g.launches.size();
@@ -261,7 +282,8 @@ Status Runtime::record_bundle(Graph& g) {
   VKAD_ASSIGN_OR_RETURN(rhi::CommandList rec, stream_->begin_bundle());
   VKAD_TRY(record_steps(rec, g, [&](uint32_t i) {
     const CapturedLaunch& c = g.launches[i];
-    return record_dispatches(rec, *c.kernel, c.planned, g.args_dev, g.args_offset[i]);
+    return record_dispatches(rec, *c.kernel, c.planned, g.args_dev, g.args_offset[i],
+                             c.barrier_after);
   }));
   VKAD_ASSIGN_OR_RETURN(g.bundle, stream_->end_bundle(rec));
   g.bundle_heaps = heaps_.generation();

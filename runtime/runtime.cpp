@@ -805,13 +805,14 @@ Status Runtime::auto_flush() {
 }
 
 Status Runtime::record_launch(const std::shared_ptr<const Kernel>& k, const PlannedLaunch& planned,
-                              const std::byte* encoded, LaunchId* id) {
+                              const std::byte* encoded, LaunchId* id, bool final_barrier) {
   const uint32_t args_bytes = k->desc.args_bytes();
   // The args go into a slot of the upload ring: no Vulkan object per launch (host_ring.h).
   VKAD_ASSIGN_OR_RETURN(HostRing::Slot args_slot,
                         upload_ring_->allocate(*device_, args_bytes, &ctx_buffers_.upload_chunks));
   std::memcpy(args_slot.data, encoded, args_bytes);
-  VKAD_TRY(record_dispatches(list_, *k, planned, *args_slot.buffer, args_slot.offset));
+  VKAD_TRY(
+      record_dispatches(list_, *k, planned, *args_slot.buffer, args_slot.offset, final_barrier));
   ctx_bytes_ += args_bytes;
   const LaunchId launch_id{++next_launch_};
   ctx_buffers_.flags.push_back({args_slot.data, k, launch_id});
@@ -822,7 +823,7 @@ Status Runtime::record_launch(const std::shared_ptr<const Kernel>& k, const Plan
 
 Status Runtime::record_dispatches(rhi::CommandList& list, const Kernel& k,
                                   const PlannedLaunch& planned, rhi::Buffer& args_buf,
-                                  uint64_t args_offset) {
+                                  uint64_t args_offset, bool final_barrier) {
   const CompiledKernel& d = k.desc;
   const std::vector<TaskPlan>& plan = planned.lp.tasks;
   std::vector<rhi::Buffer*>& bindings = bindings_;  // reused: no allocation per launch
@@ -843,7 +844,7 @@ Status Runtime::record_dispatches(rhi::CommandList& list, const Kernel& k,
     uint32_t push[2] = {plan[t].begin, plan[t].end};
     list.push_constants(p, push, sizeof push);
     list.dispatch(plan[t].groups);
-    list.barrier(rhi::Barrier::kComputeToCompute);
+    if (final_barrier || t + 1 < d.tasks.size()) list.barrier(rhi::Barrier::kComputeToCompute);
   }
   return {};
 }

@@ -298,7 +298,16 @@ class Runtime {
   // Whether a capture is open; the steps (launches and fills) of a graph (kNotFound for a dead
   // handle). What a layer above that keeps its own record of a capture checks it against.
   bool capturing() const { return capture_ != nullptr; }
+  // During a capture: the next launch captured is recorded without the barrier that otherwise
+  // follows the launch captured last, so the two may run concurrently. For a caller that has
+  // proved they touch nothing in common (Session's graph scheduling, session.h); a fill, or
+  // anything but a launch captured next, keeps the barrier. kFailedPrecondition without an open
+  // capture.
+  Status omit_next_barrier();
   Result<size_t> graph_steps(GraphHandle graph) const;
+  // How many of a graph's launches a barrier follows (the rest run concurrently with the next
+  // launch: omit_next_barrier). kNotFound for a dead handle.
+  Result<size_t> graph_barriers(GraphHandle graph) const;
   // Submits what was recorded (if anything) and runs the retirement policy. With nothing
   // recorded it only polls, and returns the semaphore of the last submission.
   Result<rhi::StreamSemaphore> flush();
@@ -402,11 +411,14 @@ class Runtime {
   // Records a planned launch into the current list (heaps already grown to its need; `encoded`:
   // its args, d.args_bytes() of them). Only the ring slot can fail.
   Status record_launch(const std::shared_ptr<const Kernel>& k, const PlannedLaunch& planned,
-                       const std::byte* encoded, LaunchId* id);
+                       const std::byte* encoded, LaunchId* id, bool final_barrier = true);
   // Binds and dispatches every task of a planned launch into `list` (the runtime's list, or a
-  // graph's bundle), reading its args at `args_offset` of `args_buf`.
+  // graph's bundle), reading its args at `args_offset` of `args_buf`. A barrier follows every
+  // task's dispatch; the last one's only with `final_barrier` (a graph step whose next launch
+  // was proved independent of it goes without).
   Status record_dispatches(rhi::CommandList& list, const Kernel& k, const PlannedLaunch& planned,
-                           rhi::Buffer& args_buf, uint64_t args_offset);
+                           rhi::Buffer& args_buf, uint64_t args_offset,
+                           bool final_barrier = true);
   void count_launch(const PlannedLaunch& planned);  // the stats of one launch recorded
   Status auto_flush();  // flush when the list is past max_dispatches_per_list or max_list_age_us
   std::vector<rhi::Buffer*> bindings_;  // record_launch's scratch
@@ -417,6 +429,8 @@ class Runtime {
     std::vector<Arg> args;
     PlannedLaunch planned;  // `arrays` is re-resolved from `args` at every replay
     std::vector<std::byte> encoded;
+    // false: the next launch needs no barrier after this one (omit_next_barrier).
+    bool barrier_after = true;
   };
   struct CapturedFill {
     NdArrayHandle array;
@@ -450,6 +464,7 @@ class Runtime {
   Status capture_launch(const std::shared_ptr<const Kernel>& k, std::span<const Arg> args);
   Status not_while_capturing(const char* what) const;
   std::unique_ptr<Graph> capture_;  // the capture being recorded
+  bool omit_next_barrier_ = false;  // omit_next_barrier() before the next captured launch
   std::unordered_map<uint64_t, std::unique_ptr<Graph>> graphs_;
   UseGuard use_guard_;  // see use_guard.h: the thread model, enforced
 };

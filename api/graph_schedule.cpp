@@ -1,0 +1,121 @@
+#include "api/graph_schedule.h"
+
+#include <algorithm>
+#include <numeric>
+#include <unordered_map>
+
+namespace vkad {
+
+namespace {
+
+using Kind = codegen::ArrayAccess::Kind;
+
+// The highest level of an access of each kind (-1: none) in some set of accesses.
+struct Marks {
+  int64_t read = -1, add = -1, write = -1;
+  void note(Kind k, int64_t level) {
+    int64_t& m = k == Kind::kRead ? read : k == Kind::kAccumulate ? add : write;
+    m = std::max(m, level);
+  }
+  void merge(const Marks& o) {
+    read = std::max(read, o.read), add = std::max(add, o.add), write = std::max(write, o.write);
+  }
+  // The highest level among these that an access of kind `k` conflicts with (-1: none).
+  int64_t conflict(Kind k) const {
+    switch (k) {
+      case Kind::kRead:
+        return std::max(add, write);
+      case Kind::kAccumulate:
+        return std::max(read, write);
+      case Kind::kOverwrite:
+        return std::max({read, add, write});
+    }
+    return std::max({read, add, write});
+  }
+};
+
+// Every earlier access of one array: all of them, those at an unknown row, and by known row.
+struct ArrayMarks {
+  Marks all, any_row;
+  std::unordered_map<int64_t, Marks> rows;
+  int64_t conflict(const ScheduleAccess& a) const {
+    if (a.row == ScheduleAccess::kAnyRow) return all.conflict(a.kind);
+    Marks m = any_row;
+    auto it = rows.find(a.row);
+    if (it != rows.end()) m.merge(it->second);
+    return m.conflict(a.kind);
+  }
+  void note(const ScheduleAccess& a, int64_t level) {
+    all.note(a.kind, level);
+    (a.row == ScheduleAccess::kAnyRow ? any_row : rows[a.row]).note(a.kind, level);
+  }
+};
+
+// What a set of launches touched, with the highest level of each access; a launch that may
+// touch anything raises `floor`, which every later launch must be above.
+struct Touched {
+  std::unordered_map<uint64_t, ArrayMarks> arrays;
+  int64_t floor = -1, top = -1;
+  int64_t conflict(const ScheduleLaunch& l) const {
+    if (!l.known) return top;
+    int64_t level = floor;
+    for (const ScheduleAccess& a : l.accesses) {
+      auto it = arrays.find(a.array);
+      if (it != arrays.end()) level = std::max(level, it->second.conflict(a));
+    }
+    return level;
+  }
+  void note(const ScheduleLaunch& l, int64_t level) {
+    top = std::max(top, level);
+    if (!l.known) floor = std::max(floor, level);
+    for (const ScheduleAccess& a : l.accesses) arrays[a.array].note(a, level);
+  }
+};
+
+}  // namespace
+
+std::vector<uint32_t> schedule_levels(std::span<const ScheduleLaunch> launches) {
+  std::vector<uint32_t> levels(launches.size());
+  Touched touched;
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const int64_t level = touched.conflict(launches[i]) + 1;
+    levels[i] = static_cast<uint32_t>(level);
+    touched.note(launches[i], level);
+  }
+  return levels;
+}
+
+std::vector<uint32_t> schedule_order(std::span<const uint32_t> levels) {
+  std::vector<uint32_t> order(levels.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return levels[a] < levels[b]; });
+  return order;
+}
+
+struct BarrierTracker::Pending {
+  Touched touched;  // since the last barrier, every launch at level 0
+  bool empty = true;
+};
+
+BarrierTracker::BarrierTracker() : pending_(std::make_unique<Pending>()) {}
+BarrierTracker::~BarrierTracker() = default;
+
+bool BarrierTracker::next(const ScheduleLaunch& l) {
+  const bool barrier = !pending_->empty && pending_->touched.conflict(l) >= 0;
+  if (barrier) pending_->touched = Touched{};
+  pending_->touched.note(l, 0);
+  pending_->empty = false;
+  return barrier;
+}
+
+void BarrierTracker::clear() { *pending_ = Pending{}; }
+
+std::vector<bool> schedule_barriers(std::span<const ScheduleLaunch> in_order) {
+  std::vector<bool> barrier(in_order.size(), false);
+  BarrierTracker t;
+  for (size_t i = 0; i < in_order.size(); ++i) barrier[i] = t.next(in_order[i]);
+  return barrier;
+}
+
+}  // namespace vkad

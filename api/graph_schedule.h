@@ -1,0 +1,67 @@
+// Graph scheduling (Session, at end_capture; session.h "Graph scheduling"): the order and the
+// barriers of a captured stretch of launches, from what each launch reads and writes.
+//
+// The runtime records a barrier after every dispatch, so N captured launches are N dependent
+// steps on the device even where they touch nothing in common (on an H100 each costs about
+// 2.9 us however little it does). Here each launch gets a level: one more than the highest
+// level of an earlier launch it conflicts with, 0 with none (ASAP list scheduling). Launches
+// are ordered by level (stably: capture order within one), and a barrier is needed only
+// between launches that conflict with something since the last barrier.
+//
+// Two launches conflict on an array when one writes it (a store, or an atomic_max) and the
+// other touches it, or one adds to it atomically and the other reads or writes it; two that
+// only add atomically commute. Accesses whose first axis has a known, different row (a
+// launch-uniform index evaluated with the launch's arguments, codegen/launch_access.h) touch
+// different elements and do not conflict. A launch whose accesses are unknown (a kernel vkad
+// did not compile) conflicts with everything: nothing moves across it.
+//
+// Pure: array ids and access kinds in, an order and barrier flags out.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "codegen/launch_access.h"
+
+namespace vkad {
+
+struct ScheduleAccess {
+  static constexpr int64_t kAnyRow = INT64_MIN;
+  uint64_t array = 0;
+  codegen::ArrayAccess::Kind kind = codegen::ArrayAccess::Kind::kRead;
+  int64_t row = kAnyRow;  // the first axis's row, where launch-uniform and known
+};
+
+struct ScheduleLaunch {
+  bool known = true;  // false: may touch anything
+  std::vector<ScheduleAccess> accesses;
+};
+
+// The levels of `launches` (in capture order) as above.
+std::vector<uint32_t> schedule_levels(std::span<const ScheduleLaunch> launches);
+
+// The capture-order indices sorted by level, stably.
+std::vector<uint32_t> schedule_order(std::span<const uint32_t> levels);
+
+// The barriers of a sequence one launch at a time: next() says whether `l`, run after the
+// launches given before it, needs a barrier before it (never the first; clear() after a fill,
+// which records its own).
+class BarrierTracker {
+ public:
+  BarrierTracker();
+  ~BarrierTracker();
+  bool next(const ScheduleLaunch& l);
+  void clear();
+
+ private:
+  struct Pending;
+  std::unique_ptr<Pending> pending_;
+};
+
+// Which launches of `in_order` (the order they will run in) need a barrier before them: the
+// first never; another when it conflicts with a launch since the last barrier.
+std::vector<bool> schedule_barriers(std::span<const ScheduleLaunch> in_order);
+
+}  // namespace vkad
