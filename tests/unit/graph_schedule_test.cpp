@@ -1,0 +1,86 @@
+// Graph scheduling's pure part (api/graph_schedule.h): levels, order and barriers from what
+// each launch reads and writes.
+#include "api/graph_schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace vkad {
+namespace {
+
+using Kind = codegen::ArrayAccess::Kind;
+
+ScheduleAccess read(uint64_t array, int64_t row = ScheduleAccess::kAnyRow) {
+  return {array, Kind::kRead, row};
+}
+ScheduleAccess write(uint64_t array, int64_t row = ScheduleAccess::kAnyRow) {
+  return {array, Kind::kOverwrite, row};
+}
+ScheduleAccess add(uint64_t array, int64_t row = ScheduleAccess::kAnyRow) {
+  return {array, Kind::kAccumulate, row};
+}
+ScheduleLaunch launch(std::vector<ScheduleAccess> a) { return {true, std::move(a)}; }
+
+TEST(GraphSchedule, ADependentChainClimbsALevelPerLaunchAndIndependentOnesStayAtZero) {
+  // 1: writes A; 2: reads A, writes B; 3: reads C only; 4: reads B.
+  const std::vector<ScheduleLaunch> l = {launch({write(1)}), launch({read(1), write(2)}),
+                                         launch({read(3)}), launch({read(2)})};
+  EXPECT_EQ(schedule_levels(l), (std::vector<uint32_t>{0, 1, 0, 2}));
+  EXPECT_EQ(schedule_order(schedule_levels(l)), (std::vector<uint32_t>{0, 2, 1, 3}));
+}
+
+TEST(GraphSchedule, EveryKindOfConflictOrdersAndOnlyReadsOrAddsTogetherCommute) {
+  auto level_of_second = [](ScheduleAccess a, ScheduleAccess b) {
+    const std::vector<ScheduleLaunch> l = {launch({a}), launch({b})};
+    return schedule_levels(l)[1];
+  };
+  EXPECT_EQ(level_of_second(read(1), read(1)), 0u);
+  EXPECT_EQ(level_of_second(add(1), add(1)), 0u);
+  EXPECT_EQ(level_of_second(write(1), read(1)), 1u);   // read after write
+  EXPECT_EQ(level_of_second(read(1), write(1)), 1u);   // write after read
+  EXPECT_EQ(level_of_second(write(1), write(1)), 1u);  // write after write
+  EXPECT_EQ(level_of_second(add(1), read(1)), 1u);
+  EXPECT_EQ(level_of_second(read(1), add(1)), 1u);
+  EXPECT_EQ(level_of_second(add(1), write(1)), 1u);
+  EXPECT_EQ(level_of_second(write(1), add(1)), 1u);
+  EXPECT_EQ(level_of_second(write(1), read(2)), 0u);  // another array
+}
+
+TEST(GraphSchedule, DifferentKnownRowsDoNotConflictAndAnUnknownRowMeetsEveryRow) {
+  const std::vector<ScheduleLaunch> l = {
+      launch({write(1, 0)}),  // row 0
+      launch({write(1, 1)}),  // row 1: independent of row 0
+      launch({read(1, 0)}),   // after the first
+      launch({write(1)}),     // any row: after all three
+      launch({read(1, 5)}),   // row 5 meets the write at any row
+  };
+  EXPECT_EQ(schedule_levels(l), (std::vector<uint32_t>{0, 0, 1, 2, 3}));
+}
+
+TEST(GraphSchedule, ALaunchOfUnknownAccessesIsAFenceNothingCrosses) {
+  std::vector<ScheduleLaunch> l = {launch({read(1)}), launch({read(2)}), ScheduleLaunch{},
+                                   launch({read(3)})};
+  l[2].known = false;
+  EXPECT_EQ(schedule_levels(l), (std::vector<uint32_t>{0, 0, 1, 2}));
+  const std::vector<bool> b = schedule_barriers(l);
+  EXPECT_EQ(b, (std::vector<bool>{false, false, true, true}));
+}
+
+TEST(GraphSchedule, ABarrierComesOnlyBeforeALaunchThatConflictsWithOneSinceTheLast) {
+  // Two writers of distinct arrays, a reader of the first (barrier), a writer of the second
+  // array's other row (nothing since the barrier touched it), a reader of that row (barrier),
+  // a writer of the first array (barrier: read since).
+  const std::vector<ScheduleLaunch> l = {launch({write(1)}),          launch({write(2, 0)}),
+                                         launch({read(1)}),           launch({write(2, 1)}),
+                                         launch({read(1), read(2, 1)}), launch({write(1)})};
+  EXPECT_EQ(schedule_barriers(l), (std::vector<bool>{false, false, true, false, true, true}));
+  BarrierTracker t;
+  EXPECT_FALSE(t.next(l[0]));
+  EXPECT_TRUE(t.next(l[2]));
+  t.clear();  // a fill between
+  EXPECT_FALSE(t.next(l[5]));
+}
+
+}  // namespace
+}  // namespace vkad
