@@ -498,11 +498,12 @@ class TaskEmitter {
     m_.capability(spv::CapabilityGroupNonUniformVote);
     m_.capability(spv::CapabilityGroupNonUniformArithmetic);
     const uint32_t scope = m_.c_u32(spv::ScopeSubgroup);
-    uint32_t same = 0;  // every active invocation has these indices (ndarrays have rank >= 1)
+    uint32_t same = 0;  // every active invocation has these indices
     for (size_t d = 0; d + 1 < s.args.size(); ++d) {
       uint32_t eq = op(spv::OpGroupNonUniformAllEqual, bool_, {scope, v(s.args[d])});
       same = d == 0 ? eq : op(spv::OpLogicalAnd, bool_, {same, eq});
     }
+    if (!same) same = m_.c_bool(true);  // a rank-0 array: one element
     const uint32_t ty = type(vt(s.args.back()));
     uint32_t most = op(sg ? spv::OpGroupNonUniformSMax : spv::OpGroupNonUniformUMax, ty,
                        {scope, spv::GroupOperationReduce, val});
@@ -513,9 +514,40 @@ class TaskEmitter {
     if_else(issue, issue_mine, [] {});
   }
 
+  // element += value. With subgroup arithmetic, as atomic_max: the invocations of a subgroup
+  // that all hit one element add up their values first and one of them issues the atomic (a
+  // scatter whose neighbouring invocations share the element -- a loss summed over particles,
+  // an adjoint of a parameter read by every particle -- otherwise serialises on it; the sum's
+  // order changes, as between any two runs of float atomics). f32, i32 and u32 only: the
+  // other types' subgroup arithmetic is an optional device feature.
   void atomic_add(const Stmt& s) {
-    DType t = k_.params[s.param].dtype;
-    uint32_t val = v(s.args.back());
+    const DType t = k_.params[s.param].dtype;
+    const uint32_t val = v(s.args.back());
+    const bool combine = target_.subgroup_arithmetic &&
+                         (t == DType::kF32 || t == DType::kI32 || t == DType::kU32);
+    if (!combine) return atomic_add_one(s, val);
+    m_.capability(spv::CapabilityGroupNonUniform);
+    m_.capability(spv::CapabilityGroupNonUniformVote);
+    m_.capability(spv::CapabilityGroupNonUniformArithmetic);
+    const uint32_t scope = m_.c_u32(spv::ScopeSubgroup);
+    uint32_t same = 0;  // every active invocation has these indices
+    for (size_t d = 0; d + 1 < s.args.size(); ++d) {
+      uint32_t eq = op(spv::OpGroupNonUniformAllEqual, bool_, {scope, v(s.args[d])});
+      same = same ? op(spv::OpLogicalAnd, bool_, {same, eq}) : eq;
+    }
+    if (!same) same = m_.c_bool(true);  // a rank-0 array: one element
+    const uint32_t ty = type(vt(s.args.back()));
+    const uint32_t sum = op(is_float(t) ? spv::OpGroupNonUniformFAdd : spv::OpGroupNonUniformIAdd,
+                            ty, {scope, spv::GroupOperationReduce, val});
+    const uint32_t elected = op(spv::OpGroupNonUniformElect, bool_, {scope});
+    const uint32_t issue =
+        op(spv::OpLogicalOr, bool_, {op(spv::OpLogicalNot, bool_, {same}), elected});
+    const uint32_t mine = op(spv::OpSelect, ty, {same, sum, val});
+    if_else(issue, [&] { atomic_add_one(s, mine); }, [] {});
+  }
+
+  void atomic_add_one(const Stmt& s, uint32_t val) {
+    const DType t = k_.params[s.param].dtype;
     guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
       const ArrayVar& a = arrays_.at(s.param);
       uint32_t scope = m_.c_u32(kScopeDevice), sem = m_.c_u32(kRelaxed);
