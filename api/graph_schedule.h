@@ -4,7 +4,8 @@
 // The runtime records a barrier after every dispatch, so N captured launches are N dependent
 // steps on the device even where they touch nothing in common (on an H100 each costs about
 // 2.9 us however little it does). Here each launch gets a level: one more than the highest
-// level of an earlier launch it conflicts with, 0 with none (ASAP list scheduling). Launches
+// level of an earlier launch it conflicts with, 0 with none (ASAP list scheduling), except
+// that a launch no later one conflicts with (a sink) takes the last level. Launches
 // are ordered by level (stably: capture order within one), and a barrier is needed only
 // between launches that conflict with something since the last barrier.
 //

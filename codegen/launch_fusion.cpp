@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <map>
+#include <span>
 #include <unordered_map>
+#include <unordered_set>
+
+#include "codegen/launch_access.h"
 
 namespace vkad::codegen {
 
@@ -15,7 +19,7 @@ bool accesses_array(Op op) {
 // What one kernel does to each of its ndarray parameters.
 struct ParamUse {
   bool read = false, written = false;
-  bool pointwise = true;  // every access is a plain load / store at [task index]
+  bool pointwise = true;  // every access is to an element the invocation owns
 };
 
 struct Summary {
@@ -23,7 +27,20 @@ struct Summary {
   std::vector<ParamUse> use;
 };
 
-void scan(const Block& b, ValueId index, Summary& s) {
+// Whether an access with these indices touches only the element its invocation owns: the last
+// index is the task index and every other one launch-uniform (a row the launch's arguments
+// decide), so invocation t touches only elements whose last coordinate is t.
+bool owned(std::span<const ValueId> indices, ValueId index,
+           const std::unordered_set<ValueId>& uniform) {
+  if (indices.empty() || indices.back() != index) return false;
+  for (size_t d = 0; d + 1 < indices.size(); ++d) {
+    if (!uniform.count(indices[d])) return false;
+  }
+  return true;
+}
+
+void scan(const Block& b, ValueId index, const std::unordered_set<ValueId>& uniform,
+          Summary& s) {
   for (const Stmt& st : b.stmts) {
     switch (st.op) {
       case Op::kStackAlloc:
@@ -41,11 +58,13 @@ void scan(const Block& b, ValueId index, Summary& s) {
       const bool store = st.op != Op::kLoad;
       (store ? u.written : u.read) = true;
       const size_t indices = st.args.size() - (store ? 1 : 0);
-      const bool at_index = indices == 1 && st.args[0] == index;
-      if (!at_index || st.op == Op::kAtomicAdd || st.op == Op::kAtomicMax) u.pointwise = false;
+      const bool mine =
+          owned(std::span<const ValueId>(st.args.data(), indices), index, uniform);
+      // An atomic on an owned element is one invocation's read-modify-write like any other.
+      if (!mine) u.pointwise = false;
     }
     if (st.has_cap) s.ok = false;  // a stated trip bound may read scalars: kept out for now
-    for (const Block& c : st.blocks) scan(c, index, s);
+    for (const Block& c : st.blocks) scan(c, index, uniform, s);
     if (!s.ok) return;
   }
 }
@@ -64,7 +83,7 @@ Summary summarize(const Kernel& k) {
     s.ok = false;
     return s;
   }
-  scan(t.body, t.index, s);
+  scan(t.body, t.index, launch_uniform_values(k), s);
   return s;
 }
 
