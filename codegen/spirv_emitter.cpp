@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "codegen/f64_math.h"
+#include "codegen/launch_access.h"
 #include "codegen/spirv_module.h"
 
 namespace vkad::codegen {
@@ -514,36 +516,31 @@ class TaskEmitter {
     if_else(issue, issue_mine, [] {});
   }
 
-  // element += value. With subgroup arithmetic, as atomic_max: the invocations of a subgroup
-  // that all hit one element add up their values first and one of them issues the atomic (a
-  // scatter whose neighbouring invocations share the element -- a loss summed over particles,
-  // an adjoint of a parameter read by every particle -- otherwise serialises on it; the sum's
-  // order changes, as between any two runs of float atomics). f32, i32 and u32 only: the
-  // other types' subgroup arithmetic is an optional device feature.
+  // element += value. With subgroup arithmetic, where every index is launch-uniform (a rank-0
+  // loss, the gradient of a parameter every invocation reads: w_grad[0]), the active
+  // invocations of a subgroup add up their values and one of them issues the atomic; all the
+  // invocations of a launch otherwise serialise on the one element. The sum's order changes, as
+  // between any two runs of float atomics. Indices that vary per invocation keep one atomic
+  // each: testing at run time whether a subgroup's happen to agree (as atomic_max does) cost a
+  // scatter into a grid more than it saved (H100: MPM's particle-to-grid kernel 1.5x slower).
+  // f32, i32 and u32 only: the other types' subgroup arithmetic is an optional feature.
   void atomic_add(const Stmt& s) {
     const DType t = k_.params[s.param].dtype;
     const uint32_t val = v(s.args.back());
-    const bool combine = target_.subgroup_arithmetic &&
-                         (t == DType::kF32 || t == DType::kI32 || t == DType::kU32);
+    bool combine = target_.subgroup_arithmetic &&
+                   (t == DType::kF32 || t == DType::kI32 || t == DType::kU32);
+    for (size_t d = 0; combine && d + 1 < s.args.size(); ++d) {
+      combine = uniform_.count(s.args[d]) > 0;
+    }
     if (!combine) return atomic_add_one(s, val);
     m_.capability(spv::CapabilityGroupNonUniform);
-    m_.capability(spv::CapabilityGroupNonUniformVote);
     m_.capability(spv::CapabilityGroupNonUniformArithmetic);
     const uint32_t scope = m_.c_u32(spv::ScopeSubgroup);
-    uint32_t same = 0;  // every active invocation has these indices
-    for (size_t d = 0; d + 1 < s.args.size(); ++d) {
-      uint32_t eq = op(spv::OpGroupNonUniformAllEqual, bool_, {scope, v(s.args[d])});
-      same = same ? op(spv::OpLogicalAnd, bool_, {same, eq}) : eq;
-    }
-    if (!same) same = m_.c_bool(true);  // a rank-0 array: one element
-    const uint32_t ty = type(vt(s.args.back()));
-    const uint32_t sum = op(is_float(t) ? spv::OpGroupNonUniformFAdd : spv::OpGroupNonUniformIAdd,
-                            ty, {scope, spv::GroupOperationReduce, val});
-    const uint32_t elected = op(spv::OpGroupNonUniformElect, bool_, {scope});
-    const uint32_t issue =
-        op(spv::OpLogicalOr, bool_, {op(spv::OpLogicalNot, bool_, {same}), elected});
-    const uint32_t mine = op(spv::OpSelect, ty, {same, sum, val});
-    if_else(issue, [&] { atomic_add_one(s, mine); }, [] {});
+    const uint32_t sum =
+        op(is_float(t) ? spv::OpGroupNonUniformFAdd : spv::OpGroupNonUniformIAdd,
+           type(vt(s.args.back())), {scope, spv::GroupOperationReduce, val});
+    if_else(op(spv::OpGroupNonUniformElect, bool_, {scope}), [&] { atomic_add_one(s, sum); },
+            [] {});
   }
 
   void atomic_add_one(const Stmt& s, uint32_t val) {
@@ -1148,6 +1145,7 @@ class TaskEmitter {
 
   SpirvModule m_;
   const Kernel& k_;
+  const std::unordered_set<ValueId> uniform_ = launch_uniform_values(k_);  // after k_
   const Task& task_;
   uint32_t task_index_;
   const abi::CompiledKernel& layout_;
