@@ -325,6 +325,43 @@ TEST(LaunchFusion, RowsTheArgumentsDecideKeepAnInvocationsOwnColumnAndFuse) {
               {x, xg}, 7);
 }
 
+TEST(LaunchFusion, AVectorsComponentsOfTheOwnElementFuseAndAnotherAxisDoesNot) {
+  // v[f + 1, i, c] = v[f, i, c] * 0.5 for both components c: a 2-vector per particle.
+  Kernel vec = parse(R"(
+kernel vstep(f: i32, v: ndarray<f32, 3>) {
+  task main parallel %i in [0, shape(v, 1)) {
+    %f = arg f : i32
+    %one = const 1 : i32
+    %g = add %f, %one : i32
+    %zero = const 0 : i32
+    %h = const 0.5 : f32
+    %a = load v[%f, %i, %zero] : f32
+    %b = load v[%f, %i, %one] : f32
+    %a2 = mul %a, %h : f32
+    %b2 = mul %b, %h : f32
+    store v[%g, %i, %zero], %a2
+    store v[%g, %i, %one], %b2
+  }
+}
+)");
+  HostArray v(abi::DType::kF32, {3, 5, 2});
+  for (size_t i = 0; i < v.data.size(); ++i) v.data[i] = static_cast<double>(i % 7);
+  expect_same({&vec, &vec}, {{0, 1}, {0, 1}}, {{0}, {1}}, {v}, 5);
+  // x[i, f] beside x[f, i]: invocation i of one meets another's element.
+  Kernel transposed = parse(R"(
+kernel tr(f: i32, x: ndarray<f32, 2>) {
+  task main parallel %i in [0, shape(x, 1)) {
+    %f = arg f : i32
+    %v = load x[%i, %f] : f32
+    store x[%i, %f], %v
+  }
+}
+)");
+  Kernel step = parse(kTimeStep);
+  std::vector<FusionLaunch> l = {{&step, {0, 1}, 0, 7}, {&transposed, {0, 1}, 0, 7}};
+  EXPECT_EQ(codegen::fusion_groups(l, 24, 32).size(), 2u);
+}
+
 TEST(LaunchFusion, ANeighboursColumnOrARowFromMemoryKeepsLaunchesApart) {
   // x[f, i + 1]: another invocation's column.
   Kernel shifted = parse(R"(
