@@ -110,11 +110,22 @@ std::vector<uint32_t> schedule_levels(std::span<const ScheduleLaunch> launches) 
   return levels;
 }
 
-std::vector<uint32_t> schedule_order(std::span<const uint32_t> levels) {
+std::vector<uint32_t> schedule_order(std::span<const uint32_t> levels,
+                                     std::span<const ScheduleLaunch> launches) {
   std::vector<uint32_t> order(levels.size());
   std::iota(order.begin(), order.end(), 0u);
   std::stable_sort(order.begin(), order.end(),
                    [&](uint32_t a, uint32_t b) { return levels[a] < levels[b]; });
+  for (size_t begin = 0; begin < order.size();) {
+    size_t end = begin;
+    while (end < order.size() && levels[order[end]] == levels[order[begin]]) ++end;
+    const uint64_t prev = begin > 0 ? launches[order[begin - 1]].shape : 0;
+    if (prev != 0) {
+      std::stable_partition(order.begin() + begin, order.begin() + end,
+                            [&](uint32_t i) { return launches[i].shape == prev; });
+    }
+    begin = end;
+  }
   return order;
 }
 

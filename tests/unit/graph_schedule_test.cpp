@@ -30,7 +30,18 @@ TEST(GraphSchedule, ADependentChainClimbsALevelPerLaunchAndIndependentOnesStayAt
   // The fifth reads what the third wrote: level 1. Both it and the fourth are sinks (nothing
   // after them conflicts): the last level, 2.
   EXPECT_EQ(schedule_levels(l), (std::vector<uint32_t>{0, 1, 0, 2, 2}));
-  EXPECT_EQ(schedule_order(schedule_levels(l)), (std::vector<uint32_t>{0, 2, 1, 3, 4}));
+  EXPECT_EQ(schedule_order(schedule_levels(l), l), (std::vector<uint32_t>{0, 2, 1, 3, 4}));
+}
+
+TEST(GraphSchedule, WithinALevelTheChainsNextStepFollowsIt) {
+  // A chain a -> b (shape 1) with a side launch s (shape 2) that also reads what a wrote:
+  // b and s share a level; b, of a's shape, goes first so it may fuse with a.
+  std::vector<ScheduleLaunch> l = {launch({write(1)}), launch({read(1), write(3)}),
+                                   launch({read(1), write(2)}), launch({read(2), read(3)})};
+  l[0].shape = 1, l[1].shape = 2, l[2].shape = 1, l[3].shape = 1;
+  const std::vector<uint32_t> levels = schedule_levels(l);
+  EXPECT_EQ(levels, (std::vector<uint32_t>{0, 1, 1, 2}));
+  EXPECT_EQ(schedule_order(levels, l), (std::vector<uint32_t>{0, 2, 1, 3}));
 }
 
 TEST(GraphSchedule, EveryKindOfConflictOrdersAndOnlyReadsOrAddsTogetherCommute) {
