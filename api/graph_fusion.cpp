@@ -4,6 +4,7 @@
 // of its fused kernel, and the first graph is dropped. Fusion is an optimisation: whatever
 // keeps a run from being fused (a kernel vkad did not compile, a fused kernel the device
 // refuses) leaves those launches as they were.
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -278,33 +279,75 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
     }
   }
   std::vector<bool> dropped(steps.size(), false);
+  // A step loop repeats the same runs with other arrays and scalars: the fused kernel of a run
+  // depends only on its members' kernels, which of their parameters share an array and which
+  // arrays are known zero, so it is built once per such signature (numbering arrays by first
+  // use in the run) and reused.
+  struct Built {
+    KernelHandle kernel;
+    std::vector<std::vector<uint32_t>> param_map;
+    size_t params = 0;
+    std::vector<uint32_t> overwritten;  // arrays by first-use number
+  };
+  std::unordered_map<std::string, Built> built;
   for (size_t r = 0; r < runs.size(); ++r) {
     if (runs[r].count < 2) continue;
     std::span<const codegen::FusionLaunch> members(launches.data() + runs[r].first, runs[r].count);
-    const std::string name =
-        "fused_" + members[0].kernel->name + "_x" + std::to_string(runs[r].count);
+    std::vector<uint64_t> ids;  // the run's arrays by first use
+    std::string sig;
+    for (const codegen::FusionLaunch& m : members) {
+      sig += std::to_string(reinterpret_cast<uintptr_t>(m.kernel)) + ":";
+      for (uint64_t id : m.arrays) {
+        if (id == 0) {
+          sig += "s,";
+          continue;
+        }
+        auto at = std::find(ids.begin(), ids.end(), id);
+        if (at == ids.end()) at = ids.insert(ids.end(), id);
+        sig += std::to_string(at - ids.begin()) + ",";
+      }
+      sig += ";";
+    }
     std::vector<uint64_t> zeros;
-    for (const auto& [id, step] : zero_fills[r]) zeros.push_back(id);
-    Result<codegen::FusedKernel> f = codegen::fuse_launches(members, name, zeros);
-    if (!f.ok()) return graph;
-    for (uint64_t id : f->overwritten) {
+    std::vector<size_t> zero_numbers;
+    for (const auto& [id, step] : zero_fills[r]) {
+      zeros.push_back(id);
+      zero_numbers.push_back(std::find(ids.begin(), ids.end(), id) - ids.begin());
+    }
+    std::sort(zero_numbers.begin(), zero_numbers.end());
+    for (size_t z : zero_numbers) sig += "z" + std::to_string(z);
+    auto b = built.find(sig);
+    if (b == built.end()) {
+      const std::string name =
+          "fused_" + members[0].kernel->name + "_x" + std::to_string(runs[r].count);
+      Result<codegen::FusedKernel> f = codegen::fuse_launches(members, name, zeros);
+      if (!f.ok()) return graph;
+      const std::string key = codegen::print(f->kernel);
+      auto it = fused_kernels_.find(key);
+      if (it == fused_kernels_.end()) {
+        Result<std::shared_ptr<const runtime::CompiledKernel>> ck =
+            compile_cache_.compile(f->kernel, target_, compile_options_);
+        if (!ck.ok()) return graph;
+        Result<KernelHandle> h = rt_->register_kernel(**ck);
+        if (!h.ok()) return graph;
+        it = fused_kernels_.emplace(key, *h).first;
+      }
+      Built nb{it->second, std::move(f->param_map), f->kernel.params.size(), {}};
+      for (uint64_t id : f->overwritten) {
+        nb.overwritten.push_back(
+            static_cast<uint32_t>(std::find(ids.begin(), ids.end(), id) - ids.begin()));
+      }
+      b = built.emplace(sig, std::move(nb)).first;
+    }
+    for (uint32_t n : b->second.overwritten) {
+      const uint64_t id = ids[n];
       Result<std::vector<uint32_t>> shape = rt_->shape(NdArrayHandle{id});
       if (shape.ok() && shape->size() == 1 && members[0].begin == 0 &&
           members[0].end == static_cast<int64_t>((*shape)[0])) {
         dropped[zero_fills[r].at(id)] = true;
       }
     }
-    const std::string key = codegen::print(f->kernel);
-    auto it = fused_kernels_.find(key);
-    if (it == fused_kernels_.end()) {
-      Result<std::shared_ptr<const runtime::CompiledKernel>> ck =
-          compile_cache_.compile(f->kernel, target_, compile_options_);
-      if (!ck.ok()) return graph;
-      Result<KernelHandle> h = rt_->register_kernel(**ck);
-      if (!h.ok()) return graph;
-      it = fused_kernels_.emplace(key, *h).first;
-    }
-    planned[r] = {it->second, std::move(f->param_map), f->kernel.params.size()};
+    planned[r] = {b->second.kernel, b->second.param_map, b->second.params};
   }
   std::vector<size_t> run_of(launches.size());
   for (size_t r = 0; r < runs.size(); ++r) {

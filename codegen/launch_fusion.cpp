@@ -117,9 +117,16 @@ bool fusible(const Kernel& k) { return summarize(k).ok; }
 std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uint32_t max_arrays,
                                      uint32_t max_launches) {
   std::vector<FusionRun> runs;
-  std::vector<Summary> sums;
-  sums.reserve(launches.size());
-  for (const FusionLaunch& l : launches) sums.push_back(summarize(*l.kernel));
+  // One summary per kernel (a step loop launches a few kernels thousands of times).
+  std::unordered_map<const Kernel*, Summary> by_kernel;
+  std::vector<const Summary*> sum_of;
+  sum_of.reserve(launches.size());
+  for (const FusionLaunch& l : launches) {
+    auto it = by_kernel.find(l.kernel);
+    if (it == by_kernel.end()) it = by_kernel.emplace(l.kernel, summarize(*l.kernel)).first;
+    sum_of.push_back(&it->second);
+  }
+  auto sums = [&](size_t i) -> const Summary& { return *sum_of[i]; };
   std::unordered_map<uint64_t, ArrayUse> arrays;
   // Adds member `m` to the table; false (table unchanged is not needed: the caller starts over)
   // when that makes an array unsafe or the run too wide.
@@ -127,7 +134,7 @@ std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uin
     const Kernel& k = *launches[m].kernel;
     for (size_t p = 0; p < k.params.size(); ++p) {
       if (k.params[p].kind != ParamKind::kNdArray) continue;
-      const ParamUse& u = sums[m].use[p];
+      const ParamUse& u = sums(m).use[p];
       auto [it, fresh] = table.try_emplace(launches[m].arrays[p]);
       ArrayUse& a = it->second;
       if (fresh) {
@@ -150,12 +157,12 @@ std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uin
   size_t i = 0;
   while (i < launches.size()) {
     FusionRun run{i, 1};
-    if (sums[i].ok) {
+    if (sums(i).ok) {
       arrays.clear();
       if (admit(i, arrays)) {
         const uint32_t size = launches[i].kernel->tasks[0].local_size;
         for (size_t j = i + 1; j < launches.size() && run.count < max_launches; ++j) {
-          if (!sums[j].ok || launches[j].begin != launches[i].begin ||
+          if (!sums(j).ok || launches[j].begin != launches[i].begin ||
               launches[j].end != launches[i].end ||
               launches[j].kernel->tasks[0].local_size != size) {
             break;

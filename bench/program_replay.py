@@ -1,0 +1,51 @@
+"""ms per replay of one training iteration's captured graph (forward + backward), for the
+DiffTaichi ports: what graph scheduling and fusion change, without the host's update.
+
+    python bench/program_replay.py [--program diffmpm|mass_spring] [--reps 10]
+    VKAD_GRAPH_SCHEDULE=0 / VKAD_GRAPH_FUSION=0 for the variants.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "difftaichi"))
+
+import vkad  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--program", default="diffmpm", choices=["diffmpm", "mass_spring"])
+    ap.add_argument("--reps", type=int, default=10)
+    a = ap.parse_args()
+    with vkad.Session() as s:
+        if a.program == "diffmpm":
+            from diffmpm import DiffMPM
+            sim = DiffMPM(s)
+        else:
+            from mass_spring import MassSpring
+            sim = MassSpring(s)
+        sim.forward_backward()
+        t0 = time.perf_counter()
+        with s.capture("iteration") as g:
+            sim.forward_backward()
+        capture_ms = (time.perf_counter() - t0) * 1e3
+        n0 = s.stats()["launches"]
+        s.replay(g)
+        s.synchronize()
+        launches = s.stats()["launches"] - n0
+        ms = []
+        for _ in range(a.reps):
+            t0 = time.perf_counter()
+            s.replay(g)
+            s.synchronize()
+            ms.append((time.perf_counter() - t0) * 1e3)
+        print(f"{a.program}: {statistics.median(ms):.3f} ms per replay, {launches} launches, "
+              f"capture {capture_ms:.0f} ms ({s.device_name})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
