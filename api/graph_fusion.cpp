@@ -152,9 +152,10 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
     const codegen::FusionLaunch& l = captured_launches[i];
     if (l.kernel == &not_fusible()) continue;
     const uint64_t size = l.kernel->tasks[0].local_size;
-    sched[i].shape = std::hash<uint64_t>{}(static_cast<uint64_t>(l.begin) * 0x9E3779B97F4A7C15ull ^
-                                          static_cast<uint64_t>(l.end) * 0xC2B2AE3D27D4EB4Full ^
-                                          size) | 1;
+    sched[i].shape =
+        std::hash<uint64_t>{}(static_cast<uint64_t>(l.begin) * 0x9E3779B97F4A7C15ull ^
+                              static_cast<uint64_t>(l.end) * 0xC2B2AE3D27D4EB4Full ^ size) |
+        1;
   }
   std::vector<uint32_t> order(sched.size());
   std::vector<CapturedStep> steps;

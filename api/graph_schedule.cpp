@@ -23,12 +23,9 @@ struct Marks {
   // The highest level among these that an access of kind `k` conflicts with (-1: none).
   int64_t conflict(Kind k) const {
     switch (k) {
-      case Kind::kRead:
-        return std::max(add, write);
-      case Kind::kAccumulate:
-        return std::max(read, write);
-      case Kind::kOverwrite:
-        return std::max({read, add, write});
+      case Kind::kRead: return std::max(add, write);
+      case Kind::kAccumulate: return std::max(read, write);
+      case Kind::kOverwrite: return std::max({read, add, write});
     }
     return std::max({read, add, write});
   }
@@ -93,15 +90,13 @@ std::vector<uint32_t> asap(size_t n, At at) {
 
 std::vector<uint32_t> schedule_levels(std::span<const ScheduleLaunch> launches) {
   const size_t n = launches.size();
-  std::vector<uint32_t> levels = asap(n, [&](size_t i) -> const ScheduleLaunch& {
-    return launches[i];
-  });
+  std::vector<uint32_t> levels =
+      asap(n, [&](size_t i) -> const ScheduleLaunch& { return launches[i]; });
   // Sinks -- launches no later one conflicts with (their level counted from the end is 0) --
   // go to the last level: nothing waits for them, and where they were they would sit between
   // the launches of the chains (an adjoint's parameter gradients between its steps).
-  const std::vector<uint32_t> from_end = asap(n, [&](size_t i) -> const ScheduleLaunch& {
-    return launches[n - 1 - i];
-  });
+  const std::vector<uint32_t> from_end =
+      asap(n, [&](size_t i) -> const ScheduleLaunch& { return launches[n - 1 - i]; });
   uint32_t last = 0;
   for (uint32_t l : levels) last = std::max(last, l);
   for (size_t i = 0; i < n; ++i) {

@@ -71,7 +71,8 @@ Result<KernelHandle> Session::register_ir(const codegen::Kernel& kernel,
                                           const runtime::CompiledKernel& ck) {
   VKAD_ASSIGN_OR_RETURN(KernelHandle h, rt_->register_kernel(ck));
   if (codegen::fusible(kernel)) ir_[h.id] = std::make_shared<const codegen::Kernel>(kernel);
-  kernel_access_[h.id] = std::make_shared<const codegen::KernelAccess>(codegen::kernel_access(kernel));
+  kernel_access_[h.id] =
+      std::make_shared<const codegen::KernelAccess>(codegen::kernel_access(kernel));
   return h;
 }
 

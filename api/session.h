@@ -30,9 +30,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "api/graph_schedule.h"
 #include "codegen/compiler.h"
 #include "codegen/ir.h"
-#include "api/graph_schedule.h"
 #include "codegen/launch_access.h"
 #include "codegen/target.h"
 #include "runtime/handles.h"

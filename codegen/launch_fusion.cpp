@@ -45,8 +45,7 @@ int owned_axis(std::span<const ValueId> indices, ValueId index,
   return axis;
 }
 
-void scan(const Block& b, ValueId index, const std::unordered_set<ValueId>& uniform,
-          Summary& s) {
+void scan(const Block& b, ValueId index, const std::unordered_set<ValueId>& uniform, Summary& s) {
   for (const Stmt& st : b.stmts) {
     switch (st.op) {
       case Op::kStackAlloc:

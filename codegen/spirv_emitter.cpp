@@ -517,8 +517,8 @@ class TaskEmitter {
   // element += value, one atomic per invocation. Combining a subgroup's values first where
   // every index is launch-uniform (one atomic per subgroup) was tried and measured: on an H100
   // it made DiffTaichi's mass_spring 25% slower (39.2 -> 48.9 ms a replay: its launches of 32
-  // invocations paid the reduction and gained nothing) and did not change diffmpm; a run-time test of
-  // whether a subgroup's indices agree made an MPM grid scatter 1.5x slower.
+  // invocations paid the reduction and gained nothing) and did not change diffmpm; a run-time test
+  // of whether a subgroup's indices agree made an MPM grid scatter 1.5x slower.
   void atomic_add(const Stmt& s) {
     const DType t = k_.params[s.param].dtype;
     const uint32_t val = v(s.args.back());

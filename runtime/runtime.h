@@ -417,8 +417,7 @@ class Runtime {
   // task's dispatch; the last one's only with `final_barrier` (a graph step whose next launch
   // was proved independent of it goes without).
   Status record_dispatches(rhi::CommandList& list, const Kernel& k, const PlannedLaunch& planned,
-                           rhi::Buffer& args_buf, uint64_t args_offset,
-                           bool final_barrier = true);
+                           rhi::Buffer& args_buf, uint64_t args_offset, bool final_barrier = true);
   void count_launch(const PlannedLaunch& planned);  // the stats of one launch recorded
   Status auto_flush();  // flush when the list is past max_dispatches_per_list or max_list_age_us
   std::vector<rhi::Buffer*> bindings_;  // record_launch's scratch

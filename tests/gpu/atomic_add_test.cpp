@@ -63,12 +63,12 @@ TEST_F(AtomicAddDevice, MatchesTheCpuEvaluatorForUniformDivergentAndPartlyActive
     auto c = codegen::compile(*k, t);
     ASSERT_TRUE(c.ok()) << c.status().to_string();
     for (uint32_t n : {1u, 37u, 1000u, 4099u}) {
-      HostArgs dev = make_args(
-          *k,
-          {ArgSpec::array({n}, -1000, 1000), ArgSpec::array({n}, -1000000, 1000000),
-           ArgSpec::array({n}, 0, 1000000), ArgSpec::array({18}, 0, 0),
-           ArgSpec::array({6}, 0, 0), ArgSpec::array({5}, 0, 0)},
-          n);
+      HostArgs dev =
+          make_args(*k,
+                    {ArgSpec::array({n}, -1000, 1000), ArgSpec::array({n}, -1000000, 1000000),
+                     ArgSpec::array({n}, 0, 1000000), ArgSpec::array({18}, 0, 0),
+                     ArgSpec::array({6}, 0, 0), ArgSpec::array({5}, 0, 0)},
+                    n);
       for (double& x : dev.arrays[0].data) x = std::round(x);  // exact sums in any order
       HostArgs cpu = dev;
       Status st = runner_->run_compiled(*c, dev);

@@ -100,16 +100,16 @@ std::unique_ptr<Program> make_program(bool schedule, bool* skipped, bool fuse = 
 Status record(Program& p) {
   Session& s = *p.s;
   for (uint32_t t = 0; t < kT; ++t) {
-    VKAD_TRY(s.launch(p.act, {Arg::i32(static_cast<int32_t>(t)),
-                              Arg::f32(static_cast<float>(t + 1)), Arg::ndarray(p.w),
-                              Arg::ndarray(p.a)}));
-    VKAD_TRY(s.launch(p.step, {Arg::i32(static_cast<int32_t>(t)), Arg::ndarray(p.a),
-                               Arg::ndarray(p.x)}));
+    VKAD_TRY(
+        s.launch(p.act, {Arg::i32(static_cast<int32_t>(t)), Arg::f32(static_cast<float>(t + 1)),
+                         Arg::ndarray(p.w), Arg::ndarray(p.a)}));
+    VKAD_TRY(s.launch(p.step,
+                      {Arg::i32(static_cast<int32_t>(t)), Arg::ndarray(p.a), Arg::ndarray(p.x)}));
   }
   VKAD_TRY(s.zero(p.total));
   for (uint32_t t = 0; t < kT; ++t) {
-    VKAD_TRY(s.launch(p.sum, {Arg::i32(static_cast<int32_t>(t)), Arg::ndarray(p.a),
-                              Arg::ndarray(p.total)}));
+    VKAD_TRY(s.launch(
+        p.sum, {Arg::i32(static_cast<int32_t>(t)), Arg::ndarray(p.a), Arg::ndarray(p.total)}));
   }
   return {};
 }

@@ -25,8 +25,7 @@ ScheduleLaunch launch(std::vector<ScheduleAccess> a) { return {true, std::move(a
 TEST(GraphSchedule, ADependentChainClimbsALevelPerLaunchAndIndependentOnesStayAtZero) {
   // 1: writes A; 2: reads A, writes B; 3: writes C; 4: reads B; 5: reads C.
   const std::vector<ScheduleLaunch> l = {launch({write(1)}), launch({read(1), write(2)}),
-                                         launch({write(3)}), launch({read(2)}),
-                                         launch({read(3)})};
+                                         launch({write(3)}), launch({read(2)}), launch({read(3)})};
   // The fifth reads what the third wrote: level 1. Both it and the fourth are sinks (nothing
   // after them conflicts): the last level, 2.
   EXPECT_EQ(schedule_levels(l), (std::vector<uint32_t>{0, 1, 0, 2, 2}));
@@ -90,9 +89,9 @@ TEST(GraphSchedule, ABarrierComesOnlyBeforeALaunchThatConflictsWithOneSinceTheLa
   // Two writers of distinct arrays, a reader of the first (barrier), a writer of the second
   // array's other row (nothing since the barrier touched it), a reader of that row (barrier),
   // a writer of the first array (barrier: read since).
-  const std::vector<ScheduleLaunch> l = {launch({write(1)}),          launch({write(2, 0)}),
-                                         launch({read(1)}),           launch({write(2, 1)}),
-                                         launch({read(1), read(2, 1)}), launch({write(1)})};
+  const std::vector<ScheduleLaunch> l = {
+      launch({write(1)}),    launch({write(2, 0)}),         launch({read(1)}),
+      launch({write(2, 1)}), launch({read(1), read(2, 1)}), launch({write(1)})};
   EXPECT_EQ(schedule_barriers(l), (std::vector<bool>{false, false, true, false, true, true}));
   BarrierTracker t;
   EXPECT_FALSE(t.next(l[0]));

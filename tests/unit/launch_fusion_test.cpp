@@ -321,8 +321,8 @@ TEST(LaunchFusion, RowsTheArgumentsDecideKeepAnInvocationsOwnColumnAndFuse) {
   ASSERT_TRUE(codegen::fusible(*adj)) << codegen::print(*adj);
   HostArray xg = x;
   for (size_t i = 0; i < xg.data.size(); ++i) xg.data[i] = (i % 5) * 0.25;
-  expect_same({&*adj, &*adj, &*adj}, {{0, 1, 2}, {0, 1, 2}, {0, 1, 2}}, {{2}, {1}, {0}},
-              {x, xg}, 7);
+  expect_same({&*adj, &*adj, &*adj}, {{0, 1, 2}, {0, 1, 2}, {0, 1, 2}}, {{2}, {1}, {0}}, {x, xg},
+              7);
 }
 
 TEST(LaunchFusion, AVectorsComponentsOfTheOwnElementFuseAndAnotherAxisDoesNot) {
@@ -389,8 +389,8 @@ kernel loaded(r: ndarray<i32, 1>, x: ndarray<f32, 2>) {
 )");
   Kernel step = parse(kTimeStep);
   for (const Kernel* k : {&shifted, &loaded}) {
-    std::vector<uint64_t> binds = k == &shifted ? std::vector<uint64_t>{0, 1}
-                                                : std::vector<uint64_t>{2, 1};
+    std::vector<uint64_t> binds =
+        k == &shifted ? std::vector<uint64_t>{0, 1} : std::vector<uint64_t>{2, 1};
     std::vector<FusionLaunch> l = {{&step, {0, 1}, 0, 7}, {k, binds, 0, 7}};
     EXPECT_EQ(codegen::fusion_groups(l, 24, 32).size(), 2u) << k->name;
   }
