@@ -72,6 +72,10 @@ class TaskEmitter {
     load_adstack_layout();
     load_launch_constants(task_.body);
     load_nd_bounds();
+    if (o_.bounds_checks) {
+      oob_var_ = m_.function_variable(u32_);
+      m_.op(spv::OpStore, {oob_var_, m_.c_u32(0)});
+    }
     uint32_t first = start;
     if (o_.unroll > 1 && !task_.serial && task_.dims.empty() && unrollable(task_.body)) {
       // Main loop: kUnroll elements per iteration (i, i + stride, ...), their statements
@@ -103,6 +107,10 @@ class TaskEmitter {
       bind_indices(i);
       emit_block(task_.body);
     });
+    if (oob_var_) {  // the bounds checks' one flag, raised once per invocation
+      const uint32_t any = op(spv::OpINotEqual, bool_, {op(spv::OpLoad, u32_, {oob_var_}), m_.c_u32(0)});
+      if_else(any, [&] { raise(m_.c_u32(kErrorOutOfBounds)); }, [] {});
+    }
     m_.op(spv::OpReturn, {});
     m_.op(spv::OpFunctionEnd, {});
     return m_.finish(fn, entry, {gid_var, nwg_var}, o_.local_size);
@@ -443,12 +451,13 @@ class TaskEmitter {
   // when every index is in bounds; otherwise flags kErrorOutOfBounds. Returns the value
   // `access` produced, or `fallback` on the out-of-bounds path (0 if result_type is 0).
   //
-  // A load (a result type) is not put behind the branch: it reads element 0 instead when an
-  // index is out of bounds (every ndarray has one: empty shapes are refused), its value is then
-  // replaced by `fallback`, and only the flagging is conditional. Loads behind branches could
-  // not be issued together: on an H100 the branch per access cost DiffTaichi's mass_spring 41%
-  // of its time and diffmpm 20% (34.9 -> 20.6 and 34.2 -> 27.3 ms a replay without checks).
-  // Stores and atomics stay behind theirs: they must not write element 0.
+  // A load (a result type) is not put behind a branch: it reads element 0 instead when an index
+  // is out of bounds (every ndarray has one: empty shapes are refused) and its value is then
+  // replaced by `fallback`. Stores and atomics stay behind theirs: they must not write element
+  // 0. No access raises the error itself: each ORs its verdict into one flag (a register) that
+  // the invocation raises once, after its last element (a branch and an atomic per access cost
+  // DiffTaichi's mass_spring on an H100 40% of its time: 34.9 ms a replay against 20.6 with no
+  // checks at all; per-access flag writes 26.7).
   template <typename Access>
   uint32_t guarded(const Stmt& s, size_t n, uint32_t result_type, uint32_t fallback, Access access) {
     const ArrayVar& a = array(s.param);
@@ -464,25 +473,15 @@ class TaskEmitter {
     uint32_t ptr_t = m_.t_pointer(spv::StorageClassStorageBuffer, a.elem);
     auto ptr = [&] { return op(spv::OpAccessChain, ptr_t, {a.var, m_.c_u32(0), lin}); };
     if (!o_.bounds_checks) return access(ptr());
+    const uint32_t flag = op(spv::OpLoad, u32_, {oob_var_});
+    const uint32_t bad = op(spv::OpSelect, u32_, {ok, m_.c_u32(0), m_.c_u32(1)});
+    m_.op(spv::OpStore, {oob_var_, op(spv::OpBitwiseOr, u32_, {flag, bad})});
     if (result_type) {
       lin = op(spv::OpSelect, u32_, {ok, lin, m_.c_u32(0)});
-      const uint32_t r = access(ptr());
-      if_else(ok, [] {}, [&] { raise(m_.c_u32(kErrorOutOfBounds)); });
-      return op(spv::OpSelect, result_type, {ok, r, fallback});
+      return op(spv::OpSelect, result_type, {ok, access(ptr()), fallback});
     }
-    uint32_t r = 0, then_end = 0, else_end = 0;
-    if_else(
-        ok,
-        [&] {
-          r = access(ptr());
-          then_end = cur_;
-        },
-        [&] {
-          raise(m_.c_u32(kErrorOutOfBounds));
-          else_end = cur_;
-        });
-    if (!result_type) return 0;
-    return op(spv::OpPhi, result_type, {r, then_end, fallback, else_end});
+    if_else(ok, [&] { access(ptr()); }, [] {});
+    return 0;
   }
 
   // element = max(element, value). With subgroup arithmetic (Target::subgroup_arithmetic), the
@@ -1151,6 +1150,7 @@ class TaskEmitter {
   const Target& target_;
   const EmitOptions& o_;
   uint32_t u32_ = 0, i32_ = 0, bool_ = 0, gid_ = 0, args_var_ = 0, errors_var_ = 0, cur_ = 0;
+  uint32_t oob_var_ = 0;  // the bounds checks' flag (a Function variable), 0 without checks
   bool ended_ = false;  // the current block ends with a break / continue already
   // The only predecessor of the current block while it is a loop body's first block, else 0.
   uint32_t sole_pred_ = 0;
