@@ -22,6 +22,8 @@ namespace {
 // At most this many distinct arrays per fused kernel: with its args buffer that stays within
 // the 32 bindings every push-descriptor implementation takes (maxPushDescriptors >= 32).
 constexpr uint32_t kMaxFusedArrays = 24;
+// The pseudo-array id of the runtime's adstack heaps in a launch's schedule (no ndarray has it).
+constexpr uint64_t kAdstackHeaps = UINT64_MAX;
 constexpr uint32_t kMaxFusedLaunches = 32;
 
 const codegen::Kernel& not_fusible() {
@@ -54,6 +56,15 @@ ScheduleLaunch Session::schedule_launch(const CapturedStep& s, std::vector<bool>
     return out;
   }
   const codegen::KernelAccess& k = *it->second;
+  // Adstack kernels may run from the runtime's one set of heaps, where thread g of every such
+  // launch uses the same slots: one pseudo-array they all overwrite keeps them apart (from
+  // the kernel, not the plan: an update may move a launch from the private tier to the heap).
+  if (adstack_kernels_.count(s.kernel.id)) {
+    out.accesses.push_back(
+        {kAdstackHeaps, codegen::ArrayAccess::Kind::kOverwrite, ScheduleAccess::kAnyRow});
+  }
+  // Without bounds checks an index past its extent reaches another row: rows tell nothing.
+  const bool rows = compile_options_.bounds_checks;
   const codegen::UniformInputs inputs{
       [&](uint32_t p) -> int64_t { return p < s.args.size() ? s.args[p].i : 0; },
       [&](uint32_t p, uint32_t d) -> std::optional<uint32_t> {
@@ -69,7 +80,7 @@ ScheduleLaunch Session::schedule_launch(const CapturedStep& s, std::vector<bool>
     }
     for (const codegen::ArrayAccess& a : p.accesses) {
       ScheduleAccess sa{s.args[p.param].array.id, a.kind, ScheduleAccess::kAnyRow};
-      if (!a.rows.empty() && a.rows[0] != codegen::ArrayAccess::kNotUniform) {
+      if (rows && !a.rows.empty() && a.rows[0] != codegen::ArrayAccess::kNotUniform) {
         const codegen::UniformExpr& e = k.exprs[a.rows[0]];
         std::optional<uint32_t> v = codegen::evaluate(e, inputs);
         if (v) sa.row = *v;
@@ -85,7 +96,7 @@ ScheduleLaunch Session::schedule_launch(const CapturedStep& s, std::vector<bool>
 
 namespace {
 
-// Whether two launch schedules differ in what they let run concurrently or reorder.
+// Whether `order` is the identity permutation (nothing was reordered).
 bool identity(std::span<const uint32_t> order) {
   for (size_t i = 0; i < order.size(); ++i) {
     if (order[i] != i) return false;

@@ -1,5 +1,6 @@
 #include "api/session.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "api/device_target.h"
@@ -73,6 +74,7 @@ Result<KernelHandle> Session::register_ir(const codegen::Kernel& kernel,
   if (codegen::fusible(kernel)) ir_[h.id] = std::make_shared<const codegen::Kernel>(kernel);
   kernel_access_[h.id] =
       std::make_shared<const codegen::KernelAccess>(codegen::kernel_access(kernel));
+  if (ck.has_adstacks()) adstack_kernels_.insert(h.id);
   return h;
 }
 
@@ -131,6 +133,7 @@ Status Session::release(KernelHandle kernel) {
   VKAD_TRY(rt_->unregister_kernel(kernel));
   ir_.erase(kernel.id);
   kernel_access_.erase(kernel.id);
+  adstack_kernels_.erase(kernel.id);
   forward_ir_.erase(kernel.id);
   auto c = clearing_.find(kernel.id);
   if (c != clearing_.end()) {
@@ -256,7 +259,17 @@ Status Session::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
   VKAD_TRY(translate(f, updates, &mapped));
   Status st = rt_->replay(graph, mapped, first);
   if (st.ok()) {
-    if (f.original.id != 0) f.applied.insert(f.applied.end(), updates.begin(), updates.end());
+    // The latest value per launch and parameter: what the graph as captured would need.
+    for (size_t i = 0; f.original.id != 0 && i < updates.size(); ++i) {
+      const GraphUpdate& u = updates[i];
+      auto same = [&](const GraphUpdate& a) { return a.launch == u.launch && a.param == u.param; };
+      auto at = std::find_if(f.applied.begin(), f.applied.end(), same);
+      if (at == f.applied.end()) {
+        f.applied.push_back(u);
+      } else {
+        *at = u;
+      }
+    }
     return st;
   }
   // The runtime checks the values (dtype, range) in the fused graph's numbering: say which
@@ -268,7 +281,7 @@ Status Session::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
            " is launch " + std::to_string(mapped[i].launch) + " parameter " +
            std::to_string(mapped[i].param) + " of the fused graph";
   }
-  return make_error(st.code(), st.message() + " (launches fused at end_capture: " + map + ")");
+  return make_error(st.code(), st.message() + " (launches scheduled and fused at end_capture: " + map + ")");
 }
 Status Session::release_graph(GraphHandle graph) {
   VKAD_TRY(rt_->release_graph(graph));

@@ -28,6 +28,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "api/graph_schedule.h"
@@ -288,6 +289,8 @@ class Session {
   bool schedule_graph_launches_ = true;
   // kernel_access() of every kernel compiled here, by handle id (what scheduling reads).
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::KernelAccess>> kernel_access_;
+  // Kernels with adstacks, by handle id: their launches may share the runtime's heaps.
+  std::unordered_set<uint64_t> adstack_kernels_;
   // The IR of every kernel compiled here, by handle id (what fusion merges).
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::Kernel>> ir_;
   // launch_access() of every differentiated forward kernel, by handle id.

@@ -300,9 +300,10 @@ class Runtime {
   bool capturing() const { return capture_ != nullptr; }
   // During a capture: the next launch captured is recorded without the barrier that otherwise
   // follows the launch captured last, so the two may run concurrently. For a caller that has
-  // proved they touch nothing in common (Session's graph scheduling, session.h); a fill, or
-  // anything but a launch captured next, keeps the barrier. kFailedPrecondition without an open
-  // capture.
+  // proved they touch nothing in common (Session's graph scheduling, session.h) -- the
+  // adstack heaps included, which every heap-tier launch shares (thread g of each uses the same
+  // slots); a fill, or anything but a launch captured next, keeps the barrier.
+  // kFailedPrecondition without an open capture.
   Status omit_next_barrier();
   Result<size_t> graph_steps(GraphHandle graph) const;
   // How many of a graph's launches a barrier follows (the rest run concurrently with the next
