@@ -281,7 +281,8 @@ Status Session::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
            " is launch " + std::to_string(mapped[i].launch) + " parameter " +
            std::to_string(mapped[i].param) + " of the fused graph";
   }
-  return make_error(st.code(), st.message() + " (launches scheduled and fused at end_capture: " + map + ")");
+  return make_error(st.code(),
+                    st.message() + " (launches scheduled and fused at end_capture: " + map + ")");
 }
 Status Session::release_graph(GraphHandle graph) {
   VKAD_TRY(rt_->release_graph(graph));

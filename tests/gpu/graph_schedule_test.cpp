@@ -233,9 +233,9 @@ TEST(GraphSchedule, AnUpdateOfARowDecidingScalarRunsTheLaunchesAsCaptured) {
   for (uint32_t i = 0; i < kN; ++i) ASSERT_NEAR(ts[i], tp[i], 1e-4f) << "total at " << i;
 }
 
-
 // A dynamic loop: its adjoint keeps an adstack per invocation.
-constexpr const char* kLoop = R"(kernel rec(n: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
+constexpr const char* kLoop =
+    R"(kernel rec(n: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f32
     %x = load x[%i] : f32
@@ -263,7 +263,8 @@ TEST(GraphSchedule, AdjointsSharingTheAdstackHeapsKeepTheirBarrier) {
   o.device.enable_validation = true;
   o.adstack_tier = runtime::AdstackTier::kHeap;
   auto r = Session::create(o, codegen::CompileOptions{});
-  if (!r.ok() && r.status().code() == ErrorCode::kNoDevice) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+  if (!r.ok() && r.status().code() == ErrorCode::kNoDevice)
+    GTEST_SKIP() << "SKIPPED: no Vulkan device";
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   Session& s = **r;
   auto d = s.differentiate(std::string_view(kLoop));
