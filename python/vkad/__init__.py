@@ -37,7 +37,7 @@ from .tape import Tape
 
 _vkad._set_errors(Error, {e.code: e for e in _ERRORS})
 
-__version__ = "0.1.0"
+__version__: str = _vkad.__version__  # the file VERSION, through the build
 
 f32, f64, i32, u32, i64 = DType.f32, DType.f64, DType.i32, DType.u32, DType.i64
 bool_ = DType.bool
