@@ -98,8 +98,12 @@ class Session(_vkad.Session):
     """
 
     def __init__(self, device: Union[None, int, str] = None, validation: bool = False,
-                 retirement_depth: int = 3, spare_memory_blocks: int = 1):
-        super().__init__(device, validation, retirement_depth, spare_memory_blocks)
+                 retirement_depth: int = 3, spare_memory_blocks: int = 1,
+                 cache_dir: Optional[str] = None):
+        # cache_dir: the on-disk kernel and pipeline caches (README, "Caches on disk"); None =
+        # automatic (VKAD_CACHE=0 off, else VKAD_CACHE_DIR, else $XDG_CACHE_HOME/vkad, else
+        # ~/.cache/vkad), "" = off.
+        super().__init__(device, validation, retirement_depth, spare_memory_blocks, cache_dir)
         self._recording: Optional[Tape] = None
 
     def compile(self, kernel: Union[str, KernelBuilder]) -> Kernel:
