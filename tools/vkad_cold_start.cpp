@@ -79,7 +79,8 @@ int main(int argc, char** argv) {
     } else if (a == "--n" && i + 1 < argc) {
       n = static_cast<uint32_t>(std::atol(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: %s [--cache-dir DIR | --no-cache] [--steps L] [--nest D] [--n N]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--cache-dir DIR | --no-cache] [--steps L] [--nest D] [--n N]\n",
                    argv[0]);
       return a == "--help" ? 0 : 2;
     }
