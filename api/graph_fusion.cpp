@@ -109,44 +109,13 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
     pinned.emplace_back();
     sched.push_back(schedule_launch(s, &pinned.back()));
   }
-  std::vector<uint32_t> order(sched.size());
-  std::vector<CapturedStep> steps;
-  {
-    size_t launch = 0, stretch = 0;
-    for (size_t i = 0; i <= captured.size(); ++i) {
-      if (i < captured.size() && captured[i].launch) {
-        ++launch;
-        continue;
-      }
-      std::span<const ScheduleLaunch> part(sched.data() + stretch, launch - stretch);
-      std::vector<uint32_t> local(part.size());
-      if (schedule_graph_launches_) {
-        local = schedule_order(schedule_levels(part));
-      } else {
-        for (uint32_t j = 0; j < local.size(); ++j) local[j] = j;
-      }
-      for (size_t j = 0; j < local.size(); ++j) order[stretch + j] = stretch + local[j];
-      stretch = launch;
-    }
-    launch = 0;
-    size_t li = 0;
-    std::vector<const CapturedStep*> launch_steps;
-    for (const CapturedStep& s : captured) {
-      if (s.launch) launch_steps.push_back(&s);
-    }
-    for (const CapturedStep& s : captured) {
-      steps.push_back(s.launch ? *launch_steps[order[li++]] : s);
-    }
-  }
-  std::vector<ScheduleLaunch> sched_ordered(sched.size());
-  for (size_t i = 0; i < order.size(); ++i) sched_ordered[i] = sched[order[i]];
   // Where the device caps loop passes per invocation (lavapipe), a fused kernel's passes are
   // its members' sum: an update that raises a member's trip count could then be refused where
   // the launches alone were not. Kernels with loops are left alone there.
   const bool loops_capped = rt_->caps().max_loop_passes != 0;
-  // Launch-only stretches between fills, each split into runs.
-  std::vector<codegen::FusionLaunch> launches;  // every captured launch, in order
-  for (const CapturedStep& s : steps) {
+  // What fusion needs of every captured launch, in capture order.
+  std::vector<codegen::FusionLaunch> captured_launches;
+  for (const CapturedStep& s : captured) {
     if (!s.launch) continue;
     codegen::FusionLaunch l;
     l.kernel = &not_fusible();
@@ -174,7 +143,52 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
         l.kernel = &k;
       }
     }
-    launches.push_back(std::move(l));
+    captured_launches.push_back(std::move(l));
+  }
+  // Launches that could fuse share a shape: scheduling keeps a chain's steps of one shape
+  // adjacent where it can.
+  for (size_t i = 0; i < sched.size(); ++i) {
+    const codegen::FusionLaunch& l = captured_launches[i];
+    if (l.kernel == &not_fusible()) continue;
+    const uint64_t size = l.kernel->tasks[0].local_size;
+    sched[i].shape = std::hash<uint64_t>{}(static_cast<uint64_t>(l.begin) * 0x9E3779B97F4A7C15ull ^
+                                          static_cast<uint64_t>(l.end) * 0xC2B2AE3D27D4EB4Full ^
+                                          size) | 1;
+  }
+  std::vector<uint32_t> order(sched.size());
+  std::vector<CapturedStep> steps;
+  {
+    size_t launch = 0, stretch = 0;
+    for (size_t i = 0; i <= captured.size(); ++i) {
+      if (i < captured.size() && captured[i].launch) {
+        ++launch;
+        continue;
+      }
+      std::span<const ScheduleLaunch> part(sched.data() + stretch, launch - stretch);
+      std::vector<uint32_t> local(part.size());
+      if (schedule_graph_launches_) {
+        local = schedule_order(schedule_levels(part), part);
+      } else {
+        for (uint32_t j = 0; j < local.size(); ++j) local[j] = j;
+      }
+      for (size_t j = 0; j < local.size(); ++j) order[stretch + j] = stretch + local[j];
+      stretch = launch;
+    }
+    launch = 0;
+    size_t li = 0;
+    std::vector<const CapturedStep*> launch_steps;
+    for (const CapturedStep& s : captured) {
+      if (s.launch) launch_steps.push_back(&s);
+    }
+    for (const CapturedStep& s : captured) {
+      steps.push_back(s.launch ? *launch_steps[order[li++]] : s);
+    }
+  }
+  std::vector<ScheduleLaunch> sched_ordered(sched.size());
+  std::vector<codegen::FusionLaunch> launches(sched.size());  // in the scheduled order
+  for (size_t i = 0; i < order.size(); ++i) {
+    sched_ordered[i] = sched[order[i]];
+    launches[i] = captured_launches[order[i]];
   }
   std::vector<codegen::FusionRun> runs;
   {

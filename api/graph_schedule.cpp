@@ -74,22 +74,58 @@ struct Touched {
 
 }  // namespace
 
-std::vector<uint32_t> schedule_levels(std::span<const ScheduleLaunch> launches) {
-  std::vector<uint32_t> levels(launches.size());
+namespace {
+
+// ASAP levels of `launches` taken in the order `at(0), at(1), ...`.
+template <typename At>
+std::vector<uint32_t> asap(size_t n, At at) {
+  std::vector<uint32_t> levels(n);
   Touched touched;
-  for (size_t i = 0; i < launches.size(); ++i) {
-    const int64_t level = touched.conflict(launches[i]) + 1;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t level = touched.conflict(at(i)) + 1;
     levels[i] = static_cast<uint32_t>(level);
-    touched.note(launches[i], level);
+    touched.note(at(i), level);
   }
   return levels;
 }
 
-std::vector<uint32_t> schedule_order(std::span<const uint32_t> levels) {
+}  // namespace
+
+std::vector<uint32_t> schedule_levels(std::span<const ScheduleLaunch> launches) {
+  const size_t n = launches.size();
+  std::vector<uint32_t> levels = asap(n, [&](size_t i) -> const ScheduleLaunch& {
+    return launches[i];
+  });
+  // Sinks -- launches no later one conflicts with (their level counted from the end is 0) --
+  // go to the last level: nothing waits for them, and where they were they would sit between
+  // the launches of the chains (an adjoint's parameter gradients between its steps).
+  const std::vector<uint32_t> from_end = asap(n, [&](size_t i) -> const ScheduleLaunch& {
+    return launches[n - 1 - i];
+  });
+  uint32_t last = 0;
+  for (uint32_t l : levels) last = std::max(last, l);
+  for (size_t i = 0; i < n; ++i) {
+    if (from_end[n - 1 - i] == 0 && launches[i].known) levels[i] = last;
+  }
+  return levels;
+}
+
+std::vector<uint32_t> schedule_order(std::span<const uint32_t> levels,
+                                     std::span<const ScheduleLaunch> launches) {
   std::vector<uint32_t> order(levels.size());
   std::iota(order.begin(), order.end(), 0u);
   std::stable_sort(order.begin(), order.end(),
                    [&](uint32_t a, uint32_t b) { return levels[a] < levels[b]; });
+  for (size_t begin = 0; begin < order.size();) {
+    size_t end = begin;
+    while (end < order.size() && levels[order[end]] == levels[order[begin]]) ++end;
+    const uint64_t prev = begin > 0 ? launches[order[begin - 1]].shape : 0;
+    if (prev != 0) {
+      std::stable_partition(order.begin() + begin, order.begin() + end,
+                            [&](uint32_t i) { return launches[i].shape == prev; });
+    }
+    begin = end;
+  }
   return order;
 }
 

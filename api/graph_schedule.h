@@ -4,7 +4,8 @@
 // The runtime records a barrier after every dispatch, so N captured launches are N dependent
 // steps on the device even where they touch nothing in common (on an H100 each costs about
 // 2.9 us however little it does). Here each launch gets a level: one more than the highest
-// level of an earlier launch it conflicts with, 0 with none (ASAP list scheduling). Launches
+// level of an earlier launch it conflicts with, 0 with none (ASAP list scheduling), except
+// that a launch no later one conflicts with (a sink) takes the last level. Launches
 // are ordered by level (stably: capture order within one), and a barrier is needed only
 // between launches that conflict with something since the last barrier.
 //
@@ -37,13 +38,19 @@ struct ScheduleAccess {
 struct ScheduleLaunch {
   bool known = true;  // false: may touch anything
   std::vector<ScheduleAccess> accesses;
+  // Launches that could fuse with each other share a nonzero shape (same range and workgroup
+  // size: launch_fusion.h); 0 for none.
+  uint64_t shape = 0;
 };
 
 // The levels of `launches` (in capture order) as above.
 std::vector<uint32_t> schedule_levels(std::span<const ScheduleLaunch> launches);
 
-// The capture-order indices sorted by level, stably.
-std::vector<uint32_t> schedule_order(std::span<const uint32_t> levels);
+// The capture-order indices sorted by level. Within a level, launches of the shape of the one
+// placed last before the level come first (so a chain's next step follows it and may fuse with
+// it, rather than a side launch of the same level), then capture order.
+std::vector<uint32_t> schedule_order(std::span<const uint32_t> levels,
+                                     std::span<const ScheduleLaunch> launches);
 
 // The barriers of a sequence one launch at a time: next() says whether `l`, run after the
 // launches given before it, needs a barrier before it (never the first; clear() after a fill,

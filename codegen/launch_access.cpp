@@ -4,6 +4,7 @@
 #include <map>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace vkad::codegen {
 
@@ -18,6 +19,12 @@ class UniformPool {
  public:
   explicit UniformPool(const Kernel& k) {
     for (const Task& t : k.tasks) walk(t.body);
+  }
+  // Every launch-uniform value.
+  std::unordered_set<ValueId> values() const {
+    std::unordered_set<ValueId> out;
+    for (const auto& [v, n] : node_of_) out.insert(v);
+    return out;
   }
   // The pool node of `v`, or UINT32_MAX when `v` is not launch-uniform.
   uint32_t node_of(ValueId v) const {
@@ -263,6 +270,10 @@ std::optional<uint32_t> evaluate(const UniformExpr& e, const UniformInputs& in) 
     v[i] = wrap(n.type, r);
   }
   return static_cast<uint32_t>(v[e.nodes.size() - 1]);
+}
+
+std::unordered_set<ValueId> launch_uniform_values(const Kernel& k) {
+  return UniformPool(k).values();
 }
 
 KernelAccess kernel_access(const Kernel& k) {

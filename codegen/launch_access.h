@@ -25,6 +25,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "codegen/ir.h"
@@ -90,5 +91,9 @@ struct KernelAccess {
 
 // `k` must verify. Pure.
 KernelAccess kernel_access(const Kernel& k);
+
+// The values of `k` that are launch-uniform (the set above: what an index may be built from
+// to count as a launch-uniform row). `k` must verify. Pure.
+std::unordered_set<ValueId> launch_uniform_values(const Kernel& k);
 
 }  // namespace vkad::codegen

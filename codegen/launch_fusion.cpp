@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <map>
+#include <span>
 #include <unordered_map>
+#include <unordered_set>
+
+#include "codegen/launch_access.h"
 
 namespace vkad::codegen {
 
@@ -15,7 +19,8 @@ bool accesses_array(Op op) {
 // What one kernel does to each of its ndarray parameters.
 struct ParamUse {
   bool read = false, written = false;
-  bool pointwise = true;  // every access is a plain load / store at [task index]
+  bool pointwise = true;  // every access is to an element the invocation owns
+  int axis = -1;          // the axis it owns along (the last access's)
 };
 
 struct Summary {
@@ -23,7 +28,25 @@ struct Summary {
   std::vector<ParamUse> use;
 };
 
-void scan(const Block& b, ValueId index, Summary& s) {
+// The axis on which an access with these indices touches only what its invocation owns: one
+// index is the task index and every other one launch-uniform (a row the launch's arguments
+// decide, a vector's component), so invocation t touches only elements whose coordinate on
+// that axis is t. -1 when there is none.
+int owned_axis(std::span<const ValueId> indices, ValueId index,
+               const std::unordered_set<ValueId>& uniform) {
+  int axis = -1;
+  for (size_t d = 0; d < indices.size(); ++d) {
+    if (indices[d] == index && axis < 0) {
+      axis = static_cast<int>(d);
+    } else if (!uniform.count(indices[d])) {
+      return -1;
+    }
+  }
+  return axis;
+}
+
+void scan(const Block& b, ValueId index, const std::unordered_set<ValueId>& uniform,
+          Summary& s) {
   for (const Stmt& st : b.stmts) {
     switch (st.op) {
       case Op::kStackAlloc:
@@ -41,11 +64,15 @@ void scan(const Block& b, ValueId index, Summary& s) {
       const bool store = st.op != Op::kLoad;
       (store ? u.written : u.read) = true;
       const size_t indices = st.args.size() - (store ? 1 : 0);
-      const bool at_index = indices == 1 && st.args[0] == index;
-      if (!at_index || st.op == Op::kAtomicAdd || st.op == Op::kAtomicMax) u.pointwise = false;
+      const int axis =
+          owned_axis(std::span<const ValueId>(st.args.data(), indices), index, uniform);
+      // An atomic on an owned element is one invocation's read-modify-write like any other.
+      // Every access must own along the same axis (x[f, i] and x[i, f] would meet).
+      if (axis < 0 || (u.axis >= 0 && u.axis != axis)) u.pointwise = false;
+      u.axis = axis;
     }
     if (st.has_cap) s.ok = false;  // a stated trip bound may read scalars: kept out for now
-    for (const Block& c : st.blocks) scan(c, index, s);
+    for (const Block& c : st.blocks) scan(c, index, uniform, s);
     if (!s.ok) return;
   }
 }
@@ -64,7 +91,7 @@ Summary summarize(const Kernel& k) {
     s.ok = false;
     return s;
   }
-  scan(t.body, t.index, s);
+  scan(t.body, t.index, launch_uniform_values(k), s);
   return s;
 }
 
@@ -78,6 +105,7 @@ struct ArrayUse {
   uint32_t members = 0;
   size_t last_member = SIZE_MAX;
   bool written = false, pointwise = true;
+  int axis = -1;  // the axis every member owns along (pointwise)
   DType dtype = DType::kF32;
   uint32_t rank = 0;
 };
@@ -113,7 +141,8 @@ std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uin
         a.last_member = m;
       }
       a.written = a.written || u.written;
-      a.pointwise = a.pointwise && u.pointwise;
+      a.pointwise = a.pointwise && u.pointwise && (fresh || a.axis == u.axis);
+      if (fresh) a.axis = u.axis;
       if (a.written && a.members > 1 && !a.pointwise) return false;
     }
     return table.size() <= max_arrays;

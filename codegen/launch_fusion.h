@@ -13,10 +13,15 @@
 // serial, no adstack statements, no loop with a stated trip bound), and all have the same
 // evaluated range and workgroup
 // size. An array written by one member and accessed by another is accessed by every member
-// only at [index] (rank 1, the task's own index value): invocation t then owns element
-// begin + t of it in every member, so no invocation reads what another writes. Arrays only
-// read, or touched by one member alone, may be indexed any way. Ranges must not depend on
-// scalar parameters, so a graph update of a scalar never changes what was merged.
+// only at elements the invocation owns (loads, stores and atomics alike): one index is the
+// task's own index value, on the same axis in every access, and the others are launch-uniform
+// (x[index]; x[f, index] of a state with a time axis, f built from scalar arguments, constants
+// and shapes: codegen/launch_access.h; x[f, index, 0], a vector's component), so invocation t
+// touches only elements whose coordinate on that axis is t, in every member, and no
+// invocation reads what another writes. Arrays only read, or touched by one member alone, may
+// be indexed any way. Ranges must not depend on scalar parameters, so a graph update of a
+// scalar never changes what was merged. (The fused body forwards stores to loads and reads
+// known zeros only for rank-1 arrays at [index]: rows of other members may differ.)
 #pragma once
 
 #include <cstdint>

@@ -66,10 +66,11 @@ struct Program {
   NdArrayHandle w, a, x, total;
 };
 
-std::unique_ptr<Program> make_program(bool schedule, bool* skipped) {
+std::unique_ptr<Program> make_program(bool schedule, bool* skipped, bool fuse = false) {
   SessionOptions o;
   o.validation = true;
   o.schedule_graph_launches = schedule;
+  o.fuse_graph_launches = fuse;  // scheduling alone unless asked
   auto r = Session::create(o);
   if (!r.ok() && r.status().code() == ErrorCode::kNoDevice) {
     *skipped = true;
@@ -179,6 +180,29 @@ TEST(GraphSchedule, ControllerLaunchesRunTogetherAndBarriersFallOnlyBetweenDepen
     // one before; after the fill, the sums together.
     EXPECT_EQ(barriers, 1u + kT + 1u);
   }
+}
+
+TEST(GraphSchedule, ScheduledThenFusedTheIdiomIsThreeDependentLaunches) {
+  bool skipped = false;
+  auto p = make_program(true, &skipped, true);
+  if (skipped) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+  ASSERT_TRUE(p);
+  ASSERT_TRUE(p->s->begin_capture("idiom").ok());
+  ASSERT_TRUE(record(*p).ok());
+  auto g = p->s->end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  const uint64_t before = p->s->stats()->launches;
+  ASSERT_TRUE(p->s->replay(*g).ok());
+  ASSERT_TRUE(p->s->replay(*g).ok());
+  ASSERT_TRUE(p->s->synchronize().ok());
+  expect_results(*p);
+  expect_clean(*p);
+  // Scheduled, the controllers are adjacent and fuse (each invocation writes its own column of
+  // a: a[t, i]), and so do the steps (x[f, i] read, x[f + 1, i] written: rows the arguments
+  // decide, the invocation's own column) and the sums (s[i]: an atomic on the invocation's own
+  // element): three launches, each after a barrier.
+  EXPECT_EQ(p->s->stats()->launches - before, 2u * 3);
+  EXPECT_EQ(*p->s->runtime().graph_barriers(*g), 3u);
 }
 
 TEST(GraphSchedule, AnUpdateOfARowDecidingScalarRunsTheLaunchesAsCaptured) {

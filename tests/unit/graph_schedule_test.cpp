@@ -23,16 +23,31 @@ ScheduleAccess add(uint64_t array, int64_t row = ScheduleAccess::kAnyRow) {
 ScheduleLaunch launch(std::vector<ScheduleAccess> a) { return {true, std::move(a)}; }
 
 TEST(GraphSchedule, ADependentChainClimbsALevelPerLaunchAndIndependentOnesStayAtZero) {
-  // 1: writes A; 2: reads A, writes B; 3: reads C only; 4: reads B.
+  // 1: writes A; 2: reads A, writes B; 3: writes C; 4: reads B; 5: reads C.
   const std::vector<ScheduleLaunch> l = {launch({write(1)}), launch({read(1), write(2)}),
-                                         launch({read(3)}), launch({read(2)})};
-  EXPECT_EQ(schedule_levels(l), (std::vector<uint32_t>{0, 1, 0, 2}));
-  EXPECT_EQ(schedule_order(schedule_levels(l)), (std::vector<uint32_t>{0, 2, 1, 3}));
+                                         launch({write(3)}), launch({read(2)}),
+                                         launch({read(3)})};
+  // The fifth reads what the third wrote: level 1. Both it and the fourth are sinks (nothing
+  // after them conflicts): the last level, 2.
+  EXPECT_EQ(schedule_levels(l), (std::vector<uint32_t>{0, 1, 0, 2, 2}));
+  EXPECT_EQ(schedule_order(schedule_levels(l), l), (std::vector<uint32_t>{0, 2, 1, 3, 4}));
+}
+
+TEST(GraphSchedule, WithinALevelTheChainsNextStepFollowsIt) {
+  // A chain a -> b (shape 1) with a side launch s (shape 2) that also reads what a wrote:
+  // b and s share a level; b, of a's shape, goes first so it may fuse with a.
+  std::vector<ScheduleLaunch> l = {launch({write(1)}), launch({read(1), write(3)}),
+                                   launch({read(1), write(2)}), launch({read(2), read(3)})};
+  l[0].shape = 1, l[1].shape = 2, l[2].shape = 1, l[3].shape = 1;
+  const std::vector<uint32_t> levels = schedule_levels(l);
+  EXPECT_EQ(levels, (std::vector<uint32_t>{0, 1, 1, 2}));
+  EXPECT_EQ(schedule_order(levels, l), (std::vector<uint32_t>{0, 2, 1, 3}));
 }
 
 TEST(GraphSchedule, EveryKindOfConflictOrdersAndOnlyReadsOrAddsTogetherCommute) {
   auto level_of_second = [](ScheduleAccess a, ScheduleAccess b) {
-    const std::vector<ScheduleLaunch> l = {launch({a}), launch({b})};
+    // A third launch that conflicts with both keeps them from being sinks.
+    const std::vector<ScheduleLaunch> l = {launch({a}), launch({b}), launch({write(1), write(2)})};
     return schedule_levels(l)[1];
   };
   EXPECT_EQ(level_of_second(read(1), read(1)), 0u);
@@ -56,13 +71,17 @@ TEST(GraphSchedule, DifferentKnownRowsDoNotConflictAndAnUnknownRowMeetsEveryRow)
       launch({read(1, 5)}),   // row 5 meets the write at any row
   };
   EXPECT_EQ(schedule_levels(l), (std::vector<uint32_t>{0, 0, 1, 2, 3}));
+  // Without the write at any row, the row-1 writer and the reader of row 5 are sinks.
+  const std::vector<ScheduleLaunch> m = {launch({write(1, 0)}), launch({write(1, 1)}),
+                                         launch({read(1, 0)}), launch({read(1, 5)})};
+  EXPECT_EQ(schedule_levels(m), (std::vector<uint32_t>{0, 1, 1, 1}));
 }
 
 TEST(GraphSchedule, ALaunchOfUnknownAccessesIsAFenceNothingCrosses) {
   std::vector<ScheduleLaunch> l = {launch({read(1)}), launch({read(2)}), ScheduleLaunch{},
                                    launch({read(3)})};
   l[2].known = false;
-  EXPECT_EQ(schedule_levels(l), (std::vector<uint32_t>{0, 0, 1, 2}));
+  EXPECT_EQ(schedule_levels(l), (std::vector<uint32_t>{0, 0, 1, 2}));  // no sink crosses it
   const std::vector<bool> b = schedule_barriers(l);
   EXPECT_EQ(b, (std::vector<bool>{false, false, true, true}));
 }

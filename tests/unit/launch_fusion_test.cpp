@@ -286,3 +286,115 @@ kernel nested(a: ndarray<f32, 1>, b: ndarray<f32, 1>) {
 
 }  // namespace
 }  // namespace vkad::testing
+
+namespace vkad::testing {
+namespace {
+
+// A state with a time axis, DiffTaichi's idiom: x[f + 1, i] from x[f, i].
+const char* kTimeStep = R"(
+kernel tstep(f: i32, x: ndarray<f32, 2>) {
+  task main parallel %i in [0, shape(x, 1)) {
+    %f = arg f : i32
+    %v = load x[%f, %i] : f32
+    %h = const 0.5 : f32
+    %s = sin %v : f32
+    %y = add %s, %h : f32
+    %one = const 1 : i32
+    %g = add %f, %one : i32
+    store x[%g, %i], %y
+  }
+}
+)";
+
+TEST(LaunchFusion, RowsTheArgumentsDecideKeepAnInvocationsOwnColumnAndFuse) {
+  Kernel step = parse(kTimeStep);
+  HostArray x(abi::DType::kF32, {4, 7});
+  for (size_t i = 0; i < x.data.size(); ++i) {
+    x.data[i] = codegen::round_to(abi::DType::kF32, 0.1 * static_cast<double>(i));
+  }
+  expect_same({&step, &step, &step}, {{0, 1}, {0, 1}, {0, 1}}, {{0}, {1}, {2}}, {x}, 7);
+  // Its adjoint too (x_grad[f, i] and x_grad[f + 1, i]).
+  Kernel g = step;
+  g.params[1].needs_grad = true;
+  auto adj = codegen::make_adjoint(g);
+  ASSERT_TRUE(adj.ok()) << adj.status().to_string();
+  ASSERT_TRUE(codegen::fusible(*adj)) << codegen::print(*adj);
+  HostArray xg = x;
+  for (size_t i = 0; i < xg.data.size(); ++i) xg.data[i] = (i % 5) * 0.25;
+  expect_same({&*adj, &*adj, &*adj}, {{0, 1, 2}, {0, 1, 2}, {0, 1, 2}}, {{2}, {1}, {0}},
+              {x, xg}, 7);
+}
+
+TEST(LaunchFusion, AVectorsComponentsOfTheOwnElementFuseAndAnotherAxisDoesNot) {
+  // v[f + 1, i, c] = v[f, i, c] * 0.5 for both components c: a 2-vector per particle.
+  Kernel vec = parse(R"(
+kernel vstep(f: i32, v: ndarray<f32, 3>) {
+  task main parallel %i in [0, shape(v, 1)) {
+    %f = arg f : i32
+    %one = const 1 : i32
+    %g = add %f, %one : i32
+    %zero = const 0 : i32
+    %h = const 0.5 : f32
+    %a = load v[%f, %i, %zero] : f32
+    %b = load v[%f, %i, %one] : f32
+    %a2 = mul %a, %h : f32
+    %b2 = mul %b, %h : f32
+    store v[%g, %i, %zero], %a2
+    store v[%g, %i, %one], %b2
+  }
+}
+)");
+  HostArray v(abi::DType::kF32, {3, 5, 2});
+  for (size_t i = 0; i < v.data.size(); ++i) v.data[i] = static_cast<double>(i % 7);
+  expect_same({&vec, &vec}, {{0, 1}, {0, 1}}, {{0}, {1}}, {v}, 5);
+  // x[i, f] beside x[f, i]: invocation i of one meets another's element.
+  Kernel transposed = parse(R"(
+kernel tr(f: i32, x: ndarray<f32, 2>) {
+  task main parallel %i in [0, shape(x, 1)) {
+    %f = arg f : i32
+    %v = load x[%i, %f] : f32
+    store x[%i, %f], %v
+  }
+}
+)");
+  Kernel step = parse(kTimeStep);
+  std::vector<FusionLaunch> l = {{&step, {0, 1}, 0, 7}, {&transposed, {0, 1}, 0, 7}};
+  EXPECT_EQ(codegen::fusion_groups(l, 24, 32).size(), 2u);
+}
+
+TEST(LaunchFusion, ANeighboursColumnOrARowFromMemoryKeepsLaunchesApart) {
+  // x[f, i + 1]: another invocation's column.
+  Kernel shifted = parse(R"(
+kernel shifted(f: i32, x: ndarray<f32, 2>) {
+  task main parallel %i in [0, shape(x, 1)) {
+    %f = arg f : i32
+    %v = load x[%f, %i] : f32
+    %one = const 1 : i32
+    %g = add %f, %one : i32
+    %j = add %i, %one : i32
+    store x[%g, %j], %v
+  }
+}
+)");
+  // x[r[0], i]: a row read from memory is not launch-uniform.
+  Kernel loaded = parse(R"(
+kernel loaded(r: ndarray<i32, 1>, x: ndarray<f32, 2>) {
+  task main parallel %i in [0, shape(x, 1)) {
+    %zero = const 0 : i32
+    %row = load r[%zero] : i32
+    %v = load x[%zero, %i] : f32
+    store x[%row, %i], %v
+  }
+}
+)");
+  Kernel step = parse(kTimeStep);
+  for (const Kernel* k : {&shifted, &loaded}) {
+    std::vector<uint64_t> binds = k == &shifted ? std::vector<uint64_t>{0, 1}
+                                                : std::vector<uint64_t>{2, 1};
+    std::vector<FusionLaunch> l = {{&step, {0, 1}, 0, 7}, {k, binds, 0, 7}};
+    EXPECT_EQ(codegen::fusion_groups(l, 24, 32).size(), 2u) << k->name;
+  }
+}
+
+}  // namespace
+}  // namespace vkad::testing

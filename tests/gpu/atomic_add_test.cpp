@@ -1,0 +1,136 @@
+// atomic_add on the device (validation on, zero messages) against the CPU reference, with and
+// without subgroup arithmetic: where the target has it and the indices are launch-uniform the
+// emitter adds up the values of a subgroup's active invocations and issues one atomic
+// (spirv_emitter.cpp, atomic_add). Every pattern must sum as the per-invocation atomics do:
+// one element for all threads (a constant index, also under a branch only the even threads
+// take: a subgroup partly inactive), runs of consecutive threads on one element and
+// neighbours on different elements (one atomic each); ranges that do not fill their last
+// subgroup. The f32 values are small integers, so every
+// order of the additions gives the same, exact sum and the comparison can be exact.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "codegen/text.h"
+#include "gpu/kernel_harness.h"
+
+namespace vkad::testing {
+namespace {
+
+const char* kAtomicAdd =
+    R"(kernel aadd(v: ndarray<f32, 1>, iv: ndarray<i32, 1>, uv: ndarray<u32, 1>, s: ndarray<f32, 1>, is: ndarray<i32, 1>, us: ndarray<u32, 1>) {
+  task main parallel %i in [0, shape(v, 0)) {
+    %x = load v[%i] : f32
+    %ix = load iv[%i] : i32
+    %ux = load uv[%i] : u32
+    %zero = const 0 : i32
+    atomic_add s[%zero], %x
+    atomic_add is[%zero], %ix
+    %three = const 3 : i32
+    %run = div %i, %three : i32
+    %k = const 5 : i32
+    %w = mod %run, %k : i32
+    %one = const 1 : i32
+    %w1 = add %w, %one : i32
+    atomic_add s[%w1], %x
+    atomic_add us[%w], %ux
+    %eight = const 8 : i32
+    %n = mod %i, %eight : i32
+    %n6 = add %n, %w1 : i32
+    %five = const 5 : i32
+    %n7 = add %n6, %five : i32
+    atomic_add s[%n7], %x
+    %two = const 2 : i32
+    %par = mod %i, %two : i32
+    %even = eq %par, %zero : bool
+    if %even {
+      atomic_add is[%w1], %ix
+      atomic_add us[%zero], %ux
+      atomic_add s[%one], %x
+    }
+  }
+}
+)";
+
+class AtomicAddDevice : public KernelTest {};
+
+TEST_F(AtomicAddDevice, MatchesTheCpuEvaluatorForUniformDivergentAndPartlyActiveSubgroups) {
+  auto k = codegen::parse(kAtomicAdd);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  for (bool subgroup : {true, false}) {
+    codegen::Target t = runner_->target();
+    t.subgroup_arithmetic = subgroup && runner_->rt().caps().subgroup_arithmetic;
+    if (subgroup && !t.subgroup_arithmetic)
+      GTEST_LOG_(INFO) << "device has no subgroup arithmetic: per-thread path only";
+    auto c = codegen::compile(*k, t);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    for (uint32_t n : {1u, 37u, 1000u, 4099u}) {
+      HostArgs dev = make_args(
+          *k,
+          {ArgSpec::array({n}, -1000, 1000), ArgSpec::array({n}, -1000000, 1000000),
+           ArgSpec::array({n}, 0, 1000000), ArgSpec::array({18}, 0, 0),
+           ArgSpec::array({6}, 0, 0), ArgSpec::array({5}, 0, 0)},
+          n);
+      for (double& x : dev.arrays[0].data) x = std::round(x);  // exact sums in any order
+      HostArgs cpu = dev;
+      Status st = runner_->run_compiled(*c, dev);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      auto view = cpu.view();
+      auto r = codegen::evaluate(*k, view);
+      ASSERT_TRUE(r.ok());
+      ASSERT_EQ(r->error_flags, std::vector<uint32_t>{0u});
+      for (int a : {3, 4, 5}) {
+        EXPECT_EQ(compare_arrays_exact(dev.arrays[a], cpu.arrays[a]), "")
+            << "array " << a << " n " << n << " subgroup " << subgroup;
+      }
+    }
+  }
+}
+
+// Whether the module uses OpGroupNonUniformFAdd / IAdd.
+std::pair<bool, bool> group_adds(const std::vector<uint32_t>& words) {
+  bool fadd = false, iadd = false;
+  for (size_t i = 5; i < words.size() && (words[i] >> 16) != 0; i += words[i] >> 16) {
+    const uint32_t opcode = words[i] & 0xffff;
+    fadd = fadd || opcode == 350;  // OpGroupNonUniformFAdd
+    iadd = iadd || opcode == 349;  // OpGroupNonUniformIAdd
+  }
+  return {fadd, iadd};
+}
+
+TEST(AtomicAddSpirv, AScatterToIndicesThatVaryKeepsOneAtomicPerInvocation) {
+  auto k = codegen::parse(R"(kernel scatter(v: ndarray<f32, 1>, s: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(v, 0)) {
+    %x = load v[%i] : f32
+    %three = const 3 : i32
+    %w = div %i, %three : i32
+    atomic_add s[%w], %x
+  }
+}
+)");
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  codegen::Target t;
+  t.subgroup_arithmetic = true;
+  t.atomic_float32_add = true;
+  auto c = codegen::compile(*k, t);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(group_adds(c->tasks[0].spirv), std::make_pair(false, false));
+}
+
+TEST(AtomicAddSpirv, CombinesOverTheSubgroupOnlyWhereTheTargetHasSubgroupArithmetic) {
+  auto k = codegen::parse(kAtomicAdd);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  for (bool subgroup : {true, false}) {
+    codegen::Target t;
+    t.subgroup_arithmetic = subgroup;
+    t.atomic_float32_add = true;
+    auto c = codegen::compile(*k, t);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    const auto [fadd, iadd] = group_adds(c->tasks[0].spirv);
+    EXPECT_EQ(fadd, subgroup);
+    EXPECT_EQ(iadd, subgroup);
+  }
+}
+
+}  // namespace
+}  // namespace vkad::testing
