@@ -460,6 +460,22 @@ Status Device::save_pipeline_cache() {
   if (pipeline_cache_dir_.empty() || pipeline_cache_ == VK_NULL_HANDLE || pipelines_unsaved_ == 0) {
     return {};
   }
+  // Another process may have saved since this one loaded: merge what the file holds now, so the
+  // rename below does not drop its pipelines (two writers racing still leave one whole file).
+  CacheFile current = read_cache_file(pipeline_cache_dir_, pipeline_cache_file_name(properties_),
+                                      CacheKind::kPipelineCache, pipeline_cache_key(properties_));
+  if (current.outcome == CacheRead::kHit &&
+      pipeline_cache_header_matches(current.payload, properties_)) {
+    VkPipelineCacheCreateInfo info{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+    info.initialDataSize = current.payload.size();
+    info.pInitialData = current.payload.data();
+    VkPipelineCache other = VK_NULL_HANDLE;
+    if (fn_->vkCreatePipelineCache(device_, &info, nullptr, &other) == VK_SUCCESS) {
+      // Best effort: a failed merge keeps this process's pipelines alone.
+      (void)fn_->vkMergePipelineCaches(device_, pipeline_cache_, 1, &other);
+      fn_->vkDestroyPipelineCache(device_, other, nullptr);
+    }
+  }
   size_t size = 0;
   VKAD_TRY(vk("vkGetPipelineCacheData", [&] {
     return fn_->vkGetPipelineCacheData(device_, pipeline_cache_, &size, nullptr);
@@ -469,8 +485,13 @@ Status Device::save_pipeline_cache() {
     return fn_->vkGetPipelineCacheData(device_, pipeline_cache_, &size, data.data());
   }));
   data.resize(size);
-  // Data a driver would not recognise as its own is not worth keeping.
-  if (!pipeline_cache_header_matches(data, properties_)) return {};
+  // Data a driver would not recognise as its own is not worth keeping; data the file already
+  // holds (every pipeline came from it) is not written again.
+  if (!pipeline_cache_header_matches(data, properties_) ||
+      (current.outcome == CacheRead::kHit && current.payload == data)) {
+    pipelines_unsaved_ = 0;
+    return {};
+  }
   VKAD_TRY(write_cache_file(pipeline_cache_dir_, pipeline_cache_file_name(properties_),
                             CacheKind::kPipelineCache, pipeline_cache_key(properties_), data));
   pipelines_unsaved_ = 0;

@@ -247,8 +247,9 @@ class Device final : public ValidationSink {
   VkPipelineCache pipeline_cache() const { return pipeline_cache_; }
   const PipelineCacheLoad& pipeline_cache_load() const { return pipeline_cache_load_; }
   // Writes the driver's cache data to the directory (atomically; see base/cache_file.h) if
-  // pipelines were created since it was loaded or last saved; ok and nothing written without a
-  // directory. The destructor calls it (and logs a failure as a warning). kInternal naming
+  // pipelines were created since it was loaded or last saved, after merging in what the file
+  // holds now (vkMergePipelineCaches: another process may have saved meanwhile); nothing is
+  // written when the result equals the file, or without a directory. The destructor calls it (and logs a failure as a warning). kInternal naming
   // the file on an I/O error, kVulkan if the driver does not hand out its data.
   Status save_pipeline_cache();
   VkDevice handle() const { return device_; }
