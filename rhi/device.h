@@ -249,8 +249,9 @@ class Device final : public ValidationSink {
   // Writes the driver's cache data to the directory (atomically; see base/cache_file.h) if
   // pipelines were created since it was loaded or last saved, after merging in what the file
   // holds now (vkMergePipelineCaches: another process may have saved meanwhile); nothing is
-  // written when the result equals the file, or without a directory. The destructor calls it (and logs a failure as a warning). kInternal naming
-  // the file on an I/O error, kVulkan if the driver does not hand out its data.
+  // written when the result equals the file, or without a directory. The destructor calls it (and
+  // logs a failure as a warning). kInternal naming the file on an I/O error, kVulkan if the driver
+  // does not hand out its data.
   Status save_pipeline_cache();
   VkDevice handle() const { return device_; }
   VkPhysicalDevice physical_device() const { return physical_; }
