@@ -91,6 +91,9 @@ class Session(_vkad.Session):
     VKAD_VALIDATION=1). retirement_depth: submissions in flight before the host waits.
     spare_memory_blocks: empty 64 MiB device-memory blocks kept per memory type after their
     last array is freed (0 gives every empty block back at once).
+    cache_dir: the on-disk kernel and pipeline caches (README, "Caches on disk"): None =
+    automatic (VKAD_CACHE=0 off, else VKAD_CACHE_DIR, else $XDG_CACHE_HOME/vkad, else
+    ~/.cache/vkad), "" = off, else that directory.
 
     launch(kernel, *args) is asynchronous: ndarrays for array parameters, Python (or numpy)
     numbers converted to each scalar parameter's dtype. Blocking points: NdArray.numpy(),
@@ -100,9 +103,6 @@ class Session(_vkad.Session):
     def __init__(self, device: Union[None, int, str] = None, validation: bool = False,
                  retirement_depth: int = 3, spare_memory_blocks: int = 1,
                  cache_dir: Optional[str] = None):
-        # cache_dir: the on-disk kernel and pipeline caches (README, "Caches on disk"); None =
-        # automatic (VKAD_CACHE=0 off, else VKAD_CACHE_DIR, else $XDG_CACHE_HOME/vkad, else
-        # ~/.cache/vkad), "" = off.
         super().__init__(device, validation, retirement_depth, spare_memory_blocks, cache_dir)
         self._recording: Optional[Tape] = None
 
