@@ -57,6 +57,12 @@ Status validate_spirv_once(const std::vector<uint32_t>& words) {
   return validate_spirv(words);
 }
 
+void note_validated(const std::vector<uint32_t>& words) {
+  std::lock_guard<std::mutex> lock(g_validated_mu);
+  if (g_validated.size() >= kValidatedCap) g_validated.clear();
+  g_validated.insert(module_key(words));
+}
+
 Status validate_spirv(const std::vector<uint32_t>& words) {
   std::string log;
   spvtools::SpirvTools tools(kEnv);

@@ -20,6 +20,10 @@ Status validate_spirv(const std::vector<uint32_t>& words);
 // Like validate_spirv, but a module that already passed in this process is not validated again
 // (register_kernel uses it, so a module compile() produced is validated once).
 Status validate_spirv_once(const std::vector<uint32_t>& words);
+// Records `words` as validated without running the validator: for modules that passed
+// validate_spirv in an earlier process and were read back intact (codegen::CompileCache's disk
+// layer checks a checksum over them and a key naming this build's compiler).
+void note_validated(const std::vector<uint32_t>& words);
 std::string disassemble_spirv(const std::vector<uint32_t>& words);
 
 }  // namespace vkad::abi
@@ -28,6 +32,7 @@ std::string disassemble_spirv(const std::vector<uint32_t>& words);
 namespace vkad::codegen {
 using abi::assemble_spirv;
 using abi::disassemble_spirv;
+using abi::note_validated;
 using abi::validate_spirv;
 using abi::validate_spirv_once;
 }  // namespace vkad::codegen

@@ -38,6 +38,7 @@ Result<std::unique_ptr<Session>> Session::create(const SessionOptions& options) 
   ro.device.enable_validation = options.validation;
   ro.retirement_depth = options.retirement_depth;
   ro.device.spare_blocks_per_memory_type = options.spare_memory_blocks;
+  ro.cache_dir = options.cache_dir;
   VKAD_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, create(ro, options.compile));
   s->fuse_graph_launches_ = s->fuse_graph_launches_ && options.fuse_graph_launches;
   s->schedule_graph_launches_ = s->schedule_graph_launches_ && options.schedule_graph_launches;
@@ -56,6 +57,7 @@ Result<std::unique_ptr<Session>> Session::create(const runtime::RuntimeOptions& 
   const char* schedule = std::getenv("VKAD_GRAPH_SCHEDULE");  // the same, for scheduling
   s->schedule_graph_launches_ = schedule == nullptr || std::string(schedule) != "0";
   s->target_ = codegen::target_from_caps(rt->caps());
+  s->compile_cache_.set_disk_dir(rt->cache_dir());
   s->rt_ = std::move(rt);
   return s;
 }
@@ -307,6 +309,11 @@ Result<SessionStats> Session::stats() const {
   s.vulkan_objects_created = r.live.created;
   s.kernels_compiled = compile_cache_.misses();
   s.compile_cache_hits = compile_cache_.hits();
+  const codegen::CompileCache::DiskCounters disk = compile_cache_.disk();
+  s.disk_cache_hits = disk.hits;
+  s.disk_cache_misses = disk.misses;
+  s.disk_cache_rebuilt = disk.rebuilt;
+  s.pipeline_cache_loaded = r.pipeline_cache_loaded;
   return s;
 }
 

@@ -70,6 +70,10 @@ struct SessionOptions {
   // ones at end_capture (Session::begin_capture, "Graph scheduling"); VKAD_GRAPH_SCHEDULE=0 in
   // the environment turns it off for every session.
   bool schedule_graph_launches = true;
+  // The on-disk caches (compiled kernels and the driver's pipeline cache; README, "Caches on
+  // disk"): nullopt = automatic (VKAD_CACHE=0 turns them off, else VKAD_CACHE_DIR, else
+  // $XDG_CACHE_HOME/vkad, else ~/.cache/vkad); "" = off; else that directory.
+  std::optional<std::string> cache_dir;
 };
 
 // A snapshot of what a session holds and has done.
@@ -89,6 +93,14 @@ struct SessionStats {
   // same kernel text compiled again: no emission, no validation).
   uint64_t kernels_compiled = 0;
   uint64_t compile_cache_hits = 0;
+  // The on-disk kernel cache (SessionOptions::cache_dir): kernels read from it instead of
+  // compiled, kernels it did not have (compiled and written), and of those the files found
+  // corrupt or stale (rebuilt); 0 when it is off.
+  uint64_t disk_cache_hits = 0;
+  uint64_t disk_cache_misses = 0;
+  uint64_t disk_cache_rebuilt = 0;
+  // The driver's pipeline cache was read from disk when the session started.
+  bool pipeline_cache_loaded = false;
 };
 
 // One differentiated parameter: forward parameter `param` (an ndarray marked grad) has its

@@ -279,6 +279,7 @@ vkad_status* vkad_session_create(const vkad_session_options* options, vkad_sessi
     x.enabled.push_descriptor = f.push_descriptor != 0;
     ro.device.external = x;
   }
+  if (o.cache_dir != nullptr) ro.cache_dir = std::string(o.cache_dir);
   vkad::codegen::CompileOptions co;
   co.optimize = o.optimize != 0;
   auto s = vkad::Session::create(ro, co);
@@ -574,6 +575,12 @@ vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out) {
   full.memory_used_bytes = st.memory_used_bytes;
   full.adstack_heap_bytes = st.adstack_heap_bytes;
   full.vulkan_objects_created = st.vulkan_objects_created;
+  full.kernels_compiled = st.kernels_compiled;
+  full.compile_cache_hits = st.compile_cache_hits;
+  full.disk_cache_hits = st.disk_cache_hits;
+  full.disk_cache_misses = st.disk_cache_misses;
+  full.disk_cache_rebuilt = st.disk_cache_rebuilt;
+  full.pipeline_cache_loaded = st.pipeline_cache_loaded ? 1 : 0;
   return write_versioned("vkad_session_stats", full, out);
 }
 

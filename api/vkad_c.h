@@ -36,12 +36,24 @@
 extern "C" {
 #endif
 
-/* Version of the library: major << 22 | minor << 12 | patch (Vulkan's encoding). */
-#define VKAD_C_API_VERSION_MAJOR 0
-#define VKAD_C_API_VERSION_MINOR 2
-#define VKAD_C_API_VERSION_PATCH 0
-uint32_t vkad_version(void);
-const char* vkad_version_string(void);
+/* Marks the functions the shared library libvkad_c exports: it is built with hidden
+ * visibility, so these are its only symbols (ELF; the attribute changes nothing for callers or
+ * for the static library). */
+#if defined(__GNUC__) || defined(__clang__)
+#define VKAD_C_API __attribute__((visibility("default")))
+#else
+#define VKAD_C_API
+#endif
+
+/* Version of the library: major << 22 | minor << 12 | patch (Vulkan's encoding). The numbers
+ * come from the file VERSION at the top of the source tree, through the generated
+ * vkad_version.h (as do CMake's project version and the Python package's). */
+#include "vkad_version.h"
+#define VKAD_C_API_VERSION_MAJOR VKAD_VERSION_MAJOR
+#define VKAD_C_API_VERSION_MINOR VKAD_VERSION_MINOR
+#define VKAD_C_API_VERSION_PATCH VKAD_VERSION_PATCH
+VKAD_C_API uint32_t vkad_version(void);
+VKAD_C_API const char* vkad_version_string(void);
 
 /* Error codes (the values of vkad::ErrorCode). */
 typedef enum vkad_code {
@@ -62,15 +74,15 @@ typedef enum vkad_code {
 
 typedef struct vkad_status vkad_status;
 /* The error's code (VKAD_OK for NULL) and message ("" for NULL); valid until vkad_status_free. */
-vkad_code vkad_status_code(const vkad_status* status);
-const char* vkad_status_message(const vkad_status* status);
-void vkad_status_free(vkad_status* status); /* NULL is fine */
+VKAD_C_API vkad_code vkad_status_code(const vkad_status* status);
+VKAD_C_API const char* vkad_status_message(const vkad_status* status);
+VKAD_C_API void vkad_status_free(vkad_status* status); /* NULL is fine */
 
 /* The log callback: level 0 debug, 1 info, 2 warning, 3 error. Called from any thread (validation
  * messages arrive on the thread that made the Vulkan call); must be thread-safe. `message` is
  * valid during the call only. Process-wide; NULL drops every message. */
 typedef void (*vkad_log_callback)(int level, const char* message, void* user);
-void vkad_set_log_callback(vkad_log_callback callback, void* user);
+VKAD_C_API void vkad_set_log_callback(vkad_log_callback callback, void* user);
 
 typedef enum vkad_dtype {
   VKAD_F32 = 0,
@@ -122,17 +134,22 @@ typedef struct vkad_session_options {
    * (so a free / allocate cycle does not go back to the driver): 0 = the default (1), -1 =
    * none (every empty block is given back at once), n > 0 = n. */
   int32_t spare_memory_blocks;
+  /* The on-disk caches of compiled kernels and driver pipelines (README, "Caches on disk"):
+   * NULL = automatic (VKAD_CACHE=0 turns them off, else VKAD_CACHE_DIR, else
+   * $XDG_CACHE_HOME/vkad, else ~/.cache/vkad); "" = off; else that directory. */
+  const char* cache_dir;
 } vkad_session_options;
 
 /* options may be NULL (all defaults). VKAD_NO_DEVICE when there is no usable Vulkan device. */
-vkad_status* vkad_session_create(const vkad_session_options* options, vkad_session** out);
+VKAD_C_API vkad_status* vkad_session_create(const vkad_session_options* options,
+                                            vkad_session** out);
 /* Blocks until this session's submissions are done, then frees everything. NULL is fine. */
-void vkad_session_destroy(vkad_session* session);
+VKAD_C_API void vkad_session_destroy(vkad_session* session);
 /* The device's name; valid while the session lives. */
-const char* vkad_session_device_name(const vkad_session* session);
+VKAD_C_API const char* vkad_session_device_name(const vkad_session* session);
 
 /* Kernels from the IR text form (docs/reference.md). Parse errors name line and column. */
-vkad_status* vkad_compile(vkad_session* session, const char* ir_text, vkad_kernel* out);
+VKAD_C_API vkad_status* vkad_compile(vkad_session* session, const char* ir_text, vkad_kernel* out);
 
 /* One differentiated parameter: forward parameter `param` has its gradient in adjoint
  * parameter `grad_param`. */
@@ -154,25 +171,27 @@ typedef struct vkad_differentiated {
 /* Builds the adjoint of the kernel in `ir_text`, compiles and registers both. `out->struct_size`
  * must be set by the caller. VKAD_INVALID_ARGUMENT when no parameter is marked grad, or more
  * than VKAD_MAX_GRADIENTS are. */
-vkad_status* vkad_differentiate(vkad_session* session, const char* ir_text,
-                                vkad_differentiated* out);
-vkad_status* vkad_kernel_release(vkad_session* session, vkad_kernel kernel);
+VKAD_C_API vkad_status* vkad_differentiate(vkad_session* session, const char* ir_text,
+                                           vkad_differentiated* out);
+VKAD_C_API vkad_status* vkad_kernel_release(vkad_session* session, vkad_kernel kernel);
 
 /* ndarrays: rank 1..8, every extent > 0. */
-vkad_status* vkad_ndarray_create(vkad_session* session, vkad_dtype dtype, uint32_t rank,
-                                 const uint32_t* shape, const char* name, vkad_ndarray* out);
-vkad_status* vkad_ndarray_free(vkad_session* session, vkad_ndarray array);
+VKAD_C_API vkad_status* vkad_ndarray_create(vkad_session* session, vkad_dtype dtype, uint32_t rank,
+                                            const uint32_t* shape, const char* name,
+                                            vkad_ndarray* out);
+VKAD_C_API vkad_status* vkad_ndarray_free(vkad_session* session, vkad_ndarray array);
 /* Recorded on the device, ordered with launches; no wait. fill converts `value` to the
  * array's dtype (integers truncate toward zero; bool takes 0 or 1) and fails with
  * VKAD_INVALID_ARGUMENT, changing nothing, for a value the dtype cannot hold (1e20 into i32,
  * -1 into u32, 1e300 into f32, NaN into an integer). */
-vkad_status* vkad_ndarray_zero(vkad_session* session, vkad_ndarray array);
-vkad_status* vkad_ndarray_fill(vkad_session* session, vkad_ndarray array, double value);
+VKAD_C_API vkad_status* vkad_ndarray_zero(vkad_session* session, vkad_ndarray array);
+VKAD_C_API vkad_status* vkad_ndarray_fill(vkad_session* session, vkad_ndarray array, double value);
 /* `bytes` must equal the array's size. upload copies `data` before it returns (no wait). */
-vkad_status* vkad_upload(vkad_session* session, vkad_ndarray array, const void* data,
-                         uint64_t bytes);
+VKAD_C_API vkad_status* vkad_upload(vkad_session* session, vkad_ndarray array, const void* data,
+                                    uint64_t bytes);
 /* BLOCKS until the array's last writer has finished. */
-vkad_status* vkad_download(vkad_session* session, vkad_ndarray array, void* out, uint64_t bytes);
+VKAD_C_API vkad_status* vkad_download(vkad_session* session, vkad_ndarray array, void* out,
+                                      uint64_t bytes);
 
 /* A launch argument: a scalar of `dtype`, or an ndarray. Build them with the helpers below. */
 typedef struct vkad_arg {
@@ -206,17 +225,17 @@ static inline vkad_arg vkad_arg_ndarray(vkad_ndarray h) {
 
 /* Asynchronous: validates and records. launch_id (may be NULL) receives the launch's sequence
  * number, which device errors name. */
-vkad_status* vkad_launch(vkad_session* session, vkad_kernel kernel, const vkad_arg* args,
-                         uint32_t arg_count, uint64_t* launch_id);
+VKAD_C_API vkad_status* vkad_launch(vkad_session* session, vkad_kernel kernel, const vkad_arg* args,
+                                    uint32_t arg_count, uint64_t* launch_id);
 /* BLOCKS while it makes the pipelines vkad_launch with these arguments would use (the
  * specialized adstack variants, otherwise made inside the first such launch: tens of ms on
  * NVIDIA); launches nothing. Errors as vkad_launch's. Call it before a hot loop. */
-vkad_status* vkad_prepare(vkad_session* session, vkad_kernel kernel, const vkad_arg* args,
-                          uint32_t arg_count);
+VKAD_C_API vkad_status* vkad_prepare(vkad_session* session, vkad_kernel kernel,
+                                     const vkad_arg* args, uint32_t arg_count);
 /* Submits what was recorded; no wait. */
-vkad_status* vkad_flush(vkad_session* session);
+VKAD_C_API vkad_status* vkad_flush(vkad_session* session);
 /* BLOCKS until everything this session submitted has finished; reports device errors. */
-vkad_status* vkad_synchronize(vkad_session* session);
+VKAD_C_API vkad_status* vkad_synchronize(vkad_session* session);
 
 /* Captured launch sequences: launches (vkad_launch, vkad_tape_launch, vkad_tape_backward,
  * zero / fill) between vkad_begin_capture and vkad_end_capture are checked and planned but
@@ -232,11 +251,13 @@ typedef struct vkad_graph_update {
   uint32_t param;
   vkad_arg value;
 } vkad_graph_update;
-vkad_status* vkad_begin_capture(vkad_session* session, const char* name /* NULL: "graph" */);
-vkad_status* vkad_end_capture(vkad_session* session, vkad_graph* out);
-vkad_status* vkad_replay(vkad_session* session, vkad_graph graph, const vkad_graph_update* updates,
-                         uint32_t update_count, uint64_t* first_launch_id);
-vkad_status* vkad_graph_release(vkad_session* session, vkad_graph graph);
+VKAD_C_API vkad_status* vkad_begin_capture(vkad_session* session,
+                                           const char* name /* NULL: "graph" */);
+VKAD_C_API vkad_status* vkad_end_capture(vkad_session* session, vkad_graph* out);
+VKAD_C_API vkad_status* vkad_replay(vkad_session* session, vkad_graph graph,
+                                    const vkad_graph_update* updates, uint32_t update_count,
+                                    uint64_t* first_launch_id);
+VKAD_C_API vkad_status* vkad_graph_release(vkad_session* session, vkad_graph graph);
 
 /* Tapes (api/tape.h): a tape launches and records forwards of differentiated kernels, and
  * vkad_tape_backward zeroes their gradients (one barrier pair for all), seeds, and launches
@@ -248,8 +269,8 @@ vkad_status* vkad_graph_release(vkad_session* session, vkad_graph graph);
  * for a dead session). A recorded launch keeps its arrays' handles, not copies: keep them alive
  * and unchanged until backward (README.md, "Tapes and memory"). */
 typedef struct vkad_tape vkad_tape;
-vkad_status* vkad_tape_create(vkad_session* session, vkad_tape** out);
-void vkad_tape_destroy(vkad_tape* tape); /* NULL is fine */
+VKAD_C_API vkad_status* vkad_tape_create(vkad_session* session, vkad_tape** out);
+VKAD_C_API void vkad_tape_destroy(vkad_tape* tape); /* NULL is fine */
 /* Launches d->forward with the arguments (as vkad_launch: asynchronous, launch_id may be NULL)
  * and records it. `d` is what vkad_differentiate wrote (its struct_size set). Fails, recording
  * and launching nothing, when arg_count is not d->forward_params, when a differentiated
@@ -257,8 +278,9 @@ void vkad_tape_destroy(vkad_tape* tape); /* NULL is fine */
  * would overwrite what an earlier launch of the recording read or wrote through a differentiated
  * parameter (VKAD_INVALID_ARGUMENT naming both launches, the array and the row: backward would
  * give wrong gradients; api/tape_hazards.h), or as vkad_launch fails. */
-vkad_status* vkad_tape_launch(vkad_tape* tape, const vkad_differentiated* d, const vkad_arg* args,
-                              uint32_t arg_count, uint64_t* launch_id);
+VKAD_C_API vkad_status* vkad_tape_launch(vkad_tape* tape, const vkad_differentiated* d,
+                                         const vkad_arg* args, uint32_t arg_count,
+                                         uint64_t* launch_id);
 /* d(objective)/d(array) for one output: `value` for every element, or when `data` is not NULL,
  * `bytes` of host data (exactly the array's size; copied before the call returns). */
 typedef struct vkad_seed {
@@ -271,30 +293,37 @@ typedef struct vkad_seed {
  * VKAD_INVALID_ARGUMENT, nothing recorded, when nothing was recorded since the last reset, a
  * seed's array is not a differentiated argument of any recorded launch, or its data has the
  * wrong size. seeds may be NULL when count is 0. */
-vkad_status* vkad_tape_backward(vkad_tape* tape, const vkad_seed* seeds, uint32_t count);
+VKAD_C_API vkad_status* vkad_tape_backward(vkad_tape* tape, const vkad_seed* seeds, uint32_t count);
 /* The gradient array of `array` (the tape's, or the one given to vkad_tape_set_grad).
  * VKAD_INVALID_ARGUMENT when the tape holds none for it. */
-vkad_status* vkad_tape_grad(const vkad_tape* tape, vkad_ndarray array, vkad_ndarray* out);
+VKAD_C_API vkad_status* vkad_tape_grad(const vkad_tape* tape, vkad_ndarray array,
+                                       vkad_ndarray* out);
 /* Makes `grad` (the caller's; never freed by the tape) the gradient of `array`: same dtype and
  * shape, or VKAD_INVALID_ARGUMENT. */
-vkad_status* vkad_tape_set_grad(vkad_tape* tape, vkad_ndarray array, vkad_ndarray grad);
+VKAD_C_API vkad_status* vkad_tape_set_grad(vkad_tape* tape, vkad_ndarray array, vkad_ndarray grad);
 /* Forgets the recorded launches; keeps the gradients (except those of freed arrays). */
-vkad_status* vkad_tape_reset(vkad_tape* tape);
+VKAD_C_API vkad_status* vkad_tape_reset(vkad_tape* tape);
 /* Checkpointing across launches (vkad::Tape::set_checkpoint_every, api/tape.h): the recording
  * may reuse state arrays; the tape copies what each segment of `launches_per_segment` launches
  * overwrites and, in backward, launches each segment's forward again. 0 turns it off. An error
  * (VKAD_FAILED_PRECONDITION) while launches are recorded: set it before a recording or after
  * vkad_tape_reset. */
-vkad_status* vkad_tape_set_checkpoint(vkad_tape* tape, uint32_t launches_per_segment);
+VKAD_C_API vkad_status* vkad_tape_set_checkpoint(vkad_tape* tape, uint32_t launches_per_segment);
 
 typedef struct vkad_stats {
   uint32_t struct_size;
   uint64_t launches, flushes, forced_waits, ndarrays, kernels_cached;
   uint64_t memory_block_bytes, memory_used_bytes, adstack_heap_bytes;
   uint64_t vulkan_objects_created; /* constant over a steady-state training loop */
+  /* Kernels compiled, and compiles answered from the session's memory; kernels read from the
+   * on-disk cache, compiled because it had no usable file, and of those rebuilt over a corrupt
+   * or stale file; 1 if the driver's pipeline cache was read from disk at creation. */
+  uint64_t kernels_compiled, compile_cache_hits;
+  uint64_t disk_cache_hits, disk_cache_misses, disk_cache_rebuilt;
+  uint64_t pipeline_cache_loaded;
 } vkad_stats;
 /* Fails (VKAD_FAILED_PRECONDITION) while another thread is inside the session. */
-vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out);
+VKAD_C_API vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out);
 
 #ifdef __cplusplus
 } /* extern "C" */

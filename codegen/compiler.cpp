@@ -1,9 +1,15 @@
 #include "codegen/compiler.h"
 
+#include <spirv-tools/libspirv.h>
+
 #include <algorithm>
+#include <cstring>
+#include <optional>
 #include <spirv-tools/optimizer.hpp>
 
+#include "abi/compiled_kernel_io.h"
 #include "abi/spirv_tools.h"
+#include "base/cache_file.h"
 #include "codegen/launch_spec.h"
 #include "codegen/loop_passes.h"
 #include "codegen/spirv_emitter.h"
@@ -139,11 +145,8 @@ Result<abi::CompiledKernel> compile(const Kernel& k, const Target& target,
   return out;
 }
 
-Result<std::shared_ptr<const abi::CompiledKernel>> CompileCache::compile(
-    const Kernel& k, const Target& target, const CompileOptions& o) {
-  // The text form is the kernel's content; target and options change the code too. print()
-  // recurses, so the nesting limit is checked first (compile() verifies the rest).
-  VKAD_TRY(check_nesting(k));
+std::string compile_key(const Kernel& k, const Target& target, const CompileOptions& o) {
+  // The text form is the kernel's content; target and options change the code too.
   std::string key = print(k);
   key += "|" + target.device_name + (target.float64 ? "d" : "") + (target.int64 ? "l" : "") +
          (target.atomic_float32_add ? "a" : "") + (target.atomic_float64_add ? "A" : "") +
@@ -153,6 +156,47 @@ Result<std::shared_ptr<const abi::CompiledKernel>> CompileCache::compile(
          (o.optimize ? "O" : "") + (o.native_float_atomics ? "N" : "") +
          (o.bounds_checks ? "B" : "") + std::to_string(o.default_local_size) + "u" +
          std::to_string(o.unroll);
+  key += "|vkad-compiler ";
+  key += compiler_fingerprint();
+  key += " spirv-tools ";
+  key += spvSoftwareVersionString();
+  return key;
+}
+
+namespace {
+
+// The disk layer's payload: the whole key (so a 64-bit hash match of the file name and header
+// is never taken as proof), then the serialized kernel.
+std::string disk_payload(const std::string& key, const std::string& kernel) {
+  std::string p;
+  const uint64_t n = key.size();
+  p.append(reinterpret_cast<const char*>(&n), sizeof n);
+  p += key;
+  p += kernel;
+  return p;
+}
+
+// The kernel in `payload` if it was written for `key`.
+std::optional<abi::CompiledKernel> from_disk_payload(const std::string& key,
+                                                     std::string_view payload) {
+  uint64_t n = 0;
+  if (payload.size() < sizeof n) return std::nullopt;
+  std::memcpy(&n, payload.data(), sizeof n);
+  payload.remove_prefix(sizeof n);
+  if (n != key.size() || payload.substr(0, n) != key) return std::nullopt;
+  Result<abi::CompiledKernel> k = abi::deserialize_compiled_kernel(payload.substr(n));
+  if (!k.ok()) return std::nullopt;
+  return std::move(k).value();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const abi::CompiledKernel>> CompileCache::compile(const Kernel& k,
+                                                                         const Target& target,
+                                                                         const CompileOptions& o) {
+  // print() recurses, so the nesting limit is checked first (compile() verifies the rest).
+  VKAD_TRY(check_nesting(k));
+  std::string key = compile_key(k, target, o);
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(key);
@@ -161,11 +205,43 @@ Result<std::shared_ptr<const abi::CompiledKernel>> CompileCache::compile(
       return it->second;
     }
   }
+  const std::string file = disk_dir_.empty() ? "" : cache_file_name("kernel", key);
+  bool rebuilt = false;
+  if (!disk_dir_.empty()) {
+    CacheFile f = read_cache_file(disk_dir_, file, CacheKind::kCompiledKernel, key);
+    if (f.outcome == CacheRead::kHit) {
+      if (std::optional<abi::CompiledKernel> ck = from_disk_payload(key, f.payload)) {
+        for (const abi::CompiledTask& t : ck->tasks) abi::note_validated(t.spirv);
+        auto ptr = std::make_shared<const abi::CompiledKernel>(std::move(*ck));
+        std::lock_guard<std::mutex> lock(mu_);
+        ++disk_.hits;
+        return entries_.emplace(std::move(key), ptr).first->second;
+      }
+    }
+    rebuilt = f.outcome != CacheRead::kMissing;
+  }
   VKAD_ASSIGN_OR_RETURN(abi::CompiledKernel ck, codegen::compile(k, target, o));
+  bool write_failed = false;
+  if (!disk_dir_.empty()) {
+    Result<std::string> bytes = abi::serialize_compiled_kernel(ck);
+    write_failed = !bytes.ok() || !write_cache_file(disk_dir_, file, CacheKind::kCompiledKernel,
+                                                    key, disk_payload(key, *bytes))
+                                       .ok();
+  }
   auto ptr = std::make_shared<const abi::CompiledKernel>(std::move(ck));
   std::lock_guard<std::mutex> lock(mu_);
   ++misses_;
+  if (!disk_dir_.empty()) {
+    ++disk_.misses;
+    disk_.rebuilt += rebuilt;
+    disk_.write_errors += write_failed;
+  }
   return entries_.emplace(std::move(key), ptr).first->second;
+}
+
+CompileCache::DiskCounters CompileCache::disk() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return disk_;
 }
 
 uint64_t CompileCache::hits() const {

@@ -7,6 +7,10 @@
 #include <cstring>
 #include <sstream>
 
+#include "base/cache_file.h"
+#include "base/log.h"
+#include "rhi/pipeline_cache_file.h"
+
 namespace vkad::rhi {
 
 namespace {
@@ -409,10 +413,98 @@ Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
   dev->allocator_ = std::make_unique<MemoryAllocator>(*dev, options.memory_block_bytes,
                                                       options.memory_limit_bytes,
                                                       options.spare_blocks_per_memory_type);
+  dev->properties_ = facts.properties;
+  VKAD_TRY(dev->create_pipeline_cache(options.pipeline_cache_dir));
   return dev;
 }
 
+Status Device::create_pipeline_cache(const std::string& dir) {
+  pipeline_cache_dir_ = dir;
+  std::string data;
+  if (!dir.empty()) {
+    CacheFile f = read_cache_file(dir, pipeline_cache_file_name(properties_),
+                                  CacheKind::kPipelineCache, pipeline_cache_key(properties_));
+    pipeline_cache_load_.outcome = cache_read_name(f.outcome);
+    if (f.outcome == CacheRead::kHit) {
+      if (pipeline_cache_header_matches(f.payload, properties_)) {
+        data = std::move(f.payload);
+      } else {
+        pipeline_cache_load_.outcome = "stale";
+      }
+    }
+  }
+  VkPipelineCacheCreateInfo info{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+  info.initialDataSize = data.size();
+  info.pInitialData = data.empty() ? nullptr : data.data();
+  Status s = vk("vkCreatePipelineCache", [&] {
+    return fn_->vkCreatePipelineCache(device_, &info, nullptr, &pipeline_cache_);
+  });
+  if (!s.ok() && !data.empty()) {
+    // A driver may refuse data it cannot use: start empty instead.
+    pipeline_cache_load_.outcome = "stale";
+    data.clear();
+    info.initialDataSize = 0;
+    info.pInitialData = nullptr;
+    s = vk("vkCreatePipelineCache",
+           [&] { return fn_->vkCreatePipelineCache(device_, &info, nullptr, &pipeline_cache_); });
+  }
+  VKAD_TRY(s);
+  pipeline_cache_load_.loaded = !data.empty();
+  pipeline_cache_load_.bytes = data.size();
+  set_name(VK_OBJECT_TYPE_PIPELINE_CACHE, reinterpret_cast<uint64_t>(pipeline_cache_),
+           "vkad pipeline cache");
+  return {};
+}
+
+Status Device::save_pipeline_cache() {
+  if (pipeline_cache_dir_.empty() || pipeline_cache_ == VK_NULL_HANDLE || pipelines_unsaved_ == 0) {
+    return {};
+  }
+  // Another process may have saved since this one loaded: merge what the file holds now, so the
+  // rename below does not drop its pipelines (two writers racing still leave one whole file).
+  CacheFile current = read_cache_file(pipeline_cache_dir_, pipeline_cache_file_name(properties_),
+                                      CacheKind::kPipelineCache, pipeline_cache_key(properties_));
+  if (current.outcome == CacheRead::kHit &&
+      pipeline_cache_header_matches(current.payload, properties_)) {
+    VkPipelineCacheCreateInfo info{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+    info.initialDataSize = current.payload.size();
+    info.pInitialData = current.payload.data();
+    VkPipelineCache other = VK_NULL_HANDLE;
+    if (fn_->vkCreatePipelineCache(device_, &info, nullptr, &other) == VK_SUCCESS) {
+      // Best effort: a failed merge keeps this process's pipelines alone.
+      (void)fn_->vkMergePipelineCaches(device_, pipeline_cache_, 1, &other);
+      fn_->vkDestroyPipelineCache(device_, other, nullptr);
+    }
+  }
+  size_t size = 0;
+  VKAD_TRY(vk("vkGetPipelineCacheData", [&] {
+    return fn_->vkGetPipelineCacheData(device_, pipeline_cache_, &size, nullptr);
+  }));
+  std::string data(size, '\0');
+  VKAD_TRY(vk("vkGetPipelineCacheData", [&] {
+    return fn_->vkGetPipelineCacheData(device_, pipeline_cache_, &size, data.data());
+  }));
+  data.resize(size);
+  // Data a driver would not recognise as its own is not worth keeping; data the file already
+  // holds (every pipeline came from it) is not written again.
+  if (!pipeline_cache_header_matches(data, properties_) ||
+      (current.outcome == CacheRead::kHit && current.payload == data)) {
+    pipelines_unsaved_ = 0;
+    return {};
+  }
+  VKAD_TRY(write_cache_file(pipeline_cache_dir_, pipeline_cache_file_name(properties_),
+                            CacheKind::kPipelineCache, pipeline_cache_key(properties_), data));
+  pipelines_unsaved_ = 0;
+  return {};
+}
+
 Device::~Device() {
+  if (pipeline_cache_ != VK_NULL_HANDLE) {
+    if (Status s = save_pipeline_cache(); !s.ok()) {
+      log(LogLevel::kWarning, "pipeline cache not saved: " + s.message());
+    }
+    fn_->vkDestroyPipelineCache(device_, pipeline_cache_, nullptr);
+  }
   if (device_ != VK_NULL_HANDLE && allocator_) {
     // Shutdown is the one place a device-wide wait is right for a device vkad owns: everything
     // is going away. An imported device is the embedder's: its streams already waited for

@@ -118,6 +118,19 @@ struct DeviceOptions {
   // Set: share this existing device instead of creating one (see ExternalDevice); `device`
   // (the choice) and enable_validation are then ignored.
   std::optional<ExternalDevice> external;
+  // Directory of the on-disk driver pipeline cache (rhi/pipeline_cache_file.h); "" = none (the
+  // VkPipelineCache then lives as long as the device). runtime::Runtime sets it from
+  // RuntimeOptions::cache_dir.
+  std::string pipeline_cache_dir;
+};
+
+// What Device::create found of the on-disk pipeline cache.
+struct PipelineCacheLoad {
+  bool loaded = false;  // a file for this device was read and given to the driver
+  uint64_t bytes = 0;   // its driver data's size
+  // "off" (no directory), "missing", "corrupt" (vkad header or checksum), "stale" (another
+  // format, key, or a Vulkan header of another device / driver), or "hit".
+  std::string outcome = "off";
 };
 
 struct MemoryHeap {
@@ -228,6 +241,18 @@ class Device final : public ValidationSink {
   Result<QueryPool> create_query_pool(uint32_t count, const std::string& name);
 
   const Capabilities& caps() const { return caps_; }
+  // The driver's pipeline cache every pipeline of this device is created with (never null
+  // after create()), loaded from DeviceOptions::pipeline_cache_dir when a valid file for this
+  // device's identity is there (pipeline_cache_file.h).
+  VkPipelineCache pipeline_cache() const { return pipeline_cache_; }
+  const PipelineCacheLoad& pipeline_cache_load() const { return pipeline_cache_load_; }
+  // Writes the driver's cache data to the directory (atomically; see base/cache_file.h) if
+  // pipelines were created since it was loaded or last saved, after merging in what the file
+  // holds now (vkMergePipelineCaches: another process may have saved meanwhile); nothing is
+  // written when the result equals the file, or without a directory. The destructor calls it (and
+  // logs a failure as a warning). kInternal naming the file on an I/O error, kVulkan if the driver
+  // does not hand out its data.
+  Status save_pipeline_cache();
   VkDevice handle() const { return device_; }
   VkPhysicalDevice physical_device() const { return physical_; }
   VkInstance instance() const { return instance_->handle(); }
@@ -283,6 +308,8 @@ class Device final : public ValidationSink {
   Status choose_physical(const DeviceOptions& options);
   Status create_logical(const DeviceFacts& facts);
   Status adopt(const ExternalDevice& external);
+  // Creates pipeline_cache_, with the on-disk data when there is valid data for this device.
+  Status create_pipeline_cache(const std::string& dir);
   void on_validation_message(const std::string& message) override;
 
   std::shared_ptr<Instance> instance_;
@@ -298,6 +325,11 @@ class Device final : public ValidationSink {
   bool validation_enabled_ = false;
   bool lost_ = false;
   Capabilities caps_;
+  VkPhysicalDeviceProperties properties_{};  // the pipeline cache's identity
+  VkPipelineCache pipeline_cache_ = VK_NULL_HANDLE;
+  PipelineCacheLoad pipeline_cache_load_;
+  std::string pipeline_cache_dir_;
+  uint64_t pipelines_unsaved_ = 0;  // pipelines created since the cache was loaded or saved
   LiveObjects live_;
   std::unique_ptr<MemoryAllocator> allocator_;
   DeferredDeleter<Garbage> deleter_;

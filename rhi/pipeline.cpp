@@ -115,7 +115,7 @@ Result<ComputePipeline> Device::create_compute_pipeline(const ComputePipelineDes
     cpci.stage.pSpecializationInfo = entries.empty() ? nullptr : &spec;
     cpci.layout = layout;
     s = vk("vkCreateComputePipelines", [&] {
-      return fn_->vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &cpci, nullptr, &pipeline);
+      return fn_->vkCreateComputePipelines(device_, pipeline_cache_, 1, &cpci, nullptr, &pipeline);
     });
   }
   if (!s.ok()) {
@@ -134,6 +134,7 @@ Result<ComputePipeline> Device::create_compute_pipeline(const ComputePipelineDes
   p.set_layout_ = set_layout;
   ++live_.pipelines;
   ++live_.created;
+  ++pipelines_unsaved_;
   return p;
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <set>
 
+#include "base/cache_file.h"
 #include "runtime/spirv_interface.h"
 
 namespace vkad::runtime {
@@ -135,7 +136,12 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
                       "Runtime::create: 2^32 runtimes were created in this process; handle ids "
                       "would repeat");
   }
-  VKAD_ASSIGN_OR_RETURN(rt->device_, rhi::Device::create(options.device));
+  rt->cache_dir_ = resolve_cache_dir(options.cache_dir, CacheEnv::from_process());
+  rhi::DeviceOptions device_options = options.device;
+  device_options.pipeline_cache_dir = rt->cache_dir_;
+  VKAD_ASSIGN_OR_RETURN(rt->device_, rhi::Device::create(device_options));
+  rt->stats_.pipeline_cache_loaded = rt->device_->pipeline_cache_load().loaded;
+  rt->stats_.pipeline_cache_bytes_loaded = rt->device_->pipeline_cache_load().bytes;
   if (options.max_groups > rt->device_->caps().max_workgroup_count[0]) {
     return make_error(ErrorCode::kInvalidArgument,
                       "RuntimeOptions::max_groups is " + std::to_string(options.max_groups) +
@@ -946,6 +952,11 @@ void Runtime::read_error_flags(CtxBuffers& retired) {
   for (const FlagSite& site : retired.flags) {
     errors_.record(site.kernel->desc, site.args, site.launch);
   }
+}
+
+Status Runtime::save_pipeline_cache() {
+  VKAD_EXCLUSIVE_USE("save_pipeline_cache");
+  return device_->save_pipeline_cache();
 }
 
 Result<RuntimeStats> Runtime::stats() const {

@@ -126,6 +126,11 @@ struct RuntimeOptions {
   // generic pipeline (counted in RuntimeStats::adstack_specialize_misses). Bounds the pipeline
   // creations a kernel whose trip count changes at every launch can cause.
   uint32_t adstack_specialize_max_variants = 8;
+  // The on-disk caches' directory (base/cache_file.h: compiled kernels, which api::Session
+  // keeps there, and the driver's pipeline cache, which the device loads and saves):
+  // nullopt = automatic (VKAD_CACHE=0 turns them off, else VKAD_CACHE_DIR, else
+  // $XDG_CACHE_HOME/vkad, else ~/.cache/vkad); "" = off; else that directory.
+  std::optional<std::string> cache_dir;
 };
 
 
@@ -167,6 +172,9 @@ struct RuntimeStats {
   // update changed a launch's plan or the adstack heaps grew).
   uint64_t bundle_replays = 0;
   uint64_t graph_recordings = 0;
+  // The driver pipeline cache read from disk at creation (rhi::PipelineCacheLoad).
+  bool pipeline_cache_loaded = false;
+  uint64_t pipeline_cache_bytes_loaded = 0;
 };
 
 class Runtime {
@@ -333,6 +341,11 @@ class Runtime {
   // invariants.
   const rhi::Device& device() const { return *device_; }
   const rhi::Capabilities& caps() const { return device_->caps(); }
+  // The resolved RuntimeOptions::cache_dir: "" when the on-disk caches are off.
+  const std::string& cache_dir() const { return cache_dir_; }
+  // Writes the driver's pipeline cache now (rhi::Device::save_pipeline_cache); the destructor
+  // does it too. ok and nothing written when the caches are off or nothing new was compiled.
+  Status save_pipeline_cache();
 
  private:
 
@@ -374,6 +387,7 @@ class Runtime {
   void take_retired();
 
   RuntimeOptions options_;
+  std::string cache_dir_;
   LaunchLimits limits_;  // the device's and options' numbers planning needs (launch_plan.h)
   std::unique_ptr<rhi::Device> device_;
   std::unique_ptr<rhi::Stream> stream_;

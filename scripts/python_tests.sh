@@ -26,6 +26,7 @@ rm -rf "$venv"
 "$venv/bin/python" -m pip install -q .
 "$venv/bin/python" -m pip install -q pytest numpy
 export VKAD_VALIDATION=1
+export VKAD_CACHE=0  # never the user's on-disk caches (conftest.py sets it too)
 # From outside the checkout, so `import vkad` is the installed package, not python/vkad.
 cd tests/python
 "../../$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" .

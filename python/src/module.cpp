@@ -18,6 +18,7 @@
 // InvalidArgumentError with a message naming the kernel, the argument and what was expected.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -31,6 +32,7 @@
 #include "rhi/device.h"
 #include "runtime/runtime.h"
 #include "vkad.h"
+#include "vkad_version.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -418,13 +420,14 @@ struct TapeHazards {
 struct Session {
   StatePtr st = std::make_shared<State>();
 
-  Session(nb::handle device, bool validation, size_t retirement_depth,
-          uint32_t spare_memory_blocks) {
+  Session(nb::handle device, bool validation, size_t retirement_depth, uint32_t spare_memory_blocks,
+          std::optional<std::string> cache_dir) {
     vkad::SessionOptions o;
     if (!device.is_none()) o.device = nb::str(device).c_str();
     o.validation = validation;
     o.retirement_depth = retirement_depth;
     o.spare_memory_blocks = spare_memory_blocks;
+    o.cache_dir = std::move(cache_dir);
     Result<std::unique_ptr<vkad::Session>> r = [&] {
       nb::gil_scoped_release release;
       return vkad::Session::create(o);
@@ -735,6 +738,10 @@ struct Session {
     d["memory_used_bytes"] = s.memory_used_bytes;
     d["adstack_heap_bytes"] = s.adstack_heap_bytes;
     d["vulkan_objects_created"] = s.vulkan_objects_created;
+    d["disk_cache_hits"] = s.disk_cache_hits;
+    d["disk_cache_misses"] = s.disk_cache_misses;
+    d["disk_cache_rebuilt"] = s.disk_cache_rebuilt;
+    d["pipeline_cache_loaded"] = s.pipeline_cache_loaded ? 1 : 0;
     return d;
   }
   std::vector<std::string> validation_messages() {
@@ -748,6 +755,7 @@ struct Session {
 
 NB_MODULE(_vkad, m) {
   m.doc() = "vkad's native binding; use the vkad package, which wraps and re-exports it.";
+  m.attr("__version__") = VKAD_VERSION_STRING;  // from the file VERSION (vkad_version.h)
 
   // The exception classes live in vkad/errors.py (typed, documented); vkad/__init__.py hands
   // them over here: the base class, and {error_code_name(code): class}. Until then (and for a
@@ -905,10 +913,15 @@ NB_MODULE(_vkad, m) {
           "{forward parameter name: gradient parameter name} of the adjoint.");
 
   nb::class_<Session>(m, "Session", "A device, its kernels and ndarrays (vkad::Session).")
-      .def(nb::init<nb::handle, bool, size_t, uint32_t>(), "device"_a = nb::none(),
-           "validation"_a = false, "retirement_depth"_a = 3, "spare_memory_blocks"_a = 1,
+      .def(nb::init<nb::handle, bool, size_t, uint32_t, std::optional<std::string>>(),
+           "device"_a = nb::none(), "validation"_a = false, "retirement_depth"_a = 3,
+           "spare_memory_blocks"_a = 1, "cache_dir"_a = nb::none(),
            nb::sig("def __init__(self, device: int | str | None = None, validation: bool = False, "
-                   "retirement_depth: int = 3, spare_memory_blocks: int = 1) -> None"))
+                   "retirement_depth: int = 3, spare_memory_blocks: int = 1, "
+                   "cache_dir: str | None = None) -> None"),
+           "cache_dir: the on-disk kernel and pipeline caches' directory; None = automatic "
+           "(VKAD_CACHE=0 turns them off, else VKAD_CACHE_DIR, else $XDG_CACHE_HOME/vkad, else "
+           "~/.cache/vkad), \"\" = off.")
       .def_prop_ro("device_name", &Session::device_name)
       .def("compile", &Session::compile, "ir"_a, nb::sig("def compile(self, ir: str) -> Kernel"),
            "Compiles a kernel from the IR text form.")

@@ -37,7 +37,7 @@ from .tape import Tape
 
 _vkad._set_errors(Error, {e.code: e for e in _ERRORS})
 
-__version__ = "0.1.0"
+__version__: str = _vkad.__version__  # the file VERSION, through the build
 
 f32, f64, i32, u32, i64 = DType.f32, DType.f64, DType.i32, DType.u32, DType.i64
 bool_ = DType.bool
@@ -91,6 +91,9 @@ class Session(_vkad.Session):
     VKAD_VALIDATION=1). retirement_depth: submissions in flight before the host waits.
     spare_memory_blocks: empty 64 MiB device-memory blocks kept per memory type after their
     last array is freed (0 gives every empty block back at once).
+    cache_dir: the on-disk kernel and pipeline caches (README, "Caches on disk"): None =
+    automatic (VKAD_CACHE=0 off, else VKAD_CACHE_DIR, else $XDG_CACHE_HOME/vkad, else
+    ~/.cache/vkad), "" = off, else that directory.
 
     launch(kernel, *args) is asynchronous: ndarrays for array parameters, Python (or numpy)
     numbers converted to each scalar parameter's dtype. Blocking points: NdArray.numpy(),
@@ -98,8 +101,9 @@ class Session(_vkad.Session):
     """
 
     def __init__(self, device: Union[None, int, str] = None, validation: bool = False,
-                 retirement_depth: int = 3, spare_memory_blocks: int = 1):
-        super().__init__(device, validation, retirement_depth, spare_memory_blocks)
+                 retirement_depth: int = 3, spare_memory_blocks: int = 1,
+                 cache_dir: Optional[str] = None):
+        super().__init__(device, validation, retirement_depth, spare_memory_blocks, cache_dir)
         self._recording: Optional[Tape] = None
 
     def compile(self, kernel: Union[str, KernelBuilder]) -> Kernel:

@@ -95,6 +95,7 @@ int main(void) {
 
   opts.validation = 1;
   opts.spare_memory_blocks = -1; /* give every empty block back */
+  opts.cache_dir = "";           /* no on-disk caches: the test writes nowhere */
   st = vkad_session_create(&opts, &s);
   if (vkad_status_code(st) == VKAD_NO_DEVICE) {
     printf("c_api_test: SKIPPED: no Vulkan device (%s)\n", vkad_status_message(st));
@@ -339,6 +340,9 @@ int main(void) {
   CHECK(stats.ndarrays == 5);
   CHECK(stats.memory_used_bytes > 0);
   CHECK(stats.vulkan_objects_created > 0); /* the device's own objects at least */
+  CHECK(stats.kernels_compiled >= 2);
+  CHECK(stats.disk_cache_hits == 0 && stats.disk_cache_misses == 0); /* caches off */
+  CHECK(stats.pipeline_cache_loaded == 0);
 
   /* A dtype outside vkad_dtype (a C caller may store any int in the enum): a named error. */
   {

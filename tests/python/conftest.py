@@ -1,8 +1,14 @@
 """Shared fixtures: one session per test module, and no validation message allowed (run with
-VKAD_VALIDATION=1, as scripts/python_tests.sh does, to turn the Khronos layer on)."""
-import pytest
+VKAD_VALIDATION=1, as scripts/python_tests.sh does, to turn the Khronos layer on). The on-disk
+caches are off for every session a test makes without naming a directory (VKAD_CACHE=0, set
+here before any session exists), so the suite never writes the user's ~/.cache/vkad."""
+import os
 
-import vkad
+os.environ["VKAD_CACHE"] = "0"
+
+import pytest  # noqa: E402
+
+import vkad  # noqa: E402
 
 
 @pytest.fixture(scope="module")

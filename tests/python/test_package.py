@@ -18,3 +18,14 @@ def test_every_error_code_has_a_class():
     from vkad.errors import ERRORS
     assert len({e.code for e in ERRORS}) == len(ERRORS) == 12
     assert all(issubclass(e, vkad.Error) for e in ERRORS)
+
+
+def test_version_is_the_one_in_VERSION():
+    # The file VERSION is the one place the version is written (README, "Embedding").
+    import importlib.metadata
+    assert vkad.__version__ == vkad._vkad.__version__
+    assert vkad.__version__.count(".") == 2
+    try:
+        assert importlib.metadata.version("vkad") == vkad.__version__
+    except importlib.metadata.PackageNotFoundError:
+        pass  # imported from a build tree, not an installed wheel

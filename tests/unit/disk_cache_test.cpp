@@ -1,0 +1,273 @@
+// The on-disk caches without a device: base/cache_file.h (location, format, corruption),
+// abi/compiled_kernel_io.h (a CompiledKernel as bytes), the pipeline-cache identity
+// (rhi/pipeline_cache_file.h) and CompileCache's disk layer.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "abi/compiled_kernel_io.h"
+#include "base/cache_file.h"
+#include "codegen/builder.h"
+#include "codegen/compiler.h"
+#include "codegen/reverse_mode.h"
+#include "codegen/text.h"
+#include "rhi/pipeline_cache_file.h"
+#include "unit/codegen_kernels.h"
+
+namespace vkad {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string t = (fs::temp_directory_path() / "vkad-cache-unit-XXXXXX").string();
+    path_ = ::mkdtemp(t.data()) ? t : "";
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_all(const fs::path& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+TEST(CacheDir, OptionThenOffSwitchThenDirThenXdgThenHome) {
+  CacheEnv all{"1", "/v", "/xdg", "/home/u"};
+  EXPECT_EQ(resolve_cache_dir(std::string("/opt"), all), "/opt");
+  EXPECT_EQ(resolve_cache_dir(std::string(""), all), "");  // the option's off switch
+  EXPECT_EQ(resolve_cache_dir(std::nullopt, all), "/v");
+  CacheEnv off = all;
+  off.vkad_cache = "0";
+  EXPECT_EQ(resolve_cache_dir(std::nullopt, off), "");
+  EXPECT_EQ(resolve_cache_dir(std::string("/opt"), off), "/opt");  // an explicit path wins
+  CacheEnv xdg{std::nullopt, std::nullopt, "/xdg", "/home/u"};
+  EXPECT_EQ(resolve_cache_dir(std::nullopt, xdg), "/xdg/vkad");
+  CacheEnv relative_xdg{std::nullopt, std::string(""), "rel", "/home/u"};
+  EXPECT_EQ(resolve_cache_dir(std::nullopt, relative_xdg), "/home/u/.cache/vkad");
+  EXPECT_EQ(resolve_cache_dir(std::nullopt, CacheEnv{}), "");
+}
+
+TEST(CacheFile, RoundTripAndEveryKindOfDamage) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string key = "kernel text|target|options";
+  const std::string name = cache_file_name("kernel", key);
+  EXPECT_EQ(read_cache_file(dir.path(), name, CacheKind::kCompiledKernel, key).outcome,
+            CacheRead::kMissing);
+  ASSERT_TRUE(write_cache_file(dir.path() + "/sub/dir", name, CacheKind::kCompiledKernel, key,
+                               "payload bytes")
+                  .ok());
+  const std::string sub = dir.path() + "/sub/dir";
+  CacheFile f = read_cache_file(sub, name, CacheKind::kCompiledKernel, key);
+  EXPECT_EQ(f.outcome, CacheRead::kHit);
+  EXPECT_EQ(f.payload, "payload bytes");
+  EXPECT_EQ(read_cache_file(sub, name, CacheKind::kCompiledKernel, "another key").outcome,
+            CacheRead::kStale);
+  EXPECT_EQ(read_cache_file(sub, name, CacheKind::kPipelineCache, key).outcome,
+            CacheRead::kCorrupt);
+
+  const std::string good = read_all(sub + "/" + name);
+  ASSERT_EQ(good, encode_cache_file(CacheKind::kCompiledKernel, key, "payload bytes"));
+  // Every truncation, and a flip of every bit, is detected (never a hit, never a crash).
+  for (size_t n = 0; n < good.size(); ++n) {
+    write_all(sub + "/" + name, good.substr(0, n));
+    CacheRead r = read_cache_file(sub, name, CacheKind::kCompiledKernel, key).outcome;
+    EXPECT_TRUE(r == CacheRead::kCorrupt || r == CacheRead::kStale) << "truncated to " << n;
+  }
+  for (size_t bit = 0; bit < good.size() * 8; ++bit) {
+    std::string bad = good;
+    bad[bit / 8] ^= static_cast<char>(1 << (bit % 8));
+    write_all(sub + "/" + name, bad);
+    CacheRead r = read_cache_file(sub, name, CacheKind::kCompiledKernel, key).outcome;
+    EXPECT_TRUE(r == CacheRead::kCorrupt || r == CacheRead::kStale) << "bit " << bit;
+  }
+  write_all(sub + "/" + name, good + "x");
+  EXPECT_EQ(read_cache_file(sub, name, CacheKind::kCompiledKernel, key).outcome,
+            CacheRead::kCorrupt);
+  // Another format version: stale.
+  std::string v2 = good;
+  v2[8] = 2;
+  write_all(sub + "/" + name, v2);
+  EXPECT_EQ(read_cache_file(sub, name, CacheKind::kCompiledKernel, key).outcome, CacheRead::kStale);
+  // No temporary files left.
+  for (const auto& e : fs::directory_iterator(sub)) EXPECT_EQ(e.path().filename(), name);
+}
+
+TEST(CacheFile, WriteIntoAnUnwritablePlaceFailsWithThePath) {
+  Status s =
+      write_cache_file("/proc/vkad-no-such-dir", "x.bin", CacheKind::kCompiledKernel, "k", "p");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("/proc/vkad-no-such-dir"), std::string::npos) << s.message();
+}
+
+codegen::Kernel loop_kernel() {
+  using namespace codegen;
+  KernelBuilder kb("cube");
+  Array x = kb.ndarray("x", DType::kF32, 1, {.needs_grad = true});
+  Array y = kb.ndarray("y", DType::kF32, 1, {.needs_grad = true});
+  kb.parallel_for("main", 0, x.dim(0), [&](Value i) {
+    Local acc = kb.local(kb.f32(1));
+    kb.for_range(kb.i32(0), kb.i32(3), [&](Value) { acc.store(acc.load() * x(i)); });
+    y.store({i}, acc.load() / 3.0);
+  });
+  return kb.finish();
+}
+
+void expect_same(const abi::CompiledKernel& a, const abi::CompiledKernel& b) {
+  EXPECT_TRUE(abi::same_pipelines(a, b));
+  EXPECT_EQ(a.name, b.name);
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (size_t i = 0; i < a.params.size(); ++i) {
+    EXPECT_EQ(a.params[i].name, b.params[i].name);
+    EXPECT_EQ(a.params[i].written, b.params[i].written);
+  }
+  ASSERT_EQ(a.tasks.size(), b.tasks.size());
+  for (size_t i = 0; i < a.tasks.size(); ++i) {
+    const abi::CompiledTask &s = a.tasks[i], &t = b.tasks[i];
+    EXPECT_EQ(s.name, t.name);
+    EXPECT_EQ(s.spirv, t.spirv);
+    EXPECT_EQ(s.dim_begin, t.dim_begin);
+    EXPECT_EQ(s.dim_end, t.dim_end);
+    ASSERT_EQ(s.adstacks.size(), t.adstacks.size());
+    for (size_t j = 0; j < s.adstacks.size(); ++j) {
+      EXPECT_EQ(s.adstacks[j].name, t.adstacks[j].name);
+      EXPECT_EQ(s.adstacks[j].heap, t.adstacks[j].heap);
+      EXPECT_EQ(s.adstacks[j].capacity, t.adstacks[j].capacity);
+      EXPECT_EQ(s.adstacks[j].adjoint, t.adstacks[j].adjoint);
+    }
+    EXPECT_EQ(s.loop_passes, t.loop_passes);
+    EXPECT_EQ(s.loop_passes_idle, t.loop_passes_idle);
+    EXPECT_EQ(s.spec_words, t.spec_words);
+  }
+}
+
+TEST(CompiledKernelIo, RoundTripsKernelsWithAdstacksAndSurvivesDamage) {
+  auto adjoint = codegen::make_adjoint(loop_kernel());
+  ASSERT_TRUE(adjoint.ok()) << adjoint.status().to_string();
+  auto every = codegen::parse(codegen::testing::kEveryStatementKernel);
+  ASSERT_TRUE(every.ok());
+  for (const codegen::Kernel* k : {&*adjoint, &*every}) {
+    auto ck = codegen::compile(*k, codegen::Target::host());
+    ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+    auto bytes = abi::serialize_compiled_kernel(*ck);
+    ASSERT_TRUE(bytes.ok());
+    auto back = abi::deserialize_compiled_kernel(*bytes);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    expect_same(*ck, *back);
+    // Truncated anywhere: an error (the file layer's checksum stops damage first; this is the
+    // second line).
+    for (size_t n = 0; n < bytes->size(); n += 1 + n / 64) {
+      EXPECT_FALSE(abi::deserialize_compiled_kernel(std::string_view(*bytes).substr(0, n)).ok())
+          << n;
+    }
+  }
+}
+
+TEST(PipelineCacheFile, KeyNamesTheDriverAndHeaderIsChecked) {
+  VkPhysicalDeviceProperties p{};
+  p.vendorID = 0x10de;
+  p.deviceID = 0x2335;
+  p.driverVersion = 42;
+  for (uint32_t i = 0; i < VK_UUID_SIZE; ++i) p.pipelineCacheUUID[i] = static_cast<uint8_t>(i);
+  VkPhysicalDeviceProperties updated = p;
+  updated.pipelineCacheUUID[3] ^= 1;  // a driver update
+  EXPECT_NE(rhi::pipeline_cache_key(p), rhi::pipeline_cache_key(updated));
+  EXPECT_NE(rhi::pipeline_cache_file_name(p), rhi::pipeline_cache_file_name(updated));
+  VkPhysicalDeviceProperties other_driver = p;
+  other_driver.driverVersion = 43;
+  EXPECT_NE(rhi::pipeline_cache_key(p), rhi::pipeline_cache_key(other_driver));
+
+  std::string data(16 + VK_UUID_SIZE + 8, '\0');
+  const uint32_t words[4] = {16 + VK_UUID_SIZE, VK_PIPELINE_CACHE_HEADER_VERSION_ONE, p.vendorID,
+                             p.deviceID};
+  std::memcpy(data.data(), words, sizeof words);
+  std::memcpy(data.data() + 16, p.pipelineCacheUUID, VK_UUID_SIZE);
+  EXPECT_TRUE(rhi::pipeline_cache_header_matches(data, p));
+  EXPECT_FALSE(rhi::pipeline_cache_header_matches(data, updated));
+  EXPECT_FALSE(rhi::pipeline_cache_header_matches(data.substr(0, 20), p));
+  std::string wrong_version = data;
+  wrong_version[4] = 7;
+  EXPECT_FALSE(rhi::pipeline_cache_header_matches(wrong_version, p));
+}
+
+TEST(CompileCacheDisk, SecondCacheReadsTheFileAndRebuildsADamagedOne) {
+  TempDir dir;
+  codegen::Kernel k = loop_kernel();
+  std::shared_ptr<const abi::CompiledKernel> first;
+  {
+    codegen::CompileCache a;
+    a.set_disk_dir(dir.path());
+    auto r = a.compile(k, codegen::Target::host());
+    ASSERT_TRUE(r.ok());
+    first = *r;
+    EXPECT_EQ(a.disk().misses, 1u);
+    EXPECT_EQ(a.disk().hits, 0u);
+    EXPECT_EQ(a.disk().write_errors, 0u);
+  }
+  const fs::path file =
+      fs::path(dir.path()) /
+      cache_file_name("kernel", codegen::compile_key(k, codegen::Target::host(), {}));
+  ASSERT_TRUE(fs::exists(file));
+  {
+    codegen::CompileCache b;
+    b.set_disk_dir(dir.path());
+    auto r = b.compile(k, codegen::Target::host());
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(b.disk().hits, 1u);
+    EXPECT_EQ(b.misses(), 0u);
+    expect_same(*first, **r);
+    // Another target is another key: compiled, not read.
+    codegen::Target other = codegen::Target::host();
+    other.max_local_size = 32;
+    ASSERT_TRUE(b.compile(k, other).ok());
+    EXPECT_EQ(b.disk().misses, 1u);
+  }
+  std::string bytes = read_all(file);
+  bytes[bytes.size() / 2] ^= 0x40;
+  write_all(file, bytes);
+  {
+    codegen::CompileCache c;
+    c.set_disk_dir(dir.path());
+    auto r = c.compile(k, codegen::Target::host());
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(c.disk().hits, 0u);
+    EXPECT_EQ(c.disk().rebuilt, 1u);
+    expect_same(*first, **r);
+  }
+  codegen::CompileCache d;  // rewritten whole
+  d.set_disk_dir(dir.path());
+  ASSERT_TRUE(d.compile(k, codegen::Target::host()).ok());
+  EXPECT_EQ(d.disk().hits, 1u);
+}
+
+TEST(CompileCacheDisk, OffWritesNothingAndKeyNamesTheCompiler) {
+  TempDir dir;
+  codegen::CompileCache off;
+  ASSERT_TRUE(off.compile(loop_kernel(), codegen::Target::host()).ok());
+  EXPECT_EQ(off.disk().misses, 0u);
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+  const std::string key = codegen::compile_key(loop_kernel(), codegen::Target::host(), {});
+  EXPECT_NE(key.find(codegen::compiler_fingerprint()), std::string::npos);
+  EXPECT_EQ(std::strlen(codegen::compiler_fingerprint()), 64u);
+}
+
+}  // namespace
+}  // namespace vkad
