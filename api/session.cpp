@@ -140,6 +140,9 @@ Status Session::release(KernelHandle kernel) {
   auto c = clearing_.find(kernel.id);
   if (c != clearing_.end()) {
     (void)rt_->unregister_kernel(c->second);
+    ir_.erase(c->second.id);
+    kernel_access_.erase(c->second.id);
+    adstack_kernels_.erase(c->second.id);
     clearing_.erase(c);
   }
   access_.erase(kernel.id);
@@ -172,7 +175,9 @@ Result<KernelHandle> Session::clearing_adjoint(const Differentiated& d) {
                         codegen::make_clearing_adjoint(*f->second, target_));
   VKAD_ASSIGN_OR_RETURN(std::shared_ptr<const runtime::CompiledKernel> ck,
                         compile_cache_.compile(adjoint, target_, compile_options_));
-  VKAD_ASSIGN_OR_RETURN(KernelHandle h, rt_->register_kernel(*ck));
+  // Through register_ir: a checkpointed tape's captured backward is scheduled and fused like
+  // any other launches (a kernel without its IR would be a fence there).
+  VKAD_ASSIGN_OR_RETURN(KernelHandle h, register_ir(adjoint, *ck));
   clearing_.emplace(d.forward.id, h);
   return h;
 }
