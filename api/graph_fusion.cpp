@@ -31,9 +31,29 @@ const codegen::Kernel& not_fusible() {
   return k;
 }
 
-}  // namespace
+// Calls fn(first, count) for each stretch of consecutive launches between fills (and the
+// ends), launches numbered from 0 in step order; empty stretches included.
+template <typename Step, typename Fn>
+void for_each_stretch(const std::vector<Step>& steps, Fn fn) {
+  size_t launch = 0, first = 0;
+  for (size_t i = 0; i <= steps.size(); ++i) {
+    if (i < steps.size() && steps[i].launch) {
+      ++launch;
+      continue;
+    }
+    fn(first, launch - first);
+    first = launch;
+  }
+}
 
-namespace {
+// Launches that could fuse share this nonzero key (range and workgroup size); 0 for none.
+uint64_t fusion_shape(const codegen::FusionLaunch& l) {
+  if (l.kernel == &not_fusible()) return 0;
+  const uint64_t size = l.kernel->tasks[0].local_size;
+  return std::hash<uint64_t>{}(static_cast<uint64_t>(l.begin) * 0x9E3779B97F4A7C15ull ^
+                               static_cast<uint64_t>(l.end) * 0xC2B2AE3D27D4EB4Full ^ size) |
+         1;
+}
 
 bool has_loops(const codegen::Block& b) {
   for (const codegen::Stmt& s : b.stmts) {
@@ -159,35 +179,20 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
   }
   // Launches that could fuse share a shape: scheduling keeps a chain's steps of one shape
   // adjacent where it can.
-  for (size_t i = 0; i < sched.size(); ++i) {
-    const codegen::FusionLaunch& l = captured_launches[i];
-    if (l.kernel == &not_fusible()) continue;
-    const uint64_t size = l.kernel->tasks[0].local_size;
-    sched[i].shape =
-        std::hash<uint64_t>{}(static_cast<uint64_t>(l.begin) * 0x9E3779B97F4A7C15ull ^
-                              static_cast<uint64_t>(l.end) * 0xC2B2AE3D27D4EB4Full ^ size) |
-        1;
-  }
+  for (size_t i = 0; i < sched.size(); ++i) sched[i].shape = fusion_shape(captured_launches[i]);
   std::vector<uint32_t> order(sched.size());
   std::vector<CapturedStep> steps;
   {
-    size_t launch = 0, stretch = 0;
-    for (size_t i = 0; i <= captured.size(); ++i) {
-      if (i < captured.size() && captured[i].launch) {
-        ++launch;
-        continue;
-      }
-      std::span<const ScheduleLaunch> part(sched.data() + stretch, launch - stretch);
-      std::vector<uint32_t> local(part.size());
+    for_each_stretch(captured, [&](size_t first, size_t count) {
+      std::span<const ScheduleLaunch> part(sched.data() + first, count);
+      std::vector<uint32_t> local(count);
       if (schedule_graph_launches_) {
         local = schedule_order(schedule_levels(part), part);
       } else {
-        for (uint32_t j = 0; j < local.size(); ++j) local[j] = j;
+        for (uint32_t j = 0; j < count; ++j) local[j] = j;
       }
-      for (size_t j = 0; j < local.size(); ++j) order[stretch + j] = stretch + local[j];
-      stretch = launch;
-    }
-    launch = 0;
+      for (size_t j = 0; j < count; ++j) order[first + j] = static_cast<uint32_t>(first + local[j]);
+    });
     size_t li = 0;
     std::vector<const CapturedStep*> launch_steps;
     for (const CapturedStep& s : captured) {
@@ -204,22 +209,13 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
     launches[i] = captured_launches[order[i]];
   }
   std::vector<codegen::FusionRun> runs;
-  {
-    size_t launch = 0, stretch = 0;
-    for (size_t i = 0; i <= steps.size(); ++i) {
-      if (i < steps.size() && steps[i].launch) {
-        ++launch;
-        continue;
-      }
-      std::span<const codegen::FusionLaunch> part(launches.data() + stretch, launch - stretch);
-      for (codegen::FusionRun r :
-           codegen::fusion_groups(part, kMaxFusedArrays, kMaxFusedLaunches)) {
-        r.first += stretch;
-        runs.push_back(r);
-      }
-      stretch = launch;
+  for_each_stretch(steps, [&](size_t first, size_t count) {
+    std::span<const codegen::FusionLaunch> part(launches.data() + first, count);
+    for (codegen::FusionRun r : codegen::fusion_groups(part, kMaxFusedArrays, kMaxFusedLaunches)) {
+      r.first += first;
+      runs.push_back(r);
     }
-  }
+  });
   if (!fuse_graph_launches_) {  // scheduling alone: every launch a run of its own
     runs.clear();
     for (size_t i = 0; i < launches.size(); ++i) runs.push_back({i, 1});
@@ -230,17 +226,11 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
   bool relaxed = false;  // some barrier is left out
   if (!any && schedule_graph_launches_) {
     // Fills bound the stretches: they keep their own barriers.
-    size_t launch = 0, stretch = 0;
-    for (size_t i = 0; i <= steps.size() && !relaxed; ++i) {
-      if (i < steps.size() && steps[i].launch) {
-        ++launch;
-        continue;
-      }
-      std::span<const ScheduleLaunch> part(sched_ordered.data() + stretch, launch - stretch);
-      std::vector<bool> b = schedule_barriers(part);
+    for_each_stretch(steps, [&](size_t first, size_t count) {
+      const std::vector<bool> b =
+          schedule_barriers(std::span<const ScheduleLaunch>(sched_ordered.data() + first, count));
       for (size_t j = 1; j < b.size(); ++j) relaxed = relaxed || !b[j];
-      stretch = launch;
-    }
+    });
   }
   if (!any && !reordered && !relaxed) return graph;
 

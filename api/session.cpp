@@ -121,8 +121,7 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
     return a.status();
   }
   d.adjoint = *a;
-  access_[d.forward.id] =
-      std::make_shared<const codegen::KernelAccess>(codegen::kernel_access(forward));
+  access_[d.forward.id] = kernel_access_.at(d.forward.id);  // register_ir computed it
   return d;
 }
 
