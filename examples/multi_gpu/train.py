@@ -472,16 +472,20 @@ def parse(argv=None):
 
 
 def summarize(records: List[Dict], wall: float) -> Dict:
-    times = [r["times"] for r in records]
     iters = records[0]["iters"]
-    slowest = max(t["total"] for t in times)
+    # The slowest rank sets the pace (the others wait for it inside the all-reduce): its
+    # iterations/s and its split of the time.
+    t = max((r["times"] for r in records), key=lambda t: t["total"])
+    slowest = t["total"]
     return {
         "ranks": len(records),
         "particles": sum(r["particles"][1] - r["particles"][0] for r in records),
         "devices": [f"{r['device']} ({r['device_uuid']})" for r in records],
         "iterations_per_s": iters / slowest if slowest > 0 else float("nan"),
-        "allreduce_share": max(t["allreduce"] / t["total"] for t in times if t["total"] > 0),
-        "compute_share": max(t["compute"] / t["total"] for t in times if t["total"] > 0),
+        "allreduce_share": t["allreduce"] / slowest if slowest > 0 else float("nan"),
+        "compute_share": t["compute"] / slowest if slowest > 0 else float("nan"),
+        "allreduce_share_per_rank": [r["times"]["allreduce"] / r["times"]["total"]
+                                     for r in records if r["times"]["total"] > 0],
         "setup_s": max(r["setup_s"] for r in records),
         "wall_s": wall,
         "loss_first": records[0]["history"]["loss"][0],
