@@ -798,9 +798,9 @@ NB_MODULE(_vkad, m) {
     }
   });
 
-  m.def("_devices", &list_devices,
-        nb::sig("def _devices() -> list[dict[str, int | str | bool]]"),
-        "vkad::devices(): every Vulkan device, in the order of the indices Session(device=) takes.");
+  m.def(
+      "_devices", &list_devices, nb::sig("def _devices() -> list[dict[str, int | str | bool]]"),
+      "vkad::devices(): every Vulkan device, in the order of the indices Session(device=) takes.");
 
   nb::enum_<DType>(m, "DType", "Element and scalar types.")
       .value("f32", DType::kF32)

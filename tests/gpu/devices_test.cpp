@@ -26,9 +26,9 @@ std::vector<DeviceInfo> listed_or_skip(bool* skip) {
   return list.ok() ? *list : std::vector<DeviceInfo>{};
 }
 
-#define DEVICES_OR_SKIP(var)                                             \
-  bool var##_skip = false;                                               \
-  std::vector<DeviceInfo> var = listed_or_skip(&var##_skip);             \
+#define DEVICES_OR_SKIP(var)                                 \
+  bool var##_skip = false;                                   \
+  std::vector<DeviceInfo> var = listed_or_skip(&var##_skip); \
   if (var##_skip) GTEST_SKIP() << "SKIPPED: no Vulkan device"
 
 std::unique_ptr<Session> open(const std::string& device) {
