@@ -7,6 +7,7 @@
 #include "codegen/launch_fusion.h"
 #include "codegen/reverse_mode.h"
 #include "codegen/text.h"
+#include "rhi/device.h"
 #include "runtime/runtime.h"
 
 namespace vkad {
@@ -66,6 +67,7 @@ Result<std::unique_ptr<Session>> Session::create(const runtime::RuntimeOptions& 
     s->resident_max_range_ = static_cast<uint32_t>(std::strtoul(resident, nullptr, 10));
   }
   s->target_ = codegen::target_from_caps(rt->caps());
+  s->device_uuid_ = rhi::format_uuid(rt->caps().device_uuid);
   s->compile_cache_.set_disk_dir(rt->cache_dir());
   s->rt_ = std::move(rt);
   return s;

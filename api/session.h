@@ -54,7 +54,8 @@ using runtime::NdArrayHandle;
 
 struct SessionOptions {
   // "" = automatic (a discrete GPU first, lavapipe last; the VKAD_DEVICE environment variable
-  // when set), else a device index or a substring of its name.
+  // when set), else a device UUID ("GPU-..." as nvidia-smi prints it, or vkad::devices()'s
+  // form), a device index, or a substring of its name (api/devices.h lists them).
   std::string device;
   bool validation = false;      // the Khronos validation layer (also VKAD_VALIDATION=1)
   size_t retirement_depth = 3;  // submissions in flight before the host waits for the oldest
@@ -150,6 +151,9 @@ class Session {
   // The target every kernel is compiled for: this session's device's capabilities.
   const codegen::Target& target() const { return target_; }
   const std::string& device_name() const { return target_.device_name; }
+  // The device's UUID as vkad::devices() lists it ("xxxxxxxx-xxxx-..."): which physical device
+  // this session runs on, comparable with CUDA's UUIDs (api/devices.h).
+  const std::string& device_uuid() const { return device_uuid_; }
 
   // --- kernels ---
   // Verifies, compiles for target() and registers. Errors name the statement (bad IR), or say
@@ -307,6 +311,7 @@ class Session {
 
   codegen::CompileOptions compile_options_;
   codegen::Target target_;
+  std::string device_uuid_;
   // Every kernel this session compiled, by text, target and options: compiling one again
   // (a DSL re-tracing a function, a fused run seen before) skips emission and validation.
   codegen::CompileCache compile_cache_;
