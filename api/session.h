@@ -75,8 +75,10 @@ struct SessionOptions {
   // (codegen/resident.h; README, "Resident step loops"): launches whose ranges are all at most
   // this many elements, repeated with the same kernels and arrays and stepping i32 scalars.
   // 0 turns it off; VKAD_GRAPH_RESIDENT=0 in the environment turns it off for every session,
-  // VKAD_GRAPH_RESIDENT=<n> sets the limit.
-  uint32_t resident_max_range = 1024;
+  // VKAD_GRAPH_RESIDENT=<n> sets the limit. 256: one pass of the largest resident workgroup, so
+  // a rolled launch never runs longer than one of its invocations where a dispatch of it would
+  // occupy a compute unit or two anyway; wider ranges may do better spread over the GPU.
+  uint32_t resident_max_range = 256;
   // The on-disk caches (compiled kernels and the driver's pipeline cache; README, "Caches on
   // disk"): nullopt = automatic (VKAD_CACHE=0 turns them off, else VKAD_CACHE_DIR, else
   // $XDG_CACHE_HOME/vkad, else ~/.cache/vkad); "" = off; else that directory.
@@ -318,7 +320,7 @@ class Session {
   std::unique_ptr<runtime::Runtime> rt_;
   bool fuse_graph_launches_ = true;
   bool schedule_graph_launches_ = true;
-  uint32_t resident_max_range_ = 1024;
+  uint32_t resident_max_range_ = 256;
   uint64_t rolled_launches_ = 0;  // SessionStats::rolled_launches
   // kernel_access() of every kernel compiled here, by handle id (what scheduling reads).
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::KernelAccess>> kernel_access_;
