@@ -232,6 +232,20 @@ bool Session::roll(const std::vector<CapturedStep>& captured, std::vector<Captur
     // One invocation per element of the widest launch, in whole subgroups, up to the cap.
     const uint32_t local = static_cast<uint32_t>(std::min<int64_t>(
         std::min<uint32_t>(kMaxResidentLocal, target_.max_local_size), (widest + 31) / 32 * 32));
+    // Where the device cuts loops past a number of passes per invocation (lavapipe), the rolled
+    // kernel's own loops count: repetitions times (one pass, plus each member's grid-stride
+    // loop where it needs one). Past the cap the launches stay as they are rather than have
+    // the whole graph's rework refused at its re-capture.
+    if (loops_capped) {
+      uint64_t per_rep = 1;
+      for (const codegen::ResidentMember& m : period) {
+        for (const auto& [b, e] : m.ranges) {
+          const uint64_t passes = static_cast<uint64_t>(std::max<int64_t>(e - b, 0) + local - 1) / local;
+          per_rep += passes > 1 ? passes + 1 : 0;
+        }
+      }
+      if (seg.reps * per_rep + 1 > rt_->caps().max_loop_passes) continue;
+    }
     const std::string name = "resident_" + period[0].kernel->name + "_x" +
                              std::to_string(seg.period) + "_r" + std::to_string(seg.reps);
     Result<codegen::ResidentKernel> rk =
