@@ -1,5 +1,5 @@
 // Session's launch fusion at end_capture (session.h, "Launch fusion"; the merging itself is
-// codegen/launch_fusion.h). The runtime captured the launches one by one, which checked them;
+// ir/launch_fusion.h). The runtime captured the launches one by one, which checked them;
 // when runs of them can merge, the same steps are captured again with each run as one launch
 // of its fused kernel, and the first graph is dropped. Fusion is an optimisation: whatever
 // keeps a run from being fused (a kernel vkad did not compile, a fused kernel the device
@@ -11,8 +11,8 @@
 #include <unordered_map>
 
 #include "api/session.h"
-#include "codegen/launch_fusion.h"
-#include "codegen/text.h"
+#include "ir/launch_fusion.h"
+#include "ir/text.h"
 #include "runtime/runtime.h"
 
 namespace vkad {

@@ -1,9 +1,10 @@
-// loop_pass_bound (codegen/loop_passes.h): the loop passes of one range iteration, evaluated
+// loop_pass_bound (ir/loop_passes.h): the loop passes of one range iteration, evaluated
 // for given scalars and shapes, against the model's closed form for each kernel shape.
+#include "ir/loop_passes.h"
+
 #include <gtest/gtest.h>
 
-#include "codegen/loop_passes.h"
-#include "codegen/text.h"
+#include "ir/text.h"
 
 namespace vkad::codegen {
 namespace {
