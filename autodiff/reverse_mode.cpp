@@ -13,6 +13,7 @@
 #include "autodiff/disjoint_access.h"
 #include "autodiff/jumps.h"
 #include "autodiff/trip_counter.h"
+#include "ir/range_analysis.h"
 #include "ir/text.h"
 #include "ir/verifier.h"
 
@@ -21,12 +22,6 @@ namespace vkad::codegen {
 namespace {
 
 bool is_loop(const Stmt& s) { return s.op == Op::kFor || s.op == Op::kWhile; }
-
-// A symbolic integer range: lo is a constant (or assumed >= 0), up a SizeExpr.
-struct SymRange {
-  int64_t lo = 0;
-  SizeExpr up;
-};
 
 class ReverseMode : public PartialBuilder {
  public:
@@ -408,95 +403,12 @@ class ReverseMode : public PartialBuilder {
     if (P && !inside(P, def_.at(L))) checkpoint(P, L);
   }
 
-  // Symbolic range of an integer value, or nullopt when it depends on data.
-  std::optional<SymRange> range(ValueId v) {
-    {
-      int64_t lo = 0;
-      SizeExpr up;
-      if (task_index_bounds(*task_, v, &lo, &up)) {  // an index of the task (any dimension)
-        SymRange r;
-        r.lo = lo;
-        r.up = std::move(up);
-        return r;
-      }
-    }
-    auto it = def_.find(v);
-    if (it == def_.end()) return std::nullopt;
-    const Stmt& s = *it->second;
-    using K = SizeExpr::Kind;
-    auto both = [&](auto f) -> std::optional<SymRange> {
-      auto a = range(s.args[0]), b = range(s.args[1]);
-      if (!a || !b) return std::nullopt;
-      return f(*a, *b);
-    };
-    switch (s.op) {
-      case Op::kConst: return SymRange{s.iimm, SizeExpr::constant(s.iimm)};
-      case Op::kArg: return SymRange{0, SizeExpr::scalar(s.param)};
-      case Op::kShape: return SymRange{0, SizeExpr::array_dim(s.param, s.dim)};
-      case Op::kCast:
-        return is_int(s.type) && is_int(type_.at(s.args[0])) ? range(s.args[0]) : std::nullopt;
-      case Op::kFor: {
-        auto b = range(s.args[0]), e = range(s.args[1]);
-        if (b && e)
-          return SymRange{b->lo, SizeExpr::combine(K::kAdd, e->up, SizeExpr::constant(-1))};
-        // A stated trip bound caps the index too: index < begin + max_trip (a launch that
-        // exceeds it overflows this loop's own stack, which is reported).
-        if (b && (s.has_cap || (counting_ && !probing_))) {
-          SizeExpr trips = s.has_cap ? s.cap : counted(s);
-          return SymRange{b->lo,
-                          SizeExpr::combine(K::kAdd, SizeExpr::combine(K::kAdd, b->up, trips),
-                                            SizeExpr::constant(-1))};
-        }
-        return std::nullopt;
-      }
-      case Op::kWhile:
-        // Its index is below the stated trip bound (a launch past it overflows the loop's
-        // stack, or the counted bound is exact).
-        if (s.has_cap)
-          return SymRange{0, SizeExpr::combine(K::kAdd, s.cap, SizeExpr::constant(-1))};
-        if (counting_ && !probing_) {
-          return SymRange{0, SizeExpr::combine(K::kAdd, counted(s), SizeExpr::constant(-1))};
-        }
-        return std::nullopt;
-      case Op::kAdd:
-        return both([](SymRange a, SymRange b) -> std::optional<SymRange> {
-          return SymRange{a.lo + b.lo, SizeExpr::combine(K::kAdd, a.up, b.up)};
-        });
-      case Op::kSub:
-        return both([](SymRange a, SymRange b) -> std::optional<SymRange> {
-          return SymRange{0, SizeExpr::combine(K::kAdd, a.up, SizeExpr::constant(-b.lo))};
-        });
-      case Op::kMul:
-        return both([](SymRange a, SymRange b) -> std::optional<SymRange> {
-          if (a.lo < 0 || b.lo < 0) return std::nullopt;
-          return SymRange{a.lo * b.lo, SizeExpr::combine(K::kMul, a.up, b.up)};
-        });
-      case Op::kMax:
-        return both([](SymRange a, SymRange b) -> std::optional<SymRange> {
-          return SymRange{std::max(a.lo, b.lo), SizeExpr::combine(K::kMax, a.up, b.up)};
-        });
-      case Op::kMin:
-        return both([](SymRange a, SymRange b) -> std::optional<SymRange> {
-          return SymRange{std::min(a.lo, b.lo), b.up.kind == K::kConst ? b.up : a.up};
-        });
-      case Op::kMod: {
-        auto c = def_.find(s.args[1]);
-        if (c == def_.end() || c->second->op != Op::kConst || c->second->iimm <= 0)
-          return std::nullopt;
-        return SymRange{0, SizeExpr::constant(c->second->iimm - 1)};
-      }
-      case Op::kDiv:
-      case Op::kFloorDiv: {
-        auto a = range(s.args[0]);
-        auto c = def_.find(s.args[1]);
-        if (!a || a->lo < 0 || c == def_.end() || c->second->op != Op::kConst ||
-            c->second->iimm < 1)
-          return std::nullopt;
-        // Non-negative by a constant >= 1: div and floordiv agree, floor(up / c) bounds it.
-        return SymRange{a->lo / c->second->iimm, SizeExpr::div(a->up, c->second->iimm)};
-      }
-      default: return std::nullopt;
-    }
+  // The trip bound that a loop's own bounds do not give (RangeAnalysis's hook): a stated
+  // max_trip, else a counted one (not while probing).
+  std::optional<SizeExpr> stated_trips(const Stmt& loop) {
+    if (loop.has_cap) return loop.cap;
+    if (counting_ && !probing_) return counted(loop);
+    return std::nullopt;
   }
 
   SizeExpr bound_size(const RangeBound& b) const {
@@ -518,17 +430,23 @@ class ReverseMode : public PartialBuilder {
                    "text, or KernelBuilder::while_(cond, max_trip, body); or let "
                    "make_adjoint_counted count it on the device");
     }
-    auto b = range(loop.args[0]), e = range(loop.args[1]);
-    if ((!b || !e) && counting_) return counted(loop);
-    if (!b || !e) {
+    std::optional<SizeExpr> trips = ranges_->for_trips(loop);
+    if (!trips && counting_) return counted(loop);
+    if (!trips) {
+      // Which bound failed, so the message says why.
+      const bool begin_known = ranges_->range(loop.args[0]).lo.has_value();
       return error(*task_, loop,
-                   "reverse mode needs a bound on this loop's trip count to size its adstack, and "
-                   "its bounds depend on ndarray contents or mutable locals. State one: "
-                   "`for %i in [%b, %e) max_trip(<size>)` in text, or "
-                   "KernelBuilder::for_range(begin, end, max_trip, body); or let "
-                   "make_adjoint_counted count it on the device");
+                   std::string("reverse mode needs a bound on this loop's trip count to size its "
+                               "adstack, and ") +
+                       (begin_known ? "its end depends on ndarray contents or mutable locals"
+                                    : "its begin has no lower bound (it depends on ndarray "
+                                      "contents or mutable locals, or on a signed scalar that "
+                                      "may be negative; a u32 one is never negative)") +
+                       ". State one: `for %i in [%b, %e) max_trip(<size>)` in text, or "
+                       "KernelBuilder::for_range(begin, end, max_trip, body); or let "
+                       "make_adjoint_counted count it on the device");
     }
-    return SizeExpr::combine(SizeExpr::Kind::kAdd, e->up, SizeExpr::constant(-b->lo));
+    return std::move(*trips);
   }
 
   // The counted trip bound of `loop`: a new i32 scalar parameter of the adjoint, named after the
@@ -933,6 +851,7 @@ class ReverseMode : public PartialBuilder {
   // ------------------------------------------------------------ one task
   Status task(const Task& t) {
     task_ = &t;
+    ranges_.emplace(f_, t, [this](const Stmt& loop) { return stated_trips(loop); });
     def_.clear(), type_.clear(), active_.clear(), needed_.clear(), ckpt_.clear(), stacks_.clear();
     path_.clear(), stores_.clear(), hoist_.clear(), map_.clear(), vadj_.clear(), ladj_.clear();
     trips_.clear();
@@ -1049,7 +968,8 @@ class ReverseMode : public PartialBuilder {
     // Probing: a bound that only a counted trip count would bound is not derivable here (and
     // asking must not add a trips_ parameter).
     probing_ = true;
-    const bool derivable = range(loop.args[0]) && range(loop.args[1]);
+    const bool derivable =
+        ranges_->range(loop.args[0]).bounded() && ranges_->range(loop.args[1]).bounded();
     probing_ = false;
     if (!derivable) return false;
     // (A bound may be a task index, which def_ does not hold.)
@@ -1071,6 +991,7 @@ class ReverseMode : public PartialBuilder {
   std::vector<const Stmt*> counted_order_;
   Kernel a_;
   const Task* task_ = nullptr;
+  std::optional<RangeAnalysis> ranges_;  // of task_
   std::vector<uint32_t> grad_param_;
   std::map<uint32_t, ValueId> scalar_adj_;  // differentiable scalar param -> its adjoint local
   static bool uses_arg(const Block& b, uint32_t param) {

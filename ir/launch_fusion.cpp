@@ -95,7 +95,10 @@ Summary summarize(const Kernel& k) {
 }
 
 void remap_size(SizeExpr& e, const std::vector<uint32_t>& pm) {
-  if (e.kind == SizeExpr::Kind::kScalar || e.kind == SizeExpr::Kind::kDim) e.param = pm[e.param];
+  if (e.kind == SizeExpr::Kind::kScalar || e.kind == SizeExpr::Kind::kNegScalar ||
+      e.kind == SizeExpr::Kind::kDim) {
+    e.param = pm[e.param];
+  }
   for (SizeExpr& o : e.operands) remap_size(o, pm);
 }
 

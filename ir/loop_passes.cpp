@@ -2,20 +2,14 @@
 
 #include <algorithm>
 #include <optional>
-#include <unordered_map>
+
+#include "ir/range_analysis.h"
 
 namespace vkad::codegen {
 
 namespace {
 
 using K = SizeExpr::Kind;
-
-// An integer value's range: a constant lower bound (when one is known) and a symbolic upper
-// bound (when one is known).
-struct Range {
-  std::optional<int64_t> lo;
-  std::optional<SizeExpr> up;
-};
 
 SizeExpr add(SizeExpr a, SizeExpr b) {
   return SizeExpr::combine(K::kAdd, std::move(a), std::move(b));
@@ -27,9 +21,7 @@ SizeExpr mul(SizeExpr a, SizeExpr b) {
 class Analysis {
  public:
   Analysis(const Kernel& k, const Task& t, bool cas32, bool cas64)
-      : k_(k), t_(t), cas32_(cas32), cas64_(cas64) {
-    index(t.body);
-  }
+      : k_(k), ranges_(k, t), cas32_(cas32), cas64_(cas64) {}
 
   SizeExpr passes(const Block& b) {
     SizeExpr total = SizeExpr::constant(0);
@@ -90,18 +82,11 @@ class Analysis {
     return (t == DType::kF32 && cas32_) || (t == DType::kF64 && cas64_);
   }
 
-  void index(const Block& b) {
-    for (const Stmt& s : b.stmts) {
-      if (s.result != kNoValue) def_[s.result] = &s;
-      for (const Block& c : s.blocks) index(c);
-    }
-  }
-
   // end - begin, bounded above: the end's upper bound minus the begin's lower bound.
   std::optional<SizeExpr> trip_bound(const Stmt& loop) {
-    Range b = range(loop.args[0], 0), e = range(loop.args[1], 0);
-    if (!b.lo || !e.up) return std::nullopt;
-    SizeExpr trips = add(*e.up, SizeExpr::constant(-*b.lo));
+    std::optional<SizeExpr> bound = ranges_.for_trips(loop);
+    if (!bound) return std::nullopt;
+    SizeExpr trips = std::move(*bound);
     // A loop whose end is below its begin runs no iteration (and must not subtract passes
     // from its neighbours). Built by hand: combine() folds max(x, 0) to x.
     if (trips.kind == K::kConst) return SizeExpr::constant(std::max<int64_t>(trips.value, 0));
@@ -111,107 +96,9 @@ class Analysis {
     return clamped;
   }
 
-  // `depth` bounds the recursion over long arithmetic chains.
-  Range range(ValueId v, int depth) {
-    if (depth > 64) return {};
-    {
-      // The runtime refuses a negative range begin, so 0 is a lower bound of every index.
-      int64_t lo = 0;
-      SizeExpr up;
-      if (task_index_bounds(t_, v, &lo, &up)) return {lo, std::move(up)};
-    }
-    auto it = def_.find(v);
-    if (it == def_.end()) return {};
-    const Stmt& s = *it->second;
-    auto arg = [&](size_t i) { return range(s.args[i], depth + 1); };
-    switch (s.op) {
-      case Op::kConst: return {s.iimm, SizeExpr::constant(s.iimm)};
-      case Op::kArg: {
-        // A u32 is never negative; a signed scalar may be, so it has no lower bound here.
-        // evaluate() counts a negative leaf as 0, which stays an upper bound.
-        DType t = k_.params[s.param].dtype;
-        if (!is_int(t)) return {};
-        return {t == DType::kU32 ? std::optional<int64_t>(0) : std::nullopt,
-                SizeExpr::scalar(s.param)};
-      }
-      case Op::kShape: return {0, SizeExpr::array_dim(s.param, s.dim)};
-      case Op::kFor: {
-        Range b = arg(0), e = arg(1);
-        if (!e.up) return {b.lo, std::nullopt};
-        return {b.lo, add(*e.up, SizeExpr::constant(-1))};
-      }
-      case Op::kCast: {
-        // i32 <-> u32 <-> i64 keep the value when it is non-negative.
-        Range a = arg(0);
-        if (!is_int(s.type) || !a.lo || *a.lo < 0) return {};
-        return a;
-      }
-      case Op::kAdd: {
-        Range a = arg(0), b = arg(1);
-        Range r;
-        if (a.lo && b.lo) r.lo = *a.lo + *b.lo;
-        if (a.up && b.up) r.up = add(*a.up, *b.up);
-        return r;
-      }
-      case Op::kSub: {
-        Range a = arg(0), b = arg(1);
-        Range r;
-        if (a.up && b.lo) r.up = add(*a.up, SizeExpr::constant(-*b.lo));
-        if (a.lo && b.up && b.up->kind == K::kConst) r.lo = *a.lo - b.up->value;
-        return r;
-      }
-      case Op::kMul: {
-        Range a = arg(0), b = arg(1);
-        if (!a.lo || !b.lo || *a.lo < 0 || *b.lo < 0) return {};
-        Range r{*a.lo * *b.lo, std::nullopt};
-        if (a.up && b.up) r.up = mul(*a.up, *b.up);
-        return r;
-      }
-      case Op::kMax: {
-        Range a = arg(0), b = arg(1);
-        Range r;
-        if (a.lo || b.lo) r.lo = std::max(a.lo.value_or(INT64_MIN), b.lo.value_or(INT64_MIN));
-        if (a.up && b.up) r.up = SizeExpr::combine(K::kMax, *a.up, *b.up);
-        return r;
-      }
-      case Op::kMin: {
-        Range a = arg(0), b = arg(1);
-        Range r;
-        if (a.lo && b.lo) r.lo = std::min(*a.lo, *b.lo);
-        if (a.up && b.up)
-          r.up = b.up->kind == K::kConst ? *b.up : *a.up;
-        else if (a.up)
-          r.up = *a.up;
-        else if (b.up)
-          r.up = *b.up;
-        return r;
-      }
-      case Op::kMod: {
-        // mod rounds toward -inf: by a positive constant c the result is in [0, c).
-        auto c = def_.find(s.args[1]);
-        if (c == def_.end() || c->second->op != Op::kConst || c->second->iimm <= 0) return {};
-        return {0, SizeExpr::constant(c->second->iimm - 1)};
-      }
-      case Op::kDiv:
-      case Op::kFloorDiv: {
-        Range a = arg(0);
-        auto c = def_.find(s.args[1]);
-        if (!a.lo || *a.lo < 0 || c == def_.end() || c->second->op != Op::kConst ||
-            c->second->iimm < 1) {
-          return {};
-        }
-        // Non-negative by a constant >= 1: div and floordiv agree, floor(up / c) bounds it.
-        if (!a.up) return {0, std::nullopt};
-        return {0, SizeExpr::div(*a.up, c->second->iimm)};
-      }
-      default: return {};
-    }
-  }
-
   const Kernel& k_;
-  const Task& t_;
+  RangeAnalysis ranges_;
   bool cas32_, cas64_;
-  std::unordered_map<ValueId, const Stmt*> def_;
 };
 
 }  // namespace

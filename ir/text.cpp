@@ -76,6 +76,7 @@ std::string print_size_at(const Kernel& k, const SizeExpr& e, uint32_t depth) {
   switch (e.kind) {
     case SizeExpr::Kind::kConst: return std::to_string(e.value);
     case SizeExpr::Kind::kScalar: return param_name(k, e.param);
+    case SizeExpr::Kind::kNegScalar: return "neg(" + param_name(k, e.param) + ")";
     case SizeExpr::Kind::kDim:
       return "shape(" + param_name(k, e.param) + ", " + std::to_string(e.dim) + ")";
     case SizeExpr::Kind::kDiv:
@@ -474,6 +475,13 @@ class Parser {
     }
   }
   Result<SizeExpr> size(uint32_t depth = 1) {
+    if (tok_.kind == Token::kIdent && tok_.text == "neg") {  // neg(n): max(-n, 0), n a scalar
+      advance();
+      VKAD_TRY(expect("("));
+      VKAD_ASSIGN_OR_RETURN(uint32_t p, param_ref(false));
+      VKAD_TRY(expect(")"));
+      return SizeExpr::neg_scalar(p);
+    }
     if (tok_.kind == Token::kIdent && tok_.text == "div") {  // div(x, d): floor(x / d), d >= 1
       if (depth > kMaxNestingDepth) {
         return error("size expressions nest deeper than " + std::to_string(kMaxNestingDepth) +

@@ -174,6 +174,8 @@ class Verifier {
       }
       case K::kDiv:
         return task_error(which + ": a quotient (div) is not allowed in a task dimension");
+      case K::kNegScalar:
+        return task_error(which + ": neg() is not allowed in a task dimension");
       default:
         if (e.operands.empty()) return task_error(which + ": a combination without operands");
         for (const SizeExpr& o : e.operands) VKAD_TRY(check_dim_bound(o, which));
@@ -183,12 +185,13 @@ class Verifier {
 
   Status check_size(const Stmt& s, const SizeExpr& e) const {
     using K = SizeExpr::Kind;
-    if (e.kind == K::kScalar || e.kind == K::kDim) {
+    if (e.kind == K::kScalar || e.kind == K::kNegScalar || e.kind == K::kDim) {
       if (e.param >= k_.params.size())
         return error(
             s, "size refers to parameter " + std::to_string(e.param) + ", which does not exist");
       const Param& p = k_.params[e.param];
-      if (e.kind == K::kScalar && (p.kind != ParamKind::kScalar || !is_int(p.dtype))) {
+      if ((e.kind == K::kScalar || e.kind == K::kNegScalar) &&
+          (p.kind != ParamKind::kScalar || !is_int(p.dtype))) {
         return error(s, "size uses '" + p.name + "', which is not an integer scalar");
       }
       if (e.kind == K::kDim && (p.kind != ParamKind::kNdArray || e.dim >= p.rank)) {

@@ -138,6 +138,11 @@ class TaskEmitter {
         if (k_.params[e.param].dtype == DType::kU32) s = op(spv::OpBitcast, i32_, {s});
         return ext(GLSLstd450SMax, i32_, {s, m_.c_i32(0)});  // a negative scalar counts as 0
       }
+      case SizeExpr::Kind::kNegScalar: {  // verify() keeps it out of task dimensions
+        uint32_t s = read_scalar(e.param);
+        if (k_.params[e.param].dtype == DType::kU32) return m_.c_i32(0);
+        return ext(GLSLstd450SMax, i32_, {op(spv::OpSNegate, i32_, {s}), m_.c_i32(0)});
+      }
       case SizeExpr::Kind::kDim:
         return op(spv::OpBitcast, i32_, {args_word(layout_.shape_offset(e.param) + 4 * e.dim)});
       default: {

@@ -48,6 +48,18 @@ TEST(LoopPasses, OneLoopOfScalarBoundMakesTripsPlusOne) {
   EXPECT_EQ(count(k, {5, 0}).idle, 1u);
 }
 
+// A signed scalar begin is bounded below by 0 - neg(n) (ir/range_analysis.h): such a loop is
+// checked, with its trips counted from a negative begin too.
+TEST(LoopPasses, SignedScalarBeginIsCountedFromBelowZero) {
+  std::string k = kernel("n: i32, y: ndarray<f32, 1>",
+                         "    %n = arg n : i32\n    %e = const 4 : i32\n"
+                         "    for %k in [%n, %e) {\n    }\n");
+  EXPECT_TRUE(count(k, {-3, 0}).unchecked.empty());
+  EXPECT_EQ(count(k, {-3, 0}).passes, 7 + 1);
+  // From 2 the bound stays 4 - 0 (a non-negative begin counts as 0): an upper bound.
+  EXPECT_GE(count(k, {2, 0}).passes, 2 + 1);
+}
+
 TEST(LoopPasses, NestedLoopsMultiplyAndTheOuterLastPassRunsTheInnerOnce) {
   std::string k = kernel("m: i32, n: i32, y: ndarray<f32, 1>",
                          "    %m = arg m : i32\n    %n = arg n : i32\n"
