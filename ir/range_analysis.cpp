@@ -60,7 +60,26 @@ ValueRange RangeAnalysis::range(ValueId v, int depth) const {
   auto it = def_.find(v);
   if (it == def_.end()) return {};
   const Stmt& s = *it->second;
-  auto arg = [&](size_t i) { return range(s.args[i], depth + 1); };
+  switch (s.op) {
+    case Op::kConst:
+    case Op::kArg:
+    case Op::kShape: return leaf(s);
+    case Op::kFor:
+    case Op::kWhile: return loop_index(s, depth);
+    case Op::kAdd:
+    case Op::kSub: return sum_or_difference(s, depth);
+    case Op::kMul:
+    case Op::kMax:
+    case Op::kMin: return product_min_max(s, depth);
+    case Op::kCast:
+    case Op::kMod:
+    case Op::kDiv:
+    case Op::kFloorDiv: return quotient_or_cast(s, depth);
+    default: return {};
+  }
+}
+
+ValueRange RangeAnalysis::leaf(const Stmt& s) const {
   switch (s.op) {
     case Op::kConst:
       if (!is_int(s.type)) return {};
@@ -74,6 +93,13 @@ ValueRange RangeAnalysis::range(ValueId v, int depth) const {
               SizeExpr::scalar(s.param)};
     }
     case Op::kShape: return {0, SizeExpr::constant(0), SizeExpr::array_dim(s.param, s.dim)};
+    default: return {};
+  }
+}
+
+ValueRange RangeAnalysis::loop_index(const Stmt& s, int depth) const {
+  auto arg = [&](size_t i) { return range(s.args[i], depth + 1); };
+  switch (s.op) {
     case Op::kFor: {
       ValueRange b = arg(0), e = arg(1);
       if (e.up) return {b.lo, std::move(b.neg), plus(std::move(*e.up), -1)};
@@ -88,14 +114,13 @@ ValueRange RangeAnalysis::range(ValueId v, int depth) const {
       if (!trips) return {0, SizeExpr::constant(0), std::nullopt};
       return {0, SizeExpr::constant(0), plus(std::move(*trips), -1)};
     }
-    case Op::kCast: {
-      // Integer casts keep a value that is non-negative (and below 2^31 where it narrows: the
-      // upper bound is a size, which the launch checks).
-      if (!is_int(s.type) || !is_int_value(s.args[0])) return {};
-      ValueRange a = arg(0);
-      if (!a.non_negative()) return {};
-      return a;
-    }
+    default: return {};
+  }
+}
+
+ValueRange RangeAnalysis::sum_or_difference(const Stmt& s, int depth) const {
+  auto arg = [&](size_t i) { return range(s.args[i], depth + 1); };
+  switch (s.op) {
     case Op::kAdd: {
       ValueRange a = arg(0), b = arg(1);
       ValueRange r;
@@ -116,6 +141,13 @@ ValueRange RangeAnalysis::range(ValueId v, int depth) const {
       }
       return r;
     }
+    default: return {};
+  }
+}
+
+ValueRange RangeAnalysis::product_min_max(const Stmt& s, int depth) const {
+  auto arg = [&](size_t i) { return range(s.args[i], depth + 1); };
+  switch (s.op) {
     case Op::kMul: {
       ValueRange a = arg(0), b = arg(1);
       if (!a.non_negative() || !b.non_negative()) return {};
@@ -148,6 +180,21 @@ ValueRange RangeAnalysis::range(ValueId v, int depth) const {
       else
         r.up = std::move(a.up);
       return r;
+    }
+    default: return {};
+  }
+}
+
+ValueRange RangeAnalysis::quotient_or_cast(const Stmt& s, int depth) const {
+  auto arg = [&](size_t i) { return range(s.args[i], depth + 1); };
+  switch (s.op) {
+    case Op::kCast: {
+      // Integer casts keep a value that is non-negative (and below 2^31 where it narrows: the
+      // upper bound is a size, which the launch checks).
+      if (!is_int(s.type) || !is_int_value(s.args[0])) return {};
+      ValueRange a = arg(0);
+      if (!a.non_negative()) return {};
+      return a;
     }
     case Op::kMod: {
       // mod rounds toward -inf: by a positive constant c the result is in [0, c).

@@ -58,6 +58,13 @@ class RangeAnalysis {
 
  private:
   ValueRange range(ValueId v, int depth) const;
+  // range() of a statement's result, by kind: constants, scalars and extents; for / while
+  // indices; add, sub; mul, min, max; casts, mod, div, floordiv.
+  ValueRange leaf(const Stmt& s) const;
+  ValueRange loop_index(const Stmt& s, int depth) const;
+  ValueRange sum_or_difference(const Stmt& s, int depth) const;
+  ValueRange product_min_max(const Stmt& s, int depth) const;
+  ValueRange quotient_or_cast(const Stmt& s, int depth) const;
   bool is_int_value(ValueId v) const;
   const Stmt* positive_constant(ValueId v, int64_t min) const;
 
