@@ -53,9 +53,9 @@ struct SizeInputs {
   std::function<int64_t(uint32_t param, uint32_t dim)> dim;
 };
 
-// The value of `e`; negative leaves count as 0, neg(n) is max(-n, 0) (a loop with end < begin runs no iterations).
-// kInvalidArgument "size overflows 64 bits" when a sum or product does (callers add which
-// stack and kernel); never a wrapped value.
+// The value of `e`; negative leaves count as 0, neg(n) is max(-n, 0) (a loop with end < begin runs
+// no iterations). kInvalidArgument "size overflows 64 bits" when a sum or product does (callers add
+// which stack and kernel); never a wrapped value.
 Result<int64_t> evaluate(const SizeExpr& e, const SizeInputs& in);
 
 }  // namespace vkad::adstack

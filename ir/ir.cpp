@@ -8,7 +8,7 @@ namespace vkad::codegen {
 
 namespace {
 // Indexed by Op; the order must match the enum.
-constexpr std::array<OpInfo, static_cast<size_t>(Op::kStackAccAdj) + 1> kOps = {{
+constexpr std::array<OpInfo, static_cast<size_t>(Op::kBarrier) + 1> kOps = {{
     {"const", OpClass::kLeaf, true},          {"arg", OpClass::kLeaf, true},
     {"shape", OpClass::kLeaf, true},          {"neg", OpClass::kUnary, true},
     {"not", OpClass::kUnary, true},           {"sqrt", OpClass::kUnary, true},
@@ -37,10 +37,21 @@ constexpr std::array<OpInfo, static_cast<size_t>(Op::kStackAccAdj) + 1> kOps = {
     {"stack_alloc", OpClass::kOther, true},   {"stack_push", OpClass::kOther, false},
     {"stack_pop", OpClass::kOther, false},    {"stack_top", OpClass::kOther, true},
     {"stack_top_adj", OpClass::kOther, true}, {"stack_acc_adj", OpClass::kOther, false},
+    {"barrier", OpClass::kOther, false},
 }};
 }  // namespace
 
 const OpInfo& op_info(Op op) { return kOps[static_cast<size_t>(op)]; }
+
+bool contains_op(const Block& b, Op op) {
+  for (const Stmt& s : b.stmts) {
+    if (s.op == op) return true;
+    for (const Block& c : s.blocks) {
+      if (contains_op(c, op)) return true;
+    }
+  }
+  return false;
+}
 
 bool op_from_name(const std::string& name, Op* out) {
   for (size_t i = 0; i < kOps.size(); ++i) {

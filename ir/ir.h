@@ -134,6 +134,15 @@ enum class Op : uint8_t {
   kStackTop,     // args: stack -> primal at the top
   kStackTopAdj,  // args: stack -> adjoint at the top
   kStackAccAdj,  // args: stack, value: adjoint at the top += value
+  // A workgroup barrier: every invocation of the workgroup waits here until all have arrived,
+  // and ndarray stores and atomics before it are visible to loads after it in every
+  // invocation of the workgroup. No operands. Only in a task that runs as exactly one
+  // workgroup (a parallel 1-d task over [0, local_size) with local_size set), and only where
+  // every invocation reaches it alike: outside if / while, inside for loops whose bounds are
+  // launch-uniform and whose bodies have no break / continue (verifier). Graph replay's
+  // resident kernels (ir/resident.h) separate their phases with it. Not differentiable;
+  // the CPU evaluator, which runs one invocation at a time, refuses it.
+  kBarrier,
 };
 
 using adstack::SizeExpr;
@@ -203,6 +212,9 @@ struct Task {
   // (the last dimension varies fastest); a launch with an empty dimension runs none.
   std::vector<TaskDim> dims;
 };
+
+// Whether `b` holds a statement `op` at any depth (nesting within kMaxNestingDepth).
+bool contains_op(const Block& b, Op op);
 
 // The task's index values, one per dimension ({index} for a 1-d task).
 std::vector<ValueId> task_indices(const Task& t);

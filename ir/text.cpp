@@ -755,7 +755,8 @@ class Parser {
         return nested_block(op_tok, s.blocks[1]);
       }
       case Op::kBreak:
-      case Op::kContinue: return {};
+      case Op::kContinue:
+      case Op::kBarrier: return {};
       case Op::kIf: {
         s.type = DType::kBool;
         VKAD_TRY(operands(s, 1));
