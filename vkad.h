@@ -7,5 +7,5 @@
 #include "api/session.h"
 #include "api/tape.h"
 #include "base/status.h"
-#include "codegen/builder.h"
-#include "codegen/text.h"
+#include "ir/builder.h"
+#include "ir/text.h"

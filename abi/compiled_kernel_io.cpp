@@ -108,7 +108,7 @@ class Reader {
       failed_ = true;
       return e;
     }
-    e.kind = enum_at_most(adstack::SizeExpr::Kind::kDiv);
+    e.kind = enum_at_most(adstack::SizeExpr::Kind::kNegScalar);
     e.value = get<int64_t>();
     e.param = get<uint32_t>();
     e.dim = get<uint32_t>();

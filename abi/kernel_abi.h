@@ -1,9 +1,10 @@
-// The kernel ABI, written down once: what codegen/ emits and runtime/ launches (a kernel compiled
+// The kernel ABI, written down once: what spirv/ emits and runtime/ launches (a kernel compiled
 // to one SPIR-V compute module per task, plus the description of its parameters and launch
 // ranges), the args-buffer layout both sides compute from it, its encoder (encode_args) and the
-// error words' encoding and decoding. codegen/ and runtime/ are siblings above this floor; the CPU
-// evaluator (codegen/cpu_eval.h) reports errors in the same words. Hand-written SPIR-V can be
-// registered too, by following the ABI below.
+// error words' encoding and decoding. The compiler (ir/, autodiff/, spirv/, reference/) and
+// runtime/ are siblings above this floor; the CPU evaluator (reference/cpu_eval.h) reports
+// errors in the same words. Hand-written SPIR-V can be registered too, by following the ABI
+// below.
 //
 // Kernel ABI (every task module of a kernel):
 //   set 0, binding 0   the args buffer, a std430 block written by the host per launch:
@@ -55,7 +56,7 @@ uint32_t dtype_bytes(DType t);  // element size in ndarrays (bool: 4) and in the
 
 enum class ParamKind : uint8_t { kScalar, kNdArray };
 
-// Words of a trip-counting kernel's `trips` array per counted loop (codegen/trip_counter.h): its
+// Words of a trip-counting kernel's `trips` array per counted loop (autodiff/trip_counter.h): its
 // threads atomic_max into one of them by index; runtime::launch_counted takes the max over them.
 inline constexpr uint32_t kTripSlots = 64;
 
@@ -105,7 +106,7 @@ struct CompiledTask {
   // contract). Empty for kernels without reverse-mode stacks.
   std::vector<adstack::StackDesc> adstacks;
   // Upper bound of the loop passes one iteration of the range makes in the task's body (serial
-  // loops, compare-and-swap loops; codegen/loop_passes.h has the model), evaluated per launch
+  // loops, compare-and-swap loops; ir/loop_passes.h has the model), evaluated per launch
   // on devices that cap loop passes per invocation (lavapipe: runtime.h, launch). Loops whose
   // bounds depend on data count once. 0 for a hand-written module that states nothing.
   adstack::SizeExpr loop_passes = adstack::SizeExpr::constant(0);

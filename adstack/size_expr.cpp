@@ -57,6 +57,10 @@ Result<int64_t> evaluate(const SizeExpr& e, const SizeInputs& in) {
   switch (e.kind) {
     case SizeExpr::Kind::kConst: return e.value;  // may be negative inside a sum (x - 1)
     case SizeExpr::Kind::kScalar: return std::max<int64_t>(in.scalar(e.param), 0);
+    case SizeExpr::Kind::kNegScalar: {
+      const int64_t v = in.scalar(e.param);
+      return v < 0 ? (v == INT64_MIN ? INT64_MAX : -v) : 0;
+    }
     case SizeExpr::Kind::kDim: return std::max<int64_t>(in.dim(e.param, e.dim), 0);
     case SizeExpr::Kind::kDiv: {
       if (e.operands.size() != 1 || e.value < 1) {

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "codegen/checkpoint.h"
+#include "autodiff/checkpoint.h"
 
 namespace vkad::codegen {
 

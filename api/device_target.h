@@ -1,9 +1,10 @@
-// The compile target of a live device: what codegen may assume (codegen/target.h), read from the
-// RHI's capability snapshot. It lives above both codegen/ and rhi/ so that codegen never sees
-// Vulkan: the compiler takes a plain Target, and only this function knows where one comes from.
+// The compile target of a live device: what codegen may assume (ir/target.h), read from the
+// RHI's capability snapshot. It lives above both the compiler (ir/, spirv/) and rhi/ so that the
+// compiler never sees Vulkan: the compiler takes a plain Target, and only this function knows where
+// one comes from.
 #pragma once
 
-#include "codegen/target.h"
+#include "ir/target.h"
 #include "rhi/device.h"
 
 namespace vkad::codegen {

@@ -1,5 +1,5 @@
 // Session's launch fusion at end_capture (session.h, "Launch fusion"; the merging itself is
-// codegen/launch_fusion.h). The runtime captured the launches one by one, which checked them;
+// ir/launch_fusion.h). The runtime captured the launches one by one, which checked them;
 // when runs of them can merge, the same steps are captured again with each run as one launch
 // of its fused kernel, and the first graph is dropped. Fusion is an optimisation: whatever
 // keeps a run from being fused (a kernel vkad did not compile, a fused kernel the device
@@ -12,9 +12,9 @@
 #include <unordered_set>
 
 #include "api/session.h"
-#include "codegen/launch_fusion.h"
-#include "codegen/resident.h"
-#include "codegen/text.h"
+#include "ir/launch_fusion.h"
+#include "ir/resident.h"
+#include "ir/text.h"
 #include "runtime/runtime.h"
 
 namespace vkad {
@@ -27,7 +27,7 @@ constexpr uint32_t kMaxFusedArrays = 24;
 // The pseudo-array id of the runtime's adstack heaps in a launch's schedule (no ndarray has it).
 constexpr uint64_t kAdstackHeaps = UINT64_MAX;
 constexpr uint32_t kMaxFusedLaunches = 32;
-// Resident step loops (codegen/resident.h): a period of at most this many launches, repeated
+// Resident step loops (ir/resident.h): a period of at most this many launches, repeated
 // at least kMinResidentReps times, over at most kMaxResidentArrays arrays (the args buffer
 // makes 31 of the 32 push descriptors every implementation takes), in a workgroup of at most
 // kMaxResidentLocal invocations.
@@ -366,7 +366,7 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
   // is then kept as the runtime cap it.
   Result<size_t> n_steps = rt_->graph_steps(graph);
   if (!n_steps.ok() || *n_steps != captured.size()) return graph;
-  // Step loops of small launches first (codegen/resident.h): each becomes one launch of a
+  // Step loops of small launches first (ir/resident.h): each becomes one launch of a
   // resident kernel, which scheduling and fusion below then see as a fence.
   std::vector<CapturedStep> rolled_steps;
   std::vector<uint32_t> roll_index;

@@ -12,7 +12,7 @@
 // Two launches conflict on an array when one writes it (a store, or an atomic_max) and the
 // other touches it, or one adds to it atomically and the other reads or writes it; two that
 // only add atomically commute. Accesses whose first axis has a known, different row (a
-// launch-uniform index evaluated with the launch's arguments, codegen/launch_access.h) touch
+// launch-uniform index evaluated with the launch's arguments, ir/launch_access.h) touch
 // different elements and do not conflict. A launch whose accesses are unknown (a kernel vkad
 // did not compile) conflicts with everything: nothing moves across it.
 //
@@ -24,7 +24,7 @@
 #include <span>
 #include <vector>
 
-#include "codegen/launch_access.h"
+#include "ir/launch_access.h"
 
 namespace vkad {
 

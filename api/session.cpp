@@ -4,9 +4,9 @@
 #include <cstdlib>
 
 #include "api/device_target.h"
-#include "codegen/launch_fusion.h"
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
+#include "autodiff/reverse_mode.h"
+#include "ir/launch_fusion.h"
+#include "ir/text.h"
 #include "rhi/device.h"
 #include "runtime/runtime.h"
 

@@ -32,11 +32,11 @@
 #include <vector>
 
 #include "api/graph_schedule.h"
-#include "codegen/compiler.h"
-#include "codegen/ir.h"
-#include "codegen/launch_access.h"
-#include "codegen/target.h"
+#include "ir/ir.h"
+#include "ir/launch_access.h"
+#include "ir/target.h"
 #include "runtime/handles.h"
+#include "spirv/compiler.h"
 
 namespace vkad {
 namespace runtime {
@@ -72,7 +72,7 @@ struct SessionOptions {
   // the environment turns it off for every session.
   bool schedule_graph_launches = true;
   // Roll a captured step loop of small launches into one resident kernel at end_capture
-  // (codegen/resident.h; README, "Resident step loops"): launches whose ranges are all at most
+  // (ir/resident.h; README, "Resident step loops"): launches whose ranges are all at most
   // this many elements, repeated with the same kernels and arrays and stepping i32 scalars.
   // 0 turns it off; VKAD_GRAPH_RESIDENT=0 in the environment turns it off for every session,
   // VKAD_GRAPH_RESIDENT=<n> sets the limit. 256: one pass of the largest resident workgroup, so
@@ -161,7 +161,7 @@ class Session {
   // Verifies, compiles for target() and registers. Errors name the statement (bad IR), or say
   // what the device lacks (kUnsupported).
   Result<KernelHandle> compile(const codegen::Kernel& kernel);
-  // The same from the IR text form (codegen/text.h); parse errors name line and column.
+  // The same from the IR text form (ir/text.h); parse errors name line and column.
   Result<KernelHandle> compile(std::string_view ir_text);
   // Builds the adjoint (codegen::make_adjoint), compiles and registers both kernels. kInvalid-
   // Argument when no parameter is marked grad.
@@ -173,7 +173,7 @@ class Session {
   // kInvalidArgument when d.forward is not a live differentiate() result of this session.
   Result<KernelHandle> clearing_adjoint(const Differentiated& d);
   // What the forward kernel of a differentiate() reads and writes of each ndarray, with the
-  // launch-uniform rows (codegen/launch_access.h): computed once by differentiate, shared with
+  // launch-uniform rows (ir/launch_access.h): computed once by differentiate, shared with
   // the tapes that record it (api/tape_hazards.h). Null for any other handle, and once released.
   std::shared_ptr<const codegen::KernelAccess> launch_access(KernelHandle forward) const;
   // Drops a kernel (both of a Differentiated are dropped separately). A graph captured with it
@@ -233,7 +233,7 @@ class Session {
   // (GraphUpdate: launch index in capture order, parameter, value; kept for later replays).
   // Arrays are bound by reference. Tape::backward can be captured like any launches.
   //
-  // Launch fusion (codegen/launch_fusion.h; on unless SessionOptions::fuse_graph_launches is
+  // Launch fusion (ir/launch_fusion.h; on unless SessionOptions::fuse_graph_launches is
   // false): at end_capture, runs of consecutive captured launches that share arrays only at
   // each invocation's own element ([i] of a 1-d task over the same range, as a substep loop's
   // element-wise kernels do, forward and adjoint) become one launch of a fused kernel (compiled

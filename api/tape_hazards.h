@@ -10,12 +10,12 @@
 //    i's adjoint would read the new value (DiffTaichi's diffmpm reusing one `grid` per substep);
 //  - launch j overwrites (store, atomic_max) an element of A that launch i wrote through a
 //    differentiated (grad) parameter: the adjoint of a store leaves its seed in A's gradient
-//    (codegen/reverse_mode.h), so i's adjoint would also credit its inputs with the gradient of
+//    (autodiff/reverse_mode.h), so i's adjoint would also credit its inputs with the gradient of
 //    the value j wrote. An atomic_add after a write (a loss accumulated by many launches) adds
 //    to it and is fine.
 // Launch j's own read-before-write of one array is make_adjoint's to prove (disjoint_access.h).
 //
-// Rows. codegen::kernel_access (codegen/launch_access.h) lists, per ndarray parameter, each
+// Rows. codegen::kernel_access (ir/launch_access.h) lists, per ndarray parameter, each
 // access and, per axis, its index when it is launch-uniform; check() evaluates those with the
 // launch's scalar arguments and array shapes. Where a write and an earlier access have
 // launch-uniform indices on a common axis and the rows differ, they cannot overlap: launch f
@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "api/session.h"
-#include "codegen/launch_access.h"
+#include "ir/launch_access.h"
 
 namespace vkad {
 

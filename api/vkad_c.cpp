@@ -19,7 +19,7 @@
 #include "api/session.h"
 #include "api/tape.h"
 #include "base/log.h"
-#include "codegen/text.h"
+#include "ir/text.h"
 #include "runtime/runtime.h"
 
 struct vkad_status {

@@ -7,12 +7,12 @@
 #include <cstdio>
 
 #include "api/device_target.h"
+#include "autodiff/reverse_mode.h"
 #include "bench/bench_runtime.h"
 #include "bench/bench_util.h"
-#include "codegen/builder.h"
-#include "codegen/compiler.h"
-#include "codegen/reverse_mode.h"
+#include "ir/builder.h"
 #include "runtime/runtime.h"
+#include "spirv/compiler.h"
 
 using namespace vkad;
 using namespace vkad::codegen;

@@ -22,20 +22,19 @@
 // submit-and-wait round trip over the batch.
 #include <cmath>
 #include <cstdio>
+#include <spirv/unified1/spirv.hpp>
 #include <string>
 
+#include "abi/spirv_tools.h"
 #include "api/device_target.h"
-#include <spirv/unified1/spirv.hpp>
-
+#include "autodiff/reverse_mode.h"
 #include "bench/bench_runtime.h"
 #include "bench/bench_util.h"
-#include "codegen/builder.h"
-#include "codegen/compiler.h"
-#include "codegen/reverse_mode.h"
-#include "abi/spirv_tools.h"
 #include "diffsim/diffsim.h"
-#include "runtime/spirv_interface.h"
+#include "ir/builder.h"
 #include "runtime/runtime.h"
+#include "runtime/spirv_interface.h"
+#include "spirv/compiler.h"
 #include "support/sample_kernels.h"
 
 using namespace vkad;
@@ -366,7 +365,7 @@ void paste(std::string& text, const std::string& key, uint32_t value) {
 // The sin loop's tape, or (recurrence) the recurrence's, which also takes w and w_grad.
 // --tape-reduction: the hand tapes reduce Sin/Cos arguments by 2 pi exactly as vkad's emitter
 // does (k rounded by adding and subtracting 1.5 * 2^23, then a two-term Cody-Waite, contraction
-// allowed; codegen/spirv_emitter.cpp reduce_two_pi), so
+// allowed; spirv/spirv_emitter.cpp reduce_two_pi), so
 // the ratio compares the reverse-mode machinery on equal math. Rewrites every
 // `%r = OpExtInst %f32 %glsl Sin|Cos %a` line of the module text.
 void reduce_trig(std::string& text) {

@@ -2,22 +2,22 @@
 // for small / medium / large kernels; (2) compile time against loop nesting depth, up to
 // kMaxNestingDepth, forward and adjoint, with the module's size and the validation's share
 // (loops nested kOutlineLoopDepth deep go into functions of their own so that validation stays
-// fast, codegen/spirv_outline.h); (3) device time of generated saxpy as a fraction of a
+// fast, spirv/spirv_outline.h); (3) device time of generated saxpy as a fraction of a
 // hand-written copy kernel over the same bytes, measured in the same run.
 //
 //   vkad-bench-codegen [--reps R] [--n ELEMENTS] [--json FILE]   (--reps: compile-time repetitions)
 #include <cmath>
 #include <cstdio>
 
+#include "abi/spirv_tools.h"
 #include "api/device_target.h"
+#include "autodiff/reverse_mode.h"
 #include "bench/bench_runtime.h"
 #include "bench/bench_util.h"
-#include "codegen/builder.h"
-#include "codegen/compiler.h"
-#include "codegen/reverse_mode.h"
-#include "abi/spirv_tools.h"
-#include "codegen/text.h"
+#include "ir/builder.h"
+#include "ir/text.h"
 #include "runtime/runtime.h"
+#include "spirv/compiler.h"
 #include "support/sample_kernels.h"
 
 using namespace vkad;
@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
     json.field("fraction_of_copy", gbs / copy_gbs);
   }
   // Cost of the transcendentals: f32 (GLSL.std.450, with vkad's range reduction for sin) against
-  // f64 (vkad's own, codegen/f64_math.h), y[i] = op(x[i]) (pow: x[i]^x2[i]), ms per launch over
+  // f64 (vkad's own, spirv/f64_math.h), y[i] = op(x[i]) (pow: x[i]^x2[i]), ms per launch over
   // the same element count; "add" is the memory-bound baseline (same loads and store).
   if (target.float64) {
     uint32_t m = rt.caps().kind == rhi::DeviceKind::kCpu ? (1u << 18) : (1u << 24);

@@ -18,13 +18,13 @@
 #include <functional>
 
 #include "api/device_target.h"
+#include "autodiff/reverse_mode.h"
 #include "bench/bench_runtime.h"
 #include "bench/bench_util.h"
-#include "codegen/builder.h"
-#include "codegen/compiler.h"
-#include "codegen/reverse_mode.h"
+#include "ir/builder.h"
 #include "runtime/counted_launch.h"
 #include "runtime/runtime.h"
+#include "spirv/compiler.h"
 
 using namespace vkad;
 using namespace vkad::codegen;

@@ -1,8 +1,10 @@
 # Writes OUT: codegen::compiler_fingerprint() returning a SHA-256 over the sources that decide
-# what codegen::compile produces (codegen/, abi/, adstack/), so the on-disk kernel cache
-# (codegen/compiler.h, CompileCache) never hands one build's SPIR-V to another. Run at build
-# time by a custom command that depends on those files (CMakeLists.txt).
-file(GLOB files ${SOURCE_DIR}/codegen/*.cpp ${SOURCE_DIR}/codegen/*.h ${SOURCE_DIR}/abi/*.cpp
+# what codegen::compile produces (ir/, autodiff/, spirv/, reference/, abi/, adstack/), so the
+# on-disk kernel cache (spirv/compiler.h, CompileCache) never hands one build's SPIR-V to
+# another. Run at build time by a custom command that depends on those files (CMakeLists.txt).
+file(GLOB files ${SOURCE_DIR}/ir/*.cpp ${SOURCE_DIR}/ir/*.h ${SOURCE_DIR}/autodiff/*.cpp
+     ${SOURCE_DIR}/autodiff/*.h ${SOURCE_DIR}/spirv/*.cpp ${SOURCE_DIR}/spirv/*.h
+     ${SOURCE_DIR}/reference/*.cpp ${SOURCE_DIR}/reference/*.h ${SOURCE_DIR}/abi/*.cpp
      ${SOURCE_DIR}/abi/*.h ${SOURCE_DIR}/adstack/*.cpp ${SOURCE_DIR}/adstack/*.h)
 list(SORT files)
 set(all "")

@@ -75,7 +75,7 @@ Status check_loop_passes(const CompiledKernel& d, const CompiledTask& task,
   if (limit == 0 || !limits.enforce_loop_limit) return {};
   Result<int64_t> body = adstack::evaluate(task.loop_passes, inputs);
   // The grid-stride loop: its iterations per invocation, each ending with one pass, then the
-  // pass that ends it (codegen/loop_passes.h has the model).
+  // pass that ends it (ir/loop_passes.h has the model).
   uint64_t threads = task.serial ? 1 : groups * task.local_size;
   uint64_t strides = (n + threads - 1) / threads;
   uint64_t total = 0;

@@ -41,6 +41,7 @@ bool size_refs_ok(const adstack::SizeExpr& e, const std::vector<KernelParam>& pa
   switch (e.kind) {
     case K::kConst: return true;
     case K::kScalar:
+    case K::kNegScalar:
       return e.param < params.size() && params[e.param].kind == ParamKind::kScalar &&
              (params[e.param].dtype == DType::kI32 || params[e.param].dtype == DType::kU32 ||
               params[e.param].dtype == DType::kI64);

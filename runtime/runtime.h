@@ -247,7 +247,7 @@ class Runtime {
   // kFailedPrecondition on a device that silently leaves loops after a number of passes per
   // invocation (lavapipe: Capabilities::max_loop_passes) when a task's loop passes, as known at
   // launch, exceed it: the grid-stride iterations per invocation times the task's loop_passes
-  // (codegen/loop_passes.h; loops with data-dependent bounds are not checked). The error names
+  // (ir/loop_passes.h; loops with data-dependent bounds are not checked). The error names
   // the kernel, the task and the count.
   // `id`, when not null, receives the launch's sequence number (LaunchId) once it is recorded
   // (unchanged on error). Device errors reported later name the launches that hit them, so a

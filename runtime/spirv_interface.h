@@ -1,5 +1,5 @@
 // Checks a task module that register_kernel is about to hand to the driver: it must be valid
-// SPIR-V (the SPIRV-Tools gate of codegen/spirv_tools.h) and its interface must match the kernel
+// SPIR-V (the SPIRV-Tools gate of abi/spirv_tools.h) and its interface must match the kernel
 // ABI of abi/kernel_abi.h as the CompiledKernel declares it. Drivers do not validate modules
 // (a truncated one crashed lavapipe) and mismatched bindings are undefined behaviour, so both
 // are errors here, before any driver call.

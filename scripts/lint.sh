@@ -35,7 +35,7 @@ if [[ "$skip" != *" tidy "* ]]; then
   if [ ! -f "$build_dir/compile_commands.json" ]; then
     cmake -S . -B "$build_dir" -G Ninja -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
   fi
-  mapfile -t sources < <(git ls-files 'base/*.cpp' 'abi/*.cpp' 'rhi/*.cpp' 'runtime/*.cpp' 'codegen/*.cpp' 'adstack/*.cpp' 'api/*.cpp')
+  mapfile -t sources < <(git ls-files 'base/*.cpp' 'abi/*.cpp' 'rhi/*.cpp' 'runtime/*.cpp' 'ir/*.cpp' 'autodiff/*.cpp' 'spirv/*.cpp' 'reference/*.cpp' 'adstack/*.cpp' 'api/*.cpp')
   echo "=== clang-tidy: ${#sources[@]} library sources"
   # One clang-tidy per core; a finding in a header shows once per source including it, so the
   # lines are de-duplicated. Its exit status is not used: the findings are the result.

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/reverse_mode.h"
+#include "autodiff/reverse_mode.h"
 #include "runtime/runtime.h"
 #include "vkad.h"
 

@@ -1,4 +1,4 @@
-"""A Pythonic kernel builder that prints vkad's IR text form (codegen/text.h).
+"""A Pythonic kernel builder that prints vkad's IR text form (ir/text.h).
 
     kb = vkad.KernelBuilder("saxpy")
     a = kb.scalar("a", vkad.f32)
@@ -534,7 +534,7 @@ class KernelBuilder:
     def u32(self, v: int) -> Value: return self.constant(v, DType.u32)
 
     def finish(self) -> str:
-        """The kernel's IR text (codegen/text.h)."""
+        """The kernel's IR text (ir/text.h)."""
         if self._stack:
             raise RuntimeError(f"kernel '{self.name}': finish() inside an open block")
         out = [f"kernel {self.name}({', '.join(self._params)}) {{"]

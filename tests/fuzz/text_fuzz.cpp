@@ -6,11 +6,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "codegen/compiler.h"
-#include "codegen/ir.h"
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "autodiff/reverse_mode.h"
+#include "ir/ir.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
+#include "spirv/compiler.h"
 
 namespace vkad::fuzz {
 

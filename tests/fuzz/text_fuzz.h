@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "codegen/target.h"
 #include "base/status.h"
+#include "ir/target.h"
 
 namespace vkad::fuzz {
 

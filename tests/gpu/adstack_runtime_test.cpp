@@ -8,9 +8,9 @@
 #include <cstring>
 #include <optional>
 
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
+#include "autodiff/reverse_mode.h"
 #include "gpu/kernel_harness.h"
+#include "ir/text.h"
 
 namespace vkad::testing {
 namespace {

@@ -9,8 +9,8 @@
 
 #include <cmath>
 
-#include "codegen/text.h"
 #include "gpu/kernel_harness.h"
+#include "ir/text.h"
 
 namespace vkad::testing {
 namespace {

@@ -7,8 +7,8 @@
 // that does not fill its last subgroup; and the same kernel without subgroup arithmetic.
 #include <gtest/gtest.h>
 
-#include "codegen/text.h"
 #include "gpu/kernel_harness.h"
+#include "ir/text.h"
 
 namespace vkad::testing {
 namespace {

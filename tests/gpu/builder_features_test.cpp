@@ -2,10 +2,10 @@
 // arithmetic and casts, and a Vec3 kernel (lowered to scalars) built with the conveniences.
 #include <gtest/gtest.h>
 
-#include "codegen/builder.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
 #include "gpu/kernel_harness.h"
+#include "ir/builder.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
 #include "unit/codegen_i64_kernel.h"
 
 namespace vkad::testing {

@@ -1,7 +1,7 @@
 // The codegen corpus: kernels covering every statement kind, run on the device (validation on)
 // and compared to the CPU reference evaluation of the same IR. Integers must match exactly;
 // every float element within the bound the reference derived for it from Vulkan's precision
-// requirements (codegen/precision.h), carried through the kernel's own operations -- no
+// requirements (reference/precision.h), carried through the kernel's own operations -- no
 // tolerance per case. f32 atomics add integer values so the sum does not depend on the order
 // the device happens to use.
 #include <gtest/gtest.h>
@@ -9,9 +9,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "codegen/text.h"
-#include "codegen/verifier.h"
 #include "gpu/kernel_harness.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
 
 namespace vkad::testing {
 namespace {

@@ -4,7 +4,7 @@
 // failure prints the seed and the kernel's text.
 //
 // The generator keeps float computations well-conditioned so the reference's error bounds
-// (codegen/precision.h) stay meaningful: floats go only through continuous ops and are
+// (reference/precision.h) stay meaningful: floats go only through continuous ops and are
 // clamped to [-2, 2] after arithmetic; every discontinuity (branches, loop trip counts,
 // indices, comparisons) is computed from integers, which must match exactly.
 //
@@ -21,10 +21,10 @@
 #include <cstdlib>
 #include <random>
 
-#include "codegen/builder.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
 #include "gpu/kernel_harness.h"
+#include "ir/builder.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
 
 namespace vkad::testing {
 namespace {

@@ -1,6 +1,6 @@
 // Loop nests deeper than kOutlineLoopDepth on the device (validation on, zero messages): their
 // modules move the loops nested 8 and 16 deep into functions of their own
-// (codegen/spirv_outline.h), called with the values and the function variables they use (the
+// (spirv/spirv_outline.h), called with the values and the function variables they use (the
 // adjoint's stack counters and private-tier stacks among them at depth 9; the carried local
 // passed on through two levels of calls in the forward at depth 17). Forward and adjoint must
 // compute what the CPU reference computes, in both adstack layouts; a parameter passed in the wrong
@@ -8,10 +8,10 @@
 #include <gtest/gtest.h>
 
 #include "abi/spirv_tools.h"
-#include "codegen/reverse_mode.h"
-#include "codegen/spirv_outline.h"
-#include "codegen/text.h"
+#include "autodiff/reverse_mode.h"
 #include "gpu/kernel_harness.h"
+#include "ir/text.h"
+#include "spirv/spirv_outline.h"
 #include "support/ad_check.h"
 
 namespace vkad::testing {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "api/vkad_c.h"
-#include "codegen/builder.h"
+#include "ir/builder.h"
 #include "runtime/runtime.h"
 #include "vkad.h"
 

@@ -3,7 +3,7 @@
 // cluster of particles whose stencils overlap (their atomic adds collide) and a few particles
 // at the walls and the floor (grid_op's boundary select stops some of their cells). Checked on
 // the device with validation on:
-//   - the forward, kernel by kernel, against the CPU evaluator of the same IR (codegen/
+//   - the forward, kernel by kernel, against the CPU evaluator of the same IR (reference/
 //     cpu_eval.h), within the bounds it derives from Vulkan's precision rules;
 //   - the adjoint of the whole substep (the four adjoints chained last-first by a vkad::Tape)
 //     of loss = sum of random seeds * (x', v', C', F') with respect to x, v, C, F and the
@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "codegen/builder.h"
-#include "codegen/cpu_eval.h"
 #include "gpu/kernel_harness.h"
+#include "ir/builder.h"
+#include "reference/cpu_eval.h"
 #include "runtime/runtime.h"
 #include "vkad.h"
 

@@ -1,4 +1,4 @@
-// Kernels that read and write one differentiable ndarray on disjoint rows (codegen/
+// Kernels that read and write one differentiable ndarray on disjoint rows (autodiff/
 // disjoint_access.h), on the device with validation on: DiffTaichi-style programs of many
 // launches (tests/support/step_program.h: x[f + 1] = x[f] + dt v[f], v[f + 1] = v[f] - dt k
 // sin x[f], 20 steps, then a loss on the last row), backward by the adjoints in reverse launch
@@ -8,8 +8,8 @@
 
 #include <map>
 
-#include "codegen/compiler.h"
 #include "gpu/kernel_harness.h"
+#include "spirv/compiler.h"
 #include "support/step_program.h"
 
 namespace vkad::testing {

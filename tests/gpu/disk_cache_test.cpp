@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "base/cache_file.h"
-#include "codegen/builder.h"
+#include "ir/builder.h"
 #include "rhi/pipeline_cache_file.h"
 #include "runtime/runtime.h"
 #include "vkad.h"

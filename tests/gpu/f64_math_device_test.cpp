@@ -1,7 +1,7 @@
-// The f64 transcendentals as the device computes them (codegen/f64_math.h, emitted in f64):
+// The f64 transcendentals as the device computes them (spirv/f64_math.h, emitted in f64):
 // the largest error in ulps against glibc's double functions over a dense sample of each
-// domain. Target: <= 4 ulp (pow included: log in double-double), as the same code measures on the host
-// (tests/unit/f64_math_test.cpp); a device's f64 division and sqrt may be less exact than the
+// domain. Target: <= 4 ulp (pow included: log in double-double), as the same code measures on the
+// host (tests/unit/f64_math_test.cpp); a device's f64 division and sqrt may be less exact than the
 // host's, which precision.cpp's f64 rows allow for.
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <limits>
 #include <string>
 
-#include "codegen/text.h"
 #include "gpu/kernel_harness.h"
+#include "ir/text.h"
 
 namespace vkad::testing {
 namespace {

@@ -1,8 +1,9 @@
 // Forward mode (JVP) on a device (validation on): the tangent kernel of a loop-carried N-d
 // kernel with differentiable scalars, and of a stencil, against the CPU reference.
+#include "autodiff/forward_mode.h"
+
 #include <gtest/gtest.h>
 
-#include "codegen/forward_mode.h"
 #include "gpu/kernel_harness.h"
 #include "support/nd_kernels.h"
 #include "support/scalar_grad_kernels.h"

@@ -12,11 +12,11 @@
 #include <utility>
 #include <vector>
 
-#include "codegen/compiler.h"
-#include "codegen/cpu_eval.h"
-#include "codegen/ir.h"
+#include "ir/ir.h"
+#include "reference/cpu_eval.h"
 #include "runtime/counted_launch.h"
 #include "runtime/runtime.h"
+#include "spirv/compiler.h"
 
 namespace vkad::testing {
 

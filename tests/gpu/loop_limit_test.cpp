@@ -1,14 +1,14 @@
 // The lavapipe loop limit: Mesa's lavapipe leaves loops silently after 65,535 passes per shader
 // invocation (all loops of the invocation together), so launch refuses a launch whose known
-// passes exceed it (codegen/loop_passes.h has the count). These tests run where the device has
+// passes exceed it (ir/loop_passes.h has the count). These tests run where the device has
 // such a limit (lavapipe) and skip visibly elsewhere.
 #include <gtest/gtest.h>
 
 #include <functional>
 
-#include "codegen/loop_passes.h"
-#include "codegen/text.h"
 #include "gpu/kernel_harness.h"
+#include "ir/loop_passes.h"
+#include "ir/text.h"
 
 namespace vkad::testing {
 namespace {

@@ -4,9 +4,9 @@
 // evaluate out of range.
 #include <gtest/gtest.h>
 
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
+#include "autodiff/reverse_mode.h"
 #include "gpu/kernel_harness.h"
+#include "ir/text.h"
 #include "support/ad_check.h"
 #include "support/nd_kernels.h"
 

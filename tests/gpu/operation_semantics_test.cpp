@@ -11,9 +11,9 @@
 #include <limits>
 #include <string>
 
-#include "codegen/text.h"
-#include "codegen/verifier.h"
 #include "gpu/kernel_harness.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
 
 namespace vkad::testing {
 namespace {

@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "api/device_target.h"
-#include "codegen/builder.h"
-#include "codegen/compiler.h"
+#include "ir/builder.h"
 #include "runtime/runtime.h"
+#include "spirv/compiler.h"
 
 namespace vkad::testing {
 namespace {

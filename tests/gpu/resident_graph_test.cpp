@@ -1,4 +1,4 @@
-// Resident step loops at Session::end_capture (codegen/resident.h, README "Resident step
+// Resident step loops at Session::end_capture (ir/resident.h, README "Resident step
 // loops"): a captured loop of small launches -- a neighbour read fusion cannot merge, an
 // atomic reduction, a one-element launch with a float scalar -- becomes one launch of a
 // single-workgroup kernel whose phases meet at workgroup barriers. Its results are those of
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "codegen/cpu_eval.h"
-#include "codegen/text.h"
+#include "ir/text.h"
+#include "reference/cpu_eval.h"
 #include "runtime/runtime.h"
 #include "vkad.h"
 

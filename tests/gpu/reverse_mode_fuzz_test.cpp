@@ -5,10 +5,10 @@
 // VKAD_AD_FUZZ_GPU_COUNT (default 50); a failure prints the seed and the kernel's text.
 #include <gtest/gtest.h>
 
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "autodiff/reverse_mode.h"
 #include "gpu/kernel_harness.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
 #include "support/ad_check.h"
 #include "support/ad_fuzz.h"
 

@@ -2,18 +2,19 @@
 // central finite differences of the forward kernel run on the same device, in f64 (lavapipe
 // has it). The loss is L = sum(w * outputs) with random seeds w, so the adjoint's gradient of
 // an input element must equal (L(x + h) - L(x - h)) / 2h. f64 transcendentals are computed in
-// f64 (codegen/f64_math.h, within 4 ulp), so with h = 1e-4 what remains is the differences'
+// f64 (spirv/f64_math.h, within 4 ulp), so with h = 1e-4 what remains is the differences'
 // truncation error: a relative tolerance of 1e-5 (the amplifying data-dependent loop needs
 // 1.2e-6; 2e-3 while f64 transcendentals went through f32), 1e-6 where stated. Closed forms
 // are checked where they exist, and the device adjoint is compared to the CPU reference's.
+#include "autodiff/reverse_mode.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
 #include "gpu/kernel_harness.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
 #include "support/ad_regressions.h"
 
 namespace vkad::testing {

@@ -5,13 +5,13 @@
 
 #include "abi/spirv_tools.h"
 #include "api/device_target.h"
-#include "codegen/compiler.h"
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
+#include "autodiff/reverse_mode.h"
 #include "gpu/gpu_test.h"
+#include "ir/text.h"
 #include "rhi/vk_check.h"
 #include "runtime/counted_launch.h"
 #include "runtime/runtime.h"
+#include "spirv/compiler.h"
 
 namespace vkad::testing {
 namespace {

@@ -3,7 +3,7 @@
 // against the CPU reference's adjoint and, for saxpy, the closed form sum_i w[i] x[i].
 #include <gtest/gtest.h>
 
-#include "codegen/reverse_mode.h"
+#include "autodiff/reverse_mode.h"
 #include "gpu/kernel_harness.h"
 #include "support/ad_check.h"
 #include "support/scalar_grad_kernels.h"

@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "codegen/builder.h"
+#include "ir/builder.h"
 #include "runtime/runtime.h"
 #include "vkad.h"
 

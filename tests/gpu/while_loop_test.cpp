@@ -8,9 +8,9 @@
 #include <functional>
 #include <utility>
 
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
+#include "autodiff/reverse_mode.h"
 #include "gpu/kernel_harness.h"
+#include "ir/text.h"
 #include "support/while_kernels.h"
 
 namespace vkad::testing {

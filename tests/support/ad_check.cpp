@@ -5,8 +5,8 @@
 #include <functional>
 #include <random>
 
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
+#include "autodiff/reverse_mode.h"
+#include "ir/text.h"
 
 namespace vkad::testing {
 

@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "codegen/cpu_eval.h"
-#include "codegen/ir.h"
 #include "base/status.h"
+#include "ir/ir.h"
+#include "reference/cpu_eval.h"
 
 namespace vkad::testing {
 

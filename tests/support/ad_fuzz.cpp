@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "codegen/builder.h"
+#include "ir/builder.h"
 
 namespace vkad::testing {
 

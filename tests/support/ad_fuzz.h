@@ -25,7 +25,7 @@
 #include <cstdint>
 #include <string>
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 #include "support/ad_check.h"
 
 namespace vkad::testing {

@@ -2,7 +2,7 @@
 // the reference): each with its flattened 1-d twin where one exists.
 #pragma once
 
-#include "codegen/builder.h"
+#include "ir/builder.h"
 
 namespace vkad::testing {
 

@@ -2,7 +2,7 @@
 // on the CPU reference) and the GPU tests (the device adjoint against the reference's).
 #pragma once
 
-#include "codegen/builder.h"
+#include "ir/builder.h"
 
 namespace vkad::testing {
 

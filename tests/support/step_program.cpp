@@ -4,9 +4,9 @@
 #include <cmath>
 #include <random>
 
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "autodiff/reverse_mode.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
 
 namespace vkad::testing {
 

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "base/status.h"
-#include "codegen/cpu_eval.h"
-#include "codegen/ir.h"
-#include "codegen/target.h"
+#include "ir/ir.h"
+#include "ir/target.h"
+#include "reference/cpu_eval.h"
 
 namespace vkad::testing {
 

@@ -1,16 +1,17 @@
 // Adstack planning without a device: row offsets, the args words, and where a slot lives in
 // each layout (adstack/adstack_layout.h).
+#include "adstack/adstack_layout.h"
+
 #include <gtest/gtest.h>
 
 #include <set>
 
 #include "api/device_target.h"
-#include "adstack/adstack_layout.h"
-#include "codegen/compiler.h"
-#include "codegen/target.h"
-#include "codegen/text.h"
+#include "ir/target.h"
+#include "ir/text.h"
 #include "rhi/device.h"
 #include "runtime/spirv_interface.h"
+#include "spirv/compiler.h"
 
 namespace vkad::adstack {
 namespace {

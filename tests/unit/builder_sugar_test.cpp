@@ -8,10 +8,10 @@
 
 #include <cmath>
 
-#include "codegen/builder.h"
-#include "codegen/cpu_eval.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "ir/builder.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
+#include "reference/cpu_eval.h"
 #include "support/ad_check.h"
 
 namespace vkad::codegen {

@@ -1,8 +1,8 @@
-// Segmented checkpointing (codegen/checkpoint.h): the split forward computes what the original
+// Segmented checkpointing (autodiff/checkpoint.h): the split forward computes what the original
 // does, the segmented adjoint computes bit for bit what the every-iteration adjoint does (same
 // operations in the same order on the CPU evaluator), its stacks are sized per segment, and
 // make_adjoint splits only the loops it should.
-#include "codegen/checkpoint.h"
+#include "autodiff/checkpoint.h"
 
 #include <gtest/gtest.h>
 
@@ -10,12 +10,12 @@
 #include <spirv/unified1/spirv.hpp>
 
 #include "api/device_target.h"
-#include "codegen/compiler.h"
-#include "codegen/cpu_eval.h"
-#include "codegen/reverse_mode.h"
-#include "codegen/spirv_emitter.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "autodiff/reverse_mode.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
+#include "reference/cpu_eval.h"
+#include "spirv/compiler.h"
+#include "spirv/spirv_emitter.h"
 #include "support/ad_check.h"
 #include "support/ad_fuzz.h"
 

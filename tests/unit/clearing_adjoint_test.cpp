@@ -4,9 +4,9 @@
 
 #include <vector>
 
-#include "codegen/cpu_eval.h"
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
+#include "autodiff/reverse_mode.h"
+#include "ir/text.h"
+#include "reference/cpu_eval.h"
 
 namespace vkad::testing {
 namespace {

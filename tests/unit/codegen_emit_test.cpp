@@ -3,9 +3,9 @@
 // output is deterministic.
 #include <gtest/gtest.h>
 
-#include "codegen/compiler.h"
 #include "abi/spirv_tools.h"
-#include "codegen/text.h"
+#include "ir/text.h"
+#include "spirv/compiler.h"
 #include "unit/codegen_kernels.h"
 
 namespace vkad::codegen {

@@ -2,9 +2,9 @@
 // operation included), rejected with kUnsupported naming the statement where it has not.
 #include <gtest/gtest.h>
 
-#include "codegen/compiler.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
+#include "spirv/compiler.h"
 #include "unit/codegen_i64_kernel.h"
 
 namespace vkad::codegen {

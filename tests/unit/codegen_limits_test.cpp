@@ -5,11 +5,11 @@
 
 #include <string>
 
-#include "codegen/compiler.h"
-#include "codegen/cpu_eval.h"
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "autodiff/reverse_mode.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
+#include "reference/cpu_eval.h"
+#include "spirv/compiler.h"
 
 namespace vkad::codegen {
 namespace {

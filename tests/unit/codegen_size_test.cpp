@@ -11,10 +11,10 @@
 #include <spirv/unified1/spirv.hpp>
 
 #include "abi/spirv_tools.h"
-#include "codegen/compiler.h"
-#include "codegen/reverse_mode.h"
-#include "codegen/spirv_outline.h"
-#include "codegen/text.h"
+#include "autodiff/reverse_mode.h"
+#include "ir/text.h"
+#include "spirv/compiler.h"
+#include "spirv/spirv_outline.h"
 
 namespace vkad::codegen {
 namespace {

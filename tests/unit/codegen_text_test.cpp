@@ -2,10 +2,10 @@
 // the builder producing what its text says.
 #include <gtest/gtest.h>
 
-#include "codegen/builder.h"
-#include "codegen/cpu_eval.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "ir/builder.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
+#include "reference/cpu_eval.h"
 #include "unit/codegen_kernels.h"
 
 namespace vkad::codegen {

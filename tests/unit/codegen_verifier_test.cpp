@@ -2,9 +2,9 @@
 // task, the statement (its printed form) and what is wrong.
 #include <gtest/gtest.h>
 
-#include "codegen/builder.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "ir/builder.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
 
 namespace vkad::codegen {
 namespace {

@@ -7,8 +7,8 @@
 #include <thread>
 #include <vector>
 
-#include "codegen/compiler.h"
-#include "codegen/text.h"
+#include "ir/text.h"
+#include "spirv/compiler.h"
 
 namespace vkad::codegen {
 namespace {

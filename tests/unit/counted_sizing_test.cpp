@@ -10,9 +10,9 @@
 #include <cstring>
 #include <functional>
 
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "autodiff/reverse_mode.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
 #include "runtime/counted_launch.h"
 #include "support/ad_check.h"
 #include "support/ad_fuzz.h"

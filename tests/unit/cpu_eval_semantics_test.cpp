@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "codegen/cpu_eval.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
+#include "reference/cpu_eval.h"
 
 namespace vkad::codegen {
 namespace {

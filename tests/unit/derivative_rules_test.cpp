@@ -1,13 +1,13 @@
-// The derivative rule table (codegen/derivative_rules.h): every partial reads exactly the
+// The derivative rule table (autodiff/derivative_rules.h): every partial reads exactly the
 // primal values its row declares. Reverse mode's needed-values analysis trusts the declared
 // reads and its sweep runs the partials, so a mismatch here is a wrong checkpoint set (a
 // silently wrong gradient, or a wasted stack). The values the partials compute are checked
 // against finite differences by the reverse-mode fuzzer and the gradient tests.
+#include "autodiff/derivative_rules.h"
+
 #include <gtest/gtest.h>
 
 #include <set>
-
-#include "codegen/derivative_rules.h"
 
 namespace vkad::codegen {
 namespace {

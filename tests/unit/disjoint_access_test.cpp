@@ -1,15 +1,15 @@
-// disjoint_access (codegen/disjoint_access.h) on kernels in text form: what it proves (and on
+// disjoint_access (autodiff/disjoint_access.h) on kernels in text form: what it proves (and on
 // which axis), and what it gives up on. make_adjoint's use of it is covered by
 // tests/kernels/adjoint_disjoint_*.vkir and tests/kernels/adjoint_error_*.vkir; the gradients
 // by tests/unit/disjoint_gradient_test.cpp and tests/gpu/disjoint_access_test.cpp.
-#include "codegen/disjoint_access.h"
+#include "autodiff/disjoint_access.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
 
 namespace vkad::codegen {
 namespace {

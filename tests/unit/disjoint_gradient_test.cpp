@@ -7,8 +7,8 @@
 #include <cmath>
 #include <string>
 
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
+#include "autodiff/reverse_mode.h"
+#include "ir/text.h"
 #include "support/step_program.h"
 
 namespace vkad::testing {

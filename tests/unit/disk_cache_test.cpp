@@ -10,12 +10,12 @@
 #include <iterator>
 
 #include "abi/compiled_kernel_io.h"
+#include "autodiff/reverse_mode.h"
 #include "base/cache_file.h"
-#include "codegen/builder.h"
-#include "codegen/compiler.h"
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
+#include "ir/builder.h"
+#include "ir/text.h"
 #include "rhi/pipeline_cache_file.h"
+#include "spirv/compiler.h"
 #include "unit/codegen_kernels.h"
 
 namespace vkad {

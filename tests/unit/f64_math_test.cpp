@@ -1,7 +1,9 @@
-// The f64 transcendentals of codegen/f64_math.h, run on the host through the same sequence of
+// The f64 transcendentals of spirv/f64_math.h, run on the host through the same sequence of
 // operations the emitter emits, against glibc's double functions: the largest error in ulps
 // over a dense sample of each domain. tests/gpu/f64_math_device_test.cpp measures the same
 // on the device.
+#include "spirv/f64_math.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,8 +12,6 @@
 #include <functional>
 #include <limits>
 #include <random>
-
-#include "codegen/f64_math.h"
 
 namespace vkad::codegen {
 namespace {

@@ -2,15 +2,16 @@
 // input and random output weights w, the JVP's w . (J v) must equal the reverse mode's
 // (J^T w) . v (the dot-product test: two independent derivations of one Jacobian) and the
 // central difference of the loss along v.
+#include "autodiff/forward_mode.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
-#include "codegen/forward_mode.h"
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "autodiff/reverse_mode.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
 #include "support/ad_check.h"
 #include "support/ad_regressions.h"
 #include "support/nd_kernels.h"

@@ -1,14 +1,15 @@
 // The IR rewrites behind reverse mode of while / break / continue kernels, text in, text
-// checked out: lower_jumps (codegen/jumps.h) and trip_counter_kernel (codegen/trip_counter.h).
+// checked out: lower_jumps (autodiff/jumps.h) and trip_counter_kernel (autodiff/trip_counter.h).
+#include "autodiff/jumps.h"
+
 #include <gtest/gtest.h>
 
 #include <functional>
 
-#include "codegen/cpu_eval.h"
-#include "codegen/jumps.h"
-#include "codegen/text.h"
-#include "codegen/trip_counter.h"
-#include "codegen/verifier.h"
+#include "autodiff/trip_counter.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
+#include "reference/cpu_eval.h"
 #include "support/ad_check.h"
 #include "support/while_kernels.h"
 

@@ -1,7 +1,7 @@
-// kernel_access and evaluate (codegen/launch_access.h): which accesses each ndarray parameter
+// kernel_access and evaluate (ir/launch_access.h): which accesses each ndarray parameter
 // has, which of their indices are launch-uniform, and the rows those give for a launch's
 // arguments. The tape's use of it is tests/gpu/tape_hazards_test.cpp.
-#include "codegen/launch_access.h"
+#include "ir/launch_access.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <map>
 #include <string>
 
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
 
 namespace vkad::codegen {
 namespace {

@@ -1,6 +1,6 @@
-// Launch fusion (codegen/launch_fusion.h): which runs of launches merge, and that a fused
+// Launch fusion (ir/launch_fusion.h): which runs of launches merge, and that a fused
 // kernel computes, on the CPU evaluator, exactly what its members compute one by one.
-#include "codegen/launch_fusion.h"
+#include "ir/launch_fusion.h"
 
 #include <gtest/gtest.h>
 
@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "codegen/cpu_eval.h"
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "autodiff/reverse_mode.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
+#include "reference/cpu_eval.h"
 
 namespace vkad::testing {
 namespace {

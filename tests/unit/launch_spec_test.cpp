@@ -1,13 +1,13 @@
-// Which args words codegen lets the runtime specialize (codegen/launch_spec.h), and that the
+// Which args words codegen lets the runtime specialize (spirv/launch_spec.h), and that the
 // module declares a flag and a value constant for each.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
-#include "codegen/compiler.h"
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
+#include "autodiff/reverse_mode.h"
+#include "ir/text.h"
 #include "runtime/spirv_interface.h"
+#include "spirv/compiler.h"
 
 namespace vkad::codegen {
 namespace {

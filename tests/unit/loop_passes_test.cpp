@@ -1,9 +1,10 @@
-// loop_pass_bound (codegen/loop_passes.h): the loop passes of one range iteration, evaluated
+// loop_pass_bound (ir/loop_passes.h): the loop passes of one range iteration, evaluated
 // for given scalars and shapes, against the model's closed form for each kernel shape.
+#include "ir/loop_passes.h"
+
 #include <gtest/gtest.h>
 
-#include "codegen/loop_passes.h"
-#include "codegen/text.h"
+#include "ir/text.h"
 
 namespace vkad::codegen {
 namespace {
@@ -45,6 +46,18 @@ TEST(LoopPasses, OneLoopOfScalarBoundMakesTripsPlusOne) {
   for (int64_t n : {0, 1, 7, 1000}) EXPECT_EQ(count(k, {n, 0}).passes, n + 1) << n;
   EXPECT_EQ(count(k, {-5, 0}).passes, 1) << "a negative trip count runs no iteration";
   EXPECT_EQ(count(k, {5, 0}).idle, 1u);
+}
+
+// A signed scalar begin is bounded below by 0 - neg(n) (ir/range_analysis.h): such a loop is
+// checked, with its trips counted from a negative begin too.
+TEST(LoopPasses, SignedScalarBeginIsCountedFromBelowZero) {
+  std::string k = kernel("n: i32, y: ndarray<f32, 1>",
+                         "    %n = arg n : i32\n    %e = const 4 : i32\n"
+                         "    for %k in [%n, %e) {\n    }\n");
+  EXPECT_TRUE(count(k, {-3, 0}).unchecked.empty());
+  EXPECT_EQ(count(k, {-3, 0}).passes, 7 + 1);
+  // From 2 the bound stays 4 - 0 (a non-negative begin counts as 0): an upper bound.
+  EXPECT_GE(count(k, {2, 0}).passes, 2 + 1);
 }
 
 TEST(LoopPasses, NestedLoopsMultiplyAndTheOuterLastPassRunsTheInnerOnce) {

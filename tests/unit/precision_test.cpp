@@ -1,16 +1,17 @@
-// codegen/precision.h: the carried bounds contain every perturbed result, and the CPU
+// reference/precision.h: the carried bounds contain every perturbed result, and the CPU
 // reference's per-element bounds contain what a device allowed Vulkan's errors could compute
 // (simulated here by perturbing each transcendental within its row's bound).
+#include "reference/precision.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <random>
 
-#include "codegen/cpu_eval.h"
-#include "codegen/precision.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
+#include "reference/cpu_eval.h"
 
 namespace vkad::codegen {
 namespace {

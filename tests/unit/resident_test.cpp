@@ -1,18 +1,18 @@
-// Resident kernels (codegen/resident.h) and the barrier they are built on (ir.h, kBarrier):
+// Resident kernels (ir/resident.h) and the barrier they are built on (ir.h, kBarrier):
 // where the verifier admits a barrier, what the evaluators and reverse mode say of one, and
 // the rolled kernel's shape (it verifies, prints and parses back; arrays shared by identity;
 // only i32 scalars step). Their results are checked on a device (tests/gpu/resident_graph_test).
-#include "codegen/resident.h"
+#include "ir/resident.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "codegen/cpu_eval.h"
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "autodiff/reverse_mode.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
+#include "reference/cpu_eval.h"
 
 namespace vkad::codegen {
 namespace {

@@ -7,8 +7,8 @@
 
 #include <set>
 
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
 #include "support/ad_check.h"
 #include "support/ad_fuzz.h"
 

@@ -3,9 +3,9 @@
 // the same kernels on the device.
 #include <gtest/gtest.h>
 
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "autodiff/reverse_mode.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
 #include "support/ad_check.h"
 #include "support/ad_regressions.h"
 

@@ -3,6 +3,8 @@
 // text-in / CHECK-out cases (which stacks the pass makes, how loads and stores of differentiable
 // ndarrays turn around, the kernels it rejects) are tests/kernels/adjoint*.vkir, run by
 // tests/unit/vkir_check_test.cpp.
+#include "autodiff/reverse_mode.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,13 +12,12 @@
 #include <sstream>
 #include <unordered_set>
 
-#include "codegen/builder.h"
-#include "codegen/compiler.h"
-#include "codegen/cpu_eval.h"
-#include "codegen/reverse_mode.h"
 #include "abi/spirv_tools.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "ir/builder.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
+#include "reference/cpu_eval.h"
+#include "spirv/compiler.h"
 #include "support/ad_regressions.h"
 
 namespace vkad::codegen {

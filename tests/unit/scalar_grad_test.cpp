@@ -4,9 +4,9 @@
 
 #include <cmath>
 
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "autodiff/reverse_mode.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
 #include "support/ad_check.h"
 #include "support/scalar_grad_kernels.h"
 

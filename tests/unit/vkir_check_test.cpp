@@ -1,6 +1,6 @@
 // Kernels as files with CHECK lines (tests/kernels/*.vkir), one gtest case per file.
 //
-// A .vkir file is a kernel in the IR's text form (codegen/text.h, where `//` starts a comment)
+// A .vkir file is a kernel in the IR's text form (ir/text.h, where `//` starts a comment)
 // plus directives in comment lines:
 //   // RUN: <mode>        exactly one; what the output is:
 //        print            print(parse(file)) (and print(parse(print)) must be the same text)
@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "autodiff/reverse_mode.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
 
 namespace vkad::codegen {
 namespace {

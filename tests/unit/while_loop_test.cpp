@@ -5,12 +5,12 @@
 
 #include <cmath>
 
-#include "codegen/builder.h"
-#include "codegen/cpu_eval.h"
-#include "codegen/loop_passes.h"
-#include "codegen/reverse_mode.h"
-#include "codegen/text.h"
-#include "codegen/verifier.h"
+#include "autodiff/reverse_mode.h"
+#include "ir/builder.h"
+#include "ir/loop_passes.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
+#include "reference/cpu_eval.h"
 #include "support/ad_check.h"
 #include "support/while_kernels.h"
 

@@ -1,0 +1,229 @@
+#include "autodiff/disjoint_access.h"
+
+#include <map>
+#include <optional>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+namespace vkad::codegen {
+
+namespace {
+
+bool is_word(DType t) { return t == DType::kI32 || t == DType::kU32; }
+
+// A launch-uniform i32 / u32 / bool value: constant + sum(coefficient * term), modulo 2^32 (the
+// i32 / u32 arithmetic of the IR wraps, and casts between them keep the bits, so the form is
+// exact in the ring of 32-bit words).
+struct Form {
+  std::map<uint32_t, uint32_t> terms;  // term id -> coefficient, never 0
+  uint32_t constant = 0;
+  bool operator<(const Form& o) const {
+    return std::tie(terms, constant) < std::tie(o.terms, o.constant);
+  }
+};
+
+// What identifies a term: a scalar parameter, a shape() query, or a launch-uniform operation
+// that is not linear (taken whole). Equal keys are equal values in any one launch: the ops are
+// pure, and the operand types are in the key (a signed and an unsigned `lt` of the same words
+// differ).
+struct TermKey {
+  Op op = Op::kConst;
+  DType type = DType::kI32;
+  uint32_t param = 0, dim = 0;
+  std::vector<DType> operand_types;
+  std::vector<Form> operands;
+  bool operator<(const TermKey& o) const {
+    return std::tie(op, type, param, dim, operand_types, operands) <
+           std::tie(o.op, o.type, o.param, o.dim, o.operand_types, o.operands);
+  }
+};
+
+// The forms of every launch-uniform value of a kernel, computed in one walk in program order
+// (an operand is defined before its use), so no recursion over value chains.
+class UniformForms {
+ public:
+  explicit UniformForms(const Kernel& k) {
+    for (const Task& t : k.tasks) walk(t.body);
+  }
+  // Null when `v` is not launch-uniform (or not proven so).
+  const Form* at(ValueId v) const {
+    auto it = forms_.find(v);
+    return it == forms_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  void walk(const Block& b) {
+    for (const Stmt& s : b.stmts) {
+      if (s.result != kNoValue) {
+        if (std::optional<Form> f = form_of(s)) {
+          forms_.emplace(s.result, std::move(*f));
+          types_.emplace(s.result, s.type);
+        }
+      }
+      for (const Block& c : s.blocks) walk(c);
+    }
+  }
+
+  static Form constant(uint32_t c) {
+    Form f;
+    f.constant = c;
+    return f;
+  }
+  Form term(TermKey key) {
+    const uint32_t id =
+        term_ids_.emplace(std::move(key), static_cast<uint32_t>(term_ids_.size())).first->second;
+    Form f;
+    f.terms[id] = 1;
+    return f;
+  }
+  static Form scaled(const Form& a, uint32_t by) {
+    Form f;
+    f.constant = a.constant * by;
+    for (const auto& [t, c] : a.terms) {
+      if (uint32_t m = c * by) f.terms[t] = m;
+    }
+    return f;
+  }
+  static Form sum(const Form& a, const Form& b, uint32_t b_sign) {
+    Form f = a;
+    f.constant += b.constant * b_sign;
+    for (const auto& [t, c] : b.terms) {
+      uint32_t m = f.terms[t] + c * b_sign;
+      if (m)
+        f.terms[t] = m;
+      else
+        f.terms.erase(t);
+    }
+    return f;
+  }
+
+  std::optional<Form> form_of(const Stmt& s) {
+    if (!is_word(s.type) && s.type != DType::kBool) return std::nullopt;  // floats, i64
+    switch (s.op) {
+      case Op::kConst: return constant(static_cast<uint32_t>(s.iimm));
+      case Op::kArg: {
+        TermKey key;
+        key.op = Op::kArg;
+        key.type = s.type;
+        key.param = s.param;
+        return term(std::move(key));
+      }
+      case Op::kShape: {
+        TermKey key;
+        key.op = Op::kShape;
+        key.param = s.param;
+        key.dim = s.dim;
+        return term(std::move(key));
+      }
+      case Op::kNeg:
+      case Op::kNot:
+      case Op::kAbs:
+      case Op::kAdd:
+      case Op::kSub:
+      case Op::kMul:
+      case Op::kDiv:
+      case Op::kMod:
+      case Op::kFloorDiv:
+      case Op::kMin:
+      case Op::kMax:
+      case Op::kAnd:
+      case Op::kOr:
+      case Op::kLt:
+      case Op::kLe:
+      case Op::kGt:
+      case Op::kGe:
+      case Op::kEq:
+      case Op::kNe:
+      case Op::kSelect:
+      case Op::kCast: break;
+      default: return std::nullopt;  // indices, locals, loads, float math, control flow
+    }
+    TermKey key;
+    key.op = s.op;
+    key.type = s.type;
+    for (ValueId x : s.args) {
+      const Form* f = at(x);
+      if (!f) return std::nullopt;  // an operand that is not launch-uniform
+      key.operands.push_back(*f);
+      key.operand_types.push_back(types_.at(x));
+    }
+    const std::vector<Form>& a = key.operands;
+    if (is_word(s.type)) {  // the linear part, exact modulo 2^32
+      switch (s.op) {
+        case Op::kAdd: return sum(a[0], a[1], 1);
+        case Op::kSub: return sum(a[0], a[1], UINT32_MAX);
+        case Op::kNeg: return scaled(a[0], UINT32_MAX);
+        case Op::kMul:
+          if (a[0].terms.empty()) return scaled(a[1], a[0].constant);
+          if (a[1].terms.empty()) return scaled(a[0], a[1].constant);
+          break;
+        case Op::kCast:
+          if (is_word(key.operand_types[0])) return a[0];  // i32 <-> u32 keeps the bits
+          break;
+        default: break;
+      }
+    }
+    return term(std::move(key));
+  }
+
+  std::unordered_map<ValueId, Form> forms_;
+  std::unordered_map<ValueId, DType> types_;
+  std::map<TermKey, uint32_t> term_ids_;
+};
+
+struct Access {
+  const Stmt* stmt;
+  size_t task;
+};
+
+void collect(const Block& b, uint32_t param, size_t task, std::vector<Access>& reads,
+             std::vector<Access>& writes) {
+  for (const Stmt& s : b.stmts) {
+    if (s.param == param) {
+      if (s.op == Op::kLoad) reads.push_back({&s, task});
+      if (s.op == Op::kStore || s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax)
+        writes.push_back({&s, task});
+    }
+    for (const Block& c : s.blocks) collect(c, param, task, reads, writes);
+  }
+}
+
+}  // namespace
+
+DisjointAccess disjoint_access(const Kernel& k, uint32_t param) {
+  std::vector<Access> reads, writes;
+  for (size_t t = 0; t < k.tasks.size(); ++t) collect(k.tasks[t].body, param, t, reads, writes);
+  std::vector<std::pair<const Stmt*, const Stmt*>> pairs;  // (write, read)
+  for (const Access& w : writes) {
+    for (const Access& r : reads) {
+      if (w.task >= r.task) pairs.push_back({w.stmt, r.stmt});
+    }
+  }
+  DisjointAccess out;
+  if (pairs.empty()) {
+    out.kind = DisjointAccess::Kind::kNoConflict;
+    return out;
+  }
+  UniformForms forms(k);
+  for (uint32_t axis = 0; axis < k.params[param].rank; ++axis) {
+    bool separated = true;
+    for (const auto& [w, r] : pairs) {
+      const Form* fw = forms.at(w->args[axis]);
+      const Form* fr = forms.at(r->args[axis]);
+      // Same terms, different constants: the difference is a non-zero word in every launch.
+      if (!fw || !fr || fw->terms != fr->terms || fw->constant == fr->constant) {
+        separated = false;
+        break;
+      }
+    }
+    if (separated) {
+      out.kind = DisjointAccess::Kind::kDisjoint;
+      out.axis = axis;
+      return out;
+    }
+  }
+  return out;
+}
+
+}  // namespace vkad::codegen

@@ -1,0 +1,55 @@
+// Disjoint access: a proof that a kernel never writes an element of an ndarray that it reads
+// before the write, so that a replay after the kernel (reverse mode's) reads what the kernel
+// read. This is the DiffTaichi idiom: state read at step f and written at step f + 1 of one
+// array, `x[f + 1, p] = x[f, p] + dt * v[f, p]`.
+//
+// Conflicting pairs. For ndarray parameter `param` of kernel `k`, a *conflicting pair* is a
+// write (store, atomic_add or atomic_max) and a read (load) of `param` where the write's task
+// is the read's task or a later one (in any order inside the task, any thread, any loop
+// iteration or branch). A write in an earlier task than the read is no conflict: tasks are
+// separated by barriers, so the read sees the written value, which is also what a replay after
+// the kernel sees unless a conflicting write replaces it.
+//
+// What is proven. kDisjoint(axis): for every conflicting pair, the index operand on `axis` of
+// the write and that of the read are both *launch-uniform* and differ by a non-zero constant
+// modulo 2^32, so they name different elements of every launch (each access is bounds-checked
+// per axis: docs/architecture.md, "Emission"; an out-of-bounds one touches nothing). A value is
+// launch-uniform when it is computed only from integer constants, i32 / u32 / bool scalar
+// parameters, shape() queries and integer arithmetic on them (add, sub, mul, neg, div, mod,
+// floordiv, min, max, abs, and, or, not, comparisons, select, casts between i32 and u32): the
+// same value in every invocation of a launch. Such values are normalised to `c + sum(k_i *
+// t_i)` modulo 2^32, the terms t_i being parameters, shapes and any other launch-uniform
+// expression taken whole (`f div 2` is one term, compared by structure), so `f + 1` vs `f`,
+// `f + 1` vs `f - 1`, `(f div 2) + 1` vs `f div 2` and `2 * (f + 1)` vs `2 * f + 1` are all
+// proven. One axis must separate every conflicting pair.
+//
+// What it gives up on (kUnproven): a task index, a loop index, a mutable local, anything loaded
+// from an ndarray, floating-point or i64 values anywhere in the index; two different parameters
+// (`f` vs `g`: equal in some launch); a difference that is not a constant (`f` vs `2 * f`);
+// separation that needs ranges rather than a constant difference (`x[f + p]`), or different
+// axes for different pairs. Unproven is not "overlapping": only "not shown disjoint".
+//
+// kNoConflict: no conflicting pair (the array is not both read and written, or every write is
+// in a task before every read).
+//
+// What it does not check: that each element is written at most once (stores on different
+// paths, or by different threads, to one element): reverse mode's rule, not this proof's.
+#pragma once
+
+#include <cstdint>
+
+#include "ir/ir.h"
+
+namespace vkad::codegen {
+
+struct DisjointAccess {
+  enum class Kind { kNoConflict, kDisjoint, kUnproven };
+  Kind kind = Kind::kUnproven;
+  uint32_t axis = 0;  // kDisjoint: the first axis that separates every conflicting pair
+};
+
+// `param` must be an ndarray parameter of `k`, and `k` must verify (indices of its accesses
+// are i32 or u32, one per axis). Pure: reads `k` only.
+DisjointAccess disjoint_access(const Kernel& k, uint32_t param);
+
+}  // namespace vkad::codegen

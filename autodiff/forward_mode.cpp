@@ -1,0 +1,211 @@
+#include "autodiff/forward_mode.h"
+
+#include <unordered_map>
+
+#include "autodiff/derivative_rules.h"
+#include "ir/verifier.h"
+
+namespace vkad::codegen {
+
+namespace {
+
+class ForwardMode : public PartialBuilder {
+ public:
+  explicit ForwardMode(const Kernel& f) : f_(f) {}
+
+  Result<Kernel> run(const Target& target) {
+    VKAD_TRY(verify(f_, target));
+    k_.name = f_.name + "_jvp";
+    k_.params = f_.params;
+    k_.next_id = f_.next_id;  // forward ids are kept; new ones come after them
+    dot_.assign(f_.params.size(), UINT32_MAX);
+    for (uint32_t p = 0; p < f_.params.size(); ++p) {
+      k_.params[p].needs_grad = false;
+      if (!f_.params[p].needs_grad) continue;
+      Param d = f_.params[p];
+      d.name += "_dot";
+      d.needs_grad = false;
+      d.read_only = false;
+      dot_[p] = static_cast<uint32_t>(k_.params.size());
+      k_.params.push_back(std::move(d));
+    }
+    for (const Task& t : f_.tasks) {
+      Task jt = t;
+      jt.body.stmts.clear();
+      tan_.clear();
+      out_ = &jt.body;
+      block(t.body);
+      k_.tasks.push_back(std::move(jt));
+    }
+    Status v = verify(k_, target);
+    if (!v.ok()) {
+      if (v.code() == ErrorCode::kUnsupported) {
+        return make_error(
+            ErrorCode::kUnsupported,
+            "the JVP of kernel '" + f_.name + "' needs what the device lacks: " + v.message());
+      }
+      return make_error(
+          ErrorCode::kInternal,
+          "forward mode of kernel '" + f_.name +
+              "' produced a kernel that does not verify (a bug in vkad): " + v.message());
+    }
+    return std::move(k_);
+  }
+
+  ValueId op(Op o, DType t, std::vector<ValueId> args) override {
+    Stmt s;
+    s.op = o;
+    s.type = t;
+    s.args = std::move(args);
+    return emit(std::move(s));
+  }
+  ValueId constant(DType t, double v) override {
+    Stmt s;
+    s.op = Op::kConst;
+    s.type = t;
+    if (is_float(t))
+      s.fimm = v;
+    else
+      s.iimm = static_cast<int64_t>(v), s.fimm = v;
+    return emit(std::move(s));
+  }
+
+ private:
+  ValueId emit(Stmt s) {
+    if (op_info(s.op).has_result) s.result = k_.fresh();
+    ValueId r = s.result;
+    out_->stmts.push_back(std::move(s));
+    return r;
+  }
+  ValueId tangent(ValueId v) const {
+    auto it = tan_.find(v);
+    return it == tan_.end() ? kNoValue : it->second;
+  }
+  ValueId tangent_or_zero(ValueId v, DType t) {
+    ValueId d = tangent(v);
+    return d != kNoValue ? d : constant(t, 0);
+  }
+  // The tangent of `s`'s result from the rule table: the sum of each partial seeded with its
+  // operand's tangent (operands without one contribute nothing).
+  ValueId from_rules(const Stmt& s, const std::unordered_map<ValueId, DType>& types) {
+    const DerivativeRule* rule = derivative_rule(s.op);
+    if (!rule) return kNoValue;
+    PartialArgs a{};
+    a.type = s.type;
+    a.result = s.result;
+    for (size_t k = 0; k < s.args.size() && k < 3; ++k) {
+      a.arg[k] = s.args[k];
+      auto it = types.find(s.args[k]);
+      a.arg_type[k] = it == types.end() ? s.type : it->second;
+    }
+    ValueId sum = kNoValue;
+    for (size_t k = 0; k < s.args.size() && k < 3; ++k) {
+      ValueId d = tangent(s.args[k]);
+      if (d == kNoValue || !rule->partial[k].emit) continue;
+      a.g = d;
+      ValueId part = rule->partial[k].emit(*this, a);
+      sum = sum == kNoValue ? part : op(Op::kAdd, s.type, {sum, part});
+    }
+    return sum;
+  }
+
+  void block(const Block& b) {
+    for (const Stmt& s : b.stmts) stmt(s);
+  }
+
+  void stmt(const Stmt& s) {
+    if (s.result != kNoValue) types_[s.result] = s.type;
+    // The primal statement, with its blocks rebuilt (tangents interleave with the bodies).
+    Stmt copy = s;
+    for (Block& c : copy.blocks) c.stmts.clear();
+    out_->stmts.push_back(std::move(copy));
+    size_t at = out_->stmts.size() - 1;
+    if (!s.blocks.empty()) {
+      Block* outer = out_;
+      for (size_t i = 0; i < s.blocks.size(); ++i) {
+        Block built;
+        out_ = &built;
+        block(s.blocks[i]);
+        out_ = outer;
+        out_->stmts[at].blocks[i] = std::move(built);
+      }
+      return;
+    }
+    const bool is_f = s.result != kNoValue && is_float(s.type);
+    switch (s.op) {
+      case Op::kArg:
+        if (dot_[s.param] != UINT32_MAX) {
+          Stmt d;
+          d.op = Op::kArg;
+          d.type = s.type;
+          d.param = dot_[s.param];
+          tan_[s.result] = emit(std::move(d));
+        }
+        return;
+      case Op::kLoad:
+        if (dot_[s.param] != UINT32_MAX) {
+          Stmt d = s;
+          d.param = dot_[s.param];
+          tan_[s.result] = emit(std::move(d));
+        }
+        return;
+      case Op::kStore:
+      case Op::kAtomicAdd: {
+        uint32_t dp = dot_[s.param];
+        if (dp == UINT32_MAX) return;
+        ValueId v = s.args.back();
+        ValueId d = tangent(v);
+        if (d == kNoValue && s.op == Op::kAtomicAdd) return;  // adds zero
+        Stmt st = s;
+        st.param = dp;
+        st.args.back() = d != kNoValue ? d : constant(f_.params[s.param].dtype, 0);
+        emit(std::move(st));
+        return;
+      }
+      case Op::kAlloca:
+        if (is_f) tan_[s.result] = op(Op::kAlloca, s.type, {});  // the local's tangent, zero
+        return;
+      case Op::kLoadLocal: {
+        ValueId tl = tangent(s.args[0]);
+        if (tl != kNoValue) tan_[s.result] = op(Op::kLoadLocal, s.type, {tl});
+        return;
+      }
+      case Op::kStoreLocal: {
+        ValueId tl = tangent(s.args[0]);
+        if (tl == kNoValue) return;
+        Stmt st;
+        st.op = Op::kStoreLocal;
+        st.args = {tl, tangent_or_zero(s.args[1], types_.at(s.args[1]))};
+        emit(std::move(st));
+        return;
+      }
+      case Op::kCast: {
+        ValueId d = tangent(s.args[0]);
+        // Only float -> float carries a tangent (an integer or bool has none).
+        if (d != kNoValue && is_f)
+          tan_[s.result] = types_.at(s.args[0]) == s.type ? d : op(Op::kCast, s.type, {d});
+        return;
+      }
+      default:
+        if (!is_f) return;
+        if (ValueId d = from_rules(s, types_); d != kNoValue) tan_[s.result] = d;
+        return;
+    }
+  }
+
+  const Kernel& f_;
+  Kernel k_;
+  std::vector<uint32_t> dot_;  // forward param -> its tangent param (UINT32_MAX: none)
+  std::unordered_map<ValueId, ValueId> tan_;  // forward value or local -> its tangent
+  std::unordered_map<ValueId, DType> types_;
+  Block* out_ = nullptr;
+};
+
+}  // namespace
+
+Result<Kernel> make_jvp(const Kernel& forward, const Target& target) {
+  ForwardMode fm(forward);
+  return fm.run(target);
+}
+
+}  // namespace vkad::codegen

@@ -1,0 +1,152 @@
+#include "autodiff/trip_counter.h"
+
+#include <functional>
+#include <map>
+#include <unordered_map>
+
+#include "abi/kernel_abi.h"
+
+namespace vkad::codegen {
+
+namespace {
+
+// The trips parameter both kernels append last.
+Param trips_param() {
+  Param trips;
+  trips.name = "trips";
+  trips.kind = ParamKind::kNdArray;
+  trips.dtype = DType::kI32;
+  trips.rank = 1;
+  return trips;
+}
+
+// Adds trip recording to `t`, a task of `k` (whose parameter `trips` is the trips array; new
+// ids from k): a local per counted loop the task holds (`slot`: loop result id -> its index in
+// `loops`), raised before each for loop by `end - begin` and in each
+// while loop's body by `i + 1`, and atomic_max-ed into its slot at the end of the body
+// (trip_counter.h). With `drop_writes` the task's stores and atomic adds go (the counter's
+// replay); without, every statement stays where it was, so the task computes what it computed.
+// Returns whether `t` holds a counted loop (it is left unchanged if not).
+bool record_trips(Kernel& k, Task& t, const std::unordered_map<ValueId, uint32_t>& slot,
+                  uint32_t trips, uint32_t slot_run, bool drop_writes) {
+  auto mk = [&k](Op op, DType type, std::vector<ValueId> args) {
+    Stmt s;
+    s.op = op;
+    s.type = type;
+    s.args = std::move(args);
+    if (op_info(op).has_result) s.result = k.fresh();
+    return s;
+  };
+  auto konst = [&](int64_t v, std::vector<Stmt>& out) {
+    Stmt s = mk(Op::kConst, DType::kI32, {});
+    s.iimm = v;
+    s.fimm = static_cast<double>(v);
+    out.push_back(s);
+    return s.result;
+  };
+  // M = max(M, n)
+  auto raise = [&](ValueId M, ValueId n, std::vector<Stmt>& out) {
+    Stmt l = mk(Op::kLoadLocal, DType::kI32, {M});
+    Stmt m = mk(Op::kMax, DType::kI32, {l.result, n});
+    Stmt st = mk(Op::kStoreLocal, DType::kF32, {M, m.result});
+    out.push_back(l), out.push_back(m), out.push_back(st);
+  };
+  std::map<uint32_t, ValueId> maxima;  // trips index -> its local in this task
+  std::function<void(Block&)> walk = [&](Block& b) {
+    std::vector<Stmt> out;
+    for (Stmt& s : b.stmts) {
+      if (drop_writes && (s.op == Op::kStore || s.op == Op::kAtomicAdd)) continue;
+      for (Block& sub : s.blocks) walk(sub);
+      auto it = slot.find(s.result);
+      if ((s.op == Op::kFor || s.op == Op::kWhile) && it != slot.end()) {
+        auto mx = maxima.find(it->second);
+        if (mx == maxima.end()) mx = maxima.emplace(it->second, k.fresh()).first;
+        const ValueId M = mx->second;
+        if (s.op == Op::kFor) {
+          Stmt d = mk(Op::kSub, DType::kI32, {s.args[1], s.args[0]});
+          out.push_back(d);
+          raise(M, d.result, out);
+        } else {
+          std::vector<Stmt> head;
+          ValueId one = konst(1, head);
+          Stmt n = mk(Op::kAdd, DType::kI32, {s.result, one});
+          head.push_back(n);
+          raise(M, n.result, head);
+          Block& body = s.blocks[1];
+          body.stmts.insert(body.stmts.begin(), head.begin(), head.end());
+        }
+      }
+      out.push_back(std::move(s));
+    }
+    b.stmts = std::move(out);
+  };
+  walk(t.body);
+  if (maxima.empty()) return false;
+  std::vector<Stmt> top, tail;
+  for (const auto& [j, M] : maxima) {
+    Stmt a = mk(Op::kAlloca, DType::kI32, {});
+    a.result = M;
+    top.push_back(a);
+    // Slot j * kTripSlots + (index / slot_run) mod kTripSlots: threads spread over
+    // kTripSlots words instead of contending for one (the host takes the max over them);
+    // runs of slot_run consecutive indices share a word, so that a subgroup can combine its
+    // atomics into one (trip_counter.h).
+    ValueId slots = konst(abi::kTripSlots, tail);
+    ValueId run_of = t.index;
+    if (slot_run > 1) {
+      ValueId run = konst(slot_run, tail);
+      Stmt q = mk(Op::kDiv, DType::kI32, {t.index, run});
+      tail.push_back(q);
+      run_of = q.result;
+    }
+    Stmt lane = mk(Op::kMod, DType::kI32, {run_of, slots});
+    ValueId base = konst(static_cast<int64_t>(j) * abi::kTripSlots, tail);
+    Stmt at_s = mk(Op::kAdd, DType::kI32, {base, lane.result});
+    ValueId at = at_s.result;
+    tail.push_back(lane), tail.push_back(at_s);
+    Stmt l = mk(Op::kLoadLocal, DType::kI32, {M});
+    Stmt am = mk(Op::kAtomicMax, DType::kF32, {at, l.result});
+    am.param = trips;
+    tail.push_back(l), tail.push_back(am);
+  }
+  t.body.stmts.insert(t.body.stmts.begin(), top.begin(), top.end());
+  for (Stmt& x : tail) t.body.stmts.push_back(std::move(x));
+  return true;
+}
+
+// `f` with the trips parameter appended, each task recording its counted loops; `counter`:
+// trip_counter_kernel's variant (no gradients, no writes, tasks without counted loops dropped),
+// else counting_forward_kernel's (everything kept).
+Kernel with_trips(const Kernel& f, const std::vector<ValueId>& loops, uint32_t slot_run,
+                  bool counter) {
+  Kernel c;
+  c.name = f.name + (counter ? "_trip_count" : "_counting");
+  c.params = f.params;
+  if (counter) {
+    for (Param& p : c.params) p.needs_grad = false;
+  }
+  const auto trips = static_cast<uint32_t>(c.params.size());
+  c.params.push_back(trips_param());
+  c.next_id = f.next_id;
+  std::unordered_map<ValueId, uint32_t> slot;  // counted loop (its result id) -> trips index
+  for (size_t j = 0; j < loops.size(); ++j) slot[loops[j]] = static_cast<uint32_t>(j);
+  for (const Task& t : f.tasks) {
+    Task ct = t;
+    if (record_trips(c, ct, slot, trips, slot_run, /*drop_writes=*/counter) || !counter)
+      c.tasks.push_back(std::move(ct));
+  }
+  return c;
+}
+
+}  // namespace
+
+Kernel trip_counter_kernel(const Kernel& f, const std::vector<ValueId>& loops, uint32_t slot_run) {
+  return with_trips(f, loops, slot_run, /*counter=*/true);
+}
+
+Kernel counting_forward_kernel(const Kernel& f, const std::vector<ValueId>& loops,
+                               uint32_t slot_run) {
+  return with_trips(f, loops, slot_run, /*counter=*/false);
+}
+
+}  // namespace vkad::codegen

@@ -1,0 +1,256 @@
+// The kernel IR: what a DSL lowers its kernels into, what reverse mode rewrites, and what the
+// SPIR-V emitter and the CPU reference evaluator consume.
+//
+// Shape of a kernel:
+//   Kernel  = name, typed parameters (scalars and ndarrays), tasks.
+//   Task    = a parallel range-for over [begin, end) (bounds: constants, scalar parameters or
+//             ndarray shapes), or a serial task (the same range, run by one invocation).
+//             The task's index is an i32 SSA value visible in its body. An N-d task ranges
+//             over the product of up to 3 dimensions (`dims`), each with its own i32 index
+//             and bounds that are expressions (sums, products, max) of those leaves.
+//   Block   = an ordered list of statements.
+//   Stmt    = one operation. A statement that yields something defines exactly one SSA id
+//             (`result`): a value, a mutable local (alloca), an adstack (stack_alloc), or the
+//             index of a serial for / while loop. Ids are unique within a kernel.
+//
+// Scoping: an id is visible after its definition in its own block and in blocks nested inside;
+// a for / while loop's index is visible only in its body (a while loop's test block is a
+// scope of its own, like a branch side). Values are immutable; mutation goes through
+// locals (alloca / load_local / store_local), which is what reverse mode needs to see.
+//
+// Types: f32, f64 and i64 (where the device has them), i32, u32, bool. Arithmetic takes operands of
+// one type (casts are explicit); comparisons yield bool; indices and loop bounds are i32 or u32.
+// Ndarrays of bool hold one u32 (0/1) per element.
+//
+// The IR is plain data: build it with KernelBuilder (builder.h) or parse it (text.h); check it
+// with verify() (verifier.h) before anything consumes it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "abi/kernel_abi.h"
+#include "adstack/adstack_layout.h"
+#include "adstack/size_expr.h"
+
+namespace vkad::codegen {
+
+using abi::DType;
+using abi::ParamKind;
+using abi::RangeBound;
+
+using ValueId = uint32_t;
+inline constexpr ValueId kNoValue = UINT32_MAX;
+
+// Operation semantics: every op has one result for every input of its types, written down
+// once in docs/reference.md ("Operation semantics"); the emitter and the CPU reference both
+// produce exactly it. In short: i32/u32 arithmetic wraps; div truncates, mod and floordiv
+// round toward -inf; x / 0 = 0, x mod 0 = x, floordiv(x, 0) = 0, INT_MIN / -1 = INT_MIN,
+// INT_MIN mod -1 = 0; float -> i32/u32 casts saturate with NaN -> 0; float min/max are
+// `a < b ? a : b` / `a > b ? a : b`. Float results are IEEE on the reference and within
+// Vulkan's precision requirements on a device.
+
+// How deep for / if bodies may nest (a task body is depth 0; each for or if body one more),
+// and how deep a size expression's add / mul / max may nest. The parser and the verifier
+// reject deeper kernels with an error, so the recursive passes after them (printer, reverse
+// mode, emitter, evaluators) have bounded stack use; reverse mode must keep the adjoint
+// within it too. It also bounds compile time: SPIRV-Tools' validation grows faster than
+// linearly with loop depth (docs/benchmarks.md, "compile time against nesting depth").
+inline constexpr uint32_t kMaxNestingDepth = 64;
+
+enum class Op : uint8_t {
+  // leaves
+  kConst,  // type, imm
+  kArg,    // scalar parameter `param`
+  kShape,  // i32 extent `dim` of ndarray parameter `param`
+  // unary (args[0])
+  kNeg,
+  kNot,
+  kSqrt,
+  kRsqrt,
+  kExp,
+  kLog,
+  kSin,
+  kCos,
+  kTan,
+  kTanh,
+  kAsin,
+  kAcos,
+  kAbs,
+  kFloor,
+  kCeil,
+  // binary (args[0], args[1])
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kMod,
+  kFloorDiv,
+  kMin,
+  kMax,
+  kPow,
+  kAtan2,
+  kAnd,
+  kOr,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kEq,
+  kNe,
+  kSelect,  // args: cond, a, b
+  kCast,    // args[0] converted to `type`
+  // mutable locals
+  kAlloca,      // result: a local of `type`, initialised to zero
+  kLoadLocal,   // args: local
+  kStoreLocal,  // args: local, value
+  // ndarrays (parameter `param`; args: indices..., [value])
+  kLoad,
+  kStore,
+  kAtomicAdd,
+  // structured control flow
+  kFor,        // args: begin, end (i32); result: the i32 index; blocks[0]: body; optional `cap`:
+               // the DSL's stated maximum trip count (reverse mode needs one when the bounds
+               // depend on ndarray contents)
+  kIf,         // args: cond; blocks[0]: then, blocks[1]: else
+  kWhile,      // blocks[0]: the test, blocks[1]: the body; args[0]: the test's bool value
+               // (defined in blocks[0]); result: the i32 iteration number (0, 1, ...), visible in
+               // the test and the body. Runs `for (i = 0; test(i); ++i) body(i)`. The test block
+               // is pure (values, loads of ndarrays and locals; no stores, locals, control flow):
+               // it decides, it does not compute what the body uses, so reverse mode never
+               // reverses it. Optional `cap`: the stated maximum trip count (reverse_mode.h)
+  kBreak,      // leaves the innermost enclosing for / while loop
+  kContinue,   // ends the innermost loop's iteration (a for loop steps, a while loop tests)
+               // Both: no operands; inside a loop body (branches in it included, not a while
+               // test), and the last statement of their block (what would follow never runs).
+  kAtomicMax,  // ndarray `param` of i32 / u32 (args: indices..., value): element = max(element,
+               // value), atomically. Not differentiable (reverse mode rejects it); the
+               // counting kernels of make_adjoint_counted reduce trip counts with it.
+  // adstacks (reverse mode; adstack/ describes storage). result of kStackAlloc: the stack.
+  kStackAlloc,   // type: element type; `cap`: capacity bound (SizeExpr)
+  kStackPush,    // args: stack, value
+  kStackPop,     // args: stack
+  kStackTop,     // args: stack -> primal at the top
+  kStackTopAdj,  // args: stack -> adjoint at the top
+  kStackAccAdj,  // args: stack, value: adjoint at the top += value
+  // A workgroup barrier: every invocation of the workgroup waits here until all have arrived,
+  // and ndarray stores and atomics before it are visible to loads after it in every
+  // invocation of the workgroup. No operands. Only in a task that runs as exactly one
+  // workgroup (a parallel 1-d task over [0, local_size) with local_size set), and only where
+  // every invocation reaches it alike: outside if / while, inside for loops whose bounds are
+  // launch-uniform and whose bodies have no break / continue (verifier). Graph replay's
+  // resident kernels (ir/resident.h) separate their phases with it. Not differentiable;
+  // the CPU evaluator, which runs one invocation at a time, refuses it.
+  kBarrier,
+};
+
+using adstack::SizeExpr;
+
+struct Stmt;
+// A block's statements copy and free without recursion (base/tree_children.h), so a kernel
+// built in memory far past kMaxNestingDepth can be copied, destroyed and then refused by
+// verify() without overflowing the stack.
+struct Block {
+  TreeChildren<Stmt> stmts;
+};
+
+struct Stmt {
+  Op op = Op::kConst;
+  ValueId result = kNoValue;
+  DType type = DType::kF32;  // result type; element type for alloca / stack_alloc
+  std::vector<ValueId> args;
+  uint32_t param = 0;         // kArg, kShape, kLoad, kStore, kAtomicAdd
+  uint32_t dim = 0;           // kShape
+  double fimm = 0;            // kConst of a float type
+  int64_t iimm = 0;           // kConst of an integer or bool type
+  std::vector<Block> blocks;  // kFor: body; kIf: then, else; kWhile: test, body
+  SizeExpr cap;               // kStackAlloc: capacity; kFor, kWhile: stated max trip (if has_cap)
+  bool has_cap = false;
+};
+// TreeChildren's hook: the statement lists nested in `s` (its blocks' statements).
+inline void detach_children(Stmt& s, std::vector<TreeChildren<Stmt>>& out) {
+  for (Block& b : s.blocks) {
+    if (b.stmts.empty()) continue;
+    out.push_back(std::move(b.stmts));
+    b.stmts.clear();
+  }
+}
+
+struct Param {
+  std::string name;
+  ParamKind kind = ParamKind::kScalar;
+  DType dtype = DType::kF32;
+  uint32_t rank = 0;        // ndarrays
+  bool needs_grad = false;  // ndarrays of a float type: reverse mode produces its gradient
+  bool read_only = false;   // ndarrays: stores and atomic adds into it are rejected
+};
+
+// The most dimensions an N-d task has.
+inline constexpr uint32_t kMaxTaskDims = 3;
+
+// One dimension of an N-d task: [begin, end) as size expressions of constants, integer scalar
+// parameters and ndarray extents (sums, products, max; `n - 1` is add(n, -1), `a - b` is
+// add(a, mul(b, -1))), evaluated per launch with SizeExpr's rules (a negative scalar counts
+// as 0), and the i32 index value it binds.
+struct TaskDim {
+  SizeExpr begin = SizeExpr::constant(0);
+  SizeExpr end = SizeExpr::constant(1);
+  ValueId index = kNoValue;
+};
+
+struct Task {
+  std::string name;
+  bool serial = false;
+  RangeBound begin = RangeBound::constant(0);
+  RangeBound end = RangeBound::constant(1);
+  ValueId index = kNoValue;  // i32
+  Block body;
+  uint32_t local_size = 0;  // 0: the compiler chooses
+  // Non-empty: an N-d task (1 to kMaxTaskDims dimensions; `begin` / `end` are unused and
+  // `index` is dims[0].index). Its iterations are the points of the box, in row-major order
+  // (the last dimension varies fastest); a launch with an empty dimension runs none.
+  std::vector<TaskDim> dims;
+};
+
+// Whether `b` holds a statement `op` at any depth (nesting within kMaxNestingDepth).
+bool contains_op(const Block& b, Op op);
+
+// The task's index values, one per dimension ({index} for a 1-d task).
+std::vector<ValueId> task_indices(const Task& t);
+// For one of t's index values: a constant lower bound (>= 0) and an inclusive upper bound as
+// a size expression (end - 1). False when `v` is not an index of `t`.
+bool task_index_bounds(const Task& t, ValueId v, int64_t* lo, SizeExpr* up);
+// A RangeBound as a size expression.
+SizeExpr bound_expr(const RangeBound& b);
+
+struct Kernel {
+  std::string name;
+  std::vector<Param> params;
+  std::vector<Task> tasks;
+  ValueId next_id = 0;  // ids below this may be in use; new ids come from here
+
+  ValueId fresh() { return next_id++; }
+  // Index of the parameter called `name`, or -1.
+  int find_param(const std::string& name) const;
+};
+
+// --- op metadata (one table drives the printer, parser, verifier and evaluators) ---
+enum class OpClass : uint8_t { kLeaf, kUnary, kBinary, kCompare, kOther };
+struct OpInfo {
+  const char* name;
+  OpClass cls;
+  bool has_result;
+};
+const OpInfo& op_info(Op op);
+// Op called `name` in the text form; false if none.
+bool op_from_name(const std::string& name, Op* out);
+
+bool is_float(DType t);
+// The adstack heap holding stacks of element type `t` (f32, f64, or the integer heap).
+adstack::Heap stack_heap(DType t);
+bool is_int(DType t);  // i32, u32, i64
+// Float math (sqrt .. ceil, pow, atan2): float operands only.
+bool is_float_math(Op op);
+
+}  // namespace vkad::codegen

@@ -1,0 +1,99 @@
+// Launch access: what a kernel reads and writes of each ndarray parameter, with the rows each
+// access touches where a launch's arguments decide them. A tape (api/tape_hazards.h) uses it to
+// refuse a recorded launch that overwrites what an earlier recorded launch read: reverse mode
+// replays each launch's adjoint on the arrays as they are at backward, so such a launch would
+// give wrong gradients without an error.
+//
+// Per ndarray parameter, every load, store, atomic_add and atomic_max of it is one access
+// (identical ones are listed once). Per axis of the parameter, an access's index is either
+// *launch-uniform* -- the same value in every invocation of a launch: integer constants, i32 /
+// u32 / bool scalar parameters, shape() queries and integer arithmetic, comparisons, select and
+// i32 / u32 / bool casts of them (the set disjoint_access.h proves with) -- or not (a task or
+// loop index, a local, a loaded value, a float or i64 anywhere). A launch-uniform index is kept
+// as an expression (UniformExpr) that evaluate() computes from a launch's scalar arguments and
+// array shapes, with the IR's i32 / u32 semantics (ir.h, "Operation semantics"), so the tape
+// learns the concrete row each access touches on that axis.
+//
+// Conservative on purpose: an access inside a branch or loop that may not run is listed as if
+// it ran, and an out-of-bounds row (which touches nothing on the device) as if it touched its
+// row. A caller comparing rows may refuse a harmless program; it never misses an overlap.
+//
+// Pure: reads the kernel only. Computed once per kernel (Session::differentiate caches it).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "ir/ir.h"
+
+namespace vkad::codegen {
+
+// A launch-uniform i32 / u32 / bool value as a small expression DAG, operands before their
+// users; the value is the last node's.
+struct UniformExpr {
+  struct Node {
+    Op op = Op::kConst;
+    DType type = DType::kI32;          // the result type
+    DType from = DType::kI32;          // the operand type (comparisons, casts)
+    int64_t imm = 0;                   // kConst
+    uint32_t param = 0, dim = 0;       // kArg: param; kShape: param, dim
+    uint32_t operands[3] = {0, 0, 0};  // node indices (unary: [0]; select: cond, a, b)
+    bool operator==(const Node&) const = default;
+  };
+  std::vector<Node> nodes;
+  bool operator==(const UniformExpr&) const = default;
+};
+
+// Where an expression's leaves come from at a launch: the value of scalar parameter `param`
+// (i32, u32 or bool: the argument's integer value), and extent `dim` of ndarray parameter
+// `param` (nullopt when it is not known: the expression's value is then unknown too).
+struct UniformInputs {
+  std::function<int64_t(uint32_t param)> scalar;
+  std::function<std::optional<uint32_t>(uint32_t param, uint32_t dim)> extent;
+};
+
+// The value of `e` as a 32-bit word (an i32 as its two's complement bits; a bool 0 or 1), or
+// nullopt when an extent it needs is unknown. Never fails otherwise: x / 0 and the other edge
+// cases give the IR's defined results.
+std::optional<uint32_t> evaluate(const UniformExpr& e, const UniformInputs& in);
+
+struct ArrayAccess {
+  enum class Kind : uint8_t {
+    kRead,        // load
+    kAccumulate,  // atomic_add: adds to what is there
+    kOverwrite,   // store, atomic_max: replaces what is there
+  };
+  static constexpr uint32_t kNotUniform = UINT32_MAX;
+  Kind kind = Kind::kRead;
+  // Per axis of the parameter: the index into KernelAccess::exprs of this access's launch-
+  // uniform index on that axis, or kNotUniform.
+  std::vector<uint32_t> rows;
+  bool operator==(const ArrayAccess&) const = default;
+};
+
+struct ParamAccess {
+  uint32_t param = 0;
+  uint32_t rank = 0;
+  bool needs_grad = false;
+  std::vector<ArrayAccess> accesses;  // distinct; never empty
+};
+
+struct KernelAccess {
+  std::string kernel;               // the kernel's name, for messages
+  std::vector<std::string> names;   // every parameter's name, by index
+  std::vector<ParamAccess> params;  // the ndarray parameters accessed, in parameter order
+  std::vector<UniformExpr> exprs;   // the distinct launch-uniform indices
+};
+
+// `k` must verify. Pure.
+KernelAccess kernel_access(const Kernel& k);
+
+// The values of `k` that are launch-uniform (the set above: what an index may be built from
+// to count as a launch-uniform row). `k` must verify. Pure.
+std::unordered_set<ValueId> launch_uniform_values(const Kernel& k);
+
+}  // namespace vkad::codegen

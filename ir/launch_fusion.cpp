@@ -1,0 +1,362 @@
+#include "ir/launch_fusion.h"
+
+#include <algorithm>
+#include <map>
+#include <span>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ir/launch_access.h"
+
+namespace vkad::codegen {
+
+namespace {
+
+bool accesses_array(Op op) {
+  return op == Op::kLoad || op == Op::kStore || op == Op::kAtomicAdd || op == Op::kAtomicMax;
+}
+
+// What one kernel does to each of its ndarray parameters.
+struct ParamUse {
+  bool read = false, written = false;
+  bool pointwise = true;  // every access is to an element the invocation owns
+  int axis = -1;          // the axis it owns along (the last access's)
+};
+
+struct Summary {
+  bool ok = true;  // fusible
+  std::vector<ParamUse> use;
+};
+
+// The axis on which an access with these indices touches only what its invocation owns: one
+// index is the task index and every other one launch-uniform (a row the launch's arguments
+// decide, a vector's component), so invocation t touches only elements whose coordinate on
+// that axis is t. -1 when there is none.
+int owned_axis(std::span<const ValueId> indices, ValueId index,
+               const std::unordered_set<ValueId>& uniform) {
+  int axis = -1;
+  for (size_t d = 0; d < indices.size(); ++d) {
+    if (indices[d] == index && axis < 0) {
+      axis = static_cast<int>(d);
+    } else if (!uniform.count(indices[d])) {
+      return -1;
+    }
+  }
+  return axis;
+}
+
+void scan(const Block& b, ValueId index, const std::unordered_set<ValueId>& uniform, Summary& s) {
+  for (const Stmt& st : b.stmts) {
+    switch (st.op) {
+      case Op::kStackAlloc:
+      case Op::kStackPush:
+      case Op::kStackPop:
+      case Op::kStackTop:
+      case Op::kStackTopAdj:
+      case Op::kStackAccAdj:
+        s.ok = false;  // adstacks bind the runtime's heaps and size them per launch
+        return;
+      default: break;
+    }
+    if (accesses_array(st.op) && st.param < s.use.size()) {
+      ParamUse& u = s.use[st.param];
+      const bool store = st.op != Op::kLoad;
+      (store ? u.written : u.read) = true;
+      const size_t indices = st.args.size() - (store ? 1 : 0);
+      const int axis =
+          owned_axis(std::span<const ValueId>(st.args.data(), indices), index, uniform);
+      // An atomic on an owned element is one invocation's read-modify-write like any other.
+      // Every access must own along the same axis (x[f, i] and x[i, f] would meet).
+      if (axis < 0 || (u.axis >= 0 && u.axis != axis)) u.pointwise = false;
+      u.axis = axis;
+    }
+    if (st.has_cap) s.ok = false;  // a stated trip bound may read scalars: kept out for now
+    for (const Block& c : st.blocks) scan(c, index, uniform, s);
+    if (!s.ok) return;
+  }
+}
+
+Summary summarize(const Kernel& k) {
+  Summary s;
+  s.use.resize(k.params.size());
+  if (k.tasks.size() != 1) {
+    s.ok = false;
+    return s;
+  }
+  const Task& t = k.tasks[0];
+  if (t.serial || !t.dims.empty() || t.index == kNoValue ||
+      t.begin.kind == RangeBound::Kind::kScalarParam ||
+      t.end.kind == RangeBound::Kind::kScalarParam) {
+    s.ok = false;
+    return s;
+  }
+  scan(t.body, t.index, launch_uniform_values(k), s);
+  return s;
+}
+
+void remap_size(SizeExpr& e, const std::vector<uint32_t>& pm) {
+  if (e.kind == SizeExpr::Kind::kScalar || e.kind == SizeExpr::Kind::kNegScalar ||
+      e.kind == SizeExpr::Kind::kDim) {
+    e.param = pm[e.param];
+  }
+  for (SizeExpr& o : e.operands) remap_size(o, pm);
+}
+
+// Per array: which members touch it and whether every touch is pointwise.
+struct ArrayUse {
+  uint32_t members = 0;
+  size_t last_member = SIZE_MAX;
+  bool written = false, pointwise = true;
+  int axis = -1;  // the axis every member owns along (pointwise)
+  DType dtype = DType::kF32;
+  uint32_t rank = 0;
+};
+
+}  // namespace
+
+bool fusible(const Kernel& k) { return summarize(k).ok; }
+
+std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uint32_t max_arrays,
+                                     uint32_t max_launches) {
+  std::vector<FusionRun> runs;
+  // One summary per kernel (a step loop launches a few kernels thousands of times).
+  std::unordered_map<const Kernel*, Summary> by_kernel;
+  std::vector<const Summary*> sum_of;
+  sum_of.reserve(launches.size());
+  for (const FusionLaunch& l : launches) {
+    auto it = by_kernel.find(l.kernel);
+    if (it == by_kernel.end()) it = by_kernel.emplace(l.kernel, summarize(*l.kernel)).first;
+    sum_of.push_back(&it->second);
+  }
+  auto sums = [&](size_t i) -> const Summary& { return *sum_of[i]; };
+  std::unordered_map<uint64_t, ArrayUse> arrays;
+  // Adds member `m` to the table; false (table unchanged is not needed: the caller starts over)
+  // when that makes an array unsafe or the run too wide.
+  auto admit = [&](size_t m, std::unordered_map<uint64_t, ArrayUse>& table) {
+    const Kernel& k = *launches[m].kernel;
+    for (size_t p = 0; p < k.params.size(); ++p) {
+      if (k.params[p].kind != ParamKind::kNdArray) continue;
+      const ParamUse& u = sums(m).use[p];
+      auto [it, fresh] = table.try_emplace(launches[m].arrays[p]);
+      ArrayUse& a = it->second;
+      if (fresh) {
+        a.dtype = k.params[p].dtype;
+        a.rank = k.params[p].rank;
+      } else if (a.dtype != k.params[p].dtype || a.rank != k.params[p].rank) {
+        return false;  // one array seen as two types: not merged
+      }
+      if (a.last_member != m) {
+        ++a.members;
+        a.last_member = m;
+      }
+      a.written = a.written || u.written;
+      a.pointwise = a.pointwise && u.pointwise && (fresh || a.axis == u.axis);
+      if (fresh) a.axis = u.axis;
+      if (a.written && a.members > 1 && !a.pointwise) return false;
+    }
+    return table.size() <= max_arrays;
+  };
+  size_t i = 0;
+  while (i < launches.size()) {
+    FusionRun run{i, 1};
+    if (sums(i).ok) {
+      arrays.clear();
+      if (admit(i, arrays)) {
+        const uint32_t size = launches[i].kernel->tasks[0].local_size;
+        for (size_t j = i + 1; j < launches.size() && run.count < max_launches; ++j) {
+          if (!sums(j).ok || launches[j].begin != launches[i].begin ||
+              launches[j].end != launches[i].end ||
+              launches[j].kernel->tasks[0].local_size != size) {
+            break;
+          }
+          std::unordered_map<uint64_t, ArrayUse> trial = arrays;
+          if (!admit(j, trial)) break;
+          arrays = std::move(trial);
+          ++run.count;
+        }
+      }
+    }
+    runs.push_back(run);
+    i += run.count;
+  }
+  return runs;
+}
+
+namespace {
+
+// Copies member bodies into the fused task: value ids shifted by `base`, the member's task
+// index replaced by the fused one, parameters renamed through `pm`, and values in `subst`
+// (loads forwarded from an earlier store) replaced.
+struct Cloner {
+  ValueId base = 0, old_index = 0, new_index = 0;
+  const std::vector<uint32_t>* pm = nullptr;
+  std::unordered_map<ValueId, ValueId>* subst = nullptr;
+
+  ValueId value(ValueId v) const {
+    if (v == kNoValue) return v;
+    if (v == old_index) return new_index;
+    const ValueId n = v + base;
+    auto it = subst->find(n);
+    return it == subst->end() ? n : it->second;
+  }
+  void stmt(Stmt& s) const {
+    if (s.result != kNoValue) s.result = s.result == old_index ? new_index : s.result + base;
+    for (ValueId& a : s.args) a = value(a);
+    switch (s.op) {
+      case Op::kArg:
+      case Op::kShape:
+      case Op::kLoad:
+      case Op::kStore:
+      case Op::kAtomicAdd:
+      case Op::kAtomicMax: s.param = (*pm)[s.param]; break;
+      default: break;
+    }
+    if (s.has_cap) remap_size(s.cap, *pm);
+    for (Block& b : s.blocks) block(b);
+  }
+  void block(Block& b) const {
+    for (Stmt& s : b.stmts) stmt(s);
+  }
+};
+
+// Parameters `b` accesses (loads too when `loads`), at any depth.
+void accessed_params(const Block& b, bool loads, std::vector<uint32_t>& out) {
+  for (const Stmt& s : b.stmts) {
+    if (s.op == Op::kStore || s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax ||
+        (loads && s.op == Op::kLoad)) {
+      out.push_back(s.param);
+    }
+    for (const Block& c : s.blocks) accessed_params(c, loads, out);
+  }
+}
+
+// A value of `t` equal to 0, for a load of an array known to hold zeros.
+void make_zero(Stmt& s) {
+  const ValueId result = s.result;
+  const DType t = s.type;
+  s = Stmt{};
+  s.op = Op::kConst;
+  s.result = result;
+  s.type = t;
+}
+
+}  // namespace
+
+Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::string& name,
+                                  std::span<const uint64_t> zero_arrays) {
+  if (run.empty()) return make_error(ErrorCode::kInvalidArgument, "fuse_launches: no launch");
+  FusedKernel out;
+  Kernel& f = out.kernel;
+  f.name = name;
+  std::map<uint64_t, uint32_t> array_param;  // array identity -> fused parameter
+  for (size_t m = 0; m < run.size(); ++m) {
+    const Kernel& k = *run[m].kernel;
+    if (!fusible(k)) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "fuse_launches: kernel '" + k.name + "' cannot be fused");
+    }
+    std::vector<uint32_t>& pm = out.param_map.emplace_back(k.params.size());
+    for (size_t p = 0; p < k.params.size(); ++p) {
+      const Param& kp = k.params[p];
+      if (kp.kind == ParamKind::kNdArray) {
+        auto [it, fresh] = array_param.try_emplace(run[m].arrays[p], f.params.size());
+        if (!fresh) {
+          pm[p] = it->second;
+          continue;
+        }
+      }
+      pm[p] = static_cast<uint32_t>(f.params.size());
+      Param np = kp;
+      np.name = "l" + std::to_string(m) + "_" + kp.name;
+      np.needs_grad = false;
+      np.read_only = false;  // another member may write the array this one only reads
+      f.params.push_back(std::move(np));
+    }
+  }
+  Task t;
+  const Task& t0 = run[0].kernel->tasks[0];
+  t.name = "fused";
+  t.local_size = t0.local_size;
+  t.begin = t0.begin;
+  t.end = t0.end;
+  if (t.begin.kind == RangeBound::Kind::kArrayDim) t.begin.param = out.param_map[0][t.begin.param];
+  if (t.end.kind == RangeBound::Kind::kArrayDim) t.end.param = out.param_map[0][t.end.param];
+  t.index = f.fresh();
+  // fwd[param]: the value the fused body last stored at [index] of the array, at its top
+  // level; a later top-level load of it at [index] is that value. Safe because every member
+  // touching a shared written array does so only at [index] (fusion_groups).
+  std::unordered_map<uint32_t, ValueId> fwd;
+  std::unordered_map<ValueId, ValueId> subst;
+  // Arrays known to hold zeros when the run starts, until the body first touches them: a
+  // top-level load at [index] is 0; a top-level store at [index] overwrites the invocation's
+  // element (`kStored`: every element, when the range covers the array); any other access
+  // ends what is known.
+  enum class Zero : uint8_t { kZero, kStored, kUnknown };
+  std::unordered_map<uint32_t, Zero> zero;
+  for (uint64_t id : zero_arrays) {
+    auto it = array_param.find(id);
+    if (it != array_param.end()) zero[it->second] = Zero::kZero;
+  }
+  auto touch = [&](uint32_t p, Zero to) {
+    auto it = zero.find(p);
+    if (it != zero.end() && it->second == Zero::kZero) it->second = to;
+  };
+  for (size_t m = 0; m < run.size(); ++m) {
+    const Kernel& k = *run[m].kernel;
+    const Task& kt = k.tasks[0];
+    Cloner c{f.next_id, kt.index, t.index, &out.param_map[m], &subst};
+    for (const Stmt& src : kt.body.stmts) {
+      Stmt s = src;
+      c.stmt(s);
+      const bool at_index = !s.args.empty() && s.args[0] == t.index;
+      if (s.op == Op::kLoad && s.args.size() == 1 && at_index) {
+        auto it = fwd.find(s.param);
+        if (it != fwd.end()) {
+          subst[s.result] = it->second;
+          continue;
+        }
+        auto z = zero.find(s.param);
+        if (z != zero.end() && z->second == Zero::kZero) make_zero(s);
+      }
+      std::vector<uint32_t> nested;
+      for (const Block& b : s.blocks) accessed_params(b, true, nested);
+      for (uint32_t p : nested) {
+        fwd.erase(p);  // erasing for a nested load too is merely conservative
+        touch(p, Zero::kUnknown);
+      }
+      if (s.op == Op::kStore && s.args.size() == 2 && at_index) {
+        fwd[s.param] = s.args[1];
+        touch(s.param, Zero::kStored);
+      } else if (s.op == Op::kStore || s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax ||
+                 (s.op == Op::kLoad && !(s.args.size() == 1 && at_index))) {
+        if (s.op != Op::kLoad) fwd.erase(s.param);
+        touch(s.param, Zero::kUnknown);
+      }
+      t.body.stmts.push_back(std::move(s));
+    }
+    f.next_id += k.next_id;
+  }
+  for (const auto& [id, p] : array_param) {
+    auto z = zero.find(p);
+    if (z != zero.end() && z->second == Zero::kStored) out.overwritten.push_back(id);
+  }
+  std::sort(out.overwritten.begin(), out.overwritten.end());
+  // Loads at [index] of arrays no member writes go first: the invocation then has them all
+  // in flight at once instead of one member's after the previous member's stores (a driver
+  // cannot move a load above a store to another binding that might alias it).
+  std::vector<uint32_t> written;
+  accessed_params(t.body, false, written);
+  std::vector<Stmt> hoisted, rest;
+  for (Stmt& s : t.body.stmts) {
+    const bool read_only_load = s.op == Op::kLoad && s.args.size() == 1 && s.args[0] == t.index &&
+                                std::find(written.begin(), written.end(), s.param) == written.end();
+    (read_only_load ? hoisted : rest).push_back(std::move(s));
+  }
+  t.body.stmts.clear();
+  for (Stmt& s : hoisted) t.body.stmts.push_back(std::move(s));
+  for (Stmt& s : rest) t.body.stmts.push_back(std::move(s));
+  f.tasks.push_back(std::move(t));
+  return out;
+}
+
+}  // namespace vkad::codegen

@@ -1,0 +1,78 @@
+// Launch fusion: consecutive launches of a captured graph that touch shared arrays only at the
+// element their own invocation owns, merged into one kernel, so a replay runs them as one
+// dispatch with no barrier between them.
+//
+// Why: a differentiable simulation's substep loop is a chain of small dependent launches, and
+// on a GPU a dependent dispatch costs its barrier (the device drains between them) whatever its
+// size: on an H100 a 16,384-element step costs ~3.4 us of which the arithmetic is a fraction.
+// Merged launches keep their order inside one invocation, so what one wrote at element i is
+// what the next reads at i, from a register (the fused body forwards a stored value to a later
+// load of the same element) instead of from memory after a barrier.
+//
+// Which launches merge (`fusion_groups`): each is a kernel of one 1-d parallel task (not
+// serial, no adstack statements, no loop with a stated trip bound), and all have the same
+// evaluated range and workgroup
+// size. An array written by one member and accessed by another is accessed by every member
+// only at elements the invocation owns (loads, stores and atomics alike): one index is the
+// task's own index value, on the same axis in every access, and the others are launch-uniform
+// (x[index]; x[f, index] of a state with a time axis, f built from scalar arguments, constants
+// and shapes: ir/launch_access.h; x[f, index, 0], a vector's component), so invocation t
+// touches only elements whose coordinate on that axis is t, in every member, and no
+// invocation reads what another writes. Arrays only read, or touched by one member alone, may
+// be indexed any way. Ranges must not depend on scalar parameters, so a graph update of a
+// scalar never changes what was merged. (The fused body forwards stores to loads and reads
+// known zeros only for rank-1 arrays at [index]: rows of other members may differ.)
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "ir/ir.h"
+
+namespace vkad::codegen {
+
+// One launch: its kernel, and per parameter the identity of the array bound to it (any
+// nonzero number equal exactly for equal arrays; 0 for scalar parameters), and the launch's
+// evaluated task range.
+struct FusionLaunch {
+  const Kernel* kernel = nullptr;
+  std::vector<uint64_t> arrays;
+  int64_t begin = 0, end = 0;
+};
+
+// Whether `k` may take part in a fusion at all (see the file comment).
+bool fusible(const Kernel& k);
+
+// Splits `launches` into runs of consecutive launches, [first, first + count) each, in order
+// and covering all; a run of two or more may be fused. A run stops before a launch that is
+// not fusible, has another range or workgroup size, would make an access unsafe, or would take
+// the fused kernel past `max_arrays` distinct arrays or `max_launches` members.
+struct FusionRun {
+  size_t first = 0, count = 0;
+};
+std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uint32_t max_arrays,
+                                     uint32_t max_launches);
+
+// The fused kernel of a run (every member fusible; fusion_groups' conditions hold). Its
+// parameters: one per distinct array (in order of first use; name "l<member>_<param>"), one per
+// scalar parameter of each member. `param_map[m][p]`: the fused parameter of member m's
+// parameter p. Named `name`.
+//
+// `zero_arrays`: arrays the caller knows hold zeros when the run starts (a captured fill with
+// 0 is the last step that touched them): a load at [index] before anything else touched the
+// array is the constant 0. `overwritten`: those of them the fused body stores at [index]
+// unconditionally before any other access than such loads -- when the range is the whole
+// (rank-1) array, every element is written, so the fill before the run changes nothing and
+// may be left out (Session does).
+struct FusedKernel {
+  Kernel kernel;
+  std::vector<std::vector<uint32_t>> param_map;
+  std::vector<uint64_t> overwritten;  // sorted
+};
+Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::string& name,
+                                  std::span<const uint64_t> zero_arrays = {});
+
+}  // namespace vkad::codegen

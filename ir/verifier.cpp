@@ -1,0 +1,690 @@
+#include "ir/verifier.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ir/text.h"
+
+namespace vkad::codegen {
+
+namespace {
+
+enum class IdKind : uint8_t { kValue, kLocal, kStack };
+
+struct IdInfo {
+  IdKind kind = IdKind::kValue;
+  DType type = DType::kF32;
+  const Stmt* def = nullptr;  // null for a task index
+};
+
+class Verifier {
+ public:
+  Verifier(const Kernel& k, const Target& t) : k_(k), target_(t) {}
+
+  Status run() {
+    VKAD_TRY(check_nesting(k_));
+    if (k_.name.empty()) return kernel_error("the kernel has no name");
+    for (size_t i = 0; i < k_.params.size(); ++i) VKAD_TRY(check_param(i));
+    if (k_.tasks.empty()) return kernel_error("the kernel has no tasks");
+    std::unordered_set<std::string> task_names;
+    for (const Task& t : k_.tasks) {
+      task_ = &t;
+      if (!task_names.insert(t.name).second)
+        return task_error("two tasks are called '" + t.name + "'");
+      if (t.dims.empty()) {
+        VKAD_TRY(check_bound(t.begin, "begin"));
+        VKAD_TRY(check_bound(t.end, "end"));
+      } else {
+        VKAD_TRY(check_dims(t));
+      }
+      if (t.local_size > target_.max_local_size) {
+        return task_error("local size " + std::to_string(t.local_size) + " exceeds the device's " +
+                          std::to_string(target_.max_local_size));
+      }
+      if (t.index == kNoValue) return task_error("the task has no index value");
+      std::vector<ValueId> indices = task_indices(t);
+      scopes_.emplace_back();
+      for (ValueId ix : indices) {
+        if (ix == kNoValue) return task_error("the task has no index value");
+        VKAD_TRY(define(ix, {IdKind::kValue, DType::kI32, nullptr}, nullptr));
+      }
+      VKAD_TRY(block(t.body));
+      scopes_.pop_back();
+    }
+    return {};
+  }
+
+ private:
+  Status kernel_error(const std::string& what) const {
+    return make_error(ErrorCode::kInvalidArgument, "kernel '" + k_.name + "': " + what);
+  }
+  Status task_error(const std::string& what) const {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "kernel '" + k_.name + "', task '" + task_->name + "': " + what);
+  }
+  Status error(const Stmt& s, const std::string& what,
+               ErrorCode code = ErrorCode::kInvalidArgument) const {
+    return make_error(code, "kernel '" + k_.name + "', task '" + task_->name + "', statement `" +
+                                print_stmt(k_, s) + "`: " + what);
+  }
+  Status dtype_supported(DType t, const std::string& where, const Stmt* s) const {
+    std::string what;
+    if (t == DType::kI64 && !target_.int64) {
+      what = "dtype i64 is not supported on this device (" + target_.device_name +
+             " lacks shaderInt64)";
+    }
+    if (t == DType::kF64 && !target_.float64) {
+      what = "dtype f64 is not supported on this device (" + target_.device_name +
+             " lacks shaderFloat64)";
+    }
+    if (what.empty()) return {};
+    if (s) return error(*s, what, ErrorCode::kUnsupported);
+    return make_error(ErrorCode::kUnsupported, "kernel '" + k_.name + "', " + where + ": " + what);
+  }
+
+  Status check_param(size_t i) {
+    const Param& p = k_.params[i];
+    if (p.name.empty()) return kernel_error("parameter " + std::to_string(i) + " has no name");
+    for (size_t j = 0; j < i; ++j) {
+      if (k_.params[j].name == p.name)
+        return kernel_error("two parameters are called '" + p.name + "'");
+    }
+    VKAD_TRY(dtype_supported(p.dtype, "parameter '" + p.name + "'", nullptr));
+    if (p.kind == ParamKind::kNdArray && (p.rank == 0 || p.rank > abi::kMaxNdArrayRank)) {
+      return kernel_error("ndarray parameter '" + p.name + "' has rank " + std::to_string(p.rank) +
+                          " (1 to " + std::to_string(abi::kMaxNdArrayRank) + " supported)");
+    }
+    if (p.needs_grad && !is_float(p.dtype)) {
+      return kernel_error("parameter '" + p.name +
+                          "' is marked grad, but only float ndarrays and scalars have gradients");
+    }
+    return {};
+  }
+
+  Status check_bound(const RangeBound& b, const char* which) const {
+    if (b.kind == RangeBound::Kind::kConstant) {
+      if (b.value < 0) return task_error(std::string("range ") + which + " is negative");
+      return {};
+    }
+    if (b.param >= k_.params.size()) {
+      return task_error(std::string("range ") + which + " names parameter " +
+                        std::to_string(b.param) + ", which does not exist");
+    }
+    const Param& p = k_.params[b.param];
+    if (b.kind == RangeBound::Kind::kScalarParam &&
+        (p.kind != ParamKind::kScalar || (p.dtype != DType::kI32 && p.dtype != DType::kU32))) {
+      return task_error(std::string("range ") + which + " uses '" + p.name +
+                        "', which is not an i32 or u32 scalar");
+    }
+    if (b.kind == RangeBound::Kind::kArrayDim &&
+        (p.kind != ParamKind::kNdArray || b.dim >= p.rank)) {
+      return task_error(std::string("range ") + which + " uses shape(" + p.name + ", " +
+                        std::to_string(b.dim) + "), which does not exist");
+    }
+    return {};
+  }
+
+  // An N-d task's dimensions: 1 to kMaxTaskDims, index = dims[0].index, and bounds whose
+  // leaves are i32 constants, i32 / u32 scalars and existing extents (the module evaluates
+  // them in i32). A constant begin must not be negative; other bounds are checked per launch.
+  Status check_dims(const Task& t) const {
+    if (t.dims.size() > kMaxTaskDims) {
+      return task_error("the task has " + std::to_string(t.dims.size()) + " dimensions (1 to " +
+                        std::to_string(kMaxTaskDims) + " supported)");
+    }
+    if (t.index != t.dims[0].index)
+      return task_error("the task's index is not its first dimension's");
+    for (size_t d = 0; d < t.dims.size(); ++d) {
+      std::string where = "dimension " + std::to_string(d);
+      VKAD_TRY(check_dim_bound(t.dims[d].begin, where + " begin"));
+      VKAD_TRY(check_dim_bound(t.dims[d].end, where + " end"));
+      const SizeExpr& b = t.dims[d].begin;
+      if (b.kind == SizeExpr::Kind::kConst && b.value < 0) {
+        return task_error(where + " begin is negative (" + std::to_string(b.value) + ")");
+      }
+    }
+    return {};
+  }
+  Status check_dim_bound(const SizeExpr& e, const std::string& which) const {
+    using K = SizeExpr::Kind;
+    switch (e.kind) {
+      case K::kConst:
+        if (e.value < INT32_MIN || e.value > INT32_MAX) {
+          return task_error(which + ": constant " + std::to_string(e.value) +
+                            " is out of range for i32");
+        }
+        return {};
+      case K::kScalar:
+      case K::kDim: {
+        if (e.param >= k_.params.size()) {
+          return task_error(which + " names parameter " + std::to_string(e.param) +
+                            ", which does not exist");
+        }
+        const Param& p = k_.params[e.param];
+        if (e.kind == K::kScalar &&
+            (p.kind != ParamKind::kScalar || (p.dtype != DType::kI32 && p.dtype != DType::kU32))) {
+          return task_error(which + " uses '" + p.name + "', which is not an i32 or u32 scalar");
+        }
+        if (e.kind == K::kDim && (p.kind != ParamKind::kNdArray || e.dim >= p.rank)) {
+          return task_error(which + " uses shape(" + p.name + ", " + std::to_string(e.dim) +
+                            "), which does not exist");
+        }
+        return {};
+      }
+      case K::kDiv:
+        return task_error(which + ": a quotient (div) is not allowed in a task dimension");
+      case K::kNegScalar: return task_error(which + ": neg() is not allowed in a task dimension");
+      default:
+        if (e.operands.empty()) return task_error(which + ": a combination without operands");
+        for (const SizeExpr& o : e.operands) VKAD_TRY(check_dim_bound(o, which));
+        return {};
+    }
+  }
+
+  Status check_size(const Stmt& s, const SizeExpr& e) const {
+    using K = SizeExpr::Kind;
+    if (e.kind == K::kScalar || e.kind == K::kNegScalar || e.kind == K::kDim) {
+      if (e.param >= k_.params.size())
+        return error(
+            s, "size refers to parameter " + std::to_string(e.param) + ", which does not exist");
+      const Param& p = k_.params[e.param];
+      if ((e.kind == K::kScalar || e.kind == K::kNegScalar) &&
+          (p.kind != ParamKind::kScalar || !is_int(p.dtype))) {
+        return error(s, "size uses '" + p.name + "', which is not an integer scalar");
+      }
+      if (e.kind == K::kDim && (p.kind != ParamKind::kNdArray || e.dim >= p.rank)) {
+        return error(s, "size uses shape(" + p.name + ", " + std::to_string(e.dim) +
+                            "), which does not exist");
+      }
+    }
+    if ((e.kind == K::kAdd || e.kind == K::kMul || e.kind == K::kMax) && e.operands.empty()) {
+      return error(s, "size combination without operands");
+    }
+    if (e.kind == K::kDiv && (e.operands.size() != 1 || e.value < 1)) {
+      return error(s, "size quotient div(x, d) needs one operand and a constant divisor d >= 1");
+    }
+    for (const SizeExpr& o : e.operands) VKAD_TRY(check_size(s, o));
+    return {};
+  }
+
+  Status define(ValueId id, IdInfo info, const Stmt* s) {
+    if (id == kNoValue) return error(*s, "the statement has no result id");
+    if (!ids_.emplace(id, info).second) {
+      std::string what = "%" + std::to_string(id) + " is defined twice";
+      return s ? error(*s, what) : task_error(what);
+    }
+    if (!scopes_.empty()) scopes_.back().insert(id);
+    return {};
+  }
+
+  // Looks `id` up as an operand and says precisely why it is not usable.
+  Result<IdInfo> use(const Stmt& s, ValueId id, IdKind want) {
+    std::string name = "%" + std::to_string(id);
+    bool visible = false;
+    for (const auto& scope : scopes_) visible = visible || scope.count(id);
+    if (!visible) {
+      auto it = ids_.find(id);
+      if (it != ids_.end()) {
+        return error(s, name + " is used outside its scope (it is defined inside `" +
+                            (it->second.def ? print_stmt(k_, *it->second.def) : "a task") +
+                            "`'s block, which has ended)");
+      }
+      if (all_defs_.count(id)) return error(s, "use of " + name + " before its definition");
+      return error(s, name + " is not defined");
+    }
+    const IdInfo& info = ids_.at(id);
+    if (info.kind != want) {
+      const char* kinds[] = {"a value", "a local (alloca)", "an adstack (stack_alloc)"};
+      return error(s, name + " is " + kinds[static_cast<int>(info.kind)] + ", expected " +
+                          kinds[static_cast<int>(want)]);
+    }
+    return info;
+  }
+
+  Result<DType> value(const Stmt& s, size_t i) {
+    VKAD_ASSIGN_OR_RETURN(IdInfo info, use(s, s.args[i], IdKind::kValue));
+    return info.type;
+  }
+
+  static std::string tn(DType t) { return abi::dtype_name(t); }
+
+  void collect(const Block& b) {
+    for (const Stmt& s : b.stmts) {
+      if (s.result != kNoValue) all_defs_.insert(s.result);
+      for (const Block& c : s.blocks) collect(c);
+    }
+  }
+
+  Status block(const Block& b) {
+    if (all_defs_.empty()) {
+      for (const Task& t : k_.tasks) collect(t.body);
+    }
+    for (const Stmt& s : b.stmts) {
+      if ((s.op == Op::kBreak || s.op == Op::kContinue) && &s != &b.stmts.back()) {
+        return error(s,
+                     std::string(op_info(s.op).name) +
+                         " must be the last statement of its block (what follows it never runs)");
+      }
+      VKAD_TRY(stmt(s));
+    }
+    return {};
+  }
+
+  Status expect_args(const Stmt& s, size_t n) const {
+    if (s.args.size() != n) {
+      return error(s, std::string(op_info(s.op).name) + " takes " + std::to_string(n) +
+                          " operand(s), got " + std::to_string(s.args.size()));
+    }
+    return {};
+  }
+
+  Status array_access(const Stmt& s, size_t n_indices) {
+    if (s.param >= k_.params.size())
+      return error(s, "parameter " + std::to_string(s.param) + " does not exist");
+    const Param& p = k_.params[s.param];
+    if (p.kind != ParamKind::kNdArray) {
+      if (s.op == Op::kLoad) return error(s, "'" + p.name + "' is a scalar; read it with arg");
+      return error(s, "store to scalar parameter '" + p.name + "', which is read-only");
+    }
+    if (s.op != Op::kLoad && p.read_only) {
+      return error(s, "store to ndarray '" + p.name + "', which is declared read-only");
+    }
+    if (n_indices != p.rank) {
+      return error(s, "index rank mismatch: ndarray '" + p.name + "' has rank " +
+                          std::to_string(p.rank) + ", got " + std::to_string(n_indices) +
+                          " index(es)");
+    }
+    for (size_t i = 0; i < n_indices; ++i) {
+      VKAD_ASSIGN_OR_RETURN(DType t, value(s, i));
+      if (t != DType::kI32 && t != DType::kU32) {
+        return error(s, "index " + std::to_string(i) + " is " + tn(t) + ", expected i32 or u32");
+      }
+    }
+    return {};
+  }
+
+  Status stmt(const Stmt& s) {
+    const OpInfo& info = op_info(s.op);
+    if (info.has_result && s.result == kNoValue) return error(s, "the statement has no result id");
+    if (!info.has_result && s.result != kNoValue) return error(s, "this statement yields no value");
+    if (info.has_result) VKAD_TRY(dtype_supported(s.type, "", &s));
+    if ((s.op == Op::kFor && s.blocks.size() != 1) || (s.op == Op::kIf && s.blocks.size() != 2) ||
+        (s.op == Op::kWhile && s.blocks.size() != 2) ||
+        (s.op != Op::kFor && s.op != Op::kIf && s.op != Op::kWhile && !s.blocks.empty())) {
+      return error(s, "malformed blocks");
+    }
+    auto same = [&](DType a, DType b) -> Status {
+      if (a != b) return error(s, "type mismatch: operands are " + tn(a) + " and " + tn(b));
+      return {};
+    };
+    auto result_is = [&](DType t) -> Status {
+      if (s.type != t)
+        return error(
+            s, "type mismatch: the result is " + tn(s.type) + " but the operation yields " + tn(t));
+      return {};
+    };
+    if (s.has_cap) VKAD_TRY(check_size(s, s.cap));
+    // Operands count too: a statement may use i64 values without yielding one (a store).
+    if (!info.has_result || s.type != DType::kI64) {
+      for (ValueId a : s.args) {
+        auto it = ids_.find(a);
+        if (it != ids_.end() && it->second.type == DType::kI64)
+          VKAD_TRY(dtype_supported(DType::kI64, "", &s));
+      }
+    }
+    IdKind kind = IdKind::kValue;
+    DType def_type = s.type;
+    switch (info.cls) {
+      case OpClass::kLeaf:
+        VKAD_TRY(expect_args(s, 0));
+        if (s.op == Op::kConst) {
+          if (s.type == DType::kBool && s.iimm != 0 && s.iimm != 1)
+            return error(s, "a bool constant is 0 or 1");
+          if (s.type == DType::kI32 && (s.iimm < INT32_MIN || s.iimm > INT32_MAX))
+            return error(s, "constant out of range for i32");
+          if (s.type == DType::kU32 && (s.iimm < 0 || s.iimm > UINT32_MAX))
+            return error(s, "constant out of range for u32");
+        } else {
+          if (s.param >= k_.params.size())
+            return error(s, "parameter " + std::to_string(s.param) + " does not exist");
+          const Param& p = k_.params[s.param];
+          if (s.op == Op::kArg) {
+            if (p.kind != ParamKind::kScalar)
+              return error(s, "'" + p.name + "' is an ndarray; read it with load");
+            VKAD_TRY(result_is(p.dtype));
+          } else {
+            if (p.kind != ParamKind::kNdArray)
+              return error(s, "'" + p.name + "' is a scalar and has no shape");
+            if (s.dim >= p.rank)
+              return error(s, "'" + p.name + "' has rank " + std::to_string(p.rank) +
+                                  ", no dimension " + std::to_string(s.dim));
+            VKAD_TRY(result_is(DType::kI32));
+          }
+        }
+        break;
+      case OpClass::kUnary: {
+        VKAD_TRY(expect_args(s, 1));
+        VKAD_ASSIGN_OR_RETURN(DType a, value(s, 0));
+        if (s.op == Op::kNot && a != DType::kBool)
+          return error(s, "type mismatch: not takes bool, got " + tn(a));
+        if (s.op != Op::kNot && a == DType::kBool)
+          return error(s, "type mismatch: " + std::string(info.name) + " takes a number, got bool");
+        if (is_float_math(s.op) && !is_float(a))
+          return error(
+              s, "type mismatch: " + std::string(info.name) + " takes f32 or f64, got " + tn(a));
+        VKAD_TRY(result_is(a));
+        break;
+      }
+      case OpClass::kBinary:
+      case OpClass::kCompare: {
+        VKAD_TRY(expect_args(s, 2));
+        VKAD_ASSIGN_OR_RETURN(DType a, value(s, 0));
+        VKAD_ASSIGN_OR_RETURN(DType b, value(s, 1));
+        VKAD_TRY(same(a, b));
+        bool logic = s.op == Op::kAnd || s.op == Op::kOr;
+        bool eq = s.op == Op::kEq || s.op == Op::kNe;
+        if (logic && a != DType::kBool)
+          return error(s, "type mismatch: " + std::string(info.name) + " takes bool, got " + tn(a));
+        if (!logic && !eq && a == DType::kBool)
+          return error(s, "type mismatch: " + std::string(info.name) + " takes numbers, got bool");
+        if ((s.op == Op::kMod || s.op == Op::kFloorDiv) && !is_int(a))
+          return error(
+              s, "type mismatch: " + std::string(info.name) + " takes i32 or u32, got " + tn(a));
+        if (is_float_math(s.op) && !is_float(a))
+          return error(
+              s, "type mismatch: " + std::string(info.name) + " takes f32 or f64, got " + tn(a));
+        VKAD_TRY(result_is(info.cls == OpClass::kCompare ? DType::kBool : a));
+        break;
+      }
+      case OpClass::kOther:
+        switch (s.op) {
+          case Op::kSelect: {
+            VKAD_TRY(expect_args(s, 3));
+            VKAD_ASSIGN_OR_RETURN(DType c, value(s, 0));
+            if (c != DType::kBool)
+              return error(s, "type mismatch: the condition is " + tn(c) + ", expected bool");
+            VKAD_ASSIGN_OR_RETURN(DType a, value(s, 1));
+            VKAD_ASSIGN_OR_RETURN(DType b, value(s, 2));
+            VKAD_TRY(same(a, b));
+            VKAD_TRY(result_is(a));
+            break;
+          }
+          case Op::kCast:
+            VKAD_TRY(expect_args(s, 1));
+            VKAD_TRY(value(s, 0).status());
+            break;
+          case Op::kAlloca:
+            VKAD_TRY(expect_args(s, 0));
+            kind = IdKind::kLocal;
+            break;
+          case Op::kLoadLocal: {
+            VKAD_TRY(expect_args(s, 1));
+            VKAD_ASSIGN_OR_RETURN(IdInfo l, use(s, s.args[0], IdKind::kLocal));
+            VKAD_TRY(result_is(l.type));
+            break;
+          }
+          case Op::kStoreLocal: {
+            VKAD_TRY(expect_args(s, 2));
+            VKAD_ASSIGN_OR_RETURN(IdInfo l, use(s, s.args[0], IdKind::kLocal));
+            VKAD_ASSIGN_OR_RETURN(DType v, value(s, 1));
+            if (v != l.type)
+              return error(
+                  s, "type mismatch: the local holds " + tn(l.type) + ", the value is " + tn(v));
+            break;
+          }
+          case Op::kLoad:
+            VKAD_TRY(array_access(s, s.args.size()));
+            VKAD_TRY(result_is(k_.params[s.param].dtype));
+            break;
+          case Op::kStore:
+          case Op::kAtomicAdd:
+          case Op::kAtomicMax: {
+            if (s.args.empty()) return error(s, std::string(info.name) + " needs a value");
+            VKAD_TRY(array_access(s, s.args.size() - 1));
+            VKAD_ASSIGN_OR_RETURN(DType v, value(s, s.args.size() - 1));
+            DType e = k_.params[s.param].dtype;
+            if (v != e)
+              return error(s, "type mismatch: ndarray '" + k_.params[s.param].name + "' holds " +
+                                  tn(e) + ", the value is " + tn(v));
+            if (s.op == Op::kAtomicMax && e != DType::kI32 && e != DType::kU32) {
+              return error(s, "atomic_max on a " + tn(e) + " ndarray (i32 or u32 only)");
+            }
+            if (s.op == Op::kAtomicAdd) {
+              if (e == DType::kBool) return error(s, "atomic_add on a bool ndarray");
+              if (e == DType::kI64 && !target_.atomic_int64) {
+                return error(s,
+                             "atomic_add on i64 needs shaderBufferInt64Atomics; " +
+                                 target_.device_name + " lacks it",
+                             ErrorCode::kUnsupported);
+              }
+              if (e == DType::kF64 && !target_.atomic_float64_add && !target_.atomic_int64) {
+                return error(s,
+                             "atomic_add on f64 needs shaderBufferFloat64AtomicAdd or "
+                             "shaderBufferInt64Atomics; " +
+                                 target_.device_name + " has neither",
+                             ErrorCode::kUnsupported);
+              }
+            }
+            break;
+          }
+          case Op::kFor: {
+            VKAD_TRY(expect_args(s, 2));
+            VKAD_ASSIGN_OR_RETURN(DType b, value(s, 0));
+            VKAD_ASSIGN_OR_RETURN(DType e, value(s, 1));
+            if (b != DType::kI32 || e != DType::kI32)
+              return error(s, "type mismatch: loop bounds are " + tn(b) + " and " + tn(e) +
+                                  ", expected i32");
+            VKAD_TRY(result_is(DType::kI32));
+            VKAD_TRY(define(s.result, {IdKind::kValue, DType::kI32, &s}, &s));
+            // The index belongs to the body's scope, not the enclosing one.
+            scopes_.back().erase(s.result);
+            scopes_.push_back({s.result});
+            // Every invocation runs the loop's iterations alike when its bounds are
+            // launch-uniform and nothing leaves an iteration early: a barrier may sit inside.
+            const bool alike = uniform_.count(s.args[0]) && uniform_.count(s.args[1]) &&
+                               !contains_op(s.blocks[0], Op::kBreak) &&
+                               !contains_op(s.blocks[0], Op::kContinue);
+            if (alike) uniform_.insert(s.result);
+            divergent_ += alike ? 0 : 1;
+            ++loop_depth_;
+            VKAD_TRY(block(s.blocks[0]));
+            --loop_depth_;
+            divergent_ -= alike ? 0 : 1;
+            scopes_.pop_back();
+            return {};
+          }
+          case Op::kWhile: {
+            VKAD_TRY(expect_args(s, 1));
+            VKAD_TRY(result_is(DType::kI32));
+            VKAD_TRY(define(s.result, {IdKind::kValue, DType::kI32, &s}, &s));
+            scopes_.back().erase(s.result);
+            // The test only decides (ir.h): reverse mode replays it in the forward sweeps and
+            // never reverses it, which is right only while it changes nothing.
+            for (const Stmt& t : s.blocks[0].stmts) {
+              bool pure = t.blocks.empty() && t.op != Op::kAlloca && t.op != Op::kStoreLocal &&
+                          t.op != Op::kStore && t.op != Op::kAtomicAdd && t.op != Op::kAtomicMax &&
+                          t.op != Op::kBreak && t.op != Op::kContinue && t.op < Op::kStackAlloc;
+              if (!pure) {
+                return error(t, std::string("a while loop's test may compute and read, not ") +
+                                    op_info(t.op).name +
+                                    " (move it into the body or before the loop)");
+              }
+            }
+            scopes_.push_back({s.result});  // the index is visible in the test and the body
+            VKAD_TRY(block(s.blocks[0]));
+            if (!scopes_.back().count(s.args[0])) {
+              return error(s, "the test value %" + std::to_string(s.args[0]) +
+                                  " must be defined in the loop's test block");
+            }
+            VKAD_ASSIGN_OR_RETURN(DType c, value(s, 0));
+            if (c != DType::kBool)
+              return error(s, "type mismatch: the test is " + tn(c) + ", expected bool");
+            scopes_.pop_back();
+            scopes_.push_back({s.result});
+            ++loop_depth_;
+            ++divergent_;
+            VKAD_TRY(block(s.blocks[1]));
+            --divergent_;
+            --loop_depth_;
+            scopes_.pop_back();
+            return {};
+          }
+          case Op::kBarrier: {
+            VKAD_TRY(expect_args(s, 0));
+            const Task& t = *task_;
+            const bool one_group = !t.serial && t.dims.empty() && t.local_size != 0 &&
+                                   t.begin.kind == RangeBound::Kind::kConstant &&
+                                   t.end.kind == RangeBound::Kind::kConstant &&
+                                   t.begin.value == 0 &&
+                                   t.end.value == static_cast<int64_t>(t.local_size);
+            if (!one_group) {
+              return error(s,
+                           "barrier in a task that is not one workgroup (a parallel 1-d task "
+                           "over [0, local_size) with its local size set)");
+            }
+            if (divergent_ != 0) {
+              return error(s,
+                           "barrier where invocations may diverge (inside if / while, or a "
+                           "for loop whose bounds are not launch-uniform or whose body breaks "
+                           "or continues)");
+            }
+            return {};
+          }
+          case Op::kBreak:
+          case Op::kContinue:
+            VKAD_TRY(expect_args(s, 0));
+            if (loop_depth_ == 0)
+              return error(s, std::string(info.name) + " outside a for or while loop body");
+            return {};
+          case Op::kIf: {
+            VKAD_TRY(expect_args(s, 1));
+            VKAD_ASSIGN_OR_RETURN(DType c, value(s, 0));
+            if (c != DType::kBool)
+              return error(s, "type mismatch: the condition is " + tn(c) + ", expected bool");
+            ++divergent_;
+            for (const Block& b : s.blocks) {
+              scopes_.emplace_back();
+              VKAD_TRY(block(b));
+              scopes_.pop_back();
+            }
+            --divergent_;
+            return {};
+          }
+          case Op::kStackAlloc:
+            VKAD_TRY(expect_args(s, 0));
+            if (s.type == DType::kBool) return error(s, "an adstack holds numbers, not bool");
+            // The integer heap has 32-bit elements.
+            if (s.type == DType::kI64)
+              return error(s, "an adstack holds f32, f64, i32 or u32, not i64",
+                           ErrorCode::kUnsupported);
+            kind = IdKind::kStack;
+            break;
+          case Op::kStackPush:
+          case Op::kStackAccAdj: {
+            VKAD_TRY(expect_args(s, 2));
+            VKAD_ASSIGN_OR_RETURN(IdInfo st, use(s, s.args[0], IdKind::kStack));
+            VKAD_ASSIGN_OR_RETURN(DType v, value(s, 1));
+            if (v != st.type)
+              return error(
+                  s, "type mismatch: the adstack holds " + tn(st.type) + ", the value is " + tn(v));
+            if (s.op == Op::kStackAccAdj && !is_float(st.type))
+              return error(s, "an integer adstack has no adjoint");
+            break;
+          }
+          case Op::kStackPop:
+          case Op::kStackTop:
+          case Op::kStackTopAdj: {
+            VKAD_TRY(expect_args(s, 1));
+            VKAD_ASSIGN_OR_RETURN(IdInfo st, use(s, s.args[0], IdKind::kStack));
+            if (s.op != Op::kStackPop) VKAD_TRY(result_is(st.type));
+            if (s.op == Op::kStackTopAdj && !is_float(st.type))
+              return error(s, "an integer adstack has no adjoint");
+            break;
+          }
+          default: return error(s, "unknown operation");
+        }
+        break;
+    }
+    if (info.has_result) VKAD_TRY(define(s.result, {kind, def_type, &s}, &s));
+    // Launch-uniform values (the same in every invocation): constants, scalar parameters and
+    // extents, and what is computed from them alone; where a barrier may go depends on them.
+    const bool pure = s.op == Op::kConst || s.op == Op::kArg || s.op == Op::kShape ||
+                      info.cls == OpClass::kUnary || info.cls == OpClass::kBinary ||
+                      info.cls == OpClass::kCompare || s.op == Op::kSelect || s.op == Op::kCast;
+    if (info.has_result && pure && std::all_of(s.args.begin(), s.args.end(), [&](ValueId a) {
+          return uniform_.count(a) != 0;
+        })) {
+      uniform_.insert(s.result);
+    }
+    return {};
+  }
+
+  const Kernel& k_;
+  const Target& target_;
+  const Task* task_ = nullptr;
+  std::unordered_map<ValueId, IdInfo> ids_;
+  std::unordered_set<ValueId> all_defs_;
+  std::vector<std::unordered_set<ValueId>> scopes_;
+  uint32_t loop_depth_ = 0;  // for / while bodies around the statement (branches don't count)
+  // Blocks around the statement that invocations may run differently (if, while, for loops
+  // with varying bounds or early exits): a barrier needs none.
+  uint32_t divergent_ = 0;
+  std::unordered_set<ValueId> uniform_;
+};
+
+// Depth of `e`, counting up to `limit + 1` at most (so a pathological expression costs
+// bounded stack).
+uint32_t size_depth(const SizeExpr& e, uint32_t limit) {
+  if (limit == 0) return 1;
+  uint32_t d = 0;
+  for (const SizeExpr& o : e.operands) d = std::max(d, size_depth(o, limit - 1));
+  return d + 1;
+}
+
+}  // namespace
+
+Status check_nesting(const Kernel& k) {
+  for (const Task& t : k.tasks) {
+    std::string where = "kernel '" + k.name + "', task '" + t.name + "'";
+    for (const TaskDim& d : t.dims) {
+      if (size_depth(d.begin, kMaxNestingDepth) > kMaxNestingDepth ||
+          size_depth(d.end, kMaxNestingDepth) > kMaxNestingDepth) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          where + ": a range bound nests add/mul/max deeper than " +
+                              std::to_string(kMaxNestingDepth) + " (kMaxNestingDepth)");
+      }
+    }
+    // Explicit stack of (block, depth of its statements): no recursion over the tree.
+    std::vector<std::pair<const Block*, uint32_t>> todo = {{&t.body, 0}};
+    while (!todo.empty()) {
+      auto [b, depth] = todo.back();
+      todo.pop_back();
+      for (const Stmt& s : b->stmts) {
+        if ((s.has_cap || s.op == Op::kStackAlloc) &&
+            size_depth(s.cap, kMaxNestingDepth) > kMaxNestingDepth) {
+          return make_error(ErrorCode::kInvalidArgument,
+                            where + ": a " + op_info(s.op).name +
+                                " size expression nests add/mul/max deeper than " +
+                                std::to_string(kMaxNestingDepth) + " (kMaxNestingDepth)");
+        }
+        if (s.blocks.empty()) continue;
+        if (depth + 1 > kMaxNestingDepth) {
+          return make_error(ErrorCode::kInvalidArgument,
+                            where + ", statement `" + print_stmt(k, s) +
+                                "`: for / if bodies nest deeper than " +
+                                std::to_string(kMaxNestingDepth) + " (kMaxNestingDepth)");
+        }
+        for (const Block& c : s.blocks) todo.push_back({&c, depth + 1});
+      }
+    }
+  }
+  return {};
+}
+
+Status verify(const Kernel& k, const Target& target) {
+  Verifier v(k, target);
+  return v.run();
+}
+
+}  // namespace vkad::codegen

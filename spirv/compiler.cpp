@@ -1,0 +1,264 @@
+#include "spirv/compiler.h"
+
+#include <spirv-tools/libspirv.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <spirv-tools/optimizer.hpp>
+
+#include "abi/compiled_kernel_io.h"
+#include "abi/spirv_tools.h"
+#include "base/cache_file.h"
+#include "ir/loop_passes.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
+#include "spirv/launch_spec.h"
+#include "spirv/spirv_emitter.h"
+#include "spirv/spirv_outline.h"
+
+namespace vkad::codegen {
+
+namespace {
+
+bool writes(const Block& b, uint32_t param) {
+  for (const Stmt& s : b.stmts) {
+    if ((s.op == Op::kStore || s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax) &&
+        s.param == param)
+      return true;
+    for (const Block& c : s.blocks) {
+      if (writes(c, param)) return true;
+    }
+  }
+  return false;
+}
+
+bool has_loops(const Block& b) {
+  for (const Stmt& s : b.stmts) {
+    if (s.op == Op::kFor || s.op == Op::kWhile) return true;
+    for (const Block& c : s.blocks) {
+      if (has_loops(c)) return true;
+    }
+  }
+  return false;
+}
+
+bool uses_adjoint(const Block& b, ValueId stack) {
+  for (const Stmt& s : b.stmts) {
+    if ((s.op == Op::kStackTopAdj || s.op == Op::kStackAccAdj) && s.args[0] == stack) return true;
+    for (const Block& c : s.blocks) {
+      if (uses_adjoint(c, stack)) return true;
+    }
+  }
+  return false;
+}
+
+// `body` is the whole task body (adjoint uses may sit outside the block of the allocation).
+void collect_stacks(const Kernel& k, const Block& body, const Block& b,
+                    std::vector<adstack::StackDesc>* out) {
+  for (const Stmt& s : b.stmts) {
+    if (s.op == Op::kStackAlloc) {
+      adstack::StackDesc d;
+      d.name = "%" + std::to_string(s.result) + " (" + abi::dtype_name(s.type) + ", capacity " +
+               print_size(k, s.cap) + ")";
+      d.heap = stack_heap(s.type);
+      d.capacity = s.cap;
+      d.adjoint = uses_adjoint(body, s.result);
+      out->push_back(std::move(d));
+    }
+    for (const Block& c : s.blocks) collect_stacks(k, body, c, out);
+  }
+}
+
+}  // namespace
+
+Result<std::vector<uint32_t>> optimize_spirv(const std::vector<uint32_t>& words) {
+  spvtools::Optimizer opt(SPV_ENV_VULKAN_1_2);
+  std::string log;
+  opt.SetMessageConsumer([&log](spv_message_level_t, const char*, const spv_position_t&,
+                                const char* m) { log += std::string(m) + "\n"; });
+  opt.RegisterPerformancePasses();
+  std::vector<uint32_t> out;
+  if (!opt.Run(words.data(), words.size(), &out)) {
+    return make_error(ErrorCode::kInternal, "spirv-opt failed:\n" + log);
+  }
+  return out;
+}
+
+Result<abi::CompiledKernel> compile(const Kernel& k, const Target& target,
+                                    const CompileOptions& options) {
+  VKAD_TRY(verify(k, target));
+  abi::CompiledKernel out;
+  out.name = k.name;
+  for (uint32_t i = 0; i < k.params.size(); ++i) {
+    const Param& p = k.params[i];
+    bool w = false;
+    for (const Task& t : k.tasks) w = w || writes(t.body, i);
+    out.params.push_back({p.name, p.kind, p.dtype, p.rank, w});
+  }
+  for (const Task& t : k.tasks) {
+    abi::CompiledTask ct;
+    ct.name = t.name;
+    ct.begin = t.begin;
+    ct.end = t.end;
+    for (const TaskDim& dim : t.dims) {
+      ct.dim_begin.push_back(dim.begin);
+      ct.dim_end.push_back(dim.end);
+    }
+    ct.serial = t.serial;
+    // Serial tasks run on one invocation. Tasks with serial loops (long per-thread work,
+    // adstack rows) get smaller groups than straight-line ones.
+    ct.local_size = t.local_size        ? t.local_size
+                    : t.serial          ? 1
+                    : has_loops(t.body) ? 64
+                                        : options.default_local_size;
+    ct.local_size = std::min(ct.local_size, target.max_local_size);
+    collect_stacks(k, t.body, t.body, &ct.adstacks);
+    // The emitter lowers a float atomic add to a compare-and-swap loop under these conditions.
+    LoopPassBound passes =
+        loop_pass_bound(k, t, !(options.native_float_atomics && target.atomic_float32_add),
+                        !(options.native_float_atomics && target.atomic_float64_add));
+    ct.loop_passes = std::move(passes.per_iteration);
+    ct.loop_passes_idle = passes.idle;
+    out.tasks.push_back(std::move(ct));
+  }
+  for (size_t i = 0; i < k.tasks.size(); ++i)
+    out.tasks[i].spec_words = launch_spec_words(k, i, out);
+  for (size_t i = 0; i < k.tasks.size(); ++i) {
+    EmitOptions eo;
+    eo.native_float_atomics = options.native_float_atomics;
+    eo.bounds_checks = options.bounds_checks;
+    eo.local_size = out.tasks[i].local_size;
+    eo.unroll = std::max(options.unroll, 1u);
+    std::vector<uint32_t> words =
+        outline_deep_loops(emit_task(k, i, out, target, eo), kOutlineLoopDepth);
+    Status valid = validate_spirv(words);
+    if (!valid.ok()) {
+      return make_error(ErrorCode::kInternal, "codegen bug: kernel '" + k.name + "', task '" +
+                                                  k.tasks[i].name + "' emitted invalid SPIR-V. " +
+                                                  valid.message());
+    }
+    if (options.optimize) {
+      VKAD_ASSIGN_OR_RETURN(words, optimize_spirv(words));
+      VKAD_TRY(validate_spirv(words));
+    }
+    out.tasks[i].spirv = std::move(words);
+  }
+  return out;
+}
+
+std::string compile_key(const Kernel& k, const Target& target, const CompileOptions& o) {
+  // The text form is the kernel's content; target and options change the code too.
+  std::string key = print(k);
+  key += "|" + target.device_name + (target.float64 ? "d" : "") + (target.int64 ? "l" : "") +
+         (target.atomic_float32_add ? "a" : "") + (target.atomic_float64_add ? "A" : "") +
+         (target.atomic_int64 ? "I" : "") + (target.subgroup_arithmetic ? "s" : "") +
+         std::to_string(target.max_local_size) + adstack::layout_name(target.adstack_layout) +
+         (target.preserve_nan_inf_f32 ? "n" : "") + (target.preserve_nan_inf_f64 ? "N" : "") + "|" +
+         (o.optimize ? "O" : "") + (o.native_float_atomics ? "N" : "") +
+         (o.bounds_checks ? "B" : "") + std::to_string(o.default_local_size) + "u" +
+         std::to_string(o.unroll);
+  key += "|vkad-compiler ";
+  key += compiler_fingerprint();
+  key += " spirv-tools ";
+  key += spvSoftwareVersionString();
+  return key;
+}
+
+namespace {
+
+// The disk layer's payload: the whole key (so a 64-bit hash match of the file name and header
+// is never taken as proof), then the serialized kernel.
+std::string disk_payload(const std::string& key, const std::string& kernel) {
+  std::string p;
+  const uint64_t n = key.size();
+  p.append(reinterpret_cast<const char*>(&n), sizeof n);
+  p += key;
+  p += kernel;
+  return p;
+}
+
+// The kernel in `payload` if it was written for `key`.
+std::optional<abi::CompiledKernel> from_disk_payload(const std::string& key,
+                                                     std::string_view payload) {
+  uint64_t n = 0;
+  if (payload.size() < sizeof n) return std::nullopt;
+  std::memcpy(&n, payload.data(), sizeof n);
+  payload.remove_prefix(sizeof n);
+  if (n != key.size() || payload.substr(0, n) != key) return std::nullopt;
+  Result<abi::CompiledKernel> k = abi::deserialize_compiled_kernel(payload.substr(n));
+  if (!k.ok()) return std::nullopt;
+  return std::move(k).value();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const abi::CompiledKernel>> CompileCache::compile(const Kernel& k,
+                                                                         const Target& target,
+                                                                         const CompileOptions& o) {
+  // print() recurses, so the nesting limit is checked first (compile() verifies the rest).
+  VKAD_TRY(check_nesting(k));
+  std::string key = compile_key(k, target, o);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(key);
+    if (it != entries_.end()) {
+      ++hits_;
+      return it->second;
+    }
+  }
+  const std::string file = disk_dir_.empty() ? "" : cache_file_name("kernel", key);
+  bool rebuilt = false;
+  if (!disk_dir_.empty()) {
+    CacheFile f = read_cache_file(disk_dir_, file, CacheKind::kCompiledKernel, key);
+    if (f.outcome == CacheRead::kHit) {
+      if (std::optional<abi::CompiledKernel> ck = from_disk_payload(key, f.payload)) {
+        for (const abi::CompiledTask& t : ck->tasks) abi::note_validated(t.spirv);
+        auto ptr = std::make_shared<const abi::CompiledKernel>(std::move(*ck));
+        std::lock_guard<std::mutex> lock(mu_);
+        ++disk_.hits;
+        return entries_.emplace(std::move(key), ptr).first->second;
+      }
+    }
+    rebuilt = f.outcome != CacheRead::kMissing;
+  }
+  VKAD_ASSIGN_OR_RETURN(abi::CompiledKernel ck, codegen::compile(k, target, o));
+  bool write_failed = false;
+  if (!disk_dir_.empty()) {
+    Result<std::string> bytes = abi::serialize_compiled_kernel(ck);
+    write_failed = !bytes.ok() || !write_cache_file(disk_dir_, file, CacheKind::kCompiledKernel,
+                                                    key, disk_payload(key, *bytes))
+                                       .ok();
+  }
+  auto ptr = std::make_shared<const abi::CompiledKernel>(std::move(ck));
+  std::lock_guard<std::mutex> lock(mu_);
+  ++misses_;
+  if (!disk_dir_.empty()) {
+    ++disk_.misses;
+    disk_.rebuilt += rebuilt;
+    disk_.write_errors += write_failed;
+  }
+  return entries_.emplace(std::move(key), ptr).first->second;
+}
+
+CompileCache::DiskCounters CompileCache::disk() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return disk_;
+}
+
+uint64_t CompileCache::hits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return hits_;
+}
+
+uint64_t CompileCache::misses() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return misses_;
+}
+
+size_t CompileCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+}  // namespace vkad::codegen

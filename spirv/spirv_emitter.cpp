@@ -1,0 +1,1262 @@
+#include "spirv/spirv_emitter.h"
+
+#include <spirv/unified1/GLSL.std.450.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <map>
+#include <unordered_map>
+
+#include "spirv/f64_math.h"
+#include "spirv/spirv_module.h"
+
+namespace vkad::codegen {
+
+namespace {
+
+using abi::kErrorOutOfBounds;
+
+constexpr uint32_t kScopeDevice = 1;
+constexpr uint32_t kRelaxed = 0;
+
+class TaskEmitter {
+ public:
+  TaskEmitter(const Kernel& k, size_t task, const abi::CompiledKernel& layout, const Target& target,
+              const EmitOptions& o)
+      : k_(k),
+        task_(k.tasks[task]),
+        task_index_(static_cast<uint32_t>(task)),
+        layout_(layout),
+        target_(target),
+        o_(o) {}
+
+  std::vector<uint32_t> run() {
+    scan_bits(task_.body);
+    u32_ = m_.t_int(32, false);
+    i32_ = m_.t_int(32, true);
+    bool_ = m_.t_bool();
+    uint32_t v3 = m_.t_vector(u32_, 3);
+    uint32_t in_v3 = m_.t_pointer(spv::StorageClassInput, v3);
+    uint32_t gid_var = m_.global_variable(in_v3, spv::StorageClassInput);
+    m_.decorate(gid_var, spv::DecorationBuiltIn, {spv::BuiltInGlobalInvocationId});
+    uint32_t nwg_var = m_.global_variable(in_v3, spv::StorageClassInput);
+    m_.decorate(nwg_var, spv::DecorationBuiltIn, {spv::BuiltInNumWorkgroups});
+    // The args buffer through two variables on its one binding: `args`, read-only, for the
+    // scalars, extents and the rest the host wrote, and `errors` for the error words a kernel
+    // raises with an atomic. With the atomic on the read variable the driver could not treat
+    // the launch constants as read-only (H100: DiffTaichi's mass_spring spent a quarter of its
+    // time so). The two never touch the same word.
+    uint32_t args_block = m_.t_buffer_block(u32_, 4);
+    const uint32_t args_ptr_t = m_.t_pointer(spv::StorageClassStorageBuffer, args_block);
+    args_var_ = m_.global_variable(args_ptr_t, spv::StorageClassStorageBuffer, 0);
+    m_.decorate(args_var_, spv::DecorationNonWritable);
+    m_.name(args_var_, "args");
+    errors_var_ = m_.global_variable(args_ptr_t, spv::StorageClassStorageBuffer, 0);
+    m_.name(errors_var_, "errors");
+    uint32_t pc_block = m_.t_u32_block(2);
+    uint32_t pc_var = m_.global_variable(m_.t_pointer(spv::StorageClassPushConstant, pc_block),
+                                         spv::StorageClassPushConstant);
+
+    uint32_t void_t = m_.t_void();
+    uint32_t fn = m_.id();
+    m_.op(spv::OpFunction, {void_t, fn, spv::FunctionControlMaskNone, m_.t_function(void_t)});
+    uint32_t entry = m_.id();
+    block(entry);
+    uint32_t gid3 = op(spv::OpLoad, v3, {gid_var});
+    gid_ = op(spv::OpCompositeExtract, u32_, {gid3, 0});
+    uint32_t nwg3 = op(spv::OpLoad, v3, {nwg_var});
+    uint32_t nwg = op(spv::OpCompositeExtract, u32_, {nwg3, 0});
+    uint32_t stride = op(spv::OpIMul, u32_, {nwg, m_.c_u32(o_.local_size)});
+    uint32_t pc_ptr = m_.t_pointer(spv::StorageClassPushConstant, u32_);
+    uint32_t begin = op(spv::OpLoad, u32_, {op(spv::OpAccessChain, pc_ptr, {pc_var, m_.c_u32(0)})});
+    uint32_t end = op(spv::OpLoad, u32_, {op(spv::OpAccessChain, pc_ptr, {pc_var, m_.c_u32(1)})});
+    uint32_t start = op(spv::OpIAdd, u32_, {begin, gid_});
+    m_.preserve_nan_inf(target_.preserve_nan_inf_f32, target_.preserve_nan_inf_f64);
+    load_adstack_layout();
+    load_launch_constants(task_.body);
+    load_nd_bounds();
+    if (o_.bounds_checks) {
+      oob_var_ = m_.function_variable(u32_);
+      m_.op(spv::OpStore, {oob_var_, m_.c_u32(0)});
+    }
+    uint32_t first = start;
+    if (o_.unroll > 1 && !task_.serial && task_.dims.empty() && unrollable(task_.body)) {
+      // Main loop: kUnroll elements per iteration (i, i + stride, ...), their statements
+      // interleaved so the loads of all copies issue before the first use. One 4-byte load in
+      // flight per thread cannot saturate HBM (H200: generated saxpy 87% of a uvec4 copy).
+      // It runs while the last copy is in range; the plain loop below finishes the rest.
+      const uint32_t u = o_.unroll;
+      uint32_t span = op(spv::OpIMul, u32_, {stride, m_.c_u32(u - 1)});
+      uint32_t has_room = op(spv::OpUGreaterThan, bool_, {end, span});
+      uint32_t limit =
+          op(spv::OpSelect, u32_, {has_room, op(spv::OpISub, u32_, {end, span}), m_.c_u32(0)});
+      uint32_t step = op(spv::OpIMul, u32_, {stride, m_.c_u32(u)});
+      first = loop(u32_, start, limit, step, /*is_signed=*/false, [&](uint32_t i) {
+        std::vector<std::unordered_map<ValueId, uint32_t>> copies(u, values_);
+        for (uint32_t c = 0; c < u; ++c) {
+          uint32_t ic =
+              c == 0 ? i : op(spv::OpIAdd, u32_, {i, op(spv::OpIMul, u32_, {stride, m_.c_u32(c)})});
+          copies[c][task_.index] = op(spv::OpBitcast, i32_, {ic});
+        }
+        types_[task_.index] = DType::kI32;
+        for (const Stmt& st : task_.body.stmts) {
+          for (uint32_t c = 0; c < u; ++c) {
+            std::swap(values_, copies[c]);
+            emit(st);
+            std::swap(values_, copies[c]);
+          }
+        }
+      });
+    }
+    loop(u32_, first, end, stride, /*is_signed=*/false, [&](uint32_t i) {
+      bind_indices(i);
+      emit_block(task_.body);
+    });
+    if (oob_var_) {  // the bounds checks' one flag, raised once per invocation
+      const uint32_t any =
+          op(spv::OpINotEqual, bool_, {op(spv::OpLoad, u32_, {oob_var_}), m_.c_u32(0)});
+      if_else(
+          any, [&] { raise(m_.c_u32(kErrorOutOfBounds)); }, [] {});
+    }
+    m_.op(spv::OpReturn, {});
+    m_.op(spv::OpFunctionEnd, {});
+    return m_.finish(fn, entry, {gid_var, nwg_var}, o_.local_size);
+  }
+
+ private:
+  // ------------------------------------------------------------ N-d ranges
+  // An N-d task's range is [0, product of extents) (the runtime sets it so); each dimension's
+  // begin and extent are computed here once per invocation, from the same args-buffer words
+  // the host evaluated, in i32 (add and mul wrap like the host's exact values modulo 2^32;
+  // the launch refused bounds outside [0, 2^31)).
+  uint32_t size_value(const SizeExpr& e) {
+    switch (e.kind) {
+      case SizeExpr::Kind::kConst: return m_.c_i32(static_cast<int32_t>(e.value));
+      case SizeExpr::Kind::kScalar: {
+        uint32_t s = read_scalar(e.param);
+        if (k_.params[e.param].dtype == DType::kU32) s = op(spv::OpBitcast, i32_, {s});
+        return ext(GLSLstd450SMax, i32_, {s, m_.c_i32(0)});  // a negative scalar counts as 0
+      }
+      case SizeExpr::Kind::kNegScalar: {  // verify() keeps it out of task dimensions
+        uint32_t s = read_scalar(e.param);
+        if (k_.params[e.param].dtype == DType::kU32) return m_.c_i32(0);
+        return ext(GLSLstd450SMax, i32_, {op(spv::OpSNegate, i32_, {s}), m_.c_i32(0)});
+      }
+      case SizeExpr::Kind::kDim:
+        return op(spv::OpBitcast, i32_, {args_word(layout_.shape_offset(e.param) + 4 * e.dim)});
+      default: {
+        uint32_t r = size_value(e.operands[0]);
+        for (size_t i = 1; i < e.operands.size(); ++i) {
+          uint32_t x = size_value(e.operands[i]);
+          if (e.kind == SizeExpr::Kind::kAdd)
+            r = op(spv::OpIAdd, i32_, {r, x});
+          else if (e.kind == SizeExpr::Kind::kMul)
+            r = op(spv::OpIMul, i32_, {r, x});
+          else
+            r = ext(GLSLstd450SMax, i32_, {r, x});
+        }
+        return r;
+      }
+    }
+  }
+  void load_nd_bounds() {
+    for (const TaskDim& d : task_.dims) {
+      uint32_t b = size_value(d.begin), e = size_value(d.end);
+      uint32_t ext = ext_inst_smax(op(spv::OpISub, i32_, {e, b}));
+      nd_begin_.push_back(op(spv::OpBitcast, u32_, {b}));
+      nd_extent_.push_back(op(spv::OpBitcast, u32_, {ext}));
+    }
+  }
+  uint32_t ext_inst_smax(uint32_t x) { return ext(GLSLstd450SMax, i32_, {x, m_.c_i32(0)}); }
+  // The index values of iteration `i` (u32): i itself for a 1-d task; for an N-d one its
+  // row-major coordinates, the last dimension fastest. i < product of extents, so no
+  // extent divided by here is 0.
+  void bind_indices(uint32_t i) {
+    if (task_.dims.empty()) {
+      values_[task_.index] = op(spv::OpBitcast, i32_, {i});
+      types_[task_.index] = DType::kI32;
+      return;
+    }
+    uint32_t rem = i;
+    for (size_t d = task_.dims.size(); d-- > 0;) {
+      uint32_t coord = rem;
+      if (d > 0) {
+        coord = op(spv::OpUMod, u32_, {rem, nd_extent_[d]});
+        rem = op(spv::OpUDiv, u32_, {rem, nd_extent_[d]});
+      }
+      uint32_t idx = op(spv::OpIAdd, u32_, {nd_begin_[d], coord});
+      values_[task_.dims[d].index] = op(spv::OpBitcast, i32_, {idx});
+      types_[task_.dims[d].index] = DType::kI32;
+    }
+  }
+
+  // ------------------------------------------------------------ helpers
+  uint32_t op(spv::Op o, uint32_t type, std::initializer_list<uint32_t> operands) {
+    uint32_t r = m_.id();
+    SpirvModule::Words w = {type, r};
+    w.insert(w.end(), operands.begin(), operands.end());
+    m_.op(o, w);
+    return r;
+  }
+  uint32_t ext(GLSLstd450 inst, uint32_t type, std::initializer_list<uint32_t> operands) {
+    uint32_t r = m_.id();
+    SpirvModule::Words w = {type, r, m_.glsl_std_450(), static_cast<uint32_t>(inst)};
+    w.insert(w.end(), operands.begin(), operands.end());
+    m_.op(spv::OpExtInst, w);
+    return r;
+  }
+  void block(uint32_t label) {
+    m_.label(label);
+    cur_ = label;
+    ended_ = false;
+    sole_pred_ = 0;
+  }
+  // Opens a loop's header block and returns it with the block its entry edge comes from. A
+  // loop body that begins with a loop is its header: no empty block that only branches on
+  // (validation time grows faster than the block count in deep nests, issue 27).
+  void enter_header(uint32_t* header, uint32_t* pre) {
+    if (sole_pred_ && !ended_ && m_.block_empty()) {
+      *header = cur_;
+      *pre = sole_pred_;
+      sole_pred_ = 0;
+      return;
+    }
+    *header = m_.id();
+    *pre = cur_;
+    branch(*header);
+    block(*header);
+  }
+  // Ends the current block, unless a break / continue (the last statement of its IR block)
+  // already did.
+  void branch(uint32_t to) {
+    if (!ended_) m_.op(spv::OpBranch, {to});
+    ended_ = false;
+  }
+
+  uint32_t type(DType t) {
+    switch (t) {
+      case DType::kF32: return m_.t_float(32);
+      case DType::kF64: return m_.t_float(64);
+      case DType::kI32: return i32_;
+      case DType::kU32: return u32_;
+      case DType::kI64: return m_.t_int(64, true);
+      case DType::kBool: return bool_;
+    }
+    return u32_;
+  }
+  uint32_t zero(DType t) {
+    switch (t) {
+      case DType::kF32: return m_.c_f32(0);
+      case DType::kF64: return m_.c_f64(0);
+      case DType::kI32: return m_.c_i32(0);
+      case DType::kI64: return m_.c_i64(0);
+      case DType::kBool: return m_.c_bool(false);
+      default: return m_.c_u32(0);
+    }
+  }
+  uint32_t one(DType t) {
+    switch (t) {
+      case DType::kF32: return m_.c_f32(1);
+      case DType::kF64: return m_.c_f64(1);
+      case DType::kI32: return m_.c_i32(1);
+      case DType::kI64: return m_.c_i64(1);
+      case DType::kBool: return m_.c_bool(true);
+      default: return m_.c_u32(1);
+    }
+  }
+  uint32_t v(ValueId id) const { return values_.at(id); }
+  DType vt(ValueId id) const { return types_.at(id); }
+
+  // A structured loop `for (i = start; i < end; i += step) body(i)`. The header tests and
+  // branches itself (no separate test block): SPIR-V validation walks the dominator tree once
+  // per enclosing construct and block, so every block a loop adds costs superlinearly in a deep
+  // nest (issue 27, docs/benchmarks.md "Compile time against nesting depth").
+  template <typename Body>
+  // Returns the index's phi, which at the merge block holds the first index not run.
+  uint32_t loop(uint32_t ty, uint32_t start, uint32_t end, uint32_t step, bool is_signed, Body body,
+                uint32_t control = spv::LoopControlMaskNone) {
+    uint32_t header = 0, body_l = m_.id(), cont = m_.id(), merge = m_.id();
+    uint32_t next = m_.id();
+    uint32_t pre = 0;
+    enter_header(&header, &pre);
+    uint32_t i = op(spv::OpPhi, ty, {start, pre, next, cont});
+    uint32_t c = op(is_signed ? spv::OpSLessThan : spv::OpULessThan, bool_, {i, end});
+    m_.op(spv::OpLoopMerge, {merge, cont, control});
+    m_.op(spv::OpBranchConditional, {c, body_l, merge});
+    block(body_l);
+    sole_pred_ = header;
+    loops_.push_back({merge, cont});
+    body(i);
+    loops_.pop_back();
+    branch(cont);
+    block(cont);
+    m_.op(spv::OpIAdd, {ty, next, i, step});
+    branch(header);
+    block(merge);
+    return i;
+  }
+
+  // `for (i = 0; test(i); ++i) body(i)`: the loop() shape with the test block emitted in the
+  // check block (its statements may open selections of their own: bounds-checked loads).
+  void while_loop(const Stmt& s) {
+    uint32_t header = 0, check = m_.id(), body_l = m_.id(), cont = m_.id(), merge = m_.id();
+    uint32_t next = m_.id();
+    uint32_t pre = 0;
+    enter_header(&header, &pre);
+    uint32_t i = op(spv::OpPhi, i32_, {m_.c_i32(0), pre, next, cont});
+    values_[s.result] = i;
+    types_[s.result] = DType::kI32;
+    m_.op(spv::OpLoopMerge, {merge, cont, spv::LoopControlMaskNone});
+    branch(check);
+    block(check);
+    emit_block(s.blocks[0]);
+    const uint32_t test_end = cur_;  // the test's statements may have opened blocks of their own
+    m_.op(spv::OpBranchConditional, {v(s.args[0]), body_l, merge});
+    block(body_l);
+    sole_pred_ = test_end;
+    loops_.push_back({merge, cont});
+    emit_block(s.blocks[1]);
+    loops_.pop_back();
+    branch(cont);
+    block(cont);
+    m_.op(spv::OpIAdd, {i32_, next, i, m_.c_i32(1)});
+    branch(header);
+    block(merge);
+  }
+
+  // A parallel task body may run several elements interleaved (statement by statement) only
+  // if the elements cannot see each other: straight-line code (no loops, branches, locals,
+  // adstacks or atomics, whose order or storage the copies would share) in which every ndarray
+  // the body stores to is accessed only at the task's own index, so the copies touch disjoint
+  // elements of it. Reads of arrays the body does not write may use any index.
+  bool unrollable(const Block& b) const {
+    std::unordered_map<uint32_t, bool> written;
+    for (const Stmt& st : b.stmts) {
+      switch (st.op) {
+        case Op::kFor:
+        case Op::kIf:
+        case Op::kWhile:
+        case Op::kAlloca:
+        case Op::kLoadLocal:
+        case Op::kStoreLocal:
+        case Op::kAtomicAdd:
+        case Op::kAtomicMax:
+        case Op::kStackAlloc:
+        case Op::kStackPush:
+        case Op::kStackPop:
+        case Op::kStackTop:
+        case Op::kStackTopAdj:
+        case Op::kStackAccAdj:
+        case Op::kBarrier: return false;
+        case Op::kStore: written[st.param] = true; break;
+        default: break;
+      }
+    }
+    if (written.empty()) return false;
+    for (const Stmt& st : b.stmts) {
+      if ((st.op != Op::kLoad && st.op != Op::kStore) || !written.count(st.param)) continue;
+      size_t nidx = st.op == Op::kStore ? st.args.size() - 1 : st.args.size();
+      if (nidx != 1 || st.args[0] != task_.index) return false;
+    }
+    return true;
+  }
+
+  // `if (cond) then(); else otherwise();` as a structured selection.
+  template <typename Then, typename Else>
+  void if_else(uint32_t cond, Then then_body, Else else_body) {
+    uint32_t t = m_.id(), e = m_.id(), merge = m_.id();
+    m_.op(spv::OpSelectionMerge, {merge, spv::SelectionControlMaskNone});
+    m_.op(spv::OpBranchConditional, {cond, t, e});
+    block(t);
+    then_body();
+    branch(merge);
+    block(e);
+    else_body();
+    branch(merge);
+    block(merge);
+  }
+
+  uint32_t args_ptr(uint32_t word) {
+    return op(spv::OpAccessChain, m_.t_pointer(spv::StorageClassStorageBuffer, u32_),
+              {args_var_, m_.c_u32(0), word});
+  }
+  // A launch-constant word. One the runtime may specialize (abi/kernel_abi.h, "Launch
+  // specialization") is select(flag, value, loaded), both spec constants: the driver folds it
+  // to the constant or to the load when it creates the pipeline.
+  uint32_t args_word(uint32_t byte_offset) {
+    uint32_t loaded = op(spv::OpLoad, u32_, {args_ptr(m_.c_u32(byte_offset / 4))});
+    const std::vector<uint32_t>& spec = layout_.tasks[task_index_].spec_words;
+    auto it = std::find(spec.begin(), spec.end(), byte_offset);
+    if (it == spec.end()) return loaded;
+    uint32_t i = static_cast<uint32_t>(it - spec.begin());
+    auto [c, fresh] = spec_consts_.try_emplace(i);
+    if (fresh) {
+      c->second.first = m_.spec_bool(abi::launch_spec_flag_id(i), false);
+      c->second.second = m_.spec_u32(abi::launch_spec_value_id(i), 0);
+      m_.name(c->second.first, "launch_spec_flag_" + std::to_string(byte_offset / 4));
+      m_.name(c->second.second, "launch_spec_word_" + std::to_string(byte_offset / 4));
+    }
+    return op(spv::OpSelect, u32_, {c->second.first, c->second.second, loaded});
+  }
+  // The first error of a launch wins: compare-and-swap 0 -> code.
+  void raise(uint32_t code_id) {
+    const uint32_t ptr =
+        op(spv::OpAccessChain, m_.t_pointer(spv::StorageClassStorageBuffer, u32_),
+           {errors_var_, m_.c_u32(0), m_.c_u32(layout_.error_flag_offset(task_index_) / 4)});
+    op(spv::OpAtomicCompareExchange, u32_,
+       {ptr, m_.c_u32(kScopeDevice), m_.c_u32(kRelaxed), m_.c_u32(kRelaxed), code_id, m_.c_u32(0)});
+  }
+
+  // Scalars and shapes are constant for a launch: read each one once, in the entry block, so
+  // every use (inside loops too) shares the load.
+  void load_launch_constants(const Block& b) {
+    for (const Stmt& s : b.stmts) {
+      if (s.op == Op::kArg && !scalars_.count(s.param)) scalars_[s.param] = read_scalar(s.param);
+      bool array = s.op == Op::kShape || s.op == Op::kLoad || s.op == Op::kStore ||
+                   s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax;
+      if (array && !shapes_.count(s.param)) {
+        std::vector<uint32_t>& dims = shapes_[s.param];
+        for (uint32_t d = 0; d < k_.params[s.param].rank; ++d) {
+          dims.push_back(args_word(layout_.shape_offset(s.param) + 4 * d));
+        }
+      }
+      for (const Block& c : s.blocks) load_launch_constants(c);
+    }
+  }
+
+  // ------------------------------------------------------------ ndarrays
+  struct ArrayVar {
+    uint32_t var = 0;
+    uint32_t elem = 0;  // storage element type
+    bool bits = false;  // float stored as its bit pattern (compare-and-swap atomics)
+  };
+
+  bool native_atomic(DType t) const {
+    return o_.native_float_atomics && ((t == DType::kF32 && target_.atomic_float32_add) ||
+                                       (t == DType::kF64 && target_.atomic_float64_add));
+  }
+
+  void scan_bits(const Block& b) {
+    for (const Stmt& s : b.stmts) {
+      if (s.op == Op::kAtomicAdd && is_float(k_.params[s.param].dtype) &&
+          !native_atomic(k_.params[s.param].dtype)) {
+        bits_params_.insert_or_assign(s.param, true);
+      }
+      for (const Block& c : s.blocks) scan_bits(c);
+    }
+  }
+
+  const ArrayVar& array(uint32_t p) {
+    auto it = arrays_.find(p);
+    if (it != arrays_.end()) return it->second;
+    const Param& prm = k_.params[p];
+    ArrayVar a;
+    a.bits = bits_params_.count(p) > 0;
+    uint32_t stride = abi::dtype_bytes(prm.dtype);
+    switch (prm.dtype) {
+      case DType::kF32: a.elem = a.bits ? u32_ : m_.t_float(32); break;
+      case DType::kF64:
+        a.elem = a.bits ? m_.t_int(64, false) : m_.t_float(64);
+        if (a.bits) m_.capability(spv::CapabilityInt64Atomics);
+        break;
+      case DType::kI32: a.elem = i32_; break;
+      case DType::kI64: a.elem = m_.t_int(64, true); break;
+      default: a.elem = u32_; break;
+    }
+    uint32_t binding = 1;
+    for (uint32_t q = 0; q < p; ++q) binding += k_.params[q].kind == ParamKind::kNdArray;
+    uint32_t blk = m_.t_buffer_block(a.elem, stride);
+    a.var = m_.global_variable(m_.t_pointer(spv::StorageClassStorageBuffer, blk),
+                               spv::StorageClassStorageBuffer, static_cast<int>(binding));
+    m_.name(a.var, prm.name);
+    return arrays_.emplace(p, a).first->second;
+  }
+
+  // Computes the row-major element index of `s`'s first `n` args, then runs `access(ptr)` only
+  // when every index is in bounds; otherwise flags kErrorOutOfBounds. Returns the value
+  // `access` produced, or `fallback` on the out-of-bounds path (0 if result_type is 0).
+  //
+  // A load (a result type) is not put behind a branch: it reads element 0 instead when an index
+  // is out of bounds (every ndarray has one: empty shapes are refused) and its value is then
+  // replaced by `fallback`. Stores and atomics stay behind theirs: they must not write element
+  // 0. No access raises the error itself: each ORs its verdict into one flag (a register) that
+  // the invocation raises once, after its last element (a branch and an atomic per access cost
+  // DiffTaichi's mass_spring on an H100 40% of its time: 34.9 ms a replay against 20.6 with no
+  // checks at all; per-access flag writes 26.7).
+  template <typename Access>
+  uint32_t guarded(const Stmt& s, size_t n, uint32_t result_type, uint32_t fallback,
+                   Access access) {
+    const ArrayVar& a = array(s.param);
+    uint32_t lin = 0, ok = 0;
+    for (size_t d = 0; d < n; ++d) {
+      uint32_t idx = v(s.args[d]);
+      if (vt(s.args[d]) == DType::kI32) idx = op(spv::OpBitcast, u32_, {idx});
+      uint32_t extent = shapes_.at(s.param)[d];
+      uint32_t in = op(spv::OpULessThan, bool_, {idx, extent});
+      ok = ok ? op(spv::OpLogicalAnd, bool_, {ok, in}) : in;
+      lin = lin ? op(spv::OpIAdd, u32_, {op(spv::OpIMul, u32_, {lin, extent}), idx}) : idx;
+    }
+    uint32_t ptr_t = m_.t_pointer(spv::StorageClassStorageBuffer, a.elem);
+    auto ptr = [&] { return op(spv::OpAccessChain, ptr_t, {a.var, m_.c_u32(0), lin}); };
+    if (!o_.bounds_checks) return access(ptr());
+    const uint32_t flag = op(spv::OpLoad, u32_, {oob_var_});
+    const uint32_t bad = op(spv::OpSelect, u32_, {ok, m_.c_u32(0), m_.c_u32(1)});
+    m_.op(spv::OpStore, {oob_var_, op(spv::OpBitwiseOr, u32_, {flag, bad})});
+    if (result_type) {
+      lin = op(spv::OpSelect, u32_, {ok, lin, m_.c_u32(0)});
+      return op(spv::OpSelect, result_type, {ok, access(ptr()), fallback});
+    }
+    if_else(
+        ok, [&] { access(ptr()); }, [] {});
+    return 0;
+  }
+
+  // element = max(element, value). With subgroup arithmetic (Target::subgroup_arithmetic), the
+  // invocations of a subgroup that all hit one element combine first: the subgroup's maximum,
+  // one atomic from one of them (a counting kernel's threads otherwise all contend for a few
+  // words: issue 27). Invocations whose subgroup is split over several elements issue their
+  // own. The test, the reduction and the election are in one block, so they see the same
+  // active invocations, whatever the subgroup size and however the code diverged before.
+  //
+  // The atomic itself is issued only when the element, read atomically first, is below the
+  // value: the element only grows, so a value not above what was read cannot change it. A
+  // counting kernel's invocations mostly carry the same trip count, so after the first few
+  // atomics per word the rest are loads, which do not serialise on the word the way atomics do
+  // (on an H100 the atomics of 4M invocations on 64 words cost as much as the forward itself).
+  void atomic_max(const Stmt& s) {
+    const bool sg = k_.params[s.param].dtype == DType::kI32;
+    auto atomic = [&](uint32_t val) {
+      guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
+        const uint32_t elem = arrays_.at(s.param).elem;
+        const uint32_t scope = m_.c_u32(kScopeDevice), sem = m_.c_u32(kRelaxed);
+        const uint32_t seen = op(spv::OpAtomicLoad, elem, {ptr, scope, sem});
+        const uint32_t above =
+            op(sg ? spv::OpSGreaterThan : spv::OpUGreaterThan, bool_, {val, seen});
+        if_else(
+            above,
+            [&] {
+              op(sg ? spv::OpAtomicSMax : spv::OpAtomicUMax, elem, {ptr, scope, sem, val});
+            },
+            [] {});
+        return 0;
+      });
+    };
+    const uint32_t val = v(s.args.back());
+    if (!target_.subgroup_arithmetic) return atomic(val);
+    m_.capability(spv::CapabilityGroupNonUniform);
+    m_.capability(spv::CapabilityGroupNonUniformVote);
+    m_.capability(spv::CapabilityGroupNonUniformArithmetic);
+    const uint32_t scope = m_.c_u32(spv::ScopeSubgroup);
+    uint32_t same = 0;  // every active invocation has these indices
+    for (size_t d = 0; d + 1 < s.args.size(); ++d) {
+      uint32_t eq = op(spv::OpGroupNonUniformAllEqual, bool_, {scope, v(s.args[d])});
+      same = d == 0 ? eq : op(spv::OpLogicalAnd, bool_, {same, eq});
+    }
+    if (!same) same = m_.c_bool(true);  // a rank-0 array: one element
+    const uint32_t ty = type(vt(s.args.back()));
+    uint32_t most = op(sg ? spv::OpGroupNonUniformSMax : spv::OpGroupNonUniformUMax, ty,
+                       {scope, spv::GroupOperationReduce, val});
+    uint32_t elected = op(spv::OpGroupNonUniformElect, bool_, {scope});
+    uint32_t issue = op(spv::OpLogicalOr, bool_, {op(spv::OpLogicalNot, bool_, {same}), elected});
+    uint32_t mine = op(spv::OpSelect, ty, {same, most, val});
+    auto issue_mine = [&] { atomic(mine); };
+    if_else(issue, issue_mine, [] {});
+  }
+
+  // element += value, one atomic per invocation. Combining a subgroup's values first where
+  // every index is launch-uniform (one atomic per subgroup) was tried and measured: on an H100
+  // it made DiffTaichi's mass_spring 25% slower (39.2 -> 48.9 ms a replay: its launches of 32
+  // invocations paid the reduction and gained nothing) and did not change diffmpm; a run-time test
+  // of whether a subgroup's indices agree made an MPM grid scatter 1.5x slower.
+  void atomic_add(const Stmt& s) {
+    const DType t = k_.params[s.param].dtype;
+    const uint32_t val = v(s.args.back());
+    guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
+      const ArrayVar& a = arrays_.at(s.param);
+      uint32_t scope = m_.c_u32(kScopeDevice), sem = m_.c_u32(kRelaxed);
+      if (t == DType::kI64) m_.capability(spv::CapabilityInt64Atomics);
+      if (!is_float(t)) return op(spv::OpAtomicIAdd, a.elem, {ptr, scope, sem, val});
+      if (!a.bits) {
+        m_.extension("SPV_EXT_shader_atomic_float_add");
+        m_.capability(t == DType::kF32 ? spv::CapabilityAtomicFloat32AddEXT
+                                       : spv::CapabilityAtomicFloat64AddEXT);
+        return op(spv::OpAtomicFAddEXT, a.elem, {ptr, scope, sem, val});
+      }
+      // Compare-and-swap on the bits until no other invocation got in between.
+      uint32_t ft = type(t);
+      uint32_t init = op(spv::OpAtomicLoad, a.elem, {ptr, scope, sem});
+      uint32_t header = m_.id(), body = m_.id(), cont = m_.id(), merge = m_.id();
+      uint32_t got = m_.id();
+      uint32_t pre = cur_;
+      branch(header);
+      block(header);
+      uint32_t expected = op(spv::OpPhi, a.elem, {init, pre, got, cont});
+      m_.op(spv::OpLoopMerge, {merge, cont, spv::LoopControlMaskNone});
+      branch(body);
+      block(body);
+      uint32_t sum = op(spv::OpFAdd, ft, {op(spv::OpBitcast, ft, {expected}), val});
+      uint32_t desired = op(spv::OpBitcast, a.elem, {sum});
+      m_.op(spv::OpAtomicCompareExchange, {a.elem, got, ptr, scope, sem, sem, desired, expected});
+      uint32_t done = op(spv::OpIEqual, bool_, {got, expected});
+      m_.op(spv::OpBranchConditional, {done, merge, cont});
+      block(cont);
+      branch(header);
+      block(merge);
+      return 0;
+    });
+  }
+
+  // ------------------------------------------------------------ adstacks
+  void count_stacks(const Block& b, uint32_t* n) {
+    for (const Stmt& s : b.stmts) {
+      if (s.op == Op::kStackAlloc) ++*n;
+      for (const Block& c : s.blocks) count_stacks(c, n);
+    }
+  }
+
+  struct StackVar {
+    DType type;
+    adstack::Heap heap;
+    uint32_t index;  // within the task
+    uint32_t count;  // Function variable holding the count
+    uint32_t cap;    // value: capacity
+  };
+
+  bool slot_major() const { return target_.adstack_layout == adstack::Layout::kSlotMajor; }
+
+  // Per stack, the heap index of slot 0's primal and adjoint for this thread, computed once in
+  // the entry block; slot k is then `base + k * slot_step_` (adstack::element_index):
+  //   thread-major  base = gid * row_elems[heap] + offset (+ cap),  step 1;
+  //   slot-major    base = (offset (+ cap)) * T + gid,             step T (dispatched threads).
+  void load_adstack_layout() {
+    uint32_t n = 0;
+    count_stacks(task_.body, &n);
+    if (!n) return;
+    const std::vector<adstack::StackDesc>& descs = layout_.tasks[task_index_].adstacks;
+    uint32_t base = layout_.adstack_args_offset(task_index_);
+    std::array<uint32_t, adstack::kHeapCount> row_base{};
+    if (slot_major()) {
+      slot_step_ = args_word(base + 4 * adstack::threads_word());
+    } else {
+      for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
+        bool used = false;
+        for (const adstack::StackDesc& d : descs) used = used || static_cast<uint32_t>(d.heap) == h;
+        if (!used) continue;
+        uint32_t len =
+            args_word(base + 4 * adstack::row_length_word(static_cast<adstack::Heap>(h)));
+        row_base[h] = op(spv::OpIMul, u32_, {gid_, len});  // this thread's row
+      }
+    }
+    // The private tier (adstack_layout.h, "Storage tiers"): one Function array per heap used,
+    // its length a specialization constant; the tier itself is a spec constant every stack
+    // access branches on, which the driver folds when it creates the pipeline.
+    private_tier_ = m_.spec_bool(adstack::kPrivateTierSpecId, false);
+    m_.name(private_tier_, "adstack_private_tier");
+    for (const adstack::StackDesc& d : descs) {
+      size_t h = static_cast<size_t>(d.heap);
+      if (private_vars_[h]) continue;
+      uint32_t len = m_.spec_u32(adstack::private_length_spec_id(d.heap), 1);
+      uint32_t elem = d.heap == adstack::Heap::kInt
+                          ? u32_
+                          : m_.t_float(d.heap == adstack::Heap::kF64 ? 64 : 32);
+      private_vars_[h] = m_.function_variable(m_.t_array(elem, len));
+      m_.name(private_vars_[h], std::string("adstack_private_") + adstack::heap_name(d.heap));
+    }
+    for (uint32_t s = 0; s < n; ++s) {
+      uint32_t offset = args_word(base + 4 * adstack::offset_word(s));
+      uint32_t cap = args_word(base + 4 * adstack::capacity_word(s));
+      stack_cap_.push_back(cap);
+      private_base_.push_back(offset);
+      private_adj_base_.push_back(
+          adstack::has_adjoint_block(descs.at(s)) ? op(spv::OpIAdd, u32_, {offset, cap}) : 0);
+      auto at = [&](uint32_t pos) {
+        if (slot_major())
+          return op(spv::OpIAdd, u32_, {op(spv::OpIMul, u32_, {pos, slot_step_}), gid_});
+        return op(spv::OpIAdd, u32_, {row_base[static_cast<size_t>(descs.at(s).heap)], pos});
+      };
+      stack_base_.push_back(at(offset));
+      stack_adj_base_.push_back(
+          adstack::has_adjoint_block(descs.at(s)) ? at(op(spv::OpIAdd, u32_, {offset, cap})) : 0);
+    }
+    heap_binding_ = 1 + layout_.array_count();
+  }
+
+  uint32_t heap_var(adstack::Heap h, DType t) {
+    size_t i = static_cast<size_t>(h);
+    if (heap_vars_[i]) return heap_vars_[i];
+    uint32_t elem = h == adstack::Heap::kInt ? u32_ : type(t);
+    uint32_t blk = m_.t_buffer_block(elem, adstack::heap_elem_bytes(h));
+    heap_vars_[i] =
+        m_.global_variable(m_.t_pointer(spv::StorageClassStorageBuffer, blk),
+                           spv::StorageClassStorageBuffer, static_cast<int>(heap_binding_ + i));
+    m_.name(heap_vars_[i], std::string("adstack_") + adstack::heap_name(h));
+    heap_elem_[i] = elem;
+    return heap_vars_[i];
+  }
+
+  // Pointer to slot `slot` of stack `st` (its primal, or its adjoint) for this thread.
+  uint32_t stack_ptr(const StackVar& st, uint32_t slot, bool adjoint) {
+    size_t h = static_cast<size_t>(st.heap);
+    uint32_t var = heap_var(st.heap, st.type);
+    uint32_t base = adjoint ? stack_adj_base_.at(st.index) : stack_base_.at(st.index);
+    uint32_t step = slot_major() ? op(spv::OpIMul, u32_, {slot, slot_step_}) : slot;
+    uint32_t at = op(spv::OpIAdd, u32_, {base, step});
+    return op(spv::OpAccessChain, m_.t_pointer(spv::StorageClassStorageBuffer, heap_elem_[h]),
+              {var, m_.c_u32(0), at});
+  }
+
+  // Pointer to slot `slot` of stack `st` in its private array (private tier).
+  uint32_t private_ptr(const StackVar& st, uint32_t slot, bool adjoint) {
+    size_t h = static_cast<size_t>(st.heap);
+    heap_var(st.heap, st.type);  // heap_elem_[h]: the element type of both tiers
+    uint32_t base = adjoint ? private_adj_base_.at(st.index) : private_base_.at(st.index);
+    return op(spv::OpAccessChain, m_.t_pointer(spv::StorageClassFunction, heap_elem_[h]),
+              {private_vars_[h], op(spv::OpIAdd, u32_, {base, slot})});
+  }
+
+  // Load / store of a slot in the launch's tier: both accesses behind a branch on the tier's
+  // spec constant (after specialization, one side is dead code).
+  uint32_t load_slot(const StackVar& st, uint32_t slot, bool adjoint) {
+    uint32_t elem = heap_elem_for(st);
+    uint32_t t = m_.id(), e = m_.id(), merge = m_.id();
+    m_.op(spv::OpSelectionMerge, {merge, spv::SelectionControlMaskNone});
+    m_.op(spv::OpBranchConditional, {private_tier_, t, e});
+    block(t);
+    uint32_t from_private = op(spv::OpLoad, elem, {private_ptr(st, slot, adjoint)});
+    branch(merge);
+    block(e);
+    uint32_t from_heap = op(spv::OpLoad, elem, {stack_ptr(st, slot, adjoint)});
+    branch(merge);
+    block(merge);
+    return op(spv::OpPhi, elem, {from_private, t, from_heap, e});
+  }
+  void store_slot(const StackVar& st, uint32_t slot, bool adjoint, uint32_t value) {
+    if_else(
+        private_tier_,
+        [&] {
+          m_.op(spv::OpStore, {private_ptr(st, slot, adjoint), value});
+        },
+        [&] {
+          m_.op(spv::OpStore, {stack_ptr(st, slot, adjoint), value});
+        });
+  }
+
+  // The top slot: count - 1, or 0 for an empty stack (capacity >= 1 keeps it in the row).
+  uint32_t top_slot(const StackVar& st) {
+    uint32_t c = op(spv::OpLoad, u32_, {st.count});
+    uint32_t has = op(spv::OpUGreaterThan, bool_, {c, m_.c_u32(0)});
+    return op(spv::OpSelect, u32_, {has, op(spv::OpISub, u32_, {c, m_.c_u32(1)}), m_.c_u32(0)});
+  }
+
+  uint32_t to_heap(const StackVar& st, uint32_t val) {
+    return st.type == DType::kI32 ? op(spv::OpBitcast, u32_, {val}) : val;
+  }
+  uint32_t from_heap(const StackVar& st, uint32_t val) {
+    return st.type == DType::kI32 ? op(spv::OpBitcast, i32_, {val}) : val;
+  }
+
+  void stack_op(const Stmt& s) {
+    if (s.op == Op::kStackAlloc) {
+      StackVar st;
+      st.type = s.type;
+      st.heap = stack_heap(s.type);
+      st.index = static_cast<uint32_t>(stacks_.size());
+      st.count = m_.function_variable(u32_);
+      st.cap = stack_cap_.at(st.index);
+      m_.op(spv::OpStore, {st.count, m_.c_u32(0)});
+      stacks_.emplace(s.result, st);
+      return;
+    }
+    const StackVar& st = stacks_.at(s.args[0]);
+    switch (s.op) {
+      case Op::kStackPush: {
+        uint32_t c = op(spv::OpLoad, u32_, {st.count});
+        uint32_t fits = op(spv::OpULessThan, bool_, {c, st.cap});
+        if_else(
+            fits,
+            [&] {
+              store_slot(st, c, false, to_heap(st, v(s.args[1])));
+              // A stack without an adjoint block (its adjoint is never used) writes no zero.
+              if (stack_adj_base_.at(st.index)) store_slot(st, c, true, zero(st.type));
+              m_.op(spv::OpStore, {st.count, op(spv::OpIAdd, u32_, {c, m_.c_u32(1)})});
+            },
+            [&] { raise(m_.c_u32(abi::adstack_overflow_word(st.index))); });
+        return;
+      }
+      case Op::kStackPop: {
+        uint32_t c = op(spv::OpLoad, u32_, {st.count});
+        uint32_t has = op(spv::OpUGreaterThan, bool_, {c, m_.c_u32(0)});
+        uint32_t dec = op(spv::OpSelect, u32_, {has, op(spv::OpISub, u32_, {c, m_.c_u32(1)}), c});
+        m_.op(spv::OpStore, {st.count, dec});
+        return;
+      }
+      case Op::kStackTop:
+      case Op::kStackTopAdj: {
+        set(s, from_heap(st, load_slot(st, top_slot(st), s.op == Op::kStackTopAdj)));
+        return;
+      }
+      case Op::kStackAccAdj: {
+        uint32_t top = top_slot(st);
+        uint32_t sum = op(spv::OpFAdd, type(st.type), {load_slot(st, top, true), v(s.args[1])});
+        store_slot(st, top, true, sum);
+        return;
+      }
+      default: return;
+    }
+  }
+  uint32_t heap_elem_for(const StackVar& st) {
+    heap_var(st.heap, st.type);
+    return heap_elem_[static_cast<size_t>(st.heap)];
+  }
+
+  // ------------------------------------------------------------ statements
+  void set(const Stmt& s, uint32_t id) {
+    values_[s.result] = id;
+    types_[s.result] = s.type;
+  }
+
+  void emit_block(const Block& b) {
+    for (const Stmt& s : b.stmts) emit(s);
+  }
+
+  uint32_t constant(const Stmt& s) {
+    switch (s.type) {
+      case DType::kF32: return m_.c_f32(static_cast<float>(s.fimm));
+      case DType::kF64: return m_.c_f64(s.fimm);
+      case DType::kI32: return m_.c_i32(static_cast<int32_t>(s.iimm));
+      case DType::kI64: return m_.c_i64(s.iimm);
+      case DType::kBool: return m_.c_bool(s.iimm != 0);
+      default: return m_.c_u32(static_cast<uint32_t>(s.iimm));
+    }
+  }
+
+  uint32_t read_scalar(uint32_t param) {
+    const Param& p = k_.params[param];
+    uint32_t off = layout_.scalar_offset(param);
+    uint32_t w = args_word(off);
+    switch (p.dtype) {
+      case DType::kF32: return op(spv::OpBitcast, m_.t_float(32), {w});
+      case DType::kI32: return op(spv::OpBitcast, i32_, {w});
+      case DType::kBool: return op(spv::OpINotEqual, bool_, {w, m_.c_u32(0)});
+      case DType::kF64:
+      case DType::kI64: {
+        uint32_t hi = args_word(off + 4);
+        uint32_t pair = op(spv::OpCompositeConstruct, m_.t_vector(u32_, 2), {w, hi});
+        return op(spv::OpBitcast, type(p.dtype), {pair});
+      }
+      default: return w;
+    }
+  }
+
+  // x - 2*pi*k with k = x / 2pi rounded to an integer, in f32: a two-term Cody-Waite, 2*pi =
+  // C1 + C2 + e with C1 = 201/32 (8 significant bits) and C2 = f32(2*pi - C1). For |k| <= 2^14,
+  // k*C1 is exact and x - k*C1 is exact (Sterbenz), fused or not; the second term rounds once
+  // or twice (a driver may fuse it into an fma: both are covered), and e*k is below 2^-34 |k|.
+  // So the reduced argument is within 2^-19 + |x| 2^-36 of the exact one (precision.cpp) -- far
+  // inside Vulkan's 2^-11 for sin/cos, which holds only inside [-pi, pi], so the reduction is
+  // needed for every |x| up to 2^14 * 2 pi.
+  // k is rounded by adding and subtracting M = 1.5 * 2^23 (exact for |x / 2pi| < 2^22, which
+  // covers the reduction's range), not by RoundEven: NVIDIA runs RoundEven (FRND) on the same
+  // quarter-rate pipe as the sin itself, which doubled the sin loop's time on the H200, while
+  // the two adds are full-rate. They are NoContraction so that no driver folds (q + M) - M
+  // back to q (the f64 algorithms rely on the same decoration); a k off by one at a tie leaves
+  // the argument a rounding past +-pi, as RoundEven of a rounded quotient does.
+  uint32_t reduce_two_pi(uint32_t x) {
+    uint32_t f32 = m_.t_float(32);
+    constexpr double kTwoPi = 6.283185307179586476925;
+    constexpr float kC1 = 6.28125f;        // 201 / 32
+    constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
+    const float c2 = static_cast<float>(kTwoPi - 6.28125);
+    uint32_t q = op(spv::OpFMul, f32, {x, m_.c_f32(static_cast<float>(1 / kTwoPi))});
+    uint32_t k = exact(op(spv::OpFSub, f32,
+                          {exact(op(spv::OpFAdd, f32, {q, m_.c_f32(kRound)})), m_.c_f32(kRound)}));
+    uint32_t r = op(spv::OpFSub, f32, {x, op(spv::OpFMul, f32, {k, m_.c_f32(kC1)})});
+    return op(spv::OpFSub, f32, {r, op(spv::OpFMul, f32, {k, m_.c_f32(c2)})});
+  }
+
+  // Decorates a float result NoContraction: the driver may not fuse it with a neighbouring
+  // multiply or add (Vulkan otherwise allows contraction into fma, which changes the rounding
+  // that range reductions and compensated sums are built on).
+  uint32_t exact(uint32_t id) {
+    m_.decorate(id, spv::DecorationNoContraction);
+    return id;
+  }
+
+  // f64_math.h's backend: the f64 operations Vulkan defines, emitted into the current block.
+  struct SpirvF64 {
+    using Value = uint32_t;
+    TaskEmitter& e;
+    uint32_t f64 = e.m_.t_float(64);
+    uint32_t constant(double v) { return e.m_.c_f64(v); }
+    // NoContraction on every add/sub/mul: the algorithms (Cody-Waite reductions, exact
+    // splits) assume each operation rounds on its own, as on the host; NVIDIA fuses them into
+    // fma otherwise (tan near its poles was 5e5 ulp off on an H100).
+    uint32_t add(uint32_t a, uint32_t b) { return e.exact(e.op(spv::OpFAdd, f64, {a, b})); }
+    uint32_t sub(uint32_t a, uint32_t b) { return e.exact(e.op(spv::OpFSub, f64, {a, b})); }
+    uint32_t mul(uint32_t a, uint32_t b) { return e.exact(e.op(spv::OpFMul, f64, {a, b})); }
+    uint32_t div(uint32_t a, uint32_t b) { return e.op(spv::OpFDiv, f64, {a, b}); }
+    uint32_t neg(uint32_t a) { return e.op(spv::OpFNegate, f64, {a}); }
+    uint32_t abs(uint32_t a) { return e.ext(GLSLstd450FAbs, f64, {a}); }
+    uint32_t min(uint32_t a, uint32_t b) { return select(lt(a, b), a, b); }
+    uint32_t sqrt(uint32_t a) { return e.ext(GLSLstd450Sqrt, f64, {a}); }
+    uint32_t floor(uint32_t a) { return e.ext(GLSLstd450Floor, f64, {a}); }
+    uint32_t round_even(uint32_t a) { return e.ext(GLSLstd450RoundEven, f64, {a}); }
+    // `k` holds a small integer (the algorithms clamp first); NaN, whose conversion is
+    // undefined, becomes 0 -- the caller passes NaN through separately.
+    uint32_t ldexp(uint32_t a, uint32_t k) {
+      uint32_t safe = select(is_nan(k), constant(0), k);
+      return e.ext(GLSLstd450Ldexp, f64, {a, e.op(spv::OpConvertFToS, e.i32_, {safe})});
+    }
+    uint32_t frexp(uint32_t a, uint32_t* exponent) {
+      uint32_t var = e.m_.function_variable(e.i32_);
+      uint32_t m = e.ext(GLSLstd450Frexp, f64, {a, var});
+      *exponent = e.op(spv::OpConvertSToF, f64, {e.op(spv::OpLoad, e.i32_, {var})});
+      return m;
+    }
+    uint32_t lt(uint32_t a, uint32_t b) { return e.op(spv::OpFOrdLessThan, e.bool_, {a, b}); }
+    uint32_t eq(uint32_t a, uint32_t b) { return e.op(spv::OpFOrdEqual, e.bool_, {a, b}); }
+    uint32_t is_nan(uint32_t a) { return e.op(spv::OpIsNan, e.bool_, {a}); }
+    uint32_t select(uint32_t c, uint32_t a, uint32_t b) {
+      return e.op(spv::OpSelect, f64, {c, a, b});
+    }
+  };
+
+  // A transcendental. f32: GLSL.std.450, with Sin, Cos and Tan (period 2*pi too) seeing their
+  // argument reduced first. f64: computed in f64 by f64_math.h (GLSL.std.450 defines these
+  // for 16- and 32-bit floats only).
+  uint32_t math(GLSLstd450 inst, DType t, std::initializer_list<uint32_t> xs) {
+    std::vector<uint32_t> in(xs);
+    if (t == DType::kF64) {
+      SpirvF64 backend{*this};
+      F64Math<SpirvF64> f(backend);
+      switch (inst) {
+        case GLSLstd450Exp: return f.exp(in[0]);
+        case GLSLstd450Log: return f.log(in[0]);
+        case GLSLstd450Sin: return f.sin(in[0]);
+        case GLSLstd450Cos: return f.cos(in[0]);
+        case GLSLstd450Tan: return f.tan(in[0]);
+        case GLSLstd450Tanh: return f.tanh(in[0]);
+        case GLSLstd450Asin: return f.asin(in[0]);
+        case GLSLstd450Acos: return f.acos(in[0]);
+        case GLSLstd450Pow: return f.pow(in[0], in[1]);
+        case GLSLstd450Atan2: return f.atan2(in[0], in[1]);
+        default: break;
+      }
+    }
+    uint32_t f32 = m_.t_float(32);
+    if (inst == GLSLstd450Sin || inst == GLSLstd450Cos || inst == GLSLstd450Tan)
+      in[0] = reduce_two_pi(in[0]);
+    return in.size() == 1 ? ext(inst, f32, {in[0]}) : ext(inst, f32, {in[0], in[1]});
+  }
+
+  uint32_t unary(const Stmt& s) {
+    uint32_t a = v(s.args[0]);
+    DType t = s.type;
+    uint32_t ty = type(t);
+    bool f = is_float(t);
+    switch (s.op) {
+      case Op::kNeg: return op(f ? spv::OpFNegate : spv::OpSNegate, ty, {a});
+      case Op::kNot: return op(spv::OpLogicalNot, ty, {a});
+      case Op::kSqrt: return ext(GLSLstd450Sqrt, ty, {a});
+      case Op::kRsqrt: return ext(GLSLstd450InverseSqrt, ty, {a});
+      case Op::kExp: return math(GLSLstd450Exp, t, {a});
+      case Op::kLog: return math(GLSLstd450Log, t, {a});
+      case Op::kSin: return math(GLSLstd450Sin, t, {a});
+      case Op::kCos: return math(GLSLstd450Cos, t, {a});
+      case Op::kTan: return math(GLSLstd450Tan, t, {a});
+      case Op::kTanh: return math(GLSLstd450Tanh, t, {a});
+      case Op::kAsin: return math(GLSLstd450Asin, t, {a});
+      case Op::kAcos: return math(GLSLstd450Acos, t, {a});
+      case Op::kAbs:
+        if (t == DType::kU32) return a;
+        return ext(f ? GLSLstd450FAbs : GLSLstd450SAbs, ty, {a});
+      case Op::kFloor: return ext(GLSLstd450Floor, ty, {a});
+      case Op::kCeil: return ext(GLSLstd450Ceil, ty, {a});
+      default: return 0;
+    }
+  }
+
+  // Integer div / mod / floordiv with the semantics of ir.h's table for every input:
+  // x / 0 = 0, x mod 0 = x, floordiv(x, 0) = 0, INT_MIN / -1 = INT_MIN, INT_MIN mod -1 = 0.
+  // SPIR-V leaves OpSDiv/OpUDiv/OpSRem undefined for a zero divisor and for INT_MIN / -1, so
+  // those divisors are replaced by 1 before dividing and the results selected after. The
+  // remainder is a - q*d rather than OpSRem/OpUMod: an NVIDIA driver (580.159) computed OpSRem
+  // by a negative constant as an unsigned remainder; the quotient alone is the one primitive
+  // every driver must get right.
+  // i64 follows the same rules with INT64_MIN.
+  uint32_t integer_division(Op o, DType t, uint32_t a, uint32_t b) {
+    bool is_signed = t != DType::kU32;
+    uint32_t ty = type(t);
+    uint32_t z = zero(t);
+    uint32_t one = this->one(t);
+    uint32_t by_zero = op(spv::OpIEqual, bool_, {b, z});
+    uint32_t bad = by_zero;
+    if (is_signed) {
+      uint32_t min = t == DType::kI64 ? m_.c_i64(INT64_MIN) : m_.c_i32(INT32_MIN);
+      uint32_t minus_one = t == DType::kI64 ? m_.c_i64(-1) : m_.c_i32(-1);
+      uint32_t overflow =
+          op(spv::OpLogicalAnd, bool_,
+             {op(spv::OpIEqual, bool_, {a, min}), op(spv::OpIEqual, bool_, {b, minus_one})});
+      bad = op(spv::OpLogicalOr, bool_, {by_zero, overflow});
+    }
+    uint32_t d = op(spv::OpSelect, ty, {bad, one, b});
+    uint32_t q = op(is_signed ? spv::OpSDiv : spv::OpUDiv, ty, {a, d});
+    if (o == Op::kDiv || (o == Op::kFloorDiv && !is_signed))
+      return op(spv::OpSelect, ty, {by_zero, z, q});
+    uint32_t r = op(spv::OpISub, ty, {a, op(spv::OpIMul, ty, {q, d})});
+    if (!is_signed) return op(spv::OpSelect, ty, {by_zero, a, r});
+    // Floor semantics: when the truncated remainder's sign differs from the divisor's, the
+    // quotient steps down by one and the remainder moves by one divisor.
+    uint32_t differ =
+        op(spv::OpLogicalNotEqual, bool_,
+           {op(spv::OpSLessThan, bool_, {r, z}), op(spv::OpSLessThan, bool_, {d, z})});
+    uint32_t adjust = op(spv::OpLogicalAnd, bool_, {op(spv::OpINotEqual, bool_, {r, z}), differ});
+    if (o == Op::kFloorDiv) {
+      uint32_t fq = op(spv::OpISub, ty, {q, op(spv::OpSelect, ty, {adjust, one, z})});
+      return op(spv::OpSelect, ty, {by_zero, z, fq});
+    }
+    uint32_t fr = op(spv::OpIAdd, ty, {r, op(spv::OpSelect, ty, {adjust, d, z})});
+    return op(spv::OpSelect, ty, {by_zero, a, fr});
+  }
+
+  // Float -> i32/u32, saturating (ir.h's table): NaN -> 0, below the range -> its minimum,
+  // above -> its maximum, otherwise truncation toward zero. OpConvertFToS/U are undefined
+  // outside the range, so only in-range values reach them.
+  uint32_t float_to_int(DType from, DType to, uint32_t x) {
+    bool sg = to != DType::kU32;
+    uint32_t ty = type(to), fty = type(from);
+    auto fc = [&](double v) {
+      return from == DType::kF64 ? m_.c_f64(v) : m_.c_f32(static_cast<float>(v));
+    };
+    // Both bounds are powers of two, exact in f32 and f64; every value in [lo, hi) truncates
+    // to a representable integer.
+    bool wide = to == DType::kI64;
+    uint32_t lo = fc(wide ? -0x1p63 : sg ? -2147483648.0 : 0.0);
+    uint32_t hi = fc(wide ? 0x1p63 : sg ? 2147483648.0 : 4294967296.0);
+    uint32_t clamped = op(spv::OpSelect, fty, {op(spv::OpFOrdLessThan, bool_, {x, lo}), lo, x});
+    uint32_t in_range = op(spv::OpFOrdLessThan, bool_, {clamped, hi});  // false for NaN
+    uint32_t safe = op(spv::OpSelect, fty, {in_range, clamped, fc(0)});
+    uint32_t conv = op(sg ? spv::OpConvertFToS : spv::OpConvertFToU, ty, {safe});
+    uint32_t top = wide ? m_.c_i64(INT64_MAX) : sg ? m_.c_i32(INT32_MAX) : m_.c_u32(UINT32_MAX);
+    uint32_t zero_v = zero(to);
+    uint32_t out = op(spv::OpSelect, ty, {op(spv::OpIsNan, bool_, {x}), zero_v, top});
+    return op(spv::OpSelect, ty, {in_range, conv, out});
+  }
+
+  uint32_t binary(const Stmt& s) {
+    uint32_t a = v(s.args[0]), b = v(s.args[1]);
+    DType t = vt(s.args[0]);
+    uint32_t ty = type(s.type);
+    bool f = is_float(t), sg = t == DType::kI32 || t == DType::kI64, bl = t == DType::kBool;
+    auto pick = [&](spv::Op fo, spv::Op so, spv::Op uo) { return f ? fo : sg ? so : uo; };
+    switch (s.op) {
+      case Op::kAdd: return op(f ? spv::OpFAdd : spv::OpIAdd, ty, {a, b});
+      case Op::kSub: return op(f ? spv::OpFSub : spv::OpISub, ty, {a, b});
+      case Op::kMul: return op(f ? spv::OpFMul : spv::OpIMul, ty, {a, b});
+      case Op::kDiv:
+        if (f) return op(spv::OpFDiv, ty, {a, b});
+        return integer_division(s.op, t, a, b);
+      case Op::kMod:
+      case Op::kFloorDiv: return integer_division(s.op, t, a, b);
+      // FMin/FMax leave the result undefined when an operand is NaN (and may flush or
+      // reorder signed zeros); a compare and a select give the documented `a < b ? a : b`.
+      case Op::kMin:
+        if (f) return op(spv::OpSelect, ty, {op(spv::OpFOrdLessThan, bool_, {a, b}), a, b});
+        return ext(sg ? GLSLstd450SMin : GLSLstd450UMin, ty, {a, b});
+      case Op::kMax:
+        if (f) return op(spv::OpSelect, ty, {op(spv::OpFOrdGreaterThan, bool_, {a, b}), a, b});
+        return ext(sg ? GLSLstd450SMax : GLSLstd450UMax, ty, {a, b});
+      case Op::kPow: return math(GLSLstd450Pow, t, {a, b});
+      case Op::kAtan2: return math(GLSLstd450Atan2, t, {a, b});
+      case Op::kAnd: return op(spv::OpLogicalAnd, ty, {a, b});
+      case Op::kOr: return op(spv::OpLogicalOr, ty, {a, b});
+      case Op::kLt:
+        return op(pick(spv::OpFOrdLessThan, spv::OpSLessThan, spv::OpULessThan), ty, {a, b});
+      case Op::kLe:
+        return op(pick(spv::OpFOrdLessThanEqual, spv::OpSLessThanEqual, spv::OpULessThanEqual), ty,
+                  {a, b});
+      case Op::kGt:
+        return op(pick(spv::OpFOrdGreaterThan, spv::OpSGreaterThan, spv::OpUGreaterThan), ty,
+                  {a, b});
+      case Op::kGe:
+        return op(
+            pick(spv::OpFOrdGreaterThanEqual, spv::OpSGreaterThanEqual, spv::OpUGreaterThanEqual),
+            ty, {a, b});
+      case Op::kEq:
+        return op(bl ? spv::OpLogicalEqual : f ? spv::OpFOrdEqual : spv::OpIEqual, ty, {a, b});
+      case Op::kNe:
+        return op(bl  ? spv::OpLogicalNotEqual
+                  : f ? spv::OpFUnordNotEqual
+                      : spv::OpINotEqual,
+                  ty, {a, b});
+      default: return 0;
+    }
+  }
+
+  uint32_t cast(const Stmt& s) {
+    uint32_t a = v(s.args[0]);
+    DType from = vt(s.args[0]), to = s.type;
+    uint32_t ty = type(to);
+    if (from == to) return a;
+    if (to == DType::kBool) {
+      return op(is_float(from) ? spv::OpFUnordNotEqual : spv::OpINotEqual, ty, {a, zero(from)});
+    }
+    if (from == DType::kBool) return op(spv::OpSelect, ty, {a, one(to), zero(to)});
+    if (is_float(from) && is_float(to)) return op(spv::OpFConvert, ty, {a});
+    if (is_float(from)) return float_to_int(from, to, a);
+    if (is_float(to))
+      return op(from == DType::kU32 ? spv::OpConvertUToF : spv::OpConvertSToF, ty, {a});
+    if (to == DType::kI64) {  // i32 sign-extends, u32 zero-extends (OpUConvert yields unsigned)
+      if (from == DType::kI32) return op(spv::OpSConvert, ty, {a});
+      return op(spv::OpBitcast, ty, {op(spv::OpUConvert, m_.t_int(64, false), {a})});
+    }
+    if (from == DType::kI64) {  // the low 32 bits
+      uint32_t low = op(spv::OpUConvert, u32_, {op(spv::OpBitcast, m_.t_int(64, false), {a})});
+      return to == DType::kU32 ? low : op(spv::OpBitcast, ty, {low});
+    }
+    return op(spv::OpBitcast, ty, {a});  // i32 <-> u32
+  }
+
+  void emit(const Stmt& s) {
+    const OpInfo& info = op_info(s.op);
+    switch (info.cls) {
+      case OpClass::kLeaf:
+        if (s.op == Op::kConst)
+          set(s, constant(s));
+        else if (s.op == Op::kArg)
+          set(s, scalars_.at(s.param));
+        else
+          set(s, op(spv::OpBitcast, i32_, {shapes_.at(s.param)[s.dim]}));
+        return;
+      case OpClass::kUnary: set(s, unary(s)); return;
+      case OpClass::kBinary:
+      case OpClass::kCompare: set(s, binary(s)); return;
+      case OpClass::kOther: break;
+    }
+    switch (s.op) {
+      case Op::kSelect:
+        set(s, op(spv::OpSelect, type(s.type), {v(s.args[0]), v(s.args[1]), v(s.args[2])}));
+        return;
+      case Op::kCast: set(s, cast(s)); return;
+      case Op::kAlloca: {
+        uint32_t var = m_.function_variable(type(s.type));
+        m_.op(spv::OpStore, {var, zero(s.type)});
+        locals_[s.result] = var;
+        return;
+      }
+      case Op::kLoadLocal: set(s, op(spv::OpLoad, type(s.type), {locals_.at(s.args[0])})); return;
+      case Op::kStoreLocal: m_.op(spv::OpStore, {locals_.at(s.args[0]), v(s.args[1])}); return;
+      case Op::kLoad: {
+        DType t = k_.params[s.param].dtype;
+        uint32_t ty = type(t);
+        set(s, guarded(s, s.args.size(), ty, zero(t), [&](uint32_t ptr) {
+              const ArrayVar& a = arrays_.at(s.param);
+              uint32_t raw = op(spv::OpLoad, a.elem, {ptr});
+              if (t == DType::kBool) return op(spv::OpINotEqual, bool_, {raw, m_.c_u32(0)});
+              if (a.bits) return op(spv::OpBitcast, ty, {raw});
+              return raw;
+            }));
+        return;
+      }
+      case Op::kStore: {
+        DType t = k_.params[s.param].dtype;
+        uint32_t val = v(s.args.back());
+        guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
+          const ArrayVar& a = arrays_.at(s.param);
+          uint32_t w = val;
+          if (t == DType::kBool)
+            w = op(spv::OpSelect, u32_, {val, m_.c_u32(1), m_.c_u32(0)});
+          else if (a.bits)
+            w = op(spv::OpBitcast, a.elem, {val});
+          m_.op(spv::OpStore, {ptr, w});
+          return 0;
+        });
+        return;
+      }
+      case Op::kAtomicAdd: atomic_add(s); return;
+      case Op::kAtomicMax: atomic_max(s); return;
+      case Op::kFor: {
+        const bool unroll = !stacks_.empty() && s.has_cap &&
+                            s.cap.kind == adstack::SizeExpr::Kind::kConst &&
+                            s.cap.value <= kUnrollMaxTrips;
+        loop(
+            i32_, v(s.args[0]), v(s.args[1]), m_.c_i32(1), /*is_signed=*/true,
+            [&](uint32_t i) {
+              values_[s.result] = i;
+              types_[s.result] = DType::kI32;
+              emit_block(s.blocks[0]);
+            },
+            unroll ? spv::LoopControlUnrollMask : spv::LoopControlMaskNone);
+        return;
+      }
+      case Op::kIf:
+        if_else(
+            v(s.args[0]), [&] { emit_block(s.blocks[0]); }, [&] { emit_block(s.blocks[1]); });
+        return;
+      case Op::kWhile: while_loop(s); return;
+      case Op::kBreak:
+      case Op::kContinue:
+        // A break / continue block of the innermost loop's construct (structured: the loop's
+        // merge block or continue target). The verifier put it last in its IR block, so the
+        // enclosing construct's closing branch is the next thing emitted; branch() drops it.
+        m_.op(spv::OpBranch, {s.op == Op::kBreak ? loops_.back().first : loops_.back().second});
+        ended_ = true;
+        return;
+      case Op::kBarrier: {
+        // Workgroup execution and memory scope: the invocations that meet here share an SM /
+        // core, and only they read what the others wrote (ir.h). AcquireRelease over storage
+        // buffers (UniformMemory) and workgroup memory: GLSL's memoryBarrierBuffer() + barrier()
+        // at the narrowest scope that covers them.
+        constexpr uint32_t kScopeWorkgroup = 2;
+        constexpr uint32_t kSemantics =
+            0x8 /*AcquireRelease*/ | 0x40 /*UniformMemory*/ | 0x100 /*WorkgroupMemory*/;
+        m_.op(spv::OpControlBarrier,
+              {m_.c_u32(kScopeWorkgroup), m_.c_u32(kScopeWorkgroup), m_.c_u32(kSemantics)});
+        return;
+      }
+      default: stack_op(s); return;
+    }
+  }
+
+  SpirvModule m_;
+  const Kernel& k_;
+  const Task& task_;
+  uint32_t task_index_;
+  const abi::CompiledKernel& layout_;
+  const Target& target_;
+  const EmitOptions& o_;
+  uint32_t u32_ = 0, i32_ = 0, bool_ = 0, gid_ = 0, args_var_ = 0, errors_var_ = 0, cur_ = 0;
+  uint32_t oob_var_ = 0;  // the bounds checks' flag (a Function variable), 0 without checks
+  bool ended_ = false;    // the current block ends with a break / continue already
+  // The only predecessor of the current block while it is a loop body's first block, else 0.
+  uint32_t sole_pred_ = 0;
+  std::vector<std::pair<uint32_t, uint32_t>> loops_;  // (merge, continue target), innermost last
+  std::unordered_map<ValueId, uint32_t> values_, locals_;
+  std::unordered_map<ValueId, DType> types_;
+  std::unordered_map<uint32_t, ArrayVar> arrays_;
+  std::unordered_map<uint32_t, bool> bits_params_;
+  std::unordered_map<ValueId, StackVar> stacks_;
+  std::vector<uint32_t> stack_cap_, stack_base_, stack_adj_base_;  // per stack (values)
+  std::vector<uint32_t> private_base_, private_adj_base_;          // per stack (values)
+  uint32_t private_tier_ = 0;                                      // spec constant (bool)
+  // Launch specialization constants per spec word index: (flag, value).
+  std::map<uint32_t, std::pair<uint32_t, uint32_t>> spec_consts_;
+  std::array<uint32_t, adstack::kHeapCount> private_vars_{};
+  uint32_t slot_step_ = 0;  // slot-major: T, the dispatched threads
+  std::array<uint32_t, adstack::kHeapCount> heap_vars_{}, heap_elem_{};
+  std::unordered_map<uint32_t, uint32_t> scalars_;              // param -> value
+  std::unordered_map<uint32_t, std::vector<uint32_t>> shapes_;  // param -> extents (u32)
+  uint32_t heap_binding_ = 0;
+  std::vector<uint32_t> nd_begin_, nd_extent_;  // N-d tasks: per dimension (u32 values)
+};
+
+}  // namespace
+
+std::vector<uint32_t> emit_task(const Kernel& k, size_t task, const abi::CompiledKernel& layout,
+                                const Target& target, const EmitOptions& options) {
+  TaskEmitter e(k, task, layout, target, options);
+  return e.run();
+}
+
+}  // namespace vkad::codegen
