@@ -63,6 +63,10 @@ Result<std::unique_ptr<Stream>> Stream::create(Device& device, const StreamOptio
     type.initialValue = 0;
     VkSemaphoreCreateInfo sci{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
     sci.pNext = &type;
+    // Exportable where the device allows it: CUDA imports it to order its streams after ours.
+    VkExportSemaphoreCreateInfo export_info{VK_STRUCTURE_TYPE_EXPORT_SEMAPHORE_CREATE_INFO};
+    export_info.handleTypes = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT;
+    if (device.caps().export_semaphore_fd) type.pNext = &export_info;
     VKAD_TRY(device.vk("vkCreateSemaphore", [&] {
       return device.fn().vkCreateSemaphore(device.handle(), &sci, nullptr, &s->timeline_);
     }));
@@ -70,6 +74,21 @@ Result<std::unique_ptr<Stream>> Stream::create(Device& device, const StreamOptio
                     options.name + " timeline");
   }
   return s;
+}
+
+Result<int> Stream::export_timeline_fd() {
+  if (timeline_ == VK_NULL_HANDLE || !device_.caps().export_semaphore_fd) {
+    return make_error(ErrorCode::kUnsupported,
+                      "export of the timeline semaphore: not exportable on '" +
+                          device_.caps().device_name + "' (Capabilities::export_semaphore_fd)");
+  }
+  VkSemaphoreGetFdInfoKHR info{VK_STRUCTURE_TYPE_SEMAPHORE_GET_FD_INFO_KHR};
+  info.semaphore = timeline_;
+  info.handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT;
+  int fd = -1;
+  VKAD_TRY(device_.vk("vkGetSemaphoreFdKHR",
+                      [&] { return device_.fn().vkGetSemaphoreFdKHR(device_.handle(), &info, &fd); }));
+  return fd;
 }
 
 Stream::~Stream() {

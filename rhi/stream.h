@@ -84,6 +84,9 @@ class Stream final : public SerialTracker {
   Result<Bundle> end_bundle(CommandList& list);
   // This stream's timeline semaphore (timeline mode only; null in fence mode).
   VkSemaphore timeline_semaphore() const { return timeline_; }
+  // A new opaque POSIX fd of the timeline semaphore (the caller owns it); its value is the
+  // serial last completed. kUnsupported without Capabilities::export_semaphore_fd.
+  Result<int> export_timeline_fd();
 
   Serial last_submitted() const { return last_submitted_; }
   Serial pending() const { return last_submitted_.next(); }
