@@ -18,8 +18,9 @@ Copies (README.md, "Sharing arrays with PyTorch, JAX and numpy"): each input ten
 once into a vkad array (vkad arrays own their memory; on CUDA the copy is cuMemcpyDtoD, on the
 host an upload; a non-contiguous tensor is made contiguous first); every output and every
 gradient comes back without a copy (a DLPack view of vkad's memory). Backward seeds the adjoint
-with a copy of each output's gradient and launches it once on the forward's own arrays, which
-the function keeps until backward (or until the graph is freed).
+with a copy of each output's gradient and launches it on the forward's own arrays, which the
+function keeps while torch keeps the graph (a graph kept with retain_graph=True may run
+backward again).
 
 Ordering: a forward returns as soon as the launch is recorded; reading an output in torch waits
 for it (CPU: a host wait when the view is made; CUDA: torch's current stream waits for vkad's
@@ -141,7 +142,6 @@ def function(differentiated: Differentiated, session: Optional[Session] = None) 
         for p, g in zip(grads, gargs):
             if p not in written and ctx.needs_input_grad[p]:
                 result[p] = _torch_dlpack.from_dlpack(g)
-        ctx.vargs = None  # the forward's arrays go back to vkad once backward ran
         return tuple(result)
 
     return type(f"vkad_{fwd.name}", (_torch.autograd.Function,), {
