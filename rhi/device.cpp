@@ -243,7 +243,8 @@ void decide_exports(VkPhysicalDevice pd, const DeviceFacts& f, Capabilities* c) 
     info.handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
     VkExternalBufferProperties props{VK_STRUCTURE_TYPE_EXTERNAL_BUFFER_PROPERTIES};
     vkGetPhysicalDeviceExternalBufferProperties(pd, &info, &props);
-    const VkExternalMemoryFeatureFlags feats = props.externalMemoryProperties.externalMemoryFeatures;
+    const VkExternalMemoryFeatureFlags feats =
+        props.externalMemoryProperties.externalMemoryFeatures;
     // Sub-allocated blocks cannot be dedicated allocations: a driver that needs them is skipped.
     c->export_memory_fd = (feats & VK_EXTERNAL_MEMORY_FEATURE_EXPORTABLE_BIT) &&
                           !(feats & VK_EXTERNAL_MEMORY_FEATURE_DEDICATED_ONLY_BIT);

@@ -140,20 +140,21 @@ Result<Allocation> MemoryAllocator::allocate(const VkMemoryRequirements& reqs,
       if (auto offset = b.ranges->allocate(reqs.size, alignment)) {
         stats_.used_bytes += reqs.size;
         ++stats_.allocations;
-        return Allocation{b.memory, *offset, reqs.size, b.mapped ? b.mapped + *offset : nullptr,
-                          type, static_cast<int>(i), b.id};
+        return Allocation{b.memory,  *offset,
+                          reqs.size, b.mapped ? b.mapped + *offset : nullptr,
+                          type,      static_cast<int>(i),
+                          b.id};
       }
     }
   }
-  VKAD_ASSIGN_OR_RETURN(int index,
-                        new_block(type, dedicated ? reqs.size : block_bytes_, host_visible,
-                                  dedicated, exportable));
+  VKAD_ASSIGN_OR_RETURN(int index, new_block(type, dedicated ? reqs.size : block_bytes_,
+                                             host_visible, dedicated, exportable));
   Block& b = blocks_[index];
   auto offset = b.ranges->allocate(reqs.size, alignment);
   stats_.used_bytes += reqs.size;
   ++stats_.allocations;
-  return Allocation{b.memory, *offset, reqs.size, b.mapped ? b.mapped + *offset : nullptr, type,
-                    index, b.id};
+  return Allocation{b.memory, *offset, reqs.size, b.mapped ? b.mapped + *offset : nullptr,
+                    type,     index,   b.id};
 }
 
 BlockInfo MemoryAllocator::block_info(const Allocation& a) const {
@@ -164,8 +165,8 @@ BlockInfo MemoryAllocator::block_info(const Allocation& a) const {
   info.id = b.id;
   info.bytes = b.ranges->capacity();
   info.exportable = b.exportable;
-  info.host_coherent = (memory_types_[b.memory_type].property_flags &
-                        VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) != 0;
+  info.host_coherent =
+      (memory_types_[b.memory_type].property_flags & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) != 0;
   return info;
 }
 

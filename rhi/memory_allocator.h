@@ -11,8 +11,8 @@
 #include <memory>
 #include <vector>
 
-#include "rhi/device_plan.h"
 #include "base/status.h"
+#include "rhi/device_plan.h"
 #include "rhi/sub_allocator.h"
 
 namespace vkad::rhi {
@@ -24,8 +24,8 @@ enum class MemoryUsage : uint8_t {
   // Capabilities::export_memory_fd its blocks are exportable (opaque fd) and every buffer
   // bound to them is created with VkExternalMemoryBufferCreateInfo (Device::create_buffer).
   kDeviceLocal,
-  kUpload,       // host-visible + coherent, written by the host, read by the GPU
-  kReadback,     // host-visible + coherent (+ cached where available), read by the host
+  kUpload,    // host-visible + coherent, written by the host, read by the GPU
+  kReadback,  // host-visible + coherent (+ cached where available), read by the host
 };
 const char* memory_usage_name(MemoryUsage usage);
 
@@ -43,10 +43,10 @@ struct Allocation {
 
 // The VkDeviceMemory block an allocation lives in (MemoryAllocator::block_info).
 struct BlockInfo {
-  uint64_t id = 0;       // Allocation::block_id
-  uint64_t bytes = 0;    // the block's allocationSize
-  bool exportable = false;     // allocated with VkExportMemoryAllocateInfo (opaque fd)
-  bool host_coherent = true;   // mapped memory needs no flush / invalidate
+  uint64_t id = 0;            // Allocation::block_id
+  uint64_t bytes = 0;         // the block's allocationSize
+  bool exportable = false;    // allocated with VkExportMemoryAllocateInfo (opaque fd)
+  bool host_coherent = true;  // mapped memory needs no flush / invalidate
 };
 
 struct MemoryStats {

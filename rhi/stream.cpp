@@ -97,8 +97,9 @@ Result<int> Stream::export_timeline_fd() {
   info.semaphore = export_timeline_;
   info.handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT;
   int fd = -1;
-  VKAD_TRY(device_.vk("vkGetSemaphoreFdKHR",
-                      [&] { return device_.fn().vkGetSemaphoreFdKHR(device_.handle(), &info, &fd); }));
+  VKAD_TRY(device_.vk("vkGetSemaphoreFdKHR", [&] {
+    return device_.fn().vkGetSemaphoreFdKHR(device_.handle(), &info, &fd);
+  }));
   return fd;
 }
 

@@ -323,13 +323,13 @@ class Runtime {
   // keep the array alive (not free it) while anyone uses it, and order the other API's work
   // against this runtime's itself, with the serials and the semaphore below.
   struct NdArrayMemory {
-    std::byte* host = nullptr;   // the mapped bytes (host-visible memory), else null
-    bool host_coherent = true;   // false: host views need hold_host_view's flushes
-    uint64_t block_id = 0;       // the VkDeviceMemory block (rhi::BlockInfo::id)
-    uint64_t block_bytes = 0;    // its size
-    uint64_t offset = 0;         // the array's first byte in the block
-    uint64_t bytes = 0;          // the array's size
-    bool exportable = false;     // export_ndarray_fd can hand out the block
+    std::byte* host = nullptr;  // the mapped bytes (host-visible memory), else null
+    bool host_coherent = true;  // false: host views need hold_host_view's flushes
+    uint64_t block_id = 0;      // the VkDeviceMemory block (rhi::BlockInfo::id)
+    uint64_t block_bytes = 0;   // its size
+    uint64_t offset = 0;        // the array's first byte in the block
+    uint64_t bytes = 0;         // the array's size
+    bool exportable = false;    // export_ndarray_fd can hand out the block
     // The serial of the last submission that used the array (rhi::kNoSerial: none): the
     // value the stream's timeline semaphore reaches when that work is done.
     rhi::Serial last_use;

@@ -21,8 +21,9 @@ using CUdeviceptr = unsigned long long;
 struct CUuuid {
   char bytes[16];
 };
-constexpr int kExternalMemoryOpaqueFd = 1;      // CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD
-constexpr int kExternalSemaphoreTimelineFd = 9; // CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD
+constexpr int kExternalMemoryOpaqueFd = 1;  // CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD
+constexpr int kExternalSemaphoreTimelineFd =
+    9;  // CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD
 
 struct MemoryHandleDesc {  // CUDA_EXTERNAL_MEMORY_HANDLE_DESC
   int type;
@@ -99,8 +100,8 @@ struct Driver {
   CUresult (*cuMemFree)(CUdeviceptr);
   CUresult (*cuImportExternalSemaphore)(CUexternalSemaphore*, const SemaphoreHandleDesc*);
   CUresult (*cuDestroyExternalSemaphore)(CUexternalSemaphore);
-  CUresult (*cuWaitExternalSemaphoresAsync)(const CUexternalSemaphore*,
-                                            const SemaphoreWaitParams*, unsigned int, CUstream);
+  CUresult (*cuWaitExternalSemaphoresAsync)(const CUexternalSemaphore*, const SemaphoreWaitParams*,
+                                            unsigned int, CUstream);
   CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   CUresult (*cuStreamSynchronize)(CUstream);
 };
@@ -153,9 +154,8 @@ Status check(const Driver* cu, CUresult r, const char* call) {
   if (r == 0) return {};
   const char* text = nullptr;
   if (cu->cuGetErrorString(r, &text) != 0 || text == nullptr) text = "unknown error";
-  return make_error(ErrorCode::kInternal,
-                    std::string(call) + " failed with CUDA error " + std::to_string(r) + " (" +
-                        text + ")");
+  return make_error(ErrorCode::kInternal, std::string(call) + " failed with CUDA error " +
+                                              std::to_string(r) + " (" + text + ")");
 }
 
 // The primary context current on this thread for a scope.
@@ -249,7 +249,8 @@ Result<uint64_t> Interop::acquire_block(uint64_t block_id, uint64_t block_bytes,
   desc.handle.fd = fd;
   desc.size = block_bytes;  // the whole VkDeviceMemory allocation, as CUDA requires
   Mapping m;
-  if (Status s = check(cu_, cu_->cuImportExternalMemory(&m.memory, &desc), "cuImportExternalMemory");
+  if (Status s =
+          check(cu_, cu_->cuImportExternalMemory(&m.memory, &desc), "cuImportExternalMemory");
       !s.ok()) {
     close(fd);  // not taken over on failure
     return s;
@@ -314,8 +315,8 @@ Status Interop::import_timeline(int fd) {
   SemaphoreHandleDesc desc{};
   desc.type = kExternalSemaphoreTimelineFd;
   desc.handle.fd = fd;
-  Status s = check(cu_, cu_->cuImportExternalSemaphore(&timeline_, &desc),
-                   "cuImportExternalSemaphore");
+  Status s =
+      check(cu_, cu_->cuImportExternalSemaphore(&timeline_, &desc), "cuImportExternalSemaphore");
   if (!s.ok()) {
     close(fd);
     timeline_ = nullptr;

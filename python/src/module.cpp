@@ -215,9 +215,9 @@ struct NdArray {
   // A freed array whose device free waits for DLPack consumers is dead to vkad's calls.
   void check_live(const std::string& where) const {
     if (free_deferred) {
-      raise(Status(ErrorCode::kNotFound,
-                   where + ": " + label() + " was freed (its memory stays while DLPack " +
-                       "consumers hold it)"));
+      raise(Status(ErrorCode::kNotFound, where + ": " + label() +
+                                             " was freed (its memory stays while DLPack " +
+                                             "consumers hold it)"));
     }
   }
 };
@@ -436,7 +436,8 @@ void delete_versioned(vkad::dlpack::ManagedTensorVersioned* m) {
 void capsule_destructor(PyObject* capsule) {
   using namespace vkad::dlpack;
   if (PyCapsule_IsValid(capsule, kCapsuleVersioned)) {
-    auto* m = static_cast<ManagedTensorVersioned*>(PyCapsule_GetPointer(capsule, kCapsuleVersioned));
+    auto* m =
+        static_cast<ManagedTensorVersioned*>(PyCapsule_GetPointer(capsule, kCapsuleVersioned));
     if (m && m->deleter) m->deleter(m);
   } else if (PyCapsule_IsValid(capsule, kCapsule)) {
     auto* m = static_cast<ManagedTensor*>(PyCapsule_GetPointer(capsule, kCapsule));
@@ -454,8 +455,9 @@ int64_t cuda_stream(nb::handle stream) {
   }
   const int64_t v = nb::cast<int64_t>(stream);
   if (v == 0) {
-    invalid("__dlpack__: stream 0 is ambiguous for CUDA (DLPack: use 1 for the legacy default "
-            "stream, 2 for the per-thread default stream)");
+    invalid(
+        "__dlpack__: stream 0 is ambiguous for CUDA (DLPack: use 1 for the legacy default "
+        "stream, 2 for the per-thread default stream)");
   }
   return v;
 }
@@ -471,7 +473,8 @@ std::pair<int32_t, int32_t> dlpack_device(NdArray& a, vkad::runtime::Runtime::Nd
                  "exportable on '" + st.get().device_name() + "'");
   }
   vkad::cuda::Interop* cu = cuda_of(st);
-  if (cu == nullptr) buffer_error("__dlpack__ of " + a.label() + ": no CUDA view: " + st.cuda_error);
+  if (cu == nullptr)
+    buffer_error("__dlpack__ of " + a.label() + ": no CUDA view: " + st.cuda_error);
   return {vkad::dlpack::kDLCUDA, cu->ordinal()};
 }
 
@@ -507,7 +510,8 @@ nb::object ndarray_dlpack(nb::handle self, nb::handle stream, nb::handle max_ver
     }
     nb::object cap = ndarray_dlpack(b, stream, max_version, dl_device, nb::none());
     if (versioned) {
-      auto* m = static_cast<ManagedTensorVersioned*>(PyCapsule_GetPointer(cap.ptr(), kCapsuleVersioned));
+      auto* m =
+          static_cast<ManagedTensorVersioned*>(PyCapsule_GetPointer(cap.ptr(), kCapsuleVersioned));
       if (m) m->flags |= kFlagIsCopied;
     }
     return cap;
@@ -517,10 +521,9 @@ nb::object ndarray_dlpack(nb::handle self, nb::handle stream, nb::handle max_ver
   if (!dl_device.is_none()) {
     nb::tuple d = nb::cast<nb::tuple>(dl_device);
     if (d.size() != 2 || nb::cast<int32_t>(d[0]) != dev_type || nb::cast<int32_t>(d[1]) != dev_id) {
-      buffer_error("__dlpack__ of " + a.label() + ": dl_device " +
-                   nb::str(dl_device).c_str() + " requested; the array is on (" +
-                   std::to_string(dev_type) + ", " + std::to_string(dev_id) +
-                   ") and vkad does not copy across devices");
+      buffer_error("__dlpack__ of " + a.label() + ": dl_device " + nb::str(dl_device).c_str() +
+                   " requested; the array is on (" + std::to_string(dev_type) + ", " +
+                   std::to_string(dev_id) + ") and vkad does not copy across devices");
     }
   }
   auto e = std::make_unique<Export>();
@@ -907,8 +910,8 @@ struct Session {
     uint64_t count = 1;
     for (int i = 0; i < t.ndim; ++i) {
       if (t.shape[i] <= 0 || t.shape[i] > UINT32_MAX) {
-        invalid(where + ": extent " + std::to_string(t.shape[i]) + " of axis " +
-                std::to_string(i) + " is out of range (1 to 2^32 - 1)");
+        invalid(where + ": extent " + std::to_string(t.shape[i]) + " of axis " + std::to_string(i) +
+                " is out of range (1 to 2^32 - 1)");
       }
       shape.push_back(static_cast<uint32_t>(t.shape[i]));
       count *= static_cast<uint64_t>(t.shape[i]);
@@ -976,8 +979,8 @@ struct Session {
     Status copied;
     {
       nb::gil_scoped_release release;
-      copied = cu->copy_and_wait(*base + mem.offset, reinterpret_cast<uintptr_t>(src),
-                                 count * elem, /*legacy default stream*/ 1);
+      copied = cu->copy_and_wait(*base + mem.offset, reinterpret_cast<uintptr_t>(src), count * elem,
+                                 /*legacy default stream*/ 1);
     }
     cu->release_block(mem.block_id);
     check(copied);
@@ -1441,7 +1444,8 @@ NB_MODULE(_vkad, m) {
                    "name: str = '') -> NdArray"),
            "A new device array (contents undefined until written).")
       .def("_from_dlpack_capsule", &Session::from_dlpack_capsule, "capsule"_a, "name"_a = "")
-      .def("interop_info", &Session::interop_info, nb::sig("def interop_info(self) -> dict[str, object]"),
+      .def("interop_info", &Session::interop_info,
+           nb::sig("def interop_info(self) -> dict[str, object]"),
            "What DLPack exchange can use on this device: exportable memory and semaphore, "
            "CUDA (and why not), mapped blocks, live exports.")
       .def("_from_numpy", &Session::from_numpy, "array"_a, "name"_a = "",
