@@ -54,7 +54,7 @@ TEST(NdArrayExport, MemoryNamesTheBlockAndTheLastUseAndTheWaitMakesWritesVisible
   // A host write through the held view is what the next submission reads.
   ASSERT_TRUE(rt->hold_host_view(*a).ok());
   const float v = 7.0f;
-  std::memcpy(used->host + 4 * 999, &v, 4);
+  std::memcpy(used->host + size_t{4} * 999, &v, 4);
   auto c = rt->create_ndarray(DType::kF32, {1000}, "c");
   ASSERT_TRUE(c.ok());
   ASSERT_TRUE(rt->copy(*a, *c).ok());
