@@ -3,6 +3,7 @@
 // the IR text form and Status/Result. Everything else (the runtime, the RHI, the compiler's
 // parts) is in vkad_advanced.h.
 #pragma once
+#include "api/devices.h"
 #include "api/session.h"
 #include "api/tape.h"
 #include "base/status.h"

@@ -9,9 +9,11 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "api/session.h"
 #include "codegen/launch_fusion.h"
+#include "codegen/resident.h"
 #include "codegen/text.h"
 #include "runtime/runtime.h"
 
@@ -25,6 +27,14 @@ constexpr uint32_t kMaxFusedArrays = 24;
 // The pseudo-array id of the runtime's adstack heaps in a launch's schedule (no ndarray has it).
 constexpr uint64_t kAdstackHeaps = UINT64_MAX;
 constexpr uint32_t kMaxFusedLaunches = 32;
+// Resident step loops (codegen/resident.h): a period of at most this many launches, repeated
+// at least kMinResidentReps times, over at most kMaxResidentArrays arrays (the args buffer
+// makes 31 of the 32 push descriptors every implementation takes), in a workgroup of at most
+// kMaxResidentLocal invocations.
+constexpr size_t kMaxResidentPeriod = 12;
+constexpr size_t kMinResidentReps = 4;
+constexpr size_t kMaxResidentArrays = 31;
+constexpr uint32_t kMaxResidentLocal = 256;
 
 const codegen::Kernel& not_fusible() {
   static const codegen::Kernel k;  // no task: fusible() is false
@@ -66,6 +76,217 @@ bool has_loops(const codegen::Block& b) {
 }
 
 }  // namespace
+
+bool Session::roll(const std::vector<CapturedStep>& captured, std::vector<CapturedStep>* out,
+                   std::vector<uint32_t>* launch_index, std::vector<bool>* rolled) {
+  if (resident_max_range_ == 0) return false;
+  const bool loops_capped = rt_->caps().max_loop_passes != 0;
+  // What rolling needs of each captured launch; kernel == nullptr: it cannot be rolled.
+  struct Info {
+    const codegen::Kernel* kernel = nullptr;
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+  };
+  auto eval_bound = [&](const abi::RangeBound& b, const std::vector<Arg>& args, int64_t* v) {
+    switch (b.kind) {
+      case abi::RangeBound::Kind::kConstant: *v = b.value; return true;
+      case abi::RangeBound::Kind::kScalarParam:
+        if (b.param >= args.size()) return false;
+        *v = args[b.param].i;
+        return true;
+      case abi::RangeBound::Kind::kArrayDim: {
+        if (b.param >= args.size() || args[b.param].kind != abi::ParamKind::kNdArray) return false;
+        Result<std::vector<uint32_t>> shape = rt_->shape(args[b.param].array);
+        if (!shape.ok() || b.dim >= shape->size()) return false;
+        *v = (*shape)[b.dim];
+        return true;
+      }
+    }
+    return false;
+  };
+  std::vector<const CapturedStep*> launches;
+  std::vector<Info> info;
+  std::unordered_map<uint64_t, bool> residable;  // by kernel handle id
+  for (const CapturedStep& s : captured) {
+    if (!s.launch) continue;
+    launches.push_back(&s);
+    Info& in = info.emplace_back();
+    auto it = ir_.find(s.kernel.id);
+    if (it == ir_.end() || it->second->params.size() != s.args.size()) continue;
+    const codegen::Kernel& k = *it->second;
+    auto [r, fresh] = residable.try_emplace(s.kernel.id, false);
+    // Where the device cuts long loops (lavapipe) the rolled kernel's passes add up: kernels
+    // with loops of their own stay out there.
+    if (fresh) {
+      bool loops = false;
+      for (const codegen::Task& t : k.tasks) loops = loops || has_loops(t.body);
+      r->second = codegen::residable(k) && !(loops_capped && loops);
+    }
+    if (!r->second) continue;
+    bool small = true;
+    for (const codegen::Task& t : k.tasks) {
+      int64_t b = 0, e = 0;
+      if (!eval_bound(t.begin, s.args, &b) || !eval_bound(t.end, s.args, &e) ||
+          e - b > static_cast<int64_t>(resident_max_range_)) {
+        small = false;
+        break;
+      }
+      in.ranges.emplace_back(b, e);
+    }
+    if (small) in.kernel = &k;
+  }
+  // Launch a (of one repetition) and launch b (the same place one repetition later): same
+  // kernel, arrays and ranges; i32 scalars step by `step` (set from the first pair when
+  // `learn`), the other scalars equal.
+  auto follows = [&](size_t a, size_t b, std::vector<int64_t>& step, bool learn) {
+    const CapturedStep& x = *launches[a];
+    const CapturedStep& y = *launches[b];
+    if (!info[b].kernel || x.kernel.id != y.kernel.id || info[a].ranges != info[b].ranges)
+      return false;
+    if (learn) step.assign(x.args.size(), 0);
+    for (size_t p = 0; p < x.args.size(); ++p) {
+      const Arg& u = x.args[p];
+      const Arg& v = y.args[p];
+      if (u.kind != v.kind) return false;
+      if (u.kind == abi::ParamKind::kNdArray) {
+        if (u.array.id != v.array.id) return false;
+        continue;
+      }
+      if (u.dtype != v.dtype) return false;
+      if (u.dtype == DType::kI32) {
+        if (learn) step[p] = v.i - u.i;
+        if (v.i - u.i != step[p]) return false;
+      } else if (u.i != v.i || !(u.f == v.f || (std::isnan(u.f) && std::isnan(v.f)))) {
+        return false;
+      }
+    }
+    return true;
+  };
+  struct Segment {
+    size_t first, period, reps;
+    std::vector<std::vector<int64_t>> steps;
+  };
+  std::vector<Segment> segments;
+  for_each_stretch(captured, [&](size_t first, size_t count) {
+    const size_t end = first + count;
+    for (size_t i = first; i < end;) {
+      Segment best{i, 0, 0, {}};
+      for (size_t p = 1; p <= kMaxResidentPeriod && i + 2 * p <= end; ++p) {
+        if (!info[i + p - 1].kernel) break;  // a longer period would hold it too
+        std::vector<std::vector<int64_t>> steps(p);
+        bool ok = true;
+        for (size_t j = 0; j < p && ok; ++j) ok = follows(i + j, i + p + j, steps[j], true);
+        if (!ok) continue;
+        size_t reps = 2;
+        while (i + (reps + 1) * p <= end) {
+          bool next = true;
+          for (size_t j = 0; j < p && next; ++j) {
+            next = follows(i + (reps - 1) * p + j, i + reps * p + j, steps[j], false);
+          }
+          if (!next) break;
+          ++reps;
+        }
+        std::unordered_set<uint64_t> arrays;
+        for (size_t j = 0; j < p; ++j) {
+          for (const Arg& a : launches[i + j]->args) {
+            if (a.kind == abi::ParamKind::kNdArray) arrays.insert(a.array.id);
+          }
+        }
+        if (reps >= kMinResidentReps && arrays.size() <= kMaxResidentArrays &&
+            reps * p > best.reps * best.period) {
+          best = {i, p, reps, std::move(steps)};
+        }
+      }
+      if (best.period == 0) {
+        ++i;
+        continue;
+      }
+      i += best.period * best.reps;
+      segments.push_back(std::move(best));
+    }
+  });
+  if (segments.empty()) return false;
+
+  // The rolled kernels (compiled once per printed IR), then the steps with each segment as
+  // one launch of its kernel.
+  struct Rolled {
+    KernelHandle kernel;
+    std::vector<std::vector<uint32_t>> param_map;
+    size_t params = 0;
+  };
+  std::vector<std::optional<Rolled>> built(segments.size());
+  for (size_t g = 0; g < segments.size(); ++g) {
+    const Segment& seg = segments[g];
+    std::vector<codegen::ResidentMember> period;
+    int64_t widest = 1;
+    for (size_t j = 0; j < seg.period; ++j) {
+      const CapturedStep& s = *launches[seg.first + j];
+      codegen::ResidentMember m;
+      m.kernel = info[seg.first + j].kernel;
+      m.step = seg.steps[j];
+      m.ranges = info[seg.first + j].ranges;
+      for (const Arg& a : s.args)
+        m.arrays.push_back(a.kind == abi::ParamKind::kNdArray ? a.array.id : 0);
+      for (const auto& [b, e] : m.ranges) widest = std::max(widest, e - b);
+      period.push_back(std::move(m));
+    }
+    // One invocation per element of the widest launch, in whole subgroups, up to the cap.
+    const uint32_t local = static_cast<uint32_t>(std::min<int64_t>(
+        std::min<uint32_t>(kMaxResidentLocal, target_.max_local_size), (widest + 31) / 32 * 32));
+    const std::string name = "resident_" + period[0].kernel->name + "_x" +
+                             std::to_string(seg.period) + "_r" + std::to_string(seg.reps);
+    Result<codegen::ResidentKernel> rk =
+        codegen::roll_launches(period, static_cast<uint32_t>(seg.reps), local, name);
+    if (!rk.ok()) continue;  // these launches stay as they are
+    const std::string key = codegen::print(rk->kernel);
+    auto it = fused_kernels_.find(key);
+    if (it == fused_kernels_.end()) {
+      Result<std::shared_ptr<const runtime::CompiledKernel>> ck =
+          compile_cache_.compile(rk->kernel, target_, compile_options_);
+      if (!ck.ok()) continue;
+      Result<KernelHandle> h = rt_->register_kernel(**ck);
+      if (!h.ok()) continue;
+      it = fused_kernels_.emplace(key, *h).first;
+    }
+    built[g] = Rolled{it->second, std::move(rk->param_map), rk->kernel.params.size()};
+  }
+  out->clear();
+  launch_index->assign(launches.size(), 0);
+  rolled->assign(launches.size(), false);
+  size_t li = 0, g = 0, made = 0;
+  bool any = false;
+  for (const CapturedStep& s : captured) {
+    if (!s.launch) {
+      out->push_back(s);
+      continue;
+    }
+    while (g < segments.size() && segments[g].first + segments[g].period * segments[g].reps <= li)
+      ++g;
+    const bool inside = g < segments.size() && li >= segments[g].first && built[g];
+    if (!inside) {
+      (*launch_index)[li++] = static_cast<uint32_t>(made++);
+      out->push_back(s);
+      continue;
+    }
+    const Segment& seg = segments[g];
+    const Rolled& r = *built[g];
+    const size_t j = li - seg.first;
+    if (j == 0) {
+      CapturedStep step;
+      step.kernel = r.kernel;
+      step.args.assign(r.params, Arg{});
+      out->push_back(std::move(step));
+      ++made;
+    }
+    if (j < seg.period) {  // the first repetition's arguments
+      const std::vector<uint32_t>& pm = r.param_map[j];
+      for (size_t p = 0; p < s.args.size(); ++p) out->back().args[pm[p]] = s.args[p];
+    }
+    (*launch_index)[li] = static_cast<uint32_t>(made - 1);
+    (*rolled)[li++] = true;
+    any = true;
+  }
+  return any;
+}
 
 ScheduleLaunch Session::schedule_launch(const CapturedStep& s, std::vector<bool>* pinned) const {
   ScheduleLaunch out;
@@ -127,16 +348,23 @@ bool identity(std::span<const uint32_t> order) {
 }  // namespace
 
 Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedStep>& captured) {
-  // Steps recorded through runtime() while Session captured are not in `captured`: the graph
-  // is then kept as the runtime captured it.
+  // Steps recorded through runtime() while Session cap are not in `cap`: the graph
+  // is then kept as the runtime cap it.
   Result<size_t> n_steps = rt_->graph_steps(graph);
   if (!n_steps.ok() || *n_steps != captured.size()) return graph;
+  // Step loops of small launches first (codegen/resident.h): each becomes one launch of a
+  // resident kernel, which scheduling and fusion below then see as a fence.
+  std::vector<CapturedStep> rolled_steps;
+  std::vector<uint32_t> roll_index;
+  std::vector<bool> rolled;
+  const bool any_rolled = roll(captured, &rolled_steps, &roll_index, &rolled);
+  const std::vector<CapturedStep>& cap = any_rolled ? rolled_steps : captured;
   // Scheduling first: within each stretch between fills the launches by level
-  // (api/graph_schedule.h); `order[i]` is the captured launch that runs i-th. Fusion then
+  // (api/graph_schedule.h); `order[i]` is the cap launch that runs i-th. Fusion then
   // merges runs of the scheduled order.
   std::vector<ScheduleLaunch> sched;
   std::vector<std::vector<bool>> pinned;
-  for (const CapturedStep& s : captured) {
+  for (const CapturedStep& s : cap) {
     if (!s.launch) continue;
     pinned.emplace_back();
     sched.push_back(schedule_launch(s, &pinned.back()));
@@ -145,9 +373,9 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
   // its members' sum: an update that raises a member's trip count could then be refused where
   // the launches alone were not. Kernels with loops are left alone there.
   const bool loops_capped = rt_->caps().max_loop_passes != 0;
-  // What fusion needs of every captured launch, in capture order.
+  // What fusion needs of every cap launch, in capture order.
   std::vector<codegen::FusionLaunch> captured_launches;
-  for (const CapturedStep& s : captured) {
+  for (const CapturedStep& s : cap) {
     if (!s.launch) continue;
     codegen::FusionLaunch l;
     l.kernel = &not_fusible();
@@ -183,7 +411,7 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
   std::vector<uint32_t> order(sched.size());
   std::vector<CapturedStep> steps;
   {
-    for_each_stretch(captured, [&](size_t first, size_t count) {
+    for_each_stretch(cap, [&](size_t first, size_t count) {
       std::span<const ScheduleLaunch> part(sched.data() + first, count);
       std::vector<uint32_t> local(count);
       if (schedule_graph_launches_) {
@@ -195,10 +423,10 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
     });
     size_t li = 0;
     std::vector<const CapturedStep*> launch_steps;
-    for (const CapturedStep& s : captured) {
+    for (const CapturedStep& s : cap) {
       if (s.launch) launch_steps.push_back(&s);
     }
-    for (const CapturedStep& s : captured) {
+    for (const CapturedStep& s : cap) {
       steps.push_back(s.launch ? *launch_steps[order[li++]] : s);
     }
   }
@@ -232,9 +460,9 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
       for (size_t j = 1; j < b.size(); ++j) relaxed = relaxed || !b[j];
     });
   }
-  if (!any && !reordered && !relaxed) return graph;
+  if (!any && !reordered && !relaxed && !any_rolled) return graph;
 
-  // The fused kernels (compiled once per distinct run), then the steps captured again.
+  // The fused kernels (compiled once per distinct run), then the steps cap again.
   struct Planned {
     KernelHandle kernel;
     std::vector<std::vector<uint32_t>> param_map;
@@ -356,7 +584,7 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
     for (size_t m = 0; m < runs[r].count; ++m) run_of[runs[r].first + m] = r;
   }
   const std::string name = capture_name_;
-  if (!rt_->begin_capture(name).ok()) return graph;  // the launches as captured
+  if (!rt_->begin_capture(name).ok()) return graph;  // the launches as cap
   FusedGraph map;
   map.launch.resize(launches.size());
   map.param.resize(launches.size());
@@ -412,7 +640,7 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
   Result<GraphHandle> fused = rt_->end_capture();
   if (!st.ok() || !fused.ok()) {
     if (fused.ok()) (void)rt_->release_graph(*fused);
-    return graph;  // the launches as captured
+    return graph;  // the launches as cap
   }
   map.name = name.empty() ? "graph" : name;
   for (const CapturedStep& s : captured) {
@@ -421,18 +649,41 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
     auto k = ir_.find(s.kernel.id);
     map.kernel.push_back(k == ir_.end() ? std::string() : k->second->name);
   }
+  if (any_rolled) {
+    // Back to the captured launches' numbering: a rolled launch is part of its resident
+    // launch, whose scalars are its first repetition's; an update of any of a rolled launch's
+    // scalars needs the graph as captured (pinned).
+    std::vector<uint32_t> launch(roll_index.size());
+    std::vector<std::vector<uint32_t>> param(roll_index.size());
+    std::vector<std::vector<bool>> pin(roll_index.size());
+    for (size_t o = 0; o < roll_index.size(); ++o) {
+      const uint32_t l = roll_index[o];
+      launch[o] = map.launch[l];
+      if (rolled[o]) {
+        pin[o] = map.scalars[o];
+      } else {
+        param[o] = map.param[l];
+        pin[o] = pinned[l];
+      }
+    }
+    map.launch = std::move(launch);
+    map.param = std::move(param);
+    pinned = std::move(pin);
+  }
   // Where the schedule rests on rows that scalar arguments decide, the graph as captured stays
   // for an update of one of them (Session::replay).
   bool any_pinned = false;
   for (const std::vector<bool>& p : pinned) {
     for (bool b : p) any_pinned = any_pinned || b;
   }
-  if ((reordered || relaxed) && any_pinned) {
+  if ((reordered || relaxed || any_rolled) && any_pinned) {
     map.pinned = std::move(pinned);
     map.original = graph;
   } else {
     (void)rt_->release_graph(graph);
   }
+  if (any_rolled)
+    rolled_launches_ += static_cast<uint64_t>(std::count(rolled.begin(), rolled.end(), true));
   fused_graphs_.emplace(fused->id, std::move(map));
   return *fused;
 }

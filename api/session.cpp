@@ -7,6 +7,7 @@
 #include "codegen/launch_fusion.h"
 #include "codegen/reverse_mode.h"
 #include "codegen/text.h"
+#include "rhi/device.h"
 #include "runtime/runtime.h"
 
 namespace vkad {
@@ -42,6 +43,11 @@ Result<std::unique_ptr<Session>> Session::create(const SessionOptions& options) 
   VKAD_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, create(ro, options.compile));
   s->fuse_graph_launches_ = s->fuse_graph_launches_ && options.fuse_graph_launches;
   s->schedule_graph_launches_ = s->schedule_graph_launches_ && options.schedule_graph_launches;
+  // VKAD_GRAPH_RESIDENT, where set, wins over the option (what a suspected problem is checked
+  // against, and how a benchmark tries another limit without rebuilding).
+  if (std::getenv("VKAD_GRAPH_RESIDENT") == nullptr) {
+    s->resident_max_range_ = options.resident_max_range;
+  }
   return s;
 }
 
@@ -56,7 +62,12 @@ Result<std::unique_ptr<Session>> Session::create(const runtime::RuntimeOptions& 
   s->fuse_graph_launches_ = fusion == nullptr || std::string(fusion) != "0";
   const char* schedule = std::getenv("VKAD_GRAPH_SCHEDULE");  // the same, for scheduling
   s->schedule_graph_launches_ = schedule == nullptr || std::string(schedule) != "0";
+  // The same for resident step loops; a number sets the largest range rolled.
+  if (const char* resident = std::getenv("VKAD_GRAPH_RESIDENT")) {
+    s->resident_max_range_ = static_cast<uint32_t>(std::strtoul(resident, nullptr, 10));
+  }
   s->target_ = codegen::target_from_caps(rt->caps());
+  s->device_uuid_ = rhi::format_uuid(rt->caps().device_uuid);
   s->compile_cache_.set_disk_dir(rt->cache_dir());
   s->rt_ = std::move(rt);
   return s;
@@ -318,6 +329,7 @@ Result<SessionStats> Session::stats() const {
   s.disk_cache_misses = disk.misses;
   s.disk_cache_rebuilt = disk.rebuilt;
   s.pipeline_cache_loaded = r.pipeline_cache_loaded;
+  s.rolled_launches = rolled_launches_;
   return s;
 }
 

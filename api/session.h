@@ -54,7 +54,8 @@ using runtime::NdArrayHandle;
 
 struct SessionOptions {
   // "" = automatic (a discrete GPU first, lavapipe last; the VKAD_DEVICE environment variable
-  // when set), else a device index or a substring of its name.
+  // when set), else a device UUID ("GPU-..." as nvidia-smi prints it, or vkad::devices()'s
+  // form), a device index, or a substring of its name (api/devices.h lists them).
   std::string device;
   bool validation = false;      // the Khronos validation layer (also VKAD_VALIDATION=1)
   size_t retirement_depth = 3;  // submissions in flight before the host waits for the oldest
@@ -70,6 +71,14 @@ struct SessionOptions {
   // ones at end_capture (Session::begin_capture, "Graph scheduling"); VKAD_GRAPH_SCHEDULE=0 in
   // the environment turns it off for every session.
   bool schedule_graph_launches = true;
+  // Roll a captured step loop of small launches into one resident kernel at end_capture
+  // (codegen/resident.h; README, "Resident step loops"): launches whose ranges are all at most
+  // this many elements, repeated with the same kernels and arrays and stepping i32 scalars.
+  // 0 turns it off; VKAD_GRAPH_RESIDENT=0 in the environment turns it off for every session,
+  // VKAD_GRAPH_RESIDENT=<n> sets the limit. 256: one pass of the largest resident workgroup, so
+  // a rolled launch never runs longer than one of its invocations where a dispatch of it would
+  // occupy a compute unit or two anyway; wider ranges may do better spread over the GPU.
+  uint32_t resident_max_range = 256;
   // The on-disk caches (compiled kernels and the driver's pipeline cache; README, "Caches on
   // disk"): nullopt = automatic (VKAD_CACHE=0 turns them off, else VKAD_CACHE_DIR, else
   // $XDG_CACHE_HOME/vkad, else ~/.cache/vkad); "" = off; else that directory.
@@ -101,6 +110,9 @@ struct SessionStats {
   uint64_t disk_cache_rebuilt = 0;
   // The driver's pipeline cache was read from disk when the session started.
   bool pipeline_cache_loaded = false;
+  // Captured launches that graphs captured so far run inside resident kernels (README,
+  // "Resident step loops").
+  uint64_t rolled_launches = 0;
 };
 
 // One differentiated parameter: forward parameter `param` (an ndarray marked grad) has its
@@ -141,6 +153,9 @@ class Session {
   // The target every kernel is compiled for: this session's device's capabilities.
   const codegen::Target& target() const { return target_; }
   const std::string& device_name() const { return target_.device_name; }
+  // The device's UUID as vkad::devices() lists it ("xxxxxxxx-xxxx-..."): which physical device
+  // this session runs on, comparable with CUDA's UUIDs (api/devices.h).
+  const std::string& device_uuid() const { return device_uuid_; }
 
   // --- kernels ---
   // Verifies, compiles for target() and registers. Errors name the statement (bad IR), or say
@@ -283,6 +298,11 @@ class Session {
   };
   static std::vector<bool> scalar_params(std::span<const Arg> args);
   Result<GraphHandle> fuse(GraphHandle graph, const std::vector<CapturedStep>& steps);
+  // Step loops of small launches in `captured` rolled into resident kernels (graph_fusion.cpp):
+  // false when none is. Else `out` gets the steps with each loop as one launch, and per
+  // captured launch `launch_index` its launch in `out` and `rolled` whether it was rolled.
+  bool roll(const std::vector<CapturedStep>& captured, std::vector<CapturedStep>* out,
+            std::vector<uint32_t>* launch_index, std::vector<bool>* rolled);
   Status translate(const FusedGraph& f, std::span<const GraphUpdate> updates,
                    std::vector<GraphUpdate>* out) const;
   // What a captured launch reads and writes, rows evaluated (api/graph_schedule.h); `pinned`
@@ -293,12 +313,15 @@ class Session {
 
   codegen::CompileOptions compile_options_;
   codegen::Target target_;
+  std::string device_uuid_;
   // Every kernel this session compiled, by text, target and options: compiling one again
   // (a DSL re-tracing a function, a fused run seen before) skips emission and validation.
   codegen::CompileCache compile_cache_;
   std::unique_ptr<runtime::Runtime> rt_;
   bool fuse_graph_launches_ = true;
   bool schedule_graph_launches_ = true;
+  uint32_t resident_max_range_ = 256;
+  uint64_t rolled_launches_ = 0;  // SessionStats::rolled_launches
   // kernel_access() of every kernel compiled here, by handle id (what scheduling reads).
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::KernelAccess>> kernel_access_;
   // Kernels with adstacks, by handle id: their launches may share the runtime's heaps.

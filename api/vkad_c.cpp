@@ -4,6 +4,7 @@
 
 #include <vulkan/vulkan.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "api/devices.h"
 #include "api/session.h"
 #include "api/tape.h"
 #include "base/log.h"
@@ -297,6 +299,53 @@ void vkad_session_destroy(vkad_session* session) {
   if (session == nullptr) return;
   if (kCheckLifetimes) live_sessions().expect("vkad_session_destroy", session, true);
   delete session;
+}
+
+const char* vkad_session_device_uuid(const vkad_session* session) {
+  if (session == nullptr) return "";
+  if (kCheckLifetimes) live_sessions().expect("vkad_session_device_uuid", session, false);
+  return session->s->device_uuid().c_str();
+}
+
+vkad_status* vkad_device_count(uint32_t* count) {
+  if (count == nullptr) return invalid("vkad_device_count", "count is NULL");
+  auto list = vkad::devices();
+  if (!list.ok()) return from(list.status());
+  *count = static_cast<uint32_t>(list->size());
+  return nullptr;
+}
+
+vkad_status* vkad_device_get(uint32_t index, vkad_device_info* out) {
+  if (out == nullptr) return invalid("vkad_device_get", "out is NULL");
+  auto list = vkad::devices();
+  if (!list.ok()) return from(list.status());
+  if (index >= list->size()) {
+    return make(VKAD_NOT_FOUND, "vkad_device_get: device index " + std::to_string(index) +
+                                    " out of range: " + std::to_string(list->size()) +
+                                    " device(s) present");
+  }
+  const vkad::DeviceInfo& d = (*list)[index];
+  vkad_device_info full{};
+  full.struct_size = sizeof full;
+  full.index = d.index;
+  auto put = [](char* dst, size_t cap, const std::string& src) {
+    const size_t n = std::min(cap - 1, src.size());
+    std::memcpy(dst, src.data(), n);
+    dst[n] = '\0';
+  };
+  put(full.name, sizeof full.name, d.name);
+  put(full.kind, sizeof full.kind, d.kind);
+  full.cpu = d.cpu ? 1 : 0;
+  std::memcpy(full.uuid, d.uuid_bytes.data(), sizeof full.uuid);
+  put(full.uuid_string, sizeof full.uuid_string, d.uuid);
+  put(full.driver_name, sizeof full.driver_name, d.driver_name);
+  put(full.driver_info, sizeof full.driver_info, d.driver_info);
+  full.vendor_id = d.vendor_id;
+  full.device_id = d.device_id;
+  full.api_version = d.api_version;
+  full.usable = d.usable ? 1 : 0;
+  full.automatic = d.automatic ? 1 : 0;
+  return write_versioned("vkad_device_get", full, out);
 }
 
 const char* vkad_session_device_name(const vkad_session* session) {

@@ -123,9 +123,34 @@ typedef struct vkad_external_device {
   vkad_external_features enabled;
 } vkad_external_device;
 
+/* One Vulkan device, as vkad_device_get describes it (C++: vkad::DeviceInfo, api/devices.h).
+ * Strings are NUL-terminated (cut to their arrays). */
+typedef struct vkad_device_info {
+  uint32_t struct_size; /* set by the caller to sizeof(vkad_device_info) */
+  uint32_t index;       /* what vkad_session_options::device takes as a number */
+  char name[256];
+  char kind[32];        /* "discrete GPU", "integrated GPU", "virtual GPU", "CPU" or "other" */
+  int cpu;              /* a CPU implementation (lavapipe) */
+  uint8_t uuid[16];     /* VkPhysicalDeviceIDProperties::deviceUUID; on NVIDIA the CUDA UUID */
+  char uuid_string[40]; /* "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"; also a device option value */
+  char driver_name[256];
+  char driver_info[256];
+  uint32_t vendor_id, device_id, api_version;
+  int usable;    /* Vulkan >= 1.2 with a compute queue: a session can be created on it */
+  int automatic; /* the device a session with no device option takes (VKAD_DEVICE counted) */
+} vkad_device_info;
+
+/* The number of Vulkan devices (usable or not). VKAD_NO_DEVICE without a Vulkan loader. */
+VKAD_C_API vkad_status* vkad_device_count(uint32_t* count);
+/* Device `index` (0 <= index < vkad_device_count) into *out (out->struct_size set first).
+ * VKAD_NOT_FOUND for an index past the last device. */
+VKAD_C_API vkad_status* vkad_device_get(uint32_t index, vkad_device_info* out);
+
 typedef struct vkad_session_options {
   uint32_t struct_size;
-  const char* device;        /* NULL or "": automatic; else an index or a name substring */
+  /* NULL or "": automatic; else a device UUID ("GPU-..." or vkad_device_info::uuid_string),
+   * an index, or a name substring */
+  const char* device;
   int validation;            /* Khronos validation layer (also VKAD_VALIDATION=1) */
   uint32_t retirement_depth; /* 0: the default (3) */
   const vkad_external_device* external; /* NULL: vkad creates its own device */
@@ -147,6 +172,8 @@ VKAD_C_API vkad_status* vkad_session_create(const vkad_session_options* options,
 VKAD_C_API void vkad_session_destroy(vkad_session* session);
 /* The device's name; valid while the session lives. */
 VKAD_C_API const char* vkad_session_device_name(const vkad_session* session);
+/* The device's UUID as vkad_device_info::uuid_string; valid while the session lives. */
+VKAD_C_API const char* vkad_session_device_uuid(const vkad_session* session);
 
 /* Kernels from the IR text form (docs/reference.md). Parse errors name line and column. */
 VKAD_C_API vkad_status* vkad_compile(vkad_session* session, const char* ir_text, vkad_kernel* out);

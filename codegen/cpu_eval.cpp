@@ -132,6 +132,14 @@ class Evaluator {
                 "': loops and branches nest deeper than " + std::to_string(kMaxNestingDepth) +
                 " (kMaxNestingDepth); the reference evaluates verifiable kernels only");
       }
+      if (contains_op(t.body, Op::kBarrier)) {
+        // Invocations run one after another here: none could wait for the others.
+        return make_error(ErrorCode::kUnsupported,
+                          "evaluate '" + k_.name + "', task '" + t.name +
+                              "': barrier needs the workgroup's invocations to run together; the "
+                              "reference runs them one at a time (evaluate the launches the "
+                              "barriers separate instead)");
+      }
     }
     densify();
     regs_.assign(slot_types_.size(), 0.0);

@@ -8,67 +8,50 @@ namespace vkad::codegen {
 
 namespace {
 // Indexed by Op; the order must match the enum.
-constexpr std::array<OpInfo, static_cast<size_t>(Op::kStackAccAdj) + 1> kOps = {{
-    {"const", OpClass::kLeaf, true},
-    {"arg", OpClass::kLeaf, true},
-    {"shape", OpClass::kLeaf, true},
-    {"neg", OpClass::kUnary, true},
-    {"not", OpClass::kUnary, true},
-    {"sqrt", OpClass::kUnary, true},
-    {"rsqrt", OpClass::kUnary, true},
-    {"exp", OpClass::kUnary, true},
-    {"log", OpClass::kUnary, true},
-    {"sin", OpClass::kUnary, true},
-    {"cos", OpClass::kUnary, true},
-    {"tan", OpClass::kUnary, true},
-    {"tanh", OpClass::kUnary, true},
-    {"asin", OpClass::kUnary, true},
-    {"acos", OpClass::kUnary, true},
-    {"abs", OpClass::kUnary, true},
-    {"floor", OpClass::kUnary, true},
-    {"ceil", OpClass::kUnary, true},
-    {"add", OpClass::kBinary, true},
-    {"sub", OpClass::kBinary, true},
-    {"mul", OpClass::kBinary, true},
-    {"div", OpClass::kBinary, true},
-    {"mod", OpClass::kBinary, true},
-    {"floordiv", OpClass::kBinary, true},
-    {"min", OpClass::kBinary, true},
-    {"max", OpClass::kBinary, true},
-    {"pow", OpClass::kBinary, true},
-    {"atan2", OpClass::kBinary, true},
-    {"and", OpClass::kBinary, true},
-    {"or", OpClass::kBinary, true},
-    {"lt", OpClass::kCompare, true},
-    {"le", OpClass::kCompare, true},
-    {"gt", OpClass::kCompare, true},
-    {"ge", OpClass::kCompare, true},
-    {"eq", OpClass::kCompare, true},
-    {"ne", OpClass::kCompare, true},
-    {"select", OpClass::kOther, true},
-    {"cast", OpClass::kOther, true},
-    {"alloca", OpClass::kOther, true},
-    {"load_local", OpClass::kOther, true},
-    {"store_local", OpClass::kOther, false},
-    {"load", OpClass::kOther, true},
-    {"store", OpClass::kOther, false},
-    {"atomic_add", OpClass::kOther, false},
-    {"for", OpClass::kOther, true},
-    {"if", OpClass::kOther, false},
-    {"while", OpClass::kOther, true},
-    {"break", OpClass::kOther, false},
-    {"continue", OpClass::kOther, false},
-    {"atomic_max", OpClass::kOther, false},
-    {"stack_alloc", OpClass::kOther, true},
-    {"stack_push", OpClass::kOther, false},
-    {"stack_pop", OpClass::kOther, false},
-    {"stack_top", OpClass::kOther, true},
-    {"stack_top_adj", OpClass::kOther, true},
-    {"stack_acc_adj", OpClass::kOther, false},
+constexpr std::array<OpInfo, static_cast<size_t>(Op::kBarrier) + 1> kOps = {{
+    {"const", OpClass::kLeaf, true},          {"arg", OpClass::kLeaf, true},
+    {"shape", OpClass::kLeaf, true},          {"neg", OpClass::kUnary, true},
+    {"not", OpClass::kUnary, true},           {"sqrt", OpClass::kUnary, true},
+    {"rsqrt", OpClass::kUnary, true},         {"exp", OpClass::kUnary, true},
+    {"log", OpClass::kUnary, true},           {"sin", OpClass::kUnary, true},
+    {"cos", OpClass::kUnary, true},           {"tan", OpClass::kUnary, true},
+    {"tanh", OpClass::kUnary, true},          {"asin", OpClass::kUnary, true},
+    {"acos", OpClass::kUnary, true},          {"abs", OpClass::kUnary, true},
+    {"floor", OpClass::kUnary, true},         {"ceil", OpClass::kUnary, true},
+    {"add", OpClass::kBinary, true},          {"sub", OpClass::kBinary, true},
+    {"mul", OpClass::kBinary, true},          {"div", OpClass::kBinary, true},
+    {"mod", OpClass::kBinary, true},          {"floordiv", OpClass::kBinary, true},
+    {"min", OpClass::kBinary, true},          {"max", OpClass::kBinary, true},
+    {"pow", OpClass::kBinary, true},          {"atan2", OpClass::kBinary, true},
+    {"and", OpClass::kBinary, true},          {"or", OpClass::kBinary, true},
+    {"lt", OpClass::kCompare, true},          {"le", OpClass::kCompare, true},
+    {"gt", OpClass::kCompare, true},          {"ge", OpClass::kCompare, true},
+    {"eq", OpClass::kCompare, true},          {"ne", OpClass::kCompare, true},
+    {"select", OpClass::kOther, true},        {"cast", OpClass::kOther, true},
+    {"alloca", OpClass::kOther, true},        {"load_local", OpClass::kOther, true},
+    {"store_local", OpClass::kOther, false},  {"load", OpClass::kOther, true},
+    {"store", OpClass::kOther, false},        {"atomic_add", OpClass::kOther, false},
+    {"for", OpClass::kOther, true},           {"if", OpClass::kOther, false},
+    {"while", OpClass::kOther, true},         {"break", OpClass::kOther, false},
+    {"continue", OpClass::kOther, false},     {"atomic_max", OpClass::kOther, false},
+    {"stack_alloc", OpClass::kOther, true},   {"stack_push", OpClass::kOther, false},
+    {"stack_pop", OpClass::kOther, false},    {"stack_top", OpClass::kOther, true},
+    {"stack_top_adj", OpClass::kOther, true}, {"stack_acc_adj", OpClass::kOther, false},
+    {"barrier", OpClass::kOther, false},
 }};
 }  // namespace
 
 const OpInfo& op_info(Op op) { return kOps[static_cast<size_t>(op)]; }
+
+bool contains_op(const Block& b, Op op) {
+  for (const Stmt& s : b.stmts) {
+    if (s.op == op) return true;
+    for (const Block& c : s.blocks) {
+      if (contains_op(c, op)) return true;
+    }
+  }
+  return false;
+}
 
 bool op_from_name(const std::string& name, Op* out) {
   for (size_t i = 0; i < kOps.size(); ++i) {

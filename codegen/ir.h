@@ -61,15 +61,44 @@ inline constexpr uint32_t kMaxNestingDepth = 64;
 
 enum class Op : uint8_t {
   // leaves
-  kConst,   // type, imm
-  kArg,     // scalar parameter `param`
-  kShape,   // i32 extent `dim` of ndarray parameter `param`
+  kConst,  // type, imm
+  kArg,    // scalar parameter `param`
+  kShape,  // i32 extent `dim` of ndarray parameter `param`
   // unary (args[0])
-  kNeg, kNot, kSqrt, kRsqrt, kExp, kLog, kSin, kCos, kTan, kTanh, kAsin, kAcos, kAbs,
-  kFloor, kCeil,
+  kNeg,
+  kNot,
+  kSqrt,
+  kRsqrt,
+  kExp,
+  kLog,
+  kSin,
+  kCos,
+  kTan,
+  kTanh,
+  kAsin,
+  kAcos,
+  kAbs,
+  kFloor,
+  kCeil,
   // binary (args[0], args[1])
-  kAdd, kSub, kMul, kDiv, kMod, kFloorDiv, kMin, kMax, kPow, kAtan2, kAnd, kOr,
-  kLt, kLe, kGt, kGe, kEq, kNe,
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kMod,
+  kFloorDiv,
+  kMin,
+  kMax,
+  kPow,
+  kAtan2,
+  kAnd,
+  kOr,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kEq,
+  kNe,
   kSelect,  // args: cond, a, b
   kCast,    // args[0] converted to `type`
   // mutable locals
@@ -77,22 +106,24 @@ enum class Op : uint8_t {
   kLoadLocal,   // args: local
   kStoreLocal,  // args: local, value
   // ndarrays (parameter `param`; args: indices..., [value])
-  kLoad, kStore, kAtomicAdd,
+  kLoad,
+  kStore,
+  kAtomicAdd,
   // structured control flow
-  kFor,  // args: begin, end (i32); result: the i32 index; blocks[0]: body; optional `cap`:
-         // the DSL's stated maximum trip count (reverse mode needs one when the bounds
-         // depend on ndarray contents)
-  kIf,   // args: cond; blocks[0]: then, blocks[1]: else
-  kWhile,  // blocks[0]: the test, blocks[1]: the body; args[0]: the test's bool value
-           // (defined in blocks[0]); result: the i32 iteration number (0, 1, ...), visible in
-           // the test and the body. Runs `for (i = 0; test(i); ++i) body(i)`. The test block
-           // is pure (values, loads of ndarrays and locals; no stores, locals, control flow):
-           // it decides, it does not compute what the body uses, so reverse mode never
-           // reverses it. Optional `cap`: the stated maximum trip count (reverse_mode.h)
-  kBreak,     // leaves the innermost enclosing for / while loop
-  kContinue,  // ends the innermost loop's iteration (a for loop steps, a while loop tests)
-              // Both: no operands; inside a loop body (branches in it included, not a while
-              // test), and the last statement of their block (what would follow never runs).
+  kFor,        // args: begin, end (i32); result: the i32 index; blocks[0]: body; optional `cap`:
+               // the DSL's stated maximum trip count (reverse mode needs one when the bounds
+               // depend on ndarray contents)
+  kIf,         // args: cond; blocks[0]: then, blocks[1]: else
+  kWhile,      // blocks[0]: the test, blocks[1]: the body; args[0]: the test's bool value
+               // (defined in blocks[0]); result: the i32 iteration number (0, 1, ...), visible in
+               // the test and the body. Runs `for (i = 0; test(i); ++i) body(i)`. The test block
+               // is pure (values, loads of ndarrays and locals; no stores, locals, control flow):
+               // it decides, it does not compute what the body uses, so reverse mode never
+               // reverses it. Optional `cap`: the stated maximum trip count (reverse_mode.h)
+  kBreak,      // leaves the innermost enclosing for / while loop
+  kContinue,   // ends the innermost loop's iteration (a for loop steps, a while loop tests)
+               // Both: no operands; inside a loop body (branches in it included, not a while
+               // test), and the last statement of their block (what would follow never runs).
   kAtomicMax,  // ndarray `param` of i32 / u32 (args: indices..., value): element = max(element,
                // value), atomically. Not differentiable (reverse mode rejects it); the
                // counting kernels of make_adjoint_counted reduce trip counts with it.
@@ -103,6 +134,15 @@ enum class Op : uint8_t {
   kStackTop,     // args: stack -> primal at the top
   kStackTopAdj,  // args: stack -> adjoint at the top
   kStackAccAdj,  // args: stack, value: adjoint at the top += value
+  // A workgroup barrier: every invocation of the workgroup waits here until all have arrived,
+  // and ndarray stores and atomics before it are visible to loads after it in every
+  // invocation of the workgroup. No operands. Only in a task that runs as exactly one
+  // workgroup (a parallel 1-d task over [0, local_size) with local_size set), and only where
+  // every invocation reaches it alike: outside if / while, inside for loops whose bounds are
+  // launch-uniform and whose bodies have no break / continue (verifier). Graph replay's
+  // resident kernels (codegen/resident.h) separate their phases with it. Not differentiable;
+  // the CPU evaluator, which runs one invocation at a time, refuses it.
+  kBarrier,
 };
 
 using adstack::SizeExpr;
@@ -172,6 +212,9 @@ struct Task {
   // (the last dimension varies fastest); a launch with an empty dimension runs none.
   std::vector<TaskDim> dims;
 };
+
+// Whether `b` holds a statement `op` at any depth (nesting within kMaxNestingDepth).
+bool contains_op(const Block& b, Op op);
 
 // The task's index values, one per dimension ({index} for a 1-d task).
 std::vector<ValueId> task_indices(const Task& t);

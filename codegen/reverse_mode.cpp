@@ -90,6 +90,7 @@ class ReverseMode : public PartialBuilder {
     int depth = 0;
     std::function<Status(const Task&, const Block&)> walk = [&](const Task& t, const Block& b) -> Status {
       for (const Stmt& s : b.stmts) {
+        if (s.op == Op::kBarrier) return error(t, s, "barrier cannot be differentiated");
         if (s.op >= Op::kStackAlloc) return error(t, s, "adstack statements cannot be differentiated");
         if (s.op == Op::kAtomicMax) return error(t, s, "atomic_max cannot be differentiated");
         if (!s.blocks.empty() && depth == kMaxAdjointNesting) {

@@ -320,8 +320,10 @@ class TaskEmitter {
       switch (st.op) {
         case Op::kFor: case Op::kIf: case Op::kWhile: case Op::kAlloca: case Op::kLoadLocal: case Op::kStoreLocal:
         case Op::kAtomicAdd: case Op::kAtomicMax: case Op::kStackAlloc: case Op::kStackPush: case Op::kStackPop:
-        case Op::kStackTop: case Op::kStackTopAdj: case Op::kStackAccAdj:
-          return false;
+        case Op::kStackTop:
+        case Op::kStackTopAdj:
+        case Op::kStackAccAdj:
+        case Op::kBarrier: return false;
         case Op::kStore: written[st.param] = true; break;
         default: break;
       }
@@ -1138,6 +1140,18 @@ class TaskEmitter {
         m_.op(spv::OpBranch, {s.op == Op::kBreak ? loops_.back().first : loops_.back().second});
         ended_ = true;
         return;
+      case Op::kBarrier: {
+        // Workgroup execution and memory scope: the invocations that meet here share an SM /
+        // core, and only they read what the others wrote (ir.h). AcquireRelease over storage
+        // buffers (UniformMemory) and workgroup memory: GLSL's memoryBarrierBuffer() + barrier()
+        // at the narrowest scope that covers them.
+        constexpr uint32_t kScopeWorkgroup = 2;
+        constexpr uint32_t kSemantics =
+            0x8 /*AcquireRelease*/ | 0x40 /*UniformMemory*/ | 0x100 /*WorkgroupMemory*/;
+        m_.op(spv::OpControlBarrier,
+              {m_.c_u32(kScopeWorkgroup), m_.c_u32(kScopeWorkgroup), m_.c_u32(kSemantics)});
+        return;
+      }
       default: stack_op(s); return;
     }
   }

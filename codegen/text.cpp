@@ -746,7 +746,7 @@ class Parser {
       }
       case Op::kBreak:
       case Op::kContinue:
-        return {};
+      case Op::kBarrier: return {};
       case Op::kIf: {
         s.type = DType::kBool;
         VKAD_TRY(operands(s, 1));

@@ -430,9 +430,17 @@ class Verifier {
             // The index belongs to the body's scope, not the enclosing one.
             scopes_.back().erase(s.result);
             scopes_.push_back({s.result});
+            // Every invocation runs the loop's iterations alike when its bounds are
+            // launch-uniform and nothing leaves an iteration early: a barrier may sit inside.
+            const bool alike = uniform_.count(s.args[0]) && uniform_.count(s.args[1]) &&
+                               !contains_op(s.blocks[0], Op::kBreak) &&
+                               !contains_op(s.blocks[0], Op::kContinue);
+            if (alike) uniform_.insert(s.result);
+            divergent_ += alike ? 0 : 1;
             ++loop_depth_;
             VKAD_TRY(block(s.blocks[0]));
             --loop_depth_;
+            divergent_ -= alike ? 0 : 1;
             scopes_.pop_back();
             return {};
           }
@@ -464,9 +472,32 @@ class Verifier {
             scopes_.pop_back();
             scopes_.push_back({s.result});
             ++loop_depth_;
+            ++divergent_;
             VKAD_TRY(block(s.blocks[1]));
+            --divergent_;
             --loop_depth_;
             scopes_.pop_back();
+            return {};
+          }
+          case Op::kBarrier: {
+            VKAD_TRY(expect_args(s, 0));
+            const Task& t = *task_;
+            const bool one_group = !t.serial && t.dims.empty() && t.local_size != 0 &&
+                                   t.begin.kind == RangeBound::Kind::kConstant &&
+                                   t.end.kind == RangeBound::Kind::kConstant &&
+                                   t.begin.value == 0 &&
+                                   t.end.value == static_cast<int64_t>(t.local_size);
+            if (!one_group) {
+              return error(s,
+                           "barrier in a task that is not one workgroup (a parallel 1-d task "
+                           "over [0, local_size) with its local size set)");
+            }
+            if (divergent_ != 0) {
+              return error(s,
+                           "barrier where invocations may diverge (inside if / while, or a "
+                           "for loop whose bounds are not launch-uniform or whose body breaks "
+                           "or continues)");
+            }
             return {};
           }
           case Op::kBreak:
@@ -478,11 +509,13 @@ class Verifier {
             VKAD_TRY(expect_args(s, 1));
             VKAD_ASSIGN_OR_RETURN(DType c, value(s, 0));
             if (c != DType::kBool) return error(s, "type mismatch: the condition is " + tn(c) + ", expected bool");
+            ++divergent_;
             for (const Block& b : s.blocks) {
               scopes_.emplace_back();
               VKAD_TRY(block(b));
               scopes_.pop_back();
             }
+            --divergent_;
             return {};
           }
           case Op::kStackAlloc:
@@ -516,6 +549,16 @@ class Verifier {
         break;
     }
     if (info.has_result) VKAD_TRY(define(s.result, {kind, def_type, &s}, &s));
+    // Launch-uniform values (the same in every invocation): constants, scalar parameters and
+    // extents, and what is computed from them alone; where a barrier may go depends on them.
+    const bool pure = s.op == Op::kConst || s.op == Op::kArg || s.op == Op::kShape ||
+                      info.cls == OpClass::kUnary || info.cls == OpClass::kBinary ||
+                      info.cls == OpClass::kCompare || s.op == Op::kSelect || s.op == Op::kCast;
+    if (info.has_result && pure && std::all_of(s.args.begin(), s.args.end(), [&](ValueId a) {
+          return uniform_.count(a) != 0;
+        })) {
+      uniform_.insert(s.result);
+    }
     return {};
   }
 
@@ -526,6 +569,10 @@ class Verifier {
   std::unordered_set<ValueId> all_defs_;
   std::vector<std::unordered_set<ValueId>> scopes_;
   uint32_t loop_depth_ = 0;  // for / while bodies around the statement (branches don't count)
+  // Blocks around the statement that invocations may run differently (if, while, for loops
+  // with varying bounds or early exits): a barrier needs none.
+  uint32_t divergent_ = 0;
+  std::unordered_set<ValueId> uniform_;
 };
 
 // Depth of `e`, counting up to `limit + 1` at most (so a pathological expression costs

@@ -9,6 +9,7 @@
 
 #include "base/cache_file.h"
 #include "base/log.h"
+#include "rhi/device_list.h"
 #include "rhi/pipeline_cache_file.h"
 
 namespace vkad::rhi {
@@ -28,24 +29,6 @@ DeviceKind to_kind(VkPhysicalDeviceType t) {
     case VK_PHYSICAL_DEVICE_TYPE_CPU: return DeviceKind::kCpu;
     default: return DeviceKind::kOther;
   }
-}
-
-int compute_queue_family(VkPhysicalDevice pd, uint32_t* count_out) {
-  uint32_t n = 0;
-  vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, nullptr);
-  std::vector<VkQueueFamilyProperties> fams(n);
-  vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, fams.data());
-  int best = -1;
-  // Prefer a compute-only family (async compute on discrete GPUs), else any compute family.
-  for (uint32_t i = 0; i < n; ++i) {
-    if (!(fams[i].queueFlags & VK_QUEUE_COMPUTE_BIT)) continue;
-    bool compute_only = !(fams[i].queueFlags & VK_QUEUE_GRAPHICS_BIT);
-    if (best < 0 || (compute_only && (fams[best].queueFlags & VK_QUEUE_GRAPHICS_BIT))) {
-      best = static_cast<int>(i);
-    }
-  }
-  if (best >= 0 && count_out) *count_out = fams[best].queueCount;
-  return best;
 }
 
 bool has_extension(const std::vector<VkExtensionProperties>& exts, const char* name) {
@@ -95,7 +78,9 @@ std::string Capabilities::to_string() const {
   std::ostringstream o;
   auto yn = [](bool b) { return b ? "yes" : "no"; };
   o << "device:                 " << device_name << " (" << device_kind_name(kind) << ")\n"
-    << "driver:                 " << driver_name << "\n"
+    << "device UUID:            " << format_uuid(device_uuid) << "\n"
+    << "driver:                 " << driver_name << (driver_info.empty() ? "" : " ") << driver_info
+    << "\n"
     << "Vulkan API:             " << (api_version >> 22) << "." << ((api_version >> 12) & 0x3ff)
     << "." << (api_version & 0xfff) << "\n"
     << "timeline semaphores:    " << yn(timeline_semaphore) << "\n"
@@ -271,9 +256,13 @@ Capabilities capabilities_from(const DeviceFacts& facts, bool use_push_descripto
   const VkPhysicalDeviceLimits& lim = p.limits;
   c.device_name = p.deviceName;
   c.driver_name = facts.p12.driverName;
+  c.driver_info = facts.p12.driverInfo;
   c.kind = to_kind(p.deviceType);
   c.api_version = p.apiVersion;
   c.vendor_id = p.vendorID;
+  c.device_id = p.deviceID;
+  std::copy(std::begin(facts.p11.deviceUUID), std::end(facts.p11.deviceUUID),
+            c.device_uuid.begin());
   c.timeline_semaphore = facts.f12.timelineSemaphore;
   c.shader_int64 = facts.features.shaderInt64;
   c.shader_float64 = facts.features.shaderFloat64;
@@ -334,26 +323,17 @@ Capabilities capabilities_from(const DeviceFacts& facts, const ExternalFeatures&
 }
 
 Status Device::choose_physical(const DeviceOptions& options) {
-  VkInstance instance = instance_->handle();
-  uint32_t count = 0;
-  VKAD_TRY(vk("vkEnumeratePhysicalDevices",
-              [&] { return vkEnumeratePhysicalDevices(instance, &count, nullptr); }));
-  std::vector<VkPhysicalDevice> pds(count);
-  VKAD_TRY(vk("vkEnumeratePhysicalDevices",
-              [&] { return vkEnumeratePhysicalDevices(instance, &count, pds.data()); }));
+  VKAD_ASSIGN_OR_RETURN(std::vector<PhysicalDeviceEntry> entries,
+                        enumerate_physical_devices(*instance_));
   std::vector<PhysicalDeviceInfo> infos;
-  for (VkPhysicalDevice pd : pds) {
-    VkPhysicalDeviceProperties p;
-    vkGetPhysicalDeviceProperties(pd, &p);
-    infos.push_back({p.deviceName, to_kind(p.deviceType), p.apiVersion,
-                     compute_queue_family(pd, nullptr) >= 0});
-  }
+  infos.reserve(entries.size());
+  for (const PhysicalDeviceEntry& e : entries) infos.push_back(e.info);
   DeviceSelection sel;
   sel.forced = options.device;
   if (sel.forced.empty() && std::getenv("VKAD_DEVICE")) sel.forced = std::getenv("VKAD_DEVICE");
   sel.min_api_version = VK_API_VERSION_1_2;
   VKAD_ASSIGN_OR_RETURN(size_t chosen, choose_device(infos, sel));
-  physical_ = pds[chosen];
+  physical_ = entries[chosen].handle;
   queue_family_ = static_cast<uint32_t>(compute_queue_family(physical_, &queue_count_));
   queue_count_ = std::min<uint32_t>(queue_count_, kMaxStreams);
   return {};

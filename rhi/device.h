@@ -149,9 +149,14 @@ struct MemoryHeap {
 struct Capabilities {
   std::string device_name;
   std::string driver_name;
+  std::string driver_info;  // VkPhysicalDeviceVulkan12Properties::driverInfo ("580.159.04")
   DeviceKind kind = DeviceKind::kOther;
   uint32_t api_version = 0;
   uint32_t vendor_id = 0;
+  uint32_t device_id = 0;
+  // VkPhysicalDeviceVulkan11Properties::deviceUUID: which physical device this is, across
+  // processes and APIs (on NVIDIA the CUDA device UUID; rhi/device_plan.h format_uuid).
+  DeviceUuid device_uuid{};
   bool timeline_semaphore = false;
   bool shader_int64 = false;
   bool shader_float64 = false;

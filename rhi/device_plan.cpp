@@ -54,6 +54,36 @@ Status unusable_reason(const PhysicalDeviceInfo& d, const DeviceSelection& sel) 
 
 }  // namespace
 
+std::string format_uuid(const DeviceUuid& uuid) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(36);
+  for (size_t i = 0; i < uuid.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += kHex[uuid[i] >> 4];
+    out += kHex[uuid[i] & 0xf];
+  }
+  return out;
+}
+
+std::optional<DeviceUuid> parse_uuid(std::string_view text) {
+  if (text.size() >= 4 && lower(std::string(text.substr(0, 4))) == "gpu-") text.remove_prefix(4);
+  DeviceUuid out{};
+  size_t digits = 0;
+  for (char c : text) {
+    if (c == '-') continue;
+    int v = -1;
+    if (c >= '0' && c <= '9') v = c - '0';
+    if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') v = c - 'A' + 10;
+    if (v < 0 || digits >= 32) return std::nullopt;
+    out[digits / 2] = static_cast<uint8_t>(out[digits / 2] | (digits % 2 ? v : v << 4));
+    ++digits;
+  }
+  if (digits != 32) return std::nullopt;
+  return out;
+}
+
 Result<size_t> choose_device(const std::vector<PhysicalDeviceInfo>& devices,
                              const DeviceSelection& selection) {
   if (devices.empty()) return make_error(ErrorCode::kNoDevice, "no Vulkan physical device found");
@@ -61,7 +91,19 @@ Result<size_t> choose_device(const std::vector<PhysicalDeviceInfo>& devices,
     const std::string& f = selection.forced;
     bool numeric = std::all_of(f.begin(), f.end(), [](char c) { return std::isdigit(c); });
     size_t index = devices.size();
-    if (numeric) {
+    if (std::optional<DeviceUuid> uuid = parse_uuid(f)) {
+      for (size_t i = 0; i < devices.size() && index == devices.size(); ++i) {
+        if (devices[i].uuid == *uuid) index = i;
+      }
+      if (index == devices.size()) {
+        std::string present;
+        for (const auto& d : devices) {
+          present += (present.empty() ? "" : ", ") + format_uuid(d.uuid) + " ('" + d.name + "')";
+        }
+        return make_error(ErrorCode::kNotFound,
+                          "no device has UUID " + format_uuid(*uuid) + "; present: " + present);
+      }
+    } else if (numeric) {
       index = std::stoul(f);
       if (index >= devices.size()) {
         return make_error(ErrorCode::kNotFound, "device index " + f + " out of range: " +

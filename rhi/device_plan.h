@@ -2,8 +2,11 @@
 // plain descriptions, so the choices are unit-tested without a GPU.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -18,11 +21,23 @@ struct PhysicalDeviceInfo {
   DeviceKind kind = DeviceKind::kOther;
   uint32_t api_version = 0;      // VK_MAKE_API_VERSION form
   bool has_compute_queue = false;
+  // VkPhysicalDeviceIDProperties::deviceUUID (all zero for a device below Vulkan 1.1). On NVIDIA
+  // it is the CUDA device's UUID (cuDeviceGetUuid, nvidia-smi's "GPU-..."), which is how a
+  // process matches a Vulkan device to a CUDA ordinal.
+  std::array<uint8_t, 16> uuid{};
 };
 
+using DeviceUuid = std::array<uint8_t, 16>;
+// "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", lower-case hex (the form nvidia-smi prints after "GPU-").
+std::string format_uuid(const DeviceUuid& uuid);
+// The UUID in `text`: 32 hex digits, dashes anywhere ignored, an optional case-insensitive
+// "GPU-" prefix (nvidia-smi's form). nullopt for anything else.
+std::optional<DeviceUuid> parse_uuid(std::string_view text);
+
 struct DeviceSelection {
-  // "" = automatic. Otherwise a decimal index into the enumeration order, or a case-insensitive
-  // substring of the device name ("llvmpipe", "H100").
+  // "" = automatic. Otherwise a device UUID (parse_uuid's forms: "GPU-1a2b...", as
+  // nvidia-smi -L prints it), a decimal index into the enumeration order, or a
+  // case-insensitive substring of the device name ("llvmpipe", "H100").
   std::string forced;
   uint32_t min_api_version = 0;
 };

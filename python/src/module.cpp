@@ -1220,6 +1220,7 @@ struct Session {
     d["kernels_cached"] = s.kernels_cached;
     d["kernels_compiled"] = s.kernels_compiled;
     d["compile_cache_hits"] = s.compile_cache_hits;
+    d["rolled_launches"] = s.rolled_launches;
     d["memory_block_bytes"] = s.memory_block_bytes;
     d["memory_used_bytes"] = s.memory_used_bytes;
     d["adstack_heap_bytes"] = s.adstack_heap_bytes;
@@ -1235,7 +1236,37 @@ struct Session {
     return st->get().runtime().device().validation_messages();
   }
   std::string device_name() { return st->get().device_name(); }
+  std::string device_uuid() { return st->get().device_uuid(); }
 };
+
+// vkad::devices() as a list of dicts (vkad/devices.py makes them Device records).
+nb::list list_devices() {
+  Result<std::vector<vkad::DeviceInfo>> list = [] {
+    nb::gil_scoped_release unlocked;  // the first call creates the Vulkan instance
+    return vkad::devices();
+  }();
+  nb::list out;
+  for (const vkad::DeviceInfo& d : take(std::move(list))) {
+    nb::dict e;
+    e["index"] = d.index;
+    e["name"] = d.name;
+    e["kind"] = d.kind;
+    e["cpu"] = d.cpu;
+    e["uuid"] = d.uuid;
+    e["driver_name"] = d.driver_name;
+    e["driver_info"] = d.driver_info;
+    e["vendor_id"] = d.vendor_id;
+    e["device_id"] = d.device_id;
+    e["api_version"] = std::to_string(d.api_version >> 22) + "." +
+                       std::to_string((d.api_version >> 12) & 0x3ff) + "." +
+                       std::to_string(d.api_version & 0xfff);
+    e["usable"] = d.usable;
+    e["unusable"] = d.unusable;
+    e["automatic"] = d.automatic;
+    out.append(e);
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -1253,6 +1284,10 @@ NB_MODULE(_vkad, m) {
       g_errors[c] = by_name.contains(name) ? nb::borrow(by_name[name]).release().ptr() : g_error;
     }
   });
+
+  m.def(
+      "_devices", &list_devices, nb::sig("def _devices() -> list[dict[str, int | str | bool]]"),
+      "vkad::devices(): every Vulkan device, in the order of the indices Session(device=) takes.");
 
   nb::enum_<DType>(m, "DType", "Element and scalar types.")
       .value("f32", DType::kF32)
@@ -1433,6 +1468,8 @@ NB_MODULE(_vkad, m) {
            "(VKAD_CACHE=0 turns them off, else VKAD_CACHE_DIR, else $XDG_CACHE_HOME/vkad, else "
            "~/.cache/vkad), \"\" = off.")
       .def_prop_ro("device_name", &Session::device_name)
+      .def_prop_ro("device_uuid", &Session::device_uuid,
+                   "The device's UUID, as vkad.devices() lists it (on NVIDIA the CUDA UUID).")
       .def("compile", &Session::compile, "ir"_a, nb::sig("def compile(self, ir: str) -> Kernel"),
            "Compiles a kernel from the IR text form.")
       .def("differentiate", &Session::differentiate, "ir"_a,

@@ -35,6 +35,7 @@ from .builder import (KernelBuilder, Value, Scalar, Array, Dim, Local, sqrt, rsq
                       eq, ne, select, cast)
 from .matrix import Vector, Matrix, polar_decompose
 from .tape import Tape
+from .devices import Device, devices, device_for_cuda, cuda_uuids, normalize_uuid
 
 _vkad._set_errors(Error, {e.code: e for e in _ERRORS})
 
@@ -88,7 +89,8 @@ class Session(_vkad.Session):
     """A device, the kernels compiled for it and its ndarrays (vkad::Session).
 
     device: None (a discrete GPU first, lavapipe last; VKAD_DEVICE when set), a device index,
-    or a substring of its name. validation: the Khronos validation layer (also
+    a device UUID (vkad.devices(); nvidia-smi's "GPU-..." form too), or a substring of its
+    name. validation: the Khronos validation layer (also
     VKAD_VALIDATION=1). retirement_depth: submissions in flight before the host waits.
     spare_memory_blocks: empty 64 MiB device-memory blocks kept per memory type after their
     last array is freed (0 gives every empty block back at once).

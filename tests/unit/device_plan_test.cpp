@@ -55,6 +55,39 @@ TEST(ChooseDevice, ForcedErrorsNameTheProblem) {
   EXPECT_NE(r.status().message().find("1.1"), std::string::npos);
 }
 
+TEST(DeviceUuid, FormatsAndParsesTheFormsToolsPrint) {
+  DeviceUuid u{};
+  for (size_t i = 0; i < u.size(); ++i) u[i] = static_cast<uint8_t>(0x10 * i + 0xa);
+  const std::string text = format_uuid(u);
+  EXPECT_EQ(text, "0a1a2a3a-4a5a-6a7a-8a9a-aabacadaeafa");
+  EXPECT_EQ(parse_uuid(text), u);
+  EXPECT_EQ(parse_uuid("GPU-" + text), u) << "nvidia-smi -L";
+  EXPECT_EQ(parse_uuid("gpu-0A1A2A3A4A5A6A7A8A9AAABACADAEAFA"), u) << "no dashes, upper case";
+  EXPECT_FALSE(parse_uuid("0a1a2a3a-4a5a-6a7a-8a9a-aabacadaeaf").has_value()) << "31 digits";
+  EXPECT_FALSE(parse_uuid(text + "0").has_value()) << "33 digits";
+  EXPECT_FALSE(parse_uuid("0g1a2a3a-4a5a-6a7a-8a9a-aabacadaeafa").has_value()) << "not hex";
+  EXPECT_FALSE(parse_uuid("H100").has_value());
+  EXPECT_FALSE(parse_uuid("0").has_value()) << "an index stays an index";
+}
+
+TEST(ChooseDevice, ForcedByUuid) {
+  auto d = sample();
+  for (size_t i = 0; i < d.size(); ++i) d[i].uuid.fill(static_cast<uint8_t>(i + 1));
+  d.push_back(d[2]);  // a second H100, told apart only by its UUID
+  d[3].uuid.fill(0xee);
+  EXPECT_EQ(*choose_device(d, {format_uuid(d[3].uuid), k12}), 3u);
+  EXPECT_EQ(*choose_device(d, {"GPU-" + format_uuid(d[2].uuid), k12}), 2u);
+  DeviceUuid absent;
+  absent.fill(0x77);
+  auto r = choose_device(d, {format_uuid(absent), k12});
+  EXPECT_EQ(r.status().code(), ErrorCode::kNotFound);
+  EXPECT_NE(r.status().message().find("no device has UUID 77777777-"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("eeeeeeee-eeee-eeee-eeee-eeeeeeeeeeee ('NVIDIA H100')"),
+            std::string::npos)
+      << "lists what exists: " << r.status().message();
+}
+
 TEST(ChooseDevice, NoDevicesIsNoDevice) {
   EXPECT_EQ(choose_device({}, {}).status().code(), ErrorCode::kNoDevice);
 }

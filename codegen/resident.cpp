@@ -1,0 +1,233 @@
+#include "codegen/resident.h"
+
+#include <map>
+#include <unordered_map>
+
+namespace vkad::codegen {
+
+namespace {
+
+bool residable_block(const Block& b) {
+  for (const Stmt& s : b.stmts) {
+    // Adstacks bind the runtime's heaps, sized per launch; a stated trip bound may read
+    // scalars the roll steps; a barrier belongs to the rolled kernel alone.
+    if (s.op >= Op::kStackAlloc || s.has_cap) return false;
+    for (const Block& c : s.blocks) {
+      if (!residable_block(c)) return false;
+    }
+  }
+  return true;
+}
+
+// Appends statements to a block and hands out fresh ids.
+struct Writer {
+  Kernel& k;
+  Block* to = nullptr;
+
+  ValueId emit(Op op, DType t, std::vector<ValueId> args) {
+    Stmt s;
+    s.op = op;
+    s.type = t;
+    s.args = std::move(args);
+    s.result = k.fresh();
+    to->stmts.push_back(std::move(s));
+    return to->stmts.back().result;
+  }
+  ValueId i32(int64_t v) {
+    Stmt s;
+    s.op = Op::kConst;
+    s.type = DType::kI32;
+    s.iimm = v;
+    s.result = k.fresh();
+    to->stmts.push_back(std::move(s));
+    return to->stmts.back().result;
+  }
+  void barrier() {
+    Stmt s;
+    s.op = Op::kBarrier;
+    to->stmts.push_back(std::move(s));
+  }
+};
+
+// Copies a member's statements: every id it defines renumbered from the rolled kernel's fresh
+// ids (a parsed kernel numbers named values from 2^30, so shifting ids by a base would wrap),
+// its task index replaced, parameters renamed through `pm`, and a scalar argument that steps
+// replaced by its value this repetition (`stepped`: member parameter -> value id in the
+// rolled body). Definitions precede uses in a verified kernel, so one pass suffices.
+struct Copier {
+  Kernel* f = nullptr;
+  ValueId old_index = kNoValue, new_index = kNoValue;
+  const std::vector<uint32_t>* pm = nullptr;
+  const std::unordered_map<uint32_t, ValueId>* stepped = nullptr;
+  std::unordered_map<ValueId, ValueId> subst;
+
+  ValueId value(ValueId v) const {
+    if (v == kNoValue) return v;
+    if (v == old_index) return new_index;
+    auto it = subst.find(v);
+    return it == subst.end() ? kNoValue : it->second;  // kNoValue: fails verification
+  }
+  void block(const Block& from, Block& to) {
+    for (const Stmt& src : from.stmts) {
+      if (src.op == Op::kArg) {
+        auto it = stepped->find(src.param);
+        if (it != stepped->end()) {
+          subst[src.result] = it->second;
+          continue;
+        }
+      }
+      Stmt s;
+      s.op = src.op;
+      s.type = src.type;
+      s.param = src.param;
+      s.dim = src.dim;
+      s.fimm = src.fimm;
+      s.iimm = src.iimm;
+      s.args.reserve(src.args.size());
+      for (ValueId a : src.args) s.args.push_back(value(a));
+      if (src.result != kNoValue) s.result = subst[src.result] = f->fresh();
+      switch (s.op) {
+        case Op::kArg:
+        case Op::kShape:
+        case Op::kLoad:
+        case Op::kStore:
+        case Op::kAtomicAdd:
+        case Op::kAtomicMax: s.param = (*pm)[s.param]; break;
+        default: break;
+      }
+      s.blocks.resize(src.blocks.size());
+      for (size_t b = 0; b < src.blocks.size(); ++b) block(src.blocks[b], s.blocks[b]);
+      to.stmts.push_back(std::move(s));
+    }
+  }
+};
+
+}  // namespace
+
+bool residable(const Kernel& k) {
+  if (k.tasks.empty()) return false;
+  for (const Task& t : k.tasks) {
+    if (t.serial || !t.dims.empty() || t.index == kNoValue || !residable_block(t.body)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Result<ResidentKernel> roll_launches(std::span<const ResidentMember> period, uint32_t reps,
+                                     uint32_t local_size, const std::string& name) {
+  auto fail = [&](const std::string& what) {
+    return make_error(ErrorCode::kInvalidArgument, "roll_launches '" + name + "': " + what);
+  };
+  if (period.empty()) return fail("no launch");
+  if (local_size == 0) return fail("local size 0");
+  ResidentKernel out;
+  Kernel& f = out.kernel;
+  f.name = name;
+  std::map<uint64_t, uint32_t> array_param;  // array identity -> rolled parameter
+  for (size_t m = 0; m < period.size(); ++m) {
+    const ResidentMember& mem = period[m];
+    const Kernel& k = *mem.kernel;
+    if (!residable(k)) return fail("kernel '" + k.name + "' cannot run in a resident kernel");
+    if (mem.arrays.size() != k.params.size() || mem.step.size() != k.params.size() ||
+        mem.ranges.size() != k.tasks.size()) {
+      return fail("launch " + std::to_string(m) + " of '" + k.name + "' does not match its kernel");
+    }
+    std::vector<uint32_t>& pm = out.param_map.emplace_back(k.params.size());
+    for (size_t p = 0; p < k.params.size(); ++p) {
+      const Param& kp = k.params[p];
+      if (mem.step[p] != 0 && (kp.kind != ParamKind::kScalar || kp.dtype != DType::kI32)) {
+        return fail("parameter '" + kp.name + "' of '" + k.name +
+                    "' steps but is not an i32 scalar");
+      }
+      if (kp.kind == ParamKind::kNdArray) {
+        auto [it, fresh] = array_param.try_emplace(mem.arrays[p], f.params.size());
+        if (!fresh) {
+          pm[p] = it->second;
+          continue;
+        }
+      }
+      pm[p] = static_cast<uint32_t>(f.params.size());
+      Param np = kp;
+      np.name = "l" + std::to_string(m) + "_" + kp.name;
+      np.needs_grad = false;
+      np.read_only = false;  // another member may write the array this one only reads
+      f.params.push_back(std::move(np));
+    }
+  }
+  Task t;
+  t.name = "resident";
+  t.local_size = local_size;
+  t.begin = RangeBound::constant(0);
+  t.end = RangeBound::constant(local_size);
+  t.index = f.fresh();
+  Writer w{f, &t.body};
+  // The repetitions: a loop with constant bounds (every invocation runs it alike).
+  Stmt rep;
+  rep.op = Op::kFor;
+  rep.type = DType::kI32;
+  rep.args = {w.i32(0), w.i32(reps)};
+  rep.result = f.fresh();
+  rep.blocks.resize(1);
+  const ValueId r = rep.result;
+  Block& body = rep.blocks[0];
+  w.to = &body;
+  for (size_t m = 0; m < period.size(); ++m) {
+    const ResidentMember& mem = period[m];
+    const Kernel& k = *mem.kernel;
+    // This repetition's value of each stepping scalar: first + r * step.
+    std::unordered_map<uint32_t, ValueId> stepped;
+    for (size_t p = 0; p < k.params.size(); ++p) {
+      if (mem.step[p] == 0) continue;
+      Stmt a;
+      a.op = Op::kArg;
+      a.type = DType::kI32;
+      a.param = out.param_map[m][p];
+      a.result = f.fresh();
+      body.stmts.push_back(a);
+      const ValueId delta = w.emit(Op::kMul, DType::kI32, {r, w.i32(mem.step[p])});
+      stepped[static_cast<uint32_t>(p)] = w.emit(Op::kAdd, DType::kI32, {a.result, delta});
+    }
+    for (size_t ti = 0; ti < k.tasks.size(); ++ti) {
+      const Task& kt = k.tasks[ti];
+      const auto [begin, end] = mem.ranges[ti];
+      const int64_t n = end > begin ? end - begin : 0;
+      const int64_t passes = (n + local_size - 1) / local_size;
+      Copier c{&f, kt.index, kNoValue, &out.param_map[m], &stepped, {}};
+      auto guarded = [&](Block& into, ValueId pass) {
+        Writer in{f, &into};
+        ValueId i = in.emit(Op::kAdd, DType::kI32, {t.index, in.i32(begin)});
+        if (pass != kNoValue) {
+          i = in.emit(Op::kAdd, DType::kI32,
+                      {i, in.emit(Op::kMul, DType::kI32, {pass, in.i32(local_size)})});
+        }
+        Stmt branch;
+        branch.op = Op::kIf;
+        branch.type = DType::kBool;
+        branch.args = {in.emit(Op::kLt, DType::kBool, {i, in.i32(end)})};
+        branch.blocks.resize(2);
+        c.new_index = i;
+        c.block(kt.body, branch.blocks[0]);
+        into.stmts.push_back(std::move(branch));
+      };
+      if (passes == 1) {
+        guarded(body, kNoValue);
+      } else if (passes > 1) {
+        Stmt loop;
+        loop.op = Op::kFor;
+        loop.type = DType::kI32;
+        loop.args = {w.i32(0), w.i32(passes)};
+        loop.result = f.fresh();
+        loop.blocks.resize(1);
+        guarded(loop.blocks[0], loop.result);
+        body.stmts.push_back(std::move(loop));
+      }
+      w.barrier();  // what this launch wrote, visible to the next
+    }
+  }
+  t.body.stmts.push_back(std::move(rep));
+  f.tasks.push_back(std::move(t));
+  return out;
+}
+
+}  // namespace vkad::codegen

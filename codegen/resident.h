@@ -1,0 +1,65 @@
+// Resident kernels: a captured step loop of small launches rolled into one kernel that runs as a
+// single workgroup, its launches separated by workgroup barriers instead of dispatches.
+//
+// Why: a differentiable simulation of a few hundred particles or springs (DiffTaichi's
+// mass_spring: ranges of 1 to ~60) launches thousands of tiny dependent kernels per iteration.
+// On a GPU each dependent dispatch costs its barrier and drain (~3 us on an H100) while the
+// work is a few hundred instructions. One workgroup that walks the loop itself pays a
+// workgroup barrier per launch instead (tens of nanoseconds), at the price of running on one
+// compute unit: right for small ranges only (Session picks the launches; api/graph_fusion.cpp).
+//
+// The loop is what the capture shows: a period of launches repeated `reps` times with the same
+// kernels and arrays, each integer scalar argument changing by a fixed step per repetition
+// (DiffTaichi's step index t) and every other scalar unchanged. The rolled kernel has one
+// parallel task over [0, local_size) with that local size (exactly one workgroup); its body:
+//
+//   for r in [0, reps):
+//     for each member launch m, each task of its kernel:
+//       for k in [0, ceil(range / local_size)):     (no loop when one pass covers the range)
+//         i = begin + k * local_size + invocation
+//         if i < end: member body with index i and scalars s + r * step
+//       barrier
+//
+// Ranges are the capture's (constants: the arrays are fixed and a rolled launch's scalar that
+// decides a range must not step), so the kernel states every loop's trip count.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "codegen/ir.h"
+
+namespace vkad::codegen {
+
+// One launch of the repeated period, as launched in the first repetition.
+struct ResidentMember {
+  const Kernel* kernel = nullptr;
+  // Per parameter: the identity of the array bound to it (nonzero, equal exactly for equal
+  // arrays), 0 for a scalar.
+  std::vector<uint64_t> arrays;
+  // Per parameter: what an i32 scalar argument gains per repetition (0 otherwise).
+  std::vector<int64_t> step;
+  // Per task of the kernel: its evaluated range [begin, end) (the same in every repetition).
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+};
+
+// Whether launches of `k` may be rolled: every task a parallel 1-d task (not serial, no N-d
+// range), no adstack statement, no stated trip bound, no barrier.
+bool residable(const Kernel& k);
+
+// The rolled kernel of `period` repeated `reps` times (see the file comment). Parameters: one
+// per distinct array (first use), one per scalar parameter of each member; the launch passes
+// the first repetition's scalars. `param_map[m][p]`: the rolled parameter of member m's
+// parameter p. Errors: an empty period, a member not residable, a stepping scalar that is not
+// i32, local_size 0.
+struct ResidentKernel {
+  Kernel kernel;
+  std::vector<std::vector<uint32_t>> param_map;
+};
+Result<ResidentKernel> roll_launches(std::span<const ResidentMember> period, uint32_t reps,
+                                     uint32_t local_size, const std::string& name);
+
+}  // namespace vkad::codegen

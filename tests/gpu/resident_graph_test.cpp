@@ -1,0 +1,244 @@
+// Resident step loops at Session::end_capture (codegen/resident.h, README "Resident step
+// loops"): a captured loop of small launches -- a neighbour read fusion cannot merge, an
+// atomic reduction, a one-element launch with a float scalar -- becomes one launch of a
+// single-workgroup kernel whose phases meet at workgroup barriers. Its results are those of
+// the launches one by one on the CPU evaluator; an update of a rolled launch's scalar falls
+// back to the graph as captured; the off switch and the range limit keep the launches.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "codegen/cpu_eval.h"
+#include "codegen/text.h"
+#include "runtime/runtime.h"
+#include "vkad.h"
+
+namespace vkad::testing {
+namespace {
+
+// y[t, i] = x[t, i] + 0.25 * (x[t, (i + 1) % n] - x[t, i]): reads a neighbour's element.
+constexpr const char* kSpread = R"(
+kernel spread(t: i32, x: ndarray<f32, 2>, y: ndarray<f32, 2>) {
+  task main parallel %i in [0, shape(y, 1)) {
+    %t = arg t : i32
+    %n = shape y 1 : i32
+    %one = const 1 : i32
+    %j0 = add %i, %one : i32
+    %j = mod %j0, %n : i32
+    %a = load x[%t, %i] : f32
+    %b = load x[%t, %j] : f32
+    %d = sub %b, %a : f32
+    %q = const 0.25 : f32
+    %e = mul %d, %q : f32
+    %r = add %a, %e : f32
+    store y[%t, %i], %r
+  }
+}
+)";
+
+// x[t + 1, i] = 0.75 * y[t, i] + m[t]; total[0] += y[t, i].
+constexpr const char* kAdvance = R"(
+kernel advance(t: i32, y: ndarray<f32, 2>, m: ndarray<f32, 1>, x: ndarray<f32, 2>,
+               total: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(y, 1)) {
+    %t = arg t : i32
+    %y = load y[%t, %i] : f32
+    %k = const 0.75 : f32
+    %s = mul %y, %k : f32
+    %m = load m[%t] : f32
+    %v = add %s, %m : f32
+    %one = const 1 : i32
+    %u = add %t, %one : i32
+    store x[%u, %i], %v
+    %z = const 0 : i32
+    atomic_add total[%z], %y
+  }
+}
+)";
+
+// m[t] = c * t: one element, a float scalar that stays the same in every step.
+constexpr const char* kMark = R"(
+kernel mark(t: i32, c: f32, m: ndarray<f32, 1>) {
+  task main parallel %i in [0, 1) {
+    %t = arg t : i32
+    %c = arg c : f32
+    %tf = cast %t : f32
+    %v = mul %c, %tf : f32
+    store m[%t], %v
+  }
+}
+)";
+
+constexpr uint32_t kN = 40;
+constexpr uint32_t kT = 30;
+constexpr float kC = 0.01f;
+
+struct Program {
+  std::unique_ptr<Session> s;
+  KernelHandle spread, advance, mark;
+  NdArrayHandle x, y, m, total;
+  std::vector<float> x0;
+};
+
+std::unique_ptr<Program> make_program(uint32_t resident_max_range, bool* skipped) {
+  SessionOptions o;
+  o.validation = true;
+  o.resident_max_range = resident_max_range;
+  auto r = Session::create(o);
+  if (!r.ok() && r.status().code() == ErrorCode::kNoDevice) {
+    *skipped = true;
+    return nullptr;
+  }
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  if (!r.ok()) return nullptr;
+  auto p = std::make_unique<Program>();
+  p->s = std::move(r).value();
+  Session& s = *p->s;
+  p->spread = *s.compile(std::string_view(kSpread));
+  p->advance = *s.compile(std::string_view(kAdvance));
+  p->mark = *s.compile(std::string_view(kMark));
+  p->x = *s.ndarray(DType::kF32, {kT + 1, kN}, "x");
+  p->y = *s.ndarray(DType::kF32, {kT, kN}, "y");
+  p->m = *s.ndarray(DType::kF32, {kT}, "m");
+  p->total = *s.ndarray(DType::kF32, {1}, "total");
+  p->x0.assign(size_t{kT + 1} * kN, 555.0f);  // junk past row 0: the loop must write it
+  for (uint32_t i = 0; i < kN; ++i) p->x0[i] = std::sin(0.3f * static_cast<float>(i));
+  EXPECT_TRUE(s.upload(p->x, std::span<const float>(p->x0)).ok());
+  return p;
+}
+
+// Per step: the controller value, the neighbour spread, the state update; a fill first.
+Status record(Program& p) {
+  Session& s = *p.s;
+  VKAD_TRY(s.zero(p.total));
+  for (uint32_t t = 0; t < kT; ++t) {
+    const Arg ti = Arg::i32(static_cast<int32_t>(t));
+    VKAD_TRY(s.launch(p.mark, {ti, Arg::f32(kC), Arg::ndarray(p.m)}));
+    VKAD_TRY(s.launch(p.spread, {ti, Arg::ndarray(p.x), Arg::ndarray(p.y)}));
+    VKAD_TRY(s.launch(p.advance, {ti, Arg::ndarray(p.y), Arg::ndarray(p.m), Arg::ndarray(p.x),
+                                  Arg::ndarray(p.total)}));
+  }
+  return {};
+}
+
+// The same launches one by one on the CPU evaluator; `c3`: the scalar c of step 3.
+void expected(const Program& p, float c3, std::vector<double>* x, double* total) {
+  auto parse = [](const char* t) { return *codegen::parse(t); };
+  const codegen::Kernel spread = parse(kSpread), advance = parse(kAdvance), mark = parse(kMark);
+  codegen::HostArray hx(DType::kF32, {kT + 1, kN}), hy(DType::kF32, {kT, kN}),
+      hm(DType::kF32, {kT}), ht(DType::kF32, {1});
+  for (size_t i = 0; i < p.x0.size(); ++i) hx.data[i] = p.x0[i];
+  for (uint32_t t = 0; t < kT; ++t) {
+    using codegen::HostArg;
+    const double c = t == 3 ? c3 : kC;
+    ASSERT_TRUE(codegen::evaluate(
+                    mark, std::vector<HostArg>{HostArg::of(t), HostArg::of(c), HostArg::of(hm)})
+                    .ok());
+    ASSERT_TRUE(codegen::evaluate(
+                    spread, std::vector<HostArg>{HostArg::of(t), HostArg::of(hx), HostArg::of(hy)})
+                    .ok());
+    ASSERT_TRUE(codegen::evaluate(
+                    advance, std::vector<HostArg>{HostArg::of(t), HostArg::of(hy), HostArg::of(hm),
+                                                  HostArg::of(hx), HostArg::of(ht)})
+                    .ok());
+  }
+  *x = hx.data;
+  *total = ht.data[0];
+}
+
+// Every operation is an f32 add or multiply, correctly rounded on both sides, so the state
+// matches to a few ulps of accumulated contraction / ordering differences; |x| <= 1 + kT * kC
+// (the spread and the 0.75 keep it bounded), so 1e-5 absolute is ~100 ulps. The total is a
+// sum of kT * kN terms of |y| <= 1.3 in another order (atomics): its rounding error is at most
+// kT * kN * 2^-24 * 1.3 * kT * kN ~ 1e-1 in the worst case, 1e-3 is ample for random order
+// (sqrt growth) and still fails on one lost or doubled term (>= 1e-2 here).
+void expect_matches(Program& p, float c3) {
+  std::vector<double> x;
+  double total = 0;
+  expected(p, c3, &x, &total);
+  std::vector<float> gx(x.size()), gt(1);
+  ASSERT_TRUE(p.s->download(p.x, std::span<float>(gx)).ok());
+  ASSERT_TRUE(p.s->download(p.total, std::span<float>(gt)).ok());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(gx[i], x[i], 1e-5) << "x element " << i;
+  EXPECT_NEAR(gt[0], total, 1e-3);
+}
+
+void expect_clean(Program& p) {
+  const rhi::Device& d = p.s->runtime().device();
+  std::string all;
+  for (const std::string& m : d.validation_messages()) all += m + "\n";
+  EXPECT_EQ(d.validation_message_count(), 0u) << all;
+}
+
+size_t graph_steps(Program& p, GraphHandle g) {
+  Result<size_t> n = p.s->runtime().graph_steps(g);
+  EXPECT_TRUE(n.ok()) << n.status().to_string();
+  return n.ok() ? *n : 0;
+}
+
+TEST(ResidentGraph, AStepLoopRunsAsOneLaunchWithTheLaunchesResults) {
+  bool skipped = false;
+  auto p = make_program(1024, &skipped);
+  if (skipped) GTEST_SKIP() << "no Vulkan device";
+  ASSERT_NE(p, nullptr);
+  ASSERT_TRUE(p->s->begin_capture("loop").ok());
+  ASSERT_TRUE(record(*p).ok());
+  Result<GraphHandle> g = p->s->end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  // The fill and one resident launch instead of 3 * kT launches.
+  EXPECT_EQ(graph_steps(*p, *g), 2u);
+  EXPECT_EQ(p->s->stats()->rolled_launches, 3u * kT);
+  for (int rep = 0; rep < 2; ++rep) {  // a second replay starts from the first one's junk
+    ASSERT_TRUE(p->s->replay(*g).ok());
+    ASSERT_TRUE(p->s->synchronize().ok());
+    expect_matches(*p, kC);
+  }
+  expect_clean(*p);
+}
+
+TEST(ResidentGraph, AnUpdateOfARolledLaunchReplaysTheGraphAsCaptured) {
+  bool skipped = false;
+  auto p = make_program(1024, &skipped);
+  if (skipped) GTEST_SKIP() << "no Vulkan device";
+  ASSERT_NE(p, nullptr);
+  ASSERT_TRUE(p->s->begin_capture("loop").ok());
+  ASSERT_TRUE(record(*p).ok());
+  Result<GraphHandle> g = p->s->end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  // Launch 9 is step 3's mark (3 launches per step); parameter 1 its c. The resident kernel
+  // has one c for every step: only the launches as captured can take a different one.
+  const float c3 = 0.5f;
+  GraphUpdate u{9, 1, Arg::f32(c3)};
+  ASSERT_TRUE(p->s->replay(*g, std::span<const GraphUpdate>(&u, 1)).ok());
+  ASSERT_TRUE(p->s->synchronize().ok());
+  expect_matches(*p, c3);
+  ASSERT_TRUE(p->s->replay(*g).ok());  // the update stays
+  ASSERT_TRUE(p->s->synchronize().ok());
+  expect_matches(*p, c3);
+  expect_clean(*p);
+}
+
+TEST(ResidentGraph, OffOrPastTheRangeLimitTheLaunchesStay) {
+  for (uint32_t limit : {0u, kN - 1}) {
+    bool skipped = false;
+    auto p = make_program(limit, &skipped);
+    if (skipped) GTEST_SKIP() << "no Vulkan device";
+    ASSERT_NE(p, nullptr);
+    ASSERT_TRUE(p->s->begin_capture("loop").ok());
+    ASSERT_TRUE(record(*p).ok());
+    Result<GraphHandle> g = p->s->end_capture();
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    // Not rolled: the spread's neighbour read keeps it apart from fusion, the mark has
+    // another range; at least spread and mark of every step remain launches.
+    EXPECT_GE(graph_steps(*p, *g), 1 + 2 * kT) << "limit " << limit;
+    ASSERT_TRUE(p->s->replay(*g).ok());
+    ASSERT_TRUE(p->s->synchronize().ok());
+    expect_matches(*p, kC);
+    expect_clean(*p);
+  }
+}
+
+}  // namespace
+}  // namespace vkad::testing

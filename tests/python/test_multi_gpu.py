@@ -1,0 +1,130 @@
+"""Several sessions: vkad.devices() and choosing a session's device by index or UUID, CUDA
+ordinals matched by UUID, and examples/multi_gpu/train.py's data-parallel training with two
+sessions on the same device (lavapipe here), as threads of one process and as two processes
+(torch.distributed gloo over localhost), each against one session over the whole batch within
+the f32 reduction-order bound that train.check_against_single derives."""
+import importlib.util
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+import vkad
+vkad_devices = sys.modules["vkad.devices"]  # the module (vkad.devices is the function)
+
+EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "multi_gpu" / "train.py"
+
+
+def _load_train():
+    spec = importlib.util.spec_from_file_location("multi_gpu_train", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["multi_gpu_train"] = module  # dataclasses / pickling look modules up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+train = _load_train()
+
+
+def test_devices_are_listed_in_index_order_with_uuids(session):
+    listed = vkad.devices()
+    assert listed, "a session exists, so a device does"
+    assert [d.index for d in listed] == list(range(len(listed)))
+    assert sum(d.automatic for d in listed) == 1
+    for d in listed:
+        assert vkad.normalize_uuid(d.uuid) == d.uuid and len(d.uuid) == 36
+        assert d.usable == (d.unusable == "")
+        assert d.cpu == (d.kind == "CPU")
+    auto = next(d for d in listed if d.automatic)
+    assert session.device_uuid == auto.uuid and session.device_name == auto.name
+
+
+def test_a_session_opens_the_device_its_uuid_or_index_names():
+    for d in vkad.devices():
+        if not d.usable:
+            continue
+        for how in (d.uuid, "GPU-" + d.uuid.upper(), d.index):
+            s = vkad.Session(device=how)
+            try:
+                assert s.device_uuid == d.uuid, how
+                assert s.validation_messages() == []
+            finally:
+                s.close()
+
+
+def test_an_unknown_uuid_is_not_found_naming_the_devices_present():
+    first = vkad.devices()[0]
+    with pytest.raises(vkad.NotFoundError, match="no device has UUID 00000000-0000-0000-0000-"
+                                                 "0000000000ff; present: .*" + first.uuid):
+        vkad.Session(device="GPU-00000000-0000-0000-0000-0000000000ff")
+
+
+def test_uuid_forms_normalize():
+    raw = bytes(range(16))
+    want = "00010203-0405-0607-0809-0a0b0c0d0e0f"
+    assert vkad.normalize_uuid(raw) == want
+    assert vkad.normalize_uuid("GPU-" + want.upper()) == want
+    assert vkad.normalize_uuid(want.replace("-", "")) == want
+    assert vkad.normalize_uuid("GPU-0001") is None
+    assert vkad.normalize_uuid(b"short") is None
+
+
+def test_cuda_ordinals_are_matched_by_uuid(monkeypatch):
+    """With CUDA reporting the second of two UUIDs as ordinal 0 (and the first as 1), the
+    Vulkan device with that UUID gets ordinal 0: matching goes by UUID, not by position."""
+    listed = vkad.devices(cuda=False)
+    target = listed[0].uuid
+    other = "ffffffff-ffff-ffff-ffff-ffffffffffff"
+    monkeypatch.setattr(vkad_devices, "cuda_uuids", lambda: [target, other])
+    assert vkad.devices()[0].cuda_ordinal == 0
+    assert vkad.device_for_cuda(0).index == listed[0].index
+    with pytest.raises(vkad.NotFoundError, match="CUDA device 1 .* is not a Vulkan device"):
+        vkad.device_for_cuda(1)
+    with pytest.raises(vkad.NotFoundError, match="CUDA device 2: this process sees 2"):
+        vkad.device_for_cuda(2)
+    monkeypatch.setattr(vkad_devices, "cuda_uuids", lambda: [other, target])
+    assert vkad.devices()[0].cuda_ordinal == 1
+    monkeypatch.setattr(vkad_devices, "cuda_uuids", lambda: [])
+    assert vkad.devices()[0].cuda_ordinal is None
+
+
+# The data-parallel runs: 2048 particles, 8 substeps, 3 iterations; two ranks of 1024.
+ARGS = ["--particles", "2048", "--steps", "8", "--iters", "3", "--warmup", "0", "--lr", "2.0"]
+
+
+def _check(records, session):
+    """Both ranks on this session's device, no validation message, the same parameters, and
+    every iteration equal to one session over the whole batch within the derived bound; and
+    the bound is tight enough to see a missing all-reduce (rank 0's own share of the
+    gradient lies outside it)."""
+    assert [r["particles"] for r in records] == [[0, 1024], [1024, 2048]]
+    for r in records:
+        assert r["device_uuid"] == session.device_uuid
+        assert r["validation_messages"] == []
+    check = train.check_against_single(records, steps=8, total=2048, session=session)
+    for row in check["iterations"]:
+        assert row["ok"], row
+        assert np.all(np.array(row["grad_tol"]) < 0.01 * np.array(row["grad_abs_terms"]))
+        assert any(d > t for d, t in zip(row["rank0_share_diff"], row["grad_tol"])), \
+            "the tolerance would not notice a rank's gradient left unreduced"
+    losses = records[0]["history"]["loss"]
+    assert losses[-1] < losses[0], "training lowers the loss"
+
+
+def _args(session, *more):
+    # Both ranks on the test session's device (on a machine with two GPUs the example would
+    # otherwise give rank 1 the second one).
+    return train.parse(ARGS + ["--devices", "2", "--device", session.device_uuid] + list(more))
+
+
+def test_two_sessions_on_threads_equal_one_session(session):
+    pytest.importorskip("torch.distributed")
+    records = train.launch_threads(_args(session, "--threads"), 2)
+    _check(records, session)
+
+
+def test_two_processes_with_gloo_equal_one_session(session):
+    pytest.importorskip("torch.distributed")
+    records = train.launch_processes(_args(session), 2)
+    _check(records, session)

@@ -1,0 +1,159 @@
+// Resident kernels (codegen/resident.h) and the barrier they are built on (ir.h, kBarrier):
+// where the verifier admits a barrier, what the evaluators and reverse mode say of one, and
+// the rolled kernel's shape (it verifies, prints and parses back; arrays shared by identity;
+// only i32 scalars step). Their results are checked on a device (tests/gpu/resident_graph_test).
+#include "codegen/resident.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "codegen/cpu_eval.h"
+#include "codegen/reverse_mode.h"
+#include "codegen/text.h"
+#include "codegen/verifier.h"
+
+namespace vkad::codegen {
+namespace {
+
+// A one-workgroup kernel whose body is `body` (x: f32 array, n: i32 scalar).
+std::string one_group(const std::string& body, const std::string& range = "[0, 64) local_size 64") {
+  return "kernel k(n: i32, x: ndarray<f32, 1>) {\n  task main parallel %i in " + range + " {\n" +
+         body + "  }\n}\n";
+}
+
+Status verify_text(const std::string& text) {
+  Result<Kernel> k = parse(text);
+  if (!k.ok()) return k.status();
+  return verify(*k);
+}
+
+TEST(Barrier, VerifiesAtTheTopAndInUniformLoopsOfOneWorkgroup) {
+  EXPECT_TRUE(verify_text(one_group("    barrier\n")).ok());
+  const std::string loop =
+      "    %n = arg n : i32\n    %z = const 0 : i32\n"
+      "    for %r in [%z, %n) {\n      %v = load x[%i] : f32\n      barrier\n"
+      "      store x[%i], %v\n    }\n";
+  EXPECT_TRUE(verify_text(one_group(loop)).ok()) << verify_text(one_group(loop)).to_string();
+}
+
+TEST(Barrier, IsRefusedWhereInvocationsMayDivergeOrTheTaskIsNotOneWorkgroup) {
+  const std::string top = "    barrier\n";
+  for (const std::string& range : {std::string("[0, shape(x, 0)) local_size 64"),
+                                   std::string("[0, 64)"), std::string("[0, 128) local_size 64")}) {
+    Status st = verify_text(one_group(top, range));
+    EXPECT_FALSE(st.ok()) << range;
+    EXPECT_NE(st.message().find("not one workgroup"), std::string::npos) << st.message();
+  }
+  const std::string in_if =
+      "    %z = const 0 : i32\n    %c = lt %i, %z : bool\n    if %c {\n      barrier\n    }\n";
+  // A bound read from memory, and a loop that may leave early, differ between invocations.
+  const std::string varying_bound =
+      "    %z = const 0 : i32\n    %v = load x[%i] : f32\n    %e = cast %v : i32\n"
+      "    for %r in [%z, %e) {\n      barrier\n    }\n";
+  const std::string by_index =
+      "    %z = const 0 : i32\n    for %r in [%z, %i) {\n      barrier\n    }\n";
+  const std::string breaks =
+      "    %z = const 0 : i32\n    %n = arg n : i32\n    for %r in [%z, %n) {\n      barrier\n"
+      "      %c = lt %r, %i : bool\n      if %c {\n        break\n      }\n    }\n";
+  for (const std::string& body : {in_if, varying_bound, by_index, breaks}) {
+    Status st = verify_text(one_group(body));
+    EXPECT_FALSE(st.ok()) << body;
+    EXPECT_NE(st.message().find("may diverge"), std::string::npos) << st.message();
+  }
+}
+
+TEST(Barrier, TheReferenceAndReverseModeRefuseIt) {
+  Result<Kernel> k =
+      parse(one_group("    %v = load x[%i] : f32\n    barrier\n    store x[%i], %v\n"));
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  HostArray x(DType::kF32, {64});
+  std::vector<HostArg> args{HostArg::of(1.0), HostArg::of(x)};
+  Result<EvalResult> e = evaluate(*k, args);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("barrier"), std::string::npos) << e.status().message();
+  Result<Kernel> adj = make_adjoint(*k);
+  ASSERT_FALSE(adj.ok());
+  EXPECT_NE(adj.status().message().find("barrier cannot be differentiated"), std::string::npos)
+      << adj.status().message();
+}
+
+constexpr const char* kStep = R"(
+kernel step(t: i32, c: f32, x: ndarray<f32, 2>) {
+  task main parallel %i in [0, shape(x, 1)) {
+    %t = arg t : i32
+    %c = arg c : f32
+    %v = load x[%t, %i] : f32
+    %w = mul %v, %c : f32
+    %one = const 1 : i32
+    %u = add %t, %one : i32
+    store x[%u, %i], %w
+  }
+}
+)";
+
+TEST(RollLaunches, TheRolledKernelVerifiesSharesArraysAndStepsI32Scalars) {
+  Kernel k = *parse(kStep);
+  ResidentMember a{&k, {0, 0, 7}, {1, 0, 0}, {{0, 100}}};
+  ResidentMember b{&k, {0, 0, 7}, {1, 0, 0}, {{0, 100}}};
+  std::vector<ResidentMember> period{a, b};
+  Result<ResidentKernel> r = roll_launches(period, 5, 64, "rolled");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(verify(r->kernel).ok()) << verify(r->kernel).to_string() << print(r->kernel);
+  // One array (identity 7) for both members; each member's scalars its own.
+  ASSERT_EQ(r->kernel.params.size(), 5u);
+  EXPECT_EQ(r->param_map[0][2], r->param_map[1][2]);
+  EXPECT_NE(r->param_map[0][0], r->param_map[1][0]);
+  const std::string text = print(r->kernel);
+  Result<Kernel> back = parse(text);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(print(*back), text);
+  // 100 elements in a workgroup of 64: two passes per launch, each launch then a barrier.
+  size_t barriers = 0;
+  for (size_t at = text.find("barrier"); at != std::string::npos;
+       at = text.find("barrier", at + 1)) {
+    ++barriers;
+  }
+  EXPECT_EQ(barriers, 2u);  // per member, inside the repetition loop
+  EXPECT_NE(text.find("local_size 64"), std::string::npos) << text;
+
+  ResidentMember f32_steps{&k, {0, 0, 7}, {1, 1, 0}, {{0, 100}}};
+  Result<ResidentKernel> bad = roll_launches(std::vector<ResidentMember>{f32_steps}, 5, 64, "bad");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("not an i32 scalar"), std::string::npos);
+}
+
+TEST(RollLaunches, AdstackAdjointsAndSerialTasksAreNotResidable) {
+  EXPECT_TRUE(residable(*parse(kStep)));
+  Kernel serial = *parse(
+      "kernel s(x: ndarray<f32, 1>) {\n  task main serial %i in [0, 4) {\n    %v = load x[%i] : "
+      "f32\n"
+      "    store x[%i], %v\n  }\n}\n");
+  EXPECT_FALSE(residable(serial));
+  // A loop whose trip count is data-dependent gets an adstack in its adjoint.
+  Kernel loop = *parse(R"(
+kernel l(n: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %n = arg n : i32
+    %z = const 0 : i32
+    %a = alloca : f32
+    %v = load x[%i] : f32
+    store_local %a, %v
+    for %j in [%z, %n) max_trip(8) {
+      %b = load_local %a : f32
+      %s = sin %b : f32
+      store_local %a, %s
+    }
+    %r = load_local %a : f32
+    store y[%i], %r
+  }
+}
+)");
+  Result<Kernel> adj = make_adjoint(loop);
+  ASSERT_TRUE(adj.ok()) << adj.status().to_string();
+  EXPECT_FALSE(residable(*adj));
+}
+
+}  // namespace
+}  // namespace vkad::codegen
