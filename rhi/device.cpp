@@ -299,8 +299,6 @@ Capabilities capabilities_from(const DeviceFacts& facts, bool use_push_descripto
   c.max_push_constants_size = lim.maxPushConstantsSize;
   c.min_storage_buffer_offset_alignment = lim.minStorageBufferOffsetAlignment;
   c.non_coherent_atom_size = lim.nonCoherentAtomSize ? lim.nonCoherentAtomSize : 1;
-  std::copy(std::begin(facts.p11.deviceUUID), std::end(facts.p11.deviceUUID),
-            c.device_uuid.begin());
   for (uint32_t i = 0; i < facts.memory.memoryHeapCount; ++i) {
     c.heaps.push_back({facts.memory.memoryHeaps[i].size,
                        (facts.memory.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});

@@ -190,8 +190,6 @@ struct Capabilities {
   uint64_t min_storage_buffer_offset_alignment = 0;
   uint64_t non_coherent_atom_size = 1;  // flush / invalidate granularity of mapped memory
   std::vector<MemoryHeap> heaps;
-  // VkPhysicalDeviceIDProperties::deviceUUID: what CUDA's cuDeviceGetUuid matches.
-  std::array<uint8_t, 16> device_uuid{};
   // Device-local blocks are allocated exportable as opaque fds (DeviceOptions::export_memory),
   // and the streams' timeline semaphores are exportable as opaque fds.
   bool export_memory_fd = false;
