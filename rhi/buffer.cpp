@@ -31,6 +31,10 @@ Result<Buffer> Device::create_buffer(const BufferDesc& desc) {
   info.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                VK_BUFFER_USAGE_TRANSFER_DST_BIT;
   info.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  // Device-local blocks are exportable on such devices (memory_allocator.h, kDeviceLocal).
+  VkExternalMemoryBufferCreateInfo external{VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO};
+  external.handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
+  if (caps_.export_memory_fd && desc.usage == MemoryUsage::kDeviceLocal) info.pNext = &external;
   VkBuffer buffer = VK_NULL_HANDLE;
   VKAD_TRY(vk("vkCreateBuffer", [&] { return fn_->vkCreateBuffer(device_, &info, nullptr, &buffer); }));
   VkMemoryRequirements reqs;
@@ -55,6 +59,51 @@ Result<Buffer> Device::create_buffer(const BufferDesc& desc) {
   ++live_.buffers;
   ++live_.created;
   return Buffer(this, buffer, *alloc, desc.size);
+}
+
+Result<int> Device::export_memory_fd(const Allocation& allocation) {
+  VKAD_TRY(status());
+  if (!allocator_->block_info(allocation).exportable) {
+    return make_error(ErrorCode::kUnsupported,
+                      "export of device memory: the block is not exportable on '" +
+                          caps_.device_name + "' (Capabilities::export_memory_fd)");
+  }
+  VkMemoryGetFdInfoKHR info{VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR};
+  info.memory = allocation.memory;
+  info.handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
+  int fd = -1;
+  VKAD_TRY(vk("vkGetMemoryFdKHR", [&] { return fn_->vkGetMemoryFdKHR(device_, &info, &fd); }));
+  return fd;
+}
+
+namespace {
+// The atom-aligned range of the block that covers [offset, offset + size).
+VkMappedMemoryRange mapped_range(const Allocation& a, uint64_t atom) {
+  VkMappedMemoryRange r{VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE};
+  r.memory = a.memory;
+  r.offset = a.offset / atom * atom;
+  // Rounded up to the atom; VK_WHOLE_SIZE would be simpler but touches the whole block.
+  r.size = (a.offset + a.size - r.offset + atom - 1) / atom * atom;
+  return r;
+}
+}  // namespace
+
+Status Device::flush_mapped(const Allocation& a) {
+  if (a.mapped == nullptr || allocator_->block_info(a).host_coherent) return {};
+  const uint64_t block = allocator_->block_info(a).bytes;
+  VkMappedMemoryRange r = mapped_range(a, caps_.non_coherent_atom_size);
+  if (r.offset + r.size > block) r.size = VK_WHOLE_SIZE;
+  return vk("vkFlushMappedMemoryRanges",
+            [&] { return fn_->vkFlushMappedMemoryRanges(device_, 1, &r); });
+}
+
+Status Device::invalidate_mapped(const Allocation& a) {
+  if (a.mapped == nullptr || allocator_->block_info(a).host_coherent) return {};
+  const uint64_t block = allocator_->block_info(a).bytes;
+  VkMappedMemoryRange r = mapped_range(a, caps_.non_coherent_atom_size);
+  if (r.offset + r.size > block) r.size = VK_WHOLE_SIZE;
+  return vk("vkInvalidateMappedMemoryRanges",
+            [&] { return fn_->vkInvalidateMappedMemoryRanges(device_, 1, &r); });
 }
 
 }  // namespace vkad::rhi

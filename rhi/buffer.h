@@ -39,6 +39,8 @@ class Buffer {
   uint64_t size() const { return size_; }
   // Host pointer for kUpload / kReadback buffers (coherent memory); null for device-local.
   std::byte* mapped() const { return buffer_.deleter().allocation.mapped; }
+  // Where the buffer's memory lives (block, offset, size).
+  const Allocation& allocation() const { return buffer_.deleter().allocation; }
   // Recorded by CommandList whenever a command uses this buffer.
   ResourceUse& use() { return buffer_.deleter().use; }
   const ResourceUse& use() const { return buffer_.deleter().use; }

@@ -108,7 +108,9 @@ std::string Capabilities::to_string() const {
     << " x " << max_workgroup_count[2] << "\n"
     << "max workgroup size:     " << max_workgroup_size[0] << " x " << max_workgroup_size[1]
     << " x " << max_workgroup_size[2] << " (" << max_workgroup_invocations << " invocations)\n"
-    << "max push constants:     " << max_push_constants_size << " bytes\n";
+    << "max push constants:     " << max_push_constants_size << " bytes\n"
+    << "exportable memory (fd): " << yn(export_memory_fd) << ", timeline semaphore "
+    << yn(export_semaphore_fd) << "\n";
   for (size_t i = 0; i < heaps.size(); ++i) {
     o << "memory heap " << i << ":          " << (heaps[i].size >> 20) << " MiB"
       << (heaps[i].device_local ? " (device-local)" : "") << "\n";
@@ -165,6 +167,9 @@ DeviceFacts gather_device_facts(VkPhysicalDevice pd, uint32_t queue_family) {
   vkEnumerateDeviceExtensionProperties(pd, nullptr, &ext_count, exts.data());
   f.has_atomic_float_ext = has_extension(exts, VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME);
   f.has_push_descriptor_ext = has_extension(exts, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+  f.has_external_memory_fd_ext = has_extension(exts, VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME);
+  f.has_external_semaphore_fd_ext =
+      has_extension(exts, VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME);
 
   f.atomic_float = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_FEATURES_EXT};
   f.f12 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
@@ -195,6 +200,52 @@ DeviceFacts gather_device_facts(VkPhysicalDevice pd, uint32_t queue_family) {
   if (queue_family < qn) f.queue_family = fams[queue_family];
   vkGetPhysicalDeviceMemoryProperties(pd, &f.memory);
   return f;
+}
+
+// VKAD_EXPORT_MEMORY=0 (or "off", "false") in the environment.
+bool env_off(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return false;
+  const std::string s(v);
+  return s == "0" || s == "off" || s == "false";
+}
+
+// Whether device-local blocks and timeline semaphores can be made exportable as opaque fds, for
+// sharing with CUDA (DeviceOptions::export_memory). Only where device-local memory is not
+// host-visible: on unified-memory devices (lavapipe, integrated GPUs) the host maps the memory
+// itself, and such a device's blocks are shared by upload buffers too.
+void decide_exports(VkPhysicalDevice pd, const DeviceFacts& f, Capabilities* c) {
+  const uint32_t host_visible = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT;
+  for (uint32_t i = 0; i < f.memory.memoryTypeCount; ++i) {
+    const uint32_t flags = f.memory.memoryTypes[i].propertyFlags;
+    if ((flags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) && !(flags & host_visible)) break;
+    if (i + 1 == f.memory.memoryTypeCount) return;  // no device-local type the host cannot see
+  }
+  if (f.has_external_memory_fd_ext) {
+    VkPhysicalDeviceExternalBufferInfo info{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_BUFFER_INFO};
+    info.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                 VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    info.handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
+    VkExternalBufferProperties props{VK_STRUCTURE_TYPE_EXTERNAL_BUFFER_PROPERTIES};
+    vkGetPhysicalDeviceExternalBufferProperties(pd, &info, &props);
+    const VkExternalMemoryFeatureFlags feats =
+        props.externalMemoryProperties.externalMemoryFeatures;
+    // Sub-allocated blocks cannot be dedicated allocations: a driver that needs them is skipped.
+    c->export_memory_fd = (feats & VK_EXTERNAL_MEMORY_FEATURE_EXPORTABLE_BIT) &&
+                          !(feats & VK_EXTERNAL_MEMORY_FEATURE_DEDICATED_ONLY_BIT);
+  }
+  if (c->export_memory_fd && f.has_external_semaphore_fd_ext && c->timeline_semaphore) {
+    VkSemaphoreTypeCreateInfo type{VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO};
+    type.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+    VkPhysicalDeviceExternalSemaphoreInfo info{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_SEMAPHORE_INFO};
+    info.pNext = &type;
+    info.handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT;
+    VkExternalSemaphoreProperties props{VK_STRUCTURE_TYPE_EXTERNAL_SEMAPHORE_PROPERTIES};
+    vkGetPhysicalDeviceExternalSemaphoreProperties(pd, &info, &props);
+    c->export_semaphore_fd =
+        (props.externalSemaphoreFeatures & VK_EXTERNAL_SEMAPHORE_FEATURE_EXPORTABLE_BIT) != 0;
+  }
 }
 
 }  // namespace
@@ -247,6 +298,7 @@ Capabilities capabilities_from(const DeviceFacts& facts, bool use_push_descripto
   c.max_workgroup_invocations = lim.maxComputeWorkGroupInvocations;
   c.max_push_constants_size = lim.maxPushConstantsSize;
   c.min_storage_buffer_offset_alignment = lim.minStorageBufferOffsetAlignment;
+  c.non_coherent_atom_size = lim.nonCoherentAtomSize ? lim.nonCoherentAtomSize : 1;
   for (uint32_t i = 0; i < facts.memory.memoryHeapCount; ++i) {
     c.heaps.push_back({facts.memory.memoryHeaps[i].size,
                        (facts.memory.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
@@ -306,6 +358,8 @@ Status Device::create_logical(const DeviceFacts& facts) {
   std::vector<const char*> dev_ext_names;
   if (facts.has_atomic_float_ext) dev_ext_names.push_back(VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME);
   if (c.push_descriptor) dev_ext_names.push_back(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+  if (c.export_memory_fd) dev_ext_names.push_back(VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME);
+  if (c.export_semaphore_fd) dev_ext_names.push_back(VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME);
 
   std::vector<float> priorities(queue_count_, 1.0f);
   VkDeviceQueueCreateInfo qci{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -384,6 +438,9 @@ Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
   dev->caps_ = ext ? capabilities_from(facts, ext->enabled)
                    : capabilities_from(facts, options.push_descriptors);
   VKAD_TRY(check_required_features(dev->caps_, options.required_features));
+  if (!ext && options.export_memory && !env_off("VKAD_EXPORT_MEMORY")) {
+    decide_exports(dev->physical_, facts, &dev->caps_);
+  }
   if (!ext) VKAD_TRY(dev->create_logical(facts));
   volkLoadDeviceTable(dev->fn_.get(), dev->device_);
   if (!ext) {

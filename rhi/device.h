@@ -89,6 +89,8 @@ struct DeviceFacts {
   VkPhysicalDeviceShaderAtomicFloatFeaturesEXT atomic_float{};
   bool has_atomic_float_ext = false;
   bool has_push_descriptor_ext = false;
+  bool has_external_memory_fd_ext = false;     // VK_KHR_external_memory_fd
+  bool has_external_semaphore_fd_ext = false;  // VK_KHR_external_semaphore_fd
   uint32_t max_push_descriptors = 0;
   VkQueueFamilyProperties queue_family{};
   VkPhysicalDeviceMemoryProperties memory{};
@@ -118,6 +120,12 @@ struct DeviceOptions {
   // Set: share this existing device instead of creating one (see ExternalDevice); `device`
   // (the choice) and enable_validation are then ignored.
   std::optional<ExternalDevice> external;
+  // Make device-local memory exportable as opaque POSIX fds (VK_KHR_external_memory_fd), and
+  // the streams' timeline semaphores too (VK_KHR_external_semaphore_fd), where the device can
+  // and its device-local memory is not host-visible (a discrete GPU): what sharing an array
+  // with CUDA needs (DLPack; README.md, "Sharing arrays with PyTorch, JAX and numpy"). Costs
+  // nothing at run time. Not for an imported device. VKAD_EXPORT_MEMORY=0 turns it off too.
+  bool export_memory = true;
   // Directory of the on-disk driver pipeline cache (rhi/pipeline_cache_file.h); "" = none (the
   // VkPipelineCache then lives as long as the device). runtime::Runtime sets it from
   // RuntimeOptions::cache_dir.
@@ -180,7 +188,12 @@ struct Capabilities {
   // MESA_LLVMPIPE): 65,535 (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS).
   uint32_t max_loop_passes = 0;
   uint64_t min_storage_buffer_offset_alignment = 0;
+  uint64_t non_coherent_atom_size = 1;  // flush / invalidate granularity of mapped memory
   std::vector<MemoryHeap> heaps;
+  // Device-local blocks are allocated exportable as opaque fds (DeviceOptions::export_memory),
+  // and the streams' timeline semaphores are exportable as opaque fds.
+  bool export_memory_fd = false;
+  bool export_semaphore_fd = false;
 
   // Names accepted in DeviceOptions::required_features.
   static const std::vector<std::string>& feature_names();
@@ -292,6 +305,15 @@ class Device final : public ValidationSink {
   void clear_validation_messages();
 
   MemoryAllocator& allocator() { return *allocator_; }
+  // A new opaque POSIX fd for the VkDeviceMemory block of `allocation` (vkGetMemoryFdKHR); the
+  // caller owns it (CUDA's import takes it over). kUnsupported when the block is not
+  // exportable (Capabilities::export_memory_fd off, or a host-visible usage).
+  Result<int> export_memory_fd(const Allocation& allocation);
+  // For mapped memory that is not host-coherent: makes host writes to the allocation visible
+  // to the device (flush) / device writes visible to the host (invalidate; after the writing
+  // submission completed). No-ops for coherent or unmapped memory.
+  Status flush_mapped(const Allocation& allocation);
+  Status invalidate_mapped(const Allocation& allocation);
   const LiveObjects& live() const { return live_; }
   LiveObjects& live_mut() { return live_; }
 

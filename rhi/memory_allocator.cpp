@@ -35,7 +35,7 @@ MemoryAllocator::~MemoryAllocator() {
 }
 
 Result<int> MemoryAllocator::new_block(int memory_type, uint64_t size, bool host_visible,
-                                       bool dedicated) {
+                                       bool dedicated, bool exportable) {
   if (limit_bytes_ != 0 && stats_.block_bytes + size > limit_bytes_) {
     return make_error(ErrorCode::kOutOfDeviceMemory,
                       "vkAllocateMemory of " + std::to_string(size) +
@@ -46,6 +46,9 @@ Result<int> MemoryAllocator::new_block(int memory_type, uint64_t size, bool host
   VkMemoryAllocateInfo info{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
   info.allocationSize = size;
   info.memoryTypeIndex = static_cast<uint32_t>(memory_type);
+  VkExportMemoryAllocateInfo export_info{VK_STRUCTURE_TYPE_EXPORT_MEMORY_ALLOCATE_INFO};
+  export_info.handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
+  if (exportable) info.pNext = &export_info;
   VkDeviceMemory memory = VK_NULL_HANDLE;
   VKAD_TRY(device_.vk("vkAllocateMemory", [&] {
     return device_.fn().vkAllocateMemory(device_.handle(), &info, nullptr, &memory);
@@ -80,6 +83,8 @@ Result<int> MemoryAllocator::new_block(int memory_type, uint64_t size, bool host
   b.mapped = static_cast<std::byte*>(mapped);
   b.memory_type = memory_type;
   b.dedicated = dedicated;
+  b.exportable = exportable;
+  b.id = next_block_id_++;
   stats_.block_bytes += size;
   ++stats_.blocks;
   ++device_.live_mut().memory_blocks;
@@ -89,6 +94,7 @@ Result<int> MemoryAllocator::new_block(int memory_type, uint64_t size, bool host
 
 void MemoryAllocator::free_block(int index) {
   Block& b = blocks_[index];
+  if (block_freed_) block_freed_(b.id);
   stats_.block_bytes -= b.ranges->capacity();
   --stats_.blocks;
   --device_.live_mut().memory_blocks;
@@ -121,27 +127,47 @@ Result<Allocation> MemoryAllocator::allocate(const VkMemoryRequirements& reqs,
   uint64_t alignment = reqs.alignment;
   // Large requests get a block of their own, so they neither waste nor fragment shared blocks.
   bool dedicated = reqs.size > block_bytes_ / 2;
+  // Exportable blocks hold only buffers created exportable (Vulkan requires the buffer to
+  // name the handle type of the memory it is bound to).
+  const bool exportable = usage == MemoryUsage::kDeviceLocal && device_.caps().export_memory_fd;
   if (!dedicated) {
     for (size_t i = 0; i < blocks_.size(); ++i) {
       Block& b = blocks_[i];
-      if (b.memory == VK_NULL_HANDLE || b.dedicated || b.memory_type != type) continue;
+      if (b.memory == VK_NULL_HANDLE || b.dedicated || b.memory_type != type ||
+          b.exportable != exportable) {
+        continue;
+      }
       if (auto offset = b.ranges->allocate(reqs.size, alignment)) {
         stats_.used_bytes += reqs.size;
         ++stats_.allocations;
-        return Allocation{b.memory, *offset, reqs.size, b.mapped ? b.mapped + *offset : nullptr,
-                          type, static_cast<int>(i)};
+        return Allocation{b.memory,  *offset,
+                          reqs.size, b.mapped ? b.mapped + *offset : nullptr,
+                          type,      static_cast<int>(i),
+                          b.id};
       }
     }
   }
-  VKAD_ASSIGN_OR_RETURN(int index,
-                        new_block(type, dedicated ? reqs.size : block_bytes_, host_visible,
-                                  dedicated));
+  VKAD_ASSIGN_OR_RETURN(int index, new_block(type, dedicated ? reqs.size : block_bytes_,
+                                             host_visible, dedicated, exportable));
   Block& b = blocks_[index];
   auto offset = b.ranges->allocate(reqs.size, alignment);
   stats_.used_bytes += reqs.size;
   ++stats_.allocations;
-  return Allocation{b.memory, *offset, reqs.size, b.mapped ? b.mapped + *offset : nullptr, type,
-                    index};
+  return Allocation{b.memory, *offset, reqs.size, b.mapped ? b.mapped + *offset : nullptr,
+                    type,     index,   b.id};
+}
+
+BlockInfo MemoryAllocator::block_info(const Allocation& a) const {
+  BlockInfo info;
+  if (!a.valid() || a.block < 0 || a.block >= static_cast<int>(blocks_.size())) return info;
+  const Block& b = blocks_[a.block];
+  if (b.memory != a.memory) return info;
+  info.id = b.id;
+  info.bytes = b.ranges->capacity();
+  info.exportable = b.exportable;
+  info.host_coherent =
+      (memory_types_[b.memory_type].property_flags & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) != 0;
+  return info;
 }
 
 void MemoryAllocator::free(const Allocation& a) {

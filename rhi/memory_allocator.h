@@ -7,11 +7,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
-#include "rhi/device_plan.h"
 #include "base/status.h"
+#include "rhi/device_plan.h"
 #include "rhi/sub_allocator.h"
 
 namespace vkad::rhi {
@@ -19,9 +20,12 @@ namespace vkad::rhi {
 class Device;
 
 enum class MemoryUsage : uint8_t {
-  kDeviceLocal,  // GPU-only data; never mapped
-  kUpload,       // host-visible + coherent, written by the host, read by the GPU
-  kReadback,     // host-visible + coherent (+ cached where available), read by the host
+  // GPU data (ndarrays, heaps); mapped only where the device's memory is host-visible. With
+  // Capabilities::export_memory_fd its blocks are exportable (opaque fd) and every buffer
+  // bound to them is created with VkExternalMemoryBufferCreateInfo (Device::create_buffer).
+  kDeviceLocal,
+  kUpload,    // host-visible + coherent, written by the host, read by the GPU
+  kReadback,  // host-visible + coherent (+ cached where available), read by the host
 };
 const char* memory_usage_name(MemoryUsage usage);
 
@@ -32,7 +36,17 @@ struct Allocation {
   std::byte* mapped = nullptr;  // host pointer at `offset` for host-visible usages
   int memory_type = -1;
   int block = -1;  // index into the allocator's block table
+  // Unique over the allocator's life for each VkDeviceMemory (handles may be reused after a free).
+  uint64_t block_id = 0;
   bool valid() const { return memory != VK_NULL_HANDLE; }
+};
+
+// The VkDeviceMemory block an allocation lives in (MemoryAllocator::block_info).
+struct BlockInfo {
+  uint64_t id = 0;            // Allocation::block_id
+  uint64_t bytes = 0;         // the block's allocationSize
+  bool exportable = false;    // allocated with VkExportMemoryAllocateInfo (opaque fd)
+  bool host_coherent = true;  // mapped memory needs no flush / invalidate
 };
 
 struct MemoryStats {
@@ -54,6 +68,12 @@ class MemoryAllocator {
   Result<Allocation> allocate(const VkMemoryRequirements& reqs, MemoryUsage usage);
   void free(const Allocation& allocation);
   const MemoryStats& stats() const { return stats_; }
+  // The block of a live allocation.
+  BlockInfo block_info(const Allocation& allocation) const;
+  // Called with a block's id just before its VkDeviceMemory is freed (so a layer that imported
+  // the block elsewhere -- CUDA -- can drop its mapping). Set once; called on the thread that
+  // frees, which is the device's owner's.
+  void set_block_freed_hook(std::function<void(uint64_t)> hook) { block_freed_ = std::move(hook); }
 
  private:
   struct Block {
@@ -62,8 +82,11 @@ class MemoryAllocator {
     std::byte* mapped = nullptr;
     int memory_type = -1;
     bool dedicated = false;
+    bool exportable = false;
+    uint64_t id = 0;
   };
-  Result<int> new_block(int memory_type, uint64_t size, bool host_visible, bool dedicated);
+  Result<int> new_block(int memory_type, uint64_t size, bool host_visible, bool dedicated,
+                        bool exportable);
   void free_block(int index);
 
   Device& device_;
@@ -73,6 +96,8 @@ class MemoryAllocator {
   std::vector<MemoryTypeInfo> memory_types_;
   std::vector<Block> blocks_;  // a freed slot has memory == VK_NULL_HANDLE and is reused
   MemoryStats stats_;
+  uint64_t next_block_id_ = 1;
+  std::function<void(uint64_t)> block_freed_;
 };
 
 }  // namespace vkad::rhi

@@ -68,8 +68,39 @@ Result<std::unique_ptr<Stream>> Stream::create(Device& device, const StreamOptio
     }));
     device.set_name(VK_OBJECT_TYPE_SEMAPHORE, reinterpret_cast<uint64_t>(s->timeline_),
                     options.name + " timeline");
+    if (device.caps().export_semaphore_fd) {
+      // A second timeline, signalled with the same values, is what CUDA imports (to order its
+      // streams after ours). vkad's own waits stay on timeline_: once a semaphore is exported
+      // the validation layer no longer knows who may signal it and stops retiring the
+      // submissions it observes through it, then reports every recycled command buffer as
+      // still in use. Made now, not at the first export: it must carry every serial.
+      VkExportSemaphoreCreateInfo export_info{VK_STRUCTURE_TYPE_EXPORT_SEMAPHORE_CREATE_INFO};
+      export_info.handleTypes = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT;
+      type.pNext = &export_info;
+      VKAD_TRY(device.vk("vkCreateSemaphore", [&] {
+        return device.fn().vkCreateSemaphore(device.handle(), &sci, nullptr, &s->export_timeline_);
+      }));
+      device.set_name(VK_OBJECT_TYPE_SEMAPHORE, reinterpret_cast<uint64_t>(s->export_timeline_),
+                      options.name + " exported timeline");
+    }
   }
   return s;
+}
+
+Result<int> Stream::export_timeline_fd() {
+  if (export_timeline_ == VK_NULL_HANDLE) {
+    return make_error(ErrorCode::kUnsupported,
+                      "export of the timeline semaphore: not exportable on '" +
+                          device_.caps().device_name + "' (Capabilities::export_semaphore_fd)");
+  }
+  VkSemaphoreGetFdInfoKHR info{VK_STRUCTURE_TYPE_SEMAPHORE_GET_FD_INFO_KHR};
+  info.semaphore = export_timeline_;
+  info.handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT;
+  int fd = -1;
+  VKAD_TRY(device_.vk("vkGetSemaphoreFdKHR", [&] {
+    return device_.fn().vkGetSemaphoreFdKHR(device_.handle(), &info, &fd);
+  }));
+  return fd;
 }
 
 Stream::~Stream() {
@@ -98,6 +129,7 @@ Stream::~Stream() {
   for (VkFence f : free_fences_) device_.fn().vkDestroyFence(d, f, nullptr);
   device_.live_mut().fences -= static_cast<int64_t>(free_fences_.size());
   if (timeline_) device_.fn().vkDestroySemaphore(d, timeline_, nullptr);
+  if (export_timeline_) device_.fn().vkDestroySemaphore(d, export_timeline_, nullptr);
 }
 
 Serial Stream::refresh_completed() {
@@ -326,16 +358,18 @@ Result<StreamSemaphore> Stream::submit(CommandList& list, std::span<const Timeli
     else s = f.status();
   }
   if (s.ok()) {
-    uint64_t signal = serial.value();
+    const uint64_t signal[2] = {serial.value(), serial.value()};
+    const VkSemaphore signalled[2] = {timeline_, export_timeline_};
     VkTimelineSemaphoreSubmitInfo tsi{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
     VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
     si.commandBufferCount = 1;
     si.pCommandBuffers = &cb;
     if (mode_ == SyncMode::kTimeline) {
-      tsi.signalSemaphoreValueCount = 1;
-      tsi.pSignalSemaphoreValues = &signal;
-      si.signalSemaphoreCount = 1;
-      si.pSignalSemaphores = &timeline_;
+      const uint32_t n = export_timeline_ ? 2 : 1;
+      tsi.signalSemaphoreValueCount = n;
+      tsi.pSignalSemaphoreValues = signal;
+      si.signalSemaphoreCount = n;
+      si.pSignalSemaphores = signalled;
     }
     std::vector<VkSemaphore> wait_sems;
     std::vector<uint64_t> wait_values;

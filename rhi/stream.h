@@ -84,6 +84,10 @@ class Stream final : public SerialTracker {
   Result<Bundle> end_bundle(CommandList& list);
   // This stream's timeline semaphore (timeline mode only; null in fence mode).
   VkSemaphore timeline_semaphore() const { return timeline_; }
+  // A new opaque POSIX fd of a timeline semaphore that every submit signals with its serial, as
+  // timeline_semaphore() (the caller owns the fd). kUnsupported without
+  // Capabilities::export_semaphore_fd or in fence mode.
+  Result<int> export_timeline_fd();
 
   Serial last_submitted() const { return last_submitted_; }
   Serial pending() const { return last_submitted_.next(); }
@@ -130,6 +134,9 @@ class Stream final : public SerialTracker {
   VkQueue queue_ = VK_NULL_HANDLE;
   VkCommandPool command_pool_ = VK_NULL_HANDLE;
   VkSemaphore timeline_ = VK_NULL_HANDLE;
+  // Signalled with timeline_'s values where Capabilities::export_semaphore_fd: the one
+  // export_timeline_fd hands out (stream.cpp says why it is not timeline_).
+  VkSemaphore export_timeline_ = VK_NULL_HANDLE;
   Serial last_submitted_ = kNoSerial;
   Serial completed_ = kNoSerial;
   bool recording_ = false;

@@ -879,6 +879,9 @@ Result<rhi::StreamSemaphore> Runtime::flush() {
   }
   // Makes device writes (args error words, readbacks) visible to the host after completion.
   list_.barrier(rhi::Barrier::kToHost);
+  // Host writes through held views of non-coherent memory (ndarray_export.cpp), before the
+  // submission that may read them.
+  if (!host_views_.empty()) VKAD_TRY(sync_host_views(/*to_device=*/true));
   Result<rhi::StreamSemaphore> sem = stream_->submit(list_);
   if (!sem.ok()) {
     // Nothing was submitted; the ctx buffers were only recorded into a list that is gone, so
@@ -926,6 +929,7 @@ Status Runtime::synchronize() {
     VKAD_TRY(device_->status());
     return make_error(ErrorCode::kTimeout, "synchronize: the last submission did not complete");
   }
+  if (!host_views_.empty()) VKAD_TRY(sync_host_views(/*to_device=*/false));
   VKAD_TRY(drain_all());
   return errors_.take();
 }

@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda_interop.h"
+#include "dlpack.h"
 #include "rhi/device.h"
 #include "runtime/runtime.h"
 #include "vkad.h"
@@ -77,11 +79,23 @@ T take(Result<T> r) {
 // What a Session, its arrays and its kernels share. Arrays and kernels keep it alive, so a
 // handle never outlives the vkad::Session that issued it.
 struct State {
+  // CUDA's view of the session's memory (DLPack exports on NVIDIA GPUs), made by the first
+  // CUDA export. Declared before `session`, and reset after it in ~State: freeing the
+  // session's blocks calls into it (Runtime::set_block_freed_hook).
+  std::unique_ptr<vkad::cuda::Interop> cuda;
+  std::string cuda_error;  // why there is none, once tried
+  bool cuda_tried = false;
   std::unique_ptr<vkad::Session> session;  // null once closed
   std::mutex mu;                           // held around every call into `session`
+  // DLPack exports not yet released by their consumers (changed with the GIL held). While
+  // there are any, close() parks the session in `closing` (its memory must outlive them) and
+  // the last export's deleter destroys it.
+  uint64_t exports = 0;
+  std::unique_ptr<vkad::Session> closing;
   // Handles whose Python objects died while another thread held `mu`: freed by the next call.
   std::mutex pending_mu;
   std::vector<NdArrayHandle> pending_arrays;
+  std::vector<NdArrayHandle> pending_views;  // host views released while `mu` was held
   std::vector<KernelHandle> pending_kernels;
   // The recording tape (a Python list) or None, and its TapeHazards; see Session.launch.
   nb::object tape = nb::none();
@@ -100,11 +114,21 @@ struct State {
   void drain_pending() {
     std::lock_guard<std::mutex> l(pending_mu);
     if (session) {
+      for (NdArrayHandle h : pending_views) session->runtime().release_host_view(h);
       for (NdArrayHandle h : pending_arrays) (void)session->free(h);
       for (KernelHandle k : pending_kernels) (void)session->release(k);
     }
+    pending_views.clear();
     pending_arrays.clear();
     pending_kernels.clear();
+  }
+  State() = default;
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  ~State() {
+    session.reset();  // frees its blocks through `cuda`'s hook first
+    closing.reset();
+    cuda.reset();
   }
 };
 using StatePtr = std::shared_ptr<State>;
@@ -155,6 +179,11 @@ struct NdArray {
   std::vector<uint32_t> shape;
   std::string name;
   bool freed = false;
+  // DLPack exports of this array not yet released; Session.free while there are any marks the
+  // array freed and leaves the device free to the destructor, which runs after the last
+  // export's deleter dropped its reference (free_deferred).
+  uint32_t exports = 0;
+  bool free_deferred = false;
   // The caller's gradient array (Python `a.grad`), which a Tape uses when set; None otherwise.
   nb::object grad = nb::none();
 
@@ -164,7 +193,7 @@ struct NdArray {
   ~NdArray() {
     // Garbage collection frees the device array (after its in-flight launches, as
     // Session::free does). If another thread is inside the session, the next call frees it.
-    if (freed || !st) return;
+    if ((freed && !free_deferred) || !st) return;
     if (st->mu.try_lock()) {
       if (st->session) (void)st->session->free(handle);
       st->mu.unlock();
@@ -182,6 +211,14 @@ struct NdArray {
   std::string label() const {
     return name.empty() ? "ndarray " + vkad::runtime::handle_string(handle.id)
                         : "ndarray '" + name + "'";
+  }
+  // A freed array whose device free waits for DLPack consumers is dead to vkad's calls.
+  void check_live(const std::string& where) const {
+    if (free_deferred) {
+      raise(Status(ErrorCode::kNotFound, where + ": " + label() +
+                                             " was freed (its memory stays while DLPack " +
+                                             "consumers hold it)"));
+    }
   }
 };
 
@@ -230,6 +267,7 @@ using HostArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 // Host -> device from the numpy buffer itself (vkad copies it into staging before returning);
 // only a bool array is converted first (the device holds one u32 per bool).
 void upload(NdArray& a, const HostArray& host) {
+  a.check_live("upload");
   DType t;
   bool same_shape = host.ndim() == a.shape.size();
   for (size_t i = 0; same_shape && i < host.ndim(); ++i) same_shape = host.shape(i) == a.shape[i];
@@ -258,6 +296,7 @@ nb::object numpy_module() {
 
 // Device -> a new numpy array (the one copy); blocks with the GIL released.
 nb::object download(NdArray& a) {
+  a.check_live("numpy");
   nb::object np = numpy_module();
   nb::list shape;
   for (uint32_t e : a.shape) shape.append(e);
@@ -270,6 +309,302 @@ nb::object download(NdArray& a) {
       blocking(*a.st, [&](vkad::Session& s) { return s.download(a.handle, data, bytes); });
   check(status);
   return is_bool ? out.attr("astype")("bool") : out;
+}
+
+// A new device array of the session (contents undefined) as a Python NdArray.
+nb::object new_array(const StatePtr& st, std::vector<uint32_t> shape, DType dtype,
+                     const std::string& name) {
+  NdArrayHandle h;
+  {
+    Locked l(*st);
+    h = take(st->get().ndarray(dtype, shape, name));
+  }
+  auto* a = new NdArray();
+  a->st = st;
+  a->handle = h;
+  a->dtype = dtype;
+  a->shape = std::move(shape);
+  a->name = name;
+  return nb::cast(a, nb::rv_policy::take_ownership);
+}
+
+// ------------------------------------------------------------------ DLPack
+// NdArray.__dlpack__ / __dlpack_device__ (a view of vkad's memory: kDLCPU on host-visible
+// devices, kDLCUDA through cuda_interop.h on NVIDIA GPUs) and Session._from_dlpack_capsule (a
+// copy into a new vkad array). README.md, "Sharing arrays with PyTorch, JAX and numpy", states
+// the synchronisation and lifetime rules implemented here.
+
+[[noreturn]] void buffer_error(const std::string& message) {
+  PyErr_SetString(PyExc_BufferError, message.c_str());
+  throw nb::python_error();
+}
+
+// The CUDA interop of the session, made on first use (nullptr, with st.cuda_error set, where
+// there is none). Called with `mu` held.
+vkad::cuda::Interop* cuda_of(State& st) {
+  if (st.cuda_tried) return st.cuda.get();
+  st.cuda_tried = true;
+  vkad::runtime::Runtime& rt = st.get().runtime();
+  const vkad::rhi::Capabilities& caps = rt.caps();
+  if (!caps.export_memory_fd) {
+    st.cuda_error = "the device '" + caps.device_name +
+                    "' does not export its memory as opaque fds (VK_KHR_external_memory_fd)";
+    return nullptr;
+  }
+  Result<std::unique_ptr<vkad::cuda::Interop>> r = vkad::cuda::Interop::create(caps.device_uuid);
+  if (!r.ok()) {
+    st.cuda_error = r.status().message();
+    return nullptr;
+  }
+  st.cuda = std::move(r).value();
+  vkad::cuda::Interop* cu = st.cuda.get();
+  rt.set_block_freed_hook([cu](uint64_t id) { cu->block_freed(id); });
+  // Without an imported timeline, exports wait on the host (cuda_interop.h, "Ordering").
+  if (caps.export_semaphore_fd) {
+    Result<int> fd = rt.export_timeline_fd();
+    if (fd.ok()) (void)cu->import_timeline(*fd);
+  }
+  return cu;
+}
+
+bool dl_dtype(DType t, vkad::dlpack::DataType* out) {
+  using namespace vkad::dlpack;
+  switch (t) {
+    case DType::kF32: *out = {kDLFloat, 32, 1}; return true;
+    case DType::kF64: *out = {kDLFloat, 64, 1}; return true;
+    case DType::kI32: *out = {kDLInt, 32, 1}; return true;
+    case DType::kU32: *out = {kDLUInt, 32, 1}; return true;
+    case DType::kI64: *out = {kDLInt, 64, 1}; return true;
+    case DType::kBool: return false;  // held as one u32 per element: no DLPack bool view
+  }
+  return false;
+}
+
+// What a capsule's manager_ctx points at: the tensor handed out and what it holds.
+struct Export {
+  vkad::dlpack::ManagedTensor legacy{};
+  vkad::dlpack::ManagedTensorVersioned versioned{};
+  PyObject* owner = nullptr;  // the NdArray (a strong reference: the array outlives the export)
+  bool host_view = false;     // Runtime::hold_host_view was taken
+  uint64_t cuda_block = 0;    // block held in the session's Interop (0: none)
+  int64_t shape[8] = {};
+  int64_t strides[8] = {};
+};
+
+// The DLPack deleter: may run on any thread (the consumer's), with or without the GIL.
+void release_export(Export* e) {
+  if (!Py_IsInitialized()) return;  // the interpreter is gone: leak rather than crash
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject *type, *value, *trace;
+  PyErr_Fetch(&type, &value, &trace);  // a deleter may run while an exception is pending
+  {
+    NdArray* a = nb::inst_ptr<NdArray>(e->owner);
+    StatePtr st = a->st;  // the array may die below; the state must live to the end
+    if (e->host_view) {
+      if (st->mu.try_lock()) {
+        if (st->session) st->session->runtime().release_host_view(a->handle);
+        st->mu.unlock();
+      } else {
+        std::lock_guard<std::mutex> l(st->pending_mu);
+        st->pending_views.push_back(a->handle);
+      }
+    }
+    if (e->cuda_block != 0 && st->cuda) st->cuda->release_block(e->cuda_block);
+    --a->exports;
+    --st->exports;
+    Py_DECREF(e->owner);  // may free the array (a deferred Session.free, or collection)
+    if (st->exports == 0 && st->closing) {  // close() waited for the last consumer
+      nb::gil_scoped_release release;
+      std::lock_guard<std::mutex> l(st->mu);
+      st->closing.reset();
+      st->cuda.reset();
+    }
+  }
+  PyErr_Restore(type, value, trace);
+  PyGILState_Release(gil);
+  delete e;
+}
+
+void delete_legacy(vkad::dlpack::ManagedTensor* m) {
+  release_export(static_cast<Export*>(m->manager_ctx));
+}
+void delete_versioned(vkad::dlpack::ManagedTensorVersioned* m) {
+  release_export(static_cast<Export*>(m->manager_ctx));
+}
+
+// A capsule destroyed under its original name was never consumed: its tensor is ours to free.
+void capsule_destructor(PyObject* capsule) {
+  using namespace vkad::dlpack;
+  if (PyCapsule_IsValid(capsule, kCapsuleVersioned)) {
+    auto* m =
+        static_cast<ManagedTensorVersioned*>(PyCapsule_GetPointer(capsule, kCapsuleVersioned));
+    if (m && m->deleter) m->deleter(m);
+  } else if (PyCapsule_IsValid(capsule, kCapsule)) {
+    auto* m = static_cast<ManagedTensor*>(PyCapsule_GetPointer(capsule, kCapsule));
+    if (m && m->deleter) m->deleter(m);
+  }
+}
+
+// DLPack's stream argument for a CUDA export: None = the legacy default stream (1), -1 = no
+// synchronisation, otherwise a CUstream (2 = per-thread default). 0 is ambiguous and refused.
+int64_t cuda_stream(nb::handle stream) {
+  if (stream.is_none()) return 1;
+  if (!PyLong_Check(stream.ptr())) {
+    invalid(std::string("__dlpack__: stream must be an int or None, got ") +
+            nb::type_name(stream.type()).c_str());
+  }
+  const int64_t v = nb::cast<int64_t>(stream);
+  if (v == 0) {
+    invalid(
+        "__dlpack__: stream 0 is ambiguous for CUDA (DLPack: use 1 for the legacy default "
+        "stream, 2 for the per-thread default stream)");
+  }
+  return v;
+}
+
+// Where the array's memory can be viewed: (kDLCPU, 0), (kDLCUDA, ordinal), or a BufferError.
+std::pair<int32_t, int32_t> dlpack_device(NdArray& a, vkad::runtime::Runtime::NdArrayMemory* mem) {
+  State& st = *a.st;
+  Locked l(st);
+  *mem = take(st.get().runtime().ndarray_memory(a.handle));
+  if (mem->host) return {vkad::dlpack::kDLCPU, 0};
+  if (!mem->exportable) {
+    buffer_error("__dlpack__ of " + a.label() + ": its memory is neither host-visible nor " +
+                 "exportable on '" + st.get().device_name() + "'");
+  }
+  vkad::cuda::Interop* cu = cuda_of(st);
+  if (cu == nullptr)
+    buffer_error("__dlpack__ of " + a.label() + ": no CUDA view: " + st.cuda_error);
+  return {vkad::dlpack::kDLCUDA, cu->ordinal()};
+}
+
+nb::tuple ndarray_dlpack_device(NdArray& a) {
+  a.check_live("__dlpack_device__");
+  vkad::runtime::Runtime::NdArrayMemory mem;
+  auto [type, id] = dlpack_device(a, &mem);
+  return nb::make_tuple(type, id);
+}
+
+nb::object ndarray_dlpack(nb::handle self, nb::handle stream, nb::handle max_version,
+                          nb::handle dl_device, nb::handle copy) {
+  using namespace vkad::dlpack;
+  NdArray& a = nb::cast<NdArray&>(self);
+  a.check_live("__dlpack__");
+  State& st = *a.st;
+  DataType dtype{};
+  if (!dl_dtype(a.dtype, &dtype)) {
+    buffer_error("__dlpack__ of " + a.label() + ": bool arrays are held as one u32 per element " +
+                 "on the device and have no DLPack view; cast to u32 in a kernel to share it");
+  }
+  bool versioned = false;
+  if (!max_version.is_none()) {
+    nb::tuple v = nb::cast<nb::tuple>(max_version);
+    versioned = v.size() >= 1 && nb::cast<int64_t>(v[0]) >= 1;
+  }
+  // copy=True: a new vkad array holding a copy, exported in its place (flagged as copied).
+  if (!copy.is_none() && PyObject_IsTrue(copy.ptr()) == 1) {
+    nb::object b = new_array(a.st, a.shape, a.dtype, a.name.empty() ? "" : a.name + " (copy)");
+    {
+      Locked l(st);
+      check(st.get().copy(a.handle, nb::cast<NdArray&>(b).handle));
+    }
+    nb::object cap = ndarray_dlpack(b, stream, max_version, dl_device, nb::none());
+    if (versioned) {
+      auto* m =
+          static_cast<ManagedTensorVersioned*>(PyCapsule_GetPointer(cap.ptr(), kCapsuleVersioned));
+      if (m) m->flags |= kFlagIsCopied;
+    }
+    return cap;
+  }
+  vkad::runtime::Runtime::NdArrayMemory mem;
+  auto [dev_type, dev_id] = dlpack_device(a, &mem);
+  if (!dl_device.is_none()) {
+    nb::tuple d = nb::cast<nb::tuple>(dl_device);
+    if (d.size() != 2 || nb::cast<int32_t>(d[0]) != dev_type || nb::cast<int32_t>(d[1]) != dev_id) {
+      buffer_error("__dlpack__ of " + a.label() + ": dl_device " + nb::str(dl_device).c_str() +
+                   " requested; the array is on (" + std::to_string(dev_type) + ", " +
+                   std::to_string(dev_id) + ") and vkad does not copy across devices");
+    }
+  }
+  auto e = std::make_unique<Export>();
+  const vkad::NdArrayHandle h = a.handle;
+  void* data = nullptr;
+  if (dev_type == kDLCPU) {
+    if (!stream.is_none()) {
+      invalid("__dlpack__ of " + a.label() + ": stream must be None for a CPU (host-visible) " +
+              "array, got " + nb::str(stream).c_str());
+    }
+    // The host view is valid once the array's last vkad use is done.
+    check(blocking(st, [&](vkad::Session& s) { return s.runtime().wait_ndarray(h); }));
+    Locked l(st);
+    check(st.get().runtime().hold_host_view(h));
+    e->host_view = true;
+    data = mem.host;
+  } else {
+    const int64_t s = cuda_stream(stream);
+    Locked l(st);
+    vkad::runtime::Runtime& rt = st.get().runtime();
+    vkad::cuda::Interop* cu = st.cuda.get();
+    Result<uint64_t> base =
+        cu->acquire_block(mem.block_id, mem.block_bytes, [&] { return rt.export_ndarray_fd(h); });
+    if (!base.ok()) buffer_error("__dlpack__ of " + a.label() + ": " + base.status().message());
+    e->cuda_block = mem.block_id;
+    data = reinterpret_cast<void*>(static_cast<uintptr_t>(*base + mem.offset));
+    if (mem.last_use != vkad::rhi::kNoSerial && s != -1) {
+      Status ordered;
+      if (cu->has_timeline()) {
+        // The consumer's stream waits on the GPU for the array's last vkad submission.
+        ordered = cu->wait_on_stream(mem.last_use.value(), static_cast<uintptr_t>(s));
+      } else {
+        nb::gil_scoped_release release;
+        ordered = rt.wait_ndarray(h);
+      }
+      if (!ordered.ok()) {
+        cu->release_block(mem.block_id);
+        raise(ordered);
+      }
+    }
+  }
+  // From here nothing fails: the export is counted and owned by the capsule.
+  const int nd = static_cast<int>(a.shape.size());
+  int64_t stride = 1;
+  for (int i = nd - 1; i >= 0; --i) {
+    e->shape[i] = a.shape[i];
+    e->strides[i] = stride;
+    stride *= a.shape[i];
+  }
+  Tensor t{};
+  t.data = data;
+  t.device = {dev_type, dev_id};
+  t.ndim = nd;
+  t.dtype = dtype;
+  t.shape = e->shape;
+  t.strides = e->strides;
+  t.byte_offset = 0;
+  e->owner = self.ptr();
+  Py_INCREF(e->owner);
+  ++a.exports;
+  ++st.exports;
+  Export* raw = e.release();
+  PyObject* cap = nullptr;
+  if (versioned) {
+    raw->versioned.version = {kMajorVersion, kMinorVersion};
+    raw->versioned.manager_ctx = raw;
+    raw->versioned.deleter = delete_versioned;
+    raw->versioned.flags = 0;
+    raw->versioned.dl_tensor = t;
+    cap = PyCapsule_New(&raw->versioned, kCapsuleVersioned, capsule_destructor);
+  } else {
+    raw->legacy.dl_tensor = t;
+    raw->legacy.manager_ctx = raw;
+    raw->legacy.deleter = delete_legacy;
+    cap = PyCapsule_New(&raw->legacy, kCapsule, capsule_destructor);
+  }
+  if (cap == nullptr) {
+    release_export(raw);
+    throw nb::python_error();
+  }
+  return nb::steal(cap);
 }
 
 // ------------------------------------------------------------------ kernels
@@ -368,6 +703,7 @@ Arg to_arg(const Kernel& k, const State& st, size_t i, nb::handle v) {
       invalid(where() + ": expected a vkad ndarray, got " + type_name());
     }
     if (a->st.get() != &st) invalid(where() + ": " + a->label() + " belongs to another session");
+    a->check_live(where());
     return Arg::ndarray(a->handle);
   }
   if (p.dtype == DType::kF32 || p.dtype == DType::kF64) {
@@ -501,18 +837,7 @@ struct Session {
       }
       shape.push_back(static_cast<uint32_t>(v));
     }
-    NdArrayHandle h;
-    {
-      Locked l(*st);
-      h = take(st->get().ndarray(dtype, shape, name));
-    }
-    auto* a = new NdArray();
-    a->st = st;
-    a->handle = h;
-    a->dtype = dtype;
-    a->shape = std::move(shape);
-    a->name = name;
-    return nb::cast(a, nb::rv_policy::take_ownership);
+    return new_array(st, std::move(shape), dtype, name);
   }
 
   nb::object from_numpy(const HostArray& host, const std::string& name) {
@@ -528,6 +853,156 @@ struct Session {
     return a;
   }
 
+  // A new vkad array holding a copy of a DLPack tensor (a capsule from x.__dlpack__(); vkad's
+  // Python from_dlpack asks for it). The capsule is consumed: renamed "used_..." and its deleter
+  // called once the bytes are copied (also on every error after the rename). Host memory
+  // (kDLCPU, kDLCUDAHost, kDLCUDAManaged) is uploaded (one copy); kDLCUDA memory is copied on the
+  // device into the new array's CUDA mapping (cuMemcpyDtoDAsync on the legacy default stream,
+  // which the producer was asked to order its work before, then a host wait for the copy).
+  nb::object from_dlpack_capsule(nb::handle capsule, const std::string& name) {
+    using namespace vkad::dlpack;
+    const std::string where = "from_dlpack" + (name.empty() ? std::string() : " '" + name + "'");
+    if (!PyCapsule_CheckExact(capsule.ptr())) {
+      invalid(where + ": expected a DLPack capsule, got " + nb::type_name(capsule.type()).c_str());
+    }
+    const char* cname = PyCapsule_GetName(capsule.ptr());
+    const std::string cap_name = cname ? cname : "";
+    if (cap_name == kUsedCapsule || cap_name == kUsedCapsuleVersioned) {
+      invalid(where + ": this DLPack capsule was already consumed (a capsule is imported once; " +
+              "ask the producer for a new one with x.__dlpack__())");
+    }
+    const bool versioned = cap_name == kCapsuleVersioned;
+    if (!versioned && cap_name != kCapsule) {
+      invalid(where + ": a capsule named '" + cap_name + "' is not a DLPack tensor (expected '" +
+              kCapsule + "' or '" + kCapsuleVersioned + "')");
+    }
+    void* p = PyCapsule_GetPointer(capsule.ptr(), cap_name.c_str());
+    if (p == nullptr) throw nb::python_error();
+    if (PyCapsule_SetName(capsule.ptr(), versioned ? kUsedCapsuleVersioned : kUsedCapsule) != 0) {
+      throw nb::python_error();
+    }
+    // Ours now: the deleter runs when this scope ends, whatever happens.
+    struct Consumed {
+      void* p;
+      bool versioned;
+      ~Consumed() {
+        if (versioned) {
+          auto* m = static_cast<ManagedTensorVersioned*>(p);
+          if (m->deleter) m->deleter(m);
+        } else {
+          auto* m = static_cast<ManagedTensor*>(p);
+          if (m->deleter) m->deleter(m);
+        }
+      }
+    } consumed{p, versioned};
+    const Tensor& t = versioned ? static_cast<ManagedTensorVersioned*>(p)->dl_tensor
+                                : static_cast<ManagedTensor*>(p)->dl_tensor;
+    if (versioned && static_cast<ManagedTensorVersioned*>(p)->version.major != kMajorVersion) {
+      invalid(where + ": DLPack version " +
+              std::to_string(static_cast<ManagedTensorVersioned*>(p)->version.major) +
+              ".x is not supported (vkad reads 1.x)");
+    }
+    if (t.ndim < 1 || t.ndim > 8) {
+      invalid(where + ": a tensor of rank " + std::to_string(t.ndim) +
+              "; vkad arrays have rank 1 to 8 (hold a scalar in shape (1,))");
+    }
+    std::vector<uint32_t> shape;
+    uint64_t count = 1;
+    for (int i = 0; i < t.ndim; ++i) {
+      if (t.shape[i] <= 0 || t.shape[i] > UINT32_MAX) {
+        invalid(where + ": extent " + std::to_string(t.shape[i]) + " of axis " + std::to_string(i) +
+                " is out of range (1 to 2^32 - 1)");
+      }
+      shape.push_back(static_cast<uint32_t>(t.shape[i]));
+      count *= static_cast<uint64_t>(t.shape[i]);
+    }
+    DType dtype;
+    nb::dlpack::dtype nd{t.dtype.code, t.dtype.bits, t.dtype.lanes};
+    if (!dtype_of(nd, &dtype)) {
+      invalid(where + ": DLPack dtype (code " + std::to_string(t.dtype.code) + ", " +
+              std::to_string(t.dtype.bits) + " bits, " + std::to_string(t.dtype.lanes) +
+              " lanes) is not one vkad holds (float32, float64, int32, uint32, int64, bool)");
+    }
+    if (t.strides != nullptr) {  // only compact row-major memory is copied as is
+      int64_t expect = 1;
+      for (int i = t.ndim - 1; i >= 0; --i) {
+        if (t.shape[i] != 1 && t.strides[i] != expect) {
+          std::string got = "(";
+          for (int j = 0; j < t.ndim; ++j) got += (j ? ", " : "") + std::to_string(t.strides[j]);
+          invalid(where + ": strides " + got + (t.ndim == 1 ? ",)" : ")") + " of shape " +
+                  shape_string(shape) + " are not C-contiguous; make it contiguous first " +
+                  "(numpy.ascontiguousarray, torch's .contiguous())");
+        }
+        expect *= t.shape[i];
+      }
+    }
+    const int32_t dev = t.device.device_type;
+    const auto* src = static_cast<const std::byte*>(t.data) + t.byte_offset;
+    const uint64_t elem = t.dtype.bits / 8;
+    if (dev == kDLCPU || dev == kDLCUDAHost || dev == kDLCUDAManaged) {
+      nb::object out = new_array(st, shape, dtype, name);
+      NdArray& a = nb::cast<NdArray&>(out);
+      if (dtype == DType::kBool) {  // the device holds one u32 per bool
+        std::vector<uint32_t> words(count);
+        for (uint64_t i = 0; i < count; ++i) words[i] = src[i] != std::byte{0};
+        Locked l(*st);
+        check(st->get().upload(a.handle, words.data(), count * 4));
+      } else {
+        Locked l(*st);
+        check(st->get().upload(a.handle, src, count * elem));
+      }
+      return out;
+    }
+    if (dev != kDLCUDA) {
+      invalid(where + ": DLPack device type " + std::to_string(dev) +
+              " is not one vkad reads (CPU 1, CUDA 2, CUDA host 3, CUDA managed 13)");
+    }
+    if (dtype == DType::kBool) invalid(where + ": bool tensors on CUDA are not imported");
+    nb::object out = new_array(st, shape, dtype, name);
+    NdArray& a = nb::cast<NdArray&>(out);
+    Locked l(*st);
+    vkad::runtime::Runtime& rt = st->get().runtime();
+    vkad::runtime::Runtime::NdArrayMemory mem = take(rt.ndarray_memory(a.handle));
+    vkad::cuda::Interop* cu = mem.exportable ? cuda_of(*st) : nullptr;
+    if (cu == nullptr) {
+      invalid(where + ": a CUDA tensor, and this session has no CUDA view of its memory: " +
+              (mem.exportable ? st->cuda_error : "its device memory is not exportable"));
+    }
+    if (t.device.device_id != cu->ordinal()) {
+      invalid(where + ": the tensor is on CUDA device " + std::to_string(t.device.device_id) +
+              ", this session's device is CUDA device " + std::to_string(cu->ordinal()));
+    }
+    const NdArrayHandle h = a.handle;
+    Result<uint64_t> base =
+        cu->acquire_block(mem.block_id, mem.block_bytes, [&] { return rt.export_ndarray_fd(h); });
+    check(base.status());
+    Status copied;
+    {
+      nb::gil_scoped_release release;
+      copied = cu->copy_and_wait(*base + mem.offset, reinterpret_cast<uintptr_t>(src), count * elem,
+                                 /*legacy default stream*/ 1);
+    }
+    cu->release_block(mem.block_id);
+    check(copied);
+    return out;
+  }
+
+  nb::dict interop_info() {
+    Locked l(*st);
+    vkad::runtime::Runtime& rt = st->get().runtime();
+    nb::dict d;
+    d["export_memory_fd"] = rt.caps().export_memory_fd;
+    d["export_semaphore_fd"] = rt.caps().export_semaphore_fd;
+    vkad::cuda::Interop* cu = rt.caps().export_memory_fd ? cuda_of(*st) : nullptr;
+    d["cuda"] = cu != nullptr;
+    d["cuda_error"] = st->cuda_error;
+    d["cuda_ordinal"] = cu ? cu->ordinal() : -1;
+    d["cuda_timeline_semaphore"] = cu != nullptr && cu->has_timeline();
+    d["cuda_mapped_blocks"] = cu ? cu->mapped_blocks() : 0;
+    d["exports"] = st->exports;
+    return d;
+  }
+
   NdArray& own(nb::handle obj, const char* what) {
     NdArray* a = nullptr;
     if (!nb::try_cast<NdArray*>(obj, a) || !a) {
@@ -535,11 +1010,16 @@ struct Session {
               nb::type_name(obj.type()).c_str());
     }
     if (a->st != st) invalid(std::string(what) + ": " + a->label() + " belongs to another session");
+    a->check_live(what);
     return *a;
   }
 
   void free(nb::handle obj) {
     NdArray& a = own(obj, "free");
+    if (a.exports > 0) {  // DLPack consumers still use its memory: freed after the last one
+      a.freed = a.free_deferred = true;
+      return;
+    }
     Locked l(*st);
     check(st->get().free(a.handle));
     a.freed = true;
@@ -720,7 +1200,13 @@ struct Session {
     nb::gil_scoped_release release;  // destruction waits for this session's work
     std::lock_guard<std::mutex> l(st->mu);
     st->drain_pending();
+    // DLPack consumers still hold its memory: the last one's deleter destroys it.
+    if (st->exports > 0 && st->session) {
+      st->closing = std::move(st->session);
+      return;
+    }
     st->session.reset();
+    st->cuda.reset();
   }
 
   nb::dict stats() {
@@ -856,6 +1342,20 @@ NB_MODULE(_vkad, m) {
            "Waits for the array's last writer (GIL released) and returns a new numpy array.")
       .def("upload", &upload, "array"_a,
            "Copies a numpy array of the same dtype and shape in (recorded, no wait).")
+      .def("__dlpack__", &ndarray_dlpack, "stream"_a.none() = nb::none(),
+           "max_version"_a.none() = nb::none(), "dl_device"_a.none() = nb::none(),
+           "copy"_a.none() = nb::none(),
+           nb::sig("def __dlpack__(self, *, stream: int | None = None, max_version: tuple[int, "
+                   "int] | None = None, dl_device: tuple[int, int] | None = None, copy: bool | "
+                   "None = None) -> object"),
+           "A DLPack capsule viewing the array's memory (no copy): kDLCPU on host-visible "
+           "devices (after a host wait for the array's last vkad use), kDLCUDA on NVIDIA GPUs "
+           "(the consumer's `stream` waits for it on the GPU). The array lives while the "
+           "consumer holds it. README.md, 'Sharing arrays with PyTorch, JAX and numpy'.")
+      .def("__dlpack_device__", &ndarray_dlpack_device,
+           nb::sig("def __dlpack_device__(self) -> tuple[int, int]"),
+           "(1, 0) for a host-visible array (kDLCPU), (2, ordinal) for CUDA (kDLCUDA).")
+      .def_prop_ro("_dlpack_exports", [](const NdArray& a) { return a.exports; })
       .def("__repr__", [](const NdArray& a) {
         return "vkad.NdArray(" + (a.name.empty() ? "" : "'" + a.name + "', ") +
                std::string(tname(a.dtype)) + ", shape " + shape_string(a.shape) +
@@ -896,6 +1396,16 @@ NB_MODULE(_vkad, m) {
             return out;
           },
           "(name, dtype, rank) per parameter; rank 0 for a scalar.")
+      .def_prop_ro(
+          "_array_params",
+          [](const Kernel& k) {
+            nb::list out;
+            for (size_t i = 0; i < k.params.size(); ++i) {
+              if (k.params[i].array) out.append(i);
+            }
+            return out;
+          },
+          "Indices of the ndarray parameters (rank 0 ones included).")
       .def_prop_ro(
           "_written_params",
           [](const Kernel& k) {
@@ -970,6 +1480,11 @@ NB_MODULE(_vkad, m) {
            nb::sig("def empty(self, shape: int | collections.abc.Sequence[int], dtype: DType, "
                    "name: str = '') -> NdArray"),
            "A new device array (contents undefined until written).")
+      .def("_from_dlpack_capsule", &Session::from_dlpack_capsule, "capsule"_a, "name"_a = "")
+      .def("interop_info", &Session::interop_info,
+           nb::sig("def interop_info(self) -> dict[str, object]"),
+           "What DLPack exchange can use on this device: exportable memory and semaphore, "
+           "CUDA (and why not), mapped blocks, live exports.")
       .def("_from_numpy", &Session::from_numpy, "array"_a, "name"_a = "",
            nb::sig("def _from_numpy(self, array: numpy.typing.NDArray, name: str = '') -> NdArray"))
       .def("free", &Session::free, "array"_a, nb::sig("def free(self, array: NdArray) -> None"))

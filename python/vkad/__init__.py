@@ -19,6 +19,7 @@ Everything that fails raises a vkad.Error subclass carrying vkad's message.
 from __future__ import annotations
 
 import contextlib as _contextlib
+import weakref as _weakref
 from typing import Any, Dict, Iterator, Optional, Sequence, Union
 
 import numpy as _np
@@ -107,6 +108,18 @@ class Session(_vkad.Session):
                  cache_dir: Optional[str] = None):
         super().__init__(device, validation, retirement_depth, spare_memory_blocks, cache_dir)
         self._recording: Optional[Tape] = None
+        _OPEN_SESSIONS.add(self)
+
+    def close(self) -> None:
+        """Waits for this session's work and frees the device. Arrays still held by DLPack
+        consumers keep it (memory and device) until the last of them is released."""
+        _OPEN_SESSIONS.discard(self)
+        super().close()
+
+    def from_dlpack(self, x: Any, *, copy: Optional[bool] = None, name: str = "") -> NdArray:
+        """A new array of this session holding a copy of `x` (anything with `__dlpack__`, or a
+        DLPack capsule); see vkad.from_dlpack."""
+        return from_dlpack(x, self, copy=copy, name=name)
 
     def compile(self, kernel: Union[str, KernelBuilder]) -> Kernel:
         """Compiles a kernel from IR text or a KernelBuilder."""
@@ -188,7 +201,66 @@ class Session(_vkad.Session):
         self.close()
 
 
-__all__ = ["Session", "Tape", "Graph", "DType", "Kernel", "NdArray", "Differentiated", "KernelBuilder",
+_OPEN_SESSIONS: "_weakref.WeakSet[Session]" = _weakref.WeakSet()
+
+_KDL_CUDA = 2
+
+
+def from_dlpack(x: Any, session: Optional[Session] = None, *, copy: Optional[bool] = None,
+                name: str = "") -> NdArray:
+    """A vkad array from a DLPack producer (numpy, torch, CuPy, JAX arrays; any object with
+    `__dlpack__` and `__dlpack_device__`) or a DLPack capsule.
+
+    A vkad array is returned as is (copy=True: a copy on the device). Anything else is copied
+    once into a new array of `session` (None: the one open Session, an error if there are
+    several): host memory (kDLCPU) is uploaded; CUDA memory (kDLCUDA, on an NVIDIA GPU vkad
+    shares memory with) is copied on the device (cuMemcpyDtoD into the new array, after the
+    producer's work on its current stream) and waited for on the host, so the array is ready
+    for vkad's next launch. vkad arrays own their device memory, so importing never aliases
+    another library's allocation: copy=False raises. The tensor must be C-contiguous, of rank
+    1 to 8, of a dtype vkad holds (float32, float64, int32, uint32, int64, bool). A capsule is
+    consumed: passing it again raises. README.md, "Sharing arrays with PyTorch, JAX and numpy".
+    """
+    if isinstance(x, NdArray):
+        if not copy:
+            return x
+        s = session
+        if s is None:
+            raise InvalidArgumentError("from_dlpack(copy=True) of a vkad array: give the session")
+        y = s.empty(x.shape, x.dtype, name)
+        s.copy(x, y)
+        return y
+    s = session
+    if s is None:
+        open_now = list(_OPEN_SESSIONS)
+        if len(open_now) != 1:
+            raise InvalidArgumentError(
+                f"from_dlpack: {len(open_now)} vkad Sessions are open; say which one holds the "
+                "array: vkad.from_dlpack(x, session) or session.from_dlpack(x)")
+        s = open_now[0]
+    if copy is False:
+        raise InvalidArgumentError(
+            "from_dlpack(copy=False): a vkad array owns its device memory, so importing "
+            f"{type(x).__name__} needs a copy (vkad arrays export without one: "
+            "torch.from_dlpack(vkad_array))")
+    if type(x).__name__ == "PyCapsule":
+        return s._from_dlpack_capsule(x, name)
+    if not hasattr(x, "__dlpack__") or not hasattr(x, "__dlpack_device__"):
+        raise InvalidArgumentError(
+            f"from_dlpack: {type(x).__name__} is not a DLPack producer (no __dlpack__ / "
+            "__dlpack_device__)")
+    device_type, _ = x.__dlpack_device__()
+    # CUDA: ask the producer to order its work before the legacy default stream, on which the
+    # copy runs. Host memory: no stream (the array API's rule for CPU).
+    stream = 1 if int(device_type) == _KDL_CUDA else None
+    try:
+        capsule = x.__dlpack__(stream=stream, max_version=(1, 0))
+    except TypeError:  # a producer from before DLPack 1.0 (numpy < 2.1, torch < 2.3)
+        capsule = x.__dlpack__(stream=stream)
+    return s._from_dlpack_capsule(capsule, name)
+
+
+__all__ = ["Session", "from_dlpack", "Tape", "Graph", "DType", "Kernel", "NdArray", "Differentiated", "KernelBuilder",
            "Value", "Scalar", "Array", "Dim", "Local", "f32", "f64", "i32", "u32", "i64", "bool_",
            "as_dtype", "numpy_dtype", "Error", "InvalidArgumentError", "NotFoundError",
            "FailedPreconditionError", "OutOfDeviceMemoryError", "OutOfHostMemoryError",
