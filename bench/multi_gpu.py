@@ -18,7 +18,8 @@ and gradient). Runs with the same whole batch (1 GPU at the strong total, N GPUs
 total) are compared iteration by iteration: the largest relative difference of their losses.
 
     python3 bench/multi_gpu.py [--gpus 1,2] [--per-device 1048576] [--strong-total 2097152]
-                               [--steps 64] [--iters 100] [--warmup 5] [--json FILE]
+                               [--steps 64] [--iters 100] [--warmup 5] [--reduce gloo|nccl]
+                               [--json FILE]
 """
 import argparse
 import json
@@ -42,7 +43,7 @@ def run(devices: int, particles: int, args) -> dict:
         out = os.path.join(tmp, "run.json")
         cmd = [sys.executable, TRAIN, "--devices", str(devices), "--particles", str(particles),
                "--steps", str(args.steps), "--iters", str(args.iters), "--warmup",
-               str(args.warmup), "--lr", str(args.lr), "--json", out]
+               str(args.warmup), "--lr", str(args.lr), "--reduce", args.reduce, "--json", out]
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True)
         record = json.load(open(out))
@@ -65,6 +66,8 @@ def main() -> int:
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--lr", type=float, default=2.0)
+    p.add_argument("--reduce", default="gloo",
+                   help="gloo (through the host) or nccl (NVIDIA: DLPack views, NCCL)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     present = gpu_count()

@@ -27,12 +27,13 @@ instead (one session each; torch.distributed's gloo process groups, one per thre
 then evaluates one session over the whole batch at the data-parallel run's parameters and
 compares (the tolerance derivation is in check_against_single).
 
-How gradients travel (--reduce): "gloo" (the only path today) downloads the 6 gradient values
-and the loss to the host, all-reduces a torch CPU tensor through gloo and uploads the new
-parameters. The NCCL path plugs in at make_reducer(): once vkad.NdArray exports DLPack (issue
-25, branch `interop`: NdArray.__dlpack__), torch.from_dlpack(theta_grad) on cuda:<ordinal> (the
-same GPU: device_for_cuda matched the UUID) all-reduces in place with NCCL, with no host copy;
-for 6 parameters the host path costs tens of microseconds, so it matters for larger models.
+How gradients travel (--reduce): "gloo" downloads the 6 gradient values and the loss to the
+host, all-reduces a torch CPU tensor through gloo and uploads the new parameters. "nccl" (NVIDIA
+GPUs, one process per GPU) takes the device's sums as CUDA tensors without a copy
+(torch.from_dlpack of the vkad arrays on cuda:<ordinal>, the same GPU: device_for_cuda matched
+the UUID; the export makes torch's stream wait for vkad's writes), all-reduces them with NCCL on
+the GPU and brings the 7 summed numbers to the host for the update: no vkad download, no gloo
+round trip through the host's network stack.
 """
 from __future__ import annotations
 
@@ -279,9 +280,12 @@ def make_reducer(kind: str, group=None) -> Optional[Reducer]:
             return lambda t: group.allreduce([t]).wait()
         return lambda t: dist.all_reduce(t)
     if kind == "nccl":
-        raise NotImplementedError(
-            "--reduce nccl needs vkad.NdArray.__dlpack__ (issue 25, DLPack/CUDA interop), "
-            "which this build does not have; use --reduce gloo")
+        import torch.distributed as dist
+
+        def reduce_on_device(t):  # a CUDA tensor (train() builds it from DLPack views)
+            dist.all_reduce(t)
+        reduce_on_device.on_device = True  # type: ignore[attr-defined]
+        return reduce_on_device
     raise ValueError(f"unknown --reduce {kind!r}: gloo, nccl or none")
 
 
@@ -299,17 +303,33 @@ def train(shard: Shard, reduce: Optional[Reducer], iters: int, lr: float,
     theta = initial_theta().astype(np.float32)
     hist = {"theta": [], "loss": [], "grad": [], "local_grad": [], "local_loss": []}
     times = {"compute": 0.0, "allreduce": 0.0, "update": 0.0, "total": 0.0}
+    on_device = getattr(reduce, "on_device", False)
     for it in range(warmup + iters):
         t0 = time.perf_counter()
-        loss, g = shard.grad(theta)
-        t1 = time.perf_counter()
-        local = np.concatenate([g.astype(np.float32), np.float32([loss])])
-        if reduce is not None:
-            buf = torch.from_numpy(local.copy())
+        if on_device:
+            # The sums stay on the GPU: DLPack views of vkad's arrays (no copy, no host wait;
+            # torch's stream waits for vkad's writes), one 7-number buffer, NCCL's all-reduce,
+            # then the 7 numbers to the host.
+            shard.set_theta(theta)
+            shard.run()
+            g_view = torch.from_dlpack(shard.grad_sums[-1] if shard.grad_sums
+                                       else shard.tape.grad(shard.theta))
+            l_view = torch.from_dlpack(shard.loss_sums[-1] if shard.loss_sums else shard.loss)
+            buf = torch.cat([g_view.reshape(-1)[:N_PARAMS], l_view.reshape(-1)[:1]])
+            local = buf.cpu().numpy().copy()  # this rank's share, for the history
+            t1 = time.perf_counter()
             reduce(buf)
-            total = buf.numpy()
+            total = buf.cpu().numpy()
         else:
-            total = local
+            loss, g = shard.grad(theta)
+            t1 = time.perf_counter()
+            local = np.concatenate([g.astype(np.float32), np.float32([loss])])
+            if reduce is not None:
+                buf = torch.from_numpy(local.copy())
+                reduce(buf)
+                total = buf.numpy()
+            else:
+                total = local
         t2 = time.perf_counter()
         if it >= warmup:
             hist["theta"].append(theta.tolist())
@@ -419,7 +439,11 @@ def launch_threads(args, world: int) -> List[Dict]:
 def worker_main(args) -> None:
     import torch.distributed as dist
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    if args.reduce == "nccl":
+        import torch
+        torch.cuda.set_device(rank)  # rank r's GPU: pick_device took CUDA device r's twin
+    dist.init_process_group("nccl" if args.reduce == "nccl" else "gloo", rank=rank,
+                            world_size=world)
     try:
         record = run_rank(rank, world, args, args.reduce)
     finally:
@@ -526,7 +550,9 @@ def parse(argv=None):
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=2, help="iterations before the timed ones")
     p.add_argument("--lr", type=float, default=2.0)
-    p.add_argument("--reduce", default="gloo", help="gloo (host) or nccl (needs issue 25)")
+    p.add_argument("--reduce", default="gloo",
+                   help="gloo (through the host) or nccl (NVIDIA GPUs, DLPack views, one process "
+                        "per GPU)")
     p.add_argument("--threads", action="store_true", help="ranks as threads of one process")
     p.add_argument("--device", default=None,
                    help="Vulkan device(s) for the ranks, comma-separated (default: GPU r)")
