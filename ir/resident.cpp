@@ -190,7 +190,7 @@ Result<ResidentKernel> roll_launches(std::span<const ResidentMember> period, uin
     }
     for (size_t ti = 0; ti < k.tasks.size(); ++ti) {
       const Task& kt = k.tasks[ti];
-      const auto [begin, end] = mem.ranges[ti];
+      const int64_t begin = mem.ranges[ti].first, end = mem.ranges[ti].second;
       const int64_t n = end > begin ? end - begin : 0;
       const int64_t passes = (n + local_size - 1) / local_size;
       Copier c{&f, kt.index, kNoValue, &out.param_map[m], &stepped, {}};
