@@ -242,6 +242,20 @@ void make_zero(Stmt& s) {
 
 }  // namespace
 
+uint32_t merged_param(Kernel& f, std::map<uint64_t, uint32_t>& array_param, const Param& kp,
+                      uint64_t array, size_t member) {
+  if (kp.kind == ParamKind::kNdArray) {
+    auto [it, fresh] = array_param.try_emplace(array, static_cast<uint32_t>(f.params.size()));
+    if (!fresh) return it->second;
+  }
+  Param np = kp;
+  np.name = "l" + std::to_string(member) + "_" + kp.name;
+  np.needs_grad = false;
+  np.read_only = false;  // another member may write the array this one only reads
+  f.params.push_back(std::move(np));
+  return static_cast<uint32_t>(f.params.size() - 1);
+}
+
 Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::string& name,
                                   std::span<const uint64_t> zero_arrays) {
   if (run.empty()) return make_error(ErrorCode::kInvalidArgument, "fuse_launches: no launch");
@@ -258,19 +272,7 @@ Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::
     std::vector<uint32_t>& pm = out.param_map.emplace_back(k.params.size());
     for (size_t p = 0; p < k.params.size(); ++p) {
       const Param& kp = k.params[p];
-      if (kp.kind == ParamKind::kNdArray) {
-        auto [it, fresh] = array_param.try_emplace(run[m].arrays[p], f.params.size());
-        if (!fresh) {
-          pm[p] = it->second;
-          continue;
-        }
-      }
-      pm[p] = static_cast<uint32_t>(f.params.size());
-      Param np = kp;
-      np.name = "l" + std::to_string(m) + "_" + kp.name;
-      np.needs_grad = false;
-      np.read_only = false;  // another member may write the array this one only reads
-      f.params.push_back(std::move(np));
+      pm[p] = merged_param(f, array_param, kp, run[m].arrays[p], m);
     }
   }
   Task t;

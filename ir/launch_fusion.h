@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -72,6 +73,13 @@ struct FusedKernel {
   std::vector<std::vector<uint32_t>> param_map;
   std::vector<uint64_t> overwritten;  // sorted
 };
+// The merged kernel `f`'s parameter for parameter `kp` of member `member`: an ndarray bound
+// to `array` (its identity) already seen in `array_param` is that parameter; otherwise a new
+// one named "l<member>_<name>", neither needing a gradient nor read-only (another member may
+// write what this one reads). Shared by fuse_launches and roll_launches (ir/resident.h).
+uint32_t merged_param(Kernel& f, std::map<uint64_t, uint32_t>& array_param, const Param& kp,
+                      uint64_t array, size_t member);
+
 Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::string& name,
                                   std::span<const uint64_t> zero_arrays = {});
 

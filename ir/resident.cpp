@@ -3,6 +3,8 @@
 #include <map>
 #include <unordered_map>
 
+#include "ir/launch_fusion.h"
+
 namespace vkad::codegen {
 
 namespace {
@@ -140,19 +142,7 @@ Result<ResidentKernel> roll_launches(std::span<const ResidentMember> period, uin
         return fail("parameter '" + kp.name + "' of '" + k.name +
                     "' steps but is not an i32 scalar");
       }
-      if (kp.kind == ParamKind::kNdArray) {
-        auto [it, fresh] = array_param.try_emplace(mem.arrays[p], f.params.size());
-        if (!fresh) {
-          pm[p] = it->second;
-          continue;
-        }
-      }
-      pm[p] = static_cast<uint32_t>(f.params.size());
-      Param np = kp;
-      np.name = "l" + std::to_string(m) + "_" + kp.name;
-      np.needs_grad = false;
-      np.read_only = false;  // another member may write the array this one only reads
-      f.params.push_back(std::move(np));
+      pm[p] = merged_param(f, array_param, kp, mem.arrays[p], m);
     }
   }
   Task t;
