@@ -43,9 +43,14 @@ Target target_from_caps(const rhi::Capabilities& caps) {
   t.preserve_nan_inf_f64 = caps.preserve_nan_inf_f64;
   t.adstack_layout = caps.kind == rhi::DeviceKind::kCpu ? adstack::Layout::kThreadMajor
                                                         : adstack::Layout::kSlotMajor;
-  t.checkpoint_segment =
-      checkpoint_segment(caps.kind == rhi::DeviceKind::kCpu ? 0 : kGpuCheckpointSegment);
   return t;
+}
+
+AdjointOptions adjoint_options_from_caps(const rhi::Capabilities& caps) {
+  AdjointOptions o;
+  o.checkpoint_segment =
+      checkpoint_segment(caps.kind == rhi::DeviceKind::kCpu ? 0 : kGpuCheckpointSegment);
+  return o;
 }
 
 }  // namespace vkad::codegen

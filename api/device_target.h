@@ -4,6 +4,7 @@
 // one comes from.
 #pragma once
 
+#include "autodiff/adjoint_plan.h"
 #include "ir/target.h"
 #include "rhi/device.h"
 
@@ -12,10 +13,13 @@ namespace vkad::codegen {
 // Slot-major adstacks for discrete, integrated, virtual and unknown GPUs, thread-major for CPU
 // devices (on lavapipe the slot-major layout is several times slower). Features the device lacks
 // are off, so a kernel that needs them fails verify() with kUnsupported naming the statement.
-// Segmented checkpointing (Target::checkpoint_segment) is on for GPUs (kGpuCheckpointSegment),
-// off for CPU devices (their caches hold a thread's stacks; the replay would only add work);
-// the environment variable VKAD_ADJOINT_CHECKPOINT ("off" or a segment length) overrides it.
 // Target::subgroup_arithmetic is on where the device has it, except on CPU devices (see there).
 Target target_from_caps(const rhi::Capabilities& caps);
+
+// Reverse mode's options for the device: segmented checkpointing
+// (AdjointOptions::checkpoint_segment) on for GPUs (kGpuCheckpointSegment), off for CPU devices
+// (their caches hold a thread's stacks; the replay would only add work); the environment
+// variable VKAD_ADJOINT_CHECKPOINT ("off" or a segment length) overrides it.
+AdjointOptions adjoint_options_from_caps(const rhi::Capabilities& caps);
 
 }  // namespace vkad::codegen

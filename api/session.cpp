@@ -67,6 +67,7 @@ Result<std::unique_ptr<Session>> Session::create(const runtime::RuntimeOptions& 
     s->resident_max_range_ = static_cast<uint32_t>(std::strtoul(resident, nullptr, 10));
   }
   s->target_ = codegen::target_from_caps(rt->caps());
+  s->adjoint_options_ = codegen::adjoint_options_from_caps(rt->caps());
   s->device_uuid_ = rhi::format_uuid(rt->caps().device_uuid);
   s->compile_cache_.set_disk_dir(rt->cache_dir());
   s->rt_ = std::move(rt);
@@ -104,7 +105,7 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
                       "differentiate '" + forward.name +
                           "': no parameter is marked grad, so there is no gradient to compute");
   }
-  VKAD_ASSIGN_OR_RETURN(codegen::Kernel adjoint, codegen::make_adjoint(forward, target_));
+  VKAD_ASSIGN_OR_RETURN(codegen::Kernel adjoint, codegen::make_adjoint(forward, target_, adjoint_options_));
   VKAD_ASSIGN_OR_RETURN(std::shared_ptr<const runtime::CompiledKernel> fck,
                         compile_cache_.compile(forward, target_, compile_options_));
   VKAD_ASSIGN_OR_RETURN(std::shared_ptr<const runtime::CompiledKernel> ack,
@@ -182,7 +183,7 @@ Result<KernelHandle> Session::clearing_adjoint(const Differentiated& d) {
                           " is not a live differentiate() result of this session");
   }
   VKAD_ASSIGN_OR_RETURN(codegen::Kernel adjoint,
-                        codegen::make_clearing_adjoint(*f->second, target_));
+                        codegen::make_clearing_adjoint(*f->second, target_, adjoint_options_));
   VKAD_ASSIGN_OR_RETURN(std::shared_ptr<const runtime::CompiledKernel> ck,
                         compile_cache_.compile(adjoint, target_, compile_options_));
   // Through register_ir: a checkpointed tape's captured backward is scheduled and fused like

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "api/graph_schedule.h"
+#include "autodiff/adjoint_plan.h"
 #include "ir/ir.h"
 #include "ir/launch_access.h"
 #include "ir/target.h"
@@ -313,6 +314,7 @@ class Session {
 
   codegen::CompileOptions compile_options_;
   codegen::Target target_;
+  codegen::AdjointOptions adjoint_options_;  // reverse mode's, from the device (device_target.h)
   std::string device_uuid_;
   // Every kernel this session compiled, by text, target and options: compiling one again
   // (a DSL re-tracing a function, a fused run seen before) skips emission and validation.

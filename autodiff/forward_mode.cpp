@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "autodiff/derivative_rules.h"
+#include "ir/pass.h"
 #include "ir/verifier.h"
 
 namespace vkad::codegen {
@@ -37,18 +38,9 @@ class ForwardMode : public PartialBuilder {
       block(t.body);
       k_.tasks.push_back(std::move(jt));
     }
-    Status v = verify(k_, target);
-    if (!v.ok()) {
-      if (v.code() == ErrorCode::kUnsupported) {
-        return make_error(
-            ErrorCode::kUnsupported,
-            "the JVP of kernel '" + f_.name + "' needs what the device lacks: " + v.message());
-      }
-      return make_error(
-          ErrorCode::kInternal,
-          "forward mode of kernel '" + f_.name +
-              "' produced a kernel that does not verify (a bug in vkad): " + v.message());
-    }
+    VKAD_TRY(verify_output(k_, target, "the JVP of kernel '" + f_.name + "' needs what the device lacks",
+                           "forward mode of kernel '" + f_.name +
+                               "' produced a kernel that does not verify (a bug in vkad)"));
     return std::move(k_);
   }
 

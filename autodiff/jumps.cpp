@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "ir/verifier.h"
+
 namespace vkad::codegen {
 
 namespace {
@@ -170,6 +172,15 @@ Kernel lower_jumps(Kernel k) {
   Lowerer l(k);
   for (Task& t : k.tasks) l.block(t.body);
   return k;
+}
+
+Pass lower_jumps_pass(const Target& target) {
+  return {"lower-jumps", [target](Kernel k) -> Result<Kernel> {
+            if (!has_jumps(k)) return k;
+            Kernel lowered = lower_jumps(std::move(k));
+            VKAD_TRY(verify(lowered, target));
+            return lowered;
+          }};
 }
 
 }  // namespace vkad::codegen

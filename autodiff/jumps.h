@@ -15,6 +15,8 @@
 #pragma once
 
 #include "ir/ir.h"
+#include "ir/pass.h"
+#include "ir/target.h"
 
 namespace vkad::codegen {
 
@@ -25,5 +27,10 @@ bool has_jumps(const Kernel& k);
 // Adds one if level per jump that has statements after it in its block chain, so a kernel
 // near kMaxNestingDepth may exceed it (verify() then says so).
 Kernel lower_jumps(Kernel k);
+
+// "lower-jumps": lower_jumps on a kernel with jumps, verified against `target` (a kernel that
+// the added levels push past kMaxNestingDepth gets verify()'s error); one without them as it
+// came.
+Pass lower_jumps_pass(const Target& target);
 
 }  // namespace vkad::codegen

@@ -75,8 +75,10 @@
 
 #include <vector>
 
+#include "autodiff/adjoint_plan.h"
 #include "base/status.h"
 #include "ir/ir.h"
+#include "ir/pass.h"
 #include "ir/target.h"
 
 namespace vkad::codegen {
@@ -91,14 +93,17 @@ inline constexpr int kMaxAdjointNesting = static_cast<int>(kMaxNestingDepth);  /
 // kUnsupported when the adjoint needs what the target lacks (e.g. atomic_add into an f64
 // gradient on a device without f64 or 64-bit integer atomics), otherwise kInternal (a bug in
 // reverse mode); both name the adjoint's statement.
-Result<Kernel> make_adjoint(const Kernel& forward, const Target& target = Target::host());
+// Segmented checkpointing follows `options` (adjoint_plan.h).
+Result<Kernel> make_adjoint(const Kernel& forward, const Target& target = Target::host(),
+                            const AdjointOptions& options = {});
 
 // make_adjoint's kernel, except that the adjoint of a (non-atomic) store also writes 0 into the
 // gradient at the stored element after reading it: the element's earlier contents, which the
 // store replaced, get no part of that seed. For a tape that reuses arrays (checkpoint_every,
 // api/tape.h), where one gradient array holds, in turn, the seeds of several versions of its
 // array. Same parameters as make_adjoint's.
-Result<Kernel> make_clearing_adjoint(const Kernel& forward, const Target& target = Target::host());
+Result<Kernel> make_clearing_adjoint(const Kernel& forward, const Target& target = Target::host(),
+                                     const AdjointOptions& options = {});
 
 // Exact stack sizing without max_trip: as make_adjoint, but a loop with no derivable or stated
 // trip bound (a while loop without max_trip, a for loop whose bounds depend on ndarray contents
@@ -126,7 +131,8 @@ struct CountedAdjoint {
   uint32_t counted = 0;
 };
 Result<CountedAdjoint> make_adjoint_counted(const Kernel& forward,
-                                            const Target& target = Target::host());
+                                            const Target& target = Target::host(),
+                                            const AdjointOptions& options = {});
 
 // Which ndarray parameters of `k` each invocation of `task` (one of k's tasks) owns: flag p is
 // true when the task is parallel and every load, store and atomic_add of parameter p in it
@@ -142,6 +148,18 @@ Result<CountedAdjoint> make_adjoint_counted(const Kernel& forward,
 // per parameter: it assumes the launch binds distinct ndarrays to distinct gradient
 // parameters (one ndarray bound as both x_grad and w_grad would mix plain and atomic adds).
 std::vector<bool> owned_ndarrays(const Kernel& k, const Task& task);
+
+// make_adjoint as a pipeline of passes (ir/pass.h), each of which a .vkir test may run alone:
+//   verify -> lower-jumps (jumps.h) -> segment-loops -> reverse-mode
+// segment-loops: the loops plan_adjoint selects for segmented checkpointing split by
+// segment_loops (checkpoint.h); the kernel unchanged when options.checkpoint_segment is 0.
+// reverse-mode ("clearing-reverse-mode" with clear_seeds): plan_adjoint, then the adjoint that
+// applies the plan, verified by verify_adjoint; it refuses a kernel with break / continue.
+Pass segment_loops_pass(const AdjointOptions& options);
+Pass reverse_mode_pass(const Target& target, const AdjointOptions& options,
+                       bool clear_seeds = false);
+Pipeline adjoint_pipeline(const Target& target, const AdjointOptions& options,
+                          bool clear_seeds = false);
 
 // The check make_adjoint runs on its result: verify(adjoint, target), with a failure reworded
 // as above. Exposed for its unit test.

@@ -601,8 +601,7 @@ int main(int argc, char** argv) {
   if (layout == "thread") target.adstack_layout = adstack::Layout::kThreadMajor;
   // The adjoint columns without segmented checkpointing (every iteration checkpointed, as
   // before it existed) and with it (--segment K, default kGpuCheckpointSegment, on every device).
-  Target every_iteration = target, segmented = target;
-  every_iteration.checkpoint_segment = 0;
+  AdjointOptions every_iteration, segmented;
   segmented.checkpoint_segment =
       static_cast<uint32_t>(args.get_int("segment", codegen::kGpuCheckpointSegment));
   auto hc = rt.register_kernel(testing::make_copy_u32x4_kernel()).value();
@@ -640,7 +639,7 @@ int main(int argc, char** argv) {
                      const std::vector<runtime::NdArrayHandle>& inputs,
                      const std::vector<runtime::NdArrayHandle>& grads,
                      const std::vector<runtime::NdArrayHandle>& tape_grads) -> bool {
-    Kernel adj = make_adjoint(fwd, every_iteration).value();
+    Kernel adj = make_adjoint(fwd, target, every_iteration).value();
     auto hf = rt.register_kernel(compile(fwd, target).value()).value();
     runtime::CompiledKernel adj_compiled = compile(adj, target).value();
     auto ha = rt.register_kernel(heap_only(unspecialized(adj_compiled))).value();  // heap tier
@@ -649,7 +648,7 @@ int main(int argc, char** argv) {
     auto hps = rt.register_kernel(adj_compiled).value();             // private tier, specialized
     // Segmented checkpointing, both tiers specialized.
     runtime::CompiledKernel seg_compiled =
-        compile(make_adjoint(fwd, segmented).value(), target).value();
+        compile(make_adjoint(fwd, target, segmented).value(), target).value();
     auto hch = rt.register_kernel(heap_only(seg_compiled)).value();
     auto hcp = rt.register_kernel(seg_compiled).value();
     auto tape = tape_kernel(rec, tape_reduction);
@@ -814,9 +813,9 @@ int main(int argc, char** argv) {
     const int S = static_cast<int>(args.get_int("train-steps", 256));
     const int tb = static_cast<int>(args.get_int("train-batch", 50));
     Kernel fwd = diffsim::simulate_kernel();
-    Kernel adj = make_adjoint(fwd, every_iteration).value();
+    Kernel adj = make_adjoint(fwd, target, every_iteration).value();
     runtime::CompiledKernel ca = compile(adj, target).value();
-    runtime::CompiledKernel cs = compile(make_adjoint(fwd, segmented).value(), target).value();
+    runtime::CompiledKernel cs = compile(make_adjoint(fwd, target, segmented).value(), target).value();
     auto hf = rt.register_kernel(compile(fwd, target).value()).value();
     auto ha = rt.register_kernel(heap_only(unspecialized(ca))).value();
     auto hp = rt.register_kernel(unspecialized(ca)).value();

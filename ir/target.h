@@ -13,9 +13,6 @@
 
 namespace vkad::codegen {
 
-// target_from_caps's segment length on GPUs (docs/benchmarks.md, "Segmented checkpointing").
-inline constexpr uint32_t kGpuCheckpointSegment = 16;
-
 struct Target {
   std::string device_name = "the Vulkan 1.2 baseline";
   bool float64 = false;
@@ -38,12 +35,6 @@ struct Target {
   // it a driver may assume no NaN or infinity occurs (NVIDIA then turns the documented
   // compare-and-select min/max and NaN -> 0 casts into fmin/fmax and raw conversions), so the
   // "Operation semantics" for NaN, infinities and -0 hold only where the device has it.
-  // Segmented checkpointing in reverse mode (checkpoint.h): long innermost loops are split into
-  // segments of this many iterations, so the adjoint stores one checkpoint per segment and
-  // recomputes the segment's iterations from it. 0: off (every iteration checkpointed), else
-  // 2 to kMaxCheckpointSegment. target_from_caps turns it on for GPUs (kGpuCheckpointSegment),
-  // off for CPU devices; VKAD_ADJOINT_CHECKPOINT (off, or a length) overrides it there.
-  uint32_t checkpoint_segment = 0;
   bool preserve_nan_inf_f32 = false;
   bool preserve_nan_inf_f64 = false;
 

@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <set>
 
 #include "base/cache_file.h"
+#include "runtime/kernel_checks.h"
 #include "runtime/spirv_interface.h"
 
 namespace vkad::runtime {
@@ -30,38 +30,6 @@ std::string format_double(double v) {
 }
 
 bool is_float_dtype(DType t) { return t == DType::kF32 || t == DType::kF64; }
-
-// Adstack capacities of a registered kernel are evaluated at every launch with its arguments:
-// their leaves must name integer scalars or existing ndarray dimensions. `depth` bounds the
-// recursion over a foreign expression.
-bool size_refs_ok(const adstack::SizeExpr& e, const std::vector<KernelParam>& params,
-                  uint32_t depth = 0) {
-  using K = adstack::SizeExpr::Kind;
-  if (depth > 64) return false;
-  switch (e.kind) {
-    case K::kConst: return true;
-    case K::kScalar:
-    case K::kNegScalar:
-      return e.param < params.size() && params[e.param].kind == ParamKind::kScalar &&
-             (params[e.param].dtype == DType::kI32 || params[e.param].dtype == DType::kU32 ||
-              params[e.param].dtype == DType::kI64);
-    case K::kDim:
-      return e.param < params.size() && params[e.param].kind == ParamKind::kNdArray &&
-             e.dim < params[e.param].rank;
-    case K::kDiv:
-      return e.operands.size() == 1 && e.value >= 1 &&
-             size_refs_ok(e.operands[0], params, depth + 1);
-    case K::kAdd:
-    case K::kMul:
-    case K::kMax:
-      if (e.operands.empty()) return false;
-      for (const auto& o : e.operands) {
-        if (!size_refs_ok(o, params, depth + 1)) return false;
-      }
-      return true;
-  }
-  return false;
-}
 
 // Every Runtime of the process gets its own id, the high half of its handles.
 std::atomic<uint32_t> g_next_runtime_id{1};
@@ -199,123 +167,11 @@ Runtime::~Runtime() {
 Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
   VKAD_EXCLUSIVE_USE("register_kernel");
   VKAD_TRY(device_->status());
+  const rhi::Capabilities& dc = device_->caps();
+  VKAD_TRY(check_kernel(kernel, {dc.device_name, dc.max_workgroup_size[0],
+                                 dc.max_workgroup_invocations, dc.shader_float64,
+                                 dc.shader_int64}));
   const std::string kname = "register_kernel: kernel '" + kernel.name + "'";
-  if (kernel.tasks.empty()) {
-    return make_error(ErrorCode::kInvalidArgument, "kernel '" + kernel.name + "' has no tasks");
-  }
-  // Bounded so that every args-buffer offset (abi/kernel_abi.h) fits 32 bits.
-  if (kernel.params.size() > kMaxKernelParams || kernel.tasks.size() > kMaxKernelTasks) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      kname + " has " + std::to_string(kernel.params.size()) + " parameters and " +
-                          std::to_string(kernel.tasks.size()) + " tasks; at most " +
-                          std::to_string(kMaxKernelParams) + " and " +
-                          std::to_string(kMaxKernelTasks) + " are supported");
-  }
-  for (size_t i = 0; i < kernel.params.size(); ++i) {
-    const KernelParam& p = kernel.params[i];
-    if (!valid_dtype(p.dtype) || (p.kind != ParamKind::kScalar && p.kind != ParamKind::kNdArray)) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        kname + " parameter " + std::to_string(i) + " ('" + p.name +
-                            "'): dtype " + std::to_string(static_cast<int>(p.dtype)) +
-                            " or kind " + std::to_string(static_cast<int>(p.kind)) +
-                            " is not one of the enumerators");
-    }
-    if (p.kind == ParamKind::kNdArray && (p.rank == 0 || p.rank > kMaxNdArrayRank)) {
-      return make_error(ErrorCode::kInvalidArgument, "kernel '" + kernel.name + "' parameter " +
-                                                         std::to_string(i) + " ('" + p.name +
-                                                         "'): ndarray of rank " +
-                                                         std::to_string(p.rank) + " (1 to " +
-                                                         std::to_string(kMaxNdArrayRank) +
-                                                         " supported)");
-    }
-    if ((p.dtype == DType::kF64 && !device_->caps().shader_float64) ||
-        (p.dtype == DType::kI64 && !device_->caps().shader_int64)) {
-      return make_error(ErrorCode::kUnsupported,
-                        "kernel '" + kernel.name + "' parameter '" + p.name + "' is " +
-                            dtype_name(p.dtype) + ", which device '" +
-                            device_->caps().device_name + "' does not support");
-    }
-  }
-  for (const auto& range_task : kernel.tasks) {
-    std::string where = kname + " task '" + range_task.name + "'";
-    const rhi::Capabilities& dc = device_->caps();
-    if (range_task.local_size == 0 || range_task.local_size > dc.max_workgroup_size[0] ||
-        range_task.local_size > dc.max_workgroup_invocations) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        where + ": local_size " + std::to_string(range_task.local_size) +
-                            " is outside 1.." +
-                            std::to_string(std::min(dc.max_workgroup_size[0],
-                                                    dc.max_workgroup_invocations)) +
-                            " (the device's limit)");
-    }
-    if (range_task.adstacks.size() > kMaxTaskAdstacks) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        where + ": " + std::to_string(range_task.adstacks.size()) +
-                            " adstacks; at most " + std::to_string(kMaxTaskAdstacks) +
-                            " are supported");
-    }
-    for (const adstack::StackDesc& st : range_task.adstacks) {
-      if (static_cast<uint32_t>(st.heap) >= adstack::kHeapCount ||
-          !size_refs_ok(st.capacity, kernel.params)) {
-        return make_error(ErrorCode::kInvalidArgument,
-                          where + ": adstack " + st.name +
-                              " has an unknown heap or a capacity that refers to a missing or "
-                              "non-integer parameter or dimension (or nests deeper than 64)");
-      }
-    }
-    // Launch specialization reads these words from the encoded args (runtime.h): each must be
-    // an aligned word inside the args buffer, and the module must declare its constants.
-    bool spec_ok = range_task.spec_words.size() <= abi::kMaxSpecWords;
-    for (uint32_t w : range_task.spec_words) {
-      spec_ok = spec_ok && w % 4 == 0 && w + 4 <= kernel.args_bytes();
-    }
-    const std::set<uint32_t> spec_ids =
-        range_task.spec_words.empty() ? std::set<uint32_t>{} : declared_spec_ids(range_task.spirv);
-    for (uint32_t i = 0; spec_ok && i < range_task.spec_words.size(); ++i) {
-      spec_ok = spec_ids.count(abi::launch_spec_flag_id(i)) && spec_ids.count(abi::launch_spec_value_id(i));
-    }
-    if (!spec_ok) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        where + ": spec_words must be at most " +
-                            std::to_string(abi::kMaxSpecWords) +
-                            " aligned offsets inside the args buffer, each with its two "
-                            "specialization constants declared by the module");
-    }
-    bool dims_ok = range_task.dim_begin.size() == range_task.dim_end.size() &&
-                   range_task.dim_begin.size() <= 3;
-    for (size_t dd = 0; dims_ok && dd < range_task.dim_begin.size(); ++dd) {
-      dims_ok = size_refs_ok(range_task.dim_begin[dd], kernel.params) &&
-                size_refs_ok(range_task.dim_end[dd], kernel.params);
-    }
-    if (!dims_ok) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        where + ": N-d range bounds are malformed (more than 3 dimensions, or a "
-                                "missing or non-integer parameter or dimension)");
-    }
-    if (!size_refs_ok(range_task.loop_passes, kernel.params)) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        where + ": loop_passes refers to a missing or non-integer parameter or "
-                                "dimension (or nests deeper than 64)");
-    }
-    for (const RangeBound* b : {&range_task.begin, &range_task.end}) {
-      // Scalar bounds are read as integers at launch, so they must be integer parameters.
-      bool bad = b->kind != RangeBound::Kind::kConstant &&
-                 (b->param >= kernel.params.size() ||
-                  (b->kind == RangeBound::Kind::kScalarParam &&
-                   (kernel.params[b->param].kind != ParamKind::kScalar ||
-                    (kernel.params[b->param].dtype != DType::kI32 &&
-                     kernel.params[b->param].dtype != DType::kU32 &&
-                     kernel.params[b->param].dtype != DType::kI64))) ||
-                  (b->kind == RangeBound::Kind::kArrayDim &&
-                   (kernel.params[b->param].kind != ParamKind::kNdArray ||
-                    b->dim >= kernel.params[b->param].rank)));
-      if (bad) {
-        return make_error(ErrorCode::kInvalidArgument,
-                          "kernel '" + kernel.name + "' task '" + range_task.name +
-                              "': range bound refers to a missing parameter or dimension");
-      }
-    }
-  }
   // Drivers trust their input: every module and its interface is validated before any of them
   // reaches one (on a cache miss; cached pipelines were checked when they were created).
   auto validate = [&]() -> Status {

@@ -69,8 +69,7 @@ class AdstackRuntime : public KernelTest, public ::testing::WithParamInterface<a
     // Every loop's stacks as the loop states them: these tests count stacks, capacities and
     // variants, which segmented checkpointing (checkpoint.h) would change.
     codegen::Target target = runner_->target();
-    target.checkpoint_segment = 0;
-    auto a = codegen::make_adjoint(*k, target);
+    auto a = codegen::make_adjoint(*k, target, codegen::AdjointOptions{});
     EXPECT_TRUE(a.ok()) << a.status().to_string();
     adjoint_ = *a;
     auto c = codegen::compile(*a, target);

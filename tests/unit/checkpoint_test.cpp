@@ -67,10 +67,10 @@ Kernel parsed(const char* text) {
   return *k;
 }
 
-Target with_segment(uint32_t segment) {
-  Target t = Target::host();
-  t.checkpoint_segment = segment;
-  return t;
+codegen::AdjointOptions with_segment(uint32_t segment) {
+  codegen::AdjointOptions o;
+  o.checkpoint_segment = segment;
+  return o;
 }
 
 // The loop's result ids of every for loop in `b`, in statement order.
@@ -162,10 +162,10 @@ TEST(Checkpoint, SplitForwardRunsTheSameIterations) {
 
 TEST(Checkpoint, SegmentedAdjointEqualsTheEveryIterationAdjointBitForBit) {
   Kernel k = parsed(kLoop);
-  auto every = codegen::make_adjoint(k, with_segment(0));
+  auto every = codegen::make_adjoint(k, Target::host(), with_segment(0));
   ASSERT_TRUE(every.ok()) << every.status().to_string();
   for (uint32_t segment : {2u, 5u, 16u}) {
-    auto seg = codegen::make_adjoint(k, with_segment(segment));
+    auto seg = codegen::make_adjoint(k, Target::host(), with_segment(segment));
     ASSERT_TRUE(seg.ok()) << seg.status().to_string();
     ASSERT_NE(codegen::print(*seg), codegen::print(*every))
         << "segment " << segment << ": nothing was split";
@@ -198,7 +198,7 @@ TEST(Checkpoint, SegmentedAdjointEqualsTheEveryIterationAdjointBitForBit) {
 // iteration: 4 segments).
 TEST(Checkpoint, StacksAreSizedPerSegment) {
   Kernel k = parsed(kLoop);
-  auto seg = codegen::make_adjoint(k, with_segment(16));
+  auto seg = codegen::make_adjoint(k, Target::host(), with_segment(16));
   ASSERT_TRUE(seg.ok()) << seg.status().to_string();
   const std::string text = codegen::print(*seg);
   std::vector<const codegen::Stmt*> stacks = stack_allocs(*seg);
@@ -275,7 +275,7 @@ TEST(Checkpoint, SplitsOnlyLongInnermostLoopsThatCheckpoint) {
   }
 })";
   Kernel k = parsed(text);
-  auto seg = codegen::make_adjoint(k, with_segment(8));
+  auto seg = codegen::make_adjoint(k, Target::host(), with_segment(8));
   ASSERT_TRUE(seg.ok()) << seg.status().to_string();
   // make_adjoint's selection is exactly the nest's inner loop: the same adjoint as splitting
   // that loop by hand and differentiating without segments.
@@ -284,10 +284,10 @@ TEST(Checkpoint, SplitsOnlyLongInnermostLoopsThatCheckpoint) {
   ASSERT_EQ(fl.size(), 5u);
   Kernel only_inner =
       codegen::segment_loops(k, {{fl[3]->result, codegen::whole_tape_trips(8, 1)}}, 8);
-  auto expected = codegen::make_adjoint(only_inner, with_segment(0));
+  auto expected = codegen::make_adjoint(only_inner, Target::host(), with_segment(0));
   ASSERT_TRUE(expected.ok()) << expected.status().to_string();
   EXPECT_EQ(codegen::print(*seg), codegen::print(*expected));
-  auto every = codegen::make_adjoint(k, with_segment(0));
+  auto every = codegen::make_adjoint(k, Target::host(), with_segment(0));
   ASSERT_TRUE(every.ok());
   EXPECT_NE(codegen::print(*seg), codegen::print(*every));
 }
@@ -318,7 +318,7 @@ TEST(Checkpoint, WholeTapeLoopsAskTheDriverToUnroll) {
       n += (control & spv::LoopControlUnrollMask) ? 1 : 0;
     return n;
   };
-  auto seg = codegen::make_adjoint(k, with_segment(16));
+  auto seg = codegen::make_adjoint(k, Target::host(), with_segment(16));
   ASSERT_TRUE(seg.ok()) << seg.status().to_string();
   int capped = 0;
   std::vector<const codegen::Stmt*> loops;
@@ -334,7 +334,7 @@ TEST(Checkpoint, WholeTapeLoopsAskTheDriverToUnroll) {
   EXPECT_EQ(capped, 7) << codegen::print(*seg);
   EXPECT_EQ(count_unrolled(*seg), 7);
   EXPECT_EQ(static_cast<int>(loops.size()), 9) << "and the segments' loop, forward and reverse";
-  auto every = codegen::make_adjoint(k, with_segment(0));
+  auto every = codegen::make_adjoint(k, Target::host(), with_segment(0));
   ASSERT_TRUE(every.ok());
   EXPECT_EQ(count_unrolled(*every), 0);
 }
@@ -342,7 +342,7 @@ TEST(Checkpoint, WholeTapeLoopsAskTheDriverToUnroll) {
 TEST(Checkpoint, InvalidSegmentIsAnErrorNamingTheSetting) {
   Kernel k = parsed(kLoop);
   for (uint32_t bad : {1u, codegen::kMaxCheckpointSegment + 1, UINT32_MAX}) {
-    auto a = codegen::make_adjoint(k, with_segment(bad));
+    auto a = codegen::make_adjoint(k, Target::host(), with_segment(bad));
     ASSERT_FALSE(a.ok());
     EXPECT_EQ(a.status().code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(a.status().message().find("VKAD_ADJOINT_CHECKPOINT"), std::string::npos)
@@ -352,7 +352,7 @@ TEST(Checkpoint, InvalidSegmentIsAnErrorNamingTheSetting) {
   }
 }
 
-// target_from_caps: on for GPUs, off for CPU devices, the environment variable over both.
+// adjoint_options_from_caps: on for GPUs, off for CPU devices, the environment variable over both.
 TEST(Checkpoint, DeviceTargetDefaultAndEnvironmentOverride) {
   rhi::Capabilities gpu, cpu;
   gpu.kind = rhi::DeviceKind::kDiscreteGpu;
@@ -360,16 +360,16 @@ TEST(Checkpoint, DeviceTargetDefaultAndEnvironmentOverride) {
   const char* saved = std::getenv("VKAD_ADJOINT_CHECKPOINT");
   std::string restore = saved ? saved : "";
   unsetenv("VKAD_ADJOINT_CHECKPOINT");
-  EXPECT_EQ(codegen::target_from_caps(gpu).checkpoint_segment, codegen::kGpuCheckpointSegment);
-  EXPECT_EQ(codegen::target_from_caps(cpu).checkpoint_segment, 0u);
+  EXPECT_EQ(codegen::adjoint_options_from_caps(gpu).checkpoint_segment, codegen::kGpuCheckpointSegment);
+  EXPECT_EQ(codegen::adjoint_options_from_caps(cpu).checkpoint_segment, 0u);
   setenv("VKAD_ADJOINT_CHECKPOINT", "off", 1);
-  EXPECT_EQ(codegen::target_from_caps(gpu).checkpoint_segment, 0u);
+  EXPECT_EQ(codegen::adjoint_options_from_caps(gpu).checkpoint_segment, 0u);
   setenv("VKAD_ADJOINT_CHECKPOINT", "4", 1);
-  EXPECT_EQ(codegen::target_from_caps(cpu).checkpoint_segment, 4u);
+  EXPECT_EQ(codegen::adjoint_options_from_caps(cpu).checkpoint_segment, 4u);
   for (const char* bad : {"four", "-4", "4x", "100000"}) {
     setenv("VKAD_ADJOINT_CHECKPOINT", bad, 1);
-    Target t = codegen::target_from_caps(gpu);
-    auto a = codegen::make_adjoint(parsed(kLoop), t);
+    auto a = codegen::make_adjoint(parsed(kLoop), codegen::target_from_caps(gpu),
+                                   codegen::adjoint_options_from_caps(gpu));
     ASSERT_FALSE(a.ok()) << bad;
     EXPECT_NE(a.status().message().find("VKAD_ADJOINT_CHECKPOINT"), std::string::npos);
   }
@@ -386,10 +386,10 @@ TEST(Checkpoint, FuzzKernelsAdjointsUnchanged) {
   int split = 0;
   for (uint32_t seed = 1; seed <= 300; ++seed) {
     AdFuzzCase c = random_ad_kernel(seed);
-    auto every = codegen::make_adjoint(c.kernel, with_segment(0));
+    auto every = codegen::make_adjoint(c.kernel, Target::host(), with_segment(0));
     ASSERT_TRUE(every.ok()) << "seed " << seed << ": " << every.status().to_string();
     for (uint32_t segment : {2u, 3u}) {
-      auto seg = codegen::make_adjoint(c.kernel, with_segment(segment));
+      auto seg = codegen::make_adjoint(c.kernel, Target::host(), with_segment(segment));
       ASSERT_TRUE(seg.ok()) << "seed " << seed << ", segment " << segment << ": "
                             << seg.status().to_string();
       if (codegen::print(*seg) == codegen::print(*every)) continue;

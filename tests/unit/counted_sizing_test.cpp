@@ -353,7 +353,7 @@ TEST(CountedSizing, CountingForwardKeepsEveryTaskAndCountsEachLoop) {
 TEST(CountedSizing, CountingForwardOnFuzzKernels) {
   uint32_t seed0 = env_or("VKAD_AD_FUZZ_SEED", 1), count = env_or("VKAD_AD_FUZZ_COUNT", 5000) / 10;
   int counted_kernels = 0, several = 0, split = 0;
-  codegen::Target segmented = codegen::Target::host();
+  codegen::AdjointOptions segmented;
   segmented.checkpoint_segment = 4;
   for (uint32_t seed = seed0; seed < seed0 + count; ++seed) {
     AdFuzzCase c = random_ad_kernel(seed);
@@ -365,7 +365,7 @@ TEST(CountedSizing, CountingForwardOnFuzzKernels) {
     ++counted_kernels;
     several += ca->counted > 1;
     expect_counting_forward_matches(bare, *ca, c.args, "seed " + std::to_string(seed));
-    auto cs = codegen::make_adjoint_counted(bare, segmented);
+    auto cs = codegen::make_adjoint_counted(bare, codegen::Target::host(), segmented);
     ASSERT_TRUE(cs.ok()) << "seed " << seed << ": " << cs.status().to_string();
     split += codegen::print(cs->counter) != codegen::print(ca->counter);
     expect_counting_forward_matches(bare, *cs, c.args,

@@ -2,18 +2,22 @@
 //
 // A .vkir file is a kernel in the IR's text form (ir/text.h, where `//` starts a comment)
 // plus directives in comment lines:
-//   // RUN: <mode>        exactly one; what the output is:
-//        print            print(parse(file)) (and print(parse(print)) must be the same text)
-//        verify-error     verify() must fail: its status, "CODE: message"
-//        adjoint          verify(), make_adjoint() and verify(adjoint) must pass: print(adjoint)
-//        adjoint-error    make_adjoint() must fail: its status, "CODE: message"
-//   // CHECK: <s>         substring s occurs after the previous match
-//   // CHECK-NEXT: <s>    s occurs on the line right after the previous match's line
-//   // CHECK-NOT: <s>     s does not occur between the previous match and the next one (or the
-//                         end of the output)
-//   // CHECK-ABSENT: <s>  s occurs nowhere in the output
-// Patterns are plain substrings (no regexes), leading and trailing blanks trimmed. A failure
-// names the file, the directive's line and the output.
+//   // RUN: <pipeline>      exactly one; the passes to run on parse(file), by their registered
+//                          names (autodiff/passes.h), comma-separated, each with optional
+//                          {key=value} options: `verify, lower-jumps, adjoint{segment=4}`.
+//                          The pipeline verifies after every pass (a pass whose output does not
+//                          verify fails the case, naming it). The output is print(result).
+//   // RUN: not <pipeline>  the pipeline must fail, in its last pass (a failure earlier is a
+//                          RUN failure naming that pass): the output is the status,
+//                          "CODE: message".
+//   // CHECK: <s>           substring s occurs after the previous match
+//   // CHECK-NEXT: <s>      s occurs on the line right after the previous match's line
+//   // CHECK-NOT: <s>       s does not occur between the previous match and the next one (or
+//                          the end of the output)
+//   // CHECK-ABSENT: <s>    s occurs nowhere in the output
+// An unknown pass name or option is a failure of the case (the message lists the known
+// passes). Patterns are plain substrings (no regexes), leading and trailing blanks trimmed. A
+// failure names the file, the directive's line and the output.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,9 +28,9 @@
 #include <string>
 #include <vector>
 
-#include "autodiff/reverse_mode.h"
+#include "autodiff/passes.h"
+#include "ir/pass.h"
 #include "ir/text.h"
-#include "ir/verifier.h"
 
 namespace vkad::codegen {
 namespace {
@@ -145,43 +149,33 @@ std::string match(const std::string& output, const std::vector<Directive>& check
   return check_nots(output.size());
 }
 
-// The output of `mode` on the kernel text, or a failure message starting with "RUN failed".
-std::string run_mode(const std::string& mode, const std::string& text, bool* ok) {
+// The output of the RUN line's pipeline on the kernel text, or a failure message starting
+// with "RUN failed".
+std::string run_pipeline(const std::string& run, const std::string& text, bool* ok) {
   *ok = false;
+  std::string spec = run;
+  const bool expect_failure = spec.rfind("not ", 0) == 0;
+  if (expect_failure) spec = trim(spec.substr(4));
+  auto pipeline = compiler_passes().parse_pipeline(spec, Target::host());
+  if (!pipeline.ok()) return "RUN failed: " + pipeline.status().to_string();
+  pipeline->set_verify_each(true);  // the test harness verifies after every pass
   auto k = parse(text);
   if (!k.ok()) return "RUN failed: the kernel does not parse: " + k.status().to_string();
-  if (mode == "print") {
-    std::string printed = print(*k);
-    auto again = parse(printed);
-    if (!again.ok())
-      return "RUN failed: the printed kernel does not parse: " + again.status().to_string();
-    if (print(*again) != printed) return "RUN failed: print(parse(print(k))) differs from print(k)";
-    *ok = true;
-    return printed;
-  }
-  if (mode == "verify-error") {
-    Status s = verify(*k);
-    if (s.ok()) return "RUN failed: verify() accepted the kernel";
-    *ok = true;
-    return s.to_string();
-  }
-  if (mode == "adjoint" || mode == "adjoint-error") {
-    if (Status s = verify(*k); !s.ok())
-      return "RUN failed: the forward kernel does not verify: " + s.to_string();
-    auto a = make_adjoint(*k);
-    if (mode == "adjoint-error") {
-      if (a.ok())
-        return "RUN failed: make_adjoint() accepted the kernel; its adjoint:\n" + print(*a);
-      *ok = true;
-      return a.status().to_string();
+  std::string failed;
+  auto out = pipeline->run(*k, &failed);
+  const std::string last = pipeline->names().back();
+  if (expect_failure) {
+    if (out.ok()) return "RUN failed: the pipeline succeeded; its result:\n" + print(*out);
+    if (failed != last) {
+      return "RUN failed: pass '" + failed + "' failed before '" + last +
+             "': " + out.status().to_string();
     }
-    if (!a.ok()) return "RUN failed: make_adjoint(): " + a.status().to_string();
-    if (Status s = verify(*a); !s.ok())
-      return "RUN failed: the adjoint does not verify: " + s.to_string() + "\n" + print(*a);
     *ok = true;
-    return print(*a);
+    return out.status().to_string();
   }
-  return "RUN failed: unknown mode '" + mode + "' (print, verify-error, adjoint, adjoint-error)";
+  if (!out.ok()) return "RUN failed: pass '" + failed + "': " + out.status().to_string();
+  *ok = true;
+  return print(*out);
 }
 
 // The source tree: $VKAD_SOURCE_DIR where set (a binary carried to another machine, e.g. the GPU
@@ -205,7 +199,7 @@ std::vector<std::string> kernel_files() {
 // ---- the runner's own behaviour -----------------------------------------------------------
 
 std::string check_text(const std::string& output, const std::string& directives) {
-  CheckFile f = parse_directives("// RUN: print\n" + directives);
+  CheckFile f = parse_directives("// RUN: verify\n" + directives);
   if (!f.error.empty()) return "directives: " + f.error;
   return match(output, f.checks);
 }
@@ -244,17 +238,76 @@ TEST(VkirCheckRunner, CheckNotIsScopedBetweenMatchesAndAbsentIsGlobal) {
 
 TEST(VkirCheckRunner, MalformedFilesFail) {
   EXPECT_NE(parse_directives("// CHECK: x\n").error.find("no RUN line"), std::string::npos);
-  EXPECT_NE(parse_directives("// RUN: print\n").error.find("no CHECK lines"), std::string::npos);
+  EXPECT_NE(parse_directives("// RUN: verify\n").error.find("no CHECK lines"), std::string::npos);
   EXPECT_NE(
-      parse_directives("// RUN: print\n// CHECK-NXT: x\n").error.find("line 2: unknown directive"),
+      parse_directives("// RUN: verify\n// CHECK-NXT: x\n").error.find("line 2: unknown directive"),
       std::string::npos);
   EXPECT_NE(
-      parse_directives("// RUN: print\n// RUN: adjoint\n// CHECK: x\n").error.find("second RUN"),
+      parse_directives("// RUN: verify\n// RUN: adjoint\n// CHECK: x\n").error.find("second RUN"),
       std::string::npos);
+}
+
+TEST(VkirCheckRunner, UnknownPassOrOptionFails) {
   bool ok = true;
-  EXPECT_NE(run_mode("adjiont", "kernel k() {\n}\n", &ok).find("unknown mode 'adjiont'"),
-            std::string::npos);
+  std::string e = run_pipeline("verify, adjiont", "kernel k() {\n}\n", &ok);
+  EXPECT_NE(e.find("RUN failed"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown pass 'adjiont'"), std::string::npos) << e;
+  EXPECT_NE(e.find("adjoint"), e.find("adjiont")) << e;  // the known names are listed
   EXPECT_FALSE(ok);
+  e = run_pipeline("adjoint{segmnet=4}", "kernel k() {\n}\n", &ok);
+  EXPECT_NE(e.find("pass 'adjoint' has no option 'segmnet'"), std::string::npos) << e;
+  EXPECT_FALSE(ok);
+  e = run_pipeline("adjoint{segment=1}", "kernel k() {\n}\n", &ok);
+  EXPECT_NE(e.find("checkpoint_segment is 1"), std::string::npos) << e;
+  EXPECT_FALSE(ok);
+  e = run_pipeline("verify,", "kernel k() {\n}\n", &ok);
+  EXPECT_NE(e.find("pass 2 has no name"), std::string::npos) << e;
+  EXPECT_FALSE(ok);
+}
+
+// `not` wants the last pass to fail: a kernel refused earlier (here by verify, before the
+// adjoint is tried) is a failure of the case, not a pass.
+TEST(VkirCheckRunner, NotWantsTheLastPassToFail) {
+  const char* bad = "kernel k(x: ndarray<f32, 1>) {\n  task main parallel %0 in [0, 4) {\n"
+                    "    %1 = add %9, %9 : f32\n  }\n}\n";
+  bool ok = true;
+  std::string e = run_pipeline("not verify, adjoint", bad, &ok);
+  EXPECT_FALSE(ok);
+  EXPECT_NE(e.find("pass 'verify' failed before 'adjoint'"), std::string::npos) << e;
+  e = run_pipeline("not verify", bad, &ok);
+  EXPECT_TRUE(ok) << e;
+  EXPECT_NE(e.find("invalid argument"), std::string::npos) << e;
+  const char* good = "kernel k(x: ndarray<f32, 1>) {\n  task main parallel %0 in [0, 4) {\n"
+                     "    %1 = const 1 : f32\n    store x[%0], %1\n  }\n}\n";
+  e = run_pipeline("not verify", good, &ok);
+  EXPECT_FALSE(ok);
+  EXPECT_NE(e.find("the pipeline succeeded"), std::string::npos) << e;
+}
+
+// The pipeline (ir/pass.h) names the pass whose output does not verify.
+TEST(VkirCheckRunner, PipelineNamesThePassThatBrokeTheKernel) {
+  auto k = parse("kernel k(x: ndarray<f32, 1>) {\n  task main parallel %0 in [0, 4) {\n"
+                 "    %1 = const 1 : f32\n    store x[%0], %1\n  }\n}\n");
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  Pipeline p;
+  p.set_verify_each(true);
+  p.add(verify_pass(Target::host()));
+  p.add("drop-a-definition", [](Kernel in) -> Result<Kernel> {
+    in.tasks[0].body.stmts.erase(in.tasks[0].body.stmts.begin());  // the const the store uses
+    return in;
+  });
+  std::string failed;
+  auto out = p.run(*k, &failed);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(failed, "drop-a-definition");
+  EXPECT_EQ(out.status().code(), ErrorCode::kInternal);
+  EXPECT_NE(out.status().message().find("pass 'drop-a-definition' on kernel 'k' produced a kernel "
+                                        "that does not verify"),
+            std::string::npos)
+      << out.status().to_string();
+  // Without verify_each the broken kernel comes out (release builds trust the passes).
+  p.set_verify_each(false);
+  EXPECT_TRUE(p.run(*k).ok());
 }
 
 TEST(VkirCheckRunner, FindsTheKernelFiles) {
@@ -277,7 +330,7 @@ TEST_P(VkirFile, Checks) {
   CheckFile f = parse_directives(ss.str());
   ASSERT_EQ(f.error, "") << path;
   bool ok = false;
-  std::string output = run_mode(f.run, ss.str(), &ok);
+  std::string output = run_pipeline(f.run, ss.str(), &ok);
   ASSERT_TRUE(ok) << path << ": " << output;
   std::string failure = match(output, f.checks);
   EXPECT_EQ(failure, "") << path << ":" << failure << "\n--- output (RUN: " << f.run << ") ---\n"

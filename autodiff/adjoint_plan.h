@@ -1,0 +1,93 @@
+// Reverse mode's plan: what the adjoint of a kernel stores, where, and how big -- decided
+// before any adjoint statement is written, from the forward kernel alone. reverse_mode.cpp
+// applies it (replay, checkpoints, reverse sweep); reverse_mode.h has the scheme.
+//
+// Per task:
+//   - which forward values carry a derivative (activity), and which primals the reverse sweep
+//     reads (the operands its derivative rules use, and whatever a loop body uses, since a
+//     loop's reversal replays the body);
+//   - the checkpoints: for each loop, the mutable locals pushed onto adstacks at the start of
+//     each of its iterations (a local only updated linearly is never pushed; integer locals
+//     used as indices, bounds or conditions are), and the stacks' capacity, the loop's
+//     symbolic trip bound (derived from its bounds, stated with max_trip, or counted);
+//   - which loops segmented checkpointing (checkpoint.h) should split, and into how long a
+//     whole tape;
+//   - which ndarrays each invocation owns (owned_ndarrays: load-add-store instead of atomics).
+// Per kernel: the gradient parameters and the counted trip bounds (`trips_<loop id>`
+// parameters, in the order the adjoint declares them).
+//
+// The plan also carries the checks that refuse a forward kernel (reverse_mode.h lists them):
+// planning a kernel reverse mode would reject fails with the same error make_adjoint returns.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "base/status.h"
+#include "ir/ir.h"
+
+namespace vkad::codegen {
+
+// Options of reverse mode that are not facts about the device (Target has those).
+struct AdjointOptions {
+  // Segmented checkpointing (checkpoint.h): innermost loops that checkpoint something are split
+  // into segments of this many iterations. 0: off (every iteration checkpointed), else 2 to
+  // kMaxCheckpointSegment; anything else is refused (kInvalidArgument). api/device_target.h's
+  // adjoint_options_from_caps turns it on for GPUs (kGpuCheckpointSegment), off for CPU devices.
+  uint32_t checkpoint_segment = 0;
+};
+
+// target_from_caps's segment length on GPUs (docs/benchmarks.md, "Segmented checkpointing").
+inline constexpr uint32_t kGpuCheckpointSegment = 16;
+
+// kInvalidArgument naming the option when options.checkpoint_segment is out of range.
+Status check_adjoint_options(const AdjointOptions& options);
+
+// One loop's checkpoint: the locals pushed at the start of each of its iterations, one adstack
+// each, in this order, all of capacity `capacity`.
+struct LoopCheckpoint {
+  const Stmt* loop = nullptr;     // a for / while statement of the planned kernel
+  std::vector<ValueId> locals;    // forward ids of kAlloca statements
+  SizeExpr capacity;              // the loop's trip bound
+};
+
+struct TaskPlan {
+  std::unordered_set<ValueId> active;          // forward values with a derivative
+  std::unordered_set<ValueId> read;            // forward primals the reverse sweep reads
+  std::unordered_map<ValueId, DType> types;    // forward value -> its type (task indices: i32)
+  std::vector<LoopCheckpoint> checkpoints;     // statement order (the adjoint's stack order)
+  std::vector<ValueId> active_locals;          // float locals with an adjoint, ascending
+  std::vector<bool> owned;                     // per parameter: owned_ndarrays(k, task)
+  // Loop (forward id) -> the whole tape's trips W, for segment_loops; empty unless
+  // checkpoint_segment is on.
+  std::unordered_map<ValueId, uint32_t> segmentable;
+
+  const LoopCheckpoint* checkpoint_of(const Stmt* loop) const;
+  size_t stack_count() const;  // adstacks the task's adjoint allocates
+};
+
+struct AdjointPlan {
+  // Per forward parameter: its gradient parameter's index in the adjoint, or UINT32_MAX.
+  std::vector<uint32_t> grad_param;
+  uint32_t param_count = 0;  // the adjoint's parameters: forward, gradients, then trips_
+  std::vector<TaskPlan> tasks;                 // per forward task, in forward order
+  // Loops whose trip bound is counted (counting only), in the order of the trips_ parameters
+  // that follow the gradients.
+  std::vector<const Stmt*> counted_loops;
+};
+
+// The union of the primals (derivative_rules.h's PrimalRead bits) that the partials of `s`'s
+// operands in `active` read: what the reverse sweep reads of `s`, and what the adjoint emits.
+uint8_t adjoint_primal_reads(const Stmt& s, const std::unordered_set<ValueId>& active);
+
+// The plan for `forward`, which must verify and hold no break / continue (lower_jumps first).
+// `counting`: a loop with no derivable or stated trip bound gets a counted one
+// (make_adjoint_counted) instead of an error. The plan points into `forward` (LoopCheckpoint::
+// loop, counted_loops), so it is valid while `forward` lives unchanged. Errors: the refusals of
+// reverse_mode.h (kInvalidArgument naming the statement), an out-of-range option.
+Result<AdjointPlan> plan_adjoint(const Kernel& forward, const AdjointOptions& options = {},
+                                 bool counting = false);
+
+}  // namespace vkad::codegen
