@@ -293,20 +293,77 @@ class Planner {
       }
       if (s.result == kNoValue || !is_float(s.type) || s.op == Op::kAlloca || s.op == Op::kFor)
         continue;
-      bool a = false;
-      switch (s.op) {
-        case Op::kLoad: a = f_.params[s.param].needs_grad; break;
-        case Op::kLoadLocal: a = act(s.args[0]); break;
-        case Op::kArg: a = f_.params[s.param].needs_grad; break;
-        case Op::kConst:
-        case Op::kShape: break;
-        case Op::kSelect: a = act(s.args[1]) || act(s.args[2]); break;
-        default:
-          for (ValueId x : s.args) a = a || act(x);
-      }
-      if (a && active_.insert(s.result).second) changed = true;
+      if (value_active(s) && active_.insert(s.result).second) changed = true;
     }
     return changed;
+  }
+
+  // Whether float value `s` carries a derivative: read from a grad ndarray or scalar, or
+  // computed from an operand that carries one (a select: from a chosen operand).
+  bool value_active(const Stmt& s) const {
+    switch (s.op) {
+      case Op::kLoad:
+      case Op::kArg: return f_.params[s.param].needs_grad;
+      case Op::kLoadLocal: return act(s.args[0]);
+      case Op::kSelect: return act(s.args[1]) || act(s.args[2]);
+      case Op::kConst:
+      case Op::kShape:
+      // No float result, or not in a forward the plan accepts.
+      case Op::kAlloca:
+      case Op::kStoreLocal:
+      case Op::kStore:
+      case Op::kAtomicAdd:
+      case Op::kFor:
+      case Op::kIf:
+      case Op::kWhile:
+      case Op::kBreak:
+      case Op::kContinue:
+      case Op::kAtomicMax:
+      case Op::kStackAlloc:
+      case Op::kStackPush:
+      case Op::kStackPop:
+      case Op::kStackTop:
+      case Op::kStackTopAdj:
+      case Op::kStackAccAdj:
+      case Op::kBarrier: return false;
+      case Op::kNeg:
+      case Op::kNot:
+      case Op::kSqrt:
+      case Op::kRsqrt:
+      case Op::kExp:
+      case Op::kLog:
+      case Op::kSin:
+      case Op::kCos:
+      case Op::kTan:
+      case Op::kTanh:
+      case Op::kAsin:
+      case Op::kAcos:
+      case Op::kAbs:
+      case Op::kFloor:
+      case Op::kCeil:
+      case Op::kAdd:
+      case Op::kSub:
+      case Op::kMul:
+      case Op::kDiv:
+      case Op::kMod:
+      case Op::kFloorDiv:
+      case Op::kMin:
+      case Op::kMax:
+      case Op::kPow:
+      case Op::kAtan2:
+      case Op::kAnd:
+      case Op::kOr:
+      case Op::kLt:
+      case Op::kLe:
+      case Op::kGt:
+      case Op::kGe:
+      case Op::kEq:
+      case Op::kNe:
+      case Op::kCast: break;
+    }
+    bool a = false;
+    for (ValueId x : s.args) a = a || act(x);
+    return a;
   }
 
   // v's primal is read by the reverse sweep of frame F (a seed).

@@ -13,6 +13,7 @@
 #include "autodiff/derivative_rules.h"
 #include "autodiff/jumps.h"
 #include "autodiff/trip_counter.h"
+#include "ir/rewriter.h"
 #include "ir/verifier.h"
 #include "ir/walk.h"
 
@@ -58,31 +59,6 @@ class ReverseMode : public PartialBuilder {
   uint8_t primal_reads(const Stmt& s) const { return adjoint_primal_reads(s, tp_->active); }
 
   // ------------------------------------------------------------ emission helpers (adjoint ids)
-  ValueId emit(Stmt s) {
-    if (op_info(s.op).has_result) s.result = a_.fresh();
-    ValueId r = s.result;
-    out_.back()->stmts.push_back(std::move(s));
-    return r;
-  }
-  ValueId mk(Op op, DType t, std::vector<ValueId> args) {
-    Stmt s;
-    s.op = op;
-    s.type = t;
-    s.args = std::move(args);
-    return emit(std::move(s));
-  }
-  ValueId cst(DType t, double v) {
-    Stmt s;
-    s.op = Op::kConst;
-    s.type = t;
-    if (is_float(t))
-      s.fimm = t == DType::kF32 ? static_cast<float>(v) : v;
-    else
-      s.iimm = static_cast<int64_t>(v), s.fimm = v;
-    return emit(std::move(s));
-  }
-  void store_local(ValueId local, ValueId v) { mk(Op::kStoreLocal, DType::kF32, {local, v}); }
-  ValueId load_local(ValueId local, DType t) { return mk(Op::kLoadLocal, t, {local}); }
   ValueId p(ValueId forward) const { return map_.at(forward); }
   DType ft(ValueId forward) const { return tp_->types.at(forward); }
 
@@ -90,61 +66,17 @@ class ReverseMode : public PartialBuilder {
   void acc(ValueId x, ValueId d) {
     if (!act(x) || !vadj_.count(x)) return;
     ValueId local = vadj_.at(x);
-    store_local(local, mk(Op::kAdd, ft(x), {load_local(local, ft(x)), d}));
+    rw_.store_local(local, rw_.op(Op::kAdd, ft(x), {rw_.load_local(local, ft(x)), d}));
   }
 
-  // Emits `for idx in [b, e) { body(idx) }` into the current block.
+  // Emits `for idx in [b, e) { body(idx) }` into the current block. `like`: the forward loop
+  // it runs the trips of; a constant max_trip of it carries over (the emitter asks the driver to
+  // unroll a loop that short: spirv_emitter.cpp, kUnrollMaxTrips).
   template <typename Body>
-  // `like`: the forward loop it runs the trips of; a constant max_trip of it carries over (the
-  // emitter asks the driver to unroll a loop that short: spirv_emitter.cpp, kUnrollMaxTrips).
   void emit_for(ValueId b, ValueId e, Body body, const Stmt* like = nullptr) {
-    Stmt loop;
-    loop.op = Op::kFor;
-    loop.type = DType::kI32;
-    loop.args = {b, e};
-    if (like && like->has_cap && like->cap.kind == SizeExpr::Kind::kConst) {
-      loop.has_cap = true;
-      loop.cap = like->cap;
-    }
-    loop.blocks.resize(1);
-    ValueId idx = emit(std::move(loop));
-    in_block(out_.back()->stmts.back().blocks[0], [&] { body(idx); });
-  }
-
-  // Emits `while idx (test(idx)) { body(idx) }` into the current block; `test` returns the
-  // test value it emitted.
-  template <typename Test, typename Body>
-  void emit_while(Test test, Body body) {
-    Stmt loop;
-    loop.op = Op::kWhile;
-    loop.type = DType::kI32;
-    loop.blocks.resize(2);
-    ValueId idx = emit(std::move(loop));
-    Stmt& st = out_.back()->stmts.back();  // stable: the callbacks fill its own blocks
-    ValueId c = kNoValue;
-    in_block(st.blocks[0], [&] { c = test(idx); });
-    st.args = {c};
-    in_block(st.blocks[1], [&] { body(idx); });
-  }
-
-  // Emits `if cond { side(0) } else { side(1) }` into the current block.
-  template <typename Side>
-  void emit_if(ValueId cond, Side side) {
-    Stmt br;
-    br.op = Op::kIf;
-    br.type = DType::kBool;
-    br.args = {cond};
-    br.blocks.resize(2);
-    emit(std::move(br));
-    Stmt& st = out_.back()->stmts.back();
-    for (int i = 0; i < 2; ++i) in_block(st.blocks[i], [&] { side(i); });
-  }
-
-  template <typename Body>
-  void in_block(Block& b, Body body) {
-    out_.push_back(&b);
-    body();
-    out_.pop_back();
+    std::optional<SizeExpr> cap;
+    if (like && like->has_cap && like->cap.kind == SizeExpr::Kind::kConst) cap = like->cap;
+    rw_.for_(b, e, std::move(cap), body);
   }
 
   // Checkpoint stacks hold numbers; bool locals travel as i32.
@@ -156,9 +88,9 @@ class ReverseMode : public PartialBuilder {
     for (size_t i = 0; i < c->locals.size(); ++i) {
       ValueId L = c->locals[i];
       DType t = ft(L);
-      ValueId v = load_local(p(L), t);
-      if (t == DType::kBool) v = mk(Op::kCast, DType::kI32, {v});
-      mk(Op::kStackPush, DType::kF32, {stacks_.at(&ctrl)[i], v});
+      ValueId v = rw_.load_local(p(L), t);
+      if (t == DType::kBool) v = rw_.op(Op::kCast, DType::kI32, {v});
+      rw_.op(Op::kStackPush, DType::kF32, {stacks_.at(&ctrl)[i], v});
     }
   }
   void restore_checkpoints(const Stmt& ctrl) {
@@ -167,15 +99,15 @@ class ReverseMode : public PartialBuilder {
     for (size_t i = 0; i < c->locals.size(); ++i) {
       ValueId L = c->locals[i];
       DType t = ft(L);
-      ValueId v = mk(Op::kStackTop, stack_type(t), {stacks_.at(&ctrl)[i]});
-      if (t == DType::kBool) v = mk(Op::kCast, DType::kBool, {v});
-      store_local(p(L), v);
+      ValueId v = rw_.op(Op::kStackTop, stack_type(t), {stacks_.at(&ctrl)[i]});
+      if (t == DType::kBool) v = rw_.op(Op::kCast, DType::kBool, {v});
+      rw_.store_local(p(L), v);
     }
   }
   void pop_checkpoints(const Stmt& ctrl) {
     auto it = stacks_.find(&ctrl);
     if (it == stacks_.end()) return;
-    for (ValueId s : it->second) mk(Op::kStackPop, DType::kF32, {s});
+    for (ValueId s : it->second) rw_.op(Op::kStackPop, DType::kF32, {s});
   }
 
   // ------------------------------------------------------------ forward replay
@@ -197,12 +129,12 @@ class ReverseMode : public PartialBuilder {
         // Its body is a frame of its own; its test is replayed plainly. The frame's replay
         // counts its trips into a local its reversal reads (declared here, at the frame's
         // top, so a loop inside a branch is covered too).
-        trips_[&s] = mk(Op::kAlloca, DType::kI32, {});
+        trips_[&s] = rw_.op(Op::kAlloca, DType::kI32, {});
         continue;
       }
       if (if_depth > 0 &&
           (s.op == Op::kAlloca || (s.result != kNoValue && tp_->read.count(s.result)))) {
-        hoist_[s.result] = mk(Op::kAlloca, s.type, {});
+        hoist_[s.result] = rw_.op(Op::kAlloca, s.type, {});
       }
       for (const Block& c : s.blocks) hoist_frame(c, if_depth + 1);
     }
@@ -224,8 +156,8 @@ class ReverseMode : public PartialBuilder {
               &s);
           break;
         case Op::kWhile:
-          if (frame) store_local(trips_.at(&s), cst(DType::kI32, 0));
-          emit_while(
+          if (frame) rw_.store_local(trips_.at(&s), rw_.constant(DType::kI32, 0));
+          rw_.while_(
               [&](ValueId idx) {
                 map_[s.result] = idx;
                 fwd(s.blocks[0], false);
@@ -235,37 +167,94 @@ class ReverseMode : public PartialBuilder {
                 map_[s.result] = idx;
                 if (frame) {
                   push_checkpoints(s);
-                  store_local(trips_.at(&s), mk(Op::kAdd, DType::kI32, {idx, cst(DType::kI32, 1)}));
+                  rw_.store_local(trips_.at(&s), rw_.op(Op::kAdd, DType::kI32, {idx, rw_.constant(DType::kI32, 1)}));
                 }
                 fwd(s.blocks[1], false);
               });
           break;
         case Op::kIf:
-          emit_if(p(s.args[0]), [&](int side) { fwd(s.blocks[side], frame, if_depth + 1); });
+          rw_.if_(p(s.args[0]), [&](int side) { fwd(s.blocks[side], frame, if_depth + 1); });
           break;
         case Op::kAlloca:
           if (frame && if_depth > 0) {  // declared at the frame's top; zeroed here
             map_[s.result] = hoist_.at(s.result);
-            store_local(map_[s.result], cst(s.type, 0));
+            rw_.store_local(map_[s.result], rw_.constant(s.type, 0));
             break;
           }
-          [[fallthrough]];
-        default: {
-          Stmt c = s;
-          for (ValueId& x : c.args) x = p(x);
-          ValueId r = emit(std::move(c));
-          if (s.result != kNoValue) map_[s.result] = r;
-          if (frame && if_depth > 0 && hoist_.count(s.result)) store_local(hoist_.at(s.result), r);
-        }
+          replay(s, frame && if_depth > 0);
+          break;
+        // Replayed as they are (operands mapped): values, local reads and writes, loads, and
+        // what the plan's checks keep out of a forward (never reached).
+        case Op::kConst:
+        case Op::kArg:
+        case Op::kShape:
+        case Op::kNeg:
+        case Op::kNot:
+        case Op::kSqrt:
+        case Op::kRsqrt:
+        case Op::kExp:
+        case Op::kLog:
+        case Op::kSin:
+        case Op::kCos:
+        case Op::kTan:
+        case Op::kTanh:
+        case Op::kAsin:
+        case Op::kAcos:
+        case Op::kAbs:
+        case Op::kFloor:
+        case Op::kCeil:
+        case Op::kAdd:
+        case Op::kSub:
+        case Op::kMul:
+        case Op::kDiv:
+        case Op::kMod:
+        case Op::kFloorDiv:
+        case Op::kMin:
+        case Op::kMax:
+        case Op::kPow:
+        case Op::kAtan2:
+        case Op::kAnd:
+        case Op::kOr:
+        case Op::kLt:
+        case Op::kLe:
+        case Op::kGt:
+        case Op::kGe:
+        case Op::kEq:
+        case Op::kNe:
+        case Op::kSelect:
+        case Op::kCast:
+        case Op::kLoadLocal:
+        case Op::kStoreLocal:
+        case Op::kLoad:
+        case Op::kBreak:
+        case Op::kContinue:
+        case Op::kAtomicMax:
+        case Op::kStackAlloc:
+        case Op::kStackPush:
+        case Op::kStackPop:
+        case Op::kStackTop:
+        case Op::kStackTopAdj:
+        case Op::kStackAccAdj:
+        case Op::kBarrier: replay(s, frame && if_depth > 0); break;
       }
     }
+  }
+
+  // `s` copied into the replay with its operands mapped; `hoisted`: in a branch of a frame,
+  // where a value the reverse sweep reads is also kept in its frame-top local.
+  void replay(const Stmt& s, bool hoisted) {
+    Stmt c = s;
+    for (ValueId& x : c.args) x = p(x);
+    ValueId r = rw_.emit(std::move(c));
+    if (s.result != kNoValue) map_[s.result] = r;
+    if (hoisted && hoist_.count(s.result)) rw_.store_local(hoist_.at(s.result), r);
   }
 
   // In the reverse of a branch side: the hoisted values defined directly in it, loaded.
   void load_hoisted(const Block& side) {
     for (const Stmt& s : side.stmts) {
       if (s.op != Op::kAlloca && s.result != kNoValue && hoist_.count(s.result)) {
-        map_[s.result] = load_local(hoist_.at(s.result), s.type);
+        map_[s.result] = rw_.load_local(hoist_.at(s.result), s.type);
       }
     }
   }
@@ -275,135 +264,188 @@ class ReverseMode : public PartialBuilder {
     for (const Stmt& s : b.stmts) {
       if (s.result != kNoValue && is_float(s.type) && act(s.result) && s.op != Op::kAlloca &&
           s.op != Op::kFor) {
-        vadj_[s.result] = mk(Op::kAlloca, s.type, {});
+        vadj_[s.result] = rw_.op(Op::kAlloca, s.type, {});
       }
     }
     for (auto it = b.stmts.rbegin(); it != b.stmts.rend(); ++it) rev_stmt(*it);
   }
 
+  // One forward statement's reverse: control flow and memory by their own rules, values by
+  // their derivative rule (derivative_rules.h). Every op is listed, so a new one must say which.
   void rev_stmt(const Stmt& s) {
     switch (s.op) {
-      case Op::kFor: {
-        ValueId b = p(s.args[0]), e = p(s.args[1]);
-        emit_for(
-            b, e,
-            [&](ValueId jr) {
-              // j = b + e - 1 - jr walks [b, e) backwards.
-              ValueId last = mk(Op::kSub, DType::kI32,
-                                {mk(Op::kAdd, DType::kI32, {b, e}), cst(DType::kI32, 1)});
-              map_[s.result] = mk(Op::kSub, DType::kI32, {last, jr});
-              hoist_frame(s.blocks[0], 0);
-              restore_checkpoints(s);
-              fwd(s.blocks[0], true);
-              rev(s.blocks[0]);
-              pop_checkpoints(s);
-            },
-            &s);
-        return;
-      }
-      case Op::kWhile: {
-        // The trips the frame's replay counted, reversed: like a for loop over [0, n).
-        ValueId n = load_local(trips_.at(&s), DType::kI32);
-        emit_for(cst(DType::kI32, 0), n, [&](ValueId jr) {
-          ValueId last = mk(Op::kSub, DType::kI32, {n, cst(DType::kI32, 1)});
-          map_[s.result] = mk(Op::kSub, DType::kI32, {last, jr});
-          hoist_frame(s.blocks[1], 0);
-          restore_checkpoints(s);
-          fwd(s.blocks[1], true);
-          rev(s.blocks[1]);
-          pop_checkpoints(s);
-        });
-        return;
-      }
+      case Op::kFor: rev_for(s); return;
+      case Op::kWhile: rev_while(s); return;
       case Op::kIf:
         // The condition and the side's values are the frame replay's: the same path.
-        emit_if(p(s.args[0]), [&](int side) {
+        rw_.if_(p(s.args[0]), [&](int side) {
           load_hoisted(s.blocks[side]);
           rev(s.blocks[side]);
         });
         return;
       case Op::kAlloca:
-        if (ladj_.count(s.result)) store_local(ladj_.at(s.result), cst(s.type, 0));
+        if (ladj_.count(s.result)) rw_.store_local(ladj_.at(s.result), rw_.constant(s.type, 0));
         return;
-      case Op::kStoreLocal: {
-        ValueId L = s.args[0], v = s.args[1];
-        if (!ladj_.count(L)) return;
-        ValueId la = ladj_.at(L);
-        acc(v, load_local(la, ft(L)));
-        store_local(la, cst(ft(L), 0));
-        return;
-      }
+      case Op::kStoreLocal: rev_store_local(s); return;
       case Op::kStore:
-      case Op::kAtomicAdd: {
-        uint32_t g = plan_.grad_param[s.param];
-        if (g == UINT32_MAX) return;
-        if (act(s.args.back())) {
-          Stmt ld;
-          ld.op = Op::kLoad;
-          ld.param = g;
-          ld.type = f_.params[s.param].dtype;
-          for (size_t i = 0; i + 1 < s.args.size(); ++i) ld.args.push_back(p(s.args[i]));
-          acc(s.args.back(), emit(std::move(ld)));
-        }
-        if (clear_seeds_ && s.op == Op::kStore) {
-          // The store replaced the element: what the array held before (an earlier step's
-          // value, when a checkpointed tape reuses the array) gets none of this seed.
-          Stmt st;
-          st.op = Op::kStore;
-          st.param = g;
-          for (size_t i = 0; i + 1 < s.args.size(); ++i) st.args.push_back(p(s.args[i]));
-          st.args.push_back(cst(f_.params[s.param].dtype, 0));
-          emit(std::move(st));
-        }
-        return;
-      }
-      default: break;
+      case Op::kAtomicAdd: rev_store(s); return;
+      case Op::kLoad:
+      case Op::kLoadLocal:
+      case Op::kArg: rev_read(s); return;
+      // Values: their derivative rule (none for integer, bool and constant ones).
+      case Op::kConst:
+      case Op::kShape:
+      case Op::kNeg:
+      case Op::kNot:
+      case Op::kSqrt:
+      case Op::kRsqrt:
+      case Op::kExp:
+      case Op::kLog:
+      case Op::kSin:
+      case Op::kCos:
+      case Op::kTan:
+      case Op::kTanh:
+      case Op::kAsin:
+      case Op::kAcos:
+      case Op::kAbs:
+      case Op::kFloor:
+      case Op::kCeil:
+      case Op::kAdd:
+      case Op::kSub:
+      case Op::kMul:
+      case Op::kDiv:
+      case Op::kMod:
+      case Op::kFloorDiv:
+      case Op::kMin:
+      case Op::kMax:
+      case Op::kPow:
+      case Op::kAtan2:
+      case Op::kAnd:
+      case Op::kOr:
+      case Op::kLt:
+      case Op::kLe:
+      case Op::kGt:
+      case Op::kGe:
+      case Op::kEq:
+      case Op::kNe:
+      case Op::kSelect:
+      case Op::kCast: rev_value(s); return;
+      // Not in a forward reverse mode accepts: jumps are lowered first (jumps.h), the rest
+      // refused by the plan's checks (adjoint_plan.h).
+      case Op::kBreak:
+      case Op::kContinue:
+      case Op::kAtomicMax:
+      case Op::kStackAlloc:
+      case Op::kStackPush:
+      case Op::kStackPop:
+      case Op::kStackTop:
+      case Op::kStackTopAdj:
+      case Op::kStackAccAdj:
+      case Op::kBarrier: return;
     }
+  }
+
+  // A for loop runs reversed over the same bounds: each reversed iteration restores its
+  // checkpoint, recomputes the iteration, then walks it backwards.
+  void rev_for(const Stmt& s) {
+    ValueId b = p(s.args[0]), e = p(s.args[1]);
+    emit_for(
+        b, e,
+        [&](ValueId jr) {
+          // j = b + e - 1 - jr walks [b, e) backwards.
+          ValueId last = rw_.op(Op::kSub, DType::kI32,
+                                {rw_.op(Op::kAdd, DType::kI32, {b, e}), rw_.constant(DType::kI32, 1)});
+          map_[s.result] = rw_.op(Op::kSub, DType::kI32, {last, jr});
+          reverse_iteration(s, s.blocks[0]);
+        },
+        &s);
+  }
+
+  // The trips the frame's replay counted, reversed: like a for loop over [0, n).
+  void rev_while(const Stmt& s) {
+    ValueId n = rw_.load_local(trips_.at(&s), DType::kI32);
+    emit_for(rw_.constant(DType::kI32, 0), n, [&](ValueId jr) {
+      ValueId last = rw_.op(Op::kSub, DType::kI32, {n, rw_.constant(DType::kI32, 1)});
+      map_[s.result] = rw_.op(Op::kSub, DType::kI32, {last, jr});
+      reverse_iteration(s, s.blocks[1]);
+    });
+  }
+
+  void reverse_iteration(const Stmt& loop, const Block& body) {
+    hoist_frame(body, 0);
+    restore_checkpoints(loop);
+    fwd(body, true);
+    rev(body);
+    pop_checkpoints(loop);
+  }
+
+  void rev_store_local(const Stmt& s) {
+    ValueId L = s.args[0], v = s.args[1];
+    if (!ladj_.count(L)) return;
+    ValueId la = ladj_.at(L);
+    acc(v, rw_.load_local(la, ft(L)));
+    rw_.store_local(la, rw_.constant(ft(L), 0));
+  }
+
+  // A store (or atomic_add) into a grad ndarray: its value's adjoint is the seed in the
+  // gradient at the element.
+  void rev_store(const Stmt& s) {
+    uint32_t g = plan_.grad_param[s.param];
+    if (g == UINT32_MAX) return;
+    std::vector<ValueId> idx;
+    for (size_t i = 0; i + 1 < s.args.size(); ++i) idx.push_back(p(s.args[i]));
+    if (act(s.args.back())) {
+      Stmt ld = rw_.make(Op::kLoad, f_.params[s.param].dtype, idx);
+      ld.param = g;
+      acc(s.args.back(), rw_.insert(std::move(ld)));
+    }
+    if (clear_seeds_ && s.op == Op::kStore) {
+      // The store replaced the element: what the array held before (an earlier step's
+      // value, when a checkpointed tape reuses the array) gets none of this seed.
+      idx.push_back(rw_.constant(f_.params[s.param].dtype, 0));
+      Stmt st = rw_.make(Op::kStore, DType::kF32, std::move(idx));
+      st.param = g;
+      rw_.insert(std::move(st));
+    }
+  }
+
+  // A read's adjoint goes where the value came from: the gradient ndarray (owned: load-add-
+  // store; else atomic_add), the local's adjoint, the scalar's per-iteration sum.
+  void rev_read(const Stmt& s) {
     if (s.result == kNoValue || !vadj_.count(s.result)) return;
-    DType t = s.type;
-    ValueId g = load_local(vadj_.at(s.result), t);
-    switch (s.op) {
-      case Op::kLoad: {
-        uint32_t gp = plan_.grad_param[s.param];
-        if (gp == UINT32_MAX) return;
-        std::vector<ValueId> idx;
-        for (ValueId x : s.args) idx.push_back(p(x));
-        if (tp_->owned[s.param]) {
-          // This invocation alone touches the element (owned_ndarrays): no atomic needed.
-          Stmt ld;
-          ld.op = Op::kLoad;
-          ld.param = gp;
-          ld.type = t;
-          ld.args = idx;
-          ValueId sum = mk(Op::kAdd, t, {emit(std::move(ld)), g});
-          Stmt st;
-          st.op = Op::kStore;
-          st.param = gp;
-          st.args = std::move(idx);
-          st.args.push_back(sum);
-          emit(std::move(st));
-          return;
-        }
-        Stmt add;
-        add.op = Op::kAtomicAdd;
-        add.param = gp;
-        add.args = std::move(idx);
-        add.args.push_back(g);
-        emit(std::move(add));
-        return;
-      }
-      case Op::kLoadLocal: {
-        ValueId la = ladj_.at(s.args[0]);
-        store_local(la, mk(Op::kAdd, t, {load_local(la, t), g}));
-        return;
-      }
-      case Op::kArg: {
-        ValueId sa = scalar_adj_.at(s.param);
-        store_local(sa, mk(Op::kAdd, t, {load_local(sa, t), g}));
-        return;
-      }
-      default: break;
+    const DType t = s.type;
+    ValueId g = rw_.load_local(vadj_.at(s.result), t);
+    if (s.op == Op::kLoadLocal || s.op == Op::kArg) {
+      ValueId local = s.op == Op::kArg ? scalar_adj_.at(s.param) : ladj_.at(s.args[0]);
+      rw_.store_local(local, rw_.op(Op::kAdd, t, {rw_.load_local(local, t), g}));
+      return;
     }
+    uint32_t gp = plan_.grad_param[s.param];
+    if (gp == UINT32_MAX) return;
+    std::vector<ValueId> idx;
+    for (ValueId x : s.args) idx.push_back(p(x));
+    if (tp_->owned[s.param]) {
+      // This invocation alone touches the element (owned_ndarrays): no atomic needed.
+      Stmt ld = rw_.make(Op::kLoad, t, idx);
+      ld.param = gp;
+      ValueId sum = rw_.op(Op::kAdd, t, {rw_.insert(std::move(ld)), g});
+      idx.push_back(sum);
+      Stmt st = rw_.make(Op::kStore, DType::kF32, std::move(idx));
+      st.param = gp;
+      rw_.insert(std::move(st));
+      return;
+    }
+    idx.push_back(g);
+    Stmt add = rw_.make(Op::kAtomicAdd, DType::kF32, std::move(idx));
+    add.param = gp;
+    rw_.insert(std::move(add));
+  }
+
+  // A value's adjoint flows to its active operands through its derivative rule's partials.
+  void rev_value(const Stmt& s) {
+    if (s.result == kNoValue || !vadj_.count(s.result)) return;
+    const DType t = s.type;
+    ValueId g = rw_.load_local(vadj_.at(s.result), t);
     const DerivativeRule* rule = derivative_rule(s.op);
     if (!rule) return;
     // Only the primals the row declares are handed over (kNoValue otherwise), so a partial
@@ -423,9 +465,9 @@ class ReverseMode : public PartialBuilder {
 
   // PartialBuilder: what the derivative rules emit into the adjoint.
   ValueId op(Op o, DType t, std::vector<ValueId> args) override {
-    return mk(o, t, std::move(args));
+    return rw_.op(o, t, std::move(args));
   }
-  ValueId constant(DType t, double v) override { return cst(t, v); }
+  ValueId constant(DType t, double v) override { return rw_.constant(t, v); }
 
 
   // ------------------------------------------------------------ one task
@@ -445,18 +487,18 @@ class ReverseMode : public PartialBuilder {
       at.dims[d].index = d == 0 ? at.index : a_.fresh();
       map_[t.dims[d].index] = at.dims[d].index;
     }
-    out_ = {&at.body};
-    declare_task_locals(t);
-    hoist_frame(t.body, 0);
-    fwd(t.body, true);
-    rev(t.body);
-    for (const auto& [q, local] : scalar_adj_) {
-      Stmt add;
-      add.op = Op::kAtomicAdd;
-      add.param = plan_.grad_param[q];
-      add.args = {cst(DType::kI32, 0), load_local(local, f_.params[q].dtype)};
-      emit(std::move(add));
-    }
+    rw_.in(at.body, [&] {
+      declare_task_locals(t);
+      hoist_frame(t.body, 0);
+      fwd(t.body, true);
+      rev(t.body);
+      for (const auto& [q, local] : scalar_adj_) {
+        Stmt add = rw_.make(Op::kAtomicAdd, DType::kF32,
+                            {rw_.constant(DType::kI32, 0), rw_.load_local(local, f_.params[q].dtype)});
+        add.param = plan_.grad_param[q];
+        rw_.insert(std::move(add));
+      }
+    });
     a_.tasks.push_back(std::move(at));
   }
 
@@ -470,17 +512,17 @@ class ReverseMode : public PartialBuilder {
         st.type = stack_type(ft(L));
         st.cap = c.capacity;
         st.has_cap = true;
-        stacks_[c.loop].push_back(emit(std::move(st)));
+        stacks_[c.loop].push_back(rw_.emit(std::move(st)));
       }
     }
-    for (ValueId id : tp_->active_locals) ladj_[id] = mk(Op::kAlloca, ft(id), {});
+    for (ValueId id : tp_->active_locals) ladj_[id] = rw_.op(Op::kAlloca, ft(id), {});
     // Differentiable scalars: this iteration's d loss / d scalar, summed over every use, then
     // added into the 1-element gradient once per iteration (one atomic, not one per use).
     scalar_adj_.clear();
     for (uint32_t q = 0; q < f_.params.size(); ++q) {
       if (f_.params[q].kind == ParamKind::kScalar && f_.params[q].needs_grad &&
           uses_arg(t.body, q)) {
-        scalar_adj_[q] = mk(Op::kAlloca, f_.params[q].dtype, {});
+        scalar_adj_[q] = rw_.op(Op::kAlloca, f_.params[q].dtype, {});
       }
     }
   }
@@ -496,12 +538,12 @@ class ReverseMode : public PartialBuilder {
   bool clear_seeds_ = false;  // make_clearing_adjoint
   const TaskPlan* tp_ = nullptr;  // the current task's plan
   Kernel a_;
+  Rewriter rw_{a_};  // writes a_
   std::map<uint32_t, ValueId> scalar_adj_;  // differentiable scalar param -> its adjoint local
   std::unordered_map<ValueId, ValueId> hoist_;  // forward value / local in a branch -> frame local
   // Forward while loop -> the local (adjoint id) its frame's replay counts its trips into.
   std::unordered_map<const Stmt*, ValueId> trips_;
   std::unordered_map<const Stmt*, std::vector<ValueId>> stacks_;  // adjoint stack ids
-  std::vector<Block*> out_;
   std::unordered_map<ValueId, ValueId> map_, vadj_, ladj_;
 };
 
