@@ -307,59 +307,8 @@ class Planner {
       case Op::kLoadLocal: return act(s.args[0]);
       case Op::kSelect: return act(s.args[1]) || act(s.args[2]);
       case Op::kConst:
-      case Op::kShape:
-      // No float result, or not in a forward the plan accepts.
-      case Op::kAlloca:
-      case Op::kStoreLocal:
-      case Op::kStore:
-      case Op::kAtomicAdd:
-      case Op::kFor:
-      case Op::kIf:
-      case Op::kWhile:
-      case Op::kBreak:
-      case Op::kContinue:
-      case Op::kAtomicMax:
-      case Op::kStackAlloc:
-      case Op::kStackPush:
-      case Op::kStackPop:
-      case Op::kStackTop:
-      case Op::kStackTopAdj:
-      case Op::kStackAccAdj:
-      case Op::kBarrier: return false;
-      case Op::kNeg:
-      case Op::kNot:
-      case Op::kSqrt:
-      case Op::kRsqrt:
-      case Op::kExp:
-      case Op::kLog:
-      case Op::kSin:
-      case Op::kCos:
-      case Op::kTan:
-      case Op::kTanh:
-      case Op::kAsin:
-      case Op::kAcos:
-      case Op::kAbs:
-      case Op::kFloor:
-      case Op::kCeil:
-      case Op::kAdd:
-      case Op::kSub:
-      case Op::kMul:
-      case Op::kDiv:
-      case Op::kMod:
-      case Op::kFloorDiv:
-      case Op::kMin:
-      case Op::kMax:
-      case Op::kPow:
-      case Op::kAtan2:
-      case Op::kAnd:
-      case Op::kOr:
-      case Op::kLt:
-      case Op::kLe:
-      case Op::kGt:
-      case Op::kGe:
-      case Op::kEq:
-      case Op::kNe:
-      case Op::kCast: break;
+      case Op::kShape: return false;
+      default: break;  // arithmetic, math, cast (statements without a float result never come)
     }
     bool a = false;
     for (ValueId x : s.args) a = a || act(x);

@@ -5,6 +5,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "ir/rewriter.h"
+
 namespace vkad::codegen {
 
 namespace {
@@ -12,7 +14,7 @@ namespace {
 class Segmenter {
  public:
   Segmenter(Kernel& k, const std::unordered_map<ValueId, uint32_t>& loops, uint32_t segment)
-      : k_(k), loops_(loops), segment_(segment) {}
+      : rw_(k), loops_(loops), segment_(segment) {}
 
   void block(Block& b) {
     std::vector<Stmt> out;
@@ -31,22 +33,12 @@ class Segmenter {
 
  private:
   ValueId add(std::vector<Stmt>& out, Op op, std::vector<ValueId> args, DType type = DType::kI32) {
-    Stmt s;
-    s.op = op;
-    s.type = type;
-    s.args = std::move(args);
-    s.result = k_.fresh();
-    out.push_back(std::move(s));
-    return out.back().result;
+    return Rewriter::append(out, rw_.make(op, type, std::move(args)));
   }
   ValueId constant(std::vector<Stmt>& out, int64_t v) {
-    Stmt s;
-    s.op = Op::kConst;
-    s.type = DType::kI32;
-    s.iimm = v;
-    s.result = k_.fresh();
-    out.push_back(std::move(s));
-    return out.back().result;
+    Stmt c = rw_.make(Op::kConst, DType::kI32);
+    c.iimm = v;
+    return Rewriter::append(out, std::move(c));
   }
 
   void split(Stmt loop, int64_t whole, std::vector<Stmt>& out) {
@@ -55,10 +47,7 @@ class Segmenter {
     // n = max(end - begin, 0): an empty or reversed range runs nothing, on the whole path.
     ValueId zero = constant(out, 0);
     ValueId n = add(out, Op::kMax, {add(out, Op::kSub, {end, begin}), zero});
-    Stmt branch;
-    branch.op = Op::kIf;
-    branch.args = {add(out, Op::kLe, {n, constant(out, whole)}, DType::kBool)};
-    branch.blocks.resize(2);
+    Stmt branch = rw_.make_if(add(out, Op::kLe, {n, constant(out, whole)}, DType::kBool));
 
     Block body = std::move(loop.blocks[0]);
     // if (n <= W) for index' in [begin, end) max_trip(W) { body' }
@@ -71,16 +60,16 @@ class Segmenter {
     std::vector<Stmt>& eb = branch.blocks[1].stmts;
     ValueId k = constant(eb, K);
     ValueId full = add(eb, Op::kDiv, {n, k});
-    Stmt outer = for_stmt(constant(eb, 0), full);
+    Stmt outer = rw_.make_for(constant(eb, 0), full);
     std::vector<Stmt>& ob = outer.blocks[0].stmts;
     ValueId base = add(ob, Op::kAdd, {begin, add(ob, Op::kMul, {outer.result, k})});
-    Stmt inner = for_stmt(constant(ob, 0), constant(ob, K));
+    Stmt inner = rw_.make_for(constant(ob, 0), constant(ob, K));
     // Its stated trip bound (exact) carries into the adjoint's copies of it, which the emitter
     // then marks for unrolling: NVIDIA left the training kernel's 16-step segments rolled on its
     // own (with the mark its adjoint ran 6% faster on the H200).
     inner.has_cap = true;
     inner.cap = SizeExpr::constant(K);
-    Stmt idx;
+    Stmt idx;  // defines the body's index, unchanged (so no fresh id)
     idx.op = Op::kAdd;
     idx.type = DType::kI32;
     idx.result = index;
@@ -102,9 +91,7 @@ class Segmenter {
 
   // for index' in [b, e) max_trip(cap) { a copy of `body` with fresh ids, `index` renamed }.
   Stmt copy_loop(const Block& body, ValueId index, ValueId b, ValueId e, int64_t cap) {
-    Stmt f = for_stmt(b, e);
-    f.has_cap = true;
-    f.cap = SizeExpr::constant(cap);
+    Stmt f = rw_.make_for(b, e, SizeExpr::constant(cap));
     std::unordered_map<ValueId, ValueId> renamed;
     f.blocks[0] = clone(body, renamed);
     renamed[index] = f.result;
@@ -112,15 +99,6 @@ class Segmenter {
     return f;
   }
 
-  Stmt for_stmt(ValueId b, ValueId e) {
-    Stmt f;
-    f.op = Op::kFor;
-    f.type = DType::kI32;
-    f.result = k_.fresh();
-    f.args = {b, e};
-    f.blocks.resize(1);
-    return f;
-  }
 
   // A copy of `b` whose every defined id (values, locals, loop indices, at any depth) is fresh;
   // `renamed` maps old to new. Operands are remapped by remap() once every definition is known.
@@ -128,7 +106,7 @@ class Segmenter {
     Block c = b;
     std::function<void(Block&)> fresh = [&](Block& blk) {
       for (Stmt& st : blk.stmts) {
-        if (st.result != kNoValue) st.result = renamed[st.result] = k_.fresh();
+        if (st.result != kNoValue) st.result = renamed[st.result] = rw_.kernel().fresh();
         for (Block& sub : st.blocks) fresh(sub);
       }
     };
@@ -145,7 +123,7 @@ class Segmenter {
     }
   }
 
-  Kernel& k_;
+  Rewriter rw_;  // ids from the kernel being split
   const std::unordered_map<ValueId, uint32_t>& loops_;
   uint32_t segment_;
 };

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "ir/rewriter.h"
 #include "ir/verifier.h"
 
 namespace vkad::codegen {
@@ -26,7 +27,7 @@ bool any_jump(const Block& b) { return jumps_in(b, Op::kBreak) || jumps_in(b, Op
 
 class Lowerer {
  public:
-  explicit Lowerer(Kernel& k) : k_(k) {}
+  explicit Lowerer(Kernel& k) : rw_(k) {}
 
   void block(Block& b) {
     std::vector<Stmt> out;
@@ -42,37 +43,20 @@ class Lowerer {
   }
 
  private:
-  Stmt mk(Op op, DType t, std::vector<ValueId> args) {
-    Stmt s;
-    s.op = op;
-    s.type = t;
-    s.args = std::move(args);
-    if (op_info(op).has_result) s.result = k_.fresh();
-    return s;
-  }
+  Stmt mk(Op op, DType t, std::vector<ValueId> args) { return rw_.make(op, t, std::move(args)); }
   // Appends `store_local local, true` to out.
   void set_true(ValueId local, std::vector<Stmt>& out) {
-    Stmt t = mk(Op::kConst, DType::kBool, {});
-    t.iimm = 1;
-    t.fimm = 1;
-    ValueId v = t.result;
-    out.push_back(std::move(t));
+    ValueId v = Rewriter::append(out, rw_.make_const(DType::kBool, 1));
     out.push_back(mk(Op::kStoreLocal, DType::kF32, {local, v}));
   }
   // Appends `%n = not (load_local local)` to out; returns %n.
   ValueId not_local(ValueId local, std::vector<Stmt>& out) {
-    Stmt l = mk(Op::kLoadLocal, DType::kBool, {local});
-    ValueId lv = l.result;
-    out.push_back(std::move(l));
-    Stmt n = mk(Op::kNot, DType::kBool, {lv});
-    ValueId nv = n.result;
-    out.push_back(std::move(n));
-    return nv;
+    ValueId lv = Rewriter::append(out, mk(Op::kLoadLocal, DType::kBool, {local}));
+    return Rewriter::append(out, mk(Op::kNot, DType::kBool, {lv}));
   }
   // Appends `if cond { then }` to out.
   void guarded(ValueId cond, Block then, std::vector<Stmt>& out) {
-    Stmt br = mk(Op::kIf, DType::kBool, {cond});
-    br.blocks.resize(2);
+    Stmt br = rw_.make_if(cond);
     br.blocks[0] = std::move(then);
     out.push_back(std::move(br));
   }
@@ -147,7 +131,7 @@ class Lowerer {
     return false;
   }
 
-  Kernel& k_;
+  Rewriter rw_;  // ids from the kernel being lowered
 };
 
 }  // namespace

@@ -183,59 +183,8 @@ class ReverseMode : public PartialBuilder {
           }
           replay(s, frame && if_depth > 0);
           break;
-        // Replayed as they are (operands mapped): values, local reads and writes, loads, and
-        // what the plan's checks keep out of a forward (never reached).
-        case Op::kConst:
-        case Op::kArg:
-        case Op::kShape:
-        case Op::kNeg:
-        case Op::kNot:
-        case Op::kSqrt:
-        case Op::kRsqrt:
-        case Op::kExp:
-        case Op::kLog:
-        case Op::kSin:
-        case Op::kCos:
-        case Op::kTan:
-        case Op::kTanh:
-        case Op::kAsin:
-        case Op::kAcos:
-        case Op::kAbs:
-        case Op::kFloor:
-        case Op::kCeil:
-        case Op::kAdd:
-        case Op::kSub:
-        case Op::kMul:
-        case Op::kDiv:
-        case Op::kMod:
-        case Op::kFloorDiv:
-        case Op::kMin:
-        case Op::kMax:
-        case Op::kPow:
-        case Op::kAtan2:
-        case Op::kAnd:
-        case Op::kOr:
-        case Op::kLt:
-        case Op::kLe:
-        case Op::kGt:
-        case Op::kGe:
-        case Op::kEq:
-        case Op::kNe:
-        case Op::kSelect:
-        case Op::kCast:
-        case Op::kLoadLocal:
-        case Op::kStoreLocal:
-        case Op::kLoad:
-        case Op::kBreak:
-        case Op::kContinue:
-        case Op::kAtomicMax:
-        case Op::kStackAlloc:
-        case Op::kStackPush:
-        case Op::kStackPop:
-        case Op::kStackTop:
-        case Op::kStackTopAdj:
-        case Op::kStackAccAdj:
-        case Op::kBarrier: replay(s, frame && if_depth > 0); break;
+        // Replayed as they are (operands mapped): values, local reads and writes, loads.
+        default: replay(s, frame && if_depth > 0); break;
       }
     }
   }
@@ -271,7 +220,7 @@ class ReverseMode : public PartialBuilder {
   }
 
   // One forward statement's reverse: control flow and memory by their own rules, values by
-  // their derivative rule (derivative_rules.h). Every op is listed, so a new one must say which.
+  // their derivative rule (derivative_rules.h).
   void rev_stmt(const Stmt& s) {
     switch (s.op) {
       case Op::kFor: rev_for(s); return;
@@ -292,56 +241,10 @@ class ReverseMode : public PartialBuilder {
       case Op::kLoad:
       case Op::kLoadLocal:
       case Op::kArg: rev_read(s); return;
-      // Values: their derivative rule (none for integer, bool and constant ones).
-      case Op::kConst:
-      case Op::kShape:
-      case Op::kNeg:
-      case Op::kNot:
-      case Op::kSqrt:
-      case Op::kRsqrt:
-      case Op::kExp:
-      case Op::kLog:
-      case Op::kSin:
-      case Op::kCos:
-      case Op::kTan:
-      case Op::kTanh:
-      case Op::kAsin:
-      case Op::kAcos:
-      case Op::kAbs:
-      case Op::kFloor:
-      case Op::kCeil:
-      case Op::kAdd:
-      case Op::kSub:
-      case Op::kMul:
-      case Op::kDiv:
-      case Op::kMod:
-      case Op::kFloorDiv:
-      case Op::kMin:
-      case Op::kMax:
-      case Op::kPow:
-      case Op::kAtan2:
-      case Op::kAnd:
-      case Op::kOr:
-      case Op::kLt:
-      case Op::kLe:
-      case Op::kGt:
-      case Op::kGe:
-      case Op::kEq:
-      case Op::kNe:
-      case Op::kSelect:
-      case Op::kCast: rev_value(s); return;
-      // Not in a forward reverse mode accepts: jumps are lowered first (jumps.h), the rest
-      // refused by the plan's checks (adjoint_plan.h).
-      case Op::kBreak:
-      case Op::kContinue:
-      case Op::kAtomicMax:
-      case Op::kStackAlloc:
-      case Op::kStackPush:
-      case Op::kStackPop:
-      case Op::kStackTop:
-      case Op::kStackTopAdj:
-      case Op::kStackAccAdj:
-      case Op::kBarrier: return;
+      // Values: their derivative rule (none for integer, bool and constant ones). Jumps, adstack
+      // statements, atomic_max and barriers are not in a forward reverse mode accepts (jumps.h
+      // lowers the first, the plan's checks refuse the rest) and have no rule either.
+      default: rev_value(s); return;
     }
   }
 

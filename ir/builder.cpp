@@ -3,6 +3,8 @@
 #include <cmath>
 #include <utility>
 
+#include "ir/rewriter.h"
+
 namespace vkad::codegen {
 
 Scalar::operator Value() const {
@@ -239,10 +241,9 @@ Block* KernelBuilder::current() {
 }
 
 Value KernelBuilder::emit(Stmt s) {
-  if (op_info(s.op).has_result) s.result = k_.fresh();
-  Value v(this, s.result, s.type);
-  current()->stmts.push_back(std::move(s));
-  return v;
+  Block* b = current();  // may add a task: before the Rewriter borrows the kernel
+  const DType type = s.type;
+  return Value(this, Rewriter(k_).emit(b->stmts, std::move(s)), type);
 }
 
 void KernelBuilder::for_range(Value begin, Value end, const std::function<void(Value)>& body) {

@@ -52,60 +52,7 @@ class Analysis {
         case Op::kAtomicAdd:
           if (cas(s)) total = add(total, SizeExpr::constant(1));
           break;
-        // No loop of their own.
-        case Op::kConst:
-        case Op::kArg:
-        case Op::kShape:
-        case Op::kNeg:
-        case Op::kNot:
-        case Op::kSqrt:
-        case Op::kRsqrt:
-        case Op::kExp:
-        case Op::kLog:
-        case Op::kSin:
-        case Op::kCos:
-        case Op::kTan:
-        case Op::kTanh:
-        case Op::kAsin:
-        case Op::kAcos:
-        case Op::kAbs:
-        case Op::kFloor:
-        case Op::kCeil:
-        case Op::kAdd:
-        case Op::kSub:
-        case Op::kMul:
-        case Op::kDiv:
-        case Op::kMod:
-        case Op::kFloorDiv:
-        case Op::kMin:
-        case Op::kMax:
-        case Op::kPow:
-        case Op::kAtan2:
-        case Op::kAnd:
-        case Op::kOr:
-        case Op::kLt:
-        case Op::kLe:
-        case Op::kGt:
-        case Op::kGe:
-        case Op::kEq:
-        case Op::kNe:
-        case Op::kSelect:
-        case Op::kCast:
-        case Op::kAlloca:
-        case Op::kLoadLocal:
-        case Op::kStoreLocal:
-        case Op::kLoad:
-        case Op::kStore:
-        case Op::kBreak:
-        case Op::kContinue:
-        case Op::kAtomicMax:  // integer: a native atomic, never a compare-and-swap loop
-        case Op::kStackAlloc:
-        case Op::kStackPush:
-        case Op::kStackPop:
-        case Op::kStackTop:
-        case Op::kStackTopAdj:
-        case Op::kStackAccAdj:
-        case Op::kBarrier: break;
+        default: break;
       }
     }
     return total;

@@ -71,6 +71,11 @@ class Rewriter {
     out.push_back(std::move(s));
     return out.back().result;
   }
+  // Appends `s` to `out` with a fresh result id (where its op has one); that id.
+  ValueId emit(std::vector<Stmt>& out, Stmt s) {
+    if (op_info(s.op).has_result) s.result = k_.fresh();
+    return append(out, std::move(s));
+  }
 
   // ---- emitters (at the insertion point)
   template <typename F>
@@ -83,10 +88,7 @@ class Rewriter {
   // `s` as it is.
   ValueId insert(Stmt s) { return append(block().stmts, std::move(s)); }
   // `s` with a fresh result id (where its op has one).
-  ValueId emit(Stmt s) {
-    if (op_info(s.op).has_result) s.result = k_.fresh();
-    return insert(std::move(s));
-  }
+  ValueId emit(Stmt s) { return emit(block().stmts, std::move(s)); }
   ValueId op(Op op, DType type, std::vector<ValueId> args) {
     return insert(make(op, type, std::move(args)));
   }

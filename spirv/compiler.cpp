@@ -13,6 +13,7 @@
 #include "ir/loop_passes.h"
 #include "ir/text.h"
 #include "ir/verifier.h"
+#include "ir/walk.h"
 #include "spirv/launch_spec.h"
 #include "spirv/spirv_emitter.h"
 #include "spirv/spirv_outline.h"
@@ -21,53 +22,44 @@ namespace vkad::codegen {
 
 namespace {
 
+// Whether any statement of `b` satisfies `pred`.
+template <typename Pred>
+bool any_stmt(const Block& b, Pred pred) {
+  bool found = false;
+  for_each_stmt(b, [&](const Stmt& s) { found = found || pred(s); });
+  return found;
+}
+
 bool writes(const Block& b, uint32_t param) {
-  for (const Stmt& s : b.stmts) {
-    if ((s.op == Op::kStore || s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax) &&
-        s.param == param)
-      return true;
-    for (const Block& c : s.blocks) {
-      if (writes(c, param)) return true;
-    }
-  }
-  return false;
+  return any_stmt(b, [param](const Stmt& s) {
+    return (s.op == Op::kStore || s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax) &&
+           s.param == param;
+  });
 }
 
 bool has_loops(const Block& b) {
-  for (const Stmt& s : b.stmts) {
-    if (s.op == Op::kFor || s.op == Op::kWhile) return true;
-    for (const Block& c : s.blocks) {
-      if (has_loops(c)) return true;
-    }
-  }
-  return false;
+  return any_stmt(b, [](const Stmt& s) { return s.op == Op::kFor || s.op == Op::kWhile; });
 }
 
 bool uses_adjoint(const Block& b, ValueId stack) {
-  for (const Stmt& s : b.stmts) {
-    if ((s.op == Op::kStackTopAdj || s.op == Op::kStackAccAdj) && s.args[0] == stack) return true;
-    for (const Block& c : s.blocks) {
-      if (uses_adjoint(c, stack)) return true;
-    }
-  }
-  return false;
+  return any_stmt(b, [stack](const Stmt& s) {
+    return (s.op == Op::kStackTopAdj || s.op == Op::kStackAccAdj) && s.args[0] == stack;
+  });
 }
 
-// `body` is the whole task body (adjoint uses may sit outside the block of the allocation).
-void collect_stacks(const Kernel& k, const Block& body, const Block& b,
-                    std::vector<adstack::StackDesc>* out) {
-  for (const Stmt& s : b.stmts) {
-    if (s.op == Op::kStackAlloc) {
-      adstack::StackDesc d;
-      d.name = "%" + std::to_string(s.result) + " (" + abi::dtype_name(s.type) + ", capacity " +
-               print_size(k, s.cap) + ")";
-      d.heap = stack_heap(s.type);
-      d.capacity = s.cap;
-      d.adjoint = uses_adjoint(body, s.result);
-      out->push_back(std::move(d));
-    }
-    for (const Block& c : s.blocks) collect_stacks(k, body, c, out);
-  }
+// The task's adstacks in statement order (adjoint uses may sit outside the block of the
+// allocation, so they are looked for in the whole body).
+void collect_stacks(const Kernel& k, const Block& body, std::vector<adstack::StackDesc>* out) {
+  for_each_stmt(body, [&](const Stmt& s) {
+    if (s.op != Op::kStackAlloc) return;
+    adstack::StackDesc d;
+    d.name = "%" + std::to_string(s.result) + " (" + abi::dtype_name(s.type) + ", capacity " +
+             print_size(k, s.cap) + ")";
+    d.heap = stack_heap(s.type);
+    d.capacity = s.cap;
+    d.adjoint = uses_adjoint(body, s.result);
+    out->push_back(std::move(d));
+  });
 }
 
 }  // namespace
@@ -113,7 +105,7 @@ Result<abi::CompiledKernel> compile(const Kernel& k, const Target& target,
                     : has_loops(t.body) ? 64
                                         : options.default_local_size;
     ct.local_size = std::min(ct.local_size, target.max_local_size);
-    collect_stacks(k, t.body, t.body, &ct.adstacks);
+    collect_stacks(k, t.body, &ct.adstacks);
     // The emitter lowers a float atomic add to a compare-and-swap loop under these conditions.
     LoopPassBound passes =
         loop_pass_bound(k, t, !(options.native_float_atomics && target.atomic_float32_add),
