@@ -39,7 +39,7 @@ struct AdjointOptions {
   uint32_t checkpoint_segment = 0;
 };
 
-// target_from_caps's segment length on GPUs (docs/benchmarks.md, "Segmented checkpointing").
+// adjoint_options_from_caps's segment length on GPUs (docs/benchmarks.md, "Segmented checkpointing").
 inline constexpr uint32_t kGpuCheckpointSegment = 16;
 
 // kInvalidArgument naming the option when options.checkpoint_segment is out of range.

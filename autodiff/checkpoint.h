@@ -37,9 +37,10 @@
 // at 64 steps ran 1.5x faster whole than in four segments. W is at least 2K - 1 (one segment
 // and its remainder would only add a replay: 1.6x slower at 16 steps) and at most 4K.
 //
-// make_adjoint applies it when Target::checkpoint_segment is non-zero, to the loops it selects
-// (reverse_mode.cpp: innermost `for` loops that checkpoint something, with derivable i32 bounds,
-// no stated max_trip, room for two more nesting levels, and not a constant trip count <= W).
+// make_adjoint applies it (its segment-loops pass) when AdjointOptions::checkpoint_segment is
+// non-zero, to the loops plan_adjoint selects (adjoint_plan.cpp: innermost `for` loops that
+// checkpoint something, with derivable i32 bounds, no stated max_trip, room for two more
+// nesting levels, and not a constant trip count <= W).
 #pragma once
 
 #include <cstddef>
@@ -50,7 +51,8 @@
 
 namespace vkad::codegen {
 
-// The most iterations one segment may hold (Target::checkpoint_segment's upper limit): the inner
+// The most iterations one segment may hold (AdjointOptions::checkpoint_segment's upper limit):
+// the inner
 // loop's stacks hold this many entries per thread.
 inline constexpr uint32_t kMaxCheckpointSegment = 4096;
 
