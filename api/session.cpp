@@ -105,7 +105,8 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
                       "differentiate '" + forward.name +
                           "': no parameter is marked grad, so there is no gradient to compute");
   }
-  VKAD_ASSIGN_OR_RETURN(codegen::Kernel adjoint, codegen::make_adjoint(forward, target_, adjoint_options_));
+  VKAD_ASSIGN_OR_RETURN(codegen::Kernel adjoint,
+                        codegen::make_adjoint(forward, target_, adjoint_options_));
   VKAD_ASSIGN_OR_RETURN(std::shared_ptr<const runtime::CompiledKernel> fck,
                         compile_cache_.compile(forward, target_, compile_options_));
   VKAD_ASSIGN_OR_RETURN(std::shared_ptr<const runtime::CompiledKernel> ack,

@@ -481,7 +481,6 @@ class Planner {
     return SizeExpr::scalar(it->second);
   }
 
-
   // ------------------------------------------------------------ one task
   Status task(const Task& t, TaskPlan* out) {
     task_ = &t;
@@ -531,7 +530,6 @@ class Planner {
     return {};
   }
 
-
   // Whether segmented checkpointing should split `loop`, one that checkpoints locals: an
   // innermost for loop (its body has no loops, so its index bounds no nested trip count and
   // the split adds one replay, not one per level), i32 bounds whose range derives (the outer
@@ -559,7 +557,6 @@ class Planner {
     }
     return true;
   }
-
 
   const Kernel& f_;
   const AdjointOptions& o_;

@@ -39,7 +39,8 @@ struct AdjointOptions {
   uint32_t checkpoint_segment = 0;
 };
 
-// adjoint_options_from_caps's segment length on GPUs (docs/benchmarks.md, "Segmented checkpointing").
+// adjoint_options_from_caps's segment length on GPUs (docs/benchmarks.md, "Segmented
+// checkpointing").
 inline constexpr uint32_t kGpuCheckpointSegment = 16;
 
 // kInvalidArgument naming the option when options.checkpoint_segment is out of range.
@@ -48,18 +49,18 @@ Status check_adjoint_options(const AdjointOptions& options);
 // One loop's checkpoint: the locals pushed at the start of each of its iterations, one adstack
 // each, in this order, all of capacity `capacity`.
 struct LoopCheckpoint {
-  const Stmt* loop = nullptr;     // a for / while statement of the planned kernel
-  std::vector<ValueId> locals;    // forward ids of kAlloca statements
-  SizeExpr capacity;              // the loop's trip bound
+  const Stmt* loop = nullptr;   // a for / while statement of the planned kernel
+  std::vector<ValueId> locals;  // forward ids of kAlloca statements
+  SizeExpr capacity;            // the loop's trip bound
 };
 
 struct TaskPlan {
-  std::unordered_set<ValueId> active;          // forward values with a derivative
-  std::unordered_set<ValueId> read;            // forward primals the reverse sweep reads
-  std::unordered_map<ValueId, DType> types;    // forward value -> its type (task indices: i32)
-  std::vector<LoopCheckpoint> checkpoints;     // statement order (the adjoint's stack order)
-  std::vector<ValueId> active_locals;          // float locals with an adjoint, ascending
-  std::vector<bool> owned;                     // per parameter: owned_ndarrays(k, task)
+  std::unordered_set<ValueId> active;        // forward values with a derivative
+  std::unordered_set<ValueId> read;          // forward primals the reverse sweep reads
+  std::unordered_map<ValueId, DType> types;  // forward value -> its type (task indices: i32)
+  std::vector<LoopCheckpoint> checkpoints;   // statement order (the adjoint's stack order)
+  std::vector<ValueId> active_locals;        // float locals with an adjoint, ascending
+  std::vector<bool> owned;                   // per parameter: owned_ndarrays(k, task)
   // Loop (forward id) -> the whole tape's trips W, for segment_loops; empty unless
   // checkpoint_segment is on.
   std::unordered_map<ValueId, uint32_t> segmentable;
@@ -71,8 +72,8 @@ struct TaskPlan {
 struct AdjointPlan {
   // Per forward parameter: its gradient parameter's index in the adjoint, or UINT32_MAX.
   std::vector<uint32_t> grad_param;
-  uint32_t param_count = 0;  // the adjoint's parameters: forward, gradients, then trips_
-  std::vector<TaskPlan> tasks;                 // per forward task, in forward order
+  uint32_t param_count = 0;     // the adjoint's parameters: forward, gradients, then trips_
+  std::vector<TaskPlan> tasks;  // per forward task, in forward order
   // Loops whose trip bound is counted (counting only), in the order of the trips_ parameters
   // that follow the gradients.
   std::vector<const Stmt*> counted_loops;

@@ -99,7 +99,6 @@ class Segmenter {
     return f;
   }
 
-
   // A copy of `b` whose every defined id (values, locals, loop indices, at any depth) is fresh;
   // `renamed` maps old to new. Operands are remapped by remap() once every definition is known.
   Block clone(const Block& b, std::unordered_map<ValueId, ValueId>& renamed) {

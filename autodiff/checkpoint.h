@@ -52,8 +52,7 @@
 namespace vkad::codegen {
 
 // The most iterations one segment may hold (AdjointOptions::checkpoint_segment's upper limit):
-// the inner
-// loop's stacks hold this many entries per thread.
+// the inner loop's stacks hold this many entries per thread.
 inline constexpr uint32_t kMaxCheckpointSegment = 4096;
 
 // Values per thread a whole tape may hold (W * the values a loop checkpoints per iteration):

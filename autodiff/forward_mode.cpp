@@ -38,7 +38,8 @@ class ForwardMode : public PartialBuilder {
       block(t.body);
       k_.tasks.push_back(std::move(jt));
     }
-    VKAD_TRY(verify_output(k_, target, "the JVP of kernel '" + f_.name + "' needs what the device lacks",
+    VKAD_TRY(verify_output(k_, target,
+                           "the JVP of kernel '" + f_.name + "' needs what the device lacks",
                            "forward mode of kernel '" + f_.name +
                                "' produced a kernel that does not verify (a bug in vkad)"));
     return std::move(k_);

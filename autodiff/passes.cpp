@@ -11,18 +11,18 @@ namespace {
 
 // A factory for a pass that takes no options.
 PassRegistry::Factory plain(std::string name, std::function<Pass(const Target&)> make) {
-  return [name = std::move(name), make = std::move(make)](
-             const Target& t, const PassOptions& o) -> Result<Pass> {
+  return [name = std::move(name), make = std::move(make)](const Target& t,
+                                                          const PassOptions& o) -> Result<Pass> {
     VKAD_TRY(only_options(name, o, {}));
     return make(t);
   };
 }
 
 // A factory for a pass that takes `segment` (AdjointOptions::checkpoint_segment).
-PassRegistry::Factory with_segment(
-    std::string name, std::function<Pass(const Target&, const AdjointOptions&)> make) {
-  return [name = std::move(name), make = std::move(make)](
-             const Target& t, const PassOptions& o) -> Result<Pass> {
+PassRegistry::Factory with_segment(std::string name,
+                                   std::function<Pass(const Target&, const AdjointOptions&)> make) {
+  return [name = std::move(name), make = std::move(make)](const Target& t,
+                                                          const PassOptions& o) -> Result<Pass> {
     VKAD_TRY(only_options(name, o, {"segment"}));
     AdjointOptions options;
     VKAD_ASSIGN_OR_RETURN(options.checkpoint_segment, uint_option(name, o, "segment", 0));
@@ -60,7 +60,8 @@ PassRegistry make_registry() {
   r.add("reverse-mode", "plan_adjoint, then the adjoint that applies it (no jumps allowed)",
         plain("reverse-mode", [](const Target& t) { return reverse_mode_pass(t, {}); }));
   r.add("clearing-reverse-mode", "reverse-mode, clearing each store's seed",
-        plain("clearing-reverse-mode", [](const Target& t) { return reverse_mode_pass(t, {}, true); }));
+        plain("clearing-reverse-mode",
+              [](const Target& t) { return reverse_mode_pass(t, {}, true); }));
   r.add("adjoint", "make_adjoint: verify, lower-jumps, segment-loops, reverse-mode",
         with_segment("adjoint", [](const Target& t, const AdjointOptions& o) {
           return Pass{"adjoint", [t, o](const Kernel& k) { return make_adjoint(k, t, o); }};
@@ -70,8 +71,7 @@ PassRegistry make_registry() {
           return Pass{"clearing-adjoint",
                       [t, o](const Kernel& k) { return make_clearing_adjoint(k, t, o); }};
         }));
-  r.add("jvp", "make_jvp: forward mode",
-        plain("jvp", [](const Target& t) {
+  r.add("jvp", "make_jvp: forward mode", plain("jvp", [](const Target& t) {
           return Pass{"jvp", [t](const Kernel& k) { return make_jvp(k, t); }};
         }));
   return r;

@@ -167,7 +167,8 @@ class ReverseMode : public PartialBuilder {
                 map_[s.result] = idx;
                 if (frame) {
                   push_checkpoints(s);
-                  rw_.store_local(trips_.at(&s), rw_.op(Op::kAdd, DType::kI32, {idx, rw_.constant(DType::kI32, 1)}));
+                  rw_.store_local(trips_.at(&s), rw_.op(Op::kAdd, DType::kI32,
+                                                        {idx, rw_.constant(DType::kI32, 1)}));
                 }
                 fwd(s.blocks[1], false);
               });
@@ -256,8 +257,9 @@ class ReverseMode : public PartialBuilder {
         b, e,
         [&](ValueId jr) {
           // j = b + e - 1 - jr walks [b, e) backwards.
-          ValueId last = rw_.op(Op::kSub, DType::kI32,
-                                {rw_.op(Op::kAdd, DType::kI32, {b, e}), rw_.constant(DType::kI32, 1)});
+          ValueId last =
+              rw_.op(Op::kSub, DType::kI32,
+                     {rw_.op(Op::kAdd, DType::kI32, {b, e}), rw_.constant(DType::kI32, 1)});
           map_[s.result] = rw_.op(Op::kSub, DType::kI32, {last, jr});
           reverse_iteration(s, s.blocks[0]);
         },
@@ -372,7 +374,6 @@ class ReverseMode : public PartialBuilder {
   }
   ValueId constant(DType t, double v) override { return rw_.constant(t, v); }
 
-
   // ------------------------------------------------------------ one task
   void task(const Task& t, const TaskPlan& plan) {
     tp_ = &plan;
@@ -396,8 +397,9 @@ class ReverseMode : public PartialBuilder {
       fwd(t.body, true);
       rev(t.body);
       for (const auto& [q, local] : scalar_adj_) {
-        Stmt add = rw_.make(Op::kAtomicAdd, DType::kF32,
-                            {rw_.constant(DType::kI32, 0), rw_.load_local(local, f_.params[q].dtype)});
+        Stmt add =
+            rw_.make(Op::kAtomicAdd, DType::kF32,
+                     {rw_.constant(DType::kI32, 0), rw_.load_local(local, f_.params[q].dtype)});
         add.param = plan_.grad_param[q];
         rw_.insert(std::move(add));
       }
@@ -438,11 +440,11 @@ class ReverseMode : public PartialBuilder {
 
   const Kernel& f_;
   const AdjointPlan& plan_;
-  bool clear_seeds_ = false;  // make_clearing_adjoint
+  bool clear_seeds_ = false;      // make_clearing_adjoint
   const TaskPlan* tp_ = nullptr;  // the current task's plan
   Kernel a_;
-  Rewriter rw_{a_};  // writes a_
-  std::map<uint32_t, ValueId> scalar_adj_;  // differentiable scalar param -> its adjoint local
+  Rewriter rw_{a_};                             // writes a_
+  std::map<uint32_t, ValueId> scalar_adj_;      // differentiable scalar param -> its adjoint local
   std::unordered_map<ValueId, ValueId> hoist_;  // forward value / local in a branch -> frame local
   // Forward while loop -> the local (adjoint id) its frame's replay counts its trips into.
   std::unordered_map<const Stmt*, ValueId> trips_;
@@ -493,9 +495,9 @@ Result<Kernel> differentiate(const Kernel& k, const Target& target, const Adjoin
   VKAD_TRY(check_adjoint_options(options));
   VKAD_TRY(verify(k, target));
   if (has_jumps(k)) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "reverse-mode: kernel '" + k.name +
-                          "' holds break / continue; run lower-jumps first");
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        "reverse-mode: kernel '" + k.name + "' holds break / continue; run lower-jumps first");
   }
   VKAD_ASSIGN_OR_RETURN(AdjointPlan plan, plan_adjoint(k, options, counting));
   Kernel adjoint = ReverseMode(k, plan, clear_seeds).run();

@@ -815,7 +815,8 @@ int main(int argc, char** argv) {
     Kernel fwd = diffsim::simulate_kernel();
     Kernel adj = make_adjoint(fwd, target, every_iteration).value();
     runtime::CompiledKernel ca = compile(adj, target).value();
-    runtime::CompiledKernel cs = compile(make_adjoint(fwd, target, segmented).value(), target).value();
+    runtime::CompiledKernel cs =
+        compile(make_adjoint(fwd, target, segmented).value(), target).value();
     auto hf = rt.register_kernel(compile(fwd, target).value()).value();
     auto ha = rt.register_kernel(heap_only(unspecialized(ca))).value();
     auto hp = rt.register_kernel(unspecialized(ca)).value();

@@ -114,8 +114,8 @@ Status parse_options(const std::string& text, const std::string& pass, const std
     if (item.empty() && comma == body.size() && out->empty()) break;  // "name{}"
     const size_t eq = item.find('=');
     if (eq == std::string::npos || trim(item.substr(0, eq)).empty()) {
-      return bad_pipeline(text, "pass '" + pass + "': option '" + item +
-                                    "' is not of the form key=value");
+      return bad_pipeline(
+          text, "pass '" + pass + "': option '" + item + "' is not of the form key=value");
     }
     (*out)[trim(item.substr(0, eq))] = trim(item.substr(eq + 1));
   }
@@ -124,8 +124,7 @@ Status parse_options(const std::string& text, const std::string& pass, const std
 
 }  // namespace
 
-Result<Pipeline> PassRegistry::parse_pipeline(const std::string& text,
-                                              const Target& target) const {
+Result<Pipeline> PassRegistry::parse_pipeline(const std::string& text, const Target& target) const {
   VKAD_ASSIGN_OR_RETURN(std::vector<std::string> specs, split_passes(text));
   Pipeline pipeline(target);
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -144,7 +143,8 @@ Result<Pipeline> PassRegistry::parse_pipeline(const std::string& text,
     PassOptions options;
     if (brace != std::string::npos) {
       if (spec.back() != '}') return bad_pipeline(text, "text after the options of '" + name + "'");
-      VKAD_TRY(parse_options(text, name, spec.substr(brace + 1, spec.size() - brace - 2), &options));
+      VKAD_TRY(
+          parse_options(text, name, spec.substr(brace + 1, spec.size() - brace - 2), &options));
     }
     Result<Pass> pass = it->second.factory(target, options);
     if (!pass.ok()) return bad_pipeline(text, pass.status().message());
@@ -158,8 +158,9 @@ Result<uint32_t> uint_option(const std::string& pass, const PassOptions& options
   auto it = options.find(key);
   if (it == options.end()) return fallback;
   const std::string& v = it->second;
-  if (v.empty() || v.size() > 9 ||
-      !std::all_of(v.begin(), v.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+  if (v.empty() || v.size() > 9 || !std::all_of(v.begin(), v.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c));
+      })) {
     return make_error(ErrorCode::kInvalidArgument, "pass '" + pass + "': option " + key + "=" + v +
                                                        " is not an unsigned number");
   }

@@ -52,13 +52,13 @@ Status check_param(const CompiledKernel& kernel, size_t i, const KernelLimits& l
                    std::to_string(static_cast<int>(p.kind)) + " is not one of the enumerators");
   }
   if (p.kind == ParamKind::kNdArray && (p.rank == 0 || p.rank > kMaxNdArrayRank)) {
-    return invalid("kernel '" + kernel.name + "' parameter " + std::to_string(i) + " ('" +
-                   p.name + "'): ndarray of rank " + std::to_string(p.rank) + " (1 to " +
+    return invalid("kernel '" + kernel.name + "' parameter " + std::to_string(i) + " ('" + p.name +
+                   "'): ndarray of rank " + std::to_string(p.rank) + " (1 to " +
                    std::to_string(kMaxNdArrayRank) + " supported)");
   }
   if ((p.dtype == DType::kF64 && !limits.float64) || (p.dtype == DType::kI64 && !limits.int64)) {
-    return make_error(ErrorCode::kUnsupported, "kernel '" + kernel.name + "' parameter '" +
-                                                   p.name + "' is " + dtype_name(p.dtype) +
+    return make_error(ErrorCode::kUnsupported, "kernel '" + kernel.name + "' parameter '" + p.name +
+                                                   "' is " + dtype_name(p.dtype) +
                                                    ", which device '" + limits.device_name +
                                                    "' does not support");
   }
@@ -102,7 +102,8 @@ bool range_bound_ok(const CompiledKernel& kernel, const RangeBound& b) {
 Status check_task(const CompiledKernel& kernel, const CompiledTask& task,
                   const KernelLimits& limits, const std::string& kname) {
   const std::string where = kname + " task '" + task.name + "'";
-  const uint32_t max_local = std::min(limits.max_workgroup_size_x, limits.max_workgroup_invocations);
+  const uint32_t max_local =
+      std::min(limits.max_workgroup_size_x, limits.max_workgroup_invocations);
   if (task.local_size == 0 || task.local_size > max_local) {
     return invalid(where + ": local_size " + std::to_string(task.local_size) + " is outside 1.." +
                    std::to_string(max_local) + " (the device's limit)");

@@ -168,9 +168,9 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
   VKAD_EXCLUSIVE_USE("register_kernel");
   VKAD_TRY(device_->status());
   const rhi::Capabilities& dc = device_->caps();
-  VKAD_TRY(check_kernel(kernel, {dc.device_name, dc.max_workgroup_size[0],
-                                 dc.max_workgroup_invocations, dc.shader_float64,
-                                 dc.shader_int64}));
+  VKAD_TRY(
+      check_kernel(kernel, {dc.device_name, dc.max_workgroup_size[0], dc.max_workgroup_invocations,
+                            dc.shader_float64, dc.shader_int64}));
   const std::string kname = "register_kernel: kernel '" + kernel.name + "'";
   // Drivers trust their input: every module and its interface is validated before any of them
   // reaches one (on a cache miss; cached pipelines were checked when they were created).

@@ -202,8 +202,7 @@ TEST(AdjointPlan, RefusesAnOutOfRangeSegment) {
   o.checkpoint_segment = 1;
   auto p = plan_adjoint(parsed(kRecurrence), o);
   ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("AdjointOptions::checkpoint_segment is 1"),
-            std::string::npos)
+  EXPECT_NE(p.status().message().find("AdjointOptions::checkpoint_segment is 1"), std::string::npos)
       << p.status().to_string();
 }
 

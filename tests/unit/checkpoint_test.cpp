@@ -360,7 +360,8 @@ TEST(Checkpoint, DeviceTargetDefaultAndEnvironmentOverride) {
   const char* saved = std::getenv("VKAD_ADJOINT_CHECKPOINT");
   std::string restore = saved ? saved : "";
   unsetenv("VKAD_ADJOINT_CHECKPOINT");
-  EXPECT_EQ(codegen::adjoint_options_from_caps(gpu).checkpoint_segment, codegen::kGpuCheckpointSegment);
+  EXPECT_EQ(codegen::adjoint_options_from_caps(gpu).checkpoint_segment,
+            codegen::kGpuCheckpointSegment);
   EXPECT_EQ(codegen::adjoint_options_from_caps(cpu).checkpoint_segment, 0u);
   setenv("VKAD_ADJOINT_CHECKPOINT", "off", 1);
   EXPECT_EQ(codegen::adjoint_options_from_caps(gpu).checkpoint_segment, 0u);

@@ -32,8 +32,9 @@ CompiledKernel good() {
   t.end = RangeBound::scalar(0);
   adstack::StackDesc st;
   st.name = "%7";
-  st.capacity = adstack::SizeExpr::combine(adstack::SizeExpr::Kind::kMul, adstack::SizeExpr::scalar(0),
-                                         adstack::SizeExpr::array_dim(1, 1));
+  st.capacity =
+      adstack::SizeExpr::combine(adstack::SizeExpr::Kind::kMul, adstack::SizeExpr::scalar(0),
+                                 adstack::SizeExpr::array_dim(1, 1));
   t.adstacks.push_back(st);
   t.loop_passes = adstack::SizeExpr::array_dim(1, 0);
   k.tasks.push_back(t);
@@ -46,10 +47,10 @@ std::string refusal(const CompiledKernel& k, const KernelLimits& l = limits()) {
   return s.ok() ? "accepted" : s.to_string();
 }
 
-#define EXPECT_REFUSED(k, ...)                                                  \
-  do {                                                                          \
-    const std::string msg = refusal(k);                                         \
-    for (const char* part : {__VA_ARGS__})                                      \
+#define EXPECT_REFUSED(k, ...)                                                             \
+  do {                                                                                     \
+    const std::string msg = refusal(k);                                                    \
+    for (const char* part : {__VA_ARGS__})                                                 \
       EXPECT_NE(msg.find(part), std::string::npos) << "want '" << part << "' in: " << msg; \
   } while (0)
 

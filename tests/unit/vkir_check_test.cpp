@@ -268,8 +268,9 @@ TEST(VkirCheckRunner, UnknownPassOrOptionFails) {
 // `not` wants the last pass to fail: a kernel refused earlier (here by verify, before the
 // adjoint is tried) is a failure of the case, not a pass.
 TEST(VkirCheckRunner, NotWantsTheLastPassToFail) {
-  const char* bad = "kernel k(x: ndarray<f32, 1>) {\n  task main parallel %0 in [0, 4) {\n"
-                    "    %1 = add %9, %9 : f32\n  }\n}\n";
+  const char* bad =
+      "kernel k(x: ndarray<f32, 1>) {\n  task main parallel %0 in [0, 4) {\n"
+      "    %1 = add %9, %9 : f32\n  }\n}\n";
   bool ok = true;
   std::string e = run_pipeline("not verify, adjoint", bad, &ok);
   EXPECT_FALSE(ok);
@@ -277,8 +278,9 @@ TEST(VkirCheckRunner, NotWantsTheLastPassToFail) {
   e = run_pipeline("not verify", bad, &ok);
   EXPECT_TRUE(ok) << e;
   EXPECT_NE(e.find("invalid argument"), std::string::npos) << e;
-  const char* good = "kernel k(x: ndarray<f32, 1>) {\n  task main parallel %0 in [0, 4) {\n"
-                     "    %1 = const 1 : f32\n    store x[%0], %1\n  }\n}\n";
+  const char* good =
+      "kernel k(x: ndarray<f32, 1>) {\n  task main parallel %0 in [0, 4) {\n"
+      "    %1 = const 1 : f32\n    store x[%0], %1\n  }\n}\n";
   e = run_pipeline("not verify", good, &ok);
   EXPECT_FALSE(ok);
   EXPECT_NE(e.find("the pipeline succeeded"), std::string::npos) << e;
@@ -286,8 +288,9 @@ TEST(VkirCheckRunner, NotWantsTheLastPassToFail) {
 
 // The pipeline (ir/pass.h) names the pass whose output does not verify.
 TEST(VkirCheckRunner, PipelineNamesThePassThatBrokeTheKernel) {
-  auto k = parse("kernel k(x: ndarray<f32, 1>) {\n  task main parallel %0 in [0, 4) {\n"
-                 "    %1 = const 1 : f32\n    store x[%0], %1\n  }\n}\n");
+  auto k = parse(
+      "kernel k(x: ndarray<f32, 1>) {\n  task main parallel %0 in [0, 4) {\n"
+      "    %1 = const 1 : f32\n    store x[%0], %1\n  }\n}\n");
   ASSERT_TRUE(k.ok()) << k.status().to_string();
   Pipeline p;
   p.set_verify_each(true);
