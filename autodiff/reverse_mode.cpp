@@ -300,17 +300,13 @@ class ReverseMode : public PartialBuilder {
     std::vector<ValueId> idx;
     for (size_t i = 0; i + 1 < s.args.size(); ++i) idx.push_back(p(s.args[i]));
     if (act(s.args.back())) {
-      Stmt ld = rw_.make(Op::kLoad, f_.params[s.param].dtype, idx);
-      ld.param = g;
-      acc(s.args.back(), rw_.insert(std::move(ld)));
+      acc(s.args.back(), rw_.access(Op::kLoad, f_.params[s.param].dtype, g, idx));
     }
     if (clear_seeds_ && s.op == Op::kStore) {
       // The store replaced the element: what the array held before (an earlier step's
       // value, when a checkpointed tape reuses the array) gets none of this seed.
       idx.push_back(rw_.constant(f_.params[s.param].dtype, 0));
-      Stmt st = rw_.make(Op::kStore, DType::kF32, std::move(idx));
-      st.param = g;
-      rw_.insert(std::move(st));
+      rw_.access(Op::kStore, DType::kF32, g, std::move(idx));
     }
   }
 
@@ -331,19 +327,13 @@ class ReverseMode : public PartialBuilder {
     for (ValueId x : s.args) idx.push_back(p(x));
     if (tp_->owned[s.param]) {
       // This invocation alone touches the element (owned_ndarrays): no atomic needed.
-      Stmt ld = rw_.make(Op::kLoad, t, idx);
-      ld.param = gp;
-      ValueId sum = rw_.op(Op::kAdd, t, {rw_.insert(std::move(ld)), g});
+      ValueId sum = rw_.op(Op::kAdd, t, {rw_.access(Op::kLoad, t, gp, idx), g});
       idx.push_back(sum);
-      Stmt st = rw_.make(Op::kStore, DType::kF32, std::move(idx));
-      st.param = gp;
-      rw_.insert(std::move(st));
+      rw_.access(Op::kStore, DType::kF32, gp, std::move(idx));
       return;
     }
     idx.push_back(g);
-    Stmt add = rw_.make(Op::kAtomicAdd, DType::kF32, std::move(idx));
-    add.param = gp;
-    rw_.insert(std::move(add));
+    rw_.access(Op::kAtomicAdd, DType::kF32, gp, std::move(idx));
   }
 
   // A value's adjoint flows to its active operands through its derivative rule's partials.
@@ -397,11 +387,8 @@ class ReverseMode : public PartialBuilder {
       fwd(t.body, true);
       rev(t.body);
       for (const auto& [q, local] : scalar_adj_) {
-        Stmt add =
-            rw_.make(Op::kAtomicAdd, DType::kF32,
-                     {rw_.constant(DType::kI32, 0), rw_.load_local(local, f_.params[q].dtype)});
-        add.param = plan_.grad_param[q];
-        rw_.insert(std::move(add));
+        rw_.access(Op::kAtomicAdd, DType::kF32, plan_.grad_param[q],
+                   {rw_.constant(DType::kI32, 0), rw_.load_local(local, f_.params[q].dtype)});
       }
     });
     a_.tasks.push_back(std::move(at));

@@ -93,6 +93,13 @@ class Rewriter {
     return insert(make(op, type, std::move(args)));
   }
   ValueId constant(DType type, double v) { return insert(make_const(type, v)); }
+  // A load (`type`: the element's) or a store / atomic_add (args: indices, then the value) of
+  // ndarray parameter `param`; a load's value.
+  ValueId access(Op op, DType type, uint32_t param, std::vector<ValueId> args) {
+    Stmt s = make(op, type, std::move(args));
+    s.param = param;
+    return insert(std::move(s));
+  }
   ValueId load_local(ValueId local, DType type) { return op(Op::kLoadLocal, type, {local}); }
   void store_local(ValueId local, ValueId v) { op(Op::kStoreLocal, DType::kF32, {local, v}); }
 

@@ -14,18 +14,31 @@
 namespace vkad::codegen {
 namespace {
 
-Kernel parsed(const std::string& text) {
+// The kernel in `text` and its plan (the plan points into the kernel: keep them together).
+struct Planned {
+  Kernel k;
+  AdjointPlan plan;
+};
+Planned planned(const std::string& text, uint32_t segment = 0, bool counting = false) {
+  Planned out;
   auto k = parse(text);
   EXPECT_TRUE(k.ok()) << k.status().to_string();
-  return k.ok() ? *k : Kernel{};
-}
-
-AdjointPlan planned(const Kernel& k, uint32_t segment = 0, bool counting = false) {
+  if (!k.ok()) return out;
+  out.k = std::move(*k);
   AdjointOptions o;
   o.checkpoint_segment = segment;
-  auto p = plan_adjoint(k, o, counting);
+  auto p = plan_adjoint(out.k, o, counting);
   EXPECT_TRUE(p.ok()) << p.status().to_string();
-  return p.ok() ? *p : AdjointPlan{};
+  if (p.ok()) out.plan = std::move(*p);
+  return out;
+}
+
+// `text` with `from` (which must occur) replaced by `to`.
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
 }
 
 // The text of a checkpoint's capacity, e.g. "n" or "100".
@@ -52,8 +65,7 @@ kernel k(n: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
 })";
 
 TEST(AdjointPlan, NonlinearRecurrenceCheckpointsItsLocalSizedByTheTripCount) {
-  Kernel k = parsed(kRecurrence);
-  AdjointPlan p = planned(k);
+  const auto [k, p] = planned(kRecurrence);
   ASSERT_EQ(p.tasks.size(), 1u);
   const TaskPlan& t = p.tasks[0];
   ASSERT_EQ(t.checkpoints.size(), 1u);
@@ -75,7 +87,7 @@ TEST(AdjointPlan, NonlinearRecurrenceCheckpointsItsLocalSizedByTheTripCount) {
 
 // acc += x[k] * w[k]: acc is only updated linearly, so nothing is stored at all.
 TEST(AdjointPlan, LinearAccumulationStoresNothing) {
-  Kernel k = parsed(R"(
+  const AdjointPlan p = planned(R"(
 kernel k(n: i32, x: ndarray<f32, 1> grad, w: ndarray<f32, 1>, y: ndarray<f32, 1> grad) {
   task main parallel %0 in [0, shape(x, 0)) {
     %1 = alloca : f32
@@ -92,8 +104,7 @@ kernel k(n: i32, x: ndarray<f32, 1> grad, w: ndarray<f32, 1>, y: ndarray<f32, 1>
     %10 = load_local %1 : f32
     store y[%0], %10
   }
-})");
-  AdjointPlan p = planned(k);
+})").plan;
   EXPECT_TRUE(p.tasks[0].checkpoints.empty());
   EXPECT_EQ(p.tasks[0].stack_count(), 0u);
   EXPECT_FALSE(p.tasks[0].active.count(6));  // w has no gradient
@@ -104,32 +115,17 @@ kernel k(n: i32, x: ndarray<f32, 1> grad, w: ndarray<f32, 1>, y: ndarray<f32, 1>
 // Nested loops: the inner loop's stack is sized by its own trip bound (m), the outer's by n
 // (the sum over loops, not the product: the inner iterations are recomputed per outer one).
 TEST(AdjointPlan, NestedLoopsEachGetTheirOwnTripBound) {
-  Kernel k = parsed(R"(
-kernel k(n: i32, m: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
-  task main parallel %0 in [0, shape(x, 0)) {
-    %1 = alloca : f32
-    %2 = load x[%0] : f32
-    store_local %1, %2
-    %3 = const 0 : i32
-    %4 = arg n : i32
-    %5 = arg m : i32
-    for %6 in [%3, %4) {
-      for %7 in [%3, %5) {
-        %8 = load_local %1 : f32
-        %9 = sin %8 : f32
-        store_local %1, %9
-      }
-    }
-    %10 = load_local %1 : f32
-    store y[%0], %10
-  }
-})");
-  AdjointPlan p = planned(k);
+  // kRecurrence's loop (%5, to m now) inside a loop %10 to n.
+  std::string text = replaced(kRecurrence, "kernel k(n: i32,", "kernel k(n: i32, m: i32,");
+  text = replaced(text, "    for %5 in [%3, %4) {\n",
+                  "    %9 = arg m : i32\n    for %10 in [%3, %4) {\n    for %5 in [%3, %9) {\n");
+  text = replaced(text, "      store_local %1, %7\n    }\n", "      store_local %1, %7\n    }\n    }\n");
+  const auto [k, p] = planned(text);
   const TaskPlan& t = p.tasks[0];
   ASSERT_EQ(t.checkpoints.size(), 2u);
-  EXPECT_EQ(t.checkpoints[0].loop->result, 6u);  // statement order: outer first
+  EXPECT_EQ(t.checkpoints[0].loop->result, 10u);  // statement order: outer first
   EXPECT_EQ(cap(k, t.checkpoints[0]), "n");
-  EXPECT_EQ(t.checkpoints[1].loop->result, 7u);
+  EXPECT_EQ(t.checkpoints[1].loop->result, 5u);
   EXPECT_EQ(cap(k, t.checkpoints[1]), "m");
 }
 
@@ -137,24 +133,10 @@ kernel k(n: i32, m: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
 // negative, so its lower bound is -neg(b) and the capacity counts it (issue 24: the two range
 // analyses once disagreed here).
 TEST(AdjointPlan, SignedBeginWidensTheStack) {
-  Kernel k = parsed(R"(
-kernel k(b: i32, n: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
-  task main parallel %0 in [0, shape(x, 0)) {
-    %1 = alloca : f32
-    %2 = load x[%0] : f32
-    store_local %1, %2
-    %3 = arg b : i32
-    %4 = arg n : i32
-    for %5 in [%3, %4) {
-      %6 = load_local %1 : f32
-      %7 = sin %6 : f32
-      store_local %1, %7
-    }
-    %8 = load_local %1 : f32
-    store y[%0], %8
-  }
-})");
-  AdjointPlan p = planned(k);
+  const std::string text =
+      replaced(replaced(kRecurrence, "kernel k(n: i32,", "kernel k(b: i32, n: i32,"),
+               "%3 = const 0 : i32", "%3 = arg b : i32");
+  const auto [k, p] = planned(text);
   ASSERT_EQ(p.tasks[0].checkpoints.size(), 1u);
   const std::string c = cap(k, p.tasks[0].checkpoints[0]);
   EXPECT_NE(c.find("n"), std::string::npos) << c;
@@ -164,32 +146,30 @@ kernel k(b: i32, n: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
 // Segmented checkpointing picks the innermost loop that stores something, with W = 64 / values
 // per iteration clamped to [2K - 1, 4K]: K = 4, one value -> W = 16.
 TEST(AdjointPlan, SegmentationSelectsLongCheckpointedLoops) {
-  Kernel k = parsed(kRecurrence);
-  EXPECT_TRUE(planned(k, 0).tasks[0].segmentable.empty());  // off
-  AdjointPlan p = planned(k, 4);
+  EXPECT_TRUE(planned(kRecurrence, 0).plan.tasks[0].segmentable.empty());  // off
+  const AdjointPlan p = planned(kRecurrence, 4).plan;
   ASSERT_EQ(p.tasks[0].segmentable.size(), 1u);
   EXPECT_EQ(p.tasks[0].segmentable.at(5), 16u);
   // A constant trip count within the whole tape is left alone (the split would run all of
   // it on the whole-tape path); past it the loop is split.
-  std::string text = kRecurrence;
-  text.replace(text.find("%4 = arg n : i32"), 16, "%4 = const 16 : i32");
-  EXPECT_TRUE(planned(parsed(text), 4).tasks[0].segmentable.empty());
-  text.replace(text.find("%4 = const 16 : i32"), 19, "%4 = const 17 : i32");
-  EXPECT_EQ(planned(parsed(text), 4).tasks[0].segmentable.size(), 1u);
+  const std::string sixteen = replaced(kRecurrence, "%4 = arg n : i32", "%4 = const 16 : i32");
+  EXPECT_TRUE(planned(sixteen, 4).plan.tasks[0].segmentable.empty());
+  const std::string seventeen = replaced(sixteen, "const 16", "const 17");
+  EXPECT_EQ(planned(seventeen, 4).plan.tasks[0].segmentable.size(), 1u);
 }
 
 // A loop bounded by data: refused naming the loop, or counted (a trips_ parameter after the
 // gradients, which sizes its stack) when counting.
 TEST(AdjointPlan, DataBoundedLoopIsRefusedOrCounted) {
-  std::string text = kRecurrence;
-  text.replace(text.find("%4 = arg n : i32"), 16, "%4 = cast %2 : i32");
-  Kernel k = parsed(text);
-  auto refused = plan_adjoint(k);
+  const std::string text = replaced(kRecurrence, "%4 = arg n : i32", "%4 = cast %2 : i32");
+  auto forward = parse(text);
+  ASSERT_TRUE(forward.ok()) << forward.status().to_string();
+  auto refused = plan_adjoint(*forward);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("needs a bound on this loop's trip count"),
             std::string::npos)
       << refused.status().to_string();
-  AdjointPlan p = planned(k, 0, /*counting=*/true);
+  const auto [counted_k, p] = planned(text, 0, /*counting=*/true);  // p points into counted_k
   ASSERT_EQ(p.counted_loops.size(), 1u);
   EXPECT_EQ(p.counted_loops[0]->result, 5u);
   EXPECT_EQ(p.param_count, 6u);  // n, x, y, x_grad, y_grad, then trips_5 (parameter 5)
@@ -200,7 +180,9 @@ TEST(AdjointPlan, DataBoundedLoopIsRefusedOrCounted) {
 TEST(AdjointPlan, RefusesAnOutOfRangeSegment) {
   AdjointOptions o;
   o.checkpoint_segment = 1;
-  auto p = plan_adjoint(parsed(kRecurrence), o);
+  auto forward = parse(kRecurrence);
+  ASSERT_TRUE(forward.ok()) << forward.status().to_string();
+  auto p = plan_adjoint(*forward, o);
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("AdjointOptions::checkpoint_segment is 1"), std::string::npos)
       << p.status().to_string();
