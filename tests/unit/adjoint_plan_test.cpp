@@ -104,7 +104,8 @@ kernel k(n: i32, x: ndarray<f32, 1> grad, w: ndarray<f32, 1>, y: ndarray<f32, 1>
     %10 = load_local %1 : f32
     store y[%0], %10
   }
-})").plan;
+})")
+                            .plan;
   EXPECT_TRUE(p.tasks[0].checkpoints.empty());
   EXPECT_EQ(p.tasks[0].stack_count(), 0u);
   EXPECT_FALSE(p.tasks[0].active.count(6));  // w has no gradient
@@ -119,7 +120,8 @@ TEST(AdjointPlan, NestedLoopsEachGetTheirOwnTripBound) {
   std::string text = replaced(kRecurrence, "kernel k(n: i32,", "kernel k(n: i32, m: i32,");
   text = replaced(text, "    for %5 in [%3, %4) {\n",
                   "    %9 = arg m : i32\n    for %10 in [%3, %4) {\n    for %5 in [%3, %9) {\n");
-  text = replaced(text, "      store_local %1, %7\n    }\n", "      store_local %1, %7\n    }\n    }\n");
+  text = replaced(text, "      store_local %1, %7\n    }\n",
+                  "      store_local %1, %7\n    }\n    }\n");
   const auto [k, p] = planned(text);
   const TaskPlan& t = p.tasks[0];
   ASSERT_EQ(t.checkpoints.size(), 2u);
