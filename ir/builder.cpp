@@ -373,7 +373,7 @@ Value KernelBuilder::unary(Op op, Value a) {
 Value KernelBuilder::binary(Op op, Value a, Value b) {
   Stmt s;
   s.op = op;
-  s.type = op_info(op).cls == OpClass::kCompare ? DType::kBool : a.type();
+  s.type = op_info(op).family == OpFamily::kCompare ? DType::kBool : a.type();
   s.args = {a.id(), b.id()};
   return emit(std::move(s));
 }
