@@ -520,8 +520,15 @@ class Parser {
     switch (e.kind) {
       case SizeExpr::Kind::kScalar: return RangeBound::scalar(e.param);
       case SizeExpr::Kind::kDim: return RangeBound::array_dim(e.param, e.dim);
-      default: return RangeBound::constant(e.value);
+      case SizeExpr::Kind::kConst: return RangeBound::constant(e.value);
+      // Not leaves: task_dims() keeps those as N-d dimensions and never asks.
+      case SizeExpr::Kind::kAdd:
+      case SizeExpr::Kind::kMul:
+      case SizeExpr::Kind::kMax:
+      case SizeExpr::Kind::kDiv:
+      case SizeExpr::Kind::kNegScalar: break;
     }
+    return RangeBound::constant(e.value);
   }
   Result<SizeExpr> size(uint32_t depth = 1) {
     if (tok_.kind == Token::kIdent && tok_.text == "neg") {  // neg(n): max(-n, 0), n a scalar
