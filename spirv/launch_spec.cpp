@@ -26,23 +26,23 @@ void trace(const Kernel& k, const abi::CompiledKernel& layout,
   auto it = defs.find(v);
   if (it == defs.end()) return;
   const Stmt& s = *it->second;
-  switch (s.op) {
-    case Op::kArg:
-      if (word_sized_int(k.params[s.param].dtype)) out->push_back(layout.scalar_offset(s.param));
+  switch (op_info(s.op).family) {
+    case OpFamily::kLeaf:
+      if (s.op == Op::kArg && word_sized_int(k.params[s.param].dtype))
+        out->push_back(layout.scalar_offset(s.param));
+      if (s.op == Op::kShape) out->push_back(layout.shape_offset(s.param) + 4 * s.dim);
       return;
-    case Op::kShape: out->push_back(layout.shape_offset(s.param) + 4 * s.dim); return;
-    case Op::kConst:
-    case Op::kLoad:
-    case Op::kLoadLocal:
-    case Op::kFor:
-    case Op::kWhile:
-    case Op::kStackTop:
-    case Op::kStackTopAdj:
-    case Op::kAlloca:
-    case Op::kStackAlloc: return;
-    default:
+    case OpFamily::kUnary:
+    case OpFamily::kBinary:
+    case OpFamily::kCompare:
+    case OpFamily::kSelect:
+    case OpFamily::kCast:
       for (ValueId a : s.args) trace(k, layout, defs, a, seen, out);
       return;
+    case OpFamily::kLocal:
+    case OpFamily::kArray:
+    case OpFamily::kControl:
+    case OpFamily::kStack: return;
   }
 }
 
