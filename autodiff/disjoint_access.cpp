@@ -100,21 +100,10 @@ class UniformForms {
 
   std::optional<Form> form_of(const Stmt& s) {
     if (!is_word(s.type) && s.type != DType::kBool) return std::nullopt;  // floats, i64
-    switch (op_info(s.op).family) {
-      case OpFamily::kLeaf: return leaf_form(s);
-      case OpFamily::kUnary:
-      case OpFamily::kBinary:
-        if (is_float_math(s.op)) return std::nullopt;
-        break;
-      case OpFamily::kCompare:
-      case OpFamily::kSelect:
-      case OpFamily::kCast: break;
-      // Not launch-uniform values: locals, loads, indices, adstacks, control flow.
-      case OpFamily::kLocal:
-      case OpFamily::kArray:
-      case OpFamily::kControl:
-      case OpFamily::kStack: return std::nullopt;
-    }
+    if (op_info(s.op).family == OpFamily::kLeaf) return leaf_form(s);
+    // Not launch-uniform values (locals, loads, indices, adstacks, control flow), and float
+    // math, which no word-typed value comes from.
+    if (!is_pure_value(s.op) || is_float_math(s.op)) return std::nullopt;
     TermKey key;
     key.op = s.op;
     key.type = s.type;

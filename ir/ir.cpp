@@ -74,6 +74,22 @@ bool is_int(DType t) { return t == DType::kI32 || t == DType::kU32 || t == DType
 
 bool is_float_math(Op op) { return op_info(op).operands == Operands::kFloat; }
 
+bool is_pure_value(Op op) {
+  switch (op_info(op).family) {
+    case OpFamily::kLeaf:
+    case OpFamily::kUnary:
+    case OpFamily::kBinary:
+    case OpFamily::kCompare:
+    case OpFamily::kSelect:
+    case OpFamily::kCast: return true;
+    case OpFamily::kLocal:
+    case OpFamily::kArray:
+    case OpFamily::kControl:
+    case OpFamily::kStack: return false;
+  }
+  return false;
+}
+
 std::vector<ValueId> task_indices(const Task& t) {
   if (t.dims.empty()) return {t.index};
   std::vector<ValueId> r;

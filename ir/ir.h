@@ -283,5 +283,9 @@ adstack::Heap stack_heap(DType t);
 bool is_int(DType t);  // i32, u32, i64
 // Float math (sqrt .. ceil, pow, atan2): float operands only (Operands::kFloat in ops.def).
 bool is_float_math(Op op);
+// Whether `op` computes its value from its operands (and the launch's parameters) alone:
+// leaves, arithmetic, comparisons, select and cast. Not locals, ndarrays, control flow or
+// adstacks.
+bool is_pure_value(Op op);
 
 }  // namespace vkad::codegen

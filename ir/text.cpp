@@ -817,14 +817,20 @@ class Parser {
     }
     return {};
   }
-  // for %i in [%begin, %end) [max_trip(<size>)] { body }
-  Status for_loop(Stmt& s, const Token& op_tok) {
+  // A loop's index after its op word (`for %i`, `while %i`); `%r = for` is an error saying
+  // `usage`.
+  Status loop_index(Stmt& s, const Token& op_tok, const char* usage) {
     if (s.result != kNoValue) {
       tok_ = op_tok;
-      return error("write a for loop as 'for %i in [%begin, %end) { ... }'");
+      return error(usage);
     }
     s.type = DType::kI32;
     VKAD_ASSIGN_OR_RETURN(s.result, value());
+    return {};
+  }
+  // for %i in [%begin, %end) [max_trip(<size>)] { body }
+  Status for_loop(Stmt& s, const Token& op_tok) {
+    VKAD_TRY(loop_index(s, op_tok, "write a for loop as 'for %i in [%begin, %end) { ... }'"));
     VKAD_TRY(expect_word("in"));
     VKAD_TRY(expect("["));
     VKAD_TRY(operands(s, 2));
@@ -835,12 +841,7 @@ class Parser {
   }
   // while %i (%c) [max_trip(<size>)] { test, defining %c } do { body }
   Status while_loop(Stmt& s, const Token& op_tok) {
-    if (s.result != kNoValue) {
-      tok_ = op_tok;
-      return error("write a while loop as 'while %i (%cond) { test } do { body }'");
-    }
-    s.type = DType::kI32;
-    VKAD_ASSIGN_OR_RETURN(s.result, value());
+    VKAD_TRY(loop_index(s, op_tok, "write a while loop as 'while %i (%cond) { test } do { body }'"));
     VKAD_TRY(expect("("));
     VKAD_TRY(operands(s, 1));
     VKAD_TRY(expect(")"));

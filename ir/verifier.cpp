@@ -372,29 +372,11 @@ class Verifier {
   // Launch-uniform values (the same in every invocation): constants, scalar parameters and
   // extents, and what is computed from them alone; where a barrier may go depends on them.
   void note_uniform(const Stmt& s) {
-    const OpInfo& info = op_info(s.op);
-    if (!info.has_result || !computes_from_operands_alone(s.op)) return;
+    if (!op_info(s.op).has_result || !is_pure_value(s.op)) return;
     if (std::all_of(s.args.begin(), s.args.end(),
                     [&](ValueId a) { return uniform_.count(a) != 0; })) {
       uniform_.insert(s.result);
     }
-  }
-  // Whether the op's value depends on nothing but its operands (and the launch's parameters):
-  // no memory, no invocation.
-  static bool computes_from_operands_alone(Op op) {
-    switch (op_info(op).family) {
-      case OpFamily::kLeaf:
-      case OpFamily::kUnary:
-      case OpFamily::kBinary:
-      case OpFamily::kCompare:
-      case OpFamily::kSelect:
-      case OpFamily::kCast: return true;
-      case OpFamily::kLocal:
-      case OpFamily::kArray:
-      case OpFamily::kControl:
-      case OpFamily::kStack: return false;
-    }
-    return false;
   }
 
   Status leaf(const Stmt& s) {
@@ -626,19 +608,7 @@ class Verifier {
   // A while test computes and reads: values, loads of locals and ndarrays; nothing that
   // writes, allocates or moves control.
   static bool allowed_in_while_test(Op op) {
-    switch (op_info(op).family) {
-      case OpFamily::kLeaf:
-      case OpFamily::kUnary:
-      case OpFamily::kBinary:
-      case OpFamily::kCompare:
-      case OpFamily::kSelect:
-      case OpFamily::kCast: return true;
-      case OpFamily::kLocal: return op == Op::kLoadLocal;
-      case OpFamily::kArray: return op == Op::kLoad;
-      case OpFamily::kControl:
-      case OpFamily::kStack: return false;
-    }
-    return false;
+    return is_pure_value(op) || op == Op::kLoadLocal || op == Op::kLoad;
   }
   Status branch(const Stmt& s) {
     VKAD_TRY(expect_args(s, 1));

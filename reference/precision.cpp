@@ -53,6 +53,26 @@ double corners(F f, double a, double ea, double b, double eb, double r) {
   return worst;
 }
 
+// What the precision table tells apart: unary and binary arithmetic, casts, and the rest
+// (comparisons and selects, taken as exact; leaves, locals, loads, control flow and adstacks,
+// which round nothing).
+enum class Rounding : uint8_t { kUnary, kBinary, kCast, kNone };
+Rounding rounding_of(Op op) {
+  switch (op_info(op).family) {
+    case OpFamily::kUnary: return Rounding::kUnary;
+    case OpFamily::kBinary: return Rounding::kBinary;
+    case OpFamily::kCast: return Rounding::kCast;
+    case OpFamily::kLeaf:
+    case OpFamily::kCompare:
+    case OpFamily::kSelect:
+    case OpFamily::kLocal:
+    case OpFamily::kArray:
+    case OpFamily::kControl:
+    case OpFamily::kStack: return Rounding::kNone;
+  }
+  return Rounding::kNone;
+}
+
 // f64_transcendental_error's unary part; `u`: one ulp of the result, plus flushing.
 double f64_unary_error(UnaryOp op, double a, double u) {
   switch (op) {
@@ -83,20 +103,14 @@ double f64_unary_error(UnaryOp op, double a, double u) {
 double f64_transcendental_error(Op op, double a, double r) {
   if (std::isnan(r) || std::isinf(r)) return 0;  // the algorithms produce these exactly
   double u = ulp(DType::kF64, r) + 0x1p-1022;    // (and subnormals may flush)
-  switch (op_info(op).family) {
-    case OpFamily::kUnary: return f64_unary_error(unary_op(op), a, u);
-    case OpFamily::kBinary:
+  switch (rounding_of(op)) {
+    case Rounding::kUnary: return f64_unary_error(unary_op(op), a, u);
+    case Rounding::kBinary:
       if (op == Op::kAtan2) return 8 * u;
       if (op == Op::kPow) return a < 0 ? kInf : 8 * u;  // NaN there; libm defines integer
       return -1;                                         // powers of negatives
-    case OpFamily::kLeaf:
-    case OpFamily::kCompare:
-    case OpFamily::kSelect:
-    case OpFamily::kCast:
-    case OpFamily::kLocal:
-    case OpFamily::kArray:
-    case OpFamily::kControl:
-    case OpFamily::kStack: return -1;
+    case Rounding::kCast:
+    case Rounding::kNone: return -1;
   }
   return -1;
 }
@@ -104,18 +118,12 @@ double f64_transcendental_error(Op op, double a, double r) {
 // Exact operations propagate inf/NaN the IEEE way on every device; the rest are free to
 // produce anything there.
 bool propagates_inf_nan_exactly(Op op) {
-  switch (op_info(op).family) {
-    case OpFamily::kUnary:
+  switch (rounding_of(op)) {
+    case Rounding::kUnary:
       return op == Op::kNeg || op == Op::kAbs || op == Op::kFloor || op == Op::kCeil;
-    case OpFamily::kBinary: return op == Op::kMin || op == Op::kMax;
-    case OpFamily::kCast: return true;
-    case OpFamily::kLeaf:
-    case OpFamily::kCompare:
-    case OpFamily::kSelect:
-    case OpFamily::kLocal:
-    case OpFamily::kArray:
-    case OpFamily::kControl:
-    case OpFamily::kStack: return false;
+    case Rounding::kBinary: return op == Op::kMin || op == Op::kMax;
+    case Rounding::kCast: return true;
+    case Rounding::kNone: return false;
   }
   return false;
 }
@@ -221,17 +229,11 @@ double binary_local_error(BinaryOp op, DType t, double a, double b, double r, do
 // What an integer result inherits from inexact integer operands: sums, differences, products
 // and min / max have a bound; div, mod and casts of an inexact integer have none useful.
 double carried_int_error(Op op, double a, double ea, double b, double eb) {
-  switch (op_info(op).family) {
-    case OpFamily::kUnary: return op == Op::kNeg || op == Op::kAbs ? std::max(ea, eb) : kInf;
-    case OpFamily::kBinary: break;
-    case OpFamily::kLeaf:
-    case OpFamily::kCompare:
-    case OpFamily::kSelect:
-    case OpFamily::kCast:
-    case OpFamily::kLocal:
-    case OpFamily::kArray:
-    case OpFamily::kControl:
-    case OpFamily::kStack: return kInf;
+  switch (rounding_of(op)) {
+    case Rounding::kUnary: return op == Op::kNeg || op == Op::kAbs ? std::max(ea, eb) : kInf;
+    case Rounding::kBinary: break;
+    case Rounding::kCast:
+    case Rounding::kNone: return kInf;
   }
   switch (binary_op(op)) {
     case BinaryOp::kAdd:
@@ -340,17 +342,11 @@ double local_error(Op op, DType t, double a, double b, double r) {
   }
   const double flush = flush_of(t, a, b, r);
   if (std::isnan(r) || std::isinf(r)) return propagates_inf_nan_exactly(op) ? 0 : kInf;
-  switch (op_info(op).family) {
-    case OpFamily::kUnary: return unary_local_error(unary_op(op), t, a, r, flush);
-    case OpFamily::kBinary: return binary_local_error(binary_op(op), t, a, b, r, flush);
-    case OpFamily::kLeaf:
-    case OpFamily::kCompare:
-    case OpFamily::kSelect:
-    case OpFamily::kCast:  // float -> float: exact on every device, like the reference's
-    case OpFamily::kLocal:
-    case OpFamily::kArray:
-    case OpFamily::kControl:
-    case OpFamily::kStack: return 0;
+  switch (rounding_of(op)) {
+    case Rounding::kUnary: return unary_local_error(unary_op(op), t, a, r, flush);
+    case Rounding::kBinary: return binary_local_error(binary_op(op), t, a, b, r, flush);
+    case Rounding::kCast:  // float -> float: the rounding is the caller's (result_error)
+    case Rounding::kNone: return 0;
   }
   return 0;
 }
@@ -359,17 +355,11 @@ double carried_error(Op op, DType t, double a, double ea, double b, double eb, d
   if (ea == 0 && eb == 0) return 0;
   if (std::isinf(ea) || std::isinf(eb) || std::isnan(ea) || std::isnan(eb)) return kInf;
   if (!is_float(t)) return carried_int_error(op, a, ea, b, eb);
-  switch (op_info(op).family) {
-    case OpFamily::kUnary: return unary_carried_error(unary_op(op), a, ea, r);
-    case OpFamily::kBinary: return binary_carried_error(binary_op(op), a, ea, b, eb, r);
-    case OpFamily::kCast: return ea;  // float -> float: the rounding is the caller's
-    case OpFamily::kLeaf:
-    case OpFamily::kCompare:
-    case OpFamily::kSelect:
-    case OpFamily::kLocal:
-    case OpFamily::kArray:
-    case OpFamily::kControl:
-    case OpFamily::kStack: return kInf;
+  switch (rounding_of(op)) {
+    case Rounding::kUnary: return unary_carried_error(unary_op(op), a, ea, r);
+    case Rounding::kBinary: return binary_carried_error(binary_op(op), a, ea, b, eb, r);
+    case Rounding::kCast: return ea;  // float -> float: the rounding is the caller's
+    case Rounding::kNone: return kInf;
   }
   return kInf;
 }

@@ -368,19 +368,7 @@ class TaskEmitter {
   // Whether copies of `op` for several elements may run interleaved: values, loads and
   // stores; not loops, branches, locals, adstacks, atomics or barriers.
   static bool straight_line(Op op) {
-    switch (op_info(op).family) {
-      case OpFamily::kLeaf:
-      case OpFamily::kUnary:
-      case OpFamily::kBinary:
-      case OpFamily::kCompare:
-      case OpFamily::kSelect:
-      case OpFamily::kCast: return true;
-      case OpFamily::kArray: return op == Op::kLoad || op == Op::kStore;
-      case OpFamily::kLocal:
-      case OpFamily::kControl:
-      case OpFamily::kStack: return false;
-    }
-    return false;
+    return is_pure_value(op) || op == Op::kLoad || op == Op::kStore;
   }
 
   // `if (cond) then(); else otherwise();` as a structured selection.
