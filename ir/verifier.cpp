@@ -475,16 +475,23 @@ class Verifier {
         return IdKind::kValue;
       }
       case LocalOp::kStoreLocal: {
-        VKAD_TRY(expect_args(s, 2));
-        VKAD_ASSIGN_OR_RETURN(IdInfo l, use(s, s.args[0], IdKind::kLocal));
-        VKAD_ASSIGN_OR_RETURN(DType v, value(s, 1));
-        if (v != l.type)
-          return error(s,
-                       "type mismatch: the local holds " + tn(l.type) + ", the value is " + tn(v));
+        VKAD_TRY(holder_and_value(s, IdKind::kLocal, "local").status());
         return IdKind::kValue;
       }
     }
     return IdKind::kValue;
+  }
+  // (holder, value): a local or adstack and a value of the type it holds (store_local,
+  // stack_push, stack_acc_adj). Returns the holder.
+  Result<IdInfo> holder_and_value(const Stmt& s, IdKind kind, const char* holder) {
+    VKAD_TRY(expect_args(s, 2));
+    VKAD_ASSIGN_OR_RETURN(IdInfo h, use(s, s.args[0], kind));
+    VKAD_ASSIGN_OR_RETURN(DType v, value(s, 1));
+    if (v != h.type) {
+      return error(s, "type mismatch: the " + std::string(holder) + " holds " + tn(h.type) +
+                          ", the value is " + tn(v));
+    }
+    return h;
   }
 
   Status array(const Stmt& s) {
@@ -666,12 +673,7 @@ class Verifier {
   }
   // stack_push, stack_acc_adj: (stack, value of its element type)
   Status stack_write(const Stmt& s) {
-    VKAD_TRY(expect_args(s, 2));
-    VKAD_ASSIGN_OR_RETURN(IdInfo st, use(s, s.args[0], IdKind::kStack));
-    VKAD_ASSIGN_OR_RETURN(DType v, value(s, 1));
-    if (v != st.type)
-      return error(s,
-                   "type mismatch: the adstack holds " + tn(st.type) + ", the value is " + tn(v));
+    VKAD_ASSIGN_OR_RETURN(IdInfo st, holder_and_value(s, IdKind::kStack, "adstack"));
     if (s.op == Op::kStackAccAdj && !is_float(st.type))
       return error(s, "an integer adstack has no adjoint");
     return {};
