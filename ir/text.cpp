@@ -66,8 +66,7 @@ namespace {
 // bounded stack and output instead of overflowing the stack.
 constexpr const char* kTooDeep = "...";
 std::string print_size_at(const Kernel& k, const SizeExpr& e, uint32_t depth);
-std::string print_combination(const Kernel& k, const char* name, const SizeExpr& e,
-                              uint32_t depth);
+std::string print_combination(const Kernel& k, const char* name, const SizeExpr& e, uint32_t depth);
 }  // namespace
 
 std::string print_size(const Kernel& k, const SizeExpr& e) { return print_size_at(k, e, 0); }
@@ -125,7 +124,8 @@ std::string leaf_text(const Kernel& k, const Stmt& s) {
 // load p[%i, ...] : t; store / atomic_add / atomic_max p[%i, ...], %v
 std::string array_text(const Kernel& k, const Stmt& s, const std::string& head,
                        const std::string& ty) {
-  if (s.op == Op::kLoad) return head + "load " + param_name(k, s.param) + indices(s, s.args.size()) + ty;
+  if (s.op == Op::kLoad)
+    return head + "load " + param_name(k, s.param) + indices(s, s.args.size()) + ty;
   size_t n = s.args.empty() ? 0 : s.args.size() - 1;
   return std::string(op_info(s.op).name) + " " + param_name(k, s.param) + indices(s, n) + ", " +
          (s.args.empty() ? "%?" : vid(s.args.back()));
@@ -135,8 +135,8 @@ std::string control_text(const Kernel& k, const Stmt& s) {
   const std::string max_trip = s.has_cap ? " max_trip(" + print_size(k, s.cap) + ")" : "";
   switch (control_op(s.op)) {
     case ControlOp::kFor:
-      return "for " + vid(s.result) + " in [" + arg_or_missing(s, 0) + ", " +
-             arg_or_missing(s, 1) + ")" + max_trip;
+      return "for " + vid(s.result) + " in [" + arg_or_missing(s, 0) + ", " + arg_or_missing(s, 1) +
+             ")" + max_trip;
     case ControlOp::kIf: return "if " + arg_or_missing(s, 0);
     case ControlOp::kWhile:
       return "while " + vid(s.result) + " (" + arg_or_missing(s, 0) + ")" + max_trip;
@@ -649,7 +649,8 @@ class Parser {
   }
   Status convert_bool_literal(Stmt& s) {
     if (literal_kind_ == kFloatLit || (literal_i_ != 0 && literal_i_ != 1)) {
-      return error_at(literal_, "constant " + literal_.text + " is not a bool (true, false, 0 or 1)");
+      return error_at(literal_,
+                      "constant " + literal_.text + " is not a bool (true, false, 0 or 1)");
     }
     s.iimm = literal_i_;
     s.fimm = static_cast<double>(s.iimm);
@@ -748,7 +749,9 @@ class Parser {
       case OpFamily::kBinary:
       case OpFamily::kCompare: VKAD_TRY(operands(s, 2)); break;
       case OpFamily::kSelect: VKAD_TRY(operands(s, 3)); break;
-      case OpFamily::kLocal: VKAD_TRY(operands(s, s.op == Op::kAlloca ? 0 : num_operands(s))); break;
+      case OpFamily::kLocal:
+        VKAD_TRY(operands(s, s.op == Op::kAlloca ? 0 : num_operands(s)));
+        break;
       case OpFamily::kArray: VKAD_TRY(array_access(s)); break;
       case OpFamily::kStack: VKAD_TRY(stack(s)); break;
       case OpFamily::kControl: return control(s, op_tok);
@@ -841,7 +844,8 @@ class Parser {
   }
   // while %i (%c) [max_trip(<size>)] { test, defining %c } do { body }
   Status while_loop(Stmt& s, const Token& op_tok) {
-    VKAD_TRY(loop_index(s, op_tok, "write a while loop as 'while %i (%cond) { test } do { body }'"));
+    VKAD_TRY(
+        loop_index(s, op_tok, "write a while loop as 'while %i (%cond) { test } do { body }'"));
     VKAD_TRY(expect("("));
     VKAD_TRY(operands(s, 1));
     VKAD_TRY(expect(")"));

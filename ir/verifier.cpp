@@ -364,8 +364,8 @@ class Verifier {
   }
   Status result_is(const Stmt& s, DType t) const {
     if (s.type != t)
-      return error(s,
-                   "type mismatch: the result is " + tn(s.type) + " but the operation yields " + tn(t));
+      return error(
+          s, "type mismatch: the result is " + tn(s.type) + " but the operation yields " + tn(t));
     return {};
   }
 
@@ -524,10 +524,10 @@ class Verifier {
   Status atomic_add_supported(const Stmt& s, DType e) const {
     if (e == DType::kBool) return error(s, "atomic_add on a bool ndarray");
     if (e == DType::kI64 && !target_.atomic_int64) {
-      return error(s,
-                   "atomic_add on i64 needs shaderBufferInt64Atomics; " + target_.device_name +
-                       " lacks it",
-                   ErrorCode::kUnsupported);
+      return error(
+          s,
+          "atomic_add on i64 needs shaderBufferInt64Atomics; " + target_.device_name + " lacks it",
+          ErrorCode::kUnsupported);
     }
     if (e == DType::kF64 && !target_.atomic_float64_add && !target_.atomic_int64) {
       return error(s,

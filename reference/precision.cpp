@@ -108,7 +108,7 @@ double f64_transcendental_error(Op op, double a, double r) {
     case Rounding::kBinary:
       if (op == Op::kAtan2) return 8 * u;
       if (op == Op::kPow) return a < 0 ? kInf : 8 * u;  // NaN there; libm defines integer
-      return -1;                                         // powers of negatives
+      return -1;                                        // powers of negatives
     case Rounding::kCast:
     case Rounding::kNone: return -1;
   }

@@ -48,8 +48,10 @@ class TaskEmitter {
     uint32_t nwg = op(spv::OpCompositeExtract, u32_, {nwg3, 0});
     uint32_t stride = op(spv::OpIMul, u32_, {nwg, m_.c_u32(o_.local_size)});
     uint32_t pc_ptr = m_.t_pointer(spv::StorageClassPushConstant, u32_);
-    uint32_t begin = op(spv::OpLoad, u32_, {op(spv::OpAccessChain, pc_ptr, {io.pc_var, m_.c_u32(0)})});
-    uint32_t end = op(spv::OpLoad, u32_, {op(spv::OpAccessChain, pc_ptr, {io.pc_var, m_.c_u32(1)})});
+    uint32_t begin =
+        op(spv::OpLoad, u32_, {op(spv::OpAccessChain, pc_ptr, {io.pc_var, m_.c_u32(0)})});
+    uint32_t end =
+        op(spv::OpLoad, u32_, {op(spv::OpAccessChain, pc_ptr, {io.pc_var, m_.c_u32(1)})});
     uint32_t start = op(spv::OpIAdd, u32_, {begin, gid_});
     m_.preserve_nan_inf(target_.preserve_nan_inf_f32, target_.preserve_nan_inf_f64);
     load_adstack_layout();

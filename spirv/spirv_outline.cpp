@@ -237,8 +237,8 @@ class Outliner {
   // A loop being moved: blocks [h, end) of its function, and what moving it needs.
   struct Region {
     size_t h = 0, end = 0;
-    uint32_t header = 0, merge = 0;          // labels
-    std::unordered_set<uint32_t> defined;    // ids defined inside (labels included)
+    uint32_t header = 0, merge = 0;                  // labels
+    std::unordered_set<uint32_t> defined;            // ids defined inside (labels included)
     std::unordered_map<uint32_t, const Inst*> defs;  // definitions outside, for their types
     std::vector<uint32_t> free_ids, param_types;     // values from outside: the parameters
     std::unordered_map<uint32_t, uint32_t> rename;   // outside id -> the function's id
@@ -343,13 +343,13 @@ class Outliner {
   // that returns.
   Function make_function(std::vector<Block>& blocks, Region& r, uint32_t fn) {
     Function made;
-    made.head.push_back(make(spv::OpFunction,
-                             {void_, fn, spv::FunctionControlMaskNone, function_type(r.param_types)},
-                             {}, void_, fn));
+    made.head.push_back(make(
+        spv::OpFunction, {void_, fn, spv::FunctionControlMaskNone, function_type(r.param_types)},
+        {}, void_, fn));
     for (size_t p = 0; p < r.free_ids.size(); ++p) {
       const uint32_t id = r.rename[r.free_ids[p]];
-      made.head.push_back(make(spv::OpFunctionParameter, {r.param_types[p], id}, {},
-                               r.param_types[p], id));
+      made.head.push_back(
+          make(spv::OpFunctionParameter, {r.param_types[p], id}, {}, r.param_types[p], id));
     }
     Block first;
     first.label = make(spv::OpLabel, {r.entry}, {}, 0, r.entry);
