@@ -148,7 +148,7 @@ const DerivativeRule kNoRule = {};
 
 // One entry per op, in ops.def's order: the row its `rule` column names.
 constexpr const DerivativeRule* kRuleOf[] = {
-#define VKAD_OP(family, name, text, has_result, operands, blocks, rule) &rule,
+#define VKAD_OP(family, name, text, has_result, operands, blocks, rule) &(rule),
 #include "ir/ops.def"
 };
 static_assert(std::size(kRuleOf) == kNumOps);

@@ -102,7 +102,7 @@ enum class Op : uint8_t {
 #define VKAD_OP(family, name, text, has_result, operands, blocks, rule) k##name,
 #include "ir/ops.def"
 };
-inline constexpr size_t kNumOps = 0
+inline constexpr size_t kNumOps = 0  // NOLINTNEXTLINE(bugprone-macro-parentheses): sum terms
 #define VKAD_OP(family, name, text, has_result, operands, blocks, rule) +1
 #include "ir/ops.def"
     ;
