@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,20 @@ struct RangeBound {
   static RangeBound scalar(uint32_t p) { return {Kind::kScalarParam, 0, p, 0}; }
   static RangeBound array_dim(uint32_t p, uint32_t d) { return {Kind::kArrayDim, 0, p, d}; }
 };
+
+// The value of `b` for one launch: `scalar(p)` gives integer scalar parameter p and
+// `extent(p, d)` dimension d of array parameter p, each an optional<int64_t> (nullopt: the
+// launch does not say, and neither does the bound). The one evaluation of a bound: the
+// runtime's launch plan and the session's graph rework use it.
+template <typename Scalar, typename Extent>
+std::optional<int64_t> evaluate(const RangeBound& b, Scalar&& scalar, Extent&& extent) {
+  switch (b.kind) {
+    case RangeBound::Kind::kConstant: return b.value;
+    case RangeBound::Kind::kScalarParam: return scalar(b.param);
+    case RangeBound::Kind::kArrayDim: return extent(b.param, b.dim);
+  }
+  return std::nullopt;
+}
 
 struct CompiledTask {
   std::string name;

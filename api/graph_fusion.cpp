@@ -1,16 +1,17 @@
-// Session's launch fusion at end_capture (session.h, "Launch fusion"; the merging itself is
-// ir/launch_fusion.h). The runtime captured the launches one by one, which checked them;
-// when runs of them can merge, the same steps are captured again with each run as one launch
-// of its fused kernel, and the first graph is dropped. Fusion is an optimisation: whatever
-// keeps a run from being fused (a kernel vkad did not compile, a fused kernel the device
-// refuses) leaves those launches as they were.
+// Session's graph rework at end_capture (session.h: "Resident step loops", "Graph
+// scheduling", "Launch fusion"; the pure steps are api/graph_rework.h, the merging itself
+// ir/resident.h and ir/launch_fusion.h). The runtime captured the launches one by one, which
+// checked them; when some can roll into a resident loop, be reordered, lose a barrier or
+// merge, the same steps are captured again that way and the first graph is dropped (or kept,
+// where scalar updates may need it). This is an optimisation: whatever keeps a launch from
+// being reworked (a kernel vkad did not compile, a kernel the device refuses) leaves it as it
+// was.
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 
+#include "api/graph_rework.h"
 #include "api/session.h"
 #include "ir/launch_fusion.h"
 #include "ir/resident.h"
@@ -27,33 +28,12 @@ constexpr uint32_t kMaxFusedArrays = 24;
 // The pseudo-array id of the runtime's adstack heaps in a launch's schedule (no ndarray has it).
 constexpr uint64_t kAdstackHeaps = UINT64_MAX;
 constexpr uint32_t kMaxFusedLaunches = 32;
-// Resident step loops (ir/resident.h): a period of at most this many launches, repeated
-// at least kMinResidentReps times, over at most kMaxResidentArrays arrays (the args buffer
-// makes 31 of the 32 push descriptors every implementation takes), in a workgroup of at most
-// kMaxResidentLocal invocations.
-constexpr size_t kMaxResidentPeriod = 12;
-constexpr size_t kMinResidentReps = 4;
-constexpr size_t kMaxResidentArrays = 31;
+// Resident step loops: a workgroup of at most this many invocations (RollLimits has the rest).
 constexpr uint32_t kMaxResidentLocal = 256;
 
 const codegen::Kernel& not_fusible() {
   static const codegen::Kernel k;  // no task: fusible() is false
   return k;
-}
-
-// Calls fn(first, count) for each stretch of consecutive launches between fills (and the
-// ends), launches numbered from 0 in step order; empty stretches included.
-template <typename Step, typename Fn>
-void for_each_stretch(const std::vector<Step>& steps, Fn fn) {
-  size_t launch = 0, first = 0;
-  for (size_t i = 0; i <= steps.size(); ++i) {
-    if (i < steps.size() && steps[i].launch) {
-      ++launch;
-      continue;
-    }
-    fn(first, launch - first);
-    first = launch;
-  }
 }
 
 // Launches that could fuse share this nonzero key (range and workgroup size); 0 for none.
@@ -75,231 +55,129 @@ bool has_loops(const codegen::Block& b) {
   return false;
 }
 
+bool any_task_loops(const codegen::Kernel& k) {
+  for (const codegen::Task& t : k.tasks) {
+    if (has_loops(t.body)) return true;
+  }
+  return false;
+}
+
+// Whether `order` is the identity permutation (nothing was reordered).
+bool identity(std::span<const uint32_t> order) {
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (order[i] != i) return false;
+  }
+  return true;
+}
+
+std::vector<const CapturedStep*> launches_of(std::span<const CapturedStep> steps) {
+  std::vector<const CapturedStep*> out;
+  for (const CapturedStep& s : steps) {
+    if (s.launch) out.push_back(&s);
+  }
+  return out;
+}
+
 }  // namespace
 
-bool Session::roll(const std::vector<CapturedStep>& captured, std::vector<CapturedStep>* out,
-                   std::vector<uint32_t>* launch_index, std::vector<bool>* rolled) {
-  if (resident_max_range_ == 0) return false;
+std::optional<int64_t> Session::bound_value(const abi::RangeBound& b, std::span<const Arg> args,
+                                            bool scalars) const {
+  auto scalar = [&](uint32_t p) -> std::optional<int64_t> {
+    if (!scalars || p >= args.size()) return std::nullopt;
+    return args[p].i;
+  };
+  auto extent = [&](uint32_t p, uint32_t d) -> std::optional<int64_t> {
+    if (p >= args.size() || args[p].kind != abi::ParamKind::kNdArray) return std::nullopt;
+    Result<std::vector<uint32_t>> shape = rt_->shape(args[p].array);
+    if (!shape.ok() || d >= shape->size()) return std::nullopt;
+    return (*shape)[d];
+  };
+  return abi::evaluate(b, scalar, extent);
+}
+
+Result<KernelHandle> Session::merged_kernel(const codegen::Kernel& k) {
+  const std::string key = codegen::print(k);
+  auto it = fused_kernels_.find(key);
+  if (it != fused_kernels_.end()) return it->second;
+  VKAD_ASSIGN_OR_RETURN(std::shared_ptr<const runtime::CompiledKernel> ck,
+                        compile_cache_.compile(k, target_, compile_options_));
+  VKAD_ASSIGN_OR_RETURN(KernelHandle h, rt_->register_kernel(*ck));
+  fused_kernels_.emplace(key, h);
+  return h;
+}
+
+std::vector<RollCandidate> Session::roll_candidates(
+    std::span<const CapturedStep* const> launches) const {
+  // Where the device cuts long loops (lavapipe) the rolled kernel's passes add up: kernels
+  // with loops of their own stay out there.
   const bool loops_capped = rt_->caps().max_loop_passes != 0;
-  // What rolling needs of each captured launch; kernel == nullptr: it cannot be rolled.
-  struct Info {
-    const codegen::Kernel* kernel = nullptr;
-    std::vector<std::pair<int64_t, int64_t>> ranges;
-  };
-  auto eval_bound = [&](const abi::RangeBound& b, const std::vector<Arg>& args, int64_t* v) {
-    switch (b.kind) {
-      case abi::RangeBound::Kind::kConstant: *v = b.value; return true;
-      case abi::RangeBound::Kind::kScalarParam:
-        if (b.param >= args.size()) return false;
-        *v = args[b.param].i;
-        return true;
-      case abi::RangeBound::Kind::kArrayDim: {
-        if (b.param >= args.size() || args[b.param].kind != abi::ParamKind::kNdArray) return false;
-        Result<std::vector<uint32_t>> shape = rt_->shape(args[b.param].array);
-        if (!shape.ok() || b.dim >= shape->size()) return false;
-        *v = (*shape)[b.dim];
-        return true;
-      }
-    }
-    return false;
-  };
-  std::vector<const CapturedStep*> launches;
-  std::vector<Info> info;
   std::unordered_map<uint64_t, bool> residable;  // by kernel handle id
-  for (const CapturedStep& s : captured) {
-    if (!s.launch) continue;
-    launches.push_back(&s);
-    Info& in = info.emplace_back();
+  std::vector<RollCandidate> out(launches.size());
+  for (size_t l = 0; l < launches.size(); ++l) {
+    const CapturedStep& s = *launches[l];
     auto it = ir_.find(s.kernel.id);
     if (it == ir_.end() || it->second->params.size() != s.args.size()) continue;
     const codegen::Kernel& k = *it->second;
     auto [r, fresh] = residable.try_emplace(s.kernel.id, false);
-    // Where the device cuts long loops (lavapipe) the rolled kernel's passes add up: kernels
-    // with loops of their own stay out there.
-    if (fresh) {
-      bool loops = false;
-      for (const codegen::Task& t : k.tasks) loops = loops || has_loops(t.body);
-      r->second = codegen::residable(k) && !(loops_capped && loops);
-    }
+    if (fresh) r->second = codegen::residable(k) && !(loops_capped && any_task_loops(k));
     if (!r->second) continue;
-    bool small = true;
+    std::vector<std::pair<int64_t, int64_t>> ranges;
     for (const codegen::Task& t : k.tasks) {
-      int64_t b = 0, e = 0;
-      if (!eval_bound(t.begin, s.args, &b) || !eval_bound(t.end, s.args, &e) ||
-          e - b > static_cast<int64_t>(resident_max_range_)) {
-        small = false;
-        break;
-      }
-      in.ranges.emplace_back(b, e);
+      std::optional<int64_t> b = bound_value(t.begin, s.args, true);
+      std::optional<int64_t> e = bound_value(t.end, s.args, true);
+      if (!b || !e || *e - *b > static_cast<int64_t>(resident_max_range_)) break;
+      ranges.emplace_back(*b, *e);
     }
-    if (small) in.kernel = &k;
+    if (ranges.size() == k.tasks.size()) out[l] = {&k, std::move(ranges)};
   }
-  // Launch a (of one repetition) and launch b (the same place one repetition later): same
-  // kernel, arrays and ranges; i32 scalars step by `step` (set from the first pair when
-  // `learn`), the other scalars equal.
-  auto follows = [&](size_t a, size_t b, std::vector<int64_t>& step, bool learn) {
-    const CapturedStep& x = *launches[a];
-    const CapturedStep& y = *launches[b];
-    if (!info[b].kernel || x.kernel.id != y.kernel.id || info[a].ranges != info[b].ranges)
-      return false;
-    if (learn) step.assign(x.args.size(), 0);
-    for (size_t p = 0; p < x.args.size(); ++p) {
-      const Arg& u = x.args[p];
-      const Arg& v = y.args[p];
-      if (u.kind != v.kind) return false;
-      if (u.kind == abi::ParamKind::kNdArray) {
-        if (u.array.id != v.array.id) return false;
-        continue;
-      }
-      if (u.dtype != v.dtype) return false;
-      if (u.dtype == DType::kI32) {
-        if (learn) step[p] = v.i - u.i;
-        if (v.i - u.i != step[p]) return false;
-      } else if (u.i != v.i || !(u.f == v.f || (std::isnan(u.f) && std::isnan(v.f)))) {
-        return false;
-      }
-    }
-    return true;
-  };
-  struct Segment {
-    size_t first, period, reps;
-    std::vector<std::vector<int64_t>> steps;
-  };
-  std::vector<Segment> segments;
-  for_each_stretch(captured, [&](size_t first, size_t count) {
-    const size_t end = first + count;
-    for (size_t i = first; i < end;) {
-      Segment best{i, 0, 0, {}};
-      for (size_t p = 1; p <= kMaxResidentPeriod && i + 2 * p <= end; ++p) {
-        if (!info[i + p - 1].kernel) break;  // a longer period would hold it too
-        std::vector<std::vector<int64_t>> steps(p);
-        bool ok = true;
-        for (size_t j = 0; j < p && ok; ++j) ok = follows(i + j, i + p + j, steps[j], true);
-        if (!ok) continue;
-        size_t reps = 2;
-        while (i + (reps + 1) * p <= end) {
-          bool next = true;
-          for (size_t j = 0; j < p && next; ++j) {
-            next = follows(i + (reps - 1) * p + j, i + reps * p + j, steps[j], false);
-          }
-          if (!next) break;
-          ++reps;
-        }
-        std::unordered_set<uint64_t> arrays;
-        for (size_t j = 0; j < p; ++j) {
-          for (const Arg& a : launches[i + j]->args) {
-            if (a.kind == abi::ParamKind::kNdArray) arrays.insert(a.array.id);
-          }
-        }
-        if (reps >= kMinResidentReps && arrays.size() <= kMaxResidentArrays &&
-            reps * p > best.reps * best.period) {
-          best = {i, p, reps, std::move(steps)};
-        }
-      }
-      if (best.period == 0) {
-        ++i;
-        continue;
-      }
-      i += best.period * best.reps;
-      segments.push_back(std::move(best));
-    }
-  });
-  if (segments.empty()) return false;
+  return out;
+}
 
-  // The rolled kernels (compiled once per printed IR), then the steps with each segment as
-  // one launch of its kernel.
-  struct Rolled {
-    KernelHandle kernel;
-    std::vector<std::vector<uint32_t>> param_map;
-    size_t params = 0;
-  };
-  std::vector<std::optional<Rolled>> built(segments.size());
-  for (size_t g = 0; g < segments.size(); ++g) {
-    const Segment& seg = segments[g];
-    std::vector<codegen::ResidentMember> period;
-    int64_t widest = 1;
-    for (size_t j = 0; j < seg.period; ++j) {
-      const CapturedStep& s = *launches[seg.first + j];
-      codegen::ResidentMember m;
-      m.kernel = info[seg.first + j].kernel;
-      m.step = seg.steps[j];
-      m.ranges = info[seg.first + j].ranges;
-      for (const Arg& a : s.args)
-        m.arrays.push_back(a.kind == abi::ParamKind::kNdArray ? a.array.id : 0);
-      for (const auto& [b, e] : m.ranges) widest = std::max(widest, e - b);
-      period.push_back(std::move(m));
-    }
-    // One invocation per element of the widest launch, in whole subgroups, up to the cap.
-    const uint32_t local = static_cast<uint32_t>(std::min<int64_t>(
-        std::min<uint32_t>(kMaxResidentLocal, target_.max_local_size), (widest + 31) / 32 * 32));
-    // Where the device cuts loops past a number of passes per invocation (lavapipe), the rolled
-    // kernel's own loops count: repetitions times (one pass, plus each member's grid-stride
-    // loop where it needs one). Past the cap the launches stay as they are rather than have
-    // the whole graph's rework refused at its re-capture.
-    if (loops_capped) {
-      uint64_t per_rep = 1;
-      for (const codegen::ResidentMember& m : period) {
-        for (const auto& [b, e] : m.ranges) {
-          const uint64_t passes = static_cast<uint64_t>(std::max<int64_t>(e - b, 0) + local - 1) / local;
-          per_rep += passes > 1 ? passes + 1 : 0;
-        }
-      }
-      if (seg.reps * per_rep + 1 > rt_->caps().max_loop_passes) continue;
-    }
-    const std::string name = "resident_" + period[0].kernel->name + "_x" +
-                             std::to_string(seg.period) + "_r" + std::to_string(seg.reps);
-    Result<codegen::ResidentKernel> rk =
-        codegen::roll_launches(period, static_cast<uint32_t>(seg.reps), local, name);
-    if (!rk.ok()) continue;  // these launches stay as they are
-    const std::string key = codegen::print(rk->kernel);
-    auto it = fused_kernels_.find(key);
-    if (it == fused_kernels_.end()) {
-      Result<std::shared_ptr<const runtime::CompiledKernel>> ck =
-          compile_cache_.compile(rk->kernel, target_, compile_options_);
-      if (!ck.ok()) continue;
-      Result<KernelHandle> h = rt_->register_kernel(**ck);
-      if (!h.ok()) continue;
-      it = fused_kernels_.emplace(key, *h).first;
-    }
-    built[g] = Rolled{it->second, std::move(rk->param_map), rk->kernel.params.size()};
+std::optional<MergedLaunch> Session::build_rolled(const RollSegment& seg,
+                                                  std::span<const CapturedStep* const> launches,
+                                                  std::span<const RollCandidate> candidates) {
+  std::vector<codegen::ResidentMember> period;
+  int64_t widest = 1;
+  for (size_t j = 0; j < seg.period; ++j) {
+    codegen::ResidentMember m;
+    m.kernel = candidates[seg.first + j].kernel;
+    m.step = seg.steps[j];
+    m.ranges = candidates[seg.first + j].ranges;
+    for (const Arg& a : launches[seg.first + j]->args)
+      m.arrays.push_back(a.kind == abi::ParamKind::kNdArray ? a.array.id : 0);
+    for (const auto& [b, e] : m.ranges) widest = std::max(widest, e - b);
+    period.push_back(std::move(m));
   }
-  out->clear();
-  launch_index->assign(launches.size(), 0);
-  rolled->assign(launches.size(), false);
-  size_t li = 0, g = 0, made = 0;
-  bool any = false;
-  for (const CapturedStep& s : captured) {
-    if (!s.launch) {
-      out->push_back(s);
-      continue;
-    }
-    while (g < segments.size() && segments[g].first + segments[g].period * segments[g].reps <= li)
-      ++g;
-    const bool inside = g < segments.size() && li >= segments[g].first && built[g];
-    if (!inside) {
-      (*launch_index)[li++] = static_cast<uint32_t>(made++);
-      out->push_back(s);
-      continue;
-    }
-    const Segment& seg = segments[g];
-    const Rolled& r = *built[g];
-    const size_t j = li - seg.first;
-    if (j == 0) {
-      CapturedStep step;
-      step.kernel = r.kernel;
-      step.args.assign(r.params, Arg{});
-      out->push_back(std::move(step));
-      ++made;
-    }
-    if (j < seg.period) {  // the first repetition's arguments
-      const std::vector<uint32_t>& pm = r.param_map[j];
-      for (size_t p = 0; p < s.args.size(); ++p) out->back().args[pm[p]] = s.args[p];
-    }
-    (*launch_index)[li] = static_cast<uint32_t>(made - 1);
-    (*rolled)[li++] = true;
-    any = true;
-  }
-  return any;
+  // One invocation per element of the widest launch, in whole subgroups, up to the cap.
+  const uint32_t local = static_cast<uint32_t>(std::min<int64_t>(
+      std::min<uint32_t>(kMaxResidentLocal, target_.max_local_size), (widest + 31) / 32 * 32));
+  // Where the device cuts loops past a number of passes per invocation (lavapipe), past the
+  // cap the launches stay as they are rather than have the whole graph's rework refused at
+  // its re-capture.
+  const uint32_t cap = rt_->caps().max_loop_passes;
+  if (cap != 0 && resident_loop_passes(period, seg.reps, local) > cap) return std::nullopt;
+  const std::string name = "resident_" + period[0].kernel->name + "_x" +
+                           std::to_string(seg.period) + "_r" + std::to_string(seg.reps);
+  Result<codegen::ResidentKernel> rk =
+      codegen::roll_launches(period, static_cast<uint32_t>(seg.reps), local, name);
+  if (!rk.ok()) return std::nullopt;  // these launches stay as they are
+  Result<KernelHandle> h = merged_kernel(rk->kernel);
+  if (!h.ok()) return std::nullopt;
+  return MergedLaunch{*h, std::move(rk->param_map), rk->kernel.params.size()};
+}
+
+bool Session::roll(const std::vector<CapturedStep>& captured, std::vector<CapturedStep>* out,
+                   std::vector<uint32_t>* launch_index, std::vector<bool>* rolled) {
+  if (resident_max_range_ == 0) return false;
+  const std::vector<const CapturedStep*> launches = launches_of(captured);
+  const std::vector<RollCandidate> candidates = roll_candidates(launches);
+  const std::vector<RollSegment> segments =
+      find_roll_segments(captured, launches, candidates, RollLimits{});
+  if (segments.empty()) return false;
+  std::vector<std::optional<MergedLaunch>> built;
+  for (const RollSegment& seg : segments) built.push_back(build_rolled(seg, launches, candidates));
+  splice_rolled(captured, segments, built, out, launch_index, rolled);
+  return std::find(rolled->begin(), rolled->end(), true) != rolled->end();
 }
 
 ScheduleLaunch Session::schedule_launch(const CapturedStep& s, std::vector<bool>* pinned) const {
@@ -349,262 +227,85 @@ ScheduleLaunch Session::schedule_launch(const CapturedStep& s, std::vector<bool>
   return out;
 }
 
-namespace {
-
-// Whether `order` is the identity permutation (nothing was reordered).
-bool identity(std::span<const uint32_t> order) {
-  for (size_t i = 0; i < order.size(); ++i) {
-    if (order[i] != i) return false;
+codegen::FusionLaunch Session::fusion_launch(const CapturedStep& s, bool loops_capped) const {
+  codegen::FusionLaunch l;
+  l.kernel = &not_fusible();
+  auto it = ir_.find(s.kernel.id);
+  if (it == ir_.end() || it->second->params.size() != s.args.size()) return l;
+  const codegen::Kernel& k = *it->second;
+  l.arrays.assign(s.args.size(), 0);
+  for (size_t p = 0; p < s.args.size(); ++p) {
+    if (s.args[p].kind == abi::ParamKind::kNdArray) l.arrays[p] = s.args[p].array.id;
   }
-  return true;
+  if (k.tasks.empty() || (loops_capped && has_loops(k.tasks[0].body))) return l;
+  // The range: constants and extents only (fusible() refuses scalar bounds).
+  std::optional<int64_t> b = bound_value(k.tasks[0].begin, s.args, false);
+  std::optional<int64_t> e = bound_value(k.tasks[0].end, s.args, false);
+  if (!b || !e) return l;
+  l.begin = *b;
+  l.end = *e;
+  l.kernel = &k;
+  return l;
 }
 
-}  // namespace
-
-Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedStep>& captured) {
-  // Steps recorded through runtime() while Session cap are not in `cap`: the graph
-  // is then kept as the runtime cap it.
-  Result<size_t> n_steps = rt_->graph_steps(graph);
-  if (!n_steps.ok() || *n_steps != captured.size()) return graph;
-  // Step loops of small launches first (ir/resident.h): each becomes one launch of a
-  // resident kernel, which scheduling and fusion below then see as a fence.
-  std::vector<CapturedStep> rolled_steps;
-  std::vector<uint32_t> roll_index;
-  std::vector<bool> rolled;
-  const bool any_rolled = roll(captured, &rolled_steps, &roll_index, &rolled);
-  const std::vector<CapturedStep>& cap = any_rolled ? rolled_steps : captured;
-  // Scheduling first: within each stretch between fills the launches by level
-  // (api/graph_schedule.h); `order[i]` is the cap launch that runs i-th. Fusion then
-  // merges runs of the scheduled order.
-  std::vector<ScheduleLaunch> sched;
-  std::vector<std::vector<bool>> pinned;
-  for (const CapturedStep& s : cap) {
-    if (!s.launch) continue;
-    pinned.emplace_back();
-    sched.push_back(schedule_launch(s, &pinned.back()));
-  }
-  // Where the device caps loop passes per invocation (lavapipe), a fused kernel's passes are
-  // its members' sum: an update that raises a member's trip count could then be refused where
-  // the launches alone were not. Kernels with loops are left alone there.
-  const bool loops_capped = rt_->caps().max_loop_passes != 0;
-  // What fusion needs of every cap launch, in capture order.
-  std::vector<codegen::FusionLaunch> captured_launches;
-  for (const CapturedStep& s : cap) {
-    if (!s.launch) continue;
-    codegen::FusionLaunch l;
-    l.kernel = &not_fusible();
-    auto it = ir_.find(s.kernel.id);
-    if (it != ir_.end() && it->second->params.size() == s.args.size()) {
-      const codegen::Kernel& k = *it->second;
-      l.arrays.assign(s.args.size(), 0);
-      for (size_t p = 0; p < s.args.size(); ++p) {
-        if (s.args[p].kind == abi::ParamKind::kNdArray) l.arrays[p] = s.args[p].array.id;
-      }
-      // The range: constants and extents only (fusible() refuses scalar bounds).
-      auto bound = [&](const abi::RangeBound& b, int64_t* out) {
-        if (b.kind == abi::RangeBound::Kind::kConstant) {
-          *out = b.value;
-          return true;
-        }
-        if (b.kind != abi::RangeBound::Kind::kArrayDim || b.param >= s.args.size()) return false;
-        Result<std::vector<uint32_t>> shape = rt_->shape(s.args[b.param].array);
-        if (!shape.ok() || b.dim >= shape->size()) return false;
-        *out = (*shape)[b.dim];
-        return true;
-      };
-      if (!k.tasks.empty() && !(loops_capped && has_loops(k.tasks[0].body)) &&
-          bound(k.tasks[0].begin, &l.begin) && bound(k.tasks[0].end, &l.end)) {
-        l.kernel = &k;
-      }
-    }
-    captured_launches.push_back(std::move(l));
-  }
-  // Launches that could fuse share a shape: scheduling keeps a chain's steps of one shape
-  // adjacent where it can.
-  for (size_t i = 0; i < sched.size(); ++i) sched[i].shape = fusion_shape(captured_launches[i]);
-  std::vector<uint32_t> order(sched.size());
-  std::vector<CapturedStep> steps;
-  {
-    for_each_stretch(cap, [&](size_t first, size_t count) {
-      std::span<const ScheduleLaunch> part(sched.data() + first, count);
-      std::vector<uint32_t> local(count);
-      if (schedule_graph_launches_) {
-        local = schedule_order(schedule_levels(part), part);
-      } else {
-        for (uint32_t j = 0; j < count; ++j) local[j] = j;
-      }
-      for (size_t j = 0; j < count; ++j) order[first + j] = static_cast<uint32_t>(first + local[j]);
-    });
-    size_t li = 0;
-    std::vector<const CapturedStep*> launch_steps;
-    for (const CapturedStep& s : cap) {
-      if (s.launch) launch_steps.push_back(&s);
-    }
-    for (const CapturedStep& s : cap) {
-      steps.push_back(s.launch ? *launch_steps[order[li++]] : s);
-    }
-  }
-  std::vector<ScheduleLaunch> sched_ordered(sched.size());
-  std::vector<codegen::FusionLaunch> launches(sched.size());  // in the scheduled order
-  for (size_t i = 0; i < order.size(); ++i) {
-    sched_ordered[i] = sched[order[i]];
-    launches[i] = captured_launches[order[i]];
-  }
-  std::vector<codegen::FusionRun> runs;
-  for_each_stretch(steps, [&](size_t first, size_t count) {
-    std::span<const codegen::FusionLaunch> part(launches.data() + first, count);
-    for (codegen::FusionRun r : codegen::fusion_groups(part, kMaxFusedArrays, kMaxFusedLaunches)) {
-      r.first += first;
-      runs.push_back(r);
-    }
-  });
-  if (!fuse_graph_launches_) {  // scheduling alone: every launch a run of its own
-    runs.clear();
-    for (size_t i = 0; i < launches.size(); ++i) runs.push_back({i, 1});
-  }
-  bool any = false;
-  for (const codegen::FusionRun& r : runs) any = any || r.count > 1;
-  const bool reordered = !identity(order);
-  bool relaxed = false;  // some barrier is left out
-  if (!any && schedule_graph_launches_) {
-    // Fills bound the stretches: they keep their own barriers.
-    for_each_stretch(steps, [&](size_t first, size_t count) {
-      const std::vector<bool> b =
-          schedule_barriers(std::span<const ScheduleLaunch>(sched_ordered.data() + first, count));
-      for (size_t j = 1; j < b.size(); ++j) relaxed = relaxed || !b[j];
-    });
-  }
-  if (!any && !reordered && !relaxed && !any_rolled) return graph;
-
-  // The fused kernels (compiled once per distinct run), then the steps cap again.
-  struct Planned {
-    KernelHandle kernel;
-    std::vector<std::vector<uint32_t>> param_map;
-    size_t params = 0;
-  };
-  std::vector<Planned> planned(runs.size());
-  // Per run, the arrays a fill with 0 was the last step to touch before it (step index by
-  // array id): the fused kernel reads them as zeros, and a fill whose array the run then
-  // overwrites whole is left out of the graph.
-  std::vector<std::unordered_map<uint64_t, size_t>> zero_fills(runs.size());
-  {
-    std::unordered_map<uint64_t, size_t> last_touch;  // array id -> step index
-    size_t launch = 0, r = 0;
-    for (size_t i = 0; i < steps.size(); ++i) {
-      const CapturedStep& s = steps[i];
-      if (!s.launch) {
-        last_touch[s.args[0].array.id] = i;
-        continue;
-      }
-      while (r + 1 < runs.size() && runs[r].first + runs[r].count <= launch) ++r;
-      if (launch == runs[r].first && runs[r].count > 1) {
-        for (size_t m = 0; m < runs[r].count; ++m) {
-          for (uint64_t id : launches[launch + m].arrays) {
-            auto it = id ? last_touch.find(id) : last_touch.end();
-            if (it == last_touch.end()) continue;
-            const CapturedStep& f = steps[it->second];
-            // All bits zero (a fill of -0.0 is not), and an extent that covers the run's
-            // range: a load the fused kernel replaces by 0 must be one that was in bounds,
-            // since the constant carries no bounds check.
-            if (f.launch || f.value != 0.0 || std::signbit(f.value)) continue;
-            Result<std::vector<uint32_t>> shape = rt_->shape(NdArrayHandle{id});
-            if (!shape.ok() || shape->size() != 1 || launches[launch].begin < 0 ||
-                launches[launch].end > static_cast<int64_t>((*shape)[0])) {
-              continue;
-            }
-            zero_fills[r].emplace(id, it->second);
-          }
-        }
-      }
-      for (const Arg& a : s.args) {
-        if (a.kind == abi::ParamKind::kNdArray) last_touch[a.array.id] = i;
-      }
-      ++launch;
-    }
-  }
-  std::vector<bool> dropped(steps.size(), false);
-  // A step loop repeats the same runs with other arrays and scalars: the fused kernel of a run
-  // depends only on its members' kernels, which of their parameters share an array and which
-  // arrays are known zero, so it is built once per such signature (numbering arrays by first
-  // use in the run) and reused.
+bool Session::build_fused(std::span<const codegen::FusionRun> runs,
+                          std::span<const codegen::FusionLaunch> launches,
+                          std::span<const std::unordered_map<uint64_t, size_t>> zero_fills,
+                          std::vector<MergedLaunch>* planned, std::vector<bool>* dropped) {
+  // A step loop repeats the same runs with other arrays and scalars: a fused kernel is built
+  // once per signature (graph_rework.h) and reused.
   struct Built {
-    KernelHandle kernel;
-    std::vector<std::vector<uint32_t>> param_map;
-    size_t params = 0;
+    MergedLaunch launch;
     std::vector<uint32_t> overwritten;  // arrays by first-use number
   };
   std::unordered_map<std::string, Built> built;
+  planned->assign(runs.size(), MergedLaunch{});
   for (size_t r = 0; r < runs.size(); ++r) {
     if (runs[r].count < 2) continue;
-    std::span<const codegen::FusionLaunch> members(launches.data() + runs[r].first, runs[r].count);
+    std::span<const codegen::FusionLaunch> members = launches.subspan(runs[r].first, runs[r].count);
     std::vector<uint64_t> ids;  // the run's arrays by first use
-    std::string sig;
-    for (const codegen::FusionLaunch& m : members) {
-      sig += std::to_string(reinterpret_cast<uintptr_t>(m.kernel)) + ":";
-      for (uint64_t id : m.arrays) {
-        if (id == 0) {
-          sig += "s,";
-          continue;
-        }
-        auto at = std::find(ids.begin(), ids.end(), id);
-        if (at == ids.end()) at = ids.insert(ids.end(), id);
-        sig += std::to_string(at - ids.begin()) + ",";
-      }
-      sig += ";";
-    }
-    std::vector<uint64_t> zeros;
-    std::vector<size_t> zero_numbers;
-    for (const auto& [id, step] : zero_fills[r]) {
-      zeros.push_back(id);
-      zero_numbers.push_back(std::find(ids.begin(), ids.end(), id) - ids.begin());
-    }
-    std::sort(zero_numbers.begin(), zero_numbers.end());
-    for (size_t z : zero_numbers) sig += "z" + std::to_string(z);
+    const std::string sig = fusion_signature(members, zero_fills[r], &ids);
     auto b = built.find(sig);
     if (b == built.end()) {
+      std::vector<uint64_t> zeros;
+      for (const auto& entry : zero_fills[r]) zeros.push_back(entry.first);
       const std::string name =
           "fused_" + members[0].kernel->name + "_x" + std::to_string(runs[r].count);
       Result<codegen::FusedKernel> f = codegen::fuse_launches(members, name, zeros);
-      if (!f.ok()) return graph;
-      const std::string key = codegen::print(f->kernel);
-      auto it = fused_kernels_.find(key);
-      if (it == fused_kernels_.end()) {
-        Result<std::shared_ptr<const runtime::CompiledKernel>> ck =
-            compile_cache_.compile(f->kernel, target_, compile_options_);
-        if (!ck.ok()) return graph;
-        Result<KernelHandle> h = rt_->register_kernel(**ck);
-        if (!h.ok()) return graph;
-        it = fused_kernels_.emplace(key, *h).first;
-      }
-      Built nb{it->second, std::move(f->param_map), f->kernel.params.size(), {}};
+      if (!f.ok()) return false;
+      Result<KernelHandle> h = merged_kernel(f->kernel);
+      if (!h.ok()) return false;
+      Built nb{{*h, std::move(f->param_map), f->kernel.params.size()}, {}};
       for (uint64_t id : f->overwritten) {
         nb.overwritten.push_back(
             static_cast<uint32_t>(std::find(ids.begin(), ids.end(), id) - ids.begin()));
       }
       b = built.emplace(sig, std::move(nb)).first;
     }
+    // A zero fill whose array the run then overwrites whole is left out of the graph.
     for (uint32_t n : b->second.overwritten) {
-      const uint64_t id = ids[n];
-      Result<std::vector<uint32_t>> shape = rt_->shape(NdArrayHandle{id});
+      Result<std::vector<uint32_t>> shape = rt_->shape(NdArrayHandle{ids[n]});
       if (shape.ok() && shape->size() == 1 && members[0].begin == 0 &&
           members[0].end == static_cast<int64_t>((*shape)[0])) {
-        dropped[zero_fills[r].at(id)] = true;
+        (*dropped)[zero_fills[r].at(ids[n])] = true;
       }
     }
-    planned[r] = {b->second.kernel, b->second.param_map, b->second.params};
+    (*planned)[r] = b->second.launch;
   }
-  std::vector<size_t> run_of(launches.size());
-  for (size_t r = 0; r < runs.size(); ++r) {
-    for (size_t m = 0; m < runs[r].count; ++m) run_of[runs[r].first + m] = r;
+  return true;
+}
+
+Result<GraphHandle> Session::recapture(const ReworkPlan& w, FusedGraph* map, bool* relaxed) {
+  std::vector<size_t> run_of(w.launches.size());
+  for (size_t r = 0; r < w.runs.size(); ++r) {
+    for (size_t m = 0; m < w.runs[r].count; ++m) run_of[w.runs[r].first + m] = r;
   }
-  const std::string name = capture_name_;
-  if (!rt_->begin_capture(name).ok()) return graph;  // the launches as cap
-  FusedGraph map;
-  map.launch.resize(launches.size());
-  map.param.resize(launches.size());
+  VKAD_TRY(rt_->begin_capture(capture_name_));
+  map->launch.resize(w.launches.size());
+  map->param.resize(w.launches.size());
   Status st;
   size_t launch = 0;
-  uint32_t fused_launches = 0;
+  uint32_t made = 0;
   std::vector<Arg> args;
   // What ran since the last barrier (a fill records its own): a launch that conflicts with
   // none of it goes without one.
@@ -615,89 +316,157 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
     const bool barrier = pending.next(unit);
     unit = ScheduleLaunch{};
     if (schedule_graph_launches_ && !first_in_stretch && !barrier) {
-      relaxed = true;
+      *relaxed = true;
       VKAD_TRY(rt_->omit_next_barrier());
     }
     first_in_stretch = false;
+    ++made;
     return rt_->launch(k, a);
   };
-  for (size_t i = 0; i < steps.size() && st.ok(); ++i) {
-    const CapturedStep& s = steps[i];
+  for (size_t i = 0; i < w.steps.size() && st.ok(); ++i) {
+    const CapturedStep& s = w.steps[i];
     if (!s.launch) {
-      if (!dropped[i]) st = rt_->fill(s.args[0].array, s.value);
+      if (!w.dropped[i]) st = rt_->fill(s.args[0].array, s.value);
       pending.clear();
       first_in_stretch = true;
       continue;
     }
-    const size_t r = run_of[launch];
-    const size_t member = launch - runs[r].first;
-    const uint32_t orig = order[launch];
-    const ScheduleLaunch& sl = sched_ordered[launch];
+    const codegen::FusionRun& run = w.runs[run_of[launch]];
+    const MergedLaunch& merged = w.planned[run_of[launch]];
+    const size_t member = launch - run.first;
+    const uint32_t orig = w.order[launch];
+    const ScheduleLaunch& sl = w.sched[launch];
     unit.known = unit.known && sl.known;
     unit.accesses.insert(unit.accesses.end(), sl.accesses.begin(), sl.accesses.end());
     ++launch;
-    if (runs[r].count < 2) {
-      map.launch[orig] = fused_launches++;  // param stays empty: identity
+    map->launch[orig] = made;
+    if (run.count < 2) {  // param stays empty: identity
       st = emit(s.kernel, s.args);
       continue;
     }
-    if (member == 0) args.assign(planned[r].params, Arg{});
-    const std::vector<uint32_t>& pm = planned[r].param_map[member];
+    if (member == 0) args.assign(merged.params, Arg{});
+    const std::vector<uint32_t>& pm = merged.param_map[member];
     for (size_t p = 0; p < s.args.size(); ++p) args[pm[p]] = s.args[p];
-    map.launch[orig] = fused_launches;
-    map.param[orig] = pm;
-    if (member + 1 == runs[r].count) {
-      st = emit(planned[r].kernel, args);
-      ++fused_launches;
-    }
+    map->param[orig] = pm;
+    if (member + 1 == run.count) st = emit(merged.kernel, args);
   }
   Result<GraphHandle> fused = rt_->end_capture();
-  if (!st.ok() || !fused.ok()) {
+  if (!st.ok()) {
     if (fused.ok()) (void)rt_->release_graph(*fused);
-    return graph;  // the launches as cap
+    return st;
   }
-  map.name = name.empty() ? "graph" : name;
+  return fused;
+}
+
+void Session::describe_launches(const std::vector<CapturedStep>& captured, FusedGraph* map) const {
   for (const CapturedStep& s : captured) {
     if (!s.launch) continue;
-    map.scalars.push_back(scalar_params(s.args));
+    map->scalars.push_back(scalar_params(s.args));
     auto k = ir_.find(s.kernel.id);
-    map.kernel.push_back(k == ir_.end() ? std::string() : k->second->name);
+    map->kernel.push_back(k == ir_.end() ? std::string() : k->second->name);
   }
-  if (any_rolled) {
-    // Back to the captured launches' numbering: a rolled launch is part of its resident
-    // launch, whose scalars are its first repetition's; an update of any of a rolled launch's
-    // scalars needs the graph as captured (pinned).
-    std::vector<uint32_t> launch(roll_index.size());
-    std::vector<std::vector<uint32_t>> param(roll_index.size());
-    std::vector<std::vector<bool>> pin(roll_index.size());
-    for (size_t o = 0; o < roll_index.size(); ++o) {
-      const uint32_t l = roll_index[o];
-      launch[o] = map.launch[l];
-      if (rolled[o]) {
-        pin[o] = map.scalars[o];
-      } else {
-        param[o] = map.param[l];
-        pin[o] = pinned[l];
-      }
+}
+
+void Session::unroll_numbering(std::span<const uint32_t> roll_index,
+                               const std::vector<bool>& rolled, FusedGraph* map,
+                               std::vector<std::vector<bool>>* pinned) {
+  // Back to the captured launches' numbering: a rolled launch is part of its resident launch,
+  // whose scalars are its first repetition's; an update of any of a rolled launch's scalars
+  // needs the graph as captured (pinned).
+  std::vector<uint32_t> launch(roll_index.size());
+  std::vector<std::vector<uint32_t>> param(roll_index.size());
+  std::vector<std::vector<bool>> pin(roll_index.size());
+  for (size_t o = 0; o < roll_index.size(); ++o) {
+    const uint32_t l = roll_index[o];
+    launch[o] = map->launch[l];
+    if (rolled[o]) {
+      pin[o] = map->scalars[o];
+    } else {
+      param[o] = map->param[l];
+      pin[o] = (*pinned)[l];
     }
-    map.launch = std::move(launch);
-    map.param = std::move(param);
-    pinned = std::move(pin);
   }
+  map->launch = std::move(launch);
+  map->param = std::move(param);
+  *pinned = std::move(pin);
+}
+
+void Session::keep_for_updates(GraphHandle graph, bool reworked,
+                               std::vector<std::vector<bool>> pinned, FusedGraph* map) {
   // Where the schedule rests on rows that scalar arguments decide, the graph as captured stays
   // for an update of one of them (Session::replay).
   bool any_pinned = false;
   for (const std::vector<bool>& p : pinned) {
     for (bool b : p) any_pinned = any_pinned || b;
   }
-  if ((reordered || relaxed || any_rolled) && any_pinned) {
-    map.pinned = std::move(pinned);
-    map.original = graph;
+  if (reworked && any_pinned) {
+    map->pinned = std::move(pinned);
+    map->original = graph;
   } else {
     (void)rt_->release_graph(graph);
   }
-  if (any_rolled)
-    rolled_launches_ += static_cast<uint64_t>(std::count(rolled.begin(), rolled.end(), true));
+}
+
+Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedStep>& captured) {
+  // Steps recorded through runtime() while Session captured are not in `captured`: the graph
+  // is then kept as the runtime captured it.
+  Result<size_t> n_steps = rt_->graph_steps(graph);
+  if (!n_steps.ok() || *n_steps != captured.size()) return graph;
+  // Step loops of small launches first (ir/resident.h): each becomes one launch of a
+  // resident kernel, which scheduling and fusion below then see as a fence.
+  std::vector<CapturedStep> rolled_steps;
+  std::vector<uint32_t> roll_index;
+  std::vector<bool> rolled;
+  const bool any_rolled = roll(captured, &rolled_steps, &roll_index, &rolled);
+  const std::vector<CapturedStep>& cap = any_rolled ? rolled_steps : captured;
+  // What each launch touches, and what fusion needs of it, in capture order. Where the device
+  // caps loop passes per invocation (lavapipe), a fused kernel's passes are its members' sum:
+  // an update that raises a member's trip count could then be refused where the launches
+  // alone were not, so kernels with loops are left alone there.
+  const bool loops_capped = rt_->caps().max_loop_passes != 0;
+  std::vector<ScheduleLaunch> sched;
+  std::vector<std::vector<bool>> pinned;
+  std::vector<codegen::FusionLaunch> fusion;
+  for (const CapturedStep* s : launches_of(cap)) {
+    sched.push_back(schedule_launch(*s, &pinned.emplace_back()));
+    fusion.push_back(fusion_launch(*s, loops_capped));
+    sched.back().shape = fusion_shape(fusion.back());
+  }
+  // Scheduling first (api/graph_schedule.h): `w.order[i]` is the launch that runs i-th;
+  // fusion then merges runs of that order.
+  ReworkPlan w;
+  w.order = scheduled_order(cap, sched, schedule_graph_launches_);
+  const std::vector<const CapturedStep*> cap_launches = launches_of(cap);
+  size_t li = 0;
+  for (const CapturedStep& s : cap) w.steps.push_back(s.launch ? *cap_launches[w.order[li++]] : s);
+  for (uint32_t o : w.order) {
+    w.sched.push_back(sched[o]);
+    w.launches.push_back(fusion[o]);
+  }
+  w.runs =
+      fusion_runs(w.steps, w.launches, fuse_graph_launches_, kMaxFusedArrays, kMaxFusedLaunches);
+  bool any_fused = false;
+  for (const codegen::FusionRun& r : w.runs) any_fused = any_fused || r.count > 1;
+  const bool reordered = !identity(w.order);
+  bool relaxed = !any_fused && schedule_graph_launches_ && any_barrier_relaxed(w.steps, w.sched);
+  if (!any_fused && !reordered && !relaxed && !any_rolled) return graph;
+
+  const ShapeOf shape_of = [&](uint64_t id) -> std::optional<std::vector<uint32_t>> {
+    Result<std::vector<uint32_t>> s = rt_->shape(NdArrayHandle{id});
+    if (!s.ok()) return std::nullopt;
+    return *s;
+  };
+  const auto zero_fills = zero_fills_before_runs(w.steps, w.launches, w.runs, shape_of);
+  w.dropped.assign(w.steps.size(), false);
+  if (!build_fused(w.runs, w.launches, zero_fills, &w.planned, &w.dropped)) return graph;
+  FusedGraph map;
+  Result<GraphHandle> fused = recapture(w, &map, &relaxed);
+  if (!fused.ok()) return graph;  // the launches as captured
+  map.name = capture_name_.empty() ? "graph" : capture_name_;
+  describe_launches(captured, &map);
+  if (any_rolled) unroll_numbering(roll_index, rolled, &map, &pinned);
+  keep_for_updates(graph, reordered || relaxed || any_rolled, std::move(pinned), &map);
+  rolled_launches_ += static_cast<uint64_t>(std::count(rolled.begin(), rolled.end(), true));
   fused_graphs_.emplace(fused->id, std::move(map));
   return *fused;
 }

@@ -31,6 +31,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "api/graph_rework.h"
 #include "api/graph_schedule.h"
 #include "ir/ir.h"
 #include "ir/launch_access.h"
@@ -274,13 +275,7 @@ class Session {
 
  private:
   Session() = default;
-  // Launch fusion (api/graph_fusion.cpp).
-  struct CapturedStep {
-    bool launch = true;
-    KernelHandle kernel;
-    std::vector<Arg> args;  // a fill: args[0] is the array, `value` its value
-    double value = 0;
-  };
+  // The graph rework at end_capture (api/graph_fusion.cpp; its pure steps api/graph_rework.h).
   // Per original captured launch: its launch in the fused graph and parameter map.
   struct FusedGraph {
     std::string name;
@@ -298,11 +293,40 @@ class Session {
   };
   static std::vector<bool> scalar_params(std::span<const Arg> args);
   Result<GraphHandle> fuse(GraphHandle graph, const std::vector<CapturedStep>& steps);
-  // Step loops of small launches in `captured` rolled into resident kernels (graph_fusion.cpp):
-  // false when none is. Else `out` gets the steps with each loop as one launch, and per
-  // captured launch `launch_index` its launch in `out` and `rolled` whether it was rolled.
+  // Step loops of small launches in `captured` rolled into resident kernels: false when none
+  // is. Else `out` gets the steps with each loop as one launch, and per captured launch
+  // `launch_index` its launch in `out` and `rolled` whether it was rolled.
   bool roll(const std::vector<CapturedStep>& captured, std::vector<CapturedStep>* out,
             std::vector<uint32_t>* launch_index, std::vector<bool>* rolled);
+  std::vector<RollCandidate> roll_candidates(std::span<const CapturedStep* const> launches) const;
+  // The resident kernel of one segment, compiled and registered; nullopt where it cannot be.
+  std::optional<MergedLaunch> build_rolled(const RollSegment& seg,
+                                           std::span<const CapturedStep* const> launches,
+                                           std::span<const RollCandidate> candidates);
+  // The value of a launch's range bound from its arguments (scalar bounds only when
+  // `scalars`); nullopt where unknown.
+  std::optional<int64_t> bound_value(const abi::RangeBound& b, std::span<const Arg> args,
+                                     bool scalars) const;
+  // A kernel the rework made, compiled and registered once per printed IR.
+  Result<KernelHandle> merged_kernel(const codegen::Kernel& k);
+  codegen::FusionLaunch fusion_launch(const CapturedStep& s, bool loops_capped) const;
+  // The fused kernels of `runs` into `planned`, and the zero fills they make redundant into
+  // `dropped`: false where one cannot be built (the graph then stays as captured).
+  bool build_fused(std::span<const codegen::FusionRun> runs,
+                   std::span<const codegen::FusionLaunch> launches,
+                   std::span<const std::unordered_map<uint64_t, size_t>> zero_fills,
+                   std::vector<MergedLaunch>* planned, std::vector<bool>* dropped);
+  // Records the plan as a graph; `map` gets each capture-order launch's place in it and
+  // `relaxed` whether a barrier was left out.
+  Result<GraphHandle> recapture(const ReworkPlan& w, FusedGraph* map, bool* relaxed);
+  void describe_launches(const std::vector<CapturedStep>& captured, FusedGraph* map) const;
+  // Keeps `graph` (the graph as captured) in `map` where a reworked graph's schedule rests
+  // on scalar parameters (`pinned`), else releases it.
+  void keep_for_updates(GraphHandle graph, bool reworked, std::vector<std::vector<bool>> pinned,
+                        FusedGraph* map);
+  static void unroll_numbering(std::span<const uint32_t> roll_index,
+                               const std::vector<bool>& rolled, FusedGraph* map,
+                               std::vector<std::vector<bool>>* pinned);
   Status translate(const FusedGraph& f, std::span<const GraphUpdate> updates,
                    std::vector<GraphUpdate>* out) const;
   // What a captured launch reads and writes, rows evaluated (api/graph_schedule.h); `pinned`

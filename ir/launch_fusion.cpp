@@ -184,41 +184,6 @@ std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uin
 
 namespace {
 
-// Copies member bodies into the fused task: value ids shifted by `base`, the member's task
-// index replaced by the fused one, parameters renamed through `pm`, and values in `subst`
-// (loads forwarded from an earlier store) replaced.
-struct Cloner {
-  ValueId base = 0, old_index = 0, new_index = 0;
-  const std::vector<uint32_t>* pm = nullptr;
-  std::unordered_map<ValueId, ValueId>* subst = nullptr;
-
-  ValueId value(ValueId v) const {
-    if (v == kNoValue) return v;
-    if (v == old_index) return new_index;
-    const ValueId n = v + base;
-    auto it = subst->find(n);
-    return it == subst->end() ? n : it->second;
-  }
-  void stmt(Stmt& s) const {
-    if (s.result != kNoValue) s.result = s.result == old_index ? new_index : s.result + base;
-    for (ValueId& a : s.args) a = value(a);
-    switch (s.op) {
-      case Op::kArg:
-      case Op::kShape:
-      case Op::kLoad:
-      case Op::kStore:
-      case Op::kAtomicAdd:
-      case Op::kAtomicMax: s.param = (*pm)[s.param]; break;
-      default: break;
-    }
-    if (s.has_cap) remap_size(s.cap, *pm);
-    for (Block& b : s.blocks) block(b);
-  }
-  void block(Block& b) const {
-    for (Stmt& s : b.stmts) stmt(s);
-  }
-};
-
 // Parameters `b` accesses (loads too when `loads`), at any depth.
 void accessed_params(const Block& b, bool loads, std::vector<uint32_t>& out) {
   for (const Stmt& s : b.stmts) {
@@ -241,6 +206,39 @@ void make_zero(Stmt& s) {
 }
 
 }  // namespace
+
+ValueId MemberCopier::value(ValueId v) const {
+  if (v == kNoValue) return v;
+  if (v == old_index_) return new_index;
+  auto it = subst_.find(v);
+  return it == subst_.end() ? kNoValue : it->second;
+}
+
+Stmt MemberCopier::copy(const Stmt& src) {
+  Stmt s = src;
+  for (ValueId& a : s.args) a = value(a);
+  if (src.result != kNoValue) s.result = subst_[src.result] = into_.fresh();
+  if (s.op == Op::kArg || s.op == Op::kShape || accesses_array(s.op)) s.param = pm_[s.param];
+  if (s.has_cap) remap_size(s.cap, pm_);
+  for (size_t b = 0; b < src.blocks.size(); ++b) {
+    s.blocks[b].stmts.clear();
+    copy_block(src.blocks[b], s.blocks[b]);
+  }
+  return s;
+}
+
+void MemberCopier::copy_block(const Block& from, Block& to) {
+  for (const Stmt& src : from.stmts) {
+    if (src.op == Op::kArg && param_values_) {
+      auto it = param_values_->find(src.param);
+      if (it != param_values_->end()) {
+        subst_[src.result] = it->second;
+        continue;
+      }
+    }
+    to.stmts.push_back(copy(src));
+  }
+}
 
 uint32_t merged_param(Kernel& f, std::map<uint64_t, uint32_t>& array_param, const Param& kp,
                       uint64_t array, size_t member) {
@@ -288,7 +286,6 @@ Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::
   // level; a later top-level load of it at [index] is that value. Safe because every member
   // touching a shared written array does so only at [index] (fusion_groups).
   std::unordered_map<uint32_t, ValueId> fwd;
-  std::unordered_map<ValueId, ValueId> subst;
   // Arrays known to hold zeros when the run starts, until the body first touches them: a
   // top-level load at [index] is 0; a top-level store at [index] overwrites the invocation's
   // element (`kStored`: every element, when the range covers the array); any other access
@@ -306,15 +303,15 @@ Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::
   for (size_t m = 0; m < run.size(); ++m) {
     const Kernel& k = *run[m].kernel;
     const Task& kt = k.tasks[0];
-    Cloner c{f.next_id, kt.index, t.index, &out.param_map[m], &subst};
+    MemberCopier c(f, kt.index, out.param_map[m]);
+    c.new_index = t.index;
     for (const Stmt& src : kt.body.stmts) {
-      Stmt s = src;
-      c.stmt(s);
+      Stmt s = c.copy(src);
       const bool at_index = !s.args.empty() && s.args[0] == t.index;
       if (s.op == Op::kLoad && s.args.size() == 1 && at_index) {
         auto it = fwd.find(s.param);
         if (it != fwd.end()) {
-          subst[s.result] = it->second;
+          c.substitute(src.result, it->second);
           continue;
         }
         auto z = zero.find(s.param);
@@ -336,7 +333,6 @@ Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::
       }
       t.body.stmts.push_back(std::move(s));
     }
-    f.next_id += k.next_id;
   }
   for (const auto& [id, p] : array_param) {
     auto z = zero.find(p);

@@ -28,6 +28,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "base/status.h"
@@ -79,6 +80,36 @@ struct FusedKernel {
 // write what this one reads). Shared by fuse_launches and roll_launches (ir/resident.h).
 uint32_t merged_param(Kernel& f, std::map<uint64_t, uint32_t>& array_param, const Param& kp,
                       uint64_t array, size_t member);
+
+// Copies statements of one member kernel into a merged kernel (fuse_launches, roll_launches):
+// every id the member defines renumbered from the merged kernel's fresh ids (a parsed kernel
+// numbers named values from 2^30, so shifting ids by a base would wrap a uint32 after a few
+// members), its task index replaced by `new_index`, parameters renamed through `param_map`,
+// and an `arg` of a parameter in `param_values` replaced by that merged value. Definitions
+// precede uses in a verified kernel, so one pass suffices; a use of a value the copy has not
+// seen becomes kNoValue, which fails verification rather than aliasing.
+class MemberCopier {
+ public:
+  MemberCopier(Kernel& into, ValueId old_index, const std::vector<uint32_t>& param_map,
+               const std::unordered_map<uint32_t, ValueId>* param_values = nullptr)
+      : into_(into), old_index_(old_index), pm_(param_map), param_values_(param_values) {}
+  ValueId new_index = kNoValue;
+  // The merged value a use of member value `v` reads.
+  ValueId value(ValueId v) const;
+  // From now on a use of member value `v` reads merged value `to` (a load forwarded).
+  void substitute(ValueId v, ValueId to) { subst_[v] = to; }
+  // `src` and its nested blocks, renumbered.
+  Stmt copy(const Stmt& src);
+  // Appends the copies of `from`'s statements to `to`.
+  void copy_block(const Block& from, Block& to);
+
+ private:
+  Kernel& into_;
+  ValueId old_index_;
+  const std::vector<uint32_t>& pm_;
+  const std::unordered_map<uint32_t, ValueId>* param_values_;
+  std::unordered_map<ValueId, ValueId> subst_;
+};
 
 Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::string& name,
                                   std::span<const uint64_t> zero_arrays = {});

@@ -51,59 +51,6 @@ struct Writer {
   }
 };
 
-// Copies a member's statements: every id it defines renumbered from the rolled kernel's fresh
-// ids (a parsed kernel numbers named values from 2^30, so shifting ids by a base would wrap),
-// its task index replaced, parameters renamed through `pm`, and a scalar argument that steps
-// replaced by its value this repetition (`stepped`: member parameter -> value id in the
-// rolled body). Definitions precede uses in a verified kernel, so one pass suffices.
-struct Copier {
-  Kernel* f = nullptr;
-  ValueId old_index = kNoValue, new_index = kNoValue;
-  const std::vector<uint32_t>* pm = nullptr;
-  const std::unordered_map<uint32_t, ValueId>* stepped = nullptr;
-  std::unordered_map<ValueId, ValueId> subst;
-
-  ValueId value(ValueId v) const {
-    if (v == kNoValue) return v;
-    if (v == old_index) return new_index;
-    auto it = subst.find(v);
-    return it == subst.end() ? kNoValue : it->second;  // kNoValue: fails verification
-  }
-  void block(const Block& from, Block& to) {
-    for (const Stmt& src : from.stmts) {
-      if (src.op == Op::kArg) {
-        auto it = stepped->find(src.param);
-        if (it != stepped->end()) {
-          subst[src.result] = it->second;
-          continue;
-        }
-      }
-      Stmt s;
-      s.op = src.op;
-      s.type = src.type;
-      s.param = src.param;
-      s.dim = src.dim;
-      s.fimm = src.fimm;
-      s.iimm = src.iimm;
-      s.args.reserve(src.args.size());
-      for (ValueId a : src.args) s.args.push_back(value(a));
-      if (src.result != kNoValue) s.result = subst[src.result] = f->fresh();
-      switch (s.op) {
-        case Op::kArg:
-        case Op::kShape:
-        case Op::kLoad:
-        case Op::kStore:
-        case Op::kAtomicAdd:
-        case Op::kAtomicMax: s.param = (*pm)[s.param]; break;
-        default: break;
-      }
-      s.blocks.resize(src.blocks.size());
-      for (size_t b = 0; b < src.blocks.size(); ++b) block(src.blocks[b], s.blocks[b]);
-      to.stmts.push_back(std::move(s));
-    }
-  }
-};
-
 }  // namespace
 
 bool residable(const Kernel& k) {
@@ -183,7 +130,7 @@ Result<ResidentKernel> roll_launches(std::span<const ResidentMember> period, uin
       const int64_t begin = mem.ranges[ti].first, end = mem.ranges[ti].second;
       const int64_t n = end > begin ? end - begin : 0;
       const int64_t passes = (n + local_size - 1) / local_size;
-      Copier c{&f, kt.index, kNoValue, &out.param_map[m], &stepped, {}};
+      MemberCopier c(f, kt.index, out.param_map[m], &stepped);
       auto guarded = [&](Block& into, ValueId pass) {
         Writer in{f, &into};
         ValueId i = in.emit(Op::kAdd, DType::kI32, {t.index, in.i32(begin)});
@@ -197,7 +144,7 @@ Result<ResidentKernel> roll_launches(std::span<const ResidentMember> period, uin
         branch.args = {in.emit(Op::kLt, DType::kBool, {i, in.i32(end)})};
         branch.blocks.resize(2);
         c.new_index = i;
-        c.block(kt.body, branch.blocks[0]);
+        c.copy_block(kt.body, branch.blocks[0]);
         into.stmts.push_back(std::move(branch));
       };
       if (passes == 1) {

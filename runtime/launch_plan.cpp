@@ -108,13 +108,13 @@ Status check_loop_passes(const CompiledKernel& d, const CompiledTask& task,
 Result<LaunchPlan> plan_launch(const CompiledKernel& d, const LaunchInputs& inputs,
                                const LaunchLimits& limits, const TierChooser& choose) {
   const adstack::SizeInputs size_inputs = inputs.size_inputs();
-  auto eval = [&](const RangeBound& b) -> int64_t {
-    switch (b.kind) {
-      case RangeBound::Kind::kConstant: return b.value;
-      case RangeBound::Kind::kScalarParam: return inputs.ints[b.param];
-      case RangeBound::Kind::kArrayDim: return (*inputs.shapes[b.param])[b.dim];
-    }
-    return 0;
+  auto eval = [&](const RangeBound& b) {
+    return abi::evaluate(
+               b, [&](uint32_t p) -> std::optional<int64_t> { return inputs.ints[p]; },
+               [&](uint32_t p, uint32_t d) -> std::optional<int64_t> {
+                 return (*inputs.shapes[p])[d];
+               })
+        .value_or(0);
   };
   LaunchPlan plan;
   plan.tasks.resize(d.tasks.size());

@@ -194,6 +194,26 @@ TEST(LaunchFusion, AFusedChainComputesWhatItsLaunchesComputeOneByOne) {
               arrays, 9);
 }
 
+// Parsed kernels number their named values from 2^30: a fused body of more than three such
+// members must renumber, not shift, their ids (shifting wrapped the uint32 ids into
+// collisions the verifier refused).
+TEST(LaunchFusion, ManyParsedMembersGetFreshIdsThatDoNotWrap) {
+  Kernel step = parse(kStep);
+  ASSERT_GE(step.next_id, 1u << 30)
+      << "the parser's numbering changed: this test needs ids past 2^30";
+  std::vector<HostArray> arrays;
+  std::vector<const Kernel*> members;
+  std::vector<std::vector<uint64_t>> binds;
+  std::vector<std::vector<double>> scalars;
+  for (uint64_t m = 0; m < 6; ++m) {
+    members.push_back(&step);
+    binds.push_back({m + 1, m + 2, 0});
+    scalars.push_back({0.9 - 0.1 * static_cast<double>(m)});
+  }
+  for (int a = 0; a < 7; ++a) arrays.push_back(ramp(9, a == 0 ? 0.01 : 0));
+  expect_same(members, binds, scalars, arrays, 9);
+}
+
 TEST(LaunchFusion, AdjointsChainAndForwardTheirAccumulatedGradients) {
   Kernel step = parse(kStep);
   auto adj = codegen::make_adjoint(step);

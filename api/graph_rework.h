@@ -1,0 +1,152 @@
+// The pure steps of the Session's graph rework at end_capture (session.h, "Launch fusion",
+// "Resident step loops", "Graph scheduling"; the orchestration is api/graph_fusion.cpp):
+// which captured launches roll into resident loops, the scheduled order, the runs that fuse,
+// the fills a fused run makes redundant, and how the reworked graph's launches map back to
+// the captured ones. Launches, array ids and shapes in; plans out. Nothing here compiles,
+// registers or records: that is the Session's part.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "abi/kernel_abi.h"
+#include "api/graph_schedule.h"
+#include "ir/ir.h"
+#include "ir/launch_fusion.h"
+#include "ir/resident.h"
+#include "runtime/handles.h"
+
+namespace vkad {
+
+using runtime::Arg;
+using runtime::DType;
+using runtime::KernelHandle;
+
+// A step of a capture as the Session saw it.
+struct CapturedStep {
+  bool launch = true;
+  KernelHandle kernel;
+  std::vector<Arg> args;  // a fill: args[0] is the array, `value` its value
+  double value = 0;
+};
+
+// A launch of a kernel the rework made (a resident loop, a fused run): its members'
+// parameters map to the kernel's through param_map[member][param].
+struct MergedLaunch {
+  KernelHandle kernel;
+  std::vector<std::vector<uint32_t>> param_map;
+  size_t params = 0;
+};
+
+// The shape of array `id`, std::nullopt where it is unknown.
+using ShapeOf = std::function<std::optional<std::vector<uint32_t>>(uint64_t id)>;
+
+// Calls fn(first, count) for each stretch of consecutive launches between fills (and the
+// ends), launches numbered from 0 in step order; empty stretches included.
+template <typename Fn>
+void for_each_stretch(std::span<const CapturedStep> steps, Fn fn) {
+  size_t launch = 0, first = 0;
+  for (size_t i = 0; i <= steps.size(); ++i) {
+    if (i < steps.size() && steps[i].launch) {
+      ++launch;
+      continue;
+    }
+    fn(first, launch - first);
+    first = launch;
+  }
+}
+
+// ---- Resident step loops (ir/resident.h) ----
+
+// What rolling needs of one captured launch; kernel == nullptr: it cannot be rolled.
+struct RollCandidate {
+  const codegen::Kernel* kernel = nullptr;
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // per task, [begin, end)
+};
+
+// A run of `reps` repetitions of a period of `period` launches from launch `first`;
+// steps[j][p] is how much i32 scalar p of the period's launch j grows per repetition.
+struct RollSegment {
+  size_t first = 0, period = 0, reps = 0;
+  std::vector<std::vector<int64_t>> steps;
+};
+
+struct RollLimits {
+  size_t max_period = 12;
+  size_t min_reps = 4;
+  size_t max_arrays = 31;  // the args buffer makes 32 push descriptors
+};
+
+// In each stretch between fills, left to right, the longest periodic runs (most launches
+// covered): the same kernels and arrays at the same place of each repetition, ranges equal,
+// i32 scalars stepping by a constant, other scalars equal. `launches` and `candidates` are
+// per captured launch.
+std::vector<RollSegment> find_roll_segments(std::span<const CapturedStep> captured,
+                                            std::span<const CapturedStep* const> launches,
+                                            std::span<const RollCandidate> candidates,
+                                            const RollLimits& limits);
+
+// Loop passes per invocation of a resident kernel over `members` (their ranges) repeated
+// `reps` times in a workgroup of `local` invocations: what a device that cuts loops counts.
+uint64_t resident_loop_passes(std::span<const codegen::ResidentMember> members, size_t reps,
+                              uint32_t local);
+
+// `captured` with each segment that has a kernel (`rolled[g]`) as one launch of it, its
+// arguments its first repetition's. Per captured launch, `launch_index` gets its launch in
+// `out` and `was_rolled` whether it is part of a resident launch.
+void splice_rolled(std::span<const CapturedStep> captured, std::span<const RollSegment> segments,
+                   std::span<const std::optional<MergedLaunch>> rolled,
+                   std::vector<CapturedStep>* out, std::vector<uint32_t>* launch_index,
+                   std::vector<bool>* was_rolled);
+
+// ---- Scheduling and fusion ----
+
+// Per launch of `steps`, the launch that runs in its place: each stretch between fills in
+// scheduled order (graph_schedule.h) when `schedule`, else as captured.
+std::vector<uint32_t> scheduled_order(std::span<const CapturedStep> steps,
+                                      std::span<const ScheduleLaunch> launches, bool schedule);
+
+// The runs of `launches` (in the order they run; `steps` their steps) that fuse, each stretch
+// on its own (codegen::fusion_groups); every launch a run of its own when `fuse` is false.
+std::vector<codegen::FusionRun> fusion_runs(std::span<const CapturedStep> steps,
+                                            std::span<const codegen::FusionLaunch> launches,
+                                            bool fuse, uint32_t max_arrays, uint32_t max_launches);
+
+// Whether scheduling leaves out a barrier somewhere in `steps` (launches in run order).
+bool any_barrier_relaxed(std::span<const CapturedStep> steps,
+                         std::span<const ScheduleLaunch> launches);
+
+// Per run, the arrays a fill with 0 (all bits) was the last step to touch before the run,
+// by array id -> step index: a fused kernel reads them as zeros. Only 1-d arrays whose
+// extent covers the run's range count (a load replaced by the constant carries no bounds
+// check, so it must be one that was in bounds).
+std::vector<std::unordered_map<uint64_t, size_t>> zero_fills_before_runs(
+    std::span<const CapturedStep> steps, std::span<const codegen::FusionLaunch> launches,
+    std::span<const codegen::FusionRun> runs, const ShapeOf& shape_of);
+
+// The reworked graph before it is recorded: the steps in the order they run (`order[i]` the
+// capture-order launch that runs i-th), per launch (in run order) what it touches and what
+// fusion needs of it, the runs that fuse and their kernels, and the fills left out.
+struct ReworkPlan {
+  std::vector<CapturedStep> steps;
+  std::vector<uint32_t> order;
+  std::vector<ScheduleLaunch> sched;
+  std::vector<codegen::FusionLaunch> launches;
+  std::vector<codegen::FusionRun> runs;
+  std::vector<MergedLaunch> planned;  // per run (runs of one launch: unused)
+  std::vector<bool> dropped;          // per step
+};
+
+// A fused run's kernel depends only on its members' kernels, which of their parameters share
+// an array and which arrays are known zero: the key of that (arrays numbered by first use in
+// the run, `ids` gets them in that order).
+std::string fusion_signature(std::span<const codegen::FusionLaunch> members,
+                             const std::unordered_map<uint64_t, size_t>& zero_fills,
+                             std::vector<uint64_t>* ids);
+
+}  // namespace vkad
