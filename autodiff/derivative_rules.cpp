@@ -1,5 +1,8 @@
 #include "autodiff/derivative_rules.h"
 
+#include <cstddef>
+#include <iterator>
+
 namespace vkad::codegen {
 
 namespace {
@@ -139,37 +142,22 @@ const DerivativeRule kSelect = {
 const DerivativeRule kCast = {
     {{0, [](B& b, const P& a) { return b.op(Op::kCast, a.arg_type[0], {a.g}); }}}};
 const DerivativeRule kZero = {};
+// The slot of ops without a row (ops.def says kNoRule): reverse mode handles them
+// structurally, or rejects them.
+const DerivativeRule kNoRule = {};
+
+// One entry per op, in ops.def's order: the row its `rule` column names.
+constexpr const DerivativeRule* kRuleOf[] = {
+#define VKAD_OP(family, name, text, has_result, operands, blocks, rule) &(rule),
+#include "ir/ops.def"
+};
+static_assert(std::size(kRuleOf) == kNumOps);
 
 }  // namespace
 
 const DerivativeRule* derivative_rule(Op op) {
-  switch (op) {
-    case Op::kAdd: return &kAdd;
-    case Op::kSub: return &kSub;
-    case Op::kNeg: return &kNeg;
-    case Op::kMul: return &kMul;
-    case Op::kDiv: return &kDiv;
-    case Op::kMin: return &kMin;
-    case Op::kMax: return &kMax;
-    case Op::kAbs: return &kAbs;
-    case Op::kSqrt: return &kSqrt;
-    case Op::kRsqrt: return &kRsqrt;
-    case Op::kExp: return &kExp;
-    case Op::kLog: return &kLog;
-    case Op::kSin: return &kSin;
-    case Op::kCos: return &kCos;
-    case Op::kTan: return &kTan;
-    case Op::kTanh: return &kTanh;
-    case Op::kAsin: return &kAsin;
-    case Op::kAcos: return &kAcos;
-    case Op::kPow: return &kPow;
-    case Op::kAtan2: return &kAtan2;
-    case Op::kSelect: return &kSelect;
-    case Op::kCast: return &kCast;
-    case Op::kFloor:
-    case Op::kCeil: return &kZero;
-    default: return nullptr;
-  }
+  const DerivativeRule* rule = kRuleOf[static_cast<size_t>(op)];
+  return rule == &kNoRule ? nullptr : rule;
 }
 
 }  // namespace vkad::codegen

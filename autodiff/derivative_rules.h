@@ -53,7 +53,8 @@ struct DerivativeRule {
   PartialRule partial[3];
 };
 
-// The row of `op`, or null when reverse mode handles it structurally.
+// The row of `op` (its `rule` column in ir/ops.def), or null when reverse mode handles it
+// structurally (kNoRule there).
 const DerivativeRule* derivative_rule(Op op);
 
 }  // namespace vkad::codegen

@@ -100,45 +100,10 @@ class UniformForms {
 
   std::optional<Form> form_of(const Stmt& s) {
     if (!is_word(s.type) && s.type != DType::kBool) return std::nullopt;  // floats, i64
-    switch (s.op) {
-      case Op::kConst: return constant(static_cast<uint32_t>(s.iimm));
-      case Op::kArg: {
-        TermKey key;
-        key.op = Op::kArg;
-        key.type = s.type;
-        key.param = s.param;
-        return term(std::move(key));
-      }
-      case Op::kShape: {
-        TermKey key;
-        key.op = Op::kShape;
-        key.param = s.param;
-        key.dim = s.dim;
-        return term(std::move(key));
-      }
-      case Op::kNeg:
-      case Op::kNot:
-      case Op::kAbs:
-      case Op::kAdd:
-      case Op::kSub:
-      case Op::kMul:
-      case Op::kDiv:
-      case Op::kMod:
-      case Op::kFloorDiv:
-      case Op::kMin:
-      case Op::kMax:
-      case Op::kAnd:
-      case Op::kOr:
-      case Op::kLt:
-      case Op::kLe:
-      case Op::kGt:
-      case Op::kGe:
-      case Op::kEq:
-      case Op::kNe:
-      case Op::kSelect:
-      case Op::kCast: break;
-      default: return std::nullopt;  // indices, locals, loads, float math, control flow
-    }
+    if (op_info(s.op).family == OpFamily::kLeaf) return leaf_form(s);
+    // Not launch-uniform values (locals, loads, indices, adstacks, control flow), and float
+    // math, which no word-typed value comes from.
+    if (!is_pure_value(s.op) || is_float_math(s.op)) return std::nullopt;
     TermKey key;
     key.op = s.op;
     key.type = s.type;
@@ -148,23 +113,38 @@ class UniformForms {
       key.operands.push_back(*f);
       key.operand_types.push_back(types_.at(x));
     }
-    const std::vector<Form>& a = key.operands;
-    if (is_word(s.type)) {  // the linear part, exact modulo 2^32
-      switch (s.op) {
-        case Op::kAdd: return sum(a[0], a[1], 1);
-        case Op::kSub: return sum(a[0], a[1], UINT32_MAX);
-        case Op::kNeg: return scaled(a[0], UINT32_MAX);
-        case Op::kMul:
-          if (a[0].terms.empty()) return scaled(a[1], a[0].constant);
-          if (a[1].terms.empty()) return scaled(a[0], a[1].constant);
-          break;
-        case Op::kCast:
-          if (is_word(key.operand_types[0])) return a[0];  // i32 <-> u32 keeps the bits
-          break;
-        default: break;
-      }
+    if (is_word(s.type)) {
+      if (std::optional<Form> f = linear_form(key)) return f;
     }
     return term(std::move(key));
+  }
+  // Constants are themselves; a scalar parameter or an extent is a term of its own.
+  std::optional<Form> leaf_form(const Stmt& s) {
+    switch (leaf_op(s.op)) {
+      case LeafOp::kConst: return constant(static_cast<uint32_t>(s.iimm));
+      case LeafOp::kArg:
+      case LeafOp::kShape: {
+        TermKey key;
+        key.op = s.op;
+        key.type = s.type;
+        key.param = s.param;
+        key.dim = s.op == Op::kShape ? s.dim : 0;
+        return term(std::move(key));
+      }
+    }
+    return std::nullopt;
+  }
+  // The linear part of a word-typed op, exact modulo 2^32: sums, differences, negations,
+  // products by a constant, and i32 <-> u32 casts (which keep the bits). None for the rest.
+  static std::optional<Form> linear_form(const TermKey& key) {
+    const std::vector<Form>& a = key.operands;
+    if (key.op == Op::kAdd) return sum(a[0], a[1], 1);
+    if (key.op == Op::kSub) return sum(a[0], a[1], UINT32_MAX);
+    if (key.op == Op::kNeg) return scaled(a[0], UINT32_MAX);
+    if (key.op == Op::kMul && a[0].terms.empty()) return scaled(a[1], a[0].constant);
+    if (key.op == Op::kMul && a[1].terms.empty()) return scaled(a[0], a[1].constant);
+    if (key.op == Op::kCast && is_word(key.operand_types[0])) return a[0];
+    return std::nullopt;
   }
 
   std::unordered_map<ValueId, Form> forms_;

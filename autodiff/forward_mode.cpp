@@ -124,46 +124,54 @@ class ForwardMode : public PartialBuilder {
       }
       return;
     }
-    const bool is_f = s.result != kNoValue && is_float(s.type);
-    switch (s.op) {
-      case Op::kArg:
-        if (dot_[s.param] != UINT32_MAX) {
-          Stmt d;
-          d.op = Op::kArg;
-          d.type = s.type;
-          d.param = dot_[s.param];
-          tan_[s.result] = emit(std::move(d));
-        }
+    switch (op_info(s.op).family) {
+      case OpFamily::kLeaf:
+        if (s.op == Op::kArg) return arg_tangent(s);
+        return rule_tangent(s);
+      case OpFamily::kCast: return cast_tangent(s);
+      case OpFamily::kLocal: return local_tangent(s);
+      case OpFamily::kArray: return array_tangent(s);
+      // Differentiable ops by their derivative rule; the rest (comparisons, control flow,
+      // adstacks) have no rule and so no tangent.
+      case OpFamily::kUnary:
+      case OpFamily::kBinary:
+      case OpFamily::kCompare:
+      case OpFamily::kSelect:
+      case OpFamily::kControl:
+      case OpFamily::kStack: return rule_tangent(s);
+    }
+  }
+  void rule_tangent(const Stmt& s) {
+    if (s.result == kNoValue || !is_float(s.type)) return;
+    if (ValueId d = from_rules(s, types_); d != kNoValue) tan_[s.result] = d;
+  }
+  // A scalar parameter's tangent is its tangent parameter.
+  void arg_tangent(const Stmt& s) {
+    if (dot_[s.param] == UINT32_MAX) return;
+    Stmt d;
+    d.op = Op::kArg;
+    d.type = s.type;
+    d.param = dot_[s.param];
+    tan_[s.result] = emit(std::move(d));
+  }
+  // Only float -> float carries a tangent (an integer or bool has none).
+  void cast_tangent(const Stmt& s) {
+    ValueId d = tangent(s.args[0]);
+    if (d == kNoValue || !is_float(s.type)) return;
+    tan_[s.result] = types_.at(s.args[0]) == s.type ? d : op(Op::kCast, s.type, {d});
+  }
+  // A float local has a tangent local, loaded and stored alongside it.
+  void local_tangent(const Stmt& s) {
+    switch (local_op(s.op)) {
+      case LocalOp::kAlloca:
+        if (is_float(s.type)) tan_[s.result] = op(Op::kAlloca, s.type, {});  // zero
         return;
-      case Op::kLoad:
-        if (dot_[s.param] != UINT32_MAX) {
-          Stmt d = s;
-          d.param = dot_[s.param];
-          tan_[s.result] = emit(std::move(d));
-        }
-        return;
-      case Op::kStore:
-      case Op::kAtomicAdd: {
-        uint32_t dp = dot_[s.param];
-        if (dp == UINT32_MAX) return;
-        ValueId v = s.args.back();
-        ValueId d = tangent(v);
-        if (d == kNoValue && s.op == Op::kAtomicAdd) return;  // adds zero
-        Stmt st = s;
-        st.param = dp;
-        st.args.back() = d != kNoValue ? d : constant(f_.params[s.param].dtype, 0);
-        emit(std::move(st));
-        return;
-      }
-      case Op::kAlloca:
-        if (is_f) tan_[s.result] = op(Op::kAlloca, s.type, {});  // the local's tangent, zero
-        return;
-      case Op::kLoadLocal: {
+      case LocalOp::kLoadLocal: {
         ValueId tl = tangent(s.args[0]);
         if (tl != kNoValue) tan_[s.result] = op(Op::kLoadLocal, s.type, {tl});
         return;
       }
-      case Op::kStoreLocal: {
+      case LocalOp::kStoreLocal: {
         ValueId tl = tangent(s.args[0]);
         if (tl == kNoValue) return;
         Stmt st;
@@ -172,17 +180,31 @@ class ForwardMode : public PartialBuilder {
         emit(std::move(st));
         return;
       }
-      case Op::kCast: {
-        ValueId d = tangent(s.args[0]);
-        // Only float -> float carries a tangent (an integer or bool has none).
-        if (d != kNoValue && is_f)
-          tan_[s.result] = types_.at(s.args[0]) == s.type ? d : op(Op::kCast, s.type, {d});
+    }
+  }
+  // An ndarray with a tangent array: loads read it at the same indices, stores and atomic adds
+  // write the value's tangent there.
+  void array_tangent(const Stmt& s) {
+    const uint32_t dp = dot_[s.param];
+    if (dp == UINT32_MAX) return;
+    switch (array_op(s.op)) {
+      case ArrayOp::kLoad: {
+        Stmt d = s;
+        d.param = dp;
+        tan_[s.result] = emit(std::move(d));
         return;
       }
-      default:
-        if (!is_f) return;
-        if (ValueId d = from_rules(s, types_); d != kNoValue) tan_[s.result] = d;
+      case ArrayOp::kStore:
+      case ArrayOp::kAtomicAdd: {
+        ValueId d = tangent(s.args.back());
+        if (d == kNoValue && s.op == Op::kAtomicAdd) return;  // adds zero
+        Stmt st = s;
+        st.param = dp;
+        st.args.back() = d != kNoValue ? d : constant(f_.params[s.param].dtype, 0);
+        emit(std::move(st));
         return;
+      }
+      case ArrayOp::kAtomicMax: return;  // integers only: no tangent
     }
   }
 

@@ -1,6 +1,5 @@
 #include "autodiff/trip_counter.h"
 
-#include <functional>
 #include <map>
 #include <unordered_map>
 
@@ -20,82 +19,100 @@ Param trips_param() {
   return trips;
 }
 
-// Adds trip recording to `t`, a task of `k` (whose parameter `trips` is the trips array; new
-// ids from k): a local per counted loop the task holds (`slot`: loop result id -> its index in
-// `loops`), raised before each for loop by `end - begin` and in each
-// while loop's body by `i + 1`, and atomic_max-ed into its slot at the end of the body
-// (trip_counter.h). With `drop_writes` the task's stores and atomic adds go (the counter's
-// replay); without, every statement stays where it was, so the task computes what it computed.
-// Returns whether `t` holds a counted loop (it is left unchanged if not).
-bool record_trips(Kernel& k, Task& t, const std::unordered_map<ValueId, uint32_t>& slot,
-                  uint32_t trips, uint32_t slot_run, bool drop_writes) {
-  auto mk = [&k](Op op, DType type, std::vector<ValueId> args) {
+// Adds trip recording to a task of `k` (whose parameter `trips` is the trips array; new ids
+// from k): a local per counted loop the task holds (`slot`: loop result id -> its index in
+// `loops`), raised before each for loop by `end - begin` and in each while loop's body by
+// `i + 1`, and atomic_max-ed into its slot at the end of the body (trip_counter.h). With
+// `drop_writes` the task's stores and atomic adds go (the counter's replay); without, every
+// statement stays where it was, so the task computes what it computed.
+class TripRecorder {
+ public:
+  TripRecorder(Kernel& k, const std::unordered_map<ValueId, uint32_t>& slot, bool drop_writes)
+      : k_(k), slot_(slot), drop_writes_(drop_writes) {}
+
+  // Returns whether `t` holds a counted loop (it is left unchanged if not).
+  bool run(Task& t, uint32_t trips, uint32_t slot_run) {
+    walk(t.body);
+    if (maxima_.empty()) return false;
+    std::vector<Stmt> top, tail;
+    for (const auto& [j, M] : maxima_) {
+      Stmt a = mk(Op::kAlloca, DType::kI32, {});
+      a.result = M;
+      top.push_back(a);
+      store_maximum(t.index, j, M, trips, slot_run, tail);
+    }
+    t.body.stmts.insert(t.body.stmts.begin(), top.begin(), top.end());
+    for (Stmt& x : tail) t.body.stmts.push_back(std::move(x));
+    return true;
+  }
+
+ private:
+  Stmt mk(Op op, DType type, std::vector<ValueId> args) {
     Stmt s;
     s.op = op;
     s.type = type;
     s.args = std::move(args);
-    if (op_info(op).has_result) s.result = k.fresh();
+    if (op_info(op).has_result) s.result = k_.fresh();
     return s;
-  };
-  auto konst = [&](int64_t v, std::vector<Stmt>& out) {
+  }
+  ValueId konst(int64_t v, std::vector<Stmt>& out) {
     Stmt s = mk(Op::kConst, DType::kI32, {});
     s.iimm = v;
     s.fimm = static_cast<double>(v);
     out.push_back(s);
     return s.result;
-  };
+  }
   // M = max(M, n)
-  auto raise = [&](ValueId M, ValueId n, std::vector<Stmt>& out) {
+  void raise(ValueId M, ValueId n, std::vector<Stmt>& out) {
     Stmt l = mk(Op::kLoadLocal, DType::kI32, {M});
     Stmt m = mk(Op::kMax, DType::kI32, {l.result, n});
     Stmt st = mk(Op::kStoreLocal, DType::kF32, {M, m.result});
     out.push_back(l), out.push_back(m), out.push_back(st);
-  };
-  std::map<uint32_t, ValueId> maxima;  // trips index -> its local in this task
-  std::function<void(Block&)> walk = [&](Block& b) {
+  }
+
+  void walk(Block& b) {
     std::vector<Stmt> out;
     for (Stmt& s : b.stmts) {
-      if (drop_writes && (s.op == Op::kStore || s.op == Op::kAtomicAdd)) continue;
+      if (drop_writes_ && (s.op == Op::kStore || s.op == Op::kAtomicAdd)) continue;
       for (Block& sub : s.blocks) walk(sub);
-      auto it = slot.find(s.result);
-      if ((s.op == Op::kFor || s.op == Op::kWhile) && it != slot.end()) {
-        auto mx = maxima.find(it->second);
-        if (mx == maxima.end()) mx = maxima.emplace(it->second, k.fresh()).first;
-        const ValueId M = mx->second;
-        if (s.op == Op::kFor) {
-          Stmt d = mk(Op::kSub, DType::kI32, {s.args[1], s.args[0]});
-          out.push_back(d);
-          raise(M, d.result, out);
-        } else {
-          std::vector<Stmt> head;
-          ValueId one = konst(1, head);
-          Stmt n = mk(Op::kAdd, DType::kI32, {s.result, one});
-          head.push_back(n);
-          raise(M, n.result, head);
-          Block& body = s.blocks[1];
-          body.stmts.insert(body.stmts.begin(), head.begin(), head.end());
-        }
-      }
+      auto it = slot_.find(s.result);
+      if ((s.op == Op::kFor || s.op == Op::kWhile) && it != slot_.end()) count(s, it->second, out);
       out.push_back(std::move(s));
     }
     b.stmts = std::move(out);
-  };
-  walk(t.body);
-  if (maxima.empty()) return false;
-  std::vector<Stmt> top, tail;
-  for (const auto& [j, M] : maxima) {
-    Stmt a = mk(Op::kAlloca, DType::kI32, {});
-    a.result = M;
-    top.push_back(a);
-    // Slot j * kTripSlots + (index / slot_run) mod kTripSlots: threads spread over
-    // kTripSlots words instead of contending for one (the host takes the max over them);
-    // runs of slot_run consecutive indices share a word, so that a subgroup can combine its
-    // atomics into one (trip_counter.h).
+  }
+  // Raises loop `s`'s maximum (trips index j): by `end - begin` before a for loop (into
+  // `out`), by `i + 1` at the start of a while loop's body.
+  void count(Stmt& s, uint32_t j, std::vector<Stmt>& out) {
+    auto mx = maxima_.find(j);
+    if (mx == maxima_.end()) mx = maxima_.emplace(j, k_.fresh()).first;
+    const ValueId M = mx->second;
+    if (s.op == Op::kFor) {
+      Stmt d = mk(Op::kSub, DType::kI32, {s.args[1], s.args[0]});
+      out.push_back(d);
+      raise(M, d.result, out);
+      return;
+    }
+    std::vector<Stmt> head;
+    ValueId one = konst(1, head);
+    Stmt n = mk(Op::kAdd, DType::kI32, {s.result, one});
+    head.push_back(n);
+    raise(M, n.result, head);
+    Block& body = s.blocks[1];
+    body.stmts.insert(body.stmts.begin(), head.begin(), head.end());
+  }
+
+  // atomic_max of local M into its slot of `trips`: j * kTripSlots + (index / slot_run) mod
+  // kTripSlots. Threads spread over kTripSlots words instead of contending for one (the host
+  // takes the max over them); runs of slot_run consecutive indices share a word, so that a
+  // subgroup can combine its atomics into one (trip_counter.h).
+  void store_maximum(ValueId index, uint32_t j, ValueId M, uint32_t trips, uint32_t slot_run,
+                     std::vector<Stmt>& tail) {
     ValueId slots = konst(abi::kTripSlots, tail);
-    ValueId run_of = t.index;
+    ValueId run_of = index;
     if (slot_run > 1) {
       ValueId run = konst(slot_run, tail);
-      Stmt q = mk(Op::kDiv, DType::kI32, {t.index, run});
+      Stmt q = mk(Op::kDiv, DType::kI32, {index, run});
       tail.push_back(q);
       run_of = q.result;
     }
@@ -109,10 +126,12 @@ bool record_trips(Kernel& k, Task& t, const std::unordered_map<ValueId, uint32_t
     am.param = trips;
     tail.push_back(l), tail.push_back(am);
   }
-  t.body.stmts.insert(t.body.stmts.begin(), top.begin(), top.end());
-  for (Stmt& x : tail) t.body.stmts.push_back(std::move(x));
-  return true;
-}
+
+  Kernel& k_;
+  const std::unordered_map<ValueId, uint32_t>& slot_;
+  const bool drop_writes_;
+  std::map<uint32_t, ValueId> maxima_;  // trips index -> its local in this task
+};
 
 // `f` with the trips parameter appended, each task recording its counted loops; `counter`:
 // trip_counter_kernel's variant (no gradients, no writes, tasks without counted loops dropped),
@@ -132,7 +151,7 @@ Kernel with_trips(const Kernel& f, const std::vector<ValueId>& loops, uint32_t s
   for (size_t j = 0; j < loops.size(); ++j) slot[loops[j]] = static_cast<uint32_t>(j);
   for (const Task& t : f.tasks) {
     Task ct = t;
-    if (record_trips(c, ct, slot, trips, slot_run, /*drop_writes=*/counter) || !counter)
+    if (TripRecorder(c, slot, /*drop_writes=*/counter).run(ct, trips, slot_run) || !counter)
       c.tasks.push_back(std::move(ct));
   }
   return c;

@@ -201,7 +201,11 @@ Bound::Bound(SizeExpr e) : expr(std::move(e)) {
     case SizeExpr::Kind::kConst: rb = RangeBound::constant(expr.value); break;
     case SizeExpr::Kind::kScalar: rb = RangeBound::scalar(expr.param); break;
     case SizeExpr::Kind::kDim: rb = RangeBound::array_dim(expr.param, expr.dim); break;
-    default: leaf = false; break;
+    case SizeExpr::Kind::kAdd:
+    case SizeExpr::Kind::kMul:
+    case SizeExpr::Kind::kMax:
+    case SizeExpr::Kind::kDiv:
+    case SizeExpr::Kind::kNegScalar: leaf = false; break;
   }
 }
 
@@ -374,7 +378,7 @@ Value KernelBuilder::unary(Op op, Value a) {
 Value KernelBuilder::binary(Op op, Value a, Value b) {
   Stmt s;
   s.op = op;
-  s.type = op_info(op).cls == OpClass::kCompare ? DType::kBool : a.type();
+  s.type = op_info(op).family == OpFamily::kCompare ? DType::kBool : a.type();
   s.args = {a.id(), b.id()};
   return emit(std::move(s));
 }

@@ -2,44 +2,44 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <string_view>
 
 namespace vkad::codegen {
 
 namespace {
-// Indexed by Op; the order must match the enum.
-constexpr std::array<OpInfo, static_cast<size_t>(Op::kBarrier) + 1> kOps = {{
-    {"const", OpClass::kLeaf, true},          {"arg", OpClass::kLeaf, true},
-    {"shape", OpClass::kLeaf, true},          {"neg", OpClass::kUnary, true},
-    {"not", OpClass::kUnary, true},           {"sqrt", OpClass::kUnary, true},
-    {"rsqrt", OpClass::kUnary, true},         {"exp", OpClass::kUnary, true},
-    {"log", OpClass::kUnary, true},           {"sin", OpClass::kUnary, true},
-    {"cos", OpClass::kUnary, true},           {"tan", OpClass::kUnary, true},
-    {"tanh", OpClass::kUnary, true},          {"asin", OpClass::kUnary, true},
-    {"acos", OpClass::kUnary, true},          {"abs", OpClass::kUnary, true},
-    {"floor", OpClass::kUnary, true},         {"ceil", OpClass::kUnary, true},
-    {"add", OpClass::kBinary, true},          {"sub", OpClass::kBinary, true},
-    {"mul", OpClass::kBinary, true},          {"div", OpClass::kBinary, true},
-    {"mod", OpClass::kBinary, true},          {"floordiv", OpClass::kBinary, true},
-    {"min", OpClass::kBinary, true},          {"max", OpClass::kBinary, true},
-    {"pow", OpClass::kBinary, true},          {"atan2", OpClass::kBinary, true},
-    {"and", OpClass::kBinary, true},          {"or", OpClass::kBinary, true},
-    {"lt", OpClass::kCompare, true},          {"le", OpClass::kCompare, true},
-    {"gt", OpClass::kCompare, true},          {"ge", OpClass::kCompare, true},
-    {"eq", OpClass::kCompare, true},          {"ne", OpClass::kCompare, true},
-    {"select", OpClass::kOther, true},        {"cast", OpClass::kOther, true},
-    {"alloca", OpClass::kOther, true},        {"load_local", OpClass::kOther, true},
-    {"store_local", OpClass::kOther, false},  {"load", OpClass::kOther, true},
-    {"store", OpClass::kOther, false},        {"atomic_add", OpClass::kOther, false},
-    {"for", OpClass::kOther, true},           {"if", OpClass::kOther, false},
-    {"while", OpClass::kOther, true},         {"break", OpClass::kOther, false},
-    {"continue", OpClass::kOther, false},     {"atomic_max", OpClass::kOther, false},
-    {"stack_alloc", OpClass::kOther, true},   {"stack_push", OpClass::kOther, false},
-    {"stack_pop", OpClass::kOther, false},    {"stack_top", OpClass::kOther, true},
-    {"stack_top_adj", OpClass::kOther, true}, {"stack_acc_adj", OpClass::kOther, false},
-    {"barrier", OpClass::kOther, false},
+// Indexed by Op, in ops.def's order; `index` is filled in below.
+constexpr std::array<OpInfo, kNumOps> kRows = {{
+#define VKAD_OP(family, name, text, has_result, operands, blocks, rule) \
+  {text, OpFamily::k##family, 0, has_result, Operands::operands, blocks},
+#include "ir/ops.def"
 }};
+
+// Each op's position among the earlier rows of its family: the family enums list their
+// members in the same order (ir.h), so this is the member's value.
+constexpr std::array<OpInfo, kNumOps> with_family_indices(std::array<OpInfo, kNumOps> rows) {
+  std::array<uint8_t, static_cast<size_t>(OpFamily::kStack) + 1> next{};
+  for (OpInfo& r : rows) r.index = next[static_cast<size_t>(r.family)]++;
+  return rows;
+}
+constexpr std::array<OpInfo, kNumOps> kOps = with_family_indices(kRows);
+
+template <class FamilyOp>
+FamilyOp member(Op op, [[maybe_unused]] OpFamily family) {
+  const OpInfo& info = kOps[static_cast<size_t>(op)];
+  assert(info.family == family);
+  return static_cast<FamilyOp>(info.index);
+}
 }  // namespace
+
+LeafOp leaf_op(Op op) { return member<LeafOp>(op, OpFamily::kLeaf); }
+UnaryOp unary_op(Op op) { return member<UnaryOp>(op, OpFamily::kUnary); }
+BinaryOp binary_op(Op op) { return member<BinaryOp>(op, OpFamily::kBinary); }
+CompareOp compare_op(Op op) { return member<CompareOp>(op, OpFamily::kCompare); }
+LocalOp local_op(Op op) { return member<LocalOp>(op, OpFamily::kLocal); }
+ArrayOp array_op(Op op) { return member<ArrayOp>(op, OpFamily::kArray); }
+ControlOp control_op(Op op) { return member<ControlOp>(op, OpFamily::kControl); }
+StackOp stack_op(Op op) { return member<StackOp>(op, OpFamily::kStack); }
 
 const OpInfo& op_info(Op op) { return kOps[static_cast<size_t>(op)]; }
 
@@ -72,24 +72,22 @@ adstack::Heap stack_heap(DType t) {
 
 bool is_int(DType t) { return t == DType::kI32 || t == DType::kU32 || t == DType::kI64; }
 
-bool is_float_math(Op op) {
-  switch (op) {
-    case Op::kSqrt:
-    case Op::kRsqrt:
-    case Op::kExp:
-    case Op::kLog:
-    case Op::kSin:
-    case Op::kCos:
-    case Op::kTan:
-    case Op::kTanh:
-    case Op::kAsin:
-    case Op::kAcos:
-    case Op::kFloor:
-    case Op::kCeil:
-    case Op::kPow:
-    case Op::kAtan2: return true;
-    default: return false;
+bool is_float_math(Op op) { return op_info(op).operands == Operands::kFloat; }
+
+bool is_pure_value(Op op) {
+  switch (op_info(op).family) {
+    case OpFamily::kLeaf:
+    case OpFamily::kUnary:
+    case OpFamily::kBinary:
+    case OpFamily::kCompare:
+    case OpFamily::kSelect:
+    case OpFamily::kCast: return true;
+    case OpFamily::kLocal:
+    case OpFamily::kArray:
+    case OpFamily::kControl:
+    case OpFamily::kStack: return false;
   }
+  return false;
 }
 
 std::vector<ValueId> task_indices(const Task& t) {

@@ -26,6 +26,7 @@
 // with verify() (verifier.h) before anything consumes it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -59,90 +60,108 @@ inline constexpr ValueId kNoValue = UINT32_MAX;
 // linearly with loop depth (docs/benchmarks.md, "compile time against nesting depth").
 inline constexpr uint32_t kMaxNestingDepth = 64;
 
+// The operations, one per row of ir/ops.def (which says what each takes and yields); the
+// comments below give each family's operand layout.
+//   leaves: kConst (type, imm), kArg (scalar parameter `param`), kShape (i32 extent `dim` of
+//     ndarray parameter `param`)
+//   unary (args[0]), binary (args[0], args[1]), comparisons (-> bool)
+//   kSelect: args cond, a, b; kCast: args[0] converted to `type`
+//   locals: kAlloca (result: a local of `type`, initialised to zero), kLoadLocal (args: local),
+//     kStoreLocal (args: local, value)
+//   ndarrays (parameter `param`; args: indices..., [value]): kLoad, kStore, kAtomicAdd, and
+//     kAtomicMax (i32 / u32: element = max(element, value), atomically; not differentiable,
+//     reverse mode rejects it; the counting kernels of make_adjoint_counted reduce trip
+//     counts with it)
+//   kFor: args: begin, end (i32); result: the i32 index; blocks[0]: body; optional `cap`: the
+//     DSL's stated maximum trip count (reverse mode needs one when the bounds depend on ndarray
+//     contents)
+//   kIf: args: cond; blocks[0]: then, blocks[1]: else
+//   kWhile: blocks[0]: the test, blocks[1]: the body; args[0]: the test's bool value (defined
+//     in blocks[0]); result: the i32 iteration number (0, 1, ...), visible in the test and the
+//     body. Runs `for (i = 0; test(i); ++i) body(i)`. The test block is pure (values, loads of
+//     ndarrays and locals; no stores, locals, control flow): it decides, it does not compute
+//     what the body uses, so reverse mode never reverses it. Optional `cap`: the stated
+//     maximum trip count (reverse_mode.h)
+//   kBreak leaves the innermost enclosing for / while loop; kContinue ends the innermost
+//     loop's iteration (a for loop steps, a while loop tests). Both: no operands; inside a
+//     loop body (branches in it included, not a while test), and the last statement of their
+//     block (what would follow never runs).
+//   adstacks (reverse mode; adstack/ describes storage): kStackAlloc (result: the stack; type:
+//     element type; `cap`: capacity bound), kStackPush (stack, value), kStackPop (stack),
+//     kStackTop (stack -> primal at the top), kStackTopAdj (stack -> adjoint at the top),
+//     kStackAccAdj (stack, value: adjoint at the top += value)
+//   kBarrier: every invocation of the workgroup waits here until all have arrived, and ndarray
+//     stores and atomics before it are visible to loads after it in every invocation of the
+//     workgroup. No operands. Only in a task that runs as exactly one workgroup (a parallel
+//     1-d task over [0, local_size) with local_size set), and only where every invocation
+//     reaches it alike: outside if / while, inside for loops whose bounds are launch-uniform
+//     and whose bodies have no break / continue (verifier). Graph replay's resident kernels
+//     (ir/resident.h) separate their phases with it. Not differentiable; the CPU evaluator,
+//     which runs one invocation at a time, refuses it.
 enum class Op : uint8_t {
-  // leaves
-  kConst,  // type, imm
-  kArg,    // scalar parameter `param`
-  kShape,  // i32 extent `dim` of ndarray parameter `param`
-  // unary (args[0])
-  kNeg,
-  kNot,
-  kSqrt,
-  kRsqrt,
-  kExp,
-  kLog,
-  kSin,
-  kCos,
-  kTan,
-  kTanh,
-  kAsin,
-  kAcos,
-  kAbs,
-  kFloor,
-  kCeil,
-  // binary (args[0], args[1])
-  kAdd,
-  kSub,
-  kMul,
-  kDiv,
-  kMod,
-  kFloorDiv,
-  kMin,
-  kMax,
-  kPow,
-  kAtan2,
-  kAnd,
-  kOr,
-  kLt,
-  kLe,
-  kGt,
-  kGe,
-  kEq,
-  kNe,
-  kSelect,  // args: cond, a, b
-  kCast,    // args[0] converted to `type`
-  // mutable locals
-  kAlloca,      // result: a local of `type`, initialised to zero
-  kLoadLocal,   // args: local
-  kStoreLocal,  // args: local, value
-  // ndarrays (parameter `param`; args: indices..., [value])
-  kLoad,
-  kStore,
-  kAtomicAdd,
-  // structured control flow
-  kFor,        // args: begin, end (i32); result: the i32 index; blocks[0]: body; optional `cap`:
-               // the DSL's stated maximum trip count (reverse mode needs one when the bounds
-               // depend on ndarray contents)
-  kIf,         // args: cond; blocks[0]: then, blocks[1]: else
-  kWhile,      // blocks[0]: the test, blocks[1]: the body; args[0]: the test's bool value
-               // (defined in blocks[0]); result: the i32 iteration number (0, 1, ...), visible in
-               // the test and the body. Runs `for (i = 0; test(i); ++i) body(i)`. The test block
-               // is pure (values, loads of ndarrays and locals; no stores, locals, control flow):
-               // it decides, it does not compute what the body uses, so reverse mode never
-               // reverses it. Optional `cap`: the stated maximum trip count (reverse_mode.h)
-  kBreak,      // leaves the innermost enclosing for / while loop
-  kContinue,   // ends the innermost loop's iteration (a for loop steps, a while loop tests)
-               // Both: no operands; inside a loop body (branches in it included, not a while
-               // test), and the last statement of their block (what would follow never runs).
-  kAtomicMax,  // ndarray `param` of i32 / u32 (args: indices..., value): element = max(element,
-               // value), atomically. Not differentiable (reverse mode rejects it); the
-               // counting kernels of make_adjoint_counted reduce trip counts with it.
-  // adstacks (reverse mode; adstack/ describes storage). result of kStackAlloc: the stack.
-  kStackAlloc,   // type: element type; `cap`: capacity bound (SizeExpr)
-  kStackPush,    // args: stack, value
-  kStackPop,     // args: stack
-  kStackTop,     // args: stack -> primal at the top
-  kStackTopAdj,  // args: stack -> adjoint at the top
-  kStackAccAdj,  // args: stack, value: adjoint at the top += value
-  // A workgroup barrier: every invocation of the workgroup waits here until all have arrived,
-  // and ndarray stores and atomics before it are visible to loads after it in every
-  // invocation of the workgroup. No operands. Only in a task that runs as exactly one
-  // workgroup (a parallel 1-d task over [0, local_size) with local_size set), and only where
-  // every invocation reaches it alike: outside if / while, inside for loops whose bounds are
-  // launch-uniform and whose bodies have no break / continue (verifier). Graph replay's
-  // resident kernels (ir/resident.h) separate their phases with it. Not differentiable;
-  // the CPU evaluator, which runs one invocation at a time, refuses it.
-  kBarrier,
+#define VKAD_OP(family, name, text, has_result, operands, blocks, rule) k##name,
+#include "ir/ops.def"
+};
+inline constexpr size_t kNumOps = 0  // NOLINTNEXTLINE(bugprone-macro-parentheses): sum terms
+#define VKAD_OP(family, name, text, has_result, operands, blocks, rule) +1
+#include "ir/ops.def"
+    ;
+
+// What the compiler's stages dispatch on: each family is handled by one function per stage,
+// which switches over the family's own enum below (every member listed, no default), so an op
+// added to ops.def is a compile error wherever its family's handling does not cover it.
+enum class OpFamily : uint8_t {
+  kLeaf,
+  kUnary,
+  kBinary,
+  kCompare,
+  kSelect,
+  kCast,
+  kLocal,
+  kArray,
+  kControl,
+  kStack,
+};
+enum class LeafOp : uint8_t {
+#define VKAD_LEAF_OP(name, text) k##name,
+#include "ir/ops.def"
+};
+enum class UnaryOp : uint8_t {
+#define VKAD_UNARY_OP(name, text, operands, rule) k##name,
+#include "ir/ops.def"
+};
+enum class BinaryOp : uint8_t {
+#define VKAD_BINARY_OP(name, text, operands, rule) k##name,
+#include "ir/ops.def"
+};
+enum class CompareOp : uint8_t {
+#define VKAD_COMPARE_OP(name, text, operands) k##name,
+#include "ir/ops.def"
+};
+enum class LocalOp : uint8_t {
+#define VKAD_LOCAL_OP(name, text, has_result) k##name,
+#include "ir/ops.def"
+};
+enum class ArrayOp : uint8_t {
+#define VKAD_ARRAY_OP(name, text, has_result) k##name,
+#include "ir/ops.def"
+};
+enum class ControlOp : uint8_t {
+#define VKAD_CONTROL_OP(name, text, has_result, blocks) k##name,
+#include "ir/ops.def"
+};
+enum class StackOp : uint8_t {
+#define VKAD_STACK_OP(name, text, has_result) k##name,
+#include "ir/ops.def"
+};
+
+// Which operand types an arithmetic op or comparison accepts (the rest: their family's rule).
+enum class Operands : uint8_t {
+  kAny,     // every type (eq, ne; and ops whose family checks its operands itself)
+  kNumber,  // not bool
+  kFloat,   // f32, f64
+  kInt,     // i32, u32, i64
+  kBool,
 };
 
 using adstack::SizeExpr;
@@ -235,22 +254,38 @@ struct Kernel {
   int find_param(const std::string& name) const;
 };
 
-// --- op metadata (one table drives the printer, parser, verifier and evaluators) ---
-enum class OpClass : uint8_t { kLeaf, kUnary, kBinary, kCompare, kOther };
+// --- op metadata (ir/ops.def, as data) ---
 struct OpInfo {
-  const char* name;
-  OpClass cls;
+  const char* name;  // the text form
+  OpFamily family;
+  uint8_t index;  // position within the family: the value of its family enum (LeafOp, ...)
   bool has_result;
+  Operands operands;
+  uint8_t blocks;  // how many nested blocks the statement holds
 };
 const OpInfo& op_info(Op op);
 // Op called `name` in the text form; false if none.
 bool op_from_name(const std::string& name, Op* out);
 
+// The member of its family's enum that `op` is; `op` must be of that family.
+LeafOp leaf_op(Op op);
+UnaryOp unary_op(Op op);
+BinaryOp binary_op(Op op);
+CompareOp compare_op(Op op);
+LocalOp local_op(Op op);
+ArrayOp array_op(Op op);
+ControlOp control_op(Op op);
+StackOp stack_op(Op op);
+
 bool is_float(DType t);
 // The adstack heap holding stacks of element type `t` (f32, f64, or the integer heap).
 adstack::Heap stack_heap(DType t);
 bool is_int(DType t);  // i32, u32, i64
-// Float math (sqrt .. ceil, pow, atan2): float operands only.
+// Float math (sqrt .. ceil, pow, atan2): float operands only (Operands::kFloat in ops.def).
 bool is_float_math(Op op);
+// Whether `op` computes its value from its operands (and the launch's parameters) alone:
+// leaves, arithmetic, comparisons, select and cast. Not locals, ndarrays, control flow or
+// adstacks.
+bool is_pure_value(Op op);
 
 }  // namespace vkad::codegen

@@ -12,6 +12,61 @@ namespace {
 
 bool is_word(DType t) { return t == DType::kI32 || t == DType::kU32; }
 
+// i32 / u32 operands held exactly: int64 holds INT_MIN / -1 (2^31, wrapped back to INT_MIN by
+// wrap()). By zero: div and floordiv 0, mod the dividend (as the CPU reference, cpu_eval.cpp).
+int64_t int_div(int64_t a, int64_t b) { return b == 0 ? 0 : a / b; }
+int64_t int_mod(int64_t a, int64_t b) {
+  if (b == 0) return a;
+  const int64_t rem = a % b;
+  return rem != 0 && (rem < 0) != (b < 0) ? rem + b : rem;
+}
+int64_t int_floordiv(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  const int64_t q = a / b, rem = a % b;
+  return rem != 0 && (rem < 0) != (b < 0) ? q - 1 : q;
+}
+
+// The integer and boolean ops a launch-uniform expression holds besides its leaves (const,
+// arg, shape), select and cast: arity and value on operands held exactly (wrap() after).
+struct IntOp {
+  Op op;
+  uint32_t arity;
+  int64_t (*fn)(int64_t, int64_t);
+};
+constexpr IntOp kIntOps[] = {
+    {Op::kNeg, 1, [](int64_t a, int64_t) { return -a; }},
+    {Op::kNot, 1, [](int64_t a, int64_t) -> int64_t { return a != 0 ? 0 : 1; }},
+    {Op::kAbs, 1, [](int64_t a, int64_t) { return a < 0 ? -a : a; }},
+    {Op::kAdd, 2, [](int64_t a, int64_t b) { return a + b; }},
+    {Op::kSub, 2, [](int64_t a, int64_t b) { return a - b; }},
+    {Op::kMul, 2,
+     [](int64_t a, int64_t b) {
+       return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+     }},
+    {Op::kDiv, 2, int_div},
+    {Op::kMod, 2, int_mod},
+    {Op::kFloorDiv, 2, int_floordiv},
+    {Op::kMin, 2, [](int64_t a, int64_t b) { return std::min(a, b); }},
+    {Op::kMax, 2, [](int64_t a, int64_t b) { return std::max(a, b); }},
+    {Op::kAnd, 2, [](int64_t a, int64_t b) -> int64_t { return a != 0 && b != 0; }},
+    {Op::kOr, 2, [](int64_t a, int64_t b) -> int64_t { return a != 0 || b != 0; }},
+    {Op::kLt, 2, [](int64_t a, int64_t b) -> int64_t { return a < b; }},
+    {Op::kLe, 2, [](int64_t a, int64_t b) -> int64_t { return a <= b; }},
+    {Op::kGt, 2, [](int64_t a, int64_t b) -> int64_t { return a > b; }},
+    {Op::kGe, 2, [](int64_t a, int64_t b) -> int64_t { return a >= b; }},
+    {Op::kEq, 2, [](int64_t a, int64_t b) -> int64_t { return a == b; }},
+    {Op::kNe, 2, [](int64_t a, int64_t b) -> int64_t { return a != b; }},
+};
+
+const IntOp* int_op(Op op) {
+  for (const IntOp& o : kIntOps) {
+    if (o.op == op) return &o;
+  }
+  return nullptr;
+}
+
+bool is_leaf(Op op) { return op == Op::kConst || op == Op::kArg || op == Op::kShape; }
+
 // The launch-uniform values of a kernel, as nodes of one pool shared by the whole kernel
 // (identical nodes are one), found in one walk in program order: an operand is defined before
 // its use, so nothing recurses over value chains.
@@ -59,18 +114,12 @@ class UniformPool {
     return e;
   }
 
+  // Operands of a pool node's op.
   static uint32_t arity(Op op) {
-    switch (op) {
-      case Op::kConst:
-      case Op::kArg:
-      case Op::kShape: return 0;
-      case Op::kNeg:
-      case Op::kNot:
-      case Op::kAbs:
-      case Op::kCast: return 1;
-      case Op::kSelect: return 3;
-      default: return 2;
-    }
+    if (is_leaf(op)) return 0;
+    if (op == Op::kSelect) return 3;
+    if (op == Op::kCast) return 1;
+    return int_op(op)->arity;
   }
 
  private:
@@ -89,45 +138,20 @@ class UniformPool {
     UniformExpr::Node n;
     n.op = s.op;
     n.type = s.type;
-    switch (s.op) {
-      case Op::kConst: n.imm = s.iimm; break;
-      case Op::kArg: n.param = s.param; break;
-      case Op::kShape:
-        n.param = s.param;
-        n.dim = s.dim;
-        break;
-      case Op::kNeg:
-      case Op::kNot:
-      case Op::kAbs:
-      case Op::kAdd:
-      case Op::kSub:
-      case Op::kMul:
-      case Op::kDiv:
-      case Op::kMod:
-      case Op::kFloorDiv:
-      case Op::kMin:
-      case Op::kMax:
-      case Op::kAnd:
-      case Op::kOr:
-      case Op::kLt:
-      case Op::kLe:
-      case Op::kGt:
-      case Op::kGe:
-      case Op::kEq:
-      case Op::kNe:
-      case Op::kSelect:
-      case Op::kCast: {
-        if (s.args.size() != arity(s.op)) return UINT32_MAX;
-        for (size_t i = 0; i < s.args.size(); ++i) {
-          const uint32_t o = node_of(s.args[i]);
-          if (o == UINT32_MAX) return UINT32_MAX;  // an operand that is not launch-uniform
-          n.operands[i] = o;
-        }
-        // The operand type decides comparisons and casts; a select's is its value operands'.
-        n.from = nodes_[n.operands[s.op == Op::kSelect ? 1 : 0]].type;
-        break;
+    n.imm = s.op == Op::kConst ? s.iimm : 0;
+    n.param = s.op == Op::kArg || s.op == Op::kShape ? s.param : 0;
+    n.dim = s.op == Op::kShape ? s.dim : 0;
+    if (!is_leaf(s.op)) {
+      // Indices, locals, loads, float math and control flow are not launch-uniform.
+      if (s.op != Op::kSelect && s.op != Op::kCast && !int_op(s.op)) return UINT32_MAX;
+      if (s.args.size() != arity(s.op)) return UINT32_MAX;
+      for (size_t i = 0; i < s.args.size(); ++i) {
+        const uint32_t o = node_of(s.args[i]);
+        if (o == UINT32_MAX) return UINT32_MAX;  // an operand that is not launch-uniform
+        n.operands[i] = o;
       }
-      default: return UINT32_MAX;  // indices, locals, loads, float math, control flow
+      // The operand type decides comparisons and casts; a select's is its value operands'.
+      n.from = nodes_[n.operands[s.op == Op::kSelect ? 1 : 0]].type;
     }
     const auto key = std::make_tuple(n.op, n.type, n.from, n.imm, n.param, n.dim, n.operands[0],
                                      n.operands[1], n.operands[2]);
@@ -219,53 +243,21 @@ std::optional<uint32_t> evaluate(const UniformExpr& e, const UniformInputs& in) 
   for (size_t i = 0; i < e.nodes.size(); ++i) {
     const UniformExpr::Node& n = e.nodes[i];
     const int64_t a = v[n.operands[0]], b = v[n.operands[1]];
-    int64_t r = 0;
-    switch (n.op) {
-      case Op::kConst: r = n.imm; break;
-      case Op::kArg: r = in.scalar(n.param); break;
-      case Op::kShape: {
-        std::optional<uint32_t> x = in.extent(n.param, n.dim);
-        if (!x) return std::nullopt;
-        r = *x;
-        break;
-      }
-      case Op::kNeg: r = -a; break;
-      case Op::kNot: r = a != 0 ? 0 : 1; break;  // as the CPU reference (cpu_eval.cpp)
-      case Op::kAbs: r = a < 0 ? -a : a; break;
-      case Op::kAdd: r = a + b; break;
-      case Op::kSub: r = a - b; break;
-      case Op::kMul:
-        r = static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
-        break;
-      case Op::kDiv:
-      case Op::kMod:
-      case Op::kFloorDiv: {
-        // i32 / u32 operands held exactly: int64 holds INT_MIN / -1 (2^31, wrapped back to
-        // INT_MIN below). By zero: div and floordiv 0, mod the dividend.
-        if (b == 0) {
-          r = n.op == Op::kMod ? a : 0;
-          break;
-        }
-        const int64_t q = a / b, rem = a % b;
-        const bool adjust = rem != 0 && ((rem < 0) != (b < 0));
-        r = n.op == Op::kDiv   ? q
-            : n.op == Op::kMod ? (adjust ? rem + b : rem)
-                               : (adjust ? q - 1 : q);
-        break;
-      }
-      case Op::kMin: r = std::min(a, b); break;
-      case Op::kMax: r = std::max(a, b); break;
-      case Op::kAnd: r = a != 0 && b != 0; break;
-      case Op::kOr: r = a != 0 || b != 0; break;
-      case Op::kLt: r = a < b; break;
-      case Op::kLe: r = a <= b; break;
-      case Op::kGt: r = a > b; break;
-      case Op::kGe: r = a >= b; break;
-      case Op::kEq: r = a == b; break;
-      case Op::kNe: r = a != b; break;
-      case Op::kSelect: r = a != 0 ? b : v[n.operands[2]]; break;
-      case Op::kCast: r = a; break;  // between i32, u32 and bool: wrap() below
-      default: return std::nullopt;
+    int64_t r = a;  // a cast between i32, u32 and bool: wrap() below
+    if (n.op == Op::kConst) {
+      r = n.imm;
+    } else if (n.op == Op::kArg) {
+      r = in.scalar(n.param);
+    } else if (n.op == Op::kShape) {
+      std::optional<uint32_t> x = in.extent(n.param, n.dim);
+      if (!x) return std::nullopt;
+      r = *x;
+    } else if (n.op == Op::kSelect) {
+      r = a != 0 ? b : v[n.operands[2]];
+    } else if (n.op != Op::kCast) {
+      const IntOp* op = int_op(n.op);
+      if (!op) return std::nullopt;
+      r = op->fn(a, b);
     }
     v[i] = wrap(n.type, r);
   }

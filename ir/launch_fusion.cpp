@@ -112,6 +112,36 @@ struct ArrayUse {
   uint32_t rank = 0;
 };
 
+// Adds member `m` (launch `l`, its kernel's summary `sum`) to the run's array table; false when
+// that makes an array unsafe (written by one member and touched by another other than
+// pointwise along one axis) or one array is seen as two types. The table is then not to be
+// used (the caller starts over from a copy).
+bool admit_member(const FusionLaunch& l, size_t m, const Summary& sum,
+                  std::unordered_map<uint64_t, ArrayUse>& table) {
+  const Kernel& k = *l.kernel;
+  for (size_t p = 0; p < k.params.size(); ++p) {
+    if (k.params[p].kind != ParamKind::kNdArray) continue;
+    const ParamUse& u = sum.use[p];
+    auto [it, fresh] = table.try_emplace(l.arrays[p]);
+    ArrayUse& a = it->second;
+    if (fresh) {
+      a.dtype = k.params[p].dtype;
+      a.rank = k.params[p].rank;
+      a.axis = u.axis;
+    } else if (a.dtype != k.params[p].dtype || a.rank != k.params[p].rank) {
+      return false;
+    }
+    if (a.last_member != m) {
+      ++a.members;
+      a.last_member = m;
+    }
+    a.written = a.written || u.written;
+    a.pointwise = a.pointwise && u.pointwise && a.axis == u.axis;
+    if (a.written && a.members > 1 && !a.pointwise) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool fusible(const Kernel& k) { return summarize(k).ok; }
@@ -130,31 +160,8 @@ std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uin
   }
   auto sums = [&](size_t i) -> const Summary& { return *sum_of[i]; };
   std::unordered_map<uint64_t, ArrayUse> arrays;
-  // Adds member `m` to the table; false (table unchanged is not needed: the caller starts over)
-  // when that makes an array unsafe or the run too wide.
   auto admit = [&](size_t m, std::unordered_map<uint64_t, ArrayUse>& table) {
-    const Kernel& k = *launches[m].kernel;
-    for (size_t p = 0; p < k.params.size(); ++p) {
-      if (k.params[p].kind != ParamKind::kNdArray) continue;
-      const ParamUse& u = sums(m).use[p];
-      auto [it, fresh] = table.try_emplace(launches[m].arrays[p]);
-      ArrayUse& a = it->second;
-      if (fresh) {
-        a.dtype = k.params[p].dtype;
-        a.rank = k.params[p].rank;
-      } else if (a.dtype != k.params[p].dtype || a.rank != k.params[p].rank) {
-        return false;  // one array seen as two types: not merged
-      }
-      if (a.last_member != m) {
-        ++a.members;
-        a.last_member = m;
-      }
-      a.written = a.written || u.written;
-      a.pointwise = a.pointwise && u.pointwise && (fresh || a.axis == u.axis);
-      if (fresh) a.axis = u.axis;
-      if (a.written && a.members > 1 && !a.pointwise) return false;
-    }
-    return table.size() <= max_arrays;
+    return admit_member(launches[m], m, sums(m), table) && table.size() <= max_arrays;
   };
   size_t i = 0;
   while (i < launches.size()) {
@@ -254,6 +261,107 @@ uint32_t merged_param(Kernel& f, std::map<uint64_t, uint32_t>& array_param, cons
   return static_cast<uint32_t>(f.params.size() - 1);
 }
 
+namespace {
+
+// What the fused body knows of its arrays as it is assembled member by member. `fwd[param]`:
+// the value the body last stored at [index] of the array, at its top level; a later top-level
+// load of it at [index] is that value. Safe because every member touching a shared written
+// array does so only at [index] (fusion_groups). Arrays known to hold zeros when the run
+// starts (`zero`), until the body first touches them: a top-level load at [index] is 0; a
+// top-level store at [index] overwrites the invocation's element (`kStored`: every element,
+// when the range covers the array); any other access ends what is known.
+class BodyFacts {
+ public:
+  enum class Zero : uint8_t { kZero, kStored, kUnknown };
+  BodyFacts(ValueId index, std::span<const uint64_t> zero_arrays,
+            const std::map<uint64_t, uint32_t>& array_param)
+      : index_(index) {
+    for (uint64_t id : zero_arrays) {
+      auto it = array_param.find(id);
+      if (it != array_param.end()) zero_[it->second] = Zero::kZero;
+    }
+  }
+  // Appends the copy `s` of a member's top-level statement to `body`, or drops it where it is
+  // a load of a value the body already has (`c` then maps its result to that value).
+  void append(Stmt s, ValueId src_result, MemberCopier& c, Block& body) {
+    const bool indexed_load = s.op == Op::kLoad && s.args.size() == 1 && s.args[0] == index_;
+    if (indexed_load) {
+      auto it = fwd_.find(s.param);
+      if (it != fwd_.end()) {
+        c.substitute(src_result, it->second);
+        return;
+      }
+      auto z = zero_.find(s.param);
+      if (z != zero_.end() && z->second == Zero::kZero) make_zero(s);
+    }
+    std::vector<uint32_t> nested;
+    for (const Block& b : s.blocks) accessed_params(b, true, nested);
+    for (uint32_t p : nested) {
+      fwd_.erase(p);  // erasing for a nested load too is merely conservative
+      touch(p, Zero::kUnknown);
+    }
+    if (s.op == Op::kStore && s.args.size() == 2 && s.args[0] == index_) {
+      fwd_[s.param] = s.args[1];
+      touch(s.param, Zero::kStored);
+    } else if (accesses_array(s.op) && !indexed_load) {
+      if (s.op != Op::kLoad) fwd_.erase(s.param);
+      touch(s.param, Zero::kUnknown);
+    }
+    body.stmts.push_back(std::move(s));
+  }
+  // The arrays every invocation overwrote at [index] before anything else touched them.
+  std::vector<uint64_t> overwritten(const std::map<uint64_t, uint32_t>& array_param) const {
+    std::vector<uint64_t> out;
+    for (const auto& [id, p] : array_param) {
+      auto z = zero_.find(p);
+      if (z != zero_.end() && z->second == Zero::kStored) out.push_back(id);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+ private:
+  void touch(uint32_t p, Zero to) {
+    auto it = zero_.find(p);
+    if (it != zero_.end() && it->second == Zero::kZero) it->second = to;
+  }
+  ValueId index_;
+  std::unordered_map<uint32_t, ValueId> fwd_;
+  std::unordered_map<uint32_t, Zero> zero_;
+};
+
+// Loads at [index] of arrays no member writes go first: the invocation then has them all in
+// flight at once instead of one member's after the previous member's stores (a driver cannot
+// move a load above a store to another binding that might alias it).
+void hoist_read_only_loads(Task& t) {
+  std::vector<uint32_t> written;
+  accessed_params(t.body, false, written);
+  std::vector<Stmt> hoisted, rest;
+  for (Stmt& s : t.body.stmts) {
+    const bool read_only_load = s.op == Op::kLoad && s.args.size() == 1 && s.args[0] == t.index &&
+                                std::find(written.begin(), written.end(), s.param) == written.end();
+    (read_only_load ? hoisted : rest).push_back(std::move(s));
+  }
+  t.body.stmts = std::move(hoisted);
+  for (Stmt& s : rest) t.body.stmts.push_back(std::move(s));
+}
+
+// The fused task's shell: the first member's range and workgroup size, its bounds' array
+// parameters renamed through `pm`.
+Task fused_task(const Task& t0, const std::vector<uint32_t>& pm, Kernel& f) {
+  Task t;
+  t.name = "fused";
+  t.local_size = t0.local_size;
+  t.begin = t0.begin;
+  t.end = t0.end;
+  if (t.begin.kind == RangeBound::Kind::kArrayDim) t.begin.param = pm[t.begin.param];
+  if (t.end.kind == RangeBound::Kind::kArrayDim) t.end.param = pm[t.end.param];
+  t.index = f.fresh();
+  return t;
+}
+
+}  // namespace
+
 Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::string& name,
                                   std::span<const uint64_t> zero_arrays) {
   if (run.empty()) return make_error(ErrorCode::kInvalidArgument, "fuse_launches: no launch");
@@ -269,90 +377,19 @@ Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::
     }
     std::vector<uint32_t>& pm = out.param_map.emplace_back(k.params.size());
     for (size_t p = 0; p < k.params.size(); ++p) {
-      const Param& kp = k.params[p];
-      pm[p] = merged_param(f, array_param, kp, run[m].arrays[p], m);
+      pm[p] = merged_param(f, array_param, k.params[p], run[m].arrays[p], m);
     }
   }
-  Task t;
-  const Task& t0 = run[0].kernel->tasks[0];
-  t.name = "fused";
-  t.local_size = t0.local_size;
-  t.begin = t0.begin;
-  t.end = t0.end;
-  if (t.begin.kind == RangeBound::Kind::kArrayDim) t.begin.param = out.param_map[0][t.begin.param];
-  if (t.end.kind == RangeBound::Kind::kArrayDim) t.end.param = out.param_map[0][t.end.param];
-  t.index = f.fresh();
-  // fwd[param]: the value the fused body last stored at [index] of the array, at its top
-  // level; a later top-level load of it at [index] is that value. Safe because every member
-  // touching a shared written array does so only at [index] (fusion_groups).
-  std::unordered_map<uint32_t, ValueId> fwd;
-  // Arrays known to hold zeros when the run starts, until the body first touches them: a
-  // top-level load at [index] is 0; a top-level store at [index] overwrites the invocation's
-  // element (`kStored`: every element, when the range covers the array); any other access
-  // ends what is known.
-  enum class Zero : uint8_t { kZero, kStored, kUnknown };
-  std::unordered_map<uint32_t, Zero> zero;
-  for (uint64_t id : zero_arrays) {
-    auto it = array_param.find(id);
-    if (it != array_param.end()) zero[it->second] = Zero::kZero;
-  }
-  auto touch = [&](uint32_t p, Zero to) {
-    auto it = zero.find(p);
-    if (it != zero.end() && it->second == Zero::kZero) it->second = to;
-  };
+  Task t = fused_task(run[0].kernel->tasks[0], out.param_map[0], f);
+  BodyFacts facts(t.index, zero_arrays, array_param);
   for (size_t m = 0; m < run.size(); ++m) {
-    const Kernel& k = *run[m].kernel;
-    const Task& kt = k.tasks[0];
+    const Task& kt = run[m].kernel->tasks[0];
     MemberCopier c(f, kt.index, out.param_map[m]);
     c.new_index = t.index;
-    for (const Stmt& src : kt.body.stmts) {
-      Stmt s = c.copy(src);
-      const bool at_index = !s.args.empty() && s.args[0] == t.index;
-      if (s.op == Op::kLoad && s.args.size() == 1 && at_index) {
-        auto it = fwd.find(s.param);
-        if (it != fwd.end()) {
-          c.substitute(src.result, it->second);
-          continue;
-        }
-        auto z = zero.find(s.param);
-        if (z != zero.end() && z->second == Zero::kZero) make_zero(s);
-      }
-      std::vector<uint32_t> nested;
-      for (const Block& b : s.blocks) accessed_params(b, true, nested);
-      for (uint32_t p : nested) {
-        fwd.erase(p);  // erasing for a nested load too is merely conservative
-        touch(p, Zero::kUnknown);
-      }
-      if (s.op == Op::kStore && s.args.size() == 2 && at_index) {
-        fwd[s.param] = s.args[1];
-        touch(s.param, Zero::kStored);
-      } else if (s.op == Op::kStore || s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax ||
-                 (s.op == Op::kLoad && !(s.args.size() == 1 && at_index))) {
-        if (s.op != Op::kLoad) fwd.erase(s.param);
-        touch(s.param, Zero::kUnknown);
-      }
-      t.body.stmts.push_back(std::move(s));
-    }
+    for (const Stmt& src : kt.body.stmts) facts.append(c.copy(src), src.result, c, t.body);
   }
-  for (const auto& [id, p] : array_param) {
-    auto z = zero.find(p);
-    if (z != zero.end() && z->second == Zero::kStored) out.overwritten.push_back(id);
-  }
-  std::sort(out.overwritten.begin(), out.overwritten.end());
-  // Loads at [index] of arrays no member writes go first: the invocation then has them all
-  // in flight at once instead of one member's after the previous member's stores (a driver
-  // cannot move a load above a store to another binding that might alias it).
-  std::vector<uint32_t> written;
-  accessed_params(t.body, false, written);
-  std::vector<Stmt> hoisted, rest;
-  for (Stmt& s : t.body.stmts) {
-    const bool read_only_load = s.op == Op::kLoad && s.args.size() == 1 && s.args[0] == t.index &&
-                                std::find(written.begin(), written.end(), s.param) == written.end();
-    (read_only_load ? hoisted : rest).push_back(std::move(s));
-  }
-  t.body.stmts.clear();
-  for (Stmt& s : hoisted) t.body.stmts.push_back(std::move(s));
-  for (Stmt& s : rest) t.body.stmts.push_back(std::move(s));
+  out.overwritten = facts.overwritten(array_param);
+  hoist_read_only_loads(t);
   f.tasks.push_back(std::move(t));
   return out;
 }

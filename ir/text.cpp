@@ -66,6 +66,7 @@ namespace {
 // bounded stack and output instead of overflowing the stack.
 constexpr const char* kTooDeep = "...";
 std::string print_size_at(const Kernel& k, const SizeExpr& e, uint32_t depth);
+std::string print_combination(const Kernel& k, const char* name, const SizeExpr& e, uint32_t depth);
 }  // namespace
 
 std::string print_size(const Kernel& k, const SizeExpr& e) { return print_size_at(k, e, 0); }
@@ -83,53 +84,91 @@ std::string print_size_at(const Kernel& k, const SizeExpr& e, uint32_t depth) {
       return "div(" +
              (e.operands.empty() ? std::string("?") : print_size_at(k, e.operands[0], depth + 1)) +
              ", " + std::to_string(e.value) + ")";
-    default: {
-      const char* n = e.kind == SizeExpr::Kind::kAdd   ? "add"
-                      : e.kind == SizeExpr::Kind::kMul ? "mul"
-                                                       : "max";
-      std::string out = std::string(n) + "(";
-      for (size_t i = 0; i < e.operands.size(); ++i) {
-        out += (i ? ", " : "") + print_size_at(k, e.operands[i], depth + 1);
-      }
-      return out + ")";
-    }
+    case SizeExpr::Kind::kAdd: return print_combination(k, "add", e, depth);
+    case SizeExpr::Kind::kMul: return print_combination(k, "mul", e, depth);
+    case SizeExpr::Kind::kMax: return print_combination(k, "max", e, depth);
   }
+  return kTooDeep;
+}
+// add / mul / max (operands...)
+std::string print_combination(const Kernel& k, const char* name, const SizeExpr& e,
+                              uint32_t depth) {
+  std::string out = std::string(name) + "(";
+  for (size_t i = 0; i < e.operands.size(); ++i) {
+    out += (i ? ", " : "") + print_size_at(k, e.operands[i], depth + 1);
+  }
+  return out + ")";
+}
+}  // namespace
+
+namespace {
+// `[head]name %a, %b[ : type]`: the form of every op without a syntax of its own.
+std::string operand_form(const Stmt& s, const std::string& head, const std::string& ty) {
+  const OpInfo& info = op_info(s.op);
+  std::string out = head + info.name;
+  for (size_t i = 0; i < s.args.size(); ++i) out += (i ? ", " : " ") + vid(s.args[i]);
+  return info.has_result ? out + ty : out;
+}
+std::string arg_or_missing(const Stmt& s, size_t i) {
+  return i < s.args.size() ? vid(s.args[i]) : std::string("%?");
+}
+
+std::string leaf_text(const Kernel& k, const Stmt& s) {
+  switch (leaf_op(s.op)) {
+    case LeafOp::kConst: return "const " + format_const(s);
+    case LeafOp::kArg: return "arg " + param_name(k, s.param);
+    case LeafOp::kShape: return "shape " + param_name(k, s.param) + " " + std::to_string(s.dim);
+  }
+  return "?";
+}
+// load p[%i, ...] : t; store / atomic_add / atomic_max p[%i, ...], %v
+std::string array_text(const Kernel& k, const Stmt& s, const std::string& head,
+                       const std::string& ty) {
+  if (s.op == Op::kLoad)
+    return head + "load " + param_name(k, s.param) + indices(s, s.args.size()) + ty;
+  size_t n = s.args.empty() ? 0 : s.args.size() - 1;
+  return std::string(op_info(s.op).name) + " " + param_name(k, s.param) + indices(s, n) + ", " +
+         (s.args.empty() ? "%?" : vid(s.args.back()));
+}
+// The statement's head line; print_block prints the blocks.
+std::string control_text(const Kernel& k, const Stmt& s) {
+  const std::string max_trip = s.has_cap ? " max_trip(" + print_size(k, s.cap) + ")" : "";
+  switch (control_op(s.op)) {
+    case ControlOp::kFor:
+      return "for " + vid(s.result) + " in [" + arg_or_missing(s, 0) + ", " + arg_or_missing(s, 1) +
+             ")" + max_trip;
+    case ControlOp::kIf: return "if " + arg_or_missing(s, 0);
+    case ControlOp::kWhile:
+      return "while " + vid(s.result) + " (" + arg_or_missing(s, 0) + ")" + max_trip;
+    case ControlOp::kBreak:
+    case ControlOp::kContinue:
+    case ControlOp::kBarrier: return operand_form(s, "", "");
+  }
+  return "?";
 }
 }  // namespace
 
 std::string print_stmt(const Kernel& k, const Stmt& s) {
   const OpInfo& info = op_info(s.op);
-  std::string head =
-      info.has_result && s.op != Op::kFor && s.op != Op::kWhile ? vid(s.result) + " = " : "";
-  std::string ty = std::string(" : ") + abi::dtype_name(s.type);
-  auto arg = [&](size_t i) { return i < s.args.size() ? vid(s.args[i]) : std::string("%?"); };
-  switch (s.op) {
-    case Op::kConst: return head + "const " + format_const(s) + ty;
-    case Op::kArg: return head + "arg " + param_name(k, s.param) + ty;
-    case Op::kShape:
-      return head + "shape " + param_name(k, s.param) + " " + std::to_string(s.dim) + ty;
-    case Op::kAlloca: return head + "alloca" + ty;
-    case Op::kStackAlloc: return head + "stack_alloc cap(" + print_size(k, s.cap) + ")" + ty;
-    case Op::kLoad: return head + "load " + param_name(k, s.param) + indices(s, s.args.size()) + ty;
-    case Op::kStore:
-    case Op::kAtomicAdd:
-    case Op::kAtomicMax: {
-      size_t n = s.args.empty() ? 0 : s.args.size() - 1;
-      return std::string(info.name) + " " + param_name(k, s.param) + indices(s, n) + ", " +
-             (s.args.empty() ? "%?" : vid(s.args.back()));
-    }
-    case Op::kFor:
-      return "for " + vid(s.result) + " in [" + arg(0) + ", " + arg(1) + ")" +
-             (s.has_cap ? " max_trip(" + print_size(k, s.cap) + ")" : "");
-    case Op::kIf: return "if " + arg(0);
-    case Op::kWhile:
-      return "while " + vid(s.result) + " (" + arg(0) + ")" +
-             (s.has_cap ? " max_trip(" + print_size(k, s.cap) + ")" : "");
-    default: break;
+  const bool loop = s.op == Op::kFor || s.op == Op::kWhile;  // the index is not `%r = `
+  const std::string head = info.has_result && !loop ? vid(s.result) + " = " : "";
+  const std::string ty = std::string(" : ") + abi::dtype_name(s.type);
+  switch (info.family) {
+    case OpFamily::kLeaf: return head + leaf_text(k, s) + ty;
+    case OpFamily::kArray: return array_text(k, s, head, ty);
+    case OpFamily::kControl: return control_text(k, s);
+    case OpFamily::kStack:
+      if (s.op == Op::kStackAlloc)
+        return head + "stack_alloc cap(" + print_size(k, s.cap) + ")" + ty;
+      break;
+    case OpFamily::kUnary:
+    case OpFamily::kBinary:
+    case OpFamily::kCompare:
+    case OpFamily::kSelect:
+    case OpFamily::kCast:
+    case OpFamily::kLocal: break;
   }
-  std::string out = head + info.name;
-  for (size_t i = 0; i < s.args.size(); ++i) out += (i ? ", " : " ") + vid(s.args[i]);
-  return info.has_result ? out + ty : out;
+  return operand_form(s, head, ty);
 }
 
 namespace {
@@ -218,82 +257,14 @@ class Parser {
     VKAD_TRY(expect("("));
     while (!is(")")) {
       if (!k.params.empty()) VKAD_TRY(expect(","));
-      Param p;
-      VKAD_ASSIGN_OR_RETURN(p.name, ident("a parameter name"));
-      VKAD_TRY(expect(":"));
-      if (tok_.kind == Token::kIdent && tok_.text == "ndarray") {
-        advance();
-        p.kind = ParamKind::kNdArray;
-        VKAD_TRY(expect("<"));
-        VKAD_ASSIGN_OR_RETURN(p.dtype, dtype());
-        VKAD_TRY(expect(","));
-        VKAD_ASSIGN_OR_RETURN(int64_t rank, integer("a rank", 0, UINT32_MAX));
-        p.rank = static_cast<uint32_t>(rank);
-        VKAD_TRY(expect(">"));
-        if (tok_.kind == Token::kIdent && tok_.text == "grad") {
-          advance();
-          p.needs_grad = true;
-        }
-        if (tok_.kind == Token::kIdent && tok_.text == "readonly") {
-          advance();
-          p.read_only = true;
-        }
-      } else {
-        VKAD_ASSIGN_OR_RETURN(p.dtype, dtype());
-        if (tok_.kind == Token::kIdent && tok_.text == "grad") {  // a differentiable scalar
-          advance();
-          p.needs_grad = true;
-        }
-      }
+      VKAD_ASSIGN_OR_RETURN(Param p, param());
       k.params.push_back(std::move(p));
     }
     advance();
     k_ = &k;
     VKAD_TRY(expect("{"));
     while (!is("}")) {
-      Task t;
-      VKAD_TRY(expect_word("task"));
-      VKAD_ASSIGN_OR_RETURN(t.name, ident("a task name"));
-      if (tok_.kind == Token::kIdent && (tok_.text == "serial" || tok_.text == "parallel")) {
-        t.serial = tok_.text == "serial";
-        advance();
-      } else {
-        return error("expected 'parallel' or 'serial'");
-      }
-      // One or more `%i in [begin, end)`, bounds as size expressions; a single dimension with
-      // plain bounds is a 1-d task.
-      while (true) {
-        TaskDim dim;
-        VKAD_ASSIGN_OR_RETURN(dim.index, value());
-        VKAD_TRY(expect_word("in"));
-        VKAD_TRY(expect("["));
-        VKAD_ASSIGN_OR_RETURN(dim.begin, size());
-        VKAD_TRY(expect(","));
-        VKAD_ASSIGN_OR_RETURN(dim.end, size());
-        VKAD_TRY(expect(")"));
-        t.dims.push_back(std::move(dim));
-        if (!is(",")) break;
-        if (t.dims.size() == kMaxTaskDims) {
-          return error("a task has at most " + std::to_string(kMaxTaskDims) + " dimensions");
-        }
-        advance();
-      }
-      t.index = t.dims[0].index;
-      auto leaf = [](const SizeExpr& e) {
-        return e.kind == SizeExpr::Kind::kConst || e.kind == SizeExpr::Kind::kScalar ||
-               e.kind == SizeExpr::Kind::kDim;
-      };
-      if (t.dims.size() == 1 && leaf(t.dims[0].begin) && leaf(t.dims[0].end)) {
-        t.begin = leaf_bound(t.dims[0].begin);
-        t.end = leaf_bound(t.dims[0].end);
-        t.dims.clear();
-      }
-      if (tok_.kind == Token::kIdent && tok_.text == "local_size") {
-        advance();
-        VKAD_ASSIGN_OR_RETURN(int64_t ls, integer("a local size", 0, UINT32_MAX));
-        t.local_size = static_cast<uint32_t>(ls);
-      }
-      VKAD_TRY(block(t.body));
+      VKAD_ASSIGN_OR_RETURN(Task t, task());
       k.tasks.push_back(std::move(t));
     }
     advance();
@@ -304,6 +275,84 @@ class Parser {
   }
 
  private:
+  // Consumes the word `w` if it is next; says whether it was.
+  bool accept_word(const char* w) {
+    if (tok_.kind != Token::kIdent || tok_.text != w) return false;
+    advance();
+    return true;
+  }
+  // name: ndarray<dtype, rank> [grad] [readonly]  |  name: dtype [grad]
+  Result<Param> param() {
+    Param p;
+    VKAD_ASSIGN_OR_RETURN(p.name, ident("a parameter name"));
+    VKAD_TRY(expect(":"));
+    if (!accept_word("ndarray")) {
+      VKAD_ASSIGN_OR_RETURN(p.dtype, dtype());
+      p.needs_grad = accept_word("grad");  // a differentiable scalar
+      return p;
+    }
+    p.kind = ParamKind::kNdArray;
+    VKAD_TRY(expect("<"));
+    VKAD_ASSIGN_OR_RETURN(p.dtype, dtype());
+    VKAD_TRY(expect(","));
+    VKAD_ASSIGN_OR_RETURN(int64_t rank, integer("a rank", 0, UINT32_MAX));
+    p.rank = static_cast<uint32_t>(rank);
+    VKAD_TRY(expect(">"));
+    p.needs_grad = accept_word("grad");
+    p.read_only = accept_word("readonly");
+    return p;
+  }
+  // task name parallel|serial %i in [b, e)[, %j in [b, e) ...] [local_size n] { body }
+  Result<Task> task() {
+    Task t;
+    VKAD_TRY(expect_word("task"));
+    VKAD_ASSIGN_OR_RETURN(t.name, ident("a task name"));
+    if (tok_.kind == Token::kIdent && (tok_.text == "serial" || tok_.text == "parallel")) {
+      t.serial = tok_.text == "serial";
+      advance();
+    } else {
+      return error("expected 'parallel' or 'serial'");
+    }
+    VKAD_TRY(task_dims(t));
+    if (accept_word("local_size")) {
+      VKAD_ASSIGN_OR_RETURN(int64_t ls, integer("a local size", 0, UINT32_MAX));
+      t.local_size = static_cast<uint32_t>(ls);
+    }
+    VKAD_TRY(block(t.body));
+    return t;
+  }
+  // One or more `%i in [begin, end)`, bounds as size expressions; a single dimension with
+  // plain bounds is a 1-d task.
+  Status task_dims(Task& t) {
+    while (true) {
+      TaskDim dim;
+      VKAD_ASSIGN_OR_RETURN(dim.index, value());
+      VKAD_TRY(expect_word("in"));
+      VKAD_TRY(expect("["));
+      VKAD_ASSIGN_OR_RETURN(dim.begin, size());
+      VKAD_TRY(expect(","));
+      VKAD_ASSIGN_OR_RETURN(dim.end, size());
+      VKAD_TRY(expect(")"));
+      t.dims.push_back(std::move(dim));
+      if (!is(",")) break;
+      if (t.dims.size() == kMaxTaskDims) {
+        return error("a task has at most " + std::to_string(kMaxTaskDims) + " dimensions");
+      }
+      advance();
+    }
+    t.index = t.dims[0].index;
+    auto leaf = [](const SizeExpr& e) {
+      return e.kind == SizeExpr::Kind::kConst || e.kind == SizeExpr::Kind::kScalar ||
+             e.kind == SizeExpr::Kind::kDim;
+    };
+    if (t.dims.size() == 1 && leaf(t.dims[0].begin) && leaf(t.dims[0].end)) {
+      t.begin = leaf_bound(t.dims[0].begin);
+      t.end = leaf_bound(t.dims[0].end);
+      t.dims.clear();
+    }
+    return {};
+  }
+
   // --- lexer ---
   void advance() {
     skip_space();
@@ -471,8 +520,15 @@ class Parser {
     switch (e.kind) {
       case SizeExpr::Kind::kScalar: return RangeBound::scalar(e.param);
       case SizeExpr::Kind::kDim: return RangeBound::array_dim(e.param, e.dim);
-      default: return RangeBound::constant(e.value);
+      case SizeExpr::Kind::kConst: return RangeBound::constant(e.value);
+      // Not leaves: task_dims() keeps those as N-d dimensions and never asks.
+      case SizeExpr::Kind::kAdd:
+      case SizeExpr::Kind::kMul:
+      case SizeExpr::Kind::kMax:
+      case SizeExpr::Kind::kDiv:
+      case SizeExpr::Kind::kNegScalar: break;
     }
+    return RangeBound::constant(e.value);
   }
   Result<SizeExpr> size(uint32_t depth = 1) {
     if (tok_.kind == Token::kIdent && tok_.text == "neg") {  // neg(n): max(-n, 0), n a scalar
@@ -582,35 +638,42 @@ class Parser {
   // the literal (never a silently changed value). Floats round to nearest, as any float
   // literal does, but a finite literal past the type's range is an error.
   Status convert_literal(Stmt& s) {
-    const std::string lit = "constant " + literal_.text;
-    const std::string ty = abi::dtype_name(s.type);
     if (literal_.kind == Token::kIdent) {
       if (literal_.text == "inf") literal_f_ = INFINITY;
       if (literal_.text == "nan") literal_f_ = NAN;
       if (literal_kind_ == kBoolLit) literal_i_ = literal_.text == "true";
     }
-    if (s.type == DType::kBool) {
-      if (literal_kind_ == kFloatLit || (literal_i_ != 0 && literal_i_ != 1)) {
-        return error_at(literal_, lit + " is not a bool (true, false, 0 or 1)");
-      }
-      s.iimm = literal_i_;
-      s.fimm = static_cast<double>(s.iimm);
-      return {};
+    if (s.type == DType::kBool) return convert_bool_literal(s);
+    if (is_float(s.type)) return convert_float_literal(s);
+    return convert_int_literal(s);
+  }
+  Status convert_bool_literal(Stmt& s) {
+    if (literal_kind_ == kFloatLit || (literal_i_ != 0 && literal_i_ != 1)) {
+      return error_at(literal_,
+                      "constant " + literal_.text + " is not a bool (true, false, 0 or 1)");
     }
-    if (is_float(s.type)) {
-      if (literal_kind_ == kBoolLit) return error_at(literal_, lit + " is a bool, not " + ty);
-      double v = literal_kind_ == kFloatLit ? literal_f_ : static_cast<double>(literal_i_);
-      if (s.type == DType::kF32) {
-        if (std::isfinite(v) && std::fabs(v) > FLT_MAX) {
-          return error_at(literal_, lit + " is out of range for f32");
-        }
-        v = static_cast<float>(v);  // a f32 constant holds a float value exactly
+    s.iimm = literal_i_;
+    s.fimm = static_cast<double>(s.iimm);
+    return {};
+  }
+  Status convert_float_literal(Stmt& s) {
+    const std::string lit = "constant " + literal_.text;
+    if (literal_kind_ == kBoolLit)
+      return error_at(literal_, lit + " is a bool, not " + abi::dtype_name(s.type));
+    double v = literal_kind_ == kFloatLit ? literal_f_ : static_cast<double>(literal_i_);
+    if (s.type == DType::kF32) {
+      if (std::isfinite(v) && std::fabs(v) > FLT_MAX) {
+        return error_at(literal_, lit + " is out of range for f32");
       }
-      s.fimm = v;
-      s.iimm = 0;
-      return {};
+      v = static_cast<float>(v);  // a f32 constant holds a float value exactly
     }
-    // Integer types.
+    s.fimm = v;
+    s.iimm = 0;
+    return {};
+  }
+  Status convert_int_literal(Stmt& s) {
+    const std::string lit = "constant " + literal_.text;
+    const std::string ty = abi::dtype_name(s.type);
     if (literal_kind_ == kBoolLit) return error_at(literal_, lit + " is a bool, not " + ty);
     int64_t lo = s.type == DType::kI32 ? INT32_MIN : s.type == DType::kU32 ? 0 : INT64_MIN;
     int64_t hi = s.type == DType::kI32 ? INT32_MAX : s.type == DType::kU32 ? UINT32_MAX : INT64_MAX;
@@ -679,107 +742,129 @@ class Parser {
       return error(info.has_result ? "this operation needs a result ('%N = ...')"
                                    : "this operation has no result");
     }
-    switch (s.op) {
-      case Op::kConst: VKAD_TRY(constant(s)); break;
-      case Op::kArg: {
-        VKAD_ASSIGN_OR_RETURN(s.param, param_ref(false));
+    switch (info.family) {
+      case OpFamily::kLeaf: VKAD_TRY(leaf(s)); break;
+      case OpFamily::kUnary:
+      case OpFamily::kCast: VKAD_TRY(operands(s, 1)); break;
+      case OpFamily::kBinary:
+      case OpFamily::kCompare: VKAD_TRY(operands(s, 2)); break;
+      case OpFamily::kSelect: VKAD_TRY(operands(s, 3)); break;
+      case OpFamily::kLocal:
+        VKAD_TRY(operands(s, s.op == Op::kAlloca ? 0 : num_operands(s)));
         break;
+      case OpFamily::kArray: VKAD_TRY(array_access(s)); break;
+      case OpFamily::kStack: VKAD_TRY(stack(s)); break;
+      case OpFamily::kControl: return control(s, op_tok);
+    }
+    if (info.has_result) VKAD_TRY(type_suffix(s));
+    return {};
+  }
+  // How many value operands a local or adstack op takes after its name.
+  static size_t num_operands(const Stmt& s) {
+    return s.op == Op::kStoreLocal || s.op == Op::kStackPush || s.op == Op::kStackAccAdj ? 2 : 1;
+  }
+  // const <literal>; arg <param>; shape <param> <dim>
+  Status leaf(Stmt& s) {
+    switch (leaf_op(s.op)) {
+      case LeafOp::kConst: return constant(s);
+      case LeafOp::kArg: {
+        VKAD_ASSIGN_OR_RETURN(s.param, param_ref(false));
+        return {};
       }
-      case Op::kShape: {
+      case LeafOp::kShape: {
         VKAD_ASSIGN_OR_RETURN(s.param, param_ref(true));
         VKAD_ASSIGN_OR_RETURN(int64_t d, integer("a dimension", 0, UINT32_MAX));
         s.dim = static_cast<uint32_t>(d);
-        break;
-      }
-      case Op::kAlloca: break;
-      case Op::kStackAlloc: {
-        VKAD_TRY(expect_word("cap"));
-        VKAD_TRY(expect("("));
-        VKAD_ASSIGN_OR_RETURN(s.cap, size());
-        VKAD_TRY(expect(")"));
-        s.has_cap = true;
-        break;
-      }
-      case Op::kLoad: VKAD_TRY(index_list(s)); break;
-      case Op::kStore:
-      case Op::kAtomicAdd:
-      case Op::kAtomicMax: {
-        VKAD_TRY(index_list(s));
-        VKAD_TRY(expect(","));
-        VKAD_ASSIGN_OR_RETURN(ValueId v, value());
-        s.args.push_back(v);
         return {};
-      }
-      case Op::kFor: {
-        if (s.result != kNoValue) {
-          tok_ = op_tok;
-          return error("write a for loop as 'for %i in [%begin, %end) { ... }'");
-        }
-        s.type = DType::kI32;
-        VKAD_ASSIGN_OR_RETURN(s.result, value());
-        VKAD_TRY(expect_word("in"));
-        VKAD_TRY(expect("["));
-        VKAD_TRY(operands(s, 2));
-        VKAD_TRY(expect(")"));
-        if (tok_.kind == Token::kIdent && tok_.text == "max_trip") {
-          advance();
-          VKAD_TRY(expect("("));
-          VKAD_ASSIGN_OR_RETURN(s.cap, size());
-          VKAD_TRY(expect(")"));
-          s.has_cap = true;
-        }
-        s.blocks.resize(1);
-        return nested_block(op_tok, s.blocks[0]);
-      }
-      case Op::kWhile: {
-        // while %i (%c) [max_trip(<size>)] { test, defining %c } do { body }
-        if (s.result != kNoValue) {
-          tok_ = op_tok;
-          return error("write a while loop as 'while %i (%cond) { test } do { body }'");
-        }
-        s.type = DType::kI32;
-        VKAD_ASSIGN_OR_RETURN(s.result, value());
-        VKAD_TRY(expect("("));
-        VKAD_TRY(operands(s, 1));
-        VKAD_TRY(expect(")"));
-        if (tok_.kind == Token::kIdent && tok_.text == "max_trip") {
-          advance();
-          VKAD_TRY(expect("("));
-          VKAD_ASSIGN_OR_RETURN(s.cap, size());
-          VKAD_TRY(expect(")"));
-          s.has_cap = true;
-        }
-        s.blocks.resize(2);
-        VKAD_TRY(nested_block(op_tok, s.blocks[0]));
-        VKAD_TRY(expect_word("do"));
-        return nested_block(op_tok, s.blocks[1]);
-      }
-      case Op::kBreak:
-      case Op::kContinue:
-      case Op::kBarrier: return {};
-      case Op::kIf: {
-        s.type = DType::kBool;
-        VKAD_TRY(operands(s, 1));
-        s.blocks.resize(2);
-        VKAD_TRY(nested_block(op_tok, s.blocks[0]));
-        if (tok_.kind == Token::kIdent && tok_.text == "else") {
-          advance();
-          VKAD_TRY(nested_block(op_tok, s.blocks[1]));
-        }
-        return {};
-      }
-      default: {
-        size_t n = info.cls == OpClass::kUnary                                     ? 1
-                   : info.cls == OpClass::kBinary || info.cls == OpClass::kCompare ? 2
-                   : s.op == Op::kSelect                                           ? 3
-                   : s.op == Op::kStoreLocal || s.op == Op::kStackPush || s.op == Op::kStackAccAdj
-                       ? 2
-                       : 1;  // cast, load_local, stack_pop/top/top_adj
-        VKAD_TRY(operands(s, n));
-        break;
       }
     }
-    if (info.has_result) VKAD_TRY(type_suffix(s));
+    return {};
+  }
+  // load p[%i, ...]; store / atomic_add / atomic_max p[%i, ...], %v
+  Status array_access(Stmt& s) {
+    VKAD_TRY(index_list(s));
+    if (s.op == Op::kLoad) return {};
+    VKAD_TRY(expect(","));
+    VKAD_ASSIGN_OR_RETURN(ValueId v, value());
+    s.args.push_back(v);
+    return {};
+  }
+  // stack_alloc cap(<size>); the others: their operands
+  Status stack(Stmt& s) {
+    if (s.op != Op::kStackAlloc) return operands(s, num_operands(s));
+    VKAD_TRY(expect_word("cap"));
+    VKAD_TRY(expect("("));
+    VKAD_ASSIGN_OR_RETURN(s.cap, size());
+    VKAD_TRY(expect(")"));
+    s.has_cap = true;
+    return {};
+  }
+  // An optional `max_trip(<size>)` after a loop's head.
+  Status max_trip(Stmt& s) {
+    if (tok_.kind != Token::kIdent || tok_.text != "max_trip") return {};
+    advance();
+    VKAD_TRY(expect("("));
+    VKAD_ASSIGN_OR_RETURN(s.cap, size());
+    VKAD_TRY(expect(")"));
+    s.has_cap = true;
+    return {};
+  }
+  Status control(Stmt& s, const Token& op_tok) {
+    switch (control_op(s.op)) {
+      case ControlOp::kFor: return for_loop(s, op_tok);
+      case ControlOp::kWhile: return while_loop(s, op_tok);
+      case ControlOp::kIf: return branch(s, op_tok);
+      case ControlOp::kBreak:
+      case ControlOp::kContinue:
+      case ControlOp::kBarrier: return {};
+    }
+    return {};
+  }
+  // A loop's index after its op word (`for %i`, `while %i`); `%r = for` is an error saying
+  // `usage`.
+  Status loop_index(Stmt& s, const Token& op_tok, const char* usage) {
+    if (s.result != kNoValue) {
+      tok_ = op_tok;
+      return error(usage);
+    }
+    s.type = DType::kI32;
+    VKAD_ASSIGN_OR_RETURN(s.result, value());
+    return {};
+  }
+  // for %i in [%begin, %end) [max_trip(<size>)] { body }
+  Status for_loop(Stmt& s, const Token& op_tok) {
+    VKAD_TRY(loop_index(s, op_tok, "write a for loop as 'for %i in [%begin, %end) { ... }'"));
+    VKAD_TRY(expect_word("in"));
+    VKAD_TRY(expect("["));
+    VKAD_TRY(operands(s, 2));
+    VKAD_TRY(expect(")"));
+    VKAD_TRY(max_trip(s));
+    s.blocks.resize(1);
+    return nested_block(op_tok, s.blocks[0]);
+  }
+  // while %i (%c) [max_trip(<size>)] { test, defining %c } do { body }
+  Status while_loop(Stmt& s, const Token& op_tok) {
+    VKAD_TRY(
+        loop_index(s, op_tok, "write a while loop as 'while %i (%cond) { test } do { body }'"));
+    VKAD_TRY(expect("("));
+    VKAD_TRY(operands(s, 1));
+    VKAD_TRY(expect(")"));
+    VKAD_TRY(max_trip(s));
+    s.blocks.resize(2);
+    VKAD_TRY(nested_block(op_tok, s.blocks[0]));
+    VKAD_TRY(expect_word("do"));
+    return nested_block(op_tok, s.blocks[1]);
+  }
+  // if %c { then } [else { else }]
+  Status branch(Stmt& s, const Token& op_tok) {
+    s.type = DType::kBool;
+    VKAD_TRY(operands(s, 1));
+    s.blocks.resize(2);
+    VKAD_TRY(nested_block(op_tok, s.blocks[0]));
+    if (tok_.kind == Token::kIdent && tok_.text == "else") {
+      advance();
+      VKAD_TRY(nested_block(op_tok, s.blocks[1]));
+    }
     return {};
   }
 

@@ -175,11 +175,14 @@ class Verifier {
       case K::kDiv:
         return task_error(which + ": a quotient (div) is not allowed in a task dimension");
       case K::kNegScalar: return task_error(which + ": neg() is not allowed in a task dimension");
-      default:
+      case K::kAdd:
+      case K::kMul:
+      case K::kMax:
         if (e.operands.empty()) return task_error(which + ": a combination without operands");
         for (const SizeExpr& o : e.operands) VKAD_TRY(check_dim_bound(o, which));
         return {};
     }
+    return {};
   }
 
   Status check_size(const Stmt& s, const SizeExpr& e) const {
@@ -306,24 +309,43 @@ class Verifier {
 
   Status stmt(const Stmt& s) {
     const OpInfo& info = op_info(s.op);
+    VKAD_TRY(check_form(s));
+    IdKind kind = IdKind::kValue;
+    switch (info.family) {
+      case OpFamily::kLeaf: VKAD_TRY(leaf(s)); break;
+      case OpFamily::kUnary: VKAD_TRY(unary(s)); break;
+      case OpFamily::kBinary:
+      case OpFamily::kCompare: VKAD_TRY(binary(s)); break;
+      case OpFamily::kSelect: VKAD_TRY(select(s)); break;
+      case OpFamily::kCast:
+        VKAD_TRY(expect_args(s, 1));
+        VKAD_TRY(value(s, 0).status());
+        break;
+      case OpFamily::kLocal: {
+        VKAD_ASSIGN_OR_RETURN(kind, local(s));
+        break;
+      }
+      case OpFamily::kArray: VKAD_TRY(array(s)); break;
+      case OpFamily::kStack: {
+        VKAD_ASSIGN_OR_RETURN(kind, stack(s));
+        break;
+      }
+      // Loops define their index in their body's scope, not the enclosing one.
+      case OpFamily::kControl: return control(s);
+    }
+    if (info.has_result) VKAD_TRY(define(s.result, {kind, s.type, &s}, &s));
+    note_uniform(s);
+    return {};
+  }
+
+  // What every statement must be, whatever its op: a result exactly when the op yields one,
+  // types the device has, the op's number of blocks, a well-formed cap.
+  Status check_form(const Stmt& s) {
+    const OpInfo& info = op_info(s.op);
     if (info.has_result && s.result == kNoValue) return error(s, "the statement has no result id");
     if (!info.has_result && s.result != kNoValue) return error(s, "this statement yields no value");
     if (info.has_result) VKAD_TRY(dtype_supported(s.type, "", &s));
-    if ((s.op == Op::kFor && s.blocks.size() != 1) || (s.op == Op::kIf && s.blocks.size() != 2) ||
-        (s.op == Op::kWhile && s.blocks.size() != 2) ||
-        (s.op != Op::kFor && s.op != Op::kIf && s.op != Op::kWhile && !s.blocks.empty())) {
-      return error(s, "malformed blocks");
-    }
-    auto same = [&](DType a, DType b) -> Status {
-      if (a != b) return error(s, "type mismatch: operands are " + tn(a) + " and " + tn(b));
-      return {};
-    };
-    auto result_is = [&](DType t) -> Status {
-      if (s.type != t)
-        return error(
-            s, "type mismatch: the result is " + tn(s.type) + " but the operation yields " + tn(t));
-      return {};
-    };
+    if (s.blocks.size() != info.blocks) return error(s, "malformed blocks");
     if (s.has_cap) VKAD_TRY(check_size(s, s.cap));
     // Operands count too: a statement may use i64 values without yielding one (a store).
     if (!info.has_result || s.type != DType::kI64) {
@@ -333,290 +355,336 @@ class Verifier {
           VKAD_TRY(dtype_supported(DType::kI64, "", &s));
       }
     }
-    IdKind kind = IdKind::kValue;
-    DType def_type = s.type;
-    switch (info.cls) {
-      case OpClass::kLeaf:
-        VKAD_TRY(expect_args(s, 0));
-        if (s.op == Op::kConst) {
-          if (s.type == DType::kBool && s.iimm != 0 && s.iimm != 1)
-            return error(s, "a bool constant is 0 or 1");
-          if (s.type == DType::kI32 && (s.iimm < INT32_MIN || s.iimm > INT32_MAX))
-            return error(s, "constant out of range for i32");
-          if (s.type == DType::kU32 && (s.iimm < 0 || s.iimm > UINT32_MAX))
-            return error(s, "constant out of range for u32");
-        } else {
-          if (s.param >= k_.params.size())
-            return error(s, "parameter " + std::to_string(s.param) + " does not exist");
-          const Param& p = k_.params[s.param];
-          if (s.op == Op::kArg) {
-            if (p.kind != ParamKind::kScalar)
-              return error(s, "'" + p.name + "' is an ndarray; read it with load");
-            VKAD_TRY(result_is(p.dtype));
-          } else {
-            if (p.kind != ParamKind::kNdArray)
-              return error(s, "'" + p.name + "' is a scalar and has no shape");
-            if (s.dim >= p.rank)
-              return error(s, "'" + p.name + "' has rank " + std::to_string(p.rank) +
-                                  ", no dimension " + std::to_string(s.dim));
-            VKAD_TRY(result_is(DType::kI32));
-          }
-        }
-        break;
-      case OpClass::kUnary: {
-        VKAD_TRY(expect_args(s, 1));
-        VKAD_ASSIGN_OR_RETURN(DType a, value(s, 0));
-        if (s.op == Op::kNot && a != DType::kBool)
-          return error(s, "type mismatch: not takes bool, got " + tn(a));
-        if (s.op != Op::kNot && a == DType::kBool)
-          return error(s, "type mismatch: " + std::string(info.name) + " takes a number, got bool");
-        if (is_float_math(s.op) && !is_float(a))
-          return error(
-              s, "type mismatch: " + std::string(info.name) + " takes f32 or f64, got " + tn(a));
-        VKAD_TRY(result_is(a));
-        break;
-      }
-      case OpClass::kBinary:
-      case OpClass::kCompare: {
-        VKAD_TRY(expect_args(s, 2));
-        VKAD_ASSIGN_OR_RETURN(DType a, value(s, 0));
-        VKAD_ASSIGN_OR_RETURN(DType b, value(s, 1));
-        VKAD_TRY(same(a, b));
-        bool logic = s.op == Op::kAnd || s.op == Op::kOr;
-        bool eq = s.op == Op::kEq || s.op == Op::kNe;
-        if (logic && a != DType::kBool)
-          return error(s, "type mismatch: " + std::string(info.name) + " takes bool, got " + tn(a));
-        if (!logic && !eq && a == DType::kBool)
-          return error(s, "type mismatch: " + std::string(info.name) + " takes numbers, got bool");
-        if ((s.op == Op::kMod || s.op == Op::kFloorDiv) && !is_int(a))
-          return error(
-              s, "type mismatch: " + std::string(info.name) + " takes i32 or u32, got " + tn(a));
-        if (is_float_math(s.op) && !is_float(a))
-          return error(
-              s, "type mismatch: " + std::string(info.name) + " takes f32 or f64, got " + tn(a));
-        VKAD_TRY(result_is(info.cls == OpClass::kCompare ? DType::kBool : a));
-        break;
-      }
-      case OpClass::kOther:
-        switch (s.op) {
-          case Op::kSelect: {
-            VKAD_TRY(expect_args(s, 3));
-            VKAD_ASSIGN_OR_RETURN(DType c, value(s, 0));
-            if (c != DType::kBool)
-              return error(s, "type mismatch: the condition is " + tn(c) + ", expected bool");
-            VKAD_ASSIGN_OR_RETURN(DType a, value(s, 1));
-            VKAD_ASSIGN_OR_RETURN(DType b, value(s, 2));
-            VKAD_TRY(same(a, b));
-            VKAD_TRY(result_is(a));
-            break;
-          }
-          case Op::kCast:
-            VKAD_TRY(expect_args(s, 1));
-            VKAD_TRY(value(s, 0).status());
-            break;
-          case Op::kAlloca:
-            VKAD_TRY(expect_args(s, 0));
-            kind = IdKind::kLocal;
-            break;
-          case Op::kLoadLocal: {
-            VKAD_TRY(expect_args(s, 1));
-            VKAD_ASSIGN_OR_RETURN(IdInfo l, use(s, s.args[0], IdKind::kLocal));
-            VKAD_TRY(result_is(l.type));
-            break;
-          }
-          case Op::kStoreLocal: {
-            VKAD_TRY(expect_args(s, 2));
-            VKAD_ASSIGN_OR_RETURN(IdInfo l, use(s, s.args[0], IdKind::kLocal));
-            VKAD_ASSIGN_OR_RETURN(DType v, value(s, 1));
-            if (v != l.type)
-              return error(
-                  s, "type mismatch: the local holds " + tn(l.type) + ", the value is " + tn(v));
-            break;
-          }
-          case Op::kLoad:
-            VKAD_TRY(array_access(s, s.args.size()));
-            VKAD_TRY(result_is(k_.params[s.param].dtype));
-            break;
-          case Op::kStore:
-          case Op::kAtomicAdd:
-          case Op::kAtomicMax: {
-            if (s.args.empty()) return error(s, std::string(info.name) + " needs a value");
-            VKAD_TRY(array_access(s, s.args.size() - 1));
-            VKAD_ASSIGN_OR_RETURN(DType v, value(s, s.args.size() - 1));
-            DType e = k_.params[s.param].dtype;
-            if (v != e)
-              return error(s, "type mismatch: ndarray '" + k_.params[s.param].name + "' holds " +
-                                  tn(e) + ", the value is " + tn(v));
-            if (s.op == Op::kAtomicMax && e != DType::kI32 && e != DType::kU32) {
-              return error(s, "atomic_max on a " + tn(e) + " ndarray (i32 or u32 only)");
-            }
-            if (s.op == Op::kAtomicAdd) {
-              if (e == DType::kBool) return error(s, "atomic_add on a bool ndarray");
-              if (e == DType::kI64 && !target_.atomic_int64) {
-                return error(s,
-                             "atomic_add on i64 needs shaderBufferInt64Atomics; " +
-                                 target_.device_name + " lacks it",
-                             ErrorCode::kUnsupported);
-              }
-              if (e == DType::kF64 && !target_.atomic_float64_add && !target_.atomic_int64) {
-                return error(s,
-                             "atomic_add on f64 needs shaderBufferFloat64AtomicAdd or "
-                             "shaderBufferInt64Atomics; " +
-                                 target_.device_name + " has neither",
-                             ErrorCode::kUnsupported);
-              }
-            }
-            break;
-          }
-          case Op::kFor: {
-            VKAD_TRY(expect_args(s, 2));
-            VKAD_ASSIGN_OR_RETURN(DType b, value(s, 0));
-            VKAD_ASSIGN_OR_RETURN(DType e, value(s, 1));
-            if (b != DType::kI32 || e != DType::kI32)
-              return error(s, "type mismatch: loop bounds are " + tn(b) + " and " + tn(e) +
-                                  ", expected i32");
-            VKAD_TRY(result_is(DType::kI32));
-            VKAD_TRY(define(s.result, {IdKind::kValue, DType::kI32, &s}, &s));
-            // The index belongs to the body's scope, not the enclosing one.
-            scopes_.back().erase(s.result);
-            scopes_.push_back({s.result});
-            // Every invocation runs the loop's iterations alike when its bounds are
-            // launch-uniform and nothing leaves an iteration early: a barrier may sit inside.
-            const bool alike = uniform_.count(s.args[0]) && uniform_.count(s.args[1]) &&
-                               !contains_op(s.blocks[0], Op::kBreak) &&
-                               !contains_op(s.blocks[0], Op::kContinue);
-            if (alike) uniform_.insert(s.result);
-            divergent_ += alike ? 0 : 1;
-            ++loop_depth_;
-            VKAD_TRY(block(s.blocks[0]));
-            --loop_depth_;
-            divergent_ -= alike ? 0 : 1;
-            scopes_.pop_back();
-            return {};
-          }
-          case Op::kWhile: {
-            VKAD_TRY(expect_args(s, 1));
-            VKAD_TRY(result_is(DType::kI32));
-            VKAD_TRY(define(s.result, {IdKind::kValue, DType::kI32, &s}, &s));
-            scopes_.back().erase(s.result);
-            // The test only decides (ir.h): reverse mode replays it in the forward sweeps and
-            // never reverses it, which is right only while it changes nothing.
-            for (const Stmt& t : s.blocks[0].stmts) {
-              bool pure = t.blocks.empty() && t.op != Op::kAlloca && t.op != Op::kStoreLocal &&
-                          t.op != Op::kStore && t.op != Op::kAtomicAdd && t.op != Op::kAtomicMax &&
-                          t.op != Op::kBreak && t.op != Op::kContinue && t.op < Op::kStackAlloc;
-              if (!pure) {
-                return error(t, std::string("a while loop's test may compute and read, not ") +
-                                    op_info(t.op).name +
-                                    " (move it into the body or before the loop)");
-              }
-            }
-            scopes_.push_back({s.result});  // the index is visible in the test and the body
-            VKAD_TRY(block(s.blocks[0]));
-            if (!scopes_.back().count(s.args[0])) {
-              return error(s, "the test value %" + std::to_string(s.args[0]) +
-                                  " must be defined in the loop's test block");
-            }
-            VKAD_ASSIGN_OR_RETURN(DType c, value(s, 0));
-            if (c != DType::kBool)
-              return error(s, "type mismatch: the test is " + tn(c) + ", expected bool");
-            scopes_.pop_back();
-            scopes_.push_back({s.result});
-            ++loop_depth_;
-            ++divergent_;
-            VKAD_TRY(block(s.blocks[1]));
-            --divergent_;
-            --loop_depth_;
-            scopes_.pop_back();
-            return {};
-          }
-          case Op::kBarrier: {
-            VKAD_TRY(expect_args(s, 0));
-            const Task& t = *task_;
-            const bool one_group = !t.serial && t.dims.empty() && t.local_size != 0 &&
-                                   t.begin.kind == RangeBound::Kind::kConstant &&
-                                   t.end.kind == RangeBound::Kind::kConstant &&
-                                   t.begin.value == 0 &&
-                                   t.end.value == static_cast<int64_t>(t.local_size);
-            if (!one_group) {
-              return error(s,
-                           "barrier in a task that is not one workgroup (a parallel 1-d task "
-                           "over [0, local_size) with its local size set)");
-            }
-            if (divergent_ != 0) {
-              return error(s,
-                           "barrier where invocations may diverge (inside if / while, or a "
-                           "for loop whose bounds are not launch-uniform or whose body breaks "
-                           "or continues)");
-            }
-            return {};
-          }
-          case Op::kBreak:
-          case Op::kContinue:
-            VKAD_TRY(expect_args(s, 0));
-            if (loop_depth_ == 0)
-              return error(s, std::string(info.name) + " outside a for or while loop body");
-            return {};
-          case Op::kIf: {
-            VKAD_TRY(expect_args(s, 1));
-            VKAD_ASSIGN_OR_RETURN(DType c, value(s, 0));
-            if (c != DType::kBool)
-              return error(s, "type mismatch: the condition is " + tn(c) + ", expected bool");
-            ++divergent_;
-            for (const Block& b : s.blocks) {
-              scopes_.emplace_back();
-              VKAD_TRY(block(b));
-              scopes_.pop_back();
-            }
-            --divergent_;
-            return {};
-          }
-          case Op::kStackAlloc:
-            VKAD_TRY(expect_args(s, 0));
-            if (s.type == DType::kBool) return error(s, "an adstack holds numbers, not bool");
-            // The integer heap has 32-bit elements.
-            if (s.type == DType::kI64)
-              return error(s, "an adstack holds f32, f64, i32 or u32, not i64",
-                           ErrorCode::kUnsupported);
-            kind = IdKind::kStack;
-            break;
-          case Op::kStackPush:
-          case Op::kStackAccAdj: {
-            VKAD_TRY(expect_args(s, 2));
-            VKAD_ASSIGN_OR_RETURN(IdInfo st, use(s, s.args[0], IdKind::kStack));
-            VKAD_ASSIGN_OR_RETURN(DType v, value(s, 1));
-            if (v != st.type)
-              return error(
-                  s, "type mismatch: the adstack holds " + tn(st.type) + ", the value is " + tn(v));
-            if (s.op == Op::kStackAccAdj && !is_float(st.type))
-              return error(s, "an integer adstack has no adjoint");
-            break;
-          }
-          case Op::kStackPop:
-          case Op::kStackTop:
-          case Op::kStackTopAdj: {
-            VKAD_TRY(expect_args(s, 1));
-            VKAD_ASSIGN_OR_RETURN(IdInfo st, use(s, s.args[0], IdKind::kStack));
-            if (s.op != Op::kStackPop) VKAD_TRY(result_is(st.type));
-            if (s.op == Op::kStackTopAdj && !is_float(st.type))
-              return error(s, "an integer adstack has no adjoint");
-            break;
-          }
-          default: return error(s, "unknown operation");
-        }
-        break;
-    }
-    if (info.has_result) VKAD_TRY(define(s.result, {kind, def_type, &s}, &s));
-    // Launch-uniform values (the same in every invocation): constants, scalar parameters and
-    // extents, and what is computed from them alone; where a barrier may go depends on them.
-    const bool pure = s.op == Op::kConst || s.op == Op::kArg || s.op == Op::kShape ||
-                      info.cls == OpClass::kUnary || info.cls == OpClass::kBinary ||
-                      info.cls == OpClass::kCompare || s.op == Op::kSelect || s.op == Op::kCast;
-    if (info.has_result && pure && std::all_of(s.args.begin(), s.args.end(), [&](ValueId a) {
-          return uniform_.count(a) != 0;
-        })) {
+    return {};
+  }
+
+  Status same(const Stmt& s, DType a, DType b) const {
+    if (a != b) return error(s, "type mismatch: operands are " + tn(a) + " and " + tn(b));
+    return {};
+  }
+  Status result_is(const Stmt& s, DType t) const {
+    if (s.type != t)
+      return error(
+          s, "type mismatch: the result is " + tn(s.type) + " but the operation yields " + tn(t));
+    return {};
+  }
+
+  // Launch-uniform values (the same in every invocation): constants, scalar parameters and
+  // extents, and what is computed from them alone; where a barrier may go depends on them.
+  void note_uniform(const Stmt& s) {
+    if (!op_info(s.op).has_result || !is_pure_value(s.op)) return;
+    if (std::all_of(s.args.begin(), s.args.end(),
+                    [&](ValueId a) { return uniform_.count(a) != 0; })) {
       uniform_.insert(s.result);
     }
+  }
+
+  Status leaf(const Stmt& s) {
+    VKAD_TRY(expect_args(s, 0));
+    switch (leaf_op(s.op)) {
+      case LeafOp::kConst: return constant(s);
+      case LeafOp::kArg: {
+        VKAD_ASSIGN_OR_RETURN(const Param* p, param(s));
+        if (p->kind != ParamKind::kScalar)
+          return error(s, "'" + p->name + "' is an ndarray; read it with load");
+        return result_is(s, p->dtype);
+      }
+      case LeafOp::kShape: {
+        VKAD_ASSIGN_OR_RETURN(const Param* p, param(s));
+        if (p->kind != ParamKind::kNdArray)
+          return error(s, "'" + p->name + "' is a scalar and has no shape");
+        if (s.dim >= p->rank)
+          return error(s, "'" + p->name + "' has rank " + std::to_string(p->rank) +
+                              ", no dimension " + std::to_string(s.dim));
+        return result_is(s, DType::kI32);
+      }
+    }
+    return {};
+  }
+  Status constant(const Stmt& s) const {
+    if (s.type == DType::kBool && s.iimm != 0 && s.iimm != 1)
+      return error(s, "a bool constant is 0 or 1");
+    if (s.type == DType::kI32 && (s.iimm < INT32_MIN || s.iimm > INT32_MAX))
+      return error(s, "constant out of range for i32");
+    if (s.type == DType::kU32 && (s.iimm < 0 || s.iimm > UINT32_MAX))
+      return error(s, "constant out of range for u32");
+    return {};
+  }
+  Result<const Param*> param(const Stmt& s) const {
+    if (s.param >= k_.params.size())
+      return error(s, "parameter " + std::to_string(s.param) + " does not exist");
+    return &k_.params[s.param];
+  }
+
+  // The typing rule of arithmetic and comparisons: the op's `operands` column of ops.def.
+  // `numbers` words what a non-bool operand is ("a number" for one, "numbers" for two).
+  Status operand_types(const Stmt& s, DType a, const char* numbers) const {
+    const OpInfo& info = op_info(s.op);
+    const std::string what = "type mismatch: " + std::string(info.name);
+    switch (info.operands) {
+      case Operands::kAny: return {};
+      case Operands::kBool:
+        if (a != DType::kBool) return error(s, what + " takes bool, got " + tn(a));
+        return {};
+      case Operands::kNumber:
+      case Operands::kFloat:
+      case Operands::kInt:
+        if (a == DType::kBool) return error(s, what + " takes " + numbers + ", got bool");
+        break;
+    }
+    if (info.operands == Operands::kInt && !is_int(a))
+      return error(s, what + " takes i32 or u32, got " + tn(a));
+    if (info.operands == Operands::kFloat && !is_float(a))
+      return error(s, what + " takes f32 or f64, got " + tn(a));
+    return {};
+  }
+  Status unary(const Stmt& s) {
+    VKAD_TRY(expect_args(s, 1));
+    VKAD_ASSIGN_OR_RETURN(DType a, value(s, 0));
+    VKAD_TRY(operand_types(s, a, "a number"));
+    return result_is(s, a);
+  }
+  // Binary arithmetic and comparisons: two operands of one type.
+  Status binary(const Stmt& s) {
+    VKAD_TRY(expect_args(s, 2));
+    VKAD_ASSIGN_OR_RETURN(DType a, value(s, 0));
+    VKAD_ASSIGN_OR_RETURN(DType b, value(s, 1));
+    VKAD_TRY(same(s, a, b));
+    VKAD_TRY(operand_types(s, a, "numbers"));
+    return result_is(s, op_info(s.op).family == OpFamily::kCompare ? DType::kBool : a);
+  }
+  Status select(const Stmt& s) {
+    VKAD_TRY(expect_args(s, 3));
+    VKAD_ASSIGN_OR_RETURN(DType c, value(s, 0));
+    if (c != DType::kBool)
+      return error(s, "type mismatch: the condition is " + tn(c) + ", expected bool");
+    VKAD_ASSIGN_OR_RETURN(DType a, value(s, 1));
+    VKAD_ASSIGN_OR_RETURN(DType b, value(s, 2));
+    VKAD_TRY(same(s, a, b));
+    return result_is(s, a);
+  }
+
+  // Returns what the statement's result is (a local for alloca).
+  Result<IdKind> local(const Stmt& s) {
+    switch (local_op(s.op)) {
+      case LocalOp::kAlloca: VKAD_TRY(expect_args(s, 0)); return IdKind::kLocal;
+      case LocalOp::kLoadLocal: {
+        VKAD_TRY(expect_args(s, 1));
+        VKAD_ASSIGN_OR_RETURN(IdInfo l, use(s, s.args[0], IdKind::kLocal));
+        VKAD_TRY(result_is(s, l.type));
+        return IdKind::kValue;
+      }
+      case LocalOp::kStoreLocal: {
+        VKAD_TRY(holder_and_value(s, IdKind::kLocal, "local").status());
+        return IdKind::kValue;
+      }
+    }
+    return IdKind::kValue;
+  }
+  // (holder, value): a local or adstack and a value of the type it holds (store_local,
+  // stack_push, stack_acc_adj). Returns the holder.
+  Result<IdInfo> holder_and_value(const Stmt& s, IdKind kind, const char* holder) {
+    VKAD_TRY(expect_args(s, 2));
+    VKAD_ASSIGN_OR_RETURN(IdInfo h, use(s, s.args[0], kind));
+    VKAD_ASSIGN_OR_RETURN(DType v, value(s, 1));
+    if (v != h.type) {
+      return error(s, "type mismatch: the " + std::string(holder) + " holds " + tn(h.type) +
+                          ", the value is " + tn(v));
+    }
+    return h;
+  }
+
+  Status array(const Stmt& s) {
+    switch (array_op(s.op)) {
+      case ArrayOp::kLoad:
+        VKAD_TRY(array_access(s, s.args.size()));
+        return result_is(s, k_.params[s.param].dtype);
+      case ArrayOp::kStore:
+      case ArrayOp::kAtomicAdd:
+      case ArrayOp::kAtomicMax: return array_write(s);
+    }
+    return {};
+  }
+  // store, atomic_add, atomic_max: the value's type is the ndarray's, and the device has the
+  // atomic.
+  Status array_write(const Stmt& s) {
+    if (s.args.empty()) return error(s, std::string(op_info(s.op).name) + " needs a value");
+    VKAD_TRY(array_access(s, s.args.size() - 1));
+    VKAD_ASSIGN_OR_RETURN(DType v, value(s, s.args.size() - 1));
+    DType e = k_.params[s.param].dtype;
+    if (v != e)
+      return error(s, "type mismatch: ndarray '" + k_.params[s.param].name + "' holds " + tn(e) +
+                          ", the value is " + tn(v));
+    if (s.op == Op::kAtomicMax && e != DType::kI32 && e != DType::kU32) {
+      return error(s, "atomic_max on a " + tn(e) + " ndarray (i32 or u32 only)");
+    }
+    if (s.op == Op::kAtomicAdd) return atomic_add_supported(s, e);
+    return {};
+  }
+  Status atomic_add_supported(const Stmt& s, DType e) const {
+    if (e == DType::kBool) return error(s, "atomic_add on a bool ndarray");
+    if (e == DType::kI64 && !target_.atomic_int64) {
+      return error(
+          s,
+          "atomic_add on i64 needs shaderBufferInt64Atomics; " + target_.device_name + " lacks it",
+          ErrorCode::kUnsupported);
+    }
+    if (e == DType::kF64 && !target_.atomic_float64_add && !target_.atomic_int64) {
+      return error(s,
+                   "atomic_add on f64 needs shaderBufferFloat64AtomicAdd or "
+                   "shaderBufferInt64Atomics; " +
+                       target_.device_name + " has neither",
+                   ErrorCode::kUnsupported);
+    }
+    return {};
+  }
+
+  Status control(const Stmt& s) {
+    switch (control_op(s.op)) {
+      case ControlOp::kFor: return for_loop(s);
+      case ControlOp::kIf: return branch(s);
+      case ControlOp::kWhile: return while_loop(s);
+      case ControlOp::kBreak:
+      case ControlOp::kContinue:
+        VKAD_TRY(expect_args(s, 0));
+        if (loop_depth_ == 0)
+          return error(s, std::string(op_info(s.op).name) + " outside a for or while loop body");
+        return {};
+      case ControlOp::kBarrier: return barrier(s);
+    }
+    return {};
+  }
+  Status for_loop(const Stmt& s) {
+    VKAD_TRY(expect_args(s, 2));
+    VKAD_ASSIGN_OR_RETURN(DType b, value(s, 0));
+    VKAD_ASSIGN_OR_RETURN(DType e, value(s, 1));
+    if (b != DType::kI32 || e != DType::kI32)
+      return error(s,
+                   "type mismatch: loop bounds are " + tn(b) + " and " + tn(e) + ", expected i32");
+    VKAD_TRY(result_is(s, DType::kI32));
+    VKAD_TRY(define(s.result, {IdKind::kValue, DType::kI32, &s}, &s));
+    // The index belongs to the body's scope, not the enclosing one.
+    scopes_.back().erase(s.result);
+    scopes_.push_back({s.result});
+    // Every invocation runs the loop's iterations alike when its bounds are
+    // launch-uniform and nothing leaves an iteration early: a barrier may sit inside.
+    const bool alike = uniform_.count(s.args[0]) && uniform_.count(s.args[1]) &&
+                       !contains_op(s.blocks[0], Op::kBreak) &&
+                       !contains_op(s.blocks[0], Op::kContinue);
+    if (alike) uniform_.insert(s.result);
+    divergent_ += alike ? 0 : 1;
+    ++loop_depth_;
+    VKAD_TRY(block(s.blocks[0]));
+    --loop_depth_;
+    divergent_ -= alike ? 0 : 1;
+    scopes_.pop_back();
+    return {};
+  }
+  Status while_loop(const Stmt& s) {
+    VKAD_TRY(expect_args(s, 1));
+    VKAD_TRY(result_is(s, DType::kI32));
+    VKAD_TRY(define(s.result, {IdKind::kValue, DType::kI32, &s}, &s));
+    scopes_.back().erase(s.result);
+    // The test only decides (ir.h): reverse mode replays it in the forward sweeps and
+    // never reverses it, which is right only while it changes nothing.
+    for (const Stmt& t : s.blocks[0].stmts) {
+      if (!allowed_in_while_test(t.op)) {
+        return error(t, std::string("a while loop's test may compute and read, not ") +
+                            op_info(t.op).name + " (move it into the body or before the loop)");
+      }
+    }
+    scopes_.push_back({s.result});  // the index is visible in the test and the body
+    VKAD_TRY(block(s.blocks[0]));
+    if (!scopes_.back().count(s.args[0])) {
+      return error(s, "the test value %" + std::to_string(s.args[0]) +
+                          " must be defined in the loop's test block");
+    }
+    VKAD_ASSIGN_OR_RETURN(DType c, value(s, 0));
+    if (c != DType::kBool)
+      return error(s, "type mismatch: the test is " + tn(c) + ", expected bool");
+    scopes_.pop_back();
+    scopes_.push_back({s.result});
+    ++loop_depth_;
+    ++divergent_;
+    VKAD_TRY(block(s.blocks[1]));
+    --divergent_;
+    --loop_depth_;
+    scopes_.pop_back();
+    return {};
+  }
+  // A while test computes and reads: values, loads of locals and ndarrays; nothing that
+  // writes, allocates or moves control.
+  static bool allowed_in_while_test(Op op) {
+    return is_pure_value(op) || op == Op::kLoadLocal || op == Op::kLoad;
+  }
+  Status branch(const Stmt& s) {
+    VKAD_TRY(expect_args(s, 1));
+    VKAD_ASSIGN_OR_RETURN(DType c, value(s, 0));
+    if (c != DType::kBool)
+      return error(s, "type mismatch: the condition is " + tn(c) + ", expected bool");
+    ++divergent_;
+    for (const Block& b : s.blocks) {
+      scopes_.emplace_back();
+      VKAD_TRY(block(b));
+      scopes_.pop_back();
+    }
+    --divergent_;
+    return {};
+  }
+  Status barrier(const Stmt& s) const {
+    VKAD_TRY(expect_args(s, 0));
+    const Task& t = *task_;
+    const bool one_group = !t.serial && t.dims.empty() && t.local_size != 0 &&
+                           t.begin.kind == RangeBound::Kind::kConstant &&
+                           t.end.kind == RangeBound::Kind::kConstant && t.begin.value == 0 &&
+                           t.end.value == static_cast<int64_t>(t.local_size);
+    if (!one_group) {
+      return error(s,
+                   "barrier in a task that is not one workgroup (a parallel 1-d task "
+                   "over [0, local_size) with its local size set)");
+    }
+    if (divergent_ != 0) {
+      return error(s,
+                   "barrier where invocations may diverge (inside if / while, or a "
+                   "for loop whose bounds are not launch-uniform or whose body breaks "
+                   "or continues)");
+    }
+    return {};
+  }
+
+  // Returns what the statement's result is (an adstack for stack_alloc).
+  Result<IdKind> stack(const Stmt& s) {
+    switch (stack_op(s.op)) {
+      case StackOp::kStackAlloc:
+        VKAD_TRY(expect_args(s, 0));
+        if (s.type == DType::kBool) return error(s, "an adstack holds numbers, not bool");
+        // The integer heap has 32-bit elements.
+        if (s.type == DType::kI64)
+          return error(s, "an adstack holds f32, f64, i32 or u32, not i64",
+                       ErrorCode::kUnsupported);
+        return IdKind::kStack;
+      case StackOp::kStackPush:
+      case StackOp::kStackAccAdj: VKAD_TRY(stack_write(s)); return IdKind::kValue;
+      case StackOp::kStackPop:
+      case StackOp::kStackTop:
+      case StackOp::kStackTopAdj: VKAD_TRY(stack_read(s)); return IdKind::kValue;
+    }
+    return IdKind::kValue;
+  }
+  // stack_push, stack_acc_adj: (stack, value of its element type)
+  Status stack_write(const Stmt& s) {
+    VKAD_ASSIGN_OR_RETURN(IdInfo st, holder_and_value(s, IdKind::kStack, "adstack"));
+    if (s.op == Op::kStackAccAdj && !is_float(st.type))
+      return error(s, "an integer adstack has no adjoint");
+    return {};
+  }
+  // stack_pop, stack_top, stack_top_adj: (stack)
+  Status stack_read(const Stmt& s) {
+    VKAD_TRY(expect_args(s, 1));
+    VKAD_ASSIGN_OR_RETURN(IdInfo st, use(s, s.args[0], IdKind::kStack));
+    if (s.op != Op::kStackPop) VKAD_TRY(result_is(s, st.type));
+    if (s.op == Op::kStackTopAdj && !is_float(st.type))
+      return error(s, "an integer adstack has no adjoint");
     return {};
   }
 

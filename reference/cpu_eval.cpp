@@ -78,19 +78,15 @@ using abi::kErrorAdstackOverflow;
 using abi::kErrorOutOfBounds;
 
 // f32 transcendentals are computed in f32 (libm's float functions), f64 ones in f64.
-template <typename T>
-double math1(Op op, T f) {
-  switch (op) {
-    case Op::kExp: return std::exp(f);
-    case Op::kLog: return std::log(f);
-    case Op::kSin: return std::sin(f);
-    case Op::kCos: return std::cos(f);
-    case Op::kTan: return std::tan(f);
-    case Op::kTanh: return std::tanh(f);
-    case Op::kAsin: return std::asin(f);
-    case Op::kAcos: return std::acos(f);
-    default: return f;
-  }
+template <typename F>
+double in_precision(DType t, double x, F f) {
+  if (t == DType::kF64) return f(x);
+  return static_cast<double>(f(to_f32(x)));
+}
+template <typename F>
+double in_precision(DType t, double x, double y, F f) {
+  if (t == DType::kF64) return f(x, y);
+  return static_cast<double>(f(to_f32(x), to_f32(y)));
 }
 
 double float_to_int(DType to, double v) {
@@ -288,71 +284,74 @@ class Evaluator {
   }
 
   double unary(const Stmt& s, double x) const {
-    switch (s.op) {
-      case Op::kNeg: return -x;
-      case Op::kNot: return x != 0 ? 0 : 1;
-      case Op::kSqrt: return std::sqrt(x);
-      case Op::kRsqrt: return 1.0 / std::sqrt(x);
-      case Op::kExp:
-      case Op::kLog:
-      case Op::kSin:
-      case Op::kCos:
-      case Op::kTan:
-      case Op::kTanh:
-      case Op::kAsin:
-      case Op::kAcos: return s.type == DType::kF64 ? math1(s.op, x) : math1(s.op, to_f32(x));
-      case Op::kAbs: return std::fabs(x);
-      case Op::kFloor: return std::floor(x);
-      case Op::kCeil: return std::ceil(x);
-      default: return 0;
+    switch (unary_op(s.op)) {
+      case UnaryOp::kNeg: return -x;
+      case UnaryOp::kNot: return x != 0 ? 0 : 1;
+      case UnaryOp::kSqrt: return std::sqrt(x);
+      case UnaryOp::kRsqrt: return 1.0 / std::sqrt(x);
+      case UnaryOp::kExp: return in_precision(s.type, x, [](auto v) { return std::exp(v); });
+      case UnaryOp::kLog: return in_precision(s.type, x, [](auto v) { return std::log(v); });
+      case UnaryOp::kSin: return in_precision(s.type, x, [](auto v) { return std::sin(v); });
+      case UnaryOp::kCos: return in_precision(s.type, x, [](auto v) { return std::cos(v); });
+      case UnaryOp::kTan: return in_precision(s.type, x, [](auto v) { return std::tan(v); });
+      case UnaryOp::kTanh: return in_precision(s.type, x, [](auto v) { return std::tanh(v); });
+      case UnaryOp::kAsin: return in_precision(s.type, x, [](auto v) { return std::asin(v); });
+      case UnaryOp::kAcos: return in_precision(s.type, x, [](auto v) { return std::acos(v); });
+      case UnaryOp::kAbs: return std::fabs(x);
+      case UnaryOp::kFloor: return std::floor(x);
+      case UnaryOp::kCeil: return std::ceil(x);
     }
+    return 0;
   }
 
   double binary(const Stmt& s, DType t, double a, double b) const {
-    bool f = is_float(t);
-    switch (s.op) {
-      case Op::kAdd: return a + b;
-      case Op::kSub: return a - b;
-      case Op::kMul:
-        if (!f) {  // exact wrap of a 32x32-bit product (64-bit for i64)
-          uint64_t p = static_cast<uint64_t>(to_i64(a)) * static_cast<uint64_t>(to_i64(b));
-          if (t == DType::kI64) return static_cast<double>(static_cast<int64_t>(p));
-          return static_cast<double>(static_cast<uint32_t>(p));
-        }
-        return a * b;
-      case Op::kDiv:
-      case Op::kMod:
-      case Op::kFloorDiv: {
-        if (f) return a / b;
-        // i32 and u32 operands: int64 holds them and INT_MIN / -1 (2^31, which round_to wraps
-        // back to INT_MIN) without overflow. By zero: div and floordiv 0, mod the dividend.
-        int64_t x = to_i64(a), y = to_i64(b);
-        if (y == 0) return s.op == Op::kMod ? a : 0;
-        if (y == -1 && x == INT64_MIN) return s.op == Op::kMod ? 0 : a;  // i64's INT_MIN / -1
-        int64_t q = x / y, r = x % y;
-        if (s.op == Op::kDiv) return static_cast<double>(q);
-        bool adjust = r != 0 && ((r < 0) != (y < 0));
-        if (s.op == Op::kMod) return static_cast<double>(adjust ? r + y : r);
-        return static_cast<double>(adjust ? q - 1 : q);
-      }
-      case Op::kMin: return a < b ? a : b;
-      case Op::kMax: return a > b ? a : b;
-      case Op::kPow:
-        if (t == DType::kF64) return std::pow(a, b);
-        return static_cast<double>(std::pow(to_f32(a), to_f32(b)));
-      case Op::kAtan2:
-        if (t == DType::kF64) return std::atan2(a, b);
-        return static_cast<double>(std::atan2(to_f32(a), to_f32(b)));
-      case Op::kAnd: return (a != 0 && b != 0) ? 1 : 0;
-      case Op::kOr: return (a != 0 || b != 0) ? 1 : 0;
-      case Op::kLt: return a < b;
-      case Op::kLe: return a <= b;
-      case Op::kGt: return a > b;
-      case Op::kGe: return a >= b;
-      case Op::kEq: return a == b;
-      case Op::kNe: return a != b;
-      default: return 0;
+    switch (binary_op(s.op)) {
+      case BinaryOp::kAdd: return a + b;
+      case BinaryOp::kSub: return a - b;
+      case BinaryOp::kMul: return is_float(t) ? a * b : wrapped_product(t, a, b);
+      case BinaryOp::kDiv:
+      case BinaryOp::kMod:
+      case BinaryOp::kFloorDiv: return is_float(t) ? a / b : int_division(s.op, a, b);
+      case BinaryOp::kMin: return a < b ? a : b;
+      case BinaryOp::kMax: return a > b ? a : b;
+      case BinaryOp::kPow:
+        return in_precision(t, a, b, [](auto x, auto y) { return std::pow(x, y); });
+      case BinaryOp::kAtan2:
+        return in_precision(t, a, b, [](auto x, auto y) { return std::atan2(x, y); });
+      case BinaryOp::kAnd: return (a != 0 && b != 0) ? 1 : 0;
+      case BinaryOp::kOr: return (a != 0 || b != 0) ? 1 : 0;
     }
+    return 0;
+  }
+  // The exact wrap of a 32x32-bit product (64-bit for i64).
+  static double wrapped_product(DType t, double a, double b) {
+    uint64_t p = static_cast<uint64_t>(to_i64(a)) * static_cast<uint64_t>(to_i64(b));
+    if (t == DType::kI64) return static_cast<double>(static_cast<int64_t>(p));
+    return static_cast<double>(static_cast<uint32_t>(p));
+  }
+  // div truncates, mod and floordiv round toward -inf (ir.h).
+  static double int_division(Op op, double a, double b) {
+    // i32 and u32 operands: int64 holds them and INT_MIN / -1 (2^31, which round_to wraps
+    // back to INT_MIN) without overflow. By zero: div and floordiv 0, mod the dividend.
+    int64_t x = to_i64(a), y = to_i64(b);
+    if (y == 0) return op == Op::kMod ? a : 0;
+    if (y == -1 && x == INT64_MIN) return op == Op::kMod ? 0 : a;  // i64's INT_MIN / -1
+    int64_t q = x / y, r = x % y;
+    if (op == Op::kDiv) return static_cast<double>(q);
+    bool adjust = r != 0 && ((r < 0) != (y < 0));
+    if (op == Op::kMod) return static_cast<double>(adjust ? r + y : r);
+    return static_cast<double>(adjust ? q - 1 : q);
+  }
+  static double compare(CompareOp op, double a, double b) {
+    switch (op) {
+      case CompareOp::kLt: return a < b;
+      case CompareOp::kLe: return a <= b;
+      case CompareOp::kGt: return a > b;
+      case CompareOp::kGe: return a >= b;
+      case CompareOp::kEq: return a == b;
+      case CompareOp::kNe: return a != b;
+    }
+    return 0;
   }
 
   double cast(DType from, DType to, double v) const {
@@ -376,171 +375,185 @@ class Evaluator {
 
   DType type_of(ValueId id) const { return slot_types_[slot(id)]; }
 
+  // A value and the bound on |device - reference| for it (precision.h).
+  struct Bounded {
+    double value = 0;
+    double error = 0;
+  };
+
   void stmt(const Stmt& s) {
-    double r = 0;
-    double e = 0;  // the bound of r, set by the cases that can be inexact
-    const OpInfo& info = op_info(s.op);
-    switch (info.cls) {
-      case OpClass::kLeaf:
-        if (s.op == Op::kConst)
-          r = is_float(s.type) ? s.fimm : static_cast<double>(s.iimm);
-        else if (s.op == Op::kArg)
-          r = args_[s.param].scalar;
-        else
-          r = args_[s.param].array->shape[s.dim];
-        break;
-      case OpClass::kUnary: {
+    switch (op_info(s.op).family) {
+      case OpFamily::kLeaf: return set(s, {leaf(s), 0});
+      case OpFamily::kUnary: {
         double a = get(s.args[0]);
-        r = round_to(s.type, unary(s, a));
-        e = result_error(s.op, s.type, a, err(s.args[0]), 0, 0, r);
-        break;
+        double r = round_to(s.type, unary(s, a));
+        return set(s, {r, result_error(s.op, s.type, a, err(s.args[0]), 0, 0, r)});
       }
-      case OpClass::kBinary: {
+      case OpFamily::kBinary: {
         double a = get(s.args[0]), b = get(s.args[1]);
-        r = round_to(s.type, binary(s, operand_type(s), a, b));
-        e = result_error(s.op, s.type, a, err(s.args[0]), b, err(s.args[1]), r);
-        break;
+        double r = round_to(s.type, binary(s, operand_type(s), a, b));
+        return set(s, {r, result_error(s.op, s.type, a, err(s.args[0]), b, err(s.args[1]), r)});
       }
-      case OpClass::kCompare:  // taken as exact (precision.h)
-        r = binary(s, operand_type(s), get(s.args[0]), get(s.args[1]));
-        break;
-      case OpClass::kOther:
-        switch (s.op) {
-          case Op::kSelect: {
-            ValueId pick = get(s.args[0]) != 0 ? s.args[1] : s.args[2];
-            r = get(pick), e = err(pick);
-            break;
-          }
-          case Op::kCast: {
-            DType from = type_of(s.args[0]);
-            double a = get(s.args[0]), ea = err(s.args[0]);
-            r = round_to(s.type, cast(from, s.type, a));
-            // A float -> int cast of an inexact value may truncate one unit either way.
-            if (ea == 0 || s.type == DType::kBool)
-              e = 0;  // to bool: taken as exact, like compares
-            else if (is_float(s.type))
-              e = result_error(Op::kCast, s.type, a, ea, 0, 0, r);
-            else if (is_float(from)) {  // truncation is monotone: the interval's image
-              e = std::max(std::fabs(cast(from, s.type, a - ea) - r),
-                           std::fabs(cast(from, s.type, a + ea) - r));
-            } else
-              e = ea;  // i32 <-> u32
-            break;
-          }
-          case Op::kAlloca: r = 0; break;
-          case Op::kLoadLocal: r = get(s.args[0]), e = err(s.args[0]); break;
-          case Op::kStoreLocal:
-            regs_[slot(s.args[0])] = get(s.args[1]);
-            errs_[slot(s.args[0])] = err(s.args[1]);
-            return;
-          case Op::kLoad: {
-            int64_t i = linear(s, s.args.size());
-            const HostArray& a = *args_[s.param].array;
-            r = i < 0 ? 0 : a.data[i];
-            e = i < 0 || a.error.empty() ? 0 : a.error[i];
-            break;
-          }
-          case Op::kAtomicMax: {
-            int64_t i = linear(s, s.args.size() - 1);
-            if (i < 0) return;
-            HostArray& a = *args_[s.param].array;
-            a.data[i] = std::max(a.data[i], get(s.args.back()));  // integers: exact
-            return;
-          }
-          case Op::kStore:
-          case Op::kAtomicAdd: {
-            int64_t i = linear(s, s.args.size() - 1);
-            if (i < 0) return;
-            HostArray& a = *args_[s.param].array;
-            double v = get(s.args.back()), ev = err(s.args.back());
-            if (a.error.size() != a.data.size()) a.error.assign(a.data.size(), 0.0);
-            if (s.op == Op::kStore) {
-              a.data[i] = round_to(a.dtype, v);
-              a.error[i] = ev;
-            } else {
-              double old = a.data[i], sum = round_to(a.dtype, old + v);
-              a.error[i] = result_error(Op::kAdd, a.dtype, old, a.error[i], v, ev, sum);
-              a.data[i] = sum;
-            }
-            return;
-          }
-          case Op::kFor: {
-            int64_t b = to_i64(get(s.args[0])), end = to_i64(get(s.args[1]));
-            for (int64_t i = b; i < end; ++i) {
-              regs_[slot(s.result)] = static_cast<double>(i);
-              block(s.blocks[0]);
-              if (take_jump() == Op::kBreak) break;
-            }
-            return;
-          }
-          case Op::kBreak:
-          case Op::kContinue: jump_ = s.op; return;
-          case Op::kIf: block(s.blocks[get(s.args[0]) != 0 ? 0 : 1]); return;
-          case Op::kWhile: {
-            for (int64_t i = 0;; ++i) {
-              if (i == kMaxWhileTrips) {
-                if (runaway_ == kNoValue) runaway_ = s.result;
-                return;
-              }
-              regs_[slot(s.result)] = static_cast<double>(i);
-              block(s.blocks[0]);
-              if (get(s.args[0]) == 0) return;
-              block(s.blocks[1]);
-              if (take_jump() == Op::kBreak) return;
-            }
-          }
-          case Op::kStackAlloc: {
-            Stack st{s.type, size(s.cap), {}, {}, {}, {}};
-            stacks_.push_back(std::move(st));
-            r = static_cast<double>(stacks_.size() - 1);
-            break;
-          }
-          case Op::kStackPush: {
-            Stack& st = stacks_[static_cast<size_t>(get(s.args[0]))];
-            if (static_cast<int64_t>(st.primal.size()) >= st.cap) {
-              flag_ = flag_ ? flag_ : kErrorAdstackOverflow;
-              return;
-            }
-            st.primal.push_back(get(s.args[1]));
-            st.adj.push_back(0);
-            st.primal_err.push_back(err(s.args[1]));
-            st.adj_err.push_back(0);
-            return;
-          }
-          case Op::kStackPop: {
-            Stack& st = stacks_[static_cast<size_t>(get(s.args[0]))];
-            if (!st.primal.empty()) {
-              st.primal.pop_back(), st.adj.pop_back();
-              st.primal_err.pop_back(), st.adj_err.pop_back();
-            }
-            return;
-          }
-          case Op::kStackTop:
-          case Op::kStackTopAdj: {
-            Stack& st = stacks_[static_cast<size_t>(get(s.args[0]))];
-            bool primal = s.op == Op::kStackTop;
-            const auto& v = primal ? st.primal : st.adj;
-            r = v.empty() ? 0 : v.back();
-            e = v.empty() ? 0 : (primal ? st.primal_err : st.adj_err).back();
-            break;
-          }
-          case Op::kStackAccAdj: {
-            Stack& st = stacks_[static_cast<size_t>(get(s.args[0]))];
-            if (st.adj.empty()) return;
-            double old = st.adj.back(), v = get(s.args[1]), sum = round_to(st.type, old + v);
-            st.adj_err.back() =
-                result_error(Op::kAdd, st.type, old, st.adj_err.back(), v, err(s.args[1]), sum);
-            st.adj.back() = sum;
-            return;
-          }
-          default: return;
-        }
-        break;
+      case OpFamily::kCompare:  // taken as exact (precision.h)
+        return set(s, {compare(compare_op(s.op), get(s.args[0]), get(s.args[1])), 0});
+      case OpFamily::kSelect: {
+        ValueId pick = get(s.args[0]) != 0 ? s.args[1] : s.args[2];
+        return set(s, {get(pick), err(pick)});
+      }
+      case OpFamily::kCast: return set(s, cast_value(s));
+      case OpFamily::kLocal: return local(s);
+      case OpFamily::kArray: return array(s);
+      case OpFamily::kControl: return control(s);
+      case OpFamily::kStack: return stack(s);
     }
+  }
+  void set(const Stmt& s, Bounded v) {
     if (s.result == kNoValue) return;
     regs_[slot(s.result)] =
-        (s.op == Op::kStackAlloc || s.op == Op::kAlloca) ? r : round_to(s.type, r);
-    errs_[slot(s.result)] = e;
+        (s.op == Op::kStackAlloc || s.op == Op::kAlloca) ? v.value : round_to(s.type, v.value);
+    errs_[slot(s.result)] = v.error;
+  }
+
+  double leaf(const Stmt& s) const {
+    switch (leaf_op(s.op)) {
+      case LeafOp::kConst: return is_float(s.type) ? s.fimm : static_cast<double>(s.iimm);
+      case LeafOp::kArg: return args_[s.param].scalar;
+      case LeafOp::kShape: return args_[s.param].array->shape[s.dim];
+    }
+    return 0;
+  }
+
+  Bounded cast_value(const Stmt& s) const {
+    DType from = type_of(s.args[0]);
+    double a = get(s.args[0]), ea = err(s.args[0]);
+    double r = round_to(s.type, cast(from, s.type, a));
+    // A float -> int cast of an inexact value may truncate one unit either way.
+    if (ea == 0 || s.type == DType::kBool) return {r, 0};  // to bool: taken as exact, like compares
+    if (is_float(s.type)) return {r, result_error(Op::kCast, s.type, a, ea, 0, 0, r)};
+    if (is_float(from)) {  // truncation is monotone: the interval's image
+      return {r, std::max(std::fabs(cast(from, s.type, a - ea) - r),
+                          std::fabs(cast(from, s.type, a + ea) - r))};
+    }
+    return {r, ea};  // i32 <-> u32
+  }
+
+  void local(const Stmt& s) {
+    switch (local_op(s.op)) {
+      case LocalOp::kAlloca: return set(s, {0, 0});
+      case LocalOp::kLoadLocal: return set(s, {get(s.args[0]), err(s.args[0])});
+      case LocalOp::kStoreLocal:
+        regs_[slot(s.args[0])] = get(s.args[1]);
+        errs_[slot(s.args[0])] = err(s.args[1]);
+        return;
+    }
+  }
+
+  void array(const Stmt& s) {
+    switch (array_op(s.op)) {
+      case ArrayOp::kLoad: {
+        int64_t i = linear(s, s.args.size());
+        const HostArray& a = *args_[s.param].array;
+        return set(s, {i < 0 ? 0 : a.data[i], i < 0 || a.error.empty() ? 0 : a.error[i]});
+      }
+      case ArrayOp::kAtomicMax: {
+        int64_t i = linear(s, s.args.size() - 1);
+        if (i < 0) return;
+        HostArray& a = *args_[s.param].array;
+        a.data[i] = std::max(a.data[i], get(s.args.back()));  // integers: exact
+        return;
+      }
+      case ArrayOp::kStore:
+      case ArrayOp::kAtomicAdd: return store(s);
+    }
+  }
+  // store and atomic_add: the element and its error bound.
+  void store(const Stmt& s) {
+    int64_t i = linear(s, s.args.size() - 1);
+    if (i < 0) return;
+    HostArray& a = *args_[s.param].array;
+    double v = get(s.args.back()), ev = err(s.args.back());
+    if (a.error.size() != a.data.size()) a.error.assign(a.data.size(), 0.0);
+    if (s.op == Op::kStore) {
+      a.data[i] = round_to(a.dtype, v);
+      a.error[i] = ev;
+      return;
+    }
+    double old = a.data[i], sum = round_to(a.dtype, old + v);
+    a.error[i] = result_error(Op::kAdd, a.dtype, old, a.error[i], v, ev, sum);
+    a.data[i] = sum;
+  }
+
+  void control(const Stmt& s) {
+    switch (control_op(s.op)) {
+      case ControlOp::kFor: return for_loop(s);
+      case ControlOp::kBreak:
+      case ControlOp::kContinue: jump_ = s.op; return;
+      case ControlOp::kIf: return block(s.blocks[get(s.args[0]) != 0 ? 0 : 1]);
+      case ControlOp::kWhile: return while_loop(s);
+      case ControlOp::kBarrier: return;  // run() refuses kernels with one
+    }
+  }
+  void for_loop(const Stmt& s) {
+    int64_t b = to_i64(get(s.args[0])), end = to_i64(get(s.args[1]));
+    for (int64_t i = b; i < end; ++i) {
+      regs_[slot(s.result)] = static_cast<double>(i);
+      block(s.blocks[0]);
+      if (take_jump() == Op::kBreak) break;
+    }
+  }
+  void while_loop(const Stmt& s) {
+    for (int64_t i = 0;; ++i) {
+      if (i == kMaxWhileTrips) {
+        if (runaway_ == kNoValue) runaway_ = s.result;
+        return;
+      }
+      regs_[slot(s.result)] = static_cast<double>(i);
+      block(s.blocks[0]);
+      if (get(s.args[0]) == 0) return;
+      block(s.blocks[1]);
+      if (take_jump() == Op::kBreak) return;
+    }
+  }
+
+  void stack(const Stmt& s) {
+    if (s.op == Op::kStackAlloc) {
+      stacks_.push_back(Stack{s.type, size(s.cap), {}, {}, {}, {}});
+      return set(s, {static_cast<double>(stacks_.size() - 1), 0});
+    }
+    Stack& st = stacks_[static_cast<size_t>(get(s.args[0]))];
+    switch (stack_op(s.op)) {
+      case StackOp::kStackAlloc: return;  // above: it makes the stack the others use
+      case StackOp::kStackPush: return push(st, get(s.args[1]), err(s.args[1]));
+      case StackOp::kStackPop:
+        if (!st.primal.empty()) {
+          st.primal.pop_back(), st.adj.pop_back();
+          st.primal_err.pop_back(), st.adj_err.pop_back();
+        }
+        return;
+      case StackOp::kStackTop: return set(s, top(st.primal, st.primal_err));
+      case StackOp::kStackTopAdj: return set(s, top(st.adj, st.adj_err));
+      case StackOp::kStackAccAdj: {
+        if (st.adj.empty()) return;
+        double old = st.adj.back(), v = get(s.args[1]), sum = round_to(st.type, old + v);
+        st.adj_err.back() =
+            result_error(Op::kAdd, st.type, old, st.adj_err.back(), v, err(s.args[1]), sum);
+        st.adj.back() = sum;
+        return;
+      }
+    }
+  }
+  void push(Stack& st, double v, double ev) {
+    if (static_cast<int64_t>(st.primal.size()) >= st.cap) {
+      flag_ = flag_ ? flag_ : kErrorAdstackOverflow;
+      return;
+    }
+    st.primal.push_back(v);
+    st.adj.push_back(0);
+    st.primal_err.push_back(ev);
+    st.adj_err.push_back(0);
+  }
+  static Bounded top(const std::vector<double>& v, const std::vector<double>& e) {
+    return {v.empty() ? 0 : v.back(), v.empty() ? 0 : e.back()};
   }
 
   DType operand_type(const Stmt& s) const { return type_of(s.args[0]); }

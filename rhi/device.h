@@ -337,6 +337,13 @@ class Device final : public ValidationSink {
   Status adopt(const ExternalDevice& external);
   // Creates pipeline_cache_, with the on-disk data when there is valid data for this device.
   Status create_pipeline_cache(const std::string& dir);
+  // The parts of create_compute_pipeline() after the shader module: the descriptor set and
+  // pipeline layouts (push descriptors where `push_descriptors`), and the pipeline. On an
+  // error, what was made is left in the out-parameters for the caller to destroy.
+  Status create_pipeline_layouts(const ComputePipelineDesc& desc, bool push_descriptors,
+                                 VkDescriptorSetLayout* set_layout, VkPipelineLayout* layout);
+  Status create_pipeline_object(const ComputePipelineDesc& desc, VkShaderModule module,
+                                VkPipelineLayout layout, VkPipeline* pipeline);
   void on_validation_message(const std::string& message) override;
 
   std::shared_ptr<Instance> instance_;

@@ -61,20 +61,50 @@ Result<std::shared_ptr<Instance>> Instance::shared(bool validation) {
   return slot;
 }
 
+namespace {
+
+// volkInitialize, once per process (under the registry lock, like every create()).
+Status load_vulkan_once() {
+  static bool volk_ready = false;
+  if (volk_ready) return {};
+  if (volkInitialize() != VK_SUCCESS) {
+    return make_error(ErrorCode::kNoDevice,
+                      "no Vulkan loader (libvulkan.so.1) found; install libvulkan1 and a driver "
+                      "(mesa-vulkan-drivers provides lavapipe)");
+  }
+  volk_ready = true;
+  return {};
+}
+
+// Whether validation can be had: the Khronos layer installed and VK_EXT_debug_utils there to
+// report its messages.
+Status validation_available(bool debug_utils) {
+  uint32_t n = 0;
+  vkEnumerateInstanceLayerProperties(&n, nullptr);
+  std::vector<VkLayerProperties> props(n);
+  vkEnumerateInstanceLayerProperties(&n, props.data());
+  bool found = false;
+  for (const auto& p : props) found |= std::strcmp(p.layerName, kValidationLayer) == 0;
+  if (!found) {
+    return make_error(ErrorCode::kUnsupported,
+                      std::string("validation requested but layer ") + kValidationLayer +
+                          " is not installed (Debian: vulkan-validationlayers)");
+  }
+  if (!debug_utils) {
+    return make_error(ErrorCode::kUnsupported,
+                      "validation requested but VK_EXT_debug_utils is unavailable");
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Instance>> Instance::create(bool validation) {
   // Called under the registry lock, so volk's globals are written by one thread at a time and
   // only before any device exists that could read them concurrently: volkInitialize once, the
   // instance-level trampolines once (with the first instance).
-  static bool volk_ready = false;
   static bool instance_functions_loaded = false;
-  if (!volk_ready) {
-    if (volkInitialize() != VK_SUCCESS) {
-      return make_error(ErrorCode::kNoDevice,
-                        "no Vulkan loader (libvulkan.so.1) found; install libvulkan1 and a driver "
-                        "(mesa-vulkan-drivers provides lavapipe)");
-    }
-    volk_ready = true;
-  }
+  VKAD_TRY(load_vulkan_once());
   std::unique_ptr<Instance> inst(new Instance());
   inst->validation_ = validation;
   inst->loader_version_ = volkGetInstanceVersion();
@@ -96,20 +126,7 @@ Result<std::unique_ptr<Instance>> Instance::create(bool validation) {
 
   std::vector<const char*> layers;
   if (validation) {
-    vkEnumerateInstanceLayerProperties(&n, nullptr);
-    std::vector<VkLayerProperties> props(n);
-    vkEnumerateInstanceLayerProperties(&n, props.data());
-    bool found = false;
-    for (const auto& p : props) found |= std::strcmp(p.layerName, kValidationLayer) == 0;
-    if (!found) {
-      return make_error(ErrorCode::kUnsupported,
-                        std::string("validation requested but layer ") + kValidationLayer +
-                            " is not installed (Debian: vulkan-validationlayers)");
-    }
-    if (!inst->debug_utils_) {
-      return make_error(ErrorCode::kUnsupported,
-                        "validation requested but VK_EXT_debug_utils is unavailable");
-    }
+    VKAD_TRY(validation_available(inst->debug_utils_));
     layers.push_back(kValidationLayer);
   }
 

@@ -38,6 +38,52 @@ void ComputePipeline::reset() {
   use_ = {};
 }
 
+Status Device::create_pipeline_layouts(const ComputePipelineDesc& desc, bool push_descriptors,
+                                       VkDescriptorSetLayout* set_layout,
+                                       VkPipelineLayout* layout) {
+  std::vector<VkDescriptorSetLayoutBinding> bindings(desc.storage_buffer_count);
+  for (uint32_t i = 0; i < desc.storage_buffer_count; ++i) {
+    bindings[i] = {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+  }
+  VkDescriptorSetLayoutCreateInfo dslci{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+  dslci.bindingCount = desc.storage_buffer_count;
+  if (push_descriptors) dslci.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
+  dslci.pBindings = bindings.data();
+  VKAD_TRY(vk("vkCreateDescriptorSetLayout", [&] {
+    return fn_->vkCreateDescriptorSetLayout(device_, &dslci, nullptr, set_layout);
+  }));
+  VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, desc.push_constant_bytes};
+  VkPipelineLayoutCreateInfo plci{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+  plci.setLayoutCount = 1;
+  plci.pSetLayouts = set_layout;
+  plci.pushConstantRangeCount = desc.push_constant_bytes > 0 ? 1 : 0;
+  plci.pPushConstantRanges = &range;
+  return vk("vkCreatePipelineLayout",
+            [&] { return fn_->vkCreatePipelineLayout(device_, &plci, nullptr, layout); });
+}
+
+Status Device::create_pipeline_object(const ComputePipelineDesc& desc, VkShaderModule module,
+                                      VkPipelineLayout layout, VkPipeline* pipeline) {
+  std::vector<VkSpecializationMapEntry> entries;
+  std::vector<uint32_t> data;
+  for (const auto& sc : desc.specialization) {
+    entries.push_back({sc.id, static_cast<uint32_t>(data.size() * 4), 4});
+    data.push_back(sc.value);
+  }
+  VkSpecializationInfo spec{static_cast<uint32_t>(entries.size()), entries.data(), data.size() * 4,
+                            data.data()};
+  VkComputePipelineCreateInfo cpci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+  cpci.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
+  cpci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+  cpci.stage.module = module;
+  cpci.stage.pName = desc.entry_point.c_str();
+  cpci.stage.pSpecializationInfo = entries.empty() ? nullptr : &spec;
+  cpci.layout = layout;
+  return vk("vkCreateComputePipelines", [&] {
+    return fn_->vkCreateComputePipelines(device_, pipeline_cache_, 1, &cpci, nullptr, pipeline);
+  });
+}
+
 Result<ComputePipeline> Device::create_compute_pipeline(const ComputePipelineDesc& desc) {
   VKAD_TRY(status());
   if (desc.spirv.empty() || desc.spirv[0] != 0x07230203) {
@@ -76,48 +122,8 @@ Result<ComputePipeline> Device::create_compute_pipeline(const ComputePipelineDes
   smci.pCode = desc.spirv.data();
   Status s = vk("vkCreateShaderModule",
                 [&] { return fn_->vkCreateShaderModule(device_, &smci, nullptr, &module); });
-  std::vector<VkDescriptorSetLayoutBinding> bindings(desc.storage_buffer_count);
-  for (uint32_t i = 0; i < desc.storage_buffer_count; ++i) {
-    bindings[i] = {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
-  }
-  if (s.ok()) {
-    VkDescriptorSetLayoutCreateInfo dslci{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
-    dslci.bindingCount = desc.storage_buffer_count;
-    if (p.push_descriptors_) dslci.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
-    dslci.pBindings = bindings.data();
-    s = vk("vkCreateDescriptorSetLayout",
-           [&] { return fn_->vkCreateDescriptorSetLayout(device_, &dslci, nullptr, &set_layout); });
-  }
-  if (s.ok()) {
-    VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, desc.push_constant_bytes};
-    VkPipelineLayoutCreateInfo plci{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
-    plci.setLayoutCount = 1;
-    plci.pSetLayouts = &set_layout;
-    plci.pushConstantRangeCount = desc.push_constant_bytes > 0 ? 1 : 0;
-    plci.pPushConstantRanges = &range;
-    s = vk("vkCreatePipelineLayout",
-           [&] { return fn_->vkCreatePipelineLayout(device_, &plci, nullptr, &layout); });
-  }
-  if (s.ok()) {
-    std::vector<VkSpecializationMapEntry> entries;
-    std::vector<uint32_t> data;
-    for (const auto& sc : desc.specialization) {
-      entries.push_back({sc.id, static_cast<uint32_t>(data.size() * 4), 4});
-      data.push_back(sc.value);
-    }
-    VkSpecializationInfo spec{static_cast<uint32_t>(entries.size()), entries.data(),
-                              data.size() * 4, data.data()};
-    VkComputePipelineCreateInfo cpci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
-    cpci.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
-    cpci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
-    cpci.stage.module = module;
-    cpci.stage.pName = desc.entry_point.c_str();
-    cpci.stage.pSpecializationInfo = entries.empty() ? nullptr : &spec;
-    cpci.layout = layout;
-    s = vk("vkCreateComputePipelines", [&] {
-      return fn_->vkCreateComputePipelines(device_, pipeline_cache_, 1, &cpci, nullptr, &pipeline);
-    });
-  }
+  if (s.ok()) s = create_pipeline_layouts(desc, p.push_descriptors_, &set_layout, &layout);
+  if (s.ok()) s = create_pipeline_object(desc, module, layout, &pipeline);
   if (!s.ok()) {
     cleanup();
     return make_error(s.code(), "pipeline '" + desc.name + "': " + s.message());

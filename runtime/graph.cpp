@@ -153,28 +153,22 @@ Status Runtime::record_steps(rhi::CommandList& list, const Graph& g,
   return {};
 }
 
-Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, LaunchId* first) {
-  VKAD_EXCLUSIVE_USE("replay");
-  VKAD_TRY(device_->status());
-  VKAD_TRY(not_while_capturing("replay"));
-  auto it = graphs_.find(graph.id);
-  if (it == graphs_.end()) return dead_handle("replay", "graph", graph.id);
-  Graph& g = *it->second;
-  const std::string where = "replay of graph '" + g.name + "'";
-  // 1. Updates: checked and planned on copies, kept only if the whole replay is recorded.
-  std::vector<std::pair<uint32_t, CapturedLaunch>> updated;
-  bool rerecord = false;  // an update changed a plan: kept with the updates, below
+// The launches `updates` change, as copies of the graph's with the new scalar values (one
+// copy per launch however many updates it gets); an error names an update that does not fit.
+Status Runtime::updated_launches(const Graph& g, std::span<const GraphUpdate> updates,
+                                 const std::string& where,
+                                 std::vector<std::pair<uint32_t, CapturedLaunch>>* updated) {
   for (const GraphUpdate& u : updates) {
     if (u.launch >= g.launches.size()) {
       return make_error(ErrorCode::kInvalidArgument,
                         where + ": update of launch " + std::to_string(u.launch) +
                             "; the graph has " + std::to_string(g.launches.size()) + " launches");
     }
-    auto at = std::find_if(updated.begin(), updated.end(),
+    auto at = std::find_if(updated->begin(), updated->end(),
                            [&](const auto& p) { return p.first == u.launch; });
-    if (at == updated.end()) {
-      updated.push_back({u.launch, g.launches[u.launch]});
-      at = updated.end() - 1;
+    if (at == updated->end()) {
+      updated->push_back({u.launch, g.launches[u.launch]});
+      at = updated->end() - 1;
     }
     CapturedLaunch& c = at->second;
     const CompiledKernel& d = c.kernel->desc;
@@ -186,36 +180,47 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
     }
     c.args[u.param] = u.value;
   }
+  return {};
+}
+
+// Whether a launch planned `was` records the same commands planned `now`: the bundle bakes
+// ranges, workgroup counts and pipelines in; only the args are read at run time.
+bool Runtime::same_commands(const PlannedLaunch& was, const PlannedLaunch& now) {
+  bool same = was.pipelines == now.pipelines && was.lp.any_heap_task == now.lp.any_heap_task &&
+              was.lp.tasks.size() == now.lp.tasks.size();
+  for (size_t t = 0; same && t < was.lp.tasks.size(); ++t) {
+    const TaskPlan& a = was.lp.tasks[t];
+    const TaskPlan& b = now.lp.tasks[t];
+    same = a.begin == b.begin && a.end == b.end && a.groups == b.groups;
+  }
+  return same;
+}
+
+Status Runtime::plan_updates(std::vector<std::pair<uint32_t, CapturedLaunch>>& updated,
+                             const Graph& g, const std::string& where, bool* rerecord) {
   for (auto& [index, c] : updated) {
     VKAD_TRY_CTX(check_args(*c.kernel, c.args), where + ", launch " + std::to_string(index));
     VKAD_TRY_CTX(plan_pipelines(*c.kernel, c.args, &planned_),
                  where + ", launch " + std::to_string(index));
-    // The bundle bakes ranges, workgroup counts and pipelines in; only the args are read at
-    // run time.
-    const PlannedLaunch& was = g.launches[index].planned;
-    bool same = was.pipelines == planned_.pipelines &&
-                was.lp.any_heap_task == planned_.lp.any_heap_task &&
-                was.lp.tasks.size() == planned_.lp.tasks.size();
-    for (size_t t = 0; same && t < was.lp.tasks.size(); ++t) {
-      const TaskPlan& a = was.lp.tasks[t];
-      const TaskPlan& b = planned_.lp.tasks[t];
-      same = a.begin == b.begin && a.end == b.end && a.groups == b.groups;
-    }
-    if (!same) rerecord = true;
+    if (!same_commands(g.launches[index].planned, planned_)) *rerecord = true;
     c.planned = planned_;
     c.planned.arrays.clear();
     c.planned.bindings.clear();
     c.encoded.assign(args_scratch_.begin(), args_scratch_.end());
   }
+  return {};
+}
+
+Status Runtime::bind_graph_arrays(Graph& g,
+                                  std::vector<std::pair<uint32_t, CapturedLaunch>>& updated,
+                                  const std::string& where, bool* any_heap) {
   auto launch_at = [&](uint32_t i) -> CapturedLaunch& {
     for (auto& [index, c] : updated) {
       if (index == i) return c;
     }
     return g.launches[i];
   };
-  // 2. Every array still alive (bound by reference); the heaps the graph needs.
   std::array<uint64_t, adstack::kHeapCount> heap_need{};
-  bool any_heap = false;
   for (uint32_t i = 0; i < g.launches.size(); ++i) {
     CapturedLaunch& c = launch_at(i);
     c.planned.arrays.clear();
@@ -230,11 +235,10 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
       }
       c.planned.arrays.push_back(&a->second.buffer);
     }
-    if (c.planned.lp.any_heap_task) {
-      any_heap = true;
-      for (size_t h = 0; h < heap_need.size(); ++h) {
-        heap_need[h] = std::max(heap_need[h], c.planned.lp.heap_need[h]);
-      }
+    if (!c.planned.lp.any_heap_task) continue;
+    *any_heap = true;
+    for (size_t h = 0; h < heap_need.size(); ++h) {
+      heap_need[h] = std::max(heap_need[h], c.planned.lp.heap_need[h]);
     }
   }
   for (const CapturedFill& f : g.fills) {
@@ -242,7 +246,26 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
       return dead_handle(where + ", fill", "ndarray", f.array.id);
     }
   }
-  if (any_heap) VKAD_TRY(ensure_heaps(heap_need));
+  if (*any_heap) VKAD_TRY(ensure_heaps(heap_need));
+  return {};
+}
+
+Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, LaunchId* first) {
+  VKAD_EXCLUSIVE_USE("replay");
+  VKAD_TRY(device_->status());
+  VKAD_TRY(not_while_capturing("replay"));
+  auto it = graphs_.find(graph.id);
+  if (it == graphs_.end()) return dead_handle("replay", "graph", graph.id);
+  Graph& g = *it->second;
+  const std::string where = "replay of graph '" + g.name + "'";
+  // 1. Updates: checked and planned on copies, kept only if the whole replay is recorded.
+  std::vector<std::pair<uint32_t, CapturedLaunch>> updated;
+  bool rerecord = false;  // an update changed a plan: kept with the updates, below
+  VKAD_TRY(updated_launches(g, updates, where, &updated));
+  VKAD_TRY(plan_updates(updated, g, where, &rerecord));
+  // 2. Every array still alive (bound by reference); the heaps the graph needs.
+  bool any_heap = false;
+  VKAD_TRY(bind_graph_arrays(g, updated, where, &any_heap));
   if (rerecord) g.rerecord = true;
   for (auto& [index, c] : updated) {
     std::memcpy(g.args_blob.data() + g.args_offset[index], c.encoded.data(), c.encoded.size());

@@ -275,18 +275,15 @@ Result<std::string> Runtime::name(NdArrayHandle array) const {
   return it->second.name;
 }
 
-Status Runtime::fill(NdArrayHandle array, double value) {
-  VKAD_EXCLUSIVE_USE("fill");
-  VKAD_TRY(device_->status());
-  auto it = arrays_.find(array.id);
-  if (it == arrays_.end()) return dead_handle("fill", "ndarray", array.id);
-  NdArray& a = it->second;
-  uint64_t pattern = 0;  // the element's bytes, little-endian
-  // One rule with launch's scalar check: a value the dtype cannot hold is refused, never
-  // wrapped or saturated. Integers take the value truncated toward zero (as a cast does).
+namespace {
+
+// The bytes of one element holding `value` (little-endian), for fill '<name>'. One rule with
+// launch's scalar check: a value the dtype cannot hold is refused, never wrapped or saturated.
+// Integers take the value truncated toward zero (as a cast does).
+Result<uint64_t> fill_pattern(DType dtype, double value, const std::string& name) {
   const double t = std::trunc(value);
   bool fits = true;
-  switch (a.dtype) {
+  switch (dtype) {
     case DType::kF32: fits = !std::isfinite(value) || std::fabs(value) <= FLT_MAX; break;
     case DType::kF64: break;
     case DType::kI32: fits = t >= -2147483648.0 && t <= 2147483647.0; break;
@@ -295,30 +292,41 @@ Status Runtime::fill(NdArrayHandle array, double value) {
     case DType::kBool: fits = value == 0.0 || value == 1.0; break;
   }
   if (!fits) {  // NaN fails every integer comparison above, so it lands here too
-    return make_error(ErrorCode::kInvalidArgument, "fill '" + a.name + "': value " +
+    return make_error(ErrorCode::kInvalidArgument, "fill '" + name + "': value " +
                                                        format_double(value) + " does not fit " +
-                                                       dtype_name(a.dtype));
+                                                       dtype_name(dtype));
   }
-  switch (a.dtype) {
+  uint64_t pattern = 0;
+  switch (dtype) {
     case DType::kF32: {
-      float f = static_cast<float>(value);
+      const float f = static_cast<float>(value);
       uint32_t w;
       std::memcpy(&w, &f, 4);
       pattern = w;
       break;
     }
-    case DType::kF64:
-      std::memcpy(&pattern, &value, 8);
-      break;
+    case DType::kF64: std::memcpy(&pattern, &value, 8); break;
     case DType::kI32:
     case DType::kU32:
     case DType::kI64: {
       const int64_t i = static_cast<int64_t>(t);  // in range: checked above
-      pattern = a.dtype == DType::kI64 ? static_cast<uint64_t>(i) : static_cast<uint32_t>(i);
+      pattern = dtype == DType::kI64 ? static_cast<uint64_t>(i) : static_cast<uint32_t>(i);
       break;
     }
     case DType::kBool: pattern = value == 1.0 ? 1 : 0; break;
   }
+  return pattern;
+}
+
+}  // namespace
+
+Status Runtime::fill(NdArrayHandle array, double value) {
+  VKAD_EXCLUSIVE_USE("fill");
+  VKAD_TRY(device_->status());
+  auto it = arrays_.find(array.id);
+  if (it == arrays_.end()) return dead_handle("fill", "ndarray", array.id);
+  NdArray& a = it->second;
+  VKAD_ASSIGN_OR_RETURN(const uint64_t pattern, fill_pattern(a.dtype, value, a.name));
   const uint32_t elem = dtype_bytes(a.dtype);
   const uint32_t lo = static_cast<uint32_t>(pattern), hi = static_cast<uint32_t>(pattern >> 32);
   if (capture_) {

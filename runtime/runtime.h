@@ -510,6 +510,17 @@ class Runtime {
     bool rerecord = false;      // an update changed a launch's plan (ranges, groups, pipelines)
   };
   Status replay_bundle(Graph& g, bool any_heap, const std::string& where, LaunchId* first);
+  // replay()'s steps: the launches updates change (copies), their new plans (`rerecord` when
+  // one changes what a bundle bakes in: same_commands), and every array and heap the graph
+  // binds, checked alive.
+  static Status updated_launches(const Graph& g, std::span<const GraphUpdate> updates,
+                                 const std::string& where,
+                                 std::vector<std::pair<uint32_t, CapturedLaunch>>* updated);
+  static bool same_commands(const PlannedLaunch& was, const PlannedLaunch& now);
+  Status plan_updates(std::vector<std::pair<uint32_t, CapturedLaunch>>& updated, const Graph& g,
+                      const std::string& where, bool* rerecord);
+  Status bind_graph_arrays(Graph& g, std::vector<std::pair<uint32_t, CapturedLaunch>>& updated,
+                           const std::string& where, bool* any_heap);
   std::vector<const std::byte*> replay_down_;  // replay_bundle's scratch
   Status record_bundle(Graph& g);
   Status record_steps(rhi::CommandList& list, const Graph& g,

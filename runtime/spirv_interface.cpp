@@ -93,19 +93,20 @@ class Reader {
   }
 
  private:
+  void take_entry_point(const std::vector<uint32_t>& o) {
+    if (o.size() < 3 || o[0] != kExecModelGLCompute) return;
+    const char* s = reinterpret_cast<const char*>(o.data() + 2);
+    const size_t max = 4 * (o.size() - 2);
+    entry_points.emplace_back(o[1], std::string(s, strnlen(s, max)));
+  }
+  void take_execution_mode(const std::vector<uint32_t>& o) {
+    if (o.size() >= 5 && o[1] == kModeLocalSize) local_size[o[0]] = {o[2], o[3], o[4]};
+    if (o.size() >= 2 && o[1] == kModeLocalSizeId) local_size_id_entries.push_back(o[0]);
+  }
   void take(uint32_t op, const std::vector<uint32_t>& o) {
     switch (op) {
-      case kOpEntryPoint:
-        if (o.size() >= 3 && o[0] == kExecModelGLCompute) {
-          const char* s = reinterpret_cast<const char*>(o.data() + 2);
-          size_t max = 4 * (o.size() - 2);
-          entry_points.emplace_back(o[1], std::string(s, strnlen(s, max)));
-        }
-        break;
-      case kOpExecutionMode:
-        if (o.size() >= 5 && o[1] == kModeLocalSize) local_size[o[0]] = {o[2], o[3], o[4]};
-        if (o.size() >= 2 && o[1] == kModeLocalSizeId) local_size_id_entries.push_back(o[0]);
-        break;
+      case kOpEntryPoint: take_entry_point(o); break;
+      case kOpExecutionMode: take_execution_mode(o); break;
       case kOpTypeInt:
       case kOpTypeFloat:
       case kOpTypeVector:

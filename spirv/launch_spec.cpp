@@ -26,24 +26,11 @@ void trace(const Kernel& k, const abi::CompiledKernel& layout,
   auto it = defs.find(v);
   if (it == defs.end()) return;
   const Stmt& s = *it->second;
-  switch (s.op) {
-    case Op::kArg:
-      if (word_sized_int(k.params[s.param].dtype)) out->push_back(layout.scalar_offset(s.param));
-      return;
-    case Op::kShape: out->push_back(layout.shape_offset(s.param) + 4 * s.dim); return;
-    case Op::kConst:
-    case Op::kLoad:
-    case Op::kLoadLocal:
-    case Op::kFor:
-    case Op::kWhile:
-    case Op::kStackTop:
-    case Op::kStackTopAdj:
-    case Op::kAlloca:
-    case Op::kStackAlloc: return;
-    default:
-      for (ValueId a : s.args) trace(k, layout, defs, a, seen, out);
-      return;
-  }
+  if (s.op == Op::kArg && word_sized_int(k.params[s.param].dtype))
+    out->push_back(layout.scalar_offset(s.param));
+  if (s.op == Op::kShape) out->push_back(layout.shape_offset(s.param) + 4 * s.dim);
+  if (op_info(s.op).family == OpFamily::kLeaf || !is_pure_value(s.op)) return;
+  for (ValueId a : s.args) trace(k, layout, defs, a, seen, out);
 }
 
 void loop_bounds(const Kernel& k, const abi::CompiledKernel& layout,

@@ -36,6 +36,53 @@ class TaskEmitter {
     u32_ = m_.t_int(32, false);
     i32_ = m_.t_int(32, true);
     bool_ = m_.t_bool();
+    const Interface io = declare_interface();
+    uint32_t void_t = m_.t_void();
+    uint32_t fn = m_.id();
+    m_.op(spv::OpFunction, {void_t, fn, spv::FunctionControlMaskNone, m_.t_function(void_t)});
+    uint32_t entry = m_.id();
+    block(entry);
+    uint32_t gid3 = op(spv::OpLoad, io.v3, {io.gid_var});
+    gid_ = op(spv::OpCompositeExtract, u32_, {gid3, 0});
+    uint32_t nwg3 = op(spv::OpLoad, io.v3, {io.nwg_var});
+    uint32_t nwg = op(spv::OpCompositeExtract, u32_, {nwg3, 0});
+    uint32_t stride = op(spv::OpIMul, u32_, {nwg, m_.c_u32(o_.local_size)});
+    uint32_t pc_ptr = m_.t_pointer(spv::StorageClassPushConstant, u32_);
+    uint32_t begin =
+        op(spv::OpLoad, u32_, {op(spv::OpAccessChain, pc_ptr, {io.pc_var, m_.c_u32(0)})});
+    uint32_t end =
+        op(spv::OpLoad, u32_, {op(spv::OpAccessChain, pc_ptr, {io.pc_var, m_.c_u32(1)})});
+    uint32_t start = op(spv::OpIAdd, u32_, {begin, gid_});
+    m_.preserve_nan_inf(target_.preserve_nan_inf_f32, target_.preserve_nan_inf_f64);
+    load_adstack_layout();
+    load_launch_constants(task_.body);
+    load_nd_bounds();
+    if (o_.bounds_checks) {
+      oob_var_ = m_.function_variable(u32_);
+      m_.op(spv::OpStore, {oob_var_, m_.c_u32(0)});
+    }
+    uint32_t first = emit_unrolled_loop(start, end, stride);
+    loop(u32_, first, end, stride, /*is_signed=*/false, [&](uint32_t i) {
+      bind_indices(i);
+      emit_block(task_.body);
+    });
+    if (oob_var_) {  // the bounds checks' one flag, raised once per invocation
+      const uint32_t any =
+          op(spv::OpINotEqual, bool_, {op(spv::OpLoad, u32_, {oob_var_}), m_.c_u32(0)});
+      if_else(
+          any, [&] { raise(m_.c_u32(kErrorOutOfBounds)); }, [] {});
+    }
+    m_.op(spv::OpReturn, {});
+    m_.op(spv::OpFunctionEnd, {});
+    return m_.finish(fn, entry, {io.gid_var, io.nwg_var}, o_.local_size);
+  }
+
+  // The module's inputs: the invocation and workgroup counts, the args buffer (as `args` and
+  // `errors`), the push constants (the launch's [begin, end)).
+  struct Interface {
+    uint32_t gid_var, nwg_var, pc_var, v3;
+  };
+  Interface declare_interface() {
     uint32_t v3 = m_.t_vector(u32_, 3);
     uint32_t in_v3 = m_.t_pointer(spv::StorageClassInput, v3);
     uint32_t gid_var = m_.global_variable(in_v3, spv::StorageClassInput);
@@ -57,29 +104,11 @@ class TaskEmitter {
     uint32_t pc_block = m_.t_u32_block(2);
     uint32_t pc_var = m_.global_variable(m_.t_pointer(spv::StorageClassPushConstant, pc_block),
                                          spv::StorageClassPushConstant);
-
-    uint32_t void_t = m_.t_void();
-    uint32_t fn = m_.id();
-    m_.op(spv::OpFunction, {void_t, fn, spv::FunctionControlMaskNone, m_.t_function(void_t)});
-    uint32_t entry = m_.id();
-    block(entry);
-    uint32_t gid3 = op(spv::OpLoad, v3, {gid_var});
-    gid_ = op(spv::OpCompositeExtract, u32_, {gid3, 0});
-    uint32_t nwg3 = op(spv::OpLoad, v3, {nwg_var});
-    uint32_t nwg = op(spv::OpCompositeExtract, u32_, {nwg3, 0});
-    uint32_t stride = op(spv::OpIMul, u32_, {nwg, m_.c_u32(o_.local_size)});
-    uint32_t pc_ptr = m_.t_pointer(spv::StorageClassPushConstant, u32_);
-    uint32_t begin = op(spv::OpLoad, u32_, {op(spv::OpAccessChain, pc_ptr, {pc_var, m_.c_u32(0)})});
-    uint32_t end = op(spv::OpLoad, u32_, {op(spv::OpAccessChain, pc_ptr, {pc_var, m_.c_u32(1)})});
-    uint32_t start = op(spv::OpIAdd, u32_, {begin, gid_});
-    m_.preserve_nan_inf(target_.preserve_nan_inf_f32, target_.preserve_nan_inf_f64);
-    load_adstack_layout();
-    load_launch_constants(task_.body);
-    load_nd_bounds();
-    if (o_.bounds_checks) {
-      oob_var_ = m_.function_variable(u32_);
-      m_.op(spv::OpStore, {oob_var_, m_.c_u32(0)});
-    }
+    return {gid_var, nwg_var, pc_var, v3};
+  }
+  // The main loop of an unrolled task (o_.unroll elements per iteration), when the task can
+  // take one; returns where the plain loop starts.
+  uint32_t emit_unrolled_loop(uint32_t start, uint32_t end, uint32_t stride) {
     uint32_t first = start;
     if (o_.unroll > 1 && !task_.serial && task_.dims.empty() && unrollable(task_.body)) {
       // Main loop: kUnroll elements per iteration (i, i + stride, ...), their statements
@@ -109,19 +138,7 @@ class TaskEmitter {
         }
       });
     }
-    loop(u32_, first, end, stride, /*is_signed=*/false, [&](uint32_t i) {
-      bind_indices(i);
-      emit_block(task_.body);
-    });
-    if (oob_var_) {  // the bounds checks' one flag, raised once per invocation
-      const uint32_t any =
-          op(spv::OpINotEqual, bool_, {op(spv::OpLoad, u32_, {oob_var_}), m_.c_u32(0)});
-      if_else(
-          any, [&] { raise(m_.c_u32(kErrorOutOfBounds)); }, [] {});
-    }
-    m_.op(spv::OpReturn, {});
-    m_.op(spv::OpFunctionEnd, {});
-    return m_.finish(fn, entry, {gid_var, nwg_var}, o_.local_size);
+    return first;
   }
 
  private:
@@ -145,7 +162,10 @@ class TaskEmitter {
       }
       case SizeExpr::Kind::kDim:
         return op(spv::OpBitcast, i32_, {args_word(layout_.shape_offset(e.param) + 4 * e.dim)});
-      default: {
+      case SizeExpr::Kind::kAdd:
+      case SizeExpr::Kind::kMul:
+      case SizeExpr::Kind::kMax:
+      case SizeExpr::Kind::kDiv: {  // verify() keeps div out of task dimensions
         uint32_t r = size_value(e.operands[0]);
         for (size_t i = 1; i < e.operands.size(); ++i) {
           uint32_t x = size_value(e.operands[i]);
@@ -159,6 +179,7 @@ class TaskEmitter {
         return r;
       }
     }
+    return m_.c_i32(0);
   }
   void load_nd_bounds() {
     for (const TaskDim& d : task_.dims) {
@@ -252,8 +273,9 @@ class TaskEmitter {
       case DType::kI32: return m_.c_i32(0);
       case DType::kI64: return m_.c_i64(0);
       case DType::kBool: return m_.c_bool(false);
-      default: return m_.c_u32(0);
+      case DType::kU32: return m_.c_u32(0);
     }
+    return m_.c_u32(0);
   }
   uint32_t one(DType t) {
     switch (t) {
@@ -262,8 +284,9 @@ class TaskEmitter {
       case DType::kI32: return m_.c_i32(1);
       case DType::kI64: return m_.c_i64(1);
       case DType::kBool: return m_.c_bool(true);
-      default: return m_.c_u32(1);
+      case DType::kU32: return m_.c_u32(1);
     }
+    return m_.c_u32(1);
   }
   uint32_t v(ValueId id) const { return values_.at(id); }
   DType vt(ValueId id) const { return types_.at(id); }
@@ -333,25 +356,8 @@ class TaskEmitter {
   bool unrollable(const Block& b) const {
     std::unordered_map<uint32_t, bool> written;
     for (const Stmt& st : b.stmts) {
-      switch (st.op) {
-        case Op::kFor:
-        case Op::kIf:
-        case Op::kWhile:
-        case Op::kAlloca:
-        case Op::kLoadLocal:
-        case Op::kStoreLocal:
-        case Op::kAtomicAdd:
-        case Op::kAtomicMax:
-        case Op::kStackAlloc:
-        case Op::kStackPush:
-        case Op::kStackPop:
-        case Op::kStackTop:
-        case Op::kStackTopAdj:
-        case Op::kStackAccAdj:
-        case Op::kBarrier: return false;
-        case Op::kStore: written[st.param] = true; break;
-        default: break;
-      }
+      if (!straight_line(st.op)) return false;
+      if (st.op == Op::kStore) written[st.param] = true;
     }
     if (written.empty()) return false;
     for (const Stmt& st : b.stmts) {
@@ -360,6 +366,11 @@ class TaskEmitter {
       if (nidx != 1 || st.args[0] != task_.index) return false;
     }
     return true;
+  }
+  // Whether copies of `op` for several elements may run interleaved: values, loads and
+  // stores; not loops, branches, locals, adstacks, atomics or barriers.
+  static bool straight_line(Op op) {
+    return is_pure_value(op) || op == Op::kLoad || op == Op::kStore;
   }
 
   // `if (cond) then(); else otherwise();` as a structured selection.
@@ -462,7 +473,8 @@ class TaskEmitter {
         break;
       case DType::kI32: a.elem = i32_; break;
       case DType::kI64: a.elem = m_.t_int(64, true); break;
-      default: a.elem = u32_; break;
+      case DType::kU32:
+      case DType::kBool: a.elem = u32_; break;  // bool: one u32 (0/1) per element
     }
     uint32_t binding = 1;
     for (uint32_t q = 0; q < p; ++q) binding += k_.params[q].kind == ParamKind::kNdArray;
@@ -756,7 +768,7 @@ class TaskEmitter {
     return st.type == DType::kI32 ? op(spv::OpBitcast, i32_, {val}) : val;
   }
 
-  void stack_op(const Stmt& s) {
+  void emit_stack(const Stmt& s) {
     if (s.op == Op::kStackAlloc) {
       StackVar st;
       st.type = s.type;
@@ -769,8 +781,9 @@ class TaskEmitter {
       return;
     }
     const StackVar& st = stacks_.at(s.args[0]);
-    switch (s.op) {
-      case Op::kStackPush: {
+    switch (stack_op(s.op)) {
+      case StackOp::kStackAlloc: return;  // above: it makes the stack the others use
+      case StackOp::kStackPush: {
         uint32_t c = op(spv::OpLoad, u32_, {st.count});
         uint32_t fits = op(spv::OpULessThan, bool_, {c, st.cap});
         if_else(
@@ -784,25 +797,24 @@ class TaskEmitter {
             [&] { raise(m_.c_u32(abi::adstack_overflow_word(st.index))); });
         return;
       }
-      case Op::kStackPop: {
+      case StackOp::kStackPop: {
         uint32_t c = op(spv::OpLoad, u32_, {st.count});
         uint32_t has = op(spv::OpUGreaterThan, bool_, {c, m_.c_u32(0)});
         uint32_t dec = op(spv::OpSelect, u32_, {has, op(spv::OpISub, u32_, {c, m_.c_u32(1)}), c});
         m_.op(spv::OpStore, {st.count, dec});
         return;
       }
-      case Op::kStackTop:
-      case Op::kStackTopAdj: {
+      case StackOp::kStackTop:
+      case StackOp::kStackTopAdj: {
         set(s, from_heap(st, load_slot(st, top_slot(st), s.op == Op::kStackTopAdj)));
         return;
       }
-      case Op::kStackAccAdj: {
+      case StackOp::kStackAccAdj: {
         uint32_t top = top_slot(st);
         uint32_t sum = op(spv::OpFAdd, type(st.type), {load_slot(st, top, true), v(s.args[1])});
         store_slot(st, top, true, sum);
         return;
       }
-      default: return;
     }
   }
   uint32_t heap_elem_for(const StackVar& st) {
@@ -827,8 +839,9 @@ class TaskEmitter {
       case DType::kI32: return m_.c_i32(static_cast<int32_t>(s.iimm));
       case DType::kI64: return m_.c_i64(s.iimm);
       case DType::kBool: return m_.c_bool(s.iimm != 0);
-      default: return m_.c_u32(static_cast<uint32_t>(s.iimm));
+      case DType::kU32: return m_.c_u32(static_cast<uint32_t>(s.iimm));
     }
+    return m_.c_u32(static_cast<uint32_t>(s.iimm));
   }
 
   uint32_t read_scalar(uint32_t param) {
@@ -845,8 +858,9 @@ class TaskEmitter {
         uint32_t pair = op(spv::OpCompositeConstruct, m_.t_vector(u32_, 2), {w, hi});
         return op(spv::OpBitcast, type(p.dtype), {pair});
       }
-      default: return w;
+      case DType::kU32: return w;
     }
+    return w;
   }
 
   // x - 2*pi*k with k = x / 2pi rounded to an integer, in f32: a two-term Cody-Waite, 2*pi =
@@ -955,26 +969,26 @@ class TaskEmitter {
     DType t = s.type;
     uint32_t ty = type(t);
     bool f = is_float(t);
-    switch (s.op) {
-      case Op::kNeg: return op(f ? spv::OpFNegate : spv::OpSNegate, ty, {a});
-      case Op::kNot: return op(spv::OpLogicalNot, ty, {a});
-      case Op::kSqrt: return ext(GLSLstd450Sqrt, ty, {a});
-      case Op::kRsqrt: return ext(GLSLstd450InverseSqrt, ty, {a});
-      case Op::kExp: return math(GLSLstd450Exp, t, {a});
-      case Op::kLog: return math(GLSLstd450Log, t, {a});
-      case Op::kSin: return math(GLSLstd450Sin, t, {a});
-      case Op::kCos: return math(GLSLstd450Cos, t, {a});
-      case Op::kTan: return math(GLSLstd450Tan, t, {a});
-      case Op::kTanh: return math(GLSLstd450Tanh, t, {a});
-      case Op::kAsin: return math(GLSLstd450Asin, t, {a});
-      case Op::kAcos: return math(GLSLstd450Acos, t, {a});
-      case Op::kAbs:
+    switch (unary_op(s.op)) {
+      case UnaryOp::kNeg: return op(f ? spv::OpFNegate : spv::OpSNegate, ty, {a});
+      case UnaryOp::kNot: return op(spv::OpLogicalNot, ty, {a});
+      case UnaryOp::kSqrt: return ext(GLSLstd450Sqrt, ty, {a});
+      case UnaryOp::kRsqrt: return ext(GLSLstd450InverseSqrt, ty, {a});
+      case UnaryOp::kExp: return math(GLSLstd450Exp, t, {a});
+      case UnaryOp::kLog: return math(GLSLstd450Log, t, {a});
+      case UnaryOp::kSin: return math(GLSLstd450Sin, t, {a});
+      case UnaryOp::kCos: return math(GLSLstd450Cos, t, {a});
+      case UnaryOp::kTan: return math(GLSLstd450Tan, t, {a});
+      case UnaryOp::kTanh: return math(GLSLstd450Tanh, t, {a});
+      case UnaryOp::kAsin: return math(GLSLstd450Asin, t, {a});
+      case UnaryOp::kAcos: return math(GLSLstd450Acos, t, {a});
+      case UnaryOp::kAbs:
         if (t == DType::kU32) return a;
         return ext(f ? GLSLstd450FAbs : GLSLstd450SAbs, ty, {a});
-      case Op::kFloor: return ext(GLSLstd450Floor, ty, {a});
-      case Op::kCeil: return ext(GLSLstd450Ceil, ty, {a});
-      default: return 0;
+      case UnaryOp::kFloor: return ext(GLSLstd450Floor, ty, {a});
+      case UnaryOp::kCeil: return ext(GLSLstd450Ceil, ty, {a});
     }
+    return 0;
   }
 
   // Integer div / mod / floordiv with the semantics of ir.h's table for every input:
@@ -1048,50 +1062,66 @@ class TaskEmitter {
     uint32_t a = v(s.args[0]), b = v(s.args[1]);
     DType t = vt(s.args[0]);
     uint32_t ty = type(s.type);
-    bool f = is_float(t), sg = t == DType::kI32 || t == DType::kI64, bl = t == DType::kBool;
-    auto pick = [&](spv::Op fo, spv::Op so, spv::Op uo) { return f ? fo : sg ? so : uo; };
-    switch (s.op) {
-      case Op::kAdd: return op(f ? spv::OpFAdd : spv::OpIAdd, ty, {a, b});
-      case Op::kSub: return op(f ? spv::OpFSub : spv::OpISub, ty, {a, b});
-      case Op::kMul: return op(f ? spv::OpFMul : spv::OpIMul, ty, {a, b});
-      case Op::kDiv:
+    bool f = is_float(t);
+    switch (binary_op(s.op)) {
+      case BinaryOp::kAdd: return op(f ? spv::OpFAdd : spv::OpIAdd, ty, {a, b});
+      case BinaryOp::kSub: return op(f ? spv::OpFSub : spv::OpISub, ty, {a, b});
+      case BinaryOp::kMul: return op(f ? spv::OpFMul : spv::OpIMul, ty, {a, b});
+      case BinaryOp::kDiv:
         if (f) return op(spv::OpFDiv, ty, {a, b});
         return integer_division(s.op, t, a, b);
-      case Op::kMod:
-      case Op::kFloorDiv: return integer_division(s.op, t, a, b);
-      // FMin/FMax leave the result undefined when an operand is NaN (and may flush or
-      // reorder signed zeros); a compare and a select give the documented `a < b ? a : b`.
-      case Op::kMin:
-        if (f) return op(spv::OpSelect, ty, {op(spv::OpFOrdLessThan, bool_, {a, b}), a, b});
-        return ext(sg ? GLSLstd450SMin : GLSLstd450UMin, ty, {a, b});
-      case Op::kMax:
-        if (f) return op(spv::OpSelect, ty, {op(spv::OpFOrdGreaterThan, bool_, {a, b}), a, b});
-        return ext(sg ? GLSLstd450SMax : GLSLstd450UMax, ty, {a, b});
-      case Op::kPow: return math(GLSLstd450Pow, t, {a, b});
-      case Op::kAtan2: return math(GLSLstd450Atan2, t, {a, b});
-      case Op::kAnd: return op(spv::OpLogicalAnd, ty, {a, b});
-      case Op::kOr: return op(spv::OpLogicalOr, ty, {a, b});
-      case Op::kLt:
+      case BinaryOp::kMod:
+      case BinaryOp::kFloorDiv: return integer_division(s.op, t, a, b);
+      case BinaryOp::kMin:
+      case BinaryOp::kMax: return min_max(s.op == Op::kMin, t, a, b);
+      case BinaryOp::kPow: return math(GLSLstd450Pow, t, {a, b});
+      case BinaryOp::kAtan2: return math(GLSLstd450Atan2, t, {a, b});
+      case BinaryOp::kAnd: return op(spv::OpLogicalAnd, ty, {a, b});
+      case BinaryOp::kOr: return op(spv::OpLogicalOr, ty, {a, b});
+    }
+    return 0;
+  }
+  // FMin/FMax leave the result undefined when an operand is NaN (and may flush or reorder
+  // signed zeros); a compare and a select give the documented `a < b ? a : b`.
+  uint32_t min_max(bool is_min, DType t, uint32_t a, uint32_t b) {
+    uint32_t ty = type(t);
+    if (is_float(t)) {
+      spv::Op cmp = is_min ? spv::OpFOrdLessThan : spv::OpFOrdGreaterThan;
+      return op(spv::OpSelect, ty, {op(cmp, bool_, {a, b}), a, b});
+    }
+    bool sg = t == DType::kI32 || t == DType::kI64;
+    if (is_min) return ext(sg ? GLSLstd450SMin : GLSLstd450UMin, ty, {a, b});
+    return ext(sg ? GLSLstd450SMax : GLSLstd450UMax, ty, {a, b});
+  }
+
+  uint32_t compare(const Stmt& s) {
+    uint32_t a = v(s.args[0]), b = v(s.args[1]);
+    DType t = vt(s.args[0]);
+    uint32_t ty = type(s.type);
+    bool f = is_float(t), sg = t == DType::kI32 || t == DType::kI64, bl = t == DType::kBool;
+    auto pick = [&](spv::Op fo, spv::Op so, spv::Op uo) { return f ? fo : sg ? so : uo; };
+    switch (compare_op(s.op)) {
+      case CompareOp::kLt:
         return op(pick(spv::OpFOrdLessThan, spv::OpSLessThan, spv::OpULessThan), ty, {a, b});
-      case Op::kLe:
+      case CompareOp::kLe:
         return op(pick(spv::OpFOrdLessThanEqual, spv::OpSLessThanEqual, spv::OpULessThanEqual), ty,
                   {a, b});
-      case Op::kGt:
+      case CompareOp::kGt:
         return op(pick(spv::OpFOrdGreaterThan, spv::OpSGreaterThan, spv::OpUGreaterThan), ty,
                   {a, b});
-      case Op::kGe:
+      case CompareOp::kGe:
         return op(
             pick(spv::OpFOrdGreaterThanEqual, spv::OpSGreaterThanEqual, spv::OpUGreaterThanEqual),
             ty, {a, b});
-      case Op::kEq:
+      case CompareOp::kEq:
         return op(bl ? spv::OpLogicalEqual : f ? spv::OpFOrdEqual : spv::OpIEqual, ty, {a, b});
-      case Op::kNe:
+      case CompareOp::kNe:
         return op(bl  ? spv::OpLogicalNotEqual
                   : f ? spv::OpFUnordNotEqual
                       : spv::OpINotEqual,
                   ty, {a, b});
-      default: return 0;
     }
+    return 0;
   }
 
   uint32_t cast(const Stmt& s) {
@@ -1119,104 +1149,122 @@ class TaskEmitter {
   }
 
   void emit(const Stmt& s) {
-    const OpInfo& info = op_info(s.op);
-    switch (info.cls) {
-      case OpClass::kLeaf:
-        if (s.op == Op::kConst)
-          set(s, constant(s));
-        else if (s.op == Op::kArg)
-          set(s, scalars_.at(s.param));
-        else
-          set(s, op(spv::OpBitcast, i32_, {shapes_.at(s.param)[s.dim]}));
-        return;
-      case OpClass::kUnary: set(s, unary(s)); return;
-      case OpClass::kBinary:
-      case OpClass::kCompare: set(s, binary(s)); return;
-      case OpClass::kOther: break;
-    }
-    switch (s.op) {
-      case Op::kSelect:
+    switch (op_info(s.op).family) {
+      case OpFamily::kLeaf: set(s, leaf(s)); return;
+      case OpFamily::kUnary: set(s, unary(s)); return;
+      case OpFamily::kBinary: set(s, binary(s)); return;
+      case OpFamily::kCompare: set(s, compare(s)); return;
+      case OpFamily::kSelect:
         set(s, op(spv::OpSelect, type(s.type), {v(s.args[0]), v(s.args[1]), v(s.args[2])}));
         return;
-      case Op::kCast: set(s, cast(s)); return;
-      case Op::kAlloca: {
+      case OpFamily::kCast: set(s, cast(s)); return;
+      case OpFamily::kLocal: local(s); return;
+      case OpFamily::kArray: emit_array(s); return;
+      case OpFamily::kControl: control(s); return;
+      case OpFamily::kStack: emit_stack(s); return;
+    }
+  }
+
+  uint32_t leaf(const Stmt& s) {
+    switch (leaf_op(s.op)) {
+      case LeafOp::kConst: return constant(s);
+      case LeafOp::kArg: return scalars_.at(s.param);
+      case LeafOp::kShape: return op(spv::OpBitcast, i32_, {shapes_.at(s.param)[s.dim]});
+    }
+    return 0;
+  }
+
+  void local(const Stmt& s) {
+    switch (local_op(s.op)) {
+      case LocalOp::kAlloca: {
         uint32_t var = m_.function_variable(type(s.type));
         m_.op(spv::OpStore, {var, zero(s.type)});
         locals_[s.result] = var;
         return;
       }
-      case Op::kLoadLocal: set(s, op(spv::OpLoad, type(s.type), {locals_.at(s.args[0])})); return;
-      case Op::kStoreLocal: m_.op(spv::OpStore, {locals_.at(s.args[0]), v(s.args[1])}); return;
-      case Op::kLoad: {
-        DType t = k_.params[s.param].dtype;
-        uint32_t ty = type(t);
-        set(s, guarded(s, s.args.size(), ty, zero(t), [&](uint32_t ptr) {
-              const ArrayVar& a = arrays_.at(s.param);
-              uint32_t raw = op(spv::OpLoad, a.elem, {ptr});
-              if (t == DType::kBool) return op(spv::OpINotEqual, bool_, {raw, m_.c_u32(0)});
-              if (a.bits) return op(spv::OpBitcast, ty, {raw});
-              return raw;
-            }));
+      case LocalOp::kLoadLocal:
+        set(s, op(spv::OpLoad, type(s.type), {locals_.at(s.args[0])}));
         return;
-      }
-      case Op::kStore: {
-        DType t = k_.params[s.param].dtype;
-        uint32_t val = v(s.args.back());
-        guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
-          const ArrayVar& a = arrays_.at(s.param);
-          uint32_t w = val;
-          if (t == DType::kBool)
-            w = op(spv::OpSelect, u32_, {val, m_.c_u32(1), m_.c_u32(0)});
-          else if (a.bits)
-            w = op(spv::OpBitcast, a.elem, {val});
-          m_.op(spv::OpStore, {ptr, w});
-          return 0;
-        });
-        return;
-      }
-      case Op::kAtomicAdd: atomic_add(s); return;
-      case Op::kAtomicMax: atomic_max(s); return;
-      case Op::kFor: {
-        const bool unroll = !stacks_.empty() && s.has_cap &&
-                            s.cap.kind == adstack::SizeExpr::Kind::kConst &&
-                            s.cap.value <= kUnrollMaxTrips;
-        loop(
-            i32_, v(s.args[0]), v(s.args[1]), m_.c_i32(1), /*is_signed=*/true,
-            [&](uint32_t i) {
-              values_[s.result] = i;
-              types_[s.result] = DType::kI32;
-              emit_block(s.blocks[0]);
-            },
-            unroll ? spv::LoopControlUnrollMask : spv::LoopControlMaskNone);
-        return;
-      }
-      case Op::kIf:
+      case LocalOp::kStoreLocal: m_.op(spv::OpStore, {locals_.at(s.args[0]), v(s.args[1])}); return;
+    }
+  }
+
+  void emit_array(const Stmt& s) {
+    switch (array_op(s.op)) {
+      case ArrayOp::kLoad: set(s, load(s)); return;
+      case ArrayOp::kStore: store(s); return;
+      case ArrayOp::kAtomicAdd: atomic_add(s); return;
+      case ArrayOp::kAtomicMax: atomic_max(s); return;
+    }
+  }
+  uint32_t load(const Stmt& s) {
+    DType t = k_.params[s.param].dtype;
+    uint32_t ty = type(t);
+    return guarded(s, s.args.size(), ty, zero(t), [&](uint32_t ptr) {
+      const ArrayVar& a = arrays_.at(s.param);
+      uint32_t raw = op(spv::OpLoad, a.elem, {ptr});
+      if (t == DType::kBool) return op(spv::OpINotEqual, bool_, {raw, m_.c_u32(0)});
+      if (a.bits) return op(spv::OpBitcast, ty, {raw});
+      return raw;
+    });
+  }
+  void store(const Stmt& s) {
+    DType t = k_.params[s.param].dtype;
+    uint32_t val = v(s.args.back());
+    guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
+      const ArrayVar& a = arrays_.at(s.param);
+      uint32_t w = val;
+      if (t == DType::kBool)
+        w = op(spv::OpSelect, u32_, {val, m_.c_u32(1), m_.c_u32(0)});
+      else if (a.bits)
+        w = op(spv::OpBitcast, a.elem, {val});
+      m_.op(spv::OpStore, {ptr, w});
+      return 0;
+    });
+  }
+
+  void control(const Stmt& s) {
+    switch (control_op(s.op)) {
+      case ControlOp::kFor: for_loop(s); return;
+      case ControlOp::kIf:
         if_else(
             v(s.args[0]), [&] { emit_block(s.blocks[0]); }, [&] { emit_block(s.blocks[1]); });
         return;
-      case Op::kWhile: while_loop(s); return;
-      case Op::kBreak:
-      case Op::kContinue:
+      case ControlOp::kWhile: while_loop(s); return;
+      case ControlOp::kBreak:
+      case ControlOp::kContinue:
         // A break / continue block of the innermost loop's construct (structured: the loop's
         // merge block or continue target). The verifier put it last in its IR block, so the
         // enclosing construct's closing branch is the next thing emitted; branch() drops it.
         m_.op(spv::OpBranch, {s.op == Op::kBreak ? loops_.back().first : loops_.back().second});
         ended_ = true;
         return;
-      case Op::kBarrier: {
-        // Workgroup execution and memory scope: the invocations that meet here share an SM /
-        // core, and only they read what the others wrote (ir.h). AcquireRelease over storage
-        // buffers (UniformMemory) and workgroup memory: GLSL's memoryBarrierBuffer() + barrier()
-        // at the narrowest scope that covers them.
-        constexpr uint32_t kScopeWorkgroup = 2;
-        constexpr uint32_t kSemantics =
-            0x8 /*AcquireRelease*/ | 0x40 /*UniformMemory*/ | 0x100 /*WorkgroupMemory*/;
-        m_.op(spv::OpControlBarrier,
-              {m_.c_u32(kScopeWorkgroup), m_.c_u32(kScopeWorkgroup), m_.c_u32(kSemantics)});
-        return;
-      }
-      default: stack_op(s); return;
+      case ControlOp::kBarrier: barrier(); return;
     }
+  }
+  void for_loop(const Stmt& s) {
+    const bool unroll = !stacks_.empty() && s.has_cap &&
+                        s.cap.kind == adstack::SizeExpr::Kind::kConst &&
+                        s.cap.value <= kUnrollMaxTrips;
+    loop(
+        i32_, v(s.args[0]), v(s.args[1]), m_.c_i32(1), /*is_signed=*/true,
+        [&](uint32_t i) {
+          values_[s.result] = i;
+          types_[s.result] = DType::kI32;
+          emit_block(s.blocks[0]);
+        },
+        unroll ? spv::LoopControlUnrollMask : spv::LoopControlMaskNone);
+  }
+  void barrier() {
+    // Workgroup execution and memory scope: the invocations that meet here share an SM /
+    // core, and only they read what the others wrote (ir.h). AcquireRelease over storage
+    // buffers (UniformMemory) and workgroup memory: GLSL's memoryBarrierBuffer() + barrier()
+    // at the narrowest scope that covers them.
+    constexpr uint32_t kScopeWorkgroup = 2;
+    constexpr uint32_t kSemantics =
+        0x8 /*AcquireRelease*/ | 0x40 /*UniformMemory*/ | 0x100 /*WorkgroupMemory*/;
+    m_.op(spv::OpControlBarrier,
+          {m_.c_u32(kScopeWorkgroup), m_.c_u32(kScopeWorkgroup), m_.c_u32(kSemantics)});
   }
 
   SpirvModule m_;

@@ -234,117 +234,158 @@ class Outliner {
     return fn_types_[params] = id;
   }
 
+  // A loop being moved: blocks [h, end) of its function, and what moving it needs.
+  struct Region {
+    size_t h = 0, end = 0;
+    uint32_t header = 0, merge = 0;                  // labels
+    std::unordered_set<uint32_t> defined;            // ids defined inside (labels included)
+    std::unordered_map<uint32_t, const Inst*> defs;  // definitions outside, for their types
+    std::vector<uint32_t> free_ids, param_types;     // values from outside: the parameters
+    std::unordered_map<uint32_t, uint32_t> rename;   // outside id -> the function's id
+    uint32_t entry = 0, ret = 0, inner_header = 0;   // the function's new labels
+  };
+
   // Moves the loop headed by block `h` into a function, if it qualifies (see the header).
   bool outline(size_t f, size_t h) {
     std::vector<Block>& blocks = m_.fns[f].blocks;
-    const Inst* lm = loop_merge(blocks[h]);
-    const uint32_t merge = lm->w[1];
-    const size_t end = index_.at(merge);
-    const uint32_t header = blocks[h].label.result;
-    std::unordered_set<uint32_t> defined;
-    for (size_t b = h; b < end; ++b) {
-      defined.insert(blocks[b].label.result);
+    Region r;
+    r.h = h;
+    r.merge = loop_merge(blocks[h])->w[1];
+    r.end = index_.at(r.merge);
+    r.header = blocks[h].label.result;
+    if (!collect_definitions(m_.fns[f], r)) return false;
+    r.entry = fresh(), r.ret = fresh(), r.inner_header = fresh();
+    r.rename[r.header] = r.inner_header;
+    r.rename[r.merge] = r.ret;
+    if (!collect_free_ids(blocks, r)) return false;
+    if (r.free_ids.size() > 250) return false;  // the validator's limit on parameters is 255
+    const uint32_t fn = fresh();
+    global_.insert(fn);
+    Function made = make_function(blocks, r, fn);
+    // In its place: a block (the header's label, so the branches into it stand) that calls it.
+    Block call = call_block(r, fn);
+    blocks.erase(blocks.begin() + static_cast<std::ptrdiff_t>(h) + 1,
+                 blocks.begin() + static_cast<std::ptrdiff_t>(r.end));
+    blocks[h] = std::move(call);
+    m_.fns.push_back(std::move(made));  // invalidates `blocks`
+    return true;
+  }
+
+  // The ids defined inside the loop, and the definitions of the function's other values (for
+  // the types of the free ones). False if the loop holds a variable or a value it defines is
+  // used after it.
+  bool collect_definitions(const Function& fn, Region& r) {
+    const std::vector<Block>& blocks = fn.blocks;
+    for (size_t b = r.h; b < r.end; ++b) {
+      r.defined.insert(blocks[b].label.result);
       for (const Inst& i : blocks[b].body) {
         if (i.op == spv::OpVariable) return false;
-        if (i.result) defined.insert(i.result);
+        if (i.result) r.defined.insert(i.result);
       }
     }
-    // Definitions of the function's other values, for the types of the free ones.
-    std::unordered_map<uint32_t, const Inst*> defs;
     for (size_t b = 0; b < blocks.size(); ++b) {
-      if (b >= h && b < end) continue;
+      if (b >= r.h && b < r.end) continue;
       for (const Inst& i : blocks[b].body) {
-        if (i.result) defs[i.result] = &i;
+        if (i.result) r.defs[i.result] = &i;
         for (uint16_t k : i.ids) {
-          if (defined.count(i.w[k]) && i.w[k] != header) return false;  // used after the loop
+          if (r.defined.count(i.w[k]) && i.w[k] != r.header) return false;  // used after the loop
         }
       }
     }
-    for (const Inst& i : m_.fns[f].head) {
-      if (i.result) defs[i.result] = &i;
+    for (const Inst& i : fn.head) {
+      if (i.result) r.defs[i.result] = &i;
     }
-    std::vector<uint32_t> free_ids, param_types;
-    std::unordered_map<uint32_t, uint32_t> rename;  // outside id -> the function's id
+    return true;
+  }
+
+  // The values the loop uses from outside become parameters; the one block outside it may
+  // name is its entry edge's (header phis), renamed to the function's entry. False for
+  // anything else from outside: a branch to the merge block other than a structured one, a
+  // pointer that is not a variable or parameter, an id without a typed definition.
+  bool collect_free_ids(const std::vector<Block>& blocks, Region& r) {
     uint32_t pre = 0;
-    const uint32_t entry = fresh(), ret = fresh(), inner_header = fresh();
-    rename[header] = inner_header;
-    rename[merge] = ret;
-    for (size_t b = h; b < end; ++b) {
+    for (size_t b = r.h; b < r.end; ++b) {
       for (const Inst& i : blocks[b].body) {
         for (uint16_t k : i.ids) {
           const uint32_t id = i.w[k];
-          if (global_.count(id) || defined.count(id)) continue;
-          if (id == merge) {
+          if (global_.count(id) || r.defined.count(id)) continue;
+          if (id == r.merge) {
             if (!is_branch(i.op)) return false;
             continue;
           }
           if (index_.count(id)) {  // a block outside: only the entry edge of the header's phis
-            if (b != h || i.op != spv::OpPhi || (k % 2) != 0 || (pre && pre != id)) return false;
+            if (b != r.h || i.op != spv::OpPhi || (k % 2) != 0 || (pre && pre != id)) return false;
             pre = id;
-            rename[id] = entry;
+            r.rename[id] = r.entry;
             continue;
           }
-          if (rename.count(id)) continue;
-          auto d = defs.find(id);
-          if (d == defs.end() || !d->second->type) return false;
-          if (d->second->op != spv::OpVariable && d->second->op != spv::OpFunctionParameter &&
-              pointer_types_.count(d->second->type)) {
-            return false;
-          }
-          free_ids.push_back(id);
-          param_types.push_back(d->second->type);
-          rename[id] = fresh();
+          if (r.rename.count(id)) continue;
+          if (!add_parameter(r, id)) return false;
         }
       }
     }
-    if (free_ids.size() > 250) return false;  // the validator's limit on parameters is 255
-    // The function: entry -> the loop (renamed) -> a block that returns.
-    const uint32_t fn = fresh();
-    global_.insert(fn);
+    return true;
+  }
+  bool add_parameter(Region& r, uint32_t id) {
+    auto d = r.defs.find(id);
+    if (d == r.defs.end() || !d->second->type) return false;
+    if (d->second->op != spv::OpVariable && d->second->op != spv::OpFunctionParameter &&
+        pointer_types_.count(d->second->type)) {
+      return false;
+    }
+    r.free_ids.push_back(id);
+    r.param_types.push_back(d->second->type);
+    r.rename[id] = fresh();
+    return true;
+  }
+
+  // The function: entry -> the loop (renamed; its blocks move out of `blocks`) -> a block
+  // that returns.
+  Function make_function(std::vector<Block>& blocks, Region& r, uint32_t fn) {
     Function made;
-    made.head.push_back(make(spv::OpFunction,
-                             {void_, fn, spv::FunctionControlMaskNone, function_type(param_types)},
-                             {}, void_, fn));
-    for (size_t p = 0; p < free_ids.size(); ++p) {
-      made.head.push_back(make(spv::OpFunctionParameter, {param_types[p], rename[free_ids[p]]}, {},
-                               param_types[p], rename[free_ids[p]]));
+    made.head.push_back(make(
+        spv::OpFunction, {void_, fn, spv::FunctionControlMaskNone, function_type(r.param_types)},
+        {}, void_, fn));
+    for (size_t p = 0; p < r.free_ids.size(); ++p) {
+      const uint32_t id = r.rename[r.free_ids[p]];
+      made.head.push_back(
+          make(spv::OpFunctionParameter, {r.param_types[p], id}, {}, r.param_types[p], id));
     }
     Block first;
-    first.label = make(spv::OpLabel, {entry}, {}, 0, entry);
-    first.body.push_back(make(spv::OpBranch, {inner_header}, {1}));
+    first.label = make(spv::OpLabel, {r.entry}, {}, 0, r.entry);
+    first.body.push_back(make(spv::OpBranch, {r.inner_header}, {1}));
     made.blocks.push_back(std::move(first));
-    for (size_t b = h; b < end; ++b) {
+    for (size_t b = r.h; b < r.end; ++b) {
       Block& blk = blocks[b];
-      if (blk.label.result == header)
-        blk.label.w[1] = inner_header, blk.label.result = inner_header;
+      if (blk.label.result == r.header)
+        blk.label.w[1] = r.inner_header, blk.label.result = r.inner_header;
       for (Inst& i : blk.body) {
         for (uint16_t k : i.ids) {
-          auto r = rename.find(i.w[k]);
-          if (r != rename.end()) i.w[k] = r->second;
+          auto it = r.rename.find(i.w[k]);
+          if (it != r.rename.end()) i.w[k] = it->second;
         }
       }
       made.blocks.push_back(std::move(blk));
     }
     Block last;
-    last.label = make(spv::OpLabel, {ret}, {}, 0, ret);
+    last.label = make(spv::OpLabel, {r.ret}, {}, 0, r.ret);
     last.body.push_back(make(spv::OpReturn, {}, {}));
     made.blocks.push_back(std::move(last));
-    // In its place: a block (the header's label, so the branches into it stand) that calls it.
+    return made;
+  }
+
+  Block call_block(const Region& r, uint32_t fn) {
     Block call;
-    call.label = make(spv::OpLabel, {header}, {}, 0, header);
+    call.label = make(spv::OpLabel, {r.header}, {}, 0, r.header);
     std::vector<uint32_t> ops = {void_, fresh(), fn};
     std::vector<uint16_t> ids = {3};
-    for (uint32_t id : free_ids) {
+    for (uint32_t id : r.free_ids) {
       ids.push_back(static_cast<uint16_t>(ops.size() + 1));
       ops.push_back(id);
     }
     call.body.push_back(make(spv::OpFunctionCall, ops, ids, void_, ops[1]));
-    call.body.push_back(make(spv::OpBranch, {merge}, {1}));
-    blocks.erase(blocks.begin() + static_cast<std::ptrdiff_t>(h) + 1,
-                 blocks.begin() + static_cast<std::ptrdiff_t>(end));
-    blocks[h] = std::move(call);
-    m_.fns.push_back(std::move(made));  // invalidates `blocks`
-    return true;
+    call.body.push_back(make(spv::OpBranch, {r.merge}, {1}));
+    return call;
   }
 
   Module& m_;

@@ -381,6 +381,23 @@ def cast(a, dtype: DType) -> Value:
     return kb._emit(f"cast %{va.id}", dtype)
 
 
+# The IR ops this builder writes, by their text form (ir/ops.def). tests/unit/op_table_test.cpp
+# holds this list against the table: every name here is an op there, and every op there is
+# here or named in that test as one the Python builder does not offer. _emit and _line write
+# no other.
+IR_OPS = frozenset({
+    "const", "arg", "shape",
+    "neg", "not", "sqrt", "rsqrt", "exp", "log", "sin", "cos", "tan", "tanh", "asin", "acos",
+    "abs", "floor", "ceil",
+    "add", "sub", "mul", "div", "mod", "floordiv", "min", "max", "pow", "atan2", "and", "or",
+    "lt", "le", "gt", "ge", "eq", "ne",
+    "select", "cast",
+    "alloca", "load_local", "store_local",
+    "load", "store", "atomic_add",
+    "for", "if",
+})
+
+
 class KernelBuilder:
     """Builds one kernel; `finish()` (or Session.compile(kb)) takes its IR text."""
 
@@ -573,9 +590,11 @@ class KernelBuilder:
         return self._stack[-1]
 
     def _line(self, text: str) -> None:
+        assert text.split(" ", 1)[0] in IR_OPS, text
         self._cur().append(text)
 
     def _emit(self, text: str, dtype: DType) -> Value:
+        assert text.split(" ", 1)[0] in IR_OPS, text
         block = self._cur()
         id = self._fresh()
         block.append(f"%{id} = {text} : {_tname(dtype)}")
