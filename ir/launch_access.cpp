@@ -184,12 +184,15 @@ class Collector {
  private:
   void walk(const Block& b) {
     for (const Stmt& s : b.stmts) {
-      switch (s.op) {
-        case Op::kLoad: add(s, ArrayAccess::Kind::kRead, s.args.size()); break;
-        case Op::kAtomicAdd: add(s, ArrayAccess::Kind::kAccumulate, s.args.size() - 1); break;
-        case Op::kStore:
-        case Op::kAtomicMax: add(s, ArrayAccess::Kind::kOverwrite, s.args.size() - 1); break;
-        default: break;
+      if (op_info(s.op).family == OpFamily::kArray) {
+        switch (array_op(s.op)) {
+          case ArrayOp::kLoad: add(s, ArrayAccess::Kind::kRead, s.args.size()); break;
+          case ArrayOp::kAtomicAdd:
+            add(s, ArrayAccess::Kind::kAccumulate, s.args.size() - 1);
+            break;
+          case ArrayOp::kStore:
+          case ArrayOp::kAtomicMax: add(s, ArrayAccess::Kind::kOverwrite, s.args.size() - 1); break;
+        }
       }
       for (const Block& c : s.blocks) walk(c);
     }
@@ -225,8 +228,11 @@ int64_t wrap(DType t, int64_t v) {
     case DType::kI32: return static_cast<int32_t>(static_cast<uint32_t>(v));
     case DType::kU32: return static_cast<uint32_t>(v);
     case DType::kBool: return v != 0 ? 1 : 0;
-    default: return v;
+    case DType::kI64:
+    case DType::kF32:
+    case DType::kF64: return v;  // only words and bools reach here (UniformPool::node)
   }
+  return v;
 }
 
 }  // namespace

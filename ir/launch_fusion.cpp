@@ -47,16 +47,9 @@ int owned_axis(std::span<const ValueId> indices, ValueId index,
 
 void scan(const Block& b, ValueId index, const std::unordered_set<ValueId>& uniform, Summary& s) {
   for (const Stmt& st : b.stmts) {
-    switch (st.op) {
-      case Op::kStackAlloc:
-      case Op::kStackPush:
-      case Op::kStackPop:
-      case Op::kStackTop:
-      case Op::kStackTopAdj:
-      case Op::kStackAccAdj:
-        s.ok = false;  // adstacks bind the runtime's heaps and size them per launch
-        return;
-      default: break;
+    if (op_info(st.op).family == OpFamily::kStack) {
+      s.ok = false;  // adstacks bind the runtime's heaps and size them per launch
+      return;
     }
     if (accesses_array(st.op) && st.param < s.use.size()) {
       ParamUse& u = s.use[st.param];

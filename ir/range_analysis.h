@@ -20,6 +20,7 @@
 //   constant, and integer casts of values known non-negative (lo >= 0 and no negative part).
 #pragma once
 
+#include <array>
 #include <functional>
 #include <optional>
 #include <unordered_map>
@@ -60,11 +61,22 @@ class RangeAnalysis {
   ValueRange range(ValueId v, int depth) const;
   // range() of a statement's result, by kind: constants, scalars and extents; for / while
   // indices; add, sub; mul, min, max; casts, mod, div, floordiv.
-  ValueRange leaf(const Stmt& s) const;
-  ValueRange loop_index(const Stmt& s, int depth) const;
-  ValueRange sum_or_difference(const Stmt& s, int depth) const;
-  ValueRange product_min_max(const Stmt& s, int depth) const;
-  ValueRange quotient_or_cast(const Stmt& s, int depth) const;
+  // One rule per op with a known range (rules() maps ops to them; nullptr: unknown).
+  using Rule = ValueRange (RangeAnalysis::*)(const Stmt& s, int depth) const;
+  static const std::array<Rule, kNumOps>& rules();
+  ValueRange constant(const Stmt& s, int depth) const;
+  ValueRange scalar_arg(const Stmt& s, int depth) const;
+  ValueRange extent(const Stmt& s, int depth) const;
+  ValueRange for_index(const Stmt& s, int depth) const;
+  ValueRange while_index(const Stmt& s, int depth) const;
+  ValueRange sum(const Stmt& s, int depth) const;
+  ValueRange difference(const Stmt& s, int depth) const;
+  ValueRange product(const Stmt& s, int depth) const;
+  ValueRange maximum(const Stmt& s, int depth) const;
+  ValueRange minimum(const Stmt& s, int depth) const;
+  ValueRange cast(const Stmt& s, int depth) const;
+  ValueRange modulo(const Stmt& s, int depth) const;
+  ValueRange quotient(const Stmt& s, int depth) const;
   bool is_int_value(ValueId v) const;
   const Stmt* positive_constant(ValueId v, int64_t min) const;
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Lint: clang-tidy (.clang-tidy: naming and bugprone-*) over the library sources, and
+# Lint: clang-tidy (.clang-tidy: naming and bugprone-*) over the library sources, function size
+# (lizard: no function of the library over 80 lines of code or cyclomatic complexity 25), and
 # clang-format (.clang-format) over the lines changed relative to a base revision.
 #   scripts/lint.sh [BASE]      BASE defaults to origin/main, else main, else HEAD~1
 # VKAD_BUILD_DIR (default build) holds compile_commands.json; it is configured there (cmake
-# only, no build) when missing. VKAD_LINT_SKIP="tidy format" skips a part. Installs
-# clang-tidy / clang-format from Debian's packages when missing, like setup.sh.
+# only, no build) when missing. VKAD_LINT_SKIP="tidy size format" skips a part. Installs
+# clang-tidy / clang-format from Debian's packages when missing, like setup.sh, and lizard
+# (PyPI, pinned) into a venv under the build directory when it is not on PATH.
 # Exit status: non-zero when either part reports anything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,6 +53,34 @@ if [[ "$skip" != *" tidy "* ]]; then
     echo "clang-tidy: clean"
   fi
   rm -f "$log"
+fi
+
+if [[ "$skip" != *" size "* ]]; then
+  echo "=== lizard: library functions over 80 lines of code or cyclomatic complexity 25"
+  lizard_cmd=$(command -v lizard || true)
+  if [ -z "$lizard_cmd" ]; then
+    mkdir -p "$build_dir"
+    venv="$build_dir/lint-venv"
+    if [ ! -x "$venv/bin/lizard" ]; then
+      python3 -m venv "$venv" >/dev/null 2>&1 || {
+        sudo_cmd=""
+        [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+        $sudo_cmd apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends python3-venv
+        rm -rf "$venv"
+        python3 -m venv "$venv"
+      }
+      "$venv/bin/pip" install -q lizard==1.24.3
+    fi
+    lizard_cmd="$venv/bin/lizard"
+  fi
+  # -w prints only the functions over a limit (as warnings); the exit status counts them.
+  if "$lizard_cmd" -L 80 -C 25 -w base abi rhi runtime ir autodiff spirv reference adstack api; then
+    echo "lizard: clean"
+  else
+    echo "lizard: functions over the limits (split them: docs/architecture.md, \"Function size\")"
+    status=1
+  fi
 fi
 
 if [[ "$skip" != *" format "* ]]; then

@@ -25,6 +25,7 @@
 #include "ir/builder.h"
 #include "reference/cpu_eval.h"
 #include "runtime/runtime.h"
+#include "support/session_fixture.h"
 #include "vkad.h"
 
 namespace vkad::testing {
@@ -511,28 +512,7 @@ BandCells check_far_from_switches(const HostState& h) {
   return cells;
 }
 
-class DiffMpmSubstep : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SessionOptions o;
-    o.validation = true;
-    auto r = Session::create(o);
-    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice)
-      GTEST_SKIP() << "SKIPPED: no Vulkan device";
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    s_ = std::move(r).value();
-  }
-  void TearDown() override {
-    if (!s_) return;
-    const rhi::Device& d = s_->runtime().device();
-    EXPECT_EQ(d.validation_message_count(), 0u) << [&] {
-      std::string all;
-      for (const auto& m : d.validation_messages()) all += m + "\n";
-      return all;
-    }();
-  }
-  std::unique_ptr<Session> s_;
-};
+class DiffMpmSubstep : public ValidatedSessionTest {};
 
 // The device's forward, every array each kernel writes, against the CPU evaluator's.
 TEST_F(DiffMpmSubstep, ForwardMatchesCpuReference) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/runtime.h"
+#include "support/session_fixture.h"
 #include "vkad.h"
 
 namespace vkad::testing {
@@ -41,18 +42,9 @@ struct Program {
 
 // A session (fusion on or off) with kSteps substeps over x0..xS and their gradients.
 std::unique_ptr<Program> make_program(bool fuse, bool* skipped) {
-  SessionOptions o;
-  o.validation = true;
-  o.fuse_graph_launches = fuse;
-  auto r = Session::create(o);
-  if (!r.ok() && r.status().code() == ErrorCode::kNoDevice) {
-    *skipped = true;
-    return nullptr;
-  }
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  if (!r.ok()) return nullptr;
   auto p = std::make_unique<Program>();
-  p->s = std::move(r).value();
+  p->s = validated_session(skipped, [&](SessionOptions& o) { o.fuse_graph_launches = fuse; });
+  if (!p->s) return nullptr;
   auto d = p->s->differentiate(std::string_view(kStep));
   EXPECT_TRUE(d.ok()) << d.status().to_string();
   p->d = *d;
@@ -91,12 +83,7 @@ std::vector<float> read(Program& p, NdArrayHandle h) {
   return out;
 }
 
-void expect_clean(Program& p) {
-  const rhi::Device& d = p.s->runtime().device();
-  std::string all;
-  for (const auto& m : d.validation_messages()) all += m + "\n";
-  EXPECT_EQ(d.validation_message_count(), 0u) << all;
-}
+void expect_clean(Program& p) { expect_no_validation_messages(*p.s); }
 
 // Both compute the same f32 operations in the same order per element; the drivers may still
 // contract mul + add differently in a larger kernel, so each value may differ by a few ulp per
@@ -233,24 +220,8 @@ kernel dbl(y: ndarray<f32, 1>) {
   }
 })";
 
-class FusionEdges : public ::testing::Test {
+class FusionEdges : public ValidatedSessionTest {
  protected:
-  void SetUp() override {
-    SessionOptions o;
-    o.validation = true;
-    auto r = Session::create(o);
-    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice)
-      GTEST_SKIP() << "SKIPPED: no Vulkan device";
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    s_ = std::move(r).value();
-  }
-  void TearDown() override {
-    if (!s_) return;
-    const rhi::Device& d = s_->runtime().device();
-    std::string all;
-    for (const auto& m : d.validation_messages()) all += m + "\n";
-    EXPECT_EQ(d.validation_message_count(), 0u) << all;
-  }
   KernelHandle kernel(const char* text) {
     auto k = s_->compile(std::string_view(text));
     EXPECT_TRUE(k.ok()) << k.status().to_string();
@@ -268,7 +239,6 @@ class FusionEdges : public ::testing::Test {
     EXPECT_TRUE(s_->download(h, std::span<float>(out)).ok());
     return out;
   }
-  std::unique_ptr<Session> s_;
 };
 
 TEST_F(FusionEdges, AFillOfMinusZeroIsNotReadAsPlusZero) {

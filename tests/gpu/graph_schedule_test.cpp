@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/runtime.h"
+#include "support/session_fixture.h"
 #include "vkad.h"
 
 namespace vkad::testing {
@@ -67,19 +68,12 @@ struct Program {
 };
 
 std::unique_ptr<Program> make_program(bool schedule, bool* skipped, bool fuse = false) {
-  SessionOptions o;
-  o.validation = true;
-  o.schedule_graph_launches = schedule;
-  o.fuse_graph_launches = fuse;  // scheduling alone unless asked
-  auto r = Session::create(o);
-  if (!r.ok() && r.status().code() == ErrorCode::kNoDevice) {
-    *skipped = true;
-    return nullptr;
-  }
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  if (!r.ok()) return nullptr;
   auto p = std::make_unique<Program>();
-  p->s = std::move(r).value();
+  p->s = validated_session(skipped, [&](SessionOptions& o) {
+    o.schedule_graph_launches = schedule;
+    o.fuse_graph_launches = fuse;  // scheduling alone unless asked
+  });
+  if (!p->s) return nullptr;
   Session& s = *p->s;
   p->act = *s.compile(std::string_view(kAct));
   p->step = *s.compile(std::string_view(kStep));
@@ -135,12 +129,7 @@ void expected(const Program& p, const std::vector<float>& w, const std::vector<f
   (void)p;
 }
 
-void expect_clean(Program& p) {
-  const rhi::Device& d = p.s->runtime().device();
-  std::string all;
-  for (const auto& m : d.validation_messages()) all += m + "\n";
-  EXPECT_EQ(d.validation_message_count(), 0u) << all;
-}
+void expect_clean(Program& p) { expect_no_validation_messages(*p.s); }
 
 // x: one mul and one add per step, each correctly rounded or contracted into an fma: a few
 // ulp per step over 24 steps of values below 2. The sum: 24 terms in any order.

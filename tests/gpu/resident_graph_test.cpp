@@ -13,6 +13,7 @@
 #include "ir/text.h"
 #include "reference/cpu_eval.h"
 #include "runtime/runtime.h"
+#include "support/session_fixture.h"
 #include "vkad.h"
 
 namespace vkad::testing {
@@ -83,18 +84,10 @@ struct Program {
 };
 
 std::unique_ptr<Program> make_program(uint32_t resident_max_range, bool* skipped) {
-  SessionOptions o;
-  o.validation = true;
-  o.resident_max_range = resident_max_range;
-  auto r = Session::create(o);
-  if (!r.ok() && r.status().code() == ErrorCode::kNoDevice) {
-    *skipped = true;
-    return nullptr;
-  }
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  if (!r.ok()) return nullptr;
   auto p = std::make_unique<Program>();
-  p->s = std::move(r).value();
+  p->s = validated_session(skipped,
+                           [&](SessionOptions& o) { o.resident_max_range = resident_max_range; });
+  if (!p->s) return nullptr;
   Session& s = *p->s;
   p->spread = *s.compile(std::string_view(kSpread));
   p->advance = *s.compile(std::string_view(kAdvance));
@@ -165,12 +158,7 @@ void expect_matches(Program& p, float c3) {
   EXPECT_NEAR(gt[0], total, 1e-3);
 }
 
-void expect_clean(Program& p) {
-  const rhi::Device& d = p.s->runtime().device();
-  std::string all;
-  for (const std::string& m : d.validation_messages()) all += m + "\n";
-  EXPECT_EQ(d.validation_message_count(), 0u) << all;
-}
+void expect_clean(Program& p) { expect_no_validation_messages(*p.s); }
 
 size_t graph_steps(Program& p, GraphHandle g) {
   Result<size_t> n = p.s->runtime().graph_steps(g);

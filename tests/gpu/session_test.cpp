@@ -8,6 +8,7 @@
 
 #include "ir/builder.h"
 #include "runtime/runtime.h"
+#include "support/session_fixture.h"
 #include "vkad.h"
 
 namespace vkad::testing {
@@ -17,27 +18,7 @@ using codegen::Array;
 using codegen::KernelBuilder;
 using codegen::Value;
 
-class SessionTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SessionOptions o;
-    o.validation = true;
-    auto r = Session::create(o);
-    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice) GTEST_SKIP() << "SKIPPED: no Vulkan device";
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    s_ = std::move(r).value();
-  }
-  void TearDown() override {
-    if (!s_) return;
-    const rhi::Device& d = s_->runtime().device();
-    EXPECT_EQ(d.validation_message_count(), 0u) << [&] {
-      std::string all;
-      for (const auto& m : d.validation_messages()) all += m + "\n";
-      return all;
-    }();
-  }
-  std::unique_ptr<Session> s_;
-};
+class SessionTest : public ValidatedSessionTest {};
 
 // loss = sum_i w[i] * sin(a * x[i]) * y[i] with x and y differentiated, w not: the map must pair
 // x with x_grad and y with y_grad whatever lies between them.

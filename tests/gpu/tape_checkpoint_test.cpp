@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/runtime.h"
+#include "support/session_fixture.h"
 #include "vkad.h"
 
 namespace vkad::testing {
@@ -46,16 +47,11 @@ constexpr uint32_t kSteps = 7;
 
 float c_of(uint32_t j) { return 0.9f - 0.03f * static_cast<float>(j); }
 
-class TapeCheckpoint : public ::testing::TestWithParam<uint32_t> {
+class TapeCheckpoint : public ValidatedSessionFixture<::testing::TestWithParam<uint32_t>> {
  protected:
   void SetUp() override {
-    SessionOptions o;
-    o.validation = true;
-    auto r = Session::create(o);
-    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice)
-      GTEST_SKIP() << "SKIPPED: no Vulkan device";
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    s_ = std::move(r).value();
+    ValidatedSessionFixture<::testing::TestWithParam<uint32_t>>::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     auto d = s_->differentiate(std::string_view(kStep));
     ASSERT_TRUE(d.ok()) << d.status().to_string();
     step_ = *d;
@@ -63,13 +59,6 @@ class TapeCheckpoint : public ::testing::TestWithParam<uint32_t> {
     ASSERT_TRUE(l.ok()) << l.status().to_string();
     loss_ = *l;
     for (uint32_t i = 0; i < kN; ++i) x0_.push_back(0.01f * static_cast<float>(i));
-  }
-  void TearDown() override {
-    if (!s_) return;
-    const rhi::Device& d = s_->runtime().device();
-    std::string all;
-    for (const auto& m : d.validation_messages()) all += m + "\n";
-    EXPECT_EQ(d.validation_message_count(), 0u) << all;
   }
   NdArrayHandle array(const std::vector<float>& v, const std::string& name) {
     auto h = s_->ndarray(DType::kF32, {static_cast<uint32_t>(v.size())}, name);
@@ -82,7 +71,6 @@ class TapeCheckpoint : public ::testing::TestWithParam<uint32_t> {
     EXPECT_TRUE(s_->download(h, std::span<float>(out)).ok());
     return out;
   }
-  std::unique_ptr<Session> s_;
   Differentiated step_, loss_;
   std::vector<float> x0_;
 };

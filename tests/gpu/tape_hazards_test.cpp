@@ -9,31 +9,14 @@
 #include <vector>
 
 #include "runtime/runtime.h"
+#include "support/session_fixture.h"
 #include "vkad.h"
 
 namespace vkad::testing {
 namespace {
 
-class TapeHazardsTest : public ::testing::Test {
+class TapeHazardsTest : public ValidatedSessionTest {
  protected:
-  void SetUp() override {
-    SessionOptions o;
-    o.validation = true;
-    auto r = Session::create(o);
-    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice)
-      GTEST_SKIP() << "SKIPPED: no Vulkan device";
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    s_ = std::move(r).value();
-  }
-  void TearDown() override {
-    if (!s_) return;
-    const rhi::Device& d = s_->runtime().device();
-    EXPECT_EQ(d.validation_message_count(), 0u) << [&] {
-      std::string all;
-      for (const auto& m : d.validation_messages()) all += m + "\n";
-      return all;
-    }();
-  }
   Differentiated diff(const char* ir) {
     auto d = s_->differentiate(ir);
     EXPECT_TRUE(d.ok()) << d.status().to_string();
@@ -64,7 +47,6 @@ class TapeHazardsTest : public ::testing::Test {
     }
   }
   std::string id(NdArrayHandle a) { return runtime::handle_string(a.id); }
-  std::unique_ptr<Session> s_;
 };
 
 constexpr uint32_t kN = 32;

@@ -8,6 +8,7 @@
 
 #include "ir/builder.h"
 #include "runtime/runtime.h"
+#include "support/session_fixture.h"
 #include "vkad.h"
 
 namespace vkad::testing {
@@ -17,26 +18,8 @@ using codegen::Array;
 using codegen::KernelBuilder;
 using codegen::Value;
 
-class TapeTest : public ::testing::Test {
+class TapeTest : public ValidatedSessionTest {
  protected:
-  void SetUp() override {
-    SessionOptions o;
-    o.validation = true;
-    auto r = Session::create(o);
-    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice)
-      GTEST_SKIP() << "SKIPPED: no Vulkan device";
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    s_ = std::move(r).value();
-  }
-  void TearDown() override {
-    if (!s_) return;
-    const rhi::Device& d = s_->runtime().device();
-    EXPECT_EQ(d.validation_message_count(), 0u) << [&] {
-      std::string all;
-      for (const auto& m : d.validation_messages()) all += m + "\n";
-      return all;
-    }();
-  }
   NdArrayHandle make(uint32_t n, const char* name, DType t = DType::kF32) {
     auto h = s_->ndarray(t, {n}, name);
     EXPECT_TRUE(h.ok()) << h.status().to_string();
@@ -53,7 +36,6 @@ class TapeTest : public ::testing::Test {
     EXPECT_TRUE(r.ok());
     return r.ok() ? *r : SessionStats{};
   }
-  std::unique_ptr<Session> s_;
 };
 
 // y[i] = sin(x[i]) * 0.9 + 0.1: dy/dx = 0.9 cos(x).

@@ -106,6 +106,19 @@ TEST(GraphRework, AnUnevenStepAFillOrAnUnrollableLaunchEndsASegment) {
   }
 }
 
+// What a device that cuts loops (lavapipe: 65,535 passes per invocation) counts of a resident
+// kernel: per repetition one pass, plus a grid-stride loop's passes and exit per member task
+// wider than the workgroup; and the repetition loop's exit.
+TEST(GraphRework, ResidentLoopPassesCountTheGridStrideLoopsOfWideMembers) {
+  codegen::ResidentMember narrow, wide;
+  narrow.ranges = {{0, 200}};           // one pass of 256: no loop
+  wide.ranges = {{0, 1000}, {10, 10}};  // 4 passes (a loop: 4 + exit); an empty range: none
+  const std::vector<codegen::ResidentMember> members = {narrow, wide};
+  EXPECT_EQ(resident_loop_passes(members, 10, 256), 10u * (1 + 5) + 1);
+  EXPECT_EQ(resident_loop_passes(std::span(members).first(1), 7, 256), 7u * 1 + 1);
+  EXPECT_EQ(resident_loop_passes(std::span(members).first(1), 7, 64), 7u * (1 + 5) + 1);
+}
+
 TEST(GraphRework, SplicingMapsEachCapturedLaunchToItsResidentLaunch) {
   const codegen::Kernel k;
   std::vector<CapturedStep> steps = {launch(7, {array(1)})};
