@@ -26,36 +26,45 @@ class Analysis {
   SizeExpr passes(const Block& b) {
     SizeExpr total = SizeExpr::constant(0);
     for (const Stmt& s : b.stmts) {
-      switch (s.op) {
-        case Op::kFor: {
-          // T iterations, each ending with one pass (decrement), then the pass in which no
-          // lane is active any more, which still runs every loop of the body once.
-          SizeExpr last = SizeExpr::constant(1 + idle_passes(s.blocks[0]));
-          std::optional<SizeExpr> trips = trip_bound(s);
-          if (!trips) {
-            unchecked.push_back("%" + std::to_string(s.result));
-            total = add(total, last);
-          } else {
-            SizeExpr per = add(SizeExpr::constant(1), passes(s.blocks[0]));
-            total = add(total, add(mul(*trips, per), last));
-          }
-          break;
-        }
-        case Op::kWhile:
-          // Its passes depend on data: counted once, like a for loop with data bounds.
-          unchecked.push_back("%" + std::to_string(s.result));
-          total = add(total, SizeExpr::constant(1 + idle_passes(s.blocks[1])));
-          break;
-        case Op::kIf:
-          for (const Block& c : s.blocks) total = add(total, passes(c));
-          break;
-        case Op::kAtomicAdd:
-          if (cas(s)) total = add(total, SizeExpr::constant(1));
-          break;
-        default: break;
-      }
+      if (std::optional<SizeExpr> n = stmt_passes(s)) total = add(total, std::move(*n));
     }
     return total;
+  }
+
+  // The passes statement `s` adds; nullopt for none (straight-line code runs within its
+  // enclosing pass; only loops, and compare-and-swap loops, add passes).
+  std::optional<SizeExpr> stmt_passes(const Stmt& s) {
+    if (s.op == Op::kAtomicAdd && cas(s)) return SizeExpr::constant(1);
+    if (op_info(s.op).family != OpFamily::kControl) return std::nullopt;
+    switch (control_op(s.op)) {
+      case ControlOp::kFor: return for_passes(s);
+      case ControlOp::kWhile:
+        // Its passes depend on data: counted once, like a for loop with data bounds.
+        unchecked.push_back("%" + std::to_string(s.result));
+        return SizeExpr::constant(1 + idle_passes(s.blocks[1]));
+      case ControlOp::kIf: {
+        SizeExpr total = SizeExpr::constant(0);
+        for (const Block& c : s.blocks) total = add(total, passes(c));
+        return total;
+      }
+      case ControlOp::kBreak:
+      case ControlOp::kContinue:
+      case ControlOp::kBarrier: return std::nullopt;
+    }
+    return std::nullopt;
+  }
+
+  SizeExpr for_passes(const Stmt& s) {
+    // T iterations, each ending with one pass (decrement), then the pass in which no
+    // lane is active any more, which still runs every loop of the body once.
+    SizeExpr last = SizeExpr::constant(1 + idle_passes(s.blocks[0]));
+    std::optional<SizeExpr> trips = trip_bound(s);
+    if (!trips) {
+      unchecked.push_back("%" + std::to_string(s.result));
+      return last;
+    }
+    SizeExpr per = add(SizeExpr::constant(1), passes(s.blocks[0]));
+    return add(mul(*trips, per), last);
   }
 
   // Passes of `b` run with no lane active: one per loop (and per compare-and-swap loop).
