@@ -18,9 +18,7 @@ const char* dtype_name(DType t) {
 
 bool valid_dtype(DType t) { return static_cast<uint8_t>(t) <= static_cast<uint8_t>(DType::kBool); }
 
-uint32_t dtype_bytes(DType t) {
-  return (t == DType::kF64 || t == DType::kI64) ? 8 : 4;
-}
+uint32_t dtype_bytes(DType t) { return (t == DType::kF64 || t == DType::kI64) ? 8 : 4; }
 
 namespace {
 uint32_t align_up(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }

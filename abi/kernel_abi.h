@@ -42,8 +42,8 @@ constexpr uint32_t adstack_overflow_word(uint32_t stack) {
   return kErrorAdstackOverflow | (stack + 1) << 8;
 }
 struct ErrorWord {
-  uint32_t code = 0;                  // kErrorOutOfBounds, kErrorAdstackOverflow, or unknown
-  int64_t stack = -1;                 // the overflowed adstack (kErrorAdstackOverflow), else -1
+  uint32_t code = 0;   // kErrorOutOfBounds, kErrorAdstackOverflow, or unknown
+  int64_t stack = -1;  // the overflowed adstack (kErrorAdstackOverflow), else -1
 };
 constexpr ErrorWord decode_error_word(uint32_t word) {
   ErrorWord e{word & 0xff, -1};
@@ -73,8 +73,8 @@ struct KernelParam {
   std::string name;
   ParamKind kind = ParamKind::kScalar;
   DType dtype = DType::kF32;
-  uint32_t rank = 0;      // ndarrays only
-  bool written = false;   // ndarrays only: the kernel stores or atomically adds into it
+  uint32_t rank = 0;     // ndarrays only
+  bool written = false;  // ndarrays only: the kernel stores or atomically adds into it
 };
 
 // One end of a task's iteration range, evaluated per launch.

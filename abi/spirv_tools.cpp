@@ -1,9 +1,8 @@
 #include "abi/spirv_tools.h"
 
 #include <mutex>
-#include <unordered_set>
-
 #include <spirv-tools/libspirv.hpp>
+#include <unordered_set>
 
 namespace vkad::abi {
 
@@ -11,11 +10,11 @@ namespace {
 constexpr spv_target_env kEnv = SPV_ENV_VULKAN_1_2;
 
 void collect_messages(spvtools::SpirvTools& tools, std::string* log) {
-  tools.SetMessageConsumer([log](spv_message_level_t, const char*, const spv_position_t& pos,
-                                 const char* msg) {
-    *log += "line " + std::to_string(pos.line) + ", instruction " + std::to_string(pos.index) +
-            ": " + msg + "\n";
-  });
+  tools.SetMessageConsumer(
+      [log](spv_message_level_t, const char*, const spv_position_t& pos, const char* msg) {
+        *log += "line " + std::to_string(pos.line) + ", instruction " + std::to_string(pos.index) +
+                ": " + msg + "\n";
+      });
 }
 }  // namespace
 
@@ -73,9 +72,8 @@ Status validate_spirv(const std::vector<uint32_t>& words) {
     g_validated.insert(module_key(words));
     return {};
   }
-  return make_error(ErrorCode::kInternal,
-                    "SPIR-V failed validation:\n" + log + "--- disassembly ---\n" +
-                        disassemble_spirv(words));
+  return make_error(ErrorCode::kInternal, "SPIR-V failed validation:\n" + log +
+                                              "--- disassembly ---\n" + disassemble_spirv(words));
 }
 
 Result<std::vector<uint32_t>> assemble_spirv(const std::string& text) {

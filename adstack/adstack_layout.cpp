@@ -28,8 +28,8 @@ Result<RowLayout> plan_row(std::span<const StackDesc> stacks, const SizeInputs& 
   for (const StackDesc& s : stacks) {
     Result<int64_t> size = evaluate(s.capacity, in);
     if (!size.ok()) {
-      return make_error(size.status().code(), "adstack " + s.name + " capacity: " +
-                                                  size.status().message() +
+      return make_error(size.status().code(), "adstack " + s.name +
+                                                  " capacity: " + size.status().message() +
                                                   "; lower the loop trip counts");
     }
     int64_t cap = std::max<int64_t>(*size, 1);
@@ -49,7 +49,8 @@ Result<RowLayout> plan_row(std::span<const StackDesc> stacks, const SizeInputs& 
 }
 
 void write_args(const RowLayout& row, uint32_t threads, uint32_t* w) {
-  for (uint32_t h = 0; h < kHeapCount; ++h) w[row_length_word(static_cast<Heap>(h))] = row.row_elems[h];
+  for (uint32_t h = 0; h < kHeapCount; ++h)
+    w[row_length_word(static_cast<Heap>(h))] = row.row_elems[h];
   w[threads_word()] = threads;
   for (uint32_t s = 0; s < row.offset.size(); ++s) {
     w[offset_word(s)] = row.offset[s];

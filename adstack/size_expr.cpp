@@ -21,7 +21,9 @@ SizeExpr SizeExpr::combine(Kind k, SizeExpr a, SizeExpr b) {
     return constant(v);
   }
   // Identities keep printed bounds readable: x+0, x*1, x*0, max(x, 0) for sizes.
-  auto is_const = [](const SizeExpr& e, int64_t v) { return e.kind == Kind::kConst && e.value == v; };
+  auto is_const = [](const SizeExpr& e, int64_t v) {
+    return e.kind == Kind::kConst && e.value == v;
+  };
   if (k == Kind::kAdd && is_const(a, 0)) return b;
   if (k == Kind::kAdd && is_const(b, 0)) return a;
   if (k == Kind::kMul && (is_const(a, 0) || is_const(b, 0))) return constant(0);

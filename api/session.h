@@ -362,7 +362,7 @@ class Session {
   // differentiate()'s forward IR and clearing adjoints (made on demand), by forward handle id.
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::Kernel>> forward_ir_;
   std::unordered_map<uint64_t, KernelHandle> clearing_;
-  std::unordered_map<uint64_t, FusedGraph> fused_graphs_;        // by graph id
+  std::unordered_map<uint64_t, FusedGraph> fused_graphs_;  // by graph id
 };
 
 }  // namespace vkad

@@ -151,8 +151,8 @@ class Tape {
  private:
   struct Record {
     KernelHandle forward, adjoint;
-    uint32_t arg_begin = 0, arg_count = 0;    // into args_
-    uint32_t grad_begin = 0, grad_count = 0;  // into grad_params_
+    uint32_t arg_begin = 0, arg_count = 0;          // into args_
+    uint32_t grad_begin = 0, grad_count = 0;        // into grad_params_
     uint32_t written_begin = 0, written_count = 0;  // into written_ (checkpointing only)
   };
   struct Grad {
@@ -171,7 +171,7 @@ class Tape {
   Status checkpointed_backward();
   bool differentiated(NdArrayHandle array) const;
 
-  Session* session_;  // borrowed
+  Session* session_;     // borrowed
   TapeHazards hazards_;  // what the recording read and wrote (launch refuses overwrites)
   std::vector<Record> records_;
   std::vector<Arg> args_;                     // every record's forward arguments, back to back

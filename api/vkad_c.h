@@ -151,10 +151,10 @@ typedef struct vkad_session_options {
   /* NULL or "": automatic; else a device UUID ("GPU-..." or vkad_device_info::uuid_string),
    * an index, or a name substring */
   const char* device;
-  int validation;            /* Khronos validation layer (also VKAD_VALIDATION=1) */
-  uint32_t retirement_depth; /* 0: the default (3) */
+  int validation;                       /* Khronos validation layer (also VKAD_VALIDATION=1) */
+  uint32_t retirement_depth;            /* 0: the default (3) */
   const vkad_external_device* external; /* NULL: vkad creates its own device */
-  int optimize;              /* run spirv-opt on compiled kernels */
+  int optimize;                         /* run spirv-opt on compiled kernels */
   /* Empty 64 MiB device-memory blocks kept per memory type once their last array is freed
    * (so a free / allocate cycle does not go back to the driver): 0 = the default (1), -1 =
    * none (every empty block is given back at once), n > 0 = n. */
@@ -224,8 +224,8 @@ VKAD_C_API vkad_status* vkad_download(vkad_session* session, vkad_ndarray array,
 typedef struct vkad_arg {
   uint32_t is_ndarray;
   vkad_dtype dtype;
-  double f;         /* f32, f64 */
-  int64_t i;        /* i32, u32, i64, bool */
+  double f;  /* f32, f64 */
+  int64_t i; /* i32, u32, i64, bool */
   vkad_ndarray array;
 } vkad_arg;
 

@@ -20,13 +20,13 @@ enum class ErrorCode : uint8_t {
   kFailedPrecondition,  // call not valid in the current state (e.g. a list already open)
   kOutOfDeviceMemory,
   kOutOfHostMemory,
-  kDeviceLost,          // sticky: every later device call reports it
-  kUnsupported,         // device lacks a required feature / extension / layer
-  kNoDevice,            // no Vulkan device at all (tests skip on this)
+  kDeviceLost,   // sticky: every later device call reports it
+  kUnsupported,  // device lacks a required feature / extension / layer
+  kNoDevice,     // no Vulkan device at all (tests skip on this)
   kTimeout,
-  kDeviceError,         // an error flag raised by a kernel on the device (e.g. adstack overflow)
-  kVulkan,              // any other VkResult failure
-  kInternal,            // a bug in vkad (e.g. emitted SPIR-V failed validation)
+  kDeviceError,  // an error flag raised by a kernel on the device (e.g. adstack overflow)
+  kVulkan,       // any other VkResult failure
+  kInternal,     // a bug in vkad (e.g. emitted SPIR-V failed validation)
 };
 
 const char* error_code_name(ErrorCode code);
@@ -99,7 +99,9 @@ class [[nodiscard]] Result {
 namespace detail {
 inline Status to_status(Status s) { return s; }
 template <typename T>
-Status to_status(const Result<T>& r) { return r.status(); }
+Status to_status(const Result<T>& r) {
+  return r.status();
+}
 }  // namespace detail
 
 }  // namespace vkad
@@ -107,10 +109,10 @@ Status to_status(const Result<T>& r) { return r.status(); }
 #define VKAD_CONCAT_INNER(a, b) a##b
 #define VKAD_CONCAT(a, b) VKAD_CONCAT_INNER(a, b)
 
-#define VKAD_TRY(expr)                                            \
-  do {                                                            \
+#define VKAD_TRY(expr)                                                 \
+  do {                                                                 \
     ::vkad::Status vkad_try_status_ = ::vkad::detail::to_status(expr); \
-    if (!vkad_try_status_.ok()) return vkad_try_status_;          \
+    if (!vkad_try_status_.ok()) return vkad_try_status_;               \
   } while (0)
 
 // `lhs` is a declaration (`Type name`) and `tmp` a generated name: neither can be parenthesised.
@@ -125,9 +127,9 @@ Status to_status(const Result<T>& r) { return r.status(); }
 
 // As VKAD_TRY / VKAD_ASSIGN_OR_RETURN, with `context` (a std::string expression, evaluated
 // only on the error path) in front of the error's message.
-#define VKAD_TRY_CTX(expr, context)                                        \
-  do {                                                                     \
-    ::vkad::Status vkad_try_status_ = ::vkad::detail::to_status(expr);     \
+#define VKAD_TRY_CTX(expr, context)                                            \
+  do {                                                                         \
+    ::vkad::Status vkad_try_status_ = ::vkad::detail::to_status(expr);         \
     if (!vkad_try_status_.ok()) return vkad_try_status_.with_context(context); \
   } while (0)
 

@@ -29,7 +29,8 @@ Kernel recurrence() {
   kb.parallel_for("main", 0, x.dim(0), [&](Value i) {
     Local v = kb.local(x(i));
     Value wi = w(i);
-    kb.for_range(kb.i32(0), steps, [&](Value) { v.store(v.load() * 0.5 + sin(v.load()) * wi * 0.25); });
+    kb.for_range(kb.i32(0), steps,
+                 [&](Value) { v.store(v.load() * 0.5 + sin(v.load()) * wi * 0.25); });
     y.store({i}, v.load());
   });
   return kb.finish();
@@ -45,8 +46,8 @@ Kernel copy_kernel() {
 
 // Milliseconds per launch: median over `reps` batches of `batch` launches (the first, extra
 // batch warms up).
-double time_ms(runtime::Runtime& rt, runtime::KernelHandle h, const std::vector<runtime::Arg>& a, int reps,
-               int batch = 4) {
+double time_ms(runtime::Runtime& rt, runtime::KernelHandle h, const std::vector<runtime::Arg>& a,
+               int reps, int batch = 4) {
   std::vector<double> v;
   for (int r = 0; r <= reps; ++r) {
     double m = bench::batch_ms(rt, h, a, batch);
@@ -87,27 +88,32 @@ int main(int argc, char** argv) {
     (void)rt.upload(h, init.data(), 4ull * n);
     return h;
   };
-  auto x = arr("x"), w = arr("w"), y = arr("y"), xg = arr("x_grad"), wg = arr("w_grad"), yg = arr("y_grad");
+  auto x = arr("x"), w = arr("w"), y = arr("y"), xg = arr("x_grad"), wg = arr("w_grad"),
+       yg = arr("y_grad");
   // A GPU raises its clocks only under sustained load: ~300 ms of copies first, so the copy
   // (timed first) is not measured at idle clocks (H200: 512 GB/s cold).
   bench::warm_up(rt, hc, {runtime::Arg::ndarray(x), runtime::Arg::ndarray(y)}, 300);
   double copy_ms = time_ms(rt, hc, {runtime::Arg::ndarray(x), runtime::Arg::ndarray(y)}, reps, 20);
   double copy_gbs = 8.0 * n / (copy_ms * 1e6);
-  std::printf("device: %s; %u elements; copy %.3f ms = %.1f GB/s\n", rt.caps().device_name.c_str(), n, copy_ms, copy_gbs);
-  std::printf("%6s %12s %12s %14s %16s %10s\n", "L", "forward ms", "adjoint ms", "traffic MB", "adjoint GB/s", "vs copy");
+  std::printf("device: %s; %u elements; copy %.3f ms = %.1f GB/s\n", rt.caps().device_name.c_str(),
+              n, copy_ms, copy_gbs);
+  std::printf("%6s %12s %12s %14s %16s %10s\n", "L", "forward ms", "adjoint ms", "traffic MB",
+              "adjoint GB/s", "vs copy");
   bench::JsonRecords json;
   for (int L : {16, 64, 256}) {
-    std::vector<runtime::Arg> fa = {runtime::Arg::i32(L), runtime::Arg::ndarray(x), runtime::Arg::ndarray(w), runtime::Arg::ndarray(y)};
+    std::vector<runtime::Arg> fa = {runtime::Arg::i32(L), runtime::Arg::ndarray(x),
+                                    runtime::Arg::ndarray(w), runtime::Arg::ndarray(y)};
     std::vector<runtime::Arg> aa = fa;
     for (auto g : {xg, wg, yg}) aa.push_back(runtime::Arg::ndarray(g));
     double f = time_ms(rt, hf, fa, reps), a = time_ms(rt, ha, aa, reps);
     // Modelled traffic (what the adjoint would move if every push and pop reached memory; a
-    // GPU's caches absorb part of it, so "vs copy" can pass 100%) per element and iteration: push writes the primal (4 B; the stack has
-    // no adjoint block), the reverse sweep reads it back (4 B). Plus the arrays: 3 reads + 3
-    // gradient writes of 4 B per element.
+    // GPU's caches absorb part of it, so "vs copy" can pass 100%) per element and iteration: push
+    // writes the primal (4 B; the stack has no adjoint block), the reverse sweep reads it back (4
+    // B). Plus the arrays: 3 reads + 3 gradient writes of 4 B per element.
     double bytes = double(n) * (8.0 * L + 24.0);
     double gbs = bytes / (a * 1e6);
-    std::printf("%6d %12.3f %12.3f %14.1f %16.1f %9.0f%%\n", L, f, a, bytes / 1e6, gbs, 100 * gbs / copy_gbs);
+    std::printf("%6d %12.3f %12.3f %14.1f %16.1f %9.0f%%\n", L, f, a, bytes / 1e6, gbs,
+                100 * gbs / copy_gbs);
     json.begin();
     json.field("L", L);
     json.field("forward_ms", f);

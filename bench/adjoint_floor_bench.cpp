@@ -68,7 +68,8 @@ Kernel recurrence() {
   kb.parallel_for("main", 0, x.dim(0), [&](Value i) {
     Local v = kb.local(x(i));
     Value wi = w(i);
-    kb.for_range(kb.i32(0), steps, [&](Value) { v.store(v.load() * 0.5 + sin(v.load()) * wi * 0.25); });
+    kb.for_range(kb.i32(0), steps,
+                 [&](Value) { v.store(v.load() * 0.5 + sin(v.load()) * wi * 0.25); });
     y.store({i}, v.load());
   });
   return kb.finish();
@@ -385,7 +386,8 @@ void reduce_trig(std::string& text) {
     std::string line = text.substr(at, eol - at);
     at = eol + 1;
     size_t fn = line.find(" = OpExtInst %f32 %glsl ");
-    if (fn != std::string::npos && (line.find(" Sin %") != std::string::npos || line.find(" Cos %") != std::string::npos)) {
+    if (fn != std::string::npos &&
+        (line.find(" Sin %") != std::string::npos || line.find(" Cos %") != std::string::npos)) {
       std::string result = line.substr(0, fn), arg = line.substr(line.rfind(' ') + 1);
       std::string inst = line.find(" Sin %") != std::string::npos ? "Sin" : "Cos";
       std::string p = "%rr" + std::to_string(n++) + "_";
@@ -478,15 +480,20 @@ Result<runtime::CompiledKernel> tape_kernel(bool recurrence, bool reduce, uint32
   paste(text, "N_WORD", k.shape_offset(2) / 4);
   if (private_len) {
     make_private(text, private_len, static_steps);
-    k.name = std::string(recurrence ? "recurrence_" : "") + (static_steps ? "static_" : "") + "private_tape";
+    k.name = std::string(recurrence ? "recurrence_" : "") + (static_steps ? "static_" : "") +
+             "private_tape";
   }
   if (reduce) reduce_trig(text);
   VKAD_ASSIGN_OR_RETURN(std::vector<uint32_t> words, assemble_spirv(text));
-  k.tasks.push_back({"tape", std::move(words), kTapeLocalSize, runtime::RangeBound::constant(0),
-                     runtime::RangeBound::scalar(1), false, {}});
+  k.tasks.push_back({"tape",
+                     std::move(words),
+                     kTapeLocalSize,
+                     runtime::RangeBound::constant(0),
+                     runtime::RangeBound::scalar(1),
+                     false,
+                     {}});
   return k;
 }
-
 
 // Milliseconds per launch of each kernel: median over `reps` batches of `batch` launches waited
 // for once. The kernels' batches are interleaved (a, b, c, a, b, c, ...) so that all of them see
@@ -496,7 +503,8 @@ struct Timed {
   runtime::KernelHandle h;
   std::vector<runtime::Arg> args;
 };
-std::vector<double> time_ms(runtime::Runtime& rt, const std::vector<Timed>& ks, int reps, int batch) {
+std::vector<double> time_ms(runtime::Runtime& rt, const std::vector<Timed>& ks, int reps,
+                            int batch) {
   std::vector<std::vector<double>> v(ks.size());
   for (int r = 0; r <= reps; ++r) {
     for (size_t k = 0; k < ks.size(); ++k) {
@@ -569,7 +577,9 @@ int main(int argc, char** argv) {
     }
   }
   std::string kernels = "," + args.get("kernels", "sin,recurrence,training") + ",";
-  auto want = [&](const char* k) { return kernels.find(std::string(",") + k + ",") != std::string::npos; };
+  auto want = [&](const char* k) {
+    return kernels.find(std::string(",") + k + ",") != std::string::npos;
+  };
   for (size_t at = 1; at < kernels.size();) {
     size_t comma = kernels.find(',', at);
     std::string k = kernels.substr(at, comma - at);
@@ -589,7 +599,8 @@ int main(int argc, char** argv) {
   rt_options.adstack_tier = runtime::AdstackTier::kPrivate;
   // Both tiers specialized where the kernel allows it; unspecialized() copies measure without.
   rt_options.adstack_specialize = runtime::AdstackSpecialize::kAll;
-  rt_options.adstack_private_min_length = static_cast<uint32_t>(args.get_int("private-min-length", runtime::RuntimeOptions{}.adstack_private_min_length));
+  rt_options.adstack_private_min_length = static_cast<uint32_t>(
+      args.get_int("private-min-length", runtime::RuntimeOptions{}.adstack_private_min_length));
   auto rt_r = runtime::Runtime::create(rt_options);
   if (!rt_r.ok()) {
     std::fprintf(stderr, "%s\n", rt_r.status().to_string().c_str());
@@ -629,7 +640,8 @@ int main(int argc, char** argv) {
   double copy_ms = time_ms(rt, {copy}, reps, batch)[0];
   double copy_gbs = 8.0 * (n & ~3u) / (copy_ms * 1e6);
   std::printf("device: %s; %u elements; vkad adstack layout %s; copy %.3f ms = %.1f GB/s\n",
-              rt.caps().device_name.c_str(), n, adstack::layout_name(target.adstack_layout), copy_ms, copy_gbs);
+              rt.caps().device_name.c_str(), n, adstack::layout_name(target.adstack_layout),
+              copy_ms, copy_gbs);
   bench::JsonRecords json;
   int status = 0;
   // One kernel: vkad forward and adjoint and the hand tape at every L. `inputs` are the
@@ -684,9 +696,13 @@ int main(int argc, char** argv) {
       // few enough that L*T floats fit one binding.
       uint64_t groups = (n + kTapeLocalSize - 1) / kTapeLocalSize;
       groups = std::min<uint64_t>(groups, runtime::RuntimeOptions{}.max_groups);
-      groups = std::max<uint64_t>(1, std::min<uint64_t>(groups, rt.caps().max_storage_buffer_range / (4ull * L * kTapeLocalSize)));
+      groups = std::max<uint64_t>(1, std::min<uint64_t>(groups, rt.caps().max_storage_buffer_range /
+                                                                    (4ull * L * kTapeLocalSize)));
       uint32_t T = static_cast<uint32_t>(groups * kTapeLocalSize);
-      auto heap = rt.create_ndarray(runtime::DType::kF32, {static_cast<uint32_t>(static_cast<uint64_t>(L) * T)}, "tape heap").value();
+      auto heap =
+          rt.create_ndarray(runtime::DType::kF32,
+                            {static_cast<uint32_t>(static_cast<uint64_t>(L) * T)}, "tape heap")
+              .value();
       std::vector<runtime::Arg> fa = {runtime::Arg::i32(L)};
       for (auto h : inputs) fa.push_back(runtime::Arg::ndarray(h));
       fa.push_back(runtime::Arg::ndarray(y));
@@ -703,8 +719,9 @@ int main(int argc, char** argv) {
       // and the private tape against the heap tape.
       const uint64_t fallbacks = rt.stats()->adstack_private_fallbacks;
       const uint64_t spec_misses = rt.stats()->adstack_specialize_misses;
-      auto run = [&](runtime::KernelHandle h, const std::vector<runtime::Arg>& a,
-                     const std::vector<runtime::NdArrayHandle>& out) -> std::vector<std::vector<float>> {
+      auto run =
+          [&](runtime::KernelHandle h, const std::vector<runtime::Arg>& a,
+              const std::vector<runtime::NdArrayHandle>& out) -> std::vector<std::vector<float>> {
         for (auto g : out) (void)rt.upload(g, zeros.data(), 4ull * n);
         Status st = rt.launch(h, a);
         if (st.ok()) st = rt.synchronize();
@@ -720,7 +737,8 @@ int main(int argc, char** argv) {
                               run(hpt, ta, tape_grads), run(hst, ta, tape_grads)}) {
         for (size_t g = 0; g < got.size(); ++g) {
           for (uint32_t i = 0; i < n; ++i) {
-            double d = std::fabs(double(got[g][i]) - ref[g][i]) / std::max(std::fabs(double(ref[g][i])), 1e-30);
+            double d = std::fabs(double(got[g][i]) - ref[g][i]) /
+                       std::max(std::fabs(double(ref[g][i])), 1e-30);
             max_rel = std::max(max_rel, d);
           }
         }
@@ -728,7 +746,9 @@ int main(int argc, char** argv) {
       const bool private_ran = rt.stats()->adstack_private_fallbacks == fallbacks;
       const bool specialized_ran = rt.stats()->adstack_specialize_misses == spec_misses;
       if (!(max_rel <= 1e-3)) {
-        std::fprintf(stderr, "%s, L = %d: vkad's gradients, the private tape's and the heap tape's differ (max relative %.3g)\n",
+        std::fprintf(stderr,
+                     "%s, L = %d: vkad's gradients, the private tape's and the heap tape's differ "
+                     "(max relative %.3g)\n",
                      kernel, L, max_rel);
         status = 1;
       }
@@ -835,12 +855,13 @@ int main(int argc, char** argv) {
       (void)rt.upload(h, init.data(), 4 * init.size());
       return h;
     };
-    auto hp0 = arr2({P, 2}, "p0", p0), hv0 = arr2({P, 2}, "v0", v0), ht = arr2({P, 2}, "target", tgt),
-         hl = arr2({P}, "loss", std::vector<float>(P, 0.0f)), hg = arr2({P, 2}, "v0_grad", zero2),
-         hlg = arr2({P}, "loss_grad", seed);
+    auto hp0 = arr2({P, 2}, "p0", p0), hv0 = arr2({P, 2}, "v0", v0),
+         ht = arr2({P, 2}, "target", tgt), hl = arr2({P}, "loss", std::vector<float>(P, 0.0f)),
+         hg = arr2({P, 2}, "v0_grad", zero2), hlg = arr2({P}, "loss_grad", seed);
     using runtime::Arg;
-    std::vector<Arg> fa = {Arg::i32(S), Arg::f32(1.0f / static_cast<float>(S)), Arg::ndarray(hp0),
-                           Arg::ndarray(hv0), Arg::ndarray(ht), Arg::ndarray(hl)};
+    std::vector<Arg> fa = {Arg::i32(S),       Arg::f32(1.0f / static_cast<float>(S)),
+                           Arg::ndarray(hp0), Arg::ndarray(hv0),
+                           Arg::ndarray(ht),  Arg::ndarray(hl)};
     std::vector<Arg> aa = fa;
     aa.push_back(Arg::ndarray(hg));
     aa.push_back(Arg::ndarray(hlg));

@@ -12,8 +12,8 @@ namespace vkad::bench {
 // Milliseconds per launch of `batch` launches recorded back to back and waited for once (the
 // batch spreads the submit/wait round trip, tens of microseconds, over its launches). Errors
 // are printed, not hidden.
-inline double batch_ms(runtime::Runtime& rt, runtime::KernelHandle h, const std::vector<runtime::Arg>& args,
-                       int batch) {
+inline double batch_ms(runtime::Runtime& rt, runtime::KernelHandle h,
+                       const std::vector<runtime::Arg>& args, int batch) {
   (void)rt.synchronize();
   double t0 = now_us();
   for (int b = 0; b < batch; ++b) {
@@ -27,7 +27,8 @@ inline double batch_ms(runtime::Runtime& rt, runtime::KernelHandle h, const std:
 
 // A GPU raises its clocks only under sustained load (a cold H200 read a copy at half speed):
 // runs `h` for about `ms` milliseconds before anything is timed.
-inline void warm_up(runtime::Runtime& rt, runtime::KernelHandle h, const std::vector<runtime::Arg>& args, double ms) {
+inline void warm_up(runtime::Runtime& rt, runtime::KernelHandle h,
+                    const std::vector<runtime::Arg>& args, double ms) {
   for (double t0 = now_us(); now_us() - t0 < ms * 1000;) batch_ms(rt, h, args, 10);
 }
 

@@ -46,9 +46,12 @@ Kernel chain(const std::string& name, int n) {
     kb.for_range(kb.i32(0), steps, [&](Value) {
       Value a = v.load();
       for (int k = 0; k < n; ++k) {
-        a = (k % 3 == 0) ? sin(a) * 0.9 + a * 0.1 : (k % 3 == 1) ? tanh(a * a) - a * 0.5 : max(a, kb.f32(-1)) + 0.01;
+        a = (k % 3 == 0)   ? sin(a) * 0.9 + a * 0.1
+            : (k % 3 == 1) ? tanh(a * a) - a * 0.5
+                           : max(a, kb.f32(-1)) + 0.01;
       }
-      kb.if_(a > 0.0, [&] { v.store(a); }, [&] { v.store(-a * 0.5); });
+      kb.if_(
+          a > 0.0, [&] { v.store(a); }, [&] { v.store(-a * 0.5); });
     });
     y.store({i}, v.load());
   });
@@ -58,10 +61,11 @@ Kernel chain(const std::string& name, int n) {
 // `depth` nested loops around a nonlinear update of a carried local: every level is reversed
 // with its own checkpoint stack in the adjoint.
 Kernel nest(uint32_t depth) {
-  std::string t = "kernel nest(n: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {\n"
-                  "  task t parallel %0 in [0, shape(x, 0)) {\n    %1 = const 0 : i32\n"
-                  "    %2 = arg n : i32\n    %v = alloca : f32\n    %x = load x[%0] : f32\n"
-                  "    store_local %v, %x\n";
+  std::string t =
+      "kernel nest(n: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {\n"
+      "  task t parallel %0 in [0, shape(x, 0)) {\n    %1 = const 0 : i32\n"
+      "    %2 = arg n : i32\n    %v = alloca : f32\n    %x = load x[%0] : f32\n"
+      "    store_local %v, %x\n";
   for (uint32_t i = 0; i < depth; ++i) t += "for %l" + std::to_string(i) + " in [%1, %2) {\n";
   t += "%a = load_local %v : f32\n%s = sin %a : f32\nstore_local %v, %s\n";
   for (uint32_t i = 0; i < depth; ++i) t += "}\n";
@@ -108,22 +112,31 @@ int main(int argc, char** argv) {
   }
   runtime::Runtime& rt = **rt_r;
   Target target = target_from_caps(rt.caps());
-  std::printf("device: %s\n\ncompile time, IR -> validated SPIR-V (median of %d, ms)\n", rt.caps().device_name.c_str(), reps);
+  std::printf("device: %s\n\ncompile time, IR -> validated SPIR-V (median of %d, ms)\n",
+              rt.caps().device_name.c_str(), reps);
   std::printf("%-28s %8s %10s %12s\n", "kernel", "stmts", "no opt", "spirv-opt");
   Kernel medium = chain("medium", 12);
   Kernel large_fwd = chain("large", 60);
   Kernel large = make_adjoint(large_fwd, target).value();
-  struct Case { const char* name; const Kernel* k; } cases[] = {
-      {"small: saxpy", nullptr}, {"medium: loop, 12 ops, if", &medium}, {"large: adjoint of 60-op loop", &large}};
+  struct Case {
+    const char* name;
+    const Kernel* k;
+  } cases[] = {{"small: saxpy", nullptr},
+               {"medium: loop, 12 ops, if", &medium},
+               {"large: adjoint of 60-op loop", &large}};
   Kernel small = saxpy();
   cases[0].k = &small;
   for (const Case& c : cases) {
     size_t stmts = 0;
     std::function<void(const Block&)> count = [&](const Block& b) {
-      for (const Stmt& s : b.stmts) { ++stmts; for (const Block& x : s.blocks) count(x); }
+      for (const Stmt& s : b.stmts) {
+        ++stmts;
+        for (const Block& x : s.blocks) count(x);
+      }
     };
     for (const Task& t : c.k->tasks) count(t.body);
-    double plain = time_compile(*c.k, target, false, reps), opt = time_compile(*c.k, target, true, reps);
+    double plain = time_compile(*c.k, target, false, reps),
+           opt = time_compile(*c.k, target, true, reps);
     std::printf("%-28s %8zu %10.3f %12.3f\n", c.name, stmts, plain, opt);
     json.begin();
     json.field("bench", "compile");
@@ -144,7 +157,10 @@ int main(int argc, char** argv) {
     double f = time_compile(fwd, target, false, reps), a = time_compile(adj, target, false, reps);
     size_t stmts = 0;
     std::function<void(const Block&)> count = [&](const Block& b) {
-      for (const Stmt& s : b.stmts) { ++stmts; for (const Block& x : s.blocks) count(x); }
+      for (const Stmt& s : b.stmts) {
+        ++stmts;
+        for (const Block& x : s.blocks) count(x);
+      }
     };
     for (const Task& t : adj.tasks) count(t.body);
     // The validation gate alone, on the adjoint's modules.
@@ -171,7 +187,8 @@ int main(int argc, char** argv) {
   // 256 MiB; never past one binding's range.
   uint64_t default_n = rt.caps().kind == rhi::DeviceKind::kCpu ? (64u << 20) : (256u << 20);
   uint32_t n = static_cast<uint32_t>(args.get_int(
-      "n", static_cast<long>(std::min<uint64_t>(rt.caps().max_storage_buffer_range / 4, default_n))));
+      "n",
+      static_cast<long>(std::min<uint64_t>(rt.caps().max_storage_buffer_range / 4, default_n))));
   n &= ~3u;  // whole uvec4s for the reference copy
   auto x = rt.create_ndarray(runtime::DType::kF32, {n}, "x").value();
   auto y = rt.create_ndarray(runtime::DType::kF32, {n}, "y").value();
@@ -184,8 +201,13 @@ int main(int argc, char** argv) {
   copy.name = "copy";
   copy.params = {{"x", runtime::ParamKind::kNdArray, runtime::DType::kU32, 1, false},
                  {"y", runtime::ParamKind::kNdArray, runtime::DType::kU32, 1, true}};
-  copy.tasks.push_back({"main", assemble_spirv(testing::kCopyU32Spirv).value(), 128, runtime::RangeBound::constant(0),
-                        runtime::RangeBound::array_dim(0, 0), false, {}});
+  copy.tasks.push_back({"main",
+                        assemble_spirv(testing::kCopyU32Spirv).value(),
+                        128,
+                        runtime::RangeBound::constant(0),
+                        runtime::RangeBound::array_dim(0, 0),
+                        false,
+                        {}});
   auto xu = rt.create_ndarray(runtime::DType::kU32, {n}, "xu").value();
   auto yu = rt.create_ndarray(runtime::DType::kU32, {n}, "yu").value();
   struct Variant {
@@ -197,19 +219,31 @@ int main(int argc, char** argv) {
   };
   std::vector<Variant> variants;
   // The reference: the hand-written copy with 16-byte accesses; the scalar copy beside it.
-  variants.push_back({"copy, uvec4 (hand-written)", rt.register_kernel(testing::make_copy_u32x4_kernel()).value(),
-                      {runtime::Arg::u32(n / 4), runtime::Arg::ndarray(xu), runtime::Arg::ndarray(yu)}, 8.0 * n, {}});
-  variants.push_back({"copy, u32 (hand-written)", rt.register_kernel(copy).value(),
-                      {runtime::Arg::ndarray(xu), runtime::Arg::ndarray(yu)}, 8.0 * n, {}});
+  variants.push_back(
+      {"copy, uvec4 (hand-written)",
+       rt.register_kernel(testing::make_copy_u32x4_kernel()).value(),
+       {runtime::Arg::u32(n / 4), runtime::Arg::ndarray(xu), runtime::Arg::ndarray(yu)},
+       8.0 * n,
+       {}});
+  variants.push_back({"copy, u32 (hand-written)",
+                      rt.register_kernel(copy).value(),
+                      {runtime::Arg::ndarray(xu), runtime::Arg::ndarray(yu)},
+                      8.0 * n,
+                      {}});
   // Generated saxpy as the runtime compiles it, with spirv-opt, and without bounds checks (what
   // the checks cost).
   for (int opt = 0; opt < 3; ++opt) {
     CompileOptions o;
     o.optimize = opt == 1;
     o.bounds_checks = opt != 2;
-    variants.push_back({opt == 0 ? "saxpy (generated)" : opt == 1 ? "saxpy (generated, spirv-opt)" : "saxpy (no bounds checks)",
-                        rt.register_kernel(compile(small, target, o).value()).value(),
-                        {runtime::Arg::f32(0.5f), runtime::Arg::ndarray(x), runtime::Arg::ndarray(y)}, 12.0 * n, {}});
+    variants.push_back(
+        {opt == 0   ? "saxpy (generated)"
+         : opt == 1 ? "saxpy (generated, spirv-opt)"
+                    : "saxpy (no bounds checks)",
+         rt.register_kernel(compile(small, target, o).value()).value(),
+         {runtime::Arg::f32(0.5f), runtime::Arg::ndarray(x), runtime::Arg::ndarray(y)},
+         12.0 * n,
+         {}});
   }
   // Launches are timed in batches of kBatch between synchronizes, so the ~40 us submit/wait
   // round trip (measured by vkad-bench-dispatch) is amortised instead of counted as kernel time.
@@ -219,13 +253,14 @@ int main(int argc, char** argv) {
   // are interleaved batch by batch, so all of them see the same clock state.
   constexpr int kBatch = 20;
 
-  for (Variant& v : variants)
-    bench::warm_up(rt, v.h, v.args, 300);
+  for (Variant& v : variants) bench::warm_up(rt, v.h, v.args, 300);
   constexpr int kBandwidthReps = 9;
   for (int r = 0; r < kBandwidthReps; ++r)
     for (Variant& v : variants) v.ms.push_back(bench::batch_ms(rt, v.h, v.args, kBatch));
-  std::printf("\nbandwidth over %u elements (%.0f MiB per array), median of %d interleaved batches of %d launches\n",
-              n, 4.0 * n / (1 << 20), kBandwidthReps, kBatch);
+  std::printf(
+      "\nbandwidth over %u elements (%.0f MiB per array), median of %d interleaved batches of %d "
+      "launches\n",
+      n, 4.0 * n / (1 << 20), kBandwidthReps, kBatch);
   std::printf("%-30s %10s %10s %8s\n", "kernel", "ms", "GB/s", "vs copy");
   double copy_gbs = 0;
   for (Variant& v : variants) {
@@ -245,18 +280,22 @@ int main(int argc, char** argv) {
   // the same element count; "add" is the memory-bound baseline (same loads and store).
   if (target.float64) {
     uint32_t m = rt.caps().kind == rhi::DeviceKind::kCpu ? (1u << 18) : (1u << 24);
-    std::printf("\ntranscendental cost over %u elements (ms per launch, median of 9 batches of 10)\n", m);
+    std::printf(
+        "\ntranscendental cost over %u elements (ms per launch, median of 9 batches of 10)\n", m);
     std::printf("%-8s %10s %10s %10s\n", "op", "f32", "f64", "f64/f32");
     for (const char* fn : {"add", "sin", "exp", "log", "tanh", "pow"}) {
       double t[2] = {0, 0};
       for (int w = 0; w < 2; ++w) {
         const char* ty = w ? "f64" : "f32";
         std::string body = std::string(fn) == "add" ? std::string("    %r = add %a, %b : ") + ty
-                           : std::string(fn) == "pow" ? std::string("    %r = pow %a, %b : ") + ty
-                                                      : std::string("    %r = ") + fn + " %a : " + ty;
-        std::string text = std::string("kernel t(x: ndarray<") + ty + ", 1>, x2: ndarray<" + ty + ", 1>, y: ndarray<" + ty +
-                           ", 1>) {\n  task main parallel %i in [0, shape(x, 0)) {\n    %a = load x[%i] : " + ty +
-                           "\n    %b = load x2[%i] : " + ty + "\n" + body + "\n    store y[%i], %r\n  }\n}\n";
+                           : std::string(fn) == "pow"
+                               ? std::string("    %r = pow %a, %b : ") + ty
+                               : std::string("    %r = ") + fn + " %a : " + ty;
+        std::string text =
+            std::string("kernel t(x: ndarray<") + ty + ", 1>, x2: ndarray<" + ty +
+            ", 1>, y: ndarray<" + ty +
+            ", 1>) {\n  task main parallel %i in [0, shape(x, 0)) {\n    %a = load x[%i] : " + ty +
+            "\n    %b = load x2[%i] : " + ty + "\n" + body + "\n    store y[%i], %r\n  }\n}\n";
         auto k = parse(text);
         auto c = k.ok() ? compile(*k, target) : Result<runtime::CompiledKernel>(k.status());
         if (!c.ok()) {
@@ -270,11 +309,14 @@ int main(int argc, char** argv) {
           auto a = rt.create_ndarray(dt, {m}, nm).value();
           std::vector<double> v64(m);
           std::vector<float> v32(m);
-          for (uint32_t i = 0; i < m; ++i) v64[i] = v32[i] = 0.5f + 0.001f * static_cast<float>(i % 1000);
-          (void)rt.upload(a, w ? static_cast<const void*>(v64.data()) : v32.data(), (w ? 8ull : 4ull) * m);
+          for (uint32_t i = 0; i < m; ++i)
+            v64[i] = v32[i] = 0.5f + 0.001f * static_cast<float>(i % 1000);
+          (void)rt.upload(a, w ? static_cast<const void*>(v64.data()) : v32.data(),
+                          (w ? 8ull : 4ull) * m);
           arrs.push_back(a);
         }
-        std::vector<runtime::Arg> a = {runtime::Arg::ndarray(arrs[0]), runtime::Arg::ndarray(arrs[1]),
+        std::vector<runtime::Arg> a = {runtime::Arg::ndarray(arrs[0]),
+                                       runtime::Arg::ndarray(arrs[1]),
                                        runtime::Arg::ndarray(arrs[2])};
         std::vector<double> ms;
         for (int r = 0; r < 10; ++r) {

@@ -46,8 +46,10 @@ Kernel halving(int64_t max_trip) {
       acc.store(acc.load() + v.load() * sin(v.load()) * wi);
       v.store(v.load() * 0.5);
     };
-    if (max_trip > 0) kb.while_(cond, SizeExpr::constant(max_trip), body);
-    else kb.while_(cond, body);
+    if (max_trip > 0)
+      kb.while_(cond, SizeExpr::constant(max_trip), body);
+    else
+      kb.while_(cond, body);
     y.store({i}, acc.load() + v.load());
   });
   return kb.finish();
@@ -105,7 +107,8 @@ int main(int argc, char** argv) {
     auto h = rt.create_ndarray(runtime::DType::kF32, {n}, name).value();
     std::vector<float> init(n);
     // x from lo to hi geometrically: trip counts spread over the range.
-    for (uint32_t e = 0; e < n; ++e) init[e] = lo == hi ? lo : lo * std::pow(hi / lo, float(e % 997) / 996.0f);
+    for (uint32_t e = 0; e < n; ++e)
+      init[e] = lo == hi ? lo : lo * std::pow(hi / lo, float(e % 997) / 996.0f);
     (void)rt.upload(h, init.data(), 4ull * n);
     return h;
   };
@@ -218,8 +221,9 @@ int main(int argc, char** argv) {
         return (now_us() - t0) / 1000;
       },
       reps);
-  std::printf("device: %s; %u elements; counted trips %d (stated max_trip %lld)\n", rt.caps().device_name.c_str(), n,
-              counts.empty() ? 0 : counts[0], static_cast<long long>(max_trip));
+  std::printf("device: %s; %u elements; counted trips %d (stated max_trip %lld)\n",
+              rt.caps().device_name.c_str(), n, counts.empty() ? 0 : counts[0],
+              static_cast<long long>(max_trip));
   std::printf("forward                      %9.3f ms\n", f);
   auto lowering = [](const Target& t) {
     return t.subgroup_arithmetic ? "atomic_max combined per subgroup" : "one atomic_max per thread";
@@ -238,7 +242,8 @@ int main(int argc, char** argv) {
       cf, cf - f, 100 * (cf - f) / a);
   std::printf("adjoint, stated max_trip     %9.3f ms  (heap %.1f MB)\n", s, heap_stated / 1e6);
   std::printf("adjoint, counted capacity    %9.3f ms\n", a);
-  std::printf("launch_counted, one launch   %9.3f ms  (adjoint alone, one launch: %.3f ms)\n", e2e, adj_alone);
+  std::printf("launch_counted, one launch   %9.3f ms  (adjoint alone, one launch: %.3f ms)\n", e2e,
+              adj_alone);
   std::printf("forward + launch_counted     %9.3f ms  (one launch each)\n", step_counter);
   std::printf(
       "forward-counted pair         %9.3f ms  (launch_forward_counted + launch_counted_adjoint)\n",

@@ -32,14 +32,14 @@ struct Push {
   uint32_t n, add, spin;
 };
 
-#define CHECK_OK(expr)                                                            \
-  do {                                                                            \
-    auto&& check_ok_ = (expr);                                                    \
-    if (!::vkad::detail::to_status(check_ok_).ok()) {                             \
-      std::fprintf(stderr, "%s failed: %s\n", #expr,                              \
-                   ::vkad::detail::to_status(check_ok_).to_string().c_str());     \
-      std::exit(1);                                                               \
-    }                                                                             \
+#define CHECK_OK(expr)                                                        \
+  do {                                                                        \
+    auto&& check_ok_ = (expr);                                                \
+    if (!::vkad::detail::to_status(check_ok_).ok()) {                         \
+      std::fprintf(stderr, "%s failed: %s\n", #expr,                          \
+                   ::vkad::detail::to_status(check_ok_).to_string().c_str()); \
+      std::exit(1);                                                           \
+    }                                                                         \
   } while (0)
 
 double raw_dependent_dispatch_us(rhi::Device& dev, rhi::ComputePipeline& p, rhi::Buffer& a,
@@ -74,7 +74,8 @@ double raw_dependent_dispatch_us(rhi::Device& dev, rhi::ComputePipeline& p, rhi:
   dsai.pSetLayouts = &layout;
   VkDescriptorSet set;
   dev.fn().vkAllocateDescriptorSets(d, &dsai, &set);
-  VkDescriptorBufferInfo infos[2] = {{a.handle(), 0, VK_WHOLE_SIZE}, {b.handle(), 0, VK_WHOLE_SIZE}};
+  VkDescriptorBufferInfo infos[2] = {{a.handle(), 0, VK_WHOLE_SIZE},
+                                     {b.handle(), 0, VK_WHOLE_SIZE}};
   VkWriteDescriptorSet writes[2];
   for (int i = 0; i < 2; ++i) {
     writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
@@ -94,7 +95,8 @@ double raw_dependent_dispatch_us(rhi::Device& dev, rhi::ComputePipeline& p, rhi:
     bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
     dev.fn().vkBeginCommandBuffer(cb, &bi);
     dev.fn().vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.handle());
-    dev.fn().vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout(), 0, 1, &set, 0, nullptr);
+    dev.fn().vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout(), 0, 1, &set, 0,
+                                     nullptr);
     for (int i = 0; i < n; ++i) {
       dev.fn().vkCmdPushConstants(cb, p.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
       dev.fn().vkCmdDispatch(cb, 1, 1, 1);
@@ -102,7 +104,8 @@ double raw_dependent_dispatch_us(rhi::Device& dev, rhi::ComputePipeline& p, rhi:
       mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
       mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
       dev.fn().vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                           VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+                                    VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0,
+                                    nullptr);
     }
     dev.fn().vkEndCommandBuffer(cb);
     VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
@@ -148,15 +151,16 @@ double rhi_dependent_dispatch_us(rhi::Stream& s, rhi::ComputePipeline& p, rhi::B
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it is printed, also into a pipe or file
-  Args args(argc, argv,
-            "usage: vkad-bench-dispatch [--device D] [--dispatches N] [--reps R] [--json F]\n"
-            "  dependent dispatches in one command buffer (raw Vulkan vs rhi, timeline and fence),\n"
-            "  is_signaled() cost, submit->wait round trip (blocking and spin-then-block)\n"
-            "  --device D      device index or name substring (default: automatic)\n"
-            "  --dispatches N  dispatches per command buffer (default 2000)\n"
-            "  --reps R        repetitions, median reported (default 15)\n"
-            "  --json F        also write the results as JSON to F\n",
-            {"device", "dispatches", "reps", "json"});
+  Args args(
+      argc, argv,
+      "usage: vkad-bench-dispatch [--device D] [--dispatches N] [--reps R] [--json F]\n"
+      "  dependent dispatches in one command buffer (raw Vulkan vs rhi, timeline and fence),\n"
+      "  is_signaled() cost, submit->wait round trip (blocking and spin-then-block)\n"
+      "  --device D      device index or name substring (default: automatic)\n"
+      "  --dispatches N  dispatches per command buffer (default 2000)\n"
+      "  --reps R        repetitions, median reported (default 15)\n"
+      "  --json F        also write the results as JSON to F\n",
+      {"device", "dispatches", "reps", "json"});
   int n = static_cast<int>(args.get_int("dispatches", 2000));
   int reps = static_cast<int>(args.get_int("reps", 15));
   rhi::DeviceOptions opts;

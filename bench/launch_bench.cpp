@@ -47,12 +47,18 @@ int main(int argc, char** argv) {
   std::string json, device, kernel;  // empty: the embedded bench/launch_kernel.vkir
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--launches") launches = std::atoi(argv[i + 1]);
-    else if (a == "--reps") reps = std::atoi(argv[i + 1]);
-    else if (a == "--n") n = static_cast<uint32_t>(std::atoi(argv[i + 1]));
-    else if (a == "--json") json = argv[i + 1];
-    else if (a == "--device") device = argv[i + 1];
-    else if (a == "--kernel") kernel = argv[i + 1];
+    if (a == "--launches")
+      launches = std::atoi(argv[i + 1]);
+    else if (a == "--reps")
+      reps = std::atoi(argv[i + 1]);
+    else if (a == "--n")
+      n = static_cast<uint32_t>(std::atoi(argv[i + 1]));
+    else if (a == "--json")
+      json = argv[i + 1];
+    else if (a == "--device")
+      device = argv[i + 1];
+    else if (a == "--kernel")
+      kernel = argv[i + 1];
   }
   std::stringstream text;
   if (kernel.empty()) {

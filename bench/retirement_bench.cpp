@@ -44,8 +44,8 @@ const char* policy_name(runtime::RetirementPolicy p) {
   return "?";
 }
 
-RunResult run(const std::string& device, runtime::RetirementPolicy policy, size_t depth,
-              uint32_t n, int flushes, uint64_t bytes, double host_us, const std::string& load) {
+RunResult run(const std::string& device, runtime::RetirementPolicy policy, size_t depth, uint32_t n,
+              int flushes, uint64_t bytes, double host_us, const std::string& load) {
   runtime::RuntimeOptions o;
   o.device.device = device;
   o.retirement_depth = depth;
@@ -104,10 +104,13 @@ void write_svg(const std::string& path, const std::vector<RunResult>& runs) {
   for (const auto& r : runs) {
     for (uint64_t b : r.bytes_trace) max_bytes = std::max(max_bytes, b);
   }
-  std::fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' "
-               "font-family='sans-serif' font-size='11'>\n<rect width='100%%' height='100%%' fill='white'/>\n",
+  std::fprintf(f,
+               "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' "
+               "font-family='sans-serif' font-size='11'>\n<rect width='100%%' height='100%%' "
+               "fill='white'/>\n",
                W, H + 140);
-  std::fprintf(f, "<text x='%d' y='16' font-size='13'>bytes held for retirement over the run "
+  std::fprintf(f,
+               "<text x='%d' y='16' font-size='13'>bytes held for retirement over the run "
                "(load: keeps up, depth 3 and hold-until-sync); max %.1f MiB</text>\n",
                L, max_bytes / 1048576.0);
   std::fprintf(f, "<line x1='%d' y1='%d' x2='%d' y2='%d' stroke='black'/>\n", L, H - B, W - 10,
@@ -173,9 +176,10 @@ int main(int argc, char** argv) {
     int flushes;
     double host_us;
   };
-  Load loads[] = {{"keeps up", 1024, flushes, 0},
-                  {"paced", 1024, flushes, host_us},
-                  {"behind", cpu ? (1u << 18) : (1u << 22), std::max(50, flushes / (cpu ? 40 : 10)), 0}};
+  Load loads[] = {
+      {"keeps up", 1024, flushes, 0},
+      {"paced", 1024, flushes, host_us},
+      {"behind", cpu ? (1u << 18) : (1u << 22), std::max(50, flushes / (cpu ? 40 : 10)), 0}};
   std::vector<RunResult> results, plotted;
   JsonRecords json;
   std::printf("paced load: %.0f us of host work per flush\n", host_us);
@@ -183,24 +187,24 @@ int main(int argc, char** argv) {
               "blocked ms", "forced waits", "peak held KiB", "flushes/s");
   for (const Load& load : loads) {
     double floor_rate = 0;
-    for (auto policy : {runtime::RetirementPolicy::kHoldUntilSync,
-                        runtime::RetirementPolicy::kFullDrainWhenFull,
-                        runtime::RetirementPolicy::kPerEntryPolling}) {
+    for (auto policy :
+         {runtime::RetirementPolicy::kHoldUntilSync, runtime::RetirementPolicy::kFullDrainWhenFull,
+          runtime::RetirementPolicy::kPerEntryPolling}) {
       for (size_t depth : {size_t{1}, size_t{3}, size_t{8}}) {
         if (policy == runtime::RetirementPolicy::kHoldUntilSync && depth != 3) continue;
         // The paced load asks one question (does per-entry polling force waits when the host
         // is the slower side?); the baselines there add run time, not information.
         if (load.host_us > 0 && policy != runtime::RetirementPolicy::kPerEntryPolling) continue;
-        RunResult r = run(device, policy, depth, load.n, load.flushes, bytes, load.host_us,
-                          load.name);
+        RunResult r =
+            run(device, policy, depth, load.n, load.flushes, bytes, load.host_us, load.name);
         double rate = r.flushes / r.seconds;
         if (policy == runtime::RetirementPolicy::kHoldUntilSync) floor_rate = rate;
-        std::printf("%-9s %-26s %5s %8d %10.1f %12llu %14.1f %12.0f", r.load.c_str(),
-                    r.policy.c_str(),
-                    policy == runtime::RetirementPolicy::kHoldUntilSync ? "-" :
-                        std::to_string(depth).c_str(),
-                    r.flushes, r.blocked_ms, (unsigned long long)r.forced_waits,
-                    r.high_water_bytes / 1024.0, rate);
+        std::printf(
+            "%-9s %-26s %5s %8d %10.1f %12llu %14.1f %12.0f", r.load.c_str(), r.policy.c_str(),
+            policy == runtime::RetirementPolicy::kHoldUntilSync ? "-"
+                                                                : std::to_string(depth).c_str(),
+            r.flushes, r.blocked_ms, (unsigned long long)r.forced_waits,
+            r.high_water_bytes / 1024.0, rate);
         if (policy == runtime::RetirementPolicy::kPerEntryPolling && floor_rate > 0) {
           std::printf("   (floor/ours time %.3fx)", floor_rate / rate);
         }

@@ -36,7 +36,8 @@ Result<Buffer> Device::create_buffer(const BufferDesc& desc) {
   external.handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
   if (caps_.export_memory_fd && desc.usage == MemoryUsage::kDeviceLocal) info.pNext = &external;
   VkBuffer buffer = VK_NULL_HANDLE;
-  VKAD_TRY(vk("vkCreateBuffer", [&] { return fn_->vkCreateBuffer(device_, &info, nullptr, &buffer); }));
+  VKAD_TRY(
+      vk("vkCreateBuffer", [&] { return fn_->vkCreateBuffer(device_, &info, nullptr, &buffer); }));
   VkMemoryRequirements reqs;
   fn_->vkGetBufferMemoryRequirements(device_, buffer, &reqs);
   Result<Allocation> alloc = allocator_->allocate(reqs, desc.usage);

@@ -89,9 +89,9 @@ Status CommandList::bind_buffers(ComputePipeline& pipeline, std::span<Buffer* co
         "pipeline '" + pipeline.name() + "': a bundle binds buffers with push descriptors only");
   }
   if (!pipeline.push_descriptors()) {
-    VKAD_ASSIGN_OR_RETURN(set, stream_->descriptors_.allocate(
-                                   pipeline.set_layout(), static_cast<uint32_t>(buffers.size()),
-                                   serial_));
+    VKAD_ASSIGN_OR_RETURN(
+        set, stream_->descriptors_.allocate(pipeline.set_layout(),
+                                            static_cast<uint32_t>(buffers.size()), serial_));
   }
   // Small fixed arrays cover the common case without a heap allocation per launch.
   constexpr size_t kInline = 16;

@@ -27,7 +27,7 @@ enum class Barrier : uint8_t {
   kComputeToTransfer,  // shader writes -> copy source
   kTransferToCompute,  // copy/fill writes -> shader reads/writes
   kTransferToTransfer,
-  kToHost,             // shader or copy writes -> host reads after the submission completes
+  kToHost,  // shader or copy writes -> host reads after the submission completes
 };
 
 // A sub-range of a buffer for binding 0 of bind_buffers (offset a multiple of the device's

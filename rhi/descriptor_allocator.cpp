@@ -42,9 +42,9 @@ Result<DescriptorAllocator::Pool> DescriptorAllocator::take_pool() {
 Result<VkDescriptorSet> DescriptorAllocator::allocate(VkDescriptorSetLayout layout,
                                                       uint32_t buffer_count, Serial serial) {
   if (buffer_count > kBuffersPerPool) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      std::to_string(buffer_count) + " storage buffers in one set exceed " +
-                          std::to_string(kBuffersPerPool));
+    return make_error(ErrorCode::kInvalidArgument, std::to_string(buffer_count) +
+                                                       " storage buffers in one set exceed " +
+                                                       std::to_string(kBuffersPerPool));
   }
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (current_.pool == VK_NULL_HANDLE) {

@@ -8,8 +8,8 @@
 
 #include <vector>
 
-#include "rhi/serial_queue.h"
 #include "base/status.h"
+#include "rhi/serial_queue.h"
 
 namespace vkad::rhi {
 

@@ -41,9 +41,15 @@ bool has_extension(const std::vector<VkExtensionProperties>& exts, const char* n
 }  // namespace
 
 const std::vector<std::string>& Capabilities::feature_names() {
-  static const std::vector<std::string> names = {
-      "timeline_semaphore", "int64", "float64", "float16", "atomic_float32_add",
-      "atomic_float64_add", "atomic_int64", "buffer_device_address", "timestamps"};
+  static const std::vector<std::string> names = {"timeline_semaphore",
+                                                 "int64",
+                                                 "float64",
+                                                 "float16",
+                                                 "atomic_float32_add",
+                                                 "atomic_float64_add",
+                                                 "atomic_int64",
+                                                 "buffer_device_address",
+                                                 "timestamps"};
   return names;
 }
 
@@ -67,8 +73,8 @@ Status check_required_features(const Capabilities& caps, const std::vector<std::
   for (const auto& name : names) {
     VKAD_ASSIGN_OR_RETURN(bool present, caps.has_feature(name));
     if (!present) {
-      return make_error(ErrorCode::kUnsupported, "device '" + caps.device_name +
-                                                     "' lacks required feature '" + name + "'");
+      return make_error(ErrorCode::kUnsupported,
+                        "device '" + caps.device_name + "' lacks required feature '" + name + "'");
     }
   }
   return {};
@@ -267,15 +273,16 @@ Capabilities capabilities_from(const DeviceFacts& facts, bool use_push_descripto
   c.shader_int64 = facts.features.shaderInt64;
   c.shader_float64 = facts.features.shaderFloat64;
   c.shader_float16 = facts.f12.shaderFloat16;
-  c.atomic_float32_add = facts.has_atomic_float_ext && facts.atomic_float.shaderBufferFloat32AtomicAdd;
-  c.atomic_float64_add = facts.has_atomic_float_ext && facts.atomic_float.shaderBufferFloat64AtomicAdd &&
-                         c.shader_float64;
+  c.atomic_float32_add =
+      facts.has_atomic_float_ext && facts.atomic_float.shaderBufferFloat32AtomicAdd;
+  c.atomic_float64_add = facts.has_atomic_float_ext &&
+                         facts.atomic_float.shaderBufferFloat64AtomicAdd && c.shader_float64;
   c.atomic_int64 = facts.f12.shaderBufferInt64Atomics && c.shader_int64;
   c.buffer_device_address = facts.f12.bufferDeviceAddress;
   c.preserve_nan_inf_f32 = facts.p12.shaderSignedZeroInfNanPreserveFloat32;
   c.preserve_nan_inf_f64 = facts.p12.shaderSignedZeroInfNanPreserveFloat64 && c.shader_float64;
-  c.push_descriptor = use_push_descriptors && facts.has_push_descriptor_ext &&
-                      facts.max_push_descriptors > 0;
+  c.push_descriptor =
+      use_push_descriptors && facts.has_push_descriptor_ext && facts.max_push_descriptors > 0;
   c.max_push_descriptors = c.push_descriptor ? facts.max_push_descriptors : 0;
   c.timestamps = facts.queue_family.timestampValidBits != 0 && lim.timestampPeriod > 0;
   c.timestamp_period_ns = lim.timestampPeriod;
@@ -356,7 +363,8 @@ Status Device::create_logical(const DeviceFacts& facts) {
   on2.features.shaderInt64 = c.shader_int64;
   on2.features.shaderFloat64 = c.shader_float64;
   std::vector<const char*> dev_ext_names;
-  if (facts.has_atomic_float_ext) dev_ext_names.push_back(VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME);
+  if (facts.has_atomic_float_ext)
+    dev_ext_names.push_back(VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME);
   if (c.push_descriptor) dev_ext_names.push_back(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
   if (c.export_memory_fd) dev_ext_names.push_back(VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME);
   if (c.export_semaphore_fd) dev_ext_names.push_back(VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME);
@@ -372,7 +380,8 @@ Status Device::create_logical(const DeviceFacts& facts) {
   dci.pQueueCreateInfos = &qci;
   dci.enabledExtensionCount = static_cast<uint32_t>(dev_ext_names.size());
   dci.ppEnabledExtensionNames = dev_ext_names.data();
-  VKAD_TRY(vk("vkCreateDevice", [&] { return vkCreateDevice(physical_, &dci, nullptr, &device_); }));
+  VKAD_TRY(
+      vk("vkCreateDevice", [&] { return vkCreateDevice(physical_, &dci, nullptr, &device_); }));
   return {};
 }
 
@@ -428,12 +437,11 @@ Result<std::unique_ptr<Device>> Device::create(const DeviceOptions& options) {
   }
   const DeviceFacts facts = gather_device_facts(dev->physical_, dev->queue_family_);
   if (facts.properties.apiVersion < VK_API_VERSION_1_2) {
-    return make_error(ErrorCode::kUnsupported,
-                      std::string("device '") + facts.properties.deviceName +
-                          "' supports only Vulkan " +
-                          std::to_string(VK_API_VERSION_MAJOR(facts.properties.apiVersion)) + "." +
-                          std::to_string(VK_API_VERSION_MINOR(facts.properties.apiVersion)) +
-                          "; vkad needs 1.2");
+    return make_error(
+        ErrorCode::kUnsupported,
+        std::string("device '") + facts.properties.deviceName + "' supports only Vulkan " +
+            std::to_string(VK_API_VERSION_MAJOR(facts.properties.apiVersion)) + "." +
+            std::to_string(VK_API_VERSION_MINOR(facts.properties.apiVersion)) + "; vkad needs 1.2");
   }
   dev->caps_ = ext ? capabilities_from(facts, ext->enabled)
                    : capabilities_from(facts, options.push_descriptors);
@@ -599,7 +607,7 @@ void Device::destroy_now(Garbage&& g) {
       break;
     case VK_OBJECT_TYPE_DESCRIPTOR_SET_LAYOUT:
       fn_->vkDestroyDescriptorSetLayout(device_, reinterpret_cast<VkDescriptorSetLayout>(g.handle),
-                                   nullptr);
+                                        nullptr);
       break;
     case VK_OBJECT_TYPE_SHADER_MODULE:
       fn_->vkDestroyShaderModule(device_, reinterpret_cast<VkShaderModule>(g.handle), nullptr);

@@ -24,11 +24,11 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "rhi/deferred_deleter.h"
 #include "rhi/device_plan.h"
 #include "rhi/instance.h"
 #include "rhi/memory_allocator.h"
-#include "base/status.h"
 #include "rhi/vk_check.h"
 
 struct VolkDeviceTable;  // volk.h: this device's device-level entry points
@@ -47,16 +47,16 @@ struct StreamOptions;
 // device enabled, so the caller states it; vkad uses a feature only when it is both stated here
 // and supported by the physical device.
 struct ExternalFeatures {
-  bool timeline_semaphore = false;        // VkPhysicalDeviceVulkan12Features::timelineSemaphore
+  bool timeline_semaphore = false;  // VkPhysicalDeviceVulkan12Features::timelineSemaphore
   bool host_query_reset = false;
   bool shader_int64 = false;
   bool shader_float64 = false;
   bool shader_float16 = false;
-  bool buffer_int64_atomics = false;      // shaderBufferInt64Atomics
+  bool buffer_int64_atomics = false;  // shaderBufferInt64Atomics
   bool buffer_device_address = false;
-  bool atomic_float32_add = false;        // VK_EXT_shader_atomic_float enabled, and the feature
+  bool atomic_float32_add = false;  // VK_EXT_shader_atomic_float enabled, and the feature
   bool atomic_float64_add = false;
-  bool push_descriptor = false;           // VK_KHR_push_descriptor enabled
+  bool push_descriptor = false;  // VK_KHR_push_descriptor enabled
 };
 
 // A Vulkan device that an embedder (a DSL with its own renderer or runtime) already has, for vkad
@@ -163,9 +163,9 @@ struct Capabilities {
   bool shader_float16 = false;
   bool atomic_float32_add = false;  // VK_EXT_shader_atomic_float, shaderBufferFloat32AtomicAdd
   bool atomic_float64_add = false;
-  bool atomic_int64 = false;        // shaderBufferInt64Atomics (f64 atomic add by compare-and-swap)
+  bool atomic_int64 = false;  // shaderBufferInt64Atomics (f64 atomic add by compare-and-swap)
   bool buffer_device_address = false;
-  bool push_descriptor = false;     // VK_KHR_push_descriptor present and enabled
+  bool push_descriptor = false;  // VK_KHR_push_descriptor present and enabled
   // shaderSignedZeroInfNanPreserveFloat32/64 (float controls, core in Vulkan 1.2): shaders may
   // ask that NaN, infinities and the sign of zero survive every operation.
   bool preserve_nan_inf_f32 = false;
@@ -233,15 +233,14 @@ Capabilities capabilities_from(const DeviceFacts& facts, bool use_push_descripto
 // The same, restricted to what an imported device was created with.
 Capabilities capabilities_from(const DeviceFacts& facts, const ExternalFeatures& enabled);
 
-
 class Device final : public ValidationSink {
  public:
-  // Creates the device on the process-wide instance (see instance.h). kNoDevice when Vulkan has no device at all, kUnsupported when
-  // the chosen one lacks Vulkan 1.2 or a required feature (the message names it).
-  // Chooses a physical device (or adopts options.external), reads its capabilities and creates
-  // the logical device. kNoDevice when none qualifies; kInvalidArgument for an ExternalDevice
-  // with null handles or a queue range the family does not have; kUnsupported for a device
-  // below Vulkan 1.2 or missing a required feature.
+  // Creates the device on the process-wide instance (see instance.h). kNoDevice when Vulkan has no
+  // device at all, kUnsupported when the chosen one lacks Vulkan 1.2 or a required feature (the
+  // message names it). Chooses a physical device (or adopts options.external), reads its
+  // capabilities and creates the logical device. kNoDevice when none qualifies; kInvalidArgument
+  // for an ExternalDevice with null handles or a queue range the family does not have; kUnsupported
+  // for a device below Vulkan 1.2 or missing a required feature.
   static Result<std::unique_ptr<Device>> create(const DeviceOptions& options = {});
   // True when the device is an imported one (never destroyed by vkad).
   bool imported() const { return imported_; }

@@ -42,9 +42,9 @@ std::string version_string(uint32_t v) {
 
 Status unusable_reason(const PhysicalDeviceInfo& d, const DeviceSelection& sel) {
   if (d.api_version < sel.min_api_version) {
-    return make_error(ErrorCode::kUnsupported,
-                      "device '" + d.name + "' supports Vulkan " + version_string(d.api_version) +
-                          ", vkad needs " + version_string(sel.min_api_version));
+    return make_error(ErrorCode::kUnsupported, "device '" + d.name + "' supports Vulkan " +
+                                                   version_string(d.api_version) + ", vkad needs " +
+                                                   version_string(sel.min_api_version));
   }
   if (!d.has_compute_queue) {
     return make_error(ErrorCode::kUnsupported, "device '" + d.name + "' has no compute queue");
@@ -106,9 +106,9 @@ Result<size_t> choose_device(const std::vector<PhysicalDeviceInfo>& devices,
     } else if (numeric) {
       index = std::stoul(f);
       if (index >= devices.size()) {
-        return make_error(ErrorCode::kNotFound, "device index " + f + " out of range: " +
-                                                    std::to_string(devices.size()) +
-                                                    " device(s) present");
+        return make_error(ErrorCode::kNotFound,
+                          "device index " + f + " out of range: " + std::to_string(devices.size()) +
+                              " device(s) present");
       }
     } else {
       for (size_t i = 0; i < devices.size(); ++i) {

@@ -19,7 +19,7 @@ const char* device_kind_name(DeviceKind kind);
 struct PhysicalDeviceInfo {
   std::string name;
   DeviceKind kind = DeviceKind::kOther;
-  uint32_t api_version = 0;      // VK_MAKE_API_VERSION form
+  uint32_t api_version = 0;  // VK_MAKE_API_VERSION form
   bool has_compute_queue = false;
   // VkPhysicalDeviceIDProperties::deviceUUID (all zero for a device below Vulkan 1.1). On NVIDIA
   // it is the CUDA device's UUID (cuDeviceGetUuid, nvidia-smi's "GPU-..."), which is how a

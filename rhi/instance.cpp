@@ -109,11 +109,10 @@ Result<std::unique_ptr<Instance>> Instance::create(bool validation) {
   inst->validation_ = validation;
   inst->loader_version_ = volkGetInstanceVersion();
   if (inst->loader_version_ < VK_API_VERSION_1_2) {
-    return make_error(ErrorCode::kUnsupported,
-                      "the Vulkan loader supports only Vulkan " +
-                          std::to_string(inst->loader_version_ >> 22) + "." +
-                          std::to_string((inst->loader_version_ >> 12) & 0x3ff) +
-                          "; vkad needs 1.2");
+    return make_error(
+        ErrorCode::kUnsupported,
+        "the Vulkan loader supports only Vulkan " + std::to_string(inst->loader_version_ >> 22) +
+            "." + std::to_string((inst->loader_version_ >> 12) & 0x3ff) + "; vkad needs 1.2");
   }
 
   uint32_t n = 0;
@@ -189,7 +188,8 @@ VKAPI_ATTR VkBool32 VKAPI_CALL Instance::on_debug_message(
   auto* self = static_cast<Instance*>(user);
   if (severity < VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT) return VK_FALSE;
   std::string msg = data && data->pMessage ? data->pMessage : "(no message)";
-  log(severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT ? LogLevel::kError : LogLevel::kWarning,
+  log(severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT ? LogLevel::kError
+                                                                : LogLevel::kWarning,
       "validation: " + msg);
   std::lock_guard<std::mutex> lock(self->sinks_mutex_);
   for (ValidationSink* sink : self->sinks_) sink->on_validation_message(msg);

@@ -17,7 +17,9 @@ const char* memory_usage_name(MemoryUsage usage) {
 
 MemoryAllocator::MemoryAllocator(Device& device, uint64_t block_bytes, uint64_t limit_bytes,
                                  uint32_t spare_blocks)
-    : device_(device), block_bytes_(block_bytes), limit_bytes_(limit_bytes),
+    : device_(device),
+      block_bytes_(block_bytes),
+      limit_bytes_(limit_bytes),
       spare_blocks_(spare_blocks) {
   // Memory types never change for a device: read them once, not on every allocation (the
   // runtime allocates an args buffer per launch).
@@ -102,8 +104,7 @@ void MemoryAllocator::free_block(int index) {
   b = Block{};
 }
 
-Result<Allocation> MemoryAllocator::allocate(const VkMemoryRequirements& reqs,
-                                             MemoryUsage usage) {
+Result<Allocation> MemoryAllocator::allocate(const VkMemoryRequirements& reqs, MemoryUsage usage) {
   const std::vector<MemoryTypeInfo>& types = memory_types_;
   uint32_t required = 0, preferred = 0;
   switch (usage) {
@@ -118,8 +119,8 @@ Result<Allocation> MemoryAllocator::allocate(const VkMemoryRequirements& reqs,
   }
   int type = choose_memory_type(types, reqs.memoryTypeBits, required, preferred);
   if (type < 0) {
-    return make_error(ErrorCode::kUnsupported, std::string("no memory type for ") +
-                                                   memory_usage_name(usage) + " buffers");
+    return make_error(ErrorCode::kUnsupported,
+                      std::string("no memory type for ") + memory_usage_name(usage) + " buffers");
   }
   // Map every block of a host-visible type, whatever the request: on unified-memory devices
   // (lavapipe, integrated GPUs) device-local and upload buffers share one type and one block.

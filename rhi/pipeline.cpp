@@ -30,8 +30,8 @@ void ComputePipeline::reset() {
   if (pipeline_ == VK_NULL_HANDLE) return;
   device_->release(use_, {VK_OBJECT_TYPE_PIPELINE, reinterpret_cast<uint64_t>(pipeline_), {}});
   device_->release(use_, {VK_OBJECT_TYPE_PIPELINE_LAYOUT, reinterpret_cast<uint64_t>(layout_), {}});
-  device_->release(use_, {VK_OBJECT_TYPE_DESCRIPTOR_SET_LAYOUT,
-                          reinterpret_cast<uint64_t>(set_layout_), {}});
+  device_->release(
+      use_, {VK_OBJECT_TYPE_DESCRIPTOR_SET_LAYOUT, reinterpret_cast<uint64_t>(set_layout_), {}});
   pipeline_ = VK_NULL_HANDLE;
   layout_ = VK_NULL_HANDLE;
   set_layout_ = VK_NULL_HANDLE;

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "rhi/deferred_deleter.h"
 #include "base/status.h"
+#include "rhi/deferred_deleter.h"
 #include "rhi/unique_handle.h"
 
 namespace vkad::rhi {

@@ -47,8 +47,9 @@ Result<std::unique_ptr<Stream>> Stream::create(Device& device, const StreamOptio
                       "at most " + std::to_string(kMaxStreams) + " streams per device");
   }
   // Streams share queues round-robin when the family has fewer queues than streams.
-  device.fn().vkGetDeviceQueue(device.handle(), device.queue_family(),
-                   device.first_queue() + static_cast<uint32_t>(s->index_) % device.queue_count(), &s->queue_);
+  device.fn().vkGetDeviceQueue(
+      device.handle(), device.queue_family(),
+      device.first_queue() + static_cast<uint32_t>(s->index_) % device.queue_count(), &s->queue_);
   VkCommandPoolCreateInfo cpci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   cpci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   cpci.queueFamilyIndex = device.queue_family();
@@ -124,7 +125,8 @@ Stream::~Stream() {
   // The pool frees the bundles' buffers too (a bundle outliving its stream is a caller bug).
   device_.live_mut().command_buffers -= static_cast<int64_t>(retiring_bundles_.size());
   retiring_bundles_.retire_all([](VkCommandBuffer) {});
-  if (command_pool_) device_.fn().vkDestroyCommandPool(d, command_pool_, nullptr);  // frees its buffers
+  if (command_pool_)
+    device_.fn().vkDestroyCommandPool(d, command_pool_, nullptr);  // frees its buffers
   for (auto& [serial, fence] : in_flight_fences_) free_fences_.push_back(fence);
   for (VkFence f : free_fences_) device_.fn().vkDestroyFence(d, f, nullptr);
   device_.live_mut().fences -= static_cast<int64_t>(free_fences_.size());
@@ -163,8 +165,8 @@ bool Stream::wait_for(Serial serial, uint64_t timeout_ns) {
   if (spin_ns_ > 0 && timeout_ns > 0) {
     using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
-    const auto budget = std::chrono::nanoseconds(
-        std::min<uint64_t>(static_cast<uint64_t>(spin_ns_), timeout_ns));
+    const auto budget =
+        std::chrono::nanoseconds(std::min<uint64_t>(static_cast<uint64_t>(spin_ns_), timeout_ns));
     do {
       if (serial <= refresh_completed()) {
         ++counters_.spin_completions;
@@ -253,7 +255,8 @@ Result<CommandList> Stream::begin() {
   }
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  Status s = device_.vk("vkBeginCommandBuffer", [&] { return device_.fn().vkBeginCommandBuffer(cb, &bi); });
+  Status s = device_.vk("vkBeginCommandBuffer",
+                        [&] { return device_.fn().vkBeginCommandBuffer(cb, &bi); });
   if (!s.ok()) {
     free_cbs_.push_back(cb);
     return s;
@@ -331,8 +334,9 @@ Result<VkFence> Stream::take_fence() {
   }
   VkFenceCreateInfo info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
   VkFence f = VK_NULL_HANDLE;
-  VKAD_TRY(device_.vk("vkCreateFence",
-                      [&] { return device_.fn().vkCreateFence(device_.handle(), &info, nullptr, &f); }));
+  VKAD_TRY(device_.vk("vkCreateFence", [&] {
+    return device_.fn().vkCreateFence(device_.handle(), &info, nullptr, &f);
+  }));
   ++counters_.fences_created;
   ++device_.live_mut().fences;
   ++device_.live_mut().created;
@@ -349,13 +353,16 @@ Result<StreamSemaphore> Stream::submit(CommandList& list, std::span<const Timeli
   VkCommandBuffer cb = list.cb_.release();
   recording_ = false;
   Status s = device_.status();
-  if (s.ok()) s = device_.vk("vkEndCommandBuffer", [&] { return device_.fn().vkEndCommandBuffer(cb); });
+  if (s.ok())
+    s = device_.vk("vkEndCommandBuffer", [&] { return device_.fn().vkEndCommandBuffer(cb); });
   Serial serial = pending();
   VkFence fence = VK_NULL_HANDLE;
   if (s.ok() && mode_ == SyncMode::kFence) {
     Result<VkFence> f = take_fence();
-    if (f.ok()) fence = *f;
-    else s = f.status();
+    if (f.ok())
+      fence = *f;
+    else
+      s = f.status();
   }
   if (s.ok()) {
     const uint64_t signal[2] = {serial.value(), serial.value()};
@@ -387,7 +394,8 @@ Result<StreamSemaphore> Stream::submit(CommandList& list, std::span<const Timeli
       si.pWaitDstStageMask = wait_stages.data();
     }
     if (mode_ == SyncMode::kTimeline || !waits.empty()) si.pNext = &tsi;
-    s = device_.vk("vkQueueSubmit", [&] { return device_.fn().vkQueueSubmit(queue_, 1, &si, fence); });
+    s = device_.vk("vkQueueSubmit",
+                   [&] { return device_.fn().vkQueueSubmit(queue_, 1, &si, fence); });
   }
   if (!s.ok()) {
     // Nothing reached the queue: the serial is not consumed and the pooled objects go back.

@@ -23,11 +23,11 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "rhi/command_list.h"
 #include "rhi/descriptor_allocator.h"
 #include "rhi/serial.h"
 #include "rhi/serial_queue.h"
-#include "base/status.h"
 
 namespace vkad::rhi {
 
@@ -54,9 +54,9 @@ struct StreamCounters {
   uint64_t submits = 0;
   uint64_t command_buffers_created = 0;  // stays at the number ever in flight at once + 1
   uint64_t fences_created = 0;
-  uint64_t completion_queries = 0;       // vkGetSemaphoreCounterValue / vkGetFenceStatus calls
-  uint64_t waits = 0;                    // waits that found the serial incomplete
-  uint64_t spin_completions = 0;         // ... of which completed while spinning (no block)
+  uint64_t completion_queries = 0;  // vkGetSemaphoreCounterValue / vkGetFenceStatus calls
+  uint64_t waits = 0;               // waits that found the serial incomplete
+  uint64_t spin_completions = 0;    // ... of which completed while spinning (no block)
 };
 
 class Stream final : public SerialTracker {

@@ -33,8 +33,8 @@ class SubAllocator {
 
   uint64_t capacity_;
   uint64_t used_ = 0;
-  std::map<uint64_t, uint64_t> free_by_offset_;          // offset -> size
-  std::multimap<uint64_t, uint64_t> free_by_size_;       // size -> offset
+  std::map<uint64_t, uint64_t> free_by_offset_;                  // offset -> size
+  std::multimap<uint64_t, uint64_t> free_by_size_;               // size -> offset
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> allocated_;  // offset -> (range start, size)
 };
 

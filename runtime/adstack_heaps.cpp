@@ -11,7 +11,8 @@ uint64_t next_heap_bytes(uint64_t have, uint64_t need, uint64_t max_range) {
   return std::min<uint64_t>(bytes, std::max<uint64_t>(need, max_range));
 }
 
-Status AdstackHeaps::ensure(rhi::Device& device, const std::array<uint64_t, adstack::kHeapCount>& need,
+Status AdstackHeaps::ensure(rhi::Device& device,
+                            const std::array<uint64_t, adstack::kHeapCount>& need,
                             std::vector<rhi::Buffer>* retired, uint64_t* retired_bytes,
                             uint64_t* growths) {
   for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
@@ -20,8 +21,9 @@ Status AdstackHeaps::ensure(rhi::Device& device, const std::array<uint64_t, adst
     if (bytes == have) continue;
     VKAD_ASSIGN_OR_RETURN(
         rhi::Buffer fresh,
-        device.create_buffer({bytes, rhi::MemoryUsage::kDeviceLocal,
-                              std::string("adstack heap ") + adstack::heap_name(static_cast<adstack::Heap>(h))}));
+        device.create_buffer(
+            {bytes, rhi::MemoryUsage::kDeviceLocal,
+             std::string("adstack heap ") + adstack::heap_name(static_cast<adstack::Heap>(h))}));
     if (heaps_[h].valid()) {
       // The old heap may still be used by recorded or in-flight work: the caller retires it.
       *retired_bytes += heaps_[h].size();

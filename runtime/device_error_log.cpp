@@ -18,12 +18,13 @@ std::string describe_device_error(const CompiledKernel& d, uint32_t task, uint32
     return "out-of-bounds ndarray access (the access was skipped; loads read 0)";
   }
   const auto& stacks = d.tasks[task].adstacks;
-  if (e.code == kErrorAdstackOverflow && e.stack >= 0 && static_cast<size_t>(e.stack) < stacks.size()) {
+  if (e.code == kErrorAdstackOverflow && e.stack >= 0 &&
+      static_cast<size_t>(e.stack) < stacks.size()) {
     uint32_t cap = 0;
     const uint32_t st = static_cast<uint32_t>(e.stack);
-    std::memcpy(&cap, args + d.adstack_args_offset(task) + 4 * size_t{adstack::capacity_word(st)}, 4);
-    return "adstack " + stacks[st].name + " overflowed its capacity of " +
-           std::to_string(cap) +
+    std::memcpy(&cap, args + d.adstack_args_offset(task) + 4 * size_t{adstack::capacity_word(st)},
+                4);
+    return "adstack " + stacks[st].name + " overflowed its capacity of " + std::to_string(cap) +
            " entries per thread (pushes past it were dropped, so that launch's gradients are "
            "wrong): a loop ran more iterations than its trip bound; raise the loop's max_trip "
            "(KernelBuilder::for_range(begin, end, max_trip, body))";
@@ -38,8 +39,8 @@ void DeviceErrorLog::record(const CompiledKernel& d, const std::byte* base, Laun
     uint32_t flag;
     std::memcpy(&flag, base + d.error_flag_offset(t), 4);
     if (flag == 0) continue;
-    std::string what = "kernel '" + d.name + "', task '" + d.tasks[t].name + "': " +
-                       describe_device_error(d, t, flag, base);
+    std::string what = "kernel '" + d.name + "', task '" + d.tasks[t].name +
+                       "': " + describe_device_error(d, t, flag, base);
     DeviceError* e = nullptr;
     for (DeviceError& known : pending_) {
       if (known.message == what) e = &known;

@@ -22,8 +22,8 @@ struct DeviceError {
   static constexpr size_t kMaxListedLaunches = 16;
   std::string kernel;
   std::string task;
-  uint32_t code = 0;      // kErrorOutOfBounds, kErrorAdstackOverflow, ... (abi/kernel_abi.h)
-  std::string message;    // "kernel 'k', task 't': <what happened and what to do>"
+  uint32_t code = 0;    // kErrorOutOfBounds, kErrorAdstackOverflow, ... (abi/kernel_abi.h)
+  std::string message;  // "kernel 'k', task 't': <what happened and what to do>"
   std::vector<LaunchId> launches;
   uint64_t count = 0;
 };

@@ -27,8 +27,9 @@ Result<int64_t> nd_range_count(const CompiledKernel& d, const CompiledTask& task
     Result<int64_t> e = adstack::evaluate(task.dim_end[dim], inputs);
     // The module computes the bounds in i32 and the indices are i32.
     if (!b.ok() || !e.ok() || *b < 0 || *e > INT32_MAX) {
-      std::string got = b.ok() && e.ok() ? "[" + std::to_string(*b) + ", " + std::to_string(*e) + ")"
-                                         : (b.ok() ? e : b).status().message();
+      std::string got = b.ok() && e.ok()
+                            ? "[" + std::to_string(*b) + ", " + std::to_string(*e) + ")"
+                            : (b.ok() ? e : b).status().message();
       return make_error(ErrorCode::kInvalidArgument,
                         where(d, task) + ": dimension " + std::to_string(dim) + "'s range " + got +
                             " is out of bounds (begin >= 0, end <= 2^31 - 1)");
@@ -54,7 +55,8 @@ Status plan_heap_rows(const CompiledKernel& d, const CompiledTask& task,
     if (max_threads < task.local_size) {
       return make_error(ErrorCode::kOutOfDeviceMemory,
                         where(d, task) + ": one thread's adstack row needs " +
-                            std::to_string(row_bytes) + " bytes of the " + adstack::heap_name(heap) +
+                            std::to_string(row_bytes) + " bytes of the " +
+                            adstack::heap_name(heap) +
                             " heap, more than the device allows in one binding (" +
                             std::to_string(limits.max_storage_buffer_range / task.local_size) +
                             " per thread); lower the loop trip counts");
@@ -62,8 +64,9 @@ Status plan_heap_rows(const CompiledKernel& d, const CompiledTask& task,
     *groups = std::min<uint64_t>(*groups, max_threads / task.local_size);
   }
   for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
-    (*heap_need)[h] = std::max((*heap_need)[h], adstack::heap_bytes(row, static_cast<adstack::Heap>(h),
-                                                                    *groups * task.local_size));
+    (*heap_need)[h] = std::max(
+        (*heap_need)[h],
+        adstack::heap_bytes(row, static_cast<adstack::Heap>(h), *groups * task.local_size));
   }
   return {};
 }
@@ -100,7 +103,8 @@ Status check_loop_passes(const CompiledKernel& d, const CompiledTask& task,
           (body.ok() ? std::to_string(*body) : std::string("?")) + " loop passes), more than the " +
           std::to_string(limit) + " that device '" + limits.device_name +
           "' runs: lavapipe silently leaves loops past this limit, so the results would be "
-          "wrong. Run it on a GPU, or " + advice + " (docs/reference.md, \"Loop limit on lavapipe\")");
+          "wrong. Run it on a GPU, or " +
+          advice + " (docs/reference.md, \"Loop limit on lavapipe\")");
 }
 
 }  // namespace
@@ -127,9 +131,9 @@ Result<LaunchPlan> plan_launch(const CompiledKernel& d, const LaunchInputs& inpu
       VKAD_ASSIGN_OR_RETURN(e, nd_range_count(d, task, size_inputs));
     }
     if (b < 0 || e > UINT32_MAX) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        where(d, task) + ": range [" + std::to_string(b) + ", " +
-                            std::to_string(e) + ") is out of bounds");
+      return make_error(ErrorCode::kInvalidArgument, where(d, task) + ": range [" +
+                                                         std::to_string(b) + ", " +
+                                                         std::to_string(e) + ") is out of bounds");
     }
     TaskPlan& tp = plan.tasks[t];
     tp.begin = static_cast<uint32_t>(b);

@@ -19,10 +19,10 @@ namespace vkad::runtime {
 // The device facts and options planning depends on.
 struct LaunchLimits {
   std::string device_name;
-  uint32_t max_groups = 65535;              // RuntimeOptions::max_groups
-  uint32_t max_workgroup_count_x = 65535;   // maxComputeWorkGroupCount[0] (advice only)
+  uint32_t max_groups = 65535;             // RuntimeOptions::max_groups
+  uint32_t max_workgroup_count_x = 65535;  // maxComputeWorkGroupCount[0] (advice only)
   uint64_t max_storage_buffer_range = 1ull << 31;
-  uint64_t max_loop_passes = 0;             // 0: the device cuts no loops
+  uint64_t max_loop_passes = 0;  // 0: the device cuts no loops
   bool enforce_loop_limit = true;
 };
 
@@ -49,7 +49,7 @@ struct TaskPlan {
 struct LaunchPlan {
   std::vector<TaskPlan> tasks;
   std::array<uint64_t, adstack::kHeapCount> heap_need{};  // bytes per heap, over all tasks
-  bool any_heap_task = false;  // some adstack task uses the heaps (else none are needed)
+  bool any_heap_task = false;             // some adstack task uses the heaps (else none are needed)
   std::array<uint64_t, 3> tier_counts{};  // adstack tasks per TierChoice
 };
 

@@ -11,19 +11,20 @@ std::string shape_string(const std::vector<uint32_t>& shape) {
 Result<uint64_t> ndarray_bytes(abi::DType dtype, const std::vector<uint32_t>& shape,
                                const std::string& label, uint64_t max_range) {
   if (!abi::valid_dtype(dtype)) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "ndarray '" + label + "': dtype value " +
-                          std::to_string(static_cast<int>(dtype)) + " is not a DType");
+    return make_error(ErrorCode::kInvalidArgument, "ndarray '" + label + "': dtype value " +
+                                                       std::to_string(static_cast<int>(dtype)) +
+                                                       " is not a DType");
   }
   if (shape.size() > abi::kMaxNdArrayRank) {
     return make_error(ErrorCode::kInvalidArgument,
-                      "ndarray '" + label + "': rank " + std::to_string(shape.size()) +
-                          " (shape " + shape_string(shape) + "); ranks 1 to " +
+                      "ndarray '" + label + "': rank " + std::to_string(shape.size()) + " (shape " +
+                          shape_string(shape) + "); ranks 1 to " +
                           std::to_string(abi::kMaxNdArrayRank) + " are supported");
   }
   uint64_t elems = 1, bytes = 0;
   bool overflow = false;
-  for (uint32_t d : shape) overflow = overflow || __builtin_mul_overflow(elems, uint64_t{d}, &elems);
+  for (uint32_t d : shape)
+    overflow = overflow || __builtin_mul_overflow(elems, uint64_t{d}, &elems);
   if (overflow || __builtin_mul_overflow(elems, uint64_t{abi::dtype_bytes(dtype)}, &bytes)) {
     return make_error(ErrorCode::kInvalidArgument,
                       "ndarray '" + label + "': shape " + shape_string(shape) + " of " +

@@ -14,13 +14,12 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
-#include <utility>
-#include <vector>
 #include <functional>
 #include <utility>
+#include <vector>
 
-#include "rhi/serial.h"
 #include "base/status.h"
+#include "rhi/serial.h"
 
 namespace vkad::runtime {
 
@@ -30,9 +29,9 @@ struct RetirementCounters {
   uint64_t retired_by_forced_wait = 0;
   uint64_t retired_by_drain = 0;
   uint64_t forced_waits = 0;
-  double forced_wait_us = 0;       // total host time blocked in forced waits
-  uint64_t entries = 0;            // held now
-  uint64_t bytes = 0;              // held now
+  double forced_wait_us = 0;  // total host time blocked in forced waits
+  uint64_t entries = 0;       // held now
+  uint64_t bytes = 0;         // held now
   uint64_t high_water_entries = 0;
   uint64_t high_water_bytes = 0;
 };

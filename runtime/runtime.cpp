@@ -54,9 +54,8 @@ static Result<AdstackTier> resolve_adstack_tier(AdstackTier t) {
   if (v.empty() || v == "auto") return AdstackTier::kAuto;
   if (v == "heap") return AdstackTier::kHeap;
   if (v == "private") return AdstackTier::kPrivate;
-  return make_error(ErrorCode::kInvalidArgument,
-                    "environment variable VKAD_ADSTACK_TIER is '" + v +
-                        "'; expected heap, private or auto");
+  return make_error(ErrorCode::kInvalidArgument, "environment variable VKAD_ADSTACK_TIER is '" + v +
+                                                     "'; expected heap, private or auto");
 }
 
 const char* adstack_specialize_name(AdstackSpecialize s) {
@@ -94,7 +93,8 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   }
   std::unique_ptr<Runtime> rt(new Runtime());
   rt->options_ = options;
-  rt->pipelines_ = PipelineCache(options.pipeline_cache_capacity, options.pipeline_hash_for_testing);
+  rt->pipelines_ =
+      PipelineCache(options.pipeline_cache_capacity, options.pipeline_hash_for_testing);
   VKAD_ASSIGN_OR_RETURN(rt->options_.adstack_tier, resolve_adstack_tier(options.adstack_tier));
   VKAD_ASSIGN_OR_RETURN(rt->options_.adstack_specialize,
                         resolve_adstack_specialize(options.adstack_specialize));
@@ -118,9 +118,9 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
                           "' dispatches (maxComputeWorkGroupCount[0] = " +
                           std::to_string(rt->device_->caps().max_workgroup_count[0]) + ")");
   }
-  VKAD_ASSIGN_OR_RETURN(rt->stream_,
-                        rt->device_->create_stream(
-                            {options.sync_mode, "vkad runtime stream", options.wait_spin_ns}));
+  VKAD_ASSIGN_OR_RETURN(
+      rt->stream_,
+      rt->device_->create_stream({options.sync_mode, "vkad runtime stream", options.wait_spin_ns}));
   const rhi::Capabilities& caps = rt->device_->caps();
   rt->limits_.device_name = caps.device_name;
   rt->limits_.max_groups = options.max_groups;
@@ -158,7 +158,7 @@ Runtime::~Runtime() {
   readback_ring_.reset();
   kernels_.clear();
   pipelines_.clear();
-  stream_.reset();   // waits for its own last submission
+  stream_.reset();  // waits for its own last submission
   device_.reset();
 }
 
@@ -233,8 +233,8 @@ Result<NdArrayHandle> Runtime::create_ndarray(DType dtype, std::vector<uint32_t>
   VKAD_EXCLUSIVE_USE("create_ndarray");
   VKAD_TRY(device_->status());
   std::string label = name.empty() ? "ndarray " + std::to_string(next_serial_) : name;
-  VKAD_ASSIGN_OR_RETURN(uint64_t bytes,
-                        ndarray_bytes(dtype, shape, label, device_->caps().max_storage_buffer_range));
+  VKAD_ASSIGN_OR_RETURN(
+      uint64_t bytes, ndarray_bytes(dtype, shape, label, device_->caps().max_storage_buffer_range));
   VKAD_ASSIGN_OR_RETURN(uint64_t id, issue_id());
   VKAD_ASSIGN_OR_RETURN(rhi::Buffer buffer,
                         device_->create_buffer({bytes, rhi::MemoryUsage::kDeviceLocal, label}));
@@ -343,7 +343,8 @@ Status Runtime::fill(NdArrayHandle array, double value) {
   if (elem == 8 && lo != hi) {
     // vkCmdFillBuffer repeats 32 bits: an 8-byte pattern with unequal halves is staged.
     std::vector<unsigned char> host(a.bytes);
-    for (uint64_t off = 0; off < a.bytes; off += elem) std::memcpy(host.data() + off, &pattern, elem);
+    for (uint64_t off = 0; off < a.bytes; off += elem)
+      std::memcpy(host.data() + off, &pattern, elem);
     return record_host_copy(a, host.data());
   }
   VKAD_TRY(ensure_list());
@@ -504,8 +505,7 @@ Status Runtime::check_args(const Kernel& k, std::span<const Arg> args) const {
   if (args.size() != d.params.size()) {
     return make_error(ErrorCode::kInvalidArgument,
                       "launch of '" + d.name + "': " + std::to_string(args.size()) +
-                          " arguments given, the kernel takes " +
-                          std::to_string(d.params.size()));
+                          " arguments given, the kernel takes " + std::to_string(d.params.size()));
   }
   for (size_t i = 0; i < args.size(); ++i) {
     const KernelParam& p = d.params[i];

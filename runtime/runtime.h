@@ -63,7 +63,7 @@ enum class AdstackTier : uint8_t {
   // Private arrays when the task's private row (each heap's row rounded up to a power of two)
   // takes at most adstack_private_budget_bytes per thread; the heaps otherwise.
   kAuto,
-  kHeap,     // always the heaps
+  kHeap,  // always the heaps
   // Private arrays whenever the row fits kMaxPrivateTierBytes per thread; past that the heaps
   // (correct, counted in RuntimeStats::adstack_private_fallbacks), never an error.
   kPrivate,
@@ -97,8 +97,8 @@ struct RuntimeOptions {
   // vkad's policy is kPerEntryPolling; the others are baselines for benchmarks.
   RetirementPolicy retirement_policy = RetirementPolicy::kPerEntryPolling;
   uint32_t max_dispatches_per_list = 1024;
-  double max_list_age_us = 2000;   // auto-flush a list older than this at the next launch
-  uint32_t max_groups = 65535;     // cap on workgroups per dispatch (tasks grid-stride)
+  double max_list_age_us = 2000;         // auto-flush a list older than this at the next launch
+  uint32_t max_groups = 65535;           // cap on workgroups per dispatch (tasks grid-stride)
   size_t pipeline_cache_capacity = 256;  // unreferenced pipelines kept for reuse
   // Spin-then-block waits (download, synchronize, forced retirement waits); see
   // rhi::StreamOptions::spin_ns. -1 = automatic (spin on GPUs, block at once on CPU devices).
@@ -133,29 +133,28 @@ struct RuntimeOptions {
   std::optional<std::string> cache_dir;
 };
 
-
 struct RuntimeStats {
   RetirementCounters retirement;
   rhi::LiveObjects live;
   uint64_t launches = 0;
-  uint64_t prepares = 0;             // Runtime::prepare calls that succeeded
-  uint64_t flushes = 0;              // submissions made by flush (explicit or automatic)
+  uint64_t prepares = 0;  // Runtime::prepare calls that succeeded
+  uint64_t flushes = 0;   // submissions made by flush (explicit or automatic)
   uint64_t auto_flushes = 0;
   uint64_t device_wide_waits = 0;    // always 0: the runtime never waits for the whole device
   uint64_t ctx_bytes_recording = 0;  // ctx buffer bytes of the list being recorded
   uint64_t pipelines_cached = 0;
   uint64_t pipeline_cache_hits = 0;
   uint64_t ndarrays = 0;
-  uint64_t memory_block_bytes = 0;   // VkDeviceMemory held (blocks, spares included)
-  uint64_t memory_used_bytes = 0;    // ... of which handed out to live buffers
+  uint64_t memory_block_bytes = 0;  // VkDeviceMemory held (blocks, spares included)
+  uint64_t memory_used_bytes = 0;   // ... of which handed out to live buffers
   size_t live_descriptor_sets = 0;
   uint64_t adstack_heap_bytes = 0;    // current f32 + f64 + int adstack heaps
   uint64_t adstack_heap_growths = 0;  // heaps replaced by bigger ones (old ones retired)
   AdstackTier adstack_tier = AdstackTier::kAuto;  // the tier policy in force (never kDefault)
-  uint64_t adstack_private_dispatches = 0;  // adstack task dispatches in the private tier
-  uint64_t adstack_heap_dispatches = 0;     // ... in the heap tier
-  uint64_t adstack_private_fallbacks = 0;   // kPrivate dispatches over kMaxPrivateTierBytes
-  uint64_t adstack_private_pipelines = 0;   // cached private-tier pipeline variants
+  uint64_t adstack_private_dispatches = 0;        // adstack task dispatches in the private tier
+  uint64_t adstack_heap_dispatches = 0;           // ... in the heap tier
+  uint64_t adstack_private_fallbacks = 0;         // kPrivate dispatches over kMaxPrivateTierBytes
+  uint64_t adstack_private_pipelines = 0;         // cached private-tier pipeline variants
   AdstackSpecialize adstack_specialize = AdstackSpecialize::kAuto;  // in force (never kDefault)
   uint64_t adstack_specialized_dispatches = 0;  // dispatches with launch constants specialized
   uint64_t adstack_specialize_misses = 0;       // ... wanted, but past the variant cap
@@ -388,10 +387,9 @@ class Runtime {
   Status save_pipeline_cache();
 
  private:
-
   struct Kernel {
     CompiledKernel desc;
-    uint64_t hash = 0;  // the key of its pipelines in the pipeline cache
+    uint64_t hash = 0;               // the key of its pipelines in the pipeline cache
     std::vector<bool> private_tier;  // per task: its module declares the private tier
   };
 
@@ -436,7 +434,7 @@ class Runtime {
   CtxBuffers ctx_buffers_;
   uint64_t ctx_bytes_ = 0;
   RetirementQueue<CtxBuffers> retirement_;
-  std::vector<CtxBuffers> retired_;  // take_retired's scratch (no allocation per flush)
+  std::vector<CtxBuffers> retired_;        // take_retired's scratch (no allocation per flush)
   PipelineCache pipelines_{256, nullptr};  // create() sets it from the options
   std::unordered_map<uint64_t, std::shared_ptr<const Kernel>> kernels_;
   NdArrayTable arrays_;
@@ -447,14 +445,14 @@ class Runtime {
   // Launch args and small upload staging / small readbacks (host_ring.h): no buffer per call.
   std::optional<HostRing> upload_ring_, readback_ring_;
   // Found at retirement, reported at the next drain: one entry per (kernel, task, message).
-  DeviceErrorLog errors_;  // found at retirement, reported at the next drain
-  uint64_t next_launch_ = 0;                  // the last LaunchId issued
+  DeviceErrorLog errors_;     // found at retirement, reported at the next drain
+  uint64_t next_launch_ = 0;  // the last LaunchId issued
   RuntimeStats stats_;
   std::vector<std::byte> args_scratch_;  // launch: the args encoded before the copy to the device
   // What plan_pipelines finds for one launch (kept as a member: its vectors are reused).
   struct PlannedLaunch {
     LaunchPlan lp;
-    std::vector<rhi::Buffer*> arrays;  // the ndarray arguments' buffers, in parameter order
+    std::vector<rhi::Buffer*> arrays;    // the ndarray arguments' buffers, in parameter order
     std::vector<rhi::Buffer*> bindings;  // launch: args buffer, arrays, heaps (filled there)
     std::vector<rhi::ComputePipeline*> pipelines;  // per task
     uint64_t specialized = 0, spec_misses = 0;
@@ -534,7 +532,7 @@ class Runtime {
   // hold_host_view's counts, of arrays in mapped memory that is not host-coherent only.
   std::unordered_map<uint64_t, uint32_t> host_views_;
   Status sync_host_views(bool to_device);  // flush (to_device) or invalidate them all
-  UseGuard use_guard_;  // see use_guard.h: the thread model, enforced
+  UseGuard use_guard_;                     // see use_guard.h: the thread model, enforced
 };
 
 }  // namespace vkad::runtime

@@ -12,13 +12,29 @@ namespace {
 
 // The few SPIR-V numbers the interface check reads (SPIR-V 1.5 specification, section 3).
 enum : uint32_t {
-  kOpEntryPoint = 15, kOpExecutionMode = 16, kOpTypeInt = 21, kOpTypeFloat = 22,
-  kOpTypeVector = 23, kOpTypeArray = 28, kOpTypeStruct = 30, kOpTypePointer = 32,
-  kOpConstant = 43, kOpVariable = 59, kOpDecorate = 71, kOpMemberDecorate = 72,
-  kExecModelGLCompute = 5, kModeLocalSize = 17, kModeLocalSizeId = 38,
-  kDecorationArrayStride = 6, kDecorationBinding = 33, kDecorationDescriptorSet = 34,
-  kDecorationOffset = 35, kStorageUniformConstant = 0, kStorageUniform = 2,
-  kStoragePushConstant = 9, kStorageStorageBuffer = 12,
+  kOpEntryPoint = 15,
+  kOpExecutionMode = 16,
+  kOpTypeInt = 21,
+  kOpTypeFloat = 22,
+  kOpTypeVector = 23,
+  kOpTypeArray = 28,
+  kOpTypeStruct = 30,
+  kOpTypePointer = 32,
+  kOpConstant = 43,
+  kOpVariable = 59,
+  kOpDecorate = 71,
+  kOpMemberDecorate = 72,
+  kExecModelGLCompute = 5,
+  kModeLocalSize = 17,
+  kModeLocalSizeId = 38,
+  kDecorationArrayStride = 6,
+  kDecorationBinding = 33,
+  kDecorationDescriptorSet = 34,
+  kDecorationOffset = 35,
+  kStorageUniformConstant = 0,
+  kStorageUniform = 2,
+  kStoragePushConstant = 9,
+  kStorageStorageBuffer = 12,
 };
 
 struct Type {
@@ -44,11 +60,12 @@ class Reader {
   struct Variable {
     uint32_t id, pointer_type, storage;
   };
-  std::vector<std::pair<uint32_t, std::string>> entry_points;  // GLCompute (id, name)
+  std::vector<std::pair<uint32_t, std::string>> entry_points;      // GLCompute (id, name)
   std::unordered_map<uint32_t, std::vector<uint32_t>> local_size;  // entry id -> x y z
   std::vector<uint32_t> local_size_id_entries;
   std::vector<Variable> variables;
-  std::unordered_map<uint32_t, std::unordered_map<uint32_t, uint32_t>> decorations;  // id -> dec -> value
+  std::unordered_map<uint32_t, std::unordered_map<uint32_t, uint32_t>>
+      decorations;  // id -> dec -> value
   std::unordered_map<uint32_t, std::unordered_map<uint32_t, uint32_t>> member_offsets;
   std::unordered_map<uint32_t, Type> types;
   std::unordered_map<uint32_t, uint32_t> constants;  // 32-bit integer constants (array lengths)
@@ -164,7 +181,8 @@ Status check_module(const std::vector<uint32_t>& words, const ModuleInterface& e
                 " (the module must use (" + std::to_string(expected.local_size) + ", 1, 1))");
   }
   for (const Reader::Variable& v : r.variables) {
-    bool resource = r.decorated(v.id, kDecorationBinding) || r.decorated(v.id, kDecorationDescriptorSet);
+    bool resource =
+        r.decorated(v.id, kDecorationBinding) || r.decorated(v.id, kDecorationDescriptorSet);
     std::string name = "%" + std::to_string(v.id);
     if (v.storage == kStoragePushConstant) {
       auto ptr = r.types.find(v.pointer_type);
@@ -196,8 +214,9 @@ Status check_module(const std::vector<uint32_t>& words, const ModuleInterface& e
                   std::to_string(expected.storage_buffer_count - 1) + " exist");
     }
     if (v.storage != kStorageStorageBuffer) {
-      return fail(at + ": is not in the StorageBuffer storage class; every binding of the "
-                       "kernel ABI is a storage buffer");
+      return fail(at +
+                  ": is not in the StorageBuffer storage class; every binding of the "
+                  "kernel ABI is a storage buffer");
     }
   }
   return {};
@@ -209,7 +228,8 @@ std::set<uint32_t> declared_spec_ids(const std::vector<uint32_t>& words) {
   for (size_t i = 5; i < words.size();) {
     uint32_t count = words[i] >> 16, op = words[i] & 0xffff;
     if (count == 0 || i + count > words.size()) break;
-    if (op == kOpDecorate && count == 4 && words[i + 2] == kDecorationSpecId) ids.insert(words[i + 3]);
+    if (op == kOpDecorate && count == 4 && words[i + 2] == kDecorationSpecId)
+      ids.insert(words[i + 3]);
     i += count;
   }
   return ids;

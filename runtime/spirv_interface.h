@@ -6,8 +6,8 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -15,7 +15,7 @@
 namespace vkad::runtime {
 
 struct ModuleInterface {
-  std::string entry_point = "main";  // the one GLCompute entry point
+  std::string entry_point = "main";   // the one GLCompute entry point
   uint32_t storage_buffer_count = 0;  // set 0, bindings [0, count): storage buffers only
   uint32_t push_constant_bytes = 0;   // the push-constant block must fit in this many bytes
   uint32_t local_size = 0;            // LocalSize must be (local_size, 1, 1)

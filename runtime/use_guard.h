@@ -62,6 +62,6 @@ class UseGuard {
 
 // First line of every public Runtime call: returns the misuse error when another thread is
 // inside this runtime.
-#define VKAD_EXCLUSIVE_USE(what)                       \
-  auto vkad_use_scope_ = use_guard_.enter(what);       \
+#define VKAD_EXCLUSIVE_USE(what)                 \
+  auto vkad_use_scope_ = use_guard_.enter(what); \
   if (!vkad_use_scope_.ok()) return vkad_use_scope_.status()

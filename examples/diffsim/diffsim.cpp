@@ -1,9 +1,10 @@
-#include "api/device_target.h"
 #include "diffsim/diffsim.h"
 
 #include <chrono>
 #include <cmath>
 #include <random>
+
+#include "api/device_target.h"
 
 namespace diffsim {
 
@@ -17,7 +18,9 @@ namespace {
 constexpr float kGravity = 2.0f, kDrag = 0.4f, kSpring = 3.0f;
 
 double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 // The simulation body, shared by the training kernel (writes the loss) and the trace kernel
@@ -29,7 +32,8 @@ Kernel build(bool trace) {
   Array p0 = kb.ndarray("p0", DType::kF32, 2, {.read_only = true});
   Array v0 = kb.ndarray("v0", DType::kF32, 2, {.needs_grad = !trace, .read_only = trace});
   Array target = kb.ndarray("target", DType::kF32, 2, {.read_only = true});
-  Array out = trace ? kb.ndarray("traj", DType::kF32, 3) : kb.ndarray("loss", DType::kF32, 1, {.needs_grad = true});
+  Array out = trace ? kb.ndarray("traj", DType::kF32, 3)
+                    : kb.ndarray("loss", DType::kF32, 1, {.needs_grad = true});
   Bound range = trace ? Bound(out.dim(0)) : Bound(p0.dim(0));
   kb.parallel_for("particles", 0, range, [&](Value i) {
     Value c0 = kb.i32(0), c1 = kb.i32(1);
@@ -124,8 +128,8 @@ Result<std::unique_ptr<Simulation>> Simulation::create(runtime::Runtime& rt, con
     s->targets_[2 * i] = p0[2 * i] + 0.8f * u(rng) - 0.4f;
     s->targets_[2 * i + 1] = p0[2 * i + 1] + 0.6f * u(rng) - 0.5f;
   }
-  auto make = [&](std::vector<uint32_t> shape, const std::string& name, const std::vector<float>& init,
-                  runtime::NdArrayHandle* out) -> Status {
+  auto make = [&](std::vector<uint32_t> shape, const std::string& name,
+                  const std::vector<float>& init, runtime::NdArrayHandle* out) -> Status {
     VKAD_ASSIGN_OR_RETURN(*out, rt.create_ndarray(DType::kF32, shape, name));
     return rt.upload(*out, init.data(), 4 * init.size());
   };
@@ -222,11 +226,16 @@ Result<double> Simulation::loss_with_v0(const std::vector<float>& v) {
 Result<std::vector<float>> Simulation::trajectories(uint32_t count) {
   count = std::min(count, config_.particles);
   if (!traj_.id) {
-    VKAD_ASSIGN_OR_RETURN(traj_, rt_.create_ndarray(DType::kF32, {count, config_.steps + 1, 2}, "traj"));
+    VKAD_ASSIGN_OR_RETURN(traj_,
+                          rt_.create_ndarray(DType::kF32, {count, config_.steps + 1, 2}, "traj"));
   }
   float dt = 1.0f / static_cast<float>(config_.steps);
-  Arg args[] = {Arg::i32(static_cast<int32_t>(config_.steps)), Arg::f32(dt), Arg::ndarray(p0_),
-                Arg::ndarray(v0_), Arg::ndarray(target_), Arg::ndarray(traj_)};
+  Arg args[] = {Arg::i32(static_cast<int32_t>(config_.steps)),
+                Arg::f32(dt),
+                Arg::ndarray(p0_),
+                Arg::ndarray(v0_),
+                Arg::ndarray(target_),
+                Arg::ndarray(traj_)};
   VKAD_TRY(rt_.launch(trace_, args));
   std::vector<float> out(size_t{count} * (config_.steps + 1) * 2);
   VKAD_TRY(rt_.download(traj_, out.data(), 4 * out.size()));

@@ -30,7 +30,8 @@ struct Timings {
 class Simulation {
  public:
   // Builds and compiles the kernels, creates and fills the ndarrays.
-  static vkad::Result<std::unique_ptr<Simulation>> create(vkad::runtime::Runtime& rt, const Config& c);
+  static vkad::Result<std::unique_ptr<Simulation>> create(vkad::runtime::Runtime& rt,
+                                                          const Config& c);
   ~Simulation();
 
   // One training step, asynchronously: forward, adjoint, update (no readback).

@@ -28,24 +28,28 @@ const char* kUsage =
     "  --svg PATH        picture to write (default vkad-training.svg)\n"
     "  --validation      enable the Khronos validation layer\n";
 
-void write_svg(const std::string& path, const std::vector<double>& losses, const std::vector<int>& iters,
-               const std::vector<float>& before, const std::vector<float>& after,
-               const std::vector<float>& targets, uint32_t count, uint32_t steps) {
+void write_svg(const std::string& path, const std::vector<double>& losses,
+               const std::vector<int>& iters, const std::vector<float>& before,
+               const std::vector<float>& after, const std::vector<float>& targets, uint32_t count,
+               uint32_t steps) {
   std::ofstream f(path);
-  f << "<svg xmlns='http://www.w3.org/2000/svg' width='960' height='420' font-family='sans-serif' font-size='12'>\n"
+  f << "<svg xmlns='http://www.w3.org/2000/svg' width='960' height='420' font-family='sans-serif' "
+       "font-size='12'>\n"
     << "<rect width='960' height='420' fill='white'/>\n";
   // Loss curve, log scale.
   double lo = 1e300, hi = 0;
   for (double l : losses) lo = std::min(lo, l), hi = std::max(hi, l);
   lo = std::log10(std::max(lo, 1e-12)), hi = std::log10(std::max(hi, 1e-12)) + 1e-9;
-  f << "<text x='40' y='24'>loss (log scale) vs iteration</text>\n<polyline fill='none' stroke='#c33' stroke-width='2' points='";
+  f << "<text x='40' y='24'>loss (log scale) vs iteration</text>\n<polyline fill='none' "
+       "stroke='#c33' stroke-width='2' points='";
   int last = iters.empty() ? 1 : std::max(iters.back(), 1);
   for (size_t i = 0; i < losses.size(); ++i) {
     double x = 40 + 380.0 * iters[i] / last;
     double y = 380 - 340.0 * (std::log10(std::max(losses[i], 1e-12)) - lo) / (hi - lo);
     f << x << "," << y << " ";
   }
-  f << "'/>\n<line x1='40' y1='380' x2='420' y2='380' stroke='black'/><line x1='40' y1='40' x2='40' y2='380' stroke='black'/>\n";
+  f << "'/>\n<line x1='40' y1='380' x2='420' y2='380' stroke='black'/><line x1='40' y1='40' "
+       "x2='40' y2='380' stroke='black'/>\n";
   // Trajectories: before (grey), after (blue), targets (red).
   f << "<text x='480' y='24'>trajectories: before (grey), after (blue), targets (red)</text>\n";
   auto px = [](float x) { return 700 + 200 * x; };
@@ -62,7 +66,8 @@ void write_svg(const std::string& path, const std::vector<double>& losses, const
     }
   }
   for (uint32_t p = 0; p < count; ++p) {
-    f << "<circle cx='" << px(targets[2 * p]) << "' cy='" << py(targets[2 * p + 1]) << "' r='3' fill='#c33'/>\n";
+    f << "<circle cx='" << px(targets[2 * p]) << "' cy='" << py(targets[2 * p + 1])
+      << "' r='3' fill='#c33'/>\n";
   }
   f << "</svg>\n";
 }
@@ -84,15 +89,24 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     try {
-      if (a == "--particles") config.particles = static_cast<uint32_t>(std::stoul(next()));
-      else if (a == "--steps") config.steps = static_cast<uint32_t>(std::stoul(next()));
-      else if (a == "--iterations") iterations = std::stoi(next());
-      else if (a == "--lr") config.learning_rate = std::stof(next());
-      else if (a == "--log-every") log_every = std::max(1, std::stoi(next()));
-      else if (a == "--device") options.device.device = next();
-      else if (a == "--depth") options.retirement_depth = std::stoul(next());
-      else if (a == "--svg") svg = next();
-      else if (a == "--validation") options.device.enable_validation = true;
+      if (a == "--particles")
+        config.particles = static_cast<uint32_t>(std::stoul(next()));
+      else if (a == "--steps")
+        config.steps = static_cast<uint32_t>(std::stoul(next()));
+      else if (a == "--iterations")
+        iterations = std::stoi(next());
+      else if (a == "--lr")
+        config.learning_rate = std::stof(next());
+      else if (a == "--log-every")
+        log_every = std::max(1, std::stoi(next()));
+      else if (a == "--device")
+        options.device.device = next();
+      else if (a == "--depth")
+        options.retirement_depth = std::stoul(next());
+      else if (a == "--svg")
+        svg = next();
+      else if (a == "--validation")
+        options.device.enable_validation = true;
       else {
         std::printf("%s", kUsage);
         return a == "--help" || a == "-h" ? 0 : 2;
@@ -108,9 +122,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   runtime::Runtime& rt = **rt_result;
-  std::printf("device: %s (%s)\n", rt.caps().device_name.c_str(), rhi::device_kind_name(rt.caps().kind));
+  std::printf("device: %s (%s)\n", rt.caps().device_name.c_str(),
+              rhi::device_kind_name(rt.caps().kind));
   std::printf("training %u particles x %u steps, %d iterations, lr %g, retirement depth %zu\n",
-              config.particles, config.steps, iterations, config.learning_rate, rt.retirement_depth());
+              config.particles, config.steps, iterations, config.learning_rate,
+              rt.retirement_depth());
 
   auto sim_result = diffsim::Simulation::create(rt, config);
   if (!sim_result.ok()) {
@@ -154,23 +170,26 @@ int main(int argc, char** argv) {
   if (!after.ok()) return fail(after.status());
   if (!timing.ok()) return fail(timing.status());
   double ratio = losses.front() / std::max(losses.back(), 1e-30);
-  std::printf("final loss %.4e (%.1fx lower than at the start), %.2f iterations/s overall\n", losses.back(),
-              ratio, iterations / secs);
-  std::printf("time split: compile %.1f ms (once); per iteration forward %.2f ms, adjoint %.2f ms, "
-              "update %.2f ms (one synchronized iteration)\n",
-              timing->compile_ms, timing->forward_ms, timing->adjoint_ms, timing->update_ms);
+  std::printf("final loss %.4e (%.1fx lower than at the start), %.2f iterations/s overall\n",
+              losses.back(), ratio, iterations / secs);
+  std::printf(
+      "time split: compile %.1f ms (once); per iteration forward %.2f ms, adjoint %.2f ms, "
+      "update %.2f ms (one synchronized iteration)\n",
+      timing->compile_ms, timing->forward_ms, timing->adjoint_ms, timing->update_ms);
   auto st = *rt.stats();
-  std::printf("retirement: %llu entries retired by polling, %llu forced waits (%.1f ms blocked), "
-              "%llu drained at readbacks, peak %llu bytes held; adstack heaps %llu bytes\n",
-              (unsigned long long)st.retirement.retired_by_polling,
-              (unsigned long long)st.retirement.forced_waits, st.retirement.forced_wait_us / 1000,
-              (unsigned long long)st.retirement.retired_by_drain,
-              (unsigned long long)st.retirement.high_water_bytes,
-              (unsigned long long)st.adstack_heap_bytes);
+  std::printf(
+      "retirement: %llu entries retired by polling, %llu forced waits (%.1f ms blocked), "
+      "%llu drained at readbacks, peak %llu bytes held; adstack heaps %llu bytes\n",
+      (unsigned long long)st.retirement.retired_by_polling,
+      (unsigned long long)st.retirement.forced_waits, st.retirement.forced_wait_us / 1000,
+      (unsigned long long)st.retirement.retired_by_drain,
+      (unsigned long long)st.retirement.high_water_bytes,
+      (unsigned long long)st.adstack_heap_bytes);
   write_svg(svg, losses, iters, *before, *after, sim.targets(), sample, config.steps);
   std::printf("wrote %s\n", svg.c_str());
   if (rt.device().validation_message_count() > 0) {
-    for (const auto& m : rt.device().validation_messages()) std::fprintf(stderr, "validation: %s\n", m.c_str());
+    for (const auto& m : rt.device().validation_messages())
+      std::fprintf(stderr, "validation: %s\n", m.c_str());
     return 4;
   }
   return ratio >= 10 ? 0 : 3;

@@ -4,26 +4,26 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
 #include <vkad_c.h>
 
 static int failures = 0;
-#define CHECK(cond)                                                   \
-  do {                                                                \
-    if (!(cond)) {                                                    \
+#define CHECK(cond)                                                          \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
       fprintf(stderr, "c_api_test:%d: check failed: %s\n", __LINE__, #cond); \
-      ++failures;                                                     \
-    }                                                                 \
+      ++failures;                                                            \
+    }                                                                        \
   } while (0)
 /* A call that must succeed; prints the error otherwise. */
-#define OK(call)                                                                          \
-  do {                                                                                    \
-    vkad_status* st_ = (call);                                                            \
-    if (st_ != NULL) {                                                                    \
-      fprintf(stderr, "c_api_test:%d: %s failed: %s\n", __LINE__, #call, vkad_status_message(st_)); \
-      ++failures;                                                                         \
-      vkad_status_free(st_);                                                              \
-    }                                                                                     \
+#define OK(call)                                                         \
+  do {                                                                   \
+    vkad_status* st_ = (call);                                           \
+    if (st_ != NULL) {                                                   \
+      fprintf(stderr, "c_api_test:%d: %s failed: %s\n", __LINE__, #call, \
+              vkad_status_message(st_));                                 \
+      ++failures;                                                        \
+      vkad_status_free(st_);                                             \
+    }                                                                    \
   } while (0)
 
 static int log_calls = 0;

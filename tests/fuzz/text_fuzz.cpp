@@ -19,8 +19,8 @@ std::vector<std::string> load_corpus(const std::string& source_dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::path root = fs::path(source_dir) / "tests";
-  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
+  for (auto it = fs::recursive_directory_iterator(root, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     std::string ext = it->path().extension().string();
     if (ext != ".cpp" && ext != ".h" && ext != ".vkir") continue;
     std::ifstream f(it->path());
@@ -44,9 +44,24 @@ std::vector<std::string> load_corpus(const std::string& source_dir) {
 namespace {
 
 // Values at the edges of every field and type: sign, 32/64-bit limits, f32 range, specials.
-const std::array<const char*, 18> kNumbers = {
-    "0", "1", "-1", "2", "63", "64", "65", "2147483647", "2147483648", "4294967295", "4294967296",
-    "9223372036854775807", "99999999999999999999", "1.5", "1e39", "-0.0", "inf", "nan"};
+const std::array<const char*, 18> kNumbers = {"0",
+                                              "1",
+                                              "-1",
+                                              "2",
+                                              "63",
+                                              "64",
+                                              "65",
+                                              "2147483647",
+                                              "2147483648",
+                                              "4294967295",
+                                              "4294967296",
+                                              "9223372036854775807",
+                                              "99999999999999999999",
+                                              "1.5",
+                                              "1e39",
+                                              "-0.0",
+                                              "inf",
+                                              "nan"};
 const std::array<const char*, 6> kTypes = {"f32", "f64", "i32", "u32", "i64", "bool"};
 const char kSyntax[] = "%(){}[],:=<>-+.0123456789 \nabcdefxyz_";
 
@@ -64,7 +79,9 @@ std::vector<Token> tokens(const std::string& t) {
     }
     size_t j = i + 1;
     if (std::isalnum(c) || c == '%' || c == '_' || c == '.' || c == '-') {
-      while (j < t.size() && (std::isalnum(static_cast<unsigned char>(t[j])) || t[j] == '_' || t[j] == '.')) ++j;
+      while (j < t.size() &&
+             (std::isalnum(static_cast<unsigned char>(t[j])) || t[j] == '_' || t[j] == '.'))
+        ++j;
     }
     out.push_back({i, j});
     i = j;
@@ -80,7 +97,9 @@ std::vector<std::string> op_names() {
   return out;
 }
 
-size_t pick(std::mt19937_64& rng, size_t n) { return n ? std::uniform_int_distribution<size_t>(0, n - 1)(rng) : 0; }
+size_t pick(std::mt19937_64& rng, size_t n) {
+  return n ? std::uniform_int_distribution<size_t>(0, n - 1)(rng) : 0;
+}
 
 std::vector<std::pair<size_t, size_t>> lines(const std::string& t) {
   std::vector<std::pair<size_t, size_t>> out;
@@ -182,7 +201,8 @@ void mutate_once(std::string& t, std::mt19937_64& rng) {
       auto x = ls[pick(rng, ls.size())], y = ls[pick(rng, ls.size())];
       if (x.first > y.first) std::swap(x, y);
       if (x.second > y.first) break;
-      std::string a = t.substr(x.first, x.second - x.first), b = t.substr(y.first, y.second - y.first);
+      std::string a = t.substr(x.first, x.second - x.first),
+                  b = t.substr(y.first, y.second - y.first);
       t.replace(y.first, b.size(), a);
       t.replace(x.first, a.size(), b);
       break;
@@ -227,7 +247,8 @@ Result<Outcome> check_text(const std::string& text, const codegen::Target& targe
   auto again = codegen::parse(printed);
   if (!again.ok()) return broken("parse(print(k)) of a verified kernel", again.status());
   if (codegen::print(*again) != printed) {
-    return make_error(ErrorCode::kInternal, "print(parse(print(k))) differs from print(k):\n" + printed);
+    return make_error(ErrorCode::kInternal,
+                      "print(parse(print(k))) differs from print(k):\n" + printed);
   }
   auto ck = codegen::compile(*k, target);
   if (!ck.ok()) return broken("compile of a verified kernel", ck.status());

@@ -39,7 +39,8 @@ const char* kRecurrence = R"(kernel rec(n: i32, x: ndarray<f32, 1> grad, y: ndar
 })";
 
 // Per element, cnt[i] sin steps under a stated max_trip(4): counts past 4 overflow the stack.
-const char* kDataDependentTrips = R"(kernel dd(cnt: ndarray<i32, 1>, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
+const char* kDataDependentTrips =
+    R"(kernel dd(cnt: ndarray<i32, 1>, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f32
     %x = load x[%i] : f32
@@ -114,7 +115,8 @@ TEST_P(AdstackHeapTier, HeapGrowsWhileEarlierLaunchesAreInFlight) {
   uint64_t growths_before = runner_->rt().stats()->adstack_heap_growths;
   for (int t : trips) {
     grads.push_back(array(std::vector<float>(n, 0)));
-    Arg args[] = {Arg::i32(t), Arg::ndarray(x), Arg::ndarray(y), Arg::ndarray(grads.back()), Arg::ndarray(yg)};
+    Arg args[] = {Arg::i32(t), Arg::ndarray(x), Arg::ndarray(y), Arg::ndarray(grads.back()),
+                  Arg::ndarray(yg)};
     Status st = runner_->rt().launch(*h, args);
     ASSERT_TRUE(st.ok()) << st.to_string();
     ASSERT_TRUE(runner_->rt().flush().ok());  // submitted, not waited for
@@ -125,7 +127,8 @@ TEST_P(AdstackHeapTier, HeapGrowsWhileEarlierLaunchesAreInFlight) {
   // Each launch's gradients equal the CPU reference adjoint's for its own trip count.
   for (size_t l = 0; l < grads.size(); ++l) {
     std::vector<float> got = read(grads[l], n);
-    codegen::HostArray hx(DType::kF32, {n}), hy(DType::kF32, {n}), hxg(DType::kF32, {n}), hyg(DType::kF32, {n});
+    codegen::HostArray hx(DType::kF32, {n}), hy(DType::kF32, {n}), hxg(DType::kF32, {n}),
+        hyg(DType::kF32, {n});
     for (size_t i = 0; i < n; ++i) hx.data[i] = xs[i], hyg.data[i] = 1.0;
     std::vector<codegen::HostArg> args = {codegen::HostArg::of(trips[l]), codegen::HostArg::of(hx),
                                           codegen::HostArg::of(hy), codegen::HostArg::of(hxg),
@@ -140,7 +143,8 @@ TEST_P(AdstackHeapTier, HeapGrowsWhileEarlierLaunchesAreInFlight) {
 TEST_P(AdstackRuntime, CapacityPast64BitsIsALaunchErrorNamingKernelAndStack) {
   // A stated bound n*n*n: with n = 3,000,000 it is 2.7e19, past 2^63. Before checked size
   // arithmetic this wrapped to a garbage capacity (and aborted under UBSan).
-  runtime::CompiledKernel ck = adjoint(R"(kernel cube(n: i32, cnt: ndarray<i32, 1>, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
+  runtime::CompiledKernel ck = adjoint(
+      R"(kernel cube(n: i32, cnt: ndarray<i32, 1>, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f32
     %x = load x[%i] : f32
@@ -162,12 +166,13 @@ TEST_P(AdstackRuntime, CapacityPast64BitsIsALaunchErrorNamingKernelAndStack) {
   ASSERT_TRUE(cnt.ok());
   auto x = array(std::vector<float>(4, 0.5f)), y = array(std::vector<float>(4, 0)),
        xg = array(std::vector<float>(4, 0)), yg = array(std::vector<float>(4, 1));
-  Arg args[] = {Arg::i32(3'000'000), Arg::ndarray(*cnt), Arg::ndarray(x), Arg::ndarray(y),
-                Arg::ndarray(xg), Arg::ndarray(yg)};
+  Arg args[] = {Arg::i32(3'000'000), Arg::ndarray(*cnt), Arg::ndarray(x),
+                Arg::ndarray(y),     Arg::ndarray(xg),   Arg::ndarray(yg)};
   auto before = runner_->rt().stats()->launches;
   Status st = runner_->rt().launch(*h, args);
   EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
-  EXPECT_NE(st.message().find("launch of 'cube_adjoint' task 'main_adjoint': adstack %"), std::string::npos)
+  EXPECT_NE(st.message().find("launch of 'cube_adjoint' task 'main_adjoint': adstack %"),
+            std::string::npos)
       << st.message();
   EXPECT_NE(st.message().find("size overflows 64 bits"), std::string::npos) << st.message();
   EXPECT_EQ(runner_->rt().stats()->launches, before) << "nothing recorded";
@@ -190,13 +195,17 @@ TEST_P(AdstackRuntime, OverflowIsReportedNamingTheStackAndRecoveredFrom) {
   ASSERT_TRUE(runner_->rt().upload(*cnt, counts.data(), 4 * n).ok());
   auto x = array(std::vector<float>(n, 0.5f)), y = array(std::vector<float>(n, 0)),
        xg = array(std::vector<float>(n, 0)), yg = array(std::vector<float>(n, 1));
-  Arg args[] = {Arg::ndarray(*cnt), Arg::ndarray(x), Arg::ndarray(y), Arg::ndarray(xg), Arg::ndarray(yg)};
+  Arg args[] = {Arg::ndarray(*cnt), Arg::ndarray(x), Arg::ndarray(y), Arg::ndarray(xg),
+                Arg::ndarray(yg)};
   ASSERT_TRUE(runner_->rt().launch(*h, args).ok());
   Status st = runner_->rt().synchronize();
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), ErrorCode::kDeviceError);
-  EXPECT_NE(st.message().find("kernel 'dd_adjoint', task 'main_adjoint': adstack %"), std::string::npos) << st.message();
-  EXPECT_NE(st.message().find("overflowed its capacity of 4 entries per thread"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("kernel 'dd_adjoint', task 'main_adjoint': adstack %"),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("overflowed its capacity of 4 entries per thread"), std::string::npos)
+      << st.message();
   EXPECT_NE(st.message().find("max_trip"), std::string::npos) << st.message();
 
   // Reported once; with counts inside the bound the same kernel runs cleanly and correctly.
@@ -233,7 +242,8 @@ TEST_P(AdstackRuntime, OverflowNamesTheLaunchThatHitIt) {
     ASSERT_TRUE(cnt.ok());
     ASSERT_TRUE(runner_->rt().upload(*cnt, counts.data(), 4 * n).ok());
     grads.push_back(array(std::vector<float>(n, 0)));
-    Arg args[] = {Arg::ndarray(*cnt), Arg::ndarray(x), Arg::ndarray(y), Arg::ndarray(grads.back()), Arg::ndarray(yg)};
+    Arg args[] = {Arg::ndarray(*cnt), Arg::ndarray(x), Arg::ndarray(y), Arg::ndarray(grads.back()),
+                  Arg::ndarray(yg)};
     runtime::LaunchId id;
     ASSERT_TRUE(runner_->rt().launch(*h, args, &id).ok());
     ids.push_back(id);
@@ -245,8 +255,10 @@ TEST_P(AdstackRuntime, OverflowNamesTheLaunchThatHitIt) {
   ASSERT_EQ(st.code(), ErrorCode::kDeviceError) << st.to_string();
   const std::string second = "(in launch #" + std::to_string(ids[1].value) + ")";
   EXPECT_NE(st.message().find(second), std::string::npos) << st.message();
-  EXPECT_EQ(st.message().find("#" + std::to_string(ids[0].value) + ")"), std::string::npos) << st.message();
-  EXPECT_EQ(st.message().find("#" + std::to_string(ids[2].value) + ")"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find("#" + std::to_string(ids[0].value) + ")"), std::string::npos)
+      << st.message();
+  EXPECT_EQ(st.message().find("#" + std::to_string(ids[2].value) + ")"), std::string::npos)
+      << st.message();
   // The same, as data: one error, hit by the second launch only.
   const auto& errors = runner_->rt().device_errors();
   ASSERT_EQ(errors.size(), 1u);
@@ -265,7 +277,8 @@ TEST_P(AdstackRuntime, OverflowNamesTheLaunchThatHitIt) {
 
 TEST_P(AdstackRuntime, LinearRecurrenceMatchesItsClosedForm) {
   // v <- a v + x_k over n steps: dy/dx_k = a^(n-1-k), dy/dv0 = a^n.
-  runtime::CompiledKernel ck = adjoint(R"(kernel lin(n: i32, v0: ndarray<f32, 1> grad, xs: ndarray<f32, 2> grad, y: ndarray<f32, 1> grad) {
+  runtime::CompiledKernel ck = adjoint(
+      R"(kernel lin(n: i32, v0: ndarray<f32, 1> grad, xs: ndarray<f32, 2> grad, y: ndarray<f32, 1> grad) {
   task main parallel %i in [0, shape(v0, 0)) {
     %v = alloca : f32
     %init = load v0[%i] : f32
@@ -284,7 +297,8 @@ TEST_P(AdstackRuntime, LinearRecurrenceMatchesItsClosedForm) {
     store y[%i], %o
   }
 })");
-  EXPECT_EQ(codegen::print(adjoint_).find("stack_alloc"), std::string::npos) << "a linear update needs no stack";
+  EXPECT_EQ(codegen::print(adjoint_).find("stack_alloc"), std::string::npos)
+      << "a linear update needs no stack";
   auto h = runner_->rt().register_kernel(ck);
   ASSERT_TRUE(h.ok());
   const uint32_t rows = 8, n = 12;
@@ -296,8 +310,8 @@ TEST_P(AdstackRuntime, LinearRecurrenceMatchesItsClosedForm) {
   std::vector<float> zeros(rows * n, 0);
   ASSERT_TRUE(runner_->rt().upload(*xs, zeros.data(), 4 * zeros.size()).ok());
   ASSERT_TRUE(runner_->rt().upload(*xsg, zeros.data(), 4 * zeros.size()).ok());
-  Arg args[] = {Arg::i32(n), Arg::ndarray(v0), Arg::ndarray(*xs), Arg::ndarray(y), Arg::ndarray(v0g),
-                Arg::ndarray(*xsg), Arg::ndarray(yg)};
+  Arg args[] = {Arg::i32(n),       Arg::ndarray(v0),   Arg::ndarray(*xs), Arg::ndarray(y),
+                Arg::ndarray(v0g), Arg::ndarray(*xsg), Arg::ndarray(yg)};
   ASSERT_TRUE(runner_->rt().launch(*h, args).ok());
   ASSERT_TRUE(runner_->rt().synchronize().ok());
   std::vector<float> gv = read(v0g, rows);
@@ -305,7 +319,8 @@ TEST_P(AdstackRuntime, LinearRecurrenceMatchesItsClosedForm) {
   ASSERT_TRUE(runner_->rt().download(*xsg, gx.data(), 4 * gx.size()).ok());
   for (uint32_t r = 0; r < rows; ++r) {
     EXPECT_NEAR(gv[r], std::pow(0.75, n), 1e-6);
-    for (uint32_t k = 0; k < n; ++k) EXPECT_NEAR(gx[r * n + k], std::pow(0.75, n - 1 - k), 1e-6) << r << "," << k;
+    for (uint32_t k = 0; k < n; ++k)
+      EXPECT_NEAR(gx[r * n + k], std::pow(0.75, n - 1 - k), 1e-6) << r << "," << k;
   }
 }
 
@@ -323,7 +338,8 @@ class AdstackFewThreads : public AdstackRuntime {
 
 TEST_P(AdstackFewThreads, StacksOfEveryHeapMatchTheCpuReference) {
   if (!runner_->target().float64) GTEST_SKIP() << "device has no f64";
-  adjoint(R"(kernel mix(n: i32, x: ndarray<f32, 1> grad, w: ndarray<f32, 1>, d: ndarray<f64, 1> grad, y: ndarray<f32, 1> grad, yd: ndarray<f64, 1> grad) {
+  adjoint(
+      R"(kernel mix(n: i32, x: ndarray<f32, 1> grad, w: ndarray<f32, 1>, d: ndarray<f64, 1> grad, y: ndarray<f32, 1> grad, yd: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f32
     %u = alloca : f64
@@ -356,15 +372,18 @@ TEST_P(AdstackFewThreads, StacksOfEveryHeapMatchTheCpuReference) {
 })");
   std::string text = codegen::print(adjoint_);
   for (const char* heap : {": f32", ": f64", ": i32"}) {
-    EXPECT_NE(text.find(std::string("stack_alloc cap(n) ") + heap), std::string::npos) << heap << "\n" << text;
+    EXPECT_NE(text.find(std::string("stack_alloc cap(n) ") + heap), std::string::npos)
+        << heap << "\n"
+        << text;
   }
   const uint32_t n = 4096;
   // x, w, d, y, yd, then x_grad, d_grad (zero), y_grad, yd_grad (seeds).
-  HostArgs args = make_args(adjoint_, {ArgSpec::of(6), ArgSpec::array({n}), ArgSpec::array({8}, 0.5, 1.5),
-                                       ArgSpec::array({n}), ArgSpec::array({n}, 0, 0), ArgSpec::array({n}, 0, 0),
-                                       ArgSpec::array({n}, 0, 0), ArgSpec::array({n}, 0, 0),
-                                       ArgSpec::array({n}), ArgSpec::array({n})},
-                            7);
+  HostArgs args = make_args(
+      adjoint_,
+      {ArgSpec::of(6), ArgSpec::array({n}), ArgSpec::array({8}, 0.5, 1.5), ArgSpec::array({n}),
+       ArgSpec::array({n}, 0, 0), ArgSpec::array({n}, 0, 0), ArgSpec::array({n}, 0, 0),
+       ArgSpec::array({n}, 0, 0), ArgSpec::array({n}), ArgSpec::array({n})},
+      7);
   HostArgs cpu = args;
   Status st = runner_->run(adjoint_, args);
   ASSERT_TRUE(st.ok()) << st.to_string();
@@ -418,7 +437,8 @@ TEST_P(AdstackFewThreads, AdjointBlocksBesidePrimalOnlyStacksMatchTheCpuReferenc
   EXPECT_FALSE(adstack::has_adjoint_block(ck->tasks[0].adstacks[0]));
   EXPECT_TRUE(adstack::has_adjoint_block(ck->tasks[0].adstacks[1]));
   const uint32_t n = 4096;
-  HostArgs args = make_args(*k, {ArgSpec::of(5), ArgSpec::array({n}), ArgSpec::array({n}, 0, 0)}, 3);
+  HostArgs args =
+      make_args(*k, {ArgSpec::of(5), ArgSpec::array({n}), ArgSpec::array({n}, 0, 0)}, 3);
   HostArgs cpu = args;
   Status st = runner_->run_compiled(*ck, args);
   ASSERT_TRUE(st.ok()) << st.to_string();
@@ -428,7 +448,9 @@ TEST_P(AdstackFewThreads, AdjointBlocksBesidePrimalOnlyStacksMatchTheCpuReferenc
   EXPECT_EQ(compare_arrays(args.arrays[2], cpu.arrays[2], 1e-5), "");
 }
 
-auto layout_name = [](const ::testing::TestParamInfo<adstack::Layout>& info) { return layout_suffix(info.param); };
+auto layout_name = [](const ::testing::TestParamInfo<adstack::Layout>& info) {
+  return layout_suffix(info.param);
+};
 // ---------------------------------------------------------------- storage tiers
 // RuntimeOptions::adstack_tier and the private tier (adstack_layout.h, "Storage tiers").
 class AdstackTiers : public AdstackRuntime {
@@ -459,12 +481,14 @@ class AdstackTiers : public AdstackRuntime {
     for (size_t i = 0; i < n; ++i) xs[i] = std::sin(0.01f * static_cast<float>(i));
     auto x = array(xs), y = array(std::vector<float>(n, 0)), yg = array(std::vector<float>(n, 1)),
          xg = array(std::vector<float>(n, 0));
-    Arg args[] = {Arg::i32(trips), Arg::ndarray(x), Arg::ndarray(y), Arg::ndarray(xg), Arg::ndarray(yg)};
+    Arg args[] = {Arg::i32(trips), Arg::ndarray(x), Arg::ndarray(y), Arg::ndarray(xg),
+                  Arg::ndarray(yg)};
     ASSERT_TRUE(runner_->rt().launch(h, args).ok());
     Status st = runner_->rt().synchronize();
     ASSERT_TRUE(st.ok()) << st.to_string();
     std::vector<float> got = read(xg, n);
-    codegen::HostArray hx(DType::kF32, {n}), hy(DType::kF32, {n}), hxg(DType::kF32, {n}), hyg(DType::kF32, {n});
+    codegen::HostArray hx(DType::kF32, {n}), hy(DType::kF32, {n}), hxg(DType::kF32, {n}),
+        hyg(DType::kF32, {n});
     for (size_t i = 0; i < n; ++i) hx.data[i] = xs[i], hyg.data[i] = 1.0;
     std::vector<codegen::HostArg> hargs = {codegen::HostArg::of(trips), codegen::HostArg::of(hx),
                                            codegen::HostArg::of(hy), codegen::HostArg::of(hxg),
@@ -479,7 +503,8 @@ class AdstackTiers : public AdstackRuntime {
   // is one) when there is no device or registration fails.
   std::optional<runtime::KernelHandle> start_recurrence(
       runtime::AdstackTier tier, uint32_t min_length = 1,
-      runtime::AdstackSpecialize specialize = runtime::AdstackSpecialize::kAuto, uint32_t max_variants = 8) {
+      runtime::AdstackSpecialize specialize = runtime::AdstackSpecialize::kAuto,
+      uint32_t max_variants = 8) {
     start(tier, min_length, specialize, max_variants);
     if (!runner_) return std::nullopt;
     auto h = runner_->rt().register_kernel(adjoint(kRecurrence));
@@ -567,11 +592,13 @@ TEST_P(AdstackTiers, OverflowIsReportedInThePrivateTier) {
   ASSERT_TRUE(runner_->rt().upload(*cnt, counts.data(), 4 * n).ok());
   auto x = array(std::vector<float>(n, 0.5f)), y = array(std::vector<float>(n, 0)),
        xg = array(std::vector<float>(n, 0)), yg = array(std::vector<float>(n, 1));
-  Arg args[] = {Arg::ndarray(*cnt), Arg::ndarray(x), Arg::ndarray(y), Arg::ndarray(xg), Arg::ndarray(yg)};
+  Arg args[] = {Arg::ndarray(*cnt), Arg::ndarray(x), Arg::ndarray(y), Arg::ndarray(xg),
+                Arg::ndarray(yg)};
   ASSERT_TRUE(runner_->rt().launch(*h, args).ok());
   Status st = runner_->rt().synchronize();
   EXPECT_EQ(st.code(), ErrorCode::kDeviceError) << st.to_string();
-  EXPECT_NE(st.message().find("overflowed its capacity of 4 entries per thread"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("overflowed its capacity of 4 entries per thread"), std::string::npos)
+      << st.message();
   EXPECT_EQ(runner_->rt().stats()->adstack_private_dispatches, 1u);
   EXPECT_EQ(runner_->rt().stats()->adstack_heap_bytes, 0u);
 }
@@ -633,7 +660,8 @@ TEST_P(AdstackTiers, PrepareMakesTheLaunchsPipelinesAheadOfIt) {
 }
 
 TEST_P(AdstackTiers, PastTheVariantCapLaunchesUseTheGenericPipeline) {
-  auto h = start_recurrence(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kAuto, 1);
+  auto h =
+      start_recurrence(runtime::AdstackTier::kPrivate, 1, runtime::AdstackSpecialize::kAuto, 1);
   if (!h) return;
   for (int trips : {5, 7, 6, 5}) check_recurrence(*h, trips);
   runtime::RuntimeStats s = *runner_->rt().stats();
@@ -747,10 +775,13 @@ TEST(AdstackTierOption, EnvironmentVariableSetsTheDefaultAndBadValuesAreNamed) {
   unsetenv("VKAD_ADSTACK_TIER");
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, AdstackHeapTier, ::testing::ValuesIn(kAdstackLayouts), layout_name);
+INSTANTIATE_TEST_SUITE_P(Layouts, AdstackHeapTier, ::testing::ValuesIn(kAdstackLayouts),
+                         layout_name);
 INSTANTIATE_TEST_SUITE_P(Layouts, AdstackTiers, ::testing::ValuesIn(kAdstackLayouts), layout_name);
-INSTANTIATE_TEST_SUITE_P(Layouts, AdstackRuntime, ::testing::ValuesIn(kAdstackLayouts), layout_name);
-INSTANTIATE_TEST_SUITE_P(Layouts, AdstackFewThreads, ::testing::ValuesIn(kAdstackLayouts), layout_name);
+INSTANTIATE_TEST_SUITE_P(Layouts, AdstackRuntime, ::testing::ValuesIn(kAdstackLayouts),
+                         layout_name);
+INSTANTIATE_TEST_SUITE_P(Layouts, AdstackFewThreads, ::testing::ValuesIn(kAdstackLayouts),
+                         layout_name);
 
 }  // namespace
 }  // namespace vkad::testing

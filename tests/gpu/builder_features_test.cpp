@@ -22,10 +22,12 @@ TEST_F(BuilderFeatures, I64MatchesTheReference) {
   ASSERT_TRUE(k.ok()) << k.status().to_string();
   ASSERT_TRUE(verify(*k, t).ok()) << verify(*k, t).to_string();
   const uint32_t n = 301;
-  HostArgs dev = make_args(*k, {ArgSpec::of(5e12), ArgSpec::array({n}, -1e13, 1e13), ArgSpec::array({n}, -1e6, 1e6),
-                                ArgSpec::array({n}, -1e12, 1e12), ArgSpec::array({n, 10}, 0, 0),
-                                ArgSpec::array({n}, 0, 0), ArgSpec::array({1}, 0, 0)},
-                         11);
+  HostArgs dev = make_args(
+      *k,
+      {ArgSpec::of(5e12), ArgSpec::array({n}, -1e13, 1e13), ArgSpec::array({n}, -1e6, 1e6),
+       ArgSpec::array({n}, -1e12, 1e12), ArgSpec::array({n, 10}, 0, 0), ArgSpec::array({n}, 0, 0),
+       ArgSpec::array({1}, 0, 0)},
+      11);
   // Edges: a zero divisor, INT32 boundaries through the i32 / u32 casts, equal operands.
   dev.arrays[2].data[0] = 0;
   dev.arrays[1].data[1] = 2147483648.0, dev.arrays[2].data[1] = -1;
@@ -36,7 +38,8 @@ TEST_F(BuilderFeatures, I64MatchesTheReference) {
   auto ref = evaluate(*k, view);
   ASSERT_TRUE(ref.ok()) << ref.status().to_string();
   ASSERT_TRUE(runner_->run(*k, dev).ok());
-  for (size_t p : {4, 5, 6}) EXPECT_EQ(compare_arrays_exact(dev.arrays[p], cpu.arrays[p]), "") << k->params[p].name;
+  for (size_t p : {4, 5, 6})
+    EXPECT_EQ(compare_arrays_exact(dev.arrays[p], cpu.arrays[p]), "") << k->params[p].name;
 }
 
 TEST_F(BuilderFeatures, VectorKernelMatchesTheReference) {
@@ -59,7 +62,8 @@ TEST_F(BuilderFeatures, VectorKernelMatchesTheReference) {
   Kernel k = kb.finish();
   ASSERT_TRUE(verify(k).ok()) << verify(k).to_string();
   const uint32_t n = 97;
-  HostArgs dev = make_args(k, {ArgSpec::array({n, 3}), ArgSpec::array({3 * n}), ArgSpec::array({n, 4}, 0, 0)}, 5);
+  HostArgs dev = make_args(
+      k, {ArgSpec::array({n, 3}), ArgSpec::array({3 * n}), ArgSpec::array({n, 4}, 0, 0)}, 5);
   HostArgs cpu = dev;
   auto view = cpu.view();
   ASSERT_TRUE(evaluate(k, view).ok());

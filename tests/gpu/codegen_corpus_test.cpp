@@ -40,7 +40,9 @@ double loose_fraction(const codegen::HostArray& want) {
   return static_cast<double>(loose) / static_cast<double>(want.size());
 }
 
-ArgSpec A(std::vector<uint32_t> s, double lo = -1, double hi = 1) { return ArgSpec::array(std::move(s), lo, hi); }
+ArgSpec A(std::vector<uint32_t> s, double lo = -1, double hi = 1) {
+  return ArgSpec::array(std::move(s), lo, hi);
+}
 ArgSpec S(double v) { return ArgSpec::of(v); }
 
 // sin and cos of x into y and z: the trig cases at arguments far from and around +-pi.
@@ -132,15 +134,11 @@ const std::vector<CorpusCase>& corpus() {
        {A({512}, -3, 3), A({512})}},
       // Far outside [-pi, pi], where Vulkan leaves GLSL Sin/Cos undefined: the emitter's
       // reduction by 2*pi keeps them within 2^-11 (plus the reduction's own error).
-      {"math_trig_large_arguments",
-       kSinCos,
-       {A({2048}, -60000, 60000), A({2048}), A({2048})}},
+      {"math_trig_large_arguments", kSinCos, {A({2048}, -60000, 60000), A({2048}), A({2048})}},
       // Arguments on both sides of +-pi in one subgroup: unreduced (k = 0) and reduced
       // invocations side by side (a branch on |x| < pi was tried and measured slower: the
       // result must not depend on how the emitter arranges the reduction).
-      {"math_trig_around_pi",
-       kSinCos,
-       {A({2048}, -8, 8), A({2048}), A({2048})}},
+      {"math_trig_around_pi", kSinCos, {A({2048}, -8, 8), A({2048}), A({2048})}},
       {"math_inverse_trig",
        R"(kernel it(x: ndarray<f32, 1>, z: ndarray<f32, 1>, y: ndarray<f32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
@@ -843,7 +841,8 @@ TEST_P(CodegenCorpus, MatchesCpuReference) {
   std::vector<codegen::HostArg> view = cpu.view();
   auto ref = codegen::evaluate(*k, view);
   ASSERT_TRUE(ref.ok()) << ref.status().to_string();
-  for (uint32_t f : ref->error_flags) ASSERT_EQ(f, 0u) << "the reference hit an error; fix the case";
+  for (uint32_t f : ref->error_flags)
+    ASSERT_EQ(f, 0u) << "the reference hit an error; fix the case";
   codegen::CompileOptions o;
   o.native_float_atomics = !c.cas_atomics;
   Status st = runner_->run(*k, device, o);
@@ -878,7 +877,8 @@ class GridStride : public KernelTest {
 };
 
 TEST_F(GridStride, FewWorkgroupsCoverALargeRange) {
-  auto k = codegen::parse(R"(kernel gs(x: ndarray<f32, 1>, y: ndarray<f32, 1>, hits: ndarray<u32, 1>) {
+  auto k =
+      codegen::parse(R"(kernel gs(x: ndarray<f32, 1>, y: ndarray<f32, 1>, hits: ndarray<u32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : f32
     %two = const 2.0 : f32
@@ -909,14 +909,16 @@ TEST_F(GridStride, FewWorkgroupsCoverALargeRange) {
   Status st = runner_->run(*k, device);
   ASSERT_TRUE(st.ok()) << st.to_string();
   EXPECT_EQ(compare_arrays_exact(device.arrays[1], cpu.arrays[1]), "");
-  EXPECT_EQ(compare_arrays_exact(device.arrays[2], cpu.arrays[2]), "") << "every index exactly once";
+  EXPECT_EQ(compare_arrays_exact(device.arrays[2], cpu.arrays[2]), "")
+      << "every index exactly once";
 }
 
 // Straight-line tasks run several elements per main-loop iteration (the emitter's unroll), then
 // a plain loop finishes the rest: every element exactly once, gathers from a read-only table
 // and bounds checks intact, for sizes below, at and past one unrolled span (4 x 384 threads).
 TEST_F(GridStride, UnrolledMainLoopAndTailCoverEveryElementOnce) {
-  auto k = codegen::parse(R"(kernel unrolled(x: ndarray<f32, 1>, idx: ndarray<i32, 1>, table: ndarray<f32, 1>, y: ndarray<f32, 1>, who: ndarray<i32, 1>) {
+  auto k = codegen::parse(
+      R"(kernel unrolled(x: ndarray<f32, 1>, idx: ndarray<i32, 1>, table: ndarray<f32, 1>, y: ndarray<f32, 1>, who: ndarray<i32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : f32
     %j = load idx[%i] : i32
@@ -962,7 +964,8 @@ TEST_F(OutOfBounds, IsReportedSkippedAndRecoveredFrom) {
   Status st = runner_->run(*k, device);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), ErrorCode::kDeviceError);
-  EXPECT_NE(st.message().find("kernel 'oob', task 'shift': out-of-bounds ndarray access"), std::string::npos)
+  EXPECT_NE(st.message().find("kernel 'oob', task 'shift': out-of-bounds ndarray access"),
+            std::string::npos)
       << st.message();
   // Nothing was written outside: the in-bounds part matches the reference exactly.
   EXPECT_EQ(compare_arrays_exact(device.arrays[1], cpu.arrays[1]), "");

@@ -64,7 +64,9 @@ class Generator {
  private:
   double pick(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng_); }
   int uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
-  Value any(const std::vector<Value>& pool) { return pool[uniform(0, static_cast<int>(pool.size()) - 1)]; }
+  Value any(const std::vector<Value>& pool) {
+    return pool[uniform(0, static_cast<int>(pool.size()) - 1)];
+  }
   Value clamp(Value v) { return max(min(v, b_->f32(2)), b_->f32(-2)); }
 
   Value float_stmt() {
@@ -104,7 +106,7 @@ class Generator {
       case 12: return a * c;  // wraps
       case 13: return a / b_->i32(edge_int());
       case 14: return floordiv(a, b_->i32(edge_int()));
-      case 15: return cast(exact_float(), DType::kI32);  // saturates
+      case 15: return cast(exact_float(), DType::kI32);                     // saturates
       case 16: return cast(cast(exact_float(), DType::kU32), DType::kI32);  // negatives -> 0
       case 0: return a + c;
       case 1: return a - c;
@@ -170,14 +172,17 @@ class Generator {
         auto saved_f = floats_;
         auto saved_i = ints_;
         auto saved_b = bools_;
-        b_->if_(cond, [&] {
-          body(uniform(1, 3));
-          r.store(any(floats_));
-        }, [&] {
-          floats_ = saved_f, ints_ = saved_i, bools_ = saved_b;
-          body(uniform(0, 2));
-          r.store(any(floats_));
-        });
+        b_->if_(
+            cond,
+            [&] {
+              body(uniform(1, 3));
+              r.store(any(floats_));
+            },
+            [&] {
+              floats_ = saved_f, ints_ = saved_i, bools_ = saved_b;
+              body(uniform(0, 2));
+              r.store(any(floats_));
+            });
         floats_ = saved_f;
         ints_ = saved_i;
         bools_ = saved_b;
@@ -212,9 +217,10 @@ TEST_F(CodegenProperty, RandomKernelsMatchCpuReference) {
     Status v = verify(k, target);
     ASSERT_TRUE(v.ok()) << "seed " << seed << ": " << v.to_string() << "\n" << print(k);
     uint32_t n = 64 + seed % 200;
-    HostArgs device = make_args(k, {ArgSpec::of(0.75), ArgSpec::of(3), ArgSpec::array({n}, -2, 2),
-                                    ArgSpec::array({n}, -50, 50), ArgSpec::array({n}, 0, 0),
-                                    ArgSpec::array({n}, 0, 0), ArgSpec::array({4}, 0, 0)},
+    HostArgs device = make_args(k,
+                                {ArgSpec::of(0.75), ArgSpec::of(3), ArgSpec::array({n}, -2, 2),
+                                 ArgSpec::array({n}, -50, 50), ArgSpec::array({n}, 0, 0),
+                                 ArgSpec::array({n}, 0, 0), ArgSpec::array({4}, 0, 0)},
                                 seed);
     // The integer input holds the edge values at fixed places.
     const double edges[] = {0, -1, 1, -2147483648.0, 2147483647.0};
@@ -229,7 +235,8 @@ TEST_F(CodegenProperty, RandomKernelsMatchCpuReference) {
       std::string diff = compare_arrays(device.arrays[p], cpu.arrays[p]);
       if (!diff.empty()) {
         ++failures;
-        ADD_FAILURE() << "seed " << seed << ", ndarray '" << k.params[p].name << "': " << diff << "\n"
+        ADD_FAILURE() << "seed " << seed << ", ndarray '" << k.params[p].name << "': " << diff
+                      << "\n"
                       << print(k);
       }
     }

@@ -1,11 +1,12 @@
 // The README's example at a small size: the loss must fall by at least 10x, and the gradients
 // the training used must match central finite differences of the forward kernel on a few
 // particles.
+#include "diffsim/diffsim.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "diffsim/diffsim.h"
 #include "gpu/kernel_harness.h"
 
 namespace vkad::testing {

@@ -33,12 +33,16 @@ double ulps(double got, double want) {
 class F64MathDevice : public KernelTest {
  protected:
   // Runs `op` (unary, or binary with `ys`) over `xs` on the device; returns the results.
-  std::vector<double> run(const std::string& op, const std::vector<double>& xs, const std::vector<double>* ys) {
-    std::string text = "kernel f(x: ndarray<f64, 1>, " + std::string(ys ? "y: ndarray<f64, 1>, " : "") +
+  std::vector<double> run(const std::string& op, const std::vector<double>& xs,
+                          const std::vector<double>* ys) {
+    std::string text = "kernel f(x: ndarray<f64, 1>, " +
+                       std::string(ys ? "y: ndarray<f64, 1>, " : "") +
                        R"(r: ndarray<f64, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : f64
-)" + (ys ? "    %y = load y[%i] : f64\n    %r = " + op + " %x, %y : f64\n" : "    %r = " + op + " %x : f64\n") +
+)" +
+                       (ys ? "    %y = load y[%i] : f64\n    %r = " + op + " %x, %y : f64\n"
+                           : "    %r = " + op + " %x : f64\n") +
                        R"(    store r[%i], %r
   }
 })";
@@ -74,10 +78,12 @@ TEST_F(F64MathDevice, WithinFourUlpOfLibm) {
     double lo, hi;
   };
   const Case cases[] = {
-      {"exp", std::exp, -745, 709.7}, {"exp", std::exp, -1, 1},       {"log", std::log, 1e-300, 1e300},
-      {"log", std::log, 1e-5, 10},    {"sin", std::sin, -10, 10},     {"sin", std::sin, -1e6, 1e6},
-      {"cos", std::cos, -10, 10},     {"cos", std::cos, -1e6, 1e6},   {"tan", std::tan, -10, 10},
-      {"tanh", std::tanh, -30, 30},   {"tanh", std::tanh, -1e-3, 1e-3}, {"asin", std::asin, -1, 1},
+      {"exp", std::exp, -745, 709.7},   {"exp", std::exp, -1, 1},
+      {"log", std::log, 1e-300, 1e300}, {"log", std::log, 1e-5, 10},
+      {"sin", std::sin, -10, 10},       {"sin", std::sin, -1e6, 1e6},
+      {"cos", std::cos, -10, 10},       {"cos", std::cos, -1e6, 1e6},
+      {"tan", std::tan, -10, 10},       {"tanh", std::tanh, -30, 30},
+      {"tanh", std::tanh, -1e-3, 1e-3}, {"asin", std::asin, -1, 1},
       {"acos", std::acos, -1, 1},
   };
   for (const Case& c : cases) {
@@ -111,7 +117,8 @@ TEST_F(F64MathDevice, WithinFourUlpOfLibm) {
   }
   got = run("pow", px, &py);
   double worst_pow = 0;
-  for (size_t i = 0; i < px.size(); ++i) worst_pow = std::max(worst_pow, ulps(got[i], std::pow(px[i], py[i])));
+  for (size_t i = 0; i < px.size(); ++i)
+    worst_pow = std::max(worst_pow, ulps(got[i], std::pow(px[i], py[i])));
   std::printf("device f64 pow x in [1e-3, 10], y in [-20, 20]: max %.2f ulp\n", worst_pow);
   EXPECT_LE(worst_pow, 4.0);
   // The whole exponent range: y log x over [-700, 700] (plain-double log lost up to 700 ulp).

@@ -33,14 +33,15 @@ TEST_F(ForwardModeDevice, LoopWithScalars) {
   // n, a, s, x, out, then a_dot, s_dot, x_dot, out_dot.
   expect_jvp_matches(*runner_, loop_grad_kernel(),
                      {ArgSpec::of(4), ArgSpec::of(0.6), ArgSpec::of(0.8), ArgSpec::array({19, 23}),
-                      ArgSpec::array({19, 23}, 0, 0), ArgSpec::of(0.3), ArgSpec::of(-0.7), ArgSpec::array({19, 23}),
-                      ArgSpec::array({19, 23}, 0, 0)});
+                      ArgSpec::array({19, 23}, 0, 0), ArgSpec::of(0.3), ArgSpec::of(-0.7),
+                      ArgSpec::array({19, 23}), ArgSpec::array({19, 23}, 0, 0)});
 }
 
 TEST_F(ForwardModeDevice, Stencil) {
-  expect_jvp_matches(*runner_, stencil_kernel(),
-                     {ArgSpec::array({13, 17}), ArgSpec::array({13, 17}), ArgSpec::array({13, 17}, 0, 0),
-                      ArgSpec::array({13, 17}), ArgSpec::array({13, 17}), ArgSpec::array({13, 17}, 0, 0)});
+  expect_jvp_matches(
+      *runner_, stencil_kernel(),
+      {ArgSpec::array({13, 17}), ArgSpec::array({13, 17}), ArgSpec::array({13, 17}, 0, 0),
+       ArgSpec::array({13, 17}), ArgSpec::array({13, 17}), ArgSpec::array({13, 17}, 0, 0)});
 }
 
 }  // namespace

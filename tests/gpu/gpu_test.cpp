@@ -1,8 +1,8 @@
 #include "gpu/gpu_test.h"
 
-#include "abi/spirv_tools.h"
-
 #include <cstring>
+
+#include "abi/spirv_tools.h"
 
 namespace vkad::testing {
 
@@ -11,8 +11,6 @@ std::vector<uint32_t> assemble(const std::string& text) {
   EXPECT_TRUE(words.ok()) << words.status().to_string();
   return words.ok() ? std::move(words).value() : std::vector<uint32_t>{};
 }
-
-
 
 Result<std::unique_ptr<rhi::Device>> GpuTest::make_device(rhi::DeviceOptions options) {
   options.enable_validation = true;

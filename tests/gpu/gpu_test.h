@@ -21,7 +21,6 @@ namespace vkad::testing {
 // Assembles SPIR-V text for Vulkan 1.2 (SPIR-V 1.5); fails the test on a syntax error.
 std::vector<uint32_t> assemble(const std::string& text);
 
-
 class GpuTest : public ::testing::Test {
  protected:
   void SetUp() override;

@@ -1,8 +1,9 @@
-#include "api/device_target.h"
 #include "gpu/kernel_harness.h"
 
 #include <cmath>
 #include <cstring>
+
+#include "api/device_target.h"
 
 namespace vkad::testing {
 
@@ -13,8 +14,10 @@ using runtime::DType;
 std::vector<HostArg> HostArgs::view() {
   std::vector<HostArg> v;
   for (size_t i = 0; i < arrays.size(); ++i) {
-    if (!arrays[i].shape.empty()) v.push_back(HostArg::of(arrays[i]));
-    else v.push_back(HostArg::of(scalars[i]));
+    if (!arrays[i].shape.empty())
+      v.push_back(HostArg::of(arrays[i]));
+    else
+      v.push_back(HostArg::of(scalars[i]));
   }
   return v;
 }
@@ -71,11 +74,27 @@ std::vector<std::byte> to_bytes(const HostArray& a) {
     std::byte* at = out.data() + i * eb;
     double v = a.data[i];
     switch (a.dtype) {
-      case DType::kF32: { float f = static_cast<float>(v); std::memcpy(at, &f, 4); break; }
+      case DType::kF32: {
+        float f = static_cast<float>(v);
+        std::memcpy(at, &f, 4);
+        break;
+      }
       case DType::kF64: std::memcpy(at, &v, 8); break;
-      case DType::kI32: { int32_t x = static_cast<int32_t>(v); std::memcpy(at, &x, 4); break; }
-      case DType::kI64: { int64_t x = static_cast<int64_t>(v); std::memcpy(at, &x, 8); break; }
-      default: { uint32_t x = static_cast<uint32_t>(v); std::memcpy(at, &x, 4); break; }
+      case DType::kI32: {
+        int32_t x = static_cast<int32_t>(v);
+        std::memcpy(at, &x, 4);
+        break;
+      }
+      case DType::kI64: {
+        int64_t x = static_cast<int64_t>(v);
+        std::memcpy(at, &x, 8);
+        break;
+      }
+      default: {
+        uint32_t x = static_cast<uint32_t>(v);
+        std::memcpy(at, &x, 4);
+        break;
+      }
     }
   }
   return out;
@@ -86,11 +105,31 @@ void from_bytes(HostArray& a, const std::vector<std::byte>& in) {
   for (size_t i = 0; i < a.size(); ++i) {
     const std::byte* at = in.data() + i * eb;
     switch (a.dtype) {
-      case DType::kF32: { float f; std::memcpy(&f, at, 4); a.data[i] = f; break; }
+      case DType::kF32: {
+        float f;
+        std::memcpy(&f, at, 4);
+        a.data[i] = f;
+        break;
+      }
       case DType::kF64: std::memcpy(&a.data[i], at, 8); break;
-      case DType::kI32: { int32_t x; std::memcpy(&x, at, 4); a.data[i] = x; break; }
-      case DType::kI64: { int64_t x; std::memcpy(&x, at, 8); a.data[i] = static_cast<double>(x); break; }
-      default: { uint32_t x; std::memcpy(&x, at, 4); a.data[i] = x; break; }
+      case DType::kI32: {
+        int32_t x;
+        std::memcpy(&x, at, 4);
+        a.data[i] = x;
+        break;
+      }
+      case DType::kI64: {
+        int64_t x;
+        std::memcpy(&x, at, 8);
+        a.data[i] = static_cast<double>(x);
+        break;
+      }
+      default: {
+        uint32_t x;
+        std::memcpy(&x, at, 4);
+        a.data[i] = x;
+        break;
+      }
     }
   }
 }
@@ -109,7 +148,8 @@ runtime::Arg scalar_arg(DType t, double v) {
 
 }  // namespace
 
-Status KernelRunner::run(const codegen::Kernel& k, HostArgs& args, const codegen::CompileOptions& o) {
+Status KernelRunner::run(const codegen::Kernel& k, HostArgs& args,
+                         const codegen::CompileOptions& o) {
   VKAD_ASSIGN_OR_RETURN(runtime::CompiledKernel ck, codegen::compile(k, target(), o));
   return run_compiled(ck, args);
 }
@@ -145,8 +185,10 @@ Status KernelRunner::run_compiled(const runtime::CompiledKernel& ck, HostArgs& a
     HostArray& a = args.arrays[i];
     std::vector<std::byte> bytes(a.size() * runtime::dtype_bytes(a.dtype));
     Status d = bytes.empty() ? Status{} : rt_->download(handles[hi], bytes.data(), bytes.size());
-    if (d.ok()) from_bytes(a, bytes);
-    else if (st.ok()) st = d;
+    if (d.ok())
+      from_bytes(a, bytes);
+    else if (st.ok())
+      st = d;
     (void)rt_->free_ndarray(handles[hi]);
     ++hi;
   }
@@ -177,8 +219,10 @@ Status KernelRunner::download_params(const ArrayHandles& handles, HostArgs& args
     HostArray& a = args.arrays[i];
     std::vector<std::byte> bytes(a.size() * runtime::dtype_bytes(a.dtype));
     Status d = bytes.empty() ? Status{} : rt_->download(h, bytes.data(), bytes.size());
-    if (d.ok()) from_bytes(a, bytes);
-    else if (st.ok()) st = d;
+    if (d.ok())
+      from_bytes(a, bytes);
+    else if (st.ok())
+      st = d;
     (void)rt_->free_ndarray(h);
   }
   return st;
@@ -242,7 +286,9 @@ Status KernelRunner::run_forward_counted(const runtime::CompiledKernel& counting
   return st;
 }
 
-size_t KernelRunner::validation_messages() const { return rt_->device().validation_message_count(); }
+size_t KernelRunner::validation_messages() const {
+  return rt_->device().validation_message_count();
+}
 
 std::string KernelRunner::validation_log() const {
   std::string all;
@@ -269,7 +315,8 @@ std::string describe_mismatches(const HostArray& got, const HostArray& want, Ok 
       out += "\n";
     }
   }
-  if (bad) out = std::to_string(bad) + " of " + std::to_string(got.size()) + " elements differ:\n" + out;
+  if (bad)
+    out = std::to_string(bad) + " of " + std::to_string(got.size()) + " elements differ:\n" + out;
   return out;
 }
 

@@ -27,21 +27,24 @@ struct ArgSpec {
   std::vector<uint32_t> shape;
   double lo = -1, hi = 1;
   static ArgSpec of(double v) { return {v, {}, 0, 0}; }
-  static ArgSpec array(std::vector<uint32_t> s, double lo = -1, double hi = 1) { return {0, std::move(s), lo, hi}; }
+  static ArgSpec array(std::vector<uint32_t> s, double lo = -1, double hi = 1) {
+    return {0, std::move(s), lo, hi};
+  }
 };
 
 // Host arguments for `k` built from specs, with storage owned here.
 struct HostArgs {
   std::vector<codegen::HostArray> arrays;  // one per parameter (unused for scalars)
   std::vector<double> scalars;
-  std::vector<codegen::HostArg> view() ;
+  std::vector<codegen::HostArg> view();
 };
 HostArgs make_args(const codegen::Kernel& k, const std::vector<ArgSpec>& specs, uint32_t seed);
 
 class KernelRunner {
  public:
   // Null (and `skipped` set) when there is no Vulkan device.
-  static std::unique_ptr<KernelRunner> create(runtime::RuntimeOptions options = {}, bool* skipped = nullptr);
+  static std::unique_ptr<KernelRunner> create(runtime::RuntimeOptions options = {},
+                                              bool* skipped = nullptr);
 
   runtime::Runtime& rt() { return *rt_; }
   // The device's target, with the adstack layout overridden when one was set (tests run every
@@ -87,7 +90,8 @@ class KernelRunner {
 };
 
 // Both adstack layouts, for INSTANTIATE_TEST_SUITE_P, and a test-name suffix for one.
-inline const adstack::Layout kAdstackLayouts[] = {adstack::Layout::kThreadMajor, adstack::Layout::kSlotMajor};
+inline const adstack::Layout kAdstackLayouts[] = {adstack::Layout::kThreadMajor,
+                                                  adstack::Layout::kSlotMajor};
 inline std::string layout_suffix(adstack::Layout l) {
   return l == adstack::Layout::kSlotMajor ? "SlotMajor" : "ThreadMajor";
 }
@@ -101,7 +105,8 @@ std::string compare_arrays(const codegen::HostArray& got, const codegen::HostArr
 std::string compare_arrays_exact(const codegen::HostArray& got, const codegen::HostArray& want);
 // |g - w| <= tol * max(1, |w|) (exact for integer dtypes): for values the reference has no
 // bound for, such as gradients compared with finite differences.
-std::string compare_arrays(const codegen::HostArray& got, const codegen::HostArray& want, double tol);
+std::string compare_arrays(const codegen::HostArray& got, const codegen::HostArray& want,
+                           double tol);
 
 // A fixture owning a KernelRunner; skips visibly without a device and fails on any
 // validation message at teardown.

@@ -107,7 +107,8 @@ TEST_F(LoopLimit, LaunchPastTheLimitIsRefusedNamingKernelTaskAndCount) {
   Status st = runner_->rt().launch(h, args);
   EXPECT_EQ(st.code(), ErrorCode::kFailedPrecondition) << st.to_string();
   EXPECT_NE(st.message().find("launch of 'passes' task 'main'"), std::string::npos) << st.message();
-  EXPECT_NE(st.message().find("up to 65536 loop passes per shader invocation"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("up to 65536 loop passes per shader invocation"), std::string::npos)
+      << st.message();
   EXPECT_NE(st.message().find("more than the 65535"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("lavapipe silently leaves loops"), std::string::npos) << st.message();
   EXPECT_EQ(runner_->rt().stats()->launches, before) << "nothing recorded";

@@ -17,32 +17,41 @@ using namespace codegen;  // NOLINT
 
 using NdRangeDevice = KernelTest;
 
-void expect_device_matches(KernelRunner& runner, const Kernel& k, HostArgs dev, std::vector<size_t> outputs) {
+void expect_device_matches(KernelRunner& runner, const Kernel& k, HostArgs dev,
+                           std::vector<size_t> outputs) {
   HostArgs cpu = dev;
   auto view = cpu.view();
   auto ref = evaluate(k, view);
   ASSERT_TRUE(ref.ok()) << ref.status().to_string();
   Status st = runner.run(k, dev);
   ASSERT_TRUE(st.ok()) << st.to_string() << "\n" << print(k);
-  for (size_t p : outputs) EXPECT_EQ(compare_arrays(dev.arrays[p], cpu.arrays[p]), "") << k.params[p].name;
+  for (size_t p : outputs)
+    EXPECT_EQ(compare_arrays(dev.arrays[p], cpu.arrays[p]), "") << k.params[p].name;
 }
 
 TEST_F(NdRangeDevice, TwoDimensions) {
   Kernel k = nd2_kernel();
   for (uint32_t cols : {5u, 67u}) {
-    expect_device_matches(*runner_, k,
-                          make_args(k, {ArgSpec::of(6), ArgSpec::array({7, cols}), ArgSpec::array({7, cols}, 0, 0),
-                                        ArgSpec::array({7, cols}, 0, 0)}, cols),
-                          {2, 3});
+    expect_device_matches(
+        *runner_, k,
+        make_args(k,
+                  {ArgSpec::of(6), ArgSpec::array({7, cols}), ArgSpec::array({7, cols}, 0, 0),
+                   ArgSpec::array({7, cols}, 0, 0)},
+                  cols),
+        {2, 3});
   }
 }
 
 TEST_F(NdRangeDevice, ThreeDimensionsAndTheFlattenedTwin) {
   for (bool flat : {false, true}) {
     Kernel k = nd3_kernel(flat);
-    expect_device_matches(*runner_, k, make_args(k, {ArgSpec::array({3, 5, 7}), ArgSpec::array({3, 5, 7}, 0, 0)}, 2), {1});
+    expect_device_matches(
+        *runner_, k, make_args(k, {ArgSpec::array({3, 5, 7}), ArgSpec::array({3, 5, 7}, 0, 0)}, 2),
+        {1});
     // More points than one dispatch's threads cover at once: the grid-stride loop.
-    expect_device_matches(*runner_, k, make_args(k, {ArgSpec::array({9, 61, 83}), ArgSpec::array({9, 61, 83}, 0, 0)}, 3), {1});
+    expect_device_matches(
+        *runner_, k,
+        make_args(k, {ArgSpec::array({9, 61, 83}), ArgSpec::array({9, 61, 83}, 0, 0)}, 3), {1});
   }
 }
 
@@ -50,7 +59,8 @@ TEST_F(NdRangeDevice, StencilAdjointMatchesTheReference) {
   Kernel k = stencil_kernel();
   auto adj = make_adjoint(k, runner_->target());
   ASSERT_TRUE(adj.ok()) << adj.status().to_string();
-  HostArgs fwd = make_args(k, {ArgSpec::array({13, 17}), ArgSpec::array({13, 17}), ArgSpec::array({13, 17}, 0, 0)}, 9);
+  HostArgs fwd = make_args(
+      k, {ArgSpec::array({13, 17}), ArgSpec::array({13, 17}), ArgSpec::array({13, 17}, 0, 0)}, 9);
   HostValues base;
   base.arrays = fwd.arrays;
   base.scalars = fwd.scalars;
@@ -79,7 +89,8 @@ TEST_F(NdRangeDevice, OutOfRangeBoundsFailTheLaunch) {
   Status st = runner_->run(*k, a);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("task 't': dimension 1's range [-2, 3) is out of bounds"), std::string::npos)
+  EXPECT_NE(st.message().find("task 't': dimension 1's range [-2, 3) is out of bounds"),
+            std::string::npos)
       << st.to_string();
 }
 

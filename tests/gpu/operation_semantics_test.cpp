@@ -36,8 +36,10 @@ HostArray array_of(DType t, const std::vector<double>& v) {
 HostArgs explicit_args(const codegen::Kernel& k, std::vector<HostArray> inputs, size_t n) {
   HostArgs a;
   for (size_t p = 0; p < k.params.size(); ++p) {
-    if (p < inputs.size()) a.arrays.push_back(std::move(inputs[p]));
-    else a.arrays.emplace_back(k.params[p].dtype, std::vector<uint32_t>{static_cast<uint32_t>(n)});
+    if (p < inputs.size())
+      a.arrays.push_back(std::move(inputs[p]));
+    else
+      a.arrays.emplace_back(k.params[p].dtype, std::vector<uint32_t>{static_cast<uint32_t>(n)});
     a.scalars.push_back(0);
   }
   return a;
@@ -50,7 +52,8 @@ class OperationSemantics : public KernelTest {
   void expect_device_equals_cpu(const std::string& text, std::vector<HostArray> inputs) {
     auto k = codegen::parse(text);
     ASSERT_TRUE(k.ok()) << k.status().to_string();
-    ASSERT_TRUE(codegen::verify(*k, runner_->target()).ok()) << codegen::verify(*k, runner_->target()).to_string();
+    ASSERT_TRUE(codegen::verify(*k, runner_->target()).ok())
+        << codegen::verify(*k, runner_->target()).to_string();
     size_t n = inputs.front().size(), n_in = inputs.size();
     HostArgs device = explicit_args(*k, std::move(inputs), n);
     HostArgs cpu = device;
@@ -76,7 +79,8 @@ std::vector<double> i32_dividends() {
 }
 std::vector<double> i32_divisors() { return {0, 1, -1, 2, -2, 3, -3, 7, -7, kIntMin, kIntMax}; }
 
-const char* kDivI32 = R"(kernel div_i32(a: ndarray<i32, 1>, b: ndarray<i32, 1>, q: ndarray<i32, 1>, m: ndarray<i32, 1>, f: ndarray<i32, 1>) {
+const char* kDivI32 =
+    R"(kernel div_i32(a: ndarray<i32, 1>, b: ndarray<i32, 1>, q: ndarray<i32, 1>, m: ndarray<i32, 1>, f: ndarray<i32, 1>) {
   task main parallel %i in [0, shape(a, 0)) {
     %a = load a[%i] : i32
     %b = load b[%i] : i32
@@ -101,10 +105,12 @@ TEST_F(OperationSemantics, I32DivisionModFloorDivWithRuntimeDivisors) {
 // agree too (the NVIDIA driver's results for int_arith_i32, with divisors 7 and -3, did not).
 TEST_F(OperationSemantics, I32DivisionModFloorDivWithConstantDivisors) {
   for (double d : i32_divisors()) {
-    std::string text = R"(kernel div_const(a: ndarray<i32, 1>, q: ndarray<i32, 1>, m: ndarray<i32, 1>, f: ndarray<i32, 1>) {
+    std::string text =
+        R"(kernel div_const(a: ndarray<i32, 1>, q: ndarray<i32, 1>, m: ndarray<i32, 1>, f: ndarray<i32, 1>) {
   task main parallel %i in [0, shape(a, 0)) {
     %a = load a[%i] : i32
-    %b = const )" + std::to_string(static_cast<int64_t>(d)) + R"( : i32
+    %b = const )" +
+        std::to_string(static_cast<int64_t>(d)) + R"( : i32
     %q = div %a, %b : i32
     %m = mod %a, %b : i32
     %f = floordiv %a, %b : i32
@@ -127,7 +133,8 @@ TEST_F(OperationSemantics, U32DivisionModFloorDiv) {
   for (double a : dividends) {
     for (double b : divisors) as.push_back(a), bs.push_back(b);
   }
-  expect_device_equals_cpu(R"(kernel div_u32(a: ndarray<u32, 1>, b: ndarray<u32, 1>, q: ndarray<u32, 1>, m: ndarray<u32, 1>, f: ndarray<u32, 1>) {
+  expect_device_equals_cpu(
+      R"(kernel div_u32(a: ndarray<u32, 1>, b: ndarray<u32, 1>, q: ndarray<u32, 1>, m: ndarray<u32, 1>, f: ndarray<u32, 1>) {
   task main parallel %i in [0, shape(a, 0)) {
     %a = load a[%i] : u32
     %b = load b[%i] : u32
@@ -139,21 +146,32 @@ TEST_F(OperationSemantics, U32DivisionModFloorDiv) {
     store f[%i], %f
   }
 })",
-                           {array_of(DType::kU32, as), array_of(DType::kU32, bs)});
+      {array_of(DType::kU32, as), array_of(DType::kU32, bs)});
 }
 
 // NaN, the infinities, values just inside and just outside each integer range, negative values
 // to u32, and fractions that truncate.
 std::vector<double> conversion_inputs() {
-  return {kNan,           kInf,           -kInf,        1e20,         -1e20,        2147483648.0,
-          2147483520.0,   -2147483648.0,  -2147483904.0, 4294967296.0, 4294967040.0, 4294967295.0,
-          2147483647.0,   -2147483649.0,  -0.5,         -0.99,        0.99,         -1,
-          -1.5,           3.7,            -3.7,         0,            -0.0,         1e-30,
-          -1e-30,         16777217.0,     3e9,          -3e9,         1e300,        -1e300};
+  return {kNan,          kInf,
+          -kInf,         1e20,
+          -1e20,         2147483648.0,
+          2147483520.0,  -2147483648.0,
+          -2147483904.0, 4294967296.0,
+          4294967040.0,  4294967295.0,
+          2147483647.0,  -2147483649.0,
+          -0.5,          -0.99,
+          0.99,          -1,
+          -1.5,          3.7,
+          -3.7,          0,
+          -0.0,          1e-30,
+          -1e-30,        16777217.0,
+          3e9,           -3e9,
+          1e300,         -1e300};
 }
 
 TEST_F(OperationSemantics, F32ToIntegerConversionsSaturate) {
-  expect_device_equals_cpu(R"(kernel cvt32(x: ndarray<f32, 1>, i: ndarray<i32, 1>, u: ndarray<u32, 1>) {
+  expect_device_equals_cpu(
+      R"(kernel cvt32(x: ndarray<f32, 1>, i: ndarray<i32, 1>, u: ndarray<u32, 1>) {
   task main parallel %k in [0, shape(x, 0)) {
     %x = load x[%k] : f32
     %i = cast %x : i32
@@ -162,12 +180,13 @@ TEST_F(OperationSemantics, F32ToIntegerConversionsSaturate) {
     store u[%k], %u
   }
 })",
-                           {array_of(DType::kF32, conversion_inputs())});
+      {array_of(DType::kF32, conversion_inputs())});
 }
 
 TEST_F(OperationSemantics, F64ToIntegerConversionsSaturate) {
   if (!runner_->target().float64) GTEST_SKIP() << "device has no f64";
-  expect_device_equals_cpu(R"(kernel cvt64(x: ndarray<f64, 1>, i: ndarray<i32, 1>, u: ndarray<u32, 1>) {
+  expect_device_equals_cpu(
+      R"(kernel cvt64(x: ndarray<f64, 1>, i: ndarray<i32, 1>, u: ndarray<u32, 1>) {
   task main parallel %k in [0, shape(x, 0)) {
     %x = load x[%k] : f64
     %i = cast %x : i32
@@ -176,7 +195,7 @@ TEST_F(OperationSemantics, F64ToIntegerConversionsSaturate) {
     store u[%k], %u
   }
 })",
-                           {array_of(DType::kF64, conversion_inputs())});
+      {array_of(DType::kF64, conversion_inputs())});
 }
 
 TEST_F(OperationSemantics, F32MinMaxWithNaNAndSignedZeros) {
@@ -185,7 +204,8 @@ TEST_F(OperationSemantics, F32MinMaxWithNaNAndSignedZeros) {
   for (double a : vals) {
     for (double b : vals) as.push_back(a), bs.push_back(b);
   }
-  expect_device_equals_cpu(R"(kernel mm(a: ndarray<f32, 1>, b: ndarray<f32, 1>, lo: ndarray<f32, 1>, hi: ndarray<f32, 1>, sl: ndarray<u32, 1>) {
+  expect_device_equals_cpu(
+      R"(kernel mm(a: ndarray<f32, 1>, b: ndarray<f32, 1>, lo: ndarray<f32, 1>, hi: ndarray<f32, 1>, sl: ndarray<u32, 1>) {
   task main parallel %i in [0, shape(a, 0)) {
     %a = load a[%i] : f32
     %b = load b[%i] : f32
@@ -200,7 +220,7 @@ TEST_F(OperationSemantics, F32MinMaxWithNaNAndSignedZeros) {
     store sl[%i], %s
   }
 })",
-                           {array_of(DType::kF32, as), array_of(DType::kF32, bs)});
+      {array_of(DType::kF32, as), array_of(DType::kF32, bs)});
 }
 
 }  // namespace

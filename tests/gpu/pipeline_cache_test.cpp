@@ -32,7 +32,8 @@ TEST(PipelineCache, AHashHitIsConfirmedByContent) {
   o.device.enable_validation = true;
   o.pipeline_hash_for_testing = [](const runtime::CompiledKernel&) -> uint64_t { return 7; };
   auto r = runtime::Runtime::create(o);
-  if (!r.ok() && r.status().code() == ErrorCode::kNoDevice) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+  if (!r.ok() && r.status().code() == ErrorCode::kNoDevice)
+    GTEST_SKIP() << "SKIPPED: no Vulkan device";
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   runtime::Runtime& rt = **r;
   auto k2 = rt.register_kernel(scale(rt, 2));

@@ -1,12 +1,12 @@
 // One process, many runtimes, several threads: the process-wide instance, per-device function
 // tables and the thread model (runtime/use_guard.h). Run by the ThreadSanitizer CI job too.
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "runtime/runtime.h"
 #include "support/sample_kernels.h"
@@ -70,11 +70,11 @@ class ScopedUnsetValidationEnv {
   bool had_ = false;
 };
 
-#define CREATE_OR_SKIP(var, expr)                                                       \
-  auto var##_result = (expr);                                                           \
-  if (!var##_result.ok() && var##_result.status().code() == ErrorCode::kNoDevice)       \
-    GTEST_SKIP() << "SKIPPED: no Vulkan device";                                        \
-  ASSERT_TRUE(var##_result.ok()) << var##_result.status().to_string();                  \
+#define CREATE_OR_SKIP(var, expr)                                                 \
+  auto var##_result = (expr);                                                     \
+  if (!var##_result.ok() && var##_result.status().code() == ErrorCode::kNoDevice) \
+    GTEST_SKIP() << "SKIPPED: no Vulkan device";                                  \
+  ASSERT_TRUE(var##_result.ok()) << var##_result.status().to_string();            \
   std::unique_ptr<Runtime> var = std::move(var##_result).value()
 
 // The NVIDIA driver fails instance creation after ~30 instance lifetimes in one process; vkad
@@ -115,9 +115,7 @@ TEST(ProcessWide, RuntimesShareTheInstanceOfTheirValidationSetting) {
 
 // Distinct runtimes on distinct threads need no locking (the TSan job runs this).
 TEST(ProcessWide, DistinctRuntimesOnDistinctThreads) {
-  {
-    CREATE_OR_SKIP(probe, make_runtime(true));
-  }
+  { CREATE_OR_SKIP(probe, make_runtime(true)); }
   constexpr int kThreads = 4;
   std::vector<std::thread> threads;
   std::atomic<int> done{0};

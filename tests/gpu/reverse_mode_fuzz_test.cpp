@@ -31,14 +31,16 @@ TEST_F(ReverseModeFuzzDevice, AdjointsMatchCpuAdjoints) {
     auto ref = codegen::evaluate(*adjoint, view);
     ASSERT_TRUE(ref.ok()) << ref.status().to_string();
     Status st = runner_->run(*adjoint, device);
-    ASSERT_TRUE(st.ok()) << "seed " << seed << ": " << st.to_string() << "\n" << codegen::print(c.kernel);
+    ASSERT_TRUE(st.ok()) << "seed " << seed << ": " << st.to_string() << "\n"
+                         << codegen::print(c.kernel);
     for (size_t p = c.kernel.params.size(); p < adjoint->params.size(); ++p) {
       // f32 transcendentals differ in the last bits between the device and the host libm.
       std::string diff = compare_arrays(device.arrays[p], cpu.arrays[p], 1e-4);
       if (!diff.empty()) {
         ++failures;
-        ADD_FAILURE() << "seed " << seed << " (rerun: VKAD_AD_FUZZ_SEED=" << seed << " VKAD_AD_FUZZ_GPU_COUNT=1), '"
-                      << adjoint->params[p].name << "': " << diff << "\n"
+        ADD_FAILURE() << "seed " << seed << " (rerun: VKAD_AD_FUZZ_SEED=" << seed
+                      << " VKAD_AD_FUZZ_GPU_COUNT=1), '" << adjoint->params[p].name << "': " << diff
+                      << "\n"
                       << codegen::print(c.kernel);
       }
     }

@@ -31,14 +31,19 @@ struct AdCase {
   double h = 1e-4;
 };
 
-ArgSpec A(std::vector<uint32_t> s, double lo = -1, double hi = 1) { return ArgSpec::array(std::move(s), lo, hi); }
+ArgSpec A(std::vector<uint32_t> s, double lo = -1, double hi = 1) {
+  return ArgSpec::array(std::move(s), lo, hi);
+}
 ArgSpec S(double v) { return ArgSpec::of(v); }
 
 // One kernel per differentiable op: a nonlinear recurrence v <- v/2 + op(v)/4 (a contraction
 // for the input ranges used, so finite differences stay well-conditioned) that applies the op
 // to the loop-carried value, so the reverse sweep needs every iteration's value back.
-AdCase op_case(const std::string& op, const std::string& update, double lo = -0.5, double hi = 0.5) {
-  std::string text = R"(kernel rec_)" + op + R"((n: i32, x: ndarray<f64, 1> grad, z: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+AdCase op_case(const std::string& op, const std::string& update, double lo = -0.5,
+               double hi = 0.5) {
+  std::string text =
+      R"(kernel rec_)" + op +
+      R"((n: i32, x: ndarray<f64, 1> grad, z: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f64
     %x = load x[%i] : f64
@@ -52,7 +57,8 @@ AdCase op_case(const std::string& op, const std::string& update, double lo = -0.
     %quarter = const 0.25 : f64
     for %k in [%zero, %n) {
       %a = load_local %v : f64
-)" + update + R"(
+)" + update +
+      R"(
       %keep = mul %a, %c : f64
       %uq = mul %u, %quarter : f64
       %nv = add %keep, %uq : f64
@@ -67,7 +73,8 @@ AdCase op_case(const std::string& op, const std::string& update, double lo = -0.
 
 // One ndarray read and written by one kernel, in the forms reverse mode accepts.
 // A differentiable intermediate written by one task and read by a later one.
-const char* kGradIntermediate = R"(kernel gi(x: ndarray<f64, 1> grad, t: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+const char* kGradIntermediate =
+    R"(kernel gi(x: ndarray<f64, 1> grad, t: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task first parallel %i in [0, shape(x, 0)) {
     %v = load x[%i] : f64
     %s = sin %v : f64
@@ -87,7 +94,8 @@ const char* kGradIntermediate = R"(kernel gi(x: ndarray<f64, 1> grad, t: ndarray
   }
 })";
 // An index table without gradient, filled by one task and read by a later one.
-const char* kIndexTable = R"(kernel it(idx: ndarray<i32, 1>, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+const char* kIndexTable =
+    R"(kernel it(idx: ndarray<i32, 1>, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task fill parallel %i in [0, shape(x, 0)) {
     %n = shape x 0 : i32
     %three = const 3 : i32
@@ -106,7 +114,8 @@ const char* kIndexTable = R"(kernel it(idx: ndarray<i32, 1>, x: ndarray<f64, 1> 
 })";
 // Scratch without gradient, read and rewritten in the same task; the reverse sweep needs none
 // of its values.
-const char* kScratchSameTask = R"(kernel st(s: ndarray<i32, 1>, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+const char* kScratchSameTask =
+    R"(kernel st(s: ndarray<i32, 1>, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %c = load s[%i] : i32
     %one = const 1 : i32
@@ -121,9 +130,12 @@ const char* kScratchSameTask = R"(kernel st(s: ndarray<i32, 1>, x: ndarray<f64, 
 
 std::vector<AdCase> cases() {
   std::vector<AdCase> c;
-  c.push_back({"read_write_grad_intermediate_later_task", kGradIntermediate, {A({64}), A({64}), A({64})}});
-  c.push_back({"read_write_index_table_later_task", kIndexTable, {A({64}, 0, 0), A({64}), A({64})}});
-  c.push_back({"read_write_scratch_same_task", kScratchSameTask, {A({64}, 0, 5), A({64}), A({64})}});
+  c.push_back(
+      {"read_write_grad_intermediate_later_task", kGradIntermediate, {A({64}), A({64}), A({64})}});
+  c.push_back(
+      {"read_write_index_table_later_task", kIndexTable, {A({64}, 0, 0), A({64}), A({64})}});
+  c.push_back(
+      {"read_write_scratch_same_task", kScratchSameTask, {A({64}, 0, 5), A({64}), A({64})}});
   // Every differentiable op on a loop-varying operand.
   c.push_back(op_case("sin", "      %u = sin %a : f64"));
   c.push_back(op_case("cos", "      %u = cos %a : f64"));
@@ -132,23 +144,40 @@ std::vector<AdCase> cases() {
   c.push_back(op_case("asin", "      %s = mul %a, %half : f64\n      %u = asin %s : f64"));
   c.push_back(op_case("acos", "      %s = mul %a, %half : f64\n      %u = acos %s : f64"));
   c.push_back(op_case("exp", "      %s = mul %a, %half : f64\n      %u = exp %s : f64"));
-  c.push_back(op_case("log", "      %s = mul %a, %a : f64\n      %t = add %s, %one : f64\n      %u = log %t : f64"));
-  c.push_back(op_case("sqrt", "      %s = mul %a, %a : f64\n      %t = add %s, %one : f64\n      %u = sqrt %t : f64"));
-  c.push_back(op_case("rsqrt", "      %s = mul %a, %a : f64\n      %t = add %s, %one : f64\n      %u = rsqrt %t : f64"));
-  c.push_back(op_case("pow", "      %s = mul %a, %a : f64\n      %t = add %s, %one : f64\n      %u = pow %t, %z : f64"));
-  c.push_back(op_case("pow_base_const", "      %s = mul %a, %a : f64\n      %t = add %s, %one : f64\n      %u = pow %z, %t : f64"));
+  c.push_back(op_case(
+      "log",
+      "      %s = mul %a, %a : f64\n      %t = add %s, %one : f64\n      %u = log %t : f64"));
+  c.push_back(op_case(
+      "sqrt",
+      "      %s = mul %a, %a : f64\n      %t = add %s, %one : f64\n      %u = sqrt %t : f64"));
+  c.push_back(op_case(
+      "rsqrt",
+      "      %s = mul %a, %a : f64\n      %t = add %s, %one : f64\n      %u = rsqrt %t : f64"));
+  c.push_back(op_case(
+      "pow",
+      "      %s = mul %a, %a : f64\n      %t = add %s, %one : f64\n      %u = pow %t, %z : f64"));
+  c.push_back(op_case(
+      "pow_base_const",
+      "      %s = mul %a, %a : f64\n      %t = add %s, %one : f64\n      %u = pow %z, %t : f64"));
   c.push_back(op_case("atan2", "      %u = atan2 %a, %z : f64"));
   c.push_back(op_case("abs", "      %s = sub %a, %z : f64\n      %u = abs %s : f64"));
   c.push_back(op_case("min", "      %u = min %a, %z : f64"));
   c.push_back(op_case("max", "      %u = max %a, %z : f64"));
-  c.push_back(op_case("select", "      %p = gt %a, %z : bool\n      %s = mul %a, %a : f64\n      %u = select %p, %s, %z : f64"));
-  c.push_back(op_case("div", "      %s = mul %a, %a : f64\n      %t = add %s, %one : f64\n      %u = div %z, %t : f64"));
+  c.push_back(op_case("select",
+                      "      %p = gt %a, %z : bool\n      %s = mul %a, %a : f64\n      %u = select "
+                      "%p, %s, %z : f64"));
+  c.push_back(op_case(
+      "div",
+      "      %s = mul %a, %a : f64\n      %t = add %s, %one : f64\n      %u = div %z, %t : f64"));
   c.push_back(op_case("mul", "      %u = mul %a, %z : f64"));
-  c.push_back(op_case("cast_f32", "      %s = cast %a : f32\n      %q = mul %s, %s : f32\n      %u = cast %q : f64"));
+  c.push_back(
+      op_case("cast_f32",
+              "      %s = cast %a : f32\n      %q = mul %s, %s : f32\n      %u = cast %q : f64"));
   c.back().tol = 2e-2;  // the f32 round trip limits what finite differences can resolve
   c.back().h = 1e-3;
 
-  c.push_back({"linear_recurrence_constant_loop", R"(kernel lin(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  c.push_back({"linear_recurrence_constant_loop",
+               R"(kernel lin(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f64
     %x = load x[%i] : f64
@@ -166,8 +195,13 @@ std::vector<AdCase> cases() {
     %out = load_local %v : f64
     store y[%i], %out
   }
-})", {A({100}), A({100})}, 1e-6, 1e-3});
-  c.push_back({"accumulate_argument_loop", R"(kernel acc(n: i32, x: ndarray<f64, 2> grad, w: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+})",
+               {A({100}), A({100})},
+               1e-6,
+               1e-3});
+  c.push_back(
+      {"accumulate_argument_loop",
+       R"(kernel acc(n: i32, x: ndarray<f64, 2> grad, w: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %acc = alloca : f64
     %zero = const 0 : i32
@@ -183,8 +217,12 @@ std::vector<AdCase> cases() {
     %out = load_local %acc : f64
     store y[%i], %out
   }
-})", {S(12), A({20, 12}), A({12}), A({20})}, 1e-6, 1e-3});
-  c.push_back({"many_stacks_per_thread", R"(kernel ms(n: i32, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+})",
+       {S(12), A({20, 12}), A({12}), A({20})},
+       1e-6,
+       1e-3});
+  c.push_back({"many_stacks_per_thread",
+               R"(kernel ms(n: i32, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %p = alloca : f64
     %q = alloca : f64
@@ -215,8 +253,11 @@ std::vector<AdCase> cases() {
     %out = add %pv2, %rv2 : f64
     store y[%i], %out
   }
-})", {S(5), A({64}), A({64})}});
-  c.push_back({"carried_int_as_index", R"(kernel ci(n: i32, x: ndarray<f64, 1> grad, t: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+})",
+               {S(5), A({64}), A({64})}});
+  c.push_back(
+      {"carried_int_as_index",
+       R"(kernel ci(n: i32, x: ndarray<f64, 1> grad, t: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f64
     %j = alloca : i32
@@ -242,8 +283,10 @@ std::vector<AdCase> cases() {
     %out = load_local %v : f64
     store y[%i], %out
   }
-})", {S(7), A({50}), A({11}), A({50})}});
-  c.push_back({"branch_on_carried_value", R"(kernel bc(n: i32, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+})",
+       {S(7), A({50}), A({11}), A({50})}});
+  c.push_back({"branch_on_carried_value",
+               R"(kernel bc(n: i32, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f64
     %x = load x[%i] : f64
@@ -269,8 +312,10 @@ std::vector<AdCase> cases() {
     %out = load_local %v : f64
     store y[%i], %out
   }
-})", {S(6), A({64}), A({64})}});
-  c.push_back({"nested_loops", R"(kernel nl(n: i32, m: i32, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+})",
+               {S(6), A({64}), A({64})}});
+  c.push_back({"nested_loops",
+               R"(kernel nl(n: i32, m: i32, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f64
     %x = load x[%i] : f64
@@ -295,8 +340,10 @@ std::vector<AdCase> cases() {
     %out = load_local %v : f64
     store y[%i], %out
   }
-})", {S(3), S(4), A({64}), A({64})}});
-  c.push_back({"triangular_loops", R"(kernel tl(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+})",
+               {S(3), S(4), A({64}), A({64})}});
+  c.push_back({"triangular_loops",
+               R"(kernel tl(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f64
     %x = load x[%i] : f64
@@ -316,8 +363,10 @@ std::vector<AdCase> cases() {
     %out = load_local %v : f64
     store y[%i], %out
   }
-})", {A({64}), A({64})}});
-  c.push_back({"sibling_loops", R"(kernel sl(n: i32, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+})",
+               {A({64}), A({64})}});
+  c.push_back({"sibling_loops",
+               R"(kernel sl(n: i32, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f64
     %x = load x[%i] : f64
@@ -344,8 +393,11 @@ std::vector<AdCase> cases() {
     %out = load_local %v : f64
     store y[%i], %out
   }
-})", {S(5), A({64}), A({64})}});
-  c.push_back({"two_tasks", R"(kernel tt(n: i32, x: ndarray<f64, 1> grad, z: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad, y2: ndarray<f64, 1> grad) {
+})",
+               {S(5), A({64}), A({64})}});
+  c.push_back(
+      {"two_tasks",
+       R"(kernel tt(n: i32, x: ndarray<f64, 1> grad, z: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad, y2: ndarray<f64, 1> grad) {
   task first parallel %i in [0, shape(x, 0)) {
     %v = alloca : f64
     %x = load x[%i] : f64
@@ -368,8 +420,10 @@ std::vector<AdCase> cases() {
     %e = exp %p : f64
     store y2[%j], %e
   }
-})", {S(4), A({40}), A({40}), A({40}), A({40})}});
-  c.push_back({"gated_loop_few_threads", R"(kernel gl(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+})",
+       {S(4), A({40}), A({40}), A({40}), A({40})}});
+  c.push_back({"gated_loop_few_threads",
+               R"(kernel gl(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f64
     %x = load x[%i] : f64
@@ -391,8 +445,11 @@ std::vector<AdCase> cases() {
     %out = load_local %v : f64
     store y[%i], %out
   }
-})", {A({100}), A({100})}});
-  c.push_back({"data_dependent_trip_with_max_trip", R"(kernel dd(cnt: ndarray<i32, 1>, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+})",
+               {A({100}), A({100})}});
+  c.push_back(
+      {"data_dependent_trip_with_max_trip",
+       R"(kernel dd(cnt: ndarray<i32, 1>, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f64
     %x = load x[%i] : f64
@@ -409,8 +466,10 @@ std::vector<AdCase> cases() {
     %out = load_local %v : f64
     store y[%i], %out
   }
-})", {A({60}, 0, 9), A({60}), A({60})}});
-  c.push_back({"atomic_output_accumulation", R"(kernel ao(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+})",
+       {A({60}, 0, 9), A({60}), A({60})}});
+  c.push_back({"atomic_output_accumulation",
+               R"(kernel ao(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : f64
     %four = const 4 : i32
@@ -419,8 +478,10 @@ std::vector<AdCase> cases() {
     %p = mul %s, %x : f64
     atomic_add y[%b], %p
   }
-})", {A({64}), A({4})}});
-  c.push_back({"rank2_arrays_and_shapes", R"(kernel r2(a: ndarray<f64, 2> grad, y: ndarray<f64, 2> grad) {
+})",
+               {A({64}), A({4})}});
+  c.push_back({"rank2_arrays_and_shapes",
+               R"(kernel r2(a: ndarray<f64, 2> grad, y: ndarray<f64, 2> grad) {
   task main parallel %i in [0, shape(a, 0)) {
     %zero = const 0 : i32
     %n = shape a 1 : i32
@@ -434,8 +495,12 @@ std::vector<AdCase> cases() {
       store y[%i, %j], %r
     }
   }
-})", {A({10, 6}), A({10, 6})}, 1e-6, 1e-3});
-  c.push_back({"f32_kernel", R"(kernel f3(n: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
+})",
+               {A({10, 6}), A({10, 6})},
+               1e-6,
+               1e-3});
+  c.push_back({"f32_kernel",
+               R"(kernel f3(n: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f32
     %x = load x[%i] : f32
@@ -453,11 +518,16 @@ std::vector<AdCase> cases() {
     %out = load_local %v : f32
     store y[%i], %out
   }
-})", {S(5), A({64}), A({64})}, 3e-2, 1e-2});
+})",
+               {S(5), A({64}), A({64})},
+               3e-2,
+               1e-2});
   // Owned and not owned in one kernel (owned_ndarrays): x is read at [%i] only, before and in
   // the loop (several load-add-stores per thread into x_grad[i]); w is gathered at (3i + k) mod m
   // by every thread (atomic adds from many threads into one element).
-  c.push_back({"owned_and_gathered_inputs", R"(kernel og(n: i32, x: ndarray<f64, 1> grad, w: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  c.push_back(
+      {"owned_and_gathered_inputs",
+       R"(kernel og(n: i32, x: ndarray<f64, 1> grad, w: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f64
     %x0 = load x[%i] : f64
@@ -483,11 +553,16 @@ std::vector<AdCase> cases() {
     %out = load_local %v : f64
     store y[%i], %out
   }
-})", {S(5), A({256}), A({7}), A({256})}});
+})",
+       {S(5), A({256}), A({7}), A({256})}});
   // Regressions (tests/support/ad_regressions.h; the unit tier checks them on the CPU too).
   c.push_back({"swapped_float_locals_regression", kSwappedFloatLocals, {A({64}), A({64})}});
-  c.push_back({"swapped_integer_index_locals_regression", kSwappedIntegerIndexLocals, {A({64}), A({7}), A({64})}});
-  c.push_back({"linearly_carried_position", kLinearlyCarriedPosition, {S(6), S(0.1), A({64}), A({64}), A({64})}});
+  c.push_back({"swapped_integer_index_locals_regression",
+               kSwappedIntegerIndexLocals,
+               {A({64}), A({7}), A({64})}});
+  c.push_back({"linearly_carried_position",
+               kLinearlyCarriedPosition,
+               {S(6), S(0.1), A({64}), A({64}), A({64})}});
   return c;
 }
 
@@ -519,7 +594,8 @@ TEST_P(ReverseMode, GradientsMatchFiniteDifferences) {
   ASSERT_TRUE(codegen::verify(*fk, target).ok()) << codegen::verify(*fk, target).to_string();
   auto ak = codegen::make_adjoint(*fk, target);
   ASSERT_TRUE(ak.ok()) << ak.status().to_string();
-  ASSERT_TRUE(codegen::verify(*ak, target).ok()) << codegen::verify(*ak, target).to_string() << codegen::print(*ak);
+  ASSERT_TRUE(codegen::verify(*ak, target).ok())
+      << codegen::verify(*ak, target).to_string() << codegen::print(*ak);
   auto fwd = codegen::compile(*fk, target);
   auto adj = codegen::compile(*ak, target);
   ASSERT_TRUE(fwd.ok()) << fwd.status().to_string();
@@ -559,7 +635,8 @@ TEST_P(ReverseMode, GradientsMatchFiniteDifferences) {
   for (uint32_t p = 0; p < k.params.size(); ++p) {
     if (!k.params[p].needs_grad) continue;
     const HostArray& g = adj_args.arrays[grad_index];
-    EXPECT_EQ(compare_arrays(g, cpu_adj.arrays[grad_index]), "") << "device vs CPU adjoint of " << k.params[p].name;
+    EXPECT_EQ(compare_arrays(g, cpu_adj.arrays[grad_index]), "")
+        << "device vs CPU adjoint of " << k.params[p].name;
     ++grad_index;
     if (writes(k, p)) continue;  // an output: its gradient array held the seed
     // Central differences on a few elements of this input.
@@ -612,7 +689,8 @@ TEST_F(ReadAndWrite, ForwardKernelsMatchTheCpuEvaluator) {
     auto view = cpu.view();
     ASSERT_TRUE(codegen::evaluate(*k, view).ok()) << k->name;
     for (size_t p = 0; p < k->params.size(); ++p) {
-      EXPECT_EQ(compare_arrays(dev.arrays[p], cpu.arrays[p]), "") << k->name << " parameter " << k->params[p].name;
+      EXPECT_EQ(compare_arrays(dev.arrays[p], cpu.arrays[p]), "")
+          << k->name << " parameter " << k->params[p].name;
     }
   }
 }

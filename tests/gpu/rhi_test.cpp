@@ -430,13 +430,16 @@ TEST_P(RhiTest, TimestampsMeasureDispatches) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, RhiTest, ::testing::Values(SyncMode::kTimeline, SyncMode::kFence),
-                         [](const auto& info) { return std::string(rhi::sync_mode_name(info.param)); });
+                         [](const auto& info) {
+                           return std::string(rhi::sync_mode_name(info.param));
+                         });
 
 TEST(RhiDevice, ForcedDeviceByName) {
   rhi::DeviceOptions opts;
   opts.enable_validation = true;
   auto probe = rhi::Device::create(opts);
-  if (!probe.ok() && probe.status().code() == ErrorCode::kNoDevice) GTEST_SKIP() << "SKIPPED: no device";
+  if (!probe.ok() && probe.status().code() == ErrorCode::kNoDevice)
+    GTEST_SKIP() << "SKIPPED: no device";
   ASSERT_TRUE(probe.ok());
   std::string name = (*probe)->caps().device_name;
   probe = Result<std::unique_ptr<rhi::Device>>(make_error(ErrorCode::kInternal, "released"));

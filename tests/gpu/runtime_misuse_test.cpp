@@ -32,11 +32,11 @@ std::unique_ptr<Runtime> make_runtime(bool* skipped, runtime::RuntimeOptions o =
   return r.ok() ? std::move(r).value() : nullptr;
 }
 
-#define EXPECT_ERROR(expr, want, needle)                                         \
-  do {                                                                           \
-    Status s_ = (expr);                                                          \
-    EXPECT_EQ(s_.code(), want) << s_.to_string();                                \
-    EXPECT_NE(s_.message().find(needle), std::string::npos) << s_.message();     \
+#define EXPECT_ERROR(expr, want, needle)                                     \
+  do {                                                                       \
+    Status s_ = (expr);                                                      \
+    EXPECT_EQ(s_.code(), want) << s_.to_string();                            \
+    EXPECT_NE(s_.message().find(needle), std::string::npos) << s_.message(); \
   } while (0)
 
 class RuntimeMisuse : public ::testing::Test {
@@ -77,7 +77,8 @@ TEST_F(RuntimeMisuse, NullPointersAndWrongSizesInUploadAndDownload) {
   EXPECT_ERROR(rt_->download(h, nullptr, 64), ErrorCode::kInvalidArgument,
                "download from 'buf': the output pointer is null");
   float one = 0;
-  EXPECT_ERROR(rt_->upload(h, &one, 0), ErrorCode::kInvalidArgument, "0 bytes given, the array holds 64");
+  EXPECT_ERROR(rt_->upload(h, &one, 0), ErrorCode::kInvalidArgument,
+               "0 bytes given, the array holds 64");
   EXPECT_ERROR(rt_->download(h, &one, 0), ErrorCode::kInvalidArgument,
                "0 bytes requested, the array holds 64");
   EXPECT_EQ(rt_->stats()->ctx_bytes_recording, 64u) << "only the first upload was recorded";
@@ -103,12 +104,14 @@ TEST_F(RuntimeMisuse, HandlesOfAnotherRuntimeAreRejectedNamingTheHandle) {
   Arg foreign_arrays[] = {Arg::f32(1.0f), Arg::ndarray(bx), Arg::ndarray(by)};
   std::string kb_name = "kernel handle " + runtime::handle_string(kb->id);
   EXPECT_ERROR(rt_->launch(*kb, own), ErrorCode::kInvalidArgument, kb_name + " belongs to runtime");
-  EXPECT_ERROR(rt_->launch(*ka, foreign_arrays), ErrorCode::kInvalidArgument,
-               "argument 1 ('x'): ndarray handle " + runtime::handle_string(bx.id) +
-                   " belongs to runtime");
+  EXPECT_ERROR(
+      rt_->launch(*ka, foreign_arrays), ErrorCode::kInvalidArgument,
+      "argument 1 ('x'): ndarray handle " + runtime::handle_string(bx.id) + " belongs to runtime");
   float buf[32] = {};
-  EXPECT_ERROR(rt_->upload(by, buf, sizeof buf), ErrorCode::kInvalidArgument, "upload: ndarray handle");
-  EXPECT_ERROR(rt_->download(by, buf, sizeof buf), ErrorCode::kInvalidArgument, "belongs to runtime");
+  EXPECT_ERROR(rt_->upload(by, buf, sizeof buf), ErrorCode::kInvalidArgument,
+               "upload: ndarray handle");
+  EXPECT_ERROR(rt_->download(by, buf, sizeof buf), ErrorCode::kInvalidArgument,
+               "belongs to runtime");
   EXPECT_ERROR(rt_->free_ndarray(by), ErrorCode::kInvalidArgument, "free_ndarray: ndarray handle");
   EXPECT_ERROR(rt_->shape(by).status(), ErrorCode::kInvalidArgument, "shape: ndarray handle");
   EXPECT_ERROR(rt_->unregister_kernel(*kb), ErrorCode::kInvalidArgument, "belongs to runtime");
@@ -146,8 +149,9 @@ TEST_F(RuntimeMisuse, ShapesWhoseSizeOverflowsAreRejected) {
   SKIP_IF_NO_DEVICE();
   // 2^32-1 squared times 2^32-1 ... wraps 64 bits; so does 2^64 + 30 elements.
   const uint32_t m = std::numeric_limits<uint32_t>::max();
-  EXPECT_ERROR(rt_->create_ndarray(DType::kF32, {m, m, m}, "huge").status(),
-               ErrorCode::kInvalidArgument, "ndarray 'huge': shape (4294967295, 4294967295, 4294967295) of f32 overflows 64 bits");
+  EXPECT_ERROR(
+      rt_->create_ndarray(DType::kF32, {m, m, m}, "huge").status(), ErrorCode::kInvalidArgument,
+      "ndarray 'huge': shape (4294967295, 4294967295, 4294967295) of f32 overflows 64 bits");
   // 2^31 * 2^31 * 4 * 4 bytes = 2^66 bytes: the element count fits, the bytes do not.
   EXPECT_ERROR(rt_->create_ndarray(DType::kF32, {1u << 31, 1u << 31, 4}, "wide").status(),
                ErrorCode::kInvalidArgument, "overflows 64 bits");
@@ -344,7 +348,8 @@ TEST_F(RuntimeMisuse, ZeroMaxGroupsIsRejected) {
   auto r = Runtime::create(o);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("max_groups is 0"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("max_groups is 0"), std::string::npos)
+      << r.status().message();
   o.max_groups = std::numeric_limits<uint32_t>::max();
   r = Runtime::create(o);
   ASSERT_FALSE(r.ok());
@@ -396,8 +401,8 @@ TEST_F(RuntimeMisuse, BadForeignModulesAreRejectedBeforeTheDriver) {
   expect_rejected(big_pc, "is 12 bytes, the kernel ABI passes 8");
 
   auto set1 = good;
-  auto set1_words = codegen::assemble_spirv(
-      codegen::disassemble_spirv(good.tasks[0].spirv));  // round trip works
+  auto set1_words =
+      codegen::assemble_spirv(codegen::disassemble_spirv(good.tasks[0].spirv));  // round trip works
   ASSERT_TRUE(set1_words.ok());
   std::string text = codegen::disassemble_spirv(good.tasks[0].spirv);
   size_t at = text.find("DescriptorSet 0", text.find("Binding 1") - 40);
@@ -453,7 +458,8 @@ TEST_F(RuntimeMisuse, EveryCallReportsADeviceLoss) {
   EXPECT_EQ(rt_->unregister_kernel(*k).code(), ErrorCode::kDeviceLost);
   EXPECT_EQ(rt_->free_ndarray(hx).code(), ErrorCode::kDeviceLost);
   EXPECT_EQ(rt_->shape(hx).status().code(), ErrorCode::kDeviceLost);
-  EXPECT_EQ(rt_->register_kernel(make_axpy_kernel("other")).status().code(), ErrorCode::kDeviceLost);
+  EXPECT_EQ(rt_->register_kernel(make_axpy_kernel("other")).status().code(),
+            ErrorCode::kDeviceLost);
   EXPECT_EQ(rt_->create_ndarray(DType::kF32, {4}).status().code(), ErrorCode::kDeviceLost);
   EXPECT_EQ(rt_->upload(hy, out.data(), 256).code(), ErrorCode::kDeviceLost);
   EXPECT_EQ(rt_->download(hy, out.data(), 256).code(), ErrorCode::kDeviceLost);

@@ -1,4 +1,6 @@
 // runtime/ on a real device, validation on, timeline and fence modes.
+#include "runtime/runtime.h"
+
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -6,7 +8,6 @@
 #include "abi/spirv_tools.h"
 #include "gpu/gpu_test.h"
 #include "rhi/vk_check.h"
-#include "runtime/runtime.h"
 #include "support/sample_kernels.h"
 
 namespace vkad::testing {
@@ -62,8 +63,8 @@ class RuntimeTest : public ::testing::TestWithParam<rhi::SyncMode> {
 };
 
 // Skips without a device; fails (instead of dereferencing null) when creation failed otherwise.
-#define SKIP_IF_NO_DEVICE()                                         \
-  if (skipped_) GTEST_SKIP() << "SKIPPED: no Vulkan device";        \
+#define SKIP_IF_NO_DEVICE()                                  \
+  if (skipped_) GTEST_SKIP() << "SKIPPED: no Vulkan device"; \
   ASSERT_NE(rt_, nullptr) << "Runtime::create failed (see above)"
 
 TEST_P(RuntimeTest, AxpyMatchesCpu) {
@@ -100,8 +101,13 @@ TEST_P(RuntimeTest, ReferenceCopyKernelsCopyEveryElement) {
   scalar.name = "copy";
   scalar.params = {{"x", runtime::ParamKind::kNdArray, DType::kU32, 1, false},
                    {"y", runtime::ParamKind::kNdArray, DType::kU32, 1, true}};
-  scalar.tasks.push_back({"main", codegen::assemble_spirv(kCopyU32Spirv).value(), 128,
-                          runtime::RangeBound::constant(0), runtime::RangeBound::array_dim(0, 0), false, {}});
+  scalar.tasks.push_back({"main",
+                          codegen::assemble_spirv(kCopyU32Spirv).value(),
+                          128,
+                          runtime::RangeBound::constant(0),
+                          runtime::RangeBound::array_dim(0, 0),
+                          false,
+                          {}});
   auto ks = rt_->register_kernel(scalar);
   auto k4 = rt_->register_kernel(make_copy_u32x4_kernel());
   ASSERT_TRUE(ks.ok()) << ks.status().to_string();
@@ -168,8 +174,8 @@ TEST_P(RuntimeTest, HundredThousandFlushesStayBoundedWithoutDeviceWideWaits) {
   EXPECT_LE(max_buffers, base.live.buffers + static_cast<int64_t>(rt_->retirement_depth()) + 1);
   // High water (inside push, before the depth is enforced) is (depth + 1) flushes, unless the
   // setup flush (the uploads) already set it higher.
-  EXPECT_LE(s.retirement.high_water_bytes,
-            std::max<uint64_t>(base.retirement.high_water_bytes, (rt_->retirement_depth() + 1) * 16));
+  EXPECT_LE(s.retirement.high_water_bytes, std::max<uint64_t>(base.retirement.high_water_bytes,
+                                                              (rt_->retirement_depth() + 1) * 16));
   EXPECT_LE(s.live.command_buffers, static_cast<int64_t>(rt_->retirement_depth()) + 2);
   EXPECT_LE(max_sets, 2 * static_cast<int64_t>(rhi::DescriptorAllocator::kSetsPerPool));
   if (rt_->caps().push_descriptor) {
@@ -390,8 +396,9 @@ TEST_P(RuntimeTest, DeviceErrorFlagSurfacesAtReadbackNamingKernelAndTask) {
   EXPECT_NE(s.message().find("kernel 'flagging_axpy', task 'axpy'"), std::string::npos)
       << s.message();
   EXPECT_NE(s.message().find("error code 7"), std::string::npos);
-  EXPECT_NE(s.message().find("(in launch #" + std::to_string(rt_->next_launch_id().value - 1) + ")"),
-            std::string::npos)
+  EXPECT_NE(
+      s.message().find("(in launch #" + std::to_string(rt_->next_launch_id().value - 1) + ")"),
+      std::string::npos)
       << s.message();
   // Reported once; the runtime stays usable.
   EXPECT_TRUE(rt_->download(hy, out.data(), 256).ok());
@@ -466,13 +473,16 @@ TEST(RuntimeCreate, FailedCreationIsAnErrorNotACrash) {
   o.device.device = "no-such-device-name";
   auto r = Runtime::create(o);
   ASSERT_FALSE(r.ok());
-  EXPECT_TRUE(r.status().code() == ErrorCode::kNotFound || r.status().code() == ErrorCode::kNoDevice)
+  EXPECT_TRUE(r.status().code() == ErrorCode::kNotFound ||
+              r.status().code() == ErrorCode::kNoDevice)
       << r.status().to_string();
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, RuntimeTest,
                          ::testing::Values(rhi::SyncMode::kTimeline, rhi::SyncMode::kFence),
-                         [](const auto& info) { return std::string(rhi::sync_mode_name(info.param)); });
+                         [](const auto& info) {
+                           return std::string(rhi::sync_mode_name(info.param));
+                         });
 
 }  // namespace
 }  // namespace vkad::testing

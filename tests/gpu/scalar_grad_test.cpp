@@ -42,20 +42,26 @@ TEST_F(ScalarGradDevice, SaxpyReducesAcrossThreads) {
   for (DType t : {DType::kF32, DType::kF64}) {
     Kernel k = saxpy_grad_kernel(t);
     const uint32_t n = 5000;  // many workgroups adding into one element
-    HostArgs fwd = make_args(k, {ArgSpec::of(0.5), ArgSpec::array({n}), ArgSpec::array({n}), ArgSpec::array({n}, 0, 0)}, 8);
+    HostArgs fwd = make_args(
+        k, {ArgSpec::of(0.5), ArgSpec::array({n}), ArgSpec::array({n}), ArgSpec::array({n}, 0, 0)},
+        8);
     HostArgs dev = run_adjoint(*runner_, k, fwd, t == DType::kF32 ? 1e-4 : 1e-10);
     if (HasFailure()) return;
-    // Closed form: d (w . out) / d a = sum_i w[i] x[i]; w is out_grad (index 6: a, x, y, out, a_grad, x_grad, out_grad), x index 1.
+    // Closed form: d (w . out) / d a = sum_i w[i] x[i]; w is out_grad (index 6: a, x, y, out,
+    // a_grad, x_grad, out_grad), x index 1.
     double want = 0;
     for (uint32_t i = 0; i < n; ++i) want += dev.arrays[6].data[i] * fwd.arrays[1].data[i];
-    EXPECT_NEAR(dev.arrays[4].data[0], want, (t == DType::kF32 ? 1e-4 : 1e-10) * std::max(1.0, std::fabs(want)));
+    EXPECT_NEAR(dev.arrays[4].data[0], want,
+                (t == DType::kF32 ? 1e-4 : 1e-10) * std::max(1.0, std::fabs(want)));
   }
 }
 
 TEST_F(ScalarGradDevice, ScalarsInsideALoop) {
   Kernel k = loop_grad_kernel();
-  HostArgs fwd = make_args(k, {ArgSpec::of(4), ArgSpec::of(0.6), ArgSpec::of(0.8), ArgSpec::array({19, 23}),
-                               ArgSpec::array({19, 23}, 0, 0)}, 2);
+  HostArgs fwd = make_args(k,
+                           {ArgSpec::of(4), ArgSpec::of(0.6), ArgSpec::of(0.8),
+                            ArgSpec::array({19, 23}), ArgSpec::array({19, 23}, 0, 0)},
+                           2);
   run_adjoint(*runner_, k, fwd, 1e-10);
 }
 

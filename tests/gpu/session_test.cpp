@@ -29,9 +29,8 @@ codegen::Kernel weighted_sin() {
   Array w = kb.ndarray("w", DType::kF32, 1);
   Array y = kb.ndarray("y", DType::kF32, 1, {.needs_grad = true});
   Array out = kb.ndarray("out", DType::kF32, 1, {.needs_grad = true});
-  kb.parallel_for("main", 0, x.dim(0), [&](Value i) {
-    out.store({i}, w(i) * sin(Value(a) * x(i)) * y(i));
-  });
+  kb.parallel_for("main", 0, x.dim(0),
+                  [&](Value i) { out.store({i}, w(i) * sin(Value(a) * x(i)) * y(i)); });
   return kb.finish();
 }
 
@@ -121,11 +120,36 @@ TEST_F(SessionTest, FillAndZeroEveryDtype) {
     for (uint32_t e = 0; e < 21; ++e) {
       const unsigned char* p = got.data() + e * eb;
       switch (c.t) {
-        case DType::kF32: { float f; std::memcpy(&f, p, 4); ASSERT_EQ(f, static_cast<float>(c.v)); break; }
-        case DType::kF64: { double f; std::memcpy(&f, p, 8); ASSERT_EQ(f, c.v); break; }
-        case DType::kI32: { int32_t i; std::memcpy(&i, p, 4); ASSERT_EQ(i, static_cast<int32_t>(c.v)); break; }
-        case DType::kU32: { uint32_t u; std::memcpy(&u, p, 4); ASSERT_EQ(u, static_cast<uint32_t>(c.v)); break; }
-        case DType::kI64: { int64_t i; std::memcpy(&i, p, 8); ASSERT_EQ(i, static_cast<int64_t>(c.v)); break; }
+        case DType::kF32: {
+          float f;
+          std::memcpy(&f, p, 4);
+          ASSERT_EQ(f, static_cast<float>(c.v));
+          break;
+        }
+        case DType::kF64: {
+          double f;
+          std::memcpy(&f, p, 8);
+          ASSERT_EQ(f, c.v);
+          break;
+        }
+        case DType::kI32: {
+          int32_t i;
+          std::memcpy(&i, p, 4);
+          ASSERT_EQ(i, static_cast<int32_t>(c.v));
+          break;
+        }
+        case DType::kU32: {
+          uint32_t u;
+          std::memcpy(&u, p, 4);
+          ASSERT_EQ(u, static_cast<uint32_t>(c.v));
+          break;
+        }
+        case DType::kI64: {
+          int64_t i;
+          std::memcpy(&i, p, 8);
+          ASSERT_EQ(i, static_cast<int64_t>(c.v));
+          break;
+        }
         case DType::kBool: {
           uint32_t u;
           std::memcpy(&u, p, 4);
@@ -354,7 +378,8 @@ TEST(SessionImport, RunsOnAnImportedDeviceAndLeavesItAlive) {
   rhi::DeviceOptions own;
   own.enable_validation = true;
   auto host = rhi::Device::create(own);
-  if (!host.ok() && host.status().code() == ErrorCode::kNoDevice) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+  if (!host.ok() && host.status().code() == ErrorCode::kNoDevice)
+    GTEST_SKIP() << "SKIPPED: no Vulkan device";
   ASSERT_TRUE(host.ok()) << host.status().to_string();
   rhi::Device& embedder = **host;
   for (int round = 0; round < 2; ++round) {
@@ -397,7 +422,8 @@ TEST(SessionImport, BadExternalDevicesAreRejectedByName) {
   rhi::DeviceOptions own;
   own.enable_validation = true;
   auto host = rhi::Device::create(own);
-  if (!host.ok() && host.status().code() == ErrorCode::kNoDevice) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+  if (!host.ok() && host.status().code() == ErrorCode::kNoDevice)
+    GTEST_SKIP() << "SKIPPED: no Vulkan device";
   ASSERT_TRUE(host.ok());
   runtime::RuntimeOptions ro;
   ro.device.external = external_from(**host);
@@ -410,7 +436,8 @@ TEST(SessionImport, BadExternalDevicesAreRejectedByName) {
   ro.device.external->queue_family = 99;
   s = Session::create(ro, {});
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("queue family 99"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("queue family 99"), std::string::npos)
+      << s.status().message();
   ro.device.external = external_from(**host);
   ro.device.external->first_queue = 50;
   s = Session::create(ro, {});

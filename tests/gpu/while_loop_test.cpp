@@ -38,7 +38,8 @@ TEST_F(WhileLoopDevice, ForwardMatchesTheCpuEvaluator) {
     auto view = cpu.view();
     ASSERT_TRUE(codegen::evaluate(*k, view).ok()) << c.name;
     for (size_t p = 0; p < k->params.size(); ++p) {
-      EXPECT_EQ(compare_arrays(dev.arrays[p], cpu.arrays[p]), "") << c.name << " parameter " << k->params[p].name;
+      EXPECT_EQ(compare_arrays(dev.arrays[p], cpu.arrays[p]), "")
+          << c.name << " parameter " << k->params[p].name;
     }
   }
 }

@@ -17,7 +17,8 @@ using codegen::Kernel;
 std::vector<HostArg> HostValues::view() {
   std::vector<HostArg> v;
   for (size_t p = 0; p < scalars.size(); ++p) {
-    v.push_back(arrays[p].shape.empty() && arrays[p].data.empty() ? HostArg::of(scalars[p]) : HostArg::of(arrays[p]));
+    v.push_back(arrays[p].shape.empty() && arrays[p].data.empty() ? HostArg::of(scalars[p])
+                                                                  : HostArg::of(arrays[p]));
   }
   return v;
 }
@@ -25,7 +26,8 @@ std::vector<HostArg> HostValues::view() {
 bool writes_param(const Kernel& k, uint32_t p) {
   std::function<bool(const codegen::Block&)> walk = [&](const codegen::Block& b) {
     for (const codegen::Stmt& s : b.stmts) {
-      if ((s.op == codegen::Op::kStore || s.op == codegen::Op::kAtomicAdd || s.op == codegen::Op::kAtomicMax) &&
+      if ((s.op == codegen::Op::kStore || s.op == codegen::Op::kAtomicAdd ||
+           s.op == codegen::Op::kAtomicMax) &&
           s.param == p) {
         return true;
       }
@@ -41,7 +43,8 @@ bool writes_param(const Kernel& k, uint32_t p) {
   return false;
 }
 
-HostValues adjoint_args(const Kernel& forward, const HostValues& base, const std::vector<HostArray>& seeds) {
+HostValues adjoint_args(const Kernel& forward, const HostValues& base,
+                        const std::vector<HostArray>& seeds) {
   HostValues a = base;
   for (uint32_t p = 0; p < forward.params.size(); ++p) {
     if (!forward.params[p].needs_grad) continue;
@@ -49,7 +52,8 @@ HostValues adjoint_args(const Kernel& forward, const HostValues& base, const std
     std::vector<uint32_t> shape = forward.params[p].kind == codegen::ParamKind::kScalar
                                       ? std::vector<uint32_t>{1}
                                       : base.arrays[p].shape;
-    a.arrays.push_back(seeds[p].data.empty() ? HostArray(forward.params[p].dtype, shape) : seeds[p]);
+    a.arrays.push_back(seeds[p].data.empty() ? HostArray(forward.params[p].dtype, shape)
+                                             : seeds[p]);
     a.scalars.push_back(0);
   }
   return a;
@@ -73,7 +77,8 @@ Status check_flags(const Kernel& k, const codegen::EvalResult& r) {
   for (size_t t = 0; t < r.error_flags.size(); ++t) {
     if (r.error_flags[t] != 0) {
       return make_error(ErrorCode::kInternal, "kernel '" + k.name + "', task '" + k.tasks[t].name +
-                                                  "' raised device error " + std::to_string(r.error_flags[t]) +
+                                                  "' raised device error " +
+                                                  std::to_string(r.error_flags[t]) +
                                                   " on the CPU evaluator");
     }
   }
@@ -82,7 +87,8 @@ Status check_flags(const Kernel& k, const codegen::EvalResult& r) {
 
 }  // namespace
 
-Result<double> cpu_loss(const Kernel& forward, HostValues args, const std::vector<HostArray>& seeds) {
+Result<double> cpu_loss(const Kernel& forward, HostValues args,
+                        const std::vector<HostArray>& seeds) {
   auto v = args.view();
   VKAD_ASSIGN_OR_RETURN(codegen::EvalResult r, codegen::evaluate(forward, v));
   VKAD_TRY(check_flags(forward, r));
@@ -93,8 +99,8 @@ Result<double> cpu_loss(const Kernel& forward, HostValues args, const std::vecto
   return l;
 }
 
-Result<GradCheckReport> check_gradients_cpu(const Kernel& forward, const HostValues& base, uint32_t seed,
-                                            const GradCheckOptions& o) {
+Result<GradCheckReport> check_gradients_cpu(const Kernel& forward, const HostValues& base,
+                                            uint32_t seed, const GradCheckOptions& o) {
   VKAD_ASSIGN_OR_RETURN(Kernel adjoint, codegen::make_adjoint(forward));
   std::vector<HostArray> seeds = random_seeds(forward, base, seed);
   HostValues adj = adjoint_args(forward, base, seeds);
@@ -111,7 +117,9 @@ Result<GradCheckReport> check_gradients_cpu(const Kernel& forward, const HostVal
     if (writes_param(forward, p)) continue;  // an output: its gradient array held the seed
     const bool scalar = forward.params[p].kind == codegen::ParamKind::kScalar;
     // The perturbed input: element e of the ndarray, or the scalar itself.
-    auto at_ref = [&](HostValues& v, size_t e) -> double& { return scalar ? v.scalars[p] : v.arrays[p].data[e]; };
+    auto at_ref = [&](HostValues& v, size_t e) -> double& {
+      return scalar ? v.scalars[p] : v.arrays[p].data[e];
+    };
     size_t n = g.size();
     size_t count = o.max_elements == 0 ? n : std::min(n, o.max_elements);
     for (size_t c = 0; c < count; ++c) {
@@ -143,17 +151,18 @@ Result<GradCheckReport> check_gradients_cpu(const Kernel& forward, const HostVal
       // The smoothness thresholds are tighter than the comparison's: a kink within h of x0 that
       // could move `fd` by tol moves one of these by more than tol / 2 (worked through for a
       // kink at any distance in [0, h] on either side), so it is skipped, never failed.
-      if (!std::isfinite(fd1) || !std::isfinite(fd2) || !std::isfinite(right) || std::fabs(fd1 - fd2) > tol / 4 ||
-          std::fabs(right - fd) > tol / 2) {
+      if (!std::isfinite(fd1) || !std::isfinite(fd2) || !std::isfinite(right) ||
+          std::fabs(fd1 - fd2) > tol / 4 || std::fabs(right - fd) > tol / 2) {
         ++report.skipped;  // not smooth (or not finite) around x0 at the scale of h
         continue;
       }
       ++report.checked;
       if (!(std::fabs(g.data[e] - fd) <= tol) && report.failure.empty()) {
-        report.failure = "d loss / d " + forward.params[p].name + (scalar ? "" : "[" + std::to_string(e) + "]") + ": adjoint " +
+        report.failure = "d loss / d " + forward.params[p].name +
+                         (scalar ? "" : "[" + std::to_string(e) + "]") + ": adjoint " +
                          std::to_string(g.data[e]) + ", finite differences " + std::to_string(fd) +
-                         " (central quotients at h = " + std::to_string(h) + " and h/2: " + std::to_string(fd1) +
-                         ", " + std::to_string(fd2) + ")";
+                         " (central quotients at h = " + std::to_string(h) +
+                         " and h/2: " + std::to_string(fd1) + ", " + std::to_string(fd2) + ")";
       }
     }
   }

@@ -50,8 +50,8 @@ Result<double> cpu_loss(const codegen::Kernel& forward, HostValues args,
                         const std::vector<codegen::HostArray>& seeds);
 
 struct GradCheckOptions {
-  double h = 1e-3;       // step, relative to max(1, |x|)
-  double rtol = 1e-2;    // |adjoint - fd| <= rtol * max(1, |fd|) + atol
+  double h = 1e-3;     // step, relative to max(1, |x|)
+  double rtol = 1e-2;  // |adjoint - fd| <= rtol * max(1, |fd|) + atol
   double atol = 1e-4;
   // Check at most this many elements per input ndarray (spread evenly; 0: all of them).
   size_t max_elements = 0;

@@ -71,16 +71,23 @@ class AdGenerator {
 
  private:
   // Integer draws only: the same sequence on every standard library.
-  int uniform(int lo, int hi) { return lo + static_cast<int>(rng_() % static_cast<uint32_t>(hi - lo + 1)); }
+  int uniform(int lo, int hi) {
+    return lo + static_cast<int>(rng_() % static_cast<uint32_t>(hi - lo + 1));
+  }
   // 32 random bits: argument values never sit exactly on a kink (abs at 0, floor at an
   // integer), where central differences are symmetric and cannot tell the kink is there.
-  double real(double lo, double hi) { return lo + (hi - lo) * (static_cast<double>(rng_()) + 0.5) / 4294967296.0; }
+  double real(double lo, double hi) {
+    return lo + (hi - lo) * (static_cast<double>(rng_()) + 0.5) / 4294967296.0;
+  }
   template <typename T>
-  const T& any(const std::vector<T>& pool) { return pool[static_cast<size_t>(uniform(0, static_cast<int>(pool.size()) - 1))]; }
+  const T& any(const std::vector<T>& pool) {
+    return pool[static_cast<size_t>(uniform(0, static_cast<int>(pool.size()) - 1))];
+  }
 
   HostArray values(DType t, uint32_t n, double lo, double hi) {
     HostArray a(t, {n});
-    for (double& v : a.data) v = is_float(t) ? real(lo, hi) : uniform(static_cast<int>(lo), static_cast<int>(hi));
+    for (double& v : a.data)
+      v = is_float(t) ? real(lo, hi) : uniform(static_cast<int>(lo), static_cast<int>(hi));
     return a;
   }
 
@@ -90,8 +97,12 @@ class AdGenerator {
   // --- floats: every value returned has |v| <= 2.
   Value fleaf() {
     switch (uniform(0, 8)) {
-      case 0: case 1: if (!floats_.empty()) return any(floats_); [[fallthrough]];
-      case 2: case 3: return any(fl_).load();  // a fresh load: reads whatever was stored last
+      case 0:
+      case 1:
+        if (!floats_.empty()) return any(floats_);
+        [[fallthrough]];
+      case 2:
+      case 3: return any(fl_).load();  // a fresh load: reads whatever was stored last
       case 4: return cst(real(-1.5, 1.5));
       case 5: return w_->load({idx(w_->dim(0))});
       case 6: return x_->load({idx(x_->dim(0))});
@@ -121,12 +132,18 @@ class AdGenerator {
       case 14: return abs(a);
       case 15: return floor(a) * cst(0.5);
       case 16: return ceil(a) * cst(0.5);
-      case 17: { Value c = arg(); return a / (c * c + cst(1)); }
+      case 17: {
+        Value c = arg();
+        return a / (c * c + cst(1));
+      }
       case 18: return min(a, arg());
       case 19: return max(a, arg());
       case 20: return pow(a * a * cst(0.25) + cst(0.5), arg() * cst(0.5));
       case 21: return atan2(a, arg() + cst(2.5));
-      case 22: { Value c = bexpr(); return select(c, a, arg()); }
+      case 22: {
+        Value c = bexpr();
+        return select(c, a, arg());
+      }
       default: {
         Value f = cast(a, DType::kF32);
         return cast(f * f * b_->f32(0.5), DType::kF64);
@@ -137,8 +154,10 @@ class AdGenerator {
   // --- integers: every value returned lies in [0, 100).
   Value ileaf() {
     switch (uniform(0, 6)) {
-      case 0: case 1: return any(ints_);
-      case 2: case 3: return any(il_).load();
+      case 0:
+      case 1: return any(ints_);
+      case 2:
+      case 3: return any(il_).load();
       case 4: return icst(uniform(0, 9));
       case 5: return tab_->load({idx(tab_->dim(0))});
       default: return i_;
@@ -150,7 +169,10 @@ class AdGenerator {
     Value m = icst(uniform(5, 97));
     switch (uniform(0, 6)) {
       case 0: return mod(a + ileaf(), m);
-      case 1: { Value f = icst(uniform(2, 7)); return mod(a * f + ileaf(), m); }
+      case 1: {
+        Value f = icst(uniform(2, 7));
+        return mod(a * f + ileaf(), m);
+      }
       case 2: return mod(a - ileaf(), m);  // mod rounds toward -inf: never negative
       case 3: return floordiv(a, icst(uniform(1, 3)));
       case 4: return min(a, ileaf());
@@ -165,11 +187,24 @@ class AdGenerator {
 
   Value bexpr() {
     switch (uniform(0, 5)) {
-      case 0: { Value v = any(fl_).load(); return v > cst(real(-0.5, 0.5)); }  // on a carried float
+      case 0: {
+        Value v = any(fl_).load();
+        return v > cst(real(-0.5, 0.5));
+      }                                                           // on a carried float
       case 1: return eq(mod(any(il_).load(), icst(2)), icst(0));  // on a carried integer
-      case 2: { Value a = ileaf(); return a < ileaf(); }
-      case 3: { Value a = fexpr(0); return a < fleaf(); }
-      case 4: { Value a = ileaf(); Value c = a < icst(uniform(1, 40)); return c && (fleaf() > cst(0)); }
+      case 2: {
+        Value a = ileaf();
+        return a < ileaf();
+      }
+      case 3: {
+        Value a = fexpr(0);
+        return a < fleaf();
+      }
+      case 4: {
+        Value a = ileaf();
+        Value c = a < icst(uniform(1, 40));
+        return c && (fleaf() > cst(0));
+      }
       default: return !(eq(mod(ileaf(), icst(3)), icst(1)));
     }
   }
@@ -199,15 +234,16 @@ class AdGenerator {
       bool brk = uniform(0, 1) == 0;
       b_->if_(bexpr(), [&] {
         if (uniform(0, 1) == 0) block(depth + 1, uniform(1, 2));
-        if (brk) b_->break_();
-        else b_->continue_();
+        if (brk)
+          b_->break_();
+        else
+          b_->continue_();
       });
       return;
     }
     switch (kind) {
-      case 0: case 1:
-        any(fl_).store(fexpr(2));
-        return;
+      case 0:
+      case 1: any(fl_).store(fexpr(2)); return;
       case 2: {  // a damped update of a carried float
         const Local& l = any(fl_);
         l.store((l.load() + fexpr(1)) * cst(0.5));
@@ -227,9 +263,7 @@ class AdGenerator {
         fl_.back().store(first);
         return;
       }
-      case 5:
-        any(il_).store(iexpr());
-        return;
+      case 5: any(il_).store(iexpr()); return;
       case 6: {  // swap two integer locals, one advancing
         const Local& a = any(il_);
         const Local& c = any(il_);
@@ -247,12 +281,8 @@ class AdGenerator {
         y2_->atomic_add({at}, fexpr(1));
         return;
       }
-      case 9:
-        floats_.push_back(fexpr(2));
-        return;
-      case 10:
-        ints_.push_back(iexpr());
-        return;
+      case 9: floats_.push_back(fexpr(2)); return;
+      case 10: ints_.push_back(iexpr()); return;
       case 11: {  // a float read through an index computed from carried integers
         const Local& l = any(fl_);
         Value wv = w_->load({idx(w_->dim(0))});
@@ -260,18 +290,19 @@ class AdGenerator {
         l.store(sin(l.load() * wv + xv * cst(0.5)));
         return;
       }
-      case 12: case 13: {
+      case 12:
+      case 13: {
         Value c = bexpr();
         if (uniform(0, 1)) {
           b_->if_(c, [&] { block(depth + 1, uniform(1, 4)); });
         } else {
-          b_->if_(c, [&] { block(depth + 1, uniform(1, 3)); }, [&] { block(depth + 1, uniform(1, 3)); });
+          b_->if_(
+              c, [&] { block(depth + 1, uniform(1, 3)); },
+              [&] { block(depth + 1, uniform(1, 3)); });
         }
         return;
       }
-      default:
-        loop(depth);
-        return;
+      default: loop(depth); return;
     }
   }
 
@@ -312,7 +343,7 @@ class AdGenerator {
     switch (shape) {
       case 0: b_->for_range(icst(0), icst(uniform(1, 3)), body); return;
       case 1: b_->for_range(icst(0), Value(*n_), body); return;
-      case 2: b_->for_range(indices_.back(), icst(3), body); return;          // triangular
+      case 2: b_->for_range(indices_.back(), icst(3), body); return;            // triangular
       case 3: b_->for_range(icst(0), indices_.back() + icst(1), body); return;  // triangular
       default:  // bounds from ndarray contents: the DSL states the bound
         b_->for_range(icst(0), tab_->load({idx(tab_->dim(0))}), SizeExpr::constant(3), body);

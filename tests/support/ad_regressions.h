@@ -6,7 +6,8 @@ namespace vkad::testing {
 
 // Issue 12: `t = q; q = p + q; p = t; acc += sin(q)`. The reverse sweep recomputes an iteration
 // from its checkpoint; the q read after `q = p + q` needs p's value at the iteration start.
-inline const char* kSwappedFloatLocals = R"(kernel swapped_float_locals(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+inline const char* kSwappedFloatLocals =
+    R"(kernel swapped_float_locals(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %p = alloca : f64
     %q = alloca : f64
@@ -37,7 +38,8 @@ inline const char* kSwappedFloatLocals = R"(kernel swapped_float_locals(x: ndarr
 
 // Issue 12, integer variant: i32 locals ja, jb swap (jb advancing by 3 mod m) every iteration
 // and ja indexes the read-only differentiable array w after the swap.
-inline const char* kSwappedIntegerIndexLocals = R"(kernel swapped_integer_index_locals(x: ndarray<f64, 1> grad, w: ndarray<f64, 1> grad readonly, y: ndarray<f64, 1> grad) {
+inline const char* kSwappedIntegerIndexLocals =
+    R"(kernel swapped_integer_index_locals(x: ndarray<f64, 1> grad, w: ndarray<f64, 1> grad readonly, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f64
     %ja = alloca : i32
@@ -78,7 +80,8 @@ inline const char* kSwappedIntegerIndexLocals = R"(kernel swapped_integer_index_
 // reads only u (d(u*u)); x is needed only to recompute the u that the task's replay pushes at
 // each iteration start, and that replay runs from the task's start, so x needs no checkpoint.
 // One stack (u), not two; gradients into both inputs.
-inline const char* kLinearlyCarriedPosition = R"(kernel linearly_carried_position(n: i32, dt: f64, a: ndarray<f64, 1> grad, v: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+inline const char* kLinearlyCarriedPosition =
+    R"(kernel linearly_carried_position(n: i32, dt: f64, a: ndarray<f64, 1> grad, v: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(a, 0)) {
     %x = alloca : f64
     %u = alloca : f64

@@ -51,11 +51,12 @@ inline codegen::Kernel stencil_kernel() {
   Array u = kb.ndarray("u", DType::kF64, 2, {.needs_grad = true, .read_only = true});
   Array c = kb.ndarray("c", DType::kF64, 2, {.needs_grad = true, .read_only = true});
   Array out = kb.ndarray("out", DType::kF64, 2, {.needs_grad = true});
-  kb.parallel_for("main", {1, Bound(u.dim(0)) - 1}, {1, Bound(u.dim(1)) - 1}, [&](Value i, Value j) {
-    Value nb = u(i - 1, j) + u(i + 1, j) + u(i, j - 1) + u(i, j + 1);
-    Value cv = c(i, j);
-    out.at(i, j) = sin(u(i, j)) * nb + cv * cv;
-  });
+  kb.parallel_for("main", {1, Bound(u.dim(0)) - 1}, {1, Bound(u.dim(1)) - 1},
+                  [&](Value i, Value j) {
+                    Value nb = u(i - 1, j) + u(i + 1, j) + u(i, j - 1) + u(i, j + 1);
+                    Value cv = c(i, j);
+                    out.at(i, j) = sin(u(i, j)) * nb + cv * cv;
+                  });
   return kb.finish();
 }
 

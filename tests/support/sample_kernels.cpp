@@ -321,13 +321,14 @@ OpReturn
 OpFunctionEnd
 )";
 
-
 // kCopyU32Spirv with 16-byte accesses: the same module with the ndarrays viewed as uvec4
 // (ArrayStride 16). One 4-byte load per thread keeps too few bytes in flight to saturate HBM
 // (H200: 3155 GB/s scalar, 4050 GB/s uvec4).
 static std::string copy_u32x4_spirv() {
   std::string t = kCopyU32Spirv;
-  auto swap = [&](const std::string& from, const std::string& to) { t.replace(t.find(from), from.size(), to); };
+  auto swap = [&](const std::string& from, const std::string& to) {
+    t.replace(t.find(from), from.size(), to);
+  };
   swap("OpDecorate %rt ArrayStride 4", "OpDecorate %rt ArrayStride 16");
   swap("%rt = OpTypeRuntimeArray %u32", "%v4 = OpTypeVector %u32 4\n%rt = OpTypeRuntimeArray %v4");
   swap("%pu = OpTypePointer StorageBuffer %u32", "%pu = OpTypePointer StorageBuffer %v4");
@@ -342,8 +343,13 @@ runtime::CompiledKernel make_copy_u32x4_kernel() {
               {"x", runtime::ParamKind::kNdArray, runtime::DType::kU32, 1, false},
               {"y", runtime::ParamKind::kNdArray, runtime::DType::kU32, 1, true}};
   auto words = codegen::assemble_spirv(copy_u32x4_spirv());
-  k.tasks.push_back({"main", words.ok() ? *words : std::vector<uint32_t>{}, 128, runtime::RangeBound::constant(0),
-                     runtime::RangeBound::scalar(0), false, {}});
+  k.tasks.push_back({"main",
+                     words.ok() ? *words : std::vector<uint32_t>{},
+                     128,
+                     runtime::RangeBound::constant(0),
+                     runtime::RangeBound::scalar(0),
+                     false,
+                     {}});
   return k;
 }
 

@@ -28,8 +28,9 @@ namespace vkad::testing {
 //   If x[i] < 0 the task raises its error flag (error code 7).
 runtime::CompiledKernel make_axpy_kernel(const std::string& name, const char* op = "OpFAdd");
 
-// The bandwidth reference: kCopyU32Spirv with 16-byte (uvec4) accesses, as a kernel with params (n4: u32, x: u32[n],
-// y: u32[n] written), one task over [0, n4); copies the first 4 * n4 elements of x to y.
+// The bandwidth reference: kCopyU32Spirv with 16-byte (uvec4) accesses, as a kernel with params
+// (n4: u32, x: u32[n], y: u32[n] written), one task over [0, n4); copies the first 4 * n4 elements
+// of x to y.
 runtime::CompiledKernel make_copy_u32x4_kernel();
 
 }  // namespace vkad::testing

@@ -12,7 +12,8 @@
 namespace vkad::testing {
 
 // "while v^2 > eps: acc += v sin v; v *= 0.5": the trip count grows with |x[i]|.
-inline const char* kHalveUntilSmall = R"(kernel halve(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+inline const char* kHalveUntilSmall =
+    R"(kernel halve(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f64
     %acc = alloca : f64
@@ -43,7 +44,8 @@ inline const char* kHalveUntilSmall = R"(kernel halve(x: ndarray<f64, 1> grad, y
 })";
 
 // Newton's iteration for sqrt(x[i]) from 1, until |g^2 - x| <= 1e-12 x (or 50 trips).
-inline const char* kNewtonSqrt = R"(kernel newton(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+inline const char* kNewtonSqrt =
+    R"(kernel newton(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %g = alloca : f64
     %a = load x[%i] : f64
@@ -74,7 +76,8 @@ inline const char* kNewtonSqrt = R"(kernel newton(x: ndarray<f64, 1> grad, y: nd
 })";
 
 // A while loop inside a for loop: v shrinks below 0.2 each outer iteration, then regrows.
-inline const char* kWhileInFor = R"(kernel while_in_for(n: i32, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+inline const char* kWhileInFor =
+    R"(kernel while_in_for(n: i32, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f64
     %acc = alloca : f64
@@ -112,7 +115,8 @@ inline const char* kWhileInFor = R"(kernel while_in_for(n: i32, x: ndarray<f64, 
 })";
 
 // A for loop inside a while loop whose test reads what the for loop computes.
-inline const char* kForInWhile = R"(kernel for_in_while(x: ndarray<f64, 1> grad, w: ndarray<f64, 1> grad readonly, y: ndarray<f64, 1> grad) {
+inline const char* kForInWhile =
+    R"(kernel for_in_while(x: ndarray<f64, 1> grad, w: ndarray<f64, 1> grad readonly, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f64
     %acc = alloca : f64
@@ -154,7 +158,8 @@ inline const char* kForInWhile = R"(kernel for_in_while(x: ndarray<f64, 1> grad,
 
 // A while loop inside a branch (its trip count lives in a local hoisted to the frame's top) and
 // a while loop nested in a while loop.
-inline const char* kWhileInBranchAndWhile = R"(kernel while_nested(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+inline const char* kWhileInBranchAndWhile =
+    R"(kernel while_nested(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f64
     %u = alloca : f64
@@ -208,7 +213,8 @@ inline const char* kWhileInBranchAndWhile = R"(kernel while_nested(x: ndarray<f6
 // (continue) the elements of w below a cutoff; a while loop that continues on odd trips and
 // breaks when v turns small; an inner for loop with a break inside an outer for loop with a
 // continue.
-inline const char* kBreakContinue = R"(kernel jumps(x: ndarray<f64, 1> grad, w: ndarray<f64, 1> grad readonly, y: ndarray<f64, 1> grad, y2: ndarray<f64, 1> grad) {
+inline const char* kBreakContinue =
+    R"(kernel jumps(x: ndarray<f64, 1> grad, w: ndarray<f64, 1> grad readonly, y: ndarray<f64, 1> grad, y2: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %acc = alloca : f64
     %v = alloca : f64
@@ -301,7 +307,8 @@ inline const char* kBreakContinue = R"(kernel jumps(x: ndarray<f64, 1> grad, w: 
 // Counting under break and continue (integers only: tests/unit/while_loop_test.cpp checks the
 // counts against the same loops in C++), with a branch whose both sides jump (its merge block
 // is unreachable in SPIR-V).
-inline const char* kJumpCounts = R"(kernel j(x: ndarray<f64, 1>, y: ndarray<i32, 1>, z: ndarray<i32, 1>) {
+inline const char* kJumpCounts =
+    R"(kernel j(x: ndarray<f64, 1>, y: ndarray<i32, 1>, z: ndarray<i32, 1>) {
   task main parallel %i in [0, shape(x, 0)) {
     %n = alloca : i32
     %m = alloca : i32
@@ -449,7 +456,8 @@ inline std::vector<WhileCase> while_cases() {
       {"halve_until_small", kHalveUntilSmall,
        [] {
          HostValues v;
-         v.arrays = {while_array({0.33, -0.71, 1.37, 2.9, 5.3, -11.0, 0.05}), codegen::HostArray(codegen::DType::kF64, {7})};
+         v.arrays = {while_array({0.33, -0.71, 1.37, 2.9, 5.3, -11.0, 0.05}),
+                     codegen::HostArray(codegen::DType::kF64, {7})};
          v.scalars = {0, 0};
          return v;
        },
@@ -457,7 +465,8 @@ inline std::vector<WhileCase> while_cases() {
       {"newton_sqrt", kNewtonSqrt,
        [] {
          HostValues v;
-         v.arrays = {while_array({0.3, 1.7, 4.2, 9.6, 31.0}), codegen::HostArray(codegen::DType::kF64, {5})};
+         v.arrays = {while_array({0.3, 1.7, 4.2, 9.6, 31.0}),
+                     codegen::HostArray(codegen::DType::kF64, {5})};
          v.scalars = {0, 0};
          return v;
        },
@@ -485,7 +494,8 @@ inline std::vector<WhileCase> while_cases() {
          HostValues v;
          v.arrays = {while_array({0.33, -0.71, 1.37, 0.9, -0.2, 2.3}),
                      while_array({0.9, -0.5, 1.3, 0.7, -0.1, 1.1, 0.6}),
-                     codegen::HostArray(codegen::DType::kF64, {6}), codegen::HostArray(codegen::DType::kF64, {6})};
+                     codegen::HostArray(codegen::DType::kF64, {6}),
+                     codegen::HostArray(codegen::DType::kF64, {6})};
          v.scalars = {0, 0, 0, 0};
          return v;
        },
@@ -493,7 +503,8 @@ inline std::vector<WhileCase> while_cases() {
       {"while_in_branch_and_while", kWhileInBranchAndWhile,
        [] {
          HostValues v;
-         v.arrays = {while_array({0.33, -0.71, 1.37, 0.9, -0.2, 2.3}), codegen::HostArray(codegen::DType::kF64, {6})};
+         v.arrays = {while_array({0.33, -0.71, 1.37, 0.9, -0.2, 2.3}),
+                     codegen::HostArray(codegen::DType::kF64, {6})};
          v.scalars = {0, 0};
          return v;
        },

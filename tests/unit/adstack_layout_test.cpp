@@ -72,8 +72,10 @@ TEST(AdstackLayout, BothLayoutsAreOneToOneIntoTheHeap) {
         for (uint32_t k = 0; k < row->capacity[s]; ++k) {
           for (uint32_t t = 0; t < threads; ++t) {
             uint64_t e = element_index(layout, *row, stacks, s, k, adj, t, threads);
-            EXPECT_LT(e * heap_elem_bytes(stacks[s].heap), heap_bytes(*row, stacks[s].heap, threads));
-            EXPECT_TRUE(seen[h].insert(e).second) << "stack " << s << " slot " << k << " thread " << t;
+            EXPECT_LT(e * heap_elem_bytes(stacks[s].heap),
+                      heap_bytes(*row, stacks[s].heap, threads));
+            EXPECT_TRUE(seen[h].insert(e).second)
+                << "stack " << s << " slot " << k << " thread " << t;
             if (t == 0) continue;
             uint64_t prev = element_index(layout, *row, stacks, s, k, adj, t - 1, threads);
             uint64_t want = layout == Layout::kSlotMajor ? 1 : row->row_elems[h];
@@ -179,7 +181,8 @@ TEST(AdstackLayout, TargetPicksSlotMajorOnGpusAndThreadMajorOnCpus) {
   for (rhi::DeviceKind kind : {rhi::DeviceKind::kDiscreteGpu, rhi::DeviceKind::kIntegratedGpu,
                                rhi::DeviceKind::kVirtualGpu, rhi::DeviceKind::kOther}) {
     caps.kind = kind;
-    EXPECT_EQ(codegen::target_from_caps(caps).adstack_layout, Layout::kSlotMajor) << rhi::device_kind_name(kind);
+    EXPECT_EQ(codegen::target_from_caps(caps).adstack_layout, Layout::kSlotMajor)
+        << rhi::device_kind_name(kind);
   }
   caps.kind = rhi::DeviceKind::kCpu;
   EXPECT_EQ(codegen::target_from_caps(caps).adstack_layout, Layout::kThreadMajor);

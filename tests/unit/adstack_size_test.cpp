@@ -17,11 +17,14 @@ SizeInputs scalars(int64_t n) {
   return {[n](uint32_t) { return n; }, [n](uint32_t, uint32_t) { return n; }};
 }
 
-SizeExpr cube(SizeExpr x) { return SizeExpr::combine(K::kMul, x, SizeExpr::combine(K::kMul, x, x)); }
+SizeExpr cube(SizeExpr x) {
+  return SizeExpr::combine(K::kMul, x, SizeExpr::combine(K::kMul, x, x));
+}
 
 TEST(AdstackSize, EvaluatesSumsProductsAndMaxima) {
   SizeExpr n = SizeExpr::scalar(0);
-  SizeExpr e = SizeExpr::combine(K::kAdd, cube(n), SizeExpr::combine(K::kMax, n, SizeExpr::constant(7)));
+  SizeExpr e =
+      SizeExpr::combine(K::kAdd, cube(n), SizeExpr::combine(K::kMax, n, SizeExpr::constant(7)));
   auto v = evaluate(e, scalars(10));
   ASSERT_TRUE(v.ok()) << v.status().to_string();
   EXPECT_EQ(*v, 10 * 10 * 10 + 10);
@@ -32,12 +35,14 @@ TEST(AdstackSize, ProductPast64BitsIsAnErrorNotAWrappedValue) {
   auto v = evaluate(cube(SizeExpr::scalar(0)), scalars(3'000'000));
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.status().code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(v.status().message().find("overflows 64 bits"), std::string::npos) << v.status().message();
+  EXPECT_NE(v.status().message().find("overflows 64 bits"), std::string::npos)
+      << v.status().message();
 }
 
 TEST(AdstackSize, SumPast64BitsIsAnError) {
   SizeExpr big = SizeExpr::scalar(0);
-  auto v = evaluate(SizeExpr::combine(K::kAdd, big, big), scalars(std::numeric_limits<int64_t>::max()));
+  auto v =
+      evaluate(SizeExpr::combine(K::kAdd, big, big), scalars(std::numeric_limits<int64_t>::max()));
   ASSERT_FALSE(v.ok());
   EXPECT_NE(v.status().message().find("overflows 64 bits"), std::string::npos);
 }
@@ -48,7 +53,8 @@ TEST(AdstackSize, ConstantFoldingKeepsOverflowingProductsSymbolic) {
   EXPECT_NE(folded.kind, K::kConst) << "folded to the wrapped value " << folded.value;
   EXPECT_FALSE(evaluate(folded, scalars(0)).ok());
   // A product that fits is still folded.
-  SizeExpr small = SizeExpr::combine(K::kMul, SizeExpr::constant(1 << 20), SizeExpr::constant(1 << 20));
+  SizeExpr small =
+      SizeExpr::combine(K::kMul, SizeExpr::constant(1 << 20), SizeExpr::constant(1 << 20));
   ASSERT_EQ(small.kind, K::kConst);
   EXPECT_EQ(small.value, int64_t{1} << 40);
 }

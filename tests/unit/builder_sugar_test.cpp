@@ -28,13 +28,36 @@ Kernel comparisons(bool sugar) {
     Value v = x(i);
     std::vector<Value> c;
     if (sugar) {
-      c = {v < 0.5, v <= 0.5, v > 0.5, v >= 0.5, 0.5 < v, 0.5 <= v, 0.5 > v, 0.5 >= v,
-           v == 0.5, v != 0.5, 0.5 == v, 0.5 != v, i == 3, i != 3, v == v, v != v};
+      c = {v<0.5, v <= 0.5, v> 0.5,
+           v >= 0.5,
+           0.5 < v,
+           0.5 <= v,
+           0.5 > v,
+           0.5 >= v,
+           v == 0.5,
+           v != 0.5,
+           0.5 == v,
+           0.5 != v,
+           i == 3,
+           i != 3,
+           v == v,
+           v != v};
     } else {
       auto k = [&] { return kb.f32(0.5); };
-      c = {v < k(), v <= k(), v > k(), v >= k(), k() < v, k() <= v, k() > v, k() >= v,
-           eq(v, k()), ne(v, k()), eq(k(), v), ne(k(), v), eq(i, kb.i32(3)), ne(i, kb.i32(3)),
-           eq(v, v), ne(v, v)};
+      c = {v<k(), v <= k(), v> k(),
+           v >= k(),
+           k() < v,
+           k() <= v,
+           k() > v,
+           k() >= v,
+           eq(v, k()),
+           ne(v, k()),
+           eq(k(), v),
+           ne(k(), v),
+           eq(i, kb.i32(3)),
+           ne(i, kb.i32(3)),
+           eq(v, v),
+           ne(v, v)};
     }
     Value bits = kb.u32(0);
     for (size_t b = 0; b < c.size(); ++b) {
@@ -60,9 +83,22 @@ TEST(BuilderSugar, ComparisonsMatchTheReference) {
   for (size_t e = 0; e < 6; ++e) {
     uint32_t bits = static_cast<uint32_t>(out.data[e]);
     double v = x.data[e];
-    bool want[] = {v < 0.5, v <= 0.5, v > 0.5, v >= 0.5, 0.5 < v, 0.5 <= v, 0.5 > v, 0.5 >= v,
-                   v == 0.5, v != 0.5, 0.5 == v, 0.5 != v, e == 3, e != 3, v == v, v != v};
-    for (size_t b = 0; b < 16; ++b) EXPECT_EQ((bits >> b) & 1, want[b] ? 1u : 0u) << "element " << e << " bit " << b;
+    bool want[] = {v<0.5, v <= 0.5, v> 0.5,
+                   v >= 0.5,
+                   0.5 < v,
+                   0.5 <= v,
+                   0.5 > v,
+                   0.5 >= v,
+                   v == 0.5,
+                   v != 0.5,
+                   0.5 == v,
+                   0.5 != v,
+                   e == 3,
+                   e != 3,
+                   v == v,
+                   v != v};
+    for (size_t b = 0; b < 16; ++b)
+      EXPECT_EQ((bits >> b) & 1, want[b] ? 1u : 0u) << "element " << e << " bit " << b;
   }
 }
 
@@ -72,9 +108,8 @@ TEST(BuilderSugar, LiteralsTakeTheOperandType) {
   KernelBuilder kb("lits");
   Scalar d = kb.scalar("d", DType::kF64);
   Array y = kb.ndarray("y", DType::kF64, 1);
-  kb.parallel_for("main", 0, 4, [&](Value i) {
-    kb.if_(i >= 1, [&] { y.store({i}, 2.0 * Value(d) + 1); });
-  });
+  kb.parallel_for("main", 0, 4,
+                  [&](Value i) { kb.if_(i >= 1, [&] { y.store({i}, 2.0 * Value(d) + 1); }); });
   Kernel k = kb.finish();
   ASSERT_TRUE(verify(k).ok()) << verify(k).to_string();
   std::string text = print(k);
@@ -85,11 +120,13 @@ TEST(BuilderSugar, LiteralsTakeTheOperandType) {
   for (double bad : {2.5, 1e30}) {
     KernelBuilder kb2("bad");
     Array z = kb2.ndarray("z", DType::kU32, 1);
-    kb2.parallel_for("main", 0, 4, [&](Value i) { z.store({i}, select(i < bad, kb2.u32(1), kb2.u32(0))); });
+    kb2.parallel_for("main", 0, 4,
+                     [&](Value i) { z.store({i}, select(i < bad, kb2.u32(1), kb2.u32(0))); });
     Status st = verify(kb2.finish());
     ASSERT_FALSE(st.ok()) << bad;
     EXPECT_NE(st.message().find("lt %0"), std::string::npos) << st.to_string();
-    EXPECT_NE(st.message().find("type mismatch: operands are i32 and f64"), std::string::npos) << st.to_string();
+    EXPECT_NE(st.message().find("type mismatch: operands are i32 and f64"), std::string::npos)
+        << st.to_string();
   }
 }
 
@@ -138,7 +175,8 @@ TEST(BuilderSugar, CompoundUpdatesBuildTheLongForm) {
   for (size_t e = 0; e < 5; ++e) xa.data[e] = 0.25 * static_cast<double>(e) - 0.4;
   for (size_t e = 0; e < 10; ++e) ma.data[e] = 0.125 * static_cast<double>(e) + 0.1;
   HostArray xb = xa, mb = ma;
-  std::vector<HostArg> aa = {HostArg::of(xa), HostArg::of(ma)}, ab = {HostArg::of(xb), HostArg::of(mb)};
+  std::vector<HostArg> aa = {HostArg::of(xa), HostArg::of(ma)},
+                       ab = {HostArg::of(xb), HostArg::of(mb)};
   ASSERT_TRUE(evaluate(a, aa).ok());
   ASSERT_TRUE(evaluate(b, ab).ok());
   EXPECT_EQ(xa.data, xb.data);
@@ -191,7 +229,8 @@ Kernel particles(bool sugar, DType t = DType::kF64) {
         for (int c = 0; c < 3; ++c) vel[c].store(vel[c].load() * 0.9);
         Value vv[3] = {vel[0].load(), vel[1].load(), vel[2].load()};
         Value vs[3] = {vv[0] * 0.1, vv[1] * 0.1, vv[2] * 0.1};
-        Value cr[3] = {q[1] * f[2] - q[2] * f[1], q[2] * f[0] - q[0] * f[2], q[0] * f[1] - q[1] * f[0]};
+        Value cr[3] = {q[1] * f[2] - q[2] * f[1], q[2] * f[0] - q[0] * f[2],
+                       q[0] * f[1] - q[1] * f[0]};
         Value cs[3] = {cr[0] * 0.01, cr[1] * 0.01, cr[2] * 0.01};
         Value d[3] = {vs[0] + cs[0], vs[1] + cs[1], vs[2] + cs[2]};
         for (int c = 0; c < 3; ++c) pos[c].store(pos[c].load() + d[c]);
@@ -208,7 +247,8 @@ Kernel particles(bool sugar, DType t = DType::kF64) {
 HostValues particle_args(DType t, uint32_t count, int steps) {
   HostValues a;
   a.scalars = {static_cast<double>(steps), 0, 0, 0};
-  a.arrays = {HostArray{}, HostArray(t, {3 * count}), HostArray(t, {count, 3}), HostArray(t, {count, 3})};
+  a.arrays = {HostArray{}, HostArray(t, {3 * count}), HostArray(t, {count, 3}),
+              HostArray(t, {count, 3})};
   for (size_t e = 0; e < 3 * count; ++e) {
     a.arrays[1].data[e] = round_to(t, std::sin(1.7 * static_cast<double>(e)) * 0.8);
     a.arrays[2].data[e] = round_to(t, std::cos(0.9 * static_cast<double>(e)) * 0.3);
@@ -248,7 +288,8 @@ TEST(BuilderSugar, VectorAccessWithTheWrongIndexCountIsAVerifyError) {
   kb.parallel_for("main", 0, 4, [&](Value i) { m.store_vec<2>({i}, m.load_vec<2>({i})); });
   Status st = verify(kb.finish());
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("index rank mismatch: ndarray 'm' has rank 3, got 1"), std::string::npos)
+  EXPECT_NE(st.message().find("index rank mismatch: ndarray 'm' has rank 3, got 1"),
+            std::string::npos)
       << st.to_string();
 }
 

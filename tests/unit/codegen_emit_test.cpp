@@ -74,7 +74,8 @@ TEST(CodegenEmit, UnrollOnlyStraightLineTasksThatOwnTheirWrites) {
     if (!c.ok()) return -1;
     std::string dis = disassemble_spirv(c->tasks[0].spirv);
     int n = 0;
-    for (size_t at = dis.find("OpAccessChain"); at != std::string::npos; at = dis.find("OpAccessChain", at + 1)) {
+    for (size_t at = dis.find("OpAccessChain"); at != std::string::npos;
+         at = dis.find("OpAccessChain", at + 1)) {
       size_t eol = dis.find('\n', at);
       if (dis.substr(at, eol - at).find("%x ") != std::string::npos) ++n;
     }
@@ -112,7 +113,8 @@ TEST(CodegenEmit, UnrollOnlyStraightLineTasksThatOwnTheirWrites) {
 })";
   EXPECT_EQ(loads_of_x(owned, 1), 1);
   EXPECT_EQ(loads_of_x(owned, 4), 5);
-  for (const char* no : {shifted, reads_what_it_writes, atomic}) EXPECT_EQ(loads_of_x(no, 4), 1) << no;
+  for (const char* no : {shifted, reads_what_it_writes, atomic})
+    EXPECT_EQ(loads_of_x(no, 4), 1) << no;
 }
 
 TEST(CodegenEmit, Deterministic) {
@@ -131,7 +133,8 @@ TEST(CodegenEmit, TargetWithoutF64IsRejectedNotMiscompiled) {
   auto c = compile(parsed(testing::kEveryStatementKernel), t);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), ErrorCode::kUnsupported);
-  EXPECT_NE(c.status().message().find("f64 is not supported on this device (tiny"), std::string::npos)
+  EXPECT_NE(c.status().message().find("f64 is not supported on this device (tiny"),
+            std::string::npos)
       << c.status().message();
 }
 

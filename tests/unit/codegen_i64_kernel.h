@@ -5,7 +5,8 @@
 
 namespace vkad::codegen::testing {
 
-inline const char* kI64Kernel = R"(kernel wide(s: i64, a: ndarray<i64, 1> readonly, b: ndarray<i64, 1> readonly, f: ndarray<f64, 1> readonly, out: ndarray<i64, 2>, fo: ndarray<f64, 1>, sum: ndarray<i64, 1>) {
+inline const char* kI64Kernel =
+    R"(kernel wide(s: i64, a: ndarray<i64, 1> readonly, b: ndarray<i64, 1> readonly, f: ndarray<f64, 1> readonly, out: ndarray<i64, 2>, fo: ndarray<f64, 1>, sum: ndarray<i64, 1>) {
   task main parallel %i in [0, shape(a, 0)) {
     %x = load a[%i] : i64
     %y = load b[%i] : i64

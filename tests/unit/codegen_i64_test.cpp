@@ -48,7 +48,8 @@ TEST(CodegenI64, TargetWithoutInt64IsRejectedNamingTheStatement) {
   EXPECT_EQ(st.code(), ErrorCode::kUnsupported);
   EXPECT_NE(st.message().find("statement `%"), std::string::npos) << st.to_string();
   EXPECT_NE(st.message().find(" = cast %"), std::string::npos) << st.to_string();
-  EXPECT_NE(st.message().find(" : i64`: dtype i64 is not supported"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.message().find(" : i64`: dtype i64 is not supported"), std::string::npos)
+      << st.to_string();
   EXPECT_TRUE(verify(*k2).ok());
 }
 
@@ -66,7 +67,9 @@ TEST(CodegenI64, AtomicAddNeedsInt64Atomics) {
   Status st = verify(*k, t);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), ErrorCode::kUnsupported);
-  EXPECT_NE(st.message().find("atomic_add on i64 needs shaderBufferInt64Atomics"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.message().find("atomic_add on i64 needs shaderBufferInt64Atomics"),
+            std::string::npos)
+      << st.to_string();
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 namespace vkad::codegen::testing {
 
 // Uses every statement kind (and every op of the table) at least once.
-inline const char* kEveryStatementKernel = R"(kernel every(a: f32, n: i32, u: u32, b: bool, d: f64, x: ndarray<f32, 2> grad, y: ndarray<f32, 1>, iy: ndarray<i32, 1>, z: ndarray<u32, 1> readonly) {
+inline const char* kEveryStatementKernel =
+    R"(kernel every(a: f32, n: i32, u: u32, b: bool, d: f64, x: ndarray<f32, 2> grad, y: ndarray<f32, 1>, iy: ndarray<i32, 1>, z: ndarray<u32, 1> readonly) {
   task main parallel %0 in [0, shape(x, 0)) local_size 32 {
     %1 = const 1.5 : f32
     %2 = arg a : f32

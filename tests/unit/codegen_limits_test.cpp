@@ -23,33 +23,43 @@ void expect_parse_error(const std::string& text, const std::string& needle) {
 }
 
 std::string const_kernel(const std::string& literal, const std::string& type) {
-  return "kernel c(y: ndarray<" + type + ", 1>) {\n  task t parallel %0 in [0, 1) {\n    %1 = const " +
-         literal + " : " + type + "\n    store y[%0], %1\n  }\n}\n";
+  return "kernel c(y: ndarray<" + type +
+         ", 1>) {\n  task t parallel %0 in [0, 1) {\n    %1 = const " + literal + " : " + type +
+         "\n    store y[%0], %1\n  }\n}\n";
 }
 
 TEST(CodegenLimits, OutOfRangeFieldLiteralsAreRejected) {
   expect_parse_error("kernel k(x: ndarray<f32, 4294967297>) {\n}\n",
                      "line 1, column 26: a rank out of range (0 to 4294967295)");
   expect_parse_error(
-      "kernel k(x: ndarray<f32, 1>) {\n  task t parallel %0 in [0, shape(x, 4294967296)) {\n  }\n}\n",
+      "kernel k(x: ndarray<f32, 1>) {\n  task t parallel %0 in [0, shape(x, 4294967296)) {\n  "
+      "}\n}\n",
       "line 2, column 38: a dimension out of range");
   expect_parse_error(
-      "kernel k(x: ndarray<f32, 1>) {\n  task t parallel %0 in [0, 4) {\n    %1 = shape x 4294967296 : i32\n  }\n}\n",
+      "kernel k(x: ndarray<f32, 1>) {\n  task t parallel %0 in [0, 4) {\n    %1 = shape x "
+      "4294967296 : i32\n  }\n}\n",
       "line 3, column 18: a dimension out of range");
   expect_parse_error(
-      "kernel k(x: ndarray<f32, 1>) {\n  task t parallel %0 in [0, 4) local_size 4294967360 {\n  }\n}\n",
+      "kernel k(x: ndarray<f32, 1>) {\n  task t parallel %0 in [0, 4) local_size 4294967360 {\n  "
+      "}\n}\n",
       "line 2, column 43: a local size out of range");
   expect_parse_error(
-      "kernel k(x: ndarray<f32, 1>) {\n  task t parallel %0 in [0, 99999999999999999999) {\n  }\n}\n",
+      "kernel k(x: ndarray<f32, 1>) {\n  task t parallel %0 in [0, 99999999999999999999) {\n  "
+      "}\n}\n",
       "an integer bound out of range");
 }
 
 TEST(CodegenLimits, ConstantsThatDoNotFitTheirTypeAreRejected) {
-  expect_parse_error(const_kernel("inf", "u32"), "line 3, column 16: constant inf is not exactly representable as u32");
-  expect_parse_error(const_kernel("1.9", "i32"), "constant 1.9 is not exactly representable as i32");
-  expect_parse_error(const_kernel("1e19", "i32"), "constant 1e19 is not exactly representable as i32");
-  expect_parse_error(const_kernel("9.3e18", "i32"), "not exactly representable");  // >= 2^63: UB before
-  expect_parse_error(const_kernel("-1", "u32"), "constant -1 is out of range for u32 (0 to 4294967295)");
+  expect_parse_error(const_kernel("inf", "u32"),
+                     "line 3, column 16: constant inf is not exactly representable as u32");
+  expect_parse_error(const_kernel("1.9", "i32"),
+                     "constant 1.9 is not exactly representable as i32");
+  expect_parse_error(const_kernel("1e19", "i32"),
+                     "constant 1e19 is not exactly representable as i32");
+  expect_parse_error(const_kernel("9.3e18", "i32"),
+                     "not exactly representable");  // >= 2^63: UB before
+  expect_parse_error(const_kernel("-1", "u32"),
+                     "constant -1 is out of range for u32 (0 to 4294967295)");
   expect_parse_error(const_kernel("4294967296", "u32"), "out of range for u32");
   expect_parse_error(const_kernel("2147483648", "i32"), "out of range for i32");
   expect_parse_error(const_kernel("99999999999999999999", "i32"), "constant out of range");
@@ -64,8 +74,12 @@ TEST(CodegenLimits, ExactLiteralsStillParse) {
     const char* literal;
     const char* type;
     int64_t i;
-  } cases[] = {{"4294967295", "u32", 4294967295}, {"-2147483648", "i32", INT32_MIN},
-               {"3.0", "i32", 3}, {"1e3", "u32", 1000}, {"true", "bool", 1}, {"0", "bool", 0}};
+  } cases[] = {{"4294967295", "u32", 4294967295},
+               {"-2147483648", "i32", INT32_MIN},
+               {"3.0", "i32", 3},
+               {"1e3", "u32", 1000},
+               {"true", "bool", 1},
+               {"0", "bool", 0}};
   for (const Case& c : cases) {
     auto k = parse(const_kernel(c.literal, c.type));
     ASSERT_TRUE(k.ok()) << c.literal << ": " << k.status().to_string();
@@ -78,8 +92,9 @@ TEST(CodegenLimits, ExactLiteralsStillParse) {
 
 // `depth` nested for loops around one store.
 std::string nested_loops(uint32_t depth) {
-  std::string t = "kernel deep(n: i32, y: ndarray<f32, 1>) {\n  task t parallel %0 in [0, 1) {\n"
-                  "    %1 = const 0 : i32\n    %2 = arg n : i32\n";
+  std::string t =
+      "kernel deep(n: i32, y: ndarray<f32, 1>) {\n  task t parallel %0 in [0, 1) {\n"
+      "    %1 = const 0 : i32\n    %2 = arg n : i32\n";
   for (uint32_t i = 0; i < depth; ++i) t += "for %l" + std::to_string(i) + " in [%1, %2) {\n";
   t += "%c = const 1.0 : f32\nstore y[%0], %c\n";
   for (uint32_t i = 0; i < depth; ++i) t += "}\n";
@@ -93,15 +108,18 @@ TEST(CodegenLimits, NestingPastTheLimitIsAParseErrorNotACrash) {
   // 16,000 levels overflowed the stack of the release build before the limit.
   for (uint32_t depth : {kMaxNestingDepth + 1, 16000u}) {
     expect_parse_error(nested_loops(depth), "for / if bodies nest deeper than " +
-                                                std::to_string(kMaxNestingDepth) + " (kMaxNestingDepth)");
+                                                std::to_string(kMaxNestingDepth) +
+                                                " (kMaxNestingDepth)");
   }
   expect_parse_error(nested_loops(kMaxNestingDepth + 1),
                      "line " + std::to_string(5 + kMaxNestingDepth) + ", column 1:");
   std::string size = "1";
   for (int i = 0; i < 20000; ++i) size = "add(" + size;
-  expect_parse_error("kernel k(y: ndarray<f32, 1>) {\n  task t parallel %0 in [0, 1) {\n    %1 = stack_alloc cap(" +
-                         size + ") : f32\n  }\n}\n",
-                     "size expressions nest deeper than");
+  expect_parse_error(
+      "kernel k(y: ndarray<f32, 1>) {\n  task t parallel %0 in [0, 1) {\n    %1 = stack_alloc "
+      "cap(" +
+          size + ") : f32\n  }\n}\n",
+      "size expressions nest deeper than");
 }
 
 // The same through the builder's data structure, which the parser's limit does not see.
@@ -130,7 +148,8 @@ TEST(CodegenLimits, VerifierAndCompileCacheRejectDeepBuiltKernels) {
     Kernel k = deep_kernel(depth);
     Status v = verify(k);
     EXPECT_EQ(v.code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(v.message().find("kernel 'deep', task 't', statement `for %"), std::string::npos) << v.message();
+    EXPECT_NE(v.message().find("kernel 'deep', task 't', statement `for %"), std::string::npos)
+        << v.message();
     EXPECT_NE(v.message().find("nest deeper than"), std::string::npos) << v.message();
     CompileCache cache;
     EXPECT_EQ(cache.compile(k, Target::host()).status().code(), ErrorCode::kInvalidArgument);
@@ -211,9 +230,10 @@ TEST(CodegenLimits, AdjointOfAKernelAtTheLimitIsAnErrorOrVerifies) {
   // report that, never emit an unverifiable kernel.
   // A carried nonlinear local in the innermost loop, so every level is reversed with stacks.
   for (uint32_t depth : {kMaxNestingDepth - 1, kMaxNestingDepth}) {
-    std::string t = "kernel deep(n: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {\n"
-                    "  task t parallel %0 in [0, 1) {\n    %1 = const 0 : i32\n    %2 = arg n : i32\n"
-                    "    %v = alloca : f32\n    %x = load x[%0] : f32\n    store_local %v, %x\n";
+    std::string t =
+        "kernel deep(n: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {\n"
+        "  task t parallel %0 in [0, 1) {\n    %1 = const 0 : i32\n    %2 = arg n : i32\n"
+        "    %v = alloca : f32\n    %x = load x[%0] : f32\n    store_local %v, %x\n";
     for (uint32_t i = 0; i < depth; ++i) t += "for %l" + std::to_string(i) + " in [%1, %2) {\n";
     t += "%a = load_local %v : f32\n%s = sin %a : f32\nstore_local %v, %s\n";
     for (uint32_t i = 0; i < depth; ++i) t += "}\n";

@@ -50,7 +50,8 @@ TEST(CodegenText, ParseErrorsGiveLineAndColumn) {
       {"kernel k(a: f33) {}", "line 1, column 13: expected a type"},
       {"kernel k(x: ndarray<f32, 1>) {\n  task t parallel %0 in [0, shape(y, 0)) {\n  }\n}",
        "line 2, column 35: expected the name of an ndarray parameter, got 'y'"},
-      {"kernel k() {\n  task t parallel %0 in [0, 1) {\n    %1 = const 2 : i32\n", "expected '}', got end of text"},
+      {"kernel k() {\n  task t parallel %0 in [0, 1) {\n    %1 = const 2 : i32\n",
+       "expected '}', got end of text"},
       {"kernel k() {\n  task t parallel %0 in [0, 1) {\n    store_local %1 %2\n  }\n}",
        "line 3, column 20: expected ','"},
       {"kernel k() {\n  task t parallel %0 in [0, 1) {\n    %3 = store_local %1, %2\n  }\n}",
@@ -75,7 +76,8 @@ TEST(CodegenBuilder, BuildsWhatItsTextSays) {
   // C++ leaves the order of operand evaluation open, so the statement order may vary; the
   // computation may not.
   std::string text = print(k);
-  EXPECT_NE(text.find("kernel saxpy(a: f32, x: ndarray<f32, 1> readonly, y: ndarray<f32, 1>)"), std::string::npos);
+  EXPECT_NE(text.find("kernel saxpy(a: f32, x: ndarray<f32, 1> readonly, y: ndarray<f32, 1>)"),
+            std::string::npos);
   EXPECT_NE(text.find("task main parallel %0 in [0, shape(x, 0))"), std::string::npos);
   HostArray xs(DType::kF32, {3}), ys(DType::kF32, {3});
   xs.data = {1, 2, 3};
@@ -93,8 +95,9 @@ TEST(CodegenBuilder, LoopsBranchesAndLocals) {
   kb.parallel_for("main", 0, n, [&](Value i) {
     Local acc = kb.local(kb.f32(0));
     kb.for_range(kb.i32(0), i, [&](Value j) {
-      kb.if_(mod(j, kb.i32(2)) < kb.i32(1), [&] { acc.store(acc.load() + cast(j, DType::kF32)); },
-             [&] { acc.store(acc.load() - 1.0); });
+      kb.if_(
+          mod(j, kb.i32(2)) < kb.i32(1), [&] { acc.store(acc.load() + cast(j, DType::kF32)); },
+          [&] { acc.store(acc.load() - 1.0); });
     });
     out.store({i}, acc.load());
   });

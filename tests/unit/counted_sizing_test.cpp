@@ -34,7 +34,8 @@ void strip_caps(codegen::Block& b) {
 }
 
 // The counting kernel's result on `base` (run after the forward, as the adjoint is).
-std::vector<int32_t> count_trips(const Kernel& forward, const codegen::CountedAdjoint& ca, HostValues base) {
+std::vector<int32_t> count_trips(const Kernel& forward, const codegen::CountedAdjoint& ca,
+                                 HostValues base) {
   {
     auto v = base.view();
     EXPECT_TRUE(codegen::evaluate(forward, v).ok());
@@ -55,8 +56,10 @@ std::vector<int32_t> count_trips(const Kernel& forward, const codegen::CountedAd
 }
 
 // The adjoint's gradient arrays and error flags with `trips` appended.
-std::pair<std::vector<HostArray>, uint32_t> run_adjoint(const Kernel& forward, const Kernel& adjoint,
-                                                        const HostValues& base, const std::vector<int32_t>& trips) {
+std::pair<std::vector<HostArray>, uint32_t> run_adjoint(const Kernel& forward,
+                                                        const Kernel& adjoint,
+                                                        const HostValues& base,
+                                                        const std::vector<int32_t>& trips) {
   HostValues a = adjoint_args(forward, base, random_seeds(forward, base, 9));
   for (int32_t t : trips) {
     a.arrays.emplace_back();
@@ -69,8 +72,9 @@ std::pair<std::vector<HostArray>, uint32_t> run_adjoint(const Kernel& forward, c
   if (r.ok()) {
     for (uint32_t f : r->error_flags) flags |= f;
   }
-  std::vector<HostArray> grads(a.arrays.begin() + static_cast<std::ptrdiff_t>(forward.params.size()),
-                               a.arrays.end() - static_cast<std::ptrdiff_t>(trips.size()));
+  std::vector<HostArray> grads(
+      a.arrays.begin() + static_cast<std::ptrdiff_t>(forward.params.size()),
+      a.arrays.end() - static_cast<std::ptrdiff_t>(trips.size()));
   return {grads, flags};
 }
 
@@ -80,7 +84,8 @@ TEST(CountedSizing, WhileKernelsWithoutMaxTripMatchTheStatedBound) {
     ASSERT_TRUE(parsed.ok());
     Kernel capped = *parsed, bare = *parsed;
     for (codegen::Task& t : bare.tasks) strip_caps(t.body);
-    EXPECT_FALSE(codegen::make_adjoint(bare).ok()) << c.name << ": plain make_adjoint needs the bound";
+    EXPECT_FALSE(codegen::make_adjoint(bare).ok())
+        << c.name << ": plain make_adjoint needs the bound";
     auto ca = codegen::make_adjoint_counted(bare);
     ASSERT_TRUE(ca.ok()) << c.name << ": " << ca.status().to_string();
     ASSERT_GT(ca->counted, 0u) << c.name;
@@ -94,13 +99,15 @@ TEST(CountedSizing, WhileKernelsWithoutMaxTripMatchTheStatedBound) {
     EXPECT_EQ(f_want, 0u) << c.name;
     EXPECT_EQ(f_got, 0u) << c.name;
     ASSERT_EQ(g_got.size(), g_want.size());
-    for (size_t p = 0; p < g_got.size(); ++p) EXPECT_EQ(g_got[p].data, g_want[p].data) << c.name << " gradient " << p;
+    for (size_t p = 0; p < g_got.size(); ++p)
+      EXPECT_EQ(g_got[p].data, g_want[p].data) << c.name << " gradient " << p;
     // One trip less for any counted loop with a stack: an overflow (the count is exact).
     bool any_overflow = false;
     for (size_t j = 0; j < trips.size(); ++j) {
       std::vector<int32_t> less = trips;
       less[j] -= 1;
-      any_overflow |= (run_adjoint(bare, ca->adjoint, base, less).second & 0xff) == runtime::kErrorAdstackOverflow;
+      any_overflow |= (run_adjoint(bare, ca->adjoint, base, less).second & 0xff) ==
+                      runtime::kErrorAdstackOverflow;
     }
     EXPECT_TRUE(any_overflow) << c.name;
   }
@@ -157,7 +164,8 @@ TEST(CountedSizing, SlotLayoutsFindTheSameCounts) {
 // sized from the counted bound; gradients against finite differences through the counted
 // capacity (a stated max_trip adjoint is the reference).
 TEST(CountedSizing, DataBoundedForLoop) {
-  const char* text = R"(kernel gather(n: ndarray<i32, 1>, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  const char* text =
+      R"(kernel gather(n: ndarray<i32, 1>, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = alloca : f64
     %x = load x[%i] : f64
@@ -187,7 +195,8 @@ TEST(CountedSizing, DataBoundedForLoop) {
   ASSERT_TRUE(ca.ok()) << ca.status().to_string();
   ASSERT_EQ(ca->counted, 1u);
   HostValues base;
-  base.arrays = {HostArray(DType::kI32, {4}), HostArray(DType::kF64, {4}), HostArray(DType::kF64, {4})};
+  base.arrays = {HostArray(DType::kI32, {4}), HostArray(DType::kF64, {4}),
+                 HostArray(DType::kF64, {4})};
   base.arrays[0].data = {3, 0, 5, 2};
   base.arrays[1].data = {0.3, -0.8, 1.2, 0.5};
   base.scalars = {0, 0, 0};
@@ -231,7 +240,8 @@ TEST(CountedSizing, FuzzKernelsMatchTheStatedBound) {
     ASSERT_EQ(f_got, 0u) << "seed " << seed << "\n" << codegen::print(bare);
     ASSERT_EQ(f_want, 0u) << "seed " << seed;
     for (size_t p = 0; p < g_got.size(); ++p) {
-      ASSERT_EQ(g_got[p].data, g_want[p].data) << "seed " << seed << " gradient " << p << "\n" << codegen::print(bare);
+      ASSERT_EQ(g_got[p].data, g_want[p].data) << "seed " << seed << " gradient " << p << "\n"
+                                               << codegen::print(bare);
     }
   }
   EXPECT_GT(counted_kernels, static_cast<int>(count) / 8);  // ~20% of the kernels count a loop

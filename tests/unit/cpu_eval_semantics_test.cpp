@@ -21,7 +21,8 @@ const double kInf = std::numeric_limits<double>::infinity();
 
 // Runs a kernel of rank-1 ndarray parameters: `inputs` fill the first ones (of the parameters'
 // dtypes), the rest are outputs of the same length, returned in order.
-std::vector<std::vector<double>> run(const std::string& text, const std::vector<std::vector<double>>& inputs) {
+std::vector<std::vector<double>> run(const std::string& text,
+                                     const std::vector<std::vector<double>>& inputs) {
   auto k = parse(text);
   EXPECT_TRUE(k.ok()) << k.status().to_string();
   if (!k.ok()) return {};
@@ -31,7 +32,8 @@ std::vector<std::vector<double>> run(const std::string& text, const std::vector<
   for (size_t p = 0; p < k->params.size(); ++p) {
     arrays.emplace_back(k->params[p].dtype, std::vector<uint32_t>{n});
     if (p < inputs.size()) {
-      for (uint32_t i = 0; i < n; ++i) arrays.back().data[i] = round_to(k->params[p].dtype, inputs[p][i]);
+      for (uint32_t i = 0; i < n; ++i)
+        arrays.back().data[i] = round_to(k->params[p].dtype, inputs[p][i]);
     }
   }
   std::vector<HostArg> args;
@@ -47,7 +49,8 @@ struct DivRow {
   double a, b, div, mod, floordiv;
 };
 
-const char* kDivI32 = R"(kernel d(a: ndarray<i32, 1>, b: ndarray<i32, 1>, q: ndarray<i32, 1>, m: ndarray<i32, 1>, f: ndarray<i32, 1>) {
+const char* kDivI32 =
+    R"(kernel d(a: ndarray<i32, 1>, b: ndarray<i32, 1>, q: ndarray<i32, 1>, m: ndarray<i32, 1>, f: ndarray<i32, 1>) {
   task main parallel %i in [0, shape(a, 0)) {
     %a = load a[%i] : i32
     %b = load b[%i] : i32
@@ -99,12 +102,17 @@ TEST(CpuEvalSemantics, I32DivisionTable) {
 
 TEST(CpuEvalSemantics, U32DivisionTable) {
   const std::vector<DivRow> rows = {
-      {7, 2, 3, 1, 3}, {7, 0, 0, 7, 0}, {0, 0, 0, 0, 0}, {kUintMax, 0, 0, kUintMax, 0},
-      {kUintMax, 2, 2147483647, 1, 2147483647}, {5, kUintMax, 0, 5, 0},
+      {7, 2, 3, 1, 3},
+      {7, 0, 0, 7, 0},
+      {0, 0, 0, 0, 0},
+      {kUintMax, 0, 0, kUintMax, 0},
+      {kUintMax, 2, 2147483647, 1, 2147483647},
+      {5, kUintMax, 0, 5, 0},
   };
   std::vector<double> as, bs;
   for (const DivRow& r : rows) as.push_back(r.a), bs.push_back(r.b);
-  auto out = run(R"(kernel d(a: ndarray<u32, 1>, b: ndarray<u32, 1>, q: ndarray<u32, 1>, m: ndarray<u32, 1>, f: ndarray<u32, 1>) {
+  auto out = run(
+      R"(kernel d(a: ndarray<u32, 1>, b: ndarray<u32, 1>, q: ndarray<u32, 1>, m: ndarray<u32, 1>, f: ndarray<u32, 1>) {
   task main parallel %i in [0, shape(a, 0)) {
     %a = load a[%i] : u32
     %b = load b[%i] : u32
@@ -116,7 +124,7 @@ TEST(CpuEvalSemantics, U32DivisionTable) {
     store f[%i], %f
   }
 })",
-                 {as, bs});
+      {as, bs});
   ASSERT_EQ(out.size(), 3u);
   for (size_t i = 0; i < rows.size(); ++i) {
     SCOPED_TRACE(std::to_string(rows[i].a) + " by " + std::to_string(rows[i].b));
@@ -139,9 +147,9 @@ TEST(CpuEvalSemantics, FloatToIntegerSaturatesAndNaNIsZero) {
       {2147483648.0, kIntMax, 2147483648.0},
       {2147483520.0, 2147483520.0, 2147483520.0},  // the largest f32 below 2^31
       {-2147483648.0, kIntMin, 0},
-      {-2147483904.0, kIntMin, 0},                 // the next f32 below -2^31
+      {-2147483904.0, kIntMin, 0},  // the next f32 below -2^31
       {4294967296.0, kIntMax, kUintMax},
-      {4294967040.0, kIntMax, 4294967040.0},       // the largest f32 below 2^32
+      {4294967040.0, kIntMax, 4294967040.0},  // the largest f32 below 2^32
       {-0.5, 0, 0},
       {-0.99, 0, 0},
       {-1, -1, 0},
@@ -153,9 +161,11 @@ TEST(CpuEvalSemantics, FloatToIntegerSaturatesAndNaNIsZero) {
   for (const Row& r : rows) xs.push_back(r.x);
   for (const char* ft : {"f32", "f64"}) {
     SCOPED_TRACE(ft);
-    std::string text = std::string("kernel c(x: ndarray<") + ft + R"(, 1>, i: ndarray<i32, 1>, u: ndarray<u32, 1>) {
+    std::string text = std::string("kernel c(x: ndarray<") + ft +
+                       R"(, 1>, i: ndarray<i32, 1>, u: ndarray<u32, 1>) {
   task main parallel %k in [0, shape(x, 0)) {
-    %x = load x[%k] : )" + ft + R"(
+    %x = load x[%k] : )" +
+                       ft + R"(
     %i = cast %x : i32
     %u = cast %x : u32
     store i[%k], %i
@@ -174,7 +184,8 @@ TEST(CpuEvalSemantics, FloatToIntegerSaturatesAndNaNIsZero) {
 
 TEST(CpuEvalSemantics, FloatMinMaxAreCompareAndSelect) {
   // min(a, b) = a < b ? a : b; max(a, b) = a > b ? a : b: with a NaN operand the result is b.
-  auto out = run(R"(kernel m(a: ndarray<f32, 1>, b: ndarray<f32, 1>, lo: ndarray<f32, 1>, hi: ndarray<f32, 1>) {
+  auto out = run(
+      R"(kernel m(a: ndarray<f32, 1>, b: ndarray<f32, 1>, lo: ndarray<f32, 1>, hi: ndarray<f32, 1>) {
   task main parallel %i in [0, shape(a, 0)) {
     %a = load a[%i] : f32
     %b = load b[%i] : f32
@@ -184,7 +195,7 @@ TEST(CpuEvalSemantics, FloatMinMaxAreCompareAndSelect) {
     store hi[%i], %hi
   }
 })",
-                 {{kNan, 1, -0.0, 0.0, 1, 2}, {1, kNan, 0.0, -0.0, 2, 1}});
+      {{kNan, 1, -0.0, 0.0, 1, 2}, {1, kNan, 0.0, -0.0, 2, 1}});
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0][0], 1);
   EXPECT_TRUE(std::isnan(out[0][1]));

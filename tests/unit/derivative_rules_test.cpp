@@ -36,13 +36,16 @@ TEST(DerivativeRules, EveryPartialReadsExactlyTheDeclaredPrimals) {
       const PartialRule& p = rule->partial[k];
       if (!p.emit) continue;
       RecordingBuilder b;
-      PartialArgs a{DType::kF64, kG, {kArg0, kArg1, kArg2}, {DType::kF64, DType::kF64, DType::kF64}, kResult};
+      PartialArgs a{
+          DType::kF64, kG, {kArg0, kArg1, kArg2}, {DType::kF64, DType::kF64, DType::kF64}, kResult};
       ValueId out = p.emit(b, a);
       EXPECT_NE(out, kNoValue);
       uint8_t read = (b.used.count(kArg0) ? kReadArg0 : 0) | (b.used.count(kArg1) ? kReadArg1 : 0) |
-                     (b.used.count(kArg2) ? kReadArg2 : 0) | (b.used.count(kResult) ? kReadResult : 0);
+                     (b.used.count(kArg2) ? kReadArg2 : 0) |
+                     (b.used.count(kResult) ? kReadResult : 0);
       EXPECT_EQ(read, p.reads) << op_info(op).name << ", partial in operand " << k;
-      EXPECT_TRUE(b.used.count(kG) || out == kG) << op_info(op).name << ", partial " << k << " ignores the adjoint";
+      EXPECT_TRUE(b.used.count(kG) || out == kG)
+          << op_info(op).name << ", partial " << k << " ignores the adjoint";
       ++partials;
     }
   }
@@ -50,9 +53,10 @@ TEST(DerivativeRules, EveryPartialReadsExactlyTheDeclaredPrimals) {
 }
 
 TEST(DerivativeRules, EveryDifferentiableFloatOpHasARow) {
-  for (Op op : {Op::kNeg, Op::kSqrt, Op::kRsqrt, Op::kExp, Op::kLog, Op::kSin, Op::kCos, Op::kTan, Op::kTanh,
-                Op::kAsin, Op::kAcos, Op::kAbs, Op::kFloor, Op::kCeil, Op::kAdd, Op::kSub, Op::kMul, Op::kDiv,
-                Op::kMin, Op::kMax, Op::kPow, Op::kAtan2, Op::kSelect, Op::kCast}) {
+  for (Op op : {Op::kNeg,   Op::kSqrt, Op::kRsqrt, Op::kExp,   Op::kLog,    Op::kSin,
+                Op::kCos,   Op::kTan,  Op::kTanh,  Op::kAsin,  Op::kAcos,   Op::kAbs,
+                Op::kFloor, Op::kCeil, Op::kAdd,   Op::kSub,   Op::kMul,    Op::kDiv,
+                Op::kMin,   Op::kMax,  Op::kPow,   Op::kAtan2, Op::kSelect, Op::kCast}) {
     EXPECT_NE(derivative_rule(op), nullptr) << op_info(op).name;
   }
   // Zero almost everywhere: a row without partials, so the sweep stops there.

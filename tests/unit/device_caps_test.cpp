@@ -57,7 +57,8 @@ TEST(DeviceCaps, FeaturesFollowTheFactsAndTheirPrerequisites) {
   f.features.shaderFloat64 = VK_FALSE;
   f.has_atomic_float_ext = false;
   c = capabilities_from(f, true);
-  EXPECT_FALSE(c.atomic_int64 || c.atomic_float64_add || c.atomic_float32_add || c.preserve_nan_inf_f64);
+  EXPECT_FALSE(c.atomic_int64 || c.atomic_float64_add || c.atomic_float32_add ||
+               c.preserve_nan_inf_f64);
   // Subgroup arithmetic needs the compute stage and all of basic, vote and arithmetic.
   f = gpu_facts();
   f.p11.subgroupSupportedOperations &= ~VK_SUBGROUP_FEATURE_VOTE_BIT;

@@ -1,11 +1,11 @@
 // runtime/device_error_log.h on the host: error words in synthetic args buffers, merged per
 // (kernel, task, error), reported once with their launches.
+#include "runtime/device_error_log.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
-
-#include "runtime/device_error_log.h"
 
 namespace vkad::runtime {
 namespace {
@@ -42,7 +42,8 @@ TEST(DeviceErrorLog, MergesPerTaskAndErrorAndReportsOnce) {
   log.record(k, oob_b.data(), LaunchId{6});
   Status s = log.take();
   ASSERT_EQ(s.code(), ErrorCode::kDeviceError);
-  EXPECT_NE(s.message().find("kernel 'k', task 'a': out-of-bounds"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("kernel 'k', task 'a': out-of-bounds"), std::string::npos)
+      << s.message();
   EXPECT_NE(s.message().find("(in launches #2, #5; 2 launches)"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("task 'b'"), std::string::npos);
   EXPECT_NE(s.message().find("(in launch #6)"), std::string::npos);
@@ -50,18 +51,19 @@ TEST(DeviceErrorLog, MergesPerTaskAndErrorAndReportsOnce) {
   EXPECT_EQ(log.reported()[0].count, 2u);
   EXPECT_EQ(log.reported()[0].code, abi::kErrorOutOfBounds);
   EXPECT_EQ(log.reported()[0].launches, (std::vector<LaunchId>{{2}, {5}}));
-  EXPECT_TRUE(log.take().ok());  // reported once
+  EXPECT_TRUE(log.take().ok());          // reported once
   EXPECT_EQ(log.reported().size(), 2u);  // still what the last error reported
 }
 
 TEST(DeviceErrorLog, AdstackOverflowNamesTheStackAndItsCapacity) {
   abi::CompiledKernel k = two_tasks();
-  k.tasks[1].adstacks = {{"s0", adstack::Heap::kF32, adstack::SizeExpr::constant(4), true},
-                         {"%7 (carried f32 local %3)", adstack::Heap::kF32,
-                          adstack::SizeExpr::constant(9), true}};
+  k.tasks[1].adstacks = {
+      {"s0", adstack::Heap::kF32, adstack::SizeExpr::constant(4), true},
+      {"%7 (carried f32 local %3)", adstack::Heap::kF32, adstack::SizeExpr::constant(9), true}};
   std::vector<std::byte> buf = args_with(k, 0, abi::adstack_overflow_word(1));
   const uint32_t cap = 9;
-  std::memcpy(buf.data() + k.adstack_args_offset(1) + 4 * size_t{adstack::capacity_word(1)}, &cap, 4);
+  std::memcpy(buf.data() + k.adstack_args_offset(1) + 4 * size_t{adstack::capacity_word(1)}, &cap,
+              4);
   DeviceErrorLog log;
   log.record(k, buf.data(), LaunchId{4});
   Status s = log.take();

@@ -1,7 +1,6 @@
 #include "rhi/device_plan.h"
 
 #include <gtest/gtest.h>
-
 #include <vulkan/vulkan.h>
 
 #include "rhi/device.h"

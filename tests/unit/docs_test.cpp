@@ -15,7 +15,6 @@ std::string source_dir() {
   return env && *env ? env : VKAD_SOURCE_DIR;
 }
 
-
 std::string read(const std::string& path) {
   std::ifstream f(path);
   std::stringstream s;

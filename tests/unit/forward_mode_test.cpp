@@ -51,7 +51,8 @@ Result<Products> products(const Kernel& k, const HostValues& base, uint32_t seed
     if (k.params[p].kind == ParamKind::kScalar) {
       j.arrays.emplace_back(), j.scalars.push_back(sdir[p]);
     } else {
-      j.arrays.push_back(writes_param(k, p) ? HostArray(k.params[p].dtype, base.arrays[p].shape) : dir[p]);
+      j.arrays.push_back(writes_param(k, p) ? HostArray(k.params[p].dtype, base.arrays[p].shape)
+                                            : dir[p]);
       j.scalars.push_back(0);
     }
   }
@@ -78,8 +79,10 @@ Result<Products> products(const Kernel& k, const HostValues& base, uint32_t seed
     if (!k.params[p].needs_grad) continue;
     const HostArray& g = a.arrays[d++];
     if (writes_param(k, p)) continue;
-    if (k.params[p].kind == ParamKind::kScalar) r.vjp += g.data[0] * sdir[p];
-    else for (size_t e = 0; e < g.size(); ++e) r.vjp += g.data[e] * dir[p].data[e];
+    if (k.params[p].kind == ParamKind::kScalar)
+      r.vjp += g.data[0] * sdir[p];
+    else
+      for (size_t e = 0; e < g.size(); ++e) r.vjp += g.data[e] * dir[p].data[e];
   }
   // Central difference of the loss along the direction.
   const double h = 1e-5;
@@ -87,8 +90,10 @@ Result<Products> products(const Kernel& k, const HostValues& base, uint32_t seed
     HostValues m = base;
     for (uint32_t p = 0; p < k.params.size(); ++p) {
       if (!k.params[p].needs_grad || writes_param(k, p)) continue;
-      if (k.params[p].kind == ParamKind::kScalar) m.scalars[p] += s * sdir[p];
-      else for (size_t e = 0; e < dir[p].size(); ++e) m.arrays[p].data[e] += s * dir[p].data[e];
+      if (k.params[p].kind == ParamKind::kScalar)
+        m.scalars[p] += s * sdir[p];
+      else
+        for (size_t e = 0; e < dir[p].size(); ++e) m.arrays[p].data[e] += s * dir[p].data[e];
     }
     return m;
   };
@@ -119,14 +124,16 @@ void expect_consistent(const Kernel& k, const HostValues& base) {
 TEST(ForwardMode, SaxpyWithAScalarDirection) {
   HostValues v;
   v.scalars = {0.75, 0, 0, 0};
-  v.arrays = {HostArray{}, filled({37}, 0.9, 0.1), filled({37}, 1.3, 0.4), HostArray(DType::kF64, {37})};
+  v.arrays = {HostArray{}, filled({37}, 0.9, 0.1), filled({37}, 1.3, 0.4),
+              HostArray(DType::kF64, {37})};
   expect_consistent(saxpy_grad_kernel(), v);
 }
 
 TEST(ForwardMode, LoopWithLocalsInAnNdTask) {
   HostValues v;
   v.scalars = {5, 0.6, 0.8, 0, 0};
-  v.arrays = {HostArray{}, HostArray{}, HostArray{}, filled({3, 4}, 0.7, 0.2), HostArray(DType::kF64, {3, 4})};
+  v.arrays = {HostArray{}, HostArray{}, HostArray{}, filled({3, 4}, 0.7, 0.2),
+              HostArray(DType::kF64, {3, 4})};
   expect_consistent(loop_grad_kernel(), v);
 }
 
@@ -152,7 +159,8 @@ TEST(ForwardMode, ReverseModeRegressionKernels) {
   }
   {
     HostValues v;
-    v.arrays = {HostArray{}, HostArray{}, filled({4}, 0.9, 0.1), filled({4}, 0.5, 0.7), HostArray(DType::kF64, {4})};
+    v.arrays = {HostArray{}, HostArray{}, filled({4}, 0.9, 0.1), filled({4}, 0.5, 0.7),
+                HostArray(DType::kF64, {4})};
     v.scalars = {6, 0.1, 0, 0, 0};
     expect_consistent(*parse(kLinearlyCarriedPosition), v);
   }
@@ -161,7 +169,8 @@ TEST(ForwardMode, ReverseModeRegressionKernels) {
 // Every differentiable op of the rule table, in one kernel (the JVP reuses reverse mode's
 // rows, so a row wrong for one direction would show here).
 TEST(ForwardMode, EveryRule) {
-  auto k = parse(R"(kernel ops(x: ndarray<f64, 1> grad readonly, z: ndarray<f64, 1> grad readonly, y: ndarray<f64, 1> grad) {
+  auto k = parse(
+      R"(kernel ops(x: ndarray<f64, 1> grad readonly, z: ndarray<f64, 1> grad readonly, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %x = load x[%i] : f64
     %z = load z[%i] : f64

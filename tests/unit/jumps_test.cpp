@@ -47,8 +47,10 @@ TEST(LowerJumps, RemovesEveryJumpAndKeepsTheResults) {
   codegen::Kernel low = codegen::lower_jumps(*k);
   HostArray xs = while_array({0.1, 0.35, 0.5, 0.75, 1.2, 4.0});
   HostArray y1(DType::kI32, {6}), z1(DType::kI32, {6}), y2 = y1, z2 = z1;
-  std::vector<codegen::HostArg> a1 = {codegen::HostArg::of(xs), codegen::HostArg::of(y1), codegen::HostArg::of(z1)};
-  std::vector<codegen::HostArg> a2 = {codegen::HostArg::of(xs), codegen::HostArg::of(y2), codegen::HostArg::of(z2)};
+  std::vector<codegen::HostArg> a1 = {codegen::HostArg::of(xs), codegen::HostArg::of(y1),
+                                      codegen::HostArg::of(z1)};
+  std::vector<codegen::HostArg> a2 = {codegen::HostArg::of(xs), codegen::HostArg::of(y2),
+                                      codegen::HostArg::of(z2)};
   ASSERT_TRUE(codegen::evaluate(*k, a1).ok());
   ASSERT_TRUE(codegen::evaluate(low, a2).ok());
   EXPECT_EQ(y1.data, y2.data);

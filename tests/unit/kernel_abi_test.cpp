@@ -1,12 +1,12 @@
 // abi/kernel_abi.h: the args-buffer encoder and the error words, checked against the layout the
 // header documents (scalars in order, 4 bytes or 8 bytes 8-aligned; then each ndarray's shape
 // words; then one error word per task; then the adstack words).
+#include "abi/kernel_abi.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
-
-#include "abi/kernel_abi.h"
 
 namespace vkad::abi {
 namespace {

@@ -104,7 +104,8 @@ TEST(LaunchPlan, NdRangeIsTheProductOfItsExtents) {
   EXPECT_EQ(p->tasks[0].end, 299u * 9u);
   auto bad = plan_launch(k, f.in(int64_t{1} << 32), {}, always_heap);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("dimension 1"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("dimension 1"), std::string::npos)
+      << bad.status().message();
 }
 
 TEST(LaunchPlan, HeapRowsLowerWorkgroupsToFitOneBindingAndSumNeeds) {
@@ -124,7 +125,8 @@ TEST(LaunchPlan, HeapRowsLowerWorkgroupsToFitOneBindingAndSumNeeds) {
   const uint64_t max_threads = lim.max_storage_buffer_range / row_bytes;
   EXPECT_EQ(p->tasks[0].groups, max_threads / 64);
   EXPECT_TRUE(p->any_heap_task);
-  EXPECT_EQ(p->heap_need[0], adstack::heap_bytes(row, adstack::Heap::kF32, p->tasks[0].groups * 64ull));
+  EXPECT_EQ(p->heap_need[0],
+            adstack::heap_bytes(row, adstack::Heap::kF32, p->tasks[0].groups * 64ull));
   EXPECT_LE(p->heap_need[0], lim.max_storage_buffer_range);
   EXPECT_EQ(p->tier_counts[0], 1u);
   // A row no binding can hold even for one group is out of device memory, named.
@@ -200,11 +202,12 @@ namespace vkad::runtime {
 namespace {
 
 TEST(AdstackHeapsGrowth, DoublesFromFourKibAndStopsAtTheBindingRange) {
-  EXPECT_EQ(next_heap_bytes(0, 0, 1 << 30), 4096u);  // every heap is bound: even an unused one exists
-  EXPECT_EQ(next_heap_bytes(0, 100, 1 << 30), 4096u);      // at least 4 KiB
-  EXPECT_EQ(next_heap_bytes(4096, 4096, 1 << 30), 4096u);  // enough: unchanged
-  EXPECT_EQ(next_heap_bytes(4096, 5000, 1 << 30), 8192u);  // doubling
-  EXPECT_EQ(next_heap_bytes(4096, 100000, 1 << 30), 100000u);  // or the need, if larger
+  EXPECT_EQ(next_heap_bytes(0, 0, 1 << 30),
+            4096u);  // every heap is bound: even an unused one exists
+  EXPECT_EQ(next_heap_bytes(0, 100, 1 << 30), 4096u);                      // at least 4 KiB
+  EXPECT_EQ(next_heap_bytes(4096, 4096, 1 << 30), 4096u);                  // enough: unchanged
+  EXPECT_EQ(next_heap_bytes(4096, 5000, 1 << 30), 8192u);                  // doubling
+  EXPECT_EQ(next_heap_bytes(4096, 100000, 1 << 30), 100000u);              // or the need, if larger
   EXPECT_EQ(next_heap_bytes(600u << 20, 700u << 20, 1u << 30), 1u << 30);  // capped at the range
   EXPECT_EQ(next_heap_bytes(0, 3ull << 30, 1u << 30), 3ull << 30);  // unless the need is larger
 }

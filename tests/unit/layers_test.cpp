@@ -78,7 +78,8 @@ TEST(Layers, EachFolderIncludesOnlyTheLayersBelowIt) {
         } else if (a != std::string::npos && kNoVulkan.count(layer)) {
           const std::string inc = line.substr(a + 1, line.find('>', a + 1) - a - 1);
           if (inc.rfind("vulkan/", 0) == 0 || inc == "volk.h") {
-            violations += rel + ":" + std::to_string(n) + " includes <" + inc + "> (no Vulkan below rhi/)\n";
+            violations +=
+                rel + ":" + std::to_string(n) + " includes <" + inc + "> (no Vulkan below rhi/)\n";
           }
         }
       }

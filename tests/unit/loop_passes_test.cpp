@@ -35,7 +35,8 @@ std::string kernel(const std::string& params, const std::string& body) {
 }
 
 TEST(LoopPasses, StraightLineMakesNone) {
-  Counted c = count(kernel("y: ndarray<f32, 1>", "    %c = const 1 : f32\n    store y[%i], %c\n"), {0});
+  Counted c =
+      count(kernel("y: ndarray<f32, 1>", "    %c = const 1 : f32\n    store y[%i], %c\n"), {0});
   EXPECT_EQ(c.passes, 0);
   EXPECT_EQ(c.idle, 0u);
 }
@@ -112,10 +113,11 @@ TEST(LoopPasses, CompareAndSwapAtomicsCountOnlyWhenLowered) {
 }
 
 TEST(LoopPasses, ShapeBoundsAndIndexArithmetic) {
-  std::string k = kernel("y: ndarray<f32, 1>",
-                         "    %s = shape y 0 : i32\n    %two = const 2 : i32\n    %e = mul %s, %two : i32\n"
-                         "    for %k in [%z, %e) {\n      %m = const 3 : i32\n      %r = mod %k, %m : i32\n"
-                         "      for %l in [%z, %r) {\n      }\n    }\n");
+  std::string k =
+      kernel("y: ndarray<f32, 1>",
+             "    %s = shape y 0 : i32\n    %two = const 2 : i32\n    %e = mul %s, %two : i32\n"
+             "    for %k in [%z, %e) {\n      %m = const 3 : i32\n      %r = mod %k, %m : i32\n"
+             "      for %l in [%z, %r) {\n      }\n    }\n");
   // extent 10: 20 outer trips, each inner loop at most 2 trips.
   EXPECT_EQ(count(k, {0}, 10).passes, 20 * (1 + 3) + 1 + 1);
 }

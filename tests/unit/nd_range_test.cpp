@@ -22,8 +22,8 @@ TEST(NdRange, TwoDimensionsVisitEveryPointOnce) {
   const uint32_t rows = 7, cols = 5;  // odd extents; j runs to cols - 1
   HostValues v;
   v.scalars = {6, 0, 0, 0};
-  v.arrays = {HostArray{}, HostArray(DType::kF32, {rows, cols}), HostArray(DType::kF32, {rows, cols}),
-              HostArray(DType::kI32, {rows, cols})};
+  v.arrays = {HostArray{}, HostArray(DType::kF32, {rows, cols}),
+              HostArray(DType::kF32, {rows, cols}), HostArray(DType::kI32, {rows, cols})};
   for (size_t e = 0; e < rows * cols; ++e) v.arrays[1].data[e] = 0.25 * static_cast<double>(e % 4);
   auto view = v.view();
   auto r = evaluate(k, view);
@@ -34,7 +34,8 @@ TEST(NdRange, TwoDimensionsVisitEveryPointOnce) {
       bool inside = i >= 1 && i < 6 && j < cols - 1;
       size_t e = i * cols + j;
       EXPECT_EQ(v.arrays[3].data[e], inside ? 1 : 0) << i << "," << j;
-      EXPECT_EQ(v.arrays[2].data[e], inside ? 1000.0 * i + j + v.arrays[1].data[e] : 0) << i << "," << j;
+      EXPECT_EQ(v.arrays[2].data[e], inside ? 1000.0 * i + j + v.arrays[1].data[e] : 0)
+          << i << "," << j;
     }
   }
 }
@@ -46,7 +47,8 @@ TEST(NdRange, ThreeDimensionsMatchTheFlattenedKernel) {
   HostArray x(DType::kF32, {3, 5, 7}), ya(DType::kF32, {3, 5, 7});
   for (size_t e = 0; e < x.size(); ++e) x.data[e] = static_cast<double>(e % 11) - 4.5;
   HostArray yb = ya;
-  std::vector<HostArg> aa = {HostArg::of(x), HostArg::of(ya)}, ab = {HostArg::of(x), HostArg::of(yb)};
+  std::vector<HostArg> aa = {HostArg::of(x), HostArg::of(ya)},
+                       ab = {HostArg::of(x), HostArg::of(yb)};
   ASSERT_TRUE(evaluate(a, aa).ok());
   ASSERT_TRUE(evaluate(b, ab).ok());
   EXPECT_EQ(ya.data, yb.data);
@@ -61,7 +63,8 @@ TEST(NdRange, TextRoundTrip) {
     EXPECT_EQ(print(*back), text);
     ASSERT_TRUE(verify(*back).ok());
   }
-  EXPECT_NE(print(nd2_kernel()).find("parallel %0 in [1, n), %1 in [0, add(shape(x, 1), -1))"), std::string::npos)
+  EXPECT_NE(print(nd2_kernel()).find("parallel %0 in [1, n), %1 in [0, add(shape(x, 1), -1))"),
+            std::string::npos)
       << print(nd2_kernel());
   // One dimension with an expression bound stays an N-d task; with plain bounds it is 1-d.
   const char* one = R"(kernel one(n: i32, m: i32, y: ndarray<f32, 1>) {
@@ -100,10 +103,13 @@ TEST(NdRange, BadBoundsAreRejectedNamingTheTaskAndDimension) {
     std::string ranges, message;
   };
   const Case cases[] = {
-      {"%i in [0, n), %j in [0, add(a, 1))", "task 't': dimension 1 end uses 'a', which is not an i32 or u32 scalar"},
-      {"%i in [0, n), %j in [0, shape(x, 2))", "task 't': dimension 1 end uses shape(x, 2), which does not exist"},
+      {"%i in [0, n), %j in [0, add(a, 1))",
+       "task 't': dimension 1 end uses 'a', which is not an i32 or u32 scalar"},
+      {"%i in [0, n), %j in [0, shape(x, 2))",
+       "task 't': dimension 1 end uses shape(x, 2), which does not exist"},
       {"%i in [-1, n), %j in [0, n)", "task 't': dimension 0 begin is negative (-1)"},
-      {"%i in [0, 4294967296), %j in [0, n)", "dimension 0 end: constant 4294967296 is out of range for i32"},
+      {"%i in [0, 4294967296), %j in [0, n)",
+       "dimension 0 end: constant 4294967296 is out of range for i32"},
       {"%i in [0, n), %j in [0, n), %k in [0, n), %l in [0, n)", "a task has at most 3 dimensions"},
   };
   for (const Case& c : cases) {
@@ -120,7 +126,8 @@ TEST(NdRange, BadBoundsAreRejectedNamingTheTaskAndDimension) {
   std::vector<HostArg> args = {HostArg::of(0.5), HostArg::of(3), HostArg::of(x)};
   auto r = evaluate(*k, args);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("task 't': dimension 1's range is out of bounds"), std::string::npos)
+  EXPECT_NE(r.status().message().find("task 't': dimension 1's range is out of bounds"),
+            std::string::npos)
       << r.status().to_string();
 }
 
@@ -144,7 +151,8 @@ TEST(NdRange, StencilGradientsMatchFiniteDifferences) {
   EXPECT_EQ(adj->tasks[0].dims.size(), 2u);
   HostValues v;
   v.scalars = {0, 0, 0};
-  v.arrays = {HostArray(DType::kF64, {5, 6}), HostArray(DType::kF64, {5, 6}), HostArray(DType::kF64, {5, 6})};
+  v.arrays = {HostArray(DType::kF64, {5, 6}), HostArray(DType::kF64, {5, 6}),
+              HostArray(DType::kF64, {5, 6})};
   for (size_t e = 0; e < 30; ++e) {
     v.arrays[0].data[e] = std::sin(0.7 * static_cast<double>(e));
     v.arrays[1].data[e] = std::cos(1.3 * static_cast<double>(e));

@@ -42,17 +42,21 @@ double apply(Op op, double a, double b) {
 TEST(Precision, CarriedErrorContainsEveryPerturbedResult) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<double> u(-3, 3), unit(-1, 1), mag(0, 1);
-  const Op ops[] = {Op::kSqrt, Op::kRsqrt, Op::kExp, Op::kLog, Op::kSin, Op::kCos, Op::kTan,
-                    Op::kTanh, Op::kAsin, Op::kAcos, Op::kFloor, Op::kPow, Op::kAtan2, Op::kMul, Op::kDiv};
+  const Op ops[] = {Op::kSqrt,  Op::kRsqrt, Op::kExp,   Op::kLog,  Op::kSin,
+                    Op::kCos,   Op::kTan,   Op::kTanh,  Op::kAsin, Op::kAcos,
+                    Op::kFloor, Op::kPow,   Op::kAtan2, Op::kMul,  Op::kDiv};
   for (Op op : ops) {
     SCOPED_TRACE(op_info(op).name);
     int checked = 0;
     for (int trial = 0; trial < 2000; ++trial) {
       double a = u(rng), b = u(rng);
-      if (op == Op::kSqrt || op == Op::kRsqrt || op == Op::kLog || op == Op::kPow) a = std::fabs(a) + 0.01;
+      if (op == Op::kSqrt || op == Op::kRsqrt || op == Op::kLog || op == Op::kPow)
+        a = std::fabs(a) + 0.01;
       if (op == Op::kAsin || op == Op::kAcos) a = unit(rng);
-      double ea = std::pow(10, -1 - 5 * mag(rng)), eb = op == Op::kPow || op == Op::kAtan2 || op == Op::kMul || op == Op::kDiv
-                                                             ? std::pow(10, -1 - 5 * mag(rng)) : 0;
+      double ea = std::pow(10, -1 - 5 * mag(rng)),
+             eb = op == Op::kPow || op == Op::kAtan2 || op == Op::kMul || op == Op::kDiv
+                      ? std::pow(10, -1 - 5 * mag(rng))
+                      : 0;
       double r = apply(op, a, b);
       double bound = carried_error(op, DType::kF64, a, ea, b, eb, r);
       if (std::isinf(bound)) continue;
@@ -74,7 +78,7 @@ TEST(Precision, UndefinedInputsAreUnbounded) {
   EXPECT_EQ(local_error(Op::kLog, DType::kF32, 0, 0, -inf), inf);
   EXPECT_EQ(local_error(Op::kAsin, DType::kF32, 1.5, 0, std::nan("")), inf);
   EXPECT_EQ(local_error(Op::kAtan2, DType::kF32, 0, 0, 0), inf);
-  EXPECT_EQ(local_error(Op::kDiv, DType::kF32, 1, 0x1p-127, 0x1p127), inf);  // |y| < 2^-126
+  EXPECT_EQ(local_error(Op::kDiv, DType::kF32, 1, 0x1p-127, 0x1p127), inf);   // |y| < 2^-126
   EXPECT_EQ(local_error(Op::kSin, DType::kF32, 1e6, 0, std::sin(1e6)), inf);  // past the reduction
   // Exact operations stay exact, also on infinities.
   EXPECT_EQ(local_error(Op::kFloor, DType::kF32, 2.5, 0, 2), 0);
@@ -109,7 +113,8 @@ TEST(Precision, EvaluatorBoundContainsALoopOfWorstCaseSinErrors) {
   ASSERT_TRUE(verify(*k).ok());
   const int n = 6;
   HostArray x(DType::kF32, {64}), y(DType::kF32, {64});
-  for (size_t i = 0; i < x.size(); ++i) x.data[i] = round_to(DType::kF32, -1 + 2.0 * static_cast<double>(i) / 63);
+  for (size_t i = 0; i < x.size(); ++i)
+    x.data[i] = round_to(DType::kF32, -1 + 2.0 * static_cast<double>(i) / 63);
   std::vector<HostArg> args = {HostArg::of(n), HostArg::of(x), HostArg::of(y)};
   ASSERT_TRUE(evaluate(*k, args).ok());
   ASSERT_EQ(y.error.size(), y.size());

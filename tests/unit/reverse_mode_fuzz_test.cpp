@@ -22,13 +22,15 @@ TEST(ReverseModeFuzz, AdjointsMatchFiniteDifferences) {
   for (uint32_t seed = seed0; seed < seed0 + count && failures < 3; ++seed) {
     AdFuzzCase c = random_ad_kernel(seed);
     Status v = codegen::verify(c.kernel);
-    ASSERT_TRUE(v.ok()) << "seed " << seed << ": the generator made an invalid kernel: " << v.to_string() << "\n"
+    ASSERT_TRUE(v.ok()) << "seed " << seed
+                        << ": the generator made an invalid kernel: " << v.to_string() << "\n"
                         << codegen::print(c.kernel);
     auto r = check_gradients_cpu(c.kernel, c.args, seed);
     if (!r.ok() || !r->failure.empty()) {
       ++failures;
-      ADD_FAILURE() << "seed " << seed << " (rerun: VKAD_AD_FUZZ_SEED=" << seed << " VKAD_AD_FUZZ_COUNT=1): "
-                    << (r.ok() ? r->failure : r.status().to_string()) << "\n"
+      ADD_FAILURE() << "seed " << seed << " (rerun: VKAD_AD_FUZZ_SEED=" << seed
+                    << " VKAD_AD_FUZZ_COUNT=1): " << (r.ok() ? r->failure : r.status().to_string())
+                    << "\n"
                     << codegen::print(c.kernel);
       continue;
     }
@@ -53,18 +55,23 @@ TEST(ReverseModeFuzz, GeneratorCoversEveryDifferentiableOp) {
   };
   for (uint32_t seed = 1; seed <= 200; ++seed) walk(random_ad_kernel(seed).kernel.tasks[0].body);
   using codegen::Op;
-  for (Op op : {Op::kNeg, Op::kSqrt, Op::kRsqrt, Op::kExp, Op::kLog, Op::kSin, Op::kCos, Op::kTan, Op::kTanh,
-                Op::kAsin, Op::kAcos, Op::kAbs, Op::kFloor, Op::kCeil, Op::kAdd, Op::kSub, Op::kMul, Op::kDiv,
-                Op::kMod, Op::kFloorDiv, Op::kMin, Op::kMax, Op::kPow, Op::kAtan2, Op::kSelect, Op::kCast,
-                Op::kLoadLocal, Op::kStoreLocal, Op::kLoad, Op::kStore, Op::kAtomicAdd, Op::kFor, Op::kIf,
-                Op::kWhile, Op::kBreak, Op::kContinue}) {
+  for (Op op : {Op::kNeg,       Op::kSqrt,      Op::kRsqrt,      Op::kExp,   Op::kLog,
+                Op::kSin,       Op::kCos,       Op::kTan,        Op::kTanh,  Op::kAsin,
+                Op::kAcos,      Op::kAbs,       Op::kFloor,      Op::kCeil,  Op::kAdd,
+                Op::kSub,       Op::kMul,       Op::kDiv,        Op::kMod,   Op::kFloorDiv,
+                Op::kMin,       Op::kMax,       Op::kPow,        Op::kAtan2, Op::kSelect,
+                Op::kCast,      Op::kLoadLocal, Op::kStoreLocal, Op::kLoad,  Op::kStore,
+                Op::kAtomicAdd, Op::kFor,       Op::kIf,         Op::kWhile, Op::kBreak,
+                Op::kContinue}) {
     EXPECT_TRUE(seen.count(op)) << "no generated kernel uses " << codegen::op_info(op).name;
   }
 }
 
 TEST(ReverseModeFuzz, SameSeedSameKernel) {
-  EXPECT_EQ(codegen::print(random_ad_kernel(42).kernel), codegen::print(random_ad_kernel(42).kernel));
-  EXPECT_NE(codegen::print(random_ad_kernel(42).kernel), codegen::print(random_ad_kernel(43).kernel));
+  EXPECT_EQ(codegen::print(random_ad_kernel(42).kernel),
+            codegen::print(random_ad_kernel(42).kernel));
+  EXPECT_NE(codegen::print(random_ad_kernel(42).kernel),
+            codegen::print(random_ad_kernel(43).kernel));
 }
 
 }  // namespace

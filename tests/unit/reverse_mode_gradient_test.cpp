@@ -21,7 +21,8 @@ void expect_gradients_match(const std::string& text, const HostValues& base, int
   ASSERT_TRUE(k.ok()) << k.status().to_string();
   ASSERT_TRUE(codegen::verify(*k).ok()) << codegen::verify(*k).to_string();
   auto r = check_gradients_cpu(*k, base, 7);
-  ASSERT_TRUE(r.ok()) << r.status().to_string() << "\n" << codegen::print(*codegen::make_adjoint(*k));
+  ASSERT_TRUE(r.ok()) << r.status().to_string() << "\n"
+                      << codegen::print(*codegen::make_adjoint(*k));
   EXPECT_EQ(r->failure, "") << text;
   EXPECT_GE(r->checked, min_checked) << "skipped " << r->skipped;
 }
@@ -36,7 +37,8 @@ HostArray array_of(codegen::DType t, std::vector<double> v) {
 // depends on p's value at the start of the iteration, which must be checkpointed too.
 TEST(ReverseModeGradient, SwappedFloatLocalsRegression) {
   HostValues v;
-  v.arrays = {array_of(codegen::DType::kF64, {0.3, 0.7, 1.1, -0.4}), HostArray(codegen::DType::kF64, {4})};
+  v.arrays = {array_of(codegen::DType::kF64, {0.3, 0.7, 1.1, -0.4}),
+              HostArray(codegen::DType::kF64, {4})};
   v.scalars = {0, 0};
   expect_gradients_match(kSwappedFloatLocals, v, 4);
 }
@@ -58,7 +60,8 @@ TEST(ReverseModeGradient, SwappedIntegerIndexLocalsRegression) {
 TEST(ReverseModeGradient, LinearlyCarriedPositionNeededValues) {
   HostValues v;
   v.arrays = {HostArray{}, HostArray{}, array_of(codegen::DType::kF64, {0.3, -0.7, 1.1, 0.4}),
-              array_of(codegen::DType::kF64, {0.5, -0.2, 0.1, -0.6}), HostArray(codegen::DType::kF64, {4})};
+              array_of(codegen::DType::kF64, {0.5, -0.2, 0.1, -0.6}),
+              HostArray(codegen::DType::kF64, {4})};
   v.scalars = {6, 0.1, 0, 0, 0};
   expect_gradients_match(kLinearlyCarriedPosition, v, 8);
 }

@@ -36,8 +36,9 @@ std::string adjoint_text(const std::string& forward) {
   return print(*a);
 }
 
-const char* kHeader = "kernel k(n: i32, x: ndarray<f32, 1> grad, w: ndarray<f32, 1>, y: ndarray<f32, 1> grad) {\n"
-                      "  task main parallel %i in [0, shape(x, 0)) {\n";
+const char* kHeader =
+    "kernel k(n: i32, x: ndarray<f32, 1> grad, w: ndarray<f32, 1>, y: ndarray<f32, 1> grad) {\n"
+    "  task main parallel %i in [0, shape(x, 0)) {\n";
 
 // Issue 13: the training example's adjoint checkpointed its positions too, doubling its heap.
 // A local whose needed loads all come from the replay that pushes another local's checkpoint
@@ -45,13 +46,17 @@ const char* kHeader = "kernel k(n: i32, x: ndarray<f32, 1> grad, w: ndarray<f32,
 TEST(ReverseModePass, LinearlyCarriedLocalIsNotCheckpointed) {
   std::string t = adjoint_text(testing::kLinearlyCarriedPosition);
   size_t stacks = 0;
-  for (size_t at = t.find("stack_alloc"); at != std::string::npos; at = t.find("stack_alloc", at + 1)) ++stacks;
+  for (size_t at = t.find("stack_alloc"); at != std::string::npos;
+       at = t.find("stack_alloc", at + 1))
+    ++stacks;
   EXPECT_EQ(stacks, 1u) << t;
   // The swap regressions still checkpoint both swapped locals.
   for (const char* k : {testing::kSwappedFloatLocals, testing::kSwappedIntegerIndexLocals}) {
     std::string s = adjoint_text(k);
     size_t n = 0;
-    for (size_t at = s.find("stack_alloc"); at != std::string::npos; at = s.find("stack_alloc", at + 1)) ++n;
+    for (size_t at = s.find("stack_alloc"); at != std::string::npos;
+         at = s.find("stack_alloc", at + 1))
+      ++n;
     EXPECT_GE(n, 2u) << s;
   }
 }
@@ -61,10 +66,11 @@ TEST(ReverseModePass, LinearlyCarriedLocalIsNotCheckpointed) {
 // into x_grad (a gather: x[%i + 1] is not owned), which that device cannot do: an error naming
 // the statement, not IR that fails later in compile().
 TEST(ReverseModePass, AdjointIsVerifiedAgainstTheTarget) {
-  auto k = parse("kernel k(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {\n"
-                 "  task main parallel %i in [0, shape(y, 0)) {\n"
-                 "    %one = const 1 : i32\n    %j = add %i, %one : i32\n"
-                 "    %x = load x[%j] : f64\n    %s = sin %x : f64\n    store y[%i], %s\n  }\n}\n");
+  auto k = parse(
+      "kernel k(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {\n"
+      "  task main parallel %i in [0, shape(y, 0)) {\n"
+      "    %one = const 1 : i32\n    %j = add %i, %one : i32\n"
+      "    %x = load x[%j] : f64\n    %s = sin %x : f64\n    store y[%i], %s\n  }\n}\n");
   ASSERT_TRUE(k.ok());
   Target no_f64_atomics = Target::host();
   no_f64_atomics.device_name = "test device";
@@ -74,13 +80,16 @@ TEST(ReverseModePass, AdjointIsVerifiedAgainstTheTarget) {
   auto a = make_adjoint(*k, no_f64_atomics);
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), ErrorCode::kUnsupported) << a.status().to_string();
-  EXPECT_NE(a.status().message().find("the adjoint of kernel 'k'"), std::string::npos) << a.status().message();
-  EXPECT_NE(a.status().message().find("statement `atomic_add x_grad[%"), std::string::npos) << a.status().message();
+  EXPECT_NE(a.status().message().find("the adjoint of kernel 'k'"), std::string::npos)
+      << a.status().message();
+  EXPECT_NE(a.status().message().find("statement `atomic_add x_grad[%"), std::string::npos)
+      << a.status().message();
 }
 
 // An adjoint that does not verify is reported as vkad's own bug, naming the statement.
 TEST(ReverseModePass, VerifyAdjointReportsABrokenAdjointAsInternal) {
-  auto k = parse(std::string(kHeader) + "    %x = load x[%i] : f32\n    %s = sin %x : f32\n    store y[%i], %s\n  }\n}\n");
+  auto k = parse(std::string(kHeader) +
+                 "    %x = load x[%i] : f32\n    %s = sin %x : f32\n    store y[%i], %s\n  }\n}\n");
   ASSERT_TRUE(k.ok());
   auto a = make_adjoint(*k);
   ASSERT_TRUE(a.ok()) << a.status().to_string();
@@ -88,13 +97,16 @@ TEST(ReverseModePass, VerifyAdjointReportsABrokenAdjointAsInternal) {
   // Break it: drop the replayed load, so the sin that follows uses an undefined id.
   Kernel broken = *a;
   auto& body = broken.tasks[0].body.stmts;
-  auto load = std::find_if(body.begin(), body.end(), [](const Stmt& s) { return s.op == Op::kLoad; });
+  auto load =
+      std::find_if(body.begin(), body.end(), [](const Stmt& s) { return s.op == Op::kLoad; });
   ASSERT_NE(load, body.end());
   body.erase(load);
   Status st = verify_adjoint(*k, broken, {});
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), ErrorCode::kInternal) << st.to_string();
-  EXPECT_NE(st.message().find("reverse mode of kernel 'k' produced an adjoint that does not verify"), std::string::npos)
+  EXPECT_NE(
+      st.message().find("reverse mode of kernel 'k' produced an adjoint that does not verify"),
+      std::string::npos)
       << st.message();
   EXPECT_NE(st.message().find("statement `%"), std::string::npos) << st.message();
 }
@@ -110,14 +122,16 @@ size_t count_stmts(const Block& b) {
 
 // `depth` ifs nested in each other, each on the carried value and updating it nonlinearly.
 Kernel nested_ifs(int depth) {
-  std::string t = "kernel k(x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {\n"
-                  "  task main parallel %i in [0, shape(x, 0)) {\n"
-                  "    %v = alloca : f32\n    %x = load x[%i] : f32\n    store_local %v, %x\n"
-                  "    %c = const -0.5 : f32\n";
+  std::string t =
+      "kernel k(x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {\n"
+      "  task main parallel %i in [0, shape(x, 0)) {\n"
+      "    %v = alloca : f32\n    %x = load x[%i] : f32\n    store_local %v, %x\n"
+      "    %c = const -0.5 : f32\n";
   for (int d = 0; d < depth; ++d) {
     std::string n = std::to_string(d);
-    t += "    %a" + n + " = load_local %v : f32\n    %p" + n + " = gt %a" + n + ", %c : bool\n    if %p" + n + " {\n" +
-         "    %s" + n + " = sin %a" + n + " : f32\n    store_local %v, %s" + n + "\n";
+    t += "    %a" + n + " = load_local %v : f32\n    %p" + n + " = gt %a" + n +
+         ", %c : bool\n    if %p" + n + " {\n" + "    %s" + n + " = sin %a" + n +
+         " : f32\n    store_local %v, %s" + n + "\n";
   }
   for (int d = 0; d < depth; ++d) t += "    }\n";
   t += "    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n";
@@ -156,8 +170,10 @@ TEST(ReverseModePass, AdjointOfNestedIfsGrowsLinearly) {
   ASSERT_TRUE(a30.ok()) << a30.status().to_string();
   ASSERT_TRUE(a60.ok()) << a60.status().to_string();
   size_t n30 = count_stmts(a30->tasks[0].body), n60 = count_stmts(a60->tasks[0].body);
-  EXPECT_LT(static_cast<double>(n60), 2.5 * static_cast<double>(n30)) << n30 << " statements at depth 30, " << n60 << " at 60";
-  EXPECT_LT(n60, 10u * count_stmts(nested_ifs(60).tasks[0].body)) << "a constant factor over the forward";
+  EXPECT_LT(static_cast<double>(n60), 2.5 * static_cast<double>(n30))
+      << n30 << " statements at depth 30, " << n60 << " at 60";
+  EXPECT_LT(n60, 10u * count_stmts(nested_ifs(60).tasks[0].body))
+      << "a constant factor over the forward";
 }
 
 TEST(ReverseModePass, RejectsNestingDeeperThanTheLimitNamingTheStatement) {
@@ -175,7 +191,8 @@ TEST(ReverseModePass, RejectsNestingDeeperThanTheLimitNamingTheStatement) {
   auto a = make_adjoint(k);
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(a.status().message().find("statement `" + print_stmt(k, *innermost) + "`"), std::string::npos)
+  EXPECT_NE(a.status().message().find("statement `" + print_stmt(k, *innermost) + "`"),
+            std::string::npos)
       << a.status().message();
   EXPECT_NE(a.status().message().find(std::to_string(kMaxAdjointNesting)), std::string::npos)
       << a.status().message();
@@ -201,21 +218,25 @@ std::string owned_of(const std::string& text, size_t task = 0) {
   return r;
 }
 
-const char* kOwnHeader = "kernel k(n: i32, x: ndarray<f32, 1> grad, idx: ndarray<i32, 1>, y: ndarray<f32, 1> grad) {\n"
-                         "  task main parallel %i in [0, shape(y, 0)) {\n";
+const char* kOwnHeader =
+    "kernel k(n: i32, x: ndarray<f32, 1> grad, idx: ndarray<i32, 1>, y: ndarray<f32, 1> grad) {\n"
+    "  task main parallel %i in [0, shape(y, 0)) {\n";
 
 TEST(OwnedNdarrays, ExactTaskIndexEverywhereIsOwned) {
   // x read three times at [%i] (once inside a loop, once in a branch), y stored at [%i]:
   // both owned; idx and w are never accessed, so nothing is proven about them.
-  EXPECT_EQ(owned_of(std::string(kOwnHeader) +
-                     "    %a = load x[%i] : f32\n    %z = const 0 : i32\n    %n = arg n : i32\n"
-                     "    %v = alloca : f32\n    store_local %v, %a\n"
-                     "    for %k in [%z, %n) {\n      %b = load x[%i] : f32\n      %c = load_local %v : f32\n"
-                     "      %d = mul %b, %c : f32\n      store_local %v, %d\n    }\n"
-                     "    %zf = const 0 : f32\n    %p = gt %a, %zf : bool\n"
-                     "    if %p {\n      %e = load x[%i] : f32\n      store_local %v, %e\n    } else {\n    }\n"
-                     "    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n"),
-            "x:1 idx:0 y:1");
+  EXPECT_EQ(
+      owned_of(
+          std::string(kOwnHeader) +
+          "    %a = load x[%i] : f32\n    %z = const 0 : i32\n    %n = arg n : i32\n"
+          "    %v = alloca : f32\n    store_local %v, %a\n"
+          "    for %k in [%z, %n) {\n      %b = load x[%i] : f32\n      %c = load_local %v : f32\n"
+          "      %d = mul %b, %c : f32\n      store_local %v, %d\n    }\n"
+          "    %zf = const 0 : f32\n    %p = gt %a, %zf : bool\n"
+          "    if %p {\n      %e = load x[%i] : f32\n      store_local %v, %e\n    } else {\n    "
+          "}\n"
+          "    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n"),
+      "x:1 idx:0 y:1");
 }
 
 TEST(OwnedNdarrays, IndexArithmeticIsNotOwned) {
@@ -239,40 +260,47 @@ TEST(OwnedNdarrays, ACopyOfTheIndexThroughALocalIsNotOwned) {
 
 TEST(OwnedNdarrays, GatherAndScatterAreNotOwned) {
   // x[idx[i]]: idx is read at [%i] (owned), x through its contents (not).
-  EXPECT_EQ(owned_of(std::string(kOwnHeader) +
-                     "    %j = load idx[%i] : i32\n    %a = load x[%j] : f32\n    store y[%i], %a\n  }\n}\n"),
-            "x:0 idx:1 y:1");
+  EXPECT_EQ(
+      owned_of(
+          std::string(kOwnHeader) +
+          "    %j = load idx[%i] : i32\n    %a = load x[%j] : f32\n    store y[%i], %a\n  }\n}\n"),
+      "x:0 idx:1 y:1");
   // A scatter: y[idx[i]] += x[i].
-  EXPECT_EQ(owned_of(std::string(kOwnHeader) +
-                     "    %j = load idx[%i] : i32\n    %a = load x[%i] : f32\n    atomic_add y[%j], %a\n  }\n}\n"),
+  EXPECT_EQ(owned_of(std::string(kOwnHeader) + "    %j = load idx[%i] : i32\n    %a = load x[%i] : "
+                                               "f32\n    atomic_add y[%j], %a\n  }\n}\n"),
             "x:1 idx:1 y:0");
 }
 
 TEST(OwnedNdarrays, TwoDifferentIndicesAreNotOwned) {
   // x[i] and x[k] in one task: thread i reads x[k] that thread k owns.
-  EXPECT_EQ(owned_of(std::string(kOwnHeader) +
-                     "    %a = load x[%i] : f32\n    %v = alloca : f32\n    store_local %v, %a\n"
-                     "    %z = const 0 : i32\n    %n = arg n : i32\n"
-                     "    for %k in [%z, %n) {\n      %b = load x[%k] : f32\n      %c = load_local %v : f32\n"
-                     "      %d = add %b, %c : f32\n      store_local %v, %d\n    }\n"
-                     "    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n"),
-            "x:0 idx:0 y:1");
+  EXPECT_EQ(
+      owned_of(
+          std::string(kOwnHeader) +
+          "    %a = load x[%i] : f32\n    %v = alloca : f32\n    store_local %v, %a\n"
+          "    %z = const 0 : i32\n    %n = arg n : i32\n"
+          "    for %k in [%z, %n) {\n      %b = load x[%k] : f32\n      %c = load_local %v : f32\n"
+          "      %d = add %b, %c : f32\n      store_local %v, %d\n    }\n"
+          "    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n"),
+      "x:0 idx:0 y:1");
 }
 
 TEST(OwnedNdarrays, RankTwoIsNotOwned) {
   // [i, j] over a rank-2 array: the index tuple is not exactly the task's (one) index.
-  EXPECT_EQ(owned_of("kernel k(a: ndarray<f32, 2> grad, y: ndarray<f32, 2> grad) {\n"
-                     "  task main parallel %i in [0, shape(a, 0)) {\n"
-                     "    %z = const 0 : i32\n    %m = shape a 1 : i32\n"
-                     "    for %j in [%z, %m) {\n      %v = load a[%i, %j] : f32\n      %s = sin %v : f32\n"
-                     "      store y[%i, %j], %s\n    }\n  }\n}\n"),
-            "a:0 y:0");
+  EXPECT_EQ(
+      owned_of(
+          "kernel k(a: ndarray<f32, 2> grad, y: ndarray<f32, 2> grad) {\n"
+          "  task main parallel %i in [0, shape(a, 0)) {\n"
+          "    %z = const 0 : i32\n    %m = shape a 1 : i32\n"
+          "    for %j in [%z, %m) {\n      %v = load a[%i, %j] : f32\n      %s = sin %v : f32\n"
+          "      store y[%i, %j], %s\n    }\n  }\n}\n"),
+      "a:0 y:0");
   // The flattened form, [i / m, i mod m], is not proven either.
-  EXPECT_EQ(owned_of("kernel k(a: ndarray<f32, 2> grad, y: ndarray<f32, 1> grad) {\n"
-                     "  task main parallel %i in [0, shape(y, 0)) {\n"
-                     "    %m = const 4 : i32\n    %r = div %i, %m : i32\n    %c = mod %i, %m : i32\n"
-                     "    %v = load a[%r, %c] : f32\n    store y[%i], %v\n  }\n}\n"),
-            "a:0 y:1");
+  EXPECT_EQ(
+      owned_of("kernel k(a: ndarray<f32, 2> grad, y: ndarray<f32, 1> grad) {\n"
+               "  task main parallel %i in [0, shape(y, 0)) {\n"
+               "    %m = const 4 : i32\n    %r = div %i, %m : i32\n    %c = mod %i, %m : i32\n"
+               "    %v = load a[%r, %c] : f32\n    store y[%i], %v\n  }\n}\n"),
+      "a:0 y:1");
 }
 
 TEST(OwnedNdarrays, SerialTasksAndOtherTasksAreNotOwned) {
@@ -281,11 +309,12 @@ TEST(OwnedNdarrays, SerialTasksAndOtherTasksAreNotOwned) {
                      "    %a = load x[%i] : f32\n    store y[%i], %a\n  }\n}\n"),
             "x:0 y:0");
   // Per task: x is owned in the first task, gathered in the second.
-  std::string two = "kernel k(x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad, z: ndarray<f32, 1> grad) {\n"
-                    "  task first parallel %i in [0, shape(x, 0)) {\n"
-                    "    %a = load x[%i] : f32\n    store y[%i], %a\n  }\n"
-                    "  task second parallel %t in [0, shape(x, 0)) {\n"
-                    "    %zero = const 0 : i32\n    %b = load x[%zero] : f32\n    store z[%t], %b\n  }\n}\n";
+  std::string two =
+      "kernel k(x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad, z: ndarray<f32, 1> grad) {\n"
+      "  task first parallel %i in [0, shape(x, 0)) {\n"
+      "    %a = load x[%i] : f32\n    store y[%i], %a\n  }\n"
+      "  task second parallel %t in [0, shape(x, 0)) {\n"
+      "    %zero = const 0 : i32\n    %b = load x[%zero] : f32\n    store z[%t], %b\n  }\n}\n";
   EXPECT_EQ(owned_of(two, 0), "x:1 y:1 z:0");
   EXPECT_EQ(owned_of(two, 1), "x:0 y:0 z:1");
 }
@@ -293,9 +322,10 @@ TEST(OwnedNdarrays, SerialTasksAndOtherTasksAreNotOwned) {
 // An owned f64 gradient needs no f64 atomics: the adjoint verifies on a device without them
 // (AdjointIsVerifiedAgainstTheTarget is the gather, which does not).
 TEST(ReverseModePass, OwnedF64GradientNeedsNoAtomics) {
-  auto k = parse("kernel k(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {\n"
-                 "  task main parallel %i in [0, shape(x, 0)) {\n"
-                 "    %x = load x[%i] : f64\n    %s = sin %x : f64\n    store y[%i], %s\n  }\n}\n");
+  auto k = parse(
+      "kernel k(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {\n"
+      "  task main parallel %i in [0, shape(x, 0)) {\n"
+      "    %x = load x[%i] : f64\n    %s = sin %x : f64\n    store y[%i], %s\n  }\n}\n");
   ASSERT_TRUE(k.ok());
   Target no_f64_atomics = Target::host();
   no_f64_atomics.device_name = "test device";
@@ -308,13 +338,14 @@ TEST(ReverseModePass, OwnedF64GradientNeedsNoAtomics) {
 // Load-add-store adds onto what the gradient array holds, as atomic_add does: the CPU
 // evaluator's adjoint with x_grad pre-filled gives the pre-filled values plus the gradient.
 TEST(ReverseModePass, OwnedAccumulationAddsOntoTheGradientArray) {
-  auto k = parse("kernel k(n: i32, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {\n"
-                 "  task main parallel %i in [0, shape(x, 0)) {\n"
-                 "    %v = alloca : f64\n    %x = load x[%i] : f64\n    store_local %v, %x\n"
-                 "    %z = const 0 : i32\n    %n = arg n : i32\n"
-                 "    for %k in [%z, %n) {\n      %a = load_local %v : f64\n      %b = load x[%i] : f64\n"
-                 "      %s = sin %a : f64\n      %m = mul %s, %b : f64\n      store_local %v, %m\n    }\n"
-                 "    %o = load_local %v : f64\n    store y[%i], %o\n  }\n}\n");
+  auto k = parse(
+      "kernel k(n: i32, x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {\n"
+      "  task main parallel %i in [0, shape(x, 0)) {\n"
+      "    %v = alloca : f64\n    %x = load x[%i] : f64\n    store_local %v, %x\n"
+      "    %z = const 0 : i32\n    %n = arg n : i32\n"
+      "    for %k in [%z, %n) {\n      %a = load_local %v : f64\n      %b = load x[%i] : f64\n"
+      "      %s = sin %a : f64\n      %m = mul %s, %b : f64\n      store_local %v, %m\n    }\n"
+      "    %o = load_local %v : f64\n    store y[%i], %o\n  }\n}\n");
   ASSERT_TRUE(k.ok());
   auto a = make_adjoint(*k);
   ASSERT_TRUE(a.ok()) << a.status().to_string();
@@ -326,7 +357,8 @@ TEST(ReverseModePass, OwnedAccumulationAddsOntoTheGradientArray) {
       xg.data[e] = prefill * static_cast<double>(e + 1);
       yg.data[e] = 1.0;
     }
-    std::vector<HostArg> args = {HostArg::of(3), HostArg::of(x), HostArg::of(y), HostArg::of(xg), HostArg::of(yg)};
+    std::vector<HostArg> args = {HostArg::of(3), HostArg::of(x), HostArg::of(y), HostArg::of(xg),
+                                 HostArg::of(yg)};
     auto r = evaluate(*a, args);
     EXPECT_TRUE(r.ok()) << r.status().to_string();
     return xg.data;
@@ -348,7 +380,8 @@ int atomics_on(const std::string& dis, const std::string& var) {
     std::istringstream w(line);
     std::vector<std::string> tok;
     for (std::string t; w >> t;) tok.push_back(t);
-    // `%r = OpAccessChain %type %base ...` / `%r = OpAtomicX %type %ptr ...` / `OpAtomicStore %ptr ...`
+    // `%r = OpAccessChain %type %base ...` / `%r = OpAtomicX %type %ptr ...` / `OpAtomicStore %ptr
+    // ...`
     if (tok.size() >= 5 && tok[2] == "OpAccessChain" && tok[4] == "%" + var) ptrs.insert(tok[0]);
     if (tok.size() >= 5 && tok[2].rfind("OpAtomic", 0) == 0 && ptrs.count(tok[4])) ++n;
     if (tok.size() >= 2 && tok[0].rfind("OpAtomic", 0) == 0 && ptrs.count(tok[1])) ++n;
@@ -361,12 +394,16 @@ int atomics_on(const std::string& dis, const std::string& var) {
 // on the bits); the same loop reading x[idx[i]] keeps them.
 TEST(ReverseModePass, OwnedSinLoopAdjointEmitsNoAtomics) {
   auto sin_loop = [](const std::string& index_stmts, const std::string& index) {
-    return "kernel sin_loop(steps: i32, x: ndarray<f32, 1> grad, idx: ndarray<i32, 1>, y: ndarray<f32, 1> grad) {\n"
-           "  task main parallel %i in [0, shape(y, 0)) {\n" + index_stmts +
-           "    %v = alloca : f32\n    %x = load x[" + index + "] : f32\n    store_local %v, %x\n"
-           "    %z = const 0 : i32\n    %n = arg steps : i32\n    %c9 = const 0.9 : f32\n    %c1 = const 0.1 : f32\n"
+    return "kernel sin_loop(steps: i32, x: ndarray<f32, 1> grad, idx: ndarray<i32, 1>, y: "
+           "ndarray<f32, 1> grad) {\n"
+           "  task main parallel %i in [0, shape(y, 0)) {\n" +
+           index_stmts + "    %v = alloca : f32\n    %x = load x[" + index +
+           "] : f32\n    store_local %v, %x\n"
+           "    %z = const 0 : i32\n    %n = arg steps : i32\n    %c9 = const 0.9 : f32\n    %c1 = "
+           "const 0.1 : f32\n"
            "    for %k in [%z, %n) {\n      %a = load_local %v : f32\n      %s = sin %a : f32\n"
-           "      %m = mul %s, %c9 : f32\n      %u = add %m, %c1 : f32\n      store_local %v, %u\n    }\n"
+           "      %m = mul %s, %c9 : f32\n      %u = add %m, %c1 : f32\n      store_local %v, %u\n "
+           "   }\n"
            "    %o = load_local %v : f32\n    store y[%i], %o\n  }\n}\n";
   };
   auto float_atomics = [](const std::string& text, bool native) -> int {

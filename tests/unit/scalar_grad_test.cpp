@@ -17,7 +17,8 @@ using namespace codegen;  // NOLINT
 
 HostArray ramp(DType t, std::vector<uint32_t> shape, double a, double b) {
   HostArray h(t, std::move(shape));
-  for (size_t e = 0; e < h.size(); ++e) h.data[e] = round_to(t, std::sin(a * static_cast<double>(e) + b));
+  for (size_t e = 0; e < h.size(); ++e)
+    h.data[e] = round_to(t, std::sin(a * static_cast<double>(e) + b));
   return h;
 }
 
@@ -47,7 +48,8 @@ TEST(ScalarGrad, SaxpyMatchesFiniteDifferences) {
   Kernel k = saxpy_grad_kernel();
   HostValues v;
   v.scalars = {0.75, 0, 0, 0};
-  v.arrays = {HostArray{}, ramp(DType::kF64, {37}, 0.9, 0.1), ramp(DType::kF64, {37}, 1.3, 0.4), HostArray(DType::kF64, {37})};
+  v.arrays = {HostArray{}, ramp(DType::kF64, {37}, 0.9, 0.1), ramp(DType::kF64, {37}, 1.3, 0.4),
+              HostArray(DType::kF64, {37})};
   auto r = check_gradients_cpu(k, v, 5);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->failure, "");
@@ -59,7 +61,8 @@ TEST(ScalarGrad, ScalarsInsideALoopMatchFiniteDifferences) {
   ASSERT_TRUE(verify(k).ok()) << verify(k).to_string();
   HostValues v;
   v.scalars = {5, 0.6, 0.8, 0, 0};
-  v.arrays = {HostArray{}, HostArray{}, HostArray{}, ramp(DType::kF64, {3, 4}, 0.7, 0.2), HostArray(DType::kF64, {3, 4})};
+  v.arrays = {HostArray{}, HostArray{}, HostArray{}, ramp(DType::kF64, {3, 4}, 0.7, 0.2),
+              HostArray(DType::kF64, {3, 4})};
   auto r = check_gradients_cpu(k, v, 6);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->failure, "");
@@ -76,7 +79,8 @@ TEST(ScalarGrad, OnlyFloatScalarsHaveGradients) {
   ASSERT_TRUE(k.ok()) << k.status().to_string();
   Status st = verify(*k);
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("parameter 'n' is marked grad, but only float ndarrays and scalars have gradients"),
+  EXPECT_NE(st.message().find(
+                "parameter 'n' is marked grad, but only float ndarrays and scalars have gradients"),
             std::string::npos)
       << st.to_string();
 }

@@ -4,8 +4,8 @@
 
 #include <vector>
 
-#include "rhi/deferred_deleter.h"
 #include "base/status.h"
+#include "rhi/deferred_deleter.h"
 
 namespace vkad::rhi {
 namespace {

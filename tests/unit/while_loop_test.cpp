@@ -91,21 +91,25 @@ TEST(WhileLoop, VerifierRejectsImpureOrMistypedTests) {
       store_local %v, %a
       %c = const true : bool
     } do {
-    })", "a while loop's test may compute and read, not store_local"},
+    })",
+       "a while loop's test may compute and read, not store_local"},
       {R"(    while %k (%c) {
       %c = const 1 : i32
     } do {
-    })", "the test is i32, expected bool"},
+    })",
+       "the test is i32, expected bool"},
       {R"(    %c = const true : bool
     while %k (%c) {
       %z = const 0 : i32
     } do {
-    })", "must be defined in the loop's test block"},
+    })",
+       "must be defined in the loop's test block"},
       {R"(    while %k (%c) {
       %c = const true : bool
     } do {
       %u = add %c, %c : bool
-    })", "is used outside its scope"},
+    })",
+       "is used outside its scope"},
   };
   for (const Bad& b : bad) {
     auto k = codegen::parse(head + b.body + "\n  }\n}\n");
@@ -155,7 +159,9 @@ TEST(WhileLoop, GradientsMatchFiniteDifferences) {
     HostValues base = c.args();
     auto r = check_gradients_cpu(k, base, 11);
     ASSERT_TRUE(r.ok()) << c.name << ": " << r.status().to_string();
-    EXPECT_EQ(r->failure, "") << c.name << "\n" << c.text << "\n" << codegen::print(*codegen::make_adjoint(k));
+    EXPECT_EQ(r->failure, "") << c.name << "\n"
+                              << c.text << "\n"
+                              << codegen::print(*codegen::make_adjoint(k));
     EXPECT_GE(r->checked, c.min_checked) << c.name << ": skipped " << r->skipped;
   }
 }
@@ -235,7 +241,8 @@ TEST(BreakContinue, VerifierPlacesThem) {
     EXPECT_NE(v.message().find(expect), std::string::npos) << v.message();
   };
   check("    break", "break outside a for or while loop body");
-  check("    %c = const true : bool\n    if %c {\n      continue\n    }", "continue outside a for or while loop body");
+  check("    %c = const true : bool\n    if %c {\n      continue\n    }",
+        "continue outside a for or while loop body");
   check("    for %k in [%z, %n) {\n      break\n      %u = const 1 : i32\n    }",
         "break must be the last statement of its block");
   check("    while %k (%c) {\n      %c = const true : bool\n      break\n    } do {\n    }",
@@ -248,7 +255,8 @@ TEST(BreakContinue, ReferenceSemantics) {
   Kernel k = parse_ok(kJumpCounts);
   HostArray xs = array_of(DType::kF64, {0.1, 0.35, 0.5, 0.75, 1.2, 4.0});
   HostArray ys(DType::kI32, {6}), zs(DType::kI32, {6});
-  std::vector<codegen::HostArg> args = {codegen::HostArg::of(xs), codegen::HostArg::of(ys), codegen::HostArg::of(zs)};
+  std::vector<codegen::HostArg> args = {codegen::HostArg::of(xs), codegen::HostArg::of(ys),
+                                        codegen::HostArg::of(zs)};
   ASSERT_TRUE(codegen::evaluate(k, args).ok());
   for (size_t e = 0; e < xs.size(); ++e) {
     int want = 0;
