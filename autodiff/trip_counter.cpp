@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "abi/kernel_abi.h"
+#include "ir/rewriter.h"
 
 namespace vkad::codegen {
 
@@ -28,7 +29,7 @@ Param trips_param() {
 class TripRecorder {
  public:
   TripRecorder(Kernel& k, const std::unordered_map<ValueId, uint32_t>& slot, bool drop_writes)
-      : k_(k), slot_(slot), drop_writes_(drop_writes) {}
+      : k_(k), rw_(k), slot_(slot), drop_writes_(drop_writes) {}
 
   // Returns whether `t` holds a counted loop (it is left unchanged if not).
   bool run(Task& t, uint32_t trips, uint32_t slot_run) {
@@ -36,7 +37,7 @@ class TripRecorder {
     if (maxima_.empty()) return false;
     std::vector<Stmt> top, tail;
     for (const auto& [j, M] : maxima_) {
-      Stmt a = mk(Op::kAlloca, DType::kI32, {});
+      Stmt a = rw_.make(Op::kAlloca, DType::kI32, {});
       a.result = M;
       top.push_back(a);
       store_maximum(t.index, j, M, trips, slot_run, tail);
@@ -47,16 +48,8 @@ class TripRecorder {
   }
 
  private:
-  Stmt mk(Op op, DType type, std::vector<ValueId> args) {
-    Stmt s;
-    s.op = op;
-    s.type = type;
-    s.args = std::move(args);
-    if (op_info(op).has_result) s.result = k_.fresh();
-    return s;
-  }
   ValueId konst(int64_t v, std::vector<Stmt>& out) {
-    Stmt s = mk(Op::kConst, DType::kI32, {});
+    Stmt s = rw_.make(Op::kConst, DType::kI32, {});
     s.iimm = v;
     s.fimm = static_cast<double>(v);
     out.push_back(s);
@@ -64,9 +57,9 @@ class TripRecorder {
   }
   // M = max(M, n)
   void raise(ValueId M, ValueId n, std::vector<Stmt>& out) {
-    Stmt l = mk(Op::kLoadLocal, DType::kI32, {M});
-    Stmt m = mk(Op::kMax, DType::kI32, {l.result, n});
-    Stmt st = mk(Op::kStoreLocal, DType::kF32, {M, m.result});
+    Stmt l = rw_.make(Op::kLoadLocal, DType::kI32, {M});
+    Stmt m = rw_.make(Op::kMax, DType::kI32, {l.result, n});
+    Stmt st = rw_.make(Op::kStoreLocal, DType::kF32, {M, m.result});
     out.push_back(l), out.push_back(m), out.push_back(st);
   }
 
@@ -88,14 +81,14 @@ class TripRecorder {
     if (mx == maxima_.end()) mx = maxima_.emplace(j, k_.fresh()).first;
     const ValueId M = mx->second;
     if (s.op == Op::kFor) {
-      Stmt d = mk(Op::kSub, DType::kI32, {s.args[1], s.args[0]});
+      Stmt d = rw_.make(Op::kSub, DType::kI32, {s.args[1], s.args[0]});
       out.push_back(d);
       raise(M, d.result, out);
       return;
     }
     std::vector<Stmt> head;
     ValueId one = konst(1, head);
-    Stmt n = mk(Op::kAdd, DType::kI32, {s.result, one});
+    Stmt n = rw_.make(Op::kAdd, DType::kI32, {s.result, one});
     head.push_back(n);
     raise(M, n.result, head);
     Block& body = s.blocks[1];
@@ -112,22 +105,23 @@ class TripRecorder {
     ValueId run_of = index;
     if (slot_run > 1) {
       ValueId run = konst(slot_run, tail);
-      Stmt q = mk(Op::kDiv, DType::kI32, {index, run});
+      Stmt q = rw_.make(Op::kDiv, DType::kI32, {index, run});
       tail.push_back(q);
       run_of = q.result;
     }
-    Stmt lane = mk(Op::kMod, DType::kI32, {run_of, slots});
+    Stmt lane = rw_.make(Op::kMod, DType::kI32, {run_of, slots});
     ValueId base = konst(static_cast<int64_t>(j) * abi::kTripSlots, tail);
-    Stmt at_s = mk(Op::kAdd, DType::kI32, {base, lane.result});
+    Stmt at_s = rw_.make(Op::kAdd, DType::kI32, {base, lane.result});
     ValueId at = at_s.result;
     tail.push_back(lane), tail.push_back(at_s);
-    Stmt l = mk(Op::kLoadLocal, DType::kI32, {M});
-    Stmt am = mk(Op::kAtomicMax, DType::kF32, {at, l.result});
+    Stmt l = rw_.make(Op::kLoadLocal, DType::kI32, {M});
+    Stmt am = rw_.make(Op::kAtomicMax, DType::kF32, {at, l.result});
     am.param = trips;
     tail.push_back(l), tail.push_back(am);
   }
 
   Kernel& k_;
+  Rewriter rw_;  // makes the statements (fresh ids)
   const std::unordered_map<ValueId, uint32_t>& slot_;
   const bool drop_writes_;
   std::map<uint32_t, ValueId> maxima_;  // trips index -> its local in this task
