@@ -7,6 +7,7 @@
 // being reworked (a kernel vkad did not compile, a kernel the device refuses) leaves it as it
 // was.
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -358,6 +359,27 @@ Result<GraphHandle> Session::recapture(const ReworkPlan& w, FusedGraph* map, boo
   return fused;
 }
 
+void Session::trace_rework(const ReworkPlan& w) const {
+  // One line per launch the reworked graph runs (a fused run: its members joined by '+'), in
+  // run order, with the number of launches a resident loop stands for: what a user checks
+  // when a replay issues more launches than expected (VKAD_GRAPH_TRACE).
+  std::vector<const CapturedStep*> launches;
+  for (const CapturedStep& s : w.steps) {
+    if (s.launch) launches.push_back(&s);
+  }
+  std::fprintf(stderr, "vkad graph '%s': %zu launches in %zu runs\n",
+               capture_name_.empty() ? "graph" : capture_name_.c_str(), launches.size(),
+               w.runs.size());
+  for (const codegen::FusionRun& r : w.runs) {
+    std::string line;
+    for (size_t m = 0; m < r.count; ++m) {
+      auto k = ir_.find(launches[r.first + m]->kernel.id);
+      line += (m ? "+" : "") + (k == ir_.end() ? std::string("?") : k->second->name);
+    }
+    std::fprintf(stderr, "  %s\n", line.c_str());
+  }
+}
+
 void Session::describe_launches(const std::vector<CapturedStep>& captured, FusedGraph* map) const {
   for (const CapturedStep& s : captured) {
     if (!s.launch) continue;
@@ -447,6 +469,7 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
       fusion_runs(w.steps, w.launches, fuse_graph_launches_, kMaxFusedArrays, kMaxFusedLaunches);
   bool any_fused = false;
   for (const codegen::FusionRun& r : w.runs) any_fused = any_fused || r.count > 1;
+  if (std::getenv("VKAD_GRAPH_TRACE") != nullptr) trace_rework(w);
   const bool reordered = !identity(w.order);
   bool relaxed = !any_fused && schedule_graph_launches_ && any_barrier_relaxed(w.steps, w.sched);
   if (!any_fused && !reordered && !relaxed && !any_rolled) return graph;

@@ -321,6 +321,7 @@ class Session {
   // `relaxed` whether a barrier was left out.
   Result<GraphHandle> recapture(const ReworkPlan& w, FusedGraph* map, bool* relaxed);
   void describe_launches(const std::vector<CapturedStep>& captured, FusedGraph* map) const;
+  void trace_rework(const ReworkPlan& w) const;
   // Keeps `graph` (the graph as captured) in `map` where a reworked graph's schedule rests
   // on scalar parameters (`pinned`), else releases it.
   void keep_for_updates(GraphHandle graph, bool reworked, std::vector<std::vector<bool>> pinned,

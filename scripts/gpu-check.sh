@@ -42,7 +42,7 @@ prepare() {
   cmake --build build-gpu
   rm -rf build-gpu/bin && mkdir -p build-gpu/bin
   for f in tests/vkad_gpu_tests tests/vkad_unit_tests examples/vkad-example examples/vkad-embedding \
-           vkad-info bench/vkad-bench-dispatch bench/vkad-bench-retirement bench/vkad-bench-codegen \
+           vkad-info vkad-cold-start bench/vkad-bench-dispatch bench/vkad-bench-retirement bench/vkad-bench-codegen \
            bench/vkad-bench-adjoint bench/vkad-bench-adjoint-floor bench/vkad-bench-launch \
            bench/vkad-bench-counted bench/vkad-bench-substep; do
     [ -f "build-gpu/$f" ] && cp "build-gpu/$f" build-gpu/bin/

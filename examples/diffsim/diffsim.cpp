@@ -105,16 +105,23 @@ Result<std::unique_ptr<Simulation>> Simulation::create(runtime::Runtime& rt, con
   double t0 = now_ms();
   Kernel fwd = build(false);
   VKAD_ASSIGN_OR_RETURN(Kernel adj, make_adjoint(fwd, target));
-  VKAD_ASSIGN_OR_RETURN(runtime::CompiledKernel cf, compile(fwd, target));
-  VKAD_ASSIGN_OR_RETURN(runtime::CompiledKernel ca, compile(adj, target));
-  VKAD_ASSIGN_OR_RETURN(runtime::CompiledKernel cu, compile(update_kernel(), target));
-  VKAD_ASSIGN_OR_RETURN(runtime::CompiledKernel cr, compile(reduce_kernel(), target));
-  VKAD_ASSIGN_OR_RETURN(runtime::CompiledKernel ct, compile(build(true), target));
-  VKAD_ASSIGN_OR_RETURN(s->forward_, rt.register_kernel(cf));
-  VKAD_ASSIGN_OR_RETURN(s->adjoint_, rt.register_kernel(ca));
-  VKAD_ASSIGN_OR_RETURN(s->update_, rt.register_kernel(cu));
-  VKAD_ASSIGN_OR_RETURN(s->reduce_, rt.register_kernel(cr));
-  VKAD_ASSIGN_OR_RETURN(s->trace_, rt.register_kernel(ct));
+  // Compiled through the on-disk cache (README, "Caches on disk"; off when the runtime's
+  // cache_dir is empty): a second start reads the validated modules from files, and the
+  // runtime's VkPipelineCache gives the driver its pipelines back, so start-up is not a
+  // recompile every time.
+  CompileCache cache;
+  cache.set_disk_dir(rt.cache_dir());
+  auto compile_and_register = [&](const Kernel& k, runtime::KernelHandle* out) -> Status {
+    VKAD_ASSIGN_OR_RETURN(std::shared_ptr<const runtime::CompiledKernel> c,
+                          cache.compile(k, target));
+    VKAD_ASSIGN_OR_RETURN(*out, rt.register_kernel(*c));
+    return Status::ok_status();
+  };
+  VKAD_TRY(compile_and_register(fwd, &s->forward_));
+  VKAD_TRY(compile_and_register(adj, &s->adjoint_));
+  VKAD_TRY(compile_and_register(update_kernel(), &s->update_));
+  VKAD_TRY(compile_and_register(reduce_kernel(), &s->reduce_));
+  VKAD_TRY(compile_and_register(build(true), &s->trace_));
   s->compile_ms_ = now_ms() - t0;
 
   uint32_t n = c.particles;

@@ -4,8 +4,12 @@
 #include "diffsim/diffsim.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
 
 #include "gpu/kernel_harness.h"
 
@@ -47,6 +51,60 @@ TEST_F(DiffSim, LossFallsTenfoldWithFiniteDifferenceCheckedGradients) {
   auto last = s.loss();
   ASSERT_TRUE(last.ok());
   EXPECT_LE(*last * 10, *first) << "loss " << *first << " -> " << *last;
+}
+
+// The example compiles through the on-disk cache in the runtime's cache_dir: the first
+// Simulation writes one file per kernel, a second one reads them (no file is written again)
+// and computes the same loss.
+class DiffSimCached : public KernelTest {
+ protected:
+  DiffSimCached() {
+    std::string t = (std::filesystem::temp_directory_path() / "vkad-diffsim-XXXXXX").string();
+    dir_ = ::mkdtemp(t.data()) ? t : "";
+  }
+  ~DiffSimCached() override {
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+  runtime::RuntimeOptions options() const override {
+    runtime::RuntimeOptions o;
+    o.cache_dir = dir_;
+    return o;
+  }
+  // kernel-*.bin file -> its modification time.
+  std::map<std::string, std::filesystem::file_time_type> kernel_files() const {
+    std::map<std::string, std::filesystem::file_time_type> out;
+    for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("kernel-", 0) == 0) out[name] = e.last_write_time();
+    }
+    return out;
+  }
+  std::string dir_;
+};
+
+TEST_F(DiffSimCached, SecondStartReadsTheKernelsFromTheCacheFiles) {
+  ASSERT_FALSE(dir_.empty());
+  diffsim::Config c;
+  c.particles = 64;
+  c.steps = 8;
+  double first_loss = 0;
+  {
+    auto sim = diffsim::Simulation::create(runner_->rt(), c);
+    ASSERT_TRUE(sim.ok()) << sim.status().to_string();
+    auto l = (*sim)->loss();
+    ASSERT_TRUE(l.ok());
+    first_loss = *l;
+  }
+  const auto written = kernel_files();
+  // forward, adjoint, update, reduce, trace
+  ASSERT_EQ(written.size(), 5u) << "kernel files in " << dir_;
+  auto sim = diffsim::Simulation::create(runner_->rt(), c);
+  ASSERT_TRUE(sim.ok()) << sim.status().to_string();
+  auto l = (*sim)->loss();
+  ASSERT_TRUE(l.ok());
+  EXPECT_NEAR(*l, first_loss, 1e-5 * std::fabs(first_loss));
+  EXPECT_EQ(kernel_files(), written) << "a kernel was compiled and written again";
 }
 
 }  // namespace
