@@ -247,7 +247,32 @@ codegen::FusionLaunch Session::fusion_launch(const CapturedStep& s, bool loops_c
   l.begin = *b;
   l.end = *e;
   l.kernel = &k;
+  l.rows = launch_rows(s);
   return l;
+}
+
+std::vector<int64_t> Session::launch_rows(const CapturedStep& s) const {
+  // Without bounds checks an index past its extent reaches another row: rows tell nothing.
+  auto acc = kernel_access_.find(s.kernel.id);
+  if (!compile_options_.bounds_checks || acc == kernel_access_.end()) return {};
+  const codegen::KernelAccess& k = *acc->second;
+  const codegen::UniformInputs in = launch_inputs(s);
+  std::vector<int64_t> rows(s.args.size(), codegen::FusionLaunch::kAnyRow);
+  for (const codegen::ParamAccess& p : k.params) {
+    std::optional<uint32_t> row;
+    bool one = p.param < rows.size();
+    for (const codegen::ArrayAccess& a : p.accesses) {
+      if (!one) break;
+      std::optional<uint32_t> v;
+      if (!a.rows.empty() && a.rows[0] != codegen::ArrayAccess::kNotUniform) {
+        v = codegen::evaluate(k.exprs[a.rows[0]], in);
+      }
+      one = v && (!row || *row == *v);
+      row = v;
+    }
+    if (one && row) rows[p.param] = *row;
+  }
+  return rows;
 }
 
 bool Session::build_fused(std::span<const codegen::FusionRun> runs,
@@ -314,8 +339,10 @@ Result<GraphHandle> Session::recapture(const ReworkPlan& w, FusedGraph* map, boo
   BarrierTracker pending;
   bool first_in_stretch = true;
   ScheduleLaunch unit;  // the accesses of the launch being assembled (a run's union)
+  size_t barriers = 0;  // dependent launches: what a replay waits for (VKAD_GRAPH_TRACE)
   auto emit = [&](KernelHandle k, std::span<const Arg> a) {
     const bool barrier = pending.next(unit);
+    barriers += barrier || first_in_stretch || !schedule_graph_launches_;
     unit = ScheduleLaunch{};
     if (schedule_graph_launches_ && !first_in_stretch && !barrier) {
       *relaxed = true;
@@ -356,6 +383,10 @@ Result<GraphHandle> Session::recapture(const ReworkPlan& w, FusedGraph* map, boo
   if (!st.ok()) {
     if (fused.ok()) (void)rt_->release_graph(*fused);
     return st;
+  }
+  if (std::getenv("VKAD_GRAPH_TRACE") != nullptr) {
+    std::fprintf(stderr, "vkad graph '%s': %u launches, %zu after a barrier\n",
+                 capture_name_.c_str(), made, barriers);
   }
   return fused;
 }
@@ -468,8 +499,15 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
   std::vector<uint32_t> roll_index;
   std::vector<bool> rolled;
   const bool any_rolled = roll(captured, &rolled_steps, &roll_index, &rolled);
-  const std::vector<CapturedStep>& cap = any_rolled ? rolled_steps : captured;
+  const std::vector<CapturedStep>& rolled_cap = any_rolled ? rolled_steps : captured;
   clock.mark("roll");
+  // Gathers of an earlier launch's element-wise output compute it themselves (above the
+  // scheduling, which then need not order them after that launch).
+  std::vector<CapturedStep> recomputed_steps;
+  std::vector<size_t> recompute_pins;
+  const bool any_recomputed = recompute(rolled_cap, &recomputed_steps, &recompute_pins);
+  const std::vector<CapturedStep>& cap = any_recomputed ? recomputed_steps : rolled_cap;
+  clock.mark("recompute");
   // What each launch touches, and what fusion needs of it, in capture order. Where the device
   // caps loop passes per invocation (lavapipe), a fused kernel's passes are its members' sum:
   // an update that raises a member's trip count could then be refused where the launches
@@ -483,6 +521,7 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
     fusion.push_back(fusion_launch(*s, loops_capped));
     sched.back().shape = fusion_shape(fusion.back());
   }
+  for (size_t l : recompute_pins) pinned[l].assign(pinned[l].size(), true);
   // Scheduling first (api/graph_schedule.h): `w.order[i]` is the launch that runs i-th;
   // fusion then merges runs of that order.
   ReworkPlan w;
@@ -495,8 +534,9 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
     w.launches.push_back(fusion[o]);
   }
   clock.mark("schedule");
-  w.runs =
-      fusion_runs(w.steps, w.launches, fuse_graph_launches_, kMaxFusedArrays, kMaxFusedLaunches);
+  bool rows_used = false;  // a fusion rests on rows that scalar arguments decide
+  w.runs = fusion_runs(w.steps, w.launches, fuse_graph_launches_, kMaxFusedArrays,
+                       kMaxFusedLaunches, &rows_used);
   clock.mark("fusion runs");
   bool any_fused = false;
   for (const codegen::FusionRun& r : w.runs) any_fused = any_fused || r.count > 1;
@@ -521,8 +561,10 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
   map.name = capture_name_.empty() ? "graph" : capture_name_;
   describe_launches(captured, &map);
   if (any_rolled) unroll_numbering(roll_index, rolled, &map, &pinned);
-  keep_for_updates(graph, reordered || relaxed || any_rolled, std::move(pinned), &map);
+  keep_for_updates(graph, reordered || relaxed || any_rolled || any_recomputed || rows_used,
+                   std::move(pinned), &map);
   rolled_launches_ += static_cast<uint64_t>(std::count(rolled.begin(), rolled.end(), true));
+  recomputed_launches_ += recompute_pins.size() / 2;  // a (consumer, producer) pair each
   fused_graphs_.emplace(fused->id, std::move(map));
   return *fused;
 }

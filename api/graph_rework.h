@@ -113,9 +113,11 @@ std::vector<uint32_t> scheduled_order(std::span<const CapturedStep> steps,
 
 // The runs of `launches` (in the order they run; `steps` their steps) that fuse, each stretch
 // on its own (codegen::fusion_groups); every launch a run of its own when `fuse` is false.
+// `rows_used` as fusion_groups sets it.
 std::vector<codegen::FusionRun> fusion_runs(std::span<const CapturedStep> steps,
                                             std::span<const codegen::FusionLaunch> launches,
-                                            bool fuse, uint32_t max_arrays, uint32_t max_launches);
+                                            bool fuse, uint32_t max_arrays, uint32_t max_launches,
+                                            bool* rows_used = nullptr);
 
 // Whether scheduling leaves out a barrier somewhere in `steps` (launches in run order).
 bool any_barrier_relaxed(std::span<const CapturedStep> steps,

@@ -62,6 +62,8 @@ Result<std::unique_ptr<Session>> Session::create(const runtime::RuntimeOptions& 
   s->fuse_graph_launches_ = fusion == nullptr || std::string(fusion) != "0";
   const char* schedule = std::getenv("VKAD_GRAPH_SCHEDULE");  // the same, for scheduling
   s->schedule_graph_launches_ = schedule == nullptr || std::string(schedule) != "0";
+  const char* recompute = std::getenv("VKAD_GRAPH_RECOMPUTE");  // and for gather recompute
+  s->recompute_graph_gathers_ = recompute == nullptr || std::string(recompute) != "0";
   // The same for resident step loops; a number sets the largest range rolled.
   if (const char* resident = std::getenv("VKAD_GRAPH_RESIDENT")) {
     s->resident_max_range_ = static_cast<uint32_t>(std::strtoul(resident, nullptr, 10));
@@ -85,7 +87,9 @@ Result<KernelHandle> Session::compile(const codegen::Kernel& kernel) {
 Result<KernelHandle> Session::register_ir(const codegen::Kernel& kernel,
                                           const runtime::CompiledKernel& ck) {
   VKAD_ASSIGN_OR_RETURN(KernelHandle h, rt_->register_kernel(ck));
-  if (codegen::fusible(kernel)) ir_[h.id] = std::make_shared<const codegen::Kernel>(kernel);
+  auto ir = std::make_shared<const codegen::Kernel>(kernel);
+  if (codegen::fusible(kernel)) ir_[h.id] = ir;
+  any_ir_[h.id] = std::move(ir);
   kernel_access_[h.id] =
       std::make_shared<const codegen::KernelAccess>(codegen::kernel_access(kernel));
   if (ck.has_adstacks()) adstack_kernels_.insert(h.id);
@@ -146,6 +150,9 @@ Result<Differentiated> Session::differentiate(std::string_view ir_text) {
 Status Session::release(KernelHandle kernel) {
   VKAD_TRY(rt_->unregister_kernel(kernel));
   ir_.erase(kernel.id);
+  any_ir_.erase(kernel.id);
+  producer_ok_.erase(kernel.id);
+  index_exprs_.erase(kernel.id);
   kernel_access_.erase(kernel.id);
   adstack_kernels_.erase(kernel.id);
   forward_ir_.erase(kernel.id);
@@ -153,6 +160,8 @@ Status Session::release(KernelHandle kernel) {
   if (c != clearing_.end()) {
     (void)rt_->unregister_kernel(c->second);
     ir_.erase(c->second.id);
+    any_ir_.erase(c->second.id);
+    producer_ok_.erase(c->second.id);
     kernel_access_.erase(c->second.id);
     adstack_kernels_.erase(c->second.id);
     clearing_.erase(c);
@@ -332,6 +341,7 @@ Result<SessionStats> Session::stats() const {
   s.disk_cache_rebuilt = disk.rebuilt;
   s.pipeline_cache_loaded = r.pipeline_cache_loaded;
   s.rolled_launches = rolled_launches_;
+  s.recomputed_launches = recomputed_launches_;
   return s;
 }
 

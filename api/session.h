@@ -34,6 +34,7 @@
 #include "api/graph_rework.h"
 #include "api/graph_schedule.h"
 #include "autodiff/adjoint_plan.h"
+#include "ir/gather_recompute.h"
 #include "ir/ir.h"
 #include "ir/launch_access.h"
 #include "ir/target.h"
@@ -115,6 +116,9 @@ struct SessionStats {
   // Captured launches that graphs captured so far run inside resident kernels (README,
   // "Resident step loops").
   uint64_t rolled_launches = 0;
+  // Captured launches that graphs captured so far run rewritten to compute what they gather
+  // from an earlier launch (README, "Gather recompute").
+  uint64_t recomputed_launches = 0;
 };
 
 // One differentiated parameter: forward parameter `param` (an ndarray marked grad) has its
@@ -294,6 +298,27 @@ class Session {
   };
   static std::vector<bool> scalar_params(std::span<const Arg> args);
   Result<GraphHandle> fuse(GraphHandle graph, const std::vector<CapturedStep>& steps);
+  // Gather recompute (api/graph_recompute.cpp, ir/gather_recompute.h): `captured` with every
+  // launch that gathers an earlier launch's element-wise output rewritten to compute it;
+  // `launches` gets the launch numbers whose arguments a rewritten launch carries. False when
+  // none was rewritten.
+  bool recompute(const std::vector<CapturedStep>& captured, std::vector<CapturedStep>* out,
+                 std::vector<size_t>* launches);
+  std::optional<CapturedStep> recompute_step(
+      std::span<const CapturedStep> steps, size_t consumer,
+      std::span<const std::vector<uint64_t>> zeros_before,
+      const std::unordered_map<uint64_t, size_t>& first_write, size_t* producer_step);
+  std::optional<codegen::GatherLaunch> gather_launch(const CapturedStep& s, bool producer) const;
+  std::vector<std::vector<uint64_t>> zero_outputs(std::span<const CapturedStep> steps) const;
+  bool recompute_producer_ok(uint64_t kernel_id);
+  static std::string recompute_key(uint64_t c_id, const codegen::GatherLaunch& c, uint64_t p_id,
+                                   const codegen::GatherLaunch& p, std::span<const uint64_t> zeros);
+  Result<KernelHandle> recomputed_kernel(const codegen::Kernel& k);
+  // A launch's scalar arguments and array extents, for evaluating launch-uniform indices.
+  codegen::UniformInputs launch_inputs(const CapturedStep& s) const;
+  // Per parameter of a launch, the one first-axis row all its accesses touch
+  // (codegen::FusionLaunch::rows).
+  std::vector<int64_t> launch_rows(const CapturedStep& s) const;
   // Step loops of small launches in `captured` rolled into resident kernels: false when none
   // is. Else `out` gets the steps with each loop as one launch, and per captured launch
   // `launch_index` its launch in `out` and `rolled` whether it was rolled.
@@ -348,13 +373,30 @@ class Session {
   bool fuse_graph_launches_ = true;
   bool schedule_graph_launches_ = true;
   uint32_t resident_max_range_ = 256;
-  uint64_t rolled_launches_ = 0;  // SessionStats::rolled_launches
+  uint64_t rolled_launches_ = 0;      // SessionStats::rolled_launches
+  uint64_t recomputed_launches_ = 0;  // SessionStats::recomputed_launches
   // kernel_access() of every kernel compiled here, by handle id (what scheduling reads).
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::KernelAccess>> kernel_access_;
   // Kernels with adstacks, by handle id: their launches may share the runtime's heaps.
   std::unordered_set<uint64_t> adstack_kernels_;
-  // The IR of every kernel compiled here, by handle id (what fusion merges).
+  // The IR of every fusible kernel compiled here, by handle id (what fusion merges).
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::Kernel>> ir_;
+  // The IR of every kernel compiled here (what gather recompute reads), and which may be a
+  // recompute producer.
+  std::unordered_map<uint64_t, std::shared_ptr<const codegen::Kernel>> any_ir_;
+  std::unordered_map<uint64_t, bool> producer_ok_;
+  std::unordered_map<std::string, KernelHandle> recomputed_kernels_;  // by printed IR
+  // Per kernel, the launch-uniform values it indexes arrays with (ir/launch_access.h).
+  mutable std::unordered_map<uint64_t,
+                             std::vector<std::pair<codegen::ValueId, codegen::UniformExpr>>>
+      index_exprs_;
+  // recompute_key -> the rewritten kernel and its added arguments (kernel id 0: none).
+  struct RecomputeAnswer {
+    KernelHandle kernel;
+    std::vector<uint32_t> producer_param;
+  };
+  std::unordered_map<std::string, RecomputeAnswer> recompute_answers_;
+  bool recompute_graph_gathers_ = true;
   // launch_access() of every differentiated forward kernel, by handle id.
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::KernelAccess>> access_;
   std::optional<std::vector<CapturedStep>> capture_;  // open capture, as Session saw it

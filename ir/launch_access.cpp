@@ -274,6 +274,45 @@ std::unordered_set<ValueId> launch_uniform_values(const Kernel& k) {
   return UniformPool(k).values();
 }
 
+namespace {
+
+void index_values(const Block& b, std::vector<ValueId>& out) {
+  for (const Stmt& s : b.stmts) {
+    if (op_info(s.op).family == OpFamily::kArray) {
+      const size_t axes = s.args.size() - (s.op == Op::kLoad ? 0 : 1);
+      out.insert(out.end(), s.args.begin(), s.args.begin() + static_cast<std::ptrdiff_t>(axes));
+    }
+    for (const Block& c : s.blocks) index_values(c, out);
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<ValueId, UniformExpr>> uniform_index_exprs(const Kernel& k) {
+  std::vector<ValueId> values;
+  for (const Task& t : k.tasks) index_values(t.body, values);
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  const UniformPool pool(k);
+  std::vector<std::pair<ValueId, UniformExpr>> out;
+  for (ValueId v : values) {
+    const uint32_t n = pool.node_of(v);
+    if (n != UINT32_MAX) out.emplace_back(v, pool.extract(n));
+  }
+  return out;
+}
+
+std::unordered_map<ValueId, uint32_t> launch_uniform_words(const Kernel& k,
+                                                           const UniformInputs& in) {
+  const UniformPool pool(k);
+  std::unordered_map<ValueId, uint32_t> out;
+  for (ValueId v : pool.values()) {
+    std::optional<uint32_t> w = evaluate(pool.extract(pool.node_of(v)), in);
+    if (w) out.emplace(v, *w);
+  }
+  return out;
+}
+
 KernelAccess kernel_access(const Kernel& k) {
   KernelAccess out;
   out.kernel = k.name;

@@ -25,7 +25,9 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "ir/ir.h"
@@ -95,5 +97,14 @@ KernelAccess kernel_access(const Kernel& k);
 // The values of `k` that are launch-uniform (the set above: what an index may be built from
 // to count as a launch-uniform row). `k` must verify. Pure.
 std::unordered_set<ValueId> launch_uniform_values(const Kernel& k);
+
+// The launch-uniform values `k` uses as array indices, with their expressions, by value id.
+// `k` must verify. Pure.
+std::vector<std::pair<ValueId, UniformExpr>> uniform_index_exprs(const Kernel& k);
+
+// The launch-uniform values of `k` evaluated for one launch (each as evaluate() gives it);
+// those whose extents `in` does not know are left out. `k` must verify. Pure.
+std::unordered_map<ValueId, uint32_t> launch_uniform_words(const Kernel& k,
+                                                           const UniformInputs& in);
 
 }  // namespace vkad::codegen

@@ -95,7 +95,8 @@ void remap_size(SizeExpr& e, const std::vector<uint32_t>& pm) {
   for (SizeExpr& o : e.operands) remap_size(o, pm);
 }
 
-// Per array: which members touch it and whether every touch is pointwise.
+// Per array: which members touch it and whether every touch is pointwise, or at known rows
+// that no two members share.
 struct ArrayUse {
   uint32_t members = 0;
   size_t last_member = SIZE_MAX;
@@ -103,7 +104,24 @@ struct ArrayUse {
   int axis = -1;  // the axis every member owns along (pointwise)
   DType dtype = DType::kF32;
   uint32_t rank = 0;
+  bool rows_disjoint = true;
+  std::vector<std::pair<size_t, int64_t>> rows;  // (member, row) of every touch
+  bool safe() const { return !written || members < 2 || pointwise || rows_disjoint; }
+  bool by_rows() const { return written && members > 1 && !pointwise && rows_disjoint; }
 };
+
+// Notes that member `m` touches the array at `row`: another member at the same row, or an
+// unknown row, ends what rows can prove.
+void note_row(ArrayUse& a, size_t m, int64_t row) {
+  if (row == FusionLaunch::kAnyRow) {
+    a.rows_disjoint = false;
+    return;
+  }
+  for (const auto& [member, r] : a.rows) {
+    if (member != m && r == row) a.rows_disjoint = false;
+  }
+  a.rows.emplace_back(m, row);
+}
 
 // Adds member `m` (launch `l`, its kernel's summary `sum`) to the run's array table; false when
 // that makes an array unsafe (written by one member and touched by another other than
@@ -130,7 +148,10 @@ bool admit_member(const FusionLaunch& l, size_t m, const Summary& sum,
     }
     a.written = a.written || u.written;
     a.pointwise = a.pointwise && u.pointwise && a.axis == u.axis;
-    if (a.written && a.members > 1 && !a.pointwise) return false;
+    if (u.read || u.written) {
+      note_row(a, m, l.rows.empty() || a.rank < 2 ? FusionLaunch::kAnyRow : l.rows[p]);
+    }
+    if (!a.safe()) return false;
   }
   return true;
 }
@@ -140,7 +161,7 @@ bool admit_member(const FusionLaunch& l, size_t m, const Summary& sum,
 bool fusible(const Kernel& k) { return summarize(k).ok; }
 
 std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uint32_t max_arrays,
-                                     uint32_t max_launches) {
+                                     uint32_t max_launches, bool* rows_used) {
   std::vector<FusionRun> runs;
   // One summary per kernel (a step loop launches a few kernels thousands of times).
   std::unordered_map<const Kernel*, Summary> by_kernel;
@@ -175,6 +196,9 @@ std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uin
           ++run.count;
         }
       }
+    }
+    if (run.count > 1 && rows_used) {
+      for (const auto& [id, a] : arrays) *rows_used = *rows_used || a.by_rows();
     }
     runs.push_back(run);
     i += run.count;

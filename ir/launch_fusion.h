@@ -40,9 +40,16 @@ namespace vkad::codegen {
 // nonzero number equal exactly for equal arrays; 0 for scalar parameters), and the launch's
 // evaluated task range.
 struct FusionLaunch {
+  static constexpr int64_t kAnyRow = INT64_MIN;
   const Kernel* kernel = nullptr;
   std::vector<uint64_t> arrays;
   int64_t begin = 0, end = 0;
+  // Per parameter: the one row (first axis, a launch-uniform index evaluated for this launch)
+  // that every access of the parameter touches, kAnyRow where it is not one known row. Empty:
+  // no rows known. Members touching a shared written array at known, different rows are
+  // disjoint there however they index the other axes (a step's gather of row f beside the
+  // next step's scatter into row f + 1).
+  std::vector<int64_t> rows;
 };
 
 // Whether `k` may take part in a fusion at all (see the file comment).
@@ -50,13 +57,17 @@ bool fusible(const Kernel& k);
 
 // Splits `launches` into runs of consecutive launches, [first, first + count) each, in order
 // and covering all; a run of two or more may be fused. A run stops before a launch that is
-// not fusible, has another range or workgroup size, would make an access unsafe, or would take
-// the fused kernel past `max_arrays` distinct arrays or `max_launches` members.
+// not fusible, has another range or workgroup size, would make an access unsafe (an array
+// written by one member and touched by another, neither pointwise along one axis nor at known
+// different rows), or would take the fused kernel past `max_arrays` distinct arrays or
+// `max_launches` members.
 struct FusionRun {
   size_t first = 0, count = 0;
 };
+// `rows_used`, when given, is set when some run of two or more is only safe because of rows:
+// its launches' scalar arguments must then not change without the graph as captured.
 std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uint32_t max_arrays,
-                                     uint32_t max_launches);
+                                     uint32_t max_launches, bool* rows_used = nullptr);
 
 // The fused kernel of a run (every member fusible; fusion_groups' conditions hold). Its
 // parameters: one per distinct array (in order of first use; name "l<member>_<param>"), one per

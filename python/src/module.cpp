@@ -1221,6 +1221,7 @@ struct Session {
     d["kernels_compiled"] = s.kernels_compiled;
     d["compile_cache_hits"] = s.compile_cache_hits;
     d["rolled_launches"] = s.rolled_launches;
+    d["recomputed_launches"] = s.recomputed_launches;
     d["memory_block_bytes"] = s.memory_block_bytes;
     d["memory_used_bytes"] = s.memory_used_bytes;
     d["adstack_heap_bytes"] = s.adstack_heap_bytes;

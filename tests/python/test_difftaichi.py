@@ -167,7 +167,11 @@ def test_diffmpm_replayed_iteration_equals_a_launched_one(session):
     # that differs by 1e-3 relative moves a weight by ~1e-7 (atol 1e-6).
     sims = [diffmpm.DiffMPM(session, steps=MPM_STEPS, n_grid=MPM_GRID, graph=g)
             for g in (True, False)]
+    recomputed = session.stats()["recomputed_launches"]
     losses = [[sim.iteration() for _ in range(3)] for sim in sims]
+    # Gather recompute rewrote the graph (README, "Gather recompute"): per step g2p computes
+    # the grid_op cells it reads, and the adjoint of p2g those of grid_op's adjoint.
+    assert session.stats()["recomputed_launches"] - recomputed >= 2 * (MPM_STEPS - 1)
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
     grads = [sim.gradients() for sim in sims]
     w = [sim.weights() for sim in sims]

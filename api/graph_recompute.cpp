@@ -1,0 +1,304 @@
+// Gather recompute at end_capture (session.h "Gather recompute", ir/gather_recompute.h): a
+// launch that gathers an earlier launch's element-wise output computes it itself, so
+// scheduling no longer makes it wait for that launch.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "adstack/size_expr.h"
+#include "api/graph_rework.h"
+#include "api/session.h"
+#include "ir/gather_recompute.h"
+#include "ir/text.h"
+#include "runtime/runtime.h"
+
+namespace vkad {
+
+namespace {
+
+using Kind = codegen::ArrayAccess::Kind;
+
+// Whether `k` (its access summary) writes array `id` of a launch with `args`.
+bool writes(const codegen::KernelAccess& k, std::span<const Arg> args, uint64_t id) {
+  for (const codegen::ParamAccess& p : k.params) {
+    if (p.param >= args.size() || args[p.param].array.id != id) continue;
+    for (const codegen::ArrayAccess& a : p.accesses) {
+      if (a.kind != Kind::kRead) return true;
+    }
+  }
+  return false;
+}
+
+bool zero_fill(const CapturedStep& s) {
+  return !s.launch && s.value == 0.0 && !std::signbit(s.value);
+}
+
+}  // namespace
+
+codegen::UniformInputs Session::launch_inputs(const CapturedStep& s) const {
+  return codegen::UniformInputs{
+      [&s](uint32_t p) -> int64_t { return p < s.args.size() ? s.args[p].i : 0; },
+      [this, &s](uint32_t p, uint32_t d) -> std::optional<uint32_t> {
+        if (p >= s.args.size() || s.args[p].kind != abi::ParamKind::kNdArray) return std::nullopt;
+        Result<std::vector<uint32_t>> shape = rt_->shape(s.args[p].array);
+        if (!shape.ok() || d >= shape->size()) return std::nullopt;
+        return (*shape)[d];
+      }};
+}
+
+std::optional<codegen::GatherLaunch> Session::gather_launch(const CapturedStep& s,
+                                                            bool producer) const {
+  auto it = any_ir_.find(s.kernel.id);
+  if (it == any_ir_.end() || it->second->params.size() != s.args.size()) return std::nullopt;
+  const codegen::Kernel& k = *it->second;
+  codegen::GatherLaunch g;
+  g.kernel = &k;
+  for (const Arg& a : s.args) {
+    const bool array = a.kind == abi::ParamKind::kNdArray;
+    g.arrays.push_back(array ? a.array.id : 0);
+    Result<std::vector<uint32_t>> shape =
+        array ? rt_->shape(a.array) : Result<std::vector<uint32_t>>(std::vector<uint32_t>{});
+    if (!shape.ok()) return std::nullopt;
+    g.extents.push_back(*shape);
+  }
+  // Only the values used as indices are asked for (ir/gather_recompute.h); their expressions
+  // are found once per kernel.
+  auto [ex, fresh] = index_exprs_.try_emplace(s.kernel.id);
+  if (fresh) ex->second = codegen::uniform_index_exprs(k);
+  const codegen::UniformInputs in = launch_inputs(s);
+  for (const auto& [v, e] : ex->second) {
+    std::optional<uint32_t> w = codegen::evaluate(e, in);
+    if (w) g.uniform.emplace(v, *w);
+  }
+  if (!producer) return g;
+  const codegen::Task& t = k.tasks[0];
+  if (t.dims.empty()) {
+    std::optional<int64_t> b = bound_value(t.begin, s.args, true);
+    std::optional<int64_t> e = bound_value(t.end, s.args, true);
+    if (!b || !e) return std::nullopt;
+    g.ranges.emplace_back(*b, *e);
+    return g;
+  }
+  const adstack::SizeInputs sizes{
+      [&s](uint32_t p) -> int64_t { return p < s.args.size() ? s.args[p].i : 0; },
+      [&g](uint32_t p, uint32_t d) -> int64_t {
+        return p < g.extents.size() && d < g.extents[p].size() ? g.extents[p][d] : -1;
+      }};
+  for (const codegen::TaskDim& d : t.dims) {
+    Result<int64_t> b = adstack::evaluate(d.begin, sizes);
+    Result<int64_t> e = adstack::evaluate(d.end, sizes);
+    if (!b.ok() || !e.ok()) return std::nullopt;
+    g.ranges.emplace_back(*b, *e);
+  }
+  return g;
+}
+
+bool Session::recompute_producer_ok(uint64_t kernel_id) {
+  auto [it, fresh] = producer_ok_.try_emplace(kernel_id, false);
+  if (fresh) {
+    auto k = any_ir_.find(kernel_id);
+    it->second = k != any_ir_.end() && codegen::recompute_producer(*k->second);
+  }
+  return it->second;
+}
+
+std::vector<std::vector<uint64_t>> Session::zero_outputs(
+    std::span<const CapturedStep> steps) const {
+  // Per step, the arrays the launch adds into (atomic_add) at a known row that holds zeros
+  // when it starts: the array's last fill was +0 over the whole array and no launch since
+  // wrote that row, or an unknown one. One pass in step order.
+  struct Since {
+    bool zero = false, any_row = false;
+    std::unordered_set<int64_t> rows;
+  };
+  std::unordered_map<uint64_t, Since> since;  // by array; missing: nothing known
+  std::vector<std::vector<uint64_t>> out(steps.size());
+  std::vector<bool> pin;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const CapturedStep& s = steps[i];
+    if (!s.launch) {
+      if (!s.args.empty()) since[s.args[0].array.id] = Since{zero_fill(s), false, {}};
+      continue;
+    }
+    const ScheduleLaunch l = schedule_launch(s, &pin);
+    if (!l.known) {
+      since.clear();
+      continue;
+    }
+    for (const ScheduleAccess& a : l.accesses) {
+      if (a.kind != Kind::kAccumulate || a.row == ScheduleAccess::kAnyRow) continue;
+      auto it = since.find(a.array);
+      if (it != since.end() && it->second.zero && !it->second.any_row &&
+          !it->second.rows.count(a.row) &&
+          std::find(out[i].begin(), out[i].end(), a.array) == out[i].end()) {
+        out[i].push_back(a.array);
+      }
+    }
+    for (const ScheduleAccess& a : l.accesses) {
+      if (a.kind == Kind::kRead) continue;
+      auto it = since.find(a.array);
+      if (it == since.end()) continue;
+      if (a.row == ScheduleAccess::kAnyRow) {
+        it->second.any_row = true;
+      } else {
+        it->second.rows.insert(a.row);
+      }
+    }
+  }
+  return out;
+}
+
+std::optional<CapturedStep> Session::recompute_step(
+    std::span<const CapturedStep> steps, size_t consumer,
+    std::span<const std::vector<uint64_t>> zeros_before,
+    const std::unordered_map<uint64_t, size_t>& first_write, size_t* producer_step) {
+  const CapturedStep& c = steps[consumer];
+  auto ca = kernel_access_.find(c.kernel.id);
+  if (ca == kernel_access_.end()) return std::nullopt;
+  // The nearest earlier launch that writes something the consumer reads: the producer.
+  size_t producer = consumer;
+  for (size_t i = consumer; i-- > 0 && producer == consumer;) {
+    if (!steps[i].launch) return std::nullopt;  // fills end the search
+    auto pa = kernel_access_.find(steps[i].kernel.id);
+    if (pa == kernel_access_.end()) return std::nullopt;
+    for (const codegen::ParamAccess& p : ca->second->params) {
+      if (p.param < c.args.size() && writes(*pa->second, steps[i].args, c.args[p.param].array.id))
+        producer = i;
+    }
+  }
+  if (producer == consumer || !recompute_producer_ok(steps[producer].kernel.id)) {
+    return std::nullopt;
+  }
+  // A producer whose inputs nothing in the graph writes before it (a controller reading its
+  // weights) can run ahead of the chain anyway: copying it into the consumer would only
+  // lengthen the consumer.
+  bool fed = false;
+  const codegen::KernelAccess& pk = *kernel_access_.at(steps[producer].kernel.id);
+  for (const codegen::ParamAccess& q : pk.params) {
+    if (q.param >= steps[producer].args.size()) continue;
+    const uint64_t id = steps[producer].args[q.param].array.id;
+    if (writes(pk, steps[producer].args, id)) continue;  // its outputs do not feed it
+    auto w = first_write.find(id);
+    fed = fed || (w != first_write.end() && w->second < producer);
+  }
+  if (!fed) return std::nullopt;
+  // Nothing between them may write what the producer reads or writes.
+  const CapturedStep& p = steps[producer];
+  auto pa = kernel_access_.find(p.kernel.id);
+  for (size_t i = producer + 1; i < consumer; ++i) {
+    auto xa = kernel_access_.find(steps[i].kernel.id);
+    if (xa == kernel_access_.end()) return std::nullopt;
+    for (const codegen::ParamAccess& q : pa->second->params) {
+      if (q.param < p.args.size() && writes(*xa->second, steps[i].args, p.args[q.param].array.id))
+        return std::nullopt;
+    }
+  }
+  std::optional<codegen::GatherLaunch> cg = gather_launch(c, false);
+  std::optional<codegen::GatherLaunch> pg = gather_launch(p, true);
+  if (!cg || !pg) return std::nullopt;
+  const std::vector<uint64_t>& zeros = zeros_before[producer];
+  // A step loop asks the same question once per step: the answer depends on the two kernels
+  // and on which arrays, extents, ranges and index values are equal, not on their values.
+  const std::string key = recompute_key(c.kernel.id, *cg, p.kernel.id, *pg, zeros);
+  auto known = recompute_answers_.find(key);
+  if (known == recompute_answers_.end()) {
+    RecomputeAnswer a;
+    std::optional<codegen::Recomputed> r = codegen::recompute_gathers(*cg, *pg, zeros);
+    if (r) {
+      Result<KernelHandle> h = recomputed_kernel(r->kernel);
+      if (h.ok()) a = RecomputeAnswer{*h, std::move(r->producer_param)};
+    }
+    known = recompute_answers_.emplace(key, std::move(a)).first;
+  }
+  if (known->second.kernel.id == 0) return std::nullopt;  // the launch stays as it was
+  CapturedStep out = c;
+  out.kernel = known->second.kernel;
+  *producer_step = producer;
+  for (uint32_t q : known->second.producer_param) out.args.push_back(p.args[q]);
+  return out;
+}
+
+std::string Session::recompute_key(uint64_t c_id, const codegen::GatherLaunch& c, uint64_t p_id,
+                                   const codegen::GatherLaunch& p,
+                                   std::span<const uint64_t> zeros) {
+  // Kernels by handle id (never reused in a session); arrays, index values and extents by
+  // the first place each distinct one appears, so two steps of a loop give one key.
+  std::string key = std::to_string(c_id) + "/" + std::to_string(p_id) + ":";
+  std::unordered_map<uint64_t, size_t> seen;
+  auto number = [&](uint64_t v) {
+    const size_t n = seen.emplace(v, seen.size()).first->second;
+    key += std::to_string(n) + ",";
+  };
+  for (const codegen::GatherLaunch* l : {&c, &p}) {
+    for (uint64_t a : l->arrays) number(a == 0 ? 0 : a + (1ull << 40));
+    key += "|";
+    std::vector<std::pair<codegen::ValueId, uint32_t>> words(l->uniform.begin(), l->uniform.end());
+    std::sort(words.begin(), words.end());
+    for (const auto& [v, w] : words) key += std::to_string(v) + "=", number(w);
+    key += "|";
+    for (const std::vector<uint32_t>& e : l->extents) {
+      for (uint32_t x : e) key += std::to_string(x) + ".";
+      key += ",";
+    }
+    for (const auto& [b, e] : l->ranges) key += std::to_string(b) + "-" + std::to_string(e) + ",";
+    key += "#";
+  }
+  for (uint64_t z : zeros) {
+    auto at = std::find(p.arrays.begin(), p.arrays.end(), z);
+    key += "z" + std::to_string(at - p.arrays.begin());
+  }
+  return key;
+}
+
+Result<KernelHandle> Session::recomputed_kernel(const codegen::Kernel& k) {
+  // Compiled once per printed IR; registered with its IR and access summary, so scheduling
+  // and fusion see it like any kernel of the session.
+  const std::string key = codegen::print(k);
+  auto it = recomputed_kernels_.find(key);
+  if (it != recomputed_kernels_.end()) return it->second;
+  VKAD_ASSIGN_OR_RETURN(std::shared_ptr<const runtime::CompiledKernel> ck,
+                        compile_cache_.compile(k, target_, compile_options_));
+  VKAD_ASSIGN_OR_RETURN(KernelHandle h, register_ir(k, *ck));
+  recomputed_kernels_.emplace(key, h);
+  producer_ok_[h.id] = false;  // copies of copies would grow with every step of a chain
+  return h;
+}
+
+bool Session::recompute(const std::vector<CapturedStep>& captured, std::vector<CapturedStep>* out,
+                        std::vector<size_t>* launches) {
+  if (!recompute_graph_gathers_) return false;
+  *out = captured;
+  std::vector<size_t> launch_of(out->size(), 0);  // step -> launch number
+  size_t launch = 0;
+  for (size_t i = 0; i < out->size(); ++i) launch_of[i] = (*out)[i].launch ? launch++ : launch;
+  const std::vector<std::vector<uint64_t>> zeros = zero_outputs(*out);
+  std::unordered_map<uint64_t, size_t> first_write;  // array -> the first step writing it
+  for (size_t i = 0; i < out->size(); ++i) {
+    const CapturedStep& s = (*out)[i];
+    auto a = s.launch ? kernel_access_.find(s.kernel.id) : kernel_access_.end();
+    if (a == kernel_access_.end()) continue;
+    for (const codegen::ParamAccess& p : a->second->params) {
+      if (p.param < s.args.size() && writes(*a->second, s.args, s.args[p.param].array.id))
+        first_write.emplace(s.args[p.param].array.id, i);
+    }
+  }
+  bool any = false;
+  for (size_t i = 0; i < out->size(); ++i) {
+    if (!(*out)[i].launch) continue;
+    size_t producer = i;
+    std::optional<CapturedStep> r = recompute_step(*out, i, zeros, first_write, &producer);
+    if (!r) continue;
+    (*out)[i] = std::move(*r);
+    // Both launches' arguments are now in the rewritten one: an update of either needs the
+    // graph as captured.
+    launches->push_back(launch_of[i]);
+    launches->push_back(launch_of[producer]);
+    any = true;
+  }
+  return any;
+}
+
+}  // namespace vkad
