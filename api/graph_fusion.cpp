@@ -7,6 +7,7 @@
 // being reworked (a kernel vkad did not compile, a kernel the device refuses) leaves it as it
 // was.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -429,7 +430,34 @@ void Session::keep_for_updates(GraphHandle graph, bool reworked,
   }
 }
 
+namespace {
+
+// Milliseconds per phase of Session::fuse, printed with VKAD_GRAPH_TRACE (what a slow
+// end_capture spends its time on).
+class PhaseClock {
+ public:
+  explicit PhaseClock(bool on) : on_(on), last_(std::chrono::steady_clock::now()) {}
+  void mark(const char* phase) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    line_ += std::string(line_.empty() ? "" : ", ") + phase + " " +
+             std::to_string(std::chrono::duration<double, std::milli>(now - last_).count()) + " ms";
+    last_ = now;
+  }
+  ~PhaseClock() {
+    if (on_ && !line_.empty()) std::fprintf(stderr, "vkad graph rework: %s\n", line_.c_str());
+  }
+
+ private:
+  bool on_;
+  std::chrono::steady_clock::time_point last_;
+  std::string line_;
+};
+
+}  // namespace
+
 Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedStep>& captured) {
+  PhaseClock clock(std::getenv("VKAD_GRAPH_TRACE") != nullptr);
   // Steps recorded through runtime() while Session captured are not in `captured`: the graph
   // is then kept as the runtime captured it.
   Result<size_t> n_steps = rt_->graph_steps(graph);
@@ -441,6 +469,7 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
   std::vector<bool> rolled;
   const bool any_rolled = roll(captured, &rolled_steps, &roll_index, &rolled);
   const std::vector<CapturedStep>& cap = any_rolled ? rolled_steps : captured;
+  clock.mark("roll");
   // What each launch touches, and what fusion needs of it, in capture order. Where the device
   // caps loop passes per invocation (lavapipe), a fused kernel's passes are its members' sum:
   // an update that raises a member's trip count could then be refused where the launches
@@ -465,8 +494,10 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
     w.sched.push_back(sched[o]);
     w.launches.push_back(fusion[o]);
   }
+  clock.mark("schedule");
   w.runs =
       fusion_runs(w.steps, w.launches, fuse_graph_launches_, kMaxFusedArrays, kMaxFusedLaunches);
+  clock.mark("fusion runs");
   bool any_fused = false;
   for (const codegen::FusionRun& r : w.runs) any_fused = any_fused || r.count > 1;
   if (std::getenv("VKAD_GRAPH_TRACE") != nullptr) trace_rework(w);
@@ -482,8 +513,10 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
   const auto zero_fills = zero_fills_before_runs(w.steps, w.launches, w.runs, shape_of);
   w.dropped.assign(w.steps.size(), false);
   if (!build_fused(w.runs, w.launches, zero_fills, &w.planned, &w.dropped)) return graph;
+  clock.mark("fused kernels");
   FusedGraph map;
   Result<GraphHandle> fused = recapture(w, &map, &relaxed);
+  clock.mark("re-capture");
   if (!fused.ok()) return graph;  // the launches as captured
   map.name = capture_name_.empty() ? "graph" : capture_name_;
   describe_launches(captured, &map);

@@ -20,8 +20,9 @@ gradients back: median of iterations 2..N), the first iteration's ms (Taichi's a
 graph capture; vkad compiles when the example is constructed, before it) and the seconds from launching the subprocess to the end of the first iteration (interpreter,
 imports, initialisation, compilation), the loss curve, and the gradient at iteration 0 (its norm,
 and its relative difference from vkad's). Framework kernel caches (Taichi's offline cache, Warp's
-kernel cache) point at a fresh temporary folder per run unless --warm-cache, so the first
-iteration includes compiling; the GPU driver's own caches are not touched.
+kernel cache, vkad's kernel and pipeline caches) point at a fresh temporary folder per run unless
+--warm-cache, so the first iteration includes compiling; the GPU driver's own caches are not
+touched.
 """
 import argparse
 import json
@@ -112,6 +113,8 @@ def child(a) -> dict:
     cache = None if a.warm_cache else tempfile.mkdtemp(prefix=f"difftaichi-{a.child}-")
     try:
         if a.child == "vkad":
+            if cache:  # vkad's kernel and pipeline caches cold too (read when a session opens)
+                os.environ["VKAD_CACHE_DIR"] = cache
             sim, info = _make_vkad(a, a.program)
         elif a.child == "taichi":
             sim, info = _make_taichi(a, a.program, cache)

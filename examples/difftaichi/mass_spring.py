@@ -319,10 +319,13 @@ class MassSpring:
         if not self.graph:
             self.forward_backward()
         elif self._graph is None:
-            self.forward_backward()  # the first iteration makes the tape's gradient arrays ...
-            with self.s.capture("mass_spring iteration") as g:  # ... that the graph binds
+            # The first iteration is captured, then replayed: the tape makes its gradient
+            # arrays during the capture and keeps them for the next backward, so the graph
+            # binds arrays that live on, and no iteration runs launch by launch first.
+            with self.s.capture("mass_spring iteration") as g:
                 self.forward_backward()
             self._graph = g
+            self.s.replay(g)
         else:
             self.s.replay(self._graph)
         loss = float(self.arrays["loss"].numpy()[0])
