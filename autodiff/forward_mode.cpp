@@ -4,6 +4,7 @@
 
 #include "autodiff/derivative_rules.h"
 #include "ir/pass.h"
+#include "ir/rewriter.h"
 #include "ir/verifier.h"
 
 namespace vkad::codegen {
@@ -34,8 +35,7 @@ class ForwardMode : public PartialBuilder {
       Task jt = t;
       jt.body.stmts.clear();
       tan_.clear();
-      out_ = &jt.body;
-      block(t.body);
+      rw_.in(jt.body, [&] { block(t.body); });
       k_.tasks.push_back(std::move(jt));
     }
     VKAD_TRY(verify_output(k_, target,
@@ -45,31 +45,13 @@ class ForwardMode : public PartialBuilder {
     return std::move(k_);
   }
 
+  // PartialBuilder: what the derivative rules emit into the JVP.
   ValueId op(Op o, DType t, std::vector<ValueId> args) override {
-    Stmt s;
-    s.op = o;
-    s.type = t;
-    s.args = std::move(args);
-    return emit(std::move(s));
+    return rw_.op(o, t, std::move(args));
   }
-  ValueId constant(DType t, double v) override {
-    Stmt s;
-    s.op = Op::kConst;
-    s.type = t;
-    if (is_float(t))
-      s.fimm = v;
-    else
-      s.iimm = static_cast<int64_t>(v), s.fimm = v;
-    return emit(std::move(s));
-  }
+  ValueId constant(DType t, double v) override { return rw_.constant(t, v); }
 
  private:
-  ValueId emit(Stmt s) {
-    if (op_info(s.op).has_result) s.result = k_.fresh();
-    ValueId r = s.result;
-    out_->stmts.push_back(std::move(s));
-    return r;
-  }
   ValueId tangent(ValueId v) const {
     auto it = tan_.find(v);
     return it == tan_.end() ? kNoValue : it->second;
@@ -111,16 +93,11 @@ class ForwardMode : public PartialBuilder {
     // The primal statement, with its blocks rebuilt (tangents interleave with the bodies).
     Stmt copy = s;
     for (Block& c : copy.blocks) c.stmts.clear();
-    out_->stmts.push_back(std::move(copy));
-    size_t at = out_->stmts.size() - 1;
+    rw_.insert(std::move(copy));
     if (!s.blocks.empty()) {
-      Block* outer = out_;
+      Stmt& built = rw_.block().stmts.back();  // stable: the loop fills its own blocks
       for (size_t i = 0; i < s.blocks.size(); ++i) {
-        Block built;
-        out_ = &built;
-        block(s.blocks[i]);
-        out_ = outer;
-        out_->stmts[at].blocks[i] = std::move(built);
+        rw_.in(built.blocks[i], [&] { block(s.blocks[i]); });
       }
       return;
     }
@@ -148,11 +125,7 @@ class ForwardMode : public PartialBuilder {
   // A scalar parameter's tangent is its tangent parameter.
   void arg_tangent(const Stmt& s) {
     if (dot_[s.param] == UINT32_MAX) return;
-    Stmt d;
-    d.op = Op::kArg;
-    d.type = s.type;
-    d.param = dot_[s.param];
-    tan_[s.result] = emit(std::move(d));
+    tan_[s.result] = rw_.arg(s.type, dot_[s.param]);
   }
   // Only float -> float carries a tangent (an integer or bool has none).
   void cast_tangent(const Stmt& s) {
@@ -174,10 +147,7 @@ class ForwardMode : public PartialBuilder {
       case LocalOp::kStoreLocal: {
         ValueId tl = tangent(s.args[0]);
         if (tl == kNoValue) return;
-        Stmt st;
-        st.op = Op::kStoreLocal;
-        st.args = {tl, tangent_or_zero(s.args[1], types_.at(s.args[1]))};
-        emit(std::move(st));
+        rw_.store_local(tl, tangent_or_zero(s.args[1], types_.at(s.args[1])));
         return;
       }
     }
@@ -191,7 +161,7 @@ class ForwardMode : public PartialBuilder {
       case ArrayOp::kLoad: {
         Stmt d = s;
         d.param = dp;
-        tan_[s.result] = emit(std::move(d));
+        tan_[s.result] = rw_.emit(std::move(d));
         return;
       }
       case ArrayOp::kStore:
@@ -201,7 +171,7 @@ class ForwardMode : public PartialBuilder {
         Stmt st = s;
         st.param = dp;
         st.args.back() = d != kNoValue ? d : constant(f_.params[s.param].dtype, 0);
-        emit(std::move(st));
+        rw_.emit(std::move(st));
         return;
       }
       case ArrayOp::kAtomicMax: return;  // integers only: no tangent
@@ -210,10 +180,10 @@ class ForwardMode : public PartialBuilder {
 
   const Kernel& f_;
   Kernel k_;
+  Rewriter rw_{k_};            // writes k_'s tasks
   std::vector<uint32_t> dot_;  // forward param -> its tangent param (UINT32_MAX: none)
   std::unordered_map<ValueId, ValueId> tan_;  // forward value or local -> its tangent
   std::unordered_map<ValueId, DType> types_;
-  Block* out_ = nullptr;
 };
 
 }  // namespace

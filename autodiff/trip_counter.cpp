@@ -49,11 +49,7 @@ class TripRecorder {
 
  private:
   ValueId konst(int64_t v, std::vector<Stmt>& out) {
-    Stmt s = rw_.make(Op::kConst, DType::kI32, {});
-    s.iimm = v;
-    s.fimm = static_cast<double>(v);
-    out.push_back(s);
-    return s.result;
+    return Rewriter::append(out, rw_.make_int(DType::kI32, v));
   }
   // M = max(M, n)
   void raise(ValueId M, ValueId n, std::vector<Stmt>& out) {

@@ -2,9 +2,12 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <unordered_map>
+#include <utility>
 
 #include "ir/launch_fusion.h"
+#include "ir/rewriter.h"
 
 namespace vkad::codegen {
 
@@ -21,36 +24,6 @@ bool residable_block(const Block& b) {
   }
   return true;
 }
-
-// Appends statements to a block and hands out fresh ids.
-struct Writer {
-  Kernel& k;
-  Block* to = nullptr;
-
-  ValueId emit(Op op, DType t, std::vector<ValueId> args) {
-    Stmt s;
-    s.op = op;
-    s.type = t;
-    s.args = std::move(args);
-    s.result = k.fresh();
-    to->stmts.push_back(std::move(s));
-    return to->stmts.back().result;
-  }
-  ValueId i32(int64_t v) {
-    Stmt s;
-    s.op = Op::kConst;
-    s.type = DType::kI32;
-    s.iimm = v;
-    s.result = k.fresh();
-    to->stmts.push_back(std::move(s));
-    return to->stmts.back().result;
-  }
-  void barrier() {
-    Stmt s;
-    s.op = Op::kBarrier;
-    to->stmts.push_back(std::move(s));
-  }
-};
 
 }  // namespace
 
@@ -92,62 +65,56 @@ Status merge_params(std::span<const ResidentMember> period, ResidentKernel& out,
   return {};
 }
 
-// Appends one repetition of one member to `body` (the repetition loop's, `r` its counter):
-// its stepping scalars' values this repetition, then per task a grid-stride pass over its
-// range by the workgroup (`index` the invocation), then a barrier.
-void append_member(Kernel& f, Block& body, ValueId r, ValueId index, uint32_t local_size,
+// The grid-stride walk of [range.first, range.second) by one workgroup of `local_size`
+// invocations (`index` the invocation): element i = begin + index (+ pass * local_size), for
+// each pass in [0, ceil(n / local_size)) (no pass loop when one pass covers the range), runs
+// `element(i)` at the insertion point under `if i < end`. An empty range emits nothing.
+template <typename Element>
+void grid_stride(Rewriter& rw, ValueId index, std::pair<int64_t, int64_t> range,
+                 uint32_t local_size, Element&& element) {
+  const int64_t begin = range.first, end = range.second;
+  const int64_t n = end > begin ? end - begin : 0;
+  const int64_t passes = (n + local_size - 1) / local_size;
+  auto guarded = [&](ValueId pass) {
+    ValueId i = rw.op(Op::kAdd, DType::kI32, {index, rw.i32(begin)});
+    if (pass != kNoValue) {
+      i = rw.op(Op::kAdd, DType::kI32,
+                {i, rw.op(Op::kMul, DType::kI32, {pass, rw.i32(local_size)})});
+    }
+    rw.if_(rw.op(Op::kLt, DType::kBool, {i, rw.i32(end)}), [&](int side) {
+      if (side == 0) element(i);
+    });
+  };
+  if (passes == 1) {
+    guarded(kNoValue);
+  } else if (passes > 1) {
+    const ValueId zero = rw.i32(0);  // before the bound: function arguments are unsequenced
+    rw.for_(zero, rw.i32(passes), std::nullopt, guarded);
+  }
+}
+
+// Appends one repetition of one member at the insertion point (the repetition loop's body, `r`
+// its counter): its stepping scalars' values this repetition, then per task a grid-stride pass
+// over its range by the workgroup (`index` the invocation), then a barrier.
+void append_member(Rewriter& rw, ValueId r, ValueId index, uint32_t local_size,
                    const ResidentMember& mem, const std::vector<uint32_t>& pm) {
   const Kernel& k = *mem.kernel;
-  Writer w{f, &body};
   // This repetition's value of each stepping scalar: first + r * step.
   std::unordered_map<uint32_t, ValueId> stepped;
   for (size_t p = 0; p < k.params.size(); ++p) {
     if (mem.step[p] == 0) continue;
-    Stmt a;
-    a.op = Op::kArg;
-    a.type = DType::kI32;
-    a.param = pm[p];
-    a.result = f.fresh();
-    body.stmts.push_back(a);
-    const ValueId delta = w.emit(Op::kMul, DType::kI32, {r, w.i32(mem.step[p])});
-    stepped[static_cast<uint32_t>(p)] = w.emit(Op::kAdd, DType::kI32, {a.result, delta});
+    const ValueId first = rw.arg(DType::kI32, pm[p]);
+    const ValueId delta = rw.op(Op::kMul, DType::kI32, {r, rw.i32(mem.step[p])});
+    stepped[static_cast<uint32_t>(p)] = rw.op(Op::kAdd, DType::kI32, {first, delta});
   }
   for (size_t ti = 0; ti < k.tasks.size(); ++ti) {
     const Task& kt = k.tasks[ti];
-    const int64_t begin = mem.ranges[ti].first, end = mem.ranges[ti].second;
-    const int64_t n = end > begin ? end - begin : 0;
-    const int64_t passes = (n + local_size - 1) / local_size;
-    MemberCopier c(f, kt.index, pm, &stepped);
-    // Element begin + index (+ pass * local_size), where it is below `end`.
-    auto guarded = [&](Block& into, ValueId pass) {
-      Writer in{f, &into};
-      ValueId i = in.emit(Op::kAdd, DType::kI32, {index, in.i32(begin)});
-      if (pass != kNoValue) {
-        i = in.emit(Op::kAdd, DType::kI32,
-                    {i, in.emit(Op::kMul, DType::kI32, {pass, in.i32(local_size)})});
-      }
-      Stmt branch;
-      branch.op = Op::kIf;
-      branch.type = DType::kBool;
-      branch.args = {in.emit(Op::kLt, DType::kBool, {i, in.i32(end)})};
-      branch.blocks.resize(2);
+    MemberCopier c(rw.kernel(), kt.index, pm, &stepped);
+    grid_stride(rw, index, mem.ranges[ti], local_size, [&](ValueId i) {
       c.new_index = i;
-      c.copy_block(kt.body, branch.blocks[0]);
-      into.stmts.push_back(std::move(branch));
-    };
-    if (passes == 1) {
-      guarded(body, kNoValue);
-    } else if (passes > 1) {
-      Stmt loop;
-      loop.op = Op::kFor;
-      loop.type = DType::kI32;
-      loop.args = {w.i32(0), w.i32(passes)};
-      loop.result = f.fresh();
-      loop.blocks.resize(1);
-      guarded(loop.blocks[0], loop.result);
-      body.stmts.push_back(std::move(loop));
-    }
-    w.barrier();  // what this launch wrote, visible to the next
+      c.copy_block(kt.body, rw.block());
+    });
+    rw.op(Op::kBarrier, DType::kF32, {});  // what this launch wrote, visible to the next
   }
 }
 
@@ -170,18 +137,16 @@ Result<ResidentKernel> roll_launches(std::span<const ResidentMember> period, uin
   t.begin = RangeBound::constant(0);
   t.end = RangeBound::constant(local_size);
   t.index = f.fresh();
-  Writer w{f, &t.body};
+  Rewriter rw(f);
   // The repetitions: a loop with constant bounds (every invocation runs it alike).
-  Stmt rep;
-  rep.op = Op::kFor;
-  rep.type = DType::kI32;
-  rep.args = {w.i32(0), w.i32(reps)};
-  rep.result = f.fresh();
-  rep.blocks.resize(1);
-  for (size_t m = 0; m < period.size(); ++m) {
-    append_member(f, rep.blocks[0], rep.result, t.index, local_size, period[m], out.param_map[m]);
-  }
-  t.body.stmts.push_back(std::move(rep));
+  rw.in(t.body, [&] {
+    const ValueId zero = rw.i32(0);
+    rw.for_(zero, rw.i32(reps), std::nullopt, [&](ValueId r) {
+      for (size_t m = 0; m < period.size(); ++m) {
+        append_member(rw, r, t.index, local_size, period[m], out.param_map[m]);
+      }
+    });
+  });
   f.tasks.push_back(std::move(t));
   return out;
 }

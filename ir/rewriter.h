@@ -15,6 +15,7 @@
 // holds its statement) while it is the insertion point.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -48,6 +49,13 @@ class Rewriter {
       s.iimm = static_cast<int64_t>(v);
       s.fimm = v;
     }
+    return s;
+  }
+  // An integer or bool constant holding `v` exactly (make_const goes through a double).
+  Stmt make_int(DType type, int64_t v) {
+    Stmt s = make(Op::kConst, type);
+    s.iimm = v;
+    s.fimm = static_cast<double>(v);
     return s;
   }
   // `for %i in [b, e) [max_trip(cap)] { }`: i32, one empty body block.
@@ -93,6 +101,13 @@ class Rewriter {
     return insert(make(op, type, std::move(args)));
   }
   ValueId constant(DType type, double v) { return insert(make_const(type, v)); }
+  ValueId i32(int64_t v) { return insert(make_int(DType::kI32, v)); }
+  // The value of scalar parameter `param` (`type`: its dtype).
+  ValueId arg(DType type, uint32_t param) {
+    Stmt s = make(Op::kArg, type);
+    s.param = param;
+    return insert(std::move(s));
+  }
   // A load (`type`: the element's) or a store / atomic_add (args: indices, then the value) of
   // ndarray parameter `param`; a load's value.
   ValueId access(Op op, DType type, uint32_t param, std::vector<ValueId> args) {

@@ -8,6 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
+
+#include "autodiff/forward_mode.h"
+#include "autodiff/reverse_mode.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
 
 namespace vkad::codegen {
 namespace {
@@ -28,10 +34,14 @@ constexpr ValueId kG = 1, kArg0 = 2, kArg1 = 3, kArg2 = 4, kResult = 5;
 
 TEST(DerivativeRules, EveryPartialReadsExactlyTheDeclaredPrimals) {
   int partials = 0;
-  for (int o = 0; o <= static_cast<int>(Op::kStackAccAdj); ++o) {
+  std::set<Op> without_row;
+  for (size_t o = 0; o < kNumOps; ++o) {
     Op op = static_cast<Op>(o);
     const DerivativeRule* rule = derivative_rule(op);
-    if (!rule) continue;
+    if (!rule) {
+      without_row.insert(op);
+      continue;
+    }
     for (int k = 0; k < 3; ++k) {
       const PartialRule& p = rule->partial[k];
       if (!p.emit) continue;
@@ -50,6 +60,40 @@ TEST(DerivativeRules, EveryPartialReadsExactlyTheDeclaredPrimals) {
     }
   }
   EXPECT_GE(partials, 30);
+  // The loop reaches the table's last rows: the adstack ops and the barrier have no row.
+  for (Op op : {Op::kStackAccAdj, Op::kBarrier}) EXPECT_EQ(without_row.count(op), 1u);
+}
+
+// The barrier has no derivative rule (its slot is kNoRule); what each mode does with it:
+// reverse mode refuses it by name (autodiff/adjoint_plan.cpp), forward mode keeps it, with each
+// tangent on the side of the barrier its primal is on (tangent reads before it, writes after).
+TEST(DerivativeRules, TheBarrierHasNoRowReverseModeRefusesItForwardModeKeepsIt) {
+  EXPECT_EQ(derivative_rule(Op::kBarrier), nullptr);
+  Result<Kernel> k = parse(R"(kernel k(x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
+  task main parallel %i in [0, 64) local_size 64 {
+    %v = load x[%i] : f32
+    %s = sin %v : f32
+    barrier
+    store y[%i], %s
+  }
+}
+)");
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  Result<Kernel> adj = make_adjoint(*k);
+  ASSERT_FALSE(adj.ok());
+  EXPECT_EQ(adj.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(adj.status().message().find("statement `barrier`: barrier cannot be differentiated"),
+            std::string::npos)
+      << adj.status().message();
+  Result<Kernel> jvp = make_jvp(*k);
+  ASSERT_TRUE(jvp.ok()) << jvp.status().to_string();
+  EXPECT_TRUE(verify(*jvp).ok());
+  const std::string text = print(*jvp);
+  const size_t barrier = text.find("barrier");
+  ASSERT_NE(barrier, std::string::npos) << text;
+  EXPECT_EQ(text.find("barrier", barrier + 1), std::string::npos) << text;
+  EXPECT_LT(text.find("load x_dot["), barrier) << text;
+  EXPECT_GT(text.find("store y_dot["), barrier) << text;
 }
 
 TEST(DerivativeRules, EveryDifferentiableFloatOpHasARow) {
