@@ -487,6 +487,33 @@ class PhaseClock {
 
 }  // namespace
 
+void Session::plan_order(const std::vector<CapturedStep>& cap, ReworkPlan* w,
+                         std::vector<std::vector<bool>>* pinned) const {
+  // What each launch touches, and what fusion needs of it, in capture order. Where the device
+  // caps loop passes per invocation (lavapipe), a fused kernel's passes are its members' sum:
+  // an update that raises a member's trip count could then be refused where the launches
+  // alone were not, so kernels with loops are left alone there.
+  const bool loops_capped = rt_->caps().max_loop_passes != 0;
+  std::vector<ScheduleLaunch> sched;
+  std::vector<codegen::FusionLaunch> fusion;
+  const std::vector<const CapturedStep*> cap_launches = launches_of(cap);
+  for (const CapturedStep* s : cap_launches) {
+    sched.push_back(schedule_launch(*s, &pinned->emplace_back()));
+    fusion.push_back(fusion_launch(*s, loops_capped));
+    sched.back().shape = fusion_shape(fusion.back());
+  }
+  // Scheduling first (api/graph_schedule.h): `w.order[i]` is the launch that runs i-th;
+  // fusion then merges runs of that order.
+  w->order = scheduled_order(cap, sched, schedule_graph_launches_);
+  size_t li = 0;
+  for (const CapturedStep& s : cap)
+    w->steps.push_back(s.launch ? *cap_launches[w->order[li++]] : s);
+  for (uint32_t o : w->order) {
+    w->sched.push_back(sched[o]);
+    w->launches.push_back(fusion[o]);
+  }
+}
+
 Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedStep>& captured) {
   PhaseClock clock(std::getenv("VKAD_GRAPH_TRACE") != nullptr);
   // Steps recorded through runtime() while Session captured are not in `captured`: the graph
@@ -508,31 +535,10 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
   const bool any_recomputed = recompute(rolled_cap, &recomputed_steps, &recompute_pins);
   const std::vector<CapturedStep>& cap = any_recomputed ? recomputed_steps : rolled_cap;
   clock.mark("recompute");
-  // What each launch touches, and what fusion needs of it, in capture order. Where the device
-  // caps loop passes per invocation (lavapipe), a fused kernel's passes are its members' sum:
-  // an update that raises a member's trip count could then be refused where the launches
-  // alone were not, so kernels with loops are left alone there.
-  const bool loops_capped = rt_->caps().max_loop_passes != 0;
-  std::vector<ScheduleLaunch> sched;
-  std::vector<std::vector<bool>> pinned;
-  std::vector<codegen::FusionLaunch> fusion;
-  for (const CapturedStep* s : launches_of(cap)) {
-    sched.push_back(schedule_launch(*s, &pinned.emplace_back()));
-    fusion.push_back(fusion_launch(*s, loops_capped));
-    sched.back().shape = fusion_shape(fusion.back());
-  }
-  for (size_t l : recompute_pins) pinned[l].assign(pinned[l].size(), true);
-  // Scheduling first (api/graph_schedule.h): `w.order[i]` is the launch that runs i-th;
-  // fusion then merges runs of that order.
   ReworkPlan w;
-  w.order = scheduled_order(cap, sched, schedule_graph_launches_);
-  const std::vector<const CapturedStep*> cap_launches = launches_of(cap);
-  size_t li = 0;
-  for (const CapturedStep& s : cap) w.steps.push_back(s.launch ? *cap_launches[w.order[li++]] : s);
-  for (uint32_t o : w.order) {
-    w.sched.push_back(sched[o]);
-    w.launches.push_back(fusion[o]);
-  }
+  std::vector<std::vector<bool>> pinned;
+  plan_order(cap, &w, &pinned);
+  for (size_t l : recompute_pins) pinned[l].assign(pinned[l].size(), true);
   clock.mark("schedule");
   bool rows_used = false;  // a fusion rests on rows that scalar arguments decide
   w.runs = fusion_runs(w.steps, w.launches, fuse_graph_launches_, kMaxFusedArrays,

@@ -151,16 +151,15 @@ std::vector<std::vector<uint64_t>> Session::zero_outputs(
   return out;
 }
 
-std::optional<CapturedStep> Session::recompute_step(
+std::optional<size_t> Session::recompute_producer(
     std::span<const CapturedStep> steps, size_t consumer,
-    std::span<const std::vector<uint64_t>> zeros_before,
-    const std::unordered_map<uint64_t, size_t>& first_write, size_t* producer_step) {
+    const std::unordered_map<uint64_t, size_t>& first_write) {
   const CapturedStep& c = steps[consumer];
   auto ca = kernel_access_.find(c.kernel.id);
   if (ca == kernel_access_.end()) return std::nullopt;
-  // The nearest earlier launch that writes something the consumer reads: the producer.
-  size_t producer = consumer;
-  for (size_t i = consumer; i-- > 0 && producer == consumer;) {
+  // The nearest earlier launch that writes something the consumer touches.
+  std::optional<size_t> producer;
+  for (size_t i = consumer; i-- > 0 && !producer;) {
     if (!steps[i].launch) return std::nullopt;  // fills end the search
     auto pa = kernel_access_.find(steps[i].kernel.id);
     if (pa == kernel_access_.end()) return std::nullopt;
@@ -169,37 +168,43 @@ std::optional<CapturedStep> Session::recompute_step(
         producer = i;
     }
   }
-  if (producer == consumer || !recompute_producer_ok(steps[producer].kernel.id)) {
-    return std::nullopt;
-  }
+  if (!producer || !recompute_producer_ok(steps[*producer].kernel.id)) return std::nullopt;
   // A producer whose inputs nothing in the graph writes before it (a controller reading its
   // weights) can run ahead of the chain anyway: copying it into the consumer would only
   // lengthen the consumer.
+  const CapturedStep& p = steps[*producer];
+  const codegen::KernelAccess& pk = *kernel_access_.at(p.kernel.id);
   bool fed = false;
-  const codegen::KernelAccess& pk = *kernel_access_.at(steps[producer].kernel.id);
   for (const codegen::ParamAccess& q : pk.params) {
-    if (q.param >= steps[producer].args.size()) continue;
-    const uint64_t id = steps[producer].args[q.param].array.id;
-    if (writes(pk, steps[producer].args, id)) continue;  // its outputs do not feed it
-    auto w = first_write.find(id);
-    fed = fed || (w != first_write.end() && w->second < producer);
+    if (q.param >= p.args.size() || writes(pk, p.args, p.args[q.param].array.id)) continue;
+    auto w = first_write.find(p.args[q.param].array.id);
+    fed = fed || (w != first_write.end() && w->second < *producer);
   }
   if (!fed) return std::nullopt;
   // Nothing between them may write what the producer reads or writes.
-  const CapturedStep& p = steps[producer];
-  auto pa = kernel_access_.find(p.kernel.id);
-  for (size_t i = producer + 1; i < consumer; ++i) {
+  for (size_t i = *producer + 1; i < consumer; ++i) {
     auto xa = kernel_access_.find(steps[i].kernel.id);
     if (xa == kernel_access_.end()) return std::nullopt;
-    for (const codegen::ParamAccess& q : pa->second->params) {
+    for (const codegen::ParamAccess& q : pk.params) {
       if (q.param < p.args.size() && writes(*xa->second, steps[i].args, p.args[q.param].array.id))
         return std::nullopt;
     }
   }
+  return producer;
+}
+
+std::optional<CapturedStep> Session::recompute_step(
+    std::span<const CapturedStep> steps, size_t consumer,
+    std::span<const std::vector<uint64_t>> zeros_before,
+    const std::unordered_map<uint64_t, size_t>& first_write, size_t* producer_step) {
+  std::optional<size_t> producer = recompute_producer(steps, consumer, first_write);
+  if (!producer) return std::nullopt;
+  const CapturedStep& c = steps[consumer];
+  const CapturedStep& p = steps[*producer];
   std::optional<codegen::GatherLaunch> cg = gather_launch(c, false);
   std::optional<codegen::GatherLaunch> pg = gather_launch(p, true);
   if (!cg || !pg) return std::nullopt;
-  const std::vector<uint64_t>& zeros = zeros_before[producer];
+  const std::vector<uint64_t>& zeros = zeros_before[*producer];
   // A step loop asks the same question once per step: the answer depends on the two kernels
   // and on which arrays, extents, ranges and index values are equal, not on their values.
   const std::string key = recompute_key(c.kernel.id, *cg, p.kernel.id, *pg, zeros);
@@ -216,7 +221,7 @@ std::optional<CapturedStep> Session::recompute_step(
   if (known->second.kernel.id == 0) return std::nullopt;  // the launch stays as it was
   CapturedStep out = c;
   out.kernel = known->second.kernel;
-  *producer_step = producer;
+  *producer_step = *producer;
   for (uint32_t q : known->second.producer_param) out.args.push_back(p.args[q]);
   return out;
 }

@@ -308,6 +308,9 @@ class Session {
       std::span<const CapturedStep> steps, size_t consumer,
       std::span<const std::vector<uint64_t>> zeros_before,
       const std::unordered_map<uint64_t, size_t>& first_write, size_t* producer_step);
+  // The producer of `consumer` that recompute may copy into it, if any.
+  std::optional<size_t> recompute_producer(std::span<const CapturedStep> steps, size_t consumer,
+                                           const std::unordered_map<uint64_t, size_t>& first_write);
   std::optional<codegen::GatherLaunch> gather_launch(const CapturedStep& s, bool producer) const;
   std::vector<std::vector<uint64_t>> zero_outputs(std::span<const CapturedStep> steps) const;
   bool recompute_producer_ok(uint64_t kernel_id);
@@ -347,6 +350,10 @@ class Session {
   Result<GraphHandle> recapture(const ReworkPlan& w, FusedGraph* map, bool* relaxed);
   void describe_launches(const std::vector<CapturedStep>& captured, FusedGraph* map) const;
   void trace_rework(const ReworkPlan& w) const;
+  // `cap`'s steps in scheduled order into `w` (steps, order, what each launch touches and what
+  // fusion needs of it); per launch in capture order, the scalars the schedule rests on.
+  void plan_order(const std::vector<CapturedStep>& cap, ReworkPlan* w,
+                  std::vector<std::vector<bool>>* pinned) const;
   // Keeps `graph` (the graph as captured) in `map` where a reworked graph's schedule rests
   // on scalar parameters (`pinned`), else releases it.
   void keep_for_updates(GraphHandle graph, bool reworked, std::vector<std::vector<bool>> pinned,

@@ -156,7 +156,9 @@ TEST_F(GatherRecomputeGraph, AReplayedLoopComputesTheGatheredCellsAndMatchesTheC
   }
   auto graph = s.end_capture();
   ASSERT_TRUE(graph.ok()) << graph.status().to_string();
-  EXPECT_EQ(s.stats()->recomputed_launches - before, kSteps);
+  // Every gather but the first: step 0's grid update reads only what was uploaded, so it runs
+  // ahead of the chain anyway and is not copied (README, "Gather recompute").
+  EXPECT_EQ(s.stats()->recomputed_launches - before, kSteps - 1);
 
   for (int rep = 0; rep < 2; ++rep) {  // the second replay starts from the first one's results
     ASSERT_TRUE(s.upload(*gv, std::span<const float>(gv0)).ok());
