@@ -301,14 +301,38 @@ class Planner {
   // Whether float value `s` carries a derivative: read from a grad ndarray or scalar, or
   // computed from an operand that carries one (a select: from a chosen operand).
   bool value_active(const Stmt& s) const {
-    switch (s.op) {
-      case Op::kLoad:
-      case Op::kArg: return f_.params[s.param].needs_grad;
-      case Op::kLoadLocal: return act(s.args[0]);
-      case Op::kSelect: return act(s.args[1]) || act(s.args[2]);
-      case Op::kConst:
-      case Op::kShape: return false;
-      default: break;  // arithmetic, math, cast (statements without a float result never come)
+    switch (op_info(s.op).family) {
+      case OpFamily::kLeaf:
+        switch (leaf_op(s.op)) {
+          case LeafOp::kArg: return f_.params[s.param].needs_grad;
+          case LeafOp::kConst:
+          case LeafOp::kShape: return false;
+        }
+        return false;
+      case OpFamily::kArray:
+        switch (array_op(s.op)) {
+          case ArrayOp::kLoad: return f_.params[s.param].needs_grad;
+          case ArrayOp::kStore:
+          case ArrayOp::kAtomicAdd:
+          case ArrayOp::kAtomicMax: return false;  // no result: never asked
+        }
+        return false;
+      case OpFamily::kLocal:
+        switch (local_op(s.op)) {
+          case LocalOp::kLoadLocal: return act(s.args[0]);
+          case LocalOp::kAlloca:
+          case LocalOp::kStoreLocal: return false;  // not values: never asked
+        }
+        return false;
+      case OpFamily::kSelect: return act(s.args[1]) || act(s.args[2]);
+      // Arithmetic, math, casts: from any operand (control and adstack statements with a float
+      // result never come).
+      case OpFamily::kUnary:
+      case OpFamily::kBinary:
+      case OpFamily::kCompare:
+      case OpFamily::kCast:
+      case OpFamily::kControl:
+      case OpFamily::kStack: break;
     }
     bool a = false;
     for (ValueId x : s.args) a = a || act(x);

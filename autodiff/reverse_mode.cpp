@@ -141,55 +141,85 @@ class ReverseMode : public PartialBuilder {
   }
 
   void fwd(const Block& b, bool frame, int if_depth = 0) {
-    for (const Stmt& s : b.stmts) {
-      switch (s.op) {
-        case Op::kStore:
-        case Op::kAtomicAdd: break;  // the adjoint writes no primal ndarray
-        case Op::kFor:
-          emit_for(
-              p(s.args[0]), p(s.args[1]),
-              [&](ValueId idx) {
-                map_[s.result] = idx;
-                if (frame) push_checkpoints(s);
-                fwd(s.blocks[0], false);
-              },
-              &s);
-          break;
-        case Op::kWhile:
-          if (frame) rw_.store_local(trips_.at(&s), rw_.constant(DType::kI32, 0));
-          rw_.while_(
-              [&](ValueId idx) {
-                map_[s.result] = idx;
-                fwd(s.blocks[0], false);
-                return p(s.args[0]);
-              },
-              [&](ValueId idx) {
-                map_[s.result] = idx;
-                if (frame) {
-                  push_checkpoints(s);
-                  rw_.store_local(trips_.at(&s), rw_.op(Op::kAdd, DType::kI32,
-                                                        {idx, rw_.constant(DType::kI32, 1)}));
-                }
-                fwd(s.blocks[1], false);
-              });
-          break;
-        case Op::kIf:
-          rw_.if_(p(s.args[0]), [&](int side) { fwd(s.blocks[side], frame, if_depth + 1); });
-          break;
-        case Op::kAlloca:
-          if (frame && if_depth > 0) {  // declared at the frame's top; zeroed here
-            map_[s.result] = hoist_.at(s.result);
-            rw_.store_local(map_[s.result], rw_.constant(s.type, 0));
-            break;
-          }
-          replay(s, frame && if_depth > 0);
-          break;
-        // Replayed as they are (operands mapped): values, local reads and writes, loads.
-        default: replay(s, frame && if_depth > 0); break;
-      }
+    for (const Stmt& s : b.stmts) fwd_stmt(s, frame, if_depth);
+  }
+
+  // One statement of the forward replay, by family (every member listed: a new op is a
+  // compile error here, ir/ops.def).
+  void fwd_stmt(const Stmt& s, bool frame, int if_depth) {
+    switch (op_info(s.op).family) {
+      case OpFamily::kArray:
+        switch (array_op(s.op)) {
+          case ArrayOp::kStore:
+          case ArrayOp::kAtomicAdd: return;  // the adjoint writes no primal ndarray
+          case ArrayOp::kLoad:
+          case ArrayOp::kAtomicMax: replay(s, frame && if_depth > 0); return;
+        }
+        return;
+      case OpFamily::kControl: fwd_control(s, frame, if_depth); return;
+      case OpFamily::kLocal:
+        switch (local_op(s.op)) {
+          case LocalOp::kAlloca:
+            if (frame && if_depth > 0) {  // declared at the frame's top; zeroed here
+              map_[s.result] = hoist_.at(s.result);
+              rw_.store_local(map_[s.result], rw_.constant(s.type, 0));
+              return;
+            }
+            replay(s, frame && if_depth > 0);
+            return;
+          case LocalOp::kLoadLocal:
+          case LocalOp::kStoreLocal: replay(s, frame && if_depth > 0); return;
+        }
+        return;
+      // Replayed as they are (operands mapped).
+      case OpFamily::kLeaf:
+      case OpFamily::kUnary:
+      case OpFamily::kBinary:
+      case OpFamily::kCompare:
+      case OpFamily::kSelect:
+      case OpFamily::kCast:
+      case OpFamily::kStack: replay(s, frame && if_depth > 0); return;
     }
   }
 
+  void fwd_control(const Stmt& s, bool frame, int if_depth) {
+    switch (control_op(s.op)) {
+      case ControlOp::kFor:
+        emit_for(
+            p(s.args[0]), p(s.args[1]),
+            [&](ValueId idx) {
+              map_[s.result] = idx;
+              if (frame) push_checkpoints(s);
+              fwd(s.blocks[0], false);
+            },
+            &s);
+        return;
+      case ControlOp::kWhile:
+        if (frame) rw_.store_local(trips_.at(&s), rw_.constant(DType::kI32, 0));
+        rw_.while_(
+            [&](ValueId idx) {
+              map_[s.result] = idx;
+              fwd(s.blocks[0], false);
+              return p(s.args[0]);
+            },
+            [&](ValueId idx) {
+              map_[s.result] = idx;
+              if (frame) {
+                push_checkpoints(s);
+                rw_.store_local(trips_.at(&s),
+                                rw_.op(Op::kAdd, DType::kI32, {idx, rw_.constant(DType::kI32, 1)}));
+              }
+              fwd(s.blocks[1], false);
+            });
+        return;
+      case ControlOp::kIf:
+        rw_.if_(p(s.args[0]), [&](int side) { fwd(s.blocks[side], frame, if_depth + 1); });
+        return;
+      case ControlOp::kBreak:
+      case ControlOp::kContinue:
+      case ControlOp::kBarrier: replay(s, frame && if_depth > 0); return;
+    }
+  }
   // `s` copied into the replay with its operands mapped; `hoisted`: in a branch of a frame,
   // where a value the reverse sweep reads is also kept in its frame-top local.
   void replay(const Stmt& s, bool hoisted) {
@@ -223,29 +253,57 @@ class ReverseMode : public PartialBuilder {
   // One forward statement's reverse: control flow and memory by their own rules, values by
   // their derivative rule (derivative_rules.h).
   void rev_stmt(const Stmt& s) {
-    switch (s.op) {
-      case Op::kFor: rev_for(s); return;
-      case Op::kWhile: rev_while(s); return;
-      case Op::kIf:
-        // The condition and the side's values are the frame replay's: the same path.
-        rw_.if_(p(s.args[0]), [&](int side) {
-          load_hoisted(s.blocks[side]);
-          rev(s.blocks[side]);
-        });
+    switch (op_info(s.op).family) {
+      case OpFamily::kControl:
+        switch (control_op(s.op)) {
+          case ControlOp::kFor: rev_for(s); return;
+          case ControlOp::kWhile: rev_while(s); return;
+          case ControlOp::kIf:
+            // The condition and the side's values are the frame replay's: the same path.
+            rw_.if_(p(s.args[0]), [&](int side) {
+              load_hoisted(s.blocks[side]);
+              rev(s.blocks[side]);
+            });
+            return;
+          // Jumps and barriers are not in a forward reverse mode accepts (jumps.h lowers the
+          // first, the plan's checks refuse the second): no rule.
+          case ControlOp::kBreak:
+          case ControlOp::kContinue:
+          case ControlOp::kBarrier: rev_value(s); return;
+        }
         return;
-      case Op::kAlloca:
-        if (ladj_.count(s.result)) rw_.store_local(ladj_.at(s.result), rw_.constant(s.type, 0));
+      case OpFamily::kLocal:
+        switch (local_op(s.op)) {
+          case LocalOp::kAlloca:
+            if (ladj_.count(s.result)) rw_.store_local(ladj_.at(s.result), rw_.constant(s.type, 0));
+            return;
+          case LocalOp::kStoreLocal: rev_store_local(s); return;
+          case LocalOp::kLoadLocal: rev_read(s); return;
+        }
         return;
-      case Op::kStoreLocal: rev_store_local(s); return;
-      case Op::kStore:
-      case Op::kAtomicAdd: rev_store(s); return;
-      case Op::kLoad:
-      case Op::kLoadLocal:
-      case Op::kArg: rev_read(s); return;
-      // Values: their derivative rule (none for integer, bool and constant ones). Jumps, adstack
-      // statements, atomic_max and barriers are not in a forward reverse mode accepts (jumps.h
-      // lowers the first, the plan's checks refuse the rest) and have no rule either.
-      default: rev_value(s); return;
+      case OpFamily::kArray:
+        switch (array_op(s.op)) {
+          case ArrayOp::kStore:
+          case ArrayOp::kAtomicAdd: rev_store(s); return;
+          case ArrayOp::kLoad: rev_read(s); return;
+          case ArrayOp::kAtomicMax: rev_value(s); return;  // refused by the plan's checks
+        }
+        return;
+      case OpFamily::kLeaf:
+        switch (leaf_op(s.op)) {
+          case LeafOp::kArg: rev_read(s); return;
+          case LeafOp::kConst:
+          case LeafOp::kShape: rev_value(s); return;  // no rule: nothing to propagate
+        }
+        return;
+      // Values: their derivative rule (none for integer, bool and constant ones); adstack
+      // statements are not in a forward reverse mode accepts and have no rule either.
+      case OpFamily::kUnary:
+      case OpFamily::kBinary:
+      case OpFamily::kCompare:
+      case OpFamily::kSelect:
+      case OpFamily::kCast:
+      case OpFamily::kStack: rev_value(s); return;
     }
   }
 
