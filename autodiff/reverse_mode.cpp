@@ -250,28 +250,31 @@ class ReverseMode : public PartialBuilder {
     for (auto it = b.stmts.rbegin(); it != b.stmts.rend(); ++it) rev_stmt(*it);
   }
 
+  // Control flow's reverse (every member listed).
+  void rev_control(const Stmt& s) {
+    switch (control_op(s.op)) {
+      case ControlOp::kFor: rev_for(s); return;
+      case ControlOp::kWhile: rev_while(s); return;
+      case ControlOp::kIf:
+        // The condition and the side's values are the frame replay's: the same path.
+        rw_.if_(p(s.args[0]), [&](int side) {
+          load_hoisted(s.blocks[side]);
+          rev(s.blocks[side]);
+        });
+        return;
+      // Jumps and barriers are not in a forward reverse mode accepts (jumps.h lowers the
+      // first, the plan's checks refuse the second): no rule.
+      case ControlOp::kBreak:
+      case ControlOp::kContinue:
+      case ControlOp::kBarrier: rev_value(s); return;
+    }
+  }
+
   // One forward statement's reverse: control flow and memory by their own rules, values by
   // their derivative rule (derivative_rules.h).
   void rev_stmt(const Stmt& s) {
     switch (op_info(s.op).family) {
-      case OpFamily::kControl:
-        switch (control_op(s.op)) {
-          case ControlOp::kFor: rev_for(s); return;
-          case ControlOp::kWhile: rev_while(s); return;
-          case ControlOp::kIf:
-            // The condition and the side's values are the frame replay's: the same path.
-            rw_.if_(p(s.args[0]), [&](int side) {
-              load_hoisted(s.blocks[side]);
-              rev(s.blocks[side]);
-            });
-            return;
-          // Jumps and barriers are not in a forward reverse mode accepts (jumps.h lowers the
-          // first, the plan's checks refuse the second): no rule.
-          case ControlOp::kBreak:
-          case ControlOp::kContinue:
-          case ControlOp::kBarrier: rev_value(s); return;
-        }
-        return;
+      case OpFamily::kControl: rev_control(s); return;
       case OpFamily::kLocal:
         switch (local_op(s.op)) {
           case LocalOp::kAlloca:
