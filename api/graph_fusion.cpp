@@ -200,14 +200,7 @@ ScheduleLaunch Session::schedule_launch(const CapturedStep& s, std::vector<bool>
   }
   // Without bounds checks an index past its extent reaches another row: rows tell nothing.
   const bool rows = compile_options_.bounds_checks;
-  const codegen::UniformInputs inputs{
-      [&](uint32_t p) -> int64_t { return p < s.args.size() ? s.args[p].i : 0; },
-      [&](uint32_t p, uint32_t d) -> std::optional<uint32_t> {
-        if (p >= s.args.size() || s.args[p].kind != abi::ParamKind::kNdArray) return std::nullopt;
-        Result<std::vector<uint32_t>> shape = rt_->shape(s.args[p].array);
-        if (!shape.ok() || d >= shape->size()) return std::nullopt;
-        return (*shape)[d];
-      }};
+  const codegen::UniformInputs inputs = launch_inputs(s);
   for (const codegen::ParamAccess& p : k.params) {
     if (p.param >= s.args.size() || s.args[p.param].kind != abi::ParamKind::kNdArray) {
       out.known = false;  // not a launch Session::launch let through

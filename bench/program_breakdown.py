@@ -2,7 +2,8 @@
 
     python bench/program_breakdown.py [--steps 1024] [--grid 128] [--reps 10] [--json F]
 
-Each variant is the diffmpm iteration (examples/difftaichi/diffmpm.py) captured as a graph and
+A companion of bench/diffmpm_profile.py (each forward kernel's graph alone, the adjoints, an
+empty kernel's floor), whose replay timing it reuses. Each variant is the diffmpm iteration (examples/difftaichi/diffmpm.py) captured as a graph and
 replayed: the whole iteration (forward on the tape + backward), the forward alone, and the whole
 iteration with one kernel's launches left out (the results are then wrong; only the time is
 read: a kernel's share is the whole iteration's time minus that variant's). Two floors beside
@@ -14,16 +15,14 @@ issues after the graph's rework.
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "difftaichi"))
 
-import numpy as np  # noqa: E402
 
 import vkad  # noqa: E402
 from diffmpm import SCENES, DiffMPM, Scene  # noqa: E402
+from diffmpm_profile import timed as replay_ms  # noqa: E402
 
 KERNELS = ("compute_actuation", "p2g", "grid_op", "g2p")
 
@@ -47,13 +46,7 @@ def timed(s, body, reps):
     s.replay(g)
     s.synchronize()
     launches = s.stats()["launches"] - n0
-    ms = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        s.replay(g)
-        s.synchronize()
-        ms.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ms), launches
+    return replay_ms(s, g, reps), launches
 
 
 def chain(s, n, width, reps):

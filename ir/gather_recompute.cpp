@@ -12,7 +12,6 @@ namespace vkad::codegen {
 namespace {
 
 bool is_write(Op op) { return op == Op::kStore || op == Op::kAtomicAdd || op == Op::kAtomicMax; }
-bool accesses_array(Op op) { return op_info(op).family == OpFamily::kArray; }
 
 // One axis of an access: the task dimension whose index it is, or a launch-uniform word.
 struct Axis {

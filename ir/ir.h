@@ -264,6 +264,8 @@ struct OpInfo {
   uint8_t blocks;  // how many nested blocks the statement holds
 };
 const OpInfo& op_info(Op op);
+// Whether `op` reads or writes an ndarray (load, store, atomic_add, atomic_max).
+inline bool accesses_array(Op op) { return op_info(op).family == OpFamily::kArray; }
 // Op called `name` in the text form; false if none.
 bool op_from_name(const std::string& name, Op* out);
 

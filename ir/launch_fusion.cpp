@@ -12,9 +12,6 @@ namespace vkad::codegen {
 
 namespace {
 
-bool accesses_array(Op op) {
-  return op == Op::kLoad || op == Op::kStore || op == Op::kAtomicAdd || op == Op::kAtomicMax;
-}
 
 // What one kernel does to each of its ndarray parameters.
 struct ParamUse {

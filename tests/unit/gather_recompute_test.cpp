@@ -132,6 +132,27 @@ GatherLaunch gather_launch(const Kernel& k, int64_t row) {
   return describe(k, {0, 4, 3, 5}, {{}, {kParticles, 2}, {kRows, kN, kN, 2}, {kParticles}}, {row});
 }
 
+// The producer, then the consumer, both at row 1, on `w`: the launches one by one.
+void run_original(const Kernel& grid_op, const Kernel& gather, World& w) {
+  ASSERT_TRUE(
+      codegen::evaluate(grid_op, std::vector<HostArg>{HostArg::of(1), HostArg::of(w.gv),
+                                                      HostArg::of(w.gm), HostArg::of(w.out)})
+          .ok());
+  ASSERT_TRUE(codegen::evaluate(gather, std::vector<HostArg>{HostArg::of(1), HostArg::of(w.cell),
+                                                             HostArg::of(w.out), HostArg::of(w.y)})
+                  .ok());
+}
+
+// The rewritten consumer on `w`: gather's arguments, then the producer's f (row 1), gv and gm,
+// as producer_param says.
+void run_rewritten(const Kernel& k, World& w) {
+  std::vector<HostArg> args = {HostArg::of(1),   HostArg::of(w.cell), HostArg::of(w.out),
+                               HostArg::of(w.y), HostArg::of(1),      HostArg::of(w.gv),
+                               HostArg::of(w.gm)};
+  auto ev = codegen::evaluate(k, args);
+  ASSERT_TRUE(ev.ok()) << ev.status().to_string();
+}
+
 TEST(GatherRecompute, TheRewrittenGatherEqualsProducerThenConsumerWithoutReadingTheOutput) {
   Kernel grid_op = parse(kGridOp), gather = parse(kGather);
   ASSERT_TRUE(codegen::recompute_producer(grid_op));
@@ -146,20 +167,8 @@ TEST(GatherRecompute, TheRewrittenGatherEqualsProducerThenConsumerWithoutReading
       << codegen::print(r->kernel);
 
   World want, got;
-  ASSERT_TRUE(
-      codegen::evaluate(grid_op, std::vector<HostArg>{HostArg::of(1), HostArg::of(want.gv),
-                                                      HostArg::of(want.gm), HostArg::of(want.out)})
-          .ok());
-  ASSERT_TRUE(
-      codegen::evaluate(gather, std::vector<HostArg>{HostArg::of(1), HostArg::of(want.cell),
-                                                     HostArg::of(want.out), HostArg::of(want.y)})
-          .ok());
-  // The rewritten kernel: gather's arguments, then f's row, gv, gm as producer_param says.
-  std::vector<HostArg> args = {HostArg::of(1),     HostArg::of(got.cell), HostArg::of(got.out),
-                               HostArg::of(got.y), HostArg::of(1),        HostArg::of(got.gv),
-                               HostArg::of(got.gm)};
-  auto ev = codegen::evaluate(r->kernel, args);
-  ASSERT_TRUE(ev.ok()) << ev.status().to_string();
+  run_original(grid_op, gather, want);
+  run_rewritten(r->kernel, got);
   for (uint32_t p = 0; p < kParticles; ++p) {
     EXPECT_EQ(got.y.data[p], want.y.data[p]) << "particle " << p;
     EXPECT_LT(std::fabs(got.y.data[p]), 1e5) << "read the garbage output";
@@ -183,18 +192,8 @@ TEST(GatherRecompute, AtomicOutputsCountOnlyWhereKnownZero) {
   ASSERT_TRUE(r.has_value());
   World want, got;
   for (size_t e = 0; e < want.out.size(); ++e) want.out.data[e] = 0;  // the fill before
-  ASSERT_TRUE(
-      codegen::evaluate(grid_op, std::vector<HostArg>{HostArg::of(1), HostArg::of(want.gv),
-                                                      HostArg::of(want.gm), HostArg::of(want.out)})
-          .ok());
-  ASSERT_TRUE(
-      codegen::evaluate(gather, std::vector<HostArg>{HostArg::of(1), HostArg::of(want.cell),
-                                                     HostArg::of(want.out), HostArg::of(want.y)})
-          .ok());
-  std::vector<HostArg> args = {HostArg::of(1),     HostArg::of(got.cell), HostArg::of(got.out),
-                               HostArg::of(got.y), HostArg::of(1),        HostArg::of(got.gv),
-                               HostArg::of(got.gm)};
-  ASSERT_TRUE(codegen::evaluate(r->kernel, args).ok());
+  run_original(grid_op, gather, want);
+  run_rewritten(r->kernel, got);
   for (uint32_t p = 0; p < kParticles; ++p) EXPECT_EQ(got.y.data[p], want.y.data[p]);
 }
 
