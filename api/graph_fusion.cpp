@@ -101,11 +101,15 @@ Result<KernelHandle> Session::merged_kernel(const codegen::Kernel& k) {
   const std::string key = codegen::print(k);
   auto it = fused_kernels_.find(key);
   if (it != fused_kernels_.end()) return it->second;
-  VKAD_ASSIGN_OR_RETURN(std::shared_ptr<const runtime::CompiledKernel> ck,
-                        compile_cache_.compile(k, target_, compile_options_));
-  VKAD_ASSIGN_OR_RETURN(KernelHandle h, rt_->register_kernel(*ck));
-  fused_kernels_.emplace(key, h);
-  return h;
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<std::shared_ptr<const runtime::CompiledKernel>> ck =
+      compile_cache_.compile(k, target_, compile_options_);
+  Result<KernelHandle> h = ck.ok() ? rt_->register_kernel(**ck) : Result<KernelHandle>(ck.status());
+  rework_compile_ms_ +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!h.ok()) return h.status();
+  fused_kernels_.emplace(key, *h);
+  return *h;
 }
 
 std::vector<RollCandidate> Session::roll_candidates(
@@ -232,7 +236,13 @@ codegen::FusionLaunch Session::fusion_launch(const CapturedStep& s, bool loops_c
   for (size_t p = 0; p < s.args.size(); ++p) {
     if (s.args[p].kind == abi::ParamKind::kNdArray) l.arrays[p] = s.args[p].array.id;
   }
-  if (k.tasks.empty() || (loops_capped && has_loops(k.tasks[0].body))) return l;
+  if (k.tasks.empty()) return l;
+  if (loops_capped) {
+    // Once per kernel: a step loop launches the same few kernels thousands of times.
+    auto [loops, fresh] = first_task_loops_.try_emplace(s.kernel.id, false);
+    if (fresh) loops->second = has_loops(k.tasks[0].body);
+    if (loops->second) return l;
+  }
   // The range: constants and extents only (fusible() refuses scalar bounds).
   std::optional<int64_t> b = bound_value(k.tasks[0].begin, s.args, false);
   std::optional<int64_t> e = bound_value(k.tasks[0].end, s.args, false);
@@ -460,12 +470,22 @@ namespace {
 // end_capture spends its time on).
 class PhaseClock {
  public:
-  explicit PhaseClock(bool on) : on_(on), last_(std::chrono::steady_clock::now()) {}
+  // `compile_ms`: the session's running total of compile time, whose growth per phase is
+  // printed beside it.
+  PhaseClock(bool on, const double* compile_ms)
+      : on_(on),
+        compile_ms_(compile_ms),
+        compiled_(*compile_ms),
+        last_(std::chrono::steady_clock::now()) {}
   void mark(const char* phase) {
     if (!on_) return;
     const auto now = std::chrono::steady_clock::now();
     line_ += std::string(line_.empty() ? "" : ", ") + phase + " " +
              std::to_string(std::chrono::duration<double, std::milli>(now - last_).count()) + " ms";
+    if (*compile_ms_ > compiled_) {
+      line_ += " (compiles " + std::to_string(*compile_ms_ - compiled_) + " ms)";
+    }
+    compiled_ = *compile_ms_;
     last_ = now;
   }
   ~PhaseClock() {
@@ -474,6 +494,8 @@ class PhaseClock {
 
  private:
   bool on_;
+  const double* compile_ms_;
+  double compiled_;
   std::chrono::steady_clock::time_point last_;
   std::string line_;
 };
@@ -508,7 +530,7 @@ void Session::plan_order(const std::vector<CapturedStep>& cap, ReworkPlan* w,
 }
 
 Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedStep>& captured) {
-  PhaseClock clock(std::getenv("VKAD_GRAPH_TRACE") != nullptr);
+  PhaseClock clock(std::getenv("VKAD_GRAPH_TRACE") != nullptr, &rework_compile_ms_);
   // Steps recorded through runtime() while Session captured are not in `captured`: the graph
   // is then kept as the runtime captured it.
   Result<size_t> n_steps = rt_->graph_steps(graph);

@@ -314,8 +314,9 @@ class Session {
   std::optional<codegen::GatherLaunch> gather_launch(const CapturedStep& s, bool producer) const;
   std::vector<std::vector<uint64_t>> zero_outputs(std::span<const CapturedStep> steps) const;
   bool recompute_producer_ok(uint64_t kernel_id);
-  static std::string recompute_key(uint64_t c_id, const codegen::GatherLaunch& c, uint64_t p_id,
-                                   const codegen::GatherLaunch& p, std::span<const uint64_t> zeros);
+  static std::vector<uint64_t> recompute_key(uint64_t c_id, const codegen::GatherLaunch& c,
+                                             uint64_t p_id, const codegen::GatherLaunch& p,
+                                             std::span<const uint64_t> zeros);
   Result<KernelHandle> recomputed_kernel(const codegen::Kernel& k);
   // A launch's scalar arguments and array extents, for evaluating launch-uniform indices.
   codegen::UniformInputs launch_inputs(const CapturedStep& s) const;
@@ -392,7 +393,12 @@ class Session {
   // recompute producer.
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::Kernel>> any_ir_;
   std::unordered_map<uint64_t, bool> producer_ok_;
+  // Whether a fusible kernel's first task has loops, by handle id (fusion_launch).
+  mutable std::unordered_map<uint64_t, bool> first_task_loops_;
   std::unordered_map<std::string, KernelHandle> recomputed_kernels_;  // by printed IR
+  // Milliseconds the graph reworks spent compiling and registering kernels (VKAD_GRAPH_TRACE:
+  // what of a slow end_capture is the compiler and the driver's, not the analysis).
+  double rework_compile_ms_ = 0;
   // Per kernel, the launch-uniform values it indexes arrays with (ir/launch_access.h).
   mutable std::unordered_map<uint64_t,
                              std::vector<std::pair<codegen::ValueId, codegen::UniformExpr>>>
@@ -402,7 +408,10 @@ class Session {
     KernelHandle kernel;
     std::vector<uint32_t> producer_param;
   };
-  std::unordered_map<std::string, RecomputeAnswer> recompute_answers_;
+  struct WordsHash {
+    size_t operator()(const std::vector<uint64_t>& w) const noexcept;
+  };
+  std::unordered_map<std::vector<uint64_t>, RecomputeAnswer, WordsHash> recompute_answers_;
   bool recompute_graph_gathers_ = true;
   // launch_access() of every differentiated forward kernel, by handle id.
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::KernelAccess>> access_;

@@ -703,7 +703,8 @@ Arg to_arg(const Kernel& k, const State& st, size_t i, nb::handle v) {
       invalid(where() + ": expected a vkad ndarray, got " + type_name());
     }
     if (a->st.get() != &st) invalid(where() + ": " + a->label() + " belongs to another session");
-    a->check_live(where());
+    // The message only when it is raised: a launch passes ~10 arrays, ~10^4 times an iteration.
+    if (a->free_deferred) a->check_live(where());
     return Arg::ndarray(a->handle);
   }
   if (p.dtype == DType::kF32 || p.dtype == DType::kF64) {

@@ -204,20 +204,29 @@ class Tape:
         if self._checkpoint_every:
             self._checkpointed_backward(grads)
             return
+        plans: Dict[int, tuple] = {}
         for i in range(len(self.launches) - 1, -1, -1):
-            self._adjoint(i, grads, clearing=False)
+            self._adjoint(i, grads, False, plans)
 
-    def _adjoint(self, i: int, grads, clearing: bool) -> None:
+    def _adjoint(self, i: int, grads, clearing: bool, plans: Dict[int, tuple]) -> None:
+        # Per kernel once (`plans`, by id: the recorded launches keep the kernels alive), the
+        # adjoint and the parameters whose gradients it takes: a backward launches ~10^4 of
+        # them, and reading them off the kernel each time was most of its Python time.
         kernel, args = self.launches[i]
-        fwd = self._forward(kernel)
-        adj = self.session._clearing_adjoint(fwd) if clearing else fwd.adjoint
+        plan = plans.get(id(kernel))
+        if plan is None:
+            fwd = self._forward(kernel)
+            adj = self.session._clearing_adjoint(fwd) if clearing else fwd.adjoint
+            plan = plans[id(kernel)] = (adj, [p for p, _ in fwd.gradients])
+        adj, params = plan
         try:
-            self.session.launch(adj, *args, *(grads[args[p].handle] for p, _ in fwd.gradients))
+            self.session.launch(adj, *args, *[grads[args[p].handle] for p in params])
         except Error as e:
             raise type(e)(f"tape.backward: adjoint of launch {i}: {e}") from None
 
     def _checkpointed_backward(self, grads) -> None:
         s, k, n = self.session, self._checkpoint_every, len(self.launches)
+        plans: Dict[int, tuple] = {}
         every: Dict[int, NdArray] = {}
         for seg in self._segment_arrays:
             for a in seg:
@@ -240,7 +249,7 @@ class Tape:
                 kernel, args = self.launches[j]
                 for a in self._written(kernel, args):
                     s.copy(self._copy_slot("launch", j - first, a), a)
-                self._adjoint(j, grads, clearing=True)
+                self._adjoint(j, grads, True, plans)
         for a in every.values():
             s.copy(self._copy_slot("end", 0, a), a)
 

@@ -1,0 +1,89 @@
+"""Where a DiffTaichi port's first training iteration goes (issue 28: the first iteration within
+2x the steady one), phase by phase, against the steady iteration of the same process.
+
+    python bench/first_iteration.py [--program diffmpm|mass_spring] [--iters 5]
+
+Phases of the first iteration, as examples/difftaichi/*.py run it: `record` (the forward on the
+tape and its backward, captured: Python and the session's recording), `end_capture` (the
+graph's rework: rolling, recompute, scheduling, fusion, the fused kernels' compiles, the
+re-capture; VKAD_GRAPH_TRACE=1 prints its own phases), `replay` (the first replay, to the loss
+read back) and `update` (gradients read back, weights written). `construct` is the example's
+constructor (its kernels compiled) before any of them. Point VKAD_CACHE_DIR at an empty folder
+for a cold start.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "difftaichi"))
+
+import vkad  # noqa: E402
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1e3
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--program", default="diffmpm", choices=["diffmpm", "mass_spring"])
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=None, help="the program's own when left out")
+    a = ap.parse_args()
+    out = {"program": a.program}
+    t0 = time.perf_counter()
+    with vkad.Session() as s:
+        out["session_ms"] = _ms(t0)
+        t0 = time.perf_counter()
+        steps = {} if a.steps is None else {"steps": a.steps}
+        if a.program == "diffmpm":
+            from diffmpm import DiffMPM
+            sim = DiffMPM(s, **steps)
+        else:
+            from mass_spring import MassSpring
+            sim = MassSpring(s, **steps)
+        s.synchronize()
+        out["construct_ms"] = _ms(t0)
+        first = time.perf_counter()
+        t0 = time.perf_counter()
+        capture = s.capture(f"{a.program} iteration")
+        g = capture.__enter__()
+        sim.forward_backward()
+        out["record_ms"] = _ms(t0)
+        t0 = time.perf_counter()
+        capture.__exit__(None, None, None)
+        out["end_capture_ms"] = _ms(t0)
+        t0 = time.perf_counter()
+        s.replay(g)
+        loss = float(sim.arrays["loss"].numpy()[0])
+        out["replay_ms"] = _ms(t0)
+        t0 = time.perf_counter()
+        grads = sim.gradients()
+        w = sim.weights()
+        sim.set_weights({p: w[p] - 0.0 * grads[p] for p in sim.PARAMS})
+        out["update_ms"] = _ms(t0)
+        out["grad_norm"] = float(sum((g.astype("float64") ** 2).sum() for g in grads.values()) ** 0.5)
+        out["first_iteration_ms"] = _ms(first)
+        sim._graph = g  # the example's own iteration() replays it from here on
+        steady = []
+        for _ in range(a.iters):
+            t0 = time.perf_counter()
+            sim.iteration()
+            steady.append(_ms(t0))
+        out["steady_ms"] = statistics.median(steady)
+        out["ratio"] = out["first_iteration_ms"] / out["steady_ms"]
+        out["loss"] = loss
+        out["stats"] = {k: v for k, v in s.stats().items()
+                        if k in ("kernels_compiled", "compile_cache_hits", "disk_cache_hits",
+                                 "disk_cache_misses", "pipeline_cache_loaded",
+                                 "recomputed_launches", "rolled_launches")}
+        out["device"] = s.device_name
+    print("FIRST-ITERATION " + json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
