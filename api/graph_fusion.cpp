@@ -90,11 +90,20 @@ std::optional<int64_t> Session::bound_value(const abi::RangeBound& b, std::span<
   };
   auto extent = [&](uint32_t p, uint32_t d) -> std::optional<int64_t> {
     if (p >= args.size() || args[p].kind != abi::ParamKind::kNdArray) return std::nullopt;
-    Result<std::vector<uint32_t>> shape = rt_->shape(args[p].array);
-    if (!shape.ok() || d >= shape->size()) return std::nullopt;
+    const std::vector<uint32_t>* shape = extents_of(args[p].array.id);
+    if (shape == nullptr || d >= shape->size()) return std::nullopt;
     return (*shape)[d];
   };
   return abi::evaluate(b, scalar, extent);
+}
+
+const std::vector<uint32_t>* Session::extents_of(uint64_t array) const {
+  auto [it, fresh] = rework_extents_.try_emplace(array);
+  if (fresh) {
+    Result<std::vector<uint32_t>> shape = rt_->shape(NdArrayHandle{array});
+    if (shape.ok()) it->second = std::move(*shape);
+  }
+  return it->second ? &*it->second : nullptr;
 }
 
 Result<KernelHandle> Session::merged_kernel(const codegen::Kernel& k) {
@@ -314,8 +323,8 @@ bool Session::build_fused(std::span<const codegen::FusionRun> runs,
     }
     // A zero fill whose array the run then overwrites whole is left out of the graph.
     for (uint32_t n : b->second.overwritten) {
-      Result<std::vector<uint32_t>> shape = rt_->shape(NdArrayHandle{ids[n]});
-      if (shape.ok() && shape->size() == 1 && members[0].begin == 0 &&
+      const std::vector<uint32_t>* shape = extents_of(ids[n]);
+      if (shape != nullptr && shape->size() == 1 && members[0].begin == 0 &&
           members[0].end == static_cast<int64_t>((*shape)[0])) {
         (*dropped)[zero_fills[r].at(ids[n])] = true;
       }
@@ -503,7 +512,7 @@ class PhaseClock {
 }  // namespace
 
 void Session::plan_order(const std::vector<CapturedStep>& cap, ReworkPlan* w,
-                         std::vector<std::vector<bool>>* pinned) const {
+                         std::vector<std::vector<bool>>* pinned, ScheduleMemo* memo) const {
   // What each launch touches, and what fusion needs of it, in capture order. Where the device
   // caps loop passes per invocation (lavapipe), a fused kernel's passes are its members' sum:
   // an update that raises a member's trip count could then be refused where the launches
@@ -512,9 +521,16 @@ void Session::plan_order(const std::vector<CapturedStep>& cap, ReworkPlan* w,
   std::vector<ScheduleLaunch> sched;
   std::vector<codegen::FusionLaunch> fusion;
   const std::vector<const CapturedStep*> cap_launches = launches_of(cap);
-  for (const CapturedStep* s : cap_launches) {
-    sched.push_back(schedule_launch(*s, &pinned->emplace_back()));
-    fusion.push_back(fusion_launch(*s, loops_capped));
+  for (size_t i = 0; i < cap.size(); ++i) {
+    if (!cap[i].launch) continue;
+    std::optional<StepSchedule>* known = i < memo->size() ? &(*memo)[i] : nullptr;
+    if (known != nullptr && known->has_value()) {
+      sched.push_back(std::move((*known)->launch));
+      pinned->push_back(std::move((*known)->pinned));
+    } else {
+      sched.push_back(schedule_launch(cap[i], &pinned->emplace_back()));
+    }
+    fusion.push_back(fusion_launch(cap[i], loops_capped));
     sched.back().shape = fusion_shape(fusion.back());
   }
   // Scheduling first (api/graph_schedule.h): `w.order[i]` is the launch that runs i-th;
@@ -530,6 +546,12 @@ void Session::plan_order(const std::vector<CapturedStep>& cap, ReworkPlan* w,
 }
 
 Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedStep>& captured) {
+  // Extents read during this rework only (an array freed later must not be found here).
+  struct ForgetExtents {
+    std::unordered_map<uint64_t, std::optional<std::vector<uint32_t>>>* m;
+    ~ForgetExtents() { m->clear(); }
+  } forget{&rework_extents_};
+  rework_extents_.clear();
   PhaseClock clock(std::getenv("VKAD_GRAPH_TRACE") != nullptr, &rework_compile_ms_);
   // Steps recorded through runtime() while Session captured are not in `captured`: the graph
   // is then kept as the runtime captured it.
@@ -547,12 +569,13 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
   // scheduling, which then need not order them after that launch).
   std::vector<CapturedStep> recomputed_steps;
   std::vector<size_t> recompute_pins;
-  const bool any_recomputed = recompute(rolled_cap, &recomputed_steps, &recompute_pins);
+  ScheduleMemo memo;  // by step of rolled_cap (and of recomputed_steps: the same indices)
+  const bool any_recomputed = recompute(rolled_cap, &recomputed_steps, &recompute_pins, &memo);
   const std::vector<CapturedStep>& cap = any_recomputed ? recomputed_steps : rolled_cap;
   clock.mark("recompute");
   ReworkPlan w;
   std::vector<std::vector<bool>> pinned;
-  plan_order(cap, &w, &pinned);
+  plan_order(cap, &w, &pinned, &memo);
   for (size_t l : recompute_pins) pinned[l].assign(pinned[l].size(), true);
   clock.mark("schedule");
   bool rows_used = false;  // a fusion rests on rows that scalar arguments decide
@@ -567,8 +590,8 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
   if (!any_fused && !reordered && !relaxed && !any_rolled) return graph;
 
   const ShapeOf shape_of = [&](uint64_t id) -> std::optional<std::vector<uint32_t>> {
-    Result<std::vector<uint32_t>> s = rt_->shape(NdArrayHandle{id});
-    if (!s.ok()) return std::nullopt;
+    const std::vector<uint32_t>* s = extents_of(id);
+    if (s == nullptr) return std::nullopt;
     return *s;
   };
   const auto zero_fills = zero_fills_before_runs(w.steps, w.launches, w.runs, shape_of);

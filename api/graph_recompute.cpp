@@ -44,8 +44,8 @@ codegen::UniformInputs Session::launch_inputs(const CapturedStep& s) const {
       [&s](uint32_t p) -> int64_t { return p < s.args.size() ? s.args[p].i : 0; },
       [this, &s](uint32_t p, uint32_t d) -> std::optional<uint32_t> {
         if (p >= s.args.size() || s.args[p].kind != abi::ParamKind::kNdArray) return std::nullopt;
-        Result<std::vector<uint32_t>> shape = rt_->shape(s.args[p].array);
-        if (!shape.ok() || d >= shape->size()) return std::nullopt;
+        const std::vector<uint32_t>* shape = extents_of(s.args[p].array.id);
+        if (shape == nullptr || d >= shape->size()) return std::nullopt;
         return (*shape)[d];
       }};
 }
@@ -57,13 +57,14 @@ std::optional<codegen::GatherLaunch> Session::gather_launch(const CapturedStep& 
   const codegen::Kernel& k = *it->second;
   codegen::GatherLaunch g;
   g.kernel = &k;
+  g.arrays.reserve(s.args.size());
+  g.extents.reserve(s.args.size());
   for (const Arg& a : s.args) {
     const bool array = a.kind == abi::ParamKind::kNdArray;
     g.arrays.push_back(array ? a.array.id : 0);
-    Result<std::vector<uint32_t>> shape =
-        array ? rt_->shape(a.array) : Result<std::vector<uint32_t>>(std::vector<uint32_t>{});
-    if (!shape.ok()) return std::nullopt;
-    g.extents.push_back(*shape);
+    const std::vector<uint32_t>* shape = array ? extents_of(a.array.id) : nullptr;
+    if (array && shape == nullptr) return std::nullopt;
+    g.extents.push_back(array ? *shape : std::vector<uint32_t>{});
   }
   // Only the values used as indices are asked for (ir/gather_recompute.h); their expressions
   // are found once per kernel.
@@ -106,8 +107,8 @@ bool Session::recompute_producer_ok(uint64_t kernel_id) {
   return it->second;
 }
 
-std::vector<std::vector<uint64_t>> Session::zero_outputs(
-    std::span<const CapturedStep> steps) const {
+std::vector<std::vector<uint64_t>> Session::zero_outputs(std::span<const CapturedStep> steps,
+                                                         ScheduleMemo* memo) const {
   // Per step, the arrays the launch adds into (atomic_add) at a known row that holds zeros
   // when it starts: the array's last fill was +0 over the whole array and no launch since
   // wrote that row, or an unknown one. One pass in step order.
@@ -117,14 +118,16 @@ std::vector<std::vector<uint64_t>> Session::zero_outputs(
   };
   std::unordered_map<uint64_t, Since> since;  // by array; missing: nothing known
   std::vector<std::vector<uint64_t>> out(steps.size());
-  std::vector<bool> pin;
+  memo->assign(steps.size(), std::nullopt);
   for (size_t i = 0; i < steps.size(); ++i) {
     const CapturedStep& s = steps[i];
     if (!s.launch) {
       if (!s.args.empty()) since[s.args[0].array.id] = Since{zero_fill(s), false, {}};
       continue;
     }
-    const ScheduleLaunch l = schedule_launch(s, &pin);
+    StepSchedule& m = (*memo)[i].emplace();
+    m.launch = schedule_launch(s, &m.pinned);
+    const ScheduleLaunch& l = m.launch;
     if (!l.known) {
       since.clear();
       continue;
@@ -293,13 +296,13 @@ Result<KernelHandle> Session::recomputed_kernel(const codegen::Kernel& k) {
 }
 
 bool Session::recompute(const std::vector<CapturedStep>& captured, std::vector<CapturedStep>* out,
-                        std::vector<size_t>* launches) {
+                        std::vector<size_t>* launches, ScheduleMemo* memo) {
   if (!recompute_graph_gathers_) return false;
   *out = captured;
   std::vector<size_t> launch_of(out->size(), 0);  // step -> launch number
   size_t launch = 0;
   for (size_t i = 0; i < out->size(); ++i) launch_of[i] = (*out)[i].launch ? launch++ : launch;
-  const std::vector<std::vector<uint64_t>> zeros = zero_outputs(*out);
+  const std::vector<std::vector<uint64_t>> zeros = zero_outputs(*out, memo);
   std::unordered_map<uint64_t, size_t> first_write;  // array -> the first step writing it
   for (size_t i = 0; i < out->size(); ++i) {
     const CapturedStep& s = (*out)[i];
@@ -317,6 +320,7 @@ bool Session::recompute(const std::vector<CapturedStep>& captured, std::vector<C
     std::optional<CapturedStep> r = recompute_step(*out, i, zeros, first_write, &producer);
     if (!r) continue;
     (*out)[i] = std::move(*r);
+    (*memo)[i].reset();  // another kernel now: plan_order asks again
     // Both launches' arguments are now in the rewritten one: an update of either needs the
     // graph as captured.
     launches->push_back(launch_of[i]);

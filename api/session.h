@@ -302,8 +302,15 @@ class Session {
   // launch that gathers an earlier launch's element-wise output rewritten to compute it;
   // `launches` gets the launch numbers whose arguments a rewritten launch carries. False when
   // none was rewritten.
+  // A launch step's schedule_launch answer and pins, by step index: the rework asks for them
+  // twice (zero_outputs, then plan_order), and a step loop has thousands of launches.
+  struct StepSchedule {
+    ScheduleLaunch launch;
+    std::vector<bool> pinned;
+  };
+  using ScheduleMemo = std::vector<std::optional<StepSchedule>>;
   bool recompute(const std::vector<CapturedStep>& captured, std::vector<CapturedStep>* out,
-                 std::vector<size_t>* launches);
+                 std::vector<size_t>* launches, ScheduleMemo* memo);
   std::optional<CapturedStep> recompute_step(
       std::span<const CapturedStep> steps, size_t consumer,
       std::span<const std::vector<uint64_t>> zeros_before,
@@ -312,7 +319,8 @@ class Session {
   std::optional<size_t> recompute_producer(std::span<const CapturedStep> steps, size_t consumer,
                                            const std::unordered_map<uint64_t, size_t>& first_write);
   std::optional<codegen::GatherLaunch> gather_launch(const CapturedStep& s, bool producer) const;
-  std::vector<std::vector<uint64_t>> zero_outputs(std::span<const CapturedStep> steps) const;
+  std::vector<std::vector<uint64_t>> zero_outputs(std::span<const CapturedStep> steps,
+                                                  ScheduleMemo* memo) const;
   bool recompute_producer_ok(uint64_t kernel_id);
   static std::vector<uint64_t> recompute_key(uint64_t c_id, const codegen::GatherLaunch& c,
                                              uint64_t p_id, const codegen::GatherLaunch& p,
@@ -354,7 +362,7 @@ class Session {
   // `cap`'s steps in scheduled order into `w` (steps, order, what each launch touches and what
   // fusion needs of it); per launch in capture order, the scalars the schedule rests on.
   void plan_order(const std::vector<CapturedStep>& cap, ReworkPlan* w,
-                  std::vector<std::vector<bool>>* pinned) const;
+                  std::vector<std::vector<bool>>* pinned, ScheduleMemo* memo) const;
   // Keeps `graph` (the graph as captured) in `map` where a reworked graph's schedule rests
   // on scalar parameters (`pinned`), else releases it.
   void keep_for_updates(GraphHandle graph, bool reworked, std::vector<std::vector<bool>> pinned,
@@ -393,6 +401,11 @@ class Session {
   // recompute producer.
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::Kernel>> any_ir_;
   std::unordered_map<uint64_t, bool> producer_ok_;
+  // An array's extents during a graph rework (Session::fuse asks for each launch's arrays in
+  // several passes: read from the runtime once per array), nullptr for a freed one. Emptied
+  // when a rework starts and ends.
+  const std::vector<uint32_t>* extents_of(uint64_t array) const;
+  mutable std::unordered_map<uint64_t, std::optional<std::vector<uint32_t>>> rework_extents_;
   // Whether a fusible kernel's first task has loops, by handle id (fusion_launch).
   mutable std::unordered_map<uint64_t, bool> first_task_loops_;
   std::unordered_map<std::string, KernelHandle> recomputed_kernels_;  // by printed IR
