@@ -40,9 +40,11 @@ Status Runtime::capture_launch(const std::shared_ptr<const Kernel>& k, std::span
   CapturedLaunch c;
   c.kernel = k;
   c.args.assign(args.begin(), args.end());
-  c.planned = planned_;
-  c.planned.arrays.clear();
-  c.planned.bindings.clear();
+  // What a replay needs of the plan: not the buffers (a replay binds the arrays it is given).
+  c.planned.lp = planned_.lp;
+  c.planned.pipelines = planned_.pipelines;
+  c.planned.specialized = planned_.specialized;
+  c.planned.spec_misses = planned_.spec_misses;
   c.encoded.assign(args_scratch_.begin(), args_scratch_.end());
   if (std::find(g.pipeline_keys.begin(), g.pipeline_keys.end(), k->hash) == g.pipeline_keys.end()) {
     pipelines_.retain(k->hash);

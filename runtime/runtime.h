@@ -450,6 +450,8 @@ class Runtime {
   RuntimeStats stats_;
   std::vector<std::byte> args_scratch_;  // launch: the args encoded before the copy to the device
   // What plan_pipelines finds for one launch (kept as a member: its vectors are reused).
+  // capture_launch keeps every field but `arrays` and `bindings`, one by one: a field added
+  // here is added there too.
   struct PlannedLaunch {
     LaunchPlan lp;
     std::vector<rhi::Buffer*> arrays;    // the ndarray arguments' buffers, in parameter order
