@@ -298,10 +298,6 @@ class Session {
   };
   static std::vector<bool> scalar_params(std::span<const Arg> args);
   Result<GraphHandle> fuse(GraphHandle graph, const std::vector<CapturedStep>& steps);
-  // Gather recompute (api/graph_recompute.cpp, ir/gather_recompute.h): `captured` with every
-  // launch that gathers an earlier launch's element-wise output rewritten to compute it;
-  // `launches` gets the launch numbers whose arguments a rewritten launch carries. False when
-  // none was rewritten.
   // A launch step's schedule_launch answer and pins, by step index: the rework asks for them
   // twice (zero_outputs, then plan_order), and a step loop has thousands of launches.
   struct StepSchedule {
@@ -309,6 +305,11 @@ class Session {
     std::vector<bool> pinned;
   };
   using ScheduleMemo = std::vector<std::optional<StepSchedule>>;
+  // Gather recompute (api/graph_recompute.cpp, ir/gather_recompute.h): `captured` with every
+  // launch that gathers an earlier launch's element-wise output rewritten to compute it;
+  // `launches` gets the launch numbers whose arguments a rewritten launch carries. False when
+  // none was rewritten. `memo` gets every launch step's schedule (empty where a step was
+  // rewritten: its kernel changed), for plan_order; left empty when recompute is off.
   bool recompute(const std::vector<CapturedStep>& captured, std::vector<CapturedStep>* out,
                  std::vector<size_t>* launches, ScheduleMemo* memo);
   std::optional<CapturedStep> recompute_step(
@@ -360,7 +361,9 @@ class Session {
   void describe_launches(const std::vector<CapturedStep>& captured, FusedGraph* map) const;
   void trace_rework(const ReworkPlan& w) const;
   // `cap`'s steps in scheduled order into `w` (steps, order, what each launch touches and what
-  // fusion needs of it); per launch in capture order, the scalars the schedule rests on.
+  // fusion needs of it); per launch in capture order, the scalars the schedule rests on. A
+  // step's entry in `memo` (recompute's), where there is one, is used (moved out) instead of
+  // computing it again.
   void plan_order(const std::vector<CapturedStep>& cap, ReworkPlan* w,
                   std::vector<std::vector<bool>>* pinned, ScheduleMemo* memo) const;
   // Keeps `graph` (the graph as captured) in `map` where a reworked graph's schedule rests
