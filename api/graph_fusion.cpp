@@ -110,15 +110,21 @@ Result<KernelHandle> Session::merged_kernel(const codegen::Kernel& k) {
   const std::string key = codegen::print(k);
   auto it = fused_kernels_.find(key);
   if (it != fused_kernels_.end()) return it->second;
+  VKAD_ASSIGN_OR_RETURN(KernelHandle h, rework_compile(k, /*keep_ir=*/false));
+  fused_kernels_.emplace(key, h);
+  return h;
+}
+
+Result<KernelHandle> Session::rework_compile(const codegen::Kernel& k, bool keep_ir) {
   const auto t0 = std::chrono::steady_clock::now();
   Result<std::shared_ptr<const runtime::CompiledKernel>> ck =
       compile_cache_.compile(k, target_, compile_options_);
-  Result<KernelHandle> h = ck.ok() ? rt_->register_kernel(**ck) : Result<KernelHandle>(ck.status());
+  Result<KernelHandle> h = !ck.ok()  ? Result<KernelHandle>(ck.status())
+                           : keep_ir ? register_ir(k, **ck)
+                                     : rt_->register_kernel(**ck);
   rework_compile_ms_ +=
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (!h.ok()) return h.status();
-  fused_kernels_.emplace(key, *h);
-  return *h;
+  return h;
 }
 
 std::vector<RollCandidate> Session::roll_candidates(

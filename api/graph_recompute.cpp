@@ -2,7 +2,6 @@
 // launch that gathers an earlier launch's element-wise output computes it itself, so
 // scheduling no longer makes it wait for that launch.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -283,16 +282,10 @@ Result<KernelHandle> Session::recomputed_kernel(const codegen::Kernel& k) {
   const std::string key = codegen::print(k);
   auto it = recomputed_kernels_.find(key);
   if (it != recomputed_kernels_.end()) return it->second;
-  const auto t0 = std::chrono::steady_clock::now();
-  Result<std::shared_ptr<const runtime::CompiledKernel>> ck =
-      compile_cache_.compile(k, target_, compile_options_);
-  Result<KernelHandle> h = ck.ok() ? register_ir(k, **ck) : Result<KernelHandle>(ck.status());
-  rework_compile_ms_ +=
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (!h.ok()) return h.status();
-  recomputed_kernels_.emplace(key, *h);
-  producer_ok_[h->id] = false;  // copies of copies would grow with every step of a chain
-  return *h;
+  VKAD_ASSIGN_OR_RETURN(KernelHandle h, rework_compile(k, /*keep_ir=*/true));
+  recomputed_kernels_.emplace(key, h);
+  producer_ok_[h.id] = false;  // copies of copies would grow with every step of a chain
+  return h;
 }
 
 bool Session::recompute(const std::vector<CapturedStep>& captured, std::vector<CapturedStep>* out,

@@ -412,6 +412,10 @@ class Session {
   // Whether a fusible kernel's first task has loops, by handle id (fusion_launch).
   mutable std::unordered_map<uint64_t, bool> first_task_loops_;
   std::unordered_map<std::string, KernelHandle> recomputed_kernels_;  // by printed IR
+  // A kernel a rework made, compiled and registered (with its IR and access summary where
+  // `keep_ir`, so later reworks see it like any kernel of the session), its time added to
+  // rework_compile_ms_.
+  Result<KernelHandle> rework_compile(const codegen::Kernel& k, bool keep_ir);
   // Milliseconds the graph reworks spent compiling and registering kernels (VKAD_GRAPH_TRACE:
   // what of a slow end_capture is the compiler and the driver's, not the analysis).
   double rework_compile_ms_ = 0;
