@@ -117,11 +117,16 @@ Result<KernelHandle> Session::merged_kernel(const codegen::Kernel& k) {
 
 Result<KernelHandle> Session::rework_compile(const codegen::Kernel& k, bool keep_ir) {
   const auto t0 = std::chrono::steady_clock::now();
+  // A rework kernel is launched only by graphs, each launch with the shapes of its capture:
+  // its extents become pipeline constants (launch_spec.h), and its generic pipeline is made
+  // only if a launch ever needs it.
+  codegen::CompileOptions options = compile_options_;
+  options.specialize_shapes = true;
   Result<std::shared_ptr<const runtime::CompiledKernel>> ck =
-      compile_cache_.compile(k, target_, compile_options_);
+      compile_cache_.compile(k, target_, options);
   Result<KernelHandle> h = !ck.ok()  ? Result<KernelHandle>(ck.status())
-                           : keep_ir ? register_ir(k, **ck)
-                                     : rt_->register_kernel(**ck);
+                           : keep_ir ? register_ir(k, **ck, /*generic_on_demand=*/true)
+                                     : rt_->register_kernel(**ck, /*generic_on_demand=*/true);
   rework_compile_ms_ +=
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return h;

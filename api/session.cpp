@@ -85,8 +85,9 @@ Result<KernelHandle> Session::compile(const codegen::Kernel& kernel) {
 }
 
 Result<KernelHandle> Session::register_ir(const codegen::Kernel& kernel,
-                                          const runtime::CompiledKernel& ck) {
-  VKAD_ASSIGN_OR_RETURN(KernelHandle h, rt_->register_kernel(ck));
+                                          const runtime::CompiledKernel& ck,
+                                          bool generic_on_demand) {
+  VKAD_ASSIGN_OR_RETURN(KernelHandle h, rt_->register_kernel(ck, generic_on_demand));
   auto ir = std::make_shared<const codegen::Kernel>(kernel);
   if (codegen::fusible(kernel)) ir_[h.id] = ir;
   any_ir_[h.id] = std::move(ir);

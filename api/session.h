@@ -378,8 +378,9 @@ class Session {
   // What a captured launch reads and writes, rows evaluated (api/graph_schedule.h); `pinned`
   // gets the scalar parameters those rows depend on.
   ScheduleLaunch schedule_launch(const CapturedStep& s, std::vector<bool>* pinned) const;
-  Result<KernelHandle> register_ir(const codegen::Kernel& kernel,
-                                   const runtime::CompiledKernel& ck);
+  // `generic_on_demand`: as Runtime::register_kernel's.
+  Result<KernelHandle> register_ir(const codegen::Kernel& kernel, const runtime::CompiledKernel& ck,
+                                   bool generic_on_demand = false);
 
   codegen::CompileOptions compile_options_;
   codegen::Target target_;

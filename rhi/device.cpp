@@ -176,6 +176,8 @@ DeviceFacts gather_device_facts(VkPhysicalDevice pd, uint32_t queue_family) {
   f.has_external_memory_fd_ext = has_extension(exts, VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME);
   f.has_external_semaphore_fd_ext =
       has_extension(exts, VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME);
+  f.has_pipeline_executable_properties_ext =
+      has_extension(exts, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
 
   f.atomic_float = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_FEATURES_EXT};
   f.f12 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
@@ -362,7 +364,23 @@ Status Device::create_logical(const DeviceFacts& facts) {
   on2.pNext = &on12;
   on2.features.shaderInt64 = c.shader_int64;
   on2.features.shaderFloat64 = c.shader_float64;
+  // The driver's statistics of each pipeline (registers, instructions, spills), on request.
+  VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR stats_on{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
+  stats_on.pipelineExecutableInfo = VK_TRUE;
+  const char* stats_env = std::getenv("VKAD_PIPELINE_STATS");
+  const bool stats_wanted = stats_env != nullptr && std::string(stats_env) != "0";
+  pipeline_stats_ = stats_wanted && facts.has_pipeline_executable_properties_ext;
+  if (stats_wanted && !pipeline_stats_) {
+    std::fprintf(stderr, "vkad: VKAD_PIPELINE_STATS: '%s' lacks %s; no statistics\n",
+                 facts.properties.deviceName, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+  }
   std::vector<const char*> dev_ext_names;
+  if (pipeline_stats_) {
+    stats_on.pNext = on2.pNext;
+    on2.pNext = &stats_on;
+    dev_ext_names.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+  }
   if (facts.has_atomic_float_ext)
     dev_ext_names.push_back(VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME);
   if (c.push_descriptor) dev_ext_names.push_back(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);

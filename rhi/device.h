@@ -91,6 +91,7 @@ struct DeviceFacts {
   bool has_push_descriptor_ext = false;
   bool has_external_memory_fd_ext = false;     // VK_KHR_external_memory_fd
   bool has_external_semaphore_fd_ext = false;  // VK_KHR_external_semaphore_fd
+  bool has_pipeline_executable_properties_ext = false;  // VK_KHR_pipeline_executable_properties
   uint32_t max_push_descriptors = 0;
   VkQueueFamilyProperties queue_family{};
   VkPhysicalDeviceMemoryProperties memory{};
@@ -344,6 +345,7 @@ class Device final : public ValidationSink {
   Status create_pipeline_object(const ComputePipelineDesc& desc, VkShaderModule module,
                                 VkPipelineLayout layout, VkPipeline* pipeline);
   void on_validation_message(const std::string& message) override;
+  void print_pipeline_stats(const std::string& name, VkPipeline pipeline) const;
 
   std::shared_ptr<Instance> instance_;
   std::unique_ptr<VolkDeviceTable> fn_;
@@ -356,6 +358,9 @@ class Device final : public ValidationSink {
   bool imported_ = false;
   bool debug_utils_ = false;
   bool validation_enabled_ = false;
+  // VKAD_PIPELINE_STATS=1 where the driver has VK_KHR_pipeline_executable_properties: each
+  // pipeline is created capturing its statistics, printed to stderr (a diagnostic).
+  bool pipeline_stats_ = false;
   bool lost_ = false;
   Capabilities caps_;
   VkPhysicalDeviceProperties properties_{};  // the pipeline cache's identity

@@ -2,7 +2,10 @@
 
 #include <volk.h>
 
+#include <cstdio>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "rhi/device.h"
 
@@ -79,9 +82,47 @@ Status Device::create_pipeline_object(const ComputePipelineDesc& desc, VkShaderM
   cpci.stage.pName = desc.entry_point.c_str();
   cpci.stage.pSpecializationInfo = entries.empty() ? nullptr : &spec;
   cpci.layout = layout;
-  return vk("vkCreateComputePipelines", [&] {
+  if (pipeline_stats_) cpci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
+  VKAD_TRY(vk("vkCreateComputePipelines", [&] {
     return fn_->vkCreateComputePipelines(device_, pipeline_cache_, 1, &cpci, nullptr, pipeline);
-  });
+  }));
+  if (pipeline_stats_) print_pipeline_stats(desc.name, *pipeline);
+  return {};
+}
+
+void Device::print_pipeline_stats(const std::string& name, VkPipeline pipeline) const {
+  VkPipelineExecutableInfoKHR exe{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR};
+  exe.pipeline = pipeline;
+  exe.executableIndex = 0;
+  uint32_t n = 0;
+  VkResult r0 = fn_->vkGetPipelineExecutableStatisticsKHR(device_, &exe, &n, nullptr);
+  if (r0 != VK_SUCCESS) return;
+  std::vector<VkPipelineExecutableStatisticKHR> stats(
+      n, {VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR});
+  if (fn_->vkGetPipelineExecutableStatisticsKHR(device_, &exe, &n, stats.data()) != VK_SUCCESS) {
+    return;
+  }
+  std::string line = "vkad pipeline '" + name + "':";
+  for (const VkPipelineExecutableStatisticKHR& st : stats) {
+    line += std::string(" ") + st.name + "=";
+    switch (st.format) {
+      case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR:
+        line += st.value.b32 ? "true" : "false";
+        break;
+      case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR:
+        line += std::to_string(st.value.i64);
+        break;
+      case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR:
+        line += std::to_string(st.value.u64);
+        break;
+      case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR:
+        line += std::to_string(st.value.f64);
+        break;
+      default: line += "?";
+    }
+    line += ";";
+  }
+  std::fprintf(stderr, "%s\n", line.c_str());
 }
 
 Result<ComputePipeline> Device::create_compute_pipeline(const ComputePipelineDesc& desc) {

@@ -4,8 +4,22 @@
 
 namespace vkad::runtime {
 
+namespace {
+
+rhi::ComputePipelineDesc task_desc(const abi::CompiledKernel& k, uint32_t task) {
+  rhi::ComputePipelineDesc desc;
+  desc.spirv = k.tasks[task].spirv;
+  desc.storage_buffer_count = k.binding_count();
+  desc.push_constant_bytes = 8;
+  desc.name = k.name + "." + k.tasks[task].name;
+  return desc;
+}
+
+}  // namespace
+
 Result<uint64_t> PipelineCache::acquire(rhi::Device& device, const abi::CompiledKernel& kernel,
-                                        const std::function<Status()>& validate, bool* hit) {
+                                        const std::function<Status()>& validate,
+                                        bool generic_on_demand, bool* hit) {
   uint64_t key = hash_ ? hash_(kernel) : kernel.content_hash();
   auto it = entries_.find(key);
   while (it != entries_.end() && !abi::same_pipelines(*it->second.content, kernel)) {
@@ -16,14 +30,10 @@ Result<uint64_t> PipelineCache::acquire(rhi::Device& device, const abi::Compiled
     VKAD_TRY(validate());
     Entry e;
     e.content = std::make_shared<const abi::CompiledKernel>(kernel);
-    for (const abi::CompiledTask& t : kernel.tasks) {
-      rhi::ComputePipelineDesc desc;
-      desc.spirv = t.spirv;
-      desc.storage_buffer_count = kernel.binding_count();
-      desc.push_constant_bytes = 8;
-      desc.name = kernel.name + "." + t.name;
-      VKAD_ASSIGN_OR_RETURN(rhi::ComputePipeline pipeline, device.create_compute_pipeline(desc));
-      e.tasks.push_back(std::move(pipeline));
+    e.tasks.resize(kernel.tasks.size());
+    for (uint32_t t = 0; t < kernel.tasks.size(); ++t) {
+      if (generic_on_demand && !kernel.tasks[t].spec_words.empty()) continue;
+      VKAD_ASSIGN_OR_RETURN(e.tasks[t], device.create_compute_pipeline(task_desc(kernel, t)));
     }
     it = entries_.emplace(key, std::move(e)).first;
   }
@@ -46,7 +56,7 @@ Result<rhi::ComputePipeline*> PipelineCache::variant(rhi::Device& device, uint64
                                                      uint32_t task, VariantKey* wanted,
                                                      uint32_t max_specialized) {
   Entry& e = entries_.at(key);
-  if (!wanted->private_tier && wanted->spec_values.empty()) return &e.tasks.at(task);
+  if (!wanted->private_tier && wanted->spec_values.empty()) return generic(device, e, task);
   auto& variants = e.variants.at(task);
   auto it = variants.find(*wanted);
   if (it != variants.end()) return &it->second;
@@ -60,14 +70,10 @@ Result<rhi::ComputePipeline*> PipelineCache::variant(rhi::Device& device, uint64
     }
   }
   const VariantKey& variant = *wanted;
-  if (!variant.private_tier && variant.spec_values.empty()) return &e.tasks.at(task);
+  if (!variant.private_tier && variant.spec_values.empty()) return generic(device, e, task);
   const abi::CompiledKernel& k = *e.content;
   const abi::CompiledTask& t = k.tasks[task];
-  rhi::ComputePipelineDesc desc;
-  desc.spirv = t.spirv;
-  desc.storage_buffer_count = k.binding_count();
-  desc.push_constant_bytes = 8;
-  desc.name = k.name + "." + t.name;
+  rhi::ComputePipelineDesc desc = task_desc(k, task);
   if (variant.private_tier) {
     desc.name += " (private adstacks)";
     desc.specialization.push_back({adstack::kPrivateTierSpecId, 1});
@@ -90,6 +96,14 @@ Result<rhi::ComputePipeline*> PipelineCache::variant(rhi::Device& device, uint64
   }
   VKAD_ASSIGN_OR_RETURN(rhi::ComputePipeline pipeline, device.create_compute_pipeline(desc));
   return &variants.emplace(variant, std::move(pipeline)).first->second;
+}
+
+Result<rhi::ComputePipeline*> PipelineCache::generic(rhi::Device& device, Entry& e, uint32_t task) {
+  rhi::ComputePipeline& p = e.tasks.at(task);
+  if (!p.valid()) {
+    VKAD_ASSIGN_OR_RETURN(p, device.create_compute_pipeline(task_desc(*e.content, task)));
+  }
+  return &p;
 }
 
 uint64_t PipelineCache::private_variant_count() const {

@@ -36,7 +36,9 @@ class PipelineCache {
     auto operator<=>(const VariantKey&) const = default;
   };
   struct Entry {
-    std::vector<rhi::ComputePipeline> tasks;  // one per task: the heap tier, unspecialized
+    // One per task: the heap tier, unspecialized (not valid() until made, where made on
+    // demand: acquire's generic_on_demand).
+    std::vector<rhi::ComputePipeline> tasks;
     // Per task, the variants made so far.
     std::vector<std::map<VariantKey, rhi::ComputePipeline>> variants;
     std::shared_ptr<const abi::CompiledKernel> content;  // what they were built from
@@ -50,9 +52,11 @@ class PipelineCache {
 
   // The key of `kernel`'s pipelines, created on a miss (after `validate` passes: drivers trust
   // their input, so every module is checked before one reaches the driver), with one more
-  // reference. *hit tells which.
+  // reference. *hit tells which. `generic_on_demand`: a task with spec_words gets its generic
+  // pipeline at the first variant() that returns it, not here.
   Result<uint64_t> acquire(rhi::Device& device, const abi::CompiledKernel& kernel,
-                           const std::function<Status()>& validate, bool* hit);
+                           const std::function<Status()>& validate, bool generic_on_demand,
+                           bool* hit);
   // Drops one reference; then evicts unreferenced entries past the capacity.
   void release(uint64_t key);
   // One more reference to an entry that has one (a captured graph keeps its pipelines).
@@ -71,6 +75,7 @@ class PipelineCache {
 
  private:
   void evict_unreferenced();
+  Result<rhi::ComputePipeline*> generic(rhi::Device& device, Entry& e, uint32_t task);
   size_t capacity_;
   HashFn hash_;
   uint64_t tick_ = 0;

@@ -164,7 +164,8 @@ Runtime::~Runtime() {
 
 // ---------------------------------------------------------------- kernels
 
-Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
+Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel,
+                                              bool generic_on_demand) {
   VKAD_EXCLUSIVE_USE("register_kernel");
   VKAD_TRY(device_->status());
   const rhi::Capabilities& dc = device_->caps();
@@ -183,7 +184,8 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel) {
   };
   VKAD_ASSIGN_OR_RETURN(uint64_t id, issue_id());
   bool hit = false;
-  VKAD_ASSIGN_OR_RETURN(uint64_t key, pipelines_.acquire(*device_, kernel, validate, &hit));
+  VKAD_ASSIGN_OR_RETURN(uint64_t key,
+                        pipelines_.acquire(*device_, kernel, validate, generic_on_demand, &hit));
   if (hit) ++stats_.pipeline_cache_hits;
   auto k = std::make_shared<Kernel>();
   k->desc = kernel;

@@ -156,6 +156,8 @@ struct RuntimeStats {
   uint64_t adstack_private_fallbacks = 0;         // kPrivate dispatches over kMaxPrivateTierBytes
   uint64_t adstack_private_pipelines = 0;         // cached private-tier pipeline variants
   AdstackSpecialize adstack_specialize = AdstackSpecialize::kAuto;  // in force (never kDefault)
+  // Launch specialization's counts. The names are historical: they count every specialized
+  // kernel, also the graph rework's, whose extents are launch constants (launch_spec.h).
   uint64_t adstack_specialized_dispatches = 0;  // dispatches with launch constants specialized
   uint64_t adstack_specialize_misses = 0;       // ... wanted, but past the variant cap
   uint64_t adstack_specialized_pipelines = 0;   // cached specialized variants (either tier)
@@ -191,8 +193,12 @@ class Runtime {
   // tasks, bad parameters or range bounds, local_size 0 or past the device, or a task module
   // that fails SPIR-V validation or whose interface (set-0 storage-buffer bindings, push
   // constant size, LocalSize) disagrees with the declared parameters. All checked before any
-  // driver call.
-  Result<KernelHandle> register_kernel(const CompiledKernel& kernel);
+  // driver call. `generic_on_demand`: the generic pipeline of a task with launch constants
+  // (CompiledTask::spec_words) is made at its first launch that cannot be specialized, not
+  // here (for kernels whose launches are all specialized: the graph rework's, which would
+  // otherwise pay the driver's compile twice).
+  Result<KernelHandle> register_kernel(const CompiledKernel& kernel,
+                                       bool generic_on_demand = false);
   // Drops the handle. Its pipelines stay cached while unreferenced (up to the cache
   // capacity); eviction goes through the deferred deleter, never under a queued submission.
   Status unregister_kernel(KernelHandle kernel);

@@ -115,7 +115,7 @@ Result<abi::CompiledKernel> compile(const Kernel& k, const Target& target,
     out.tasks.push_back(std::move(ct));
   }
   for (size_t i = 0; i < k.tasks.size(); ++i)
-    out.tasks[i].spec_words = launch_spec_words(k, i, out);
+    out.tasks[i].spec_words = launch_spec_words(k, i, out, options.specialize_shapes);
   for (size_t i = 0; i < k.tasks.size(); ++i) {
     EmitOptions eo;
     eo.native_float_atomics = options.native_float_atomics;
@@ -149,7 +149,7 @@ std::string compile_key(const Kernel& k, const Target& target, const CompileOpti
          (target.preserve_nan_inf_f32 ? "n" : "") + (target.preserve_nan_inf_f64 ? "N" : "") + "|" +
          (o.optimize ? "O" : "") + (o.native_float_atomics ? "N" : "") +
          (o.bounds_checks ? "B" : "") + std::to_string(o.default_local_size) + "u" +
-         std::to_string(o.unroll);
+         std::to_string(o.unroll) + (o.specialize_shapes ? "S" : "");
   key += "|vkad-compiler ";
   key += compiler_fingerprint();
   key += " spirv-tools ";

@@ -29,6 +29,9 @@ struct CompileOptions {
   // Elements per main-loop iteration of straight-line parallel tasks whose written arrays are
   // accessed only at the task index (more loads in flight; EmitOptions::unroll). 1: off.
   uint32_t unroll = 4;
+  // Let every task's array extents be specialization constants (launch_spec.h): for kernels
+  // whose launches repeat one shape set (the graph rework's fused and recomputed kernels).
+  bool specialize_shapes = false;
 };
 
 // Errors: those of verify() (kInvalidArgument / kUnsupported naming the statement), kInternal

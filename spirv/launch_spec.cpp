@@ -44,23 +44,41 @@ void loop_bounds(const Kernel& k, const abi::CompiledKernel& layout,
   }
 }
 
+// The extent words of every array `b` accesses (what the emitter loads as shapes).
+void array_extents(const Kernel& k, const abi::CompiledKernel& layout, const Block& b,
+                   std::vector<uint32_t>* out) {
+  for (const Stmt& s : b.stmts) {
+    const bool array = s.op == Op::kShape || s.op == Op::kLoad || s.op == Op::kStore ||
+                       s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax;
+    if (array) {
+      for (uint32_t d = 0; d < k.params[s.param].rank; ++d) {
+        out->push_back(layout.shape_offset(s.param) + 4 * d);
+      }
+    }
+    for (const Block& c : s.blocks) array_extents(k, layout, c, out);
+  }
+}
+
 }  // namespace
 
 std::vector<uint32_t> launch_spec_words(const Kernel& k, size_t task,
-                                        const abi::CompiledKernel& layout) {
+                                        const abi::CompiledKernel& layout, bool shapes) {
   const abi::CompiledTask& ct = layout.tasks.at(task);
-  if (ct.adstacks.empty()) return {};
-  const uint32_t base = layout.adstack_args_offset(static_cast<uint32_t>(task));
+  if (ct.adstacks.empty() && !shapes) return {};
   std::vector<uint32_t> stack_words;
-  for (uint32_t s = 0; s < ct.adstacks.size(); ++s) {
-    stack_words.push_back(base + 4 * adstack::offset_word(s));
-    stack_words.push_back(base + 4 * adstack::capacity_word(s));
+  if (!ct.adstacks.empty()) {
+    const uint32_t base = layout.adstack_args_offset(static_cast<uint32_t>(task));
+    for (uint32_t s = 0; s < ct.adstacks.size(); ++s) {
+      stack_words.push_back(base + 4 * adstack::offset_word(s));
+      stack_words.push_back(base + 4 * adstack::capacity_word(s));
+    }
   }
   std::unordered_map<ValueId, const Stmt*> defs;
   index_defs(k.tasks[task].body, &defs);
   std::unordered_set<ValueId> seen;
   std::vector<uint32_t> bound_words;
   loop_bounds(k, layout, defs, k.tasks[task].body, &seen, &bound_words);
+  if (shapes) array_extents(k, layout, k.tasks[task].body, &bound_words);
   std::sort(bound_words.begin(), bound_words.end());
   bound_words.erase(std::unique(bound_words.begin(), bound_words.end()), bound_words.end());
   std::vector<uint32_t> words = std::move(stack_words);

@@ -56,6 +56,10 @@ class TaskEmitter {
     m_.preserve_nan_inf(target_.preserve_nan_inf_f32, target_.preserve_nan_inf_f64);
     load_adstack_layout();
     load_launch_constants(task_.body);
+    // Every word the runtime may specialize declares its constants (kernel_checks.cpp checks
+    // it), also one this task's statements never load (an unused load is dropped).
+    for (uint32_t w : layout_.tasks[task_index_].spec_words) args_word(w);
+    for (uint32_t w : layout_.tasks[task_index_].spec_words) args_word(w);  // EXP: declare all
     load_nd_bounds();
     if (o_.bounds_checks) {
       oob_var_ = m_.function_variable(u32_);

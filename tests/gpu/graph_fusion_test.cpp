@@ -126,6 +126,16 @@ TEST(GraphFusion, AFusedSubstepGraphComputesWhatTheUnfusedOneDoesInFewerLaunches
   // 40 forward launches bind 41 arrays: two runs under 24 arrays each; 40 adjoints bind 82:
   // four runs (at most 11 launches each).
   EXPECT_LE(launches(*fused) - f0, 2u * 8);
+  // The fused kernels are compiled with their extents as pipeline constants
+  // (CompileOptions::specialize_shapes) and run only specialized: each has its specialized
+  // pipeline, and none was made generic as well. The unfused graph's kernels specialize nothing.
+  auto stats = fused->s->runtime().stats();
+  ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+  const runtime::RuntimeStats& fs = *stats;
+  EXPECT_GT(fs.adstack_specialized_pipelines, 0u);
+  EXPECT_GT(fs.adstack_specialized_dispatches, 0u);
+  EXPECT_EQ(fs.adstack_specialize_misses, 0u);
+  EXPECT_EQ(plain->s->runtime().stats()->adstack_specialized_pipelines, 0u);
   expect_close(read(*fused, fused->x[kSteps]), read(*plain, plain->x[kSteps]), "x_S");
   expect_close(read(*fused, fused->g[0]), read(*plain, plain->g[0]), "dL/dx0");
   expect_close(read(*fused, fused->g[kSteps / 2]), read(*plain, plain->g[kSteps / 2]), "dL/dx_S/2");

@@ -55,3 +55,20 @@ def test_empty_dir_turns_the_caches_off(tmp_path):
     run_cube(s)
     assert s.stats()["disk_cache_misses"] == 0
     s.close()
+
+
+def test_pipeline_stats_are_printed_or_their_absence_said(tmp_path):
+    # VKAD_PIPELINE_STATS=1 (README, "Diagnostics"): each pipeline the driver makes prints its
+    # statistics with the kernel's and task's name, or, where the driver lacks
+    # VK_KHR_pipeline_executable_properties (lavapipe), one line says so.
+    code = ("import vkad, sys; s = vkad.Session(cache_dir=''); "
+            "s.differentiate(sys.argv[1]); s.close()")
+    env = dict(os.environ, VKAD_PIPELINE_STATS="1")
+    err = subprocess.run([sys.executable, "-c", code, CUBE], check=True, capture_output=True,
+                         text=True, env=env).stderr
+    if "lacks VK_KHR_pipeline_executable_properties" not in err:
+        assert "vkad pipeline 'cube.main':" in err and "vkad pipeline 'cube_adjoint." in err, err
+    env["VKAD_PIPELINE_STATS"] = "0"
+    err = subprocess.run([sys.executable, "-c", code, CUBE], check=True, capture_output=True,
+                         text=True, env=env).stderr
+    assert "vkad pipeline" not in err and "VKAD_PIPELINE_STATS" not in err, err

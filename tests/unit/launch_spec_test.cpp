@@ -109,6 +109,39 @@ TEST(LaunchSpec, ForwardKernelsAndDataDependentBoundsMarkNoScalar) {
   EXPECT_EQ(a.tasks[0].spec_words.size(), 2 * a.tasks[0].adstacks.size());
 }
 
+TEST(LaunchSpec, SpecializeShapesMarksTheExtentsOfTheArraysATaskAccesses) {
+  // A kernel without adstacks: nothing marked by default, every extent of x and y (and only
+  // theirs: z is a parameter no statement touches) with specialize_shapes.
+  Kernel k = parse_ok(
+      R"(kernel h(s: i32, x: ndarray<f32, 2>, y: ndarray<f32, 1>, z: ndarray<f32, 3>) {
+  task main parallel %i in [0, shape(y, 0)) {
+    %s = arg s : i32
+    %a = load x[%s, %i] : f32
+    store y[%i], %a
+  }
+})");
+  auto plain = compile(k, Target::host());
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_TRUE(plain->tasks[0].spec_words.empty());
+  CompileOptions o;
+  o.specialize_shapes = true;
+  auto c = compile(k, Target::host(), o);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const std::vector<uint32_t>& w = c->tasks[0].spec_words;
+  EXPECT_TRUE(std::is_sorted(w.begin(), w.end()));
+  EXPECT_TRUE(has(w, c->shape_offset(1)) && has(w, c->shape_offset(1) + 4)) << "x's two extents";
+  EXPECT_TRUE(has(w, c->shape_offset(2))) << "y's extent";
+  EXPECT_FALSE(has(w, c->shape_offset(3))) << "z is never accessed";
+  EXPECT_FALSE(has(w, c->scalar_offset(0))) << "s varies per launch";
+  EXPECT_EQ(w.size(), 3u);
+  for (uint32_t i = 0; i < w.size(); ++i) {
+    EXPECT_TRUE(runtime::declares_spec_id(c->tasks[0].spirv, abi::launch_spec_flag_id(i))) << i;
+    EXPECT_TRUE(runtime::declares_spec_id(c->tasks[0].spirv, abi::launch_spec_value_id(i))) << i;
+  }
+  EXPECT_NE(compile_key(k, Target::host(), {}), compile_key(k, Target::host(), o))
+      << "the option changes the module, so the compile cache must tell them apart";
+}
+
 TEST(LaunchSpec, SpecWordsArePartOfTheContent) {
   abi::CompiledKernel a = adjoint_compiled(parse_ok(kLoop));
   abi::CompiledKernel b = a;
