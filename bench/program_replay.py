@@ -10,6 +10,8 @@ import statistics
 import sys
 import time
 
+import numpy as np
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "difftaichi"))
 
 import vkad  # noqa: E402
@@ -42,8 +44,13 @@ def main() -> int:
             s.replay(g)
             s.synchronize()
             ms.append((time.perf_counter() - t0) * 1e3)
+        # What the replay computed (the same in every variant: a wrong rework shows here).
+        loss = float(sim.arrays["loss"].numpy()[0])
+        grads = sim.gradients()
+        norm = float(np.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads.values())))
         print(f"{a.program}: {statistics.median(ms):.3f} ms per replay, {launches} launches, "
-              f"capture {capture_ms:.0f} ms ({s.device_name})")
+              f"capture {capture_ms:.0f} ms, loss {loss:.6f}, |grad| {norm:.6f} "
+              f"({s.device_name})")
     return 0
 
 
