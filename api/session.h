@@ -417,8 +417,9 @@ class Session {
   // `keep_ir`, so later reworks see it like any kernel of the session), its time added to
   // rework_compile_ms_.
   Result<KernelHandle> rework_compile(const codegen::Kernel& k, bool keep_ir);
-  // Milliseconds the graph reworks spent compiling and registering kernels (VKAD_GRAPH_TRACE:
-  // what of a slow end_capture is the compiler and the driver's, not the analysis).
+  // Milliseconds the graph reworks spent compiling and registering kernels and the driver
+  // making their pipelines (VKAD_GRAPH_TRACE: what of a slow end_capture is the compiler and
+  // the driver's, not the analysis).
   double rework_compile_ms_ = 0;
   // Per kernel, the launch-uniform values it indexes arrays with (ir/launch_access.h).
   mutable std::unordered_map<uint64_t,

@@ -1,6 +1,7 @@
 #include "runtime/pipeline_cache.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace vkad::runtime {
 
@@ -33,7 +34,7 @@ Result<uint64_t> PipelineCache::acquire(rhi::Device& device, const abi::Compiled
     e.tasks.resize(kernel.tasks.size());
     for (uint32_t t = 0; t < kernel.tasks.size(); ++t) {
       if (generic_on_demand && !kernel.tasks[t].spec_words.empty()) continue;
-      VKAD_ASSIGN_OR_RETURN(e.tasks[t], device.create_compute_pipeline(task_desc(kernel, t)));
+      VKAD_ASSIGN_OR_RETURN(e.tasks[t], create(device, task_desc(kernel, t)));
     }
     it = entries_.emplace(key, std::move(e)).first;
   }
@@ -94,16 +95,25 @@ Result<rhi::ComputePipeline*> PipelineCache::variant(rhi::Device& device, uint64
       desc.specialization.push_back({abi::launch_spec_value_id(i), variant.spec_values[i]});
     }
   }
-  VKAD_ASSIGN_OR_RETURN(rhi::ComputePipeline pipeline, device.create_compute_pipeline(desc));
+  VKAD_ASSIGN_OR_RETURN(rhi::ComputePipeline pipeline, create(device, desc));
   return &variants.emplace(variant, std::move(pipeline)).first->second;
 }
 
 Result<rhi::ComputePipeline*> PipelineCache::generic(rhi::Device& device, Entry& e, uint32_t task) {
   rhi::ComputePipeline& p = e.tasks.at(task);
   if (!p.valid()) {
-    VKAD_ASSIGN_OR_RETURN(p, device.create_compute_pipeline(task_desc(*e.content, task)));
+    VKAD_ASSIGN_OR_RETURN(p, create(device, task_desc(*e.content, task)));
   }
   return &p;
+}
+
+Result<rhi::ComputePipeline> PipelineCache::create(rhi::Device& device,
+                                                   const rhi::ComputePipelineDesc& desc) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<rhi::ComputePipeline> p = device.create_compute_pipeline(desc);
+  create_ms_ +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return p;
 }
 
 uint64_t PipelineCache::private_variant_count() const {

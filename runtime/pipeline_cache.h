@@ -71,11 +71,15 @@ class PipelineCache {
   size_t size() const { return entries_.size(); }
   uint64_t private_variant_count() const;      // variants in the private tier
   uint64_t specialized_variant_count() const;  // variants with launch constants fixed
+  // Milliseconds spent in the driver creating this cache's pipelines, so far.
+  double create_ms() const { return create_ms_; }
   void clear() { entries_.clear(); }
 
  private:
   void evict_unreferenced();
   Result<rhi::ComputePipeline*> generic(rhi::Device& device, Entry& e, uint32_t task);
+  Result<rhi::ComputePipeline> create(rhi::Device& device, const rhi::ComputePipelineDesc& desc);
+  double create_ms_ = 0;
   size_t capacity_;
   HashFn hash_;
   uint64_t tick_ = 0;

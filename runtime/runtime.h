@@ -381,6 +381,9 @@ class Runtime {
   // A snapshot of the counters. Like every call, kFailedPrecondition while another thread is
   // inside this runtime (the counters are being changed; see use_guard.h).
   Result<RuntimeStats> stats() const;
+  // Milliseconds the driver has spent creating this runtime's pipelines (VKAD_GRAPH_TRACE's
+  // compile times: a graph's specialized pipelines are made at its re-capture).
+  double pipeline_create_ms() const { return pipelines_.create_ms(); }
   // Read-only: the device's state (capabilities, validation messages, live objects). Calls that
   // change it (mark_lost, live_mut, creating objects) stay inside the runtime, which keeps its
   // invariants.
