@@ -108,7 +108,8 @@ struct DeviceOptions {
   // 0 = no cap. Otherwise device-memory allocations past this many bytes fail with
   // kOutOfDeviceMemory, as a real exhaustion would (used to test out-of-memory handling).
   uint64_t memory_limit_bytes = 0;
-  // Size of each VkDeviceMemory block the sub-allocator carves buffers from.
+  // Size of each VkDeviceMemory block the sub-allocator carves buffers from (host-only memory
+  // types start smaller and grow to it: device_plan.h, shared_block_bytes).
   uint64_t memory_block_bytes = 64ull << 20;
   // Empty shared blocks kept per memory type when their last buffer is freed, so a
   // free/allocate cycle does not call vkAllocateMemory each time; further empty blocks (and

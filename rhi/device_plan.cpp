@@ -1,5 +1,7 @@
 #include "rhi/device_plan.h"
 
+#include <vulkan/vulkan_core.h>
+
 #include <algorithm>
 #include <bit>
 #include <cctype>
@@ -161,6 +163,17 @@ int choose_memory_type(const std::vector<MemoryTypeInfo>& types, uint32_t type_b
     }
   }
   return best;
+}
+
+uint64_t shared_block_bytes(uint32_t property_flags, uint64_t block_bytes, size_t blocks_of_type,
+                            uint64_t request) {
+  const bool host_only = (property_flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) != 0 &&
+                         (property_flags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) == 0;
+  if (!host_only || block_bytes <= kFirstHostBlockBytes) return block_bytes;
+  uint64_t size = kFirstHostBlockBytes;
+  for (size_t i = 0; i < blocks_of_type && size < block_bytes; ++i) size *= 2;
+  while (size < request && size < block_bytes) size *= 2;
+  return std::min(std::max(size, request), block_bytes);
 }
 
 }  // namespace vkad::rhi

@@ -58,4 +58,17 @@ struct MemoryTypeInfo {
 int choose_memory_type(const std::vector<MemoryTypeInfo>& types, uint32_t type_bits,
                        uint32_t required, uint32_t preferred);
 
+// The first shared block of a host-visible memory type that is not device-local (a discrete
+// GPU's staging memory: pinned system memory, whose allocation the driver pays for by the
+// byte -- 64 MiB took ~20 ms on an H100 host, a session's first readback or upload).
+inline constexpr uint64_t kFirstHostBlockBytes = 4ull << 20;
+
+// The size of a new shared (not dedicated) block of a memory type with `property_flags`, for a
+// request of `request` bytes, where `blocks_of_type` shared blocks of that type are live and
+// `block_bytes` is the configured block size. Device-local types (all of lavapipe's, which are
+// host-visible too) get `block_bytes`; host-only ones start at kFirstHostBlockBytes and double
+// with each live block up to `block_bytes`, never below the request.
+uint64_t shared_block_bytes(uint32_t property_flags, uint64_t block_bytes, size_t blocks_of_type,
+                            uint64_t request);
+
 }  // namespace vkad::rhi

@@ -148,8 +148,14 @@ Result<Allocation> MemoryAllocator::allocate(const VkMemoryRequirements& reqs, M
       }
     }
   }
-  VKAD_ASSIGN_OR_RETURN(int index, new_block(type, dedicated ? reqs.size : block_bytes_,
-                                             host_visible, dedicated, exportable));
+  size_t shared_of_type = 0;
+  for (const Block& b : blocks_) {
+    shared_of_type += b.memory != VK_NULL_HANDLE && !b.dedicated && b.memory_type == type;
+  }
+  const uint64_t size = dedicated ? reqs.size
+                                  : shared_block_bytes(types[type].property_flags, block_bytes_,
+                                                       shared_of_type, reqs.size + alignment);
+  VKAD_ASSIGN_OR_RETURN(int index, new_block(type, size, host_visible, dedicated, exportable));
   Block& b = blocks_[index];
   auto offset = b.ranges->allocate(reqs.size, alignment);
   stats_.used_bytes += reqs.size;

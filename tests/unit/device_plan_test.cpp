@@ -104,6 +104,25 @@ TEST(ChooseMemoryType, PicksRequiredAndPreferredFlags) {
   EXPECT_EQ(choose_memory_type(types, 0x1, HV | HC, CA), 0) << "required beats preferred";
 }
 
+TEST(SharedBlockBytes, HostOnlyMemoryStartsSmallAndDoublesDeviceLocalGetsTheConfiguredSize) {
+  constexpr uint32_t DL = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
+  constexpr uint32_t HV = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT;
+  constexpr uint32_t HC = VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  constexpr uint64_t MiB = 1ull << 20, cfg = 64 * MiB;
+  EXPECT_EQ(shared_block_bytes(DL, cfg, 0, 256 << 10), cfg) << "a GPU's own memory";
+  EXPECT_EQ(shared_block_bytes(DL | HV | HC, cfg, 0, 256 << 10), cfg) << "lavapipe, BAR memory";
+  // A discrete GPU's staging memory: the first block small, then doubling per live block.
+  EXPECT_EQ(shared_block_bytes(HV | HC, cfg, 0, 256 << 10), kFirstHostBlockBytes);
+  EXPECT_EQ(shared_block_bytes(HV | HC, cfg, 1, 256 << 10), 2 * kFirstHostBlockBytes);
+  EXPECT_EQ(shared_block_bytes(HV | HC, cfg, 3, 256 << 10), 8 * kFirstHostBlockBytes);
+  EXPECT_EQ(shared_block_bytes(HV | HC, cfg, 40, 256 << 10), cfg) << "capped at the configured";
+  // Never below the request (a shared request is at most half the configured size).
+  EXPECT_EQ(shared_block_bytes(HV | HC, cfg, 0, 10 * MiB), 16 * MiB);
+  EXPECT_EQ(shared_block_bytes(HV | HC, cfg, 0, 32 * MiB + 1), cfg);
+  // A configured size at or below the first block's is kept as it is.
+  EXPECT_EQ(shared_block_bytes(HV | HC, 2 * MiB, 0, 1024), 2 * MiB);
+}
+
 TEST(CheckRequiredFeatures, NamesTheMissingFeatureAndRejectsUnknownNames) {
   Capabilities caps;
   caps.device_name = "testdev";
