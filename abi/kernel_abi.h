@@ -141,7 +141,9 @@ struct CompiledTask {
 // trip counts and constant private-array indices (it unrolls, and indexes the private tier's
 // arrays statically); the runtime makes such variants per distinct value set
 // (runtime.h: RuntimeOptions::adstack_specialize), and a module run without them (every flag
-// false) computes the same results from the loaded words.
+// false) computes the same results from the loaded words. A kernel compiled with
+// CompileOptions::specialize_shapes (the graph rework's) also marks the extents of every array
+// a task accesses, adstacks or not (spirv/launch_spec.h).
 inline constexpr uint32_t kLaunchSpecIdBase = 16;  // above the adstack tier's ids
 inline constexpr uint32_t kMaxSpecWords = 64;
 constexpr uint32_t launch_spec_flag_id(uint32_t i) { return kLaunchSpecIdBase + 2 * i; }

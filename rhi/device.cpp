@@ -368,8 +368,7 @@ Status Device::create_logical(const DeviceFacts& facts) {
   VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR stats_on{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
   stats_on.pipelineExecutableInfo = VK_TRUE;
-  const char* stats_env = std::getenv("VKAD_PIPELINE_STATS");
-  const bool stats_wanted = stats_env != nullptr && std::string(stats_env) != "0";
+  const bool stats_wanted = env_flag("VKAD_PIPELINE_STATS");
   pipeline_stats_ = stats_wanted && facts.has_pipeline_executable_properties_ext;
   if (stats_wanted && !pipeline_stats_) {
     std::fprintf(stderr, "vkad: VKAD_PIPELINE_STATS: '%s' lacks %s; no statistics\n",

@@ -95,8 +95,7 @@ void Device::print_pipeline_stats(const std::string& name, VkPipeline pipeline) 
   exe.pipeline = pipeline;
   exe.executableIndex = 0;
   uint32_t n = 0;
-  VkResult r0 = fn_->vkGetPipelineExecutableStatisticsKHR(device_, &exe, &n, nullptr);
-  if (r0 != VK_SUCCESS) return;
+  if (fn_->vkGetPipelineExecutableStatisticsKHR(device_, &exe, &n, nullptr) != VK_SUCCESS) return;
   std::vector<VkPipelineExecutableStatisticKHR> stats(
       n, {VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR});
   if (fn_->vkGetPipelineExecutableStatisticsKHR(device_, &exe, &n, stats.data()) != VK_SUCCESS) {

@@ -44,13 +44,11 @@ void loop_bounds(const Kernel& k, const abi::CompiledKernel& layout,
   }
 }
 
-// The extent words of every array `b` accesses (what the emitter loads as shapes).
+// The extent words of every array `b` accesses (those the emitter loads as shapes).
 void array_extents(const Kernel& k, const abi::CompiledKernel& layout, const Block& b,
                    std::vector<uint32_t>* out) {
   for (const Stmt& s : b.stmts) {
-    const bool array = s.op == Op::kShape || s.op == Op::kLoad || s.op == Op::kStore ||
-                       s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax;
-    if (array) {
+    if (s.op == Op::kShape || accesses_array(s.op)) {
       for (uint32_t d = 0; d < k.params[s.param].rank; ++d) {
         out->push_back(layout.shape_offset(s.param) + 4 * d);
       }

@@ -57,8 +57,11 @@ class TaskEmitter {
     load_adstack_layout();
     load_launch_constants(task_.body);
     // Every word the runtime may specialize declares its constants (kernel_checks.cpp checks
-    // it), also one this task's statements never load (an unused load is dropped).
-    for (uint32_t w : layout_.tasks[task_index_].spec_words) args_word(w);
+    // it), also one this task's statements never load (its unused load is dropped).
+    const std::vector<uint32_t>& spec = layout_.tasks[task_index_].spec_words;
+    for (uint32_t i = 0; i < spec.size(); ++i) {
+      if (!spec_consts_.count(i)) args_word(spec[i]);
+    }
     for (uint32_t w : layout_.tasks[task_index_].spec_words) args_word(w);  // EXP: declare all
     load_nd_bounds();
     if (o_.bounds_checks) {
@@ -428,8 +431,7 @@ class TaskEmitter {
   void load_launch_constants(const Block& b) {
     for (const Stmt& s : b.stmts) {
       if (s.op == Op::kArg && !scalars_.count(s.param)) scalars_[s.param] = read_scalar(s.param);
-      bool array = s.op == Op::kShape || s.op == Op::kLoad || s.op == Op::kStore ||
-                   s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax;
+      const bool array = s.op == Op::kShape || accesses_array(s.op);
       if (array && !shapes_.count(s.param)) {
         std::vector<uint32_t>& dims = shapes_[s.param];
         for (uint32_t d = 0; d < k_.params[s.param].rank; ++d) {
