@@ -127,8 +127,8 @@ TEST(GraphFusion, AFusedSubstepGraphComputesWhatTheUnfusedOneDoesInFewerLaunches
   // four runs (at most 11 launches each).
   EXPECT_LE(launches(*fused) - f0, 2u * 8);
   // The fused kernels are compiled with their extents as pipeline constants
-  // (CompileOptions::specialize_shapes) and run only specialized: each has its specialized
-  // pipeline, and none was made generic as well. The unfused graph's kernels specialize nothing.
+  // (CompileOptions::specialize_shapes) and every launch of them runs specialized (no launch
+  // fell back to a generic pipeline). The unfused graph's kernels specialize nothing.
   auto stats = fused->s->runtime().stats();
   ASSERT_TRUE(stats.ok()) << stats.status().to_string();
   const runtime::RuntimeStats& fs = *stats;
