@@ -70,9 +70,10 @@ std::optional<codegen::GatherLaunch> Session::gather_launch(const CapturedStep& 
   auto [ex, fresh] = index_exprs_.try_emplace(s.kernel.id);
   if (fresh) ex->second = codegen::uniform_index_exprs(k);
   const codegen::UniformInputs in = launch_inputs(s);
-  for (const auto& [v, e] : ex->second) {
+  g.uniform.sorted.reserve(ex->second.size());
+  for (const auto& [v, e] : ex->second) {  // sorted by value id, as UniformWords keeps them
     std::optional<uint32_t> w = codegen::evaluate(e, in);
-    if (w) g.uniform.emplace(v, *w);
+    if (w) g.uniform.sorted.emplace_back(v, *w);
   }
   if (!producer) return g;
   const codegen::Task& t = k.tasks[0];
@@ -251,13 +252,10 @@ std::vector<uint64_t> Session::recompute_key(uint64_t c_id, const codegen::Gathe
     if (n == seen.size()) seen.push_back(v);
     key.push_back(n);
   };
-  std::vector<std::pair<codegen::ValueId, uint32_t>> words;
   for (const codegen::GatherLaunch* l : {&c, &p}) {
     for (uint64_t a : l->arrays) number(a == 0 ? 0 : a + (1ull << 40));
     key.push_back(kNext);
-    words.assign(l->uniform.begin(), l->uniform.end());
-    std::sort(words.begin(), words.end());
-    for (const auto& [v, w] : words) key.push_back(v), number(w);
+    for (const auto& [v, w] : l->uniform.sorted) key.push_back(v), number(w);
     key.push_back(kNext);
     for (const std::vector<uint32_t>& e : l->extents) {
       key.insert(key.end(), e.begin(), e.end());

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 #include <unordered_map>
+#include <vector>
 
 namespace vkad {
 
@@ -31,20 +32,55 @@ struct Marks {
   }
 };
 
+// Marks by known row. Rows are a step loop's time indices: dense and near each other, so a
+// window of consecutive rows in a vector holds them (a default Marks is "no access", the same
+// as a missing row), and a hash map only those far outside it. A graph's rework notes ~10^5
+// rows; a hash node per row was the scheduler's main cost.
+class RowMarks {
+ public:
+  const Marks* find(int64_t row) const {
+    if (row >= base_ && row - base_ < static_cast<int64_t>(window_.size()))
+      return &window_[static_cast<size_t>(row - base_)];
+    auto it = far_.find(row);
+    return it == far_.end() ? nullptr : &it->second;
+  }
+  Marks& at(int64_t row) {
+    if (window_.empty()) {
+      base_ = row;
+      window_.resize(1);
+    } else if (row < base_) {
+      // Grown by as much again at the front: a loop walked backwards stays amortized O(1).
+      const int64_t room = std::max<int64_t>(base_ - row, static_cast<int64_t>(window_.size()));
+      if (static_cast<int64_t>(window_.size()) + room > kMaxWindow) return far_[row];
+      window_.insert(window_.begin(), static_cast<size_t>(room), Marks{});
+      base_ -= room;
+    } else if (row - base_ >= static_cast<int64_t>(window_.size())) {
+      if (row - base_ >= kMaxWindow) return far_[row];
+      window_.resize(static_cast<size_t>(row - base_ + 1));
+    }
+    return window_[static_cast<size_t>(row - base_)];
+  }
+
+ private:
+  static constexpr int64_t kMaxWindow = 1 << 16;
+  int64_t base_ = 0;
+  std::vector<Marks> window_;
+  std::unordered_map<int64_t, Marks> far_;
+};
+
 // Every earlier access of one array: all of them, those at an unknown row, and by known row.
 struct ArrayMarks {
   Marks all, any_row;
-  std::unordered_map<int64_t, Marks> rows;
+  RowMarks rows;
   int64_t conflict(const ScheduleAccess& a) const {
     if (a.row == ScheduleAccess::kAnyRow) return all.conflict(a.kind);
     Marks m = any_row;
-    auto it = rows.find(a.row);
-    if (it != rows.end()) m.merge(it->second);
+    if (const Marks* r = rows.find(a.row)) m.merge(*r);
     return m.conflict(a.kind);
   }
   void note(const ScheduleAccess& a, int64_t level) {
     all.note(a.kind, level);
-    (a.row == ScheduleAccess::kAnyRow ? any_row : rows[a.row]).note(a.kind, level);
+    (a.row == ScheduleAccess::kAnyRow ? any_row : rows.at(a.row)).note(a.kind, level);
   }
 };
 

@@ -55,9 +55,9 @@ std::optional<std::vector<Axis>> owned_axes(const GatherLaunch& l, const Stmt& s
       axes[a].dim = static_cast<int>(d);
       continue;
     }
-    auto u = l.uniform.find(v);
-    if (u == l.uniform.end()) return std::nullopt;
-    axes[a].word = u->second;
+    std::optional<uint32_t> u = l.uniform.find(v);
+    if (!u) return std::nullopt;
+    axes[a].word = *u;
   }
   if (std::find(seen.begin(), seen.end(), false) != seen.end()) return std::nullopt;
   return axes;
@@ -226,9 +226,7 @@ class Rewrite {
   // The evaluated launch-uniform value of axis `a` of consumer load `ld`, whose operands were
   // rewritten: a replaced value is not uniform.
   std::optional<uint32_t> uniform_word(const Stmt& ld, size_t a) const {
-    auto u = c_.uniform.find(ld.args[a]);
-    if (u == c_.uniform.end()) return std::nullopt;
-    return u->second;
+    return c_.uniform.find(ld.args[a]);
   }
 
   ValueId emit(Block& out, Op op, DType t, std::vector<ValueId> args) {

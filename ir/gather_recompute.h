@@ -50,7 +50,7 @@ struct GatherLaunch {
   std::vector<std::vector<uint32_t>> extents;
   // The launch-uniform values of the kernel evaluated for this launch
   // (launch_uniform_words).
-  std::unordered_map<ValueId, uint32_t> uniform;
+  UniformWords uniform;
   // The producer's evaluated range per dimension of its task ({[begin, end)} for 1-d).
   std::vector<std::pair<int64_t, int64_t>> ranges;
 };

@@ -302,14 +302,22 @@ std::vector<std::pair<ValueId, UniformExpr>> uniform_index_exprs(const Kernel& k
   return out;
 }
 
-std::unordered_map<ValueId, uint32_t> launch_uniform_words(const Kernel& k,
-                                                           const UniformInputs& in) {
+std::optional<uint32_t> UniformWords::find(ValueId v) const {
+  auto it = std::lower_bound(
+      sorted.begin(), sorted.end(), v,
+      [](const std::pair<ValueId, uint32_t>& e, ValueId x) { return e.first < x; });
+  if (it == sorted.end() || it->first != v) return std::nullopt;
+  return it->second;
+}
+
+UniformWords launch_uniform_words(const Kernel& k, const UniformInputs& in) {
   const UniformPool pool(k);
-  std::unordered_map<ValueId, uint32_t> out;
+  UniformWords out;
   for (ValueId v : pool.values()) {
     std::optional<uint32_t> w = evaluate(pool.extract(pool.node_of(v)), in);
-    if (w) out.emplace(v, *w);
+    if (w) out.sorted.emplace_back(v, *w);
   }
+  std::sort(out.sorted.begin(), out.sorted.end());
   return out;
 }
 

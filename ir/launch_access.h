@@ -98,13 +98,20 @@ KernelAccess kernel_access(const Kernel& k);
 // to count as a launch-uniform row). `k` must verify. Pure.
 std::unordered_set<ValueId> launch_uniform_values(const Kernel& k);
 
-// The launch-uniform values `k` uses as array indices, with their expressions, by value id.
-// `k` must verify. Pure.
+// The launch-uniform values `k` uses as array indices, with their expressions, sorted by value
+// id. `k` must verify. Pure.
 std::vector<std::pair<ValueId, UniformExpr>> uniform_index_exprs(const Kernel& k);
+
+// Evaluated launch-uniform values of one launch, sorted by value id (ids unique). A graph
+// rework builds one per captured launch (~10^4 for a DiffTaichi iteration): a sorted vector
+// is one allocation where a hash map took one per value, most of the rework's time.
+struct UniformWords {
+  std::vector<std::pair<ValueId, uint32_t>> sorted;
+  std::optional<uint32_t> find(ValueId v) const;
+};
 
 // The launch-uniform values of `k` evaluated for one launch (each as evaluate() gives it);
 // those whose extents `in` does not know are left out. `k` must verify. Pure.
-std::unordered_map<ValueId, uint32_t> launch_uniform_words(const Kernel& k,
-                                                           const UniformInputs& in);
+UniformWords launch_uniform_words(const Kernel& k, const UniformInputs& in);
 
 }  // namespace vkad::codegen

@@ -76,6 +76,44 @@ TEST(GraphSchedule, DifferentKnownRowsDoNotConflictAndAnUnknownRowMeetsEveryRow)
   EXPECT_EQ(schedule_levels(m), (std::vector<uint32_t>{0, 1, 1, 1}));
 }
 
+TEST(GraphSchedule, RowsFarApartOrWalkedBackwardsKeepTheirOwnMarks) {
+  // Rows are kept in a window of consecutive rows and a map for those far outside it: a row
+  // walked down from 3000, rows 2^16 and 2^31 past it, and row 0 must each meet only
+  // accesses of that row.
+  std::vector<ScheduleLaunch> l;
+  for (int64_t r = 3000; r >= 2990; --r) l.push_back(launch({write(1, r)}));
+  const int64_t far = 3000 + (int64_t{1} << 16), farther = int64_t{1} << 31;
+  l.push_back(launch({write(1, far)}));      // 11: independent of all before
+  l.push_back(launch({write(1, farther)}));  // 12: likewise
+  l.push_back(launch({read(1, far)}));       // 13: after 11 only
+  l.push_back(launch({read(1, 2995)}));      // 14: after the writer of row 2995 only
+  l.push_back(launch({read(1, farther)}));   // 15: after 12 only
+  l.push_back(launch({write(1, 0)}));        // 16: a row below every other: independent
+  l.push_back(launch({read(1, 0)}));         // 17: after 16
+  l.push_back(launch({write(1, far)}));      // 18: after 11 and its reader 13
+  const std::vector<uint32_t> levels = schedule_levels(l);
+  // Sinks go to the last level (2): every launch that nothing later conflicts with.
+  for (size_t i = 0; i < 11; ++i) {
+    EXPECT_EQ(levels[i], i == 5 ? 0u : 2u) << "launch " << i;  // row 2995's writer is read
+  }
+  EXPECT_EQ(levels[11], 0u);
+  EXPECT_EQ(levels[12], 0u);
+  EXPECT_EQ(levels[13], 1u);
+  EXPECT_EQ(levels[14], 2u);
+  EXPECT_EQ(levels[15], 2u);
+  EXPECT_EQ(levels[16], 0u);
+  EXPECT_EQ(levels[17], 2u);
+  EXPECT_EQ(levels[18], 2u);
+  // Barriers in capture order: only before a launch that meets a row touched since the last
+  // barrier (13 meets 11; 14 and 15 meet rows written before it; 17 meets 16, row 0 noted
+  // after the barrier beside row 3000 + 2^16).
+  const std::vector<bool> b = schedule_barriers(l);
+  for (size_t i = 0; i < l.size(); ++i) {
+    const bool want = i == 13 || i == 17;
+    EXPECT_EQ(b[i], want) << "launch " << i;
+  }
+}
+
 TEST(GraphSchedule, ALaunchOfUnknownAccessesIsAFenceNothingCrosses) {
   std::vector<ScheduleLaunch> l = {launch({read(1)}), launch({read(2)}), ScheduleLaunch{},
                                    launch({read(3)})};
