@@ -7,6 +7,9 @@
 // when an update changed a launch's plan or the adstack heaps were replaced. Otherwise every
 // step is recorded again through the same path as launch().
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 
@@ -293,24 +296,48 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
   return auto_flush();
 }
 
-// The steps into a fresh bundle, with the same commands record_launch and the fill path above
-// record, each launch reading its args from g.args_dev (made once, kept with the graph). The
-// old bundle goes back to its stream, freed after its last execution: in-flight replays keep
-// running.
-Status Runtime::record_bundle(Graph& g) {
-  if (!g.args_dev.valid()) {
-    VKAD_ASSIGN_OR_RETURN(
-        g.args_dev,
-        device_->create_buffer({std::max<uint64_t>(g.args_blob.size(), 16),
-                                rhi::MemoryUsage::kDeviceLocal, "graph '" + g.name + "' args"}));
-  }
+// The steps into fresh bundles, with the same commands record_launch and the fill path above
+// record, each launch reading its args from g.args_dev (made by the caller, kept with the
+// graph). A bundle holds at most kBundleLaunches launches and is executed in list_ as soon as it
+// is recorded; every one but the last is then submitted, so the device runs a piece of the
+// graph while the driver takes the next (a DiffTaichi iteration's 5,149 launches took the
+// NVIDIA driver 20-27 ms to record, about as long as the device takes to run them). The old
+// bundles go back to their stream, freed after their last execution: in-flight replays keep
+// running. Should recording fail, the pieces submitted have run and the next replay records
+// again.
+Status Runtime::record_bundles(Graph& g) {
+  const auto t0 = std::chrono::steady_clock::now();
+  g.rerecord = true;  // until every piece is recorded
+  g.bundles.clear();
   VKAD_ASSIGN_OR_RETURN(rhi::CommandList rec, stream_->begin_bundle());
+  size_t in_piece = 0;
+  auto close = [&](bool more) -> Status {
+    VKAD_ASSIGN_OR_RETURN(rhi::Bundle b, stream_->end_bundle(rec));
+    g.bundles.push_back(std::move(b));
+    list_.execute(g.bundles.back());
+    if (!more) return {};
+    VKAD_TRY(flush().status());
+    VKAD_TRY(ensure_list());
+    VKAD_ASSIGN_OR_RETURN(rec, stream_->begin_bundle());
+    return {};
+  };
   VKAD_TRY(record_steps(rec, g, [&](uint32_t i) {
     const CapturedLaunch& c = g.launches[i];
-    return record_dispatches(rec, *c.kernel, c.planned, g.args_dev, g.args_offset[i],
-                             c.barrier_after);
+    VKAD_TRY(record_dispatches(rec, *c.kernel, c.planned, g.args_dev, g.args_offset[i],
+                               c.barrier_after));
+    // Cut after a launch only (record_steps is then between fills) and never after the last.
+    if (++in_piece < kBundleLaunches || i + 1 == g.launches.size()) return Status{};
+    in_piece = 0;
+    return close(true);
   }));
-  VKAD_ASSIGN_OR_RETURN(g.bundle, stream_->end_bundle(rec));
+  VKAD_TRY(close(false));
+  if (std::getenv("VKAD_GRAPH_TRACE") != nullptr) {
+    // What a first replay costs beyond the steady ones: the driver taking every step once.
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "vkad graph '%s': %zu launches recorded in %zu bundles in %.2f ms\n",
+                 g.name.c_str(), g.launches.size(), g.bundles.size(), ms);
+  }
   g.bundle_heaps = heaps_.generation();
   g.rerecord = false;
   ++stats_.graph_recordings;
@@ -319,9 +346,14 @@ Status Runtime::record_bundle(Graph& g) {
 
 Status Runtime::replay_bundle(Graph& g, bool any_heap, const std::string& where, LaunchId* first) {
   // A graph with no heap task binds its args buffer where the heaps would go: heap growth
-  // leaves its bundle valid.
-  if (!g.bundle.valid() || g.rerecord || (any_heap && g.bundle_heaps != heaps_.generation())) {
-    VKAD_TRY_CTX(record_bundle(g), where);
+  // leaves its bundles valid.
+  const bool record =
+      g.bundles.empty() || g.rerecord || (any_heap && g.bundle_heaps != heaps_.generation());
+  if (!g.args_dev.valid()) {
+    VKAD_ASSIGN_OR_RETURN(
+        g.args_dev,
+        device_->create_buffer({std::max<uint64_t>(g.args_blob.size(), 16),
+                                rhi::MemoryUsage::kDeviceLocal, "graph '" + g.name + "' args"}));
   }
   VKAD_TRY(ensure_list());
   // The args in: ring slots of at most a chunk each (no buffer per replay), copied into the
@@ -338,7 +370,11 @@ Status Runtime::replay_bundle(Graph& g, bool any_heap, const std::string& where,
     list_.copy(*up.buffer, g.args_dev, end - begin, up.offset, begin);
   }
   list_.barrier(rhi::Barrier::kTransferToCompute);
-  list_.execute(g.bundle);
+  if (record) {
+    VKAD_TRY_CTX(record_bundles(g), where);
+  } else {
+    for (rhi::Bundle& b : g.bundles) list_.execute(b);
+  }
   // The error words back (the launches wrote them into the graph's args buffer), read when
   // this list retires like every launch's. Running out of host memory here returns the error
   // with the replay recorded but its error words unread.

@@ -90,6 +90,11 @@ const char* adstack_specialize_name(AdstackSpecialize s);
 // from the driver's per-thread scratch (NVIDIA: local memory; lavapipe: the invocation's stack).
 inline constexpr uint64_t kMaxPrivateTierBytes = 16384;
 
+// Launches per bundle of a replayed graph (Runtime::replay): the replay that records a graph
+// submits each bundle as soon as it is recorded, so the device starts on the graph's first
+// launches while the driver records the rest.
+inline constexpr uint32_t kBundleLaunches = 512;
+
 struct RuntimeOptions {
   rhi::DeviceOptions device;
   rhi::SyncMode sync_mode = rhi::SyncMode::kAuto;
@@ -273,11 +278,13 @@ class Runtime {
   // call: the launches' checks, plans (ranges, workgroups, adstack rows and tiers), pipelines
   // (specialized variants included) and encoded args are kept. Where every pipeline binds with
   // push descriptors (every device vkad knows of), the first replay records the steps once into
-  // a bundle (a secondary command buffer, rhi/command_list.h) that reads every launch's args
-  // from a device buffer of the graph's own; each replay then writes all args into the upload
-  // ring and records a copy in per 256 KiB of args, one vkCmdExecuteCommands and the copies of
-  // the error words back, whatever the graph's length -- no validation, planning, allocation,
-  // lookup or per-launch command. The bundle is recorded again when an update changed a launch's
+  // bundles (secondary command buffers, rhi/command_list.h) of at most kBundleLaunches launches
+  // that read every launch's args from a device buffer of the graph's own; it submits the work
+  // recorded so far after each bundle (a flush), so the device runs the graph's first pieces
+  // while the driver records the rest. Each later replay writes all args into the upload ring
+  // and records a copy in per 256 KiB of args, one vkCmdExecuteCommands per bundle and the
+  // copies of the error words back -- no validation, planning, allocation, lookup or per-launch
+  // command. The bundles are recorded again when an update changed a launch's
   // plan (its range, workgroups or pipeline variant) or the adstack heaps grew. Without push
   // descriptors every step is recorded again at each replay (same results). Arrays are bound by
   // reference (checked alive at every replay; a freed one makes the replay fail naming it, with
@@ -506,7 +513,7 @@ class Runtime {
     std::vector<std::pair<bool, uint32_t>> steps;
     std::vector<CapturedFill> fills;
     std::vector<uint64_t> pipeline_keys;  // cache entries retained while the graph lives
-    // Pre-recorded replay (graph.cpp): the steps recorded once into `bundle`, reading every
+    // Pre-recorded replay (graph.cpp): the steps recorded once into `bundles`, reading every
     // launch's args from `args_dev` at args_offset[i]; each replay copies `args_blob` (the
     // encoded args, updates applied) into it from the upload ring, and copies it back to the
     // readback ring afterwards for the error words.
@@ -514,8 +521,8 @@ class Runtime {
     std::vector<std::pair<uint64_t, uint64_t>> pieces;  // [begin, end) copied per ring slot
     std::vector<std::byte> args_blob;
     rhi::Buffer args_dev;
-    rhi::Bundle bundle;
-    uint64_t bundle_heaps = 0;  // heaps_.generation() the bundle was recorded with
+    std::vector<rhi::Bundle> bundles;  // the steps in order, kBundleLaunches launches each
+    uint64_t bundle_heaps = 0;         // heaps_.generation() the bundles were recorded with
     bool rerecord = false;      // an update changed a launch's plan (ranges, groups, pipelines)
   };
   Status replay_bundle(Graph& g, bool any_heap, const std::string& where, LaunchId* first);
@@ -531,7 +538,7 @@ class Runtime {
   Status bind_graph_arrays(Graph& g, std::vector<std::pair<uint32_t, CapturedLaunch>>& updated,
                            const std::string& where, bool* any_heap);
   std::vector<const std::byte*> replay_down_;  // replay_bundle's scratch
-  Status record_bundle(Graph& g);
+  Status record_bundles(Graph& g);
   Status record_steps(rhi::CommandList& list, const Graph& g,
                       const std::function<Status(uint32_t)>& launch);
   std::vector<uint64_t> filled_scratch_;  // record_steps' scratch

@@ -176,6 +176,56 @@ TEST_P(Graphs, AGraphWhoseArgsSpanSeveralRingChunksRunsEveryLaunchWithItsOwnArgs
       << s.message().substr(0, 400) << "\nwanted #" << first.value;
 }
 
+// The replay that records a long graph records it in bundles of kBundleLaunches launches and
+// submits each as it is recorded: every launch runs with its own args (fills between them
+// included), a device error names the replayed launch, and later replays execute the bundles
+// without recording or submitting anything more.
+TEST_P(Graphs, AGraphRecordedInPiecesRunsEveryLaunchAndNamesItsErrors) {
+  const uint32_t n = 3 * runtime::kBundleLaunches + 5;  // four bundles
+  runtime::NdArrayHandle z = array(std::vector<float>(kN, 5.0f), "z");
+  ASSERT_TRUE(rt_->begin_capture("pieces").ok());
+  ASSERT_TRUE(rt_->fill(y_, 1.0).ok());
+  float sum = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    // Fills between launches, some right at a bundle's end (record_steps' fill barriers).
+    if (i % runtime::kBundleLaunches == 0 || i % 97 == 0) ASSERT_TRUE(rt_->fill(z, 0.0).ok());
+    const float a = static_cast<float>(i % 7) - 3.0f;
+    sum += a;
+    const Arg args[] = {Arg::f32(a), Arg::ndarray(x_), Arg::ndarray(y_)};
+    ASSERT_TRUE(rt_->launch(axpy_, args).ok());
+  }
+  auto g = rt_->end_capture();
+  ASSERT_TRUE(g.ok());
+  std::vector<float> neg(xs_);
+  neg[7] = -1.0f;  // every launch flags it, from the first bundle on
+  ASSERT_TRUE(rt_->upload(x_, neg.data(), 4 * kN).ok());
+  const uint64_t flushes = rt_->stats()->flushes;
+  runtime::LaunchId first;
+  ASSERT_TRUE(rt_->replay(*g, {}, &first).ok());
+  const bool pieces = bundled() && rt_->device().caps().push_descriptor;
+  if (pieces) {
+    EXPECT_GE(rt_->stats()->flushes, flushes + 3) << "each bundle but the last submitted";
+  }
+  Status s = rt_->synchronize();
+  EXPECT_EQ(s.code(), ErrorCode::kDeviceError);
+  EXPECT_NE(s.message().find("#" + std::to_string(first.value) + ","), std::string::npos)
+      << s.message().substr(0, 400) << "\nwanted #" << first.value;
+  ASSERT_TRUE(rt_->upload(x_, xs_.data(), 4 * kN).ok());
+  const uint64_t recorded = rt_->stats()->graph_recordings;
+  for (int r = 0; r < 2; ++r) {
+    const uint64_t before = rt_->stats()->flushes;
+    ASSERT_TRUE(rt_->replay(*g).ok());
+    if (pieces) {
+      // At most the one flush a list past max_dispatches_per_list gets after the replay.
+      EXPECT_LE(rt_->stats()->flushes, before + 1);
+    }
+    expect_y(sum);  // exact: small integer sums times multiples of 1/4
+    std::vector<float> zs = read(z);
+    for (float v : zs) ASSERT_EQ(v, 0.0f);
+  }
+  EXPECT_EQ(rt_->stats()->graph_recordings, recorded) << "recorded once";
+}
+
 // An update that changes a launch's range (the copy kernel's count is a scalar): the bundle
 // bakes ranges in, so it is recorded again; an update of a plain scalar is not.
 TEST_P(Graphs, AnUpdateThatChangesTheRangeIsRecordedAgain) {
