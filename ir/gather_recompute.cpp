@@ -1,6 +1,7 @@
 #include "ir/gather_recompute.h"
 
 #include <algorithm>
+#include <bit>
 #include <map>
 #include <string>
 #include <unordered_set>
@@ -168,6 +169,7 @@ class Rewrite {
     for (const Stmt& s : in.stmts) {
       Stmt c = s;
       for (ValueId& a : c.args) a = value(a);
+      number(c);
       if (c.op == Op::kLoad && c.param < c_.arrays.size() && f_.writes.count(c_.arrays[c.param])) {
         std::optional<ValueId> v = recomputed(c, out);
         if (!v) return false;
@@ -191,6 +193,28 @@ class Rewrite {
   ValueId value(ValueId v) const {
     auto it = subst_.find(v);
     return it == subst_.end() ? v : it->second;
+  }
+
+  // Value numbering of the consumer's pure statements, for copy_at's key: a builder that
+  // writes `base + offset` once per access (diffmpm's p2g adds into two grid arrays at each of
+  // its 9 cells) gives every load its own index values, and without it each load of a cell got
+  // its own copy of the producer's body (the adjoint's gathers doubled: 36 loads where 18 do).
+  // Equal canonical values are equal: same op, type and immediates on equal operands.
+  void number(const Stmt& c) {
+    const OpFamily fam = op_info(c.op).family;
+    if (c.result == kNoValue || !c.blocks.empty() || fam == OpFamily::kLocal ||
+        fam == OpFamily::kArray || fam == OpFamily::kControl || fam == OpFamily::kStack) {
+      return;
+    }
+    std::vector<uint64_t> key = {
+        static_cast<uint64_t>(c.op),     static_cast<uint64_t>(c.type), c.param, c.dim,
+        std::bit_cast<uint64_t>(c.fimm), static_cast<uint64_t>(c.iimm)};
+    for (ValueId a : c.args) key.push_back(canonical(a));
+    canon_[c.result] = numbers_.try_emplace(std::move(key), c.result).first->second;
+  }
+  ValueId canonical(ValueId v) const {
+    auto it = canon_.find(v);
+    return it == canon_.end() ? v : it->second;
   }
 
   // The value of a consumer load `ld` (its operands already rewritten) of a producer output,
@@ -242,8 +266,11 @@ class Rewrite {
   // Per producer statement, the copy's value of what it writes, for the copy at indices `at`:
   // one in scope, else a new copy appended to `out`.
   const std::vector<ValueId>& copy_at(const std::vector<ValueId>& at, Block& out) {
+    // Keyed by canonical indices: a copy in scope at equal indices serves (it dominates).
+    std::vector<ValueId> key(at.size());
+    for (size_t d = 0; d < at.size(); ++d) key[d] = canonical(at[d]);
     for (auto s = scopes_.rbegin(); s != scopes_.rend(); ++s) {
-      auto it = s->find(at);
+      auto it = s->find(key);
       if (it != s->end()) return it->second;
     }
     MemberCopier copier(out_.kernel, f_.indices[0], pm_);
@@ -259,7 +286,7 @@ class Rewrite {
         out.stmts.push_back(copier.copy(s));
       }
     }
-    return scopes_.back().emplace(at, std::move(written)).first->second;
+    return scopes_.back().emplace(std::move(key), std::move(written)).first->second;
   }
 
   const GatherLaunch& c_;
@@ -268,6 +295,8 @@ class Rewrite {
   Recomputed& out_;
   std::vector<uint32_t> pm_;  // producer parameter -> kernel parameter
   std::unordered_map<ValueId, ValueId> subst_;
+  std::unordered_map<ValueId, ValueId> canon_;        // value -> its canonical value
+  std::map<std::vector<uint64_t>, ValueId> numbers_;  // statement key -> canonical value
   std::vector<std::map<std::vector<ValueId>, std::vector<ValueId>>> scopes_;
   size_t replaced_ = 0;
 };

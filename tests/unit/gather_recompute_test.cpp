@@ -175,6 +175,58 @@ TEST(GatherRecompute, TheRewrittenGatherEqualsProducerThenConsumerWithoutReading
   }
 }
 
+// Two loads of one cell whose indices the consumer computed twice (a builder writes
+// `base + offset` per access): one copy of the producer's body serves both.
+const char* kGatherTwice = R"(
+kernel gather2(g: i32, cell: ndarray<i32, 2> readonly, grid: ndarray<f32, 4> readonly, y: ndarray<f32, 1>) {
+  task particles parallel %p in [0, shape(y, 0)) {
+    %r = arg g : i32
+    %c0 = const 0 : i32
+    %c1 = const 1 : i32
+    %bi = load cell[%p, %c0] : i32
+    %bj = load cell[%p, %c1] : i32
+    %one = const 1 : i32
+    %i = add %bi, %one : i32
+    %a = load grid[%r, %i, %bj, %c0] : f32
+    %r2 = arg g : i32
+    %one2 = const 1 : i32
+    %i2 = add %bi, %one2 : i32
+    %k1 = const 1 : i32
+    %b = load grid[%r2, %i2, %bj, %k1] : f32
+    %two = const 2 : i32
+    %i3 = add %bi, %two : i32
+    %e = load grid[%r, %i3, %bj, %c0] : f32
+    %ab = add %a, %b : f32
+    %abe = add %ab, %e : f32
+    store y[%p], %abe
+  }
+}
+)";
+
+TEST(GatherRecompute, LoadsOfOneCellShareOneCopyWhateverComputedTheirIndices) {
+  Kernel grid_op = parse(kGridOp), gather = parse(kGatherTwice);
+  auto r = codegen::recompute_gathers(gather_launch(gather, 1), grid_op_launch(grid_op, 1), {});
+  ASSERT_TRUE(r.has_value());
+  ASSERT_TRUE(codegen::verify(r->kernel).ok()) << codegen::print(r->kernel);
+  // Two cells (bi + 1 twice, bi + 2): two copies, each loading the mass once.
+  const std::string text = codegen::print(r->kernel);
+  size_t copies = 0;
+  for (size_t at = text.find("load r_gm["); at != std::string::npos;
+       at = text.find("load r_gm[", at + 1))
+    ++copies;
+  EXPECT_EQ(copies, 2u) << text;
+  World want, got;
+  for (uint32_t p = 0; p < kParticles; ++p) {  // bi + 2 within the grid
+    want.cell.data[2 * p] = got.cell.data[2 * p] = static_cast<double>(p % 4);
+  }
+  run_original(grid_op, gather, want);
+  run_rewritten(r->kernel, got);
+  for (uint32_t p = 0; p < kParticles; ++p) {
+    EXPECT_EQ(got.y.data[p], want.y.data[p]) << "particle " << p;
+    EXPECT_LT(std::fabs(got.y.data[p]), 1e5) << "read the garbage output";
+  }
+}
+
 TEST(GatherRecompute, AtomicOutputsCountOnlyWhereKnownZero) {
   const std::string adds = [] {
     std::string t = kGridOp;
