@@ -120,18 +120,47 @@ void note_row(ArrayUse& a, size_t m, int64_t row) {
   a.rows.emplace_back(m, row);
 }
 
+// What admit_member changed of one table entry, to take a refused member back out without
+// copying the table for every candidate (a graph's fusion tries every launch of a step loop).
+struct Undo {
+  uint64_t id = 0;
+  bool fresh = false;  // the entry was made: erase it
+  uint32_t members = 0;
+  size_t last_member = SIZE_MAX, rows = 0;
+  bool written = false, pointwise = true, rows_disjoint = true;
+};
+
+void take_back(std::vector<Undo>& undo, std::unordered_map<uint64_t, ArrayUse>& table) {
+  for (auto u = undo.rbegin(); u != undo.rend(); ++u) {
+    if (u->fresh) {
+      table.erase(u->id);
+      continue;
+    }
+    ArrayUse& a = table.at(u->id);
+    a.members = u->members;
+    a.last_member = u->last_member;
+    a.written = u->written;
+    a.pointwise = u->pointwise;
+    a.rows_disjoint = u->rows_disjoint;
+    a.rows.resize(u->rows);
+  }
+  undo.clear();
+}
+
 // Adds member `m` (launch `l`, its kernel's summary `sum`) to the run's array table; false when
 // that makes an array unsafe (written by one member and touched by another other than
-// pointwise along one axis) or one array is seen as two types. The table is then not to be
-// used (the caller starts over from a copy).
+// pointwise along one axis) or one array is seen as two types. Every entry it touches is noted
+// in `undo` first: take_back() then restores the table as it was.
 bool admit_member(const FusionLaunch& l, size_t m, const Summary& sum,
-                  std::unordered_map<uint64_t, ArrayUse>& table) {
+                  std::unordered_map<uint64_t, ArrayUse>& table, std::vector<Undo>& undo) {
   const Kernel& k = *l.kernel;
   for (size_t p = 0; p < k.params.size(); ++p) {
     if (k.params[p].kind != ParamKind::kNdArray) continue;
     const ParamUse& u = sum.use[p];
     auto [it, fresh] = table.try_emplace(l.arrays[p]);
     ArrayUse& a = it->second;
+    undo.push_back({l.arrays[p], fresh, a.members, a.last_member, a.rows.size(), a.written,
+                    a.pointwise, a.rows_disjoint});
     if (fresh) {
       a.dtype = k.params[p].dtype;
       a.rank = k.params[p].rank;
@@ -171,25 +200,28 @@ std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uin
   }
   auto sums = [&](size_t i) -> const Summary& { return *sum_of[i]; };
   std::unordered_map<uint64_t, ArrayUse> arrays;
-  auto admit = [&](size_t m, std::unordered_map<uint64_t, ArrayUse>& table) {
-    return admit_member(launches[m], m, sums(m), table) && table.size() <= max_arrays;
+  std::vector<Undo> undo;
+  // Member m into the table; refused (false), the table is as it was.
+  auto admit = [&](size_t m) {
+    undo.clear();
+    if (admit_member(launches[m], m, sums(m), arrays, undo) && arrays.size() <= max_arrays)
+      return true;
+    take_back(undo, arrays);
+    return false;
   };
   size_t i = 0;
   while (i < launches.size()) {
     FusionRun run{i, 1};
     if (sums(i).ok) {
       arrays.clear();
-      if (admit(i, arrays)) {
+      if (admit(i)) {
         const uint32_t size = launches[i].kernel->tasks[0].local_size;
         for (size_t j = i + 1; j < launches.size() && run.count < max_launches; ++j) {
           if (!sums(j).ok || launches[j].begin != launches[i].begin ||
               launches[j].end != launches[i].end ||
-              launches[j].kernel->tasks[0].local_size != size) {
+              launches[j].kernel->tasks[0].local_size != size || !admit(j)) {
             break;
           }
-          std::unordered_map<uint64_t, ArrayUse> trial = arrays;
-          if (!admit(j, trial)) break;
-          arrays = std::move(trial);
           ++run.count;
         }
       }
