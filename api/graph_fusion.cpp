@@ -557,12 +557,17 @@ void Session::plan_order(const std::vector<CapturedStep>& cap, ReworkPlan* w,
 }
 
 Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedStep>& captured) {
-  // Extents read during this rework only (an array freed later must not be found here).
+  // Extents (and shape classes by array) read during this rework only: an array freed later
+  // must not be found here. shape_classes_ by extents stay: recompute_answers_ keys hold them.
   struct ForgetExtents {
-    std::unordered_map<uint64_t, std::optional<std::vector<uint32_t>>>* m;
-    ~ForgetExtents() { m->clear(); }
-  } forget{&rework_extents_};
+    Session* s;
+    ~ForgetExtents() {
+      s->rework_extents_.clear();
+      s->rework_shape_class_.clear();
+    }
+  } forget{this};
   rework_extents_.clear();
+  rework_shape_class_.clear();
   PhaseClock clock(std::getenv("VKAD_GRAPH_TRACE") != nullptr, &rework_compile_ms_);
   // Steps recorded through runtime() while Session captured are not in `captured`: the graph
   // is then kept as the runtime captured it.

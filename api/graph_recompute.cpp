@@ -49,6 +49,44 @@ codegen::UniformInputs Session::launch_inputs(const CapturedStep& s) const {
       }};
 }
 
+void Session::gather_uniform(const CapturedStep& s, const codegen::Kernel& k,
+                             codegen::UniformWords* out) const {
+  // Only the values used as indices are asked for (ir/gather_recompute.h); their expressions
+  // are found once per kernel, sorted by value id as UniformWords keeps them.
+  auto [ex, fresh] = index_exprs_.try_emplace(s.kernel.id);
+  if (fresh) ex->second = codegen::uniform_index_exprs(k);
+  const codegen::UniformInputs in = launch_inputs(s);
+  out->sorted.clear();
+  out->sorted.reserve(ex->second.size());
+  for (const auto& [v, e] : ex->second) {
+    std::optional<uint32_t> w = codegen::evaluate(e, in);
+    if (w) out->sorted.emplace_back(v, *w);
+  }
+}
+
+std::optional<std::vector<std::pair<int64_t, int64_t>>> Session::gather_ranges(
+    const CapturedStep& s, const codegen::Kernel& k,
+    const std::function<int64_t(uint32_t, uint32_t)>& extent) const {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  const codegen::Task& t = k.tasks[0];
+  if (t.dims.empty()) {
+    std::optional<int64_t> b = bound_value(t.begin, s.args, true);
+    std::optional<int64_t> e = bound_value(t.end, s.args, true);
+    if (!b || !e) return std::nullopt;
+    ranges.emplace_back(*b, *e);
+    return ranges;
+  }
+  const adstack::SizeInputs sizes{
+      [&s](uint32_t p) -> int64_t { return p < s.args.size() ? s.args[p].i : 0; }, extent};
+  for (const codegen::TaskDim& d : t.dims) {
+    Result<int64_t> b = adstack::evaluate(d.begin, sizes);
+    Result<int64_t> e = adstack::evaluate(d.end, sizes);
+    if (!b.ok() || !e.ok()) return std::nullopt;
+    ranges.emplace_back(*b, *e);
+  }
+  return ranges;
+}
+
 std::optional<codegen::GatherLaunch> Session::gather_launch(const CapturedStep& s,
                                                             bool producer) const {
   auto it = any_ir_.find(s.kernel.id);
@@ -65,36 +103,14 @@ std::optional<codegen::GatherLaunch> Session::gather_launch(const CapturedStep& 
     if (array && shape == nullptr) return std::nullopt;
     g.extents.push_back(array ? *shape : std::vector<uint32_t>{});
   }
-  // Only the values used as indices are asked for (ir/gather_recompute.h); their expressions
-  // are found once per kernel.
-  auto [ex, fresh] = index_exprs_.try_emplace(s.kernel.id);
-  if (fresh) ex->second = codegen::uniform_index_exprs(k);
-  const codegen::UniformInputs in = launch_inputs(s);
-  g.uniform.sorted.reserve(ex->second.size());
-  for (const auto& [v, e] : ex->second) {  // sorted by value id, as UniformWords keeps them
-    std::optional<uint32_t> w = codegen::evaluate(e, in);
-    if (w) g.uniform.sorted.emplace_back(v, *w);
-  }
+  gather_uniform(s, k, &g.uniform);
   if (!producer) return g;
-  const codegen::Task& t = k.tasks[0];
-  if (t.dims.empty()) {
-    std::optional<int64_t> b = bound_value(t.begin, s.args, true);
-    std::optional<int64_t> e = bound_value(t.end, s.args, true);
-    if (!b || !e) return std::nullopt;
-    g.ranges.emplace_back(*b, *e);
-    return g;
-  }
-  const adstack::SizeInputs sizes{
-      [&s](uint32_t p) -> int64_t { return p < s.args.size() ? s.args[p].i : 0; },
-      [&g](uint32_t p, uint32_t d) -> int64_t {
+  std::optional<std::vector<std::pair<int64_t, int64_t>>> ranges =
+      gather_ranges(s, k, [&g](uint32_t p, uint32_t d) -> int64_t {
         return p < g.extents.size() && d < g.extents[p].size() ? g.extents[p][d] : -1;
-      }};
-  for (const codegen::TaskDim& d : t.dims) {
-    Result<int64_t> b = adstack::evaluate(d.begin, sizes);
-    Result<int64_t> e = adstack::evaluate(d.end, sizes);
-    if (!b.ok() || !e.ok()) return std::nullopt;
-    g.ranges.emplace_back(*b, *e);
-  }
+      });
+  if (!ranges) return std::nullopt;
+  g.ranges = std::move(*ranges);
   return g;
 }
 
@@ -205,22 +221,23 @@ std::optional<CapturedStep> Session::recompute_step(
   if (!producer) return std::nullopt;
   const CapturedStep& c = steps[consumer];
   const CapturedStep& p = steps[*producer];
-  std::optional<codegen::GatherLaunch> cg = gather_launch(c, false);
-  std::optional<codegen::GatherLaunch> pg = gather_launch(p, true);
-  if (!cg || !pg) return std::nullopt;
   const std::vector<uint64_t>& zeros = zeros_before[*producer];
   // A step loop asks the same question once per step: the answer depends on the two kernels
   // and on which arrays, extents, ranges and index values are equal, not on their values.
-  std::vector<uint64_t> key = recompute_key(c.kernel.id, *cg, p.kernel.id, *pg, zeros);
-  auto known = recompute_answers_.find(key);
+  std::optional<std::vector<uint64_t>> key = recompute_key(c, p, zeros);
+  if (!key) return std::nullopt;
+  auto known = recompute_answers_.find(*key);
   if (known == recompute_answers_.end()) {
+    std::optional<codegen::GatherLaunch> cg = gather_launch(c, false);
+    std::optional<codegen::GatherLaunch> pg = gather_launch(p, true);
+    if (!cg || !pg) return std::nullopt;  // recompute_key refuses the same launches
     RecomputeAnswer a;
     std::optional<codegen::Recomputed> r = codegen::recompute_gathers(*cg, *pg, zeros);
     if (r) {
       Result<KernelHandle> h = recomputed_kernel(r->kernel);
       if (h.ok()) a = RecomputeAnswer{*h, std::move(r->producer_param)};
     }
-    known = recompute_answers_.emplace(std::move(key), std::move(a)).first;
+    known = recompute_answers_.emplace(std::move(*key), std::move(a)).first;
   }
   if (known->second.kernel.id == 0) return std::nullopt;  // the launch stays as it was
   CapturedStep out = c;
@@ -236,40 +253,76 @@ size_t Session::WordsHash::operator()(const std::vector<uint64_t>& w) const noex
   return static_cast<size_t>(h);
 }
 
-std::vector<uint64_t> Session::recompute_key(uint64_t c_id, const codegen::GatherLaunch& c,
-                                             uint64_t p_id, const codegen::GatherLaunch& p,
-                                             std::span<const uint64_t> zeros) {
+uint64_t Session::shape_class(uint64_t array) const {
+  auto [it, fresh] = rework_shape_class_.try_emplace(array, 0);
+  if (fresh) {
+    const std::vector<uint32_t>* shape = extents_of(array);
+    const uint64_t next = shape_classes_.size() + 1;  // 0: no array
+    it->second = shape ? shape_classes_.try_emplace(*shape, next).first->second : 0;
+  }
+  return it->second;
+}
+
+std::optional<std::vector<uint64_t>> Session::recompute_key(const CapturedStep& c,
+                                                            const CapturedStep& p,
+                                                            std::span<const uint64_t> zeros) const {
   // Kernels by handle id (never reused in a session); arrays and index values by the first
-  // place each distinct one appears, so two steps of a loop give one key. Words, not text: a
-  // step loop asks once per step (diffmpm: 2,046 times an iteration). The separators are
-  // values no count, id or extent takes, so two different launches never give one key.
+  // place each distinct one appears, so two steps of a loop give one key; extents by their
+  // session-wide shape class. Words, not text: a step loop asks once per step (diffmpm: 2,046
+  // times an iteration). The separators are values no count, id or class takes, so two
+  // different launch pairs never give one key.
   constexpr uint64_t kEnd = ~0ull, kNext = ~0ull - 1;
-  std::vector<uint64_t> key = {c_id, p_id};
-  key.reserve(128);
+  std::vector<uint64_t> key = {c.kernel.id, p.kernel.id};
+  key.reserve(192);
   std::vector<uint64_t> seen;  // a few dozen distinct values: a scan beats a hash map
   auto number = [&](uint64_t v) {
     const size_t n = std::find(seen.begin(), seen.end(), v) - seen.begin();
     if (n == seen.size()) seen.push_back(v);
     key.push_back(n);
   };
-  for (const codegen::GatherLaunch* l : {&c, &p}) {
-    for (uint64_t a : l->arrays) number(a == 0 ? 0 : a + (1ull << 40));
-    key.push_back(kNext);
-    for (const auto& [v, w] : l->uniform.sorted) key.push_back(v), number(w);
-    key.push_back(kNext);
-    for (const std::vector<uint32_t>& e : l->extents) {
-      key.insert(key.end(), e.begin(), e.end());
-      key.push_back(kNext);
+  codegen::UniformWords words;
+  for (const CapturedStep* s : {&c, &p}) {
+    auto it = any_ir_.find(s->kernel.id);
+    if (it == any_ir_.end() || it->second->params.size() != s->args.size()) return std::nullopt;
+    const codegen::Kernel& k = *it->second;
+    for (const Arg& a : s->args) {
+      if (a.kind != abi::ParamKind::kNdArray) {
+        number(0);
+        key.push_back(0);
+        continue;
+      }
+      const uint64_t cls = shape_class(a.array.id);
+      if (cls == 0) return std::nullopt;  // freed: gather_launch refuses it
+      number(a.array.id + (1ull << 40));
+      key.push_back(cls);
     }
-    for (const auto& [b, e] : l->ranges) {
-      key.push_back(static_cast<uint64_t>(b));
-      key.push_back(static_cast<uint64_t>(e));
+    key.push_back(kNext);
+    gather_uniform(*s, k, &words);
+    for (const auto& [v, w] : words.sorted) key.push_back(v), number(w);
+    key.push_back(kNext);
+    if (s == &p) {
+      std::optional<std::vector<std::pair<int64_t, int64_t>>> ranges =
+          gather_ranges(p, k, [&p, this](uint32_t q, uint32_t d) -> int64_t {
+            if (q >= p.args.size() || p.args[q].kind != abi::ParamKind::kNdArray) return -1;
+            const std::vector<uint32_t>* e = extents_of(p.args[q].array.id);
+            return e != nullptr && d < e->size() ? (*e)[d] : -1;
+          });
+      if (!ranges) return std::nullopt;
+      for (const auto& [b, e] : *ranges) {
+        key.push_back(static_cast<uint64_t>(b));
+        key.push_back(static_cast<uint64_t>(e));
+      }
     }
     key.push_back(kEnd);
   }
+  // Which of the producer's parameters the known-zero arrays are (their first).
   for (uint64_t z : zeros) {
-    key.push_back(
-        static_cast<uint64_t>(std::find(p.arrays.begin(), p.arrays.end(), z) - p.arrays.begin()));
+    size_t q = 0;
+    while (q < p.args.size() &&
+           !(p.args[q].kind == abi::ParamKind::kNdArray && p.args[q].array.id == z)) {
+      ++q;
+    }
+    key.push_back(q);
   }
   return key;
 }

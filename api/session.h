@@ -22,6 +22,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -320,12 +322,26 @@ class Session {
   std::optional<size_t> recompute_producer(std::span<const CapturedStep> steps, size_t consumer,
                                            const std::unordered_map<uint64_t, size_t>& first_write);
   std::optional<codegen::GatherLaunch> gather_launch(const CapturedStep& s, bool producer) const;
+  // gather_launch's parts: the launch-uniform values the kernel indexes with, evaluated for
+  // `s` (sorted by value id); a producer's evaluated range per task dimension (nullopt where
+  // one does not evaluate). `extent(p, d)`: the extent of parameter p's axis d, -1 unknown.
+  void gather_uniform(const CapturedStep& s, const codegen::Kernel& k,
+                      codegen::UniformWords* out) const;
+  std::optional<std::vector<std::pair<int64_t, int64_t>>> gather_ranges(
+      const CapturedStep& s, const codegen::Kernel& k,
+      const std::function<int64_t(uint32_t, uint32_t)>& extent) const;
   std::vector<std::vector<uint64_t>> zero_outputs(std::span<const CapturedStep> steps,
                                                   ScheduleMemo* memo) const;
   bool recompute_producer_ok(uint64_t kernel_id);
-  static std::vector<uint64_t> recompute_key(uint64_t c_id, const codegen::GatherLaunch& c,
-                                             uint64_t p_id, const codegen::GatherLaunch& p,
-                                             std::span<const uint64_t> zeros);
+  // What recompute_gathers' answer for consumer `c` and producer `p` depends on, in words:
+  // both kernels, which arguments are the same array, each array's extents (as a shape
+  // class), the launch-uniform values (which equal which), the producer's ranges and which
+  // of its arrays are known zero. Built from the steps without their GatherLaunches (made
+  // only when the answer is not known yet). nullopt where gather_launch would refuse either.
+  std::optional<std::vector<uint64_t>> recompute_key(const CapturedStep& c, const CapturedStep& p,
+                                                     std::span<const uint64_t> zeros) const;
+  // A session-wide number per distinct extents vector (an array's, during a rework).
+  uint64_t shape_class(uint64_t array) const;
   Result<KernelHandle> recomputed_kernel(const codegen::Kernel& k);
   // A launch's scalar arguments and array extents, for evaluating launch-uniform indices.
   codegen::UniformInputs launch_inputs(const CapturedStep& s) const;
@@ -410,6 +426,10 @@ class Session {
   // when a rework starts and ends.
   const std::vector<uint32_t>* extents_of(uint64_t array) const;
   mutable std::unordered_map<uint64_t, std::optional<std::vector<uint32_t>>> rework_extents_;
+  // shape_class(): by extents for the session's life (recompute_answers_ keys hold them), by
+  // array during a rework (emptied with rework_extents_).
+  mutable std::map<std::vector<uint32_t>, uint64_t> shape_classes_;
+  mutable std::unordered_map<uint64_t, uint64_t> rework_shape_class_;
   // Whether a fusible kernel's first task has loops, by handle id (fusion_launch).
   mutable std::unordered_map<uint64_t, bool> first_task_loops_;
   std::unordered_map<std::string, KernelHandle> recomputed_kernels_;  // by printed IR

@@ -188,7 +188,9 @@ TEST_P(Graphs, AGraphRecordedInPiecesRunsEveryLaunchAndNamesItsErrors) {
   float sum = 0;
   for (uint32_t i = 0; i < n; ++i) {
     // Fills between launches, some right at a bundle's end (record_steps' fill barriers).
-    if (i % runtime::kBundleLaunches == 0 || i % 97 == 0) ASSERT_TRUE(rt_->fill(z, 0.0).ok());
+    if (i % runtime::kBundleLaunches == 0 || i % 97 == 0) {
+      ASSERT_TRUE(rt_->fill(z, 0.0).ok());
+    }
     const float a = static_cast<float>(i % 7) - 3.0f;
     sum += a;
     const Arg args[] = {Arg::f32(a), Arg::ndarray(x_), Arg::ndarray(y_)};
