@@ -1,11 +1,12 @@
 // Captured launch sequences (runtime.h, "captured launch sequences"): capture keeps what a
 // launch checked and planned; replay re-resolves the arrays and re-plans only the launches
 // whose scalars were updated. Where every pipeline binds with push descriptors the steps are
-// recorded once into a bundle (a secondary command buffer) that reads its args from a buffer of
-// the graph's own: a replay then records two copies (the args in, the error words back) and
-// one vkCmdExecuteCommands, whatever the graph's length. The bundle is recorded again only
-// when an update changed a launch's plan or the adstack heaps were replaced. Otherwise every
-// step is recorded again through the same path as launch().
+// recorded once into bundles (secondary command buffers of kBundleLaunches launches, each
+// submitted as it is recorded) that read their args from a buffer of the graph's own: a replay
+// then records two copies (the args in, the error words back) and one vkCmdExecuteCommands per
+// bundle. The bundles are recorded again only when an update changed a launch's plan or the
+// adstack heaps were replaced. Otherwise every step is recorded again through the same path as
+// launch().
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
