@@ -307,13 +307,22 @@ class DiffMPM:
         }
         self.tape = s.tape()
         self._graph: Optional[vkad.Graph] = None
+        self._plans: Dict[tuple, tuple] = {}  # _launch's, by (kernel name, recorded)
 
     # launches
     def _launch(self, name: str, t: int, recorded: bool = True) -> None:
-        k = self.kernels[name]
-        k = k if recorded else k.forward  # a Differentiated is recorded by a tape; .forward not
-        params = k.forward.param_names if recorded else k.param_names
-        self.s.launch(k, *(t if p in ("t", "f") else self.arrays[p] for p in params))
+        # The kernel and its arguments found once per kernel (None: the step): a simulation
+        # launches thousands of them, and reading param_names at each was a third of its
+        # Python time.
+        plan = self._plans.get((name, recorded))
+        if plan is None:
+            k = self.kernels[name]
+            k = k if recorded else k.forward  # a Differentiated is recorded by a tape; .forward not
+            params = k.forward.param_names if recorded else k.param_names
+            plan = (k, [None if p in ("t", "f") else self.arrays[p] for p in params])
+            self._plans[(name, recorded)] = plan
+        k, args = plan
+        self.s.launch(k, *[t if a is None else a for a in args])
 
     def forward(self, recorded: bool = True) -> None:
         """One simulation from x[0], F[0] = I, v[0] = C[0] = 0: DiffTaichi's forward()

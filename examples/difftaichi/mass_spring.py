@@ -285,13 +285,22 @@ class MassSpring:
             self.arrays[name] = s.ndarray(value, npt, name)
         self.tape = s.tape()
         self._graph: Optional[vkad.Graph] = None
+        self._plans: Dict[tuple, tuple] = {}  # _launch's, by (kernel name, recorded)
 
     # launches
     def _launch(self, name: str, t: int, recorded: bool = True) -> None:
-        k = self.kernels[name]
-        k = k if recorded else k.forward  # a Differentiated is recorded by a tape; .forward not
-        params = k.forward.param_names if recorded else k.param_names
-        self.s.launch(k, *(t if p == "t" else self.arrays[p] for p in params))
+        # The kernel and its arguments found once per kernel (None: the step): a simulation
+        # launches thousands of them, and reading param_names at each was a third of its
+        # Python time.
+        plan = self._plans.get((name, recorded))
+        if plan is None:
+            k = self.kernels[name]
+            k = k if recorded else k.forward  # a Differentiated is recorded by a tape; .forward not
+            params = k.forward.param_names if recorded else k.param_names
+            plan = (k, [None if p == "t" else self.arrays[p] for p in params])
+            self._plans[(name, recorded)] = plan
+        k, args = plan
+        self.s.launch(k, *[t if a is None else a for a in args])
 
     def forward(self, recorded: bool = True) -> None:
         """One simulation from x[0], v[0] = 0: DiffTaichi's forward() (steps - 1 steps, then the
