@@ -65,8 +65,7 @@ void Session::gather_uniform(const CapturedStep& s, const codegen::Kernel& k,
 }
 
 std::optional<std::vector<std::pair<int64_t, int64_t>>> Session::gather_ranges(
-    const CapturedStep& s, const codegen::Kernel& k,
-    const std::function<int64_t(uint32_t, uint32_t)>& extent) const {
+    const CapturedStep& s, const codegen::Kernel& k) const {
   std::vector<std::pair<int64_t, int64_t>> ranges;
   const codegen::Task& t = k.tasks[0];
   if (t.dims.empty()) {
@@ -77,7 +76,12 @@ std::optional<std::vector<std::pair<int64_t, int64_t>>> Session::gather_ranges(
     return ranges;
   }
   const adstack::SizeInputs sizes{
-      [&s](uint32_t p) -> int64_t { return p < s.args.size() ? s.args[p].i : 0; }, extent};
+      [&s](uint32_t p) -> int64_t { return p < s.args.size() ? s.args[p].i : 0; },
+      [&s, this](uint32_t p, uint32_t d) -> int64_t {
+        if (p >= s.args.size() || s.args[p].kind != abi::ParamKind::kNdArray) return -1;
+        const std::vector<uint32_t>* e = extents_of(s.args[p].array.id);
+        return e != nullptr && d < e->size() ? (*e)[d] : -1;
+      }};
   for (const codegen::TaskDim& d : t.dims) {
     Result<int64_t> b = adstack::evaluate(d.begin, sizes);
     Result<int64_t> e = adstack::evaluate(d.end, sizes);
@@ -105,10 +109,7 @@ std::optional<codegen::GatherLaunch> Session::gather_launch(const CapturedStep& 
   }
   gather_uniform(s, k, &g.uniform);
   if (!producer) return g;
-  std::optional<std::vector<std::pair<int64_t, int64_t>>> ranges =
-      gather_ranges(s, k, [&g](uint32_t p, uint32_t d) -> int64_t {
-        return p < g.extents.size() && d < g.extents[p].size() ? g.extents[p][d] : -1;
-      });
+  std::optional<std::vector<std::pair<int64_t, int64_t>>> ranges = gather_ranges(s, k);
   if (!ranges) return std::nullopt;
   g.ranges = std::move(*ranges);
   return g;
@@ -301,12 +302,7 @@ std::optional<std::vector<uint64_t>> Session::recompute_key(const CapturedStep& 
     for (const auto& [v, w] : words.sorted) key.push_back(v), number(w);
     key.push_back(kNext);
     if (s == &p) {
-      std::optional<std::vector<std::pair<int64_t, int64_t>>> ranges =
-          gather_ranges(p, k, [&p, this](uint32_t q, uint32_t d) -> int64_t {
-            if (q >= p.args.size() || p.args[q].kind != abi::ParamKind::kNdArray) return -1;
-            const std::vector<uint32_t>* e = extents_of(p.args[q].array.id);
-            return e != nullptr && d < e->size() ? (*e)[d] : -1;
-          });
+      std::optional<std::vector<std::pair<int64_t, int64_t>>> ranges = gather_ranges(p, k);
       if (!ranges) return std::nullopt;
       for (const auto& [b, e] : *ranges) {
         key.push_back(static_cast<uint64_t>(b));

@@ -22,7 +22,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -322,14 +321,13 @@ class Session {
   std::optional<size_t> recompute_producer(std::span<const CapturedStep> steps, size_t consumer,
                                            const std::unordered_map<uint64_t, size_t>& first_write);
   std::optional<codegen::GatherLaunch> gather_launch(const CapturedStep& s, bool producer) const;
-  // gather_launch's parts: the launch-uniform values the kernel indexes with, evaluated for
-  // `s` (sorted by value id); a producer's evaluated range per task dimension (nullopt where
-  // one does not evaluate). `extent(p, d)`: the extent of parameter p's axis d, -1 unknown.
+  // gather_launch's parts (recompute_key uses them too): the launch-uniform values the kernel
+  // indexes with, evaluated for `s` (sorted by value id); a producer's evaluated range per
+  // task dimension (nullopt where one does not evaluate).
   void gather_uniform(const CapturedStep& s, const codegen::Kernel& k,
                       codegen::UniformWords* out) const;
   std::optional<std::vector<std::pair<int64_t, int64_t>>> gather_ranges(
-      const CapturedStep& s, const codegen::Kernel& k,
-      const std::function<int64_t(uint32_t, uint32_t)>& extent) const;
+      const CapturedStep& s, const codegen::Kernel& k) const;
   std::vector<std::vector<uint64_t>> zero_outputs(std::span<const CapturedStep> steps,
                                                   ScheduleMemo* memo) const;
   bool recompute_producer_ok(uint64_t kernel_id);
