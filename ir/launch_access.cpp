@@ -276,6 +276,45 @@ std::unordered_set<ValueId> launch_uniform_values(const Kernel& k) {
 
 namespace {
 
+bool integral(DType t) { return t == DType::kI32 || t == DType::kU32 || t == DType::kBool; }
+
+void table_values(const Block& b, const std::unordered_set<ValueId>& uniform,
+                  std::unordered_set<ValueId>& out) {
+  for (const Stmt& s : b.stmts) {
+    for (const Block& c : s.blocks) table_values(c, uniform, out);
+    if (s.result == kNoValue || !integral(s.type)) continue;
+    if (s.op == Op::kLoad) {
+      out.insert(s.result);
+      continue;
+    }
+    const OpFamily f = op_info(s.op).family;
+    if (f != OpFamily::kUnary && f != OpFamily::kBinary && f != OpFamily::kCompare &&
+        f != OpFamily::kSelect && f != OpFamily::kCast) {
+      continue;
+    }
+    bool table = false, other = false;
+    for (ValueId a : s.args) {
+      if (out.count(a)) {
+        table = true;
+      } else if (!uniform.count(a)) {
+        other = true;
+      }
+    }
+    if (table && !other) out.insert(s.result);
+  }
+}
+
+}  // namespace
+
+std::unordered_set<ValueId> table_index_values(const Kernel& k) {
+  const std::unordered_set<ValueId> uniform = launch_uniform_values(k);
+  std::unordered_set<ValueId> out;
+  for (const Task& t : k.tasks) table_values(t.body, uniform, out);
+  return out;
+}
+
+namespace {
+
 void index_values(const Block& b, std::vector<ValueId>& out) {
   for (const Stmt& s : b.stmts) {
     if (op_info(s.op).family == OpFamily::kArray) {

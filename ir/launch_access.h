@@ -98,6 +98,16 @@ KernelAccess kernel_access(const Kernel& k);
 // to count as a launch-uniform row). `k` must verify. Pure.
 std::unordered_set<ValueId> launch_uniform_values(const Kernel& k);
 
+// The values of `k` an invocation takes from a table: loads of an i32 / u32 / bool ndarray
+// (an actuator id, a material, a spring's anchor), and i32 / u32 / bool arithmetic,
+// comparisons, select and casts of such values and launch-uniform ones only. Elements a
+// program builds object by object carry such an index in long runs, so the invocations of one
+// subgroup often agree on it: what the SPIR-V emitter combines a subgroup's atomic_add on
+// (spirv_emitter.cpp, atomic_add). A task or loop index mixed in, or a float cast (an MPM
+// grid cell), takes a value out: those differ from invocation to invocation. `k` must verify.
+// Pure.
+std::unordered_set<ValueId> table_index_values(const Kernel& k);
+
 // The launch-uniform values `k` uses as array indices, with their expressions, sorted by value
 // id. `k` must verify. Pure.
 std::vector<std::pair<ValueId, UniformExpr>> uniform_index_exprs(const Kernel& k);

@@ -5,9 +5,13 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
+#include "ir/launch_access.h"
 #include "spirv/f64_math.h"
 #include "spirv/spirv_module.h"
 
@@ -582,47 +586,120 @@ class TaskEmitter {
     if_else(issue, issue_mine, [] {});
   }
 
-  // element += value, one atomic per invocation. Combining a subgroup's values first where
-  // every index is launch-uniform (one atomic per subgroup) was tried and measured: on an H100
-  // it made DiffTaichi's mass_spring 25% slower (39.2 -> 48.9 ms a replay: its launches of 32
-  // invocations paid the reduction and gained nothing) and did not change diffmpm; a run-time test
-  // of whether a subgroup's indices agree made an MPM grid scatter 1.5x slower.
+  // element += value. Atomics on one element serialise where the memory does them (an H100's
+  // L2): what they cost is how many hit one element. Where every index is a table index or
+  // launch-uniform, at least one a table index (table_index_values: an actuator id, a
+  // material), many invocations likely hit few elements, and two things cut their number:
+  //
+  // - The invocations of a subgroup that all hit one element combine first: the subgroup's sum,
+  //   one atomic from one of them (as atomic_max does).
+  // - A float value that is exactly zero is not added (tested after the bounds check, so a bad
+  //   index is still reported; -0.0 and NaN are added). Reverse mode adds a read's adjoint
+  //   wherever the read ran, and it is often zero: diffmpm's particles without an actuator add
+  //   0 into one actuation gradient word per step (1,824 of its 2,976 particles).
+  //
+  // On an H100 the two took diffmpm's replayed iteration from 22.3-23.0 to 18.2-18.6 ms (the
+  // vote alone 18.7). Elsewhere each invocation issues its own atomic, as measured too:
+  // combining every float atomic_add made diffmpm 26.7 ms (an MPM grid scatter's subgroups
+  // rarely agree on a cell); skipping zeros in every one made mass_spring 5.9 -> 6.9 ms (its
+  // adds sit in a resident step loop, where the branch costs more than the atomic); combining
+  // where every index is launch-uniform made mass_spring's launches of 32 invocations 25%
+  // slower (an earlier measurement); reducing before the vote said whether to cost mass_spring
+  // 16% (springs whose anchors come from a table but rarely agree).
   void atomic_add(const Stmt& s) {
     const DType t = k_.params[s.param].dtype;
     const uint32_t val = v(s.args.back());
+    if (!target_.subgroup_arithmetic || !is_float(t) || !table_indexed(s)) {
+      return add_atomically(s, val, false);
+    }
+    m_.capability(spv::CapabilityGroupNonUniform);
+    m_.capability(spv::CapabilityGroupNonUniformVote);
+    m_.capability(spv::CapabilityGroupNonUniformArithmetic);
+    const uint32_t scope = m_.c_u32(spv::ScopeSubgroup);
+    // Whether every active invocation has these indices (the launch-uniform ones agree): the
+    // same in all of them, so the branch on it is uniform and the reduction inside sees
+    // exactly the invocations that voted. A subgroup that disagrees pays the vote only.
+    uint32_t same = 0;
+    for (size_t d = 0; d + 1 < s.args.size(); ++d) {
+      if (!table_values_->count(s.args[d])) continue;
+      uint32_t eq = op(spv::OpGroupNonUniformAllEqual, bool_, {scope, v(s.args[d])});
+      same = same == 0 ? eq : op(spv::OpLogicalAnd, bool_, {same, eq});
+    }
+    if_else(
+        same,
+        [&] {
+          const uint32_t sum =
+              op(spv::OpGroupNonUniformFAdd, type(t), {scope, spv::GroupOperationReduce, val});
+          const uint32_t elected = op(spv::OpGroupNonUniformElect, bool_, {scope});
+          if_else(
+              elected, [&] { add_atomically(s, sum, true); }, [] {});
+        },
+        [&] { add_atomically(s, val, true); });
+  }
+
+  // Every index of `s` a table index or launch-uniform, at least one a table index.
+  bool table_indexed(const Stmt& s) {
+    if (!table_values_) {
+      table_values_ = table_index_values(k_);
+      uniform_values_ = launch_uniform_values(k_);
+    }
+    bool table = false;
+    for (size_t d = 0; d + 1 < s.args.size(); ++d) {
+      if (table_values_->count(s.args[d])) {
+        table = true;
+      } else if (!uniform_values_->count(s.args[d])) {
+        return false;
+      }
+    }
+    return table;
+  }
+
+  // One invocation's atomic add of `val` (with skip_zero, not of a float zero: atomic_add).
+  void add_atomically(const Stmt& s, uint32_t val, bool skip_zero) {
+    const DType t = k_.params[s.param].dtype;
     guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
       const ArrayVar& a = arrays_.at(s.param);
       uint32_t scope = m_.c_u32(kScopeDevice), sem = m_.c_u32(kRelaxed);
       if (t == DType::kI64) m_.capability(spv::CapabilityInt64Atomics);
       if (!is_float(t)) return op(spv::OpAtomicIAdd, a.elem, {ptr, scope, sem, val});
+      auto unless_zero = [&](const std::function<void()>& add) {
+        if (!skip_zero) return add();
+        if_else(op(spv::OpFUnordNotEqual, bool_, {val, zero(t)}), add, [] {});
+      };
       if (!a.bits) {
         m_.extension("SPV_EXT_shader_atomic_float_add");
         m_.capability(t == DType::kF32 ? spv::CapabilityAtomicFloat32AddEXT
                                        : spv::CapabilityAtomicFloat64AddEXT);
-        return op(spv::OpAtomicFAddEXT, a.elem, {ptr, scope, sem, val});
+        unless_zero([&] { op(spv::OpAtomicFAddEXT, a.elem, {ptr, scope, sem, val}); });
+        return 0;
       }
       // Compare-and-swap on the bits until no other invocation got in between.
-      uint32_t ft = type(t);
-      uint32_t init = op(spv::OpAtomicLoad, a.elem, {ptr, scope, sem});
-      uint32_t header = m_.id(), body = m_.id(), cont = m_.id(), merge = m_.id();
-      uint32_t got = m_.id();
-      uint32_t pre = cur_;
-      branch(header);
-      block(header);
-      uint32_t expected = op(spv::OpPhi, a.elem, {init, pre, got, cont});
-      m_.op(spv::OpLoopMerge, {merge, cont, spv::LoopControlMaskNone});
-      branch(body);
-      block(body);
-      uint32_t sum = op(spv::OpFAdd, ft, {op(spv::OpBitcast, ft, {expected}), val});
-      uint32_t desired = op(spv::OpBitcast, a.elem, {sum});
-      m_.op(spv::OpAtomicCompareExchange, {a.elem, got, ptr, scope, sem, sem, desired, expected});
-      uint32_t done = op(spv::OpIEqual, bool_, {got, expected});
-      m_.op(spv::OpBranchConditional, {done, merge, cont});
-      block(cont);
-      branch(header);
-      block(merge);
+      unless_zero([&] { add_by_compare_and_swap(a, ptr, t, val); });
       return 0;
     });
+  }
+
+  void add_by_compare_and_swap(const ArrayVar& a, uint32_t ptr, DType t, uint32_t val) {
+    uint32_t scope = m_.c_u32(kScopeDevice), sem = m_.c_u32(kRelaxed);
+    uint32_t ft = type(t);
+    uint32_t init = op(spv::OpAtomicLoad, a.elem, {ptr, scope, sem});
+    uint32_t header = m_.id(), body = m_.id(), cont = m_.id(), merge = m_.id();
+    uint32_t got = m_.id();
+    uint32_t pre = cur_;
+    branch(header);
+    block(header);
+    uint32_t expected = op(spv::OpPhi, a.elem, {init, pre, got, cont});
+    m_.op(spv::OpLoopMerge, {merge, cont, spv::LoopControlMaskNone});
+    branch(body);
+    block(body);
+    uint32_t sum = op(spv::OpFAdd, ft, {op(spv::OpBitcast, ft, {expected}), val});
+    uint32_t desired = op(spv::OpBitcast, a.elem, {sum});
+    m_.op(spv::OpAtomicCompareExchange, {a.elem, got, ptr, scope, sem, sem, desired, expected});
+    uint32_t done = op(spv::OpIEqual, bool_, {got, expected});
+    m_.op(spv::OpBranchConditional, {done, merge, cont});
+    block(cont);
+    branch(header);
+    block(merge);
   }
 
   // ------------------------------------------------------------ adstacks
@@ -1287,6 +1364,8 @@ class TaskEmitter {
   uint32_t sole_pred_ = 0;
   std::vector<std::pair<uint32_t, uint32_t>> loops_;  // (merge, continue target), innermost last
   std::unordered_map<ValueId, uint32_t> values_, locals_;
+  // table_index_values and launch_uniform_values of the kernel, made at its first atomic_add.
+  std::optional<std::unordered_set<ValueId>> table_values_, uniform_values_;
   std::unordered_map<ValueId, DType> types_;
   std::unordered_map<uint32_t, ArrayVar> arrays_;
   std::unordered_map<uint32_t, bool> bits_params_;

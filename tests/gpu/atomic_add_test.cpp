@@ -1,10 +1,11 @@
 // atomic_add on the device (validation on, zero messages) against the CPU reference, with the
-// target's subgroup arithmetic on and off (the emitter issues one atomic per invocation either
-// way: spirv_emitter.cpp, atomic_add, says what combining them cost): one element for all
-// threads (a constant index, also under a branch only the even threads take), runs of
-// consecutive threads on one element, neighbours on different elements, i32 wrapping, and
-// ranges that do not fill their last subgroup. The f32 values are small integers, so every
-// order of the additions gives the same, exact sum and the comparison can be exact.
+// target's subgroup arithmetic on and off: one element for all threads (a constant index, also
+// under a branch only the even threads take), runs of consecutive threads on one element,
+// neighbours on different elements, i32 wrapping, and ranges that do not fill their last
+// subgroup; indices read from a table (which a subgroup combines its adds on where it agrees:
+// spirv_emitter.cpp, atomic_add) in runs and at random, with zeros the emitter skips; a zero
+// added out of bounds is still reported. The f32 values are small integers, so every order of
+// the additions gives the same, exact sum and the comparison can be exact.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -83,6 +84,82 @@ TEST_F(AtomicAddDevice, MatchesTheCpuEvaluatorForUniformDivergentAndPartlyActive
       }
     }
   }
+}
+
+// An index read from an integer array (a "table": table_index_values), clamped and offset by a
+// launch-uniform row; the values zero wherever the id is -1, as reverse mode's adjoint of a
+// masked read is. The ids come in runs (subgroups agree: the combined path) and at random
+// (they do not: each invocation its own atomic), also under a branch.
+const char* kTableAdd =
+    R"(kernel tadd(v: ndarray<f32, 1>, ids: ndarray<i32, 1>, s: ndarray<f32, 2>, f: i32) {
+  task main parallel %i in [0, shape(v, 0)) {
+    %x = load v[%i] : f32
+    %id = load ids[%i] : i32
+    %zero = const 0 : i32
+    %m1 = const -1 : i32
+    %none = eq %id, %m1 : bool
+    %z = const 0.0 : f32
+    %y = select %none, %z, %x : f32
+    %c = max %zero, %id : i32
+    %f = arg f : i32
+    atomic_add s[%f, %c], %y
+    %two = const 2 : i32
+    %par = mod %i, %two : i32
+    %even = eq %par, %zero : bool
+    if %even {
+      atomic_add s[%zero, %c], %x
+    }
+  }
+}
+)";
+
+TEST_F(AtomicAddDevice, TableIndexedAddsMatchTheCpuEvaluatorInRunsAndAtRandom) {
+  auto k = codegen::parse(kTableAdd);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  for (bool subgroup : {true, false}) {
+    codegen::Target t = runner_->target();
+    t.subgroup_arithmetic = subgroup && runner_->rt().caps().subgroup_arithmetic;
+    auto c = codegen::compile(*k, t);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    for (bool runs : {true, false}) {
+      for (uint32_t n : {1u, 37u, 1000u, 4099u}) {
+        HostArgs dev = make_args(*k,
+                                 {ArgSpec::array({n}, -3, 3), ArgSpec::array({n}, -1, 4),
+                                  ArgSpec::array({2, 5}, 0, 0), ArgSpec::of(1)},
+                                 n + runs);
+        for (double& x : dev.arrays[0].data) x = std::round(x);  // exact sums, zeros among them
+        if (runs) {
+          for (uint32_t i = 0; i < n; ++i) dev.arrays[1].data[i] = (i / 40) % 6 - 1.0;
+        }
+        HostArgs cpu = dev;
+        Status st = runner_->run_compiled(*c, dev);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        auto view = cpu.view();
+        auto r = codegen::evaluate(*k, view);
+        ASSERT_TRUE(r.ok());
+        EXPECT_EQ(compare_arrays_exact(dev.arrays[2], cpu.arrays[2]), "")
+            << "n " << n << " subgroup " << subgroup << " runs " << runs;
+      }
+    }
+  }
+}
+
+TEST_F(AtomicAddDevice, AZeroAddedOutOfBoundsIsStillReported) {
+  auto k = codegen::parse(R"(kernel zoob(s: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(s, 0)) {
+    %one = const 1 : i32
+    %j = add %i, %one : i32
+    %z = const 0.0 : f32
+    atomic_add s[%j], %z
+  }
+})");
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  HostArgs dev = make_args(*k, {ArgSpec::array({64}, 2, 2)}, 5);
+  Status st = runner_->run(*k, dev);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("out-of-bounds ndarray access"), std::string::npos) << st.message();
+  for (double x : dev.arrays[0].data) EXPECT_EQ(x, 2.0);  // adding zero changed nothing
+  EXPECT_TRUE(runner_->rt().synchronize().ok());
 }
 
 }  // namespace

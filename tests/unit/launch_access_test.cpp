@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <climits>
+#include <functional>
 #include <map>
 #include <string>
+#include <unordered_set>
+#include <vector>
 
 #include "ir/text.h"
 #include "ir/verifier.h"
@@ -186,6 +189,54 @@ kernel k(out: ndarray<f32, 1>, f: i32, u: u32, b: bool) {
   const UniformInputs min_case = inputs({{1, INT32_MIN}, {2, 0}, {3, 0}}, 10);
   EXPECT_EQ(row(a, *out, 0, 0, min_case), static_cast<uint32_t>(INT32_MIN / 2));
   EXPECT_EQ(row(a, *out, 7, 0, min_case), static_cast<uint32_t>(INT32_MIN)) << "-INT_MIN wraps";
+}
+
+// table_index_values: an index loaded from an integer array, and integer arithmetic of it with
+// launch-uniform values, is a table index; a task or loop index or a float mixed in is not.
+// Each atomic_add's last index, in order, tells which the analysis put where.
+TEST(LaunchAccess, TableIndicesAreLoadsOfIntegerArraysAndUniformArithmeticOfThem) {
+  auto k = parse(R"(
+kernel k(ids: ndarray<i32, 1>, x: ndarray<f32, 1>, g: ndarray<f32, 2>, f: i32) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %zero = const 0 : i32
+    %one = const 1 : i32
+    %v = load x[%i] : f32
+    %f = arg f : i32
+    %id = load ids[%i] : i32
+    %clamped = max %zero, %id : i32
+    %shifted = add %clamped, %f : i32
+    %none = eq %id, %one : bool
+    %picked = select %none, %zero, %shifted : i32
+    %mixed = add %id, %i : i32
+    %cell = cast %v : i32
+    %n = shape x 0 : i32
+    atomic_add g[%f, %id], %v
+    atomic_add g[%f, %clamped], %v
+    atomic_add g[%zero, %picked], %v
+    atomic_add g[%f, %mixed], %v
+    atomic_add g[%f, %cell], %v
+    atomic_add g[%f, %i], %v
+    atomic_add g[%f, %n], %v
+    for %t in [%zero, %n) {
+      %u = add %id, %t : i32
+      atomic_add g[%f, %u], %v
+    }
+  }
+})");
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  ASSERT_TRUE(verify(*k).ok());
+  const std::unordered_set<ValueId> table = table_index_values(*k);
+  std::vector<bool> got;
+  std::function<void(const Block&)> walk = [&](const Block& b) {
+    for (const Stmt& s : b.stmts) {
+      if (s.op == Op::kAtomicAdd) got.push_back(table.count(s.args[1]) > 0);
+      for (const Block& c : s.blocks) walk(c);
+    }
+  };
+  walk(k->tasks[0].body);
+  // loaded, max with a constant, select of uniform arithmetic of it; then the task index
+  // mixed in, a float cast, the task index, a shape (uniform, not a table), a loop index mixed in
+  EXPECT_EQ(got, (std::vector<bool>{true, true, true, false, false, false, false, false}));
 }
 
 }  // namespace
