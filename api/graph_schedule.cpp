@@ -155,6 +155,18 @@ std::vector<uint32_t> schedule_order(std::span<const uint32_t> levels,
       std::stable_partition(order.begin() + begin, order.begin() + end,
                             [&](uint32_t i) { return launches[i].shape == prev; });
     }
+    // The rest grouped by shape, in order of first appearance: a level's launches are
+    // independent, and those of one shape next to each other fuse (the sinks of a loop --
+    // a parameter gradient's adjoint per step beside a visible output's -- alternated).
+    for (size_t g = begin; g < end;) {
+      while (g < end && launches[order[g]].shape == prev && prev != 0) ++g;
+      if (g == end) break;
+      const uint64_t shape = launches[order[g]].shape;
+      auto rest = std::stable_partition(order.begin() + static_cast<std::ptrdiff_t>(g),
+                                        order.begin() + static_cast<std::ptrdiff_t>(end),
+                                        [&](uint32_t i) { return launches[i].shape == shape; });
+      g = static_cast<size_t>(rest - order.begin());
+    }
     begin = end;
   }
   return order;

@@ -138,5 +138,24 @@ TEST(GraphSchedule, ABarrierComesOnlyBeforeALaunchThatConflictsWithOneSinceTheLa
   EXPECT_FALSE(t.next(l[5]));
 }
 
+TEST(GraphSchedule, WithinALevelLaunchesOfOneShapeGoTogether) {
+  // A loop's sinks reach the last level alternating: a per-step parameter gradient's adjoint
+  // (shape 2, adds into 9) beside a visible output's (shape 3), each step's reading what the
+  // chain (shape 1) wrote at its row. They are grouped by shape in order of first appearance,
+  // so each kind fuses with its own.
+  std::vector<ScheduleLaunch> l;
+  for (int64_t f = 0; f < 3; ++f) {
+    l.push_back(launch({read(1, f), write(1, f + 1)}));
+    l.back().shape = 1;
+    l.push_back(launch({read(1, f + 1), add(9)}));
+    l.back().shape = 2;
+    l.push_back(launch({read(1, f + 1), write(2, f)}));
+    l.back().shape = 3;
+  }
+  const std::vector<uint32_t> levels = schedule_levels(l);
+  EXPECT_EQ(levels, (std::vector<uint32_t>{0, 3, 3, 1, 3, 3, 2, 3, 3}));
+  EXPECT_EQ(schedule_order(levels, l), (std::vector<uint32_t>{0, 3, 6, 1, 4, 7, 2, 5, 8}));
+}
+
 }  // namespace
 }  // namespace vkad
