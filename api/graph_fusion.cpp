@@ -42,9 +42,13 @@ const codegen::Kernel& not_fusible() {
 uint64_t fusion_shape(const codegen::FusionLaunch& l) {
   if (l.kernel == &not_fusible()) return 0;
   const uint64_t size = l.kernel->tasks[0].local_size;
-  return std::hash<uint64_t>{}(static_cast<uint64_t>(l.begin) * 0x9E3779B97F4A7C15ull ^
-                               static_cast<uint64_t>(l.end) * 0xC2B2AE3D27D4EB4Full ^ size) |
-         1;
+  uint64_t h = static_cast<uint64_t>(l.begin) * 0x9E3779B97F4A7C15ull ^
+               static_cast<uint64_t>(l.end) * 0xC2B2AE3D27D4EB4Full ^ size;
+  for (const auto& [b, e] : l.dims) {
+    h = (h ^ static_cast<uint64_t>(b)) * 0x100000001B3ull;
+    h = (h ^ static_cast<uint64_t>(e)) * 0x100000001B3ull;
+  }
+  return std::hash<uint64_t>{}(h) | 1;
 }
 
 bool has_loops(const codegen::Block& b) {
@@ -95,6 +99,29 @@ std::optional<int64_t> Session::bound_value(const abi::RangeBound& b, std::span<
     return (*shape)[d];
   };
   return abi::evaluate(b, scalar, extent);
+}
+
+std::optional<int64_t> Session::size_value(const adstack::SizeExpr& e,
+                                           std::span<const Arg> args) const {
+  bool known = true;
+  adstack::SizeInputs in;
+  in.scalar = [&](uint32_t) -> int64_t {  // fusible() refuses ranges that read scalars
+    known = false;
+    return 0;
+  };
+  in.dim = [&](uint32_t p, uint32_t d) -> int64_t {
+    const std::vector<uint32_t>* shape = p < args.size() && args[p].kind == abi::ParamKind::kNdArray
+                                             ? extents_of(args[p].array.id)
+                                             : nullptr;
+    if (shape == nullptr || d >= shape->size()) {
+      known = false;
+      return 0;
+    }
+    return (*shape)[d];
+  };
+  Result<int64_t> v = adstack::evaluate(e, in);
+  if (!v.ok() || !known) return std::nullopt;
+  return *v;
 }
 
 const std::vector<uint32_t>* Session::extents_of(uint64_t array) const {
@@ -269,6 +296,11 @@ codegen::FusionLaunch Session::fusion_launch(const CapturedStep& s, bool loops_c
   if (!b || !e) return l;
   l.begin = *b;
   l.end = *e;
+  for (const codegen::TaskDim& d : k.tasks[0].dims) {
+    std::optional<int64_t> db = size_value(d.begin, s.args), de = size_value(d.end, s.args);
+    if (!db || !de) return l;
+    l.dims.emplace_back(*db, *de);
+  }
   l.kernel = &k;
   l.rows = launch_rows(s);
   return l;

@@ -205,7 +205,7 @@ namespace {
 // -0.0 does not) in a way a fused kernel may replace its loads by 0.
 bool zero_for_run(const CapturedStep& f, uint64_t id, const codegen::FusionLaunch& first,
                   const ShapeOf& shape_of) {
-  if (f.launch || f.value != 0.0 || std::signbit(f.value)) return false;
+  if (f.launch || f.value != 0.0 || std::signbit(f.value) || !first.dims.empty()) return false;
   std::optional<std::vector<uint32_t>> shape = shape_of(id);
   return shape && shape->size() == 1 && first.begin >= 0 &&
          first.end <= static_cast<int64_t>((*shape)[0]);

@@ -66,6 +66,14 @@ void scan(const Block& b, ValueId index, const std::unordered_set<ValueId>& unif
   }
 }
 
+bool reads_scalars(const SizeExpr& e) {
+  if (e.kind == SizeExpr::Kind::kScalar || e.kind == SizeExpr::Kind::kNegScalar) return true;
+  for (const SizeExpr& o : e.operands) {
+    if (reads_scalars(o)) return true;
+  }
+  return false;
+}
+
 Summary summarize(const Kernel& k) {
   Summary s;
   s.use.resize(k.params.size());
@@ -74,13 +82,18 @@ Summary summarize(const Kernel& k) {
     return s;
   }
   const Task& t = k.tasks[0];
-  if (t.serial || !t.dims.empty() || t.index == kNoValue ||
-      t.begin.kind == RangeBound::Kind::kScalarParam ||
-      t.end.kind == RangeBound::Kind::kScalarParam) {
+  bool scalar_range = t.begin.kind == RangeBound::Kind::kScalarParam ||
+                      t.end.kind == RangeBound::Kind::kScalarParam;
+  for (const TaskDim& d : t.dims) {
+    scalar_range = scalar_range || reads_scalars(d.begin) || reads_scalars(d.end);
+  }
+  if (t.serial || t.index == kNoValue || scalar_range) {
     s.ok = false;
     return s;
   }
-  scan(t.body, t.index, launch_uniform_values(k), s);
+  // An N-d task's invocations share each coordinate with others (x[i] is touched by every
+  // (i, j)): none of its accesses is pointwise, so it fuses only where rows keep members apart.
+  scan(t.body, t.dims.empty() ? t.index : kNoValue, launch_uniform_values(k), s);
   return s;
 }
 
@@ -218,7 +231,7 @@ std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uin
         const uint32_t size = launches[i].kernel->tasks[0].local_size;
         for (size_t j = i + 1; j < launches.size() && run.count < max_launches; ++j) {
           if (!sums(j).ok || launches[j].begin != launches[i].begin ||
-              launches[j].end != launches[i].end ||
+              launches[j].end != launches[i].end || launches[j].dims != launches[i].dims ||
               launches[j].kernel->tasks[0].local_size != size || !admit(j)) {
             break;
           }
@@ -392,8 +405,8 @@ void hoist_read_only_loads(Task& t) {
   for (Stmt& s : rest) t.body.stmts.push_back(std::move(s));
 }
 
-// The fused task's shell: the first member's range and workgroup size, its bounds' array
-// parameters renamed through `pm`.
+// The fused task's shell: the first member's range (an N-d task's box) and workgroup size,
+// its bounds' array parameters renamed through `pm`.
 Task fused_task(const Task& t0, const std::vector<uint32_t>& pm, Kernel& f) {
   Task t;
   t.name = "fused";
@@ -403,6 +416,12 @@ Task fused_task(const Task& t0, const std::vector<uint32_t>& pm, Kernel& f) {
   if (t.begin.kind == RangeBound::Kind::kArrayDim) t.begin.param = pm[t.begin.param];
   if (t.end.kind == RangeBound::Kind::kArrayDim) t.end.param = pm[t.end.param];
   t.index = f.fresh();
+  for (size_t d = 0; d < t0.dims.size(); ++d) {
+    TaskDim& nd = t.dims.emplace_back(t0.dims[d]);
+    remap_size(nd.begin, pm);
+    remap_size(nd.end, pm);
+    nd.index = d == 0 ? t.index : f.fresh();
+  }
   return t;
 }
 
@@ -427,11 +446,17 @@ Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::
     }
   }
   Task t = fused_task(run[0].kernel->tasks[0], out.param_map[0], f);
-  BodyFacts facts(t.index, zero_arrays, array_param);
+  // An N-d body forwards and knows zeros of nothing: its [index] is not one invocation's.
+  const bool nd = !t.dims.empty();
+  BodyFacts facts(nd ? kNoValue : t.index, nd ? std::span<const uint64_t>() : zero_arrays,
+                  array_param);
   for (size_t m = 0; m < run.size(); ++m) {
     const Task& kt = run[m].kernel->tasks[0];
     MemberCopier c(f, kt.index, out.param_map[m]);
     c.new_index = t.index;
+    for (size_t d = 1; d < kt.dims.size() && d < t.dims.size(); ++d) {
+      c.substitute(kt.dims[d].index, t.dims[d].index);
+    }
     for (const Stmt& src : kt.body.stmts) facts.append(c.copy(src), src.result, c, t.body);
   }
   out.overwritten = facts.overwritten(array_param);

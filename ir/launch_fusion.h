@@ -9,10 +9,10 @@
 // what the next reads at i, from a register (the fused body forwards a stored value to a later
 // load of the same element) instead of from memory after a barrier.
 //
-// Which launches merge (`fusion_groups`): each is a kernel of one 1-d parallel task (not
-// serial, no adstack statements, no loop with a stated trip bound), and all have the same
-// evaluated range and workgroup
-// size. An array written by one member and accessed by another is accessed by every member
+// Which launches merge (`fusion_groups`): each is a kernel of one parallel task (not serial,
+// no adstack statements, no loop with a stated trip bound), and all have the same evaluated
+// range (an N-d task: the same box) and workgroup size. An array written by one member and
+// accessed by another is accessed by every member
 // only at elements the invocation owns (loads, stores and atomics alike): one index is the
 // task's own index value, on the same axis in every access, and the others are launch-uniform
 // (x[index]; x[f, index] of a state with a time axis, f built from scalar arguments, constants
@@ -21,7 +21,12 @@
 // invocation reads what another writes. Arrays only read, or touched by one member alone, may
 // be indexed any way. Ranges must not depend on scalar parameters, so a graph update of a
 // scalar never changes what was merged. (The fused body forwards stores to loads and reads
-// known zeros only for rank-1 arrays at [index]: rows of other members may differ.)
+// known zeros only for rank-1 arrays at [index]: rows of other members may differ.) In an
+// N-d task no access is one invocation's own -- (i, j) and (i, j') both touch x[i] -- so its
+// launches merge only where the arrays they share are read-only or touched at known, different
+// rows: a visible per-step output of a cell kernel (DiffTaichi's grid_op, launched beside the
+// steps' chain), 32 launches in one dispatch, the fused body forwarding nothing.
+
 #pragma once
 
 #include <cstdint>
@@ -44,6 +49,9 @@ struct FusionLaunch {
   const Kernel* kernel = nullptr;
   std::vector<uint64_t> arrays;
   int64_t begin = 0, end = 0;
+  // An N-d task's box, [begin, end) per dimension (empty for a 1-d task): members' boxes must
+  // be equal.
+  std::vector<std::pair<int64_t, int64_t>> dims;
   // Per parameter: the one row (first axis, a launch-uniform index evaluated for this launch)
   // that every access of the parameter touches, kAnyRow where it is not one known row. Empty:
   // no rows known. Members touching a shared written array at known, different rows are

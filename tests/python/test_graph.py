@@ -168,3 +168,40 @@ def test_a_parameters_gradient_added_by_every_step_is_batched_after_the_steps(se
     # then the controllers' adjoints together (a step loop of launches each after its own
     # controller adjoint was 2 per step).
     assert launched < steps, launched
+
+
+CELL = """
+kernel cell(f: i32, m: ndarray<f32, 3>, v: ndarray<f32, 3>, o: ndarray<f32, 3>) {
+  task main parallel %i in [0, shape(m, 1)), %j in [0, shape(m, 2)) {
+    %f = arg f : i32
+    %a = load m[%f, %i, %j] : f32
+    %b = load v[%f, %i, %j] : f32
+    %one = const 1.0 : f32
+    %d = add %a, %one : f32
+    %q = div %b, %d : f32
+    store o[%f, %i, %j], %q
+  }
+}"""
+
+
+def test_cell_kernels_of_a_loop_at_different_rows_run_fused(session):
+    """An N-d cell kernel launched once per row of a time axis (DiffTaichi's grid_op): the
+    launches share arrays only at different rows, so the graph merges them (32 to a launch)
+    and computes what launching them one by one does."""
+    s = session
+    k = s.compile(CELL)
+    steps, rows, cols = 40, 9, 7
+    rng = np.random.RandomState(3)
+    m = s.ndarray(rng.uniform(0, 2, (steps, rows, cols)).astype(np.float32))
+    v = s.ndarray(rng.uniform(-1, 1, (steps, rows, cols)).astype(np.float32))
+    direct, o = s.zeros((steps, rows, cols), vkad.f32), s.zeros((steps, rows, cols), vkad.f32)
+    for f in range(steps):
+        s.launch(k, f, m, v, direct)
+    with s.capture("cells") as g:
+        for f in range(steps):
+            s.launch(k, f, m, v, o)
+    n0 = s.stats()["launches"]
+    s.replay(g)
+    launched = s.stats()["launches"] - n0
+    np.testing.assert_array_equal(o.numpy(), direct.numpy())
+    assert launched == 2, launched  # 40 launches: 32 and 8

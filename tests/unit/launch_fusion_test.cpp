@@ -416,5 +416,98 @@ kernel loaded(r: ndarray<i32, 1>, x: ndarray<f32, 2>) {
   }
 }
 
+// A cell kernel of a grid with a time axis (DiffTaichi's grid_op): o[f, i, j] from m and v at
+// row f, over the N-d box of the grid's cells.
+const char* kCell = R"(
+kernel cell(f: i32, m: ndarray<f32, 3>, v: ndarray<f32, 3>, o: ndarray<f32, 3>) {
+  task main parallel %i in [0, shape(m, 1)), %j in [0, shape(m, 2)) {
+    %f = arg f : i32
+    %a = load m[%f, %i, %j] : f32
+    %b = load v[%f, %i, %j] : f32
+    %one = const 1.0 : f32
+    %d = add %a, %one : f32
+    %q = div %b, %d : f32
+    store o[%f, %i, %j], %q
+  }
+}
+)";
+
+// The same cells' column sums into a rank-1 array: every (i, j) of a column adds into s[i].
+const char* kColumn = R"(
+kernel column(f: i32, m: ndarray<f32, 3>, s: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(m, 1)), %j in [0, shape(m, 2)) {
+    %f = arg f : i32
+    %a = load m[%f, %i, %j] : f32
+    atomic_add s[%i], %a
+  }
+}
+)";
+
+FusionLaunch cell_launch(const Kernel& k, std::vector<uint64_t> arrays, std::vector<int64_t> rows,
+                         int64_t rows_of_grid, int64_t cols) {
+  FusionLaunch l{&k, std::move(arrays), 0, 1};
+  l.rows = std::move(rows);
+  l.dims = {{0, rows_of_grid}, {0, cols}};
+  return l;
+}
+
+TEST(LaunchFusion, CellKernelsAtDifferentRowsFuseAndComputeWhatTheyComputeOneByOne) {
+  Kernel cell = parse(kCell);
+  ASSERT_TRUE(codegen::fusible(cell));
+  const int64_t any = FusionLaunch::kAnyRow;
+  std::vector<FusionLaunch> l;
+  for (int64_t f = 0; f < 3; ++f)
+    l.push_back(cell_launch(cell, {0, 1, 2, 3}, {any, f, f, f}, 4, 5));
+  ASSERT_EQ(codegen::fusion_groups(l, 24, 32).size(), 1u) << "rows 0, 1, 2: one run";
+  auto fused = codegen::fuse_launches(l, "fused");
+  ASSERT_TRUE(fused.ok()) << fused.status().to_string();
+  ASSERT_TRUE(codegen::verify(fused->kernel).ok()) << codegen::print(fused->kernel);
+  ASSERT_EQ(fused->kernel.tasks[0].dims.size(), 2u) << "the fused task keeps the members' box";
+  std::vector<HostArray> arrays;
+  for (int a = 0; a < 3; ++a) {
+    HostArray x(abi::DType::kF32, {3, 4, 5});
+    for (size_t i = 0; i < x.data.size(); ++i) {
+      x.data[i] = a == 2 ? -7.0 : codegen::round_to(abi::DType::kF32, 0.1 * (i % 13) + a);
+    }
+    arrays.push_back(std::move(x));
+  }
+  std::vector<HostArray> one = arrays;
+  for (int f = 0; f < 3; ++f) {
+    std::vector<HostArg> args = {HostArg::of(f), HostArg::of(one[0]), HostArg::of(one[1]),
+                                 HostArg::of(one[2])};
+    ASSERT_TRUE(codegen::evaluate(cell, args).ok());
+  }
+  std::vector<HostArg> fargs(fused->kernel.params.size());
+  for (int f = 0; f < 3; ++f) {
+    fargs[fused->param_map[f][0]] = HostArg::of(f);
+    for (int p = 1; p < 4; ++p) fargs[fused->param_map[f][p]] = HostArg::of(arrays[p - 1]);
+  }
+  auto r = codegen::evaluate(fused->kernel, fargs);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(arrays[2].data, one[2].data);
+  for (double x : arrays[2].data) ASSERT_NE(x, -7.0) << "every cell of every row written";
+
+  // The same row twice, another box, or an unknown row: apart.
+  std::vector<FusionLaunch> same = {l[0], l[0]};
+  EXPECT_EQ(codegen::fusion_groups(same, 24, 32).size(), 2u) << "row 0 twice";
+  std::vector<FusionLaunch> box = {l[0], cell_launch(cell, {0, 1, 2, 3}, {any, 1, 1, 1}, 4, 6)};
+  EXPECT_EQ(codegen::fusion_groups(box, 24, 32).size(), 2u) << "a 4x6 box beside a 4x5 one";
+  std::vector<FusionLaunch> unknown = {l[0], l[1]};
+  unknown[1].rows.clear();
+  EXPECT_EQ(codegen::fusion_groups(unknown, 24, 32).size(), 2u) << "rows not known";
+}
+
+TEST(LaunchFusion, CellKernelsSharingAWrittenRankOneArrayStayApart) {
+  // s[i] is touched by every (i, j): no invocation owns it, and it has no rows to tell two
+  // members apart, so two launches that add into it are not merged (their adds would be
+  // right, but a store there would not be: fusion proves nothing about a rank-1 array here).
+  Kernel column = parse(kColumn);
+  ASSERT_TRUE(codegen::fusible(column));
+  const int64_t any = FusionLaunch::kAnyRow;
+  std::vector<FusionLaunch> l = {cell_launch(column, {0, 1, 2}, {any, 0, any}, 4, 5),
+                                 cell_launch(column, {0, 1, 2}, {any, 1, any}, 4, 5)};
+  EXPECT_EQ(codegen::fusion_groups(l, 24, 32).size(), 2u);
+}
+
 }  // namespace
 }  // namespace vkad::testing
