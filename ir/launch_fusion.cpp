@@ -229,7 +229,9 @@ std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uin
       arrays.clear();
       if (admit(i)) {
         const uint32_t size = launches[i].kernel->tasks[0].local_size;
-        for (size_t j = i + 1; j < launches.size() && run.count < max_launches; ++j) {
+        const uint32_t most =
+            launches[i].dims.empty() ? max_launches : std::min(max_launches, kMaxNdMembers);
+        for (size_t j = i + 1; j < launches.size() && run.count < most; ++j) {
           if (!sums(j).ok || launches[j].begin != launches[i].begin ||
               launches[j].end != launches[i].end || launches[j].dims != launches[i].dims ||
               launches[j].kernel->tasks[0].local_size != size || !admit(j)) {

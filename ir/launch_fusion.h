@@ -25,7 +25,7 @@
 // N-d task no access is one invocation's own -- (i, j) and (i, j') both touch x[i] -- so its
 // launches merge only where the arrays they share are read-only or touched at known, different
 // rows: a visible per-step output of a cell kernel (DiffTaichi's grid_op, launched beside the
-// steps' chain), 32 launches in one dispatch, the fused body forwarding nothing.
+// steps' chain), kMaxNdMembers launches in one dispatch, the fused body forwarding nothing.
 
 #pragma once
 
@@ -40,6 +40,12 @@
 #include "ir/ir.h"
 
 namespace vkad::codegen {
+
+// The most N-d launches one run merges: they are independent (nothing forwarded), so a run
+// saves only dispatches (~0.5 us each without a barrier on an H100), while its kernel's size,
+// and the driver's compile of it at a graph's first replay, grows with every member. With 32
+// members diffmpm's rework took 30-80 ms longer than with 8 (H100, warm caches).
+inline constexpr uint32_t kMaxNdMembers = 8;
 
 // One launch: its kernel, and per parameter the identity of the array bound to it (any
 // nonzero number equal exactly for equal arrays; 0 for scalar parameters), and the launch's
