@@ -38,7 +38,8 @@ const codegen::Kernel& not_fusible() {
   return k;
 }
 
-// Launches that could fuse share this nonzero key (range and workgroup size); 0 for none.
+// Launches that could fuse share this nonzero key (range or N-d box, and workgroup size); 0 for
+// none.
 uint64_t fusion_shape(const codegen::FusionLaunch& l) {
   if (l.kernel == &not_fusible()) return 0;
   const uint64_t size = l.kernel->tasks[0].local_size;

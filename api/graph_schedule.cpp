@@ -147,26 +147,24 @@ std::vector<uint32_t> schedule_order(std::span<const uint32_t> levels,
   std::iota(order.begin(), order.end(), 0u);
   std::stable_sort(order.begin(), order.end(),
                    [&](uint32_t a, uint32_t b) { return levels[a] < levels[b]; });
+  std::unordered_map<uint64_t, uint32_t> rank;  // shape -> its place within the level
   for (size_t begin = 0; begin < order.size();) {
     size_t end = begin;
     while (end < order.size() && levels[order[end]] == levels[order[begin]]) ++end;
     const uint64_t prev = begin > 0 ? launches[order[begin - 1]].shape : 0;
-    if (prev != 0) {
-      std::stable_partition(order.begin() + begin, order.begin() + end,
-                            [&](uint32_t i) { return launches[i].shape == prev; });
+    // Launches of the shape placed last go first (a chain's next step may fuse with it); the
+    // rest grouped by shape in order of first appearance: a level's launches are independent,
+    // and those of one shape next to each other fuse (the sinks of a loop -- a parameter
+    // gradient's adjoint per step beside a visible output's -- alternated). One sort by rank.
+    rank.clear();
+    if (prev != 0) rank.emplace(prev, 0);
+    for (size_t g = begin; g < end; ++g) {
+      rank.try_emplace(launches[order[g]].shape, static_cast<uint32_t>(rank.size()));
     }
-    // The rest grouped by shape, in order of first appearance: a level's launches are
-    // independent, and those of one shape next to each other fuse (the sinks of a loop --
-    // a parameter gradient's adjoint per step beside a visible output's -- alternated).
-    for (size_t g = begin; g < end;) {
-      while (g < end && launches[order[g]].shape == prev && prev != 0) ++g;
-      if (g == end) break;
-      const uint64_t shape = launches[order[g]].shape;
-      auto rest = std::stable_partition(order.begin() + static_cast<std::ptrdiff_t>(g),
-                                        order.begin() + static_cast<std::ptrdiff_t>(end),
-                                        [&](uint32_t i) { return launches[i].shape == shape; });
-      g = static_cast<size_t>(rest - order.begin());
-    }
+    std::stable_sort(order.begin() + static_cast<std::ptrdiff_t>(begin),
+                     order.begin() + static_cast<std::ptrdiff_t>(end), [&](uint32_t a, uint32_t b) {
+                       return rank.at(launches[a].shape) < rank.at(launches[b].shape);
+                     });
     begin = end;
   }
   return order;

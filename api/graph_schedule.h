@@ -38,8 +38,8 @@ struct ScheduleAccess {
 struct ScheduleLaunch {
   bool known = true;  // false: may touch anything
   std::vector<ScheduleAccess> accesses;
-  // Launches that could fuse with each other share a nonzero shape (same range and workgroup
-  // size: launch_fusion.h); 0 for none.
+  // Launches that could fuse with each other share a nonzero shape (same range, or N-d box, and
+  // workgroup size: launch_fusion.h); 0 for none.
   uint64_t shape = 0;
 };
 
@@ -48,7 +48,9 @@ std::vector<uint32_t> schedule_levels(std::span<const ScheduleLaunch> launches);
 
 // The capture-order indices sorted by level. Within a level, launches of the shape of the one
 // placed last before the level come first (so a chain's next step follows it and may fuse with
-// it, rather than a side launch of the same level), then capture order.
+// it, rather than a side launch of the same level), then the others grouped by shape in the
+// order each shape first appears (so launches of one kind sit together and may fuse), each
+// group in capture order.
 std::vector<uint32_t> schedule_order(std::span<const uint32_t> levels,
                                      std::span<const ScheduleLaunch> launches);
 

@@ -243,7 +243,8 @@ class Session {
   // Launch fusion (ir/launch_fusion.h; on unless SessionOptions::fuse_graph_launches is
   // false): at end_capture, runs of consecutive captured launches that share arrays only at
   // each invocation's own element ([i] of a 1-d task over the same range, as a substep loop's
-  // element-wise kernels do, forward and adjoint) become one launch of a fused kernel (compiled
+  // element-wise kernels do, forward and adjoint), or N-d launches over one box whose written
+  // arrays the others touch only at other known rows, become one launch of a fused kernel (compiled
   // once per distinct run and kept while the session lives), so a replay dispatches them with
   // no barrier between them. Results are those of the launches one by one. Updates still name
   // the captured launch and its parameter. A fused run is one launch for LaunchIds, stats and

@@ -442,6 +442,11 @@ Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::
       return make_error(ErrorCode::kInvalidArgument,
                         "fuse_launches: kernel '" + k.name + "' cannot be fused");
     }
+    if (run[m].dims != run[0].dims || k.tasks[0].dims.size() != run[m].dims.size()) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "fuse_launches: member " + std::to_string(m) + " (kernel '" + k.name +
+                            "') has another box than the first member's");
+    }
     std::vector<uint32_t>& pm = out.param_map.emplace_back(k.params.size());
     for (size_t p = 0; p < k.params.size(); ++p) {
       pm[p] = merged_param(f, array_param, k.params[p], run[m].arrays[p], m);

@@ -22,9 +22,11 @@ struct Target {
   bool atomic_int64 = false;  // 64-bit integer buffer atomics (f64 compare-and-swap)
   // Basic, vote and arithmetic subgroup operations in compute shaders (Vulkan 1.1 subgroup
   // properties). The emitter then aggregates each atomic_max over a subgroup whose invocations
-  // hit one element (one atomic per subgroup instead of one per invocation); without it every
-  // invocation issues its own. Both give the same result. target_from_caps leaves it off on CPU
-  // devices, where it costs more than it saves.
+  // hit one element, and each atomic_add whose indices are table indices (spirv_emitter.cpp):
+  // one atomic per subgroup instead of one per invocation; without it every invocation issues
+  // its own. atomic_max gives the same result either way; a float atomic_add's sum is
+  // reassociated (as atomics' order is anyway). target_from_caps leaves it off on CPU devices,
+  // where it costs more than it saves.
   bool subgroup_arithmetic = false;
   uint32_t max_local_size = 1024;
   // How adstack heaps order their elements (adstack/adstack_layout.h): slot-major on GPUs

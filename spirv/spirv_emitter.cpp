@@ -593,8 +593,10 @@ class TaskEmitter {
   //
   // - The invocations of a subgroup that all hit one element combine first: the subgroup's sum,
   //   one atomic from one of them (as atomic_max does).
-  // - A float value that is exactly zero is not added (tested after the bounds check, so a bad
-  //   index is still reported; -0.0 and NaN are added). Reverse mode adds a read's adjoint
+  // - A float value of +0.0 or -0.0 is not added (tested on its bits, after the bounds check:
+  //   a bad index is still reported, and a NaN is added whatever the driver assumes of NaNs in
+  //   comparisons; an element holding -0.0 then keeps its sign, which adding +0.0 would have
+  //   flipped). Reverse mode adds a read's adjoint
   //   wherever the read ran, and it is often zero: diffmpm's particles without an actuator add
   //   0 into one actuation gradient word per step (1,824 of its 2,976 particles).
   //
@@ -619,7 +621,7 @@ class TaskEmitter {
     // Whether every active invocation has these indices (the launch-uniform ones agree): the
     // same in all of them, so the branch on it is uniform and the reduction inside sees
     // exactly the invocations that voted. A subgroup that disagrees pays the vote only.
-    uint32_t same = 0;
+    uint32_t same = 0;  // table_indexed: at least one table index to vote on
     for (size_t d = 0; d + 1 < s.args.size(); ++d) {
       if (!table_values_->count(s.args[d])) continue;
       uint32_t eq = op(spv::OpGroupNonUniformAllEqual, bool_, {scope, v(s.args[d])});
@@ -654,6 +656,22 @@ class TaskEmitter {
     return table;
   }
 
+  // Whether float `val` of type `t` is neither +0.0 nor -0.0: its bits less the sign bit are
+  // not all zero (an integer test: no float comparison a driver may fold under no-NaN rules).
+  uint32_t nonzero_bits(uint32_t val, DType t) {
+    const uint32_t one = m_.c_u32(1), zero32 = m_.c_u32(0);
+    if (t == DType::kF32) {
+      const uint32_t bits = op(spv::OpBitcast, u32_, {val});
+      return op(spv::OpINotEqual, bool_, {op(spv::OpShiftLeftLogical, u32_, {bits, one}), zero32});
+    }
+    const uint32_t words = op(spv::OpBitcast, m_.t_vector(u32_, 2), {val});
+    const uint32_t lo = op(spv::OpCompositeExtract, u32_, {words, 0});
+    const uint32_t hi = op(spv::OpCompositeExtract, u32_, {words, 1});
+    const uint32_t rest =
+        op(spv::OpBitwiseOr, u32_, {lo, op(spv::OpShiftLeftLogical, u32_, {hi, one})});
+    return op(spv::OpINotEqual, bool_, {rest, zero32});
+  }
+
   // One invocation's atomic add of `val` (with skip_zero, not of a float zero: atomic_add).
   void add_atomically(const Stmt& s, uint32_t val, bool skip_zero) {
     const DType t = k_.params[s.param].dtype;
@@ -664,7 +682,7 @@ class TaskEmitter {
       if (!is_float(t)) return op(spv::OpAtomicIAdd, a.elem, {ptr, scope, sem, val});
       auto unless_zero = [&](const std::function<void()>& add) {
         if (!skip_zero) return add();
-        if_else(op(spv::OpFUnordNotEqual, bool_, {val, zero(t)}), add, [] {});
+        if_else(nonzero_bits(val, t), add, [] {});
       };
       if (!a.bits) {
         m_.extension("SPV_EXT_shader_atomic_float_add");

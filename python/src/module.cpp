@@ -1239,6 +1239,19 @@ struct Session {
   }
   std::string device_name() { return st->get().device_name(); }
   std::string device_uuid() { return st->get().device_uuid(); }
+  // What the device can do that changes what a kernel may use or how vkad lowers it.
+  nb::dict capabilities() {
+    const vkad::rhi::Capabilities& c = st->get().runtime().caps();
+    nb::dict d;
+    d["float64"] = c.shader_float64;
+    d["int64"] = c.shader_int64;
+    d["atomic_float32_add"] = c.atomic_float32_add;
+    d["atomic_float64_add"] = c.atomic_float64_add && c.shader_float64;
+    d["subgroup_size"] = c.subgroup_size;
+    d["subgroup_arithmetic"] = c.subgroup_arithmetic;
+    d["max_workgroup_invocations"] = c.max_workgroup_invocations;
+    return d;
+  }
 };
 
 // vkad::devices() as a list of dicts (vkad/devices.py makes them Device records).
@@ -1472,6 +1485,13 @@ NB_MODULE(_vkad, m) {
       .def_prop_ro("device_name", &Session::device_name)
       .def_prop_ro("device_uuid", &Session::device_uuid,
                    "The device's UUID, as vkad.devices() lists it (on NVIDIA the CUDA UUID).")
+      .def_prop_ro("capabilities", &Session::capabilities,
+                   nb::sig("def capabilities(self) -> dict[str, bool | int]"),
+                   "What the device offers kernels: float64, int64, atomic_float32_add / "
+                   "atomic_float64_add (hardware float atomic adds: without them vkad adds by "
+                   "compare-and-swap, and reverse mode keeps a plain load-add-store for "
+                   "gradient elements each invocation owns), subgroup_size, "
+                   "subgroup_arithmetic, max_workgroup_invocations.")
       .def("compile", &Session::compile, "ir"_a, nb::sig("def compile(self, ir: str) -> Kernel"),
            "Compiles a kernel from the IR text form.")
       .def("differentiate", &Session::differentiate, "ir"_a,

@@ -144,22 +144,59 @@ TEST_F(AtomicAddDevice, TableIndexedAddsMatchTheCpuEvaluatorInRunsAndAtRandom) {
   }
 }
 
+TEST_F(AtomicAddDevice, ANanOrMinusZeroTableIndexedAddIsNotLostOrMisread) {
+  // The zero skip tests bits: a NaN among the values still makes its element NaN (a NaN
+  // gradient must not vanish), and -0.0 adds nothing, as on the CPU.
+  auto k = codegen::parse(kTableAdd);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  for (bool subgroup : {true, false}) {
+    codegen::Target t = runner_->target();
+    t.subgroup_arithmetic = subgroup && runner_->rt().caps().subgroup_arithmetic;
+    auto c = codegen::compile(*k, t);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    const uint32_t n = 100;
+    HostArgs dev = make_args(*k,
+                             {ArgSpec::array({n}, -3, 3), ArgSpec::array({n}, 0, 0),
+                              ArgSpec::array({2, 5}, 0, 0), ArgSpec::of(1)},
+                             7);
+    for (uint32_t i = 0; i < n; ++i) {
+      dev.arrays[0].data[i] = i == 41 ? std::nan("") : -0.0;
+      dev.arrays[1].data[i] = i < 50 ? 1.0 : 2.0;  // ids in two runs
+    }
+    Status st = runner_->run_compiled(*c, dev);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    const std::vector<double>& s = dev.arrays[2].data;  // [2, 5]: rows 0 and 1
+    EXPECT_TRUE(std::isnan(s[5 + 1])) << "row f = 1, id 1 got the NaN; subgroup " << subgroup;
+    EXPECT_EQ(s[5 + 2], 0.0) << "-0.0 only";
+    EXPECT_FALSE(std::signbit(s[5 + 2])) << "the element's +0.0 kept";
+  }
+}
+
 TEST_F(AtomicAddDevice, AZeroAddedOutOfBoundsIsStillReported) {
-  auto k = codegen::parse(R"(kernel zoob(s: ndarray<f32, 1>) {
-  task main parallel %i in [0, shape(s, 0)) {
-    %one = const 1 : i32
-    %j = add %i, %one : i32
+  // A table index (the path that skips zeros), one of them past the end: the zero is not
+  // added, but the bounds check before the skip still reports the access, with subgroups on
+  // (the combined path: the ids agree in runs) and off.
+  auto k = codegen::parse(R"(kernel zoob(ids: ndarray<i32, 1>, s: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(ids, 0)) {
+    %j = load ids[%i] : i32
     %z = const 0.0 : f32
     atomic_add s[%j], %z
   }
 })");
   ASSERT_TRUE(k.ok()) << k.status().to_string();
-  HostArgs dev = make_args(*k, {ArgSpec::array({64}, 2, 2)}, 5);
-  Status st = runner_->run(*k, dev);
-  ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("out-of-bounds ndarray access"), std::string::npos) << st.message();
-  for (double x : dev.arrays[0].data) EXPECT_EQ(x, 2.0);  // adding zero changed nothing
-  EXPECT_TRUE(runner_->rt().synchronize().ok());
+  for (bool subgroup : {true, false}) {
+    codegen::Target t = runner_->target();
+    t.subgroup_arithmetic = subgroup && runner_->rt().caps().subgroup_arithmetic;
+    auto c = codegen::compile(*k, t);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    HostArgs dev = make_args(*k, {ArgSpec::array({64}, 0, 0), ArgSpec::array({16}, 2, 2)}, 5);
+    for (uint32_t i = 0; i < 64; ++i) dev.arrays[0].data[i] = i < 32 ? 3.0 : 16.0;  // 16: past
+    Status st = runner_->run_compiled(*c, dev);
+    ASSERT_FALSE(st.ok()) << "subgroup " << subgroup;
+    EXPECT_NE(st.message().find("out-of-bounds ndarray access"), std::string::npos) << st.message();
+    for (double x : dev.arrays[1].data) EXPECT_EQ(x, 2.0);  // adding zero changed nothing
+    EXPECT_TRUE(runner_->rt().synchronize().ok());
+  }
 }
 
 }  // namespace

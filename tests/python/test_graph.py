@@ -164,6 +164,8 @@ def test_a_parameters_gradient_added_by_every_step_is_batched_after_the_steps(se
     launched = s.stats()["launches"] - n0
     for p, want in zip((w, b), direct):
         np.testing.assert_allclose(t.grad(p).numpy(), want, rtol=1e-5, atol=1e-6)
+    if not s.capabilities["atomic_float32_add"]:
+        pytest.skip("no hardware f32 atomic add: the parameters' adds stay load-add-stores")
     # The forward: the controllers together, then the steps; the backward: the steps' adjoints,
     # then the controllers' adjoints together (a step loop of launches each after its own
     # controller adjoint was 2 per step).

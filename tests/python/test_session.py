@@ -56,3 +56,23 @@ def test_spare_memory_blocks_zero_gives_freed_memory_back():
                 assert after > before
         finally:
             s.close()
+
+
+def test_capabilities_say_what_kernels_may_use():
+    """s.capabilities agrees with what the session does: f64 kernels compile exactly where it
+    says float64, and the subgroup figures are a Vulkan subgroup's."""
+    with vkad.Session() as s:
+        caps = s.capabilities
+        assert set(caps) == {"float64", "int64", "atomic_float32_add", "atomic_float64_add",
+                             "subgroup_size", "subgroup_arithmetic",
+                             "max_workgroup_invocations"}
+        f64 = "kernel k(x: ndarray<f64, 1>) {\n  task t parallel %0 in [0, shape(x, 0)) {\n" \
+              "    %1 = load x[%0] : f64\n    store x[%0], %1\n  }\n}\n"
+        if caps["float64"]:
+            s.compile(f64)
+        else:
+            with pytest.raises(vkad.UnsupportedError):
+                s.compile(f64)
+        assert caps["subgroup_size"] in (1, 2, 4, 8, 16, 32, 64, 128)
+        assert caps["max_workgroup_invocations"] >= 128  # Vulkan's required minimum
+        assert not caps["atomic_float64_add"] or caps["float64"]

@@ -492,6 +492,11 @@ TEST(LaunchFusion, CellKernelsAtDifferentRowsFuseAndComputeWhatTheyComputeOneByO
   EXPECT_EQ(codegen::fusion_groups(same, 24, 32).size(), 2u) << "row 0 twice";
   std::vector<FusionLaunch> box = {l[0], cell_launch(cell, {0, 1, 2, 3}, {any, 1, 1, 1}, 4, 6)};
   EXPECT_EQ(codegen::fusion_groups(box, 24, 32).size(), 2u) << "a 4x6 box beside a 4x5 one";
+  auto mixed = codegen::fuse_launches(box, "mixed");
+  ASSERT_FALSE(mixed.ok()) << "fuse_launches refuses members of two boxes itself";
+  EXPECT_NE(mixed.status().message().find("member 1 (kernel 'cell') has another box"),
+            std::string::npos)
+      << mixed.status().message();
   std::vector<FusionLaunch> unknown = {l[0], l[1]};
   unknown[1].rows.clear();
   EXPECT_EQ(codegen::fusion_groups(unknown, 24, 32).size(), 2u) << "rows not known";
@@ -507,6 +512,53 @@ TEST(LaunchFusion, CellKernelsSharingAWrittenRankOneArrayStayApart) {
   std::vector<FusionLaunch> l = {cell_launch(column, {0, 1, 2}, {any, 0, any}, 4, 5),
                                  cell_launch(column, {0, 1, 2}, {any, 1, any}, 4, 5)};
   EXPECT_EQ(codegen::fusion_groups(l, 24, 32).size(), 2u);
+}
+
+TEST(LaunchFusion, ThreeDimensionalBoxesKeepEveryIndex) {
+  // o[f, i, j, k] = m[f, i, j, k] * 2 + k: the fused task's third index must be the member's.
+  Kernel box = parse(R"(
+kernel box(f: i32, m: ndarray<f32, 4>, o: ndarray<f32, 4>) {
+  task main parallel %i in [0, shape(m, 1)), %j in [0, shape(m, 2)), %k in [0, shape(m, 3)) {
+    %f = arg f : i32
+    %a = load m[%f, %i, %j, %k] : f32
+    %two = const 2.0 : f32
+    %b = mul %a, %two : f32
+    %kf = cast %k : f32
+    %c = add %b, %kf : f32
+    store o[%f, %i, %j, %k], %c
+  }
+}
+)");
+  ASSERT_TRUE(codegen::fusible(box));
+  const int64_t any = FusionLaunch::kAnyRow;
+  std::vector<FusionLaunch> l;
+  for (int64_t f = 0; f < 2; ++f) {
+    FusionLaunch x{&box, {0, 1, 2}, 0, 1};
+    x.rows = {any, f, f};
+    x.dims = {{0, 3}, {0, 2}, {0, 4}};
+    l.push_back(x);
+  }
+  ASSERT_EQ(codegen::fusion_groups(l, 24, 32).size(), 1u);
+  auto fused = codegen::fuse_launches(l, "fused");
+  ASSERT_TRUE(fused.ok()) << fused.status().to_string();
+  ASSERT_TRUE(codegen::verify(fused->kernel).ok()) << codegen::print(fused->kernel);
+  HostArray m(abi::DType::kF32, {2, 3, 2, 4}), o(abi::DType::kF32, {2, 3, 2, 4});
+  for (size_t i = 0; i < m.data.size(); ++i) m.data[i] = static_cast<double>(i % 7);
+  for (double& x : o.data) x = -1.0;
+  HostArray m1 = m, o1 = o;
+  for (int f = 0; f < 2; ++f) {
+    std::vector<HostArg> args = {HostArg::of(f), HostArg::of(m1), HostArg::of(o1)};
+    ASSERT_TRUE(codegen::evaluate(box, args).ok());
+  }
+  std::vector<HostArg> fargs(fused->kernel.params.size());
+  for (int f = 0; f < 2; ++f) {
+    fargs[fused->param_map[f][0]] = HostArg::of(f);
+    fargs[fused->param_map[f][1]] = HostArg::of(m);
+    fargs[fused->param_map[f][2]] = HostArg::of(o);
+  }
+  ASSERT_TRUE(codegen::evaluate(fused->kernel, fargs).ok());
+  EXPECT_EQ(o.data, o1.data);
+  for (double x : o.data) ASSERT_NE(x, -1.0);
 }
 
 }  // namespace
