@@ -51,17 +51,24 @@ const char* kAtomicAdd =
 }
 )";
 
-class AtomicAddDevice : public KernelTest {};
+class AtomicAddDevice : public KernelTest {
+ protected:
+  // `k` compiled for the runner's device with its subgroup arithmetic on (where it has it:
+  // the combined paths) or off (one atomic per invocation).
+  Result<runtime::CompiledKernel> compiled(const codegen::Kernel& k, bool subgroup) {
+    codegen::Target t = runner_->target();
+    t.subgroup_arithmetic = subgroup && runner_->rt().caps().subgroup_arithmetic;
+    if (subgroup && !t.subgroup_arithmetic)
+      GTEST_LOG_(INFO) << "device has no subgroup arithmetic: per-thread path only";
+    return codegen::compile(k, t);
+  }
+};
 
 TEST_F(AtomicAddDevice, MatchesTheCpuEvaluatorForUniformDivergentAndPartlyActiveSubgroups) {
   auto k = codegen::parse(kAtomicAdd);
   ASSERT_TRUE(k.ok()) << k.status().to_string();
   for (bool subgroup : {true, false}) {
-    codegen::Target t = runner_->target();
-    t.subgroup_arithmetic = subgroup && runner_->rt().caps().subgroup_arithmetic;
-    if (subgroup && !t.subgroup_arithmetic)
-      GTEST_LOG_(INFO) << "device has no subgroup arithmetic: per-thread path only";
-    auto c = codegen::compile(*k, t);
+    auto c = compiled(*k, subgroup);
     ASSERT_TRUE(c.ok()) << c.status().to_string();
     for (uint32_t n : {1u, 37u, 1000u, 4099u}) {
       HostArgs dev =
@@ -117,9 +124,7 @@ TEST_F(AtomicAddDevice, TableIndexedAddsMatchTheCpuEvaluatorInRunsAndAtRandom) {
   auto k = codegen::parse(kTableAdd);
   ASSERT_TRUE(k.ok()) << k.status().to_string();
   for (bool subgroup : {true, false}) {
-    codegen::Target t = runner_->target();
-    t.subgroup_arithmetic = subgroup && runner_->rt().caps().subgroup_arithmetic;
-    auto c = codegen::compile(*k, t);
+    auto c = compiled(*k, subgroup);
     ASSERT_TRUE(c.ok()) << c.status().to_string();
     for (bool runs : {true, false}) {
       for (uint32_t n : {1u, 37u, 1000u, 4099u}) {
@@ -150,9 +155,7 @@ TEST_F(AtomicAddDevice, ANanOrMinusZeroTableIndexedAddIsNotLostOrMisread) {
   auto k = codegen::parse(kTableAdd);
   ASSERT_TRUE(k.ok()) << k.status().to_string();
   for (bool subgroup : {true, false}) {
-    codegen::Target t = runner_->target();
-    t.subgroup_arithmetic = subgroup && runner_->rt().caps().subgroup_arithmetic;
-    auto c = codegen::compile(*k, t);
+    auto c = compiled(*k, subgroup);
     ASSERT_TRUE(c.ok()) << c.status().to_string();
     const uint32_t n = 100;
     HostArgs dev = make_args(*k,
@@ -185,9 +188,7 @@ TEST_F(AtomicAddDevice, AZeroAddedOutOfBoundsIsStillReported) {
 })");
   ASSERT_TRUE(k.ok()) << k.status().to_string();
   for (bool subgroup : {true, false}) {
-    codegen::Target t = runner_->target();
-    t.subgroup_arithmetic = subgroup && runner_->rt().caps().subgroup_arithmetic;
-    auto c = codegen::compile(*k, t);
+    auto c = compiled(*k, subgroup);
     ASSERT_TRUE(c.ok()) << c.status().to_string();
     HostArgs dev = make_args(*k, {ArgSpec::array({64}, 0, 0), ArgSpec::array({16}, 2, 2)}, 5);
     for (uint32_t i = 0; i < 64; ++i) dev.arrays[0].data[i] = i < 32 ? 3.0 : 16.0;  // 16: past
