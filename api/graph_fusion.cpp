@@ -102,29 +102,6 @@ std::optional<int64_t> Session::bound_value(const abi::RangeBound& b, std::span<
   return abi::evaluate(b, scalar, extent);
 }
 
-std::optional<int64_t> Session::size_value(const adstack::SizeExpr& e,
-                                           std::span<const Arg> args) const {
-  bool known = true;
-  adstack::SizeInputs in;
-  in.scalar = [&](uint32_t) -> int64_t {  // fusible() refuses ranges that read scalars
-    known = false;
-    return 0;
-  };
-  in.dim = [&](uint32_t p, uint32_t d) -> int64_t {
-    const std::vector<uint32_t>* shape = p < args.size() && args[p].kind == abi::ParamKind::kNdArray
-                                             ? extents_of(args[p].array.id)
-                                             : nullptr;
-    if (shape == nullptr || d >= shape->size()) {
-      known = false;
-      return 0;
-    }
-    return (*shape)[d];
-  };
-  Result<int64_t> v = adstack::evaluate(e, in);
-  if (!v.ok() || !known) return std::nullopt;
-  return *v;
-}
-
 const std::vector<uint32_t>* Session::extents_of(uint64_t array) const {
   auto [it, fresh] = rework_extents_.try_emplace(array);
   if (fresh) {
@@ -297,10 +274,10 @@ codegen::FusionLaunch Session::fusion_launch(const CapturedStep& s, bool loops_c
   if (!b || !e) return l;
   l.begin = *b;
   l.end = *e;
-  for (const codegen::TaskDim& d : k.tasks[0].dims) {
-    std::optional<int64_t> db = size_value(d.begin, s.args), de = size_value(d.end, s.args);
-    if (!db || !de) return l;
-    l.dims.emplace_back(*db, *de);
+  if (!k.tasks[0].dims.empty()) {  // the box (fusible() refuses one that reads a scalar)
+    std::optional<std::vector<std::pair<int64_t, int64_t>>> box = gather_ranges(s, k);
+    if (!box) return l;
+    l.dims = std::move(*box);
   }
   l.kernel = &k;
   l.rows = launch_rows(s);

@@ -75,17 +75,24 @@ std::optional<std::vector<std::pair<int64_t, int64_t>>> Session::gather_ranges(
     ranges.emplace_back(*b, *e);
     return ranges;
   }
+  bool known = true;  // every extent the box reads is known
   const adstack::SizeInputs sizes{
       [&s](uint32_t p) -> int64_t { return p < s.args.size() ? s.args[p].i : 0; },
-      [&s, this](uint32_t p, uint32_t d) -> int64_t {
-        if (p >= s.args.size() || s.args[p].kind != abi::ParamKind::kNdArray) return -1;
-        const std::vector<uint32_t>* e = extents_of(s.args[p].array.id);
-        return e != nullptr && d < e->size() ? (*e)[d] : -1;
+      [&s, &known, this](uint32_t p, uint32_t d) -> int64_t {
+        const std::vector<uint32_t>* e =
+            p < s.args.size() && s.args[p].kind == abi::ParamKind::kNdArray
+                ? extents_of(s.args[p].array.id)
+                : nullptr;
+        if (e == nullptr || d >= e->size()) {
+          known = false;
+          return 0;
+        }
+        return (*e)[d];
       }};
   for (const codegen::TaskDim& d : t.dims) {
     Result<int64_t> b = adstack::evaluate(d.begin, sizes);
     Result<int64_t> e = adstack::evaluate(d.end, sizes);
-    if (!b.ok() || !e.ok()) return std::nullopt;
+    if (!b.ok() || !e.ok() || !known) return std::nullopt;
     ranges.emplace_back(*b, *e);
   }
   return ranges;

@@ -361,9 +361,6 @@ class Session {
   // `scalars`); nullopt where unknown.
   std::optional<int64_t> bound_value(const abi::RangeBound& b, std::span<const Arg> args,
                                      bool scalars) const;
-  // The value of an N-d task's dimension bound from a launch's extents; nullopt where it
-  // reads a scalar or an extent unknown.
-  std::optional<int64_t> size_value(const adstack::SizeExpr& e, std::span<const Arg> args) const;
   // A kernel the rework made, compiled and registered once per printed IR.
   Result<KernelHandle> merged_kernel(const codegen::Kernel& k);
   codegen::FusionLaunch fusion_launch(const CapturedStep& s, bool loops_capped) const;
