@@ -154,8 +154,8 @@ std::vector<uint32_t> schedule_order(std::span<const uint32_t> levels,
     const uint64_t prev = begin > 0 ? launches[order[begin - 1]].shape : 0;
     // Launches of the shape placed last go first (a chain's next step may fuse with it); the
     // rest grouped by shape in order of first appearance: a level's launches are independent,
-    // and those of one shape next to each other fuse (the sinks of a loop -- a parameter
-    // gradient's adjoint per step beside a visible output's -- alternated). One sort by rank.
+    // and those of one shape next to each other fuse (the sinks of a loop -- two kernels'
+    // visible outputs per step -- alternated otherwise). One sort by rank.
     rank.clear();
     if (prev != 0) rank.emplace(prev, 0);
     for (size_t g = begin; g < end; ++g) {

@@ -548,12 +548,6 @@ class Planner {
     }
     std::sort(out->active_locals.begin(), out->active_locals.end());
     out->owned = owned_ndarrays(f_, t);
-    // With hardware float atomics the owned elements get atomic adds too (AdjointOptions).
-    for (size_t p = 0; p < out->owned.size(); ++p) {
-      const DType d = f_.params[p].dtype;
-      if ((d == DType::kF32 && o_.atomic_f32_add) || (d == DType::kF64 && o_.atomic_f64_add))
-        out->owned[p] = false;
-    }
     out->active = std::move(active_);
     out->read = std::move(read_);
     out->types = std::move(type_);

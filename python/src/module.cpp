@@ -1489,8 +1489,7 @@ NB_MODULE(_vkad, m) {
                    nb::sig("def capabilities(self) -> dict[str, bool | int]"),
                    "What the device offers kernels: float64, int64, atomic_float32_add / "
                    "atomic_float64_add (hardware float atomic adds: without them vkad adds by "
-                   "compare-and-swap, and reverse mode keeps a plain load-add-store for "
-                   "gradient elements each invocation owns), subgroup_size, "
+                   "compare-and-swap), subgroup_size, "
                    "subgroup_arithmetic, max_workgroup_invocations.")
       .def("compile", &Session::compile, "ir"_a, nb::sig("def compile(self, ir: str) -> Kernel"),
            "Compiles a kernel from the IR text form.")

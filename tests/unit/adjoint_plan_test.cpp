@@ -85,23 +85,6 @@ TEST(AdjointPlan, NonlinearRecurrenceCheckpointsItsLocalSizedByTheTripCount) {
   EXPECT_TRUE(t.owned[1] && t.owned[2]);  // x[%0], y[%0]: each thread its own element
 }
 
-// With hardware float atomics of a type, an owned gradient of that type is added atomically
-// too (its launches then commute in a graph); without, a load-add-store. f64 and f32 apart.
-TEST(AdjointPlan, OwnedGradientsOfAHardwareAtomicTypeAreNotOwned) {
-  const std::string y64 = replaced(kRecurrence, "y: ndarray<f32, 1>", "y: ndarray<f64, 1>");
-  auto k = parse(replaced(y64, "store y[%0], %8", "%9 = cast %8 : f64\n    store y[%0], %9"));
-  ASSERT_TRUE(k.ok()) << k.status().to_string();
-  for (int atomics = 0; atomics < 4; ++atomics) {
-    AdjointOptions o;
-    o.atomic_f32_add = (atomics & 1) != 0;
-    o.atomic_f64_add = (atomics & 2) != 0;
-    auto p = plan_adjoint(*k, o, false);
-    ASSERT_TRUE(p.ok()) << p.status().to_string();
-    EXPECT_EQ(p->tasks[0].owned[1], !o.atomic_f32_add) << "x (f32), atomics " << atomics;
-    EXPECT_EQ(p->tasks[0].owned[2], !o.atomic_f64_add) << "y (f64), atomics " << atomics;
-  }
-}
-
 // acc += x[k] * w[k]: acc is only updated linearly, so nothing is stored at all.
 TEST(AdjointPlan, LinearAccumulationStoresNothing) {
   const AdjointPlan p = planned(R"(
