@@ -50,6 +50,8 @@ AdjointOptions adjoint_options_from_caps(const rhi::Capabilities& caps) {
   AdjointOptions o;
   o.checkpoint_segment =
       checkpoint_segment(caps.kind == rhi::DeviceKind::kCpu ? 0 : kGpuCheckpointSegment);
+  o.atomic_f32_add = caps.atomic_float32_add;
+  o.atomic_f64_add = caps.atomic_float64_add && caps.shader_float64;
   return o;
 }
 

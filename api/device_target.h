@@ -19,7 +19,9 @@ Target target_from_caps(const rhi::Capabilities& caps);
 // Reverse mode's options for the device: segmented checkpointing
 // (AdjointOptions::checkpoint_segment) on for GPUs (kGpuCheckpointSegment), off for CPU devices
 // (their caches hold a thread's stacks; the replay would only add work); the environment
-// variable VKAD_ADJOINT_CHECKPOINT ("off" or a segment length) overrides it.
+// variable VKAD_ADJOINT_CHECKPOINT ("off" or a segment length) overrides it. The gradient of
+// an array a kernel only reads is added atomically where the device has hardware float atomics
+// of the type (AdjointOptions::atomic_f32_add / atomic_f64_add).
 AdjointOptions adjoint_options_from_caps(const rhi::Capabilities& caps);
 
 }  // namespace vkad::codegen

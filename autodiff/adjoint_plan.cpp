@@ -52,6 +52,18 @@ uint8_t adjoint_primal_reads(const Stmt& s, const std::unordered_set<ValueId>& a
 
 namespace {
 
+// Per parameter: whether any task of `k` stores to it or adds to it atomically.
+std::vector<bool> written_params(const Kernel& k) {
+  std::vector<bool> out(k.params.size(), false);
+  for (const Task& t : k.tasks) {
+    for_each_stmt(t.body, [&](const Stmt& s) {
+      if (s.op == Op::kStore || s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax)
+        out[s.param] = true;
+    });
+  }
+  return out;
+}
+
 bool is_loop(const Stmt& s) { return s.op == Op::kFor || s.op == Op::kWhile; }
 
 bool contains_loop(const Block& b) {
@@ -548,6 +560,15 @@ class Planner {
     }
     std::sort(out->active_locals.begin(), out->active_locals.end());
     out->owned = owned_ndarrays(f_, t);
+    // A parameter the forward only reads gets its gradient added atomically where the device
+    // adds its type in hardware (AdjointOptions::atomic_f32_add).
+    const std::vector<bool> written = written_params(f_);
+    for (size_t p = 0; p < out->owned.size(); ++p) {
+      const DType d = f_.params[p].dtype;
+      const bool hw =
+          (d == DType::kF32 && o_.atomic_f32_add) || (d == DType::kF64 && o_.atomic_f64_add);
+      if (out->owned[p] && hw && !written[p]) out->owned[p] = false;
+    }
     out->active = std::move(active_);
     out->read = std::move(read_);
     out->types = std::move(type_);

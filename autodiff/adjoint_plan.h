@@ -12,7 +12,9 @@
 //     symbolic trip bound (derived from its bounds, stated with max_trip, or counted);
 //   - which loops segmented checkpointing (checkpoint.h) should split, and into how long a
 //     whole tape;
-//   - which ndarrays each invocation owns (owned_ndarrays: load-add-store instead of atomics).
+//   - which ndarrays each invocation owns (owned_ndarrays: load-add-store instead of atomics,
+//     except a gradient of an array the forward only reads where the device has hardware
+//     float atomics of the type: AdjointOptions::atomic_f32_add).
 // Per kernel: the gradient parameters and the counted trip bounds (`trips_<loop id>`
 // parameters, in the order the adjoint declares them).
 //
@@ -37,6 +39,21 @@ struct AdjointOptions {
   // kMaxCheckpointSegment; anything else is refused (kInvalidArgument). api/device_target.h's
   // adjoint_options_from_caps turns it on for GPUs (kGpuCheckpointSegment), off for CPU devices.
   uint32_t checkpoint_segment = 0;
+  // The device adds f32 / f64 atomically in hardware (adjoint_options_from_caps says so from
+  // the device). Reverse mode then adds into the gradient of an array the forward kernel only
+  // reads, where each invocation alone touches its element (owned_ndarrays: a parameter's
+  // gradient, bias_grad[i]), with atomic_add as well, not with a load-add-store. Adds commute,
+  // so the adjoint launches of one kernel into one parameter's gradient need no order among
+  // themselves and a graph may move and batch them; a load-add-store chains each launch to the
+  // last (diffmpm's 1,023 compute_actuation_adjoint launches each waited for the one before,
+  // and sat between the steps' launches). The gradient of an array the forward also writes
+  // (a state, x[f + 1, i] from x[f, i]) keeps its load-add-store: the next adjoint in the
+  // chain reads it, and a fused chain forwards stores to loads, not atomic adds (made atomic,
+  // a step loop's fused adjoint lost that: 3.98 -> 22.67 ms a replay, docs/benchmarks.md).
+  // Without hardware float atomics an atomic add is a compare-and-swap loop: the
+  // load-add-store stays.
+  bool atomic_f32_add = false;
+  bool atomic_f64_add = false;
 };
 
 // adjoint_options_from_caps's segment length on GPUs (docs/benchmarks.md, "Segmented
@@ -60,7 +77,7 @@ struct TaskPlan {
   std::unordered_map<ValueId, DType> types;  // forward value -> its type (task indices: i32)
   std::vector<LoopCheckpoint> checkpoints;   // statement order (the adjoint's stack order)
   std::vector<ValueId> active_locals;        // float locals with an adjoint, ascending
-  std::vector<bool> owned;                   // per parameter: owned_ndarrays(k, task)
+  std::vector<bool> owned;  // per parameter: owned_ndarrays(k, task), less AdjointOptions' atomics
   // Loop (forward id) -> the whole tape's trips W, for segment_loops; empty unless
   // checkpoint_segment is on.
   std::unordered_map<ValueId, uint32_t> segmentable;

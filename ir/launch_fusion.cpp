@@ -335,8 +335,8 @@ class BodyFacts {
  public:
   enum class Zero : uint8_t { kZero, kStored, kUnknown };
   BodyFacts(ValueId index, std::span<const uint64_t> zero_arrays,
-            const std::map<uint64_t, uint32_t>& array_param)
-      : index_(index) {
+            const std::map<uint64_t, uint32_t>& array_param, std::vector<bool> add_as_store)
+      : index_(index), add_as_store_(std::move(add_as_store)) {
     for (uint64_t id : zero_arrays) {
       auto it = array_param.find(id);
       if (it != array_param.end()) zero_[it->second] = Zero::kZero;
@@ -344,7 +344,39 @@ class BodyFacts {
   }
   // Appends the copy `s` of a member's top-level statement to `body`, or drops it where it is
   // a load of a value the body already has (`c` then maps its result to that value).
-  void append(Stmt s, ValueId src_result, MemberCopier& c, Block& body) {
+  void append(Stmt s, ValueId src_result, MemberCopier& c, Block& body, Kernel& f) {
+    if (s.op == Op::kAtomicAdd && s.args.size() == 2 && s.args[0] == index_ &&
+        s.param < add_as_store_.size() && add_as_store_[s.param]) {
+      // The element's value (forwarded, a known zero, or loaded), plus the addend, stored: a
+      // later load of it is then forwarded.
+      const DType type = f.params[s.param].dtype;
+      ValueId held;
+      auto it = fwd_.find(s.param);
+      if (it != fwd_.end()) {
+        held = it->second;
+      } else {
+        Stmt load;
+        load.op = Op::kLoad;
+        load.type = type;
+        load.param = s.param;
+        load.args = {index_};
+        load.result = held = f.fresh();
+        auto z = zero_.find(s.param);
+        if (z != zero_.end() && z->second == Zero::kZero) make_zero(load);
+        body.stmts.push_back(std::move(load));
+      }
+      Stmt add;
+      add.op = Op::kAdd;
+      add.type = type;
+      add.args = {held, s.args[1]};
+      add.result = f.fresh();
+      Stmt store;
+      store.op = Op::kStore;
+      store.param = s.param;
+      store.args = {index_, add.result};
+      body.stmts.push_back(std::move(add));
+      s = std::move(store);
+    }
     const bool indexed_load = s.op == Op::kLoad && s.args.size() == 1 && s.args[0] == index_;
     if (indexed_load) {
       auto it = fwd_.find(s.param);
@@ -387,9 +419,43 @@ class BodyFacts {
     if (it != zero_.end() && it->second == Zero::kZero) it->second = to;
   }
   ValueId index_;
+  std::vector<bool> add_as_store_;  // by fused parameter: atomic adds at [index] stored
   std::unordered_map<uint32_t, ValueId> fwd_;
   std::unordered_map<uint32_t, Zero> zero_;
 };
+
+// By fused parameter: whether the run's atomic adds into the array may be a load, an add and
+// a store. Where a member reads the array the run adds into, the fused launch reads it too: a
+// graph then runs it with a barrier before and after it against every other launch touching
+// the array (graph_schedule.h: a read conflicts with an add), so only its own invocations
+// change the array meanwhile; where every access of the run is at [index], at the top level
+// of a member's body, each element is one invocation's. The store then lets a later member's
+// load take the sum from the body (BodyFacts) instead of from memory after an atomic (an
+// adjoint's gradient added by one step's adjoint and read by the next one's).
+std::vector<bool> adds_as_stores(std::span<const FusionLaunch> run,
+                                 const std::vector<std::vector<uint32_t>>& param_map,
+                                 const Kernel& f) {
+  std::vector<bool> own(f.params.size(), true), loaded(f.params.size(), false),
+      added(f.params.size(), false);
+  for (size_t m = 0; m < run.size(); ++m) {
+    const Task& kt = run[m].kernel->tasks[0];
+    const std::vector<uint32_t>& pm = param_map[m];
+    for (const Stmt& s : kt.body.stmts) {
+      std::vector<uint32_t> nested;
+      for (const Block& b : s.blocks) accessed_params(b, true, nested);
+      for (uint32_t p : nested) own[pm[p]] = false;
+      if (!accesses_array(s.op)) continue;
+      const size_t indices = s.args.size() - (s.op == Op::kLoad ? 0 : 1);
+      if (indices != 1 || s.args[0] != kt.index) own[pm[s.param]] = false;
+      if (s.op == Op::kLoad) loaded[pm[s.param]] = true;
+      if (s.op == Op::kAtomicAdd) added[pm[s.param]] = true;
+      if (s.op == Op::kAtomicMax) own[pm[s.param]] = false;
+    }
+  }
+  std::vector<bool> out(f.params.size(), false);
+  for (size_t p = 0; p < out.size(); ++p) out[p] = own[p] && loaded[p] && added[p];
+  return out;
+}
 
 // Loads at [index] of arrays no member writes go first: the invocation then has them all in
 // flight at once instead of one member's after the previous member's stores (a driver cannot
@@ -456,7 +522,7 @@ Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::
   // An N-d body forwards and knows zeros of nothing: its [index] is not one invocation's.
   const bool nd = !t.dims.empty();
   BodyFacts facts(nd ? kNoValue : t.index, nd ? std::span<const uint64_t>() : zero_arrays,
-                  array_param);
+                  array_param, nd ? std::vector<bool>() : adds_as_stores(run, out.param_map, f));
   for (size_t m = 0; m < run.size(); ++m) {
     const Task& kt = run[m].kernel->tasks[0];
     MemberCopier c(f, kt.index, out.param_map[m]);
@@ -464,7 +530,7 @@ Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::
     for (size_t d = 1; d < kt.dims.size() && d < t.dims.size(); ++d) {
       c.substitute(kt.dims[d].index, t.dims[d].index);
     }
-    for (const Stmt& src : kt.body.stmts) facts.append(c.copy(src), src.result, c, t.body);
+    for (const Stmt& src : kt.body.stmts) facts.append(c.copy(src), src.result, c, t.body, f);
   }
   out.overwritten = facts.overwritten(array_param);
   hoist_read_only_loads(t);

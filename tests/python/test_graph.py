@@ -141,3 +141,69 @@ def test_cell_kernels_of_a_loop_at_different_rows_run_fused(session):
     launched = s.stats()["launches"] - n0
     np.testing.assert_array_equal(o.numpy(), direct.numpy())
     assert launched == 5, launched  # 40 launches, 8 to a launch
+
+
+CTRL = """
+kernel ctrl(t: f32, w: ndarray<f32, 1> grad, b: ndarray<f32, 1> grad, a: ndarray<f32, 1>) {
+  task main parallel %0 in [0, shape(w, 0)) {
+    %1 = arg t : f32
+    %2 = load w[%0] : f32
+    %3 = load b[%0] : f32
+    %4 = mul %2, %1 : f32
+    %5 = add %4, %3 : f32
+    %6 = sin %5 : f32
+    store a[%0], %6
+  }
+}"""
+DRIVE = """
+kernel drive(a: ndarray<f32, 1> grad, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
+  task main parallel %0 in [0, shape(x, 0)) {
+    %1 = shape a 0 : i32
+    %2 = mod %0, %1 : i32
+    %3 = load a[%2] : f32
+    %4 = load x[%0] : f32
+    %5 = sin %4 : f32
+    %6 = add %5, %3 : f32
+    store y[%0], %6
+  }
+}"""
+
+
+def test_a_parameters_gradient_added_by_every_step_is_batched_after_the_steps(session):
+    """A controller with its own parameters, launched every step beside the state's step (a
+    smaller range: they never fuse together): on a device with hardware float atomics, the
+    gradients of the parameters (arrays the controller only reads) are added atomically, so the controller adjoints commute, wait for
+    none of each other and run together after the steps' adjoints -- fewer launches than one
+    per step -- and the replay's gradients are the direct iteration's."""
+    s = session
+    if not s.capabilities["atomic_float32_add"]:
+        pytest.skip("the device has no hardware f32 atomic add: the gradients keep their order")
+    ctrl, drive = s.differentiate(CTRL), s.differentiate(DRIVE)
+    steps, m = 16, 4
+    w = s.ndarray(np.linspace(0.5, 1.5, m).astype(np.float32))
+    b = s.ndarray(np.linspace(-0.2, 0.2, m).astype(np.float32))
+    acts = [s.empty(m, vkad.f32) for _ in range(steps)]
+    xs = [s.ndarray(np.linspace(-1.0, 1.0, N).astype(np.float32))]
+    xs += [s.empty(N, vkad.f32) for _ in range(steps)]
+    t = s.tape()
+
+    def iteration():
+        with t:
+            for j in range(steps):
+                s.launch(ctrl, 0.1 * (j + 1), w, b, acts[j])
+                s.launch(drive, acts[j], xs[j], xs[j + 1])
+        t.backward(seed={xs[-1]: 1.0})
+
+    iteration()
+    direct = [t.grad(p).numpy() for p in (w, b)]
+    with s.capture("params") as g:
+        iteration()
+    n0 = s.stats()["launches"]
+    s.replay(g)
+    launched = s.stats()["launches"] - n0
+    for p, want in zip((w, b), direct):
+        np.testing.assert_allclose(t.grad(p).numpy(), want, rtol=1e-5, atol=1e-6)
+    # The forward: the controllers together, then the steps; the backward: the steps' adjoints,
+    # then the controllers' adjoints together (a step loop of launches each after its own
+    # controller adjoint was 2 per step).
+    assert launched < steps, launched

@@ -85,6 +85,37 @@ TEST(AdjointPlan, NonlinearRecurrenceCheckpointsItsLocalSizedByTheTripCount) {
   EXPECT_TRUE(t.owned[1] && t.owned[2]);  // x[%0], y[%0]: each thread its own element
 }
 
+// With hardware float atomics of a type, the gradient of an owned array of that type that the
+// kernel only reads (x) is added atomically (the launches adding into it then commute in a
+// graph); one the kernel writes (y: a state whose gradient the next adjoint reads) keeps its
+// load-add-store. Without, both do. f32 and f64 apart.
+TEST(AdjointPlan, GradientsOfOwnedArraysOnlyReadAreAddedAtomicallyWithHardwareAtomics) {
+  const char* k64 = R"(
+kernel k(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  task main parallel %0 in [0, shape(x, 0)) {
+    %1 = load x[%0] : f64
+    %2 = sin %1 : f64
+    store y[%0], %2
+  }
+})";
+  for (const char* text : {kRecurrence, k64}) {
+    auto k = parse(text);
+    ASSERT_TRUE(k.ok()) << k.status().to_string();
+    const bool f64 = text == k64;
+    const uint32_t x = f64 ? 0 : 1, y = x + 1;
+    for (int atomics = 0; atomics < 4; ++atomics) {
+      AdjointOptions o;
+      o.atomic_f32_add = (atomics & 1) != 0;
+      o.atomic_f64_add = (atomics & 2) != 0;
+      auto p = plan_adjoint(*k, o, false);
+      ASSERT_TRUE(p.ok()) << p.status().to_string();
+      const bool hw = f64 ? o.atomic_f64_add : o.atomic_f32_add;
+      EXPECT_EQ(p->tasks[0].owned[x], !hw) << "x, f64 " << f64 << ", atomics " << atomics;
+      EXPECT_TRUE(p->tasks[0].owned[y]) << "y, f64 " << f64 << ", atomics " << atomics;
+    }
+  }
+}
+
 // acc += x[k] * w[k]: acc is only updated linearly, so nothing is stored at all.
 TEST(AdjointPlan, LinearAccumulationStoresNothing) {
   const AdjointPlan p = planned(R"(
