@@ -50,8 +50,9 @@ AdjointOptions adjoint_options_from_caps(const rhi::Capabilities& caps) {
   AdjointOptions o;
   o.checkpoint_segment =
       checkpoint_segment(caps.kind == rhi::DeviceKind::kCpu ? 0 : kGpuCheckpointSegment);
-  o.atomic_f32_add = caps.atomic_float32_add;
-  o.atomic_f64_add = caps.atomic_float64_add && caps.shader_float64;
+  const Target t = target_from_caps(caps);  // the hardware atomics the emitter may use
+  o.atomic_f32_add = t.atomic_float32_add;
+  o.atomic_f64_add = t.atomic_float64_add;
   return o;
 }
 

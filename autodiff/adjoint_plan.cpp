@@ -75,7 +75,7 @@ bool contains_loop(const Block& b) {
 class Planner {
  public:
   Planner(const Kernel& f, const AdjointOptions& o, bool counting)
-      : f_(f), o_(o), counting_(counting) {}
+      : f_(f), o_(o), counting_(counting), written_(written_params(f)) {}
 
   Result<AdjointPlan> run() {
     VKAD_TRY(check_adjoint_options(o_));
@@ -562,12 +562,11 @@ class Planner {
     out->owned = owned_ndarrays(f_, t);
     // A parameter the forward only reads gets its gradient added atomically where the device
     // adds its type in hardware (AdjointOptions::atomic_f32_add).
-    const std::vector<bool> written = written_params(f_);
     for (size_t p = 0; p < out->owned.size(); ++p) {
       const DType d = f_.params[p].dtype;
       const bool hw =
           (d == DType::kF32 && o_.atomic_f32_add) || (d == DType::kF64 && o_.atomic_f64_add);
-      if (out->owned[p] && hw && !written[p]) out->owned[p] = false;
+      if (out->owned[p] && hw && !written_[p]) out->owned[p] = false;
     }
     out->active = std::move(active_);
     out->read = std::move(read_);
@@ -606,6 +605,7 @@ class Planner {
   const Kernel& f_;
   const AdjointOptions& o_;
   bool counting_ = false;
+  std::vector<bool> written_;  // per parameter: written_params(f_)
   AdjointPlan plan_;
   bool probing_ = false;  // range() without creating counted trip bounds
   std::unordered_map<const Stmt*, uint32_t> counted_;  // loop -> the adjoint's trips_ parameter

@@ -334,9 +334,9 @@ namespace {
 class BodyFacts {
  public:
   enum class Zero : uint8_t { kZero, kStored, kUnknown };
-  BodyFacts(ValueId index, std::span<const uint64_t> zero_arrays,
+  BodyFacts(Kernel& f, ValueId index, std::span<const uint64_t> zero_arrays,
             const std::map<uint64_t, uint32_t>& array_param, std::vector<bool> add_as_store)
-      : index_(index), add_as_store_(std::move(add_as_store)) {
+      : f_(f), index_(index), add_as_store_(std::move(add_as_store)) {
     for (uint64_t id : zero_arrays) {
       auto it = array_param.find(id);
       if (it != array_param.end()) zero_[it->second] = Zero::kZero;
@@ -344,12 +344,12 @@ class BodyFacts {
   }
   // Appends the copy `s` of a member's top-level statement to `body`, or drops it where it is
   // a load of a value the body already has (`c` then maps its result to that value).
-  void append(Stmt s, ValueId src_result, MemberCopier& c, Block& body, Kernel& f) {
+  void append(Stmt s, ValueId src_result, MemberCopier& c, Block& body) {
     if (s.op == Op::kAtomicAdd && s.args.size() == 2 && s.args[0] == index_ &&
         s.param < add_as_store_.size() && add_as_store_[s.param]) {
       // The element's value (forwarded, a known zero, or loaded), plus the addend, stored: a
       // later load of it is then forwarded.
-      const DType type = f.params[s.param].dtype;
+      const DType type = f_.params[s.param].dtype;
       ValueId held;
       auto it = fwd_.find(s.param);
       if (it != fwd_.end()) {
@@ -360,7 +360,7 @@ class BodyFacts {
         load.type = type;
         load.param = s.param;
         load.args = {index_};
-        load.result = held = f.fresh();
+        load.result = held = f_.fresh();
         auto z = zero_.find(s.param);
         if (z != zero_.end() && z->second == Zero::kZero) make_zero(load);
         body.stmts.push_back(std::move(load));
@@ -369,7 +369,7 @@ class BodyFacts {
       add.op = Op::kAdd;
       add.type = type;
       add.args = {held, s.args[1]};
-      add.result = f.fresh();
+      add.result = f_.fresh();
       Stmt store;
       store.op = Op::kStore;
       store.param = s.param;
@@ -418,6 +418,7 @@ class BodyFacts {
     auto it = zero_.find(p);
     if (it != zero_.end() && it->second == Zero::kZero) it->second = to;
   }
+  Kernel& f_;  // the fused kernel: its parameters' types, fresh ids
   ValueId index_;
   std::vector<bool> add_as_store_;  // by fused parameter: atomic adds at [index] stored
   std::unordered_map<uint32_t, ValueId> fwd_;
@@ -521,7 +522,7 @@ Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::
   Task t = fused_task(run[0].kernel->tasks[0], out.param_map[0], f);
   // An N-d body forwards and knows zeros of nothing: its [index] is not one invocation's.
   const bool nd = !t.dims.empty();
-  BodyFacts facts(nd ? kNoValue : t.index, nd ? std::span<const uint64_t>() : zero_arrays,
+  BodyFacts facts(f, nd ? kNoValue : t.index, nd ? std::span<const uint64_t>() : zero_arrays,
                   array_param, nd ? std::vector<bool>() : adds_as_stores(run, out.param_map, f));
   for (size_t m = 0; m < run.size(); ++m) {
     const Task& kt = run[m].kernel->tasks[0];
@@ -530,7 +531,7 @@ Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::
     for (size_t d = 1; d < kt.dims.size() && d < t.dims.size(); ++d) {
       c.substitute(kt.dims[d].index, t.dims[d].index);
     }
-    for (const Stmt& src : kt.body.stmts) facts.append(c.copy(src), src.result, c, t.body, f);
+    for (const Stmt& src : kt.body.stmts) facts.append(c.copy(src), src.result, c, t.body);
   }
   out.overwritten = facts.overwritten(array_param);
   hoist_read_only_loads(t);
