@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "api/graph_rework.h"
 #include "api/session.h"
@@ -103,12 +104,23 @@ std::optional<int64_t> Session::bound_value(const abi::RangeBound& b, std::span<
 }
 
 const std::vector<uint32_t>* Session::extents_of(uint64_t array) const {
-  auto [it, fresh] = rework_extents_.try_emplace(array);
-  if (fresh) {
-    Result<std::vector<uint32_t>> shape = rt_->shape(NdArrayHandle{array});
-    if (shape.ok()) it->second = std::move(*shape);
+  // snapshot_extents' answer: the rework may run on another thread than the runtime's user.
+  auto it = rework_extents_.find(array);
+  return it != rework_extents_.end() && it->second ? &*it->second : nullptr;
+}
+
+void Session::snapshot_extents(std::span<const CapturedStep> steps) {
+  rework_extents_.clear();
+  rework_shape_class_.clear();
+  for (const CapturedStep& s : steps) {
+    for (const Arg& a : s.args) {
+      if (a.kind != abi::ParamKind::kNdArray) continue;
+      auto [it, fresh] = rework_extents_.try_emplace(a.array.id);
+      if (!fresh) continue;
+      Result<std::vector<uint32_t>> shape = rt_->shape(a.array);
+      if (shape.ok()) it->second = std::move(*shape);
+    }
   }
-  return it->second ? &*it->second : nullptr;
 }
 
 Result<KernelHandle> Session::merged_kernel(const codegen::Kernel& k) {
@@ -129,9 +141,11 @@ Result<KernelHandle> Session::rework_compile(const codegen::Kernel& k, bool keep
   options.specialize_shapes = true;
   Result<std::shared_ptr<const runtime::CompiledKernel>> ck =
       compile_cache_.compile(k, target_, options);
-  Result<KernelHandle> h = !ck.ok()  ? Result<KernelHandle>(ck.status())
-                           : keep_ir ? register_ir(k, **ck, /*generic_on_demand=*/true)
-                                     : rt_->register_kernel(**ck, /*generic_on_demand=*/true);
+  Result<KernelHandle> h = ck.ok() ? rt_->reserve_kernel_handle() : ck.status();
+  if (h.ok()) {
+    if (keep_ir) note_ir(k, **ck, h->id);
+    unregistered_.push_back({*h, std::move(*ck)});
+  }
   rework_compile_ms_ +=
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return h;
@@ -355,12 +369,13 @@ bool Session::build_fused(std::span<const codegen::FusionRun> runs,
   return true;
 }
 
-Result<GraphHandle> Session::recapture(const ReworkPlan& w, FusedGraph* map, bool* relaxed) {
+Result<GraphHandle> Session::recapture(const ReworkPlan& w, const std::string& name,
+                                       FusedGraph* map, bool* relaxed) {
   std::vector<size_t> run_of(w.launches.size());
   for (size_t r = 0; r < w.runs.size(); ++r) {
     for (size_t m = 0; m < w.runs[r].count; ++m) run_of[w.runs[r].first + m] = r;
   }
-  VKAD_TRY(rt_->begin_capture(capture_name_));
+  VKAD_TRY(rt_->begin_capture(name));
   map->launch.resize(w.launches.size());
   map->param.resize(w.launches.size());
   Status st;
@@ -418,8 +433,8 @@ Result<GraphHandle> Session::recapture(const ReworkPlan& w, FusedGraph* map, boo
     return st;
   }
   if (std::getenv("VKAD_GRAPH_TRACE") != nullptr) {
-    std::fprintf(stderr, "vkad graph '%s': %u launches, %zu after a barrier\n",
-                 capture_name_.c_str(), made, barriers);
+    std::fprintf(stderr, "vkad graph '%s': %u launches, %zu after a barrier\n", name.c_str(), made,
+                 barriers);
   }
   return fused;
 }
@@ -433,7 +448,7 @@ void Session::trace_rework(const ReworkPlan& w) const {
     if (s.launch) launches.push_back(&s);
   }
   std::fprintf(stderr, "vkad graph '%s': %zu launches in %zu runs\n",
-               capture_name_.empty() ? "graph" : capture_name_.c_str(), launches.size(),
+               rework_name_.empty() ? "graph" : rework_name_.c_str(), launches.size(),
                w.runs.size());
   for (const codegen::FusionRun& r : w.runs) {
     std::string line;
@@ -478,7 +493,7 @@ void Session::unroll_numbering(std::span<const uint32_t> roll_index,
   *pinned = std::move(pin);
 }
 
-void Session::keep_for_updates(GraphHandle graph, bool reworked,
+void Session::keep_for_updates(GraphHandle graph, bool reworked, bool keep_captured,
                                std::vector<std::vector<bool>> pinned, FusedGraph* map) {
   // Where the schedule rests on rows that scalar arguments decide, the graph as captured stays
   // for an update of one of them (Session::replay).
@@ -486,7 +501,10 @@ void Session::keep_for_updates(GraphHandle graph, bool reworked,
   for (const std::vector<bool>& p : pinned) {
     for (bool b : p) any_pinned = any_pinned || b;
   }
-  if (reworked && any_pinned) {
+  if (keep_captured || (reworked && any_pinned)) {
+    if (!reworked) {
+      for (std::vector<bool>& p : pinned) p.assign(p.size(), false);
+    }
     map->pinned = std::move(pinned);
     map->original = graph;
   } else {
@@ -496,7 +514,7 @@ void Session::keep_for_updates(GraphHandle graph, bool reworked,
 
 namespace {
 
-// Milliseconds per phase of Session::fuse, printed with VKAD_GRAPH_TRACE (what a slow
+// Milliseconds per phase of a graph rework, printed with VKAD_GRAPH_TRACE (what a slow
 // end_capture spends its time on).
 class PhaseClock {
  public:
@@ -566,54 +584,60 @@ void Session::plan_order(const std::vector<CapturedStep>& cap, ReworkPlan* w,
   }
 }
 
-Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedStep>& captured) {
-  // Extents (and shape classes by array) read during this rework only: an array freed later
-  // must not be found here. shape_classes_ by extents stay: recompute_answers_ keys hold them.
-  struct ForgetExtents {
+std::unique_ptr<Session::PreparedRework> Session::prepare_rework(GraphHandle graph,
+                                                                 std::vector<CapturedStep> captured,
+                                                                 const std::string& name) {
+  auto p = std::make_unique<PreparedRework>();
+  p->graph = graph;
+  p->name = name.empty() ? "graph" : name;
+  p->captured = std::move(captured);
+  rework_name_ = name;
+  // Extents (and shape classes by array) of this rework only: an array freed later must not be
+  // found here. shape_classes_ by extents stay: recompute_answers_ keys hold them.
+  struct Forget {
     Session* s;
-    ~ForgetExtents() {
+    ~Forget() {
       s->rework_extents_.clear();
       s->rework_shape_class_.clear();
     }
   } forget{this};
-  rework_extents_.clear();
-  rework_shape_class_.clear();
+  plan_rework(p.get());
+  // Registered at the install, or where the rework is dropped: the caches name them. (Where
+  // plan_rework throws they stay in unregistered_ for the caller.)
+  p->kernels = std::move(unregistered_);
+  unregistered_.clear();
+  return p;
+}
+
+void Session::plan_rework(PreparedRework* p) {
   PhaseClock clock(std::getenv("VKAD_GRAPH_TRACE") != nullptr, &rework_compile_ms_);
-  // Steps recorded through runtime() while Session captured are not in `captured`: the graph
-  // is then kept as the runtime captured it.
-  Result<size_t> n_steps = rt_->graph_steps(graph);
-  if (!n_steps.ok() || *n_steps != captured.size()) return graph;
+  const std::vector<CapturedStep>& captured = p->captured;
   // Step loops of small launches first (ir/resident.h): each becomes one launch of a
   // resident kernel, which scheduling and fusion below then see as a fence.
   std::vector<CapturedStep> rolled_steps;
-  std::vector<uint32_t> roll_index;
-  std::vector<bool> rolled;
-  const bool any_rolled = roll(captured, &rolled_steps, &roll_index, &rolled);
-  const std::vector<CapturedStep>& rolled_cap = any_rolled ? rolled_steps : captured;
+  p->any_rolled = roll(captured, &rolled_steps, &p->roll_index, &p->rolled);
+  const std::vector<CapturedStep>& rolled_cap = p->any_rolled ? rolled_steps : captured;
   clock.mark("roll");
   // Gathers of an earlier launch's element-wise output compute it themselves (above the
   // scheduling, which then need not order them after that launch).
   std::vector<CapturedStep> recomputed_steps;
-  std::vector<size_t> recompute_pins;
   ScheduleMemo memo;  // by step of rolled_cap (and of recomputed_steps: the same indices)
-  const bool any_recomputed = recompute(rolled_cap, &recomputed_steps, &recompute_pins, &memo);
-  const std::vector<CapturedStep>& cap = any_recomputed ? recomputed_steps : rolled_cap;
+  p->any_recomputed = recompute(rolled_cap, &recomputed_steps, &p->recompute_pins, &memo);
+  const std::vector<CapturedStep>& cap = p->any_recomputed ? recomputed_steps : rolled_cap;
   clock.mark("recompute");
-  ReworkPlan w;
-  std::vector<std::vector<bool>> pinned;
-  plan_order(cap, &w, &pinned, &memo);
-  for (size_t l : recompute_pins) pinned[l].assign(pinned[l].size(), true);
+  ReworkPlan& w = p->w;
+  plan_order(cap, &w, &p->pinned, &memo);
+  for (size_t l : p->recompute_pins) p->pinned[l].assign(p->pinned[l].size(), true);
   clock.mark("schedule");
-  bool rows_used = false;  // a fusion rests on rows that scalar arguments decide
   w.runs = fusion_runs(w.steps, w.launches, fuse_graph_launches_, kMaxFusedArrays,
-                       kMaxFusedLaunches, &rows_used);
+                       kMaxFusedLaunches, &p->rows_used);
   clock.mark("fusion runs");
   bool any_fused = false;
   for (const codegen::FusionRun& r : w.runs) any_fused = any_fused || r.count > 1;
   if (std::getenv("VKAD_GRAPH_TRACE") != nullptr) trace_rework(w);
-  const bool reordered = !identity(w.order);
-  bool relaxed = !any_fused && schedule_graph_launches_ && any_barrier_relaxed(w.steps, w.sched);
-  if (!any_fused && !reordered && !relaxed && !any_rolled) return graph;
+  p->reordered = !identity(w.order);
+  p->relaxed = !any_fused && schedule_graph_launches_ && any_barrier_relaxed(w.steps, w.sched);
+  if (!any_fused && !p->reordered && !p->relaxed && !p->any_rolled) return;
 
   const ShapeOf shape_of = [&](uint64_t id) -> std::optional<std::vector<uint32_t>> {
     const std::vector<uint32_t>* s = extents_of(id);
@@ -622,24 +646,64 @@ Result<GraphHandle> Session::fuse(GraphHandle graph, const std::vector<CapturedS
   };
   const auto zero_fills = zero_fills_before_runs(w.steps, w.launches, w.runs, shape_of);
   w.dropped.assign(w.steps.size(), false);
-  if (!build_fused(w.runs, w.launches, zero_fills, &w.planned, &w.dropped)) return graph;
+  if (!build_fused(w.runs, w.launches, zero_fills, &w.planned, &w.dropped)) return;
   clock.mark("fused kernels");
+  std::unordered_set<uint64_t> kept;  // fusion_launch's kernels: ir_'s of the steps'
+  for (const CapturedStep& s : w.steps) {
+    auto it = s.launch && kept.insert(s.kernel.id).second ? ir_.find(s.kernel.id) : ir_.end();
+    if (it != ir_.end()) p->ir.push_back(it->second);
+  }
+  p->rework = true;
+}
+
+Result<GraphHandle> Session::install_rework(PreparedRework& p, bool keep_captured) {
+  if (!register_rework_kernels(p) || !p.rework) return p.graph;
+  PhaseClock clock(std::getenv("VKAD_GRAPH_TRACE") != nullptr, &rework_compile_ms_);
   FusedGraph map;
   // The rework's kernels get their specialized pipelines at their first launch: here.
   const double created = rt_->pipeline_create_ms();
-  Result<GraphHandle> fused = recapture(w, &map, &relaxed);
+  Result<GraphHandle> fused = recapture(p.w, p.name, &map, &p.relaxed);
   rework_compile_ms_ += rt_->pipeline_create_ms() - created;
   clock.mark("re-capture");
-  if (!fused.ok()) return graph;  // the launches as captured
-  map.name = capture_name_.empty() ? "graph" : capture_name_;
-  describe_launches(captured, &map);
-  if (any_rolled) unroll_numbering(roll_index, rolled, &map, &pinned);
-  keep_for_updates(graph, reordered || relaxed || any_rolled || any_recomputed || rows_used,
-                   std::move(pinned), &map);
-  rolled_launches_ += static_cast<uint64_t>(std::count(rolled.begin(), rolled.end(), true));
-  recomputed_launches_ += recompute_pins.size() / 2;  // a (consumer, producer) pair each
+  if (!fused.ok()) return p.graph;  // the launches as captured
+  map.name = p.name;
+  describe_launches(p.captured, &map);
+  if (p.any_rolled) unroll_numbering(p.roll_index, p.rolled, &map, &p.pinned);
+  keep_for_updates(p.graph,
+                   p.reordered || p.relaxed || p.any_rolled || p.any_recomputed || p.rows_used,
+                   keep_captured, std::move(p.pinned), &map);
+  rolled_launches_ += static_cast<uint64_t>(std::count(p.rolled.begin(), p.rolled.end(), true));
+  recomputed_launches_ += p.recompute_pins.size() / 2;  // a (consumer, producer) pair each
   fused_graphs_.emplace(fused->id, std::move(map));
   return *fused;
+}
+
+bool Session::register_rework_kernels(PreparedRework& p) {
+  bool all = true;
+  for (PendingKernel& k : p.kernels) {
+    Result<KernelHandle> h =
+        rt_->register_kernel(*k.compiled, /*generic_on_demand=*/true, k.handle);
+    if (!h.ok()) {
+      // What a device refuses stays out of every later rework too.
+      forget_kernel(k.handle.id);
+      all = false;
+    }
+  }
+  p.kernels.clear();
+  return all;
+}
+
+void Session::forget_kernel(uint64_t id) {
+  ir_.erase(id);
+  any_ir_.erase(id);
+  producer_ok_.erase(id);
+  index_exprs_.erase(id);
+  kernel_access_.erase(id);
+  adstack_kernels_.erase(id);
+  first_task_loops_.erase(id);
+  std::erase_if(fused_kernels_, [&](const auto& e) { return e.second.id == id; });
+  std::erase_if(recomputed_kernels_, [&](const auto& e) { return e.second.id == id; });
+  std::erase_if(recompute_answers_, [&](const auto& e) { return e.second.kernel.id == id; });
 }
 
 std::vector<bool> Session::scalar_params(std::span<const Arg> args) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <system_error>
+#include <thread>
 
 #include "api/device_target.h"
 #include "autodiff/reverse_mode.h"
@@ -76,9 +78,28 @@ Result<std::unique_ptr<Session>> Session::create(const runtime::RuntimeOptions& 
   return s;
 }
 
-Session::~Session() = default;
+Session::~Session() {
+  // The background worker reads this session's tables: it ends before they go.
+  join_rework();
+}
+
+void Session::join_rework() {
+  if (background_ && background_->worker.joinable()) background_->worker.join();
+}
+
+void Session::settle_rework() {
+  if (!background_) return;
+  join_rework();
+  std::unique_ptr<BackgroundRework> bg = std::move(background_);
+  if (bg->result == nullptr) return;
+  Result<GraphHandle> g = install_rework(*bg->result, /*keep_captured=*/true);
+  if (!g.ok() || g->id == bg->graph.id) return;
+  reworked_[bg->graph.id] = *g;
+  fused_graphs_.at(g->id).carried = std::move(bg->updates);
+}
 
 Result<KernelHandle> Session::compile(const codegen::Kernel& kernel) {
+  join_rework();  // register_ir writes the tables a background rework reads
   VKAD_ASSIGN_OR_RETURN(std::shared_ptr<const runtime::CompiledKernel> ck,
                         compile_cache_.compile(kernel, target_, compile_options_));
   return register_ir(kernel, *ck);
@@ -88,13 +109,18 @@ Result<KernelHandle> Session::register_ir(const codegen::Kernel& kernel,
                                           const runtime::CompiledKernel& ck,
                                           bool generic_on_demand) {
   VKAD_ASSIGN_OR_RETURN(KernelHandle h, rt_->register_kernel(ck, generic_on_demand));
-  auto ir = std::make_shared<const codegen::Kernel>(kernel);
-  if (codegen::fusible(kernel)) ir_[h.id] = ir;
-  any_ir_[h.id] = std::move(ir);
-  kernel_access_[h.id] =
-      std::make_shared<const codegen::KernelAccess>(codegen::kernel_access(kernel));
-  if (ck.has_adstacks()) adstack_kernels_.insert(h.id);
+  note_ir(kernel, ck, h.id);
   return h;
+}
+
+void Session::note_ir(const codegen::Kernel& kernel, const runtime::CompiledKernel& ck,
+                      uint64_t id) {
+  auto ir = std::make_shared<const codegen::Kernel>(kernel);
+  if (codegen::fusible(kernel)) ir_[id] = ir;
+  any_ir_[id] = std::move(ir);
+  kernel_access_[id] =
+      std::make_shared<const codegen::KernelAccess>(codegen::kernel_access(kernel));
+  if (ck.has_adstacks()) adstack_kernels_.insert(id);
 }
 
 Result<KernelHandle> Session::compile(std::string_view ir_text) {
@@ -103,6 +129,7 @@ Result<KernelHandle> Session::compile(std::string_view ir_text) {
 }
 
 Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
+  join_rework();
   bool any = false;
   for (const codegen::Param& p : forward.params) any = any || p.needs_grad;
   if (!any) {
@@ -149,6 +176,7 @@ Result<Differentiated> Session::differentiate(std::string_view ir_text) {
 }
 
 Status Session::release(KernelHandle kernel) {
+  join_rework();
   VKAD_TRY(rt_->unregister_kernel(kernel));
   ir_.erase(kernel.id);
   any_ir_.erase(kernel.id);
@@ -185,6 +213,7 @@ Status Session::zero(NdArrayHandle array) { return fill(array, 0.0); }
 Status Session::copy(NdArrayHandle src, NdArrayHandle dst) { return rt_->copy(src, dst); }
 
 Result<KernelHandle> Session::clearing_adjoint(const Differentiated& d) {
+  join_rework();
   auto done = clearing_.find(d.forward.id);
   if (done != clearing_.end()) return done->second;
   auto f = forward_ir_.find(d.forward.id);
@@ -244,10 +273,11 @@ Status Session::flush() {
   return r.ok() ? Status{} : r.status();
 }
 Status Session::synchronize() { return rt_->synchronize(); }
-Status Session::begin_capture(const std::string& name) {
+Status Session::begin_capture(const std::string& name, CaptureOptions options) {
   VKAD_TRY(rt_->begin_capture(name));
   capture_.emplace();
   capture_name_ = name;
+  capture_background_ = options.background_rework;
   return {};
 }
 Result<GraphHandle> Session::end_capture() {
@@ -256,9 +286,87 @@ Result<GraphHandle> Session::end_capture() {
   std::vector<CapturedStep> steps = std::move(*capture_);
   capture_.reset();
   if (!fuse_graph_launches_ && !schedule_graph_launches_) return g;
-  return fuse(g, steps);
+  // Steps recorded through runtime() while Session captured are not in `steps`: the graph is
+  // then kept as the runtime captured it.
+  Result<size_t> n_steps = rt_->graph_steps(g);
+  if (!n_steps.ok() || *n_steps != steps.size()) return g;
+  settle_rework();  // one rework at a time: the previous one is installed first
+  snapshot_extents(steps);
+  if (capture_background_) {
+    auto bg = std::make_unique<BackgroundRework>();
+    bg->graph = g;
+    bg->steps = std::move(steps);
+    BackgroundRework* b = bg.get();
+    // The worker reads the session's kernel tables and caches, which are left alone until
+    // join_rework, and writes only its result slot and `done`.
+    auto work = [this, b, name = capture_name_]() {
+      try {
+        b->result = prepare_rework(b->graph, std::move(b->steps), name);
+      } catch (...) {  // out of memory: the graph stays as captured
+        b->result = std::make_unique<PreparedRework>();
+        b->result->graph = b->graph;
+        b->result->kernels = std::move(unregistered_);
+        unregistered_.clear();
+      }
+      b->done.store(true, std::memory_order_release);
+    };
+    try {
+      bg->worker = std::thread(work);
+      background_ = std::move(bg);
+      return g;
+    } catch (const std::system_error&) {
+      steps = std::move(bg->steps);  // no thread to be had: the rework runs here
+    }
+  }
+  std::unique_ptr<PreparedRework> p = prepare_rework(g, std::move(steps), capture_name_);
+  return install_rework(*p, /*keep_captured=*/false);
+}
+Status Session::finish_rework(GraphHandle graph) {
+  if (!background_ || background_->graph.id != graph.id) return {};
+  if (rt_->capturing()) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "finish_rework: a capture is open; end it first (the rework records the "
+                      "reworked graph)");
+  }
+  settle_rework();
+  return {};
 }
 Status Session::replay(GraphHandle graph, std::span<const GraphUpdate> updates, LaunchId* first) {
+  if (background_ && background_->graph.id == graph.id) {
+    if (background_->done.load(std::memory_order_acquire) && !rt_->capturing()) {
+      settle_rework();
+    } else {
+      // The launches as captured until the rework is done; the updates carry over to it.
+      VKAD_TRY(rt_->replay(graph, updates, first));
+      std::vector<GraphUpdate>& kept = background_->updates;
+      for (const GraphUpdate& u : updates) {
+        auto same = [&](const GraphUpdate& a) {
+          return a.launch == u.launch && a.param == u.param;
+        };
+        auto at = std::find_if(kept.begin(), kept.end(), same);
+        if (at == kept.end()) {
+          kept.push_back(u);
+        } else {
+          *at = u;
+        }
+      }
+      return {};
+    }
+  }
+  if (auto rw = reworked_.find(graph.id); rw != reworked_.end()) graph = rw->second;
+  auto it = fused_graphs_.find(graph.id);
+  std::vector<GraphUpdate> carried;  // a background rework's updates from before its install
+  if (it != fused_graphs_.end() && !it->second.carried.empty()) {
+    carried = it->second.carried;
+    carried.insert(carried.end(), updates.begin(), updates.end());
+    updates = carried;
+  }
+  Status st = replay_reworked(graph, updates, first);
+  if (st.ok() && it != fused_graphs_.end()) it->second.carried.clear();
+  return st;
+}
+Status Session::replay_reworked(GraphHandle graph, std::span<const GraphUpdate> updates,
+                                LaunchId* first) {
   auto it = fused_graphs_.find(graph.id);
   if (it == fused_graphs_.end() || updates.empty()) {
     if (it != fused_graphs_.end() && it->second.on_original) {
@@ -314,7 +422,19 @@ Status Session::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
                     st.message() + " (launches scheduled and fused at end_capture: " + map + ")");
 }
 Status Session::release_graph(GraphHandle graph) {
+  if (background_ && background_->graph.id == graph.id) {
+    // Its rework is dropped; the kernels it compiled are registered (the caches name them).
+    join_rework();
+    if (background_->result != nullptr) (void)register_rework_kernels(*background_->result);
+    background_.reset();
+  }
   VKAD_TRY(rt_->release_graph(graph));
+  if (auto rw = reworked_.find(graph.id); rw != reworked_.end()) {
+    // The reworked graph installed for it: its graph as captured is the one just released.
+    (void)rt_->release_graph(rw->second);
+    fused_graphs_.erase(rw->second.id);
+    reworked_.erase(rw);
+  }
   auto it = fused_graphs_.find(graph.id);
   if (it != fused_graphs_.end() && it->second.original.id != 0) {
     (void)rt_->release_graph(it->second.original);

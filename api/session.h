@@ -21,6 +21,7 @@
 // runtime(); a Session never hands out anything that can break its invariants.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -28,6 +29,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -142,6 +144,19 @@ struct Differentiated {
   // of `gradients`, in order). kInvalidArgument if the counts disagree.
   Result<std::vector<Arg>> adjoint_args(std::span<const Arg> forward_args,
                                         std::span<const NdArrayHandle> grads) const;
+};
+
+// How Session::begin_capture treats what it captures.
+struct CaptureOptions {
+  // end_capture returns at once with the graph as captured and its rework (resident loops,
+  // gather recompute, scheduling, fusion and the kernels they make, compiled) runs on a thread
+  // of its own. A replay that finds the rework done installs it (registers its kernels, records
+  // the reworked graph: a few ms, once) and runs it from then on; until then a replay runs the
+  // launches as captured, with the same results (atomic adds may sum in another order). The
+  // first iteration of a training loop then costs its recording and one replay as captured,
+  // not the rework. Scalar updates made before the install carry over. While the rework runs,
+  // compile / differentiate / release(kernel) and the next end_capture wait for it.
+  bool background_rework = false;
 };
 
 class Session {
@@ -265,8 +280,12 @@ class Session {
   // order they run. Where the schedule relied on rows that a scalar parameter decides, an
   // update of that parameter makes this and every later replay run the launches as captured
   // (the graph keeps that form too), so an update never breaks the schedule's premise.
-  Status begin_capture(const std::string& name = "");
+  Status begin_capture(const std::string& name = "", CaptureOptions options = {});
   Result<GraphHandle> end_capture();
+  // Waits for `graph`'s background rework (CaptureOptions::background_rework), if it has one
+  // pending, and installs it: replays run the reworked graph from now on. Nothing for a graph
+  // without one. What a test or a benchmark calls to reach the steady state at a known point.
+  Status finish_rework(GraphHandle graph);
   Status replay(GraphHandle graph, std::span<const GraphUpdate> updates = {},
                 LaunchId* first = nullptr);
   Status release_graph(GraphHandle graph);
@@ -297,9 +316,73 @@ class Session {
     GraphHandle original{0};
     bool on_original = false;
     std::vector<GraphUpdate> applied;
+    // A background rework's: the updates replays made before the install (captured
+    // numbering), applied with the next replay's.
+    std::vector<GraphUpdate> carried;
   };
   static std::vector<bool> scalar_params(std::span<const Arg> args);
-  Result<GraphHandle> fuse(GraphHandle graph, const std::vector<CapturedStep>& steps);
+  // A kernel a rework compiled: registered under its reserved handle at the install.
+  struct PendingKernel {
+    KernelHandle handle;
+    std::shared_ptr<const runtime::CompiledKernel> compiled;
+  };
+  // What a graph rework decided before anything of it reaches the runtime (prepare_rework:
+  // on the caller's thread, or on a background one); install_rework applies it.
+  struct PreparedRework {
+    GraphHandle graph;  // as captured
+    std::string name;
+    std::vector<CapturedStep> captured;
+    bool rework = false;  // false: the graph stays as captured
+    ReworkPlan w;
+    std::vector<uint32_t> roll_index;
+    std::vector<bool> rolled;
+    std::vector<size_t> recompute_pins;
+    std::vector<std::vector<bool>> pinned;
+    bool any_rolled = false, any_recomputed = false, reordered = false, relaxed = false,
+         rows_used = false;
+    // Compiled by the rework, registered at the install (also when it is dropped: the
+    // session's caches name them).
+    std::vector<PendingKernel> kernels;
+    // The IR `w.launches` points into, kept while this lives (a kernel may be released).
+    std::vector<std::shared_ptr<const codegen::Kernel>> ir;
+  };
+  // The graph rework of end_capture, in two halves. prepare_rework reads the session's kernel
+  // tables and caches and the extents snapshot_extents took, and touches no runtime state
+  // (its kernels get reserved handles): it may run on another thread while the caller's goes
+  // on, as long as nothing else uses those tables (join_rework). install_rework registers the
+  // kernels and records the reworked graph; it returns the graph to replay (`p.graph` where
+  // nothing was reworked). `keep_captured`: the graph as captured stays (a background
+  // rework's: the caller holds it).
+  std::unique_ptr<PreparedRework> prepare_rework(GraphHandle graph,
+                                                 std::vector<CapturedStep> captured,
+                                                 const std::string& name);
+  void plan_rework(PreparedRework* p);
+  Result<GraphHandle> install_rework(PreparedRework& p, bool keep_captured);
+  // Registers p.kernels; false where one is refused (its handle is then forgotten).
+  bool register_rework_kernels(PreparedRework& p);
+  void forget_kernel(uint64_t id);
+  void snapshot_extents(std::span<const CapturedStep> steps);
+  // The background rework (CaptureOptions::background_rework): at most one runs at a time.
+  struct BackgroundRework {
+    GraphHandle graph;                // as captured: the caller's handle
+    std::vector<CapturedStep> steps;  // the worker's input
+    std::thread worker;
+    std::atomic<bool> done{false};
+    std::unique_ptr<PreparedRework> result;  // the worker's, written before `done`
+    std::vector<GraphUpdate> updates;        // replays' updates so far, the latest of each
+  };
+  std::unique_ptr<BackgroundRework> background_;
+  // A background rework's graph (the caller's handle) -> the reworked graph installed for it.
+  std::unordered_map<uint64_t, GraphHandle> reworked_;
+  bool capture_background_ = false;  // the open capture's CaptureOptions::background_rework
+  // Waits for the background worker (its result stays pending): before anything that uses
+  // the tables it reads.
+  void join_rework();
+  // Waits for the background rework and installs it.
+  void settle_rework();
+  // Kernels the running rework compiled (moved into its PreparedRework), and its name.
+  std::vector<PendingKernel> unregistered_;
+  std::string rework_name_;
   // A launch step's schedule_launch answer and pins, by step index: the rework asks for them
   // twice (zero_outputs, then plan_order), and a step loop has thousands of launches.
   struct StepSchedule {
@@ -372,7 +455,8 @@ class Session {
                    std::vector<MergedLaunch>* planned, std::vector<bool>* dropped);
   // Records the plan as a graph; `map` gets each capture-order launch's place in it and
   // `relaxed` whether a barrier was left out.
-  Result<GraphHandle> recapture(const ReworkPlan& w, FusedGraph* map, bool* relaxed);
+  Result<GraphHandle> recapture(const ReworkPlan& w, const std::string& name, FusedGraph* map,
+                                bool* relaxed);
   void describe_launches(const std::vector<CapturedStep>& captured, FusedGraph* map) const;
   void trace_rework(const ReworkPlan& w) const;
   // `cap`'s steps in scheduled order into `w` (steps, order, what each launch touches and what
@@ -383,11 +467,13 @@ class Session {
                   std::vector<std::vector<bool>>* pinned, ScheduleMemo* memo) const;
   // Keeps `graph` (the graph as captured) in `map` where a reworked graph's schedule rests
   // on scalar parameters (`pinned`), else releases it.
-  void keep_for_updates(GraphHandle graph, bool reworked, std::vector<std::vector<bool>> pinned,
-                        FusedGraph* map);
+  void keep_for_updates(GraphHandle graph, bool reworked, bool keep_captured,
+                        std::vector<std::vector<bool>> pinned, FusedGraph* map);
   static void unroll_numbering(std::span<const uint32_t> roll_index,
                                const std::vector<bool>& rolled, FusedGraph* map,
                                std::vector<std::vector<bool>>* pinned);
+  // replay's part for a graph end_capture reworked (or not): updates in captured numbering.
+  Status replay_reworked(GraphHandle graph, std::span<const GraphUpdate> updates, LaunchId* first);
   Status translate(const FusedGraph& f, std::span<const GraphUpdate> updates,
                    std::vector<GraphUpdate>* out) const;
   // What a captured launch reads and writes, rows evaluated (api/graph_schedule.h); `pinned`
@@ -396,6 +482,8 @@ class Session {
   // `generic_on_demand`: as Runtime::register_kernel's.
   Result<KernelHandle> register_ir(const codegen::Kernel& kernel, const runtime::CompiledKernel& ck,
                                    bool generic_on_demand = false);
+  // register_ir's tables for kernel `id` (no runtime call).
+  void note_ir(const codegen::Kernel& kernel, const runtime::CompiledKernel& ck, uint64_t id);
 
   codegen::CompileOptions compile_options_;
   codegen::Target target_;
@@ -432,9 +520,9 @@ class Session {
   // Whether a fusible kernel's first task has loops, by handle id (fusion_launch).
   mutable std::unordered_map<uint64_t, bool> first_task_loops_;
   std::unordered_map<std::string, KernelHandle> recomputed_kernels_;  // by printed IR
-  // A kernel a rework made, compiled and registered (with its IR and access summary where
-  // `keep_ir`, so later reworks see it like any kernel of the session), its time added to
-  // rework_compile_ms_.
+  // A kernel a rework made, compiled, with a reserved handle (registered at the install:
+  // unregistered_), with its IR and access summary where `keep_ir` (so later reworks see it
+  // like any kernel of the session), its time added to rework_compile_ms_.
   Result<KernelHandle> rework_compile(const codegen::Kernel& k, bool keep_ir);
   // Milliseconds the graph reworks spent compiling and registering kernels and the driver
   // making their pipelines (VKAD_GRAPH_TRACE: what of a slow end_capture is the compiler and

@@ -579,6 +579,20 @@ vkad_status* vkad_begin_capture(vkad_session* session, const char* name) {
   VKAD_C_CHECK_SESSION("vkad_begin_capture");
   return from(session->s->begin_capture(name != nullptr ? name : ""));
 }
+vkad_status* vkad_begin_capture_flags(vkad_session* session, const char* name, uint32_t flags) {
+  VKAD_C_CHECK_SESSION("vkad_begin_capture_flags");
+  if ((flags & ~VKAD_CAPTURE_BACKGROUND_REWORK) != 0) {
+    return invalid("vkad_begin_capture_flags",
+                   "flags has bits other than VKAD_CAPTURE_BACKGROUND_REWORK");
+  }
+  vkad::CaptureOptions options;
+  options.background_rework = (flags & VKAD_CAPTURE_BACKGROUND_REWORK) != 0;
+  return from(session->s->begin_capture(name != nullptr ? name : "", options));
+}
+vkad_status* vkad_graph_finish_rework(vkad_session* session, vkad_graph graph) {
+  VKAD_C_CHECK_SESSION("vkad_graph_finish_rework");
+  return from(session->s->finish_rework(vkad::GraphHandle{graph}));
+}
 vkad_status* vkad_end_capture(vkad_session* session, vkad_graph* out) {
   VKAD_C_CHECK_SESSION("vkad_end_capture");
   if (out == nullptr) return invalid("vkad_end_capture", "out is NULL");

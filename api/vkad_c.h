@@ -285,6 +285,17 @@ VKAD_C_API vkad_status* vkad_replay(vkad_session* session, vkad_graph graph,
                                     const vkad_graph_update* updates, uint32_t update_count,
                                     uint64_t* first_launch_id);
 VKAD_C_API vkad_status* vkad_graph_release(vkad_session* session, vkad_graph graph);
+/* vkad_begin_capture with flags (0: the same). VKAD_CAPTURE_BACKGROUND_REWORK: vkad_end_capture
+ * returns at once and the graph's rework (scheduling, fusion, the compiles of the kernels they
+ * make) runs on a thread of its own; replays run the launches as captured until the first one
+ * that finds it done installs it (README.md, "The rework in the background"). Unknown flags:
+ * VKAD_INVALID_ARGUMENT. */
+#define VKAD_CAPTURE_BACKGROUND_REWORK 1u
+VKAD_C_API vkad_status* vkad_begin_capture_flags(vkad_session* session, const char* name,
+                                                 uint32_t flags);
+/* Waits for the graph's background rework, if one is pending, and installs it (replays run the
+ * reworked graph from then on); nothing for another graph. */
+VKAD_C_API vkad_status* vkad_graph_finish_rework(vkad_session* session, vkad_graph graph);
 
 /* Tapes (api/tape.h): a tape launches and records forwards of differentiated kernels, and
  * vkad_tape_backward zeroes their gradients (one barrier pair for all), seeds, and launches

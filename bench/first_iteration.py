@@ -1,15 +1,18 @@
 """Where a DiffTaichi port's first training iteration goes (issue 28: the first iteration within
 2x the steady one), phase by phase, against the steady iteration of the same process.
 
-    python bench/first_iteration.py [--program diffmpm|mass_spring] [--iters 5]
+    python bench/first_iteration.py [--program diffmpm|mass_spring] [--iters 10] [--sync]
 
 Phases of the first iteration, as examples/difftaichi/*.py run it: `record` (the forward on the
-tape and its backward, captured: Python and the session's recording), `end_capture` (the
-graph's rework: rolling, recompute, scheduling, fusion, the fused kernels' compiles, the
-re-capture; VKAD_GRAPH_TRACE=1 prints its own phases), `replay` (the first replay, to the loss
-read back) and `update` (gradients read back, weights written). `construct` is the example's
-constructor (its kernels compiled) before any of them. Point VKAD_CACHE_DIR at an empty folder
-for a cold start.
+tape and its backward, captured: Python and the session's recording), `end_capture`, `replay`
+(the first replay, to the loss read back) and `update` (gradients read back, weights written).
+The examples capture with background=True: end_capture only starts the graph's rework
+(rolling, recompute, scheduling, fusion, the fused kernels' compiles) on a thread of its own,
+the first replays run the launches as captured and the first replay that finds the rework
+done installs it (`iterations_ms` shows where); --sync reworks inside end_capture instead
+(VKAD_GRAPH_TRACE=1 prints the rework's phases). `steady_ms` is the median of the last half of
+the --iters iterations after the first. `construct` is the example's constructor (its kernels
+compiled) before any of them. Point VKAD_CACHE_DIR at an empty folder for a cold start.
 """
 import argparse
 import json
@@ -30,7 +33,8 @@ def _ms(t0: float) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--program", default="diffmpm", choices=["diffmpm", "mass_spring"])
-    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--sync", action="store_true", help="the rework inside end_capture")
     ap.add_argument("--steps", type=int, default=None, help="the program's own when left out")
     a = ap.parse_args()
     out = {"program": a.program}
@@ -49,7 +53,7 @@ def main() -> int:
         out["construct_ms"] = _ms(t0)
         first = time.perf_counter()
         t0 = time.perf_counter()
-        capture = s.capture(f"{a.program} iteration")
+        capture = s.capture(f"{a.program} iteration", background=not a.sync)
         g = capture.__enter__()
         sim.forward_backward()
         out["record_ms"] = _ms(t0)
@@ -73,7 +77,8 @@ def main() -> int:
             t0 = time.perf_counter()
             sim.iteration()
             steady.append(_ms(t0))
-        out["steady_ms"] = statistics.median(steady)
+        out["iterations_ms"] = [round(x, 2) for x in steady]
+        out["steady_ms"] = statistics.median(steady[len(steady) // 2:])
         out["ratio"] = out["first_iteration_ms"] / out["steady_ms"]
         out["loss"] = loss
         out["stats"] = {k: v for k, v in s.stats().items()

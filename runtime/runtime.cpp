@@ -164,9 +164,18 @@ Runtime::~Runtime() {
 
 // ---------------------------------------------------------------- kernels
 
-Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel,
-                                              bool generic_on_demand) {
+Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel, bool generic_on_demand,
+                                              KernelHandle reserved) {
   VKAD_EXCLUSIVE_USE("register_kernel");
+  if (reserved.id != 0) {
+    std::lock_guard<std::mutex> lock(reserved_mu_);
+    if (reserved_kernels_.count(reserved.id) == 0) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "register_kernel: kernel '" + kernel.name +
+                            "': " + handle_string(reserved.id) +
+                            " is not a handle reserve_kernel_handle() gave and no kernel has");
+    }
+  }
   VKAD_TRY(device_->status());
   const rhi::Capabilities& dc = device_->caps();
   VKAD_TRY(
@@ -182,7 +191,10 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel,
     }
     return {};
   };
-  VKAD_ASSIGN_OR_RETURN(uint64_t id, issue_id());
+  uint64_t id = reserved.id;
+  if (id == 0) {
+    VKAD_ASSIGN_OR_RETURN(id, issue_id());
+  }
   bool hit = false;
   VKAD_ASSIGN_OR_RETURN(uint64_t key,
                         pipelines_.acquire(*device_, kernel, validate, generic_on_demand, &hit));
@@ -195,6 +207,10 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel,
                               declares_spec_id(t.spirv, adstack::kPrivateTierSpecId));
   }
   kernels_.emplace(id, std::move(k));
+  if (reserved.id != 0) {
+    std::lock_guard<std::mutex> lock(reserved_mu_);
+    reserved_kernels_.erase(id);
+  }
   return KernelHandle{id};
 }
 
@@ -210,11 +226,22 @@ Status Runtime::unregister_kernel(KernelHandle kernel) {
 }
 
 Result<uint64_t> Runtime::issue_id() {
-  if (next_serial_ == 0) {
-    return make_error(ErrorCode::kFailedPrecondition,
-                      "this runtime has issued 2^32 - 1 handles; create a new Runtime");
-  }
-  return runtime_id_ << 32 | next_serial_++;
+  uint32_t serial = next_serial_.load(std::memory_order_relaxed);
+  do {
+    if (serial == 0) {
+      return make_error(ErrorCode::kFailedPrecondition,
+                        "this runtime has issued 2^32 - 1 handles; create a new Runtime");
+    }
+  } while (!next_serial_.compare_exchange_weak(serial, serial + 1, std::memory_order_relaxed));
+  return runtime_id_ << 32 | serial;
+}
+
+Result<KernelHandle> Runtime::reserve_kernel_handle() {
+  // No UseGuard: the one call another thread may make while this runtime is in use.
+  VKAD_ASSIGN_OR_RETURN(uint64_t id, issue_id());
+  std::lock_guard<std::mutex> lock(reserved_mu_);
+  reserved_kernels_.insert(id);
+  return KernelHandle{id};
 }
 
 Status Runtime::dead_handle(const std::string& where, const char* what, uint64_t id) const {
@@ -234,7 +261,7 @@ Result<NdArrayHandle> Runtime::create_ndarray(DType dtype, std::vector<uint32_t>
                                               const std::string& name) {
   VKAD_EXCLUSIVE_USE("create_ndarray");
   VKAD_TRY(device_->status());
-  std::string label = name.empty() ? "ndarray " + std::to_string(next_serial_) : name;
+  std::string label = name.empty() ? "ndarray " + std::to_string(next_serial_.load()) : name;
   VKAD_ASSIGN_OR_RETURN(
       uint64_t bytes, ndarray_bytes(dtype, shape, label, device_->caps().max_storage_buffer_range));
   VKAD_ASSIGN_OR_RETURN(uint64_t id, issue_id());

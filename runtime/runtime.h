@@ -27,15 +27,18 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <compare>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "abi/kernel_abi.h"
@@ -202,8 +205,14 @@ class Runtime {
   // (CompiledTask::spec_words) is made at its first launch that cannot be specialized, not
   // here (for kernels whose launches are all specialized: the graph rework's, which would
   // otherwise pay the driver's compile twice).
-  Result<KernelHandle> register_kernel(const CompiledKernel& kernel,
-                                       bool generic_on_demand = false);
+  // `reserved`: a handle from reserve_kernel_handle() to register the kernel under (0: a new
+  // one); kInvalidArgument for a handle this runtime did not reserve or that is in use.
+  Result<KernelHandle> register_kernel(const CompiledKernel& kernel, bool generic_on_demand = false,
+                                       KernelHandle reserved = {});
+  // A kernel handle for a later register_kernel: what another thread (Session's background
+  // graph rework) hands out for kernels it compiles while this runtime is in use. The one
+  // call that is safe from any thread at any time; the handle names nothing until registered.
+  Result<KernelHandle> reserve_kernel_handle();
   // Drops the handle. Its pipelines stay cached while unreferenced (up to the cache
   // capacity); eviction goes through the deferred deleter, never under a queued submission.
   Status unregister_kernel(KernelHandle kernel);
@@ -455,7 +464,10 @@ class Runtime {
   std::unordered_map<uint64_t, std::shared_ptr<const Kernel>> kernels_;
   NdArrayTable arrays_;
   uint64_t runtime_id_ = 0;   // process-wide, the high half of every handle
-  uint32_t next_serial_ = 1;  // the low half
+  // The low half: atomic for reserve_kernel_handle (any thread); issue_id the same counter.
+  std::atomic<uint32_t> next_serial_{1};
+  std::unordered_set<uint64_t> reserved_kernels_;  // reserved, not yet registered (under mu)
+  std::mutex reserved_mu_;
   rhi::StreamSemaphore last_sem_;
   AdstackHeaps heaps_;  // shared by all adstack launches
   // Launch args and small upload staging / small readbacks (host_ring.h): no buffer per call.

@@ -36,7 +36,10 @@ if [[ "$skip" != *" tsan "* ]]; then
     -DVKAD_BUILD_BENCH=OFF >/dev/null
   cmake --build build-tsan --target vkad_gpu_tests vkad_unit_tests
   export TSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/tsan.supp halt_on_error=1 second_deadlock_stack=1"
-  VKAD_VALIDATION=1 ./build-tsan/tests/vkad_gpu_tests --gtest_filter='ProcessWide.*'
+  # ProcessWide: sessions on threads; GraphFusion's background reworks: a worker thread beside
+  # the session's user.
+  VKAD_VALIDATION=1 ./build-tsan/tests/vkad_gpu_tests \
+    --gtest_filter='ProcessWide.*:GraphFusion.*Background*:GraphFusion.TheNextCapture*'
   ./build-tsan/tests/vkad_unit_tests --gtest_filter='UseGuard.*:CompileCacheThreads.*'
   unset TSAN_OPTIONS
 fi

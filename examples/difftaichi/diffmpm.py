@@ -353,8 +353,10 @@ class DiffMPM:
         elif self._graph is None:
             # The first iteration is captured, then replayed: the tape makes its gradient
             # arrays during the capture and keeps them for the next backward, so the graph
-            # binds arrays that live on, and no iteration runs launch by launch first.
-            with self.s.capture("diffmpm iteration") as g:
+            # binds arrays that live on, and no iteration runs launch by launch first. Its
+            # rework (scheduling, fusion, compiles) runs in the background: the first replays
+            # run the launches as captured until the reworked graph is ready.
+            with self.s.capture("diffmpm iteration", background=True) as g:
                 self.forward_backward()
             self._graph = g
             self.s.replay(g)

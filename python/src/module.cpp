@@ -1127,10 +1127,10 @@ struct Session {
   }
 
   // Session.capture's halves: begin returns the Graph (its handle set by end).
-  nb::object begin_capture(const std::string& name) {
+  nb::object begin_capture(const std::string& name, bool background) {
     {
       Locked l(*st);
-      check(st->get().begin_capture(name));
+      check(st->get().begin_capture(name, vkad::CaptureOptions{.background_rework = background}));
     }
     auto* g = new Graph();
     g->st = st;
@@ -1148,6 +1148,19 @@ struct Session {
     st->capture = nb::none();
     vkad::GraphHandle got = take(std::move(h));
     if (g) g->handle = got;
+  }
+  // Waits (GIL released) for a background rework and installs it.
+  void finish_rework(Graph& g) {
+    if (g.st != st)
+      invalid("finish_rework of graph '" + g.name + "': the graph belongs to another session");
+    if (g.released || g.handle.id == 0) return;
+    Locked l(*st);
+    Status result;
+    {
+      nb::gil_scoped_release release;
+      result = st->get().finish_rework(g.handle);
+    }
+    check(result);
   }
   // updates: (launch index, parameter index, value) triples, converted like launch arguments.
   void replay(Graph& g, nb::handle updates) {
@@ -1542,7 +1555,10 @@ NB_MODULE(_vkad, m) {
            nb::sig("def copy(self, src: NdArray, dst: NdArray) -> None"),
            "Copies src into dst (same dtype and shape) on the device; asynchronous.")
       .def("_clearing_adjoint", &Session::clearing_adjoint, "forward"_a)
-      .def("_begin_capture", &Session::begin_capture, "name"_a)
+      .def("_begin_capture", &Session::begin_capture, "name"_a, "background"_a = false)
+      .def("finish_rework", &Session::finish_rework, "graph"_a,
+           "Waits for the graph's background rework (capture(background=True)) and installs "
+           "it: replays run the reworked graph from now on. Nothing for other graphs.")
       .def("_end_capture", &Session::end_capture)
       .def("replay", &Session::replay, "graph"_a, "updates"_a = nb::none(),
            nb::sig("def replay(self, graph: Graph, updates: list[tuple[int, int, int | float | "

@@ -174,14 +174,20 @@ class Session(_vkad.Session):
         self.zero(a.grad)
 
     @_contextlib.contextmanager
-    def capture(self, name: str = "") -> Iterator[Graph]:
+    def capture(self, name: str = "", background: bool = False) -> Iterator[Graph]:
         """`with s.capture() as g:` captures the launches (and zero / fill / zero_many) of the
         block instead of running them; `s.replay(g)` then runs them all with one call, and
         `s.replay(g, updates=[(launch, param, value)])` with scalar arguments replaced (kept for
         later replays). Arrays are bound by reference. Inside the block flush() submits nothing
         and uploads, readbacks and synchronize() raise FailedPreconditionError. A tape's
-        forward launches and backward() can be captured: replaying them is a training step."""
-        g = self._begin_capture(name)
+        forward launches and backward() can be captured: replaying them is a training step.
+
+        background=True: the graph's rework (scheduling, fusion, their kernels' compiles) runs
+        on a thread of its own instead of at the end of the block; replays run the launches as
+        captured until it is done, then the reworked graph (installed by the first replay that
+        finds it done, or by finish_rework(g)). Same results; the first iteration of a training
+        loop costs its recording and one plain replay."""
+        g = self._begin_capture(name, background)
         try:
             yield g
         finally:

@@ -321,6 +321,22 @@ int main(void) {
     st = vkad_replay(s, g, NULL, 0, NULL);
     CHECK(vkad_status_code(st) == VKAD_NOT_FOUND);
     vkad_status_free(st);
+    /* The same with the rework in the background: replayed before and after its install. */
+    st = vkad_begin_capture_flags(s, "c graph", 2u);
+    CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+    vkad_status_free(st);
+    OK(vkad_begin_capture_flags(s, "c graph", VKAD_CAPTURE_BACKGROUND_REWORK));
+    OK(vkad_launch(s, d.forward, fargs, 4, NULL));
+    OK(vkad_end_capture(s, &g));
+    u.launch = 0;
+    u.value = vkad_arg_f32(2.0f);
+    OK(vkad_replay(s, g, &u, 1, NULL));
+    OK(vkad_graph_finish_rework(s, g));
+    OK(vkad_ndarray_zero(s, ho));
+    OK(vkad_replay(s, g, NULL, 0, NULL)); /* the update was kept */
+    OK(vkad_download(s, ho, out, sizeof out));
+    CHECK(fabs(out[3] - 2.0f * x[3] * x[3] * y[3]) <= 1e-6 * (1 + fabs(2.0f * x[3] * x[3] * y[3])));
+    OK(vkad_graph_release(s, g));
   }
   /* Wrong size, freed handles: errors naming what is wrong. */
   st = vkad_download(s, hgx, gx, 4);
@@ -336,7 +352,7 @@ int main(void) {
   memset(&stats, 0, sizeof stats);
   stats.struct_size = sizeof stats;
   OK(vkad_session_stats(s, &stats));
-  CHECK(stats.launches == 7); /* 2, the tape's 2 forwards and 2 adjoints, 1 replayed */
+  CHECK(stats.launches == 9); /* 2, the tape's 2 forwards and 2 adjoints, 3 replayed */
   CHECK(stats.ndarrays == 5);
   CHECK(stats.memory_used_bytes > 0);
   CHECK(stats.vulkan_objects_created > 0); /* the device's own objects at least */

@@ -194,6 +194,83 @@ TEST(GraphFusion, UpdatesNameTheCapturedLaunchesAndReachTheirMember) {
   expect_clean(*plain);
 }
 
+// CaptureOptions::background_rework: end_capture returns the graph as captured and the rework
+// is installed later; every replay computes what the plain graph does, updates made before
+// the install carry over, and the installed graph is the fused one.
+GraphHandle capture_in_background(Program& p) {
+  EXPECT_TRUE(p.s->begin_capture("substeps", CaptureOptions{.background_rework = true}).ok());
+  EXPECT_TRUE(record(p).ok());
+  auto g = p.s->end_capture();
+  EXPECT_TRUE(g.ok()) << g.status().to_string();
+  return g.ok() ? *g : GraphHandle{};
+}
+
+TEST(GraphFusion, ABackgroundReworkRunsAsCapturedUntilInstalledWithUpdatesCarriedOver) {
+  bool skipped = false;
+  auto fused = make_program(true, &skipped);
+  if (skipped) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+  auto plain = make_program(false, &skipped);
+  ASSERT_TRUE(fused && plain);
+  const GraphHandle gf = capture_in_background(*fused);
+  ASSERT_TRUE(plain->s->begin_capture("substeps").ok());
+  ASSERT_TRUE(record(*plain).ok());
+  const GraphHandle gp = *plain->s->end_capture();
+  // Replayed at once (on lavapipe the rework's compiles are still running: the launches as
+  // captured), with an update that the reworked graph must keep.
+  const GraphUpdate ups[] = {{7, 2, Arg::f32(0.5f)}, {49, 2, Arg::f32(0.25f)}};
+  ASSERT_TRUE(fused->s->replay(gf, ups).ok());
+  ASSERT_TRUE(plain->s->replay(gp, ups).ok());
+  expect_close(read(*fused, fused->x[kSteps]), read(*plain, plain->x[kSteps]), "x_S, first");
+  ASSERT_TRUE(fused->s->finish_rework(gf).ok());
+  // Installed: the fused graph, with the update of the first replay.
+  const std::vector<float> junk(kN, 12345.0f);
+  for (NdArrayHandle g : fused->g)
+    ASSERT_TRUE(fused->s->upload(g, std::span<const float>(junk)).ok());
+  const uint64_t f0 = fused->s->stats()->launches;
+  ASSERT_TRUE(fused->s->replay(gf).ok());
+  ASSERT_TRUE(fused->s->synchronize().ok());
+  EXPECT_LE(fused->s->stats()->launches - f0, 8u);
+  ASSERT_TRUE(plain->s->replay(gp).ok());
+  expect_close(read(*fused, fused->x[kSteps]), read(*plain, plain->x[kSteps]), "x_S");
+  expect_close(read(*fused, fused->g[0]), read(*plain, plain->g[0]), "dL/dx0");
+  const std::vector<float> x7 = read(*fused, fused->x[7]), x8 = read(*fused, fused->x[8]);
+  EXPECT_NEAR(x8[100], std::sin(x7[100]) * 0.5f + 0.1f, 1e-3f);
+  // Updates after the install go through the fused graph's numbering as before.
+  const GraphUpdate later[] = {{7, 2, Arg::f32(0.75f)}};
+  ASSERT_TRUE(fused->s->replay(gf, later).ok());
+  ASSERT_TRUE(plain->s->replay(gp, later).ok());
+  expect_close(read(*fused, fused->g[0]), read(*plain, plain->g[0]), "dL/dx0, later");
+  ASSERT_TRUE(fused->s->release_graph(gf).ok());
+  EXPECT_EQ(fused->s->replay(gf).code(), ErrorCode::kNotFound);
+  expect_clean(*fused);
+  expect_clean(*plain);
+}
+
+TEST(GraphFusion, TheNextCaptureInstallsAPendingBackgroundRework) {
+  bool skipped = false;
+  auto p = make_program(true, &skipped);
+  if (skipped) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+  ASSERT_TRUE(p);
+  const GraphHandle first = capture_in_background(*p);
+  const GraphHandle second = capture_in_background(*p);  // installs the first's rework
+  uint64_t n0 = p->s->stats()->launches;
+  ASSERT_TRUE(p->s->replay(first).ok());
+  ASSERT_TRUE(p->s->synchronize().ok());
+  EXPECT_LE(p->s->stats()->launches - n0, 8u);
+  // A kernel compiled while the second's rework runs waits for it; releasing the graph drops
+  // the rework, and the session closes cleanly with a third still running.
+  auto k = p->s->compile(std::string_view(kStep));
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  ASSERT_TRUE(p->s->release_graph(second).ok());
+  ASSERT_TRUE(p->s->finish_rework(second).ok());  // nothing pending for it: nothing to do
+  n0 = p->s->stats()->launches;
+  ASSERT_TRUE(p->s->replay(first).ok());
+  ASSERT_TRUE(p->s->synchronize().ok());
+  EXPECT_LE(p->s->stats()->launches - n0, 8u);
+  (void)capture_in_background(*p);
+  expect_clean(*p);
+}
+
 // Review findings (each failed before its fix): a fill's sign, a short array's bounds check,
 // steps recorded through runtime() during a Session capture, update errors' numbering.
 constexpr const char* kRecip = R"(

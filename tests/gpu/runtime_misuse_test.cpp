@@ -145,6 +145,30 @@ TEST_F(RuntimeMisuse, FreedAndMadeUpHandlesAreNotFound) {
   EXPECT_NE(again->id, h.id);
 }
 
+TEST_F(RuntimeMisuse, OnlyAReservedKernelHandleIsRegisteredUnderAndOnlyOnce) {
+  SKIP_IF_NO_DEVICE();
+  auto r = rt_->reserve_kernel_handle();
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  // Named nothing until registered; then the kernel is launched through it.
+  EXPECT_ERROR(rt_->unregister_kernel(*r), ErrorCode::kNotFound, "was freed or never existed");
+  auto k = rt_->register_kernel(make_axpy_kernel("axpy"), false, *r);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  EXPECT_EQ(k->id, r->id);
+  auto x = array(*rt_, std::vector<float>(8, 2.0f), "x");
+  auto y = array(*rt_, std::vector<float>(8, 1.0f), "y");
+  const Arg args[] = {Arg::f32(3.0f), Arg::ndarray(x), Arg::ndarray(y)};
+  ASSERT_TRUE(rt_->launch(*k, args).ok());
+  std::vector<float> out(8);
+  ASSERT_TRUE(rt_->download(y, out.data(), 32).ok());
+  EXPECT_EQ(out[5], 7.0f);
+  // Used up: a second registration under it, or under a handle never reserved, is refused.
+  EXPECT_ERROR(rt_->register_kernel(make_axpy_kernel("again"), false, *r).status(),
+               ErrorCode::kInvalidArgument, "is not a handle reserve_kernel_handle() gave");
+  EXPECT_ERROR(rt_->register_kernel(make_axpy_kernel("made_up"), false, runtime::KernelHandle{x.id})
+                   .status(),
+               ErrorCode::kInvalidArgument, "is not a handle reserve_kernel_handle() gave");
+}
+
 TEST_F(RuntimeMisuse, ShapesWhoseSizeOverflowsAreRejected) {
   SKIP_IF_NO_DEVICE();
   // 2^32-1 squared times 2^32-1 ... wraps 64 bits; so does 2^64 + 30 elements.

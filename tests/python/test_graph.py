@@ -106,6 +106,47 @@ def test_a_captured_training_iteration_equals_the_direct_one(session):
             assert s.stats()["vulkan_objects_created"] == created
 
 
+
+def test_a_background_rework_gives_the_direct_gradient_before_and_after_its_install(session):
+    """capture(background=True): end_capture returns before the rework; replays before its
+    install (launches as captured) and after (fused: fewer launches) both compute the direct
+    iteration's gradient, and an update made before the install carries over."""
+    s = session
+    step = s.differentiate(STEP)
+    k = s.compile(AXPY)
+    steps = 12
+    x0 = np.linspace(-1.5, 1.5, N).astype(np.float32)
+    xs = [s.ndarray(x0)] + [s.empty(N, vkad.f32) for _ in range(steps)]
+    y = s.zeros(N, vkad.f32)
+    t = s.tape()
+
+    def iteration():
+        with t:
+            for j in range(steps):
+                s.launch(step, xs[j], xs[j + 1])
+        t.backward(seed={xs[-1]: 1.0})
+        s.fill(y, 1.0)
+        s.launch(k, 2.0, xs[0], y)
+
+    iteration()
+    direct = t.grad(xs[0]).numpy()
+    with s.capture("train", background=True) as g:
+        iteration()
+    n = g.launches
+    s.replay(g, updates=[(n - 1, 0, 3.0)])  # the axpy's a: y = 1 + 3 x0
+    np.testing.assert_array_equal(t.grad(xs[0]).numpy(), direct)
+    np.testing.assert_allclose(y.numpy(), 1 + 3 * x0, rtol=1e-6)
+    s.finish_rework(g)
+    t.grad(xs[0]).upload(np.full(N, 7.0, np.float32))
+    y.upload(np.zeros(N, np.float32))
+    before = s.stats()["launches"]
+    s.replay(g)
+    np.testing.assert_allclose(y.numpy(), 1 + 3 * x0, rtol=1e-6)  # the update was carried
+    assert s.stats()["launches"] - before < n
+    np.testing.assert_allclose(t.grad(xs[0]).numpy(), direct, rtol=1e-5, atol=1e-7)
+    s.finish_rework(g)  # installed already: nothing to do
+
+
 CELL = """
 kernel cell(f: i32, m: ndarray<f32, 3>, v: ndarray<f32, 3>, o: ndarray<f32, 3>) {
   task main parallel %i in [0, shape(m, 1)), %j in [0, shape(m, 2)) {
