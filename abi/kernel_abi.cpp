@@ -1,5 +1,6 @@
 #include "abi/kernel_abi.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace vkad::abi {
@@ -128,36 +129,60 @@ bool same_pipelines(const CompiledKernel& a, const CompiledKernel& b) {
 void encode_args(const CompiledKernel& d, const std::vector<ScalarValue>& scalars,
                  const std::vector<const std::vector<uint32_t>*>& shapes,
                  const std::vector<std::vector<uint32_t>>& adstack_words, std::byte* dst) {
-  std::memset(dst, 0, d.args_bytes());
+  // One pass with a running offset, every byte written once (padding zeroed as it is passed):
+  // the layout scalar_offset, shape_offset, adstack_args_offset and args_bytes give, without
+  // their scans from the first parameter (quadratic in the parameters, at every launch).
+  uint32_t off = 0;
+  auto zero = [&](uint32_t bytes) {
+    if (bytes == 0) return;  // the usual case: no call
+    std::memset(dst + off, 0, bytes);
+    off += bytes;
+  };
   for (uint32_t i = 0; i < d.params.size(); ++i) {
     const KernelParam& p = d.params[i];
-    if (p.kind == ParamKind::kScalar) {
-      std::byte* at = dst + d.scalar_offset(i);
-      const ScalarValue& a = scalars[i];
-      switch (p.dtype) {
-        case DType::kF32: {
-          float v = static_cast<float>(a.f);
-          std::memcpy(at, &v, 4);
-          break;
-        }
-        case DType::kF64: std::memcpy(at, &a.f, 8); break;
-        case DType::kI64: std::memcpy(at, &a.i, 8); break;
-        default: {
-          uint32_t v = static_cast<uint32_t>(a.i);
-          std::memcpy(at, &v, 4);
-          break;
-        }
+    if (p.kind != ParamKind::kScalar) continue;
+    const uint32_t b = dtype_bytes(p.dtype);
+    zero(align_up(off, b) - off);
+    std::byte* at = dst + off;
+    off += b;
+    const ScalarValue& a = scalars[i];
+    switch (p.dtype) {
+      case DType::kF32: {
+        float v = static_cast<float>(a.f);
+        std::memcpy(at, &v, 4);
+        break;
       }
-    } else {
-      const std::vector<uint32_t>& shape = *shapes[i];
-      std::memcpy(dst + d.shape_offset(i), shape.data(), 4 * shape.size());
+      case DType::kF64: std::memcpy(at, &a.f, 8); break;
+      case DType::kI64: std::memcpy(at, &a.i, 8); break;
+      default: {
+        uint32_t v = static_cast<uint32_t>(a.i);
+        std::memcpy(at, &v, 4);
+        break;
+      }
     }
   }
-  for (uint32_t t = 0; t < d.tasks.size() && t < adstack_words.size(); ++t) {
-    if (adstack_words[t].empty()) continue;
-    std::memcpy(dst + d.adstack_args_offset(t), adstack_words[t].data(),
-                4 * adstack_words[t].size());
+  zero(align_up(off, 4) - off);
+  for (uint32_t i = 0; i < d.params.size(); ++i) {
+    const KernelParam& p = d.params[i];
+    if (p.kind != ParamKind::kNdArray) continue;
+    // shape.size() == p.rank (checked by the runtime): words past it would be zero.
+    const std::vector<uint32_t>& shape = *shapes[i];
+    const uint32_t n = std::min(static_cast<uint32_t>(shape.size()), p.rank);
+    std::memcpy(dst + off, shape.data(), size_t{4} * n);
+    off += 4 * n;
+    zero(4 * (p.rank - n));
   }
+  zero(4 * static_cast<uint32_t>(d.tasks.size()));  // the error words
+  for (uint32_t t = 0; t < d.tasks.size(); ++t) {
+    const uint32_t words = adstack::args_words(d.tasks[t].adstacks.size());
+    const uint32_t given = t < adstack_words.size()
+                               ? std::min(static_cast<uint32_t>(adstack_words[t].size()), words)
+                               : 0;
+    if (given != 0) std::memcpy(dst + off, adstack_words[t].data(), size_t{4} * given);
+    off += 4 * given;
+    zero(4 * (words - given));
+  }
+  zero(align_up(off, 16) - off);
 }
 
 }  // namespace vkad::abi

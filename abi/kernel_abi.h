@@ -182,11 +182,12 @@ struct ScalarValue {
   int64_t i = 0;
 };
 
-// Writes a launch's args buffer (`dst`, args_bytes() bytes): every scalar parameter's value
-// converted to its dtype, every ndarray parameter's shape, zeroed error words, and for each task
-// with adstacks its `adstack_words` (adstack::write_args; empty for tasks without stacks).
-// `scalars` and `shapes` are indexed by parameter (the entry of the other kind is ignored).
-// Preconditions (checked by the runtime before): sizes match the kernel's parameters and ranks.
+// Writes a launch's args buffer (`dst`, args_bytes() bytes, every byte of it; padding is zero):
+// every scalar parameter's value converted to its dtype, every ndarray parameter's shape, zeroed
+// error words, and for each task with adstacks its `adstack_words` (adstack::write_args; empty
+// for tasks without stacks). `scalars` and `shapes` are indexed by parameter (the entry of the
+// other kind is ignored). Preconditions (checked by the runtime before): sizes match the
+// kernel's parameters and ranks.
 void encode_args(const CompiledKernel& kernel, const std::vector<ScalarValue>& scalars,
                  const std::vector<const std::vector<uint32_t>*>& shapes,
                  const std::vector<std::vector<uint32_t>>& adstack_words, std::byte* dst);

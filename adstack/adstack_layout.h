@@ -65,6 +65,7 @@ struct RowLayout {
   std::array<uint32_t, kHeapCount> row_elems{};
   std::vector<uint32_t> offset;    // per stack, in elements of its heap
   std::vector<uint32_t> capacity;  // per stack
+  bool operator==(const RowLayout&) const = default;
 };
 
 // kInvalidArgument naming the stack when a capacity or a row does not fit 32-bit indexing.

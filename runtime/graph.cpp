@@ -43,17 +43,40 @@ Status Runtime::capture_launch(const std::shared_ptr<const Kernel>& k, std::span
   Graph& g = *capture_;
   CapturedLaunch c;
   c.kernel = k;
-  c.args.assign(args.begin(), args.end());
-  // What a replay needs of the plan: not the buffers (a replay binds the arrays it is given).
-  c.planned.lp = planned_.lp;
-  c.planned.pipelines = planned_.pipelines;
-  c.planned.specialized = planned_.specialized;
-  c.planned.spec_misses = planned_.spec_misses;
-  c.encoded.assign(args_scratch_.begin(), args_scratch_.end());
-  if (std::find(g.pipeline_keys.begin(), g.pipeline_keys.end(), k->hash) == g.pipeline_keys.end()) {
+  c.args = static_cast<uint32_t>(g.args.size());
+  g.args.insert(g.args.end(), args.begin(), args.end());
+  c.arrays = static_cast<uint32_t>(g.arrays.size());
+  g.arrays.insert(g.arrays.end(), planned_.arrays.begin(), planned_.arrays.end());
+  // What a replay needs of the plan, shared with the kernel's previous launch when equal (as it
+  // is for a step loop's launches).
+  auto [last, first_use] = g.last_plan.try_emplace(k.get(), 0);
+  if (first_use &&
+      std::find(g.pipeline_keys.begin(), g.pipeline_keys.end(), k->hash) == g.pipeline_keys.end()) {
     pipelines_.retain(k->hash);
     g.pipeline_keys.push_back(k->hash);
   }
+  const CommandPlan& plan = planned_;
+  if (first_use || !(g.plans[last->second] == plan)) {
+    last->second = static_cast<uint32_t>(g.plans.size());
+    g.plans.push_back(plan);
+    g.plan_users.push_back(0);
+  }
+  c.plan = last->second;
+  ++g.plan_users[c.plan];
+  // The encoded args into the graph's blob, at an offset a storage binding may start at, in
+  // pieces of at most a ring chunk (a launch's args never straddle two pieces).
+  const uint64_t align =
+      std::max<uint64_t>(device_->caps().min_storage_buffer_offset_alignment, 16);
+  const uint64_t bytes = args_scratch_.size();
+  const uint64_t at = (g.args_blob.size() + align - 1) / align * align;
+  if (g.pieces.empty() || at + bytes - g.pieces.back().first > upload_ring_->chunk_bytes()) {
+    if (!g.pieces.empty()) g.pieces.back().second = at;
+    g.pieces.push_back({at, at});
+  }
+  g.args_offset.push_back(at);
+  g.args_blob.resize(at + bytes);  // the padding before `at` is zero
+  std::memcpy(g.args_blob.data() + at, args_scratch_.data(), bytes);
+  g.pieces.back().second = at + bytes;
   if (omit_next_barrier_ && !g.steps.empty() && g.steps.back().first) {
     g.launches.back().barrier_after = false;
   }
@@ -76,29 +99,7 @@ Result<GraphHandle> Runtime::end_capture() {
   if (!capture_)
     return make_error(ErrorCode::kFailedPrecondition, "end_capture: no capture is open");
   VKAD_ASSIGN_OR_RETURN(uint64_t id, issue_id());
-  // Every launch's args at an offset a storage binding may start at, in pieces of at most a
-  // ring chunk (a launch's args never straddle two pieces).
-  Graph& g = *capture_;
-  const uint64_t align =
-      std::max<uint64_t>(device_->caps().min_storage_buffer_offset_alignment, 16);
-  const uint64_t chunk = upload_ring_->chunk_bytes();
-  uint64_t at = 0;
-  for (const CapturedLaunch& c : g.launches) {
-    const uint64_t bytes = c.encoded.size();
-    at = (at + align - 1) / align * align;
-    if (g.pieces.empty() || at + bytes - g.pieces.back().first > chunk) {
-      if (!g.pieces.empty()) g.pieces.back().second = at;
-      g.pieces.push_back({at, at});
-    }
-    g.args_offset.push_back(at);
-    at += bytes;
-  }
-  if (!g.pieces.empty()) g.pieces.back().second = at;
-  g.args_blob.assign(at, std::byte{0});
-  for (size_t i = 0; i < g.launches.size(); ++i) {
-    std::memcpy(g.args_blob.data() + g.args_offset[i], g.launches[i].encoded.data(),
-                g.launches[i].encoded.size());
-  }
+  capture_->last_plan = {};  // capture_launch's only
   graphs_.emplace(id, std::move(capture_));
   stats_.graphs = graphs_.size();
   return GraphHandle{id};
@@ -162,36 +163,36 @@ Status Runtime::record_steps(rhi::CommandList& list, const Graph& g,
 // The launches `updates` change, as copies of the graph's with the new scalar values (one
 // copy per launch however many updates it gets); an error names an update that does not fit.
 Status Runtime::updated_launches(const Graph& g, std::span<const GraphUpdate> updates,
-                                 const std::string& where,
-                                 std::vector<std::pair<uint32_t, CapturedLaunch>>* updated) {
+                                 const std::string& where, std::vector<UpdatedLaunch>* updated) {
   for (const GraphUpdate& u : updates) {
     if (u.launch >= g.launches.size()) {
       return make_error(ErrorCode::kInvalidArgument,
                         where + ": update of launch " + std::to_string(u.launch) +
                             "; the graph has " + std::to_string(g.launches.size()) + " launches");
     }
+    const CapturedLaunch& c = g.launches[u.launch];
+    const CompiledKernel& d = c.kernel->desc;
     auto at = std::find_if(updated->begin(), updated->end(),
-                           [&](const auto& p) { return p.first == u.launch; });
+                           [&](const UpdatedLaunch& p) { return p.index == u.launch; });
     if (at == updated->end()) {
-      updated->push_back({u.launch, g.launches[u.launch]});
+      const Arg* args = g.args.data() + c.args;
+      updated->push_back({u.launch, {args, args + d.params.size()}, {}, {}});
       at = updated->end() - 1;
     }
-    CapturedLaunch& c = at->second;
-    const CompiledKernel& d = c.kernel->desc;
-    if (u.param >= c.args.size() || d.params[u.param].kind != ParamKind::kScalar) {
+    if (u.param >= at->args.size() || d.params[u.param].kind != ParamKind::kScalar) {
       return make_error(ErrorCode::kInvalidArgument,
                         where + ", launch " + std::to_string(u.launch) + " ('" + d.name +
                             "'): parameter " + std::to_string(u.param) +
                             " is not a scalar parameter of the kernel");
     }
-    c.args[u.param] = u.value;
+    at->args[u.param] = u.value;
   }
   return {};
 }
 
 // Whether a launch planned `was` records the same commands planned `now`: the bundle bakes
 // ranges, workgroup counts and pipelines in; only the args are read at run time.
-bool Runtime::same_commands(const PlannedLaunch& was, const PlannedLaunch& now) {
+bool Runtime::same_commands(const CommandPlan& was, const CommandPlan& now) {
   bool same = was.pipelines == now.pipelines && was.lp.any_heap_task == now.lp.any_heap_task &&
               was.lp.tasks.size() == now.lp.tasks.size();
   for (size_t t = 0; same && t < was.lp.tasks.size(); ++t) {
@@ -202,49 +203,49 @@ bool Runtime::same_commands(const PlannedLaunch& was, const PlannedLaunch& now) 
   return same;
 }
 
-Status Runtime::plan_updates(std::vector<std::pair<uint32_t, CapturedLaunch>>& updated,
-                             const Graph& g, const std::string& where, bool* rerecord) {
-  for (auto& [index, c] : updated) {
-    VKAD_TRY_CTX(check_args(*c.kernel, c.args), where + ", launch " + std::to_string(index));
-    VKAD_TRY_CTX(plan_pipelines(*c.kernel, c.args, &planned_),
-                 where + ", launch " + std::to_string(index));
-    if (!same_commands(g.launches[index].planned, planned_)) *rerecord = true;
-    c.planned = planned_;
-    c.planned.arrays.clear();
-    c.planned.bindings.clear();
-    c.encoded.assign(args_scratch_.begin(), args_scratch_.end());
+Status Runtime::plan_updates(std::vector<UpdatedLaunch>& updated, const Graph& g,
+                             const std::string& where, bool* rerecord) {
+  for (UpdatedLaunch& u : updated) {
+    const CapturedLaunch& c = g.launches[u.index];
+    VKAD_TRY_CTX(check_args(*c.kernel, u.args), where + ", launch " + std::to_string(u.index));
+    VKAD_TRY_CTX(plan_pipelines(*c.kernel, u.args, &planned_),
+                 where + ", launch " + std::to_string(u.index));
+    if (!same_commands(g.plans[c.plan], planned_)) *rerecord = true;
+    u.plan = planned_;
+    u.encoded.assign(args_scratch_.begin(), args_scratch_.end());
   }
   return {};
 }
 
-Status Runtime::bind_graph_arrays(Graph& g,
-                                  std::vector<std::pair<uint32_t, CapturedLaunch>>& updated,
+// Every launch's arrays looked up again (into g.arrays; updates change scalars only), and the
+// heaps the launches need (an updated launch's as planned with its updates).
+Status Runtime::bind_graph_arrays(Graph& g, std::span<const UpdatedLaunch> updated,
                                   const std::string& where, bool* any_heap) {
-  auto launch_at = [&](uint32_t i) -> CapturedLaunch& {
-    for (auto& [index, c] : updated) {
-      if (index == i) return c;
-    }
-    return g.launches[i];
-  };
   std::array<uint64_t, adstack::kHeapCount> heap_need{};
   for (uint32_t i = 0; i < g.launches.size(); ++i) {
-    CapturedLaunch& c = launch_at(i);
-    c.planned.arrays.clear();
-    for (size_t p = 0; p < c.args.size(); ++p) {
-      if (c.args[p].kind != ParamKind::kNdArray) continue;
-      auto a = arrays_.find(c.args[p].array.id);
+    const CapturedLaunch& c = g.launches[i];
+    const CompiledKernel& d = c.kernel->desc;
+    rhi::Buffer** buffers = g.arrays.data() + c.arrays;
+    for (size_t p = 0; p < d.params.size(); ++p) {
+      const Arg& arg = g.args[c.args + p];
+      if (arg.kind != ParamKind::kNdArray) continue;
+      auto a = arrays_.find(arg.array.id);
       if (a == arrays_.end()) {
-        return dead_handle(where + ", launch " + std::to_string(i) + " ('" + c.kernel->desc.name +
-                               "'), argument " + std::to_string(p) + " ('" +
-                               c.kernel->desc.params[p].name + "')",
-                           "ndarray", c.args[p].array.id);
+        return dead_handle(where + ", launch " + std::to_string(i) + " ('" + d.name +
+                               "'), argument " + std::to_string(p) + " ('" + d.params[p].name +
+                               "')",
+                           "ndarray", arg.array.id);
       }
-      c.planned.arrays.push_back(&a->second.buffer);
+      *buffers++ = &a->second.buffer;
     }
-    if (!c.planned.lp.any_heap_task) continue;
+    const CommandPlan* plan = &g.plans[c.plan];
+    for (const UpdatedLaunch& u : updated) {
+      if (u.index == i) plan = &u.plan;
+    }
+    if (!plan->lp.any_heap_task) continue;
     *any_heap = true;
     for (size_t h = 0; h < heap_need.size(); ++h) {
-      heap_need[h] = std::max(heap_need[h], c.planned.lp.heap_need[h]);
+      heap_need[h] = std::max(heap_need[h], plan->lp.heap_need[h]);
     }
   }
   for (const CapturedFill& f : g.fills) {
@@ -265,7 +266,7 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
   Graph& g = *it->second;
   const std::string where = "replay of graph '" + g.name + "'";
   // 1. Updates: checked and planned on copies, kept only if the whole replay is recorded.
-  std::vector<std::pair<uint32_t, CapturedLaunch>> updated;
+  std::vector<UpdatedLaunch> updated;
   bool rerecord = false;  // an update changed a plan: kept with the updates, below
   VKAD_TRY(updated_launches(g, updates, where, &updated));
   VKAD_TRY(plan_updates(updated, g, where, &rerecord));
@@ -273,13 +274,23 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
   bool any_heap = false;
   VKAD_TRY(bind_graph_arrays(g, updated, where, &any_heap));
   if (rerecord) g.rerecord = true;
-  for (auto& [index, c] : updated) {
-    std::memcpy(g.args_blob.data() + g.args_offset[index], c.encoded.data(), c.encoded.size());
-    g.launches[index] = std::move(c);
+  for (UpdatedLaunch& u : updated) {
+    CapturedLaunch& c = g.launches[u.index];
+    std::copy(u.args.begin(), u.args.end(), g.args.begin() + c.args);
+    std::memcpy(g.args_blob.data() + g.args_offset[u.index], u.encoded.data(), u.encoded.size());
+    if (g.plans[c.plan] == u.plan) continue;
+    if (g.plan_users[c.plan] == 1) {
+      g.plans[c.plan] = std::move(u.plan);
+      continue;
+    }
+    --g.plan_users[c.plan];  // shared: the launch gets a plan of its own
+    c.plan = static_cast<uint32_t>(g.plans.size());
+    g.plans.push_back(std::move(u.plan));
+    g.plan_users.push_back(1);
   }
   bool bundled = device_->caps().push_descriptor;
-  for (const CapturedLaunch& c : g.launches) {
-    for (const rhi::ComputePipeline* p : c.planned.pipelines) {
+  for (const CommandPlan& plan : g.plans) {
+    for (const rhi::ComputePipeline* p : plan.pipelines) {
       bundled = bundled && p->push_descriptors();
     }
   }
@@ -289,7 +300,8 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
   const LaunchId first_id{next_launch_ + 1};
   VKAD_TRY(record_steps(list_, g, [&](uint32_t i) {
     const CapturedLaunch& c = g.launches[i];
-    return record_launch(c.kernel, c.planned, c.encoded.data(), nullptr, c.barrier_after);
+    return record_launch(c.kernel, g.plans[c.plan], graph_arrays(g, c),
+                         g.args_blob.data() + g.args_offset[i], nullptr, c.barrier_after);
   }));
   ++stats_.graph_replays;
   stats_.replayed_launches += g.launches.size();
@@ -324,8 +336,8 @@ Status Runtime::record_bundles(Graph& g) {
   };
   VKAD_TRY(record_steps(rec, g, [&](uint32_t i) {
     const CapturedLaunch& c = g.launches[i];
-    VKAD_TRY(record_dispatches(rec, *c.kernel, c.planned, g.args_dev, g.args_offset[i],
-                               c.barrier_after));
+    VKAD_TRY(record_dispatches(rec, *c.kernel, g.plans[c.plan], graph_arrays(g, c), g.args_dev,
+                               g.args_offset[i], c.barrier_after));
     // Cut after a launch only (record_steps is then between fills) and never after the last.
     if (++in_piece < kBundleLaunches || i + 1 == g.launches.size()) return Status{};
     in_piece = 0;
@@ -394,7 +406,7 @@ Status Runtime::replay_bundle(Graph& g, bool any_heap, const std::string& where,
     while (g.args_offset[i] >= g.pieces[piece].second) ++piece;
     const std::byte* at = down[piece] + (g.args_offset[i] - g.pieces[piece].first);
     ctx_buffers_.flags.push_back({at, g.launches[i].kernel, LaunchId{++next_launch_}});
-    count_launch(g.launches[i].planned);
+    count_launch(g.plans[g.launches[i].plan]);
   }
   ctx_bytes_ += 2 * g.args_blob.size();  // the upload and the readback slots
   ++stats_.graph_replays;

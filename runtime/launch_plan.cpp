@@ -111,6 +111,13 @@ Status check_loop_passes(const CompiledKernel& d, const CompiledTask& task,
 
 Result<LaunchPlan> plan_launch(const CompiledKernel& d, const LaunchInputs& inputs,
                                const LaunchLimits& limits, const TierChooser& choose) {
+  LaunchPlan plan;
+  VKAD_TRY(plan_launch(d, inputs, limits, choose, &plan));
+  return plan;
+}
+
+Status plan_launch(const CompiledKernel& d, const LaunchInputs& inputs, const LaunchLimits& limits,
+                   const TierChooser& choose, LaunchPlan* out) {
   const adstack::SizeInputs size_inputs = inputs.size_inputs();
   auto eval = [&](const RangeBound& b) {
     return abi::evaluate(
@@ -120,8 +127,11 @@ Result<LaunchPlan> plan_launch(const CompiledKernel& d, const LaunchInputs& inpu
                })
         .value_or(0);
   };
-  LaunchPlan plan;
+  LaunchPlan& plan = *out;
   plan.tasks.resize(d.tasks.size());
+  plan.heap_need = {};
+  plan.any_heap_task = false;
+  plan.tier_counts = {};
   for (size_t t = 0; t < d.tasks.size(); ++t) {
     const CompiledTask& task = d.tasks[t];
     int64_t b = 0, e = 0;
@@ -136,6 +146,11 @@ Result<LaunchPlan> plan_launch(const CompiledKernel& d, const LaunchInputs& inpu
                                                          std::to_string(e) + ") is out of bounds");
     }
     TaskPlan& tp = plan.tasks[t];
+    tp.tier = TierChoice::kHeap;
+    tp.private_len = {};
+    tp.row.row_elems = {};
+    tp.row.offset.clear();
+    tp.row.capacity.clear();
     tp.begin = static_cast<uint32_t>(b);
     tp.end = static_cast<uint32_t>(std::max(b, e));
     const uint64_t n = tp.end - tp.begin;
@@ -157,7 +172,7 @@ Result<LaunchPlan> plan_launch(const CompiledKernel& d, const LaunchInputs& inpu
     tp.groups = static_cast<uint32_t>(g);
     VKAD_TRY(check_loop_passes(d, task, size_inputs, limits, n, g));
   }
-  return plan;
+  return {};
 }
 
 TierChoice choose_tier(bool declares_private, bool policy_heap, bool policy_private,

@@ -44,6 +44,7 @@ struct TaskPlan {
   TierChoice tier = TierChoice::kHeap;
   PrivateLengths private_len{};  // kPrivate only
   bool private_tier() const { return tier == TierChoice::kPrivate; }
+  bool operator==(const TaskPlan&) const = default;
 };
 
 struct LaunchPlan {
@@ -51,6 +52,7 @@ struct LaunchPlan {
   std::array<uint64_t, adstack::kHeapCount> heap_need{};  // bytes per heap, over all tasks
   bool any_heap_task = false;             // some adstack task uses the heaps (else none are needed)
   std::array<uint64_t, 3> tier_counts{};  // adstack tasks per TierChoice
+  bool operator==(const LaunchPlan&) const = default;
 };
 
 // The tier of one adstack task given its row: called only for adstack tasks; writes the private
@@ -66,6 +68,10 @@ using TierChooser =
 // (kOutOfDeviceMemory), too many loop passes for the device (kFailedPrecondition).
 Result<LaunchPlan> plan_launch(const abi::CompiledKernel& kernel, const LaunchInputs& inputs,
                                const LaunchLimits& limits, const TierChooser& choose_tier);
+// The same plan written into `*plan`, reusing its storage (a launch plans without allocating
+// when the kernel has no adstacks). On an error `*plan` holds a partial plan: not to be used.
+Status plan_launch(const abi::CompiledKernel& kernel, const LaunchInputs& inputs,
+                   const LaunchLimits& limits, const TierChooser& choose_tier, LaunchPlan* plan);
 
 // The tier rule (AdstackTier in runtime.h), as a function of the policy's numbers:
 // `declares_private`: the module has the private-tier constant; `policy_private` / `policy_heap`:

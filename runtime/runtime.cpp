@@ -202,6 +202,9 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel, bool
   auto k = std::make_shared<Kernel>();
   k->desc = kernel;
   k->hash = key;
+  k->args_bytes = kernel.args_bytes();
+  k->array_count = kernel.array_count();
+  k->has_adstacks = kernel.has_adstacks();
   for (const CompiledTask& t : kernel.tasks) {
     k->private_tier.push_back(!t.adstacks.empty() &&
                               declares_spec_id(t.spirv, adstack::kPrivateTierSpecId));
@@ -529,13 +532,14 @@ Status Runtime::download(NdArrayHandle array, void* out, uint64_t bytes) {
 
 // ---------------------------------------------------------------- launch
 
-Status Runtime::check_args(const Kernel& k, std::span<const Arg> args) const {
+Status Runtime::check_args(const Kernel& k, std::span<const Arg> args) {
   const CompiledKernel& d = k.desc;
   if (args.size() != d.params.size()) {
     return make_error(ErrorCode::kInvalidArgument,
                       "launch of '" + d.name + "': " + std::to_string(args.size()) +
                           " arguments given, the kernel takes " + std::to_string(d.params.size()));
   }
+  checked_arrays_.assign(args.size(), nullptr);
   for (size_t i = 0; i < args.size(); ++i) {
     const KernelParam& p = d.params[i];
     const Arg& a = args[i];
@@ -575,7 +579,8 @@ Status Runtime::check_args(const Kernel& k, std::span<const Arg> args) const {
     }
     auto it = arrays_.find(a.array.id);
     if (it == arrays_.end()) return dead_handle(where(), "ndarray", a.array.id);
-    const NdArray& arr = it->second;
+    NdArray& arr = it->second;
+    checked_arrays_[i] = &arr;
     if (arr.dtype != p.dtype || arr.shape.size() != p.rank) {
       return make_error(ErrorCode::kInvalidArgument,
                         where() + ": expected a rank-" + std::to_string(p.rank) + " " +
@@ -586,6 +591,31 @@ Status Runtime::check_args(const Kernel& k, std::span<const Arg> args) const {
   return {};
 }
 
+// The args of a launch planned `lp` into args_scratch_: scalars, shapes, zeroed error words,
+// adstack rows (abi/kernel_abi.h), from plan_pipelines' inputs. Encoded in host memory: launch
+// specialization reads words back, and the mapped args buffer may be write-combined (slow to
+// read).
+void Runtime::encode_planned_args(const Kernel& k, const LaunchPlan& lp) {
+  const CompiledKernel& d = k.desc;
+  static const std::vector<std::vector<uint32_t>> kNoAdstackWords;
+  std::vector<std::vector<uint32_t>>& adstack_words = plan_adstack_words_;  // reused
+  if (k.has_adstacks) {
+    adstack_words.resize(d.tasks.size());
+    for (uint32_t t = 0; t < d.tasks.size(); ++t) {
+      if (d.tasks[t].adstacks.empty()) {
+        adstack_words[t].clear();
+        continue;
+      }
+      adstack_words[t].assign(adstack::args_words(d.tasks[t].adstacks.size()), 0);
+      adstack::write_args(lp.tasks[t].row, lp.tasks[t].groups * d.tasks[t].local_size,
+                          adstack_words[t].data());
+    }
+  }
+  args_scratch_.resize(k.args_bytes);  // encode_args writes every byte
+  abi::encode_args(d, plan_scalars_, plan_inputs_.shapes,
+                   k.has_adstacks ? adstack_words : kNoAdstackWords, args_scratch_.data());
+}
+
 // launch and prepare: the plan of every task (runtime/launch_plan.h: ranges, workgroups,
 // adstack rows and tiers, heap needs), the args encoded into args_scratch_, and each task's
 // pipeline (made here on first use: the private-tier and specialized variants). Records and
@@ -593,7 +623,6 @@ Status Runtime::check_args(const Kernel& k, std::span<const Arg> args) const {
 Status Runtime::plan_pipelines(const Kernel& k, std::span<const Arg> args, PlannedLaunch* out) {
   const CompiledKernel& d = k.desc;
   // One pass over the arguments gives the planner its inputs and the args encoder its values.
-  const bool stacks = d.has_adstacks();
   LaunchInputs& inputs = plan_inputs_;  // reused: no allocation per launch
   inputs.ints.assign(d.params.size(), 0);
   inputs.shapes.assign(d.params.size(), nullptr);
@@ -605,35 +634,21 @@ Status Runtime::plan_pipelines(const Kernel& k, std::span<const Arg> args, Plann
       inputs.ints[i] = args[i].i;
       scalars[i] = {args[i].f, args[i].i};
     } else {
-      NdArray& arr = arrays_.at(args[i].array.id);
+      NdArray& arr = *checked_arrays_[i];  // check_args found it
       inputs.shapes[i] = &arr.shape;
       out->arrays.push_back(&arr.buffer);
     }
   }
-  const AdstackTier policy = options_.adstack_tier;
-  auto chooser = [&](uint32_t t, const adstack::RowLayout& row, PrivateLengths* len) {
+  // Two captures (16 bytes): std::function keeps the lambda inline, no allocation per launch.
+  auto chooser = [this, &k](uint32_t t, const adstack::RowLayout& row, PrivateLengths* len) {
+    const AdstackTier policy = options_.adstack_tier;
     return choose_tier(k.private_tier[t], policy == AdstackTier::kHeap,
                        policy == AdstackTier::kPrivate, options_.adstack_private_budget_bytes,
                        kMaxPrivateTierBytes, options_.adstack_private_min_length, row, len);
   };
-  VKAD_ASSIGN_OR_RETURN(out->lp, plan_launch(d, inputs, limits_, chooser));
+  VKAD_TRY(plan_launch(d, inputs, limits_, chooser, &out->lp));
   const std::vector<TaskPlan>& plan = out->lp.tasks;
-
-  // The args: scalars, shapes, zeroed error words, adstack rows (abi/kernel_abi.h). Encoded in
-  // host memory: launch specialization reads words back, and the mapped args buffer may be
-  // write-combined (slow to read).
-  std::vector<std::vector<uint32_t>> adstack_words;  // empty for kernels without adstacks
-  if (stacks) {
-    adstack_words.resize(d.tasks.size());
-    for (uint32_t t = 0; t < d.tasks.size(); ++t) {
-      if (d.tasks[t].adstacks.empty()) continue;
-      adstack_words[t].resize(adstack::args_words(d.tasks[t].adstacks.size()));
-      adstack::write_args(plan[t].row, plan[t].groups * d.tasks[t].local_size,
-                          adstack_words[t].data());
-    }
-  }
-  args_scratch_.assign(d.args_bytes(), std::byte{0});
-  abi::encode_args(d, scalars, inputs.shapes, adstack_words, args_scratch_.data());
+  encode_planned_args(k, out->lp);
   // Each task's pipeline, found once: the generic one, or a variant (private tier, launch
   // constants specialized; made on first use).
   out->pipelines.assign(d.tasks.size(), nullptr);
@@ -691,7 +706,7 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   if (capture_) return capture_launch(k, args);
   if (planned_.lp.any_heap_task) VKAD_TRY(ensure_heaps(planned_.lp.heap_need));
   VKAD_TRY(ensure_list());
-  VKAD_TRY(record_launch(k, planned_, args_scratch_.data(), id));
+  VKAD_TRY(record_launch(k, planned_, planned_.arrays, args_scratch_.data(), id));
   return auto_flush();
 }
 
@@ -704,43 +719,44 @@ Status Runtime::auto_flush() {
   return {};
 }
 
-Status Runtime::record_launch(const std::shared_ptr<const Kernel>& k, const PlannedLaunch& planned,
-                              const std::byte* encoded, LaunchId* id, bool final_barrier) {
-  const uint32_t args_bytes = k->desc.args_bytes();
+Status Runtime::record_launch(const std::shared_ptr<const Kernel>& k, const CommandPlan& plan,
+                              std::span<rhi::Buffer* const> arrays, const std::byte* encoded,
+                              LaunchId* id, bool final_barrier) {
+  const uint32_t args_bytes = k->args_bytes;
   // The args go into a slot of the upload ring: no Vulkan object per launch (host_ring.h).
   VKAD_ASSIGN_OR_RETURN(HostRing::Slot args_slot,
                         upload_ring_->allocate(*device_, args_bytes, &ctx_buffers_.upload_chunks));
   std::memcpy(args_slot.data, encoded, args_bytes);
-  VKAD_TRY(
-      record_dispatches(list_, *k, planned, *args_slot.buffer, args_slot.offset, final_barrier));
+  VKAD_TRY(record_dispatches(list_, *k, plan, arrays, *args_slot.buffer, args_slot.offset,
+                             final_barrier));
   ctx_bytes_ += args_bytes;
   const LaunchId launch_id{++next_launch_};
   ctx_buffers_.flags.push_back({args_slot.data, k, launch_id});
-  count_launch(planned);
+  count_launch(plan);
   if (id) *id = launch_id;
   return {};
 }
 
-Status Runtime::record_dispatches(rhi::CommandList& list, const Kernel& k,
-                                  const PlannedLaunch& planned, rhi::Buffer& args_buf,
+Status Runtime::record_dispatches(rhi::CommandList& list, const Kernel& k, const CommandPlan& cp,
+                                  std::span<rhi::Buffer* const> arrays, rhi::Buffer& args_buf,
                                   uint64_t args_offset, bool final_barrier) {
   const CompiledKernel& d = k.desc;
-  const std::vector<TaskPlan>& plan = planned.lp.tasks;
+  const std::vector<TaskPlan>& plan = cp.lp.tasks;
   std::vector<rhi::Buffer*>& bindings = bindings_;  // reused: no allocation per launch
   bindings.clear();
   bindings.push_back(&args_buf);
-  bindings.insert(bindings.end(), planned.arrays.begin(), planned.arrays.end());
+  bindings.insert(bindings.end(), arrays.begin(), arrays.end());
   // With every adstack task in the private tier the heap bindings are never accessed: the
   // args buffer stands in for them, so no heap is made.
-  if (d.has_adstacks()) {
+  if (k.has_adstacks) {
     for (rhi::Buffer& h : heaps_.all()) {
-      bindings.push_back(planned.lp.any_heap_task ? &h : &args_buf);
+      bindings.push_back(cp.lp.any_heap_task ? &h : &args_buf);
     }
   }
   for (size_t t = 0; t < d.tasks.size(); ++t) {
-    rhi::ComputePipeline& p = *planned.pipelines[t];
+    rhi::ComputePipeline& p = *cp.pipelines[t];
     list.bind_pipeline(p);
-    VKAD_TRY(list.bind_buffers(p, bindings, {args_offset, d.args_bytes()}));
+    VKAD_TRY(list.bind_buffers(p, bindings, {args_offset, k.args_bytes}));
     uint32_t push[2] = {plan[t].begin, plan[t].end};
     list.push_constants(p, push, sizeof push);
     list.dispatch(plan[t].groups);
@@ -749,7 +765,7 @@ Status Runtime::record_dispatches(rhi::CommandList& list, const Kernel& k,
   return {};
 }
 
-void Runtime::count_launch(const PlannedLaunch& planned) {
+void Runtime::count_launch(const CommandPlan& planned) {
   const std::array<uint64_t, 3>& tier_counts = planned.lp.tier_counts;
   ++stats_.launches;
   stats_.adstack_heap_dispatches += tier_counts[0] + tier_counts[2];

@@ -416,6 +416,10 @@ class Runtime {
     CompiledKernel desc;
     uint64_t hash = 0;               // the key of its pipelines in the pipeline cache
     std::vector<bool> private_tier;  // per task: its module declares the private tier
+    // desc's layout facts, found once at registration (each is a scan of desc).
+    uint32_t args_bytes = 0;   // desc.args_bytes()
+    uint32_t array_count = 0;  // desc.array_count()
+    bool has_adstacks = false;
   };
 
   // Where a launch's device error words live: checked when its submission retires.
@@ -442,7 +446,10 @@ class Runtime {
   // never issued (kNotFound). `what` is "kernel" or "ndarray".
   Status dead_handle(const std::string& where, const char* what, uint64_t id) const;
   Result<uint64_t> issue_id();  // the next handle id of this runtime
-  Status check_args(const Kernel& k, std::span<const Arg> args) const;
+  // Also finds each ndarray argument's NdArray (checked_arrays_, by parameter; null for a
+  // scalar), which plan_pipelines reads.
+  Status check_args(const Kernel& k, std::span<const Arg> args);
+  std::vector<NdArray*> checked_arrays_;
   Status drain_all();
   Status ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& need);
   void read_error_flags(CtxBuffers& retired);
@@ -477,42 +484,63 @@ class Runtime {
   uint64_t next_launch_ = 0;  // the last LaunchId issued
   RuntimeStats stats_;
   std::vector<std::byte> args_scratch_;  // launch: the args encoded before the copy to the device
-  // What plan_pipelines finds for one launch (kept as a member: its vectors are reused).
-  // capture_launch keeps every field but `arrays` and `bindings`, one by one: a field added
-  // here is added there too.
-  struct PlannedLaunch {
+  // What planning decides for one launch and recording reads: each task's plan and pipeline,
+  // and the launch's counts -- everything a captured launch keeps of its planning but the
+  // buffers. Captured launches of one kernel that plan alike share one (Graph::plans), so ==
+  // compares every field (defaulted: a field added here is compared too).
+  struct CommandPlan {
     LaunchPlan lp;
-    std::vector<rhi::Buffer*> arrays;    // the ndarray arguments' buffers, in parameter order
-    std::vector<rhi::Buffer*> bindings;  // launch: args buffer, arrays, heaps (filled there)
     std::vector<rhi::ComputePipeline*> pipelines;  // per task
     uint64_t specialized = 0, spec_misses = 0;
+    bool operator==(const CommandPlan&) const = default;
+  };
+  // What plan_pipelines finds for one launch (kept as a member: its vectors are reused).
+  struct PlannedLaunch : CommandPlan {
+    std::vector<rhi::Buffer*> arrays;  // the ndarray arguments' buffers, in parameter order
   };
   PlannedLaunch planned_;
   LaunchInputs plan_inputs_;                    // plan_pipelines' scratch
   std::vector<abi::ScalarValue> plan_scalars_;  // plan_pipelines' scratch
+  std::vector<std::vector<uint32_t>> plan_adstack_words_;  // plan_pipelines' scratch
+  // `args` must have just passed check_args(k, args): its arrays are read from checked_arrays_.
   Status plan_pipelines(const Kernel& k, std::span<const Arg> args, PlannedLaunch* out);
-  // Records a planned launch into the current list (heaps already grown to its need; `encoded`:
-  // its args, d.args_bytes() of them). Only the ring slot can fail.
-  Status record_launch(const std::shared_ptr<const Kernel>& k, const PlannedLaunch& planned,
-                       const std::byte* encoded, LaunchId* id, bool final_barrier = true);
+  void encode_planned_args(const Kernel& k, const LaunchPlan& lp);  // plan_pipelines' encoding
+  // Records a planned launch into the current list (heaps already grown to its need; `arrays`:
+  // its ndarray arguments' buffers in parameter order; `encoded`: its args, k->args_bytes of
+  // them). Only the ring slot can fail.
+  Status record_launch(const std::shared_ptr<const Kernel>& k, const CommandPlan& plan,
+                       std::span<rhi::Buffer* const> arrays, const std::byte* encoded, LaunchId* id,
+                       bool final_barrier = true);
   // Binds and dispatches every task of a planned launch into `list` (the runtime's list, or a
   // graph's bundle), reading its args at `args_offset` of `args_buf`. A barrier follows every
   // task's dispatch; the last one's only with `final_barrier` (a graph step whose next launch
   // was proved independent of it goes without).
-  Status record_dispatches(rhi::CommandList& list, const Kernel& k, const PlannedLaunch& planned,
-                           rhi::Buffer& args_buf, uint64_t args_offset, bool final_barrier = true);
-  void count_launch(const PlannedLaunch& planned);  // the stats of one launch recorded
+  Status record_dispatches(rhi::CommandList& list, const Kernel& k, const CommandPlan& plan,
+                           std::span<rhi::Buffer* const> arrays, rhi::Buffer& args_buf,
+                           uint64_t args_offset, bool final_barrier = true);
+  void count_launch(const CommandPlan& plan);  // the stats of one launch recorded
   Status auto_flush();  // flush when the list is past max_dispatches_per_list or max_list_age_us
   std::vector<rhi::Buffer*> bindings_;  // record_launch's scratch
 
-  // Graphs (runtime/graph.cpp).
+  // Graphs (runtime/graph.cpp). A captured launch owns no memory of its own: its arguments,
+  // buffers and encoded args are ranges of its graph's pools and its plan is shared, so a capture
+  // allocates nothing per launch but the pools' amortised growth (and a plan per change of
+  // plan).
   struct CapturedLaunch {
     std::shared_ptr<const Kernel> kernel;
-    std::vector<Arg> args;
-    PlannedLaunch planned;  // `arrays` is re-resolved from `args` at every replay
-    std::vector<std::byte> encoded;
+    uint32_t args = 0;    // Graph::args[args, + kernel's parameters): its arguments
+    uint32_t arrays = 0;  // Graph::arrays[arrays, + kernel->array_count): its ndarrays' buffers
+    uint32_t plan = 0;    // Graph::plans index
     // false: the next launch needs no barrier after this one (omit_next_barrier).
     bool barrier_after = true;
+  };
+  // A launch an update changes, while a replay checks and plans it (kept only if the whole
+  // replay is recorded).
+  struct UpdatedLaunch {
+    uint32_t index = 0;     // in Graph::launches
+    std::vector<Arg> args;  // its arguments, the updates applied
+    CommandPlan plan;       // planned with them
+    std::vector<std::byte> encoded;
   };
   struct CapturedFill {
     NdArrayHandle array;
@@ -521,14 +549,23 @@ class Runtime {
   struct Graph {
     std::string name;
     std::vector<CapturedLaunch> launches;
+    std::vector<Arg> args;  // every launch's arguments, in capture order
+    // Every launch's ndarray buffers, resolved again from `args` at every replay (the arrays are
+    // bound by reference).
+    std::vector<rhi::Buffer*> arrays;
+    std::vector<CommandPlan> plans;
+    std::vector<uint32_t> plan_users;  // launches per plan: an update copies a shared plan
+    // While capturing: each kernel's last plan, the one its next launch shares if equal.
+    std::unordered_map<const Kernel*, uint32_t> last_plan;
     // Steps in order: launch i is {true, i}, fill i is {false, i}.
     std::vector<std::pair<bool, uint32_t>> steps;
     std::vector<CapturedFill> fills;
     std::vector<uint64_t> pipeline_keys;  // cache entries retained while the graph lives
-    // Pre-recorded replay (graph.cpp): the steps recorded once into `bundles`, reading every
-    // launch's args from `args_dev` at args_offset[i]; each replay copies `args_blob` (the
-    // encoded args, updates applied) into it from the upload ring, and copies it back to the
-    // readback ring afterwards for the error words.
+    // The launches' encoded args (updates applied) at args_offset[i], written at capture: a
+    // replay recording every step reads them from here. Pre-recorded replay (graph.cpp): the
+    // steps recorded once into `bundles`, reading every launch's args from `args_dev` at
+    // args_offset[i]; each replay copies `args_blob` into it from the upload ring, and copies it
+    // back to the readback ring afterwards for the error words.
     std::vector<uint64_t> args_offset;
     std::vector<std::pair<uint64_t, uint64_t>> pieces;  // [begin, end) copied per ring slot
     std::vector<std::byte> args_blob;
@@ -542,13 +579,16 @@ class Runtime {
   // one changes what a bundle bakes in: same_commands), and every array and heap the graph
   // binds, checked alive.
   static Status updated_launches(const Graph& g, std::span<const GraphUpdate> updates,
-                                 const std::string& where,
-                                 std::vector<std::pair<uint32_t, CapturedLaunch>>* updated);
-  static bool same_commands(const PlannedLaunch& was, const PlannedLaunch& now);
-  Status plan_updates(std::vector<std::pair<uint32_t, CapturedLaunch>>& updated, const Graph& g,
-                      const std::string& where, bool* rerecord);
-  Status bind_graph_arrays(Graph& g, std::vector<std::pair<uint32_t, CapturedLaunch>>& updated,
+                                 const std::string& where, std::vector<UpdatedLaunch>* updated);
+  static bool same_commands(const CommandPlan& was, const CommandPlan& now);
+  Status plan_updates(std::vector<UpdatedLaunch>& updated, const Graph& g, const std::string& where,
+                      bool* rerecord);
+  Status bind_graph_arrays(Graph& g, std::span<const UpdatedLaunch> updated,
                            const std::string& where, bool* any_heap);
+  // A captured launch's ndarray buffers, as capture or the last bind_graph_arrays found them.
+  static std::span<rhi::Buffer* const> graph_arrays(const Graph& g, const CapturedLaunch& c) {
+    return {g.arrays.data() + c.arrays, c.kernel->array_count};
+  }
   std::vector<const std::byte*> replay_down_;  // replay_bundle's scratch
   Status record_bundles(Graph& g);
   Status record_steps(rhi::CommandList& list, const Graph& g,

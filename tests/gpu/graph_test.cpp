@@ -270,6 +270,45 @@ TEST_P(Graphs, AnUpdateThatChangesTheRangeIsRecordedAgain) {
   }
 }
 
+// Launches of one kernel that plan alike share their plan in the graph: an update that changes
+// one launch's range changes that launch only, at this replay and later ones.
+TEST_P(Graphs, AnUpdateOfOneOfTwoLaunchesPlannedAlikeChangesThatLaunchOnly) {
+  auto k = rt_->register_kernel(make_copy_u32x4_kernel());
+  ASSERT_TRUE(k.ok());
+  std::vector<uint32_t> src(kN), zeros(kN, 0u);
+  for (uint32_t i = 0; i < kN; ++i) src[i] = 1000u + i;
+  auto u32 = [&](const std::vector<uint32_t>& v, const char* name) {
+    auto h = rt_->create_ndarray(DType::kU32, {kN}, name);
+    EXPECT_TRUE(h.ok());
+    EXPECT_TRUE(rt_->upload(*h, v.data(), 4 * kN).ok());
+    return *h;
+  };
+  auto a = u32(src, "a"), b = u32(zeros, "b"), c = u32(zeros, "c");
+  ASSERT_TRUE(rt_->begin_capture("two copies").ok());
+  for (runtime::NdArrayHandle to : {b, c}) {
+    const Arg args[] = {Arg::u32(2), Arg::ndarray(a), Arg::ndarray(to)};
+    ASSERT_TRUE(rt_->launch(*k, args).ok());
+  }
+  auto g = rt_->end_capture();
+  ASSERT_TRUE(g.ok());
+  auto check = [&](runtime::NdArrayHandle h, uint32_t copied) {
+    std::vector<uint32_t> out(kN);
+    ASSERT_TRUE(rt_->download(h, out.data(), 4 * kN).ok());
+    for (uint32_t i = 0; i < kN; ++i) {
+      ASSERT_EQ(out[i], i < copied ? src[i] : 0u) << "element " << i << " of " << copied;
+    }
+  };
+  const GraphUpdate second[] = {{1, 0, Arg::u32(kN / 4)}};
+  ASSERT_TRUE(rt_->replay(*g, second).ok());
+  check(b, 8);
+  check(c, kN / 4 * 4);
+  ASSERT_TRUE(rt_->upload(c, zeros.data(), 4 * kN).ok());
+  const GraphUpdate first[] = {{0, 0, Arg::u32(4)}};
+  ASSERT_TRUE(rt_->replay(*g, first).ok());  // the second launch's update stays
+  check(b, 16);
+  check(c, kN / 4 * 4);
+}
+
 // zero_many is captured as fills (and a fill of the same array after it, with another value,
 // is ordered after it): every replay zeroes again what was written since.
 TEST_P(Graphs, CapturedZeroManyRunsAtEveryReplay) {

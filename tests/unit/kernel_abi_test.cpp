@@ -57,6 +57,49 @@ TEST(KernelAbi, EncodeArgsFollowsTheDocumentedLayout) {
   EXPECT_EQ(e1, 0u);
 }
 
+// encode_args writes in one pass with running offsets; the offset functions scan from the first
+// parameter. Both must give one layout, with ndarrays between the scalars, 8-byte scalars after
+// 4-byte ones and tasks with and without adstack words.
+TEST(KernelAbi, EncodeArgsWritesWhereTheOffsetFunctionsSay) {
+  CompiledKernel k;
+  k.name = "mixed";
+  k.params = {{"x", ParamKind::kNdArray, DType::kF32, 3, true},
+              {"n", ParamKind::kScalar, DType::kI32, 0, false},
+              {"d", ParamKind::kScalar, DType::kF64, 0, false},
+              {"y", ParamKind::kNdArray, DType::kI32, 1, false},
+              {"m", ParamKind::kScalar, DType::kU32, 0, false},
+              {"l", ParamKind::kScalar, DType::kI64, 0, false}};
+  k.tasks.resize(3);
+  k.tasks[1].adstacks.resize(2);
+  k.tasks[2].adstacks.resize(1);
+  std::vector<ScalarValue> scalars = {{}, {0, -3}, {0.5, 0}, {}, {0, 9}, {0, -(int64_t{1} << 40)}};
+  std::vector<uint32_t> xs = {2, 3, 4}, ys = {7};
+  std::vector<const std::vector<uint32_t>*> shapes = {&xs, nullptr, nullptr, &ys, nullptr, nullptr};
+  std::vector<std::vector<uint32_t>> words(3);
+  for (uint32_t t = 1; t < 3; ++t) {
+    words[t].resize(adstack::args_words(k.tasks[t].adstacks.size()));
+    for (uint32_t w = 0; w < words[t].size(); ++w) words[t][w] = 100 * t + w + 1;
+  }
+  std::vector<std::byte> got(k.args_bytes(), std::byte{0xAB});
+  encode_args(k, scalars, shapes, words, got.data());
+  // The expected buffer, built field by field from the offset functions.
+  std::vector<std::byte> want(k.args_bytes(), std::byte{0});
+  auto put = [&](uint32_t at, const void* v, size_t n) { std::memcpy(want.data() + at, v, n); };
+  const int32_t n = -3;
+  const double d = 0.5;
+  const uint32_t m = 9;
+  const int64_t l = -(int64_t{1} << 40);
+  put(k.scalar_offset(1), &n, 4);
+  put(k.scalar_offset(2), &d, 8);
+  put(k.scalar_offset(4), &m, 4);
+  put(k.scalar_offset(5), &l, 8);
+  put(k.shape_offset(0), xs.data(), 12);
+  put(k.shape_offset(3), ys.data(), 4);
+  put(k.adstack_args_offset(1), words[1].data(), 4 * words[1].size());
+  put(k.adstack_args_offset(2), words[2].data(), 4 * words[2].size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0);
+}
+
 TEST(KernelAbi, ErrorWordsRoundTrip) {
   EXPECT_EQ(decode_error_word(kErrorOutOfBounds).code, kErrorOutOfBounds);
   EXPECT_EQ(decode_error_word(kErrorOutOfBounds).stack, -1);
