@@ -7,10 +7,13 @@
 // being reworked (a kernel vkad did not compile, a kernel the device refuses) leaves it as it
 // was.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -133,22 +136,56 @@ Result<KernelHandle> Session::merged_kernel(const codegen::Kernel& k) {
 }
 
 Result<KernelHandle> Session::rework_compile(const codegen::Kernel& k, bool keep_ir) {
+  return std::move(rework_compile_all(std::span<const codegen::Kernel>(&k, 1), keep_ir)[0]);
+}
+
+std::vector<Result<KernelHandle>> Session::rework_compile_all(std::span<const codegen::Kernel> ks,
+                                                              bool keep_ir) {
   const auto t0 = std::chrono::steady_clock::now();
   // A rework kernel is launched only by graphs, each launch with the shapes of its capture:
   // its extents become pipeline constants (launch_spec.h), and its generic pipeline is made
   // only if a launch ever needs it.
   codegen::CompileOptions options = compile_options_;
   options.specialize_shapes = true;
-  Result<std::shared_ptr<const runtime::CompiledKernel>> ck =
-      compile_cache_.compile(k, target_, options);
-  Result<KernelHandle> h = ck.ok() ? rt_->reserve_kernel_handle() : ck.status();
-  if (h.ok()) {
-    if (keep_ir) note_ir(k, **ck, h->id);
-    unregistered_.push_back({*h, std::move(*ck)});
+  // Compiled side by side (CompileCache is thread-safe): a step loop's rework makes a dozen or
+  // more kernels, each emitted and validated on its own (diffmpm with cold caches: 140 ms one
+  // by one on the development machine).
+  using Compiled = Result<std::shared_ptr<const runtime::CompiledKernel>>;
+  std::vector<std::optional<Compiled>> compiled(ks.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < ks.size(); i = next++) {
+      try {
+        compiled[i] = compile_cache_.compile(ks[i], target_, options);
+      } catch (const std::bad_alloc&) {
+        compiled[i] = Compiled(make_error(ErrorCode::kOutOfHostMemory,
+                                          "compiling '" + ks[i].name + "': out of host memory"));
+      }
+    }
+  };
+  std::vector<std::thread> helpers;
+  const size_t want =
+      std::min<size_t>(ks.size(), std::max(1u, std::thread::hardware_concurrency()));
+  try {
+    while (helpers.size() + 1 < want) helpers.emplace_back(work);
+  } catch (const std::system_error&) {
+    // Fewer threads than asked for: this one and those made share the rest.
+  }
+  work();
+  for (std::thread& t : helpers) t.join();
+  std::vector<Result<KernelHandle>> out;
+  for (size_t i = 0; i < ks.size(); ++i) {
+    Compiled& ck = *compiled[i];
+    Result<KernelHandle> h = ck.ok() ? rt_->reserve_kernel_handle() : ck.status();
+    if (h.ok()) {
+      if (keep_ir) note_ir(ks[i], **ck, h->id);
+      unregistered_.push_back({*h, std::move(*ck)});
+    }
+    out.push_back(std::move(h));
   }
   rework_compile_ms_ +=
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return h;
+  return out;
 }
 
 std::vector<RollCandidate> Session::roll_candidates(
@@ -327,18 +364,23 @@ bool Session::build_fused(std::span<const codegen::FusionRun> runs,
                           std::span<const std::unordered_map<uint64_t, size_t>> zero_fills,
                           std::vector<MergedLaunch>* planned, std::vector<bool>* dropped) {
   // A step loop repeats the same runs with other arrays and scalars: a fused kernel is built
-  // once per signature (graph_rework.h) and reused.
+  // once per signature (graph_rework.h) and reused; the ones no earlier rework compiled are
+  // compiled together, side by side.
   struct Built {
     MergedLaunch launch;
     std::vector<uint32_t> overwritten;  // arrays by first-use number
+    size_t fresh = SIZE_MAX;            // its index in `fresh` until compiled
   };
   std::unordered_map<std::string, Built> built;
-  planned->assign(runs.size(), MergedLaunch{});
+  std::vector<codegen::Kernel> fresh;
+  std::vector<std::string> fresh_keys;  // their printed IR
+  std::unordered_map<std::string, size_t> fresh_of;
+  std::vector<const std::string*> sig_of(runs.size(), nullptr);
+  std::vector<std::vector<uint64_t>> ids_of(runs.size());  // each run's arrays by first use
   for (size_t r = 0; r < runs.size(); ++r) {
     if (runs[r].count < 2) continue;
     std::span<const codegen::FusionLaunch> members = launches.subspan(runs[r].first, runs[r].count);
-    std::vector<uint64_t> ids;  // the run's arrays by first use
-    const std::string sig = fusion_signature(members, zero_fills[r], &ids);
+    const std::string sig = fusion_signature(members, zero_fills[r], &ids_of[r]);
     auto b = built.find(sig);
     if (b == built.end()) {
       std::vector<uint64_t> zeros;
@@ -347,24 +389,49 @@ bool Session::build_fused(std::span<const codegen::FusionRun> runs,
           "fused_" + members[0].kernel->name + "_x" + std::to_string(runs[r].count);
       Result<codegen::FusedKernel> f = codegen::fuse_launches(members, name, zeros);
       if (!f.ok()) return false;
-      Result<KernelHandle> h = merged_kernel(f->kernel);
-      if (!h.ok()) return false;
-      Built nb{{*h, std::move(f->param_map), f->kernel.params.size()}, {}};
+      Built nb{{KernelHandle{}, std::move(f->param_map), f->kernel.params.size()}, {}};
+      const std::vector<uint64_t>& ids = ids_of[r];
       for (uint64_t id : f->overwritten) {
         nb.overwritten.push_back(
             static_cast<uint32_t>(std::find(ids.begin(), ids.end(), id) - ids.begin()));
       }
+      std::string key = codegen::print(f->kernel);
+      if (auto known = fused_kernels_.find(key); known != fused_kernels_.end()) {
+        nb.launch.kernel = known->second;
+      } else {
+        auto [at, added] = fresh_of.try_emplace(key, fresh.size());
+        if (added) {
+          fresh.push_back(std::move(f->kernel));
+          fresh_keys.push_back(std::move(key));
+        }
+        nb.fresh = at->second;
+      }
       b = built.emplace(sig, std::move(nb)).first;
     }
+    sig_of[r] = &b->first;
+  }
+  std::vector<Result<KernelHandle>> handles = rework_compile_all(fresh, /*keep_ir=*/false);
+  for (size_t i = 0; i < handles.size(); ++i) {
+    if (!handles[i].ok()) return false;
+    fused_kernels_.emplace(fresh_keys[i], *handles[i]);
+  }
+  for (auto& [sig, b] : built) {
+    if (b.fresh != SIZE_MAX) b.launch.kernel = *handles[b.fresh];
+  }
+  planned->assign(runs.size(), MergedLaunch{});
+  for (size_t r = 0; r < runs.size(); ++r) {
+    if (sig_of[r] == nullptr) continue;
+    const Built& b = built.at(*sig_of[r]);
     // A zero fill whose array the run then overwrites whole is left out of the graph.
-    for (uint32_t n : b->second.overwritten) {
-      const std::vector<uint32_t>* shape = extents_of(ids[n]);
-      if (shape != nullptr && shape->size() == 1 && members[0].begin == 0 &&
-          members[0].end == static_cast<int64_t>((*shape)[0])) {
-        (*dropped)[zero_fills[r].at(ids[n])] = true;
+    const codegen::FusionLaunch& first = launches[runs[r].first];
+    for (uint32_t n : b.overwritten) {
+      const std::vector<uint32_t>* shape = extents_of(ids_of[r][n]);
+      if (shape != nullptr && shape->size() == 1 && first.begin == 0 &&
+          first.end == static_cast<int64_t>((*shape)[0])) {
+        (*dropped)[zero_fills[r].at(ids_of[r][n])] = true;
       }
     }
-    (*planned)[r] = b->second.launch;
+    (*planned)[r] = b.launch;
   }
   return true;
 }

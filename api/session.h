@@ -524,6 +524,9 @@ class Session {
   // unregistered_), with its IR and access summary where `keep_ir` (so later reworks see it
   // like any kernel of the session), its time added to rework_compile_ms_.
   Result<KernelHandle> rework_compile(const codegen::Kernel& k, bool keep_ir);
+  // The same for several kernels, compiled on several threads; results in order.
+  std::vector<Result<KernelHandle>> rework_compile_all(std::span<const codegen::Kernel> ks,
+                                                       bool keep_ir);
   // Milliseconds the graph reworks spent compiling and registering kernels and the driver
   // making their pipelines (VKAD_GRAPH_TRACE: what of a slow end_capture is the compiler and
   // the driver's, not the analysis).
