@@ -130,6 +130,7 @@ Result<KernelHandle> Session::merged_kernel(const codegen::Kernel& k) {
   const std::string key = codegen::print(k);
   auto it = fused_kernels_.find(key);
   if (it != fused_kernels_.end()) return it->second;
+  if (refused_kernels_.count(key)) return refused(k);
   VKAD_ASSIGN_OR_RETURN(KernelHandle h, rework_compile(k, /*keep_ir=*/false));
   fused_kernels_.emplace(key, h);
   return h;
@@ -153,28 +154,34 @@ std::vector<Result<KernelHandle>> Session::rework_compile_all(std::span<const co
   using Compiled = Result<std::shared_ptr<const runtime::CompiledKernel>>;
   std::vector<std::optional<Compiled>> compiled(ks.size());
   std::atomic<size_t> next{0};
-  auto work = [&] {
+  // Nothing may leave a helper thread (std::terminate): a compile that throws leaves its slot
+  // empty, read below as a failed compile.
+  auto work = [&]() noexcept {
     for (size_t i = next++; i < ks.size(); i = next++) {
       try {
         compiled[i] = compile_cache_.compile(ks[i], target_, options);
-      } catch (const std::bad_alloc&) {
-        compiled[i] = Compiled(make_error(ErrorCode::kOutOfHostMemory,
-                                          "compiling '" + ks[i].name + "': out of host memory"));
+      } catch (...) {
+        compiled[i].reset();
       }
     }
   };
-  std::vector<std::thread> helpers;
   const size_t want =
       std::min<size_t>(ks.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> helpers;
+  helpers.reserve(want);  // emplace_back below then allocates only the threads themselves
   try {
     while (helpers.size() + 1 < want) helpers.emplace_back(work);
-  } catch (const std::system_error&) {
+  } catch (...) {
     // Fewer threads than asked for: this one and those made share the rest.
   }
   work();
   for (std::thread& t : helpers) t.join();
   std::vector<Result<KernelHandle>> out;
   for (size_t i = 0; i < ks.size(); ++i) {
+    if (!compiled[i]) {
+      compiled[i] = Compiled(make_error(ErrorCode::kOutOfHostMemory,
+                                        "compiling '" + ks[i].name + "' threw (out of memory?)"));
+    }
     Compiled& ck = *compiled[i];
     Result<KernelHandle> h = ck.ok() ? rt_->reserve_kernel_handle() : ck.status();
     if (h.ok()) {
@@ -396,6 +403,7 @@ bool Session::build_fused(std::span<const codegen::FusionRun> runs,
             static_cast<uint32_t>(std::find(ids.begin(), ids.end(), id) - ids.begin()));
       }
       std::string key = codegen::print(f->kernel);
+      if (refused_kernels_.count(key)) return false;
       if (auto known = fused_kernels_.find(key); known != fused_kernels_.end()) {
         nb.launch.kernel = known->second;
       } else {
@@ -411,10 +419,12 @@ bool Session::build_fused(std::span<const codegen::FusionRun> runs,
     sig_of[r] = &b->first;
   }
   std::vector<Result<KernelHandle>> handles = rework_compile_all(fresh, /*keep_ir=*/false);
+  bool all = true;  // every one compiled is cached (and registered), whichever failed
   for (size_t i = 0; i < handles.size(); ++i) {
-    if (!handles[i].ok()) return false;
-    fused_kernels_.emplace(fresh_keys[i], *handles[i]);
+    if (handles[i].ok()) fused_kernels_.emplace(fresh_keys[i], *handles[i]);
+    all = all && handles[i].ok();
   }
+  if (!all) return false;
   for (auto& [sig, b] : built) {
     if (b.fresh != SIZE_MAX) b.launch.kernel = *handles[b.fresh];
   }
@@ -751,7 +761,9 @@ bool Session::register_rework_kernels(PreparedRework& p) {
     Result<KernelHandle> h =
         rt_->register_kernel(*k.compiled, /*generic_on_demand=*/true, k.handle);
     if (!h.ok()) {
-      // What a device refuses stays out of every later rework too.
+      // This rework keeps the graph as captured; later reworks leave that kernel's piece out
+      // (a rolled segment or recomputed gather stays as launched; a fused run's graph stays as
+      // captured, as when its kernel fails to compile).
       forget_kernel(k.handle.id);
       all = false;
     }
@@ -761,6 +773,18 @@ bool Session::register_rework_kernels(PreparedRework& p) {
 }
 
 void Session::forget_kernel(uint64_t id) {
+  auto remember = [&](auto& by_text) {
+    for (auto it = by_text.begin(); it != by_text.end();) {
+      if (it->second.id != id) {
+        ++it;
+        continue;
+      }
+      refused_kernels_.insert(it->first);
+      it = by_text.erase(it);
+    }
+  };
+  remember(fused_kernels_);
+  remember(recomputed_kernels_);
   ir_.erase(id);
   any_ir_.erase(id);
   producer_ok_.erase(id);
@@ -768,9 +792,14 @@ void Session::forget_kernel(uint64_t id) {
   kernel_access_.erase(id);
   adstack_kernels_.erase(id);
   first_task_loops_.erase(id);
-  std::erase_if(fused_kernels_, [&](const auto& e) { return e.second.id == id; });
-  std::erase_if(recomputed_kernels_, [&](const auto& e) { return e.second.id == id; });
-  std::erase_if(recompute_answers_, [&](const auto& e) { return e.second.kernel.id == id; });
+  for (auto& [key, answer] : recompute_answers_) {
+    if (answer.kernel.id == id) answer = RecomputeAnswer{};  // no kernel: stays as launched
+  }
+}
+
+Status Session::refused(const codegen::Kernel& k) {
+  return make_error(ErrorCode::kInvalidArgument,
+                    "graph rework: the device refused kernel '" + k.name + "' before");
 }
 
 std::vector<bool> Session::scalar_params(std::span<const Arg> args) {

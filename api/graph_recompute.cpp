@@ -336,6 +336,7 @@ Result<KernelHandle> Session::recomputed_kernel(const codegen::Kernel& k) {
   const std::string key = codegen::print(k);
   auto it = recomputed_kernels_.find(key);
   if (it != recomputed_kernels_.end()) return it->second;
+  if (refused_kernels_.count(key)) return refused(k);
   VKAD_ASSIGN_OR_RETURN(KernelHandle h, rework_compile(k, /*keep_ir=*/true));
   recomputed_kernels_.emplace(key, h);
   producer_ok_[h.id] = false;  // copies of copies would grow with every step of a chain

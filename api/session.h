@@ -155,7 +155,8 @@ struct CaptureOptions {
   // launches as captured, with the same results (atomic adds may sum in another order). The
   // first iteration of a training loop then costs its recording and one replay as captured,
   // not the rework. Scalar updates made before the install carry over. While the rework runs,
-  // compile / differentiate / release(kernel) and the next end_capture wait for it.
+  // compile / differentiate / clearing_adjoint / release(kernel), the next end_capture,
+  // release_graph of this graph (which drops the rework) and the destructor wait for it.
   bool background_rework = false;
 };
 
@@ -360,7 +361,11 @@ class Session {
   Result<GraphHandle> install_rework(PreparedRework& p, bool keep_captured);
   // Registers p.kernels; false where one is refused (its handle is then forgotten).
   bool register_rework_kernels(PreparedRework& p);
+  // Drops kernel `id` from every table and cache, its printed IR into refused_kernels_.
   void forget_kernel(uint64_t id);
+  // Printed IR of rework kernels the device refused to register: not made again.
+  std::unordered_set<std::string> refused_kernels_;
+  static Status refused(const codegen::Kernel& k);
   void snapshot_extents(std::span<const CapturedStep> steps);
   // The background rework (CaptureOptions::background_rework): at most one runs at a time.
   struct BackgroundRework {

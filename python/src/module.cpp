@@ -1154,13 +1154,8 @@ struct Session {
     if (g.st != st)
       invalid("finish_rework of graph '" + g.name + "': the graph belongs to another session");
     if (g.released || g.handle.id == 0) return;
-    Locked l(*st);
-    Status result;
-    {
-      nb::gil_scoped_release release;
-      result = st->get().finish_rework(g.handle);
-    }
-    check(result);
+    const vkad::GraphHandle h = g.handle;
+    check(blocking(*st, [&](vkad::Session& s) { return s.finish_rework(h); }));
   }
   // updates: (launch index, parameter index, value) triples, converted like launch arguments.
   void replay(Graph& g, nb::handle updates) {
