@@ -1141,10 +1141,9 @@ struct Session {
   }
   void end_capture() {
     Graph* g = st->capture.is_none() ? nullptr : nb::cast<Graph*>(st->capture);
-    Result<vkad::GraphHandle> h = [&] {
-      Locked l(*st);
-      return st->get().end_capture();
-    }();
+    // GIL released: end_capture may wait for the previous background rework.
+    Result<vkad::GraphHandle> h = blocking(
+        *st, [](vkad::Session& s) -> Result<vkad::GraphHandle> { return s.end_capture(); });
     st->capture = nb::none();
     vkad::GraphHandle got = take(std::move(h));
     if (g) g->handle = got;
