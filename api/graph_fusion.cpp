@@ -516,7 +516,7 @@ Result<GraphHandle> Session::recapture(const ReworkPlan& w, const std::string& n
   return fused;
 }
 
-void Session::trace_rework(const ReworkPlan& w) const {
+void Session::trace_rework(const ReworkPlan& w, const std::string& name) const {
   // One line per launch the reworked graph runs (a fused run: its members joined by '+'), in
   // run order, with the number of launches a resident loop stands for: what a user checks
   // when a replay issues more launches than expected (VKAD_GRAPH_TRACE).
@@ -524,8 +524,7 @@ void Session::trace_rework(const ReworkPlan& w) const {
   for (const CapturedStep& s : w.steps) {
     if (s.launch) launches.push_back(&s);
   }
-  std::fprintf(stderr, "vkad graph '%s': %zu launches in %zu runs\n",
-               rework_name_.empty() ? "graph" : rework_name_.c_str(), launches.size(),
+  std::fprintf(stderr, "vkad graph '%s': %zu launches in %zu runs\n", name.c_str(), launches.size(),
                w.runs.size());
   for (const codegen::FusionRun& r : w.runs) {
     std::string line;
@@ -668,7 +667,6 @@ std::unique_ptr<Session::PreparedRework> Session::prepare_rework(GraphHandle gra
   p->graph = graph;
   p->name = name.empty() ? "graph" : name;
   p->captured = std::move(captured);
-  rework_name_ = name;
   // Extents (and shape classes by array) of this rework only: an array freed later must not be
   // found here. shape_classes_ by extents stay: recompute_answers_ keys hold them.
   struct Forget {
@@ -711,7 +709,7 @@ void Session::plan_rework(PreparedRework* p) {
   clock.mark("fusion runs");
   bool any_fused = false;
   for (const codegen::FusionRun& r : w.runs) any_fused = any_fused || r.count > 1;
-  if (std::getenv("VKAD_GRAPH_TRACE") != nullptr) trace_rework(w);
+  if (std::getenv("VKAD_GRAPH_TRACE") != nullptr) trace_rework(w, p->name);
   p->reordered = !identity(w.order);
   p->relaxed = !any_fused && schedule_graph_launches_ && any_barrier_relaxed(w.steps, w.sched);
   if (!any_fused && !p->reordered && !p->relaxed && !p->any_rolled) return;

@@ -321,6 +321,17 @@ Result<GraphHandle> Session::end_capture() {
   std::unique_ptr<PreparedRework> p = prepare_rework(g, std::move(steps), capture_name_);
   return install_rework(*p, /*keep_captured=*/false);
 }
+void Session::keep_latest(std::span<const GraphUpdate> updates, std::vector<GraphUpdate>* kept) {
+  for (const GraphUpdate& u : updates) {
+    auto same = [&](const GraphUpdate& a) { return a.launch == u.launch && a.param == u.param; };
+    auto at = std::find_if(kept->begin(), kept->end(), same);
+    if (at == kept->end()) {
+      kept->push_back(u);
+    } else {
+      *at = u;
+    }
+  }
+}
 Status Session::finish_rework(GraphHandle graph) {
   if (!background_ || background_->graph.id != graph.id) return {};
   if (rt_->capturing()) {
@@ -338,18 +349,7 @@ Status Session::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
     } else {
       // The launches as captured until the rework is done; the updates carry over to it.
       VKAD_TRY(rt_->replay(graph, updates, first));
-      std::vector<GraphUpdate>& kept = background_->updates;
-      for (const GraphUpdate& u : updates) {
-        auto same = [&](const GraphUpdate& a) {
-          return a.launch == u.launch && a.param == u.param;
-        };
-        auto at = std::find_if(kept.begin(), kept.end(), same);
-        if (at == kept.end()) {
-          kept.push_back(u);
-        } else {
-          *at = u;
-        }
-      }
+      keep_latest(updates, &background_->updates);
       return {};
     }
   }
@@ -397,16 +397,7 @@ Status Session::replay_reworked(GraphHandle graph, std::span<const GraphUpdate> 
   Status st = rt_->replay(graph, mapped, first);
   if (st.ok()) {
     // The latest value per launch and parameter: what the graph as captured would need.
-    for (size_t i = 0; f.original.id != 0 && i < updates.size(); ++i) {
-      const GraphUpdate& u = updates[i];
-      auto same = [&](const GraphUpdate& a) { return a.launch == u.launch && a.param == u.param; };
-      auto at = std::find_if(f.applied.begin(), f.applied.end(), same);
-      if (at == f.applied.end()) {
-        f.applied.push_back(u);
-      } else {
-        *at = u;
-      }
-    }
+    if (f.original.id != 0) keep_latest(updates, &f.applied);
     return st;
   }
   // The runtime checks the values (dtype, range) in the fused graph's numbering: say which

@@ -385,9 +385,8 @@ class Session {
   void join_rework();
   // Waits for the background rework and installs it.
   void settle_rework();
-  // Kernels the running rework compiled (moved into its PreparedRework), and its name.
+  // Kernels the running rework compiled (moved into its PreparedRework).
   std::vector<PendingKernel> unregistered_;
-  std::string rework_name_;
   // A launch step's schedule_launch answer and pins, by step index: the rework asks for them
   // twice (zero_outputs, then plan_order), and a step loop has thousands of launches.
   struct StepSchedule {
@@ -463,7 +462,7 @@ class Session {
   Result<GraphHandle> recapture(const ReworkPlan& w, const std::string& name, FusedGraph* map,
                                 bool* relaxed);
   void describe_launches(const std::vector<CapturedStep>& captured, FusedGraph* map) const;
-  void trace_rework(const ReworkPlan& w) const;
+  void trace_rework(const ReworkPlan& w, const std::string& name) const;
   // `cap`'s steps in scheduled order into `w` (steps, order, what each launch touches and what
   // fusion needs of it); per launch in capture order, the scalars the schedule rests on. A
   // step's entry in `memo` (recompute's), where there is one, is used (moved out) instead of
@@ -479,6 +478,8 @@ class Session {
                                std::vector<std::vector<bool>>* pinned);
   // replay's part for a graph end_capture reworked (or not): updates in captured numbering.
   Status replay_reworked(GraphHandle graph, std::span<const GraphUpdate> updates, LaunchId* first);
+  // `updates` into `kept`, one entry per (launch, parameter): the latest value.
+  static void keep_latest(std::span<const GraphUpdate> updates, std::vector<GraphUpdate>* kept);
   Status translate(const FusedGraph& f, std::span<const GraphUpdate> updates,
                    std::vector<GraphUpdate>* out) const;
   // What a captured launch reads and writes, rows evaluated (api/graph_schedule.h); `pinned`

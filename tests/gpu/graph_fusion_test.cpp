@@ -77,6 +77,15 @@ Status record(Program& p) {
   return {};
 }
 
+// record(p) captured as graph "substeps".
+GraphHandle capture_substeps(Program& p, CaptureOptions options = {}) {
+  EXPECT_TRUE(p.s->begin_capture("substeps", options).ok());
+  EXPECT_TRUE(record(p).ok());
+  auto g = p.s->end_capture();
+  EXPECT_TRUE(g.ok()) << g.status().to_string();
+  return g.ok() ? *g : GraphHandle{};
+}
+
 std::vector<float> read(Program& p, NdArrayHandle h) {
   std::vector<float> out(kN);
   EXPECT_TRUE(p.s->download(h, std::span<float>(out)).ok());
@@ -101,13 +110,7 @@ TEST(GraphFusion, AFusedSubstepGraphComputesWhatTheUnfusedOneDoesInFewerLaunches
   auto plain = make_program(false, &skipped);
   ASSERT_TRUE(fused && plain);
   GraphHandle gf, gp;
-  for (Program* p : {fused.get(), plain.get()}) {
-    ASSERT_TRUE(p->s->begin_capture("substeps").ok());
-    ASSERT_TRUE(record(*p).ok());
-    auto g = p->s->end_capture();
-    ASSERT_TRUE(g.ok()) << g.status().to_string();
-    (p == fused.get() ? gf : gp) = *g;
-  }
+  for (Program* p : {fused.get(), plain.get()}) (p == fused.get() ? gf : gp) = capture_substeps(*p);
   // Garbage in the gradients: the captured zeroing must still happen (or, where the fused
   // graph leaves a fill out, the fused adjoints must overwrite every element without reading).
   const std::vector<float> junk(kN, 12345.0f);
@@ -161,11 +164,7 @@ TEST(GraphFusion, UpdatesNameTheCapturedLaunchesAndReachTheirMember) {
   auto plain = make_program(false, &skipped);
   ASSERT_TRUE(fused && plain);
   GraphHandle gf, gp;
-  for (Program* p : {fused.get(), plain.get()}) {
-    ASSERT_TRUE(p->s->begin_capture("substeps").ok());
-    ASSERT_TRUE(record(*p).ok());
-    (p == fused.get() ? gf : gp) = *p->s->end_capture();
-  }
+  for (Program* p : {fused.get(), plain.get()}) (p == fused.get() ? gf : gp) = capture_substeps(*p);
   // c of forward launch 7 and of the adjoint of step 30 (captured launch 40 + 9).
   const GraphUpdate ups[] = {{7, 2, Arg::f32(0.5f)}, {49, 2, Arg::f32(0.25f)}};
   ASSERT_TRUE(fused->s->replay(gf, ups).ok());
@@ -198,11 +197,7 @@ TEST(GraphFusion, UpdatesNameTheCapturedLaunchesAndReachTheirMember) {
 // is installed later; every replay computes what the plain graph does, updates made before
 // the install carry over, and the installed graph is the fused one.
 GraphHandle capture_in_background(Program& p) {
-  EXPECT_TRUE(p.s->begin_capture("substeps", CaptureOptions{.background_rework = true}).ok());
-  EXPECT_TRUE(record(p).ok());
-  auto g = p.s->end_capture();
-  EXPECT_TRUE(g.ok()) << g.status().to_string();
-  return g.ok() ? *g : GraphHandle{};
+  return capture_substeps(p, CaptureOptions{.background_rework = true});
 }
 
 TEST(GraphFusion, ABackgroundReworkRunsAsCapturedUntilInstalledWithUpdatesCarriedOver) {
@@ -212,9 +207,7 @@ TEST(GraphFusion, ABackgroundReworkRunsAsCapturedUntilInstalledWithUpdatesCarrie
   auto plain = make_program(false, &skipped);
   ASSERT_TRUE(fused && plain);
   const GraphHandle gf = capture_in_background(*fused);
-  ASSERT_TRUE(plain->s->begin_capture("substeps").ok());
-  ASSERT_TRUE(record(*plain).ok());
-  const GraphHandle gp = *plain->s->end_capture();
+  const GraphHandle gp = capture_substeps(*plain);
   // Replayed at once (on lavapipe the rework's compiles are still running: the launches as
   // captured), with an update that the reworked graph must keep.
   const GraphUpdate ups[] = {{7, 2, Arg::f32(0.5f)}, {49, 2, Arg::f32(0.25f)}};

@@ -45,6 +45,12 @@ class Graphs : public ::testing::TestWithParam<bool> {
     for (const auto& m : rt_->device().validation_messages()) all += m + "\n";
     EXPECT_EQ(rt_->device().validation_message_count(), 0u) << all;
   }
+  runtime::NdArrayHandle u32_array(const std::vector<uint32_t>& v, const char* name) {
+    auto h = rt_->create_ndarray(DType::kU32, {static_cast<uint32_t>(v.size())}, name);
+    EXPECT_TRUE(h.ok());
+    EXPECT_TRUE(rt_->upload(*h, v.data(), 4 * v.size()).ok());
+    return *h;
+  }
   runtime::NdArrayHandle array(const std::vector<float>& v, const std::string& name) {
     auto h = rt_->create_ndarray(DType::kF32, {static_cast<uint32_t>(v.size())}, name);
     EXPECT_TRUE(h.ok());
@@ -235,13 +241,7 @@ TEST_P(Graphs, AnUpdateThatChangesTheRangeIsRecordedAgain) {
   ASSERT_TRUE(k.ok());
   std::vector<uint32_t> src(kN), zeros(kN, 0u);
   for (uint32_t i = 0; i < kN; ++i) src[i] = 1000u + i;
-  auto u32 = [&](const std::vector<uint32_t>& v, const char* name) {
-    auto h = rt_->create_ndarray(DType::kU32, {kN}, name);
-    EXPECT_TRUE(h.ok());
-    EXPECT_TRUE(rt_->upload(*h, v.data(), 4 * kN).ok());
-    return *h;
-  };
-  auto a = u32(src, "a"), b = u32(zeros, "b");
+  auto a = u32_array(src, "a"), b = u32_array(zeros, "b");
   ASSERT_TRUE(rt_->begin_capture("copy").ok());
   const Arg args[] = {Arg::u32(2), Arg::ndarray(a), Arg::ndarray(b)};
   ASSERT_TRUE(rt_->launch(*k, args).ok());
@@ -277,13 +277,7 @@ TEST_P(Graphs, AnUpdateOfOneOfTwoLaunchesPlannedAlikeChangesThatLaunchOnly) {
   ASSERT_TRUE(k.ok());
   std::vector<uint32_t> src(kN), zeros(kN, 0u);
   for (uint32_t i = 0; i < kN; ++i) src[i] = 1000u + i;
-  auto u32 = [&](const std::vector<uint32_t>& v, const char* name) {
-    auto h = rt_->create_ndarray(DType::kU32, {kN}, name);
-    EXPECT_TRUE(h.ok());
-    EXPECT_TRUE(rt_->upload(*h, v.data(), 4 * kN).ok());
-    return *h;
-  };
-  auto a = u32(src, "a"), b = u32(zeros, "b"), c = u32(zeros, "c");
+  auto a = u32_array(src, "a"), b = u32_array(zeros, "b"), c = u32_array(zeros, "c");
   ASSERT_TRUE(rt_->begin_capture("two copies").ok());
   for (runtime::NdArrayHandle to : {b, c}) {
     const Arg args[] = {Arg::u32(2), Arg::ndarray(a), Arg::ndarray(to)};

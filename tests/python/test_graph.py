@@ -74,12 +74,10 @@ def test_uploads_and_readbacks_are_refused_while_capturing(session):
     np.testing.assert_array_equal(a.numpy(), np.zeros(4, np.float32))
 
 
-def test_a_captured_training_iteration_equals_the_direct_one(session):
-    """Forward launches on a tape and its backward, captured once; each replay computes the
-    gradient the direct iteration computes, bit for bit, and creates no Vulkan object."""
-    s = session
+def _sin_chain(s, steps):
+    """x0, the arrays x0..x_steps, a tape, and a training iteration: STEP from each to the next
+    on the tape, then its backward seeded at the last."""
     step = s.differentiate(STEP)
-    steps = 12
     x0 = np.linspace(-1.5, 1.5, N).astype(np.float32)
     xs = [s.ndarray(x0)] + [s.empty(N, vkad.f32) for _ in range(steps)]
     t = s.tape()
@@ -90,6 +88,15 @@ def test_a_captured_training_iteration_equals_the_direct_one(session):
                 s.launch(step, xs[j], xs[j + 1])
         t.backward(seed={xs[-1]: 1.0})
 
+    return x0, xs, t, iteration
+
+
+def test_a_captured_training_iteration_equals_the_direct_one(session):
+    """Forward launches on a tape and its backward, captured once; each replay computes the
+    gradient the direct iteration computes, bit for bit, and creates no Vulkan object."""
+    s = session
+    steps = 12
+    _, xs, t, iteration = _sin_chain(s, steps)
     iteration()
     direct = t.grad(xs[0]).numpy()
     with s.capture("train") as g:
@@ -106,25 +113,17 @@ def test_a_captured_training_iteration_equals_the_direct_one(session):
             assert s.stats()["vulkan_objects_created"] == created
 
 
-
 def test_a_background_rework_gives_the_direct_gradient_before_and_after_its_install(session):
     """capture(background=True): end_capture returns before the rework; replays before its
     install (launches as captured) and after (fused: fewer launches) both compute the direct
     iteration's gradient, and an update made before the install carries over."""
     s = session
-    step = s.differentiate(STEP)
     k = s.compile(AXPY)
-    steps = 12
-    x0 = np.linspace(-1.5, 1.5, N).astype(np.float32)
-    xs = [s.ndarray(x0)] + [s.empty(N, vkad.f32) for _ in range(steps)]
+    x0, xs, t, train = _sin_chain(s, 12)
     y = s.zeros(N, vkad.f32)
-    t = s.tape()
 
     def iteration():
-        with t:
-            for j in range(steps):
-                s.launch(step, xs[j], xs[j + 1])
-        t.backward(seed={xs[-1]: 1.0})
+        train()
         s.fill(y, 1.0)
         s.launch(k, 2.0, xs[0], y)
 
