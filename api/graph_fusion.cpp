@@ -783,13 +783,7 @@ void Session::forget_kernel(uint64_t id) {
   };
   remember(fused_kernels_);
   remember(recomputed_kernels_);
-  ir_.erase(id);
-  any_ir_.erase(id);
-  producer_ok_.erase(id);
-  index_exprs_.erase(id);
-  kernel_access_.erase(id);
-  adstack_kernels_.erase(id);
-  first_task_loops_.erase(id);
+  drop_tables(id);
   for (auto& [key, answer] : recompute_answers_) {
     if (answer.kernel.id == id) answer = RecomputeAnswer{};  // no kernel: stays as launched
   }

@@ -178,25 +178,26 @@ Result<Differentiated> Session::differentiate(std::string_view ir_text) {
 Status Session::release(KernelHandle kernel) {
   join_rework();
   VKAD_TRY(rt_->unregister_kernel(kernel));
-  ir_.erase(kernel.id);
-  any_ir_.erase(kernel.id);
-  producer_ok_.erase(kernel.id);
-  index_exprs_.erase(kernel.id);
-  kernel_access_.erase(kernel.id);
-  adstack_kernels_.erase(kernel.id);
+  drop_tables(kernel.id);
   forward_ir_.erase(kernel.id);
   auto c = clearing_.find(kernel.id);
   if (c != clearing_.end()) {
     (void)rt_->unregister_kernel(c->second);
-    ir_.erase(c->second.id);
-    any_ir_.erase(c->second.id);
-    producer_ok_.erase(c->second.id);
-    kernel_access_.erase(c->second.id);
-    adstack_kernels_.erase(c->second.id);
+    drop_tables(c->second.id);
     clearing_.erase(c);
   }
   access_.erase(kernel.id);
   return {};
+}
+
+void Session::drop_tables(uint64_t id) {
+  ir_.erase(id);
+  any_ir_.erase(id);
+  producer_ok_.erase(id);
+  index_exprs_.erase(id);
+  kernel_access_.erase(id);
+  adstack_kernels_.erase(id);
+  first_task_loops_.erase(id);
 }
 
 std::shared_ptr<const codegen::KernelAccess> Session::launch_access(KernelHandle forward) const {

@@ -361,6 +361,8 @@ class Session {
   Result<GraphHandle> install_rework(PreparedRework& p, bool keep_captured);
   // Registers p.kernels; false where one is refused (its handle is then forgotten).
   bool register_rework_kernels(PreparedRework& p);
+  // Drops kernel `id` from the tables note_ir and the rework fill (release and forget_kernel).
+  void drop_tables(uint64_t id);
   // Drops kernel `id` from every table and cache, its printed IR into refused_kernels_.
   void forget_kernel(uint64_t id);
   // Printed IR of rework kernels the device refused to register: not made again.
