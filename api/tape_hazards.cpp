@@ -30,15 +30,14 @@ TapeHazards::By TapeHazards::overlap(const Touched& t, const int64_t* rows, size
   for (size_t a = 0; a < rank && a < t.axes.size(); ++a) {
     if (rows[a] == kUnknownRow) continue;
     const AxisRows& ar = t.axes[a];
-    if (ar.unknown.launch == kNone && !ar.rows.count(static_cast<uint32_t>(rows[a]))) return {};
+    if (ar.unknown.launch == kNone && !ar.find(static_cast<uint32_t>(rows[a]))) return {};
   }
   // They may overlap: name a witness, at a known row where there is one.
   for (size_t a = 0; a < rank && a < t.axes.size(); ++a) {
     if (rows[a] == kUnknownRow) continue;
-    auto it = t.axes[a].rows.find(static_cast<uint32_t>(rows[a]));
-    if (it != t.axes[a].rows.end()) {
+    if (const By* by = t.axes[a].find(static_cast<uint32_t>(rows[a]))) {
       *axis = static_cast<uint32_t>(a);
-      return it->second;
+      return *by;
     }
   }
   for (size_t a = 0; a < rank && a < t.axes.size(); ++a) {
@@ -55,7 +54,7 @@ void TapeHazards::add(Touched& t, const int64_t* rows, size_t rank, By by) {
     if (rows[a] == kUnknownRow) {
       if (ar.unknown.launch == kNone) ar.unknown = by;
     } else {
-      ar.rows.emplace(static_cast<uint32_t>(rows[a]), by);
+      ar.add(static_cast<uint32_t>(rows[a]), by);
     }
   }
 }

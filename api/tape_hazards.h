@@ -23,14 +23,16 @@
 // number of launches. Otherwise (an index that depends on the thread, a loop or data) they are
 // taken to overlap.
 //
-// Cost. Per array touched, per axis: the rows read so far (a hash set) or "rows not known";
-// likewise for the differentiated writes. check() is O(accesses of the launch x rank) hash
-// look-ups; record() adds one entry per new row. Array identity is the handle (never reused).
+// Cost. Per array touched, per axis: the rows read so far (a table indexed by the row, a hash
+// map past 65,536) or "rows not known"; likewise for the differentiated writes. check() is
+// O(accesses of the launch x rank) look-ups; record() adds one entry per new row. Array
+// identity is the handle (never reused).
 //
 // Contract: check() changes nothing; record() commits the launch check() last accepted (call it
 // once the launch was made). reset() forgets everything (a new recording).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -68,9 +70,28 @@ class TapeHazards {
     uint32_t launch = kNone;
     uint32_t param = 0;
   };
+  // Rows below kDenseRows are kept in a vector indexed by the row (a time axis's rows are
+  // 0..steps: a tape records ~10^4 launches, and a hash node per row was most of record()'s
+  // cost); larger ones in a hash map.
+  static constexpr uint32_t kDenseRows = 1u << 16;
   struct AxisRows {
-    By unknown;                             // first touch at rows not known on this axis
-    std::unordered_map<uint32_t, By> rows;  // row -> first touch there
+    By unknown;                               // first touch at rows not known on this axis
+    std::vector<By> dense;                    // row -> first touch there (launch kNone: none)
+    std::unordered_map<uint32_t, By> sparse;  // rows >= kDenseRows
+    const By* find(uint32_t row) const {
+      if (row < dense.size()) return dense[row].launch == kNone ? nullptr : &dense[row];
+      if (row < kDenseRows) return nullptr;
+      auto it = sparse.find(row);
+      return it == sparse.end() ? nullptr : &it->second;
+    }
+    void add(uint32_t row, By by) {  // keeps the first touch
+      if (row >= kDenseRows) {
+        sparse.emplace(row, by);
+        return;
+      }
+      if (row >= dense.size()) dense.resize(std::max<size_t>(row + 1, 2 * dense.size()));
+      if (dense[row].launch == kNone) dense[row] = by;
+    }
   };
   struct Touched {
     By first;                    // first touch at all; launch == kNone: none

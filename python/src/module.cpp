@@ -1101,7 +1101,69 @@ struct Session {
       a = heap.data();
     }
     for (size_t i = 0; i < args.size(); ++i) a[i] = to_arg(*k, *st, i, args[i]);
+    launch_converted(kernel, k, std::span<const Arg>(a, args.size()), args);
+  }
+
+  // Tape.backward's loop (python/vkad/tape.py): the adjoint of each of `launches[first..last]`
+  // ((kernel, args) tuples as the binding recorded them), last first, each with the forward's
+  // args and then the gradient of each differentiated parameter (`grads`: array handle ->
+  // gradient NdArray), launched as Session.launch launches it. A backward launches ~10^4 of
+  // them: here each costs the launch alone, where Python's loop doubled it. An error names the
+  // launch ("tape.backward: adjoint of launch i: ...") and stops the loop there.
+  void launch_adjoints(nb::list launches, nb::dict grads, size_t first, size_t last) {
+    struct Plan {
+      nb::handle adjoint;
+      Kernel* k;
+    };
+    std::unordered_map<const Kernel*, Plan> plans;  // per forward kernel, as tape.py's `plans`
+    std::vector<Arg> a;
+    for (size_t i = last + 1; i-- > first;) {
+      nb::tuple rec = nb::cast<nb::tuple>(launches[i]);
+      nb::handle kernel = rec[0];
+      nb::tuple args = nb::cast<nb::tuple>(rec[1]);
+      try {
+        const Kernel* fwd = kernel_for(kernel, args.size(), "launch");
+        auto it = plans.find(fwd);
+        if (it == plans.end()) {
+          if (fwd->adjoint.is_none()) invalid("'" + fwd->name + "' is not differentiated");
+          nb::handle adj = fwd->adjoint;
+          it = plans
+                   .emplace(fwd, Plan{adj, kernel_for(adj, args.size() + fwd->gradients.size(),
+                                                      "launch")})
+                   .first;
+        }
+        const Plan& plan = it->second;
+        a.resize(args.size() + fwd->gradients.size());
+        for (size_t j = 0; j < args.size(); ++j) a[j] = to_arg(*plan.k, *st, j, args[j]);
+        for (size_t j = 0; j < fwd->gradients.size(); ++j) {
+          nb::handle x = args[fwd->gradients[j].first];
+          NdArray* arr = nullptr;
+          nb::object g = nb::try_cast<NdArray*>(x, arr) && arr
+                             ? nb::object(grads.get(nb::int_(arr->handle.id), nb::none()))
+                             : nb::none();
+          a[args.size() + j] = to_arg(*plan.k, *st, args.size() + j, g);
+        }
+        launch_converted(plan.adjoint, plan.k, a, nb::handle());
+      } catch (nb::python_error& e) {
+        // As tape.py raised it: a vkad error of the same class, the launch named first.
+        if (!PyObject_IsSubclass(e.type().ptr(), g_error)) throw;
+        const std::string msg = "tape.backward: adjoint of launch " + std::to_string(i) + ": " +
+                                nb::str(e.value()).c_str();
+        PyErr_SetString(e.type().ptr(), msg.c_str());
+        throw nb::python_error();
+      }
+    }
+  }
+
+  // launch()'s second half, for arguments converted already (`args`: the Python tuple a tape
+  // records; a null handle where the caller has none, which only a launch no tape records may
+  // pass).
+  void launch_converted(nb::handle kernel, Kernel* k, std::span<const Arg> span, nb::handle args) {
     const bool record = !st->tape.is_none() && !k->adjoint.is_none();
+    if (record && !args.is_valid())
+      invalid("launch '" + k->name +
+              "': a differentiated kernel launched inside a tape's "
+              "recording by tape.backward");
     if (record) {  // vkad::Tape::launch's rule, checked before launching
       for (const auto& [p, gname] : k->gradients) {
         if (!k->params[p].array) {
@@ -1116,7 +1178,6 @@ struct Session {
         record && !st->hazards.is_none() ? nb::cast<TapeHazards*>(st->hazards) : nullptr;
     {
       Locked l(*st);
-      const std::span<const Arg> span(a, args.size());
       // vkad::Tape::launch's check, refusing before anything runs.
       if (hazards) check(hazards->hazards.check(st->get(), k->access, span));
       check(st->get().launch(k->handle, span));
@@ -1526,6 +1587,12 @@ NB_MODULE(_vkad, m) {
            nb::sig("def launch(self, kernel: Kernel | Differentiated, "
                    "*args: NdArray | int | float | bool) -> None"),
            "Records a launch (asynchronous). Scalars are converted to the parameter's dtype.")
+      .def("_launch_adjoints", &Session::launch_adjoints, "launches"_a, "grads"_a, "first"_a,
+           "last"_a,
+           nb::sig("def _launch_adjoints(self, launches: list[tuple[Kernel | Differentiated, "
+                   "tuple[NdArray | int | float | bool, ...]]], grads: dict[int, NdArray], "
+                   "first: int, last: int) -> None"),
+           "Tape.backward's loop: the adjoints of launches[first..last], last first.")
       .def("prepare", &Session::prepare, "kernel"_a, "args"_a,
            nb::sig("def prepare(self, kernel: Kernel | Differentiated, "
                    "*args: NdArray | int | float | bool) -> None"),

@@ -233,6 +233,27 @@ TEST_F(TapeHazardsTest, ScalarRowsThatCollideAreRefusedAndOthersAccepted) {
   ASSERT_TRUE(tape.backward({TapeSeed::of_value(y, 1.0)}).ok());
 }
 
+// Rows past the dense table (TapeHazards::kDenseRows, 65,536) are kept apart: a read there
+// still refuses a write of the same row, and rows on either side of the boundary stay distinct.
+TEST_F(TapeHazardsTest, RowsPastTheDenseTableCollideOnlyWithThemselves) {
+  Differentiated take = diff(kTakeRow), put = diff(kPutRow);
+  constexpr int32_t kFar = 65'540;
+  NdArrayHandle x = make({kFar + 2, 1}, "x"), y = make({1}, "y"), y2 = make({1}, "y2"),
+                z = make({1}, "z");
+  Tape tape(*s_);
+  ASSERT_TRUE(tape.launch(take, {Arg::ndarray(x), Arg::ndarray(y), Arg::i32(kFar)}).ok());
+  ASSERT_TRUE(tape.launch(take, {Arg::ndarray(x), Arg::ndarray(y2), Arg::i32(3)}).ok());
+  for (int32_t row : {65'535, 65'536, kFar + 1, 4}) {
+    EXPECT_TRUE(tape.launch(put, {Arg::ndarray(x), Arg::ndarray(z), Arg::i32(row)}).ok()) << row;
+  }
+  for (int32_t row : {kFar, 3}) {
+    Status st = tape.launch(put, {Arg::ndarray(x), Arg::ndarray(z), Arg::i32(row)});
+    expect_refused(st, {"at row " + std::to_string(row) + " of axis 0, which launch " +
+                        (row == 3 ? "1" : "0") + " ('take_row') read there"});
+  }
+  EXPECT_EQ(tape.launches(), 6u);
+}
+
 TEST_F(TapeHazardsTest, OverwritingADifferentiatedWriteIsRefused) {
   Differentiated put = diff(kPutRow);
   NdArrayHandle x = make({8, kN}, "x"), a = make({kN}, "a"), b = make({kN}, "b");

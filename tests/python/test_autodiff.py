@@ -173,6 +173,25 @@ def test_tape_errors(session, ftype):
     assert len(t.launches) == 1
 
 
+def test_backward_names_the_adjoint_that_fails(session, ftype):
+    # The adjoints run in the binding's loop (Session._launch_adjoints): an adjoint that cannot
+    # launch -- an input freed after the recording -- raises the launch's own error class with
+    # the recorded launch's index first, and the launches after it in reverse order (0) never run.
+    d = session.differentiate(wavy(ftype))
+    npt = vkad.numpy_dtype(ftype)
+    x0, x1 = (session.ndarray(np.full(2, 0.3, npt)) for _ in range(2))
+    y0, y1 = session.empty(2, ftype), session.empty(2, ftype)
+    with session.tape() as t:
+        session.launch(d, 1.0, 1, x0, y0)
+        session.launch(d, 1.0, 1, x1, y1)
+    session.free(x1)
+    before = session.stats()["launches"]
+    with pytest.raises(vkad.Error, match=r"^tape\.backward: adjoint of launch 1: .*freed") as e:
+        t.backward(seed={y0: 1.0, y1: 1.0})
+    assert type(e.value) is not vkad.Error  # the launch's own subclass, as raised
+    assert session.stats()["launches"] == before
+
+
 def test_time_steps_in_one_array(session, ftype):
     # DiffTaichi's idiom: one array holds every time step's state; each launch reads row f and
     # writes row f + 1 of it (reverse mode proves the rows disjoint). backward replays the
