@@ -453,6 +453,8 @@ Result<SessionStats> Session::stats() const {
   s.disk_cache_misses = disk.misses;
   s.disk_cache_rebuilt = disk.rebuilt;
   s.pipeline_cache_loaded = r.pipeline_cache_loaded;
+  s.pipelines_created = r.pipelines_created;
+  s.pipeline_create_ms = r.pipeline_create_ms;
   s.rolled_launches = rolled_launches_;
   s.recomputed_launches = recomputed_launches_;
   return s;

@@ -116,6 +116,10 @@ struct SessionStats {
   uint64_t disk_cache_rebuilt = 0;
   // The driver's pipeline cache was read from disk when the session started.
   bool pipeline_cache_loaded = false;
+  // Pipelines the driver made so far (specialized variants included; Runtime::prepare makes
+  // a launch's ahead of it) and the milliseconds it took: what a first launch may wait for.
+  uint64_t pipelines_created = 0;
+  double pipeline_create_ms = 0;
   // Captured launches that graphs captured so far run inside resident kernels (README,
   // "Resident step loops").
   uint64_t rolled_launches = 0;

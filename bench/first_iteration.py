@@ -51,12 +51,14 @@ def main() -> int:
             sim = MassSpring(s, **steps)
         s.synchronize()
         out["construct_ms"] = _ms(t0)
+        before = s.stats()
         first = time.perf_counter()
         t0 = time.perf_counter()
         capture = s.capture(f"{a.program} iteration", background=not a.sync)
         g = capture.__enter__()
         sim.forward_backward()
         out["record_ms"] = _ms(t0)
+        recorded = s.stats()
         t0 = time.perf_counter()
         capture.__exit__(None, None, None)
         out["end_capture_ms"] = _ms(t0)
@@ -71,6 +73,13 @@ def main() -> int:
         out["update_ms"] = _ms(t0)
         out["grad_norm"] = float(sum((g.astype("float64") ** 2).sum() for g in grads.values()) ** 0.5)
         out["first_iteration_ms"] = _ms(first)
+        after = s.stats()
+        # The driver's pipeline creations inside the first iteration (specialized variants a
+        # first launch makes), and how much of the recording they took.
+        out["pipelines_record"] = recorded["pipelines_created"] - before["pipelines_created"]
+        out["pipeline_record_ms"] = (recorded["pipeline_create_us"]
+                                     - before["pipeline_create_us"]) / 1e3
+        out["pipelines_first_iteration"] = after["pipelines_created"] - before["pipelines_created"]
         sim._graph = g  # the example's own iteration() replays it from here on
         steady = []
         for _ in range(a.iters):

@@ -113,6 +113,7 @@ Result<rhi::ComputePipeline> PipelineCache::create(rhi::Device& device,
   Result<rhi::ComputePipeline> p = device.create_compute_pipeline(desc);
   create_ms_ +=
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  created_ += p.ok();
   return p;
 }
 

@@ -71,8 +71,10 @@ class PipelineCache {
   size_t size() const { return entries_.size(); }
   uint64_t private_variant_count() const;      // variants in the private tier
   uint64_t specialized_variant_count() const;  // variants with launch constants fixed
-  // Milliseconds spent in the driver creating this cache's pipelines, so far.
+  // Milliseconds spent in the driver creating this cache's pipelines, and how many it made,
+  // so far.
   double create_ms() const { return create_ms_; }
+  uint64_t created() const { return created_; }
   void clear() { entries_.clear(); }
 
  private:
@@ -80,6 +82,7 @@ class PipelineCache {
   Result<rhi::ComputePipeline*> generic(rhi::Device& device, Entry& e, uint32_t task);
   Result<rhi::ComputePipeline> create(rhi::Device& device, const rhi::ComputePipelineDesc& desc);
   double create_ms_ = 0;
+  uint64_t created_ = 0;
   size_t capacity_;
   HashFn hash_;
   uint64_t tick_ = 0;

@@ -880,6 +880,8 @@ Result<RuntimeStats> Runtime::stats() const {
   s.live = device_->live();
   s.ctx_bytes_recording = ctx_bytes_;
   s.pipelines_cached = pipelines_.size();
+  s.pipelines_created = pipelines_.created();
+  s.pipeline_create_ms = pipelines_.create_ms();
   s.adstack_private_pipelines = pipelines_.private_variant_count();
   s.adstack_specialize = options_.adstack_specialize;
   s.adstack_specialized_pipelines = pipelines_.specialized_variant_count();

@@ -152,6 +152,9 @@ struct RuntimeStats {
   uint64_t ctx_bytes_recording = 0;  // ctx buffer bytes of the list being recorded
   uint64_t pipelines_cached = 0;
   uint64_t pipeline_cache_hits = 0;
+  // Pipelines the driver made so far (variants included) and the milliseconds it took.
+  uint64_t pipelines_created = 0;
+  double pipeline_create_ms = 0;
   uint64_t ndarrays = 0;
   uint64_t memory_block_bytes = 0;  // VkDeviceMemory held (blocks, spares included)
   uint64_t memory_used_bytes = 0;   // ... of which handed out to live buffers

@@ -305,6 +305,13 @@ class DiffMPM:
             "bias": s.zeros(n_act, dtype, "bias"),
             "loss": s.zeros(1, dtype, "loss"),
         }
+        # DiffTaichi's ti.root.lazy_grad(): the gradient of every field a kernel differentiates
+        # is allocated with the fields (the tape uses `.grad` where it is set), not by the first
+        # backward inside the first iteration.
+        for name in sorted({k.forward.param_names[p] for k in self.kernels.values()
+                            for p, _ in k.forward.gradients}):
+            a = self.arrays[name]
+            a.grad = s.zeros(a.shape, a.dtype, name + "_grad")
         self.tape = s.tape()
         self._graph: Optional[vkad.Graph] = None
         self._plans: Dict[tuple, tuple] = {}  # _launch's, by (kernel name, recorded)

@@ -1155,6 +1155,24 @@ struct Session {
     }
   }
 
+  // Tape.backward's first pass: the differentiated (grad) array argument of every recorded
+  // launch ((kernel, args) tuples), by array handle, each once, in order of first use.
+  nb::dict tape_differentiated(nb::list launches) {
+    nb::dict needed;
+    for (nb::handle rec_h : launches) {
+      nb::tuple rec = nb::cast<nb::tuple>(rec_h);
+      nb::tuple args = nb::cast<nb::tuple>(rec[1]);
+      const Kernel* fwd = kernel_for(rec[0], args.size(), "tape.backward");
+      for (const auto& [p, name] : fwd->gradients) {
+        NdArray* arr = nullptr;
+        if (!nb::try_cast<NdArray*>(args[p], arr) || !arr) continue;  // the launch refused it
+        nb::int_ key(arr->handle.id);
+        if (!needed.contains(key)) needed[key] = args[p];
+      }
+    }
+    return needed;
+  }
+
   // launch()'s second half, for arguments converted already (`args`: the Python tuple a tape
   // records; a null handle where the caller has none, which only a launch no tape records may
   // pass).
@@ -1299,6 +1317,8 @@ struct Session {
     d["disk_cache_misses"] = s.disk_cache_misses;
     d["disk_cache_rebuilt"] = s.disk_cache_rebuilt;
     d["pipeline_cache_loaded"] = s.pipeline_cache_loaded ? 1 : 0;
+    d["pipelines_created"] = s.pipelines_created;
+    d["pipeline_create_us"] = static_cast<uint64_t>(s.pipeline_create_ms * 1e3);
     return d;
   }
   std::vector<std::string> validation_messages() {
@@ -1593,6 +1613,10 @@ NB_MODULE(_vkad, m) {
                    "tuple[NdArray | int | float | bool, ...]]], grads: dict[int, NdArray], "
                    "first: int, last: int) -> None"),
            "Tape.backward's loop: the adjoints of launches[first..last], last first.")
+      .def("_tape_differentiated", &Session::tape_differentiated, "launches"_a,
+           nb::sig("def _tape_differentiated(self, launches: list[tuple[Kernel | Differentiated, "
+                   "tuple[NdArray | int | float | bool, ...]]]) -> dict[int, NdArray]"),
+           "Tape.backward's first pass: each recorded launch's differentiated arrays, by handle.")
       .def("prepare", &Session::prepare, "kernel"_a, "args"_a,
            nb::sig("def prepare(self, kernel: Kernel | Differentiated, "
                    "*args: NdArray | int | float | bool) -> None"),
