@@ -175,6 +175,32 @@ def test_stats_is_a_dict(session):
         assert isinstance(st[key], int)
 
 
+def test_stats_count_the_pipelines_the_driver_makes(session):
+    # A kernel never compiled before in this session gets its pipeline made by the driver (at
+    # compile or at its first launch): counted, with the time taken; launching it again makes
+    # none.
+    ir = """
+kernel plus_seven(x: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = load x[%i] : f32
+    %c = const 7.0 : f32
+    %y = add %v, %c : f32
+    store x[%i], %y
+  }
+}
+"""
+    before = session.stats()
+    k = session.compile(ir)
+    x = session.ndarray(np.array([1.0, 2.0], dtype=np.float32))
+    session.launch(k, x)
+    after = session.stats()
+    assert after["pipelines_created"] >= before["pipelines_created"] + 1
+    assert after["pipeline_create_us"] >= before["pipeline_create_us"]
+    session.launch(k, x)
+    assert session.stats()["pipelines_created"] == after["pipelines_created"]
+    assert np.array_equal(x.numpy(), np.array([15.0, 16.0], dtype=np.float32))
+
+
 def test_a_kernel_compiled_again_comes_from_the_compile_cache(session):
     ir = """
 kernel thrice(x: ndarray<f32, 1>) {
