@@ -275,7 +275,7 @@ Status Session::flush() {
 }
 Status Session::synchronize() { return rt_->synchronize(); }
 Status Session::begin_capture(const std::string& name, CaptureOptions options) {
-  VKAD_TRY(rt_->begin_capture(name));
+  VKAD_TRY(rt_->begin_capture(name, options.run));
   capture_.emplace();
   capture_name_ = name;
   capture_background_ = options.background_rework;

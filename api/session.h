@@ -162,6 +162,11 @@ struct CaptureOptions {
   // compile / differentiate / clearing_adjoint / release(kernel), the next end_capture,
   // release_graph of this graph (which drops the rework) and the destructor wait for it.
   bool background_rework = false;
+  // The capture also runs what it captures, in order, as the launches and fills would have run
+  // (Runtime::begin_capture's `run`): a thread records the captured steps in pieces and the
+  // device runs them while the capture goes on. A training loop's first iteration is then its
+  // capture alone -- no replay after it. end_capture returns once every step is submitted.
+  bool run = false;
 };
 
 class Session {

@@ -581,12 +581,13 @@ vkad_status* vkad_begin_capture(vkad_session* session, const char* name) {
 }
 vkad_status* vkad_begin_capture_flags(vkad_session* session, const char* name, uint32_t flags) {
   VKAD_C_CHECK_SESSION("vkad_begin_capture_flags");
-  if ((flags & ~VKAD_CAPTURE_BACKGROUND_REWORK) != 0) {
+  if ((flags & ~(VKAD_CAPTURE_BACKGROUND_REWORK | VKAD_CAPTURE_RUN)) != 0) {
     return invalid("vkad_begin_capture_flags",
-                   "flags has bits other than VKAD_CAPTURE_BACKGROUND_REWORK");
+                   "flags has bits other than VKAD_CAPTURE_BACKGROUND_REWORK and VKAD_CAPTURE_RUN");
   }
   vkad::CaptureOptions options;
   options.background_rework = (flags & VKAD_CAPTURE_BACKGROUND_REWORK) != 0;
+  options.run = (flags & VKAD_CAPTURE_RUN) != 0;
   return from(session->s->begin_capture(name != nullptr ? name : "", options));
 }
 vkad_status* vkad_graph_finish_rework(vkad_session* session, vkad_graph graph) {

@@ -288,9 +288,12 @@ VKAD_C_API vkad_status* vkad_graph_release(vkad_session* session, vkad_graph gra
 /* vkad_begin_capture with flags (0: the same). VKAD_CAPTURE_BACKGROUND_REWORK: vkad_end_capture
  * returns at once and the graph's rework (scheduling, fusion, the compiles of the kernels they
  * make) runs on a thread of its own; replays run the launches as captured until the first one
- * that finds it done installs it (README.md, "The rework in the background"). Unknown flags:
+ * that finds it done installs it (README.md, "The rework in the background"). VKAD_CAPTURE_RUN:
+ * the capture also runs what it captures, in order, while it goes on (README.md, "A capture that
+ * runs"); vkad_end_capture returns once every step is submitted. Unknown flags:
  * VKAD_INVALID_ARGUMENT. */
 #define VKAD_CAPTURE_BACKGROUND_REWORK 1u
+#define VKAD_CAPTURE_RUN 2u
 VKAD_C_API vkad_status* vkad_begin_capture_flags(vkad_session* session, const char* name,
                                                  uint32_t flags);
 /* Waits for the graph's background rework, if one is pending, and installs it (replays run the

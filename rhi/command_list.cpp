@@ -14,8 +14,10 @@
 namespace vkad::rhi {
 
 void CommandList::Abandon::operator()(VkCommandBuffer cb) noexcept {
-  if (bundle) {
-    stream->release_bundle(cb, kNoSerial);
+  if (side) {
+    stream->free_side_now(cb);
+  } else if (bundle) {
+    stream->release_bundle(cb, kNoSerial, false);
   } else {
     stream->abandon(cb);
   }
@@ -47,13 +49,15 @@ Bundle& Bundle::operator=(Bundle&& other) noexcept {
     uses_ = std::move(other.uses_);
     last_use_ = std::exchange(other.last_use_, kNoSerial);
     dispatches_ = std::exchange(other.dispatches_, 0);
+    side_ = std::exchange(other.side_, false);
   }
   return *this;
 }
 
 void Bundle::reset() noexcept {
-  if (cb_ != VK_NULL_HANDLE) stream_->release_bundle(cb_, last_use_);
+  if (cb_ != VK_NULL_HANDLE) stream_->release_bundle(cb_, last_use_, side_);
   cb_ = VK_NULL_HANDLE;
+  side_ = false;
   uses_.clear();
   last_use_ = kNoSerial;
   dispatches_ = 0;

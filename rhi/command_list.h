@@ -66,6 +66,7 @@ class Bundle {
   std::vector<ResourceUse*> uses_;
   Serial last_use_ = kNoSerial;
   uint32_t dispatches_ = 0;
+  bool side_ = false;  // from the stream's side pool (Stream::begin_side_bundle)
 };
 
 class CommandList {
@@ -110,13 +111,19 @@ class CommandList {
 
  private:
   friend class Stream;
-  CommandList(Stream* stream, VkCommandBuffer cb, Serial serial, bool bundle = false)
-      : stream_(stream), cb_(cb, Abandon{stream, bundle}), serial_(serial), bundle_(bundle) {}
+  CommandList(Stream* stream, VkCommandBuffer cb, Serial serial, bool bundle = false,
+              bool side = false)
+      : stream_(stream),
+        cb_(cb, Abandon{stream, bundle, side}),
+        serial_(serial),
+        bundle_(bundle),
+        side_(side) {}
 
   // Gives an unsubmitted command buffer (or an unfinished bundle's) back to its stream.
   struct Abandon {
     Stream* stream = nullptr;
     bool bundle = false;
+    bool side = false;  // a side bundle: freed into the side pool by the thread recording it
     void operator()(VkCommandBuffer cb) noexcept;
   };
 
@@ -125,6 +132,7 @@ class CommandList {
   Serial serial_ = kNoSerial;
   uint32_t dispatches_ = 0;
   bool bundle_ = false;             // recording a Bundle (a secondary command buffer)
+  bool side_ = false;               // ... from the stream's side pool
   std::vector<ResourceUse*> uses_;  // a bundle's recording: what it references
 };
 

@@ -123,10 +123,13 @@ Stream::~Stream() {
   in_flight_cbs_.retire_all([&](VkCommandBuffer cb) { free_cbs_.push_back(cb); });
   device_.live_mut().command_buffers -= static_cast<int64_t>(free_cbs_.size());
   // The pool frees the bundles' buffers too (a bundle outliving its stream is a caller bug).
-  device_.live_mut().command_buffers -= static_cast<int64_t>(retiring_bundles_.size());
-  retiring_bundles_.retire_all([](VkCommandBuffer) {});
+  device_.live_mut().command_buffers -=
+      static_cast<int64_t>(retiring_bundles_.size() - side_retiring_);
+  retiring_bundles_.retire_all([](const RetiringBundle&) {});
+  side_retiring_ = 0;
   if (command_pool_)
     device_.fn().vkDestroyCommandPool(d, command_pool_, nullptr);  // frees its buffers
+  if (side_pool_) device_.fn().vkDestroyCommandPool(d, side_pool_, nullptr);
   for (auto& [serial, fence] : in_flight_fences_) free_fences_.push_back(fence);
   for (VkFence f : free_fences_) device_.fn().vkDestroyFence(d, f, nullptr);
   device_.live_mut().fences -= static_cast<int64_t>(free_fences_.size());
@@ -215,7 +218,10 @@ Status Stream::wait_idle(uint64_t timeout_ns) {
 void Stream::recycle() {
   Serial done = refresh_completed();
   in_flight_cbs_.retire_up_to(done, [this](VkCommandBuffer cb) { free_cbs_.push_back(cb); });
-  retiring_bundles_.retire_up_to(done, [this](VkCommandBuffer cb) { free_bundle(cb); });
+  retiring_bundles_.retire_up_to(done, [this](const RetiringBundle& b) {
+    side_retiring_ -= b.side;
+    free_bundle(b.cb, b.side);
+  });
   descriptors_.recycle(done);
   device_.collect_garbage();
 }
@@ -278,7 +284,7 @@ Result<CommandList> Stream::begin_bundle() {
   Status s = device_.vk("vkBeginCommandBuffer (bundle)",
                         [&] { return device_.fn().vkBeginCommandBuffer(cb, &bi); });
   if (!s.ok()) {
-    free_bundle(cb);
+    free_bundle(cb, false);
     return s;
   }
   return CommandList(this, cb, kNoSerial, /*bundle=*/true);
@@ -303,21 +309,107 @@ Result<Bundle> Stream::end_bundle(CommandList& list) {
   return b;
 }
 
-void Stream::release_bundle(VkCommandBuffer cb, Serial last_use) noexcept {
+void Stream::release_bundle(VkCommandBuffer cb, Serial last_use, bool side) noexcept {
   if (last_use <= completed_) {
-    free_bundle(cb);
+    free_bundle(cb, side);
     return;
   }
   // Kept in serial order: a key later than the last use only delays the free.
   if (!retiring_bundles_.empty() && last_use < retiring_bundles_.back_serial()) {
     last_use = retiring_bundles_.back_serial();
   }
-  retiring_bundles_.push(last_use, cb);
+  retiring_bundles_.push(last_use, RetiringBundle{cb, side});
+  side_retiring_ += side;
 }
 
-void Stream::free_bundle(VkCommandBuffer cb) noexcept {
+void Stream::free_bundle(VkCommandBuffer cb, bool side) noexcept {
+  if (side) {
+    device_.fn().vkFreeCommandBuffers(device_.handle(), side_pool_, 1, &cb);
+    return;
+  }
   device_.fn().vkFreeCommandBuffers(device_.handle(), command_pool_, 1, &cb);
   --device_.live_mut().command_buffers;
+}
+
+void Stream::free_side_now(VkCommandBuffer cb) noexcept {
+  device_.fn().vkEndCommandBuffer(cb);  // may fail on a lost device: freed all the same
+  device_.fn().vkFreeCommandBuffers(device_.handle(), side_pool_, 1, &cb);
+}
+
+Status Stream::ensure_side_pool() {
+  if (side_pool_) return {};
+  VkCommandPoolCreateInfo cpci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  cpci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  cpci.queueFamilyIndex = device_.queue_family();
+  VKAD_TRY(device_.vk("vkCreateCommandPool (side bundles)", [&] {
+    return device_.fn().vkCreateCommandPool(device_.handle(), &cpci, nullptr, &side_pool_);
+  }));
+  device_.set_name(VK_OBJECT_TYPE_COMMAND_POOL, reinterpret_cast<uint64_t>(side_pool_),
+                   name_ + " side bundle pool");
+  return {};
+}
+
+Status Stream::settle_side_bundles() {
+  recycle();
+  if (side_retiring_ == 0) return {};
+  // Freeing them takes the side pool, which the next recording thread will hold.
+  if (!wait_for(retiring_bundles_.back_serial(), UINT64_MAX)) VKAD_TRY(device_.status());
+  recycle();
+  if (side_retiring_ != 0) {
+    return make_error(ErrorCode::kInternal,
+                      "stream '" + name_ + "': side bundles still in flight after a wait");
+  }
+  return {};
+}
+
+// The two below run on the recording thread: vk_call, not device_.vk (which marks the device
+// lost, shared state); the owner marks it when the recording's error reaches it.
+Result<CommandList> Stream::begin_side_bundle() {
+  VkCommandBufferAllocateInfo info{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  info.commandPool = side_pool_;
+  info.level = VK_COMMAND_BUFFER_LEVEL_SECONDARY;
+  info.commandBufferCount = 1;
+  VkCommandBuffer cb = VK_NULL_HANDLE;
+  VKAD_TRY(vk_call("vkAllocateCommandBuffers (side bundle)", [&] {
+    return device_.fn().vkAllocateCommandBuffers(device_.handle(), &info, &cb);
+  }));
+  VkCommandBufferInheritanceInfo inherit{VK_STRUCTURE_TYPE_COMMAND_BUFFER_INHERITANCE_INFO};
+  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  bi.pInheritanceInfo = &inherit;
+  Status s = vk_call("vkBeginCommandBuffer (side bundle)",
+                     [&] { return device_.fn().vkBeginCommandBuffer(cb, &bi); });
+  if (!s.ok()) {
+    device_.fn().vkFreeCommandBuffers(device_.handle(), side_pool_, 1, &cb);
+    return s;
+  }
+  return CommandList(this, cb, kNoSerial, /*bundle=*/true, /*side=*/true);
+}
+
+Result<Bundle> Stream::end_side_bundle(CommandList& list) {
+  if (!list.recording() || !list.side_) {
+    return make_error(
+        ErrorCode::kFailedPrecondition,
+        "stream '" + name_ + "': end_side_bundle of a list that is not a side bundle");
+  }
+  VkCommandBuffer cb = list.cb_.release();
+  Bundle b;
+  b.stream_ = this;
+  b.cb_ = cb;
+  b.side_ = true;
+  b.dispatches_ = list.dispatches_;
+  b.uses_ = std::move(list.uses_);
+  std::sort(b.uses_.begin(), b.uses_.end());
+  b.uses_.erase(std::unique(b.uses_.begin(), b.uses_.end()), b.uses_.end());
+  list = CommandList();
+  Status s = vk_call("vkEndCommandBuffer (side bundle)",
+                     [&] { return device_.fn().vkEndCommandBuffer(cb); });
+  if (!s.ok()) {
+    b.cb_ = VK_NULL_HANDLE;
+    device_.fn().vkFreeCommandBuffers(device_.handle(), side_pool_, 1, &cb);
+    return s;
+  }
+  return b;
 }
 
 void Stream::abandon(VkCommandBuffer cb) {

@@ -82,6 +82,17 @@ class Stream final : public SerialTracker {
   Result<CommandList> begin_bundle();
   // Ends a bundle's recording (`list` comes from begin_bundle and becomes empty).
   Result<Bundle> end_bundle(CommandList& list);
+  // Bundles recorded by another thread (the runtime's capture run, runtime.h): they come from a
+  // command pool of their own, the side pool, which Vulkan lets one thread use at a time. The
+  // owner thread makes the pool (ensure_side_pool) and, before a thread starts recording side
+  // bundles, waits for the side bundles released earlier to be freed (settle_side_bundles);
+  // that thread alone then calls begin_side_bundle / end_side_bundle (no other Stream call),
+  // and the owner executes and destroys the Bundles only after it stopped. Side bundles are not
+  // counted in the device's live objects (the recording thread touches no shared counter).
+  Status ensure_side_pool();
+  Status settle_side_bundles();
+  Result<CommandList> begin_side_bundle();
+  Result<Bundle> end_side_bundle(CommandList& list);
   // This stream's timeline semaphore (timeline mode only; null in fence mode).
   VkSemaphore timeline_semaphore() const { return timeline_; }
   // A new opaque POSIX fd of a timeline semaphore that every submit signals with its serial, as
@@ -118,8 +129,10 @@ class Stream final : public SerialTracker {
   friend class Bundle;
   void abandon(VkCommandBuffer cb);  // an unsubmitted list went away
   // A bundle went away: freed once `last_use` completed (kNoSerial: never executed).
-  void release_bundle(VkCommandBuffer cb, Serial last_use) noexcept;
-  void free_bundle(VkCommandBuffer cb) noexcept;
+  void release_bundle(VkCommandBuffer cb, Serial last_use, bool side) noexcept;
+  void free_bundle(VkCommandBuffer cb, bool side) noexcept;
+  // A side bundle whose recording failed, freed by the thread recording it.
+  void free_side_now(VkCommandBuffer cb) noexcept;
   Result<VkCommandBuffer> allocate_command_buffer(VkCommandBufferLevel level, const char* label);
   Result<VkFence> take_fence();
   // The driver wait itself, without the sticky device-lost short cut: also used at destruction,
@@ -133,6 +146,7 @@ class Stream final : public SerialTracker {
   int64_t spin_ns_ = 0;
   VkQueue queue_ = VK_NULL_HANDLE;
   VkCommandPool command_pool_ = VK_NULL_HANDLE;
+  VkCommandPool side_pool_ = VK_NULL_HANDLE;  // ensure_side_pool
   VkSemaphore timeline_ = VK_NULL_HANDLE;
   // Signalled with timeline_'s values where Capabilities::export_semaphore_fd: the one
   // export_timeline_fd hands out (stream.cpp says why it is not timeline_).
@@ -142,7 +156,12 @@ class Stream final : public SerialTracker {
   bool recording_ = false;
   std::vector<VkCommandBuffer> free_cbs_;
   SerialQueue<VkCommandBuffer> in_flight_cbs_;
-  SerialQueue<VkCommandBuffer> retiring_bundles_;  // released bundles, freed when complete
+  struct RetiringBundle {
+    VkCommandBuffer cb = VK_NULL_HANDLE;
+    bool side = false;
+  };
+  SerialQueue<RetiringBundle> retiring_bundles_;  // released bundles, freed when complete
+  size_t side_retiring_ = 0;                      // ... of which side bundles
   std::vector<VkFence> free_fences_;
   std::deque<std::pair<Serial, VkFence>> in_flight_fences_;
   DescriptorAllocator descriptors_;

@@ -26,13 +26,14 @@ Status Runtime::not_while_capturing(const char* what) const {
                         "first)");
 }
 
-Status Runtime::begin_capture(const std::string& name) {
+Status Runtime::begin_capture(const std::string& name, bool run) {
   VKAD_EXCLUSIVE_USE("begin_capture");
   VKAD_TRY(device_->status());
   if (capture_) {
     return make_error(ErrorCode::kFailedPrecondition,
                       "begin_capture: graph '" + capture_->name + "' is being captured already");
   }
+  if (run) VKAD_TRY(run_start());
   capture_ = std::make_unique<Graph>();
   capture_->name = name.empty() ? "graph" : name;
   omit_next_barrier_ = false;
@@ -83,6 +84,7 @@ Status Runtime::capture_launch(const std::shared_ptr<const Kernel>& k, std::span
   omit_next_barrier_ = false;
   g.steps.push_back({true, static_cast<uint32_t>(g.launches.size())});
   g.launches.push_back(std::move(c));
+  if (run_) run_after_step();
   return {};
 }
 
@@ -98,6 +100,15 @@ Result<GraphHandle> Runtime::end_capture() {
   VKAD_EXCLUSIVE_USE("end_capture");
   if (!capture_)
     return make_error(ErrorCode::kFailedPrecondition, "end_capture: no capture is open");
+  if (run_) {
+    Status ran = run_finish();
+    if (!ran.ok()) {
+      const std::string name = capture_->name;
+      capture_.reset();
+      return make_error(ran.code(), "end_capture of graph '" + name +
+                                        "', running its steps as captured: " + ran.message());
+    }
+  }
   VKAD_ASSIGN_OR_RETURN(uint64_t id, issue_id());
   capture_->last_plan = {};  // capture_launch's only
   graphs_.emplace(id, std::move(capture_));

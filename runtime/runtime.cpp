@@ -144,7 +144,8 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
 Runtime::~Runtime() {
   // create() may have failed part-way: nothing to flush without a device and a stream.
   if (!device_ || !stream_) return;
-  capture_.reset();  // an open capture recorded nothing
+  run_stop();        // a running capture's thread; its pieces not submitted are dropped
+  capture_.reset();  // an open capture recorded nothing more
   // Flush what was recorded and wait for this stream's work only; then release everything.
   Status s = flush().status();
   if (s.ok()) s = drain_all();
@@ -279,6 +280,8 @@ Status Runtime::free_ndarray(NdArrayHandle array) {
   VKAD_TRY(device_->status());
   auto it = arrays_.find(array.id);
   if (it == arrays_.end()) return dead_handle("free_ndarray", "ndarray", array.id);
+  // A running capture's pieces not submitted yet bind buffers not marked used: submitted first.
+  if (run_) VKAD_TRY(run_drain());
   arrays_.erase(it);  // Buffer -> deferred deleter at the serial of its last use
   return {};
 }
@@ -370,6 +373,7 @@ Status Runtime::fill(NdArrayHandle array, double value) {
     }
     capture_->steps.push_back({false, static_cast<uint32_t>(capture_->fills.size())});
     capture_->fills.push_back({array, lo});
+    if (run_) run_after_step();
     return {};
   }
   if (elem == 8 && lo != hi) {
@@ -424,6 +428,7 @@ Status Runtime::zero_many(std::span<const NdArrayHandle> arrays) {
       capture_->steps.push_back({false, static_cast<uint32_t>(capture_->fills.size())});
       capture_->fills.push_back({h, 0});
     }
+    if (run_) run_after_step();
     return {};
   }
   VKAD_TRY(ensure_list());
@@ -740,18 +745,26 @@ Status Runtime::record_launch(const std::shared_ptr<const Kernel>& k, const Comm
 Status Runtime::record_dispatches(rhi::CommandList& list, const Kernel& k, const CommandPlan& cp,
                                   std::span<rhi::Buffer* const> arrays, rhi::Buffer& args_buf,
                                   uint64_t args_offset, bool final_barrier) {
+  std::array<rhi::Buffer*, adstack::kHeapCount> heaps;
+  for (uint32_t h = 0; h < adstack::kHeapCount; ++h) heaps[h] = &heaps_.heap(h);
+  // bindings_ reused: no allocation per launch
+  return dispatch_into(list, k, cp, arrays, heaps, args_buf, args_offset, final_barrier, bindings_);
+}
+
+Status Runtime::dispatch_into(rhi::CommandList& list, const Kernel& k, const CommandPlan& cp,
+                              std::span<rhi::Buffer* const> arrays,
+                              std::span<rhi::Buffer* const> heaps, rhi::Buffer& args_buf,
+                              uint64_t args_offset, bool final_barrier,
+                              std::vector<rhi::Buffer*>& bindings) {
   const CompiledKernel& d = k.desc;
   const std::vector<TaskPlan>& plan = cp.lp.tasks;
-  std::vector<rhi::Buffer*>& bindings = bindings_;  // reused: no allocation per launch
   bindings.clear();
   bindings.push_back(&args_buf);
   bindings.insert(bindings.end(), arrays.begin(), arrays.end());
   // With every adstack task in the private tier the heap bindings are never accessed: the
   // args buffer stands in for them, so no heap is made.
   if (k.has_adstacks) {
-    for (rhi::Buffer& h : heaps_.all()) {
-      bindings.push_back(cp.lp.any_heap_task ? &h : &args_buf);
-    }
+    for (rhi::Buffer* h : heaps) bindings.push_back(cp.lp.any_heap_task ? h : &args_buf);
   }
   for (size_t t = 0; t < d.tasks.size(); ++t) {
     rhi::ComputePipeline& p = *cp.pipelines[t];
@@ -781,6 +794,10 @@ Result<rhi::StreamSemaphore> Runtime::flush() {
   VKAD_EXCLUSIVE_USE("flush");
   VKAD_TRY(device_->status());
   if (capture_) return last_sem_;  // nothing is recorded while capturing: nothing to submit
+  return submit_list();
+}
+
+Result<rhi::StreamSemaphore> Runtime::submit_list() {
   if (!list_.recording()) {
     retirement_.poll();
     take_retired();

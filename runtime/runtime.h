@@ -29,7 +29,9 @@
 #include <array>
 #include <atomic>
 #include <compare>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -37,6 +39,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -184,6 +187,11 @@ struct RuntimeStats {
   // update changed a launch's plan or the adstack heaps grew).
   uint64_t bundle_replays = 0;
   uint64_t graph_recordings = 0;
+  // Pieces a running capture (begin_capture's `run`) submitted, and of those the ones recorded
+  // on its recording thread (the others: on the caller's, where no thread could be had or a
+  // pipeline has no push descriptors).
+  uint64_t run_pieces = 0;
+  uint64_t run_pieces_recorded_aside = 0;
   // The driver pipeline cache read from disk at creation (rhi::PipelineCacheLoad).
   bool pipeline_cache_loaded = false;
   uint64_t pipeline_cache_bytes_loaded = 0;
@@ -311,7 +319,23 @@ class Runtime {
   // kFailedPrecondition naming the capture. kFailedPrecondition if a capture is open already.
   // A fill whose value needs host staging (an 8-byte pattern with unequal halves) cannot be
   // captured (kInvalidArgument naming it).
-  Status begin_capture(const std::string& name = "");
+  //
+  // `run`: the capture also runs what it captures, as launch() and fill() would have, in
+  // order and asynchronously -- the first iteration of a training loop without a replay after
+  // its capture (README, "A capture that runs"). The captured steps are cut into pieces of
+  // kBundleLaunches launches; a thread of the runtime's own records each piece into a bundle
+  // (the driver's per-launch recording, ~5 us on NVIDIA, off the caller's thread) and the
+  // caller's next captured step submits the pieces recorded so far, so the device runs the
+  // first pieces while the capture goes on. Each piece reads its args from a host-visible
+  // buffer of its own (also where its launches' error words land); launches get their
+  // LaunchIds, stats and device-error reports when submitted. Freeing an array while running
+  // first submits every step captured so far (its buffer stays alive until they complete).
+  // end_capture submits the rest and returns once everything is submitted; the graph is then
+  // the same as without `run` (its first replay records its own bundles). Should a piece fail
+  // (out of memory, device lost), nothing after it runs and end_capture returns that error,
+  // the capture dropped. Without push descriptors every piece is recorded on the caller's
+  // thread (same results).
+  Status begin_capture(const std::string& name = "", bool run = false);
   // The graph (kFailedPrecondition without an open capture; an empty capture is a graph too).
   Result<GraphHandle> end_capture();
   // Records the graph's steps into the current list, in order, as if launched one by one
@@ -521,7 +545,16 @@ class Runtime {
   Status record_dispatches(rhi::CommandList& list, const Kernel& k, const CommandPlan& plan,
                            std::span<rhi::Buffer* const> arrays, rhi::Buffer& args_buf,
                            uint64_t args_offset, bool final_barrier = true);
+  // record_dispatches with everything it reads given: the heap buffers (kHeapCount of them)
+  // and the bindings scratch. Touches no runtime state: a capture run's recording thread calls
+  // it.
+  static Status dispatch_into(rhi::CommandList& list, const Kernel& k, const CommandPlan& plan,
+                              std::span<rhi::Buffer* const> arrays,
+                              std::span<rhi::Buffer* const> heaps, rhi::Buffer& args_buf,
+                              uint64_t args_offset, bool final_barrier,
+                              std::vector<rhi::Buffer*>& bindings);
   void count_launch(const CommandPlan& plan);  // the stats of one launch recorded
+  Result<rhi::StreamSemaphore> submit_list();  // flush()'s submission, also while capturing
   Status auto_flush();  // flush when the list is past max_dispatches_per_list or max_list_age_us
   std::vector<rhi::Buffer*> bindings_;  // record_launch's scratch
 
@@ -593,6 +626,54 @@ class Runtime {
     return {g.arrays.data() + c.arrays, c.kernel->array_count};
   }
   std::vector<const std::byte*> replay_down_;  // replay_bundle's scratch
+
+  // A running capture (begin_capture's `run`; runtime/capture_run.cpp). A piece is a run of
+  // captured steps with everything its recording reads resolved when it is cut (buffers,
+  // plans, heaps, args): the recording thread touches nothing else of the runtime.
+  struct RunStep {
+    std::shared_ptr<const Kernel> kernel;  // null: a fill
+    uint32_t plan = 0;                     // RunPiece::plans
+    uint32_t arrays = 0;                   // RunPiece::arrays[arrays, + kernel->array_count)
+    uint64_t args_offset = 0;              // in RunPiece::args
+    bool barrier_after = true;
+    rhi::Buffer* fill = nullptr;  // a fill's buffer, its array, bytes and 32-bit pattern
+    uint64_t fill_array = 0;
+    uint64_t fill_bytes = 0;
+    uint32_t pattern = 0;
+  };
+  struct RunPiece {
+    std::vector<RunStep> steps;
+    std::vector<CommandPlan> plans;
+    std::vector<rhi::Buffer*> arrays;
+    std::array<rhi::Buffer*, adstack::kHeapCount> heaps{};
+    rhi::Buffer args;     // host-visible: the launches' encoded args and error words
+    bool direct = false;  // recorded into the runtime's list (a pipeline without push descriptors)
+    rhi::Bundle bundle;   // the recording's result
+    Status status;
+  };
+  struct CaptureRun {
+    std::mutex mu;
+    std::condition_variable cv;  // a piece queued (todo), recorded (done), or stop
+    std::deque<std::unique_ptr<RunPiece>> todo, done;
+    bool stop = false;
+    // The caller's thread only:
+    std::thread thread;             // not joinable: the caller's thread records every piece
+    size_t outstanding = 0;         // pieces cut, not submitted yet
+    size_t next_step = 0;           // the first captured step not in a piece
+    std::vector<rhi::Bundle> keep;  // submitted bundles, released once the thread stopped
+    Status error;                   // the first piece that failed: nothing after it runs
+  };
+  std::unique_ptr<CaptureRun> run_;
+  static Status record_piece(rhi::Stream& stream, RunPiece& piece);
+  static void run_thread(CaptureRun* run, rhi::Stream* stream);  // the recording thread
+  void run_after_step();                                         // a step was captured: submit, cut
+  void run_cut();                // the steps not in a piece yet, as one
+  void run_pump(bool wait_all);  // submits recorded pieces (all outstanding: wait_all)
+  Status run_drain();            // cut, then submit everything (before a free)
+  Status run_finish();           // end_capture's: the rest, the thread stopped
+  void run_stop() noexcept;      // stops the thread, drops what is not submitted
+  void submit_piece(RunPiece& piece);
+  Status run_start();  // begin_capture's: the side pool ready, the thread started
   Status record_bundles(Graph& g);
   Status record_steps(rhi::CommandList& list, const Graph& g,
                       const std::function<Status(uint32_t)>& launch);

@@ -1206,10 +1206,11 @@ struct Session {
   }
 
   // Session.capture's halves: begin returns the Graph (its handle set by end).
-  nb::object begin_capture(const std::string& name, bool background) {
+  nb::object begin_capture(const std::string& name, bool background, bool run) {
     {
       Locked l(*st);
-      check(st->get().begin_capture(name, vkad::CaptureOptions{.background_rework = background}));
+      check(st->get().begin_capture(
+          name, vkad::CaptureOptions{.background_rework = background, .run = run}));
     }
     auto* g = new Graph();
     g->st = st;
@@ -1640,7 +1641,8 @@ NB_MODULE(_vkad, m) {
            nb::sig("def copy(self, src: NdArray, dst: NdArray) -> None"),
            "Copies src into dst (same dtype and shape) on the device; asynchronous.")
       .def("_clearing_adjoint", &Session::clearing_adjoint, "forward"_a)
-      .def("_begin_capture", &Session::begin_capture, "name"_a, "background"_a = false)
+      .def("_begin_capture", &Session::begin_capture, "name"_a, "background"_a = false,
+           "run"_a = false)
       .def("finish_rework", &Session::finish_rework, "graph"_a,
            "Waits for the graph's background rework (capture(background=True)) and installs "
            "it: replays run the reworked graph from now on. Nothing for other graphs.")

@@ -174,7 +174,8 @@ class Session(_vkad.Session):
         self.zero(a.grad)
 
     @_contextlib.contextmanager
-    def capture(self, name: str = "", background: bool = False) -> Iterator[Graph]:
+    def capture(self, name: str = "", background: bool = False,
+                run: bool = False) -> Iterator[Graph]:
         """`with s.capture() as g:` captures the launches (and zero / fill / zero_many) of the
         block instead of running them; `s.replay(g)` then runs them all with one call, and
         `s.replay(g, updates=[(launch, param, value)])` with scalar arguments replaced (kept for
@@ -186,8 +187,13 @@ class Session(_vkad.Session):
         on a thread of its own instead of at the end of the block; replays run the launches as
         captured until it is done, then the reworked graph (installed by the first replay that
         finds it done, or by finish_rework(g)). Same results; the first iteration of a training
-        loop costs its recording and one plain replay."""
-        g = self._begin_capture(name, background)
+        loop costs its recording and one plain replay.
+
+        run=True: the block's launches also run, in order, as they would have without the
+        capture (a thread records them in pieces and the device runs each while the block goes
+        on): a training loop's first iteration is its capture, with no replay after it. The
+        block's end returns once everything is submitted."""
+        g = self._begin_capture(name, background, run)
         try:
             yield g
         finally:

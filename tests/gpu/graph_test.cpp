@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "diffsim/diffsim.h"
+#include "rhi/vk_check.h"
 #include "runtime/runtime.h"
 #include "support/sample_kernels.h"
 
@@ -408,6 +409,137 @@ TEST_P(Graphs, ADeviceErrorInAReplayNamesTheReplayedLaunch) {
                            std::to_string(first.value + 1) + ", #" +
                            std::to_string(first.value + 2);
   EXPECT_NE(s.message().find(want), std::string::npos) << s.message() << "\nwanted " << want;
+}
+
+// A capture that runs (begin_capture's `run`): every captured step runs as launching it would
+// have, in order, pieces recorded on the runtime's thread (push descriptors) or the caller's;
+// the graph it leaves replays to the same result.
+TEST_P(Graphs, ACaptureThatRunsRunsEveryStepAsLaunchingThem) {
+  const uint32_t n = 2 * runtime::kBundleLaunches + 37;  // three pieces
+  runtime::NdArrayHandle z = array(std::vector<float>(kN, 5.0f), "z");
+  const uint64_t launches = rt_->stats()->launches;
+  const runtime::LaunchId next = rt_->next_launch_id();
+  ASSERT_TRUE(rt_->begin_capture("running", /*run=*/true).ok());
+  ASSERT_TRUE(rt_->fill(y_, 1.0).ok());
+  float sum = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (i % 211 == 0) ASSERT_TRUE(rt_->fill(z, 0.0).ok());  // fills between launches
+    if (i == n / 2) {  // y reset half-way: a fill ordered between two launches of one piece
+      ASSERT_TRUE(rt_->fill(y_, 1.0).ok());
+      sum = 0;
+    }
+    const float a = static_cast<float>(i % 7) - 3.0f;
+    sum += a;
+    const Arg args[] = {Arg::f32(a), Arg::ndarray(x_), Arg::ndarray(y_)};
+    ASSERT_TRUE(rt_->launch(axpy_, args).ok());
+  }
+  auto g = rt_->end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  const runtime::RuntimeStats s = *rt_->stats();
+  EXPECT_EQ(s.launches, launches + n) << "every captured launch ran";
+  EXPECT_EQ(rt_->next_launch_id().value, next.value + n) << "each with a LaunchId";
+  EXPECT_EQ(s.run_pieces, 3u);
+  if (bundled() && rt_->device().caps().push_descriptor) {
+    EXPECT_EQ(s.run_pieces_recorded_aside, s.run_pieces) << "recorded on the runtime's thread";
+  } else {
+    EXPECT_EQ(s.run_pieces_recorded_aside, 0u);
+  }
+  expect_y(sum);  // exact: small integer sums times multiples of 1/4
+  for (float v : read(z)) ASSERT_EQ(v, 0.0f);
+  // The graph is as a capture without `run` leaves it: its replay computes the same.
+  ASSERT_TRUE(rt_->fill(y_, 7.0).ok());
+  ASSERT_TRUE(rt_->replay(*g).ok());
+  expect_y(sum);
+}
+
+TEST_P(Graphs, ACaptureThatRunsReportsDeviceErrorsWithTheLaunchesNumbers) {
+  std::vector<float> neg(xs_);
+  neg[7] = -1.0f;  // the axpy kernel flags x < 0 (error code 7): every launch
+  ASSERT_TRUE(rt_->upload(x_, neg.data(), 4 * kN).ok());
+  const runtime::LaunchId first = rt_->next_launch_id();
+  ASSERT_TRUE(rt_->begin_capture("running", /*run=*/true).ok());
+  for (float a : {2.0f, 3.0f, 4.0f}) {
+    const Arg args[] = {Arg::f32(a), Arg::ndarray(x_), Arg::ndarray(y_)};
+    ASSERT_TRUE(rt_->launch(axpy_, args).ok());
+  }
+  ASSERT_TRUE(rt_->end_capture().ok());
+  Status s = rt_->synchronize();
+  EXPECT_EQ(s.code(), ErrorCode::kDeviceError);
+  const std::string want = "launches #" + std::to_string(first.value) + ", #" +
+                           std::to_string(first.value + 1) + ", #" +
+                           std::to_string(first.value + 2);
+  EXPECT_NE(s.message().find(want), std::string::npos) << s.message() << "\nwanted " << want;
+}
+
+// Freeing an array while the capture runs: the steps captured before it (which bind its
+// buffer) are submitted first, so they run on live memory; the graph then names the freed
+// array at its replay, as any graph does.
+TEST_P(Graphs, FreeingAnArrayWhileACaptureRunsRunsTheStepsBeforeTheFree) {
+  runtime::NdArrayHandle z = array(std::vector<float>(kN, 0.0f), "z");
+  ASSERT_TRUE(rt_->begin_capture("running", /*run=*/true).ok());
+  ASSERT_TRUE(rt_->fill(y_, 1.0).ok());
+  for (int i = 0; i < 5; ++i) {
+    const Arg into_z[] = {Arg::f32(1.0f), Arg::ndarray(x_), Arg::ndarray(z)};
+    ASSERT_TRUE(rt_->launch(axpy_, into_z).ok());
+    const Arg into_y[] = {Arg::f32(2.0f), Arg::ndarray(x_), Arg::ndarray(y_)};
+    ASSERT_TRUE(rt_->launch(axpy_, into_y).ok());
+  }
+  const uint64_t pieces = rt_->stats()->run_pieces;
+  ASSERT_TRUE(rt_->free_ndarray(z).ok());
+  EXPECT_EQ(rt_->stats()->run_pieces, pieces + 1) << "the steps before the free submitted";
+  const Arg more[] = {Arg::f32(3.0f), Arg::ndarray(x_), Arg::ndarray(y_)};
+  ASSERT_TRUE(rt_->launch(axpy_, more).ok());
+  auto g = rt_->end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  expect_y(13.0f);
+  Status s = rt_->replay(*g);
+  EXPECT_EQ(s.code(), ErrorCode::kNotFound) << s.to_string();
+}
+
+// A piece that cannot be recorded (the side bundle's allocation fails): nothing after it runs,
+// end_capture names the failure and drops the capture, and the runtime stays usable -- the next
+// capture that runs, and plain launches, work.
+TEST_P(Graphs, ACaptureWhosePieceFailsReportsItAndLeavesTheRuntimeUsable) {
+  if (!bundled() || !rt_->device().caps().push_descriptor) {
+    GTEST_SKIP() << "no side bundles without push descriptors";
+  }
+  rhi::FaultInjection::arm("vkAllocateCommandBuffers (side bundle)", VK_ERROR_OUT_OF_DEVICE_MEMORY,
+                           /*skip=*/1);
+  ASSERT_TRUE(rt_->begin_capture("failing", /*run=*/true).ok());
+  for (uint32_t i = 0; i < 3 * runtime::kBundleLaunches; ++i) {
+    const Arg args[] = {Arg::f32(1.0f), Arg::ndarray(x_), Arg::ndarray(y_)};
+    ASSERT_TRUE(rt_->launch(axpy_, args).ok());
+  }
+  auto g = rt_->end_capture();
+  rhi::FaultInjection::disarm_all();
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("end_capture of graph 'failing', running its steps as "
+                                      "captured"),
+            std::string::npos)
+      << g.status().to_string();
+  EXPECT_NE(g.status().message().find("side bundle"), std::string::npos) << g.status().to_string();
+  EXPECT_FALSE(rt_->capturing());
+  ASSERT_TRUE(rt_->synchronize().ok());
+  EXPECT_EQ(rt_->stats()->run_pieces, 1u) << "the piece before the failure ran, none after";
+  ASSERT_TRUE(rt_->fill(y_, 1.0).ok());
+  ASSERT_TRUE(rt_->begin_capture("again", /*run=*/true).ok());
+  const Arg args[] = {Arg::f32(2.0f), Arg::ndarray(x_), Arg::ndarray(y_)};
+  ASSERT_TRUE(rt_->launch(axpy_, args).ok());
+  ASSERT_TRUE(rt_->end_capture().ok());
+  ASSERT_TRUE(rt_->launch(axpy_, args).ok());
+  expect_y(4.0f);
+}
+
+// The runtime destroyed while a capture runs (pieces queued, recorded, submitted): its thread
+// stops, nothing leaks, nothing hangs.
+TEST_P(Graphs, ARuntimeDestroyedWhileACaptureRunsStopsItsThread) {
+  ASSERT_TRUE(rt_->begin_capture("abandoned", /*run=*/true).ok());
+  for (uint32_t i = 0; i < 3 * runtime::kBundleLaunches + 11; ++i) {
+    const Arg args[] = {Arg::f32(1.0f), Arg::ndarray(x_), Arg::ndarray(y_)};
+    ASSERT_TRUE(rt_->launch(axpy_, args).ok());
+  }
+  EXPECT_EQ(rt_->device().validation_message_count(), 0u);
+  rt_.reset();
 }
 
 INSTANTIATE_TEST_SUITE_P(Replay, Graphs, ::testing::Bool(),

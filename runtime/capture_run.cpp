@@ -1,0 +1,307 @@
+// A capture that runs what it captures (Runtime::begin_capture's `run`, runtime.h).
+//
+// Why: a training loop's first iteration is captured, then replayed; the device sat idle while
+// the caller captured (~8,000 launches from Python for a DiffTaichi iteration, tens of ms), and
+// the replay after it paid the driver's recording of every launch (~5 us each on NVIDIA) before
+// the device could finish. Here the device runs the captured steps while the capture goes on.
+//
+// How: every kBundleLaunches captured steps (and at end_capture) the caller's thread cuts a
+// piece: it resolves everything the piece's recording reads -- the arrays' and fills' buffers,
+// copies of the launches' plans, the adstack heaps (grown first, after the pieces in flight are
+// submitted: the thread may be reading the old ones), a host-visible buffer holding the
+// launches' encoded args -- and queues it. The recording thread records each piece into a side
+// bundle (rhi::Stream::begin_side_bundle: a command pool of its own) and touches nothing else.
+// The caller's next captured step (or end_capture, waiting) executes the recorded pieces in
+// order in the runtime's list and submits each: LaunchIds, stats and error words as for a
+// launch. A piece whose pipelines lack push descriptors cannot be a bundle: the caller's thread
+// records it into the list directly when it submits it (also where no thread could be made).
+//
+// What the recording thread reads stays valid: kernels and plans are the piece's own copies,
+// buffers belong to arrays a free waits for (run_drain: cut and submit everything first, so
+// the buffers are marked used), heaps are replaced only after run_drain, the args buffer is
+// the piece's. Side bundles are released only after the thread stopped (CaptureRun::keep), so
+// the side pool has one user at a time.
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <system_error>
+#include <unordered_map>
+
+#include "runtime/runtime.h"
+
+namespace vkad::runtime {
+
+void Runtime::run_thread(CaptureRun* r, rhi::Stream* stream) {
+  for (;;) {
+    std::unique_ptr<RunPiece> p;
+    {
+      std::unique_lock<std::mutex> l(r->mu);
+      r->cv.wait(l, [&] { return r->stop || !r->todo.empty(); });
+      if (r->stop) return;
+      p = std::move(r->todo.front());
+      r->todo.pop_front();
+    }
+    if (!p->direct) {
+      try {
+        p->status = record_piece(*stream, *p);
+      } catch (const std::bad_alloc&) {
+        p->status = make_error(ErrorCode::kOutOfHostMemory, "recording a piece: out of memory");
+      }
+    }
+    {
+      std::lock_guard<std::mutex> l(r->mu);
+      r->done.push_back(std::move(p));
+    }
+    r->cv.notify_all();
+  }
+}
+
+Status Runtime::run_start() {
+  VKAD_TRY(stream_->settle_side_bundles());
+  VKAD_TRY(stream_->ensure_side_pool());
+  auto r = std::make_unique<CaptureRun>();
+  if (device_->caps().push_descriptor) {
+    try {
+      r->thread = std::thread(run_thread, r.get(), stream_.get());
+    } catch (const std::system_error&) {
+      // No thread to be had: the caller's thread records every piece (same results).
+    }
+  }
+  run_ = std::move(r);
+  return {};
+}
+
+// The piece's steps into a side bundle, as record_steps and record_dispatches record a graph's.
+Status Runtime::record_piece(rhi::Stream& stream, RunPiece& p) {
+  VKAD_ASSIGN_OR_RETURN(rhi::CommandList list, stream.begin_side_bundle());
+  std::vector<rhi::Buffer*> bindings;
+  std::vector<uint64_t> filled;
+  bool filling = false;
+  for (const RunStep& s : p.steps) {
+    if (!s.kernel) {
+      if (!filling) {
+        list.barrier(rhi::Barrier::kComputeToTransfer);
+        filled.clear();
+      } else if (std::find(filled.begin(), filled.end(), s.fill_array) != filled.end()) {
+        list.barrier(rhi::Barrier::kTransferToTransfer);
+        filled.clear();
+      }
+      filled.push_back(s.fill_array);
+      filling = true;
+      list.fill(*s.fill, s.pattern, 0, s.fill_bytes);
+      continue;
+    }
+    if (filling) list.barrier(rhi::Barrier::kTransferToCompute);
+    filling = false;
+    VKAD_TRY(dispatch_into(list, *s.kernel, p.plans[s.plan],
+                           {p.arrays.data() + s.arrays, s.kernel->array_count}, p.heaps, p.args,
+                           s.args_offset, s.barrier_after, bindings));
+  }
+  if (filling) list.barrier(rhi::Barrier::kTransferToCompute);
+  VKAD_ASSIGN_OR_RETURN(p.bundle, stream.end_side_bundle(list));
+  return {};
+}
+
+void Runtime::run_after_step() {
+  run_pump(/*wait_all=*/false);
+  if (capture_->steps.size() - run_->next_step >= kBundleLaunches) run_cut();
+}
+
+void Runtime::run_cut() {
+  Graph& g = *capture_;
+  CaptureRun& r = *run_;
+  const size_t begin = r.next_step, end = g.steps.size();
+  r.next_step = end;
+  if (begin == end || !r.error.ok()) return;
+  try {
+    auto p = std::make_unique<RunPiece>();
+    // The heaps the piece's launches need, and its args' span of the graph's blob.
+    std::array<uint64_t, adstack::kHeapCount> need{};
+    bool any_heap = false;
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (size_t s = begin; s < end; ++s) {
+      if (!g.steps[s].first) continue;
+      const uint32_t i = g.steps[s].second;
+      const CapturedLaunch& c = g.launches[i];
+      const CommandPlan& plan = g.plans[c.plan];
+      if (plan.lp.any_heap_task) {
+        any_heap = true;
+        for (size_t h = 0; h < need.size(); ++h) need[h] = std::max(need[h], plan.lp.heap_need[h]);
+      }
+      lo = std::min(lo, g.args_offset[i]);
+      hi = std::max(hi, g.args_offset[i] + c.kernel->args_bytes);
+    }
+    if (any_heap) {
+      bool grows = false;
+      for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
+        const rhi::Buffer& b = heaps_.heap(h);
+        grows = grows || !b.valid() || b.size() < need[h];
+      }
+      if (grows) {
+        // The thread may be reading the heaps the growth replaces: everything cut so far is
+        // recorded and submitted first (the old heaps then retire with this list).
+        run_pump(/*wait_all=*/true);
+        if (!r.error.ok()) return;
+        Status grown = ensure_heaps(need);
+        if (!grown.ok()) {
+          r.error = grown;
+          return;
+        }
+      }
+    }
+    for (uint32_t h = 0; h < adstack::kHeapCount; ++h) p->heaps[h] = &heaps_.heap(h);
+    if (hi > lo) {
+      Result<rhi::Buffer> args = device_->create_buffer(
+          {hi - lo, rhi::MemoryUsage::kUpload, "graph '" + g.name + "' run args"});
+      if (!args.ok()) {
+        r.error = args.status();
+        return;
+      }
+      p->args = std::move(*args);
+      std::memcpy(p->args.mapped(), g.args_blob.data() + lo, hi - lo);
+    }
+    std::unordered_map<uint32_t, uint32_t> plan_index;  // graph plan -> the piece's copy
+    p->steps.reserve(end - begin);
+    for (size_t s = begin; s < end; ++s) {
+      RunStep step;
+      if (!g.steps[s].first) {
+        const CapturedFill& f = g.fills[g.steps[s].second];
+        NdArray& a = arrays_.at(f.array.id);  // alive: a free cuts and submits first
+        step.fill = &a.buffer;
+        step.fill_array = f.array.id;
+        step.fill_bytes = a.bytes;
+        step.pattern = f.pattern;
+        p->steps.push_back(std::move(step));
+        continue;
+      }
+      const uint32_t i = g.steps[s].second;
+      const CapturedLaunch& c = g.launches[i];
+      auto [it, fresh] = plan_index.try_emplace(c.plan, static_cast<uint32_t>(p->plans.size()));
+      if (fresh) p->plans.push_back(g.plans[c.plan]);
+      for (const rhi::ComputePipeline* pipeline : g.plans[c.plan].pipelines) {
+        p->direct = p->direct || !pipeline->push_descriptors();
+      }
+      step.kernel = c.kernel;
+      step.plan = it->second;
+      step.arrays = static_cast<uint32_t>(p->arrays.size());
+      const std::span<rhi::Buffer* const> bufs = graph_arrays(g, c);
+      p->arrays.insert(p->arrays.end(), bufs.begin(), bufs.end());
+      step.args_offset = g.args_offset[i] - lo;
+      step.barrier_after = c.barrier_after;
+      p->steps.push_back(std::move(step));
+    }
+    p->direct = p->direct || !r.thread.joinable();
+    ++r.outstanding;
+    if (p->direct) {
+      // The caller's thread records it when submitting: queued behind the thread's pieces.
+      std::lock_guard<std::mutex> l(r.mu);
+      (r.thread.joinable() ? r.todo : r.done).push_back(std::move(p));
+    } else {
+      std::lock_guard<std::mutex> l(r.mu);
+      r.todo.push_back(std::move(p));
+    }
+    r.cv.notify_all();
+  } catch (const std::bad_alloc&) {
+    r.error = make_error(ErrorCode::kOutOfHostMemory, "cutting a piece: out of memory");
+  }
+}
+
+void Runtime::run_pump(bool wait_all) {
+  CaptureRun& r = *run_;
+  for (;;) {
+    std::unique_ptr<RunPiece> p;
+    {
+      std::unique_lock<std::mutex> l(r.mu);
+      if (wait_all) r.cv.wait(l, [&] { return !r.done.empty() || r.outstanding == 0; });
+      if (r.done.empty()) return;
+      p = std::move(r.done.front());
+      r.done.pop_front();
+    }
+    --r.outstanding;
+    if (r.error.ok()) submit_piece(*p);
+  }
+}
+
+void Runtime::submit_piece(RunPiece& p) {
+  CaptureRun& r = *run_;
+  if (!p.status.ok()) {
+    if (p.status.code() == ErrorCode::kDeviceLost) device_->mark_lost();
+    r.error = p.status;
+    return;
+  }
+  Status s = ensure_list();
+  // After what was recorded before the capture (host copies into arrays the steps read).
+  if (s.ok()) list_.barrier(rhi::Barrier::kTransferToCompute);
+  if (s.ok() && p.direct) {
+    // The steps straight into the list, as record_piece records them into a bundle.
+    bool filling = false;
+    for (const RunStep& st : p.steps) {
+      if (!st.kernel) {
+        if (!filling) list_.barrier(rhi::Barrier::kComputeToTransfer);
+        if (filling) list_.barrier(rhi::Barrier::kTransferToTransfer);
+        filling = true;
+        list_.fill(*st.fill, st.pattern, 0, st.fill_bytes);
+        continue;
+      }
+      if (filling) list_.barrier(rhi::Barrier::kTransferToCompute);
+      filling = false;
+      s = dispatch_into(list_, *st.kernel, p.plans[st.plan],
+                        {p.arrays.data() + st.arrays, st.kernel->array_count}, p.heaps, p.args,
+                        st.args_offset, st.barrier_after, bindings_);
+      if (!s.ok()) break;
+    }
+    if (s.ok() && filling) list_.barrier(rhi::Barrier::kTransferToCompute);
+  } else if (s.ok()) {
+    list_.execute(p.bundle);
+    ++stats_.run_pieces_recorded_aside;
+  }
+  if (!s.ok()) {
+    r.error = s;
+    return;
+  }
+  for (const RunStep& st : p.steps) {
+    if (!st.kernel) continue;
+    ctx_buffers_.flags.push_back(
+        {p.args.mapped() + st.args_offset, st.kernel, LaunchId{++next_launch_}});
+    count_launch(p.plans[st.plan]);
+  }
+  ++stats_.run_pieces;
+  if (p.args.valid()) {
+    ctx_bytes_ += p.args.size();
+    ctx_buffers_.buffers.push_back(std::move(p.args));  // read for error words, then released
+  }
+  if (p.bundle.valid()) r.keep.push_back(std::move(p.bundle));
+  Result<rhi::StreamSemaphore> sem = submit_list();
+  if (!sem.ok()) r.error = sem.status();
+}
+
+Status Runtime::run_drain() {
+  run_cut();
+  run_pump(/*wait_all=*/true);
+  return run_->error;
+}
+
+Status Runtime::run_finish() {
+  Status s = run_drain();
+  run_stop();
+  return s;
+}
+
+void Runtime::run_stop() noexcept {
+  if (!run_) return;
+  CaptureRun& r = *run_;
+  {
+    std::lock_guard<std::mutex> l(r.mu);
+    r.stop = true;
+  }
+  r.cv.notify_all();
+  if (r.thread.joinable()) r.thread.join();
+  // Unsubmitted pieces (never executed) and the submitted bundles go back to the side pool,
+  // now that no thread records from it.
+  r.todo.clear();
+  r.done.clear();
+  r.keep.clear();
+  run_.reset();
+}
+
+}  // namespace vkad::runtime
