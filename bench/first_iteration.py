@@ -2,17 +2,21 @@
 2x the steady one), phase by phase, against the steady iteration of the same process.
 
     python bench/first_iteration.py [--program diffmpm|mass_spring] [--iters 10] [--sync]
+                                    [--no-run]
 
-Phases of the first iteration, as examples/difftaichi/*.py run it: `record` (the forward on the
-tape and its backward, captured: Python and the session's recording), `end_capture`, `replay`
-(the first replay, to the loss read back) and `update` (gradients read back, weights written).
-The examples capture with background=True: end_capture only starts the graph's rework
-(rolling, recompute, scheduling, fusion, the fused kernels' compiles) on a thread of its own,
-the first replays run the launches as captured and the first replay that finds the rework
-done installs it (`iterations_ms` shows where); --sync reworks inside end_capture instead
-(VKAD_GRAPH_TRACE=1 prints the rework's phases). `steady_ms` is the median of the last half of
-the --iters iterations after the first. `construct` is the example's constructor (its kernels
-compiled) before any of them. Point VKAD_CACHE_DIR at an empty folder for a cold start.
+Phases of the first iteration: `record` (the forward on the tape and its backward, captured:
+Python and the session's recording), `end_capture`, `replay` (to the loss read back) and
+`update` (gradients read back, weights written). The capture runs what it captures
+(run=True, as examples/difftaichi/*.py capture: the device runs the iteration while Python
+records it, and `replay` is only the wait for the loss); --no-run captures without running and
+replays after (the examples before run=True). The capture is background=True: end_capture
+starts the graph's rework (rolling, recompute, scheduling, fusion, the fused kernels' compiles)
+on a thread of its own, the next replays run the launches as captured and the first replay that
+finds the rework done installs it (`iterations_ms` shows where); --sync reworks inside
+end_capture instead (VKAD_GRAPH_TRACE=1 prints the rework's phases). `steady_ms` is the median
+of the last half of the --iters iterations after the first. `construct` is the example's
+constructor (its kernels compiled, its gradient arrays made) before any of them. Point
+VKAD_CACHE_DIR at an empty folder for a cold start.
 """
 import argparse
 import json
@@ -35,6 +39,8 @@ def main() -> int:
     ap.add_argument("--program", default="diffmpm", choices=["diffmpm", "mass_spring"])
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--sync", action="store_true", help="the rework inside end_capture")
+    ap.add_argument("--no-run", action="store_true",
+                    help="capture without running, then replay (the examples before run=True)")
     ap.add_argument("--steps", type=int, default=None, help="the program's own when left out")
     a = ap.parse_args()
     out = {"program": a.program}
@@ -54,7 +60,7 @@ def main() -> int:
         before = s.stats()
         first = time.perf_counter()
         t0 = time.perf_counter()
-        capture = s.capture(f"{a.program} iteration", background=not a.sync)
+        capture = s.capture(f"{a.program} iteration", background=not a.sync, run=not a.no_run)
         g = capture.__enter__()
         sim.forward_backward()
         out["record_ms"] = _ms(t0)
@@ -63,7 +69,8 @@ def main() -> int:
         capture.__exit__(None, None, None)
         out["end_capture_ms"] = _ms(t0)
         t0 = time.perf_counter()
-        s.replay(g)
+        if a.no_run:
+            s.replay(g)
         loss = float(sim.arrays["loss"].numpy()[0])
         out["replay_ms"] = _ms(t0)
         t0 = time.perf_counter()

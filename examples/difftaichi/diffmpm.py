@@ -358,15 +358,14 @@ class DiffMPM:
         if not self.graph:
             self.forward_backward()
         elif self._graph is None:
-            # The first iteration is captured, then replayed: the tape makes its gradient
-            # arrays during the capture and keeps them for the next backward, so the graph
-            # binds arrays that live on, and no iteration runs launch by launch first. Its
-            # rework (scheduling, fusion, compiles) runs in the background: the first replays
-            # run the launches as captured until the reworked graph is ready.
-            with self.s.capture("diffmpm iteration", background=True) as g:
+            # The first iteration is captured, and runs while it is captured (run=True: no
+            # replay after it): the tape makes its gradient arrays during the capture and keeps
+            # them for the next backward, so the graph binds arrays that live on. Its rework
+            # (scheduling, fusion, compiles) runs in the background: the next replays run the
+            # launches as captured until the reworked graph is ready.
+            with self.s.capture("diffmpm iteration", background=True, run=True) as g:
                 self.forward_backward()
             self._graph = g
-            self.s.replay(g)
         else:
             self.s.replay(self._graph)
         loss = float(self.arrays["loss"].numpy()[0])

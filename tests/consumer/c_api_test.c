@@ -322,7 +322,7 @@ int main(void) {
     CHECK(vkad_status_code(st) == VKAD_NOT_FOUND);
     vkad_status_free(st);
     /* The same with the rework in the background: replayed before and after its install. */
-    st = vkad_begin_capture_flags(s, "c graph", 2u);
+    st = vkad_begin_capture_flags(s, "c graph", 4u);
     CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
     vkad_status_free(st);
     OK(vkad_begin_capture_flags(s, "c graph", VKAD_CAPTURE_BACKGROUND_REWORK));
@@ -336,6 +336,14 @@ int main(void) {
     OK(vkad_replay(s, g, NULL, 0, NULL)); /* the update was kept */
     OK(vkad_download(s, ho, out, sizeof out));
     CHECK(fabs(out[3] - 2.0f * x[3] * x[3] * y[3]) <= 1e-6 * (1 + fabs(2.0f * x[3] * x[3] * y[3])));
+    OK(vkad_graph_release(s, g));
+    /* A capture that runs: the launch runs as it is captured, with no replay. */
+    OK(vkad_ndarray_zero(s, ho));
+    OK(vkad_begin_capture_flags(s, "c run", VKAD_CAPTURE_RUN | VKAD_CAPTURE_BACKGROUND_REWORK));
+    OK(vkad_launch(s, d.forward, fargs, 4, NULL));
+    OK(vkad_end_capture(s, &g));
+    OK(vkad_download(s, ho, out, sizeof out));
+    CHECK(fabs(out[3] - 1.5f * x[3] * x[3] * y[3]) <= 1e-6 * (1 + fabs(1.5f * x[3] * x[3] * y[3])));
     OK(vkad_graph_release(s, g));
   }
   /* Wrong size, freed handles: errors naming what is wrong. */
@@ -352,7 +360,7 @@ int main(void) {
   memset(&stats, 0, sizeof stats);
   stats.struct_size = sizeof stats;
   OK(vkad_session_stats(s, &stats));
-  CHECK(stats.launches == 9); /* 2, the tape's 2 forwards and 2 adjoints, 3 replayed */
+  CHECK(stats.launches == 10); /* 2, the tape's 2 forwards and 2 adjoints, 3 replayed, 1 run */
   CHECK(stats.ndarrays == 5);
   CHECK(stats.memory_used_bytes > 0);
   CHECK(stats.vulkan_objects_created > 0); /* the device's own objects at least */

@@ -113,6 +113,32 @@ def test_a_captured_training_iteration_equals_the_direct_one(session):
             assert s.stats()["vulkan_objects_created"] == created
 
 
+def test_a_capture_that_runs_is_the_direct_iteration_and_its_graph_replays_it(session):
+    """capture(run=True): the block's launches run as they are captured (no replay after it):
+    the gradient it leaves is the direct iteration's, bit for bit, as is every replay's after;
+    a run with more launches than a piece (512) runs them all, in order."""
+    s = session
+    steps = 300  # 600 launches: two pieces
+    _, xs, t, iteration = _sin_chain(s, steps)
+    iteration()
+    direct = t.grad(xs[0]).numpy()
+    last = xs[-1].numpy()
+    t.grad(xs[0]).upload(np.full(N, 7.0, np.float32))  # garbage: the run must zero it
+    xs[-1].upload(np.zeros(N, np.float32))
+    before = s.stats()["launches"]
+    with s.capture("train", run=True) as g:
+        iteration()
+    assert s.stats()["launches"] == before + 2 * steps  # run, not only captured
+    np.testing.assert_array_equal(xs[-1].numpy(), last)
+    np.testing.assert_array_equal(t.grad(xs[0]).numpy(), direct)
+    t.grad(xs[0]).upload(np.full(N, 7.0, np.float32))
+    s.replay(g)
+    np.testing.assert_array_equal(t.grad(xs[0]).numpy(), direct)
+    with pytest.raises(vkad.FailedPreconditionError, match="graph 'open' is being captured"):
+        with s.capture("open", run=True):
+            xs[0].numpy()  # readbacks are refused as in any capture
+
+
 def test_a_background_rework_gives_the_direct_gradient_before_and_after_its_install(session):
     """capture(background=True): end_capture returns before the rework; replays before its
     install (launches as captured) and after (fused: fewer launches) both compute the direct
