@@ -14,10 +14,10 @@
 namespace vkad::rhi {
 
 void CommandList::Abandon::operator()(VkCommandBuffer cb) noexcept {
-  if (side) {
-    stream->free_side_now(cb);
+  if (side >= 0) {
+    stream->free_side_now(cb, side);
   } else if (bundle) {
-    stream->release_bundle(cb, kNoSerial, false);
+    stream->release_bundle(cb, kNoSerial, -1);
   } else {
     stream->abandon(cb);
   }
@@ -49,7 +49,7 @@ Bundle& Bundle::operator=(Bundle&& other) noexcept {
     uses_ = std::move(other.uses_);
     last_use_ = std::exchange(other.last_use_, kNoSerial);
     dispatches_ = std::exchange(other.dispatches_, 0);
-    side_ = std::exchange(other.side_, false);
+    side_ = std::exchange(other.side_, -1);
   }
   return *this;
 }
@@ -57,7 +57,7 @@ Bundle& Bundle::operator=(Bundle&& other) noexcept {
 void Bundle::reset() noexcept {
   if (cb_ != VK_NULL_HANDLE) stream_->release_bundle(cb_, last_use_, side_);
   cb_ = VK_NULL_HANDLE;
-  side_ = false;
+  side_ = -1;
   uses_.clear();
   last_use_ = kNoSerial;
   dispatches_ = 0;

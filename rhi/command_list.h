@@ -66,7 +66,7 @@ class Bundle {
   std::vector<ResourceUse*> uses_;
   Serial last_use_ = kNoSerial;
   uint32_t dispatches_ = 0;
-  bool side_ = false;  // from the stream's side pool (Stream::begin_side_bundle)
+  int side_ = -1;  // the stream's side pool it comes from (Stream::begin_side_bundle); -1: none
 };
 
 class CommandList {
@@ -111,8 +111,7 @@ class CommandList {
 
  private:
   friend class Stream;
-  CommandList(Stream* stream, VkCommandBuffer cb, Serial serial, bool bundle = false,
-              bool side = false)
+  CommandList(Stream* stream, VkCommandBuffer cb, Serial serial, bool bundle = false, int side = -1)
       : stream_(stream),
         cb_(cb, Abandon{stream, bundle, side}),
         serial_(serial),
@@ -123,7 +122,7 @@ class CommandList {
   struct Abandon {
     Stream* stream = nullptr;
     bool bundle = false;
-    bool side = false;  // a side bundle: freed into the side pool by the thread recording it
+    int side = -1;  // a side bundle's pool: freed there by the thread recording it
     void operator()(VkCommandBuffer cb) noexcept;
   };
 
@@ -132,7 +131,7 @@ class CommandList {
   Serial serial_ = kNoSerial;
   uint32_t dispatches_ = 0;
   bool bundle_ = false;             // recording a Bundle (a secondary command buffer)
-  bool side_ = false;               // ... from the stream's side pool
+  int side_ = -1;                   // ... from this side pool of the stream
   std::vector<ResourceUse*> uses_;  // a bundle's recording: what it references
 };
 

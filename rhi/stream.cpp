@@ -129,7 +129,7 @@ Stream::~Stream() {
   side_retiring_ = 0;
   if (command_pool_)
     device_.fn().vkDestroyCommandPool(d, command_pool_, nullptr);  // frees its buffers
-  if (side_pool_) device_.fn().vkDestroyCommandPool(d, side_pool_, nullptr);
+  for (VkCommandPool pool : side_pools_) device_.fn().vkDestroyCommandPool(d, pool, nullptr);
   for (auto& [serial, fence] : in_flight_fences_) free_fences_.push_back(fence);
   for (VkFence f : free_fences_) device_.fn().vkDestroyFence(d, f, nullptr);
   device_.live_mut().fences -= static_cast<int64_t>(free_fences_.size());
@@ -219,7 +219,7 @@ void Stream::recycle() {
   Serial done = refresh_completed();
   in_flight_cbs_.retire_up_to(done, [this](VkCommandBuffer cb) { free_cbs_.push_back(cb); });
   retiring_bundles_.retire_up_to(done, [this](const RetiringBundle& b) {
-    side_retiring_ -= b.side;
+    side_retiring_ -= b.side >= 0;
     free_bundle(b.cb, b.side);
   });
   descriptors_.recycle(done);
@@ -284,7 +284,7 @@ Result<CommandList> Stream::begin_bundle() {
   Status s = device_.vk("vkBeginCommandBuffer (bundle)",
                         [&] { return device_.fn().vkBeginCommandBuffer(cb, &bi); });
   if (!s.ok()) {
-    free_bundle(cb, false);
+    free_bundle(cb, -1);
     return s;
   }
   return CommandList(this, cb, kNoSerial, /*bundle=*/true);
@@ -309,7 +309,7 @@ Result<Bundle> Stream::end_bundle(CommandList& list) {
   return b;
 }
 
-void Stream::release_bundle(VkCommandBuffer cb, Serial last_use, bool side) noexcept {
+void Stream::release_bundle(VkCommandBuffer cb, Serial last_use, int side) noexcept {
   if (last_use <= completed_) {
     free_bundle(cb, side);
     return;
@@ -319,40 +319,43 @@ void Stream::release_bundle(VkCommandBuffer cb, Serial last_use, bool side) noex
     last_use = retiring_bundles_.back_serial();
   }
   retiring_bundles_.push(last_use, RetiringBundle{cb, side});
-  side_retiring_ += side;
+  side_retiring_ += side >= 0;
 }
 
-void Stream::free_bundle(VkCommandBuffer cb, bool side) noexcept {
-  if (side) {
-    device_.fn().vkFreeCommandBuffers(device_.handle(), side_pool_, 1, &cb);
+void Stream::free_bundle(VkCommandBuffer cb, int side) noexcept {
+  if (side >= 0) {
+    device_.fn().vkFreeCommandBuffers(device_.handle(), side_pools_[side], 1, &cb);
     return;
   }
   device_.fn().vkFreeCommandBuffers(device_.handle(), command_pool_, 1, &cb);
   --device_.live_mut().command_buffers;
 }
 
-void Stream::free_side_now(VkCommandBuffer cb) noexcept {
+void Stream::free_side_now(VkCommandBuffer cb, int side) noexcept {
   device_.fn().vkEndCommandBuffer(cb);  // may fail on a lost device: freed all the same
-  device_.fn().vkFreeCommandBuffers(device_.handle(), side_pool_, 1, &cb);
+  device_.fn().vkFreeCommandBuffers(device_.handle(), side_pools_[side], 1, &cb);
 }
 
-Status Stream::ensure_side_pool() {
-  if (side_pool_) return {};
-  VkCommandPoolCreateInfo cpci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
-  cpci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
-  cpci.queueFamilyIndex = device_.queue_family();
-  VKAD_TRY(device_.vk("vkCreateCommandPool (side bundles)", [&] {
-    return device_.fn().vkCreateCommandPool(device_.handle(), &cpci, nullptr, &side_pool_);
-  }));
-  device_.set_name(VK_OBJECT_TYPE_COMMAND_POOL, reinterpret_cast<uint64_t>(side_pool_),
-                   name_ + " side bundle pool");
+Status Stream::ensure_side_pools(int count) {
+  while (static_cast<int>(side_pools_.size()) < count) {
+    VkCommandPoolCreateInfo cpci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+    cpci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+    cpci.queueFamilyIndex = device_.queue_family();
+    VkCommandPool pool = VK_NULL_HANDLE;
+    VKAD_TRY(device_.vk("vkCreateCommandPool (side bundles)", [&] {
+      return device_.fn().vkCreateCommandPool(device_.handle(), &cpci, nullptr, &pool);
+    }));
+    device_.set_name(VK_OBJECT_TYPE_COMMAND_POOL, reinterpret_cast<uint64_t>(pool),
+                     name_ + " side bundle pool " + std::to_string(side_pools_.size()));
+    side_pools_.push_back(pool);
+  }
   return {};
 }
 
 Status Stream::settle_side_bundles() {
   recycle();
-  if (side_retiring_ == 0) return {};
-  // Freeing them takes the side pool, which the next recording thread will hold.
+  if (side_retiring_ == 0 || retiring_bundles_.empty()) return {};
+  // Freeing them takes the side pools, which the next recording threads will hold.
   if (!wait_for(retiring_bundles_.back_serial(), UINT64_MAX)) VKAD_TRY(device_.status());
   recycle();
   if (side_retiring_ != 0) {
@@ -364,9 +367,9 @@ Status Stream::settle_side_bundles() {
 
 // The two below run on the recording thread: vk_call, not device_.vk (which marks the device
 // lost, shared state); the owner marks it when the recording's error reaches it.
-Result<CommandList> Stream::begin_side_bundle() {
+Result<CommandList> Stream::begin_side_bundle(int pool) {
   VkCommandBufferAllocateInfo info{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-  info.commandPool = side_pool_;
+  info.commandPool = side_pools_[pool];
   info.level = VK_COMMAND_BUFFER_LEVEL_SECONDARY;
   info.commandBufferCount = 1;
   VkCommandBuffer cb = VK_NULL_HANDLE;
@@ -380,14 +383,14 @@ Result<CommandList> Stream::begin_side_bundle() {
   Status s = vk_call("vkBeginCommandBuffer (side bundle)",
                      [&] { return device_.fn().vkBeginCommandBuffer(cb, &bi); });
   if (!s.ok()) {
-    device_.fn().vkFreeCommandBuffers(device_.handle(), side_pool_, 1, &cb);
+    device_.fn().vkFreeCommandBuffers(device_.handle(), side_pools_[pool], 1, &cb);
     return s;
   }
-  return CommandList(this, cb, kNoSerial, /*bundle=*/true, /*side=*/true);
+  return CommandList(this, cb, kNoSerial, /*bundle=*/true, pool);
 }
 
 Result<Bundle> Stream::end_side_bundle(CommandList& list) {
-  if (!list.recording() || !list.side_) {
+  if (!list.recording() || list.side_ < 0) {
     return make_error(
         ErrorCode::kFailedPrecondition,
         "stream '" + name_ + "': end_side_bundle of a list that is not a side bundle");
@@ -396,7 +399,7 @@ Result<Bundle> Stream::end_side_bundle(CommandList& list) {
   Bundle b;
   b.stream_ = this;
   b.cb_ = cb;
-  b.side_ = true;
+  b.side_ = list.side_;
   b.dispatches_ = list.dispatches_;
   b.uses_ = std::move(list.uses_);
   std::sort(b.uses_.begin(), b.uses_.end());
@@ -406,7 +409,7 @@ Result<Bundle> Stream::end_side_bundle(CommandList& list) {
                      [&] { return device_.fn().vkEndCommandBuffer(cb); });
   if (!s.ok()) {
     b.cb_ = VK_NULL_HANDLE;
-    device_.fn().vkFreeCommandBuffers(device_.handle(), side_pool_, 1, &cb);
+    device_.fn().vkFreeCommandBuffers(device_.handle(), side_pools_[b.side_], 1, &cb);
     return s;
   }
   return b;

@@ -82,16 +82,17 @@ class Stream final : public SerialTracker {
   Result<CommandList> begin_bundle();
   // Ends a bundle's recording (`list` comes from begin_bundle and becomes empty).
   Result<Bundle> end_bundle(CommandList& list);
-  // Bundles recorded by another thread (the runtime's capture run, runtime.h): they come from a
-  // command pool of their own, the side pool, which Vulkan lets one thread use at a time. The
-  // owner thread makes the pool (ensure_side_pool) and, before a thread starts recording side
-  // bundles, waits for the side bundles released earlier to be freed (settle_side_bundles);
-  // that thread alone then calls begin_side_bundle / end_side_bundle (no other Stream call),
-  // and the owner executes and destroys the Bundles only after it stopped. Side bundles are not
-  // counted in the device's live objects (the recording thread touches no shared counter).
-  Status ensure_side_pool();
+  // Bundles recorded by other threads (the runtime's capture run, runtime.h): each thread
+  // records from a command pool of its own, a side pool, which Vulkan lets one thread use at a
+  // time. The owner thread makes the pools (ensure_side_pools) and, before threads start
+  // recording side bundles, waits for the side bundles released earlier to be freed
+  // (settle_side_bundles); thread i alone then calls begin_side_bundle(i) / end_side_bundle
+  // (no other Stream call), and the owner destroys the Bundles only after those threads
+  // stopped (it may execute them before). Side bundles are not counted in the device's live
+  // objects (the recording threads touch no shared counter).
+  Status ensure_side_pools(int count);
   Status settle_side_bundles();
-  Result<CommandList> begin_side_bundle();
+  Result<CommandList> begin_side_bundle(int pool);
   Result<Bundle> end_side_bundle(CommandList& list);
   // This stream's timeline semaphore (timeline mode only; null in fence mode).
   VkSemaphore timeline_semaphore() const { return timeline_; }
@@ -129,10 +130,11 @@ class Stream final : public SerialTracker {
   friend class Bundle;
   void abandon(VkCommandBuffer cb);  // an unsubmitted list went away
   // A bundle went away: freed once `last_use` completed (kNoSerial: never executed).
-  void release_bundle(VkCommandBuffer cb, Serial last_use, bool side) noexcept;
-  void free_bundle(VkCommandBuffer cb, bool side) noexcept;
+  // `side`: the side pool of a side bundle, -1 for the stream's own pool.
+  void release_bundle(VkCommandBuffer cb, Serial last_use, int side) noexcept;
+  void free_bundle(VkCommandBuffer cb, int side) noexcept;
   // A side bundle whose recording failed, freed by the thread recording it.
-  void free_side_now(VkCommandBuffer cb) noexcept;
+  void free_side_now(VkCommandBuffer cb, int side) noexcept;
   Result<VkCommandBuffer> allocate_command_buffer(VkCommandBufferLevel level, const char* label);
   Result<VkFence> take_fence();
   // The driver wait itself, without the sticky device-lost short cut: also used at destruction,
@@ -146,7 +148,7 @@ class Stream final : public SerialTracker {
   int64_t spin_ns_ = 0;
   VkQueue queue_ = VK_NULL_HANDLE;
   VkCommandPool command_pool_ = VK_NULL_HANDLE;
-  VkCommandPool side_pool_ = VK_NULL_HANDLE;  // ensure_side_pool
+  std::vector<VkCommandPool> side_pools_;  // ensure_side_pools
   VkSemaphore timeline_ = VK_NULL_HANDLE;
   // Signalled with timeline_'s values where Capabilities::export_semaphore_fd: the one
   // export_timeline_fd hands out (stream.cpp says why it is not timeline_).
@@ -158,7 +160,7 @@ class Stream final : public SerialTracker {
   SerialQueue<VkCommandBuffer> in_flight_cbs_;
   struct RetiringBundle {
     VkCommandBuffer cb = VK_NULL_HANDLE;
-    bool side = false;
+    int side = -1;
   };
   SerialQueue<RetiringBundle> retiring_bundles_;  // released bundles, freed when complete
   size_t side_retiring_ = 0;                      // ... of which side bundles

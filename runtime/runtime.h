@@ -647,6 +647,7 @@ class Runtime {
     std::vector<rhi::Buffer*> arrays;
     std::array<rhi::Buffer*, adstack::kHeapCount> heaps{};
     rhi::Buffer args;     // host-visible: the launches' encoded args and error words
+    uint64_t seq = 0;     // cut order: submitted in it
     bool direct = false;  // recorded into the runtime's list (a pipeline without push descriptors)
     rhi::Bundle bundle;   // the recording's result
     Status status;
@@ -654,25 +655,28 @@ class Runtime {
   struct CaptureRun {
     std::mutex mu;
     std::condition_variable cv;  // a piece queued (todo), recorded (done), or stop
-    std::deque<std::unique_ptr<RunPiece>> todo, done;
+    std::deque<std::unique_ptr<RunPiece>> todo;
+    std::map<uint64_t, std::unique_ptr<RunPiece>> done;  // by seq: recorded in any order
     bool stop = false;
     // The caller's thread only:
-    std::thread thread;             // not joinable: the caller's thread records every piece
+    std::vector<std::thread> threads;  // none: the caller's thread records every piece
+    uint64_t next_seq = 0, next_submit = 0;
     size_t outstanding = 0;         // pieces cut, not submitted yet
     size_t next_step = 0;           // the first captured step not in a piece
     std::vector<rhi::Bundle> keep;  // submitted bundles, released once the thread stopped
     Status error;                   // the first piece that failed: nothing after it runs
   };
   std::unique_ptr<CaptureRun> run_;
-  static Status record_piece(rhi::Stream& stream, RunPiece& piece);
-  static void run_thread(CaptureRun* run, rhi::Stream* stream);  // the recording thread
+  // Recording thread `index` (side pool `index`).
+  static void run_thread(CaptureRun* run, rhi::Stream* stream, int index);
+  static Status record_piece(rhi::Stream& stream, RunPiece& piece, int pool);
   void run_after_step();                                         // a step was captured: submit, cut
   void run_cut();                // the steps not in a piece yet, as one
   void run_pump(bool wait_all);  // submits recorded pieces (all outstanding: wait_all)
   Status run_drain();            // cut, then submit everything (before a free)
   Status run_finish();           // end_capture's: the rest, the thread stopped
   void run_stop() noexcept;      // stops the thread, drops what is not submitted
-  void submit_piece(RunPiece& piece);
+  void submit_piece(RunPiece& piece);  // executes it into the list (submitted by run_pump)
   Status run_start();  // begin_capture's: the side pool ready, the thread started
   Status record_bundles(Graph& g);
   Status record_steps(rhi::CommandList& list, const Graph& g,

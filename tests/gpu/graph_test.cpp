@@ -439,6 +439,7 @@ TEST_P(Graphs, ACaptureThatRunsRunsEveryStepAsLaunchingThem) {
   EXPECT_EQ(s.launches, launches + n) << "every captured launch ran";
   EXPECT_EQ(rt_->next_launch_id().value, next.value + n) << "each with a LaunchId";
   EXPECT_EQ(s.run_pieces, 3u);
+  EXPECT_GE(s.flushes, 1u);
   if (bundled() && rt_->device().caps().push_descriptor) {
     EXPECT_EQ(s.run_pieces_recorded_aside, s.run_pieces) << "recorded on the runtime's thread";
   } else {
@@ -520,9 +521,12 @@ TEST_P(Graphs, ACaptureWhosePieceFailsReportsItAndLeavesTheRuntimeUsable) {
   EXPECT_NE(g.status().message().find("side bundle"), std::string::npos) << g.status().to_string();
   EXPECT_FALSE(rt_->capturing());
   ASSERT_TRUE(rt_->synchronize().ok());
-  EXPECT_EQ(rt_->stats()->run_pieces, 1u) << "the piece before the failure ran, none after";
+  // The second allocation fails: the first or second piece (recorded side by side); what was
+  // cut before the failed one ran, nothing after it.
+  EXPECT_LE(rt_->stats()->run_pieces, 1u);
   ASSERT_TRUE(rt_->fill(y_, 1.0).ok());
-  ASSERT_TRUE(rt_->begin_capture("again", /*run=*/true).ok());
+  Status again = rt_->begin_capture("again", /*run=*/true);
+  ASSERT_TRUE(again.ok()) << again.to_string();
   const Arg args[] = {Arg::f32(2.0f), Arg::ndarray(x_), Arg::ndarray(y_)};
   ASSERT_TRUE(rt_->launch(axpy_, args).ok());
   ASSERT_TRUE(rt_->end_capture().ok());
