@@ -8,11 +8,12 @@
 // How: every kBundleLaunches captured steps (and at end_capture) the caller's thread cuts a
 // piece: it resolves everything the piece's recording reads -- the arrays' and fills' buffers,
 // copies of the launches' plans, the adstack heaps (grown first, after the pieces in flight are
-// submitted: the thread may be reading the old ones), a host-visible buffer holding the
-// launches' encoded args -- and queues it. A recording thread records each piece into a side
-// bundle (rhi::Stream::begin_side_bundle: a command pool per thread) and touches nothing else.
-// The caller's next captured step (or end_capture, waiting) executes the recorded pieces in
-// order in the runtime's list and submits them: LaunchIds, stats and error words as for a
+// submitted: the thread may be reading the old ones), a device buffer for the launches'
+// encoded args (filled from the upload ring when the piece is submitted, copied back to the
+// readback ring after it for the error words) -- and queues it. A recording thread records each
+// piece into a side bundle (rhi::Stream::begin_side_bundle: a command pool per thread) and touches
+// nothing else. The caller's next captured step (or end_capture, waiting) executes the recorded
+// pieces in order in the runtime's list and submits them: LaunchIds, stats and error words as for a
 // launch. A piece whose pipelines lack push descriptors cannot be a bundle: the caller's thread
 // records it into the list directly when it submits it (also where no thread could be made).
 //
@@ -162,13 +163,14 @@ void Runtime::run_cut() {
     for (uint32_t h = 0; h < adstack::kHeapCount; ++h) p->heaps[h] = &heaps_.heap(h);
     if (hi > lo) {
       Result<rhi::Buffer> args = device_->create_buffer(
-          {hi - lo, rhi::MemoryUsage::kUpload, "graph '" + g.name + "' run args"});
+          {hi - lo, rhi::MemoryUsage::kDeviceLocal, "graph '" + g.name + "' run args"});
       if (!args.ok()) {
         r.error = args.status();
         return;
       }
       p->args = std::move(*args);
-      std::memcpy(p->args.mapped(), g.args_blob.data() + lo, hi - lo);
+      p->args_host.assign(g.args_blob.begin() + static_cast<ptrdiff_t>(lo),
+                          g.args_blob.begin() + static_cast<ptrdiff_t>(hi));
     }
     std::unordered_map<uint32_t, uint32_t> plan_index;  // graph plan -> the piece's copy
     p->steps.reserve(end - begin);
@@ -265,7 +267,17 @@ void Runtime::submit_piece(RunPiece& p) {
     return;
   }
   Status s = ensure_list();
-  // After what was recorded before the capture (host copies into arrays the steps read).
+  const uint64_t bytes = p.args_host.size();
+  if (s.ok() && bytes > 0) {  // the args in (a fresh buffer: nothing earlier to wait for)
+    Result<HostRing::Slot> up =
+        upload_ring_->allocate(*device_, bytes, &ctx_buffers_.upload_chunks);
+    s = up.status();
+    if (s.ok()) {
+      std::memcpy(up->data, p.args_host.data(), bytes);
+      list_.copy(*up->buffer, p.args, bytes, up->offset, 0);
+    }
+  }
+  // After the copy, and what was recorded before the capture (host copies into arrays).
   if (s.ok()) list_.barrier(rhi::Barrier::kTransferToCompute);
   if (s.ok() && p.direct) {
     // The steps straight into the list, as record_piece records them into a bundle.
@@ -290,20 +302,32 @@ void Runtime::submit_piece(RunPiece& p) {
     list_.execute(p.bundle);
     ++stats_.run_pieces_recorded_aside;
   }
+  // The error words out, read when this list retires.
+  const std::byte* down = nullptr;
+  if (s.ok() && bytes > 0) {
+    Result<HostRing::Slot> slot =
+        readback_ring_->allocate(*device_, bytes, &ctx_buffers_.readback_chunks);
+    s = slot.status();
+    if (s.ok()) {
+      list_.barrier(rhi::Barrier::kComputeToTransfer);
+      list_.copy(p.args, *slot->buffer, bytes, 0, slot->offset);
+      list_.barrier(rhi::Barrier::kTransferToCompute);
+      down = slot->data;
+    }
+  }
   if (!s.ok()) {
     r.error = s;
     return;
   }
   for (const RunStep& st : p.steps) {
     if (!st.kernel) continue;
-    ctx_buffers_.flags.push_back(
-        {p.args.mapped() + st.args_offset, st.kernel, LaunchId{++next_launch_}});
+    ctx_buffers_.flags.push_back({down + st.args_offset, st.kernel, LaunchId{++next_launch_}});
     count_launch(p.plans[st.plan]);
   }
   ++stats_.run_pieces;
   if (p.args.valid()) {
-    ctx_bytes_ += p.args.size();
-    ctx_buffers_.buffers.push_back(std::move(p.args));  // read for error words, then released
+    ctx_bytes_ += 2 * bytes;
+    ctx_buffers_.buffers.push_back(std::move(p.args));  // released when this list retires
   }
 }
 

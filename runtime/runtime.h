@@ -323,12 +323,13 @@ class Runtime {
   // `run`: the capture also runs what it captures, as launch() and fill() would have, in
   // order and asynchronously -- the first iteration of a training loop without a replay after
   // its capture (README, "A capture that runs"). The captured steps are cut into pieces of
-  // kBundleLaunches launches; a thread of the runtime's own records each piece into a bundle
+  // kBundleLaunches launches; threads of the runtime's own record each piece into a bundle
   // (the driver's per-launch recording, ~5 us on NVIDIA, off the caller's thread) and the
   // caller's next captured step submits the pieces recorded so far, so the device runs the
-  // first pieces while the capture goes on. Each piece reads its args from a host-visible
-  // buffer of its own (also where its launches' error words land); launches get their
-  // LaunchIds, stats and device-error reports when submitted. Freeing an array while running
+  // first pieces while the capture goes on. Each piece reads its args from a device buffer of
+  // its own (copied in from the upload ring at submission, and out to the readback ring for
+  // the error words); launches get their LaunchIds, stats and device-error reports when
+  // submitted. Freeing an array while running
   // first submits every step captured so far (its buffer stays alive until they complete).
   // end_capture submits the rest and returns once everything is submitted; the graph is then
   // the same as without `run` (its first replay records its own bundles). Should a piece fail
@@ -646,7 +647,11 @@ class Runtime {
     std::vector<CommandPlan> plans;
     std::vector<rhi::Buffer*> arrays;
     std::array<rhi::Buffer*, adstack::kHeapCount> heaps{};
-    rhi::Buffer args;     // host-visible: the launches' encoded args and error words
+    // The launches' encoded args: copied at submission into `args`, a device buffer of the
+    // piece's (read by every workgroup: host memory would put a PCIe read on each dependent
+    // launch), and back out for the error words, as a graph's replay does.
+    std::vector<std::byte> args_host;
+    rhi::Buffer args;
     uint64_t seq = 0;     // cut order: submitted in it
     bool direct = false;  // recorded into the runtime's list (a pipeline without push descriptors)
     rhi::Bundle bundle;   // the recording's result
