@@ -118,6 +118,71 @@ void Runtime::run_after_step() {
   if (capture_->steps.size() - run_->next_step >= kBundleLaunches) run_cut();
 }
 
+// The heaps steps [begin, end) need, grown where they fall short, and the span of the graph's
+// args blob their launches use ([*lo, *hi)). An error goes to the run's.
+Status Runtime::run_heaps(size_t begin, size_t end, uint64_t* lo, uint64_t* hi) {
+  const Graph& g = *capture_;
+  std::array<uint64_t, adstack::kHeapCount> need{};
+  bool grows = false;
+  *lo = UINT64_MAX;
+  *hi = 0;
+  for (size_t s = begin; s < end; ++s) {
+    if (!g.steps[s].first) continue;
+    const uint32_t i = g.steps[s].second;
+    const CapturedLaunch& c = g.launches[i];
+    const CommandPlan& plan = g.plans[c.plan];
+    for (size_t h = 0; plan.lp.any_heap_task && h < need.size(); ++h) {
+      need[h] = std::max(need[h], plan.lp.heap_need[h]);
+      const rhi::Buffer& b = heaps_.heap(static_cast<uint32_t>(h));
+      grows = grows || !b.valid() || b.size() < need[h];
+    }
+    *lo = std::min(*lo, g.args_offset[i]);
+    *hi = std::max(*hi, g.args_offset[i] + c.kernel->args_bytes);
+  }
+  if (!grows) return {};
+  // A thread may be reading the heaps the growth replaces: everything cut so far is recorded
+  // and submitted first (the old heaps then retire with the list that used them last).
+  run_pump(/*wait_all=*/true);
+  VKAD_TRY(run_->error);
+  return ensure_heaps(need);
+}
+
+// Steps [begin, end) into `p` with what their recording reads: fills' buffers, launches' plans
+// (one copy per distinct plan), buffers, args offsets within the piece's.
+void Runtime::run_steps_into(RunPiece& p, size_t begin, size_t end, uint64_t lo) {
+  const Graph& g = *capture_;
+  std::unordered_map<uint32_t, uint32_t> plan_index;  // graph plan -> the piece's copy
+  p.steps.reserve(end - begin);
+  for (size_t s = begin; s < end; ++s) {
+    RunStep step;
+    if (!g.steps[s].first) {
+      const CapturedFill& f = g.fills[g.steps[s].second];
+      NdArray& a = arrays_.at(f.array.id);  // alive: a free cuts and submits first
+      step.fill = &a.buffer;
+      step.fill_array = f.array.id;
+      step.fill_bytes = a.bytes;
+      step.pattern = f.pattern;
+      p.steps.push_back(std::move(step));
+      continue;
+    }
+    const uint32_t i = g.steps[s].second;
+    const CapturedLaunch& c = g.launches[i];
+    auto [it, fresh] = plan_index.try_emplace(c.plan, static_cast<uint32_t>(p.plans.size()));
+    if (fresh) p.plans.push_back(g.plans[c.plan]);
+    for (const rhi::ComputePipeline* pipeline : g.plans[c.plan].pipelines) {
+      p.direct = p.direct || !pipeline->push_descriptors();
+    }
+    step.kernel = c.kernel;
+    step.plan = it->second;
+    step.arrays = static_cast<uint32_t>(p.arrays.size());
+    const std::span<rhi::Buffer* const> bufs = graph_arrays(g, c);
+    p.arrays.insert(p.arrays.end(), bufs.begin(), bufs.end());
+    step.args_offset = g.args_offset[i] - lo;
+    step.barrier_after = c.barrier_after;
+    p.steps.push_back(std::move(step));
+  }
+}
+
 void Runtime::run_cut() {
   Graph& g = *capture_;
   CaptureRun& r = *run_;
@@ -126,39 +191,10 @@ void Runtime::run_cut() {
   if (begin == end || !r.error.ok()) return;
   try {
     auto p = std::make_unique<RunPiece>();
-    // The heaps the piece's launches need, and its args' span of the graph's blob.
-    std::array<uint64_t, adstack::kHeapCount> need{};
-    bool any_heap = false;
-    uint64_t lo = UINT64_MAX, hi = 0;
-    for (size_t s = begin; s < end; ++s) {
-      if (!g.steps[s].first) continue;
-      const uint32_t i = g.steps[s].second;
-      const CapturedLaunch& c = g.launches[i];
-      const CommandPlan& plan = g.plans[c.plan];
-      if (plan.lp.any_heap_task) {
-        any_heap = true;
-        for (size_t h = 0; h < need.size(); ++h) need[h] = std::max(need[h], plan.lp.heap_need[h]);
-      }
-      lo = std::min(lo, g.args_offset[i]);
-      hi = std::max(hi, g.args_offset[i] + c.kernel->args_bytes);
-    }
-    if (any_heap) {
-      bool grows = false;
-      for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
-        const rhi::Buffer& b = heaps_.heap(h);
-        grows = grows || !b.valid() || b.size() < need[h];
-      }
-      if (grows) {
-        // The thread may be reading the heaps the growth replaces: everything cut so far is
-        // recorded and submitted first (the old heaps then retire with this list).
-        run_pump(/*wait_all=*/true);
-        if (!r.error.ok()) return;
-        Status grown = ensure_heaps(need);
-        if (!grown.ok()) {
-          r.error = grown;
-          return;
-        }
-      }
+    uint64_t lo = 0, hi = 0;
+    if (Status heaps = run_heaps(begin, end, &lo, &hi); !heaps.ok()) {
+      if (r.error.ok()) r.error = heaps;
+      return;
     }
     for (uint32_t h = 0; h < adstack::kHeapCount; ++h) p->heaps[h] = &heaps_.heap(h);
     if (hi > lo) {
@@ -172,36 +208,7 @@ void Runtime::run_cut() {
       p->args_host.assign(g.args_blob.begin() + static_cast<ptrdiff_t>(lo),
                           g.args_blob.begin() + static_cast<ptrdiff_t>(hi));
     }
-    std::unordered_map<uint32_t, uint32_t> plan_index;  // graph plan -> the piece's copy
-    p->steps.reserve(end - begin);
-    for (size_t s = begin; s < end; ++s) {
-      RunStep step;
-      if (!g.steps[s].first) {
-        const CapturedFill& f = g.fills[g.steps[s].second];
-        NdArray& a = arrays_.at(f.array.id);  // alive: a free cuts and submits first
-        step.fill = &a.buffer;
-        step.fill_array = f.array.id;
-        step.fill_bytes = a.bytes;
-        step.pattern = f.pattern;
-        p->steps.push_back(std::move(step));
-        continue;
-      }
-      const uint32_t i = g.steps[s].second;
-      const CapturedLaunch& c = g.launches[i];
-      auto [it, fresh] = plan_index.try_emplace(c.plan, static_cast<uint32_t>(p->plans.size()));
-      if (fresh) p->plans.push_back(g.plans[c.plan]);
-      for (const rhi::ComputePipeline* pipeline : g.plans[c.plan].pipelines) {
-        p->direct = p->direct || !pipeline->push_descriptors();
-      }
-      step.kernel = c.kernel;
-      step.plan = it->second;
-      step.arrays = static_cast<uint32_t>(p->arrays.size());
-      const std::span<rhi::Buffer* const> bufs = graph_arrays(g, c);
-      p->arrays.insert(p->arrays.end(), bufs.begin(), bufs.end());
-      step.args_offset = g.args_offset[i] - lo;
-      step.barrier_after = c.barrier_after;
-      p->steps.push_back(std::move(step));
-    }
+    run_steps_into(*p, begin, end, lo);
     p->direct = p->direct || r.threads.empty();
     p->seq = r.next_seq++;
     ++r.outstanding;

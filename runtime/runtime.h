@@ -677,6 +677,8 @@ class Runtime {
   static Status record_piece(rhi::Stream& stream, RunPiece& piece, int pool);
   void run_after_step();                                         // a step was captured: submit, cut
   void run_cut();                // the steps not in a piece yet, as one
+  Status run_heaps(size_t begin, size_t end, uint64_t* lo, uint64_t* hi);  // run_cut's parts
+  void run_steps_into(RunPiece& piece, size_t begin, size_t end, uint64_t lo);
   void run_pump(bool wait_all);  // submits recorded pieces (all outstanding: wait_all)
   Status run_drain();            // cut, then submit everything (before a free)
   Status run_finish();           // end_capture's: the rest, the thread stopped

@@ -423,7 +423,9 @@ TEST_P(Graphs, ACaptureThatRunsRunsEveryStepAsLaunchingThem) {
   ASSERT_TRUE(rt_->fill(y_, 1.0).ok());
   float sum = 0;
   for (uint32_t i = 0; i < n; ++i) {
-    if (i % 211 == 0) ASSERT_TRUE(rt_->fill(z, 0.0).ok());  // fills between launches
+    if (i % 211 == 0) {
+      ASSERT_TRUE(rt_->fill(z, 0.0).ok());  // fills between launches
+    }
     if (i == n / 2) {  // y reset half-way: a fill ordered between two launches of one piece
       ASSERT_TRUE(rt_->fill(y_, 1.0).ok());
       sum = 0;
