@@ -675,16 +675,16 @@ class Runtime {
   // Recording thread `index` (side pool `index`).
   static void run_thread(CaptureRun* run, rhi::Stream* stream, int index);
   static Status record_piece(rhi::Stream& stream, RunPiece& piece, int pool);
-  void run_after_step();                                         // a step was captured: submit, cut
-  void run_cut();                // the steps not in a piece yet, as one
+  void run_after_step();  // a step was captured: submit, cut
+  void run_cut();         // the steps not in a piece yet, as one
   Status run_heaps(size_t begin, size_t end, uint64_t* lo, uint64_t* hi);  // run_cut's parts
   void run_steps_into(RunPiece& piece, size_t begin, size_t end, uint64_t lo);
-  void run_pump(bool wait_all);  // submits recorded pieces (all outstanding: wait_all)
-  Status run_drain();            // cut, then submit everything (before a free)
-  Status run_finish();           // end_capture's: the rest, the thread stopped
-  void run_stop() noexcept;      // stops the thread, drops what is not submitted
+  void run_pump(bool wait_all);        // submits recorded pieces (all outstanding: wait_all)
+  Status run_drain();                  // cut, then submit everything (before a free)
+  Status run_finish();                 // end_capture's: the rest, the threads stopped
+  void run_stop() noexcept;            // stops the threads, drops what is not submitted
   void submit_piece(RunPiece& piece);  // executes it into the list (submitted by run_pump)
-  Status run_start();  // begin_capture's: the side pool ready, the thread started
+  Status run_start();                  // begin_capture's: side pools made, threads started
   Status record_bundles(Graph& g);
   Status record_steps(rhi::CommandList& list, const Graph& g,
                       const std::function<Status(uint32_t)>& launch);
