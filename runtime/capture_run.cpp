@@ -5,7 +5,8 @@
 // the replay after it paid the driver's recording of every launch (~5 us each on NVIDIA) before
 // the device could finish. Here the device runs the captured steps while the capture goes on.
 //
-// How: every kBundleLaunches captured steps (and at end_capture) the caller's thread cuts a
+// How: every kBundleLaunches captured steps (the first pieces smaller, so the device starts
+// sooner; and at end_capture) the caller's thread cuts a
 // piece: it resolves everything the piece's recording reads -- the arrays' and fills' buffers,
 // copies of the launches' plans, the adstack heaps (grown first, after the pieces in flight are
 // submitted: the thread may be reading the old ones), a device buffer for the launches'
@@ -115,7 +116,11 @@ Status Runtime::record_piece(rhi::Stream& stream, RunPiece& p, int pool) {
 
 void Runtime::run_after_step() {
   run_pump(/*wait_all=*/false);
-  if (capture_->steps.size() - run_->next_step >= kBundleLaunches) run_cut();
+  // The first pieces are smaller (64, 128, 256 steps, then kBundleLaunches): the device starts
+  // after the first 64 steps are captured and recorded, not 512.
+  const uint64_t first =
+      std::min<uint64_t>(kBundleLaunches, 64ull << std::min<uint64_t>(run_->next_seq, 3));
+  if (capture_->steps.size() - run_->next_step >= first) run_cut();
 }
 
 // The heaps steps [begin, end) need, grown where they fall short, and the span of the graph's

@@ -116,9 +116,9 @@ def test_a_captured_training_iteration_equals_the_direct_one(session):
 def test_a_capture_that_runs_is_the_direct_iteration_and_its_graph_replays_it(session):
     """capture(run=True): the block's launches run as they are captured (no replay after it):
     the gradient it leaves is the direct iteration's, bit for bit, as is every replay's after;
-    a run with more launches than a piece (512) runs them all, in order."""
+    a run over several pieces runs them all, in order."""
     s = session
-    steps = 300  # 600 launches: two pieces
+    steps = 300  # 600 launches: four pieces (64, 128, 256, the rest)
     _, xs, t, iteration = _sin_chain(s, steps)
     iteration()
     direct = t.grad(xs[0]).numpy()
