@@ -295,17 +295,23 @@ Result<Bundle> Stream::end_bundle(CommandList& list) {
     return make_error(ErrorCode::kFailedPrecondition,
                       "stream '" + name_ + "': end_bundle of a list that is not a bundle");
   }
-  VkCommandBuffer cb = list.cb_.release();
+  Bundle b = seal(list);
+  VkCommandBuffer cb = b.cb_;
+  VKAD_TRY(device_.vk("vkEndCommandBuffer (bundle)",
+                      [&] { return device_.fn().vkEndCommandBuffer(cb); }));
+  return b;
+}
+
+Bundle Stream::seal(CommandList& list) {
   Bundle b;
   b.stream_ = this;
-  b.cb_ = cb;
+  b.cb_ = list.cb_.release();
+  b.side_ = list.side_;
   b.dispatches_ = list.dispatches_;
   b.uses_ = std::move(list.uses_);
   std::sort(b.uses_.begin(), b.uses_.end());
   b.uses_.erase(std::unique(b.uses_.begin(), b.uses_.end()), b.uses_.end());
   list = CommandList();
-  VKAD_TRY(device_.vk("vkEndCommandBuffer (bundle)",
-                      [&] { return device_.fn().vkEndCommandBuffer(cb); }));
   return b;
 }
 
@@ -395,16 +401,8 @@ Result<Bundle> Stream::end_side_bundle(CommandList& list) {
         ErrorCode::kFailedPrecondition,
         "stream '" + name_ + "': end_side_bundle of a list that is not a side bundle");
   }
-  VkCommandBuffer cb = list.cb_.release();
-  Bundle b;
-  b.stream_ = this;
-  b.cb_ = cb;
-  b.side_ = list.side_;
-  b.dispatches_ = list.dispatches_;
-  b.uses_ = std::move(list.uses_);
-  std::sort(b.uses_.begin(), b.uses_.end());
-  b.uses_.erase(std::unique(b.uses_.begin(), b.uses_.end()), b.uses_.end());
-  list = CommandList();
+  Bundle b = seal(list);
+  VkCommandBuffer cb = b.cb_;
   Status s = vk_call("vkEndCommandBuffer (side bundle)",
                      [&] { return device_.fn().vkEndCommandBuffer(cb); });
   if (!s.ok()) {

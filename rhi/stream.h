@@ -133,6 +133,9 @@ class Stream final : public SerialTracker {
   // `side`: the side pool of a side bundle, -1 for the stream's own pool.
   void release_bundle(VkCommandBuffer cb, Serial last_use, int side) noexcept;
   void free_bundle(VkCommandBuffer cb, int side) noexcept;
+  // A bundle's recording ends: the list's command buffer, dispatch count and uses (each once)
+  // move into the Bundle, the list left empty (end_bundle / end_side_bundle end the buffer).
+  Bundle seal(CommandList& list);
   // A side bundle whose recording failed, freed by the thread recording it.
   void free_side_now(VkCommandBuffer cb, int side) noexcept;
   Result<VkCommandBuffer> allocate_command_buffer(VkCommandBufferLevel level, const char* label);

@@ -88,34 +88,31 @@ Status Runtime::record_piece(rhi::Stream& stream, RunPiece& p, int pool) {
   VKAD_ASSIGN_OR_RETURN(rhi::CommandList list, stream.begin_side_bundle(pool));
   std::vector<rhi::Buffer*> bindings;
   std::vector<uint64_t> filled;
-  bool filling = false;
-  for (const RunStep& s : p.steps) {
-    if (!s.kernel) {
-      if (!filling) {
-        list.barrier(rhi::Barrier::kComputeToTransfer);
-        filled.clear();
-      } else if (std::find(filled.begin(), filled.end(), s.fill_array) != filled.end()) {
-        list.barrier(rhi::Barrier::kTransferToTransfer);
-        filled.clear();
-      }
-      filled.push_back(s.fill_array);
-      filling = true;
-      list.fill(*s.fill, s.pattern, 0, s.fill_bytes);
-      continue;
-    }
-    if (filling) list.barrier(rhi::Barrier::kTransferToCompute);
-    filling = false;
-    VKAD_TRY(dispatch_into(list, *s.kernel, p.plans[s.plan],
-                           {p.arrays.data() + s.arrays, s.kernel->array_count}, p.heaps, p.args,
-                           s.args_offset, s.barrier_after, bindings));
-  }
-  if (filling) list.barrier(rhi::Barrier::kTransferToCompute);
+  VKAD_TRY(record_run_steps(list, p, bindings, filled));
   VKAD_ASSIGN_OR_RETURN(p.bundle, stream.end_side_bundle(list));
   return {};
 }
 
+Status Runtime::record_run_steps(rhi::CommandList& list, RunPiece& p,
+                                 std::vector<rhi::Buffer*>& bindings,
+                                 std::vector<uint64_t>& filled) {
+  FillBarriers fills(filled);
+  for (const RunStep& s : p.steps) {
+    if (!s.kernel) {
+      fills.fill(list, *s.fill, s.fill_array, s.pattern, s.fill_bytes);
+      continue;
+    }
+    fills.end(list);
+    VKAD_TRY(dispatch_into(list, *s.kernel, p.plans[s.plan],
+                           {p.arrays.data() + s.arrays, s.kernel->array_count}, p.heaps, p.args,
+                           s.args_offset, s.barrier_after, bindings));
+  }
+  fills.end(list);
+  return {};
+}
+
 void Runtime::run_after_step() {
-  run_pump(/*wait_all=*/false);
+  if (run_->outstanding > 0) run_pump(/*wait_all=*/false);  // no lock per step when none is
   // The first pieces are smaller (64, 128, 256 steps, then kBundleLaunches): the device starts
   // after the first 64 steps are captured and recorded, not 512.
   const uint64_t first =
@@ -237,6 +234,11 @@ void Runtime::run_pump(bool wait_all) {
   CaptureRun& r = *run_;
   // Every piece recorded and next in cut order goes into the list, then one submission.
   bool executed = false;
+  auto submit = [&] {
+    Result<rhi::StreamSemaphore> sem = submit_list();
+    if (!sem.ok() && r.error.ok()) r.error = sem.status();
+    executed = false;
+  };
   for (;;) {
     std::unique_ptr<RunPiece> p;
     {
@@ -245,9 +247,7 @@ void Runtime::run_pump(bool wait_all) {
       if (wait_all && !ready() && r.outstanding > 0) {
         if (executed) {  // the device starts on what is in the list while the rest records
           l.unlock();
-          Result<rhi::StreamSemaphore> sem = submit_list();
-          if (!sem.ok() && r.error.ok()) r.error = sem.status();
-          executed = false;
+          submit();
           l.lock();
         }
         r.cv.wait(l, [&] { return ready() || r.outstanding == 0; });
@@ -265,10 +265,7 @@ void Runtime::run_pump(bool wait_all) {
     // Executed or not, a side bundle is freed into its thread's pool: not before it stopped.
     if (p->bundle.valid()) r.keep.push_back(std::move(p->bundle));
   }
-  if (executed) {
-    Result<rhi::StreamSemaphore> sem = submit_list();
-    if (!sem.ok() && r.error.ok()) r.error = sem.status();
-  }
+  if (executed) submit();
 }
 
 void Runtime::submit_piece(RunPiece& p) {
@@ -292,24 +289,7 @@ void Runtime::submit_piece(RunPiece& p) {
   // After the copy, and what was recorded before the capture (host copies into arrays).
   if (s.ok()) list_.barrier(rhi::Barrier::kTransferToCompute);
   if (s.ok() && p.direct) {
-    // The steps straight into the list, as record_piece records them into a bundle.
-    bool filling = false;
-    for (const RunStep& st : p.steps) {
-      if (!st.kernel) {
-        if (!filling) list_.barrier(rhi::Barrier::kComputeToTransfer);
-        if (filling) list_.barrier(rhi::Barrier::kTransferToTransfer);
-        filling = true;
-        list_.fill(*st.fill, st.pattern, 0, st.fill_bytes);
-        continue;
-      }
-      if (filling) list_.barrier(rhi::Barrier::kTransferToCompute);
-      filling = false;
-      s = dispatch_into(list_, *st.kernel, p.plans[st.plan],
-                        {p.arrays.data() + st.arrays, st.kernel->array_count}, p.heaps, p.args,
-                        st.args_offset, st.barrier_after, bindings_);
-      if (!s.ok()) break;
-    }
-    if (s.ok() && filling) list_.barrier(rhi::Barrier::kTransferToCompute);
+    s = record_run_steps(list_, p, bindings_, filled_scratch_);  // straight into the list
   } else if (s.ok()) {
     list_.execute(p.bundle);
     ++stats_.run_pieces_recorded_aside;
@@ -364,8 +344,8 @@ void Runtime::run_stop() noexcept {
   }
   r.cv.notify_all();
   for (std::thread& t : r.threads) t.join();
-  // Unsubmitted pieces (never executed) and the submitted bundles go back to the side pool,
-  // now that no thread records from it.
+  // Unsubmitted pieces (never executed) and the submitted bundles go back to the side pools,
+  // now that no thread records from them.
   r.todo.clear();
   r.done.clear();
   r.keep.clear();

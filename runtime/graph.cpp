@@ -145,30 +145,37 @@ Status Runtime::release_graph(GraphHandle graph) {
 // fill of an array in one run is ordered after the first (it may write another value).
 Status Runtime::record_steps(rhi::CommandList& list, const Graph& g,
                              const std::function<Status(uint32_t)>& launch) {
-  bool filling = false;
-  std::vector<uint64_t>& filled = filled_scratch_;
-  filled.clear();
+  FillBarriers fills(filled_scratch_);
   for (const auto& [is_launch, i] : g.steps) {
     if (!is_launch) {
       NdArray& a = arrays_.at(g.fills[i].array.id);
-      if (!filling) {
-        list.barrier(rhi::Barrier::kComputeToTransfer);
-        filled.clear();
-      } else if (std::find(filled.begin(), filled.end(), g.fills[i].array.id) != filled.end()) {
-        list.barrier(rhi::Barrier::kTransferToTransfer);
-        filled.clear();
-      }
-      filled.push_back(g.fills[i].array.id);
-      filling = true;
-      list.fill(a.buffer, g.fills[i].pattern, 0, a.bytes);
+      fills.fill(list, a.buffer, g.fills[i].array.id, g.fills[i].pattern, a.bytes);
       continue;
     }
-    if (filling) list.barrier(rhi::Barrier::kTransferToCompute);
-    filling = false;
+    fills.end(list);
     VKAD_TRY(launch(i));
   }
-  if (filling) list.barrier(rhi::Barrier::kTransferToCompute);
+  fills.end(list);
   return {};
+}
+
+void Runtime::FillBarriers::fill(rhi::CommandList& list, rhi::Buffer& buffer, uint64_t array,
+                                 uint32_t pattern, uint64_t bytes) {
+  if (!filling_) {
+    list.barrier(rhi::Barrier::kComputeToTransfer);
+    filled_.clear();
+  } else if (std::find(filled_.begin(), filled_.end(), array) != filled_.end()) {
+    list.barrier(rhi::Barrier::kTransferToTransfer);
+    filled_.clear();
+  }
+  filled_.push_back(array);
+  filling_ = true;
+  list.fill(buffer, pattern, 0, bytes);
+}
+
+void Runtime::FillBarriers::end(rhi::CommandList& list) {
+  if (filling_) list.barrier(rhi::Barrier::kTransferToCompute);
+  filling_ = false;
 }
 
 // The launches `updates` change, as copies of the graph's with the new scalar values (one

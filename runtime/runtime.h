@@ -674,6 +674,10 @@ class Runtime {
   // Recording thread `index` (side pool `index`).
   static void run_thread(CaptureRun* run, rhi::Stream* stream, int index);
   static Status record_piece(rhi::Stream& stream, RunPiece& piece, int pool);
+  // A piece's steps into `list` (a side bundle, or the runtime's list for a direct piece).
+  static Status record_run_steps(rhi::CommandList& list, RunPiece& piece,
+                                 std::vector<rhi::Buffer*>& bindings,
+                                 std::vector<uint64_t>& filled);
   void run_after_step();  // a step was captured: submit, cut
   void run_cut();         // the steps not in a piece yet, as one
   Status run_heaps(size_t begin, size_t end, uint64_t* lo, uint64_t* hi);  // run_cut's parts
@@ -685,6 +689,20 @@ class Runtime {
   void submit_piece(RunPiece& piece);  // executes it into the list (submitted by run_pump)
   Status run_start();                  // begin_capture's: side pools made, threads started
   Status record_bundles(Graph& g);
+  // The barriers around a graph's fills, as zero_many records them: one pair per run of
+  // consecutive fills, and a second fill of one array in a run ordered after the first (it may
+  // write another value). record_steps and a capture run's pieces record with it.
+  class FillBarriers {
+   public:
+    explicit FillBarriers(std::vector<uint64_t>& scratch) : filled_(scratch) { filled_.clear(); }
+    void fill(rhi::CommandList& list, rhi::Buffer& buffer, uint64_t array, uint32_t pattern,
+              uint64_t bytes);
+    void end(rhi::CommandList& list);  // before a launch, and after the last step
+
+   private:
+    std::vector<uint64_t>& filled_;  // the arrays the open run filled
+    bool filling_ = false;
+  };
   Status record_steps(rhi::CommandList& list, const Graph& g,
                       const std::function<Status(uint32_t)>& launch);
   std::vector<uint64_t> filled_scratch_;  // record_steps' scratch

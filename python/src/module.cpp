@@ -1104,20 +1104,20 @@ struct Session {
     launch_converted(kernel, k, std::span<const Arg>(a, args.size()), args);
   }
 
-  // Tape.backward's loop (python/vkad/tape.py): the adjoint of each of `launches[first..last]`
+  // Tape.backward's loop (python/vkad/tape.py): the adjoint of each of `launches`
   // ((kernel, args) tuples as the binding recorded them), last first, each with the forward's
   // args and then the gradient of each differentiated parameter (`grads`: array handle ->
   // gradient NdArray), launched as Session.launch launches it. A backward launches ~10^4 of
   // them: here each costs the launch alone, where Python's loop doubled it. An error names the
   // launch ("tape.backward: adjoint of launch i: ...") and stops the loop there.
-  void launch_adjoints(nb::list launches, nb::dict grads, size_t first, size_t last) {
+  void launch_adjoints(nb::list launches, nb::dict grads) {
     struct Plan {
       nb::handle adjoint;
       Kernel* k;
     };
     std::unordered_map<const Kernel*, Plan> plans;  // per forward kernel, as tape.py's `plans`
     std::vector<Arg> a;
-    for (size_t i = last + 1; i-- > first;) {
+    for (size_t i = launches.size(); i-- > 0;) {
       nb::tuple rec = nb::cast<nb::tuple>(launches[i]);
       nb::handle kernel = rec[0];
       nb::tuple args = nb::cast<nb::tuple>(rec[1]);
@@ -1608,12 +1608,11 @@ NB_MODULE(_vkad, m) {
            nb::sig("def launch(self, kernel: Kernel | Differentiated, "
                    "*args: NdArray | int | float | bool) -> None"),
            "Records a launch (asynchronous). Scalars are converted to the parameter's dtype.")
-      .def("_launch_adjoints", &Session::launch_adjoints, "launches"_a, "grads"_a, "first"_a,
-           "last"_a,
+      .def("_launch_adjoints", &Session::launch_adjoints, "launches"_a, "grads"_a,
            nb::sig("def _launch_adjoints(self, launches: list[tuple[Kernel | Differentiated, "
-                   "tuple[NdArray | int | float | bool, ...]]], grads: dict[int, NdArray], "
-                   "first: int, last: int) -> None"),
-           "Tape.backward's loop: the adjoints of launches[first..last], last first.")
+                   "tuple[NdArray | int | float | bool, ...]]], grads: dict[int, NdArray]) "
+                   "-> None"),
+           "Tape.backward's loop: the adjoints of the recorded launches, last first.")
       .def("_tape_differentiated", &Session::tape_differentiated, "launches"_a,
            nb::sig("def _tape_differentiated(self, launches: list[tuple[Kernel | Differentiated, "
                    "tuple[NdArray | int | float | bool, ...]]]) -> dict[int, NdArray]"),

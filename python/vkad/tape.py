@@ -203,7 +203,7 @@ class Tape:
             return
         # The adjoints, last launch first, in the binding (Session._launch_adjoints: the same
         # launches and errors as a loop of _adjoint here, at half the cost a launch).
-        s._launch_adjoints(self.launches, grads, 0, len(self.launches) - 1)
+        s._launch_adjoints(self.launches, grads)
 
     def _adjoint(self, i: int, grads, clearing: bool, plans: Dict[int, tuple]) -> None:
         # Per kernel once (`plans`, by id: the recorded launches keep the kernels alive), the

@@ -64,9 +64,9 @@ class Graphs : public ::testing::TestWithParam<bool> {
     EXPECT_TRUE(s.ok()) << s.to_string();
     return out;
   }
-  // y = 1, then y = a_k * x + y for a = {2, 3, 4}: captured, not run.
-  runtime::GraphHandle capture_three() {
-    EXPECT_TRUE(rt_->begin_capture("three").ok());
+  // y = 1, then y = a_k * x + y for a = {2, 3, 4}: captured, not run (`run`: run as captured).
+  runtime::GraphHandle capture_three(bool run = false) {
+    EXPECT_TRUE(rt_->begin_capture("three", run).ok());
     EXPECT_TRUE(rt_->fill(y_, 1.0).ok());
     for (float a : {2.0f, 3.0f, 4.0f}) {
       const Arg args[] = {Arg::f32(a), Arg::ndarray(x_), Arg::ndarray(y_)};
@@ -75,6 +75,16 @@ class Graphs : public ::testing::TestWithParam<bool> {
     auto g = rt_->end_capture();
     EXPECT_TRUE(g.ok()) << g.status().to_string();
     return *g;
+  }
+  // The device error the axpy kernel raises (x < 0) at the three launches from `first` on,
+  // reported by synchronize with their numbers.
+  void expect_three_flagged(runtime::LaunchId first) {
+    Status s = rt_->synchronize();
+    EXPECT_EQ(s.code(), ErrorCode::kDeviceError);
+    const std::string want = "launches #" + std::to_string(first.value) + ", #" +
+                             std::to_string(first.value + 1) + ", #" +
+                             std::to_string(first.value + 2);
+    EXPECT_NE(s.message().find(want), std::string::npos) << s.message() << "\nwanted " << want;
   }
   void expect_y(float sum_a) {
     std::vector<float> y = read(y_);
@@ -403,12 +413,7 @@ TEST_P(Graphs, ADeviceErrorInAReplayNamesTheReplayedLaunch) {
   ASSERT_TRUE(rt_->upload(x_, neg.data(), 4 * kN).ok());
   runtime::LaunchId first;
   ASSERT_TRUE(rt_->replay(g, {}, &first).ok());
-  Status s = rt_->synchronize();
-  EXPECT_EQ(s.code(), ErrorCode::kDeviceError);
-  const std::string want = "launches #" + std::to_string(first.value) + ", #" +
-                           std::to_string(first.value + 1) + ", #" +
-                           std::to_string(first.value + 2);
-  EXPECT_NE(s.message().find(want), std::string::npos) << s.message() << "\nwanted " << want;
+  expect_three_flagged(first);
 }
 
 // A capture that runs (begin_capture's `run`): every captured step runs as launching it would
@@ -460,18 +465,8 @@ TEST_P(Graphs, ACaptureThatRunsReportsDeviceErrorsWithTheLaunchesNumbers) {
   neg[7] = -1.0f;  // the axpy kernel flags x < 0 (error code 7): every launch
   ASSERT_TRUE(rt_->upload(x_, neg.data(), 4 * kN).ok());
   const runtime::LaunchId first = rt_->next_launch_id();
-  ASSERT_TRUE(rt_->begin_capture("running", /*run=*/true).ok());
-  for (float a : {2.0f, 3.0f, 4.0f}) {
-    const Arg args[] = {Arg::f32(a), Arg::ndarray(x_), Arg::ndarray(y_)};
-    ASSERT_TRUE(rt_->launch(axpy_, args).ok());
-  }
-  ASSERT_TRUE(rt_->end_capture().ok());
-  Status s = rt_->synchronize();
-  EXPECT_EQ(s.code(), ErrorCode::kDeviceError);
-  const std::string want = "launches #" + std::to_string(first.value) + ", #" +
-                           std::to_string(first.value + 1) + ", #" +
-                           std::to_string(first.value + 2);
-  EXPECT_NE(s.message().find(want), std::string::npos) << s.message() << "\nwanted " << want;
+  capture_three(/*run=*/true);
+  expect_three_flagged(first);
 }
 
 // Freeing an array while the capture runs: the steps captured before it (which bind its

@@ -175,20 +175,25 @@ def test_stats_is_a_dict(session):
         assert isinstance(st[key], int)
 
 
+def _in_place(name, op, c):
+    """IR text of a kernel doing x[i] = x[i] <op> c, in place."""
+    return f"""
+kernel {name}(x: ndarray<f32, 1>) {{
+  task main parallel %i in [0, shape(x, 0)) {{
+    %v = load x[%i] : f32
+    %c = const {c} : f32
+    %y = {op} %v, %c : f32
+    store x[%i], %y
+  }}
+}}
+"""
+
+
 def test_stats_count_the_pipelines_the_driver_makes(session):
     # A kernel never compiled before in this session gets its pipeline made by the driver (at
     # compile or at its first launch): counted, with the time taken; launching it again makes
     # none.
-    ir = """
-kernel plus_seven(x: ndarray<f32, 1>) {
-  task main parallel %i in [0, shape(x, 0)) {
-    %v = load x[%i] : f32
-    %c = const 7.0 : f32
-    %y = add %v, %c : f32
-    store x[%i], %y
-  }
-}
-"""
+    ir = _in_place("plus_seven", "add", 7.0)
     before = session.stats()
     k = session.compile(ir)
     x = session.ndarray(np.array([1.0, 2.0], dtype=np.float32))
@@ -202,16 +207,7 @@ kernel plus_seven(x: ndarray<f32, 1>) {
 
 
 def test_a_kernel_compiled_again_comes_from_the_compile_cache(session):
-    ir = """
-kernel thrice(x: ndarray<f32, 1>) {
-  task main parallel %i in [0, shape(x, 0)) {
-    %v = load x[%i] : f32
-    %c = const 3.0 : f32
-    %y = mul %v, %c : f32
-    store x[%i], %y
-  }
-}
-"""
+    ir = _in_place("thrice", "mul", 3.0)
     session.compile(ir)
     before = session.stats()
     k = session.compile(ir)
