@@ -32,7 +32,7 @@ namespace {
 // the 32 bindings every push-descriptor implementation takes (maxPushDescriptors >= 32).
 constexpr uint32_t kMaxFusedArrays = 24;
 // The pseudo-array id of the runtime's adstack heaps in a launch's schedule (no ndarray has it).
-constexpr uint64_t kAdstackHeaps = UINT64_MAX;
+constexpr uint64_t kAdstackHeaps = ScheduleAccess::kAdstackHeaps;
 constexpr uint32_t kMaxFusedLaunches = 32;
 // Resident step loops: a workgroup of at most this many invocations (RollLimits has the rest).
 constexpr uint32_t kMaxResidentLocal = 256;

@@ -188,6 +188,51 @@ bool BarrierTracker::next(const ScheduleLaunch& l) {
 
 void BarrierTracker::clear() { *pending_ = Pending{}; }
 
+namespace {
+// The kinds that conflict with any of `kinds` (Marks::conflict's rule, per bit).
+constexpr uint8_t conflicting(uint8_t kinds) {
+  const uint8_t read = kind_bit(Kind::kRead), add = kind_bit(Kind::kAccumulate),
+                write = kind_bit(Kind::kOverwrite);
+  uint8_t out = 0;
+  if (kinds & read) out |= add | write;
+  if (kinds & add) out |= read | write;
+  if (kinds & write) out |= read | add | write;
+  return out;
+}
+}  // namespace
+
+bool ArrayBarrierTracker::next(std::span<const ArrayKinds> accesses, bool known) {
+  bool barrier = any_ && (unknown_ || !known);
+  for (size_t i = 0; i < accesses.size() && !barrier; ++i) {
+    const uint8_t against = conflicting(accesses[i].kinds);
+    for (const ArrayKinds& t : touched_) {
+      if (t.array == accesses[i].array && (t.kinds & against) != 0) {
+        barrier = true;
+        break;
+      }
+    }
+  }
+  if (barrier) clear();
+  any_ = true;
+  unknown_ = unknown_ || !known;
+  for (const ArrayKinds& a : accesses) {
+    auto it = std::find_if(touched_.begin(), touched_.end(),
+                           [&](const ArrayKinds& t) { return t.array == a.array; });
+    if (it == touched_.end()) {
+      touched_.push_back(a);
+    } else {
+      it->kinds |= a.kinds;
+    }
+  }
+  return barrier;
+}
+
+void ArrayBarrierTracker::clear() {
+  touched_.clear();
+  any_ = false;
+  unknown_ = false;
+}
+
 std::vector<bool> schedule_barriers(std::span<const ScheduleLaunch> in_order) {
   std::vector<bool> barrier(in_order.size(), false);
   BarrierTracker t;

@@ -30,6 +30,9 @@ namespace vkad {
 
 struct ScheduleAccess {
   static constexpr int64_t kAnyRow = INT64_MIN;
+  // The pseudo-array of the runtime's adstack heaps, which every heap-tier launch overwrites
+  // (thread g of each uses the same slots).
+  static constexpr uint64_t kAdstackHeaps = UINT64_MAX;
   uint64_t array = 0;
   codegen::ArrayAccess::Kind kind = codegen::ArrayAccess::Kind::kRead;
   int64_t row = kAnyRow;  // the first axis's row, where launch-uniform and known
@@ -67,6 +70,33 @@ class BarrierTracker {
  private:
   struct Pending;
   std::unique_ptr<Pending> pending_;
+};
+
+// An array and the kinds of access a launch makes to it (a bit per codegen::ArrayAccess::Kind,
+// kind_bit()).
+struct ArrayKinds {
+  uint64_t array = 0;
+  uint8_t kinds = 0;
+};
+constexpr uint8_t kind_bit(codegen::ArrayAccess::Kind k) {
+  return static_cast<uint8_t>(1u << static_cast<unsigned>(k));
+}
+
+// The barriers of a capture, decided as each launch comes and judged per whole array (a row
+// would rest on a scalar argument that a replay's update may change): next() says whether a
+// launch with these accesses (`known` false: it may touch anything) needs a barrier after the
+// launches given since the last one; clear() after a fill, which records its own. Keeps only
+// what was touched since the last barrier, in a vector reused: nothing allocated per launch
+// once warm, since the capturing thread pays for it on every launch.
+class ArrayBarrierTracker {
+ public:
+  bool next(std::span<const ArrayKinds> accesses, bool known);
+  void clear();
+
+ private:
+  std::vector<ArrayKinds> touched_;  // one entry per array
+  bool any_ = false;                 // a launch since the last barrier
+  bool unknown_ = false;             // one of them may touch anything
 };
 
 // Which launches of `in_order` (the order they will run in) need a barrier before them: the

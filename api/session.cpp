@@ -110,6 +110,13 @@ Result<KernelHandle> Session::register_ir(const codegen::Kernel& kernel,
                                           bool generic_on_demand) {
   VKAD_ASSIGN_OR_RETURN(KernelHandle h, rt_->register_kernel(ck, generic_on_demand));
   note_ir(kernel, ck, h.id);
+  CaptureAccess& ca = capture_access_[h.id];
+  ca.adstack = ck.has_adstacks();
+  for (const codegen::ParamAccess& p : kernel_access_.at(h.id)->params) {
+    uint8_t kinds = 0;
+    for (const codegen::ArrayAccess& a : p.accesses) kinds |= kind_bit(a.kind);
+    ca.params.emplace_back(p.param, kinds);
+  }
   return h;
 }
 
@@ -196,6 +203,7 @@ void Session::drop_tables(uint64_t id) {
   producer_ok_.erase(id);
   index_exprs_.erase(id);
   kernel_access_.erase(id);
+  capture_access_.erase(id);
   adstack_kernels_.erase(id);
   first_task_loops_.erase(id);
 }
@@ -237,6 +245,8 @@ Status Session::zero(std::span<const NdArrayHandle> arrays) {
   if (capture_ && !rt_->capturing()) capture_.reset();  // ended through runtime()
   VKAD_TRY(rt_->zero_many(arrays));
   if (capture_) {
+    // The fills' barriers order everything before them and after (none for no arrays).
+    if (!arrays.empty()) capture_barriers_.clear();
     for (NdArrayHandle h : arrays) capture_->push_back({false, {}, {Arg::ndarray(h)}, 0.0});
   }
   return {};
@@ -244,7 +254,10 @@ Status Session::zero(std::span<const NdArrayHandle> arrays) {
 Status Session::fill(NdArrayHandle array, double value) {
   if (capture_ && !rt_->capturing()) capture_.reset();  // ended through runtime()
   VKAD_TRY(rt_->fill(array, value));
-  if (capture_) capture_->push_back({false, {}, {Arg::ndarray(array)}, value});
+  if (capture_) {
+    capture_barriers_.clear();
+    capture_->push_back({false, {}, {Arg::ndarray(array)}, value});
+  }
   return {};
 }
 Status Session::upload(NdArrayHandle array, const void* data, uint64_t bytes) {
@@ -260,8 +273,36 @@ Result<DType> Session::dtype(NdArrayHandle array) const { return rt_->dtype(arra
 
 Result<std::string> Session::name(NdArrayHandle array) const { return rt_->name(array); }
 
+bool Session::capture_needs_barrier(KernelHandle kernel, std::span<const Arg> args) {
+  capture_accesses_.clear();
+  bool known = true;
+  auto it = capture_access_.find(kernel.id);
+  if (it == capture_access_.end()) {
+    known = false;  // a kernel this session did not compile: it may touch anything
+  } else {
+    if (it->second.adstack) {
+      capture_accesses_.push_back(
+          {ScheduleAccess::kAdstackHeaps, kind_bit(codegen::ArrayAccess::Kind::kOverwrite)});
+    }
+    for (const auto& [param, kinds] : it->second.params) {
+      if (param >= args.size() || args[param].kind != abi::ParamKind::kNdArray) {
+        known = false;  // the runtime refuses it; nothing is judged on it
+        break;
+      }
+      capture_accesses_.push_back({args[param].array.id, kinds});
+    }
+  }
+  return capture_barriers_.next(capture_accesses_, known);
+}
+
 Status Session::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id) {
   if (capture_ && !rt_->capturing()) capture_.reset();  // ended through runtime()
+  // Graph scheduling's part at capture: no barrier where nothing since the last one conflicts
+  // (the runtime omits only between two launches; a refused launch drops the request, and what
+  // it noted here only makes later barriers likelier).
+  if (capture_ && schedule_graph_launches_ && !capture_needs_barrier(kernel, args)) {
+    VKAD_TRY(rt_->omit_next_barrier());
+  }
   VKAD_TRY(rt_->launch(kernel, args, id));
   if (capture_) capture_->push_back({true, kernel, {args.begin(), args.end()}, 0.0});
   return {};
@@ -277,6 +318,7 @@ Status Session::synchronize() { return rt_->synchronize(); }
 Status Session::begin_capture(const std::string& name, CaptureOptions options) {
   VKAD_TRY(rt_->begin_capture(name, options.run));
   capture_.emplace();
+  capture_barriers_.clear();
   capture_name_ = name;
   capture_background_ = options.background_rework;
   return {};

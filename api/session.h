@@ -290,6 +290,12 @@ class Session {
   // order they run. Where the schedule relied on rows that a scalar parameter decides, an
   // update of that parameter makes this and every later replay run the launches as captured
   // (the graph keeps that form too), so an update never breaks the schedule's premise.
+  // The graph as captured already goes without the barriers the capture can tell are not
+  // needed: while capturing, a launch that conflicts on no whole array with the launches
+  // captured since the last barrier (or fill) is recorded without one before it (judged per
+  // array, never per row, so no update can break it). That graph is what a background
+  // rework's first replays and a capture that runs (CaptureOptions::run) execute, and what
+  // end_capture keeps where the rework changes nothing.
   Status begin_capture(const std::string& name = "", CaptureOptions options = {});
   Result<GraphHandle> end_capture();
   // Waits for `graph`'s background rework (CaptureOptions::background_rework), if it has one
@@ -565,6 +571,21 @@ class Session {
   // launch_access() of every differentiated forward kernel, by handle id.
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::KernelAccess>> access_;
   std::optional<std::vector<CapturedStep>> capture_;  // open capture, as Session saw it
+  // kernel_access() summed up per parameter and whether it has adstacks, of the kernels a
+  // caller can launch (those
+  // register_ir made), by handle id: what a capture judges its barriers on. Apart from
+  // kernel_access_ because a background rework writes that one while a capture may be open.
+  struct CaptureAccess {
+    // Per ndarray parameter it accesses: the parameter and its kinds of access (kind_bit).
+    std::vector<std::pair<uint32_t, uint8_t>> params;
+    bool adstack = false;
+  };
+  std::unordered_map<uint64_t, CaptureAccess> capture_access_;
+  // The open capture's barriers so far (Graph scheduling: none between launches that share
+  // no array) and the accesses of the launch being judged (reused).
+  ArrayBarrierTracker capture_barriers_;
+  std::vector<ArrayKinds> capture_accesses_;
+  bool capture_needs_barrier(KernelHandle kernel, std::span<const Arg> args);
   std::string capture_name_;
   std::unordered_map<std::string, KernelHandle> fused_kernels_;  // by printed IR
   // differentiate()'s forward IR and clearing adjoints (made on demand), by forward handle id.

@@ -40,7 +40,8 @@ Status Runtime::begin_capture(const std::string& name, bool run) {
   return {};
 }
 
-Status Runtime::capture_launch(const std::shared_ptr<const Kernel>& k, std::span<const Arg> args) {
+Status Runtime::capture_launch(const std::shared_ptr<const Kernel>& k, std::span<const Arg> args,
+                               bool omit_barrier) {
   Graph& g = *capture_;
   CapturedLaunch c;
   c.kernel = k;
@@ -78,10 +79,9 @@ Status Runtime::capture_launch(const std::shared_ptr<const Kernel>& k, std::span
   g.args_blob.resize(at + bytes);  // the padding before `at` is zero
   std::memcpy(g.args_blob.data() + at, args_scratch_.data(), bytes);
   g.pieces.back().second = at + bytes;
-  if (omit_next_barrier_ && !g.steps.empty() && g.steps.back().first) {
+  if (omit_barrier && !g.steps.empty() && g.steps.back().first) {
     g.launches.back().barrier_after = false;
   }
-  omit_next_barrier_ = false;
   g.steps.push_back({true, static_cast<uint32_t>(g.launches.size())});
   g.launches.push_back(std::move(c));
   if (run_) run_after_step();
@@ -366,8 +366,12 @@ Status Runtime::record_bundles(Graph& g) {
     // What a first replay costs beyond the steady ones: the driver taking every step once.
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    std::fprintf(stderr, "vkad graph '%s': %zu launches recorded in %zu bundles in %.2f ms\n",
-                 g.name.c_str(), g.launches.size(), g.bundles.size(), ms);
+    size_t barriers = 0;
+    for (const CapturedLaunch& c : g.launches) barriers += c.barrier_after;
+    std::fprintf(stderr,
+                 "vkad graph '%s': %zu launches (%zu followed by a barrier) recorded in %zu "
+                 "bundles in %.2f ms\n",
+                 g.name.c_str(), g.launches.size(), barriers, g.bundles.size(), ms);
   }
   g.bundle_heaps = heaps_.generation();
   g.rerecord = false;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "base/cache_file.h"
 #include "runtime/kernel_checks.h"
@@ -699,6 +700,8 @@ Status Runtime::prepare(KernelHandle kernel, std::span<const Arg> args) {
 
 Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id) {
   VKAD_EXCLUSIVE_USE("launch");
+  // omit_next_barrier() asks it of this launch only: a refused one drops it.
+  const bool omit_barrier = std::exchange(omit_next_barrier_, false);
   VKAD_TRY(device_->status());
   auto kit = kernels_.find(kernel.id);
   if (kit == kernels_.end()) return dead_handle("launch", "kernel", kernel.id);
@@ -708,7 +711,7 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   // Plan every task and find its pipeline before recording anything, so a bad range records
   // nothing.
   VKAD_TRY(plan_pipelines(*k, args, &planned_));
-  if (capture_) return capture_launch(k, args);
+  if (capture_) return capture_launch(k, args, omit_barrier);
   if (planned_.lp.any_heap_task) VKAD_TRY(ensure_heaps(planned_.lp.heap_need));
   VKAD_TRY(ensure_list());
   VKAD_TRY(record_launch(k, planned_, planned_.arrays, args_scratch_.data(), id));

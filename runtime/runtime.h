@@ -358,7 +358,8 @@ class Runtime {
   // follows the launch captured last, so the two may run concurrently. For a caller that has
   // proved they touch nothing in common (Session's graph scheduling, session.h) -- the
   // adstack heaps included, which every heap-tier launch shares (thread g of each uses the same
-  // slots); a fill, or anything but a launch captured next, keeps the barrier.
+  // slots); a fill, or anything but a launch captured next, keeps the barrier, and the next
+  // launch() call takes the request even when it refuses the launch.
   // kFailedPrecondition without an open capture.
   Status omit_next_barrier();
   Result<size_t> graph_steps(GraphHandle graph) const;
@@ -706,7 +707,8 @@ class Runtime {
   Status record_steps(rhi::CommandList& list, const Graph& g,
                       const std::function<Status(uint32_t)>& launch);
   std::vector<uint64_t> filled_scratch_;  // record_steps' scratch
-  Status capture_launch(const std::shared_ptr<const Kernel>& k, std::span<const Arg> args);
+  Status capture_launch(const std::shared_ptr<const Kernel>& k, std::span<const Arg> args,
+                        bool omit_barrier);
   Status not_while_capturing(const char* what) const;
   std::unique_ptr<Graph> capture_;  // the capture being recorded
   bool omit_next_barrier_ = false;  // omit_next_barrier() before the next captured launch

@@ -222,6 +222,58 @@ TEST(GraphSchedule, AnUpdateOfARowDecidingScalarRunsTheLaunchesAsCaptured) {
   for (uint32_t i = 0; i < kN; ++i) ASSERT_NEAR(ts[i], tp[i], 1e-4f) << "total at " << i;
 }
 
+// The graph as captured (what a background rework's first replays and a capture that runs
+// execute) already goes without the barriers no whole array needs: here the sums after the
+// fill only add atomically into one array, so they run together. Per row it would drop more
+// (act(t) after step(t - 1), which read another row of a): the capture does not judge rows,
+// whose scalars an update may change.
+TEST(GraphSchedule, TheGraphAsCapturedGoesWithoutTheBarriersNoArrayNeeds) {
+  bool skipped = false;
+  auto p = make_program(true, &skipped);
+  if (skipped) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+  auto plain = make_program(false, &skipped);
+  ASSERT_TRUE(p && plain);
+  for (Program* q : {p.get(), plain.get()}) {
+    CaptureOptions o;
+    o.background_rework = true;
+    ASSERT_TRUE(q->s->begin_capture("idiom", o).ok());
+    ASSERT_TRUE(record(*q).ok());
+    auto g = q->s->end_capture();
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    // The runtime's graph of that handle is the one captured, whatever the rework does.
+    ASSERT_TRUE(q->s->runtime().replay(*g).ok());
+    ASSERT_TRUE(q->s->synchronize().ok());
+    expect_results(*q);
+    expect_clean(*q);
+    EXPECT_EQ(*q->s->runtime().graph_barriers(*g), q == plain.get() ? 3u * kT : 2u * kT + 1u);
+  }
+}
+
+// A launch the runtime refuses takes the barrier it was to go without along with it: the next
+// launch, which reads what the one before the refused launch wrote, keeps its barrier.
+TEST(GraphSchedule, ARefusedLaunchTakesItsOmittedBarrierWithIt) {
+  bool skipped = false;
+  auto p = make_program(true, &skipped);
+  if (skipped) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+  ASSERT_TRUE(p);
+  Session& s = *p->s;
+  NdArrayHandle b = *s.ndarray(DType::kF32, {kT, kN}, "b");
+  NdArrayHandle y = *s.ndarray(DType::kF32, {kT + 1, kN}, "y");
+  CaptureOptions o;
+  o.background_rework = true;  // end_capture's handle stays the graph as captured
+  ASSERT_TRUE(s.begin_capture("refused", o).ok());
+  ASSERT_TRUE(
+      s.launch(p->act, {Arg::i32(0), Arg::f32(1.0f), Arg::ndarray(p->w), Arg::ndarray(p->a)}).ok());
+  // Touches only b and y (no conflict with act: its barrier would go), but f is not an i32.
+  Status refused = s.launch(p->step, {Arg::f32(0.0f), Arg::ndarray(b), Arg::ndarray(y)});
+  EXPECT_FALSE(refused.ok());
+  ASSERT_TRUE(s.launch(p->step, {Arg::i32(0), Arg::ndarray(p->a), Arg::ndarray(p->x)}).ok());
+  auto g = s.end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EXPECT_EQ(*s.runtime().graph_barriers(*g), 2u);  // act | step |
+  expect_clean(*p);
+}
+
 // A dynamic loop: its adjoint keeps an adstack per invocation.
 constexpr const char* kLoop =
     R"(kernel rec(n: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
