@@ -1,10 +1,12 @@
 """Launch overhead from Python: µs per launch of a tiny kernel (x[i] += a over 64 elements,
 each launch after the previous), for vkad and, measured the same way, Taichi and Quadrants.
 
-    python bench/python_launch.py [--backend vkad|taichi|quadrants] [--launches N] [--reps R]
+    python bench/python_launch.py [--backend vkad|vkad-bound|taichi|quadrants] [--launches N]
+                                  [--reps R]
                                   [--n ELEMENTS] [--json FILE]
 
-Per rep: N launches recorded back to back, then a synchronize. Prints the median over reps of
+Per rep: N launches recorded back to back, then a synchronize. vkad-bound launches through
+Session.bind (the array bound once, the scalar per call). Prints the median over reps of
 µs per launch for the launches alone and for the batch including the wait. vkad's C++ figure
 for the same loop is build/bench/vkad-bench-launch. Taichi and Quadrants are not dependencies:
 install them into a separate venv (`pip install taichi`, `pip install quadrants`) and run this
@@ -35,11 +37,14 @@ def measure(launch, sync, launches, reps):
     return statistics.median(record), statistics.median(total)
 
 
-def vkad_backend(n):
+def vkad_backend(n, bound=False):
     import vkad
     s = vkad.Session()
     k = s.compile((HERE / "launch_kernel.vkir").read_text())
     x = s.zeros(n, vkad.f32)
+    if bound:
+        b = s.bind(k, x=x)
+        return s.device_name, (lambda: b(1.0)), s.synchronize, (lambda: x.numpy()[0])
     return s.device_name, (lambda: s.launch(k, 1.0, x)), s.synchronize, (lambda: x.numpy()[0])
 
 
@@ -60,14 +65,14 @@ def taichi_like_backend(mod, n):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--backend", default="vkad", choices=["vkad", "taichi", "quadrants"])
+    ap.add_argument("--backend", default="vkad", choices=["vkad", "vkad-bound", "taichi", "quadrants"])
     ap.add_argument("--launches", type=int, default=500)
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--n", type=int, default=64)
     ap.add_argument("--json")
     a = ap.parse_args()
-    if a.backend == "vkad":
-        device, launch, sync, first = vkad_backend(a.n)
+    if a.backend in ("vkad", "vkad-bound"):
+        device, launch, sync, first = vkad_backend(a.n, bound=a.backend == "vkad-bound")
     else:
         device, launch, sync, first = taichi_like_backend(__import__(a.backend), a.n)
     record, total = measure(launch, sync, a.launches, a.reps)

@@ -314,22 +314,24 @@ class DiffMPM:
             a.grad = s.zeros(a.shape, a.dtype, name + "_grad")
         self.tape = s.tape()
         self._graph: Optional[vkad.Graph] = None
-        self._plans: Dict[tuple, tuple] = {}  # _launch's, by (kernel name, recorded)
+        self._launchers: Dict[tuple, vkad.BoundLaunch] = {}  # by (kernel name, recorded)
 
     # launches
-    def _launch(self, name: str, t: int, recorded: bool = True) -> None:
-        # The kernel and its arguments found once per kernel (None: the step): a simulation
-        # launches thousands of them, and reading param_names at each was a third of its
-        # Python time.
-        plan = self._plans.get((name, recorded))
-        if plan is None:
+    def launcher(self, name: str, recorded: bool = True) -> vkad.BoundLaunch:
+        """Kernel `name` with its arrays bound (Session.bind), launched with the step alone:
+        `p2g(f)`, as DiffTaichi calls its kernels. Made once per kernel: a simulation launches
+        thousands, and converting every array at each was most of its Python time."""
+        bound = self._launchers.get((name, recorded))
+        if bound is None:
             k = self.kernels[name]
             k = k if recorded else k.forward  # a Differentiated is recorded by a tape; .forward not
             params = k.forward.param_names if recorded else k.param_names
-            plan = (k, [None if p in ("t", "f") else self.arrays[p] for p in params])
-            self._plans[(name, recorded)] = plan
-        k, args = plan
-        self.s.launch(k, *[t if a is None else a for a in args])
+            bound = self.s.bind(k, **{p: self.arrays[p] for p in params if p not in ("t", "f")})
+            self._launchers[(name, recorded)] = bound
+        return bound
+
+    def _launch(self, name: str, t: int, recorded: bool = True) -> None:
+        self.launcher(name, recorded)(t)
 
     def forward(self, recorded: bool = True) -> None:
         """One simulation from x[0], F[0] = I, v[0] = C[0] = 0: DiffTaichi's forward()
@@ -337,10 +339,14 @@ class DiffMPM:
         a = self.arrays
         # DiffTaichi's clear_grid, once for all the steps' grids
         self.s.zero_many([a["grid_v_in"], a["grid_m_in"], a["loss"]])
+        act, p2g, grid_op, g2p = (self.launcher(name, recorded)
+                                  for name in ("compute_actuation", "p2g", "grid_op", "g2p"))
         for f in range(self.steps - 1):
-            for name in ("compute_actuation", "p2g", "grid_op", "g2p"):
-                self._launch(name, f, recorded)
-        self._launch("compute_loss", self.steps - 1, recorded)
+            act(f)
+            p2g(f)
+            grid_op(f)
+            g2p(f)
+        self.launcher("compute_loss", recorded)(self.steps - 1)
 
     def forward_backward(self) -> None:
         """forward() on the tape, then its backward (seed d loss = 1): gradients() after it."""

@@ -1072,7 +1072,7 @@ struct Session {
   // The hot path: no Python-level wrapper, arguments converted in place.
   // The Kernel a launch or prepare names (a Differentiated stands for its forward), checked
   // against this session and the argument count; `where` names the call in errors.
-  Kernel* kernel_for(nb::handle kernel, size_t nargs, const char* where) {
+  Kernel* kernel_for(nb::handle kernel, size_t nargs, const char* where, bool check_count = true) {
     Kernel* k = nullptr;
     if (!nb::try_cast<Kernel*>(kernel, k) || !k) {
       Differentiated* d = nullptr;
@@ -1083,7 +1083,7 @@ struct Session {
               nb::type_name(kernel.type()).c_str());
     if (k->st != st)
       invalid(std::string(where) + " '" + k->name + "': the kernel belongs to another session");
-    if (nargs != k->params.size()) {
+    if (check_count && nargs != k->params.size()) {
       invalid(std::string(where) + " '" + k->name + "': " + std::to_string(nargs) +
               " arguments given, the kernel takes " + std::to_string(k->params.size()) + ": " +
               k->signature());
@@ -1204,6 +1204,10 @@ struct Session {
     if (record) nb::cast<nb::list>(st->tape).append(nb::make_tuple(nb::borrow(kernel), args));
     if (!st->capture.is_none()) nb::cast<Graph*>(st->capture)->kernels.append(nb::find(k));
   }
+
+  // Session.bind: `kernel` with the arguments named in `named` fixed (converted and checked
+  // here, once); the Bound launches it with the others, given positionally in parameter order.
+  nb::object bind(nb::handle self, nb::handle kernel, nb::kwargs named);
 
   // Session.capture's halves: begin returns the Graph (its handle set by end).
   nb::object begin_capture(const std::string& name, bool background, bool run) {
@@ -1342,6 +1346,83 @@ struct Session {
     return d;
   }
 };
+
+// ------------------------------------------------------------------ bound launches
+
+// Session.bind's result (README, "Bound launches"): a launch with some arguments fixed. A step
+// loop launches the same kernels with the same arrays thousands of times and only the step
+// changes; calling a Bound converts only what changes and goes straight to the launch, where
+// Session.launch converts every argument behind a Python call that builds the argument list.
+struct Bound {
+  nb::object session;  // the Python Session: keeps it (and `s`) alive
+  Session* s = nullptr;
+  nb::object kernel;  // as given to bind (a Kernel or a Differentiated)
+  Kernel* k = nullptr;
+  std::vector<Arg> args;           // per parameter; the free ones written per call
+  std::vector<nb::object> values;  // per parameter: the bound Python value, None where free
+  std::vector<uint32_t> free;      // the free parameters, in parameter order
+  std::vector<NdArray*> arrays;    // the bound arrays (held by `values`), checked per call
+
+  std::string free_names() const {
+    std::string out;
+    for (uint32_t i : free) out += (out.empty() ? "" : ", ") + k->params[i].name;
+    return out.empty() ? "none" : out;
+  }
+
+  void call(nb::args rest) {
+    if (rest.size() != free.size()) {
+      invalid("launch '" + k->name + "' (bound): " + std::to_string(rest.size()) +
+              " arguments given, the bound launch takes " + std::to_string(free.size()) + " (" +
+              free_names() + ")");
+    }
+    for (NdArray* a : arrays) {
+      if (a->free_deferred) a->check_live("launch '" + k->name + "' (bound)");
+    }
+    for (size_t i = 0; i < free.size(); ++i) args[free[i]] = to_arg(*k, *s->st, free[i], rest[i]);
+    // A tape records the launch with its Python arguments (its backward launches the adjoint
+    // with them): built only when one is recording this kernel.
+    nb::object recorded;
+    if (!s->st->tape.is_none() && !k->adjoint.is_none()) {
+      nb::tuple t = nb::steal<nb::tuple>(PyTuple_New(static_cast<Py_ssize_t>(values.size())));
+      for (size_t i = 0, r = 0; i < values.size(); ++i) {
+        nb::object v = values[i].is_none() ? nb::borrow(rest[r++]) : values[i];
+        PyTuple_SET_ITEM(t.ptr(), static_cast<Py_ssize_t>(i), v.release().ptr());
+      }
+      recorded = std::move(t);
+    }
+    s->launch_converted(kernel, k, args, recorded);
+  }
+};
+
+nb::object Session::bind(nb::handle self, nb::handle kernel, nb::kwargs named) {
+  Kernel* k = kernel_for(kernel, 0, "bind", /*check_count=*/false);
+  auto* b = new Bound();
+  nb::object out = nb::cast(b, nb::rv_policy::take_ownership);
+  b->session = nb::borrow(self);
+  b->s = this;
+  b->kernel = nb::borrow(kernel);
+  b->k = k;
+  b->args.resize(k->params.size());
+  b->values.assign(k->params.size(), nb::none());
+  std::vector<bool> given(k->params.size(), false);
+  for (auto [key, value] : named) {
+    const std::string name = nb::cast<std::string>(key);
+    auto it = std::find_if(k->params.begin(), k->params.end(),
+                           [&](const ParamInfo& p) { return p.name == name; });
+    if (it == k->params.end())
+      invalid("bind '" + k->name + "': no parameter '" + name + "' (" + k->signature() + ")");
+    const auto i = static_cast<size_t>(it - k->params.begin());
+    b->args[i] = to_arg(*k, *st, i, value);
+    b->values[i] = nb::borrow(value);
+    given[i] = true;
+    NdArray* a = nullptr;
+    if (it->array && nb::try_cast<NdArray*>(value, a) && a) b->arrays.push_back(a);
+  }
+  for (uint32_t i = 0; i < k->params.size(); ++i) {
+    if (!given[i]) b->free.push_back(i);
+  }
+  return out;
+}
 
 // vkad::devices() as a list of dicts (vkad/devices.py makes them Device records).
 nb::list list_devices() {
@@ -1483,6 +1564,22 @@ NB_MODULE(_vkad, m) {
                (g.released ? ", released" : "") + ")";
       });
 
+  nb::class_<Bound>(m, "BoundLaunch", "A kernel with some arguments fixed (Session.bind).")
+      .def("__call__", &Bound::call, "args"_a,
+           nb::sig("def __call__(self, *args: NdArray | int | float | bool) -> None"),
+           "Launches the kernel with the fixed arguments and these (the free parameters, in "
+           "order).")
+      .def_prop_ro("kernel", [](const Bound& b) { return b.kernel; })
+      .def_prop_ro("free_params",
+                   [](const Bound& b) {
+                     std::vector<std::string> out;
+                     for (uint32_t i : b.free) out.push_back(b.k->params[i].name);
+                     return out;
+                   })
+      .def("__repr__", [](const Bound& b) {
+        return "vkad.BoundLaunch('" + b.k->name + "', free: " + b.free_names() + ")";
+      });
+
   nb::class_<Kernel>(m, "Kernel", "A compiled kernel; released when collected.")
       .def_prop_ro("name", [](const Kernel& k) { return k.name; })
       .def_prop_ro("param_names",
@@ -1608,6 +1705,17 @@ NB_MODULE(_vkad, m) {
            nb::sig("def launch(self, kernel: Kernel | Differentiated, "
                    "*args: NdArray | int | float | bool) -> None"),
            "Records a launch (asynchronous). Scalars are converted to the parameter's dtype.")
+      .def(
+          "bind",
+          [](nb::handle self, nb::handle kernel, nb::kwargs named) {
+            return nb::cast<Session&>(self).bind(self, kernel, std::move(named));
+          },
+          "kernel"_a, "args"_a,
+          nb::sig("def bind(self, kernel: Kernel | Differentiated, "
+                  "**args: NdArray | int | float | bool) -> BoundLaunch"),
+          "The kernel with the arguments named here fixed (checked now): calling the result "
+          "with the others, positionally in parameter order, launches it as launch() would "
+          "(taped, captured), converting only those. README, 'Bound launches'.")
       .def("_launch_adjoints", &Session::launch_adjoints, "launches"_a, "grads"_a,
            nb::sig("def _launch_adjoints(self, launches: list[tuple[Kernel | Differentiated, "
                    "tuple[NdArray | int | float | bool, ...]]], grads: dict[int, NdArray]) "

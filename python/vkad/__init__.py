@@ -25,7 +25,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Union
 import numpy as _np
 
 from . import _vkad
-from ._vkad import DType, Differentiated, Graph, Kernel, NdArray
+from ._vkad import BoundLaunch, DType, Differentiated, Graph, Kernel, NdArray
 from .errors import (Error, InvalidArgumentError, NotFoundError, FailedPreconditionError,
                      OutOfDeviceMemoryError, OutOfHostMemoryError, DeviceLostError,
                      UnsupportedError, NoDeviceError, TimeoutError, DeviceError, VulkanError,
@@ -272,7 +272,7 @@ def from_dlpack(x: Any, session: Optional[Session] = None, *, copy: Optional[boo
     return s._from_dlpack_capsule(capsule, name)
 
 
-__all__ = ["Session", "from_dlpack", "Tape", "Graph", "DType", "Kernel", "NdArray", "Differentiated", "KernelBuilder",
+__all__ = ["Session", "from_dlpack", "Tape", "Graph", "BoundLaunch", "DType", "Kernel", "NdArray", "Differentiated", "KernelBuilder",
            "Value", "Scalar", "Array", "Dim", "Local", "f32", "f64", "i32", "u32", "i64", "bool_",
            "as_dtype", "numpy_dtype", "Error", "InvalidArgumentError", "NotFoundError",
            "FailedPreconditionError", "OutOfDeviceMemoryError", "OutOfHostMemoryError",
