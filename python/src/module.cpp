@@ -688,6 +688,28 @@ std::vector<ParamInfo> params_of(const vkad::codegen::Kernel& k) {
 }
 
 // One Python value as the launch argument of parameter `i` of `k`.
+// A tape keeps one (kernel, args) tuple per recorded launch, ~10^4 an iteration. Tracked, they
+// pile up in the cyclic GC's older generations, and that growth is what makes CPython run full
+// collections (several ms each, over every tracked object of the process) in the middle of a
+// recording. Their items are kernels and numbers, which the GC does not track, and NdArrays,
+// which it tracks only because they take weak references: an NdArray shows the GC no reference
+// of its own (its `grad` is a C++ member), so no cycle the GC could find passes through one.
+// Such a tuple can be in no collectable cycle -- CPython's own rule (it untracks a tuple of
+// untracked items once it survives a collection), with NdArrays counted as atomic -- and is
+// untracked at once. A tuple holding anything else stays tracked.
+bool gc_atomic(PyObject* item) {
+  return !(PyObject_IS_GC(item) && PyObject_GC_IsTracked(item)) ||
+         nb::isinstance<NdArray>(nb::handle(item));
+}
+void untrack_if_atomic(nb::handle tuple) {
+  PyObject* t = tuple.ptr();
+  if (t == nullptr || !PyTuple_Check(t) || !PyObject_GC_IsTracked(t)) return;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); ++i) {
+    if (!gc_atomic(PyTuple_GET_ITEM(t, i))) return;
+  }
+  PyObject_GC_UnTrack(t);
+}
+
 Arg to_arg(const Kernel& k, const State& st, size_t i, nb::handle v) {
   const ParamInfo& p = k.params[i];
   auto where = [&] {
@@ -1201,7 +1223,12 @@ struct Session {
       check(st->get().launch(k->handle, span));
       if (hazards) hazards->hazards.record();
     }
-    if (record) nb::cast<nb::list>(st->tape).append(nb::make_tuple(nb::borrow(kernel), args));
+    if (record) {
+      nb::tuple rec = nb::make_tuple(nb::borrow(kernel), args);
+      untrack_if_atomic(args);
+      untrack_if_atomic(rec);
+      nb::cast<nb::list>(st->tape).append(rec);
+    }
     if (!st->capture.is_none()) nb::cast<Graph*>(st->capture)->kernels.append(nb::find(k));
   }
 

@@ -64,6 +64,31 @@ def test_reused_tape_allocates_nothing_after_the_first_iteration(session, step):
             assert memory(s) == mem, f"iteration {it}"
 
 
+def test_tape_records_are_left_out_of_the_cyclic_gc(session, step):
+    # A recording keeps one (kernel, args) tuple per launch, ~10^4 an iteration: tracked, they
+    # pile up in the GC's older generations and CPython runs full collections (several ms)
+    # mid-recording. They hold only vkad objects and numbers, so the binding untracks them at
+    # once (GC off here: nothing but the binding can untrack them in the meantime).
+    s = session
+    xs = [s.ndarray(X0)] + [s.empty(N, vkad.f32) for _ in range(3)]
+    bound = s.bind(step, x=xs[1], y=xs[2])
+    t = s.tape()
+    gc.disable()
+    try:
+        with t:
+            s.launch(step, xs[0], xs[1])
+            bound()
+            s.launch(step.forward, xs[2], xs[3])
+        assert len(t.launches) == 3
+        for kernel, args in t.launches:
+            assert len(args) == 2
+        assert not any(gc.is_tracked(r) or gc.is_tracked(r[1]) for r in t.launches)
+    finally:
+        gc.enable()
+    t.backward(seed={xs[-1]: 1.0})
+    np.testing.assert_allclose(t.grad(xs[0]).numpy(), chain(X0, 0, 3), atol=5e-3)
+
+
 def test_array_grad_is_used_and_kept_by_the_caller(session, step):
     s = session
     x = s.ndarray(X0, grad=True, name="x")
