@@ -482,6 +482,7 @@ Result<SessionStats> Session::stats() const {
   s.launches = r.launches;
   s.flushes = r.flushes;
   s.forced_waits = r.retirement.forced_waits;
+  s.forced_wait_ms = r.retirement.forced_wait_us / 1e3;
   s.ndarrays = r.ndarrays;
   s.kernels_cached = r.pipelines_cached;
   s.memory_block_bytes = r.memory_block_bytes;

@@ -96,6 +96,7 @@ struct SessionStats {
   uint64_t launches = 0;
   uint64_t flushes = 0;
   uint64_t forced_waits = 0;  // times a flush waited for the oldest submission
+  double forced_wait_ms = 0;  // host time those waits took (the device pacing the host)
   uint64_t ndarrays = 0;
   uint64_t kernels_cached = 0;      // pipelines held (kernels registered or kept for reuse)
   uint64_t memory_block_bytes = 0;  // device memory held

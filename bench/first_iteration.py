@@ -42,10 +42,12 @@ def main() -> int:
     ap.add_argument("--no-run", action="store_true",
                     help="capture without running, then replay (the examples before run=True)")
     ap.add_argument("--steps", type=int, default=None, help="the program's own when left out")
+    ap.add_argument("--retirement-depth", type=int, default=3,
+                    help="submissions in flight before the host waits (Session's)")
     a = ap.parse_args()
     out = {"program": a.program}
     t0 = time.perf_counter()
-    with vkad.Session() as s:
+    with vkad.Session(retirement_depth=a.retirement_depth) as s:
         out["session_ms"] = _ms(t0)
         t0 = time.perf_counter()
         steps = {} if a.steps is None else {"steps": a.steps}
@@ -88,6 +90,12 @@ def main() -> int:
         out["pipeline_record_ms"] = (recorded["pipeline_create_us"]
                                      - before["pipeline_create_us"]) / 1e3
         out["pipelines_first_iteration"] = after["pipelines_created"] - before["pipelines_created"]
+        # The host blocked by the retirement depth while recording (the device pacing it: a
+        # capture that runs submits as it goes) and in the whole first iteration.
+        def waited(st):
+            return (st.get("forced_wait_us", 0) - before.get("forced_wait_us", 0)) / 1e3
+        out["record_forced_wait_ms"] = waited(recorded)
+        out["forced_wait_ms"] = waited(after)
         sim._graph = g  # the example's own iteration() replays it from here on
         steady = []
         for _ in range(a.iters):

@@ -26,6 +26,9 @@
 // run_drain, the args buffer is the piece's. Side bundles are released only after the threads
 // stopped (CaptureRun::keep), so each side pool has one user at a time.
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <system_error>
@@ -34,6 +37,14 @@
 #include "runtime/runtime.h"
 
 namespace vkad::runtime {
+
+namespace {
+double clock_us() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
 
 void Runtime::run_thread(CaptureRun* r, rhi::Stream* stream, int index) {
   for (;;) {
@@ -47,7 +58,9 @@ void Runtime::run_thread(CaptureRun* r, rhi::Stream* stream, int index) {
     }
     if (!p->direct) {
       try {
+        const double t0 = clock_us();
         p->status = record_piece(*stream, *p, index);
+        p->record_us = clock_us() - t0;
       } catch (const std::bad_alloc&) {
         p->status = make_error(ErrorCode::kOutOfHostMemory, "recording a piece: out of memory");
       }
@@ -72,6 +85,7 @@ Status Runtime::run_start() {
   VKAD_TRY(stream_->settle_side_bundles());
   VKAD_TRY(stream_->ensure_side_pools(want));
   auto r = std::make_unique<CaptureRun>();
+  r->trace = std::getenv("VKAD_GRAPH_TRACE") != nullptr;
   for (int i = 0; i < want; ++i) {
     try {
       r->threads.emplace_back(run_thread, r.get(), stream_.get(), i);
@@ -191,6 +205,14 @@ void Runtime::run_cut() {
   const size_t begin = r.next_step, end = g.steps.size();
   r.next_step = end;
   if (begin == end || !r.error.ok()) return;
+  const double t0 = r.trace ? clock_us() : 0;
+  struct Timed {
+    CaptureRun& r;
+    double t0;
+    ~Timed() {
+      if (r.trace) r.cut_us += clock_us() - t0;
+    }
+  } timed{r, t0};
   try {
     auto p = std::make_unique<RunPiece>();
     uint64_t lo = 0, hi = 0;
@@ -235,9 +257,11 @@ void Runtime::run_pump(bool wait_all) {
   // Every piece recorded and next in cut order goes into the list, then one submission.
   bool executed = false;
   auto submit = [&] {
+    const double t0 = r.trace ? clock_us() : 0;
     Result<rhi::StreamSemaphore> sem = submit_list();
     if (!sem.ok() && r.error.ok()) r.error = sem.status();
     executed = false;
+    if (r.trace) r.queue_us += clock_us() - t0;
   };
   for (;;) {
     std::unique_ptr<RunPiece> p;
@@ -250,7 +274,9 @@ void Runtime::run_pump(bool wait_all) {
           submit();
           l.lock();
         }
+        const double t0 = r.trace ? clock_us() : 0;
         r.cv.wait(l, [&] { return ready() || r.outstanding == 0; });
+        if (r.trace) r.wait_us += clock_us() - t0;
       }
       if (!ready()) break;
       p = std::move(r.done.begin()->second);
@@ -259,8 +285,10 @@ void Runtime::run_pump(bool wait_all) {
     ++r.next_submit;
     --r.outstanding;
     if (r.error.ok()) {
+      const double t0 = r.trace ? clock_us() : 0;
       submit_piece(*p);
       executed = true;
+      if (r.trace) r.submit_us += clock_us() - t0, r.record_us += p->record_us;
     }
     // Executed or not, a side bundle is freed into its thread's pool: not before it stopped.
     if (p->bundle.valid()) r.keep.push_back(std::move(p->bundle));
@@ -331,6 +359,16 @@ Status Runtime::run_drain() {
 
 Status Runtime::run_finish() {
   Status s = run_drain();
+  if (run_->trace) {
+    const CaptureRun& r = *run_;
+    std::fprintf(stderr,
+                 "vkad graph '%s' run: %llu pieces; caller: cut %.2f ms, pieces into the list "
+                 "%.2f ms, submissions %.2f ms, waited for recordings %.2f ms; recording threads "
+                 "(%zu): %.2f ms\n",
+                 capture_->name.c_str(), static_cast<unsigned long long>(r.next_seq),
+                 r.cut_us / 1e3, r.submit_us / 1e3, r.queue_us / 1e3, r.wait_us / 1e3,
+                 r.threads.size(), r.record_us / 1e3);
+  }
   run_stop();
   return s;
 }

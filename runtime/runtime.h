@@ -655,6 +655,7 @@ class Runtime {
     uint64_t seq = 0;     // cut order: submitted in it
     bool direct = false;  // recorded into the runtime's list (a pipeline without push descriptors)
     rhi::Bundle bundle;   // the recording's result
+    double record_us = 0;  // the recording thread's time on it (VKAD_GRAPH_TRACE)
     Status status;
   };
   struct CaptureRun {
@@ -670,6 +671,9 @@ class Runtime {
     size_t next_step = 0;           // the first captured step not in a piece
     std::vector<rhi::Bundle> keep;  // submitted bundles, released once the thread stopped
     Status error;                   // the first piece that failed: nothing after it runs
+    // VKAD_GRAPH_TRACE: where the caller's time went (us), printed by run_finish.
+    bool trace = false;
+    double cut_us = 0, submit_us = 0, queue_us = 0, wait_us = 0, record_us = 0;
   };
   std::unique_ptr<CaptureRun> run_;
   // Recording thread `index` (side pool `index`).

@@ -1335,6 +1335,7 @@ struct Session {
     d["launches"] = s.launches;
     d["flushes"] = s.flushes;
     d["forced_waits"] = s.forced_waits;
+    d["forced_wait_us"] = static_cast<uint64_t>(s.forced_wait_ms * 1e3);
     d["ndarrays"] = s.ndarrays;
     d["kernels_cached"] = s.kernels_cached;
     d["kernels_compiled"] = s.kernels_compiled;

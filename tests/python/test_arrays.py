@@ -175,6 +175,35 @@ def test_stats_is_a_dict(session):
         assert isinstance(st[key], int)
 
 
+def test_forced_waits_report_the_time_the_device_set_the_pace():
+    # Depth 1: a flush with two submissions in flight waits for the older one. A kernel slow
+    # enough to still run when the next flush comes (lavapipe: a loop of sines per element)
+    # makes the host wait, and the stats say for how long.
+    s = vkad.Session(retirement_depth=1)
+    try:
+        kb = vkad.KernelBuilder("slow")
+        x = kb.ndarray("x", vkad.f32, 1)
+        with kb.parallel_for("main", 0, x.shape[0]) as i:
+            acc = kb.local(x[i])
+            with kb.for_range(0, 2000):
+                acc.value = vkad.sin(acc.value) + 0.5
+            x[i] = acc.value
+        k = s.compile(kb)
+        a = s.zeros(1 << 14, vkad.f32)
+        before = s.stats()
+        for _ in range(4):
+            s.launch(k, a)
+            s.flush()
+        s.synchronize()
+        after = s.stats()
+        waits = after["forced_waits"] - before["forced_waits"]
+        if waits == 0:
+            pytest.skip("the device kept up with every flush: no forced wait to time")
+        assert after["forced_wait_us"] - before["forced_wait_us"] >= 1000 * waits / 10
+    finally:
+        s.close()
+
+
 def _in_place(name, op, c):
     """IR text of a kernel doing x[i] = x[i] <op> c, in place."""
     return f"""
