@@ -22,8 +22,10 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -1386,7 +1388,7 @@ struct Bound {
   Session* s = nullptr;
   nb::object kernel;  // as given to bind (a Kernel or a Differentiated)
   Kernel* k = nullptr;
-  std::vector<Arg> args;           // per parameter; the free ones written per call
+  std::vector<Arg> args;           // per parameter (the free ones' filled per call, in a copy)
   std::vector<nb::object> values;  // per parameter: the bound Python value, None where free
   std::vector<uint32_t> free;      // the free parameters, in parameter order
   std::vector<NdArray*> arrays;    // the bound arrays (held by `values`), checked per call
@@ -1406,7 +1408,18 @@ struct Bound {
     for (NdArray* a : arrays) {
       if (a->free_deferred) a->check_live("launch '" + k->name + "' (bound)");
     }
-    for (size_t i = 0; i < free.size(); ++i) args[free[i]] = to_arg(*k, *s->st, free[i], rest[i]);
+    // The bound arguments copied: another thread may call this Bound while this call runs
+    // Python (the tape's hook), so nothing of it is written per call.
+    Arg local[16];
+    std::vector<Arg> heap;
+    Arg* a = local;
+    if (args.size() > std::size(local)) {
+      heap.assign(args.begin(), args.end());
+      a = heap.data();
+    } else {
+      std::copy(args.begin(), args.end(), local);
+    }
+    for (size_t i = 0; i < free.size(); ++i) a[free[i]] = to_arg(*k, *s->st, free[i], rest[i]);
     // A tape records the launch with its Python arguments (its backward launches the adjoint
     // with them): built only when one is recording this kernel.
     nb::object recorded;
@@ -1418,7 +1431,7 @@ struct Bound {
       }
       recorded = std::move(t);
     }
-    s->launch_converted(kernel, k, args, recorded);
+    s->launch_converted(kernel, k, std::span<const Arg>(a, args.size()), recorded);
   }
 };
 
