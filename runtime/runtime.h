@@ -684,7 +684,8 @@ class Runtime {
                                  std::vector<rhi::Buffer*>& bindings,
                                  std::vector<uint64_t>& filled);
   void run_after_step();  // a step was captured: submit, cut
-  void run_cut();         // the steps not in a piece yet, as one
+  void run_cut(bool split = false);  // the steps not in a piece yet (split: one per thread)
+  void run_cut_range(size_t begin, size_t end);  // steps [begin, end) as one piece
   Status run_heaps(size_t begin, size_t end, uint64_t* lo, uint64_t* hi);  // run_cut's parts
   void run_steps_into(RunPiece& piece, size_t begin, size_t end, uint64_t lo);
   void run_pump(bool wait_all);        // submits recorded pieces (all outstanding: wait_all)

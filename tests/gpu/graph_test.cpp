@@ -4,7 +4,9 @@
 // nothing recorded, and in its steady state creates no Vulkan object.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "diffsim/diffsim.h"
@@ -458,6 +460,34 @@ TEST_P(Graphs, ACaptureThatRunsRunsEveryStepAsLaunchingThem) {
   ASSERT_TRUE(rt_->fill(y_, 7.0).ok());
   ASSERT_TRUE(rt_->replay(*g).ok());
   expect_y(sum);
+}
+
+// The steps left at end_capture are cut into one piece per recording thread (at least 64
+// steps each): nothing comes after them, so their recording is what the device waits for.
+// Here 300 are left: three pieces where the runtime has three threads (a GPU machine), one on
+// a two-core machine (one thread); either way every step runs, in order.
+TEST_P(Graphs, ACaptureThatRunsSharesItsLastStepsAmongTheThreads) {
+  const uint32_t first_pieces = 64 + 128 + 256 + runtime::kBundleLaunches;
+  const uint32_t left = 300;
+  ASSERT_TRUE(rt_->begin_capture("last steps", /*run=*/true).ok());
+  ASSERT_TRUE(rt_->fill(y_, 1.0).ok());  // a step too
+  float sum = 0;
+  for (uint32_t i = 0; i + 1 < first_pieces + left; ++i) {
+    const float a = static_cast<float>(i % 5) - 2.0f;
+    sum += a;
+    const Arg args[] = {Arg::f32(a), Arg::ndarray(x_), Arg::ndarray(y_)};
+    ASSERT_TRUE(rt_->launch(axpy_, args).ok());
+  }
+  const uint64_t pieces_before = rt_->stats()->run_pieces;
+  auto g = rt_->end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  const int hw = static_cast<int>(std::thread::hardware_concurrency());
+  const uint64_t threads = rt_->device().caps().push_descriptor ? std::clamp(hw - 1, 1, 3) : 0;
+  const uint64_t last = std::clamp<uint64_t>(left / 64, 1, std::max<uint64_t>(threads, 1));
+  EXPECT_EQ(rt_->stats()->run_pieces, 4 + last);
+  EXPECT_LE(pieces_before, 4u) << "the last steps are cut by end_capture";
+  expect_y(sum);
+  ASSERT_TRUE(rt_->release_graph(*g).ok());
 }
 
 TEST_P(Graphs, ACaptureThatRunsReportsDeviceErrorsWithTheLaunchesNumbers) {
