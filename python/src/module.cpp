@@ -1436,6 +1436,10 @@ struct Bound {
 };
 
 nb::object Session::bind(nb::handle self, nb::handle kernel, nb::kwargs named) {
+  {
+    Locked l(*st);
+    (void)st->get();  // a closed session binds nothing, as it launches nothing
+  }
   Kernel* k = kernel_for(kernel, 0, "bind", /*check_count=*/false);
   auto* b = new Bound();
   nb::object out = nb::cast(b, nb::rv_policy::take_ownership);

@@ -111,6 +111,9 @@ def test_a_bound_launch_of_a_closed_session_is_refused():
     s = vkad.Session()
     k = s.compile(scaled_sine())
     b = s.bind(k, x=s.ndarray(X0), y=s.empty(9, vkad.f32))
+    x = s.ndarray(X0)
     s.close()
     with pytest.raises(vkad.Error, match="closed"):
         b(0, 1.0)
+    with pytest.raises(vkad.FailedPreconditionError, match="the session is closed"):
+        s.bind(k, x=x)
