@@ -712,10 +712,11 @@ void untrack_if_atomic(nb::handle tuple) {
   PyObject_GC_UnTrack(t);
 }
 
-Arg to_arg(const Kernel& k, const State& st, size_t i, nb::handle v) {
+Arg to_arg(const Kernel& k, const State& st, size_t i, nb::handle v, const char* call = "launch") {
   const ParamInfo& p = k.params[i];
   auto where = [&] {
-    return "launch '" + k.name + "', argument " + std::to_string(i) + " ('" + p.name + "': " +
+    return std::string(call) + " '" + k.name + "', argument " + std::to_string(i) + " ('" + p.name +
+           "': " +
            (p.array ? "ndarray<" + std::string(tname(p.dtype)) + ", " + std::to_string(p.rank) + ">"
                     : std::string(tname(p.dtype))) +
            ")";
@@ -1457,7 +1458,7 @@ nb::object Session::bind(nb::handle self, nb::handle kernel, nb::kwargs named) {
     if (it == k->params.end())
       invalid("bind '" + k->name + "': no parameter '" + name + "' (" + k->signature() + ")");
     const auto i = static_cast<size_t>(it - k->params.begin());
-    b->args[i] = to_arg(*k, *st, i, value);
+    b->args[i] = to_arg(*k, *st, i, value, "bind");
     b->values[i] = nb::borrow(value);
     given[i] = true;
     NdArray* a = nullptr;

@@ -80,7 +80,8 @@ def test_bind_and_its_calls_name_what_is_wrong(session, sine):
     x, y = session.ndarray(X0), session.empty(9, vkad.f32)
     with pytest.raises(vkad.InvalidArgumentError, match="bind 'scaled_sine': no parameter 'q'"):
         session.bind(sine, q=x)
-    with pytest.raises(vkad.InvalidArgumentError, match=r"argument 1 \('c': f32\): expected a number"):
+    with pytest.raises(vkad.InvalidArgumentError,
+                       match=r"bind 'scaled_sine', argument 1 \('c': f32\): expected a number"):
         session.bind(sine, c=x)
     with pytest.raises(vkad.InvalidArgumentError, match="expected a vkad ndarray"):
         session.bind(sine, x=1.0)
