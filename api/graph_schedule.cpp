@@ -11,6 +11,18 @@ namespace {
 
 using Kind = codegen::ArrayAccess::Kind;
 
+// The kinds that conflict with any of `kinds`: a write conflicts with every access, a read with
+// writes and atomic adds, an atomic add with writes and reads (two adds commute).
+constexpr uint8_t conflicting(uint8_t kinds) {
+  const uint8_t read = kind_bit(Kind::kRead), add = kind_bit(Kind::kAccumulate),
+                write = kind_bit(Kind::kOverwrite);
+  uint8_t out = 0;
+  if (kinds & read) out |= add | write;
+  if (kinds & add) out |= read | write;
+  if (kinds & write) out |= read | add | write;
+  return out;
+}
+
 // The highest level of an access of each kind (-1: none) in some set of accesses.
 struct Marks {
   int64_t read = -1, add = -1, write = -1;
@@ -23,12 +35,12 @@ struct Marks {
   }
   // The highest level among these that an access of kind `k` conflicts with (-1: none).
   int64_t conflict(Kind k) const {
-    switch (k) {
-      case Kind::kRead: return std::max(add, write);
-      case Kind::kAccumulate: return std::max(read, write);
-      case Kind::kOverwrite: return std::max({read, add, write});
-    }
-    return std::max({read, add, write});
+    const uint8_t against = conflicting(kind_bit(k));
+    int64_t level = -1;
+    if (against & kind_bit(Kind::kRead)) level = std::max(level, read);
+    if (against & kind_bit(Kind::kAccumulate)) level = std::max(level, add);
+    if (against & kind_bit(Kind::kOverwrite)) level = std::max(level, write);
+    return level;
   }
 };
 
@@ -187,19 +199,6 @@ bool BarrierTracker::next(const ScheduleLaunch& l) {
 }
 
 void BarrierTracker::clear() { *pending_ = Pending{}; }
-
-namespace {
-// The kinds that conflict with any of `kinds` (Marks::conflict's rule, per bit).
-constexpr uint8_t conflicting(uint8_t kinds) {
-  const uint8_t read = kind_bit(Kind::kRead), add = kind_bit(Kind::kAccumulate),
-                write = kind_bit(Kind::kOverwrite);
-  uint8_t out = 0;
-  if (kinds & read) out |= add | write;
-  if (kinds & add) out |= read | write;
-  if (kinds & write) out |= read | add | write;
-  return out;
-}
-}  // namespace
 
 bool ArrayBarrierTracker::next(std::span<const ArrayKinds> accesses, bool known) {
   bool barrier = any_ && (unknown_ || !known);

@@ -211,22 +211,16 @@ void Runtime::run_cut(bool split) {
   const size_t parts = split ? std::clamp<size_t>((end - begin) / kMinSplitSteps, 1,
                                                   std::max<size_t>(r.threads.size(), 1))
                              : 1;
+  const double t0 = r.trace ? clock_us() : 0;
   for (size_t i = 0; i < parts && r.error.ok(); ++i) {
     run_cut_range(begin + (end - begin) * i / parts, begin + (end - begin) * (i + 1) / parts);
   }
+  if (r.trace) r.cut_us += clock_us() - t0;
 }
 
 void Runtime::run_cut_range(size_t begin, size_t end) {
   Graph& g = *capture_;
   CaptureRun& r = *run_;
-  const double t0 = r.trace ? clock_us() : 0;
-  struct Timed {
-    CaptureRun& r;
-    double t0;
-    ~Timed() {
-      if (r.trace) r.cut_us += clock_us() - t0;
-    }
-  } timed{r, t0};
   try {
     auto p = std::make_unique<RunPiece>();
     uint64_t lo = 0, hi = 0;

@@ -108,6 +108,13 @@ Status record(Program& p) {
   return {};
 }
 
+// The idiom captured into a graph ("idiom").
+Result<GraphHandle> capture_idiom(Program& p, CaptureOptions o = {}) {
+  VKAD_TRY(p.s->begin_capture("idiom", o));
+  VKAD_TRY(record(p));
+  return p.s->end_capture();
+}
+
 std::vector<float> read(Program& p, NdArrayHandle h, size_t n) {
   std::vector<float> out(n);
   EXPECT_TRUE(p.s->download(h, std::span<float>(out)).ok());
@@ -151,9 +158,7 @@ TEST(GraphSchedule, ControllerLaunchesRunTogetherAndBarriersFallOnlyBetweenDepen
   auto plain = make_program(false, &skipped);
   ASSERT_TRUE(p && plain);
   for (Program* q : {p.get(), plain.get()}) {
-    ASSERT_TRUE(q->s->begin_capture("idiom").ok());
-    ASSERT_TRUE(record(*q).ok());
-    auto g = q->s->end_capture();
+    auto g = capture_idiom(*q);
     ASSERT_TRUE(g.ok()) << g.status().to_string();
     ASSERT_TRUE(q->s->replay(*g).ok());
     ASSERT_TRUE(q->s->replay(*g).ok());  // twice: the sum is zeroed by the graph's own fill
@@ -176,9 +181,7 @@ TEST(GraphSchedule, ScheduledThenFusedTheIdiomIsThreeDependentLaunches) {
   auto p = make_program(true, &skipped, true);
   if (skipped) GTEST_SKIP() << "SKIPPED: no Vulkan device";
   ASSERT_TRUE(p);
-  ASSERT_TRUE(p->s->begin_capture("idiom").ok());
-  ASSERT_TRUE(record(*p).ok());
-  auto g = p->s->end_capture();
+  auto g = capture_idiom(*p);
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   const uint64_t before = p->s->stats()->launches;
   ASSERT_TRUE(p->s->replay(*g).ok());
@@ -201,9 +204,7 @@ TEST(GraphSchedule, AnUpdateOfARowDecidingScalarRunsTheLaunchesAsCaptured) {
   auto plain = make_program(false, &skipped);
   ASSERT_TRUE(p && plain);
   for (Program* q : {p.get(), plain.get()}) {
-    ASSERT_TRUE(q->s->begin_capture("idiom").ok());
-    ASSERT_TRUE(record(*q).ok());
-    auto g = q->s->end_capture();
+    auto g = capture_idiom(*q);
     ASSERT_TRUE(g.ok()) << g.status().to_string();
     ASSERT_TRUE(q->s->replay(*g).ok());
     // Launch 2 is act(1): made to write row 0 (2 w) instead, which step(0) reads. In capture
@@ -234,11 +235,7 @@ TEST(GraphSchedule, TheGraphAsCapturedGoesWithoutTheBarriersNoArrayNeeds) {
   auto plain = make_program(false, &skipped);
   ASSERT_TRUE(p && plain);
   for (Program* q : {p.get(), plain.get()}) {
-    CaptureOptions o;
-    o.background_rework = true;
-    ASSERT_TRUE(q->s->begin_capture("idiom", o).ok());
-    ASSERT_TRUE(record(*q).ok());
-    auto g = q->s->end_capture();
+    auto g = capture_idiom(*q, {.background_rework = true});
     ASSERT_TRUE(g.ok()) << g.status().to_string();
     // The runtime's graph of that handle is the one captured, whatever the rework does.
     ASSERT_TRUE(q->s->runtime().replay(*g).ok());

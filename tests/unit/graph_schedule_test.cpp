@@ -138,6 +138,29 @@ TEST(GraphSchedule, ABarrierComesOnlyBeforeALaunchThatConflictsWithOneSinceTheLa
   EXPECT_FALSE(t.next(l[5]));
 }
 
+// The capture's tracker (whole arrays, kinds as bits): reads together and atomic adds together
+// need no barrier; a write after anything, a read after an add, an add after a read do; a
+// launch that may touch anything needs one after any launch and makes the next one need one.
+TEST(GraphSchedule, TheCapturesTrackerJudgesWholeArraysByKind) {
+  const uint8_t r = kind_bit(Kind::kRead), a = kind_bit(Kind::kAccumulate),
+                w = kind_bit(Kind::kOverwrite);
+  auto one = [](uint64_t array, uint8_t kinds) { return std::vector<ArrayKinds>{{array, kinds}}; };
+  ArrayBarrierTracker t;
+  EXPECT_FALSE(t.next(one(1, w), true)) << "never before the first";
+  EXPECT_FALSE(t.next(one(2, r), true)) << "another array";
+  EXPECT_TRUE(t.next(one(1, r), true)) << "reads what was written";
+  EXPECT_FALSE(t.next(one(1, r), true)) << "two reads";
+  EXPECT_TRUE(t.next(one(1, a), true)) << "adds to what was read";
+  EXPECT_FALSE(t.next(one(1, a), true)) << "two adds commute";
+  EXPECT_TRUE(t.next(one(1, r), true)) << "reads what was added to";
+  EXPECT_FALSE(t.next(one(3, r | w), true));
+  EXPECT_TRUE(t.next(one(3, r), true)) << "kinds of one launch are summed";
+  EXPECT_TRUE(t.next({}, false)) << "may touch anything";
+  EXPECT_TRUE(t.next(one(4, r), true)) << "after one that may touch anything";
+  t.clear();  // a fill between
+  EXPECT_FALSE(t.next(one(4, w), true));
+}
+
 TEST(GraphSchedule, WithinALevelLaunchesOfOneShapeGoTogether) {
   // A loop's sinks reach the last level alternating: a per-step parameter gradient's adjoint
   // (shape 2, adds into 9) beside a visible output's (shape 3), each step's reading what the
