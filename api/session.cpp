@@ -58,6 +58,11 @@ Result<std::unique_ptr<Session>> Session::create(const runtime::RuntimeOptions& 
   VKAD_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Runtime> rt, runtime::Runtime::create(runtime));
   std::unique_ptr<Session> s(new Session());
   s->compile_options_ = compile;
+  // VKAD_SPECIALIZE_SHAPES=0 turns shape specialization off for every session (what a
+  // suspected problem with it is checked against, and the baseline of a measurement).
+  const char* shapes = std::getenv("VKAD_SPECIALIZE_SHAPES");
+  if (shapes != nullptr && std::string(shapes) == "0")
+    s->compile_options_.specialize_shapes = false;
   // VKAD_GRAPH_FUSION=0 turns launch fusion off for every session (what C and Python users
   // have, and what a suspected fusion problem is checked against).
   const char* fusion = std::getenv("VKAD_GRAPH_FUSION");

@@ -282,7 +282,7 @@ vkad_status* vkad_session_create(const vkad_session_options* options, vkad_sessi
     ro.device.external = x;
   }
   if (o.cache_dir != nullptr) ro.cache_dir = std::string(o.cache_dir);
-  vkad::codegen::CompileOptions co;
+  vkad::codegen::CompileOptions co = vkad::default_compile_options();
   co.optimize = o.optimize != 0;
   auto s = vkad::Session::create(ro, co);
   if (!s.ok()) return from(s.status());

@@ -256,7 +256,19 @@ class Device final : public ValidationSink {
   // destroyed before the device.
   Result<std::unique_ptr<Stream>> create_stream(const StreamOptions& options);
   Result<Buffer> create_buffer(const BufferDesc& desc);
-  Result<ComputePipeline> create_compute_pipeline(const ComputePipelineDesc& desc);
+  // `counted` false: the live-object and unsaved-pipeline counters are left for
+  // count_pipeline(), so that another thread may create it (the runtime's background
+  // specialization): everything else this call touches is the driver's (a VkPipelineCache is
+  // internally synchronized) or atomic. The pipeline is destroyed through the deleter as any.
+  Result<ComputePipeline> create_compute_pipeline(const ComputePipelineDesc& desc,
+                                                  bool counted = true);
+  // The counting a create_compute_pipeline(desc, false) leaves out, on the device's thread
+  // (-1: taking back the count of one that then failed).
+  void count_pipeline(int n = 1) {
+    live_.pipelines += n;
+    live_.created += static_cast<uint64_t>(static_cast<int64_t>(n));
+    if (n > 0) pipelines_unsaved_ += static_cast<uint64_t>(n);
+  }
   Result<QueryPool> create_query_pool(uint32_t count, const std::string& name);
 
   const Capabilities& caps() const { return caps_; }
@@ -362,7 +374,7 @@ class Device final : public ValidationSink {
   // VKAD_PIPELINE_STATS=1 where the driver has VK_KHR_pipeline_executable_properties: each
   // pipeline is created capturing its statistics, printed to stderr (a diagnostic).
   bool pipeline_stats_ = false;
-  bool lost_ = false;
+  std::atomic<bool> lost_{false};  // a background pipeline creation may set it
   Capabilities caps_;
   VkPhysicalDeviceProperties properties_{};  // the pipeline cache's identity
   VkPipelineCache pipeline_cache_ = VK_NULL_HANDLE;

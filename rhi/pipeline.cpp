@@ -124,7 +124,8 @@ void Device::print_pipeline_stats(const std::string& name, VkPipeline pipeline) 
   std::fprintf(stderr, "%s\n", line.c_str());
 }
 
-Result<ComputePipeline> Device::create_compute_pipeline(const ComputePipelineDesc& desc) {
+Result<ComputePipeline> Device::create_compute_pipeline(const ComputePipelineDesc& desc,
+                                                        bool counted) {
   VKAD_TRY(status());
   if (desc.spirv.empty() || desc.spirv[0] != 0x07230203) {
     return make_error(ErrorCode::kInvalidArgument,
@@ -178,9 +179,7 @@ Result<ComputePipeline> Device::create_compute_pipeline(const ComputePipelineDes
   p.pipeline_ = pipeline;
   p.layout_ = layout;
   p.set_layout_ = set_layout;
-  ++live_.pipelines;
-  ++live_.created;
-  ++pipelines_unsaved_;
+  if (counted) count_pipeline();
   return p;
 }
 

@@ -226,7 +226,7 @@ Status Runtime::plan_updates(std::vector<UpdatedLaunch>& updated, const Graph& g
   for (UpdatedLaunch& u : updated) {
     const CapturedLaunch& c = g.launches[u.index];
     VKAD_TRY_CTX(check_args(*c.kernel, u.args), where + ", launch " + std::to_string(u.index));
-    VKAD_TRY_CTX(plan_pipelines(*c.kernel, u.args, &planned_),
+    VKAD_TRY_CTX(plan_pipelines(*c.kernel, u.args, &planned_, options_.background_specialization),
                  where + ", launch " + std::to_string(u.index));
     if (!same_commands(g.plans[c.plan], planned_)) *rerecord = true;
     u.plan = planned_;

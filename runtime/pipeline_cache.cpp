@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
+#include <system_error>
+#include <utility>
 
 namespace vkad::runtime {
 
@@ -55,20 +58,34 @@ void PipelineCache::release(uint64_t key) {
 
 Result<rhi::ComputePipeline*> PipelineCache::variant(rhi::Device& device, uint64_t key,
                                                      uint32_t task, VariantKey* wanted,
-                                                     uint32_t max_specialized) {
+                                                     uint32_t max_specialized, bool background,
+                                                     bool* pending) {
   Entry& e = entries_.at(key);
   if (!wanted->private_tier && wanted->spec_values.empty()) return generic(device, e, task);
   auto& variants = e.variants.at(task);
+  // The tier's generic pipeline in place of the variant wanted (its values cleared).
+  auto instead = [&]() -> Result<rhi::ComputePipeline*> {
+    wanted->spec_values.clear();
+    if (!wanted->private_tier) return generic(device, e, task);
+    return variant(device, key, task, wanted, max_specialized);
+  };
   auto it = variants.find(*wanted);
-  if (it != variants.end()) return &it->second;
+  if (it != variants.end()) {
+    Variant& v = it->second;
+    if (v.pending.valid()) {
+      if (v.pending.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+        if (pending) *pending = true;
+        return instead();
+      }
+      harvest(v);
+    }
+    if (v.failed) return instead();
+    return &v.pipeline;
+  }
   if (!wanted->spec_values.empty()) {
     uint32_t made = 0;
     for (const auto& [v, p] : variants) made += !v.spec_values.empty();
-    if (made >= max_specialized) {
-      wanted->spec_values.clear();  // past the cap: the tier's generic pipeline
-      it = variants.find(*wanted);
-      if (it != variants.end()) return &it->second;
-    }
+    if (made >= max_specialized) return instead();  // past the cap
   }
   const VariantKey& variant = *wanted;
   if (!variant.private_tier && variant.spec_values.empty()) return generic(device, e, task);
@@ -95,8 +112,74 @@ Result<rhi::ComputePipeline*> PipelineCache::variant(rhi::Device& device, uint64
       desc.specialization.push_back({abi::launch_spec_value_id(i), variant.spec_values[i]});
     }
   }
+  if (background && !variant.private_tier && e.tasks.at(task).valid()) {
+    std::future<Made> f;
+    try {
+      f = std::async(std::launch::async, [d = &device, desc] {
+        const auto t0 = std::chrono::steady_clock::now();
+        Result<rhi::ComputePipeline> p = d->create_compute_pipeline(desc, /*counted=*/false);
+        const auto t1 = std::chrono::steady_clock::now();
+        return Made{std::move(p), std::chrono::duration<double, std::milli>(t1 - t0).count()};
+      });
+    } catch (const std::system_error&) {  // no thread to be had: made here, below
+    }
+    if (f.valid()) {
+      // Counted now, on this thread, so a count is the same whenever the thread finishes
+      // (harvest() takes it back should the creation fail).
+      device.count_pipeline();
+      ++created_;
+      Variant& v = variants[variant];
+      v.device = &device;
+      v.pending = std::move(f);
+      if (pending) *pending = true;
+      wanted->spec_values.clear();
+      return &e.tasks[task];
+    }
+  }
   VKAD_ASSIGN_OR_RETURN(rhi::ComputePipeline pipeline, create(device, desc));
-  return &variants.emplace(variant, std::move(pipeline)).first->second;
+  Variant& v = variants[variant];
+  v.pipeline = std::move(pipeline);
+  return &v.pipeline;
+}
+
+void PipelineCache::harvest(Variant& v) {
+  Made made = v.pending.get();
+  create_ms_ += made.ms;
+  if (made.pipeline.ok()) {
+    v.pipeline = std::move(made.pipeline).value();
+  } else {
+    // The generic pipeline serves its launches (a device loss shows at the next status()).
+    v.device->count_pipeline(-1);
+    --created_;
+    v.failed = true;
+  }
+}
+
+void PipelineCache::harvest_all(Entry& e) {
+  for (auto& task : e.variants) {
+    for (auto& [key, v] : task) {
+      if (v.pending.valid()) harvest(v);
+    }
+  }
+}
+
+void PipelineCache::finish_background() {
+  for (auto& [key, e] : entries_) harvest_all(e);
+}
+
+void PipelineCache::clear() {
+  finish_background();
+  entries_.clear();
+}
+
+uint64_t PipelineCache::pending_count() const {
+  uint64_t n = 0;
+  for (const auto& [key, e] : entries_) {
+    for (const auto& task : e.variants) {
+      for (const auto& [k, v] : task) n += v.pending.valid();
+    }
+  }
+  return n;
 }
 
 Result<rhi::ComputePipeline*> PipelineCache::generic(rhi::Device& device, Entry& e, uint32_t task) {
@@ -131,7 +214,7 @@ uint64_t PipelineCache::specialized_variant_count() const {
   uint64_t n = 0;
   for (const auto& [key, e] : entries_) {
     for (const auto& task : e.variants) {
-      for (const auto& [v, p] : task) n += !v.spec_values.empty();
+      for (const auto& [k, v] : task) n += !k.spec_values.empty() && !v.failed;
     }
   }
   return n;
@@ -147,6 +230,7 @@ void PipelineCache::evict_unreferenced() {
       }
     }
     if (victim == entries_.end()) return;  // everything is referenced
+    harvest_all(victim->second);
     entries_.erase(victim);
   }
 }

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <unordered_map>
@@ -35,12 +36,25 @@ class PipelineCache {
     std::vector<uint32_t> spec_values;
     auto operator<=>(const VariantKey&) const = default;
   };
+  // A variant made on another thread (variant()'s `background`): the pipeline (counted when
+  // asked for, on the caller's thread: rhi::Device::create_compute_pipeline's `counted`) and
+  // the milliseconds it took.
+  struct Made {
+    Result<rhi::ComputePipeline> pipeline;
+    double ms = 0;
+  };
+  struct Variant {
+    rhi::ComputePipeline pipeline;  // valid() once made
+    std::future<Made> pending;      // valid() while made in the background, until harvested
+    bool failed = false;            // its creation failed: the tier's generic pipeline instead
+    rhi::Device* device = nullptr;  // where a background creation's pipeline is counted
+  };
   struct Entry {
     // One per task: the heap tier, unspecialized (not valid() until made, where made on
     // demand: acquire's generic_on_demand).
     std::vector<rhi::ComputePipeline> tasks;
-    // Per task, the variants made so far.
-    std::vector<std::map<VariantKey, rhi::ComputePipeline>> variants;
+    // Per task, the variants made or being made so far.
+    std::vector<std::map<VariantKey, Variant>> variants;
     std::shared_ptr<const abi::CompiledKernel> content;  // what they were built from
     uint32_t refs = 0;
     uint64_t last_used = 0;  // acquisition tick, for LRU eviction
@@ -65,20 +79,52 @@ class PipelineCache {
   // The pipeline of `task` for `*variant`: the generic one for the heap tier unspecialized;
   // otherwise made on first use. A specialized variant not made yet, when `task` has
   // `max_specialized` of them already, is not made: its spec_values are cleared and the
-  // tier's generic pipeline is returned (the caller counts that as a miss).
+  // tier's generic pipeline is returned (the caller counts that as a miss); so is one whose
+  // creation failed in the background.
+  //
+  // `background`: a specialized heap-tier variant of a task whose generic pipeline exists is
+  // made on a thread of its own instead of by this call; until a later call finds it made,
+  // the generic pipeline is returned with spec_values cleared and *pending set. The generic
+  // one computes the same (the constants equal the words it loads), so a launch need not
+  // wait for the driver: the creation (~0.4 ms warm, tens of ms cold on NVIDIA) leaves the
+  // caller's thread.
   Result<rhi::ComputePipeline*> variant(rhi::Device& device, uint64_t key, uint32_t task,
-                                        VariantKey* variant, uint32_t max_specialized);
+                                        VariantKey* variant, uint32_t max_specialized,
+                                        bool background = false, bool* pending = nullptr);
+  // Waits for every variant being made in the background and takes it in (counted as made
+  // here). The destructor, clear() and eviction do the same first.
+  void finish_background();
   size_t size() const { return entries_.size(); }
-  uint64_t private_variant_count() const;      // variants in the private tier
-  uint64_t specialized_variant_count() const;  // variants with launch constants fixed
+  uint64_t private_variant_count() const;  // variants in the private tier
+  // Variants with launch constants fixed, made or being made (not failed ones).
+  uint64_t specialized_variant_count() const;
+  uint64_t pending_count() const;  // variants being made in the background, not taken in yet
   // Milliseconds spent in the driver creating this cache's pipelines, and how many it made,
   // so far.
   double create_ms() const { return create_ms_; }
   uint64_t created() const { return created_; }
-  void clear() { entries_.clear(); }
+  void clear();
+  // Before the device goes: clear() waits for the background creations first.
+  ~PipelineCache() { clear(); }
+  PipelineCache(PipelineCache&&) = default;
+  PipelineCache& operator=(PipelineCache&& o) noexcept {
+    clear();
+    capacity_ = o.capacity_;
+    hash_ = o.hash_;
+    tick_ = o.tick_;
+    create_ms_ = o.create_ms_;
+    created_ = o.created_;
+    entries_ = std::move(o.entries_);
+    return *this;
+  }
 
  private:
   void evict_unreferenced();
+  // Takes a background creation's result into `v` (waiting for it): the pipeline kept, or
+  // the variant marked failed and its count taken back.
+  void harvest(Variant& v);
+  // Waits for every background creation of `e` (before it is dropped).
+  void harvest_all(Entry& e);
   Result<rhi::ComputePipeline*> generic(rhi::Device& device, Entry& e, uint32_t task);
   Result<rhi::ComputePipeline> create(rhi::Device& device, const rhi::ComputePipelineDesc& desc);
   double create_ms_ = 0;

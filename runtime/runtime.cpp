@@ -626,7 +626,8 @@ void Runtime::encode_planned_args(const Kernel& k, const LaunchPlan& lp) {
 // adstack rows and tiers, heap needs), the args encoded into args_scratch_, and each task's
 // pipeline (made here on first use: the private-tier and specialized variants). Records and
 // allocates nothing else, so an error leaves no trace.
-Status Runtime::plan_pipelines(const Kernel& k, std::span<const Arg> args, PlannedLaunch* out) {
+Status Runtime::plan_pipelines(const Kernel& k, std::span<const Arg> args, PlannedLaunch* out,
+                               bool background) {
   const CompiledKernel& d = k.desc;
   // One pass over the arguments gives the planner its inputs and the args encoder its values.
   LaunchInputs& inputs = plan_inputs_;  // reused: no allocation per launch
@@ -658,7 +659,7 @@ Status Runtime::plan_pipelines(const Kernel& k, std::span<const Arg> args, Plann
   // Each task's pipeline, found once: the generic one, or a variant (private tier, launch
   // constants specialized; made on first use).
   out->pipelines.assign(d.tasks.size(), nullptr);
-  out->specialized = out->spec_misses = 0;
+  out->specialized = out->spec_misses = out->spec_pending = 0;
   for (size_t t = 0; t < d.tasks.size(); ++t) {
     const uint32_t task = static_cast<uint32_t>(t);
     PipelineCache::VariantKey variant;
@@ -678,11 +679,18 @@ Status Runtime::plan_pipelines(const Kernel& k, std::span<const Arg> args, Plann
       }
     }
     const bool wanted = !variant.spec_values.empty();
-    VKAD_ASSIGN_OR_RETURN(out->pipelines[t],
-                          pipelines_.variant(*device_, k.hash, task, &variant,
-                                             options_.adstack_specialize_max_variants));
-    // The cache clears the values of a variant past the cap (the tier's generic pipeline).
-    if (wanted) ++(variant.spec_values.empty() ? out->spec_misses : out->specialized);
+    bool pending = false;
+    VKAD_ASSIGN_OR_RETURN(
+        out->pipelines[t],
+        pipelines_.variant(*device_, k.hash, task, &variant,
+                           options_.adstack_specialize_max_variants, background, &pending));
+    // The cache clears the values of a variant past the cap or still being made (the tier's
+    // generic pipeline).
+    if (wanted) {
+      ++(pending                       ? out->spec_pending
+         : variant.spec_values.empty() ? out->spec_misses
+                                       : out->specialized);
+    }
   }
   return {};
 }
@@ -693,7 +701,7 @@ Status Runtime::prepare(KernelHandle kernel, std::span<const Arg> args) {
   auto kit = kernels_.find(kernel.id);
   if (kit == kernels_.end()) return dead_handle("prepare", "kernel", kernel.id);
   VKAD_TRY(check_args(*kit->second, args));
-  VKAD_TRY(plan_pipelines(*kit->second, args, &planned_));
+  VKAD_TRY(plan_pipelines(*kit->second, args, &planned_, /*background=*/false));
   ++stats_.prepares;
   return {};
 }
@@ -710,7 +718,7 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
 
   // Plan every task and find its pipeline before recording anything, so a bad range records
   // nothing.
-  VKAD_TRY(plan_pipelines(*k, args, &planned_));
+  VKAD_TRY(plan_pipelines(*k, args, &planned_, options_.background_specialization));
   if (capture_) return capture_launch(k, args, omit_barrier);
   if (planned_.lp.any_heap_task) VKAD_TRY(ensure_heaps(planned_.lp.heap_need));
   VKAD_TRY(ensure_list());
@@ -789,6 +797,7 @@ void Runtime::count_launch(const CommandPlan& planned) {
   stats_.adstack_private_fallbacks += tier_counts[2];
   stats_.adstack_specialized_dispatches += planned.specialized;
   stats_.adstack_specialize_misses += planned.spec_misses;
+  stats_.adstack_specialize_pending += planned.spec_pending;
 }
 
 // ---------------------------------------------------------------- flush / retire
@@ -905,6 +914,7 @@ Result<RuntimeStats> Runtime::stats() const {
   s.adstack_private_pipelines = pipelines_.private_variant_count();
   s.adstack_specialize = options_.adstack_specialize;
   s.adstack_specialized_pipelines = pipelines_.specialized_variant_count();
+  s.pipelines_pending = pipelines_.pending_count();
   s.ndarrays = arrays_.size();
   s.memory_block_bytes = device_->allocator().stats().block_bytes;
   s.memory_used_bytes = device_->allocator().stats().used_bytes;

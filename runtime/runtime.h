@@ -137,6 +137,13 @@ struct RuntimeOptions {
   // generic pipeline (counted in RuntimeStats::adstack_specialize_misses). Bounds the pipeline
   // creations a kernel whose trip count changes at every launch can cause.
   uint32_t adstack_specialize_max_variants = 8;
+  // A launch whose specialized variant is not made yet runs the generic pipeline while a
+  // thread makes the variant (PipelineCache::variant's `background`), so the driver's
+  // compile never stalls a launch; later launches take the variant once made. Applies where
+  // the generic pipeline exists (kernels registered without generic_on_demand) and to the
+  // heap tier; prepare() always makes variants at once. false: made by the launch that first
+  // wants it (deterministic counts for tests that check them).
+  bool background_specialization = true;
   // The on-disk caches' directory (base/cache_file.h: compiled kernels, which api::Session
   // keeps there, and the driver's pipeline cache, which the device loads and saves):
   // nullopt = automatic (VKAD_CACHE=0 turns them off, else VKAD_CACHE_DIR, else
@@ -174,6 +181,10 @@ struct RuntimeStats {
   // kernel, also the graph rework's, whose extents are launch constants (launch_spec.h).
   uint64_t adstack_specialized_dispatches = 0;  // dispatches with launch constants specialized
   uint64_t adstack_specialize_misses = 0;       // ... wanted, but past the variant cap
+  // ... wanted, run generic while the variant was made in the background
+  // (RuntimeOptions::background_specialization)
+  uint64_t adstack_specialize_pending = 0;
+  uint64_t pipelines_pending = 0;               // variants being made in the background now
   uint64_t adstack_specialized_pipelines = 0;   // cached specialized variants (either tier)
   // The host rings (host_ring.h: launch args, small staging and readbacks): chunk buffers held
   // by the rings now (open + pool; those in flight come back at retirement), and created so far.
@@ -428,6 +439,9 @@ class Runtime {
   // Milliseconds the driver has spent creating this runtime's pipelines (VKAD_GRAPH_TRACE's
   // compile times: a graph's specialized pipelines are made at its re-capture).
   double pipeline_create_ms() const { return pipelines_.create_ms(); }
+  // Waits for the specialized variants being made in the background and takes them in, so
+  // that the next launches run them (and stats() counts them): for tests and benchmarks.
+  void finish_pipelines() { pipelines_.finish_background(); }
   // Read-only: the device's state (capabilities, validation messages, live objects). Calls that
   // change it (mark_lost, live_mut, creating objects) stay inside the runtime, which keeps its
   // invariants.
@@ -519,7 +533,9 @@ class Runtime {
   struct CommandPlan {
     LaunchPlan lp;
     std::vector<rhi::ComputePipeline*> pipelines;  // per task
-    uint64_t specialized = 0, spec_misses = 0;
+    // Tasks run specialized, past the variant cap, and run generic while their variant is
+    // made in the background.
+    uint64_t specialized = 0, spec_misses = 0, spec_pending = 0;
     bool operator==(const CommandPlan&) const = default;
   };
   // What plan_pipelines finds for one launch (kept as a member: its vectors are reused).
@@ -531,7 +547,11 @@ class Runtime {
   std::vector<abi::ScalarValue> plan_scalars_;  // plan_pipelines' scratch
   std::vector<std::vector<uint32_t>> plan_adstack_words_;  // plan_pipelines' scratch
   // `args` must have just passed check_args(k, args): its arrays are read from checked_arrays_.
-  Status plan_pipelines(const Kernel& k, std::span<const Arg> args, PlannedLaunch* out);
+  // `background`: a specialized variant not made yet is made on a thread while this launch
+  // runs the generic pipeline (RuntimeOptions::background_specialization); prepare() makes it
+  // here.
+  Status plan_pipelines(const Kernel& k, std::span<const Arg> args, PlannedLaunch* out,
+                        bool background);
   void encode_planned_args(const Kernel& k, const LaunchPlan& lp);  // plan_pipelines' encoding
   // Records a planned launch into the current list (heaps already grown to its need; `arrays`:
   // its ndarray arguments' buffers in parameter order; `encoded`: its args, k->args_bytes of

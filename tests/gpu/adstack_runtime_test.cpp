@@ -462,6 +462,9 @@ class AdstackTiers : public AdstackRuntime {
     o.adstack_private_min_length = min_length_;
     o.adstack_specialize = specialize_;
     o.adstack_specialize_max_variants = max_variants_;
+    // Each launch's variant made by that launch: the counts below are per launch
+    // (background specialization is tested in session_test.cpp).
+    o.background_specialization = false;
     return o;
   }
   void SetUp() override {}  // each test picks its tier, then calls start()

@@ -2,8 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "ir/builder.h"
@@ -374,6 +377,127 @@ rhi::ExternalDevice external_from(rhi::Device& d) {
 // An embedder's VkDevice (here one an rhi::Device created, standing in for a DSL's own) shared
 // by a Session: kernels run on it, the session's destruction leaves it alive and usable, and the
 // features the embedder did not state are not used.
+// out[i] = x[n - 1 - i] * 2 over x's extent: a gather whose index the extent decides, so a
+// pipeline specialized for the wrong shape would read the wrong element.
+codegen::Kernel reverse_twice() {
+  KernelBuilder kb("reverse_twice");
+  Array x = kb.ndarray("x", DType::kF32, 1);
+  Array out = kb.ndarray("out", DType::kF32, 1);
+  kb.parallel_for("main", 0, x.dim(0),
+                  [&](Value i) { out.store({i}, x(Value(x.dim(0)) - 1 - i) * 2.0); });
+  return kb.finish();
+}
+
+// Launches reverse_twice at each extent in `sizes` twice, waiting after each launch for the
+// pipelines made in the background, and checks every result.
+void launch_sizes(Session& s, KernelHandle k, std::span<const uint32_t> sizes) {
+  for (uint32_t n : sizes) {
+    auto x = s.ndarray(DType::kF32, {n}, "x");
+    auto out = s.ndarray(DType::kF32, {n}, "out");
+    ASSERT_TRUE(x.ok() && out.ok());
+    std::vector<float> in(n);
+    for (uint32_t i = 0; i < n; ++i) in[i] = 0.5f * static_cast<float>(i) + 1.0f;
+    ASSERT_TRUE(s.upload(*x, std::span<const float>(in)).ok());
+    for (int rep = 0; rep < 2; ++rep) {
+      ASSERT_TRUE(s.launch(k, {Arg::ndarray(*x), Arg::ndarray(*out)}).ok());
+      s.runtime().finish_pipelines();
+    }
+    std::vector<float> got(n);
+    ASSERT_TRUE(s.download(*out, std::span<float>(got)).ok());
+    for (uint32_t i = 0; i < n; ++i) {
+      ASSERT_EQ(got[i], in[n - 1 - i] * 2.0f) << "extent " << n << ", element " << i;
+    }
+    ASSERT_TRUE(s.free(*x).ok());
+    ASSERT_TRUE(s.free(*out).ok());
+  }
+}
+
+bool shapes_forced_off() {
+  const char* shapes = std::getenv("VKAD_SPECIALIZE_SHAPES");
+  const char* spec = std::getenv("VKAD_ADSTACK_SPECIALIZE");
+  return (shapes != nullptr && std::string(shapes) == "0") ||
+         (spec != nullptr && std::string(spec) == "off");
+}
+
+// A session specializes its kernels to the shapes they are launched with (SessionOptions'
+// default_compile_options): the generic pipeline at compile, then one per shape set, made on a
+// thread while the shape's first launch runs the generic one; past the variant cap the generic
+// one runs -- with the right results throughout.
+TEST_F(SessionTest, KernelsRunSpecializedToEachShapeUpToTheCap) {
+  if (shapes_forced_off()) GTEST_SKIP() << "shape specialization turned off in the environment";
+  runtime::RuntimeStats before = *s_->runtime().stats();
+  auto k = s_->compile(reverse_twice());
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  runtime::RuntimeStats at = *s_->runtime().stats();
+  EXPECT_EQ(at.pipelines_created, before.pipelines_created + 1);  // the generic one
+  const uint32_t cap = runtime::RuntimeOptions{}.adstack_specialize_max_variants;
+  std::vector<uint32_t> sizes;
+  for (uint32_t v = 0; v < cap; ++v) sizes.push_back(5 + 37 * v);
+  launch_sizes(*s_, *k, sizes);
+  if (HasFatalFailure()) return;
+  runtime::RuntimeStats full = *s_->runtime().stats();
+  EXPECT_EQ(full.pipelines_created - at.pipelines_created, cap);
+  EXPECT_EQ(full.adstack_specialized_pipelines - at.adstack_specialized_pipelines, cap);
+  EXPECT_EQ(full.pipelines_pending, 0u);
+  // Each shape's first launch ran generic while its pipeline was made, the second specialized.
+  EXPECT_EQ(full.adstack_specialize_pending - at.adstack_specialize_pending, cap);
+  EXPECT_EQ(full.adstack_specialized_dispatches - at.adstack_specialized_dispatches, cap);
+  EXPECT_EQ(full.adstack_specialize_misses, at.adstack_specialize_misses);
+  // One more shape: past the cap, the generic pipeline runs it and nothing is made.
+  const uint32_t more[] = {1000};
+  launch_sizes(*s_, *k, more);
+  if (HasFatalFailure()) return;
+  runtime::RuntimeStats past = *s_->runtime().stats();
+  EXPECT_EQ(past.pipelines_created, full.pipelines_created);
+  EXPECT_EQ(past.adstack_specialize_misses - full.adstack_specialize_misses, 2u);
+  EXPECT_EQ(past.adstack_specialized_dispatches, full.adstack_specialized_dispatches);
+}
+
+// prepare() makes a shape's pipeline at once: the first launch already runs it.
+TEST_F(SessionTest, PrepareMakesAShapesPipelineBeforeItsFirstLaunch) {
+  if (shapes_forced_off()) GTEST_SKIP() << "shape specialization turned off in the environment";
+  auto k = s_->compile(reverse_twice());
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  auto x = s_->ndarray(DType::kF32, {77}, "x");
+  auto out = s_->ndarray(DType::kF32, {77}, "out");
+  ASSERT_TRUE(x.ok() && out.ok());
+  runtime::RuntimeStats at = *s_->runtime().stats();
+  ASSERT_TRUE(s_->prepare(*k, {Arg::ndarray(*x), Arg::ndarray(*out)}).ok());
+  runtime::RuntimeStats prepared = *s_->runtime().stats();
+  EXPECT_EQ(prepared.pipelines_created, at.pipelines_created + 1);
+  EXPECT_EQ(prepared.pipelines_pending, 0u);
+  std::vector<float> in(77);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
+  ASSERT_TRUE(s_->upload(*x, std::span<const float>(in)).ok());
+  ASSERT_TRUE(s_->launch(*k, {Arg::ndarray(*x), Arg::ndarray(*out)}).ok());
+  runtime::RuntimeStats launched = *s_->runtime().stats();
+  EXPECT_EQ(launched.adstack_specialized_dispatches, at.adstack_specialized_dispatches + 1);
+  EXPECT_EQ(launched.adstack_specialize_pending, at.adstack_specialize_pending);
+  std::vector<float> got(77);
+  ASSERT_TRUE(s_->download(*out, std::span<float>(got)).ok());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], in[76 - i] * 2.0f) << i;
+}
+
+// compile.specialize_shapes = false: the generic pipeline, made at compile, runs every shape.
+TEST(SessionShapes, TurnedOffTheGenericPipelineRunsEveryShape) {
+  bool skipped = false;
+  auto s =
+      validated_session(&skipped, [](SessionOptions& o) { o.compile.specialize_shapes = false; });
+  if (skipped) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+  ASSERT_TRUE(s);
+  runtime::RuntimeStats before = *s->runtime().stats();
+  auto k = s->compile(reverse_twice());
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  EXPECT_EQ(s->runtime().stats()->pipelines_created, before.pipelines_created + 1);
+  const uint32_t sizes[] = {5, 42, 1000};
+  launch_sizes(*s, *k, sizes);
+  if (HasFatalFailure()) return;
+  runtime::RuntimeStats after = *s->runtime().stats();
+  EXPECT_EQ(after.pipelines_created, before.pipelines_created + 1);
+  EXPECT_EQ(after.adstack_specialized_dispatches, before.adstack_specialized_dispatches);
+  expect_no_validation_messages(*s);
+}
+
 TEST(SessionImport, RunsOnAnImportedDeviceAndLeavesItAlive) {
   rhi::DeviceOptions own;
   own.enable_validation = true;
