@@ -81,7 +81,12 @@ constexpr int kRunThreads = 3;
 
 Status Runtime::run_start() {
   const int hw = static_cast<int>(std::thread::hardware_concurrency());
-  const int want = device_->caps().push_descriptor ? std::clamp(hw - 1, 1, kRunThreads) : 0;
+  int want = device_->caps().push_descriptor ? std::clamp(hw - 1, 1, kRunThreads) : 0;
+  // VKAD_RUN_THREADS=<n> (0 to 8) sets how many, where push descriptors allow any: how a
+  // host's balance between the caller and the recording threads is measured.
+  if (const char* env = std::getenv("VKAD_RUN_THREADS"); env != nullptr && want > 0) {
+    want = std::clamp(std::atoi(env), 0, 8);
+  }
   VKAD_TRY(stream_->settle_side_bundles());
   VKAD_TRY(stream_->ensure_side_pools(want));
   auto r = std::make_unique<CaptureRun>();

@@ -19,6 +19,35 @@ rhi::ComputePipelineDesc task_desc(const abi::CompiledKernel& k, uint32_t task) 
   return desc;
 }
 
+// The description of `task`'s pipeline for `variant`: its tier's and launch constants'
+// specialization constants.
+rhi::ComputePipelineDesc variant_desc(const abi::CompiledKernel& k, uint32_t task,
+                                      const PipelineCache::VariantKey& variant) {
+  const abi::CompiledTask& t = k.tasks[task];
+  rhi::ComputePipelineDesc desc = task_desc(k, task);
+  if (variant.private_tier) {
+    desc.name += " (private adstacks)";
+    desc.specialization.push_back({adstack::kPrivateTierSpecId, 1});
+    for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
+      // Only the heaps the task uses have a length constant (Vulkan would ignore the others).
+      if (std::any_of(t.adstacks.begin(), t.adstacks.end(), [&](const adstack::StackDesc& s) {
+            return static_cast<uint32_t>(s.heap) == h;
+          })) {
+        desc.specialization.push_back(
+            {adstack::private_length_spec_id(static_cast<adstack::Heap>(h)), variant.len[h]});
+      }
+    }
+  }
+  if (!variant.spec_values.empty()) {
+    desc.name += " (specialized)";
+    for (uint32_t i = 0; i < variant.spec_values.size(); ++i) {
+      desc.specialization.push_back({abi::launch_spec_flag_id(i), 1});
+      desc.specialization.push_back({abi::launch_spec_value_id(i), variant.spec_values[i]});
+    }
+  }
+  return desc;
+}
+
 }  // namespace
 
 Result<uint64_t> PipelineCache::acquire(rhi::Device& device, const abi::CompiledKernel& kernel,
@@ -89,57 +118,39 @@ Result<rhi::ComputePipeline*> PipelineCache::variant(rhi::Device& device, uint64
   }
   const VariantKey& variant = *wanted;
   if (!variant.private_tier && variant.spec_values.empty()) return generic(device, e, task);
-  const abi::CompiledKernel& k = *e.content;
-  const abi::CompiledTask& t = k.tasks[task];
-  rhi::ComputePipelineDesc desc = task_desc(k, task);
-  if (variant.private_tier) {
-    desc.name += " (private adstacks)";
-    desc.specialization.push_back({adstack::kPrivateTierSpecId, 1});
-    for (uint32_t h = 0; h < adstack::kHeapCount; ++h) {
-      // Only the heaps the task uses have a length constant (Vulkan would ignore the others).
-      if (std::any_of(t.adstacks.begin(), t.adstacks.end(), [&](const adstack::StackDesc& s) {
-            return static_cast<uint32_t>(s.heap) == h;
-          })) {
-        desc.specialization.push_back(
-            {adstack::private_length_spec_id(static_cast<adstack::Heap>(h)), variant.len[h]});
-      }
-    }
-  }
-  if (!variant.spec_values.empty()) {
-    desc.name += " (specialized)";
-    for (uint32_t i = 0; i < variant.spec_values.size(); ++i) {
-      desc.specialization.push_back({abi::launch_spec_flag_id(i), 1});
-      desc.specialization.push_back({abi::launch_spec_value_id(i), variant.spec_values[i]});
-    }
-  }
-  if (background && !variant.private_tier && e.tasks.at(task).valid()) {
-    std::future<Made> f;
-    try {
-      f = std::async(std::launch::async, [d = &device, desc] {
-        const auto t0 = std::chrono::steady_clock::now();
-        Result<rhi::ComputePipeline> p = d->create_compute_pipeline(desc, /*counted=*/false);
-        const auto t1 = std::chrono::steady_clock::now();
-        return Made{std::move(p), std::chrono::duration<double, std::milli>(t1 - t0).count()};
-      });
-    } catch (const std::system_error&) {  // no thread to be had: made here, below
-    }
-    if (f.valid()) {
-      // Counted now, on this thread, so a count is the same whenever the thread finishes
-      // (harvest() takes it back should the creation fail).
-      device.count_pipeline();
-      ++created_;
-      Variant& v = variants[variant];
-      v.device = &device;
-      v.pending = std::move(f);
-      if (pending) *pending = true;
-      wanted->spec_values.clear();
-      return &e.tasks[task];
-    }
+  rhi::ComputePipelineDesc desc = variant_desc(*e.content, task, variant);
+  Variant made;
+  if (background && !variant.private_tier && e.tasks.at(task).valid() &&
+      start_background(device, desc, &made)) {
+    variants.emplace(variant, std::move(made));
+    if (pending) *pending = true;
+    wanted->spec_values.clear();
+    return &e.tasks[task];
   }
   VKAD_ASSIGN_OR_RETURN(rhi::ComputePipeline pipeline, create(device, desc));
   Variant& v = variants[variant];
   v.pipeline = std::move(pipeline);
   return &v.pipeline;
+}
+
+bool PipelineCache::start_background(rhi::Device& device, const rhi::ComputePipelineDesc& desc,
+                                     Variant* v) {
+  try {
+    v->pending = std::async(std::launch::async, [d = &device, desc] {
+      const auto t0 = std::chrono::steady_clock::now();
+      Result<rhi::ComputePipeline> p = d->create_compute_pipeline(desc, /*counted=*/false);
+      const auto t1 = std::chrono::steady_clock::now();
+      return Made{std::move(p), std::chrono::duration<double, std::milli>(t1 - t0).count()};
+    });
+  } catch (const std::system_error&) {  // no thread to be had: the caller makes it
+    return false;
+  }
+  // Counted now, on this thread, so a count is the same whenever the thread finishes
+  // (harvest() takes it back should the creation fail).
+  device.count_pipeline();
+  ++created_;
+  v->device = &device;
+  return true;
 }
 
 void PipelineCache::harvest(Variant& v) {

@@ -125,6 +125,9 @@ class PipelineCache {
   void harvest(Variant& v);
   // Waits for every background creation of `e` (before it is dropped).
   void harvest_all(Entry& e);
+  // Starts making `desc` on a thread of its own into `v` (counted now); false where no thread
+  // could be had (`v` untouched: the caller makes it).
+  bool start_background(rhi::Device& device, const rhi::ComputePipelineDesc& desc, Variant* v);
   Result<rhi::ComputePipeline*> generic(rhi::Device& device, Entry& e, uint32_t task);
   Result<rhi::ComputePipeline> create(rhi::Device& device, const rhi::ComputePipelineDesc& desc);
   double create_ms_ = 0;

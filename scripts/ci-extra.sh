@@ -37,9 +37,10 @@ if [[ "$skip" != *" tsan "* ]]; then
   cmake --build build-tsan --target vkad_gpu_tests vkad_unit_tests
   export TSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/tsan.supp halt_on_error=1 second_deadlock_stack=1"
   # ProcessWide: sessions on threads; GraphFusion's background reworks: a worker thread beside
-  # the session's user.
+  # the session's user; SessionTest's shape tests and DiffMpm: pipelines made on threads while
+  # launches go on (RuntimeOptions::background_specialization).
   VKAD_VALIDATION=1 ./build-tsan/tests/vkad_gpu_tests \
-    --gtest_filter='ProcessWide.*:GraphFusion.*Background*:GraphFusion.TheNextCapture*:Replay/Graphs.*Run*:Replay/Graphs.*Free*:Replay/Graphs.*Fail*'
+    --gtest_filter='ProcessWide.*:GraphFusion.*Background*:GraphFusion.TheNextCapture*:Replay/Graphs.*Run*:Replay/Graphs.*Free*:Replay/Graphs.*Fail*:SessionTest.Kernels*:SessionTest.Prepare*:DiffMpm*'
   ./build-tsan/tests/vkad_unit_tests --gtest_filter='UseGuard.*:CompileCacheThreads.*'
   unset TSAN_OPTIONS
 fi

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ir/builder.h"
+#include "rhi/vk_check.h"
 #include "runtime/runtime.h"
 #include "support/session_fixture.h"
 #include "vkad.h"
@@ -476,6 +477,32 @@ TEST_F(SessionTest, PrepareMakesAShapesPipelineBeforeItsFirstLaunch) {
   std::vector<float> got(77);
   ASSERT_TRUE(s_->download(*out, std::span<float>(got)).ok());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], in[76 - i] * 2.0f) << i;
+}
+
+// A shape's pipeline whose creation fails on its thread (the driver out of memory) leaves the
+// kernel running its generic pipeline: launches go on with the right results, the failed
+// creation is not counted as made, and the session stays usable.
+TEST_F(SessionTest, AShapesPipelineThatFailsOnItsThreadLeavesTheGenericOne) {
+  if (shapes_forced_off()) GTEST_SKIP() << "shape specialization turned off in the environment";
+  auto k = s_->compile(reverse_twice());
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  runtime::RuntimeStats at = *s_->runtime().stats();
+  rhi::FaultInjection::arm("vkCreateComputePipelines", VK_ERROR_OUT_OF_DEVICE_MEMORY);
+  const uint32_t sizes[] = {300};
+  launch_sizes(*s_, *k, sizes);  // the first launch asks for it, the second finds it failed
+  rhi::FaultInjection::disarm_all();
+  if (HasFatalFailure()) return;
+  runtime::RuntimeStats after = *s_->runtime().stats();
+  EXPECT_EQ(after.pipelines_created, at.pipelines_created) << "a failed creation is no pipeline";
+  EXPECT_EQ(after.adstack_specialized_pipelines, at.adstack_specialized_pipelines);
+  EXPECT_EQ(after.adstack_specialize_pending - at.adstack_specialize_pending, 1u);
+  EXPECT_EQ(after.adstack_specialize_misses - at.adstack_specialize_misses, 1u);
+  EXPECT_EQ(after.adstack_specialized_dispatches, at.adstack_specialized_dispatches);
+  // Another shape is specialized as usual.
+  const uint32_t other[] = {301};
+  launch_sizes(*s_, *k, other);
+  EXPECT_EQ(s_->runtime().stats()->adstack_specialized_dispatches,
+            at.adstack_specialized_dispatches + 1);
 }
 
 // compile.specialize_shapes = false: the generic pipeline, made at compile, runs every shape.
