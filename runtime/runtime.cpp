@@ -662,9 +662,10 @@ Status Runtime::plan_pipelines(const Kernel& k, std::span<const Arg> args, Plann
   out->specialized = out->spec_misses = out->spec_pending = 0;
   for (size_t t = 0; t < d.tasks.size(); ++t) {
     const uint32_t task = static_cast<uint32_t>(t);
-    PipelineCache::VariantKey variant;
+    PipelineCache::VariantKey& variant = plan_variant_;  // reused: its values' storage too
     variant.private_tier = plan[t].private_tier();
-    if (variant.private_tier) variant.len = plan[t].private_len;
+    variant.len = variant.private_tier ? plan[t].private_len : PrivateLengths{};
+    variant.spec_values.clear();
     const AdstackSpecialize spec = options_.adstack_specialize;
     const uint32_t limit = variant.private_tier ? options_.adstack_specialize_max_private_capacity
                                                 : options_.adstack_specialize_max_capacity;

@@ -546,6 +546,7 @@ class Runtime {
   LaunchInputs plan_inputs_;                    // plan_pipelines' scratch
   std::vector<abi::ScalarValue> plan_scalars_;  // plan_pipelines' scratch
   std::vector<std::vector<uint32_t>> plan_adstack_words_;  // plan_pipelines' scratch
+  PipelineCache::VariantKey plan_variant_;  // plan_pipelines' scratch (one task's key)
   // `args` must have just passed check_args(k, args): its arrays are read from checked_arrays_.
   // `background`: a specialized variant not made yet is made on a thread while this launch
   // runs the generic pipeline (RuntimeOptions::background_specialization); prepare() makes it
