@@ -783,8 +783,9 @@ struct Session {
   StatePtr st = std::make_shared<State>();
 
   Session(nb::handle device, bool validation, size_t retirement_depth, uint32_t spare_memory_blocks,
-          std::optional<std::string> cache_dir) {
+          std::optional<std::string> cache_dir, bool specialize_shapes) {
     vkad::SessionOptions o;
+    o.compile.specialize_shapes = specialize_shapes;
     if (!device.is_none()) o.device = nb::str(device).c_str();
     o.validation = validation;
     o.retirement_depth = retirement_depth;
@@ -1705,15 +1706,19 @@ NB_MODULE(_vkad, m) {
           "{forward parameter name: gradient parameter name} of the adjoint.");
 
   nb::class_<Session>(m, "Session", "A device, its kernels and ndarrays (vkad::Session).")
-      .def(nb::init<nb::handle, bool, size_t, uint32_t, std::optional<std::string>>(),
+      .def(nb::init<nb::handle, bool, size_t, uint32_t, std::optional<std::string>, bool>(),
            "device"_a = nb::none(), "validation"_a = false, "retirement_depth"_a = 3,
-           "spare_memory_blocks"_a = 1, "cache_dir"_a = nb::none(),
+           "spare_memory_blocks"_a = 1, "cache_dir"_a = nb::none(), "specialize_shapes"_a = true,
            nb::sig("def __init__(self, device: int | str | None = None, validation: bool = False, "
                    "retirement_depth: int = 3, spare_memory_blocks: int = 1, "
-                   "cache_dir: str | None = None) -> None"),
+                   "cache_dir: str | None = None, specialize_shapes: bool = True) -> None"),
            "cache_dir: the on-disk kernel and pipeline caches' directory; None = automatic "
            "(VKAD_CACHE=0 turns them off, else VKAD_CACHE_DIR, else $XDG_CACHE_HOME/vkad, else "
-           "~/.cache/vkad), \"\" = off.")
+           "~/.cache/vkad), \"\" = off. specialize_shapes: besides its generic pipeline, each "
+           "kernel gets one per set of array shapes it is launched with (made on a thread while "
+           "the first launch runs the generic one; up to 8 per task), its extents constants "
+           "(README, 'Kernels specialized to their shapes'); VKAD_SPECIALIZE_SHAPES=0 turns it "
+           "off for every session.")
       .def_prop_ro("device_name", &Session::device_name)
       .def_prop_ro("device_uuid", &Session::device_uuid,
                    "The device's UUID, as vkad.devices() lists it (on NVIDIA the CUDA UUID).")

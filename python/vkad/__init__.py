@@ -97,6 +97,11 @@ class Session(_vkad.Session):
     cache_dir: the on-disk kernel and pipeline caches (README, "Caches on disk"): None =
     automatic (VKAD_CACHE=0 off, else VKAD_CACHE_DIR, else $XDG_CACHE_HOME/vkad, else
     ~/.cache/vkad), "" = off, else that directory.
+    specialize_shapes: besides its generic pipeline, a kernel gets one per set of array shapes
+    it is launched with, its extents constants the driver folds (README, "Kernels specialized
+    to their shapes"): made on a thread while the shape's first launch runs the generic one
+    (prepare() makes it at once), at most 8 per task. False: the generic pipeline for every
+    shape (VKAD_SPECIALIZE_SHAPES=0 does that for every session).
 
     launch(kernel, *args) is asynchronous: ndarrays for array parameters, Python (or numpy)
     numbers converted to each scalar parameter's dtype. Blocking points: NdArray.numpy(),
@@ -105,8 +110,9 @@ class Session(_vkad.Session):
 
     def __init__(self, device: Union[None, int, str] = None, validation: bool = False,
                  retirement_depth: int = 3, spare_memory_blocks: int = 1,
-                 cache_dir: Optional[str] = None):
-        super().__init__(device, validation, retirement_depth, spare_memory_blocks, cache_dir)
+                 cache_dir: Optional[str] = None, specialize_shapes: bool = True):
+        super().__init__(device, validation, retirement_depth, spare_memory_blocks, cache_dir,
+                         specialize_shapes)
         self._recording: Optional[Tape] = None
         _OPEN_SESSIONS.add(self)
 

@@ -1,4 +1,5 @@
 """ndarrays from and to numpy: every dtype, shapes, the checks, the copies."""
+import os
 import time
 
 import numpy as np
@@ -240,6 +241,25 @@ def test_stats_count_the_pipelines_the_driver_makes(session):
     session.launch(k, x)
     assert session.stats()["pipelines_created"] == after["pipelines_created"]
     assert np.array_equal(x.numpy(), np.array([15.0, 16.0], dtype=np.float32))
+
+
+@pytest.mark.parametrize("specialize", [True, False])
+def test_a_session_specializes_kernels_to_their_shapes_unless_told_not_to(specialize):
+    # specialize_shapes (the default): besides the generic pipeline made at compile, each shape
+    # a kernel is launched with asks for one of its own (counted when asked for, made on a
+    # thread); off, the generic one serves every shape. The results are the same.
+    if specialize and (os.environ.get("VKAD_SPECIALIZE_SHAPES") == "0"
+                       or os.environ.get("VKAD_ADSTACK_SPECIALIZE") == "off"):
+        pytest.skip("shape specialization turned off in the environment")
+    with vkad.Session(specialize_shapes=specialize) as s:
+        k = s.compile(_in_place("times_three", "mul", 3.0))
+        compiled = s.stats()["pipelines_created"]
+        for n in (3, 5, 3):
+            x = s.ndarray(np.arange(n, dtype=np.float32))
+            s.launch(k, x)
+            assert np.array_equal(x.numpy(), 3.0 * np.arange(n, dtype=np.float32))
+        made = s.stats()["pipelines_created"] - compiled
+        assert made == (2 if specialize else 0)  # shapes 3 and 5; 3 again asks for nothing
 
 
 def test_a_kernel_compiled_again_comes_from_the_compile_cache(session):
