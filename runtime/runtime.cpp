@@ -900,6 +900,9 @@ void Runtime::read_error_flags(CtxBuffers& retired) {
 
 Status Runtime::save_pipeline_cache() {
   VKAD_EXCLUSIVE_USE("save_pipeline_cache");
+  // The save merges into the device's VkPipelineCache, which must then be unused: a pipeline
+  // being made on a thread (background_specialization) reads it. Its pipeline is saved too.
+  pipelines_.finish_background();
   return device_->save_pipeline_cache();
 }
 

@@ -505,6 +505,23 @@ TEST_F(SessionTest, AShapesPipelineThatFailsOnItsThreadLeavesTheGenericOne) {
             at.adstack_specialized_dispatches + 1);
 }
 
+// Saving the driver's pipeline cache merges into the VkPipelineCache a pipeline being made on
+// a thread reads: the save waits for such pipelines first (and saves them too).
+TEST_F(SessionTest, SavingThePipelineCacheWaitsForThePipelinesBeingMade) {
+  if (shapes_forced_off()) GTEST_SKIP() << "shape specialization turned off in the environment";
+  auto k = s_->compile(reverse_twice());
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  auto x = s_->ndarray(DType::kF32, {123}, "x");
+  auto out = s_->ndarray(DType::kF32, {123}, "out");
+  ASSERT_TRUE(x.ok() && out.ok());
+  ASSERT_TRUE(s_->launch(*k, {Arg::ndarray(*x), Arg::ndarray(*out)}).ok());
+  EXPECT_EQ(s_->runtime().stats()->pipelines_pending, 1u);  // asked for, not taken in yet
+  ASSERT_TRUE(s_->runtime().save_pipeline_cache().ok());
+  EXPECT_EQ(s_->runtime().stats()->pipelines_pending, 0u);
+  ASSERT_TRUE(s_->launch(*k, {Arg::ndarray(*x), Arg::ndarray(*out)}).ok());
+  ASSERT_TRUE(s_->synchronize().ok());
+}
+
 // compile.specialize_shapes = false: the generic pipeline, made at compile, runs every shape.
 TEST(SessionShapes, TurnedOffTheGenericPipelineRunsEveryShape) {
   bool skipped = false;
