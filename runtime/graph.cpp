@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <unordered_map>
 
 #include "runtime/runtime.h"
 
@@ -110,10 +111,42 @@ Result<GraphHandle> Runtime::end_capture() {
     }
   }
   VKAD_ASSIGN_OR_RETURN(uint64_t id, issue_id());
+  for (const CommandPlan& p : capture_->plans) {
+    capture_->pending_plans = capture_->pending_plans || p.spec_pending > 0;
+  }
   capture_->last_plan = {};  // capture_launch's only
   graphs_.emplace(id, std::move(capture_));
   stats_.graphs = graphs_.size();
   return GraphHandle{id};
+}
+
+void Runtime::refresh_pending_plans(Graph& g) {
+  std::unordered_map<const Kernel*, uint32_t> last;  // a kernel's latest refreshed plan
+  bool still = false;
+  for (CapturedLaunch& c : g.launches) {
+    if (g.plans[c.plan].spec_pending == 0) continue;
+    const std::span<const Arg> args(g.args.data() + c.args, c.kernel->desc.params.size());
+    // Never waits: a pipeline still being made leaves the plan as it is, for the next replay.
+    if (!check_args(*c.kernel, args).ok() ||
+        !plan_pipelines(*c.kernel, args, &planned_, /*background=*/true).ok()) {
+      still = true;
+      continue;
+    }
+    const CommandPlan& fresh = planned_;
+    still = still || fresh.spec_pending > 0;
+    if (fresh == g.plans[c.plan]) continue;
+    auto [it, first] = last.try_emplace(c.kernel.get(), 0);
+    if (first || !(g.plans[it->second] == fresh)) {
+      it->second = static_cast<uint32_t>(g.plans.size());
+      g.plans.push_back(fresh);
+      g.plan_users.push_back(0);
+    }
+    --g.plan_users[c.plan];
+    c.plan = it->second;
+    ++g.plan_users[c.plan];
+    g.rerecord = true;
+  }
+  g.pending_plans = still;
 }
 
 Result<size_t> Runtime::graph_steps(GraphHandle graph) const {
@@ -306,6 +339,7 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
     g.plans.push_back(std::move(u.plan));
     g.plan_users.push_back(1);
   }
+  if (g.pending_plans) refresh_pending_plans(g);
   bool bundled = device_->caps().push_descriptor;
   for (const CommandPlan& plan : g.plans) {
     for (const rhi::ComputePipeline* p : plan.pipelines) {

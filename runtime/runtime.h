@@ -631,6 +631,9 @@ class Runtime {
     std::vector<rhi::Bundle> bundles;  // the steps in order, kBundleLaunches launches each
     uint64_t bundle_heaps = 0;         // heaps_.generation() the bundles were recorded with
     bool rerecord = false;      // an update changed a launch's plan (ranges, groups, pipelines)
+    // Some plan runs a generic pipeline while its specialized one is being made
+    // (CommandPlan::spec_pending): replays look for it (refresh_pending_plans).
+    bool pending_plans = false;
   };
   Status replay_bundle(Graph& g, bool any_heap, const std::string& where, LaunchId* first);
   // replay()'s steps: the launches updates change (copies), their new plans (`rerecord` when
@@ -639,6 +642,12 @@ class Runtime {
   static Status updated_launches(const Graph& g, std::span<const GraphUpdate> updates,
                                  const std::string& where, std::vector<UpdatedLaunch>* updated);
   static bool same_commands(const CommandPlan& was, const CommandPlan& now);
+  // At a replay of a graph with pending_plans: launches captured while their shape's
+  // specialized pipeline was being made on a thread hold the generic one in their plans, which
+  // every replay would run. Plans such launches again with their own arguments (plans stay
+  // shared where equal; a changed one records the bundle again), never waiting: a pipeline
+  // still being made is looked for again at the next replay.
+  void refresh_pending_plans(Graph& g);
   Status plan_updates(std::vector<UpdatedLaunch>& updated, const Graph& g, const std::string& where,
                       bool* rerecord);
   Status bind_graph_arrays(Graph& g, std::span<const UpdatedLaunch> updated,

@@ -40,7 +40,7 @@ if [[ "$skip" != *" tsan "* ]]; then
   # the session's user; SessionTest's shape tests and DiffMpm: pipelines made on threads while
   # launches go on (RuntimeOptions::background_specialization).
   VKAD_VALIDATION=1 ./build-tsan/tests/vkad_gpu_tests \
-    --gtest_filter='ProcessWide.*:GraphFusion.*Background*:GraphFusion.TheNextCapture*:Replay/Graphs.*Run*:Replay/Graphs.*Free*:Replay/Graphs.*Fail*:SessionTest.Kernels*:SessionTest.Prepare*:SessionTest.AShape*:SessionTest.Saving*:DiffMpm*'
+    --gtest_filter='ProcessWide.*:GraphFusion.*Background*:GraphFusion.TheNextCapture*:Replay/Graphs.*Run*:Replay/Graphs.*Free*:Replay/Graphs.*Fail*:SessionTest.Kernels*:SessionTest.Prepare*:SessionTest.AShape*:SessionTest.Saving*:SessionTest.AGraph*:DiffMpm*'
   ./build-tsan/tests/vkad_unit_tests --gtest_filter='UseGuard.*:CompileCacheThreads.*'
   unset TSAN_OPTIONS
 fi

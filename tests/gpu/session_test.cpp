@@ -522,6 +522,35 @@ TEST_F(SessionTest, SavingThePipelineCacheWaitsForThePipelinesBeingMade) {
   ASSERT_TRUE(s_->synchronize().ok());
 }
 
+// A graph captured while a launch's shape pipeline was still being made would keep the generic
+// pipeline in that launch's plan for good: a replay that finds the pipeline made plans the
+// launch again, so it runs specialized from then on.
+TEST_F(SessionTest, AGraphCapturedWhileAShapesPipelineWasMadeReplaysItSpecialized) {
+  if (shapes_forced_off()) GTEST_SKIP() << "shape specialization turned off in the environment";
+  auto k = s_->compile(reverse_twice());
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  const uint32_t n = 211;
+  auto x = s_->ndarray(DType::kF32, {n}, "x");
+  auto out = s_->ndarray(DType::kF32, {n}, "out");
+  ASSERT_TRUE(x.ok() && out.ok());
+  std::vector<float> in(n);
+  for (uint32_t i = 0; i < n; ++i) in[i] = 1.0f + static_cast<float>(i);
+  ASSERT_TRUE(s_->upload(*x, std::span<const float>(in)).ok());
+  ASSERT_TRUE(s_->begin_capture("one").ok());
+  ASSERT_TRUE(s_->launch(*k, {Arg::ndarray(*x), Arg::ndarray(*out)}).ok());  // asks for it
+  auto g = s_->end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  s_->runtime().finish_pipelines();  // made; the graph's plan still names the generic one
+  const runtime::RuntimeStats at = *s_->runtime().stats();
+  for (int rep = 0; rep < 2; ++rep) ASSERT_TRUE(s_->replay(*g).ok());
+  const runtime::RuntimeStats after = *s_->runtime().stats();
+  EXPECT_EQ(after.adstack_specialized_dispatches - at.adstack_specialized_dispatches, 2u);
+  EXPECT_EQ(after.adstack_specialize_pending, at.adstack_specialize_pending);
+  std::vector<float> got(n);
+  ASSERT_TRUE(s_->download(*out, std::span<float>(got)).ok());
+  for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(got[i], in[n - 1 - i] * 2.0f) << i;
+}
+
 // compile.specialize_shapes = false: the generic pipeline, made at compile, runs every shape.
 TEST(SessionShapes, TurnedOffTheGenericPipelineRunsEveryShape) {
   bool skipped = false;
