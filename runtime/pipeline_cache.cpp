@@ -116,8 +116,7 @@ Result<rhi::ComputePipeline*> PipelineCache::variant(rhi::Device& device, uint64
     for (const auto& [v, p] : variants) made += !v.spec_values.empty();
     if (made >= max_specialized) return instead();  // past the cap
   }
-  const VariantKey& variant = *wanted;
-  if (!variant.private_tier && variant.spec_values.empty()) return generic(device, e, task);
+  const VariantKey& variant = *wanted;  // specialized or private tier (generic returned above)
   rhi::ComputePipelineDesc desc = variant_desc(*e.content, task, variant);
   Variant made;
   if (background && !variant.private_tier && e.tasks.at(task).valid() &&

@@ -420,6 +420,34 @@ bool shapes_forced_off() {
          (spec != nullptr && std::string(spec) == "off");
 }
 
+// reverse_twice compiled, x = 1, 2, ..., n uploaded, and `out` of the same extent.
+struct Reverse {
+  KernelHandle k;
+  NdArrayHandle x, out;
+  std::vector<float> in;
+  std::vector<Arg> args() const { return {Arg::ndarray(x), Arg::ndarray(out)}; }
+};
+void make_reverse(Session& s, uint32_t n, Reverse* r) {
+  auto k = s.compile(reverse_twice());
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  auto x = s.ndarray(DType::kF32, {n}, "x");
+  auto out = s.ndarray(DType::kF32, {n}, "out");
+  ASSERT_TRUE(x.ok() && out.ok());
+  r->k = *k;
+  r->x = *x;
+  r->out = *out;
+  r->in.resize(n);
+  for (uint32_t i = 0; i < n; ++i) r->in[i] = 1.0f + static_cast<float>(i);
+  ASSERT_TRUE(s.upload(r->x, std::span<const float>(r->in)).ok());
+}
+// `out` holds x reversed, doubled.
+void expect_reversed(Session& s, const Reverse& r) {
+  const size_t n = r.in.size();
+  std::vector<float> got(n);
+  ASSERT_TRUE(s.download(r.out, std::span<float>(got)).ok());
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], r.in[n - 1 - i] * 2.0f) << i;
+}
+
 // A session specializes its kernels to the shapes they are launched with (SessionOptions'
 // default_compile_options): the generic pipeline at compile, then one per shape set, made on a
 // thread while the shape's first launch runs the generic one; past the variant cap the generic
@@ -457,26 +485,19 @@ TEST_F(SessionTest, KernelsRunSpecializedToEachShapeUpToTheCap) {
 // prepare() makes a shape's pipeline at once: the first launch already runs it.
 TEST_F(SessionTest, PrepareMakesAShapesPipelineBeforeItsFirstLaunch) {
   if (shapes_forced_off()) GTEST_SKIP() << "shape specialization turned off in the environment";
-  auto k = s_->compile(reverse_twice());
-  ASSERT_TRUE(k.ok()) << k.status().to_string();
-  auto x = s_->ndarray(DType::kF32, {77}, "x");
-  auto out = s_->ndarray(DType::kF32, {77}, "out");
-  ASSERT_TRUE(x.ok() && out.ok());
+  Reverse r;
+  make_reverse(*s_, 77, &r);
+  if (HasFatalFailure()) return;
   runtime::RuntimeStats at = *s_->runtime().stats();
-  ASSERT_TRUE(s_->prepare(*k, {Arg::ndarray(*x), Arg::ndarray(*out)}).ok());
+  ASSERT_TRUE(s_->prepare(r.k, r.args()).ok());
   runtime::RuntimeStats prepared = *s_->runtime().stats();
   EXPECT_EQ(prepared.pipelines_created, at.pipelines_created + 1);
   EXPECT_EQ(prepared.pipelines_pending, 0u);
-  std::vector<float> in(77);
-  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
-  ASSERT_TRUE(s_->upload(*x, std::span<const float>(in)).ok());
-  ASSERT_TRUE(s_->launch(*k, {Arg::ndarray(*x), Arg::ndarray(*out)}).ok());
+  ASSERT_TRUE(s_->launch(r.k, r.args()).ok());
   runtime::RuntimeStats launched = *s_->runtime().stats();
   EXPECT_EQ(launched.adstack_specialized_dispatches, at.adstack_specialized_dispatches + 1);
   EXPECT_EQ(launched.adstack_specialize_pending, at.adstack_specialize_pending);
-  std::vector<float> got(77);
-  ASSERT_TRUE(s_->download(*out, std::span<float>(got)).ok());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], in[76 - i] * 2.0f) << i;
+  expect_reversed(*s_, r);
 }
 
 // A shape's pipeline whose creation fails on its thread (the driver out of memory) leaves the
@@ -509,17 +530,15 @@ TEST_F(SessionTest, AShapesPipelineThatFailsOnItsThreadLeavesTheGenericOne) {
 // a thread reads: the save waits for such pipelines first (and saves them too).
 TEST_F(SessionTest, SavingThePipelineCacheWaitsForThePipelinesBeingMade) {
   if (shapes_forced_off()) GTEST_SKIP() << "shape specialization turned off in the environment";
-  auto k = s_->compile(reverse_twice());
-  ASSERT_TRUE(k.ok()) << k.status().to_string();
-  auto x = s_->ndarray(DType::kF32, {123}, "x");
-  auto out = s_->ndarray(DType::kF32, {123}, "out");
-  ASSERT_TRUE(x.ok() && out.ok());
-  ASSERT_TRUE(s_->launch(*k, {Arg::ndarray(*x), Arg::ndarray(*out)}).ok());
+  Reverse r;
+  make_reverse(*s_, 123, &r);
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(s_->launch(r.k, r.args()).ok());
   EXPECT_EQ(s_->runtime().stats()->pipelines_pending, 1u);  // asked for, not taken in yet
   ASSERT_TRUE(s_->runtime().save_pipeline_cache().ok());
   EXPECT_EQ(s_->runtime().stats()->pipelines_pending, 0u);
-  ASSERT_TRUE(s_->launch(*k, {Arg::ndarray(*x), Arg::ndarray(*out)}).ok());
-  ASSERT_TRUE(s_->synchronize().ok());
+  ASSERT_TRUE(s_->launch(r.k, r.args()).ok());
+  expect_reversed(*s_, r);
 }
 
 // A graph captured while a launch's shape pipeline was still being made would keep the generic
@@ -527,17 +546,11 @@ TEST_F(SessionTest, SavingThePipelineCacheWaitsForThePipelinesBeingMade) {
 // launch again, so it runs specialized from then on.
 TEST_F(SessionTest, AGraphCapturedWhileAShapesPipelineWasMadeReplaysItSpecialized) {
   if (shapes_forced_off()) GTEST_SKIP() << "shape specialization turned off in the environment";
-  auto k = s_->compile(reverse_twice());
-  ASSERT_TRUE(k.ok()) << k.status().to_string();
-  const uint32_t n = 211;
-  auto x = s_->ndarray(DType::kF32, {n}, "x");
-  auto out = s_->ndarray(DType::kF32, {n}, "out");
-  ASSERT_TRUE(x.ok() && out.ok());
-  std::vector<float> in(n);
-  for (uint32_t i = 0; i < n; ++i) in[i] = 1.0f + static_cast<float>(i);
-  ASSERT_TRUE(s_->upload(*x, std::span<const float>(in)).ok());
+  Reverse r;
+  make_reverse(*s_, 211, &r);
+  if (HasFatalFailure()) return;
   ASSERT_TRUE(s_->begin_capture("one").ok());
-  ASSERT_TRUE(s_->launch(*k, {Arg::ndarray(*x), Arg::ndarray(*out)}).ok());  // asks for it
+  ASSERT_TRUE(s_->launch(r.k, r.args()).ok());  // asks for it
   auto g = s_->end_capture();
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   s_->runtime().finish_pipelines();  // made; the graph's plan still names the generic one
@@ -546,9 +559,7 @@ TEST_F(SessionTest, AGraphCapturedWhileAShapesPipelineWasMadeReplaysItSpecialize
   const runtime::RuntimeStats after = *s_->runtime().stats();
   EXPECT_EQ(after.adstack_specialized_dispatches - at.adstack_specialized_dispatches, 2u);
   EXPECT_EQ(after.adstack_specialize_pending, at.adstack_specialize_pending);
-  std::vector<float> got(n);
-  ASSERT_TRUE(s_->download(*out, std::span<float>(got)).ok());
-  for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(got[i], in[n - 1 - i] * 2.0f) << i;
+  expect_reversed(*s_, r);
 }
 
 // compile.specialize_shapes = false: the generic pipeline, made at compile, runs every shape.
