@@ -112,11 +112,11 @@ const std::vector<uint32_t>* Session::extents_of(uint64_t array) const {
   return it != rework_extents_.end() && it->second ? &*it->second : nullptr;
 }
 
-void Session::snapshot_extents(std::span<const CapturedStep> steps) {
+void Session::snapshot_extents(const CaptureLog& log) {
   rework_extents_.clear();
   rework_shape_class_.clear();
-  for (const CapturedStep& s : steps) {
-    for (const Arg& a : s.args) {
+  for (const std::vector<Arg>& chunk : log.chunks) {
+    for (const Arg& a : chunk) {
       if (a.kind != abi::ParamKind::kNdArray) continue;
       auto [it, fresh] = rework_extents_.try_emplace(a.array.id);
       if (!fresh) continue;

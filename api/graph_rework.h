@@ -6,6 +6,7 @@
 // registers or records: that is the Session's part.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -33,6 +34,42 @@ struct CapturedStep {
   KernelHandle kernel;
   std::vector<Arg> args;  // a fill: args[0] is the array, `value` its value
   double value = 0;
+};
+
+// An open capture's steps as Session::launch saw them, kept flat: the steps' arguments in
+// chunks of kChunkArgs (a step's never straddle two), so a captured launch allocates nothing
+// and a growing capture copies nothing (a capture records ~10^4 launches of ~20 arguments: a
+// vector per step, or one vector doubling, was the recording's largest cost). unpack() makes
+// the CapturedSteps the rework reads, on the rework's thread where it runs in the background.
+struct CaptureLog {
+  static constexpr size_t kChunkArgs = size_t{1} << 14;  // 512 KiB of Args
+  struct Step {
+    bool launch = true;
+    KernelHandle kernel;
+    uint32_t chunk = 0, first = 0, count = 0;  // its arguments: chunks[chunk][first, + count)
+    double value = 0;                          // a fill's value
+  };
+  std::vector<Step> steps;
+  std::vector<std::vector<Arg>> chunks;
+
+  void add(bool launch, KernelHandle kernel, std::span<const Arg> args, double value) {
+    if (chunks.empty() || chunks.back().size() + args.size() > chunks.back().capacity()) {
+      chunks.emplace_back().reserve(std::max(kChunkArgs, args.size()));
+    }
+    std::vector<Arg>& c = chunks.back();
+    steps.push_back({launch, kernel, static_cast<uint32_t>(chunks.size() - 1),
+                     static_cast<uint32_t>(c.size()), static_cast<uint32_t>(args.size()), value});
+    c.insert(c.end(), args.begin(), args.end());
+  }
+  std::vector<CapturedStep> unpack() const {
+    std::vector<CapturedStep> out;
+    out.reserve(steps.size());
+    for (const Step& s : steps) {
+      const Arg* a = chunks[s.chunk].data() + s.first;
+      out.push_back({s.launch, s.kernel, {a, a + s.count}, s.value});
+    }
+    return out;
+  }
 };
 
 // A launch of a kernel the rework made (a resident loop, a fused run): its members'

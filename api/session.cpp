@@ -252,7 +252,10 @@ Status Session::zero(std::span<const NdArrayHandle> arrays) {
   if (capture_) {
     // The fills' barriers order everything before them and after (none for no arrays).
     if (!arrays.empty()) capture_barriers_.clear();
-    for (NdArrayHandle h : arrays) capture_->push_back({false, {}, {Arg::ndarray(h)}, 0.0});
+    for (NdArrayHandle h : arrays) {
+      const Arg a = Arg::ndarray(h);
+      capture_->add(false, {}, {&a, 1}, 0.0);
+    }
   }
   return {};
 }
@@ -261,7 +264,8 @@ Status Session::fill(NdArrayHandle array, double value) {
   VKAD_TRY(rt_->fill(array, value));
   if (capture_) {
     capture_barriers_.clear();
-    capture_->push_back({false, {}, {Arg::ndarray(array)}, value});
+    const Arg a = Arg::ndarray(array);
+    capture_->add(false, {}, {&a, 1}, value);
   }
   return {};
 }
@@ -273,6 +277,9 @@ Status Session::download(NdArrayHandle array, void* out, uint64_t bytes) {
 }
 Result<std::vector<uint32_t>> Session::shape(NdArrayHandle array) const {
   return rt_->shape(array);
+}
+Result<uint32_t> Session::extent(NdArrayHandle array, uint32_t axis) const {
+  return rt_->extent(array, axis);
 }
 Result<DType> Session::dtype(NdArrayHandle array) const { return rt_->dtype(array); }
 
@@ -309,7 +316,7 @@ Status Session::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
     VKAD_TRY(rt_->omit_next_barrier());
   }
   VKAD_TRY(rt_->launch(kernel, args, id));
-  if (capture_) capture_->push_back({true, kernel, {args.begin(), args.end()}, 0.0});
+  if (capture_) capture_->add(true, kernel, args, 0.0);
   return {};
 }
 Status Session::prepare(KernelHandle kernel, std::span<const Arg> args) {
@@ -331,25 +338,25 @@ Status Session::begin_capture(const std::string& name, CaptureOptions options) {
 Result<GraphHandle> Session::end_capture() {
   VKAD_ASSIGN_OR_RETURN(GraphHandle g, rt_->end_capture());
   if (!capture_) return g;  // the capture was begun through runtime(): nothing to fuse
-  std::vector<CapturedStep> steps = std::move(*capture_);
+  CaptureLog log = std::move(*capture_);
   capture_.reset();
   if (!fuse_graph_launches_ && !schedule_graph_launches_) return g;
-  // Steps recorded through runtime() while Session captured are not in `steps`: the graph is
+  // Steps recorded through runtime() while Session captured are not in the log: the graph is
   // then kept as the runtime captured it.
   Result<size_t> n_steps = rt_->graph_steps(g);
-  if (!n_steps.ok() || *n_steps != steps.size()) return g;
+  if (!n_steps.ok() || *n_steps != log.steps.size()) return g;
   settle_rework();  // one rework at a time: the previous one is installed first
-  snapshot_extents(steps);
+  snapshot_extents(log);
   if (capture_background_) {
     auto bg = std::make_unique<BackgroundRework>();
     bg->graph = g;
-    bg->steps = std::move(steps);
+    bg->log = std::move(log);
     BackgroundRework* b = bg.get();
     // The worker reads the session's kernel tables and caches, which are left alone until
     // join_rework, and writes only its result slot and `done`.
     auto work = [this, b, name = capture_name_]() {
       try {
-        b->result = prepare_rework(b->graph, std::move(b->steps), name);
+        b->result = prepare_rework(b->graph, b->log.unpack(), name);
       } catch (...) {  // out of memory: the graph stays as captured
         b->result = std::make_unique<PreparedRework>();
         b->result->graph = b->graph;
@@ -363,10 +370,10 @@ Result<GraphHandle> Session::end_capture() {
       background_ = std::move(bg);
       return g;
     } catch (const std::system_error&) {
-      steps = std::move(bg->steps);  // no thread to be had: the rework runs here
+      log = std::move(bg->log);  // no thread to be had: the rework runs here
     }
   }
-  std::unique_ptr<PreparedRework> p = prepare_rework(g, std::move(steps), capture_name_);
+  std::unique_ptr<PreparedRework> p = prepare_rework(g, log.unpack(), capture_name_);
   return install_rework(*p, /*keep_captured=*/false);
 }
 void Session::keep_latest(std::span<const GraphUpdate> updates, std::vector<GraphUpdate>* kept) {

@@ -263,6 +263,8 @@ class Session {
     return download(array, out.data(), out.size_bytes());
   }
   Result<std::vector<uint32_t>> shape(NdArrayHandle array) const;
+  // One axis's extent without copying the shape (kInvalidArgument past the array's rank).
+  Result<uint32_t> extent(NdArrayHandle array, uint32_t axis) const;
   Result<DType> dtype(NdArrayHandle array) const;
   Result<std::string> name(NdArrayHandle array) const;  // as given to ndarray()
 
@@ -402,11 +404,11 @@ class Session {
   // Printed IR of rework kernels the device refused to register: not made again.
   std::unordered_set<std::string> refused_kernels_;
   static Status refused(const codegen::Kernel& k);
-  void snapshot_extents(std::span<const CapturedStep> steps);
+  void snapshot_extents(const CaptureLog& log);
   // The background rework (CaptureOptions::background_rework): at most one runs at a time.
   struct BackgroundRework {
     GraphHandle graph;                // as captured: the caller's handle
-    std::vector<CapturedStep> steps;  // the worker's input
+    CaptureLog log;                   // the worker's input (unpacked on its thread)
     std::thread worker;
     std::atomic<bool> done{false};
     std::unique_ptr<PreparedRework> result;  // the worker's, written before `done`
@@ -589,7 +591,7 @@ class Session {
   bool recompute_graph_gathers_ = true;
   // launch_access() of every differentiated forward kernel, by handle id.
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::KernelAccess>> access_;
-  std::optional<std::vector<CapturedStep>> capture_;  // open capture, as Session saw it
+  std::optional<CaptureLog> capture_;  // open capture, as Session saw it
   // kernel_access() summed up per parameter and whether it has adstacks, of the kernels a
   // caller can launch (those
   // register_ir made), by handle id: what a capture judges its barriers on. Apart from

@@ -74,9 +74,9 @@ Status TapeHazards::check(const Session& session,
       [&](uint32_t p) -> int64_t { return p < args.size() ? args[p].i : 0; },
       [&](uint32_t p, uint32_t d) -> std::optional<uint32_t> {
         if (p >= args.size() || args[p].kind != runtime::ParamKind::kNdArray) return std::nullopt;
-        Result<std::vector<uint32_t>> shape = session.shape(args[p].array);
-        if (!shape.ok() || d >= shape->size()) return std::nullopt;
-        return (*shape)[d];
+        Result<uint32_t> extent = session.extent(args[p].array, d);  // no shape copied
+        if (!extent.ok()) return std::nullopt;
+        return *extent;
       }};
   expr_values_.resize(k.exprs.size());
   for (size_t i = 0; i < k.exprs.size(); ++i) {

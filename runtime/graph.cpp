@@ -37,6 +37,13 @@ Status Runtime::begin_capture(const std::string& name, bool run) {
   if (run) VKAD_TRY(run_start());
   capture_ = std::make_unique<Graph>();
   capture_->name = name.empty() ? "graph" : name;
+  const CaptureSizes& was = capture_sizes_;
+  capture_->launches.reserve(was.launches);
+  capture_->args.reserve(was.args);
+  capture_->arrays.reserve(was.arrays);
+  capture_->steps.reserve(was.steps);
+  capture_->args_offset.reserve(was.launches);
+  capture_->args_blob.reserve(was.blob);
   omit_next_barrier_ = false;
   return {};
 }
@@ -115,6 +122,8 @@ Result<GraphHandle> Runtime::end_capture() {
     capture_->pending_plans = capture_->pending_plans || p.spec_pending > 0;
   }
   capture_->last_plan = {};  // capture_launch's only
+  capture_sizes_ = {capture_->launches.size(), capture_->args.size(), capture_->arrays.size(),
+                    capture_->steps.size(), capture_->args_blob.size()};
   graphs_.emplace(id, std::move(capture_));
   stats_.graphs = graphs_.size();
   return GraphHandle{id};

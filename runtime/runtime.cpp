@@ -295,6 +295,20 @@ Result<std::vector<uint32_t>> Runtime::shape(NdArrayHandle array) const {
   return it->second.shape;
 }
 
+Result<uint32_t> Runtime::extent(NdArrayHandle array, uint32_t axis) const {
+  VKAD_EXCLUSIVE_USE("extent");
+  VKAD_TRY(device_->status());
+  auto it = arrays_.find(array.id);
+  if (it == arrays_.end()) return dead_handle("extent", "ndarray", array.id);
+  const std::vector<uint32_t>& shape = it->second.shape;
+  if (axis >= shape.size()) {
+    return make_error(ErrorCode::kInvalidArgument, "extent: axis " + std::to_string(axis) +
+                                                       " of '" + it->second.name + "', which has " +
+                                                       std::to_string(shape.size()) + " axes");
+  }
+  return shape[axis];
+}
+
 Result<DType> Runtime::dtype(NdArrayHandle array) const {
   VKAD_EXCLUSIVE_USE("dtype");
   VKAD_TRY(device_->status());

@@ -256,6 +256,9 @@ class Runtime {
   // size (kInvalidArgument otherwise).
   Status download(NdArrayHandle array, void* out, uint64_t bytes);
   Result<std::vector<uint32_t>> shape(NdArrayHandle array) const;
+  // One axis's extent, without copying the shape (per-launch checks; kInvalidArgument for an
+  // axis past the array's rank).
+  Result<uint32_t> extent(NdArrayHandle array, uint32_t axis) const;
   Result<DType> dtype(NdArrayHandle array) const;
   // The name given at creation ("" when none).
   Result<std::string> name(NdArrayHandle array) const;
@@ -635,6 +638,13 @@ class Runtime {
     // (CommandPlan::spec_pending): replays look for it (refresh_pending_plans).
     bool pending_plans = false;
   };
+  // The last capture's sizes, which the next capture reserves: a training loop captures the
+  // same ~10^4 launches again, and growing their vectors by doubling copied megabytes inside
+  // the recording.
+  struct CaptureSizes {
+    size_t launches = 0, args = 0, arrays = 0, steps = 0, blob = 0;
+  };
+  CaptureSizes capture_sizes_;
   Status replay_bundle(Graph& g, bool any_heap, const std::string& where, LaunchId* first);
   // replay()'s steps: the launches updates change (copies), their new plans (`rerecord` when
   // one changes what a bundle bakes in: same_commands), and every array and heap the graph

@@ -1142,6 +1142,20 @@ struct Session {
       Kernel* k;
     };
     std::unordered_map<const Kernel*, Plan> plans;  // per forward kernel, as tape.py's `plans`
+    // The gradient arrays by their primal's handle id, each converted once: a lookup per
+    // gradient argument instead of a Python int and a dict lookup (~10^4 launches, a few
+    // gradients each). One that is not a live array of this session is left out, and a launch
+    // that needs it takes the converting path, which names it.
+    std::unordered_map<uint64_t, Arg> grad_args;
+    for (auto [key, value] : grads) {
+      NdArray* g = nullptr;
+      if (!nb::try_cast<NdArray*>(value, g) || !g || g->st != st || g->freed || g->free_deferred) {
+        continue;
+      }
+      uint64_t id = 0;
+      if (!nb::try_cast<uint64_t>(key, id)) continue;
+      grad_args.emplace(id, Arg::ndarray(g->handle));
+    }
     std::vector<Arg> a;
     for (size_t i = launches.size(); i-- > 0;) {
       nb::tuple rec = nb::cast<nb::tuple>(launches[i]);
@@ -1162,6 +1176,13 @@ struct Session {
         a.resize(args.size() + fwd->gradients.size());
         for (size_t j = 0; j < args.size(); ++j) a[j] = to_arg(*plan.k, *st, j, args[j]);
         for (size_t j = 0; j < fwd->gradients.size(); ++j) {
+          const Arg& primal = a[fwd->gradients[j].first];  // converted above
+          auto found = primal.kind == ParamKind::kNdArray ? grad_args.find(primal.array.id)
+                                                          : grad_args.end();
+          if (found != grad_args.end()) {
+            a[args.size() + j] = found->second;
+            continue;
+          }
           nb::handle x = args[fwd->gradients[j].first];
           NdArray* arr = nullptr;
           nb::object g = nb::try_cast<NdArray*>(x, arr) && arr

@@ -114,6 +114,7 @@ TEST_F(RuntimeMisuse, HandlesOfAnotherRuntimeAreRejectedNamingTheHandle) {
                "belongs to runtime");
   EXPECT_ERROR(rt_->free_ndarray(by), ErrorCode::kInvalidArgument, "free_ndarray: ndarray handle");
   EXPECT_ERROR(rt_->shape(by).status(), ErrorCode::kInvalidArgument, "shape: ndarray handle");
+  EXPECT_ERROR(rt_->extent(by, 0).status(), ErrorCode::kInvalidArgument, "extent: ndarray handle");
   EXPECT_ERROR(rt_->unregister_kernel(*kb), ErrorCode::kInvalidArgument, "belongs to runtime");
   // A kernel handle is not an ndarray handle.
   EXPECT_ERROR(rt_->free_ndarray({ka->id}), ErrorCode::kNotFound, "was freed or never existed");
@@ -137,12 +138,30 @@ TEST_F(RuntimeMisuse, FreedAndMadeUpHandlesAreNotFound) {
   std::string hn = "ndarray handle " + runtime::handle_string(h.id) + " was freed or never existed";
   EXPECT_ERROR(rt_->free_ndarray(h), ErrorCode::kNotFound, hn);
   EXPECT_ERROR(rt_->shape(h).status(), ErrorCode::kNotFound, hn);
+  EXPECT_ERROR(rt_->extent(h, 0).status(), ErrorCode::kNotFound, hn);
   EXPECT_ERROR(rt_->unregister_kernel(*k), ErrorCode::kNotFound, "was freed or never existed");
   EXPECT_ERROR(rt_->free_ndarray({12345}), ErrorCode::kNotFound, "ndarray handle 0:12345");
   // A new array never reuses the freed handle.
   auto again = rt_->create_ndarray(DType::kF32, {8});
   ASSERT_TRUE(again.ok());
   EXPECT_NE(again->id, h.id);
+}
+
+// extent() reads one axis without the shape's copy (the tape's per-launch checks); past the
+// rank it names the axis and the array.
+TEST_F(RuntimeMisuse, ExtentIsEachAxisOfTheShapeAndRefusesAnAxisPastTheRank) {
+  SKIP_IF_NO_DEVICE();
+  auto h = rt_->create_ndarray(DType::kF32, {3, 5, 7}, "box");
+  ASSERT_TRUE(h.ok());
+  auto shape = rt_->shape(*h);
+  ASSERT_TRUE(shape.ok());
+  for (uint32_t axis = 0; axis < 3; ++axis) {
+    auto e = rt_->extent(*h, axis);
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    EXPECT_EQ(*e, (*shape)[axis]);
+  }
+  EXPECT_ERROR(rt_->extent(*h, 3).status(), ErrorCode::kInvalidArgument,
+               "extent: axis 3 of 'box', which has 3 axes");
 }
 
 TEST_F(RuntimeMisuse, OnlyAReservedKernelHandleIsRegisteredUnderAndOnlyOnce) {

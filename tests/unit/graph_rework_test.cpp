@@ -188,5 +188,48 @@ TEST(GraphRework, RunsShareAFusedKernelExactlyWhenTheirArraysShareAlike) {
   EXPECT_NE(s1, fusion_signature(run1, {{3, 0}}, &ids4)) << "a known-zero array changes the kernel";
 }
 
+// Session's log of an open capture keeps every step's arguments in chunks; what it hands the
+// rework must be each step as it was added, across chunk boundaries, for launches and fills
+// alike, and a step wider than a chunk gets a chunk of its own.
+TEST(GraphRework, ACaptureLogUnpacksEveryStepAsAddedAcrossItsChunks) {
+  CaptureLog log;
+  std::vector<CapturedStep> added;
+  int32_t next = 0;
+  // 3,000 steps of 1-12 arguments (~19,500: two chunks and more), a fill every 7th, then one
+  // wider than a chunk.
+  for (uint32_t i = 0; i < 3000; ++i) {
+    CapturedStep s;
+    if (i % 7 == 3) {
+      s = fill(100 + i % 5, 0.5 * i);
+    } else {
+      s.kernel = KernelHandle{1 + i % 4};
+      for (uint32_t j = 0; j < 1 + i % 12; ++j) {
+        s.args.push_back(j % 3 == 0 ? array(200 + next % 9) : Arg::i32(next));
+        ++next;
+      }
+    }
+    log.add(s.launch, s.kernel, s.args, s.value);
+    added.push_back(s);
+  }
+  CapturedStep wide = launch(9, std::vector<Arg>(CaptureLog::kChunkArgs + 3, Arg::i32(7)));
+  log.add(wide.launch, wide.kernel, wide.args, wide.value);
+  added.push_back(wide);
+  ASSERT_GE(log.chunks.size(), 3u);
+  const std::vector<CapturedStep> got = log.unpack();
+  ASSERT_EQ(got.size(), added.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE("step " + std::to_string(i));
+    EXPECT_EQ(got[i].launch, added[i].launch);
+    EXPECT_EQ(got[i].kernel.id, added[i].kernel.id);
+    EXPECT_EQ(got[i].value, added[i].value);
+    ASSERT_EQ(got[i].args.size(), added[i].args.size());
+    for (size_t j = 0; j < got[i].args.size(); ++j) {
+      EXPECT_EQ(got[i].args[j].kind, added[i].args[j].kind);
+      EXPECT_EQ(got[i].args[j].i, added[i].args[j].i);
+      EXPECT_EQ(got[i].args[j].array.id, added[i].args[j].array.id);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace vkad::testing
