@@ -115,8 +115,10 @@ const std::vector<uint32_t>* Session::extents_of(uint64_t array) const {
 void Session::snapshot_extents(const CaptureLog& log) {
   rework_extents_.clear();
   rework_shape_class_.clear();
-  for (const std::vector<Arg>& chunk : log.chunks) {
-    for (const Arg& a : chunk) {
+  for (const CaptureLog::Step& s : log.steps) {
+    const Arg* args = log.args.at(s.first);
+    for (uint32_t i = 0; i < s.count; ++i) {
+      const Arg& a = args[i];
       if (a.kind != abi::ParamKind::kNdArray) continue;
       auto [it, fresh] = rework_extents_.try_emplace(a.array.id);
       if (!fresh) continue;

@@ -20,6 +20,7 @@
 #include "ir/ir.h"
 #include "ir/launch_fusion.h"
 #include "ir/resident.h"
+#include "runtime/chunked_vector.h"
 #include "runtime/handles.h"
 
 namespace vkad {
@@ -36,36 +37,30 @@ struct CapturedStep {
   double value = 0;
 };
 
-// An open capture's steps as Session::launch saw them, kept flat: the steps' arguments in
-// chunks of kChunkArgs (a step's never straddle two), so a captured launch allocates nothing
-// and a growing capture copies nothing (a capture records ~10^4 launches of ~20 arguments: a
-// vector per step, or one vector doubling, was the recording's largest cost). unpack() makes
-// the CapturedSteps the rework reads, on the rework's thread where it runs in the background.
+// An open capture's steps as Session::launch saw them, kept flat: the steps' arguments in one
+// ChunkedVector (runtime/chunked_vector.h), so a captured launch allocates nothing and a
+// growing capture copies nothing (a capture records ~10^4 launches of ~20 arguments: a vector
+// per step was the recording's largest allocation). unpack() makes the CapturedSteps the
+// rework reads, on the rework's thread where it runs in the background.
 struct CaptureLog {
-  static constexpr size_t kChunkArgs = size_t{1} << 14;  // 512 KiB of Args
   struct Step {
     bool launch = true;
     KernelHandle kernel;
-    uint32_t chunk = 0, first = 0, count = 0;  // its arguments: chunks[chunk][first, + count)
-    double value = 0;                          // a fill's value
+    uint32_t first = 0, count = 0;  // its arguments: args.at(first)[0, count)
+    double value = 0;               // a fill's value
   };
   std::vector<Step> steps;
-  std::vector<std::vector<Arg>> chunks;
+  runtime::ChunkedVector<Arg> args;
 
-  void add(bool launch, KernelHandle kernel, std::span<const Arg> args, double value) {
-    if (chunks.empty() || chunks.back().size() + args.size() > chunks.back().capacity()) {
-      chunks.emplace_back().reserve(std::max(kChunkArgs, args.size()));
-    }
-    std::vector<Arg>& c = chunks.back();
-    steps.push_back({launch, kernel, static_cast<uint32_t>(chunks.size() - 1),
-                     static_cast<uint32_t>(c.size()), static_cast<uint32_t>(args.size()), value});
-    c.insert(c.end(), args.begin(), args.end());
+  void add(bool launch, KernelHandle kernel, std::span<const Arg> step_args, double value) {
+    const uint32_t first = args.append(step_args);
+    steps.push_back({launch, kernel, first, static_cast<uint32_t>(step_args.size()), value});
   }
   std::vector<CapturedStep> unpack() const {
     std::vector<CapturedStep> out;
     out.reserve(steps.size());
     for (const Step& s : steps) {
-      const Arg* a = chunks[s.chunk].data() + s.first;
+      const Arg* a = args.at(s.first);
       out.push_back({s.launch, s.kernel, {a, a + s.count}, s.value});
     }
     return out;

@@ -39,8 +39,6 @@ Status Runtime::begin_capture(const std::string& name, bool run) {
   capture_->name = name.empty() ? "graph" : name;
   const CaptureSizes& was = capture_sizes_;
   capture_->launches.reserve(was.launches);
-  capture_->args.reserve(was.args);
-  capture_->arrays.reserve(was.arrays);
   capture_->steps.reserve(was.steps);
   capture_->args_offset.reserve(was.launches);
   capture_->args_blob.reserve(was.blob);
@@ -53,10 +51,8 @@ Status Runtime::capture_launch(const std::shared_ptr<const Kernel>& k, std::span
   Graph& g = *capture_;
   CapturedLaunch c;
   c.kernel = k;
-  c.args = static_cast<uint32_t>(g.args.size());
-  g.args.insert(g.args.end(), args.begin(), args.end());
-  c.arrays = static_cast<uint32_t>(g.arrays.size());
-  g.arrays.insert(g.arrays.end(), planned_.arrays.begin(), planned_.arrays.end());
+  c.args = g.args.append(args);
+  c.arrays = g.arrays.append(planned_.arrays);
   // What a replay needs of the plan, shared with the kernel's previous launch when equal (as it
   // is for a step loop's launches).
   auto [last, first_use] = g.last_plan.try_emplace(k.get(), 0);
@@ -122,8 +118,7 @@ Result<GraphHandle> Runtime::end_capture() {
     capture_->pending_plans = capture_->pending_plans || p.spec_pending > 0;
   }
   capture_->last_plan = {};  // capture_launch's only
-  capture_sizes_ = {capture_->launches.size(), capture_->args.size(), capture_->arrays.size(),
-                    capture_->steps.size(), capture_->args_blob.size()};
+  capture_sizes_ = {capture_->launches.size(), capture_->steps.size(), capture_->args_blob.size()};
   graphs_.emplace(id, std::move(capture_));
   stats_.graphs = graphs_.size();
   return GraphHandle{id};
@@ -134,7 +129,7 @@ void Runtime::refresh_pending_plans(Graph& g) {
   bool still = false;
   for (CapturedLaunch& c : g.launches) {
     if (g.plans[c.plan].spec_pending == 0) continue;
-    const std::span<const Arg> args(g.args.data() + c.args, c.kernel->desc.params.size());
+    const std::span<const Arg> args(g.args.at(c.args), c.kernel->desc.params.size());
     // Never waits: a pipeline still being made leaves the plan as it is, for the next replay.
     if (!check_args(*c.kernel, args).ok() ||
         !plan_pipelines(*c.kernel, args, &planned_, /*background=*/true).ok()) {
@@ -235,7 +230,7 @@ Status Runtime::updated_launches(const Graph& g, std::span<const GraphUpdate> up
     auto at = std::find_if(updated->begin(), updated->end(),
                            [&](const UpdatedLaunch& p) { return p.index == u.launch; });
     if (at == updated->end()) {
-      const Arg* args = g.args.data() + c.args;
+      const Arg* args = g.args.at(c.args);
       updated->push_back({u.launch, {args, args + d.params.size()}, {}, {}});
       at = updated->end() - 1;
     }
@@ -285,9 +280,9 @@ Status Runtime::bind_graph_arrays(Graph& g, std::span<const UpdatedLaunch> updat
   for (uint32_t i = 0; i < g.launches.size(); ++i) {
     const CapturedLaunch& c = g.launches[i];
     const CompiledKernel& d = c.kernel->desc;
-    rhi::Buffer** buffers = g.arrays.data() + c.arrays;
+    rhi::Buffer** buffers = g.arrays.at(c.arrays);
     for (size_t p = 0; p < d.params.size(); ++p) {
-      const Arg& arg = g.args[c.args + p];
+      const Arg& arg = g.args.at(c.args)[p];
       if (arg.kind != ParamKind::kNdArray) continue;
       auto a = arrays_.find(arg.array.id);
       if (a == arrays_.end()) {
@@ -336,7 +331,7 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
   if (rerecord) g.rerecord = true;
   for (UpdatedLaunch& u : updated) {
     CapturedLaunch& c = g.launches[u.index];
-    std::copy(u.args.begin(), u.args.end(), g.args.begin() + c.args);
+    std::copy(u.args.begin(), u.args.end(), g.args.at(c.args));
     std::memcpy(g.args_blob.data() + g.args_offset[u.index], u.encoded.data(), u.encoded.size());
     if (g.plans[c.plan] == u.plan) continue;
     if (g.plan_users[c.plan] == 1) {

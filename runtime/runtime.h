@@ -50,6 +50,7 @@
 #include "rhi/pipeline.h"
 #include "rhi/stream.h"
 #include "runtime/adstack_heaps.h"
+#include "runtime/chunked_vector.h"
 #include "runtime/device_error_log.h"
 #include "runtime/handles.h"
 #include "runtime/host_ring.h"
@@ -589,8 +590,8 @@ class Runtime {
   // plan).
   struct CapturedLaunch {
     std::shared_ptr<const Kernel> kernel;
-    uint32_t args = 0;    // Graph::args[args, + kernel's parameters): its arguments
-    uint32_t arrays = 0;  // Graph::arrays[arrays, + kernel->array_count): its ndarrays' buffers
+    uint32_t args = 0;    // Graph::args.at(args)[0, kernel's parameters): its arguments
+    uint32_t arrays = 0;  // Graph::arrays.at(arrays)[0, kernel->array_count): its buffers
     uint32_t plan = 0;    // Graph::plans index
     // false: the next launch needs no barrier after this one (omit_next_barrier).
     bool barrier_after = true;
@@ -610,10 +611,10 @@ class Runtime {
   struct Graph {
     std::string name;
     std::vector<CapturedLaunch> launches;
-    std::vector<Arg> args;  // every launch's arguments, in capture order
+    ChunkedVector<Arg> args;  // every launch's arguments, in capture order
     // Every launch's ndarray buffers, resolved again from `args` at every replay (the arrays are
     // bound by reference).
-    std::vector<rhi::Buffer*> arrays;
+    ChunkedVector<rhi::Buffer*> arrays;
     std::vector<CommandPlan> plans;
     std::vector<uint32_t> plan_users;  // launches per plan: an update copies a shared plan
     // While capturing: each kernel's last plan, the one its next launch shares if equal.
@@ -640,9 +641,9 @@ class Runtime {
   };
   // The last capture's sizes, which the next capture reserves: a training loop captures the
   // same ~10^4 launches again, and growing their vectors by doubling copied megabytes inside
-  // the recording.
+  // the recording (the arguments and buffers are chunked: ChunkedVector).
   struct CaptureSizes {
-    size_t launches = 0, args = 0, arrays = 0, steps = 0, blob = 0;
+    size_t launches = 0, steps = 0, blob = 0;
   };
   CaptureSizes capture_sizes_;
   Status replay_bundle(Graph& g, bool any_heap, const std::string& where, LaunchId* first);
@@ -664,7 +665,7 @@ class Runtime {
                            const std::string& where, bool* any_heap);
   // A captured launch's ndarray buffers, as capture or the last bind_graph_arrays found them.
   static std::span<rhi::Buffer* const> graph_arrays(const Graph& g, const CapturedLaunch& c) {
-    return {g.arrays.data() + c.arrays, c.kernel->array_count};
+    return {g.arrays.at(c.arrays), c.kernel->array_count};
   }
   std::vector<const std::byte*> replay_down_;  // replay_bundle's scratch
 
