@@ -97,8 +97,11 @@ Status CommandList::bind_buffers(ComputePipeline& pipeline, std::span<Buffer* co
         set, stream_->descriptors_.allocate(pipeline.set_layout(),
                                             static_cast<uint32_t>(buffers.size()), serial_));
   }
-  // Small fixed arrays cover the common case without a heap allocation per launch.
-  constexpr size_t kInline = 16;
+  // Small fixed arrays cover the common case without a heap allocation per launch (32: an
+  // adjoint binds its forward's arrays, their gradients, the args and the adstack heaps --
+  // diffmpm's p2g_adjoint 18 -- and a heap pair per launch grew a recording thread's malloc
+  // arena by mprotect calls).
+  constexpr size_t kInline = 32;
   VkDescriptorBufferInfo inline_infos[kInline];
   VkWriteDescriptorSet inline_writes[kInline];
   std::vector<VkDescriptorBufferInfo> heap_infos;
