@@ -93,7 +93,8 @@ Status TapeHazards::check(const Session& session,
     auto rec = arrays_.find(args[p.param].array.id);
     for (uint32_t ai = 0; ai < p.accesses.size(); ++ai) {
       const ArrayAccess& a = p.accesses[ai];
-      Evaluated e{slot, ai, static_cast<uint32_t>(rows_.size())};
+      Evaluated e{slot, ai, static_cast<uint32_t>(rows_.size()),
+                  rec == arrays_.end() ? nullptr : &rec->second};
       for (uint32_t r : a.rows) {
         rows_.push_back(r == ArrayAccess::kNotUniform ? kUnknownRow : expr_values_[r]);
       }
@@ -128,7 +129,8 @@ void TapeHazards::record() {
     const codegen::ParamAccess& p = k.params[e.param_slot];
     const ArrayAccess& a = p.accesses[e.access];
     if (a.kind != ArrayAccess::Kind::kRead && !p.needs_grad) continue;
-    ArrayRecord& rec = arrays_[pending_args_[p.param].array.id];
+    // check() found it, or it is new (a node's address stays put as others are added).
+    ArrayRecord& rec = e.rec != nullptr ? *e.rec : arrays_[pending_args_[p.param].array.id];
     add(a.kind == ArrayAccess::Kind::kRead ? rec.read : rec.written, rows_.data() + e.row_begin,
         a.rows.size(), By{launch, p.param});
   }

@@ -104,6 +104,7 @@ class TapeHazards {
   // A launch's access, evaluated: rows_[row_begin + axis] is the row or kUnknownRow.
   struct Evaluated {
     uint32_t param_slot = 0, access = 0, row_begin = 0;
+    ArrayRecord* rec = nullptr;  // the array's record check() found (record() adds one if none)
   };
   static constexpr int64_t kUnknownRow = -1;
 

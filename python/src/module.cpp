@@ -29,6 +29,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "cuda_interop.h"
@@ -665,7 +667,15 @@ struct Graph {
   StatePtr st;
   vkad::GraphHandle handle;  // 0 while the capture is open
   std::string name;
-  nb::list kernels;  // the Kernel of each captured launch, in order (for updates' dtypes)
+  // The Kernel of each captured launch, in order (for updates' dtypes), held alive through
+  // `held` (each kernel once): a pointer per launch, not a Python lookup and list append.
+  std::vector<Kernel*> kernels;
+  std::unordered_set<const Kernel*> seen;
+  nb::list held;
+  void add(Kernel* k) {
+    kernels.push_back(k);
+    if (seen.insert(k).second) held.append(nb::find(k));
+  }
   bool released = false;
 
   Graph() = default;
@@ -1254,7 +1264,7 @@ struct Session {
       untrack_if_atomic(rec);
       nb::cast<nb::list>(st->tape).append(rec);
     }
-    if (!st->capture.is_none()) nb::cast<Graph*>(st->capture)->kernels.append(nb::find(k));
+    if (!st->capture.is_none()) nb::cast<Graph*>(st->capture)->add(k);
   }
 
   // Session.bind: `kernel` with the arguments named in `named` fixed (converted and checked
@@ -1311,7 +1321,7 @@ struct Session {
           invalid("replay of graph '" + g.name + "': update of launch " + std::to_string(launch) +
                   "; the graph has " + std::to_string(g.kernels.size()) + " launches");
         }
-        Kernel* k = nb::cast<Kernel*>(g.kernels[launch]);
+        Kernel* k = g.kernels[launch];
         if (param >= k->params.size() || k->params[param].array) {
           invalid("replay of graph '" + g.name + "', launch " + std::to_string(launch) + " ('" +
                   k->name + "'): parameter " + std::to_string(param) +
