@@ -11,28 +11,21 @@ background rework first (it is installed at the next capture's begin), outside t
 """
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "difftaichi"))
-
-import vkad  # noqa: E402
+import vkad
+from difftaichi_ports import PROGRAMS, make
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--program", default="diffmpm", choices=["diffmpm", "mass_spring"])
+    ap.add_argument("--program", default="diffmpm", choices=PROGRAMS)
     ap.add_argument("--iters", type=int, default=10)
     a = ap.parse_args()
     with vkad.Session() as s:
-        if a.program == "diffmpm":
-            from diffmpm import DiffMPM
-            sim = DiffMPM(s)
-        else:
-            from mass_spring import MassSpring
-            sim = MassSpring(s)
+        sim = make(s, a.program)
         s.synchronize()
         fwd, bwd, launches = [], [], 0
         for _ in range(a.iters + 1):

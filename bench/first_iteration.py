@@ -20,14 +20,12 @@ VKAD_CACHE_DIR at an empty folder for a cold start.
 """
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "difftaichi"))
-
-import vkad  # noqa: E402
+import vkad
+from difftaichi_ports import PROGRAMS, make
 
 
 def _ms(t0: float) -> float:
@@ -36,7 +34,7 @@ def _ms(t0: float) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--program", default="diffmpm", choices=["diffmpm", "mass_spring"])
+    ap.add_argument("--program", default="diffmpm", choices=PROGRAMS)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--sync", action="store_true", help="the rework inside end_capture")
     ap.add_argument("--no-run", action="store_true",
@@ -50,13 +48,7 @@ def main() -> int:
     with vkad.Session(retirement_depth=a.retirement_depth) as s:
         out["session_ms"] = _ms(t0)
         t0 = time.perf_counter()
-        steps = {} if a.steps is None else {"steps": a.steps}
-        if a.program == "diffmpm":
-            from diffmpm import DiffMPM
-            sim = DiffMPM(s, **steps)
-        else:
-            from mass_spring import MassSpring
-            sim = MassSpring(s, **steps)
+        sim = make(s, a.program, a.steps)
         s.synchronize()
         out["construct_ms"] = _ms(t0)
         before = s.stats()

@@ -5,30 +5,23 @@ DiffTaichi ports: what graph scheduling and fusion change, without the host's up
     VKAD_GRAPH_SCHEDULE=0 / VKAD_GRAPH_FUSION=0 for the variants.
 """
 import argparse
-import os
 import statistics
 import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "difftaichi"))
-
-import vkad  # noqa: E402
+import vkad
+from difftaichi_ports import PROGRAMS, make
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--program", default="diffmpm", choices=["diffmpm", "mass_spring"])
+    ap.add_argument("--program", default="diffmpm", choices=PROGRAMS)
     ap.add_argument("--reps", type=int, default=10)
     a = ap.parse_args()
     with vkad.Session() as s:
-        if a.program == "diffmpm":
-            from diffmpm import DiffMPM
-            sim = DiffMPM(s)
-        else:
-            from mass_spring import MassSpring
-            sim = MassSpring(s)
+        sim = make(s, a.program)
         sim.forward_backward()
         t0 = time.perf_counter()
         with s.capture("iteration") as g:

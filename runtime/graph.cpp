@@ -61,13 +61,7 @@ Status Runtime::capture_launch(const std::shared_ptr<const Kernel>& k, std::span
     pipelines_.retain(k->hash);
     g.pipeline_keys.push_back(k->hash);
   }
-  const CommandPlan& plan = planned_;
-  if (first_use || !(g.plans[last->second] == plan)) {
-    last->second = static_cast<uint32_t>(g.plans.size());
-    g.plans.push_back(plan);
-    g.plan_users.push_back(0);
-  }
-  c.plan = last->second;
+  c.plan = share_plan(g, last->second, first_use, planned_);
   ++g.plan_users[c.plan];
   // The encoded args into the graph's blob, at an offset a storage binding may start at, in
   // pieces of at most a ring chunk (a launch's args never straddle two pieces).
@@ -92,6 +86,15 @@ Status Runtime::capture_launch(const std::shared_ptr<const Kernel>& k, std::span
   return {};
 }
 
+uint32_t Runtime::share_plan(Graph& g, uint32_t& slot, bool fresh, const CommandPlan& plan) {
+  if (fresh || !(g.plans[slot] == plan)) {
+    slot = static_cast<uint32_t>(g.plans.size());
+    g.plans.push_back(plan);
+    g.plan_users.push_back(0);
+  }
+  return slot;
+}
+
 Status Runtime::omit_next_barrier() {
   if (!capture_) {
     return make_error(ErrorCode::kFailedPrecondition, "omit_next_barrier: no capture is open");
@@ -114,9 +117,8 @@ Result<GraphHandle> Runtime::end_capture() {
     }
   }
   VKAD_ASSIGN_OR_RETURN(uint64_t id, issue_id());
-  for (const CommandPlan& p : capture_->plans) {
-    capture_->pending_plans = capture_->pending_plans || p.spec_pending > 0;
-  }
+  capture_->pending_plans = std::any_of(capture_->plans.begin(), capture_->plans.end(),
+                                        [](const CommandPlan& p) { return p.spec_pending > 0; });
   capture_->last_plan = {};  // capture_launch's only
   capture_sizes_ = {capture_->launches.size(), capture_->steps.size(), capture_->args_blob.size()};
   graphs_.emplace(id, std::move(capture_));
@@ -140,13 +142,8 @@ void Runtime::refresh_pending_plans(Graph& g) {
     still = still || fresh.spec_pending > 0;
     if (fresh == g.plans[c.plan]) continue;
     auto [it, first] = last.try_emplace(c.kernel.get(), 0);
-    if (first || !(g.plans[it->second] == fresh)) {
-      it->second = static_cast<uint32_t>(g.plans.size());
-      g.plans.push_back(fresh);
-      g.plan_users.push_back(0);
-    }
     --g.plan_users[c.plan];
-    c.plan = it->second;
+    c.plan = share_plan(g, it->second, first, fresh);
     ++g.plan_users[c.plan];
     g.rerecord = true;
   }

@@ -653,6 +653,10 @@ class Runtime {
   static Status updated_launches(const Graph& g, std::span<const GraphUpdate> updates,
                                  const std::string& where, std::vector<UpdatedLaunch>* updated);
   static bool same_commands(const CommandPlan& was, const CommandPlan& now);
+  // The plan a kernel's launch uses: `slot`, the kernel's latest plan, where equal to `plan`
+  // (a step loop's launches share one), else a new entry of g.plans that `slot` then names.
+  // `fresh`: the kernel has no plan in `slot` yet. The caller counts the launch's use.
+  static uint32_t share_plan(Graph& g, uint32_t& slot, bool fresh, const CommandPlan& plan);
   // At a replay of a graph with pending_plans: launches captured while their shape's
   // specialized pipeline was being made on a thread hold the generic one in their plans, which
   // every replay would run. Plans such launches again with their own arguments (plans stay
