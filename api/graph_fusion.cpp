@@ -56,23 +56,6 @@ uint64_t fusion_shape(const codegen::FusionLaunch& l) {
   return std::hash<uint64_t>{}(h) | 1;
 }
 
-bool has_loops(const codegen::Block& b) {
-  for (const codegen::Stmt& s : b.stmts) {
-    if (s.op == codegen::Op::kFor || s.op == codegen::Op::kWhile) return true;
-    for (const codegen::Block& c : s.blocks) {
-      if (has_loops(c)) return true;
-    }
-  }
-  return false;
-}
-
-bool any_task_loops(const codegen::Kernel& k) {
-  for (const codegen::Task& t : k.tasks) {
-    if (has_loops(t.body)) return true;
-  }
-  return false;
-}
-
 // Whether `order` is the identity permutation (nothing was reordered).
 bool identity(std::span<const uint32_t> order) {
   for (size_t i = 0; i < order.size(); ++i) {

@@ -97,6 +97,23 @@ std::vector<RollSegment> find_roll_segments(std::span<const CapturedStep> captur
   return segments;
 }
 
+bool has_loops(const codegen::Block& b) {
+  for (const codegen::Stmt& s : b.stmts) {
+    if (s.op == codegen::Op::kFor || s.op == codegen::Op::kWhile) return true;
+    for (const codegen::Block& c : s.blocks) {
+      if (has_loops(c)) return true;
+    }
+  }
+  return false;
+}
+
+bool any_task_loops(const codegen::Kernel& k) {
+  for (const codegen::Task& t : k.tasks) {
+    if (has_loops(t.body)) return true;
+  }
+  return false;
+}
+
 uint64_t resident_loop_passes(std::span<const codegen::ResidentMember> members, size_t reps,
                               uint32_t local) {
   // Per repetition one pass, plus each member's grid-stride loop where it needs one; and the

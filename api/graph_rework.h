@@ -123,6 +123,11 @@ std::vector<RollSegment> find_roll_segments(std::span<const CapturedStep> captur
                                             std::span<const RollCandidate> candidates,
                                             const RollLimits& limits);
 
+// Whether a block (a kernel's tasks) holds a for or while loop: where the device cuts long
+// loops (lavapipe), such kernels stay out of resident kernels and fusion.
+bool has_loops(const codegen::Block& b);
+bool any_task_loops(const codegen::Kernel& k);
+
 // Loop passes per invocation of a resident kernel over `members` (their ranges) repeated
 // `reps` times in a workgroup of `local` invocations: what a device that cuts loops counts.
 uint64_t resident_loop_passes(std::span<const codegen::ResidentMember> members, size_t reps,

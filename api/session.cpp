@@ -511,6 +511,7 @@ Result<SessionStats> Session::stats() const {
   s.pipelines_created = r.pipelines_created;
   s.pipeline_create_ms = r.pipeline_create_ms;
   s.rolled_launches = rolled_launches_;
+  s.rolled_loops = rolled_loops_;
   s.recomputed_launches = recomputed_launches_;
   return s;
 }

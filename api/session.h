@@ -142,6 +142,9 @@ struct SessionStats {
   // Captured launches that graphs captured so far run inside resident kernels (README,
   // "Resident step loops").
   uint64_t rolled_launches = 0;
+  // Session::launch_loop calls that ran as one launch of a resident kernel (README, "Step
+  // loops").
+  uint64_t rolled_loops = 0;
   // Captured launches that graphs captured so far run rewritten to compute what they gather
   // from an earlier launch (README, "Gather recompute").
   uint64_t recomputed_launches = 0;
@@ -167,6 +170,22 @@ struct Differentiated {
   // of `gradients`, in order). kInvalidArgument if the counts disagree.
   Result<std::vector<Arg>> adjoint_args(std::span<const Arg> forward_args,
                                         std::span<const NdArrayHandle> grads) const;
+};
+
+class LoopClock;  // api/session_loop.cpp: launch_loop's phases (VKAD_GRAPH_TRACE)
+
+// One launch of a step loop's body (Session::launch_loop): the kernel, its arguments in the
+// loop's first iteration, and per parameter what an i32 scalar argument gains per iteration
+// (DiffTaichi's step index t; 0 for every other argument; empty: nothing steps).
+struct LoopLaunch {
+  KernelHandle kernel;
+  std::vector<Arg> args;
+  std::vector<int32_t> step;
+};
+// How Session::launch_loop ran a loop.
+struct LoopInfo {
+  bool rolled = false;    // one launch of a resident kernel (README, "Step loops")
+  uint32_t launches = 0;  // launches recorded: 1 when rolled, else count x body size
 };
 
 // How Session::begin_capture treats what it captures.
@@ -280,6 +299,20 @@ class Session {
   Status prepare(KernelHandle kernel, std::initializer_list<Arg> args) {
     return prepare(kernel, std::span<const Arg>(args.begin(), args.size()));
   }
+  // A step loop (README, "Step loops"): `count` iterations of `body`, iteration r launching
+  // each of body's launches in order with its stepping scalars advanced by r x step -- the
+  // results of those launches one by one. Where every launch of the body may run in a resident
+  // kernel (the rules of "Resident step loops": parallel 1-d tasks whose ranges do not step and
+  // are at most SessionOptions::resident_max_range, at most 31 distinct arrays, count >= 4) the
+  // loop is one launch of the rolled kernel, compiled at the first loop of its shape and kept
+  // while the session lives; otherwise the launches one by one. A step loop's first iteration
+  // then costs its device time, not thousands of recorded launches: a graph captured around it
+  // holds one launch (or the launches), as launched.
+  // Errors, before anything is launched: a body launch that launch() would refuse in the first
+  // or the last iteration (the message names "loop launch j, iteration r"), a step on anything
+  // but an i32 scalar, a stepping scalar that leaves i32 (kInvalidArgument). Launched one by
+  // one, a failure past the checks (device memory) leaves the earlier launches recorded.
+  Status launch_loop(std::span<const LoopLaunch> body, uint32_t count, LoopInfo* info = nullptr);
   // Captured launch sequences (runtime::Runtime::begin_capture, "captured launch sequences"):
   // launches (and zero / fill) between begin_capture and end_capture are checked and planned
   // but not run; replay runs them all with one call, optionally replacing scalar arguments
@@ -540,6 +573,18 @@ class Session {
   bool fuse_graph_launches_ = true;
   bool schedule_graph_launches_ = true;
   uint32_t resident_max_range_ = 256;
+  // launch_loop's rolled kernels (registered on the caller's thread), by printed IR.
+  std::unordered_map<std::string, KernelHandle> loop_kernels_;
+  uint64_t rolled_loops_ = 0;
+  // The rolled kernel of `body` x `count` and its parameter map, or nullopt where the loop runs
+  // its launches one by one (api/session_loop.cpp).
+  struct RolledLoop {
+    KernelHandle kernel;
+    std::vector<std::vector<uint32_t>> param_map;
+    size_t params = 0;
+  };
+  std::optional<RolledLoop> roll_loop(std::span<const LoopLaunch> body, uint32_t count,
+                                      LoopClock& clock);
   uint64_t rolled_launches_ = 0;      // SessionStats::rolled_launches
   uint64_t recomputed_launches_ = 0;  // SessionStats::recomputed_launches
   // kernel_access() of every kernel compiled here, by handle id (what scheduling reads).

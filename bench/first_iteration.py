@@ -101,7 +101,8 @@ def main() -> int:
         out["stats"] = {k: v for k, v in s.stats().items()
                         if k in ("kernels_compiled", "compile_cache_hits", "disk_cache_hits",
                                  "disk_cache_misses", "pipeline_cache_loaded",
-                                 "recomputed_launches", "rolled_launches", "forced_waits", "flushes")}
+                                 "recomputed_launches", "rolled_launches", "rolled_loops", "forced_waits",
+                                 "flushes")}
         out["device"] = s.device_name
     print("FIRST-ITERATION " + json.dumps(out))
     return 0

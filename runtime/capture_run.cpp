@@ -204,6 +204,12 @@ void Runtime::run_steps_into(RunPiece& p, size_t begin, size_t end, uint64_t lo)
   }
 }
 
+Status Runtime::cut_capture_run() {
+  VKAD_EXCLUSIVE_USE("cut_capture_run");
+  if (run_ && capture_) run_cut();
+  return {};
+}
+
 void Runtime::run_cut(bool split) {
   CaptureRun& r = *run_;
   const size_t begin = r.next_step, end = capture_->steps.size();

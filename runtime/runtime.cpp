@@ -721,6 +721,14 @@ Status Runtime::prepare(KernelHandle kernel, std::span<const Arg> args) {
   return {};
 }
 
+Status Runtime::check_launch(KernelHandle kernel, std::span<const Arg> args) {
+  VKAD_EXCLUSIVE_USE("launch");
+  VKAD_TRY(device_->status());
+  auto kit = kernels_.find(kernel.id);
+  if (kit == kernels_.end()) return dead_handle("launch", "kernel", kernel.id);
+  return check_args(*kit->second, args);
+}
+
 Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id) {
   VKAD_EXCLUSIVE_USE("launch");
   // omit_next_barrier() asks it of this launch only: a refused one drops it.

@@ -305,6 +305,10 @@ class Runtime {
   // where a pause is acceptable (loading, before a timed loop) with the arguments the hot loop
   // will pass. Counts in RuntimeStats::prepares; not a launch.
   Status prepare(KernelHandle kernel, std::span<const Arg> args);
+  // The argument checks of launch(kernel, args) alone (handles, count, kinds, dtypes, ranks,
+  // scalar ranges): nothing planned, made or recorded. Session::launch_loop checks a loop's
+  // launches with it before running any.
+  Status check_launch(KernelHandle kernel, std::span<const Arg> args);
   // The sequence number the next recorded launch will get.
   LaunchId next_launch_id() const { return LaunchId{next_launch_ + 1}; }
 
@@ -377,6 +381,12 @@ class Runtime {
   // launch() call takes the request even when it refuses the launch.
   // kFailedPrecondition without an open capture.
   Status omit_next_barrier();
+  // While a capture runs (begin_capture's `run`): the steps captured since the last piece
+  // become a piece now, which the next captured step (or end_capture) submits, instead of
+  // waiting for 64-512 more steps -- what one long launch (a rolled step loop,
+  // Session::launch_loop) wants, so the device starts it while the caller goes on. Nothing
+  // otherwise (kFailedPrecondition while another thread uses the runtime).
+  Status cut_capture_run();
   Result<size_t> graph_steps(GraphHandle graph) const;
   // How many of a graph's launches a barrier follows (the rest run concurrently with the next
   // launch: omit_next_barrier). kNotFound for a dead handle.

@@ -266,13 +266,14 @@ class DiffMPM:
 
     def __init__(self, session: vkad.Session, steps: int = STEPS, n_grid: int = N_GRID,
                  dtype: vkad.DType = vkad.f32, scene: str = "robot", seed: int = 0,
-                 graph: bool = True):
+                 graph: bool = True, loop: bool = True):
         if steps < 2:
             raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
         if n_grid < 2 * BOUND + 3:
             raise ValueError(f"n_grid={n_grid}: the grid needs more than its walls")
         self.s, self.steps, self.n_grid, self.dtype, self.graph = session, steps, n_grid, \
             dtype, graph
+        self.loop = loop  # the step loop through Session.loop; False: a Python loop of launches
         self.scene = SCENES[scene](Scene(n_grid))
         sc = self.scene
         n, n_act = sc.n_particles, sc.n_actuators
@@ -341,11 +342,20 @@ class DiffMPM:
         self.s.zero_many([a["grid_v_in"], a["grid_m_in"], a["loss"]])
         act, p2g, grid_op, g2p = (self.launcher(name, recorded)
                                   for name in ("compute_actuation", "p2g", "grid_op", "g2p"))
-        for f in range(self.steps - 1):
+
+        def step(f):  # DiffTaichi's loop body; f is symbolic (Session.loop traces it once)
             act(f)
             p2g(f)
             grid_op(f)
             g2p(f)
+
+        # One step loop: the session launches its ~4,000 launches without a Python call each
+        # (its ranges are too wide for a resident kernel, so they run one by one).
+        if self.loop:
+            self.s.loop(0, self.steps - 1, step)
+        else:
+            for f in range(self.steps - 1):
+                step(f)
         self.launcher("compute_loss", recorded)(self.steps - 1)
 
     def forward_backward(self) -> None:

@@ -246,10 +246,11 @@ class MassSpring:
 
     def __init__(self, session: vkad.Session, robot_id: int = 0, steps: int = STEPS,
                  dtype: vkad.DType = vkad.f32, toi: bool = True, seed: int = 0,
-                 graph: bool = True):
+                 graph: bool = True, loop: bool = True):
         if steps < 2:
             raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
         self.s, self.steps, self.dtype, self.graph = session, steps, dtype, graph
+        self.loop = loop  # the step loop through Session.loop; False: a Python loop of launches
         objects, springs = robot(robot_id)
         self.objects, self.springs = objects, springs
         n_obj, n_spr = len(objects), len(springs)
@@ -318,12 +319,21 @@ class MassSpring:
         center, nn1, nn2, springs, advance = (
             self.launcher(name, recorded)
             for name in ("compute_center", "nn1", "nn2", "apply_spring_force", "advance"))
-        for t in range(1, self.steps):
+
+        def step(t):  # DiffTaichi's loop body; t is symbolic (Session.loop traces it once)
             center(t - 1)
             nn1(t - 1)
             nn2(t - 1)
             springs(t - 1)
             advance(t)
+
+        # One step loop rather than ~3,400 launches from Python: the session runs it as one
+        # resident kernel (its ranges are small), and the tape's backward its adjoint likewise.
+        if self.loop:
+            self.s.loop(1, self.steps, step)
+        else:
+            for t in range(1, self.steps):
+                step(t)
         self.launcher("compute_loss", recorded)(self.steps - 1)
 
     def forward_backward(self) -> None:

@@ -80,6 +80,23 @@ T take(Result<T> r) {
 
 // ------------------------------------------------------------------ session state
 
+struct Kernel;
+
+// Session.loop's trace (README, "Step loops"): while its body runs, launches are collected here
+// with the loop index's arguments at the first iteration and their step, and run nothing.
+struct LoopEntry {
+  nb::object kernel;  // as launched: a Kernel or a Differentiated
+  Kernel* k = nullptr;
+  std::vector<Arg> args;      // the first iteration's
+  std::vector<int32_t> step;  // per parameter: 1 where the loop index (+ c) was passed
+  nb::tuple values;           // the Python arguments, the index as the first iteration's int
+  bool recorded = false;      // a differentiated kernel launched while a tape records
+};
+struct LoopTrace {
+  int64_t start = 0;
+  std::vector<LoopEntry> entries;
+};
+
 // What a Session, its arrays and its kernels share. Arrays and kernels keep it alive, so a
 // handle never outlives the vkad::Session that issued it.
 struct State {
@@ -109,6 +126,8 @@ struct State {
   nb::object before_launch = nb::none();
   // The graph being captured (a Graph) or None: launches append their kernel to it.
   nb::object capture = nb::none();
+  // Session.loop's body is running: launches are traced, everything else is refused.
+  std::unique_ptr<LoopTrace> loop;
 
   vkad::Session& get() {
     if (!session) raise(Status(ErrorCode::kFailedPrecondition, "the session is closed"));
@@ -137,10 +156,20 @@ struct State {
 };
 using StatePtr = std::shared_ptr<State>;
 
+// Inside Session.loop's body only launches are traced: anything else would run once, at the
+// trace, where the loop means it per iteration (or would wait on launches not yet made).
+[[noreturn]] void outside_loop() {
+  invalid(
+      "Session.loop: its body may only launch kernels (it is traced once, with a symbolic loop "
+      "index, and its launches repeated); zero, fill, copy, upload, read back, capture, bind or "
+      "compile before or after the loop");
+}
+
 // Holds the session mutex for a non-blocking call (see the thread notes at the top).
 class Locked {
  public:
   explicit Locked(State& st) : st_(st) {
+    if (st.loop) outside_loop();
     if (!st.mu.try_lock()) {
       nb::gil_scoped_release release;
       st.mu.lock();
@@ -159,6 +188,7 @@ class Locked {
 // held; kFailedPrecondition if the session was closed (by another thread, meanwhile too).
 template <typename F>
 auto blocking(State& st, F&& f) -> decltype(f(std::declval<vkad::Session&>())) {
+  if (st.loop) outside_loop();
   nb::gil_scoped_release release;
   std::lock_guard<std::mutex> l(st.mu);
   st.drain_pending();
@@ -672,9 +702,10 @@ struct Graph {
   std::vector<Kernel*> kernels;
   std::unordered_set<const Kernel*> seen;
   nb::list held;
+  // k null: a Session.loop's rolled launch (no Python kernel; its scalars cannot be updated).
   void add(Kernel* k) {
     kernels.push_back(k);
-    if (seen.insert(k).second) held.append(nb::find(k));
+    if (k && seen.insert(k).second) held.append(nb::find(k));
   }
   bool released = false;
 
@@ -780,6 +811,27 @@ Arg to_arg(const Kernel& k, const State& st, size_t i, nb::handle v, const char*
 
 struct Differentiated {
   nb::object forward, adjoint;  // Kernels
+};
+
+// Session.loop's index inside its body: the loop's step t plus `offset` (t + 1, t - 1, ...),
+// symbolic -- the body is traced once. Passed to a kernel's i32 scalar, that argument steps by 1
+// per iteration. Anything that needs its value (int(t), t * 2, an `if`) is refused.
+struct LoopIndex {
+  int64_t offset = 0;
+  std::string repr() const {
+    if (offset == 0) return "vkad.LoopIndex(t)";
+    return "vkad.LoopIndex(t " + std::string(offset < 0 ? "- " : "+ ") +
+           std::to_string(offset < 0 ? -offset : offset) + ")";
+  }
+};
+
+// What a tape records for a Session.loop (an entry of Tape.launches beside the (kernel, args)
+// tuples): its differentiated launches, in body order, and its iterations. backward launches
+// their adjoints as a loop too: body reversed, iterations last first.
+struct LoopRecord {
+  std::vector<LoopEntry> entries;
+  int64_t start = 0;
+  uint32_t count = 0;
 };
 
 // A Python Tape's vkad::TapeHazards (api/tape_hazards.h): what its recording read and wrote.
@@ -1129,6 +1181,10 @@ struct Session {
 
   void launch(nb::handle kernel, nb::args args) {
     Kernel* k = kernel_for(kernel, args.size(), "launch");
+    if (st->loop) {
+      trace(kernel, k, [&](size_t i) { return nb::handle(args[i]); });
+      return;
+    }
     Arg buf[16];
     std::vector<Arg> heap;
     Arg* a = buf;
@@ -1138,6 +1194,142 @@ struct Session {
     }
     for (size_t i = 0; i < args.size(); ++i) a[i] = to_arg(*k, *st, i, args[i]);
     launch_converted(kernel, k, std::span<const Arg>(a, args.size()), args);
+  }
+
+  // Session.loop's body: the launch traced (README, "Step loops") -- its arguments converted,
+  // the loop index's as its first iteration's value -- and nothing run. `value(i)`: the Python
+  // argument of parameter i.
+  template <typename Value>
+  void trace(nb::handle kernel, Kernel* k, Value&& value) {
+    LoopTrace& t = *st->loop;
+    LoopEntry e;
+    e.kernel = nb::borrow(kernel);
+    e.k = k;
+    const size_t n = k->params.size();
+    e.args.resize(n);
+    e.step.assign(n, 0);
+    nb::tuple values = nb::steal<nb::tuple>(PyTuple_New(static_cast<Py_ssize_t>(n)));
+    for (size_t i = 0; i < n; ++i) {
+      nb::handle v = value(i);
+      nb::object pv;
+      LoopIndex* li = nullptr;
+      if (nb::try_cast<LoopIndex*>(v, li) && li) {
+        const ParamInfo& p = k->params[i];
+        if (p.array || p.dtype != DType::kI32) {
+          invalid("Session.loop: launch '" + k->name + "', argument " + std::to_string(i) + " ('" +
+                  p.name + "'): the loop index steps an i32 scalar; this parameter is " +
+                  (p.array ? "an ndarray" : std::string("a ") + tname(p.dtype) + " scalar"));
+        }
+        pv = nb::int_(t.start + li->offset);
+        e.step[i] = 1;
+      } else {
+        pv = nb::borrow(v);
+      }
+      e.args[i] = to_arg(*k, *st, i, pv);
+      PyTuple_SET_ITEM(values.ptr(), static_cast<Py_ssize_t>(i), pv.release().ptr());
+    }
+    e.values = std::move(values);
+    e.recorded = !st->tape.is_none() && !k->adjoint.is_none();
+    if (e.recorded) {
+      for (const auto& [p, gname] : k->gradients) {
+        if (!k->params[p].array) {
+          invalid("tape.launch: argument " + std::to_string(p) + " (gradient '" + gname +
+                  "') is a scalar; the tape keeps gradients of ndarray arguments only");
+        }
+      }
+    }
+    t.entries.push_back(std::move(e));
+  }
+
+  // Session.loop's halves (python/vkad/__init__.py): begin starts the trace and returns the
+  // symbolic index; end runs the traced body `count` times (vkad::Session::launch_loop),
+  // checks and records it on the tape, and adds its launches to the graph being captured.
+  nb::object loop_begin(int64_t start) {
+    if (st->loop) {
+      invalid(
+          "Session.loop inside a loop's body: write the inner loop's launches into the "
+          "outer body, or run the loops one after the other");
+    }
+    if (!st->before_launch.is_none()) {
+      invalid(
+          "Session.loop: the recording tape checkpoints (checkpoint_every), which copies "
+          "per launch; Session.loop runs the body per iteration there");
+    }
+    {
+      Locked l(*st);
+      (void)st->get();  // a closed session traces nothing
+    }
+    st->loop = std::make_unique<LoopTrace>();
+    st->loop->start = start;
+    return nb::cast(LoopIndex{0});
+  }
+  void loop_abort() { st->loop.reset(); }
+  void loop_end(uint32_t count) {
+    std::unique_ptr<LoopTrace> t = std::move(st->loop);
+    if (!t) invalid("Session._loop_end: no loop body is being traced");
+    if (count == 0 || t->entries.empty()) return;
+    std::vector<vkad::LoopLaunch> body;
+    bool any_recorded = false;
+    for (const LoopEntry& e : t->entries) {
+      body.push_back({e.k->handle, e.args, e.step});
+      any_recorded = any_recorded || e.recorded;
+    }
+    TapeHazards* hazards =
+        any_recorded && !st->hazards.is_none() ? nb::cast<TapeHazards*>(st->hazards) : nullptr;
+    vkad::LoopInfo info;
+    {
+      Locked l(*st);
+      // vkad::Tape::launch's check per launch of the loop, before any runs; the hazard record
+      // is put back as it was if the loop is refused.
+      std::optional<vkad::TapeHazards> saved;
+      if (hazards) {
+        saved = hazards->hazards;
+        std::vector<Arg> a;
+        for (uint32_t r = 0; r < count; ++r) {
+          for (size_t j = 0; j < t->entries.size(); ++j) {
+            const LoopEntry& e = t->entries[j];
+            if (!e.recorded) continue;
+            a = e.args;
+            for (size_t p = 0; p < a.size(); ++p) a[p].i += int64_t{r} * e.step[p];
+            Status c = hazards->hazards.check(st->get(), e.k->access, a);
+            if (!c.ok()) {
+              hazards->hazards = std::move(*saved);
+              check(c.with_context("Session.loop: launch " + std::to_string(j) + " of the body ('" +
+                                   e.k->name + "'), iteration " + std::to_string(r) +
+                                   " (t = " + std::to_string(t->start + r) + ")"));
+            }
+            hazards->hazards.record();
+          }
+        }
+      }
+      Status run = st->get().launch_loop(body, count, &info);
+      if (!run.ok() && saved) hazards->hazards = std::move(*saved);
+      check(run);
+    }
+    add_loop_to_capture(info, count, t->entries.size(), [&](size_t j) { return t->entries[j].k; });
+    if (any_recorded) {
+      auto* rec = new LoopRecord();
+      nb::object obj = nb::cast(rec, nb::rv_policy::take_ownership);
+      for (LoopEntry& e : t->entries) {
+        if (e.recorded) rec->entries.push_back(std::move(e));
+      }
+      rec->start = t->start;
+      rec->count = count;
+      nb::cast<nb::list>(st->tape).append(obj);
+    }
+  }
+  // A loop's launches in the Graph being captured: one (no Python kernel) when rolled.
+  template <typename KernelOf>
+  void add_loop_to_capture(const vkad::LoopInfo& info, uint32_t count, size_t n, KernelOf&& of) {
+    if (st->capture.is_none()) return;
+    Graph* g = nb::cast<Graph*>(st->capture);
+    if (info.rolled) {
+      g->add(nullptr);
+      return;
+    }
+    for (uint32_t r = 0; r < count; ++r) {
+      for (size_t j = 0; j < n; ++j) g->add(of(j));
+    }
   }
 
   // Tape.backward's loop (python/vkad/tape.py): the adjoint of each of `launches`
@@ -1166,23 +1358,37 @@ struct Session {
       if (!nb::try_cast<uint64_t>(key, id)) continue;
       grad_args.emplace(id, Arg::ndarray(g->handle));
     }
+    auto plan_of = [&](const Kernel* fwd, size_t nargs) -> const Plan& {
+      auto it = plans.find(fwd);
+      if (it == plans.end()) {
+        if (fwd->adjoint.is_none()) invalid("'" + fwd->name + "' is not differentiated");
+        nb::handle adj = fwd->adjoint;
+        it = plans.emplace(fwd, Plan{adj, kernel_for(adj, nargs + fwd->gradients.size(), "launch")})
+                 .first;
+      }
+      return it->second;
+    };
     std::vector<Arg> a;
     for (size_t i = launches.size(); i-- > 0;) {
+      LoopRecord* loop = nullptr;
+      if (nb::try_cast<LoopRecord*>(launches[i], loop) && loop) {
+        try {
+          adjoint_loop(*loop, grads, grad_args, plan_of);
+        } catch (nb::python_error& e) {
+          if (!PyObject_IsSubclass(e.type().ptr(), g_error)) throw;
+          const std::string msg = "tape.backward: adjoint of launch " + std::to_string(i) +
+                                  " (a Session.loop): " + nb::str(e.value()).c_str();
+          PyErr_SetString(e.type().ptr(), msg.c_str());
+          throw nb::python_error();
+        }
+        continue;
+      }
       nb::tuple rec = nb::cast<nb::tuple>(launches[i]);
       nb::handle kernel = rec[0];
       nb::tuple args = nb::cast<nb::tuple>(rec[1]);
       try {
         const Kernel* fwd = kernel_for(kernel, args.size(), "launch");
-        auto it = plans.find(fwd);
-        if (it == plans.end()) {
-          if (fwd->adjoint.is_none()) invalid("'" + fwd->name + "' is not differentiated");
-          nb::handle adj = fwd->adjoint;
-          it = plans
-                   .emplace(fwd, Plan{adj, kernel_for(adj, args.size() + fwd->gradients.size(),
-                                                      "launch")})
-                   .first;
-        }
-        const Plan& plan = it->second;
+        const Plan& plan = plan_of(fwd, args.size());
         a.resize(args.size() + fwd->gradients.size());
         for (size_t j = 0; j < args.size(); ++j) a[j] = to_arg(*plan.k, *st, j, args[j]);
         for (size_t j = 0; j < fwd->gradients.size(); ++j) {
@@ -1212,11 +1418,70 @@ struct Session {
     }
   }
 
+  // A recorded Session.loop's adjoints (launch_adjoints): the adjoints of its body, last launch
+  // first, from its last iteration down, as one loop -- a step loop's backward is then one
+  // resident kernel too where its forward was.
+  template <typename PlanOf>
+  void adjoint_loop(const LoopRecord& loop, nb::dict grads,
+                    const std::unordered_map<uint64_t, Arg>& grad_args, PlanOf&& plan_of) {
+    std::vector<vkad::LoopLaunch> body;
+    std::vector<Kernel*> kernels;
+    const int64_t last = static_cast<int64_t>(loop.count) - 1;
+    for (size_t j = loop.entries.size(); j-- > 0;) {
+      const LoopEntry& e = loop.entries[j];
+      const Kernel* fwd = e.k;
+      const size_t n = e.args.size();
+      const auto& plan = plan_of(fwd, n);
+      vkad::LoopLaunch l;
+      l.kernel = plan.k->handle;
+      l.args.resize(n + fwd->gradients.size());
+      l.step.assign(l.args.size(), 0);
+      for (size_t p = 0; p < n; ++p) {
+        l.args[p] = e.args[p];
+        l.args[p].i += last * e.step[p];
+        l.step[p] = -e.step[p];
+      }
+      for (size_t g = 0; g < fwd->gradients.size(); ++g) {
+        const Arg& primal = l.args[fwd->gradients[g].first];
+        auto found =
+            primal.kind == ParamKind::kNdArray ? grad_args.find(primal.array.id) : grad_args.end();
+        if (found != grad_args.end()) {
+          l.args[n + g] = found->second;
+          continue;
+        }
+        nb::handle x = e.values[fwd->gradients[g].first];
+        NdArray* arr = nullptr;
+        nb::object gv = nb::try_cast<NdArray*>(x, arr) && arr
+                            ? nb::object(grads.get(nb::int_(arr->handle.id), nb::none()))
+                            : nb::none();
+        l.args[n + g] = to_arg(*plan.k, *st, n + g, gv);
+      }
+      body.push_back(std::move(l));
+      kernels.push_back(plan.k);
+    }
+    vkad::LoopInfo info;
+    {
+      Locked l(*st);
+      check(st->get().launch_loop(body, loop.count, &info));
+    }
+    add_loop_to_capture(info, loop.count, kernels.size(), [&](size_t j) { return kernels[j]; });
+  }
+
   // Tape.backward's first pass: the differentiated (grad) array argument of every recorded
   // launch ((kernel, args) tuples), by array handle, each once, in order of first use.
   nb::dict tape_differentiated(nb::list launches) {
     nb::dict needed;
     for (nb::handle rec_h : launches) {
+      LoopRecord* loop = nullptr;
+      if (nb::try_cast<LoopRecord*>(rec_h, loop) && loop) {
+        for (const LoopEntry& e : loop->entries) {
+          for (const auto& [p, name] : e.k->gradients) {
+            nb::int_ key(e.args[p].array.id);
+            if (!needed.contains(key)) needed[key] = e.values[p];
+          }
+        }
+        continue;
+      }
       nb::tuple rec = nb::cast<nb::tuple>(rec_h);
       nb::tuple args = nb::cast<nb::tuple>(rec[1]);
       const Kernel* fwd = kernel_for(rec[0], args.size(), "tape.backward");
@@ -1322,6 +1587,11 @@ struct Session {
                   "; the graph has " + std::to_string(g.kernels.size()) + " launches");
         }
         Kernel* k = g.kernels[launch];
+        if (!k) {
+          invalid("replay of graph '" + g.name + "': update of launch " + std::to_string(launch) +
+                  ", a Session.loop that runs as one resident kernel: its scalars are fixed "
+                  "(replace them through an array, or capture the loop's launches one by one)");
+        }
         if (param >= k->params.size() || k->params[param].array) {
           invalid("replay of graph '" + g.name + "', launch " + std::to_string(launch) + " ('" +
                   k->name + "'): parameter " + std::to_string(param) +
@@ -1376,6 +1646,7 @@ struct Session {
     d["kernels_compiled"] = s.kernels_compiled;
     d["compile_cache_hits"] = s.compile_cache_hits;
     d["rolled_launches"] = s.rolled_launches;
+    d["rolled_loops"] = s.rolled_loops;
     d["recomputed_launches"] = s.recomputed_launches;
     d["memory_block_bytes"] = s.memory_block_bytes;
     d["memory_used_bytes"] = s.memory_used_bytes;
@@ -1440,6 +1711,11 @@ struct Bound {
     }
     for (NdArray* a : arrays) {
       if (a->free_deferred) a->check_live("launch '" + k->name + "' (bound)");
+    }
+    if (s->st->loop) {  // Session.loop's body: traced, not run
+      size_t r = 0;
+      s->trace(kernel, k, [&](size_t i) { return values[i].is_none() ? rest[r++] : values[i]; });
+      return;
     }
     // The bound arguments copied: another thread may call this Bound while this call runs
     // Python (the tape's hook), so nothing of it is written per call.
@@ -1642,6 +1918,54 @@ NB_MODULE(_vkad, m) {
                (g.released ? ", released" : "") + ")";
       });
 
+  // Session.loop's symbolic index (README, "Step loops").
+  auto symbolic = [](const LoopIndex& t) -> nb::object {
+    invalid("Session.loop: " + t.repr() +
+            " is symbolic (the body is traced once): pass it, plus or minus an int, to a "
+            "kernel's i32 scalar; a value that depends on it otherwise (int(t), t * 2, an if "
+            "on it) is not traced -- compute it in the kernel from t");
+  };
+  nb::class_<LoopIndex>(m, "LoopIndex",
+                        "Session.loop's step inside its body: symbolic, t + an int offset.")
+      .def("__add__", [](const LoopIndex& t, int64_t c) { return LoopIndex{t.offset + c}; })
+      .def("__radd__", [](const LoopIndex& t, int64_t c) { return LoopIndex{t.offset + c}; })
+      .def("__sub__", [](const LoopIndex& t, int64_t c) { return LoopIndex{t.offset - c}; })
+      .def_prop_ro("offset", [](const LoopIndex& t) { return t.offset; })
+      .def("__mul__", [symbolic](const LoopIndex& t, nb::handle) { return symbolic(t); })
+      .def("__rmul__", [symbolic](const LoopIndex& t, nb::handle) { return symbolic(t); })
+      .def("__rsub__", [symbolic](const LoopIndex& t, nb::handle) { return symbolic(t); })
+      .def("__floordiv__", [symbolic](const LoopIndex& t, nb::handle) { return symbolic(t); })
+      .def("__truediv__", [symbolic](const LoopIndex& t, nb::handle) { return symbolic(t); })
+      .def("__mod__", [symbolic](const LoopIndex& t, nb::handle) { return symbolic(t); })
+      .def("__lt__", [symbolic](const LoopIndex& t, nb::handle) { return symbolic(t); })
+      .def("__le__", [symbolic](const LoopIndex& t, nb::handle) { return symbolic(t); })
+      .def("__gt__", [symbolic](const LoopIndex& t, nb::handle) { return symbolic(t); })
+      .def("__ge__", [symbolic](const LoopIndex& t, nb::handle) { return symbolic(t); })
+      .def("__neg__", symbolic)
+      .def("__index__", symbolic)
+      .def("__int__", symbolic)
+      .def("__float__", symbolic)
+      .def("__bool__", symbolic)
+      .def("__repr__", &LoopIndex::repr);
+
+  nb::class_<LoopRecord>(m, "LoopRecord",
+                         "A Session.loop as a tape recorded it (an entry of Tape.launches).")
+      .def_prop_ro("count", [](const LoopRecord& r) { return r.count; })
+      .def_prop_ro("start", [](const LoopRecord& r) { return r.start; })
+      .def_prop_ro(
+          "body",
+          [](const LoopRecord& r) {
+            nb::list out;
+            for (const LoopEntry& e : r.entries) out.append(nb::make_tuple(e.kernel, e.values));
+            return out;
+          },
+          "(kernel, args) of each recorded launch of the body, args as in its first "
+          "iteration")
+      .def("__repr__", [](const LoopRecord& r) {
+        return "vkad.LoopRecord(" + std::to_string(r.entries.size()) + " launches x " +
+               std::to_string(r.count) + " iterations from t = " + std::to_string(r.start) + ")";
+      });
+
   nb::class_<Bound>(m, "BoundLaunch", "A kernel with some arguments fixed (Session.bind).")
       .def("__call__", &Bound::call, "args"_a,
            nb::sig("def __call__(self, *args: NdArray | int | float | bool) -> None"),
@@ -1830,6 +2154,9 @@ NB_MODULE(_vkad, m) {
            nb::sig("def copy(self, src: NdArray, dst: NdArray) -> None"),
            "Copies src into dst (same dtype and shape) on the device; asynchronous.")
       .def("_clearing_adjoint", &Session::clearing_adjoint, "forward"_a)
+      .def("_loop_begin", &Session::loop_begin, "start"_a)
+      .def("_loop_end", &Session::loop_end, "count"_a)
+      .def("_loop_abort", &Session::loop_abort)
       .def("_begin_capture", &Session::begin_capture, "name"_a, "background"_a = false,
            "run"_a = false)
       .def("finish_rework", &Session::finish_rework, "graph"_a,

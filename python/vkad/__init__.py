@@ -19,13 +19,15 @@ Everything that fails raises a vkad.Error subclass carrying vkad's message.
 from __future__ import annotations
 
 import contextlib as _contextlib
+import operator as _operator
 import weakref as _weakref
-from typing import Any, Dict, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Union
 
 import numpy as _np
 
 from . import _vkad
-from ._vkad import BoundLaunch, DType, Differentiated, Graph, Kernel, NdArray
+from ._vkad import (BoundLaunch, DType, Differentiated, Graph, Kernel, LoopIndex, LoopRecord,
+                    NdArray)
 from .errors import (Error, InvalidArgumentError, NotFoundError, FailedPreconditionError,
                      OutOfDeviceMemoryError, OutOfHostMemoryError, DeviceLostError,
                      UnsupportedError, NoDeviceError, TimeoutError, DeviceError, VulkanError,
@@ -205,6 +207,43 @@ class Session(_vkad.Session):
         finally:
             self._end_capture()
 
+    def loop(self, start: int, stop: int, body: Callable[[LoopIndex], Any]) -> None:
+        """A step loop: the launches of `body(t)` for t in range(start, stop), in order -- the
+        results of `for t in range(start, stop): body(t)` -- said as one (README, "Step loops").
+
+            def step(t):                  # DiffTaichi's substep, t symbolic
+                center(t - 1); nn1(t - 1); nn2(t - 1); springs(t - 1); advance(t)
+            s.loop(1, steps, step)
+
+        `body` runs once, with `t` a LoopIndex: pass t (t + 1, t - 1, ...) to kernels' i32
+        scalars, which then step by one per iteration; anything that needs t's value (int(t),
+        t * 2, an `if` on it) raises, and so does anything in the body but a launch (zero, fill,
+        copy, upload, read back, capture, bind, compile: do them before or after). A launch
+        without t repeats as given. Where every launch of the body may run in a resident kernel
+        (small 1-d ranges that do not step, "Resident step loops") the loop is one launch of a
+        rolled kernel -- compiled at the first loop of its shape and kept -- else the launches
+        one by one; stats()["rolled_loops"] counts the former. A tape records the loop as one
+        entry (a LoopRecord) and backward runs its adjoints as one loop too; the tape's check
+        runs per iteration, before anything runs. Inside a checkpointing tape
+        (checkpoint_every) the body runs per iteration as a plain loop. A loop inside a capture
+        is captured as launched (one launch when rolled: replay updates cannot change its
+        scalars)."""
+        start, stop = _operator.index(start), _operator.index(stop)
+        if stop <= start:
+            return
+        rec = self._recording
+        if rec is not None and rec.checkpoint_every:
+            for t in range(start, stop):
+                body(t)
+            return
+        t = self._loop_begin(start)
+        try:
+            body(t)
+        except BaseException:
+            self._loop_abort()
+            raise
+        self._loop_end(stop - start)
+
     def tape(self) -> Tape:
         """`with s.tape() as t:` records launches of differentiated kernels; t.backward()
         replays their adjoints in reverse order. Keep the tape and enter it again (`with t:`)
@@ -278,7 +317,7 @@ def from_dlpack(x: Any, session: Optional[Session] = None, *, copy: Optional[boo
     return s._from_dlpack_capsule(capsule, name)
 
 
-__all__ = ["Session", "from_dlpack", "Tape", "Graph", "BoundLaunch", "DType", "Kernel", "NdArray", "Differentiated", "KernelBuilder",
+__all__ = ["Session", "from_dlpack", "Tape", "Graph", "BoundLaunch", "LoopIndex", "LoopRecord", "DType", "Kernel", "NdArray", "Differentiated", "KernelBuilder",
            "Value", "Scalar", "Array", "Dim", "Local", "f32", "f64", "i32", "u32", "i64", "bool_",
            "as_dtype", "numpy_dtype", "Error", "InvalidArgumentError", "NotFoundError",
            "FailedPreconditionError", "OutOfDeviceMemoryError", "OutOfHostMemoryError",

@@ -6,6 +6,7 @@
 // back to the graph as captured; the off switch and the range limit keep the launches.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -226,6 +227,114 @@ TEST(ResidentGraph, OffOrPastTheRangeLimitTheLaunchesStay) {
     expect_matches(*p, kC);
     expect_clean(*p);
   }
+}
+
+// Session::launch_loop (README, "Step loops"): the step loop `record` launches, said as one.
+std::vector<LoopLaunch> loop_body(const Program& p) {
+  const Arg t0 = Arg::i32(0);
+  return {
+      {p.mark, {t0, Arg::f32(kC), Arg::ndarray(p.m)}, {1, 0, 0}},
+      {p.spread, {t0, Arg::ndarray(p.x), Arg::ndarray(p.y)}, {1, 0, 0}},
+      {p.advance,
+       {t0, Arg::ndarray(p.y), Arg::ndarray(p.m), Arg::ndarray(p.x), Arg::ndarray(p.total)},
+       {1, 0, 0, 0, 0}},
+  };
+}
+
+TEST(ResidentGraph, ALaunchLoopRunsAsOneResidentLaunchWithTheLaunchesResults) {
+  bool skipped = false;
+  auto p = make_program(1024, &skipped);
+  if (skipped) GTEST_SKIP() << "no Vulkan device";
+  ASSERT_NE(p, nullptr);
+  const std::vector<LoopLaunch> body = loop_body(*p);
+  for (uint64_t run = 1; run <= 2; ++run) {  // the second finds the rolled kernel made
+    ASSERT_TRUE(p->s->upload(p->x, std::span<const float>(p->x0)).ok());
+    ASSERT_TRUE(p->s->zero(p->total).ok());
+    LoopInfo info;
+    Status st = p->s->launch_loop(body, kT, &info);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_TRUE(info.rolled);
+    EXPECT_EQ(info.launches, 1u);
+    EXPECT_EQ(p->s->stats()->rolled_loops, run);
+    expect_matches(*p, kC);
+  }
+  // Captured (and run by the capture): one step for the whole loop, replayed with its results.
+  ASSERT_TRUE(p->s->begin_capture("loop", CaptureOptions{.run = true}).ok());
+  ASSERT_TRUE(p->s->zero(p->total).ok());
+  ASSERT_TRUE(p->s->launch_loop(body, kT).ok());
+  Result<GraphHandle> g = p->s->end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EXPECT_EQ(graph_steps(*p, *g), 2u);
+  ASSERT_TRUE(p->s->synchronize().ok());
+  expect_matches(*p, kC);
+  ASSERT_TRUE(p->s->upload(p->x, std::span<const float>(p->x0)).ok());
+  ASSERT_TRUE(p->s->replay(*g).ok());
+  ASSERT_TRUE(p->s->synchronize().ok());
+  expect_matches(*p, kC);
+  expect_clean(*p);
+}
+
+TEST(ResidentGraph, OffOrPastTheRangeLimitALaunchLoopRunsItsLaunches) {
+  for (uint32_t limit : {0u, kN - 1}) {
+    bool skipped = false;
+    auto p = make_program(limit, &skipped);
+    if (skipped) GTEST_SKIP() << "no Vulkan device";
+    ASSERT_NE(p, nullptr);
+    ASSERT_TRUE(p->s->zero(p->total).ok());
+    LoopInfo info;
+    ASSERT_TRUE(p->s->launch_loop(loop_body(*p), kT, &info).ok());
+    EXPECT_FALSE(info.rolled) << "limit " << limit;
+    EXPECT_EQ(info.launches, 3u * kT);
+    EXPECT_EQ(p->s->stats()->rolled_loops, 0u);
+    expect_matches(*p, kC);
+    expect_clean(*p);
+  }
+}
+
+TEST(ResidentGraph, ABadLaunchLoopIsRefusedBeforeAnythingRuns) {
+  bool skipped = false;
+  auto p = make_program(1024, &skipped);
+  if (skipped) GTEST_SKIP() << "no Vulkan device";
+  ASSERT_NE(p, nullptr);
+  const std::vector<float> seven{7.0f};
+  ASSERT_TRUE(p->s->upload(p->total, std::span<const float>(seven)).ok());
+  auto refused = [&](std::vector<LoopLaunch> body, uint32_t count, const std::string& what) {
+    Status st = p->s->launch_loop(body, count);
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << what;
+    EXPECT_NE(st.message().find(what), std::string::npos) << st.to_string();
+  };
+  {
+    std::vector<LoopLaunch> body = loop_body(*p);
+    body[0].step = {0, 1, 0};  // the f32 scalar c
+    refused(body, kT,
+            "launch 0 of the body, iteration 0: argument 1 steps by 1 per iteration but "
+            "is not an i32 scalar");
+  }
+  {
+    std::vector<LoopLaunch> body = loop_body(*p);
+    body[2].args[0] = Arg::i32(INT32_MAX - 2);
+    refused(body, kT, "launch 2 of the body, iteration 29: argument 0 reaches");
+  }
+  {
+    std::vector<LoopLaunch> body = loop_body(*p);
+    body[1].step = {1, 0};
+    refused(body, kT, "launch 1 of the body, iteration 0: 2 steps for 3 arguments");
+  }
+  {
+    std::vector<LoopLaunch> body = loop_body(*p);
+    body[1].args[2] = Arg::ndarray(p->m);  // rank 1 where the kernel takes rank 2
+    refused(body, kT, "launch 1 of the body, iteration 0");
+  }
+  // Nothing ran (total kept its 7, m untouched) and the session goes on.
+  std::vector<float> total(1);
+  ASSERT_TRUE(p->s->download(p->total, std::span<float>(total)).ok());
+  EXPECT_EQ(total[0], 7.0f);
+  ASSERT_TRUE(p->s->launch_loop({}, kT).ok());            // an empty body: nothing
+  ASSERT_TRUE(p->s->launch_loop(loop_body(*p), 0).ok());  // no iteration: nothing
+  ASSERT_TRUE(p->s->zero(p->total).ok());
+  ASSERT_TRUE(p->s->launch_loop(loop_body(*p), kT).ok());
+  expect_matches(*p, kC);
+  expect_clean(*p);
 }
 
 }  // namespace

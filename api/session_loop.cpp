@@ -1,0 +1,222 @@
+// Session::launch_loop (README, "Step loops"): a step loop's body launched `count` times, as one
+// resident kernel (ir/resident.h) where it may be rolled.
+//
+// Why here and not only in the graph rework: the rework rolls a captured step loop, but only
+// after the capture, so a training loop's first iteration still records and runs every launch
+// as captured (DiffTaichi's mass_spring: ~6,800 dependent launches, ~35 ms on an H100, against
+// the 6 ms of the rolled graph). A loop said as one gives the rolled kernel at its first run.
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "api/graph_rework.h"
+#include "api/session.h"
+#include "ir/resident.h"
+#include "ir/text.h"
+#include "runtime/runtime.h"
+
+namespace vkad {
+
+// Milliseconds per phase of a launch_loop, printed with VKAD_GRAPH_TRACE (what a loop's first
+// run spends its time on: the checks, rolling, the rolled kernel's compile and registration).
+class LoopClock {
+ public:
+  LoopClock() : on_(std::getenv("VKAD_GRAPH_TRACE") != nullptr), last_(now()) {}
+  void mark(const char* phase) {
+    if (!on_) return;
+    const auto t = now();
+    line_ += std::string(line_.empty() ? "" : ", ") + phase + " " +
+             std::to_string(std::chrono::duration<double, std::milli>(t - last_).count()) + " ms";
+    last_ = t;
+  }
+  ~LoopClock() {
+    if (on_ && !line_.empty()) std::fprintf(stderr, "vkad loop: %s\n", line_.c_str());
+  }
+
+ private:
+  static std::chrono::steady_clock::time_point now() { return std::chrono::steady_clock::now(); }
+  bool on_;
+  std::chrono::steady_clock::time_point last_;
+  std::string line_;
+};
+
+namespace {
+
+constexpr uint32_t kMaxLoopLocal = 256;  // as the rework's resident kernels (graph_fusion.cpp)
+
+// Launch `l`'s arguments in iteration r.
+void iteration_args(const LoopLaunch& l, int64_t r, std::vector<Arg>* out) {
+  out->assign(l.args.begin(), l.args.end());
+  for (size_t p = 0; p < l.step.size(); ++p) (*out)[p].i += r * l.step[p];
+}
+
+std::string where(size_t j, int64_t r) {
+  return "launch_loop: launch " + std::to_string(j) + " of the body, iteration " +
+         std::to_string(r);
+}
+
+}  // namespace
+
+Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, LoopInfo* info) {
+  if (info) *info = {};
+  if (count == 0 || body.empty()) return {};
+  const int64_t last = static_cast<int64_t>(count) - 1;
+  LoopClock clock;
+  std::vector<Arg> a;
+  // Everything checked before anything is launched: a refused loop records nothing.
+  for (size_t j = 0; j < body.size(); ++j) {
+    const LoopLaunch& l = body[j];
+    if (!l.step.empty() && l.step.size() != l.args.size()) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        where(j, 0) + ": " + std::to_string(l.step.size()) + " steps for " +
+                            std::to_string(l.args.size()) + " arguments");
+    }
+    for (size_t p = 0; p < l.step.size(); ++p) {
+      if (l.step[p] == 0) continue;
+      const Arg& x = l.args[p];
+      if (x.kind != abi::ParamKind::kScalar || x.dtype != DType::kI32) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          where(j, 0) + ": argument " + std::to_string(p) + " steps by " +
+                              std::to_string(l.step[p]) +
+                              " per iteration but is not an i32 scalar (only i32 scalars step)");
+      }
+      const int64_t end = x.i + last * l.step[p];
+      if (end < std::numeric_limits<int32_t>::min() || end > std::numeric_limits<int32_t>::max()) {
+        return make_error(ErrorCode::kInvalidArgument, where(j, last) + ": argument " +
+                                                           std::to_string(p) + " reaches " +
+                                                           std::to_string(end) + ", past i32");
+      }
+    }
+    for (int64_t r : {int64_t{0}, last}) {
+      iteration_args(l, r, &a);
+      VKAD_TRY_CTX(rt_->check_launch(l.kernel, a), where(j, r));
+    }
+  }
+  clock.mark("checks");
+  std::optional<RolledLoop> rolled = roll_loop(body, count, clock);
+  if (rolled) {
+    a.assign(rolled->params, Arg{});
+    for (size_t j = 0; j < body.size(); ++j) {
+      for (size_t p = 0; p < body[j].args.size(); ++p) a[rolled->param_map[j][p]] = body[j].args[p];
+    }
+    VKAD_TRY_CTX(launch(rolled->kernel, a), "launch_loop: the rolled loop");
+    // A capture that runs starts it now rather than after the next 64 captured steps.
+    if (capture_) VKAD_TRY(rt_->cut_capture_run());
+    clock.mark("launch (rolled)");
+    ++rolled_loops_;
+    if (info) *info = {true, 1};
+    return {};
+  }
+  for (int64_t r = 0; r <= last; ++r) {
+    for (size_t j = 0; j < body.size(); ++j) {
+      iteration_args(body[j], r, &a);
+      VKAD_TRY_CTX(launch(body[j].kernel, a), where(j, r));
+      if (info) ++info->launches;
+    }
+  }
+  clock.mark("launches");
+  return {};
+}
+
+std::optional<Session::RolledLoop> Session::roll_loop(std::span<const LoopLaunch> body,
+                                                      uint32_t count, LoopClock& clock) {
+  const RollLimits limits;
+  if (resident_max_range_ == 0 || count < limits.min_reps) return std::nullopt;
+  const bool loops_capped = rt_->caps().max_loop_passes != 0;
+  // A range from the launch's scalars and the arrays' extents (asked of the runtime: this is
+  // the caller's thread, unlike the rework's).
+  auto ranges_of =
+      [&](const codegen::Kernel& k,
+          std::span<const Arg> args) -> std::optional<std::vector<std::pair<int64_t, int64_t>>> {
+    auto scalar = [&](uint32_t p) -> std::optional<int64_t> {
+      if (p >= args.size()) return std::nullopt;
+      return args[p].i;
+    };
+    auto extent = [&](uint32_t p, uint32_t d) -> std::optional<int64_t> {
+      if (p >= args.size() || args[p].kind != abi::ParamKind::kNdArray) return std::nullopt;
+      Result<uint32_t> e = rt_->extent(args[p].array, d);
+      if (!e.ok()) return std::nullopt;
+      return *e;
+    };
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (const codegen::Task& t : k.tasks) {
+      std::optional<int64_t> b = abi::evaluate(t.begin, scalar, extent);
+      std::optional<int64_t> e = abi::evaluate(t.end, scalar, extent);
+      if (!b || !e || *e - *b > static_cast<int64_t>(resident_max_range_)) return std::nullopt;
+      out.emplace_back(*b, *e);
+    }
+    return out;
+  };
+  std::vector<codegen::ResidentMember> period;
+  std::unordered_set<uint64_t> arrays;
+  std::vector<Arg> a;
+  int64_t widest = 1;
+  for (const LoopLaunch& l : body) {
+    auto it = ir_.find(l.kernel.id);
+    if (it == ir_.end() || it->second->params.size() != l.args.size()) return std::nullopt;
+    const codegen::Kernel& k = *it->second;
+    if (!codegen::residable(k) || (loops_capped && any_task_loops(k))) return std::nullopt;
+    codegen::ResidentMember m;
+    m.kernel = &k;
+    m.step.assign(l.args.size(), 0);
+    for (size_t p = 0; p < l.step.size(); ++p) m.step[p] = l.step[p];
+    // The rolled kernel states its ranges: they must not step.
+    std::optional<std::vector<std::pair<int64_t, int64_t>>> first = ranges_of(k, l.args);
+    iteration_args(l, static_cast<int64_t>(count) - 1, &a);
+    std::optional<std::vector<std::pair<int64_t, int64_t>>> end = ranges_of(k, a);
+    if (!first || !end || *first != *end) return std::nullopt;
+    m.ranges = std::move(*first);
+    for (const Arg& x : l.args) {
+      m.arrays.push_back(x.kind == abi::ParamKind::kNdArray ? x.array.id : 0);
+      if (x.kind == abi::ParamKind::kNdArray) arrays.insert(x.array.id);
+    }
+    for (const auto& [b, e] : m.ranges) widest = std::max(widest, e - b);
+    period.push_back(std::move(m));
+  }
+  if (arrays.size() > limits.max_arrays) return std::nullopt;
+  const uint32_t local = static_cast<uint32_t>(std::min<int64_t>(
+      std::min<uint32_t>(kMaxLoopLocal, target_.max_local_size), (widest + 31) / 32 * 32));
+  const uint32_t cap = rt_->caps().max_loop_passes;
+  if (cap != 0 && resident_loop_passes(period, count, local) > cap) return std::nullopt;
+  const std::string name = "loop_" + period[0].kernel->name + "_x" + std::to_string(period.size()) +
+                           "_r" + std::to_string(count);
+  Result<codegen::ResidentKernel> rk = codegen::roll_launches(period, count, local, name);
+  if (!rk.ok()) return std::nullopt;
+  RolledLoop out{KernelHandle{}, std::move(rk->param_map), rk->kernel.params.size()};
+  clock.mark("roll");
+  std::string key = codegen::print(rk->kernel);
+  clock.mark("print");
+  if (auto known = loop_kernels_.find(key); known != loop_kernels_.end()) {
+    out.kernel = known->second;
+    return out;
+  }
+  join_rework();  // refused_kernels_ and register_ir's tables are what a background rework reads
+  if (refused_kernels_.count(key)) return std::nullopt;
+  // As the rework's kernels: launched with the shapes it was rolled for, so its extents are
+  // pipeline constants and its generic pipeline is made only if a launch needs it.
+  codegen::CompileOptions options = compile_options_;
+  options.specialize_shapes = true;
+  Result<std::shared_ptr<const runtime::CompiledKernel>> ck =
+      compile_cache_.compile(rk->kernel, target_, options);
+  clock.mark("compile");
+  if (!ck.ok()) {
+    refused_kernels_.insert(std::move(key));
+    return std::nullopt;
+  }
+  Result<KernelHandle> h = register_ir(rk->kernel, **ck, /*generic_on_demand=*/true);
+  if (!h.ok()) {
+    refused_kernels_.insert(std::move(key));
+    return std::nullopt;
+  }
+  clock.mark("register");
+  loop_kernels_.emplace(std::move(key), *h);
+  out.kernel = *h;
+  return out;
+}
+
+}  // namespace vkad

@@ -1,0 +1,238 @@
+"""Session.loop (README, "Step loops"): a step loop said as one -- its body traced once with a
+symbolic index, run as one resident kernel where it may be rolled -- gives the results and the
+gradients of the same launches from a Python loop, records on a tape and in a capture, and names
+what is wrong in a body."""
+import numpy as np
+import pytest
+
+import vkad
+
+N, T = 24, 40
+
+
+def decay() -> vkad.KernelBuilder:
+    """x[t + 1, i] = x[t, i] * w[i] + 0.1: a chain over the time axis (row t read, t + 1
+    written), as DiffTaichi writes its state."""
+    kb = vkad.KernelBuilder("decay")
+    t = kb.scalar("t", vkad.i32)
+    x = kb.ndarray("x", vkad.f32, 2, grad=True)
+    w = kb.ndarray("w", vkad.f32, 1, grad=True)
+    with kb.parallel_for("main", 0, x.shape[1]) as i:
+        x[t + 1, i] = x[t, i] * w[i] + 0.1
+    return kb
+
+
+def total() -> vkad.KernelBuilder:
+    """loss[0] += x[t, i]."""
+    kb = vkad.KernelBuilder("total")
+    t = kb.scalar("t", vkad.i32)
+    x = kb.ndarray("x", vkad.f32, 2, grad=True)
+    loss = kb.ndarray("loss", vkad.f32, 1, grad=True)
+    with kb.parallel_for("main", 0, x.shape[1]) as i:
+        loss.atomic_add(0, x[t, i])
+    return kb
+
+
+def shift_back() -> vkad.KernelBuilder:
+    """x[t, i] = 2 x[t + 1, i]: iteration t + 1 overwrites the row iteration t read."""
+    kb = vkad.KernelBuilder("shift_back")
+    t = kb.scalar("t", vkad.i32)
+    x = kb.ndarray("x", vkad.f32, 2, grad=True)
+    with kb.parallel_for("main", 0, x.shape[1]) as i:
+        x[t, i] = x[t + 1, i] * 2.0
+    return kb
+
+
+@pytest.fixture(scope="module")
+def kernels(session):
+    return session.differentiate(decay()), session.differentiate(total())
+
+
+X0 = np.linspace(-1, 1, N).astype(np.float32)
+W = np.linspace(0.8, 1.05, N).astype(np.float32)
+
+
+def arrays(session):
+    x0 = np.zeros((T + 1, N), np.float32)
+    x0[0] = X0
+    x = session.ndarray(x0, name="x")
+    w = session.ndarray(W, name="w")
+    loss = session.zeros(1, vkad.f32, "loss")
+    return x, w, loss
+
+
+def simulate(session, kernels, x, w, loss, looped: bool):
+    step, tot = kernels
+    b = session.bind(step, x=x, w=w)
+    if looped:
+        session.loop(0, T, lambda t: b(t))
+    else:
+        for t in range(T):
+            b(t)
+    session.launch(tot, T, x, loss)
+
+
+def closed_form():
+    # x_T = w^T x0 + 0.1 (1 + w + ... + w^(T-1)); d loss / d w = d x_T / d w per element.
+    w, x0 = W.astype(np.float64), X0.astype(np.float64)
+    xt = w ** T * x0 + 0.1 * sum(w ** k for k in range(T))
+    dw = T * w ** (T - 1) * x0 + 0.1 * sum(k * w ** (k - 1) for k in range(1, T))
+    return xt, dw
+
+
+def test_a_loop_gives_the_python_loops_results_and_gradients(session, kernels):
+    out = {}
+    for looped in (False, True):
+        x, w, loss = arrays(session)
+        with session.tape() as tape:
+            simulate(session, kernels, x, w, loss, looped)
+        tape.backward(seed={loss: 1.0})
+        out[looped] = (x.numpy(), loss.numpy()[0], tape.grad(w).numpy(), tape.grad(x).numpy())
+        if looped:
+            # the tape holds the loop as one entry, then the loss launch
+            assert isinstance(tape.launches[0], vkad.LoopRecord)
+            assert tape.launches[0].count == T and tape.launches[0].start == 0
+            assert len(tape.launches) == 2
+    # Same f32 operations in the same order per element (a resident kernel runs each launch's
+    # body as the launch does): the states agree to rounding of contracted multiply-adds.
+    np.testing.assert_allclose(out[True][0], out[False][0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(out[True][2], out[False][2], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out[True][3], out[False][3], rtol=1e-5, atol=1e-5)
+    # and the closed form: |x| <= ~4, T = 40 steps of f32 rounding (~2^-24 relative each)
+    xt, dw = closed_form()
+    np.testing.assert_allclose(out[True][0][T], xt, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out[True][1], xt.sum(), rtol=1e-5)
+    np.testing.assert_allclose(out[True][2], dw, rtol=1e-4, atol=1e-4)
+
+
+def test_small_ranges_run_as_one_resident_launch_forward_and_backward(session, kernels):
+    x, w, loss = arrays(session)
+    before = session.stats()["rolled_loops"]
+    with session.capture("looped") as g:
+        with session.tape() as tape:
+            simulate(session, kernels, x, w, loss, True)
+        tape.backward(seed={loss: 1.0})
+    # N = 24 elements per launch and T = 40 iterations: rolled where the device allows it
+    # (lavapipe cuts long loops; 40 x 2 passes is far below its cap)
+    assert session.stats()["rolled_loops"] - before == 2
+    # the loop, the loss launch, the loss's adjoint and the adjoint loop (and two fills: the
+    # gradients' zeroing, the seed): each loop is one launch
+    assert g.launches == 4
+    session.replay(g)
+    xt, dw = closed_form()
+    np.testing.assert_allclose(x.numpy()[T], xt, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tape.grad(w).numpy(), dw, rtol=1e-4, atol=1e-4)
+    # the rolled launch has no parameters to update
+    with pytest.raises(vkad.InvalidArgumentError, match="Session.loop that runs as one resident"):
+        session.replay(g, updates=[(0, 0, 3)])
+
+
+def test_a_loop_past_the_resident_range_runs_its_launches(session):
+    wide = session.compile(decay())
+    x = session.zeros((5, 600), vkad.f32)  # 600 elements: past resident_max_range (256)
+    w = session.ndarray(np.full(600, 0.5, np.float32))
+    before = session.stats()["rolled_loops"]
+    with session.capture("wide") as g:
+        session.loop(0, 4, lambda t: session.launch(wide, t, x, w))
+    assert g.launches == 4 and session.stats()["rolled_loops"] == before
+    session.replay(g)
+    # x[t + 1] = 0.5 x[t] + 0.1 from 0: 0.1, 0.15, 0.175, 0.1875 (to f32 rounding)
+    np.testing.assert_allclose(x.numpy()[:, 0], [0, 0.1, 0.15, 0.175, 0.1875], rtol=1e-6)
+
+
+def test_an_index_offset_and_a_launch_without_it(session, kernels):
+    step, tot = kernels
+    x, w, loss = arrays(session)
+    seen = []
+
+    def body(t):
+        seen.append(repr(t - 1))
+        session.launch(step.forward, t - 1, x, w)  # t from 1: rows 0..T-1
+        session.launch(tot.forward, T, x, loss)    # no index: repeated as given
+
+    session.loop(1, T + 1, body)
+    assert seen == ["vkad.LoopIndex(t - 1)"]  # traced once
+    xt, _ = closed_form()
+    np.testing.assert_allclose(x.numpy()[T], xt, rtol=1e-5, atol=1e-5)
+    # the loss launch ran every iteration, summing row T as it stood then (zero until the last)
+    np.testing.assert_allclose(loss.numpy()[0], xt.sum(), rtol=1e-5)
+    session.loop(5, 5, body)  # an empty range runs nothing (and traces nothing)
+    assert len(seen) == 1
+
+
+def test_a_body_that_uses_the_index_as_a_value_or_does_more_than_launch_is_refused(session,
+                                                                                  kernels):
+    step, tot = kernels
+    x, w, loss = arrays(session)
+    with pytest.raises(vkad.InvalidArgumentError, match="symbolic"):
+        session.loop(0, 3, lambda t: session.launch(step.forward, int(t), x, w))
+    with pytest.raises(vkad.InvalidArgumentError, match="symbolic"):
+        session.loop(0, 3, lambda t: session.launch(step.forward, t * 2, x, w))
+    with pytest.raises(vkad.InvalidArgumentError, match="only launch kernels"):
+        session.loop(0, 3, lambda t: session.zero(loss))
+    with pytest.raises(vkad.InvalidArgumentError, match="only launch kernels"):
+        session.loop(0, 3, lambda t: loss.numpy())
+    with pytest.raises(vkad.InvalidArgumentError, match="inside a loop's body"):
+        session.loop(0, 3, lambda t: session.loop(0, 2, lambda u: None))
+    f32_param = session.compile(
+        "kernel scale(c: f32, x: ndarray<f32, 1>) {\n"
+        "  task t parallel %0 in [0, shape(x, 0)) {\n"
+        "    %1 = load x[%0] : f32\n    %2 = arg c : f32\n    %3 = mul %1, %2 : f32\n"
+        "    store x[%0], %3\n  }\n}\n")
+    with pytest.raises(vkad.InvalidArgumentError, match="steps an i32 scalar; this parameter is "
+                       "a f32 scalar"):
+        session.loop(0, 3, lambda t: session.launch(f32_param, t, w))
+    kept = {}
+
+    def keeps(t):
+        kept["t"] = t
+        session.launch(f32_param, t, w)
+
+    with pytest.raises(vkad.InvalidArgumentError, match="steps an i32 scalar"):
+        session.loop(0, 3, keeps)
+    with pytest.raises(vkad.InvalidArgumentError, match="symbolic"):  # an index kept past its loop
+        session.launch(step.forward, kept["t"], x, w)
+    # a body's own exception passes through; nothing of any of these ran, the session works
+    with pytest.raises(ZeroDivisionError):
+        session.loop(0, 3, lambda t: 1 / 0)
+    np.testing.assert_array_equal(w.numpy(), W)
+    np.testing.assert_array_equal(x.numpy()[1:], 0)
+    session.loop(0, T, lambda t: session.launch(step.forward, t, x, w))
+    np.testing.assert_allclose(x.numpy()[T], closed_form()[0], rtol=1e-5, atol=1e-5)
+
+
+def test_the_tapes_check_runs_per_iteration_before_the_loop_runs(session):
+    back = session.differentiate(shift_back())
+    x0 = np.arange(4 * 8, dtype=np.float32).reshape(4, 8)
+    x = session.ndarray(x0)
+    with session.tape() as tape:
+        # iteration 1 writes row 1, which iteration 0 read: its gradient would be wrong
+        with pytest.raises(vkad.InvalidArgumentError,
+                           match=r"Session.loop: launch 0 of the body \('shift_back'\), iteration "
+                                 r"1 \(t = 1\)"):
+            session.loop(0, 3, lambda t: session.launch(back, t, x))
+        # nothing ran and the recording goes on: one iteration alone is fine
+        session.loop(2, 3, lambda t: session.launch(back, t, x))
+    tape.backward(seed={x: 1.0})
+    expected = x0.copy()
+    expected[2] = 2 * x0[3]
+    np.testing.assert_array_equal(x.numpy(), expected)
+    # d(sum x)/d x[3] = 1 + 2 (itself, and through x[2] = 2 x[3]); rows 0, 1 untouched
+    g = tape.grad(x).numpy()
+    np.testing.assert_array_equal(g[3], 3)
+    np.testing.assert_array_equal(g[:2], 1)
+
+
+def test_a_checkpointing_tape_runs_the_body_per_iteration(session, kernels):
+    grads = {}
+    for every in (0, 7):
+        x, w, loss = arrays(session)
+        tape = session.tape()
+        tape.checkpoint_every = every
+        with tape:
+            simulate(session, kernels, x, w, loss, True)
+        tape.backward(seed={loss: 1.0})
+        grads[every] = tape.grad(w).numpy()
+        # checkpointed: the plain loop's T launches, then the loss
+        assert len(tape.launches) == (2 if every == 0 else T + 1)
+    np.testing.assert_allclose(grads[7], grads[0], rtol=1e-5, atol=1e-6)
