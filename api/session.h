@@ -40,6 +40,7 @@
 #include "ir/gather_recompute.h"
 #include "ir/ir.h"
 #include "ir/launch_access.h"
+#include "ir/resident.h"
 #include "ir/target.h"
 #include "runtime/handles.h"
 #include "spirv/compiler.h"
@@ -440,8 +441,8 @@ class Session {
   void snapshot_extents(const CaptureLog& log);
   // The background rework (CaptureOptions::background_rework): at most one runs at a time.
   struct BackgroundRework {
-    GraphHandle graph;                // as captured: the caller's handle
-    CaptureLog log;                   // the worker's input (unpacked on its thread)
+    GraphHandle graph;  // as captured: the caller's handle
+    CaptureLog log;     // the worker's input (unpacked on its thread)
     std::thread worker;
     std::atomic<bool> done{false};
     std::unique_ptr<PreparedRework> result;  // the worker's, written before `done`
@@ -585,6 +586,12 @@ class Session {
   };
   std::optional<RolledLoop> roll_loop(std::span<const LoopLaunch> body, uint32_t count,
                                       LoopClock& clock);
+  // roll_loop's parts: a body launch as a resident member (nullopt: it does not qualify), its
+  // kernel's ranges for `args`, and the rolled kernel compiled and registered (or found).
+  std::optional<codegen::ResidentMember> loop_member(const LoopLaunch& l, uint32_t count) const;
+  std::optional<std::vector<std::pair<int64_t, int64_t>>> loop_ranges(
+      const codegen::Kernel& k, std::span<const Arg> args) const;
+  std::optional<KernelHandle> loop_kernel(const codegen::Kernel& k, LoopClock& clock);
   uint64_t rolled_launches_ = 0;      // SessionStats::rolled_launches
   uint64_t recomputed_launches_ = 0;  // SessionStats::recomputed_launches
   // kernel_access() of every kernel compiled here, by handle id (what scheduling reads).

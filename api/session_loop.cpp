@@ -123,60 +123,68 @@ Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, Lo
   return {};
 }
 
+std::optional<std::vector<std::pair<int64_t, int64_t>>> Session::loop_ranges(
+    const codegen::Kernel& k, std::span<const Arg> args) const {
+  // From the launch's scalars and the arrays' extents, asked of the runtime: this is the
+  // caller's thread, unlike the rework's (which reads a snapshot).
+  auto scalar = [&](uint32_t p) -> std::optional<int64_t> {
+    if (p >= args.size()) return std::nullopt;
+    return args[p].i;
+  };
+  auto extent = [&](uint32_t p, uint32_t d) -> std::optional<int64_t> {
+    if (p >= args.size() || args[p].kind != abi::ParamKind::kNdArray) return std::nullopt;
+    Result<uint32_t> e = rt_->extent(args[p].array, d);
+    if (!e.ok()) return std::nullopt;
+    return *e;
+  };
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const codegen::Task& t : k.tasks) {
+    std::optional<int64_t> b = abi::evaluate(t.begin, scalar, extent);
+    std::optional<int64_t> e = abi::evaluate(t.end, scalar, extent);
+    if (!b || !e || *e - *b > static_cast<int64_t>(resident_max_range_)) return std::nullopt;
+    out.emplace_back(*b, *e);
+  }
+  return out;
+}
+
+std::optional<codegen::ResidentMember> Session::loop_member(const LoopLaunch& l,
+                                                            uint32_t count) const {
+  auto it = ir_.find(l.kernel.id);
+  if (it == ir_.end() || it->second->params.size() != l.args.size()) return std::nullopt;
+  const codegen::Kernel& k = *it->second;
+  const bool loops_capped = rt_->caps().max_loop_passes != 0;
+  if (!codegen::residable(k) || (loops_capped && any_task_loops(k))) return std::nullopt;
+  codegen::ResidentMember m;
+  m.kernel = &k;
+  m.step.assign(l.args.size(), 0);
+  for (size_t p = 0; p < l.step.size(); ++p) m.step[p] = l.step[p];
+  // The rolled kernel states its ranges: they must not step.
+  std::optional<std::vector<std::pair<int64_t, int64_t>>> first = loop_ranges(k, l.args);
+  std::vector<Arg> a;
+  iteration_args(l, static_cast<int64_t>(count) - 1, &a);
+  std::optional<std::vector<std::pair<int64_t, int64_t>>> end = loop_ranges(k, a);
+  if (!first || !end || *first != *end) return std::nullopt;
+  m.ranges = std::move(*first);
+  for (const Arg& x : l.args)
+    m.arrays.push_back(x.kind == abi::ParamKind::kNdArray ? x.array.id : 0);
+  return m;
+}
+
 std::optional<Session::RolledLoop> Session::roll_loop(std::span<const LoopLaunch> body,
                                                       uint32_t count, LoopClock& clock) {
   const RollLimits limits;
   if (resident_max_range_ == 0 || count < limits.min_reps) return std::nullopt;
-  const bool loops_capped = rt_->caps().max_loop_passes != 0;
-  // A range from the launch's scalars and the arrays' extents (asked of the runtime: this is
-  // the caller's thread, unlike the rework's).
-  auto ranges_of =
-      [&](const codegen::Kernel& k,
-          std::span<const Arg> args) -> std::optional<std::vector<std::pair<int64_t, int64_t>>> {
-    auto scalar = [&](uint32_t p) -> std::optional<int64_t> {
-      if (p >= args.size()) return std::nullopt;
-      return args[p].i;
-    };
-    auto extent = [&](uint32_t p, uint32_t d) -> std::optional<int64_t> {
-      if (p >= args.size() || args[p].kind != abi::ParamKind::kNdArray) return std::nullopt;
-      Result<uint32_t> e = rt_->extent(args[p].array, d);
-      if (!e.ok()) return std::nullopt;
-      return *e;
-    };
-    std::vector<std::pair<int64_t, int64_t>> out;
-    for (const codegen::Task& t : k.tasks) {
-      std::optional<int64_t> b = abi::evaluate(t.begin, scalar, extent);
-      std::optional<int64_t> e = abi::evaluate(t.end, scalar, extent);
-      if (!b || !e || *e - *b > static_cast<int64_t>(resident_max_range_)) return std::nullopt;
-      out.emplace_back(*b, *e);
-    }
-    return out;
-  };
   std::vector<codegen::ResidentMember> period;
   std::unordered_set<uint64_t> arrays;
-  std::vector<Arg> a;
   int64_t widest = 1;
   for (const LoopLaunch& l : body) {
-    auto it = ir_.find(l.kernel.id);
-    if (it == ir_.end() || it->second->params.size() != l.args.size()) return std::nullopt;
-    const codegen::Kernel& k = *it->second;
-    if (!codegen::residable(k) || (loops_capped && any_task_loops(k))) return std::nullopt;
-    codegen::ResidentMember m;
-    m.kernel = &k;
-    m.step.assign(l.args.size(), 0);
-    for (size_t p = 0; p < l.step.size(); ++p) m.step[p] = l.step[p];
-    // The rolled kernel states its ranges: they must not step.
-    std::optional<std::vector<std::pair<int64_t, int64_t>>> first = ranges_of(k, l.args);
-    iteration_args(l, static_cast<int64_t>(count) - 1, &a);
-    std::optional<std::vector<std::pair<int64_t, int64_t>>> end = ranges_of(k, a);
-    if (!first || !end || *first != *end) return std::nullopt;
-    m.ranges = std::move(*first);
-    for (const Arg& x : l.args) {
-      m.arrays.push_back(x.kind == abi::ParamKind::kNdArray ? x.array.id : 0);
-      if (x.kind == abi::ParamKind::kNdArray) arrays.insert(x.array.id);
+    std::optional<codegen::ResidentMember> m = loop_member(l, count);
+    if (!m) return std::nullopt;
+    for (uint64_t id : m->arrays) {
+      if (id != 0) arrays.insert(id);
     }
-    for (const auto& [b, e] : m.ranges) widest = std::max(widest, e - b);
-    period.push_back(std::move(m));
+    for (const auto& [b, e] : m->ranges) widest = std::max(widest, e - b);
+    period.push_back(std::move(*m));
   }
   if (arrays.size() > limits.max_arrays) return std::nullopt;
   const uint32_t local = static_cast<uint32_t>(std::min<int64_t>(
@@ -187,14 +195,16 @@ std::optional<Session::RolledLoop> Session::roll_loop(std::span<const LoopLaunch
                            "_r" + std::to_string(count);
   Result<codegen::ResidentKernel> rk = codegen::roll_launches(period, count, local, name);
   if (!rk.ok()) return std::nullopt;
-  RolledLoop out{KernelHandle{}, std::move(rk->param_map), rk->kernel.params.size()};
   clock.mark("roll");
-  std::string key = codegen::print(rk->kernel);
+  std::optional<KernelHandle> h = loop_kernel(rk->kernel, clock);
+  if (!h) return std::nullopt;
+  return RolledLoop{*h, std::move(rk->param_map), rk->kernel.params.size()};
+}
+
+std::optional<KernelHandle> Session::loop_kernel(const codegen::Kernel& k, LoopClock& clock) {
+  std::string key = codegen::print(k);
   clock.mark("print");
-  if (auto known = loop_kernels_.find(key); known != loop_kernels_.end()) {
-    out.kernel = known->second;
-    return out;
-  }
+  if (auto known = loop_kernels_.find(key); known != loop_kernels_.end()) return known->second;
   join_rework();  // refused_kernels_ and register_ir's tables are what a background rework reads
   if (refused_kernels_.count(key)) return std::nullopt;
   // As the rework's kernels: launched with the shapes it was rolled for, so its extents are
@@ -202,21 +212,17 @@ std::optional<Session::RolledLoop> Session::roll_loop(std::span<const LoopLaunch
   codegen::CompileOptions options = compile_options_;
   options.specialize_shapes = true;
   Result<std::shared_ptr<const runtime::CompiledKernel>> ck =
-      compile_cache_.compile(rk->kernel, target_, options);
+      compile_cache_.compile(k, target_, options);
   clock.mark("compile");
-  if (!ck.ok()) {
-    refused_kernels_.insert(std::move(key));
-    return std::nullopt;
-  }
-  Result<KernelHandle> h = register_ir(rk->kernel, **ck, /*generic_on_demand=*/true);
-  if (!h.ok()) {
+  Result<KernelHandle> h = ck.ok() ? register_ir(k, **ck, /*generic_on_demand=*/true)
+                                   : Result<KernelHandle>(ck.status());
+  if (!h.ok()) {  // the launches run one by one, now and at later loops of this shape
     refused_kernels_.insert(std::move(key));
     return std::nullopt;
   }
   clock.mark("register");
   loop_kernels_.emplace(std::move(key), *h);
-  out.kernel = *h;
-  return out;
+  return *h;
 }
 
 }  // namespace vkad
