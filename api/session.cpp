@@ -84,8 +84,10 @@ Result<std::unique_ptr<Session>> Session::create(const runtime::RuntimeOptions& 
 }
 
 Session::~Session() {
-  // The background worker reads this session's tables: it ends before they go.
+  // The background worker reads this session's tables, prepare_loop's its compile cache: they
+  // end before those go.
   join_rework();
+  join_loop_jobs();
 }
 
 void Session::join_rework() {

@@ -314,6 +314,14 @@ class Session {
   // but an i32 scalar, a stepping scalar that leaves i32 (kInvalidArgument). Launched one by
   // one, a failure past the checks (device memory) leaves the earlier launches recorded.
   Status launch_loop(std::span<const LoopLaunch> body, uint32_t count, LoopInfo* info = nullptr);
+  // Rolls and compiles, on a thread of its own, the resident kernel launch_loop(body, count)
+  // would launch, launching nothing: a later launch_loop of a body of the same shape (kernels,
+  // steps, which arguments share an array, ranges, count) only registers it. What a front door
+  // calls ahead of a loop it is about to check (a tape's per-iteration check) or will run
+  // (a recorded loop's adjoint at backward), so that the compile overlaps the caller's work.
+  // Nothing where the body does not qualify or the kernel is made already; best effort (a
+  // failure shows at launch_loop, which then runs the launches one by one).
+  void prepare_loop(std::span<const LoopLaunch> body, uint32_t count);
   // Captured launch sequences (runtime::Runtime::begin_capture, "captured launch sequences"):
   // launches (and zero / fill) between begin_capture and end_capture are checked and planned
   // but not run; replay runs them all with one call, optionally replacing scalar arguments
@@ -576,6 +584,14 @@ class Session {
   uint32_t resident_max_range_ = 256;
   // launch_loop's rolled kernels (registered on the caller's thread), by printed IR.
   std::unordered_map<std::string, KernelHandle> loop_kernels_;
+  // What roll_loop decided, by the body's shape (loop_signature): later loops of that shape skip
+  // rolling and printing. nullopt: the shape does not qualify (ranges, arrays, refused kernel).
+  struct RolledLoop;
+  std::unordered_map<std::string, std::shared_ptr<const RolledLoop>> rolled_by_shape_;
+  // prepare_loop's rolls and compiles, each on a thread of its own, by shape.
+  struct LoopJob;
+  std::vector<std::unique_ptr<LoopJob>> loop_jobs_;  // declared below
+  void join_loop_jobs();
   uint64_t rolled_loops_ = 0;
   // The rolled kernel of `body` x `count` and its parameter map, or nullopt where the loop runs
   // its launches one by one (api/session_loop.cpp).
@@ -586,12 +602,35 @@ class Session {
   };
   std::optional<RolledLoop> roll_loop(std::span<const LoopLaunch> body, uint32_t count,
                                       LoopClock& clock);
+  // The members of body x count as a resident kernel would take them, its workgroup size and
+  // its shape's signature; false where the body does not qualify.
+  struct LoopPlan {
+    std::vector<codegen::ResidentMember> period;
+    std::vector<std::shared_ptr<const codegen::Kernel>> ir;  // what `period` points into
+    uint32_t count = 0, local = 0;
+    std::string name, signature;
+  };
+  bool plan_loop(std::span<const LoopLaunch> body, uint32_t count, LoopPlan* plan) const;
+  // A prepare_loop's roll and compile, on its own thread: pure functions and the thread-safe
+  // compile cache only (the members' IR is held by the plan).
+  struct LoopJob {
+    LoopPlan plan;
+    std::thread worker;
+    // The worker's, read after join.
+    std::optional<codegen::ResidentKernel> rolled;
+    std::string key;
+    std::optional<Result<std::shared_ptr<const runtime::CompiledKernel>>> compiled;
+  };
   // roll_loop's parts: a body launch as a resident member (nullopt: it does not qualify), its
   // kernel's ranges for `args`, and the rolled kernel compiled and registered (or found).
-  std::optional<codegen::ResidentMember> loop_member(const LoopLaunch& l, uint32_t count) const;
+  std::optional<codegen::ResidentMember> loop_member(
+      const LoopLaunch& l, uint32_t count, std::shared_ptr<const codegen::Kernel>* ir) const;
   std::optional<std::vector<std::pair<int64_t, int64_t>>> loop_ranges(
       const codegen::Kernel& k, std::span<const Arg> args) const;
-  std::optional<KernelHandle> loop_kernel(const codegen::Kernel& k, LoopClock& clock);
+  // `key`: k's printed IR ("" prints it); `ck`: its compile (nullopt compiles it).
+  std::optional<KernelHandle> loop_kernel(
+      const codegen::Kernel& k, std::string key,
+      std::optional<Result<std::shared_ptr<const runtime::CompiledKernel>>> ck, LoopClock& clock);
   uint64_t rolled_launches_ = 0;      // SessionStats::rolled_launches
   uint64_t recomputed_launches_ = 0;  // SessionStats::recomputed_launches
   // kernel_access() of every kernel compiled here, by handle id (what scheduling reads).

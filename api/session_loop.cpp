@@ -5,12 +5,15 @@
 // after the capture, so a training loop's first iteration still records and runs every launch
 // as captured (DiffTaichi's mass_spring: ~6,800 dependent launches, ~35 ms on an H100, against
 // the 6 ms of the rolled graph). A loop said as one gives the rolled kernel at its first run.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -147,8 +150,8 @@ std::optional<std::vector<std::pair<int64_t, int64_t>>> Session::loop_ranges(
   return out;
 }
 
-std::optional<codegen::ResidentMember> Session::loop_member(const LoopLaunch& l,
-                                                            uint32_t count) const {
+std::optional<codegen::ResidentMember> Session::loop_member(
+    const LoopLaunch& l, uint32_t count, std::shared_ptr<const codegen::Kernel>* ir) const {
   auto it = ir_.find(l.kernel.id);
   if (it == ir_.end() || it->second->params.size() != l.args.size()) return std::nullopt;
   const codegen::Kernel& k = *it->second;
@@ -165,57 +168,154 @@ std::optional<codegen::ResidentMember> Session::loop_member(const LoopLaunch& l,
   std::optional<std::vector<std::pair<int64_t, int64_t>>> end = loop_ranges(k, a);
   if (!first || !end || *first != *end) return std::nullopt;
   m.ranges = std::move(*first);
-  for (const Arg& x : l.args)
+  for (const Arg& x : l.args) {
     m.arrays.push_back(x.kind == abi::ParamKind::kNdArray ? x.array.id : 0);
+  }
+  *ir = it->second;
   return m;
+}
+
+bool Session::plan_loop(std::span<const LoopLaunch> body, uint32_t count, LoopPlan* plan) const {
+  const RollLimits limits;
+  if (resident_max_range_ == 0 || count < limits.min_reps || body.empty()) return false;
+  // The signature: what the rolled kernel depends on -- the kernels, the steps, which
+  // parameters share an array (by first use), the ranges, the count and the workgroup size;
+  // not the arrays themselves nor the scalars' values (the launch passes them).
+  std::unordered_map<uint64_t, size_t> first_use;
+  std::string sig = std::to_string(count);
+  int64_t widest = 1;
+  for (const LoopLaunch& l : body) {
+    std::shared_ptr<const codegen::Kernel> ir;
+    std::optional<codegen::ResidentMember> m = loop_member(l, count, &ir);
+    if (!m) return false;
+    sig += "|" + std::to_string(l.kernel.id) + ":";
+    for (size_t p = 0; p < m->arrays.size(); ++p) {
+      if (m->arrays[p] != 0) {
+        auto [at, fresh] = first_use.try_emplace(m->arrays[p], first_use.size());
+        sig += "a" + std::to_string(at->second) + ",";
+      } else {
+        sig += "s" + std::to_string(m->step[p]) + ",";
+      }
+    }
+    for (const auto& [b, e] : m->ranges) {
+      sig += std::to_string(b) + "-" + std::to_string(e) + ",";
+      widest = std::max(widest, e - b);
+    }
+    plan->period.push_back(std::move(*m));
+    plan->ir.push_back(std::move(ir));
+  }
+  if (first_use.size() > limits.max_arrays) return false;
+  plan->count = count;
+  plan->local = static_cast<uint32_t>(std::min<int64_t>(
+      std::min<uint32_t>(kMaxLoopLocal, target_.max_local_size), (widest + 31) / 32 * 32));
+  const uint32_t cap = rt_->caps().max_loop_passes;
+  if (cap != 0 && resident_loop_passes(plan->period, count, plan->local) > cap) return false;
+  plan->name = "loop_" + plan->period[0].kernel->name + "_x" + std::to_string(plan->period.size()) +
+               "_r" + std::to_string(count);
+  plan->signature = std::move(sig) + "|" + std::to_string(plan->local);
+  return true;
+}
+
+void Session::prepare_loop(std::span<const LoopLaunch> body, uint32_t count) {
+  constexpr size_t kMaxLoopJobs = 8;
+  LoopPlan plan;
+  if (loop_jobs_.size() >= kMaxLoopJobs || !plan_loop(body, count, &plan) ||
+      rolled_by_shape_.count(plan.signature)) {
+    return;
+  }
+  for (const std::unique_ptr<LoopJob>& j : loop_jobs_) {
+    if (j->plan.signature == plan.signature) return;
+  }
+  auto job = std::make_unique<LoopJob>();
+  job->plan = std::move(plan);
+  codegen::CompileOptions options = compile_options_;
+  options.specialize_shapes = true;  // as roll_loop compiles it (loop_kernel)
+  LoopJob* j = job.get();
+  auto work = [this, j, options]() noexcept {
+    try {
+      Result<codegen::ResidentKernel> rk =
+          codegen::roll_launches(j->plan.period, j->plan.count, j->plan.local, j->plan.name);
+      if (!rk.ok()) return;
+      j->key = codegen::print(rk->kernel);
+      j->compiled = compile_cache_.compile(rk->kernel, target_, options);
+      j->rolled = std::move(*rk);
+    } catch (...) {
+      j->rolled.reset();  // roll_loop then rolls on the caller's thread
+    }
+  };
+  try {
+    job->worker = std::thread(work);
+  } catch (...) {
+    return;  // no thread: launch_loop rolls it itself
+  }
+  loop_jobs_.push_back(std::move(job));
+}
+
+void Session::join_loop_jobs() {
+  for (std::unique_ptr<LoopJob>& j : loop_jobs_) {
+    if (j->worker.joinable()) j->worker.join();
+  }
+  loop_jobs_.clear();
 }
 
 std::optional<Session::RolledLoop> Session::roll_loop(std::span<const LoopLaunch> body,
                                                       uint32_t count, LoopClock& clock) {
-  const RollLimits limits;
-  if (resident_max_range_ == 0 || count < limits.min_reps) return std::nullopt;
-  std::vector<codegen::ResidentMember> period;
-  std::unordered_set<uint64_t> arrays;
-  int64_t widest = 1;
-  for (const LoopLaunch& l : body) {
-    std::optional<codegen::ResidentMember> m = loop_member(l, count);
-    if (!m) return std::nullopt;
-    for (uint64_t id : m->arrays) {
-      if (id != 0) arrays.insert(id);
-    }
-    for (const auto& [b, e] : m->ranges) widest = std::max(widest, e - b);
-    period.push_back(std::move(*m));
+  LoopPlan plan;
+  if (!plan_loop(body, count, &plan)) return std::nullopt;
+  clock.mark("plan");
+  if (auto known = rolled_by_shape_.find(plan.signature); known != rolled_by_shape_.end()) {
+    if (!known->second) return std::nullopt;
+    return *known->second;
   }
-  if (arrays.size() > limits.max_arrays) return std::nullopt;
-  const uint32_t local = static_cast<uint32_t>(std::min<int64_t>(
-      std::min<uint32_t>(kMaxLoopLocal, target_.max_local_size), (widest + 31) / 32 * 32));
-  const uint32_t cap = rt_->caps().max_loop_passes;
-  if (cap != 0 && resident_loop_passes(period, count, local) > cap) return std::nullopt;
-  const std::string name = "loop_" + period[0].kernel->name + "_x" + std::to_string(period.size()) +
-                           "_r" + std::to_string(count);
-  Result<codegen::ResidentKernel> rk = codegen::roll_launches(period, count, local, name);
-  if (!rk.ok()) return std::nullopt;
-  clock.mark("roll");
-  std::optional<KernelHandle> h = loop_kernel(rk->kernel, clock);
-  if (!h) return std::nullopt;
-  return RolledLoop{*h, std::move(rk->param_map), rk->kernel.params.size()};
+  std::optional<RolledLoop> out;
+  auto job = std::find_if(loop_jobs_.begin(), loop_jobs_.end(),
+                          [&](const auto& j) { return j->plan.signature == plan.signature; });
+  std::optional<codegen::ResidentKernel> rk;
+  std::string key;
+  std::optional<Result<std::shared_ptr<const runtime::CompiledKernel>>> ck;
+  if (job != loop_jobs_.end()) {  // prepare_loop's: rolled and compiled on its thread
+    (*job)->worker.join();
+    rk = std::move((*job)->rolled);
+    key = std::move((*job)->key);
+    ck = std::move((*job)->compiled);
+    loop_jobs_.erase(job);
+    clock.mark("prepared");
+  }
+  if (!rk) {
+    Result<codegen::ResidentKernel> r =
+        codegen::roll_launches(plan.period, count, plan.local, plan.name);
+    if (r.ok()) rk = std::move(*r);
+    clock.mark("roll");
+  }
+  if (rk) {
+    std::optional<KernelHandle> h = loop_kernel(rk->kernel, std::move(key), std::move(ck), clock);
+    if (h) out = RolledLoop{*h, std::move(rk->param_map), rk->kernel.params.size()};
+  }
+  rolled_by_shape_[plan.signature] =
+      out ? std::make_shared<const RolledLoop>(*out) : std::shared_ptr<const RolledLoop>();
+  return out;
 }
 
-std::optional<KernelHandle> Session::loop_kernel(const codegen::Kernel& k, LoopClock& clock) {
-  std::string key = codegen::print(k);
-  clock.mark("print");
+std::optional<KernelHandle> Session::loop_kernel(
+    const codegen::Kernel& k, std::string key,
+    std::optional<Result<std::shared_ptr<const runtime::CompiledKernel>>> ck, LoopClock& clock) {
+  if (key.empty()) {
+    key = codegen::print(k);
+    clock.mark("print");
+  }
   if (auto known = loop_kernels_.find(key); known != loop_kernels_.end()) return known->second;
   join_rework();  // refused_kernels_ and register_ir's tables are what a background rework reads
   if (refused_kernels_.count(key)) return std::nullopt;
-  // As the rework's kernels: launched with the shapes it was rolled for, so its extents are
-  // pipeline constants and its generic pipeline is made only if a launch needs it.
-  codegen::CompileOptions options = compile_options_;
-  options.specialize_shapes = true;
-  Result<std::shared_ptr<const runtime::CompiledKernel>> ck =
-      compile_cache_.compile(k, target_, options);
-  clock.mark("compile");
-  Result<KernelHandle> h = ck.ok() ? register_ir(k, **ck, /*generic_on_demand=*/true)
-                                   : Result<KernelHandle>(ck.status());
+  if (!ck) {
+    // As the rework's kernels: launched with the shapes it was rolled for, so its extents are
+    // pipeline constants and its generic pipeline is made only if a launch needs it.
+    codegen::CompileOptions options = compile_options_;
+    options.specialize_shapes = true;
+    ck = compile_cache_.compile(k, target_, options);
+    clock.mark("compile");
+  }
+  Result<KernelHandle> h = ck->ok() ? register_ir(k, ***ck, /*generic_on_demand=*/true)
+                                    : Result<KernelHandle>(ck->status());
   if (!h.ok()) {  // the launches run one by one, now and at later loops of this shape
     refused_kernels_.insert(std::move(key));
     return std::nullopt;

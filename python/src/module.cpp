@@ -1279,6 +1279,7 @@ struct Session {
     vkad::LoopInfo info;
     {
       Locked l(*st);
+      if (hazards) prepare_loops(*t, body, count);  // while the check below runs
       // vkad::Tape::launch's check per launch of the loop, before any runs; the hazard record
       // is put back as it was if the loop is refused.
       std::optional<vkad::TapeHazards> saved;
@@ -1373,7 +1374,7 @@ struct Session {
       LoopRecord* loop = nullptr;
       if (nb::try_cast<LoopRecord*>(launches[i], loop) && loop) {
         try {
-          adjoint_loop(*loop, grads, grad_args, plan_of);
+          adjoint_loop(*loop, grads, grad_args);
         } catch (nb::python_error& e) {
           if (!PyObject_IsSubclass(e.type().ptr(), g_error)) throw;
           const std::string msg = "tape.backward: adjoint of launch " + std::to_string(i) +
@@ -1418,22 +1419,25 @@ struct Session {
     }
   }
 
-  // A recorded Session.loop's adjoints (launch_adjoints): the adjoints of its body, last launch
-  // first, from its last iteration down, as one loop -- a step loop's backward is then one
-  // resident kernel too where its forward was.
-  template <typename PlanOf>
-  void adjoint_loop(const LoopRecord& loop, nb::dict grads,
-                    const std::unordered_map<uint64_t, Arg>& grad_args, PlanOf&& plan_of) {
+  // The adjoint loop of a loop's recorded launches (`entries`, `count` iterations): the body
+  // reversed, each launch's adjoint with its forward's args at the last iteration, steps negated
+  // (the loop runs from the last iteration down), then the gradient of each differentiated
+  // parameter from `grad(primal arg, entry, gradient index, adjoint kernel)`, which returns
+  // nullopt where it has none (the body is then nullopt). `kernels` gets the adjoint kernels.
+  template <typename Grad>
+  std::optional<std::vector<vkad::LoopLaunch>> adjoint_body(const std::vector<LoopEntry>& entries,
+                                                            uint32_t count, Grad&& grad,
+                                                            std::vector<Kernel*>* kernels) {
     std::vector<vkad::LoopLaunch> body;
-    std::vector<Kernel*> kernels;
-    const int64_t last = static_cast<int64_t>(loop.count) - 1;
-    for (size_t j = loop.entries.size(); j-- > 0;) {
-      const LoopEntry& e = loop.entries[j];
+    const int64_t last = static_cast<int64_t>(count) - 1;
+    for (size_t j = entries.size(); j-- > 0;) {
+      const LoopEntry& e = entries[j];
       const Kernel* fwd = e.k;
       const size_t n = e.args.size();
-      const auto& plan = plan_of(fwd, n);
+      if (fwd->adjoint.is_none()) invalid("'" + fwd->name + "' is not differentiated");
+      Kernel* adj = kernel_for(fwd->adjoint, n + fwd->gradients.size(), "launch");
       vkad::LoopLaunch l;
-      l.kernel = plan.k->handle;
+      l.kernel = adj->handle;
       l.args.resize(n + fwd->gradients.size());
       l.step.assign(l.args.size(), 0);
       for (size_t p = 0; p < n; ++p) {
@@ -1442,29 +1446,65 @@ struct Session {
         l.step[p] = -e.step[p];
       }
       for (size_t g = 0; g < fwd->gradients.size(); ++g) {
-        const Arg& primal = l.args[fwd->gradients[g].first];
-        auto found =
-            primal.kind == ParamKind::kNdArray ? grad_args.find(primal.array.id) : grad_args.end();
-        if (found != grad_args.end()) {
-          l.args[n + g] = found->second;
-          continue;
-        }
-        nb::handle x = e.values[fwd->gradients[g].first];
-        NdArray* arr = nullptr;
-        nb::object gv = nb::try_cast<NdArray*>(x, arr) && arr
-                            ? nb::object(grads.get(nb::int_(arr->handle.id), nb::none()))
-                            : nb::none();
-        l.args[n + g] = to_arg(*plan.k, *st, n + g, gv);
+        std::optional<Arg> a = grad(l.args[fwd->gradients[g].first], e, g, *adj);
+        if (!a) return std::nullopt;
+        l.args[n + g] = *a;
       }
       body.push_back(std::move(l));
-      kernels.push_back(plan.k);
+      if (kernels) kernels->push_back(adj);
     }
+    return body;
+  }
+
+  // A recorded Session.loop's adjoints (launch_adjoints): its adjoint_body as one loop -- a
+  // step loop's backward is then one resident kernel too where its forward was.
+  void adjoint_loop(const LoopRecord& loop, nb::dict grads,
+                    const std::unordered_map<uint64_t, Arg>& grad_args) {
+    std::vector<Kernel*> kernels;
+    auto grad = [&](const Arg& primal, const LoopEntry& e, size_t g,
+                    const Kernel& adj) -> std::optional<Arg> {
+      auto found =
+          primal.kind == ParamKind::kNdArray ? grad_args.find(primal.array.id) : grad_args.end();
+      if (found != grad_args.end()) return found->second;
+      // The converting path, which names what is wrong.
+      const size_t p = e.k->gradients[g].first;
+      NdArray* arr = nullptr;
+      nb::object gv = nb::try_cast<NdArray*>(e.values[p], arr) && arr
+                          ? nb::object(grads.get(nb::int_(arr->handle.id), nb::none()))
+                          : nb::none();
+      return to_arg(adj, *st, e.args.size() + g, gv);
+    };
+    std::vector<vkad::LoopLaunch> body = *adjoint_body(loop.entries, loop.count, grad, &kernels);
     vkad::LoopInfo info;
     {
       Locked l(*st);
       check(st->get().launch_loop(body, loop.count, &info));
     }
     add_loop_to_capture(info, loop.count, kernels.size(), [&](size_t j) { return kernels[j]; });
+  }
+
+  // Before a recorded loop's checks: its rolled kernel, and its adjoint's where every gradient
+  // array is known now (`array.grad` set, as DiffTaichi's lazy_grad does), rolled and compiled
+  // on threads of the session's (vkad::Session::prepare_loop) while the tape's check runs.
+  void prepare_loops(const LoopTrace& t, std::span<const vkad::LoopLaunch> body, uint32_t count) {
+    vkad::Session& s = st->get();
+    s.prepare_loop(body, count);
+    std::vector<LoopEntry> recorded;
+    for (const LoopEntry& e : t.entries) {
+      if (e.recorded) recorded.push_back(e);
+    }
+    if (recorded.empty()) return;
+    auto grad = [&](const Arg&, const LoopEntry& e, size_t g, const Kernel&) -> std::optional<Arg> {
+      NdArray* arr = nullptr;
+      if (!nb::try_cast<NdArray*>(e.values[e.k->gradients[g].first], arr) || !arr) return {};
+      NdArray* ga = nullptr;
+      if (arr->grad.is_none() || !nb::try_cast<NdArray*>(arr->grad, ga) || !ga || ga->freed) {
+        return std::nullopt;
+      }
+      return Arg::ndarray(ga->handle);
+    };
+    std::optional<std::vector<vkad::LoopLaunch>> adj = adjoint_body(recorded, count, grad, nullptr);
+    if (adj) s.prepare_loop(*adj, count);
   }
 
   // Tape.backward's first pass: the differentiated (grad) array argument of every recorded
