@@ -322,6 +322,12 @@ class Session {
   // Nothing where the body does not qualify or the kernel is made already; best effort (a
   // failure shows at launch_loop, which then runs the launches one by one).
   void prepare_loop(std::span<const LoopLaunch> body, uint32_t count);
+  // The rest of launch_loop(body, count)'s preparation on the caller's thread: its rolled
+  // kernel registered and the pipelines its launch will use made (Runtime::prepare), launching
+  // nothing; the launch_loop right after records the launch alone. What a front door runs
+  // while another thread checks the loop (the Python tape's check). Nothing where the body does
+  // not qualify; best effort.
+  void ready_loop(std::span<const LoopLaunch> body, uint32_t count);
   // Captured launch sequences (runtime::Runtime::begin_capture, "captured launch sequences"):
   // launches (and zero / fill) between begin_capture and end_capture are checked and planned
   // but not run; replay runs them all with one call, optionally replacing scalar arguments
@@ -611,6 +617,9 @@ class Session {
     std::string name, signature;
   };
   bool plan_loop(std::span<const LoopLaunch> body, uint32_t count, LoopPlan* plan) const;
+  // The rolled launch's arguments: each body launch's first-iteration args at its parameters.
+  static void rolled_args(const RolledLoop& rolled, std::span<const LoopLaunch> body,
+                          std::vector<Arg>* out);
   // A prepare_loop's roll and compile, on its own thread: pure functions and the thread-safe
   // compile cache only (the members' IR is held by the plan).
   struct LoopJob {

@@ -103,10 +103,7 @@ Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, Lo
   clock.mark("checks");
   std::optional<RolledLoop> rolled = roll_loop(body, count, clock);
   if (rolled) {
-    a.assign(rolled->params, Arg{});
-    for (size_t j = 0; j < body.size(); ++j) {
-      for (size_t p = 0; p < body[j].args.size(); ++p) a[rolled->param_map[j][p]] = body[j].args[p];
-    }
+    rolled_args(*rolled, body, &a);
     VKAD_TRY_CTX(launch(rolled->kernel, a), "launch_loop: the rolled loop");
     // A capture that runs starts it now rather than after the next 64 captured steps.
     if (capture_) VKAD_TRY(rt_->cut_capture_run());
@@ -249,6 +246,26 @@ void Session::prepare_loop(std::span<const LoopLaunch> body, uint32_t count) {
     return;  // no thread: launch_loop rolls it itself
   }
   loop_jobs_.push_back(std::move(job));
+}
+
+void Session::rolled_args(const RolledLoop& rolled, std::span<const LoopLaunch> body,
+                          std::vector<Arg>* out) {
+  out->assign(rolled.params, Arg{});
+  for (size_t j = 0; j < body.size(); ++j) {
+    for (size_t p = 0; p < body[j].args.size(); ++p) {
+      (*out)[rolled.param_map[j][p]] = body[j].args[p];
+    }
+  }
+}
+
+void Session::ready_loop(std::span<const LoopLaunch> body, uint32_t count) {
+  LoopClock clock;
+  std::optional<RolledLoop> rolled = roll_loop(body, count, clock);
+  if (!rolled) return;
+  std::vector<Arg> a;
+  rolled_args(*rolled, body, &a);
+  (void)rt_->prepare(rolled->kernel, a);  // an error shows at the launch
+  clock.mark("pipelines (ready_loop)");
 }
 
 void Session::join_loop_jobs() {

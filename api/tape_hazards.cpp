@@ -62,6 +62,22 @@ void TapeHazards::add(Touched& t, const int64_t* rows, size_t rank, By by) {
 Status TapeHazards::check(const Session& session,
                           std::shared_ptr<const codegen::KernelAccess> access,
                           std::span<const Arg> args) {
+  auto extent = [&](NdArrayHandle a, uint32_t d) -> std::optional<uint32_t> {
+    Result<uint32_t> e = session.extent(a, d);  // no shape copied
+    if (!e.ok()) return std::nullopt;
+    return *e;
+  };
+  return check_with(extent, &session, std::move(access), args);
+}
+
+bool TapeHazards::accepts(const Extent& extent, std::shared_ptr<const codegen::KernelAccess> access,
+                          std::span<const Arg> args) {
+  return check_with(extent, nullptr, std::move(access), args).ok();
+}
+
+Status TapeHazards::check_with(const Extent& extent_of, const Session* session,
+                               std::shared_ptr<const codegen::KernelAccess> access,
+                               std::span<const Arg> args) {
   pending_ = nullptr;
   if (!access) {
     return make_error(ErrorCode::kInvalidArgument,
@@ -74,9 +90,7 @@ Status TapeHazards::check(const Session& session,
       [&](uint32_t p) -> int64_t { return p < args.size() ? args[p].i : 0; },
       [&](uint32_t p, uint32_t d) -> std::optional<uint32_t> {
         if (p >= args.size() || args[p].kind != runtime::ParamKind::kNdArray) return std::nullopt;
-        Result<uint32_t> extent = session.extent(args[p].array, d);  // no shape copied
-        if (!extent.ok()) return std::nullopt;
-        return *extent;
+        return extent_of(args[p].array, d);
       }};
   expr_values_.resize(k.exprs.size());
   for (size_t i = 0; i < k.exprs.size(); ++i) {
@@ -105,13 +119,13 @@ Status TapeHazards::check(const Session& session,
       By earlier = overlap(rec->second.read, rows, a.rows.size(), &axis);
       if (earlier.launch != kNone) {
         return make_error(ErrorCode::kInvalidArgument,
-                          conflict(session, k, args, e, earlier, axis, false));
+                          session ? conflict(*session, k, args, e, earlier, axis, false) : "");
       }
       if (a.kind == ArrayAccess::Kind::kOverwrite) {
         earlier = overlap(rec->second.written, rows, a.rows.size(), &axis);
         if (earlier.launch != kNone) {
           return make_error(ErrorCode::kInvalidArgument,
-                            conflict(session, k, args, e, earlier, axis, true));
+                            session ? conflict(*session, k, args, e, earlier, axis, true) : "");
         }
       }
     }

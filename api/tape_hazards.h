@@ -34,7 +34,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -56,6 +58,13 @@ class TapeHazards {
   //    the thread, a loop or data; launch 2 ('g2p') read it (parameter 'grid') ..."
   // `session` gives array shapes (for indices that use shape()) and names (for the message).
   Status check(const Session& session, std::shared_ptr<const codegen::KernelAccess> access,
+               std::span<const Arg> args);
+  // check() with array extents from `extent` instead of a session, and no message: what a
+  // thread that may not call into the session runs (the Python binding checks a step loop's
+  // launches beside the caller's work). True when accepted (record() then commits it); where
+  // it is not, check() with the session gives the message.
+  using Extent = std::function<std::optional<uint32_t>(NdArrayHandle array, uint32_t axis)>;
+  bool accepts(const Extent& extent, std::shared_ptr<const codegen::KernelAccess> access,
                std::span<const Arg> args);
   // Adds the launch check() last accepted to the recording.
   void record();
@@ -108,6 +117,8 @@ class TapeHazards {
   };
   static constexpr int64_t kUnknownRow = -1;
 
+  Status check_with(const Extent& extent, const Session* session,
+                    std::shared_ptr<const codegen::KernelAccess> access, std::span<const Arg> args);
   // The earlier touch that a write at `rows` may overlap in `t`, or {kNone}; `axis` / `row`
   // get where it was found (axis UINT32_MAX: no row known).
   By overlap(const Touched& t, const int64_t* rows, size_t rank, uint32_t* axis) const;

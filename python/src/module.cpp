@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -1241,6 +1242,82 @@ struct Session {
     t.entries.push_back(std::move(e));
   }
 
+  // The tape's check of every recorded launch of `count` iterations of `t`, in order, recorded
+  // as accepted; a refused one puts `saved` back and raises its message, naming the iteration.
+  void check_loop(const LoopTrace& t, uint32_t count, vkad::TapeHazards& hz,
+                  vkad::TapeHazards* saved) {
+    std::vector<Arg> a;
+    for (uint32_t r = 0; r < count; ++r) {
+      for (size_t j = 0; j < t.entries.size(); ++j) {
+        const LoopEntry& e = t.entries[j];
+        if (!e.recorded) continue;
+        a = e.args;
+        for (size_t p = 0; p < a.size(); ++p) a[p].i += int64_t{r} * e.step[p];
+        Status c = hz.check(st->get(), e.k->access, a);
+        if (!c.ok()) {
+          hz = std::move(*saved);
+          check(c.with_context("Session.loop: launch " + std::to_string(j) + " of the body ('" +
+                               e.k->name + "'), iteration " + std::to_string(r) +
+                               " (t = " + std::to_string(t.start + r) + ")"));
+        }
+        hz.record();
+      }
+    }
+  }
+  // check_loop's work on a thread of its own (extents from a snapshot: that thread may not call
+  // into the session) while this one readies the loops of `ready` (vkad::Session::ready_loop:
+  // this loop's, and its adjoint's for backward): the check's ~1 us per launch and the rolled
+  // kernels' registrations and pipelines overlap. False
+  // where a launch is refused (or the thread failed): check_loop then gives the message.
+  bool check_loop_beside(const LoopTrace& t, uint32_t count, vkad::TapeHazards& hz,
+                         std::span<const std::span<const vkad::LoopLaunch>> ready) {
+    std::unordered_map<uint64_t, std::vector<uint32_t>> shapes;
+    for (const LoopEntry& e : t.entries) {
+      for (const Arg& x : e.args) {
+        if (x.kind != ParamKind::kNdArray || shapes.count(x.array.id)) continue;
+        Result<std::vector<uint32_t>> sh = st->get().shape(x.array);
+        if (sh.ok()) shapes.emplace(x.array.id, std::move(*sh));
+      }
+    }
+    const vkad::TapeHazards::Extent extent = [&shapes](NdArrayHandle a,
+                                                       uint32_t d) -> std::optional<uint32_t> {
+      auto it = shapes.find(a.id);
+      if (it == shapes.end() || d >= it->second.size()) return std::nullopt;
+      return it->second[d];
+    };
+    bool accepted = false;
+    auto work = [&]() noexcept {
+      try {
+        std::vector<Arg> a;
+        for (uint32_t r = 0; r < count; ++r) {
+          for (const LoopEntry& e : t.entries) {
+            if (!e.recorded) continue;
+            a = e.args;
+            for (size_t p = 0; p < a.size(); ++p) a[p].i += int64_t{r} * e.step[p];
+            if (!hz.accepts(extent, e.k->access, a)) return;
+            hz.record();
+          }
+        }
+        accepted = true;
+      } catch (...) {
+        accepted = false;
+      }
+    };
+    std::thread checker;
+    try {
+      checker = std::thread(work);
+    } catch (...) {
+      work();  // no thread: here
+    }
+    try {
+      for (std::span<const vkad::LoopLaunch> body : ready) st->get().ready_loop(body, count);
+    } catch (...) {
+      // out of memory readying it: launch_loop tries again or runs the launches one by one
+    }
+    if (checker.joinable()) checker.join();
+    return accepted;
+  }
+
   // Session.loop's halves (python/vkad/__init__.py): begin starts the trace and returns the
   // symbolic index; end runs the traced body `count` times (vkad::Session::launch_loop),
   // checks and records it on the tape, and adds its launches to the graph being captured.
@@ -1279,28 +1356,18 @@ struct Session {
     vkad::LoopInfo info;
     {
       Locked l(*st);
-      if (hazards) prepare_loops(*t, body, count);  // while the check below runs
-      // vkad::Tape::launch's check per launch of the loop, before any runs; the hazard record
-      // is put back as it was if the loop is refused.
+      // vkad::Tape::launch's check per launch of the loop, before any runs, on a thread of its
+      // own while this one readies the loop (its kernels rolled, compiled, registered, their
+      // pipelines made); the hazard record is put back as it was if the loop is refused.
       std::optional<vkad::TapeHazards> saved;
       if (hazards) {
         saved = hazards->hazards;
-        std::vector<Arg> a;
-        for (uint32_t r = 0; r < count; ++r) {
-          for (size_t j = 0; j < t->entries.size(); ++j) {
-            const LoopEntry& e = t->entries[j];
-            if (!e.recorded) continue;
-            a = e.args;
-            for (size_t p = 0; p < a.size(); ++p) a[p].i += int64_t{r} * e.step[p];
-            Status c = hazards->hazards.check(st->get(), e.k->access, a);
-            if (!c.ok()) {
-              hazards->hazards = std::move(*saved);
-              check(c.with_context("Session.loop: launch " + std::to_string(j) + " of the body ('" +
-                                   e.k->name + "'), iteration " + std::to_string(r) +
-                                   " (t = " + std::to_string(t->start + r) + ")"));
-            }
-            hazards->hazards.record();
-          }
+        std::optional<std::vector<vkad::LoopLaunch>> adjoint = prepare_loops(*t, body, count);
+        std::vector<std::span<const vkad::LoopLaunch>> ready{body};
+        if (adjoint) ready.emplace_back(*adjoint);  // backward's, readied while the check runs
+        if (!check_loop_beside(*t, count, hazards->hazards, ready)) {
+          hazards->hazards = *saved;  // the check again here, for its message
+          check_loop(*t, count, hazards->hazards, &*saved);
         }
       }
       Status run = st->get().launch_loop(body, count, &info);
@@ -1486,14 +1553,17 @@ struct Session {
   // Before a recorded loop's checks: its rolled kernel, and its adjoint's where every gradient
   // array is known now (`array.grad` set, as DiffTaichi's lazy_grad does), rolled and compiled
   // on threads of the session's (vkad::Session::prepare_loop) while the tape's check runs.
-  void prepare_loops(const LoopTrace& t, std::span<const vkad::LoopLaunch> body, uint32_t count) {
+  // Returns the adjoint loop's body where it was prepared.
+  std::optional<std::vector<vkad::LoopLaunch>> prepare_loops(const LoopTrace& t,
+                                                             std::span<const vkad::LoopLaunch> body,
+                                                             uint32_t count) {
     vkad::Session& s = st->get();
     s.prepare_loop(body, count);
     std::vector<LoopEntry> recorded;
     for (const LoopEntry& e : t.entries) {
       if (e.recorded) recorded.push_back(e);
     }
-    if (recorded.empty()) return;
+    if (recorded.empty()) return std::nullopt;
     auto grad = [&](const Arg&, const LoopEntry& e, size_t g, const Kernel&) -> std::optional<Arg> {
       NdArray* arr = nullptr;
       if (!nb::try_cast<NdArray*>(e.values[e.k->gradients[g].first], arr) || !arr) return {};
@@ -1505,6 +1575,7 @@ struct Session {
     };
     std::optional<std::vector<vkad::LoopLaunch>> adj = adjoint_body(recorded, count, grad, nullptr);
     if (adj) s.prepare_loop(*adj, count);
+    return adj;
   }
 
   // Tape.backward's first pass: the differentiated (grad) array argument of every recorded
