@@ -274,6 +274,26 @@ TEST(ResidentGraph, ALaunchLoopRunsAsOneResidentLaunchWithTheLaunchesResults) {
   expect_clean(*p);
 }
 
+TEST(ResidentGraph, APreparedLaunchLoopIsRolledAndCompiledBesideTheCaller) {
+  bool skipped = false;
+  auto p = make_program(1024, &skipped);
+  if (skipped) GTEST_SKIP() << "no Vulkan device";
+  ASSERT_NE(p, nullptr);
+  const std::vector<LoopLaunch> body = loop_body(*p);
+  p->s->prepare_loop(body, kT);  // on a thread of its own
+  p->s->prepare_loop(body, kT);  // the same shape: nothing more
+  p->s->ready_loop(body, kT);    // takes the prepared kernel, registers it, makes its pipelines
+  ASSERT_TRUE(p->s->zero(p->total).ok());
+  LoopInfo info;
+  ASSERT_TRUE(p->s->launch_loop(body, kT, &info).ok());
+  EXPECT_TRUE(info.rolled);
+  expect_matches(*p, kC);
+  // Another count is another shape: prepared and never launched, the session still ends cleanly
+  // (its destructor joins the thread).
+  p->s->prepare_loop(body, kT - 1);
+  expect_clean(*p);
+}
+
 TEST(ResidentGraph, OffOrPastTheRangeLimitALaunchLoopRunsItsLaunches) {
   for (uint32_t limit : {0u, kN - 1}) {
     bool skipped = false;
