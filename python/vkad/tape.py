@@ -25,6 +25,11 @@ runs (InvalidArgumentError naming both launches, the array and the row), with vk
 check and message (api/tape_hazards.h); rows given by scalar arguments are compared, so the
 time axis is accepted.
 
+A Session.loop recorded on the tape is one entry of `t.launches` (a vkad.LoopRecord: its
+differentiated launches and iterations; README.md, "Step loops"): the check above runs for every
+iteration before the loop runs, and backward runs the loop's adjoints as one loop, from its last
+iteration down.
+
 Checkpointing across launches (`t.checkpoint_every = K`, vkad::Tape::set_checkpoint_every):
 the recording may reuse state arrays (a ring). Before each recorded launch the tape copies what
 it writes, the first time its segment of K launches writes it; backward runs the segments last
@@ -53,8 +58,9 @@ _F32_MAX = float(_np.finfo(_np.float32).max)
 class Tape:
     def __init__(self, session: "Session"):
         self.session = session
-        # (kernel, args) as launched since the recording began; the tuples keep the arrays alive.
-        self.launches: List[Tuple[Any, tuple]] = []
+        # (kernel, args) as launched since the recording began, or a LoopRecord per Session.loop;
+        # they keep the arrays alive.
+        self.launches: List[Any] = []
         # handle -> (weak reference to the array, the gradient the tape made for it)
         self._grads: Dict[int, Tuple[weakref.ref, NdArray]] = {}
         # What the recording read and wrote; the binding's launch checks and updates it.
