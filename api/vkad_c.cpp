@@ -485,6 +485,26 @@ vkad_status* vkad_launch(vkad_session* session, vkad_kernel kernel, const vkad_a
   return from(s);
 }
 
+vkad_status* vkad_launch_loop(vkad_session* session, const vkad_loop_launch* body,
+                              uint32_t body_count, uint32_t count, int* rolled) {
+  VKAD_C_CHECK_SESSION("vkad_launch_loop");
+  if (rolled != nullptr) *rolled = 0;
+  if (body == nullptr && body_count > 0) return invalid("vkad_launch_loop", "body is NULL");
+  std::vector<vkad::LoopLaunch> b(body_count);
+  for (uint32_t j = 0; j < body_count; ++j) {
+    const std::string where = "vkad_launch_loop: launch " + std::to_string(j) + " of the body";
+    b[j].kernel = {body[j].kernel};
+    if (vkad_status* bad = to_args(where.c_str(), body[j].args, body[j].arg_count, &b[j].args)) {
+      return bad;
+    }
+    if (body[j].step != nullptr) b[j].step.assign(body[j].step, body[j].step + body[j].arg_count);
+  }
+  vkad::LoopInfo info;
+  Status s = session->s->launch_loop(b, count, &info);
+  if (s.ok() && rolled != nullptr) *rolled = info.rolled ? 1 : 0;
+  return from(s);
+}
+
 vkad_status* vkad_flush(vkad_session* session) {
   VKAD_C_CHECK_SESSION("vkad_flush");
   return from(session->s->flush());

@@ -259,6 +259,27 @@ VKAD_C_API vkad_status* vkad_launch(vkad_session* session, vkad_kernel kernel, c
  * NVIDIA); launches nothing. Errors as vkad_launch's. Call it before a hot loop. */
 VKAD_C_API vkad_status* vkad_prepare(vkad_session* session, vkad_kernel kernel,
                                      const vkad_arg* args, uint32_t arg_count);
+/* One launch of a step loop's body (vkad_launch_loop): its kernel, its arguments in the loop's
+ * first iteration and, per argument, what an i32 scalar gains per iteration (step NULL: none
+ * steps; else arg_count entries, 0 for an argument that stays). */
+typedef struct vkad_loop_launch {
+  vkad_kernel kernel;
+  const vkad_arg* args;
+  const int32_t* step;
+  uint32_t arg_count;
+} vkad_loop_launch;
+/* A step loop (README, "Step loops"): `count` iterations of `body` (body_count launches),
+ * iteration r launching each with its stepping scalars advanced by r * step -- the results of
+ * those launches one by one. Where every launch of the body qualifies for a resident kernel
+ * (1-d parallel tasks whose ranges do not step and are at most the session's
+ * resident_max_range, at most 31 arrays, count >= 4) it is one launch of the rolled kernel
+ * (compiled at the first loop of its shape, kept), else the launches one by one. `rolled` (may
+ * be NULL) gets 1 or 0 accordingly. Asynchronous. Fails, launching nothing, where a launch
+ * would fail in the first or the last iteration, or a step is on anything but an i32 scalar or
+ * takes it past i32 (VKAD_INVALID_ARGUMENT naming the body's launch and the iteration). A tape
+ * does not record it (vkad_tape_launch records launches one at a time). */
+VKAD_C_API vkad_status* vkad_launch_loop(vkad_session* session, const vkad_loop_launch* body,
+                                         uint32_t body_count, uint32_t count, int* rolled);
 /* Submits what was recorded; no wait. */
 VKAD_C_API vkad_status* vkad_flush(vkad_session* session);
 /* BLOCKS until everything this session submitted has finished; reports device errors. */

@@ -48,6 +48,61 @@ static const char* kKernel =
     "  }\n"
     "}\n";
 
+/* x[t + 1, i] = 0.5 x[t, i] + 1: one step of a loop over the rows (vkad_launch_loop). */
+static const char* kStep =
+    "kernel halve(t: i32, x: ndarray<f32, 2>) {\n"
+    "  task main parallel %0 in [0, shape(x, 1)) {\n"
+    "    %1 = arg t : i32\n"
+    "    %2 = load x[%1, %0] : f32\n"
+    "    %3 = const 0.5 : f32\n"
+    "    %4 = mul %2, %3 : f32\n"
+    "    %5 = const 1 : f32\n"
+    "    %6 = add %4, %5 : f32\n"
+    "    %7 = const 1 : i32\n"
+    "    %8 = add %1, %7 : i32\n"
+    "    store x[%8, %0], %6\n"
+    "  }\n"
+    "}\n";
+
+/* A step loop through the C ABI: rows 1..8 of x from row 0 = 0 are 2 - 2^(1-r) (exact in f32);
+ * a step on the array is refused, naming it, with nothing run. */
+static void step_loop(vkad_session* s) {
+  enum { T = 8, W = 16 };
+  uint32_t shape[2] = {T + 1, W};
+  float host[(T + 1) * W];
+  vkad_kernel k = 0;
+  vkad_ndarray hx = 0;
+  vkad_arg args[2];
+  int32_t step[2] = {1, 0}, bad_step[2] = {0, 1};
+  vkad_loop_launch body;
+  vkad_status* st;
+  int rolled = -1, r, i;
+  OK(vkad_compile(s, kStep, &k));
+  OK(vkad_ndarray_create(s, VKAD_F32, 2, shape, "x", &hx));
+  OK(vkad_ndarray_zero(s, hx));
+  args[0] = vkad_arg_i32(0);
+  args[1] = vkad_arg_ndarray(hx);
+  body.kernel = k;
+  body.args = args;
+  body.arg_count = 2;
+  body.step = bad_step;
+  st = vkad_launch_loop(s, &body, 1, T, &rolled);
+  CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+  CHECK(strstr(vkad_status_message(st), "not an i32 scalar") != NULL);
+  vkad_status_free(st);
+  CHECK(rolled == 0);
+  body.step = step;
+  OK(vkad_launch_loop(s, &body, 1, T, &rolled));
+  CHECK(rolled == 1); /* 8 iterations of 16 elements: one resident kernel */
+  OK(vkad_download(s, hx, host, sizeof host));
+  for (r = 0; r <= T; ++r) {
+    for (i = 0; i < W; ++i)
+      CHECK(host[r * W + i] == (r == 0 ? 0.0f : (float)(2.0 - pow(2.0, 1 - r))));
+  }
+  OK(vkad_ndarray_free(s, hx));
+  OK(vkad_kernel_release(s, k));
+}
+
 int main(void) {
   vkad_session* s = NULL;
   vkad_session_options opts;
@@ -400,6 +455,8 @@ int main(void) {
     vkad_status_free(st);
     OK(vkad_ndarray_free(s, ints));
   }
+
+  step_loop(s);
 
   OK(vkad_kernel_release(s, d.forward));
   OK(vkad_kernel_release(s, d.adjoint));
