@@ -328,6 +328,9 @@ class Session {
   // while another thread checks the loop (the Python tape's check). Nothing where the body does
   // not qualify; best effort.
   void ready_loop(std::span<const LoopLaunch> body, uint32_t count);
+  // Whether launch_loop(body, count) runs as one resident kernel (rolling and compiling it
+  // where no loop of its shape did yet).
+  bool loop_rolls(std::span<const LoopLaunch> body, uint32_t count);
   // Captured launch sequences (runtime::Runtime::begin_capture, "captured launch sequences"):
   // launches (and zero / fill) between begin_capture and end_capture are checked and planned
   // but not run; replay runs them all with one call, optionally replacing scalar arguments

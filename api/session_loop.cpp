@@ -268,6 +268,11 @@ void Session::ready_loop(std::span<const LoopLaunch> body, uint32_t count) {
   clock.mark("pipelines (ready_loop)");
 }
 
+bool Session::loop_rolls(std::span<const LoopLaunch> body, uint32_t count) {
+  LoopClock clock;
+  return roll_loop(body, count, clock).has_value();
+}
+
 void Session::join_loop_jobs() {
   for (std::unique_ptr<LoopJob>& j : loop_jobs_) {
     if (j->worker.joinable()) j->worker.join();

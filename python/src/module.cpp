@@ -129,6 +129,9 @@ struct State {
   nb::object capture = nb::none();
   // Session.loop's body is running: launches are traced, everything else is refused.
   std::unique_ptr<LoopTrace> loop;
+  // The tape's check of a loop recorded from an empty record, by its recorded launches: the
+  // record it left (LoopCheck, below). At most kLoopChecks, the oldest dropped first.
+  std::vector<std::shared_ptr<struct LoopCheck>> loop_checks;
 
   vkad::Session& get() {
     if (!session) raise(Status(ErrorCode::kFailedPrecondition, "the session is closed"));
@@ -835,6 +838,47 @@ struct LoopRecord {
   uint32_t count = 0;
 };
 
+// A step loop's tape check, kept (State::loop_checks): from an empty record, the same launches
+// -- kernels, arguments (array handles are never reused, shapes never change), steps and count
+// -- leave the same record, so a recording that starts with a loop checked before (by
+// Session.prepare_loop, or an earlier iteration's recording) takes the record instead of
+// checking ~10^4 launches again.
+struct LoopCheck {
+  std::vector<vkad::LoopLaunch> launches;  // the recorded ones, in body order
+  uint32_t count = 0;
+  vkad::TapeHazards after;
+};
+constexpr size_t kLoopChecks = 8;
+
+bool same_arg(const Arg& a, const Arg& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.i == b.i && a.array.id == b.array.id &&
+         std::memcmp(&a.f, &b.f, sizeof a.f) == 0;
+}
+
+// The launches of a traced body a tape records (its differentiated kernels'), as a LoopCheck
+// keys them.
+std::vector<vkad::LoopLaunch> recorded_launches(const LoopTrace& t) {
+  std::vector<vkad::LoopLaunch> out;
+  for (const LoopEntry& e : t.entries) {
+    if (!e.k->adjoint.is_none()) out.push_back({e.k->handle, e.args, e.step});
+  }
+  return out;
+}
+
+bool same_launches(std::span<const vkad::LoopLaunch> a, std::span<const vkad::LoopLaunch> b) {
+  if (a.size() != b.size()) return false;
+  for (size_t j = 0; j < a.size(); ++j) {
+    if (a[j].kernel.id != b[j].kernel.id || a[j].args.size() != b[j].args.size() ||
+        a[j].step != b[j].step) {
+      return false;
+    }
+    for (size_t p = 0; p < a[j].args.size(); ++p) {
+      if (!same_arg(a[j].args[p], b[j].args[p])) return false;
+    }
+  }
+  return true;
+}
+
 // A Python Tape's vkad::TapeHazards (api/tape_hazards.h): what its recording read and wrote.
 struct TapeHazards {
   vkad::TapeHazards hazards;
@@ -1318,6 +1362,24 @@ struct Session {
     return accepted;
   }
 
+  std::shared_ptr<LoopCheck> find_loop_check(std::span<const vkad::LoopLaunch> launches,
+                                             uint32_t count) const {
+    for (const std::shared_ptr<LoopCheck>& c : st->loop_checks) {
+      if (c->count == count && same_launches(c->launches, launches)) return c;
+    }
+    return nullptr;
+  }
+  void keep_loop_check(std::vector<vkad::LoopLaunch> launches, uint32_t count,
+                       const vkad::TapeHazards& after) {
+    if (launches.empty()) return;
+    auto c = std::make_shared<LoopCheck>();
+    c->launches = std::move(launches);
+    c->count = count;
+    c->after = after;
+    if (st->loop_checks.size() >= kLoopChecks) st->loop_checks.erase(st->loop_checks.begin());
+    st->loop_checks.push_back(std::move(c));
+  }
+
   // Session.loop's halves (python/vkad/__init__.py): begin starts the trace and returns the
   // symbolic index; end runs the traced body `count` times (vkad::Session::launch_loop),
   // checks and records it on the tape, and adds its launches to the graph being captured.
@@ -1341,6 +1403,46 @@ struct Session {
     return nb::cast(LoopIndex{0});
   }
   void loop_abort() { st->loop.reset(); }
+  // Session.prepare_loop's second half: the traced body's rolled kernel, and its adjoint's where
+  // its kernels are differentiated and every gradient array is known (`array.grad`), rolled,
+  // compiled, registered and their pipelines made (vkad::Session::ready_loop); nothing launched
+  // or recorded. True where the loop will run as one resident kernel.
+  bool loop_prepare(uint32_t count) {
+    std::unique_ptr<LoopTrace> t = std::move(st->loop);
+    if (!t) invalid("Session._loop_prepare: no loop body is being traced");
+    if (count == 0 || t->entries.empty()) return false;
+    std::vector<vkad::LoopLaunch> body;
+    std::vector<LoopEntry> differentiated;
+    for (const LoopEntry& e : t->entries) {
+      body.push_back({e.k->handle, e.args, e.step});
+      if (!e.k->adjoint.is_none()) differentiated.push_back(e);
+    }
+    auto grad = [&](const Arg&, const LoopEntry& e, size_t g, const Kernel&) -> std::optional<Arg> {
+      NdArray* arr = nullptr;
+      if (!nb::try_cast<NdArray*>(e.values[e.k->gradients[g].first], arr) || !arr) return {};
+      NdArray* ga = nullptr;
+      if (arr->grad.is_none() || !nb::try_cast<NdArray*>(arr->grad, ga) || !ga || ga->freed) {
+        return std::nullopt;
+      }
+      return Arg::ndarray(ga->handle);
+    };
+    std::optional<std::vector<vkad::LoopLaunch>> adjoint;
+    if (!differentiated.empty()) adjoint = adjoint_body(differentiated, count, grad, nullptr);
+    Locked l(*st);
+    vkad::Session& s = st->get();
+    if (adjoint) s.prepare_loop(*adjoint, count);  // compiled beside the forward's
+    s.ready_loop(body, count);
+    if (adjoint) s.ready_loop(*adjoint, count);
+    // The tape's check of the loop recorded first in a recording, kept for that recording.
+    std::vector<vkad::LoopLaunch> key = recorded_launches(*t);
+    if (!key.empty() && !find_loop_check(key, count)) {
+      for (LoopEntry& e : t->entries) e.recorded = !e.k->adjoint.is_none();
+      vkad::TapeHazards hz;
+      const std::span<const vkad::LoopLaunch> ready[] = {body};
+      if (check_loop_beside(*t, count, hz, ready)) keep_loop_check(std::move(key), count, hz);
+    }
+    return s.loop_rolls(body, count);
+  }
   void loop_end(uint32_t count) {
     std::unique_ptr<LoopTrace> t = std::move(st->loop);
     if (!t) invalid("Session._loop_end: no loop body is being traced");
@@ -1365,10 +1467,20 @@ struct Session {
         // The adjoint's is compiled beside it and registered by backward: readied here it would
         // hold this loop's launch back (H100: 4 ms), readied there it overlaps this loop's run.
         prepare_loops(*t, body, count);
-        const std::span<const vkad::LoopLaunch> ready[] = {body};
-        if (!check_loop_beside(*t, count, hazards->hazards, ready)) {
-          hazards->hazards = *saved;  // the check again here, for its message
-          check_loop(*t, count, hazards->hazards, &*saved);
+        const bool from_empty = hazards->hazards.launches() == 0;
+        std::vector<vkad::LoopLaunch> key;
+        if (from_empty) key = recorded_launches(*t);
+        std::shared_ptr<LoopCheck> known = from_empty ? find_loop_check(key, count) : nullptr;
+        if (known) {
+          hazards->hazards = known->after;  // checked before, from an empty record
+          st->get().ready_loop(body, count);
+        } else {
+          const std::span<const vkad::LoopLaunch> ready[] = {body};
+          if (!check_loop_beside(*t, count, hazards->hazards, ready)) {
+            hazards->hazards = *saved;  // the check again here, for its message
+            check_loop(*t, count, hazards->hazards, &*saved);
+          }
+          if (from_empty) keep_loop_check(std::move(key), count, hazards->hazards);
         }
       }
       Status run = st->get().launch_loop(body, count, &info);
@@ -2269,6 +2381,7 @@ NB_MODULE(_vkad, m) {
       .def("_loop_begin", &Session::loop_begin, "start"_a)
       .def("_loop_end", &Session::loop_end, "count"_a)
       .def("_loop_abort", &Session::loop_abort)
+      .def("_loop_prepare", &Session::loop_prepare, "count"_a)
       .def("_begin_capture", &Session::begin_capture, "name"_a, "background"_a = false,
            "run"_a = false)
       .def("finish_rework", &Session::finish_rework, "graph"_a,

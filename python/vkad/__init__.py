@@ -244,6 +244,26 @@ class Session(_vkad.Session):
             raise
         self._loop_end(stop - start)
 
+    def prepare_loop(self, start: int, stop: int, body: Callable[[LoopIndex], Any]) -> bool:
+        """What `loop(start, stop, body)` will need, made now and nothing launched: its
+        resident kernel rolled, compiled (or read from the disk cache), registered and its
+        pipelines made -- and its adjoint loop's, where the body launches differentiated kernels
+        and every gradient array is set (`array.grad`) -- so that the first loop, and the first
+        backward of a tape that records it, pay only their launches. As Session.prepare for one
+        kernel: call it where a pause is acceptable (after building a simulation, before the
+        timed loop). `body` is traced as by loop() (the same rules; a tape is not told).
+        Returns whether the loop will run as one resident kernel."""
+        start, stop = _operator.index(start), _operator.index(stop)
+        if stop <= start:
+            return False
+        t = self._loop_begin(start)
+        try:
+            body(t)
+        except BaseException:
+            self._loop_abort()
+            raise
+        return self._loop_prepare(stop - start)
+
     def tape(self) -> Tape:
         """`with s.tape() as t:` records launches of differentiated kernels; t.backward()
         replays their adjoints in reverse order. Keep the tape and enter it again (`with t:`)

@@ -127,11 +127,42 @@ def test_small_ranges_run_as_one_resident_launch_forward_and_backward(session, k
         session.replay(g, updates=[(0, 0, 3)])
 
 
+def test_a_prepared_loop_runs_and_is_checked_as_if_it_was_not(session, kernels):
+    step, tot = kernels
+    x, w, loss = arrays(session)
+    b = session.bind(step, x=x, w=w)
+    before = session.stats()["rolled_loops"]
+    # its kernel and its adjoint's made, the tape's check of it kept; nothing run
+    assert session.prepare_loop(0, T, lambda t: b(t)) is True
+    np.testing.assert_array_equal(x.numpy()[1:], 0)
+    back = session.differentiate(shift_back())
+    with session.tape() as tape:
+        session.loop(0, T, lambda t: b(t))
+        # The record the kept check left is the recording's: iteration 5 read row 5, so a launch
+        # overwriting it is refused, numbered after the loop's 40 launches.
+        with pytest.raises(vkad.InvalidArgumentError,
+                           match=r"launch 40 \('shift_back'\) writes ndarray 'x'.*launch 5 "
+                                 r"\('decay'\) read"):
+            session.launch(back, 5, x)
+        session.launch(tot, T, x, loss)
+    tape.backward(seed={loss: 1.0})
+    assert session.stats()["rolled_loops"] - before == 2
+    xt, dw = closed_form()
+    np.testing.assert_allclose(x.numpy()[T], xt, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tape.grad(w).numpy(), dw, rtol=1e-4, atol=1e-4)
+    # A second recording from an empty record takes the kept check again: same refusal.
+    with session.tape() as again:
+        session.loop(0, T, lambda t: b(t))
+        with pytest.raises(vkad.InvalidArgumentError, match=r"launch 40 \('shift_back'\)"):
+            session.launch(back, 5, x)
+
+
 def test_a_loop_past_the_resident_range_runs_its_launches(session):
     wide = session.compile(decay())
     x = session.zeros((5, 600), vkad.f32)  # 600 elements: past resident_max_range (256)
     w = session.ndarray(np.full(600, 0.5, np.float32))
     before = session.stats()["rolled_loops"]
+    assert session.prepare_loop(0, 4, lambda t: session.launch(wide, t, x, w)) is False
     with session.capture("wide") as g:
         session.loop(0, 4, lambda t: session.launch(wide, t, x, w))
     assert g.launches == 4 and session.stats()["rolled_loops"] == before
