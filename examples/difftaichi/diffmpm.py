@@ -266,14 +266,20 @@ class DiffMPM:
 
     def __init__(self, session: vkad.Session, steps: int = STEPS, n_grid: int = N_GRID,
                  dtype: vkad.DType = vkad.f32, scene: str = "robot", seed: int = 0,
-                 graph: bool = True, loop: bool = True):
+                 graph: bool = True, loop: bool = False):
         if steps < 2:
             raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
         if n_grid < 2 * BOUND + 3:
             raise ValueError(f"n_grid={n_grid}: the grid needs more than its walls")
         self.s, self.steps, self.n_grid, self.dtype, self.graph = session, steps, n_grid, \
             dtype, graph
-        self.loop = loop  # the step loop through Session.loop; False: a Python loop of launches
+        # loop=True: the step loop through Session.loop. Its ranges (thousands of particles and
+        # cells) are too wide for a resident kernel, so it would run its launches one by one
+        # from C++: less Python time, but the tape's check of all ~4,000 launches comes before
+        # the first runs and the launches then outrun the capture's recording threads; on an
+        # H100 the first iteration took 37-39 ms with it against 34-35 as a Python loop of bound
+        # launches (docs/benchmarks.md, "Step loops"). The Python loop is the default here.
+        self.loop = loop
         self.scene = SCENES[scene](Scene(n_grid))
         sc = self.scene
         n, n_act = sc.n_particles, sc.n_actuators
@@ -349,8 +355,7 @@ class DiffMPM:
             grid_op(f)
             g2p(f)
 
-        # One step loop: the session launches its ~4,000 launches without a Python call each
-        # (its ranges are too wide for a resident kernel, so they run one by one).
+        # loop=True: one step loop, its ~4,000 launches made from C++ one by one (above).
         if self.loop:
             self.s.loop(0, self.steps - 1, step)
         else:
