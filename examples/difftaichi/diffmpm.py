@@ -322,6 +322,8 @@ class DiffMPM:
         self.tape = s.tape()
         self._graph: Optional[vkad.Graph] = None
         self._launchers: Dict[tuple, vkad.BoundLaunch] = {}  # by (kernel name, recorded)
+        if loop:  # the tape's check of the loop made now (it does not roll: nothing else)
+            self.s.prepare_loop(0, steps - 1, self._step(True))
 
     # launches
     def launcher(self, name: str, recorded: bool = True) -> vkad.BoundLaunch:
@@ -340,21 +342,25 @@ class DiffMPM:
     def _launch(self, name: str, t: int, recorded: bool = True) -> None:
         self.launcher(name, recorded)(t)
 
+    def _step(self, recorded: bool):
+        """DiffTaichi's loop body, step f (symbolic inside Session.loop, which traces it once)."""
+        act, p2g, grid_op, g2p = (self.launcher(name, recorded)
+                                  for name in ("compute_actuation", "p2g", "grid_op", "g2p"))
+
+        def step(f):
+            act(f)
+            p2g(f)
+            grid_op(f)
+            g2p(f)
+        return step
+
     def forward(self, recorded: bool = True) -> None:
         """One simulation from x[0], F[0] = I, v[0] = C[0] = 0: DiffTaichi's forward()
         (steps - 1 steps, then the loss at the last step). Asynchronous."""
         a = self.arrays
         # DiffTaichi's clear_grid, once for all the steps' grids
         self.s.zero_many([a["grid_v_in"], a["grid_m_in"], a["loss"]])
-        act, p2g, grid_op, g2p = (self.launcher(name, recorded)
-                                  for name in ("compute_actuation", "p2g", "grid_op", "g2p"))
-
-        def step(f):  # DiffTaichi's loop body; f is symbolic (Session.loop traces it once)
-            act(f)
-            p2g(f)
-            grid_op(f)
-            g2p(f)
-
+        step = self._step(recorded)
         # loop=True: one step loop, its ~4,000 launches made from C++ one by one (above).
         if self.loop:
             self.s.loop(0, self.steps - 1, step)

@@ -189,6 +189,22 @@ def test_diffmpm_replayed_iteration_equals_a_launched_one(session):
     assert sims[0]._graph is not None and sims[1]._graph is None
 
 
+def test_diffmpm_as_a_step_loop_trains_as_its_python_loop(session):
+    # loop=True: the step loop through Session.loop (prepared at construction: the tape's check
+    # kept), its launches one by one from C++, captured and replayed; against the Python loop
+    # of launches: the same losses and gradients (float atomics: tolerances as above).
+    sims = [diffmpm.DiffMPM(session, steps=MPM_STEPS, n_grid=MPM_GRID, loop=lp)
+            for lp in (True, False)]
+    losses = [[sim.iteration() for _ in range(2)] for sim in sims]
+    assert isinstance(sims[0].tape.launches[0], vkad.LoopRecord)
+    assert not isinstance(sims[1].tape.launches[0], vkad.LoopRecord)
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
+    grads = [sim.gradients() for sim in sims]
+    for name in diffmpm.DiffMPM.PARAMS:
+        np.testing.assert_allclose(grads[0][name], grads[1][name], rtol=1e-3, atol=1e-7,
+                                   err_msg=name)
+
+
 def test_diffmpm_training_lowers_the_loss(session):
     # The loss is -(mean x of the solid particles) at the last step. DiffTaichi's update (rate
     # 0.1, gradients ~2e-3 here) is small: over 100 steps each iteration lowers the loss by
