@@ -186,7 +186,8 @@ struct LoopLaunch {
 // How Session::launch_loop ran a loop.
 struct LoopInfo {
   bool rolled = false;    // one launch of a resident kernel (README, "Step loops")
-  uint32_t launches = 0;  // launches recorded: 1 when rolled, else count x body size
+  uint32_t launches = 0;  // launches recorded: 1 when rolled, else count x body size (fewer
+                          // when launch_loop failed part way)
 };
 
 // How Session::begin_capture treats what it captures.
@@ -309,10 +310,12 @@ class Session {
   // while the session lives; otherwise the launches one by one. A step loop's first iteration
   // then costs its device time, not thousands of recorded launches: a graph captured around it
   // holds one launch (or the launches), as launched.
-  // Errors, before anything is launched: a body launch that launch() would refuse in the first
-  // or the last iteration (the message names "loop launch j, iteration r"), a step on anything
-  // but an i32 scalar, a stepping scalar that leaves i32 (kInvalidArgument). Launched one by
-  // one, a failure past the checks (device memory) leaves the earlier launches recorded.
+  // Errors, before anything is launched: a body launch whose arguments launch() would refuse
+  // in the first or the last iteration (the message names "launch j of the body, iteration
+  // r"), a step on anything but an i32 scalar, a stepping scalar that leaves i32
+  // (kInvalidArgument). Launched one by one, a failure past those checks (a range out of bounds
+  // in some iteration, device memory) leaves the earlier launches recorded: info->launches
+  // counts them (also on failure).
   Status launch_loop(std::span<const LoopLaunch> body, uint32_t count, LoopInfo* info = nullptr);
   // Rolls and compiles, on a thread of its own, the resident kernel launch_loop(body, count)
   // would launch, launching nothing: a later launch_loop of a body of the same shape (kernels,

@@ -105,11 +105,11 @@ Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, Lo
   if (rolled) {
     rolled_args(*rolled, body, &a);
     VKAD_TRY_CTX(launch(rolled->kernel, a), "launch_loop: the rolled loop");
+    ++rolled_loops_;
+    if (info) *info = {true, 1};
     // A capture that runs starts it now rather than after the next 64 captured steps.
     if (capture_) VKAD_TRY(rt_->cut_capture_run());
     clock.mark("launch (rolled)");
-    ++rolled_loops_;
-    if (info) *info = {true, 1};
     return {};
   }
   for (int64_t r = 0; r <= last; ++r) {
@@ -216,13 +216,17 @@ bool Session::plan_loop(std::span<const LoopLaunch> body, uint32_t count, LoopPl
 void Session::prepare_loop(std::span<const LoopLaunch> body, uint32_t count) {
   constexpr size_t kMaxLoopJobs = 8;
   LoopPlan plan;
-  if (loop_jobs_.size() >= kMaxLoopJobs || !plan_loop(body, count, &plan) ||
-      rolled_by_shape_.count(plan.signature)) {
-    return;
-  }
+  if (!plan_loop(body, count, &plan) || rolled_by_shape_.count(plan.signature)) return;
   for (const std::unique_ptr<LoopJob>& j : loop_jobs_) {
     if (j->plan.signature == plan.signature) return;
   }
+  if (loop_jobs_.size() >= kMaxLoopJobs) {
+    // The oldest was never launched (a tape's adjoint whose backward never came, say): its
+    // compile stays in the compile cache.
+    if (loop_jobs_.front()->worker.joinable()) loop_jobs_.front()->worker.join();
+    loop_jobs_.erase(loop_jobs_.begin());
+  }
+  loop_jobs_.reserve(loop_jobs_.size() + 1);  // push_back below cannot throw with a thread live
   auto job = std::make_unique<LoopJob>();
   job->plan = std::move(plan);
   codegen::CompileOptions options = compile_options_;

@@ -49,6 +49,21 @@ namespace vkad {
 
 class TapeHazards {
  public:
+  TapeHazards() = default;
+  // A copy holds the record, not a pending check (whose evaluation points into the source's
+  // records): record() commits nothing until the next check().
+  TapeHazards(const TapeHazards& o) : arrays_(o.arrays_), kernels_(o.kernels_) {}
+  TapeHazards& operator=(const TapeHazards& o) {
+    if (this != &o) {
+      arrays_ = o.arrays_;
+      kernels_ = o.kernels_;
+      pending_ = nullptr;
+      evaluated_.clear();
+    }
+    return *this;
+  }
+  TapeHazards(TapeHazards&&) = default;  // map nodes move with the map: pointers stay valid
+  TapeHazards& operator=(TapeHazards&&) = default;
   // kInvalidArgument when a launch of `access`'s kernel with `args` (the forward's arguments)
   // would overwrite what a launch recorded earlier read, or wrote through a differentiated
   // parameter. The message names both launches (their index in the recording and kernel), the

@@ -96,6 +96,10 @@ struct LoopEntry {
 struct LoopTrace {
   int64_t start = 0;
   std::vector<LoopEntry> entries;
+  // The thread whose body is traced: another thread's calls on the session go on as usual
+  // (a session may be shared by threads).
+  std::thread::id owner = std::this_thread::get_id();
+  bool mine() const { return owner == std::this_thread::get_id(); }
 };
 
 // What a Session, its arrays and its kernels share. Arrays and kernels keep it alive, so a
@@ -173,7 +177,7 @@ using StatePtr = std::shared_ptr<State>;
 class Locked {
  public:
   explicit Locked(State& st) : st_(st) {
-    if (st.loop) outside_loop();
+    if (st.loop && st.loop->mine()) outside_loop();
     if (!st.mu.try_lock()) {
       nb::gil_scoped_release release;
       st.mu.lock();
@@ -192,7 +196,7 @@ class Locked {
 // held; kFailedPrecondition if the session was closed (by another thread, meanwhile too).
 template <typename F>
 auto blocking(State& st, F&& f) -> decltype(f(std::declval<vkad::Session&>())) {
-  if (st.loop) outside_loop();
+  if (st.loop && st.loop->mine()) outside_loop();
   nb::gil_scoped_release release;
   std::lock_guard<std::mutex> l(st.mu);
   st.drain_pending();
@@ -882,6 +886,8 @@ bool same_launches(std::span<const vkad::LoopLaunch> a, std::span<const vkad::Lo
 // A Python Tape's vkad::TapeHazards (api/tape_hazards.h): what its recording read and wrote.
 struct TapeHazards {
   vkad::TapeHazards hazards;
+  // Why backward must refuse this recording ("" when it may run): a loop failed part way.
+  std::string broken;
 };
 
 // ------------------------------------------------------------------ session
@@ -1226,7 +1232,7 @@ struct Session {
 
   void launch(nb::handle kernel, nb::args args) {
     Kernel* k = kernel_for(kernel, args.size(), "launch");
-    if (st->loop) {
+    if (st->loop && st->loop->mine()) {
       trace(kernel, k, [&](size_t i) { return nb::handle(args[i]); });
       return;
     }
@@ -1384,10 +1390,14 @@ struct Session {
   // symbolic index; end runs the traced body `count` times (vkad::Session::launch_loop),
   // checks and records it on the tape, and adds its launches to the graph being captured.
   nb::object loop_begin(int64_t start) {
-    if (st->loop) {
+    if (st->loop && st->loop->mine()) {
       invalid(
           "Session.loop inside a loop's body: write the inner loop's launches into the "
           "outer body, or run the loops one after the other");
+    }
+    if (st->loop) {
+      invalid("Session.loop: another thread is tracing a loop's body on this session; trace "
+              "one at a time");
     }
     if (!st->before_launch.is_none()) {
       invalid(
@@ -1402,14 +1412,18 @@ struct Session {
     st->loop->start = start;
     return nb::cast(LoopIndex{0});
   }
-  void loop_abort() { st->loop.reset(); }
+  void loop_abort() {
+    if (st->loop && st->loop->mine()) st->loop.reset();
+  }
   // Session.prepare_loop's second half: the traced body's rolled kernel, and its adjoint's where
   // its kernels are differentiated and every gradient array is known (`array.grad`), rolled,
   // compiled, registered and their pipelines made (vkad::Session::ready_loop); nothing launched
   // or recorded. True where the loop will run as one resident kernel.
   bool loop_prepare(uint32_t count) {
+    if (!st->loop || !st->loop->mine()) {
+      invalid("Session._loop_prepare: no loop body is being traced on this thread");
+    }
     std::unique_ptr<LoopTrace> t = std::move(st->loop);
-    if (!t) invalid("Session._loop_prepare: no loop body is being traced");
     if (count == 0 || t->entries.empty()) return false;
     std::vector<vkad::LoopLaunch> body;
     std::vector<LoopEntry> differentiated;
@@ -1444,8 +1458,10 @@ struct Session {
     return s.loop_rolls(body, count);
   }
   void loop_end(uint32_t count) {
+    if (!st->loop || !st->loop->mine()) {
+      invalid("Session._loop_end: no loop body is being traced on this thread");
+    }
     std::unique_ptr<LoopTrace> t = std::move(st->loop);
-    if (!t) invalid("Session._loop_end: no loop body is being traced");
     if (count == 0 || t->entries.empty()) return;
     std::vector<vkad::LoopLaunch> body;
     bool any_recorded = false;
@@ -1484,10 +1500,21 @@ struct Session {
         }
       }
       Status run = st->get().launch_loop(body, count, &info);
-      if (!run.ok() && saved) hazards->hazards = std::move(*saved);
-      check(run);
+      if (!run.ok()) {
+        // What did run is in the graph being captured (numbered as the runtime numbered it).
+        add_loop_to_capture(info, t->entries.size(), [&](size_t j) { return t->entries[j].k; });
+        if (saved) hazards->hazards = std::move(*saved);
+        if (hazards && info.launches > 0) {
+          // Launched one by one, some ran before one failed: the tape holds none of them, so
+          // its backward would leave them out -- refused until the next recording.
+          hazards->broken = "a Session.loop failed after " + std::to_string(info.launches) +
+                            " of its launches ran (" + run.message() +
+                            "); they are not on the tape";
+        }
+        check(run);
+      }
     }
-    add_loop_to_capture(info, count, t->entries.size(), [&](size_t j) { return t->entries[j].k; });
+    add_loop_to_capture(info, t->entries.size(), [&](size_t j) { return t->entries[j].k; });
     if (any_recorded) {
       auto* rec = new LoopRecord();
       nb::object obj = nb::cast(rec, nb::rv_policy::take_ownership);
@@ -1499,18 +1526,18 @@ struct Session {
       nb::cast<nb::list>(st->tape).append(obj);
     }
   }
-  // A loop's launches in the Graph being captured: one (no Python kernel) when rolled.
+  // A loop's launches in the Graph being captured, as launch_loop recorded them (`info`, also
+  // when it failed part way): one (no Python kernel) when rolled, else the body's `n` launches
+  // in order, info.launches of them.
   template <typename KernelOf>
-  void add_loop_to_capture(const vkad::LoopInfo& info, uint32_t count, size_t n, KernelOf&& of) {
+  void add_loop_to_capture(const vkad::LoopInfo& info, size_t n, KernelOf&& of) {
     if (st->capture.is_none()) return;
     Graph* g = nb::cast<Graph*>(st->capture);
     if (info.rolled) {
       g->add(nullptr);
       return;
     }
-    for (uint32_t r = 0; r < count; ++r) {
-      for (size_t j = 0; j < n; ++j) g->add(of(j));
-    }
+    for (uint32_t i = 0; i < info.launches; ++i) g->add(of(i % n));
   }
 
   // Tape.backward's loop (python/vkad/tape.py): the adjoint of each of `launches`
@@ -1656,11 +1683,13 @@ struct Session {
     };
     std::vector<vkad::LoopLaunch> body = *adjoint_body(loop.entries, loop.count, grad, &kernels);
     vkad::LoopInfo info;
+    Status run;
     {
       Locked l(*st);
-      check(st->get().launch_loop(body, loop.count, &info));
+      run = st->get().launch_loop(body, loop.count, &info);
     }
-    add_loop_to_capture(info, loop.count, kernels.size(), [&](size_t j) { return kernels[j]; });
+    add_loop_to_capture(info, kernels.size(), [&](size_t j) { return kernels[j]; });
+    check(run);
   }
 
   // Before a recorded loop's checks: its rolled kernel, and its adjoint's where every gradient
@@ -1936,7 +1965,7 @@ struct Bound {
     for (NdArray* a : arrays) {
       if (a->free_deferred) a->check_live("launch '" + k->name + "' (bound)");
     }
-    if (s->st->loop) {  // Session.loop's body: traced, not run
+    if (s->st->loop && s->st->loop->mine()) {  // Session.loop's body: traced, not run
       size_t r = 0;
       s->trace(kernel, k, [&](size_t i) { return values[i].is_none() ? rest[r++] : values[i]; });
       return;
@@ -2161,6 +2190,8 @@ NB_MODULE(_vkad, m) {
       .def("__floordiv__", [symbolic](const LoopIndex& t, nb::handle) { return symbolic(t); })
       .def("__truediv__", [symbolic](const LoopIndex& t, nb::handle) { return symbolic(t); })
       .def("__mod__", [symbolic](const LoopIndex& t, nb::handle) { return symbolic(t); })
+      .def("__eq__", [symbolic](const LoopIndex& t, nb::handle) { return symbolic(t); })
+      .def("__ne__", [symbolic](const LoopIndex& t, nb::handle) { return symbolic(t); })
       .def("__lt__", [symbolic](const LoopIndex& t, nb::handle) { return symbolic(t); })
       .def("__le__", [symbolic](const LoopIndex& t, nb::handle) { return symbolic(t); })
       .def("__gt__", [symbolic](const LoopIndex& t, nb::handle) { return symbolic(t); })
@@ -2267,7 +2298,12 @@ NB_MODULE(_vkad, m) {
                           "What a Tape's recording read and wrote (vkad::TapeHazards): launch "
                           "refuses a launch that overwrites it.")
       .def(nb::init<>())
-      .def("reset", [](TapeHazards& h) { h.hazards.reset(); })
+      .def("reset",
+           [](TapeHazards& h) {
+             h.hazards.reset();
+             h.broken.clear();
+           })
+      .def_prop_ro("broken", [](const TapeHazards& h) { return h.broken; })
       .def_prop_ro("launches", [](const TapeHazards& h) { return h.hazards.launches(); });
   nb::class_<Differentiated>(m, "Differentiated",
                              "A forward kernel and its adjoint (Session.differentiate).")

@@ -87,6 +87,13 @@ def _ir(kernel: Union[str, KernelBuilder]) -> str:
     return kernel.finish() if isinstance(kernel, KernelBuilder) else kernel
 
 
+def _loop_count(start: int, stop: int) -> None:
+    # A loop's iterations are counted in 32 bits (Session::launch_loop), its index in i32.
+    if stop - start > 0xFFFFFFFF:
+        raise InvalidArgumentError(f"Session.loop: range({start}, {stop}) has {stop - start} "
+                                   "iterations; at most 2^32 - 1")
+
+
 class Session(_vkad.Session):
     """A device, the kernels compiled for it and its ndarrays (vkad::Session).
 
@@ -236,13 +243,14 @@ class Session(_vkad.Session):
             for t in range(start, stop):
                 body(t)
             return
+        _loop_count(start, stop)
         t = self._loop_begin(start)
         try:
             body(t)
+            self._loop_end(stop - start)
         except BaseException:
-            self._loop_abort()
+            self._loop_abort()  # (nothing once _loop_end took the trace)
             raise
-        self._loop_end(stop - start)
 
     def prepare_loop(self, start: int, stop: int, body: Callable[[LoopIndex], Any]) -> bool:
         """What `loop(start, stop, body)` will need, made now and nothing launched: its
@@ -256,13 +264,14 @@ class Session(_vkad.Session):
         start, stop = _operator.index(start), _operator.index(stop)
         if stop <= start:
             return False
+        _loop_count(start, stop)
         t = self._loop_begin(start)
         try:
             body(t)
+            return self._loop_prepare(stop - start)
         except BaseException:
-            self._loop_abort()
+            self._loop_abort()  # (nothing once _loop_prepare took the trace)
             raise
-        return self._loop_prepare(stop - start)
 
     def tape(self) -> Tape:
         """`with s.tape() as t:` records launches of differentiated kernels; t.backward()

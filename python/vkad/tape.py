@@ -171,6 +171,9 @@ class Tape:
         s = self.session
         if s._recording is self:
             raise InvalidArgumentError("tape.backward: call it after the `with` block closes")
+        if self._hazards.broken:
+            raise FailedPreconditionError(f"tape.backward: {self._hazards.broken}; record the "
+                                          "iteration again (`with tape:`)")
         if not self.launches:
             raise InvalidArgumentError("tape.backward: no launch of a differentiated kernel "
                                        "was recorded")

@@ -232,6 +232,44 @@ def test_a_body_that_uses_the_index_as_a_value_or_does_more_than_launch_is_refus
     np.testing.assert_allclose(x.numpy()[T], closed_form()[0], rtol=1e-5, atol=1e-5)
 
 
+def test_a_loop_that_fails_part_way_leaves_its_tape_refusing_backward(session, kernels):
+    # The second launch's range begins at t - 2: out of bounds in iteration 0, which only the
+    # launch finds (its arguments pass the checks), after the first launch of the body ran.
+    step, tot = kernels
+    kb = vkad.KernelBuilder("tail")
+    t = kb.scalar("t", vkad.i32)
+    x = kb.ndarray("x", vkad.f32, 2, grad=True)
+    y = kb.ndarray("y", vkad.f32, 1, grad=True)
+    with kb.parallel_for("main", t, x.shape[1]) as i:
+        y[i] = x[0, i] * 2.0
+    tail = session.compile(kb)  # not recorded: only its range matters here
+    x, w, loss = arrays(session)
+    y = session.zeros(N, vkad.f32)
+    with session.tape() as tape:
+        with pytest.raises(vkad.InvalidArgumentError, match=r"range \[-2, 24\) is out of bounds"):
+            session.loop(0, 4, lambda t: (session.launch(step, t, x, w),
+                                          session.launch(tail, t - 2, x, y)))
+    with pytest.raises(vkad.FailedPreconditionError,
+                       match="a Session.loop failed after 1 of its launches ran"):
+        tape.backward(seed={loss: 1.0})
+    # the next recording is whole again
+    with tape:
+        session.launch(tot, T, x, loss)
+    tape.backward(seed={loss: 1.0})
+    np.testing.assert_array_equal(tape.grad(x).numpy()[T], 1)
+
+
+def test_an_index_compared_or_too_many_iterations_is_refused(session, kernels):
+    step, _ = kernels
+    x, w, _ = arrays(session)
+    with pytest.raises(vkad.InvalidArgumentError, match="symbolic"):
+        session.loop(0, 3, lambda t: t == 0 and session.launch(step, t, x, w))
+    with pytest.raises(vkad.InvalidArgumentError, match="at most 2\\^32 - 1"):
+        session.loop(0, 2 ** 32, lambda t: session.launch(step, t, x, w))
+    session.loop(0, 1, lambda t: session.launch(step, t, x, w))  # the session goes on
+    np.testing.assert_allclose(x.numpy()[1], X0 * W + 0.1, rtol=1e-6, atol=1e-6)
+
+
 def test_the_tapes_check_runs_per_iteration_before_the_loop_runs(session):
     back = session.differentiate(shift_back())
     x0 = np.arange(4 * 8, dtype=np.float32).reshape(4, 8)
