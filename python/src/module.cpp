@@ -1396,8 +1396,9 @@ struct Session {
           "outer body, or run the loops one after the other");
     }
     if (st->loop) {
-      invalid("Session.loop: another thread is tracing a loop's body on this session; trace "
-              "one at a time");
+      invalid(
+          "Session.loop: another thread is tracing a loop's body on this session; trace "
+          "one at a time");
     }
     if (!st->before_launch.is_none()) {
       invalid(
