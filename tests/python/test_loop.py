@@ -270,6 +270,37 @@ def test_an_index_compared_or_too_many_iterations_is_refused(session, kernels):
     np.testing.assert_allclose(x.numpy()[1], X0 * W + 0.1, rtol=1e-6, atol=1e-6)
 
 
+def test_another_threads_calls_are_not_traced_into_a_loop(session, kernels):
+    # While thread A's body is traced (waiting mid-body), thread B launches and reads back on
+    # the same session: B's launch runs now, once, and A's loop has only A's launches.
+    import threading
+    step, _ = kernels
+    x, w, _ = arrays(session)
+    other = session.zeros((T + 1, N), vkad.f32)
+    inside, go, seen = threading.Event(), threading.Event(), {}
+
+    def body(t):
+        inside.set()
+        go.wait(timeout=30)
+        session.launch(step, t, x, w)
+
+    def b():
+        inside.wait(timeout=30)
+        try:
+            session.launch(step, 0, other, w)  # row 1 of `other` = 0 * w + 0.1
+            seen["row1"] = other.numpy()[1].copy()
+        finally:
+            go.set()
+
+    tb = threading.Thread(target=b)
+    tb.start()
+    session.loop(0, T, body)
+    tb.join()
+    np.testing.assert_allclose(seen["row1"], np.full(N, 0.1, np.float32), rtol=1e-6)
+    np.testing.assert_array_equal(other.numpy()[2:], 0)  # B's launch ran once, not per iteration
+    np.testing.assert_allclose(x.numpy()[T], closed_form()[0], rtol=1e-5, atol=1e-5)
+
+
 def test_the_tapes_check_runs_per_iteration_before_the_loop_runs(session):
     back = session.differentiate(shift_back())
     x0 = np.arange(4 * 8, dtype=np.float32).reshape(4, 8)
