@@ -129,6 +129,137 @@ Status Tape::launch(const Differentiated& d, std::span<const Arg> args, LaunchId
   return {};
 }
 
+namespace {
+
+void loop_args(const TapeLoopLaunch& l, int64_t r, std::vector<Arg>* a) {
+  a->assign(l.args.begin(), l.args.end());
+  for (size_t p = 0; p < l.step.size() && p < a->size(); ++p) (*a)[p].i += r * l.step[p];
+}
+
+std::string loop_where(size_t j, int64_t r) {
+  return "tape.launch_loop: launch " + std::to_string(j) + " of the body, iteration " +
+         std::to_string(r);
+}
+
+// What launch() refuses of a differentiate() result's arguments, before its hazard check.
+Status loop_launch_args(const TapeLoopLaunch& l) {
+  const Differentiated& d = *l.d;
+  if (l.args.size() != d.forward_params) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      std::to_string(l.args.size()) + " arguments given, the forward kernel has " +
+                          std::to_string(d.forward_params) + " parameters");
+  }
+  for (const GradientParam& g : d.gradients) {
+    if (g.param >= l.args.size() || l.args[g.param].kind != runtime::ParamKind::kNdArray) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "argument " + std::to_string(g.param) +
+                            " is a scalar or missing; the tape keeps gradients of ndarray "
+                            "arguments only");
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Status Tape::launch_loop(std::span<const TapeLoopLaunch> body, uint32_t count, LoopInfo* info) {
+  if (info) *info = {};
+  if (count == 0 || body.empty()) return {};
+  for (size_t j = 0; j < body.size(); ++j) {
+    if (body[j].d == nullptr) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        loop_where(j, 0) + ": no differentiate() result");
+    }
+    VKAD_TRY_CTX(loop_launch_args(body[j]), loop_where(j, 0));
+  }
+  std::vector<Arg> a;
+  if (checkpoint_every_ != 0) {  // checkpointing copies before each launch: one by one
+    for (uint32_t r = 0; r < count; ++r) {
+      for (size_t j = 0; j < body.size(); ++j) {
+        loop_args(body[j], r, &a);
+        VKAD_TRY_CTX(launch(*body[j].d, a), loop_where(j, r));
+        if (info) ++info->launches;
+      }
+    }
+    return {};
+  }
+  // Every launch checked before any runs; the record put back if one is refused.
+  TapeHazards saved = hazards_;
+  for (uint32_t r = 0; r < count; ++r) {
+    for (size_t j = 0; j < body.size(); ++j) {
+      loop_args(body[j], r, &a);
+      Status c = hazards_.check(*session_, session_->launch_access(body[j].d->forward), a);
+      if (!c.ok()) {
+        hazards_ = std::move(saved);
+        return c.with_context(loop_where(j, r));
+      }
+      hazards_.record();
+    }
+  }
+  std::vector<LoopLaunch> fwd;
+  for (const TapeLoopLaunch& l : body) fwd.push_back({l.d->forward, l.args, l.step});
+  LoopInfo ran;
+  Status st = session_->launch_loop(fwd, count, &ran);
+  if (info) *info = ran;
+  if (!st.ok()) {
+    hazards_ = std::move(saved);
+    if (ran.launches > 0) {
+      broken_ = "a launch_loop failed after " + std::to_string(ran.launches) +
+                " of its launches ran (" + st.message() + "); they are not on the tape";
+    }
+    return st.with_context("tape.launch_loop");
+  }
+  record_loop(body, count);
+  return {};
+}
+
+void Tape::record_loop(std::span<const TapeLoopLaunch> body, uint32_t count) {
+  const uint32_t first = static_cast<uint32_t>(records_.size());
+  for (const TapeLoopLaunch& l : body) {
+    Record r;
+    r.forward = l.d->forward;
+    r.adjoint = l.d->adjoint;
+    r.loop_first = first;
+    r.loop_len = static_cast<uint32_t>(body.size());
+    r.loop_count = count;
+    r.step_begin = static_cast<uint32_t>(steps_.size());
+    r.arg_begin = static_cast<uint32_t>(args_.size());
+    r.arg_count = static_cast<uint32_t>(l.args.size());
+    r.grad_begin = static_cast<uint32_t>(grad_params_.size());
+    r.grad_count = static_cast<uint32_t>(l.d->gradients.size());
+    args_.insert(args_.end(), l.args.begin(), l.args.end());
+    for (size_t p = 0; p < l.args.size(); ++p) steps_.push_back(p < l.step.size() ? l.step[p] : 0);
+    for (const GradientParam& g : l.d->gradients) grad_params_.push_back(g.param);
+    records_.push_back(r);
+  }
+}
+
+Status Tape::launch_adjoint_loop(size_t first, size_t len) {
+  std::vector<LoopLaunch> body;
+  const int64_t last = static_cast<int64_t>(records_[first].loop_count) - 1;
+  for (size_t j = first + len; j-- > first;) {
+    const Record& r = records_[j];
+    LoopLaunch l;
+    l.kernel = r.adjoint;
+    for (uint32_t p = 0; p < r.arg_count; ++p) {
+      Arg x = args_[r.arg_begin + p];
+      const int32_t step = steps_[r.step_begin + p];
+      x.i += last * step;
+      l.args.push_back(x);
+      l.step.push_back(-step);
+    }
+    for (uint32_t k = 0; k < r.grad_count; ++k) {
+      const NdArrayHandle a = args_[r.arg_begin + grad_params_[r.grad_begin + k]].array;
+      l.args.push_back(Arg::ndarray(grads_.at(a.id).grad));
+      l.step.push_back(0);
+    }
+    body.push_back(std::move(l));
+  }
+  VKAD_TRY_CTX(session_->launch_loop(body, records_[first].loop_count),
+               "tape.backward: adjoint of the loop at launch " + std::to_string(first));
+  return {};
+}
+
 bool Tape::differentiated(NdArrayHandle array) const {
   for (const Record& r : records_) {
     for (uint32_t k = 0; k < r.grad_count; ++k) {
@@ -162,6 +293,8 @@ void Tape::prune() {
 void Tape::reset() {
   records_.clear();
   args_.clear();
+  steps_.clear();
+  broken_.clear();
   grad_params_.clear();
   hazards_.reset();
   written_.clear();
@@ -170,6 +303,10 @@ void Tape::reset() {
 }
 
 Status Tape::backward(std::span<const TapeSeed> seeds) {
+  if (!broken_.empty()) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "tape.backward: " + broken_ + "; record the iteration again (reset())");
+  }
   if (records_.empty()) {
     return make_error(ErrorCode::kInvalidArgument,
                       "tape.backward: no launch of a differentiated kernel was recorded");
@@ -231,7 +368,15 @@ Status Tape::backward(std::span<const TapeSeed> seeds) {
         "tape.backward");
   }
   if (checkpoint_every_ > 0) return checkpointed_backward();
-  for (size_t i = records_.size(); i-- > 0;) VKAD_TRY(launch_adjoint(i));
+  for (size_t i = records_.size(); i-- > 0;) {
+    const Record& r = records_[i];
+    if (r.loop_len == 0) {
+      VKAD_TRY(launch_adjoint(i));
+      continue;
+    }
+    VKAD_TRY(launch_adjoint_loop(r.loop_first, r.loop_len));  // the whole group, then before it
+    i = r.loop_first;
+  }
   return {};
 }
 

@@ -66,6 +66,15 @@
 
 namespace vkad {
 
+// One launch of a step loop's body on a tape (Tape::launch_loop): a differentiate() result, its
+// arguments in the first iteration, per parameter what an i32 scalar gains per iteration
+// (empty: nothing steps).
+struct TapeLoopLaunch {
+  const Differentiated* d = nullptr;
+  std::vector<Arg> args;
+  std::vector<int32_t> step;
+};
+
 // d(objective)/d(array) for one output: `value` for every element, or, when `data` is not
 // null, `bytes` of host data (exactly the array's size; copied before backward returns).
 struct TapeSeed {
@@ -107,6 +116,16 @@ class Tape {
   Status launch(const Differentiated& d, std::initializer_list<Arg> args, LaunchId* id = nullptr) {
     return launch(d, std::span<const Arg>(args.begin(), args.size()), id);
   }
+  // A step loop on the tape (Session::launch_loop; README, "Step loops"): every launch of
+  // every iteration checked as launch() checks it, all before any runs (a refused one names
+  // the body's launch and the iteration, and nothing is recorded), then the loop launched --
+  // one resident kernel where it qualifies -- and recorded as its body's launches with their
+  // steps and count; backward runs their adjoints as one loop (the body reversed, from the last
+  // iteration down). With checkpointing on, the iterations go through launch() one by one. A
+  // loop launched one by one that fails past the checks leaves what ran off the tape, and
+  // backward refuses until reset().
+  Status launch_loop(std::span<const TapeLoopLaunch> body, uint32_t count,
+                     LoopInfo* info = nullptr);
 
   // Zeroes the gradient of every differentiated argument of the recorded launches (making the
   // missing ones: same dtype and shape), seeds (a value fills the output's gradient, host data
@@ -145,12 +164,16 @@ class Tape {
   Status set_checkpoint_every(uint32_t launches_per_segment);
   uint32_t checkpoint_every() const { return checkpoint_every_; }
 
+  // Records: a launch, or a launch_loop's body launch (a loop counts its body once).
   size_t launches() const { return records_.size(); }
   size_t gradients() const { return grads_.size(); }  // gradient arrays held (made or set)
 
  private:
   struct Record {
     KernelHandle forward, adjoint;
+    // A launch_loop's body launch: its group's first record, the body's size, the iterations
+    // and its steps (arg_count of them, into steps_); loop_len 0 for a plain launch.
+    uint32_t loop_first = 0, loop_len = 0, loop_count = 0, step_begin = 0;
     uint32_t arg_begin = 0, arg_count = 0;          // into args_
     uint32_t grad_begin = 0, grad_count = 0;        // into grad_params_
     uint32_t written_begin = 0, written_count = 0;  // into written_ (checkpointing only)
@@ -163,6 +186,10 @@ class Tape {
   // Drops the gradients of arrays that are no longer live, freeing those the tape made.
   void prune();
   Status launch_adjoint(size_t index);
+  // launch_loop's records: the body's launches with their steps and the count.
+  void record_loop(std::span<const TapeLoopLaunch> body, uint32_t count);
+  // The adjoint loop of the launch_loop group records_[first, first + len).
+  Status launch_adjoint_loop(size_t first, size_t len);
   // Checkpointing: the tape's copy of `array` for `slot` (made on first use, same dtype and
   // shape), and the segments' backward.
   using SlotKey = std::pair<uint64_t, uint64_t>;  // (slot, array handle id)
@@ -175,6 +202,8 @@ class Tape {
   TapeHazards hazards_;  // what the recording read and wrote (launch refuses overwrites)
   std::vector<Record> records_;
   std::vector<Arg> args_;                     // every record's forward arguments, back to back
+  std::vector<int32_t> steps_;                // launch_loop records' steps
+  std::string broken_;                        // why backward refuses ("" where it may run)
   std::vector<uint32_t> grad_params_;         // every record's differentiated parameter indices
   std::unordered_map<uint64_t, Grad> grads_;  // array handle id -> its gradient
   uint64_t epoch_ = 0;

@@ -2,6 +2,7 @@
 // validation on: gradients against closed forms, storage reused across iterations, every error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -338,6 +339,78 @@ kernel scaled(a: f32 grad, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
   EXPECT_FALSE(st.ok());
   EXPECT_EQ(st.message().rfind("tape.backward: ", 0), 0u) << st.message();
   ASSERT_TRUE(s_->synchronize().ok());
+}
+
+// x[t + 1, i] = sin(x[t, i]) * 0.9 + 0.1: sin_step on a time axis, for Tape::launch_loop.
+codegen::Kernel sin_row() {
+  KernelBuilder kb("sin_row");
+  codegen::Scalar t = kb.scalar("t", DType::kI32);
+  Array x = kb.ndarray("x", DType::kF32, 2, {.needs_grad = true});
+  kb.parallel_for("main", 0, x.dim(1), [&](Value i) {
+    Value tv = t;
+    x.store({tv + 1, i}, sin(x(tv, i)) * 0.9 + 0.1);
+  });
+  return kb.finish();
+}
+
+TEST_F(TapeTest, ALaunchLoopOnTheTapeMatchesTheClosedFormAndItsLaunchesOneByOne) {
+  auto d = s_->differentiate(sin_row());
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  const std::vector<float> x0 = start_values();
+  std::vector<float> rows(size_t{kSteps + 1} * kN, 0.0f), seed(rows.size(), 0.0f);
+  std::copy(x0.begin(), x0.end(), rows.begin());
+  std::fill(seed.begin() + size_t{kSteps} * kN, seed.end(), 1.0f);  // d(sum of row kSteps)
+  std::vector<std::vector<float>> grads;
+  for (bool looped : {true, false}) {
+    auto x = s_->ndarray(DType::kF32, {kSteps + 1, kN}, "x");
+    ASSERT_TRUE(x.ok());
+    ASSERT_TRUE(s_->upload(*x, std::span<const float>(rows)).ok());
+    Tape tape(*s_);
+    if (looped) {
+      const TapeLoopLaunch body[] = {{&*d, {Arg::i32(0), Arg::ndarray(*x)}, {1, 0}}};
+      LoopInfo info;
+      Status st = tape.launch_loop(body, kSteps, &info);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      EXPECT_TRUE(info.rolled);        // 64 elements, 10 iterations: one resident kernel
+      EXPECT_EQ(tape.launches(), 1u);  // the body's one launch, with its steps and count
+    } else {
+      for (int k = 0; k < kSteps; ++k) {
+        ASSERT_TRUE(tape.launch(*d, {Arg::i32(k), Arg::ndarray(*x)}).ok());
+      }
+    }
+    ASSERT_TRUE(tape.backward({TapeSeed::of_data(*x, std::span<const float>(seed))}).ok());
+    auto g = tape.grad(*x);
+    ASSERT_TRUE(g.ok());
+    std::vector<float> all(rows.size());
+    ASSERT_TRUE(s_->download(*g, std::span<float>(all)).ok());
+    grads.emplace_back(all.begin(), all.begin() + kN);  // row 0: d(row kSteps) / d(row 0)
+    expect_near(grads.back(), chain_gradient(x0, 0, kSteps));
+    ASSERT_TRUE(s_->free(*x).ok());
+  }
+  for (uint32_t i = 0; i < kN; ++i) EXPECT_NEAR(grads[0][i], grads[1][i], 1e-5) << i;
+}
+
+TEST_F(TapeTest, ALaunchLoopThatWouldSpoilGradientsIsRefusedBeforeItRuns) {
+  auto d = s_->differentiate(sin_row());
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  auto x = s_->ndarray(DType::kF32, {kSteps + 1, kN}, "x");
+  ASSERT_TRUE(x.ok());
+  ASSERT_TRUE(s_->zero(*x).ok());
+  Tape tape(*s_);
+  // Without a step every iteration writes row 1 again, which the first wrote, differentiated.
+  const TapeLoopLaunch body[] = {{&*d, {Arg::i32(0), Arg::ndarray(*x)}, {}}};
+  Status st = tape.launch_loop(body, 3);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("tape.launch_loop: launch 0 of the body, iteration 1"),
+            std::string::npos)
+      << st.to_string();
+  EXPECT_EQ(tape.launches(), 0u);
+  std::vector<float> row1(size_t{kSteps + 1} * kN);
+  ASSERT_TRUE(s_->download(*x, std::span<float>(row1)).ok());
+  EXPECT_EQ(row1[kN], 0.0f);  // nothing ran
+  // The record is as before: the loop with its step goes on the same tape.
+  const TapeLoopLaunch stepping[] = {{&*d, {Arg::i32(0), Arg::ndarray(*x)}, {1, 0}}};
+  EXPECT_TRUE(tape.launch_loop(stepping, kSteps).ok());
 }
 
 }  // namespace
