@@ -18,6 +18,7 @@
 #include <unordered_set>
 
 #include "api/graph_rework.h"
+#include "api/phase_clock.h"
 #include "api/session.h"
 #include "ir/launch_fusion.h"
 #include "ir/resident.h"
@@ -573,44 +574,6 @@ void Session::keep_for_updates(GraphHandle graph, bool reworked, bool keep_captu
   }
 }
 
-namespace {
-
-// Milliseconds per phase of a graph rework, printed with VKAD_GRAPH_TRACE (what a slow
-// end_capture spends its time on).
-class PhaseClock {
- public:
-  // `compile_ms`: the session's running total of compile time, whose growth per phase is
-  // printed beside it.
-  PhaseClock(bool on, const double* compile_ms)
-      : on_(on),
-        compile_ms_(compile_ms),
-        compiled_(*compile_ms),
-        last_(std::chrono::steady_clock::now()) {}
-  void mark(const char* phase) {
-    if (!on_) return;
-    const auto now = std::chrono::steady_clock::now();
-    line_ += std::string(line_.empty() ? "" : ", ") + phase + " " +
-             std::to_string(std::chrono::duration<double, std::milli>(now - last_).count()) + " ms";
-    if (*compile_ms_ > compiled_) {
-      line_ += " (compiles " + std::to_string(*compile_ms_ - compiled_) + " ms)";
-    }
-    compiled_ = *compile_ms_;
-    last_ = now;
-  }
-  ~PhaseClock() {
-    if (on_ && !line_.empty()) std::fprintf(stderr, "vkad graph rework: %s\n", line_.c_str());
-  }
-
- private:
-  bool on_;
-  const double* compile_ms_;
-  double compiled_;
-  std::chrono::steady_clock::time_point last_;
-  std::string line_;
-};
-
-}  // namespace
-
 void Session::plan_order(const std::vector<CapturedStep>& cap, ReworkPlan* w,
                          std::vector<std::vector<bool>>* pinned, ScheduleMemo* memo) const {
   // What each launch touches, and what fusion needs of it, in capture order. Where the device
@@ -670,7 +633,7 @@ std::unique_ptr<Session::PreparedRework> Session::prepare_rework(GraphHandle gra
 }
 
 void Session::plan_rework(PreparedRework* p) {
-  PhaseClock clock(std::getenv("VKAD_GRAPH_TRACE") != nullptr, &rework_compile_ms_);
+  PhaseClock clock("vkad graph rework", &rework_compile_ms_);
   const std::vector<CapturedStep>& captured = p->captured;
   // Step loops of small launches first (ir/resident.h): each becomes one launch of a
   // resident kernel, which scheduling and fusion below then see as a fence.
@@ -718,7 +681,7 @@ void Session::plan_rework(PreparedRework* p) {
 
 Result<GraphHandle> Session::install_rework(PreparedRework& p, bool keep_captured) {
   if (!register_rework_kernels(p) || !p.rework) return p.graph;
-  PhaseClock clock(std::getenv("VKAD_GRAPH_TRACE") != nullptr, &rework_compile_ms_);
+  PhaseClock clock("vkad graph rework", &rework_compile_ms_);
   FusedGraph map;
   // The rework's kernels get their specialized pipelines at their first launch: here.
   const double created = rt_->pipeline_create_ms();

@@ -173,7 +173,7 @@ struct Differentiated {
                                         std::span<const NdArrayHandle> grads) const;
 };
 
-class LoopClock;  // api/session_loop.cpp: launch_loop's phases (VKAD_GRAPH_TRACE)
+class PhaseClock;  // api/phase_clock.h: a slow path's phases (VKAD_GRAPH_TRACE)
 
 // One launch of a step loop's body (Session::launch_loop): the kernel, its arguments in the
 // loop's first iteration, and per parameter what an i32 scalar argument gains per iteration
@@ -605,6 +605,8 @@ class Session {
   std::vector<std::unique_ptr<LoopJob>> loop_jobs_;  // declared below
   void join_loop_jobs();
   uint64_t rolled_loops_ = 0;
+  // loop_member's verdict per kernel handle id: may its launches be rolled (caller's thread).
+  mutable std::unordered_map<uint64_t, bool> loop_residable_;
   // The rolled kernel of `body` x `count` and its parameter map, or nullopt where the loop runs
   // its launches one by one (api/session_loop.cpp).
   struct RolledLoop {
@@ -613,7 +615,7 @@ class Session {
     size_t params = 0;
   };
   std::optional<RolledLoop> roll_loop(std::span<const LoopLaunch> body, uint32_t count,
-                                      LoopClock& clock);
+                                      PhaseClock& clock);
   // The members of body x count as a resident kernel would take them, its workgroup size and
   // its shape's signature; false where the body does not qualify.
   struct LoopPlan {
@@ -645,7 +647,7 @@ class Session {
   // `key`: k's printed IR ("" prints it); `ck`: its compile (nullopt compiles it).
   std::optional<KernelHandle> loop_kernel(
       const codegen::Kernel& k, std::string key,
-      std::optional<Result<std::shared_ptr<const runtime::CompiledKernel>>> ck, LoopClock& clock);
+      std::optional<Result<std::shared_ptr<const runtime::CompiledKernel>>> ck, PhaseClock& clock);
   uint64_t rolled_launches_ = 0;      // SessionStats::rolled_launches
   uint64_t recomputed_launches_ = 0;  // SessionStats::recomputed_launches
   // kernel_access() of every kernel compiled here, by handle id (what scheduling reads).

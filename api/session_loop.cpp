@@ -18,35 +18,13 @@
 #include <vector>
 
 #include "api/graph_rework.h"
+#include "api/phase_clock.h"
 #include "api/session.h"
 #include "ir/resident.h"
 #include "ir/text.h"
 #include "runtime/runtime.h"
 
 namespace vkad {
-
-// Milliseconds per phase of a launch_loop, printed with VKAD_GRAPH_TRACE (what a loop's first
-// run spends its time on: the checks, rolling, the rolled kernel's compile and registration).
-class LoopClock {
- public:
-  LoopClock() : on_(std::getenv("VKAD_GRAPH_TRACE") != nullptr), last_(now()) {}
-  void mark(const char* phase) {
-    if (!on_) return;
-    const auto t = now();
-    line_ += std::string(line_.empty() ? "" : ", ") + phase + " " +
-             std::to_string(std::chrono::duration<double, std::milli>(t - last_).count()) + " ms";
-    last_ = t;
-  }
-  ~LoopClock() {
-    if (on_ && !line_.empty()) std::fprintf(stderr, "vkad loop: %s\n", line_.c_str());
-  }
-
- private:
-  static std::chrono::steady_clock::time_point now() { return std::chrono::steady_clock::now(); }
-  bool on_;
-  std::chrono::steady_clock::time_point last_;
-  std::string line_;
-};
 
 namespace {
 
@@ -69,7 +47,7 @@ Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, Lo
   if (info) *info = {};
   if (count == 0 || body.empty()) return {};
   const int64_t last = static_cast<int64_t>(count) - 1;
-  LoopClock clock;
+  PhaseClock clock("vkad loop");
   std::vector<Arg> a;
   // Everything checked before anything is launched: a refused loop records nothing.
   for (size_t j = 0; j < body.size(); ++j) {
@@ -152,8 +130,14 @@ std::optional<codegen::ResidentMember> Session::loop_member(
   auto it = ir_.find(l.kernel.id);
   if (it == ir_.end() || it->second->params.size() != l.args.size()) return std::nullopt;
   const codegen::Kernel& k = *it->second;
-  const bool loops_capped = rt_->caps().max_loop_passes != 0;
-  if (!codegen::residable(k) || (loops_capped && any_task_loops(k))) return std::nullopt;
+  // Once per kernel (handles are never reused): a loop is planned up to three times per run
+  // (prepare_loop, ready_loop, launch_loop) and residable() walks the whole IR.
+  auto [known, fresh] = loop_residable_.try_emplace(l.kernel.id, false);
+  if (fresh) {
+    const bool loops_capped = rt_->caps().max_loop_passes != 0;
+    known->second = codegen::residable(k) && !(loops_capped && any_task_loops(k));
+  }
+  if (!known->second) return std::nullopt;
   codegen::ResidentMember m;
   m.kernel = &k;
   m.step.assign(l.args.size(), 0);
@@ -263,7 +247,7 @@ void Session::rolled_args(const RolledLoop& rolled, std::span<const LoopLaunch> 
 }
 
 void Session::ready_loop(std::span<const LoopLaunch> body, uint32_t count) {
-  LoopClock clock;
+  PhaseClock clock("vkad loop");
   std::optional<RolledLoop> rolled = roll_loop(body, count, clock);
   if (!rolled) return;
   std::vector<Arg> a;
@@ -273,7 +257,7 @@ void Session::ready_loop(std::span<const LoopLaunch> body, uint32_t count) {
 }
 
 bool Session::loop_rolls(std::span<const LoopLaunch> body, uint32_t count) {
-  LoopClock clock;
+  PhaseClock clock("vkad loop");
   return roll_loop(body, count, clock).has_value();
 }
 
@@ -285,7 +269,7 @@ void Session::join_loop_jobs() {
 }
 
 std::optional<Session::RolledLoop> Session::roll_loop(std::span<const LoopLaunch> body,
-                                                      uint32_t count, LoopClock& clock) {
+                                                      uint32_t count, PhaseClock& clock) {
   LoopPlan plan;
   if (!plan_loop(body, count, &plan)) return std::nullopt;
   clock.mark("plan");
@@ -324,7 +308,7 @@ std::optional<Session::RolledLoop> Session::roll_loop(std::span<const LoopLaunch
 
 std::optional<KernelHandle> Session::loop_kernel(
     const codegen::Kernel& k, std::string key,
-    std::optional<Result<std::shared_ptr<const runtime::CompiledKernel>>> ck, LoopClock& clock) {
+    std::optional<Result<std::shared_ptr<const runtime::CompiledKernel>>> ck, PhaseClock& clock) {
   if (key.empty()) {
     key = codegen::print(k);
     clock.mark("print");

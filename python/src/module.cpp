@@ -1427,22 +1427,8 @@ struct Session {
     std::unique_ptr<LoopTrace> t = std::move(st->loop);
     if (count == 0 || t->entries.empty()) return false;
     std::vector<vkad::LoopLaunch> body;
-    std::vector<LoopEntry> differentiated;
-    for (const LoopEntry& e : t->entries) {
-      body.push_back({e.k->handle, e.args, e.step});
-      if (!e.k->adjoint.is_none()) differentiated.push_back(e);
-    }
-    auto grad = [&](const Arg&, const LoopEntry& e, size_t g, const Kernel&) -> std::optional<Arg> {
-      NdArray* arr = nullptr;
-      if (!nb::try_cast<NdArray*>(e.values[e.k->gradients[g].first], arr) || !arr) return {};
-      NdArray* ga = nullptr;
-      if (arr->grad.is_none() || !nb::try_cast<NdArray*>(arr->grad, ga) || !ga || ga->freed) {
-        return std::nullopt;
-      }
-      return Arg::ndarray(ga->handle);
-    };
-    std::optional<std::vector<vkad::LoopLaunch>> adjoint;
-    if (!differentiated.empty()) adjoint = adjoint_body(differentiated, count, grad, nullptr);
+    for (const LoopEntry& e : t->entries) body.push_back({e.k->handle, e.args, e.step});
+    std::optional<std::vector<vkad::LoopLaunch>> adjoint = adjoint_of_set_grads(*t, count);
     Locked l(*st);
     vkad::Session& s = st->get();
     if (adjoint) s.prepare_loop(*adjoint, count);  // compiled beside the forward's
@@ -1696,17 +1682,24 @@ struct Session {
   // Before a recorded loop's checks: its rolled kernel, and its adjoint's where every gradient
   // array is known now (`array.grad` set, as DiffTaichi's lazy_grad does), rolled and compiled
   // on threads of the session's (vkad::Session::prepare_loop) while the tape's check runs.
-  // Returns the adjoint loop's body where it was prepared.
-  std::optional<std::vector<vkad::LoopLaunch>> prepare_loops(const LoopTrace& t,
-                                                             std::span<const vkad::LoopLaunch> body,
-                                                             uint32_t count) {
+  void prepare_loops(const LoopTrace& t, std::span<const vkad::LoopLaunch> body, uint32_t count) {
     vkad::Session& s = st->get();
     s.prepare_loop(body, count);
-    std::vector<LoopEntry> recorded;
-    for (const LoopEntry& e : t.entries) {
-      if (e.recorded) recorded.push_back(e);
+    if (std::optional<std::vector<vkad::LoopLaunch>> adj = adjoint_of_set_grads(t, count)) {
+      s.prepare_loop(*adj, count);
     }
-    if (recorded.empty()) return std::nullopt;
+  }
+
+  // The adjoint loop of `t`'s differentiated launches with each gradient its array's
+  // `array.grad` -- what can be rolled before a backward exists -- or nullopt where there is
+  // no differentiated launch or a gradient is unset (the tape would make it at backward).
+  std::optional<std::vector<vkad::LoopLaunch>> adjoint_of_set_grads(const LoopTrace& t,
+                                                                    uint32_t count) {
+    std::vector<LoopEntry> differentiated;
+    for (const LoopEntry& e : t.entries) {
+      if (!e.k->adjoint.is_none()) differentiated.push_back(e);
+    }
+    if (differentiated.empty()) return std::nullopt;
     auto grad = [&](const Arg&, const LoopEntry& e, size_t g, const Kernel&) -> std::optional<Arg> {
       NdArray* arr = nullptr;
       if (!nb::try_cast<NdArray*>(e.values[e.k->gradients[g].first], arr) || !arr) return {};
@@ -1716,9 +1709,7 @@ struct Session {
       }
       return Arg::ndarray(ga->handle);
     };
-    std::optional<std::vector<vkad::LoopLaunch>> adj = adjoint_body(recorded, count, grad, nullptr);
-    if (adj) s.prepare_loop(*adj, count);
-    return adj;
+    return adjoint_body(differentiated, count, grad, nullptr);
   }
 
   // Tape.backward's first pass: the differentiated (grad) array argument of every recorded

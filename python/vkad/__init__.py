@@ -236,21 +236,12 @@ class Session(_vkad.Session):
         is captured as launched (one launch when rolled: replay updates cannot change its
         scalars)."""
         start, stop = _operator.index(start), _operator.index(stop)
-        if stop <= start:
-            return
         rec = self._recording
         if rec is not None and rec.checkpoint_every:
             for t in range(start, stop):
                 body(t)
             return
-        _loop_count(start, stop)
-        t = self._loop_begin(start)
-        try:
-            body(t)
-            self._loop_end(stop - start)
-        except BaseException:
-            self._loop_abort()  # (nothing once _loop_end took the trace)
-            raise
+        self._trace_loop(start, stop, body, self._loop_end)
 
     def prepare_loop(self, start: int, stop: int, body: Callable[[LoopIndex], Any]) -> bool:
         """What `loop(start, stop, body)` will need, made now and nothing launched: its
@@ -261,16 +252,22 @@ class Session(_vkad.Session):
         kernel: call it where a pause is acceptable (after building a simulation, before the
         timed loop). `body` is traced as by loop() (the same rules; a tape is not told).
         Returns whether the loop will run as one resident kernel."""
-        start, stop = _operator.index(start), _operator.index(stop)
+        return bool(self._trace_loop(_operator.index(start), _operator.index(stop), body,
+                                     self._loop_prepare))
+
+    def _trace_loop(self, start: int, stop: int, body: Callable[[LoopIndex], Any],
+                    finish: Callable[[int], Any]) -> Any:
+        # loop's and prepare_loop's trace: body(t) once with the symbolic index, then `finish`
+        # (_loop_end / _loop_prepare) with the count; the trace dropped on any exception.
         if stop <= start:
-            return False
+            return None
         _loop_count(start, stop)
         t = self._loop_begin(start)
         try:
             body(t)
-            return self._loop_prepare(stop - start)
+            return finish(stop - start)
         except BaseException:
-            self._loop_abort()  # (nothing once _loop_prepare took the trace)
+            self._loop_abort()  # (nothing once `finish` took the trace)
             raise
 
     def tape(self) -> Tape:
