@@ -434,24 +434,30 @@ bool Session::build_fused(std::span<const codegen::FusionRun> runs,
 
 Result<GraphHandle> Session::recapture(const ReworkPlan& w, const std::string& name,
                                        FusedGraph* map, bool* relaxed) {
-  std::vector<size_t> run_of(w.launches.size());
-  for (size_t r = 0; r < w.runs.size(); ++r) {
-    for (size_t m = 0; m < w.runs[r].count; ++m) run_of[w.runs[r].first + m] = r;
-  }
   VKAD_TRY(rt_->begin_capture(name));
   map->launch.resize(w.launches.size());
   map->param.resize(w.launches.size());
-  Status st;
-  size_t launch = 0;
   uint32_t made = 0;
-  std::vector<Arg> args;
   // What ran since the last barrier (a fill records its own): a launch that conflicts with
   // none of it goes without one.
   BarrierTracker pending;
   bool first_in_stretch = true;
   ScheduleLaunch unit;  // the accesses of the launch being assembled (a run's union)
   size_t barriers = 0;  // dependent launches: what a replay waits for (VKAD_GRAPH_TRACE)
-  auto emit = [&](KernelHandle k, std::span<const Arg> a) {
+  auto fill = [&](size_t i) {
+    pending.clear();
+    first_in_stretch = true;
+    return rt_->fill(w.steps[i].args[0].array, w.steps[i].value);
+  };
+  auto member = [&](size_t launch, size_t r, size_t m) {
+    const ScheduleLaunch& sl = w.sched[launch];
+    unit.known = unit.known && sl.known;
+    unit.accesses.insert(unit.accesses.end(), sl.accesses.begin(), sl.accesses.end());
+    const uint32_t orig = w.order[launch];
+    map->launch[orig] = made;
+    if (w.runs[r].count > 1) map->param[orig] = w.planned[r].param_map[m];
+  };
+  auto emit = [&](KernelHandle k, std::span<const Arg> a) -> Status {
     const bool barrier = pending.next(unit);
     barriers += barrier || first_in_stretch || !schedule_graph_launches_;
     unit = ScheduleLaunch{};
@@ -463,33 +469,9 @@ Result<GraphHandle> Session::recapture(const ReworkPlan& w, const std::string& n
     ++made;
     return rt_->launch(k, a);
   };
-  for (size_t i = 0; i < w.steps.size() && st.ok(); ++i) {
-    const CapturedStep& s = w.steps[i];
-    if (!s.launch) {
-      if (!w.dropped[i]) st = rt_->fill(s.args[0].array, s.value);
-      pending.clear();
-      first_in_stretch = true;
-      continue;
-    }
-    const codegen::FusionRun& run = w.runs[run_of[launch]];
-    const MergedLaunch& merged = w.planned[run_of[launch]];
-    const size_t member = launch - run.first;
-    const uint32_t orig = w.order[launch];
-    const ScheduleLaunch& sl = w.sched[launch];
-    unit.known = unit.known && sl.known;
-    unit.accesses.insert(unit.accesses.end(), sl.accesses.begin(), sl.accesses.end());
-    ++launch;
-    map->launch[orig] = made;
-    if (run.count < 2) {  // param stays empty: identity
-      st = emit(s.kernel, s.args);
-      continue;
-    }
-    if (member == 0) args.assign(merged.params, Arg{});
-    const std::vector<uint32_t>& pm = merged.param_map[member];
-    for (size_t p = 0; p < s.args.size(); ++p) args[pm[p]] = s.args[p];
-    map->param[orig] = pm;
-    if (member + 1 == run.count) st = emit(merged.kernel, args);
-  }
+  // Fills are recorded only where the plan keeps them (w.dropped: made redundant by a fused
+  // run's zeroing).
+  const Status st = walk_plan(w, fill, member, emit);
   Result<GraphHandle> fused = rt_->end_capture();
   if (!st.ok()) {
     if (fused.ok()) (void)rt_->release_graph(*fused);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "abi/kernel_abi.h"
+#include "base/status.h"
 #include "api/graph_schedule.h"
 #include "ir/ir.h"
 #include "ir/launch_fusion.h"
@@ -180,6 +181,44 @@ struct ReworkPlan {
   std::vector<MergedLaunch> planned;  // per run (runs of one launch: unused)
   std::vector<bool> dropped;          // per step
 };
+
+// Walks a plan's steps in order as they are launched: fill(i) for each fill step i the plan
+// keeps; for each launch, member(launch number, its run's index in w.runs, its position in
+// the run) -- launch numbers in the plan's order -- and, at the last member of its run, launch(kernel, args): the launch
+// itself where the run has one member, else the run's merged kernel with every member's
+// arguments at their parameters (MergedLaunch::param_map). Stops at the first error of fill or
+// launch and returns it. Graph recapture and a reworked step loop (Session::rework_loop) launch
+// a plan this way.
+template <typename Fill, typename Member, typename Launch>
+Status walk_plan(const ReworkPlan& w, Fill&& fill, Member&& member, Launch&& launch) {
+  std::vector<size_t> run_of(w.launches.size());
+  for (size_t r = 0; r < w.runs.size(); ++r) {
+    for (size_t m = 0; m < w.runs[r].count; ++m) run_of[w.runs[r].first + m] = r;
+  }
+  std::vector<Arg> args;
+  size_t n = 0;
+  for (size_t i = 0; i < w.steps.size(); ++i) {
+    const CapturedStep& s = w.steps[i];
+    if (!s.launch) {
+      if (!w.dropped[i]) VKAD_TRY(fill(i));
+      continue;
+    }
+    const size_t r = run_of[n];
+    const codegen::FusionRun& run = w.runs[r];
+    const size_t m = n - run.first;
+    member(n++, r, m);
+    if (run.count < 2) {
+      VKAD_TRY(launch(s.kernel, std::span<const Arg>(s.args)));
+      continue;
+    }
+    const MergedLaunch& merged = w.planned[r];
+    if (m == 0) args.assign(merged.params, Arg{});
+    const std::vector<uint32_t>& pm = merged.param_map[m];
+    for (size_t p = 0; p < s.args.size(); ++p) args[pm[p]] = s.args[p];
+    if (m + 1 == run.count) VKAD_TRY(launch(merged.kernel, std::span<const Arg>(args)));
+  }
+  return {};
+}
 
 // A fused run's kernel depends only on its members' kernels, which of their parameters share
 // an array and which arrays are known zero: the key of that (arrays numbered by first use in

@@ -514,6 +514,7 @@ Result<SessionStats> Session::stats() const {
   s.pipeline_create_ms = r.pipeline_create_ms;
   s.rolled_launches = rolled_launches_;
   s.rolled_loops = rolled_loops_;
+  s.reworked_loops = reworked_loops_;
   s.recomputed_launches = recomputed_launches_;
   return s;
 }

@@ -146,6 +146,8 @@ struct SessionStats {
   // Session::launch_loop calls that ran as one launch of a resident kernel (README, "Step
   // loops").
   uint64_t rolled_loops = 0;
+  // Session::launch_loop calls that launched a plan rework_loop made (README, "Step loops").
+  uint64_t reworked_loops = 0;
   // Captured launches that graphs captured so far run rewritten to compute what they gather
   // from an earlier launch (README, "Gather recompute").
   uint64_t recomputed_launches = 0;
@@ -186,8 +188,10 @@ struct LoopLaunch {
 // How Session::launch_loop ran a loop.
 struct LoopInfo {
   bool rolled = false;    // one launch of a resident kernel (README, "Step loops")
-  uint32_t launches = 0;  // launches recorded: 1 when rolled, else count x body size (fewer
-                          // when launch_loop failed part way)
+  bool reworked = false;  // the launches of the plan Session::rework_loop made
+  uint32_t launches = 0;  // launches recorded: 1 when rolled, that plan's launches when
+                          // reworked, else count x body size (fewer when launch_loop failed
+                          // part way)
 };
 
 // How Session::begin_capture treats what it captures.
@@ -334,6 +338,21 @@ class Session {
   // Whether launch_loop(body, count) runs as one resident kernel (rolling and compiling it
   // where no loop of its shape did yet).
   bool loop_rolls(std::span<const LoopLaunch> body, uint32_t count);
+  // For a loop that does not roll (ranges too wide for one workgroup): the graph rework's plan
+  // of its count x body launches (gather recompute, scheduling, fusion: what end_capture's
+  // rework makes of a captured loop) made now, on the caller's thread, its kernels compiled
+  // and registered and their pipelines made; a later launch_loop(body, count) with these very
+  // arguments launches the plan's launches instead of the body's one by one (LoopInfo::reworked,
+  // SessionStats::reworked_loops): a step loop's first run then costs what a replay of its
+  // reworked graph costs. Synchronous, and as slow as a rework (tens of ms for thousands of
+  // launches): what a front door calls ahead of a training loop (Python's Session.prepare_loop),
+  // not per iteration. The plan may take for granted that an array the body adds into
+  // (atomic_add) holds zeros when the loop starts (a gradient the tape zeroed); launch_loop then
+  // uses it only inside a capture whose log shows a zero fill of that array with no launch
+  // writing it since, and runs the launches one by one otherwise. Nothing where the loop rolls,
+  // nothing is reworked, the arguments are refused or the rework's switches are off; best
+  // effort (kernels the device refuses leave the loop as it was). At most 8 plans are kept.
+  void rework_loop(std::span<const LoopLaunch> body, uint32_t count);
   // Captured launch sequences (runtime::Runtime::begin_capture, "captured launch sequences"):
   // launches (and zero / fill) between begin_capture and end_capture are checked and planned
   // but not run; replay runs them all with one call, optionally replacing scalar arguments
@@ -605,6 +624,22 @@ class Session {
   std::vector<std::unique_ptr<LoopJob>> loop_jobs_;  // declared below
   void join_loop_jobs();
   uint64_t rolled_loops_ = 0;
+  uint64_t reworked_loops_ = 0;
+  // rework_loop's plans by loop_key (the body's kernels, arguments and steps, and the count);
+  // null: the loop was found to gain nothing (not tried again).
+  struct LoopRework {
+    ReworkPlan w;
+    std::vector<std::shared_ptr<const codegen::Kernel>> ir;  // what w.launches points into
+    std::vector<uint64_t> zeros;  // arrays the plan needs zero when the loop starts
+  };
+  std::unordered_map<std::string, std::shared_ptr<const LoopRework>> loop_reworks_;
+  static std::string loop_key(std::span<const LoopLaunch> body, uint32_t count);
+  // launch_loop's checks before anything is launched (errors name the launch and iteration).
+  Status check_loop(std::span<const LoopLaunch> body, uint32_t count) const;
+  // Whether every array of `zeros` holds zeros now, as far as the open capture's log shows.
+  bool zeros_hold(std::span<const uint64_t> zeros) const;
+  // Launches a rework_loop plan's steps through launch() (info->launches counts them).
+  Status launch_reworked(const LoopRework& r, LoopInfo* info);
   // loop_member's verdict per kernel handle id: may its launches be rolled (caller's thread).
   mutable std::unordered_map<uint64_t, bool> loop_residable_;
   // The rolled kernel of `body` x `count` and its parameter map, or nullopt where the loop runs

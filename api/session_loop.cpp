@@ -43,13 +43,9 @@ std::string where(size_t j, int64_t r) {
 
 }  // namespace
 
-Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, LoopInfo* info) {
-  if (info) *info = {};
-  if (count == 0 || body.empty()) return {};
+Status Session::check_loop(std::span<const LoopLaunch> body, uint32_t count) const {
   const int64_t last = static_cast<int64_t>(count) - 1;
-  PhaseClock clock("vkad loop");
   std::vector<Arg> a;
-  // Everything checked before anything is launched: a refused loop records nothing.
   for (size_t j = 0; j < body.size(); ++j) {
     const LoopLaunch& l = body[j];
     if (!l.step.empty() && l.step.size() != l.args.size()) {
@@ -78,19 +74,41 @@ Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, Lo
       VKAD_TRY_CTX(rt_->check_launch(l.kernel, a), where(j, r));
     }
   }
+  return {};
+}
+
+Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, LoopInfo* info) {
+  if (info) *info = {};
+  if (count == 0 || body.empty()) return {};
+  PhaseClock clock("vkad loop");
+  // Everything checked before anything is launched: a refused loop records nothing.
+  VKAD_TRY(check_loop(body, count));
   clock.mark("checks");
+  std::vector<Arg> a;
   std::optional<RolledLoop> rolled = roll_loop(body, count, clock);
   if (rolled) {
     rolled_args(*rolled, body, &a);
     VKAD_TRY_CTX(launch(rolled->kernel, a), "launch_loop: the rolled loop");
     ++rolled_loops_;
-    if (info) *info = {true, 1};
+    if (info) *info = {true, false, 1};
     // A capture that runs starts it now rather than after the next 64 captured steps.
     if (capture_) VKAD_TRY(rt_->cut_capture_run());
     clock.mark("launch (rolled)");
     return {};
   }
-  for (int64_t r = 0; r <= last; ++r) {
+  if (!loop_reworks_.empty()) {
+    auto known = loop_reworks_.find(loop_key(body, count));
+    if (known != loop_reworks_.end() && known->second && zeros_hold(known->second->zeros)) {
+      LoopInfo local;
+      LoopInfo* out = info ? info : &local;
+      out->reworked = true;
+      VKAD_TRY(launch_reworked(*known->second, out));
+      ++reworked_loops_;
+      clock.mark("launches (reworked)");
+      return {};
+    }
+  }
+  for (int64_t r = 0; r < static_cast<int64_t>(count); ++r) {
     for (size_t j = 0; j < body.size(); ++j) {
       iteration_args(body[j], r, &a);
       VKAD_TRY_CTX(launch(body[j].kernel, a), where(j, r));
@@ -99,6 +117,145 @@ Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, Lo
   }
   clock.mark("launches");
   return {};
+}
+
+std::string Session::loop_key(std::span<const LoopLaunch> body, uint32_t count) {
+  // Every bit launch_loop's launches depend on: kernels, arguments (arrays by handle, never
+  // reused; scalars by value and type) and steps.
+  std::string key;
+  auto put = [&](const auto& v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(count);
+  for (const LoopLaunch& l : body) {
+    put(l.kernel.id);
+    put(l.args.size());
+    for (const Arg& x : l.args) {
+      put(x.kind);
+      put(x.dtype);
+      put(x.kind == abi::ParamKind::kNdArray ? x.array.id : static_cast<uint64_t>(x.i));
+      put(x.f);
+    }
+    put(l.step.size());
+    for (int32_t st : l.step) put(st);
+  }
+  return key;
+}
+
+void Session::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
+  constexpr size_t kMaxLoopReworks = 8;
+  if (count < 2 || body.empty() || (!fuse_graph_launches_ && !schedule_graph_launches_)) return;
+  LoopPlan plan;
+  if (plan_loop(body, count, &plan)) return;  // it rolls (ready_loop makes that kernel)
+  std::string key = loop_key(body, count);
+  if (loop_reworks_.count(key) || !check_loop(body, count).ok()) return;
+  PhaseClock clock("vkad loop rework", &rework_compile_ms_);
+  if (loop_reworks_.size() >= kMaxLoopReworks) loop_reworks_.erase(loop_reworks_.begin());
+  std::shared_ptr<const LoopRework>& slot = loop_reworks_[key];
+  join_rework();  // the rework reads the kernel tables a background rework may be using
+  // The arrays the body adds into are taken to be zero at the loop's start (as after the
+  // tape's zeroing of its gradients): a fill of each before the launches. Gather recompute
+  // needs that of an accumulating producer; the plan keeps the ones it relied on (`zeros`),
+  // which launch_loop checks against the capture's log.
+  std::vector<uint64_t> accumulated;
+  auto accumulates = [&](const LoopLaunch& l, std::vector<uint64_t>* out) {
+    auto ca = capture_access_.find(l.kernel.id);
+    if (ca == capture_access_.end()) return;
+    for (const auto& [param, kinds] : ca->second.params) {
+      if (param >= l.args.size() || l.args[param].kind != abi::ParamKind::kNdArray) continue;
+      if ((kinds & kind_bit(codegen::ArrayAccess::Kind::kAccumulate)) == 0) continue;
+      const uint64_t id = l.args[param].array.id;
+      if (std::find(out->begin(), out->end(), id) == out->end()) out->push_back(id);
+    }
+  };
+  for (const LoopLaunch& l : body) accumulates(l, &accumulated);
+  CaptureLog log;
+  for (uint64_t id : accumulated) {
+    const Arg z = Arg::ndarray(NdArrayHandle{id});
+    log.add(false, {}, {&z, 1}, 0.0);
+  }
+  std::vector<Arg> a;
+  for (int64_t r = 0; r < static_cast<int64_t>(count); ++r) {
+    for (const LoopLaunch& l : body) {
+      iteration_args(l, r, &a);
+      log.add(true, l.kernel, a, 0.0);
+    }
+  }
+  snapshot_extents(log);
+  std::unique_ptr<PreparedRework> p;
+  try {
+    p = prepare_rework(GraphHandle{0}, log.unpack(), "loop");
+  } catch (...) {  // out of memory: the loop runs its launches one by one
+    PreparedRework left;
+    left.kernels = std::move(unregistered_);
+    unregistered_.clear();
+    (void)register_rework_kernels(left);  // the caches name them
+    return;
+  }
+  clock.mark("plan");
+  if (!register_rework_kernels(*p) || !p->rework) return;
+  clock.mark("register");
+  auto r = std::make_shared<LoopRework>();
+  // The zeros relied on: the accumulated arrays of the producers gather recompute copied into
+  // their consumers (recompute_pins holds consumer, producer launch numbers in turn).
+  for (size_t i = 1; i < p->recompute_pins.size(); i += 2) {
+    accumulates(body[p->recompute_pins[i] % body.size()], &r->zeros);
+  }
+  // The pipelines the launches will use, made now (a first launch would make them).
+  std::unordered_set<uint64_t> ready;
+  Status made = walk_plan(
+      p->w, [](size_t) { return Status{}; }, [](size_t, size_t, size_t) {},
+      [&](KernelHandle k, std::span<const Arg> args) {
+        if (ready.insert(k.id).second) (void)rt_->prepare(k, args);
+        return Status{};
+      });
+  (void)made;
+  clock.mark("pipelines");
+  r->w = std::move(p->w);
+  r->ir = std::move(p->ir);
+  slot = std::move(r);
+}
+
+bool Session::zeros_hold(std::span<const uint64_t> zeros) const {
+  if (zeros.empty()) return true;
+  if (!capture_) return false;  // outside a capture nothing tells what the arrays hold
+  std::vector<uint64_t> open(zeros.begin(), zeros.end());
+  const uint8_t writes = kind_bit(codegen::ArrayAccess::Kind::kAccumulate) |
+                           kind_bit(codegen::ArrayAccess::Kind::kOverwrite);
+  // From the latest step back: each array's last fill must be a zero fill, with no launch since
+  // that may write it.
+  for (size_t i = capture_->steps.size(); i-- > 0 && !open.empty();) {
+    const CaptureLog::Step& s = capture_->steps[i];
+    const Arg* args = capture_->args.at(s.first);
+    if (!s.launch) {
+      auto it = std::find(open.begin(), open.end(), args[0].array.id);
+      if (it == open.end()) continue;
+      if (s.value != 0.0) return false;
+      open.erase(it);
+      continue;
+    }
+    auto ca = capture_access_.find(s.kernel.id);
+    if (ca == capture_access_.end()) return false;  // it may write anything
+    for (const auto& [param, kinds] : ca->second.params) {
+      if (param >= s.count || args[param].kind != abi::ParamKind::kNdArray) return false;
+      if ((kinds & writes) != 0 &&
+          std::find(open.begin(), open.end(), args[param].array.id) != open.end()) {
+        return false;
+      }
+    }
+  }
+  return open.empty();
+}
+
+Status Session::launch_reworked(const LoopRework& r, LoopInfo* info) {
+  // Through launch(): in a capture the log takes them and the barriers are judged as for any
+  // launch. A plan's fills are the assumed zeros (rework_loop): never launched.
+  return walk_plan(
+      r.w, [](size_t) { return Status{}; }, [](size_t, size_t, size_t) {},
+      [&](KernelHandle k, std::span<const Arg> args) -> Status {
+        VKAD_TRY_CTX(launch(k, args), "launch_loop: launch " + std::to_string(info->launches) +
+                                          " of the reworked loop");
+        ++info->launches;
+        return {};
+      });
 }
 
 std::optional<std::vector<std::pair<int64_t, int64_t>>> Session::loop_ranges(

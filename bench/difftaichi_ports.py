@@ -7,10 +7,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "di
 PROGRAMS = ("diffmpm", "mass_spring")
 
 
-def make(session, program: str, steps=None):
+def make(session, program: str, steps=None, loop=None):
     """The port `program` built on `session` (its kernels compiled, its arrays made); `steps`
-    None: the program's own."""
+    and `loop` (its step loop through Session.loop, prepared in the constructor) None: the
+    program's own."""
     kw = {} if steps is None else {"steps": steps}
+    if loop is not None:
+        kw["loop"] = loop
     if program == "diffmpm":
         from diffmpm import DiffMPM
         return DiffMPM(session, **kw)

@@ -40,6 +40,9 @@ def main() -> int:
     ap.add_argument("--no-run", action="store_true",
                     help="capture without running, then replay (the examples before run=True)")
     ap.add_argument("--steps", type=int, default=None, help="the program's own when left out")
+    ap.add_argument("--loop", choices=("on", "off"), default=None,
+                    help="the port's step loop through Session.loop (prepared in its constructor) "
+                         "or as a Python loop; the port's default when left out")
     ap.add_argument("--retirement-depth", type=int, default=3,
                     help="submissions in flight before the host waits (Session's)")
     a = ap.parse_args()
@@ -48,7 +51,7 @@ def main() -> int:
     with vkad.Session(retirement_depth=a.retirement_depth) as s:
         out["session_ms"] = _ms(t0)
         t0 = time.perf_counter()
-        sim = make(s, a.program, a.steps)
+        sim = make(s, a.program, a.steps, None if a.loop is None else a.loop == "on")
         s.synchronize()
         out["construct_ms"] = _ms(t0)
         before = s.stats()
@@ -101,8 +104,8 @@ def main() -> int:
         out["stats"] = {k: v for k, v in s.stats().items()
                         if k in ("kernels_compiled", "compile_cache_hits", "disk_cache_hits",
                                  "disk_cache_misses", "pipeline_cache_loaded",
-                                 "recomputed_launches", "rolled_launches", "rolled_loops", "forced_waits",
-                                 "flushes")}
+                                 "recomputed_launches", "rolled_launches", "rolled_loops", "reworked_loops",
+                                 "forced_waits", "flushes")}
         out["device"] = s.device_name
     print("FIRST-ITERATION " + json.dumps(out))
     return 0

@@ -1434,6 +1434,10 @@ struct Session {
     if (adjoint) s.prepare_loop(*adjoint, count);  // compiled beside the forward's
     s.ready_loop(body, count);
     if (adjoint) s.ready_loop(*adjoint, count);
+    // A loop too wide to roll: the graph rework's plan of its launches, and its adjoint's,
+    // made now, so that its first run launches what a reworked replay would.
+    s.rework_loop(body, count);
+    if (adjoint) s.rework_loop(*adjoint, count);
     // The tape's check of the loop recorded first in a recording, kept for that recording.
     std::vector<vkad::LoopLaunch> key = recorded_launches(*t);
     if (!key.empty() && !find_loop_check(key, count)) {
@@ -1514,14 +1518,15 @@ struct Session {
     }
   }
   // A loop's launches in the Graph being captured, as launch_loop recorded them (`info`, also
-  // when it failed part way): one (no Python kernel) when rolled, else the body's `n` launches
-  // in order, info.launches of them.
+  // when it failed part way): one (no Python kernel) when rolled, the reworked plan's (none
+  // with a Python kernel: their scalars cannot be updated either), else the body's `n`
+  // launches in order, info.launches of them.
   template <typename KernelOf>
   void add_loop_to_capture(const vkad::LoopInfo& info, size_t n, KernelOf&& of) {
     if (st->capture.is_none()) return;
     Graph* g = nb::cast<Graph*>(st->capture);
-    if (info.rolled) {
-      g->add(nullptr);
+    if (info.rolled || info.reworked) {
+      for (uint32_t i = 0; i < info.launches; ++i) g->add(nullptr);
       return;
     }
     for (uint32_t i = 0; i < info.launches; ++i) g->add(of(i % n));
@@ -1834,8 +1839,9 @@ struct Session {
         Kernel* k = g.kernels[launch];
         if (!k) {
           invalid("replay of graph '" + g.name + "': update of launch " + std::to_string(launch) +
-                  ", a Session.loop that runs as one resident kernel: its scalars are fixed "
-                  "(replace them through an array, or capture the loop's launches one by one)");
+                  ", made by a Session.loop that runs as one resident kernel or as its reworked "
+                  "launches (Session.prepare_loop): its scalars are fixed (replace them through "
+                  "an array, or capture the loop's launches one by one)");
         }
         if (param >= k->params.size() || k->params[param].array) {
           invalid("replay of graph '" + g.name + "', launch " + std::to_string(launch) + " ('" +
@@ -1892,6 +1898,7 @@ struct Session {
     d["compile_cache_hits"] = s.compile_cache_hits;
     d["rolled_launches"] = s.rolled_launches;
     d["rolled_loops"] = s.rolled_loops;
+    d["reworked_loops"] = s.reworked_loops;
     d["recomputed_launches"] = s.recomputed_launches;
     d["memory_block_bytes"] = s.memory_block_bytes;
     d["memory_used_bytes"] = s.memory_used_bytes;

@@ -191,11 +191,16 @@ def test_diffmpm_replayed_iteration_equals_a_launched_one(session):
 
 def test_diffmpm_as_a_step_loop_trains_as_its_python_loop(session):
     # loop=True: the step loop through Session.loop (prepared at construction: the tape's check
-    # kept), its launches one by one from C++, captured and replayed; against the Python loop
-    # of launches: the same losses and gradients (float atomics: tolerances as above).
+    # kept, the graph rework's plan of the loop and of its adjoint made), its reworked launches
+    # from C++, captured and replayed; against the Python loop of launches: the same losses and
+    # gradients (float atomics: tolerances as above).
     sims = [diffmpm.DiffMPM(session, steps=MPM_STEPS, n_grid=MPM_GRID, loop=lp)
             for lp in (True, False)]
+    reworked = session.stats()["reworked_loops"]
     losses = [[sim.iteration() for _ in range(2)] for sim in sims]
+    # The first iteration (captured) ran both loops as their plans: the adjoint's relies on the
+    # gradients the tape zeroed in the capture (gather recompute of an accumulating producer).
+    assert session.stats()["reworked_loops"] - reworked == 2
     assert isinstance(sims[0].tape.launches[0], vkad.LoopRecord)
     assert not isinstance(sims[1].tape.launches[0], vkad.LoopRecord)
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)

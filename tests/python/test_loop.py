@@ -162,13 +162,44 @@ def test_a_loop_past_the_resident_range_runs_its_launches(session):
     x = session.zeros((5, 600), vkad.f32)  # 600 elements: past resident_max_range (256)
     w = session.ndarray(np.full(600, 0.5, np.float32))
     before = session.stats()["rolled_loops"]
-    assert session.prepare_loop(0, 4, lambda t: session.launch(wide, t, x, w)) is False
     with session.capture("wide") as g:
         session.loop(0, 4, lambda t: session.launch(wide, t, x, w))
     assert g.launches == 4 and session.stats()["rolled_loops"] == before
+    assert session.stats()["reworked_loops"] == 0
     session.replay(g)
     # x[t + 1] = 0.5 x[t] + 0.1 from 0: 0.1, 0.15, 0.175, 0.1875 (to f32 rounding)
     np.testing.assert_allclose(x.numpy()[:, 0], [0, 0.1, 0.15, 0.175, 0.1875], rtol=1e-6)
+
+
+def test_a_prepared_loop_past_the_resident_range_runs_reworked(session):
+    # prepare_loop makes the graph rework's plan of a loop too wide to roll: its four
+    # element-wise launches fuse into one, launched from the loop's first run.
+    wide = session.compile(decay())
+    x = session.zeros((5, 600), vkad.f32)
+    w = session.ndarray(np.linspace(0.1, 0.9, 600).astype(np.float32))
+    before = session.stats()
+    assert session.prepare_loop(0, 4, lambda t: session.launch(wide, t, x, w)) is False
+    with session.capture("wide") as g:
+        session.loop(0, 4, lambda t: session.launch(wide, t, x, w))
+    after = session.stats()
+    assert g.launches == 1
+    assert after["reworked_loops"] - before["reworked_loops"] == 1
+    assert after["rolled_loops"] == before["rolled_loops"]
+    want = np.zeros((5, 600), np.float32)
+    for t in range(4):
+        want[t + 1] = w.numpy() * want[t] + np.float32(0.1)
+    session.replay(g)
+    np.testing.assert_allclose(x.numpy(), want, rtol=1e-6)
+    # The same loop over another array is another loop: launched one by one.
+    y = session.zeros((5, 600), vkad.f32)
+    with session.capture("other") as g2:
+        session.loop(0, 4, lambda t: session.launch(wide, t, y, w))
+    assert g2.launches == 4 and session.stats()["reworked_loops"] == after["reworked_loops"]
+    session.replay(g2)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-6)
+    # Its scalars came from the plan: an update of one is refused, naming the loop.
+    with pytest.raises(vkad.InvalidArgumentError, match="reworked launches"):
+        session.replay(g, updates=[(0, 0, 1)])
 
 
 def test_an_index_offset_and_a_launch_without_it(session, kernels):
