@@ -171,7 +171,16 @@ std::vector<Result<KernelHandle>> Session::rework_compile_all(std::span<const co
     Compiled& ck = *compiled[i];
     Result<KernelHandle> h = ck.ok() ? rt_->reserve_kernel_handle() : ck.status();
     if (h.ok()) {
-      if (keep_ir) note_ir(ks[i], **ck, h->id);
+      if (keep_ir) {
+        note_ir(ks[i], **ck, h->id);
+      } else {
+        // No IR (later reworks do not fuse or recompute it again), but its access summary:
+        // a capture that launches it directly (a reworked step loop, Session::rework_loop)
+        // judges its barriers and a rework of that capture schedules it, instead of fencing.
+        kernel_access_[h->id] =
+            std::make_shared<const codegen::KernelAccess>(codegen::kernel_access(ks[i]));
+        if ((*ck)->has_adstacks()) adstack_kernels_.insert(h->id);
+      }
       unregistered_.push_back({*h, std::move(*ck)});
     }
     out.push_back(std::move(h));
@@ -694,7 +703,9 @@ bool Session::register_rework_kernels(PreparedRework& p) {
       // captured, as when its kernel fails to compile).
       forget_kernel(k.handle.id);
       all = false;
+      continue;
     }
+    note_capture_access(h->id, k.compiled->has_adstacks());
   }
   p.kernels.clear();
   return all;

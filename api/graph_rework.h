@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "abi/kernel_abi.h"
-#include "base/status.h"
 #include "api/graph_schedule.h"
+#include "base/status.h"
 #include "ir/ir.h"
 #include "ir/launch_fusion.h"
 #include "ir/resident.h"
@@ -184,11 +184,11 @@ struct ReworkPlan {
 
 // Walks a plan's steps in order as they are launched: fill(i) for each fill step i the plan
 // keeps; for each launch, member(launch number, its run's index in w.runs, its position in
-// the run) -- launch numbers in the plan's order -- and, at the last member of its run, launch(kernel, args): the launch
-// itself where the run has one member, else the run's merged kernel with every member's
-// arguments at their parameters (MergedLaunch::param_map). Stops at the first error of fill or
-// launch and returns it. Graph recapture and a reworked step loop (Session::rework_loop) launch
-// a plan this way.
+// the run) -- launch numbers in the plan's order -- and, at the last member of its run,
+// launch(kernel, args): the launch itself where the run has one member, else the run's merged
+// kernel with every member's arguments at their parameters (MergedLaunch::param_map). Stops at the
+// first error of fill or launch and returns it. Graph recapture and a reworked step loop
+// (Session::rework_loop) launch a plan this way.
 template <typename Fill, typename Member, typename Launch>
 Status walk_plan(const ReworkPlan& w, Fill&& fill, Member&& member, Launch&& launch) {
   std::vector<size_t> run_of(w.launches.size());

@@ -117,14 +117,21 @@ Result<KernelHandle> Session::register_ir(const codegen::Kernel& kernel,
                                           bool generic_on_demand) {
   VKAD_ASSIGN_OR_RETURN(KernelHandle h, rt_->register_kernel(ck, generic_on_demand));
   note_ir(kernel, ck, h.id);
-  CaptureAccess& ca = capture_access_[h.id];
-  ca.adstack = ck.has_adstacks();
-  for (const codegen::ParamAccess& p : kernel_access_.at(h.id)->params) {
+  note_capture_access(h.id, ck.has_adstacks());
+  return h;
+}
+
+void Session::note_capture_access(uint64_t id, bool adstack) {
+  auto access = kernel_access_.find(id);
+  if (access == kernel_access_.end()) return;  // unknown: a capture fences it
+  CaptureAccess& ca = capture_access_[id];
+  ca = CaptureAccess{};
+  ca.adstack = adstack;
+  for (const codegen::ParamAccess& p : access->second->params) {
     uint8_t kinds = 0;
     for (const codegen::ArrayAccess& a : p.accesses) kinds |= kind_bit(a.kind);
     ca.params.emplace_back(p.param, kinds);
   }
-  return h;
 }
 
 void Session::note_ir(const codegen::Kernel& kernel, const runtime::CompiledKernel& ck,

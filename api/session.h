@@ -745,6 +745,9 @@ class Session {
     bool adstack = false;
   };
   std::unordered_map<uint64_t, CaptureAccess> capture_access_;
+  // capture_access_[id] from kernel_access_[id] (nothing where that is unknown): at a kernel's
+  // registration, on the caller's thread.
+  void note_capture_access(uint64_t id, bool adstack);
   // The open capture's barriers so far (Graph scheduling: none between launches that share
   // no array) and the accesses of the launch being judged (reused).
   ArrayBarrierTracker capture_barriers_;

@@ -219,7 +219,7 @@ bool Session::zeros_hold(std::span<const uint64_t> zeros) const {
   if (!capture_) return false;  // outside a capture nothing tells what the arrays hold
   std::vector<uint64_t> open(zeros.begin(), zeros.end());
   const uint8_t writes = kind_bit(codegen::ArrayAccess::Kind::kAccumulate) |
-                           kind_bit(codegen::ArrayAccess::Kind::kOverwrite);
+                         kind_bit(codegen::ArrayAccess::Kind::kOverwrite);
   // From the latest step back: each array's last fill must be a zero fill, with no launch since
   // that may write it.
   for (size_t i = capture_->steps.size(); i-- > 0 && !open.empty();) {

@@ -29,6 +29,8 @@ step's grid instead, zeroed once per simulation. At the default size that is 102
 cells x 5 floats = 335 MB (f32), and as much again for their gradients; small next to a GPU's
 memory, and the price of recomputation-free reverse mode.
 
+The step loop is said as one (Session.loop) and prepared at construction (Session.prepare_loop):
+from the first iteration it and its adjoint run as the graph rework's plan of their launches.
 The whole iteration's launches (zeroing, forward, backward) are captured once as a graph and
 replayed (--no-graph launches them one by one; the results are the same). Prints progress
 (tqdm where installed), and with matplotlib writes diffmpm_loss.png and diffmpm_final.png (the
@@ -266,19 +268,21 @@ class DiffMPM:
 
     def __init__(self, session: vkad.Session, steps: int = STEPS, n_grid: int = N_GRID,
                  dtype: vkad.DType = vkad.f32, scene: str = "robot", seed: int = 0,
-                 graph: bool = True, loop: bool = False):
+                 graph: bool = True, loop: bool = True):
         if steps < 2:
             raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
         if n_grid < 2 * BOUND + 3:
             raise ValueError(f"n_grid={n_grid}: the grid needs more than its walls")
         self.s, self.steps, self.n_grid, self.dtype, self.graph = session, steps, n_grid, \
             dtype, graph
-        # loop=True: the step loop through Session.loop. Its ranges (thousands of particles and
-        # cells) are too wide for a resident kernel, so it would run its launches one by one
-        # from C++: less Python time, but the tape's check of all ~4,000 launches comes before
-        # the first runs and the launches then outrun the capture's recording threads; on an
-        # H100 the first iteration took 37-39 ms with it against 34-35 as a Python loop of bound
-        # launches (docs/benchmarks.md, "Step loops"). The Python loop is the default here.
+        # loop=True: the step loop said as one (Session.loop), prepared here (Session.prepare_loop).
+        # Its ranges (thousands of particles and cells) are too wide for a resident kernel, so
+        # the prepare makes the graph rework's plan of the loop and of its adjoint (each grid
+        # update recomputed in the gather, the gather fused with the next step's scatter, the
+        # controllers batched) and the first iteration runs that plan: on an H100 22.6-23.9 ms,
+        # 1.3-1.4x the steady 17 ms, against 40-42 ms (2.1-2.4x) as a Python loop of bound
+        # launches (loop=False), whose first iteration runs the launches as captured
+        # (docs/benchmarks.md, "Step loops"). The prepare costs construction ~100-200 ms.
         self.loop = loop
         self.scene = SCENES[scene](Scene(n_grid))
         sc = self.scene
@@ -322,7 +326,7 @@ class DiffMPM:
         self.tape = s.tape()
         self._graph: Optional[vkad.Graph] = None
         self._launchers: Dict[tuple, vkad.BoundLaunch] = {}  # by (kernel name, recorded)
-        if loop:  # the tape's check of the loop made now (it does not roll: nothing else)
+        if loop:  # the loop's and its adjoint's plans and the tape's check of the loop, made now
             self.s.prepare_loop(0, steps - 1, self._step(True))
 
     # launches
@@ -361,7 +365,7 @@ class DiffMPM:
         # DiffTaichi's clear_grid, once for all the steps' grids
         self.s.zero_many([a["grid_v_in"], a["grid_m_in"], a["loss"]])
         step = self._step(recorded)
-        # loop=True: one step loop, its ~4,000 launches made from C++ one by one (above).
+        # loop=True: one step loop, launched as the plan prepare_loop made (above).
         if self.loop:
             self.s.loop(0, self.steps - 1, step)
         else:

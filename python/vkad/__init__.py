@@ -251,7 +251,10 @@ class Session(_vkad.Session):
         backward of a tape that records it, pay only their launches. As Session.prepare for one
         kernel: call it where a pause is acceptable (after building a simulation, before the
         timed loop). `body` is traced as by loop() (the same rules; a tape is not told).
-        Returns whether the loop will run as one resident kernel."""
+        A loop too wide to roll gets the graph rework's plan of its launches instead (and its
+        adjoint's): the loop with these very arguments then launches that plan from its first
+        run (stats()["reworked_loops"]; one resting on a zeroed gradient only inside a capture
+        that shows the zeroing). Returns whether the loop will run as one resident kernel."""
         return bool(self._trace_loop(_operator.index(start), _operator.index(stop), body,
                                      self._loop_prepare))
 

@@ -2,9 +2,10 @@
 // rework's plan of its launches ahead, and launch_loop launches that plan. The loop here is
 // DiffTaichi's shape in miniature: `acc` adds into g[t] (as an adjoint adds into a gradient),
 // `hop` gathers g[t] at a neighbour (as p2g's adjoint reads the grid's), `copy` feeds the next
-// step's acc. Gather recompute makes hop compute acc's value itself, which holds only where g[t] was zero before acc: the plan
-// relies on it, and launch_loop uses the plan only inside a capture whose log shows g zeroed
-// and not written since. Results are compared with the CPU evaluator's launches one by one.
+// step's acc. Gather recompute makes hop compute acc's value itself, which holds only where g[t]
+// was zero before acc: the plan relies on it, and launch_loop uses the plan only inside a capture
+// whose log shows g zeroed and not written since. Results are compared with the CPU evaluator's
+// launches one by one.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -168,7 +169,8 @@ TEST(LoopRework, APreparedLoopRunsItsPlanWhereTheZerosItNeedsHold) {
   Session& s = *p->s;
   // Unprepared: the launches one by one.
   GraphHandle g{0};
-  LoopInfo info = captured_loop(*p, [&] { ASSERT_TRUE(s.zero(p->g).ok()); }, &g);
+  LoopInfo info = captured_loop(
+      *p, [&] { ASSERT_TRUE(s.zero(p->g).ok()); }, &g);
   EXPECT_FALSE(info.reworked);
   EXPECT_EQ(info.launches, 3 * kT);
   expect_x(*p, 0.0f, false);
@@ -176,7 +178,8 @@ TEST(LoopRework, APreparedLoopRunsItsPlanWhereTheZerosItNeedsHold) {
   s.rework_loop(body(*p), kT);
   s.rework_loop(body(*p), kT);  // made already: nothing more
   // Zeroed in the capture: the plan, fewer launches (each hop computes its acc), same results.
-  info = captured_loop(*p, [&] { ASSERT_TRUE(s.zero(p->g).ok()); }, &g);
+  info = captured_loop(
+      *p, [&] { ASSERT_TRUE(s.zero(p->g).ok()); }, &g);
   EXPECT_TRUE(info.reworked);
   EXPECT_LT(info.launches, 3 * kT);
   EXPECT_EQ(graph_steps(*p, g), 1 + info.launches);  // the fill and the plan's launches
@@ -202,7 +205,8 @@ TEST(LoopRework, APreparedLoopRunsItsPlanWhereTheZerosItNeedsHold) {
   EXPECT_EQ(info.launches, 3 * kT);
   expect_x(*p, 0.0f, true);
   // Filled with another value: one by one as well.
-  info = captured_loop(*p, [&] { ASSERT_TRUE(s.fill(p->g, 1.0).ok()); }, &g);
+  info = captured_loop(
+      *p, [&] { ASSERT_TRUE(s.fill(p->g, 1.0).ok()); }, &g);
   EXPECT_FALSE(info.reworked);
   expect_x(*p, 1.0f, false);
   // Outside a capture nothing shows what g holds: one by one.
@@ -239,10 +243,9 @@ TEST(LoopRework, APlanNeedingNoZerosRunsOutsideACaptureToo) {
   for (double& v : hg.data) v = 0.5;
   for (uint32_t t = 0; t < kT; ++t) {
     using codegen::HostArg;
-    ASSERT_TRUE(
-        codegen::evaluate(hop, std::vector<HostArg>{HostArg::of(t), HostArg::of(hg),
-                                                    HostArg::of(hx)})
-            .ok());
+    ASSERT_TRUE(codegen::evaluate(
+                    hop, std::vector<HostArg>{HostArg::of(t), HostArg::of(hg), HostArg::of(hx)})
+                    .ok());
   }
   std::vector<float> got(hx.data.size());
   ASSERT_TRUE(s.download(p->x, std::span<float>(got)).ok());

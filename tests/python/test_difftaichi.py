@@ -166,10 +166,11 @@ def test_diffmpm_loss_gradient_matches_finite_differences(session, scene, grid):
 
 def test_diffmpm_replayed_iteration_equals_a_launched_one(session):
     # As for mass_spring: one simulation replays a captured iteration, the other launches every
-    # kernel. The grid is summed by float atomics (order may differ), hence tolerances: losses
+    # kernel; the step loop as a Python loop of launches (loop=False), so that the capture's own
+    # rework recomputes the gathers (a prepared Session.loop has its plan made ahead). The grid is summed by float atomics (order may differ), hence tolerances: losses
     # ~0.25 to f32 rounding of the sum; the updates are 0.1 x gradients ~1e-3, so a gradient
     # that differs by 1e-3 relative moves a weight by ~1e-7 (atol 1e-6).
-    sims = [diffmpm.DiffMPM(session, steps=MPM_STEPS, n_grid=MPM_GRID, graph=g)
+    sims = [diffmpm.DiffMPM(session, steps=MPM_STEPS, n_grid=MPM_GRID, graph=g, loop=False)
             for g in (True, False)]
     recomputed = session.stats()["recomputed_launches"]
     losses = [[sim.iteration()] for sim in sims]  # the first captures (rework in background)
