@@ -199,6 +199,24 @@ void Session::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   for (size_t i = 1; i < p->recompute_pins.size(); i += 2) {
     accumulates(body[p->recompute_pins[i] % body.size()], &r->zeros);
   }
+  // And those fusion took for zeros: a fused run's loads of an array whose last step before
+  // it was a zero fill read the constant, and a fill a fused run made redundant is left out.
+  auto add = [&](uint64_t id) {
+    if (std::find(r->zeros.begin(), r->zeros.end(), id) == r->zeros.end()) r->zeros.push_back(id);
+  };
+  const ShapeOf shape_of = [&](uint64_t id) -> std::optional<std::vector<uint32_t>> {
+    Result<std::vector<uint32_t>> shape = rt_->shape(NdArrayHandle{id});
+    if (!shape.ok()) return std::nullopt;
+    return std::move(*shape);
+  };
+  for (const auto& run : zero_fills_before_runs(p->w.steps, p->w.launches, p->w.runs, shape_of)) {
+    for (const auto& [id, step] : run) add(id);
+  }
+  for (size_t i = 0; i < p->w.steps.size(); ++i) {
+    if (!p->w.steps[i].launch && i < p->w.dropped.size() && p->w.dropped[i]) {
+      add(p->w.steps[i].args[0].array.id);
+    }
+  }
   // The pipelines the launches will use, made now (a first launch would make them).
   std::unordered_set<uint64_t> ready;
   Status made = walk_plan(

@@ -69,6 +69,31 @@ kernel copy(t: i32, x: ndarray<f32, 2>, a: ndarray<f32, 2>) {
 }
 )";
 
+// x[t + 1, i] = x[t, i] + s[i]
+constexpr const char* kUse = R"(
+kernel use(t: i32, x: ndarray<f32, 2>, s: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(s, 0)) {
+    %t = arg t : i32
+    %one = const 1 : i32
+    %u = add %t, %one : i32
+    %x = load x[%t, %i] : f32
+    %s = load s[%i] : f32
+    %v = add %x, %s : f32
+    store x[%u, %i], %v
+  }
+}
+)";
+
+// s[i] += 0.5
+constexpr const char* kBump = R"(
+kernel bump(t: i32, s: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(s, 0)) {
+    %h = const 0.5 : f32
+    atomic_add s[%i], %h
+  }
+}
+)";
+
 constexpr uint32_t kN = 48;
 constexpr uint32_t kT = 12;
 
@@ -250,6 +275,46 @@ TEST(LoopRework, APlanNeedingNoZerosRunsOutsideACaptureToo) {
   std::vector<float> got(hx.data.size());
   ASSERT_TRUE(s.download(p->x, std::span<float>(got)).ok());
   for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], hx.data[i], 1e-5) << i;
+  expect_no_validation_messages(s);
+}
+
+TEST(LoopRework, APlanReadingAZeroFilledArrayRunsOnlyWhereItIsZero) {
+  // use(t) reads s, bump(t) adds into it: their element-wise launches fuse, and a fused run
+  // right after a zero fill of a 1-d array reads it as the constant -- so the plan relies on
+  // s being zero at the loop's start, as on a zeroed accumulator.
+  bool skipped = false;
+  auto p = make_program(&skipped);
+  if (skipped) GTEST_SKIP() << "no Vulkan device";
+  ASSERT_NE(p, nullptr);
+  Session& s = *p->s;
+  const KernelHandle use = *s.compile(std::string_view(kUse));
+  const KernelHandle bump = *s.compile(std::string_view(kBump));
+  const NdArrayHandle acc = *s.ndarray(DType::kF32, {kN}, "s");
+  const Arg t0 = Arg::i32(0);
+  const std::vector<LoopLaunch> loop = {
+      {use, {t0, Arg::ndarray(p->x), Arg::ndarray(acc)}, {1, 0, 0}},
+      {bump, {t0, Arg::ndarray(acc)}, {1, 0}}};
+  s.rework_loop(loop, kT);
+  for (double s0 : {0.0, 5.0}) {
+    ASSERT_TRUE(s.upload(p->x, std::span<const float>(p->x0)).ok());
+    ASSERT_TRUE(s.begin_capture("loop", CaptureOptions{.run = true}).ok());
+    ASSERT_TRUE(s.fill(acc, s0).ok());
+    LoopInfo info;
+    ASSERT_TRUE(s.launch_loop(loop, kT, &info).ok());
+    Result<GraphHandle> g = s.end_capture();
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    ASSERT_TRUE(s.synchronize().ok());
+    EXPECT_EQ(info.reworked, s0 == 0.0) << "s0 " << s0;
+    // x[t + 1] = x[t] + s0 + 0.5 t, exactly representable steps of 0.5 over the start value.
+    std::vector<float> got(p->x0.size());
+    ASSERT_TRUE(s.download(p->x, std::span<float>(got)).ok());
+    for (uint32_t t = 0; t <= kT; ++t) {
+      for (uint32_t i = 0; i < kN; ++i) {
+        const double want = p->x0[i] + t * s0 + 0.5 * (t * (t - 1.0) / 2.0);
+        ASSERT_NEAR(got[size_t{t} * kN + i], want, 1e-4) << "s0 " << s0 << " t " << t << " i " << i;
+      }
+    }
+  }
   expect_no_validation_messages(s);
 }
 
