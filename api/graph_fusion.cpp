@@ -453,10 +453,10 @@ Result<GraphHandle> Session::recapture(const ReworkPlan& w, const std::string& n
   bool first_in_stretch = true;
   ScheduleLaunch unit;  // the accesses of the launch being assembled (a run's union)
   size_t barriers = 0;  // dependent launches: what a replay waits for (VKAD_GRAPH_TRACE)
-  auto fill = [&](size_t i) {
+  auto fill = [&](size_t i, bool kept) {
     pending.clear();
     first_in_stretch = true;
-    return rt_->fill(w.steps[i].args[0].array, w.steps[i].value);
+    return kept ? rt_->fill(w.steps[i].args[0].array, w.steps[i].value) : Status{};
   };
   auto member = [&](size_t launch, size_t r, size_t m) {
     const ScheduleLaunch& sl = w.sched[launch];
@@ -479,7 +479,7 @@ Result<GraphHandle> Session::recapture(const ReworkPlan& w, const std::string& n
     return rt_->launch(k, a);
   };
   // Fills are recorded only where the plan keeps them (w.dropped: made redundant by a fused
-  // run's zeroing).
+  // run's zeroing); a dropped one still ends the stretch, as it did when it was recorded.
   const Status st = walk_plan(w, fill, member, emit);
   Result<GraphHandle> fused = rt_->end_capture();
   if (!st.ok()) {

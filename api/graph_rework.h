@@ -182,13 +182,13 @@ struct ReworkPlan {
   std::vector<bool> dropped;          // per step
 };
 
-// Walks a plan's steps in order as they are launched: fill(i) for each fill step i the plan
-// keeps; for each launch, member(launch number, its run's index in w.runs, its position in
-// the run) -- launch numbers in the plan's order -- and, at the last member of its run,
-// launch(kernel, args): the launch itself where the run has one member, else the run's merged
-// kernel with every member's arguments at their parameters (MergedLaunch::param_map). Stops at the
-// first error of fill or launch and returns it. Graph recapture and a reworked step loop
-// (Session::rework_loop) launch a plan this way.
+// Walks a plan's steps in order as they are launched: fill(i, kept) for each fill step i
+// (kept: the plan records it; false where a fused run made it redundant); for each launch,
+// member(launch number, its run's index in w.runs, its position in the run) -- launch numbers in
+// the plan's order -- and, at the last member of its run, launch(kernel, args): the launch itself
+// where the run has one member, else the run's merged kernel with every member's arguments at their
+// parameters (MergedLaunch::param_map). Stops at the first error of fill or launch and returns it.
+// Graph recapture and a reworked step loop (Session::rework_loop) launch a plan this way.
 template <typename Fill, typename Member, typename Launch>
 Status walk_plan(const ReworkPlan& w, Fill&& fill, Member&& member, Launch&& launch) {
   std::vector<size_t> run_of(w.launches.size());
@@ -200,7 +200,7 @@ Status walk_plan(const ReworkPlan& w, Fill&& fill, Member&& member, Launch&& lau
   for (size_t i = 0; i < w.steps.size(); ++i) {
     const CapturedStep& s = w.steps[i];
     if (!s.launch) {
-      if (!w.dropped[i]) VKAD_TRY(fill(i));
+      VKAD_TRY(fill(i, !w.dropped[i]));
       continue;
     }
     const size_t r = run_of[n];

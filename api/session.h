@@ -349,7 +349,9 @@ class Session {
   // not per iteration. The plan may take for granted that an array the body adds into
   // (atomic_add) holds zeros when the loop starts (a gradient the tape zeroed); launch_loop then
   // uses it only inside a capture whose log shows a zero fill of that array with no launch
-  // writing it since, and runs the launches one by one otherwise. Nothing where the loop rolls,
+  // writing it since (launches made through runtime() meanwhile are not in that log), and runs
+  // the launches one by one otherwise. A pending background rework is installed first (none
+  // while a capture is open: then no plan). Nothing where the loop rolls,
   // nothing is reworked, the arguments are refused or the rework's switches are off; best
   // effort (kernels the device refuses leave the loop as it was). At most 8 plans are kept.
   void rework_loop(std::span<const LoopLaunch> body, uint32_t count);
@@ -736,9 +738,10 @@ class Session {
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::KernelAccess>> access_;
   std::optional<CaptureLog> capture_;  // open capture, as Session saw it
   // kernel_access() summed up per parameter and whether it has adstacks, of the kernels a
-  // caller can launch (those
-  // register_ir made), by handle id: what a capture judges its barriers on. Apart from
-  // kernel_access_ because a background rework writes that one while a capture may be open.
+  // caller can launch (those register_ir made, and the rework's registered kernels that have an
+  // access summary: a reworked step loop launches them), by handle id: what a capture judges its
+  // barriers on. Apart from kernel_access_ because a background rework writes that one while a
+  // capture may be open.
   struct CaptureAccess {
     // Per ndarray parameter it accesses: the parameter and its kinds of access (kind_bit).
     std::vector<std::pair<uint32_t, uint8_t>> params;

@@ -7,6 +7,7 @@
 // the 6 ms of the rolled graph). A loop said as one gives the rolled kernel at its first run.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -80,6 +81,8 @@ Status Session::check_loop(std::span<const LoopLaunch> body, uint32_t count) con
 Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, LoopInfo* info) {
   if (info) *info = {};
   if (count == 0 || body.empty()) return {};
+  if (capture_ && !rt_->capturing()) capture_.reset();  // ended through runtime()
+  join_rework();  // plan_loop reads ir_, which a background rework may be writing
   PhaseClock clock("vkad loop");
   // Everything checked before anything is launched: a refused loop records nothing.
   VKAD_TRY(check_loop(body, count));
@@ -102,10 +105,17 @@ Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, Lo
       LoopInfo local;
       LoopInfo* out = info ? info : &local;
       out->reworked = true;
-      VKAD_TRY(launch_reworked(*known->second, out));
-      ++reworked_loops_;
-      clock.mark("launches (reworked)");
-      return {};
+      Status st = launch_reworked(*known->second, out);
+      if (st.ok()) {
+        ++reworked_loops_;
+        clock.mark("launches (reworked)");
+        return {};
+      }
+      if (out->launches > 0) return st;  // part of the plan is recorded: as a launch error
+      // Refused before anything was recorded (a kernel of the plan the device refused since):
+      // the plan is dropped and the launches run one by one.
+      known->second.reset();
+      out->reworked = false;
     }
   }
   for (int64_t r = 0; r < static_cast<int64_t>(count); ++r) {
@@ -143,6 +153,13 @@ std::string Session::loop_key(std::span<const LoopLaunch> body, uint32_t count) 
 void Session::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   constexpr size_t kMaxLoopReworks = 8;
   if (count < 2 || body.empty() || (!fuse_graph_launches_ && !schedule_graph_launches_)) return;
+  // A background rework first installed (as a replay would): until then its kernels sit in the
+  // caches under handles the runtime does not know yet, which this plan could take up. Its
+  // install records a graph, which an open capture forbids: then no plan.
+  if (background_) {
+    if (rt_->capturing()) return;
+    settle_rework();
+  }
   LoopPlan plan;
   if (plan_loop(body, count, &plan)) return;  // it rolls (ready_loop makes that kernel)
   std::string key = loop_key(body, count);
@@ -150,7 +167,6 @@ void Session::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   PhaseClock clock("vkad loop rework", &rework_compile_ms_);
   if (loop_reworks_.size() >= kMaxLoopReworks) loop_reworks_.erase(loop_reworks_.begin());
   std::shared_ptr<const LoopRework>& slot = loop_reworks_[key];
-  join_rework();  // the rework reads the kernel tables a background rework may be using
   // The arrays the body adds into are taken to be zero at the loop's start (as after the
   // tape's zeroing of its gradients): a fill of each before the launches. Gather recompute
   // needs that of an accumulating producer; the plan keeps the ones it relied on (`zeros`),
@@ -195,9 +211,14 @@ void Session::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   clock.mark("register");
   auto r = std::make_shared<LoopRework>();
   // The zeros relied on: the accumulated arrays of the producers gather recompute copied into
-  // their consumers (recompute_pins holds consumer, producer launch numbers in turn).
-  for (size_t i = 1; i < p->recompute_pins.size(); i += 2) {
-    accumulates(body[p->recompute_pins[i] % body.size()], &r->zeros);
+  // their consumers (recompute_pins holds consumer, producer launch numbers in turn, numbered
+  // after rolling: where the rework rolled a stretch of the loop, every assumed zero).
+  if (p->any_rolled) {
+    r->zeros = accumulated;
+  } else {
+    for (size_t i = 1; i < p->recompute_pins.size(); i += 2) {
+      accumulates(body[p->recompute_pins[i] % body.size()], &r->zeros);
+    }
   }
   // And those fusion took for zeros: a fused run's loads of an array whose last step before
   // it was a zero fill read the constant, and a fill a fused run made redundant is left out.
@@ -220,7 +241,7 @@ void Session::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   // The pipelines the launches will use, made now (a first launch would make them).
   std::unordered_set<uint64_t> ready;
   Status made = walk_plan(
-      p->w, [](size_t) { return Status{}; }, [](size_t, size_t, size_t) {},
+      p->w, [](size_t, bool) { return Status{}; }, [](size_t, size_t, size_t) {},
       [&](KernelHandle k, std::span<const Arg> args) {
         if (ready.insert(k.id).second) (void)rt_->prepare(k, args);
         return Status{};
@@ -246,7 +267,7 @@ bool Session::zeros_hold(std::span<const uint64_t> zeros) const {
     if (!s.launch) {
       auto it = std::find(open.begin(), open.end(), args[0].array.id);
       if (it == open.end()) continue;
-      if (s.value != 0.0) return false;
+      if (s.value != 0.0 || std::signbit(s.value)) return false;  // +0, all bits zero
       open.erase(it);
       continue;
     }
@@ -267,7 +288,7 @@ Status Session::launch_reworked(const LoopRework& r, LoopInfo* info) {
   // Through launch(): in a capture the log takes them and the barriers are judged as for any
   // launch. A plan's fills are the assumed zeros (rework_loop): never launched.
   return walk_plan(
-      r.w, [](size_t) { return Status{}; }, [](size_t, size_t, size_t) {},
+      r.w, [](size_t, bool) { return Status{}; }, [](size_t, size_t, size_t) {},
       [&](KernelHandle k, std::span<const Arg> args) -> Status {
         VKAD_TRY_CTX(launch(k, args), "launch_loop: launch " + std::to_string(info->launches) +
                                           " of the reworked loop");
@@ -374,6 +395,7 @@ bool Session::plan_loop(std::span<const LoopLaunch> body, uint32_t count, LoopPl
 
 void Session::prepare_loop(std::span<const LoopLaunch> body, uint32_t count) {
   constexpr size_t kMaxLoopJobs = 8;
+  join_rework();  // plan_loop reads ir_, which a background rework may be writing
   LoopPlan plan;
   if (!plan_loop(body, count, &plan) || rolled_by_shape_.count(plan.signature)) return;
   for (const std::unique_ptr<LoopJob>& j : loop_jobs_) {
@@ -422,6 +444,7 @@ void Session::rolled_args(const RolledLoop& rolled, std::span<const LoopLaunch> 
 }
 
 void Session::ready_loop(std::span<const LoopLaunch> body, uint32_t count) {
+  join_rework();  // plan_loop reads ir_, which a background rework may be writing
   PhaseClock clock("vkad loop");
   std::optional<RolledLoop> rolled = roll_loop(body, count, clock);
   if (!rolled) return;
@@ -432,6 +455,7 @@ void Session::ready_loop(std::span<const LoopLaunch> body, uint32_t count) {
 }
 
 bool Session::loop_rolls(std::span<const LoopLaunch> body, uint32_t count) {
+  join_rework();  // plan_loop reads ir_, which a background rework may be writing
   PhaseClock clock("vkad loop");
   return roll_loop(body, count, clock).has_value();
 }

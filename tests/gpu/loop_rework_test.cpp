@@ -318,5 +318,36 @@ TEST(LoopRework, APlanReadingAZeroFilledArrayRunsOnlyWhereItIsZero) {
   expect_no_validation_messages(s);
 }
 
+TEST(LoopRework, APendingBackgroundReworkIsInstalledBeforeThePlanIsMade) {
+  // The same loop captured one by one with its rework in the background: that rework compiles
+  // the kernels the plan wants and caches them under handles registered only at its install.
+  // rework_loop installs it first, so the plan launches registered kernels.
+  bool skipped = false;
+  auto p = make_program(&skipped);
+  if (skipped) GTEST_SKIP() << "no Vulkan device";
+  ASSERT_NE(p, nullptr);
+  Session& s = *p->s;
+  ASSERT_TRUE(s.upload(p->x, std::span<const float>(p->x0)).ok());
+  ASSERT_TRUE(s.upload(p->a, std::span<const float>(p->x0)).ok());
+  ASSERT_TRUE(s.begin_capture("background", CaptureOptions{.background_rework = true}).ok());
+  ASSERT_TRUE(s.zero(p->g).ok());
+  ASSERT_TRUE(s.launch_loop(body(*p), kT).ok());
+  Result<GraphHandle> bg = s.end_capture();  // its rework runs on a thread
+  ASSERT_TRUE(bg.ok()) << bg.status().to_string();
+  s.rework_loop(body(*p), kT);
+  GraphHandle g{0};
+  LoopInfo info = captured_loop(
+      *p, [&] { ASSERT_TRUE(s.zero(p->g).ok()); }, &g);
+  EXPECT_TRUE(info.reworked);
+  expect_x(*p, 0.0f, false);
+  // The background graph, reworked, gives the same.
+  ASSERT_TRUE(s.upload(p->x, std::span<const float>(p->x0)).ok());
+  ASSERT_TRUE(s.upload(p->a, std::span<const float>(p->x0)).ok());
+  ASSERT_TRUE(s.replay(*bg).ok());
+  ASSERT_TRUE(s.synchronize().ok());
+  expect_x(*p, 0.0f, false);
+  expect_no_validation_messages(s);
+}
+
 }  // namespace
 }  // namespace vkad::testing

@@ -211,6 +211,23 @@ def test_diffmpm_as_a_step_loop_trains_as_its_python_loop(session):
                                    err_msg=name)
 
 
+def test_diffmpm_step_loop_launched_eagerly_trains_as_its_python_loop(session):
+    # graph=False: every iteration launched, not captured. The prepared loop's plan runs where
+    # it assumes nothing (the forward); the adjoint's rests on zeroed gradients, which only a
+    # capture's log can show, so it runs its launches one by one. Same results as the Python
+    # loop (float atomics: tolerances as above).
+    sims = [diffmpm.DiffMPM(session, steps=MPM_STEPS, n_grid=MPM_GRID, graph=False, loop=lp)
+            for lp in (True, False)]
+    reworked = session.stats()["reworked_loops"]
+    losses = [[sim.iteration() for _ in range(2)] for sim in sims]
+    assert session.stats()["reworked_loops"] - reworked == 2  # the forward loop, twice
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
+    grads = [sim.gradients() for sim in sims]
+    for name in diffmpm.DiffMPM.PARAMS:
+        np.testing.assert_allclose(grads[0][name], grads[1][name], rtol=1e-3, atol=1e-7,
+                                   err_msg=name)
+
+
 def test_diffmpm_training_lowers_the_loss(session):
     # The loss is -(mean x of the solid particles) at the last step. DiffTaichi's update (rate
     # 0.1, gradients ~2e-3 here) is small: over 100 steps each iteration lowers the loss by
