@@ -638,6 +638,12 @@ class Session {
   static std::string loop_key(std::span<const LoopLaunch> body, uint32_t count);
   // launch_loop's checks before anything is launched (errors name the launch and iteration).
   Status check_loop(std::span<const LoopLaunch> body, uint32_t count) const;
+  // The arrays `l` adds into (atomic_add), appended to `out` once each.
+  void loop_accumulates(const LoopLaunch& l, std::vector<uint64_t>* out) const;
+  // Of the arrays a loop's rework took for zero at the loop's start (`assumed`), those its plan
+  // rests on: gather recompute's accumulating producers' and fusion's zero fills.
+  std::vector<uint64_t> plan_zeros(const PreparedRework& p, std::span<const LoopLaunch> body,
+                                   std::span<const uint64_t> assumed) const;
   // Whether every array of `zeros` holds zeros now, as far as the open capture's log shows.
   bool zeros_hold(std::span<const uint64_t> zeros) const;
   // Launches a rework_loop plan's steps through launch() (info->launches counts them).

@@ -150,6 +150,49 @@ std::string Session::loop_key(std::span<const LoopLaunch> body, uint32_t count) 
   return key;
 }
 
+void Session::loop_accumulates(const LoopLaunch& l, std::vector<uint64_t>* out) const {
+  auto ca = capture_access_.find(l.kernel.id);
+  if (ca == capture_access_.end()) return;
+  for (const auto& [param, kinds] : ca->second.params) {
+    if (param >= l.args.size() || l.args[param].kind != abi::ParamKind::kNdArray) continue;
+    if ((kinds & kind_bit(codegen::ArrayAccess::Kind::kAccumulate)) == 0) continue;
+    const uint64_t id = l.args[param].array.id;
+    if (std::find(out->begin(), out->end(), id) == out->end()) out->push_back(id);
+  }
+}
+
+std::vector<uint64_t> Session::plan_zeros(const PreparedRework& p, std::span<const LoopLaunch> body,
+                                          std::span<const uint64_t> assumed) const {
+  // The accumulated arrays of the producers gather recompute copied into their consumers
+  // (recompute_pins holds consumer, producer launch numbers in turn, numbered after rolling:
+  // where the rework rolled a stretch of the loop, every assumed zero).
+  std::vector<uint64_t> zeros;
+  if (p.any_rolled) {
+    zeros.assign(assumed.begin(), assumed.end());
+  } else {
+    for (size_t i = 1; i < p.recompute_pins.size(); i += 2) {
+      loop_accumulates(body[p.recompute_pins[i] % body.size()], &zeros);
+    }
+  }
+  // And those fusion took for zeros: a fused run's loads of an array whose last step before
+  // it was a zero fill read the constant, and a fill a fused run made redundant is left out.
+  auto add = [&](uint64_t id) {
+    if (std::find(zeros.begin(), zeros.end(), id) == zeros.end()) zeros.push_back(id);
+  };
+  const ShapeOf shape_of = [&](uint64_t id) -> std::optional<std::vector<uint32_t>> {
+    Result<std::vector<uint32_t>> shape = rt_->shape(NdArrayHandle{id});
+    if (!shape.ok()) return std::nullopt;
+    return std::move(*shape);
+  };
+  for (const auto& run : zero_fills_before_runs(p.w.steps, p.w.launches, p.w.runs, shape_of)) {
+    for (const auto& [id, step] : run) add(id);
+  }
+  for (size_t i = 0; i < p.w.steps.size() && i < p.w.dropped.size(); ++i) {
+    if (!p.w.steps[i].launch && p.w.dropped[i]) add(p.w.steps[i].args[0].array.id);
+  }
+  return zeros;
+}
+
 void Session::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   constexpr size_t kMaxLoopReworks = 8;
   if (count < 2 || body.empty() || (!fuse_graph_launches_ && !schedule_graph_launches_)) return;
@@ -168,21 +211,10 @@ void Session::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   if (loop_reworks_.size() >= kMaxLoopReworks) loop_reworks_.erase(loop_reworks_.begin());
   std::shared_ptr<const LoopRework>& slot = loop_reworks_[key];
   // The arrays the body adds into are taken to be zero at the loop's start (as after the
-  // tape's zeroing of its gradients): a fill of each before the launches. Gather recompute
-  // needs that of an accumulating producer; the plan keeps the ones it relied on (`zeros`),
-  // which launch_loop checks against the capture's log.
+  // tape's zeroing of its gradients): a fill of each before the launches. The plan keeps the
+  // ones it relied on (plan_zeros), which launch_loop checks against the capture's log.
   std::vector<uint64_t> accumulated;
-  auto accumulates = [&](const LoopLaunch& l, std::vector<uint64_t>* out) {
-    auto ca = capture_access_.find(l.kernel.id);
-    if (ca == capture_access_.end()) return;
-    for (const auto& [param, kinds] : ca->second.params) {
-      if (param >= l.args.size() || l.args[param].kind != abi::ParamKind::kNdArray) continue;
-      if ((kinds & kind_bit(codegen::ArrayAccess::Kind::kAccumulate)) == 0) continue;
-      const uint64_t id = l.args[param].array.id;
-      if (std::find(out->begin(), out->end(), id) == out->end()) out->push_back(id);
-    }
-  };
-  for (const LoopLaunch& l : body) accumulates(l, &accumulated);
+  for (const LoopLaunch& l : body) loop_accumulates(l, &accumulated);
   CaptureLog log;
   for (uint64_t id : accumulated) {
     const Arg z = Arg::ndarray(NdArrayHandle{id});
@@ -210,43 +242,15 @@ void Session::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   if (!register_rework_kernels(*p) || !p->rework) return;
   clock.mark("register");
   auto r = std::make_shared<LoopRework>();
-  // The zeros relied on: the accumulated arrays of the producers gather recompute copied into
-  // their consumers (recompute_pins holds consumer, producer launch numbers in turn, numbered
-  // after rolling: where the rework rolled a stretch of the loop, every assumed zero).
-  if (p->any_rolled) {
-    r->zeros = accumulated;
-  } else {
-    for (size_t i = 1; i < p->recompute_pins.size(); i += 2) {
-      accumulates(body[p->recompute_pins[i] % body.size()], &r->zeros);
-    }
-  }
-  // And those fusion took for zeros: a fused run's loads of an array whose last step before
-  // it was a zero fill read the constant, and a fill a fused run made redundant is left out.
-  auto add = [&](uint64_t id) {
-    if (std::find(r->zeros.begin(), r->zeros.end(), id) == r->zeros.end()) r->zeros.push_back(id);
-  };
-  const ShapeOf shape_of = [&](uint64_t id) -> std::optional<std::vector<uint32_t>> {
-    Result<std::vector<uint32_t>> shape = rt_->shape(NdArrayHandle{id});
-    if (!shape.ok()) return std::nullopt;
-    return std::move(*shape);
-  };
-  for (const auto& run : zero_fills_before_runs(p->w.steps, p->w.launches, p->w.runs, shape_of)) {
-    for (const auto& [id, step] : run) add(id);
-  }
-  for (size_t i = 0; i < p->w.steps.size(); ++i) {
-    if (!p->w.steps[i].launch && i < p->w.dropped.size() && p->w.dropped[i]) {
-      add(p->w.steps[i].args[0].array.id);
-    }
-  }
+  r->zeros = plan_zeros(*p, body, accumulated);
   // The pipelines the launches will use, made now (a first launch would make them).
   std::unordered_set<uint64_t> ready;
-  Status made = walk_plan(
+  (void)walk_plan(
       p->w, [](size_t, bool) { return Status{}; }, [](size_t, size_t, size_t) {},
       [&](KernelHandle k, std::span<const Arg> args) {
         if (ready.insert(k.id).second) (void)rt_->prepare(k, args);
         return Status{};
       });
-  (void)made;
   clock.mark("pipelines");
   r->w = std::move(p->w);
   r->ir = std::move(p->ir);
