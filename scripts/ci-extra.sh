@@ -39,9 +39,10 @@ if [[ "$skip" != *" tsan "* ]]; then
   # ProcessWide: sessions on threads; GraphFusion's background reworks: a worker thread beside
   # the session's user; SessionTest's shape tests and DiffMpm: pipelines made on threads while
   # launches go on (RuntimeOptions::background_specialization); ResidentGraph's loops: step
-  # loops rolled and compiled on threads (Session::prepare_loop).
+  # loops rolled and compiled on threads (Session::prepare_loop); LoopRework: a loop's plan
+  # made while a background rework is pending (Session::rework_loop installs it first).
   VKAD_VALIDATION=1 ./build-tsan/tests/vkad_gpu_tests \
-    --gtest_filter='ProcessWide.*:GraphFusion.*Background*:GraphFusion.TheNextCapture*:Replay/Graphs.*Run*:Replay/Graphs.*Free*:Replay/Graphs.*Fail*:SessionTest.Kernels*:SessionTest.Prepare*:SessionTest.AShape*:SessionTest.Saving*:SessionTest.AGraph*:DiffMpm*:ResidentGraph.*Loop*'
+    --gtest_filter='ProcessWide.*:GraphFusion.*Background*:GraphFusion.TheNextCapture*:Replay/Graphs.*Run*:Replay/Graphs.*Free*:Replay/Graphs.*Fail*:SessionTest.Kernels*:SessionTest.Prepare*:SessionTest.AShape*:SessionTest.Saving*:SessionTest.AGraph*:DiffMpm*:ResidentGraph.*Loop*:LoopRework.*'
   ./build-tsan/tests/vkad_unit_tests --gtest_filter='UseGuard.*:CompileCacheThreads.*'
   unset TSAN_OPTIONS
 fi
@@ -54,10 +55,11 @@ if [[ "$skip" != *" sync "* ]]; then
     2>&1 | tee /tmp/vkad-sync.log | tail -3
   # Graph scheduling leaves barriers out between launches it proved independent: the
   # scheduled graphs under synchronization validation (within the command buffers; the
-  # queue-submit check is what reports false hazards in timeline mode).
+  # queue-submit check is what reports false hazards in timeline mode); LoopRework: a loop
+  # plan's launches judged at capture.
   VKAD_VALIDATION=1 \
   VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT \
-    ./build/tests/vkad_gpu_tests --gtest_filter='GraphSchedule*:GraphFusion*:FusionEdges*:DiffMpm*' \
+    ./build/tests/vkad_gpu_tests --gtest_filter='GraphSchedule*:GraphFusion*:FusionEdges*:DiffMpm*:LoopRework*' \
     2>&1 | tee -a /tmp/vkad-sync.log | tail -3
   if grep -q "\[vkad validation\]\|validation: Validation Error\|FAILED" /tmp/vkad-sync.log ||
      ! grep -q "PASSED" /tmp/vkad-sync.log; then
