@@ -82,7 +82,6 @@ Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, Lo
   if (info) *info = {};
   if (count == 0 || body.empty()) return {};
   if (capture_ && !rt_->capturing()) capture_.reset();  // ended through runtime()
-  join_rework();  // plan_loop reads ir_, which a background rework may be writing
   PhaseClock clock("vkad loop");
   // Everything checked before anything is launched: a refused loop records nothing.
   VKAD_TRY(check_loop(body, count));
@@ -448,7 +447,6 @@ void Session::rolled_args(const RolledLoop& rolled, std::span<const LoopLaunch> 
 }
 
 void Session::ready_loop(std::span<const LoopLaunch> body, uint32_t count) {
-  join_rework();  // plan_loop reads ir_, which a background rework may be writing
   PhaseClock clock("vkad loop");
   std::optional<RolledLoop> rolled = roll_loop(body, count, clock);
   if (!rolled) return;
@@ -459,7 +457,6 @@ void Session::ready_loop(std::span<const LoopLaunch> body, uint32_t count) {
 }
 
 bool Session::loop_rolls(std::span<const LoopLaunch> body, uint32_t count) {
-  join_rework();  // plan_loop reads ir_, which a background rework may be writing
   PhaseClock clock("vkad loop");
   return roll_loop(body, count, clock).has_value();
 }
@@ -473,6 +470,7 @@ void Session::join_loop_jobs() {
 
 std::optional<Session::RolledLoop> Session::roll_loop(std::span<const LoopLaunch> body,
                                                       uint32_t count, PhaseClock& clock) {
+  join_rework();  // plan_loop reads ir_, which a background rework may be writing
   LoopPlan plan;
   if (!plan_loop(body, count, &plan)) return std::nullopt;
   clock.mark("plan");
