@@ -52,8 +52,10 @@ struct CaptureLog {
   };
   std::vector<Step> steps;
   runtime::ChunkedVector<Arg> args;
+  uint32_t launches = 0;  // launch steps so far: the next launch's index in capture order
 
   void add(bool launch, KernelHandle kernel, std::span<const Arg> step_args, double value) {
+    launches += launch;
     const uint32_t first = args.append(step_args);
     steps.push_back({launch, kernel, first, static_cast<uint32_t>(step_args.size()), value});
   }

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 #include "api/device_target.h"
 #include "autodiff/reverse_mode.h"
@@ -73,7 +74,9 @@ Result<std::unique_ptr<Session>> Session::create(const runtime::RuntimeOptions& 
   s->recompute_graph_gathers_ = recompute == nullptr || std::string(recompute) != "0";
   // The same for resident step loops; a number sets the largest range rolled.
   if (const char* resident = std::getenv("VKAD_GRAPH_RESIDENT")) {
-    s->resident_max_range_ = static_cast<uint32_t>(std::strtoul(resident, nullptr, 10));
+    // strtoull saturates; clamped rather than truncated to 32 bits ("4294967296" is not 0).
+    s->resident_max_range_ = static_cast<uint32_t>(
+        std::min<unsigned long long>(std::strtoull(resident, nullptr, 10), UINT32_MAX));
   }
   s->target_ = codegen::target_from_caps(rt->caps());
   s->adjoint_options_ = codegen::adjoint_options_from_caps(rt->caps());
@@ -339,12 +342,34 @@ Status Session::synchronize() { return rt_->synchronize(); }
 Status Session::begin_capture(const std::string& name, CaptureOptions options) {
   VKAD_TRY(rt_->begin_capture(name, options.run));
   capture_.emplace();
+  capture_fixed_.clear();
   capture_barriers_.clear();
   capture_name_ = name;
   capture_background_ = options.background_rework;
   return {};
 }
 Result<GraphHandle> Session::end_capture() {
+  LaunchRanges fixed = std::exchange(capture_fixed_, {});
+  Result<GraphHandle> g = end_capture_log();
+  if (g.ok() && !fixed.empty()) fixed_launches_[g->id] = std::move(fixed);
+  return g;
+}
+Status Session::check_fixed_updates(GraphHandle graph, std::span<const GraphUpdate> updates) const {
+  auto it = fixed_launches_.find(graph.id);
+  if (it == fixed_launches_.end()) return {};
+  for (const GraphUpdate& u : updates) {
+    for (const auto& [first, end] : it->second) {
+      if (u.launch < first || u.launch >= end) continue;
+      return make_error(ErrorCode::kInvalidArgument,
+                        "replay: update of launch " + std::to_string(u.launch) +
+                            ", made by a launch_loop that runs as one resident kernel or as its "
+                            "reworked launches: its scalars are fixed (replace them through an "
+                            "array, or capture the loop's launches one by one)");
+    }
+  }
+  return {};
+}
+Result<GraphHandle> Session::end_capture_log() {
   VKAD_ASSIGN_OR_RETURN(GraphHandle g, rt_->end_capture());
   if (!capture_) return g;  // the capture was begun through runtime(): nothing to fuse
   CaptureLog log = std::move(*capture_);
@@ -407,6 +432,7 @@ Status Session::finish_rework(GraphHandle graph) {
   return {};
 }
 Status Session::replay(GraphHandle graph, std::span<const GraphUpdate> updates, LaunchId* first) {
+  VKAD_TRY(check_fixed_updates(graph, updates));
   if (background_ && background_->graph.id == graph.id) {
     if (background_->done.load(std::memory_order_acquire) && !rt_->capturing()) {
       settle_rework();
@@ -495,6 +521,7 @@ Status Session::release_graph(GraphHandle graph) {
     (void)rt_->release_graph(it->second.original);
   }
   fused_graphs_.erase(graph.id);
+  fixed_launches_.erase(graph.id);
   return {};
 }
 Result<SessionStats> Session::stats() const {

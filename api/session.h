@@ -743,6 +743,14 @@ class Session {
   // launch_access() of every differentiated forward kernel, by handle id.
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::KernelAccess>> access_;
   std::optional<CaptureLog> capture_;  // open capture, as Session saw it
+  // Launches (capture-order [first, end) ranges) that launch_loop made of a rolled or reworked
+  // step loop: replay updates of them are refused, since the kernel run there is not the one
+  // whose parameters the update would number. Of the open capture, then by graph id.
+  using LaunchRanges = std::vector<std::pair<uint32_t, uint32_t>>;
+  LaunchRanges capture_fixed_;
+  std::unordered_map<uint64_t, LaunchRanges> fixed_launches_;
+  Result<GraphHandle> end_capture_log();
+  Status check_fixed_updates(GraphHandle graph, std::span<const GraphUpdate> updates) const;
   // kernel_access() summed up per parameter and whether it has adstacks, of the kernels a
   // caller can launch (those register_ir made, and the rework's registered kernels that have an
   // access summary: a reworked step loop launches them), by handle id: what a capture judges its

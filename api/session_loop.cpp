@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "api/graph_rework.h"
+#include "api/loop_steps.h"
 #include "api/phase_clock.h"
 #include "api/session.h"
 #include "ir/resident.h"
@@ -44,32 +45,43 @@ std::string where(size_t j, int64_t r) {
 
 }  // namespace
 
+Status check_loop_steps(std::span<const Arg> args, std::span<const int32_t> step, uint32_t count) {
+  const int64_t last = static_cast<int64_t>(count) - 1;
+  if (!step.empty() && step.size() != args.size()) {
+    return make_error(ErrorCode::kInvalidArgument, std::to_string(step.size()) + " steps for " +
+                                                       std::to_string(args.size()) + " arguments");
+  }
+  for (size_t p = 0; p < step.size(); ++p) {
+    if (step[p] == 0) continue;
+    const Arg& x = args[p];
+    if (x.kind != abi::ParamKind::kScalar || x.dtype != DType::kI32) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "argument " + std::to_string(p) + " steps by " + std::to_string(step[p]) +
+                            " per iteration but is not an i32 scalar (only i32 scalars step)");
+    }
+    // The start first: x.i is a caller's int64, so x.i + last * step could overflow. With x.i
+    // in i32 and |last * step| < 2^63 - 2^32, the sum below cannot.
+    if (x.i < std::numeric_limits<int32_t>::min() || x.i > std::numeric_limits<int32_t>::max()) {
+      return make_error(ErrorCode::kInvalidArgument, "argument " + std::to_string(p) +
+                                                         " (i32) value " + std::to_string(x.i) +
+                                                         " does not fit");
+    }
+    const int64_t end = x.i + last * step[p];
+    if (end < std::numeric_limits<int32_t>::min() || end > std::numeric_limits<int32_t>::max()) {
+      return make_error(ErrorCode::kInvalidArgument, "argument " + std::to_string(p) + " reaches " +
+                                                         std::to_string(end) + " at iteration " +
+                                                         std::to_string(last) + ", past i32");
+    }
+  }
+  return {};
+}
+
 Status Session::check_loop(std::span<const LoopLaunch> body, uint32_t count) const {
   const int64_t last = static_cast<int64_t>(count) - 1;
   std::vector<Arg> a;
   for (size_t j = 0; j < body.size(); ++j) {
     const LoopLaunch& l = body[j];
-    if (!l.step.empty() && l.step.size() != l.args.size()) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        where(j, 0) + ": " + std::to_string(l.step.size()) + " steps for " +
-                            std::to_string(l.args.size()) + " arguments");
-    }
-    for (size_t p = 0; p < l.step.size(); ++p) {
-      if (l.step[p] == 0) continue;
-      const Arg& x = l.args[p];
-      if (x.kind != abi::ParamKind::kScalar || x.dtype != DType::kI32) {
-        return make_error(ErrorCode::kInvalidArgument,
-                          where(j, 0) + ": argument " + std::to_string(p) + " steps by " +
-                              std::to_string(l.step[p]) +
-                              " per iteration but is not an i32 scalar (only i32 scalars step)");
-      }
-      const int64_t end = x.i + last * l.step[p];
-      if (end < std::numeric_limits<int32_t>::min() || end > std::numeric_limits<int32_t>::max()) {
-        return make_error(ErrorCode::kInvalidArgument, where(j, last) + ": argument " +
-                                                           std::to_string(p) + " reaches " +
-                                                           std::to_string(end) + ", past i32");
-      }
-    }
+    VKAD_TRY_CTX(check_loop_steps(l.args, l.step, count), where(j, 0));
     for (int64_t r : {int64_t{0}, last}) {
       iteration_args(l, r, &a);
       VKAD_TRY_CTX(rt_->check_launch(l.kernel, a), where(j, r));
@@ -88,9 +100,11 @@ Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, Lo
   clock.mark("checks");
   std::vector<Arg> a;
   std::optional<RolledLoop> rolled = roll_loop(body, count, clock);
+  const uint32_t first_launch = capture_ ? capture_->launches : 0;
   if (rolled) {
     rolled_args(*rolled, body, &a);
     VKAD_TRY_CTX(launch(rolled->kernel, a), "launch_loop: the rolled loop");
+    if (capture_) capture_fixed_.push_back({first_launch, capture_->launches});
     ++rolled_loops_;
     if (info) *info = {true, false, 1};
     // A capture that runs starts it now rather than after the next 64 captured steps.
@@ -105,6 +119,9 @@ Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, Lo
       LoopInfo* out = info ? info : &local;
       out->reworked = true;
       Status st = launch_reworked(*known->second, out);
+      if (capture_ && capture_->launches > first_launch) {
+        capture_fixed_.push_back({first_launch, capture_->launches});
+      }
       if (st.ok()) {
         ++reworked_loops_;
         clock.mark("launches (reworked)");

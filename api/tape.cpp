@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <string>
 
+#include "api/loop_steps.h"
+
 namespace vkad {
 
 namespace {
@@ -142,13 +144,15 @@ std::string loop_where(size_t j, int64_t r) {
 }
 
 // What launch() refuses of a differentiate() result's arguments, before its hazard check.
-Status loop_launch_args(const TapeLoopLaunch& l) {
+Status loop_launch_args(const TapeLoopLaunch& l, uint32_t count) {
   const Differentiated& d = *l.d;
   if (l.args.size() != d.forward_params) {
     return make_error(ErrorCode::kInvalidArgument,
                       std::to_string(l.args.size()) + " arguments given, the forward kernel has " +
                           std::to_string(d.forward_params) + " parameters");
   }
+  // Before any iteration's arguments are computed (loop_args adds r * step to them).
+  VKAD_TRY(check_loop_steps(l.args, l.step, count));
   for (const GradientParam& g : d.gradients) {
     if (g.param >= l.args.size() || l.args[g.param].kind != runtime::ParamKind::kNdArray) {
       return make_error(ErrorCode::kInvalidArgument,
@@ -170,7 +174,7 @@ Status Tape::launch_loop(std::span<const TapeLoopLaunch> body, uint32_t count, L
       return make_error(ErrorCode::kInvalidArgument,
                         loop_where(j, 0) + ": no differentiate() result");
     }
-    VKAD_TRY_CTX(loop_launch_args(body[j]), loop_where(j, 0));
+    VKAD_TRY_CTX(loop_launch_args(body[j], count), loop_where(j, 0));
   }
   std::vector<Arg> a;
   if (checkpoint_every_ != 0) {  // checkpointing copies before each launch: one by one

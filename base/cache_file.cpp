@@ -9,8 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 namespace vkad {
 
@@ -114,33 +112,70 @@ std::string encode_cache_file(CacheKind kind, std::string_view key, std::string_
   return out;
 }
 
+namespace {
+
+// Reads exactly `n` bytes at the current offset; false on a short file or an error.
+bool read_exact(int fd, char* out, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::read(fd, out + done, n - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    done += static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// Closes the descriptor on every return path.
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
 CacheFile read_cache_file(const std::string& dir, const std::string& name, CacheKind kind,
                           std::string_view key) {
   CacheFile f;
   if (dir.empty()) return f;
-  std::ifstream in(dir + "/" + name, std::ios::binary);
-  if (!in) return f;
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return f;
+  const std::string path = dir + "/" + name;
+  // O_NONBLOCK: opening a FIFO planted under the name returns at once instead of waiting for a
+  // writer; the type check below then refuses it. Symlinks are followed (a user may link the
+  // folder's files), but only what they lead to is judged.
+  Fd in{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
+  if (in.fd < 0) return f;
+  struct stat st {};
   f.outcome = CacheRead::kCorrupt;
-  if (bytes.size() < kCacheHeaderBytes || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
-    return f;
-  }
-  if (get<uint32_t>(bytes, 8) != kCacheFormatVersion) {
+  // Only regular files: a directory, FIFO, socket or device (/dev/zero, /dev/urandom) is a bad
+  // entry that the caller rebuilds, never something to read until it ends.
+  if (::fstat(in.fd, &st) != 0 || !S_ISREG(st.st_mode)) return f;
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  if (file_size < kCacheHeaderBytes || file_size > kCacheMaxFileBytes) return f;
+  std::string header(kCacheHeaderBytes, '\0');
+  if (!read_exact(in.fd, header.data(), header.size())) return f;
+  if (std::memcmp(header.data(), kMagic, sizeof kMagic) != 0) return f;
+  if (get<uint32_t>(header, 8) != kCacheFormatVersion) {
     f.outcome = CacheRead::kStale;
     return f;
   }
-  if (get<uint32_t>(bytes, 12) != static_cast<uint32_t>(kind)) return f;
-  if (get<uint64_t>(bytes, 16) != fnv1a64(key)) {
+  if (get<uint32_t>(header, 12) != static_cast<uint32_t>(kind)) return f;
+  if (get<uint64_t>(header, 16) != fnv1a64(key)) {
     f.outcome = CacheRead::kStale;
     return f;
   }
-  const uint64_t size = get<uint64_t>(bytes, 24);
-  if (size != bytes.size() - kCacheHeaderBytes) return f;
-  std::string_view payload(bytes.data() + kCacheHeaderBytes, size);
-  if (get<uint64_t>(bytes, 32) != fnv1a64(payload)) return f;
+  // The header's size must be the file's: read that much and no more (bounded by the cap above,
+  // so a header claiming more than the file holds costs nothing).
+  const uint64_t size = get<uint64_t>(header, 24);
+  if (size != file_size - kCacheHeaderBytes) return f;
+  std::string payload(size, '\0');
+  if (!read_exact(in.fd, payload.data(), payload.size())) return f;
+  char extra;
+  if (::read(in.fd, &extra, 1) != 0) return f;  // grew while read: not the file we sized
+  if (get<uint64_t>(header, 32) != fnv1a64(payload)) return f;
   f.outcome = CacheRead::kHit;
-  f.payload.assign(payload);
+  f.payload = std::move(payload);
   return f;
 }
 

@@ -16,7 +16,10 @@
 //   payload
 // A reader checks all of it: a file that is short, long, of another magic, kind or checksum is
 // kCorrupt; another format version or key hash is kStale. Either way the caller rebuilds what
-// the file held and overwrites it. Nothing in a file can crash the reader.
+// the file held and overwrites it. Nothing in a file can crash the reader, hang it or make it
+// read without bound. The checksum finds accidents, not tampering: the cache folder is trusted
+// like the program's own files; compiled kernels read back are validated again all the same
+// (spirv/compiler.h) so that a damaged entry is rebuilt rather than refused for ever.
 //
 // Concurrency: write_cache_file writes a temporary file in the same directory (unique per
 // process and call), fsyncs it and renames it over the target, so a reader sees the old file or
@@ -34,6 +37,9 @@ namespace vkad {
 
 inline constexpr uint32_t kCacheFormatVersion = 1;
 inline constexpr size_t kCacheHeaderBytes = 40;
+// The largest file a reader accepts (header included): compiled kernels and driver pipeline
+// caches are far smaller; anything bigger is kCorrupt and rebuilt, never read into memory.
+inline constexpr uint64_t kCacheMaxFileBytes = uint64_t{256} << 20;
 
 enum class CacheKind : uint32_t { kCompiledKernel = 1, kPipelineCache = 2 };
 
@@ -63,7 +69,9 @@ struct CacheFile {
 // The file's name for `key`: "<prefix>-<16 hex digits of fnv1a64(key)>.bin".
 std::string cache_file_name(std::string_view prefix, std::string_view key);
 
-// Reads `dir`/`name`. Never fails: an unreadable file is kMissing, a bad one kCorrupt / kStale.
+// Reads `dir`/`name`. Never fails, never blocks, never reads more than kCacheMaxFileBytes: a
+// name that does not open is kMissing; one that is not a regular file (directory, FIFO, device,
+// socket, or a symlink to one), too large, or bad is kCorrupt / kStale.
 CacheFile read_cache_file(const std::string& dir, const std::string& name, CacheKind kind,
                           std::string_view key);
 // Writes `dir`/`name` atomically (temporary file, fsync, rename), creating `dir` (and its

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cctype>
+#include <charconv>
 
 namespace vkad::rhi {
 
@@ -91,7 +92,8 @@ Result<size_t> choose_device(const std::vector<PhysicalDeviceInfo>& devices,
   if (devices.empty()) return make_error(ErrorCode::kNoDevice, "no Vulkan physical device found");
   if (!selection.forced.empty()) {
     const std::string& f = selection.forced;
-    bool numeric = std::all_of(f.begin(), f.end(), [](char c) { return std::isdigit(c); });
+    bool numeric = std::all_of(f.begin(), f.end(),
+                               [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
     size_t index = devices.size();
     if (std::optional<DeviceUuid> uuid = parse_uuid(f)) {
       for (size_t i = 0; i < devices.size() && index == devices.size(); ++i) {
@@ -106,12 +108,15 @@ Result<size_t> choose_device(const std::vector<PhysicalDeviceInfo>& devices,
                           "no device has UUID " + format_uuid(*uuid) + "; present: " + present);
       }
     } else if (numeric) {
-      index = std::stoul(f);
-      if (index >= devices.size()) {
+      // from_chars, not stoul: an index past unsigned long must be "out of range", not a throw.
+      size_t parsed = 0;
+      auto [end, ec] = std::from_chars(f.data(), f.data() + f.size(), parsed);
+      if (ec != std::errc() || end != f.data() + f.size() || parsed >= devices.size()) {
         return make_error(ErrorCode::kNotFound,
                           "device index " + f + " out of range: " + std::to_string(devices.size()) +
                               " device(s) present");
       }
+      index = parsed;
     } else {
       for (size_t i = 0; i < devices.size(); ++i) {
         if (lower(devices[i].name).find(lower(f)) != std::string::npos) {

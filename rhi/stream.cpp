@@ -37,7 +37,9 @@ Result<std::unique_ptr<Stream>> Stream::create(Device& device, const StreamOptio
   std::unique_ptr<Stream> s(new Stream(device, mode, options.name));
   int64_t spin = options.spin_ns;
   if (spin < 0 && std::getenv("VKAD_WAIT_SPIN_NS") != nullptr) {
-    spin = std::strtoll(std::getenv("VKAD_WAIT_SPIN_NS"), nullptr, 10);
+    // Clamped: strtoll saturates, and a spin past a second would overflow the deadline math.
+    spin = std::min<int64_t>(std::strtoll(std::getenv("VKAD_WAIT_SPIN_NS"), nullptr, 10),
+                             1'000'000'000);
   }
   if (spin < 0) spin = device.caps().kind == DeviceKind::kCpu ? 0 : StreamOptions::kDefaultSpinNs;
   s->set_spin_ns(spin);

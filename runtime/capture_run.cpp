@@ -85,8 +85,12 @@ Status Runtime::run_start() {
   // VKAD_RUN_THREADS=<n> (0 to 8) sets how many, where push descriptors allow any: how a
   // host's balance between the caller and the recording threads is measured.
   if (const char* env = std::getenv("VKAD_RUN_THREADS"); env != nullptr && want > 0) {
-    want = std::clamp(std::atoi(env), 0, 8);
+    want = static_cast<int>(std::clamp(std::strtol(env, nullptr, 10), 0L, 8L));
   }
+  // A replay recorded into the open list keeps its side bundles alive up to that list's serial;
+  // a graph released since queues them under it. Submit it first, or settle_side_bundles would
+  // wait for a serial that is never submitted.
+  if (list_.recording()) VKAD_TRY(submit_list().status());
   VKAD_TRY(stream_->settle_side_bundles());
   VKAD_TRY(stream_->ensure_side_pools(want));
   auto r = std::make_unique<CaptureRun>();

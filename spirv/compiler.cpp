@@ -1,6 +1,7 @@
 #include "spirv/compiler.h"
 
 #include <spirv-tools/libspirv.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include "abi/compiled_kernel_io.h"
 #include "abi/spirv_tools.h"
 #include "base/cache_file.h"
+#include "base/log.h"
 #include "ir/loop_passes.h"
 #include "ir/text.h"
 #include "ir/verifier.h"
@@ -204,13 +206,25 @@ Result<std::shared_ptr<const abi::CompiledKernel>> CompileCache::compile(const K
   if (!disk_dir_.empty()) {
     CacheFile f = read_cache_file(disk_dir_, file, CacheKind::kCompiledKernel, key);
     if (f.outcome == CacheRead::kHit) {
-      if (std::optional<abi::CompiledKernel> ck = from_disk_payload(key, f.payload)) {
-        for (const abi::CompiledTask& t : ck->tasks) abi::note_validated(t.spirv);
+      std::optional<abi::CompiledKernel> ck = from_disk_payload(key, f.payload);
+      // A checksum is no proof that the file is what we wrote (an edit can fix it up): every
+      // module read back passes the validation gate again, so a damaged entry is rebuilt here
+      // rather than refused at registration in every later process.
+      Status valid = ck ? Status{} : make_error(ErrorCode::kInternal, "undecodable kernel");
+      for (size_t i = 0; ck && valid.ok() && i < ck->tasks.size(); ++i) {
+        valid = abi::validate_spirv_once(ck->tasks[i].spirv);
+      }
+      if (valid.ok()) {
         auto ptr = std::make_shared<const abi::CompiledKernel>(std::move(*ck));
         std::lock_guard<std::mutex> lock(mu_);
         ++disk_.hits;
         return entries_.emplace(std::move(key), ptr).first->second;
       }
+      // Removed before the rebuild's write, so a write that fails leaves no bad entry behind.
+      ::unlink((disk_dir_ + "/" + file).c_str());
+      const std::string why = valid.message().substr(0, valid.message().find('\n'));
+      log(LogLevel::kWarning, "disk cache: '" + disk_dir_ + "/" + file + "' of kernel '" + k.name +
+                                  "' is unusable (" + why + "); removed, compiling again");
     }
     rebuilt = f.outcome != CacheRead::kMissing;
   }

@@ -58,8 +58,9 @@ const char* compiler_fingerprint();
 // the whole key, compared in full, then abi::serialize_compiled_kernel's bytes) and a
 // compilation writes one. A file that is corrupt, stale or of another key is compiled again and
 // overwritten; a write that fails is counted and otherwise ignored (the cache is an
-// optimisation, never an error). Modules read back were validated before they were written, so
-// they are marked validated (abi::note_validated) instead of being validated again.
+// optimisation, never an error). Modules read back pass the SPIR-V validation gate again (the
+// file's checksum finds accidents, not edits): an entry that does not decode or validate is
+// removed, logged (kWarning) and compiled again, counted in disk().rebuilt.
 class CompileCache {
  public:
   Result<std::shared_ptr<const abi::CompiledKernel>> compile(const Kernel& k, const Target& target,

@@ -495,7 +495,10 @@ int64_t cuda_stream(nb::handle stream) {
     invalid(std::string("__dlpack__: stream must be an int or None, got ") +
             nb::type_name(stream.type()).c_str());
   }
-  const int64_t v = nb::cast<int64_t>(stream);
+  int64_t v = 0;
+  if (!nb::try_cast<int64_t>(stream, v)) {
+    invalid(std::string("__dlpack__: stream ") + nb::repr(stream).c_str() + " is out of range");
+  }
   if (v == 0) {
     invalid(
         "__dlpack__: stream 0 is ambiguous for CUDA (DLPack: use 1 for the legacy default "
@@ -540,8 +543,13 @@ nb::object ndarray_dlpack(nb::handle self, nb::handle stream, nb::handle max_ver
   }
   bool versioned = false;
   if (!max_version.is_none()) {
-    nb::tuple v = nb::cast<nb::tuple>(max_version);
-    versioned = v.size() >= 1 && nb::cast<int64_t>(v[0]) >= 1;
+    int64_t major = 0;
+    if (!nb::isinstance<nb::tuple>(max_version) || nb::len(max_version) < 1 ||
+        !nb::try_cast<int64_t>(nb::borrow<nb::tuple>(max_version)[0], major)) {
+      invalid(std::string("__dlpack__: max_version must be a (major, minor) tuple of ints, got ") +
+              nb::repr(max_version).c_str());
+    }
+    versioned = major >= 1;
   }
   // copy=True: a new vkad array holding a copy, exported in its place (flagged as copied).
   if (!copy.is_none() && PyObject_IsTrue(copy.ptr()) == 1) {
@@ -561,8 +569,15 @@ nb::object ndarray_dlpack(nb::handle self, nb::handle stream, nb::handle max_ver
   vkad::runtime::Runtime::NdArrayMemory mem;
   auto [dev_type, dev_id] = dlpack_device(a, &mem);
   if (!dl_device.is_none()) {
-    nb::tuple d = nb::cast<nb::tuple>(dl_device);
-    if (d.size() != 2 || nb::cast<int32_t>(d[0]) != dev_type || nb::cast<int32_t>(d[1]) != dev_id) {
+    int32_t want_type = 0, want_id = 0;
+    if (!nb::isinstance<nb::tuple>(dl_device) || nb::len(dl_device) != 2 ||
+        !nb::try_cast<int32_t>(nb::borrow<nb::tuple>(dl_device)[0], want_type) ||
+        !nb::try_cast<int32_t>(nb::borrow<nb::tuple>(dl_device)[1], want_id)) {
+      invalid(std::string("__dlpack__: dl_device must be a (device type, device id) tuple of "
+                          "ints, got ") +
+              nb::repr(dl_device).c_str());
+    }
+    if (want_type != dev_type || want_id != dev_id) {
       buffer_error("__dlpack__ of " + a.label() + ": dl_device " + nb::str(dl_device).c_str() +
                    " requested; the array is on (" + std::to_string(dev_type) + ", " +
                    std::to_string(dev_id) + ") and vkad does not copy across devices");
@@ -1817,6 +1832,17 @@ struct Session {
     const vkad::GraphHandle h = g.handle;
     check(blocking(*st, [&](vkad::Session& s) { return s.finish_rework(h); }));
   }
+  // A launch or parameter index of a replay update: a Python int in [0, 2^32), or a clear error.
+  static uint32_t update_index(nb::handle v, const std::string& what) {
+    if (!nb::isinstance<nb::int_>(v) || nb::isinstance<nb::bool_>(v)) {
+      invalid(what + " index " + nb::repr(v).c_str() + " is not an int");
+    }
+    long long i = 0;
+    if (!nb::try_cast<long long>(v, i) || i < 0 || i > static_cast<long long>(UINT32_MAX)) {
+      invalid(what + " index " + nb::repr(v).c_str() + " is out of range");
+    }
+    return static_cast<uint32_t>(i);
+  }
   // updates: (launch index, parameter index, value) triples, converted like launch arguments.
   void replay(Graph& g, nb::handle updates) {
     if (g.st != st)
@@ -1827,11 +1853,21 @@ struct Session {
     }
     std::vector<vkad::GraphUpdate> u;
     if (!updates.is_none()) {
+      const std::string what = "replay of graph '" + g.name + "': ";
+      if (!nb::isinstance<nb::list>(updates) && !nb::isinstance<nb::tuple>(updates)) {
+        invalid(what + "updates are a list of (launch, param, value) tuples, not " +
+                nb::inst_name(updates).c_str());
+      }
+      size_t n = 0;
       for (nb::handle item : updates) {
-        auto t = nb::cast<nb::tuple>(item);
-        if (t.size() != 3)
-          invalid("replay of graph '" + g.name + "': an update is (launch, param, value)");
-        const uint32_t launch = nb::cast<uint32_t>(t[0]), param = nb::cast<uint32_t>(t[1]);
+        const std::string which = what + "update " + std::to_string(n++) + ": ";
+        if (!nb::isinstance<nb::tuple>(item) || nb::len(item) != 3) {
+          invalid(which + nb::repr(item).c_str() +
+                  " is not a (launch, param, value) tuple (updates are a list of such tuples)");
+        }
+        auto t = nb::borrow<nb::tuple>(item);
+        const uint32_t launch = update_index(t[0], which + "launch"),
+                       param = update_index(t[1], which + "parameter");
         if (launch >= g.kernels.size()) {
           invalid("replay of graph '" + g.name + "': update of launch " + std::to_string(launch) +
                   "; the graph has " + std::to_string(g.kernels.size()) + " launches");
@@ -2012,7 +2048,8 @@ nb::object Session::bind(nb::handle self, nb::handle kernel, nb::kwargs named) {
   b->values.assign(k->params.size(), nb::none());
   std::vector<bool> given(k->params.size(), false);
   for (auto [key, value] : named) {
-    const std::string name = nb::cast<std::string>(key);
+    std::string name;
+    if (!nb::try_cast<std::string>(key, name)) invalid("bind: parameter names are strings");
     auto it = std::find_if(k->params.begin(), k->params.end(),
                            [&](const ParamInfo& p) { return p.name == name; });
     if (it == k->params.end())
@@ -2353,6 +2390,9 @@ NB_MODULE(_vkad, m) {
                    "name: str = '') -> NdArray"),
            "A new device array (contents undefined until written).")
       .def("_from_dlpack_capsule", &Session::from_dlpack_capsule, "capsule"_a, "name"_a = "")
+      .def(
+          "_owns", [](const Session& s, const NdArray& a) { return a.st == s.st; }, "array"_a,
+          "Whether `array` is one of this session's arrays.")
       .def("interop_info", &Session::interop_info,
            nb::sig("def interop_info(self) -> dict[str, object]"),
            "What DLPack exchange can use on this device: exportable memory and semaphore, "

@@ -289,6 +289,14 @@ class Session(_vkad.Session):
 
 _OPEN_SESSIONS: "_weakref.WeakSet[Session]" = _weakref.WeakSet()
 
+
+def _session_device(a: NdArray) -> str:
+    """The device name of the open session that owns `a` ("another session" if none is open)."""
+    for s in list(_OPEN_SESSIONS):
+        if s._owns(a):
+            return s.device_name
+    return "another session"
+
 _KDL_CUDA = 2
 
 
@@ -297,7 +305,9 @@ def from_dlpack(x: Any, session: Optional[Session] = None, *, copy: Optional[boo
     """A vkad array from a DLPack producer (numpy, torch, CuPy, JAX arrays; any object with
     `__dlpack__` and `__dlpack_device__`) or a DLPack capsule.
 
-    A vkad array is returned as is (copy=True: a copy on the device). Anything else is copied
+    A vkad array of `session` (or with no session given) is returned as is (copy=True: a copy
+    on the device); one of another session is copied into `session` through the host
+    (copy=False raises, naming both devices). Anything else is copied
     once into a new array of `session` (None: the one open Session, an error if there are
     several): host memory (kDLCPU) is uploaded; CUDA memory (kDLCUDA, on an NVIDIA GPU vkad
     shares memory with) is copied on the device (cuMemcpyDtoD into the new array, after the
@@ -308,6 +318,15 @@ def from_dlpack(x: Any, session: Optional[Session] = None, *, copy: Optional[boo
     consumed: passing it again raises. README.md, "Sharing arrays with PyTorch, JAX and numpy".
     """
     if isinstance(x, NdArray):
+        if session is not None and not session._owns(x):
+            # Another session's array (maybe another device): imported like any other
+            # producer's, through the host, since sessions share no memory.
+            if copy is False:
+                raise InvalidArgumentError(
+                    f"from_dlpack(copy=False): ndarray '{x.name}' belongs to another session "
+                    f"(on '{_session_device(x)}'); importing it into the session on "
+                    f"'{session.device_name}' needs a copy")
+            return session.ndarray(x.numpy(), name=name or x.name)
         if not copy:
             return x
         s = session

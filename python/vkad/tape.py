@@ -41,6 +41,7 @@ captured).
 """
 from __future__ import annotations
 
+import operator
 import weakref
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Tuple
 
@@ -82,9 +83,17 @@ class Tape:
             raise FailedPreconditionError(
                 f"tape.set_checkpoint_every: {len(self.launches)} launches are recorded; set it "
                 "before a recording (or after reset())")
-        if int(k) < 0:
+        # operator.index: an int (or numpy integer), never "3" or 2.5 silently turned into one.
+        try:
+            if isinstance(k, bool):
+                raise TypeError
+            k = operator.index(k)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"tape.checkpoint_every: {k!r} is not an integer") from None
+        if k < 0:
             raise InvalidArgumentError(f"tape.checkpoint_every: {k} is negative")
-        self._checkpoint_every = int(k)
+        self._checkpoint_every = k
 
     def _copy_slot(self, kind: str, slot: int, array: NdArray) -> NdArray:
         key = (kind, slot, array.handle)

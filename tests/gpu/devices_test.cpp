@@ -129,8 +129,20 @@ TEST(Devices, CAbiListsTheSameDevices) {
 
   vkad_session_options o{};
   o.struct_size = sizeof o;
-  o.device = list[0].uuid.c_str();
   vkad_session* session = nullptr;
+  // An index past unsigned long: refused like any index past the end (it aborted the process).
+  o.device = "99999999999999999999999";
+  vkad_status* huge = vkad_session_create(&o, &session);
+  ASSERT_NE(huge, nullptr);
+  EXPECT_EQ(vkad_status_code(huge), VKAD_NOT_FOUND);
+  EXPECT_NE(std::string(vkad_status_message(huge))
+                .find("device index 99999999999999999999999 out "
+                      "of range"),
+            std::string::npos)
+      << vkad_status_message(huge);
+  vkad_status_free(huge);
+  EXPECT_EQ(session, nullptr);
+  o.device = list[0].uuid.c_str();
   if (!list[0].usable) return;
   ASSERT_EQ(vkad_session_create(&o, &session), nullptr);
   EXPECT_STREQ(vkad_session_device_uuid(session), list[0].uuid.c_str());

@@ -3,6 +3,7 @@
 // Every test uses a fresh temporary directory; nothing here touches the user's cache.
 #include <gtest/gtest.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -203,6 +204,41 @@ TEST(DiskCache, CorruptKernelFilesAreRebuilt) {
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->disk_cache_hits, 2u);
   EXPECT_EQ(st->disk_cache_rebuilt, 0u);
+}
+
+// Kernel entries that are a directory, a FIFO, or a link to /dev/zero; the pipeline cache a
+// link to /dev/urandom: the session opens at once, compiles what it cannot read (crash, hang
+// and unbounded reads before) and works.
+TEST(DiskCache, EntriesThatAreNotFilesAreCompiledAgainWithoutHangingOrCrashing) {
+  TempDir dir;
+  {
+    OPEN_OR_SKIP(s, dir.path());
+    run_cube(*s);
+  }
+  auto kernels = files_with_prefix(dir.path(), "kernel-");
+  ASSERT_EQ(kernels.size(), 2u);
+  fs::remove(kernels[0]);
+  fs::create_directory(kernels[0]);
+  fs::remove(kernels[1]);
+  ASSERT_EQ(::mkfifo(kernels[1].c_str(), 0600), 0);
+  for (const fs::path& p : files_with_prefix(dir.path(), "pipelines-")) {
+    fs::remove(p);
+    fs::create_symlink("/dev/urandom", p);
+  }
+  for (int round = 0; round < 2; ++round) {
+    OPEN_OR_SKIP(s, dir.path());
+    run_cube(*s);
+    auto st = s->stats();
+    ASSERT_TRUE(st.ok());
+    EXPECT_EQ(st->disk_cache_hits, round == 0 ? 0u : 1u) << "round " << round;
+    EXPECT_EQ(st->disk_cache_rebuilt, round == 0 ? 2u : 1u)
+        << "round " << round << ": the FIFO is replaced by a file, the directory stays";
+  }
+  fs::remove(kernels[0]);
+  fs::create_symlink("/dev/zero", kernels[0]);
+  OPEN_OR_SKIP(s, dir.path());
+  run_cube(*s);
+  EXPECT_EQ(s->stats()->disk_cache_rebuilt, 1u);
 }
 
 TEST(DiskCache, PipelineCacheOfAnotherDriverOrCorruptIsIgnored) {

@@ -271,6 +271,19 @@ TEST(ResidentGraph, ALaunchLoopRunsAsOneResidentLaunchWithTheLaunchesResults) {
   ASSERT_TRUE(p->s->replay(*g).ok());
   ASSERT_TRUE(p->s->synchronize().ok());
   expect_matches(*p, kC);
+  // Launch 0 is the rolled kernel (the zero is a fill): an update in the body's numbering
+  // (parameter 1, the scalar c of `mark`) would land on another of the rolled kernel's
+  // parameters. Refused, as in Python and C, and the graph still replays as before.
+  const GraphUpdate bad[] = {{0, 1, Arg::f32(2.0f)}};
+  Status refused = p->s->replay(*g, bad);
+  EXPECT_EQ(refused.code(), ErrorCode::kInvalidArgument) << refused.to_string();
+  EXPECT_NE(refused.message().find("update of launch 0, made by a launch_loop"), std::string::npos)
+      << refused.to_string();
+  ASSERT_TRUE(p->s->upload(p->x, std::span<const float>(p->x0)).ok());
+  ASSERT_TRUE(p->s->zero(p->total).ok());
+  ASSERT_TRUE(p->s->replay(*g).ok());
+  expect_matches(*p, kC);
+  ASSERT_TRUE(p->s->release_graph(*g).ok());
   expect_clean(*p);
 }
 
@@ -333,7 +346,17 @@ TEST(ResidentGraph, ABadLaunchLoopIsRefusedBeforeAnythingRuns) {
   {
     std::vector<LoopLaunch> body = loop_body(*p);
     body[2].args[0] = Arg::i32(INT32_MAX - 2);
-    refused(body, kT, "launch 2 of the body, iteration 29: argument 0 reaches");
+    refused(body, kT, "launch 2 of the body, iteration 0: argument 0 reaches");
+    refused(body, kT, "at iteration 29, past i32");
+  }
+  {
+    // A hand-made i32 argument out of range: refused before r * step is added to it (that sum
+    // overflowed int64, undefined behaviour, for a start near INT64_MAX).
+    std::vector<LoopLaunch> body = loop_body(*p);
+    body[2].args[0].i = INT64_MAX;
+    refused(body, kT,
+            "launch 2 of the body, iteration 0: argument 0 (i32) value " +
+                std::to_string(INT64_MAX) + " does not fit");
   }
   {
     std::vector<LoopLaunch> body = loop_body(*p);

@@ -208,6 +208,30 @@ def test_from_dlpack_vkad_array_is_itself(session):
     assert b is not a and b.numpy().tolist() == [0, 0, 0]
 
 
+def test_from_dlpack_of_another_sessions_array_imports_a_copy(session):
+    # It returned the array itself, which the other session's launches then refused.
+    a = session.ndarray(np.arange(5, dtype=np.float32), name="a")
+    other = vkad.Session()
+    try:
+        b = other.from_dlpack(a)
+        assert b is not a and other._owns(b) and not other._owns(a)
+        assert b.numpy().tolist() == [0, 1, 2, 3, 4]
+        k = other.compile("kernel twice(x: ndarray<f32, 1>) {\n"
+                          "  task t parallel %0 in [0, shape(x, 0)) {\n"
+                          "    %1 = load x[%0] : f32\n    %2 = add %1, %1 : f32\n"
+                          "    store x[%0], %2\n  }\n}\n")
+        other.launch(k, b)
+        assert b.numpy().tolist() == [0, 2, 4, 6, 8]
+        assert a.numpy().tolist() == [0, 1, 2, 3, 4], "the original is untouched"
+        c = vkad.from_dlpack(a, other, copy=True)
+        assert other._owns(c) and c.numpy().tolist() == [0, 1, 2, 3, 4]
+        with pytest.raises(vkad.InvalidArgumentError,
+                           match=r"copy=False\): ndarray 'a' belongs to another session"):
+            other.from_dlpack(a, copy=False)
+    finally:
+        other.close()
+
+
 def test_from_dlpack_errors(session):
     s = session
     with pytest.raises(vkad.InvalidArgumentError, match=r"strides \(2,\) of shape \(3,\) are not "

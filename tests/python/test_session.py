@@ -21,6 +21,17 @@ def test_unknown_device_names_what_is_present():
         vkad.Session(device="no-such-gpu")
 
 
+def test_a_device_index_past_unsigned_long_is_out_of_range(monkeypatch):
+    # std::stoul threw out_of_range: Python saw IndexError: stoul, C and C++ aborted.
+    huge = "99999999999999999999999"
+    with pytest.raises(vkad.NotFoundError, match=f"device index {huge} out of range"):
+        vkad.Session(device=huge)
+    monkeypatch.setenv("VKAD_DEVICE", huge)
+    with pytest.raises(vkad.NotFoundError, match=f"device index {huge} out of range"):
+        vkad.Session()
+    assert len(vkad.devices(cuda=False)) >= 1  # listing ignores the choice
+
+
 def test_retirement_depth_one_keeps_results():
     # Depth 1: every flush waits for the one before; results are the same.
     with vkad.Session(retirement_depth=1) as s:

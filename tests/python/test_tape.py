@@ -354,7 +354,12 @@ def test_checkpointed_tape_differentiates_a_ring_of_two_arrays(session, step, k)
             for f in range(STEPS):
                 session.launch(step, ring[f % 2], ring[(f + 1) % 2])
     t = session.tape()
-    t.checkpoint_every = k
+    for bad in ("3", 2.5, True, None):  # were accepted as 3 and 2 (and True as 1)
+        with pytest.raises(vkad.InvalidArgumentError, match="is not an integer"):
+            t.checkpoint_every = bad
+    assert t.checkpoint_every == 0
+    t.checkpoint_every = np.int64(k)  # any integer type
+    assert t.checkpoint_every == k and type(t.checkpoint_every) is int
     want = chain(X0, 0, STEPS)
     x = X0.astype(np.float64)
     for _ in range(STEPS):

@@ -44,6 +44,16 @@ TEST(ChooseDevice, ForcedErrorsNameTheProblem) {
   auto r = choose_device(sample(), {"7", k12});
   EXPECT_EQ(r.status().code(), ErrorCode::kNotFound);
   EXPECT_NE(r.status().message().find("3 device(s)"), std::string::npos);
+  // Past unsigned long (std::stoul threw out_of_range through every caller, C ABI included):
+  // the same answer as any index past the end.
+  for (const char* huge : {"99999999999999999999999", "18446744073709551616",
+                           "000000000000000000000000000000000003"}) {
+    r = choose_device(sample(), {huge, k12});
+    EXPECT_EQ(r.status().code(), ErrorCode::kNotFound) << huge;
+    EXPECT_NE(r.status().message().find(std::string("device index ") + huge + " out of range"),
+              std::string::npos)
+        << r.status().message();
+  }
   r = choose_device(sample(), {"radeon", k12});
   EXPECT_EQ(r.status().code(), ErrorCode::kNotFound);
   EXPECT_NE(r.status().message().find("NVIDIA H100"), std::string::npos) << "lists what exists";

@@ -2,6 +2,7 @@
 // abi/compiled_kernel_io.h (a CompiledKernel as bytes), the pipeline-cache identity
 // (rhi/pipeline_cache_file.h) and CompileCache's disk layer.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -109,6 +110,58 @@ TEST(CacheFile, RoundTripAndEveryKindOfDamage) {
   EXPECT_EQ(read_cache_file(sub, name, CacheKind::kCompiledKernel, key).outcome, CacheRead::kStale);
   // No temporary files left.
   for (const auto& e : fs::directory_iterator(sub)) EXPECT_EQ(e.path().filename(), name);
+}
+
+// Names that are not regular files: read as corrupt (rebuilt by the caller), at once, without
+// reading more than a header. Each used to crash (a directory: std::ios_base::failure), hang (a
+// FIFO: open() waits for a writer) or read without end (/dev/zero, /dev/urandom).
+TEST(CacheFile, EntriesThatAreNotRegularFilesAreCorruptAndReadAtOnce) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string key = "kernel text";
+  auto outcome = [&](const std::string& name) {
+    return read_cache_file(dir.path(), name, CacheKind::kCompiledKernel, key).outcome;
+  };
+  ASSERT_EQ(::mkdir((dir.path() + "/a-directory.bin").c_str(), 0700), 0);
+  EXPECT_EQ(outcome("a-directory.bin"), CacheRead::kCorrupt);
+  ASSERT_EQ(::mkfifo((dir.path() + "/a-fifo.bin").c_str(), 0600), 0);
+  EXPECT_EQ(outcome("a-fifo.bin"), CacheRead::kCorrupt);
+  for (const char* device : {"/dev/zero", "/dev/urandom"}) {
+    const std::string link = dir.path() + "/device.bin";
+    ::unlink(link.c_str());
+    ASSERT_EQ(::symlink(device, link.c_str()), 0);
+    EXPECT_EQ(outcome("device.bin"), CacheRead::kCorrupt) << device;
+  }
+  // A symlink to a good regular file is followed (users may link a cache's files).
+  const std::string good = encode_cache_file(CacheKind::kCompiledKernel, key, "payload");
+  write_all(dir.path() + "/real.bin", good);
+  ASSERT_EQ(::symlink((dir.path() + "/real.bin").c_str(), (dir.path() + "/link.bin").c_str()), 0);
+  CacheFile f = read_cache_file(dir.path(), "link.bin", CacheKind::kCompiledKernel, key);
+  EXPECT_EQ(f.outcome, CacheRead::kHit);
+  EXPECT_EQ(f.payload, "payload");
+  // A header that declares more than the file holds, or a file past the cap: corrupt, and the
+  // declared size is never allocated.
+  std::string lying = good;
+  const uint64_t huge = uint64_t{1} << 62;
+  std::memcpy(lying.data() + 24, &huge, sizeof huge);
+  write_all(dir.path() + "/lying.bin", lying);
+  EXPECT_EQ(outcome("lying.bin"), CacheRead::kCorrupt);
+  {
+    std::ofstream big(dir.path() + "/big.bin", std::ios::binary);
+    big << good.substr(0, kCacheHeaderBytes);
+  }
+  fs::resize_file(dir.path() + "/big.bin", kCacheMaxFileBytes + 1);  // sparse: costs no disk
+  EXPECT_EQ(outcome("big.bin"), CacheRead::kCorrupt);
+  // And the writer replaces any of them but the directory (rename cannot), leaving no temporary.
+  for (const char* name : {"a-fifo.bin", "device.bin"}) {
+    ASSERT_TRUE(write_cache_file(dir.path(), name, CacheKind::kCompiledKernel, key, "p").ok());
+    EXPECT_EQ(outcome(name), CacheRead::kHit) << name;
+  }
+  EXPECT_FALSE(
+      write_cache_file(dir.path(), "a-directory.bin", CacheKind::kCompiledKernel, key, "p").ok());
+  for (const auto& e : fs::directory_iterator(dir.path())) {
+    EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << e.path();
+  }
 }
 
 TEST(CacheFile, WriteIntoAnUnwritablePlaceFailsWithThePath) {
@@ -256,6 +309,55 @@ TEST(CompileCacheDisk, SecondCacheReadsTheFileAndRebuildsADamagedOne) {
   d.set_disk_dir(dir.path());
   ASSERT_TRUE(d.compile(k, codegen::Target::host()).ok());
   EXPECT_EQ(d.disk().hits, 1u);
+}
+
+// An entry whose SPIR-V was altered and whose checksum was fixed up to match: the file layer
+// takes it, the validation gate does not. It is removed and compiled again once (a warning
+// says so); the next process reads the rebuilt file. Before, it was trusted and refused at
+// registration in every later process.
+TEST(CompileCacheDisk, AnEntryAlteredWithItsChecksumFixedIsRebuiltOnce) {
+  TempDir dir;
+  codegen::Kernel k = loop_kernel();
+  const std::string key = codegen::compile_key(k, codegen::Target::host(), {});
+  std::shared_ptr<const abi::CompiledKernel> first;
+  {
+    codegen::CompileCache a;
+    a.set_disk_dir(dir.path());
+    auto r = a.compile(k, codegen::Target::host());
+    ASSERT_TRUE(r.ok());
+    first = *r;
+  }
+  const fs::path file = fs::path(dir.path()) / cache_file_name("kernel", key);
+  CacheFile f =
+      read_cache_file(dir.path(), file.filename().string(), CacheKind::kCompiledKernel, key);
+  ASSERT_EQ(f.outcome, CacheRead::kHit);
+  // The SPIR-V magic number of the first task, found in the payload, made invalid; the file
+  // then written with a correct header and checksum for the altered payload.
+  const uint32_t magic = 0x07230203u;
+  const size_t at = f.payload.find(std::string(reinterpret_cast<const char*>(&magic), 4));
+  ASSERT_NE(at, std::string::npos);
+  std::string altered = f.payload;
+  const uint32_t version_word_bad = 0xffffffffu;  // the version word: no such SPIR-V version
+  std::memcpy(altered.data() + at + 4, &version_word_bad, 4);
+  write_all(file, encode_cache_file(CacheKind::kCompiledKernel, key, altered));
+  ASSERT_EQ(read_cache_file(dir.path(), file.filename().string(), CacheKind::kCompiledKernel, key)
+                .outcome,
+            CacheRead::kHit)
+      << "the file layer cannot tell: only validation can";
+  {
+    codegen::CompileCache b;
+    b.set_disk_dir(dir.path());
+    auto r = b.compile(k, codegen::Target::host());
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(b.disk().hits, 0u);
+    EXPECT_EQ(b.disk().rebuilt, 1u);
+    expect_same(*first, **r);
+  }
+  codegen::CompileCache c;  // the rebuilt file is good
+  c.set_disk_dir(dir.path());
+  ASSERT_TRUE(c.compile(k, codegen::Target::host()).ok());
+  EXPECT_EQ(c.disk().hits, 1u);
+  EXPECT_EQ(c.disk().rebuilt, 0u);
 }
 
 TEST(CompileCacheDisk, OffWritesNothingAndKeyNamesTheCompiler) {
