@@ -42,7 +42,7 @@ if [[ "$skip" != *" tsan "* ]]; then
   # loops rolled and compiled on threads (Session::prepare_loop); LoopRework: a loop's plan
   # made while a background rework is pending (Session::rework_loop installs it first).
   VKAD_VALIDATION=1 ./build-tsan/tests/vkad_gpu_tests \
-    --gtest_filter='ProcessWide.*:GraphFusion.*Background*:GraphFusion.TheNextCapture*:Replay/Graphs.*Run*:Replay/Graphs.*Free*:Replay/Graphs.*Fail*:SessionTest.Kernels*:SessionTest.Prepare*:SessionTest.AShape*:SessionTest.Saving*:SessionTest.AGraph*:DiffMpm*:ResidentGraph.*Loop*:LoopRework.*'
+    --gtest_filter='ProcessWide.*:GraphFusion.*Background*:GraphFusion.TheNextCapture*:Replay/Graphs.*Run*:Replay/Graphs.*Free*:Replay/Graphs.*Fail*:SessionTest.Kernels*:SessionTest.Prepare*:SessionTest.AShape*:SessionTest.Saving*:SessionTest.AGraph*:DiffMpm*:ResidentGraph.*Loop*:LoopRework.*:Replay/GraphsUnflushed.*:SessionGraphs.*'
   ./build-tsan/tests/vkad_unit_tests --gtest_filter='UseGuard.*:CompileCacheThreads.*'
   unset TSAN_OPTIONS
 fi

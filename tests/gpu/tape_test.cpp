@@ -408,6 +408,18 @@ TEST_F(TapeTest, ALaunchLoopThatWouldSpoilGradientsIsRefusedBeforeItRuns) {
   std::vector<float> row1(size_t{kSteps + 1} * kN);
   ASSERT_TRUE(s_->download(*x, std::span<float>(row1)).ok());
   EXPECT_EQ(row1[kN], 0.0f);  // nothing ran
+  // A hand-made i32 argument out of range, stepping: refused before r * step is added to it
+  // (signed overflow, undefined behaviour, for a start near INT64_MAX).
+  TapeLoopLaunch huge = {&*d, {Arg::i32(0), Arg::ndarray(*x)}, {1, 0}};
+  huge.args[0].i = INT64_MAX;
+  st = tape.launch_loop({&huge, 1}, 3);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("tape.launch_loop: launch 0 of the body, iteration 0: argument 0 "
+                              "(i32) value " +
+                              std::to_string(INT64_MAX) + " does not fit"),
+            std::string::npos)
+      << st.to_string();
+  EXPECT_EQ(tape.launches(), 0u);
   // The record is as before: the loop with its step goes on the same tape.
   const TapeLoopLaunch stepping[] = {{&*d, {Arg::i32(0), Arg::ndarray(*x)}, {1, 0}}};
   EXPECT_TRUE(tape.launch_loop(stepping, kSteps).ok());
