@@ -409,7 +409,7 @@ int main(void) {
     u.param = 0;
     u.value = vkad_arg_f32(3.0f);
     OK(vkad_replay(s, g, &u, 1, &first));
-    CHECK(first == 7); /* after the 2 launches and the tape's 4 above */
+    CHECK(first == 9); /* after the 2 launches, the tape's 4 and the scalar tape's 2 above */
     OK(vkad_download(s, ho, out, sizeof out));
     for (i = 0; i < N; ++i) {
       float want = 3.0f * x[i] * x[i] * y[i];
@@ -466,7 +466,9 @@ int main(void) {
   memset(&stats, 0, sizeof stats);
   stats.struct_size = sizeof stats;
   OK(vkad_session_stats(s, &stats));
-  CHECK(stats.launches == 10); /* 2, the tape's 2 forwards and 2 adjoints, 3 replayed, 1 run */
+  /* 2, the tape's 2 forwards and 2 adjoints, the scalar tape's forward and adjoint, 3 replayed,
+   * 1 run */
+  CHECK(stats.launches == 12);
   CHECK(stats.ndarrays == 5);
   CHECK(stats.memory_used_bytes > 0);
   CHECK(stats.vulkan_objects_created > 0); /* the device's own objects at least */
