@@ -335,18 +335,19 @@ int main(void) {
   /* A differentiated scalar parameter on a tape (vkad_tape_scalar_grad): d sum(a x^2 y) / d a
    * = sum x^2 y, in a 1-element array. */
   {
-    const char* scalar_grad = "kernel sqa(a: f32 grad, x: ndarray<f32, 1>, y: ndarray<f32, 1>, "
-                              "out: ndarray<f32, 1> grad) {\n"
-                              "  task main parallel %0 in [0, shape(x, 0)) {\n"
-                              "    %1 = load x[%0] : f32\n"
-                              "    %2 = load y[%0] : f32\n"
-                              "    %3 = arg a : f32\n"
-                              "    %4 = mul %3, %1 : f32\n"
-                              "    %5 = mul %4, %1 : f32\n"
-                              "    %6 = mul %5, %2 : f32\n"
-                              "    store out[%0], %6\n"
-                              "  }\n"
-                              "}\n";
+    const char* scalar_grad =
+        "kernel sqa(a: f32 grad, x: ndarray<f32, 1>, y: ndarray<f32, 1>, "
+        "out: ndarray<f32, 1> grad) {\n"
+        "  task main parallel %0 in [0, shape(x, 0)) {\n"
+        "    %1 = load x[%0] : f32\n"
+        "    %2 = load y[%0] : f32\n"
+        "    %3 = arg a : f32\n"
+        "    %4 = mul %3, %1 : f32\n"
+        "    %5 = mul %4, %1 : f32\n"
+        "    %6 = mul %5, %2 : f32\n"
+        "    store out[%0], %6\n"
+        "  }\n"
+        "}\n";
     vkad_differentiated da;
     vkad_tape* tape = NULL;
     vkad_arg fargs[4];
