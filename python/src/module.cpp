@@ -34,6 +34,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "autodiff/forward_mode.h"
 #include "cuda_interop.h"
 #include "dlpack.h"
 #include "rhi/device.h"
@@ -979,6 +980,25 @@ struct Session {
     fk.adjoint = make_kernel(d.adjoint, k.name + "_adjoint", aparams);
     auto* out = new Differentiated{forward, fk.adjoint};
     return nb::cast(out, nb::rv_policy::take_ownership);
+  }
+
+  // Session.jvp: the forward-mode (tangent) kernel of IR text (autodiff/forward_mode.h),
+  // compiled: the forward's parameters, then `<name>_dot` per grad parameter (a scalar's a
+  // scalar, an ndarray's an ndarray, with its element shape).
+  nb::object jvp(const std::string& text, const Elements& elements) {
+    vkad::codegen::Kernel k, j;
+    Result<KernelHandle> h = blocking(*st, [&](vkad::Session& s) -> Result<KernelHandle> {
+      VKAD_ASSIGN_OR_RETURN(k, vkad::codegen::parse(text));
+      VKAD_ASSIGN_OR_RETURN(j, vkad::codegen::make_jvp(k, s.target()));
+      return s.compile(j);
+    });
+    KernelHandle handle = take(std::move(h));
+    Elements all(elements.begin(), elements.end());
+    all.resize(k.params.size());
+    for (size_t p = 0; p < k.params.size(); ++p) {
+      if (k.params[p].needs_grad) all.push_back(all[p]);
+    }
+    return make_kernel(handle, j.name, params_of(j, all));
   }
 
   void release(Kernel& k) {
@@ -2402,6 +2422,12 @@ NB_MODULE(_vkad, m) {
                    "collections.abc.Sequence[int]] = []) -> Kernel"),
            "Compiles a kernel from the IR text form. `elements`: per parameter, the extents "
            "its array's trailing axes must have at a launch (a KernelBuilder's element shapes).")
+      .def("jvp", &Session::jvp, "ir"_a, "elements"_a = Elements{},
+           nb::sig("def jvp(self, ir: str, elements: collections.abc.Sequence["
+                   "collections.abc.Sequence[int]] = []) -> Kernel"),
+           "Compiles the forward-mode (tangent) kernel of a kernel (IR text): its parameters, "
+           "then '<name>_dot' per grad parameter (autodiff/forward_mode.h); `elements` as for "
+           "compile.")
       .def("differentiate", &Session::differentiate, "ir"_a, "elements"_a = Elements{},
            nb::sig("def differentiate(self, ir: str, elements: collections.abc.Sequence["
                    "collections.abc.Sequence[int]] = []) -> Differentiated"),

@@ -145,6 +145,14 @@ class Session(_vkad.Session):
         """Compiles a kernel from IR text or a KernelBuilder."""
         return super().compile(_ir(kernel), _elements(kernel))
 
+    def jvp(self, kernel: Union[str, KernelBuilder]) -> Kernel:
+        """Compiles a kernel's forward-mode (tangent) kernel: its parameters, then `<name>_dot`
+        per parameter marked grad (a scalar's a scalar: the input direction; an ndarray's an
+        ndarray of its shape). Launched with the directions in the inputs' `_dot` arrays, it
+        writes the outputs and J * direction into theirs (added onto what they hold where the
+        forward adds)."""
+        return super().jvp(_ir(kernel), _elements(kernel))
+
     def differentiate(self, kernel: Union[str, KernelBuilder]) -> Differentiated:
         """Compiles a kernel and its adjoint; raises InvalidArgumentError when no parameter
         is marked grad."""

@@ -1,6 +1,7 @@
 """The Python builder at parity with the C++ one (issue 50, point 4): while_ loops, break_ and
-continue_, and scalar parameters marked grad -- each kernel's forward against a Python reference
-and its gradient (on a tape) against central finite differences of the device's forward."""
+continue_, scalar parameters marked grad, and forward mode (Session.jvp) -- each kernel's forward
+against a Python reference and its gradient (on a tape) or tangent against central finite
+differences."""
 import math
 
 import numpy as np
@@ -147,3 +148,32 @@ def test_builder_scalar_grad_on_a_tape(session, ftype):
     fd = (np.exp(0.6001 * xs).sum() - np.exp(0.5999 * xs).sum()) / 2e-4
     assert want == pytest.approx(fd, rel=1e-6)
     np.testing.assert_allclose(t.grad(d, "a").numpy()[0], want, **close(ftype))
+
+
+def test_forward_mode_matches_finite_differences(session, ftype):
+    # Session.jvp (make_jvp): y = exp(a x) sin(x) with a scalar `a` and x both marked grad; the
+    # tangent kernel writes y and y_dot = dy/dx * x_dot + dy/da * a_dot.
+    s = session
+    kb = vkad.KernelBuilder("wave")
+    a = kb.scalar("a", ftype, grad=True)
+    x = kb.ndarray("x", ftype, 1, grad=True)
+    y = kb.ndarray("y", ftype, 1, grad=True)
+    with kb.parallel_for("main", 0, x.shape[0]) as i:
+        y[i] = vkad.exp(a * x[i]) * vkad.sin(x[i])
+    j = s.jvp(kb)
+    assert [p[0] for p in j.params] == ["a", "x", "y", "a_dot", "x_dot", "y_dot"]
+    npt = vkad.numpy_dtype(ftype)
+    xs, xd = np.linspace(-1, 1.5, N), np.linspace(0.3, -0.7, N)
+    av, ad = 0.4, 0.25
+    xa, ya = s.ndarray(xs.astype(npt)), s.empty(N, ftype)
+    xda, yda = s.ndarray(xd.astype(npt)), s.zeros(N, ftype)
+    s.launch(j, av, xa, ya, ad, xda, yda)
+
+    def f(a_, x_):
+        return np.exp(a_ * x_) * np.sin(x_)
+
+    np.testing.assert_allclose(ya.numpy(), f(av, xs), **close(ftype))
+    h = 1e-6
+    fd = (f(av + h * ad, xs + h * xd) - f(av - h * ad, xs - h * xd)) / (2 * h)
+    np.testing.assert_allclose(yda.numpy(), fd, rtol=1e-6 if ftype == vkad.f64 else 2e-2,
+                               atol=1e-8 if ftype == vkad.f64 else 2e-3)
