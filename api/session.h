@@ -265,7 +265,8 @@ class Session {
   // -1 into u32, 1e300 into f32, NaN into an integer) is kInvalidArgument and changes nothing,
   // as for launch's scalar arguments (Runtime::fill). Recorded on the device, ordered with
   // launches; nothing waits. An f64 or i64 value whose two 32-bit halves differ is staged from
-  // the host (still recorded, still no wait).
+  // the host (still recorded, still no wait); inside a graph capture it is written by the
+  // command buffer itself (rhi::CommandList::fill64), so a replay writes it too.
   Status zero(NdArrayHandle array);
   Status fill(NdArrayHandle array, double value);
   // Copies one array into another of the same dtype and shape on the device, ordered with

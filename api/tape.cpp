@@ -28,6 +28,7 @@ Tape::~Tape() {
   for (auto& [array, g] : grads_) {
     if (g.owned) (void)session_->free(g.grad);  // deferred past in-flight uses by the runtime
   }
+  for (auto& [key, g] : scalar_grads_) (void)session_->free(g.grad);
   for (auto* pool : {&segment_copies_, &launch_copies_, &end_copies_}) {
     for (auto& [key, copy] : *pool) (void)session_->free(copy);
   }
@@ -69,13 +70,6 @@ Status Tape::launch(const Differentiated& d, std::span<const Arg> args, LaunchId
                         "tape.launch: a gradient is of parameter " + std::to_string(g.param) +
                             ", past the " + std::to_string(args.size()) + " arguments");
     }
-    if (args[g.param].kind != runtime::ParamKind::kNdArray) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "tape.launch: argument " + std::to_string(g.param) +
-                            (g.name.empty() ? "" : " (gradient '" + g.name + "')") +
-                            " is a scalar; the tape keeps gradients of ndarray arguments only "
-                            "(launch the adjoint yourself for a scalar's gradient)");
-    }
   }
   Record r;
   r.forward = d.forward;
@@ -94,6 +88,8 @@ Status Tape::launch(const Differentiated& d, std::span<const Arg> args, LaunchId
                         "tape.launch: kernel " + runtime::handle_string(d.forward.id) +
                             " is not a live differentiate() result of this session");
     }
+    // No record to compare with, but an in-place launch is wrong at backward all the same.
+    VKAD_TRY(TapeHazards::check_aliasing(*session_, *access, args));
     VKAD_ASSIGN_OR_RETURN_CTX(r.adjoint, session_->clearing_adjoint(d), "tape.launch");
     r.written_begin = static_cast<uint32_t>(written_.size());
     for (const codegen::ParamAccess& pa : access->params) {
@@ -154,11 +150,10 @@ Status loop_launch_args(const TapeLoopLaunch& l, uint32_t count) {
   // Before any iteration's arguments are computed (loop_args adds r * step to them).
   VKAD_TRY(check_loop_steps(l.args, l.step, count));
   for (const GradientParam& g : d.gradients) {
-    if (g.param >= l.args.size() || l.args[g.param].kind != runtime::ParamKind::kNdArray) {
+    if (g.param >= l.args.size()) {
       return make_error(ErrorCode::kInvalidArgument,
-                        "argument " + std::to_string(g.param) +
-                            " is a scalar or missing; the tape keeps gradients of ndarray "
-                            "arguments only");
+                        "a gradient is of parameter " + std::to_string(g.param) + ", past the " +
+                            std::to_string(l.args.size()) + " arguments");
     }
   }
   return {};
@@ -253,8 +248,7 @@ Status Tape::launch_adjoint_loop(size_t first, size_t len) {
       l.step.push_back(-step);
     }
     for (uint32_t k = 0; k < r.grad_count; ++k) {
-      const NdArrayHandle a = args_[r.arg_begin + grad_params_[r.grad_begin + k]].array;
-      l.args.push_back(Arg::ndarray(grads_.at(a.id).grad));
+      l.args.push_back(Arg::ndarray(gradient(r, k)));
       l.step.push_back(0);
     }
     body.push_back(std::move(l));
@@ -267,7 +261,8 @@ Status Tape::launch_adjoint_loop(size_t first, size_t len) {
 bool Tape::differentiated(NdArrayHandle array) const {
   for (const Record& r : records_) {
     for (uint32_t k = 0; k < r.grad_count; ++k) {
-      if (args_[r.arg_begin + grad_params_[r.grad_begin + k]].array.id == array.id) return true;
+      const Arg& x = args_[r.arg_begin + grad_params_[r.grad_begin + k]];
+      if (x.kind == runtime::ParamKind::kNdArray && x.array.id == array.id) return true;
     }
   }
   return false;
@@ -347,7 +342,30 @@ Status Tape::backward(std::span<const TapeSeed> seeds) {
   zero_list_.clear();
   for (const Record& r : records_) {
     for (uint32_t k = 0; k < r.grad_count; ++k) {
-      const NdArrayHandle a = args_[r.arg_begin + grad_params_[r.grad_begin + k]].array;
+      const uint32_t param = grad_params_[r.grad_begin + k];
+      const Arg& x = args_[r.arg_begin + param];
+      if (x.kind != runtime::ParamKind::kNdArray) {
+        // A scalar's gradient: one element of its dtype (launch checked it against the
+        // kernel's), summed by every launch of the kernel.
+        auto [it, fresh] = scalar_grads_.try_emplace({r.forward.id, param});
+        if (fresh) {
+          Result<NdArrayHandle> g =
+              session_->ndarray(x.dtype, {1},
+                                "tape grad of parameter " + std::to_string(param) + " of kernel " +
+                                    runtime::handle_string(r.forward.id));
+          if (!g.ok()) {
+            scalar_grads_.erase(it);
+            return make_error(g.status().code(), "tape.backward: " + g.status().message());
+          }
+          it->second = Grad{*g, true, 0};
+        }
+        if (it->second.stamp != epoch_) {
+          it->second.stamp = epoch_;
+          zero_list_.push_back(it->second.grad);
+        }
+        continue;
+      }
+      const NdArrayHandle a = x.array;
       auto it = grads_.find(a.id);
       if (it == grads_.end()) {
         VKAD_ASSIGN_OR_RETURN_CTX(DType t, session_->dtype(a), "tape.backward");
@@ -439,13 +457,34 @@ Status Tape::checkpointed_backward() {
 Status Tape::launch_adjoint(size_t index) {
   const Record& r = records_[index];
   adjoint_args_.assign(args_.begin() + r.arg_begin, args_.begin() + r.arg_begin + r.arg_count);
-  for (uint32_t k = 0; k < r.grad_count; ++k) {
-    const NdArrayHandle a = args_[r.arg_begin + grad_params_[r.grad_begin + k]].array;
-    adjoint_args_.push_back(Arg::ndarray(grads_.at(a.id).grad));
-  }
+  for (uint32_t k = 0; k < r.grad_count; ++k) adjoint_args_.push_back(Arg::ndarray(gradient(r, k)));
   VKAD_TRY_CTX(session_->launch(r.adjoint, adjoint_args_),
                "tape.backward: adjoint of launch " + std::to_string(index));
   return {};
+}
+
+NdArrayHandle Tape::gradient(const Record& r, uint32_t k) const {
+  const uint32_t param = grad_params_[r.grad_begin + k];
+  const Arg& x = args_[r.arg_begin + param];
+  if (x.kind != runtime::ParamKind::kNdArray) return scalar_grads_.at({r.forward.id, param}).grad;
+  return grads_.at(x.array.id).grad;
+}
+
+Result<NdArrayHandle> Tape::scalar_grad(const Differentiated& d, uint32_t param) const {
+  bool differentiated = false;
+  for (const GradientParam& g : d.gradients) differentiated = differentiated || g.param == param;
+  auto it = scalar_grads_.find({d.forward.id, param});
+  if (!differentiated || it == scalar_grads_.end()) {
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        "tape.scalar_grad: parameter " + std::to_string(param) + " of kernel " +
+            runtime::handle_string(d.forward.id) +
+            (differentiated ? " has no scalar gradient: it is an ndarray (grad(array) "
+                              "gives its gradient), or no backward has run over a "
+                              "recorded launch of the kernel"
+                            : " is not a differentiated (grad) parameter"));
+  }
+  return it->second.grad;
 }
 
 Result<NdArrayHandle> Tape::grad(NdArrayHandle array) const {

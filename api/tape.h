@@ -103,15 +103,16 @@ class Tape {
 
   // Launches d.forward with `args` (Session::launch, asynchronous) and records it. kInvalid-
   // Argument, nothing launched or recorded, when args.size() differs from d.forward_params
-  // ("tape.launch: 3 arguments given, the forward kernel has 4 parameters"), or a
-  // differentiated parameter's argument is a scalar (the tape keeps gradients of ndarrays; launch
-  // the adjoint yourself, with adjoint_args, for a scalar's), or the launch would overwrite what
+  // ("tape.launch: 3 arguments given, the forward kernel has 4 parameters"), or the launch
+  // passes one array for a parameter it writes and one it reads (in place: TapeHazards::
+  // check_aliasing; a checkpointed tape refuses it too), or the launch would overwrite what
   // an earlier launch of this recording read or wrote through a differentiated parameter
   // (TapeHazards::check: the message names both launches, the array and the row; kInvalid-
   // Argument also when d.forward is not a live differentiate() result of this session);
   // otherwise Session::launch's errors, with "tape.launch: " in front. `id` as in
   // Session::launch. A launch captured into a graph (Session::begin_capture) is checked the
-  // same way; a replay's scalar updates are not (they could move rows: README.md).
+  // same way; a replay's scalar updates are not (they could move rows: README.md). A
+  // differentiated f32 / f64 scalar parameter gets its gradient in scalar_grad().
   Status launch(const Differentiated& d, std::span<const Arg> args, LaunchId* id = nullptr);
   Status launch(const Differentiated& d, std::initializer_list<Arg> args, LaunchId* id = nullptr) {
     return launch(d, std::span<const Arg>(args.begin(), args.size()), id);
@@ -148,6 +149,13 @@ class Tape {
   // the tape and `array` do. kInvalidArgument ("tape.grad: ndarray 1:4 is not a differentiated
   // (grad) argument of any recorded launch, or backward() has not run") otherwise.
   Result<NdArrayHandle> grad(NdArrayHandle array) const;
+  // The gradient of differentiated scalar parameter `param` (an f32 / f64 scalar marked grad)
+  // of d's forward kernel: a shape {1} array, made by a backward and kept like an array's
+  // gradient, holding d(objective)/d(value) summed over every recorded launch of d.forward --
+  // the gradient with respect to the value when every launch is passed the same one.
+  // kInvalidArgument when `param` is not such a parameter of d, or no backward has run over a
+  // launch of d.forward.
+  Result<NdArrayHandle> scalar_grad(const Differentiated& d, uint32_t param) const;
   // Makes `grad` (the caller's; the tape never frees it) the gradient of `array` from now on; a
   // gradient the tape had made for `array` is freed. kInvalidArgument when either handle is
   // not live, they are the same array, or their dtypes or shapes differ; nothing changes then.
@@ -163,10 +171,19 @@ class Tape {
   // was freed).
   Status set_checkpoint_every(uint32_t launches_per_segment);
   uint32_t checkpoint_every() const { return checkpoint_every_; }
+  // What a gradient holds after backward where the recording wrote the array. True (no
+  // checkpointing): grad(x) at an element a recorded launch stored is d(objective)/d(the value
+  // stored there) -- DiffTaichi's intermediate gradients, e.g. dL/dx[t] of a time axis. False
+  // (checkpointing): each store's adjoint consumes and clears its seed (the array may hold
+  // several versions), so every gradient is d(objective)/d(the array as the recording found
+  // it): 0 where a launch overwrote the element, the same as without checkpointing elsewhere
+  // (inputs, and elements only atomically added to).
+  bool keeps_intermediate_gradients() const { return checkpoint_every_ == 0; }
 
   // Records: a launch, or a launch_loop's body launch (a loop counts its body once).
   size_t launches() const { return records_.size(); }
-  size_t gradients() const { return grads_.size(); }  // gradient arrays held (made or set)
+  // Gradient arrays held (made or set; scalar parameters' included).
+  size_t gradients() const { return grads_.size() + scalar_grads_.size(); }
 
  private:
   struct Record {
@@ -197,6 +214,9 @@ class Tape {
                                   NdArrayHandle array);
   Status checkpointed_backward();
   bool differentiated(NdArrayHandle array) const;
+  // The gradient of record r's k-th differentiated parameter: its array's, or, for a scalar,
+  // the one of (r.forward, parameter). Listed by backward before any adjoint asks.
+  NdArrayHandle gradient(const Record& r, uint32_t k) const;
 
   Session* session_;     // borrowed
   TapeHazards hazards_;  // what the recording read and wrote (launch refuses overwrites)
@@ -206,6 +226,8 @@ class Tape {
   std::string broken_;                        // why backward refuses ("" where it may run)
   std::vector<uint32_t> grad_params_;         // every record's differentiated parameter indices
   std::unordered_map<uint64_t, Grad> grads_;  // array handle id -> its gradient
+  // (forward kernel handle id, parameter) -> a differentiated scalar's gradient ({1}, owned).
+  std::map<std::pair<uint64_t, uint32_t>, Grad> scalar_grads_;
   uint64_t epoch_ = 0;
   // backward's scratch, kept so that a steady-state backward allocates nothing on the host
   // either.

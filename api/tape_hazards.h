@@ -13,7 +13,10 @@
 //    (autodiff/reverse_mode.h), so i's adjoint would also credit its inputs with the gradient of
 //    the value j wrote. An atomic_add after a write (a loss accumulated by many launches) adds
 //    to it and is fine.
-// Launch j's own read-before-write of one array is make_adjoint's to prove (disjoint_access.h).
+// Launch j's own read-before-write of one parameter is make_adjoint's to prove
+// (disjoint_access.h); two parameters of launch j bound to one array are this check's: the same
+// rule between them (check_aliasing), since make_adjoint takes distinct parameters to be
+// distinct arrays.
 //
 // Rows. codegen::kernel_access (ir/launch_access.h) lists, per ndarray parameter, each
 // access and, per axis, its index when it is launch-uniform; check() evaluates those with the
@@ -81,6 +84,15 @@ class TapeHazards {
   using Extent = std::function<std::optional<uint32_t>(NdArrayHandle array, uint32_t axis)>;
   bool accepts(const Extent& extent, std::shared_ptr<const codegen::KernelAccess> access,
                std::span<const Arg> args);
+  // The part of check() that looks at the launch alone: kInvalidArgument when two of its
+  // parameters are bound to one array and one writes rows the other reads (or overwrites rows
+  // the other writes through a differentiated parameter) -- an in-place launch such as
+  // `b[i] = sin(a[i])` with a = b, whose adjoint would read the values the launch stored where
+  // it needs those it loaded. Rows told apart by launch-uniform indices (read row f, write row
+  // f + 1) are accepted. The message names both parameters and says to pass a separate output.
+  // check() runs it too; a checkpointed tape, which does not keep a record, runs this alone.
+  static Status check_aliasing(const Session& session, const codegen::KernelAccess& access,
+                               std::span<const Arg> args);
   // Adds the launch check() last accepted to the recording.
   void record();
   void reset();
@@ -132,6 +144,14 @@ class TapeHazards {
   };
   static constexpr int64_t kUnknownRow = -1;
 
+  // Fills evaluated_ / rows_ (with rec null) with every access of `k` at `args`.
+  void evaluate(const Extent& extent, const codegen::KernelAccess& k, std::span<const Arg> args);
+  // After evaluate(): a write and an access of another parameter bound to the same array that
+  // may overlap (alias_pair_, write first), or null.
+  const Evaluated* alias(const codegen::KernelAccess& k, std::span<const Arg> args);
+  std::string alias_conflict(const Session& session, const codegen::KernelAccess& k,
+                             std::span<const Arg> args, const Evaluated& write,
+                             const Evaluated& other) const;
   Status check_with(const Extent& extent, const Session* session,
                     std::shared_ptr<const codegen::KernelAccess> access, std::span<const Arg> args);
   // The earlier touch that a write at `rows` may overlap in `t`, or {kNone}; `axis` / `row`
@@ -151,6 +171,7 @@ class TapeHazards {
   std::vector<Evaluated> evaluated_;
   std::vector<int64_t> rows_;
   std::vector<int64_t> expr_values_;
+  Evaluated alias_pair_[2];
 };
 
 }  // namespace vkad

@@ -579,6 +579,27 @@ vkad_status* vkad_tape_grad(const vkad_tape* tape, vkad_ndarray array, vkad_ndar
   return nullptr;
 }
 
+vkad_status* vkad_tape_scalar_grad(const vkad_tape* tape, const vkad_differentiated* d,
+                                   uint32_t param, vkad_ndarray* out) {
+  VKAD_C_CHECK_TAPE("vkad_tape_scalar_grad");
+  if (d == nullptr) return invalid("vkad_tape_scalar_grad", "d is NULL");
+  if (out == nullptr) return invalid("vkad_tape_scalar_grad", "out is NULL");
+  vkad_differentiated full;
+  if (vkad_status* e = read_versioned("vkad_tape_scalar_grad", d, &full)) return e;
+  vkad::Differentiated cd;
+  cd.forward = {full.forward};
+  cd.adjoint = {full.adjoint};
+  cd.forward_params = full.forward_params;
+  const uint32_t n = std::min<uint32_t>(full.gradient_count, VKAD_MAX_GRADIENTS);
+  for (uint32_t i = 0; i < n; ++i) {
+    cd.gradients.push_back({full.gradients[i].param, full.gradients[i].grad_param, {}});
+  }
+  vkad::Result<vkad::NdArrayHandle> g = tape->tape.scalar_grad(cd, param);
+  if (!g.ok()) return from(g.status());
+  *out = g->id;
+  return nullptr;
+}
+
 vkad_status* vkad_tape_set_grad(vkad_tape* tape, vkad_ndarray array, vkad_ndarray grad) {
   VKAD_C_CHECK_TAPE("vkad_tape_set_grad");
   return from(tape->tape.set_grad({array}, {grad}));

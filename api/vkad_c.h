@@ -335,8 +335,9 @@ VKAD_C_API vkad_status* vkad_tape_create(vkad_session* session, vkad_tape** out)
 VKAD_C_API void vkad_tape_destroy(vkad_tape* tape); /* NULL is fine */
 /* Launches d->forward with the arguments (as vkad_launch: asynchronous, launch_id may be NULL)
  * and records it. `d` is what vkad_differentiate wrote (its struct_size set). Fails, recording
- * and launching nothing, when arg_count is not d->forward_params, when a differentiated
- * parameter's argument is a scalar (the tape keeps gradients of ndarrays only), when the launch
+ * and launching nothing, when arg_count is not d->forward_params, when it passes one array for
+ * a parameter it writes and one it reads (in place: its adjoint would read what it wrote;
+ * VKAD_INVALID_ARGUMENT naming both parameters), when the launch
  * would overwrite what an earlier launch of the recording read or wrote through a differentiated
  * parameter (VKAD_INVALID_ARGUMENT naming both launches, the array and the row: backward would
  * give wrong gradients; api/tape_hazards.h), or as vkad_launch fails. */
@@ -360,6 +361,12 @@ VKAD_C_API vkad_status* vkad_tape_backward(vkad_tape* tape, const vkad_seed* see
  * VKAD_INVALID_ARGUMENT when the tape holds none for it. */
 VKAD_C_API vkad_status* vkad_tape_grad(const vkad_tape* tape, vkad_ndarray array,
                                        vkad_ndarray* out);
+/* The gradient of differentiated scalar parameter `param` (f32 / f64, marked grad) of
+ * d->forward: a 1-element array the tape made at a backward, holding d(objective)/d(value)
+ * summed over every recorded launch of d->forward (vkad::Tape::scalar_grad). VKAD_INVALID_-
+ * ARGUMENT when `param` is no such parameter or no backward ran over a launch of it. */
+VKAD_C_API vkad_status* vkad_tape_scalar_grad(const vkad_tape* tape, const vkad_differentiated* d,
+                                              uint32_t param, vkad_ndarray* out);
 /* Makes `grad` (the caller's; never freed by the tape) the gradient of `array`: same dtype and
  * shape, or VKAD_INVALID_ARGUMENT. */
 VKAD_C_API vkad_status* vkad_tape_set_grad(vkad_tape* tape, vkad_ndarray array, vkad_ndarray grad);

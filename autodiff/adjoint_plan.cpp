@@ -179,7 +179,9 @@ class Planner {
                 "adjoint (run after the forward) no longer sees. Write the result to a "
                 "separate ndarray, or move the stores into an earlier task than the reads, "
                 "or index the reads and the stores on one axis by launch-uniform values "
-                "a constant apart (read x[f, i], store x[f + 1, i])");
+                "a constant apart (read x[f, i], store x[f + 1, i]). To read back what this "
+                "invocation stored, keep the value in a local (or load it right after the "
+                "store, in the same block, with the same indices: forwarded)");
       }
       return error(wt, *last_write[p],
                    name + " (grad) is read in task '" + rt.name +

@@ -4,7 +4,7 @@
 //
 // Registered (docs/architecture.md, "Passes", has what each does):
 //   verify, text-roundtrip                       (ir/)
-//   lower-jumps, segment-loops{segment=K}, reverse-mode, clearing-reverse-mode,
+//   lower-jumps, forward-stores, segment-loops{segment=K}, reverse-mode, clearing-reverse-mode,
 //   adjoint{segment=K}, clearing-adjoint{segment=K}, jvp    (autodiff/)
 // `segment` is AdjointOptions::checkpoint_segment (0, the default: off).
 #pragma once

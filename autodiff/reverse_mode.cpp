@@ -11,6 +11,7 @@
 #include "autodiff/adjoint_plan.h"
 #include "autodiff/checkpoint.h"
 #include "autodiff/derivative_rules.h"
+#include "autodiff/forward_stores.h"
 #include "autodiff/jumps.h"
 #include "autodiff/trip_counter.h"
 #include "ir/rewriter.h"
@@ -585,6 +586,7 @@ Pipeline counted_pipeline(const Target& target, const AdjointOptions& options, K
   Pipeline p(target);
   p.add(verify_pass(target));
   p.add(lower_jumps_pass(target));
+  p.add(forward_stores_pass());
   p.add("keep-lowered", [lowered](Kernel k) -> Result<Kernel> {
     *lowered = k;
     return k;
@@ -617,6 +619,7 @@ Pipeline adjoint_pipeline(const Target& target, const AdjointOptions& options, b
   Pipeline p(target);
   p.add(verify_pass(target));
   p.add(lower_jumps_pass(target));
+  p.add(forward_stores_pass());
   p.add(segment_loops_pass(options));
   p.add(reverse_mode_pass(target, options, clear_seeds));
   return p;

@@ -62,6 +62,9 @@
 // every axis) is false for it there. No add is a plain load-add-store that could race with
 // another thread or read a seed.
 //
+// A load of the element the same invocation stored earlier in the same block is not a read of
+// the array: forward_stores.h replaces it with the stored value first (DiffTaichi's billiards,
+// `v[t, i] = ...; x[t, i] = ... v[t, i]`).
 // Rejected with kInvalidArgument naming the statement: other ndarrays both read and written
 // (the error says which case and what to do), a differentiable value carried through an array
 // without gradient, adstack statements in the forward kernel, and loops with no derivable or

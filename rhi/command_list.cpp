@@ -2,6 +2,7 @@
 
 #include <volk.h>
 
+#include <algorithm>
 #include <cassert>
 #include <utility>
 #include <vector>
@@ -198,6 +199,21 @@ void CommandList::copy(Buffer& src, Buffer& dst, uint64_t bytes, uint64_t src_of
 void CommandList::fill(Buffer& dst, uint32_t value, uint64_t offset, uint64_t bytes) {
   mark_used(dst.use());
   stream_->device().fn().vkCmdFillBuffer(cb_.get(), dst.handle(), offset, bytes, value);
+}
+
+void CommandList::fill64(Buffer& dst, uint64_t value, uint64_t bytes) {
+  mark_used(dst.use());
+  const VolkDeviceTable& fn = stream_->device().fn();
+  // vkCmdUpdateBuffer takes at most 65536 bytes, inline in the command buffer.
+  constexpr uint64_t kInline = 65536;
+  const uint64_t first = std::min(bytes, kInline);
+  std::vector<uint64_t> words(first / 8, value);
+  fn.vkCmdUpdateBuffer(cb_.get(), dst.handle(), 0, first, words.data());
+  for (uint64_t done = first; done < bytes; done *= 2) {
+    barrier(Barrier::kTransferToTransfer);
+    const VkBufferCopy region{0, done, std::min(done, bytes - done)};
+    fn.vkCmdCopyBuffer(cb_.get(), dst.handle(), dst.handle(), 1, &region);
+  }
 }
 
 void CommandList::reset_queries(QueryPool& pool, uint32_t first, uint32_t count) {

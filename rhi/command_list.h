@@ -97,6 +97,12 @@ class CommandList {
             uint64_t dst_offset = 0);
   // Fills `bytes` (a multiple of 4, or VK_WHOLE_SIZE) at `offset` with the 32-bit `value`.
   void fill(Buffer& dst, uint32_t value, uint64_t offset = 0, uint64_t bytes = VK_WHOLE_SIZE);
+  // Fills the first `bytes` (a multiple of 8) of `dst` with the 64-bit `value` repeated, all
+  // recorded in the list (a graph can hold it; no host staging): vkCmdUpdateBuffer writes the
+  // first min(bytes, 64 KiB), then copies within `dst` double the filled prefix until it is
+  // covered, a transfer -> transfer barrier before each. Leaves the last write a transfer write
+  // (the caller's barrier orders it before its readers), as fill() does.
+  void fill64(Buffer& dst, uint64_t value, uint64_t bytes);
   void reset_queries(QueryPool& pool, uint32_t first, uint32_t count);
   void write_timestamp(QueryPool& pool, uint32_t index);
   // Marks an object used by this submission without recording a command (e.g. a buffer only

@@ -122,7 +122,7 @@ Status Runtime::record_run_steps(rhi::CommandList& list, RunPiece& p,
   FillBarriers fills(filled);
   for (const RunStep& s : p.steps) {
     if (!s.kernel) {
-      fills.fill(list, *s.fill, s.fill_array, s.pattern, s.fill_bytes);
+      fills.fill(list, *s.fill, s.fill_array, s.pattern, s.wide, s.fill_bytes);
       continue;
     }
     fills.end(list);
@@ -187,6 +187,7 @@ void Runtime::run_steps_into(RunPiece& p, size_t begin, size_t end, uint64_t lo)
       step.fill_array = f.array.id;
       step.fill_bytes = a.bytes;
       step.pattern = f.pattern;
+      step.wide = f.wide;
       p.steps.push_back(std::move(step));
       continue;
     }

@@ -183,7 +183,7 @@ Status Runtime::record_steps(rhi::CommandList& list, const Graph& g,
   for (const auto& [is_launch, i] : g.steps) {
     if (!is_launch) {
       NdArray& a = arrays_.at(g.fills[i].array.id);
-      fills.fill(list, a.buffer, g.fills[i].array.id, g.fills[i].pattern, a.bytes);
+      fills.fill(list, a.buffer, g.fills[i].array.id, g.fills[i].pattern, g.fills[i].wide, a.bytes);
       continue;
     }
     fills.end(list);
@@ -194,7 +194,7 @@ Status Runtime::record_steps(rhi::CommandList& list, const Graph& g,
 }
 
 void Runtime::FillBarriers::fill(rhi::CommandList& list, rhi::Buffer& buffer, uint64_t array,
-                                 uint32_t pattern, uint64_t bytes) {
+                                 uint64_t pattern, bool wide, uint64_t bytes) {
   if (!filling_) {
     list.barrier(rhi::Barrier::kComputeToTransfer);
     filled_.clear();
@@ -204,7 +204,11 @@ void Runtime::FillBarriers::fill(rhi::CommandList& list, rhi::Buffer& buffer, ui
   }
   filled_.push_back(array);
   filling_ = true;
-  list.fill(buffer, pattern, 0, bytes);
+  if (wide) {
+    list.fill64(buffer, pattern, bytes);
+  } else {
+    list.fill(buffer, static_cast<uint32_t>(pattern), 0, bytes);
+  }
 }
 
 void Runtime::FillBarriers::end(rhi::CommandList& list) {

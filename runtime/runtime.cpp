@@ -380,14 +380,11 @@ Status Runtime::fill(NdArrayHandle array, double value) {
   const uint32_t elem = dtype_bytes(a.dtype);
   const uint32_t lo = static_cast<uint32_t>(pattern), hi = static_cast<uint32_t>(pattern >> 32);
   if (capture_) {
-    if (elem == 8 && lo != hi) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "fill '" + a.name + "': value " + format_double(value) +
-                            " needs host staging (its 8-byte halves differ), which graph '" +
-                            capture_->name + "' cannot capture");
-    }
+    // Host staging cannot be captured: an 8-byte pattern with unequal halves is written by the
+    // list itself (CommandList::fill64) at every replay.
+    const bool wide = elem == 8 && lo != hi;
     capture_->steps.push_back({false, static_cast<uint32_t>(capture_->fills.size())});
-    capture_->fills.push_back({array, lo});
+    capture_->fills.push_back({array, wide ? pattern : lo, wide});
     if (run_) run_after_step();
     return {};
   }

@@ -336,8 +336,9 @@ class Runtime {
   // flush() submits nothing (so a DSL's step function that flushes can be captured as is);
   // upload, download, synchronize, set_retirement_depth and replay return
   // kFailedPrecondition naming the capture. kFailedPrecondition if a capture is open already.
-  // A fill whose value needs host staging (an 8-byte pattern with unequal halves) cannot be
-  // captured (kInvalidArgument naming it).
+  // A fill of an 8-byte dtype whose pattern's halves differ (f64 1.0, an i64 seed) is captured
+  // as rhi::CommandList::fill64 (the pattern inline in the command buffer, then copies within
+  // the array), where fill() outside a capture stages it from the host.
   //
   // `run`: the capture also runs what it captures, as launch() and fill() would have, in
   // order and asynchronously -- the first iteration of a training loop without a replay after
@@ -616,7 +617,8 @@ class Runtime {
   };
   struct CapturedFill {
     NdArrayHandle array;
-    uint32_t pattern = 0;
+    uint64_t pattern = 0;  // an element's bytes (the low 32 bits where !wide)
+    bool wide = false;     // an 8-byte pattern with unequal halves: rhi fill64
   };
   struct Graph {
     std::string name;
@@ -692,10 +694,11 @@ class Runtime {
     uint32_t arrays = 0;                   // RunPiece::arrays[arrays, + kernel->array_count)
     uint64_t args_offset = 0;              // in RunPiece::args
     bool barrier_after = true;
-    rhi::Buffer* fill = nullptr;  // a fill's buffer, its array, bytes and 32-bit pattern
+    rhi::Buffer* fill = nullptr;  // a fill's buffer, its array, bytes and pattern
     uint64_t fill_array = 0;
     uint64_t fill_bytes = 0;
-    uint32_t pattern = 0;
+    uint64_t pattern = 0;
+    bool wide = false;  // CapturedFill::wide
   };
   struct RunPiece {
     std::vector<RunStep> steps;
@@ -756,8 +759,9 @@ class Runtime {
   class FillBarriers {
    public:
     explicit FillBarriers(std::vector<uint64_t>& scratch) : filled_(scratch) { filled_.clear(); }
-    void fill(rhi::CommandList& list, rhi::Buffer& buffer, uint64_t array, uint32_t pattern,
-              uint64_t bytes);
+    // `wide`: `pattern` is 8 bytes with unequal halves (CommandList::fill64), else 32 bits.
+    void fill(rhi::CommandList& list, rhi::Buffer& buffer, uint64_t array, uint64_t pattern,
+              bool wide, uint64_t bytes);
     void end(rhi::CommandList& list);  // before a launch, and after the last step
 
    private:

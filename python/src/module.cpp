@@ -34,6 +34,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "autodiff/forward_mode.h"
 #include "cuda_interop.h"
 #include "dlpack.h"
 #include "rhi/device.h"
@@ -672,6 +673,9 @@ struct ParamInfo {
   DType dtype = DType::kF32;
   uint32_t rank = 0;
   bool grad = false;
+  // A KernelBuilder parameter's element shape (element=(2,): a Vector in the last axis): the
+  // extents its array's trailing axes must have; empty for IR text and scalar elements.
+  std::vector<uint32_t> element;
 };
 
 struct Kernel {
@@ -745,10 +749,17 @@ struct Graph {
   }
 };
 
-std::vector<ParamInfo> params_of(const vkad::codegen::Kernel& k) {
+// Per parameter, a KernelBuilder's element shape (empty: none given, IR text).
+using Elements = std::vector<std::vector<uint32_t>>;
+
+std::vector<ParamInfo> params_of(const vkad::codegen::Kernel& k, const Elements& elements = {}) {
   std::vector<ParamInfo> out;
-  for (const auto& p : k.params) {
+  for (size_t i = 0; i < k.params.size(); ++i) {
+    const auto& p = k.params[i];
     out.push_back({p.name, p.kind == ParamKind::kNdArray, p.dtype, p.rank, p.needs_grad});
+    if (i < elements.size() && out.back().array && elements[i].size() <= p.rank) {
+      out.back().element = elements[i];
+    }
   }
   return out;
 }
@@ -794,6 +805,16 @@ Arg to_arg(const Kernel& k, const State& st, size_t i, nb::handle v, const char*
     if (a->st.get() != &st) invalid(where() + ": " + a->label() + " belongs to another session");
     // The message only when it is raised: a launch passes ~10 arrays, ~10^4 times an iteration.
     if (a->free_deferred) a->check_live(where());
+    // The IR sees only the rank: an element of 2 components read from an array with 3 would
+    // drop the third without an error.
+    if (!p.element.empty() && a->shape.size() == p.rank &&
+        !std::equal(p.element.begin(), p.element.end(), a->shape.end() - p.element.size())) {
+      invalid(where() + ": " + a->label() + " has shape " + shape_string(a->shape) +
+              "; the parameter's elements are of shape " + shape_string(p.element) +
+              " (KernelBuilder.ndarray(..., element=...)), held in its last " +
+              std::to_string(p.element.size()) + " axes, so those must be " +
+              shape_string(p.element));
+    }
     return Arg::ndarray(a->handle);
   }
   if (p.dtype == DType::kF32 || p.dtype == DType::kF64) {
@@ -935,16 +956,16 @@ struct Session {
     return nb::cast(k, nb::rv_policy::take_ownership);
   }
 
-  nb::object compile(const std::string& text) {
+  nb::object compile(const std::string& text, const Elements& elements) {
     vkad::codegen::Kernel k;
     Result<KernelHandle> h = blocking(*st, [&](vkad::Session& s) -> Result<KernelHandle> {
       VKAD_ASSIGN_OR_RETURN(k, vkad::codegen::parse(text));
       return s.compile(k);
     });
-    return make_kernel(take(std::move(h)), k.name, params_of(k));
+    return make_kernel(take(std::move(h)), k.name, params_of(k, elements));
   }
 
-  nb::object differentiate(const std::string& text) {
+  nb::object differentiate(const std::string& text, const Elements& elements) {
     vkad::codegen::Kernel k;
     std::shared_ptr<const vkad::codegen::KernelAccess> access;
     Result<vkad::Differentiated> r =
@@ -955,7 +976,7 @@ struct Session {
           return d;
         });
     vkad::Differentiated d = take(std::move(r));
-    std::vector<ParamInfo> fparams = params_of(k), aparams = fparams;
+    std::vector<ParamInfo> fparams = params_of(k, elements), aparams = fparams;
     nb::object forward = make_kernel(d.forward, k.name, fparams);
     Kernel& fk = nb::cast<Kernel&>(forward);
     fk.access = std::move(access);
@@ -963,12 +984,36 @@ struct Session {
       ParamInfo gp = fparams[g.param];
       gp.name = g.name;
       gp.grad = false;
+      if (!gp.array) {  // a scalar's gradient: a 1-element array (autodiff/reverse_mode.h)
+        gp.array = true;
+        gp.rank = 1;
+        gp.element.clear();
+      }
       aparams.push_back(gp);
       fk.gradients.emplace_back(g.param, g.name);
     }
     fk.adjoint = make_kernel(d.adjoint, k.name + "_adjoint", aparams);
     auto* out = new Differentiated{forward, fk.adjoint};
     return nb::cast(out, nb::rv_policy::take_ownership);
+  }
+
+  // Session.jvp: the forward-mode (tangent) kernel of IR text (autodiff/forward_mode.h),
+  // compiled: the forward's parameters, then `<name>_dot` per grad parameter (a scalar's a
+  // scalar, an ndarray's an ndarray, with its element shape).
+  nb::object jvp(const std::string& text, const Elements& elements) {
+    vkad::codegen::Kernel k, j;
+    Result<KernelHandle> h = blocking(*st, [&](vkad::Session& s) -> Result<KernelHandle> {
+      VKAD_ASSIGN_OR_RETURN(k, vkad::codegen::parse(text));
+      VKAD_ASSIGN_OR_RETURN(j, vkad::codegen::make_jvp(k, s.target()));
+      return s.compile(j);
+    });
+    KernelHandle handle = take(std::move(h));
+    Elements all(elements.begin(), elements.end());
+    all.resize(k.params.size());
+    for (size_t p = 0; p < k.params.size(); ++p) {
+      if (k.params[p].needs_grad) all.push_back(all[p]);
+    }
+    return make_kernel(handle, j.name, params_of(j, all));
   }
 
   void release(Kernel& k) {
@@ -1296,14 +1341,6 @@ struct Session {
     }
     e.values = std::move(values);
     e.recorded = !st->tape.is_none() && !k->adjoint.is_none();
-    if (e.recorded) {
-      for (const auto& [p, gname] : k->gradients) {
-        if (!k->params[p].array) {
-          invalid("tape.launch: argument " + std::to_string(p) + " (gradient '" + gname +
-                  "') is a scalar; the tape keeps gradients of ndarray arguments only");
-        }
-      }
-    }
     t.entries.push_back(std::move(e));
   }
 
@@ -1547,6 +1584,18 @@ struct Session {
     for (uint32_t i = 0; i < info.launches; ++i) g->add(of(i % n));
   }
 
+  // A differentiated scalar parameter's key in a tape's gradients: (forward Kernel, index).
+  static nb::tuple scalar_grad_key(const Kernel* fwd, uint32_t param) {
+    return nb::make_tuple(nb::find(fwd), param);
+  }
+  // The gradient argument of scalar parameter `param` of `fwd` (adjoint parameter `slot` of
+  // `adj`): the tape's 1-element array for it, converted as a launch converts it.
+  Arg scalar_grad_arg(nb::dict grads, const Kernel* fwd, uint32_t param, const Kernel& adj,
+                      size_t slot) {
+    nb::object g = grads.get(scalar_grad_key(fwd, param), nb::none());
+    return to_arg(adj, *st, slot, g);
+  }
+
   // Tape.backward's loop (python/vkad/tape.py): the adjoint of each of `launches`
   // ((kernel, args) tuples as the binding recorded them), last first, each with the forward's
   // args and then the gradient of each differentiated parameter (`grads`: array handle ->
@@ -1608,8 +1657,12 @@ struct Session {
         for (size_t j = 0; j < args.size(); ++j) a[j] = to_arg(*plan.k, *st, j, args[j]);
         for (size_t j = 0; j < fwd->gradients.size(); ++j) {
           const Arg& primal = a[fwd->gradients[j].first];  // converted above
-          auto found = primal.kind == ParamKind::kNdArray ? grad_args.find(primal.array.id)
-                                                          : grad_args.end();
+          if (primal.kind != ParamKind::kNdArray) {
+            a[args.size() + j] =
+                scalar_grad_arg(grads, fwd, fwd->gradients[j].first, *plan.k, args.size() + j);
+            continue;
+          }
+          auto found = grad_args.find(primal.array.id);
           if (found != grad_args.end()) {
             a[args.size() + j] = found->second;
             continue;
@@ -1677,8 +1730,10 @@ struct Session {
     std::vector<Kernel*> kernels;
     auto grad = [&](const Arg& primal, const LoopEntry& e, size_t g,
                     const Kernel& adj) -> std::optional<Arg> {
-      auto found =
-          primal.kind == ParamKind::kNdArray ? grad_args.find(primal.array.id) : grad_args.end();
+      if (primal.kind != ParamKind::kNdArray) {
+        return scalar_grad_arg(grads, e.k, e.k->gradients[g].first, adj, e.args.size() + g);
+      }
+      auto found = grad_args.find(primal.array.id);
       if (found != grad_args.end()) return found->second;
       // The converting path, which names what is wrong.
       const size_t p = e.k->gradients[g].first;
@@ -1733,7 +1788,9 @@ struct Session {
   }
 
   // Tape.backward's first pass: the differentiated (grad) array argument of every recorded
-  // launch ((kernel, args) tuples), by array handle, each once, in order of first use.
+  // launch ((kernel, args) tuples), by array handle, each once, in order of first use; a
+  // differentiated scalar parameter as the key (forward Kernel, parameter index) with None (its
+  // gradient, a 1-element array, sums d/d(value) over every recorded launch of that kernel).
   nb::dict tape_differentiated(nb::list launches) {
     nb::dict needed;
     for (nb::handle rec_h : launches) {
@@ -1741,6 +1798,11 @@ struct Session {
       if (nb::try_cast<LoopRecord*>(rec_h, loop) && loop) {
         for (const LoopEntry& e : loop->entries) {
           for (const auto& [p, name] : e.k->gradients) {
+            if (!e.k->params[p].array) {
+              nb::tuple key = scalar_grad_key(e.k, p);
+              if (!needed.contains(key)) needed[key] = nb::none();
+              continue;
+            }
             nb::int_ key(e.args[p].array.id);
             if (!needed.contains(key)) needed[key] = e.values[p];
           }
@@ -1751,6 +1813,11 @@ struct Session {
       nb::tuple args = nb::cast<nb::tuple>(rec[1]);
       const Kernel* fwd = kernel_for(rec[0], args.size(), "tape.backward");
       for (const auto& [p, name] : fwd->gradients) {
+        if (!fwd->params[p].array) {
+          nb::tuple key = scalar_grad_key(fwd, p);
+          if (!needed.contains(key)) needed[key] = nb::none();
+          continue;
+        }
         NdArray* arr = nullptr;
         if (!nb::try_cast<NdArray*>(args[p], arr) || !arr) continue;  // the launch refused it
         nb::int_ key(arr->handle.id);
@@ -1769,15 +1836,6 @@ struct Session {
       invalid("launch '" + k->name +
               "': a differentiated kernel launched inside a tape's "
               "recording by tape.backward");
-    if (record) {  // vkad::Tape::launch's rule, checked before launching
-      for (const auto& [p, gname] : k->gradients) {
-        if (!k->params[p].array) {
-          invalid("tape.launch: argument " + std::to_string(p) + " (gradient '" + gname +
-                  "') is a scalar; the tape keeps gradients of ndarray arguments only (launch "
-                  "the adjoint yourself for a scalar's gradient)");
-        }
-      }
-    }
     if (record && !st->before_launch.is_none()) st->before_launch(kernel, args);
     TapeHazards* hazards =
         record && !st->hazards.is_none() ? nb::cast<TapeHazards*>(st->hazards) : nullptr;
@@ -1785,6 +1843,10 @@ struct Session {
       Locked l(*st);
       // vkad::Tape::launch's check, refusing before anything runs.
       if (hazards) check(hazards->hazards.check(st->get(), k->access, span));
+      // A checkpointed tape keeps no record, but refuses an in-place launch all the same.
+      if (record && !hazards && k->access) {
+        check(vkad::TapeHazards::check_aliasing(st->get(), *k->access, span));
+      }
       check(st->get().launch(k->handle, span));
       if (hazards) hazards->hazards.record();
     }
@@ -2193,6 +2255,19 @@ NB_MODULE(_vkad, m) {
   nb::class_<Graph>(m, "Graph", "A captured launch sequence (Session.capture).")
       .def_prop_ro("name", [](const Graph& g) { return g.name; })
       .def_prop_ro("launches", [](const Graph& g) { return g.kernels.size(); })
+      .def_prop_ro(
+          "launch_names",
+          [](const Graph& g) {
+            nb::list out;
+            for (const Kernel* k : g.kernels)
+              out.append(k ? nb::object(nb::str(k->name.c_str())) : nb::none());
+            return out;
+          },
+          nb::sig("def launch_names(self) -> list[str | None]"),
+          "The kernel name of each captured launch, by the index replay updates take (capture "
+          "order: a tape's backward adds its adjoints, '<kernel>_adjoint', last launch first); "
+          "None for a Session.loop's rolled launch. launch_names.index('step_adjoint') finds "
+          "the first adjoint of 'step'.")
       .def(
           "release",
           [](Graph& g) {
@@ -2379,11 +2454,22 @@ NB_MODULE(_vkad, m) {
                    "atomic_float64_add (hardware float atomic adds: without them vkad adds by "
                    "compare-and-swap), subgroup_size, "
                    "subgroup_arithmetic, max_workgroup_invocations.")
-      .def("compile", &Session::compile, "ir"_a, nb::sig("def compile(self, ir: str) -> Kernel"),
-           "Compiles a kernel from the IR text form.")
-      .def("differentiate", &Session::differentiate, "ir"_a,
-           nb::sig("def differentiate(self, ir: str) -> Differentiated"),
-           "Compiles a kernel (IR text) and its adjoint.")
+      .def("compile", &Session::compile, "ir"_a, "elements"_a = Elements{},
+           nb::sig("def compile(self, ir: str, elements: collections.abc.Sequence["
+                   "collections.abc.Sequence[int]] = []) -> Kernel"),
+           "Compiles a kernel from the IR text form. `elements`: per parameter, the extents "
+           "its array's trailing axes must have at a launch (a KernelBuilder's element shapes).")
+      .def("jvp", &Session::jvp, "ir"_a, "elements"_a = Elements{},
+           nb::sig("def jvp(self, ir: str, elements: collections.abc.Sequence["
+                   "collections.abc.Sequence[int]] = []) -> Kernel"),
+           "Compiles the forward-mode (tangent) kernel of a kernel (IR text): its parameters, "
+           "then '<name>_dot' per grad parameter (autodiff/forward_mode.h); `elements` as for "
+           "compile.")
+      .def("differentiate", &Session::differentiate, "ir"_a, "elements"_a = Elements{},
+           nb::sig("def differentiate(self, ir: str, elements: collections.abc.Sequence["
+                   "collections.abc.Sequence[int]] = []) -> Differentiated"),
+           "Compiles a kernel (IR text) and its adjoint; `elements` as for compile (the "
+           "adjoint's gradient parameters take their array's).")
       .def("release", &Session::release, "kernel"_a)
       .def("empty", &Session::empty, "shape"_a, "dtype"_a, "name"_a = "",
            nb::sig("def empty(self, shape: int | collections.abc.Sequence[int], dtype: DType, "

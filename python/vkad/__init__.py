@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib as _contextlib
 import operator as _operator
 import weakref as _weakref
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as _np
 
@@ -87,6 +87,11 @@ def _ir(kernel: Union[str, KernelBuilder]) -> str:
     return kernel.finish() if isinstance(kernel, KernelBuilder) else kernel
 
 
+def _elements(kernel: Union[str, KernelBuilder]) -> List[Tuple[int, ...]]:
+    # A KernelBuilder's element shapes, per parameter, which a launch checks; IR text has none.
+    return list(kernel._elements) if isinstance(kernel, KernelBuilder) else []
+
+
 def _loop_count(start: int, stop: int) -> None:
     # A loop's iterations are counted in 32 bits (Session::launch_loop), its index in i32.
     if stop - start > 0xFFFFFFFF:
@@ -138,12 +143,20 @@ class Session(_vkad.Session):
 
     def compile(self, kernel: Union[str, KernelBuilder]) -> Kernel:
         """Compiles a kernel from IR text or a KernelBuilder."""
-        return super().compile(_ir(kernel))
+        return super().compile(_ir(kernel), _elements(kernel))
+
+    def jvp(self, kernel: Union[str, KernelBuilder]) -> Kernel:
+        """Compiles a kernel's forward-mode (tangent) kernel: its parameters, then `<name>_dot`
+        per parameter marked grad (a scalar's a scalar: the input direction; an ndarray's an
+        ndarray of its shape). Launched with the directions in the inputs' `_dot` arrays, it
+        writes the outputs and J * direction into theirs (added onto what they hold where the
+        forward adds)."""
+        return super().jvp(_ir(kernel), _elements(kernel))
 
     def differentiate(self, kernel: Union[str, KernelBuilder]) -> Differentiated:
         """Compiles a kernel and its adjoint; raises InvalidArgumentError when no parameter
         is marked grad."""
-        return super().differentiate(_ir(kernel))
+        return super().differentiate(_ir(kernel), _elements(kernel))
 
     def ndarray(self, array: Any, dtype: Optional[DTypeLike] = None, name: str = "",
                 grad: bool = False) -> NdArray:

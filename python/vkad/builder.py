@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from typing import Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Iterator, List, Optional, Tuple, Union
 
 from ._vkad import DType
 
@@ -394,7 +394,7 @@ IR_OPS = frozenset({
     "select", "cast",
     "alloca", "load_local", "store_local",
     "load", "store", "atomic_add",
-    "for", "if",
+    "for", "if", "while", "break", "continue",
 })
 
 
@@ -404,14 +404,21 @@ class KernelBuilder:
     def __init__(self, name: str):
         self.name = name
         self._params: List[str] = []
+        # Per parameter, its element shape (the trailing extents a launch's array must have):
+        # () for scalars and scalar elements. Session.compile hands it to the kernel.
+        self._elements: List[Tuple[int, ...]] = []
         self._tasks: List[Tuple[str, _Block]] = []
         self._stack: List[_Block] = []
         self._next = 0
         self._last_if: Optional[list] = None
+        self._loops = 0  # for_range / while_ blocks open (where break_ / continue_ may stand)
 
     # --- parameters ---
-    def scalar(self, name: str, dtype: DType) -> Scalar:
-        self._params.append(f"{name}: {_tname(dtype)}")
+    def scalar(self, name: str, dtype: DType, grad: bool = False) -> Scalar:
+        """A scalar parameter. `grad` (f32 / f64) differentiates it: the adjoint takes its
+        gradient as a 1-element array, and a tape gives it as t.grad(kernel, name)."""
+        self._params.append(f"{name}: {_tname(dtype)}" + (" grad" if grad else ""))
+        self._elements.append(())
         return Scalar(self, name, dtype)
 
     def ndarray(self, name: str, dtype: DType, rank: int, grad: bool = False,
@@ -419,7 +426,9 @@ class KernelBuilder:
         """An ndarray parameter indexed by `rank` indices. `element` = (n,) or (n, m) makes
         each element a Vector / Matrix held in trailing axes of those extents (the device array
         then has rank + len(element) axes: x of shape (T, P, 2) is rank 2, element (2,)).
-        rank 0 without element is one scalar, held in a shape (1,) array (`x[None]`)."""
+        rank 0 without element is one scalar, held in a shape (1,) array (`x[None]`).
+        A launch checks the element's extents: an array whose trailing axes differ from
+        `element` (a (4, 3) array for element=(2,)) is refused with InvalidArgumentError."""
         element = tuple(element)
         if len(element) > 2 or not all(isinstance(e, int) and e >= 1 for e in element):
             raise TypeError(f"ndarray '{name}': element is () (scalars), (n,) (vectors) or "
@@ -429,6 +438,7 @@ class KernelBuilder:
         flags = (" grad" if grad else "") + (" readonly" if readonly else "")
         array = Array(self, name, dtype, rank, element)
         self._params.append(f"{name}: ndarray<{_tname(dtype)}, {array.rank}>{flags}")
+        self._elements.append(element)
         return array
 
     # --- tasks and control flow (context managers yielding the index) ---
@@ -495,10 +505,57 @@ class KernelBuilder:
         body = _Block()
         self._cur().append([head, body, None])
         self._stack.append(body)
+        self._loops += 1
         try:
             yield Value(self, index, DType.i32)
         finally:
+            self._loops -= 1
             self._stack.pop()
+
+    @contextmanager
+    def while_(self, cond: Callable[[], Any], max_trip: Optional[int] = None) -> Iterator[Value]:
+        """A loop inside a body while `cond()` holds: `cond` is called once, now, to build the
+        test (a bool Value, evaluated before every trip); the `with` block is the loop's body,
+        and yields the trip index (i32). Reverse mode needs `max_trip`, the most trips any
+        invocation makes, unless it can bound them itself:
+
+            with kb.while_(lambda: v.load() * v.load() > 0.01, max_trip=64):
+                v.store(v.load() * 0.5)
+        """
+        index = self._fresh()
+        test = _Block()
+        self._stack.append(test)
+        try:
+            c = self._as_value(cond(), DType.bool)
+        finally:
+            self._stack.pop()
+        if c.dtype != DType.bool:
+            raise TypeError(f"while_: the condition is a bool Value, got {c.dtype.name}")
+        head = f"while %{index} (%{c.id})"
+        if max_trip is not None:
+            head += f" max_trip({int(max_trip)})"
+        body = _Block()
+        self._cur().append([head, test, None, body])
+        self._stack.append(body)
+        self._loops += 1
+        try:
+            yield Value(self, index, DType.i32)
+        finally:
+            self._loops -= 1
+            self._stack.pop()
+
+    def break_(self) -> None:
+        """Leaves the innermost for_range / while_ loop."""
+        self._jump("break")
+
+    def continue_(self) -> None:
+        """Starts the innermost for_range / while_ loop's next trip."""
+        self._jump("continue")
+
+    def _jump(self, op: str) -> None:
+        if not self._loops:
+            raise RuntimeError(f"{op}_() belongs inside a for_range or while_ loop")
+        self._line(op)
 
     @contextmanager
     def if_(self, cond) -> Iterator[None]:
@@ -571,9 +628,12 @@ class KernelBuilder:
             if isinstance(s, str):
                 out.append(pad + s)
                 continue
-            head, body, orelse = s
+            head, body, orelse = s[:3]
             out.append(f"{pad}{head} {{")
             self._print(body, depth + 1, out)
+            if len(s) == 4:  # while_: the test block, then `do` the body
+                out.append(f"{pad}}} do {{")
+                self._print(s[3], depth + 1, out)
             if orelse:
                 out.append(f"{pad}}} else {{")
                 self._print(orelse, depth + 1, out)

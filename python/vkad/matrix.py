@@ -188,7 +188,10 @@ class Vector(_Tensor):
         super().__init__((len(flat),), flat, dtype, "Vector")
 
     @staticmethod
-    def zero(n: int, dtype: Optional[DType] = None) -> "Vector":
+    def zero(n, dtype: Optional[DType] = None) -> "Vector":
+        """The zero n-vector; Taichi's argument order, zero(dtype, n), too."""
+        if isinstance(n, DType):  # ti.Vector.zero(dt, n)
+            n, dtype = dtype, n
         return Vector([0.0] * n, dtype)
 
     @staticmethod
@@ -255,7 +258,14 @@ class Vector(_Tensor):
         raise TypeError(f"cross: defined for 2- and 3-vectors, got a {_shape_name(self.shape)}")
 
     def normalized(self, eps: float = 0.0) -> "Vector":
-        return self * (1.0 / self.norm(eps))
+        """v / (|v| + eps), Taichi's normalized: eps is added to the norm, not under the root
+        as in norm(eps) (ported code keeps its numbers)."""
+        n = self.norm()
+        return self * (1.0 / (n + eps if eps else n))
+
+    def norm_inv(self, eps: float = 0.0):
+        """1 / sqrt(|v|^2 + eps), Taichi's norm_inv."""
+        return 1.0 / self.norm(eps)
 
 
 class Matrix(_Tensor):
@@ -287,11 +297,17 @@ class Matrix(_Tensor):
         return Matrix([list(c) for c in cols]).transpose()
 
     @staticmethod
-    def zero(n: int, m: Optional[int] = None, dtype: Optional[DType] = None) -> "Matrix":
+    def zero(n, m=None, dtype: Optional[DType] = None) -> "Matrix":
+        """The n x m (n x n) zero matrix; Taichi's argument order, zero(dtype, n, m), too."""
+        if isinstance(n, DType):  # ti.Matrix.zero(dt, n, m)
+            n, m, dtype = m, dtype, n
         return Matrix([[0.0] * (n if m is None else m) for _ in range(n)], dtype)
 
     @staticmethod
-    def identity(n: int, dtype: Optional[DType] = None) -> "Matrix":
+    def identity(n, dtype: Optional[DType] = None) -> "Matrix":
+        """The n x n identity; Taichi's argument order, identity(dtype, n), too."""
+        if isinstance(n, DType):  # ti.Matrix.identity(dt, n)
+            n, dtype = dtype, n
         return Matrix.diag(n, 1.0, dtype)
 
     @staticmethod

@@ -23,7 +23,13 @@ step's state: an array with a time axis written at f + 1 and read at f, or an ar
 README.md, "Tapes and memory"). Session.launch refuses such a launch inside `with t:` before it
 runs (InvalidArgumentError naming both launches, the array and the row), with vkad::Tape's own
 check and message (api/tape_hazards.h); rows given by scalar arguments are compared, so the
-time axis is accepted.
+time axis is accepted. A launch that passes one array for a parameter it writes and another
+it reads (in place: `s.launch(k, x, x)` for `b[i] = sin(a[i])`) is refused the same way, with
+the checkpointed tape too: its adjoint would read what the launch wrote; pass a separate output.
+
+A differentiated scalar parameter (an f32 / f64 scalar marked grad) has its gradient in
+`t.grad(kernel, "a")`: a shape (1,) array holding d(objective)/d(a) summed over every launch of
+that kernel in the recording (the gradient with respect to a value every launch is given).
 
 A Session.loop recorded on the tape is one entry of `t.launches` (a vkad.LoopRecord: its
 differentiated launches and iterations; README.md, "Step loops"): the check above runs for every
@@ -64,6 +70,9 @@ class Tape:
         self.launches: List[Any] = []
         # handle -> (weak reference to the array, the gradient the tape made for it)
         self._grads: Dict[int, Tuple[weakref.ref, NdArray]] = {}
+        # (forward kernel, parameter index) -> the 1-element gradient of a differentiated scalar
+        # parameter (f32 / f64 `grad`), summed over every recorded launch of that kernel.
+        self._scalar_grads: Dict[Tuple[Any, int], NdArray] = {}
         # What the recording read and wrote; the binding's launch checks and updates it.
         self._hazards = _TapeHazards()
         self._checkpoint_every = 0
@@ -76,6 +85,16 @@ class Tape:
     def checkpoint_every(self) -> int:
         """Launches per checkpointing segment; 0 (the default) is off."""
         return self._checkpoint_every
+
+    @property
+    def keeps_intermediate_gradients(self) -> bool:
+        """What a gradient holds after backward where the recording wrote the array (vkad::
+        Tape::keeps_intermediate_gradients). True (no checkpointing): t.grad(x) at an element a
+        recorded launch stored is d(objective)/d(the value stored there), e.g. dL/dx[t] on a
+        time axis. False (checkpoint_every > 0): each store's adjoint consumes its seed, so
+        gradients are with respect to the arrays as the recording found them -- 0 where a launch
+        overwrote the element; inputs' gradients are the same either way."""
+        return self._checkpoint_every == 0
 
     @checkpoint_every.setter
     def checkpoint_every(self, k: int) -> None:
@@ -172,6 +191,14 @@ class Tape:
             return g
         return entry[1]
 
+    def _scalar_gradient(self, forward, param: int) -> NdArray:
+        g = self._scalar_grads.get((forward, param))
+        if g is None:
+            name, dtype, _ = forward.params[param]
+            g = self.session.empty((1,), dtype, f"{forward.name}.{name}_grad")
+            self._scalar_grads[(forward, param)] = g
+        return g
+
     def backward(self, seed: Mapping[NdArray, Any]) -> None:
         """Computes gradients of the recorded launches, given d(objective)/d(output) per seeded
         output array (a number for every element, or an array of the output's shape)."""
@@ -207,7 +234,8 @@ class Tape:
                     f"{tuple(out.shape)})")
             hosts[out.handle] = host
         self._prune()
-        grads = {h: self._gradient(a) for h, a in needed.items()}
+        grads = {h: self._scalar_gradient(*h) if isinstance(h, tuple) else self._gradient(a)
+                 for h, a in needed.items()}
         unique = list({g.handle: g for g in grads.values()}.values())
         s.zero_many(unique)
         for out, value in seed.items():
@@ -232,10 +260,12 @@ class Tape:
         if plan is None:
             fwd = self._forward(kernel)
             adj = self.session._clearing_adjoint(fwd) if clearing else fwd.adjoint
-            plan = plans[id(kernel)] = (adj, [p for p, _ in fwd.gradients])
-        adj, params = plan
+            plan = plans[id(kernel)] = (fwd, adj, [p for p, _ in fwd.gradients])
+        fwd, adj, params = plan
         try:
-            self.session.launch(adj, *args, *[grads[args[p].handle] for p in params])
+            self.session.launch(adj, *args, *[
+                grads[args[p].handle] if isinstance(args[p], NdArray) else grads[(fwd, p)]
+                for p in params])
         except Error as e:
             raise type(e)(f"tape.backward: adjoint of launch {i}: {e}") from None
 
@@ -268,9 +298,17 @@ class Tape:
         for a in every.values():
             s.copy(self._copy_slot("end", 0, a), a)
 
-    def grad(self, array: NdArray) -> NdArray:
+    def grad(self, array: Any, param: Any = None) -> NdArray:
         """The gradient array of `array`: `array.grad` when set, else the one a backward made
-        (it lives while the tape and `array` do)."""
+        (it lives while the tape and `array` do).
+
+        t.grad(kernel, param), with a differentiated kernel (or its forward) and a scalar
+        parameter's name or index (an f32 / f64 scalar marked grad): that parameter's gradient,
+        a shape (1,) array holding d(objective)/d(value) summed over every launch of the kernel
+        the recording holds -- the gradient with respect to the value when every launch is
+        passed the same one (a physical constant, a learning parameter)."""
+        if param is not None:
+            return self._scalar_grad_of(array, param)
         if getattr(array, "grad", None) is not None:
             return array.grad
         entry = self._grads.get(getattr(array, "handle", None))
@@ -279,3 +317,22 @@ class Tape:
                 f"tape.grad: {array!r} is not a differentiated (grad) argument of any "
                 "recorded launch, or backward() has not run")
         return entry[1]
+
+    def _scalar_grad_of(self, kernel: Any, param: Any) -> NdArray:
+        fwd = self._forward(kernel)
+        names = [p[0] for p in fwd.params]
+        index = names.index(param) if isinstance(param, str) and param in names else param
+        if not isinstance(index, int) or not 0 <= index < len(names):
+            raise InvalidArgumentError(
+                f"tape.grad: kernel '{fwd.name}' has no parameter {param!r} (its parameters: "
+                f"{', '.join(names)})")
+        if index not in [p for p, _ in fwd.gradients] or index in fwd._array_params:
+            raise InvalidArgumentError(
+                f"tape.grad: parameter '{names[index]}' of kernel '{fwd.name}' is not a "
+                "differentiated (grad) scalar; an array's gradient is t.grad(array)")
+        g = self._scalar_grads.get((fwd, index))
+        if g is None:
+            raise InvalidArgumentError(
+                f"tape.grad: no launch of '{fwd.name}' was recorded before backward(), so "
+                f"scalar '{names[index]}' has no gradient")
+        return g

@@ -332,6 +332,58 @@ int main(void) {
     OK(vkad_session_stats(s, &stats));
     CHECK(stats.ndarrays == ndarrays_after_first - 4);
   }
+  /* A differentiated scalar parameter on a tape (vkad_tape_scalar_grad): d sum(a x^2 y) / d a
+   * = sum x^2 y, in a 1-element array. */
+  {
+    const char* scalar_grad =
+        "kernel sqa(a: f32 grad, x: ndarray<f32, 1>, y: ndarray<f32, 1>, "
+        "out: ndarray<f32, 1> grad) {\n"
+        "  task main parallel %0 in [0, shape(x, 0)) {\n"
+        "    %1 = load x[%0] : f32\n"
+        "    %2 = load y[%0] : f32\n"
+        "    %3 = arg a : f32\n"
+        "    %4 = mul %3, %1 : f32\n"
+        "    %5 = mul %4, %1 : f32\n"
+        "    %6 = mul %5, %2 : f32\n"
+        "    store out[%0], %6\n"
+        "  }\n"
+        "}\n";
+    vkad_differentiated da;
+    vkad_tape* tape = NULL;
+    vkad_arg fargs[4];
+    vkad_seed seed;
+    vkad_ndarray g = 0;
+    float ga = 0;
+    double want = 0;
+    memset(&da, 0, sizeof da);
+    da.struct_size = sizeof da;
+    OK(vkad_differentiate(s, scalar_grad, &da));
+    fargs[0] = vkad_arg_f32(1.5f);
+    fargs[1] = vkad_arg_ndarray(hx);
+    fargs[2] = vkad_arg_ndarray(hy);
+    fargs[3] = vkad_arg_ndarray(ho);
+    OK(vkad_tape_create(s, &tape));
+    OK(vkad_tape_launch(tape, &da, fargs, 4, NULL));
+    seed.array = ho;
+    seed.value = 1.0;
+    seed.data = NULL;
+    seed.bytes = 0;
+    OK(vkad_tape_backward(tape, &seed, 1));
+    OK(vkad_tape_scalar_grad(tape, &da, 0, &g));
+    CHECK(g != 0);
+    OK(vkad_download(s, g, &ga, sizeof ga));
+    for (i = 0; i < N; ++i) want += (double)x[i] * x[i] * y[i];
+    if (fabs(ga - want) > 1e-4 * (1 + fabs(want))) {
+      fprintf(stderr, "c_api_test: scalar gradient: got %g want %g\n", ga, want);
+      ++failures;
+    }
+    st = vkad_tape_scalar_grad(tape, &da, 1, &g); /* x: not a differentiated scalar */
+    CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+    vkad_status_free(st);
+    vkad_tape_destroy(tape);
+    OK(vkad_kernel_release(s, da.forward));
+    OK(vkad_kernel_release(s, da.adjoint));
+  }
   /* A captured launch replayed with its scalar replaced: out = 3 x^2 y, nothing ran at capture. */
   {
     vkad_graph g = 0;
@@ -358,7 +410,7 @@ int main(void) {
     u.param = 0;
     u.value = vkad_arg_f32(3.0f);
     OK(vkad_replay(s, g, &u, 1, &first));
-    CHECK(first == 7); /* after the 2 launches and the tape's 4 above */
+    CHECK(first == 9); /* after the 2 launches, the tape's 4 and the scalar tape's 2 above */
     OK(vkad_download(s, ho, out, sizeof out));
     for (i = 0; i < N; ++i) {
       float want = 3.0f * x[i] * x[i] * y[i];
@@ -415,7 +467,9 @@ int main(void) {
   memset(&stats, 0, sizeof stats);
   stats.struct_size = sizeof stats;
   OK(vkad_session_stats(s, &stats));
-  CHECK(stats.launches == 10); /* 2, the tape's 2 forwards and 2 adjoints, 3 replayed, 1 run */
+  /* 2, the tape's 2 forwards and 2 adjoints, the scalar tape's forward and adjoint, 3 replayed,
+   * 1 run */
+  CHECK(stats.launches == 12);
   CHECK(stats.ndarrays == 5);
   CHECK(stats.memory_used_bytes > 0);
   CHECK(stats.vulkan_objects_created > 0); /* the device's own objects at least */

@@ -111,6 +111,27 @@ def test_main_runs_and_writes_plots(tmp_path, capsys):
     assert (tmp_path / "mass_spring_final.png").stat().st_size > 0
 
 
+def _loss_line(out):
+    return next(line for line in out.splitlines() if line.startswith("loss "))
+
+
+@pytest.mark.parametrize("example", ["mass_spring", "diffmpm"])
+def test_f64_main_with_its_graph_equals_without(session, example, tmp_path, capsys):
+    # --f64 with the default graph: the captured backward seeds the f64 loss gradient with 1.0,
+    # a fill whose 8-byte halves differ (once refused: "needs host staging ..., which graph ...
+    # cannot capture"). The graph's losses are the launched ones, to the digits printed.
+    if not f64_ok(session):
+        pytest.skip("the device has no f64")
+    mod = mass_spring if example == "mass_spring" else diffmpm
+    args = ["--f64", "--iters", "2", "--steps", "12", "--out", str(tmp_path)]
+    if example == "diffmpm":
+        args += ["--grid", "32"]
+    assert mod.main(args) == 0
+    graphed = _loss_line(capsys.readouterr().out)
+    assert mod.main(args + ["--no-graph"]) == 0
+    assert _loss_line(capsys.readouterr().out) == graphed
+
+
 def test_robots_are_difftaichis():
     # (masses, springs, muscles) of DiffTaichi's mass_spring_robot_config.py robots A-D, counted
     # by running that file (its masses and springs were also compared one by one once).

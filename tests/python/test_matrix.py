@@ -114,6 +114,12 @@ OPS = {
                  ""),
     "normalized": ((2, 3), lambda A, B, u, w, s: u.normalized(),
                    lambda A, B, u, w, s: u / np.linalg.norm(u, axis=1, keepdims=True), "n"),
+    # Taichi's meaning: eps added to the norm, v / (|v| + eps), not v / sqrt(|v|^2 + eps).
+    "normalized(eps)": ((2, 3), lambda A, B, u, w, s: u.normalized(0.5),
+                        lambda A, B, u, w, s: u / (np.linalg.norm(u, axis=1, keepdims=True)
+                                                   + 0.5), "n"),
+    "norm_inv(eps)": ((2, 3), lambda A, B, u, w, s: u.norm_inv(1e-2),
+                      lambda A, B, u, w, s: 1 / np.sqrt((u * u).sum(1) + 1e-2), ""),
     "cross2": ((2,), lambda A, B, u, w, s: u.cross(w),
                lambda A, B, u, w, s: u[:, 0] * w[:, 1] - u[:, 1] * w[:, 0], ""),
     "cross3": ((3,), lambda A, B, u, w, s: u.cross(w), lambda A, B, u, w, s: np.cross(u, w), "n"),

@@ -1,0 +1,40 @@
+// forward-stores: a load of an ndarray element that the same invocation stored earlier in the
+// same block becomes the stored value (store-to-load forwarding), before reverse mode.
+//
+// Why. DiffTaichi's billiards `advance` writes `v[t, i] = v[t - 1, i] + impulse[t, i]` and then
+// reads `v[t, i]` back for `x[t, i] = x[t - 1, i] + dt * v[t, i]`. Reverse mode replays the
+// forward after it ran, so a load of an element a store of the same launch may have replaced is
+// refused (adjoint_plan.cpp: "is both read and written in task ..."). But this load reads what
+// this invocation itself just stored: its value is the stored one, in the forward and in any
+// replay, and its derivative with respect to that value is 1. Forwarding it leaves nothing that
+// depends on the array's contents at replay, and the rule no longer sees a read of that row.
+//
+// What is forwarded. In one block, `store a[i0, ..], v` followed by `load a[j0, ..]` where
+// every index j_k is the same value as i_k -- the same SSA value, or the same launch-uniform
+// expression written twice (two `arg t`, two `const 1`, `sub` of such; compared by value
+// numbering of pure integer and compare / select / cast statements over args, constants and
+// shapes, and of any statement by its own id) -- with no write to `a` in between: no other
+// store (its indices may name the same element), atomic_add or atomic_max of `a`, and no
+// statement with blocks (a loop or branch) that writes `a` anywhere inside it, and no barrier.
+// The load's uses then use `v`, and the load is removed. A load in a nested block (a branch,
+// a loop body) is not forwarded from a store outside that block: conservative, and the form
+// DiffTaichi's kernels take.
+//
+// Pure: the kernel in, the kernel out; changes nothing else. `k` must verify; the result
+// verifies (v is defined before the store, which precedes the load in its block, so v dominates
+// every use of the load).
+#pragma once
+
+#include "ir/ir.h"
+#include "ir/pass.h"
+
+namespace vkad::codegen {
+
+// The kernel with every load described above replaced by its stored value; `*forwarded`
+// (optional) receives how many loads were.
+Kernel forward_stores(Kernel k, uint32_t* forwarded = nullptr);
+
+// "forward-stores": forward_stores as a pass (make_adjoint runs it after lower-jumps).
+Pass forward_stores_pass();
+
+}  // namespace vkad::codegen
