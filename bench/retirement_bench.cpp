@@ -296,9 +296,9 @@ int main(int argc, char** argv) {
     const bool hold = r.policy == policy_name(runtime::RetirementPolicy::kHoldUntilSync);
     std::printf("%-9s %-26s %5s %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f\n",
                 r.load.c_str(), r.policy.c_str(), hold ? "-" : std::to_string(r.depth).c_str(),
-                p.begin_us / f,
-                (r.upload_us - p.begin_us) / f, r.launch_us / f, p.submit_us / f, p.poll_us / f,
-                p.release_us / f, p.recycle_us / f, flush_other / f, r.seconds * 1e6 / f);
+                p.begin_us / f, (r.upload_us - p.begin_us) / f, r.launch_us / f, p.submit_us / f,
+                p.poll_us / f, p.release_us / f, p.recycle_us / f, flush_other / f,
+                r.seconds * 1e6 / f);
     json.begin();
     json.field("breakdown_load", r.load);
     json.field("policy", r.policy);
