@@ -527,7 +527,7 @@ int main(int argc, char** argv) {
       "usage: vkad-bench-adjoint-floor [--n N] [--steps L,L,...] [--layout auto|slot|thread]\n"
       "                                [--kernels sin,recurrence] [--reps R] [--batch B] [--json "
       "F]\n"
-      "                                [--tape-reduction] [--x0 mod|uniform]\n"
+      "                                [--tape-reduction] [--x0 random|mod|uniform]\n"
       "                                [--particles P] [--train-steps S] [--train-batch B]\n"
       "  the sin loop x <- sin(x)*0.9 + 0.1 for L steps, dL/dx0, and the recurrence\n"
       "  v <- 0.5 v + 0.25 sin(v) w, dL/dx and dL/dw: vkad forward, vkad's generated\n"
@@ -541,8 +541,9 @@ int main(int argc, char** argv) {
       "  --batch B    launches per batch, waited for once (default 4)\n"
       "  --json F     also write the results as JSON to F\n"
       "  --tape-reduction  the hand tapes reduce sin/cos arguments by 2 pi as vkad does\n"
-      "  --x0 X       inputs: mod (0.001 (i mod 1000), default) or uniform (a hash of i\n"
-      "               spread uniformly over [0, 1))\n"
+      "  --x0 X       inputs: random (seeded, x0 over [0, 1), w over [0.25, 0.75); default),\n"
+      "               mod (0.001 (i mod 1000), issue 13's first measurement) or uniform (a\n"
+      "               hash of i spread uniformly over [0, 1))\n"
       "  --particles P, --train-steps S  the training example's kernel size (default 65536, 256)\n"
       "  --train-batch B  its launches per batch, waited for once (default 50)\n"
       "  --segment K  the checkpointed adjoints' segment length (default 16)\n"
@@ -550,9 +551,9 @@ int main(int argc, char** argv) {
       "default)\n",
       {"n", "steps", "layout", "kernels", "reps", "batch", "json", "tape-reduction", "x0",
        "particles", "train-steps", "train-batch", "private-min-length", "segment"});
-  const std::string x0_kind = args.get("x0", "mod");
-  if (x0_kind != "mod" && x0_kind != "uniform") {
-    std::fprintf(stderr, "--x0 must be mod or uniform, not '%s'\n", x0_kind.c_str());
+  const std::string x0_kind = args.get("x0", "random");
+  if (x0_kind != "random" && x0_kind != "mod" && x0_kind != "uniform") {
+    std::fprintf(stderr, "--x0 must be random, mod or uniform, not '%s'\n", x0_kind.c_str());
     return 2;
   }
   const bool x0_uniform = x0_kind == "uniform";
@@ -618,14 +619,20 @@ int main(int argc, char** argv) {
       static_cast<uint32_t>(args.get_int("segment", codegen::kGpuCheckpointSegment));
   auto hc = rt.register_kernel(testing::make_copy_u32x4_kernel()).value();
 
-  // x0 = 0.001 (i mod 1000), as in issue 13's first measurement; w = 0.25 + 0.0005 (i mod
-  // 1000) for the recurrence; seeds 1.
+  // Default: seeded random x0 over [0, 1) and w over [0.25, 0.75) (bench_util.h). --x0 mod:
+  // x0 = 0.001 (i mod 1000), as in issue 13's first measurement, w = 0.25 + 0.0005 (i mod 1000)
+  // for the recurrence; --x0 uniform: x0 a hash of i over [0, 1) (issue 13 saw a 3.6x slower
+  // adjoint with these). Seeds 1.
   std::vector<float> x0(n), w0(n), ones(n, 1.0f), zeros(n, 0.0f);
-  for (uint32_t i = 0; i < n; ++i) {
-    x0[i] = 0.001f * static_cast<float>(i % 1000);
-    // --x0 uniform: x0 uniform in [0, 1) (issue 13 saw a 3.6x slower adjoint with these).
-    if (x0_uniform) x0[i] = static_cast<float>((i * 2654435761u) >> 8) / 16777216.0f;
-    w0[i] = 0.25f + 0.0005f * static_cast<float>(i % 1000);
+  if (x0_kind == "random") {
+    x0 = bench::random_floats(n, 1, 0.0f, 1.0f);
+    w0 = bench::random_floats(n, 2, 0.25f, 0.75f);
+  } else {
+    for (uint32_t i = 0; i < n; ++i) {
+      x0[i] = 0.001f * static_cast<float>(i % 1000);
+      if (x0_uniform) x0[i] = static_cast<float>((i * 2654435761u) >> 8) / 16777216.0f;
+      w0[i] = 0.25f + 0.0005f * static_cast<float>(i % 1000);
+    }
   }
   auto arr = [&](const char* name, const std::vector<float>& init) {
     auto h = rt.create_ndarray(runtime::DType::kF32, {n}, name).value();
