@@ -294,35 +294,6 @@ Result<NdArrayHandle> Runtime::create_ndarray(DType dtype, std::vector<uint32_t>
   return NdArrayHandle{id};
 }
 
-rhi::Buffer Runtime::take_pooled(uint64_t bytes) {
-  for (bool refreshed : {false, true}) {
-    const rhi::Serial done = refreshed ? stream_->refresh_completed() : stream_->completed_cached();
-    for (auto it = ndarray_pool_.begin(); it != ndarray_pool_.end(); ++it) {
-      if (it->bytes != bytes || it->buffer.use().last[stream_->index()] > done) continue;
-      rhi::Buffer b = std::move(it->buffer);
-      ndarray_pool_bytes_ -= it->bytes;
-      ndarray_pool_.erase(it);
-      return b;
-    }
-  }
-  return {};
-}
-
-void Runtime::pool_buffer(rhi::Buffer buffer, uint64_t bytes) {
-  // Only buffers this runtime's stream alone used: completion is then one serial to compare.
-  const rhi::ResourceUse& use = buffer.use();
-  for (int s = 0; s < static_cast<int>(use.last.size()); ++s) {
-    if (s != stream_->index() && use.last[s] != rhi::kNoSerial) return;  // destroyed as usual
-  }
-  if (bytes > options_.ndarray_pool_bytes) return;
-  ndarray_pool_.push_back({std::move(buffer), bytes});
-  ndarray_pool_bytes_ += bytes;
-  while (ndarray_pool_bytes_ > options_.ndarray_pool_bytes) {
-    ndarray_pool_bytes_ -= ndarray_pool_.front().bytes;
-    ndarray_pool_.pop_front();  // to the deferred deleter
-  }
-}
-
 Status Runtime::free_ndarray(NdArrayHandle array) {
   VKAD_EXCLUSIVE_USE("free_ndarray");
   VKAD_TRY(device_->status());
@@ -1010,26 +981,6 @@ Status Runtime::set_retirement_depth(size_t depth) {
   VKAD_TRY(s);
   stream_->recycle();
   return {};
-}
-
-Status Runtime::release_idle_memory() {
-  VKAD_EXCLUSIVE_USE("release_idle_memory");
-  VKAD_TRY(not_while_capturing("release_idle_memory"));
-  // Every entry complete and released first: only then is nothing below in use by the device.
-  // A device error synchronize reports does not keep the memory: it is released all the same.
-  Status s = synchronize();
-  VKAD_TRY(device_->status());
-  upload_ring_->release_all();
-  readback_ring_->release_all();
-  heaps_.clear();  // recorded bundles see the generation change and bind the new heaps
-  stats_.adstack_heap_bytes = 0;
-  spare_ctx_.clear();
-  spare_ctx_.shrink_to_fit();
-  ndarray_pool_.clear();
-  ndarray_pool_bytes_ = 0;
-  stream_->recycle();  // the device's deferred deleter: everything above is past its last use
-  device_->allocator().release_spare_blocks();
-  return s;
 }
 
 void Runtime::read_error_flags(CtxBuffers& retired) {
