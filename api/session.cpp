@@ -339,6 +339,7 @@ Status Session::flush() {
   return r.ok() ? Status{} : r.status();
 }
 Status Session::synchronize() { return rt_->synchronize(); }
+Status Session::release_idle_memory() { return rt_->release_idle_memory(); }
 Status Session::begin_capture(const std::string& name, CaptureOptions options) {
   VKAD_TRY(rt_->begin_capture(name, options.run));
   capture_.emplace();
@@ -550,6 +551,14 @@ Result<SessionStats> Session::stats() const {
   s.rolled_loops = rolled_loops_;
   s.reworked_loops = reworked_loops_;
   s.recomputed_launches = recomputed_launches_;
+  s.user_bytes = r.user_bytes;
+  s.args_ring_bytes = r.args_ring_bytes;
+  s.readback_ring_bytes = r.readback_ring_bytes;
+  s.spare_block_bytes = r.spare_block_bytes;
+  s.ndarray_pool_bytes = r.ndarray_pool_bytes;
+  s.runtime_bytes = r.args_ring_bytes + r.readback_ring_bytes + r.adstack_heap_bytes +
+                    r.spare_block_bytes + r.ndarray_pool_bytes;
+  s.live_buffers = r.live.buffers < 0 ? 0 : static_cast<uint64_t>(r.live.buffers);
   return s;
 }
 

@@ -151,6 +151,19 @@ struct SessionStats {
   // Captured launches that graphs captured so far run rewritten to compute what they gather
   // from an earlier launch (README, "Gather recompute").
   uint64_t recomputed_launches = 0;
+  // Device memory by owner (Runtime's RuntimeStats). The user's: live ndarrays (user_bytes).
+  // The runtime's own, which release_idle_memory() returns to the driver when idle: the args
+  // ring, the readback ring, the adstack heaps (adstack_heap_bytes), empty memory blocks kept
+  // for reuse (spare_block_bytes) and freed tape gradients kept for the next tape's
+  // (ndarray_pool_bytes); runtime_bytes sums them. live_buffers counts the VkBuffers alive (the
+  // user's and the runtime's).
+  uint64_t user_bytes = 0;
+  uint64_t runtime_bytes = 0;
+  uint64_t args_ring_bytes = 0;
+  uint64_t readback_ring_bytes = 0;
+  uint64_t spare_block_bytes = 0;
+  uint64_t ndarray_pool_bytes = 0;
+  uint64_t live_buffers = 0;
 };
 
 // One differentiated parameter: forward parameter `param` (an ndarray marked grad) has its
@@ -406,6 +419,11 @@ class Session {
   Status flush();
   // Waits for everything this session submitted; reports device errors (kDeviceError).
   Status synchronize();
+  // Synchronizes, then returns the runtime's idle memory (rings, adstack heaps, spare memory
+  // blocks) to the driver; the user's ndarrays, kernels and graphs are kept
+  // (Runtime::release_idle_memory). For between phases of a program: the next launches make
+  // what they need again.
+  Status release_idle_memory();
 
   // kFailedPrecondition while another thread is inside this session (runtime/use_guard.h).
   Result<SessionStats> stats() const;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "api/loop_steps.h"
+#include "runtime/runtime.h"
 
 namespace vkad {
 
@@ -370,9 +371,12 @@ Status Tape::backward(std::span<const TapeSeed> seeds) {
       if (it == grads_.end()) {
         VKAD_ASSIGN_OR_RETURN_CTX(DType t, session_->dtype(a), "tape.backward");
         VKAD_ASSIGN_OR_RETURN_CTX(std::vector<uint32_t> shape, session_->shape(a), "tape.backward");
+        // Pooled: a new tape per iteration reuses the gradients earlier tapes freed instead of
+        // making Vulkan buffers anew (Runtime::create_ndarray's `pooled`).
         VKAD_ASSIGN_OR_RETURN_CTX(
             NdArrayHandle g,
-            session_->ndarray(t, std::move(shape), "tape grad of " + runtime::handle_string(a.id)),
+            session_->runtime().create_ndarray(
+                t, std::move(shape), "tape grad of " + runtime::handle_string(a.id), true),
             "tape.backward");
         it = grads_.emplace(a.id, Grad{g, true, 0}).first;
       }

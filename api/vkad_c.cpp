@@ -514,6 +514,11 @@ vkad_status* vkad_synchronize(vkad_session* session) {
   return from(session->s->synchronize());
 }
 
+vkad_status* vkad_release_idle_memory(vkad_session* session) {
+  VKAD_C_CHECK_SESSION("vkad_release_idle_memory");
+  return from(session->s->release_idle_memory());
+}
+
 vkad_status* vkad_tape_create(vkad_session* session, vkad_tape** out) {
   VKAD_C_CHECK_SESSION("vkad_tape_create");
   if (out == nullptr) return invalid("vkad_tape_create", "out is NULL");
@@ -686,6 +691,13 @@ vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out) {
   full.disk_cache_misses = st.disk_cache_misses;
   full.disk_cache_rebuilt = st.disk_cache_rebuilt;
   full.pipeline_cache_loaded = st.pipeline_cache_loaded ? 1 : 0;
+  full.user_bytes = st.user_bytes;
+  full.runtime_bytes = st.runtime_bytes;
+  full.args_ring_bytes = st.args_ring_bytes;
+  full.readback_ring_bytes = st.readback_ring_bytes;
+  full.spare_block_bytes = st.spare_block_bytes;
+  full.ndarray_pool_bytes = st.ndarray_pool_bytes;
+  full.live_buffers = st.live_buffers;
   return write_versioned("vkad_session_stats", full, out);
 }
 

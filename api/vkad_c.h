@@ -284,6 +284,10 @@ VKAD_C_API vkad_status* vkad_launch_loop(vkad_session* session, const vkad_loop_
 VKAD_C_API vkad_status* vkad_flush(vkad_session* session);
 /* BLOCKS until everything this session submitted has finished; reports device errors. */
 VKAD_C_API vkad_status* vkad_synchronize(vkad_session* session);
+/* BLOCKS like vkad_synchronize, then returns the runtime's idle memory (rings, adstack heaps,
+ * spare memory blocks) to the driver; arrays, kernels and graphs are kept. Between phases of a
+ * program: the next launches make what they need again. */
+VKAD_C_API vkad_status* vkad_release_idle_memory(vkad_session* session);
 
 /* Captured launch sequences: launches (vkad_launch, vkad_tape_launch, vkad_tape_backward,
  * zero / fill) between vkad_begin_capture and vkad_end_capture are checked and planned but
@@ -390,6 +394,12 @@ typedef struct vkad_stats {
   uint64_t kernels_compiled, compile_cache_hits;
   uint64_t disk_cache_hits, disk_cache_misses, disk_cache_rebuilt;
   uint64_t pipeline_cache_loaded;
+  /* Device memory by owner (vkad::SessionStats): the user's live ndarrays; the runtime's own
+   * (args ring + readback ring + adstack heaps + spare memory blocks + freed tape gradients
+   * pooled for the next tape), which vkad_release_idle_memory returns to the driver; live
+   * VkBuffers. */
+  uint64_t user_bytes, runtime_bytes, args_ring_bytes, readback_ring_bytes, spare_block_bytes;
+  uint64_t ndarray_pool_bytes, live_buffers;
 } vkad_stats;
 /* Fails (VKAD_FAILED_PRECONDITION) while another thread is inside the session. */
 VKAD_C_API vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out);

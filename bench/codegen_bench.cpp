@@ -3,11 +3,15 @@
 // kMaxNestingDepth, forward and adjoint, with the module's size and the validation's share
 // (loops nested kOutlineLoopDepth deep go into functions of their own so that validation stays
 // fast, spirv/spirv_outline.h); (3) device time of generated saxpy as a fraction of a
-// hand-written copy kernel over the same bytes, measured in the same run.
+// hand-written copy kernel over the same bytes, measured in the same run on the same seeded
+// random data (a saxpy above the copy is flagged, bench_util.h), every output checked after
+// timing against its closed form (a wrong result exits 3); (4) the cost of f32 and f64
+// transcendentals, outputs checked likewise.
 //
 //   vkad-bench-codegen [--reps R] [--n ELEMENTS] [--json FILE]   (--reps: compile-time repetitions)
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "abi/spirv_tools.h"
 #include "api/device_target.h"
@@ -190,13 +194,12 @@ int main(int argc, char** argv) {
       "n",
       static_cast<long>(std::min<uint64_t>(rt.caps().max_storage_buffer_range / 4, default_n))));
   n &= ~3u;  // whole uvec4s for the reference copy
+  // Seeded random inputs (bench_util.h): the copy moves the same bits as saxpy's x.
   auto x = rt.create_ndarray(runtime::DType::kF32, {n}, "x").value();
   auto y = rt.create_ndarray(runtime::DType::kF32, {n}, "y").value();
-  {
-    std::vector<float> init(n, 1.0f);
-    (void)rt.upload(x, init.data(), 4ull * n);
-    (void)rt.upload(y, init.data(), 4ull * n);
-  }
+  const std::vector<float> x0 = bench::random_floats(n, 1), y0 = bench::random_floats(n, 2);
+  if (!rt.upload(x, x0.data(), 4ull * n).ok() || !rt.upload(y, y0.data(), 4ull * n).ok())
+    bench::check_failed("uploading saxpy's inputs");
   runtime::CompiledKernel copy;
   copy.name = "copy";
   copy.params = {{"x", runtime::ParamKind::kNdArray, runtime::DType::kU32, 1, false},
@@ -208,14 +211,19 @@ int main(int argc, char** argv) {
                         runtime::RangeBound::array_dim(0, 0),
                         false,
                         {}});
+  // saxpy's a: a power of two, so a * x is exact and only the additions round.
+  constexpr float kSaxpyA = 0.5f;
   auto xu = rt.create_ndarray(runtime::DType::kU32, {n}, "xu").value();
   auto yu = rt.create_ndarray(runtime::DType::kU32, {n}, "yu").value();
+  if (!rt.upload(xu, x0.data(), 4ull * n).ok() || !rt.upload(yu, y0.data(), 4ull * n).ok())
+    bench::check_failed("uploading the copy's inputs");
   struct Variant {
     const char* name;
     runtime::KernelHandle h;
     std::vector<runtime::Arg> args;
     double bytes;
     std::vector<double> ms;
+    int launches = 0;  // saxpy accumulates into y: the check needs every launch counted
   };
   std::vector<Variant> variants;
   // The reference: the hand-written copy with 16-byte accesses; the scalar copy beside it.
@@ -241,7 +249,7 @@ int main(int argc, char** argv) {
          : opt == 1 ? "saxpy (generated, spirv-opt)"
                     : "saxpy (no bounds checks)",
          rt.register_kernel(compile(small, target, o).value()).value(),
-         {runtime::Arg::f32(0.5f), runtime::Arg::ndarray(x), runtime::Arg::ndarray(y)},
+         {runtime::Arg::f32(kSaxpyA), runtime::Arg::ndarray(x), runtime::Arg::ndarray(y)},
          12.0 * n,
          {}});
   }
@@ -253,27 +261,60 @@ int main(int argc, char** argv) {
   // are interleaved batch by batch, so all of them see the same clock state.
   constexpr int kBatch = 20;
 
-  for (Variant& v : variants) bench::warm_up(rt, v.h, v.args, 300);
+  for (Variant& v : variants) v.launches += bench::warm_up(rt, v.h, v.args, 300);
   constexpr int kBandwidthReps = 9;
-  for (int r = 0; r < kBandwidthReps; ++r)
-    for (Variant& v : variants) v.ms.push_back(bench::batch_ms(rt, v.h, v.args, kBatch));
+  for (int r = 0; r < kBandwidthReps; ++r) {
+    for (Variant& v : variants) {
+      v.ms.push_back(bench::batch_ms(rt, v.h, v.args, kBatch));
+      v.launches += kBatch;
+    }
+  }
+  // The outputs after timing. The copies: yu holds x's bits exactly. The three saxpy variants
+  // all added a * x into y, K launches in all: y = y0 + K a x, computed here in the same f32
+  // order for every 1024th element (exactly equal: one launch skipped or doubled shows), and
+  // within the bound of K roundings of |y| (relative 2^-24 each) for the rest.
+  {
+    std::vector<uint32_t> got = bench::download_or_fail<uint32_t>(rt, yu, n, "copy output");
+    if (std::memcmp(got.data(), x0.data(), 4ull * n) != 0)
+      bench::check_failed("the hand-written copy's output differs from its input");
+  }
+  {
+    double k = 0;
+    for (size_t i = 2; i < variants.size(); ++i) k += variants[i].launches;
+    std::vector<float> got = bench::download_or_fail<float>(rt, y, n, "saxpy output");
+    bench::check_close(
+        "saxpy y after " + std::to_string(static_cast<long>(k)) + " launches", got,
+        [&](size_t i) {
+          return i % 1024 == 0 ? bench::repeated_add(y0[i], kSaxpyA * x0[i], static_cast<long>(k))
+                               : y0[i] + k * kSaxpyA * static_cast<double>(x0[i]);
+        },
+        [&](size_t i) {
+          return i % 1024 == 0
+                     ? 0.0
+                     : (std::fabs(y0[i]) + k * kSaxpyA * std::fabs(x0[i])) * (k + 1) * 0x1p-23;
+        });
+  }
   std::printf(
       "\nbandwidth over %u elements (%.0f MiB per array), median of %d interleaved batches of %d "
       "launches\n",
       n, 4.0 * n / (1 << 20), kBandwidthReps, kBatch);
-  std::printf("%-30s %10s %10s %8s\n", "kernel", "ms", "GB/s", "vs copy");
+  std::printf("inputs: seeded random floats; outputs checked after timing\n");
+  std::printf("%-30s %10s %10s  %s\n", "kernel", "ms", "GB/s", "vs copy (uvec4, same data)");
   double copy_gbs = 0;
   for (Variant& v : variants) {
     double m = bench::median(v.ms), gbs = v.bytes / (m * 1e6);
     if (copy_gbs == 0) copy_gbs = gbs;
-    std::printf("%-30s %10.3f %10.2f %7.0f%%\n", v.name, m, gbs, 100 * gbs / copy_gbs);
+    bench::BandwidthNote note = bench::bandwidth_note(gbs, copy_gbs);
+    std::printf("%-30s %10.3f %10.2f  %s\n", v.name, m, gbs, note.text.c_str());
     json.begin();
     json.field("bench", "bandwidth");
     json.field("kernel", v.name);
     json.field("n", n);
     json.field("ms", m);
     json.field("gbs", gbs);
-    json.field("fraction_of_copy", gbs / copy_gbs);
+    json.field("copy_gbs", copy_gbs);
+    json.field("fraction_of_copy", note.fraction_of_copy);
+    json.field("above_copy", note.above_copy ? 1 : 0);
   }
   // Cost of the transcendentals: f32 (GLSL.std.450, with vkad's range reduction for sin) against
   // f64 (vkad's own, spirv/f64_math.h), y[i] = op(x[i]) (pow: x[i]^x2[i]), ms per launch over
@@ -304,15 +345,17 @@ int main(int argc, char** argv) {
         }
         auto h = rt.register_kernel(*c).value();
         runtime::DType dt = w ? runtime::DType::kF64 : runtime::DType::kF32;
+        // Seeded random inputs in [0.5, 1.5) (inside every op's domain; pow's base positive),
+        // the same values at both widths.
         std::vector<runtime::NdArrayHandle> arrs;
-        for (const char* nm : {"tx", "tx2", "ty"}) {
-          auto a = rt.create_ndarray(dt, {m}, nm).value();
-          std::vector<double> v64(m);
-          std::vector<float> v32(m);
-          for (uint32_t i = 0; i < m; ++i)
-            v64[i] = v32[i] = 0.5f + 0.001f * static_cast<float>(i % 1000);
-          (void)rt.upload(a, w ? static_cast<const void*>(v64.data()) : v32.data(),
-                          (w ? 8ull : 4ull) * m);
+        std::vector<double> in[3];
+        for (int j = 0; j < 3; ++j) {
+          const char* nm[] = {"tx", "tx2", "ty"};
+          auto a = rt.create_ndarray(dt, {m}, nm[j]).value();
+          std::vector<float> v32 = bench::random_floats(m, 10 + j, 0.5f, 1.5f);
+          in[j].assign(v32.begin(), v32.end());
+          Status st = w ? rt.upload(a, in[j].data(), 8ull * m) : rt.upload(a, v32.data(), 4ull * m);
+          if (!st.ok()) bench::check_failed(std::string(fn) + ": upload: " + st.to_string());
           arrs.push_back(a);
         }
         std::vector<runtime::Arg> a = {runtime::Arg::ndarray(arrs[0]),
@@ -324,6 +367,27 @@ int main(int argc, char** argv) {
           if (r) ms.push_back(m);  // the first batch warms up
         }
         t[w] = bench::median(ms);
+        // y = op(x, x2) against the closed form in double, within what the built-ins promise
+        // (Vulkan's GLSL.std.450 precision: sin to 2^-11 absolute, log to 2^-21 absolute near
+        // 1, exp and pow to a few ulp; vkad's f64 routines much closer) and far below what a
+        // wrong element is off by.
+        auto want = [&](size_t i) {
+          double a = in[0][i], b = in[1][i];
+          std::string f = fn;
+          return f == "add"    ? a + b
+                 : f == "sin"  ? std::sin(a)
+                 : f == "exp"  ? std::exp(a)
+                 : f == "log"  ? std::log(a)
+                 : f == "tanh" ? std::tanh(a)
+                               : std::pow(a, b);
+        };
+        const double rel = w ? 1e-9 : 0x1p-14, abs = w ? 1e-12 : 0x1p-11;
+        auto tol = [&](size_t i) { return rel * std::fabs(want(i)) + abs; };
+        std::string what = std::string(fn) + " " + ty + " output";
+        if (w)
+          bench::check_close(what, bench::download_or_fail<double>(rt, arrs[2], m, fn), want, tol);
+        else
+          bench::check_close(what, bench::download_or_fail<float>(rt, arrs[2], m, fn), want, tol);
         for (auto x : arrs) (void)rt.free_ndarray(x);
       }
       std::printf("%-8s %10.3f %10.3f %9.1fx\n", fn, t[0], t[1], t[1] / t[0]);

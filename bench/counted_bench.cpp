@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <tuple>
 
 #include "api/device_target.h"
 #include "autodiff/reverse_mode.h"
@@ -103,17 +104,20 @@ int main(int argc, char** argv) {
   other.subgroup_arithmetic = !target.subgroup_arithmetic && rt.caps().subgroup_arithmetic;
   CountedAdjoint ca_other = make_adjoint_counted(fwd, other).value();
   auto hc_other = rt.register_kernel(compile(ca_other.counter, other).value()).value();
-  auto arr = [&](const char* name, float lo, float hi) {
+  // Seeded random inputs (bench_util.h): x log-uniform over [0.02, 1000] (trip counts spread
+  // over the range), w uniform over [0.5, 1.5].
+  std::vector<float> x0 = bench::random_floats(n, 1, std::log(0.02f), std::log(1000.0f));
+  for (float& v : x0) v = std::exp(v);
+  const std::vector<float> w0 = bench::random_floats(n, 2, 0.5f, 1.5f);
+  auto arr = [&](const char* name, const std::vector<float>& init) {
     auto h = rt.create_ndarray(runtime::DType::kF32, {n}, name).value();
-    std::vector<float> init(n);
-    // x from lo to hi geometrically: trip counts spread over the range.
-    for (uint32_t e = 0; e < n; ++e)
-      init[e] = lo == hi ? lo : lo * std::pow(hi / lo, float(e % 997) / 996.0f);
-    (void)rt.upload(h, init.data(), 4ull * n);
+    if (!rt.upload(h, init.data(), 4ull * n).ok())
+      bench::check_failed("uploading " + std::string(name));
     return h;
   };
-  auto x = arr("x", 0.02f, 1000.0f), w = arr("w", 0.5f, 1.5f), y = arr("y", 0, 0);
-  auto xg = arr("x_grad", 0, 0), wg = arr("w_grad", 0, 0), yg = arr("y_grad", 1, 1);
+  const std::vector<float> zeros(n, 0.0f), ones(n, 1.0f);
+  auto x = arr("x", x0), w = arr("w", w0), y = arr("y", zeros);
+  auto xg = arr("x_grad", zeros), wg = arr("w_grad", zeros), yg = arr("y_grad", ones);
   const uint32_t words = ca.counted * runtime::kTripSlots;
   auto trips = rt.create_ndarray(runtime::DType::kI32, {words}, "trips").value();
   using runtime::Arg;
@@ -221,6 +225,44 @@ int main(int argc, char** argv) {
         return (now_us() - t0) / 1000;
       },
       reps);
+  // The outputs after timing. y (the last launch that wrote it was a counting forward) against
+  // the loop in double; then each adjoint once more from zeroed gradients (the timed launches
+  // accumulated into them), stated and counted alike, against the loop's derivative in double
+  // (y_grad = 1), every 64th element.
+  {
+    std::vector<float> got = bench::download_or_fail<float>(rt, y, n, "y");
+    const std::vector<Arg>&stated_args = aa, &with_counts = counted_args;
+    for (auto [h, hargs, what] :
+         {std::tuple{hs, &stated_args, "stated"}, std::tuple{ha, &with_counts, "counted"}}) {
+      if (!rt.upload(xg, zeros.data(), 4ull * n).ok() ||
+          !rt.upload(wg, zeros.data(), 4ull * n).ok() || !rt.launch(h, *hargs).ok())
+        bench::check_failed(std::string("the ") + what + " adjoint's check launch");
+      std::vector<float> gx = bench::download_or_fail<float>(rt, xg, n, "x_grad"),
+                         gw = bench::download_or_fail<float>(rt, wg, n, "w_grad");
+      for (uint32_t i = 0; i < n; i += 64) {
+        double v = x0[i], acc = 0, dx = 0, dw = 0, scale = 1;  // scale = dv/dx = 0.5^k
+        while (v * v > 1e-4) {
+          acc += v * std::sin(v) * w0[i];
+          dx += scale * (std::sin(v) + v * std::cos(v)) * w0[i];
+          dw += v * std::sin(v);
+          v *= 0.5;
+          scale *= 0.5;
+        }
+        dx += scale;
+        auto near = [](double a, double b, double mag) {
+          return std::fabs(a - b) <= 1e-3 * (std::fabs(b) + mag);
+        };
+        if (!near(got[i], acc + v, 1.0) || !near(gx[i], dx, 1.0) || !near(gw[i], dw, 1.0)) {
+          char buf[256];
+          std::snprintf(buf, sizeof buf,
+                        "%s adjoint, element %u (x = %g): y %g (want %g), x_grad %g (want %g), "
+                        "w_grad %g (want %g)",
+                        what, i, x0[i], got[i], acc + v, gx[i], dx, gw[i], dw);
+          bench::check_failed(buf);
+        }
+      }
+    }
+  }
   std::printf("device: %s; %u elements; counted trips %d (stated max_trip %lld)\n",
               rt.caps().device_name.c_str(), n, counts.empty() ? 0 : counts[0],
               static_cast<long long>(max_trip));
@@ -248,6 +290,7 @@ int main(int argc, char** argv) {
   std::printf(
       "forward-counted pair         %9.3f ms  (launch_forward_counted + launch_counted_adjoint)\n",
       step_pair);
+  std::printf("inputs: seeded random; y and both adjoints' gradients checked after timing\n");
   bench::JsonRecords json;
   json.begin();
   json.field("n", n);

@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "abi/spirv_tools.h"
 #include "bench/bench_util.h"
@@ -147,6 +149,45 @@ double rhi_dependent_dispatch_us(rhi::Stream& s, rhi::ComputePipeline& p, rhi::B
   return median(samples);
 }
 
+// `a` gets seeded random words (through a staging buffer) before anything is timed.
+void upload_words(rhi::Device& dev, rhi::Stream& s, rhi::Buffer& a,
+                  const std::vector<uint32_t>& words) {
+  auto up = dev.create_buffer({4 * words.size(), rhi::MemoryUsage::kUpload, "a upload"});
+  CHECK_OK(up);
+  std::memcpy(up->mapped(), words.data(), 4 * words.size());
+  auto list = s.begin();
+  CHECK_OK(list);
+  list->copy(*up, a, 4 * words.size());
+  list->barrier(rhi::Barrier::kTransferToCompute);
+  auto sem = s.submit(*list);
+  CHECK_OK(sem);
+  sem->wait();
+}
+
+// After timing: every dispatch wrote b[i] = a[i] * 2 + 1 for i < 64 (Push{64, 1, 0}); b is read
+// back and compared, and a wrong word fails the benchmark (exit 3, bench_util.h).
+void check_scale_add(rhi::Device& dev, rhi::Stream& s, rhi::Buffer& b,
+                     const std::vector<uint32_t>& a0, const char* after) {
+  auto rb = dev.create_buffer({4096, rhi::MemoryUsage::kReadback, "b readback"});
+  CHECK_OK(rb);
+  auto list = s.begin();
+  CHECK_OK(list);
+  list->barrier(rhi::Barrier::kComputeToTransfer);
+  list->copy(b, *rb, 4096);
+  list->barrier(rhi::Barrier::kToHost);
+  auto sem = s.submit(*list);
+  CHECK_OK(sem);
+  sem->wait();
+  std::vector<uint32_t> got(64);
+  std::memcpy(got.data(), rb->mapped(), 4 * got.size());
+  for (uint32_t i = 0; i < 64; ++i) {
+    if (got[i] != a0[i] * 2u + 1u) {
+      check_failed(std::string("scale_add after ") + after + ": b[" + std::to_string(i) + "] = " +
+                   std::to_string(got[i]) + ", expected " + std::to_string(a0[i] * 2u + 1u));
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -195,23 +236,39 @@ int main(int argc, char** argv) {
     json.field("unit", unit);
   };
 
+  // Seeded random input words (bench_util.h), checked through the output after each timing.
+  std::vector<uint32_t> a0(1024);
+  {
+    Random rng(1);
+    for (uint32_t& w : a0) w = static_cast<uint32_t>(rng.next());
+    auto s = dev.create_stream({rhi::SyncMode::kAuto, "bench setup"});
+    CHECK_OK(s);
+    upload_words(dev, **s, *a, a0);
+  }
   std::printf("dependent dispatches: %d per command buffer, median of %d\n", n, reps);
   // Warm up both paths once (pipeline compilation on first use, page faults).
   raw_dependent_dispatch_us(dev, *p, *a, *b, 16, 2);
   double raw = raw_dependent_dispatch_us(dev, *p, *a, *b, n, reps);
   record("dependent dispatch, raw Vulkan", "-", raw, "us");
+  {
+    auto s = dev.create_stream({rhi::SyncMode::kAuto, "bench check"});
+    CHECK_OK(s);
+    check_scale_add(dev, **s, *b, a0, "the raw Vulkan loop");
+  }
   for (rhi::SyncMode mode : {rhi::SyncMode::kTimeline, rhi::SyncMode::kFence}) {
     if (mode == rhi::SyncMode::kTimeline && !dev.caps().timeline_semaphore) continue;
     const char* m = rhi::sync_mode_name(mode);
     auto s = dev.create_stream({mode, std::string("bench ") + m});
     CHECK_OK(s);
     rhi::Stream& stream = **s;
+    upload_words(dev, stream, *a, a0);  // the previous mode's round trips filled `a`
     rhi_dependent_dispatch_us(stream, *p, *a, *b, 16, 2, false);
     double via_rhi = rhi_dependent_dispatch_us(stream, *p, *a, *b, n, reps, false);
     record("dependent dispatch, rhi", m, via_rhi, "us");
     record("rhi / raw ratio", m, via_rhi / raw, "x");
     double per_set = rhi_dependent_dispatch_us(stream, *p, *a, *b, n, reps, true);
     record("dependent dispatch, rhi, set per dispatch", m, per_set, "us");
+    check_scale_add(dev, stream, *b, a0, m);
 
     // is_signaled on a finished submission: the cached fast path.
     auto list = stream.begin();

@@ -8,7 +8,9 @@
 // Per rep: N launches of a tiny kernel (x[i] += 1 over ELEMENTS elements, each launch depending
 // on the previous one) recorded back to back, then synchronize(). Reports the median over reps
 // of µs per launch for recording alone (launch() returning) and for the whole batch including
-// the wait. The kernel text is bench/launch_kernel.vkir, shared with the Python benchmark.
+// the wait. The kernel text is bench/launch_kernel.vkir, shared with the Python benchmark. The
+// array starts as seeded random data; after timing it is checked exactly against the same f32
+// additions made here (a wrong result exits 3).
 // --capture 1: the N launches are captured into a graph instead (begin_capture ... end_capture,
 // graph fusion and scheduling off, so end_capture does no rework) and replayed once; reports the
 // median ns per captured launch (launch() returning) and the end_capture per launch. --arrays A
@@ -16,6 +18,7 @@
 // DiffTaichi adjoint's width: its cost grows with the parameters), every array argument x.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -24,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "launch_kernel.h"
 #include "vkad.h"
 
@@ -78,30 +82,30 @@ int capture_bench(vkad::Session& s, vkad::KernelHandle k, std::span<const vkad::
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it is printed, also into a pipe or file
-  int launches = 500, reps = 15;
-  bool capture = false;
-  int arrays = 0;
-  uint32_t n = 64;
-  std::string json, device, kernel;  // empty: the embedded bench/launch_kernel.vkir
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--launches")
-      launches = std::atoi(argv[i + 1]);
-    else if (a == "--reps")
-      reps = std::atoi(argv[i + 1]);
-    else if (a == "--n")
-      n = static_cast<uint32_t>(std::atoi(argv[i + 1]));
-    else if (a == "--json")
-      json = argv[i + 1];
-    else if (a == "--device")
-      device = argv[i + 1];
-    else if (a == "--kernel")
-      kernel = argv[i + 1];
-    else if (a == "--capture")
-      capture = std::atoi(argv[i + 1]) != 0;
-    else if (a == "--arrays")
-      arrays = std::atoi(argv[i + 1]);
-  }
+  vkad::bench::Args cli(
+      argc, argv,
+      "usage: vkad-bench-launch [--launches N] [--reps R] [--n ELEMENTS] [--device D] [--json F]\n"
+      "                         [--kernel FILE] [--capture 1 [--arrays A]]\n"
+      "  host cost of Session::launch: N dependent launches of a tiny kernel recorded back to\n"
+      "  back, then synchronize; median over R reps of us per launch\n"
+      "  --launches N  launches per rep (default 500)\n"
+      "  --reps R      reps after one warm-up rep (default 15)\n"
+      "  --n ELEMENTS  elements of the kernel's array (default 64)\n"
+      "  --device D    device index or name substring (default: automatic)\n"
+      "  --json F      also write the results as JSON to F\n"
+      "  --kernel FILE the kernel text (default: bench/launch_kernel.vkir, embedded); another\n"
+      "                kernel's output is not checked\n"
+      "  --capture 1   capture the launches into a graph instead; ns per captured launch\n"
+      "  --arrays A    with --capture: a kernel of an i32, an f32 and A ndarray parameters\n",
+      {"launches", "reps", "n", "json", "device", "kernel", "capture", "arrays"});
+  const int launches = static_cast<int>(cli.get_int("launches", 500));
+  const int reps = static_cast<int>(cli.get_int("reps", 15));
+  const bool capture = cli.get_int("capture", 0) != 0;
+  const int arrays = static_cast<int>(cli.get_int("arrays", 0));
+  const uint32_t n = static_cast<uint32_t>(cli.get_int("n", 64));
+  // empty kernel: the embedded bench/launch_kernel.vkir
+  const std::string json = cli.get("json", ""), device = cli.get("device", ""),
+                    kernel = cli.get("kernel", "");
   std::stringstream text;
   if (arrays > 0) {
     // wide(t, a, x0 .. x{A-1}): x0[i] += a + x1[i] + ... (every argument is x).
@@ -134,8 +138,10 @@ int main(int argc, char** argv) {
   if (!k.ok()) return die("compile", k.status());
   auto x = s.ndarray(vkad::DType::kF32, {n}, "x");
   if (!x.ok()) return die("ndarray", x.status());
-  vkad::Status st = s.zero(*x);
-  if (!st.ok()) return die("zero", st);
+  // Seeded random data, checked after timing (bench_util.h).
+  const std::vector<float> x0 = vkad::bench::random_floats(n, 1);
+  vkad::Status st = s.upload(*x, std::span<const float>(x0));
+  if (!st.ok()) return die("upload", st);
   std::vector<vkad::Arg> args = {vkad::Arg::f32(1.0f), vkad::Arg::ndarray(*x)};
   if (arrays > 0) {
     if (!capture) {
@@ -145,8 +151,38 @@ int main(int argc, char** argv) {
     args = {vkad::Arg::i32(0), vkad::Arg::f32(1.0f)};
     args.resize(2 + arrays, vkad::Arg::ndarray(*x));
   }
+  // What x must hold after `count` launches (the embedded kernel: x += 1; --arrays: x = 1 + x
+  // + ... + x, added in that order), exactly: the same f32 additions in the same order.
+  auto check = [&](long count) {
+    if (!kernel.empty()) return 0;  // a kernel of the user's: nothing to hold it to
+    std::vector<float> got(n);
+    vkad::Status d = s.download(*x, std::span<float>(got));
+    if (!d.ok()) return die("download", d);
+    for (uint32_t i = 0; i < n; ++i) {
+      float want = x0[i];
+      if (arrays == 0) {
+        want = vkad::bench::repeated_add(want, 1.0f, count);
+      } else {
+        for (long c = 0; c < count; ++c) {
+          float v = 1.0f;
+          for (int j = 0; j < arrays; ++j) v += want;
+          want = v;
+        }
+      }
+      if (!(got[i] == want || (std::isnan(got[i]) && std::isnan(want)))) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "x[%u] = %.9g after %ld launches, expected %.9g", i, got[i],
+                      count, want);
+        vkad::bench::check_failed(buf);
+      }
+    }
+    return 0;
+  };
   std::vector<double> record, total;
-  if (capture) return capture_bench(s, *k, args, launches, reps, n);
+  if (capture) {
+    int rc = capture_bench(s, *k, args, launches, reps, n);
+    return rc ? rc : check(launches);  // the last rep's graph was replayed once
+  }
   for (int r = 0; r <= reps; ++r) {  // rep 0 warms up
     double t0 = now_us();
     for (int i = 0; i < launches; ++i) {
@@ -157,13 +193,7 @@ int main(int argc, char** argv) {
     double t2 = now_us();
     if (r > 0) record.push_back((t1 - t0) / launches), total.push_back((t2 - t0) / launches);
   }
-  std::vector<float> host(n);
-  if (!(st = s.download(*x, std::span<float>(host))).ok()) return die("download", st);
-  if (host[0] != static_cast<float>(launches * (reps + 1))) {
-    std::fprintf(stderr, "vkad-bench-launch: x[0] = %g, expected %d\n", host[0],
-                 launches * (reps + 1));
-    return 1;
-  }
+  if (int rc = check(static_cast<long>(launches) * (reps + 1))) return rc;
   std::printf("device: %s\n", s.device_name().c_str());
   std::printf("C++ vkad::Session::launch, %d launches x %d reps, %u elements:\n", launches, reps,
               n);

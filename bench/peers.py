@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The adjoint-floor kernels in PyTorch and JAX, for docs/benchmarks.md beside vkad's numbers.
 
-Same kernels, sizes and inputs as vkad-bench-adjoint-floor:
+Same kernels, sizes and inputs as `vkad-bench-adjoint-floor --x0 mod`:
   sin loop    x <- sin(x) * 0.9 + 0.1 for L steps, dL/dx0 with L = sum(x_L)
   recurrence  v <- 0.5 v + 0.25 sin(v) w for L steps from v0 = x, dL/dx and dL/dw
 N = 2^24 floats, x0 = 0.001 (i mod 1000), w = 0.25 + 0.0005 (i mod 1000); L = 16, 64, 256.

@@ -5,7 +5,9 @@ each launch after the previous), for vkad and, measured the same way, Taichi and
                                   [--reps R]
                                   [--n ELEMENTS] [--json FILE]
 
-Per rep: N launches recorded back to back, then a synchronize. vkad-bound launches through
+Per rep: N launches recorded back to back, then a synchronize. The array starts as seeded random
+data and is checked after timing, exactly, against the same f32 additions made with numpy (a
+wrong result exits 3). vkad-bound launches through
 Session.bind (the array bound once, the scalar per call). Prints the median over reps of
 µs per launch for the launches alone and for the batch including the wait. vkad's C++ figure
 for the same loop is build/bench/vkad-bench-launch. Taichi and Quadrants are not dependencies:
@@ -17,6 +19,7 @@ import argparse
 import json
 import pathlib
 import statistics
+import sys
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -37,15 +40,31 @@ def measure(launch, sync, launches, reps):
     return statistics.median(record), statistics.median(total)
 
 
+def initial(n):
+    """The array's seeded random start (benchmarks fill inputs with non-trivial data)."""
+    import numpy as np
+    return np.random.default_rng(1).uniform(-1, 1, n).astype(np.float32)
+
+
+def expected(x0, count):
+    """x0 after `count` launches of x += 1, added in f32 in the same order as the device."""
+    import numpy as np
+    x = x0.copy()
+    one = np.float32(1.0)
+    for _ in range(count):
+        x += one
+    return x
+
+
 def vkad_backend(n, bound=False):
     import vkad
     s = vkad.Session()
     k = s.compile((HERE / "launch_kernel.vkir").read_text())
-    x = s.zeros(n, vkad.f32)
+    x = s.ndarray(initial(n))
     if bound:
         b = s.bind(k, x=x)
-        return s.device_name, (lambda: b(1.0)), s.synchronize, (lambda: x.numpy()[0])
-    return s.device_name, (lambda: s.launch(k, 1.0, x)), s.synchronize, (lambda: x.numpy()[0])
+        return s.device_name, (lambda: b(1.0)), s.synchronize, x.numpy
+    return s.device_name, (lambda: s.launch(k, 1.0, x)), s.synchronize, x.numpy
 
 
 def taichi_like_backend(mod, n):
@@ -58,9 +77,8 @@ def taichi_like_backend(mod, n):
             x[i] += a
 
     x = ti.ndarray(ti.f32, n)
-    x.fill(0)
-    return (f"{mod.__name__} vulkan", (lambda: bump(1.0, x)), ti.sync,
-            (lambda: x.to_numpy()[0]))
+    x.from_numpy(initial(n))
+    return f"{mod.__name__} vulkan", (lambda: bump(1.0, x)), ti.sync, x.to_numpy
 
 
 def main():
@@ -72,13 +90,16 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     if a.backend in ("vkad", "vkad-bound"):
-        device, launch, sync, first = vkad_backend(a.n, bound=a.backend == "vkad-bound")
+        device, launch, sync, read = vkad_backend(a.n, bound=a.backend == "vkad-bound")
     else:
-        device, launch, sync, first = taichi_like_backend(__import__(a.backend), a.n)
+        device, launch, sync, read = taichi_like_backend(__import__(a.backend), a.n)
     record, total = measure(launch, sync, a.launches, a.reps)
-    expected = a.launches * (a.reps + 1)
-    if first() != expected:  # every launch ran, in order
-        raise SystemExit(f"x[0] = {first()}, expected {expected}")
+    import numpy as np
+    got, want = read(), expected(initial(a.n), a.launches * (a.reps + 1))
+    if not np.array_equal(got, want):  # every launch ran, in order, on every element
+        i = int(np.flatnonzero(got != want)[0])
+        print(f"CHECK FAILED: x[{i}] = {got[i]}, expected {want[i]}", file=sys.stderr)
+        raise SystemExit(3)
     print(f"{a.backend} ({device}), {a.launches} launches x {a.reps} reps, {a.n} elements:")
     print(f"  launch only   {record:.2f} us/launch\n  with the wait {total:.2f} us/launch")
     if a.json:

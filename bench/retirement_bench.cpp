@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_runtime.h"
 #include "bench/bench_util.h"
 #include "runtime/runtime.h"
 #include "support/sample_kernels.h"
@@ -33,6 +34,10 @@ struct RunResult {
   double seconds, blocked_ms;
   uint64_t forced_waits, high_water_bytes;
   std::vector<uint64_t> bytes_trace;
+  // Host µs per flush by phase: the benchmark's own clocks around upload / launch / flush, and
+  // the runtime's flush profile (RuntimeOptions::profile_flush) inside them.
+  double upload_us = 0, launch_us = 0, flush_us = 0;
+  runtime::FlushProfile profile;
 };
 
 const char* policy_name(runtime::RetirementPolicy p) {
@@ -51,6 +56,9 @@ RunResult run(const std::string& device, runtime::RetirementPolicy policy, size_
   o.retirement_depth = depth;
   o.retirement_policy = policy;
   o.max_list_age_us = 1e12;
+  // The breakdown's clocks: ten steady_clock reads per flush (a few hundred ns), the same in
+  // every policy, so the ratios between policies stand.
+  o.profile_flush = true;
   auto rt_r = runtime::Runtime::create(o);
   if (!rt_r.ok()) {
     std::fprintf(stderr, "%s\n", rt_r.status().to_string().c_str());
@@ -62,13 +70,17 @@ RunResult run(const std::string& device, runtime::RetirementPolicy policy, size_
   uint32_t scratch_n = static_cast<uint32_t>(bytes / 4);
   auto scratch = rt.create_ndarray(runtime::DType::kF32, {scratch_n}, "scratch");
   auto k = rt.register_kernel(testing::make_axpy_kernel("axpy"));
-  std::vector<float> ones(n, 1.0f), host(scratch_n, 0.5f);
-  (void)rt.upload(*x, ones.data(), n * 4);
-  (void)rt.upload(*y, ones.data(), n * 4);
-  (void)rt.synchronize();
-  runtime::Arg args[] = {runtime::Arg::f32(1.0f), runtime::Arg::ndarray(*x),
+  // Seeded random data (bench_util.h); x positive (the axpy kernel flags x < 0 as an error).
+  const std::vector<float> x0 = random_floats(n, 1, 0.5f, 1.5f), y0 = random_floats(n, 2),
+                           host = random_floats(scratch_n, 3);
+  if (!rt.upload(*x, x0.data(), n * 4).ok() || !rt.upload(*y, y0.data(), n * 4).ok() ||
+      !rt.synchronize().ok())
+    check_failed("uploading axpy's inputs");
+  constexpr float kA = 0.5f;  // a power of two: a * x is exact, only the additions round
+  runtime::Arg args[] = {runtime::Arg::f32(kA), runtime::Arg::ndarray(*x),
                          runtime::Arg::ndarray(*y)};
   auto base = rt.stats()->retirement;
+  const runtime::FlushProfile base_profile = rt.stats()->flush_profile;
   RunResult r{load, policy_name(policy), depth, flushes, 0, 0, 0, 0, {}};
   int sample_every = std::max(1, flushes / 400);
   double t0 = now_us();
@@ -78,14 +90,31 @@ RunResult run(const std::string& device, runtime::RetirementPolicy policy, size_
       for (double until = now_us() + host_us; now_us() < until;) {
       }
     }
+    double a = now_us();
     Status s = rt.upload(*scratch, host.data(), scratch_n * 4);
+    double b = now_us();
     if (s.ok()) s = rt.launch(*k, args);
+    double c = now_us();
     if (s.ok()) s = rt.flush().status();
+    double d = now_us();
+    r.upload_us += b - a;
+    r.launch_us += c - b;
+    r.flush_us += d - c;
     if (!s.ok()) {
       std::fprintf(stderr, "%s\n", s.to_string().c_str());
       std::exit(1);
     }
     if (i % sample_every == 0) r.bytes_trace.push_back(rt.stats()->retirement.bytes);
+  }
+  // The loop's profile, before the final synchronize (whose drain is in the wall time only).
+  {
+    const runtime::FlushProfile p = rt.stats()->flush_profile;
+    r.profile.flushes = p.flushes - base_profile.flushes;
+    r.profile.begin_us = p.begin_us - base_profile.begin_us;
+    r.profile.submit_us = p.submit_us - base_profile.submit_us;
+    r.profile.poll_us = p.poll_us - base_profile.poll_us;
+    r.profile.release_us = p.release_us - base_profile.release_us;
+    r.profile.recycle_us = p.recycle_us - base_profile.recycle_us;
   }
   (void)rt.synchronize();
   r.seconds = (now_us() - t0) / 1e6;
@@ -93,6 +122,21 @@ RunResult run(const std::string& device, runtime::RetirementPolicy policy, size_
   r.blocked_ms = (c.forced_wait_us - base.forced_wait_us) / 1000;
   r.forced_waits = c.forced_waits - base.forced_waits;
   r.high_water_bytes = c.high_water_bytes;
+  // The outputs after timing: y is y0 plus `flushes` additions of a * x, computed here in the
+  // same f32 order for every 16th element (exactly equal: one launch skipped or doubled shows),
+  // and within the bound of one rounding of |y| per addition for the rest; the scratch array
+  // holds the last upload.
+  const double f = flushes;
+  check_close(
+      load + " / " + r.policy + ": axpy's y", download_or_fail<float>(rt, *y, n, "y"),
+      [&](size_t i) {
+        return i % 16 == 0 ? repeated_add(y0[i], kA * x0[i], flushes) : y0[i] + f * kA * x0[i];
+      },
+      [&](size_t i) {
+        return i % 16 == 0 ? 0.0 : (std::fabs(y0[i]) + f * kA * x0[i]) * (f + 1) * 0x1p-23;
+      });
+  if (download_or_fail<float>(rt, *scratch, scratch_n, "scratch") != host)
+    check_failed(load + " / " + r.policy + ": the uploaded scratch array differs from the upload");
   return r;
 }
 
@@ -148,13 +192,21 @@ int main(int argc, char** argv) {
             "  --flushes F  flushes per run (default 20000)\n"
             "  --bytes B    ctx-buffer bytes per flush (default 16384)\n"
             "  --host-us U  simulated host work per flush in the paced load (default 30)\n"
+            "  --depths L   retirement depths of the per-entry and full-drain runs, comma-\n"
+            "               separated (default 1,3,8)\n"
             "  --json F     write the results as JSON to F\n"
             "  --svg F      plot bytes held over time to F\n",
-            {"device", "flushes", "bytes", "host-us", "json", "svg"});
+            {"device", "flushes", "bytes", "host-us", "depths", "json", "svg"});
   std::string device = args.get("device", "");
   int flushes = static_cast<int>(args.get_int("flushes", 20000));
   uint64_t bytes = static_cast<uint64_t>(args.get_int("bytes", 16384));
   double host_us = static_cast<double>(args.get_int("host-us", 30));
+  std::vector<size_t> depths;
+  for (std::string rest = args.get("depths", "1,3,8"); !rest.empty();) {
+    const size_t comma = rest.find(',');
+    depths.push_back(static_cast<size_t>(std::stoul(rest.substr(0, comma))));
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  }
   std::string device_name;
   bool cpu = false;
   {
@@ -190,8 +242,10 @@ int main(int argc, char** argv) {
     for (auto policy :
          {runtime::RetirementPolicy::kHoldUntilSync, runtime::RetirementPolicy::kFullDrainWhenFull,
           runtime::RetirementPolicy::kPerEntryPolling}) {
-      for (size_t depth : {size_t{1}, size_t{3}, size_t{8}}) {
-        if (policy == runtime::RetirementPolicy::kHoldUntilSync && depth != 3) continue;
+      for (size_t i = 0; i < depths.size(); ++i) {
+        // Hold-until-synchronize has no depth: run once.
+        if (policy == runtime::RetirementPolicy::kHoldUntilSync && i > 0) continue;
+        const size_t depth = depths[i];
         // The paced load asks one question (does per-entry polling force waits when the host
         // is the slower side?); the baselines there add run time, not information.
         if (load.host_us > 0 && policy != runtime::RetirementPolicy::kPerEntryPolling) continue;
@@ -224,6 +278,42 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // Where each run's host time per flush went. upload and launch are the benchmark's own clocks
+  // around those calls, less the list opening inside the upload ("begin": the stream recycles
+  // its pools and begins a command buffer); submit (end + vkQueueSubmit and its semaphore
+  // signal), poll (the retirement queue's push: semaphore polls and forced waits), release
+  // (retired payloads: error words read, ring chunks pooled, buffers to the deleter) and
+  // recycle (the stream's pools and the deferred deleter after the submit) are the runtime's
+  // flush profile; "other" is the rest of flush(). The last column is the run's wall time per
+  // flush, the final synchronize included (hold-until-synchronize releases everything there).
+  std::printf("\nhost us per flush by phase\n%-9s %-26s %5s %7s %7s %7s %7s %7s %7s %7s %7s %7s\n",
+              "load", "policy", "depth", "begin", "upload", "launch", "submit", "poll", "release",
+              "recycle", "other", "wall");
+  for (const RunResult& r : results) {
+    const runtime::FlushProfile& p = r.profile;
+    const double f = r.flushes;
+    const double flush_other = r.flush_us - p.submit_us - p.poll_us - p.release_us - p.recycle_us;
+    const bool hold = r.policy == policy_name(runtime::RetirementPolicy::kHoldUntilSync);
+    std::printf("%-9s %-26s %5s %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f\n",
+                r.load.c_str(), r.policy.c_str(), hold ? "-" : std::to_string(r.depth).c_str(),
+                p.begin_us / f, (r.upload_us - p.begin_us) / f, r.launch_us / f, p.submit_us / f,
+                p.poll_us / f, p.release_us / f, p.recycle_us / f, flush_other / f,
+                r.seconds * 1e6 / f);
+    json.begin();
+    json.field("breakdown_load", r.load);
+    json.field("policy", r.policy);
+    json.field("depth", static_cast<double>(r.depth));
+    json.field("begin_us", p.begin_us / f);
+    json.field("upload_us", (r.upload_us - p.begin_us) / f);
+    json.field("launch_us", r.launch_us / f);
+    json.field("submit_us", p.submit_us / f);
+    json.field("poll_us", p.poll_us / f);
+    json.field("release_us", p.release_us / f);
+    json.field("recycle_us", p.recycle_us / f);
+    json.field("flush_other_us", flush_other / f);
+    json.field("wall_us", r.seconds * 1e6 / f);
+  }
+  std::printf("outputs checked after every run (axpy's y, the uploaded scratch array)\n");
   if (args.has("json")) json.write(args.get("json", ""), device_name);
   if (args.has("svg")) write_svg(args.get("svg", ""), plotted);
   return 0;

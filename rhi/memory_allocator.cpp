@@ -199,4 +199,23 @@ void MemoryAllocator::free(const Allocation& a) {
   if (b.dedicated || empty_others >= spare_blocks_) free_block(a.block);
 }
 
+uint64_t MemoryAllocator::spare_bytes() const {
+  uint64_t bytes = 0;
+  for (const Block& b : blocks_) {
+    if (b.memory != VK_NULL_HANDLE && b.ranges->empty()) bytes += b.ranges->capacity();
+  }
+  return bytes;
+}
+
+size_t MemoryAllocator::release_spare_blocks() {
+  size_t freed = 0;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    if (blocks_[i].memory != VK_NULL_HANDLE && blocks_[i].ranges->empty()) {
+      free_block(static_cast<int>(i));
+      ++freed;
+    }
+  }
+  return freed;
+}
+
 }  // namespace vkad::rhi

@@ -68,6 +68,10 @@ class MemoryAllocator {
   Result<Allocation> allocate(const VkMemoryRequirements& reqs, MemoryUsage usage);
   void free(const Allocation& allocation);
   const MemoryStats& stats() const { return stats_; }
+  // The empty blocks kept for reuse (spare_blocks per memory type): their bytes, and freeing
+  // them all (returns how many were freed). Blocks holding a live allocation are never touched.
+  uint64_t spare_bytes() const;
+  size_t release_spare_blocks();
   // The block of a live allocation.
   BlockInfo block_info(const Allocation& allocation) const;
   // Called with a block's id just before its VkDeviceMemory is freed (so a layer that imported

@@ -77,6 +77,16 @@ class HostRing {
   size_t free_chunks() const { return free_.size(); }
   // Chunks the ring owns now (the open one and the pool), not those in flight.
   size_t chunks_held() const { return free_.size() + (open_.valid() ? 1 : 0); }
+  uint64_t bytes_held() const { return chunks_held() * chunk_bytes_; }
+  // Releases the open chunk and the pool (to the deferred deleter). Only when no recorded or
+  // in-flight list holds a slot of the open chunk (the runtime calls it after synchronizing);
+  // the next allocate makes a chunk again.
+  void release_all() {
+    open_.reset();
+    cursor_.reset();
+    free_.clear();
+    free_.shrink_to_fit();
+  }
 
  private:
   rhi::MemoryUsage usage_;

@@ -19,6 +19,7 @@ struct NdArray {
   rhi::Buffer buffer;
   std::string name;
   uint64_t bytes = 0;
+  bool pooled = false;  // Runtime::create_ndarray's `pooled`: freed into the ndarray pool
 };
 using NdArrayTable = std::unordered_map<uint64_t, NdArray>;
 

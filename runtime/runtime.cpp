@@ -158,6 +158,8 @@ Runtime::~Runtime() {
   heaps_ = {};
   upload_ring_.reset();
   readback_ring_.reset();
+  ndarray_pool_.clear();
+  spare_ctx_.clear();
   kernels_.clear();
   pipelines_.clear();
   stream_.reset();  // waits for its own last submission
@@ -263,16 +265,32 @@ Status Runtime::dead_handle(const std::string& where, const char* what, uint64_t
 // ---------------------------------------------------------------- ndarrays
 
 Result<NdArrayHandle> Runtime::create_ndarray(DType dtype, std::vector<uint32_t> shape,
-                                              const std::string& name) {
+                                              const std::string& name, bool pooled) {
   VKAD_EXCLUSIVE_USE("create_ndarray");
   VKAD_TRY(device_->status());
   std::string label = name.empty() ? "ndarray " + std::to_string(next_serial_.load()) : name;
   VKAD_ASSIGN_OR_RETURN(
       uint64_t bytes, ndarray_bytes(dtype, shape, label, device_->caps().max_storage_buffer_range));
   VKAD_ASSIGN_OR_RETURN(uint64_t id, issue_id());
-  VKAD_ASSIGN_OR_RETURN(rhi::Buffer buffer,
-                        device_->create_buffer({bytes, rhi::MemoryUsage::kDeviceLocal, label}));
-  arrays_.emplace(id, NdArray{dtype, std::move(shape), std::move(buffer), label, bytes});
+  rhi::Buffer buffer = pooled ? take_pooled(bytes) : rhi::Buffer();
+  if (buffer.valid()) {
+    device_->set_name(VK_OBJECT_TYPE_BUFFER, reinterpret_cast<uint64_t>(buffer.handle()), label);
+    ++ndarray_pool_reuses_;
+  } else {
+    Result<rhi::Buffer> made =
+        device_->create_buffer({bytes, rhi::MemoryUsage::kDeviceLocal, label});
+    if (!made.ok() && made.status().code() == ErrorCode::kOutOfDeviceMemory &&
+        !ndarray_pool_.empty()) {
+      // The pool's idle buffers give way to an array the program asks for.
+      ndarray_pool_.clear();
+      ndarray_pool_bytes_ = 0;
+      stream_->recycle();  // their memory back to the allocator once past their last use
+      made = device_->create_buffer({bytes, rhi::MemoryUsage::kDeviceLocal, label});
+    }
+    VKAD_TRY(made.status());
+    buffer = std::move(made).value();
+  }
+  arrays_.emplace(id, NdArray{dtype, std::move(shape), std::move(buffer), label, bytes, pooled});
   return NdArrayHandle{id};
 }
 
@@ -283,6 +301,10 @@ Status Runtime::free_ndarray(NdArrayHandle array) {
   if (it == arrays_.end()) return dead_handle("free_ndarray", "ndarray", array.id);
   // A running capture's pieces not submitted yet bind buffers not marked used: submitted first.
   if (run_) VKAD_TRY(run_drain());
+  // A pooled array's buffer waits in the pool for the next pooled array of its size; a mapped
+  // view the host may still hold keeps it out (the view must not see another array's data).
+  if (it->second.pooled && !host_views_.count(array.id))
+    pool_buffer(std::move(it->second.buffer), it->second.bytes);
   arrays_.erase(it);  // Buffer -> deferred deleter at the serial of its last use
   return {};
 }
@@ -455,8 +477,34 @@ Status Runtime::zero_many(std::span<const NdArrayHandle> arrays) {
   return {};
 }
 
+namespace {
+
+// Adds the host time from construction to destruction to `*sink` (RuntimeOptions::
+// profile_flush); with no sink it reads no clock, so the profile costs a branch when off.
+class PhaseTimer {
+ public:
+  PhaseTimer(bool on, double* sink) : sink_(on ? sink : nullptr) {
+    if (sink_) t0_ = std::chrono::steady_clock::now();
+  }
+  PhaseTimer(const PhaseTimer&) = delete;
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
+  ~PhaseTimer() {
+    if (sink_) {
+      *sink_ +=
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count();
+    }
+  }
+
+ private:
+  double* sink_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace
+
 Status Runtime::ensure_list() {
   if (list_.recording()) return {};
+  PhaseTimer timer(options_.profile_flush, &profile_.begin_us);
   VKAD_ASSIGN_OR_RETURN(list_, stream_->begin());
   list_started_us_ = now_us();
   return {};
@@ -840,7 +888,11 @@ Result<rhi::StreamSemaphore> Runtime::submit_list() {
   // Host writes through held views of non-coherent memory (ndarray_export.cpp), before the
   // submission that may read them.
   if (!host_views_.empty()) VKAD_TRY(sync_host_views(/*to_device=*/true));
-  Result<rhi::StreamSemaphore> sem = stream_->submit(list_);
+  const bool profile = options_.profile_flush;
+  Result<rhi::StreamSemaphore> sem = [&] {
+    PhaseTimer timer(profile, &profile_.submit_us);
+    return stream_->submit(list_);
+  }();
   if (!sem.ok()) {
     // Nothing was submitted; the ctx buffers were only recorded into a list that is gone, so
     // they are released through the deleter (which waits for no serial that never ran).
@@ -850,25 +902,42 @@ Result<rhi::StreamSemaphore> Runtime::submit_list() {
   }
   last_sem_ = *sem;
   ++stats_.flushes;
+  profile_.flushes += profile;
   uint64_t bytes = ctx_bytes_;
   ctx_bytes_ = 0;
-  Status pushed = retirement_.push(*sem, std::exchange(ctx_buffers_, {}), bytes);
+  // The next list's payload reuses a retired one's vectors (take_retired): no allocation.
+  CtxBuffers next;
+  if (!spare_ctx_.empty()) {
+    next = std::move(spare_ctx_.back());
+    spare_ctx_.pop_back();
+  }
+  Status pushed = [&] {
+    PhaseTimer timer(profile, &profile_.poll_us);
+    return retirement_.push(*sem, std::exchange(ctx_buffers_, std::move(next)), bytes);
+  }();
   take_retired();
   VKAD_TRY(pushed);
+  PhaseTimer timer(profile, &profile_.recycle_us);
   stream_->recycle();
   return *sem;
 }
 
 void Runtime::take_retired() {
   // Retired payloads: read the error words their launches wrote, then release their buffers
-  // (destroying a payload hands them to the deferred deleter).
+  // (clearing hands them to the deferred deleter) and keep the emptied payloads' vectors for
+  // the next flushes (a few: as many as the retirement depth keeps in flight, and then some).
+  PhaseTimer timer(options_.profile_flush, &profile_.release_us);
+  constexpr size_t kSparePayloads = 16;
   retirement_.take_retired(retired_);
   for (CtxBuffers& b : retired_) {
     read_error_flags(b);  // before recycling: a flag site may sit in a chunk closed here
     upload_ring_->recycle(b.upload_chunks);
     readback_ring_->recycle(b.readback_chunks);
+    b.buffers.clear();
+    b.flags.clear();
+    if (spare_ctx_.size() < kSparePayloads) spare_ctx_.push_back(std::move(b));
   }
-  retired_.clear();  // releases their buffers; the vector keeps its capacity
+  retired_.clear();  // the vector keeps its capacity
 }
 
 Status Runtime::drain_all() {
@@ -944,6 +1013,13 @@ Result<RuntimeStats> Runtime::stats() const {
   s.live_descriptor_sets = stream_->live_descriptor_sets();
   s.ring_chunks_held = upload_ring_->chunks_held() + readback_ring_->chunks_held();
   s.ring_chunks_created = upload_ring_->chunks_created() + readback_ring_->chunks_created();
+  for (const auto& [id, a] : arrays_) s.user_bytes += a.bytes;
+  s.args_ring_bytes = upload_ring_->bytes_held();
+  s.readback_ring_bytes = readback_ring_->bytes_held();
+  s.spare_block_bytes = device_->allocator().spare_bytes();
+  s.ndarray_pool_bytes = ndarray_pool_bytes_;
+  s.ndarray_pool_reuses = ndarray_pool_reuses_;
+  s.flush_profile = profile_;
   return s;
 }
 

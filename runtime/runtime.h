@@ -150,6 +150,31 @@ struct RuntimeOptions {
   // nullopt = automatic (VKAD_CACHE=0 turns them off, else VKAD_CACHE_DIR, else
   // $XDG_CACHE_HOME/vkad, else ~/.cache/vkad); "" = off; else that directory.
   std::optional<std::string> cache_dir;
+  // Times flush's phases into RuntimeStats::flush_profile (steady_clock reads around each
+  // phase). Off: no clock is read, the profile stays zero. For benchmarks
+  // (vkad-bench-retirement's breakdown), not for production runs.
+  bool profile_flush = false;
+  // The ndarray pool's bound (create_ndarray's `pooled`): bytes of freed pooled buffers kept.
+  uint64_t ndarray_pool_bytes = 512ull << 20;
+};
+
+// Where the host time of flushes and of opening command lists goes, summed over the runtime's
+// life (RuntimeOptions::profile_flush; all zero when off). Microseconds.
+struct FlushProfile {
+  uint64_t flushes = 0;  // submissions timed
+  // Opening a list (the first launch or upload after a flush): the stream recycles finished
+  // command buffers and descriptor pools, then vkBeginCommandBuffer.
+  double begin_us = 0;
+  // vkEndCommandBuffer + vkQueueSubmit with its timeline-semaphore (or fence) signal.
+  double submit_us = 0;
+  // The retirement queue's push: polling the front entries' semaphores, and forced waits
+  // (RetirementCounters::forced_wait_us says how much of it was blocked).
+  double poll_us = 0;
+  // Retired payloads: their launches' error words read, ring chunks back to the pools, the
+  // payload's buffers handed to the deferred deleter.
+  double release_us = 0;
+  // After the submit: the stream recycles its pools and the device runs its deferred deleter.
+  double recycle_us = 0;
 };
 
 struct RuntimeStats {
@@ -191,6 +216,19 @@ struct RuntimeStats {
   // by the rings now (open + pool; those in flight come back at retirement), and created so far.
   uint64_t ring_chunks_held = 0;
   uint64_t ring_chunks_created = 0;
+  // Device memory by owner. The user's: live ndarrays. The runtime's own, all of it returned to
+  // the driver by release_idle_memory() when idle: the args (upload) ring's and the readback
+  // ring's chunks held (open + pool), the adstack heaps (adstack_heap_bytes), empty
+  // VkDeviceMemory blocks kept for reuse (spare_block_bytes), and the ndarray pool
+  // (ndarray_pool_bytes, below). In flight, until its submission
+  // retires: retirement.bytes.
+  uint64_t user_bytes = 0;
+  uint64_t args_ring_bytes = 0;
+  uint64_t readback_ring_bytes = 0;
+  uint64_t spare_block_bytes = 0;
+  uint64_t ndarray_pool_bytes = 0;   // freed pooled ndarrays' buffers kept for reuse
+  uint64_t ndarray_pool_reuses = 0;  // pooled create_ndarray calls served from the pool
+  FlushProfile flush_profile;
   uint64_t graphs = 0;  // captured graphs alive
   uint64_t graph_replays = 0;
   uint64_t replayed_launches = 0;  // launches recorded by replays (also counted in `launches`)
@@ -243,8 +281,15 @@ class Runtime {
   // --- ndarrays ---
   // kInvalidArgument for an unknown dtype, a rank outside 1..kMaxNdArrayRank, a zero
   // extent, or a size that overflows 64 bits or exceeds the device's storage buffer range.
+  // `pooled`: for arrays a program makes anew each iteration (a tape's gradients): when freed,
+  // the buffer goes into the runtime's ndarray pool instead of being destroyed, and a later
+  // pooled create_ndarray of the same byte size takes it back once its last use has completed,
+  // so a loop that makes and frees such arrays creates no Vulkan object in its steady state.
+  // The pool is bounded (RuntimeOptions::ndarray_pool_bytes; oldest evicted), counted as the
+  // runtime's memory (RuntimeStats::ndarray_pool_bytes) and emptied by release_idle_memory().
+  // A pooled array's contents are undefined when made, as any new array's.
   Result<NdArrayHandle> create_ndarray(DType dtype, std::vector<uint32_t> shape,
-                                       const std::string& name = "");
+                                       const std::string& name = "", bool pooled = false);
   // Frees now from the caller's view; the memory is released once every recorded or in-flight
   // launch that uses it has completed (never early, never leaked).
   Status free_ndarray(NdArrayHandle array);
@@ -447,6 +492,16 @@ class Runtime {
   // change nothing; only destruction remains useful. A handle of another runtime is
   // kInvalidArgument, a freed or never-issued one kNotFound; both name the handle.
   Status set_retirement_depth(size_t depth);
+  // Returns the runtime's idle memory to the driver: synchronizes (so every retirement entry is
+  // complete and released), then frees the rings' chunks (open and pooled), the adstack heaps
+  // (made again at the next launch that needs them), the ndarray pool, what the deferred
+  // deleter holds, and the empty VkDeviceMemory blocks kept for reuse. Live ndarrays, kernels
+  // and cached pipelines are kept. Afterwards, with every ndarray freed, stats().live.buffers
+  // and memory_block_bytes are what they were before the first launch. The next launches make
+  // what they need again (a cost of tens of microseconds per buffer), so call it between phases
+  // of a program, not per iteration. Errors: those of synchronize(); kFailedPrecondition while
+  // capturing.
+  Status release_idle_memory();
   size_t retirement_depth() const { return retirement_.depth(); }
   // A snapshot of the counters. Like every call, kFailedPrecondition while another thread is
   // inside this runtime (the counters are being changed; see use_guard.h).
@@ -524,6 +579,21 @@ class Runtime {
   uint64_t ctx_bytes_ = 0;
   RetirementQueue<CtxBuffers> retirement_;
   std::vector<CtxBuffers> retired_;        // take_retired's scratch (no allocation per flush)
+  // Retired payloads emptied, their vectors' capacity kept: the next flush's ctx_buffers_ come
+  // from here, so a flush allocates no vectors in the steady state.
+  std::vector<CtxBuffers> spare_ctx_;
+  FlushProfile profile_;  // RuntimeOptions::profile_flush
+  // Freed pooled ndarrays' buffers, oldest first (create_ndarray's `pooled`), with their bytes.
+  struct PooledBuffer {
+    rhi::Buffer buffer;
+    uint64_t bytes = 0;
+  };
+  std::deque<PooledBuffer> ndarray_pool_;
+  uint64_t ndarray_pool_bytes_ = 0;
+  uint64_t ndarray_pool_reuses_ = 0;
+  // A pooled buffer of `bytes` whose every use has completed, or an invalid Buffer.
+  rhi::Buffer take_pooled(uint64_t bytes);
+  void pool_buffer(rhi::Buffer buffer, uint64_t bytes);
   PipelineCache pipelines_{256, nullptr};  // create() sets it from the options
   std::unordered_map<uint64_t, std::shared_ptr<const Kernel>> kernels_;
   NdArrayTable arrays_;

@@ -23,6 +23,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstring>
 #include <iterator>
@@ -355,12 +356,14 @@ nb::object download(NdArray& a) {
 }
 
 // A new device array of the session (contents undefined) as a Python NdArray.
+// `pooled`: Runtime::create_ndarray's (a tape's gradients: reused across tapes when freed).
 nb::object new_array(const StatePtr& st, std::vector<uint32_t> shape, DType dtype,
-                     const std::string& name) {
+                     const std::string& name, bool pooled = false) {
   NdArrayHandle h;
   {
     Locked l(*st);
-    h = take(st->get().ndarray(dtype, shape, name));
+    h = take(pooled ? st->get().runtime().create_ndarray(dtype, shape, name, true)
+                    : st->get().ndarray(dtype, shape, name));
   }
   auto* a = new NdArray();
   a->st = st;
@@ -434,10 +437,21 @@ struct Export {
   int64_t strides[8] = {};
 };
 
+// Set by a Py_AtExit callback (registered at import), which runs at the very end of
+// Py_FinalizeEx: past it no Python object may be touched.
+std::atomic<bool> g_interpreter_gone{false};
+
 // The DLPack deleter: may run on any thread (the consumer's), with or without the GIL.
 void release_export(Export* e) {
-  if (!Py_IsInitialized()) return;  // the interpreter is gone: leak rather than crash
-  PyGILState_STATE gil = PyGILState_Ensure();
+  if (g_interpreter_gone.load()) return;  // the interpreter is gone: leak rather than crash
+  // During finalization (Py_IsInitialized() is already false then) a consumer collected with
+  // the modules' globals (a numpy view held by __main__) releases its export on the thread
+  // that finalizes, which holds the GIL: the array's reference must be dropped then too, or the
+  // array outlives the interpreter and nanobind reports it (and its types) as leaked. Another
+  // thread could not take the GIL any more: the export is left as it is.
+  const bool finalizing = !Py_IsInitialized();
+  if (finalizing && !PyGILState_Check()) return;
+  PyGILState_STATE gil = finalizing ? PyGILState_UNLOCKED : PyGILState_Ensure();
   PyObject *type, *value, *trace;
   PyErr_Fetch(&type, &value, &trace);  // a deleter may run while an exception is pending
   {
@@ -464,7 +478,7 @@ void release_export(Export* e) {
     }
   }
   PyErr_Restore(type, value, trace);
-  PyGILState_Release(gil);
+  if (!finalizing) PyGILState_Release(gil);
   delete e;
 }
 
@@ -1024,6 +1038,9 @@ struct Session {
   }
 
   nb::object empty(nb::handle shape_obj, DType dtype, const std::string& name) {
+    return make_empty(shape_obj, dtype, name, false);
+  }
+  nb::object make_empty(nb::handle shape_obj, DType dtype, const std::string& name, bool pooled) {
     std::vector<uint32_t> shape;
     nb::object extents =
         PyIndex_Check(shape_obj.ptr()) ? nb::make_tuple(shape_obj) : nb::borrow(shape_obj);
@@ -1037,7 +1054,7 @@ struct Session {
       }
       shape.push_back(static_cast<uint32_t>(v));
     }
-    return new_array(st, std::move(shape), dtype, name);
+    return new_array(st, std::move(shape), dtype, name, pooled);
   }
 
   nb::object from_numpy(const HostArray& host, const std::string& name) {
@@ -1969,6 +1986,9 @@ struct Session {
   void synchronize() {
     check(blocking(*st, [](vkad::Session& s) { return s.synchronize(); }));
   }
+  void release_idle_memory() {
+    check(blocking(*st, [](vkad::Session& s) { return s.release_idle_memory(); }));
+  }
   void close() {
     nb::gil_scoped_release release;  // destruction waits for this session's work
     std::lock_guard<std::mutex> l(st->mu);
@@ -2008,6 +2028,13 @@ struct Session {
     d["pipeline_cache_loaded"] = s.pipeline_cache_loaded ? 1 : 0;
     d["pipelines_created"] = s.pipelines_created;
     d["pipeline_create_us"] = static_cast<uint64_t>(s.pipeline_create_ms * 1e3);
+    d["user_bytes"] = s.user_bytes;
+    d["runtime_bytes"] = s.runtime_bytes;
+    d["args_ring_bytes"] = s.args_ring_bytes;
+    d["readback_ring_bytes"] = s.readback_ring_bytes;
+    d["spare_block_bytes"] = s.spare_block_bytes;
+    d["ndarray_pool_bytes"] = s.ndarray_pool_bytes;
+    d["live_buffers"] = s.live_buffers;
     return d;
   }
   std::vector<std::string> validation_messages() {
@@ -2162,7 +2189,8 @@ nb::list list_devices() {
 
 NB_MODULE(_vkad, m) {
   m.doc() = "vkad's native binding; use the vkad package, which wraps and re-exports it.";
-  m.attr("__version__") = VKAD_VERSION_STRING;  // from the file VERSION (vkad_version.h)
+  Py_AtExit([] { g_interpreter_gone.store(true); });  // release_export's guard
+  m.attr("__version__") = VKAD_VERSION_STRING;        // from the file VERSION (vkad_version.h)
 
   // The exception classes live in vkad/errors.py (typed, documented); vkad/__init__.py hands
   // them over here: the base class, and {error_code_name(code): class}. Until then (and for a
@@ -2475,6 +2503,14 @@ NB_MODULE(_vkad, m) {
            nb::sig("def empty(self, shape: int | collections.abc.Sequence[int], dtype: DType, "
                    "name: str = '') -> NdArray"),
            "A new device array (contents undefined until written).")
+      .def(
+          "_empty_pooled",
+          [](Session& s, nb::handle shape, DType dtype, const std::string& name) {
+            return s.make_empty(shape, dtype, name, true);
+          },
+          "shape"_a, "dtype"_a, "name"_a = "",
+          "empty() for a tape's gradients: freed into the runtime's ndarray pool and reused by "
+          "the next tape's (Runtime::create_ndarray's `pooled`).")
       .def("_from_dlpack_capsule", &Session::from_dlpack_capsule, "capsule"_a, "name"_a = "")
       .def(
           "_owns", [](const Session& s, const NdArray& a) { return a.st == s.st; }, "array"_a,
@@ -2526,6 +2562,10 @@ NB_MODULE(_vkad, m) {
            "Waits for everything submitted (GIL released); raises device errors.")
       .def("close", &Session::close, "Waits for this session's work and frees the device.")
       .def("stats", &Session::stats, nb::sig("def stats(self) -> dict[str, int]"))
+      .def("release_idle_memory", &Session::release_idle_memory,
+           "Waits like synchronize(), then returns the runtime's idle memory (rings, adstack "
+           "heaps, spare memory blocks) to the driver; arrays, kernels and graphs are kept. "
+           "stats() tells the user's memory (user_bytes) from the runtime's (runtime_bytes).")
       .def("validation_messages", &Session::validation_messages)
       .def(
           "_set_tape",

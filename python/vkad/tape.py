@@ -186,7 +186,9 @@ class Tape:
         entry = self._grads.get(array.handle)
         if entry is None:
             name = (array.name or "array") + "_grad"
-            g = self.session.empty(array.shape, array.dtype, name)
+            # Pooled: a new tape per iteration reuses the previous tapes' freed gradients
+            # instead of making Vulkan buffers anew (Runtime::create_ndarray's `pooled`).
+            g = self.session._empty_pooled(array.shape, array.dtype, name)
             self._grads[array.handle] = (weakref.ref(array), g)
             return g
         return entry[1]

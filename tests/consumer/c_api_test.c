@@ -476,6 +476,21 @@ int main(void) {
   CHECK(stats.kernels_compiled >= 2);
   CHECK(stats.disk_cache_hits == 0 && stats.disk_cache_misses == 0); /* caches off */
   CHECK(stats.pipeline_cache_loaded == 0);
+  /* The user's memory (5 live arrays) apart from the runtime's own (the args ring at least). */
+  CHECK(stats.user_bytes > 0 && stats.user_bytes <= stats.memory_used_bytes);
+  CHECK(stats.args_ring_bytes > 0 && stats.runtime_bytes >= stats.args_ring_bytes);
+  /* Idle runtime memory back to the driver: the rings and pools are empty afterwards, the
+   * user's arrays stay. */
+  OK(vkad_release_idle_memory(s));
+  {
+    vkad_stats idle;
+    memset(&idle, 0, sizeof idle);
+    idle.struct_size = sizeof idle;
+    OK(vkad_session_stats(s, &idle));
+    CHECK(idle.runtime_bytes == 0 && idle.args_ring_bytes == 0 && idle.spare_block_bytes == 0);
+    CHECK(idle.user_bytes == stats.user_bytes && idle.ndarrays == 5);
+    CHECK(idle.live_buffers < stats.live_buffers);
+  }
 
   /* A dtype outside vkad_dtype (a C caller may store any int in the enum): a named error. */
   {

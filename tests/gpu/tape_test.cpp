@@ -213,6 +213,42 @@ TEST_F(TapeTest, ReusedAcrossIterationsAllocatesNothingAfterTheFirst) {
   EXPECT_TRUE(s_->free(mine).ok()) << "the caller's gradient is still the caller's";
 }
 
+// The DiffTaichi / Warp idiom: a new tape per iteration. The gradients a dropped tape made go
+// into the runtime's ndarray pool and the next tape's come from there, so after the first
+// iterations nothing is created: no Vulkan object, no memory block; and the gradients are right.
+TEST_F(TapeTest, NewTapePerIterationCreatesNothingInTheSteadyState) {
+  auto d = s_->differentiate(sin_step());
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  const std::vector<float> x0 = start_values();
+  std::vector<NdArrayHandle> x;
+  for (int k = 0; k <= kSteps; ++k) x.push_back(make(kN, "x"));
+  ASSERT_TRUE(s_->upload(x[0], std::span<const float>(x0)).ok());
+  const std::vector<double> want = chain_gradient(x0, 0, kSteps);
+  SessionStats warm{};
+  for (int it = 0; it < 5; ++it) {
+    Tape tape(*s_);
+    for (int k = 0; k < kSteps; ++k) {
+      ASSERT_TRUE(tape.launch(*d, {Arg::ndarray(x[k]), Arg::ndarray(x[k + 1])}).ok());
+    }
+    ASSERT_TRUE(tape.backward({TapeSeed::of_value(x[kSteps], 1.0)}).ok());
+    auto g = tape.grad(x[0]);
+    ASSERT_TRUE(g.ok());
+    expect_near(read(*g, kN), want);  // a readback: drains every retirement
+    const SessionStats st = stats();
+    if (it == 1) warm = st;
+    if (it > 1) {
+      EXPECT_EQ(st.vulkan_objects_created, warm.vulkan_objects_created) << "iteration " << it;
+      EXPECT_EQ(st.memory_block_bytes, warm.memory_block_bytes) << "iteration " << it;
+    }
+  }
+  // The last tape's gradients are in the pool now; release_idle_memory gives them back.
+  const SessionStats pooled = stats();
+  EXPECT_GE(pooled.ndarray_pool_bytes, static_cast<uint64_t>(kSteps + 1) * kN * 4);
+  ASSERT_TRUE(s_->release_idle_memory().ok());
+  EXPECT_EQ(stats().ndarray_pool_bytes, 0u);
+  EXPECT_LT(stats().live_buffers, pooled.live_buffers);
+}
+
 TEST_F(TapeTest, GradientOfAFreedArrayIsFreedAtTheNextReset) {
   auto d = s_->differentiate(sin_step());
   ASSERT_TRUE(d.ok());

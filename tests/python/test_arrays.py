@@ -174,7 +174,9 @@ def test_stats_is_a_dict(session):
     st = session.stats()
     for key in ["launches", "flushes", "forced_waits", "ndarrays", "kernels_cached",
                 "memory_block_bytes", "memory_used_bytes", "adstack_heap_bytes",
-                "vulkan_objects_created", "kernels_compiled", "compile_cache_hits"]:
+                "vulkan_objects_created", "kernels_compiled", "compile_cache_hits", "user_bytes",
+                "runtime_bytes", "args_ring_bytes", "readback_ring_bytes", "spare_block_bytes",
+                "ndarray_pool_bytes", "live_buffers"]:
         assert isinstance(st[key], int)
 
 

@@ -64,6 +64,38 @@ def test_reused_tape_allocates_nothing_after_the_first_iteration(session, step):
             assert memory(s) == mem, f"iteration {it}"
 
 
+def test_new_tape_per_iteration_creates_no_vulkan_objects_in_the_steady_state(session, step):
+    # DiffTaichi's `with ti.ad.Tape(loss)` / Warp's idiom: a new tape each iteration. A dropped
+    # tape's gradients go into the runtime's pool and the next tape's come from it.
+    s = session
+    xs = [s.ndarray(X0)] + [s.empty(N, vkad.f32) for _ in range(STEPS)]
+    created = []
+    for it in range(5):
+        with s.tape() as t:
+            for k in range(STEPS):
+                s.launch(step, xs[k], xs[k + 1])
+        t.backward(seed={xs[-1]: 1.0})
+        np.testing.assert_allclose(t.grad(xs[0]).numpy(), chain(X0, 0, STEPS), atol=5e-3)
+        del t
+        gc.collect()  # the tape and its gradients go now, not at some later collection
+        created.append(s.stats()["vulkan_objects_created"])
+    assert created[2:] == [created[1]] * 3, created
+    assert s.stats()["ndarray_pool_bytes"] >= (STEPS + 1) * N * 4
+    s.release_idle_memory()
+    st = s.stats()
+    assert st["ndarray_pool_bytes"] == 0 and st["args_ring_bytes"] == 0
+
+
+def test_stats_tell_the_users_memory_from_the_runtimes(session):
+    s = session
+    before = s.stats()
+    a = s.ndarray(np.arange(1000, dtype=np.float32))
+    st = s.stats()
+    assert st["user_bytes"] == before["user_bytes"] + 4000
+    assert st["runtime_bytes"] >= st["args_ring_bytes"] + st["readback_ring_bytes"]
+    del a
+
+
 def test_tape_records_are_left_out_of_the_cyclic_gc(session, step):
     # A recording keeps one (kernel, args) tuple per launch, ~10^4 an iteration: tracked, they
     # pile up in the GC's older generations and CPython runs full collections (several ms)
