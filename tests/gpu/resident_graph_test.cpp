@@ -178,7 +178,9 @@ TEST(ResidentGraph, AStepLoopRunsAsOneLaunchWithTheLaunchesResults) {
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   // The fill and one resident launch instead of 3 * kT launches.
   EXPECT_EQ(graph_steps(*p, *g), 2u);
-  EXPECT_EQ(p->s->stats()->rolled_launches, 3u * kT);
+  Result<SessionStats> st = p->s->stats();
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  EXPECT_EQ(st->rolled_launches, 3u * kT);
   for (int rep = 0; rep < 2; ++rep) {  // a second replay starts from the first one's junk
     ASSERT_TRUE(p->s->replay(*g).ok());
     ASSERT_TRUE(p->s->synchronize().ok());
