@@ -21,6 +21,34 @@ std::string format_double(double v) {  // as Runtime::fill prints a value
   return buf;
 }
 
+// What Tape::backward refuses of a seed (`differentiated`: whether its array is a grad argument
+// of a recorded launch), before anything is made or recorded.
+Status check_seed(Session& session, const TapeSeed& s, bool differentiated) {
+  if (!differentiated) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "tape.backward: seed for " + label(s.array) +
+                          ", which is not a differentiated (grad) argument of any recorded "
+                          "launch");
+  }
+  VKAD_ASSIGN_OR_RETURN_CTX(DType t, session.dtype(s.array), "tape.backward");
+  if (s.data != nullptr) {
+    VKAD_ASSIGN_OR_RETURN_CTX(std::vector<uint32_t> shape, session.shape(s.array), "tape.backward");
+    uint64_t bytes = runtime::dtype_bytes(t);
+    for (uint32_t e : shape) bytes *= e;
+    if (s.bytes != bytes) {
+      return make_error(ErrorCode::kInvalidArgument, "tape.backward: seed for " + label(s.array) +
+                                                         ": " + std::to_string(s.bytes) +
+                                                         " bytes given, the array holds " +
+                                                         std::to_string(bytes));
+    }
+  } else if (t == DType::kF32 && std::isfinite(s.value) && std::fabs(s.value) > FLT_MAX) {
+    return make_error(ErrorCode::kInvalidArgument, "tape.backward: seed for " + label(s.array) +
+                                                       ": value " + format_double(s.value) +
+                                                       " does not fit f32");
+  }
+  return {};
+}
+
 }  // namespace
 
 Tape::Tape(Session& session) : session_(&session) {}
@@ -312,31 +340,7 @@ Status Tape::backward(std::span<const TapeSeed> seeds) {
                       "tape.backward: no launch of a differentiated kernel was recorded");
   }
   // Everything a seed can get wrong is checked before anything is made or recorded.
-  for (const TapeSeed& s : seeds) {
-    if (!differentiated(s.array)) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "tape.backward: seed for " + label(s.array) +
-                            ", which is not a differentiated (grad) argument of any recorded "
-                            "launch");
-    }
-    VKAD_ASSIGN_OR_RETURN_CTX(DType t, session_->dtype(s.array), "tape.backward");
-    if (s.data != nullptr) {
-      VKAD_ASSIGN_OR_RETURN_CTX(std::vector<uint32_t> shape, session_->shape(s.array),
-                                "tape.backward");
-      uint64_t bytes = runtime::dtype_bytes(t);
-      for (uint32_t e : shape) bytes *= e;
-      if (s.bytes != bytes) {
-        return make_error(ErrorCode::kInvalidArgument, "tape.backward: seed for " + label(s.array) +
-                                                           ": " + std::to_string(s.bytes) +
-                                                           " bytes given, the array holds " +
-                                                           std::to_string(bytes));
-      }
-    } else if (t == DType::kF32 && std::isfinite(s.value) && std::fabs(s.value) > FLT_MAX) {
-      return make_error(ErrorCode::kInvalidArgument, "tape.backward: seed for " + label(s.array) +
-                                                         ": value " + format_double(s.value) +
-                                                         " does not fit f32");
-    }
-  }
+  for (const TapeSeed& s : seeds) VKAD_TRY(check_seed(*session_, s, differentiated(s.array)));
   prune();
   // The gradients this recording needs, made where missing, listed once each.
   ++epoch_;

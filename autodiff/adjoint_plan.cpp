@@ -112,6 +112,17 @@ class Planner {
   //    read from it (checked per task in check_read_write, after the needed-values analysis).
   // An array without gradient must not carry differentiable values from a store to a read:
   // the gradient through it would be lost (also check_read_write).
+  // check_rules' refusal of an ndarray (grad) read and written in one task, with the fixes.
+  static std::string read_and_written(const std::string& name, const std::string& task) {
+    return name + " (grad) is both read and written in task '" + task +
+           "'; its gradient would need the values the stores overwrite, which the adjoint (run "
+           "after the forward) no longer sees. Write the result to a separate ndarray, or move "
+           "the stores into an earlier task than the reads, or index the reads and the stores on "
+           "one axis by launch-uniform values a constant apart (read x[f, i], store x[f + 1, i]). "
+           "To read back what this invocation stored, keep the value in a local (or load it "
+           "right after the store, in the same block, with the same indices: forwarded)";
+  }
+
   Status check_rules() {
     std::vector<const Stmt*> first_read(f_.params.size(), nullptr),
         first_write(f_.params.size(), nullptr);
@@ -171,18 +182,7 @@ class Planner {
       if (ordered) continue;
       const Task& rt = f_.tasks[first_read_task[p]];
       const Task& wt = f_.tasks[last_write_task[p]];
-      if (&rt == &wt) {
-        return error(
-            wt, *last_write[p],
-            name + " (grad) is both read and written in task '" + wt.name +
-                "'; its gradient would need the values the stores overwrite, which the "
-                "adjoint (run after the forward) no longer sees. Write the result to a "
-                "separate ndarray, or move the stores into an earlier task than the reads, "
-                "or index the reads and the stores on one axis by launch-uniform values "
-                "a constant apart (read x[f, i], store x[f + 1, i]). To read back what this "
-                "invocation stored, keep the value in a local (or load it right after the "
-                "store, in the same block, with the same indices: forwarded)");
-      }
+      if (&rt == &wt) return error(wt, *last_write[p], read_and_written(name, wt.name));
       return error(wt, *last_write[p],
                    name + " (grad) is read in task '" + rt.name +
                        "' and written by the later task '" + wt.name +
