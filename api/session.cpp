@@ -356,6 +356,7 @@ Result<GraphHandle> Session::end_capture() {
   return g;
 }
 Status Session::check_fixed_updates(GraphHandle graph, std::span<const GraphUpdate> updates) const {
+  if (updates.empty() || fixed_launches_.empty()) return {};  // a plain replay: no lookup
   auto it = fixed_launches_.find(graph.id);
   if (it == fixed_launches_.end()) return {};
   for (const GraphUpdate& u : updates) {
