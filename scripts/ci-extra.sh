@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # CI after the README's test command (.ci/run calls it): the checks a user's two commands do not
 # run, each in its own build tree so nothing is shared with ./build.
-#   1. ASan + UBSan: the whole suite, validation on, LeakSanitizer on (lavapipe's known leak
+#   1. Synchronization validation (uses ./build: first, as it costs no build of its own).
+#   2. ASan + UBSan: the whole suite, validation on, LeakSanitizer on (lavapipe's known leak
 #      suppressed in tests/sanitizers/lsan.supp).
-#   2. ThreadSanitizer: the threading tests (distinct runtimes on distinct threads, concurrent
+#   3. ThreadSanitizer: the threading tests (distinct runtimes on distinct threads, concurrent
 #      use of one runtime refused, the use guard, CompileCache from several threads).
-#   3. Synchronization validation over the GPU suite's fence-mode tests (the 1.3.239 layer does
+#   Synchronization validation runs over the GPU suite's fence-mode tests (the 1.3.239 layer does
 #      not track host waits on timeline semaphores, so timeline mode reports false hazards at
 #      queue submit; fence mode is the path it can check). DestroyAfterReportedLoss is left out:
 #      its host thread signals a gate the queue waits on while the stream is destroyed, and the
@@ -21,6 +22,27 @@ cd "$(dirname "$0")/.."
 skip=" ${VKAD_CI_SKIP:-} "
 jobs=$(nproc)
 
+if [[ "$skip" != *" sync "* ]]; then
+  echo "=== Synchronization validation: fence-mode GPU tests"
+  VKAD_VALIDATION=1 \
+  VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT:VALIDATION_CHECK_ENABLE_SYNCHRONIZATION_VALIDATION_QUEUE_SUBMIT \
+    ./build/tests/vkad_gpu_tests --gtest_filter='*fence*:-*DestroyAfterReportedLossWaitsForRunningWork*' \
+    2>&1 | tee /tmp/vkad-sync.log | tail -3
+  # Graph scheduling leaves barriers out between launches it proved independent: the
+  # scheduled graphs under synchronization validation (within the command buffers; the
+  # queue-submit check is what reports false hazards in timeline mode); LoopRework: a loop
+  # plan's launches judged at capture.
+  VKAD_VALIDATION=1 \
+  VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT \
+    ./build/tests/vkad_gpu_tests --gtest_filter='GraphSchedule*:GraphFusion*:FusionEdges*:DiffMpm*:LoopRework*' \
+    2>&1 | tee -a /tmp/vkad-sync.log | tail -3
+  if grep -q "\[vkad validation\]\|validation: Validation Error\|FAILED" /tmp/vkad-sync.log ||
+     ! grep -q "PASSED" /tmp/vkad-sync.log; then
+    echo "synchronization validation reported hazards or a test failed:"
+    grep -m 20 "\[vkad validation\]\|validation: Validation Error\|FAILED" /tmp/vkad-sync.log
+    exit 1
+  fi
+fi
 if [[ "$skip" != *" asan "* ]]; then
   echo "=== ASan + UBSan: whole suite"
   VKAD_BUILD_DIR=build-asan VKAD_CMAKE_ARGS="-DVKAD_SANITIZE=ON -DVKAD_BUILD_BENCH=OFF" ./scripts/setup.sh
@@ -47,27 +69,6 @@ if [[ "$skip" != *" tsan "* ]]; then
   unset TSAN_OPTIONS
 fi
 
-if [[ "$skip" != *" sync "* ]]; then
-  echo "=== Synchronization validation: fence-mode GPU tests"
-  VKAD_VALIDATION=1 \
-  VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT:VALIDATION_CHECK_ENABLE_SYNCHRONIZATION_VALIDATION_QUEUE_SUBMIT \
-    ./build/tests/vkad_gpu_tests --gtest_filter='*fence*:-*DestroyAfterReportedLossWaitsForRunningWork*' \
-    2>&1 | tee /tmp/vkad-sync.log | tail -3
-  # Graph scheduling leaves barriers out between launches it proved independent: the
-  # scheduled graphs under synchronization validation (within the command buffers; the
-  # queue-submit check is what reports false hazards in timeline mode); LoopRework: a loop
-  # plan's launches judged at capture.
-  VKAD_VALIDATION=1 \
-  VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT \
-    ./build/tests/vkad_gpu_tests --gtest_filter='GraphSchedule*:GraphFusion*:FusionEdges*:DiffMpm*:LoopRework*' \
-    2>&1 | tee -a /tmp/vkad-sync.log | tail -3
-  if grep -q "\[vkad validation\]\|validation: Validation Error\|FAILED" /tmp/vkad-sync.log ||
-     ! grep -q "PASSED" /tmp/vkad-sync.log; then
-    echo "synchronization validation reported hazards or a test failed:"
-    grep -m 20 "\[vkad validation\]\|validation: Validation Error\|FAILED" /tmp/vkad-sync.log
-    exit 1
-  fi
-fi
 if [[ "$skip" != *" debug "* ]]; then
   echo "=== Debug build: whole suite"
   VKAD_BUILD_DIR=build-debug VKAD_BUILD_TYPE=Debug VKAD_CMAKE_ARGS="-DVKAD_BUILD_BENCH=OFF" ./scripts/setup.sh
