@@ -1,6 +1,6 @@
 // Session's graph rework at end_capture (session.h: "Resident step loops", "Graph
-// scheduling", "Launch fusion"; the pure steps are api/graph_rework.h, the merging itself
-// ir/resident.h and ir/launch_fusion.h). The runtime captured the launches one by one, which
+// scheduling", "Launch fusion"; the pure steps are graph/graph_rework.h, the merging itself
+// graph/resident.h and graph/launch_fusion.h). The runtime captured the launches one by one, which
 // checked them; when some can roll into a resident loop, be reordered, lose a barrier or
 // merge, the same steps are captured again that way and the first graph is dropped (or kept,
 // where scalar updates may need it). This is an optimisation: whatever keeps a launch from
@@ -17,11 +17,11 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "api/graph_rework.h"
 #include "api/phase_clock.h"
 #include "api/session.h"
-#include "ir/launch_fusion.h"
-#include "ir/resident.h"
+#include "graph/graph_rework.h"
+#include "graph/launch_fusion.h"
+#include "graph/resident.h"
 #include "ir/text.h"
 #include "runtime/runtime.h"
 
@@ -177,9 +177,7 @@ std::vector<Result<KernelHandle>> Session::rework_compile_all(std::span<const co
         // No IR (later reworks do not fuse or recompute it again), but its access summary:
         // a capture that launches it directly (a reworked step loop, Session::rework_loop)
         // judges its barriers and a rework of that capture schedules it, instead of fencing.
-        kernel_access_[h->id] =
-            std::make_shared<const codegen::KernelAccess>(codegen::kernel_access(ks[i]));
-        if ((*ck)->has_adstacks()) adstack_kernels_.insert(h->id);
+        catalog_.add_access(h->id, ks[i], (*ck)->has_adstacks());
       }
       unregistered_.push_back({*h, std::move(*ck)});
     }
@@ -199,9 +197,9 @@ std::vector<RollCandidate> Session::roll_candidates(
   std::vector<RollCandidate> out(launches.size());
   for (size_t l = 0; l < launches.size(); ++l) {
     const CapturedStep& s = *launches[l];
-    auto it = ir_.find(s.kernel.id);
-    if (it == ir_.end() || it->second->params.size() != s.args.size()) continue;
-    const codegen::Kernel& k = *it->second;
+    const std::shared_ptr<const codegen::Kernel>& ir = catalog_.fusible_ir(s.kernel.id);
+    if (!ir || ir->params.size() != s.args.size()) continue;
+    const codegen::Kernel& k = *ir;
     auto [r, fresh] = residable.try_emplace(s.kernel.id, false);
     if (fresh) r->second = codegen::residable(k) && !(loops_capped && any_task_loops(k));
     if (!r->second) continue;
@@ -267,16 +265,16 @@ bool Session::roll(const std::vector<CapturedStep>& captured, std::vector<Captur
 ScheduleLaunch Session::schedule_launch(const CapturedStep& s, std::vector<bool>* pinned) const {
   ScheduleLaunch out;
   pinned->assign(s.args.size(), false);
-  auto it = kernel_access_.find(s.kernel.id);
-  if (it == kernel_access_.end()) {
+  const std::shared_ptr<const codegen::KernelAccess>& access = catalog_.access(s.kernel.id);
+  if (!access) {
     out.known = false;
     return out;
   }
-  const codegen::KernelAccess& k = *it->second;
+  const codegen::KernelAccess& k = *access;
   // Adstack kernels may run from the runtime's one set of heaps, where thread g of every such
   // launch uses the same slots: one pseudo-array they all overwrite keeps them apart (from
   // the kernel, not the plan: an update may move a launch from the private tier to the heap).
-  if (adstack_kernels_.count(s.kernel.id)) {
+  if (catalog_.adstack(s.kernel.id)) {
     out.accesses.push_back(
         {kAdstackHeaps, codegen::ArrayAccess::Kind::kOverwrite, ScheduleAccess::kAnyRow});
   }
@@ -307,9 +305,9 @@ ScheduleLaunch Session::schedule_launch(const CapturedStep& s, std::vector<bool>
 codegen::FusionLaunch Session::fusion_launch(const CapturedStep& s, bool loops_capped) const {
   codegen::FusionLaunch l;
   l.kernel = &not_fusible();
-  auto it = ir_.find(s.kernel.id);
-  if (it == ir_.end() || it->second->params.size() != s.args.size()) return l;
-  const codegen::Kernel& k = *it->second;
+  const std::shared_ptr<const codegen::Kernel>& ir = catalog_.fusible_ir(s.kernel.id);
+  if (!ir || ir->params.size() != s.args.size()) return l;
+  const codegen::Kernel& k = *ir;
   l.arrays.assign(s.args.size(), 0);
   for (size_t p = 0; p < s.args.size(); ++p) {
     if (s.args[p].kind == abi::ParamKind::kNdArray) l.arrays[p] = s.args[p].array.id;
@@ -317,9 +315,7 @@ codegen::FusionLaunch Session::fusion_launch(const CapturedStep& s, bool loops_c
   if (k.tasks.empty()) return l;
   if (loops_capped) {
     // Once per kernel: a step loop launches the same few kernels thousands of times.
-    auto [loops, fresh] = first_task_loops_.try_emplace(s.kernel.id, false);
-    if (fresh) loops->second = has_loops(k.tasks[0].body);
-    if (loops->second) return l;
+    if (catalog_.first_task_loops(s.kernel.id)) return l;
   }
   // The range: constants and extents only (fusible() refuses scalar bounds).
   std::optional<int64_t> b = bound_value(k.tasks[0].begin, s.args, false);
@@ -339,9 +335,9 @@ codegen::FusionLaunch Session::fusion_launch(const CapturedStep& s, bool loops_c
 
 std::vector<int64_t> Session::launch_rows(const CapturedStep& s) const {
   // Without bounds checks an index past its extent reaches another row: rows tell nothing.
-  auto acc = kernel_access_.find(s.kernel.id);
-  if (!compile_options_.bounds_checks || acc == kernel_access_.end()) return {};
-  const codegen::KernelAccess& k = *acc->second;
+  const std::shared_ptr<const codegen::KernelAccess>& acc = catalog_.access(s.kernel.id);
+  if (!compile_options_.bounds_checks || !acc) return {};
+  const codegen::KernelAccess& k = *acc;
   const codegen::UniformInputs in = launch_inputs(s);
   std::vector<int64_t> rows(s.args.size(), codegen::FusionLaunch::kAnyRow);
   for (const codegen::ParamAccess& p : k.params) {
@@ -506,8 +502,9 @@ void Session::trace_rework(const ReworkPlan& w, const std::string& name) const {
   for (const codegen::FusionRun& r : w.runs) {
     std::string line;
     for (size_t m = 0; m < r.count; ++m) {
-      auto k = ir_.find(launches[r.first + m]->kernel.id);
-      line += (m ? "+" : "") + (k == ir_.end() ? std::string("?") : k->second->name);
+      const std::shared_ptr<const codegen::Kernel>& k =
+          catalog_.fusible_ir(launches[r.first + m]->kernel.id);
+      line += (m ? "+" : "") + (k ? k->name : std::string("?"));
     }
     std::fprintf(stderr, "  %s\n", line.c_str());
   }
@@ -517,8 +514,8 @@ void Session::describe_launches(const std::vector<CapturedStep>& captured, Fused
   for (const CapturedStep& s : captured) {
     if (!s.launch) continue;
     map->scalars.push_back(scalar_params(s.args));
-    auto k = ir_.find(s.kernel.id);
-    map->kernel.push_back(k == ir_.end() ? std::string() : k->second->name);
+    const std::shared_ptr<const codegen::Kernel>& k = catalog_.fusible_ir(s.kernel.id);
+    map->kernel.push_back(k ? k->name : std::string());
   }
 }
 
@@ -587,7 +584,7 @@ void Session::plan_order(const std::vector<CapturedStep>& cap, ReworkPlan* w,
     fusion.push_back(fusion_launch(cap[i], loops_capped));
     sched.back().shape = fusion_shape(fusion.back());
   }
-  // Scheduling first (api/graph_schedule.h): `w.order[i]` is the launch that runs i-th;
+  // Scheduling first (graph/graph_schedule.h): `w.order[i]` is the launch that runs i-th;
   // fusion then merges runs of that order.
   w->order = scheduled_order(cap, sched, schedule_graph_launches_);
   size_t li = 0;
@@ -626,7 +623,7 @@ std::unique_ptr<Session::PreparedRework> Session::prepare_rework(GraphHandle gra
 void Session::plan_rework(PreparedRework* p) {
   PhaseClock clock("vkad graph rework", &rework_compile_ms_);
   const std::vector<CapturedStep>& captured = p->captured;
-  // Step loops of small launches first (ir/resident.h): each becomes one launch of a
+  // Step loops of small launches first (graph/resident.h): each becomes one launch of a
   // resident kernel, which scheduling and fusion below then see as a fence.
   std::vector<CapturedStep> rolled_steps;
   p->any_rolled = roll(captured, &rolled_steps, &p->roll_index, &p->rolled);
@@ -662,10 +659,11 @@ void Session::plan_rework(PreparedRework* p) {
   w.dropped.assign(w.steps.size(), false);
   if (!build_fused(w.runs, w.launches, zero_fills, &w.planned, &w.dropped)) return;
   clock.mark("fused kernels");
-  std::unordered_set<uint64_t> kept;  // fusion_launch's kernels: ir_'s of the steps'
+  std::unordered_set<uint64_t> kept;  // fusion_launch's kernels: the steps' fusible IR
   for (const CapturedStep& s : w.steps) {
-    auto it = s.launch && kept.insert(s.kernel.id).second ? ir_.find(s.kernel.id) : ir_.end();
-    if (it != ir_.end()) p->ir.push_back(it->second);
+    if (!s.launch || !kept.insert(s.kernel.id).second) continue;
+    const std::shared_ptr<const codegen::Kernel>& ir = catalog_.fusible_ir(s.kernel.id);
+    if (ir) p->ir.push_back(ir);
   }
   p->rework = true;
 }

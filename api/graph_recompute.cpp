@@ -1,4 +1,4 @@
-// Gather recompute at end_capture (session.h "Gather recompute", ir/gather_recompute.h): a
+// Gather recompute at end_capture (session.h "Gather recompute", graph/gather_recompute.h): a
 // launch that gathers an earlier launch's element-wise output computes it itself, so
 // scheduling no longer makes it wait for that launch.
 #include <algorithm>
@@ -9,9 +9,9 @@
 #include <unordered_set>
 
 #include "adstack/size_expr.h"
-#include "api/graph_rework.h"
 #include "api/session.h"
-#include "ir/gather_recompute.h"
+#include "graph/gather_recompute.h"
+#include "graph/graph_rework.h"
 #include "ir/text.h"
 #include "runtime/runtime.h"
 
@@ -51,14 +51,13 @@ codegen::UniformInputs Session::launch_inputs(const CapturedStep& s) const {
 
 void Session::gather_uniform(const CapturedStep& s, const codegen::Kernel& k,
                              codegen::UniformWords* out) const {
-  // Only the values used as indices are asked for (ir/gather_recompute.h); their expressions
+  // Only the values used as indices are asked for (graph/gather_recompute.h); their expressions
   // are found once per kernel, sorted by value id as UniformWords keeps them.
-  auto [ex, fresh] = index_exprs_.try_emplace(s.kernel.id);
-  if (fresh) ex->second = codegen::uniform_index_exprs(k);
+  const KernelCatalog::IndexExprs& exprs = catalog_.index_exprs(s.kernel.id);
   const codegen::UniformInputs in = launch_inputs(s);
   out->sorted.clear();
-  out->sorted.reserve(ex->second.size());
-  for (const auto& [v, e] : ex->second) {
+  out->sorted.reserve(exprs.size());
+  for (const auto& [v, e] : exprs) {
     std::optional<uint32_t> w = codegen::evaluate(e, in);
     if (w) out->sorted.emplace_back(v, *w);
   }
@@ -100,9 +99,9 @@ std::optional<std::vector<std::pair<int64_t, int64_t>>> Session::gather_ranges(
 
 std::optional<codegen::GatherLaunch> Session::gather_launch(const CapturedStep& s,
                                                             bool producer) const {
-  auto it = any_ir_.find(s.kernel.id);
-  if (it == any_ir_.end() || it->second->params.size() != s.args.size()) return std::nullopt;
-  const codegen::Kernel& k = *it->second;
+  const std::shared_ptr<const codegen::Kernel>& ir = catalog_.ir(s.kernel.id);
+  if (!ir || ir->params.size() != s.args.size()) return std::nullopt;
+  const codegen::Kernel& k = *ir;
   codegen::GatherLaunch g;
   g.kernel = &k;
   g.arrays.reserve(s.args.size());
@@ -122,14 +121,6 @@ std::optional<codegen::GatherLaunch> Session::gather_launch(const CapturedStep& 
   return g;
 }
 
-bool Session::recompute_producer_ok(uint64_t kernel_id) {
-  auto [it, fresh] = producer_ok_.try_emplace(kernel_id, false);
-  if (fresh) {
-    auto k = any_ir_.find(kernel_id);
-    it->second = k != any_ir_.end() && codegen::recompute_producer(*k->second);
-  }
-  return it->second;
-}
 
 std::vector<std::vector<uint64_t>> Session::zero_outputs(std::span<const CapturedStep> steps,
                                                          ScheduleMemo* memo) const {
@@ -183,25 +174,25 @@ std::optional<size_t> Session::recompute_producer(
     std::span<const CapturedStep> steps, size_t consumer,
     const std::unordered_map<uint64_t, size_t>& first_write) {
   const CapturedStep& c = steps[consumer];
-  auto ca = kernel_access_.find(c.kernel.id);
-  if (ca == kernel_access_.end()) return std::nullopt;
+  const std::shared_ptr<const codegen::KernelAccess>& ca = catalog_.access(c.kernel.id);
+  if (!ca) return std::nullopt;
   // The nearest earlier launch that writes something the consumer touches.
   std::optional<size_t> producer;
   for (size_t i = consumer; i-- > 0 && !producer;) {
     if (!steps[i].launch) return std::nullopt;  // fills end the search
-    auto pa = kernel_access_.find(steps[i].kernel.id);
-    if (pa == kernel_access_.end()) return std::nullopt;
-    for (const codegen::ParamAccess& p : ca->second->params) {
-      if (p.param < c.args.size() && writes(*pa->second, steps[i].args, c.args[p.param].array.id))
+    const std::shared_ptr<const codegen::KernelAccess>& pa = catalog_.access(steps[i].kernel.id);
+    if (!pa) return std::nullopt;
+    for (const codegen::ParamAccess& p : ca->params) {
+      if (p.param < c.args.size() && writes(*pa, steps[i].args, c.args[p.param].array.id))
         producer = i;
     }
   }
-  if (!producer || !recompute_producer_ok(steps[*producer].kernel.id)) return std::nullopt;
+  if (!producer || !catalog_.recompute_producer(steps[*producer].kernel.id)) return std::nullopt;
   // A producer whose inputs nothing in the graph writes before it (a controller reading its
   // weights) can run ahead of the chain anyway: copying it into the consumer would only
   // lengthen the consumer.
   const CapturedStep& p = steps[*producer];
-  const codegen::KernelAccess& pk = *kernel_access_.at(p.kernel.id);
+  const codegen::KernelAccess& pk = *catalog_.access(p.kernel.id);  // found above
   bool fed = false;
   for (const codegen::ParamAccess& q : pk.params) {
     if (q.param >= p.args.size() || writes(pk, p.args, p.args[q.param].array.id)) continue;
@@ -211,10 +202,10 @@ std::optional<size_t> Session::recompute_producer(
   if (!fed) return std::nullopt;
   // Nothing between them may write what the producer reads or writes.
   for (size_t i = *producer + 1; i < consumer; ++i) {
-    auto xa = kernel_access_.find(steps[i].kernel.id);
-    if (xa == kernel_access_.end()) return std::nullopt;
+    const std::shared_ptr<const codegen::KernelAccess>& xa = catalog_.access(steps[i].kernel.id);
+    if (!xa) return std::nullopt;
     for (const codegen::ParamAccess& q : pk.params) {
-      if (q.param < p.args.size() && writes(*xa->second, steps[i].args, p.args[q.param].array.id))
+      if (q.param < p.args.size() && writes(*xa, steps[i].args, p.args[q.param].array.id))
         return std::nullopt;
     }
   }
@@ -290,9 +281,9 @@ std::optional<std::vector<uint64_t>> Session::recompute_key(const CapturedStep& 
   };
   codegen::UniformWords words;
   for (const CapturedStep* s : {&c, &p}) {
-    auto it = any_ir_.find(s->kernel.id);
-    if (it == any_ir_.end() || it->second->params.size() != s->args.size()) return std::nullopt;
-    const codegen::Kernel& k = *it->second;
+    const std::shared_ptr<const codegen::Kernel>& ir = catalog_.ir(s->kernel.id);
+    if (!ir || ir->params.size() != s->args.size()) return std::nullopt;
+    const codegen::Kernel& k = *ir;
     for (const Arg& a : s->args) {
       if (a.kind != abi::ParamKind::kNdArray) {
         number(0);
@@ -339,7 +330,7 @@ Result<KernelHandle> Session::recomputed_kernel(const codegen::Kernel& k) {
   if (refused_kernels_.count(key)) return refused(k);
   VKAD_ASSIGN_OR_RETURN(KernelHandle h, rework_compile(k, /*keep_ir=*/true));
   recomputed_kernels_.emplace(key, h);
-  producer_ok_[h.id] = false;  // copies of copies would grow with every step of a chain
+  catalog_.refuse_producer(h.id);
   return h;
 }
 
@@ -354,10 +345,11 @@ bool Session::recompute(const std::vector<CapturedStep>& captured, std::vector<C
   std::unordered_map<uint64_t, size_t> first_write;  // array -> the first step writing it
   for (size_t i = 0; i < out->size(); ++i) {
     const CapturedStep& s = (*out)[i];
-    auto a = s.launch ? kernel_access_.find(s.kernel.id) : kernel_access_.end();
-    if (a == kernel_access_.end()) continue;
-    for (const codegen::ParamAccess& p : a->second->params) {
-      if (p.param < s.args.size() && writes(*a->second, s.args, s.args[p.param].array.id))
+    if (!s.launch) continue;
+    const std::shared_ptr<const codegen::KernelAccess>& a = catalog_.access(s.kernel.id);
+    if (!a) continue;
+    for (const codegen::ParamAccess& p : a->params) {
+      if (p.param < s.args.size() && writes(*a, s.args, s.args[p.param].array.id))
         first_write.emplace(s.args[p.param].array.id, i);
     }
   }

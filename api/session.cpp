@@ -8,7 +8,7 @@
 
 #include "api/device_target.h"
 #include "autodiff/reverse_mode.h"
-#include "ir/launch_fusion.h"
+#include "graph/launch_fusion.h"
 #include "ir/text.h"
 #include "rhi/device.h"
 #include "runtime/runtime.h"
@@ -43,22 +43,21 @@ Result<std::unique_ptr<Session>> Session::create(const SessionOptions& options) 
   ro.retirement_depth = options.retirement_depth;
   ro.device.spare_blocks_per_memory_type = options.spare_memory_blocks;
   ro.cache_dir = options.cache_dir;
-  VKAD_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, create(ro, options.compile));
-  s->fuse_graph_launches_ = s->fuse_graph_launches_ && options.fuse_graph_launches;
-  s->schedule_graph_launches_ = s->schedule_graph_launches_ && options.schedule_graph_launches;
-  // VKAD_GRAPH_RESIDENT, where set, wins over the option (what a suspected problem is checked
-  // against, and how a benchmark tries another limit without rebuilding).
-  if (std::getenv("VKAD_GRAPH_RESIDENT") == nullptr) {
-    s->resident_max_range_ = options.resident_max_range;
-  }
-  return s;
+  return create_with_runtime(ro, options);
 }
 
 Result<std::unique_ptr<Session>> Session::create(const runtime::RuntimeOptions& runtime,
                                                  const codegen::CompileOptions& compile) {
+  SessionOptions options;
+  options.compile = compile;
+  return create_with_runtime(runtime, options);
+}
+
+Result<std::unique_ptr<Session>> Session::create_with_runtime(
+    const runtime::RuntimeOptions& runtime, const SessionOptions& options) {
   VKAD_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Runtime> rt, runtime::Runtime::create(runtime));
   std::unique_ptr<Session> s(new Session());
-  s->compile_options_ = compile;
+  s->compile_options_ = options.compile;
   // VKAD_SPECIALIZE_SHAPES=0 turns shape specialization off for every session (what a
   // suspected problem with it is checked against, and the baseline of a measurement).
   const char* shapes = std::getenv("VKAD_SPECIALIZE_SHAPES");
@@ -67,12 +66,17 @@ Result<std::unique_ptr<Session>> Session::create(const runtime::RuntimeOptions& 
   // VKAD_GRAPH_FUSION=0 turns launch fusion off for every session (what C and Python users
   // have, and what a suspected fusion problem is checked against).
   const char* fusion = std::getenv("VKAD_GRAPH_FUSION");
-  s->fuse_graph_launches_ = fusion == nullptr || std::string(fusion) != "0";
+  s->fuse_graph_launches_ =
+      options.fuse_graph_launches && (fusion == nullptr || std::string(fusion) != "0");
   const char* schedule = std::getenv("VKAD_GRAPH_SCHEDULE");  // the same, for scheduling
-  s->schedule_graph_launches_ = schedule == nullptr || std::string(schedule) != "0";
+  s->schedule_graph_launches_ =
+      options.schedule_graph_launches && (schedule == nullptr || std::string(schedule) != "0");
   const char* recompute = std::getenv("VKAD_GRAPH_RECOMPUTE");  // and for gather recompute
   s->recompute_graph_gathers_ = recompute == nullptr || std::string(recompute) != "0";
-  // The same for resident step loops; a number sets the largest range rolled.
+  // The same for resident step loops; a number sets the largest range rolled, and wins over the
+  // option (what a suspected problem is checked against, and how a benchmark tries another
+  // limit without rebuilding).
+  s->resident_max_range_ = options.resident_max_range;
   if (const char* resident = std::getenv("VKAD_GRAPH_RESIDENT")) {
     // strtoull saturates; clamped rather than truncated to 32 bits ("4294967296" is not 0).
     s->resident_max_range_ = static_cast<uint32_t>(
@@ -125,12 +129,12 @@ Result<KernelHandle> Session::register_ir(const codegen::Kernel& kernel,
 }
 
 void Session::note_capture_access(uint64_t id, bool adstack) {
-  auto access = kernel_access_.find(id);
-  if (access == kernel_access_.end()) return;  // unknown: a capture fences it
+  const std::shared_ptr<const codegen::KernelAccess>& access = catalog_.access(id);
+  if (!access) return;  // unknown: a capture fences it
   CaptureAccess& ca = capture_access_[id];
   ca = CaptureAccess{};
   ca.adstack = adstack;
-  for (const codegen::ParamAccess& p : access->second->params) {
+  for (const codegen::ParamAccess& p : access->params) {
     uint8_t kinds = 0;
     for (const codegen::ArrayAccess& a : p.accesses) kinds |= kind_bit(a.kind);
     ca.params.emplace_back(p.param, kinds);
@@ -139,12 +143,7 @@ void Session::note_capture_access(uint64_t id, bool adstack) {
 
 void Session::note_ir(const codegen::Kernel& kernel, const runtime::CompiledKernel& ck,
                       uint64_t id) {
-  auto ir = std::make_shared<const codegen::Kernel>(kernel);
-  if (codegen::fusible(kernel)) ir_[id] = ir;
-  any_ir_[id] = std::move(ir);
-  kernel_access_[id] =
-      std::make_shared<const codegen::KernelAccess>(codegen::kernel_access(kernel));
-  if (ck.has_adstacks()) adstack_kernels_.insert(id);
+  catalog_.add(id, kernel, ck.has_adstacks());
 }
 
 Result<KernelHandle> Session::compile(std::string_view ir_text) {
@@ -190,7 +189,7 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
     return a.status();
   }
   d.adjoint = *a;
-  access_[d.forward.id] = kernel_access_.at(d.forward.id);  // register_ir computed it
+  access_[d.forward.id] = catalog_.access(d.forward.id);  // register_ir computed it
   return d;
 }
 
@@ -215,14 +214,8 @@ Status Session::release(KernelHandle kernel) {
 }
 
 void Session::drop_tables(uint64_t id) {
-  ir_.erase(id);
-  any_ir_.erase(id);
-  producer_ok_.erase(id);
-  index_exprs_.erase(id);
-  kernel_access_.erase(id);
+  catalog_.drop(id);
   capture_access_.erase(id);
-  adstack_kernels_.erase(id);
-  first_task_loops_.erase(id);
 }
 
 std::shared_ptr<const codegen::KernelAccess> Session::launch_access(KernelHandle forward) const {

@@ -34,15 +34,16 @@
 #include <unordered_set>
 #include <vector>
 
-#include "api/graph_rework.h"
-#include "api/graph_schedule.h"
+#include "abi/handles.h"
 #include "autodiff/adjoint_plan.h"
-#include "ir/gather_recompute.h"
+#include "graph/gather_recompute.h"
+#include "graph/graph_rework.h"
+#include "graph/graph_schedule.h"
+#include "graph/kernel_catalog.h"
+#include "graph/resident.h"
 #include "ir/ir.h"
 #include "ir/launch_access.h"
-#include "ir/resident.h"
 #include "ir/target.h"
-#include "runtime/handles.h"
 #include "spirv/compiler.h"
 
 namespace vkad {
@@ -97,7 +98,7 @@ struct SessionOptions {
   // the environment turns it off for every session.
   bool schedule_graph_launches = true;
   // Roll a captured step loop of small launches into one resident kernel at end_capture
-  // (ir/resident.h; README, "Resident step loops"): launches whose ranges are all at most
+  // (graph/resident.h; README, "Resident step loops"): launches whose ranges are all at most
   // this many elements, repeated with the same kernels and arrays and stepping i32 scalars.
   // 0 turns it off; VKAD_GRAPH_RESIDENT=0 in the environment turns it off for every session,
   // VKAD_GRAPH_RESIDENT=<n> sets the limit. 256: one pass of the largest resident workgroup, so
@@ -235,6 +236,14 @@ class Session {
   // device, ...), for embedders that need more than SessionOptions.
   static Result<std::unique_ptr<Session>> create(const runtime::RuntimeOptions& runtime,
                                                  const codegen::CompileOptions& compile);
+  // Every runtime option from `runtime`, and from `options` what a session adds over its
+  // runtime: compile options and the graph passes (fuse_graph_launches,
+  // schedule_graph_launches, resident_max_range). `options`' device, validation,
+  // retirement_depth, spare_memory_blocks and cache_dir are not read (`runtime` has them).
+  // The C ABI's vkad_session_create comes through here. The other two create()s are this one
+  // with SessionOptions' defaults where they say nothing.
+  static Result<std::unique_ptr<Session>> create_with_runtime(
+      const runtime::RuntimeOptions& runtime, const SessionOptions& options);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -375,7 +384,7 @@ class Session {
   // (GraphUpdate: launch index in capture order, parameter, value; kept for later replays).
   // Arrays are bound by reference. Tape::backward can be captured like any launches.
   //
-  // Launch fusion (ir/launch_fusion.h; on unless SessionOptions::fuse_graph_launches is
+  // Launch fusion (graph/launch_fusion.h; on unless SessionOptions::fuse_graph_launches is
   // false): at end_capture, runs of consecutive captured launches that share arrays only at
   // each invocation's own element ([i] of a 1-d task over the same range, as a substep loop's
   // element-wise kernels do, forward and adjoint), or N-d launches over one box whose written
@@ -387,7 +396,7 @@ class Session {
   // the task "fused" (which member failed is not told apart: rerun with fusion off,
   // VKAD_GRAPH_FUSION=0, to see it).
   //
-  // Graph scheduling (api/graph_schedule.h; on unless SessionOptions::schedule_graph_launches
+  // Graph scheduling (graph/graph_schedule.h; on unless SessionOptions::schedule_graph_launches
   // is false): at end_capture, before fusion, the launches between two fills are ordered by
   // their dependences (each as early as what it reads and writes allows, capture order among
   // equals) and a replay records a barrier only before a launch that conflicts with one since
@@ -432,7 +441,7 @@ class Session {
 
  private:
   Session() = default;
-  // The graph rework at end_capture (api/graph_fusion.cpp; its pure steps api/graph_rework.h).
+  // The graph rework at end_capture (api/graph_fusion.cpp; its pure steps graph/graph_rework.h).
   // Per original captured launch: its launch in the fused graph and parameter map.
   struct FusedGraph {
     std::string name;
@@ -526,7 +535,7 @@ class Session {
     std::vector<bool> pinned;
   };
   using ScheduleMemo = std::vector<std::optional<StepSchedule>>;
-  // Gather recompute (api/graph_recompute.cpp, ir/gather_recompute.h): `captured` with every
+  // Gather recompute (api/graph_recompute.cpp, graph/gather_recompute.h): `captured` with every
   // launch that gathers an earlier launch's element-wise output rewritten to compute it;
   // `launches` gets the launch numbers whose arguments a rewritten launch carries. False when
   // none was rewritten. `memo` gets every launch step's schedule (empty where a step was
@@ -550,7 +559,6 @@ class Session {
       const CapturedStep& s, const codegen::Kernel& k) const;
   std::vector<std::vector<uint64_t>> zero_outputs(std::span<const CapturedStep> steps,
                                                   ScheduleMemo* memo) const;
-  bool recompute_producer_ok(uint64_t kernel_id);
   // What recompute_gathers' answer for consumer `c` and producer `p` depends on, in words:
   // both kernels, which arguments are the same array, each array's extents (as a shape
   // class), the launch-uniform values (which equal which), the producer's ranges and which
@@ -614,7 +622,7 @@ class Session {
   static void keep_latest(std::span<const GraphUpdate> updates, std::vector<GraphUpdate>* kept);
   Status translate(const FusedGraph& f, std::span<const GraphUpdate> updates,
                    std::vector<GraphUpdate>* out) const;
-  // What a captured launch reads and writes, rows evaluated (api/graph_schedule.h); `pinned`
+  // What a captured launch reads and writes, rows evaluated (graph/graph_schedule.h); `pinned`
   // gets the scalar parameters those rows depend on.
   ScheduleLaunch schedule_launch(const CapturedStep& s, std::vector<bool>* pinned) const;
   // `generic_on_demand`: as Runtime::register_kernel's.
@@ -712,16 +720,11 @@ class Session {
       std::optional<Result<std::shared_ptr<const runtime::CompiledKernel>>> ck, PhaseClock& clock);
   uint64_t rolled_launches_ = 0;      // SessionStats::rolled_launches
   uint64_t recomputed_launches_ = 0;  // SessionStats::recomputed_launches
-  // kernel_access() of every kernel compiled here, by handle id (what scheduling reads).
-  std::unordered_map<uint64_t, std::shared_ptr<const codegen::KernelAccess>> kernel_access_;
-  // Kernels with adstacks, by handle id: their launches may share the runtime's heaps.
-  std::unordered_set<uint64_t> adstack_kernels_;
-  // The IR of every fusible kernel compiled here, by handle id (what fusion merges).
-  std::unordered_map<uint64_t, std::shared_ptr<const codegen::Kernel>> ir_;
-  // The IR of every kernel compiled here (what gather recompute reads), and which may be a
-  // recompute producer.
-  std::unordered_map<uint64_t, std::shared_ptr<const codegen::Kernel>> any_ir_;
-  std::unordered_map<uint64_t, bool> producer_ok_;
+  // Every kernel compiled here and every kernel a rework made, by handle id: IR, access
+  // summary, adstacks and what the graph passes derive from them (graph/kernel_catalog.h).
+  // Written by register_ir / rework_compile and read by the reworks (a background one's
+  // worker too: the session's thread joins it first), never by a capture's launches.
+  KernelCatalog catalog_;
   // An array's extents during a graph rework (Session::fuse asks for each launch's arrays in
   // several passes: read from the runtime once per array), nullptr for a freed one. Emptied
   // when a rework starts and ends.
@@ -731,8 +734,6 @@ class Session {
   // array during a rework (emptied with rework_extents_).
   mutable std::map<std::vector<uint32_t>, uint64_t> shape_classes_;
   mutable std::unordered_map<uint64_t, uint64_t> rework_shape_class_;
-  // Whether a fusible kernel's first task has loops, by handle id (fusion_launch).
-  mutable std::unordered_map<uint64_t, bool> first_task_loops_;
   std::unordered_map<std::string, KernelHandle> recomputed_kernels_;  // by printed IR
   // A kernel a rework made, compiled, with a reserved handle (registered at the install:
   // unregistered_), with its IR and access summary where `keep_ir` (so later reworks see it
@@ -745,10 +746,6 @@ class Session {
   // making their pipelines (VKAD_GRAPH_TRACE: what of a slow end_capture is the compiler and
   // the driver's, not the analysis).
   double rework_compile_ms_ = 0;
-  // Per kernel, the launch-uniform values it indexes arrays with (ir/launch_access.h).
-  mutable std::unordered_map<uint64_t,
-                             std::vector<std::pair<codegen::ValueId, codegen::UniformExpr>>>
-      index_exprs_;
   // recompute_key -> the rewritten kernel and its added arguments (kernel id 0: none).
   struct RecomputeAnswer {
     KernelHandle kernel;

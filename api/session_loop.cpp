@@ -1,5 +1,5 @@
 // Session::launch_loop (README, "Step loops"): a step loop's body launched `count` times, as one
-// resident kernel (ir/resident.h) where it may be rolled.
+// resident kernel (graph/resident.h) where it may be rolled.
 //
 // Why here and not only in the graph rework: the rework rolls a captured step loop, but only
 // after the capture, so a training loop's first iteration still records and runs every launch
@@ -18,11 +18,11 @@
 #include <unordered_set>
 #include <vector>
 
-#include "api/graph_rework.h"
 #include "api/loop_steps.h"
 #include "api/phase_clock.h"
 #include "api/session.h"
-#include "ir/resident.h"
+#include "graph/graph_rework.h"
+#include "graph/resident.h"
 #include "ir/text.h"
 #include "runtime/runtime.h"
 
@@ -343,9 +343,9 @@ std::optional<std::vector<std::pair<int64_t, int64_t>>> Session::loop_ranges(
 
 std::optional<codegen::ResidentMember> Session::loop_member(
     const LoopLaunch& l, uint32_t count, std::shared_ptr<const codegen::Kernel>* ir) const {
-  auto it = ir_.find(l.kernel.id);
-  if (it == ir_.end() || it->second->params.size() != l.args.size()) return std::nullopt;
-  const codegen::Kernel& k = *it->second;
+  const std::shared_ptr<const codegen::Kernel>& fusible = catalog_.fusible_ir(l.kernel.id);
+  if (!fusible || fusible->params.size() != l.args.size()) return std::nullopt;
+  const codegen::Kernel& k = *fusible;
   // Once per kernel (handles are never reused): a loop is planned up to three times per run
   // (prepare_loop, ready_loop, launch_loop) and residable() walks the whole IR.
   auto [known, fresh] = loop_residable_.try_emplace(l.kernel.id, false);
@@ -368,7 +368,7 @@ std::optional<codegen::ResidentMember> Session::loop_member(
   for (const Arg& x : l.args) {
     m.arrays.push_back(x.kind == abi::ParamKind::kNdArray ? x.array.id : 0);
   }
-  *ir = it->second;
+  *ir = fusible;
   return m;
 }
 
@@ -415,7 +415,7 @@ bool Session::plan_loop(std::span<const LoopLaunch> body, uint32_t count, LoopPl
 
 void Session::prepare_loop(std::span<const LoopLaunch> body, uint32_t count) {
   constexpr size_t kMaxLoopJobs = 8;
-  join_rework();  // plan_loop reads ir_, which a background rework may be writing
+  join_rework();  // plan_loop reads the catalog, which a background rework may be writing
   LoopPlan plan;
   if (!plan_loop(body, count, &plan) || rolled_by_shape_.count(plan.signature)) return;
   for (const std::unique_ptr<LoopJob>& j : loop_jobs_) {
@@ -487,7 +487,7 @@ void Session::join_loop_jobs() {
 
 std::optional<Session::RolledLoop> Session::roll_loop(std::span<const LoopLaunch> body,
                                                       uint32_t count, PhaseClock& clock) {
-  join_rework();  // plan_loop reads ir_, which a background rework may be writing
+  join_rework();  // plan_loop reads the catalog, which a background rework may be writing
   LoopPlan plan;
   if (!plan_loop(body, count, &plan)) return std::nullopt;
   clock.mark("plan");

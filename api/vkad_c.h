@@ -163,6 +163,14 @@ typedef struct vkad_session_options {
    * NULL = automatic (VKAD_CACHE=0 turns them off, else VKAD_CACHE_DIR, else
    * $XDG_CACHE_HOME/vkad, else ~/.cache/vkad); "" = off; else that directory. */
   const char* cache_dir;
+  /* The graph passes at vkad_end_capture (docs/reference.md, "Graphs"): 0 = the default (on),
+   * 1 = on, -1 = off. VKAD_GRAPH_FUSION=0 / VKAD_GRAPH_SCHEDULE=0 turn them off regardless. */
+  int32_t fuse_graph_launches;
+  int32_t schedule_graph_launches;
+  /* Resident step loops: captured loops of launches over at most this many elements are
+   * rolled into one kernel. 0 = the default (256), -1 = off, n > 0 = n; VKAD_GRAPH_RESIDENT
+   * wins when set. */
+  int32_t resident_max_range;
 } vkad_session_options;
 
 /* options may be NULL (all defaults). VKAD_NO_DEVICE when there is no usable Vulkan device. */

@@ -36,6 +36,14 @@ inline double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The q-quantile (0 <= q <= 1) of v, the nearest rank: a spread to print beside a median.
+inline double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
 // --key value / --flag arguments. Every benchmark states its usage and its flags: --help prints
 // the usage and exits 0; an unknown flag or a stray word prints it and exits 2 (never a silent
 // full run with the wrong settings).

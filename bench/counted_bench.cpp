@@ -169,13 +169,21 @@ int main(int argc, char** argv) {
 
   // The forward and the counting forward interleaved, rep by rep (the batch launches into the
   // same trips array without zeroing it again: the atomics cost the same whatever the words hold).
+  // The counting cost is the median of the per-rep differences, not the difference of two
+  // medians: each pair ran back to back, so a clock or load change between reps cancels, where
+  // two medians of ~0.1 ms batches taken apart swung the cost from 8% to 33% of the adjoint on
+  // one H200 (issue 49). At least 21 pairs, whatever --reps says: a pair costs under a
+  // millisecond.
   bench::warm_up(rt, hcf, ca_args, 100);
-  std::vector<double> fs, cfs;
-  for (int r = 0; r <= reps; ++r) {
+  std::vector<double> fs, cfs, costs;
+  const int pairs = std::max(reps, 21);
+  for (int r = 0; r <= pairs; ++r) {
     double fr = bench::batch_ms(rt, hf, fa, 4), cfr = bench::batch_ms(rt, hcf, ca_args, 4);
-    if (r) fs.push_back(fr), cfs.push_back(cfr);
+    if (r) fs.push_back(fr), cfs.push_back(cfr), costs.push_back(cfr - fr);
   }
   const double f = bench::median(fs), cf = bench::median(cfs);
+  const double cost = bench::median(costs), cost_lo = bench::quantile(costs, 0.25),
+               cost_hi = bench::quantile(costs, 0.75);
   double c = time_ms([&] { return bench::batch_ms(rt, hc, ca_args, 4); }, reps);
   double c_other = time_ms([&] { return bench::batch_ms(rt, hc_other, ca_args, 4); }, reps);
   double s = time_ms([&] { return bench::batch_ms(rt, hs, aa, 4); }, reps);
@@ -280,8 +288,11 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "counting forward             %9.3f ms  (counting cost: %+.3f ms over the forward, %.1f%% of "
-      "the counted adjoint)\n",
-      cf, cf - f, 100 * (cf - f) / a);
+      "the counted adjoint;\n"
+      "                                           median of %zu paired reps, quartiles %+.3f .. "
+      "%+.3f ms = %.1f .. %.1f%%)\n",
+      cf, cost, 100 * cost / a, costs.size(), cost_lo, cost_hi, 100 * cost_lo / a,
+      100 * cost_hi / a);
   std::printf("adjoint, stated max_trip     %9.3f ms  (heap %.1f MB)\n", s, heap_stated / 1e6);
   std::printf("adjoint, counted capacity    %9.3f ms\n", a);
   std::printf("launch_counted, one launch   %9.3f ms  (adjoint alone, one launch: %.3f ms)\n", e2e,
@@ -301,8 +312,11 @@ int main(int argc, char** argv) {
   json.field("counter_subgroup_combined", target.subgroup_arithmetic ? 1 : 0);
   json.field("counter_other_lowering_ms", c_other);
   json.field("counting_forward_ms", cf);
-  json.field("counting_cost_ms", cf - f);
-  json.field("counting_cost_pct_of_adjoint", 100 * (cf - f) / a);
+  json.field("counting_cost_ms", cost);
+  json.field("counting_cost_pct_of_adjoint", 100 * cost / a);
+  json.field("counting_cost_p25_ms", cost_lo);
+  json.field("counting_cost_p75_ms", cost_hi);
+  json.field("counting_cost_pairs", static_cast<uint64_t>(costs.size()));
   json.field("adjoint_stated_ms", s);
   json.field("adjoint_counted_ms", a);
   json.field("launch_counted_ms", e2e);

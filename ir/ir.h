@@ -96,7 +96,7 @@ inline constexpr uint32_t kMaxNestingDepth = 64;
 //     1-d task over [0, local_size) with local_size set), and only where every invocation
 //     reaches it alike: outside if / while, inside for loops whose bounds are launch-uniform
 //     and whose bodies have no break / continue (verifier). Graph replay's resident kernels
-//     (ir/resident.h) separate their phases with it. Not differentiable; the CPU evaluator,
+//     (graph/resident.h) separate their phases with it. Not differentiable; the CPU evaluator,
 //     which runs one invocation at a time, refuses it.
 enum class Op : uint8_t {
 #define VKAD_OP(family, name, text, has_result, operands, blocks, rule) k##name,

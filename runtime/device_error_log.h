@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "abi/handles.h"
 #include "abi/kernel_abi.h"
 #include "base/status.h"
-#include "runtime/handles.h"
 
 namespace vkad::runtime {
 

@@ -44,15 +44,15 @@
 #include <unordered_set>
 #include <vector>
 
+#include "abi/handles.h"
 #include "abi/kernel_abi.h"
+#include "base/chunked_vector.h"
 #include "rhi/buffer.h"
 #include "rhi/device.h"
 #include "rhi/pipeline.h"
 #include "rhi/stream.h"
 #include "runtime/adstack_heaps.h"
-#include "runtime/chunked_vector.h"
 #include "runtime/device_error_log.h"
-#include "runtime/handles.h"
 #include "runtime/host_ring.h"
 #include "runtime/launch_plan.h"
 #include "runtime/ndarray_table.h"

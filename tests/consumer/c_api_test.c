@@ -64,9 +64,10 @@ static const char* kStep =
     "  }\n"
     "}\n";
 
-/* A step loop through the C ABI: rows 1..8 of x from row 0 = 0 are 2 - 2^(1-r) (exact in f32);
- * a step on the array is refused, naming it, with nothing run. */
-static void step_loop(vkad_session* s) {
+/* A step loop through the C ABI: rows 1..8 of x from row 0 = 0 are 2 - 2^(1-r) (exact in f32),
+ * rolled into one resident kernel or not as `expect_rolled` says (the session's
+ * resident_max_range); a step on the array is refused, naming it, with nothing run. */
+static void step_loop(vkad_session* s, int expect_rolled) {
   enum { T = 8, W = 16 };
   uint32_t shape[2] = {T + 1, W};
   float host[(T + 1) * W];
@@ -93,7 +94,7 @@ static void step_loop(vkad_session* s) {
   CHECK(rolled == 0);
   body.step = step;
   OK(vkad_launch_loop(s, &body, 1, T, &rolled));
-  CHECK(rolled == 1); /* 8 iterations of 16 elements: one resident kernel */
+  CHECK(rolled == expect_rolled); /* 8 iterations of 16 elements: one resident kernel */
   OK(vkad_download(s, hx, host, sizeof host));
   for (r = 0; r <= T; ++r) {
     for (i = 0; i < W; ++i)
@@ -525,7 +526,36 @@ int main(void) {
     OK(vkad_ndarray_free(s, ints));
   }
 
-  step_loop(s);
+  step_loop(s, 1);
+
+  /* The session options reach the graph passes: resident loops off (-1) or capped below the
+   * loop's 16 elements (8) run the loop launch by launch, with the same results; values out of
+   * range are refused, naming the field. */
+  {
+    vkad_session* s2 = NULL;
+    int32_t caps[2] = {-1, 8};
+    int c;
+    opts.fuse_graph_launches = 2;
+    st = vkad_session_create(&opts, &s2);
+    CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+    CHECK(strstr(vkad_status_message(st), "fuse_graph_launches 2") != NULL);
+    CHECK(s2 == NULL);
+    vkad_status_free(st);
+    opts.fuse_graph_launches = -1;
+    opts.schedule_graph_launches = -1;
+    opts.resident_max_range = -2;
+    st = vkad_session_create(&opts, &s2);
+    CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+    CHECK(strstr(vkad_status_message(st), "resident_max_range -2") != NULL);
+    vkad_status_free(st);
+    for (c = 0; c < 2; ++c) {
+      opts.resident_max_range = caps[c];
+      OK(vkad_session_create(&opts, &s2));
+      step_loop(s2, 0);
+      vkad_session_destroy(s2);
+      s2 = NULL;
+    }
+  }
 
   OK(vkad_kernel_release(s, d.forward));
   OK(vkad_kernel_release(s, d.adjoint));

@@ -1,4 +1,4 @@
-// Gather recompute at Session::end_capture (ir/gather_recompute.h, README "Gather
+// Gather recompute at Session::end_capture (graph/gather_recompute.h, README "Gather
 // recompute"): a captured step loop of grid update -> gather -> update, where the gather
 // reads the grid update's output at a stencil, replays with each gather computing the cells it
 // reads itself (stats().recomputed_launches counts them), and every array ends as the CPU

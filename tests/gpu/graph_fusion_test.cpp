@@ -1,4 +1,4 @@
-// Launch fusion at Session::end_capture (api/session.h, ir/launch_fusion.h) on a device:
+// Launch fusion at Session::end_capture (api/session.h, graph/launch_fusion.h) on a device:
 // a fused graph computes what the same graph computes unfused, takes scalar updates addressed
 // to the captured launches, refuses bad ones in the captured numbering, and really is fewer
 // launches.

@@ -1,5 +1,5 @@
 // Graph scheduling at Session::end_capture (api/session.h "Graph scheduling",
-// api/graph_schedule.h) on a device: a program in DiffTaichi's idiom -- a controller step
+// graph/graph_schedule.h) on a device: a program in DiffTaichi's idiom -- a controller step
 // writing row t of an array that nothing reads until step t, a state x[f, i] read at f and
 // written at f + 1 -- is reordered so the controller launches run together and barriers fall
 // only between dependent launches; the results are those of the launches in capture order, an

@@ -1,4 +1,4 @@
-// Resident step loops at Session::end_capture (ir/resident.h, README "Resident step
+// Resident step loops at Session::end_capture (graph/resident.h, README "Resident step
 // loops"): a captured loop of small launches -- a neighbour read fusion cannot merge, an
 // atomic reduction, a one-element launch with a float scalar -- becomes one launch of a
 // single-workgroup kernel whose phases meet at workgroup barriers. Its results are those of

@@ -1,7 +1,7 @@
-// runtime/chunked_vector.h: a captured graph's arguments and buffers, appended in groups that
+// base/chunked_vector.h: a captured graph's arguments and buffers, appended in groups that
 // must stay contiguous and must never move (replays and recording threads hold pointers into
 // them while the capture goes on appending).
-#include "runtime/chunked_vector.h"
+#include "base/chunked_vector.h"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
-// Gather recompute (ir/gather_recompute.h): a consumer that gathers a producer's element-wise
+// Gather recompute (graph/gather_recompute.h): a consumer that gathers a producer's element-wise
 // output computes it itself. On the CPU evaluator the rewritten consumer, run on the
 // producer's inputs alone (its output array holding garbage), must give exactly what the
 // producer followed by the consumer gives; and pairs that do not qualify are refused.
-#include "ir/gather_recompute.h"
+#include "graph/gather_recompute.h"
 
 #include <gtest/gtest.h>
 

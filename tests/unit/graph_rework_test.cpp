@@ -1,7 +1,7 @@
-// The pure steps of the Session's graph rework (api/graph_rework.h): which captured launches
+// The pure steps of the Session's graph rework (graph/graph_rework.h): which captured launches
 // roll into resident loops, how the rolled steps map back, which fills a fused run reads as
 // zeros, and when two runs share a fused kernel.
-#include "api/graph_rework.h"
+#include "graph/graph_rework.h"
 
 #include <gtest/gtest.h>
 

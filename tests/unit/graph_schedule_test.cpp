@@ -1,6 +1,6 @@
-// Graph scheduling's pure part (api/graph_schedule.h): levels, order and barriers from what
+// Graph scheduling's pure part (graph/graph_schedule.h): levels, order and barriers from what
 // each launch reads and writes.
-#include "api/graph_schedule.h"
+#include "graph/graph_schedule.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-// Launch fusion (ir/launch_fusion.h): which runs of launches merge, and that a fused
+// Launch fusion (graph/launch_fusion.h): which runs of launches merge, and that a fused
 // kernel computes, on the CPU evaluator, exactly what its members compute one by one.
-#include "ir/launch_fusion.h"
+#include "graph/launch_fusion.h"
 
 #include <gtest/gtest.h>
 

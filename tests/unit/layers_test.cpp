@@ -34,15 +34,19 @@ const std::map<std::string, std::set<std::string>>& allowed() {
       {"autodiff", {"base", "adstack", "abi", "ir", "autodiff"}},
       {"spirv", {"base", "adstack", "abi", "ir", "spirv"}},
       {"reference", {"base", "adstack", "abi", "ir", "reference"}},
+      // The launch-sequence compiler (fusion, gather recompute, resident loops, the rework and
+      // its schedule): passes over captured programs that see kernels as IR, never a device.
+      {"graph", {"base", "adstack", "abi", "ir", "graph"}},
       {"runtime", {"base", "adstack", "abi", "rhi", "runtime"}},
       {"api",
-       {"base", "adstack", "abi", "rhi", "ir", "autodiff", "spirv", "reference", "runtime", "api"}},
+       {"base", "adstack", "abi", "rhi", "ir", "autodiff", "spirv", "reference", "graph", "runtime",
+        "api"}},
   };
   return m;
 }
 // Layers that must compile without Vulkan headers.
-const std::set<std::string> kNoVulkan = {"base",     "adstack", "abi",      "ir",
-                                         "autodiff", "spirv",   "reference"};
+const std::set<std::string> kNoVulkan = {"base",  "adstack",   "abi",  "ir", "autodiff",
+                                         "spirv", "reference", "graph"};
 // Forwarding headers kept while branches in flight still include old paths (none now).
 const std::set<std::string> kForwarding = {};
 

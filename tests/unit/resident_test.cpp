@@ -1,8 +1,8 @@
-// Resident kernels (ir/resident.h) and the barrier they are built on (ir.h, kBarrier):
+// Resident kernels (graph/resident.h) and the barrier they are built on (ir.h, kBarrier):
 // where the verifier admits a barrier, what the evaluators and reverse mode say of one, and
 // the rolled kernel's shape (it verifies, prints and parses back; arrays shared by identity;
 // only i32 scalars step). Their results are checked on a device (tests/gpu/resident_graph_test).
-#include "ir/resident.h"
+#include "graph/resident.h"
 
 #include <gtest/gtest.h>
 

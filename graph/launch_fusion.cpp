@@ -1,4 +1,4 @@
-#include "ir/launch_fusion.h"
+#include "graph/launch_fusion.h"
 
 #include <algorithm>
 #include <map>

@@ -1,5 +1,5 @@
 // The pure steps of the graph rework (graph_rework.h).
-#include "api/graph_rework.h"
+#include "graph/graph_rework.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "ir/resident.h"
+#include "graph/resident.h"
 
 #include <functional>
 #include <map>
@@ -6,7 +6,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "ir/launch_fusion.h"
+#include "graph/launch_fusion.h"
 #include "ir/rewriter.h"
 
 namespace vkad::codegen {

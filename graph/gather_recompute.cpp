@@ -1,4 +1,4 @@
-#include "ir/gather_recompute.h"
+#include "graph/gather_recompute.h"
 
 #include <algorithm>
 #include <bit>
@@ -6,7 +6,7 @@
 #include <string>
 #include <unordered_set>
 
-#include "ir/launch_fusion.h"
+#include "graph/launch_fusion.h"
 
 namespace vkad::codegen {
 

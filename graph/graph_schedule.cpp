@@ -1,4 +1,4 @@
-#include "api/graph_schedule.h"
+#include "graph/graph_schedule.h"
 
 #include <algorithm>
 #include <numeric>

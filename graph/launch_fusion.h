@@ -102,7 +102,7 @@ struct FusedKernel {
 // The merged kernel `f`'s parameter for parameter `kp` of member `member`: an ndarray bound
 // to `array` (its identity) already seen in `array_param` is that parameter; otherwise a new
 // one named "l<member>_<name>", neither needing a gradient nor read-only (another member may
-// write what this one reads). Shared by fuse_launches and roll_launches (ir/resident.h).
+// write what this one reads). Shared by fuse_launches and roll_launches (graph/resident.h).
 uint32_t merged_param(Kernel& f, std::map<uint64_t, uint32_t>& array_param, const Param& kp,
                       uint64_t array, size_t member);
 

@@ -1,4 +1,4 @@
-#include "runtime/chunked_vector.h"
+#include "base/chunked_vector.h"
 
 #if defined(__linux__)
 #include <sys/mman.h>

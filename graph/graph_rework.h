@@ -15,14 +15,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "abi/handles.h"
 #include "abi/kernel_abi.h"
-#include "api/graph_schedule.h"
+#include "base/chunked_vector.h"
 #include "base/status.h"
+#include "graph/graph_schedule.h"
+#include "graph/launch_fusion.h"
+#include "graph/resident.h"
 #include "ir/ir.h"
-#include "ir/launch_fusion.h"
-#include "ir/resident.h"
-#include "runtime/chunked_vector.h"
-#include "runtime/handles.h"
 
 namespace vkad {
 
@@ -39,7 +39,7 @@ struct CapturedStep {
 };
 
 // An open capture's steps as Session::launch saw them, kept flat: the steps' arguments in one
-// ChunkedVector (runtime/chunked_vector.h), so a captured launch allocates nothing and a
+// ChunkedVector (base/chunked_vector.h), so a captured launch allocates nothing and a
 // growing capture copies nothing (a capture records ~10^4 launches of ~20 arguments: a vector
 // per step was the recording's largest allocation). unpack() makes the CapturedSteps the
 // rework reads, on the rework's thread where it runs in the background.
@@ -96,7 +96,7 @@ void for_each_stretch(std::span<const CapturedStep> steps, Fn fn) {
   }
 }
 
-// ---- Resident step loops (ir/resident.h) ----
+// ---- Resident step loops (graph/resident.h) ----
 
 // What rolling needs of one captured launch; kernel == nullptr: it cannot be rolled.
 struct RollCandidate {
