@@ -387,7 +387,7 @@ class Runtime {
   //
   // `run`: the capture also runs what it captures, as launch() and fill() would have, in
   // order and asynchronously -- the first iteration of a training loop without a replay after
-  // its capture (README, "A capture that runs"). The captured steps are cut into pieces of
+  // its capture (docs/graphs.md, "A capture that runs"). The captured steps are cut into pieces of
   // kBundleLaunches steps (the first three of 64, 128 and 256); threads of the runtime's own record
   // each piece into a bundle (the driver's per-launch recording, ~5 us on NVIDIA, off the caller's
   // thread) and the caller's next captured step submits the pieces recorded so far, so the device
@@ -438,8 +438,8 @@ class Runtime {
   // launch: omit_next_barrier). kNotFound for a dead handle.
   Result<size_t> graph_barriers(GraphHandle graph) const;
   // --- sharing an ndarray's memory with another API (runtime/ndarray_export.cpp) ---
-  // What the Python package's DLPack exchange is built on (README.md, "Sharing arrays with
-  // PyTorch, JAX and numpy"). The memory stays the runtime's: a caller that hands it out must
+  // What the Python package's DLPack exchange is built on (docs/interop.md, "Sharing arrays
+  // with PyTorch, JAX and numpy"). The memory stays the runtime's: a caller that hands it out must
   // keep the array alive (not free it) while anyone uses it, and order the other API's work
   // against this runtime's itself, with the serials and the semaphore below.
   struct NdArrayMemory {

@@ -23,11 +23,11 @@ The physics, parameters and optimisation loop are those of DiffTaichi's examples
 
 **The grid has a time axis here.** DiffTaichi clears and reuses one grid every step and
 recomputes the grid in its hand-written `advance` gradient. A vkad.Tape replays each adjoint on
-the arrays as they are when backward runs, so a reused grid would give wrong gradients (README,
-"Tapes and memory"): grid_v_in[f, i, j], grid_m_in[f, i, j] and grid_v_out[f, i, j] keep every
-step's grid instead, zeroed once per simulation. At the default size that is 1023 steps x 128^2
-cells x 5 floats = 335 MB (f32), and as much again for their gradients; small next to a GPU's
-memory, and the price of recomputation-free reverse mode.
+the arrays as they are when backward runs, so a reused grid would give wrong gradients
+(docs/tape.md): grid_v_in[f, i, j], grid_m_in[f, i, j] and grid_v_out[f, i, j] keep every step's
+grid instead, zeroed once per simulation. At the default size that is 1023 steps x 128^2 cells x 5
+floats = 335 MB (f32), and as much again for their gradients; small next to a GPU's memory, and the
+price of recomputation-free reverse mode.
 
 The step loop is said as one (Session.loop) and prepared at construction (Session.prepare_loop):
 from the first iteration it and its adjoint run as the graph rework's plan of their launches.
