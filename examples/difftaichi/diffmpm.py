@@ -282,7 +282,7 @@ class DiffMPM:
         # controllers batched) and the first iteration runs that plan: on an H100 22.6-23.9 ms,
         # 1.3-1.4x the steady 17 ms, against 40-42 ms (2.1-2.4x) as a Python loop of bound
         # launches (loop=False), whose first iteration runs the launches as captured
-        # (docs/benchmarks.md, "Step loops"). The prepare costs construction ~100-200 ms.
+        # (docs/benchmarks-log.md, "Step loops"). The prepare costs construction ~100-200 ms.
         self.loop = loop
         self.scene = SCENES[scene](Scene(n_grid))
         sc = self.scene
