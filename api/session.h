@@ -85,7 +85,7 @@ struct SessionOptions {
   size_t retirement_depth = 3;  // submissions in flight before the host waits for the oldest
   // Empty device-memory blocks (64 MiB each) the allocator keeps per memory type after their
   // last array is freed, so a free / allocate cycle does not go back to the driver; 0 gives
-  // every empty block back at once (README, "Memory").
+  // every empty block back at once (docs/memory.md, "Memory").
   uint32_t spare_memory_blocks = 1;
   // Applied to every kernel this session compiles. A session's default differs from
   // codegen's in one field, specialize_shapes (default_compile_options()).
@@ -98,8 +98,8 @@ struct SessionOptions {
   // the environment turns it off for every session.
   bool schedule_graph_launches = true;
   // Roll a captured step loop of small launches into one resident kernel at end_capture
-  // (graph/resident.h; README, "Resident step loops"): launches whose ranges are all at most
-  // this many elements, repeated with the same kernels and arrays and stepping i32 scalars.
+  // (graph/resident.h; docs/graphs.md, "Resident step loops"): launches whose ranges are all at
+  // most this many elements, repeated with the same kernels and arrays and stepping i32 scalars.
   // 0 turns it off; VKAD_GRAPH_RESIDENT=0 in the environment turns it off for every session,
   // VKAD_GRAPH_RESIDENT=<n> sets the limit. 256: one pass of the largest resident workgroup, so
   // a rolled launch never runs longer than one of its invocations where a dispatch of it would
@@ -141,16 +141,17 @@ struct SessionStats {
   // a launch's ahead of it) and the milliseconds it took: what a first launch may wait for.
   uint64_t pipelines_created = 0;
   double pipeline_create_ms = 0;
-  // Captured launches that graphs captured so far run inside resident kernels (README,
+  // Captured launches that graphs captured so far run inside resident kernels (docs/graphs.md,
   // "Resident step loops").
   uint64_t rolled_launches = 0;
-  // Session::launch_loop calls that ran as one launch of a resident kernel (README, "Step
-  // loops").
+  // Session::launch_loop calls that ran as one launch of a resident kernel (docs/graphs.md,
+  // "Step loops").
   uint64_t rolled_loops = 0;
-  // Session::launch_loop calls that launched a plan rework_loop made (README, "Step loops").
+  // Session::launch_loop calls that launched a plan rework_loop made (docs/graphs.md, "Step
+  // loops").
   uint64_t reworked_loops = 0;
   // Captured launches that graphs captured so far run rewritten to compute what they gather
-  // from an earlier launch (README, "Gather recompute").
+  // from an earlier launch (docs/graphs.md, "Gather recompute").
   uint64_t recomputed_launches = 0;
   // Device memory by owner (Runtime's RuntimeStats). The user's: live ndarrays (user_bytes).
   // The runtime's own, which release_idle_memory() returns to the driver when idle: the args
@@ -201,7 +202,7 @@ struct LoopLaunch {
 };
 // How Session::launch_loop ran a loop.
 struct LoopInfo {
-  bool rolled = false;    // one launch of a resident kernel (README, "Step loops")
+  bool rolled = false;    // one launch of a resident kernel (docs/graphs.md, "Step loops")
   bool reworked = false;  // the launches of the plan Session::rework_loop made
   uint32_t launches = 0;  // launches recorded: 1 when rolled, that plan's launches when
                           // reworked, else count x body size (fewer when launch_loop failed
@@ -328,7 +329,7 @@ class Session {
   Status prepare(KernelHandle kernel, std::initializer_list<Arg> args) {
     return prepare(kernel, std::span<const Arg>(args.begin(), args.size()));
   }
-  // A step loop (README, "Step loops"): `count` iterations of `body`, iteration r launching
+  // A step loop (docs/graphs.md, "Step loops"): `count` iterations of `body`, iteration r launching
   // each of body's launches in order with its stepping scalars advanced by r x step -- the
   // results of those launches one by one. Where every launch of the body may run in a resident
   // kernel (the rules of "Resident step loops": parallel 1-d tasks whose ranges do not step and

@@ -1,5 +1,5 @@
-// Session::launch_loop (README, "Step loops"): a step loop's body launched `count` times, as one
-// resident kernel (graph/resident.h) where it may be rolled.
+// Session::launch_loop (docs/graphs.md, "Step loops"): a step loop's body launched `count`
+// times, as one resident kernel (graph/resident.h) where it may be rolled.
 //
 // Why here and not only in the graph rework: the rework rolls a captured step loop, but only
 // after the capture, so a training loop's first iteration still records and runs every launch

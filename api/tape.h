@@ -22,7 +22,7 @@
 //  - backward zeroes every gradient the recording needs in one Session::zero(span) (one barrier
 //    pair, one fill each), seeds, then launches the adjoints last-first. Nothing waits.
 //
-// Memory (README.md, "Tapes and memory"): a recorded launch keeps its arguments' handles, not
+// Memory (docs/tape.md): a recorded launch keeps its arguments' handles, not
 // copies, and backward reads every array as it is when the adjoints run (reverse mode reads the
 // forward's inputs as they are). So a launch recorded later must not overwrite an array that an
 // earlier recorded launch reads, or one it wrote through a differentiated parameter; launch()
@@ -111,13 +111,13 @@ class Tape {
   // Argument also when d.forward is not a live differentiate() result of this session);
   // otherwise Session::launch's errors, with "tape.launch: " in front. `id` as in
   // Session::launch. A launch captured into a graph (Session::begin_capture) is checked the
-  // same way; a replay's scalar updates are not (they could move rows: README.md). A
+  // same way; a replay's scalar updates are not (they could move rows: docs/tape.md). A
   // differentiated f32 / f64 scalar parameter gets its gradient in scalar_grad().
   Status launch(const Differentiated& d, std::span<const Arg> args, LaunchId* id = nullptr);
   Status launch(const Differentiated& d, std::initializer_list<Arg> args, LaunchId* id = nullptr) {
     return launch(d, std::span<const Arg>(args.begin(), args.size()), id);
   }
-  // A step loop on the tape (Session::launch_loop; README, "Step loops"): every launch of
+  // A step loop on the tape (Session::launch_loop; docs/graphs.md, "Step loops"): every launch of
   // every iteration checked as launch() checks it, all before any runs (a refused one names
   // the body's launch and the iteration, and nothing is recorded), then the loop launched --
   // one resident kernel where it qualifies -- and recorded as its body's launches with their

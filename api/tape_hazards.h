@@ -71,7 +71,7 @@ class TapeHazards {
   // would overwrite what a launch recorded earlier read, or wrote through a differentiated
   // parameter. The message names both launches (their index in the recording and kernel), the
   // array (name and handle), the two parameters, the row and axis where known, why that gives
-  // wrong gradients, and what to do (README.md, "Tapes and memory"), e.g.
+  // wrong gradients, and what to do (docs/tape.md), e.g.
   //   "launch 3 ('p2g') writes ndarray 'grid' (1:5), parameter 'grid', at rows that depend on
   //    the thread, a loop or data; launch 2 ('g2p') read it (parameter 'grid') ..."
   // `session` gives array shapes (for indices that use shape()) and names (for the message).

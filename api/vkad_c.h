@@ -159,7 +159,7 @@ typedef struct vkad_session_options {
    * (so a free / allocate cycle does not go back to the driver): 0 = the default (1), -1 =
    * none (every empty block is given back at once), n > 0 = n. */
   int32_t spare_memory_blocks;
-  /* The on-disk caches of compiled kernels and driver pipelines (README, "Caches on disk"):
+  /* The on-disk caches of compiled kernels and driver pipelines (docs/caches.md):
    * NULL = automatic (VKAD_CACHE=0 turns them off, else VKAD_CACHE_DIR, else
    * $XDG_CACHE_HOME/vkad, else ~/.cache/vkad); "" = off; else that directory. */
   const char* cache_dir;
@@ -276,7 +276,7 @@ typedef struct vkad_loop_launch {
   const int32_t* step;
   uint32_t arg_count;
 } vkad_loop_launch;
-/* A step loop (README, "Step loops"): `count` iterations of `body` (body_count launches),
+/* A step loop (docs/graphs.md, "Step loops"): `count` iterations of `body` (body_count launches),
  * iteration r launching each with its stepping scalars advanced by r * step -- the results of
  * those launches one by one. Where every launch of the body qualifies for a resident kernel
  * (1-d parallel tasks whose ranges do not step and are at most the session's
@@ -321,10 +321,10 @@ VKAD_C_API vkad_status* vkad_graph_release(vkad_session* session, vkad_graph gra
 /* vkad_begin_capture with flags (0: the same). VKAD_CAPTURE_BACKGROUND_REWORK: vkad_end_capture
  * returns at once and the graph's rework (scheduling, fusion, the compiles of the kernels they
  * make) runs on a thread of its own; replays run the launches as captured until the first one
- * that finds it done installs it (README.md, "The rework in the background"). VKAD_CAPTURE_RUN:
- * the capture also runs what it captures, in order, while it goes on (README.md, "A capture that
- * runs"); vkad_end_capture returns once every step is submitted. Unknown flags:
- * VKAD_INVALID_ARGUMENT. */
+ * that finds it done installs it (docs/graphs.md, "The rework in the background").
+ * VKAD_CAPTURE_RUN: the capture also runs what it captures, in order, while it goes on
+ * (docs/graphs.md, "A capture that runs"); vkad_end_capture returns once every step is submitted.
+ * Unknown flags: VKAD_INVALID_ARGUMENT. */
 #define VKAD_CAPTURE_BACKGROUND_REWORK 1u
 #define VKAD_CAPTURE_RUN 2u
 VKAD_C_API vkad_status* vkad_begin_capture_flags(vkad_session* session, const char* name,
@@ -341,7 +341,7 @@ VKAD_C_API vkad_status* vkad_graph_finish_rework(vkad_session* session, vkad_gra
  * meanwhile is freed by the next reset or backward, the rest by vkad_tape_destroy. A tape
  * borrows its session: destroy every tape before its session (Debug builds abort otherwise, as
  * for a dead session). A recorded launch keeps its arrays' handles, not copies: keep them alive
- * and unchanged until backward (README.md, "Tapes and memory"). */
+ * and unchanged until backward (docs/tape.md). */
 typedef struct vkad_tape vkad_tape;
 VKAD_C_API vkad_status* vkad_tape_create(vkad_session* session, vkad_tape** out);
 VKAD_C_API void vkad_tape_destroy(vkad_tape* tape); /* NULL is fine */

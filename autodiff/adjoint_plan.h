@@ -49,15 +49,15 @@ struct AdjointOptions {
   // and sat between the steps' launches). The gradient of an array the forward also writes
   // (a state, x[f + 1, i] from x[f, i]) keeps its load-add-store: the next adjoint in the
   // chain reads it, and a fused chain forwards stores to loads, not atomic adds (made atomic,
-  // a step loop's fused adjoint lost that: 3.98 -> 22.67 ms a replay, docs/benchmarks.md).
+  // a step loop's fused adjoint lost that: 3.98 -> 22.67 ms a replay, docs/benchmarks-log.md).
   // Without hardware float atomics an atomic add is a compare-and-swap loop: the
   // load-add-store stays.
   bool atomic_f32_add = false;
   bool atomic_f64_add = false;
 };
 
-// adjoint_options_from_caps's segment length on GPUs (docs/benchmarks.md, "Segmented
-// checkpointing").
+// adjoint_options_from_caps's segment length on GPUs (docs/benchmarks-log.md,
+// "Segmented checkpointing").
 inline constexpr uint32_t kGpuCheckpointSegment = 16;
 
 // kInvalidArgument naming the option when options.checkpoint_segment is out of range.

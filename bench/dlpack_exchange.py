@@ -1,4 +1,4 @@
-"""DLPack exchange between vkad and PyTorch / CuPy / JAX on an NVIDIA GPU (README.md, "Sharing
+"""DLPack exchange between vkad and PyTorch / CuPy / JAX on an NVIDIA GPU (docs/interop.md, "Sharing
 arrays with PyTorch, JAX and numpy"). Prints and writes JSON (--out):
 
 - the same data pointer at every torch.from_dlpack(vkad_array);

@@ -13,7 +13,7 @@ Session.bind (the array bound once, the scalar per call). Prints the median over
 for the same loop is build/bench/vkad-bench-launch. Taichi and Quadrants are not dependencies:
 install them into a separate venv (`pip install taichi`, `pip install quadrants`) and run this
 script there with --backend; their arch is Vulkan (lavapipe where there is no GPU), as vkad's.
-Numbers and machines: docs/benchmarks.md, "Launch overhead from Python".
+Numbers and machines: docs/benchmarks.md, "Launch cost".
 """
 import argparse
 import json

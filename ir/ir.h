@@ -57,7 +57,7 @@ inline constexpr ValueId kNoValue = UINT32_MAX;
 // reject deeper kernels with an error, so the recursive passes after them (printer, reverse
 // mode, emitter, evaluators) have bounded stack use; reverse mode must keep the adjoint
 // within it too. It also bounds compile time: SPIRV-Tools' validation grows faster than
-// linearly with loop depth (docs/benchmarks.md, "compile time against nesting depth").
+// linearly with loop depth (docs/benchmarks-log.md, "Compile time against nesting depth").
 inline constexpr uint32_t kMaxNestingDepth = 64;
 
 // The operations, one per row of ir/ops.def (which says what each takes and yields); the

@@ -125,7 +125,7 @@ struct DeviceOptions {
   // Make device-local memory exportable as opaque POSIX fds (VK_KHR_external_memory_fd), and
   // the streams' timeline semaphores too (VK_KHR_external_semaphore_fd), where the device can
   // and its device-local memory is not host-visible (a discrete GPU): what sharing an array
-  // with CUDA needs (DLPack; README.md, "Sharing arrays with PyTorch, JAX and numpy"). Costs
+  // with CUDA needs (DLPack; docs/interop.md). Costs
   // nothing at run time. Not for an imported device. VKAD_EXPORT_MEMORY=0 turns it off too.
   bool export_memory = true;
   // Directory of the on-disk driver pipeline cache (rhi/pipeline_cache_file.h); "" = none (the

@@ -5,7 +5,7 @@
 //    arrays as they are now (after the forward, as the adjoint's replay sees them), its per-loop
 //    maxima are read back, and the adjoint is launched with them as its trailing trips_
 //    arguments. For a caller who ran the forward long ago, or not through vkad. The counter
-//    re-runs the forward's loads and loops: about what the adjoint costs (docs/benchmarks.md).
+//    re-runs the forward's loads and loops: about what the adjoint costs (docs/benchmarks-log.md).
 //  - launch_forward_counted, then launch_counted_adjoint: the counts are recorded inside the
 //    forward launch the caller runs anyway (CountedAdjoint::counting_forward in place of the
 //    forward), into a trips array that the pair hands over; the adjoint then only reads them.

@@ -88,7 +88,7 @@ enum class AdstackSpecialize : uint8_t {
   // tier, adstack_specialize_max_private_capacity in the private tier. On the H200
   // specialization made the sin-loop adjoint 1.3-1.8x faster at 16 steps (both tiers) and the
   // private tier 5-20% faster at 64, but the heap tier 1.2-1.3x slower at 64 and 256 steps and
-  // the private tier 3% slower at 256 (docs/benchmarks.md, "Launch specialization").
+  // the private tier 3% slower at 256 (docs/benchmarks-log.md, "Launch specialization").
   kAuto,
   kAll,  // every adstack task, either tier, any capacity
 };
@@ -125,11 +125,11 @@ struct RuntimeOptions {
   AdstackTier adstack_tier = AdstackTier::kDefault;
   // kAuto's limit: private arrays up to this many bytes per thread. On the H200 private arrays
   // (local memory) beat the slot-major heap by 4-17% up to 4 KiB per thread, the largest
-  // measured (docs/benchmarks.md, "Private tier").
+  // measured (docs/benchmarks-log.md, "Private tier").
   uint64_t adstack_private_budget_bytes = 4096;
   // Private arrays get at least this many elements (then a power of two). On the H200 a 16-float
   // array indexed by a runtime value ran 2.2x slower than a 32-float one (kept in registers with
-  // per-access selects, presumably, instead of local memory; docs/benchmarks.md).
+  // per-access selects, presumably, instead of local memory; docs/benchmarks-log.md).
   uint32_t adstack_private_min_length = 32;
   AdstackSpecialize adstack_specialize = AdstackSpecialize::kDefault;
   uint32_t adstack_specialize_max_capacity = 32;          // kAuto's limits, entries per stack:
@@ -387,7 +387,7 @@ class Runtime {
   //
   // `run`: the capture also runs what it captures, as launch() and fill() would have, in
   // order and asynchronously -- the first iteration of a training loop without a replay after
-  // its capture (README, "A capture that runs"). The captured steps are cut into pieces of
+  // its capture (docs/graphs.md, "A capture that runs"). The captured steps are cut into pieces of
   // kBundleLaunches steps (the first three of 64, 128 and 256); threads of the runtime's own record
   // each piece into a bundle (the driver's per-launch recording, ~5 us on NVIDIA, off the caller's
   // thread) and the caller's next captured step submits the pieces recorded so far, so the device
@@ -438,8 +438,8 @@ class Runtime {
   // launch: omit_next_barrier). kNotFound for a dead handle.
   Result<size_t> graph_barriers(GraphHandle graph) const;
   // --- sharing an ndarray's memory with another API (runtime/ndarray_export.cpp) ---
-  // What the Python package's DLPack exchange is built on (README.md, "Sharing arrays with
-  // PyTorch, JAX and numpy"). The memory stays the runtime's: a caller that hands it out must
+  // What the Python package's DLPack exchange is built on (docs/interop.md, "Sharing arrays
+  // with PyTorch, JAX and numpy"). The memory stays the runtime's: a caller that hands it out must
   // keep the array alive (not free it) while anyone uses it, and order the other API's work
   // against this runtime's itself, with the serials and the semaphore below.
   struct NdArrayMemory {

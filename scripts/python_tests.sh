@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The Python package's test suite, the way a user installs it: a fresh venv, `pip install .`
-# (README.md, "Python"), pytest and numpy (Debian's torch beside them), then tests/python with
+# (docs/python.md), pytest and numpy (Debian's torch beside them), then tests/python with
 # the Khronos validation layer on. The build folder build/python/<wheel tag> persists, so a
 # second run recompiles nothing.
-# VKAD_PYTHON (default /usr/bin/python3 when present: Debian's, as the README assumes) picks
+# VKAD_PYTHON (default /usr/bin/python3 when present: Debian's, as docs/python.md assumes) picks
 # the interpreter; VKAD_VENV (default build/python-venv) the venv, recreated on every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# What README.md's "Python" section has a user install beyond scripts/setup.sh's packages.
+# What docs/python.md has a user install beyond scripts/setup.sh's packages.
 missing=()
 # python3-torch (Debian's PyTorch 1.13, CPU, with gloo): the interop and multi-process tests
 # (vkad.torch, torch.distributed) run against it; PyPI's torch wheel pulls gigabytes of CUDA.

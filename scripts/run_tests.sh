@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 export VKAD_VALIDATION=1
-# Never the user's on-disk caches (ctest sets it per test as well; README, "Caches on disk").
+# Never the user's on-disk caches (ctest sets it per test as well; docs/caches.md).
 export VKAD_CACHE=0
 cd "${VKAD_BUILD_DIR:-build}"
 ctest --output-on-failure -j"$(nproc)" "$@"

@@ -305,7 +305,7 @@ class TaskEmitter {
   // A structured loop `for (i = start; i < end; i += step) body(i)`. The header tests and
   // branches itself (no separate test block): SPIR-V validation walks the dominator tree once
   // per enclosing construct and block, so every block a loop adds costs superlinearly in a deep
-  // nest (issue 27, docs/benchmarks.md "Compile time against nesting depth").
+  // nest (issue 27, docs/benchmarks-log.md "Compile time against nesting depth").
   template <typename Body>
   // Returns the index's phi, which at the merge block holds the first index not run.
   uint32_t loop(uint32_t ty, uint32_t start, uint32_t end, uint32_t step, bool is_signed, Body body,

@@ -31,7 +31,7 @@ namespace vkad::codegen {
 // the Unroll loop control: once a launch specializes its trip count (launch_spec.h) the driver
 // unrolls it, and its stacks are then indexed by constants (registers, not local memory).
 // NVIDIA's driver did not unroll the sin loop's 64-step adjoint on its own: unrolled it ran 1.4x
-// faster on the H200 (docs/benchmarks.md). Segmented checkpointing's loops (checkpoint.h: the
+// faster on the H200 (docs/benchmarks-log.md). Segmented checkpointing's loops (checkpoint.h: the
 // whole tape, each segment, the rest after the segments) are such loops.
 inline constexpr int64_t kUnrollMaxTrips = 64;
 

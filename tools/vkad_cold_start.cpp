@@ -1,5 +1,5 @@
 // vkad-cold-start: what a new process pays before its first gradient, with the on-disk caches
-// cold, warm or off (README, "Caches on disk"). Differentiates the recurrence
+// cold, warm or off (docs/caches.md, "Caches on disk"). Differentiates the recurrence
 // v <- 0.5 v + 0.25 sin(v) w over L steps (the adjoint has an adstack), then launches forward and
 // adjoint once and waits. Run it twice with the same --cache-dir: the first run is cold (fills
 // the directory), the second warm.

@@ -105,7 +105,7 @@ Result<std::unique_ptr<Simulation>> Simulation::create(runtime::Runtime& rt, con
   double t0 = now_ms();
   Kernel fwd = build(false);
   VKAD_ASSIGN_OR_RETURN(Kernel adj, make_adjoint(fwd, target));
-  // Compiled through the on-disk cache (README, "Caches on disk"; off when the runtime's
+  // Compiled through the on-disk cache (docs/caches.md; off when the runtime's
   // cache_dir is empty): a second start reads the validated modules from files, and the
   // runtime's VkPipelineCache gives the driver its pipelines back, so start-up is not a
   // recompile every time.

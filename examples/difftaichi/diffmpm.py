@@ -23,11 +23,11 @@ The physics, parameters and optimisation loop are those of DiffTaichi's examples
 
 **The grid has a time axis here.** DiffTaichi clears and reuses one grid every step and
 recomputes the grid in its hand-written `advance` gradient. A vkad.Tape replays each adjoint on
-the arrays as they are when backward runs, so a reused grid would give wrong gradients (README,
-"Tapes and memory"): grid_v_in[f, i, j], grid_m_in[f, i, j] and grid_v_out[f, i, j] keep every
-step's grid instead, zeroed once per simulation. At the default size that is 1023 steps x 128^2
-cells x 5 floats = 335 MB (f32), and as much again for their gradients; small next to a GPU's
-memory, and the price of recomputation-free reverse mode.
+the arrays as they are when backward runs, so a reused grid would give wrong gradients
+(docs/tape.md): grid_v_in[f, i, j], grid_m_in[f, i, j] and grid_v_out[f, i, j] keep every step's
+grid instead, zeroed once per simulation. At the default size that is 1023 steps x 128^2 cells x 5
+floats = 335 MB (f32), and as much again for their gradients; small next to a GPU's memory, and the
+price of recomputation-free reverse mode.
 
 The step loop is said as one (Session.loop) and prepared at construction (Session.prepare_loop):
 from the first iteration it and its adjoint run as the graph rework's plan of their launches.
@@ -282,7 +282,7 @@ class DiffMPM:
         # controllers batched) and the first iteration runs that plan: on an H100 22.6-23.9 ms,
         # 1.3-1.4x the steady 17 ms, against 40-42 ms (2.1-2.4x) as a Python loop of bound
         # launches (loop=False), whose first iteration runs the launches as captured
-        # (docs/benchmarks.md, "Step loops"). The prepare costs construction ~100-200 ms.
+        # (docs/benchmarks-log.md, "Step loops"). The prepare costs construction ~100-200 ms.
         self.loop = loop
         self.scene = SCENES[scene](Scene(n_grid))
         sc = self.scene

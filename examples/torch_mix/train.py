@@ -1,5 +1,5 @@
-"""A torch model with a vkad simulation inside it, trained end to end (README.md, "vkad kernels
-in a PyTorch model").
+"""A torch model with a vkad simulation inside it, trained end to end (docs/interop.md, "vkad
+kernels in a PyTorch model").
 
 A small MLP (torch) reads a target point and proposes a launch velocity; a vkad kernel simulates
 the projectile (gravity, quadratic drag, `steps` Euler steps, a loop the adjoint replays through

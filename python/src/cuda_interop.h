@@ -1,6 +1,6 @@
 // vkad memory and timeline semaphores imported into CUDA, through the CUDA driver API loaded at
 // run time (dlopen("libcuda.so.1")): no CUDA toolkit at build time, no dependency where there is
-// no NVIDIA driver. What the Python package's DLPack exchange uses on NVIDIA GPUs (README.md,
+// no NVIDIA driver. What the Python package's DLPack exchange uses on NVIDIA GPUs (docs/interop.md,
 // "Sharing arrays with PyTorch, JAX and numpy").
 //
 // Design: vkad carves arrays from 64 MiB VkDeviceMemory blocks (rhi/memory_allocator.h), made

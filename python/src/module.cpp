@@ -85,8 +85,8 @@ T take(Result<T> r) {
 
 struct Kernel;
 
-// Session.loop's trace (README, "Step loops"): while its body runs, launches are collected here
-// with the loop index's arguments at the first iteration and their step, and run nothing.
+// Session.loop's trace (docs/graphs.md, "Step loops"): while its body runs, launches are collected
+// here with the loop index's arguments at the first iteration and their step, and run nothing.
 struct LoopEntry {
   nb::object kernel;  // as launched: a Kernel or a Differentiated
   Kernel* k = nullptr;
@@ -377,8 +377,8 @@ nb::object new_array(const StatePtr& st, std::vector<uint32_t> shape, DType dtyp
 // ------------------------------------------------------------------ DLPack
 // NdArray.__dlpack__ / __dlpack_device__ (a view of vkad's memory: kDLCPU on host-visible
 // devices, kDLCUDA through cuda_interop.h on NVIDIA GPUs) and Session._from_dlpack_capsule (a
-// copy into a new vkad array). README.md, "Sharing arrays with PyTorch, JAX and numpy", states
-// the synchronisation and lifetime rules implemented here.
+// copy into a new vkad array). docs/interop.md, "Sharing arrays with PyTorch, JAX and numpy",
+// states the synchronisation and lifetime rules implemented here.
 
 [[noreturn]] void buffer_error(const std::string& message) {
   PyErr_SetString(PyExc_BufferError, message.c_str());
@@ -1324,9 +1324,9 @@ struct Session {
     launch_converted(kernel, k, std::span<const Arg>(a, args.size()), args);
   }
 
-  // Session.loop's body: the launch traced (README, "Step loops") -- its arguments converted,
-  // the loop index's as its first iteration's value -- and nothing run. `value(i)`: the Python
-  // argument of parameter i.
+  // Session.loop's body: the launch traced (docs/graphs.md, "Step loops") -- its arguments
+  // converted, the loop index's as its first iteration's value -- and nothing run. `value(i)`: the
+  // Python argument of parameter i.
   template <typename Value>
   void trace(nb::handle kernel, Kernel* k, Value&& value) {
     LoopTrace& t = *st->loop;
@@ -2060,8 +2060,8 @@ struct Session {
 
 // ------------------------------------------------------------------ bound launches
 
-// Session.bind's result (README, "Bound launches"): a launch with some arguments fixed. A step
-// loop launches the same kernels with the same arrays thousands of times and only the step
+// Session.bind's result (docs/python.md, "Bound launches"): a launch with some arguments fixed. A
+// step loop launches the same kernels with the same arrays thousands of times and only the step
 // changes; calling a Bound converts only what changes and goes straight to the launch, where
 // Session.launch converts every argument behind a Python call that builds the argument list.
 struct Bound {
@@ -2310,7 +2310,7 @@ NB_MODULE(_vkad, m) {
                (g.released ? ", released" : "") + ")";
       });
 
-  // Session.loop's symbolic index (README, "Step loops").
+  // Session.loop's symbolic index (docs/graphs.md, "Step loops").
   auto symbolic = [](const LoopIndex& t) -> nb::object {
     invalid("Session.loop: " + t.repr() +
             " is symbolic (the body is traced once): pass it, plus or minus an int, to a "

@@ -108,13 +108,13 @@ class Session(_vkad.Session):
     VKAD_VALIDATION=1). retirement_depth: submissions in flight before the host waits.
     spare_memory_blocks: empty 64 MiB device-memory blocks kept per memory type after their
     last array is freed (0 gives every empty block back at once).
-    cache_dir: the on-disk kernel and pipeline caches (README, "Caches on disk"): None =
+    cache_dir: the on-disk kernel and pipeline caches (docs/caches.md): None =
     automatic (VKAD_CACHE=0 off, else VKAD_CACHE_DIR, else $XDG_CACHE_HOME/vkad, else
     ~/.cache/vkad), "" = off, else that directory.
     specialize_shapes: besides its generic pipeline, a kernel gets one per set of array shapes
-    it is launched with, its extents constants the driver folds (README, "Kernels specialized
-    to their shapes"): made on a thread while the shape's first launch runs the generic one
-    (prepare() makes it at once), at most 8 per task. False: the generic pipeline for every
+    it is launched with, its extents constants the driver folds (docs/caches.md, "Kernels
+    specialized to their shapes"): made on a thread while the shape's first launch runs the generic
+    one (prepare() makes it at once), at most 8 per task. False: the generic pipeline for every
     shape (VKAD_SPECIALIZE_SHAPES=0 does that for every session).
 
     launch(kernel, *args) is asynchronous: ndarrays for array parameters, Python (or numpy)
@@ -229,7 +229,8 @@ class Session(_vkad.Session):
 
     def loop(self, start: int, stop: int, body: Callable[[LoopIndex], Any]) -> None:
         """A step loop: the launches of `body(t)` for t in range(start, stop), in order -- the
-        results of `for t in range(start, stop): body(t)` -- said as one (README, "Step loops").
+        results of `for t in range(start, stop): body(t)` -- said as one (docs/graphs.md, "Step
+        loops").
 
             def step(t):                  # DiffTaichi's substep, t symbolic
                 center(t - 1); nn1(t - 1); nn2(t - 1); springs(t - 1); advance(t)
@@ -328,7 +329,8 @@ def from_dlpack(x: Any, session: Optional[Session] = None, *, copy: Optional[boo
     for vkad's next launch. vkad arrays own their device memory, so importing never aliases
     another library's allocation: copy=False raises. The tensor must be C-contiguous, of rank
     1 to 8, of a dtype vkad holds (float32, float64, int32, uint32, int64, bool). A capsule is
-    consumed: passing it again raises. README.md, "Sharing arrays with PyTorch, JAX and numpy".
+    consumed: passing it again raises. docs/interop.md, "Sharing arrays with PyTorch, JAX and
+    numpy".
     """
     if isinstance(x, NdArray):
         if session is not None and not session._owns(x):

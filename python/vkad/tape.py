@@ -20,7 +20,7 @@ array that was freed or collected is dropped at the next recording or backward.
 As in reverse mode generally, the replay reads the forward's inputs as they are when the
 adjoints run: a launch recorded later must not overwrite an input of an earlier one (keep each
 step's state: an array with a time axis written at f + 1 and read at f, or an array per step;
-README.md, "Tapes and memory"). Session.launch refuses such a launch inside `with t:` before it
+docs/tape.md). Session.launch refuses such a launch inside `with t:` before it
 runs (InvalidArgumentError naming both launches, the array and the row), with vkad::Tape's own
 check and message (api/tape_hazards.h); rows given by scalar arguments are compared, so the
 time axis is accepted. A launch that passes one array for a parameter it writes and another
@@ -32,9 +32,9 @@ A differentiated scalar parameter (an f32 / f64 scalar marked grad) has its grad
 that kernel in the recording (the gradient with respect to a value every launch is given).
 
 A Session.loop recorded on the tape is one entry of `t.launches` (a vkad.LoopRecord: its
-differentiated launches and iterations; README.md, "Step loops"): the check above runs for every
-iteration before the loop runs, and backward runs the loop's adjoints as one loop, from its last
-iteration down.
+differentiated launches and iterations; docs/graphs.md, "Step loops"): the check above runs for
+every iteration before the loop runs, and backward runs the loop's adjoints as one loop, from its
+last iteration down.
 
 Checkpointing across launches (`t.checkpoint_every = K`, vkad::Tape::set_checkpoint_every):
 the recording may reuse state arrays (a ring). Before each recorded launch the tape copies what

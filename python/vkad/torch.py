@@ -14,7 +14,7 @@ parameters are their initial contents (a loss accumulated with atomic_add starts
 are not modified. Gradients flow to the parameters the kernel marks grad and does not write;
 the initial contents of written arrays get none.
 
-Copies (README.md, "Sharing arrays with PyTorch, JAX and numpy"): each input tensor is copied
+Copies (docs/interop.md, "Sharing arrays with PyTorch, JAX and numpy"): each input tensor is copied
 once into a vkad array (vkad arrays own their memory; on CUDA the copy is cuMemcpyDtoD, on the
 host an upload; a non-contiguous tensor is made contiguous first); every output and every
 gradient comes back without a copy (a DLPack view of vkad's memory). Backward seeds the adjoint

@@ -1,5 +1,5 @@
-// Gather recompute at Session::end_capture (graph/gather_recompute.h, README "Gather
-// recompute"): a captured step loop of grid update -> gather -> update, where the gather
+// Gather recompute at Session::end_capture (graph/gather_recompute.h, docs/graphs.md,
+// "Gather recompute"): a captured step loop of grid update -> gather -> update, where the gather
 // reads the grid update's output at a stencil, replays with each gather computing the cells it
 // reads itself (stats().recomputed_launches counts them), and every array ends as the CPU
 // evaluator's run of the launches one by one says.
@@ -157,7 +157,7 @@ TEST_F(GatherRecomputeGraph, AReplayedLoopComputesTheGatheredCellsAndMatchesTheC
   auto graph = s.end_capture();
   ASSERT_TRUE(graph.ok()) << graph.status().to_string();
   // Every gather but the first: step 0's grid update reads only what was uploaded, so it runs
-  // ahead of the chain anyway and is not copied (README, "Gather recompute").
+  // ahead of the chain anyway and is not copied (docs/graphs.md, "Gather recompute").
   EXPECT_EQ(s.stats()->recomputed_launches - before, kSteps - 1);
 
   for (int rep = 0; rep < 2; ++rep) {  // the second replay starts from the first one's results

@@ -1,4 +1,4 @@
-// Session::rework_loop (README, "Step loops"): a step loop too wide to roll gets the graph
+// Session::rework_loop (docs/graphs.md, "Step loops"): a step loop too wide to roll gets the graph
 // rework's plan of its launches ahead, and launch_loop launches that plan. The loop here is
 // DiffTaichi's shape in miniature: `acc` adds into g[t] (as an adjoint adds into a gradient),
 // `hop` gathers g[t] at a neighbour (as p2g's adjoint reads the grid's), `copy` feeds the next

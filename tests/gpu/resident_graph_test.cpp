@@ -1,5 +1,5 @@
-// Resident step loops at Session::end_capture (graph/resident.h, README "Resident step
-// loops"): a captured loop of small launches -- a neighbour read fusion cannot merge, an
+// Resident step loops at Session::end_capture (graph/resident.h, docs/graphs.md,
+// "Resident step loops"): a captured loop of small launches -- a neighbour read fusion cannot merge, an
 // atomic reduction, a one-element launch with a float scalar -- becomes one launch of a
 // single-workgroup kernel whose phases meet at workgroup barriers. Its results are those of
 // the launches one by one on the CPU evaluator; an update of a rolled launch's scalar falls
@@ -231,7 +231,8 @@ TEST(ResidentGraph, OffOrPastTheRangeLimitTheLaunchesStay) {
   }
 }
 
-// Session::launch_loop (README, "Step loops"): the step loop `record` launches, said as one.
+// Session::launch_loop (docs/graphs.md, "Step loops"): the step loop `record` launches, said as
+// one.
 std::vector<LoopLaunch> loop_body(const Program& p) {
   const Arg t0 = Arg::i32(0);
   return {

@@ -1,5 +1,5 @@
 """Conventions a user relies on, pinned (docs/reference.md "Derivatives where an operation has a
-kink", README.md "Captured launch sequences"): min / max at an exact tie give the gradient to the
+kink", docs/graphs.md): min / max at an exact tie give the gradient to the
 first operand, abs'(0) = +1 (either zero); a captured backward is seeded with numbers; a replay
 update's launch index counts the backward's adjoints in capture order, as Graph.launch_names
 lists them."""

@@ -75,7 +75,7 @@ def test_a_replayed_iteration_equals_a_launched_one(session):
     session.finish_rework(sims[0]._graph)
     for sim, ls in zip(sims, losses):
         ls += [sim.iteration() for _ in range(2)]
-    # The step loop and its adjoint ran as resident kernels (README, "Step loops"), so this
+    # The step loop and its adjoint ran as resident kernels (docs/graphs.md, "Step loops"), so this
     # compares them with the launches.
     assert session.stats()["rolled_loops"] - rolled == 2
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
@@ -198,7 +198,7 @@ def test_diffmpm_replayed_iteration_equals_a_launched_one(session):
     session.finish_rework(sims[0]._graph)  # the reworked graph from here on
     for sim, loss in zip(sims, losses):
         loss += [sim.iteration() for _ in range(2)]
-    # Gather recompute rewrote the graph (README, "Gather recompute"): per step g2p computes
+    # Gather recompute rewrote the graph (docs/graphs.md, "Gather recompute"): per step g2p computes
     # the grid_op cells it reads, and the adjoint of p2g those of grid_op's adjoint.
     assert session.stats()["recomputed_launches"] - recomputed >= 2 * (MPM_STEPS - 1)
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)

@@ -1,4 +1,4 @@
-"""The on-disk caches from Python (README, "Caches on disk"): a second session, and a second
+"""The on-disk caches from Python (docs/caches.md): a second session, and a second
 process, read compiled kernels from the directory the first filled; "" turns them off."""
 import os
 import subprocess
@@ -58,8 +58,8 @@ def test_empty_dir_turns_the_caches_off(tmp_path):
 
 
 def test_pipeline_stats_are_printed_or_their_absence_said(tmp_path):
-    # VKAD_PIPELINE_STATS=1 (README, "Diagnostics"): each pipeline the driver makes prints its
-    # statistics with the kernel's and task's name, or, where the driver lacks
+    # VKAD_PIPELINE_STATS=1 (docs/graphs.md, "Diagnostics"): each pipeline the driver makes prints
+    # its statistics with the kernel's and task's name, or, where the driver lacks
     # VK_KHR_pipeline_executable_properties (lavapipe), one line says so.
     code = ("import vkad, sys; s = vkad.Session(cache_dir=''); "
             "s.differentiate(sys.argv[1]); s.close()")

@@ -1,4 +1,4 @@
-"""DLPack both ways (README.md, "Sharing arrays with PyTorch, JAX and numpy"): vkad arrays viewed
+"""DLPack both ways (docs/interop.md): vkad arrays viewed
 by numpy and torch without a copy (data pointers prove it), writes on each side seen after the
 documented synchronisation, the capsule protocol (names, versions, consumption, deleters),
 lifetimes (an exported array outlives Session.free, collection and close), imports by copy, and

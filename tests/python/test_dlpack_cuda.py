@@ -1,4 +1,4 @@
-"""DLPack on NVIDIA GPUs (README.md, "Sharing arrays with PyTorch, JAX and numpy"): vkad arrays
+"""DLPack on NVIDIA GPUs (docs/interop.md): vkad arrays
 as CUDA tensors without a copy (the same data pointer at every export), the stream handshake
 (torch's stream waits for vkad's timeline semaphore), torch -> vkad copies, lifetimes. Skipped
 unless the session's arrays export as kDLCUDA and PyTorch sees CUDA."""

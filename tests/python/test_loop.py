@@ -1,5 +1,5 @@
-"""Session.loop (README, "Step loops"): a step loop said as one -- its body traced once with a
-symbolic index, run as one resident kernel where it may be rolled -- gives the results and the
+"""Session.loop (docs/graphs.md, "Step loops"): a step loop said as one -- its body traced once with
+a symbolic index, run as one resident kernel where it may be rolled -- gives the results and the
 gradients of the same launches from a Python loop, records on a tape and in a capture, and names
 what is wrong in a body."""
 import numpy as np

@@ -21,7 +21,7 @@ def test_every_error_code_has_a_class():
 
 
 def test_version_is_the_one_in_VERSION():
-    # The file VERSION is the one place the version is written (README, "Embedding").
+    # The file VERSION is the one place the version is written (docs/cpp.md, "Embedding").
     import importlib.metadata
     assert vkad.__version__ == vkad._vkad.__version__
     assert vkad.__version__.count(".") == 2
