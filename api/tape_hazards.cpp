@@ -228,7 +228,7 @@ std::string TapeHazards::alias_conflict(const Session& session, const codegen::K
                 "inputs too";
   out += ": the gradients would be wrong. Pass a separate array for '" + k.names[wp.param] +
          "' (an output beside the input, e.g. Session.empty_like, or a time axis written at row "
-         "f + 1 and read at row f); README.md, \"Tapes and memory\". Nothing was launched or "
+         "f + 1 and read at row f); docs/tape.md, \"Tapes and memory\". Nothing was launched or "
          "recorded";
   return out;
 }
@@ -292,7 +292,7 @@ std::string TapeHazards::conflict(const Session& session, const codegen::KernelA
   out +=
       ": its gradients would be wrong. Keep one row or one array per step (an array with a time "
       "axis, read at row f and written at row f + 1, or one array per step), or differentiate "
-      "the steps before the overwrite in a recording of their own; README.md, \"Tapes and "
+      "the steps before the overwrite in a recording of their own; docs/tape.md, \"Tapes and "
       "memory\". Nothing was launched or recorded";
   return out;
 }

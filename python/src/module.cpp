@@ -2269,7 +2269,7 @@ NB_MODULE(_vkad, m) {
            "A DLPack capsule viewing the array's memory (no copy): kDLCPU on host-visible "
            "devices (after a host wait for the array's last vkad use), kDLCUDA on NVIDIA GPUs "
            "(the consumer's `stream` waits for it on the GPU). The array lives while the "
-           "consumer holds it. README.md, 'Sharing arrays with PyTorch, JAX and numpy'.")
+           "consumer holds it. docs/interop.md.")
       .def("__dlpack_device__", &ndarray_dlpack_device,
            nb::sig("def __dlpack_device__(self) -> tuple[int, int]"),
            "(1, 0) for a host-visible array (kDLCPU), (2, ordinal) for CUDA (kDLCUDA).")
@@ -2471,8 +2471,8 @@ NB_MODULE(_vkad, m) {
            "~/.cache/vkad), \"\" = off. specialize_shapes: besides its generic pipeline, each "
            "kernel gets one per set of array shapes it is launched with (made on a thread while "
            "the first launch runs the generic one; up to 8 per task), its extents constants "
-           "(README, 'Kernels specialized to their shapes'); VKAD_SPECIALIZE_SHAPES=0 turns it "
-           "off for every session.")
+           "(docs/caches.md, 'Kernels specialized to their shapes'); VKAD_SPECIALIZE_SHAPES=0 "
+           "turns it off for every session.")
       .def_prop_ro("device_name", &Session::device_name)
       .def_prop_ro("device_uuid", &Session::device_uuid,
                    "The device's UUID, as vkad.devices() lists it (on NVIDIA the CUDA UUID).")
@@ -2542,7 +2542,7 @@ NB_MODULE(_vkad, m) {
                   "**args: NdArray | int | float | bool) -> BoundLaunch"),
           "The kernel with the arguments named here fixed (checked now): calling the result "
           "with the others, positionally in parameter order, launches it as launch() would "
-          "(taped, captured), converting only those. README, 'Bound launches'.")
+          "(taped, captured), converting only those. docs/python.md, 'Bound launches'.")
       .def("_launch_adjoints", &Session::launch_adjoints, "launches"_a, "grads"_a,
            nb::sig("def _launch_adjoints(self, launches: list[tuple[Kernel | Differentiated, "
                    "tuple[NdArray | int | float | bool, ...]]], grads: dict[int, NdArray]) "
