@@ -447,6 +447,46 @@ def test_taichi_8356_global_accumulation_in_inner_loop(session, ft, form):
     assert_grad(tp.grad(xs).numpy(), w, ft, "dL/dx (input)")
 
 
+def test_taichi_7771_triangular_nested_loops(session, ft):
+    """taichi-dev/taichi#7771, https://github.com/taichi-dev/taichi/issues/7771 ("diff-Taichi
+    error in complicated loop situations"). Nested range-for loops whose bounds depend on the
+    enclosing loop's index, accumulating into a local: for i: l = 0; for j in range(i): for k in
+    range(j): l += x[j] x[k]; y[i] = l; loss += y[i]. Taichi failed to compile the gradient
+    kernel ("Instruction does not dominate all uses!") on CPU and CUDA; its maintainers
+    confirmed a bug in the handling of loop indices (PR #7778) and that `for ... continue` and
+    `while` were not supported by Taichi's autodiff at all. Here the same triangular loops
+    (no bound stated: vkad derives j < i and k < j), and the loss accumulated atomically."""
+    s = session
+    N = 6
+    kb = Builder("taichi7771")
+    x = kb.ndarray("x", ft, 1, grad=True)
+    y = kb.ndarray("y", ft, 1, grad=True)
+    loss = kb.ndarray("loss", ft, 0, grad=True)
+    with kb.parallel_for("main", 0, x.shape[0]) as i:
+        l = kb.local(ft)
+        with kb.for_range(0, i) as j:
+            with kb.for_range(0, j) as k:
+                l += x[j] * x[k]
+        y[i] = l.load()
+        loss.atomic_add(None, l.load())
+    d = s.differentiate(kb)
+
+    def ref(xa):
+        ya = np.array([sum(xa[j] * xa[k] for j in range(i) for k in range(j)) for i in range(N)])
+        return ya, float(ya.sum())
+
+    xv = rounded(np.linspace(-1.0, 1.5, N) + 0.1, ft)
+    w = np.linspace(0.5, 1.5, N)
+    xs, ys, ls = s.ndarray(xv, npt(ft)), s.empty(N, ft), s.zeros(1, ft)
+    with s.tape() as tp:
+        s.launch(d, xs, ys, ls)
+    assert_forward(ys.numpy(), ref(xv)[0], ft, "y")
+    assert_forward(ls.numpy(), [ref(xv)[1]], ft, "loss")
+    tp.backward(seed={ys: w, ls: 0.5})
+    want = fd_grad(lambda q: float(w @ ref(q)[0]) + 0.5 * ref(q)[1], xv)
+    assert_grad(tp.grad(xs).numpy(), want, ft, "dL/dx")
+
+
 def _ewma_ref(xa, alpha):
     e = np.zeros_like(xa)
     e[0] = xa[0]
