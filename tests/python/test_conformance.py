@@ -246,6 +246,40 @@ def test_warp_1740_nonlinear_use_of_the_accumulator_after_the_loop(session, ft, 
                     ["1/total (init 0)", "1/total (init 1)", "total^2"][k])
 
 
+def test_warp_140_loop_bound_computed_in_the_kernel(session, ft):
+    """NVIDIA/warp#140, https://github.com/NVIDIA/warp/issues/140 ("Tape back propagation breaks
+    when used with loops of size which are calculated inside the function"). summ = 0; for j in
+    range(p + 1): summ = summ + weight[j] a[j]; summ = summ * c[0]: with the trip count computed
+    from a kernel argument, tape.backward() returned a zero gradient for c (right with a
+    constant bound). The same here, p + 1 computed in the kernel from a scalar parameter, the
+    report's data (a = weight = 1..5, c = 1, p = 4): d summ / d c = 55, d summ / d a_j =
+    c weight_j."""
+    s = session
+    kb = Builder("warp140")
+    a = kb.ndarray("a", ft, 1, grad=True)
+    wt = kb.ndarray("weight", ft, 1, grad=True)
+    cc = kb.ndarray("c", ft, 1, grad=True)
+    summ = kb.ndarray("summ", ft, 1, grad=True)
+    p = kb.scalar("p", vkad.i32)
+    with kb.parallel_for("main", 0, summ.shape[0]) as i:
+        acc = kb.local(ft)
+        with kb.for_range(0, p + 1) as j:
+            acc.store(acc.load() + wt[j] * a[j])
+        acc.store(acc.load() * cc[0])
+        summ[i] = acc.load()
+    d = s.differentiate(kb)
+    av = np.arange(1.0, 6.0)
+    as_, ws, cs, ss = (s.ndarray(av, npt(ft)), s.ndarray(av, npt(ft)), s.ndarray([1.0], npt(ft)),
+                       s.zeros(1, ft))
+    with s.tape() as tp:
+        s.launch(d, as_, ws, cs, ss, 4)
+    assert_forward(ss.numpy(), [55.0], ft, "summ")
+    tp.backward(seed={ss: 1.0})
+    assert_grad(tp.grad(cs).numpy(), [55.0], ft, "d summ / d c")
+    assert_grad(tp.grad(as_).numpy(), av, ft, "d summ / d a")
+    assert_grad(tp.grad(ws).numpy(), av, ft, "d summ / d weight")
+
+
 def test_warp_1552_continue_in_dynamic_loop_argmax(session, ft):
     """NVIDIA/warp#1552, https://github.com/NVIDIA/warp/issues/1552 ("Adjoint of continue in
     dynamic for-loops produces wrong gradients for argmax-style reductions"). Two nested loops
@@ -399,6 +433,44 @@ def test_taichi_4412_local_accumulation_in_loop(session, ft):
         assert_forward(fs.numpy(), n * av, ft, "f")
         tp.backward(seed={fs: 1.0})
         assert_grad(tp.grad(as_).numpy(), np.full(15, float(n)), ft, f"da ({n} trips)")
+
+
+def test_taichi_8027_long_inner_loop(session, ft):
+    """taichi-dev/taichi#8027, https://github.com/taichi-dev/taichi/issues/8027 ("[diff] error
+    when big inner loop in an autodiff kernel"). for i in range(10): weight_sum = 0; for j in
+    range(500): weight_sum += 1.0 -- the gradient kernel crashed (CUDA: illegal address from
+    n >= 147 inner trips; CPU: segfault from n >= 31): the autodiff stack that holds the loop's
+    carried values was sized too small. Here 10 threads run a 500-trip inner loop whose carried
+    value is nonlinear, so every trip's value must be kept or recomputed:
+    w = 0.995 w + 0.01 sin(w + x[i]); out[i] = w. Against finite differences of the same
+    recurrence."""
+    s = session
+    T = 500
+    kb = Builder("taichi8027")
+    x = kb.ndarray("x", ft, 1, grad=True)
+    out = kb.ndarray("out", ft, 1, grad=True)
+    with kb.parallel_for("main", 0, x.shape[0]) as i:
+        w = kb.local(ft)
+        xi = x[i]
+        with kb.for_range(0, T):
+            w.store(w.load() * 0.995 + vkad.sin(w.load() + xi) * 0.01)
+        out[i] = w.load()
+    d = s.differentiate(kb)
+
+    def ref(xa):
+        w = np.zeros_like(xa)
+        for _ in range(T):
+            w = w * 0.995 + np.sin(w + xa) * 0.01
+        return w
+
+    xv = rounded(np.linspace(-2.0, 2.5, 10), ft)
+    xs, os_ = s.ndarray(xv, npt(ft)), s.empty(10, ft)
+    with s.tape() as tp:
+        s.launch(d, xs, os_)
+    assert_forward(os_.numpy(), ref(xv), ft, "out")
+    seed = np.linspace(0.5, 1.5, 10)
+    tp.backward(seed={os_: seed})
+    assert_grad(tp.grad(xs).numpy(), fd_grad(lambda q: float(seed @ ref(q)), xv), ft, "dL/dx")
 
 
 @pytest.mark.parametrize("form", [
