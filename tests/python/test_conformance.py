@@ -14,9 +14,9 @@ is wrong the test stays, marked xfail(strict=True) with the reason, so a fix tur
 XPASS that fails the run until the mark is removed.
 
 Tolerances (assert_grad). The reference gradient is the f64 numpy program's, by Richardson-
-extrapolated central differences (step 1e-4 relative, at least 1e-6; truncation error O(h^4) ~ 1e-16, rounding
-~ 1e-16 / 1e-4 = 1e-12 relative), evaluated at the inputs rounded to the kernel's precision, so
-the reference is exact to about 1e-11 of the gradient's magnitude. The comparison is per
+extrapolated central differences (step 1e-4 relative, at least 1e-6; truncation error
+O(h^4) ~ 1e-16, rounding ~ 1e-16 / 1e-4 = 1e-12 relative), evaluated at the inputs rounded
+to the kernel's precision, so the reference is exact to about 1e-11 of the gradient's magnitude. The comparison is per
 element, |got - want| <= rtol * max|want| (the gradient vector's magnitude, so elements that are
 nearly zero are not held to a relative bound they cannot meet):
   - f64: rtol 1e-8: the device's f64 rounding over a few hundred operations (~1e-13) and the
@@ -336,7 +336,7 @@ def test_warp_1293_nested_dynamic_range_loops(session, ft):
     Warp's forward was right and tape.backward() gave 2x the correct gradient for the outer
     variable. Checked: d(loss)/d(qpos) and d(loss)/d(body_off)."""
     s = session
-    starts = np.array([0, 3, 7], dtype=np.int32)            # branch b: bodies [starts[b], starts[b+1])
+    starts = np.array([0, 3, 7], dtype=np.int32)  # branch b: bodies [starts[b], starts[b + 1])
     ids = np.array([0, 1, 2, 3, 4, 5, 6], dtype=np.int32)
     jntnum = np.array([1, 0, 2, 2, 1, 0, 1], dtype=np.int32)
     jntadr = np.concatenate([[0], np.cumsum(jntnum)[:-1]]).astype(np.int32)
@@ -489,8 +489,8 @@ def test_taichi_8356_global_accumulation_in_inner_loop(session, ft, form):
     y.grad = [1, 1, 1] where it is [5, 5, 5]; the equivalent form a = 0; for j in y: a += y[j];
     x[i] += a gave the right answer. Both forms here (atomic_add into x in the inner loop; a
     local sum then one atomic_add), and the same update as a plain load and store
-    (x[i] = x[i] + y[j], what `+=` on a global means in Warp), with a non-uniform seed w on x: d/dy_j = sum_i w_i, and x's
-    gradient is the seed itself (x_out = x_in + sum y)."""
+    (x[i] = x[i] + y[j], the non-atomic spelling of the update), with a non-uniform seed w on
+    x: d/dy_j = sum_i w_i, and x's gradient is the seed itself (x_out = x_in + sum y)."""
     s = session
     kb = Builder("taichi8356")
     x = kb.ndarray("x", ft, 1, grad=True)
@@ -941,9 +941,9 @@ def _maxiters_ref(xk, nk):
 
 
 def test_slang_loop_past_maxiters(session, ft):
-    """Slang's [MaxIters(N)] (shader-slang/slang#2635, https://github.com/shader-slang/slang/pull/2635,
-    "Reverse-mode Loop Support": "a [maxiters(count)] decoration to control the size of the
-    allocated arrays" of the loop's intermediate values): the backward pass stores at most N
+    """Slang's [MaxIters(N)] (shader-slang/slang#2635,
+    https://github.com/shader-slang/slang/pull/2635, "Reverse-mode Loop Support": "a
+    [maxiters(count)] decoration to control the size of the allocated arrays" of the loop's intermediate values): the backward pass stores at most N
     iterations, and a loop that runs more than N has no room for the rest -- Slang does not
     check it (on CUDA the backward of such loops reads out of bounds, slang#13000). The program:
     a loop whose trip count n[k] is read from an array (2 to 6), a carried value overwritten
