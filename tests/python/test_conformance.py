@@ -14,11 +14,11 @@ is wrong the test stays, marked xfail(strict=True) with the reason, so a fix tur
 XPASS that fails the run until the mark is removed.
 
 Tolerances (assert_grad). The reference gradient is the f64 numpy program's, by Richardson-
-extrapolated central differences (step 1e-4 relative, at least 1e-6; truncation error
-O(h^4) ~ 1e-16, rounding ~ 1e-16 / 1e-4 = 1e-12 relative), evaluated at the inputs rounded
-to the kernel's precision, so the reference is exact to about 1e-11 of the gradient's magnitude. The comparison is per
-element, |got - want| <= rtol * max|want| (the gradient vector's magnitude, so elements that are
-nearly zero are not held to a relative bound they cannot meet):
+extrapolated central differences (step 1e-4 relative, at least 1e-6; truncation error O(h^4) ~
+1e-16, rounding ~ 1e-16 / 1e-4 = 1e-12 relative), evaluated at the inputs rounded to the
+kernel's precision, so the reference is exact to about 1e-11 of the gradient's magnitude. The
+comparison is per element, |got - want| <= rtol * max|want| (the gradient vector's magnitude, so
+elements that are nearly zero are not held to a relative bound they cannot meet):
   - f64: rtol 1e-8: the device's f64 rounding over a few hundred operations (~1e-13) and the
     reference's error (~1e-11) are far below it;
   - f32: rtol 1e-3: f32 rounds at 6e-8 per operation; a loop of up to ~60 trips with
@@ -943,13 +943,13 @@ def _maxiters_ref(xk, nk):
 def test_slang_loop_past_maxiters(session, ft):
     """Slang's [MaxIters(N)] (shader-slang/slang#2635,
     https://github.com/shader-slang/slang/pull/2635, "Reverse-mode Loop Support": "a
-    [maxiters(count)] decoration to control the size of the allocated arrays" of the loop's intermediate values): the backward pass stores at most N
-    iterations, and a loop that runs more than N has no room for the rest -- Slang does not
-    check it (on CUDA the backward of such loops reads out of bounds, slang#13000). The program:
-    a loop whose trip count n[k] is read from an array (2 to 6), a carried value overwritten
-    every trip. With max_trip = 6 the gradient must be right; with max_trip = 4 (lanes run 6)
-    vkad must refuse loudly (vkad.DeviceError at the readback, naming max_trip), not return a
-    gradient built from 4 of 6 iterations."""
+    [maxiters(count)] decoration to control the size of the allocated arrays" of the loop's
+    intermediate values): the backward's storage holds N iterations of the loop, so a loop that
+    runs more than N has no room for the rest. The program: a loop whose trip count n[k] is
+    read from an array (2 to 6), a carried value overwritten every trip. With max_trip = 6 the
+    gradient must be right; with max_trip = 4 (lanes run 6) no correct adjoint fits the stated
+    bound, and vkad must refuse loudly (vkad.DeviceError at the readback, naming max_trip), not
+    return a gradient built from 4 of 6 iterations."""
     s = session
     xv = rounded([0.3, -0.8, 1.1, 0.6], ft)
     nv = np.array([2, 6, 5, 3], dtype=np.int32)
