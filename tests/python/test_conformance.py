@@ -409,8 +409,8 @@ def test_warp_1293_nested_dynamic_range_loops(session, ft):
 def test_taichi_4412_local_accumulation_in_loop(session, ft):
     """taichi-dev/taichi#4412, https://github.com/taichi-dev/taichi/issues/4412 ("Autodiff gives
     wrong results given the local atomics"). p = a[i]; q = 0; for j in range(5): q += p;
-    f[i] = q. Taichi's autodiff gave a.grad = 1.0 instead of 5.0 (the local `+=` in the loop,
-    an atomic on a local, was differentiated once). Here: the constant trip count of the report
+    f[i] = q. Taichi's autodiff gave a.grad = 1.0 instead of 5.0 (Taichi's IR makes the `+=` on
+    a local a "local atomic"). Here: the constant trip count of the report
     and a trip count from a scalar parameter (m = 9), d f / d a = trips."""
     s = session
     for trips in (5, None):
@@ -439,8 +439,8 @@ def test_taichi_8027_long_inner_loop(session, ft):
     """taichi-dev/taichi#8027, https://github.com/taichi-dev/taichi/issues/8027 ("[diff] error
     when big inner loop in an autodiff kernel"). for i in range(10): weight_sum = 0; for j in
     range(500): weight_sum += 1.0 -- the gradient kernel crashed (CUDA: illegal address from
-    n >= 147 inner trips; CPU: segfault from n >= 31): the autodiff stack that holds the loop's
-    carried values was sized too small. Here 10 threads run a 500-trip inner loop whose carried
+    n >= 147 inner trips; CPU: segfault from n >= 31; the fix, taichi#8200, stored the loop
+    index for the gradient). Here 10 threads run a 500-trip inner loop whose carried
     value is nonlinear, so every trip's value must be kept or recomputed:
     w = 0.995 w + 0.01 sin(w + x[i]); out[i] = w. Against finite differences of the same
     recurrence."""
@@ -582,8 +582,7 @@ def test_taichi_2425_recursive_formulation(session, ft, form):
     incorrect in recursive formulation"). An exponentially weighted moving average written
     recursively in one serial kernel, ewma[i] = alpha x[i] + (1 - alpha) ewma[i - 1], each
     iteration reading the element the previous one wrote. Taichi returned silently wrong
-    gradients (its maintainers: the program breaks Taichi's "global data access rule", which
-    Taichi does not check). Two forms here: the report's, reading the global array it writes
+    gradients (its maintainers: the program breaks Taichi's "global data access rule"). Two forms here: the report's, reading the global array it writes
     (global_recursive), and the recurrence carried in a local with each value stored
     (local_carried). Checked: d(sum w ewma)/d x and d/d alpha (alpha a rank-0 input)."""
     s = session
@@ -647,8 +646,8 @@ def test_taichi_3003_sibling_loops_nested_in_a_loop(session, ft):
     """taichi-dev/taichi#3003, https://github.com/taichi-dev/taichi/issues/3003 ("Silent wrong
     result when for loops are nested in ti.Tape"). for j in range(2): (for i in range(3):
     y += x) (for i in range(3): y += x) -- an outer loop holding two sibling loops, against
-    Taichi's "kernel simplicity rule" -- gave a silently wrong dy/dx (12 expected); Taichi later
-    made it an error. Here the loops' trip counts are scalar parameters and the adds go into a
+    Taichi's "kernel simplicity rule" -- gave a silently wrong dy/dx (12 expected; the report
+    asked for at least an error). Here the loops' trip counts are scalar parameters and the adds go into a
     rank-0 array (Taichi's y[None] += x[None]); a second output adds sin(x) (j + 1) so the
     gradient depends on x: 12 and 9 cos(x)."""
     s = session
