@@ -582,9 +582,9 @@ def test_taichi_2425_recursive_formulation(session, ft, form):
     incorrect in recursive formulation"). An exponentially weighted moving average written
     recursively in one serial kernel, ewma[i] = alpha x[i] + (1 - alpha) ewma[i - 1], each
     iteration reading the element the previous one wrote. Taichi returned silently wrong
-    gradients (its maintainers: the program breaks Taichi's "global data access rule"). Two forms here: the report's, reading the global array it writes
-    (global_recursive), and the recurrence carried in a local with each value stored
-    (local_carried). Checked: d(sum w ewma)/d x and d/d alpha (alpha a rank-0 input)."""
+    gradients (its maintainers: the program breaks Taichi's "global data access rule"). Two
+    forms here: the report's, reading the global array it writes (global_recursive), and the
+    recurrence carried in a local with each value stored (local_carried). Checked: d(sum w ewma)/d x and d/d alpha (alpha a rank-0 input)."""
     s = session
     N = 12
     rng = np.random.default_rng(2425)
@@ -647,9 +647,9 @@ def test_taichi_3003_sibling_loops_nested_in_a_loop(session, ft):
     result when for loops are nested in ti.Tape"). for j in range(2): (for i in range(3):
     y += x) (for i in range(3): y += x) -- an outer loop holding two sibling loops, against
     Taichi's "kernel simplicity rule" -- gave a silently wrong dy/dx (12 expected; the report
-    asked for at least an error). Here the loops' trip counts are scalar parameters and the adds go into a
-    rank-0 array (Taichi's y[None] += x[None]); a second output adds sin(x) (j + 1) so the
-    gradient depends on x: 12 and 9 cos(x)."""
+    asked for at least an error). Here the loops' trip counts are scalar parameters and the
+    adds go into a rank-0 array (Taichi's y[None] += x[None]); a second output adds
+    sin(x) (j + 1) so the gradient depends on x: 12 and 9 cos(x)."""
     s = session
     kb = Builder("taichi3003")
     x = kb.ndarray("x", ft, 0, grad=True)
