@@ -584,7 +584,8 @@ def test_taichi_2425_recursive_formulation(session, ft, form):
     iteration reading the element the previous one wrote. Taichi returned silently wrong
     gradients (its maintainers: the program breaks Taichi's "global data access rule"). Two
     forms here: the report's, reading the global array it writes (global_recursive), and the
-    recurrence carried in a local with each value stored (local_carried). Checked: d(sum w ewma)/d x and d/d alpha (alpha a rank-0 input)."""
+    recurrence carried in a local with each value stored (local_carried). Checked:
+    d(sum w ewma)/d x and d/d alpha (alpha a rank-0 input)."""
     s = session
     N = 12
     rng = np.random.default_rng(2425)
