@@ -165,3 +165,23 @@ def test_main_runs_and_writes_plots(tmp_path, capsys):
         return
     assert (tmp_path / "wave_loss.png").stat().st_size > 0
     assert (tmp_path / "wave_final.png").stat().st_size > 0
+
+
+def _loss_line(out):
+    return next(line for line in out.splitlines() if line.startswith("loss "))
+
+
+@pytest.mark.parametrize("f64", [False, True], ids=["f32", "f64"])
+def test_main_with_its_graph_and_loop_equals_launches(session, f64, tmp_path, capsys):
+    # The default (the iteration captured and replayed, the step loop through Session.loop)
+    # against --no-graph --no-loop (every launch from Python): the same losses to the digits
+    # printed; in f64 the captured backward seeds the f64 loss gradient with 1.0 (a fill whose
+    # 8-byte halves differ).
+    if f64 and not f64_ok(session):
+        pytest.skip("the device has no f64")
+    args = ["--iters", "3", "--steps", "16", "--grid", "24", "--out", str(tmp_path)]
+    args += ["--f64"] if f64 else []
+    assert wave.main(args) == 0
+    graphed = _loss_line(capsys.readouterr().out)
+    assert wave.main(args + ["--no-graph", "--no-loop"]) == 0
+    assert _loss_line(capsys.readouterr().out) == graphed
