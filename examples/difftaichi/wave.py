@@ -42,7 +42,8 @@ What vkad does instead of Taichi's behaviour:
   initialize, the step loop and compute_loss, and backward() (seed 1) zeroes the gradients and
   runs the adjoints.
 
-The step loop is said as one (Session.loop) and prepared at construction (Session.prepare_loop).
+The step loop is said as one (Session.loop) and prepared at construction (Session.prepare_loop);
+each step stays one dispatch (see the constructor).
 The whole iteration (zeroing, forward, backward, the update) is captured once as a graph and
 replayed (--no-graph launches the kernels one by one; the results are the same). The Wave class
 is what tests/python/test_difftaichi_wave.py and bench/difftaichi_ports.py import.
@@ -212,7 +213,12 @@ class Wave:
         self._launchers: Dict[tuple, vkad.BoundLaunch] = {}  # by (kernel name, recorded)
         self._apply_grad = s.bind(self.apply_grad_kernel, initial=self.arrays["initial"],
                                   initial_grad=self.arrays["initial"].grad)
-        if loop:  # the loop's and its adjoint's plans and the tape's check of the loop, made now
+        # loop=True: the step loop said as one (Session.loop), prepared here (the tape's check of
+        # the loop made now). Its 2-d tasks of n_grid^2 cells are too wide to roll into a
+        # resident kernel, and each step reads its neighbours in the last two rows, so the graph
+        # rework's plan is the launches as they are (no gather recompute or fusion applies): the
+        # loop saves the Python calls, and the steps run as one dispatch each.
+        if loop:
             self.s.prepare_loop(2, steps, self._step(True))
 
     # launches
