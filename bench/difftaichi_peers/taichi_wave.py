@@ -36,7 +36,7 @@ class TaichiWave:
         self.steps, self.n_grid = steps, n_grid
         k = wv.constants(n_grid)
         self.dx, self.inv_dx2, self.k_q, self.k_p = k["dx"], k["inv_dx2"], k["k_q"], k["k_p"]
-        self.damped = wv.ALPHA != 0.0
+        self.damped, self.lr = wv.ALPHA != 0.0, wv.LEARNING_RATE
         self._np_real = np.float64 if real == ti.f64 else np.float32
         self.p = ti.field(real, shape=(steps, n_grid, n_grid), needs_grad=True)
         self.initial = ti.field(real, shape=(n_grid, n_grid), needs_grad=True)
@@ -79,7 +79,7 @@ class TaichiWave:
     @ti.kernel
     def apply_grad(self):
         for i, j in self.initial.grad:
-            self.initial[i, j] -= wv.LEARNING_RATE * self.initial.grad[i, j]
+            self.initial[i, j] -= self.lr * self.initial.grad[i, j]
 
     # --- the program ---------------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ def neighbour_sum(p: wp.array3d(dtype=float), t: int, i: int, j: int, n: int):
 def build_kernels(n_grid: int):
     k = wv.constants(n_grid)
     inv_dx2, k_q, k_p, dx2 = k["inv_dx2"], k["k_q"], k["k_p"], k["dx"] * k["dx"]
-    damped = wv.ALPHA != 0.0
+    damped, lr = wv.ALPHA != 0.0, wv.LEARNING_RATE
 
     @wp.kernel
     def initialize(initial: wp.array2d(dtype=float), p: wp.array3d(dtype=float)):
@@ -70,7 +70,7 @@ def build_kernels(n_grid: int):
     @wp.kernel
     def apply_grad(grad: wp.array2d(dtype=float), initial: wp.array2d(dtype=float)):
         i, j = wp.tid()
-        initial[i, j] = initial[i, j] - wp.static(wv.LEARNING_RATE) * grad[i, j]
+        initial[i, j] = initial[i, j] - wp.static(lr) * grad[i, j]
 
     return initialize, fdtd, compute_loss, apply_grad
 
