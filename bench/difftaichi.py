@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""DiffTaichi's mass_spring and diffmpm, raced: vkad against Taichi and Warp (issue 28).
+"""DiffTaichi's mass_spring, diffmpm and wave, raced: vkad against Taichi and Warp (issues 28, 54).
 
-The same two programs, sizes, initialisation, loss and update in each implementation:
-  vkad        examples/difftaichi/{mass_spring,diffmpm}.py (a replayed graph per iteration;
+The same programs, sizes, initialisation, loss and update in each implementation:
+  vkad        examples/difftaichi/{mass_spring,diffmpm,wave}.py (a replayed graph per iteration;
               --vkad-no-graph launches the kernels one by one)
   taichi      bench/difftaichi_peers/taichi_*.py: DiffTaichi's idiom, ti.ad.Tape; arch=cuda
               when Taichi finds CUDA, else cpu
   warp        bench/difftaichi_peers/warp_*.py: wp.Tape (cuda:0 when present, else cpu)
   warp-graph  the same with the tape's forward and backward captured in a CUDA graph (CUDA only)
 
-    python3 bench/difftaichi.py [--program mass_spring|diffmpm|both] [--iters 20]
+    python3 bench/difftaichi.py [--program mass_spring|diffmpm|wave|both|all] [--iters 20]
                                 [--steps S] [--grid G] [--only vkad,taichi,warp,warp-graph]
                                 [--vkad-no-graph] [--warm-cache] [--json OUT]
 
@@ -39,7 +39,9 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 IMPLS = ("vkad", "taichi", "warp", "warp-graph")
-PROGRAMS = ("mass_spring", "diffmpm")
+PROGRAMS = ("mass_spring", "diffmpm", "wave")
+STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256}  # the examples' STEPS
+GRIDS = {"diffmpm": 128, "wave": 256}  # the examples' N_GRID (programs with a grid)
 RESULT = "DIFFTAICHI-RESULT "  # the child's last line of stdout: this, then its JSON
 
 
@@ -58,6 +60,8 @@ def _make_vkad(a, program):
     graph = not a.vkad_no_graph
     if program == "mass_spring":
         sim = example.MassSpring(session, steps=a.steps, seed=a.seed, graph=graph)
+    elif program == "wave":
+        sim = example.Wave(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
     else:
         sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
     name = "vkad graph" if graph else "vkad launches"
@@ -78,6 +82,9 @@ def _make_taichi(a, program, cache):
     if program == "mass_spring":
         from difftaichi_peers.taichi_mass_spring import TaichiMassSpring
         sim = TaichiMassSpring(steps=a.steps, seed=a.seed)
+    elif program == "wave":
+        from difftaichi_peers.taichi_wave import TaichiWave
+        sim = TaichiWave(steps=a.steps, n_grid=a.grid, seed=a.seed)
     else:
         from difftaichi_peers.taichi_diffmpm import TaichiDiffMPM
         sim = TaichiDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed)
@@ -101,6 +108,9 @@ def _make_warp(a, program, cache, graph):
     if program == "mass_spring":
         from difftaichi_peers.warp_mass_spring import WarpMassSpring
         sim = WarpMassSpring(steps=a.steps, seed=a.seed, graph=graph, device=device)
+    elif program == "wave":
+        from difftaichi_peers.warp_wave import WarpWave
+        sim = WarpWave(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
     else:
         from difftaichi_peers.warp_diffmpm import WarpDiffMPM
         sim = WarpDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
@@ -110,6 +120,8 @@ def _make_warp(a, program, cache, graph):
 
 
 def child(a) -> dict:
+    if a.grid is None and a.program in GRIDS:
+        a.grid = GRIDS[a.program]
     cache = None if a.warm_cache else tempfile.mkdtemp(prefix=f"difftaichi-{a.child}-")
     try:
         if a.child == "vkad":
@@ -131,7 +143,7 @@ def child(a) -> dict:
                 grad0 = [float(x) for p in sim.PARAMS for x in g[p].ravel()]
         steady = ms[1:]
         return dict(info, status="ok", iters=a.iters, steps=a.steps,
-                    grid=a.grid if a.program == "diffmpm" else None,
+                    grid=a.grid if a.program in GRIDS else None,
                     ms_per_iter=statistics.median(steady) if steady else None,
                     ms_per_iter_min=min(steady) if steady else None,
                     first_iter_ms=ms[0], start_to_first_iter_s=to_first, iter_ms=ms,
@@ -146,10 +158,11 @@ def child(a) -> dict:
 
 # --- the race -----------------------------------------------------------------------------------
 
-def run_child(a, program, impl, steps) -> dict:
+def run_child(a, program, impl, steps, grid) -> dict:
     cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--child", impl,
            "--program", program, "--iters", str(a.iters), "--steps", str(steps),
-           "--grid", str(a.grid), "--seed", str(a.seed), "--t0", repr(time.time())]
+           "--seed", str(a.seed), "--t0", repr(time.time())]
+    cmd += ["--grid", str(grid)] if grid else []
     cmd += ["--vkad-no-graph"] * a.vkad_no_graph + ["--warm-cache"] * a.warm_cache
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
@@ -211,11 +224,15 @@ def print_table(program, rows):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--program", choices=PROGRAMS + ("both",), default="both")
+    ap.add_argument("--program", choices=PROGRAMS + ("both", "all"), default="all",
+                    help="one program, both (mass_spring and diffmpm) or all (default)")
     ap.add_argument("--iters", type=int, default=20, help="training iterations (default 20)")
     ap.add_argument("--steps", type=int, default=None,
-                    help="time steps (default: the example's, 682 mass_spring, 1024 diffmpm)")
-    ap.add_argument("--grid", type=int, default=128, help="diffmpm grid cells per side (128)")
+                    help="time steps (default: the example's, 682 mass_spring, 1024 diffmpm, "
+                         "256 wave)")
+    ap.add_argument("--grid", type=int, default=None,
+                    help="grid cells per side of diffmpm and wave (default: the example's, 128 "
+                         "diffmpm, 256 wave)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", default=",".join(IMPLS), help="comma-separated implementations")
     ap.add_argument("--vkad-no-graph", action="store_true",
@@ -238,22 +255,22 @@ def main(argv=None) -> int:
     unknown = sorted(set(impls) - set(IMPLS))
     if unknown:
         ap.error(f"--only: unknown {unknown}; choose from {', '.join(IMPLS)}")
-    programs = PROGRAMS if a.program == "both" else (a.program,)
-    defaults = {"mass_spring": 2048 // 3, "diffmpm": 1024}  # the examples' STEPS
+    programs = {"all": PROGRAMS, "both": ("mass_spring", "diffmpm")}.get(a.program, (a.program,))
     out = dict(environment(), args=vars(a), results=[])
     for program in programs:
-        steps = a.steps or defaults[program]
+        steps = a.steps or STEPS[program]
+        grid = (a.grid or GRIDS[program]) if program in GRIDS else None
         rows = []
         for impl in impls:
-            r = run_child(a, program, impl, steps)
+            r = run_child(a, program, impl, steps, grid)
             rows.append((impl, r))
         ref = next((r for impl, r in rows if impl == "vkad" and r["status"] == "ok"), None)
         for impl, r in rows:
             if r["status"] == "ok" and ref is not None:
                 r["grad0_rel_diff_vs_vkad"] = relative_difference(r["grad0"], ref["grad0"])
             out["results"].append(dict(r, program=program, impl=impl, steps=steps))
-        print_table(f"{program}: {steps} steps" + (f", {a.grid}^2 grid" if program == "diffmpm"
-                                                    else "") + f", {a.iters} iterations", rows)
+        print_table(f"{program}: {steps} steps" + (f", {grid}^2 grid" if grid else "")
+                    + f", {a.iters} iterations", rows)
         if ref is not None:
             out.setdefault("device", ref["device"])
     if a.json:

@@ -4,7 +4,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "difftaichi"))
 
-PROGRAMS = ("diffmpm", "mass_spring")
+PROGRAMS = ("diffmpm", "mass_spring", "wave")
 
 
 def make(session, program: str, steps=None, loop=None):
@@ -17,5 +17,9 @@ def make(session, program: str, steps=None, loop=None):
     if program == "diffmpm":
         from diffmpm import DiffMPM
         return DiffMPM(session, **kw)
+    if program == "wave":
+        # by its path: `import wave` may find the standard library's module of that name
+        from difftaichi_peers import load_example
+        return load_example("wave").Wave(session, **kw)
     from mass_spring import MassSpring
     return MassSpring(session, **kw)

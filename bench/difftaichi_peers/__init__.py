@@ -1,4 +1,4 @@
-"""Taichi and Warp versions of DiffTaichi's mass_spring and diffmpm, for bench/difftaichi.py.
+"""Taichi and Warp versions of DiffTaichi's mass_spring, diffmpm and wave, for bench/difftaichi.py.
 
 Each module holds one program in one framework, written the way that framework's users write
 it, with the interface of the vkad examples in examples/difftaichi: construct with the size and
