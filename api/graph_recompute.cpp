@@ -49,7 +49,8 @@ codegen::UniformInputs Session::launch_inputs(const CapturedStep& s) const {
       }};
 }
 
-void Session::gather_uniform(const CapturedStep& s, const codegen::Kernel& k,
+// `k` (s's kernel) is the catalog's IR: its index expressions are found there, once per kernel.
+void Session::gather_uniform(const CapturedStep& s, const codegen::Kernel& /*k*/,
                              codegen::UniformWords* out) const {
   // Only the values used as indices are asked for (graph/gather_recompute.h); their expressions
   // are found once per kernel, sorted by value id as UniformWords keeps them.

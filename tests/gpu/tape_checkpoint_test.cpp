@@ -145,7 +145,9 @@ TEST_P(TapeCheckpoint, ARingOfTwoArraysGetsThePerStepProgramsGradients) {
     EXPECT_NEAR(read(loss, 1)[0], want.loss, 1e-5 * std::fabs(want.loss));
     // The second iteration reuses every copy and gradient: no device memory is made.
     const uint64_t now = s_->stats()->vulkan_objects_created;
-    if (iteration == 1) EXPECT_EQ(now, created);
+    if (iteration == 1) {
+      EXPECT_EQ(now, created);
+    }
     created = now;
   }
 }
