@@ -211,13 +211,14 @@ def build_kernels(ft: vkad.DType, n_grid: int):
     return kernels
 
 
-def build_apply_grad(ft: vkad.DType, n_grid: int) -> vkad.KernelBuilder:
+def build_apply_grad(ft: vkad.DType, n_grid: int,
+                     learning_rate: float = LEARNING_RATE) -> vkad.KernelBuilder:
     """DiffTaichi's apply_grad: v[0] -= learning_rate * v.grad[0] (not differentiated)."""
     kb = vkad.KernelBuilder("apply_grad")
     v = kb.ndarray("v", ft, 3, element=(2,))
     grad = kb.ndarray("v_grad", ft, 3, readonly=True, element=(2,))
     with kb.parallel_for_nd("cells", n_grid, n_grid) as (i, j):
-        v[0, i, j] = v[0, i, j] - LEARNING_RATE * grad[0, i, j]
+        v[0, i, j] = v[0, i, j] - learning_rate * grad[0, i, j]
     return kb
 
 
@@ -231,13 +232,16 @@ class Smoke:
     training iteration (forward, backward, DiffTaichi's update) and returns its loss (before
     the update); loss() the current loss; weights() / set_weights() the initial velocity v[0]
     as numpy ({"v": (n, n, 2)}). `seed` is accepted for the benchmarks' common interface and
-    unused: DiffTaichi starts from v[0] = 0."""
+    unused: DiffTaichi starts from v[0] = 0. `learning_rate` is DiffTaichi's 400 unless given
+    (the loss is a mean over the cells, so one cell's gradient grows as 1 / n_grid^2 on a
+    smaller grid: 400 (n_grid / 128)^2 takes DiffTaichi's steps there; the tests do)."""
 
     PARAMS = ("v",)  # its row 0 (DiffTaichi optimises v[0])
 
     def __init__(self, session: vkad.Session, steps: int = STEPS, n_grid: int = N_GRID,
                  dtype: vkad.DType = vkad.f32, seed: int = 0, graph: bool = True,
-                 loop: bool = True, target: Optional[np.ndarray] = None):
+                 loop: bool = True, target: Optional[np.ndarray] = None,
+                 learning_rate: float = LEARNING_RATE):
         if steps < 2:
             raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
         if n_grid < 2:
@@ -247,7 +251,8 @@ class Smoke:
         self.loop = loop  # the step loop through Session.loop; False: a Python loop of launches
         kbs = build_kernels(dtype, n_grid)
         self.kernels = {name: session.differentiate(kb) for name, kb in kbs.items()}
-        self.apply_grad_kernel = session.compile(build_apply_grad(dtype, n_grid))
+        self.learning_rate = learning_rate
+        self.apply_grad_kernel = session.compile(build_apply_grad(dtype, n_grid, learning_rate))
         npt = vkad.numpy_dtype(dtype)
         if target is None:
             target = taichi_image(n_grid)
@@ -336,7 +341,7 @@ class Smoke:
         self._apply_grad()  # DiffTaichi's apply_grad(), off the tape
 
     def iteration(self) -> float:
-        """Forward and backward, then DiffTaichi's update: v[0] -= LEARNING_RATE * dL/dv[0], on
+        """Forward and backward, then DiffTaichi's update: v[0] -= learning_rate * dL/dv[0], on
         the device. Returns the loss the forward computed."""
         if not self.graph:
             self._forward_backward_update()
@@ -442,6 +447,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--steps", type=int, default=STEPS, help=f"time steps (default {STEPS})")
     ap.add_argument("--grid", type=int, default=N_GRID,
                     help=f"grid cells per side (default {N_GRID}; dx = 1 / grid)")
+    ap.add_argument("--lr", type=float, default=LEARNING_RATE,
+                    help=f"learning rate (default DiffTaichi's {LEARNING_RATE:g}, for its 128^2 "
+                         "grid; on a grid of n cells per side 400 (n / 128)^2 takes the same "
+                         "steps)")
     ap.add_argument("--f64", action="store_true", help="simulate in f64 (default f32)")
     ap.add_argument("--no-graph", action="store_true",
                     help="launch every iteration's kernels one by one instead of replaying a graph")
@@ -453,7 +462,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     device = int(a.device) if a.device is not None and a.device.isdigit() else a.device
     with vkad.Session(device) as s:
         sim = Smoke(s, a.steps, a.grid, vkad.f64 if a.f64 else vkad.f32, graph=not a.no_graph,
-                    loop=not a.no_loop)
+                    loop=not a.no_loop, learning_rate=a.lr)
         print(f"{s.device_name}: {a.grid}^2 grid, {a.steps} steps, {a.iters} iterations")
         losses = train(sim, a.iters)
         final = sim.loss()
