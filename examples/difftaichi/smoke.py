@@ -35,7 +35,9 @@ draws the same figure procedurally as examples/difftaichi/wave.py's taichi_logo 
 outside the ring and in the yin half, black 0 in the ring and the yang half, the two dots),
 supersampled 4x4 per cell, without the mean subtraction: the same target within the
 anti-aliasing of its edges (cv2's bilinear resize samples the picture, without averaging), and no
-image file or OpenCV.
+image file or OpenCV. Against taichi.png resized as cv2.INTER_LINEAR does (decoded and resized in
+numpy, once, to check): at 128^2 the cells differ by 0.016 on average, 141 of 16384 (on edges)
+by more than 0.5, and the loss at v[0] = 0 is 0.4917 here against 0.4986 with the picture.
 
 What vkad does instead of Taichi's behaviour:
 - DiffTaichi's `for y in range(n): for x in range(n)` parallelises the outer loop only (n
