@@ -46,7 +46,11 @@ What vkad does instead of Taichi's behaviour:
   are the same; the loss's atomic sum may add in another order.
 - advect is one Taichi kernel taking its fields as ti.template(); here it is two kernels built by
   one Python function (advect_v for the 2-vector velocity, advect_smoke for the scalar smoke),
-  as Taichi instantiates the template twice. dec_index / inc_index are vkad.select on the index
+  as Taichi instantiates the template twice. advect(smoke, smoke, 0, t) passes one field as
+  input and output: advect_smoke has one `smoke` parameter, read at row t - 1 and written at
+  row t, which vkad's tape accepts because both rows are launch-uniform and differ (docs/tape.md,
+  "In place"; a kernel reading and writing one array at rows that may overlap is refused).
+  dec_index / inc_index are vkad.select on the index
   (Taichi's `if`, flattened); imod is the integer `%`, which in vkad, as in Python and Taichi,
   takes the divisor's sign. floor has derivative 0, so the bilinear weights' derivatives are
   those of center - floor(center), as in Taichi (rw = center_x - left_ix).
