@@ -41,6 +41,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 IMPLS = ("vkad", "taichi", "warp", "warp-graph")
 PROGRAMS = ("mass_spring", "diffmpm", "wave")
 STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256}  # the examples' STEPS
+PROGRAMS += ("billiards",)  # examples/difftaichi/billiards.py (issue 54)
+STEPS["billiards"] = 1024
 GRIDS = {"diffmpm": 128, "wave": 256}  # the examples' N_GRID (programs with a grid)
 RESULT = "DIFFTAICHI-RESULT "  # the child's last line of stdout: this, then its JSON
 
@@ -62,6 +64,8 @@ def _make_vkad(a, program):
         sim = example.MassSpring(session, steps=a.steps, seed=a.seed, graph=graph)
     elif program == "wave":
         sim = example.Wave(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
+    elif program == "billiards":
+        sim = example.Billiards(session, steps=a.steps, seed=a.seed, graph=graph)
     else:
         sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
     name = "vkad graph" if graph else "vkad launches"
@@ -85,6 +89,9 @@ def _make_taichi(a, program, cache):
     elif program == "wave":
         from difftaichi_peers.taichi_wave import TaichiWave
         sim = TaichiWave(steps=a.steps, n_grid=a.grid, seed=a.seed)
+    elif program == "billiards":
+        from difftaichi_peers.taichi_billiards import TaichiBilliards
+        sim = TaichiBilliards(steps=a.steps, seed=a.seed)
     else:
         from difftaichi_peers.taichi_diffmpm import TaichiDiffMPM
         sim = TaichiDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed)
@@ -111,6 +118,9 @@ def _make_warp(a, program, cache, graph):
     elif program == "wave":
         from difftaichi_peers.warp_wave import WarpWave
         sim = WarpWave(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
+    elif program == "billiards":
+        from difftaichi_peers.warp_billiards import WarpBilliards
+        sim = WarpBilliards(steps=a.steps, seed=a.seed, graph=graph, device=device)
     else:
         from difftaichi_peers.warp_diffmpm import WarpDiffMPM
         sim = WarpDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)

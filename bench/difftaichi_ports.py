@@ -4,7 +4,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "difftaichi"))
 
-PROGRAMS = ("diffmpm", "mass_spring", "wave")
+PROGRAMS = ("diffmpm", "mass_spring", "wave", "billiards")
 
 
 def make(session, program: str, steps=None, loop=None):
@@ -21,5 +21,8 @@ def make(session, program: str, steps=None, loop=None):
         # by its path: `import wave` may find the standard library's module of that name
         from difftaichi_peers import load_example
         return load_example("wave").Wave(session, **kw)
+    if program == "billiards":
+        from difftaichi_peers import load_example
+        return load_example("billiards").Billiards(session, **kw)
     from mass_spring import MassSpring
     return MassSpring(session, **kw)
