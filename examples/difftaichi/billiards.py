@@ -32,6 +32,10 @@ What vkad does instead of Taichi's behaviour:
   sums, bit for bit, and no clear() (every row a step reads is stored by the step before).
   Unrolled, the kernels have no loops, so the step loop rolls into one resident kernel on
   every device (lavapipe rolls no kernel with loops) and their adjoints need no stacks.
+- DiffTaichi's newer file runs ti.init(flatten_if=True): its autodiff then made the branches
+  selects (both sides evaluated). Here the branches stay branches (kb.if_), and the adjoint
+  reverses the path the forward took; the gradients are the same (the untaken side of each
+  branch is finite in DiffTaichi: min(-1e-3, projected_v) < 0, and j != i).
 - DiffTaichi's advance reads back v[t, i] after storing it; here the stored value is reused.
 - The rack's positions are written by forward() from Python into x[0, 1..] in DiffTaichi; here
   they are uploaded once at construction (no kernel writes row 0 but initialize, which writes
@@ -52,7 +56,13 @@ its launches (11 balls, two kernels per step) roll into one resident kernel forw
 backward. The whole iteration (zeroing, forward, backward, the update) is captured once as a
 graph and replayed (--no-graph launches the kernels one by one; the results are the same). The
 Billiards class is what tests/python/test_difftaichi_billiards.py and bench/difftaichi_ports.py
-import.
+import. One iteration is 7 launches (initialize, the rolled loop, compute_loss, their three
+adjoints, apply_grad) and the fills that zero the loss and the gradients and seed d loss.
+
+On lavapipe, --f64 at the default 1024 steps needs --no-loop: lavapipe has no f64 atomic add,
+so each of the adjoint's atomic adds is a compare-and-swap loop, and the rolled adjoint loop
+(1023 steps x ~79 such loops per invocation) passes lavapipe's 65,535 loop passes per
+invocation, which vkad refuses (docs/reference.md, "Loop limit on lavapipe"); a GPU has no limit.
 """
 from __future__ import annotations
 
