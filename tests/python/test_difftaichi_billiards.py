@@ -163,6 +163,45 @@ def test_loss_gradient_matches_central_differences(session):
         np.testing.assert_allclose(got, fd, rtol=0, atol=tol, err_msg=str(dtype))
 
 
+def test_loss_gradient_at_difftaichis_size(session):
+    # DiffTaichi's scene: its first iteration's gradient. The loss depends on the target
+    # ball's path alone, which is fixed by the collisions up to the target's last one (step
+    # 560; after it the target moves in a straight line): those stay at their steps within
+    # +-h (checked). One later collision (balls 2 and 4, step 1012) moves a step at -h in
+    # init_x[0] and init_v[0]; it does not reach the target. f32 only (the f64 rolled adjoint
+    # of 1023 steps passes lavapipe's loop limit, see the example's docstring): measured <= 8e-5
+    # of the largest gradient (1.28), through 14 collisions; tolerance 1e-3.
+    h = 1e-6
+    layers, steps = billiards.BILLIARD_LAYERS, billiards.STEPS
+    target = billiards.n_balls(layers) - 1
+
+    def run(p):
+        events = []
+        loss = reference(p[:2], p[2:], layers, steps, events)[2]
+        last = max(t for t, i, j in events if target in (i, j))
+        return loss, [e for e in events if e[0] <= last]
+
+    p0 = np.array(billiards.INIT_X + billiards.INIT_V, np.float64)
+    events0 = run(p0)[1]
+    assert len(events0) == 2 * 11  # 11 collisions up to the target's, at step 560
+    fd = []
+    for k in range(4):
+        d = 0.0
+        for sign in (1, -1):
+            p = p0.copy()
+            p[k] += sign * h
+            loss, events = run(p)
+            assert events == events0, (k, sign)
+            d += sign * loss
+        fd.append(d / (2 * h))
+    fd = np.array(fd)
+    sim = billiards.Billiards(session, graph=False)
+    sim.forward_backward()
+    g = sim.gradients()
+    got = np.concatenate([g["init_x"], g["init_v"]]).astype(np.float64)
+    np.testing.assert_allclose(got, fd, rtol=0, atol=1e-3 * np.abs(fd).max())
+
+
 def test_a_replayed_iteration_equals_a_launched_one(session):
     # The captured and replayed iteration (the step loop through Session.loop, rolled; the
     # update on the device) against every launch made from Python: the same arithmetic, so
