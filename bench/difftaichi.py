@@ -39,9 +39,9 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 IMPLS = ("vkad", "taichi", "warp", "warp-graph")
-PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke")
+PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards")
 STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256,
-         "smoke": 100}  # the examples' STEPS
+         "smoke": 100, "billiards": 1024}  # the examples' STEPS
 GRIDS = {"diffmpm": 128, "wave": 256, "smoke": 128}  # the examples' N_GRID (programs with a grid)
 RESULT = "DIFFTAICHI-RESULT "  # the child's last line of stdout: this, then its JSON
 
@@ -65,6 +65,8 @@ def _make_vkad(a, program):
         sim = example.Wave(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
     elif program == "smoke":
         sim = example.Smoke(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
+    elif program == "billiards":
+        sim = example.Billiards(session, steps=a.steps, seed=a.seed, graph=graph)
     else:
         sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
     name = "vkad graph" if graph else "vkad launches"
@@ -91,6 +93,9 @@ def _make_taichi(a, program, cache):
     elif program == "smoke":
         from difftaichi_peers.taichi_smoke import TaichiSmoke
         sim = TaichiSmoke(steps=a.steps, n_grid=a.grid, seed=a.seed)
+    elif program == "billiards":
+        from difftaichi_peers.taichi_billiards import TaichiBilliards
+        sim = TaichiBilliards(steps=a.steps, seed=a.seed)
     else:
         from difftaichi_peers.taichi_diffmpm import TaichiDiffMPM
         sim = TaichiDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed)
@@ -120,6 +125,9 @@ def _make_warp(a, program, cache, graph):
     elif program == "smoke":
         from difftaichi_peers.warp_smoke import WarpSmoke
         sim = WarpSmoke(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
+    elif program == "billiards":
+        from difftaichi_peers.warp_billiards import WarpBilliards
+        sim = WarpBilliards(steps=a.steps, seed=a.seed, graph=graph, device=device)
     else:
         from difftaichi_peers.warp_diffmpm import WarpDiffMPM
         sim = WarpDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)

@@ -4,7 +4,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "difftaichi"))
 
-PROGRAMS = ("diffmpm", "mass_spring", "wave", "smoke")
+PROGRAMS = ("diffmpm", "mass_spring", "wave", "smoke", "billiards")
 
 
 def make(session, program: str, steps=None, loop=None):
@@ -24,5 +24,8 @@ def make(session, program: str, steps=None, loop=None):
     if program == "smoke":
         from difftaichi_peers import load_example
         return load_example("smoke").Smoke(session, **kw)
+    if program == "billiards":
+        from difftaichi_peers import load_example
+        return load_example("billiards").Billiards(session, **kw)
     from mass_spring import MassSpring
     return MassSpring(session, **kw)

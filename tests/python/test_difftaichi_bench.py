@@ -22,7 +22,7 @@ def test_vkad_only_run_writes_the_results(tmp_path):
     data = json.loads(out.read_text())
     assert data["python"] and "commit" in data and data["device"]
     rows = {r["program"]: r for r in data["results"]}
-    assert set(rows) == {"mass_spring", "diffmpm", "wave", "smoke"}
+    assert set(rows) == {"mass_spring", "diffmpm", "wave", "smoke", "billiards"}
     # the controllers' sizes: mass_spring robot 0 (32 x 36 + 32 + 11 x 32 + 11 weights),
     # diffmpm's 4 actuators x 4 sine waves + 4 biases; wave's initial height, 32 x 32; smoke's
     # initial velocity, 32 x 32 x 2
@@ -38,6 +38,14 @@ def test_vkad_only_run_writes_the_results(tmp_path):
         assert r["ms_per_iter"] > 0 and r["first_iter_ms"] > 0
         # the process's start came before the end of its first iteration
         assert r["start_to_first_iter_s"] * 1e3 >= r["first_iter_ms"]
+    # billiards: the cue ball's init_x and init_v (4 numbers); in 12 steps the cue ball reaches
+    # no other ball, so the target ball stays put and its gradient is 0
+    assert "billiards: 12 steps, 3 iterations" in p.stdout
+    r = rows["billiards"]
+    assert r["status"] == "ok", r
+    assert r["impl"] == "vkad" and r["name"] == "vkad graph" and r["steps"] == 12
+    assert len(r["losses"]) == len(r["iter_ms"]) == 3 and len(r["grad0"]) == 4
+    assert all(math.isfinite(x) for x in r["losses"] + r["grad0"])
 
 
 def test_unknown_implementation_is_refused():
