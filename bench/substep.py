@@ -5,9 +5,11 @@ S substeps of  b = sin(a) * 0.9 + 0.1  over P elements, one array per substep (x
 tape, and backward from the seed dL/dx_S = 1 to dL/dx_0: what DiffTaichi, Warp's examples and
 Genesis run, reduced to its launch pattern (2 S small launches per iteration). Reported: ms per
 iteration (forward + tape + backward, synchronised at the end of each iteration), median of
---reps after warm-up, beside the memory floor: the bytes the program must move (forward: read
-a, write b; backward: read a, read dL/db, read-modify-write dL/da: 20 bytes per element and
-substep) at --bandwidth GB/s.
+--reps after warm-up, beside the memory floor: the bytes every implementation must move, the
+x_j and dL/dx_j arrays the program writes (8 bytes per element and substep; inputs may be
+recomputed from x_0 in registers, as a fused replay does) at --bandwidth GB/s, and the traffic of
+the launches one by one (forward: read a, write b; backward: read a, read dL/db,
+read-modify-write dL/da: 20 bytes per element and substep).
 
     python3 bench/substep.py [--backend vkad,vkad-graph,warp,warp-graph,jax,torch]
                              [--P 16384,1048576]
@@ -212,8 +214,11 @@ def main():
                "warp": lambda *x: run_warp(*x, graph=False),
                "warp-graph": lambda *x: run_warp(*x, graph=True)}
     for P in [int(p) for p in a.P.split(",")]:
-        floor_ms = 20.0 * P * a.steps / (a.bandwidth * 1e9) * 1e3
-        print(f"P = {P}, {a.steps} substeps: memory floor {floor_ms:.2f} ms at {a.bandwidth:g} GB/s")
+        floor_ms = 8.0 * P * a.steps / (a.bandwidth * 1e9) * 1e3
+        unfused_ms = 20.0 * P * a.steps / (a.bandwidth * 1e9) * 1e3
+        print(f"P = {P}, {a.steps} substeps: memory floor {floor_ms:.2f} ms at {a.bandwidth:g} GB/s"
+              f" (8 B per element and substep written; the launches one by one move 20 B:"
+              f" {unfused_ms:.2f} ms)")
         idx = [0, 1, P // 2 + 7, P - 1]
         for b in a.backend.split(","):
             try:
@@ -222,8 +227,10 @@ def main():
                 print(f"  {b}: skipped ({e})")
                 continue
             print(f"  {name:70s} {ms:9.2f} ms/iteration  ({ms / floor_ms:.1f}x floor)")
+            if ms < floor_ms:  # past the physical limit: a wrong measurement, not a result
+                print(f"  {b}: {ms:.2f} ms is below the memory floor: check the measurement")
             rows.append({"backend": b, "name": name, "P": P, "steps": a.steps, "ms": ms,
-                         "floor_ms": floor_ms})
+                         "floor_ms": floor_ms, "unfused_traffic_ms": unfused_ms})
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
