@@ -545,6 +545,104 @@ nb::tuple ndarray_dlpack_device(NdArray& a) {
   return nb::make_tuple(type, id);
 }
 
+// __dlpack__'s max_version: whether the consumer reads versioned (1.x) capsules.
+bool dlpack_versioned(nb::handle max_version) {
+  if (max_version.is_none()) return false;
+  int64_t major = 0;
+  if (!nb::isinstance<nb::tuple>(max_version) || nb::len(max_version) < 1 ||
+      !nb::try_cast<int64_t>(nb::borrow<nb::tuple>(max_version)[0], major)) {
+    invalid(std::string("__dlpack__: max_version must be a (major, minor) tuple of ints, got ") +
+            nb::repr(max_version).c_str());
+  }
+  return major >= 1;
+}
+
+// __dlpack__'s dl_device, where given, must be the array's own (vkad does not copy across).
+void check_dl_device(const NdArray& a, nb::handle dl_device, int32_t dev_type, int32_t dev_id) {
+  if (dl_device.is_none()) return;
+  int32_t want_type = 0, want_id = 0;
+  if (!nb::isinstance<nb::tuple>(dl_device) || nb::len(dl_device) != 2 ||
+      !nb::try_cast<int32_t>(nb::borrow<nb::tuple>(dl_device)[0], want_type) ||
+      !nb::try_cast<int32_t>(nb::borrow<nb::tuple>(dl_device)[1], want_id)) {
+    invalid(std::string("__dlpack__: dl_device must be a (device type, device id) tuple of "
+                        "ints, got ") +
+            nb::repr(dl_device).c_str());
+  }
+  if (want_type != dev_type || want_id != dev_id) {
+    buffer_error("__dlpack__ of " + a.label() + ": dl_device " + nb::str(dl_device).c_str() +
+                 " requested; the array is on (" + std::to_string(dev_type) + ", " +
+                 std::to_string(dev_id) + ") and vkad does not copy across devices");
+  }
+}
+
+// The address a DLPack consumer reads `a` at, recorded in `e`: a host view once the array's
+// last vkad use is done, or its block's CUDA mapping with the consumer's stream ordered after
+// that use.
+void* dlpack_data(NdArray& a, nb::handle stream, int32_t dev_type,
+                  const vkad::runtime::Runtime::NdArrayMemory& mem, Export* e) {
+  State& st = *a.st;
+  const vkad::NdArrayHandle h = a.handle;
+  if (dev_type == vkad::dlpack::kDLCPU) {
+    if (!stream.is_none()) {
+      invalid("__dlpack__ of " + a.label() + ": stream must be None for a CPU (host-visible) " +
+              "array, got " + nb::str(stream).c_str());
+    }
+    check(blocking(st, [&](vkad::Session& s) { return s.runtime().wait_ndarray(h); }));
+    Locked l(st);
+    check(st.get().runtime().hold_host_view(h));
+    e->host_view = true;
+    return mem.host;
+  }
+  const int64_t s = cuda_stream(stream);
+  Locked l(st);
+  vkad::runtime::Runtime& rt = st.get().runtime();
+  vkad::cuda::Interop* cu = st.cuda.get();
+  Result<uint64_t> base =
+      cu->acquire_block(mem.block_id, mem.block_bytes, [&] { return rt.export_ndarray_fd(h); });
+  if (!base.ok()) buffer_error("__dlpack__ of " + a.label() + ": " + base.status().message());
+  e->cuda_block = mem.block_id;
+  void* data = reinterpret_cast<void*>(static_cast<uintptr_t>(*base + mem.offset));
+  if (mem.last_use != vkad::rhi::kNoSerial && s != -1) {
+    Status ordered;
+    if (cu->has_timeline()) {
+      // The consumer's stream waits on the GPU for the array's last vkad submission.
+      ordered = cu->wait_on_stream(mem.last_use.value(), static_cast<uintptr_t>(s));
+    } else {
+      nb::gil_scoped_release release;
+      ordered = rt.wait_ndarray(h);
+    }
+    if (!ordered.ok()) {
+      cu->release_block(mem.block_id);
+      raise(ordered);
+    }
+  }
+  return data;
+}
+
+// The capsule owning export `raw` of `t`: versioned (1.x) or legacy.
+nb::object dlpack_capsule(Export* raw, const vkad::dlpack::Tensor& t, bool versioned) {
+  using namespace vkad::dlpack;
+  PyObject* cap = nullptr;
+  if (versioned) {
+    raw->versioned.version = {kMajorVersion, kMinorVersion};
+    raw->versioned.manager_ctx = raw;
+    raw->versioned.deleter = delete_versioned;
+    raw->versioned.flags = 0;
+    raw->versioned.dl_tensor = t;
+    cap = PyCapsule_New(&raw->versioned, kCapsuleVersioned, capsule_destructor);
+  } else {
+    raw->legacy.dl_tensor = t;
+    raw->legacy.manager_ctx = raw;
+    raw->legacy.deleter = delete_legacy;
+    cap = PyCapsule_New(&raw->legacy, kCapsule, capsule_destructor);
+  }
+  if (cap == nullptr) {
+    release_export(raw);
+    throw nb::python_error();
+  }
+  return nb::steal(cap);
+}
+
 nb::object ndarray_dlpack(nb::handle self, nb::handle stream, nb::handle max_version,
                           nb::handle dl_device, nb::handle copy) {
   using namespace vkad::dlpack;
@@ -556,16 +654,7 @@ nb::object ndarray_dlpack(nb::handle self, nb::handle stream, nb::handle max_ver
     buffer_error("__dlpack__ of " + a.label() + ": bool arrays are held as one u32 per element " +
                  "on the device and have no DLPack view; cast to u32 in a kernel to share it");
   }
-  bool versioned = false;
-  if (!max_version.is_none()) {
-    int64_t major = 0;
-    if (!nb::isinstance<nb::tuple>(max_version) || nb::len(max_version) < 1 ||
-        !nb::try_cast<int64_t>(nb::borrow<nb::tuple>(max_version)[0], major)) {
-      invalid(std::string("__dlpack__: max_version must be a (major, minor) tuple of ints, got ") +
-              nb::repr(max_version).c_str());
-    }
-    versioned = major >= 1;
-  }
+  const bool versioned = dlpack_versioned(max_version);
   // copy=True: a new vkad array holding a copy, exported in its place (flagged as copied).
   if (!copy.is_none() && PyObject_IsTrue(copy.ptr()) == 1) {
     nb::object b = new_array(a.st, a.shape, a.dtype, a.name.empty() ? "" : a.name + " (copy)");
@@ -583,60 +672,9 @@ nb::object ndarray_dlpack(nb::handle self, nb::handle stream, nb::handle max_ver
   }
   vkad::runtime::Runtime::NdArrayMemory mem;
   auto [dev_type, dev_id] = dlpack_device(a, &mem);
-  if (!dl_device.is_none()) {
-    int32_t want_type = 0, want_id = 0;
-    if (!nb::isinstance<nb::tuple>(dl_device) || nb::len(dl_device) != 2 ||
-        !nb::try_cast<int32_t>(nb::borrow<nb::tuple>(dl_device)[0], want_type) ||
-        !nb::try_cast<int32_t>(nb::borrow<nb::tuple>(dl_device)[1], want_id)) {
-      invalid(std::string("__dlpack__: dl_device must be a (device type, device id) tuple of "
-                          "ints, got ") +
-              nb::repr(dl_device).c_str());
-    }
-    if (want_type != dev_type || want_id != dev_id) {
-      buffer_error("__dlpack__ of " + a.label() + ": dl_device " + nb::str(dl_device).c_str() +
-                   " requested; the array is on (" + std::to_string(dev_type) + ", " +
-                   std::to_string(dev_id) + ") and vkad does not copy across devices");
-    }
-  }
+  check_dl_device(a, dl_device, dev_type, dev_id);
   auto e = std::make_unique<Export>();
-  const vkad::NdArrayHandle h = a.handle;
-  void* data = nullptr;
-  if (dev_type == kDLCPU) {
-    if (!stream.is_none()) {
-      invalid("__dlpack__ of " + a.label() + ": stream must be None for a CPU (host-visible) " +
-              "array, got " + nb::str(stream).c_str());
-    }
-    // The host view is valid once the array's last vkad use is done.
-    check(blocking(st, [&](vkad::Session& s) { return s.runtime().wait_ndarray(h); }));
-    Locked l(st);
-    check(st.get().runtime().hold_host_view(h));
-    e->host_view = true;
-    data = mem.host;
-  } else {
-    const int64_t s = cuda_stream(stream);
-    Locked l(st);
-    vkad::runtime::Runtime& rt = st.get().runtime();
-    vkad::cuda::Interop* cu = st.cuda.get();
-    Result<uint64_t> base =
-        cu->acquire_block(mem.block_id, mem.block_bytes, [&] { return rt.export_ndarray_fd(h); });
-    if (!base.ok()) buffer_error("__dlpack__ of " + a.label() + ": " + base.status().message());
-    e->cuda_block = mem.block_id;
-    data = reinterpret_cast<void*>(static_cast<uintptr_t>(*base + mem.offset));
-    if (mem.last_use != vkad::rhi::kNoSerial && s != -1) {
-      Status ordered;
-      if (cu->has_timeline()) {
-        // The consumer's stream waits on the GPU for the array's last vkad submission.
-        ordered = cu->wait_on_stream(mem.last_use.value(), static_cast<uintptr_t>(s));
-      } else {
-        nb::gil_scoped_release release;
-        ordered = rt.wait_ndarray(h);
-      }
-      if (!ordered.ok()) {
-        cu->release_block(mem.block_id);
-        raise(ordered);
-      }
-    }
-  }
+  void* data = dlpack_data(a, stream, dev_type, mem, e.get());
   // From here nothing fails: the export is counted and owned by the capsule.
   const int nd = static_cast<int>(a.shape.size());
   int64_t stride = 1;
@@ -657,26 +695,43 @@ nb::object ndarray_dlpack(nb::handle self, nb::handle stream, nb::handle max_ver
   Py_INCREF(e->owner);
   ++a.exports;
   ++st.exports;
-  Export* raw = e.release();
-  PyObject* cap = nullptr;
-  if (versioned) {
-    raw->versioned.version = {kMajorVersion, kMinorVersion};
-    raw->versioned.manager_ctx = raw;
-    raw->versioned.deleter = delete_versioned;
-    raw->versioned.flags = 0;
-    raw->versioned.dl_tensor = t;
-    cap = PyCapsule_New(&raw->versioned, kCapsuleVersioned, capsule_destructor);
-  } else {
-    raw->legacy.dl_tensor = t;
-    raw->legacy.manager_ctx = raw;
-    raw->legacy.deleter = delete_legacy;
-    cap = PyCapsule_New(&raw->legacy, kCapsule, capsule_destructor);
+  return dlpack_capsule(e.release(), t, versioned);
+}
+
+// What from_dlpack copies of a DLPack tensor: its extents (rank 1 to 8, each 1 to 2^32 - 1),
+// their product, its dtype (one vkad holds), checked to be compact row-major memory.
+void dlpack_layout(const vkad::dlpack::Tensor& t, const std::string& where,
+                   std::vector<uint32_t>* shape, uint64_t* count, DType* dtype) {
+  if (t.ndim < 1 || t.ndim > 8) {
+    invalid(where + ": a tensor of rank " + std::to_string(t.ndim) +
+            "; vkad arrays have rank 1 to 8 (hold a scalar in shape (1,))");
   }
-  if (cap == nullptr) {
-    release_export(raw);
-    throw nb::python_error();
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.shape[i] <= 0 || t.shape[i] > UINT32_MAX) {
+      invalid(where + ": extent " + std::to_string(t.shape[i]) + " of axis " + std::to_string(i) +
+              " is out of range (1 to 2^32 - 1)");
+    }
+    shape->push_back(static_cast<uint32_t>(t.shape[i]));
+    *count *= static_cast<uint64_t>(t.shape[i]);
   }
-  return nb::steal(cap);
+  nb::dlpack::dtype nd{t.dtype.code, t.dtype.bits, t.dtype.lanes};
+  if (!dtype_of(nd, dtype)) {
+    invalid(where + ": DLPack dtype (code " + std::to_string(t.dtype.code) + ", " +
+            std::to_string(t.dtype.bits) + " bits, " + std::to_string(t.dtype.lanes) +
+            " lanes) is not one vkad holds (float32, float64, int32, uint32, int64, bool)");
+  }
+  if (t.strides == nullptr) return;  // only compact row-major memory is copied as is
+  int64_t expect = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    if (t.shape[i] != 1 && t.strides[i] != expect) {
+      std::string got = "(";
+      for (int j = 0; j < t.ndim; ++j) got += (j ? ", " : "") + std::to_string(t.strides[j]);
+      invalid(where + ": strides " + got + (t.ndim == 1 ? ",)" : ")") + " of shape " +
+              shape_string(*shape) + " are not C-contiguous; make it contiguous first " +
+              "(numpy.ascontiguousarray, torch's .contiguous())");
+    }
+    expect *= t.shape[i];
+  }
 }
 
 // ------------------------------------------------------------------ kernels
@@ -801,56 +856,47 @@ void untrack_if_atomic(nb::handle tuple) {
   PyObject_GC_UnTrack(t);
 }
 
-Arg to_arg(const Kernel& k, const State& st, size_t i, nb::handle v, const char* call = "launch") {
-  const ParamInfo& p = k.params[i];
-  auto where = [&] {
-    return std::string(call) + " '" + k.name + "', argument " + std::to_string(i) + " ('" + p.name +
-           "': " +
+// The "<call> '<kernel>', argument i ('name': type)" that begins an argument's error; built only
+// when one is raised (a launch passes ~10 arguments, ~10^4 times an iteration).
+struct ArgWhere {
+  const Kernel& k;
+  size_t i;
+  const char* call;
+  std::string operator()() const {
+    const ParamInfo& p = k.params[i];
+    return std::string(call) + " '" + k.name + "', argument " + std::to_string(i) + " ('" +
+           p.name + "': " +
            (p.array ? "ndarray<" + std::string(tname(p.dtype)) + ", " + std::to_string(p.rank) + ">"
                     : std::string(tname(p.dtype))) +
            ")";
-  };
-  auto type_name = [&] { return std::string(nb::type_name(v.type()).c_str()); };
-  if (p.array) {
-    NdArray* a = nullptr;
-    if (!nb::try_cast<NdArray*>(v, a) || a == nullptr) {
-      invalid(where() + ": expected a vkad ndarray, got " + type_name());
-    }
-    if (a->st.get() != &st) invalid(where() + ": " + a->label() + " belongs to another session");
-    // The message only when it is raised: a launch passes ~10 arrays, ~10^4 times an iteration.
-    if (a->free_deferred) a->check_live(where());
-    // The IR sees only the rank: an element of 2 components read from an array with 3 would
-    // drop the third without an error.
-    if (!p.element.empty() && a->shape.size() == p.rank &&
-        !std::equal(p.element.begin(), p.element.end(), a->shape.end() - p.element.size())) {
-      invalid(where() + ": " + a->label() + " has shape " + shape_string(a->shape) +
-              "; the parameter's elements are of shape " + shape_string(p.element) +
-              " (KernelBuilder.ndarray(..., element=...)), held in its last " +
-              std::to_string(p.element.size()) + " axes, so those must be " +
-              shape_string(p.element));
-    }
-    return Arg::ndarray(a->handle);
   }
-  if (p.dtype == DType::kF32 || p.dtype == DType::kF64) {
-    double d = PyFloat_AsDouble(v.ptr());
-    if (d == -1.0 && PyErr_Occurred()) {
-      PyErr_Clear();
-      invalid(where() + ": expected a number, got " + type_name());
-    }
-    // Passed on as a double: the runtime's range check (a finite value past FLT_MAX does not
-    // fit f32) must see the value the caller gave, not one narrowed to +-inf here.
-    Arg a = Arg::f64(d);
-    a.dtype = p.dtype;
-    return a;
+};
+
+std::string type_name_of(nb::handle v) { return nb::type_name(v.type()).c_str(); }
+
+Arg array_arg(const ParamInfo& p, const State& st, nb::handle v, const ArgWhere& where) {
+  NdArray* a = nullptr;
+  if (!nb::try_cast<NdArray*>(v, a) || a == nullptr) {
+    invalid(where() + ": expected a vkad ndarray, got " + type_name_of(v));
   }
-  if (p.dtype == DType::kBool) {
-    if (!PyBool_Check(v.ptr()) && !PyIndex_Check(v.ptr())) {
-      invalid(where() + ": expected a bool, got " + type_name());
-    }
-    return Arg::boolean(PyObject_IsTrue(v.ptr()) == 1);
+  if (a->st.get() != &st) invalid(where() + ": " + a->label() + " belongs to another session");
+  if (a->free_deferred) a->check_live(where());
+  // The IR sees only the rank: an element of 2 components read from an array with 3 would
+  // drop the third without an error.
+  if (!p.element.empty() && a->shape.size() == p.rank &&
+      !std::equal(p.element.begin(), p.element.end(), a->shape.end() - p.element.size())) {
+    invalid(where() + ": " + a->label() + " has shape " + shape_string(a->shape) +
+            "; the parameter's elements are of shape " + shape_string(p.element) +
+            " (KernelBuilder.ndarray(..., element=...)), held in its last " +
+            std::to_string(p.element.size()) + " axes, so those must be " +
+            shape_string(p.element));
   }
-  // Integers: Python ints and numpy integers (anything with __index__), range checked.
-  if (!PyIndex_Check(v.ptr())) invalid(where() + ": expected an integer, got " + type_name());
+  return Arg::ndarray(a->handle);
+}
+
+// Integers: Python ints and numpy integers (anything with __index__), range checked.
+Arg integer_arg(const ParamInfo& p, nb::handle v, const ArgWhere& where) {
+  if (!PyIndex_Check(v.ptr())) invalid(where() + ": expected an integer, got " + type_name_of(v));
   nb::object idx = nb::steal(PyNumber_Index(v.ptr()));
   if (!idx.is_valid()) throw nb::python_error();
   int overflow = 0;
@@ -865,6 +911,31 @@ Arg to_arg(const Kernel& k, const State& st, size_t i, nb::handle v, const char*
   if (p.dtype == DType::kI32) return Arg::i32(static_cast<int32_t>(x));
   if (p.dtype == DType::kU32) return Arg::u32(static_cast<uint32_t>(x));
   return Arg::i64(x);
+}
+
+Arg to_arg(const Kernel& k, const State& st, size_t i, nb::handle v, const char* call = "launch") {
+  const ParamInfo& p = k.params[i];
+  const ArgWhere where{k, i, call};
+  if (p.array) return array_arg(p, st, v, where);
+  if (p.dtype == DType::kF32 || p.dtype == DType::kF64) {
+    double d = PyFloat_AsDouble(v.ptr());
+    if (d == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      invalid(where() + ": expected a number, got " + type_name_of(v));
+    }
+    // Passed on as a double: the runtime's range check (a finite value past FLT_MAX does not
+    // fit f32) must see the value the caller gave, not one narrowed to +-inf here.
+    Arg a = Arg::f64(d);
+    a.dtype = p.dtype;
+    return a;
+  }
+  if (p.dtype == DType::kBool) {
+    if (!PyBool_Check(v.ptr()) && !PyIndex_Check(v.ptr())) {
+      invalid(where() + ": expected a bool, got " + type_name_of(v));
+    }
+    return Arg::boolean(PyObject_IsTrue(v.ptr()) == 1);
+  }
+  return integer_arg(p, v, where);
 }
 
 struct Differentiated {
@@ -1119,40 +1190,10 @@ struct Session {
               std::to_string(static_cast<ManagedTensorVersioned*>(p)->version.major) +
               ".x is not supported (vkad reads 1.x)");
     }
-    if (t.ndim < 1 || t.ndim > 8) {
-      invalid(where + ": a tensor of rank " + std::to_string(t.ndim) +
-              "; vkad arrays have rank 1 to 8 (hold a scalar in shape (1,))");
-    }
     std::vector<uint32_t> shape;
     uint64_t count = 1;
-    for (int i = 0; i < t.ndim; ++i) {
-      if (t.shape[i] <= 0 || t.shape[i] > UINT32_MAX) {
-        invalid(where + ": extent " + std::to_string(t.shape[i]) + " of axis " + std::to_string(i) +
-                " is out of range (1 to 2^32 - 1)");
-      }
-      shape.push_back(static_cast<uint32_t>(t.shape[i]));
-      count *= static_cast<uint64_t>(t.shape[i]);
-    }
     DType dtype;
-    nb::dlpack::dtype nd{t.dtype.code, t.dtype.bits, t.dtype.lanes};
-    if (!dtype_of(nd, &dtype)) {
-      invalid(where + ": DLPack dtype (code " + std::to_string(t.dtype.code) + ", " +
-              std::to_string(t.dtype.bits) + " bits, " + std::to_string(t.dtype.lanes) +
-              " lanes) is not one vkad holds (float32, float64, int32, uint32, int64, bool)");
-    }
-    if (t.strides != nullptr) {  // only compact row-major memory is copied as is
-      int64_t expect = 1;
-      for (int i = t.ndim - 1; i >= 0; --i) {
-        if (t.shape[i] != 1 && t.strides[i] != expect) {
-          std::string got = "(";
-          for (int j = 0; j < t.ndim; ++j) got += (j ? ", " : "") + std::to_string(t.strides[j]);
-          invalid(where + ": strides " + got + (t.ndim == 1 ? ",)" : ")") + " of shape " +
-                  shape_string(shape) + " are not C-contiguous; make it contiguous first " +
-                  "(numpy.ascontiguousarray, torch's .contiguous())");
-        }
-        expect *= t.shape[i];
-      }
-    }
+    dlpack_layout(t, where, &shape, &count, &dtype);
     const int32_t dev = t.device.device_type;
     const auto* src = static_cast<const std::byte*>(t.data) + t.byte_offset;
     const uint64_t elem = t.dtype.bits / 8;
@@ -1176,7 +1217,14 @@ struct Session {
     }
     if (dtype == DType::kBool) invalid(where + ": bool tensors on CUDA are not imported");
     nb::object out = new_array(st, shape, dtype, name);
-    NdArray& a = nb::cast<NdArray&>(out);
+    copy_from_cuda(nb::cast<NdArray&>(out), t, src, count * elem, where);
+    return out;
+  }
+
+  // from_dlpack's kDLCUDA path: `bytes` at `src` on the tensor's CUDA device copied into `a`
+  // through its block's CUDA mapping, on the legacy default stream, then a host wait.
+  void copy_from_cuda(NdArray& a, const vkad::dlpack::Tensor& t, const std::byte* src,
+                      uint64_t bytes, const std::string& where) {
     Locked l(*st);
     vkad::runtime::Runtime& rt = st->get().runtime();
     vkad::runtime::Runtime::NdArrayMemory mem = take(rt.ndarray_memory(a.handle));
@@ -1196,12 +1244,11 @@ struct Session {
     Status copied;
     {
       nb::gil_scoped_release release;
-      copied = cu->copy_and_wait(*base + mem.offset, reinterpret_cast<uintptr_t>(src), count * elem,
+      copied = cu->copy_and_wait(*base + mem.offset, reinterpret_cast<uintptr_t>(src), bytes,
                                  /*legacy default stream*/ 1);
     }
     cu->release_block(mem.block_id);
     check(copied);
-    return out;
   }
 
   nb::dict interop_info() {
@@ -1619,17 +1666,12 @@ struct Session {
   // gradient NdArray), launched as Session.launch launches it. A backward launches ~10^4 of
   // them: here each costs the launch alone, where Python's loop doubled it. An error names the
   // launch ("tape.backward: adjoint of launch i: ...") and stops the loop there.
-  void launch_adjoints(nb::list launches, nb::dict grads) {
-    struct Plan {
-      nb::handle adjoint;
-      Kernel* k;
-    };
-    std::unordered_map<const Kernel*, Plan> plans;  // per forward kernel, as tape.py's `plans`
-    // The gradient arrays by their primal's handle id, each converted once: a lookup per
-    // gradient argument instead of a Python int and a dict lookup (~10^4 launches, a few
-    // gradients each). One that is not a live array of this session is left out, and a launch
-    // that needs it takes the converting path, which names it.
-    std::unordered_map<uint64_t, Arg> grad_args;
+  // The gradient arrays of `grads` by their primal's handle id, each converted once: a lookup
+  // per gradient argument instead of a Python int and a dict lookup (~10^4 launches, a few
+  // gradients each). One that is not a live array of this session is left out, and a launch
+  // that needs it takes the converting path, which names it.
+  std::unordered_map<uint64_t, Arg> gradient_args(nb::dict grads) const {
+    std::unordered_map<uint64_t, Arg> out;
     for (auto [key, value] : grads) {
       NdArray* g = nullptr;
       if (!nb::try_cast<NdArray*>(value, g) || !g || g->st != st || g->freed || g->free_deferred) {
@@ -1637,8 +1679,27 @@ struct Session {
       }
       uint64_t id = 0;
       if (!nb::try_cast<uint64_t>(key, id)) continue;
-      grad_args.emplace(id, Arg::ndarray(g->handle));
+      out.emplace(id, Arg::ndarray(g->handle));
     }
+    return out;
+  }
+
+  // A vkad error raised again with `prefix` before its message (as tape.py raised it: the
+  // same class, the launch named first); any other exception as it was.
+  [[noreturn]] static void raise_named(nb::python_error& e, const std::string& prefix) {
+    if (!PyObject_IsSubclass(e.type().ptr(), g_error)) throw;
+    const std::string msg = prefix + nb::str(e.value()).c_str();
+    PyErr_SetString(e.type().ptr(), msg.c_str());
+    throw nb::python_error();
+  }
+
+  void launch_adjoints(nb::list launches, nb::dict grads) {
+    struct Plan {
+      nb::handle adjoint;
+      Kernel* k;
+    };
+    std::unordered_map<const Kernel*, Plan> plans;  // per forward kernel, as tape.py's `plans`
+    const std::unordered_map<uint64_t, Arg> grad_args = gradient_args(grads);
     auto plan_of = [&](const Kernel* fwd, size_t nargs) -> const Plan& {
       auto it = plans.find(fwd);
       if (it == plans.end()) {
@@ -1656,11 +1717,8 @@ struct Session {
         try {
           adjoint_loop(*loop, grads, grad_args);
         } catch (nb::python_error& e) {
-          if (!PyObject_IsSubclass(e.type().ptr(), g_error)) throw;
-          const std::string msg = "tape.backward: adjoint of launch " + std::to_string(i) +
-                                  " (a Session.loop): " + nb::str(e.value()).c_str();
-          PyErr_SetString(e.type().ptr(), msg.c_str());
-          throw nb::python_error();
+          raise_named(e, "tape.backward: adjoint of launch " + std::to_string(i) +
+                             " (a Session.loop): ");
         }
         continue;
       }
@@ -1693,12 +1751,7 @@ struct Session {
         }
         launch_converted(plan.adjoint, plan.k, a, nb::handle());
       } catch (nb::python_error& e) {
-        // As tape.py raised it: a vkad error of the same class, the launch named first.
-        if (!PyObject_IsSubclass(e.type().ptr(), g_error)) throw;
-        const std::string msg = "tape.backward: adjoint of launch " + std::to_string(i) + ": " +
-                                nb::str(e.value()).c_str();
-        PyErr_SetString(e.type().ptr(), msg.c_str());
-        throw nb::python_error();
+        raise_named(e, "tape.backward: adjoint of launch " + std::to_string(i) + ": ");
       }
     }
   }
@@ -2185,13 +2238,8 @@ nb::list list_devices() {
   return out;
 }
 
-}  // namespace
-
-NB_MODULE(_vkad, m) {
-  m.doc() = "vkad's native binding; use the vkad package, which wraps and re-exports it.";
-  Py_AtExit([] { g_interpreter_gone.store(true); });  // release_export's guard
-  m.attr("__version__") = VKAD_VERSION_STRING;        // from the file VERSION (vkad_version.h)
-
+// The error classes, the device list and DType (NB_MODULE, in parts of a screen each).
+void bind_errors_and_types(nb::module_& m) {
   // The exception classes live in vkad/errors.py (typed, documented); vkad/__init__.py hands
   // them over here: the base class, and {error_code_name(code): class}. Until then (and for a
   // code without a class) errors are RuntimeErrors.
@@ -2214,7 +2262,10 @@ NB_MODULE(_vkad, m) {
       .value("u32", DType::kU32)
       .value("i64", DType::kI64)
       .value("bool", DType::kBool);
+}
 
+// vkad.NdArray.
+void bind_ndarray(nb::module_& m) {
   nb::class_<NdArray>(m, "NdArray", nb::is_weak_referenceable(),
                       "A device array owned by a Session; freed when collected.")
       .def_prop_ro("shape",
@@ -2280,6 +2331,10 @@ NB_MODULE(_vkad, m) {
                (a.freed ? ", freed" : "") + ")";
       });
 
+}
+
+// vkad.Graph and the loop index a Session.loop body sees.
+void bind_graph_and_loop_index(nb::module_& m) {
   nb::class_<Graph>(m, "Graph", "A captured launch sequence (Session.capture).")
       .def_prop_ro("name", [](const Graph& g) { return g.name; })
       .def_prop_ro("launches", [](const Graph& g) { return g.kernels.size(); })
@@ -2342,6 +2397,10 @@ NB_MODULE(_vkad, m) {
       .def("__bool__", symbolic)
       .def("__repr__", &LoopIndex::repr);
 
+}
+
+// A tape's record of a Session.loop, and Session.bind's BoundLaunch.
+void bind_loop_record_and_bound(nb::module_& m) {
   nb::class_<LoopRecord>(m, "LoopRecord",
                          "A Session.loop as a tape recorded it (an entry of Tape.launches).")
       .def_prop_ro("count", [](const LoopRecord& r) { return r.count; })
@@ -2376,6 +2435,10 @@ NB_MODULE(_vkad, m) {
         return "vkad.BoundLaunch('" + b.k->name + "', free: " + b.free_names() + ")";
       });
 
+}
+
+// vkad.Kernel.
+void bind_kernel(nb::module_& m) {
   nb::class_<Kernel>(m, "Kernel", "A compiled kernel; released when collected.")
       .def_prop_ro("name", [](const Kernel& k) { return k.name; })
       .def_prop_ro("param_names",
@@ -2433,6 +2496,10 @@ NB_MODULE(_vkad, m) {
       .def_prop_ro("signature", &Kernel::signature)
       .def("__repr__", [](const Kernel& k) { return "vkad.Kernel(" + k.signature() + ")"; });
 
+}
+
+// The tape's hazard record and Session.differentiate's result.
+void bind_tape_hazards_and_differentiated(nb::module_& m) {
   nb::class_<TapeHazards>(m, "_TapeHazards",
                           "What a Tape's recording read and wrote (vkad::TapeHazards): launch "
                           "refuses a launch that overwrites it.")
@@ -2459,7 +2526,11 @@ NB_MODULE(_vkad, m) {
           },
           "{forward parameter name: gradient parameter name} of the adjoint.");
 
-  nb::class_<Session>(m, "Session", "A device, its kernels and ndarrays (vkad::Session).")
+}
+
+// vkad.Session: creation, kernels, arrays (first half; the class object for the second).
+nb::class_<Session> bind_session_kernels_and_arrays(nb::module_& m) {
+  return nb::class_<Session>(m, "Session", "A device, its kernels and ndarrays (vkad::Session).")
       .def(nb::init<nb::handle, bool, size_t, uint32_t, std::optional<std::string>, bool>(),
            "device"_a = nb::none(), "validation"_a = false, "retirement_depth"_a = 3,
            "spare_memory_blocks"_a = 1, "cache_dir"_a = nb::none(), "specialize_shapes"_a = true,
@@ -2520,7 +2591,12 @@ NB_MODULE(_vkad, m) {
            "What DLPack exchange can use on this device: exportable memory and semaphore, "
            "CUDA (and why not), mapped blocks, live exports.")
       .def("_from_numpy", &Session::from_numpy, "array"_a, "name"_a = "",
-           nb::sig("def _from_numpy(self, array: numpy.typing.NDArray, name: str = '') -> NdArray"))
+           nb::sig("def _from_numpy(self, array: numpy.typing.NDArray, name: str = '') -> NdArray"));
+}
+
+// vkad.Session: launches, tapes, synchronisation, loops, graphs.
+void bind_session_launches_and_graphs(nb::class_<Session>& cls) {
+  cls
       .def("free", &Session::free, "array"_a, nb::sig("def free(self, array: NdArray) -> None"))
       .def("zero", &Session::zero, "array"_a, nb::sig("def zero(self, array: NdArray) -> None"))
       .def("zero_many", &Session::zero_many, "arrays"_a,
@@ -2594,4 +2670,21 @@ NB_MODULE(_vkad, m) {
                    "bool]] | None = None) -> None"),
            "Runs a captured graph (asynchronous). updates: (launch index, parameter index, "
            "value) triples replacing scalar arguments, kept for later replays.");
+}
+
+}  // namespace
+
+NB_MODULE(_vkad, m) {
+  m.doc() = "vkad's native binding; use the vkad package, which wraps and re-exports it.";
+  Py_AtExit([] { g_interpreter_gone.store(true); });  // release_export's guard
+  m.attr("__version__") = VKAD_VERSION_STRING;        // from the file VERSION (vkad_version.h)
+
+  bind_errors_and_types(m);
+  bind_ndarray(m);
+  bind_graph_and_loop_index(m);
+  bind_loop_record_and_bound(m);
+  bind_kernel(m);
+  bind_tape_hazards_and_differentiated(m);
+  nb::class_<Session> cls = bind_session_kernels_and_arrays(m);
+  bind_session_launches_and_graphs(cls);
 }

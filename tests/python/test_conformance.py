@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 
 import vkad
-from conformance_builder import Builder
+from vkad import KernelBuilder as Builder
 from conftest import f64_ok
 
 RTOL = {vkad.f32: 1e-3, vkad.f64: 1e-8}
