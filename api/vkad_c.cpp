@@ -235,6 +235,40 @@ void vkad_set_log_callback(vkad_log_callback callback, void* user) {
   vkad::set_log_sink(&Bridge::call, kept.back().get());
 }
 
+// vkad_session_options' compile and graph-pass fields into `so`, whose defaults stand where a
+// field is 0 (each default written once, in api/session.h); NULL, or the error naming a field
+// out of range.
+static vkad_status* session_options_from(const vkad_session_options& o,
+                                          vkad::SessionOptions* so) {
+  so->compile.optimize = o.optimize != 0;
+  const struct {
+    const char* name;
+    int32_t value;
+    bool* out;
+  } switches[] = {
+      {"fuse_graph_launches", o.fuse_graph_launches, &so->fuse_graph_launches},
+      {"schedule_graph_launches", o.schedule_graph_launches, &so->schedule_graph_launches}};
+  for (const auto& sw : switches) {
+    if (sw.value < -1 || sw.value > 1) {
+      return invalid("vkad_session_create", (std::string(sw.name) + " " + std::to_string(sw.value) +
+                                             ": use 0 (the default), 1 (on) or -1 (off)")
+                                                .c_str());
+    }
+    if (sw.value != 0) *sw.out = sw.value > 0;
+  }
+  if (o.resident_max_range < -1) {
+    return invalid("vkad_session_create",
+                   ("resident_max_range " + std::to_string(o.resident_max_range) +
+                    ": use 0 (the default), -1 (off) or a positive count")
+                       .c_str());
+  }
+  if (o.resident_max_range != 0) {
+    so->resident_max_range =
+        o.resident_max_range < 0 ? 0u : static_cast<uint32_t>(o.resident_max_range);
+  }
+  return nullptr;
+}
+
 vkad_status* vkad_session_create(const vkad_session_options* options, vkad_session** out) {
   if (out == nullptr) return invalid("vkad_session_create", "out is NULL");
   vkad_session_options o{};
@@ -282,35 +316,8 @@ vkad_status* vkad_session_create(const vkad_session_options* options, vkad_sessi
     ro.device.external = x;
   }
   if (o.cache_dir != nullptr) ro.cache_dir = std::string(o.cache_dir);
-  // Each field's default is SessionOptions' (written once, in api/session.h).
   vkad::SessionOptions so;
-  so.compile.optimize = o.optimize != 0;
-  const struct {
-    const char* name;
-    int32_t value;
-    bool* out;
-  } switches[] = {{"fuse_graph_launches", o.fuse_graph_launches, &so.fuse_graph_launches},
-                  {"schedule_graph_launches", o.schedule_graph_launches,
-                   &so.schedule_graph_launches}};
-  for (const auto& sw : switches) {
-    if (sw.value < -1 || sw.value > 1) {
-      return invalid("vkad_session_create", (std::string(sw.name) + " " +
-                                             std::to_string(sw.value) +
-                                             ": use 0 (the default), 1 (on) or -1 (off)")
-                                                .c_str());
-    }
-    if (sw.value != 0) *sw.out = sw.value > 0;
-  }
-  if (o.resident_max_range < -1) {
-    return invalid("vkad_session_create",
-                   ("resident_max_range " + std::to_string(o.resident_max_range) +
-                    ": use 0 (the default), -1 (off) or a positive count")
-                       .c_str());
-  }
-  if (o.resident_max_range != 0) {
-    so.resident_max_range =
-        o.resident_max_range < 0 ? 0u : static_cast<uint32_t>(o.resident_max_range);
-  }
+  if (vkad_status* e = session_options_from(o, &so)) return e;
   auto s = vkad::Session::create_with_runtime(ro, so);
   if (!s.ok()) return from(s.status());
   auto* session = new (std::nothrow) vkad_session();

@@ -12,7 +12,6 @@ namespace vkad::codegen {
 
 namespace {
 
-
 // What one kernel does to each of its ndarray parameters.
 struct ParamUse {
   bool read = false, written = false;

@@ -864,8 +864,8 @@ struct ArgWhere {
   const char* call;
   std::string operator()() const {
     const ParamInfo& p = k.params[i];
-    return std::string(call) + " '" + k.name + "', argument " + std::to_string(i) + " ('" +
-           p.name + "': " +
+    return std::string(call) + " '" + k.name + "', argument " + std::to_string(i) + " ('" + p.name +
+           "': " +
            (p.array ? "ndarray<" + std::string(tname(p.dtype)) + ", " + std::to_string(p.rank) + ">"
                     : std::string(tname(p.dtype))) +
            ")";
@@ -1717,8 +1717,8 @@ struct Session {
         try {
           adjoint_loop(*loop, grads, grad_args);
         } catch (nb::python_error& e) {
-          raise_named(e, "tape.backward: adjoint of launch " + std::to_string(i) +
-                             " (a Session.loop): ");
+          raise_named(
+              e, "tape.backward: adjoint of launch " + std::to_string(i) + " (a Session.loop): ");
         }
         continue;
       }
@@ -2330,7 +2330,6 @@ void bind_ndarray(nb::module_& m) {
                std::string(tname(a.dtype)) + ", shape " + shape_string(a.shape) +
                (a.freed ? ", freed" : "") + ")";
       });
-
 }
 
 // vkad.Graph and the loop index a Session.loop body sees.
@@ -2396,7 +2395,6 @@ void bind_graph_and_loop_index(nb::module_& m) {
       .def("__float__", symbolic)
       .def("__bool__", symbolic)
       .def("__repr__", &LoopIndex::repr);
-
 }
 
 // A tape's record of a Session.loop, and Session.bind's BoundLaunch.
@@ -2434,7 +2432,6 @@ void bind_loop_record_and_bound(nb::module_& m) {
       .def("__repr__", [](const Bound& b) {
         return "vkad.BoundLaunch('" + b.k->name + "', free: " + b.free_names() + ")";
       });
-
 }
 
 // vkad.Kernel.
@@ -2495,7 +2492,6 @@ void bind_kernel(nb::module_& m) {
           "(forward parameter index, gradient name) per differentiated parameter.")
       .def_prop_ro("signature", &Kernel::signature)
       .def("__repr__", [](const Kernel& k) { return "vkad.Kernel(" + k.signature() + ")"; });
-
 }
 
 // The tape's hazard record and Session.differentiate's result.
@@ -2525,7 +2521,6 @@ void bind_tape_hazards_and_differentiated(nb::module_& m) {
             return out;
           },
           "{forward parameter name: gradient parameter name} of the adjoint.");
-
 }
 
 // vkad.Session: creation, kernels, arrays (first half; the class object for the second).
@@ -2590,14 +2585,14 @@ nb::class_<Session> bind_session_kernels_and_arrays(nb::module_& m) {
            nb::sig("def interop_info(self) -> dict[str, object]"),
            "What DLPack exchange can use on this device: exportable memory and semaphore, "
            "CUDA (and why not), mapped blocks, live exports.")
-      .def("_from_numpy", &Session::from_numpy, "array"_a, "name"_a = "",
-           nb::sig("def _from_numpy(self, array: numpy.typing.NDArray, name: str = '') -> NdArray"));
+      .def(
+          "_from_numpy", &Session::from_numpy, "array"_a, "name"_a = "",
+          nb::sig("def _from_numpy(self, array: numpy.typing.NDArray, name: str = '') -> NdArray"));
 }
 
 // vkad.Session: launches, tapes, synchronisation, loops, graphs.
 void bind_session_launches_and_graphs(nb::class_<Session>& cls) {
-  cls
-      .def("free", &Session::free, "array"_a, nb::sig("def free(self, array: NdArray) -> None"))
+  cls.def("free", &Session::free, "array"_a, nb::sig("def free(self, array: NdArray) -> None"))
       .def("zero", &Session::zero, "array"_a, nb::sig("def zero(self, array: NdArray) -> None"))
       .def("zero_many", &Session::zero_many, "arrays"_a,
            nb::sig("def zero_many(self, arrays: collections.abc.Iterable[NdArray]) -> None"),

@@ -1,6 +1,6 @@
 // Resident step loops at Session::end_capture (graph/resident.h, docs/graphs.md,
-// "Resident step loops"): a captured loop of small launches -- a neighbour read fusion cannot merge, an
-// atomic reduction, a one-element launch with a float scalar -- becomes one launch of a
+// "Resident step loops"): a captured loop of small launches -- a neighbour read fusion cannot
+// merge, an atomic reduction, a one-element launch with a float scalar -- becomes one launch of a
 // single-workgroup kernel whose phases meet at workgroup barriers. Its results are those of
 // the launches one by one on the CPU evaluator; an update of a rolled launch's scalar falls
 // back to the graph as captured; the off switch and the range limit keep the launches.

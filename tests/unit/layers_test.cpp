@@ -45,8 +45,8 @@ const std::map<std::string, std::set<std::string>>& allowed() {
   return m;
 }
 // Layers that must compile without Vulkan headers.
-const std::set<std::string> kNoVulkan = {"base",  "adstack",   "abi",  "ir", "autodiff",
-                                         "spirv", "reference", "graph"};
+const std::set<std::string> kNoVulkan = {"base",     "adstack", "abi",       "ir",
+                                         "autodiff", "spirv",   "reference", "graph"};
 // Forwarding headers kept while branches in flight still include old paths (none now).
 const std::set<std::string> kForwarding = {};
 
