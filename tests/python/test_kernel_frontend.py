@@ -1,0 +1,580 @@
+"""@vkad.kernel / @vkad.func (python/vkad/frontend.py, docs/kernels.md, issue 55): every construct
+of the subset against the same kernel written with KernelBuilder (the same IR text) or against
+numpy, on the session's device (lavapipe in CI); gradients (s.differentiate, tapes) against
+central finite differences; and one test per refused construct checking the reported line,
+column and caret."""
+import math
+import re
+
+import numpy as np
+import pytest
+
+import vkad
+from conftest import f64_ok
+
+
+@pytest.fixture(scope="module")
+def ft(session):
+    return vkad.f64 if f64_ok(session) else vkad.f32
+
+
+def npt(ft):
+    return np.float64 if ft == vkad.f64 else np.float32
+
+
+def tol(ft):
+    return dict(rtol=1e-9, atol=1e-12) if ft == vkad.f64 else dict(rtol=1e-5, atol=1e-6)
+
+
+def line_of(fn, text):
+    """The file line of the first source line of `fn` containing `text`."""
+    import inspect
+    lines, first = inspect.getsourcelines(fn.__wrapped__ if hasattr(fn, "__wrapped__") else fn)
+    for k, l in enumerate(lines):
+        if text in l:
+            return first + k, l.index(text) + 1
+    raise AssertionError(f"{text!r} not in {fn}")
+
+
+def assert_error_at(excinfo, fn, text, message):
+    """The error names this file, the line holding `text`, its column, and shows the caret."""
+    e = excinfo.value
+    assert isinstance(e, vkad.InvalidArgumentError)
+    msg = str(e)
+    assert re.search(message, msg), msg
+    line, col = line_of(fn, text)
+    assert e.lineno == line, msg
+    assert e.col_offset == col, msg
+    assert f'File "{__file__}", line {line}, column {col}' in msg, msg
+    src, caret = msg.splitlines()[-2:]
+    assert text in src
+    assert caret.index("^") == src.index(text), msg
+
+
+# --- the same kernel as a KernelBuilder --------------------------------------------------------
+
+@vkad.kernel
+def saxpy(a: vkad.f32, x: vkad.array(vkad.f32, grad=True), y: vkad.array(vkad.f32)):
+    for i in range(x.shape[0]):
+        y[i] = a * x[i] + y[i]
+
+
+def test_same_ir_as_the_builder(session):
+    kb = vkad.KernelBuilder("saxpy")
+    a = kb.scalar("a", vkad.f32)
+    x = kb.ndarray("x", vkad.f32, 1, grad=True)
+    y = kb.ndarray("y", vkad.f32, 1)
+    line, _ = line_of(saxpy, "for i in range")
+    with kb.parallel_for(f"line_{line}", 0, x.shape[0]) as i:
+        y[i] = a * x[i] + y[i]
+    assert saxpy.ir() == kb.finish()
+    # launched by a call (and through s.compile), the same results
+    xs = session.ndarray(np.arange(5, dtype=np.float32))
+    ys = session.ndarray(np.ones(5, np.float32))
+    saxpy(2.0, xs, ys, session=session)
+    np.testing.assert_allclose(ys.numpy(), 2 * np.arange(5) + 1)
+    k = session.compile(saxpy)
+    session.launch(k, 1.0, xs, ys)
+    np.testing.assert_allclose(ys.numpy(), 3 * np.arange(5) + 1)
+
+
+def test_lowering_is_cached(session):
+    assert saxpy.lowered() is saxpy.lowered()
+    assert saxpy.compile(session) is saxpy.compile(session)
+
+
+# --- control flow ------------------------------------------------------------------------------
+
+def control_ref(x, w):
+    # what `control` computes, in Python
+    out = []
+    for xi in x:
+        acc, v = 0.0, xi
+        for k in range(len(w)):
+            if w[k] < -0.3:
+                continue
+            acc += math.sin(v * w[k])
+            if acc > 1.6:
+                break
+        n = 0
+        while v * v > 0.01 and n < 40:
+            v = v * 0.5
+            n += 1
+        if acc > 1.0:
+            r = acc * 2.0
+        elif acc > 0.0:
+            r = acc + v
+        else:
+            r = -acc
+        out.append(r + n)
+    return np.array(out)
+
+
+def make_control(ft):
+    @vkad.kernel
+    def control(x: vkad.array(ft, grad=True), w: vkad.array(ft, readonly=True),
+                y: vkad.array(ft, grad=True)):
+        for i in range(x.shape[0]):
+            acc = 0.0
+            v = x[i]
+            for k in range(w.shape[0]):
+                if w[k] < -0.3:
+                    continue
+                acc += vkad.sin(v * w[k])
+                if acc > 1.6:
+                    break
+            n = 0
+            while vkad.max_trip(v * v > 0.01 and n < 40, 40):
+                v = v * 0.5
+                n += 1
+            if acc > 1.0:
+                r = acc * 2.0
+            elif acc > 0.0:
+                r = acc + v
+            else:
+                r = -acc
+            y[i] = r + n
+    return control
+
+
+def test_control_flow(session, ft):
+    control = make_control(ft)
+    assert control.fp == ft  # `acc = 0.0` is a local of the parameters' float type
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-2, 2, 9).astype(npt(ft))
+    w = np.array([0.9, -0.5, 0.7, 1.3, 0.2], npt(ft))
+    xs, ws, ys = session.ndarray(x), session.ndarray(w), session.zeros(9, ft)
+    control(xs, ws, ys, session=session)
+    np.testing.assert_allclose(ys.numpy(), control_ref(x.astype(np.float64), w), **tol(ft))
+
+
+def test_control_flow_gradient_on_a_tape(session, ft):
+    if ft != vkad.f64:
+        pytest.skip("finite differences want f64")
+    control = make_control(ft)
+    x = np.array([0.3, -1.1, 0.8, 1.7], np.float64)
+    w = np.array([0.9, -0.5, 0.7, 1.3, 0.2])
+    xs, ws, ys = session.ndarray(x), session.ndarray(w), session.zeros(4, ft)
+    t = session.tape()
+    with t:
+        control(xs, ws, ys, session=session)  # the differentiated kernel, recorded
+    t.backward(seed={ys: 1.0})
+    g = t.grad(xs).numpy()
+    h = 1e-6
+    fd = [(control_ref(x + h * e, w).sum() - control_ref(x - h * e, w).sum()) / (2 * h)
+          for e in np.eye(4)]
+    np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-7)
+
+
+# --- locals, tuples, expressions ---------------------------------------------------------------
+
+@vkad.kernel
+def expressions(x: vkad.array(vkad.f32), ij: vkad.array(vkad.i32), y: vkad.array(vkad.f32, ndim=2)):
+    for i in range(x.shape[0]):
+        a, b = x[i], ij[i]
+        p, q = (a * 2.0, b // 3)
+        c = a if b % 2 == 0 else -a           # a select
+        d = 1.0 if 0 < b <= 4 and not b == 2 else 0.0
+        e = b / 2                              # int / int: a float, as in Python
+        f = vkad.f32(b) ** 2 + abs(a) - min(a, 0.5) + max(b, 3)
+        g = (b > 1) or (a < 0.0)
+        y[i, 0] = p
+        y[i, 1] = vkad.f32(q)
+        y[i, 2] = c
+        y[i, 3] = d
+        y[i, 4] = e
+        y[i, 5] = f
+        y[i, 6] = vkad.select(g, 1.0, 0.0)
+        y[i, 7] = math.sin(a) + vkad.cos(a) * math.pi + vkad.atan2(a, 2.0) + vkad.sqrt(abs(a))
+
+
+def test_expressions(session):
+    x = np.array([-1.5, 0.25, 2.0, -0.75, 3.0, 0.5], np.float32)
+    ij = np.array([0, 1, 2, 3, 4, 7], np.int32)
+    ys = session.zeros((6, 8), vkad.f32)
+    expressions(session.ndarray(x), session.ndarray(ij), ys, session=session)
+    x64, i64 = x.astype(np.float64), ij.astype(np.float64)
+    want = np.stack([
+        x64 * 2, ij // 3, np.where(ij % 2 == 0, x64, -x64),
+        np.where((ij > 0) & (ij <= 4) & (ij != 2), 1.0, 0.0), i64 / 2,
+        i64 ** 2 + np.abs(x64) - np.minimum(x64, 0.5) + np.maximum(ij, 3),
+        np.where((ij > 1) | (x64 < 0), 1.0, 0.0),
+        np.sin(x64) + np.cos(x64) * math.pi + np.arctan2(x64, 2.0) + np.sqrt(np.abs(x64))], 1)
+    np.testing.assert_allclose(ys.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+# --- vectors and matrices, element arrays, atomics ---------------------------------------------
+
+DT = 0.01
+
+
+@vkad.func
+def rotate(R, v):
+    return R @ v
+
+
+@vkad.kernel
+def particles(x: vkad.array(vkad.vec(2, vkad.f32), ndim=1),
+              F: vkad.array(vkad.mat(2, 2, vkad.f32), ndim=1),
+              out: vkad.array(vkad.vec(2, vkad.f32), ndim=1),
+              stats: vkad.array(vkad.f32, ndim=1)):
+    for p in range(x.shape[0]):
+        R, S = vkad.polar_decompose(F[p])
+        u = rotate(R, x[p]) + DT * vkad.Vector([0.0, 1.0])
+        u[0] = u[0] + S.trace()                 # a component replaced
+        px, py = u                              # a vector unpacks
+        out[p] = vkad.Vector([px, py * 2.0]) + (F[p] @ x[p]).normalized() * x[p].norm()
+        stats[0] += u.dot(x[p])                 # an atomic add
+        stats[1] -= F[p].determinant()          # an atomic add of the negation
+        vkad.atomic_add(stats[2], x[p].norm_sqr())
+        vkad.atomic_sub(stats[3], 1.0)
+
+
+def _polar(A):
+    xx, yy = A[0, 0] + A[1, 1], A[1, 0] - A[0, 1]
+    c, s = np.array([xx, yy]) / math.hypot(xx, yy)
+    R = np.array([[c, -s], [s, c]])
+    return R, R.T @ A
+
+
+def test_vectors_matrices_atomics(session):
+    rng = np.random.default_rng(2)
+    n = 16
+    x = rng.normal(size=(n, 2)).astype(np.float32)
+    F = (np.eye(2) + 0.3 * rng.normal(size=(n, 2, 2))).astype(np.float32)
+    out, stats = session.zeros((n, 2)), session.zeros(4)
+    particles(session.ndarray(x), session.ndarray(F), out, stats, session=session)
+    want, st = [], np.zeros(4)
+    for p in range(n):
+        xp, Fp = x[p].astype(np.float64), F[p].astype(np.float64)
+        R, S = _polar(Fp)
+        u = R @ xp + DT * np.array([0.0, 1.0])
+        u[0] += np.trace(S)
+        Fx = Fp @ xp
+        want.append(np.array([u[0], u[1] * 2]) + Fx / np.linalg.norm(Fx) * np.linalg.norm(xp))
+        st += [u @ xp, -np.linalg.det(Fp), xp @ xp, -1.0]
+    np.testing.assert_allclose(out.numpy(), np.array(want), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(stats.numpy(), st, rtol=1e-4, atol=1e-4)
+
+
+# --- @vkad.func, captured constants, vkad.static, ndrange --------------------------------------
+
+WEIGHTS = (0.5, -1.0, 2.0)
+USE_SQUARE = True
+
+
+@vkad.func
+def poly(v: vkad.f32, k: vkad.i32):
+    """A helper with a loop and a local: inlined."""
+    acc = 0.0
+    for j in range(k):
+        acc = acc * v + 1.0
+    if vkad.static(USE_SQUARE):
+        return acc * acc
+    return acc
+
+
+@vkad.func
+def weighted(v):
+    s = 0.0
+    for c in vkad.static(WEIGHTS):          # unrolled: one term per captured weight
+        s = s + c * v
+    return s
+
+
+@vkad.kernel
+def helpers(x: vkad.array(vkad.f32), y: vkad.array(vkad.f32, ndim=2)):
+    for i, j in vkad.ndrange(x.shape[0], 3):
+        y[i, j] = poly(x[i], j + 1) + weighted(x[i]) * j
+
+
+def test_funcs_static_and_ndrange(session):
+    global USE_SQUARE
+    x = np.array([0.5, -1.0, 2.0, 0.0], np.float32)
+    xs, ys = session.ndarray(x), session.zeros((4, 3))
+
+    def ref(square):
+        out = np.zeros((4, 3))
+        for i in range(4):
+            for j in range(3):
+                acc = 0.0
+                for _ in range(j + 1):
+                    acc = acc * x[i] + 1.0
+                out[i, j] = (acc * acc if square else acc) + sum(WEIGHTS) * x[i] * j
+        return out
+
+    helpers(xs, ys, session=session)
+    np.testing.assert_allclose(ys.numpy(), ref(True), rtol=1e-5)
+    first = helpers.lowered()
+    assert "for " in first.ir and first.ir.count("task ") == 1
+    # a captured constant changed: lowered again (its own cache entry), and back: the first
+    USE_SQUARE = False
+    try:
+        helpers(xs, ys, session=session)
+        np.testing.assert_allclose(ys.numpy(), ref(False), rtol=1e-5)
+        assert helpers.lowered() is not first
+    finally:
+        USE_SQUARE = True
+    assert helpers.lowered() is first
+
+
+def make_bounds():
+    @vkad.kernel
+    def bounds(n: vkad.i32, x: vkad.array(vkad.f32), y: vkad.array(vkad.f32)):
+        m = x.shape[0]
+        for i in range(1, m - 1):               # a size expression: add(shape(x, 0), -1)
+            y[i] = x[i - 1] + x[i + 1]
+        for i in range(n):                      # a second task
+            y[0] += 1.0
+        if vkad.static(m is not None):
+            y[m - 1] = 7.0                      # kernel-level statements: a serial task
+    return bounds
+
+
+def test_tasks_bounds_and_serial_statements(session):
+    bounds = make_bounds()
+    ir = bounds.ir()
+    assert "add(shape(x, 0), -1)" in ir and ir.count("task ") == 3 and " serial " in ir
+    x = np.arange(6, dtype=np.float32)
+    ys = session.zeros(6)
+    bounds(4, session.ndarray(x), ys, session=session)
+    want = np.zeros(6)
+    want[1:5] = x[:4] + x[2:]
+    want[0] = 4
+    want[5] = 7
+    np.testing.assert_allclose(ys.numpy(), want)
+
+
+# --- reverse mode: s.differentiate(kernel), scalar gradients, the tape -------------------------
+
+def make_energy(ft):
+    @vkad.kernel
+    def energy(k: vkad.scalar(ft), x: vkad.array(vkad.vec(2, ft), ndim=1, grad=True),
+               loss: vkad.array(ft, ndim=0, grad=True)):
+        for i in range(x.shape[0] - 1):
+            d = x[i + 1] - x[i]
+            r = d.norm()
+            e = 0.5 * k * (r - 1.0) ** 2
+            if r > 2.0:
+                e = e * 2.0
+            loss[None] += e + vkad.exp(-x[i].norm_sqr())
+    return energy
+
+
+def test_differentiate_against_finite_differences(session, ft):
+    if ft != vkad.f64:
+        pytest.skip("finite differences want f64")
+    energy = make_energy(ft)
+    d = session.differentiate(energy)       # as for a KernelBuilder
+    assert d is not None
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(6, 2)) * 1.3
+
+    def f(xv):
+        loss = 0.0
+        for i in range(5):
+            r = np.linalg.norm(xv[i + 1] - xv[i])
+            e = 0.5 * 3.0 * (r - 1) ** 2
+            e = e * 2 if r > 2 else e
+            loss += e + math.exp(-xv[i] @ xv[i])
+        return loss
+
+    xs, loss = session.ndarray(x, grad=True), session.zeros(1, ft, grad=True)
+    t = session.tape()
+    with t:
+        energy(3.0, xs, loss, session=session)
+    t.backward(seed={loss: 1.0})
+    np.testing.assert_allclose(loss.numpy()[0], f(x), rtol=1e-12)
+    h, fd = 1e-6, np.zeros_like(x)
+    for idx in np.ndindex(*x.shape):
+        e = np.zeros_like(x)
+        e[idx] = h
+        fd[idx] = (f(x + e) - f(x - e)) / (2 * h)
+    np.testing.assert_allclose(t.grad(xs).numpy(), fd, rtol=1e-6, atol=1e-8)
+
+
+def test_default_session():
+    s = vkad.Session()
+    try:
+        vkad.set_default_session(s)
+        assert vkad.default_session() is s
+        xs, ys = s.ndarray(np.ones(3, np.float32)), s.zeros(3)
+        saxpy(3.0, xs, ys)                   # no session=: the default one
+        np.testing.assert_allclose(ys.numpy(), 3.0)
+    finally:
+        vkad.set_default_session(None)
+        s.close()
+
+
+# --- errors point at the line ------------------------------------------------------------------
+
+def lowering_error(fn):
+    with pytest.raises(vkad.InvalidArgumentError) as e:
+        vkad.kernel(fn).ir()
+    return e
+
+
+def test_error_undefined_name():
+    def k(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            x[i] = undefined_thing + 1.0  # noqa: F821
+    assert_error_at(lowering_error(k), k, "undefined_thing", "undefined name 'undefined_thing'")
+
+
+def test_error_type_change():
+    def k(x: vkad.array(vkad.f32), n: vkad.array(vkad.i32)):
+        for i in range(x.shape[0]):
+            acc = 0.0
+            for j in range(3):
+                acc = n[i]
+            x[i] = acc
+    assert_error_at(lowering_error(k), k, "acc = n[i]", "'acc'.*changes type: assigned i32")
+
+
+def test_error_type_mismatch():
+    def k(x: vkad.array(vkad.f32), y: vkad.array(vkad.f64)):
+        for i in range(x.shape[0]):
+            x[i] = x[i] + y[i]
+    assert_error_at(lowering_error(k), k, "x[i] + y[i]", "types f32 and f64 differ")
+
+
+def test_error_return_in_kernel():
+    def k(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            return x[i]
+    assert_error_at(lowering_error(k), k, "return x[i]", "a kernel returns nothing")
+
+
+def test_error_refused_statements():
+    def k1(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            with open("f"):
+                pass
+    assert_error_at(lowering_error(k1), k1, "with open", "`with` statement is not in the")
+
+    def k2(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            try:
+                x[i] = 1.0
+            except Exception:
+                pass
+    assert_error_at(lowering_error(k2), k2, "try:", "`try` statement is not in the")
+
+
+def test_error_refused_expressions():
+    def k1(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            x[i] = sum([x[j] for j in range(3)])
+    assert_error_at(lowering_error(k1), k1, "[x[j] for", "a list comprehension is not in the")
+
+    def k2(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            f = lambda v: v  # noqa: E731
+            x[i] = f(x[i])
+    assert_error_at(lowering_error(k2), k2, "lambda", "a lambda is not in the")
+
+
+def test_error_break_in_parallel_loop():
+    def k(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            if x[i] > 0.0:
+                break
+    assert_error_at(lowering_error(k), k, "break", "`break` in the parallel loop")
+
+
+def test_error_loop_else_and_step():
+    def k1(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            for j in range(0, 4, 2):
+                x[i] = 1.0
+    assert_error_at(lowering_error(k1), k1, "2)", "a serial loop's step is 1")
+
+    def k2(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            while x[i] > 1.0:
+                x[i] = 1.0
+            else:
+                x[i] = 2.0
+    assert_error_at(lowering_error(k2), k2, "x[i] = 2.0", "while loop's `else`")
+
+
+def test_error_not_a_kernel_function():
+    def helper(v):
+        return v
+
+    def k(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            x[i] = helper(x[i])
+    assert_error_at(lowering_error(k), k, "helper(x[i])", "'helper' is not a kernel function")
+
+
+def test_error_captured_list():
+    table = [1.0, 2.0]
+
+    def k(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            x[i] = table[0]
+    assert_error_at(lowering_error(k), k, "table", "'table' is a list")
+
+
+def test_error_outer_loop_not_range():
+    def k(x: vkad.array(vkad.f32)):
+        for i in x:
+            x[i] = 1.0
+    assert_error_at(lowering_error(k), k, "x:", "outermost loop is the parallel task")
+
+
+def test_error_name_out_of_its_block():
+    def k(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            for j in range(2):
+                inner = x[j]
+            x[i] = inner
+    # assigned in the loop, read after it: a local (zero when the loop does not run)
+    vkad.kernel(k).ir()
+
+    def k2(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            d = x[i]
+        for j in range(x.shape[0]):
+            x[j] = d
+    assert_error_at(lowering_error(k2), k2, "= d", "'d' is assigned only inside a block")
+
+
+def test_error_in_a_func_names_its_line():
+    @vkad.func
+    def bad(v):
+        return v + nowhere  # noqa: F821
+
+    def k(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            x[i] = bad(x[i])
+    e = lowering_error(k)
+    assert "in @vkad.func 'bad'" in str(e.value)
+    assert_error_at(e, bad.fn, "nowhere", "undefined name 'nowhere'")
+
+
+def test_error_unannotated_parameter():
+    def k(x):
+        for i in range(3):
+            x[i] = 1.0
+    with pytest.raises(vkad.InvalidArgumentError) as e:
+        vkad.kernel(k)
+    assert_error_at(e, k, "x):", "parameter 'x' has no annotation")
+
+
+def test_error_wrong_argument_at_launch(session):
+    xs_i = session.zeros(4, vkad.i32)
+    with pytest.raises(vkad.InvalidArgumentError) as e:
+        saxpy(1.0, xs_i, xs_i, session=session)
+    assert_error_at(e, saxpy, "vkad.array(vkad.f32, grad=True)",
+                    r"argument 1 \('x'\): the array is i32, the parameter f32")
+    with pytest.raises(vkad.InvalidArgumentError) as e:
+        saxpy(1.0, session.zeros((2, 2)), session.zeros(4), session=session)
+    assert "rank 2" in str(e.value)
+    with pytest.raises(vkad.InvalidArgumentError) as e:
+        saxpy(1.0, np.zeros(4, np.float32), session.zeros(4), session=session)
+    assert "s.ndarray(x)" in str(e.value)
+    with pytest.raises(vkad.InvalidArgumentError) as e:
+        saxpy(1.0, session.zeros(4), session=session)
+    assert "launched with 2 arguments, the kernel takes 3" in str(e.value)
