@@ -214,7 +214,7 @@ class _Source:
         self.text = "".join(lines)
         self.filename = inspect.getsourcefile(fn) or fn.__code__.co_filename
         dedented = textwrap.dedent(self.text)
-        first_line = next((l for l in lines if l.strip()), "")
+        first_line = next((l for l in lines if l.strip()), "").rstrip("\r\n")
         ded_first = next((l for l in dedented.splitlines() if l.strip()), "")
         self.indent = len(first_line) - len(ded_first)
         tree = ast.parse(dedented, self.filename)
@@ -427,7 +427,9 @@ _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
         ast.Pow: operator.pow, ast.MatMult: operator.matmul, ast.BitAnd: operator.and_,
         ast.BitOr: operator.or_}
 _CMPS = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-         ast.Eq: operator.eq, ast.NotEq: operator.ne}
+         ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Is: operator.is_,
+         ast.IsNot: operator.is_not, ast.In: lambda a, b: a in b,
+         ast.NotIn: lambda a, b: a not in b}
 _CONST_TYPES = (bool, int, float, type(None), str, DType)
 
 
@@ -574,6 +576,10 @@ class _Lowerer:
         """A kernel-level assignment of a compile-time value (n = 3): bound, nothing built."""
         sc = self.scope
         if isinstance(s, ast.AnnAssign) or s.value is None:
+            return False
+        if not all(isinstance(t, (ast.Name, ast.Tuple)) and all(
+                isinstance(n, ast.Name) for n in ast.walk(t) if isinstance(n, ast.expr)
+                and not isinstance(n, ast.Tuple)) for t in s.targets):
             return False
         try:
             v = self.expr(s.value)
@@ -1342,9 +1348,12 @@ class _Lowerer:
             f = _CMPS.get(type(op))
             if f is None:
                 self.fail(node, f"comparison {type(op).__name__} is not in the kernel subset")
-            if _is_const(left) and _is_const(right):
-                r = f(left, right)
+            if (_is_const(left) and _is_const(right)) or type(op) in (ast.Is, ast.IsNot):
+                r = f(left, right)  # `is`: Python's identity, known while building
             else:
+                if type(op) in (ast.In, ast.NotIn):
+                    self.fail(node, f"`{type(op).__name__}` compares values known while the "
+                                    "kernel is built; kernel values compare with == < ...")
                 ta, tb = _kdtype(left), _kdtype(right)
                 if isinstance(left, _m._Tensor) or isinstance(right, _m._Tensor):
                     self.fail(node, "compare vector / matrix components, not whole ones")
@@ -1645,8 +1654,9 @@ def _bstr(v) -> str:
     return v._bound()
 
 
-class _Bound:
-    """A task bound given as a size expression (add(shape(x, 0), -1))."""
+class _Bound(_b.Dim):
+    """A task bound given as a size expression (add(shape(x, 0), -1)); a Dim for the
+    builder's check of task bounds, never read as a value."""
 
     def __init__(self, text: str):
         self.text = text
