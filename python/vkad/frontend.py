@@ -1073,6 +1073,9 @@ class _Lowerer:
             old = sc.names.get(name)
             if old is not None and not _is_const(old) and not _is_const(v):
                 told, tnew = _typekey(old), _typekey(v)
+                if isinstance(told, tuple) and isinstance(tnew, tuple) and told[0] == tnew[0] \
+                        and None in (told[1], tnew[1]):
+                    told = tnew  # a vector of numbers takes the type of what it meets
                 if told != tnew and told is not None and tnew is not None:
                     self.fail(node, f"'{name}' changes type: it was {_describe(old)}, now "
                                     f"{_describe(v)} (a local keeps its type; cast, or use "
