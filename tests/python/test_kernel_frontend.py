@@ -578,3 +578,207 @@ def test_error_wrong_argument_at_launch(session):
     with pytest.raises(vkad.InvalidArgumentError) as e:
         saxpy(1.0, session.zeros(4), session=session)
     assert "launched with 2 arguments, the kernel takes 3" in str(e.value)
+
+
+# --- more constructs: the builder's IR for control flow, locals, funcs, graphs, loops ----------
+
+@vkad.kernel
+def branches(x: vkad.array(vkad.f32), y: vkad.array(vkad.f32)):
+    for i in range(x.shape[0]):
+        v = x[i]
+        if v > 0.0:
+            y[i] = v
+        else:
+            y[i] = -v
+        for k in range(3):
+            y[i] = y[i] * 2.0
+
+
+def test_control_flow_same_ir_as_the_builder():
+    kb = vkad.KernelBuilder("branches")
+    x = kb.ndarray("x", vkad.f32, 1)
+    y = kb.ndarray("y", vkad.f32, 1)
+    line, _ = line_of(branches, "for i in range")
+    with kb.parallel_for(f"line_{line}", 0, x.shape[0]) as i:
+        v = x[i]
+        with kb.if_(v > 0.0):
+            y[i] = v
+        with kb.else_():
+            y[i] = -v
+        with kb.for_range(0, 3):
+            y[i] = y[i] * 2.0
+    assert branches.ir() == kb.finish()
+
+
+@vkad.func
+def clamp_add(acc: vkad.f64, v, lo=0.0):
+    acc = acc + v        # a parameter reassigned
+    if acc < lo:
+        acc = lo         # ... in a branch: a local
+    return acc
+
+
+@vkad.func
+def twice(v):
+    return clamp_add(v, v)  # funcs call funcs
+
+
+@vkad.kernel
+def locals_and_funcs(x: vkad.array(vkad.f64, ndim=2), y: vkad.array(vkad.f64)):
+    for i in range(x.shape[0]):
+        total: vkad.f64 = 0      # an annotated local: an int literal of an f64 local
+        u = vkad.Vector([0.0, 0.0])
+        for j in range(x.shape[1]):
+            u = u + vkad.Vector([x[i, j], 1.0])   # a vector local carried by the loop
+            if x[i, j] < -5.0:
+                continue
+            total = clamp_add(total, x[i, j])
+            if total > 100.0:
+                break
+        for k in vkad.static(range(10)):
+            if vkad.static(k == 2):
+                break                              # stops the unrolling
+            total += twice(0.25)
+        y[i] = total + u[0] * 1000.0 + u[1] * 1e6
+
+
+def test_locals_funcs_static_break(session, ft):
+    if ft != vkad.f64:
+        pytest.skip("needs f64")
+    x = np.array([[1.0, -2.0, 3.0, -9.0, 60.0, 50.0, 1.0],
+                  [-1.0, -1.0, 0.5, 2.0, -7.0, 0.25, 3.0]])
+    ys = session.zeros(2, vkad.f64)
+    locals_and_funcs(session.ndarray(x), ys, session=session)
+    want = []
+    for row in x:
+        total, u = 0.0, np.zeros(2)
+        for v in row:
+            u += [v, 1.0]
+            if v < -5.0:
+                continue
+            total = max(total + v, 0.0)
+            if total > 100.0:
+                break
+        total += 2 * 0.5
+        want.append(total + u[0] * 1000 + u[1] * 1e6)
+    np.testing.assert_allclose(ys.numpy(), want, rtol=1e-12)
+
+
+@vkad.kernel
+def step(t: vkad.i32, x: vkad.array(vkad.f32, ndim=2, grad=True)):
+    for i in range(x.shape[1]):
+        x[t, i] = x[t - 1, i] * 1.5 + 1.0
+
+
+def test_graph_capture_and_step_loop(session):
+    x0 = np.zeros((6, 3), np.float32)
+    x0[0] = [1, 2, 3]
+    want = x0.astype(np.float64).copy()
+    for t in range(1, 6):
+        want[t] = want[t - 1] * 1.5 + 1
+    xs = session.ndarray(x0)
+    step.compile(session)  # (a loop's body only launches: compile before it)
+    session.loop(1, 6, lambda t: step(t, xs, session=session))   # t symbolic: a LoopIndex
+    np.testing.assert_allclose(xs.numpy(), want, rtol=1e-6)
+    ys = session.ndarray(x0)
+    with session.capture() as g:
+        for t in range(1, 6):
+            step(t, ys, session=session)
+    session.replay(g)
+    np.testing.assert_allclose(ys.numpy(), want, rtol=1e-6)
+
+
+def test_mass_spring_kernels_match_the_builder_port(session, ft):
+    # examples/difftaichi/mass_spring_kernels.py: mass_spring.py's kernels as @vkad.kernel
+    # functions; the same losses and gradients (f64: to round-off), and training agrees
+    import importlib.util
+    import pathlib
+    import sys
+    ex = pathlib.Path(__file__).resolve().parents[2] / "examples" / "difftaichi"
+    sys.path.insert(0, str(ex))
+    try:
+        import mass_spring as ms
+        import mass_spring_kernels as mk
+    finally:
+        sys.path.remove(str(ex))
+    for toi in (True, False):
+        a = ms.MassSpring(session, steps=40, dtype=ft, toi=toi, graph=False)
+        b = mk.MassSpring(session, steps=40, dtype=ft, toi=toi, graph=False)
+        assert isinstance(b.kernels["nn1"], vkad.Differentiated)
+        a.forward_backward()
+        b.forward_backward()
+        r = dict(rtol=1e-10, atol=1e-14) if ft == vkad.f64 else dict(rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(b.arrays["loss"].numpy(), a.arrays["loss"].numpy(), **r)
+        ga, gb = a.gradients(), b.gradients()
+        for name in ga:
+            np.testing.assert_allclose(gb[name], ga[name], **r)
+        la = [a.iteration() for _ in range(2)]
+        lb = [b.iteration() for _ in range(2)]
+        np.testing.assert_allclose(lb, la, **r)
+
+
+# --- more refused constructs -------------------------------------------------------------------
+
+def test_error_static_break_under_runtime_if():
+    def k(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            for j in vkad.static(range(3)):
+                if x[i] > 0.0:
+                    break
+    assert_error_at(lowering_error(k), k, "break", "vkad.static \\(unrolled\\) loop under a")
+
+
+def test_error_assign_loop_index_and_parameter():
+    def k1(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            i = 2
+            x[i] = 1.0
+    assert_error_at(lowering_error(k1), k1, "i = 2", "'i' is a loop index")
+
+    def k2(a: vkad.f32, x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            a = a * 2.0
+            x[i] = a
+    assert_error_at(lowering_error(k2), k2, "a = a", "'a' is a kernel parameter")
+
+
+def test_error_runtime_index_of_a_vector():
+    def k(x: vkad.array(vkad.vec(2, vkad.f32)), n: vkad.array(vkad.i32)):
+        for i in range(x.shape[0]):
+            v = x[i]
+            x[i] = v * v[n[i]]
+    assert_error_at(lowering_error(k), k, "n[i]]", "indexed with Python ints")
+
+
+def test_error_return_inside_a_runtime_if_of_a_func():
+    @vkad.func
+    def f(v):
+        if v > 0.0:
+            return v
+        return -v
+
+    def k(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            x[i] = f(x[i])
+    assert_error_at(lowering_error(k), f.fn, "return v", "returns at its end")
+
+
+def test_error_atomic_into_a_value():
+    def k(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            v = x[i]
+            vkad.atomic_add(v, 1.0)
+    assert_error_at(lowering_error(k), k, "v, 1.0", "the first argument is an array element")
+
+
+def test_error_in_on_kernel_values_and_strings():
+    def k(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            if x[i] in (1.0, 2.0):
+                x[i] = 0.0
+    assert_error_at(lowering_error(k), k, "x[i] in", "`In` compares values known")
+
+    def k2(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            x[i] = f"{i}"
+    assert_error_at(lowering_error(k2), k2, 'f"{i}"', "an f-string is not in the")
