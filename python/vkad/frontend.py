@@ -202,6 +202,19 @@ class _Fail(Exception):
         self.node, self.msg, self.src, self.where = node, msg, src, where
 
 
+_SOURCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _source(fn: Callable, what: str) -> "_Source":
+    """fn's parsed source, once per code object: a function defined inside another (a kernel
+    made per simulation) shares its code object with every earlier definition."""
+    code = fn.__code__
+    src = _SOURCES.get(code)
+    if src is None:
+        src = _SOURCES[code] = _Source(fn, what)
+    return src
+
+
 class _Source:
     """A function's source, parsed, with line numbers of its file."""
 
@@ -508,6 +521,7 @@ class _Lowerer:
         self.scope: Optional[_Scope] = None
         self.inline_depth = 0
         self.task_count = 0
+        self.inlined: List["Func"] = []
 
     # --- errors ---
     def fail(self, node, msg: str):
@@ -1594,6 +1608,7 @@ class _Lowerer:
             self.fail(node, f"@vkad.func '{f.name}' takes {len(params)} arguments "
                             f"({', '.join(params)})")
         outer = self.scope
+        self.inlined.append(f)
         sc = _Scope(self, f.fn, fsrc, {}, len(self.kb._stack))
         sc.loops = []
         self.scope = sc
@@ -1726,7 +1741,7 @@ class Func:
     @property
     def src(self) -> _Source:
         if self._src is None:
-            self._src = _Source(self.fn, "@vkad.func")
+            self._src = _source(self.fn, "@vkad.func")
         return self._src
 
     def __call__(self, *args, **kwargs):
@@ -1742,6 +1757,7 @@ def func(fn: Callable) -> Func:
 
 
 _LOWERED: Dict[tuple, "_Lowered"] = {}  # by (source, annotations, captured constants)
+_NAMES: Dict[tuple, list] = {}  # by (source, annotations): the names a lowering captured
 _LOCK = threading.RLock()
 
 
@@ -1773,7 +1789,7 @@ class KernelFunction:
         self.fn = fn
         self.name = name or fn.__name__
         self.__doc__, self.__wrapped__ = fn.__doc__, fn
-        self.src = _Source(fn, "@vkad.kernel")
+        self.src = _source(fn, "@vkad.kernel")
         fnode = self.src.fn_node
         a = fnode.args
         if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults:
@@ -1823,15 +1839,23 @@ class KernelFunction:
         return f"<vkad.kernel {self.name}({', '.join(f'{n}: {a!r}' for n, a in zip(self.param_names, self.annotations))})>"
 
     # --- lowering, cached ---
+    def _source_key(self) -> tuple:
+        return (self.src.text, self.src.filename, self.name, tuple(map(repr, self.annotations)),
+                self.fp.name)
+
     def _key(self, captured_values) -> tuple:
         return (self.src.text, self.src.filename, self.name, tuple(map(repr, self.annotations)),
                 self.fp.name, captured_values)
 
     def _current_captures(self):
         if self._captured_names is None:
-            return None
+            # a kernel of the same source lowered before (an earlier definition of it)
+            self._captured_names = _NAMES.get(self._source_key())
+            if self._captured_names is None:
+                return None
         out = []
-        for fn, name in self._captured_names:
+        for owner, name in self._captured_names:
+            fn = self.fn if owner is None else owner.fn
             sc = _Scope(None, fn, None, {}, 0)
             try:
                 v = sc.captured(name)
@@ -1857,18 +1881,13 @@ class KernelFunction:
             except _Fail as f:
                 src = f.src or self.src
                 raise src.error(f.node, f.msg, f"@vkad.kernel '{self.name}'{f.where}") from None
-            fns = {}
-            for (fid, name), v in lw.captured.items():
-                fns.setdefault(fid, None)
-            names = []
-            fn_by_id = {id(self.fn): self.fn}
-            for v in lw.captured.values():
-                if isinstance(v, Func):
-                    fn_by_id[id(v.fn)] = v.fn
-            for (fid, name) in lw.captured:
-                if fid in fn_by_id:
-                    names.append((fn_by_id[fid], name))
+            # the names the kernel and the funcs it inlined read from their scopes: the
+            # cache key is their values (so a changed constant lowers again)
+            owners = {id(self.fn): None}
+            owners.update({id(f.fn): f for f in lw.inlined})
+            names = [(owners[fid], name) for (fid, name) in lw.captured if fid in owners]
             self._captured_names = names
+            _NAMES[self._source_key()] = names
             caps = self._current_captures()
             low = _Lowered(kb, ir, lw.captured)
             _LOWERED[self._key(caps)] = low
