@@ -782,3 +782,15 @@ def test_error_in_on_kernel_values_and_strings():
         for i in range(x.shape[0]):
             x[i] = f"{i}"
     assert_error_at(lowering_error(k2), k2, 'f"{i}"', "an f-string is not in the")
+
+
+def test_guide_example_runs(tmp_path, capsys):
+    # docs/kernels.md's first example, run from a file (a kernel's source is read from its file)
+    import pathlib
+    import runpy
+    guide = pathlib.Path(__file__).resolve().parents[2] / "docs" / "kernels.md"
+    code = guide.read_text().split("```python\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "guide_example.py"
+    path.write_text(code)
+    runpy.run_path(str(path), run_name="__main__")
+    assert capsys.readouterr().out.strip() == "[ 1.  4.  9. 16.]"
