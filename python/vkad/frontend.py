@@ -399,13 +399,6 @@ class _Mutable:
         self.loc, self.dtype, self.shape, self.node = loc, dtype, shape, node
 
 
-class _Unbound:
-    """A name declared by the analysis whose local is not made yet."""
-
-    def __init__(self, lca):
-        self.lca = lca
-
-
 class _StaticBreak(Exception):
     pass
 
@@ -725,9 +718,7 @@ class _Lowerer:
             if name.startswith("\0index:"):
                 sc.loop_indices.discard(name[7:])
                 continue
-            v = sc.names.pop(name, None)
-            if v is not None:
-                node = getattr(v, "node", None)
+            if sc.names.pop(name, None) is not None:
                 sc.dropped[name] = True
 
     def runtime_elem(self, node, branch=0):
@@ -814,7 +805,7 @@ class _Lowerer:
                 if isinstance(s.op, (ast.Add, ast.Sub)):
                     # x[i] += v: an atomic add, as Taichi and Warp make it
                     if isinstance(s.op, ast.Sub):
-                        rhs = -rhs if not _is_const(rhs) else -rhs
+                        rhs = -rhs
                     base.atomic_add(idx, self.typed_for(base, rhs))
                     return
                 cur = base[idx]
@@ -1026,7 +1017,6 @@ class _Lowerer:
             sc.block_names[-1].append("\0index:" + n)
 
     def assign_target(self, t, v, node, ssa_only: bool = False):
-        sc = self.scope
         if isinstance(t, ast.Name):
             self.assign_name(t.id, v, t, ssa_only)
         elif isinstance(t, (ast.Tuple, ast.List)):
@@ -1402,7 +1392,8 @@ class _Lowerer:
         if _is_const(c):
             return self.expr(node.body if c else node.orelse)
         a, b = self.expr(node.body), self.expr(node.orelse)
-        ta, tb = _kdtype(a), _kdtype(b)
+        if not isinstance(a, _m._Tensor) and not isinstance(b, _m._Tensor):
+            a, b = self.unify(a, b, node)
         if _is_const(a) and _is_const(b) and not isinstance(a, _m._Tensor):
             t = self.fp if isinstance(a, float) or isinstance(b, float) else DType.i32
             if isinstance(a, bool) and isinstance(b, bool):
@@ -1467,6 +1458,8 @@ class _Lowerer:
                 self.fail(k, "**kwargs is not in the kernel subset")
             kwargs[k.arg] = self.expr(k.value)
         all_const = all(_is_const(a) for a in args) and all(_is_const(v) for v in kwargs.values())
+        if f is builtins.len and len(args) == 1 and not kwargs:
+            return len(args[0])  # a tuple's, a vector's, x.shape's: known while building
         if f is builtins.range or f is ndrange:
             if all_const and static:
                 return f(*args)
@@ -2002,7 +1995,7 @@ def default_session():
     """The session a kernel call without `session=` launches on: made at the first call
     (vkad.Session(), a GPU if there is one), closed at exit."""
     with _LOCK:
-        if not _DEFAULT or getattr(_DEFAULT[0], "_closed_by_frontend", False):
+        if not _DEFAULT or _DEFAULT[0] is None:
             import atexit
             import vkad
             s = vkad.Session()
@@ -2018,7 +2011,8 @@ def default_session():
 
 
 def set_default_session(session) -> None:
-    """Kernel calls without `session=` launch on `session` from now on."""
+    """Kernel calls without `session=` launch on `session` from now on (None: a new default
+    session at the next call)."""
     with _LOCK:
         _DEFAULT[:] = [session]
 
