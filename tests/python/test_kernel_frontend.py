@@ -794,3 +794,27 @@ def test_guide_example_runs(tmp_path, capsys):
     path.write_text(code)
     runpy.run_path(str(path), run_name="__main__")
     assert capsys.readouterr().out.strip() == "[ 1.  4.  9. 16.]"
+
+
+def test_diffmpm_kernels_match_the_builder_port(session, ft):
+    # examples/difftaichi/diffmpm_kernels.py: diffmpm.py's kernels in DiffTaichi's spelling
+    # (runtime ifs for the walls, the actuators and the fluid); same loss and gradients
+    import pathlib
+    import sys
+    ex = pathlib.Path(__file__).resolve().parents[2] / "examples" / "difftaichi"
+    sys.path.insert(0, str(ex))
+    try:
+        import diffmpm as dm
+        import diffmpm_kernels as dk
+    finally:
+        sys.path.remove(str(ex))
+    a = dm.DiffMPM(session, steps=20, n_grid=32, dtype=ft, graph=False, loop=False)
+    b = dk.DiffMPM(session, steps=20, n_grid=32, dtype=ft, graph=False, loop=False)
+    assert "if " in dk.build_kernels(ft, 32, 10, False)["grid_op"].ir()  # runtime ifs
+    a.forward_backward()
+    b.forward_backward()
+    r = dict(rtol=1e-10, atol=1e-15) if ft == vkad.f64 else dict(rtol=1e-4, atol=1e-8)
+    np.testing.assert_allclose(b.arrays["loss"].numpy(), a.arrays["loss"].numpy(), **r)
+    ga, gb = a.gradients(), b.gradients()
+    for name in ga:
+        np.testing.assert_allclose(gb[name], ga[name], **r)
