@@ -43,7 +43,7 @@ import numpy as _np
 
 from . import builder as _b
 from . import matrix as _m
-from ._vkad import DType
+from ._vkad import DType, NdArray
 from .errors import InvalidArgumentError
 
 _FLOATS = (DType.f32, DType.f64)
@@ -1821,6 +1821,8 @@ class KernelFunction:
         floats = {a.dtype for a in self.annotations if a.dtype in _FLOATS}
         self.fp = fp if fp is not None else (floats.pop() if len(floats) == 1 else DType.f32)
         self._captured_names: Optional[List[Tuple[Any, str]]] = None
+        self._getters: Optional[List[Callable[[], Any]]] = None
+        self._last_values: List[Any] = []
         self._last: Optional[Tuple[tuple, _Lowered]] = None
         self._compiled: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self.has_grad = any(a.grad for a in self.annotations)
@@ -1857,7 +1859,43 @@ class KernelFunction:
             out.append((name, _value_key(v)))
         return tuple(out)
 
+    def _make_getters(self) -> None:
+        """Per captured name, a function reading its value now (a call compares them with the
+        values of the last lowering before anything else)."""
+        getters = []
+        for owner, name in self._captured_names or ():
+            fn = self.fn if owner is None else owner.fn
+            if name in fn.__code__.co_freevars and fn.__closure__:
+                cell = fn.__closure__[fn.__code__.co_freevars.index(name)]
+                getters.append(lambda cell=cell: cell.cell_contents)
+                continue
+            g = fn.__globals__
+            b = g.get("__builtins__", builtins)
+            b = b if isinstance(b, dict) else vars(b)
+            getters.append(lambda g=g, b=b, name=name: g[name] if name in g else b.get(name))
+        self._getters = getters
+
     def lowered(self) -> _Lowered:
+        last = self._last
+        if last is not None and self._getters is not None:
+            vals = self._last_values
+            try:
+                now = [g() for g in self._getters]
+            except ValueError:  # an empty cell
+                now = None
+            if now is not None and all(a is b or (type(a) is type(b) and _is_const(a)
+                                                   and a == b) for a, b in zip(now, vals)):
+                return last[1]
+        with _LOCK:
+            low = self._lowered()
+            self._make_getters()
+            try:
+                self._last_values = [g() for g in self._getters]
+            except ValueError:
+                self._getters = None
+            return low
+
+    def _lowered(self) -> _Lowered:
         with _LOCK:
             caps = self._current_captures()
             if caps is not None and self._last is not None and self._last[0] == caps:
@@ -1932,6 +1970,15 @@ class KernelFunction:
             self._fail(self.src.fn_node, f"launched with {len(args)} arguments, the kernel takes "
                                          f"{len(self.annotations)} ({', '.join(self.param_names)})")
         for k, (a, ann, p) in enumerate(zip(args, self.annotations, self.arg_nodes)):
+            if type(a) is NdArray:  # the common case, checked without a message
+                if isinstance(ann, ArrayType) and a.dtype == ann.dtype:
+                    shape = a.shape
+                    if len(shape) == ann.rank and (not ann.element or tuple(
+                            shape[len(shape) - len(ann.element):]) == ann.element):
+                        continue
+            elif type(a) in (float, int) and isinstance(ann, ScalarType) and (
+                    type(a) is int or ann.dtype in _FLOATS):
+                continue
             at = p.annotation or p
             what = f"argument {k} ('{p.arg}')"
             if isinstance(ann, ArrayType):
