@@ -818,3 +818,98 @@ def test_diffmpm_kernels_match_the_builder_port(session, ft):
     ga, gb = a.gradients(), b.gradients()
     for name in ga:
         np.testing.assert_allclose(gb[name], ga[name], **r)
+
+
+# --- more constructs: 3-d ndrange, u32 / i64 parameters, tuple returns, int / bool locals ------
+
+@vkad.func
+def split(v):
+    return v[0] * 2.0, v[1] + 1.0         # a tuple, unpacked by the caller
+
+
+@vkad.kernel
+def box(x: vkad.array(vkad.f32, ndim=3), c: vkad.array(vkad.u32), big: vkad.array(vkad.i64)):
+    for i, j, l in vkad.ndrange((1, x.shape[0]), x.shape[1], (0, 2)):
+        x[i, j, l] = vkad.f32(i * 100 + j * 10 + l) + math.sqrt(vkad.f32(l)) \
+            + vkad.static(math.sqrt(4.0))
+        if i == 1 and j == 0 and l == 0:
+            c[0] = c[0] + vkad.u32(7)
+            big[1] = vkad.i64(i) * vkad.i64(3000000000 // 3)
+
+
+def test_ndrange_3d_and_integer_types(session):
+    xs = session.zeros((3, 2, 2))
+    cs = session.ndarray(np.array([5, 0], np.uint32))
+    bs = session.zeros(2, vkad.i64)
+    box(xs, cs, bs, session=session)
+    want = np.zeros((3, 2, 2))
+    for i, j, l in np.ndindex(3, 2, 2):
+        if i >= 1:
+            want[i, j, l] = i * 100 + j * 10 + l + math.sqrt(l) + 2
+    np.testing.assert_allclose(xs.numpy(), want, rtol=1e-6)
+    assert cs.numpy().tolist() == [12, 0]
+    assert bs.numpy().tolist() == [0, 1000000000]
+
+
+@vkad.kernel
+def loops_and_locals(x: vkad.array(vkad.vec(3, vkad.f64), ndim=1),
+                     M: vkad.array(vkad.mat(3, 3, vkad.f64), ndim=1),
+                     out: vkad.array(vkad.f64, ndim=2)):
+    for i in range(x.shape[0]):
+        v = x[i].map(vkad.tanh)
+        A = M[i]
+        w = A.inverse() @ (A @ v)
+        a, b = split(w)
+        count = 0                          # an i32 local
+        found = False                      # a bool local
+        u = vkad.Vector([0.0, 0.0, 0.0])   # a vector local (f64: it meets f64 values)
+        n = 0
+        while n < 10:
+            n += 1
+            if n % 3 == 0:
+                continue
+            count += 1
+            u = u + v * 0.5
+            if not found and u.norm() > 1.0:
+                found = True
+        out[i, 0] = a
+        out[i, 1] = b
+        out[i, 2] = vkad.f64(count)
+        out[i, 3] = 1.0 if found else 0.0
+        out[i, 4] = u.sum()
+        out[i, 5] = (A.T @ A).trace()
+        out[i, 6] = x[i, 0]                # a component of an element array
+
+
+def test_while_continue_int_bool_vector_locals(session, ft):
+    if ft != vkad.f64:
+        pytest.skip("needs f64")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(5, 3)) * 0.3
+    x[0] = 0.01
+    M = np.eye(3) + 0.2 * rng.normal(size=(5, 3, 3))
+    out = session.zeros((5, 7), vkad.f64)
+    loops_and_locals(session.ndarray(x), session.ndarray(M), out, session=session)
+    v = np.tanh(x)
+    u = v * 0.5 * 7
+    want = np.stack([v[:, 0] * 2, v[:, 1] + 1, np.full(5, 7.0),
+                     (np.linalg.norm(u, axis=1) > 1.0).astype(float), u.sum(1),
+                     np.einsum("nij,nij->n", M, M), x[:, 0]], 1)
+    assert want[0, 3] == 0.0 and want[:, 3].any()  # both outcomes of the flag occur
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-10, atol=1e-12)
+
+
+def test_error_kernel_without_a_loop_and_func_outside_one():
+    def k(x: vkad.array(vkad.f32)):
+        n = 3
+    assert_error_at(lowering_error(k), k, "def k", "the kernel has no loop")
+
+    @vkad.func
+    def f(v):
+        return v
+
+    def k2(x: vkad.array(vkad.f32)):
+        y = f(x.shape[0])
+        for i in range(y):
+            x[i] = 1.0
+    assert_error_at(lowering_error(k2), k2, "y)", "a task of its own")
