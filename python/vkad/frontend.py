@@ -315,14 +315,15 @@ def _targets(t: ast.AST) -> List[str]:
     return []
 
 
-def _analyze(stmts: List[ast.stmt], params: Sequence[str], scope) -> Dict[str, Tuple]:
+def _analyze(stmts: List[ast.stmt], params: Sequence[str], scope,
+             known: Sequence[str] = ()) -> Dict[str, Tuple]:
     """The names of `stmts` that need a mutable local, each with the deepest runtime block
     (a path of (id(node), branch)) holding every assignment: a name assigned in one block and
     assigned or read in a block around it (a value carried by a loop, merged after an if).
     Names assigned and read in one block (or in sibling blocks only) stay SSA values."""
     assigns: Dict[str, List[Tuple]] = {p: [()] for p in params}
     reads: Dict[str, List[Tuple]] = {}
-    local_names = set(params)
+    local_names = set(params) | set(known)  # names that are not the enclosing scope's
     for n in ast.walk(ast.Module(body=stmts, type_ignores=[])):
         if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
@@ -612,7 +613,7 @@ class _Lowerer:
         if not run:
             return
         sc = self.scope
-        sc.mutables = _analyze(run, [], sc.captured)
+        sc.mutables = _analyze(run, [], sc.captured, list(sc.names))
         with self.kb.serial_for(self.task_name(run[0]), 0, 1):
             self.open_block(("serial", id(run[0])))
             try:
@@ -624,7 +625,7 @@ class _Lowerer:
         sc = self.scope
         if s.orelse:
             self.fail(s.orelse[0], "a for loop's `else` is not in the kernel subset")
-        sc.mutables = _analyze([s], [], sc.captured)
+        sc.mutables = _analyze([s], [], sc.captured, list(sc.names))
         it = s.iter
         call = it if isinstance(it, ast.Call) else None
         f = self.callee(call.func) if call is not None else None
@@ -1009,7 +1010,7 @@ class _Lowerer:
         else:
             pairs = [(target.id, idx)]
         for n, v in pairs:
-            if n in sc.names:
+            if n in sc.names and n != "_":
                 self.fail(target, f"the loop index '{n}' hides a name already bound: use "
                                   "another name")
             self.bind_ssa(n, v, target)

@@ -913,3 +913,27 @@ def test_error_kernel_without_a_loop_and_func_outside_one():
         for i in range(y):
             x[i] = 1.0
     assert_error_at(lowering_error(k2), k2, "y)", "a task of its own")
+
+
+n = 5  # a global of the same name as a kernel parameter below
+
+
+@vkad.kernel
+def shadowing(n: vkad.i32, x: vkad.array(vkad.f32)):
+    for i in range(x.shape[0]):
+        if n > 3:                           # the parameter, not the global: a runtime if
+            r = 1.0
+        else:
+            r = 2.0
+        for _ in range(1):
+            for _ in range(2):              # `_` may be reused
+                r = r + 0.5
+        x[i] = r
+
+
+def test_parameter_shadows_a_global(session):
+    xs = session.zeros(2)
+    shadowing(1, xs, session=session)
+    np.testing.assert_allclose(xs.numpy(), 3.0)
+    shadowing(4, xs, session=session)
+    np.testing.assert_allclose(xs.numpy(), 2.0)
