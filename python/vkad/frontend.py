@@ -32,8 +32,11 @@ import builtins
 import hashlib
 import inspect
 import linecache
+import json
 import math
 import operator
+import os
+import tempfile
 import textwrap
 import threading
 import weakref
@@ -1762,15 +1765,42 @@ class _Lowered:
         self.key = hashlib.sha256(ir.encode()).hexdigest()
 
 
+def _file_key(fn) -> tuple:
+    """A function's identity across processes: its file (and that file's size and time),
+    line and name; its source text where the file cannot be read."""
+    code = fn.__code__
+    try:
+        st = os.stat(code.co_filename)
+        return ("file", code.co_filename, st.st_mtime_ns, st.st_size, code.co_firstlineno,
+                fn.__qualname__)
+    except OSError:
+        return ("text", _source(fn, "@vkad.kernel").text, code.co_filename)
+
+
 def _value_key(v):
+    """A captured value as part of a cache key; the first element "object" marks one that is
+    keyed by identity (in this process only)."""
     if isinstance(v, Func):
-        return ("func", v.src.text, v.src.filename)
+        return ("func",) + _file_key(v.fn)
     if isinstance(v, KernelFunction):
-        return ("kernel", v.src.text)
+        return ("kernel",) + _file_key(v.fn)
+    if isinstance(v, DType):
+        return ("dtype", v.name)
     if _is_const(v):
         return ("const", type(v).__name__, repr(v))
     if isinstance(v, (ScalarType, ArrayType, ElementType)):
         return ("type", repr(v))
+    if inspect.ismodule(v):
+        f = getattr(v, "__file__", None)
+        try:
+            st = os.stat(f) if f else None
+        except OSError:
+            st = None
+        return ("module", v.__name__, st.st_mtime_ns if st else 0, st.st_size if st else 0)
+    if (inspect.isbuiltin(v) or inspect.isfunction(v) or isinstance(v, type)) and \
+            getattr(v, "__module__", None) in ("builtins", "math", "vkad", "vkad.builder",
+                                                "vkad.matrix", "vkad.frontend", "vkad._vkad"):
+        return ("callable", v.__module__, getattr(v, "__qualname__", repr(v)))
     return ("object", id(v))
 
 
@@ -1783,39 +1813,42 @@ class KernelFunction:
         self.fn = fn
         self.name = name or fn.__name__
         self.__doc__, self.__wrapped__ = fn.__doc__, fn
-        self.src = _source(fn, "@vkad.kernel")
-        fnode = self.src.fn_node
-        a = fnode.args
-        if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults:
-            self._fail(fnode, "a kernel's parameters are positional, annotated, without "
-                              "defaults")
-        self.arg_nodes = list(a.args)
-        self.param_names = [p.arg for p in self.arg_nodes]
+        self._src: Optional[_Source] = None  # parsed when lowered (or to report an error)
+        code = fn.__code__
+        if (code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS) or code.co_kwonlyargcount
+                or code.co_posonlyargcount or fn.__defaults__):
+            self._fail(self.src.fn_node, "a kernel's parameters are positional, annotated, "
+                                         "without defaults")
+        self.param_names = list(code.co_varnames[:code.co_argcount])
         self.annotations: List[Any] = []
         raw = getattr(fn, "__annotations__", {})
-        scope = _Scope(None, fn, self.src, {}, 0)
-        for p in self.arg_nodes:
-            if p.arg not in raw:
-                self._fail(p, f"parameter '{p.arg}' has no annotation: a scalar dtype "
-                              "(vkad.f32, ...) or vkad.array(dtype, ndim=...)")
-            ann = raw[p.arg]
+        scope = _Scope(None, fn, None, {}, 0)
+        for k, name in enumerate(self.param_names):
+            if name not in raw:
+                self._fail(self.arg_nodes[k], f"parameter '{name}' has no annotation: a "
+                                              "scalar dtype (vkad.f32, ...) or "
+                                              "vkad.array(dtype, ndim=...)")
+            ann = raw[name]
             if isinstance(ann, str):
                 try:
                     ann = eval(ann, fn.__globals__, {n: scope.captured(n) for n in
                                                      fn.__code__.co_freevars
                                                      if _cell_ok(scope, n)})
                 except Exception as e:  # noqa: BLE001 - reported at the annotation
-                    self._fail(p.annotation or p, f"annotation of '{p.arg}': {e}")
+                    p = self.arg_nodes[k]
+                    self._fail(p.annotation or p, f"annotation of '{name}': {e}")
             if isinstance(ann, DType):
                 ann = ScalarType(ann)
             elif ann in (int, float, bool):
                 ann = ScalarType(_dtype_arg(ann, "scalar"))
             elif isinstance(ann, ElementType):
-                self._fail(p.annotation or p, f"parameter '{p.arg}': a vector / matrix is "
+                p = self.arg_nodes[k]
+                self._fail(p.annotation or p, f"parameter '{name}': a vector / matrix is "
                                               "passed in an array: vkad.array(vkad.vec(2, "
                                               "vkad.f32), ndim=1)")
             elif not isinstance(ann, (ScalarType, ArrayType)):
-                self._fail(p.annotation or p, f"parameter '{p.arg}': annotation {ann!r} is not "
+                p = self.arg_nodes[k]
+                self._fail(p.annotation or p, f"parameter '{name}': annotation {ann!r} is not "
                                               "a vkad type (vkad.f32, vkad.scalar(...), "
                                               "vkad.array(...))")
             self.annotations.append(ann)
@@ -1828,6 +1861,17 @@ class KernelFunction:
         self._compiled: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self.has_grad = any(a.grad for a in self.annotations)
 
+    @property
+    def src(self) -> _Source:
+        """The parsed source (read once per code object, when first needed)."""
+        if self._src is None:
+            self._src = _source(self.fn, "@vkad.kernel")
+        return self._src
+
+    @property
+    def arg_nodes(self) -> List[ast.arg]:
+        return list(self.src.fn_node.args.args)
+
     def _fail(self, node, msg):
         raise self.src.error(node, msg, f"@vkad.kernel '{self.name}'")
 
@@ -1836,12 +1880,10 @@ class KernelFunction:
 
     # --- lowering, cached ---
     def _source_key(self) -> tuple:
-        return (self.src.text, self.src.filename, self.name, tuple(map(repr, self.annotations)),
-                self.fp.name)
+        return (_file_key(self.fn), self.name, tuple(map(repr, self.annotations)), self.fp.name)
 
     def _key(self, captured_values) -> tuple:
-        return (self.src.text, self.src.filename, self.name, tuple(map(repr, self.annotations)),
-                self.fp.name, captured_values)
+        return self._source_key() + (captured_values,)
 
     def _current_captures(self):
         if self._captured_names is None:
