@@ -519,6 +519,7 @@ class _Lowerer:
         self.inline_depth = 0
         self.task_count = 0
         self.inlined: List["Func"] = []
+        self.func_parent: Dict[int, Tuple[int, str]] = {}
 
     # --- errors ---
     def fail(self, node, msg: str):
@@ -1229,6 +1230,8 @@ class _Lowerer:
                 self.fail(node, f"'{name}' is a list: a kernel captures numbers, bools and "
                                 "tuples as constants (a list may change: make it a tuple)")
             self.captured[(id(self.scope.fn), name)] = v
+            if isinstance(v, Func):  # how the kernel reaches the func (the disk cache's path)
+                self.func_parent.setdefault(id(v.fn), (id(self.scope.fn), name))
             return v
         kind = type(v).__name__
         hint = ""
@@ -1804,6 +1807,163 @@ def _value_key(v):
     return ("object", id(v))
 
 
+class _TextKernel(_b.KernelBuilder):
+    """A lowering read from the disk cache: its IR text and element shapes."""
+
+    def __init__(self, name: str, ir: str, elements):
+        super().__init__(name)
+        self._ir = ir
+        self._elements = [tuple(e) for e in elements]
+
+    def finish(self) -> str:
+        return self._ir
+
+    text = finish
+
+
+_CACHE_DIR: List[Optional[str]] = [None]
+_VERSION: List[str] = []
+
+
+def set_cache_dir(path: Optional[str]) -> None:
+    """Where lowered kernels are kept on disk: None = as the sessions' caches (VKAD_CACHE=0
+    off, else VKAD_CACHE_DIR, else $XDG_CACHE_HOME/vkad, else ~/.cache/vkad), "" = off."""
+    _CACHE_DIR[0] = path
+
+
+def _cache_dir() -> Optional[str]:
+    d = _CACHE_DIR[0]
+    if d is not None:
+        return d or None
+    if os.environ.get("VKAD_CACHE") == "0":
+        return None
+    d = os.environ.get("VKAD_CACHE_DIR")
+    if not d:
+        home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
+                                                                 ".cache")
+        d = os.path.join(home, "vkad")
+    return d
+
+
+def _version() -> str:
+    """The lowering's own version: a hash of the front end, the builder and matrix.py."""
+    if not _VERSION:
+        h = hashlib.sha256()
+        for f in (__file__, _b.__file__, _m.__file__):
+            with open(f, "rb") as fh:
+                h.update(fh.read())
+        _VERSION.append(h.hexdigest()[:16])
+    return _VERSION[0]
+
+
+class _Disk:
+    """A kernel's lowerings on disk (frontend-<hash>.json in the cache directory): the names
+    its last lowering read from its scopes (with the path of captured funcs that reach each)
+    and, per set of their values, the IR and element shapes. Anything unreadable is a miss."""
+
+    MAX_LOWERINGS = 16
+
+    def __init__(self, kfn: "KernelFunction"):
+        self.kfn = kfn
+        self.path = None
+        d = _cache_dir()
+        try:
+            sk = kfn._source_key()
+        except Exception:  # noqa: BLE001 - no key, no disk
+            return
+        if not d or sk[0][0] != "file":
+            return
+        self.key = repr((_version(), sk))
+        h = hashlib.sha256(self.key.encode()).hexdigest()[:32]
+        self.path = os.path.join(d, f"frontend-{h}.json")
+
+    def _read(self) -> Optional[dict]:
+        if self.path is None:
+            return None
+        try:
+            with open(self.path, "r", encoding="utf-8") as f:
+                entry = json.load(f)
+            return entry if entry.get("key") == self.key else None
+        except (OSError, ValueError, AttributeError):
+            return None
+
+    def load_names(self) -> None:
+        entry = self._read()
+        if entry is None:
+            return
+        names = []
+        for path, name in entry.get("names", []):
+            owner = None
+            fn = self.kfn.fn
+            for step in path:
+                try:
+                    v = _Scope(None, fn, None, {}, 0).captured(step)
+                except KeyError:
+                    return
+                if not isinstance(v, Func):
+                    return
+                owner, fn = v, v.fn
+            names.append((owner, name))
+        self.kfn._captured_names = names
+
+    @staticmethod
+    def _caps_hash(caps) -> Optional[str]:
+        if caps is None or any(vk[0] == "object" for _, vk in caps):
+            return None
+        return hashlib.sha256(repr(caps).encode()).hexdigest()
+
+    def load(self, caps) -> Optional[_Lowered]:
+        h = self._caps_hash(caps)
+        entry = self._read() if h else None
+        if entry is None or h not in entry.get("lowerings", {}):
+            return None
+        try:
+            low = entry["lowerings"][h]
+            kb = _TextKernel(self.kfn.name, low["ir"], low["elements"])
+            return _Lowered(kb, low["ir"], {})
+        except (KeyError, TypeError):
+            return None
+
+    def store(self, caps, low: _Lowered, lw: "_Lowerer") -> None:
+        h = self._caps_hash(caps)
+        if self.path is None or h is None:
+            return
+        kfid = id(self.kfn.fn)
+
+        def path_of(owner) -> Optional[List[str]]:
+            if owner is None:
+                return []
+            path, fid = [], id(owner.fn)
+            while fid != kfid:
+                parent = lw.func_parent.get(fid)
+                if parent is None:
+                    return None
+                fid, step = parent
+                path.insert(0, step)
+            return path
+
+        names = []
+        for owner, name in self.kfn._captured_names or ():
+            p = path_of(owner)
+            if p is None:
+                return  # a func reached another way (a module's attribute): not kept
+            names.append([p, name])
+        entry = self._read() or {}
+        lowerings = entry.get("lowerings", {}) if entry.get("names") == names else {}
+        while len(lowerings) >= self.MAX_LOWERINGS:
+            lowerings.pop(next(iter(lowerings)))
+        lowerings[h] = {"ir": low.ir, "elements": [list(e) for e in low.elements]}
+        entry = {"key": self.key, "names": names, "lowerings": lowerings}
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".frontend-", dir=os.path.dirname(self.path))
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(entry, f)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass
+
+
 class KernelFunction:
     """A `@vkad.kernel` function: call it with arrays and numbers to launch it (on `session=`,
     else vkad.default_session()); Session.compile / differentiate / jvp and tapes take it as
@@ -1940,12 +2100,16 @@ class KernelFunction:
 
     def _lowered(self) -> _Lowered:
         with _LOCK:
+            disk = _Disk(self)
+            if self._captured_names is None and _NAMES.get(self._source_key()) is None:
+                disk.load_names()  # an earlier process's lowering of this source
             caps = self._current_captures()
             if caps is not None and self._last is not None and self._last[0] == caps:
                 return self._last[1]
             if caps is not None:
-                hit = _LOWERED.get(self._key(caps))
+                hit = _LOWERED.get(self._key(caps)) or disk.load(caps)
                 if hit is not None:
+                    _LOWERED[self._key(caps)] = hit
                     self._last = (caps, hit)
                     return hit
             lw = _Lowerer(self)
@@ -1966,6 +2130,7 @@ class KernelFunction:
             low = _Lowered(kb, ir, lw.captured)
             _LOWERED[self._key(caps)] = low
             self._last = (caps, low)
+            disk.store(caps, low, lw)
             return low
 
     def builder(self) -> _b.KernelBuilder:
@@ -2012,7 +2177,7 @@ class KernelFunction:
         if len(args) != len(self.annotations):
             self._fail(self.src.fn_node, f"launched with {len(args)} arguments, the kernel takes "
                                          f"{len(self.annotations)} ({', '.join(self.param_names)})")
-        for k, (a, ann, p) in enumerate(zip(args, self.annotations, self.arg_nodes)):
+        for k, (a, ann) in enumerate(zip(args, self.annotations)):
             if type(a) is NdArray:  # the common case, checked without a message
                 if isinstance(ann, ArrayType) and a.dtype == ann.dtype:
                     shape = a.shape
@@ -2022,31 +2187,35 @@ class KernelFunction:
             elif type(a) in (float, int) and isinstance(ann, ScalarType) and (
                     type(a) is int or ann.dtype in _FLOATS):
                 continue
-            at = p.annotation or p
-            what = f"argument {k} ('{p.arg}')"
+            what = f"argument {k} ('{self.param_names[k]}')"
+
+            def fail(msg, k=k):  # at the parameter's annotation (the source parsed now)
+                p = self.arg_nodes[k]
+                self._fail(p.annotation or p, msg)
+
             if isinstance(ann, ArrayType):
                 if not hasattr(a, "shape") or not hasattr(a, "dtype") or not hasattr(a, "handle"):
-                    self._fail(at, f"{what} is an array parameter, got {type(a).__name__} "
+                    fail(f"{what} is an array parameter, got {type(a).__name__} "
                                    "(s.ndarray(x) makes a device array)")
                 if a.dtype != ann.dtype:
-                    self._fail(at, f"{what}: the array is {a.dtype.name}, the parameter "
+                    fail(f"{what}: the array is {a.dtype.name}, the parameter "
                                    f"{ann.dtype.name}")
                 shape = tuple(a.shape)
                 if len(shape) != ann.rank:
-                    self._fail(at, f"{what}: the array has shape {shape} (rank {len(shape)}), "
+                    fail(f"{what}: the array has shape {shape} (rank {len(shape)}), "
                                    f"the parameter {ann!r} takes rank {ann.rank}")
                 if ann.element and shape[len(shape) - len(ann.element):] != ann.element:
-                    self._fail(at, f"{what}: the array's trailing axes {shape} are not the "
+                    fail(f"{what}: the array's trailing axes {shape} are not the "
                                    f"element shape {ann.element}")
             else:
                 ok = isinstance(a, (int, float, bool, _np.number, _np.bool_))
                 if type(a).__name__ in ("LoopIndex",) and ann.dtype in _INTS:
                     ok = True
                 if not ok:
-                    self._fail(at, f"{what} is a {ann.dtype.name} scalar, got "
+                    fail(f"{what} is a {ann.dtype.name} scalar, got "
                                    f"{type(a).__name__}")
                 if ann.dtype in _INTS and isinstance(a, (float, _np.floating)):
-                    self._fail(at, f"{what} is {ann.dtype.name}, got the float {a!r}")
+                    fail(f"{what} is {ann.dtype.name}, got the float {a!r}")
 
     def __call__(self, *args, session=None):
         """Launches the kernel (asynchronous) on `session` or vkad.default_session(); inside a
@@ -2114,5 +2283,5 @@ def as_builder(kernel_like):
 
 
 __all__ = ["kernel", "func", "array", "scalar", "vec", "mat", "static", "ndrange", "max_trip",
-           "atomic_add", "atomic_sub", "default_session", "set_default_session",
+           "atomic_add", "atomic_sub", "default_session", "set_default_session", "set_cache_dir",
            "KernelFunction", "Func", "ArrayType", "ScalarType", "ElementType"]

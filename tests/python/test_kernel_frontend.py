@@ -937,3 +937,44 @@ def test_parameter_shadows_a_global(session):
     np.testing.assert_allclose(xs.numpy(), 3.0)
     shadowing(4, xs, session=session)
     np.testing.assert_allclose(xs.numpy(), 2.0)
+
+
+def test_second_process_parses_nothing(tmp_path):
+    # The lowering is kept on disk (frontend-<hash>.json beside the sessions' caches): a second
+    # process with the same kernel and captured values compiles from it without parsing.
+    import os
+    import subprocess
+    import sys
+    prog = tmp_path / "prog.py"
+    prog.write_text(
+        "import sys, numpy as np, vkad, vkad.frontend as fe\n"
+        "SCALE = float(sys.argv[1])\n"
+        "if sys.argv[2] == 'no-parse':\n"
+        "    def refuse(*a, **k): raise AssertionError('parsed')\n"
+        "    fe._Source.__init__ = refuse\n"
+        "@vkad.func\n"
+        "def twice(v):\n"
+        "    return v * 2.0\n"
+        "@vkad.kernel\n"
+        "def k(x: vkad.array(vkad.f32)):\n"
+        "    for i in range(x.shape[0]):\n"
+        "        x[i] = twice(x[i]) * SCALE\n"
+        "with vkad.Session() as s:\n"
+        "    xs = s.ndarray(np.arange(3, dtype=np.float32))\n"
+        "    k(xs, session=s)\n"
+        "    print(xs.numpy().tolist())\n")
+    env = dict(os.environ, VKAD_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("VKAD_CACHE", None)
+
+    def run(*args):
+        r = subprocess.run([sys.executable, str(prog), *args], env=env, capture_output=True,
+                           text=True, timeout=120)
+        return r.returncode, r.stdout.strip(), r.stderr
+
+    assert run("3", "parse")[:2] == (0, "[0.0, 6.0, 12.0]")
+    assert any(p.name.startswith("frontend-") for p in (tmp_path / "cache").iterdir())
+    assert run("3", "no-parse")[:2] == (0, "[0.0, 6.0, 12.0]")       # from the disk
+    code, out, err = run("5", "no-parse")                              # SCALE changed
+    assert code != 0 and "parsed" in err
+    assert run("5", "parse")[:2] == (0, "[0.0, 10.0, 20.0]")
+    assert run("3", "no-parse")[:2] == (0, "[0.0, 6.0, 12.0]")       # both kept
