@@ -1474,6 +1474,8 @@ class _Lowerer:
                             "(or vkad.static(range(...)) unrolled)")
         if all_const and f in _CONST_EVAL:
             return _CONST_EVAL[f](*args)
+        if f is _b.cast and len(args) == 2 and _is_const(args[0]) and isinstance(args[1], DType):
+            return self.kb.constant(args[0], args[1]) if self.kb._stack else args[0]
         if isinstance(f, DType):  # vkad.f32(x): a cast
             if len(args) != 1 or kwargs:
                 self.fail(node, f"vkad.{f.name}(x) casts one value")
@@ -1489,9 +1491,12 @@ class _Lowerer:
             t = {builtins.float: self.fp, builtins.int: DType.i32, builtins.bool: DType.bool}[f]
             if len(args) != 1:
                 self.fail(node, f"{f.__name__}(x) of one value")
+            x = args[0]
+            if isinstance(x, _m._Tensor) or _kdtype(x) is None:
+                self.fail(node, f"{f.__name__}() of {_describe(x)}")
             if t == DType.bool:
-                return self.cond(node.args[0])
-            return _b.cast(args[0], t) if _kdtype(args[0]) != t else args[0]
+                return x if _kdtype(x) == DType.bool else x != 0
+            return _b.cast(x, t) if _kdtype(x) != t else x
         if all_const and (f in _PY_CONST_FUNCS or f in _MATH or static
                           or getattr(f, "__module__", None) == "math"):
             return f(*args, **kwargs)

@@ -978,3 +978,20 @@ def test_second_process_parses_nothing(tmp_path):
     assert code != 0 and "parsed" in err
     assert run("5", "parse")[:2] == (0, "[0.0, 10.0, 20.0]")
     assert run("3", "no-parse")[:2] == (0, "[0.0, 6.0, 12.0]")       # both kept
+
+
+@vkad.kernel
+def conversions(x: "vkad.array(vkad.f32)", n: "vkad.array(vkad.i32)"):  # string annotations
+    for i in range(x.shape[0]):
+        a = int(x[i])                        # a cast to i32 (truncates)
+        b = float(n[i]) + vkad.cast(2, vkad.f32) + vkad.f32(1)
+        c = bool(n[i])                       # != 0
+        x[i] = vkad.f32(a) * 100.0 + b + (10.0 if c else 0.0) + vkad.static(abs(-0.5))
+
+
+def test_conversions_and_string_annotations(session):
+    xs = session.ndarray(np.array([1.75, -2.5, 3.0], np.float32))
+    ns = session.ndarray(np.array([0, 4, -1], np.int32))
+    conversions(xs, ns, session=session)
+    want = [100 * 1 + 0 + 3 + 0 + 0.5, -200 + 4 + 3 + 10 + 0.5, 300 - 1 + 3 + 10 + 0.5]
+    np.testing.assert_allclose(xs.numpy(), want)
