@@ -995,3 +995,22 @@ def test_conversions_and_string_annotations(session):
     conversions(xs, ns, session=session)
     want = [100 * 1 + 0 + 3 + 0 + 0.5, -200 + 4 + 3 + 10 + 0.5, 300 - 1 + 3 + 10 + 0.5]
     np.testing.assert_allclose(xs.numpy(), want)
+
+
+def test_torch_function_takes_a_kernel(session):
+    torch = pytest.importorskip("torch")
+    import vkad.torch as vt
+
+    @vkad.kernel
+    def sq(x: vkad.array(vkad.f64, grad=True), y: vkad.array(vkad.f64, grad=True)):
+        for i in range(x.shape[0]):
+            y[i] = x[i] * x[i] * 0.5
+
+    if not f64_ok(session):
+        pytest.skip("needs f64")
+    F = vt.function(sq, session)
+    x = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    y = F.apply(x, torch.zeros(3, dtype=torch.float64))
+    y = y[0] if isinstance(y, tuple) else y
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [1.0, -2.0, 3.0])
