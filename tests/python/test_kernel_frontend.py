@@ -1014,3 +1014,15 @@ def test_torch_function_takes_a_kernel(session):
     y = y[0] if isinstance(y, tuple) else y
     y.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), [1.0, -2.0, 3.0])
+
+
+def test_scalar_grad_annotation(session):
+    @vkad.kernel
+    def scaled(a: vkad.scalar(vkad.f32, grad=True), x: vkad.array(vkad.f32, grad=True),
+               y: vkad.array(vkad.f32, grad=True)):
+        for i in range(x.shape[0]):
+            y[i] = a * x[i]
+
+    assert "a: f32 grad" in scaled.ir()
+    d = session.differentiate(scaled)
+    assert d.gradients == {"a": "a_grad", "x": "x_grad", "y": "y_grad"}
