@@ -666,7 +666,17 @@ class _Lowerer:
             sc.loops.append(("parallel", len(sc.path)))
             try:
                 self.bind_loop_target(s.target, idx, s)
-                self.stmts(s.body)
+                if _thread_exits(s.body):
+                    # `continue` (or a bare `return`) ends the thread's iteration: the body
+                    # is the one trip of a serial loop, left with the IR's continue
+                    with self.kb.for_range(0, 1):
+                        sc.loops.append(("thread", len(sc.path)))
+                        try:
+                            self.stmts(s.body)
+                        finally:
+                            sc.loops.pop()
+                else:
+                    self.stmts(s.body)
             finally:
                 sc.loops.pop()
                 self.close_block()
@@ -983,9 +993,9 @@ class _Lowerer:
         if not sc.loops:
             self.fail(s, f"`{what}` outside a loop")
         kind, depth = sc.loops[-1]
-        if kind == "parallel":
-            self.fail(s, f"`{what}` in the parallel loop: its iterations are threads (wrap the "
-                         "rest in an `if`)")
+        if kind in ("parallel", "thread") and what == "break":
+            self.fail(s, "`break` in the parallel loop: its iterations are threads (`continue` "
+                         "or `return` ends this one)")
         if kind == "static":
             # a Python-level break / continue of an unrolled loop; not under a runtime if
             if len(sc.path) > depth:
@@ -997,6 +1007,13 @@ class _Lowerer:
 
     def s_Return(self, s: ast.Return):
         if self.inline_depth == 0:
+            sc = self.scope
+            if s.value is None and sc.loops and sc.loops[-1][0] == "thread":
+                self.kb.continue_()  # Warp's early exit: this thread's iteration ends
+                return
+            if s.value is None:
+                self.fail(s, "a bare `return` ends a thread's iteration in the parallel loop, "
+                             "not inside a serial or unrolled loop (`break` out of it first)")
             self.fail(s, "a kernel returns nothing: write results into an array")
         sc = self.scope
         if len(sc.path) > 0 and any(e[0][0] != "func" for e in sc.path):
@@ -1704,6 +1721,17 @@ def _load_copy(t: ast.AST) -> ast.AST:
     for a, b in zip(ast.walk(n), ast.walk(t)):
         ast.copy_location(a, b)
     return n
+
+
+def _thread_exits(body) -> bool:
+    """Whether a parallel loop's body has a `continue` or bare `return` of its own (not of a
+    nested loop's)."""
+    for st in body:
+        if isinstance(st, ast.Continue) or (isinstance(st, ast.Return) and st.value is None):
+            return True
+        if isinstance(st, ast.If) and (_thread_exits(st.body) or _thread_exits(st.orelse)):
+            return True
+    return False
 
 
 def _strip_docstring(body):

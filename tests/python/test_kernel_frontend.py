@@ -482,6 +482,57 @@ def test_error_break_in_parallel_loop():
     assert_error_at(lowering_error(k), k, "break", "`break` in the parallel loop")
 
 
+@vkad.kernel
+def early_exits(x: vkad.array(vkad.f32), y: vkad.array(vkad.f32)):
+    for i in range(x.shape[0]):
+        if x[i] < 0.0:
+            continue                        # Taichi's: this iteration ends
+        y[i] = 1.0
+        if x[i] > 5.0:
+            return                          # Warp's early exit
+        y[i] = 2.0 + x[i]
+
+
+def test_continue_and_return_in_the_parallel_loop(session):
+    xs = session.ndarray(np.array([-1.0, 2.0, 7.0, 0.5], np.float32))
+    ys = session.zeros(4)
+    early_exits(xs, ys, session=session)
+    np.testing.assert_allclose(ys.numpy(), [0.0, 4.0, 1.0, 2.5])
+
+
+@vkad.kernel
+def early_exits_grad(x: vkad.array(vkad.f64, grad=True), y: vkad.array(vkad.f64, grad=True)):
+    for i in range(x.shape[0]):
+        if x[i] < 0.0:
+            continue
+        if x[i] > 5.0:
+            y[i] = x[i] * x[i]
+            return
+        y[i] = vkad.sin(x[i])
+
+
+def test_continue_and_return_gradient(session, ft):
+    if ft != vkad.f64:
+        pytest.skip("needs f64")
+    x = np.array([-1.0, 2.0, 7.0, 0.5])
+    xs, ys = session.ndarray(x), session.zeros(4, vkad.f64)
+    t = session.tape()
+    with t:
+        early_exits_grad(xs, ys, session=session)
+    t.backward(seed={ys: 1.0})
+    np.testing.assert_allclose(ys.numpy(), [0, math.sin(2), 49, math.sin(0.5)], rtol=1e-12)
+    np.testing.assert_allclose(t.grad(xs).numpy(), [0, math.cos(2), 14, math.cos(0.5)],
+                               rtol=1e-12)
+
+
+def test_error_bare_return_in_a_serial_loop():
+    def k(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            for j in range(3):
+                return
+    assert_error_at(lowering_error(k), k, "return", "a bare `return` ends a thread")
+
+
 def test_error_loop_else_and_step():
     def k1(x: vkad.array(vkad.f32)):
         for i in range(x.shape[0]):
