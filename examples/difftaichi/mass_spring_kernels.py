@@ -53,8 +53,10 @@ def build_kernels(ft: vkad.DType, n_objects: int, n_springs: int, use_toi: bool)
             for j in vkad.static(range(n_objects)):
                 offset, vel = x[t, j] - c, v[t, j]
                 k = N_SIN_WAVES + 4 * j  # offsets and velocities get smaller weights
-                actuation += weights1[i, k] * offset[0] * 0.05 + weights1[i, k + 1] * offset[1] * 0.05
-                actuation += weights1[i, k + 2] * vel[0] * 0.05 + weights1[i, k + 3] * vel[1] * 0.05
+                actuation += (weights1[i, k] * offset[0] * 0.05
+                              + weights1[i, k + 1] * offset[1] * 0.05)
+                actuation += (weights1[i, k + 2] * vel[0] * 0.05
+                              + weights1[i, k + 3] * vel[1] * 0.05)
             to_goal = goal[None] - c
             k = N_SIN_WAVES + 4 * n_objects
             actuation += weights1[i, k] * to_goal[0] + weights1[i, k + 1] * to_goal[1]

@@ -518,6 +518,7 @@ class _Lowerer:
         self.scope: Optional[_Scope] = None
         self.inline_depth = 0
         self.task_count = 0
+        self.task_names: set = set()
         self.inlined: List["Func"] = []
         self.func_parent: Dict[int, Tuple[int, str]] = {}
 
@@ -610,8 +611,14 @@ class _Lowerer:
         return isinstance(node, ast.Call) and self.callee(node.func) is static
 
     def task_name(self, node) -> str:
-        self.task_count += 1
-        return f"line_{node.lineno}" + (f"_{self.task_count}" if self.task_count > 1 else "")
+        """line_<n>, the line of the task's loop (line_<n>_<k> for the k-th copy of an
+        unrolled one): the verifier's and the runtime's messages name it."""
+        name = base = f"line_{node.lineno}"
+        while name in self.task_names:
+            self.task_count += 1
+            name = f"{base}_{self.task_count}"
+        self.task_names.add(name)
+        return name
 
     def serial_run(self, run: List[ast.stmt]):
         if not run:
@@ -1456,8 +1463,7 @@ class _Lowerer:
         if f is static_fn:
             if len(node.args) != 1 or node.keywords:
                 self.fail(node, "vkad.static takes one value")
-            return self.expr(node.args[0], const_only=not isinstance(node.args[0], ast.Call)
-                             and False, static=True)
+            return self.expr(node.args[0], static=True)
         if f is atomic_add or f is atomic_sub:
             return self.atomic(node, f is atomic_sub)
         if isinstance(f, Func):
@@ -2069,7 +2075,8 @@ class KernelFunction:
         raise self.src.error(node, msg, f"@vkad.kernel '{self.name}'")
 
     def __repr__(self) -> str:
-        return f"<vkad.kernel {self.name}({', '.join(f'{n}: {a!r}' for n, a in zip(self.param_names, self.annotations))})>"
+        params = ", ".join(f"{n}: {a!r}" for n, a in zip(self.param_names, self.annotations))
+        return f"<vkad.kernel {self.name}({params})>"
 
     # --- lowering, cached ---
     def _source_key(self) -> tuple:

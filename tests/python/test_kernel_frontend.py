@@ -1077,3 +1077,27 @@ def test_scalar_grad_annotation(session):
     assert "a: f32 grad" in scaled.ir()
     d = session.differentiate(scaled)
     assert d.gradients == {"a": "a_grad", "x": "x_grad", "y": "y_grad"}
+
+
+def test_scalar_gradient_on_a_tape_and_forward_mode(session, ft):
+    if ft != vkad.f64:
+        pytest.skip("needs f64")
+
+    @vkad.kernel
+    def scaled(a: vkad.scalar(vkad.f64, grad=True), x: vkad.array(vkad.f64, grad=True),
+               y: vkad.array(vkad.f64, grad=True)):
+        for i in range(x.shape[0]):
+            y[i] = a * x[i] * x[i]
+
+    x = np.array([1.0, 2.0, 3.0])
+    xs, ys = session.ndarray(x), session.zeros(3, vkad.f64)
+    t = session.tape()
+    with t:
+        scaled(2.0, xs, ys, session=session)
+    t.backward(seed={ys: 1.0})
+    np.testing.assert_allclose(t.grad(xs).numpy(), 4 * x)
+    np.testing.assert_allclose(t.grad(scaled.differentiate(session), "a").numpy(), [14.0])
+    j = session.jvp(scaled)  # forward mode: a_dot = 1, x_dot = e_0
+    y_dot = session.zeros(3, vkad.f64)
+    session.launch(j, 2.0, xs, ys, 1.0, session.ndarray(np.array([1.0, 0.0, 0.0])), y_dot)
+    np.testing.assert_allclose(y_dot.numpy(), x * x + 4 * x * np.array([1.0, 0.0, 0.0]))
