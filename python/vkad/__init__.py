@@ -37,7 +37,7 @@ from .builder import (KernelBuilder, Value, Scalar, Array, Dim, Local, sqrt, rsq
                       eq, ne, select, cast)
 from .matrix import Vector, Matrix, polar_decompose
 from .tape import Tape
-from .frontend import as_builder as _as_builder
+from .frontend import as_builder as _as_builder, KernelFunction
 from .devices import Device, devices, device_for_cuda, cuda_uuids, normalize_uuid
 
 _vkad._set_errors(Error, {e.code: e for e in _ERRORS})
@@ -145,7 +145,10 @@ class Session(_vkad.Session):
         return from_dlpack(x, self, copy=copy, name=name)
 
     def compile(self, kernel: Union[str, KernelBuilder]) -> Kernel:
-        """Compiles a kernel from IR text, a KernelBuilder or a @vkad.kernel function."""
+        """Compiles a kernel from IR text, a KernelBuilder or a @vkad.kernel function (cached
+        per session; an error names the Python line of the statement it quotes)."""
+        if isinstance(kernel, KernelFunction):
+            return kernel.compile(self)
         return super().compile(_ir(kernel), _elements(kernel))
 
     def jvp(self, kernel: Union[str, KernelBuilder]) -> Kernel:
@@ -154,11 +157,15 @@ class Session(_vkad.Session):
         ndarray of its shape). Launched with the directions in the inputs' `_dot` arrays, it
         writes the outputs and J * direction into theirs (added onto what they hold where the
         forward adds)."""
+        if isinstance(kernel, KernelFunction):
+            return kernel.jvp(self)
         return super().jvp(_ir(kernel), _elements(kernel))
 
     def differentiate(self, kernel: Union[str, KernelBuilder]) -> Differentiated:
         """Compiles a kernel and its adjoint; raises InvalidArgumentError when no parameter
         is marked grad."""
+        if isinstance(kernel, KernelFunction):
+            return kernel.differentiate(self)
         return super().differentiate(_ir(kernel), _elements(kernel))
 
     def ndarray(self, array: Any, dtype: Optional[DTypeLike] = None, name: str = "",

@@ -36,6 +36,7 @@ import json
 import math
 import operator
 import os
+import re
 import tempfile
 import textwrap
 import threading
@@ -47,7 +48,7 @@ import numpy as _np
 from . import builder as _b
 from . import matrix as _m
 from ._vkad import DType, NdArray
-from .errors import InvalidArgumentError
+from .errors import Error, InvalidArgumentError
 
 _FLOATS = (DType.f32, DType.f64)
 _INTS = (DType.i32, DType.u32, DType.i64)
@@ -247,6 +248,14 @@ class _Source:
         if self.first <= lineno < self.first + len(self.lines):
             return self.lines[lineno - self.first].rstrip("\n")
         return linecache.getline(self.filename, lineno).rstrip("\n")
+
+    def location(self, node: ast.AST, func: str = "") -> Tuple:
+        """(file, line, column, end column, source line, func name) of a node."""
+        line, col = node.lineno, node.col_offset + self.indent
+        end = col + 1
+        if getattr(node, "end_lineno", None) == line and node.end_col_offset is not None:
+            end = max(col + 1, node.end_col_offset + self.indent)
+        return (self.filename, line, col, end, self.line(line), func)
 
     def error(self, node: Optional[ast.AST], msg: str, where: str) -> InvalidArgumentError:
         if node is None or not hasattr(node, "lineno"):
@@ -520,6 +529,7 @@ class _Lowerer:
         self.task_count = 0
         self.task_names: set = set()
         self.inlined: List["Func"] = []
+        self.lines: Dict[str, Tuple] = {}  # IR statement text -> its Python location
         self.func_parent: Dict[int, Tuple[int, str]] = {}
 
     # --- errors ---
@@ -756,6 +766,9 @@ class _Lowerer:
         if m is None:
             self.fail(s, f"a `{_stmt_word(s)}` statement is not in the kernel subset "
                          "(docs/kernels.md lists what is)")
+        stack = self.kb._stack
+        block = stack[-1] if stack else None
+        first = len(block) if block is not None else 0
         try:
             m(s)
         except (_Fail, _StaticBreak, _StaticContinue, _Return):
@@ -764,6 +777,12 @@ class _Lowerer:
             if isinstance(e, InvalidArgumentError) and "\n  File " in str(e):
                 raise
             self.fail(s, str(e))
+        finally:
+            if block is not None:  # the IR statements this one wrote: their Python line
+                src, where = self.scope.src, self.scope.fn.__name__ if self.inline_depth else ""
+                for entry in block[first:]:
+                    if isinstance(entry, str) and entry not in self.lines:
+                        self.lines[entry] = src.location(s, where)
 
     def s_Pass(self, s):
         pass
@@ -1801,10 +1820,28 @@ _LOCK = threading.RLock()
 
 
 class _Lowered:
-    def __init__(self, builder: _b.KernelBuilder, ir: str, captured: Dict[Tuple[int, str], Any]):
+    def __init__(self, builder: _b.KernelBuilder, ir: str, captured: Dict[Tuple[int, str], Any],
+                 lines: Optional[Dict[str, Tuple]] = None):
         self.builder, self.ir, self.captured = builder, ir, captured
         self.elements = list(builder._elements)
         self.key = hashlib.sha256(ir.encode()).hexdigest()
+        self.lines = lines or {}  # IR statement text -> (file, line, col, end, text, func)
+
+    def locate(self, e: Exception) -> Exception:
+        """`e` (a vkad.Error about this kernel) with the Python line of the statement its
+        message quotes (`store x[%0], %6`) appended, file, line, column, source and caret."""
+        msg = str(e)
+        for quoted in re.findall(r"`([^`]+)`", msg):
+            loc = self.lines.get(quoted.strip())
+            if loc is None:
+                continue
+            filename, line, col, end, text, func = loc
+            where = f" (in @vkad.func '{func}')" if func else ""
+            new = type(e)(f"{msg}\n  File \"{filename}\", line {line}, column {col + 1}{where}"
+                          f"\n    {text}\n    {' ' * col}{'^' * (end - col)}")
+            new.filename, new.lineno, new.col_offset = filename, line, col + 1
+            return new
+        return e
 
 
 def _file_key(fn) -> tuple:
@@ -1959,7 +1996,8 @@ class _Disk:
         try:
             low = entry["lowerings"][h]
             kb = _TextKernel(self.kfn.name, low["ir"], low["elements"])
-            return _Lowered(kb, low["ir"], {})
+            lines = {text: tuple(loc) for text, loc in low.get("lines", [])}
+            return _Lowered(kb, low["ir"], {}, lines)
         except (KeyError, TypeError):
             return None
 
@@ -1991,7 +2029,8 @@ class _Disk:
         lowerings = entry.get("lowerings", {}) if entry.get("names") == names else {}
         while len(lowerings) >= self.MAX_LOWERINGS:
             lowerings.pop(next(iter(lowerings)))
-        lowerings[h] = {"ir": low.ir, "elements": [list(e) for e in low.elements]}
+        lowerings[h] = {"ir": low.ir, "elements": [list(e) for e in low.elements],
+                        "lines": [[text, list(loc)] for text, loc in low.lines.items()]}
         entry = {"key": self.key, "names": names, "lowerings": lowerings}
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -2167,7 +2206,7 @@ class KernelFunction:
             self._captured_names = names
             _NAMES[self._source_key()] = names
             caps = self._current_captures()
-            low = _Lowered(kb, ir, lw.captured)
+            low = _Lowered(kb, ir, lw.captured, lw.lines)
             _LOWERED[self._key(caps)] = low
             self._last = (caps, low)
             disk.store(caps, low, lw)
@@ -2199,8 +2238,24 @@ class KernelFunction:
         k = d.get(("k", low.key))
         if k is None:
             dk = d.get(("d", low.key))
-            k = dk.forward if dk is not None else session.compile(low.builder)
+            k = dk.forward if dk is not None else self._located(session.compile, low)
             d[("k", low.key)] = k
+        return k
+
+    @staticmethod
+    def _located(make, low: _Lowered):
+        try:
+            return make(low.builder)
+        except Error as e:
+            raise low.locate(e) from None
+
+    def jvp(self, session):
+        """This kernel's forward-mode (tangent) kernel on `session` (cached, as compile)."""
+        low = self.lowered()
+        d = self._kernels(session)
+        k = d.get(("j", low.key))
+        if k is None:
+            k = d[("j", low.key)] = self._located(session.jvp, low)
         return k
 
     def differentiate(self, session):
@@ -2209,7 +2264,7 @@ class KernelFunction:
         d = self._kernels(session)
         k = d.get(("d", low.key))
         if k is None:
-            k = d[("d", low.key)] = session.differentiate(low.builder)
+            k = d[("d", low.key)] = self._located(session.differentiate, low)
         return k
 
     def check_args(self, args: Sequence[Any]) -> None:

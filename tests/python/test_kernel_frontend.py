@@ -1101,3 +1101,22 @@ def test_scalar_gradient_on_a_tape_and_forward_mode(session, ft):
     y_dot = session.zeros(3, vkad.f64)
     session.launch(j, 2.0, xs, ys, 1.0, session.ndarray(np.array([1.0, 0.0, 0.0])), y_dot)
     np.testing.assert_allclose(y_dot.numpy(), x * x + 4 * x * np.array([1.0, 0.0, 0.0]))
+
+
+def test_refused_reverse_mode_names_the_python_line(session):
+    # vkad's own errors quote the IR statement; the front end appends its Python line
+    def k(x: vkad.array(vkad.f32, grad=True), y: vkad.array(vkad.f32, grad=True)):
+        for i in range(x.shape[0]):
+            y[i] = x[i] * 2.0
+            b = y[i] + 1.0
+            x[i] = b
+    kern = vkad.kernel(k)
+    with pytest.raises(vkad.InvalidArgumentError) as e:
+        session.differentiate(kern)
+    assert "reverse mode of kernel 'k'" in str(e.value)
+    assert_error_at(e, k, "x[i] = b", "is both read and written")
+    xs, ys = session.zeros(3, grad=True), session.zeros(3, grad=True)
+    with pytest.raises(vkad.InvalidArgumentError) as e:
+        with session.tape():
+            kern(xs, ys, session=session)   # differentiated at the call: the same error
+    assert_error_at(e, k, "x[i] = b", "is both read and written")
