@@ -268,7 +268,9 @@ class DiffMPM:
 
     def __init__(self, session: vkad.Session, steps: int = STEPS, n_grid: int = N_GRID,
                  dtype: vkad.DType = vkad.f32, scene: str = "robot", seed: int = 0,
-                 graph: bool = True, loop: bool = True):
+                 graph: bool = True, loop: bool = True, build=None):
+        # build: the kernels' maker, build_kernels's signature (diffmpm_kernels.py passes the
+        # @vkad.kernel spelling of the same kernels)
         if steps < 2:
             raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
         if n_grid < 2 * BOUND + 3:
@@ -288,7 +290,7 @@ class DiffMPM:
         sc = self.scene
         n, n_act = sc.n_particles, sc.n_actuators
         fluid = any(t == 0 for t in sc.particle_type)
-        kbs = build_kernels(dtype, n_grid, sc.n_solid_particles, fluid)
+        kbs = (build or build_kernels)(dtype, n_grid, sc.n_solid_particles, fluid)
         self.kernels = {name: session.differentiate(kb) for name, kb in kbs.items()}
         npt = vkad.numpy_dtype(dtype)
 

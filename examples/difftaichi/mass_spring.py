@@ -246,7 +246,9 @@ class MassSpring:
 
     def __init__(self, session: vkad.Session, robot_id: int = 0, steps: int = STEPS,
                  dtype: vkad.DType = vkad.f32, toi: bool = True, seed: int = 0,
-                 graph: bool = True, loop: bool = True):
+                 graph: bool = True, loop: bool = True, build=None):
+        # build: the kernels' maker, build_kernels's signature (mass_spring_kernels.py passes
+        # the @vkad.kernel spelling of the same kernels)
         if steps < 2:
             raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
         self.s, self.steps, self.dtype, self.graph = session, steps, dtype, graph
@@ -254,7 +256,7 @@ class MassSpring:
         objects, springs = robot(robot_id)
         self.objects, self.springs = objects, springs
         n_obj, n_spr = len(objects), len(springs)
-        kbs, self.n_input = build_kernels(dtype, n_obj, n_spr, toi)
+        kbs, self.n_input = (build or build_kernels)(dtype, n_obj, n_spr, toi)
         self.kernels = {name: session.differentiate(kb) for name, kb in kbs.items()}
         npt = vkad.numpy_dtype(dtype)
 

@@ -37,6 +37,7 @@ from .builder import (KernelBuilder, Value, Scalar, Array, Dim, Local, sqrt, rsq
                       eq, ne, select, cast)
 from .matrix import Vector, Matrix, polar_decompose
 from .tape import Tape
+from .frontend import as_builder as _as_builder, KernelFunction
 from .devices import Device, devices, device_for_cuda, cuda_uuids, normalize_uuid
 
 _vkad._set_errors(Error, {e.code: e for e in _ERRORS})
@@ -84,11 +85,13 @@ def _no_rank_0(shape: Any, name: str) -> None:
 
 
 def _ir(kernel: Union[str, KernelBuilder]) -> str:
+    kernel = _as_builder(kernel)  # a @vkad.kernel: its lowered KernelBuilder
     return kernel.finish() if isinstance(kernel, KernelBuilder) else kernel
 
 
 def _elements(kernel: Union[str, KernelBuilder]) -> List[Tuple[int, ...]]:
     # A KernelBuilder's element shapes, per parameter, which a launch checks; IR text has none.
+    kernel = _as_builder(kernel)
     return list(kernel._elements) if isinstance(kernel, KernelBuilder) else []
 
 
@@ -142,7 +145,10 @@ class Session(_vkad.Session):
         return from_dlpack(x, self, copy=copy, name=name)
 
     def compile(self, kernel: Union[str, KernelBuilder]) -> Kernel:
-        """Compiles a kernel from IR text or a KernelBuilder."""
+        """Compiles a kernel from IR text, a KernelBuilder or a @vkad.kernel function (cached
+        per session; an error names the Python line of the statement it quotes)."""
+        if isinstance(kernel, KernelFunction):
+            return kernel.compile(self)
         return super().compile(_ir(kernel), _elements(kernel))
 
     def jvp(self, kernel: Union[str, KernelBuilder]) -> Kernel:
@@ -151,11 +157,15 @@ class Session(_vkad.Session):
         ndarray of its shape). Launched with the directions in the inputs' `_dot` arrays, it
         writes the outputs and J * direction into theirs (added onto what they hold where the
         forward adds)."""
+        if isinstance(kernel, KernelFunction):
+            return kernel.jvp(self)
         return super().jvp(_ir(kernel), _elements(kernel))
 
     def differentiate(self, kernel: Union[str, KernelBuilder]) -> Differentiated:
         """Compiles a kernel and its adjoint; raises InvalidArgumentError when no parameter
         is marked grad."""
+        if isinstance(kernel, KernelFunction):
+            return kernel.differentiate(self)
         return super().differentiate(_ir(kernel), _elements(kernel))
 
     def ndarray(self, array: Any, dtype: Optional[DTypeLike] = None, name: str = "",
@@ -380,6 +390,11 @@ def from_dlpack(x: Any, session: Optional[Session] = None, *, copy: Optional[boo
     return s._from_dlpack_capsule(capsule, name)
 
 
+# Kernels written as Python functions (docs/kernels.md)
+from .frontend import (kernel, func, array, scalar, vec, mat, static, ndrange,  # noqa: E402
+                       max_trip, atomic_add, atomic_sub, default_session, set_default_session,
+                       KernelFunction)
+
 __all__ = ["Session", "from_dlpack", "Tape", "Graph", "BoundLaunch", "LoopIndex", "LoopRecord", "DType", "Kernel", "NdArray", "Differentiated", "KernelBuilder",
            "Value", "Scalar", "Array", "Dim", "Local", "f32", "f64", "i32", "u32", "i64", "bool_",
            "as_dtype", "numpy_dtype", "Error", "InvalidArgumentError", "NotFoundError",
@@ -387,4 +402,6 @@ __all__ = ["Session", "from_dlpack", "Tape", "Graph", "BoundLaunch", "LoopIndex"
            "DeviceLostError", "UnsupportedError", "NoDeviceError", "TimeoutError", "DeviceError",
            "VulkanError", "InternalError", "sqrt", "rsqrt", "exp", "log", "sin", "cos", "tan",
            "tanh", "asin", "acos", "abs", "floor", "ceil", "pow", "atan2", "min", "max", "eq", "ne",
-           "select", "cast", "Vector", "Matrix", "polar_decompose"]
+           "select", "cast", "Vector", "Matrix", "polar_decompose", "kernel", "func", "array",
+           "scalar", "vec", "mat", "static", "ndrange", "max_trip", "atomic_add", "atomic_sub",
+           "default_session", "set_default_session", "KernelFunction"]

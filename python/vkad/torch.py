@@ -35,6 +35,7 @@ import torch as _torch
 from torch.utils import dlpack as _torch_dlpack
 
 from . import DType, Differentiated, InvalidArgumentError, Session, _OPEN_SESSIONS
+from .frontend import KernelFunction
 
 _DTYPES = {
     DType.f32: _torch.float32,
@@ -64,7 +65,10 @@ def _torch_device(s: Session) -> _torch.device:
 def function(differentiated: Differentiated, session: Optional[Session] = None) -> type:
     """A torch.autograd.Function subclass whose forward launches `differentiated`'s forward
     kernel and whose backward launches its adjoint (module docstring: arguments, copies,
-    ordering). `session`: the Session that differentiated it (None: the one open Session)."""
+    ordering). `session`: the Session that differentiated it (None: the one open Session).
+    A @vkad.kernel function is differentiated on that session first."""
+    if isinstance(differentiated, KernelFunction):
+        differentiated = differentiated.differentiate(_session(session))
     if not isinstance(differentiated, Differentiated):
         raise InvalidArgumentError(
             "vkad.torch.function: expected what Session.differentiate returned, got "
