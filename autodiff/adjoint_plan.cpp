@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 
 #include "autodiff/checkpoint.h"
 #include "autodiff/derivative_rules.h"
@@ -71,6 +73,188 @@ bool contains_loop(const Block& b) {
   for_each_stmt(b, [&](const Stmt& s) { found = found || is_loop(s); });
   return found;
 }
+
+// A store into a grad ndarray replaces its element, so the value stored there before gets
+// none of the element's seed. The adjoint hands each store the seed it finds in the gradient
+// array and leaves it there (the seed array is the caller's, read again by later launches), so
+// where one launch writes an element twice the overwritten value would get the seed too: a
+// silently wrong gradient (y[i] = x * x then y[i] = sin x gave 2x + cos x). Refused:
+//  - a store where an earlier write (store or atomic_add, any task) of the same ndarray may
+//    reach the same element: not when their index ranges are apart on some axis (a vector's
+//    components; a row before a loop over the rows after it: ir/range_analysis.h), not from
+//    the other branch of an if, and not from a branch that left its loop (`break`, or
+//    `continue` in a loop of one trip: the front end's early `return`) until that loop ends;
+//  - a store inside a loop of more than one trip whose indices do not vary with the loop's
+//    index (every iteration but the last is overwritten). An index read from a local is taken
+//    to vary (its value is not followed).
+struct OverwriteRefusal {
+  const Task* task;
+  const Stmt* stmt;
+  std::string what;
+};
+
+class OverwriteCheck {
+ public:
+  explicit OverwriteCheck(const Kernel& f) : f_(f), writes_(f.params.size()) {
+    for (const Task& t : f.tasks) defs(t.body);
+  }
+
+  std::optional<OverwriteRefusal> run() {
+    for (const Task& t : f_.tasks) {
+      walk(t, t.body);
+      if (refusal_) break;
+    }
+    return std::move(refusal_);
+  }
+
+ private:
+  struct Write {
+    const Stmt* s;
+    const Task* t;
+  };
+  struct Loop {
+    ValueId index;
+    bool one_trip;
+    std::vector<std::pair<uint32_t, Write>> left;  // writes of branches that left it
+  };
+  using Writes = std::vector<std::vector<Write>>;
+
+  void defs(const Block& b) {
+    for (const Stmt& s : b.stmts) {
+      if (s.result != kNoValue) def_[s.result] = &s;
+      for (const Block& c : s.blocks) defs(c);
+    }
+  }
+
+  // Whether `v` is computed from `index` (a loop's), following the statements defining it.
+  bool varies(ValueId v, ValueId index, std::unordered_map<ValueId, bool>* memo) const {
+    if (v == index) return true;
+    auto d = def_.find(v);
+    if (d == def_.end()) return false;  // a task's index or a value from outside the loop
+    if (d->second->op == Op::kLoadLocal) return true;
+    auto [m, fresh] = memo->try_emplace(v, false);
+    if (!fresh) return m->second;
+    bool any = false;
+    for (ValueId a : d->second->args) any = any || varies(a, index, memo);
+    (*memo)[v] = any;
+    return any;
+  }
+
+  RangeAnalysis& ranges(const Task& t) {
+    std::unique_ptr<RangeAnalysis>& r = ranges_[&t];
+    if (!r) r = std::make_unique<RangeAnalysis>(f_, t);
+    return *r;
+  }
+
+  // Constant bounds only: [lo, up] with up a constant (inclusive, as range() bounds it).
+  static bool below(const ValueRange& a, const ValueRange& b) {
+    return a.up && a.up->kind == adstack::SizeExpr::Kind::kConst && b.lo &&
+           b.neg == adstack::SizeExpr::constant(0) && a.up->value < *b.lo;
+  }
+
+  bool apart(const Write& a, const Stmt& b, const Task& tb) {
+    if (a.s->args.size() != b.args.size()) return false;
+    for (size_t k = 0; k + 1 < b.args.size(); ++k) {
+      const ValueRange ra = ranges(*a.t).range(a.s->args[k]);
+      const ValueRange rb = ranges(tb).range(b.args[k]);
+      if (below(ra, rb) || below(rb, ra)) return true;
+    }
+    return false;
+  }
+
+  void refuse(const Task& t, const Stmt& s, std::string what) {
+    if (!refusal_) refusal_ = OverwriteRefusal{&t, &s, std::move(what)};
+  }
+
+  void store(const Task& t, const Stmt& s) {
+    const std::string name = "ndarray '" + f_.params[s.param].name + "' (grad)";
+    for (const Write& w : writes_[s.param]) {
+      if (apart(w, s, t)) continue;
+      return refuse(t, s,
+                    name + " is stored over an element that the earlier `" + print_stmt(f_, *w.s) +
+                        "` may have written; the adjoint would give the overwritten value the "
+                        "element's gradient too. Keep the value in a local and store the "
+                        "element once");
+    }
+    for (const Loop& loop : loops_) {
+      if (loop.one_trip) continue;
+      bool moves = false;
+      for (size_t k = 0; k + 1 < s.args.size(); ++k) {
+        std::unordered_map<ValueId, bool> memo;
+        moves = moves || varies(s.args[k], loop.index, &memo);
+      }
+      if (moves) continue;
+      return refuse(t, s,
+                    name + " is stored in every iteration of an enclosing loop at the same "
+                           "element (its indices do not use the loop's index); the adjoint "
+                           "would give each overwritten value the element's gradient too. Keep "
+                           "the value in a local and store it after the loop");
+    }
+  }
+
+  // The if's branches see the writes before it, not each other's; after it, both branches'.
+  void branches(const Task& t, const Stmt& s) {
+    const Writes before = writes_;
+    walk(t, s.blocks[0]);
+    Writes then = std::move(writes_);
+    writes_ = before;
+    if (s.blocks.size() > 1) walk(t, s.blocks[1]);
+    for (size_t p = 0; p < then.size(); ++p) {
+      for (size_t i = before[p].size(); i < then[p].size(); ++i) writes_[p].push_back(then[p][i]);
+    }
+  }
+
+  void loop(const Task& t, const Stmt& s) {
+    std::optional<adstack::SizeExpr> trips =
+        s.op == Op::kFor ? ranges(t).for_trips(s) : std::nullopt;
+    const bool one =
+        trips && trips->kind == adstack::SizeExpr::Kind::kConst && trips->value <= 1;
+    loops_.push_back(Loop{s.result, one, {}});
+    for (const Block& c : s.blocks) walk(t, c);
+    for (auto& [p, w] : loops_.back().left) writes_[p].push_back(w);
+    loops_.pop_back();
+  }
+
+  void walk(const Task& t, const Block& b) {
+    std::vector<size_t> at_entry(writes_.size());
+    for (size_t p = 0; p < writes_.size(); ++p) at_entry[p] = writes_[p].size();
+    for (const Stmt& s : b.stmts) {
+      if (refusal_) return;
+      const bool write = s.op == Op::kStore || s.op == Op::kAtomicAdd;
+      if (write && f_.params[s.param].needs_grad) {
+        if (s.op == Op::kStore) store(t, s);
+        writes_[s.param].push_back({&s, &t});
+      }
+      if (s.op == Op::kIf) {
+        branches(t, s);
+      } else if (s.op == Op::kFor || s.op == Op::kWhile) {
+        loop(t, s);
+      } else {
+        for (const Block& c : s.blocks) walk(t, c);
+      }
+    }
+    // A block that leaves its loop: what it wrote reaches what follows the loop, not the rest
+    // of the loop's body.
+    const bool leaves = !b.stmts.empty() && !loops_.empty() &&
+                        (b.stmts.back().op == Op::kBreak ||
+                         (b.stmts.back().op == Op::kContinue && loops_.back().one_trip));
+    if (!leaves) return;
+    for (size_t p = 0; p < writes_.size(); ++p) {
+      for (size_t i = at_entry[p]; i < writes_[p].size(); ++i) {
+        loops_.back().left.emplace_back(static_cast<uint32_t>(p), writes_[p][i]);
+      }
+      writes_[p].resize(at_entry[p]);
+    }
+  }
+
+  const Kernel& f_;
+  std::unordered_map<ValueId, const Stmt*> def_;
+  std::unordered_map<const Task*, std::unique_ptr<RangeAnalysis>> ranges_;
+  Writes writes_;
+  std::vector<Loop> loops_;
+  std::optional<OverwriteRefusal> refusal_;
+};
+
 
 class Planner {
  public:
@@ -631,6 +815,14 @@ class Planner {
 };
 
 }  // namespace
+
+Status check_overwrites(const Kernel& forward) {
+  std::optional<OverwriteRefusal> r = OverwriteCheck(forward).run();
+  if (!r) return {};
+  return make_error(ErrorCode::kInvalidArgument, "reverse mode of kernel '" + forward.name +
+                                                     "', task '" + r->task->name + "', statement `" +
+                                                     print_stmt(forward, *r->stmt) + "`: " + r->what);
+}
 
 Result<AdjointPlan> plan_adjoint(const Kernel& forward, const AdjointOptions& options,
                                  bool counting) {

@@ -100,6 +100,15 @@ struct AdjointPlan {
 // operands in `active` read: what the reverse sweep reads of `s`, and what the adjoint emits.
 uint8_t adjoint_primal_reads(const Stmt& s, const std::unordered_set<ValueId>& active);
 
+// Refuses (kInvalidArgument naming the statement) a store into a grad ndarray over an element
+// an earlier write of the same launch may have written, or in every iteration of a loop at one
+// element: the adjoint hands each store the element's seed without clearing it, so the
+// overwritten value would get it too (a silently wrong gradient). Writes apart by their index
+// ranges, in the two branches of an if, or before an early exit (break; continue in a loop of
+// one trip) are told apart. On the kernel as written, before lower_jumps (which turns early
+// exits into flags the check cannot follow): the first step of the adjoint pipelines.
+Status check_overwrites(const Kernel& forward);
+
 // The plan for `forward`, which must verify and hold no break / continue (lower_jumps first).
 // `counting`: a loop with no derivable or stated trip bound gets a counted one
 // (make_adjoint_counted) instead of an error. The plan points into `forward` (LoopCheckpoint::

@@ -585,6 +585,10 @@ Pipeline counted_pipeline(const Target& target, const AdjointOptions& options, K
                           Kernel* differentiated, std::vector<ValueId>* counted) {
   Pipeline p(target);
   p.add(verify_pass(target));
+  p.add("check-overwrites", [](Kernel k) -> Result<Kernel> {
+    VKAD_TRY(check_overwrites(k));
+    return k;
+  });
   p.add(lower_jumps_pass(target));
   p.add(forward_stores_pass());
   p.add("keep-lowered", [lowered](Kernel k) -> Result<Kernel> {
@@ -618,6 +622,10 @@ Pass reverse_mode_pass(const Target& target, const AdjointOptions& options, bool
 Pipeline adjoint_pipeline(const Target& target, const AdjointOptions& options, bool clear_seeds) {
   Pipeline p(target);
   p.add(verify_pass(target));
+  p.add("check-overwrites", [](Kernel k) -> Result<Kernel> {
+    VKAD_TRY(check_overwrites(k));
+    return k;
+  });
   p.add(lower_jumps_pass(target));
   p.add(forward_stores_pass());
   p.add(segment_loops_pass(options));
