@@ -238,8 +238,7 @@ void vkad_set_log_callback(vkad_log_callback callback, void* user) {
 // vkad_session_options' compile and graph-pass fields into `so`, whose defaults stand where a
 // field is 0 (each default written once, in api/session.h); NULL, or the error naming a field
 // out of range.
-static vkad_status* session_options_from(const vkad_session_options& o,
-                                          vkad::SessionOptions* so) {
+static vkad_status* session_options_from(const vkad_session_options& o, vkad::SessionOptions* so) {
   so->compile.optimize = o.optimize != 0;
   const struct {
     const char* name;

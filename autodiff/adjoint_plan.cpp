@@ -185,10 +185,11 @@ class OverwriteCheck {
       }
       if (moves) continue;
       return refuse(t, s,
-                    name + " is stored in every iteration of an enclosing loop at the same "
-                           "element (its indices do not use the loop's index); the adjoint "
-                           "would give each overwritten value the element's gradient too. Keep "
-                           "the value in a local and store it after the loop");
+                    name +
+                        " is stored in every iteration of an enclosing loop at the same "
+                        "element (its indices do not use the loop's index); the adjoint "
+                        "would give each overwritten value the element's gradient too. Keep "
+                        "the value in a local and store it after the loop");
     }
   }
 
@@ -207,8 +208,7 @@ class OverwriteCheck {
   void loop(const Task& t, const Stmt& s) {
     std::optional<adstack::SizeExpr> trips =
         s.op == Op::kFor ? ranges(t).for_trips(s) : std::nullopt;
-    const bool one =
-        trips && trips->kind == adstack::SizeExpr::Kind::kConst && trips->value <= 1;
+    const bool one = trips && trips->kind == adstack::SizeExpr::Kind::kConst && trips->value <= 1;
     loops_.push_back(Loop{s.result, one, {}});
     for (const Block& c : s.blocks) walk(t, c);
     for (auto& [p, w] : loops_.back().left) writes_[p].push_back(w);
@@ -254,7 +254,6 @@ class OverwriteCheck {
   std::vector<Loop> loops_;
   std::optional<OverwriteRefusal> refusal_;
 };
-
 
 class Planner {
  public:
@@ -819,9 +818,9 @@ class Planner {
 Status check_overwrites(const Kernel& forward) {
   std::optional<OverwriteRefusal> r = OverwriteCheck(forward).run();
   if (!r) return {};
-  return make_error(ErrorCode::kInvalidArgument, "reverse mode of kernel '" + forward.name +
-                                                     "', task '" + r->task->name + "', statement `" +
-                                                     print_stmt(forward, *r->stmt) + "`: " + r->what);
+  return make_error(ErrorCode::kInvalidArgument,
+                    "reverse mode of kernel '" + forward.name + "', task '" + r->task->name +
+                        "', statement `" + print_stmt(forward, *r->stmt) + "`: " + r->what);
 }
 
 Result<AdjointPlan> plan_adjoint(const Kernel& forward, const AdjointOptions& options,

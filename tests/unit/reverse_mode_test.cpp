@@ -182,11 +182,10 @@ TEST(ReverseModePass, AdjointOfNestedIfsGrowsLinearly) {
 // components), a store before atomic adds, and a loop's store at its own index stay accepted.
 TEST(ReverseModePass, RefusesAStoreOverAnEarlierWriteOfTheSameElement) {
   auto refused = [](const std::string& body, const std::string& what) {
-    auto k = parse(std::string(
-                       "kernel k(x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad, "
-                       "z: ndarray<f32, 2> grad) {\n"
-                       "  task main parallel %i in [0, shape(x, 0)) {\n"
-                       "    %x = load x[%i] : f32\n") +
+    auto k = parse(std::string("kernel k(x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad, "
+                               "z: ndarray<f32, 2> grad) {\n"
+                               "  task main parallel %i in [0, shape(x, 0)) {\n"
+                               "    %x = load x[%i] : f32\n") +
                    body + "  }\n}\n");
     EXPECT_TRUE(k.ok()) << k.status().to_string();
     if (!k.ok()) return;
@@ -200,28 +199,32 @@ TEST(ReverseModePass, RefusesAStoreOverAnEarlierWriteOfTheSameElement) {
     EXPECT_NE(a.status().message().find(what), std::string::npos) << a.status().message();
   };
   // Twice at [i]: refused, both statements named.
-  refused("    %a = mul %x, %x : f32\n    store y[%i], %a\n    %b = sin %x : f32\n"
-          "    store y[%i], %b\n",
-          "ndarray 'y' (grad) is stored over an element that the earlier `store y[");
+  refused(
+      "    %a = mul %x, %x : f32\n    store y[%i], %a\n    %b = sin %x : f32\n"
+      "    store y[%i], %b\n",
+      "ndarray 'y' (grad) is stored over an element that the earlier `store y[");
   // An atomic add, then a store over it: refused.
   refused("    atomic_add y[%i], %x\n    %b = sin %x : f32\n    store y[%i], %b\n",
           "is stored over an element that the earlier `atomic_add y[");
   // A store, then atomic adds into it: y = a + b, each term gets the seed. Accepted.
   refused("    %a = mul %x, %x : f32\n    store y[%i], %a\n    atomic_add y[%i], %x\n", "");
   // A vector's two components: apart. Accepted.
-  refused("    %c0 = const 0 : i32\n    %c1 = const 1 : i32\n    store z[%i, %c0], %x\n"
-          "    %s = sin %x : f32\n    store z[%i, %c1], %s\n",
-          "");
+  refused(
+      "    %c0 = const 0 : i32\n    %c1 = const 1 : i32\n    store z[%i, %c0], %x\n"
+      "    %s = sin %x : f32\n    store z[%i, %c1], %s\n",
+      "");
   // In a loop: at the loop's index, one element per iteration (accepted); at [i], every
   // iteration overwrites the last (refused).
-  refused("    %lo = const 0 : i32\n    %hi = const 4 : i32\n    for %k in [%lo, %hi) {\n"
-          "      %f = cast %k : f32\n      %v = mul %x, %f : f32\n      store z[%i, %k], %v\n"
-          "    }\n",
-          "");
-  refused("    %lo = const 0 : i32\n    %hi = const 4 : i32\n    for %k in [%lo, %hi) {\n"
-          "      %f = cast %k : f32\n      %v = mul %x, %f : f32\n      store y[%i], %v\n"
-          "    }\n",
-          "is stored in every iteration of an enclosing loop at the same element");
+  refused(
+      "    %lo = const 0 : i32\n    %hi = const 4 : i32\n    for %k in [%lo, %hi) {\n"
+      "      %f = cast %k : f32\n      %v = mul %x, %f : f32\n      store z[%i, %k], %v\n"
+      "    }\n",
+      "");
+  refused(
+      "    %lo = const 0 : i32\n    %hi = const 4 : i32\n    for %k in [%lo, %hi) {\n"
+      "      %f = cast %k : f32\n      %v = mul %x, %f : f32\n      store y[%i], %v\n"
+      "    }\n",
+      "is stored in every iteration of an enclosing loop at the same element");
   // Row 0, then a loop over rows 1..3: apart by their ranges (a recurrence's start and its
   // steps). Accepted; the same loop from row 0 overlaps the first store (refused).
   for (const char* lo : {"1", "0"}) {
@@ -233,10 +236,11 @@ TEST(ReverseModePass, RefusesAStoreOverAnEarlierWriteOfTheSameElement) {
             std::string(lo) == "1" ? "" : "is stored over an element that the earlier `store z[");
   }
   // The two branches of an if: one runs. Accepted.
-  refused("    %z0 = const 0.0 : f32\n    %neg = lt %x, %z0 : bool\n    if %neg {\n"
-          "      store y[%i], %x\n    } else {\n      %s = sin %x : f32\n"
-          "      store y[%i], %s\n    }\n",
-          "");
+  refused(
+      "    %z0 = const 0.0 : f32\n    %neg = lt %x, %z0 : bool\n    if %neg {\n"
+      "      store y[%i], %x\n    } else {\n      %s = sin %x : f32\n"
+      "      store y[%i], %s\n    }\n",
+      "");
   // An early exit (the front end's `return`: `continue` in a loop of one trip): the store
   // before it does not reach the store after the if. Accepted; in a loop of four trips the
   // next iteration's store would overwrite it (refused).
