@@ -771,7 +771,7 @@ class Session {
   // kernel_access() summed up per parameter and whether it has adstacks, of the kernels a
   // caller can launch (those register_ir made, and the rework's registered kernels that have an
   // access summary: a reworked step loop launches them), by handle id: what a capture judges its
-  // barriers on. Apart from kernel_access_ because a background rework writes that one while a
+  // barriers on. Apart from catalog_ because a background rework writes that one while a
   // capture may be open.
   struct CaptureAccess {
     // Per ndarray parameter it accesses: the parameter and its kinds of access (kind_bit).
@@ -779,7 +779,7 @@ class Session {
     bool adstack = false;
   };
   std::unordered_map<uint64_t, CaptureAccess> capture_access_;
-  // capture_access_[id] from kernel_access_[id] (nothing where that is unknown): at a kernel's
+  // capture_access_[id] from catalog_.access(id) (nothing where that is unknown): at a kernel's
   // registration, on the caller's thread.
   void note_capture_access(uint64_t id, bool adstack);
   // The open capture's barriers so far (Graph scheduling: none between launches that share
