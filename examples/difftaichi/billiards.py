@@ -69,14 +69,15 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
-import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 import vkad
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from training import train  # noqa: E402  (the ports' shared loop)
 from vkad import Vector
 
 # DiffTaichi's constants (examples/billiards.py)
@@ -322,27 +323,6 @@ class Billiards:
 
 # --- the program ---------------------------------------------------------------------------------
 
-def train(sim: Billiards, iters: int) -> List[float]:
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        tqdm = None
-    losses, ms = [], []
-    bar = tqdm(range(iters), desc="billiards") if tqdm else range(iters)
-    for it in bar:
-        t0 = time.perf_counter()
-        losses.append(sim.iteration())  # reads the loss back: the iteration has finished
-        ms.append((time.perf_counter() - t0) * 1e3)
-        if tqdm:
-            bar.set_postfix(loss=f"{losses[-1]:.6f}")
-        else:
-            print(f"iter {it}: loss {losses[-1]:.6f}", flush=True)  # DiffTaichi: 'Iter=', 'Loss='
-    if len(ms) > 1:
-        print(f"first iteration {ms[0]:.1f} ms, then {statistics.median(ms[1:]):.2f} ms per "
-              f"iteration (median of {len(ms) - 1})")
-    return losses
-
-
 def scan(sim: Billiards, zoom: float, n: int = 1000) -> Tuple[List[float], List[float]]:
     """DiffTaichi's scan(zoom): the loss for n angles of the cue's velocity (speed 0.3) within
     +-zoom * 90 degrees, from init_x = (0.1, 0.5). Returns (degrees, losses)."""
@@ -438,7 +418,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 plt.close(fig)
                 print(f"wrote {path}")
             return 0
-        losses = train(sim, a.iters)
+        losses = train(sim, a.iters, "billiards")
         final = sim.loss()
         w = sim.weights()
         print(f"loss {losses[0] if losses else final:.6f} -> {final:.6f} (init_x "

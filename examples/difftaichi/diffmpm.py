@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
 import time
 from typing import Dict, List, Optional, Sequence
@@ -50,6 +49,9 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 import vkad
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from training import train  # noqa: E402  (the ports' shared loop)
 from vkad import Matrix, Vector
 
 # DiffTaichi's constants (examples/diffmpm.py)
@@ -428,29 +430,6 @@ class DiffMPM:
 
 # --- the program ---------------------------------------------------------------------------------
 
-def train(sim: DiffMPM, iters: int) -> List[float]:
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        tqdm = None
-    losses, ms = [], []
-    bar = tqdm(range(iters), desc="diffmpm") if tqdm else range(iters)
-    for it in bar:
-        t0 = time.perf_counter()
-        losses.append(sim.iteration())  # reads the loss back: the iteration has finished
-        ms.append((time.perf_counter() - t0) * 1e3)
-        if tqdm:
-            bar.set_postfix(loss=f"{losses[-1]:.4f}")
-        else:
-            print(f"iter {it}: loss {losses[-1]:.5f}", flush=True)
-    if len(ms) > 1:
-        # The first iteration compiles the kernels and captures the graph; the rest is the
-        # steady state a training run pays per iteration (forward + backward + update).
-        print(f"first iteration {ms[0]:.1f} ms, then {statistics.median(ms[1:]):.2f} ms per "
-              f"iteration (median of {len(ms) - 1})")
-    return losses
-
-
 def plot(sim: DiffMPM, losses: Sequence[float], out: str) -> List[str]:
     """The loss curve and the particles at the last step (actuated ones coloured by their
     actuation as DiffTaichi does, the start faint grey); [] without matplotlib."""
@@ -514,7 +493,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sc = sim.scene
         print(f"{s.device_name}: {a.scene} ({sc.n_particles} particles, {sc.n_actuators} "
               f"actuators), {a.grid}^2 grid, {a.steps} steps, {a.iters} iterations")
-        losses = train(sim, a.iters)
+        losses = train(sim, a.iters, "diffmpm", bar_digits=4, line_digits=5)
         final = sim.loss()
         start = -float(np.mean([p[0] for p, t in zip(sc.x, sc.particle_type) if t == 1]))
         print(f"loss {losses[0] if losses else final:.5f} -> {final:.5f} (the solid particles' "

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -35,6 +34,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 import vkad
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from training import train  # noqa: E402  (the ports' shared loop)
 from vkad import Vector
 
 # DiffTaichi's constants (examples/mass_spring.py)
@@ -403,29 +405,6 @@ class MassSpring:
 
 # --- the program ---------------------------------------------------------------------------------
 
-def train(sim: MassSpring, iters: int) -> List[float]:
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        tqdm = None
-    losses, ms = [], []
-    bar = tqdm(range(iters), desc="mass_spring") if tqdm else range(iters)
-    for it in bar:
-        t0 = time.perf_counter()
-        losses.append(sim.iteration())  # reads the loss back: the iteration has finished
-        ms.append((time.perf_counter() - t0) * 1e3)
-        if tqdm:
-            bar.set_postfix(loss=f"{losses[-1]:.4f}")
-        else:
-            print(f"iter {it}: loss {losses[-1]:.5f}", flush=True)
-    if len(ms) > 1:
-        # The first iteration compiles the kernels and captures the graph; the rest is the
-        # steady state a training run pays per iteration (forward + backward + update).
-        print(f"first iteration {ms[0]:.1f} ms, then {statistics.median(ms[1:]):.2f} ms per "
-              f"iteration (median of {len(ms) - 1})")
-    return losses
-
-
 def plot(sim: MassSpring, losses: Sequence[float], out: str) -> List[str]:
     """The loss curve and the robot's last pose (earlier poses faint); [] without matplotlib."""
     try:
@@ -488,7 +467,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          toi=not a.no_toi, seed=a.seed, graph=not a.no_graph)
         print(f"{s.device_name}: robot {a.robot} ({len(sim.objects)} masses, "
               f"{len(sim.springs)} springs), {a.steps} steps, {a.iters} iterations")
-        losses = train(sim, a.iters)
+        losses = train(sim, a.iters, "mass_spring", bar_digits=4, line_digits=5)
         final = sim.loss()
         moved = -final - sim.objects[HEAD_ID][0]  # the loss is -x of the head
         print(f"loss {losses[0]:.5f} -> {final:.5f} (the head moved {moved:+.4f})")

@@ -81,14 +81,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
 import vkad
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from training import train  # noqa: E402  (the ports' shared loop)
 
 # DiffTaichi's constants (examples/smoke_taichi.py)
 N_GRID = 128
@@ -384,27 +385,6 @@ class Smoke:
 
 # --- the program ---------------------------------------------------------------------------------
 
-def train(sim: Smoke, iters: int) -> List[float]:
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        tqdm = None
-    losses, ms = [], []
-    bar = tqdm(range(iters), desc="smoke") if tqdm else range(iters)
-    for it in bar:
-        t0 = time.perf_counter()
-        losses.append(sim.iteration())  # reads the loss back: the iteration has finished
-        ms.append((time.perf_counter() - t0) * 1e3)
-        if tqdm:
-            bar.set_postfix(loss=f"{losses[-1]:.6f}")
-        else:
-            print(f"iter {it}: loss {losses[-1]:.6f}", flush=True)  # DiffTaichi: 'Iter', 'Loss ='
-    if len(ms) > 1:
-        print(f"first iteration {ms[0]:.1f} ms, then {statistics.median(ms[1:]):.2f} ms per "
-              f"iteration (median of {len(ms) - 1})")
-    return losses
-
-
 def plot(sim: Smoke, losses: Sequence[float], out: str) -> List[str]:
     """The loss curve, and the target, the initial smoke, the learned initial velocity (shown
     as DiffTaichi shows it: v * 0.2 + 0.5 in two colour channels) and the last step's smoke;
@@ -470,7 +450,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sim = Smoke(s, a.steps, a.grid, vkad.f64 if a.f64 else vkad.f32, graph=not a.no_graph,
                     loop=not a.no_loop, learning_rate=a.lr)
         print(f"{s.device_name}: {a.grid}^2 grid, {a.steps} steps, {a.iters} iterations")
-        losses = train(sim, a.iters)
+        losses = train(sim, a.iters, "smoke")
         final = sim.loss()
         print(f"loss {losses[0] if losses else final:.6f} -> {final:.6f}")
         for path in plot(sim, losses + [final], a.out):

@@ -53,14 +53,15 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
-import time
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
 import vkad
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from training import train  # noqa: E402  (the ports' shared loop)
 
 # DiffTaichi's constants (examples/wave.py)
 N_GRID = 256
@@ -303,27 +304,6 @@ class Wave:
 
 # --- the program ---------------------------------------------------------------------------------
 
-def train(sim: Wave, iters: int) -> List[float]:
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        tqdm = None
-    losses, ms = [], []
-    bar = tqdm(range(iters), desc="wave") if tqdm else range(iters)
-    for it in bar:
-        t0 = time.perf_counter()
-        losses.append(sim.iteration())  # reads the loss back: the iteration has finished
-        ms.append((time.perf_counter() - t0) * 1e3)
-        if tqdm:
-            bar.set_postfix(loss=f"{losses[-1]:.6f}")
-        else:
-            print(f"iter {it}: loss {losses[-1]:.6f}", flush=True)  # DiffTaichi: 'Iter', 'Loss ='
-    if len(ms) > 1:
-        print(f"first iteration {ms[0]:.1f} ms, then {statistics.median(ms[1:]):.2f} ms per "
-              f"iteration (median of {len(ms) - 1})")
-    return losses
-
-
 def plot(sim: Wave, losses: Sequence[float], out: str) -> List[str]:
     """The loss curve, and the target, the learned initial height and the last step's wave
     (shown as DiffTaichi shows p: p + 0.5); [] without matplotlib."""
@@ -377,7 +357,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sim = Wave(s, a.steps, a.grid, vkad.f64 if a.f64 else vkad.f32, graph=not a.no_graph,
                    loop=not a.no_loop)
         print(f"{s.device_name}: {a.grid}^2 grid, {a.steps} steps, {a.iters} iterations")
-        losses = train(sim, a.iters)
+        losses = train(sim, a.iters, "wave")
         final = sim.loss()
         print(f"loss {losses[0] if losses else final:.6f} -> {final:.6f}")
         for path in plot(sim, losses + [final], a.out):
