@@ -149,6 +149,45 @@ double rhi_dependent_dispatch_us(rhi::Stream& s, rhi::ComputePipeline& p, rhi::B
   return median(samples);
 }
 
+// Host cost of recording one dependent launch, by what the launch records (no submission timed):
+// the floor (push constants + dispatch + barrier), then with the pipeline bound again, with the
+// buffers pushed again (the args binding at a moving offset, as a launch's ring slot), and both,
+// which is the shape Runtime::dispatch_into records per launch. Where vkad-bench-launch's
+// "record only" figure sits above the last row is vkad's own bookkeeping.
+enum class Shape { kFloor, kRebind, kRepush, kLaunch };
+
+double record_cost_ns(rhi::Stream& s, rhi::ComputePipeline& p, rhi::Buffer& a, rhi::Buffer& b,
+                      int n, int reps, Shape shape) {
+  std::vector<double> samples;
+  Push pc{64, 1, 0};
+  rhi::Buffer* bufs[] = {&a, &b};
+  const bool rebind = shape == Shape::kRebind || shape == Shape::kLaunch;
+  const bool repush = shape == Shape::kRepush || shape == Shape::kLaunch;
+  for (int r = 0; r < reps; ++r) {
+    auto list = s.begin();
+    CHECK_OK(list);
+    list->bind_pipeline(p);
+    CHECK_OK(list->bind_buffers(p, bufs));
+    double t0 = now_us();
+    for (int i = 0; i < n; ++i) {
+      // Through Vulkan: CommandList::bind_pipeline skips the pipeline it bound last.
+      if (rebind)
+        s.device().fn().vkCmdBindPipeline(list->handle(), VK_PIPELINE_BIND_POINT_COMPUTE,
+                                          p.handle());
+      // 256-byte steps: the offset alignment every device accepts for storage buffers.
+      if (repush) CHECK_OK(list->bind_buffers(p, bufs, {uint64_t(i % 8) * 256, 256}));
+      list->push_constants(p, &pc, sizeof pc);
+      list->dispatch(1);
+      list->barrier(rhi::Barrier::kComputeToCompute);
+    }
+    samples.push_back((now_us() - t0) * 1000.0 / n);
+    auto sem = s.submit(*list);
+    CHECK_OK(sem);
+    sem->wait();
+  }
+  return median(samples);
+}
+
 // `a` gets seeded random words (through a staging buffer) before anything is timed.
 void upload_words(rhi::Device& dev, rhi::Stream& s, rhi::Buffer& a,
                   const std::vector<uint32_t>& words) {
@@ -269,6 +308,20 @@ int main(int argc, char** argv) {
     double per_set = rhi_dependent_dispatch_us(stream, *p, *a, *b, n, reps, true);
     record("dependent dispatch, rhi, set per dispatch", m, per_set, "us");
     check_scale_add(dev, stream, *b, a0, m);
+    if (mode == rhi::SyncMode::kTimeline || !dev.caps().timeline_semaphore) {
+      const char* binding = p->push_descriptors() ? "push descriptors" : "descriptor sets";
+      std::printf("recording one dependent launch (host ns, %s):\n", binding);
+      record("record: push constants + dispatch + barrier", m,
+             record_cost_ns(stream, *p, *a, *b, n, reps, Shape::kFloor), "ns");
+      record("record: + bind pipeline again", m,
+             record_cost_ns(stream, *p, *a, *b, n, reps, Shape::kRebind), "ns");
+      record("record: + push buffers again", m,
+             record_cost_ns(stream, *p, *a, *b, n, reps, Shape::kRepush), "ns");
+      record("record: + both (a launch's shape)", m,
+             record_cost_ns(stream, *p, *a, *b, n, reps, Shape::kLaunch), "ns");
+      upload_words(dev, stream, *a, a0);
+      rhi_dependent_dispatch_us(stream, *p, *a, *b, 16, 1, false);
+    }
 
     // is_signaled on a finished submission: the cached fast path.
     auto list = stream.begin();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -39,6 +40,8 @@ void CommandList::execute(Bundle& bundle) {
   if (bundle.last_use_ < serial_) bundle.last_use_ = serial_;
   VkCommandBuffer cb = bundle.cb_;
   stream_->device().fn().vkCmdExecuteCommands(cb_.get(), 1, &cb);
+  bound_ = VK_NULL_HANDLE;
+  pushed_bytes_ = 0;
   dispatches_ += bundle.dispatches_;
 }
 
@@ -65,9 +68,13 @@ void Bundle::reset() noexcept {
 }
 
 void CommandList::bind_pipeline(ComputePipeline& pipeline) {
+  // Marked at its first bind in this list: a pipeline in use is never destroyed (deferred
+  // deleter), so its handle names it until the list is submitted.
+  if (pipeline.handle() == bound_) return;
   mark_used(pipeline.use());
-  stream_->device().fn().vkCmdBindPipeline(cb_.get(), VK_PIPELINE_BIND_POINT_COMPUTE,
-                                           pipeline.handle());
+  bound_ = pipeline.handle();
+  pushed_bytes_ = 0;  // another pipeline's layout may not keep them
+  stream_->device().fn().vkCmdBindPipeline(cb_.get(), VK_PIPELINE_BIND_POINT_COMPUTE, bound_);
 }
 
 Status CommandList::bind_buffers(ComputePipeline& pipeline, std::span<Buffer* const> buffers,
@@ -142,6 +149,14 @@ Status CommandList::bind_buffers(ComputePipeline& pipeline, std::span<Buffer* co
 }
 
 void CommandList::push_constants(ComputePipeline& pipeline, const void* data, uint32_t bytes) {
+  if (bytes <= pushed_.size()) {
+    if (bytes == pushed_bytes_ && pipeline.handle() == bound_ &&
+        std::memcmp(pushed_.data(), data, bytes) == 0) {
+      return;
+    }
+    std::memcpy(pushed_.data(), data, bytes);
+    pushed_bytes_ = pipeline.handle() == bound_ ? bytes : 0;
+  }
   stream_->device().fn().vkCmdPushConstants(cb_.get(), pipeline.layout(),
                                             VK_SHADER_STAGE_COMPUTE_BIT, 0, bytes, data);
 }

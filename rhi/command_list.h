@@ -5,6 +5,8 @@
 
 #include <vulkan/vulkan.h>
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -82,6 +84,9 @@ class CommandList {
   VkCommandBuffer handle() const { return cb_.get(); }
   uint32_t dispatch_count() const { return dispatches_; }
 
+  // Binds `pipeline` unless it is the one this list bound last (a launch of the kernel launched
+  // before it records no bind: the bound pipeline, its push descriptors and push constants stay
+  // as Vulkan keeps them until another pipeline is bound or a bundle executes).
   void bind_pipeline(ComputePipeline& pipeline);
   // Binds `buffers` to bindings 0..n-1 (whole ranges, but `first` for binding 0: a slot of a
   // ring of per-launch memory) and marks them used: with push descriptors where the pipeline
@@ -90,6 +95,8 @@ class CommandList {
   // not match the pipeline's layout or a buffer is empty.
   Status bind_buffers(ComputePipeline& pipeline, std::span<Buffer* const> buffers,
                       BufferRange first = {});
+  // Records vkCmdPushConstants unless the same bytes were pushed since the bound pipeline was
+  // bound (at most 16 bytes are remembered; longer pushes always record).
   void push_constants(ComputePipeline& pipeline, const void* data, uint32_t bytes);
   void dispatch(uint32_t x, uint32_t y = 1, uint32_t z = 1);
   void barrier(Barrier kind);
@@ -111,7 +118,8 @@ class CommandList {
   void mark_used(ResourceUse& use);
   // Executes a bundle (vkCmdExecuteCommands) and marks everything it references used by this
   // list. The list's bound pipeline and push state are undefined afterwards (Vulkan's rule for
-  // secondary command buffers): record binds again. Not valid in a bundle's own recording.
+  // secondary command buffers): the next bind_pipeline binds again. Not valid in a bundle's own
+  // recording.
   void execute(Bundle& bundle);
   bool is_bundle() const { return bundle_; }
 
@@ -136,6 +144,10 @@ class CommandList {
   UniqueHandle<VkCommandBuffer, Abandon> cb_;
   Serial serial_ = kNoSerial;
   uint32_t dispatches_ = 0;
+  VkPipeline bound_ = VK_NULL_HANDLE;  // the pipeline bound last; none after execute()
+  // The push constants recorded since bound_ was bound (pushed_bytes_ 0: none known).
+  uint32_t pushed_bytes_ = 0;
+  std::array<std::byte, 16> pushed_{};
   bool bundle_ = false;             // recording a Bundle (a secondary command buffer)
   int side_ = -1;                   // ... from this side pool of the stream
   std::vector<ResourceUse*> uses_;  // a bundle's recording: what it references
