@@ -122,10 +122,18 @@ Result<KernelHandle> Session::compile(const codegen::Kernel& kernel) {
 Result<KernelHandle> Session::register_ir(const codegen::Kernel& kernel,
                                           const runtime::CompiledKernel& ck,
                                           bool generic_on_demand) {
-  VKAD_ASSIGN_OR_RETURN(KernelHandle h, rt_->register_kernel(ck, generic_on_demand));
-  note_ir(kernel, ck, h.id);
-  note_capture_access(h.id, ck.has_adstacks());
-  return h;
+  Result<KernelHandle> h = rt_->register_kernel(ck, generic_on_demand);
+  if (!h.ok()) {
+    // A module read from the disk cache that validates but does not match its description
+    // (an edited file): compiled again once, its file rewritten (CompileCache::rebuild).
+    VKAD_ASSIGN_OR_RETURN(std::shared_ptr<const runtime::CompiledKernel> fresh,
+                          compile_cache_.rebuild(kernel, ck));
+    if (!fresh) return h.status();
+    return register_ir(kernel, *fresh, generic_on_demand);
+  }
+  note_ir(kernel, ck, h->id);
+  note_capture_access(h->id, ck.has_adstacks());
+  return *h;
 }
 
 void Session::note_capture_access(uint64_t id, bool adstack) {
@@ -519,10 +527,38 @@ Status Session::release_graph(GraphHandle graph) {
   fixed_launches_.erase(graph.id);
   return {};
 }
+Result<std::vector<std::string>> Session::graph_launch_names(GraphHandle graph) const {
+  VKAD_ASSIGN_OR_RETURN(std::vector<std::string> names, rt_->graph_launch_kernels(graph));
+  // A reworked graph's own launches are fused and reordered: updates (and so names) keep the
+  // captured numbering, which its FusedGraph records.
+  GraphHandle g = graph;
+  if (auto rw = reworked_.find(graph.id); rw != reworked_.end()) g = rw->second;
+  if (auto it = fused_graphs_.find(g.id); it != fused_graphs_.end()) names = it->second.kernel;
+  std::unordered_map<std::string, uint32_t> seen;
+  for (std::string& n : names) {
+    const uint32_t k = seen[n]++;
+    if (k > 0) n += "#" + std::to_string(k);
+  }
+  return names;
+}
+Result<uint32_t> Session::graph_launch(GraphHandle graph, std::string_view name) const {
+  VKAD_ASSIGN_OR_RETURN(const std::vector<std::string> names, graph_launch_names(graph));
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == name) return static_cast<uint32_t>(i);
+  }
+  std::string some;
+  for (size_t i = 0; i < names.size() && i < 8; ++i) some += (i ? ", '" : "'") + names[i] + "'";
+  if (names.size() > 8) some += ", ...";
+  return make_error(ErrorCode::kNotFound, "graph_launch: the graph has no launch named '" +
+                                              std::string(name) + "' (its " +
+                                              std::to_string(names.size()) +
+                                              " launches: " + some + ")");
+}
 Result<SessionStats> Session::stats() const {
   VKAD_ASSIGN_OR_RETURN(const runtime::RuntimeStats r, rt_->stats());
   SessionStats s;
   s.launches = r.launches;
+  s.dispatches = r.dispatches;
   s.flushes = r.flushes;
   s.forced_waits = r.retirement.forced_waits;
   s.forced_wait_ms = r.retirement.forced_wait_us / 1e3;

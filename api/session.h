@@ -114,6 +114,9 @@ struct SessionOptions {
 // A snapshot of what a session holds and has done.
 struct SessionStats {
   uint64_t launches = 0;
+  // Compute dispatches recorded (a launch's tasks; every replay's again): the figure a device's
+  // per-dispatch cost multiplies (docs/benchmarks.md, the DiffTaichi race's dispatches column).
+  uint64_t dispatches = 0;
   uint64_t flushes = 0;
   uint64_t forced_waits = 0;  // times a flush waited for the oldest submission
   double forced_wait_ms = 0;  // host time those waits took (the device pacing the host)
@@ -425,6 +428,13 @@ class Session {
   Status replay(GraphHandle graph, std::span<const GraphUpdate> updates = {},
                 LaunchId* first = nullptr);
   Status release_graph(GraphHandle graph);
+  // A name for each launch of `graph`, indexed as GraphUpdate::launch numbers them (capture
+  // order; a tape's backward adds its adjoints '<kernel>_adjoint', last launch first): the
+  // launch's kernel name, with '#k' appended to its k-th repeat (k = 1, 2, ...), so every name
+  // is unique and says which launch an update reaches. graph_launch() is the inverse.
+  // kNotFound for a dead handle.
+  Result<std::vector<std::string>> graph_launch_names(GraphHandle graph) const;
+  Result<uint32_t> graph_launch(GraphHandle graph, std::string_view name) const;
   // Submits what was recorded; never waits for the device.
   Status flush();
   // Waits for everything this session submitted; reports device errors (kDeviceError).

@@ -654,6 +654,13 @@ vkad_status* vkad_tape_set_checkpoint(vkad_tape* tape, uint32_t launches_per_seg
   return from(tape->tape.set_checkpoint_every(launches_per_segment));
 }
 
+vkad_status* vkad_tape_keeps_intermediate_gradients(const vkad_tape* tape, int* out) {
+  VKAD_C_CHECK_TAPE("vkad_tape_keeps_intermediate_gradients");
+  if (out == nullptr) return invalid("vkad_tape_keeps_intermediate_gradients", "out is NULL");
+  *out = tape->tape.keeps_intermediate_gradients() ? 1 : 0;
+  return nullptr;
+}
+
 vkad_status* vkad_begin_capture(vkad_session* session, const char* name) {
   VKAD_C_CHECK_SESSION("vkad_begin_capture");
   return from(session->s->begin_capture(name != nullptr ? name : ""));
@@ -701,6 +708,43 @@ vkad_status* vkad_graph_release(vkad_session* session, vkad_graph graph) {
   return from(session->s->release_graph(vkad::GraphHandle{graph}));
 }
 
+vkad_status* vkad_graph_launch_name(const vkad_session* session, vkad_graph graph,
+                                    uint32_t index, uint32_t* count, char* name, size_t size,
+                                    size_t* needed) {
+  VKAD_C_CHECK_SESSION("vkad_graph_launch_name");
+  if (count == nullptr) return invalid("vkad_graph_launch_name", "count is NULL");
+  if (name == nullptr && size != 0) return invalid("vkad_graph_launch_name", "name is NULL");
+  vkad::Result<std::vector<std::string>> names =
+      session->s->graph_launch_names(vkad::GraphHandle{graph});
+  if (!names.ok()) return from(names.status());
+  *count = static_cast<uint32_t>(names->size());
+  if (index >= names->size()) {
+    return invalid("vkad_graph_launch_name", "index " + std::to_string(index) +
+                                                 " is past the graph's " +
+                                                 std::to_string(names->size()) + " launches");
+  }
+  const std::string& n = (*names)[index];
+  if (needed != nullptr) *needed = n.size() + 1;
+  if (size < n.size() + 1) {
+    return invalid("vkad_graph_launch_name", "the name of launch " + std::to_string(index) +
+                                                 " needs " + std::to_string(n.size() + 1) +
+                                                 " bytes, size is " + std::to_string(size));
+  }
+  std::memcpy(name, n.c_str(), n.size() + 1);
+  return nullptr;
+}
+vkad_status* vkad_graph_launch_index(const vkad_session* session, vkad_graph graph,
+                                     const char* name, uint32_t* out) {
+  VKAD_C_CHECK_SESSION("vkad_graph_launch_index");
+  if (name == nullptr || out == nullptr) {
+    return invalid("vkad_graph_launch_index", name == nullptr ? "name is NULL" : "out is NULL");
+  }
+  vkad::Result<uint32_t> i = session->s->graph_launch(vkad::GraphHandle{graph}, name);
+  if (!i.ok()) return from(i.status());
+  *out = *i;
+  return nullptr;
+}
+
 vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out) {
   VKAD_C_CHECK_SESSION("vkad_session_stats");
   if (out == nullptr) return invalid("vkad_session_stats", "out is NULL");
@@ -731,6 +775,7 @@ vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out) {
   full.spare_block_bytes = st.spare_block_bytes;
   full.ndarray_pool_bytes = st.ndarray_pool_bytes;
   full.live_buffers = st.live_buffers;
+  full.dispatches = st.dispatches;
   return write_versioned("vkad_session_stats", full, out);
 }
 

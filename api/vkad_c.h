@@ -318,6 +318,18 @@ VKAD_C_API vkad_status* vkad_replay(vkad_session* session, vkad_graph graph,
                                     const vkad_graph_update* updates, uint32_t update_count,
                                     uint64_t* first_launch_id);
 VKAD_C_API vkad_status* vkad_graph_release(vkad_session* session, vkad_graph graph);
+/* The names of a graph's launches, in the numbering vkad_graph_update::launch takes
+ * (vkad::Session::graph_launch_names): the kernel's name, "#k" appended to its k-th repeat.
+ * `*count` receives how many launches the graph has; the name of launch `index` is written
+ * NUL-terminated into `name` (`size` bytes; may be NULL when size is 0) and `*needed` (may be
+ * NULL) receives its length + 1. VKAD_INVALID_ARGUMENT when index >= *count or the name does
+ * not fit (nothing written then but *count and *needed). vkad_graph_launch_index finds a name's
+ * launch (VKAD_NOT_FOUND, the graph's names in the message, when none has it). */
+VKAD_C_API vkad_status* vkad_graph_launch_name(const vkad_session* session, vkad_graph graph,
+                                               uint32_t index, uint32_t* count, char* name,
+                                               size_t size, size_t* needed);
+VKAD_C_API vkad_status* vkad_graph_launch_index(const vkad_session* session, vkad_graph graph,
+                                                const char* name, uint32_t* out);
 /* vkad_begin_capture with flags (0: the same). VKAD_CAPTURE_BACKGROUND_REWORK: vkad_end_capture
  * returns at once and the graph's rework (scheduling, fusion, the compiles of the kernels they
  * make) runs on a thread of its own; replays run the launches as captured until the first one
@@ -390,6 +402,11 @@ VKAD_C_API vkad_status* vkad_tape_reset(vkad_tape* tape);
  * (VKAD_FAILED_PRECONDITION) while launches are recorded: set it before a recording or after
  * vkad_tape_reset. */
 VKAD_C_API vkad_status* vkad_tape_set_checkpoint(vkad_tape* tape, uint32_t launches_per_segment);
+/* Whether vkad_tape_grad of an array a recorded launch overwrote holds d(objective)/d(its
+ * value after that launch) (1: checkpointing off) or is 0 on the overwritten elements (0: a
+ * checkpointed tape gives d(objective)/d(the array as the recording found it); input gradients
+ * are the same either way). vkad::Tape::keeps_intermediate_gradients, docs/tape.md. */
+VKAD_C_API vkad_status* vkad_tape_keeps_intermediate_gradients(const vkad_tape* tape, int* out);
 
 typedef struct vkad_stats {
   uint32_t struct_size;
@@ -408,6 +425,8 @@ typedef struct vkad_stats {
    * VkBuffers. */
   uint64_t user_bytes, runtime_bytes, args_ring_bytes, readback_ring_bytes, spare_block_bytes;
   uint64_t ndarray_pool_bytes, live_buffers;
+  /* Compute dispatches recorded (a launch's tasks; a replay's launches again). */
+  uint64_t dispatches;
 } vkad_stats;
 /* Fails (VKAD_FAILED_PRECONDITION) while another thread is inside the session. */
 VKAD_C_API vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out);

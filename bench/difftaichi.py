@@ -19,7 +19,8 @@ implementation: ms per training iteration (forward + backward + update, which re
 gradients back: median of iterations 2..N), the first iteration's ms (Taichi's and Warp's JIT,
 graph capture; vkad compiles when the example is constructed, before it) and the seconds from launching the subprocess to the end of the first iteration (interpreter,
 imports, initialisation, compilation), the loss curve, and the gradient at iteration 0 (its norm,
-and its relative difference from vkad's). Framework kernel caches (Taichi's offline cache, Warp's
+and its relative difference from vkad's), and for vkad the compute dispatches one iteration records
+(stats()["dispatches"] over an extra, untimed iteration). Framework kernel caches (Taichi's offline cache, Warp's
 kernel cache, vkad's kernel and pipeline caches) point at a fresh temporary folder per run unless
 --warm-cache, so the first iteration includes compiling; the GPU driver's own caches are not
 touched.
@@ -71,7 +72,7 @@ def _make_vkad(a, program):
         sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
     name = "vkad graph" if graph else "vkad launches"
     return sim, {"name": name, "device": session.device_name,
-                 "version": getattr(vkad, "__version__", "")}
+                 "version": getattr(vkad, "__version__", ""), "_session": session}
 
 
 def _make_taichi(a, program, cache):
@@ -158,8 +159,17 @@ def child(a) -> dict:
                 to_first = time.time() - a.t0
                 g = sim.gradients()
                 grad0 = [float(x) for p in sim.PARAMS for x in g[p].ravel()]
+        session = info.pop("_session", None)
+        dispatches = None
+        if session is not None:
+            # One more iteration, untimed: the compute dispatches it records (the figure a
+            # device's dependent-dispatch floor multiplies; vkad-bench-dispatch measures it).
+            before = session.stats()["dispatches"]
+            sim.iteration()
+            dispatches = session.stats()["dispatches"] - before
         steady = ms[1:]
-        return dict(info, status="ok", iters=a.iters, steps=a.steps,
+        return dict(info, status="ok", dispatches_per_iter=dispatches, iters=a.iters,
+                    steps=a.steps,
                     grid=a.grid if a.program in GRIDS else None,
                     ms_per_iter=statistics.median(steady) if steady else None,
                     ms_per_iter_min=min(steady) if steady else None,
@@ -219,7 +229,8 @@ def fmt(x, spec):
 def print_table(program, rows):
     print(f"\n{program}")
     head = (f"{'implementation':34} {'ms/iter':>9} {'first ms':>9} {'start->1st s':>12} "
-            f"{'loss[0]':>10} {'loss[-1]':>10} {'|grad0|':>10} {'grad0 vs vkad':>13}")
+            f"{'loss[0]':>10} {'loss[-1]':>10} {'|grad0|':>10} {'grad0 vs vkad':>13} "
+            f"{'disp/iter':>9}")
     print(head)
     print("-" * len(head))
     for impl, r in rows:
@@ -231,7 +242,8 @@ def print_table(program, rows):
         print(f"{r['name'][:34]:34} {fmt(r['ms_per_iter'], '9.2f')} "
               f"{r['first_iter_ms']:9.1f} {r['start_to_first_iter_s']:12.2f} "
               f"{r['losses'][0]:10.6f} {r['final_loss']:10.6f} {r['grad0_norm']:10.4g} "
-              f"{fmt(r.get('grad0_rel_diff_vs_vkad'), '13.2e')}")
+              f"{fmt(r.get('grad0_rel_diff_vs_vkad'), '13.2e')} "
+              f"{fmt(r.get('dispatches_per_iter'), '9d')}")
     if program.startswith("mass_spring"):
         # Not a disagreement of the implementations: bench/mass_spring_divergence.py.
         print("note: past ~550 steps mass_spring's f32 trajectories part at a ground contact "

@@ -1,6 +1,7 @@
 #include "ir/pass.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 
 #include "ir/verifier.h"
@@ -164,7 +165,9 @@ Result<uint32_t> uint_option(const std::string& pass, const PassOptions& options
     return make_error(ErrorCode::kInvalidArgument, "pass '" + pass + "': option " + key + "=" + v +
                                                        " is not an unsigned number");
   }
-  return static_cast<uint32_t>(std::stoul(v));
+  uint32_t n = 0;  // at most 9 digits: fits (from_chars, which throws nothing)
+  std::from_chars(v.data(), v.data() + v.size(), n);
+  return n;
 }
 
 Status only_options(const std::string& pass, const PassOptions& options,

@@ -1,6 +1,7 @@
 #include "ir/text.h"
 
 #include <cctype>
+#include <charconv>
 #include <cerrno>
 #include <cfloat>
 #include <cmath>
@@ -475,7 +476,9 @@ class Parser {
     ValueId id;
     bool numeric = !name.empty() && name.find_first_not_of("0123456789") == std::string::npos;
     if (numeric && name.size() < 10) {
-      id = static_cast<ValueId>(std::stoul(name));
+      uint32_t n = 0;  // under 10 digits: fits (from_chars, which throws nothing)
+      std::from_chars(name.data(), name.data() + name.size(), n);
+      id = static_cast<ValueId>(n);
     } else {
       auto it = named_.find(name);
       if (it == named_.end()) {

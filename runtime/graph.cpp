@@ -156,6 +156,15 @@ Result<size_t> Runtime::graph_steps(GraphHandle graph) const {
   return it->second->steps.size();
 }
 
+Result<std::vector<std::string>> Runtime::graph_launch_kernels(GraphHandle graph) const {
+  auto it = graphs_.find(graph.id);
+  if (it == graphs_.end()) return dead_handle("graph_launch_kernels", "graph", graph.id);
+  std::vector<std::string> names;
+  names.reserve(it->second->launches.size());
+  for (const CapturedLaunch& c : it->second->launches) names.push_back(c.kernel->desc.name);
+  return names;
+}
+
 Result<size_t> Runtime::graph_barriers(GraphHandle graph) const {
   auto it = graphs_.find(graph.id);
   if (it == graphs_.end()) return dead_handle("graph_barriers", "graph", graph.id);

@@ -860,6 +860,7 @@ Status Runtime::dispatch_into(rhi::CommandList& list, const Kernel& k, const Com
 void Runtime::count_launch(const CommandPlan& planned) {
   const std::array<uint64_t, 3>& tier_counts = planned.lp.tier_counts;
   ++stats_.launches;
+  stats_.dispatches += planned.lp.tasks.size();
   stats_.adstack_heap_dispatches += tier_counts[0] + tier_counts[2];
   stats_.adstack_private_dispatches += tier_counts[1];
   stats_.adstack_private_fallbacks += tier_counts[2];

@@ -181,6 +181,9 @@ struct RuntimeStats {
   RetirementCounters retirement;
   rhi::LiveObjects live;
   uint64_t launches = 0;
+  // Compute dispatches those launches recorded (one per task; a graph's fused launch counts
+  // once, a replay every launch again): what a device pays a dependent-dispatch floor for.
+  uint64_t dispatches = 0;
   uint64_t prepares = 0;  // Runtime::prepare calls that succeeded
   uint64_t flushes = 0;   // submissions made by flush (explicit or automatic)
   uint64_t auto_flushes = 0;
@@ -434,6 +437,9 @@ class Runtime {
   // otherwise (kFailedPrecondition while another thread uses the runtime).
   Status cut_capture_run();
   Result<size_t> graph_steps(GraphHandle graph) const;
+  // The kernel name of each of a graph's launches, in the numbering replay updates take
+  // (kNotFound for a dead handle).
+  Result<std::vector<std::string>> graph_launch_kernels(GraphHandle graph) const;
   // How many of a graph's launches a barrier follows (the rest run concurrently with the next
   // launch: omit_next_barrier). kNotFound for a dead handle.
   Result<size_t> graph_barriers(GraphHandle graph) const;

@@ -4,7 +4,7 @@
 # clang-format (.clang-format) over the lines changed relative to a base revision.
 #   scripts/lint.sh [BASE]      BASE defaults to origin/main, else main, else HEAD~1
 # VKAD_BUILD_DIR (default build) holds compile_commands.json; it is configured there (cmake
-# only, no build) when missing. VKAD_LINT_SKIP="tidy size format" skips a part. Installs
+# only, no build) when missing. VKAD_LINT_SKIP="tidy throws size format" skips a part. Installs
 # clang-tidy / clang-format from Debian's packages when missing, like setup.sh, and lizard
 # (PyPI, pinned) into a venv under the build directory when it is not on PATH.
 # Exit status: non-zero when either part reports anything.
@@ -53,6 +53,24 @@ if [[ "$skip" != *" tidy "* ]]; then
     echo "clang-tidy: clean"
   fi
   rm -f "$log"
+fi
+
+if [[ "$skip" != *" throws "* ]]; then
+  # Calls that throw on input they cannot parse or read (std::stoi/stoul/stod..., iostream
+  # files), where a user's text, file or environment can reach them: the library and the
+  # binding use std::from_chars / strtoll with clamps and POSIX reads (base/cache_file.cpp)
+  # instead, so nothing crashes through extern "C" (docs/architecture.md, "Checks").
+  echo "=== throwing parses and stream reads in the library and the binding"
+  hits=$(git grep -n -E 'std::sto(i|l|ul|ll|ull|f|d|ld)\(|std::(i|o)?fstream' -- \
+    'base/*' 'abi/*' 'rhi/*' 'runtime/*' 'ir/*' 'autodiff/*' 'spirv/*' 'reference/*' 'graph/*' \
+    'adstack/*' 'api/*' 'python/src/*' || true)
+  if [ -n "$hits" ]; then
+    echo "$hits"
+    echo "throwing calls: use std::from_chars / strtoll with a clamp, or base/cache_file.h"
+    status=1
+  else
+    echo "throwing calls: none"
+  fi
 fi
 
 if [[ "$skip" != *" size "* ]]; then

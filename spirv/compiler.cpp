@@ -218,7 +218,9 @@ Result<std::shared_ptr<const abi::CompiledKernel>> CompileCache::compile(const K
         auto ptr = std::make_shared<const abi::CompiledKernel>(std::move(*ck));
         std::lock_guard<std::mutex> lock(mu_);
         ++disk_.hits;
-        return entries_.emplace(std::move(key), ptr).first->second;
+        auto [it, added] = entries_.emplace(key, ptr);
+        if (added) from_disk_.emplace(ptr.get(), FromDisk{std::move(key), target, o});
+        return it->second;
       }
       // Removed before the rebuild's write, so a write that fails leaves no bad entry behind.
       ::unlink((disk_dir_ + "/" + file).c_str());
@@ -229,13 +231,7 @@ Result<std::shared_ptr<const abi::CompiledKernel>> CompileCache::compile(const K
     rebuilt = f.outcome != CacheRead::kMissing;
   }
   VKAD_ASSIGN_OR_RETURN(abi::CompiledKernel ck, codegen::compile(k, target, o));
-  bool write_failed = false;
-  if (!disk_dir_.empty()) {
-    Result<std::string> bytes = abi::serialize_compiled_kernel(ck);
-    write_failed = !bytes.ok() || !write_cache_file(disk_dir_, file, CacheKind::kCompiledKernel,
-                                                    key, disk_payload(key, *bytes))
-                                       .ok();
-  }
+  const bool write_failed = !disk_dir_.empty() && !write_entry(key, file, ck);
   auto ptr = std::make_shared<const abi::CompiledKernel>(std::move(ck));
   std::lock_guard<std::mutex> lock(mu_);
   ++misses_;
@@ -245,6 +241,41 @@ Result<std::shared_ptr<const abi::CompiledKernel>> CompileCache::compile(const K
     disk_.write_errors += write_failed;
   }
   return entries_.emplace(std::move(key), ptr).first->second;
+}
+
+bool CompileCache::write_entry(const std::string& key, const std::string& file,
+                               const abi::CompiledKernel& ck) {
+  Result<std::string> bytes = abi::serialize_compiled_kernel(ck);
+  return bytes.ok() && write_cache_file(disk_dir_, file, CacheKind::kCompiledKernel, key,
+                                        disk_payload(key, *bytes))
+                           .ok();
+}
+
+Result<std::shared_ptr<const abi::CompiledKernel>> CompileCache::rebuild(
+    const Kernel& k, const abi::CompiledKernel& bad) {
+  FromDisk from;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = from_disk_.find(&bad);
+    if (it == from_disk_.end()) return std::shared_ptr<const abi::CompiledKernel>();
+    from = std::move(it->second);
+    from_disk_.erase(it);
+    entries_.erase(from.key);
+  }
+  const std::string file = cache_file_name("kernel", from.key);
+  ::unlink((disk_dir_ + "/" + file).c_str());
+  log(LogLevel::kWarning, "disk cache: '" + disk_dir_ + "/" + file + "' of kernel '" + k.name +
+                              "' was refused by the runtime; removed, compiling again");
+  VKAD_ASSIGN_OR_RETURN(abi::CompiledKernel ck, codegen::compile(k, from.target, from.options));
+  const bool write_failed = !write_entry(from.key, file, ck);
+  auto ptr = std::make_shared<const abi::CompiledKernel>(std::move(ck));
+  std::lock_guard<std::mutex> lock(mu_);
+  ++misses_;
+  ++disk_.misses;
+  ++disk_.rebuilt;
+  disk_.hits -= disk_.hits > 0;  // the read that gave `bad` was no hit after all
+  disk_.write_errors += write_failed;
+  return entries_.insert_or_assign(std::move(from.key), ptr).first->second;
 }
 
 CompileCache::DiskCounters CompileCache::disk() const {

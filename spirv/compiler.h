@@ -65,6 +65,14 @@ class CompileCache {
  public:
   Result<std::shared_ptr<const abi::CompiledKernel>> compile(const Kernel& k, const Target& target,
                                                              const CompileOptions& options = {});
+  // For a kernel whose compiled form `bad` this cache read from a file and the runtime then
+  // refused (registration checks the module's interface against its description, which the
+  // validation gate does not): removes the entry (memory and file), logs a warning, compiles
+  // `k` again as it was keyed and writes the file anew (counted in disk().rebuilt). nullptr
+  // when `bad` was not read from a file by this cache (then the refusal stands: compiling
+  // again would give the same), or when it was rebuilt once already.
+  Result<std::shared_ptr<const abi::CompiledKernel>> rebuild(const Kernel& k,
+                                                             const abi::CompiledKernel& bad);
   // "" (the default) turns the disk layer off. Call before compiling from several threads.
   void set_disk_dir(std::string dir) { disk_dir_ = std::move(dir); }
   const std::string& disk_dir() const { return disk_dir_; }
@@ -86,6 +94,15 @@ class CompileCache {
   uint64_t hits_ = 0, misses_ = 0;  // guarded by mu_
   DiskCounters disk_;               // guarded by mu_
   std::string disk_dir_;
+  // Entries read from files, by address: how rebuild() finds their key and compile settings.
+  struct FromDisk {
+    std::string key;
+    Target target;
+    CompileOptions options;
+  };
+  std::unordered_map<const abi::CompiledKernel*, FromDisk> from_disk_;  // guarded by mu_
+  // Writes `ck`'s file (a failure counted, never an error).
+  bool write_entry(const std::string& key, const std::string& file, const abi::CompiledKernel& ck);
 };
 
 }  // namespace vkad::codegen

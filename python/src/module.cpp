@@ -29,6 +29,7 @@
 #include <iterator>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -818,6 +819,23 @@ struct Graph {
   }
 };
 
+// Graph.launch_names: each launch's kernel name, '#k' on its k-th repeat (as
+// vkad::Session::graph_launch_names names them); nullopt for a Session.loop's rolled launch.
+std::vector<std::optional<std::string>> launch_names(const Graph& g) {
+  std::vector<std::optional<std::string>> out;
+  std::unordered_map<std::string, uint32_t> seen;
+  out.reserve(g.kernels.size());
+  for (const Kernel* k : g.kernels) {
+    if (!k) {
+      out.emplace_back();
+      continue;
+    }
+    const uint32_t n = seen[k->name]++;
+    out.emplace_back(n == 0 ? k->name : k->name + "#" + std::to_string(n));
+  }
+  return out;
+}
+
 // Per parameter, a KernelBuilder's element shape (empty: none given, IR text).
 using Elements = std::vector<std::vector<uint32_t>>;
 
@@ -1118,10 +1136,12 @@ struct Session {
     for (nb::handle e : extents) {
       nb::object index = nb::steal(PyNumber_Index(e.ptr()));
       if (!index.is_valid()) throw nb::python_error();
-      long long v = PyLong_AsLongLong(index.ptr());
+      int overflow = 0;  // past long long: out of range like any other (not OverflowError)
+      long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
       if (PyErr_Occurred()) throw nb::python_error();
-      if (v < 0 || v > UINT32_MAX) {
-        invalid("ndarray '" + name + "': extent " + std::to_string(v) + " out of range");
+      if (overflow != 0 || v < 0 || v > UINT32_MAX) {
+        invalid("ndarray '" + name + "': extent " + std::string(nb::str(index).c_str()) +
+                " out of range (0 .. " + std::to_string(UINT32_MAX) + ")");
       }
       shape.push_back(static_cast<uint32_t>(v));
     }
@@ -1975,7 +1995,22 @@ struct Session {
     }
     return static_cast<uint32_t>(i);
   }
-  // updates: (launch index, parameter index, value) triples, converted like launch arguments.
+  // A replay update's launch: its index, or its name in Graph.launch_names.
+  static uint32_t update_launch(const Graph& g, nb::handle v, const std::string& which) {
+    if (!nb::isinstance<nb::str>(v)) return update_index(v, which + "launch");
+    const std::string name = nb::cast<std::string>(v);
+    const std::vector<std::optional<std::string>> names = launch_names(g);
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == name) return static_cast<uint32_t>(i);
+    }
+    std::string some;
+    for (size_t i = 0; i < names.size() && i < 8; ++i)
+      some += (i ? ", " : "") + (names[i] ? "'" + *names[i] + "'" : std::string("None"));
+    invalid(which + "the graph has no launch named '" + name + "' (Graph.launch_names: " + some +
+            (names.size() > 8 ? ", ...)" : ")"));
+  }
+  // updates: (launch index or name, parameter index, value) triples, converted like launch
+  // arguments.
   void replay(Graph& g, nb::handle updates) {
     if (g.st != st)
       invalid("replay of graph '" + g.name + "': the graph belongs to another session");
@@ -1998,7 +2033,7 @@ struct Session {
                   " is not a (launch, param, value) tuple (updates are a list of such tuples)");
         }
         auto t = nb::borrow<nb::tuple>(item);
-        const uint32_t launch = update_index(t[0], which + "launch"),
+        const uint32_t launch = update_launch(g, t[0], which),
                        param = update_index(t[1], which + "parameter");
         if (launch >= g.kernels.size()) {
           invalid("replay of graph '" + g.name + "': update of launch " + std::to_string(launch) +
@@ -2060,6 +2095,7 @@ struct Session {
     vkad::SessionStats s = take(st->get().stats());
     nb::dict d;
     d["launches"] = s.launches;
+    d["dispatches"] = s.dispatches;
     d["flushes"] = s.flushes;
     d["forced_waits"] = s.forced_waits;
     d["forced_wait_us"] = static_cast<uint64_t>(s.forced_wait_ms * 1e3);
@@ -2341,15 +2377,16 @@ void bind_graph_and_loop_index(nb::module_& m) {
           "launch_names",
           [](const Graph& g) {
             nb::list out;
-            for (const Kernel* k : g.kernels)
-              out.append(k ? nb::object(nb::str(k->name.c_str())) : nb::none());
+            for (const std::optional<std::string>& n : launch_names(g))
+              out.append(n ? nb::object(nb::str(n->c_str())) : nb::none());
             return out;
           },
           nb::sig("def launch_names(self) -> list[str | None]"),
-          "The kernel name of each captured launch, by the index replay updates take (capture "
-          "order: a tape's backward adds its adjoints, '<kernel>_adjoint', last launch first); "
-          "None for a Session.loop's rolled launch. launch_names.index('step_adjoint') finds "
-          "the first adjoint of 'step'.")
+          "A unique name for each captured launch, by the index replay updates take (capture "
+          "order: a tape's backward adds its adjoints, '<kernel>_adjoint', last launch first): "
+          "the kernel's name, '#k' appended to its k-th repeat ('step', 'step#1', ...); None "
+          "for a Session.loop's rolled launch. A replay update may name its launch by it: "
+          "g.replay([('step_adjoint#2', 0, 0.5)]). vkad::Session::graph_launch_names in C++.")
       .def(
           "release",
           [](Graph& g) {

@@ -261,6 +261,18 @@ int main(void) {
     CHECK(strstr(vkad_status_message(st), "no launch of a differentiated kernel") != NULL);
     vkad_status_free(st);
     OK(vkad_ndarray_create(s, VKAD_F32, 1, shape, "other", &other));
+    {
+      /* Intermediate gradients: kept without checkpointing, zero where overwritten with it. */
+      int keeps = -1;
+      OK(vkad_tape_keeps_intermediate_gradients(tape, &keeps));
+      CHECK(keeps == 1);
+      OK(vkad_tape_set_checkpoint(tape, 3));
+      OK(vkad_tape_keeps_intermediate_gradients(tape, &keeps));
+      CHECK(keeps == 0);
+      st = vkad_tape_keeps_intermediate_gradients(tape, NULL);
+      CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+      vkad_status_free(st);
+    }
     OK(vkad_tape_set_checkpoint(tape, 0));
     for (it = 0; it < 2; ++it) {
       OK(vkad_tape_reset(tape));
@@ -425,6 +437,27 @@ int main(void) {
     st = vkad_replay(s, g, &u, 1, NULL);
     CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
     vkad_status_free(st);
+    {
+      /* Its launches' names, in the numbering updates take. */
+      char name[8];
+      size_t needed = 0;
+      uint32_t count = 0, index = 7;
+      OK(vkad_graph_launch_name(s, g, 0, &count, name, sizeof name, &needed));
+      CHECK(count == 1 && needed == 3 && strcmp(name, "sq") == 0);
+      st = vkad_graph_launch_name(s, g, 1, &count, name, sizeof name, NULL);
+      CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+      CHECK(strstr(vkad_status_message(st), "past the graph's 1 launches") != NULL);
+      vkad_status_free(st);
+      st = vkad_graph_launch_name(s, g, 0, &count, name, 2, &needed);
+      CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT && needed == 3);
+      vkad_status_free(st);
+      OK(vkad_graph_launch_index(s, g, "sq", &index));
+      CHECK(index == 0);
+      st = vkad_graph_launch_index(s, g, "sq#1", &index);
+      CHECK(vkad_status_code(st) == VKAD_NOT_FOUND);
+      CHECK(strstr(vkad_status_message(st), "'sq'") != NULL);
+      vkad_status_free(st);
+    }
     OK(vkad_graph_release(s, g));
     st = vkad_replay(s, g, NULL, 0, NULL);
     CHECK(vkad_status_code(st) == VKAD_NOT_FOUND);
@@ -453,6 +486,18 @@ int main(void) {
     OK(vkad_download(s, ho, out, sizeof out));
     CHECK(fabs(out[3] - 1.5f * x[3] * x[3] * y[3]) <= 1e-6 * (1 + fabs(1.5f * x[3] * x[3] * y[3])));
     OK(vkad_graph_release(s, g));
+    /* Captures that run, each after the last one's replay and release with nothing waited for
+     * in between (they failed with VKAD_INTERNAL "side bundles still in flight" before). */
+    for (i = 0; i < 6; ++i) {
+      OK(vkad_begin_capture_flags(s, "c run loop", VKAD_CAPTURE_RUN));
+      OK(vkad_launch(s, d.forward, fargs, 4, NULL));
+      OK(vkad_end_capture(s, &g));
+      OK(vkad_ndarray_zero(s, ho));
+      OK(vkad_replay(s, g, NULL, 0, NULL));
+      OK(vkad_graph_release(s, g));
+    }
+    OK(vkad_download(s, ho, out, sizeof out));
+    CHECK(fabs(out[3] - 1.5f * x[3] * x[3] * y[3]) <= 1e-6 * (1 + fabs(1.5f * x[3] * x[3] * y[3])));
   }
   /* Wrong size, freed handles: errors naming what is wrong. */
   st = vkad_download(s, hgx, gx, 4);
@@ -469,8 +514,9 @@ int main(void) {
   stats.struct_size = sizeof stats;
   OK(vkad_session_stats(s, &stats));
   /* 2, the tape's 2 forwards and 2 adjoints, the scalar tape's forward and adjoint, 3 replayed,
-   * 1 run */
-  CHECK(stats.launches == 12);
+   * 1 run, then 6 runs and 6 replays */
+  CHECK(stats.launches == 24);
+  CHECK(stats.dispatches >= stats.launches); /* a dispatch per task */
   CHECK(stats.ndarrays == 5);
   CHECK(stats.memory_used_bytes > 0);
   CHECK(stats.vulkan_objects_created > 0); /* the device's own objects at least */

@@ -16,9 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "abi/compiled_kernel_io.h"
 #include "base/cache_file.h"
 #include "ir/builder.h"
 #include "rhi/pipeline_cache_file.h"
+#include "spirv/compiler.h"
 #include "runtime/runtime.h"
 #include "vkad.h"
 
@@ -199,6 +201,48 @@ TEST(DiskCache, CorruptKernelFilesAreRebuilt) {
   }
   // Rewritten whole: the next session reads both.
   OPEN_OR_SKIP(s, dir.path());
+  run_cube(*s);
+  auto st = s->stats();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->disk_cache_hits, 2u);
+  EXPECT_EQ(st->disk_cache_rebuilt, 0u);
+}
+
+// A kernel file whose module validates but does not match its description (the first task's
+// local size changed in the serialized kernel, the file's checksum made to fit): the cache
+// takes it, registration refuses it (the module's LocalSize differs). The session removes it,
+// compiles the kernel again and rewrites the file, once; before, every later process failed to
+// compile that kernel until the user deleted the cache.
+TEST(DiskCache, AnEntryTheRuntimeRefusesIsRebuiltOnce) {
+  TempDir dir;
+  std::string key;
+  {
+    OPEN_OR_SKIP(s, dir.path());
+    run_cube(*s);
+    key = codegen::compile_key(cube(), s->target(), default_compile_options());
+  }
+  const std::string name = cache_file_name("kernel", key);
+  CacheFile f = read_cache_file(dir.path(), name, CacheKind::kCompiledKernel, key);
+  ASSERT_EQ(f.outcome, CacheRead::kHit) << "the forward's file, by the session's key";
+  // The payload: the key's length (8 bytes), the key, the serialized kernel.
+  const size_t head = sizeof(uint64_t) + key.size();
+  auto ck = abi::deserialize_compiled_kernel(std::string_view(f.payload).substr(head));
+  ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+  ck->tasks[0].local_size = ck->tasks[0].local_size == 32 ? 64 : 32;
+  auto bytes = abi::serialize_compiled_kernel(*ck);
+  ASSERT_TRUE(bytes.ok());
+  write_all(fs::path(dir.path()) / name,
+            encode_cache_file(CacheKind::kCompiledKernel, key, f.payload.substr(0, head) + *bytes));
+  {
+    OPEN_OR_SKIP(s, dir.path());
+    run_cube(*s);  // refused at registration before
+    auto st = s->stats();
+    ASSERT_TRUE(st.ok());
+    EXPECT_EQ(st->disk_cache_hits, 1u);  // the adjoint's
+    EXPECT_EQ(st->disk_cache_rebuilt, 1u);
+    EXPECT_EQ(st->kernels_compiled, 1u);
+  }
+  OPEN_OR_SKIP(s, dir.path());  // the rewritten file is good
   run_cube(*s);
   auto st = s->stats();
   ASSERT_TRUE(st.ok());

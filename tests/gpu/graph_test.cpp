@@ -722,12 +722,7 @@ TEST(GraphTraining, ReplayedTrainingStepsEqualDirectStepsAndCreateNothing) {
 // side bundles released after them are raised to that key. The next capture that runs must
 // still start: it waited for the unsubmitted serial and failed with kInternal "side bundles
 // still in flight after a wait", and every capture after it failed too.
-TEST(SessionGraphs, CapturesThatRunAfterAReplayedAndReleasedGraphAllStart) {
-  bool skipped = false;
-  std::unique_ptr<Session> s = validated_session(&skipped);
-  if (skipped) GTEST_SKIP() << "SKIPPED: no Vulkan device";
-  ASSERT_NE(s, nullptr);
-  auto k = s->compile(std::string_view(R"(
+constexpr std::string_view kAxpyIr = R"(
 kernel axpy(a: f32, x: ndarray<f32, 1>, y: ndarray<f32, 1>) {
   task main parallel %0 in [0, shape(x, 0)) {
     %1 = arg a : f32
@@ -737,32 +732,152 @@ kernel axpy(a: f32, x: ndarray<f32, 1>, y: ndarray<f32, 1>) {
     %5 = add %4, %3 : f32
     store y[%0], %5
   }
-})"));
+})";
+
+// `rounds` of capture(run) / replay / release on `s`, nothing waited for between a release and
+// the next capture; then y is checked against the last replay. Errors as gtest failures.
+void capture_run_replay_release(Session& s, int rounds, float scale) {
+  auto k = s.compile(kAxpyIr);
   ASSERT_TRUE(k.ok()) << k.status().to_string();
   constexpr uint32_t n = 300;
   std::vector<float> xs(n);
-  for (uint32_t i = 0; i < n; ++i) xs[i] = 0.25f * static_cast<float>(i % 17);
+  for (uint32_t i = 0; i < n; ++i) xs[i] = scale * 0.25f * static_cast<float>(i % 17);
+  auto x = s.ndarray(DType::kF32, {n}, "x"), y = s.ndarray(DType::kF32, {n}, "y");
+  ASSERT_TRUE(x.ok() && y.ok());
+  ASSERT_TRUE(s.upload(*x, std::span<const float>(xs)).ok());
+  for (int round = 0; round < rounds; ++round) {
+    Status began = s.begin_capture("run", CaptureOptions{.run = true});
+    ASSERT_TRUE(began.ok()) << "round " << round << ": " << began.to_string();
+    ASSERT_TRUE(s.fill(*y, 1.0).ok());
+    for (float a : {2.0f, 3.0f, 4.0f}) {
+      ASSERT_TRUE(s.launch(*k, {Arg::f32(a), Arg::ndarray(*x), Arg::ndarray(*y)}).ok());
+    }
+    auto g = s.end_capture();
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    // Replayed and released with nothing waited for before the next round's capture.
+    ASSERT_TRUE(s.zero(*y).ok());
+    Status replayed = s.replay(*g);
+    ASSERT_TRUE(replayed.ok()) << replayed.to_string();
+    ASSERT_TRUE(s.release_graph(*g).ok());
+  }
+  std::vector<float> got(n);
+  ASSERT_TRUE(s.download(*y, std::span<float>(got)).ok());  // the last replay's
+  for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(got[i], 1.0f + 9.0f * xs[i]) << i;
+  expect_no_validation_messages(s);
+}
+
+// capture(run) / replay / release in a loop through Session, whose end_capture installs a
+// reworked (fused) graph: the replay records the reworked graph's bundles into the open list,
+// and releasing queues them under that list's serial, not yet submitted; the captured graph's
+// side bundles released after them are raised to that key. The next capture that runs must
+// still start: it waited for the unsubmitted serial and failed with kInternal "side bundles
+// still in flight after a wait", and every capture after it failed too.
+TEST(SessionGraphs, CapturesThatRunAfterAReplayedAndReleasedGraphAllStart) {
+  bool skipped = false;
+  std::unique_ptr<Session> s = validated_session(&skipped);
+  if (skipped) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+  ASSERT_NE(s, nullptr);
+  capture_run_replay_release(*s, 8, 1.0f);
+}
+
+// The same loop on four threads at once, a session each (a capture is its session's), so the
+// capture runs' side threads and retirement of several sessions interleave.
+TEST(SessionGraphs, CapturesThatRunAfterAReplayedAndReleasedGraphStartOnSeveralThreads) {
+  bool skipped = false;
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (int t = 0; t < 4 && !skipped; ++t) sessions.push_back(validated_session(&skipped));
+  if (skipped) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    ASSERT_NE(sessions[t], nullptr);
+    threads.emplace_back(
+        [&, t] { capture_run_replay_release(*sessions[t], 8, 1.0f + static_cast<float>(t)); });
+  }
+  for (std::thread& th : threads) th.join();
+}
+
+// SessionStats::dispatches counts a dispatch per task of every launch, eager or replayed.
+TEST(SessionGraphs, StatsCountADispatchPerTaskOfEveryLaunch) {
+  bool skipped = false;
+  std::unique_ptr<Session> s = validated_session(&skipped);
+  if (skipped) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+  ASSERT_NE(s, nullptr);
+  auto k = s->compile(std::string_view(R"(
+kernel two(x: ndarray<f32, 1>, t: ndarray<f32, 1>) {
+  task first parallel %i in [0, shape(x, 0)) {
+    %v = load x[%i] : f32
+    %s = mul %v, %v : f32
+    store t[%i], %s
+  }
+  task second parallel %j in [0, shape(x, 0)) {
+    %v = load t[%j] : f32
+    %s = add %v, %v : f32
+    store x[%j], %s
+  }
+})"));
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  auto x = s->ndarray(DType::kF32, {32}, "x"), t = s->ndarray(DType::kF32, {32}, "t");
+  ASSERT_TRUE(x.ok() && t.ok());
+  ASSERT_TRUE(s->fill(*x, 1.0).ok());
+  const SessionStats before = *s->stats();
+  ASSERT_TRUE(s->launch(*k, {Arg::ndarray(*x), Arg::ndarray(*t)}).ok());
+  const SessionStats eager = *s->stats();
+  EXPECT_EQ(eager.launches - before.launches, 1u);
+  EXPECT_EQ(eager.dispatches - before.dispatches, 2u);
+  ASSERT_TRUE(s->begin_capture("two").ok());
+  ASSERT_TRUE(s->launch(*k, {Arg::ndarray(*x), Arg::ndarray(*t)}).ok());
+  auto g = s->end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  ASSERT_TRUE(s->replay(*g).ok());
+  ASSERT_TRUE(s->replay(*g).ok());
+  const SessionStats replayed = *s->stats();
+  EXPECT_EQ(replayed.dispatches - eager.dispatches, 4u);
+  std::vector<float> got(32);
+  ASSERT_TRUE(s->download(*x, std::span<float>(got)).ok());
+  EXPECT_EQ(got[5], 128.0f);  // x <- 2 x^2, three times from 1: 2, 8, 128
+  ASSERT_TRUE(s->release_graph(*g).ok());
+  expect_no_validation_messages(*s);
+}
+
+// Every launch of a graph has a name an update can address: its kernel's, '#k' on the k-th
+// repeat, in the numbering updates take also where end_capture fused the launches into one.
+TEST(SessionGraphs, LaunchNamesAreUniqueAndNumberedAsUpdates) {
+  bool skipped = false;
+  std::unique_ptr<Session> s = validated_session(&skipped);
+  if (skipped) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+  ASSERT_NE(s, nullptr);
+  auto k = s->compile(kAxpyIr);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  constexpr uint32_t n = 64;
+  std::vector<float> xs(n);
+  for (uint32_t i = 0; i < n; ++i) xs[i] = static_cast<float>(i % 5);
   auto x = s->ndarray(DType::kF32, {n}, "x"), y = s->ndarray(DType::kF32, {n}, "y");
   ASSERT_TRUE(x.ok() && y.ok());
   ASSERT_TRUE(s->upload(*x, std::span<const float>(xs)).ok());
-  for (int round = 0; round < 8; ++round) {
-    Status began = s->begin_capture("run", CaptureOptions{.run = true});
-    ASSERT_TRUE(began.ok()) << "round " << round << ": " << began.to_string();
-    ASSERT_TRUE(s->fill(*y, 1.0).ok());
-    for (float a : {2.0f, 3.0f, 4.0f}) {
-      ASSERT_TRUE(s->launch(*k, {Arg::f32(a), Arg::ndarray(*x), Arg::ndarray(*y)}).ok());
-    }
-    auto g = s->end_capture();
-    ASSERT_TRUE(g.ok()) << g.status().to_string();
-    // Replayed and released with nothing waited for before the next round's capture.
-    ASSERT_TRUE(s->zero(*y).ok());
-    Status replayed = s->replay(*g);
-    ASSERT_TRUE(replayed.ok()) << replayed.to_string();
-    ASSERT_TRUE(s->release_graph(*g).ok());
+  ASSERT_TRUE(s->begin_capture("named").ok());
+  ASSERT_TRUE(s->fill(*y, 0.0).ok());
+  for (float a : {1.0f, 2.0f, 3.0f}) {
+    ASSERT_TRUE(s->launch(*k, {Arg::f32(a), Arg::ndarray(*x), Arg::ndarray(*y)}).ok());
   }
+  auto g = s->end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  auto names = s->graph_launch_names(*g);
+  ASSERT_TRUE(names.ok()) << names.status().to_string();
+  EXPECT_EQ(*names, (std::vector<std::string>{"axpy", "axpy#1", "axpy#2"}));
+  auto third = s->graph_launch(*g, "axpy#2");
+  ASSERT_TRUE(third.ok()) << third.status().to_string();
+  EXPECT_EQ(*third, 2u);
+  auto none = s->graph_launch(*g, "axpy#3");
+  EXPECT_EQ(none.status().code(), ErrorCode::kNotFound);
+  EXPECT_NE(none.status().message().find("'axpy#1'"), std::string::npos) << none.status().message();
+  // a of the third launch 3 -> 10, addressed by name: y = (1 + 2 + 10) x.
+  const GraphUpdate u{*third, 0, Arg::f32(10.0f)};
+  ASSERT_TRUE(s->replay(*g, {&u, 1}).ok());
   std::vector<float> got(n);
-  ASSERT_TRUE(s->download(*y, std::span<float>(got)).ok());  // the last replay's
-  for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(got[i], 1.0f + 9.0f * xs[i]) << i;
+  ASSERT_TRUE(s->download(*y, std::span<float>(got)).ok());
+  for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(got[i], 13.0f * xs[i]) << i;
+  ASSERT_TRUE(s->release_graph(*g).ok());
+  EXPECT_EQ(s->graph_launch_names(*g).status().code(), ErrorCode::kNotFound);
   expect_no_validation_messages(*s);
 }
 

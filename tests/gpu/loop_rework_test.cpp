@@ -278,6 +278,42 @@ TEST(LoopRework, APlanNeedingNoZerosRunsOutsideACaptureToo) {
   expect_no_validation_messages(s);
 }
 
+// A reworked loop captured in a graph: its launches are the plan's (fused kernels of other
+// parameters), so an update in the body's numbering would land on another parameter. Refused
+// as for a rolled loop, naming the launch, and the graph replays as before.
+TEST(LoopRework, AnUpdateOfAReworkedLoopsLaunchIsRefused) {
+  bool skipped = false;
+  auto p = make_program(&skipped);
+  if (skipped) GTEST_SKIP() << "no Vulkan device";
+  ASSERT_NE(p, nullptr);
+  Session& s = *p->s;
+  ASSERT_TRUE(s.fill(p->g, 0.5).ok());
+  std::vector<LoopLaunch> hops = {body(*p)[1]};
+  s.rework_loop(hops, kT);
+  ASSERT_TRUE(s.upload(p->x, std::span<const float>(p->x0)).ok());
+  ASSERT_TRUE(s.begin_capture("reworked").ok());
+  LoopInfo info;
+  ASSERT_TRUE(s.launch_loop(hops, kT, &info).ok());
+  ASSERT_TRUE(info.reworked);
+  auto g = s.end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  const GraphUpdate bad[] = {{0, 0, Arg::i32(3)}};
+  Status refused = s.replay(*g, bad);
+  EXPECT_EQ(refused.code(), ErrorCode::kInvalidArgument) << refused.to_string();
+  EXPECT_NE(refused.message().find("update of launch 0, made by a launch_loop"), std::string::npos)
+      << refused.to_string();
+  ASSERT_TRUE(s.replay(*g).ok());
+  std::vector<float> once(p->x0.size()), twice(p->x0.size());
+  ASSERT_TRUE(s.download(p->x, std::span<float>(once)).ok());
+  ASSERT_TRUE(s.upload(p->x, std::span<const float>(p->x0)).ok());
+  ASSERT_TRUE(s.replay(*g).ok());
+  ASSERT_TRUE(s.download(p->x, std::span<float>(twice)).ok());
+  EXPECT_EQ(once, twice);
+  EXPECT_NE(once, p->x0);
+  ASSERT_TRUE(s.release_graph(*g).ok());
+  expect_no_validation_messages(s);
+}
+
 TEST(LoopRework, APlanReadingAZeroFilledArrayRunsOnlyWhereItIsZero) {
   // use(t) reads s, bump(t) adds into it: their element-wise launches fuse, and a fused run
   // right after a zero fill of a 1-d array reads it as the constant -- so the plan relies on

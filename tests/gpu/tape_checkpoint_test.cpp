@@ -117,7 +117,9 @@ TEST_P(TapeCheckpoint, ARingOfTwoArraysGetsThePerStepProgramsGradients) {
   // ... a checkpointed one takes it, twice (the copies are kept for the second iteration).
   ASSERT_TRUE(s_->upload(ring[0], std::span<const float>(x0_)).ok());
   Tape t(*s_);
+  EXPECT_TRUE(t.keeps_intermediate_gradients());  // checkpointing off
   ASSERT_TRUE(t.set_checkpoint_every(k).ok());
+  EXPECT_FALSE(t.keeps_intermediate_gradients());
   uint64_t created = 0;
   for (int iteration = 0; iteration < 2; ++iteration) {
     t.reset();

@@ -91,3 +91,35 @@ def test_captured_backward_is_seeded_with_numbers_and_updates_number_its_adjoint
     s.replay(g, updates=[(0, 0, 5.0)])
     np.testing.assert_allclose(y.numpy(), 5 * xv * xv, rtol=1e-6)
     np.testing.assert_allclose(t.grad(x).numpy(), 6 * xv, rtol=1e-6)
+
+
+def test_launch_names_are_unique_and_address_updates(session):
+    """Two launches of one differentiated kernel on a tape: the backward's adjoints come last
+    launch first, and every launch has its own name ('#k' on the k-th repeat) that a replay
+    update can give instead of the index (issue 50, point 6)."""
+    s = session
+    d = s.differentiate(SCALED)
+    xv = np.linspace(-1, 1, N).astype(np.float32)
+    x, y, z = s.ndarray(xv), s.empty(N, vkad.f32), s.empty(N, vkad.f32)
+    t = s.tape()
+    with s.capture("named") as g:
+        with t:
+            s.launch(d, 2.0, x, y)
+            s.launch(d, 3.0, x, z)
+        t.backward(seed={y: 1.0, z: 1.0})
+    assert g.launch_names == ["scaled", "scaled#1", "scaled_adjoint", "scaled_adjoint#1"]
+    s.replay(g)
+    np.testing.assert_allclose(t.grad(x).numpy(), (4 + 6) * xv, rtol=1e-6)
+    # The second forward (z = c x^2) and its adjoint, which the backward runs first.
+    s.replay(g, updates=[("scaled#1", 0, 5.0), ("scaled_adjoint", 0, 5.0)])
+    np.testing.assert_allclose(z.numpy(), 5 * xv * xv, rtol=1e-6)
+    np.testing.assert_allclose(y.numpy(), 2 * xv * xv, rtol=1e-6)
+    np.testing.assert_allclose(t.grad(x).numpy(), (4 + 10) * xv, rtol=1e-6)
+    with pytest.raises(vkad.InvalidArgumentError, match="no launch named 'scaled#2'.*'scaled#1'"):
+        s.replay(g, updates=[("scaled#2", 0, 1.0)])
+
+
+def test_an_extent_past_any_integer_is_out_of_range(session):
+    for bad in (2**70, -(2**70), 2**32, -1):
+        with pytest.raises(vkad.InvalidArgumentError, match="out of range"):
+            session.empty((4, bad), vkad.f32)
