@@ -187,12 +187,14 @@ class max_trip:  # noqa: N801 - used as a function
 
 def atomic_add(target, value):
     """Inside a kernel: `vkad.atomic_add(x[i, j], v)` adds v into x[i, j] atomically
-    (componentwise for a vector / matrix element)."""
+    (componentwise for a vector / matrix element). A statement: unlike Taichi's and Warp's
+    atomic_add it does not return the old value, and using its result is refused."""
     raise InvalidArgumentError("vkad.atomic_add is called inside a @vkad.kernel or @vkad.func")
 
 
 def atomic_sub(target, value):
-    """Inside a kernel: `vkad.atomic_sub(x[i], v)` is vkad.atomic_add(x[i], -v)."""
+    """Inside a kernel: `vkad.atomic_sub(x[i], v)` is vkad.atomic_add(x[i], -v) (a statement,
+    no old value returned)."""
     raise InvalidArgumentError("vkad.atomic_sub is called inside a @vkad.kernel or @vkad.func")
 
 
@@ -528,6 +530,7 @@ class _Lowerer:
         self.scope: Optional[_Scope] = None
         self.inline_depth = 0
         self.task_count = 0
+        self.stmt_call = None  # the call an expression statement makes (its value unused)
         self.task_names: set = set()
         self.inlined: List["Func"] = []
         self.lines: Dict[str, Tuple] = {}  # IR statement text -> its Python location
@@ -791,7 +794,20 @@ class _Lowerer:
     def s_Expr(self, s):
         if isinstance(s.value, ast.Constant):  # a docstring or a bare constant
             return
-        self.expr(s.value)
+        outer, self.stmt_call = self.stmt_call, s.value
+        try:
+            self.expr(s.value)
+        finally:
+            self.stmt_call = outer
+
+    def no_result(self, node: ast.Call, what: str) -> None:
+        """An atomic add is a statement: the IR's atomic yields no value, so the old value that
+        Taichi's ti.atomic_add and Warp's wp.atomic_add return cannot be had. Used as a value,
+        it is refused here rather than read as None."""
+        if node is not self.stmt_call:
+            self.fail(node, f"{what} is a statement here: it does not return the old value "
+                            "(Taichi's and Warp's atomic_add do; vkad's atomic add yields none), "
+                            "so its result cannot be used. Call it on a line of its own")
 
     def s_Assign(self, s: ast.Assign):
         v = self.expr(s.value)
@@ -1577,6 +1593,7 @@ class _Lowerer:
                 in ("Vector", "Matrix", "_Tensor")):
             return f(*args, **kwargs)
         if isinstance(owner, _b.Array) and f.__name__ == "atomic_add":
+            self.no_result(node, f"{owner.name}.atomic_add(...)")
             return f(*args, **kwargs)
         if owner is not None and _kdtype(owner) is not None:
             return f(*args, **kwargs)  # v.cast(dtype)
@@ -1613,6 +1630,7 @@ class _Lowerer:
         what = "vkad.atomic_sub" if negate else "vkad.atomic_add"
         if len(node.args) != 2 or node.keywords:
             self.fail(node, f"{what}(x[i], value)")
+        self.no_result(node, what)
         t = node.args[0]
         if not isinstance(t, ast.Subscript):
             self.fail(t, f"{what}: the first argument is an array element, x[i]")
