@@ -37,6 +37,7 @@ import math
 import operator
 import os
 import re
+import stat
 import tempfile
 import textwrap
 import threading
@@ -186,12 +187,14 @@ class max_trip:  # noqa: N801 - used as a function
 
 def atomic_add(target, value):
     """Inside a kernel: `vkad.atomic_add(x[i, j], v)` adds v into x[i, j] atomically
-    (componentwise for a vector / matrix element)."""
+    (componentwise for a vector / matrix element). A statement: unlike Taichi's and Warp's
+    atomic_add it does not return the old value, and using its result is refused."""
     raise InvalidArgumentError("vkad.atomic_add is called inside a @vkad.kernel or @vkad.func")
 
 
 def atomic_sub(target, value):
-    """Inside a kernel: `vkad.atomic_sub(x[i], v)` is vkad.atomic_add(x[i], -v)."""
+    """Inside a kernel: `vkad.atomic_sub(x[i], v)` is vkad.atomic_add(x[i], -v) (a statement,
+    no old value returned)."""
     raise InvalidArgumentError("vkad.atomic_sub is called inside a @vkad.kernel or @vkad.func")
 
 
@@ -527,6 +530,7 @@ class _Lowerer:
         self.scope: Optional[_Scope] = None
         self.inline_depth = 0
         self.task_count = 0
+        self.stmt_call = None  # the call an expression statement makes (its value unused)
         self.task_names: set = set()
         self.inlined: List["Func"] = []
         self.lines: Dict[str, Tuple] = {}  # IR statement text -> its Python location
@@ -790,7 +794,20 @@ class _Lowerer:
     def s_Expr(self, s):
         if isinstance(s.value, ast.Constant):  # a docstring or a bare constant
             return
-        self.expr(s.value)
+        outer, self.stmt_call = self.stmt_call, s.value
+        try:
+            self.expr(s.value)
+        finally:
+            self.stmt_call = outer
+
+    def no_result(self, node: ast.Call, what: str) -> None:
+        """An atomic add is a statement: the IR's atomic yields no value, so the old value that
+        Taichi's ti.atomic_add and Warp's wp.atomic_add return cannot be had. Used as a value,
+        it is refused here rather than read as None."""
+        if node is not self.stmt_call:
+            self.fail(node, f"{what} is a statement here: it does not return the old value "
+                            "(Taichi's and Warp's atomic_add do; vkad's atomic add yields none), "
+                            "so its result cannot be used. Call it on a line of its own")
 
     def s_Assign(self, s: ast.Assign):
         v = self.expr(s.value)
@@ -1576,6 +1593,7 @@ class _Lowerer:
                 in ("Vector", "Matrix", "_Tensor")):
             return f(*args, **kwargs)
         if isinstance(owner, _b.Array) and f.__name__ == "atomic_add":
+            self.no_result(node, f"{owner.name}.atomic_add(...)")
             return f(*args, **kwargs)
         if owner is not None and _kdtype(owner) is not None:
             return f(*args, **kwargs)  # v.cast(dtype)
@@ -1612,6 +1630,7 @@ class _Lowerer:
         what = "vkad.atomic_sub" if negate else "vkad.atomic_add"
         if len(node.args) != 2 or node.keywords:
             self.fail(node, f"{what}(x[i], value)")
+        self.no_result(node, what)
         t = node.args[0]
         if not isinstance(t, ast.Subscript):
             self.fail(t, f"{what}: the first argument is an array element, x[i]")
@@ -1932,12 +1951,28 @@ def _version() -> str:
     return _VERSION[0]
 
 
+def _read_at_most(fd: int, n: int) -> bytes:
+    """Up to n bytes from fd (fewer at its end)."""
+    parts, left = [], n
+    while left > 0:
+        try:
+            b = os.read(fd, min(left, 1 << 20))
+        except InterruptedError:
+            continue
+        if not b:
+            break
+        parts.append(b)
+        left -= len(b)
+    return b"".join(parts)
+
+
 class _Disk:
     """A kernel's lowerings on disk (frontend-<hash>.json in the cache directory): the names
     its last lowering read from its scopes (with the path of captured funcs that reach each)
     and, per set of their values, the IR and element shapes. Anything unreadable is a miss."""
 
     MAX_LOWERINGS = 16
+    MAX_BYTES = 64 << 20  # an entry larger than this is not one (16 lowerings of IR text)
 
     def __init__(self, kfn: "KernelFunction"):
         self.kfn = kfn
@@ -1954,32 +1989,67 @@ class _Disk:
         self.path = os.path.join(d, f"frontend-{h}.json")
 
     def _read(self) -> Optional[dict]:
+        """The entry, or None (a miss). As the C++ caches read theirs (base/cache_file.cpp):
+        opened without blocking (a FIFO under the name returns at once), only a regular file
+        (symlinks followed; a directory, FIFO, socket or device such as /dev/zero is a miss),
+        at most MAX_BYTES read. A regular file that is not an entry (truncated, garbage, over
+        the cap) is removed, so the lowering compiled again replaces it."""
         if self.path is None:
             return None
         try:
-            with open(self.path, "r", encoding="utf-8") as f:
-                entry = json.load(f)
-            return entry if entry.get("key") == self.key else None
-        except (OSError, ValueError, AttributeError):
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
             return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            data = b""
+            if st.st_size <= self.MAX_BYTES:
+                data = _read_at_most(fd, self.MAX_BYTES + 1)
+            try:
+                if len(data) > self.MAX_BYTES or not data:
+                    raise ValueError("empty or over the cap")
+                entry = json.loads(data.decode("utf-8"))
+                if not isinstance(entry, dict):
+                    raise ValueError("not an entry")
+            except (ValueError, RecursionError):
+                self._remove_if(st)
+                return None
+            return entry if entry.get("key") == self.key else None
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    def _remove_if(self, st: os.stat_result) -> None:
+        """Removes the bad entry, unless another process replaced it since it was read."""
+        try:
+            now = os.stat(self.path)
+            if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                os.unlink(self.path)
+        except OSError:
+            pass
 
     def load_names(self) -> None:
         entry = self._read()
         if entry is None:
             return
         names = []
-        for path, name in entry.get("names", []):
-            owner = None
-            fn = self.kfn.fn
-            for step in path:
-                try:
+        try:
+            for path, name in entry.get("names", []):
+                if not isinstance(name, str) or not all(isinstance(p, str) for p in path):
+                    return
+                owner = None
+                fn = self.kfn.fn
+                for step in path:
                     v = _Scope(None, fn, None, {}, 0).captured(step)
-                except KeyError:
-                    return
-                if not isinstance(v, Func):
-                    return
-                owner, fn = v, v.fn
-            names.append((owner, name))
+                    if not isinstance(v, Func):
+                        return
+                    owner, fn = v, v.fn
+                names.append((owner, name))
+        except (KeyError, TypeError, ValueError):  # an entry of another shape: a miss
+            return
         self.kfn._captured_names = names
 
     @staticmethod
@@ -1991,14 +2061,17 @@ class _Disk:
     def load(self, caps) -> Optional[_Lowered]:
         h = self._caps_hash(caps)
         entry = self._read() if h else None
-        if entry is None or h not in entry.get("lowerings", {}):
+        lowerings = entry.get("lowerings") if entry is not None else None
+        if not isinstance(lowerings, dict) or h not in lowerings:
             return None
         try:
-            low = entry["lowerings"][h]
+            low = lowerings[h]
+            if not isinstance(low["ir"], str):
+                return None
             kb = _TextKernel(self.kfn.name, low["ir"], low["elements"])
             lines = {text: tuple(loc) for text, loc in low.get("lines", [])}
             return _Lowered(kb, low["ir"], {}, lines)
-        except (KeyError, TypeError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             return None
 
     def store(self, caps, low: _Lowered, lw: "_Lowerer") -> None:
@@ -2027,19 +2100,33 @@ class _Disk:
             names.append([p, name])
         entry = self._read() or {}
         lowerings = entry.get("lowerings", {}) if entry.get("names") == names else {}
+        if not isinstance(lowerings, dict):
+            lowerings = {}
         while len(lowerings) >= self.MAX_LOWERINGS:
             lowerings.pop(next(iter(lowerings)))
         lowerings[h] = {"ir": low.ir, "elements": [list(e) for e in low.elements],
                         "lines": [[text, list(loc)] for text, loc in low.lines.items()]}
         entry = {"key": self.key, "names": names, "lowerings": lowerings}
+        # Written whole to a private temporary file, synced, then renamed over the entry: a
+        # reader (another thread or process) sees the old entry or the new one, never a torn one.
+        tmp = None
         try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".frontend-", dir=os.path.dirname(self.path))
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(entry, f)
+                f.flush()
+                os.fsync(f.fileno())
             os.replace(tmp, self.path)
-        except OSError:
+            tmp = None
+        except (OSError, ValueError):
             pass
+        finally:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
 
 
 class KernelFunction:

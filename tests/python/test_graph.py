@@ -291,25 +291,36 @@ def test_captures_that_run_after_a_replayed_and_released_graph_start_from_severa
     """capture(run=True) / replay / release in a loop: a released graph's bundles wait for the
     replay's list, which the next capture that runs submits first (47-49 of 50 captures failed
     with kInternal 'side bundles still in flight after a wait', each failure making the next
-    fail). Four threads, a session each (a capture is its session's: one at a time), at once."""
+    fail). Nothing waits between a release and the next capture (a read there would submit the
+    open list and hide the fault): each round writes its own array, and every capture's run and
+    every replay adds x into one more, all read after the loop. Four threads, a session each
+    (a capture is its session's: one at a time), at once."""
     import threading
     failures = []
+    rounds = 12
 
     def worker(seed):
         s = vkad.Session()
         try:
             k = s.compile(AXPY)
-            x = s.ndarray(XS * (seed + 1))
-            y = s.zeros(N, vkad.f32)
-            for i in range(12):
+            xh = XS * (seed + 1)
+            x = s.ndarray(xh)
+            ys = [s.empty(N, vkad.f32) for _ in range(rounds)]
+            runs = s.zeros(N, vkad.f32)  # += x at each capture's run and each replay
+            for i in range(rounds):
                 with s.capture("run", run=True) as g:
-                    s.fill(y, 1.0)
+                    s.fill(ys[i], 1.0)
                     for a in (2.0, 3.0, 4.0):
-                        s.launch(k, a, x, y)
+                        s.launch(k, a, x, ys[i])
+                    s.launch(k, 1.0, x, runs)
                 s.replay(g)
-                g.release()
-                if not np.array_equal(y.numpy(), 1 + 9 * XS * (seed + 1)):
+                g.release()  # and straight into the next round's capture
+            for i, y in enumerate(ys):  # the first wait
+                if not np.array_equal(y.numpy(), 1 + 9 * xh):
                     failures.append(f"thread {seed}, round {i}: wrong result")
+            if not np.array_equal(runs.numpy(), 2 * rounds * xh):
+                failures.append(f"thread {seed}: captures and replays ran "
+                                f"{runs.numpy()[1] / xh[1]} times, not {2 * rounds}")
             if s.validation_messages():
                 failures.append(f"thread {seed}: {s.validation_messages()}")
         except vkad.Error as e:

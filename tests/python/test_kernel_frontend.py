@@ -822,6 +822,95 @@ def test_error_atomic_into_a_value():
     assert_error_at(lowering_error(k), k, "v, 1.0", "the first argument is an array element")
 
 
+# vkad.atomic_add borrows Taichi's and Warp's name, whose atomic_add returns the old value; the
+# IR's atomic add yields none, so using the result is refused at its line (never None).
+OLD_VALUE = "does not return the old value"
+
+
+def test_atomic_result_is_refused(session):
+    def assigned(x: vkad.array(vkad.f32, grad=True), y: vkad.array(vkad.f32, grad=True)):
+        for i in range(x.shape[0]):
+            old = vkad.atomic_add(y[0], x[i])
+            y[i] = old
+    assert_error_at(lowering_error(assigned), assigned, "vkad.atomic_add(y[0]", OLD_VALUE)
+
+    def in_expression(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            x[i] = vkad.atomic_sub(x[0], 1.0) + 1.0
+    assert_error_at(lowering_error(in_expression), in_expression, "vkad.atomic_sub(x[0]",
+                    "vkad.atomic_sub is a statement")
+
+    @vkad.func
+    def bump(x, i):
+        return vkad.atomic_add(x[i], 1.0)
+
+    def through_a_func(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            bump(x, i)
+    assert_error_at(lowering_error(through_a_func), bump.fn, "vkad.atomic_add(x[i]", OLD_VALUE)
+
+    def method(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            x[i] = x.atomic_add((0,), 1.0)
+    assert_error_at(lowering_error(method), method, "x.atomic_add((0,)", OLD_VALUE)
+
+    def as_argument(x: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            vkad.atomic_add(x[i], vkad.atomic_add(x[0], 1.0))
+    assert_error_at(lowering_error(as_argument), as_argument, "vkad.atomic_add(x[0], 1.0)",
+                    OLD_VALUE)
+
+    # refused the same way when differentiated or launched on a tape: nothing runs
+    k = vkad.kernel(assigned)
+    with pytest.raises(vkad.InvalidArgumentError, match=OLD_VALUE):
+        session.differentiate(k)
+    xs = session.ndarray(np.ones(3, np.float32), grad=True)
+    ys = session.zeros(3, grad=True)
+    with pytest.raises(vkad.InvalidArgumentError, match=OLD_VALUE):
+        with session.tape():
+            k(xs, ys, session=session)
+    np.testing.assert_array_equal(ys.numpy(), 0.0)
+
+
+@vkad.kernel
+def scatter(w: vkad.array(vkad.f64), idx: vkad.array(vkad.i32),
+            x: vkad.array(vkad.f64, grad=True), h: vkad.array(vkad.f64, grad=True)):
+    for i in range(x.shape[0]):
+        vkad.atomic_add(h[idx[i]], w[i] * x[i] * x[i])   # statements: their value unused
+        vkad.atomic_sub(h[0], vkad.sin(x[i]))
+        h.atomic_add((1,), x[i])
+
+
+def test_atomic_statements_against_numpy_and_finite_differences(session, ft):
+    if ft != vkad.f64:
+        pytest.skip("finite differences want f64")
+    rng = np.random.default_rng(5)
+    n, m = 12, 4
+    w, x = rng.normal(size=n), rng.normal(size=n)
+    idx = rng.integers(0, m, size=n).astype(np.int32)
+    seed = rng.normal(size=m)
+
+    def f(xv):
+        h = np.zeros(m)
+        np.add.at(h, idx, w * xv * xv)
+        h[0] -= np.sin(xv).sum()
+        h[1] += xv.sum()
+        return h
+
+    xs, hs = session.ndarray(x, grad=True), session.zeros(m, vkad.f64, grad=True)
+    t = session.tape()
+    with t:
+        scatter(session.ndarray(w), session.ndarray(idx), xs, hs, session=session)
+    np.testing.assert_allclose(hs.numpy(), f(x), rtol=1e-12, atol=1e-12)
+    t.backward(seed={hs: seed})
+    step, fd = 1e-6, np.zeros(n)
+    for j in range(n):
+        e = np.zeros(n)
+        e[j] = step
+        fd[j] = seed @ (f(x + e) - f(x - e)) / (2 * step)
+    np.testing.assert_allclose(t.grad(xs).numpy(), fd, rtol=1e-6, atol=1e-8)
+
+
 def test_error_in_on_kernel_values_and_strings():
     def k(x: vkad.array(vkad.f32)):
         for i in range(x.shape[0]):
