@@ -719,16 +719,18 @@ vkad_status* vkad_graph_launch_name(const vkad_session* session, vkad_graph grap
   if (!names.ok()) return from(names.status());
   *count = static_cast<uint32_t>(names->size());
   if (index >= names->size()) {
-    return invalid("vkad_graph_launch_name", "index " + std::to_string(index) +
-                                                 " is past the graph's " +
-                                                 std::to_string(names->size()) + " launches");
+    return invalid("vkad_graph_launch_name",
+                   ("index " + std::to_string(index) + " is past the graph's " +
+                    std::to_string(names->size()) + " launches")
+                       .c_str());
   }
   const std::string& n = (*names)[index];
   if (needed != nullptr) *needed = n.size() + 1;
   if (size < n.size() + 1) {
-    return invalid("vkad_graph_launch_name", "the name of launch " + std::to_string(index) +
-                                                 " needs " + std::to_string(n.size() + 1) +
-                                                 " bytes, size is " + std::to_string(size));
+    return invalid("vkad_graph_launch_name",
+                   ("the name of launch " + std::to_string(index) + " needs " +
+                    std::to_string(n.size() + 1) + " bytes, size is " + std::to_string(size))
+                       .c_str());
   }
   std::memcpy(name, n.c_str(), n.size() + 1);
   return nullptr;

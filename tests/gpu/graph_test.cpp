@@ -810,9 +810,9 @@ kernel two(x: ndarray<f32, 1>, t: ndarray<f32, 1>) {
     store t[%i], %s
   }
   task second parallel %j in [0, shape(x, 0)) {
-    %v = load t[%j] : f32
-    %s = add %v, %v : f32
-    store x[%j], %s
+    %w = load t[%j] : f32
+    %u = add %w, %w : f32
+    store x[%j], %u
   }
 })"));
   ASSERT_TRUE(k.ok()) << k.status().to_string();
