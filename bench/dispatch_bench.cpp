@@ -74,8 +74,8 @@ double raw_dependent_dispatch_us(rhi::Device& dev, rhi::ComputePipeline& p, rhi:
   dsai.descriptorPool = dpool;
   dsai.descriptorSetCount = 1;
   dsai.pSetLayouts = &layout;
-  VkDescriptorSet set;
-  dev.fn().vkAllocateDescriptorSets(d, &dsai, &set);
+  VkDescriptorSet set = VK_NULL_HANDLE;
+  if (!p.push_descriptors()) dev.fn().vkAllocateDescriptorSets(d, &dsai, &set);
   VkDescriptorBufferInfo infos[2] = {{a.handle(), 0, VK_WHOLE_SIZE},
                                      {b.handle(), 0, VK_WHOLE_SIZE}};
   VkWriteDescriptorSet writes[2];
@@ -87,7 +87,10 @@ double raw_dependent_dispatch_us(rhi::Device& dev, rhi::ComputePipeline& p, rhi:
     writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
     writes[i].pBufferInfo = &infos[i];
   }
-  dev.fn().vkUpdateDescriptorSets(d, 2, writes, 0, nullptr);
+  // A pipeline made with push descriptors (where the device has them) has a push-descriptor
+  // set layout, from which no set may be allocated: its buffers are pushed instead (once).
+  const bool push = p.push_descriptors();
+  if (!push) dev.fn().vkUpdateDescriptorSets(d, 2, writes, 0, nullptr);
 
   std::vector<double> samples;
   Push pc{64, 1, 0};
@@ -97,8 +100,13 @@ double raw_dependent_dispatch_us(rhi::Device& dev, rhi::ComputePipeline& p, rhi:
     bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
     dev.fn().vkBeginCommandBuffer(cb, &bi);
     dev.fn().vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.handle());
-    dev.fn().vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout(), 0, 1, &set, 0,
-                                     nullptr);
+    if (push) {
+      dev.fn().vkCmdPushDescriptorSetKHR(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout(), 0, 2,
+                                         writes);
+    } else {
+      dev.fn().vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout(), 0, 1, &set,
+                                       0, nullptr);
+    }
     for (int i = 0; i < n; ++i) {
       dev.fn().vkCmdPushConstants(cb, p.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
       dev.fn().vkCmdDispatch(cb, 1, 1, 1);
