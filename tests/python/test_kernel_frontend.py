@@ -1149,11 +1149,14 @@ def test_torch_function_takes_a_kernel(session):
     if not f64_ok(session):
         pytest.skip("needs f64")
     F = vt.function(sq, session)
-    x = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64, requires_grad=True)
-    y = F.apply(x, torch.zeros(3, dtype=torch.float64))
+    # The session's arrays' device (cuda:N on an NVIDIA GPU, else the CPU): the tensors' too.
+    kind, index = session.empty(1).__dlpack_device__()
+    dev = "cpu" if kind == 1 else f"cuda:{index}"
+    x = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64, device=dev, requires_grad=True)
+    y = F.apply(x, torch.zeros(3, dtype=torch.float64, device=dev))
     y = y[0] if isinstance(y, tuple) else y
     y.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), [1.0, -2.0, 3.0])
+    np.testing.assert_allclose(x.grad.cpu().numpy(), [1.0, -2.0, 3.0])
 
 
 def test_scalar_grad_annotation(session):
