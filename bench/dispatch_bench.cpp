@@ -4,7 +4,9 @@
 //
 // Reports, on the chosen device in one run:
 //  - us per dependent dispatch (push constants + dispatch + compute->compute barrier), recorded,
-//    submitted and waited for, through rhi and through the same loop written against Vulkan;
+//    submitted and waited for, through rhi and through the same loop written against Vulkan,
+//    and the raw loop with an execution-only barrier and with none (what the barrier costs);
+//  - the host cost of recording one launch, by the commands it records;
 //  - the same through rhi with a fresh descriptor set per dispatch (what a runtime launch does);
 //  - ns per is_signaled() on a finished submission (cached) and on an unfinished one (a device
 //    query each call), in timeline and in fence mode;
@@ -44,8 +46,15 @@ struct Push {
     }                                                                         \
   } while (0)
 
+// What follows each dispatch of the raw loop: the compute -> compute memory barrier a dependent
+// launch needs; an execution-only barrier (no memory dependency: not enough for a launch that
+// reads what the last wrote, measured to split the barrier's cost); nothing (independent
+// dispatches, which the device may overlap).
+enum class Follow { kMemoryBarrier, kExecutionBarrier, kNothing };
+
 double raw_dependent_dispatch_us(rhi::Device& dev, rhi::ComputePipeline& p, rhi::Buffer& a,
-                                 rhi::Buffer& b, int n, int reps) {
+                                 rhi::Buffer& b, int n, int reps,
+                                 Follow follow = Follow::kMemoryBarrier) {
   VkDevice d = dev.handle();
   VkQueue queue;
   dev.fn().vkGetDeviceQueue(d, dev.queue_family(), 0, &queue);
@@ -110,12 +119,14 @@ double raw_dependent_dispatch_us(rhi::Device& dev, rhi::ComputePipeline& p, rhi:
     for (int i = 0; i < n; ++i) {
       dev.fn().vkCmdPushConstants(cb, p.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
       dev.fn().vkCmdDispatch(cb, 1, 1, 1);
+      if (follow == Follow::kNothing) continue;
       VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
       mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
       mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+      const bool memory = follow == Follow::kMemoryBarrier;
       dev.fn().vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                                    VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0,
-                                    nullptr);
+                                    VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, memory ? 1 : 0,
+                                    memory ? &mb : nullptr, 0, nullptr, 0, nullptr);
     }
     dev.fn().vkEndCommandBuffer(cb);
     VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
@@ -297,6 +308,10 @@ int main(int argc, char** argv) {
   raw_dependent_dispatch_us(dev, *p, *a, *b, 16, 2);
   double raw = raw_dependent_dispatch_us(dev, *p, *a, *b, n, reps);
   record("dependent dispatch, raw Vulkan", "-", raw, "us");
+  record("dispatch + execution-only barrier, raw", "-",
+         raw_dependent_dispatch_us(dev, *p, *a, *b, n, reps, Follow::kExecutionBarrier), "us");
+  record("independent dispatch (no barrier), raw", "-",
+         raw_dependent_dispatch_us(dev, *p, *a, *b, n, reps, Follow::kNothing), "us");
   {
     auto s = dev.create_stream({rhi::SyncMode::kAuto, "bench check"});
     CHECK_OK(s);
