@@ -99,19 +99,27 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    rows = [breakdown(p, a.reps) for p in a.program.split(",")]
-    print(f"device: {rows[0]['device']}")
+    rows, failed = [], 0
     print(f"{'program':12} {'part':10} {'ms':>8} {'dispatches':>10} {'us/dispatch':>11}")
-    for r in rows:
+    for program in a.program.split(","):
+        try:
+            r = breakdown(program, a.reps)
+        except (vkad.Error, SystemExit) as e:  # the others still run; the exit status says it
+            print(f"{program:12} failed: {e}")
+            failed += 1
+            continue
+        rows.append(r)
         for part in ("forward", "iteration", "floor"):
             ms, d = r[f"{part}_ms"], r[f"{part}_dispatches"]
             print(f"{r['program']:12} {part:10} {ms:8.3f} {d:10d} {1e3 * ms / max(d, 1):11.2f}")
         print(f"{r['program']:12} {'backward':10} {r['backward_ms']:8.3f} "
-              f"{r['iteration_dispatches'] - r['forward_dispatches']:10d}")
+              f"{r['iteration_dispatches'] - r['forward_dispatches']:10d}", flush=True)
+    if rows:
+        print(f"device: {rows[0]['device']}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
