@@ -394,6 +394,8 @@ def from_dlpack(x: Any, session: Optional[Session] = None, *, copy: Optional[boo
 from .frontend import (kernel, func, array, scalar, vec, mat, static, ndrange,  # noqa: E402
                        max_trip, atomic_add, atomic_sub, default_session, set_default_session,
                        KernelFunction)
+# Gradients against central differences, Jacobians (docs/debugging.md)
+from .debugging import gradcheck, jacobian, GradcheckError, GradcheckResult  # noqa: E402
 
 __all__ = ["Session", "from_dlpack", "Tape", "Graph", "BoundLaunch", "LoopIndex", "LoopRecord", "DType", "Kernel", "NdArray", "Differentiated", "KernelBuilder",
            "Value", "Scalar", "Array", "Dim", "Local", "f32", "f64", "i32", "u32", "i64", "bool_",
@@ -404,4 +406,5 @@ __all__ = ["Session", "from_dlpack", "Tape", "Graph", "BoundLaunch", "LoopIndex"
            "tanh", "asin", "acos", "abs", "floor", "ceil", "pow", "atan2", "min", "max", "eq", "ne",
            "select", "cast", "Vector", "Matrix", "polar_decompose", "kernel", "func", "array",
            "scalar", "vec", "mat", "static", "ndrange", "max_trip", "atomic_add", "atomic_sub",
-           "default_session", "set_default_session", "KernelFunction"]
+           "default_session", "set_default_session", "KernelFunction", "gradcheck", "jacobian",
+           "GradcheckError", "GradcheckResult"]
