@@ -2,6 +2,7 @@
  * in-tree by tests/CMakeLists.txt. Exits 0 when every check holds (or there is no device),
  * 1 with a message naming the failed check otherwise. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <vkad_c.h>
@@ -93,12 +94,36 @@ static void step_loop(vkad_session* s, int expect_rolled) {
   vkad_status_free(st);
   CHECK(rolled == 0);
   body.step = step;
+  /* An i32 argument out of range with a step: refused before the stepping arithmetic. */
+  args[0].i = INT64_MAX;
+  st = vkad_launch_loop(s, &body, 1, T, &rolled);
+  CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+  vkad_status_free(st);
+  args[0] = vkad_arg_i32(0);
   OK(vkad_launch_loop(s, &body, 1, T, &rolled));
   CHECK(rolled == expect_rolled); /* 8 iterations of 16 elements: one resident kernel */
   OK(vkad_download(s, hx, host, sizeof host));
   for (r = 0; r <= T; ++r) {
     for (i = 0; i < W; ++i)
       CHECK(host[r * W + i] == (r == 0 ? 0.0f : (float)(2.0 - pow(2.0, 1 - r))));
+  }
+  if (expect_rolled) {
+    /* Captured, the rolled loop is launch 0 of the graph, its parameters the resident
+     * kernel's: an update in the body's numbering is refused, naming the loop. */
+    vkad_graph g = 0;
+    vkad_graph_update u;
+    OK(vkad_begin_capture(s, "c loop"));
+    OK(vkad_launch_loop(s, &body, 1, T, &rolled));
+    OK(vkad_end_capture(s, &g));
+    u.launch = 0;
+    u.param = 0;
+    u.value = vkad_arg_i32(1);
+    st = vkad_replay(s, g, &u, 1, NULL);
+    CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+    CHECK(st != NULL && strstr(vkad_status_message(st), "made by a launch_loop") != NULL);
+    vkad_status_free(st);
+    OK(vkad_replay(s, g, NULL, 0, NULL));
+    OK(vkad_graph_release(s, g));
   }
   OK(vkad_ndarray_free(s, hx));
   OK(vkad_kernel_release(s, k));
