@@ -2,11 +2,12 @@
 
     python bench/frontend_lowering.py [--program mass_spring|diffmpm] [--reps R] [--device D]
 
-Per program (examples/difftaichi/<program>_kernels.py: every kernel as a @vkad.kernel), the
-median over reps of: reading and parsing the kernels' sources (`inspect.getsource` + `ast`),
-lowering them onto KernelBuilder (from parsed sources: the in-process caches cleared, the disk
-cache off), building the same kernels with the builder port (<program>.py's build_kernels),
-and compiling them (`s.differentiate`, the session's caches off). docs/kernels.md has figures.
+Per program (examples/difftaichi/<program>.py: every kernel a @vkad.kernel), the median over
+reps of: reading and parsing the kernels' sources (`inspect.getsource` + `ast`), lowering them
+onto KernelBuilder (from parsed sources: the in-process caches cleared, the disk cache off),
+building the same kernels with KernelBuilder calls (tests/python/difftaichi_builder_kernels.py,
+the reference the tests compare the ports with), and compiling them (`s.differentiate`, the
+session's caches off). docs/kernels.md has figures.
 """
 import argparse
 import os
@@ -19,23 +20,23 @@ os.environ["VKAD_CACHE"] = "0"  # nothing from disk: neither lowerings nor compi
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "examples" / "difftaichi"))
+sys.path.insert(0, str(HERE.parent / "tests" / "python"))
 
 import vkad  # noqa: E402
 import vkad.frontend as fe  # noqa: E402
 
 
 def kernels_of(program: str, ft):
+    import difftaichi_builder_kernels as ref
     if program == "mass_spring":
         import mass_spring as port
-        import mass_spring_kernels as dec
         objects, springs = port.robot(0)
         args = (ft, len(objects), len(springs), True)
-        return dec.build_kernels(*args)[0], lambda: port.build_kernels(*args)[0]
+        return port.build_kernels(*args)[0], lambda: ref.mass_spring_kernels(*args)[0]
     import diffmpm as port
-    import diffmpm_kernels as dec
     scene = port.robot(port.Scene(port.N_GRID))
     args = (ft, port.N_GRID, scene.n_solid_particles, False)
-    return dec.build_kernels(*args), lambda: port.build_kernels(*args)
+    return port.build_kernels(*args), lambda: ref.diffmpm_kernels(*args)
 
 
 def main(argv=None) -> int:
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
     med = lambda xs: statistics.median(xs) * 1e3  # noqa: E731
     print(f"{device}: {a.program}, {len(kernels)} kernels, {lines} IR lines; "
           f"median of {a.reps}: parse {med(parse):.1f} ms, lower {med(lower):.1f} ms "
-          f"(builder port {med(build):.1f} ms), differentiate {med(compile_):.0f} ms")
+          f"(KernelBuilder calls {med(build):.1f} ms), differentiate {med(compile_):.0f} ms")
     return 0
 
 

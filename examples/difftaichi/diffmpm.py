@@ -3,47 +3,40 @@
     python examples/difftaichi/diffmpm.py --iters 30      # robot scene, 1024 steps, 128^2 grid
 
 The physics, parameters and optimisation loop are those of DiffTaichi's examples/diffmpm.py
-(github.com/taichi-dev/difftaichi), written in its idiom with vkad's Python front door:
+(github.com/taichi-dev/difftaichi), and its kernels are written as DiffTaichi writes them, as
+Python functions (`@vkad.kernel`: the outermost `for` the parallel loop, `vkad.static` loops
+unrolled, `+=` on a grid cell an atomic add, runtime `if`s for the actuators and the fluid):
 
 - the robot scene: particles placed on a lattice of two per grid cell in rectangles, four of
   them actuated legs under a passive body; a 128 x 128 grid, dt = 1e-3, p_vol = 1, E = mu =
-  lambda = 10, gravity 3.8;
-- particle state with a time axis, x[f, p], v[f, p] (2-vectors) and the APIC affine matrix
-  C[f, p] and deformation gradient F[f, p] (2x2 matrices), read at step f and written at f + 1
-  of the same array (reverse mode proves the rows disjoint);
-- per step DiffTaichi's kernels: compute_actuation (a 1-layer controller: four sine waves
-  through weights and a bias, tanh), p2g (the deformation gradient updated by C, the fixed
-  corotated stress from vkad.polar_decompose plus the actuation stress F A F^T, scattered
-  with quadratic B-spline weights by atomic adds of vectors into the grid), grid_op (momentum
-  to velocity, gravity, sticky walls and floor) and g2p (velocity and C gathered back, x
-  advected);
-- the loss, minus the mean x of the solid particles at the last step, accumulated with an
-  atomic add into a rank-0 array; plain gradient descent with learning rate 0.1 on the
-  weights and the bias (DiffTaichi's update).
+  lambda = 10, gravity 3.8 (and DiffTaichi's fish, --scene fish, over a pool of fluid);
+- particle state with a time axis, x[f, p], v[f, p] (2-vectors), the APIC affine matrix C[f, p]
+  and deformation gradient F[f, p] (2x2 matrices), read at step f and written at f + 1 of the
+  same array (reverse mode proves the rows disjoint);
+- per step: compute_actuation (four sine waves through weights and a bias, tanh), p2g (the
+  fixed corotated stress from vkad.polar_decompose plus the actuation stress F A F^T, scattered
+  with quadratic B-spline weights into the grid), grid_op (momentum to velocity, gravity, sticky
+  walls and floor) and g2p (velocity and C gathered back, x advected);
+- the loss, minus the mean x of the solid particles at the last step, accumulated atomically
+  into a rank-0 array; gradient descent with learning rate 0.1 (DiffTaichi's update).
 
 **The grid has a time axis here.** DiffTaichi clears and reuses one grid every step and
 recomputes the grid in its hand-written `advance` gradient. A vkad.Tape replays each adjoint on
 the arrays as they are when backward runs, so a reused grid would give wrong gradients
 (docs/tape.md): grid_v_in[f, i, j], grid_m_in[f, i, j] and grid_v_out[f, i, j] keep every step's
-grid instead, zeroed once per simulation. At the default size that is 1023 steps x 128^2 cells x 5
-floats = 335 MB (f32), and as much again for their gradients; small next to a GPU's memory, and the
-price of recomputation-free reverse mode.
+grid instead, zeroed once per simulation: 335 MB (f32) at the default size, and as much again
+for their gradients; small next to a GPU's memory, the price of recomputation-free reverse mode.
 
-The step loop is said as one (Session.loop) and prepared at construction (Session.prepare_loop):
-from the first iteration it and its adjoint run as the graph rework's plan of their launches.
-The whole iteration's launches (zeroing, forward, backward) are captured once as a graph and
-replayed (--no-graph launches them one by one; the results are the same). Prints progress
-(tqdm where installed), and with matplotlib writes diffmpm_loss.png and diffmpm_final.png (the
-particles at the last step, actuated ones coloured by their actuation) into --out. The DiffMPM
-class is what tests/python/test_difftaichi.py imports.
+The step loop is said as one (Session.loop) and prepared at construction (Session.prepare_loop);
+the whole iteration (zeroing, forward, backward) is captured once as a graph and replayed
+(--no-graph launches the kernels one by one; the results are the same). Prints progress (tqdm
+where installed), and with matplotlib writes diffmpm_loss.png and diffmpm_final.png into --out.
+The DiffMPM class is what tests/python/test_difftaichi.py imports.
 """
-from __future__ import annotations
-
 import argparse
 import math
 import os
 import sys
-import time
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -139,124 +132,105 @@ SCENES = {"robot": robot, "fish": fish}
 # --- kernels -------------------------------------------------------------------------------------
 
 def build_kernels(ft: vkad.DType, n_grid: int, n_solid: int, fluid: bool):
-    """DiffTaichi's kernels, one KernelBuilder each, launched with the step f (an i32
-    parameter). The 3x3 stencil and the sine waves are unrolled at build time (ti.static);
-    `fluid` adds the fluid branch of p2g (a select per particle) for scenes that have fluid."""
+    """DiffTaichi's kernels as @vkad.kernel functions, launched with the step f. The 3x3 stencil
+    and the sine waves are unrolled (vkad.static, DiffTaichi's ti.static), `+=` on a grid cell is
+    an atomic add; `fluid` adds p2g's fluid branches for scenes that have fluid. grid_op and
+    compute_loss choose with vkad.select, not `if`: the graph rework recomputes a straight-line
+    grid_op in g2p (docs/graphs.md) and fuses compute_loss's adjoint with g2p's."""
     dx, inv_dx = 1.0 / n_grid, float(n_grid)
-    kernels = {}
+    particles = vkad.array(vkad.vec(2, ft), ndim=2, grad=True)     # x[f, p], v[f, p]
+    matrices = vkad.array(vkad.mat(2, 2, ft), ndim=2, grad=True)   # C[f, p], F[f, p]
+    grid_v = vkad.array(vkad.vec(2, ft), ndim=3, grad=True)        # grid_v_in[f, i, j], ...
+    grid_m = vkad.array(ft, ndim=3, grad=True)
+    field = vkad.array(ft, ndim=2, grad=True)
+    ids = vkad.array(vkad.i32, ndim=1, readonly=True)
 
-    def array(kb, name, rank, element=(), grad=True):
-        return kb.ndarray(name, ft, rank, grad=grad, readonly=not grad, element=element)
+    @vkad.func
+    def stencil(xp):  # Taichi's base cell, the position in it, the quadratic B-spline weights
+        base = vkad.cast(xp * inv_dx - 0.5, vkad.i32)  # truncates toward 0, as ti.cast
+        fx = xp * inv_dx - vkad.cast(base, ft)
+        return base, fx, (0.5 * (1.5 - fx) ** 2, 0.75 - (fx - 1.0) ** 2, 0.5 * (fx - 0.5) ** 2)
 
-    def stencil(xp):
-        """Taichi's base cell, the position in it and the quadratic B-spline weights."""
-        base = (xp * inv_dx - 0.5).cast(vkad.i32)  # truncates toward 0, as ti.cast
-        fx = xp * inv_dx - base.cast(ft)
-        w = [0.5 * (1.5 - fx) ** 2, 0.75 - (fx - 1.0) ** 2, 0.5 * (fx - 0.5) ** 2]
-        return base, fx, w
+    @vkad.kernel
+    def compute_actuation(t: vkad.i32, weights: field, bias: vkad.array(ft, grad=True),
+                          actuation: field):
+        for i in range(weights.shape[0]):
+            phase = vkad.cast(t, ft) * (ACTUATION_OMEGA * DT)
+            act = weights[i, 0] * vkad.sin(phase)
+            for j in vkad.static(range(1, N_SIN_WAVES)):
+                act += weights[i, j] * vkad.sin(phase + 2 * math.pi / N_SIN_WAVES * j)
+            actuation[t, i] = vkad.tanh(act + bias[i])
 
-    kb = vkad.KernelBuilder("compute_actuation")
-    t = kb.scalar("t", vkad.i32)
-    weights, bias = array(kb, "weights", 2), array(kb, "bias", 1)
-    actuation = array(kb, "actuation", 2)
-    with kb.parallel_for("actuators", 0, weights.shape[0]) as i:
-        phase = vkad.cast(t, ft) * (ACTUATION_OMEGA * DT)
-        act = weights[i, 0] * vkad.sin(phase)
-        for j in range(1, N_SIN_WAVES):
-            act = act + weights[i, j] * vkad.sin(phase + 2 * math.pi / N_SIN_WAVES * j)
-        actuation[t, i] = vkad.tanh(act + bias[i])
-    kernels["compute_actuation"] = kb
+    @vkad.kernel
+    def p2g(f: vkad.i32, x: particles, v: particles, C: matrices, F: matrices, actuation: field,
+            actuator_id: ids, particle_type: ids, grid_v_in: grid_v, grid_m_in: grid_m):
+        for p in range(x.shape[1]):
+            base, fx, w = stencil(x[f, p])
+            new_F = (Matrix.identity(2) + DT * C[f, p]) @ F[f, p]
+            J = new_F.determinant()
+            if vkad.static(fluid) and particle_type[p] == 0:  # a fluid keeps its volume change
+                new_F = Matrix.diag(2, vkad.sqrt(J))
+            F[f + 1, p] = new_F
+            r, _ = vkad.polar_decompose(new_F)
+            act = actuation[f, vkad.max(0, actuator_id[p])] * ACT_STRENGTH
+            if actuator_id[p] == -1:
+                act = 0.0
+            A = Matrix([[0.0, 0.0], [0.0, 1.0]]) * act
+            # solid: fixed corotated elasticity; fluid: pressure from the volume change
+            cauchy = 2 * MU * (new_F - r) @ new_F.T + Matrix.diag(2, LA * (J - 1) * J)
+            mass = 1.0
+            if vkad.static(fluid) and particle_type[p] == 0:
+                cauchy = Matrix([[1.0, 0.0], [0.0, 0.1]]) * (J - 1) * E
+                mass = 4.0
+            cauchy += new_F @ A @ new_F.T
+            stress = -(DT * P_VOL * 4 * inv_dx * inv_dx) * cauchy
+            affine = stress + mass * C[f, p]
+            momentum = mass * v[f, p]
+            for i in vkad.static(range(3)):
+                for j in vkad.static(range(3)):
+                    offset = Vector([i, j])
+                    dpos = (offset - fx) * dx
+                    weight = w[i][0] * w[j][1]
+                    grid_v_in[f, base + offset] += weight * (momentum + affine @ dpos)
+                    grid_m_in[f, base + offset] += weight * mass
 
-    kb = vkad.KernelBuilder("p2g")
-    f = kb.scalar("f", vkad.i32)
-    x, v = array(kb, "x", 2, (2,)), array(kb, "v", 2, (2,))
-    C, F = array(kb, "C", 2, (2, 2)), array(kb, "F", 2, (2, 2))
-    actuation = array(kb, "actuation", 2)
-    actuator_id = kb.ndarray("actuator_id", vkad.i32, 1, readonly=True)
-    particle_type = kb.ndarray("particle_type", vkad.i32, 1, readonly=True)
-    grid_v_in, grid_m_in = array(kb, "grid_v_in", 3, (2,)), array(kb, "grid_m_in", 3)
-    with kb.parallel_for("particles", 0, x.shape[1]) as p:
-        base, fx, w = stencil(x[f, p])
-        Cp = C[f, p]
-        new_F = (Matrix.identity(2) + DT * Cp) @ F[f, p]
-        J = new_F.determinant()
-        is_fluid = particle_type[p] == 0
-        if fluid:  # a fluid keeps only its volume change; sqrt sees 1 where unused
-            new_F = vkad.select(is_fluid, Matrix.diag(2, vkad.sqrt(vkad.select(is_fluid, J, 1.0))),
-                                new_F)
-        F[f + 1, p] = new_F
-        r, _ = vkad.polar_decompose(new_F)
+    @vkad.kernel
+    def grid_op(f: vkad.i32, grid_v_in: grid_v, grid_m_in: grid_m, grid_v_out: grid_v):
+        for i, j in vkad.ndrange(grid_m_in.shape[1], grid_m_in.shape[2]):
+            inv_m = 1 / (grid_m_in[f, i, j] + 1e-10)
+            v_out = inv_m * grid_v_in[f, i, j] - Vector([0.0, DT * GRAVITY])
+            # walls and floor stop what moves into them (DiffTaichi's floor friction sees the
+            # velocity its floor branch has just zeroed and changes nothing: the floor is sticky)
+            stop = ((i < BOUND and v_out[0] < 0) or (i > n_grid - BOUND and v_out[0] > 0)
+                    or (j < BOUND and v_out[1] < 0) or (j > n_grid - BOUND and v_out[1] > 0))
+            grid_v_out[f, i, j] = vkad.select(stop, Vector([0.0, 0.0]), v_out)
 
-        act_id = actuator_id[p]
-        act = actuation[f, vkad.max(0, act_id)] * ACT_STRENGTH
-        act = vkad.select(act_id == -1, 0.0, act)
-        A = Matrix([[0.0, 0.0], [0.0, 1.0]]) * act
+    @vkad.kernel
+    def g2p(f: vkad.i32, x: particles, v: particles, C: matrices, grid_v_out: grid_v):
+        for p in range(x.shape[1]):
+            xp = x[f, p]
+            base, fx, w = stencil(xp)
+            new_v, new_C = Vector.zero(2), Matrix.zero(2)
+            for i in vkad.static(range(3)):
+                for j in vkad.static(range(3)):
+                    dpos = Vector([i, j]) - fx
+                    g_v = grid_v_out[f, base[0] + i, base[1] + j]
+                    weight = w[i][0] * w[j][1]
+                    new_v += weight * g_v
+                    new_C += 4 * inv_dx * weight * g_v.outer_product(dpos)
+            v[f + 1, p] = new_v
+            x[f + 1, p] = xp + DT * new_v
+            C[f + 1, p] = new_C
 
-        # solid: fixed corotated elasticity; fluid: pressure from the volume change
-        cauchy = 2 * MU * (new_F - r) @ new_F.T + Matrix.diag(2, LA * (J - 1) * J)
-        mass = 1.0
-        if fluid:
-            cauchy = vkad.select(is_fluid, Matrix([[1.0, 0.0], [0.0, 0.1]]) * (J - 1) * E, cauchy)
-            mass = vkad.select(is_fluid, 4.0, kb.constant(1.0, ft))
-        cauchy = cauchy + new_F @ A @ new_F.T
-        stress = -(DT * P_VOL * 4 * inv_dx * inv_dx) * cauchy
-        affine = stress + mass * Cp
-        momentum = mass * v[f, p]
-        for i in range(3):
-            for j in range(3):
-                offset = Vector([i, j])
-                dpos = (offset - fx) * dx
-                weight = w[i][0] * w[j][1]
-                grid_v_in.atomic_add((f, base + offset), weight * (momentum + affine @ dpos))
-                grid_m_in.atomic_add((f, base + offset), weight * mass)
-    kernels["p2g"] = kb
+    @vkad.kernel
+    def compute_loss(t: vkad.i32, x: particles, loss: vkad.array(ft, ndim=0, grad=True),
+                     particle_type: ids):
+        for p in range(x.shape[1]):  # DiffTaichi: loss = -(mean x of the solid particles)
+            solid = vkad.select(particle_type[p] == 1, 1.0 / n_solid, 0.0)
+            loss[None] += -solid * x[t, p][0]
 
-    kb = vkad.KernelBuilder("grid_op")
-    f = kb.scalar("f", vkad.i32)
-    grid_v_in, grid_m_in = array(kb, "grid_v_in", 3, (2,)), array(kb, "grid_m_in", 3)
-    grid_v_out = array(kb, "grid_v_out", 3, (2,))
-    with kb.parallel_for_nd("cells", grid_m_in.shape[1], grid_m_in.shape[2]) as (i, j):
-        inv_m = 1 / (grid_m_in[f, i, j] + 1e-10)
-        v_out = inv_m * grid_v_in[f, i, j] - Vector([0.0, DT * GRAVITY])
-        # Walls and floor stop what moves into them. DiffTaichi's floor branch zeroes v_out
-        # before its friction code, which then sees lin = v_out . normal = 0 and changes
-        # nothing: the floor is sticky, and so it is here.
-        stop = (((i < BOUND) & (v_out[0] < 0)) | ((i > n_grid - BOUND) & (v_out[0] > 0))
-                | ((j < BOUND) & (v_out[1] < 0)) | ((j > n_grid - BOUND) & (v_out[1] > 0)))
-        grid_v_out[f, i, j] = vkad.select(stop, Vector.zero(2), v_out)
-    kernels["grid_op"] = kb
-
-    kb = vkad.KernelBuilder("g2p")
-    f = kb.scalar("f", vkad.i32)
-    x, v = array(kb, "x", 2, (2,)), array(kb, "v", 2, (2,))
-    C = array(kb, "C", 2, (2, 2))
-    grid_v_out = array(kb, "grid_v_out", 3, (2,))
-    with kb.parallel_for("particles", 0, x.shape[1]) as p:
-        xp = x[f, p]
-        base, fx, w = stencil(xp)
-        new_v, new_C = Vector.zero(2), Matrix.zero(2)
-        for i in range(3):
-            for j in range(3):
-                dpos = Vector([i, j]) - fx
-                g_v = grid_v_out[f, base[0] + i, base[1] + j]
-                weight = w[i][0] * w[j][1]
-                new_v = new_v + weight * g_v
-                new_C = new_C + 4 * inv_dx * weight * g_v.outer_product(dpos)
-        v[f + 1, p] = new_v
-        x[f + 1, p] = xp + DT * new_v
-        C[f + 1, p] = new_C
-    kernels["g2p"] = kb
-
-    kb = vkad.KernelBuilder("compute_loss")
-    t = kb.scalar("t", vkad.i32)
-    x, loss = array(kb, "x", 2, (2,)), array(kb, "loss", 0)
-    particle_type = kb.ndarray("particle_type", vkad.i32, 1, readonly=True)
-    with kb.parallel_for("particles", 0, x.shape[1]) as p:
-        # DiffTaichi: x_avg = mean of x[t] over the solid particles, loss = -x_avg[0]
-        contrib = vkad.select(particle_type[p] == 1, kb.constant(1.0 / n_solid, ft), 0.0)
-        loss.atomic_add(None, -contrib * x[t, p][0])
-    kernels["compute_loss"] = kb
-    return kernels
+    return {"compute_actuation": compute_actuation, "p2g": p2g, "grid_op": grid_op, "g2p": g2p,
+            "compute_loss": compute_loss}
 
 
 class DiffMPM:
@@ -271,22 +245,18 @@ class DiffMPM:
     def __init__(self, session: vkad.Session, steps: int = STEPS, n_grid: int = N_GRID,
                  dtype: vkad.DType = vkad.f32, scene: str = "robot", seed: int = 0,
                  graph: bool = True, loop: bool = True, build=None):
-        # build: the kernels' maker, build_kernels's signature (diffmpm_kernels.py passes the
-        # @vkad.kernel spelling of the same kernels)
+        # build: another maker of the kernels, build_kernels's signature (the tests pass the
+        # KernelBuilder spelling, tests/python/difftaichi_builder_kernels.py)
         if steps < 2:
             raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
         if n_grid < 2 * BOUND + 3:
             raise ValueError(f"n_grid={n_grid}: the grid needs more than its walls")
         self.s, self.steps, self.n_grid, self.dtype, self.graph = session, steps, n_grid, \
             dtype, graph
-        # loop=True: the step loop said as one (Session.loop), prepared here (Session.prepare_loop).
-        # Its ranges (thousands of particles and cells) are too wide for a resident kernel, so
-        # the prepare makes the graph rework's plan of the loop and of its adjoint (each grid
-        # update recomputed in the gather, the gather fused with the next step's scatter, the
-        # controllers batched) and the first iteration runs that plan: on an H100 22.6-23.9 ms,
-        # 1.3-1.4x the steady 17 ms, against 40-42 ms (2.1-2.4x) as a Python loop of bound
-        # launches (loop=False), whose first iteration runs the launches as captured
-        # (docs/benchmarks-log.md, "Step loops"). The prepare costs construction ~100-200 ms.
+        # loop=True: the step loop said as one (Session.loop), prepared here (prepare_loop,
+        # ~100-200 ms): its ranges are too wide for a resident kernel, so the first iteration
+        # runs the graph rework's plan of the loop and its adjoint (H100: 1.3-1.4x the steady
+        # 17 ms, against 2.1-2.4x as a Python loop of launches; docs/benchmarks-log.md).
         self.loop = loop
         self.scene = SCENES[scene](Scene(n_grid))
         sc = self.scene
@@ -314,15 +284,13 @@ class DiffMPM:
             "grid_v_out": s.zeros(grid + (2,), dtype, "grid_v_out"),
             "actuation": s.zeros((steps, n_act), dtype, "actuation"),
             "actuator_id": s.ndarray(np.array(sc.actuator_id, np.int32), name="actuator_id"),
-            "particle_type": s.ndarray(np.array(sc.particle_type, np.int32),
-                                       name="particle_type"),
+            "particle_type": s.ndarray(np.array(sc.particle_type, np.int32), name="particle_type"),
             "weights": s.ndarray(rng.randn(n_act, N_SIN_WAVES) * 0.01, npt, "weights"),
             "bias": s.zeros(n_act, dtype, "bias"),
             "loss": s.zeros(1, dtype, "loss"),
         }
         # DiffTaichi's ti.root.lazy_grad(): the gradient of every field a kernel differentiates
-        # is allocated with the fields (the tape uses `.grad` where it is set), not by the first
-        # backward inside the first iteration.
+        # allocated with the fields (the tape uses `.grad`), not by the first backward.
         for name in sorted({k.forward.param_names[p] for k in self.kernels.values()
                             for p, _ in k.forward.gradients}):
             a = self.arrays[name]
@@ -333,7 +301,6 @@ class DiffMPM:
         if loop:  # the loop's and its adjoint's plans and the tape's check of the loop, made now
             self.s.prepare_loop(0, steps - 1, self._step(True))
 
-    # launches
     def launcher(self, name: str, recorded: bool = True) -> vkad.BoundLaunch:
         """Kernel `name` with its arrays bound (Session.bind), launched with the step alone:
         `p2g(f)`, as DiffTaichi calls its kernels. Made once per kernel: a simulation launches
@@ -346,9 +313,6 @@ class DiffMPM:
             bound = self.s.bind(k, **{p: self.arrays[p] for p in params if p not in ("t", "f")})
             self._launchers[(name, recorded)] = bound
         return bound
-
-    def _launch(self, name: str, t: int, recorded: bool = True) -> None:
-        self.launcher(name, recorded)(t)
 
     def _step(self, recorded: bool):
         """DiffTaichi's loop body, step f (symbolic inside Session.loop, which traces it once)."""

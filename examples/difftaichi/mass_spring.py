@@ -3,7 +3,9 @@
     python examples/difftaichi/mass_spring.py --iters 30        # robot 0, 682 steps, f32
 
 The physics, parameters and optimisation loop are those of DiffTaichi's examples/mass_spring.py
-(github.com/taichi-dev/difftaichi), written in its idiom with vkad's Python front door:
+(github.com/taichi-dev/difftaichi), and its kernels are written as DiffTaichi writes them, as
+Python functions (`@vkad.kernel`: the outermost `for` the parallel loop, `vkad.static` loops
+unrolled, `+=` on an array element an atomic add, a runtime `if` for the ground contact):
 
 - state in arrays with a time axis, x[t, i] and v[t, i] (2-vectors), read at step t - 1 and
   written at step t of the same array (reverse mode proves the rows disjoint);
@@ -22,13 +24,11 @@ Prints progress (tqdm where installed), and with matplotlib writes mass_spring_l
 mass_spring_final.png (the robot at its last step, with earlier poses faint) into --out.
 The MassSpring class is what tests/python/test_difftaichi.py imports.
 """
-from __future__ import annotations
 
 import argparse
 import math
 import os
 import sys
-import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -131,110 +131,100 @@ def robot(robot_id: int) -> Tuple[np.ndarray, List[Spring]]:
 # --- kernels -------------------------------------------------------------------------------------
 
 def build_kernels(ft: vkad.DType, n_objects: int, n_springs: int, toi: bool):
-    """The forward kernels, one KernelBuilder each, launched with step t (an i32 parameter).
-    Loops over objects, sine waves and hidden units are unrolled at build time (DiffTaichi's
-    ti.static): each is a handful of masses or units."""
+    """DiffTaichi's forward kernels as @vkad.kernel functions, launched with step t. `for i in
+    range(n)` is the parallel loop; loops over objects, sine waves and hidden units are unrolled
+    (vkad.static, DiffTaichi's ti.static): each is a handful of masses or units."""
     n_input = N_SIN_WAVES + 4 * n_objects + 2
-    kernels = {}
+    vec = vkad.vec(2, ft)
+    state = vkad.array(vec, ndim=2, grad=True)         # x[t, i], v[t, i], v_inc[t, i]
+    centers = vkad.array(vec, ndim=1, grad=True)       # center[t]
+    field = vkad.array(ft, ndim=2, grad=True)          # hidden[t, i], act[t, i], weights
+    row = vkad.array(ft, ndim=1, grad=True)            # biases
+    const = vkad.array(ft, ndim=1, readonly=True)      # spring parameters
+    index = vkad.array(vkad.i32, ndim=1, readonly=True)
 
-    def array(kb, name, rank, element=(), grad=True):
-        return kb.ndarray(name, ft, rank, grad=grad, readonly=not grad, element=element)
+    @vkad.kernel
+    def compute_center(t: vkad.i32, x: state, center: centers):
+        for _ in range(1):
+            c = x[t, 0]
+            for i in vkad.static(range(1, n_objects)):
+                c += x[t, i]
+            center[t] = c * (1.0 / n_objects)
 
-    kb = vkad.KernelBuilder("compute_center")
-    t = kb.scalar("t", vkad.i32)
-    x, center = array(kb, "x", 2, (2,)), array(kb, "center", 1, (2,))
-    with kb.parallel_for("center", 0, 1):
-        c = x[t, 0]
-        for i in range(1, n_objects):
-            c = c + x[t, i]
-        center[t] = c * (1.0 / n_objects)
-    kernels["compute_center"] = kb
+    @vkad.kernel
+    def nn1(t: vkad.i32, x: state, v: state, center: centers,
+            goal: vkad.array(vec, ndim=0, readonly=True), weights1: field, bias1: row,
+            hidden: field):
+        for i in range(N_HIDDEN):
+            phase = vkad.cast(t, ft) * (SPRING_OMEGA * DT)
+            actuation = weights1[i, 0] * vkad.sin(phase)
+            for j in vkad.static(range(1, N_SIN_WAVES)):
+                actuation += weights1[i, j] * vkad.sin(phase + 2 * math.pi / N_SIN_WAVES * j)
+            c = center[t]
+            for j in vkad.static(range(n_objects)):
+                offset, vel = x[t, j] - c, v[t, j]
+                k = N_SIN_WAVES + 4 * j  # offsets and velocities get smaller weights: many inputs
+                actuation += weights1[i, k] * offset[0] * 0.05
+                actuation += weights1[i, k + 1] * offset[1] * 0.05
+                actuation += weights1[i, k + 2] * vel[0] * 0.05
+                actuation += weights1[i, k + 3] * vel[1] * 0.05
+            to_goal = goal[None] - c
+            k = N_SIN_WAVES + 4 * n_objects
+            actuation += weights1[i, k] * to_goal[0]
+            actuation += weights1[i, k + 1] * to_goal[1]
+            hidden[t, i] = vkad.tanh(actuation + bias1[i])
 
-    kb = vkad.KernelBuilder("nn1")
-    t = kb.scalar("t", vkad.i32)
-    x, v, center = array(kb, "x", 2, (2,)), array(kb, "v", 2, (2,)), array(kb, "center", 1, (2,))
-    goal = array(kb, "goal", 0, (2,), grad=False)
-    weights1, bias1 = array(kb, "weights1", 2), array(kb, "bias1", 1)
-    hidden = array(kb, "hidden", 2)
-    with kb.parallel_for("hidden", 0, N_HIDDEN) as i:
-        phase = vkad.cast(t, ft) * (SPRING_OMEGA * DT)
-        act = weights1[i, 0] * vkad.sin(phase)
-        for j in range(1, N_SIN_WAVES):
-            act = act + weights1[i, j] * vkad.sin(phase + 2 * math.pi / N_SIN_WAVES * j)
-        c = center[t]
-        for j in range(n_objects):
-            offset, vel = x[t, j] - c, v[t, j]
-            k = N_SIN_WAVES + 4 * j  # offsets and velocities get smaller weights: many inputs
-            act = act + weights1[i, k] * offset[0] * 0.05 + weights1[i, k + 1] * offset[1] * 0.05
-            act = act + weights1[i, k + 2] * vel[0] * 0.05 + weights1[i, k + 3] * vel[1] * 0.05
-        to_goal = goal[None] - c
-        k = N_SIN_WAVES + 4 * n_objects
-        act = act + weights1[i, k] * to_goal[0] + weights1[i, k + 1] * to_goal[1]
-        hidden[t, i] = vkad.tanh(act + bias1[i])
-    kernels["nn1"] = kb
+    @vkad.kernel
+    def nn2(t: vkad.i32, hidden: field, weights2: field, bias2: row, act: field):
+        for i in range(n_springs):
+            actuation = weights2[i, 0] * hidden[t, 0]
+            for j in vkad.static(range(1, N_HIDDEN)):
+                actuation += weights2[i, j] * hidden[t, j]
+            act[t, i] = vkad.tanh(actuation + bias2[i])
 
-    kb = vkad.KernelBuilder("nn2")
-    t = kb.scalar("t", vkad.i32)
-    hidden, weights2 = array(kb, "hidden", 2), array(kb, "weights2", 2)
-    bias2 = array(kb, "bias2", 1)
-    act = array(kb, "act", 2)
-    with kb.parallel_for("act", 0, n_springs) as i:
-        a = weights2[i, 0] * hidden[t, 0]
-        for j in range(1, N_HIDDEN):
-            a = a + weights2[i, j] * hidden[t, j]
-        act[t, i] = vkad.tanh(a + bias2[i])
-    kernels["nn2"] = kb
+    @vkad.kernel
+    def apply_spring_force(t: vkad.i32, x: state, act: field, anchor_a: index, anchor_b: index,
+                           spring_length: const, spring_stiffness: const,
+                           spring_actuation: const, v_inc: state):
+        for i in range(n_springs):
+            a, b = anchor_a[i], anchor_b[i]
+            dist = x[t, a] - x[t, b]
+            length = dist.norm() + 1e-4
+            target = spring_length[i] * (1.0 + spring_actuation[i] * act[t, i])
+            impulse = DT * (length - target) * spring_stiffness[i] / length * dist
+            v_inc[t + 1, a] -= impulse  # atomic adds, as DiffTaichi's
+            v_inc[t + 1, b] += impulse
 
-    kb = vkad.KernelBuilder("apply_spring_force")
-    t = kb.scalar("t", vkad.i32)
-    x, act = array(kb, "x", 2, (2,)), array(kb, "act", 2)
-    anchor_a = kb.ndarray("anchor_a", vkad.i32, 1, readonly=True)
-    anchor_b = kb.ndarray("anchor_b", vkad.i32, 1, readonly=True)
-    rest = array(kb, "spring_length", 1, grad=False)
-    stiffness = array(kb, "spring_stiffness", 1, grad=False)
-    actuation = array(kb, "spring_actuation", 1, grad=False)
-    v_inc = array(kb, "v_inc", 2, (2,))
-    with kb.parallel_for("springs", 0, n_springs) as i:
-        a, b = anchor_a[i], anchor_b[i]
-        dist = x[t, a] - x[t, b]
-        length = dist.norm() + 1e-4
-        target = rest[i] * (1.0 + actuation[i] * act[t, i])
-        impulse = DT * (length - target) * stiffness[i] / length * dist
-        v_inc.atomic_add((t + 1, a), -impulse)
-        v_inc.atomic_add((t + 1, b), impulse)
-    kernels["apply_spring_force"] = kb
+    @vkad.kernel(name="advance_toi" if toi else "advance_no_toi")
+    def advance(t: vkad.i32, x: state, v: state, v_inc: state):
+        for i in range(n_objects):
+            old_v = math.exp(-DT * DAMPING) * v[t - 1, i] + Vector([0.0, DT * GRAVITY]) \
+                + v_inc[t, i]
+            old_x = x[t - 1, i]
+            new_v = old_v
+            if vkad.static(toi):
+                # moving down through the ground within this step: stop at the time of impact
+                toi_t = 0.0
+                if old_x[1] + DT * old_v[1] < GROUND_HEIGHT and old_v[1] < -1e-4:
+                    toi_t = -(old_x[1] - GROUND_HEIGHT) / old_v[1]
+                    new_v = Vector([0.0, 0.0])
+                new_x = old_x + toi_t * old_v + (DT - toi_t) * new_v
+            else:
+                # below the ground and moving down: friction projection, the velocity stops
+                if old_x[1] - GROUND_HEIGHT < 0 and old_v[1] < 0:
+                    new_v = Vector([0.0, 0.0])
+                new_x = old_x + DT * new_v
+            v[t, i] = new_v
+            x[t, i] = new_x
 
-    kb = vkad.KernelBuilder("advance_toi" if toi else "advance_no_toi")
-    t = kb.scalar("t", vkad.i32)
-    x, v, v_inc = array(kb, "x", 2, (2,)), array(kb, "v", 2, (2,)), array(kb, "v_inc", 2, (2,))
-    with kb.parallel_for("objects", 0, n_objects) as i:
-        old_v = math.exp(-DT * DAMPING) * v[t - 1, i] + Vector([0.0, DT * GRAVITY]) + v_inc[t, i]
-        old_x = x[t - 1, i]
-        if toi:
-            # Moving down through the ground within this step: stop at the time of impact.
-            hits = ((old_x + DT * old_v)[1] < GROUND_HEIGHT) & (old_v[1] < -1e-4)
-            # select evaluates both sides: divide by -1 where there is no impact, so the
-            # unused side (and its adjoint) stays finite
-            toi_t = vkad.select(hits, -(old_x[1] - GROUND_HEIGHT)
-                                / vkad.select(hits, old_v[1], -1.0), 0.0)
-            new_v = vkad.select(hits, Vector.zero(2), old_v)
-            new_x = old_x + toi_t * old_v + (DT - toi_t) * new_v
-        else:
-            # Below the ground and moving down: friction projection, the velocity becomes 0.
-            stuck = (old_x[1] - GROUND_HEIGHT < 0) & (old_v[1] < 0)
-            new_v = vkad.select(stuck, Vector.zero(2), old_v)
-            new_x = old_x + DT * new_v
-        v[t, i] = new_v
-        x[t, i] = new_x
-    kernels["advance"] = kb
+    @vkad.kernel
+    def compute_loss(t: vkad.i32, x: state, loss: vkad.array(ft, ndim=0, grad=True)):
+        for _ in range(1):
+            loss[None] += -x[t, HEAD_ID][0]  # DiffTaichi: loss[None] = -x[t, head_id][0]
 
-    kb = vkad.KernelBuilder("compute_loss")
-    t = kb.scalar("t", vkad.i32)
-    x, loss = array(kb, "x", 2, (2,)), array(kb, "loss", 0)
-    with kb.parallel_for("loss", 0, 1):
-        loss.atomic_add(None, -x[t, HEAD_ID][0])  # DiffTaichi: loss[None] = -x[t, head_id][0]
-    kernels["compute_loss"] = kb
-    return kernels, n_input
+    return {"compute_center": compute_center, "nn1": nn1, "nn2": nn2,
+            "apply_spring_force": apply_spring_force, "advance": advance,
+            "compute_loss": compute_loss}, n_input
 
 
 class MassSpring:
@@ -249,8 +239,8 @@ class MassSpring:
     def __init__(self, session: vkad.Session, robot_id: int = 0, steps: int = STEPS,
                  dtype: vkad.DType = vkad.f32, toi: bool = True, seed: int = 0,
                  graph: bool = True, loop: bool = True, build=None):
-        # build: the kernels' maker, build_kernels's signature (mass_spring_kernels.py passes
-        # the @vkad.kernel spelling of the same kernels)
+        # build: another maker of the kernels, build_kernels's signature (the tests pass the
+        # KernelBuilder spelling, tests/python/difftaichi_builder_kernels.py)
         if steps < 2:
             raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
         self.s, self.steps, self.dtype, self.graph = session, steps, dtype, graph
@@ -266,8 +256,7 @@ class MassSpring:
         rng = np.random.RandomState(seed)
         w1 = rng.randn(N_HIDDEN, self.n_input) * math.sqrt(2 / (N_HIDDEN + self.n_input)) * 2
         w2 = rng.randn(n_spr, N_HIDDEN) * math.sqrt(2 / (N_HIDDEN + n_spr)) * 3
-        host = {"weights1": w1, "bias1": np.zeros(N_HIDDEN), "weights2": w2,
-                "bias2": np.zeros(n_spr)}
+        host = dict(weights1=w1, bias1=np.zeros(N_HIDDEN), weights2=w2, bias2=np.zeros(n_spr))
         x0 = np.zeros((steps, n_obj, 2))
         x0[0] = objects
         s = session
@@ -289,8 +278,7 @@ class MassSpring:
         for name, value in host.items():
             self.arrays[name] = s.ndarray(value, npt, name)
         # DiffTaichi's ti.root.lazy_grad(): the gradient of every field a kernel differentiates
-        # is allocated with the fields (the tape uses `.grad` where it is set), not by the first
-        # backward inside the first iteration.
+        # allocated with the fields (the tape uses `.grad`), not by the first backward.
         for name in sorted({k.forward.param_names[p] for k in self.kernels.values()
                             for p, _ in k.forward.gradients}):
             a = self.arrays[name]
@@ -299,12 +287,10 @@ class MassSpring:
         self._graph: Optional[vkad.Graph] = None
         self._launchers: Dict[tuple, vkad.BoundLaunch] = {}  # by (kernel name, recorded)
         if loop:
-            # The step loop's resident kernel and its adjoint's made now, with the kernels (as
-            # Session.prepare does for one kernel): the first training iteration then pays its
-            # launches and the tape's check, not their compiles (H100: 16 -> ~11 ms).
+            # the step loop's resident kernel and its adjoint's made now, with the kernels: the
+            # first iteration pays its launches, not their compiles (H100: 16 -> ~11 ms)
             self.s.prepare_loop(1, steps, self._step(True))
 
-    # launches
     def launcher(self, name: str, recorded: bool = True) -> vkad.BoundLaunch:
         """Kernel `name` with its arrays bound (Session.bind), launched with the step alone:
         `p2g(f)`, as DiffTaichi calls its kernels. Made once per kernel: a simulation launches
@@ -317,9 +303,6 @@ class MassSpring:
             bound = self.s.bind(k, **{p: self.arrays[p] for p in params if p not in ("t",)})
             self._launchers[(name, recorded)] = bound
         return bound
-
-    def _launch(self, name: str, t: int, recorded: bool = True) -> None:
-        self.launcher(name, recorded)(t)
 
     def _step(self, recorded: bool):
         """DiffTaichi's loop body, step t (symbolic inside Session.loop, which traces it once)."""
@@ -365,12 +348,10 @@ class MassSpring:
         if not self.graph:
             self.forward_backward()
         elif self._graph is None:
-            # The first iteration is captured, and runs while it is captured (run=True: no
-            # replay after it): the tape makes its gradient arrays during the capture and keeps
-            # them for the next backward, so the graph binds arrays that live on. Its rework
-            # (the step loop rolled into one resident kernel, ~18 ms) runs in the background and
-            # is installed by the second or third iteration (H100: 38 ms first iteration, then
-            # 10, then 6 ms).
+            # The first iteration is captured and runs while it is captured (run=True): the
+            # tape's gradient arrays, made during the capture, live on for the graph. Its rework
+            # (the step loop as one resident kernel, ~18 ms) runs in the background and is
+            # installed by the second or third iteration (H100: 38 ms, then 10, then 6 ms).
             with self.s.capture("mass_spring iteration", background=True, run=True) as g:
                 self.forward_backward()
             self._graph = g

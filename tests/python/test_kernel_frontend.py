@@ -739,23 +739,19 @@ def test_graph_capture_and_step_loop(session):
     np.testing.assert_allclose(ys.numpy(), want, rtol=1e-6)
 
 
-def test_mass_spring_kernels_match_the_builder_port(session, ft):
-    # examples/difftaichi/mass_spring_kernels.py: mass_spring.py's kernels as @vkad.kernel
-    # functions; the same losses and gradients (f64: to round-off), and training agrees
-    import importlib.util
-    import pathlib
-    import sys
-    ex = pathlib.Path(__file__).resolve().parents[2] / "examples" / "difftaichi"
-    sys.path.insert(0, str(ex))
-    try:
-        import mass_spring as ms
-        import mass_spring_kernels as mk
-    finally:
-        sys.path.remove(str(ex))
+def test_mass_spring_port_matches_its_builder_kernels(session, ft):
+    # examples/difftaichi/mass_spring.py's kernels are @vkad.kernel functions; the same kernels
+    # written with KernelBuilder (difftaichi_builder_kernels.py, the port's `build=` hook) give
+    # the same losses and gradients (the same operations in the same order: equal in f32 and
+    # f64 on lavapipe, checked to round-off), and training agrees
+    import difftaichi_builder_kernels as ref
+    ms = ref.ms
     for toi in (True, False):
-        a = ms.MassSpring(session, steps=40, dtype=ft, toi=toi, graph=False)
-        b = mk.MassSpring(session, steps=40, dtype=ft, toi=toi, graph=False)
+        a = ms.MassSpring(session, steps=40, dtype=ft, toi=toi, graph=False,
+                          build=ref.mass_spring_kernels)
+        b = ms.MassSpring(session, steps=40, dtype=ft, toi=toi, graph=False)
         assert isinstance(b.kernels["nn1"], vkad.Differentiated)
+        assert isinstance(ms.build_kernels(ft, 6, 11, toi)[0]["nn1"], vkad.KernelFunction)
         a.forward_backward()
         b.forward_backward()
         r = dict(rtol=1e-10, atol=1e-14) if ft == vkad.f64 else dict(rtol=1e-4, atol=1e-6)
@@ -936,28 +932,27 @@ def test_guide_example_runs(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == "[ 1.  4.  9. 16.]"
 
 
-def test_diffmpm_kernels_match_the_builder_port(session, ft):
-    # examples/difftaichi/diffmpm_kernels.py: diffmpm.py's kernels in DiffTaichi's spelling
-    # (runtime ifs for the walls, the actuators and the fluid); same loss and gradients
-    import pathlib
-    import sys
-    ex = pathlib.Path(__file__).resolve().parents[2] / "examples" / "difftaichi"
-    sys.path.insert(0, str(ex))
-    try:
-        import diffmpm as dm
-        import diffmpm_kernels as dk
-    finally:
-        sys.path.remove(str(ex))
-    a = dm.DiffMPM(session, steps=20, n_grid=32, dtype=ft, graph=False, loop=False)
-    b = dk.DiffMPM(session, steps=20, n_grid=32, dtype=ft, graph=False, loop=False)
-    assert "if " in dk.build_kernels(ft, 32, 10, False)["grid_op"].ir()  # runtime ifs
-    a.forward_backward()
-    b.forward_backward()
+def test_diffmpm_port_matches_its_builder_kernels(session, ft):
+    # examples/difftaichi/diffmpm.py's kernels in DiffTaichi's spelling (@vkad.kernel, runtime
+    # ifs for the actuators and the fluid) against the same kernels written with
+    # KernelBuilder (selects; difftaichi_builder_kernels.py): same loss and gradients, for the
+    # robot and for the fish (whose fluid takes p2g's fluid branches)
+    import difftaichi_builder_kernels as ref
+    dm = ref.dm
+    kernels = dm.build_kernels(ft, 32, 10, False)
+    assert "if " in kernels["p2g"].ir()  # runtime ifs (the actuators)
+    assert "if " not in kernels["grid_op"].ir()  # a select: g2p recomputes a straight-line body
     r = dict(rtol=1e-10, atol=1e-15) if ft == vkad.f64 else dict(rtol=1e-4, atol=1e-8)
-    np.testing.assert_allclose(b.arrays["loss"].numpy(), a.arrays["loss"].numpy(), **r)
-    ga, gb = a.gradients(), b.gradients()
-    for name in ga:
-        np.testing.assert_allclose(gb[name], ga[name], **r)
+    for scene, grid, steps in (("robot", 32, 20), ("fish", 64, 8)):
+        kw = dict(steps=steps, n_grid=grid, dtype=ft, scene=scene, graph=False, loop=False)
+        a = dm.DiffMPM(session, build=ref.diffmpm_kernels, **kw)
+        b = dm.DiffMPM(session, **kw)
+        a.forward_backward()
+        b.forward_backward()
+        np.testing.assert_allclose(b.arrays["loss"].numpy(), a.arrays["loss"].numpy(), **r)
+        ga, gb = a.gradients(), b.gradients()
+        for name in ga:
+            np.testing.assert_allclose(gb[name], ga[name], **r)
 
 
 # --- more constructs: 3-d ndrange, u32 / i64 parameters, tuple returns, int / bool locals ------
