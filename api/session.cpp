@@ -549,10 +549,9 @@ Result<uint32_t> Session::graph_launch(GraphHandle graph, std::string_view name)
   std::string some;
   for (size_t i = 0; i < names.size() && i < 8; ++i) some += (i ? ", '" : "'") + names[i] + "'";
   if (names.size() > 8) some += ", ...";
-  return make_error(ErrorCode::kNotFound, "graph_launch: the graph has no launch named '" +
-                                              std::string(name) + "' (its " +
-                                              std::to_string(names.size()) +
-                                              " launches: " + some + ")");
+  return make_error(ErrorCode::kNotFound,
+                    "graph_launch: the graph has no launch named '" + std::string(name) +
+                        "' (its " + std::to_string(names.size()) + " launches: " + some + ")");
 }
 Result<SessionStats> Session::stats() const {
   VKAD_ASSIGN_OR_RETURN(const runtime::RuntimeStats r, rt_->stats());

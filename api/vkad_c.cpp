@@ -708,9 +708,8 @@ vkad_status* vkad_graph_release(vkad_session* session, vkad_graph graph) {
   return from(session->s->release_graph(vkad::GraphHandle{graph}));
 }
 
-vkad_status* vkad_graph_launch_name(const vkad_session* session, vkad_graph graph,
-                                    uint32_t index, uint32_t* count, char* name, size_t size,
-                                    size_t* needed) {
+vkad_status* vkad_graph_launch_name(const vkad_session* session, vkad_graph graph, uint32_t index,
+                                    uint32_t* count, char* name, size_t size, size_t* needed) {
   VKAD_C_CHECK_SESSION("vkad_graph_launch_name");
   if (count == nullptr) return invalid("vkad_graph_launch_name", "count is NULL");
   if (name == nullptr && size != 0) return invalid("vkad_graph_launch_name", "name is NULL");

@@ -1,8 +1,8 @@
 #include "ir/pass.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cctype>
+#include <charconv>
 
 #include "ir/verifier.h"
 

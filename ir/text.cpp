@@ -1,9 +1,9 @@
 #include "ir/text.h"
 
 #include <cctype>
-#include <charconv>
 #include <cerrno>
 #include <cfloat>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>

@@ -20,8 +20,8 @@
 #include "base/cache_file.h"
 #include "ir/builder.h"
 #include "rhi/pipeline_cache_file.h"
-#include "spirv/compiler.h"
 #include "runtime/runtime.h"
+#include "spirv/compiler.h"
 #include "vkad.h"
 
 extern char** environ;
