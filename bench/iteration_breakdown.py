@@ -17,9 +17,7 @@ forward graph's result is checked against a launch-by-launch forward's loss.
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -27,6 +25,7 @@ import numpy as np  # noqa: E402
 
 import vkad  # noqa: E402
 from difftaichi_ports import make  # noqa: E402
+from diffmpm_profile import timed  # noqa: E402
 
 # b[i] = a[i + 1] + 1 (the last element its own) over 4,096 elements: each launch reads a
 # neighbour of what the previous one wrote and is too wide for one workgroup, so no graph pass
@@ -47,20 +46,13 @@ kernel bump(a: ndarray<f32, 1>, b: ndarray<f32, 1>) {
 
 
 def replay_ms(s, g, reps):
-    """Median ms of a replay and its synchronize, and the dispatches one replay records."""
-    s.replay(g)
-    s.synchronize()
+    """Median ms of a replay and its synchronize (diffmpm_profile.timed), and the dispatches one
+    replay records."""
     before = s.stats()["dispatches"]
     s.replay(g)
     s.synchronize()
     dispatches = s.stats()["dispatches"] - before
-    ms = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        s.replay(g)
-        s.synchronize()
-        ms.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ms), dispatches
+    return timed(s, g, reps), dispatches
 
 
 def breakdown(program, reps):

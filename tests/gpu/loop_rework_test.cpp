@@ -245,18 +245,25 @@ TEST(LoopRework, APreparedLoopRunsItsPlanWhereTheZerosItNeedsHold) {
   expect_no_validation_messages(s);
 }
 
+// hop alone: x[t + 1] from x[t] and a g (filled with 0.5) the loop only reads. Consecutive hops
+// gather x at their own element only, so the plan rework_loop makes fuses them; it assumes
+// nothing of g. x holds x0 again.
+std::vector<LoopLaunch> prepared_hops(Program& p) {
+  Session& s = *p.s;
+  EXPECT_TRUE(s.fill(p.g, 0.5).ok());
+  std::vector<LoopLaunch> hops = {body(p)[1]};
+  s.rework_loop(hops, kT);
+  EXPECT_TRUE(s.upload(p.x, std::span<const float>(p.x0)).ok());
+  return hops;
+}
+
 TEST(LoopRework, APlanNeedingNoZerosRunsOutsideACaptureToo) {
   bool skipped = false;
   auto p = make_program(&skipped);
   if (skipped) GTEST_SKIP() << "no Vulkan device";
   ASSERT_NE(p, nullptr);
   Session& s = *p->s;
-  // hop alone: x[t + 1] from x[t] and a g the loop only reads. Consecutive hops gather x at
-  // their own element only, so the plan fuses them; it assumes nothing of g.
-  ASSERT_TRUE(s.fill(p->g, 0.5).ok());
-  std::vector<LoopLaunch> hops = {body(*p)[1]};
-  s.rework_loop(hops, kT);
-  ASSERT_TRUE(s.upload(p->x, std::span<const float>(p->x0)).ok());
+  const std::vector<LoopLaunch> hops = prepared_hops(*p);
   LoopInfo info;
   ASSERT_TRUE(s.launch_loop(hops, kT, &info).ok());
   EXPECT_TRUE(info.reworked);
@@ -287,10 +294,7 @@ TEST(LoopRework, AnUpdateOfAReworkedLoopsLaunchIsRefused) {
   if (skipped) GTEST_SKIP() << "no Vulkan device";
   ASSERT_NE(p, nullptr);
   Session& s = *p->s;
-  ASSERT_TRUE(s.fill(p->g, 0.5).ok());
-  std::vector<LoopLaunch> hops = {body(*p)[1]};
-  s.rework_loop(hops, kT);
-  ASSERT_TRUE(s.upload(p->x, std::span<const float>(p->x0)).ok());
+  const std::vector<LoopLaunch> hops = prepared_hops(*p);
   ASSERT_TRUE(s.begin_capture("reworked").ok());
   LoopInfo info;
   ASSERT_TRUE(s.launch_loop(hops, kT, &info).ok());
