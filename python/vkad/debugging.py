@@ -67,11 +67,10 @@ from ._vkad import DType, Differentiated, Kernel, NdArray
 from .builder import KernelBuilder
 from .errors import Error, FailedPreconditionError, InvalidArgumentError
 from .frontend import ArrayType, KernelFunction, ScalarType, default_session
+from . import numpy_dtype  # defined before vkad/__init__.py imports this module
 
 _FLOATS = (DType.f32, DType.f64)
 _UNIT = {DType.f32: 2.0 ** -24, DType.f64: 2.0 ** -53}
-_NP = {DType.f32: _np.float32, DType.f64: _np.float64, DType.i32: _np.int32,
-       DType.u32: _np.uint32, DType.i64: _np.int64, DType.bool: _np.bool_}
 ROUNDINGS = 32       # c: roundings per output element the rounding term allows
 RTOL_ULPS = 2 ** 14  # rtol = RTOL_ULPS * u
 MAX_ELEMENTS = 10_000
@@ -183,7 +182,7 @@ def _host(value, dtype: DType, label: str) -> _np.ndarray:
     if isinstance(value, NdArray):
         value = value.numpy()
     try:
-        a = _np.array(value, dtype=_NP[dtype], copy=True)
+        a = _np.array(value, dtype=numpy_dtype(dtype).type, copy=True)
     except (TypeError, ValueError) as e:
         raise InvalidArgumentError(f"{label}: {type(value).__name__} is not an array of "
                                    f"{dtype.name}: {e}") from None
@@ -200,14 +199,14 @@ def _number(value, dtype: DType, label: str):
                                    f"{type(value).__name__}")
     v = value.item() if isinstance(value, (_np.number, _np.bool_)) else value
     if dtype in _FLOATS:
-        return float(_NP[dtype](v))
+        return float(numpy_dtype(dtype).type(v))
     if isinstance(v, float):
         raise InvalidArgumentError(f"{label} is a {dtype.name} scalar, got the float {v!r}")
     return int(v)
 
 
 def _round(v: float, dtype: DType) -> float:
-    return float(_NP[dtype](v))
+    return float(numpy_dtype(dtype).type(v))
 
 
 _TWINS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -500,7 +499,7 @@ def gradcheck(fn, inputs: Sequence[Any], *, session=None, outputs=None, wrt=None
     weights, seeds = [], []
     for o, host in zip(outs, base_out):
         w = rng.uniform(0.5, 1.5, host.shape) * rng.choice([-1.0, 1.0], host.shape)
-        w = w.astype(_NP[o.dtype])  # the seed as the device holds it, the same for both sides
+        w = w.astype(numpy_dtype(o.dtype))  # the seed as the device holds it, the same for both sides
         seeds.append(w)
         weights.append(w.astype(_np.float64))
     u = prog.unit
@@ -610,7 +609,7 @@ def jacobian(fn, inputs: Sequence[Any], *, session=None, outputs=None, wrt=None,
             sl = prog.slots[j]
             blocks[j] = _np.zeros(oshape + (sl.value.shape if sl.array else ()))
         for e in _np.ndindex(*oshape):
-            one = _np.zeros(oshape, _NP[o.dtype])
+            one = _np.zeros(oshape, numpy_dtype(o.dtype))
             one[e] = 1
             prog.backward(t, [o], [one])
             for j in prog.wrt:
