@@ -25,9 +25,14 @@ const char* error_code_name(ErrorCode code) {
   return "unknown";
 }
 
+const std::string& Status::message() const {
+  static const std::string kNone;
+  return rep_ ? rep_->message : kNone;
+}
+
 std::string Status::to_string() const {
   if (ok()) return "ok";
-  return std::string(error_code_name(code_)) + ": " + message_;
+  return std::string(error_code_name(rep_->code)) + ": " + rep_->message;
 }
 
 namespace detail {

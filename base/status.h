@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <variant>
@@ -31,25 +32,40 @@ enum class ErrorCode : uint8_t {
 
 const char* error_code_name(ErrorCode code);
 
+// An ok Status is one null pointer: it is made, moved, copied and tested on every call of the
+// launch path (VKAD_TRY), so that costs no string. An error holds its code and message on the
+// heap.
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(ErrorCode code, std::string message)
+      : rep_(std::make_unique<Rep>(Rep{code, std::move(message)})) {}
+  Status(const Status& other) : rep_(other.rep_ ? std::make_unique<Rep>(*other.rep_) : nullptr) {}
+  Status(Status&& other) noexcept = default;
+  Status& operator=(const Status& other) {
+    if (this != &other) rep_ = other.rep_ ? std::make_unique<Rep>(*other.rep_) : nullptr;
+    return *this;
+  }
+  Status& operator=(Status&& other) noexcept = default;
+  ~Status() = default;
   static Status ok_status() { return {}; }
 
-  bool ok() const { return code_ == ErrorCode::kOk; }
-  ErrorCode code() const { return code_; }
-  const std::string& message() const { return message_; }
+  bool ok() const { return !rep_ || rep_->code == ErrorCode::kOk; }
+  ErrorCode code() const { return rep_ ? rep_->code : ErrorCode::kOk; }
+  const std::string& message() const;
   // "<code name>: <message>", for logs and test failure output.
   std::string to_string() const;
   // The same error with `context` in front of its message ("context: message"); ok stays ok.
   Status with_context(const std::string& context) const {
-    return ok() ? Status() : Status(code_, context + ": " + message_);
+    return ok() ? Status() : Status(rep_->code, context + ": " + rep_->message);
   }
 
  private:
-  ErrorCode code_ = ErrorCode::kOk;
-  std::string message_;
+  struct Rep {
+    ErrorCode code;
+    std::string message;
+  };
+  std::unique_ptr<Rep> rep_;
 };
 
 inline Status make_error(ErrorCode code, std::string message) {
