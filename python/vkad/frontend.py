@@ -37,6 +37,7 @@ import math
 import operator
 import os
 import re
+import sys
 import stat
 import tempfile
 import textwrap
@@ -2134,7 +2135,8 @@ class KernelFunction:
     else vkad.default_session()); Session.compile / differentiate / jvp and tapes take it as
     they take a KernelBuilder. `builder()` is the lowered KernelBuilder, `ir()` its IR text."""
 
-    def __init__(self, fn: Callable, fp: Optional[DType] = None, name: Optional[str] = None):
+    def __init__(self, fn: Callable, fp: Optional[DType] = None, name: Optional[str] = None,
+                 defining_locals: Optional[Dict[str, Any]] = None):
         self.fn = fn
         self.name = name or fn.__name__
         self.__doc__, self.__wrapped__ = fn.__doc__, fn
@@ -2155,10 +2157,15 @@ class KernelFunction:
                                               "vkad.array(dtype, ndim=...)")
             ann = raw[name]
             if isinstance(ann, str):
+                # A string annotation (`from __future__ import annotations`) names what the
+                # def saw: the module, the closure, and the defining function's locals (a name
+                # used only in an annotation is not a closure cell, as typing.get_type_hints
+                # cannot see it either).
+                env = dict(defining_locals or {})
+                env.update({n: scope.captured(n) for n in fn.__code__.co_freevars
+                            if _cell_ok(scope, n)})
                 try:
-                    ann = eval(ann, fn.__globals__, {n: scope.captured(n) for n in
-                                                     fn.__code__.co_freevars
-                                                     if _cell_ok(scope, n)})
+                    ann = eval(ann, fn.__globals__, env)
                 except Exception as e:  # noqa: BLE001 - reported at the annotation
                     p = self.arg_nodes[k]
                     self._fail(p.annotation or p, f"annotation of '{name}': {e}")
@@ -2424,9 +2431,22 @@ def kernel(fn: Optional[Callable] = None, *, fp: Optional[DType] = None,
     """`@vkad.kernel` (or `@vkad.kernel(fp=vkad.f64)`): an annotated Python function as a vkad
     kernel. fp: the float type of Python float literals that start a local (default: the float
     dtype of the parameters when they share one, else f32)."""
+    # The defining frame's locals, for string annotations (KernelFunction.__init__); a copy of
+    # the names the annotations may use only, so no frame is kept alive.
+    def make(f, depth):
+        raw = getattr(f, "__annotations__", {})
+        names = set()
+        for a in raw.values():
+            if isinstance(a, str):
+                names.update(re.findall(r"[A-Za-z_]\w*", a))
+        local = {}
+        if names:
+            frame_locals = sys._getframe(depth).f_locals
+            local = {n: frame_locals[n] for n in names if n in frame_locals}
+        return KernelFunction(f, fp, name, local)
     if fn is None:
-        return lambda f: KernelFunction(f, fp, name)
-    return KernelFunction(fn, fp, name)
+        return lambda f: make(f, 2)
+    return make(fn, 2)
 
 
 _DEFAULT: List[Any] = []
