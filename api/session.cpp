@@ -341,6 +341,8 @@ Status Session::flush() {
 }
 Status Session::synchronize() { return rt_->synchronize(); }
 Status Session::release_idle_memory() { return rt_->release_idle_memory(); }
+Status Session::begin_timeline(uint64_t max_events) { return rt_->begin_timeline(max_events); }
+Result<Timeline> Session::end_timeline() { return rt_->end_timeline(); }
 Status Session::begin_capture(const std::string& name, CaptureOptions options) {
   VKAD_TRY(rt_->begin_capture(name, options.run));
   capture_.emplace();

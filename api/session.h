@@ -44,6 +44,8 @@
 #include "ir/ir.h"
 #include "ir/launch_access.h"
 #include "ir/target.h"
+#include "runtime/defaults.h"
+#include "runtime/timeline.h"
 #include "spirv/compiler.h"
 
 namespace vkad {
@@ -59,6 +61,9 @@ using runtime::GraphUpdate;
 using runtime::KernelHandle;
 using runtime::LaunchId;
 using runtime::NdArrayHandle;
+using runtime::Timeline;
+using runtime::TimelineEvent;
+using runtime::TimelineKernelSummary;
 
 // The compile options a Session uses unless told otherwise: codegen's defaults with
 // specialize_shapes on. Besides its generic pipeline (made at compile), a kernel then gets a
@@ -81,8 +86,9 @@ struct SessionOptions {
   // when set), else a device UUID ("GPU-..." as nvidia-smi prints it, or vkad::devices()'s
   // form), a device index, or a substring of its name (api/devices.h lists them).
   std::string device;
-  bool validation = false;      // the Khronos validation layer (also VKAD_VALIDATION=1)
-  size_t retirement_depth = 3;  // submissions in flight before the host waits for the oldest
+  bool validation = false;  // the Khronos validation layer (also VKAD_VALIDATION=1)
+  // Submissions in flight before the host waits for the oldest.
+  size_t retirement_depth = runtime::kDefaultRetirementDepth;
   // Empty device-memory blocks (64 MiB each) the allocator keeps per memory type after their
   // last array is freed, so a free / allocate cycle does not go back to the driver; 0 gives
   // every empty block back at once (docs/memory.md, "Memory").
@@ -444,6 +450,15 @@ class Session {
   // (Runtime::release_idle_memory). For between phases of a program: the next launches make
   // what they need again.
   Status release_idle_memory();
+  // A timeline of what runs from begin_timeline to end_timeline (runtime/timeline.h): each
+  // launch (a tape's forward and adjoint kernels, a graph's replayed launches named by their
+  // kernel and graph), fill, copy and upload timed on the device by timestamp queries, and the
+  // host's submissions and waits. Timeline::write_chrome_trace writes a Chrome trace / Perfetto
+  // file, Timeline::summary a per-kernel table. begin waits for the device once; with no
+  // timeline begun nothing is recorded (docs/debugging.md has the costs).
+  // kFailedPrecondition while capturing, on a second begin, or on an end with no begin.
+  Status begin_timeline(uint64_t max_events = runtime::kTimelineMaxEvents);
+  Result<Timeline> end_timeline();
 
   // kFailedPrecondition while another thread is inside this session (runtime/use_guard.h).
   Result<SessionStats> stats() const;

@@ -552,6 +552,30 @@ vkad_status* vkad_release_idle_memory(vkad_session* session) {
   return from(session->s->release_idle_memory());
 }
 
+vkad_status* vkad_timeline_begin(vkad_session* session, uint64_t max_events) {
+  VKAD_C_CHECK_SESSION("vkad_timeline_begin");
+  return from(
+      session->s->begin_timeline(max_events == 0 ? vkad::runtime::kTimelineMaxEvents : max_events));
+}
+
+vkad_status* vkad_timeline_end(vkad_session* session, const char* trace_path, char* summary,
+                               size_t size, size_t* summary_needed, uint64_t* event_count) {
+  VKAD_C_CHECK_SESSION("vkad_timeline_end");
+  if (summary == nullptr && size != 0) return invalid("vkad_timeline_end", "summary is NULL");
+  vkad::Result<vkad::Timeline> t = session->s->end_timeline();
+  if (!t.ok()) return from(t.status());
+  if (event_count != nullptr) *event_count = t->events.size();
+  const std::string text = t->summary();
+  if (summary_needed != nullptr) *summary_needed = text.size() + 1;
+  if (size != 0) {
+    const size_t n = std::min(text.size(), size - 1);
+    std::memcpy(summary, text.data(), n);
+    summary[n] = '\0';
+  }
+  if (trace_path != nullptr) return from(t->write_chrome_trace(trace_path));
+  return nullptr;
+}
+
 vkad_status* vkad_tape_create(vkad_session* session, vkad_tape** out) {
   VKAD_C_CHECK_SESSION("vkad_tape_create");
   if (out == nullptr) return invalid("vkad_tape_create", "out is NULL");

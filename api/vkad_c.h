@@ -152,7 +152,7 @@ typedef struct vkad_session_options {
    * an index, or a name substring */
   const char* device;
   int validation;                       /* Khronos validation layer (also VKAD_VALIDATION=1) */
-  uint32_t retirement_depth;            /* 0: the default (3) */
+  uint32_t retirement_depth;            /* 0: the default (runtime/runtime.h, 3) */
   const vkad_external_device* external; /* NULL: vkad creates its own device */
   int optimize;                         /* run spirv-opt on compiled kernels */
   /* Empty 64 MiB device-memory blocks kept per memory type once their last array is freed
@@ -296,6 +296,18 @@ VKAD_C_API vkad_status* vkad_synchronize(vkad_session* session);
  * spare memory blocks) to the driver; arrays, kernels and graphs are kept. Between phases of a
  * program: the next launches make what they need again. */
 VKAD_C_API vkad_status* vkad_release_idle_memory(vkad_session* session);
+/* A timeline of what runs between the two calls (docs/debugging.md, vkad::Session::
+ * begin_timeline): each launch, fill, copy and upload timed on the device, submissions and
+ * waits on the host. max_events: events kept (0: the default, 1,000,000). vkad_timeline_end
+ * waits for the device; it writes a Chrome trace / Perfetto JSON file to trace_path (NULL: no
+ * file) and the per-kernel summary table NUL-terminated into summary (size bytes, truncated to
+ * fit; NULL when size is 0), with *summary_needed (may be NULL) its full length + 1 and
+ * *event_count (may be NULL) the number of events kept. VKAD_FAILED_PRECONDITION for an end
+ * without a begin, a second begin, or either while capturing. */
+VKAD_C_API vkad_status* vkad_timeline_begin(vkad_session* session, uint64_t max_events);
+VKAD_C_API vkad_status* vkad_timeline_end(vkad_session* session, const char* trace_path,
+                                          char* summary, size_t size, size_t* summary_needed,
+                                          uint64_t* event_count);
 
 /* Captured launch sequences: launches (vkad_launch, vkad_tape_launch, vkad_tape_backward,
  * zero / fill) between vkad_begin_capture and vkad_end_capture are checked and planned but

@@ -288,6 +288,7 @@ Capabilities capabilities_from(const DeviceFacts& facts, bool use_push_descripto
   c.max_push_descriptors = c.push_descriptor ? facts.max_push_descriptors : 0;
   c.timestamps = facts.queue_family.timestampValidBits != 0 && lim.timestampPeriod > 0;
   c.timestamp_period_ns = lim.timestampPeriod;
+  c.timestamp_valid_bits = facts.queue_family.timestampValidBits;
   c.subgroup_size = facts.p11.subgroupSize;
   {
     const VkSubgroupFeatureFlags need = VK_SUBGROUP_FEATURE_BASIC_BIT |

@@ -89,8 +89,8 @@ struct DeviceFacts {
   VkPhysicalDeviceShaderAtomicFloatFeaturesEXT atomic_float{};
   bool has_atomic_float_ext = false;
   bool has_push_descriptor_ext = false;
-  bool has_external_memory_fd_ext = false;     // VK_KHR_external_memory_fd
-  bool has_external_semaphore_fd_ext = false;  // VK_KHR_external_semaphore_fd
+  bool has_external_memory_fd_ext = false;              // VK_KHR_external_memory_fd
+  bool has_external_semaphore_fd_ext = false;           // VK_KHR_external_semaphore_fd
   bool has_pipeline_executable_properties_ext = false;  // VK_KHR_pipeline_executable_properties
   uint32_t max_push_descriptors = 0;
   VkQueueFamilyProperties queue_family{};
@@ -175,6 +175,7 @@ struct Capabilities {
   uint32_t max_push_descriptors = 0;
   bool timestamps = false;
   float timestamp_period_ns = 0;
+  uint32_t timestamp_valid_bits = 0;  // of the compute queue's family (0: no timestamps)
   uint32_t subgroup_size = 0;
   // Compute shaders may use the basic, vote and arithmetic subgroup operations
   // (VkPhysicalDeviceVulkan11Properties: subgroupSupportedStages has the compute stage,

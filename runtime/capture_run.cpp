@@ -365,7 +365,8 @@ void Runtime::submit_piece(RunPiece& p) {
   }
   for (const RunStep& st : p.steps) {
     if (!st.kernel) continue;
-    ctx_buffers_.flags.push_back({down + st.args_offset, st.kernel, LaunchId{++next_launch_}});
+    ctx_buffers_.flags.push_back(
+        {down + st.args_offset, st.kernel, LaunchId{++next_launch_}, 0, 0});
     count_launch(p.plans[st.plan]);
   }
   ++stats_.run_pieces;

@@ -32,7 +32,8 @@ std::string describe_device_error(const CompiledKernel& d, uint32_t task, uint32
   return "device reported error code " + std::to_string(flag);
 }
 
-void DeviceErrorLog::record(const CompiledKernel& d, const std::byte* base, LaunchId launch) {
+void DeviceErrorLog::record(const CompiledKernel& d, const std::byte* base, LaunchId launch,
+                            const std::function<std::string()>& where) {
   // Entries retire in submission order and a list's launches in launch order, so `launches`
   // stays ascending.
   for (uint32_t t = 0; t < d.tasks.size(); ++t) {
@@ -54,7 +55,10 @@ void DeviceErrorLog::record(const CompiledKernel& d, const std::byte* base, Laun
       e->message = std::move(what);
     }
     ++e->count;
-    if (e->launches.size() < DeviceError::kMaxListedLaunches) e->launches.push_back(launch);
+    if (e->launches.size() < DeviceError::kMaxListedLaunches) {
+      e->launches.push_back(launch);
+      e->wheres.push_back(where ? where() : std::string());
+    }
   }
 }
 
@@ -65,6 +69,7 @@ Status DeviceErrorLog::take() {
     std::string ids;
     for (size_t i = 0; i < e.launches.size(); ++i) {
       ids += (i ? ", #" : "#") + std::to_string(e.launches[i].value);
+      if (i < e.wheres.size() && !e.wheres[i].empty()) ids += " (" + e.wheres[i] + ")";
     }
     if (e.count > e.launches.size()) ids += ", ...";
     msg += (msg.empty() ? "" : "; ") + e.message +

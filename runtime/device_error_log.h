@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,8 @@ struct DeviceError {
   uint32_t code = 0;    // kErrorOutOfBounds, kErrorAdstackOverflow, ... (abi/kernel_abi.h)
   std::string message;  // "kernel 'k', task 't': <what happened and what to do>"
   std::vector<LaunchId> launches;
+  // Per listed launch: what the user wrote that made it ("launch 5 of graph 'step'"), or "".
+  std::vector<std::string> wheres;
   uint64_t count = 0;
 };
 
@@ -35,9 +38,13 @@ class DeviceErrorLog {
   static constexpr size_t kMaxErrors = 16;
   // Reads the error words of one retired launch of `kernel` from its args buffer `args`
   // (args_bytes() bytes, which still hold the launch's adstack capacities).
-  void record(const abi::CompiledKernel& kernel, const std::byte* args, LaunchId launch);
+  // `where` (called only when the launch flagged an error) says what the user wrote that made
+  // the launch, e.g. "launch 5 of graph 'step'"; the report puts it after the launch's number.
+  void record(const abi::CompiledKernel& kernel, const std::byte* args, LaunchId launch,
+              const std::function<std::string()>& where = {});
   // ok when nothing was recorded since the last call; otherwise one kDeviceError naming each
-  // error with its launches ("in launch #2", "in launches #2, #5 (3 launches)"), and reported()
+  // error with its launches ("in launch #2", "in launches #2, #5 (3 launches)", "in launch #7
+  // (launch 5 of graph 'step')"), and reported()
   // then holds them. The log is empty afterwards (reported once).
   Status take();
   const std::vector<DeviceError>& reported() const { return reported_; }

@@ -360,15 +360,28 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
       bundled = bundled && p->push_descriptors();
     }
   }
-  if (bundled) return replay_bundle(g, any_heap, where, first);
+  // With a timeline on, the launches are recorded one by one (below), each with its own
+  // timestamps: a bundle's commands are fixed, its queries could not be reset per replay.
+  if (bundled && !timeline_) return replay_bundle(g, graph.id, any_heap, where, first);
   // 3. Record, in capture order.
   VKAD_TRY(ensure_list());
   const LaunchId first_id{next_launch_ + 1};
-  VKAD_TRY(record_steps(list_, g, [&](uint32_t i) {
+  const double replay_begin = timeline_ ? TimelineRecorder::now_us() : 0;
+  timeline_graph_ = &g.name;
+  Status recorded = record_steps(list_, g, [&](uint32_t i) {
     const CapturedLaunch& c = g.launches[i];
+    replay_graph_ = graph.id;
+    replay_launch_ = i;
     return record_launch(c.kernel, g.plans[c.plan], graph_arrays(g, c),
                          g.args_blob.data() + g.args_offset[i], nullptr, c.barrier_after);
-  }));
+  });
+  timeline_graph_ = nullptr;
+  replay_graph_ = 0;
+  if (timeline_) {
+    timeline_->host("replay '" + g.name + "'", "replay", replay_begin, TimelineRecorder::now_us(),
+                    g.name);
+  }
+  VKAD_TRY(recorded);
   ++stats_.graph_replays;
   stats_.replayed_launches += g.launches.size();
   if (first && !g.launches.empty()) *first = first_id;
@@ -427,7 +440,8 @@ Status Runtime::record_bundles(Graph& g) {
   return {};
 }
 
-Status Runtime::replay_bundle(Graph& g, bool any_heap, const std::string& where, LaunchId* first) {
+Status Runtime::replay_bundle(Graph& g, uint64_t id, bool any_heap, const std::string& where,
+                              LaunchId* first) {
   // A graph with no heap task binds its args buffer where the heaps would go: heap growth
   // leaves its bundles valid.
   const bool record =
@@ -475,7 +489,8 @@ Status Runtime::replay_bundle(Graph& g, bool any_heap, const std::string& where,
   for (size_t i = 0; i < g.launches.size(); ++i) {
     while (g.args_offset[i] >= g.pieces[piece].second) ++piece;
     const std::byte* at = down[piece] + (g.args_offset[i] - g.pieces[piece].first);
-    ctx_buffers_.flags.push_back({at, g.launches[i].kernel, LaunchId{++next_launch_}});
+    ctx_buffers_.flags.push_back(
+        {at, g.launches[i].kernel, LaunchId{++next_launch_}, id, static_cast<uint32_t>(i)});
     count_launch(g.plans[g.launches[i].plan]);
   }
   ctx_bytes_ += 2 * g.args_blob.size();  // the upload and the readback slots
@@ -484,6 +499,13 @@ Status Runtime::replay_bundle(Graph& g, bool any_heap, const std::string& where,
   stats_.replayed_launches += g.launches.size();
   if (first && !g.launches.empty()) *first = first_id;
   return auto_flush();
+}
+
+std::string Runtime::graph_launch_where(uint64_t graph, uint32_t index) const {
+  auto it = graphs_.find(graph);
+  const std::string name = it == graphs_.end() ? "#" + std::to_string(graph) + " (released since)"
+                                               : "'" + it->second->name + "'";
+  return "launch " + std::to_string(index) + " of graph " + name;
 }
 
 }  // namespace vkad::runtime

@@ -392,6 +392,18 @@ Result<uint64_t> fill_pattern(DType dtype, double value, const std::string& name
 
 }  // namespace
 
+template <typename Record, typename Name>
+Status Runtime::timed(const char* category, Name&& name, Record&& record) {
+  bool on = false;
+  if (timeline_) {
+    static const std::string kNoGraph;
+    VKAD_ASSIGN_OR_RETURN(on, timeline_->begin_gpu(list_, name(), category, 0, kNoGraph));
+  }
+  record();
+  if (on) timeline_->end_gpu(list_);
+  return {};
+}
+
 Status Runtime::fill(NdArrayHandle array, double value) {
   VKAD_EXCLUSIVE_USE("fill");
   VKAD_TRY(device_->status());
@@ -418,10 +430,13 @@ Status Runtime::fill(NdArrayHandle array, double value) {
     return record_host_copy(a, host.data());
   }
   VKAD_TRY(ensure_list());
-  list_.barrier(rhi::Barrier::kComputeToTransfer);
-  list_.fill(a.buffer, lo, 0, a.bytes);
-  list_.barrier(rhi::Barrier::kTransferToCompute);
-  return {};
+  return timed(
+      "fill", [&] { return "fill '" + a.name + "'"; },
+      [&] {
+        list_.barrier(rhi::Barrier::kComputeToTransfer);
+        list_.fill(a.buffer, lo, 0, a.bytes);
+        list_.barrier(rhi::Barrier::kTransferToCompute);
+      });
 }
 
 Status Runtime::copy(NdArrayHandle src, NdArrayHandle dst) {
@@ -442,12 +457,15 @@ Status Runtime::copy(NdArrayHandle src, NdArrayHandle dst) {
         "copy '" + s->second.name + "' into '" + d->second.name + "': dtypes or shapes differ");
   }
   VKAD_TRY(ensure_list());
-  // After launches and after other copies / fills (a tape's snapshots copy back to back).
-  list_.barrier(rhi::Barrier::kComputeToTransfer);
-  list_.barrier(rhi::Barrier::kTransferToTransfer);
-  list_.copy(s->second.buffer, d->second.buffer, s->second.bytes);
-  list_.barrier(rhi::Barrier::kTransferToCompute);
-  return {};
+  return timed(
+      "copy", [&] { return "copy '" + s->second.name + "' -> '" + d->second.name + "'"; },
+      [&] {
+        // After launches and after other copies / fills (a tape's snapshots copy back to back).
+        list_.barrier(rhi::Barrier::kComputeToTransfer);
+        list_.barrier(rhi::Barrier::kTransferToTransfer);
+        list_.copy(s->second.buffer, d->second.buffer, s->second.bytes);
+        list_.barrier(rhi::Barrier::kTransferToCompute);
+      });
 }
 
 Status Runtime::zero_many(std::span<const NdArrayHandle> arrays) {
@@ -466,15 +484,22 @@ Status Runtime::zero_many(std::span<const NdArrayHandle> arrays) {
     return {};
   }
   VKAD_TRY(ensure_list());
-  // One barrier pair for all: the fills write distinct buffers (or the same one twice, with
-  // the same value), so no transfer->transfer dependency is needed between them.
-  list_.barrier(rhi::Barrier::kComputeToTransfer);
-  for (NdArrayHandle h : arrays) {
-    NdArray& a = arrays_.find(h.id)->second;
-    list_.fill(a.buffer, 0, 0, a.bytes);
-  }
-  list_.barrier(rhi::Barrier::kTransferToCompute);
-  return {};
+  return timed(
+      "fill",
+      [&] {
+        return arrays.size() == 1 ? "zero '" + arrays_.find(arrays[0].id)->second.name + "'"
+                                  : "zero " + std::to_string(arrays.size()) + " arrays";
+      },
+      [&] {
+        // One barrier pair for all: the fills write distinct buffers (or the same one twice,
+        // with the same value), so no transfer->transfer dependency is needed between them.
+        list_.barrier(rhi::Barrier::kComputeToTransfer);
+        for (NdArrayHandle h : arrays) {
+          NdArray& a = arrays_.find(h.id)->second;
+          list_.fill(a.buffer, 0, 0, a.bytes);
+        }
+        list_.barrier(rhi::Barrier::kTransferToCompute);
+      });
 }
 
 namespace {
@@ -531,24 +556,31 @@ Status Runtime::upload(NdArrayHandle array, const void* data, uint64_t bytes) {
 
 Status Runtime::record_host_copy(NdArray& a, const void* data) {
   VKAD_TRY(ensure_list());
-  if (a.bytes <= upload_ring_->chunk_bytes()) {  // small: staged in the ring, no buffer made
+  // The source: a ring slot when small (no buffer made), else a staging buffer of its own.
+  rhi::Buffer* src = nullptr;
+  uint64_t src_offset = 0;
+  if (a.bytes <= upload_ring_->chunk_bytes()) {
     VKAD_ASSIGN_OR_RETURN(HostRing::Slot slot,
                           upload_ring_->allocate(*device_, a.bytes, &ctx_buffers_.upload_chunks));
     std::memcpy(slot.data, data, a.bytes);
-    list_.barrier(rhi::Barrier::kComputeToTransfer);
-    list_.copy(*slot.buffer, a.buffer, a.bytes, slot.offset, 0);
+    src = slot.buffer;
+    src_offset = slot.offset;
   } else {
     VKAD_ASSIGN_OR_RETURN(
         rhi::Buffer staging,
         device_->create_buffer({a.bytes, rhi::MemoryUsage::kUpload, a.name + " upload"}));
     std::memcpy(staging.mapped(), data, a.bytes);
-    list_.barrier(rhi::Barrier::kComputeToTransfer);
-    list_.copy(staging, a.buffer, a.bytes);
     ctx_buffers_.buffers.push_back(std::move(staging));
+    src = &ctx_buffers_.buffers.back();
   }
-  list_.barrier(rhi::Barrier::kTransferToCompute);
   ctx_bytes_ += a.bytes;
-  return {};
+  return timed(
+      "upload", [&] { return "upload '" + a.name + "'"; },
+      [&] {
+        list_.barrier(rhi::Barrier::kComputeToTransfer);
+        list_.copy(*src, a.buffer, a.bytes, src_offset, 0);
+        list_.barrier(rhi::Barrier::kTransferToCompute);
+      });
 }
 
 Status Runtime::download(NdArrayHandle array, void* out, uint64_t bytes) {
@@ -584,9 +616,13 @@ Status Runtime::download(NdArrayHandle array, void* out, uint64_t bytes) {
     from = own.mapped();
   }
   VKAD_ASSIGN_OR_RETURN(rhi::StreamSemaphore sem, flush());
+  const double wait_begin = timeline_ ? TimelineRecorder::now_us() : 0;
   if (!sem.wait()) {
     VKAD_TRY(device_->status());
     return make_error(ErrorCode::kTimeout, "download from '" + a.name + "' did not complete");
+  }
+  if (timeline_) {
+    timeline_->host("download '" + a.name + "'", "wait", wait_begin, TimelineRecorder::now_us());
   }
   std::memcpy(out, from, bytes);
   // An own readback buffer was used only by `sem`, which is complete: released at once.
@@ -811,11 +847,20 @@ Status Runtime::record_launch(const std::shared_ptr<const Kernel>& k, const Comm
   VKAD_ASSIGN_OR_RETURN(HostRing::Slot args_slot,
                         upload_ring_->allocate(*device_, args_bytes, &ctx_buffers_.upload_chunks));
   std::memcpy(args_slot.data, encoded, args_bytes);
-  VKAD_TRY(record_dispatches(list_, *k, plan, arrays, *args_slot.buffer, args_slot.offset,
-                             final_barrier));
+  bool timed = false;
+  if (timeline_) {
+    static const std::string kNoGraph;
+    VKAD_ASSIGN_OR_RETURN(timed,
+                          timeline_->begin_gpu(list_, k->desc.name, "launch", next_launch_ + 1,
+                                               timeline_graph_ ? *timeline_graph_ : kNoGraph));
+  }
+  Status recorded = record_dispatches(list_, *k, plan, arrays, *args_slot.buffer, args_slot.offset,
+                                      final_barrier);
+  if (timed) timeline_->end_gpu(list_);  // also after a failure: its stamp is read at the end
+  VKAD_TRY(recorded);
   ctx_bytes_ += args_bytes;
   const LaunchId launch_id{++next_launch_};
-  ctx_buffers_.flags.push_back({args_slot.data, k, launch_id});
+  ctx_buffers_.flags.push_back({args_slot.data, k, launch_id, replay_graph_, replay_launch_});
   count_launch(plan);
   if (id) *id = launch_id;
   return {};
@@ -890,10 +935,12 @@ Result<rhi::StreamSemaphore> Runtime::submit_list() {
   // submission that may read them.
   if (!host_views_.empty()) VKAD_TRY(sync_host_views(/*to_device=*/true));
   const bool profile = options_.profile_flush;
+  const double submit_begin = timeline_ ? TimelineRecorder::now_us() : 0;
   Result<rhi::StreamSemaphore> sem = [&] {
     PhaseTimer timer(profile, &profile_.submit_us);
     return stream_->submit(list_);
   }();
+  if (timeline_) timeline_->host("submit", "submit", submit_begin, TimelineRecorder::now_us());
   if (!sem.ok()) {
     // Nothing was submitted; the ctx buffers were only recorded into a list that is gone, so
     // they are released through the deleter (which waits for no serial that never ran).
@@ -912,10 +959,15 @@ Result<rhi::StreamSemaphore> Runtime::submit_list() {
     next = std::move(spare_ctx_.back());
     spare_ctx_.pop_back();
   }
+  const uint64_t forced_before = timeline_ ? retirement_.counters().forced_waits : 0;
+  const double push_begin = timeline_ ? TimelineRecorder::now_us() : 0;
   Status pushed = [&] {
     PhaseTimer timer(profile, &profile_.poll_us);
     return retirement_.push(*sem, std::exchange(ctx_buffers_, std::move(next)), bytes);
   }();
+  if (timeline_ && retirement_.counters().forced_waits != forced_before) {
+    timeline_->host("retirement wait", "wait", push_begin, TimelineRecorder::now_us());
+  }
   take_retired();
   VKAD_TRY(pushed);
   PhaseTimer timer(profile, &profile_.recycle_us);
@@ -953,10 +1005,12 @@ Status Runtime::synchronize() {
   VKAD_EXCLUSIVE_USE("synchronize");
   VKAD_TRY(not_while_capturing("synchronize"));
   VKAD_ASSIGN_OR_RETURN(rhi::StreamSemaphore sem, flush());
+  const double wait_begin = timeline_ ? TimelineRecorder::now_us() : 0;
   if (!sem.wait()) {
     VKAD_TRY(device_->status());
     return make_error(ErrorCode::kTimeout, "synchronize: the last submission did not complete");
   }
+  if (timeline_) timeline_->host("synchronize", "wait", wait_begin, TimelineRecorder::now_us());
   if (!host_views_.empty()) VKAD_TRY(sync_host_views(/*to_device=*/false));
   VKAD_TRY(drain_all());
   return errors_.take();
@@ -983,8 +1037,53 @@ Status Runtime::set_retirement_depth(size_t depth) {
 
 void Runtime::read_error_flags(CtxBuffers& retired) {
   for (const FlagSite& site : retired.flags) {
-    errors_.record(site.kernel->desc, site.args, site.launch);
+    if (site.graph == 0) {
+      errors_.record(site.kernel->desc, site.args, site.launch);
+      continue;
+    }
+    errors_.record(site.kernel->desc, site.args, site.launch,
+                   [&] { return graph_launch_where(site.graph, site.graph_launch); });
   }
+}
+
+Status Runtime::begin_timeline(uint64_t max_events) {
+  VKAD_EXCLUSIVE_USE("begin_timeline");
+  VKAD_TRY(device_->status());
+  VKAD_TRY(not_while_capturing("begin_timeline"));
+  if (timeline_) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "begin_timeline: a timeline is already being recorded (end_timeline first)");
+  }
+  // The calibration stamp goes into a list of its own on an idle device: it is written as
+  // soon as the submission arrives, between the two host times taken around it.
+  VKAD_TRY(flush().status());
+  VKAD_TRY(drain_all());
+  auto recorder = std::make_unique<TimelineRecorder>(*device_, max_events);
+  VKAD_TRY(ensure_list());
+  VKAD_TRY(recorder->begin_calibration(list_, TimelineRecorder::now_us()));
+  VKAD_ASSIGN_OR_RETURN(rhi::StreamSemaphore sem, flush());
+  if (!sem.wait()) {
+    VKAD_TRY(device_->status());
+    return make_error(ErrorCode::kTimeout, "begin_timeline: the calibration did not complete");
+  }
+  VKAD_TRY(recorder->calibrate(TimelineRecorder::now_us()));
+  timeline_ = std::move(recorder);
+  return {};
+}
+
+Result<Timeline> Runtime::end_timeline() {
+  VKAD_EXCLUSIVE_USE("end_timeline");
+  VKAD_TRY(not_while_capturing("end_timeline"));
+  if (!timeline_) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "end_timeline: no timeline is being recorded (begin_timeline first)");
+  }
+  // Every submission complete, so every stamp is written; device errors found meanwhile stay
+  // pending for the next download / synchronize (drain_all does not report them).
+  std::unique_ptr<TimelineRecorder> recorder = std::move(timeline_);
+  VKAD_TRY(flush().status());
+  VKAD_TRY(drain_all());
+  return recorder->finish(device_->caps().device_name);
 }
 
 Status Runtime::save_pipeline_cache() {

@@ -52,12 +52,14 @@
 #include "rhi/pipeline.h"
 #include "rhi/stream.h"
 #include "runtime/adstack_heaps.h"
+#include "runtime/defaults.h"
 #include "runtime/device_error_log.h"
 #include "runtime/host_ring.h"
 #include "runtime/launch_plan.h"
 #include "runtime/ndarray_table.h"
 #include "runtime/pipeline_cache.h"
 #include "runtime/retirement_queue.h"
+#include "runtime/timeline_recorder.h"
 #include "runtime/use_guard.h"
 
 namespace vkad::runtime {
@@ -105,7 +107,7 @@ inline constexpr uint32_t kBundleLaunches = 512;
 struct RuntimeOptions {
   rhi::DeviceOptions device;
   rhi::SyncMode sync_mode = rhi::SyncMode::kAuto;
-  size_t retirement_depth = 3;
+  size_t retirement_depth = kDefaultRetirementDepth;
   // vkad's policy is kPerEntryPolling; the others are baselines for benchmarks.
   RetirementPolicy retirement_policy = RetirementPolicy::kPerEntryPolling;
   uint32_t max_dispatches_per_list = 1024;
@@ -213,8 +215,8 @@ struct RuntimeStats {
   // ... wanted, run generic while the variant was made in the background
   // (RuntimeOptions::background_specialization)
   uint64_t adstack_specialize_pending = 0;
-  uint64_t pipelines_pending = 0;               // variants being made in the background now
-  uint64_t adstack_specialized_pipelines = 0;   // cached specialized variants (either tier)
+  uint64_t pipelines_pending = 0;              // variants being made in the background now
+  uint64_t adstack_specialized_pipelines = 0;  // cached specialized variants (either tier)
   // The host rings (host_ring.h: launch args, small staging and readbacks): chunk buffers held
   // by the rings now (open + pool; those in flight come back at retirement), and created so far.
   uint64_t ring_chunks_held = 0;
@@ -508,6 +510,16 @@ class Runtime {
   // of a program, not per iteration. Errors: those of synchronize(); kFailedPrecondition while
   // capturing.
   Status release_idle_memory();
+  // A timeline (runtime/timeline.h): from begin_timeline to end_timeline every launch, fill,
+  // copy and upload is timed on the device and submissions and waits on the host. begin waits
+  // for the device once (the clock calibration); kFailedPrecondition while capturing or when a
+  // timeline is already being recorded. `max_events`: events kept, later ones counted as
+  // dropped. end_timeline waits for every submission and reads the timestamps; device errors
+  // raised meanwhile stay pending for the next download / synchronize. kFailedPrecondition
+  // when no timeline was begun.
+  Status begin_timeline(uint64_t max_events = kTimelineMaxEvents);
+  Result<Timeline> end_timeline();
+  bool timeline_on() const { return timeline_ != nullptr; }
   size_t retirement_depth() const { return retirement_.depth(); }
   // A snapshot of the counters. Like every call, kFailedPrecondition while another thread is
   // inside this runtime (the counters are being changed; see use_guard.h).
@@ -545,6 +557,8 @@ class Runtime {
     const std::byte* args;                 // the launch's args slot in the upload ring (mapped)
     std::shared_ptr<const Kernel> kernel;  // kept alive even if unregistered meanwhile
     LaunchId launch;
+    uint64_t graph = 0;         // a replayed launch's graph (its handle id), else 0
+    uint32_t graph_launch = 0;  // and its index in the graph
   };
   // Per-flush payload of the retirement queue.
   struct CtxBuffers {
@@ -555,7 +569,7 @@ class Runtime {
     std::vector<rhi::Buffer> upload_chunks, readback_chunks;
   };
 
-  Runtime() : retirement_(3) {}
+  Runtime() : retirement_(kDefaultRetirementDepth) {}
   Status ensure_list();
   // Records a host -> device copy of all of `a` from `data` (a.bytes bytes) through a staging
   // buffer retired with the list: upload, and fill's patterns that vkCmdFillBuffer cannot repeat.
@@ -584,11 +598,23 @@ class Runtime {
   CtxBuffers ctx_buffers_;
   uint64_t ctx_bytes_ = 0;
   RetirementQueue<CtxBuffers> retirement_;
-  std::vector<CtxBuffers> retired_;        // take_retired's scratch (no allocation per flush)
+  std::vector<CtxBuffers> retired_;  // take_retired's scratch (no allocation per flush)
   // Retired payloads emptied, their vectors' capacity kept: the next flush's ctx_buffers_ come
   // from here, so a flush allocates no vectors in the steady state.
   std::vector<CtxBuffers> spare_ctx_;
   FlushProfile profile_;  // RuntimeOptions::profile_flush
+  // begin_timeline .. end_timeline; null otherwise (a launch then tests this pointer only).
+  std::unique_ptr<TimelineRecorder> timeline_;
+  const std::string* timeline_graph_ = nullptr;  // the graph being replayed, for its events
+  // The graph launch record_launch is recording (a replay launch by launch), for its FlagSite.
+  uint64_t replay_graph_ = 0;
+  uint32_t replay_launch_ = 0;
+  // "launch k of graph 'name'" for a flagged replayed launch (the graph may be released by then).
+  std::string graph_launch_where(uint64_t graph, uint32_t index) const;
+  // Records a device event around what `record` records into list_ when the timeline is on;
+  // `name` is called only then.
+  template <typename Record, typename Name>
+  Status timed(const char* category, Name&& name, Record&& record);
   // Freed pooled ndarrays' buffers, oldest first (create_ndarray's `pooled`), with their bytes.
   struct PooledBuffer {
     rhi::Buffer buffer;
@@ -603,7 +629,7 @@ class Runtime {
   PipelineCache pipelines_{256, nullptr};  // create() sets it from the options
   std::unordered_map<uint64_t, std::shared_ptr<const Kernel>> kernels_;
   NdArrayTable arrays_;
-  uint64_t runtime_id_ = 0;   // process-wide, the high half of every handle
+  uint64_t runtime_id_ = 0;  // process-wide, the high half of every handle
   // The low half: atomic for reserve_kernel_handle (any thread); issue_id the same counter.
   std::atomic<uint32_t> next_serial_{1};
   std::unordered_set<uint64_t> reserved_kernels_;  // reserved, not yet registered (under mu)
@@ -634,8 +660,8 @@ class Runtime {
     std::vector<rhi::Buffer*> arrays;  // the ndarray arguments' buffers, in parameter order
   };
   PlannedLaunch planned_;
-  LaunchInputs plan_inputs_;                    // plan_pipelines' scratch
-  std::vector<abi::ScalarValue> plan_scalars_;  // plan_pipelines' scratch
+  LaunchInputs plan_inputs_;                               // plan_pipelines' scratch
+  std::vector<abi::ScalarValue> plan_scalars_;             // plan_pipelines' scratch
   std::vector<std::vector<uint32_t>> plan_adstack_words_;  // plan_pipelines' scratch
   PipelineCache::VariantKey plan_variant_;  // plan_pipelines' scratch (one task's key)
   // `args` must have just passed check_args(k, args): its arrays are read from checked_arrays_.
@@ -722,7 +748,7 @@ class Runtime {
     rhi::Buffer args_dev;
     std::vector<rhi::Bundle> bundles;  // the steps in order, kBundleLaunches launches each
     uint64_t bundle_heaps = 0;         // heaps_.generation() the bundles were recorded with
-    bool rerecord = false;      // an update changed a launch's plan (ranges, groups, pipelines)
+    bool rerecord = false;  // an update changed a launch's plan (ranges, groups, pipelines)
     // Some plan runs a generic pipeline while its specialized one is being made
     // (CommandPlan::spec_pending): replays look for it (refresh_pending_plans).
     bool pending_plans = false;
@@ -734,7 +760,8 @@ class Runtime {
     size_t launches = 0, steps = 0, blob = 0;
   };
   CaptureSizes capture_sizes_;
-  Status replay_bundle(Graph& g, bool any_heap, const std::string& where, LaunchId* first);
+  Status replay_bundle(Graph& g, uint64_t id, bool any_heap, const std::string& where,
+                       LaunchId* first);
   // replay()'s steps: the launches updates change (copies), their new plans (`rerecord` when
   // one changes what a bundle bakes in: same_commands), and every array and heap the graph
   // binds, checked alive.
@@ -786,9 +813,9 @@ class Runtime {
     // launch), and back out for the error words, as a graph's replay does.
     std::vector<std::byte> args_host;
     rhi::Buffer args;
-    uint64_t seq = 0;     // cut order: submitted in it
-    bool direct = false;  // recorded into the runtime's list (a pipeline without push descriptors)
-    rhi::Bundle bundle;   // the recording's result
+    uint64_t seq = 0;      // cut order: submitted in it
+    bool direct = false;   // recorded into the runtime's list (a pipeline without push descriptors)
+    rhi::Bundle bundle;    // the recording's result
     double record_us = 0;  // the recording thread's time on it (VKAD_GRAPH_TRACE)
     Status status;
   };
@@ -817,7 +844,7 @@ class Runtime {
   static Status record_run_steps(rhi::CommandList& list, RunPiece& piece,
                                  std::vector<rhi::Buffer*>& bindings,
                                  std::vector<uint64_t>& filled);
-  void run_after_step();  // a step was captured: submit, cut
+  void run_after_step();             // a step was captured: submit, cut
   void run_cut(bool split = false);  // the steps not in a piece yet (split: one per thread)
   void run_cut_range(size_t begin, size_t end);  // steps [begin, end) as one piece
   Status run_heaps(size_t begin, size_t end, uint64_t* lo, uint64_t* hi);  // run_cut's parts

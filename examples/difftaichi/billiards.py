@@ -382,6 +382,9 @@ def plot(sim: Billiards, losses: Sequence[float], out: str) -> List[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--iters", type=int, default=200, help="training iterations (default 200)")
+    ap.add_argument("--profile", metavar="TRACE.json", default=None,
+                    help="time the last iteration on the device: a Chrome trace / Perfetto file "
+                         "and a per-kernel summary (docs/debugging.md)")
     ap.add_argument("--steps", type=int, default=STEPS, help=f"time steps (default {STEPS})")
     ap.add_argument("--layers", type=int, default=BILLIARD_LAYERS,
                     help=f"layers of the rack (default {BILLIARD_LAYERS}: 10 balls)")
@@ -418,7 +421,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 plt.close(fig)
                 print(f"wrote {path}")
             return 0
-        losses = train(sim, a.iters, "billiards")
+        losses = train(sim, a.iters, "billiards", profile=a.profile,
+                       session=s)
         final = sim.loss()
         w = sim.weights()
         print(f"loss {losses[0] if losses else final:.6f} -> {final:.6f} (init_x "

@@ -438,6 +438,9 @@ def plot(sim: DiffMPM, losses: Sequence[float], out: str) -> List[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--iters", type=int, default=100, help="training iterations (default 100)")
+    ap.add_argument("--profile", metavar="TRACE.json", default=None,
+                    help="time the last iteration on the device: a Chrome trace / Perfetto file "
+                         "and a per-kernel summary (docs/debugging.md)")
     ap.add_argument("--steps", type=int, default=STEPS, help=f"time steps (default {STEPS})")
     ap.add_argument("--grid", type=int, default=N_GRID,
                     help=f"grid cells per side (default {N_GRID}; particles: 2 per cell side)")
@@ -457,7 +460,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sc = sim.scene
         print(f"{s.device_name}: {a.scene} ({sc.n_particles} particles, {sc.n_actuators} "
               f"actuators), {a.grid}^2 grid, {a.steps} steps, {a.iters} iterations")
-        losses = train(sim, a.iters, "diffmpm", bar_digits=4, line_digits=5)
+        losses = train(sim, a.iters, "diffmpm", bar_digits=4, line_digits=5,
+                       profile=a.profile, session=s)
         final = sim.loss()
         start = -float(np.mean([p[0] for p, t in zip(sc.x, sc.particle_type) if t == 1]))
         print(f"loss {losses[0] if losses else final:.5f} -> {final:.5f} (the solid particles' "

@@ -432,6 +432,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--robot", type=int, default=0, help="DiffTaichi's robot 0-3 (default 0)")
     ap.add_argument("--iters", type=int, default=100, help="training iterations (default 100)")
+    ap.add_argument("--profile", metavar="TRACE.json", default=None,
+                    help="time the last iteration on the device: a Chrome trace / Perfetto file "
+                         "and a per-kernel summary (docs/debugging.md)")
     ap.add_argument("--steps", type=int, default=STEPS, help=f"time steps (default {STEPS})")
     ap.add_argument("--no-toi", action="store_true",
                     help="friction projection at the ground instead of time of impact")
@@ -448,7 +451,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          toi=not a.no_toi, seed=a.seed, graph=not a.no_graph)
         print(f"{s.device_name}: robot {a.robot} ({len(sim.objects)} masses, "
               f"{len(sim.springs)} springs), {a.steps} steps, {a.iters} iterations")
-        losses = train(sim, a.iters, "mass_spring", bar_digits=4, line_digits=5)
+        losses = train(sim, a.iters, "mass_spring", bar_digits=4, line_digits=5,
+                       profile=a.profile, session=s)
         final = sim.loss()
         moved = -final - sim.objects[HEAD_ID][0]  # the loss is -x of the head
         print(f"loss {losses[0]:.5f} -> {final:.5f} (the head moved {moved:+.4f})")

@@ -341,6 +341,9 @@ def plot(sim: Wave, losses: Sequence[float], out: str) -> List[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--iters", type=int, default=200, help="training iterations (default 200)")
+    ap.add_argument("--profile", metavar="TRACE.json", default=None,
+                    help="time the last iteration on the device: a Chrome trace / Perfetto file "
+                         "and a per-kernel summary (docs/debugging.md)")
     ap.add_argument("--steps", type=int, default=STEPS, help=f"time steps (default {STEPS})")
     ap.add_argument("--grid", type=int, default=N_GRID,
                     help=f"grid cells per side (default {N_GRID}; dx = 1 / grid)")
@@ -357,7 +360,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sim = Wave(s, a.steps, a.grid, vkad.f64 if a.f64 else vkad.f32, graph=not a.no_graph,
                    loop=not a.no_loop)
         print(f"{s.device_name}: {a.grid}^2 grid, {a.steps} steps, {a.iters} iterations")
-        losses = train(sim, a.iters, "wave")
+        losses = train(sim, a.iters, "wave", profile=a.profile,
+                       session=s)
         final = sim.loss()
         print(f"loss {losses[0] if losses else final:.6f} -> {final:.6f}")
         for path in plot(sim, losses + [final], a.out):

@@ -2077,6 +2077,12 @@ struct Session {
   void release_idle_memory() {
     check(blocking(*st, [](vkad::Session& s) { return s.release_idle_memory(); }));
   }
+  void begin_timeline(uint64_t max_events) {
+    check(blocking(*st, [&](vkad::Session& s) { return s.begin_timeline(max_events); }));
+  }
+  vkad::Timeline end_timeline() {
+    return take(blocking(*st, [](vkad::Session& s) { return s.end_timeline(); }));
+  }
   void close() {
     nb::gil_scoped_release release;  // destruction waits for this session's work
     std::lock_guard<std::mutex> l(st->mu);
@@ -2562,9 +2568,11 @@ void bind_tape_hazards_and_differentiated(nb::module_& m) {
 
 // vkad.Session: creation, kernels, arrays (first half; the class object for the second).
 nb::class_<Session> bind_session_kernels_and_arrays(nb::module_& m) {
+  static_assert(vkad::runtime::kDefaultRetirementDepth == 3, "the signature below says 3");
   return nb::class_<Session>(m, "Session", "A device, its kernels and ndarrays (vkad::Session).")
       .def(nb::init<nb::handle, bool, size_t, uint32_t, std::optional<std::string>, bool>(),
-           "device"_a = nb::none(), "validation"_a = false, "retirement_depth"_a = 3,
+           "device"_a = nb::none(), "validation"_a = false,
+           "retirement_depth"_a = vkad::runtime::kDefaultRetirementDepth,
            "spare_memory_blocks"_a = 1, "cache_dir"_a = nb::none(), "specialize_shapes"_a = true,
            nb::sig("def __init__(self, device: int | str | None = None, validation: bool = False, "
                    "retirement_depth: int = 3, spare_memory_blocks: int = 1, "
@@ -2628,6 +2636,67 @@ nb::class_<Session> bind_session_kernels_and_arrays(nb::module_& m) {
 }
 
 // vkad.Session: launches, tapes, synchronisation, loops, graphs.
+// vkad::Timeline (runtime/timeline.h): what Session.end_timeline returns.
+void bind_timeline(nb::module_& m) {
+  nb::class_<vkad::Timeline>(m, "Timeline",
+                             "Device and host events recorded between Session.begin_timeline "
+                             "and end_timeline (docs/debugging.md).")
+      .def_prop_ro(
+          "events",
+          [](const vkad::Timeline& t) {
+            nb::list out;
+            for (const vkad::TimelineEvent& e : t.events) {
+              nb::dict d;
+              d["name"] = e.name;
+              d["category"] = e.category;
+              d["gpu"] = e.gpu;
+              d["launch"] = e.launch;
+              d["graph"] = e.graph;
+              d["begin_us"] = e.begin_us;
+              d["end_us"] = e.end_us;
+              out.append(d);
+            }
+            return out;
+          },
+          nb::sig("def events(self) -> list[dict[str, str | bool | int | float]]"),
+          "Each event as a dict: name, category, gpu, launch, graph, begin_us, end_us "
+          "(microseconds since begin_timeline on the host's clock). Device events first, in "
+          "recording order, then host spans.")
+      .def_ro("dropped", &vkad::Timeline::dropped, "Events past max_events, not kept.")
+      .def_ro("gpu_timestamps", &vkad::Timeline::gpu_timestamps,
+              "False when the device has no timestamp queries (host spans only).")
+      .def_ro("device", &vkad::Timeline::device)
+      .def_ro("note", &vkad::Timeline::note)
+      .def_ro("clock_uncertainty_us", &vkad::Timeline::clock_uncertainty_us,
+              "How far device events may sit from the host clock (durations are exact).")
+      .def("chrome_trace_json", &vkad::Timeline::chrome_trace_json)
+      .def(
+          "save",
+          [](const vkad::Timeline& t, const std::string& path) {
+            check(t.write_chrome_trace(path));
+          },
+          "path"_a, "Writes the Chrome trace / Perfetto JSON file.")
+      .def("summary", &vkad::Timeline::summary,
+           "A table of device time per name: count, total, mean, share.")
+      .def(
+          "kernels",
+          [](const vkad::Timeline& t) {
+            nb::list out;
+            for (const vkad::TimelineKernelSummary& k : t.summarize()) {
+              nb::dict d;
+              d["name"] = k.name;
+              d["count"] = k.count;
+              d["total_us"] = k.total_us;
+              d["mean_us"] = k.mean_us;
+              d["share"] = k.share;
+              out.append(d);
+            }
+            return out;
+          },
+          nb::sig("def kernels(self) -> list[dict[str, str | int | float]]"),
+          "summary() as data: device time per name, largest total first.");
+}
+
 void bind_session_launches_and_graphs(nb::class_<Session>& cls) {
   cls.def("free", &Session::free, "array"_a, nb::sig("def free(self, array: NdArray) -> None"))
       .def("zero", &Session::zero, "array"_a, nb::sig("def zero(self, array: NdArray) -> None"))
@@ -2674,6 +2743,13 @@ void bind_session_launches_and_graphs(nb::class_<Session>& cls) {
            "Waits like synchronize(), then returns the runtime's idle memory (rings, adstack "
            "heaps, spare memory blocks) to the driver; arrays, kernels and graphs are kept. "
            "stats() tells the user's memory (user_bytes) from the runtime's (runtime_bytes).")
+      .def("begin_timeline", &Session::begin_timeline,
+           "max_events"_a = vkad::runtime::kTimelineMaxEvents,
+           "Starts a timeline (docs/debugging.md): every launch, fill, copy and upload until "
+           "end_timeline() is timed on the device. Waits for the device once. vkad.profile() "
+           "is the context manager around it.")
+      .def("end_timeline", &Session::end_timeline,
+           "Waits for the device and returns the Timeline recorded since begin_timeline().")
       .def("validation_messages", &Session::validation_messages)
       .def(
           "_set_tape",
@@ -2717,6 +2793,7 @@ NB_MODULE(_vkad, m) {
   bind_loop_record_and_bound(m);
   bind_kernel(m);
   bind_tape_hazards_and_differentiated(m);
+  bind_timeline(m);
   nb::class_<Session> cls = bind_session_kernels_and_arrays(m);
   bind_session_launches_and_graphs(cls);
 }

@@ -395,7 +395,8 @@ from .frontend import (kernel, func, array, scalar, vec, mat, static, ndrange,  
                        max_trip, atomic_add, atomic_sub, default_session, set_default_session,
                        KernelFunction)
 # Gradients against central differences, Jacobians (docs/debugging.md)
-from .debugging import gradcheck, jacobian, GradcheckError, GradcheckResult  # noqa: E402
+from .debugging import gradcheck, jacobian, GradcheckError, GradcheckResult, profile  # noqa: E402
+from ._vkad import Timeline  # noqa: E402
 
 __all__ = ["Session", "from_dlpack", "Tape", "Graph", "BoundLaunch", "LoopIndex", "LoopRecord", "DType", "Kernel", "NdArray", "Differentiated", "KernelBuilder",
            "Value", "Scalar", "Array", "Dim", "Local", "f32", "f64", "i32", "u32", "i64", "bool_",
@@ -407,4 +408,4 @@ __all__ = ["Session", "from_dlpack", "Tape", "Graph", "BoundLaunch", "LoopIndex"
            "select", "cast", "Vector", "Matrix", "polar_decompose", "kernel", "func", "array",
            "scalar", "vec", "mat", "static", "ndrange", "max_trip", "atomic_add", "atomic_sub",
            "default_session", "set_default_session", "KernelFunction", "gradcheck", "jacobian",
-           "GradcheckError", "GradcheckResult"]
+           "GradcheckError", "GradcheckResult", "profile", "Timeline"]

@@ -622,3 +622,63 @@ def jacobian(fn, inputs: Sequence[Any], *, session=None, outputs=None, wrt=None,
 
 
 __all__ = ["gradcheck", "jacobian", "GradcheckError", "GradcheckResult", "InputCheck"]
+
+
+class profile:
+    """A timeline of what runs inside the block (docs/debugging.md, "Timeline"):
+
+        with vkad.profile("trace.json") as p:      # session= picks one; default_session()
+            train_step()
+        print(p.summary())                          # device time per kernel
+        # trace.json opens in ui.perfetto.dev or chrome://tracing
+
+    Every launch (forward and adjoint kernels, a replayed graph's launches named by kernel and
+    graph), fill, copy and upload in the block is timed on the device with timestamp queries;
+    submissions and waits are host spans. Entering waits for the device once (to align the
+    clocks). A device without timestamp queries gives host spans only (`timeline.gpu_timestamps`
+    is False). After the block, `p.timeline` is the vkad.Timeline (events, kernels(), summary(),
+    save(path)); `path` (optional) receives its Chrome trace JSON, `print_summary=True` prints
+    the summary. Nothing is timed outside such a block."""
+
+    def __init__(self, path=None, session=None, max_events=1_000_000, print_summary=False):
+        self.path = path
+        self._session = session
+        self.max_events = int(max_events)
+        self.print_summary = print_summary
+        self.timeline = None
+        self.session = None
+
+    def __enter__(self):
+        from .frontend import default_session
+        self.session = self._session if self._session is not None else default_session()
+        self.session.begin_timeline(self.max_events)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            # The block's error is the one to see; the timeline is ended all the same, so the
+            # session can record another.
+            try:
+                self.timeline = self.session.end_timeline()
+            except Exception:  # noqa: BLE001 - secondary to the error raised in the block
+                pass
+            return False
+        self.timeline = self.session.end_timeline()
+        if self.path is not None:
+            self.timeline.save(str(self.path))
+        if self.print_summary:
+            print(self.timeline.summary())
+        return False
+
+    def summary(self):
+        """The per-kernel table of the finished timeline."""
+        if self.timeline is None:
+            raise RuntimeError("vkad.profile: summary() after the with-block ends")
+        return self.timeline.summary()
+
+    @property
+    def events(self):
+        if self.timeline is None:
+            raise RuntimeError("vkad.profile: events after the with-block ends")
+        return self.timeline.events
+

@@ -553,6 +553,28 @@ int main(void) {
   CHECK(stats.args_ring_bytes > 0 && stats.runtime_bytes >= stats.args_ring_bytes);
   /* Idle runtime memory back to the driver: the rings and pools are empty afterwards, the
    * user's arrays stay. */
+  /* A timeline: two fills timed on the device (where it has timestamp queries), the summary
+   * truncated to the buffer, misuse refused. */
+  {
+    char summary[16];
+    size_t needed = 0;
+    uint64_t events = 0;
+    st = vkad_timeline_end(s, NULL, NULL, 0, NULL, NULL);
+    CHECK(vkad_status_code(st) == VKAD_FAILED_PRECONDITION);
+    CHECK(strstr(vkad_status_message(st), "no timeline") != NULL);
+    vkad_status_free(st);
+    OK(vkad_timeline_begin(s, 0));
+    st = vkad_timeline_begin(s, 0);
+    CHECK(vkad_status_code(st) == VKAD_FAILED_PRECONDITION);
+    vkad_status_free(st);
+    OK(vkad_ndarray_fill(s, hgx, 0.5));
+    OK(vkad_ndarray_fill(s, hgy, 0.25));
+    OK(vkad_synchronize(s));
+    OK(vkad_timeline_end(s, NULL, summary, sizeof summary, &needed, &events));
+    CHECK(strlen(summary) == sizeof summary - 1 && needed > sizeof summary);
+    CHECK(strncmp(summary, "name", 4) == 0);
+    CHECK(events >= 2); /* the submission and the wait at least; the fills with timestamps */
+  }
   OK(vkad_release_idle_memory(s));
   {
     vkad_stats idle;

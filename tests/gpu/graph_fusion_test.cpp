@@ -351,6 +351,15 @@ TEST_F(FusionEdges, AZeroedArrayShorterThanTheRangeStillFaultsOutOfBounds) {
   Status st = s_->synchronize();
   EXPECT_EQ(st.code(), ErrorCode::kDeviceError) << st.to_string();
   EXPECT_NE(st.message().find("out-of-bounds"), std::string::npos) << st.to_string();
+  // The error names the graph launch that raised it (issue 56, point 5), from a replay of its
+  // bundles and from one recorded launch by launch (with a timeline on).
+  EXPECT_NE(st.message().find(" of graph 'g')"), std::string::npos) << st.to_string();
+  ASSERT_TRUE(s_->begin_timeline().ok());
+  ASSERT_TRUE(s_->replay(*g).ok());
+  ASSERT_TRUE(s_->end_timeline().ok());
+  st = s_->synchronize();
+  EXPECT_EQ(st.code(), ErrorCode::kDeviceError) << st.to_string();
+  EXPECT_NE(st.message().find(" of graph 'g')"), std::string::npos) << st.to_string();
 }
 
 TEST_F(FusionEdges, StepsRecordedThroughTheRuntimeDuringACaptureAreKept) {

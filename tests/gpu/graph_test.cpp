@@ -83,13 +83,16 @@ class Graphs : public ::testing::TestWithParam<bool> {
     return *g;
   }
   // The device error the axpy kernel raises (x < 0) at the three launches from `first` on,
-  // reported by synchronize with their numbers.
-  void expect_three_flagged(runtime::LaunchId first) {
+  // reported by synchronize with their numbers, each replayed one also with its place in the
+  // graph ("#4 (launch 0 of graph 'three')").
+  void expect_three_flagged(runtime::LaunchId first, bool replayed) {
     Status s = rt_->synchronize();
     EXPECT_EQ(s.code(), ErrorCode::kDeviceError);
-    const std::string want = "launches #" + std::to_string(first.value) + ", #" +
-                             std::to_string(first.value + 1) + ", #" +
-                             std::to_string(first.value + 2);
+    auto id = [&](uint64_t k) {
+      const std::string n = "#" + std::to_string(first.value + k);
+      return replayed ? n + " (launch " + std::to_string(k) + " of graph 'three')" : n;
+    };
+    const std::string want = "launches " + id(0) + ", " + id(1) + ", " + id(2);
     EXPECT_NE(s.message().find(want), std::string::npos) << s.message() << "\nwanted " << want;
   }
   void expect_y(float sum_a) {
@@ -249,7 +252,8 @@ TEST_P(Graphs, AGraphWhoseArgsSpanSeveralRingChunksRunsEveryLaunchWithItsOwnArgs
   ASSERT_TRUE(rt_->replay(*g, {}, &first).ok());
   Status s = rt_->synchronize();
   EXPECT_EQ(s.code(), ErrorCode::kDeviceError);
-  EXPECT_NE(s.message().find("#" + std::to_string(first.value) + ","), std::string::npos)
+  EXPECT_NE(s.message().find("#" + std::to_string(first.value) + " (launch 0 of graph '"),
+            std::string::npos)
       << s.message().substr(0, 400) << "\nwanted #" << first.value;
 }
 
@@ -287,7 +291,8 @@ TEST_P(Graphs, AGraphRecordedInPiecesRunsEveryLaunchAndNamesItsErrors) {
   }
   Status s = rt_->synchronize();
   EXPECT_EQ(s.code(), ErrorCode::kDeviceError);
-  EXPECT_NE(s.message().find("#" + std::to_string(first.value) + ","), std::string::npos)
+  EXPECT_NE(s.message().find("#" + std::to_string(first.value) + " (launch 0 of graph '"),
+            std::string::npos)
       << s.message().substr(0, 400) << "\nwanted #" << first.value;
   ASSERT_TRUE(rt_->upload(x_, xs_.data(), 4 * kN).ok());
   const uint64_t recorded = rt_->stats()->graph_recordings;
@@ -473,7 +478,7 @@ TEST_P(Graphs, ADeviceErrorInAReplayNamesTheReplayedLaunch) {
   ASSERT_TRUE(rt_->upload(x_, neg.data(), 4 * kN).ok());
   runtime::LaunchId first;
   ASSERT_TRUE(rt_->replay(g, {}, &first).ok());
-  expect_three_flagged(first);
+  expect_three_flagged(first, /*replayed=*/true);
 }
 
 // A capture that runs (begin_capture's `run`): every captured step runs as launching it would
@@ -554,7 +559,7 @@ TEST_P(Graphs, ACaptureThatRunsReportsDeviceErrorsWithTheLaunchesNumbers) {
   ASSERT_TRUE(rt_->upload(x_, neg.data(), 4 * kN).ok());
   const runtime::LaunchId first = rt_->next_launch_id();
   capture_three(/*run=*/true);
-  expect_three_flagged(first);
+  expect_three_flagged(first, /*replayed=*/false);
 }
 
 // Freeing an array while the capture runs: the steps captured before it (which bind its

@@ -55,6 +55,32 @@ TEST(DeviceErrorLog, MergesPerTaskAndErrorAndReportsOnce) {
   EXPECT_EQ(log.reported().size(), 2u);  // still what the last error reported
 }
 
+// A replayed launch says which launch of which graph it was; `where` is asked only of a launch
+// that flagged an error.
+TEST(DeviceErrorLog, AReplayedLaunchNamesItsGraphAndIndex) {
+  abi::CompiledKernel k = two_tasks();
+  DeviceErrorLog log;
+  int asked = 0;
+  auto clean = args_with(k, 0, 0);
+  auto oob = args_with(k, abi::kErrorOutOfBounds, 0);
+  log.record(k, clean.data(), LaunchId{1}, [&] {
+    ++asked;
+    return std::string("launch 0 of graph 'g'");
+  });
+  EXPECT_EQ(asked, 0);
+  log.record(k, oob.data(), LaunchId{2}, [&] {
+    ++asked;
+    return std::string("launch 3 of graph 'step'");
+  });
+  log.record(k, oob.data(), LaunchId{4});
+  EXPECT_EQ(asked, 1);
+  Status s = log.take();
+  EXPECT_NE(s.message().find("(in launches #2 (launch 3 of graph 'step'), #4; 2 launches)"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(log.reported()[0].wheres, (std::vector<std::string>{"launch 3 of graph 'step'", ""}));
+}
+
 TEST(DeviceErrorLog, AdstackOverflowNamesTheStackAndItsCapacity) {
   abi::CompiledKernel k = two_tasks();
   k.tasks[1].adstacks = {
