@@ -458,11 +458,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sc = sim.scene
         print(f"{s.device_name}: robot ({sc.n_particles} particles, {sc.n_actuators} "
               f"actuators), {a.grid}^3 grid, {a.steps} steps, {a.iters} iterations")
-        losses = train(sim, a.iters, "diffmpm3d", bar_digits=4, line_digits=5)
+        losses = train(sim, a.iters, "diffmpm3d", bar_digits=6, line_digits=7)
         final = sim.loss()
         start = -float(np.mean([p[0] for p, t in zip(sc.x, sc.particle_type) if t == 1]))
-        print(f"loss {losses[0] if losses else final:.5f} -> {final:.5f} (the solid particles' "
-              f"mean x moved {start - final:+.4f} from its start)")
+        print(f"loss {losses[0] if losses else final:.7f} -> {final:.7f} (the solid particles' "
+              f"mean x moved {start - final:+.7f} from its start)")
         for path in plot(sim, losses + [final], a.out):
             print(f"wrote {path}")
     return 0
