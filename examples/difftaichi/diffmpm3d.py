@@ -29,9 +29,9 @@ that step's adjoints. A vkad.Tape replays each adjoint on the arrays as they are
 runs, so a reused grid would give wrong gradients (docs/tape.md): grid_v_in[f, i, j, k],
 grid_m_in[f, i, j, k] and grid_v_out[f, i, j, k] keep every step's grid instead, zeroed once per
 simulation: 3.75 GB (f32) at the default size, and as much again for their gradients (the
-particle state is another 1.5 GB, and its gradients): a GPU's memory, not lavapipe's (whose buffers stop at 128 MiB:
---grid 32 --steps 100 fits). DiffTaichi's clear_particle_grad / ti.ad.clear_all_gradients are the
-tape's zeroing of its gradients at each backward.
+particle state is another 1.5 GB, and its gradients): a GPU's memory, not lavapipe's (whose
+buffers stop at 128 MiB: --grid 32 --steps 100 fits). DiffTaichi's clear_particle_grad /
+ti.ad.clear_all_gradients are the tape's zeroing of its gradients at each backward.
 
 The step loop is said as one (Session.loop) and prepared at construction (Session.prepare_loop);
 the whole iteration (zeroing, forward, backward) is captured once as a graph and replayed
