@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""DiffTaichi's mass_spring, diffmpm and wave, raced: vkad against Taichi and Warp (issues 28, 54).
+"""DiffTaichi's programs raced: vkad against Taichi and Warp (issues 28, 54).
 
-The same programs, sizes, initialisation, loss and update in each implementation:
-  vkad        examples/difftaichi/{mass_spring,diffmpm,wave}.py (a replayed graph per iteration;
+mass_spring, diffmpm, wave, smoke, billiards and diffmpm3d: the same programs, sizes,
+initialisation, loss and update in each implementation:
+  vkad        examples/difftaichi/<program>.py (a replayed graph per iteration;
               --vkad-no-graph launches the kernels one by one)
   taichi      bench/difftaichi_peers/taichi_*.py: DiffTaichi's idiom, ti.ad.Tape; arch=cuda
               when Taichi finds CUDA, else cpu
   warp        bench/difftaichi_peers/warp_*.py: wp.Tape (cuda:0 when present, else cpu)
   warp-graph  the same with the tape's forward and backward captured in a CUDA graph (CUDA only)
 
-    python3 bench/difftaichi.py [--program mass_spring|diffmpm|wave|both|all] [--iters 20]
-                                [--steps S] [--grid G] [--only vkad,taichi,warp,warp-graph]
+    python3 bench/difftaichi.py [--program mass_spring|diffmpm|diffmpm3d|...|both|all]
+                                [--iters 20] [--steps S] [--grid G]
+                                [--only vkad,taichi,warp,warp-graph]
                                 [--vkad-no-graph] [--warm-cache] [--json OUT]
 
 Each implementation runs in its own subprocess, so Taichi's and Warp's initialisation and JIT are
@@ -40,10 +42,12 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 IMPLS = ("vkad", "taichi", "warp", "warp-graph")
-PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards")
+PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards", "diffmpm3d")
 STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256,
-         "smoke": 100, "billiards": 1024}  # the examples' STEPS
-GRIDS = {"diffmpm": 128, "wave": 256, "smoke": 128}  # the examples' N_GRID (programs with a grid)
+         "smoke": 100, "billiards": 1024, "diffmpm3d": 512}  # the examples' STEPS
+# the examples' N_GRID (programs with a grid; diffmpm3d's is 64^3)
+GRIDS = {"diffmpm": 128, "wave": 256, "smoke": 128, "diffmpm3d": 64}
+GRID_DIMS = {"diffmpm3d": 3}  # the others' grids are 2-d
 RESULT = "DIFFTAICHI-RESULT "  # the child's last line of stdout: this, then its JSON
 
 
@@ -68,6 +72,8 @@ def _make_vkad(a, program):
         sim = example.Smoke(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
     elif program == "billiards":
         sim = example.Billiards(session, steps=a.steps, seed=a.seed, graph=graph)
+    elif program == "diffmpm3d":
+        sim = example.DiffMPM3D(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
     else:
         sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
     name = "vkad graph" if graph else "vkad launches"
@@ -97,6 +103,9 @@ def _make_taichi(a, program, cache):
     elif program == "billiards":
         from difftaichi_peers.taichi_billiards import TaichiBilliards
         sim = TaichiBilliards(steps=a.steps, seed=a.seed)
+    elif program == "diffmpm3d":
+        from difftaichi_peers.taichi_diffmpm3d import TaichiDiffMPM3D
+        sim = TaichiDiffMPM3D(steps=a.steps, n_grid=a.grid, seed=a.seed)
     else:
         from difftaichi_peers.taichi_diffmpm import TaichiDiffMPM
         sim = TaichiDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed)
@@ -129,6 +138,9 @@ def _make_warp(a, program, cache, graph):
     elif program == "billiards":
         from difftaichi_peers.warp_billiards import WarpBilliards
         sim = WarpBilliards(steps=a.steps, seed=a.seed, graph=graph, device=device)
+    elif program == "diffmpm3d":
+        from difftaichi_peers.warp_diffmpm3d import WarpDiffMPM3D
+        sim = WarpDiffMPM3D(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
     else:
         from difftaichi_peers.warp_diffmpm import WarpDiffMPM
         sim = WarpDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
@@ -258,10 +270,10 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=20, help="training iterations (default 20)")
     ap.add_argument("--steps", type=int, default=None,
                     help="time steps (default: the example's, 682 mass_spring, 1024 diffmpm, "
-                         "256 wave)")
+                         "256 wave, 100 smoke, 1024 billiards, 512 diffmpm3d)")
     ap.add_argument("--grid", type=int, default=None,
-                    help="grid cells per side of diffmpm and wave (default: the example's, 128 "
-                         "diffmpm, 256 wave)")
+                    help="grid cells per side of the programs with a grid (default: the "
+                         "example's, 128 diffmpm, 256 wave, 128 smoke, 64 diffmpm3d)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", default=",".join(IMPLS), help="comma-separated implementations")
     ap.add_argument("--vkad-no-graph", action="store_true",
@@ -298,7 +310,8 @@ def main(argv=None) -> int:
             if r["status"] == "ok" and ref is not None:
                 r["grad0_rel_diff_vs_vkad"] = relative_difference(r["grad0"], ref["grad0"])
             out["results"].append(dict(r, program=program, impl=impl, steps=steps))
-        print_table(f"{program}: {steps} steps" + (f", {grid}^2 grid" if grid else "")
+        dims = GRID_DIMS.get(program, 2)
+        print_table(f"{program}: {steps} steps" + (f", {grid}^{dims} grid" if grid else "")
                     + f", {a.iters} iterations", rows)
         if ref is not None:
             out.setdefault("device", ref["device"])
