@@ -1,13 +1,17 @@
 """The DiffTaichi ports' training loop (examples/difftaichi/*.py): `iters` iterations of a
 simulation object whose iteration() runs forward, backward and the update and returns the loss,
 with a tqdm bar where tqdm is installed (else a line per iteration, as DiffTaichi prints), then
-the first iteration's time beside the steady one's."""
+the first iteration's time beside the steady one's. With `profile` (the examples' --profile
+TRACE.json) the last iteration runs inside vkad.profile: its timeline goes to that file and its
+per-kernel summary is printed (docs/debugging.md)."""
 import statistics
 import time
-from typing import List
+from contextlib import nullcontext
+from typing import List, Optional
 
 
-def train(sim, iters: int, name: str, bar_digits: int = 6, line_digits: int = 6) -> List[float]:
+def train(sim, iters: int, name: str, bar_digits: int = 6, line_digits: int = 6,
+          profile: Optional[str] = None, session=None) -> List[float]:
     try:
         from tqdm import tqdm
     except ImportError:
@@ -15,9 +19,19 @@ def train(sim, iters: int, name: str, bar_digits: int = 6, line_digits: int = 6)
     losses, ms = [], []
     bar = tqdm(range(iters), desc=name) if tqdm else range(iters)
     for it in bar:
+        timed = profile is not None and it == iters - 1
+        if timed:
+            import vkad
+            scope = vkad.profile(profile, session=session)
+        else:
+            scope = nullcontext()
         t0 = time.perf_counter()
-        losses.append(sim.iteration())  # reads the loss back: the iteration has finished
+        with scope:
+            losses.append(sim.iteration())  # reads the loss back: the iteration has finished
         ms.append((time.perf_counter() - t0) * 1e3)
+        if timed:
+            print(f"timeline of iteration {it} (the last) written to {profile}:")
+            print(scope.summary())
         if tqdm:
             bar.set_postfix(loss=f"{losses[-1]:.{bar_digits}f}")
         else:
