@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""DiffTaichi's mass_spring, diffmpm and wave, raced: vkad against Taichi and Warp (issues 28, 54).
+"""DiffTaichi's programs, raced: vkad against Taichi and Warp (issues 28, 54).
 
 The same programs, sizes, initialisation, loss and update in each implementation:
-  vkad        examples/difftaichi/{mass_spring,diffmpm,wave}.py (a replayed graph per iteration;
+  vkad        examples/difftaichi/<program>.py (a replayed graph per iteration;
               --vkad-no-graph launches the kernels one by one)
   taichi      bench/difftaichi_peers/taichi_*.py: DiffTaichi's idiom, ti.ad.Tape; arch=cuda
-              when Taichi finds CUDA, else cpu
+              when Taichi finds CUDA, else cpu (a program without one is reported skipped)
   warp        bench/difftaichi_peers/warp_*.py: wp.Tape (cuda:0 when present, else cpu)
   warp-graph  the same with the tape's forward and backward captured in a CUDA graph (CUDA only)
 
-    python3 bench/difftaichi.py [--program mass_spring|diffmpm|wave|both|all] [--iters 20]
+    python3 bench/difftaichi.py [--program mass_spring|diffmpm|...|electric|both|all] [--iters 20]
                                 [--steps S] [--grid G] [--only vkad,taichi,warp,warp-graph]
                                 [--vkad-no-graph] [--warm-cache] [--json OUT]
 
@@ -40,9 +40,11 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 IMPLS = ("vkad", "taichi", "warp", "warp-graph")
-PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards")
+PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards", "electric")
 STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256,
-         "smoke": 100, "billiards": 1024}  # the examples' STEPS
+         "smoke": 100, "billiards": 1024, "electric": 512}  # the examples' STEPS
+PEERS = {"taichi": set(PROGRAMS) - {"electric"},  # the programs with a transcription in
+         "warp": set(PROGRAMS) - {"electric"}}    # bench/difftaichi_peers
 GRIDS = {"diffmpm": 128, "wave": 256, "smoke": 128}  # the examples' N_GRID (programs with a grid)
 RESULT = "DIFFTAICHI-RESULT "  # the child's last line of stdout: this, then its JSON
 
@@ -68,6 +70,8 @@ def _make_vkad(a, program):
         sim = example.Smoke(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
     elif program == "billiards":
         sim = example.Billiards(session, steps=a.steps, seed=a.seed, graph=graph)
+    elif program == "electric":
+        sim = example.Electric(session, steps=a.steps, seed=a.seed, graph=graph)
     else:
         sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
     name = "vkad graph" if graph else "vkad launches"
@@ -76,6 +80,8 @@ def _make_vkad(a, program):
 
 
 def _make_taichi(a, program, cache):
+    if program not in PEERS["taichi"]:
+        raise Skipped(f"no Taichi transcription of {program} in bench/difftaichi_peers")
     try:
         import taichi as ti
     except ImportError as e:
@@ -105,6 +111,8 @@ def _make_taichi(a, program, cache):
 
 
 def _make_warp(a, program, cache, graph):
+    if program not in PEERS["warp"]:
+        raise Skipped(f"no Warp transcription of {program} in bench/difftaichi_peers")
     try:
         import warp as wp
     except ImportError as e:

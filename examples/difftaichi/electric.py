@@ -91,7 +91,8 @@ def init_weights(rng: random.Random) -> Dict[str, np.ndarray]:
 def task(rng: random.Random, steps: int = STEPS,
          seg_size: int = SEG_SIZE) -> Tuple[np.ndarray, np.ndarray]:
     """DiffTaichi's initialize(): the goal path goal[t] and goal_v[t], (steps, 2) float64 each,
-    through steps / seg_size + 1 random points; x[0] is goal[0], the first point."""
+    through steps // seg_size + 1 random points (rows past the last whole segment stay 0, as
+    DiffTaichi leaves them); x[0] is goal[0], the first point."""
     segments = steps // seg_size
     points = [[0.2 + rng.random() * 0.6, 0.2 + rng.random() * 0.6] for i in range(segments + 1)]
     goal, goal_v = np.zeros((steps, 2)), np.zeros((steps, 2))
@@ -200,9 +201,10 @@ class Electric:
     def __init__(self, session: vkad.Session, steps: int = STEPS, dtype: vkad.DType = vkad.f32,
                  seed: int = 0, graph: bool = True, loop: bool = True,
                  seg_size: int = SEG_SIZE, same_task: bool = False):
-        if steps < 2 or seg_size < 1 or steps % seg_size:
-            raise ValueError(f"steps={steps}, seg_size={seg_size}: the goal path needs steps "
-                             "(at least 2) a multiple of seg_size")
+        if steps < 2 or seg_size < 1:
+            raise ValueError(f"steps={steps}, seg_size={seg_size}: the simulation needs at "
+                             "least 2 steps and the goal path segments of at least 1")
+        seg_size = min(seg_size, steps)  # a run shorter than a segment: one segment
         self.s, self.steps, self.dtype, self.graph = session, steps, dtype, graph
         self.loop = loop  # the step loop through Session.loop; False: a Python loop of launches
         self.seg_size, self.same_task, self._iterations = seg_size, same_task, 0
