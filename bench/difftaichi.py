@@ -9,7 +9,7 @@ The same programs, sizes, initialisation, loss and update in each implementation
   warp        bench/difftaichi_peers/warp_*.py: wp.Tape (cuda:0 when present, else cpu)
   warp-graph  the same with the tape's forward and backward captured in a CUDA graph (CUDA only)
 
-    python3 bench/difftaichi.py [--program mass_spring|diffmpm|...|electric|both|all] [--iters 20]
+    python3 bench/difftaichi.py [--program mass_spring|...|rigid_body|both|all] [--iters 20]
                                 [--steps S] [--grid G] [--only vkad,taichi,warp,warp-graph]
                                 [--vkad-no-graph] [--warm-cache] [--json OUT]
 
@@ -40,11 +40,11 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 IMPLS = ("vkad", "taichi", "warp", "warp-graph")
-PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards", "electric")
-STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256,
-         "smoke": 100, "billiards": 1024, "electric": 512}  # the examples' STEPS
-PEERS = {"taichi": set(PROGRAMS) - {"electric"},  # the programs with a transcription in
-         "warp": set(PROGRAMS) - {"electric"}}    # bench/difftaichi_peers
+PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards", "electric", "rigid_body")
+STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256, "smoke": 100,
+         "billiards": 1024, "electric": 512, "rigid_body": 2048}  # the examples' STEPS
+UNPORTED = {"electric", "rigid_body"}  # no Taichi or Warp transcription in difftaichi_peers
+PEERS = {"taichi": set(PROGRAMS) - UNPORTED, "warp": set(PROGRAMS) - UNPORTED}
 GRIDS = {"diffmpm": 128, "wave": 256, "smoke": 128}  # the examples' N_GRID (programs with a grid)
 RESULT = "DIFFTAICHI-RESULT "  # the child's last line of stdout: this, then its JSON
 
@@ -72,6 +72,8 @@ def _make_vkad(a, program):
         sim = example.Billiards(session, steps=a.steps, seed=a.seed, graph=graph)
     elif program == "electric":
         sim = example.Electric(session, steps=a.steps, seed=a.seed, graph=graph)
+    elif program == "rigid_body":
+        sim = example.RigidBody(session, steps=a.steps, seed=a.seed, graph=graph)
     else:
         sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
     name = "vkad graph" if graph else "vkad launches"
