@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """DiffTaichi's programs raced: vkad against Taichi and Warp (issues 28, 54).
 
-mass_spring, diffmpm, wave, smoke, billiards and diffmpm3d: the same programs, sizes,
-initialisation, loss and update in each implementation:
+mass_spring, diffmpm, wave, smoke, billiards, diffmpm3d, electric and rigid_body: the same
+programs, sizes, initialisation, loss and update in each implementation:
   vkad        examples/difftaichi/<program>.py (a replayed graph per iteration;
               --vkad-no-graph launches the kernels one by one)
   taichi      bench/difftaichi_peers/taichi_*.py: DiffTaichi's idiom, ti.ad.Tape; arch=cuda
-              when Taichi finds CUDA, else cpu
+              when Taichi finds CUDA, else cpu (a program without one is reported skipped)
   warp        bench/difftaichi_peers/warp_*.py: wp.Tape (cuda:0 when present, else cpu)
   warp-graph  the same with the tape's forward and backward captured in a CUDA graph (CUDA only)
 
-    python3 bench/difftaichi.py [--program mass_spring|diffmpm|diffmpm3d|...|both|all]
+    python3 bench/difftaichi.py [--program mass_spring|diffmpm|diffmpm3d|...|rigid_body|both|all]
                                 [--iters 20] [--steps S] [--grid G]
                                 [--only vkad,taichi,warp,warp-graph]
                                 [--vkad-no-graph] [--warm-cache] [--json OUT]
@@ -42,9 +42,13 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 IMPLS = ("vkad", "taichi", "warp", "warp-graph")
-PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards", "diffmpm3d")
-STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256,
-         "smoke": 100, "billiards": 1024, "diffmpm3d": 512}  # the examples' STEPS
+PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards", "diffmpm3d", "electric",
+            "rigid_body")
+STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256, "smoke": 100,
+         "billiards": 1024, "diffmpm3d": 512, "electric": 512,
+         "rigid_body": 2048}  # the examples' STEPS
+UNPORTED = {"electric", "rigid_body"}  # no Taichi or Warp transcription in difftaichi_peers
+PEERS = {"taichi": set(PROGRAMS) - UNPORTED, "warp": set(PROGRAMS) - UNPORTED}
 # the examples' N_GRID (programs with a grid; diffmpm3d's is 64^3)
 GRIDS = {"diffmpm": 128, "wave": 256, "smoke": 128, "diffmpm3d": 64}
 GRID_DIMS = {"diffmpm3d": 3}  # the others' grids are 2-d
@@ -74,6 +78,10 @@ def _make_vkad(a, program):
         sim = example.Billiards(session, steps=a.steps, seed=a.seed, graph=graph)
     elif program == "diffmpm3d":
         sim = example.DiffMPM3D(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
+    elif program == "electric":
+        sim = example.Electric(session, steps=a.steps, seed=a.seed, graph=graph)
+    elif program == "rigid_body":
+        sim = example.RigidBody(session, steps=a.steps, seed=a.seed, graph=graph)
     else:
         sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
     name = "vkad graph" if graph else "vkad launches"
@@ -82,6 +90,8 @@ def _make_vkad(a, program):
 
 
 def _make_taichi(a, program, cache):
+    if program not in PEERS["taichi"]:
+        raise Skipped(f"no Taichi transcription of {program} in bench/difftaichi_peers")
     try:
         import taichi as ti
     except ImportError as e:
@@ -114,6 +124,8 @@ def _make_taichi(a, program, cache):
 
 
 def _make_warp(a, program, cache, graph):
+    if program not in PEERS["warp"]:
+        raise Skipped(f"no Warp transcription of {program} in bench/difftaichi_peers")
     try:
         import warp as wp
     except ImportError as e:

@@ -4,7 +4,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "difftaichi"))
 
-PROGRAMS = ("diffmpm", "mass_spring", "wave", "smoke", "billiards")
+PROGRAMS = ("diffmpm", "mass_spring", "wave", "smoke", "billiards", "electric",
+            "rigid_body")
 
 
 def make(session, program: str, steps=None, loop=None):
@@ -27,5 +28,11 @@ def make(session, program: str, steps=None, loop=None):
     if program == "billiards":
         from difftaichi_peers import load_example
         return load_example("billiards").Billiards(session, **kw)
+    if program == "electric":
+        from difftaichi_peers import load_example
+        return load_example("electric").Electric(session, **kw)
+    if program == "rigid_body":
+        from difftaichi_peers import load_example
+        return load_example("rigid_body").RigidBody(session, **kw)
     from mass_spring import MassSpring
     return MassSpring(session, **kw)
