@@ -440,6 +440,9 @@ def plot(sim: DiffMPM3D, losses: Sequence[float], out: str) -> List[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--iters", type=int, default=100, help="training iterations (default 100)")
+    ap.add_argument("--profile", metavar="TRACE.json", default=None,
+                    help="time the last iteration on the device: a Chrome trace / Perfetto file "
+                         "and a per-kernel summary (docs/debugging.md)")
     ap.add_argument("--steps", type=int, default=STEPS, help=f"time steps (default {STEPS})")
     ap.add_argument("--grid", type=int, default=N_GRID,
                     help=f"grid cells per side (default {N_GRID}; particles: {DENSITY} per cell "
@@ -458,7 +461,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sc = sim.scene
         print(f"{s.device_name}: robot ({sc.n_particles} particles, {sc.n_actuators} "
               f"actuators), {a.grid}^3 grid, {a.steps} steps, {a.iters} iterations")
-        losses = train(sim, a.iters, "diffmpm3d", bar_digits=6, line_digits=7)
+        losses = train(sim, a.iters, "diffmpm3d", bar_digits=6, line_digits=7,
+                       profile=a.profile, session=s)
         final = sim.loss()
         start = -float(np.mean([p[0] for p, t in zip(sc.x, sc.particle_type) if t == 1]))
         print(f"loss {losses[0] if losses else final:.7f} -> {final:.7f} (the solid particles' "
