@@ -7,7 +7,7 @@ namespace vkad::abi {
 namespace {
 
 constexpr uint32_t kMagic = 0x4b4b4456;  // "VDKK"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;         // 2: CompiledTask::finite_sites
 
 class Writer {
  public:
@@ -175,6 +175,8 @@ Result<std::string> serialize_compiled_kernel(const CompiledKernel& k) {
     VKAD_TRY(w.size_expr(t.loop_passes));
     w.put<uint64_t>(t.loop_passes_idle);
     w.words(t.spec_words);
+    w.put<uint64_t>(t.finite_sites.size());
+    for (const std::string& site : t.finite_sites) w.str(site);
   }
   return w.take();
 }
@@ -230,6 +232,8 @@ Result<CompiledKernel> deserialize_compiled_kernel(std::string_view bytes) {
     t.loop_passes = r.size_expr();
     t.loop_passes_idle = r.get<uint64_t>();
     t.spec_words = r.words();
+    const uint64_t sites = r.count(8);  // each site is at least its length
+    for (uint64_t s = 0; s < sites && !r.failed(); ++s) t.finite_sites.push_back(r.str());
     k.tasks.push_back(std::move(t));
   }
   if (r.failed()) return corrupt("truncated or out of range");

@@ -37,17 +37,23 @@ namespace vkad::abi {
 // e.g. which adstack overflowed, plus one). The first error of a launch wins.
 inline constexpr uint32_t kErrorOutOfBounds = 1;
 inline constexpr uint32_t kErrorAdstackOverflow = 2;
+// A NaN or an infinity stored into an ndarray with the finite checks on (CompileOptions::
+// check_finite); the detail is the site (CompiledTask::finite_sites) plus one.
+inline constexpr uint32_t kErrorNonFinite = 3;
+constexpr uint32_t non_finite_word(uint32_t site) { return kErrorNonFinite | (site + 1) << 8; }
 // The word an overflow of the task's adstack number `stack` (0-based) writes.
 constexpr uint32_t adstack_overflow_word(uint32_t stack) {
   return kErrorAdstackOverflow | (stack + 1) << 8;
 }
 struct ErrorWord {
-  uint32_t code = 0;   // kErrorOutOfBounds, kErrorAdstackOverflow, or unknown
+  uint32_t code = 0;   // kErrorOutOfBounds, kErrorAdstackOverflow, kErrorNonFinite, or unknown
   int64_t stack = -1;  // the overflowed adstack (kErrorAdstackOverflow), else -1
+  int64_t site = -1;   // the finite check that failed (kErrorNonFinite), else -1
 };
 constexpr ErrorWord decode_error_word(uint32_t word) {
-  ErrorWord e{word & 0xff, -1};
+  ErrorWord e{word & 0xff, -1, -1};
   if (e.code == kErrorAdstackOverflow && (word >> 8) >= 1) e.stack = (word >> 8) - 1;
+  if (e.code == kErrorNonFinite && (word >> 8) >= 1) e.site = (word >> 8) - 1;
   return e;
 }
 
@@ -133,6 +139,10 @@ struct CompiledTask {
   // word) and a u32 launch_spec_value_id(i) (the value when the flag is true). Empty for a
   // module that declares none (hand-written ones, tasks without adstacks).
   std::vector<uint32_t> spec_words;
+  // With the finite checks on (CompileOptions::check_finite): the IR text of each checked
+  // statement (a float store or atomic add into an ndarray), by site number (kErrorNonFinite's
+  // detail). Empty otherwise.
+  std::vector<std::string> finite_sites;
 };
 
 // Launch specialization: the words codegen marks in a task with adstacks are the adstack
@@ -204,6 +214,7 @@ using abi::dtype_bytes;
 using abi::dtype_name;
 using abi::KernelParam;
 using abi::kErrorAdstackOverflow;
+using abi::kErrorNonFinite;
 using abi::kErrorOutOfBounds;
 using abi::kMaxKernelParams;
 using abi::kMaxKernelTasks;

@@ -63,6 +63,10 @@ Result<std::unique_ptr<Session>> Session::create_with_runtime(
   const char* shapes = std::getenv("VKAD_SPECIALIZE_SHAPES");
   if (shapes != nullptr && std::string(shapes) == "0")
     s->compile_options_.specialize_shapes = false;
+  // VKAD_CHECK_FINITE=1 turns the NaN / infinity checks on for every session (a program's
+  // debug run without editing it).
+  const char* finite = std::getenv("VKAD_CHECK_FINITE");
+  if (finite != nullptr && std::string(finite) == "1") s->compile_options_.check_finite = true;
   // VKAD_GRAPH_FUSION=0 turns launch fusion off for every session (what C and Python users
   // have, and what a suspected fusion problem is checked against).
   const char* fusion = std::getenv("VKAD_GRAPH_FUSION");

@@ -240,6 +240,7 @@ void vkad_set_log_callback(vkad_log_callback callback, void* user) {
 // out of range.
 static vkad_status* session_options_from(const vkad_session_options& o, vkad::SessionOptions* so) {
   so->compile.optimize = o.optimize != 0;
+  if (o.check_finite != 0) so->compile.check_finite = true;
   const struct {
     const char* name;
     int32_t value;

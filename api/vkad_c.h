@@ -171,6 +171,12 @@ typedef struct vkad_session_options {
    * rolled into one kernel. 0 = the default (256), -1 = off, n > 0 = n; VKAD_GRAPH_RESIDENT
    * wins when set. */
   int32_t resident_max_range;
+  /* Debug mode (docs/debugging.md, "NaN and infinity checks"): every float value a kernel
+   * (forward or adjoint) stores or atomically adds into an ndarray is checked; the first NaN or
+   * infinity of a launch is reported by the next download / synchronize as VKAD_DEVICE_ERROR
+   * naming the kernel, the task and the statement. 0 = off (also VKAD_CHECK_FINITE=1 turns it
+   * on). */
+  int32_t check_finite;
 } vkad_session_options;
 
 /* options may be NULL (all defaults). VKAD_NO_DEVICE when there is no usable Vulkan device. */

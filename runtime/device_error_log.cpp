@@ -17,6 +17,15 @@ std::string describe_device_error(const CompiledKernel& d, uint32_t task, uint32
   if (e.code == kErrorOutOfBounds) {
     return "out-of-bounds ndarray access (the access was skipped; loads read 0)";
   }
+  if (e.code == abi::kErrorNonFinite) {
+    const auto& sites = d.tasks[task].finite_sites;
+    const std::string where = e.site >= 0 && static_cast<size_t>(e.site) < sites.size()
+                                  ? "`" + sites[static_cast<size_t>(e.site)] + "`"
+                                  : "check " + std::to_string(e.site);
+    return "a NaN or an infinity was stored by " + where +
+           " (the finite checks, check_finite; the value was stored, and later launches went "
+           "on: the first one of this launch is named)";
+  }
   const auto& stacks = d.tasks[task].adstacks;
   if (e.code == kErrorAdstackOverflow && e.stack >= 0 &&
       static_cast<size_t>(e.stack) < stacks.size()) {

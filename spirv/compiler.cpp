@@ -124,6 +124,12 @@ Result<abi::CompiledKernel> compile(const Kernel& k, const Target& target,
     eo.bounds_checks = options.bounds_checks;
     eo.local_size = out.tasks[i].local_size;
     eo.unroll = std::max(options.unroll, 1u);
+    eo.check_finite = options.check_finite;
+    if (options.check_finite) {
+      for (const Stmt* s : finite_check_sites(k, i)) {
+        out.tasks[i].finite_sites.push_back(print_stmt(k, *s));
+      }
+    }
     std::vector<uint32_t> words =
         outline_deep_loops(emit_task(k, i, out, target, eo), kOutlineLoopDepth);
     Status valid = validate_spirv(words);
@@ -151,7 +157,7 @@ std::string compile_key(const Kernel& k, const Target& target, const CompileOpti
          (target.preserve_nan_inf_f32 ? "n" : "") + (target.preserve_nan_inf_f64 ? "N" : "") + "|" +
          (o.optimize ? "O" : "") + (o.native_float_atomics ? "N" : "") +
          (o.bounds_checks ? "B" : "") + std::to_string(o.default_local_size) + "u" +
-         std::to_string(o.unroll) + (o.specialize_shapes ? "S" : "");
+         std::to_string(o.unroll) + (o.specialize_shapes ? "S" : "") + (o.check_finite ? "F" : "");
   key += "|vkad-compiler ";
   key += compiler_fingerprint();
   key += " spirv-tools ";

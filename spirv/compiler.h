@@ -32,6 +32,10 @@ struct CompileOptions {
   // Let every task's array extents be specialization constants (launch_spec.h): for kernels
   // whose launches repeat one shape set (the graph rework's fused and recomputed kernels).
   bool specialize_shapes = false;
+  // Debug mode (SessionOptions::check_finite): every float store / atomic add into an ndarray
+  // checks its value; a NaN or infinity raises kErrorNonFinite naming the statement
+  // (CompiledTask::finite_sites). Off: no check emitted, no cost.
+  bool check_finite = false;
 };
 
 // Errors: those of verify() (kInvalidArgument / kUnsupported naming the statement), kInternal

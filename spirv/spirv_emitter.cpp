@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "ir/launch_access.h"
+#include "ir/walk.h"
 #include "spirv/f64_math.h"
 #include "spirv/spirv_module.h"
 
@@ -33,7 +34,12 @@ class TaskEmitter {
         task_index_(static_cast<uint32_t>(task)),
         layout_(layout),
         target_(target),
-        o_(o) {}
+        o_(o) {
+    if (o_.check_finite) {
+      const std::vector<const Stmt*> sites = finite_check_sites(k, task);
+      for (uint32_t i = 0; i < sites.size(); ++i) finite_site_[sites[i]] = i;
+    }
+  }
 
   std::vector<uint32_t> run() {
     scan_bits(task_.body);
@@ -611,6 +617,7 @@ class TaskEmitter {
   void atomic_add(const Stmt& s) {
     const DType t = k_.params[s.param].dtype;
     const uint32_t val = v(s.args.back());
+    check_finite(s, val);
     if (!target_.subgroup_arithmetic || !is_float(t) || !table_indexed(s)) {
       return add_atomically(s, val, false);
     }
@@ -1309,9 +1316,21 @@ class TaskEmitter {
       return raw;
     });
   }
+  // check_finite: a NaN or infinity about to be stored at site `s` raises kErrorNonFinite (the
+  // first error of the launch wins, like every error word); the value is stored all the same.
+  void check_finite(const Stmt& s, uint32_t val) {
+    auto it = finite_site_.find(&s);
+    if (it == finite_site_.end()) return;
+    const uint32_t bad = op(spv::OpLogicalOr, bool_,
+                            {op(spv::OpIsNan, bool_, {val}), op(spv::OpIsInf, bool_, {val})});
+    if_else(
+        bad, [&] { raise(m_.c_u32(abi::non_finite_word(it->second))); }, [] {});
+  }
+
   void store(const Stmt& s) {
     DType t = k_.params[s.param].dtype;
     uint32_t val = v(s.args.back());
+    check_finite(s, val);
     guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
       const ArrayVar& a = arrays_.at(s.param);
       uint32_t w = val;
@@ -1376,6 +1395,7 @@ class TaskEmitter {
   const Target& target_;
   const EmitOptions& o_;
   uint32_t u32_ = 0, i32_ = 0, bool_ = 0, gid_ = 0, args_var_ = 0, errors_var_ = 0, cur_ = 0;
+  std::unordered_map<const Stmt*, uint32_t> finite_site_;  // check_finite's sites
   uint32_t oob_var_ = 0;  // the bounds checks' flag (a Function variable), 0 without checks
   bool ended_ = false;    // the current block ends with a break / continue already
   // The only predecessor of the current block while it is a loop body's first block, else 0.
@@ -1403,6 +1423,16 @@ class TaskEmitter {
 };
 
 }  // namespace
+
+std::vector<const Stmt*> finite_check_sites(const Kernel& k, size_t task) {
+  std::vector<const Stmt*> out;
+  for_each_stmt(k.tasks[task].body, [&](const Stmt& s) {
+    if ((s.op == Op::kStore || s.op == Op::kAtomicAdd) && is_float(k.params[s.param].dtype)) {
+      out.push_back(&s);
+    }
+  });
+  return out;
+}
 
 std::vector<uint32_t> emit_task(const Kernel& k, size_t task, const abi::CompiledKernel& layout,
                                 const Target& target, const EmitOptions& options) {

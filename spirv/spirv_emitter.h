@@ -43,7 +43,15 @@ struct EmitOptions {
   // written arrays accessed only at the task index; see the emitter): more loads in flight per
   // thread. 1 turns it off.
   uint32_t unroll = 4;
+  // Each float value stored or atomically added into an ndarray is checked: a NaN or an
+  // infinity raises kErrorNonFinite with its site (finite_check_sites' index) and is still
+  // stored. Off: nothing emitted.
+  bool check_finite = false;
 };
+
+// The statements the finite checks cover in task `task` (float stores and atomic adds into
+// ndarrays), in a pre-order walk of its body: the site numbers kErrorNonFinite carries.
+std::vector<const Stmt*> finite_check_sites(const Kernel& k, size_t task);
 
 // `layout` supplies the args-buffer offsets (its params must already be filled in).
 std::vector<uint32_t> emit_task(const Kernel& k, size_t task, const abi::CompiledKernel& layout,

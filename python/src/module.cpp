@@ -1035,9 +1035,10 @@ struct Session {
   StatePtr st = std::make_shared<State>();
 
   Session(nb::handle device, bool validation, size_t retirement_depth, uint32_t spare_memory_blocks,
-          std::optional<std::string> cache_dir, bool specialize_shapes) {
+          std::optional<std::string> cache_dir, bool specialize_shapes, bool check_finite) {
     vkad::SessionOptions o;
     o.compile.specialize_shapes = specialize_shapes;
+    o.compile.check_finite = check_finite;
     if (!device.is_none()) o.device = nb::str(device).c_str();
     o.validation = validation;
     o.retirement_depth = retirement_depth;
@@ -2570,20 +2571,25 @@ void bind_tape_hazards_and_differentiated(nb::module_& m) {
 nb::class_<Session> bind_session_kernels_and_arrays(nb::module_& m) {
   static_assert(vkad::runtime::kDefaultRetirementDepth == 3, "the signature below says 3");
   return nb::class_<Session>(m, "Session", "A device, its kernels and ndarrays (vkad::Session).")
-      .def(nb::init<nb::handle, bool, size_t, uint32_t, std::optional<std::string>, bool>(),
+      .def(nb::init<nb::handle, bool, size_t, uint32_t, std::optional<std::string>, bool, bool>(),
            "device"_a = nb::none(), "validation"_a = false,
            "retirement_depth"_a = vkad::runtime::kDefaultRetirementDepth,
            "spare_memory_blocks"_a = 1, "cache_dir"_a = nb::none(), "specialize_shapes"_a = true,
+           "check_finite"_a = false,
            nb::sig("def __init__(self, device: int | str | None = None, validation: bool = False, "
                    "retirement_depth: int = 3, spare_memory_blocks: int = 1, "
-                   "cache_dir: str | None = None, specialize_shapes: bool = True) -> None"),
+                   "cache_dir: str | None = None, specialize_shapes: bool = True, "
+                   "check_finite: bool = False) -> None"),
            "cache_dir: the on-disk kernel and pipeline caches' directory; None = automatic "
            "(VKAD_CACHE=0 turns them off, else VKAD_CACHE_DIR, else $XDG_CACHE_HOME/vkad, else "
            "~/.cache/vkad), \"\" = off. specialize_shapes: besides its generic pipeline, each "
            "kernel gets one per set of array shapes it is launched with (made on a thread while "
            "the first launch runs the generic one; up to 8 per task), its extents constants "
            "(docs/caches.md, 'Kernels specialized to their shapes'); VKAD_SPECIALIZE_SHAPES=0 "
-           "turns it off for every session.")
+           "turns it off for every session. check_finite: every float value a kernel (forward "
+           "or adjoint) stores into an array is checked; the first NaN or infinity is a "
+           "vkad.DeviceError naming the kernel and the statement (docs/debugging.md; also "
+           "VKAD_CHECK_FINITE=1).")
       .def_prop_ro("device_name", &Session::device_name)
       .def_prop_ro("device_uuid", &Session::device_uuid,
                    "The device's UUID, as vkad.devices() lists it (on NVIDIA the CUDA UUID).")

@@ -119,6 +119,10 @@ class Session(_vkad.Session):
     specialized to their shapes"): made on a thread while the shape's first launch runs the generic
     one (prepare() makes it at once), at most 8 per task. False: the generic pipeline for every
     shape (VKAD_SPECIALIZE_SHAPES=0 does that for every session).
+    check_finite: a debug mode (docs/debugging.md): every float value a kernel, forward or
+    adjoint, stores or atomically adds into an array is checked, and the first NaN or infinity
+    of a launch is a vkad.DeviceError at the next synchronize / read, naming the kernel, the
+    task and the statement (VKAD_CHECK_FINITE=1 turns it on for every session).
 
     launch(kernel, *args) is asynchronous: ndarrays for array parameters, Python (or numpy)
     numbers converted to each scalar parameter's dtype. Blocking points: NdArray.numpy(),
@@ -127,9 +131,10 @@ class Session(_vkad.Session):
 
     def __init__(self, device: Union[None, int, str] = None, validation: bool = False,
                  retirement_depth: int = 3, spare_memory_blocks: int = 1,
-                 cache_dir: Optional[str] = None, specialize_shapes: bool = True):
+                 cache_dir: Optional[str] = None, specialize_shapes: bool = True,
+                 check_finite: bool = False):
         super().__init__(device, validation, retirement_depth, spare_memory_blocks, cache_dir,
-                         specialize_shapes)
+                         specialize_shapes, check_finite)
         self._recording: Optional[Tape] = None
         _OPEN_SESSIONS.add(self)
 

@@ -50,8 +50,19 @@ class TimeoutError(Error):  # noqa: A001 - vkad's name; builtins.TimeoutError st
 
 
 class DeviceError(Error):
-    """An error flag a kernel raised on the device (adstack overflow, out-of-bounds access)."""
+    """An error flag a kernel raised on the device (adstack overflow, out-of-bounds access, a
+    NaN or infinity the finite checks found). A statement of a @vkad.kernel the message quotes
+    gets its Python file and line appended."""
     code = "device-side error"
+
+    def __init__(self, *args):
+        if len(args) == 1 and isinstance(args[0], str) and "`" in args[0]:
+            try:
+                from .frontend import with_python_lines
+                args = (with_python_lines(args[0]),)
+            except Exception:  # noqa: BLE001 - the message as vkad gave it is still right
+                pass
+        super().__init__(*args)
 
 
 class VulkanError(Error):

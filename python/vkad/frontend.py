@@ -1864,6 +1864,35 @@ class _Lowered:
         return e
 
 
+def with_python_lines(msg: str) -> str:
+    """A device error's message (vkad.DeviceError) with the Python file and line of each
+    statement it quotes that a @vkad.kernel lowered in this process wrote: the finite checks
+    name the store that got a NaN or an infinity (docs/debugging.md). Statements of adjoint and
+    graph-made kernels are vkad's, not the user's: left as they are."""
+    with _LOCK:
+        lowered = list(_LOWERED.values())
+    if not lowered:
+        return msg
+    by_name: Dict[str, list] = {}
+    for low in lowered:
+        m = re.match(r"\s*kernel\s+(\w+)", low.ir)
+        if m:
+            by_name.setdefault(m.group(1), []).append(low)
+    out = msg
+    for m in re.finditer(r"kernel '([^']+)', task '[^']*': [^`;]*`([^`]+)`", msg):
+        for low in by_name.get(m.group(1), []):
+            loc = low.lines.get(m.group(2).strip())
+            if loc is None:
+                continue
+            filename, line, col, end, text, func = loc
+            where = f" (in @vkad.func '{func}')" if func else ""
+            out += (f"\n  `{m.group(2).strip()}` of kernel '{m.group(1)}': File \"{filename}\", "
+                    f"line {line}, column {col + 1}{where}\n    {text}\n    {' ' * col}"
+                    f"{'^' * (end - col)}")
+            break
+    return out
+
+
 def _file_key(fn) -> tuple:
     """A function's identity across processes: its file (and that file's size and time),
     line and name; its source text where the file cannot be read."""

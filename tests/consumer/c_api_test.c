@@ -575,6 +575,35 @@ int main(void) {
     CHECK(strncmp(summary, "name", 4) == 0);
     CHECK(events >= 2); /* the submission and the wait at least; the fills with timestamps */
   }
+  /* The NaN / infinity checks: a second session with check_finite, log(0) stored. */
+  {
+    vkad_session* checked = NULL;
+    vkad_session_options co = opts;
+    vkad_kernel lg = 0;
+    vkad_ndarray cx = 0, cy = 0;
+    vkad_arg cargs[2];
+    float cv[4] = {1.0f, 0.0f, 2.0f, 3.0f};
+    uint32_t cshape[1] = {4};
+    co.check_finite = 1;
+    OK(vkad_session_create(&co, &checked));
+    OK(vkad_compile(checked,
+                    "kernel lg(x: ndarray<f32, 1>, y: ndarray<f32, 1>) {\n"
+                    "  task main parallel %0 in [0, shape(x, 0)) {\n"
+                    "    %1 = load x[%0] : f32\n    %2 = log %1 : f32\n    store y[%0], %2\n"
+                    "  }\n}\n",
+                    &lg));
+    OK(vkad_ndarray_create(checked, VKAD_F32, 1, cshape, "x", &cx));
+    OK(vkad_ndarray_create(checked, VKAD_F32, 1, cshape, "y", &cy));
+    OK(vkad_upload(checked, cx, cv, sizeof cv));
+    cargs[0] = vkad_arg_ndarray(cx);
+    cargs[1] = vkad_arg_ndarray(cy);
+    OK(vkad_launch(checked, lg, cargs, 2, NULL));
+    st = vkad_synchronize(checked);
+    CHECK(vkad_status_code(st) == VKAD_DEVICE_ERROR);
+    CHECK(strstr(vkad_status_message(st), "a NaN or an infinity was stored by `store y[") != NULL);
+    vkad_status_free(st);
+    vkad_session_destroy(checked);
+  }
   OK(vkad_release_idle_memory(s));
   {
     vkad_stats idle;

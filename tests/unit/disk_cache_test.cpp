@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <utility>
 
 #include "abi/compiled_kernel_io.h"
 #include "autodiff/reverse_mode.h"
@@ -209,6 +210,7 @@ void expect_same(const abi::CompiledKernel& a, const abi::CompiledKernel& b) {
     EXPECT_EQ(s.loop_passes, t.loop_passes);
     EXPECT_EQ(s.loop_passes_idle, t.loop_passes_idle);
     EXPECT_EQ(s.spec_words, t.spec_words);
+    EXPECT_EQ(s.finite_sites, t.finite_sites);
   }
 }
 
@@ -217,9 +219,16 @@ TEST(CompiledKernelIo, RoundTripsKernelsWithAdstacksAndSurvivesDamage) {
   ASSERT_TRUE(adjoint.ok()) << adjoint.status().to_string();
   auto every = codegen::parse(codegen::testing::kEveryStatementKernel);
   ASSERT_TRUE(every.ok());
-  for (const codegen::Kernel* k : {&*adjoint, &*every}) {
-    auto ck = codegen::compile(*k, codegen::Target::host());
+  codegen::CompileOptions finite;
+  finite.check_finite = true;  // the finite checks' statement texts travel too
+  const std::pair<const codegen::Kernel*, codegen::CompileOptions> cases[] = {
+      {&*adjoint, {}}, {&*every, {}}, {&*adjoint, finite}};
+  for (const auto& [k, options] : cases) {
+    auto ck = codegen::compile(*k, codegen::Target::host(), options);
     ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+    if (options.check_finite) {
+      EXPECT_FALSE(ck->tasks[0].finite_sites.empty()) << "the adjoint adds into gradients";
+    }
     auto bytes = abi::serialize_compiled_kernel(*ck);
     ASSERT_TRUE(bytes.ok());
     auto back = abi::deserialize_compiled_kernel(*bytes);

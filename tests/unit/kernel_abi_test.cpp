@@ -109,6 +109,13 @@ TEST(KernelAbi, ErrorWordsRoundTrip) {
     EXPECT_EQ(e.stack, static_cast<int64_t>(st));
   }
   EXPECT_EQ(decode_error_word(kErrorAdstackOverflow).stack, -1);  // no stack named
+  for (uint32_t site : {0u, 7u, 65535u}) {
+    ErrorWord e = decode_error_word(non_finite_word(site));
+    EXPECT_EQ(e.code, kErrorNonFinite);
+    EXPECT_EQ(e.site, static_cast<int64_t>(site));
+    EXPECT_EQ(e.stack, -1);
+  }
+  EXPECT_EQ(decode_error_word(kErrorNonFinite).site, -1);
 }
 
 }  // namespace

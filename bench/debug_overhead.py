@@ -1,13 +1,17 @@
-"""What the timeline (vkad.profile, docs/debugging.md) costs a DiffTaichi port's training
-iteration, and what it sees.
+"""What the debugging tools cost a DiffTaichi port's training iteration (docs/debugging.md): the
+timeline (vkad.profile) and the NaN / infinity checks (Session(check_finite=True)).
 
-    python bench/timeline_overhead.py [--program diffmpm,wave] [--iters 10] [--rounds 3]
-                                      [--trace-dir DIR]
+    python bench/debug_overhead.py [--program diffmpm,wave] [--iters 10] [--rounds 3]
+                                   [--trace-dir DIR] [--steps S]
 
 Per program (bench/difftaichi_ports.py, the ports' own sizes): after two warm-up iterations,
 `rounds` alternations of `iters` iterations without a timeline and `iters` iterations inside
 one vkad.profile block (its begin and end included), ms per iteration (each iteration reads its
 loss back, so it has finished). Prints the median of each and their ratio (the issue's target: <= 1.05 with the timeline on).
+Then the same program on a second session with check_finite=True: its median ms per iteration
+(`rounds` blocks of `iters`) against the first session's, and its losses against the first
+session's first iterations (the checks change no value: equal to f32 rounding, and exactly
+where the device is deterministic).
 Checks: no loss is NaN, and the timeline has one device event per launch Session.stats()
 counted in the block. With --trace-dir the last round's trace is written there.
 """
@@ -29,9 +33,9 @@ def run(sim, iters):
     return (time.perf_counter() - t0) * 1e3 / iters, losses
 
 
-def measure(program, iters, rounds, trace_dir):
+def measure(program, iters, rounds, trace_dir, steps=None):
     s = vkad.Session()
-    sim = make(s, program)
+    sim = make(s, program, steps=steps)
     run(sim, 2)  # compiles, captures, installs the reworked graph
     plain, timed, events, launches = [], [], 0, 0
     for r in range(rounds):
@@ -51,7 +55,19 @@ def measure(program, iters, rounds, trace_dir):
             raise SystemExit(f"CHECK FAILED: {program}: {events} launch events for {launches} "
                              "launches")
     summary = p.summary().splitlines()
-    return statistics.median(plain), statistics.median(timed), launches, summary, s.device_name
+    # The finite checks: another session, every kernel compiled with them.
+    c = vkad.Session(check_finite=True)
+    csim = make(c, program, steps=steps)
+    ref = make(vkad.Session(), program, steps=steps)
+    want = [ref.iteration() for _ in range(2)]
+    got = [csim.iteration() for _ in range(2)]
+    for w, g in zip(want, got):
+        if abs(w - g) > 1e-4 * max(1.0, abs(w)):
+            raise SystemExit(f"CHECK FAILED: {program}: loss {g} with the finite checks, {w} "
+                             "without")
+    checked = [run(csim, iters)[0] for _ in range(rounds)]
+    return (statistics.median(plain), statistics.median(timed), launches, summary, s.device_name,
+            statistics.median(checked))
 
 
 def main():
@@ -60,11 +76,14 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--trace-dir", default=None)
+    ap.add_argument("--steps", type=int, default=None, help="time steps (default: the port's)")
     a = ap.parse_args()
     for program in a.program.split(","):
-        plain, timed, launches, summary, device = measure(program, a.iters, a.rounds, a.trace_dir)
+        plain, timed, launches, summary, device, checked = measure(program, a.iters, a.rounds,
+                                                                   a.trace_dir, a.steps)
         print(f"{program} ({device}): {plain:.2f} ms/iteration without a timeline, {timed:.2f} "
-              f"with (x{timed / plain:.3f}); {launches} launches timed per block of {a.iters}")
+              f"with (x{timed / plain:.3f}); {launches} launches timed per block of {a.iters}; "
+              f"check_finite {checked:.2f} (x{checked / plain:.3f})")
         for line in summary[:8]:
             print("   ", line)
 
