@@ -190,13 +190,17 @@ def test_a_replayed_iteration_equals_a_launched_one(session):
     # gradients within 5e-7 of the largest, weights within 1e-9; the bounds are 1e-6, 1e-5
     # and 1e-8 (the update moves a weight by 30 x 5e-6).
     sims = [_sim(session, graph=g, loop=g) for g in (True, False)]
-    reworked = session.stats()["reworked_loops"]
+    before = session.stats()
     losses = [[sim.iteration()] for sim in sims]
     session.finish_rework(sims[0]._graph)
     for sim, ls in zip(sims, losses):
         ls.append(sim.iteration())  # the reworked graph's replay
-    # the capture ran the prepared plans of the step loop and of its adjoint (docs/graphs.md)
-    assert session.stats()["reworked_loops"] - reworked == 2
+    # the capture ran the step loop and its adjoint each as its prepared plan or, where the
+    # device's workgroups fit the loop, as one resident kernel (docs/graphs.md; the H200 rolled
+    # one of them where lavapipe reworks both)
+    after = session.stats()
+    assert sum(after[k] - before[k] for k in ("reworked_loops", "rolled_loops")) == 2, \
+        {k: after[k] - before[k] for k in ("reworked_loops", "rolled_loops")}
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-6)
     g = [sim.gradients() for sim in sims]
     w = [sim.weights() for sim in sims]
