@@ -2703,6 +2703,17 @@ void bind_timeline(nb::module_& m) {
           "summary() as data: device time per name, largest total first.");
 }
 
+// Session's debugging calls (docs/debugging.md).
+void bind_session_debugging(nb::class_<Session>& cls) {
+  cls.def("begin_timeline", &Session::begin_timeline,
+          "max_events"_a = vkad::runtime::kTimelineMaxEvents,
+          "Starts a timeline (docs/debugging.md): every launch, fill, copy and upload until "
+          "end_timeline() is timed on the device. Waits for the device once. vkad.profile() is "
+          "the context manager around it.")
+      .def("end_timeline", &Session::end_timeline,
+           "Waits for the device and returns the Timeline recorded since begin_timeline().");
+}
+
 void bind_session_launches_and_graphs(nb::class_<Session>& cls) {
   cls.def("free", &Session::free, "array"_a, nb::sig("def free(self, array: NdArray) -> None"))
       .def("zero", &Session::zero, "array"_a, nb::sig("def zero(self, array: NdArray) -> None"))
@@ -2749,13 +2760,6 @@ void bind_session_launches_and_graphs(nb::class_<Session>& cls) {
            "Waits like synchronize(), then returns the runtime's idle memory (rings, adstack "
            "heaps, spare memory blocks) to the driver; arrays, kernels and graphs are kept. "
            "stats() tells the user's memory (user_bytes) from the runtime's (runtime_bytes).")
-      .def("begin_timeline", &Session::begin_timeline,
-           "max_events"_a = vkad::runtime::kTimelineMaxEvents,
-           "Starts a timeline (docs/debugging.md): every launch, fill, copy and upload until "
-           "end_timeline() is timed on the device. Waits for the device once. vkad.profile() "
-           "is the context manager around it.")
-      .def("end_timeline", &Session::end_timeline,
-           "Waits for the device and returns the Timeline recorded since begin_timeline().")
       .def("validation_messages", &Session::validation_messages)
       .def(
           "_set_tape",
@@ -2802,4 +2806,5 @@ NB_MODULE(_vkad, m) {
   bind_timeline(m);
   nb::class_<Session> cls = bind_session_kernels_and_arrays(m);
   bind_session_launches_and_graphs(cls);
+  bind_session_debugging(cls);
 }
