@@ -1855,13 +1855,20 @@ class _Lowered:
             loc = self.lines.get(quoted.strip())
             if loc is None:
                 continue
-            filename, line, col, end, text, func = loc
-            where = f" (in @vkad.func '{func}')" if func else ""
-            new = type(e)(f"{msg}\n  File \"{filename}\", line {line}, column {col + 1}{where}"
-                          f"\n    {text}\n    {' ' * col}{'^' * (end - col)}")
+            filename, line, col = loc[0], loc[1], loc[2]
+            new = type(e)(f"{msg}\n  {_where(loc)}")
             new.filename, new.lineno, new.col_offset = filename, line, col + 1
             return new
         return e
+
+
+def _where(loc: Tuple) -> str:
+    """`File "f.py", line 12, column 5 (in @vkad.func 'g')`, the source line and a caret, from
+    a lowering's (file, line, col, end, text, func)."""
+    filename, line, col, end, text, func = loc
+    where = f" (in @vkad.func '{func}')" if func else ""
+    return (f"File \"{filename}\", line {line}, column {col + 1}{where}\n    {text}\n    "
+            f"{' ' * col}{'^' * (end - col)}")
 
 
 def with_python_lines(msg: str) -> str:
@@ -1884,11 +1891,7 @@ def with_python_lines(msg: str) -> str:
             loc = low.lines.get(m.group(2).strip())
             if loc is None:
                 continue
-            filename, line, col, end, text, func = loc
-            where = f" (in @vkad.func '{func}')" if func else ""
-            out += (f"\n  `{m.group(2).strip()}` of kernel '{m.group(1)}': File \"{filename}\", "
-                    f"line {line}, column {col + 1}{where}\n    {text}\n    {' ' * col}"
-                    f"{'^' * (end - col)}")
+            out += f"\n  `{m.group(2).strip()}` of kernel '{m.group(1)}': {_where(loc)}"
             break
     return out
 
