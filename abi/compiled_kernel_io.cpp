@@ -7,7 +7,7 @@ namespace vkad::abi {
 namespace {
 
 constexpr uint32_t kMagic = 0x4b4b4456;  // "VDKK"
-constexpr uint32_t kVersion = 2;         // 2: CompiledTask::finite_sites
+constexpr uint32_t kVersion = 3;         // 2: finite_sites; 3: access_sites
 
 class Writer {
  public:
@@ -177,6 +177,8 @@ Result<std::string> serialize_compiled_kernel(const CompiledKernel& k) {
     w.words(t.spec_words);
     w.put<uint64_t>(t.finite_sites.size());
     for (const std::string& site : t.finite_sites) w.str(site);
+    w.put<uint64_t>(t.access_sites.size());
+    for (const std::string& site : t.access_sites) w.str(site);
   }
   return w.take();
 }
@@ -234,6 +236,8 @@ Result<CompiledKernel> deserialize_compiled_kernel(std::string_view bytes) {
     t.spec_words = r.words();
     const uint64_t sites = r.count(8);  // each site is at least its length
     for (uint64_t s = 0; s < sites && !r.failed(); ++s) t.finite_sites.push_back(r.str());
+    const uint64_t accesses = r.count(8);
+    for (uint64_t s = 0; s < accesses && !r.failed(); ++s) t.access_sites.push_back(r.str());
     k.tasks.push_back(std::move(t));
   }
   if (r.failed()) return corrupt("truncated or out of range");

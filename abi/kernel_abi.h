@@ -36,6 +36,9 @@ namespace vkad::abi {
 // Error codes the device writes into a task's error word (low 8 bits; the rest is detail,
 // e.g. which adstack overflowed, plus one). The first error of a launch wins.
 inline constexpr uint32_t kErrorOutOfBounds = 1;
+// An out-of-bounds access's word with the access named: its site (CompiledTask::access_sites)
+// plus one above the code (the last out-of-bounds access of the invocation that raised it).
+constexpr uint32_t out_of_bounds_word(uint32_t site) { return kErrorOutOfBounds | (site + 1) << 8; }
 inline constexpr uint32_t kErrorAdstackOverflow = 2;
 // A NaN or an infinity stored into an ndarray with the finite checks on (CompileOptions::
 // check_finite); the detail is the site (CompiledTask::finite_sites) plus one.
@@ -48,12 +51,14 @@ constexpr uint32_t adstack_overflow_word(uint32_t stack) {
 struct ErrorWord {
   uint32_t code = 0;   // kErrorOutOfBounds, kErrorAdstackOverflow, kErrorNonFinite, or unknown
   int64_t stack = -1;  // the overflowed adstack (kErrorAdstackOverflow), else -1
-  int64_t site = -1;   // the finite check that failed (kErrorNonFinite), else -1
+  int64_t site = -1;   // the access / finite check named (kErrorOutOfBounds, kErrorNonFinite)
 };
 constexpr ErrorWord decode_error_word(uint32_t word) {
   ErrorWord e{word & 0xff, -1, -1};
   if (e.code == kErrorAdstackOverflow && (word >> 8) >= 1) e.stack = (word >> 8) - 1;
-  if (e.code == kErrorNonFinite && (word >> 8) >= 1) e.site = (word >> 8) - 1;
+  if ((e.code == kErrorNonFinite || e.code == kErrorOutOfBounds) && (word >> 8) >= 1) {
+    e.site = (word >> 8) - 1;
+  }
   return e;
 }
 
@@ -143,6 +148,9 @@ struct CompiledTask {
   // statement (a float store or atomic add into an ndarray), by site number (kErrorNonFinite's
   // detail). Empty otherwise.
   std::vector<std::string> finite_sites;
+  // With the bounds checks on (the default): the IR text of each ndarray access (load, store,
+  // atomic), by site number (kErrorOutOfBounds's detail).
+  std::vector<std::string> access_sites;
 };
 
 // Launch specialization: the words codegen marks in a task with adstacks are the adstack

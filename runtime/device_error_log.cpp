@@ -15,7 +15,11 @@ std::string describe_device_error(const CompiledKernel& d, uint32_t task, uint32
                                   const std::byte* args) {
   const abi::ErrorWord e = abi::decode_error_word(flag);
   if (e.code == kErrorOutOfBounds) {
-    return "out-of-bounds ndarray access (the access was skipped; loads read 0)";
+    const auto& sites = d.tasks[task].access_sites;
+    const std::string by = e.site >= 0 && static_cast<size_t>(e.site) < sites.size()
+                               ? " by `" + sites[static_cast<size_t>(e.site)] + "`"
+                               : "";
+    return "out-of-bounds ndarray access" + by + " (the access was skipped; loads read 0)";
   }
   if (e.code == abi::kErrorNonFinite) {
     const auto& sites = d.tasks[task].finite_sites;

@@ -130,6 +130,11 @@ Result<abi::CompiledKernel> compile(const Kernel& k, const Target& target,
         out.tasks[i].finite_sites.push_back(print_stmt(k, *s));
       }
     }
+    if (options.bounds_checks) {
+      for (const Stmt* s : access_sites(k, i)) {
+        out.tasks[i].access_sites.push_back(print_stmt(k, *s));
+      }
+    }
     std::vector<uint32_t> words =
         outline_deep_loops(emit_task(k, i, out, target, eo), kOutlineLoopDepth);
     Status valid = validate_spirv(words);

@@ -23,6 +23,9 @@ namespace {
 using abi::kErrorOutOfBounds;
 
 constexpr uint32_t kScopeDevice = 1;
+// An out-of-bounds flag whose access has no site (describe_device_error names none): the largest
+// 24-bit detail.
+constexpr uint32_t kUnknownSite = (1u << 24) - 1;
 constexpr uint32_t kRelaxed = 0;
 
 class TaskEmitter {
@@ -38,6 +41,10 @@ class TaskEmitter {
     if (o_.check_finite) {
       const std::vector<const Stmt*> sites = finite_check_sites(k, task);
       for (uint32_t i = 0; i < sites.size(); ++i) finite_site_[sites[i]] = i;
+    }
+    if (o_.bounds_checks) {
+      const std::vector<const Stmt*> sites = access_sites(k, task);
+      for (uint32_t i = 0; i < sites.size(); ++i) access_site_[sites[i]] = i;
     }
   }
 
@@ -84,10 +91,17 @@ class TaskEmitter {
       emit_block(task_.body);
     });
     if (oob_var_) {  // the bounds checks' one flag, raised once per invocation
-      const uint32_t any =
-          op(spv::OpINotEqual, bool_, {op(spv::OpLoad, u32_, {oob_var_}), m_.c_u32(0)});
+      const uint32_t site1 = op(spv::OpLoad, u32_, {oob_var_});
+      const uint32_t any = op(spv::OpINotEqual, bool_, {site1, m_.c_u32(0)});
       if_else(
-          any, [&] { raise(m_.c_u32(kErrorOutOfBounds)); }, [] {});
+          any,
+          [&] {
+            // out_of_bounds_word(site): the code, the site + 1 above it.
+            raise(op(spv::OpBitwiseOr, u32_,
+                     {m_.c_u32(kErrorOutOfBounds),
+                      op(spv::OpShiftLeftLogical, u32_, {site1, m_.c_u32(8)})}));
+          },
+          [] {});
     }
     m_.op(spv::OpReturn, {});
     m_.op(spv::OpFunctionEnd, {});
@@ -528,9 +542,13 @@ class TaskEmitter {
     uint32_t ptr_t = m_.t_pointer(spv::StorageClassStorageBuffer, a.elem);
     auto ptr = [&] { return op(spv::OpAccessChain, ptr_t, {a.var, m_.c_u32(0), lin}); };
     if (!o_.bounds_checks) return access(ptr());
+    // The flag holds the site + 1 of the invocation's last out-of-bounds access (0: none).
     const uint32_t flag = op(spv::OpLoad, u32_, {oob_var_});
-    const uint32_t bad = op(spv::OpSelect, u32_, {ok, m_.c_u32(0), m_.c_u32(1)});
-    m_.op(spv::OpStore, {oob_var_, op(spv::OpBitwiseOr, u32_, {flag, bad})});
+    // (Every access the emitter guards is a statement of the body; an unknown one would be
+    // reported without its statement.)
+    auto it = access_site_.find(&s);
+    const uint32_t site = m_.c_u32(it != access_site_.end() ? it->second + 1 : kUnknownSite);
+    m_.op(spv::OpStore, {oob_var_, op(spv::OpSelect, u32_, {ok, flag, site})});
     if (result_type) {
       lin = op(spv::OpSelect, u32_, {ok, lin, m_.c_u32(0)});
       return op(spv::OpSelect, result_type, {ok, access(ptr()), fallback});
@@ -1396,6 +1414,7 @@ class TaskEmitter {
   const EmitOptions& o_;
   uint32_t u32_ = 0, i32_ = 0, bool_ = 0, gid_ = 0, args_var_ = 0, errors_var_ = 0, cur_ = 0;
   std::unordered_map<const Stmt*, uint32_t> finite_site_;  // check_finite's sites
+  std::unordered_map<const Stmt*, uint32_t> access_site_;  // the bounds checks' sites
   uint32_t oob_var_ = 0;  // the bounds checks' flag (a Function variable), 0 without checks
   bool ended_ = false;    // the current block ends with a break / continue already
   // The only predecessor of the current block while it is a loop body's first block, else 0.
@@ -1428,6 +1447,17 @@ std::vector<const Stmt*> finite_check_sites(const Kernel& k, size_t task) {
   std::vector<const Stmt*> out;
   for_each_stmt(k.tasks[task].body, [&](const Stmt& s) {
     if ((s.op == Op::kStore || s.op == Op::kAtomicAdd) && is_float(k.params[s.param].dtype)) {
+      out.push_back(&s);
+    }
+  });
+  return out;
+}
+
+std::vector<const Stmt*> access_sites(const Kernel& k, size_t task) {
+  std::vector<const Stmt*> out;
+  for_each_stmt(k.tasks[task].body, [&](const Stmt& s) {
+    if (s.op == Op::kLoad || s.op == Op::kStore || s.op == Op::kAtomicAdd ||
+        s.op == Op::kAtomicMax) {
       out.push_back(&s);
     }
   });

@@ -113,6 +113,26 @@ TEST_F(FiniteChecks, AnInfiniteGradientInTheAdjointNamesTheAdjointKernel) {
   EXPECT_NEAR(grad[0], 0.5 / std::sqrt(0.5), 1e-5);
 }
 
+// The bounds checks (on by default) name the access that went out of bounds: y[i + 1] at the
+// last element, not the in-bounds load of x before it.
+TEST_F(FiniteChecks, AnOutOfBoundsAccessNamesItsStatement) {
+  KernelBuilder kb("shift");
+  Array xa = kb.ndarray("x", DType::kF32, 1);
+  Array ya = kb.ndarray("y", DType::kF32, 1);
+  kb.parallel_for("main", 0, xa.dim(0), [&](Value i) { ya.store({i + 1}, xa(i)); });
+  auto k = s_->compile(kb.finish());
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  NdArrayHandle x = make("x", std::vector<float>(kN, 1.0f)), y = make("y", std::vector<float>(kN));
+  ASSERT_TRUE(s_->launch(*k, {Arg::ndarray(x), Arg::ndarray(y)}).ok());
+  Status st = s_->synchronize();
+  ASSERT_EQ(st.code(), ErrorCode::kDeviceError) << st.to_string();
+  EXPECT_NE(st.message().find("kernel 'shift', task 'main': out-of-bounds ndarray access by "
+                              "`store y["),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(read(y)[kN - 1], 1.0f) << "the in-bounds stores were made";
+}
+
 // Off (the default), the same launches report nothing: no check is compiled in.
 class NoFiniteChecks : public FiniteChecks {
  protected:

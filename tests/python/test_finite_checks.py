@@ -1,7 +1,8 @@
-"""The NaN / infinity checks from Python (issue 56, point 2; docs/debugging.md): with
-vkad.Session(check_finite=True) the first NaN or infinity a @vkad.kernel stores -- in its
+"""Device errors that name the statement and its Python line (issues 55 and 56; docs/debugging.md):
+with vkad.Session(check_finite=True) the first NaN or infinity a @vkad.kernel stores -- in its
 forward, or in its adjoint's gradients -- raises vkad.DeviceError naming the kernel and the
-statement; the values are stored as without the checks; without the option nothing is raised."""
+statement; the values are stored as without the checks; without the option nothing is raised.
+An out-of-bounds access (bounds checks are always on) names its statement and line too."""
 import numpy as np
 import pytest
 
@@ -18,6 +19,17 @@ def log_of(x: vkad.array(vkad.f32, grad=True), y: vkad.array(vkad.f32, grad=True
 def root(x: vkad.array(vkad.f32, grad=True), y: vkad.array(vkad.f32, grad=True)):
     for i in range(x.shape[0]):
         y[i] = vkad.sqrt(x[i])
+
+
+@vkad.kernel
+def shift(x: vkad.array(vkad.f32), y: vkad.array(vkad.f32)):
+    for i in range(x.shape[0]):
+        y[i + 1] = x[i]
+
+
+def line_of(text):
+    with open(__file__) as f:
+        return next(n for n, t in enumerate(f, 1) if text in t)
 
 
 def inputs(n=64, zero_at=5):
@@ -42,9 +54,7 @@ def test_a_log_of_zero_raises_naming_the_kernel_and_statement(checked):
                                                r"by `store y\[") as e:
         s.synchronize()
     # The statement's Python line (the store in log_of above).
-    with open(__file__) as f:
-        line = next(n for n, t in enumerate(f, 1) if "y[i] = vkad.log(x[i])" in t)
-    assert f'File "{__file__}", line {line}' in str(e.value), str(e.value)
+    assert f'File "{__file__}", line {line_of("y[i] = vkad.log(x[i])")}' in str(e.value)
     assert y.numpy()[5] == -np.inf  # stored all the same; the session goes on
     log_of(s.ndarray(np.ones(64, np.float32)), y, session=s)
     s.synchronize()
@@ -69,3 +79,13 @@ def test_without_the_option_nothing_is_checked(session):
     log_of(x, y, session=session)
     session.synchronize()
     assert y.numpy()[5] == -np.inf
+
+
+def test_an_out_of_bounds_store_names_its_statement_and_line(session):
+    x, y = session.ndarray(np.ones(16, np.float32)), session.zeros(16, vkad.f32)
+    shift(x, y, session=session)
+    with pytest.raises(vkad.DeviceError, match=r"kernel 'shift'.*out-of-bounds ndarray access "
+                                               r"by `store y\[") as e:
+        session.synchronize()
+    assert f'File "{__file__}", line {line_of("y[i + 1] = x[i]")}' in str(e.value)
+    np.testing.assert_array_equal(y.numpy()[1:], np.ones(15, np.float32))

@@ -116,6 +116,9 @@ TEST(KernelAbi, ErrorWordsRoundTrip) {
     EXPECT_EQ(e.stack, -1);
   }
   EXPECT_EQ(decode_error_word(kErrorNonFinite).site, -1);
+  EXPECT_EQ(decode_error_word(out_of_bounds_word(12)).code, kErrorOutOfBounds);
+  EXPECT_EQ(decode_error_word(out_of_bounds_word(12)).site, 12);
+  EXPECT_EQ(decode_error_word(kErrorOutOfBounds).site, -1);
 }
 
 }  // namespace
