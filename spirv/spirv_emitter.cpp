@@ -1443,25 +1443,30 @@ class TaskEmitter {
 
 }  // namespace
 
-std::vector<const Stmt*> finite_check_sites(const Kernel& k, size_t task) {
+namespace {
+// The statements of task `task` that `pred` picks, in a pre-order walk: the site numbers the
+// finite and bounds checks carry.
+template <typename Pred>
+std::vector<const Stmt*> sites_of(const Kernel& k, size_t task, Pred pred) {
   std::vector<const Stmt*> out;
   for_each_stmt(k.tasks[task].body, [&](const Stmt& s) {
-    if ((s.op == Op::kStore || s.op == Op::kAtomicAdd) && is_float(k.params[s.param].dtype)) {
-      out.push_back(&s);
-    }
+    if (pred(s)) out.push_back(&s);
   });
   return out;
 }
+}  // namespace
+
+std::vector<const Stmt*> finite_check_sites(const Kernel& k, size_t task) {
+  return sites_of(k, task, [&](const Stmt& s) {
+    return (s.op == Op::kStore || s.op == Op::kAtomicAdd) && is_float(k.params[s.param].dtype);
+  });
+}
 
 std::vector<const Stmt*> access_sites(const Kernel& k, size_t task) {
-  std::vector<const Stmt*> out;
-  for_each_stmt(k.tasks[task].body, [&](const Stmt& s) {
-    if (s.op == Op::kLoad || s.op == Op::kStore || s.op == Op::kAtomicAdd ||
-        s.op == Op::kAtomicMax) {
-      out.push_back(&s);
-    }
+  return sites_of(k, task, [](const Stmt& s) {
+    return s.op == Op::kLoad || s.op == Op::kStore || s.op == Op::kAtomicAdd ||
+           s.op == Op::kAtomicMax;
   });
-  return out;
 }
 
 std::vector<uint32_t> emit_task(const Kernel& k, size_t task, const abi::CompiledKernel& layout,
