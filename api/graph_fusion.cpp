@@ -22,6 +22,7 @@
 #include "graph/graph_rework.h"
 #include "graph/launch_fusion.h"
 #include "graph/resident.h"
+#include "graph/stencil_blocking.h"
 #include "ir/text.h"
 #include "runtime/runtime.h"
 
@@ -249,17 +250,146 @@ std::optional<MergedLaunch> Session::build_rolled(const RollSegment& seg,
 }
 
 bool Session::roll(const std::vector<CapturedStep>& captured, std::vector<CapturedStep>* out,
-                   std::vector<uint32_t>* launch_index, std::vector<bool>* rolled) {
-  if (resident_max_range_ == 0) return false;
+                   std::vector<uint32_t>* launch_index, std::vector<bool>* rolled, size_t* blocked,
+                   std::vector<StashNeed>* stashes) {
+  *blocked = 0;
+  std::vector<StashPrologue> prologues;
+  if (resident_max_range_ == 0 && !block_stencils_) return false;
   const std::vector<const CapturedStep*> launches = launches_of(captured);
-  const std::vector<RollCandidate> candidates = roll_candidates(launches);
-  const std::vector<RollSegment> segments =
-      find_roll_segments(captured, launches, candidates, RollLimits{});
-  if (segments.empty()) return false;
+  std::vector<RollSegment> segments;
   std::vector<std::optional<MergedLaunch>> built;
-  for (const RollSegment& seg : segments) built.push_back(build_rolled(seg, launches, candidates));
+  if (resident_max_range_ != 0) {
+    const std::vector<RollCandidate> candidates = roll_candidates(launches);
+    segments = find_roll_segments(captured, launches, candidates, RollLimits{});
+    for (const RollSegment& seg : segments)
+      built.push_back(build_rolled(seg, launches, candidates));
+  }
+  if (block_stencils_)
+    *blocked = block_stencils(captured, launches, &segments, &built, stashes, &prologues);
+  if (segments.empty()) return false;
   splice_rolled(captured, segments, built, out, launch_index, rolled);
+  add_prologues(prologues, out, launch_index);
   return std::find(rolled->begin(), rolled->end(), true) != rolled->end();
+}
+
+void Session::add_prologues(std::span<const StashPrologue> prologues,
+                            std::vector<CapturedStep>* out, std::vector<uint32_t>* launch_index) {
+  if (prologues.empty()) return;
+  std::unordered_map<uint64_t, uint64_t> placeholder;  // by blocked kernel
+  for (const StashPrologue& p : prologues) placeholder[p.blocked_kernel] = p.placeholder;
+  std::vector<size_t> step_of;  // per launch of `out`: its step
+  for (size_t i = 0; i < out->size(); ++i) {
+    CapturedStep& s = (*out)[i];
+    if (!s.launch) continue;
+    step_of.push_back(i);
+    auto it = placeholder.find(s.kernel.id);
+    if (it != placeholder.end()) s.args.back() = Arg::ndarray(NdArrayHandle{it->second});
+  }
+  // Last first: an insertion moves only what follows it.
+  std::vector<StashPrologue> order(prologues.begin(), prologues.end());
+  std::sort(order.begin(), order.end(),
+            [](const StashPrologue& a, const StashPrologue& b) { return a.first > b.first; });
+  for (const StashPrologue& p : order) {
+    const uint32_t at = (*launch_index)[p.first];
+    CapturedStep pro = (*out)[step_of[at]];  // the run's first dispatch's arguments
+    pro.kernel = p.kernel;
+    out->insert(out->begin() + static_cast<std::ptrdiff_t>(step_of[at]), std::move(pro));
+    for (uint32_t& l : *launch_index) l += l >= at ? 1 : 0;
+  }
+}
+
+Status Session::materialize_stashes(std::span<const StashNeed> needs, ReworkPlan* w,
+                                    std::vector<NdArrayHandle>* owned) {
+  for (const StashNeed& n : needs) {
+    VKAD_ASSIGN_OR_RETURN(NdArrayHandle a, ndarray(n.dtype, {n.elements}, "stencil stash"));
+    owned->push_back(a);
+    for (CapturedStep& s : w->steps) {
+      for (Arg& x : s.args) {
+        if (x.kind == abi::ParamKind::kNdArray && x.array.id == n.placeholder) x.array = a;
+      }
+    }
+  }
+  return {};
+}
+
+size_t Session::block_stencils(std::span<const CapturedStep> captured,
+                               std::span<const CapturedStep* const> launches,
+                               std::vector<RollSegment>* segments,
+                               std::vector<std::optional<MergedLaunch>>* built,
+                               std::vector<StashNeed>* stashes,
+                               std::vector<StashPrologue>* prologues) {
+  // Candidates: launches no resident loop took, with their box.
+  std::vector<bool> covered(launches.size(), false);
+  for (size_t g = 0; g < segments->size(); ++g) {
+    const RollSegment& seg = (*segments)[g];
+    if (!(*built)[g]) continue;
+    for (size_t i = 0; i < seg.period * seg.reps; ++i) covered[seg.first + i] = true;
+  }
+  const bool loops_capped = rt_->caps().max_loop_passes != 0;
+  std::vector<RollCandidate> candidates(launches.size());
+  for (size_t l = 0; l < launches.size(); ++l) {
+    if (covered[l]) continue;
+    codegen::FusionLaunch f = fusion_launch(*launches[l], loops_capped);
+    if (f.kernel == &not_fusible()) continue;
+    std::vector<std::pair<int64_t, int64_t>> box = f.dims;
+    if (box.empty()) box.emplace_back(f.begin, f.end);
+    candidates[l] = {f.kernel, std::move(box)};
+  }
+  RollLimits limits;
+  limits.max_period = 1;
+  limits.min_reps = 2;
+  const std::vector<RollSegment> runs = find_roll_segments(captured, launches, candidates, limits);
+  size_t taken = 0;
+  std::vector<std::pair<RollSegment, std::optional<MergedLaunch>>> all;
+  for (size_t g = 0; g < segments->size(); ++g)
+    all.emplace_back(std::move((*segments)[g]), std::move((*built)[g]));
+  for (const RollSegment& run : runs) {
+    const CapturedStep& first = *launches[run.first];
+    codegen::StencilLaunch sl;
+    sl.kernel = candidates[run.first].kernel;
+    sl.box = candidates[run.first].ranges;
+    sl.step = run.steps[0];
+    for (const Arg& a : first.args) {
+      const bool array = a.kind == abi::ParamKind::kNdArray;
+      sl.arrays.push_back(array ? a.array.id : 0);
+      sl.first.push_back(!array && a.dtype == DType::kI32 ? a.i : 0);
+      const std::vector<uint32_t>* ext = array ? extents_of(a.array.id) : nullptr;
+      sl.shapes.emplace_back();
+      if (ext) sl.shapes.back().assign(ext->begin(), ext->end());
+    }
+    const uint32_t K = codegen::stencil_steps(sl);
+    if (K == 0 || run.reps < K) continue;
+    Result<codegen::BlockedStencil> k =
+        codegen::block_stencil(sl, K, "blocked_" + sl.kernel->name + "_x" + std::to_string(K));
+    if (!k.ok() || k->stash_elements > UINT32_MAX) continue;
+    Result<KernelHandle> h = merged_kernel(k->kernel);
+    if (!h.ok()) continue;
+    if (k->prologue) {
+      Result<KernelHandle> ph = merged_kernel(*k->prologue);
+      if (!ph.ok()) continue;
+      const uint64_t placeholder = next_stash_placeholder_++;
+      stashes->push_back({placeholder, k->stash_type, static_cast<uint32_t>(k->stash_elements)});
+      prologues->push_back({run.first, *ph, h->id, placeholder});
+    }
+    // The launch's parameters are the kernel's (the stash, where there is one, last).
+    std::vector<uint32_t> identity(first.args.size());
+    for (uint32_t p = 0; p < identity.size(); ++p) identity[p] = p;
+    const MergedLaunch m{*h, {identity}, k->kernel.params.size()};
+    // Whole blocks of K launches; the rest stay as they are.
+    for (size_t b = 0; b + K <= run.reps; b += K) {
+      all.emplace_back(RollSegment{run.first + b, 1, K, run.steps}, m);
+      taken += K;
+    }
+  }
+  std::stable_sort(all.begin(), all.end(),
+                   [](const auto& a, const auto& b) { return a.first.first < b.first.first; });
+  segments->clear();
+  built->clear();
+  for (auto& [seg, m] : all) {
+    segments->push_back(std::move(seg));
+    built->push_back(std::move(m));
+  }
+  return taken;
 }
 
 ScheduleLaunch Session::schedule_launch(const CapturedStep& s, std::vector<bool>* pinned) const {
@@ -626,7 +756,8 @@ void Session::plan_rework(PreparedRework* p) {
   // Step loops of small launches first (graph/resident.h): each becomes one launch of a
   // resident kernel, which scheduling and fusion below then see as a fence.
   std::vector<CapturedStep> rolled_steps;
-  p->any_rolled = roll(captured, &rolled_steps, &p->roll_index, &p->rolled);
+  p->any_rolled =
+      roll(captured, &rolled_steps, &p->roll_index, &p->rolled, &p->blocked, &p->stashes);
   const std::vector<CapturedStep>& rolled_cap = p->any_rolled ? rolled_steps : captured;
   clock.mark("roll");
   // Gathers of an earlier launch's element-wise output compute it themselves (above the
@@ -672,19 +803,28 @@ Result<GraphHandle> Session::install_rework(PreparedRework& p, bool keep_capture
   if (!register_rework_kernels(p) || !p.rework) return p.graph;
   PhaseClock clock("vkad graph rework", &rework_compile_ms_);
   FusedGraph map;
+  if (!materialize_stashes(p.stashes, &p.w, &map.owned).ok()) {
+    for (NdArrayHandle a : map.owned) (void)free(a);
+    return p.graph;  // out of memory for a stash: the launches as captured
+  }
   // The rework's kernels get their specialized pipelines at their first launch: here.
   const double created = rt_->pipeline_create_ms();
   Result<GraphHandle> fused = recapture(p.w, p.name, &map, &p.relaxed);
   rework_compile_ms_ += rt_->pipeline_create_ms() - created;
   clock.mark("re-capture");
-  if (!fused.ok()) return p.graph;  // the launches as captured
+  if (!fused.ok()) {
+    for (NdArrayHandle a : map.owned) (void)free(a);
+    return p.graph;  // the launches as captured
+  }
   map.name = p.name;
   describe_launches(p.captured, &map);
   if (p.any_rolled) unroll_numbering(p.roll_index, p.rolled, &map, &p.pinned);
   keep_for_updates(p.graph,
                    p.reordered || p.relaxed || p.any_rolled || p.any_recomputed || p.rows_used,
                    keep_captured, std::move(p.pinned), &map);
-  rolled_launches_ += static_cast<uint64_t>(std::count(p.rolled.begin(), p.rolled.end(), true));
+  rolled_launches_ +=
+      static_cast<uint64_t>(std::count(p.rolled.begin(), p.rolled.end(), true)) - p.blocked;
+  blocked_launches_ += p.blocked;
   recomputed_launches_ += p.recompute_pins.size() / 2;  // a (consumer, producer) pair each
   fused_graphs_.emplace(fused->id, std::move(map));
   return *fused;

@@ -86,6 +86,8 @@ Result<std::unique_ptr<Session>> Session::create_with_runtime(
     s->resident_max_range_ = static_cast<uint32_t>(
         std::min<unsigned long long>(std::strtoull(resident, nullptr, 10), UINT32_MAX));
   }
+  const char* block = std::getenv("VKAD_GRAPH_BLOCK");  // and for blocked stencils
+  s->block_stencils_ = options.block_stencils && (block == nullptr || std::string(block) != "0");
   s->target_ = codegen::target_from_caps(rt->caps());
   s->adjoint_options_ = codegen::adjoint_options_from_caps(rt->caps());
   s->device_uuid_ = rhi::format_uuid(rt->caps().device_uuid);
@@ -519,17 +521,23 @@ Status Session::release_graph(GraphHandle graph) {
     background_.reset();
   }
   VKAD_TRY(rt_->release_graph(graph));
+  auto forget = [&](uint64_t id) {  // a reworked graph's map, and the stashes it owns
+    auto f = fused_graphs_.find(id);
+    if (f == fused_graphs_.end()) return;
+    for (NdArrayHandle a : f->second.owned) (void)free(a);
+    fused_graphs_.erase(f);
+  };
   if (auto rw = reworked_.find(graph.id); rw != reworked_.end()) {
     // The reworked graph installed for it: its graph as captured is the one just released.
     (void)rt_->release_graph(rw->second);
-    fused_graphs_.erase(rw->second.id);
+    forget(rw->second.id);
     reworked_.erase(rw);
   }
   auto it = fused_graphs_.find(graph.id);
   if (it != fused_graphs_.end() && it->second.original.id != 0) {
     (void)rt_->release_graph(it->second.original);
   }
-  fused_graphs_.erase(graph.id);
+  forget(graph.id);
   fixed_launches_.erase(graph.id);
   return {};
 }
@@ -583,6 +591,7 @@ Result<SessionStats> Session::stats() const {
   s.pipelines_created = r.pipelines_created;
   s.pipeline_create_ms = r.pipeline_create_ms;
   s.rolled_launches = rolled_launches_;
+  s.blocked_launches = blocked_launches_;
   s.rolled_loops = rolled_loops_;
   s.reworked_loops = reworked_loops_;
   s.recomputed_launches = recomputed_launches_;

@@ -111,6 +111,12 @@ struct SessionOptions {
   // a rolled launch never runs longer than one of its invocations where a dispatch of it would
   // occupy a compute unit or two anyway; wider ranges may do better spread over the GPU.
   uint32_t resident_max_range = 256;
+  // Run consecutive captured launches of a stencil kernel (reads of what the run writes at
+  // bounded offsets of the thread's cell: neighbour stencils, a time axis, Jacobi sweeps) up to
+  // 8 per dispatch, the halo recomputed, at end_capture (graph/stencil_blocking.h;
+  // docs/graphs.md, "Blocked stencils"); VKAD_GRAPH_BLOCK=0 in the environment turns it off for
+  // every session.
+  bool block_stencils = true;
   // The on-disk caches (compiled kernels and the driver's pipeline cache; README, "Caches on
   // disk"): nullopt = automatic (VKAD_CACHE=0 turns them off, else VKAD_CACHE_DIR, else
   // $XDG_CACHE_HOME/vkad, else ~/.cache/vkad); "" = off; else that directory.
@@ -153,6 +159,9 @@ struct SessionStats {
   // Captured launches that graphs captured so far run inside resident kernels (docs/graphs.md,
   // "Resident step loops").
   uint64_t rolled_launches = 0;
+  // Captured launches that graphs captured so far run inside blocked stencil dispatches
+  // (docs/graphs.md, "Blocked stencils").
+  uint64_t blocked_launches = 0;
   // Session::launch_loop calls that ran as one launch of a resident kernel (docs/graphs.md,
   // "Step loops").
   uint64_t rolled_loops = 0;
@@ -481,6 +490,7 @@ class Session {
     std::vector<std::vector<bool>> pinned;
     GraphHandle original{0};
     bool on_original = false;
+    std::vector<NdArrayHandle> owned;  // blocked stencils' stashes, freed with the graph
     std::vector<GraphUpdate> applied;
     // A background rework's: the updates replays made before the install (captured
     // numbering), applied with the next replay's.
@@ -488,6 +498,21 @@ class Session {
   };
   static std::vector<bool> scalar_params(std::span<const Arg> args);
   // A kernel a rework compiled: registered under its reserved handle at the install.
+  // A stash a blocked stencil needs: its placeholder id in the plan's arguments, its type and
+  // length.
+  struct StashNeed {
+    uint64_t placeholder = 0;
+    DType dtype = DType::kF32;
+    uint32_t elements = 0;
+  };
+  // Allocates each stash and puts it in place of its placeholder in `w`'s arguments; the
+  // arrays go to `owned` (freed with what uses them).
+  Status materialize_stashes(std::span<const StashNeed> needs, ReworkPlan* w,
+                             std::vector<NdArrayHandle>* owned);
+  uint64_t next_stash_placeholder_ = uint64_t{1} << 62;
+  // Stashes of step-loop plans: graphs may record their launches, so they live as long as the
+  // session.
+  std::vector<NdArrayHandle> loop_stashes_;
   struct PendingKernel {
     KernelHandle handle;
     std::shared_ptr<const runtime::CompiledKernel> compiled;
@@ -502,6 +527,10 @@ class Session {
     ReworkPlan w;
     std::vector<uint32_t> roll_index;
     std::vector<bool> rolled;
+    size_t blocked = 0;  // captured launches in blocked stencil dispatches
+    // The blocked stencils' stashes (graph/stencil_blocking.h): `w.steps` names each by a
+    // placeholder array id until materialize_stashes allocates it on the caller's thread.
+    std::vector<StashNeed> stashes;
     std::vector<size_t> recompute_pins;
     std::vector<std::vector<bool>> pinned;
     bool any_rolled = false, any_recomputed = false, reordered = false, relaxed = false,
@@ -603,8 +632,29 @@ class Session {
   // Step loops of small launches in `captured` rolled into resident kernels: false when none
   // is. Else `out` gets the steps with each loop as one launch, and per captured launch
   // `launch_index` its launch in `out` and `rolled` whether it was rolled.
+  // Runs of a stencil kernel's launches become launches of blocked kernels
+  // (graph/stencil_blocking.h) too, `blocked` counting the captured launches they take.
   bool roll(const std::vector<CapturedStep>& captured, std::vector<CapturedStep>* out,
-            std::vector<uint32_t>* launch_index, std::vector<bool>* rolled);
+            std::vector<uint32_t>* launch_index, std::vector<bool>* rolled, size_t* blocked,
+            std::vector<StashNeed>* stashes);
+  // The blocked runs among the launches no segment of `segments` covers, added to it (in
+  // order) with their kernels in `built`; returns the captured launches they take.
+  // A blocked run's prologue (filling its stash) goes before the launch of captured launch
+  // `first`.
+  struct StashPrologue {
+    size_t first = 0;
+    KernelHandle kernel;
+    uint64_t blocked_kernel = 0, placeholder = 0;
+  };
+  size_t block_stencils(std::span<const CapturedStep> captured,
+                        std::span<const CapturedStep* const> launches,
+                        std::vector<RollSegment>* segments,
+                        std::vector<std::optional<MergedLaunch>>* built,
+                        std::vector<StashNeed>* stashes, std::vector<StashPrologue>* prologues);
+  // Puts the stashes' placeholders and the prologues into `out` (splice_rolled's), keeping
+  // `launch_index` in step.
+  static void add_prologues(std::span<const StashPrologue> prologues,
+                            std::vector<CapturedStep>* out, std::vector<uint32_t>* launch_index);
   std::vector<RollCandidate> roll_candidates(std::span<const CapturedStep* const> launches) const;
   // The resident kernel of one segment, compiled and registered; nullopt where it cannot be.
   std::optional<MergedLaunch> build_rolled(const RollSegment& seg,
@@ -668,6 +718,7 @@ class Session {
   bool fuse_graph_launches_ = true;
   bool schedule_graph_launches_ = true;
   uint32_t resident_max_range_ = 256;
+  bool block_stencils_ = true;
   // launch_loop's rolled kernels (registered on the caller's thread), by printed IR.
   std::unordered_map<std::string, KernelHandle> loop_kernels_;
   // What roll_loop decided, by the body's shape (loop_signature): later loops of that shape skip
@@ -745,6 +796,7 @@ class Session {
       const codegen::Kernel& k, std::string key,
       std::optional<Result<std::shared_ptr<const runtime::CompiledKernel>>> ck, PhaseClock& clock);
   uint64_t rolled_launches_ = 0;      // SessionStats::rolled_launches
+  uint64_t blocked_launches_ = 0;     // SessionStats::blocked_launches
   uint64_t recomputed_launches_ = 0;  // SessionStats::recomputed_launches
   // Every kernel compiled here and every kernel a rework made, by handle id: IR, access
   // summary, adstacks and what the graph passes derive from them (graph/kernel_catalog.h).

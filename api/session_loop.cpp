@@ -257,6 +257,12 @@ void Session::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   clock.mark("plan");
   if (!register_rework_kernels(*p) || !p->rework) return;
   clock.mark("register");
+  std::vector<NdArrayHandle> stashes;
+  if (!materialize_stashes(p->stashes, &p->w, &stashes).ok()) {
+    for (NdArrayHandle h : stashes) (void)free(h);
+    return;  // out of memory: the loop runs its launches one by one
+  }
+  loop_stashes_.insert(loop_stashes_.end(), stashes.begin(), stashes.end());
   auto r = std::make_shared<LoopRework>();
   r->zeros = plan_zeros(*p, body, accumulated);
   // The pipelines the launches will use, made now (a first launch would make them).

@@ -319,6 +319,8 @@ class Planner {
                                                                 const Block& b) -> Status {
       for (const Stmt& s : b.stmts) {
         if (s.op == Op::kBarrier) return error(t, s, "barrier cannot be differentiated");
+        if (s.op == Op::kSharedAlloc || s.op == Op::kLoadShared || s.op == Op::kStoreShared)
+          return error(t, s, "shared arrays cannot be differentiated");
         if (s.op >= Op::kStackAlloc)
           return error(t, s, "adstack statements cannot be differentiated");
         if (s.op == Op::kAtomicMax) return error(t, s, "atomic_max cannot be differentiated");
@@ -518,7 +520,10 @@ class Planner {
         switch (local_op(s.op)) {
           case LocalOp::kLoadLocal: return act(s.args[0]);
           case LocalOp::kAlloca:
-          case LocalOp::kStoreLocal: return false;  // not values: never asked
+          case LocalOp::kStoreLocal:
+          case LocalOp::kSharedAlloc:
+          case LocalOp::kStoreShared: return false;  // not values: never asked
+          case LocalOp::kLoadShared: return false;   // refused above
         }
         return false;
       case OpFamily::kSelect: return act(s.args[1]) || act(s.args[2]);

@@ -150,6 +150,9 @@ class ForwardMode : public PartialBuilder {
         rw_.store_local(tl, tangent_or_zero(s.args[1], types_.at(s.args[1])));
         return;
       }
+      case LocalOp::kSharedAlloc:  // make_jvp refuses shared arrays
+      case LocalOp::kLoadShared:
+      case LocalOp::kStoreShared: return;
     }
   }
   // An ndarray with a tangent array: loads read it at the same indices, stores and atomic adds
@@ -189,6 +192,13 @@ class ForwardMode : public PartialBuilder {
 }  // namespace
 
 Result<Kernel> make_jvp(const Kernel& forward, const Target& target) {
+  for (const Task& t : forward.tasks) {
+    if (contains_op(t.body, Op::kSharedAlloc)) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "make_jvp '" + forward.name + "', task '" + t.name +
+                            "': shared arrays cannot be differentiated");
+    }
+  }
   ForwardMode fm(forward);
   return fm.run(target);
 }

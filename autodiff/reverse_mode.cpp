@@ -169,7 +169,10 @@ class ReverseMode : public PartialBuilder {
             replay(s, frame && if_depth > 0);
             return;
           case LocalOp::kLoadLocal:
-          case LocalOp::kStoreLocal: replay(s, frame && if_depth > 0); return;
+          case LocalOp::kStoreLocal:
+          case LocalOp::kSharedAlloc:  // (adjoint_plan refuses shared arrays)
+          case LocalOp::kLoadShared:
+          case LocalOp::kStoreShared: replay(s, frame && if_depth > 0); return;
         }
         return;
       // Replayed as they are (operands mapped).
@@ -283,6 +286,9 @@ class ReverseMode : public PartialBuilder {
             return;
           case LocalOp::kStoreLocal: rev_store_local(s); return;
           case LocalOp::kLoadLocal: rev_read(s); return;
+          case LocalOp::kSharedAlloc:  // (adjoint_plan refuses shared arrays)
+          case LocalOp::kLoadShared:
+          case LocalOp::kStoreShared: return;
         }
         return;
       case OpFamily::kArray:

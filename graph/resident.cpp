@@ -17,7 +17,7 @@ bool residable_block(const Block& b) {
   for (const Stmt& s : b.stmts) {
     // Adstacks bind the runtime's heaps, sized per launch; a stated trip bound may read
     // scalars the roll steps; a barrier belongs to the rolled kernel alone.
-    if (s.op >= Op::kStackAlloc || s.has_cap) return false;
+    if (s.op >= Op::kStackAlloc || s.op == Op::kSharedAlloc || s.has_cap) return false;
     for (const Block& c : s.blocks) {
       if (!residable_block(c)) return false;
     }

@@ -67,7 +67,12 @@ inline constexpr uint32_t kMaxNestingDepth = 64;
 //   unary (args[0]), binary (args[0], args[1]), comparisons (-> bool)
 //   kSelect: args cond, a, b; kCast: args[0] converted to `type`
 //   locals: kAlloca (result: a local of `type`, initialised to zero), kLoadLocal (args: local),
-//     kStoreLocal (args: local, value)
+//     kStoreLocal (args: local, value); kSharedAlloc (result: an array of `iimm` elements of
+//     `type` shared by the invocations of one workgroup, its contents undefined until stored;
+//     only at the top of a task that may hold a barrier: the graph rework's blocked stencils,
+//     graph/stencil_blocking.h), kLoadShared (args: array, i32 index; result `type`),
+//     kStoreShared (args: array, i32 index, value). An index outside [0, iimm) reads or writes
+//     element iimm - 1 (the emitter clamps it: never outside the array)
 //   ndarrays (parameter `param`; args: indices..., [value]): kLoad, kStore, kAtomicAdd, and
 //     kAtomicMax (i32 / u32: element = max(element, value), atomically; not differentiable,
 //     reverse mode rejects it; the counting kernels of make_adjoint_counted reduce trip

@@ -166,8 +166,10 @@ std::string print_stmt(const Kernel& k, const Stmt& s) {
     case OpFamily::kBinary:
     case OpFamily::kCompare:
     case OpFamily::kSelect:
-    case OpFamily::kCast:
-    case OpFamily::kLocal: break;
+    case OpFamily::kCast: break;
+    case OpFamily::kLocal:
+      if (s.op == Op::kSharedAlloc) return head + "shared_alloc " + std::to_string(s.iimm) + ty;
+      break;
   }
   return operand_form(s, head, ty);
 }
@@ -753,6 +755,10 @@ class Parser {
       case OpFamily::kCompare: VKAD_TRY(operands(s, 2)); break;
       case OpFamily::kSelect: VKAD_TRY(operands(s, 3)); break;
       case OpFamily::kLocal:
+        if (s.op == Op::kSharedAlloc) {
+          VKAD_TRY(shared_size(s));
+          break;
+        }
         VKAD_TRY(operands(s, s.op == Op::kAlloca ? 0 : num_operands(s)));
         break;
       case OpFamily::kArray: VKAD_TRY(array_access(s)); break;
@@ -764,7 +770,23 @@ class Parser {
   }
   // How many value operands a local or adstack op takes after its name.
   static size_t num_operands(const Stmt& s) {
-    return s.op == Op::kStoreLocal || s.op == Op::kStackPush || s.op == Op::kStackAccAdj ? 2 : 1;
+    if (s.op == Op::kStoreShared) return 3;
+    return s.op == Op::kStoreLocal || s.op == Op::kStackPush || s.op == Op::kStackAccAdj ||
+                   s.op == Op::kLoadShared
+               ? 2
+               : 1;
+  }
+  // shared_alloc <count>: the element count, a positive integer literal.
+  Status shared_size(Stmt& s) {
+    if (tok_.kind != Token::kNumber) return error("expected the shared array's element count");
+    char* end = nullptr;
+    errno = 0;
+    const long long n = std::strtoll(tok_.text.c_str(), &end, 10);
+    if (*end != '\0' || errno == ERANGE || n <= 0 || n > (1LL << 24))
+      return error("a shared array's element count is an integer from 1 to 2^24");
+    s.iimm = n;
+    advance();
+    return {};
   }
   // const <literal>; arg <param>; shape <param> <dim>
   Status leaf(Stmt& s) {

@@ -10,7 +10,7 @@ namespace vkad::codegen {
 
 namespace {
 
-enum class IdKind : uint8_t { kValue, kLocal, kStack };
+enum class IdKind : uint8_t { kValue, kLocal, kStack, kShared };
 
 struct IdInfo {
   IdKind kind = IdKind::kValue;
@@ -238,7 +238,8 @@ class Verifier {
     }
     const IdInfo& info = ids_.at(id);
     if (info.kind != want) {
-      const char* kinds[] = {"a value", "a local (alloca)", "an adstack (stack_alloc)"};
+      const char* kinds[] = {"a value", "a local (alloca)", "an adstack (stack_alloc)",
+                             "a shared array (shared_alloc)"};
       return error(s, name + " is " + kinds[static_cast<int>(info.kind)] + ", expected " +
                           kinds[static_cast<int>(want)]);
     }
@@ -478,8 +479,45 @@ class Verifier {
         VKAD_TRY(holder_and_value(s, IdKind::kLocal, "local").status());
         return IdKind::kValue;
       }
+      case LocalOp::kSharedAlloc: return shared_alloc(s);
+      case LocalOp::kLoadShared: {
+        VKAD_TRY(expect_args(s, 2));
+        VKAD_ASSIGN_OR_RETURN(IdInfo a, use(s, s.args[0], IdKind::kShared));
+        VKAD_TRY(shared_index(s));
+        VKAD_TRY(result_is(s, a.type));
+        return IdKind::kValue;
+      }
+      case LocalOp::kStoreShared: {
+        VKAD_TRY(expect_args(s, 3));
+        VKAD_ASSIGN_OR_RETURN(IdInfo a, use(s, s.args[0], IdKind::kShared));
+        VKAD_TRY(shared_index(s));
+        VKAD_ASSIGN_OR_RETURN(DType v, value(s, 2));
+        if (v != a.type) {
+          return error(
+              s, "type mismatch: the shared array holds " + tn(a.type) + ", the value is " + tn(v));
+        }
+        return IdKind::kValue;
+      }
     }
     return IdKind::kValue;
+  }
+  // A workgroup's shared array: numbers, a positive size, at the top of a task whose
+  // workgroups are whole (the barrier's condition), outside any branch or loop.
+  Result<IdKind> shared_alloc(const Stmt& s) {
+    VKAD_TRY(expect_args(s, 0));
+    if (s.type == DType::kBool) return error(s, "a shared array holds numbers, not bool");
+    if (s.iimm <= 0 || s.iimm > (int64_t{1} << 24))
+      return error(s, "a shared array needs 1 to 2^24 elements, not " + std::to_string(s.iimm));
+    if (!whole_workgroups(*task_))
+      return error(s, "shared array in a task whose workgroups are not whole " + kWholeGroups);
+    if (scopes_.size() != 1 || divergent_ != 0)
+      return error(s, "shared array inside a branch or loop (only at the top of the task)");
+    return IdKind::kShared;
+  }
+  Status shared_index(const Stmt& s) {
+    VKAD_ASSIGN_OR_RETURN(DType i, value(s, 1));
+    if (i != DType::kI32) return error(s, "a shared array's index is i32, not " + tn(i));
+    return {};
   }
   // (holder, value): a local or adstack and a value of the type it holds (store_local,
   // stack_push, stack_acc_adj). Returns the holder.
@@ -631,18 +669,22 @@ class Verifier {
     --divergent_;
     return {};
   }
+  // Where every workgroup's invocations all run the task's body alike, so they may meet at
+  // a barrier and share memory: a parallel 1-d task with its local size set over [0, n *
+  // local_size) (constants; the grid-stride loop then gives every invocation of a workgroup
+  // the same passes).
+  static inline const std::string kWholeGroups =
+      "(a parallel 1-d task over [0, n * local_size) with its local size set)";
+  static bool whole_workgroups(const Task& t) {
+    return !t.serial && t.dims.empty() && t.local_size != 0 &&
+           t.begin.kind == RangeBound::Kind::kConstant &&
+           t.end.kind == RangeBound::Kind::kConstant && t.begin.value == 0 && t.end.value > 0 &&
+           t.end.value % static_cast<int64_t>(t.local_size) == 0;
+  }
   Status barrier(const Stmt& s) const {
     VKAD_TRY(expect_args(s, 0));
-    const Task& t = *task_;
-    const bool one_group = !t.serial && t.dims.empty() && t.local_size != 0 &&
-                           t.begin.kind == RangeBound::Kind::kConstant &&
-                           t.end.kind == RangeBound::Kind::kConstant && t.begin.value == 0 &&
-                           t.end.value == static_cast<int64_t>(t.local_size);
-    if (!one_group) {
-      return error(s,
-                   "barrier in a task that is not one workgroup (a parallel 1-d task "
-                   "over [0, local_size) with its local size set)");
-    }
+    if (!whole_workgroups(*task_))
+      return error(s, "barrier in a task whose workgroups are not whole " + kWholeGroups);
     if (divergent_ != 0) {
       return error(s,
                    "barrier where invocations may diverge (inside if / while, or a "

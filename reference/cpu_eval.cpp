@@ -128,13 +128,15 @@ class Evaluator {
                 "': loops and branches nest deeper than " + std::to_string(kMaxNestingDepth) +
                 " (kMaxNestingDepth); the reference evaluates verifiable kernels only");
       }
-      if (contains_op(t.body, Op::kBarrier)) {
+      if (contains_op(t.body, Op::kBarrier) || contains_op(t.body, Op::kSharedAlloc)) {
         // Invocations run one after another here: none could wait for the others.
-        return make_error(ErrorCode::kUnsupported,
-                          "evaluate '" + k_.name + "', task '" + t.name +
-                              "': barrier needs the workgroup's invocations to run together; the "
-                              "reference runs them one at a time (evaluate the launches the "
-                              "barriers separate instead)");
+        return make_error(
+            ErrorCode::kUnsupported,
+            "evaluate '" + k_.name + "', task '" + t.name +
+                "': barrier and shared arrays need the workgroup's invocations to run "
+                "together; the "
+                "reference runs them one at a time (evaluate the launches the "
+                "barriers separate instead)");
       }
     }
     densify();
@@ -445,6 +447,10 @@ class Evaluator {
         regs_[slot(s.args[0])] = get(s.args[1]);
         errs_[slot(s.args[0])] = err(s.args[1]);
         return;
+      // run() refuses kernels with shared arrays (they go with barriers)
+      case LocalOp::kSharedAlloc:
+      case LocalOp::kLoadShared:
+      case LocalOp::kStoreShared: return;
     }
   }
 

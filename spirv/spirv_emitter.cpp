@@ -1312,7 +1312,30 @@ class TaskEmitter {
         set(s, op(spv::OpLoad, type(s.type), {locals_.at(s.args[0])}));
         return;
       case LocalOp::kStoreLocal: m_.op(spv::OpStore, {locals_.at(s.args[0]), v(s.args[1])}); return;
+      case LocalOp::kSharedAlloc: {
+        // One Workgroup variable per array, however often the body is emitted (the
+        // grid-stride loop's unrolled copies share it: they run one after another).
+        auto [it, fresh] = shared_.try_emplace(s.result);
+        if (fresh) {
+          const uint32_t arr = m_.t_array(type(s.type), m_.c_u32(static_cast<uint32_t>(s.iimm)));
+          it->second = {m_.global_variable(m_.t_pointer(spv::StorageClassWorkgroup, arr),
+                                           spv::StorageClassWorkgroup),
+                        static_cast<uint32_t>(s.iimm), s.type};
+        }
+        return;
+      }
+      case LocalOp::kLoadShared: set(s, op(spv::OpLoad, type(s.type), {shared_element(s)})); return;
+      case LocalOp::kStoreShared: m_.op(spv::OpStore, {shared_element(s), v(s.args[2])}); return;
     }
+  }
+  // The element of a shared array at args[1], the index clamped into the array (the blocked
+  // stencils index it in range; a clamp keeps a wrong index from reaching other memory).
+  uint32_t shared_element(const Stmt& s) {
+    const Shared& a = shared_.at(s.args[0]);
+    const uint32_t i = op(spv::OpBitcast, u32_, {v(s.args[1])});
+    const uint32_t in = ext(GLSLstd450UMin, u32_, {i, m_.c_u32(a.n - 1)});
+    return op(spv::OpAccessChain, m_.t_pointer(spv::StorageClassWorkgroup, type(a.type)),
+              {a.var, in});
   }
 
   void emit_array(const Stmt& s) {
@@ -1421,6 +1444,11 @@ class TaskEmitter {
   uint32_t sole_pred_ = 0;
   std::vector<std::pair<uint32_t, uint32_t>> loops_;  // (merge, continue target), innermost last
   std::unordered_map<ValueId, uint32_t> values_, locals_;
+  struct Shared {
+    uint32_t var = 0, n = 0;
+    DType type = DType::kF32;
+  };
+  std::unordered_map<ValueId, Shared> shared_;
   // table_index_values and launch_uniform_values of the kernel, made at its first atomic_add.
   std::optional<std::unordered_set<ValueId>> table_values_, uniform_values_;
   std::unordered_map<ValueId, DType> types_;

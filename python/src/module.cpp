@@ -2111,6 +2111,7 @@ struct Session {
     d["kernels_compiled"] = s.kernels_compiled;
     d["compile_cache_hits"] = s.compile_cache_hits;
     d["rolled_launches"] = s.rolled_launches;
+    d["blocked_launches"] = s.blocked_launches;
     d["rolled_loops"] = s.rolled_loops;
     d["reworked_loops"] = s.reworked_loops;
     d["recomputed_launches"] = s.recomputed_launches;

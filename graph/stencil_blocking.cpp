@@ -1,0 +1,1243 @@
+#include "graph/stencil_blocking.h"
+
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <map>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ir/launch_access.h"
+#include "ir/rewriter.h"
+#include "ir/verifier.h"
+
+namespace vkad::codegen {
+
+namespace {
+
+using Box = std::vector<std::pair<int64_t, int64_t>>;
+
+bool is_array_op(Op op) {
+  return op == Op::kLoad || op == Op::kStore || op == Op::kAtomicAdd || op == Op::kAtomicMax;
+}
+
+// Where an i32 index value lies relative to task dimension `dim`'s index i: value - i in
+// [lo, hi] for every i of the box, the value itself in [amin, amax]; `periodic`: value - i is
+// in [lo, hi] modulo the dimension's extent n (a wrap-around neighbour, select(i - 1 < 0, n - 1,
+// i - 1)), the box starting at 0. dim -1: a value no index moves, [lo, hi] its value.
+struct Offset {
+  bool ok = false;
+  int dim = -1;
+  int64_t lo = 0, hi = 0;
+  int64_t amin = 0, amax = 0;
+  bool periodic = false;
+};
+
+// The widest offset an index may have and still count as a neighbour.
+constexpr int64_t kMaxOffset = 8;
+
+// A row index: scalar parameter `param` plus `c` (param -1: the constant c).
+struct Row {
+  bool ok = false;
+  int param = -1;
+  int64_t c = 0;
+  bool operator==(const Row& o) const { return param == o.param && c == o.c; }
+};
+
+// The task's values as the analyses need them: definitions, and the index per dimension.
+class Values {
+ public:
+  Values(const Task& t, const Box& box, const std::vector<std::vector<int64_t>>* shapes = nullptr)
+      : box_(box), shapes_(shapes) {
+    idx_ = task_indices(t);
+    collect(t.body);
+  }
+  const std::vector<ValueId>& indices() const { return idx_; }
+
+  // The offset of `v` (see Offset), found by evaluating v's definitions at every index of
+  // the one dimension it depends on: exact for any mix of clamps, selects and wraps.
+  Offset offset(ValueId v) {
+    auto it = memo_.find(v);
+    if (it != memo_.end()) return it->second;
+    Offset o = compute(v);
+    memo_[v] = o;
+    return o;
+  }
+
+  Row row(ValueId v) const {
+    const Stmt* s = def(v);
+    if (!s || s->type != DType::kI32) return {};
+    if (s->op == Op::kConst) return {true, -1, s->iimm};
+    if (s->op == Op::kArg) return {true, static_cast<int>(s->param), 0};
+    if (s->op == Op::kAdd || s->op == Op::kSub) {
+      const Stmt* b = def(s->args[1]);
+      if (b && b->op == Op::kConst) {
+        Row r = row(s->args[0]);
+        if (!r.ok) return {};
+        r.c += s->op == Op::kAdd ? b->iimm : -b->iimm;
+        return r;
+      }
+      const Stmt* a = def(s->args[0]);
+      if (s->op == Op::kAdd && a && a->op == Op::kConst) {
+        Row r = row(s->args[1]);
+        if (r.ok) r.c += a->iimm;
+        return r;
+      }
+    }
+    return {};
+  }
+
+ private:
+  const Stmt* def(ValueId v) const {
+    auto it = defs_.find(v);
+    return it == defs_.end() ? nullptr : it->second;
+  }
+  void collect(const Block& b) {
+    for (const Stmt& s : b.stmts) {
+      if (s.result != kNoValue) defs_[s.result] = &s;
+      for (const Block& c : s.blocks) collect(c);
+    }
+  }
+  // The dimensions v depends on (a bit each), -1 where it reads anything but constants,
+  // extents, indices and integer arithmetic on them.
+  int depends(ValueId v, int depth = 0) {
+    for (size_t k = 0; k < idx_.size(); ++k) {
+      if (v == idx_[k]) return 1 << k;
+    }
+    const Stmt* s = def(v);
+    if (!s || depth > 64) return -1;
+    switch (s->op) {
+      case Op::kConst: return 0;
+      case Op::kShape:
+        return shapes_ && s->param < shapes_->size() && s->dim < (*shapes_)[s->param].size() ? 0
+                                                                                             : -1;
+      case Op::kAdd:
+      case Op::kSub:
+      case Op::kMul:
+      case Op::kMin:
+      case Op::kMax:
+      case Op::kDiv:
+      case Op::kFloorDiv:
+      case Op::kMod:
+      case Op::kSelect:
+      case Op::kLt:
+      case Op::kLe:
+      case Op::kGt:
+      case Op::kGe:
+      case Op::kEq:
+      case Op::kNe:
+      case Op::kAnd:
+      case Op::kOr:
+      case Op::kNot: {
+        if (s->type != DType::kI32 && s->type != DType::kBool) return -1;
+        int m = 0;
+        for (ValueId a : s->args) {
+          const int d = depends(a, depth + 1);
+          if (d < 0) return -1;
+          m |= d;
+        }
+        return m;
+      }
+      default: return -1;
+    }
+  }
+  // v's value with dimension `dim`'s index at i (v depends on no other).
+  std::optional<int64_t> eval(ValueId v, int dim, int64_t i) {
+    if (dim >= 0 && v == idx_[dim]) return i;
+    const Stmt* s = def(v);
+    if (!s) return std::nullopt;
+    if (s->op == Op::kConst) return s->iimm;
+    if (s->op == Op::kShape) return (*shapes_)[s->param][s->dim];
+    std::array<int64_t, 3> x{};
+    for (size_t a = 0; a < s->args.size() && a < 3; ++a) {
+      std::optional<int64_t> y = eval(s->args[a], dim, i);
+      if (!y) return std::nullopt;
+      x[a] = *y;
+    }
+    switch (s->op) {
+      case Op::kAdd: return x[0] + x[1];
+      case Op::kSub: return x[0] - x[1];
+      case Op::kMul: return x[0] * x[1];
+      case Op::kMin: return std::min(x[0], x[1]);
+      case Op::kMax: return std::max(x[0], x[1]);
+      // div truncates, mod and floordiv round toward -inf (ir.h); by zero: 0, mod the dividend
+      case Op::kDiv: return x[1] == 0 ? 0 : x[0] / x[1];
+      case Op::kFloorDiv:
+        if (x[1] == 0) return 0;
+        return x[0] / x[1] - ((x[0] % x[1] != 0) && ((x[0] % x[1] < 0) != (x[1] < 0)));
+      case Op::kMod: {
+        if (x[1] == 0) return x[0];
+        const int64_t r = x[0] % x[1];
+        return r != 0 && ((r < 0) != (x[1] < 0)) ? r + x[1] : r;
+      }
+      case Op::kSelect: return x[0] ? x[1] : x[2];
+      case Op::kLt: return x[0] < x[1];
+      case Op::kLe: return x[0] <= x[1];
+      case Op::kGt: return x[0] > x[1];
+      case Op::kGe: return x[0] >= x[1];
+      case Op::kEq: return x[0] == x[1];
+      case Op::kNe: return x[0] != x[1];
+      case Op::kAnd: return x[0] && x[1];
+      case Op::kOr: return x[0] || x[1];
+      case Op::kNot: return !x[0];
+      default: return std::nullopt;
+    }
+  }
+  Offset compute(ValueId v) {
+    const Stmt* s = def(v);
+    const bool is_index = std::find(idx_.begin(), idx_.end(), v) != idx_.end();
+    if (!is_index && (!s || s->type != DType::kI32)) return {};
+    const int dep = depends(v);
+    if (dep < 0) return {};
+    if (dep == 0) {
+      std::optional<int64_t> c = eval(v, -1, 0);
+      if (!c) return {};
+      return {true, -1, *c, *c, *c, *c, false};
+    }
+    if ((dep & (dep - 1)) != 0) return {};  // two dimensions
+    int k = 0;
+    while (!(dep & (1 << k))) ++k;
+    const auto [b, e] = box_[k];
+    Offset o{true, k, INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN, false};
+    std::vector<int64_t> d;
+    d.reserve(static_cast<size_t>(e - b));
+    for (int64_t i = b; i < e; ++i) {
+      std::optional<int64_t> f = eval(v, k, i);
+      if (!f) return {};
+      d.push_back(*f - i);
+      o.amin = std::min(o.amin, *f);
+      o.amax = std::max(o.amax, *f);
+    }
+    for (int64_t x : d) {
+      o.lo = std::min(o.lo, x);
+      o.hi = std::max(o.hi, x);
+    }
+    if (o.hi - o.lo <= 2 * kMaxOffset && o.lo >= -kMaxOffset && o.hi <= kMaxOffset) return o;
+    // A wrap-around: the offset modulo the extent, folded into (-n / 2, n / 2].
+    const int64_t n = e - b;
+    if (b != 0 || n <= 4 * kMaxOffset) return {};
+    o.lo = INT64_MAX;
+    o.hi = INT64_MIN;
+    for (int64_t x : d) {
+      int64_t w = ((x % n) + n) % n;
+      if (w > n / 2) w -= n;
+      o.lo = std::min(o.lo, w);
+      o.hi = std::max(o.hi, w);
+    }
+    if (o.lo < -kMaxOffset || o.hi > kMaxOffset) return {};
+    o.periodic = true;
+    return o;
+  }
+
+  const Box& box_;
+  const std::vector<std::vector<int64_t>>* shapes_;
+  std::vector<ValueId> idx_;
+  std::unordered_map<ValueId, const Stmt*> defs_;
+  std::unordered_map<ValueId, Offset> memo_;
+};
+
+// One access of an array indexed [row, cell] or [cell].
+struct Access {
+  const Stmt* s = nullptr;
+  bool has_row = false;
+  Row row;
+  std::array<Offset, kMaxTaskDims> cell{};
+  bool own_cell = true;  // offset exactly 0 on every axis
+  int depth = 0;         // nesting of branches and loops around it
+};
+
+// The access's row and cells for a task of `dims` dimensions; nullopt where it is not of the
+// form (see the header).
+std::optional<Access> classify(Values& vals, const Stmt& s, uint32_t rank, size_t dims) {
+  const size_t n_idx = is_array_op(s.op) && s.op != Op::kLoad ? s.args.size() - 1 : s.args.size();
+  if (n_idx != rank || (rank != dims && rank != dims + 1)) return std::nullopt;
+  Access a;
+  a.s = &s;
+  a.has_row = rank == dims + 1;
+  if (a.has_row) {
+    a.row = vals.row(s.args[0]);
+    if (!a.row.ok) return std::nullopt;
+  }
+  for (size_t k = 0; k < dims; ++k) {
+    Offset o = vals.offset(s.args[(a.has_row ? 1 : 0) + k]);
+    if (!o.ok || o.dim != static_cast<int>(k)) return std::nullopt;
+    a.cell[k] = o;
+    a.own_cell = a.own_cell && o.lo == 0 && o.hi == 0;
+  }
+  return a;
+}
+
+// Calls f(stmt, depth) for every statement of b (depth: enclosing blocks).
+void walk(const Block& b, int depth, const std::function<void(const Stmt&, int)>& f) {
+  for (const Stmt& s : b.stmts) {
+    f(s, depth);
+    for (const Block& c : s.blocks) walk(c, depth + 1, f);
+  }
+}
+
+bool unsupported(const Kernel& k, std::string* why) {
+  bool bad = false;
+  walk(k.tasks[0].body, 0, [&](const Stmt& s, int) {
+    if (s.op >= Op::kStackAlloc || s.op == Op::kSharedAlloc || s.op == Op::kAtomicMax) {
+      bad = true;
+      if (why) *why = "statement `" + std::string(op_info(s.op).name) + "` cannot be blocked";
+    }
+  });
+  return bad;
+}
+
+bool one_task(const Kernel& k, const Box& box, std::string* why) {
+  auto no = [&](const std::string& w) {
+    if (why) *why = w;
+    return false;
+  };
+  if (k.tasks.size() != 1) return no("not one task");
+  const Task& t = k.tasks[0];
+  if (t.serial) return no("a serial task");
+  const size_t dims = t.dims.empty() ? 1 : t.dims.size();
+  if (t.index == kNoValue || dims > kMaxTaskDims || box.size() != dims) return no("no box");
+  for (const auto& [b, e] : box) {
+    if (e <= b || b < 0) return no("an empty box");
+  }
+  return !unsupported(k, why);
+}
+
+// ---- The gather form ----
+
+// Copies statements of a kernel into another, values renumbered; hooks may replace array
+// statements. Definitions precede uses, so one pass suffices.
+class Copier {
+ public:
+  Copier(Rewriter& rw) : rw_(rw) {}
+  std::unordered_map<ValueId, ValueId> map;
+  // Replaces an array statement: return true when handled (else it is copied).
+  std::function<bool(const Stmt&)> on_array;
+
+  ValueId v(ValueId x) const {
+    auto it = map.find(x);
+    return it == map.end() ? kNoValue : it->second;
+  }
+  void block(const Block& b) {
+    for (const Stmt& s : b.stmts) stmt(s);
+  }
+  void stmt(const Stmt& src) {
+    if (is_array_op(src.op) && on_array && on_array(src)) return;
+    Stmt s = src;
+    s.args.clear();
+    for (Block& b : s.blocks) b.stmts.clear();
+    if (src.result != kNoValue) s.result = map[src.result] = rw_.kernel().fresh();
+    if (src.blocks.empty()) {
+      for (ValueId a : src.args) s.args.push_back(v(a));
+      rw_.insert(std::move(s));
+      return;
+    }
+    // Control statements: blocks first (a while's test value is defined in its block 0).
+    const size_t at = rw_.block().stmts.size();
+    rw_.insert(std::move(s));
+    Stmt& placed = rw_.block().stmts[at];
+    for (size_t b = 0; b < src.blocks.size(); ++b)
+      rw_.in(placed.blocks[b], [&] { block(src.blocks[b]); });
+    for (ValueId a : src.args) placed.args.push_back(v(a));
+  }
+
+ private:
+  Rewriter& rw_;
+};
+
+ValueId all(Rewriter& rw, const std::vector<ValueId>& conds) {
+  ValueId c = conds.empty() ? kNoValue : conds[0];
+  for (size_t i = 1; i < conds.size(); ++i) c = rw.op(Op::kAnd, DType::kBool, {c, conds[i]});
+  if (c == kNoValue) {
+    Stmt t = rw.make_int(DType::kBool, 1);
+    c = rw.insert(std::move(t));
+  }
+  return c;
+}
+
+// The value of row `r` at the insertion point (scalar parameter + c, or c).
+ValueId row_value(Rewriter& rw, const Kernel& k, const Row& r, ValueId param_value = kNoValue) {
+  if (r.param < 0) return rw.i32(r.c);
+  ValueId p =
+      param_value != kNoValue ? param_value : rw.arg(DType::kI32, static_cast<uint32_t>(r.param));
+  (void)k;
+  return r.c == 0 ? p : rw.op(Op::kAdd, DType::kI32, {p, rw.i32(r.c)});
+}
+
+// A fresh task like t (its indices new values of f).
+Task fresh_task(Kernel& f, const Task& t) {
+  Task n;
+  n.name = t.name;
+  n.serial = t.serial;
+  n.begin = t.begin;
+  n.end = t.end;
+  n.local_size = t.local_size;
+  n.dims = t.dims;
+  for (TaskDim& d : n.dims) d.index = f.fresh();
+  n.index = n.dims.empty() ? f.fresh() : n.dims[0].index;
+  return n;
+}
+
+}  // namespace
+
+Result<Kernel> gather_form(const Kernel& k, const Box& box,
+                           const std::vector<std::vector<int64_t>>& shapes) {
+  auto fail = [&](const std::string& w) {
+    return make_error(ErrorCode::kInvalidArgument, "gather_form '" + k.name + "': " + w);
+  };
+  std::string why;
+  if (!one_task(k, box, &why)) return fail(why);
+  const Task& t = k.tasks[0];
+  const size_t dims = box.size();
+  Values vals(t, box, &shapes);
+  // Arrays both read and added into atomically.
+  std::vector<bool> read(k.params.size()), added(k.params.size()), stored(k.params.size());
+  walk(t.body, 0, [&](const Stmt& s, int) {
+    if (s.op == Op::kLoad) read[s.param] = true;
+    if (s.op == Op::kAtomicAdd) added[s.param] = true;
+    if (s.op == Op::kStore) stored[s.param] = true;
+  });
+  std::vector<bool> gathered(k.params.size());
+  bool any = false;
+  for (size_t p = 0; p < k.params.size(); ++p) {
+    gathered[p] = read[p] && added[p];
+    any = any || gathered[p];
+    if (gathered[p] && stored[p])
+      return fail("'" + k.params[p].name + "' is stored and added into");
+  }
+  if (!any) return k;
+  // The adds: bounded offsets inside the box, at rows no load of the array reads.
+  std::vector<Access> adds;
+  std::array<int64_t, kMaxTaskDims> clo{}, chi{};  // candidates: j + [clo, chi]
+  std::array<bool, kMaxTaskDims> wrap{};           // ... modulo the extent
+  Status bad;
+  walk(t.body, 0, [&](const Stmt& s, int depth) {
+    if (!bad.ok() || !is_array_op(s.op) || !gathered[s.param] || s.op != Op::kAtomicAdd) return;
+    std::optional<Access> a = classify(vals, s, k.params[s.param].rank, dims);
+    if (!a) {
+      bad = fail("an atomic add into '" + k.params[s.param].name + "' at no bounded offset");
+      return;
+    }
+    for (size_t d = 0; d < dims; ++d) {
+      const Offset& o = a->cell[d];
+      if (o.amin < box[d].first || o.amax >= box[d].second) {
+        bad = fail("an atomic add into '" + k.params[s.param].name + "' may land outside the box");
+        return;
+      }
+      clo[d] = std::min(clo[d], -o.hi);
+      chi[d] = std::max(chi[d], -o.lo);
+      wrap[d] = wrap[d] || o.periodic;
+    }
+    a->depth = depth;
+    adds.push_back(*a);
+  });
+  VKAD_TRY(bad);
+  walk(t.body, 0, [&](const Stmt& s, int) {
+    if (!bad.ok() || s.op != Op::kLoad || !gathered[s.param]) return;
+    std::optional<Access> l = classify(vals, s, k.params[s.param].rank, dims);
+    if (!l || !l->has_row) {
+      bad = fail("'" + k.params[s.param].name + "' is read where it is added into");
+      return;
+    }
+    for (const Access& a : adds) {
+      if (a.s->param == s.param && (!a.has_row || a.row == l->row || a.row.param != l->row.param))
+        bad = fail("'" + k.params[s.param].name + "' is read at a row it is added into");
+    }
+  });
+  VKAD_TRY(bad);
+  int64_t candidates = 1;
+  for (size_t d = 0; d < dims; ++d) candidates *= chi[d] - clo[d] + 1;
+  if (candidates > 27) return fail("more than 27 threads add into one cell");
+
+  Kernel f;
+  f.name = k.name + "_gather";
+  f.params = k.params;
+  f.next_id = k.next_id;
+  Task nt = fresh_task(f, t);
+  const std::vector<ValueId> j = task_indices(nt);
+  Rewriter rw(f);
+  std::unordered_map<const Stmt*, ValueId> acc;
+  rw.in(nt.body, [&] {
+    for (const Access& a : adds) acc[a.s] = rw.op(Op::kAlloca, k.params[a.s->param].dtype, {});
+    std::array<int64_t, kMaxTaskDims> o{};
+    std::function<void(size_t)> each = [&](size_t d) {
+      if (d < dims) {
+        for (o[d] = clo[d]; o[d] <= chi[d]; ++o[d]) each(d + 1);
+        return;
+      }
+      bool self = true;
+      std::vector<ValueId> i(dims), inside;
+      for (size_t e = 0; e < dims; ++e) {
+        self = self && o[e] == 0;
+        i[e] = o[e] == 0 ? j[e] : rw.op(Op::kAdd, DType::kI32, {j[e], rw.i32(o[e])});
+        if (o[e] != 0 && wrap[e]) {  // (the box starts at 0: Offset::periodic)
+          i[e] = rw.op(Op::kMod, DType::kI32, {i[e], rw.i32(box[e].second)});
+          continue;
+        }
+        if (o[e] < 0) inside.push_back(rw.op(Op::kGe, DType::kBool, {i[e], rw.i32(box[e].first)}));
+        if (o[e] > 0) inside.push_back(rw.op(Op::kLt, DType::kBool, {i[e], rw.i32(box[e].second)}));
+      }
+      Copier c(rw);
+      const std::vector<ValueId> old = vals.indices();
+      for (size_t e = 0; e < dims; ++e) c.map[old[e]] = i[e];
+      c.on_array = [&](const Stmt& s) {
+        if (s.op == Op::kLoad) return false;
+        if (s.op == Op::kAtomicAdd && gathered[s.param]) {
+          // Thread i's add lands on j: into this statement's sum.
+          const size_t lead = s.args.size() - 1 - dims;
+          std::vector<ValueId> eq;
+          for (size_t e = 0; e < dims; ++e)
+            eq.push_back(rw.op(Op::kEq, DType::kBool, {c.v(s.args[lead + e]), j[e]}));
+          const ValueId hit = all(rw, eq);
+          const ValueId val = c.v(s.args.back());
+          const ValueId sum = acc.at(&s);
+          const DType ty = k.params[s.param].dtype;
+          rw.if_(hit, [&](int side) {
+            if (side != 0) return;
+            rw.store_local(sum, rw.op(Op::kAdd, ty, {rw.load_local(sum, ty), val}));
+          });
+          return true;
+        }
+        return !self;  // other writes: thread j's own body only
+      };
+      if (inside.empty()) {
+        c.block(t.body);
+      } else {
+        rw.if_(all(rw, inside), [&](int side) {
+          if (side == 0) c.block(t.body);
+        });
+      }
+    };
+    each(0);
+    // Each sum into its own element (no other thread touches it: rows differ from the loads').
+    for (const Access& a : adds) {
+      const ValueId sum = acc.at(a.s);
+      const DType ty = k.params[a.s->param].dtype;
+      std::vector<ValueId> idx;
+      if (a.has_row) idx.push_back(row_value(rw, k, a.row));
+      for (size_t e = 0; e < dims; ++e) idx.push_back(j[e]);
+      const ValueId old = rw.access(Op::kLoad, ty, a.s->param, idx);
+      std::vector<ValueId> st = idx;
+      st.push_back(rw.op(Op::kAdd, ty, {old, rw.load_local(sum, ty)}));
+      rw.access(Op::kStore, DType::kF32, a.s->param, st);
+    }
+  });
+  f.tasks.push_back(std::move(nt));
+  VKAD_TRY(verify(f));
+  return f;
+}
+
+namespace {
+
+// ---- The blocking plan ----
+
+struct SlotKey {
+  uint32_t param = 0;
+  bool has_row = false;
+  int64_t row = 0;  // relative to the first launch's row parameter (or the constant row)
+  bool operator<(const SlotKey& o) const {
+    return std::tie(param, has_row, row) < std::tie(o.param, o.has_row, o.row);
+  }
+};
+
+struct Plan {
+  Kernel kernel;  // the gather form of the launch's kernel
+  size_t dims = 0;
+  std::vector<bool> carried, written;
+  std::vector<Access> loads, stores;  // of carried arrays
+  std::array<int64_t, kMaxTaskDims> rlo{}, rhi{};
+  std::array<int64_t, kMaxTaskDims> tile{};
+  std::array<bool, kMaxTaskDims> periodic{};  // some carried access wraps around the box
+  int64_t local = 0;
+  int row_param = -1;  // the scalar every carried row is built on (-1: none)
+  // The one element type of the carried arrays (the stash's), where they share one.
+  std::optional<DType> carried_type;
+};
+
+// Fills `p` in place: its accesses point into p.kernel, which must not move afterwards.
+Status plan_of(const StencilLaunch& l, Plan& p) {
+  auto fail = [&](const std::string& w) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "stencil '" + (l.kernel ? l.kernel->name : std::string("?")) + "': " + w);
+  };
+  if (!l.kernel) return fail("no kernel");
+  std::string why;
+  if (!one_task(*l.kernel, l.box, &why)) return fail(why);
+  const Kernel& k0 = *l.kernel;
+  if (l.arrays.size() != k0.params.size() || l.step.size() != k0.params.size())
+    return fail("the launch does not match its kernel");
+  // Two parameters bound to one array would alias what the analysis tells apart.
+  std::unordered_set<uint64_t> seen;
+  for (uint64_t a : l.arrays) {
+    if (a != 0 && !seen.insert(a).second) return fail("one array bound to two parameters");
+  }
+  VKAD_ASSIGN_OR_RETURN(p.kernel, gather_form(k0, l.box, l.shapes));
+  const Kernel& k = p.kernel;
+  const Task& t = k.tasks[0];
+  p.dims = l.box.size();
+  Values vals(t, l.box, &l.shapes);
+  std::vector<bool> read(k.params.size());
+  p.written.assign(k.params.size(), false);
+  walk(t.body, 0, [&](const Stmt& s, int) {
+    if (s.op == Op::kLoad) read[s.param] = true;
+    if (s.op == Op::kStore || s.op == Op::kAtomicAdd) p.written[s.param] = true;
+  });
+  p.carried.assign(k.params.size(), false);
+  bool any = false;
+  for (size_t q = 0; q < k.params.size(); ++q) {
+    p.carried[q] = read[q] && p.written[q];
+    any = any || p.carried[q];
+  }
+  if (!any) return fail("no array is both read and written");
+  const std::unordered_set<ValueId> uniform = launch_uniform_values(k);
+  int row_param = -2;  // the one scalar every carried row is built on (-1: constant rows)
+  Status bad;
+  walk(t.body, 0, [&](const Stmt& s, int depth) {
+    if (!bad.ok() || !is_array_op(s.op)) return;
+    const Param& prm = k.params[s.param];
+    if (!p.carried[s.param]) {
+      if (s.op != Op::kStore) return;  // reads anywhere; atomic adds commute
+      // A write-only array's store: at the thread's own cell, the other axes uniform.
+      std::vector<bool> seen_dim(p.dims, false);
+      for (size_t a = 0; a + 1 < s.args.size(); ++a) {
+        const ValueId x = s.args[a];
+        Offset o = vals.offset(x);
+        if (o.ok && o.dim >= 0 && o.lo == 0 && o.hi == 0 && x == vals.indices()[o.dim]) {
+          seen_dim[o.dim] = true;
+        } else if (!uniform.count(x)) {
+          bad = fail("a store into '" + prm.name + "' at another thread's element");
+        }
+      }
+      if (std::find(seen_dim.begin(), seen_dim.end(), false) != seen_dim.end())
+        bad = fail("a store into '" + prm.name + "' not at the thread's own cell");
+      return;
+    }
+    if (s.op == Op::kAtomicAdd) {
+      bad = fail("an atomic add into '" + prm.name + "', which it also reads");
+      return;
+    }
+    std::optional<Access> a = classify(vals, s, prm.rank, p.dims);
+    if (!a) {
+      bad = fail("an access of '" + prm.name + "' at no bounded offset of the thread's cell");
+      return;
+    }
+    if (a->has_row) {
+      if (a->row.param >= 0 && (k.params[a->row.param].kind != ParamKind::kScalar ||
+                                k.params[a->row.param].dtype != DType::kI32)) {
+        bad = fail("a row of '" + prm.name + "' built on a parameter that is not an i32 scalar");
+        return;
+      }
+      if (row_param != -2 && row_param != a->row.param) {
+        bad = fail("rows built on two different parameters");
+        return;
+      }
+      row_param = a->row.param;
+    }
+    a->depth = depth;
+    if (s.op == Op::kStore) {
+      if (!a->own_cell) bad = fail("a store into '" + prm.name + "' at another thread's cell");
+      p.stores.push_back(*a);
+    } else {
+      p.loads.push_back(*a);
+    }
+  });
+  VKAD_TRY(bad);
+  p.row_param = row_param >= 0 ? row_param : -1;
+  for (size_t q = 0; q < k.params.size(); ++q) {
+    if (!p.carried[q]) continue;
+    const DType ty = k.params[q].dtype;
+    if (!p.carried_type) p.carried_type = ty;
+    if (*p.carried_type != ty) p.carried_type = DType::kBool;  // mixed: no stash
+  }
+  if (p.carried_type == DType::kBool) p.carried_type.reset();
+  // A load of a row the launch stores: at the thread's own cell (else the launch races).
+  for (const Access& ld : p.loads) {
+    for (const Access& st : p.stores) {
+      if (ld.s->param == st.s->param && ld.row == st.row && !ld.own_cell)
+        return fail("'" + k.params[ld.s->param].name + "' is read around a row it stores");
+    }
+  }
+  for (const Access& ld : p.loads) {
+    for (size_t d = 0; d < p.dims; ++d) {
+      p.rlo[d] = std::max(p.rlo[d], -ld.cell[d].lo);
+      p.rhi[d] = std::max(p.rhi[d], ld.cell[d].hi);
+      p.periodic[d] = p.periodic[d] || ld.cell[d].periodic;
+    }
+  }
+  static constexpr std::array<std::array<int64_t, 3>, 3> kTiles = {
+      {{256, 1, 1}, {16, 16, 1}, {8, 8, 4}}};
+  p.local = 1;
+  for (size_t d = 0; d < p.dims; ++d) {
+    p.tile[d] = kTiles[p.dims - 1][d];
+    p.local *= p.tile[d];
+  }
+  return {};
+}
+
+// The relative row of an access by launch r of the run (step: its row parameter's per launch).
+SlotKey key_of(const Access& a, uint32_t r, const StencilLaunch& l) {
+  SlotKey s;
+  s.param = a.s->param;
+  s.has_row = a.has_row;
+  if (a.has_row) {
+    s.row = a.row.c + (a.row.param >= 0 ? static_cast<int64_t>(r) * l.step[a.row.param] : 0);
+  }
+  return s;
+}
+
+// Region r (r = -1 .. K - 1) of a tile, per dimension: [origin - lo, origin + tile + hi).
+int64_t grow_lo(const Plan& p, size_t d, uint32_t K, int r) { return p.rlo[d] * (K - 1 - r); }
+int64_t grow_hi(const Plan& p, size_t d, uint32_t K, int r) { return p.rhi[d] * (K - 1 - r); }
+int64_t region_cells(const Plan& p, uint32_t K, int r) {
+  int64_t n = 1;
+  for (size_t d = 0; d < p.dims; ++d) n *= p.tile[d] + grow_lo(p, d, K, r) + grow_hi(p, d, K, r);
+  return n;
+}
+
+std::map<SlotKey, size_t> slots_of(const Plan& p, const StencilLaunch& l, uint32_t K) {
+  std::map<SlotKey, size_t> slots;
+  for (uint32_t r = 0; r < K; ++r) {
+    for (const Access& st : p.stores) slots.emplace(key_of(st, r, l), slots.size());
+  }
+  return slots;
+}
+
+size_t slot_bytes(const Plan& p, const std::map<SlotKey, size_t>& slots, uint32_t K) {
+  size_t bytes = 0;
+  for (const auto& [key, i] : slots)
+    bytes += abi::dtype_bytes(p.kernel.params[key.param].dtype) *
+             static_cast<size_t>(region_cells(p, K, -1));
+  return bytes;
+}
+
+// Whether a launch of the K reads `key` before one stores it at every cell (its values from
+// before the dispatch are needed).
+bool read_before_written(const Plan& p, const StencilLaunch& l, uint32_t K, const SlotKey& key) {
+  auto same = [](const SlotKey& a, const SlotKey& b) { return !(a < b) && !(b < a); };
+  int first_store = -1, first_load = -1;
+  for (uint32_t r = 0; r < K && (first_store < 0 || first_load < 0); ++r) {
+    for (const Access& st : p.stores) {
+      if (first_store < 0 && st.depth == 0 && same(key_of(st, r, l), key))
+        first_store = static_cast<int>(r);
+    }
+    for (const Access& ld : p.loads) {
+      if (first_load < 0 && same(key_of(ld, r, l), key)) first_load = static_cast<int>(r);
+    }
+  }
+  return first_load >= 0 && (first_store < 0 || first_load <= first_store);
+}
+
+// Whether the rows read before written can come from a stash: every carried row built on one
+// stepping i32 scalar, the carried arrays of one element type, the run's first value known.
+bool stash_possible(const Plan& p, const StencilLaunch& l) {
+  return p.row_param >= 0 && l.step[p.row_param] != 0 && p.carried_type &&
+         static_cast<size_t>(p.row_param) < l.first.size();
+}
+
+bool needs_stash(const Plan& p, const StencilLaunch& l, uint32_t K) {
+  for (const auto& [key, i] : slots_of(p, l, K)) {
+    if (read_before_written(p, l, K, key)) return true;
+  }
+  return false;
+}
+
+int64_t box_cells(const StencilLaunch& l) {
+  int64_t n = 1;
+  for (const auto& [b, e] : l.box) n *= e - b;
+  return n;
+}
+
+uint32_t choose_steps(const Plan& p, const StencilLaunch& l, uint32_t shared_bytes) {
+  const int64_t tile_cells = p.local;
+  for (uint32_t K = kMaxStencilSteps; K >= 2; --K) {
+    // A row read before it is written would have to be read around the tile from the array
+    // while the neighbouring tiles write their cells of it back in the same dispatch (a
+    // gathered adjoint adding into rows that hold earlier sums): not race-free, so not blocked.
+    bool racy = false;
+    for (const auto& [key, i] : slots_of(p, l, K)) racy = racy || read_before_written(p, l, K, key);
+    if (racy && !stash_possible(p, l)) return 0;
+    bool wraps_onto_itself = false;  // a periodic region longer than the box
+    for (size_t d = 0; d < p.dims; ++d) {
+      wraps_onto_itself =
+          wraps_onto_itself || (p.periodic[d] && p.tile[d] + (p.rlo[d] + p.rhi[d]) * K >
+                                                     l.box[d].second - l.box[d].first);
+    }
+    if (wraps_onto_itself) continue;
+    if (slot_bytes(p, slots_of(p, l, K), K) > shared_bytes) continue;
+    int64_t work = 0;
+    for (uint32_t r = 0; r < K; ++r) work += region_cells(p, K, static_cast<int>(r));
+    if (work > 2 * static_cast<int64_t>(K) * tile_cells) continue;
+    return K;
+  }
+  return 0;
+}
+
+}  // namespace
+
+uint32_t stencil_steps(const StencilLaunch& l, uint32_t shared_bytes, std::string* why) {
+  Plan p;
+  Status st = plan_of(l, p);
+  if (!st.ok()) {
+    if (why) *why = st.message();
+    return 0;
+  }
+  const uint32_t K = choose_steps(p, l, shared_bytes);
+  if (K == 0 && why)
+    *why =
+        "a row is read before the run writes it (its values around the tile would race with "
+        "the neighbouring tiles' write-back), or no number of steps fits the shared memory "
+        "and the halo";
+  return K;
+}
+
+namespace {
+
+// Builds the blocked kernel's body (see the header) at the rewriter's insertion point.
+class Blocker {
+ public:
+  Blocker(const Plan& p, const StencilLaunch& l, uint32_t K, Kernel& f, Rewriter& rw,
+          int stash_param = -1)
+      : p_(p), l_(l), K_(K), f_(f), rw_(rw), slots_(slots_of(p, l, K)), stash_(stash_param) {}
+
+  void body(ValueId g) {
+    const int64_t L = p_.local;
+    const ValueId wg = rw_.op(Op::kFloorDiv, DType::kI32, {g, rw_.i32(L)});
+    local_ = rw_.op(Op::kMod, DType::kI32, {g, rw_.i32(L)});
+    // The tile's origin: workgroup wg's coordinates, the last dimension fastest.
+    ValueId rest = wg;
+    origin_.assign(p_.dims, kNoValue);
+    for (size_t d = p_.dims; d-- > 0;) {
+      const int64_t n = (l_.box[d].second - l_.box[d].first + p_.tile[d] - 1) / p_.tile[d];
+      const ValueId c = d == 0 ? rest : rw_.op(Op::kMod, DType::kI32, {rest, rw_.i32(n)});
+      if (d != 0) rest = rw_.op(Op::kFloorDiv, DType::kI32, {rest, rw_.i32(n)});
+      origin_[d] = rw_.op(
+          Op::kAdd, DType::kI32,
+          {rw_.op(Op::kMul, DType::kI32, {c, rw_.i32(p_.tile[d])}), rw_.i32(l_.box[d].first)});
+    }
+    for (const auto& [key, i] : slots_) {
+      Stmt s = rw_.make(Op::kSharedAlloc, p_.kernel.params[key.param].dtype);
+      s.iimm = region_cells(p_, K_, -1);
+      shared_.push_back(rw_.insert(std::move(s)));
+    }
+    // What an earlier pass of the grid-stride loop left in shared memory is read no more.
+    rw_.op(Op::kBarrier, DType::kF32, {});
+    if (stash_ >= 0) {
+      // This dispatch's half of the stash: its place in the run, mod 2.
+      const int64_t per = static_cast<int64_t>(K_) * l_.step[p_.row_param];
+      const ValueId first = rw_.arg(DType::kI32, static_cast<uint32_t>(p_.row_param));
+      const ValueId since = rw_.op(Op::kSub, DType::kI32, {first, rw_.i32(l_.first[p_.row_param])});
+      const ValueId b = rw_.op(Op::kFloorDiv, DType::kI32, {since, rw_.i32(per)});
+      phase_ = rw_.op(Op::kMod, DType::kI32, {b, rw_.i32(2)});
+      preload();
+    }
+    for (uint32_t r = 0; r < K_; ++r) member(r);
+    if (stash_ >= 0) stash_next();
+  }
+
+  // The element of the stash for slot j of half `half` at cell xw (inside the box).
+  ValueId stash_at(ValueId half, size_t j, const std::vector<ValueId>& xw) {
+    ValueId at = kNoValue;
+    for (size_t d = 0; d < p_.dims; ++d) {
+      const ValueId c = rw_.op(Op::kSub, DType::kI32, {xw[d], rw_.i32(l_.box[d].first)});
+      const int64_t n = l_.box[d].second - l_.box[d].first;
+      at = at == kNoValue ? c
+                          : rw_.op(Op::kAdd, DType::kI32,
+                                   {rw_.op(Op::kMul, DType::kI32, {at, rw_.i32(n)}), c});
+    }
+    const int64_t S = static_cast<int64_t>(slots_.size());
+    const ValueId slot = rw_.op(
+        Op::kAdd, DType::kI32,
+        {rw_.op(Op::kMul, DType::kI32, {half, rw_.i32(S)}), rw_.i32(static_cast<int64_t>(j))});
+    return rw_.op(Op::kAdd, DType::kI32,
+                  {rw_.op(Op::kMul, DType::kI32, {slot, rw_.i32(box_cells(l_))}), at});
+  }
+
+ private:
+  // The rows read before written, around the tile, from this dispatch's half of the stash.
+  void preload() {
+    std::vector<std::pair<size_t, SlotKey>> need;
+    for (const auto& [key, i] : slots_) {
+      if (read_before_written(p_, l_, K_, key)) need.push_back({i, key});
+    }
+    const DType ty = *p_.carried_type;
+    each_cell(-1, [&](const std::vector<ValueId>& x, const std::vector<ValueId>& xw) {
+      for (const auto& [i, key] : need) {
+        const ValueId v =
+            rw_.access(Op::kLoad, ty, static_cast<uint32_t>(stash_), {stash_at(phase_, i, xw)});
+        rw_.op(Op::kStoreShared, DType::kF32, {shared_[i], lin(x), v});
+      }
+    });
+    rw_.op(Op::kBarrier, DType::kF32, {});
+  }
+  // The next dispatch's rows at the tile's cells into the other half: a row this one wrote
+  // from shared memory, any other from the array (which no launch of this dispatch writes).
+  void stash_next() {
+    const DType ty = *p_.carried_type;
+    const int64_t shift = static_cast<int64_t>(K_) * l_.step[p_.row_param];
+    const ValueId other = rw_.op(Op::kSub, DType::kI32, {rw_.i32(1), phase_});
+    each_cell(static_cast<int>(K_) - 1, [&](const std::vector<ValueId>& x,
+                                            const std::vector<ValueId>& xw) {
+      rw_.if_(interior(x), [&](int side) {
+        if (side != 0) return;
+        for (const auto& [key, j] : slots_) {
+          SlotKey next = key;
+          if (next.has_row) next.row += shift;
+          auto mine = slots_.find(next);
+          if (mine != slots_.end()) {
+            const ValueId v = rw_.op(Op::kLoadShared, ty, {shared_[mine->second], lin(x)});
+            rw_.access(Op::kStore, DType::kF32, static_cast<uint32_t>(stash_),
+                       {stash_at(other, j, xw), v});
+            continue;
+          }
+          std::vector<ValueId> idx;
+          ValueId row_ok = kNoValue;
+          if (next.has_row) {
+            // Past the array's rows there is no next dispatch (the run's last).
+            const ValueId row = rw_.op(
+                Op::kAdd, DType::kI32,
+                {rw_.arg(DType::kI32, static_cast<uint32_t>(p_.row_param)), rw_.i32(next.row)});
+            Stmt ext = rw_.make(Op::kShape, DType::kI32);
+            ext.param = next.param;
+            ext.dim = 0;
+            const ValueId rows = rw_.insert(std::move(ext));
+            row_ok = rw_.op(Op::kAnd, DType::kBool,
+                            {rw_.op(Op::kGe, DType::kBool, {row, rw_.i32(0)}),
+                             rw_.op(Op::kLt, DType::kBool, {row, rows})});
+            idx.push_back(row);
+          }
+          idx.insert(idx.end(), xw.begin(), xw.end());
+          auto copy = [&] {
+            const ValueId v = rw_.access(Op::kLoad, ty, next.param, idx);
+            rw_.access(Op::kStore, DType::kF32, static_cast<uint32_t>(stash_),
+                       {stash_at(other, j, xw), v});
+          };
+          if (row_ok == kNoValue) {
+            copy();
+          } else {
+            rw_.if_(row_ok, [&](int side2) {
+              if (side2 == 0) copy();
+            });
+          }
+        }
+      });
+    });
+  }
+
+ public:
+ private:
+  // Calls f(cell, wrapped) for each cell of region r inside the box, per dimension; along a
+  // periodic dimension the region reaches past the box and `wrapped` is the cell it stands for
+  // (elsewhere the two are equal).
+  template <typename F>
+  void each_cell(int r, F&& f) {
+    std::vector<int64_t> ext(p_.dims);
+    int64_t cells = 1;
+    for (size_t d = 0; d < p_.dims; ++d) {
+      ext[d] = p_.tile[d] + grow_lo(p_, d, K_, r) + grow_hi(p_, d, K_, r);
+      cells *= ext[d];
+    }
+    const int64_t passes = (cells + p_.local - 1) / p_.local;
+    auto one = [&](ValueId pass) {
+      ValueId n = local_;
+      if (pass != kNoValue)
+        n = rw_.op(Op::kAdd, DType::kI32,
+                   {n, rw_.op(Op::kMul, DType::kI32, {pass, rw_.i32(p_.local)})});
+      rw_.if_(rw_.op(Op::kLt, DType::kBool, {n, rw_.i32(cells)}), [&](int side) {
+        if (side != 0) return;
+        std::vector<ValueId> x(p_.dims), xw(p_.dims);
+        ValueId rest = n;
+        std::vector<ValueId> inside;
+        for (size_t d = p_.dims; d-- > 0;) {
+          const ValueId c = d == 0 ? rest : rw_.op(Op::kMod, DType::kI32, {rest, rw_.i32(ext[d])});
+          if (d != 0) rest = rw_.op(Op::kFloorDiv, DType::kI32, {rest, rw_.i32(ext[d])});
+          x[d] = rw_.op(
+              Op::kAdd, DType::kI32,
+              {origin_[d], rw_.op(Op::kSub, DType::kI32, {c, rw_.i32(grow_lo(p_, d, K_, r))})});
+          if (p_.periodic[d]) {
+            // Around the box's edge: the cell it wraps to (mod rounds toward -inf).
+            xw[d] = rw_.op(Op::kMod, DType::kI32, {x[d], rw_.i32(l_.box[d].second)});
+          } else {
+            xw[d] = x[d];
+            inside.push_back(in_range(x[d], d));
+          }
+        }
+        rw_.if_(all(rw_, inside), [&](int s2) {
+          if (s2 == 0) f(x, xw);
+        });
+      });
+    };
+    if (passes == 1) {
+      one(kNoValue);
+    } else {
+      const ValueId zero = rw_.i32(0);
+      rw_.for_(zero, rw_.i32(passes), std::nullopt, one);
+    }
+  }
+  ValueId in_range(ValueId x, size_t d) {
+    return rw_.op(Op::kAnd, DType::kBool,
+                  {rw_.op(Op::kGe, DType::kBool, {x, rw_.i32(l_.box[d].first)}),
+                   rw_.op(Op::kLt, DType::kBool, {x, rw_.i32(l_.box[d].second)})});
+  }
+  // The element of a shared array for cell y (inside region -1).
+  ValueId lin(const std::vector<ValueId>& y) {
+    ValueId at = kNoValue;
+    for (size_t d = 0; d < p_.dims; ++d) {
+      const int64_t ext = p_.tile[d] + grow_lo(p_, d, K_, -1) + grow_hi(p_, d, K_, -1);
+      const ValueId base =
+          rw_.op(Op::kSub, DType::kI32, {origin_[d], rw_.i32(grow_lo(p_, d, K_, -1))});
+      const ValueId c = rw_.op(Op::kSub, DType::kI32, {y[d], base});
+      at = at == kNoValue ? c
+                          : rw_.op(Op::kAdd, DType::kI32,
+                                   {rw_.op(Op::kMul, DType::kI32, {at, rw_.i32(ext)}), c});
+    }
+    return at;
+  }
+  ValueId interior(const std::vector<ValueId>& x) {
+    std::vector<ValueId> in;
+    for (size_t d = 0; d < p_.dims; ++d) {
+      in.push_back(rw_.op(Op::kGe, DType::kBool, {x[d], origin_[d]}));
+      in.push_back(
+          rw_.op(Op::kLt, DType::kBool,
+                 {x[d], rw_.op(Op::kAdd, DType::kI32, {origin_[d], rw_.i32(p_.tile[d])})}));
+      // The last tile's cells past a periodic box wrap onto the first tile's: not its own.
+      if (p_.periodic[d]) in.push_back(in_range(x[d], d));
+    }
+    return all(rw_, in);
+  }
+
+  void member(uint32_t r) {
+    // This launch's scalars: the first launch's + r * step.
+    std::unordered_map<uint32_t, ValueId> scalars;
+    for (size_t q = 0; q < l_.step.size(); ++q) {
+      if (l_.step[q] == 0) continue;
+      scalars[static_cast<uint32_t>(q)] = rw_.op(Op::kAdd, DType::kI32,
+                                                 {rw_.arg(DType::kI32, static_cast<uint32_t>(q)),
+                                                  rw_.i32(static_cast<int64_t>(r) * l_.step[q])});
+    }
+    const Task& t = p_.kernel.tasks[0];
+    std::unordered_map<const Stmt*, const Access*> acc;
+    for (const Access& a : p_.loads) acc[a.s] = &a;
+    for (const Access& a : p_.stores) acc[a.s] = &a;
+    each_cell(static_cast<int>(r),
+              [&](const std::vector<ValueId>& x, const std::vector<ValueId>& xw) {
+                const ValueId own = interior(x);
+                Copier c(rw_);
+                const std::vector<ValueId> old = task_indices(t);
+                for (size_t d = 0; d < p_.dims; ++d) c.map[old[d]] = xw[d];
+                c.on_array = [&](const Stmt& s) { return access(c, s, r, x, xw, own, acc); };
+                copy_with_scalars(c, t.body, scalars);
+              });
+    rw_.op(Op::kBarrier, DType::kF32, {});
+  }
+  // Copies `b`, an `arg` of a stepping scalar replaced by this launch's value.
+  void copy_with_scalars(Copier& c, const Block& b,
+                         const std::unordered_map<uint32_t, ValueId>& scalars) {
+    std::function<void(const Block&)> pre = [&](const Block& blk) {
+      for (const Stmt& s : blk.stmts) {
+        if (s.op == Op::kArg && scalars.count(s.param)) c.map[s.result] = scalars.at(s.param);
+        for (const Block& n : s.blocks) pre(n);
+      }
+    };
+    pre(b);
+    for (const Stmt& s : b.stmts) copy_stmt(c, s, scalars);
+  }
+  void copy_stmt(Copier& c, const Stmt& s, const std::unordered_map<uint32_t, ValueId>& scalars) {
+    if (s.op == Op::kArg && scalars.count(s.param)) return;  // mapped by pre()
+    if (s.blocks.empty()) {
+      c.stmt(s);
+      return;
+    }
+    // A control statement: its blocks copied the same way.
+    Stmt n = s;
+    n.args.clear();
+    for (Block& b : n.blocks) b.stmts.clear();
+    if (s.result != kNoValue) n.result = c.map[s.result] = f_.fresh();
+    const size_t at = rw_.block().stmts.size();
+    rw_.insert(std::move(n));
+    Stmt& placed = rw_.block().stmts[at];
+    for (size_t b = 0; b < s.blocks.size(); ++b) {
+      rw_.in(placed.blocks[b], [&] {
+        for (const Stmt& x : s.blocks[b].stmts) copy_stmt(c, x, scalars);
+      });
+    }
+    for (ValueId a : s.args) placed.args.push_back(c.v(a));
+  }
+
+  bool access(Copier& c, const Stmt& s, uint32_t r, const std::vector<ValueId>& x,
+              const std::vector<ValueId>& xw, ValueId own,
+              const std::unordered_map<const Stmt*, const Access*>& acc) {
+    auto it = acc.find(&s);
+    if (it == acc.end()) {
+      if (s.op == Op::kLoad) return false;  // an array only read
+      // A write-only array: the tile's cells only.
+      rw_.if_(own, [&](int side) {
+        if (side == 0) plain(c, s);
+      });
+      return true;
+    }
+    const Access& a = *it->second;
+    auto slot = slots_.find(key_of(a, r, l_));
+    if (s.op == Op::kStore) {
+      const ValueId v = c.v(s.args.back());
+      rw_.op(Op::kStoreShared, DType::kF32, {shared_[slot->second], lin(x), v});
+      rw_.if_(own, [&](int side) {
+        if (side == 0) plain(c, s);
+      });
+      return true;
+    }
+    if (slot == slots_.end()) return false;  // a row no launch of the block writes
+    const DType ty = s.type;
+    const size_t lead = a.has_row ? 1 : 0;
+    if (a.own_cell) {
+      c.map[s.result] = rw_.op(Op::kLoadShared, ty, {shared_[slot->second], lin(x)});
+      return true;
+    }
+    std::vector<ValueId> y(p_.dims);
+    std::vector<ValueId> in;
+    for (size_t d = 0; d < p_.dims; ++d) {
+      y[d] = c.v(s.args[lead + d]);
+      if (p_.periodic[d]) {
+        // The neighbour's cell next to x rather than across the box: x + the wrapped
+        // difference folded into (-n / 2, n / 2].
+        const int64_t n = l_.box[d].second;
+        ValueId diff = rw_.op(Op::kSub, DType::kI32, {y[d], xw[d]});
+        diff = rw_.op(Op::kSelect, DType::kI32,
+                      {rw_.op(Op::kGt, DType::kBool, {diff, rw_.i32(n / 2)}),
+                       rw_.op(Op::kSub, DType::kI32, {diff, rw_.i32(n)}), diff});
+        diff = rw_.op(Op::kSelect, DType::kI32,
+                      {rw_.op(Op::kLt, DType::kBool, {diff, rw_.i32(-(n / 2))}),
+                       rw_.op(Op::kAdd, DType::kI32, {diff, rw_.i32(n)}), diff});
+        y[d] = rw_.op(Op::kAdd, DType::kI32, {x[d], diff});
+      } else {
+        // Outside the box the run writes nothing: the array holds the value.
+        in.push_back(in_range(y[d], d));
+      }
+    }
+    const ValueId local = rw_.op(Op::kAlloca, ty, {});
+    rw_.if_(all(rw_, in), [&](int side) {
+      if (side == 0) {
+        rw_.store_local(local, rw_.op(Op::kLoadShared, ty, {shared_[slot->second], lin(y)}));
+      } else {
+        const ValueId v = plain(c, s);
+        rw_.store_local(local, v);
+      }
+    });
+    c.map[s.result] = rw_.load_local(local, ty);
+    return true;
+  }
+  // The statement as it is (operands mapped); its result id, if any.
+  ValueId plain(Copier& c, const Stmt& s) {
+    Stmt n = s;
+    for (ValueId& a : n.args) a = c.v(a);
+    n.result = kNoValue;
+    if (s.result != kNoValue) n.result = f_.fresh();
+    return rw_.insert(std::move(n));
+  }
+
+  const Plan& p_;
+  const StencilLaunch& l_;
+  const uint32_t K_;
+  Kernel& f_;
+  Rewriter& rw_;
+  std::map<SlotKey, size_t> slots_;
+  std::vector<ValueId> shared_;
+  std::vector<ValueId> origin_;
+  ValueId local_ = kNoValue;
+  int stash_ = -1;  // the stash parameter, -1 without one
+  ValueId phase_ = kNoValue;
+};
+
+}  // namespace
+
+Result<BlockedStencil> block_stencil(const StencilLaunch& l, uint32_t steps,
+                                     const std::string& name) {
+  Plan p;
+  VKAD_TRY(plan_of(l, p));
+  auto fail = [&](const std::string& w) {
+    return make_error(ErrorCode::kInvalidArgument, "block_stencil '" + name + "': " + w);
+  };
+  if (steps < 2 || steps > kMaxStencilSteps)
+    return fail("steps " + std::to_string(steps) + " not in [2, 8]");
+  const bool stash = needs_stash(p, l, steps);
+  if (stash && !stash_possible(p, l)) return fail("a row is read before the run writes it");
+  BlockedStencil out;
+  Kernel& f = out.kernel;
+  f.name = name;
+  f.params = p.kernel.params;
+  for (Param& q : f.params) q.needs_grad = false;
+  int stash_param = -1;
+  if (stash) {
+    out.stash_type = *p.carried_type;
+    out.stash_elements = 2 * static_cast<int64_t>(slots_of(p, l, steps).size()) * box_cells(l);
+    Param sp;
+    sp.name = "stash";
+    sp.kind = ParamKind::kNdArray;
+    sp.dtype = out.stash_type;
+    sp.rank = 1;
+    stash_param = static_cast<int>(f.params.size());
+    f.params.push_back(sp);
+  }
+  f.next_id = p.kernel.next_id;
+  int64_t groups = 1;
+  for (size_t d = 0; d < p.dims; ++d)
+    groups *= (l.box[d].second - l.box[d].first + p.tile[d] - 1) / p.tile[d];
+  Task t;
+  t.name = "blocked";
+  t.local_size = static_cast<uint32_t>(p.local);
+  t.begin = RangeBound::constant(0);
+  t.end = RangeBound::constant(groups * p.local);
+  t.index = f.fresh();
+  Rewriter rw(f);
+  Blocker b(p, l, steps, f, rw, stash_param);
+  rw.in(t.body, [&] { b.body(t.index); });
+  f.tasks.push_back(std::move(t));
+  VKAD_TRY(verify(f));
+  if (!stash) return out;
+  // The prologue: the first dispatch's half (0) of the stash from the arrays, one cell per
+  // invocation over the box.
+  Kernel pr;
+  pr.name = name + "_prologue";
+  pr.params = f.params;
+  pr.next_id = 0;
+  Task pt;
+  pt.name = "stash";
+  for (const auto& [lo, hi] : l.box) {
+    TaskDim d;
+    d.begin = SizeExpr::constant(lo);
+    d.end = SizeExpr::constant(hi);
+    d.index = pr.fresh();
+    pt.dims.push_back(d);
+  }
+  pt.index = pt.dims[0].index;
+  Rewriter prw(pr);
+  prw.in(pt.body, [&] {
+    const std::vector<ValueId> xw = task_indices(pt);
+    const DType ty = out.stash_type;
+    for (const auto& [key, j] : slots_of(p, l, steps)) {
+      std::vector<ValueId> idx;
+      if (key.has_row) {
+        idx.push_back(
+            prw.op(Op::kAdd, DType::kI32,
+                   {prw.arg(DType::kI32, static_cast<uint32_t>(p.row_param)), prw.i32(key.row)}));
+      }
+      idx.insert(idx.end(), xw.begin(), xw.end());
+      const ValueId v = prw.access(Op::kLoad, ty, key.param, idx);
+      ValueId at = kNoValue;
+      for (size_t d = 0; d < p.dims; ++d) {
+        const ValueId c = prw.op(Op::kSub, DType::kI32, {xw[d], prw.i32(l.box[d].first)});
+        const int64_t n = l.box[d].second - l.box[d].first;
+        at = at == kNoValue ? c
+                            : prw.op(Op::kAdd, DType::kI32,
+                                     {prw.op(Op::kMul, DType::kI32, {at, prw.i32(n)}), c});
+      }
+      at = prw.op(Op::kAdd, DType::kI32, {prw.i32(static_cast<int64_t>(j) * box_cells(l)), at});
+      prw.access(Op::kStore, DType::kF32, static_cast<uint32_t>(stash_param), {at, v});
+    }
+  });
+  pr.tasks.push_back(std::move(pt));
+  VKAD_TRY(verify(pr));
+  out.prologue = std::move(pr);
+  return out;
+}
+
+}  // namespace vkad::codegen
