@@ -312,18 +312,14 @@ Status Session::materialize_stashes(std::span<const StashNeed> needs, ReworkPlan
   return {};
 }
 
-size_t Session::block_stencils(std::span<const CapturedStep> captured,
-                               std::span<const CapturedStep* const> launches,
-                               std::vector<RollSegment>* segments,
-                               std::vector<std::optional<MergedLaunch>>* built,
-                               std::vector<StashNeed>* stashes,
-                               std::vector<StashPrologue>* prologues) {
-  // Candidates: launches no resident loop took, with their box.
-  std::vector<bool> covered(launches.size(), false);
-  for (size_t g = 0; g < segments->size(); ++g) {
-    const RollSegment& seg = (*segments)[g];
-    if (!(*built)[g]) continue;
-    for (size_t i = 0; i < seg.period * seg.reps; ++i) covered[seg.first + i] = true;
+std::vector<RollCandidate> Session::blocking_candidates(
+    std::span<const CapturedStep* const> launches, std::span<const RollSegment> segments,
+    std::span<const std::optional<MergedLaunch>> built) const {
+  std::vector<bool> covered(launches.size(), false);  // by a resident loop
+  for (size_t g = 0; g < segments.size(); ++g) {
+    if (!built[g]) continue;
+    for (size_t i = 0; i < segments[g].period * segments[g].reps; ++i)
+      covered[segments[g].first + i] = true;
   }
   const bool loops_capped = rt_->caps().max_loop_passes != 0;
   std::vector<RollCandidate> candidates(launches.size());
@@ -335,6 +331,53 @@ size_t Session::block_stencils(std::span<const CapturedStep> captured,
     if (box.empty()) box.emplace_back(f.begin, f.end);
     candidates[l] = {f.kernel, std::move(box)};
   }
+  return candidates;
+}
+
+std::optional<MergedLaunch> Session::build_blocked(const RollSegment& run,
+                                                   const CapturedStep& first,
+                                                   const RollCandidate& candidate, uint32_t* K,
+                                                   std::vector<StashNeed>* stashes,
+                                                   std::vector<StashPrologue>* prologues) {
+  codegen::StencilLaunch sl;
+  sl.kernel = candidate.kernel;
+  sl.box = candidate.ranges;
+  sl.step = run.steps[0];
+  for (const Arg& a : first.args) {
+    const bool array = a.kind == abi::ParamKind::kNdArray;
+    sl.arrays.push_back(array ? a.array.id : 0);
+    sl.first.push_back(!array && a.dtype == DType::kI32 ? a.i : 0);
+    const std::vector<uint32_t>* ext = array ? extents_of(a.array.id) : nullptr;
+    sl.shapes.emplace_back();
+    if (ext) sl.shapes.back().assign(ext->begin(), ext->end());
+  }
+  *K = codegen::stencil_steps(sl);
+  if (*K == 0 || run.reps < *K) return std::nullopt;
+  Result<codegen::BlockedStencil> k =
+      codegen::block_stencil(sl, *K, "blocked_" + sl.kernel->name + "_x" + std::to_string(*K));
+  if (!k.ok() || k->stash_elements > UINT32_MAX) return std::nullopt;
+  Result<KernelHandle> h = merged_kernel(k->kernel);
+  if (!h.ok()) return std::nullopt;
+  if (k->prologue) {
+    Result<KernelHandle> ph = merged_kernel(*k->prologue);
+    if (!ph.ok()) return std::nullopt;
+    const uint64_t placeholder = next_stash_placeholder_++;
+    stashes->push_back({placeholder, k->stash_type, static_cast<uint32_t>(k->stash_elements)});
+    prologues->push_back({run.first, *ph, h->id, placeholder});
+  }
+  // The launch's parameters are the kernel's (the stash, where there is one, last).
+  std::vector<uint32_t> identity(first.args.size());
+  for (uint32_t p = 0; p < identity.size(); ++p) identity[p] = p;
+  return MergedLaunch{*h, {identity}, k->kernel.params.size()};
+}
+
+size_t Session::block_stencils(std::span<const CapturedStep> captured,
+                               std::span<const CapturedStep* const> launches,
+                               std::vector<RollSegment>* segments,
+                               std::vector<std::optional<MergedLaunch>>* built,
+                               std::vector<StashNeed>* stashes,
+                               std::vector<StashPrologue>* prologues) {
+  const std::vector<RollCandidate> candidates = blocking_candidates(launches, *segments, *built);
   RollLimits limits;
   limits.max_period = 1;
   limits.min_reps = 2;
@@ -344,40 +387,13 @@ size_t Session::block_stencils(std::span<const CapturedStep> captured,
   for (size_t g = 0; g < segments->size(); ++g)
     all.emplace_back(std::move((*segments)[g]), std::move((*built)[g]));
   for (const RollSegment& run : runs) {
-    const CapturedStep& first = *launches[run.first];
-    codegen::StencilLaunch sl;
-    sl.kernel = candidates[run.first].kernel;
-    sl.box = candidates[run.first].ranges;
-    sl.step = run.steps[0];
-    for (const Arg& a : first.args) {
-      const bool array = a.kind == abi::ParamKind::kNdArray;
-      sl.arrays.push_back(array ? a.array.id : 0);
-      sl.first.push_back(!array && a.dtype == DType::kI32 ? a.i : 0);
-      const std::vector<uint32_t>* ext = array ? extents_of(a.array.id) : nullptr;
-      sl.shapes.emplace_back();
-      if (ext) sl.shapes.back().assign(ext->begin(), ext->end());
-    }
-    const uint32_t K = codegen::stencil_steps(sl);
-    if (K == 0 || run.reps < K) continue;
-    Result<codegen::BlockedStencil> k =
-        codegen::block_stencil(sl, K, "blocked_" + sl.kernel->name + "_x" + std::to_string(K));
-    if (!k.ok() || k->stash_elements > UINT32_MAX) continue;
-    Result<KernelHandle> h = merged_kernel(k->kernel);
-    if (!h.ok()) continue;
-    if (k->prologue) {
-      Result<KernelHandle> ph = merged_kernel(*k->prologue);
-      if (!ph.ok()) continue;
-      const uint64_t placeholder = next_stash_placeholder_++;
-      stashes->push_back({placeholder, k->stash_type, static_cast<uint32_t>(k->stash_elements)});
-      prologues->push_back({run.first, *ph, h->id, placeholder});
-    }
-    // The launch's parameters are the kernel's (the stash, where there is one, last).
-    std::vector<uint32_t> identity(first.args.size());
-    for (uint32_t p = 0; p < identity.size(); ++p) identity[p] = p;
-    const MergedLaunch m{*h, {identity}, k->kernel.params.size()};
+    uint32_t K = 0;
+    std::optional<MergedLaunch> m =
+        build_blocked(run, *launches[run.first], candidates[run.first], &K, stashes, prologues);
+    if (!m) continue;
     // Whole blocks of K launches; the rest stay as they are.
     for (size_t b = 0; b + K <= run.reps; b += K) {
-      all.emplace_back(RollSegment{run.first + b, 1, K, run.steps}, m);
+      all.emplace_back(RollSegment{run.first + b, 1, K, run.steps}, *m);
       taken += K;
     }
   }

@@ -646,6 +646,17 @@ class Session {
     KernelHandle kernel;
     uint64_t blocked_kernel = 0, placeholder = 0;
   };
+  // The launches of `launches` that may block (a kernel and box each), where no built
+  // resident loop of `segments` took them.
+  std::vector<RollCandidate> blocking_candidates(
+      std::span<const CapturedStep* const> launches, std::span<const RollSegment> segments,
+      std::span<const std::optional<MergedLaunch>> built) const;
+  // The blocked kernel of one run (its stash and prologue recorded), `K` its launches per
+  // dispatch; nullopt where the run does not block.
+  std::optional<MergedLaunch> build_blocked(const RollSegment& run, const CapturedStep& first,
+                                            const RollCandidate& candidate, uint32_t* K,
+                                            std::vector<StashNeed>* stashes,
+                                            std::vector<StashPrologue>* prologues);
   size_t block_stencils(std::span<const CapturedStep> captured,
                         std::span<const CapturedStep* const> launches,
                         std::vector<RollSegment>* segments,

@@ -255,6 +255,16 @@ class OverwriteCheck {
   std::optional<OverwriteRefusal> refusal_;
 };
 
+// What a statement of `op` is called where reverse mode refuses it; nullptr where it does not.
+const char* not_differentiable(Op op) {
+  if (op == Op::kBarrier) return "barrier";
+  if (op == Op::kSharedAlloc || op == Op::kLoadShared || op == Op::kStoreShared)
+    return "shared arrays";
+  if (op >= Op::kStackAlloc) return "adstack statements";
+  if (op == Op::kAtomicMax) return "atomic_max";
+  return nullptr;
+}
+
 class Planner {
  public:
   Planner(const Kernel& f, const AdjointOptions& o, bool counting)
@@ -318,12 +328,8 @@ class Planner {
     std::function<Status(const Task&, const Block&)> walk = [&](const Task& t,
                                                                 const Block& b) -> Status {
       for (const Stmt& s : b.stmts) {
-        if (s.op == Op::kBarrier) return error(t, s, "barrier cannot be differentiated");
-        if (s.op == Op::kSharedAlloc || s.op == Op::kLoadShared || s.op == Op::kStoreShared)
-          return error(t, s, "shared arrays cannot be differentiated");
-        if (s.op >= Op::kStackAlloc)
-          return error(t, s, "adstack statements cannot be differentiated");
-        if (s.op == Op::kAtomicMax) return error(t, s, "atomic_max cannot be differentiated");
+        if (const char* what = not_differentiable(s.op))
+          return error(t, s, std::string(what) + " cannot be differentiated");
         if (!s.blocks.empty() && depth == kMaxAdjointNesting) {
           return error(t, s,
                        "loops and branches are nested " + std::to_string(depth + 1) +
@@ -516,16 +522,9 @@ class Planner {
           case ArrayOp::kAtomicMax: return false;  // no result: never asked
         }
         return false;
-      case OpFamily::kLocal:
-        switch (local_op(s.op)) {
-          case LocalOp::kLoadLocal: return act(s.args[0]);
-          case LocalOp::kAlloca:
-          case LocalOp::kStoreLocal:
-          case LocalOp::kSharedAlloc:
-          case LocalOp::kStoreShared: return false;  // not values: never asked
-          case LocalOp::kLoadShared: return false;   // refused above
-        }
-        return false;
+      // A local's load: from its local (the rest are not values, never asked; shared arrays
+      // are refused before).
+      case OpFamily::kLocal: return s.op == Op::kLoadLocal && act(s.args[0]);
       case OpFamily::kSelect: return act(s.args[1]) || act(s.args[2]);
       // Arithmetic, math, casts: from any operand (control and adstack statements with a float
       // result never come).

@@ -158,23 +158,7 @@ class ReverseMode : public PartialBuilder {
         }
         return;
       case OpFamily::kControl: fwd_control(s, frame, if_depth); return;
-      case OpFamily::kLocal:
-        switch (local_op(s.op)) {
-          case LocalOp::kAlloca:
-            if (frame && if_depth > 0) {  // declared at the frame's top; zeroed here
-              map_[s.result] = hoist_.at(s.result);
-              rw_.store_local(map_[s.result], rw_.constant(s.type, 0));
-              return;
-            }
-            replay(s, frame && if_depth > 0);
-            return;
-          case LocalOp::kLoadLocal:
-          case LocalOp::kStoreLocal:
-          case LocalOp::kSharedAlloc:  // (adjoint_plan refuses shared arrays)
-          case LocalOp::kLoadShared:
-          case LocalOp::kStoreShared: replay(s, frame && if_depth > 0); return;
-        }
-        return;
+      case OpFamily::kLocal: fwd_local(s, frame, if_depth); return;
       // Replayed as they are (operands mapped).
       case OpFamily::kLeaf:
       case OpFamily::kUnary:
@@ -183,6 +167,24 @@ class ReverseMode : public PartialBuilder {
       case OpFamily::kSelect:
       case OpFamily::kCast:
       case OpFamily::kStack: replay(s, frame && if_depth > 0); return;
+    }
+  }
+
+  void fwd_local(const Stmt& s, bool frame, int if_depth) {
+    switch (local_op(s.op)) {
+      case LocalOp::kAlloca:
+        if (frame && if_depth > 0) {  // declared at the frame's top; zeroed here
+          map_[s.result] = hoist_.at(s.result);
+          rw_.store_local(map_[s.result], rw_.constant(s.type, 0));
+          return;
+        }
+        replay(s, frame && if_depth > 0);
+        return;
+      case LocalOp::kLoadLocal:
+      case LocalOp::kStoreLocal:
+      case LocalOp::kSharedAlloc:  // (adjoint_plan refuses shared arrays)
+      case LocalOp::kLoadShared:
+      case LocalOp::kStoreShared: replay(s, frame && if_depth > 0); return;
     }
   }
 

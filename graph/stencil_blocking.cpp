@@ -65,27 +65,19 @@ class Values {
     return o;
   }
 
+  // The row `v` is, as a stepping scalar + c: a scalar that does not step in the run (known
+  // through `launch`) counts with its first value, so smoke's row k + 10 t, with t fixed
+  // through the run's pressure iterations, is k + a constant. Without a launch every scalar is
+  // symbolic. Not a row: products of scalars, two stepping scalars, a stepping one scaled.
   Row row(ValueId v) const {
-    const Stmt* s = def(v);
-    if (!s || s->type != DType::kI32) return {};
-    if (s->op == Op::kConst) return {true, -1, s->iimm};
-    if (s->op == Op::kArg) return {true, static_cast<int>(s->param), 0};
-    if (s->op == Op::kAdd || s->op == Op::kSub) {
-      const Stmt* b = def(s->args[1]);
-      if (b && b->op == Op::kConst) {
-        Row r = row(s->args[0]);
-        if (!r.ok) return {};
-        r.c += s->op == Op::kAdd ? b->iimm : -b->iimm;
-        return r;
-      }
-      const Stmt* a = def(s->args[0]);
-      if (s->op == Op::kAdd && a && a->op == Op::kConst) {
-        Row r = row(s->args[1]);
-        if (r.ok) r.c += a->iimm;
-        return r;
-      }
-    }
-    return {};
+    std::optional<Linear> f = linear(v, 0);
+    if (!f || (f->coeff != 0 && f->coeff != 1)) return {};
+    return {true, f->coeff == 0 ? -1 : f->param, f->c};
+  }
+  // Where a launch is known (its scalars' steps and first values) rows use them.
+  void set_launch(const std::vector<int64_t>* step, const std::vector<int64_t>* first) {
+    step_ = step;
+    first_ = first;
   }
 
  private:
@@ -108,39 +100,25 @@ class Values {
     const Stmt* s = def(v);
     if (!s || depth > 64) return -1;
     switch (s->op) {
-      case Op::kConst: return 0;
+      case Op::kConst: return s->type == DType::kI32 || s->type == DType::kBool ? 0 : -1;
       case Op::kShape:
         return shapes_ && s->param < shapes_->size() && s->dim < (*shapes_)[s->param].size() ? 0
                                                                                              : -1;
-      case Op::kAdd:
-      case Op::kSub:
-      case Op::kMul:
-      case Op::kMin:
-      case Op::kMax:
-      case Op::kDiv:
-      case Op::kFloorDiv:
-      case Op::kMod:
-      case Op::kSelect:
-      case Op::kLt:
-      case Op::kLe:
-      case Op::kGt:
-      case Op::kGe:
-      case Op::kEq:
-      case Op::kNe:
-      case Op::kAnd:
-      case Op::kOr:
-      case Op::kNot: {
-        if (s->type != DType::kI32 && s->type != DType::kBool) return -1;
-        int m = 0;
-        for (ValueId a : s->args) {
-          const int d = depends(a, depth + 1);
-          if (d < 0) return -1;
-          m |= d;
-        }
-        return m;
-      }
-      default: return -1;
+      default: break;
     }
+    // Integer arithmetic, comparisons and selects (a float operand fails the type check).
+    const OpFamily fam = op_info(s->op).family;
+    if (fam != OpFamily::kBinary && fam != OpFamily::kCompare && fam != OpFamily::kSelect &&
+        s->op != Op::kNot)
+      return -1;
+    if (s->type != DType::kI32 && s->type != DType::kBool) return -1;
+    int m = 0;
+    for (ValueId a : s->args) {
+      const int d = depends(a, depth + 1);
+      if (d < 0) return -1;
+      m |= d;
+    }
+    return m;
   }
   // v's value with dimension `dim`'s index at i (v depends on no other).
   std::optional<int64_t> eval(ValueId v, int dim, int64_t i) {
@@ -155,32 +133,47 @@ class Values {
       if (!y) return std::nullopt;
       x[a] = *y;
     }
-    switch (s->op) {
-      case Op::kAdd: return x[0] + x[1];
-      case Op::kSub: return x[0] - x[1];
-      case Op::kMul: return x[0] * x[1];
-      case Op::kMin: return std::min(x[0], x[1]);
-      case Op::kMax: return std::max(x[0], x[1]);
+    return apply(s->op, x[0], x[1], x[2]);
+  }
+  // An integer op of the kinds depends() admits, on int64 (i32 values do not overflow it).
+  static std::optional<int64_t> apply(Op op, int64_t a, int64_t b, int64_t c) {
+    switch (op_info(op).family) {
+      case OpFamily::kCompare: return compare(op, a, b);
+      case OpFamily::kSelect: return a ? b : c;
+      case OpFamily::kUnary: return !a;  // not
+      default: return binary(op, a, b);
+    }
+  }
+  static std::optional<int64_t> compare(Op op, int64_t a, int64_t b) {
+    switch (compare_op(op)) {
+      case CompareOp::kLt: return a < b;
+      case CompareOp::kLe: return a <= b;
+      case CompareOp::kGt: return a > b;
+      case CompareOp::kGe: return a >= b;
+      case CompareOp::kEq: return a == b;
+      case CompareOp::kNe: return a != b;
+    }
+    return std::nullopt;
+  }
+  static std::optional<int64_t> binary(Op op, int64_t a, int64_t b) {
+    switch (op) {
+      case Op::kAdd: return a + b;
+      case Op::kSub: return a - b;
+      case Op::kMul: return a * b;
+      case Op::kMin: return std::min(a, b);
+      case Op::kMax: return std::max(a, b);
+      case Op::kAnd: return a && b;
+      case Op::kOr: return a || b;
       // div truncates, mod and floordiv round toward -inf (ir.h); by zero: 0, mod the dividend
-      case Op::kDiv: return x[1] == 0 ? 0 : x[0] / x[1];
+      case Op::kDiv: return b == 0 ? 0 : a / b;
       case Op::kFloorDiv:
-        if (x[1] == 0) return 0;
-        return x[0] / x[1] - ((x[0] % x[1] != 0) && ((x[0] % x[1] < 0) != (x[1] < 0)));
+        if (b == 0) return 0;
+        return a / b - ((a % b != 0) && ((a % b < 0) != (b < 0)));
       case Op::kMod: {
-        if (x[1] == 0) return x[0];
-        const int64_t r = x[0] % x[1];
-        return r != 0 && ((r < 0) != (x[1] < 0)) ? r + x[1] : r;
+        if (b == 0) return a;
+        const int64_t r = a % b;
+        return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
       }
-      case Op::kSelect: return x[0] ? x[1] : x[2];
-      case Op::kLt: return x[0] < x[1];
-      case Op::kLe: return x[0] <= x[1];
-      case Op::kGt: return x[0] > x[1];
-      case Op::kGe: return x[0] >= x[1];
-      case Op::kEq: return x[0] == x[1];
-      case Op::kNe: return x[0] != x[1];
-      case Op::kAnd: return x[0] && x[1];
-      case Op::kOr: return x[0] || x[1];
-      case Op::kNot: return !x[0];
       default: return std::nullopt;
     }
   }
@@ -230,8 +223,38 @@ class Values {
     return o;
   }
 
+  // coeff * scalar `param` + c
+  struct Linear {
+    int param = -1;
+    int64_t coeff = 0, c = 0;
+  };
+  std::optional<Linear> linear(ValueId v, int depth) const {
+    const Stmt* s = def(v);
+    if (!s || s->type != DType::kI32 || depth > 32) return std::nullopt;
+    if (s->op == Op::kConst) return Linear{-1, 0, s->iimm};
+    if (s->op == Op::kArg) {
+      const bool fixed = step_ && first_ && s->param < step_->size() && (*step_)[s->param] == 0;
+      if (fixed) return Linear{-1, 0, (*first_)[s->param]};
+      return Linear{static_cast<int>(s->param), 1, 0};
+    }
+    if (s->op != Op::kAdd && s->op != Op::kSub && s->op != Op::kMul) return std::nullopt;
+    std::optional<Linear> x = linear(s->args[0], depth + 1), y = linear(s->args[1], depth + 1);
+    if (!x || !y) return std::nullopt;
+    if (s->op == Op::kMul) {
+      if (x->coeff != 0 && y->coeff != 0) return std::nullopt;
+      if (x->coeff != 0) std::swap(x, y);
+      return Linear{y->param, y->coeff * x->c, y->c * x->c};  // x is the constant
+    }
+    const int64_t sign = s->op == Op::kSub ? -1 : 1;
+    if (x->coeff != 0 && y->coeff != 0 && x->param != y->param) return std::nullopt;
+    const int param = x->coeff != 0 ? x->param : y->param;
+    return Linear{param, x->coeff + sign * y->coeff, x->c + sign * y->c};
+  }
+
   const Box& box_;
   const std::vector<std::vector<int64_t>>* shapes_;
+  const std::vector<int64_t>* step_ = nullptr;
+  const std::vector<int64_t>* first_ = nullptr;
   std::vector<ValueId> idx_;
   std::unordered_map<ValueId, const Stmt*> defs_;
   std::unordered_map<ValueId, Offset> memo_;
@@ -309,7 +332,7 @@ bool one_task(const Kernel& k, const Box& box, std::string* why) {
 // statements. Definitions precede uses, so one pass suffices.
 class Copier {
  public:
-  Copier(Rewriter& rw) : rw_(rw) {}
+  explicit Copier(Rewriter& rw) : rw_(rw) {}
   std::unordered_map<ValueId, ValueId> map;
   // Replaces an array statement: return true when handled (else it is copied).
   std::function<bool(const Stmt&)> on_array;
@@ -380,39 +403,43 @@ Task fresh_task(Kernel& f, const Task& t) {
 
 }  // namespace
 
-Result<Kernel> gather_form(const Kernel& k, const Box& box,
-                           const std::vector<std::vector<int64_t>>& shapes) {
-  auto fail = [&](const std::string& w) {
-    return make_error(ErrorCode::kInvalidArgument, "gather_form '" + k.name + "': " + w);
-  };
-  std::string why;
-  if (!one_task(k, box, &why)) return fail(why);
-  const Task& t = k.tasks[0];
-  const size_t dims = box.size();
-  Values vals(t, box, &shapes);
-  // Arrays both read and added into atomically.
+namespace {
+
+// What gather_form rewrites: the arrays read and added into, their adds, and the candidate
+// threads j + [clo, chi] (modulo the extent along `wrap`) that may add into j's cell.
+struct GatherAdds {
+  std::vector<bool> gathered;  // per parameter
+  std::vector<Access> adds;
+  std::array<int64_t, kMaxTaskDims> clo{}, chi{};
+  std::array<bool, kMaxTaskDims> wrap{};
+};
+
+// The arrays both read and added into atomically (none: empty `gathered` flags all false).
+Status gathered_arrays(const Kernel& k, GatherAdds* g,
+                       const std::function<Status(std::string)>& fail) {
   std::vector<bool> read(k.params.size()), added(k.params.size()), stored(k.params.size());
-  walk(t.body, 0, [&](const Stmt& s, int) {
+  walk(k.tasks[0].body, 0, [&](const Stmt& s, int) {
     if (s.op == Op::kLoad) read[s.param] = true;
     if (s.op == Op::kAtomicAdd) added[s.param] = true;
     if (s.op == Op::kStore) stored[s.param] = true;
   });
-  std::vector<bool> gathered(k.params.size());
-  bool any = false;
+  g->gathered.assign(k.params.size(), false);
   for (size_t p = 0; p < k.params.size(); ++p) {
-    gathered[p] = read[p] && added[p];
-    any = any || gathered[p];
-    if (gathered[p] && stored[p])
+    g->gathered[p] = read[p] && added[p];
+    if (g->gathered[p] && stored[p])
       return fail("'" + k.params[p].name + "' is stored and added into");
   }
-  if (!any) return k;
-  // The adds: bounded offsets inside the box, at rows no load of the array reads.
-  std::vector<Access> adds;
-  std::array<int64_t, kMaxTaskDims> clo{}, chi{};  // candidates: j + [clo, chi]
-  std::array<bool, kMaxTaskDims> wrap{};           // ... modulo the extent
+  return {};
+}
+
+// The adds into gathered arrays: bounded offsets inside the box, at rows no load of the array
+// reads.
+Status gather_adds(const Kernel& k, const Box& box, Values& vals, GatherAdds* g,
+                   const std::function<Status(std::string)>& fail) {
+  const size_t dims = box.size();
   Status bad;
-  walk(t.body, 0, [&](const Stmt& s, int depth) {
-    if (!bad.ok() || !is_array_op(s.op) || !gathered[s.param] || s.op != Op::kAtomicAdd) return;
+  walk(k.tasks[0].body, 0, [&](const Stmt& s, int depth) {
+    if (!bad.ok() || s.op != Op::kAtomicAdd || !g->gathered[s.param]) return;
     std::optional<Access> a = classify(vals, s, k.params[s.param].rank, dims);
     if (!a) {
       bad = fail("an atomic add into '" + k.params[s.param].name + "' at no bounded offset");
@@ -424,30 +451,98 @@ Result<Kernel> gather_form(const Kernel& k, const Box& box,
         bad = fail("an atomic add into '" + k.params[s.param].name + "' may land outside the box");
         return;
       }
-      clo[d] = std::min(clo[d], -o.hi);
-      chi[d] = std::max(chi[d], -o.lo);
-      wrap[d] = wrap[d] || o.periodic;
+      g->clo[d] = std::min(g->clo[d], -o.hi);
+      g->chi[d] = std::max(g->chi[d], -o.lo);
+      g->wrap[d] = g->wrap[d] || o.periodic;
     }
     a->depth = depth;
-    adds.push_back(*a);
+    g->adds.push_back(*a);
   });
   VKAD_TRY(bad);
-  walk(t.body, 0, [&](const Stmt& s, int) {
-    if (!bad.ok() || s.op != Op::kLoad || !gathered[s.param]) return;
+  walk(k.tasks[0].body, 0, [&](const Stmt& s, int) {
+    if (!bad.ok() || s.op != Op::kLoad || !g->gathered[s.param]) return;
     std::optional<Access> l = classify(vals, s, k.params[s.param].rank, dims);
     if (!l || !l->has_row) {
       bad = fail("'" + k.params[s.param].name + "' is read where it is added into");
       return;
     }
-    for (const Access& a : adds) {
+    for (const Access& a : g->adds) {
       if (a.s->param == s.param && (!a.has_row || a.row == l->row || a.row.param != l->row.param))
         bad = fail("'" + k.params[s.param].name + "' is read at a row it is added into");
     }
   });
   VKAD_TRY(bad);
   int64_t candidates = 1;
-  for (size_t d = 0; d < dims; ++d) candidates *= chi[d] - clo[d] + 1;
+  for (size_t d = 0; d < dims; ++d) candidates *= g->chi[d] - g->clo[d] + 1;
   if (candidates > 27) return fail("more than 27 threads add into one cell");
+  return {};
+}
+
+// One candidate thread i = j + o's body at the insertion point: its adds into gathered arrays
+// that land on j into their sums (`acc`), its other writes only where o = 0 (j's own body).
+void gather_candidate(Rewriter& rw, const Kernel& k, const Box& box, const GatherAdds& g,
+                      const std::vector<ValueId>& old_index, const std::vector<ValueId>& j,
+                      const std::array<int64_t, kMaxTaskDims>& o,
+                      const std::unordered_map<const Stmt*, ValueId>& acc) {
+  const size_t dims = box.size();
+  bool self = true;
+  std::vector<ValueId> i(dims), inside;
+  for (size_t e = 0; e < dims; ++e) {
+    self = self && o[e] == 0;
+    i[e] = o[e] == 0 ? j[e] : rw.op(Op::kAdd, DType::kI32, {j[e], rw.i32(o[e])});
+    if (o[e] != 0 && g.wrap[e]) {  // (the box starts at 0: Offset::periodic)
+      i[e] = rw.op(Op::kMod, DType::kI32, {i[e], rw.i32(box[e].second)});
+      continue;
+    }
+    if (o[e] < 0) inside.push_back(rw.op(Op::kGe, DType::kBool, {i[e], rw.i32(box[e].first)}));
+    if (o[e] > 0) inside.push_back(rw.op(Op::kLt, DType::kBool, {i[e], rw.i32(box[e].second)}));
+  }
+  Copier c(rw);
+  for (size_t e = 0; e < dims; ++e) c.map[old_index[e]] = i[e];
+  c.on_array = [&](const Stmt& s) {
+    if (s.op == Op::kLoad) return false;
+    if (s.op != Op::kAtomicAdd || !g.gathered[s.param]) return !self;  // j's own body only
+    // Thread i's add lands on j: into this statement's sum.
+    const size_t lead = s.args.size() - 1 - dims;
+    std::vector<ValueId> eq;
+    for (size_t e = 0; e < dims; ++e)
+      eq.push_back(rw.op(Op::kEq, DType::kBool, {c.v(s.args[lead + e]), j[e]}));
+    const ValueId hit = all(rw, eq);
+    const ValueId val = c.v(s.args.back());
+    const ValueId sum = acc.at(&s);
+    const DType ty = k.params[s.param].dtype;
+    rw.if_(hit, [&](int side) {
+      if (side == 0) rw.store_local(sum, rw.op(Op::kAdd, ty, {rw.load_local(sum, ty), val}));
+    });
+    return true;
+  };
+  if (inside.empty()) {
+    c.block(k.tasks[0].body);
+    return;
+  }
+  rw.if_(all(rw, inside), [&](int side) {
+    if (side == 0) c.block(k.tasks[0].body);
+  });
+}
+
+}  // namespace
+
+Result<Kernel> gather_form(const Kernel& k, const Box& box,
+                           const std::vector<std::vector<int64_t>>& shapes,
+                           const std::vector<int64_t>* step, const std::vector<int64_t>* first) {
+  const std::function<Status(std::string)> fail = [&](const std::string& w) {
+    return make_error(ErrorCode::kInvalidArgument, "gather_form '" + k.name + "': " + w);
+  };
+  std::string why;
+  if (!one_task(k, box, &why)) return fail(why);
+  const Task& t = k.tasks[0];
+  const size_t dims = box.size();
+  GatherAdds g;
+  VKAD_TRY(gathered_arrays(k, &g, fail));
+  if (std::find(g.gathered.begin(), g.gathered.end(), true) == g.gathered.end()) return k;
+  Values vals(t, box, &shapes);
+  vals.set_launch(step, first);
+  VKAD_TRY(gather_adds(k, box, vals, &g, fail));
 
   Kernel f;
   f.name = k.name + "_gather";
@@ -458,59 +553,18 @@ Result<Kernel> gather_form(const Kernel& k, const Box& box,
   Rewriter rw(f);
   std::unordered_map<const Stmt*, ValueId> acc;
   rw.in(nt.body, [&] {
-    for (const Access& a : adds) acc[a.s] = rw.op(Op::kAlloca, k.params[a.s->param].dtype, {});
+    for (const Access& a : g.adds) acc[a.s] = rw.op(Op::kAlloca, k.params[a.s->param].dtype, {});
     std::array<int64_t, kMaxTaskDims> o{};
     std::function<void(size_t)> each = [&](size_t d) {
       if (d < dims) {
-        for (o[d] = clo[d]; o[d] <= chi[d]; ++o[d]) each(d + 1);
+        for (o[d] = g.clo[d]; o[d] <= g.chi[d]; ++o[d]) each(d + 1);
         return;
       }
-      bool self = true;
-      std::vector<ValueId> i(dims), inside;
-      for (size_t e = 0; e < dims; ++e) {
-        self = self && o[e] == 0;
-        i[e] = o[e] == 0 ? j[e] : rw.op(Op::kAdd, DType::kI32, {j[e], rw.i32(o[e])});
-        if (o[e] != 0 && wrap[e]) {  // (the box starts at 0: Offset::periodic)
-          i[e] = rw.op(Op::kMod, DType::kI32, {i[e], rw.i32(box[e].second)});
-          continue;
-        }
-        if (o[e] < 0) inside.push_back(rw.op(Op::kGe, DType::kBool, {i[e], rw.i32(box[e].first)}));
-        if (o[e] > 0) inside.push_back(rw.op(Op::kLt, DType::kBool, {i[e], rw.i32(box[e].second)}));
-      }
-      Copier c(rw);
-      const std::vector<ValueId> old = vals.indices();
-      for (size_t e = 0; e < dims; ++e) c.map[old[e]] = i[e];
-      c.on_array = [&](const Stmt& s) {
-        if (s.op == Op::kLoad) return false;
-        if (s.op == Op::kAtomicAdd && gathered[s.param]) {
-          // Thread i's add lands on j: into this statement's sum.
-          const size_t lead = s.args.size() - 1 - dims;
-          std::vector<ValueId> eq;
-          for (size_t e = 0; e < dims; ++e)
-            eq.push_back(rw.op(Op::kEq, DType::kBool, {c.v(s.args[lead + e]), j[e]}));
-          const ValueId hit = all(rw, eq);
-          const ValueId val = c.v(s.args.back());
-          const ValueId sum = acc.at(&s);
-          const DType ty = k.params[s.param].dtype;
-          rw.if_(hit, [&](int side) {
-            if (side != 0) return;
-            rw.store_local(sum, rw.op(Op::kAdd, ty, {rw.load_local(sum, ty), val}));
-          });
-          return true;
-        }
-        return !self;  // other writes: thread j's own body only
-      };
-      if (inside.empty()) {
-        c.block(t.body);
-      } else {
-        rw.if_(all(rw, inside), [&](int side) {
-          if (side == 0) c.block(t.body);
-        });
-      }
+      gather_candidate(rw, k, box, g, vals.indices(), j, o, acc);
     };
     each(0);
     // Each sum into its own element (no other thread touches it: rows differ from the loads').
-    for (const Access& a : adds) {
+    for (const Access& a : g.adds) {
       const ValueId sum = acc.at(a.s);
       const DType ty = k.params[a.s->param].dtype;
       std::vector<ValueId> idx;
@@ -554,31 +608,61 @@ struct Plan {
   std::optional<DType> carried_type;
 };
 
-// Fills `p` in place: its accesses point into p.kernel, which must not move afterwards.
-Status plan_of(const StencilLaunch& l, Plan& p) {
-  auto fail = [&](const std::string& w) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "stencil '" + (l.kernel ? l.kernel->name : std::string("?")) + "': " + w);
-  };
-  if (!l.kernel) return fail("no kernel");
-  std::string why;
-  if (!one_task(*l.kernel, l.box, &why)) return fail(why);
-  const Kernel& k0 = *l.kernel;
-  if (l.arrays.size() != k0.params.size() || l.step.size() != k0.params.size())
-    return fail("the launch does not match its kernel");
-  // Two parameters bound to one array would alias what the analysis tells apart.
-  std::unordered_set<uint64_t> seen;
-  for (uint64_t a : l.arrays) {
-    if (a != 0 && !seen.insert(a).second) return fail("one array bound to two parameters");
+using Fail = std::function<Status(const std::string&)>;
+
+// A write-only array's store: at the thread's own cell, the other axes launch-uniform.
+Status write_only_store(const Stmt& s, const Param& prm, Values& vals, size_t dims,
+                        const std::unordered_set<ValueId>& uniform, const Fail& fail) {
+  std::vector<bool> seen_dim(dims, false);
+  for (size_t a = 0; a + 1 < s.args.size(); ++a) {
+    const ValueId x = s.args[a];
+    Offset o = vals.offset(x);
+    if (o.ok && o.dim >= 0 && o.lo == 0 && o.hi == 0 && x == vals.indices()[o.dim]) {
+      seen_dim[o.dim] = true;
+    } else if (!uniform.count(x)) {
+      return fail("a store into '" + prm.name + "' at another thread's element");
+    }
   }
-  VKAD_ASSIGN_OR_RETURN(p.kernel, gather_form(k0, l.box, l.shapes));
+  if (std::find(seen_dim.begin(), seen_dim.end(), false) != seen_dim.end())
+    return fail("a store into '" + prm.name + "' not at the thread's own cell");
+  return {};
+}
+
+// An access of a carried array into p.loads / p.stores; `row_param` the one scalar the rows
+// are built on so far (-2: none yet).
+Status carried_access(const Stmt& s, int depth, Values& vals, Plan& p, int* row_param,
+                      const Fail& fail) {
   const Kernel& k = p.kernel;
-  const Task& t = k.tasks[0];
-  p.dims = l.box.size();
-  Values vals(t, l.box, &l.shapes);
+  const Param& prm = k.params[s.param];
+  if (s.op == Op::kAtomicAdd)
+    return fail("an atomic add into '" + prm.name + "', which it also reads");
+  std::optional<Access> a = classify(vals, s, prm.rank, p.dims);
+  if (!a) return fail("an access of '" + prm.name + "' at no bounded offset of the thread's cell");
+  if (a->has_row) {
+    if (a->row.param >= 0 && (k.params[a->row.param].kind != ParamKind::kScalar ||
+                              k.params[a->row.param].dtype != DType::kI32)) {
+      return fail("a row of '" + prm.name + "' built on a parameter that is not an i32 scalar");
+    }
+    if (*row_param != -2 && *row_param != a->row.param)
+      return fail("rows built on two different parameters");
+    *row_param = a->row.param;
+  }
+  a->depth = depth;
+  if (s.op != Op::kStore) {
+    p.loads.push_back(*a);
+    return {};
+  }
+  if (!a->own_cell) return fail("a store into '" + prm.name + "' at another thread's cell");
+  p.stores.push_back(*a);
+  return {};
+}
+
+// Which arrays are written, and carried (read and written); false when none is carried.
+bool carried_arrays(Plan& p) {
+  const Kernel& k = p.kernel;
   std::vector<bool> read(k.params.size());
   p.written.assign(k.params.size(), false);
-  walk(t.body, 0, [&](const Stmt& s, int) {
+  walk(k.tasks[0].body, 0, [&](const Stmt& s, int) {
     if (s.op == Op::kLoad) read[s.param] = true;
     if (s.op == Op::kStore || s.op == Op::kAtomicAdd) p.written[s.param] = true;
   });
@@ -587,76 +671,17 @@ Status plan_of(const StencilLaunch& l, Plan& p) {
   for (size_t q = 0; q < k.params.size(); ++q) {
     p.carried[q] = read[q] && p.written[q];
     any = any || p.carried[q];
-  }
-  if (!any) return fail("no array is both read and written");
-  const std::unordered_set<ValueId> uniform = launch_uniform_values(k);
-  int row_param = -2;  // the one scalar every carried row is built on (-1: constant rows)
-  Status bad;
-  walk(t.body, 0, [&](const Stmt& s, int depth) {
-    if (!bad.ok() || !is_array_op(s.op)) return;
-    const Param& prm = k.params[s.param];
-    if (!p.carried[s.param]) {
-      if (s.op != Op::kStore) return;  // reads anywhere; atomic adds commute
-      // A write-only array's store: at the thread's own cell, the other axes uniform.
-      std::vector<bool> seen_dim(p.dims, false);
-      for (size_t a = 0; a + 1 < s.args.size(); ++a) {
-        const ValueId x = s.args[a];
-        Offset o = vals.offset(x);
-        if (o.ok && o.dim >= 0 && o.lo == 0 && o.hi == 0 && x == vals.indices()[o.dim]) {
-          seen_dim[o.dim] = true;
-        } else if (!uniform.count(x)) {
-          bad = fail("a store into '" + prm.name + "' at another thread's element");
-        }
-      }
-      if (std::find(seen_dim.begin(), seen_dim.end(), false) != seen_dim.end())
-        bad = fail("a store into '" + prm.name + "' not at the thread's own cell");
-      return;
-    }
-    if (s.op == Op::kAtomicAdd) {
-      bad = fail("an atomic add into '" + prm.name + "', which it also reads");
-      return;
-    }
-    std::optional<Access> a = classify(vals, s, prm.rank, p.dims);
-    if (!a) {
-      bad = fail("an access of '" + prm.name + "' at no bounded offset of the thread's cell");
-      return;
-    }
-    if (a->has_row) {
-      if (a->row.param >= 0 && (k.params[a->row.param].kind != ParamKind::kScalar ||
-                                k.params[a->row.param].dtype != DType::kI32)) {
-        bad = fail("a row of '" + prm.name + "' built on a parameter that is not an i32 scalar");
-        return;
-      }
-      if (row_param != -2 && row_param != a->row.param) {
-        bad = fail("rows built on two different parameters");
-        return;
-      }
-      row_param = a->row.param;
-    }
-    a->depth = depth;
-    if (s.op == Op::kStore) {
-      if (!a->own_cell) bad = fail("a store into '" + prm.name + "' at another thread's cell");
-      p.stores.push_back(*a);
-    } else {
-      p.loads.push_back(*a);
-    }
-  });
-  VKAD_TRY(bad);
-  p.row_param = row_param >= 0 ? row_param : -1;
-  for (size_t q = 0; q < k.params.size(); ++q) {
     if (!p.carried[q]) continue;
     const DType ty = k.params[q].dtype;
     if (!p.carried_type) p.carried_type = ty;
     if (*p.carried_type != ty) p.carried_type = DType::kBool;  // mixed: no stash
   }
   if (p.carried_type == DType::kBool) p.carried_type.reset();
-  // A load of a row the launch stores: at the thread's own cell (else the launch races).
-  for (const Access& ld : p.loads) {
-    for (const Access& st : p.stores) {
-      if (ld.s->param == st.s->param && ld.row == st.row && !ld.own_cell)
-        return fail("'" + k.params[ld.s->param].name + "' is read around a row it stores");
-    }
-  }
+  return any;
+}
+
+// The reach and periodic dimensions of the loads, and the tile.
+void reach_and_tile(Plan& p) {
   for (const Access& ld : p.loads) {
     for (size_t d = 0; d < p.dims; ++d) {
       p.rlo[d] = std::max(p.rlo[d], -ld.cell[d].lo);
@@ -671,6 +696,52 @@ Status plan_of(const StencilLaunch& l, Plan& p) {
     p.tile[d] = kTiles[p.dims - 1][d];
     p.local *= p.tile[d];
   }
+}
+
+// Fills `p` in place: its accesses point into p.kernel, which must not move afterwards.
+Status plan_of(const StencilLaunch& l, Plan& p) {
+  const Fail fail = [&](const std::string& w) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "stencil '" + (l.kernel ? l.kernel->name : std::string("?")) + "': " + w);
+  };
+  if (!l.kernel) return fail("no kernel");
+  std::string why;
+  if (!one_task(*l.kernel, l.box, &why)) return fail(why);
+  const Kernel& k0 = *l.kernel;
+  if (l.arrays.size() != k0.params.size() || l.step.size() != k0.params.size())
+    return fail("the launch does not match its kernel");
+  // Two parameters bound to one array would alias what the analysis tells apart.
+  std::unordered_set<uint64_t> seen;
+  for (uint64_t a : l.arrays) {
+    if (a != 0 && !seen.insert(a).second) return fail("one array bound to two parameters");
+  }
+  VKAD_ASSIGN_OR_RETURN(p.kernel, gather_form(k0, l.box, l.shapes, &l.step, &l.first));
+  const Kernel& k = p.kernel;
+  p.dims = l.box.size();
+  Values vals(k.tasks[0], l.box, &l.shapes);
+  vals.set_launch(&l.step, &l.first);
+  if (!carried_arrays(p)) return fail("no array is both read and written");
+  const std::unordered_set<ValueId> uniform = launch_uniform_values(k);
+  int row_param = -2;
+  Status bad;
+  walk(k.tasks[0].body, 0, [&](const Stmt& s, int depth) {
+    if (!bad.ok() || !is_array_op(s.op)) return;
+    if (p.carried[s.param]) {
+      bad = carried_access(s, depth, vals, p, &row_param, fail);
+    } else if (s.op == Op::kStore) {  // (reads anywhere; atomic adds commute)
+      bad = write_only_store(s, k.params[s.param], vals, p.dims, uniform, fail);
+    }
+  });
+  VKAD_TRY(bad);
+  p.row_param = row_param >= 0 ? row_param : -1;
+  // A load of a row the launch stores: at the thread's own cell (else the launch races).
+  for (const Access& ld : p.loads) {
+    for (const Access& st : p.stores) {
+      if (ld.s->param == st.s->param && ld.row == st.row && !ld.own_cell)
+        return fail("'" + k.params[ld.s->param].name + "' is read around a row it stores");
+    }
+  }
+  reach_and_tile(p);
   return {};
 }
 
@@ -1149,6 +1220,56 @@ class Blocker {
 
 }  // namespace
 
+namespace {
+
+// The prologue of a run with a stash: the first dispatch's half (0) of the stash from the
+// arrays, one cell per invocation over the box. Its parameters are the blocked kernel's.
+Result<Kernel> stash_prologue(const Plan& p, const StencilLaunch& l, uint32_t steps,
+                              const Kernel& blocked, int stash_param, DType ty) {
+  Kernel pr;
+  pr.name = blocked.name + "_prologue";
+  pr.params = blocked.params;
+  Task pt;
+  pt.name = "stash";
+  for (const auto& [lo, hi] : l.box) {
+    TaskDim d;
+    d.begin = SizeExpr::constant(lo);
+    d.end = SizeExpr::constant(hi);
+    d.index = pr.fresh();
+    pt.dims.push_back(d);
+  }
+  pt.index = pt.dims[0].index;
+  Rewriter prw(pr);
+  prw.in(pt.body, [&] {
+    const std::vector<ValueId> xw = task_indices(pt);
+    for (const auto& [key, j] : slots_of(p, l, steps)) {
+      std::vector<ValueId> idx;
+      if (key.has_row) {
+        idx.push_back(
+            prw.op(Op::kAdd, DType::kI32,
+                   {prw.arg(DType::kI32, static_cast<uint32_t>(p.row_param)), prw.i32(key.row)}));
+      }
+      idx.insert(idx.end(), xw.begin(), xw.end());
+      const ValueId v = prw.access(Op::kLoad, ty, key.param, idx);
+      ValueId at = kNoValue;
+      for (size_t d = 0; d < p.dims; ++d) {
+        const ValueId c = prw.op(Op::kSub, DType::kI32, {xw[d], prw.i32(l.box[d].first)});
+        const int64_t n = l.box[d].second - l.box[d].first;
+        at = at == kNoValue ? c
+                            : prw.op(Op::kAdd, DType::kI32,
+                                     {prw.op(Op::kMul, DType::kI32, {at, prw.i32(n)}), c});
+      }
+      at = prw.op(Op::kAdd, DType::kI32, {prw.i32(static_cast<int64_t>(j) * box_cells(l)), at});
+      prw.access(Op::kStore, DType::kF32, static_cast<uint32_t>(stash_param), {at, v});
+    }
+  });
+  pr.tasks.push_back(std::move(pt));
+  VKAD_TRY(verify(pr));
+  return pr;
+}
+
+}  // namespace
+
 Result<BlockedStencil> block_stencil(const StencilLaunch& l, uint32_t steps,
                                      const std::string& name) {
   Plan p;
@@ -1193,49 +1314,7 @@ Result<BlockedStencil> block_stencil(const StencilLaunch& l, uint32_t steps,
   f.tasks.push_back(std::move(t));
   VKAD_TRY(verify(f));
   if (!stash) return out;
-  // The prologue: the first dispatch's half (0) of the stash from the arrays, one cell per
-  // invocation over the box.
-  Kernel pr;
-  pr.name = name + "_prologue";
-  pr.params = f.params;
-  pr.next_id = 0;
-  Task pt;
-  pt.name = "stash";
-  for (const auto& [lo, hi] : l.box) {
-    TaskDim d;
-    d.begin = SizeExpr::constant(lo);
-    d.end = SizeExpr::constant(hi);
-    d.index = pr.fresh();
-    pt.dims.push_back(d);
-  }
-  pt.index = pt.dims[0].index;
-  Rewriter prw(pr);
-  prw.in(pt.body, [&] {
-    const std::vector<ValueId> xw = task_indices(pt);
-    const DType ty = out.stash_type;
-    for (const auto& [key, j] : slots_of(p, l, steps)) {
-      std::vector<ValueId> idx;
-      if (key.has_row) {
-        idx.push_back(
-            prw.op(Op::kAdd, DType::kI32,
-                   {prw.arg(DType::kI32, static_cast<uint32_t>(p.row_param)), prw.i32(key.row)}));
-      }
-      idx.insert(idx.end(), xw.begin(), xw.end());
-      const ValueId v = prw.access(Op::kLoad, ty, key.param, idx);
-      ValueId at = kNoValue;
-      for (size_t d = 0; d < p.dims; ++d) {
-        const ValueId c = prw.op(Op::kSub, DType::kI32, {xw[d], prw.i32(l.box[d].first)});
-        const int64_t n = l.box[d].second - l.box[d].first;
-        at = at == kNoValue ? c
-                            : prw.op(Op::kAdd, DType::kI32,
-                                     {prw.op(Op::kMul, DType::kI32, {at, prw.i32(n)}), c});
-      }
-      at = prw.op(Op::kAdd, DType::kI32, {prw.i32(static_cast<int64_t>(j) * box_cells(l)), at});
-      prw.access(Op::kStore, DType::kF32, static_cast<uint32_t>(stash_param), {at, v});
-    }
-  });
-  pr.tasks.push_back(std::move(pt));
-  VKAD_TRY(verify(pr));
+  VKAD_ASSIGN_OR_RETURN(Kernel pr, stash_prologue(p, l, steps, f, stash_param, out.stash_type));
   out.prologue = std::move(pr);
   return out;
 }

@@ -109,9 +109,13 @@ Result<BlockedStencil> block_stencil(const StencilLaunch& l, uint32_t steps,
                                      const std::string& name);
 
 // `k` with every atomic add into an array it also reads (at other rows) turned into a gather,
-// for launches over `box` (see the file comment); `k` itself where it has none. Errors: such
-// adds whose targets are not bounded offsets of the thread's cell inside the box.
+// for launches over `box` (see the file comment); `k` itself where it has none. `step` and
+// `first` (StencilLaunch's), where given, fix the scalars that do not step at their first
+// values (a row k + 10 t with t fixed is k + a constant): the result is then for that run only.
+// Errors: such adds whose targets are not bounded offsets of the thread's cell inside the box.
 Result<Kernel> gather_form(const Kernel& k, const std::vector<std::pair<int64_t, int64_t>>& box,
-                           const std::vector<std::vector<int64_t>>& shapes = {});
+                           const std::vector<std::vector<int64_t>>& shapes = {},
+                           const std::vector<int64_t>* step = nullptr,
+                           const std::vector<int64_t>* first = nullptr);
 
 }  // namespace vkad::codegen

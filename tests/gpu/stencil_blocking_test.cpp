@@ -108,13 +108,16 @@ kernel jacobi(a: i32, r: i32, x: ndarray<f32, 2>, b: ndarray<f32, 2>) {
 )";
 
 // smoke.py's pressure iteration, 2-d with periodic neighbours (DiffTaichi's dec_index /
-// inc_index wrap around the grid): p[a + 1, y, x] = (div[t, y, x] + the 4 neighbours of
-// p[a]) / 4.
+// inc_index wrap around the grid), its row a = k + 10 t (k steps, t stays): p[a + 1, y, x] =
+// (div[t, y, x] + the 4 neighbours of p[a]) / 4.
 constexpr const char* kPressure = R"(
-kernel pressure(a: i32, t: i32, p: ndarray<f32, 3>, div: ndarray<f32, 3>) {
+kernel pressure(k: i32, t: i32, p: ndarray<f32, 3> grad, div: ndarray<f32, 3> grad) {
   task cells parallel %y in [0, shape(p, 1)), %x in [0, shape(p, 2)) {
-    %a = arg a : i32
+    %k = arg k : i32
     %t = arg t : i32
+    %ten = const 10 : i32
+    %t10 = mul %t, %ten : i32
+    %a = add %k, %t10 : i32
     %one = const 1 : i32
     %zero = const 0 : i32
     %n = shape p 1 : i32
@@ -402,10 +405,11 @@ TEST(StencilBlocking, APeriodicPressureIterationBlocksWithTheLaunchesResults) {
   constexpr uint32_t kY = 40, kX = 36, kIters = 12;
   Result<KernelHandle> k = s->compile(std::string_view(kPressure));
   ASSERT_TRUE(k.ok()) << k.status().to_string();
-  NdArrayHandle p = *s->ndarray(DType::kF32, {kIters + 1, kY, kX}, "p");
+  NdArrayHandle p = *s->ndarray(DType::kF32, {kIters + 11, kY, kX}, "p");
   NdArrayHandle div = *s->ndarray(DType::kF32, {2, kY, kX}, "div");
-  std::vector<float> p0(size_t{kIters + 1} * kY * kX, 0.0f), d0(size_t{2} * kY * kX);
-  for (size_t e = 0; e < size_t{kY} * kX; ++e) p0[e] = std::sin(0.37f * static_cast<float>(e));
+  std::vector<float> p0(size_t{kIters + 11} * kY * kX, 0.0f), d0(size_t{2} * kY * kX);
+  for (size_t e = 0; e < size_t{kY} * kX; ++e)  // row 10: the first iteration's
+    p0[size_t{10} * kY * kX + e] = std::sin(0.37f * static_cast<float>(e));
   for (size_t e = 0; e < d0.size(); ++e) d0[e] = 0.01f * static_cast<float>(e % 13) - 0.05f;
   ASSERT_TRUE(s->upload(p, std::span<const float>(p0)).ok());
   ASSERT_TRUE(s->upload(div, std::span<const float>(d0)).ok());
@@ -423,7 +427,7 @@ TEST(StencilBlocking, APeriodicPressureIterationBlocksWithTheLaunchesResults) {
   std::vector<float> got(p0.size());
   ASSERT_TRUE(s->download(p, std::span<float>(got)).ok());
   const codegen::Kernel pressure = parsed(kPressure);
-  codegen::HostArray hp(DType::kF32, {kIters + 1, kY, kX}), hd(DType::kF32, {2, kY, kX});
+  codegen::HostArray hp(DType::kF32, {kIters + 11, kY, kX}), hd(DType::kF32, {2, kY, kX});
   for (size_t e = 0; e < p0.size(); ++e) hp.data[e] = p0[e];
   for (size_t e = 0; e < d0.size(); ++e) hd.data[e] = d0[e];
   for (uint32_t a = 0; a < kIters; ++a) {
@@ -435,6 +439,64 @@ TEST(StencilBlocking, APeriodicPressureIterationBlocksWithTheLaunchesResults) {
   // Four adds and a multiply by 0.25 per step, in the same order: equal to a few ulps of
   // |p| <= 1.1.
   for (size_t e = 0; e < got.size(); ++e) ASSERT_NEAR(got[e], hp.data[e], 1e-5) << "element " << e;
+  expect_no_validation_messages(*s);
+}
+
+// The pressure iteration's adjoint, k from 11 down to 0 with t fixed: a gather with periodic
+// candidates, blocked with a stash, against the CPU evaluator's atomic adds.
+TEST(StencilBlocking, APeriodicPressureAdjointBlocksWithTheLaunchesResults) {
+  bool skipped = false;
+  auto s = validated_session(&skipped);
+  if (skipped) GTEST_SKIP() << "no Vulkan device";
+  ASSERT_NE(s, nullptr);
+  constexpr uint32_t kY = 40, kX = 36, kIters = 12, kRowsP = kIters + 11;
+  Result<codegen::Kernel> adj = codegen::make_adjoint(parsed(kPressure));
+  ASSERT_TRUE(adj.ok()) << adj.status().message();
+  const std::string text = codegen::print(*adj);
+  Result<KernelHandle> k = s->compile(std::string_view(text));
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  ASSERT_EQ(adj->params.size(), 6u);  // k, t, p, div, p_grad, div_grad
+  std::vector<float> g0(size_t{kRowsP} * kY * kX), zeros_p(g0.size(), 0.0f);
+  for (size_t e = 0; e < g0.size(); ++e) g0[e] = 0.01f * static_cast<float>(e % 29) - 0.1f;
+  std::vector<float> dg0(size_t{2} * kY * kX, 0.0f);
+  NdArrayHandle p = *s->ndarray(DType::kF32, {kRowsP, kY, kX}, "p");
+  NdArrayHandle div = *s->ndarray(DType::kF32, {2, kY, kX}, "div");
+  NdArrayHandle pg = *s->ndarray(DType::kF32, {kRowsP, kY, kX}, "p_grad");
+  NdArrayHandle dg = *s->ndarray(DType::kF32, {2, kY, kX}, "div_grad");
+  ASSERT_TRUE(s->upload(p, std::span<const float>(zeros_p)).ok());
+  ASSERT_TRUE(s->upload(div, std::span<const float>(dg0)).ok());
+  ASSERT_TRUE(s->begin_capture("pressure_adjoint").ok());
+  for (int32_t a = kIters - 1; a >= 0; --a) {
+    ASSERT_TRUE(s->launch(*k, {Arg::i32(a), Arg::i32(1), Arg::ndarray(p), Arg::ndarray(div),
+                               Arg::ndarray(pg), Arg::ndarray(dg)})
+                    .ok());
+  }
+  Result<GraphHandle> g = s->end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EXPECT_LT(graph_steps(*s, *g), kIters / 2) << "the adjoint's launches were not blocked";
+  ASSERT_TRUE(s->upload(pg, std::span<const float>(g0)).ok());
+  ASSERT_TRUE(s->upload(dg, std::span<const float>(dg0)).ok());
+  ASSERT_TRUE(s->replay(*g).ok());
+  Status st = s->synchronize();
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  std::vector<float> got(g0.size()), got_d(dg0.size());
+  ASSERT_TRUE(s->download(pg, std::span<float>(got)).ok());
+  ASSERT_TRUE(s->download(dg, std::span<float>(got_d)).ok());
+  codegen::HostArray hp(DType::kF32, {kRowsP, kY, kX}), hd(DType::kF32, {2, kY, kX});
+  codegen::HostArray hg = hp, hdg = hd;
+  for (size_t e = 0; e < g0.size(); ++e) hg.data[e] = g0[e];
+  for (int32_t a = kIters - 1; a >= 0; --a) {
+    using codegen::HostArg;
+    ASSERT_TRUE(codegen::evaluate(
+                    *adj, std::vector<HostArg>{HostArg::of(a), HostArg::of(1), HostArg::of(hp),
+                                               HostArg::of(hd), HostArg::of(hg), HostArg::of(hdg)})
+                    .ok());
+  }
+  // Sums of quarters of |g| <= ~0.2 in another order: a few ulps per step over 12 steps.
+  for (size_t e = 0; e < got.size(); ++e)
+    ASSERT_NEAR(got[e], hg.data[e], 1e-5) << "p_grad element " << e;
+  for (size_t e = 0; e < got_d.size(); ++e)
+    ASSERT_NEAR(got_d[e], hdg.data[e], 1e-5) << "div_grad element " << e;
   expect_no_validation_messages(*s);
 }
 
