@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -351,7 +352,13 @@ std::optional<MergedLaunch> Session::build_blocked(const RollSegment& run,
     sl.shapes.emplace_back();
     if (ext) sl.shapes.back().assign(ext->begin(), ext->end());
   }
-  *K = codegen::stencil_steps(sl);
+  // Vulkan guarantees 16 KiB of shared memory; VKAD_GRAPH_BLOCK_SHARED=<bytes> lets a
+  // benchmark try what its device has (an H200: 48 KiB) without rebuilding.
+  uint32_t shared = codegen::kStencilSharedBytes;
+  if (const char* env = std::getenv("VKAD_GRAPH_BLOCK_SHARED"))
+    shared = static_cast<uint32_t>(
+        std::clamp<unsigned long long>(std::strtoull(env, nullptr, 10), 1024, 1u << 20));
+  *K = codegen::stencil_steps(sl, shared);
   if (*K == 0 || run.reps < *K) return std::nullopt;
   Result<codegen::BlockedStencil> k =
       codegen::block_stencil(sl, *K, "blocked_" + sl.kernel->name + "_x" + std::to_string(*K));

@@ -478,6 +478,14 @@ Status gather_adds(const Kernel& k, const Box& box, Values& vals, GatherAdds* g,
   return {};
 }
 
+// Whether thread j + o's add `a` may land on j: -o within a's offsets on every axis.
+bool reaches(const Access& a, const std::array<int64_t, kMaxTaskDims>& o, size_t dims) {
+  for (size_t d = 0; d < dims; ++d) {
+    if (-o[d] < a.cell[d].lo || -o[d] > a.cell[d].hi) return false;
+  }
+  return true;
+}
+
 // One candidate thread i = j + o's body at the insertion point: its adds into gathered arrays
 // that land on j into their sums (`acc`), its other writes only where o = 0 (j's own body).
 void gather_candidate(Rewriter& rw, const Kernel& k, const Box& box, const GatherAdds& g,
@@ -499,9 +507,14 @@ void gather_candidate(Rewriter& rw, const Kernel& k, const Box& box, const Gathe
   }
   Copier c(rw);
   for (size_t e = 0; e < dims; ++e) c.map[old_index[e]] = i[e];
+  std::unordered_map<const Stmt*, const Access*> add_of;
+  for (const Access& a : g.adds) add_of[a.s] = &a;
   c.on_array = [&](const Stmt& s) {
     if (s.op == Op::kLoad) return false;
     if (s.op != Op::kAtomicAdd || !g.gathered[s.param]) return !self;  // j's own body only
+    // An add whose offsets never reach j from this candidate is left out (and what only it
+    // needed is then dead: the candidates of a 5-point stencil compute one term each).
+    if (!reaches(*add_of.at(&s), o, dims)) return true;
     // Thread i's add lands on j: into this statement's sum.
     const size_t lead = s.args.size() - 1 - dims;
     std::vector<ValueId> eq;
@@ -560,7 +573,11 @@ Result<Kernel> gather_form(const Kernel& k, const Box& box,
         for (o[d] = g.clo[d]; o[d] <= g.chi[d]; ++o[d]) each(d + 1);
         return;
       }
-      gather_candidate(rw, k, box, g, vals.indices(), j, o, acc);
+      bool any = false;  // (a candidate no add reaches from only costs)
+      for (const Access& a : g.adds) any = any || reaches(a, o, dims);
+      if (any || o == std::array<int64_t, kMaxTaskDims>{}) {
+        gather_candidate(rw, k, box, g, vals.indices(), j, o, acc);
+      }
     };
     each(0);
     // Each sum into its own element (no other thread touches it: rows differ from the loads').
