@@ -387,6 +387,58 @@ ValueId row_value(Rewriter& rw, const Kernel& k, const Row& r, ValueId param_val
   return r.c == 0 ? p : rw.op(Op::kAdd, DType::kI32, {p, rw.i32(r.c)});
 }
 
+// Statements whose only effect is their result (values, loads) or a local nothing loads.
+bool effect_free(const Stmt& s, const std::unordered_set<ValueId>& loaded_locals) {
+  if (!s.blocks.empty()) return false;
+  switch (op_info(s.op).family) {
+    case OpFamily::kLeaf:
+    case OpFamily::kUnary:
+    case OpFamily::kBinary:
+    case OpFamily::kCompare:
+    case OpFamily::kSelect:
+    case OpFamily::kCast: return true;
+    case OpFamily::kArray: return s.op == Op::kLoad;
+    case OpFamily::kLocal:
+      if (s.op == Op::kStoreLocal) return !loaded_locals.count(s.args[0]);
+      return s.op == Op::kAlloca || s.op == Op::kLoadLocal || s.op == Op::kLoadShared;
+    case OpFamily::kControl:
+    case OpFamily::kStack: return false;
+  }
+  return false;
+}
+
+// Drops what no effect depends on: reverse mode's adjoint recomputes the forward's values,
+// which a gather's candidates need only in part, and a load the emitter bounds-checks is not
+// dead to the SPIR-V optimizer (its check may raise the error flag), so it is dropped here.
+void drop_dead(Kernel& k) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::unordered_set<ValueId> used, loaded_locals;
+    for (const Task& t : k.tasks) {
+      walk(t.body, 0, [&](const Stmt& s, int) {
+        if (s.op == Op::kStoreLocal) {
+          used.insert(s.args[1]);  // the local itself counts only where it is loaded
+        } else {
+          for (ValueId a : s.args) used.insert(a);
+        }
+        if (s.op == Op::kLoadLocal) loaded_locals.insert(s.args[0]);
+      });
+    }
+    std::function<void(Block&)> prune = [&](Block& b) {
+      const size_t before = b.stmts.size();
+      std::erase_if(b.stmts, [&](const Stmt& s) {
+        if (!effect_free(s, loaded_locals)) return false;
+        return s.op == Op::kStoreLocal || s.result == kNoValue || !used.count(s.result);
+      });
+      changed = changed || b.stmts.size() != before;
+      for (Stmt& s : b.stmts) {
+        for (Block& c : s.blocks) prune(c);
+      }
+    };
+    for (Task& t : k.tasks) prune(t.body);
+  }
+}
+
 // A fresh task like t (its indices new values of f).
 Task fresh_task(Kernel& f, const Task& t) {
   Task n;
@@ -594,6 +646,7 @@ Result<Kernel> gather_form(const Kernel& k, const Box& box,
     }
   });
   f.tasks.push_back(std::move(nt));
+  drop_dead(f);
   VKAD_TRY(verify(f));
   return f;
 }
@@ -1329,6 +1382,7 @@ Result<BlockedStencil> block_stencil(const StencilLaunch& l, uint32_t steps,
   Blocker b(p, l, steps, f, rw, stash_param);
   rw.in(t.body, [&] { b.body(t.index); });
   f.tasks.push_back(std::move(t));
+  drop_dead(f);
   VKAD_TRY(verify(f));
   if (!stash) return out;
   VKAD_ASSIGN_OR_RETURN(Kernel pr, stash_prologue(p, l, steps, f, stash_param, out.stash_type));
