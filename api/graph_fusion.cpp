@@ -358,6 +358,13 @@ std::optional<MergedLaunch> Session::build_blocked(const RollSegment& run,
   if (const char* env = std::getenv("VKAD_GRAPH_BLOCK_SHARED"))
     shared = static_cast<uint32_t>(
         std::clamp<unsigned long long>(std::strtoull(env, nullptr, 10), 1024, 1u << 20));
+  // A box of fewer tiles than a GPU has compute units runs its K steps on part of the device
+  // (smoke's 128^2: 64 tiles, slower blocked on an H200); VKAD_GRAPH_BLOCK_MIN_TILES=<n> moves
+  // the limit (tests on small boxes: 1).
+  sl.min_tiles = 128;
+  if (const char* env = std::getenv("VKAD_GRAPH_BLOCK_MIN_TILES"))
+    sl.min_tiles = static_cast<int64_t>(
+        std::min<unsigned long long>(std::strtoull(env, nullptr, 10), 1u << 30));
   *K = codegen::stencil_steps(sl, shared);
   if (*K == 0 || run.reps < *K) return std::nullopt;
   Result<codegen::BlockedStencil> k =

@@ -74,6 +74,27 @@ class Values {
     if (!f || (f->coeff != 0 && f->coeff != 1)) return {};
     return {true, f->coeff == 0 ? -1 : f->param, f->c};
   }
+  // Copies v's launch-uniform definition (constants, scalar arguments, extents and integer
+  // arithmetic on them) to the insertion point: the row a launch's arguments give, computed
+  // in the kernel rather than baked in (so runs that differ only in a fixed scalar share one
+  // kernel). kNoValue where v reads anything else.
+  ValueId copy_to(Rewriter& rw, ValueId v, std::unordered_map<ValueId, ValueId>& done) const {
+    if (auto it = done.find(v); it != done.end()) return it->second;
+    const Stmt* s = def(v);
+    if (!s || !s->blocks.empty()) return kNoValue;
+    const OpFamily fam = op_info(s->op).family;
+    const bool leaf = s->op == Op::kConst || s->op == Op::kArg || s->op == Op::kShape;
+    if (!leaf && fam != OpFamily::kBinary && fam != OpFamily::kCompare &&
+        fam != OpFamily::kSelect && fam != OpFamily::kCast && fam != OpFamily::kUnary)
+      return kNoValue;
+    Stmt c = *s;
+    for (ValueId& a : c.args) {
+      a = copy_to(rw, a, done);
+      if (a == kNoValue) return kNoValue;
+    }
+    c.result = rw.kernel().fresh();
+    return done[v] = rw.insert(std::move(c));
+  }
   // Where a launch is known (its scalars' steps and first values) rows use them.
   void set_launch(const std::vector<int64_t>* step, const std::vector<int64_t>* first) {
     step_ = step;
@@ -633,11 +654,15 @@ Result<Kernel> gather_form(const Kernel& k, const Box& box,
     };
     each(0);
     // Each sum into its own element (no other thread touches it: rows differ from the loads').
+    std::unordered_map<ValueId, ValueId> copied;
     for (const Access& a : g.adds) {
       const ValueId sum = acc.at(a.s);
       const DType ty = k.params[a.s->param].dtype;
       std::vector<ValueId> idx;
-      if (a.has_row) idx.push_back(row_value(rw, k, a.row));
+      if (a.has_row) {
+        ValueId row = vals.copy_to(rw, a.s->args[0], copied);
+        idx.push_back(row != kNoValue ? row : row_value(rw, k, a.row));
+      }
       for (size_t e = 0; e < dims; ++e) idx.push_back(j[e]);
       const ValueId old = rw.access(Op::kLoad, ty, a.s->param, idx);
       std::vector<ValueId> st = idx;
@@ -888,8 +913,16 @@ int64_t box_cells(const StencilLaunch& l) {
   return n;
 }
 
+int64_t tiles_of(const Plan& p, const StencilLaunch& l) {
+  int64_t groups = 1;
+  for (size_t d = 0; d < p.dims; ++d)
+    groups *= (l.box[d].second - l.box[d].first + p.tile[d] - 1) / p.tile[d];
+  return groups;
+}
+
 uint32_t choose_steps(const Plan& p, const StencilLaunch& l, uint32_t shared_bytes) {
   const int64_t tile_cells = p.local;
+  if (tiles_of(p, l) < l.min_tiles) return 0;
   for (uint32_t K = kMaxStencilSteps; K >= 2; --K) {
     // A row read before it is written would have to be read around the tile from the array
     // while the neighbouring tiles write their cells of it back in the same dispatch (a
@@ -923,17 +956,39 @@ uint32_t stencil_steps(const StencilLaunch& l, uint32_t shared_bytes, std::strin
     return 0;
   }
   const uint32_t K = choose_steps(p, l, shared_bytes);
-  if (K == 0 && why)
+  if (K == 0 && why && tiles_of(p, l) < l.min_tiles) {
+    *why = "the box has " + std::to_string(tiles_of(p, l)) + " tiles, fewer than " +
+           std::to_string(l.min_tiles);
+  } else if (K == 0 && why) {
     *why =
-        "a row is read before the run writes it (its values around the tile would race with "
-        "the neighbouring tiles' write-back), or no number of steps fits the shared memory "
-        "and the halo";
+        "a row is read before the run writes it and no stash can hold it (rows built on "
+        "more than one scalar or none that steps, carried arrays of two element types), or "
+        "no number of steps fits the shared memory and the halo";
+  }
   return K;
 }
 
 namespace {
 
 // Builds the blocked kernel's body (see the header) at the rewriter's insertion point.
+// The array row of slot `key` at the insertion point: the row a store's index computes from
+// the launch's arguments (the run's first launch's, as the dispatch gets them), moved by the
+// key's distance from that store's row -- computed, not baked, so runs that differ only in a
+// scalar that does not step (smoke's t) share one kernel.
+ValueId slot_row(Rewriter& rw, const Plan& p, const StencilLaunch& l, const SlotKey& key) {
+  for (const Access& st : p.stores) {
+    if (!st.has_row) continue;
+    const Values vals(p.kernel.tasks[0], l.box, &l.shapes);
+    std::unordered_map<ValueId, ValueId> done;
+    const ValueId base = vals.copy_to(rw, st.s->args[0], done);
+    if (base == kNoValue) break;
+    const int64_t by = key.row - key_of(st, 0, l).row;
+    return by == 0 ? base : rw.op(Op::kAdd, DType::kI32, {base, rw.i32(by)});
+  }
+  return rw.op(Op::kAdd, DType::kI32,
+               {rw.arg(DType::kI32, static_cast<uint32_t>(p.row_param)), rw.i32(key.row)});
+}
+
 class Blocker {
  public:
   Blocker(const Plan& p, const StencilLaunch& l, uint32_t K, Kernel& f, Rewriter& rw,
@@ -1034,9 +1089,7 @@ class Blocker {
           ValueId row_ok = kNoValue;
           if (next.has_row) {
             // Past the array's rows there is no next dispatch (the run's last).
-            const ValueId row = rw_.op(
-                Op::kAdd, DType::kI32,
-                {rw_.arg(DType::kI32, static_cast<uint32_t>(p_.row_param)), rw_.i32(next.row)});
+            const ValueId row = slot_row(rw_, p_, l_, next);
             Stmt ext = rw_.make(Op::kShape, DType::kI32);
             ext.param = next.param;
             ext.dim = 0;
@@ -1315,9 +1368,7 @@ Result<Kernel> stash_prologue(const Plan& p, const StencilLaunch& l, uint32_t st
     for (const auto& [key, j] : slots_of(p, l, steps)) {
       std::vector<ValueId> idx;
       if (key.has_row) {
-        idx.push_back(
-            prw.op(Op::kAdd, DType::kI32,
-                   {prw.arg(DType::kI32, static_cast<uint32_t>(p.row_param)), prw.i32(key.row)}));
+        idx.push_back(slot_row(prw, p, l, key));
       }
       idx.insert(idx.end(), xw.begin(), xw.end());
       const ValueId v = prw.access(Op::kLoad, ty, key.param, idx);

@@ -82,6 +82,10 @@ struct StencilLaunch {
   std::vector<std::vector<int64_t>> shapes;
   // Per parameter: the run's first launch's integer scalar argument (0 for the others).
   std::vector<int64_t> first;
+  // The fewest tiles (workgroups) a blocked dispatch may have: each runs its K steps one after
+  // another, so a box of few tiles leaves a GPU's other compute units idle for K steps instead
+  // of one (Session: 128, VKAD_GRAPH_BLOCK_MIN_TILES).
+  int64_t min_tiles = 1;
 };
 
 // How many launches of `l`'s run one blocked dispatch should take: 0 where they do not block

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -158,6 +159,13 @@ constexpr uint32_t kSteps = 23;             // blocks of K and a rest
 
 codegen::Kernel parsed(const char* text) { return *codegen::parse(text); }
 
+// These boxes are a few tiles: blocked all the same (a session blocks boxes of 128 tiles and
+// more by default, VKAD_GRAPH_BLOCK_MIN_TILES).
+struct SmallBoxesBlock {
+  SmallBoxesBlock() { setenv("VKAD_GRAPH_BLOCK_MIN_TILES", "1", 1); }
+  ~SmallBoxesBlock() { unsetenv("VKAD_GRAPH_BLOCK_MIN_TILES"); }
+};
+
 std::vector<float> initial_wave() {
   std::vector<float> p(size_t{kSteps + 2} * kRows * kCols, 0.0f);
   for (uint32_t i = 0; i < kRows; ++i) {
@@ -184,6 +192,7 @@ uint64_t blocked(Session& s) {
 
 // The wave's forward (t = 2 .. kSteps + 1), captured; the blocked replay against the CPU.
 void run_wave(bool block, bool* skipped) {
+  SmallBoxesBlock small;
   auto s = validated_session(skipped, [&](SessionOptions& o) { o.block_stencils = block; });
   if (*skipped) return;
   ASSERT_NE(s, nullptr);
@@ -225,12 +234,14 @@ void run_wave(bool block, bool* skipped) {
 }
 
 TEST(StencilBlocking, AWaveStepLoopRunsSeveralStepsPerDispatchWithTheLaunchesResults) {
+  SmallBoxesBlock small;
   bool skipped = false;
   run_wave(true, &skipped);
   if (skipped) GTEST_SKIP() << "no Vulkan device";
 }
 
 TEST(StencilBlocking, OffTheLaunchesStay) {
+  SmallBoxesBlock small;
   bool skipped = false;
   run_wave(false, &skipped);
   if (skipped) GTEST_SKIP() << "no Vulkan device";
@@ -294,6 +305,7 @@ TEST(StencilBlocking, TheGatherFormOfTheWavesAdjointHasItsResults) {
 // The wave's adjoint captured, t from kSteps + 1 down to 2: its gather form blocked, with a
 // stash and its prologue, gives reverse mode's results (again on a second replay).
 TEST(StencilBlocking, TheWavesAdjointBlocksAsAGatherWithTheLaunchesResults) {
+  SmallBoxesBlock small;
   bool skipped = false;
   auto s = validated_session(&skipped);
   if (skipped) GTEST_SKIP() << "no Vulkan device";
@@ -354,6 +366,7 @@ TEST(StencilBlocking, TheWavesAdjointBlocksAsAGatherWithTheLaunchesResults) {
 
 // A Jacobi sweep's row steps, its right-hand side's row does not (smoke's pressure iterations).
 TEST(StencilBlocking, AJacobiSweepBlocksWithARowThatDoesNotStep) {
+  SmallBoxesBlock small;
   bool skipped = false;
   auto s = validated_session(&skipped);
   if (skipped) GTEST_SKIP() << "no Vulkan device";
@@ -398,6 +411,7 @@ TEST(StencilBlocking, AJacobiSweepBlocksWithARowThatDoesNotStep) {
 
 // Periodic neighbours: the halo wraps around the grid (40 x 36: not whole tiles either).
 TEST(StencilBlocking, APeriodicPressureIterationBlocksWithTheLaunchesResults) {
+  SmallBoxesBlock small;
   bool skipped = false;
   auto s = validated_session(&skipped);
   if (skipped) GTEST_SKIP() << "no Vulkan device";
@@ -445,6 +459,7 @@ TEST(StencilBlocking, APeriodicPressureIterationBlocksWithTheLaunchesResults) {
 // The pressure iteration's adjoint, k from 11 down to 0 with t fixed: a gather with periodic
 // candidates, blocked with a stash, against the CPU evaluator's atomic adds.
 TEST(StencilBlocking, APeriodicPressureAdjointBlocksWithTheLaunchesResults) {
+  SmallBoxesBlock small;
   bool skipped = false;
   auto s = validated_session(&skipped);
   if (skipped) GTEST_SKIP() << "no Vulkan device";
@@ -513,6 +528,11 @@ TEST(StencilBlocking, KernelsThatAreNotStencilsOfTheFormAreRefused) {
   EXPECT_GE(codegen::stencil_steps(l, codegen::kStencilSharedBytes, &why), 2u) << why;
   // Too little shared memory for two steps' rows.
   EXPECT_EQ(codegen::stencil_steps(l, 1024, &why), 0u);
+  // Fewer tiles than asked for (20 x 13 cells: 2 tiles of 16 x 16).
+  l.min_tiles = 3;
+  EXPECT_EQ(codegen::stencil_steps(l, codegen::kStencilSharedBytes, &why), 0u);
+  EXPECT_NE(why.find("2 tiles, fewer than 3"), std::string::npos) << why;
+  l.min_tiles = 1;
   // A store at a neighbour's cell: another thread's element.
   std::string text = kWave;
   text.replace(text.find("store p[%t, %i, %j]"), 19, "store p[%t, %imc, %j]");
