@@ -993,7 +993,7 @@ class Blocker {
  public:
   Blocker(const Plan& p, const StencilLaunch& l, uint32_t K, Kernel& f, Rewriter& rw,
           int stash_param = -1)
-      : p_(p), l_(l), K_(K), f_(f), rw_(rw), slots_(slots_of(p, l, K)), stash_(stash_param) {}
+      : p_(p), l_(l), steps_(K), f_(f), rw_(rw), slots_(slots_of(p, l, K)), stash_(stash_param) {}
 
   void body(ValueId g) {
     const int64_t L = p_.local;
@@ -1012,21 +1012,21 @@ class Blocker {
     }
     for (const auto& [key, i] : slots_) {
       Stmt s = rw_.make(Op::kSharedAlloc, p_.kernel.params[key.param].dtype);
-      s.iimm = region_cells(p_, K_, -1);
+      s.iimm = region_cells(p_, steps_, -1);
       shared_.push_back(rw_.insert(std::move(s)));
     }
     // What an earlier pass of the grid-stride loop left in shared memory is read no more.
     rw_.op(Op::kBarrier, DType::kF32, {});
     if (stash_ >= 0) {
       // This dispatch's half of the stash: its place in the run, mod 2.
-      const int64_t per = static_cast<int64_t>(K_) * l_.step[p_.row_param];
+      const int64_t per = static_cast<int64_t>(steps_) * l_.step[p_.row_param];
       const ValueId first = rw_.arg(DType::kI32, static_cast<uint32_t>(p_.row_param));
       const ValueId since = rw_.op(Op::kSub, DType::kI32, {first, rw_.i32(l_.first[p_.row_param])});
       const ValueId b = rw_.op(Op::kFloorDiv, DType::kI32, {since, rw_.i32(per)});
       phase_ = rw_.op(Op::kMod, DType::kI32, {b, rw_.i32(2)});
       preload();
     }
-    for (uint32_t r = 0; r < K_; ++r) member(r);
+    for (uint32_t r = 0; r < steps_; ++r) member(r);
     if (stash_ >= 0) stash_next();
   }
 
@@ -1053,7 +1053,7 @@ class Blocker {
   void preload() {
     std::vector<std::pair<size_t, SlotKey>> need;
     for (const auto& [key, i] : slots_) {
-      if (read_before_written(p_, l_, K_, key)) need.push_back({i, key});
+      if (read_before_written(p_, l_, steps_, key)) need.push_back({i, key});
     }
     const DType ty = *p_.carried_type;
     each_cell(-1, [&](const std::vector<ValueId>& x, const std::vector<ValueId>& xw) {
@@ -1069,10 +1069,10 @@ class Blocker {
   // from shared memory, any other from the array (which no launch of this dispatch writes).
   void stash_next() {
     const DType ty = *p_.carried_type;
-    const int64_t shift = static_cast<int64_t>(K_) * l_.step[p_.row_param];
+    const int64_t shift = static_cast<int64_t>(steps_) * l_.step[p_.row_param];
     const ValueId other = rw_.op(Op::kSub, DType::kI32, {rw_.i32(1), phase_});
-    each_cell(static_cast<int>(K_) - 1, [&](const std::vector<ValueId>& x,
-                                            const std::vector<ValueId>& xw) {
+    each_cell(static_cast<int>(steps_) - 1, [&](const std::vector<ValueId>& x,
+                                                const std::vector<ValueId>& xw) {
       rw_.if_(interior(x), [&](int side) {
         if (side != 0) return;
         for (const auto& [key, j] : slots_) {
@@ -1100,10 +1100,11 @@ class Blocker {
             idx.push_back(row);
           }
           idx.insert(idx.end(), xw.begin(), xw.end());
+          const size_t slot = j;  // (a structured binding: not captured by a lambda in C++17)
           auto copy = [&] {
             const ValueId v = rw_.access(Op::kLoad, ty, next.param, idx);
             rw_.access(Op::kStore, DType::kF32, static_cast<uint32_t>(stash_),
-                       {stash_at(other, j, xw), v});
+                       {stash_at(other, slot, xw), v});
           };
           if (row_ok == kNoValue) {
             copy();
@@ -1127,7 +1128,7 @@ class Blocker {
     std::vector<int64_t> ext(p_.dims);
     int64_t cells = 1;
     for (size_t d = 0; d < p_.dims; ++d) {
-      ext[d] = p_.tile[d] + grow_lo(p_, d, K_, r) + grow_hi(p_, d, K_, r);
+      ext[d] = p_.tile[d] + grow_lo(p_, d, steps_, r) + grow_hi(p_, d, steps_, r);
       cells *= ext[d];
     }
     const int64_t passes = (cells + p_.local - 1) / p_.local;
@@ -1146,7 +1147,7 @@ class Blocker {
           if (d != 0) rest = rw_.op(Op::kFloorDiv, DType::kI32, {rest, rw_.i32(ext[d])});
           x[d] = rw_.op(
               Op::kAdd, DType::kI32,
-              {origin_[d], rw_.op(Op::kSub, DType::kI32, {c, rw_.i32(grow_lo(p_, d, K_, r))})});
+              {origin_[d], rw_.op(Op::kSub, DType::kI32, {c, rw_.i32(grow_lo(p_, d, steps_, r))})});
           if (p_.periodic[d]) {
             // Around the box's edge: the cell it wraps to (mod rounds toward -inf).
             xw[d] = rw_.op(Op::kMod, DType::kI32, {x[d], rw_.i32(l_.box[d].second)});
@@ -1176,9 +1177,9 @@ class Blocker {
   ValueId lin(const std::vector<ValueId>& y) {
     ValueId at = kNoValue;
     for (size_t d = 0; d < p_.dims; ++d) {
-      const int64_t ext = p_.tile[d] + grow_lo(p_, d, K_, -1) + grow_hi(p_, d, K_, -1);
+      const int64_t ext = p_.tile[d] + grow_lo(p_, d, steps_, -1) + grow_hi(p_, d, steps_, -1);
       const ValueId base =
-          rw_.op(Op::kSub, DType::kI32, {origin_[d], rw_.i32(grow_lo(p_, d, K_, -1))});
+          rw_.op(Op::kSub, DType::kI32, {origin_[d], rw_.i32(grow_lo(p_, d, steps_, -1))});
       const ValueId c = rw_.op(Op::kSub, DType::kI32, {y[d], base});
       at = at == kNoValue ? c
                           : rw_.op(Op::kAdd, DType::kI32,
@@ -1330,7 +1331,7 @@ class Blocker {
 
   const Plan& p_;
   const StencilLaunch& l_;
-  const uint32_t K_;
+  const uint32_t steps_;
   Kernel& f_;
   Rewriter& rw_;
   std::map<SlotKey, size_t> slots_;
