@@ -365,6 +365,7 @@ std::optional<MergedLaunch> Session::build_blocked(const RollSegment& run,
   if (const char* env = std::getenv("VKAD_GRAPH_BLOCK_MIN_TILES"))
     sl.min_tiles = static_cast<int64_t>(
         std::min<unsigned long long>(std::strtoull(env, nullptr, 10), 1u << 30));
+  sl.max_group = std::min<int64_t>(target_.max_local_size, 1024);
   *K = codegen::stencil_steps(sl, shared);
   if (*K == 0 || run.reps < *K) return std::nullopt;
   Result<codegen::BlockedStencil> k =

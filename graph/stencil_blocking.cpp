@@ -991,12 +991,19 @@ ValueId slot_row(Rewriter& rw, const Plan& p, const StencilLaunch& l, const Slot
 
 class Blocker {
  public:
-  Blocker(const Plan& p, const StencilLaunch& l, uint32_t K, Kernel& f, Rewriter& rw,
+  Blocker(const Plan& p, const StencilLaunch& l, uint32_t K, Kernel& f, Rewriter& rw, int64_t group,
           int stash_param = -1)
-      : p_(p), l_(l), steps_(K), f_(f), rw_(rw), slots_(slots_of(p, l, K)), stash_(stash_param) {}
+      : p_(p),
+        l_(l),
+        steps_(K),
+        f_(f),
+        rw_(rw),
+        slots_(slots_of(p, l, K)),
+        group_(group),
+        stash_(stash_param) {}
 
   void body(ValueId g) {
-    const int64_t L = p_.local;
+    const int64_t L = group_;
     const ValueId wg = rw_.op(Op::kFloorDiv, DType::kI32, {g, rw_.i32(L)});
     local_ = rw_.op(Op::kMod, DType::kI32, {g, rw_.i32(L)});
     // The tile's origin: workgroup wg's coordinates, the last dimension fastest.
@@ -1131,12 +1138,12 @@ class Blocker {
       ext[d] = p_.tile[d] + grow_lo(p_, d, steps_, r) + grow_hi(p_, d, steps_, r);
       cells *= ext[d];
     }
-    const int64_t passes = (cells + p_.local - 1) / p_.local;
+    const int64_t passes = (cells + group_ - 1) / group_;
     auto one = [&](ValueId pass) {
       ValueId n = local_;
       if (pass != kNoValue)
         n = rw_.op(Op::kAdd, DType::kI32,
-                   {n, rw_.op(Op::kMul, DType::kI32, {pass, rw_.i32(p_.local)})});
+                   {n, rw_.op(Op::kMul, DType::kI32, {pass, rw_.i32(group_)})});
       rw_.if_(rw_.op(Op::kLt, DType::kBool, {n, rw_.i32(cells)}), [&](int side) {
         if (side != 0) return;
         std::vector<ValueId> x(p_.dims), xw(p_.dims);
@@ -1338,6 +1345,7 @@ class Blocker {
   std::vector<ValueId> shared_;
   std::vector<ValueId> origin_;
   ValueId local_ = kNoValue;
+  int64_t group_;   // invocations per workgroup (one tile each)
   int stash_ = -1;  // the stash parameter, -1 without one
   ValueId phase_ = kNoValue;
 };
@@ -1426,12 +1434,17 @@ Result<BlockedStencil> block_stencil(const StencilLaunch& l, uint32_t steps,
     groups *= (l.box[d].second - l.box[d].first + p.tile[d] - 1) / p.tile[d];
   Task t;
   t.name = "blocked";
-  t.local_size = static_cast<uint32_t>(p.local);
+  // A workgroup as large as the first launch's grown tile (in whole subgroups, at most
+  // `max_group`): every launch's phase is then one pass over its cells, where a tile-sized
+  // workgroup walked the grown regions in 2-3 dependent passes.
+  const int64_t group = std::clamp<int64_t>((region_cells(p, steps, 0) + 31) / 32 * 32, p.local,
+                                            std::max<int64_t>(p.local, l.max_group));
+  t.local_size = static_cast<uint32_t>(group);
   t.begin = RangeBound::constant(0);
-  t.end = RangeBound::constant(groups * p.local);
+  t.end = RangeBound::constant(groups * group);
   t.index = f.fresh();
   Rewriter rw(f);
-  Blocker b(p, l, steps, f, rw, stash_param);
+  Blocker b(p, l, steps, f, rw, group, stash_param);
   rw.in(t.body, [&] { b.body(t.index); });
   f.tasks.push_back(std::move(t));
   drop_dead(f);

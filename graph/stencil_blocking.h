@@ -86,6 +86,8 @@ struct StencilLaunch {
   // another, so a box of few tiles leaves a GPU's other compute units idle for K steps instead
   // of one (Session: 128, VKAD_GRAPH_BLOCK_MIN_TILES).
   int64_t min_tiles = 1;
+  // The most invocations a blocked workgroup may have (the device's; at least a tile's 256).
+  int64_t max_group = 256;
 };
 
 // How many launches of `l`'s run one blocked dispatch should take: 0 where they do not block
