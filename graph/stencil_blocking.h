@@ -27,7 +27,8 @@
 // atomically anywhere; arrays only read may be indexed any way.
 //
 // The blocked kernel (`block_stencil`) has the original's parameters and one 1-d task of whole
-// workgroups (a tile of 256 cells: 256, 16 x 16 or 8 x 8 x 4), one per tile of the box:
+// workgroups, one per tile of the box (256 cells: 256, 16 x 16 or 8 x 8 x 4), each of as many
+// invocations as the first launch's grown tile has cells (up to `max_group`):
 //
 //   shared: one array per (carried array, row) the K launches write, over the tile grown by
 //           reach * K
