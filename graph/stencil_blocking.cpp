@@ -411,21 +411,10 @@ ValueId row_value(Rewriter& rw, const Kernel& k, const Row& r, ValueId param_val
 // Statements whose only effect is their result (values, loads) or a local nothing loads.
 bool effect_free(const Stmt& s, const std::unordered_set<ValueId>& loaded_locals) {
   if (!s.blocks.empty()) return false;
-  switch (op_info(s.op).family) {
-    case OpFamily::kLeaf:
-    case OpFamily::kUnary:
-    case OpFamily::kBinary:
-    case OpFamily::kCompare:
-    case OpFamily::kSelect:
-    case OpFamily::kCast: return true;
-    case OpFamily::kArray: return s.op == Op::kLoad;
-    case OpFamily::kLocal:
-      if (s.op == Op::kStoreLocal) return !loaded_locals.count(s.args[0]);
-      return s.op == Op::kAlloca || s.op == Op::kLoadLocal || s.op == Op::kLoadShared;
-    case OpFamily::kControl:
-    case OpFamily::kStack: return false;
-  }
-  return false;
+  if (is_pure_value(s.op)) return true;
+  if (s.op == Op::kStoreLocal) return !loaded_locals.count(s.args[0]);
+  return s.op == Op::kLoad || s.op == Op::kAlloca || s.op == Op::kLoadLocal ||
+         s.op == Op::kLoadShared;
 }
 
 // Drops what no effect depends on: reverse mode's adjoint recomputes the forward's values,
@@ -920,6 +909,20 @@ int64_t tiles_of(const Plan& p, const StencilLaunch& l) {
   return groups;
 }
 
+// The row-major index of cell xw within the box (relative to its first cell), at the
+// insertion point: the stash's layout, shared by the blocked kernel and its prologue.
+ValueId box_index(Rewriter& rw, const StencilLaunch& l, const std::vector<ValueId>& xw) {
+  ValueId at = kNoValue;
+  for (size_t d = 0; d < l.box.size(); ++d) {
+    const ValueId c = rw.op(Op::kSub, DType::kI32, {xw[d], rw.i32(l.box[d].first)});
+    const int64_t n = l.box[d].second - l.box[d].first;
+    at = at == kNoValue
+             ? c
+             : rw.op(Op::kAdd, DType::kI32, {rw.op(Op::kMul, DType::kI32, {at, rw.i32(n)}), c});
+  }
+  return at;
+}
+
 uint32_t choose_steps(const Plan& p, const StencilLaunch& l, uint32_t shared_bytes) {
   const int64_t tile_cells = p.local;
   if (tiles_of(p, l) < l.min_tiles) return 0;
@@ -1039,14 +1042,7 @@ class Blocker {
 
   // The element of the stash for slot j of half `half` at cell xw (inside the box).
   ValueId stash_at(ValueId half, size_t j, const std::vector<ValueId>& xw) {
-    ValueId at = kNoValue;
-    for (size_t d = 0; d < p_.dims; ++d) {
-      const ValueId c = rw_.op(Op::kSub, DType::kI32, {xw[d], rw_.i32(l_.box[d].first)});
-      const int64_t n = l_.box[d].second - l_.box[d].first;
-      at = at == kNoValue ? c
-                          : rw_.op(Op::kAdd, DType::kI32,
-                                   {rw_.op(Op::kMul, DType::kI32, {at, rw_.i32(n)}), c});
-    }
+    const ValueId at = box_index(rw_, l_, xw);
     const int64_t S = static_cast<int64_t>(slots_.size());
     const ValueId slot = rw_.op(
         Op::kAdd, DType::kI32,
@@ -1381,14 +1377,7 @@ Result<Kernel> stash_prologue(const Plan& p, const StencilLaunch& l, uint32_t st
       }
       idx.insert(idx.end(), xw.begin(), xw.end());
       const ValueId v = prw.access(Op::kLoad, ty, key.param, idx);
-      ValueId at = kNoValue;
-      for (size_t d = 0; d < p.dims; ++d) {
-        const ValueId c = prw.op(Op::kSub, DType::kI32, {xw[d], prw.i32(l.box[d].first)});
-        const int64_t n = l.box[d].second - l.box[d].first;
-        at = at == kNoValue ? c
-                            : prw.op(Op::kAdd, DType::kI32,
-                                     {prw.op(Op::kMul, DType::kI32, {at, prw.i32(n)}), c});
-      }
+      ValueId at = box_index(prw, l, xw);
       at = prw.op(Op::kAdd, DType::kI32, {prw.i32(static_cast<int64_t>(j) * box_cells(l)), at});
       prw.access(Op::kStore, DType::kF32, static_cast<uint32_t>(stash_param), {at, v});
     }
