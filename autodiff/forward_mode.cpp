@@ -89,6 +89,7 @@ class ForwardMode : public PartialBuilder {
   }
 
   void stmt(const Stmt& s) {
+    LocationScope at(rw_, s.loc);
     if (s.result != kNoValue) types_[s.result] = s.type;
     // The primal statement, with its blocks rebuilt (tangents interleave with the bodies).
     Stmt copy = s;

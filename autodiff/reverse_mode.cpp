@@ -148,6 +148,7 @@ class ReverseMode : public PartialBuilder {
   // One statement of the forward replay, by family (every member listed: a new op is a
   // compile error here, ir/ops.def).
   void fwd_stmt(const Stmt& s, bool frame, int if_depth) {
+    LocationScope at(rw_, s.loc);
     switch (op_info(s.op).family) {
       case OpFamily::kArray:
         switch (array_op(s.op)) {
@@ -279,6 +280,7 @@ class ReverseMode : public PartialBuilder {
   // One forward statement's reverse: control flow and memory by their own rules, values by
   // their derivative rule (derivative_rules.h).
   void rev_stmt(const Stmt& s) {
+    LocationScope at(rw_, s.loc);
     switch (op_info(s.op).family) {
       case OpFamily::kControl: rev_control(s); return;
       case OpFamily::kLocal:
@@ -474,6 +476,7 @@ class ReverseMode : public PartialBuilder {
         st.type = stack_type(ft(L));
         st.cap = c.capacity;
         st.has_cap = true;
+        st.loc = c.loop->loc;  // an overflow means this loop ran past its trip bound
         stacks_[c.loop].push_back(rw_.emit(std::move(st)));
       }
     }

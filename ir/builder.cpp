@@ -247,7 +247,9 @@ Block* KernelBuilder::current() {
 Value KernelBuilder::emit(Stmt s) {
   Block* b = current();  // may add a task: before the Rewriter borrows the kernel
   const DType type = s.type;
-  return Value(this, Rewriter(k_).emit(b->stmts, std::move(s)), type);
+  Rewriter rw(k_);
+  rw.set_location(loc_);
+  return Value(this, rw.emit(b->stmts, std::move(s)), type);
 }
 
 void KernelBuilder::for_range(Value begin, Value end, const std::function<void(Value)>& body) {

@@ -268,6 +268,11 @@ class KernelBuilder {
   Value cast(Value a, DType to);
   Value select(Value c, Value a, Value b);
 
+  // Where the statements appended from now on came from in the DSL's program ("sim.py:12:5";
+  // Stmt::loc): errors about them and about what passes derive from them -- an adjoint's
+  // out-of-bounds access, an adstack overflow -- name it. "" stops naming one.
+  void set_location(std::string_view where) { loc_ = intern_source_location(where); }
+
   // The kernel built so far; the builder is left empty.
   Kernel finish();
   Kernel& kernel() { return k_; }
@@ -280,6 +285,7 @@ class KernelBuilder {
                  const std::function<void(const std::vector<Value>&)>& body);
   Kernel k_;
   std::vector<Block*> blocks_;
+  uint32_t loc_ = 0;
 };
 
 // Arithmetic and math on Values; a C++ number on either side becomes a constant of the

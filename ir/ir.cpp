@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <cassert>
+#include <deque>
+#include <mutex>
 #include <string_view>
+#include <unordered_map>
 
 namespace vkad::codegen {
 
@@ -130,6 +133,43 @@ int Kernel::find_param(const std::string& n) const {
     if (params[i].name == n) return static_cast<int>(i);
   }
   return -1;
+}
+
+namespace {
+// Append-only: a deque keeps each text where it is while later ones are added.
+struct LocationTable {
+  std::mutex mu;
+  std::deque<std::string> texts;  // id - 1
+  std::unordered_map<std::string, uint32_t> ids;
+};
+LocationTable& locations() {
+  static LocationTable* t = new LocationTable;  // never destroyed: errors may be built at exit
+  return *t;
+}
+}  // namespace
+
+uint32_t intern_source_location(std::string_view text) {
+  if (text.empty()) return 0;
+  std::string clean(text);
+  for (char& c : clean) {
+    if (c == '"' || c == '\\') c = '\'';
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  LocationTable& t = locations();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto it = t.ids.find(clean);
+  if (it != t.ids.end()) return it->second;
+  t.texts.push_back(clean);
+  const auto id = static_cast<uint32_t>(t.texts.size());
+  t.ids.emplace(std::move(clean), id);
+  return id;
+}
+
+std::string source_location(uint32_t id) {
+  if (id == 0) return {};
+  LocationTable& t = locations();
+  std::lock_guard<std::mutex> lock(t.mu);
+  return id <= t.texts.size() ? t.texts[id - 1] : std::string();
 }
 
 }  // namespace vkad::codegen

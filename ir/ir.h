@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "abi/kernel_abi.h"
@@ -191,6 +192,11 @@ struct Stmt {
   std::vector<Block> blocks;  // kFor: body; kIf: then, else; kWhile: test, body
   SizeExpr cap;               // kStackAlloc: capacity; kFor, kWhile: stated max trip (if has_cap)
   bool has_cap = false;
+  // Where the statement came from in the user's program (source_location(); 0: nowhere said).
+  // Copies of a statement keep it; passes stamp what they make for a statement with its
+  // location (codegen::Rewriter::set_location), so errors about derived kernels -- an
+  // adjoint's out-of-bounds access, an adstack overflow -- name the user's line.
+  uint32_t loc = 0;
 };
 // TreeChildren's hook: the statement lists nested in `s` (its blocks' statements).
 inline void detach_children(Stmt& s, std::vector<TreeChildren<Stmt>>& out) {
@@ -236,6 +242,14 @@ struct Task {
   // (the last dimension varies fastest); a launch with an empty dimension runs none.
   std::vector<TaskDim> dims;
 };
+
+// Source locations ("file.py:12:5", a DSL's own words), interned for the process: a statement
+// carries a small id, the text lives here. intern_source_location("") is 0; the text may not
+// hold a double quote, a backslash or a line break (they are replaced by ' and a space: the
+// text form prints it quoted). Thread-safe; ids are never reused.
+uint32_t intern_source_location(std::string_view text);
+// The text of `id` ("" for 0 or an id never handed out).
+std::string source_location(uint32_t id);
 
 // Whether `b` holds a statement `op` at any depth (nesting within kMaxNestingDepth).
 bool contains_op(const Block& b, Op op);

@@ -30,6 +30,12 @@ class Rewriter {
 
   Kernel& kernel() { return k_; }
 
+  // The source location (Stmt::loc) stamped on every statement made from now on; a statement
+  // copied with `emit` keeps its own. Passes set it to the location of the statement whose
+  // replacement, adjoint or replay they write (LocationScope).
+  uint32_t location() const { return loc_; }
+  void set_location(uint32_t loc) { loc_ = loc; }
+
   // ---- makers
   Stmt make(Op op, DType type, std::vector<ValueId> args = {}) {
     Stmt s;
@@ -37,6 +43,7 @@ class Rewriter {
     s.type = type;
     s.args = std::move(args);
     if (op_info(op).has_result) s.result = k_.fresh();
+    s.loc = loc_;
     return s;
   }
   // A constant of `type`: a float holds `v` (an f32 rounded to float); an integer or bool
@@ -82,6 +89,7 @@ class Rewriter {
   // Appends `s` to `out` with a fresh result id (where its op has one); that id.
   ValueId emit(std::vector<Stmt>& out, Stmt s) {
     if (op_info(s.op).has_result) s.result = k_.fresh();
+    if (s.loc == 0) s.loc = loc_;
     return append(out, std::move(s));
   }
 
@@ -149,6 +157,24 @@ class Rewriter {
  private:
   Kernel& k_;
   std::vector<Block*> at_;
+  uint32_t loc_ = 0;
+};
+
+// Sets a Rewriter's location for a scope: statements made inside it name `loc` where it has
+// one (0 keeps the enclosing scope's, so a statement without a location does not unname the
+// statement it is part of).
+class LocationScope {
+ public:
+  LocationScope(Rewriter& rw, uint32_t loc) : rw_(rw), saved_(rw.location()) {
+    if (loc != 0) rw.set_location(loc);
+  }
+  ~LocationScope() { rw_.set_location(saved_); }
+  LocationScope(const LocationScope&) = delete;
+  LocationScope& operator=(const LocationScope&) = delete;
+
+ private:
+  Rewriter& rw_;
+  uint32_t saved_;
 };
 
 }  // namespace vkad::codegen

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
+#include <string_view>
 
 namespace vkad::codegen {
 
@@ -147,9 +148,18 @@ std::string control_text(const Kernel& k, const Stmt& s) {
   }
   return "?";
 }
+std::string stmt_text(const Kernel& k, const Stmt& s);
 }  // namespace
 
 std::string print_stmt(const Kernel& k, const Stmt& s) {
+  std::string text = stmt_text(k, s);
+  if (s.loc != 0) text += " @\"" + source_location(s.loc) + "\"";
+  return text;
+}
+
+namespace {
+
+std::string stmt_text(const Kernel& k, const Stmt& s) {
   const OpInfo& info = op_info(s.op);
   const bool loop = s.op == Op::kFor || s.op == Op::kWhile;  // the index is not `%r = `
   const std::string head = info.has_result && !loop ? vid(s.result) + " = " : "";
@@ -173,8 +183,6 @@ std::string print_stmt(const Kernel& k, const Stmt& s) {
   }
   return operand_form(s, head, ty);
 }
-
-namespace {
 
 void print_block(const Kernel& k, const Block& b, int depth, std::string& out) {
   std::string pad(2 * static_cast<size_t>(depth), ' ');
@@ -244,7 +252,7 @@ std::string print(const Kernel& k) {
 namespace {
 
 struct Token {
-  enum Kind { kIdent, kValue, kNumber, kPunct, kEnd } kind = kEnd;
+  enum Kind { kIdent, kValue, kNumber, kString, kPunct, kEnd } kind = kEnd;
   std::string text;
   int line = 1, col = 1;
 };
@@ -387,6 +395,15 @@ class Parser {
         bump();
       }
       tok_.kind = Token::kNumber;
+    } else if (c == '"') {  // a source location's text: no escapes, one line
+      bump();
+      while (pos_ < src_.size() && src_[pos_] != '"' && src_[pos_] != '\n') bump();
+      if (pos_ < src_.size() && src_[pos_] == '"') {
+        bump();
+        tok_.kind = Token::kString;
+      } else {
+        tok_.kind = Token::kPunct;  // unterminated: no rule accepts it
+      }
     } else {
       bump();
       tok_.kind = Token::kPunct;
@@ -766,6 +783,15 @@ class Parser {
       case OpFamily::kControl: return control(s, op_tok);
     }
     if (info.has_result) VKAD_TRY(type_suffix(s));
+    return location(s);
+  }
+  // [@"file.py:12:5"]: where the statement came from (Stmt::loc).
+  Status location(Stmt& s) {
+    if (!is("@")) return {};
+    advance();
+    if (tok_.kind != Token::kString) return error("expected a quoted source location after '@'");
+    s.loc = intern_source_location(std::string_view(tok_.text).substr(1, tok_.text.size() - 2));
+    advance();
     return {};
   }
   // How many value operands a local or adstack op takes after its name.
@@ -841,7 +867,7 @@ class Parser {
       case ControlOp::kIf: return branch(s, op_tok);
       case ControlOp::kBreak:
       case ControlOp::kContinue:
-      case ControlOp::kBarrier: return {};
+      case ControlOp::kBarrier: return location(s);
     }
     return {};
   }
@@ -864,6 +890,7 @@ class Parser {
     VKAD_TRY(operands(s, 2));
     VKAD_TRY(expect(")"));
     VKAD_TRY(max_trip(s));
+    VKAD_TRY(location(s));
     s.blocks.resize(1);
     return nested_block(op_tok, s.blocks[0]);
   }
@@ -875,6 +902,7 @@ class Parser {
     VKAD_TRY(operands(s, 1));
     VKAD_TRY(expect(")"));
     VKAD_TRY(max_trip(s));
+    VKAD_TRY(location(s));
     s.blocks.resize(2);
     VKAD_TRY(nested_block(op_tok, s.blocks[0]));
     VKAD_TRY(expect_word("do"));
@@ -884,6 +912,7 @@ class Parser {
   Status branch(Stmt& s, const Token& op_tok) {
     s.type = DType::kBool;
     VKAD_TRY(operands(s, 1));
+    VKAD_TRY(location(s));
     s.blocks.resize(2);
     VKAD_TRY(nested_block(op_tok, s.blocks[0]));
     if (tok_.kind == Token::kIdent && tok_.text == "else") {

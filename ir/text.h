@@ -15,6 +15,10 @@
 // capacities are symbolic sizes: an integer, a scalar parameter name, `shape(array, dim)`,
 // or add/mul/max of two sizes. `//` starts a comment. Ids are kept as written, so
 // print(parse(print(k))) == print(k).
+//
+// A statement may end with its source location (Stmt::loc), quoted after `@`, before the `{`
+// of a for / while / if: `store y[%0], %3 @"sim.py:12:9"`, `for %5 in [%1, %2) @"sim.py:14:5" {`.
+// print_stmt prints it too, so every error that quotes a statement says where it was written.
 #pragma once
 
 #include <string>

@@ -55,8 +55,11 @@ void collect_stacks(const Kernel& k, const Block& body, std::vector<adstack::Sta
   for_each_stmt(body, [&](const Stmt& s) {
     if (s.op != Op::kStackAlloc) return;
     adstack::StackDesc d;
+    // The loop whose iterations it saves, where the IR says (Stmt::loc): its trip bound is
+    // what an overflow asks to raise.
+    const std::string loop = s.loc ? " of the loop @\"" + source_location(s.loc) + "\"" : "";
     d.name = "%" + std::to_string(s.result) + " (" + abi::dtype_name(s.type) + ", capacity " +
-             print_size(k, s.cap) + ")";
+             print_size(k, s.cap) + ")" + loop;
     d.heap = stack_heap(s.type);
     d.capacity = s.cap;
     d.adjoint = uses_adjoint(body, s.result);

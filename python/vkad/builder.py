@@ -398,6 +398,13 @@ IR_OPS = frozenset({
 })
 
 
+def location_text(where: str) -> str:
+    """A source location as the IR carries it (ir/ir.h, intern_source_location: no double
+    quote, backslash or line break)."""
+    clean = str(where).replace('"', "'").replace("\\", "'")
+    return clean.replace("\n", " ").replace("\r", " ")
+
+
 class KernelBuilder:
     """Builds one kernel; `finish()` (or Session.compile(kb)) takes its IR text."""
 
@@ -412,6 +419,14 @@ class KernelBuilder:
         self._next = 0
         self._last_if: Optional[list] = None
         self._loops = 0  # for_range / while_ blocks open (where break_ / continue_ may stand)
+        self._at = ""  # the statements' source location suffix (set_location)
+
+    def set_location(self, where: str) -> None:
+        """Where the statements built from now on came from ("sim.py:12:5"; "" for none). The
+        IR carries it (ir/text.h: `@"..."`), so vkad's errors about them -- at compile time
+        and on the device, in their adjoints too -- name it."""
+        clean = location_text(where)
+        self._at = f' @"{clean}"' if clean else ""
 
     # --- parameters ---
     def scalar(self, name: str, dtype: DType, grad: bool = False) -> Scalar:
@@ -502,6 +517,7 @@ class KernelBuilder:
         head = f"for %{index} in [%{b.id}, %{e.id})"
         if max_trip is not None:
             head += f" max_trip({int(max_trip)})"
+        head += self._at
         body = _Block()
         self._cur().append([head, body, None])
         self._stack.append(body)
@@ -534,6 +550,7 @@ class KernelBuilder:
         head = f"while %{index} (%{c.id})"
         if max_trip is not None:
             head += f" max_trip({int(max_trip)})"
+        head += self._at
         body = _Block()
         self._cur().append([head, test, None, body])
         self._stack.append(body)
@@ -561,7 +578,7 @@ class KernelBuilder:
     def if_(self, cond) -> Iterator[None]:
         c = self._as_value(cond, DType.bool)
         body = _Block()
-        node = [f"if %{c.id}", body, None]
+        node = [f"if %{c.id}{self._at}", body, None]
         self._cur().append(node)
         self._stack.append(body)
         try:
@@ -651,13 +668,13 @@ class KernelBuilder:
 
     def _line(self, text: str) -> None:
         assert text.split(" ", 1)[0] in IR_OPS, text
-        self._cur().append(text)
+        self._cur().append(text + self._at)
 
     def _emit(self, text: str, dtype: DType) -> Value:
         assert text.split(" ", 1)[0] in IR_OPS, text
         block = self._cur()
         id = self._fresh()
-        block.append(f"%{id} = {text} : {_tname(dtype)}")
+        block.append(f"%{id} = {text} : {_tname(dtype)}{self._at}")
         return Value(self, id, dtype)
 
     def _as_value(self, v, dtype: Optional[DType]) -> Value:

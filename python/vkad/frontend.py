@@ -534,7 +534,7 @@ class _Lowerer:
         self.stmt_call = None  # the call an expression statement makes (its value unused)
         self.task_names: set = set()
         self.inlined: List["Func"] = []
-        self.lines: Dict[str, Tuple] = {}  # IR statement text -> its Python location
+        self.lines: Dict[str, Tuple] = {}  # IR source location ("f.py:12:5") -> _where's tuple
         self.func_parent: Dict[int, Tuple[int, str]] = {}
 
     # --- errors ---
@@ -771,9 +771,14 @@ class _Lowerer:
         if m is None:
             self.fail(s, f"a `{_stmt_word(s)}` statement is not in the kernel subset "
                          "(docs/kernels.md lists what is)")
-        stack = self.kb._stack
-        block = stack[-1] if stack else None
-        first = len(block) if block is not None else 0
+        # The IR statements this one writes carry its Python location (the IR's `@"..."`), so
+        # vkad's errors about them and their adjoints name this line.
+        src, where = self.scope.src, self.scope.fn.__name__ if self.inline_depth else ""
+        loc = src.location(s, where)
+        key = _b.location_text(f"{loc[0]}:{loc[1]}:{loc[2] + 1}")
+        self.lines.setdefault(key, loc)
+        outer = self.kb._at
+        self.kb.set_location(key)
         try:
             m(s)
         except (_Fail, _StaticBreak, _StaticContinue, _Return):
@@ -783,11 +788,7 @@ class _Lowerer:
                 raise
             self.fail(s, str(e))
         finally:
-            if block is not None:  # the IR statements this one wrote: their Python line
-                src, where = self.scope.src, self.scope.fn.__name__ if self.inline_depth else ""
-                for entry in block[first:]:
-                    if isinstance(entry, str) and entry not in self.lines:
-                        self.lines[entry] = src.location(s, where)
+            self.kb._at = outer
 
     def s_Pass(self, s):
         pass
@@ -1845,21 +1846,49 @@ class _Lowered:
         self.builder, self.ir, self.captured = builder, ir, captured
         self.elements = list(builder._elements)
         self.key = hashlib.sha256(ir.encode()).hexdigest()
-        self.lines = lines or {}  # IR statement text -> (file, line, col, end, text, func)
+        self.lines = lines or {}  # IR source location -> (file, line, col, end, text, func)
+        with _LOCK:
+            for k, loc in self.lines.items():
+                _LOCATIONS.setdefault(k, loc)
 
     def locate(self, e: Exception) -> Exception:
-        """`e` (a vkad.Error about this kernel) with the Python line of the statement its
-        message quotes (`store x[%0], %6`) appended, file, line, column, source and caret."""
+        """`e` (a vkad.Error about this kernel) with the Python line of each statement its
+        message quotes (`store x[%0], %6 @"f.py:12:9"`) appended: file, line, column, source
+        and caret."""
         msg = str(e)
-        for quoted in re.findall(r"`([^`]+)`", msg):
-            loc = self.lines.get(quoted.strip())
-            if loc is None:
+        locs = _quoted_locations(msg)
+        if not locs:
+            return e
+        new = type(e)(msg + "".join(f"\n  {_where(loc)}" for loc in locs))
+        new.filename, new.lineno, new.col_offset = locs[0][0], locs[0][1], locs[0][2] + 1
+        return new
+
+
+# Every location a lowering in this process wrote ("f.py:12:5" -> _where's tuple), for errors
+# about kernels vkad derived from them (adjoints, graph-made kernels).
+_LOCATIONS: Dict[str, Tuple] = {}
+
+
+def _quoted_locations(msg: str) -> List[Tuple]:
+    """The Python locations (_where's tuples) of the IR source locations (`@"f.py:12:5"`) a
+    vkad message quotes, each once, in order. One no lowering of this process wrote (a kernel
+    read from the disk cache) is read from its file."""
+    out, seen = [], set()
+    for key in re.findall(r'@"([^"]+)"', msg):
+        if key in seen:
+            continue
+        seen.add(key)
+        with _LOCK:
+            loc = _LOCATIONS.get(key)
+        if loc is None:
+            m = re.fullmatch(r"(.*):(\d+):(\d+)", key)
+            if m is None:
                 continue
-            filename, line, col = loc[0], loc[1], loc[2]
-            new = type(e)(f"{msg}\n  {_where(loc)}")
-            new.filename, new.lineno, new.col_offset = filename, line, col + 1
-            return new
-        return e
+            line, col = int(m.group(2)), int(m.group(3)) - 1
+            text = linecache.getline(m.group(1), line).rstrip("\n")
+            loc = (m.group(1), line, col, col + 1, text, "")
+        out.append(loc)
+    return out
 
 
 def _where(loc: Tuple) -> str:
@@ -1872,28 +1901,12 @@ def _where(loc: Tuple) -> str:
 
 
 def with_python_lines(msg: str) -> str:
-    """A device error's message (vkad.DeviceError) with the Python file and line of each
-    statement it quotes that a @vkad.kernel lowered in this process wrote: the finite checks
-    name the store that got a NaN or an infinity (docs/debugging.md). Statements of adjoint and
-    graph-made kernels are vkad's, not the user's: left as they are."""
-    with _LOCK:
-        lowered = list(_LOWERED.values())
-    if not lowered:
-        return msg
-    by_name: Dict[str, list] = {}
-    for low in lowered:
-        m = re.match(r"\s*kernel\s+(\w+)", low.ir)
-        if m:
-            by_name.setdefault(m.group(1), []).append(low)
-    out = msg
-    for m in re.finditer(r"kernel '([^']+)', task '[^']*': [^`;]*`([^`]+)`", msg):
-        for low in by_name.get(m.group(1), []):
-            loc = low.lines.get(m.group(2).strip())
-            if loc is None:
-                continue
-            out += f"\n  `{m.group(2).strip()}` of kernel '{m.group(1)}': {_where(loc)}"
-            break
-    return out
+    """A device error's message (vkad.DeviceError) with the Python file, line, source and caret
+    of each statement it quotes that a @vkad.kernel wrote -- in the kernel itself or in what
+    vkad derived from it (its adjoint, a graph's fused kernels): the IR carries the statement's
+    location (`@"f.py:12:9"`). The finite checks name the store that got a NaN or an infinity,
+    the bounds checks the access, an adstack overflow the loop (docs/debugging.md)."""
+    return msg + "".join(f"\n  {_where(loc)}" for loc in _quoted_locations(msg))
 
 
 def _file_key(fn) -> tuple:

@@ -36,6 +36,11 @@ def line_of(fn, text):
     raise AssertionError(f"{text!r} not in {fn}")
 
 
+def without_locations(ir):
+    """IR text without its statements' source locations (`@"f.py:12:5"`)."""
+    return re.sub(r' @"[^"]*"', "", ir)
+
+
 def assert_error_at(excinfo, fn, text, message):
     """The error names this file, the line holding `text`, its column, and shows the caret."""
     e = excinfo.value
@@ -67,7 +72,11 @@ def test_same_ir_as_the_builder(session):
     line, _ = line_of(saxpy, "for i in range")
     with kb.parallel_for(f"line_{line}", 0, x.shape[0]) as i:
         y[i] = a * x[i] + y[i]
-    assert saxpy.ir() == kb.finish()
+    assert without_locations(saxpy.ir()) == kb.finish()
+    # each statement carries the Python line and column it came from
+    line, col = line_of(saxpy, "y[i] = a * x[i]")
+    stores = [t for t in saxpy.ir().splitlines() if t.strip().startswith("store y")]
+    assert len(stores) == 1 and stores[0].endswith(f' @"{__file__}:{line}:{col}"'), stores
     # launched by a call (and through s.compile), the same results
     xs = session.ndarray(np.arange(5, dtype=np.float32))
     ys = session.ndarray(np.ones(5, np.float32))
@@ -658,7 +667,9 @@ def test_control_flow_same_ir_as_the_builder():
             y[i] = -v
         with kb.for_range(0, 3):
             y[i] = y[i] * 2.0
-    assert branches.ir() == kb.finish()
+    assert without_locations(branches.ir()) == kb.finish()
+    line, col = line_of(branches, "for k in range(3)")
+    assert f'for %' in branches.ir() and f'@"{__file__}:{line}:{col}" {{' in branches.ir()
 
 
 @vkad.func

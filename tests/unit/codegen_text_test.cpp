@@ -65,6 +65,57 @@ TEST(CodegenText, ParseErrorsGiveLineAndColumn) {
   }
 }
 
+// Source locations (Stmt::loc) round-trip, print_stmt quotes them, and the builder stamps
+// the location set when a statement was appended.
+TEST(CodegenText, SourceLocationsRoundTrip) {
+  const char* text = R"(kernel at(x: ndarray<f32, 1>) {
+  task t parallel %0 in [0, shape(x, 0)) {
+    %1 = load x[%0] : f32 @"sim.py:2:9"
+    %2 = const 0 : i32
+    %3 = const 3 : i32 @"sim.py:3:5"
+    for %4 in [%2, %3) @"sim.py:3:5" {
+      %5 = gt %1, %1 : bool @"sim.py:4:9"
+      if %5 @"sim.py:4:9" {
+        break @"sim.py:5:13"
+      }
+    }
+    store x[%0], %1 @"sim.py:6:5"
+  }
+}
+)";
+  auto k = parse(text);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  EXPECT_EQ(print(*k), text);
+  const Stmt& load = k->tasks[0].body.stmts[0];
+  EXPECT_EQ(source_location(load.loc), "sim.py:2:9");
+  EXPECT_EQ(k->tasks[0].body.stmts[1].loc, 0u);
+  EXPECT_EQ(print_stmt(*k, k->tasks[0].body.stmts.back()), "store x[%0], %1 @\"sim.py:6:5\"");
+  EXPECT_EQ(intern_source_location("sim.py:2:9"), load.loc);  // interned once
+  EXPECT_EQ(intern_source_location(""), 0u);
+  EXPECT_EQ(source_location(intern_source_location("a\"b\\c\nd")), "a'b'c d");
+
+  auto bad = parse("kernel k(x: ndarray<f32, 1>) {\n  task t parallel %0 in [0, 1) {\n"
+                   "    %1 = load x[%0] : f32 @sim\n  }\n}");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("line 3, column 28: expected a quoted source location"),
+            std::string::npos)
+      << bad.status().to_string();
+
+  KernelBuilder kb("stamped");
+  Array x = kb.ndarray("x", DType::kF32, 1);
+  kb.parallel_for("t", 0, x.dim(0), [&](Value i) {
+    kb.set_location("model.dsl:7:1");
+    Value v = x.load({i});
+    kb.set_location("");
+    x.store({i}, v * 2.0);
+  });
+  Kernel built = kb.finish();
+  const auto& body = built.tasks[0].body.stmts;
+  ASSERT_GE(body.size(), 3u);
+  EXPECT_EQ(source_location(body[0].loc), "model.dsl:7:1") << print(built);
+  EXPECT_EQ(body.back().loc, 0u) << print(built);
+}
+
 TEST(CodegenBuilder, BuildsWhatItsTextSays) {
   KernelBuilder kb("saxpy");
   Scalar a = kb.scalar("a", DType::kF32);
