@@ -1,5 +1,7 @@
 #include "abi/compiled_kernel_io.h"
 
+#include "abi/print_records.h"
+
 #include <cstring>
 
 namespace vkad::abi {
@@ -7,7 +9,7 @@ namespace vkad::abi {
 namespace {
 
 constexpr uint32_t kMagic = 0x4b4b4456;  // "VDKK"
-constexpr uint32_t kVersion = 3;         // 2: finite_sites; 3: access_sites
+constexpr uint32_t kVersion = 4;  // 2: finite_sites; 3: access_sites; 4: print sites
 
 class Writer {
  public:
@@ -179,7 +181,17 @@ Result<std::string> serialize_compiled_kernel(const CompiledKernel& k) {
     for (const std::string& site : t.finite_sites) w.str(site);
     w.put<uint64_t>(t.access_sites.size());
     for (const std::string& site : t.access_sites) w.str(site);
+    w.put<uint64_t>(t.print_sites.size());
+    for (const PrintSite& p : t.print_sites) {
+      w.str(p.format);
+      w.put<uint64_t>(p.values.size());
+      for (DType v : p.values) w.put<uint8_t>(static_cast<uint8_t>(v));
+      w.str(p.stmt);
+      w.put<uint32_t>(p.dims);
+      w.put<uint8_t>(p.is_assert ? 1 : 0);
+    }
   }
+  w.put<uint32_t>(k.print_bytes);
   return w.take();
 }
 
@@ -238,8 +250,26 @@ Result<CompiledKernel> deserialize_compiled_kernel(std::string_view bytes) {
     for (uint64_t s = 0; s < sites && !r.failed(); ++s) t.finite_sites.push_back(r.str());
     const uint64_t accesses = r.count(8);
     for (uint64_t s = 0; s < accesses && !r.failed(); ++s) t.access_sites.push_back(r.str());
+    const uint64_t prints = r.count(8);
+    for (uint64_t s = 0; s < prints && !r.failed(); ++s) {
+      PrintSite p;
+      p.format = r.str();
+      const uint64_t values = r.count(1);
+      if (values > kMaxPrintValues) return corrupt("print values");
+      for (uint64_t v = 0; v < values && !r.failed(); ++v)
+        p.values.push_back(r.enum_at_most(DType::kBool));
+      p.stmt = r.str();
+      p.dims = r.get<uint32_t>();
+      if (p.dims < 1 || p.dims > 3) return corrupt("print dimensions");
+      p.is_assert = r.get<uint8_t>() != 0;
+      t.print_sites.push_back(std::move(p));
+    }
     k.tasks.push_back(std::move(t));
   }
+  k.print_bytes = r.get<uint32_t>();
+  if (k.print_bytes % 16 != 0 || k.print_bytes > kMaxPrintBytes ||
+      (k.print_bytes != 0 && k.print_bytes < kMinPrintBytes))
+    return corrupt("print area size");
   if (r.failed()) return corrupt("truncated or out of range");
   if (!r.at_end()) return corrupt("trailing bytes");
   return k;

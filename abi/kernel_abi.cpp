@@ -70,9 +70,11 @@ uint32_t CompiledKernel::binding_count() const {
   return 1 + array_count() + (has_adstacks() ? adstack::kHeapCount : 0);
 }
 
-uint32_t CompiledKernel::args_bytes() const {
+uint32_t CompiledKernel::print_offset() const {
   return align_up(adstack_args_offset(static_cast<uint32_t>(tasks.size())), 16);
 }
+
+uint32_t CompiledKernel::args_bytes() const { return print_offset() + align_up(print_bytes, 16); }
 
 uint32_t CompiledKernel::array_count() const {
   uint32_t n = 0;
@@ -104,11 +106,14 @@ uint64_t CompiledKernel::content_hash() const {
     mix(t.spec_words.size());
     for (uint32_t w : t.spec_words) mix(w);
   }
+  mix(print_bytes);
   return h;
 }
 
 bool same_pipelines(const CompiledKernel& a, const CompiledKernel& b) {
-  if (a.params.size() != b.params.size() || a.tasks.size() != b.tasks.size()) return false;
+  if (a.params.size() != b.params.size() || a.tasks.size() != b.tasks.size() ||
+      a.print_bytes != b.print_bytes)
+    return false;
   for (size_t i = 0; i < a.params.size(); ++i) {
     const KernelParam &p = a.params[i], &q = b.params[i];
     if (p.kind != q.kind || p.dtype != q.dtype || p.rank != q.rank) return false;
@@ -183,6 +188,7 @@ void encode_args(const CompiledKernel& d, const std::vector<ScalarValue>& scalar
     zero(4 * (words - given));
   }
   zero(align_up(off, 16) - off);
+  zero(align_up(d.print_bytes, 16));  // the print area: nothing recorded, nothing dropped
 }
 
 }  // namespace vkad::abi

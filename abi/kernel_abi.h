@@ -16,6 +16,8 @@
 //                      Then, for each task with adstacks, its row lengths, its dispatched
 //                      thread count and per-stack (offset, capacity) words
 //                      (`adstack_args_offset()`, adstack/adstack_layout.h).
+//                      Then, 16-aligned, the print area of a kernel that prints or asserts
+//                      (`print_offset()`, `print_bytes`; abi/print_records.h).
 //   set 0, binding 1+k the k-th ndarray parameter, a runtime array of its element type.
 //   set 0, after them  the adstack heaps (f32, f64, int) if any task has adstacks.
 //   push constants     {u32 begin, u32 end}: the task's iteration range [begin, end).
@@ -45,18 +47,22 @@ inline constexpr uint32_t kErrorAdstackOverflow = 2;
 inline constexpr uint32_t kErrorNonFinite = 3;
 constexpr uint32_t non_finite_word(uint32_t site) { return kErrorNonFinite | (site + 1) << 8; }
 // The word an overflow of the task's adstack number `stack` (0-based) writes.
+// An `assert` whose condition was false (CompiledTask::print_sites: the site plus one).
+inline constexpr uint32_t kErrorAssert = 4;
+constexpr uint32_t assert_word(uint32_t site) { return kErrorAssert | (site + 1) << 8; }
 constexpr uint32_t adstack_overflow_word(uint32_t stack) {
   return kErrorAdstackOverflow | (stack + 1) << 8;
 }
 struct ErrorWord {
   uint32_t code = 0;   // kErrorOutOfBounds, kErrorAdstackOverflow, kErrorNonFinite, or unknown
   int64_t stack = -1;  // the overflowed adstack (kErrorAdstackOverflow), else -1
-  int64_t site = -1;   // the access / finite check named (kErrorOutOfBounds, kErrorNonFinite)
+  int64_t site = -1;   // the access / finite check / assert named (their codes)
 };
 constexpr ErrorWord decode_error_word(uint32_t word) {
   ErrorWord e{word & 0xff, -1, -1};
   if (e.code == kErrorAdstackOverflow && (word >> 8) >= 1) e.stack = (word >> 8) - 1;
-  if ((e.code == kErrorNonFinite || e.code == kErrorOutOfBounds) && (word >> 8) >= 1) {
+  if ((e.code == kErrorNonFinite || e.code == kErrorOutOfBounds || e.code == kErrorAssert) &&
+      (word >> 8) >= 1) {
     e.site = (word >> 8) - 1;
   }
   return e;
@@ -114,6 +120,16 @@ std::optional<int64_t> evaluate(const RangeBound& b, Scalar&& scalar, Extent&& e
   return std::nullopt;
 }
 
+// A `print` or `assert` statement of a task (CompiledTask::print_sites): what its records in
+// the launch's print area hold (abi/print_records.h).
+struct PrintSite {
+  std::string format;         // print: the format ("x = {}"); assert: its message
+  std::vector<DType> values;  // each recorded value's dtype
+  std::string stmt;           // the statement as the IR text prints it (what errors quote)
+  uint32_t dims = 1;          // index words per record: the task's dimensions
+  bool is_assert = false;
+};
+
 struct CompiledTask {
   std::string name;
   std::vector<uint32_t> spirv;
@@ -151,6 +167,9 @@ struct CompiledTask {
   // With the bounds checks on (the default): the IR text of each ndarray access (load, store,
   // atomic), by site number (kErrorOutOfBounds's detail).
   std::vector<std::string> access_sites;
+  // The task's print and assert statements, by site number (their records' site word, an
+  // assert's kErrorAssert detail). Empty for a task with neither.
+  std::vector<PrintSite> print_sites;
 };
 
 // Launch specialization: the words codegen marks in a task with adstacks are the adstack
@@ -179,6 +198,10 @@ struct CompiledKernel {
   // First of the task's adstack words (adstack::args_words of them), after all error words.
   uint32_t adstack_args_offset(uint32_t task) const;
   bool has_adstacks() const;
+  // The print area (abi/print_records.h), after every task's adstack words, 16-aligned:
+  // print_bytes of it, 0 when no task prints or asserts (CompileOptions::print_buffer_bytes).
+  uint32_t print_offset() const;
+  uint32_t print_bytes = 0;
   // Storage-buffer bindings: args, ndarrays, and the three adstack heaps when any task has
   // stacks (f32 at 1 + array_count(), f64 next, integers last).
   uint32_t binding_count() const;

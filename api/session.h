@@ -459,6 +459,8 @@ class Session {
   // (Runtime::release_idle_memory). For between phases of a program: the next launches make
   // what they need again.
   Status release_idle_memory();
+  // Where kernels' print statements write (Runtime::set_print_sink; default stdout).
+  void set_print_sink(std::function<void(std::string_view line)> sink);
   // A timeline of what runs from begin_timeline to end_timeline (runtime/timeline.h): each
   // launch (a tape's forward and adjoint kernels, a graph's replayed launches named by their
   // kernel and graph), fill, copy and upload timed on the device by timestamp queries, and the

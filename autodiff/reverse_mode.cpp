@@ -225,6 +225,12 @@ class ReverseMode : public PartialBuilder {
       case ControlOp::kBreak:
       case ControlOp::kContinue:
       case ControlOp::kBarrier: replay(s, frame && if_depth > 0); return;
+      // What the forward printed or asserted, once, with the forward's values: not again in
+      // each reversed iteration's replay of a loop body.
+      case ControlOp::kPrint:
+      case ControlOp::kAssert:
+        if (reversing_ == 0) replay(s, false);
+        return;
     }
   }
   // `s` copied into the replay with its operands mapped; `hoisted`: in a branch of a frame,
@@ -274,6 +280,8 @@ class ReverseMode : public PartialBuilder {
       case ControlOp::kBreak:
       case ControlOp::kContinue:
       case ControlOp::kBarrier: rev_value(s); return;
+      case ControlOp::kPrint:
+      case ControlOp::kAssert: return;  // no adjoint
     }
   }
 
@@ -351,8 +359,10 @@ class ReverseMode : public PartialBuilder {
   void reverse_iteration(const Stmt& loop, const Block& body) {
     hoist_frame(body, 0);
     restore_checkpoints(loop);
+    ++reversing_;
     fwd(body, true);
     rev(body);
+    --reversing_;
     pop_checkpoints(loop);
   }
 
@@ -501,6 +511,7 @@ class ReverseMode : public PartialBuilder {
   const Kernel& f_;
   const AdjointPlan& plan_;
   bool clear_seeds_ = false;      // make_clearing_adjoint
+  int reversing_ = 0;             // reversed loop iterations being written (prints skip them)
   const TaskPlan* tp_ = nullptr;  // the current task's plan
   Kernel a_;
   Rewriter rw_{a_};                             // writes a_

@@ -307,7 +307,8 @@ bool recompute_producer(const Kernel& k) {
   if (k.tasks.size() != 1 || k.tasks[0].serial || k.tasks[0].index == kNoValue) return false;
   for (const Stmt& s : k.tasks[0].body.stmts) {
     if (!s.blocks.empty() || s.has_cap || op_info(s.op).family == OpFamily::kStack ||
-        s.op == Op::kBarrier || s.op == Op::kAtomicMax) {
+        s.op == Op::kBarrier || s.op == Op::kAtomicMax || s.op == Op::kPrint ||
+        s.op == Op::kAssert) {  // recomputing a print would print it again
       return false;
     }
   }

@@ -323,7 +323,9 @@ void walk(const Block& b, int depth, const std::function<void(const Stmt&, int)>
 bool unsupported(const Kernel& k, std::string* why) {
   bool bad = false;
   walk(k.tasks[0].body, 0, [&](const Stmt& s, int) {
-    if (s.op >= Op::kStackAlloc || s.op == Op::kSharedAlloc || s.op == Op::kAtomicMax) {
+    // (a print or an assert would run again for every halo cell)
+    if (s.op >= Op::kStackAlloc || s.op == Op::kSharedAlloc || s.op == Op::kAtomicMax ||
+        s.op == Op::kPrint || s.op == Op::kAssert) {
       bad = true;
       if (why) *why = "statement `" + std::string(op_info(s.op).name) + "` cannot be blocked";
     }

@@ -314,6 +314,24 @@ void KernelBuilder::break_() {
   emit(std::move(s));
 }
 
+void KernelBuilder::print(std::string_view format, const std::vector<Value>& values) {
+  Stmt s;
+  s.op = Op::kPrint;
+  s.iimm = intern_source_location(format);
+  for (const Value& v : values) s.args.push_back(v.id());
+  emit(std::move(s));
+}
+
+void KernelBuilder::assert_(Value cond, std::string_view message,
+                            const std::vector<Value>& values) {
+  Stmt s;
+  s.op = Op::kAssert;
+  s.iimm = intern_source_location(message);
+  s.args.push_back(cond.id());
+  for (const Value& v : values) s.args.push_back(v.id());
+  emit(std::move(s));
+}
+
 void KernelBuilder::continue_() {
   Stmt s;
   s.op = Op::kContinue;

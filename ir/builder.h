@@ -246,6 +246,12 @@ class KernelBuilder {
   // body of an if_): verify() rejects statements after it.
   void break_();
   void continue_();
+  // Debugging (docs/debugging.md). print: a line of `format` with each `{}` replaced by the
+  // next value, written by the host when the launch retires (Session::set_print_sink).
+  // assert_: where `cond` is false, the launch reports a kDeviceError naming `message`, the
+  // statement, the first failing invocation's index and `values`. At most 16 values.
+  void print(std::string_view format, const std::vector<Value>& values = {});
+  void assert_(Value cond, std::string_view message, const std::vector<Value>& values = {});
 
   Local local(DType t);
   Local local(Value init);

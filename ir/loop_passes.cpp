@@ -49,7 +49,9 @@ class Analysis {
       }
       case ControlOp::kBreak:
       case ControlOp::kContinue:
-      case ControlOp::kBarrier: return std::nullopt;
+      case ControlOp::kBarrier:
+      case ControlOp::kPrint:
+      case ControlOp::kAssert: return std::nullopt;
     }
     return std::nullopt;
   }

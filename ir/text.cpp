@@ -145,6 +145,13 @@ std::string control_text(const Kernel& k, const Stmt& s) {
     case ControlOp::kBreak:
     case ControlOp::kContinue:
     case ControlOp::kBarrier: return operand_form(s, "", "");
+    case ControlOp::kPrint:
+    case ControlOp::kAssert: {  // print "x = {}", %3 / assert "x > 0", %5, %3
+      std::string out = std::string(op_info(s.op).name) + " \"" +
+                        source_location(static_cast<uint32_t>(s.iimm)) + "\"";
+      for (ValueId a : s.args) out += ", " + vid(a);
+      return out;
+    }
   }
   return "?";
 }
@@ -868,6 +875,20 @@ class Parser {
       case ControlOp::kBreak:
       case ControlOp::kContinue:
       case ControlOp::kBarrier: return location(s);
+      case ControlOp::kPrint:
+      case ControlOp::kAssert: VKAD_TRY(text_operands(s)); return location(s);
+    }
+    return {};
+  }
+  // print / assert: "text" [, %value]...; the text is interned (Stmt::iimm).
+  Status text_operands(Stmt& s) {
+    if (tok_.kind != Token::kString) return error("expected a quoted text");
+    s.iimm = intern_source_location(std::string_view(tok_.text).substr(1, tok_.text.size() - 2));
+    advance();
+    while (is(",")) {
+      advance();
+      VKAD_ASSIGN_OR_RETURN(ValueId v, value());
+      s.args.push_back(v);
     }
     return {};
   }

@@ -1,5 +1,7 @@
 #include "ir/verifier.h"
 
+#include "abi/print_records.h"
+
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
@@ -589,6 +591,26 @@ class Verifier {
           return error(s, std::string(op_info(s.op).name) + " outside a for or while loop body");
         return {};
       case ControlOp::kBarrier: return barrier(s);
+      case ControlOp::kPrint:
+      case ControlOp::kAssert: return debug_output(s);
+    }
+    return {};
+  }
+  // print "fmt", %v... / assert "message", %cond, %v...: values of any type, at most
+  // abi::kMaxPrintValues of them (a record's size is fixed per statement).
+  Status debug_output(const Stmt& s) {
+    const bool is_assert = s.op == Op::kAssert;
+    if (is_assert && s.args.empty()) return error(s, "assert needs its condition (a bool)");
+    const size_t values = s.args.size() - (is_assert ? 1 : 0);
+    if (values > abi::kMaxPrintValues) {
+      return error(s, std::string(op_info(s.op).name) + " records at most " +
+                          std::to_string(abi::kMaxPrintValues) + " values, got " +
+                          std::to_string(values));
+    }
+    for (size_t i = 0; i < s.args.size(); ++i) {
+      VKAD_ASSIGN_OR_RETURN(DType t, value(s, i));
+      if (is_assert && i == 0 && t != DType::kBool)
+        return error(s, std::string("assert's condition is a bool, got ") + abi::dtype_name(t));
     }
     return {};
   }

@@ -6,6 +6,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "abi/print_records.h"
 #include "reference/precision.h"
 
 namespace vkad::codegen {
@@ -145,6 +146,7 @@ class Evaluator {
     EvalResult r;
     for (const Task& t : k_.tasks) {
       flag_ = 0;
+      task_ = &t;
       if (!t.dims.empty()) {
         VKAD_TRY(run_nd(t));
         r.error_flags.push_back(flag_);
@@ -165,6 +167,7 @@ class Evaluator {
       }
       r.error_flags.push_back(flag_);
     }
+    r.prints = std::move(prints_);
     return r;
   }
 
@@ -497,7 +500,25 @@ class Evaluator {
       case ControlOp::kIf: return block(s.blocks[get(s.args[0]) != 0 ? 0 : 1]);
       case ControlOp::kWhile: return while_loop(s);
       case ControlOp::kBarrier: return;  // run() refuses kernels with one
+      case ControlOp::kPrint: print(s, 0); return;
+      case ControlOp::kAssert:
+        if (get(s.args[0]) == 0) {
+          print(s, 1);
+          flag_ = flag_ ? flag_ : abi::kErrorAssert;
+        }
+        return;
     }
+  }
+  // The line the device's print would write (abi/print_records.h), in the reference's order:
+  // tasks, iterations and statements one after another.
+  void print(const Stmt& s, size_t first) {
+    std::vector<int64_t> index;
+    for (ValueId i : task_indices(*task_)) index.push_back(to_i64(get(i)));
+    std::vector<std::string> values;
+    for (size_t a = first; a < s.args.size(); ++a)
+      values.push_back(abi::print_value(type_of(s.args[a]), get(s.args[a])));
+    prints_.push_back(abi::print_prefix(k_.name, task_->name, index) +
+                      abi::print_text(source_location(static_cast<uint32_t>(s.iimm)), values));
   }
   void for_loop(const Stmt& s) {
     int64_t b = to_i64(get(s.args[0])), end = to_i64(get(s.args[1]));
@@ -568,6 +589,8 @@ class Evaluator {
   std::span<const HostArg> args_;
   std::unordered_map<ValueId, uint32_t> slots_;
   std::vector<DType> slot_types_;
+  const Task* task_ = nullptr;        // the task running
+  std::vector<std::string> prints_;  // what its print statements wrote
   std::vector<uint32_t> direct_;
   bool dense_ = false;
   std::vector<double> regs_;

@@ -61,6 +61,9 @@ struct EvalResult {
   // Per task, the error code the device would have flagged (0: none), like the args buffer's
   // error words.
   std::vector<uint32_t> error_flags;
+  // The lines the kernel's print statements (and failed asserts) wrote, as the device's print
+  // area gives them (abi/print_records.h), in the reference's order of invocations.
+  std::vector<std::string> prints;
 };
 
 // kInvalidArgument when the arguments do not match the parameters (count, kind, dtype, rank).

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <utility>
 
+#include "abi/print_records.h"
+
 namespace vkad::runtime {
 
 using abi::CompiledKernel;
@@ -29,6 +31,15 @@ std::string describe_device_error(const CompiledKernel& d, uint32_t task, uint32
     return "a NaN or an infinity was stored by " + where +
            " (the finite checks, check_finite; the value was stored, and later launches went "
            "on: the first one of this launch is named)";
+  }
+  if (e.code == abi::kErrorAssert && e.site >= 0 &&
+      static_cast<size_t>(e.site) < d.tasks[task].print_sites.size()) {
+    const auto site = static_cast<uint32_t>(e.site);
+    const abi::PrintSite& p = d.tasks[task].print_sites[site];
+    const std::string detail = abi::assert_detail(d, args, task, site);
+    return "assertion failed: " + p.format + " (`" + p.stmt + "`" +
+           (detail.empty() ? "" : ", " + detail) +
+           "; the launch ran to its end, and later launches went on)";
   }
   const auto& stacks = d.tasks[task].adstacks;
   if (e.code == kErrorAdstackOverflow && e.stack >= 0 &&

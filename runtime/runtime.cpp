@@ -10,6 +10,7 @@
 #include <cstring>
 #include <utility>
 
+#include "abi/print_records.h"
 #include "base/cache_file.h"
 #include "runtime/kernel_checks.h"
 #include "runtime/spirv_interface.h"
@@ -1035,8 +1036,32 @@ Status Runtime::set_retirement_depth(size_t depth) {
   return {};
 }
 
+void Runtime::print_lines(const FlagSite& site) {
+  const abi::CompiledKernel& d = site.kernel->desc;
+  const abi::PrintArea area = abi::read_print_area(d, site.args);
+  auto emit = [this](const std::string& line) {
+    if (print_sink_) {
+      print_sink_(line);
+      return;
+    }
+    std::fwrite(line.data(), 1, line.size(), stdout);
+    std::fputc('\n', stdout);
+  };
+  for (const abi::PrintRecord& r : area.records) {
+    // A failed assert's record is the device error's detail, not a line of output.
+    if (!d.tasks[r.task].print_sites[r.site].is_assert) emit(abi::print_line(d, r));
+  }
+  if (area.dropped != 0) {
+    emit("[kernel '" + d.name + "'] " + std::to_string(area.dropped) +
+         " print records dropped: the launch's print area (" + std::to_string(d.print_bytes) +
+         " bytes, CompileOptions::print_buffer_bytes) was full");
+  }
+  if (!print_sink_ && (!area.records.empty() || area.dropped != 0)) std::fflush(stdout);
+}
+
 void Runtime::read_error_flags(CtxBuffers& retired) {
   for (const FlagSite& site : retired.flags) {
+    if (site.kernel->desc.print_bytes != 0) print_lines(site);
     if (site.graph == 0) {
       errors_.record(site.kernel->desc, site.args, site.launch);
       continue;

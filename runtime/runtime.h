@@ -500,6 +500,14 @@ class Runtime {
   // change nothing; only destruction remains useful. A handle of another runtime is
   // kInvalidArgument, a freed or never-issued one kNotFound; both name the handle.
   Status set_retirement_depth(size_t depth);
+  // Where the lines of kernels' print statements go (abi/print_records.h): one call per line
+  // (no newline), on the thread that retires the launch -- the one calling launch, flush,
+  // synchronize, a download -- in launch order, each launch's lines in its records' order;
+  // a launch whose print area filled adds a line saying how many records it dropped. Unset
+  // (the default, or an empty function): written to stdout.
+  void set_print_sink(std::function<void(std::string_view line)> sink) {
+    print_sink_ = std::move(sink);
+  }
   // Returns the runtime's idle memory to the driver: synchronizes (so every retirement entry is
   // complete and released), then frees the rings' chunks (open and pooled), the adstack heaps
   // (made again at the next launch that needs them), the ndarray pool, what the deferred
@@ -585,6 +593,8 @@ class Runtime {
   Status drain_all();
   Status ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& need);
   void read_error_flags(CtxBuffers& retired);
+  // The lines a retired launch's print statements left in its print area, to the print sink.
+  void print_lines(const FlagSite& site);
   // Reads and releases what the retirement queue retired (after every call that can retire).
   void take_retired();
 
@@ -605,6 +615,7 @@ class Runtime {
   FlushProfile profile_;  // RuntimeOptions::profile_flush
   // begin_timeline .. end_timeline; null otherwise (a launch then tests this pointer only).
   std::unique_ptr<TimelineRecorder> timeline_;
+  std::function<void(std::string_view)> print_sink_;  // set_print_sink
   const std::string* timeline_graph_ = nullptr;  // the graph being replayed, for its events
   // The graph launch record_launch is recording (a replay launch by launch), for its FlagSite.
   uint64_t replay_graph_ = 0;

@@ -7,8 +7,10 @@
 #include <cstring>
 #include <optional>
 #include <spirv-tools/optimizer.hpp>
+#include <unordered_map>
 
 #include "abi/compiled_kernel_io.h"
+#include "abi/print_records.h"
 #include "abi/spirv_tools.h"
 #include "base/cache_file.h"
 #include "base/log.h"
@@ -67,6 +69,48 @@ void collect_stacks(const Kernel& k, const Block& body, std::vector<adstack::Sta
   });
 }
 
+// Each value's type in `b` (results; a loop's index is i32).
+void value_types(const Block& b, std::unordered_map<ValueId, DType>* out) {
+  for_each_stmt(b, [&](const Stmt& s) {
+    if (s.result != kNoValue) (*out)[s.result] = s.type;
+  });
+}
+
+// The print and assert statements of each task (CompiledTask::print_sites) and the kernel's
+// print area, before any task is emitted: the emitter writes records at print_offset().
+Status describe_prints(const Kernel& k, const CompileOptions& options,
+                       abi::CompiledKernel* out) {
+  bool any = false;
+  for (size_t i = 0; i < k.tasks.size(); ++i) {
+    const Task& t = k.tasks[i];
+    std::unordered_map<ValueId, DType> types;
+    for (ValueId ix : task_indices(t)) types[ix] = DType::kI32;
+    value_types(t.body, &types);
+    for (const Stmt* s : print_sites(k, i)) {
+      abi::PrintSite p;
+      p.is_assert = s->op == Op::kAssert;
+      p.format = source_location(static_cast<uint32_t>(s->iimm));
+      for (size_t a = p.is_assert ? 1 : 0; a < s->args.size(); ++a)
+        p.values.push_back(types.at(s->args[a]));
+      p.stmt = print_stmt(k, *s);
+      p.dims = static_cast<uint32_t>(task_indices(t).size());
+      out->tasks[i].print_sites.push_back(std::move(p));
+      any = true;
+    }
+  }
+  if (!any) return {};
+  const uint32_t bytes = options.print_buffer_bytes;
+  if (bytes % 16 != 0 || bytes < abi::kMinPrintBytes || bytes > abi::kMaxPrintBytes) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "kernel '" + k.name + "': CompileOptions::print_buffer_bytes is " +
+                          std::to_string(bytes) + "; it must be a multiple of 16 from " +
+                          std::to_string(abi::kMinPrintBytes) + " to " +
+                          std::to_string(abi::kMaxPrintBytes));
+  }
+  out->print_bytes = bytes;
+  return {};
+}
+
 }  // namespace
 
 Result<std::vector<uint32_t>> optimize_spirv(const std::vector<uint32_t>& words) {
@@ -121,6 +165,7 @@ Result<abi::CompiledKernel> compile(const Kernel& k, const Target& target,
   }
   for (size_t i = 0; i < k.tasks.size(); ++i)
     out.tasks[i].spec_words = launch_spec_words(k, i, out, options.specialize_shapes);
+  VKAD_TRY(describe_prints(k, options, &out));
   for (size_t i = 0; i < k.tasks.size(); ++i) {
     EmitOptions eo;
     eo.native_float_atomics = options.native_float_atomics;
@@ -165,7 +210,8 @@ std::string compile_key(const Kernel& k, const Target& target, const CompileOpti
          (target.preserve_nan_inf_f32 ? "n" : "") + (target.preserve_nan_inf_f64 ? "N" : "") + "|" +
          (o.optimize ? "O" : "") + (o.native_float_atomics ? "N" : "") +
          (o.bounds_checks ? "B" : "") + std::to_string(o.default_local_size) + "u" +
-         std::to_string(o.unroll) + (o.specialize_shapes ? "S" : "") + (o.check_finite ? "F" : "");
+         std::to_string(o.unroll) + (o.specialize_shapes ? "S" : "") + (o.check_finite ? "F" : "") +
+         "p" + std::to_string(o.print_buffer_bytes);
   key += "|vkad-compiler ";
   key += compiler_fingerprint();
   key += " spirv-tools ";

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "abi/print_records.h"
 #include "ir/launch_access.h"
 #include "ir/walk.h"
 #include "spirv/f64_math.h"
@@ -46,6 +47,8 @@ class TaskEmitter {
       const std::vector<const Stmt*> sites = access_sites(k, task);
       for (uint32_t i = 0; i < sites.size(); ++i) access_site_[sites[i]] = i;
     }
+    const std::vector<const Stmt*> prints = print_sites(k, task);
+    for (uint32_t i = 0; i < prints.size(); ++i) print_site_[prints[i]] = i;
   }
 
   std::vector<uint32_t> run() {
@@ -1401,7 +1404,70 @@ class TaskEmitter {
         ended_ = true;
         return;
       case ControlOp::kBarrier: barrier(); return;
+      case ControlOp::kPrint: print_record(s, 0); return;
+      case ControlOp::kAssert: {
+        const uint32_t site = print_site_.at(&s);
+        if_else(
+            op(spv::OpLogicalNot, bool_, {v(s.args[0])}),
+            [&] {
+              print_record(s, 1);
+              raise(m_.c_u32(abi::assert_word(site)));
+            },
+            [] {});
+        return;
+      }
     }
+  }
+  // One record of a print / assert (abi/print_records.h): its words reserved whole by an
+  // atomic add on the area's first word, written if they fit, else counted as dropped.
+  void print_record(const Stmt& s, size_t first) {
+    const uint32_t site = print_site_.at(&s);
+    std::vector<uint32_t> words = {m_.c_u32(abi::print_site_word(task_index_, site))};
+    for (ValueId ix : task_indices(task_)) words.push_back(op(spv::OpBitcast, u32_, {v(ix)}));
+    for (size_t a = first; a < s.args.size(); ++a) {
+      const uint32_t x = v(s.args[a]);
+      switch (vt(s.args[a])) {
+        case DType::kF32:
+        case DType::kI32: words.push_back(op(spv::OpBitcast, u32_, {x})); break;
+        case DType::kU32: words.push_back(x); break;
+        case DType::kBool:
+          words.push_back(op(spv::OpSelect, u32_, {x, m_.c_u32(1), m_.c_u32(0)}));
+          break;
+        case DType::kF64:
+        case DType::kI64: {
+          const uint32_t pair = op(spv::OpBitcast, m_.t_vector(u32_, 2), {x});
+          words.push_back(op(spv::OpCompositeExtract, u32_, {pair, 0}));
+          words.push_back(op(spv::OpCompositeExtract, u32_, {pair, 1}));
+          break;
+        }
+      }
+    }
+    const uint32_t base = layout_.print_offset() / 4;
+    const uint32_t capacity = layout_.print_bytes / 4 - abi::kPrintHeaderWords;
+    const auto n = static_cast<uint32_t>(words.size());
+    const uint32_t scope = m_.c_u32(kScopeDevice), sem = m_.c_u32(kRelaxed);
+    const uint32_t at =
+        op(spv::OpAtomicIAdd, u32_, {error_word_ptr(m_.c_u32(base)), scope, sem, m_.c_u32(n)});
+    // `at` <= capacity - n, written so that no sum wraps (capacity >= n: kMinPrintBytes).
+    const uint32_t fits = op(spv::OpULessThanEqual, bool_, {at, m_.c_u32(capacity - n)});
+    if_else(
+        fits,
+        [&] {
+          const uint32_t first_word = op(spv::OpIAdd, u32_, {at, m_.c_u32(base + 2)});
+          for (uint32_t w = 0; w < n; ++w) {
+            const uint32_t index = op(spv::OpIAdd, u32_, {first_word, m_.c_u32(w)});
+            m_.op(spv::OpStore, {error_word_ptr(index), words[w]});
+          }
+        },
+        [&] {
+          op(spv::OpAtomicIAdd, u32_, {error_word_ptr(m_.c_u32(base + 1)), scope, sem,
+                                       m_.c_u32(1)});
+        });
+  }
+  // A word of the args buffer through the writable view (`errors`).
+  uint32_t error_word_ptr(uint32_t word) {
+    return op(spv::OpAccessChain, m_.t_pointer(spv::StorageClassStorageBuffer, u32_),
+              {errors_var_, m_.c_u32(0), word});
   }
   void for_loop(const Stmt& s) {
     const bool unroll = !stacks_.empty() && s.has_cap &&
@@ -1438,6 +1504,7 @@ class TaskEmitter {
   uint32_t u32_ = 0, i32_ = 0, bool_ = 0, gid_ = 0, args_var_ = 0, errors_var_ = 0, cur_ = 0;
   std::unordered_map<const Stmt*, uint32_t> finite_site_;  // check_finite's sites
   std::unordered_map<const Stmt*, uint32_t> access_site_;  // the bounds checks' sites
+  std::unordered_map<const Stmt*, uint32_t> print_site_;   // print and assert statements
   uint32_t oob_var_ = 0;  // the bounds checks' flag (a Function variable), 0 without checks
   bool ended_ = false;    // the current block ends with a break / continue already
   // The only predecessor of the current block while it is a loop body's first block, else 0.
@@ -1495,6 +1562,10 @@ std::vector<const Stmt*> access_sites(const Kernel& k, size_t task) {
     return s.op == Op::kLoad || s.op == Op::kStore || s.op == Op::kAtomicAdd ||
            s.op == Op::kAtomicMax;
   });
+}
+
+std::vector<const Stmt*> print_sites(const Kernel& k, size_t task) {
+  return sites_of(k, task, [](const Stmt& s) { return s.op == Op::kPrint || s.op == Op::kAssert; });
 }
 
 std::vector<uint32_t> emit_task(const Kernel& k, size_t task, const abi::CompiledKernel& layout,

@@ -55,6 +55,9 @@ std::vector<const Stmt*> finite_check_sites(const Kernel& k, size_t task);
 // The ndarray accesses (loads, stores, atomics) of task `task` in the same walk: the site
 // numbers an out-of-bounds error word carries (EmitOptions::bounds_checks).
 std::vector<const Stmt*> access_sites(const Kernel& k, size_t task);
+// The print and assert statements of task `task` in the same walk: their records' site numbers
+// (CompiledTask::print_sites).
+std::vector<const Stmt*> print_sites(const Kernel& k, size_t task);
 
 // `layout` supplies the args-buffer offsets (its params must already be filled in).
 std::vector<uint32_t> emit_task(const Kernel& k, size_t task, const abi::CompiledKernel& layout,

@@ -131,12 +131,13 @@ SCENES = {"robot": robot, "fish": fish}
 
 # --- kernels -------------------------------------------------------------------------------------
 
-def build_kernels(ft: vkad.DType, n_grid: int, n_solid: int, fluid: bool):
+def build_kernels(ft: vkad.DType, n_grid: int, n_solid: int, fluid: bool, debug: bool = False):
     """DiffTaichi's kernels as @vkad.kernel functions, launched with the step f. The 3x3 stencil
     and the sine waves are unrolled (vkad.static, DiffTaichi's ti.static), `+=` on a grid cell is
     an atomic add; `fluid` adds p2g's fluid branches for scenes that have fluid. grid_op and
     compute_loss choose with vkad.select, not `if`: the graph rework recomputes a straight-line
-    grid_op in g2p (docs/graphs.md) and fuses compute_loss's adjoint with g2p's."""
+    grid_op in g2p (docs/graphs.md) and fuses compute_loss's adjoint with g2p's. `debug`
+    (--debug) adds p2g's asserts that each particle's stencil stays on the grid."""
     dx, inv_dx = 1.0 / n_grid, float(n_grid)
     particles = vkad.array(vkad.vec(2, ft), ndim=2, grad=True)     # x[f, p], v[f, p]
     matrices = vkad.array(vkad.mat(2, 2, ft), ndim=2, grad=True)   # C[f, p], F[f, p]
@@ -166,6 +167,9 @@ def build_kernels(ft: vkad.DType, n_grid: int, n_solid: int, fluid: bool):
             actuator_id: ids, particle_type: ids, grid_v_in: grid_v, grid_m_in: grid_m):
         for p in range(x.shape[1]):
             base, fx, w = stencil(x[f, p])
+            if vkad.static(debug):  # the 3x3 stencil from base stays on the grid
+                assert vkad.min(base[0], base[1]) >= 0, "a particle left the grid"
+                assert vkad.max(base[0], base[1]) < n_grid - 2, "a particle left the grid"
             new_F = (Matrix.identity(2) + DT * C[f, p]) @ F[f, p]
             J = new_F.determinant()
             if vkad.static(fluid) and particle_type[p] == 0:  # a fluid keeps its volume change
@@ -244,7 +248,7 @@ class DiffMPM:
 
     def __init__(self, session: vkad.Session, steps: int = STEPS, n_grid: int = N_GRID,
                  dtype: vkad.DType = vkad.f32, scene: str = "robot", seed: int = 0,
-                 graph: bool = True, loop: bool = True, build=None):
+                 graph: bool = True, loop: bool = True, build=None, debug: bool = False):
         # build: another maker of the kernels, build_kernels's signature (the tests pass the
         # KernelBuilder spelling, tests/python/difftaichi_builder_kernels.py)
         if steps < 2:
@@ -262,7 +266,8 @@ class DiffMPM:
         sc = self.scene
         n, n_act = sc.n_particles, sc.n_actuators
         fluid = any(t == 0 for t in sc.particle_type)
-        kbs = (build or build_kernels)(dtype, n_grid, sc.n_solid_particles, fluid)
+        kbs = (build or build_kernels)(dtype, n_grid, sc.n_solid_particles, fluid,
+                                       **({"debug": True} if debug else {}))
         self.kernels = {name: session.differentiate(kb) for name, kb in kbs.items()}
         npt = vkad.numpy_dtype(dtype)
 
@@ -449,14 +454,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--f64", action="store_true", help="simulate in f64 (default f32)")
     ap.add_argument("--no-graph", action="store_true",
                     help="launch every iteration's kernels one by one instead of replaying a graph")
+    ap.add_argument("--debug", action="store_true",
+                    help="check every float store for NaN / infinity and assert that particles "
+                         "stay on the grid (docs/debugging.md)")
     ap.add_argument("--seed", type=int, default=0, help="weight initialisation seed (default 0)")
     ap.add_argument("--device", default=None, help="device index or name substring")
     ap.add_argument("--out", default=".", help="folder for the plots (default .)")
     a = ap.parse_args(argv)
     device = int(a.device) if a.device is not None and a.device.isdigit() else a.device
-    with vkad.Session(device) as s:
+    with vkad.Session(device, check_finite=a.debug) as s:
         sim = DiffMPM(s, a.steps, a.grid, vkad.f64 if a.f64 else vkad.f32, scene=a.scene,
-                      seed=a.seed, graph=not a.no_graph)
+                      seed=a.seed, graph=not a.no_graph, debug=a.debug)
         sc = sim.scene
         print(f"{s.device_name}: {a.scene} ({sc.n_particles} particles, {sc.n_actuators} "
               f"actuators), {a.grid}^2 grid, {a.steps} steps, {a.iters} iterations")

@@ -395,6 +395,7 @@ IR_OPS = frozenset({
     "alloca", "load_local", "store_local",
     "load", "store", "atomic_add",
     "for", "if", "while", "break", "continue",
+    "print", "assert",
 })
 
 
@@ -568,6 +569,28 @@ class KernelBuilder:
     def continue_(self) -> None:
         """Starts the innermost for_range / while_ loop's next trip."""
         self._jump("continue")
+
+    def print_(self, format: str, *values) -> None:
+        """Prints a line when the launch retires: `format` with each `{}` replaced by the next
+        value (values left over follow it), after `[kernel 'k', task 't', thread (i)] `.
+        Values are kernel Values (or numbers); at most 16. Where the lines go:
+        Session.set_print_sink (default: stdout). docs/debugging.md."""
+        self._debug_line("print", format, [self._as_value(v, None) for v in values])
+
+    def assert_(self, cond, message: str, *values) -> None:
+        """Where `cond` (a bool Value) is false the launch raises vkad.DeviceError at the next
+        synchronize or download, naming `message`, the statement (and its Python line), the
+        first failing invocation's index and `values` (at most 16)."""
+        c = self._as_value(cond, DType.bool)
+        if c.dtype != DType.bool:
+            raise TypeError(f"assert_: the condition is a bool Value, got {c.dtype.name}")
+        self._debug_line("assert", message, [c] + [self._as_value(v, None) for v in values])
+
+    def _debug_line(self, op: str, text: str, values: list) -> None:
+        if len(values) > 16 + (op == "assert"):
+            raise ValueError(f"{op}: at most 16 values, got {len(values) - (op == 'assert')}")
+        text = location_text(text)
+        self._line(f'{op} "{text}"' + "".join(f", %{v.id}" for v in values))
 
     def _jump(self, op: str) -> None:
         if not self._loops:

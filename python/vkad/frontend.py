@@ -535,6 +535,8 @@ class _Lowerer:
         self.task_names: set = set()
         self.inlined: List["Func"] = []
         self.lines: Dict[str, Tuple] = {}  # IR source location ("f.py:12:5") -> _where's tuple
+        self.assert_test: Optional[ast.AST] = None  # s_Assert's comparison, and its operands
+        self.assert_operands: list = []
         self.func_parent: Dict[int, Tuple[int, str]] = {}
 
     # --- errors ---
@@ -792,6 +794,87 @@ class _Lowerer:
 
     def s_Pass(self, s):
         pass
+
+    def s_Assert(self, s: ast.Assert):
+        """`assert cond[, "message"]`: checked on the device; a failing invocation makes the
+        launch raise vkad.DeviceError with the message (default: the condition's source), this
+        line, the invocation's index and the compared values (`assert a < b`)."""
+        if s.msg is not None and not (isinstance(s.msg, ast.Constant) and
+                                      isinstance(s.msg.value, str)):
+            self.fail(s.msg, "an assert's message is a string constant")
+        message = s.msg.value if s.msg is not None else ast.unparse(s.test)
+        self.assert_test, self.assert_operands = s.test, []
+        try:
+            cond = self.expr(s.test)
+        finally:
+            self.assert_test = None
+        if _is_const(cond):  # known while building: checked now
+            if not cond:
+                self.fail(s, f"assert {message}: false where the kernel is built")
+            return
+        if _kdtype(cond) != DType.bool:
+            self.fail(s.test, f"an assert's condition is a bool, got {_describe(cond)}")
+        values = [v for v in self.assert_operands if _kdtype(v) is not None and
+                  not isinstance(v, _m._Tensor) and not _is_const(v)]
+        self.kb.assert_(cond, message, *values)
+
+    def print_call(self, node: ast.Call) -> None:
+        """`print(a, "text", f"x = {x}", sep=" ")` in a kernel: a line per invocation, printed
+        by the host when the launch retires (docs/debugging.md); vectors and matrices print
+        their components."""
+        if node is not self.stmt_call:
+            self.fail(node, "print(...) is a statement: call it on a line of its own")
+        sep = " "
+        for k in node.keywords:
+            if k.arg == "sep" and isinstance(k.value, ast.Constant) and \
+                    isinstance(k.value.value, str):
+                sep = k.value.value
+            else:
+                self.fail(k, "print in a kernel takes values and sep=\"...\" (a constant)")
+        pieces, values = [], []
+
+        def piece(n: ast.AST) -> str:
+            if isinstance(n, ast.Constant) and isinstance(n.value, str):
+                return n.value
+            if isinstance(n, ast.JoinedStr):
+                text = ""
+                for part in n.values:
+                    if isinstance(part, ast.FormattedValue):
+                        if part.format_spec is not None or part.conversion != -1:
+                            self.fail(part, "a kernel's f-string formats values as print does "
+                                            "(no format spec or !r)")
+                        text += piece(part.value)
+                    else:
+                        text += str(part.value)
+                return text
+            if isinstance(n, ast.Starred):
+                self.fail(n, "print(*...) is not in the kernel subset")
+            v = self.expr(n)
+            return self.print_value(n, v, values)
+
+        for a in node.args:
+            pieces.append(piece(a))
+        if len(values) > 16:
+            self.fail(node, f"print records at most 16 values, got {len(values)}")
+        self.kb.print_(sep.join(pieces), *values)
+
+    def print_value(self, node: ast.AST, v, values: list) -> str:
+        """`{}` for a kernel value (added to `values`), nested brackets of them for a vector or
+        a matrix, the text of a value known while building."""
+        if isinstance(v, _m._Tensor):
+            comps = ["{}"] * len(v.flat)
+            values.extend(self.kb._as_value(c, v.dtype) for c in v.flat)
+            if len(v.shape) == 1:
+                return "[" + ", ".join(comps) + "]"
+            n = v.shape[1]
+            return "[" + ", ".join("[" + ", ".join(comps[r * n:(r + 1) * n]) + "]"
+                                   for r in range(v.shape[0])) + "]"
+        if _is_const(v) or isinstance(v, str):
+            return str(v)
+        if _kdtype(v) is None:
+            self.fail(node, f"print of {_describe(v)}")
+        values.append(self.kb._as_value(v, None))
+        return "{}"
 
     def s_Expr(self, s):
         if isinstance(s.value, ast.Constant):  # a docstring or a bare constant
@@ -1453,6 +1536,8 @@ class _Lowerer:
                 result = result if r else False
             else:
                 result = result & r
+            if node is self.assert_test and len(node.ops) == 1:
+                self.assert_operands = [left, right]  # what a failed assert reports
             left = right
         return result
 
@@ -1504,6 +1589,8 @@ class _Lowerer:
             return self.expr(node.args[0], static=True)
         if f is atomic_add or f is atomic_sub:
             return self.atomic(node, f is atomic_sub)
+        if f is builtins.print:
+            return self.print_call(node)
         if isinstance(f, Func):
             return self.inline(f, node)
         if isinstance(f, KernelFunction):

@@ -290,3 +290,22 @@ def test_diffmpm_scenes_are_difftaichis():
     assert x.min(0) == pytest.approx([0.1 + 0.3 / 152, 0.03 + 0.1 / 48])  # half a spacing in
     fish = diffmpm.fish(diffmpm.Scene(128))
     assert (fish.n_particles, fish.n_solid_particles) == (5808 + 744, 744)
+
+
+def test_diffmpm_debug_asserts_are_silent_and_catch_a_particle_off_the_grid(session):
+    # --debug (issue 56): p2g asserts each particle's stencil stays on the grid. Compiled in
+    # but silent, the iteration is the same; a particle moved off the grid is named.
+    sims = [diffmpm.DiffMPM(session, steps=MPM_STEPS, n_grid=MPM_GRID, graph=False, loop=False,
+                            debug=d) for d in (False, True)]
+    assert "assert" in diffmpm.build_kernels(vkad.f32, MPM_GRID, 1, False, debug=True)["p2g"].ir()
+    losses = [sim.iteration() for sim in sims]
+    session.synchronize()
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-6)
+    sim = sims[1]
+    x = sim.arrays["x"].numpy()
+    x[0, 3] = [-0.5, 0.3]  # particle 3 starts left of the grid
+    sim.arrays["x"].upload(x)
+    with pytest.raises(vkad.DeviceError, match=r"kernel 'p2g.*assertion failed: a particle left "
+                                               r"the grid.*thread \(3\) with -"):
+        sim.forward(recorded=False)
+        session.synchronize()

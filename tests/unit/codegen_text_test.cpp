@@ -116,6 +116,47 @@ TEST(CodegenText, SourceLocationsRoundTrip) {
   EXPECT_EQ(body.back().loc, 0u) << print(built);
 }
 
+// print and assert (issue 56): their text round-trips, and the verifier checks their operands.
+TEST(CodegenText, PrintAndAssertRoundTripAndVerify) {
+  const char* text = R"(kernel p(x: ndarray<f32, 1>) {
+  task t parallel %0 in [0, shape(x, 0)) {
+    %1 = load x[%0] : f32
+    print "x[{}] = {}", %0, %1 @"sim.py:3:9"
+    %2 = gt %1, %1 : bool
+    assert "x grows", %2, %1
+    print "done"
+  }
+}
+)";
+  auto k = parse(text);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  EXPECT_EQ(print(*k), text);
+  EXPECT_TRUE(verify(*k).ok()) << verify(*k).to_string();
+  EXPECT_EQ(source_location(static_cast<uint32_t>(k->tasks[0].body.stmts[1].iimm)), "x[{}] = {}");
+
+  auto not_bool = parse(R"(kernel p(x: ndarray<f32, 1>) {
+  task t parallel %0 in [0, shape(x, 0)) {
+    %1 = load x[%0] : f32
+    assert "x", %1
+  }
+}
+)");
+  ASSERT_TRUE(not_bool.ok());
+  Status v = verify(*not_bool);
+  EXPECT_NE(v.message().find("assert's condition is a bool, got f32"), std::string::npos)
+      << v.to_string();
+  std::string many = "kernel p(x: ndarray<f32, 1>) {\n  task t parallel %0 in [0, 1) {\n"
+                     "    print \"many\"";
+  for (int i = 0; i < 17; ++i) many += ", %0";
+  many += "\n  }\n}\n";
+  auto too_many = parse(many);
+  ASSERT_TRUE(too_many.ok()) << too_many.status().to_string();
+  v = verify(*too_many);
+  EXPECT_NE(v.message().find("print records at most 16 values, got 17"), std::string::npos)
+      << v.to_string();
+  EXPECT_FALSE(parse("kernel p() {\n  task t parallel %0 in [0, 1) {\n    print %0\n  }\n}\n").ok());
+}
+
 TEST(CodegenBuilder, BuildsWhatItsTextSays) {
   KernelBuilder kb("saxpy");
   Scalar a = kb.scalar("a", DType::kF32);
