@@ -15,6 +15,21 @@ namespace {
 
 std::string label(NdArrayHandle a) { return "ndarray " + runtime::handle_string(a.id); }
 
+// Names the launches made in its scope for their device errors ("in launch #12 (the adjoint
+// of tape entry 3)"; Runtime::set_launch_note).
+class LaunchNote {
+ public:
+  LaunchNote(Session& s, const char* what, uint64_t index) : rt_(s.runtime()) {
+    rt_.set_launch_note(what, index);
+  }
+  ~LaunchNote() { rt_.set_launch_note(nullptr, 0); }
+  LaunchNote(const LaunchNote&) = delete;
+  LaunchNote& operator=(const LaunchNote&) = delete;
+
+ private:
+  runtime::Runtime& rt_;
+};
+
 std::string format_double(double v) {  // as Runtime::fill prints a value
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.9g", v);
@@ -106,7 +121,10 @@ Status Tape::launch(const Differentiated& d, std::span<const Arg> args, LaunchId
   if (checkpoint_every_ == 0) {
     // Refused before it runs: the caller learns at the launch that would spoil the gradients.
     VKAD_TRY(hazards_.check(*session_, session_->launch_access(d.forward), args));
-    VKAD_TRY_CTX(session_->launch(d.forward, args, id), "tape.launch");
+    {
+      LaunchNote note(*session_, "tape entry", records_.size());
+      VKAD_TRY_CTX(session_->launch(d.forward, args, id), "tape.launch");
+    }
     hazards_.record();
   } else {
     // Overwrites are what checkpointing is for: the arrays this launch writes are copied the
@@ -140,7 +158,10 @@ Status Tape::launch(const Differentiated& d, std::span<const Arg> args, LaunchId
       st = c.ok() ? session_->copy(NdArrayHandle{a}, *c) : c.status();
       if (st.ok()) at_start.push_back(a);
     }
-    if (st.ok()) st = session_->launch(d.forward, args, id);
+    if (st.ok()) {
+      LaunchNote note(*session_, "tape entry", records_.size());
+      st = session_->launch(d.forward, args, id);
+    }
     if (!st.ok()) {
       written_.resize(r.written_begin);
       return make_error(st.code(), "tape.launch: " + st.message());
@@ -227,7 +248,11 @@ Status Tape::launch_loop(std::span<const TapeLoopLaunch> body, uint32_t count, L
   std::vector<LoopLaunch> fwd;
   for (const TapeLoopLaunch& l : body) fwd.push_back({l.d->forward, l.args, l.step});
   LoopInfo ran;
-  Status st = session_->launch_loop(fwd, count, &ran);
+  Status st;
+  {
+    LaunchNote note(*session_, "the loop at tape entry", records_.size());
+    st = session_->launch_loop(fwd, count, &ran);
+  }
   if (info) *info = ran;
   if (!st.ok()) {
     hazards_ = std::move(saved);
@@ -282,6 +307,7 @@ Status Tape::launch_adjoint_loop(size_t first, size_t len) {
     }
     body.push_back(std::move(l));
   }
+  LaunchNote note(*session_, "the adjoint of the loop at tape entry", first);
   VKAD_TRY_CTX(session_->launch_loop(body, records_[first].loop_count),
                "tape.backward: adjoint of the loop at launch " + std::to_string(first));
   return {};
@@ -441,6 +467,7 @@ Status Tape::checkpointed_backward() {
                                   "tape.backward");
         VKAD_TRY_CTX(copy(a, c), "tape.backward");
       }
+      LaunchNote note(*session_, "the forward of tape entry", j);
       VKAD_TRY_CTX(session_->launch(r.forward,
                                     std::span<const Arg>(args_.data() + r.arg_begin, r.arg_count)),
                    "tape.backward: forward of launch " + std::to_string(j) + " again");
@@ -466,6 +493,7 @@ Status Tape::launch_adjoint(size_t index) {
   const Record& r = records_[index];
   adjoint_args_.assign(args_.begin() + r.arg_begin, args_.begin() + r.arg_begin + r.arg_count);
   for (uint32_t k = 0; k < r.grad_count; ++k) adjoint_args_.push_back(Arg::ndarray(gradient(r, k)));
+  LaunchNote note(*session_, "the adjoint of tape entry", index);
   VKAD_TRY_CTX(session_->launch(r.adjoint, adjoint_args_),
                "tape.backward: adjoint of launch " + std::to_string(index));
   return {};

@@ -12,6 +12,9 @@ Then the same program on a second session with check_finite=True: its median ms 
 (`rounds` blocks of `iters`) against the first session's, and its losses against the first
 session's first iterations (the checks change no value: equal to f32 rounding, and exactly
 where the device is deterministic).
+For diffmpm, also its kernels with the --debug asserts compiled in (p2g checks each particle's
+stencil stays on the grid; silent: none fails), on a session of their own: median ms per
+iteration against the first session's, losses compared as for the finite checks.
 Checks: no loss is NaN, and the timeline has one device event per launch Session.stats()
 counted in the block. With --trace-dir the last round's trace is written there.
 """
@@ -66,8 +69,17 @@ def measure(program, iters, rounds, trace_dir, steps=None):
             raise SystemExit(f"CHECK FAILED: {program}: loss {g} with the finite checks, {w} "
                              "without")
     checked = [run(csim, iters)[0] for _ in range(rounds)]
+    asserted = None
+    if program == "diffmpm":  # the --debug asserts, compiled in and silent
+        asim = make(vkad.Session(), program, steps=steps, debug=True)
+        got = [asim.iteration() for _ in range(2)]
+        for w, g in zip(want, got):
+            if abs(w - g) > 1e-4 * max(1.0, abs(w)):
+                raise SystemExit(f"CHECK FAILED: {program}: loss {g} with the asserts, {w} "
+                                 "without")
+        asserted = statistics.median(run(asim, iters)[0] for _ in range(rounds))
     return (statistics.median(plain), statistics.median(timed), launches, summary, s.device_name,
-            statistics.median(checked))
+            statistics.median(checked), asserted)
 
 
 def main():
@@ -79,11 +91,13 @@ def main():
     ap.add_argument("--steps", type=int, default=None, help="time steps (default: the port's)")
     a = ap.parse_args()
     for program in a.program.split(","):
-        plain, timed, launches, summary, device, checked = measure(program, a.iters, a.rounds,
-                                                                   a.trace_dir, a.steps)
+        plain, timed, launches, summary, device, checked, asserted = measure(
+            program, a.iters, a.rounds, a.trace_dir, a.steps)
+        extra = "" if asserted is None else \
+            f"; asserts (silent) {asserted:.2f} (x{asserted / plain:.3f})"
         print(f"{program} ({device}): {plain:.2f} ms/iteration without a timeline, {timed:.2f} "
               f"with (x{timed / plain:.3f}); {launches} launches timed per block of {a.iters}; "
-              f"check_finite {checked:.2f} (x{checked / plain:.3f})")
+              f"check_finite {checked:.2f} (x{checked / plain:.3f}){extra}")
         for line in summary[:8]:
             print("   ", line)
 

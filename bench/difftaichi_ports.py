@@ -8,11 +8,11 @@ PROGRAMS = ("diffmpm", "mass_spring", "wave", "smoke", "billiards", "electric",
             "rigid_body")
 
 
-def make(session, program: str, steps=None, loop=None):
+def make(session, program: str, steps=None, loop=None, **extra):
     """The port `program` built on `session` (its kernels compiled, its arrays made); `steps`
     and `loop` (its step loop through Session.loop, prepared in the constructor) None: the
-    program's own."""
-    kw = {} if steps is None else {"steps": steps}
+    program's own. `extra`: more of the port's constructor arguments (diffmpm's debug=True)."""
+    kw = dict(extra) if steps is None else dict(extra, steps=steps)
     if loop is not None:
         kw["loop"] = loop
     if program == "diffmpm":

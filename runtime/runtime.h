@@ -508,6 +508,14 @@ class Runtime {
   void set_print_sink(std::function<void(std::string_view line)> sink) {
     print_sink_ = std::move(sink);
   }
+  // What the user wrote that makes the launches recorded from now on, for their device errors:
+  // `what` (static storage; nullptr: nothing) and its number, reported after the launch's own
+  // number, "in launch #12 (the adjoint of tape entry 3)". The tapes set it around their
+  // launches. A replayed graph's launches name their graph's launch instead.
+  void set_launch_note(const char* what, uint64_t index) {
+    note_ = what;
+    note_index_ = index;
+  }
   // Returns the runtime's idle memory to the driver: synchronizes (so every retirement entry is
   // complete and released), then frees the rings' chunks (open and pooled), the adstack heaps
   // (made again at the next launch that needs them), the ndarray pool, what the deferred
@@ -567,6 +575,8 @@ class Runtime {
     LaunchId launch;
     uint64_t graph = 0;         // a replayed launch's graph (its handle id), else 0
     uint32_t graph_launch = 0;  // and its index in the graph
+    const char* note = nullptr;  // set_launch_note's, at the launch
+    uint64_t note_index = 0;
   };
   // Per-flush payload of the retirement queue.
   struct CtxBuffers {
@@ -616,6 +626,8 @@ class Runtime {
   // begin_timeline .. end_timeline; null otherwise (a launch then tests this pointer only).
   std::unique_ptr<TimelineRecorder> timeline_;
   std::function<void(std::string_view)> print_sink_;  // set_print_sink
+  const char* note_ = nullptr;                        // set_launch_note
+  uint64_t note_index_ = 0;
   const std::string* timeline_graph_ = nullptr;  // the graph being replayed, for its events
   // The graph launch record_launch is recording (a replay launch by launch), for its FlagSite.
   uint64_t replay_graph_ = 0;

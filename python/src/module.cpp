@@ -1736,7 +1736,7 @@ struct Session {
       LoopRecord* loop = nullptr;
       if (nb::try_cast<LoopRecord*>(launches[i], loop) && loop) {
         try {
-          adjoint_loop(*loop, grads, grad_args);
+          adjoint_loop(*loop, grads, grad_args, i);
         } catch (nb::python_error& e) {
           raise_named(
               e, "tape.backward: adjoint of launch " + std::to_string(i) + " (a Session.loop): ");
@@ -1770,7 +1770,7 @@ struct Session {
                              : nb::none();
           a[args.size() + j] = to_arg(*plan.k, *st, args.size() + j, g);
         }
-        launch_converted(plan.adjoint, plan.k, a, nb::handle());
+        launch_converted(plan.adjoint, plan.k, a, nb::handle(), "the adjoint of tape entry", i);
       } catch (nb::python_error& e) {
         raise_named(e, "tape.backward: adjoint of launch " + std::to_string(i) + ": ");
       }
@@ -1817,7 +1817,7 @@ struct Session {
   // A recorded Session.loop's adjoints (launch_adjoints): its adjoint_body as one loop -- a
   // step loop's backward is then one resident kernel too where its forward was.
   void adjoint_loop(const LoopRecord& loop, nb::dict grads,
-                    const std::unordered_map<uint64_t, Arg>& grad_args) {
+                    const std::unordered_map<uint64_t, Arg>& grad_args, size_t entry) {
     std::vector<Kernel*> kernels;
     auto grad = [&](const Arg& primal, const LoopEntry& e, size_t g,
                     const Kernel& adj) -> std::optional<Arg> {
@@ -1839,7 +1839,9 @@ struct Session {
     Status run;
     {
       Locked l(*st);
+      st->get().runtime().set_launch_note("the adjoint of the loop at tape entry", entry);
       run = st->get().launch_loop(body, loop.count, &info);
+      st->get().runtime().set_launch_note(nullptr, 0);
     }
     add_loop_to_capture(info, kernels.size(), [&](size_t j) { return kernels[j]; });
     check(run);
@@ -1921,8 +1923,12 @@ struct Session {
   // launch()'s second half, for arguments converted already (`args`: the Python tuple a tape
   // records; a null handle where the caller has none, which only a launch no tape records may
   // pass).
-  void launch_converted(nb::handle kernel, Kernel* k, std::span<const Arg> span, nb::handle args) {
+  // `note`: what makes this launch, for its device errors (Runtime::set_launch_note); a launch
+  // recorded on a tape is its entry.
+  void launch_converted(nb::handle kernel, Kernel* k, std::span<const Arg> span, nb::handle args,
+                        const char* note = nullptr, uint64_t note_index = 0) {
     const bool record = !st->tape.is_none() && !k->adjoint.is_none();
+    if (record) note = "tape entry", note_index = nb::len(st->tape);
     if (record && !args.is_valid())
       invalid("launch '" + k->name +
               "': a differentiated kernel launched inside a tape's "
@@ -1938,7 +1944,11 @@ struct Session {
       if (record && !hazards && k->access) {
         check(vkad::TapeHazards::check_aliasing(st->get(), *k->access, span));
       }
-      check(st->get().launch(k->handle, span));
+      vkad::runtime::Runtime& rt = st->get().runtime();
+      rt.set_launch_note(note, note_index);
+      const Status launched = st->get().launch(k->handle, span);
+      rt.set_launch_note(nullptr, 0);
+      check(launched);
       if (hazards) hazards->hazards.record();
     }
     if (record) {

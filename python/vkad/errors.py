@@ -52,11 +52,12 @@ class TimeoutError(Error):  # noqa: A001 - vkad's name; builtins.TimeoutError st
 class DeviceError(Error):
     """An error flag a kernel raised on the device (adstack overflow, out-of-bounds access, a
     NaN or infinity the finite checks found). A statement of a @vkad.kernel the message quotes
-    gets its Python file and line appended."""
+    gets its Python file and line appended, and so does an overflowed adstack's loop: the IR
+    carries their source locations (`@"f.py:12:9"`)."""
     code = "device-side error"
 
     def __init__(self, *args):
-        if len(args) == 1 and isinstance(args[0], str) and "`" in args[0]:
+        if len(args) == 1 and isinstance(args[0], str) and '@"' in args[0]:
             try:
                 from .frontend import with_python_lines
                 args = (with_python_lines(args[0]),)

@@ -44,11 +44,11 @@ codegen::Kernel printing(uint32_t every = 1) {
 }
 
 // assert x[i] < limit, "x stays below the limit", x[i], limit.
-codegen::Kernel asserting() {
+codegen::Kernel asserting(bool grad = false) {
   KernelBuilder kb("asserting");
   codegen::Scalar limit = kb.scalar("limit", DType::kF32);
-  Array x = kb.ndarray("x", DType::kF32, 1);
-  Array y = kb.ndarray("y", DType::kF32, 1);
+  Array x = kb.ndarray("x", DType::kF32, 1, {.needs_grad = grad});
+  Array y = kb.ndarray("y", DType::kF32, 1, {.needs_grad = grad});
   kb.parallel_for("main", 0, x.dim(0), [&](Value i) {
     Value v = x(i);
     const Value lim = limit;
@@ -225,6 +225,31 @@ TEST_F(PrintAssert, AnAssertInAReplayedGraphNamesTheGraphLaunch) {
   EXPECT_NE(st.message().find("thread (5) with 6, 4"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("of graph 'checked step'"), std::string::npos) << st.message();
   ASSERT_TRUE(s_->release_graph(*g).ok());
+}
+
+// Issue 56, point 5: a device error of a tape's launch names the tape entry, in its forward and
+// in its adjoint.
+TEST_F(PrintAssert, ATapesLaunchesNameTheirEntry) {
+  auto d = s_->differentiate(asserting(true));
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  std::vector<float> x(64, 1.0f);
+  NdArrayHandle xs = make(x), ys = make(std::vector<float>(64)), zs = make(x),
+                ws = make(std::vector<float>(64));
+  Tape t(*s_);
+  ASSERT_TRUE(t.launch(*d, {Arg::f32(4.0f), Arg::ndarray(zs), Arg::ndarray(ys)}).ok());
+  x[9] = 5.0f;
+  ASSERT_TRUE(s_->upload(xs, std::span<const float>(x)).ok());
+  ASSERT_TRUE(t.launch(*d, {Arg::f32(4.0f), Arg::ndarray(xs), Arg::ndarray(ws)}).ok());
+  Status st = s_->synchronize();
+  ASSERT_EQ(st.code(), ErrorCode::kDeviceError) << st.to_string();
+  EXPECT_NE(st.message().find("(tape entry 1)"), std::string::npos) << st.message();
+  ASSERT_TRUE(t.backward({TapeSeed::of_value(ws, 1.0)}).ok());
+  st = s_->synchronize();
+  ASSERT_EQ(st.code(), ErrorCode::kDeviceError) << st.to_string();
+  EXPECT_NE(st.message().find("kernel 'asserting_adjoint'"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("(the adjoint of tape entry 1)"), std::string::npos)
+      << st.message();
+  EXPECT_EQ(st.message().find("tape entry 0"), std::string::npos) << st.message();
 }
 
 TEST_F(PrintAssert, AKernelWithoutThemHasNoPrintArea) {

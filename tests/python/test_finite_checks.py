@@ -120,15 +120,16 @@ def test_an_out_of_bounds_add_in_an_adjoint_names_the_forward_line(session):
         session.synchronize()
     assert want in str(e.value)
     t = session.tape()
-    with pytest.raises(vkad.DeviceError, match=r"kernel 'gather_next'.*out-of-bounds"):
+    with pytest.raises(vkad.DeviceError, match=r"kernel 'gather_next'.*out-of-bounds") as e:
         with t:
             gather_next(x, y, session=session)
         session.synchronize()
+    assert "(tape entry 0)" in str(e.value)  # issue 56, point 5: the launch is the tape's
     t.backward(seed={y: 1.0})
     with pytest.raises(vkad.DeviceError,
                        match=r"kernel 'gather_next_adjoint'.*out-of-bounds.*x_grad") as e:
         session.synchronize()
-    assert want in str(e.value)
+    assert want in str(e.value) and "(the adjoint of tape entry 0)" in str(e.value)
     g = t.grad(x).numpy()
     np.testing.assert_array_equal(g[1:], np.full(15, 2.0, np.float32))  # the rest is right
 
