@@ -195,12 +195,70 @@ Result<std::string> serialize_compiled_kernel(const CompiledKernel& k) {
   return w.take();
 }
 
+namespace {
+
+Status corrupt(const char* what) {
+  return make_error(ErrorCode::kInvalidArgument,
+                    std::string("compiled kernel bytes are corrupt: ") + what);
+}
+
+// A task's print and assert sites.
+Status read_print_sites(Reader& r, CompiledTask& t) {
+  const uint64_t prints = r.count(8);
+  for (uint64_t s = 0; s < prints && !r.failed(); ++s) {
+    PrintSite p;
+    p.format = r.str();
+    const uint64_t values = r.count(1);
+    if (values > kMaxPrintValues) return corrupt("print values");
+    for (uint64_t v = 0; v < values && !r.failed(); ++v)
+      p.values.push_back(r.enum_at_most(DType::kBool));
+    p.stmt = r.str();
+    p.dims = r.get<uint32_t>();
+    if (p.dims < 1 || p.dims > 3) return corrupt("print dimensions");
+    p.is_assert = r.get<uint8_t>() != 0;
+    t.print_sites.push_back(std::move(p));
+  }
+  return {};
+}
+
+// One task's description (serialize_compiled_kernel's order).
+Status read_task(Reader& r, CompiledTask& t) {
+  t.name = r.str();
+  t.spirv = r.words();
+  t.local_size = r.get<uint32_t>();
+  t.begin = r.range();
+  t.end = r.range();
+  t.serial = r.get<uint8_t>() != 0;
+  uint64_t dims = r.count(42);
+  if (dims > 3) return corrupt("task dimensions");
+  for (uint64_t d = 0; d < dims && !r.failed(); ++d) {
+    t.dim_begin.push_back(r.size_expr());
+    t.dim_end.push_back(r.size_expr());
+  }
+  uint64_t stacks = r.count(8);
+  if (stacks > kMaxTaskAdstacks) return corrupt("adstack count");
+  for (uint64_t s = 0; s < stacks && !r.failed(); ++s) {
+    adstack::StackDesc d;
+    d.name = r.str();
+    d.heap = r.enum_at_most(static_cast<adstack::Heap>(adstack::kHeapCount - 1));
+    d.capacity = r.size_expr();
+    d.adjoint = r.get<uint8_t>() != 0;
+    t.adstacks.push_back(std::move(d));
+  }
+  t.loop_passes = r.size_expr();
+  t.loop_passes_idle = r.get<uint64_t>();
+  t.spec_words = r.words();
+  const uint64_t sites = r.count(8);  // each site is at least its length
+  for (uint64_t s = 0; s < sites && !r.failed(); ++s) t.finite_sites.push_back(r.str());
+  const uint64_t accesses = r.count(8);
+  for (uint64_t s = 0; s < accesses && !r.failed(); ++s) t.access_sites.push_back(r.str());
+  return read_print_sites(r, t);
+}
+
+}  // namespace
+
 Result<CompiledKernel> deserialize_compiled_kernel(std::string_view bytes) {
   Reader r(bytes);
-  auto corrupt = [](const char* what) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      std::string("compiled kernel bytes are corrupt: ") + what);
-  };
   if (r.get<uint32_t>() != kMagic || r.get<uint32_t>() != kVersion || r.failed()) {
     return corrupt("magic or version");
   }
@@ -221,49 +279,7 @@ Result<CompiledKernel> deserialize_compiled_kernel(std::string_view bytes) {
   if (tasks > kMaxKernelTasks) return corrupt("task count");
   for (uint64_t i = 0; i < tasks && !r.failed(); ++i) {
     CompiledTask t;
-    t.name = r.str();
-    t.spirv = r.words();
-    t.local_size = r.get<uint32_t>();
-    t.begin = r.range();
-    t.end = r.range();
-    t.serial = r.get<uint8_t>() != 0;
-    uint64_t dims = r.count(42);
-    if (dims > 3) return corrupt("task dimensions");
-    for (uint64_t d = 0; d < dims && !r.failed(); ++d) {
-      t.dim_begin.push_back(r.size_expr());
-      t.dim_end.push_back(r.size_expr());
-    }
-    uint64_t stacks = r.count(8);
-    if (stacks > kMaxTaskAdstacks) return corrupt("adstack count");
-    for (uint64_t s = 0; s < stacks && !r.failed(); ++s) {
-      adstack::StackDesc d;
-      d.name = r.str();
-      d.heap = r.enum_at_most(static_cast<adstack::Heap>(adstack::kHeapCount - 1));
-      d.capacity = r.size_expr();
-      d.adjoint = r.get<uint8_t>() != 0;
-      t.adstacks.push_back(std::move(d));
-    }
-    t.loop_passes = r.size_expr();
-    t.loop_passes_idle = r.get<uint64_t>();
-    t.spec_words = r.words();
-    const uint64_t sites = r.count(8);  // each site is at least its length
-    for (uint64_t s = 0; s < sites && !r.failed(); ++s) t.finite_sites.push_back(r.str());
-    const uint64_t accesses = r.count(8);
-    for (uint64_t s = 0; s < accesses && !r.failed(); ++s) t.access_sites.push_back(r.str());
-    const uint64_t prints = r.count(8);
-    for (uint64_t s = 0; s < prints && !r.failed(); ++s) {
-      PrintSite p;
-      p.format = r.str();
-      const uint64_t values = r.count(1);
-      if (values > kMaxPrintValues) return corrupt("print values");
-      for (uint64_t v = 0; v < values && !r.failed(); ++v)
-        p.values.push_back(r.enum_at_most(DType::kBool));
-      p.stmt = r.str();
-      p.dims = r.get<uint32_t>();
-      if (p.dims < 1 || p.dims > 3) return corrupt("print dimensions");
-      p.is_assert = r.get<uint8_t>() != 0;
-      t.print_sites.push_back(std::move(p));
-    }
+    VKAD_TRY(read_task(r, t));
     k.tasks.push_back(std::move(t));
   }
   k.print_bytes = r.get<uint32_t>();

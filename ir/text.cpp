@@ -390,32 +390,41 @@ class Parser {
     } else if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       while (pos_ < src_.size() && ident_char(src_[pos_])) bump();
       tok_.kind = Token::kIdent;
-    } else if (std::isdigit(static_cast<unsigned char>(c)) ||
-               ((c == '-' || c == '+') && pos_ + 1 < src_.size() &&
-                (std::isdigit(static_cast<unsigned char>(src_[pos_ + 1])) ||
-                 src_[pos_ + 1] == 'i' || src_[pos_ + 1] == '.'))) {
-      bump();
-      while (pos_ < src_.size() &&
-             (std::isalnum(static_cast<unsigned char>(src_[pos_])) || src_[pos_] == '.' ||
-              ((src_[pos_] == '-' || src_[pos_] == '+') &&
-               (src_[pos_ - 1] == 'e' || src_[pos_ - 1] == 'E')))) {
-        bump();
-      }
-      tok_.kind = Token::kNumber;
-    } else if (c == '"') {  // a source location's text: no escapes, one line
-      bump();
-      while (pos_ < src_.size() && src_[pos_] != '"' && src_[pos_] != '\n') bump();
-      if (pos_ < src_.size() && src_[pos_] == '"') {
-        bump();
-        tok_.kind = Token::kString;
-      } else {
-        tok_.kind = Token::kPunct;  // unterminated: no rule accepts it
-      }
+    } else if (starts_number(c)) {
+      tok_.kind = lex_number();
+    } else if (c == '"') {
+      tok_.kind = lex_string();
     } else {
       bump();
       tok_.kind = Token::kPunct;
     }
     tok_.text = src_.substr(start, pos_ - start);
+  }
+  bool starts_number(char c) const {
+    return std::isdigit(static_cast<unsigned char>(c)) ||
+           ((c == '-' || c == '+') && pos_ + 1 < src_.size() &&
+            (std::isdigit(static_cast<unsigned char>(src_[pos_ + 1])) || src_[pos_ + 1] == 'i' ||
+             src_[pos_ + 1] == '.'));
+  }
+  // A number's characters (its sign, digits, letters of inf / nan / hex, '.', an exponent's sign).
+  Token::Kind lex_number() {
+    bump();
+    while (pos_ < src_.size() &&
+           (std::isalnum(static_cast<unsigned char>(src_[pos_])) || src_[pos_] == '.' ||
+            ((src_[pos_] == '-' || src_[pos_] == '+') &&
+             (src_[pos_ - 1] == 'e' || src_[pos_ - 1] == 'E')))) {
+      bump();
+    }
+    return Token::kNumber;
+  }
+  // A quoted text (a source location, a print's format): no escapes, one line. Unterminated, it
+  // is punctuation, which no rule accepts.
+  Token::Kind lex_string() {
+    bump();
+    while (pos_ < src_.size() && src_[pos_] != '"' && src_[pos_] != '\n') bump();
+    if (pos_ >= src_.size() || src_[pos_] != '"') return Token::kPunct;
+    bump();
+    return Token::kString;
   }
   void bump() {
     if (src_[pos_] == '\n') {
