@@ -1,15 +1,15 @@
 #include "abi/compiled_kernel_io.h"
 
-#include "abi/print_records.h"
-
 #include <cstring>
+
+#include "abi/print_records.h"
 
 namespace vkad::abi {
 
 namespace {
 
 constexpr uint32_t kMagic = 0x4b4b4456;  // "VDKK"
-constexpr uint32_t kVersion = 4;  // 2: finite_sites; 3: access_sites; 4: print sites
+constexpr uint32_t kVersion = 4;         // 2: finite_sites; 3: access_sites; 4: print sites
 
 class Writer {
  public:

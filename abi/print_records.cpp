@@ -1,7 +1,7 @@
 #include "abi/print_records.h"
 
-#include <charconv>
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 
 namespace vkad::abi {

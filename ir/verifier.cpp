@@ -1,11 +1,10 @@
 #include "ir/verifier.h"
 
-#include "abi/print_records.h"
-
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "abi/print_records.h"
 #include "ir/text.h"
 
 namespace vkad::codegen {

@@ -589,7 +589,7 @@ class Evaluator {
   std::span<const HostArg> args_;
   std::unordered_map<ValueId, uint32_t> slots_;
   std::vector<DType> slot_types_;
-  const Task* task_ = nullptr;        // the task running
+  const Task* task_ = nullptr;       // the task running
   std::vector<std::string> prints_;  // what its print statements wrote
   std::vector<uint32_t> direct_;
   bool dense_ = false;

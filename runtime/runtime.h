@@ -573,8 +573,8 @@ class Runtime {
     const std::byte* args;                 // the launch's args slot in the upload ring (mapped)
     std::shared_ptr<const Kernel> kernel;  // kept alive even if unregistered meanwhile
     LaunchId launch;
-    uint64_t graph = 0;         // a replayed launch's graph (its handle id), else 0
-    uint32_t graph_launch = 0;  // and its index in the graph
+    uint64_t graph = 0;          // a replayed launch's graph (its handle id), else 0
+    uint32_t graph_launch = 0;   // and its index in the graph
     const char* note = nullptr;  // set_launch_note's, at the launch
     uint64_t note_index = 0;
   };

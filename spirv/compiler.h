@@ -36,9 +36,10 @@ struct CompileOptions {
   // checks its value; a NaN or infinity raises kErrorNonFinite naming the statement
   // (CompiledTask::finite_sites). Off: no check emitted, no cost.
   bool check_finite = false;
-  // The print area of a kernel with print or assert statements (abi/print_records.h): bytes
-  // per launch, a multiple of 16 from abi::kMinPrintBytes to abi::kMaxPrintBytes. A launch's
-  // records past it are dropped and counted. Kernels without them have no area.
+  // The print area of a kernel with print statements (abi/print_records.h): bytes per launch, a
+  // multiple of 16 from abi::kMinPrintBytes to abi::kMaxPrintBytes. A launch's records past it
+  // are dropped and counted. A kernel with asserts and no print gets abi::kMinPrintBytes (its
+  // first failure's record); one with neither, no area.
   uint32_t print_buffer_bytes = 16384;
 };
 

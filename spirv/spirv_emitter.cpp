@@ -1460,8 +1460,8 @@ class TaskEmitter {
           }
         },
         [&] {
-          op(spv::OpAtomicIAdd, u32_, {error_word_ptr(m_.c_u32(base + 1)), scope, sem,
-                                       m_.c_u32(1)});
+          op(spv::OpAtomicIAdd, u32_,
+             {error_word_ptr(m_.c_u32(base + 1)), scope, sem, m_.c_u32(1)});
         });
   }
   // A word of the args buffer through the writable view (`errors`).

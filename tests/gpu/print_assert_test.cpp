@@ -135,9 +135,11 @@ TEST_F(PrintAssert, AnAdjointPrintsWhatItsForwardPrintsOnce) {
   ASSERT_EQ(lines_.size(), 24u);
   for (const std::string& l : lines_)
     EXPECT_EQ(l.rfind("[kernel 'printing_adjoint', task 'main_adjoint', thread (", 0), 0u) << l;
-  EXPECT_NE(std::find(lines_.begin(), lines_.end(),
-                      "[kernel 'printing_adjoint', task 'main_adjoint', thread (7)] i = 7, k = 2, x = 2.25"),
-            lines_.end());
+  EXPECT_NE(
+      std::find(
+          lines_.begin(), lines_.end(),
+          "[kernel 'printing_adjoint', task 'main_adjoint', thread (7)] i = 7, k = 2, x = 2.25"),
+      lines_.end());
   auto g = t.grad(xs);
   ASSERT_TRUE(g.ok());
   std::vector<float> gx(8);
@@ -247,8 +249,7 @@ TEST_F(PrintAssert, ATapesLaunchesNameTheirEntry) {
   st = s_->synchronize();
   ASSERT_EQ(st.code(), ErrorCode::kDeviceError) << st.to_string();
   EXPECT_NE(st.message().find("kernel 'asserting_adjoint'"), std::string::npos) << st.message();
-  EXPECT_NE(st.message().find("(the adjoint of tape entry 1)"), std::string::npos)
-      << st.message();
+  EXPECT_NE(st.message().find("(the adjoint of tape entry 1)"), std::string::npos) << st.message();
   EXPECT_EQ(st.message().find("tape entry 0"), std::string::npos) << st.message();
 }
 
@@ -266,6 +267,11 @@ TEST_F(PrintAssert, AKernelWithoutThemHasNoPrintArea) {
   EXPECT_EQ(p->print_bytes, 16384u);
   ASSERT_EQ(p->tasks[0].print_sites.size(), 1u);
   EXPECT_EQ(p->tasks[0].print_sites[0].format, "i = {}, k = {}, x = {}");
+  // Asserts alone: the smallest area (their first failure's record; a graph moves every
+  // launch's args at each replay).
+  auto a = codegen::compile(asserting(), codegen::Target::host());
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->print_bytes, abi::kMinPrintBytes);
 }
 
 }  // namespace

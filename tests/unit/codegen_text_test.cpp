@@ -94,8 +94,9 @@ TEST(CodegenText, SourceLocationsRoundTrip) {
   EXPECT_EQ(intern_source_location(""), 0u);
   EXPECT_EQ(source_location(intern_source_location("a\"b\\c\nd")), "a'b'c d");
 
-  auto bad = parse("kernel k(x: ndarray<f32, 1>) {\n  task t parallel %0 in [0, 1) {\n"
-                   "    %1 = load x[%0] : f32 @sim\n  }\n}");
+  auto bad = parse(
+      "kernel k(x: ndarray<f32, 1>) {\n  task t parallel %0 in [0, 1) {\n"
+      "    %1 = load x[%0] : f32 @sim\n  }\n}");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("line 3, column 28: expected a quoted source location"),
             std::string::npos)
@@ -145,8 +146,9 @@ TEST(CodegenText, PrintAndAssertRoundTripAndVerify) {
   Status v = verify(*not_bool);
   EXPECT_NE(v.message().find("assert's condition is a bool, got f32"), std::string::npos)
       << v.to_string();
-  std::string many = "kernel p(x: ndarray<f32, 1>) {\n  task t parallel %0 in [0, 1) {\n"
-                     "    print \"many\"";
+  std::string many =
+      "kernel p(x: ndarray<f32, 1>) {\n  task t parallel %0 in [0, 1) {\n"
+      "    print \"many\"";
   for (int i = 0; i < 17; ++i) many += ", %0";
   many += "\n  }\n}\n";
   auto too_many = parse(many);
@@ -154,7 +156,8 @@ TEST(CodegenText, PrintAndAssertRoundTripAndVerify) {
   v = verify(*too_many);
   EXPECT_NE(v.message().find("print records at most 16 values, got 17"), std::string::npos)
       << v.to_string();
-  EXPECT_FALSE(parse("kernel p() {\n  task t parallel %0 in [0, 1) {\n    print %0\n  }\n}\n").ok());
+  EXPECT_FALSE(
+      parse("kernel p() {\n  task t parallel %0 in [0, 1) {\n    print %0\n  }\n}\n").ok());
 }
 
 TEST(CodegenBuilder, BuildsWhatItsTextSays) {
