@@ -64,6 +64,12 @@ class PrintAssert : public ValidatedSessionTest {
     ValidatedSessionTest::SetUp();
     s_->set_print_sink([this](std::string_view line) { lines_.emplace_back(line); });
   }
+  // lines_ dies before the base's session: a launch retired by the session's destruction must
+  // not write into it.
+  void TearDown() override {
+    if (s_) s_->set_print_sink(nullptr);
+    ValidatedSessionTest::TearDown();
+  }
   NdArrayHandle make(const std::vector<float>& values) {
     auto h = s_->ndarray(DType::kF32, {static_cast<uint32_t>(values.size())});
     EXPECT_TRUE(h.ok());
