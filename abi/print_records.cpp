@@ -88,7 +88,8 @@ PrintArea read_print_area(const CompiledKernel& d, const std::byte* args) {
   out.dropped = dropped;
   const uint32_t capacity = d.print_bytes / 4 - kPrintHeaderWords;
   std::vector<uint32_t> words(std::min(used, capacity));
-  if (!words.empty()) std::memcpy(words.data(), area + 4 * kPrintHeaderWords, 4 * words.size());
+  if (!words.empty())
+    std::memcpy(words.data(), area + size_t{4} * kPrintHeaderWords, 4 * words.size());
   size_t at = 0;
   while (at < words.size()) {
     const uint32_t task = words[at] >> 20, site = (words[at] & 0xfffff) - 1;

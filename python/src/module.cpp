@@ -139,6 +139,10 @@ struct State {
   // The tape's check of a loop recorded from an empty record, by its recorded launches: the
   // record it left (LoopCheck, below). At most kLoopChecks, the oldest dropped first.
   std::vector<std::shared_ptr<struct LoopCheck>> loop_checks;
+  // Session.set_print_sink's callable, or None. The runtime's sink calls it through this State
+  // (with the GIL taken), so no Python object lives in the C++ session; the sink is taken off
+  // before the session is destroyed (stdout then).
+  nb::object print_sink = nb::none();
 
   vkad::Session& get() {
     if (!session) raise(Status(ErrorCode::kFailedPrecondition, "the session is closed"));
@@ -160,6 +164,7 @@ struct State {
   State(const State&) = delete;
   State& operator=(const State&) = delete;
   ~State() {
+    if (session) session->set_print_sink(nullptr);  // no Python from a destructor
     session.reset();  // frees its blocks through `cuda`'s hook first
     closing.reset();
     cuda.reset();
@@ -2088,6 +2093,27 @@ struct Session {
   void release_idle_memory() {
     check(blocking(*st, [](vkad::Session& s) { return s.release_idle_memory(); }));
   }
+  // Kernels' print lines to `fn(line)` (None: stdout), called when their launches retire, with
+  // the GIL taken, inside whichever session call retired them: it must not call the session.
+  void set_print_sink(nb::object fn) {
+    if (!fn.is_none() && !PyCallable_Check(fn.ptr()))
+      invalid("set_print_sink: a callable taking one str, or None");
+    std::function<void(std::string_view)> sink;
+    if (!fn.is_none()) {
+      State* raw = st.get();  // outlives its session, which holds the sink
+      sink = [raw](std::string_view line) {
+        nb::gil_scoped_acquire gil;
+        try {
+          raw->print_sink(nb::str(line.data(), line.size()));
+        } catch (nb::python_error& e) {
+          e.discard_as_unraisable("vkad: the print sink");
+        }
+      };
+    }
+    Locked l(*st);
+    st->print_sink = fn;
+    st->get().set_print_sink(std::move(sink));
+  }
   void begin_timeline(uint64_t max_events) {
     check(blocking(*st, [&](vkad::Session& s) { return s.begin_timeline(max_events); }));
   }
@@ -2098,6 +2124,7 @@ struct Session {
     nb::gil_scoped_release release;  // destruction waits for this session's work
     std::lock_guard<std::mutex> l(st->mu);
     st->drain_pending();
+    if (st->session) st->session->set_print_sink(nullptr);  // stdout from here: no GIL held
     // DLPack consumers still hold its memory: the last one's deleter destroys it.
     if (st->exports > 0 && st->session) {
       st->closing = std::move(st->session);
@@ -2716,6 +2743,11 @@ void bind_timeline(nb::module_& m) {
 
 // Session's debugging calls (docs/debugging.md).
 void bind_session_debugging(nb::class_<Session>& cls) {
+  cls.def("set_print_sink", &Session::set_print_sink, "fn"_a.none(),
+          nb::sig("def set_print_sink(self, fn: typing.Callable[[str], object] | None) -> None"),
+          "Where kernels' print lines go (docs/debugging.md): fn(line) per line, called when "
+          "the launch retires, inside the session call that retired it (it must not call the "
+          "session); None: stdout.");
   cls.def("begin_timeline", &Session::begin_timeline,
           "max_events"_a = vkad::runtime::kTimelineMaxEvents,
           "Starts a timeline (docs/debugging.md): every launch, fill, copy and upload until "

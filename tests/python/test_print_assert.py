@@ -135,3 +135,19 @@ def test_print_outside_the_subset_points_at_the_line():
     with pytest.raises(vkad.InvalidArgumentError, match="format spec") as e:
         vkad.kernel(bad).ir()
     assert e.value.lineno == line_of('print(f"{x[i]:.3f}")')
+
+
+def test_a_print_sink_gets_the_lines(session, capfd):
+    got = []
+    session.set_print_sink(got.append)
+    try:
+        x, y = session.ndarray(np.arange(4, dtype=np.float32)), session.zeros(4, vkad.f32)
+        capfd.readouterr()
+        show(x, y, session=session)
+        session.synchronize()
+    finally:
+        session.set_print_sink(None)
+    assert len(got) == 8 and all(l.startswith("[kernel 'show'") for l in got)
+    assert printed(capfd) == []  # not on stdout as well
+    with pytest.raises(vkad.InvalidArgumentError, match="a callable"):
+        session.set_print_sink(42)
