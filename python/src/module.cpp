@@ -165,7 +165,7 @@ struct State {
   State& operator=(const State&) = delete;
   ~State() {
     if (session) session->set_print_sink(nullptr);  // no Python from a destructor
-    session.reset();  // frees its blocks through `cuda`'s hook first
+    session.reset();                                // frees its blocks through `cuda`'s hook first
     closing.reset();
     cuda.reset();
   }
