@@ -33,7 +33,6 @@ the whole iteration (zeroing, forward, backward) is captured once as a graph and
 where installed), and with matplotlib writes diffmpm_loss.png and diffmpm_final.png into --out.
 The DiffMPM class is what tests/python/test_difftaichi.py imports.
 """
-import argparse
 import math
 import os
 import sys
@@ -44,7 +43,7 @@ import numpy as np
 import vkad
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from training import train  # noqa: E402  (the ports' shared loop)
+from training import arguments, open_session, train  # noqa: E402  (the ports' shared parts)
 from vkad import Matrix, Vector
 
 # DiffTaichi's constants (examples/diffmpm.py)
@@ -441,28 +440,13 @@ def plot(sim: DiffMPM, losses: Sequence[float], out: str) -> List[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--iters", type=int, default=100, help="training iterations (default 100)")
-    ap.add_argument("--profile", metavar="TRACE.json", default=None,
-                    help="time the last iteration on the device: a Chrome trace / Perfetto file "
-                         "and a per-kernel summary (docs/debugging.md)")
-    ap.add_argument("--steps", type=int, default=STEPS, help=f"time steps (default {STEPS})")
+    ap = arguments(__doc__, STEPS)
     ap.add_argument("--grid", type=int, default=N_GRID,
                     help=f"grid cells per side (default {N_GRID}; particles: 2 per cell side)")
     ap.add_argument("--scene", choices=sorted(SCENES), default="robot",
                     help="DiffTaichi's scene (default robot)")
-    ap.add_argument("--f64", action="store_true", help="simulate in f64 (default f32)")
-    ap.add_argument("--no-graph", action="store_true",
-                    help="launch every iteration's kernels one by one instead of replaying a graph")
-    ap.add_argument("--debug", action="store_true",
-                    help="check every float store for NaN / infinity and assert that particles "
-                         "stay on the grid (docs/debugging.md)")
-    ap.add_argument("--seed", type=int, default=0, help="weight initialisation seed (default 0)")
-    ap.add_argument("--device", default=None, help="device index or name substring")
-    ap.add_argument("--out", default=".", help="folder for the plots (default .)")
-    a = ap.parse_args(argv)
-    device = int(a.device) if a.device is not None and a.device.isdigit() else a.device
-    with vkad.Session(device, check_finite=a.debug) as s:
+    a = ap.parse_args(argv)  # --debug: also asserts that particles stay on the grid
+    with open_session(a) as s:
         sim = DiffMPM(s, a.steps, a.grid, vkad.f64 if a.f64 else vkad.f32, scene=a.scene,
                       seed=a.seed, graph=not a.no_graph, debug=a.debug)
         sc = sim.scene
