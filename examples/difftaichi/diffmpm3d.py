@@ -40,7 +40,6 @@ where installed), and with matplotlib writes diffmpm3d_loss.png and diffmpm3d_fi
 and top views) into --out, where DiffTaichi writes particle files for its renderer every 20
 iterations. The DiffMPM3D class is what tests/python/test_difftaichi_diffmpm3d.py imports.
 """
-import argparse
 import math
 import os
 import sys
@@ -51,7 +50,7 @@ import numpy as np
 import vkad
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from training import train  # noqa: E402  (the ports' shared loop)
+from training import arguments, open_session, train  # noqa: E402  (the ports' shared parts)
 from vkad import Matrix, Vector
 
 # DiffTaichi's constants (examples/diffmpm3d.py; its max_steps = steps)
@@ -438,24 +437,12 @@ def plot(sim: DiffMPM3D, losses: Sequence[float], out: str) -> List[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--iters", type=int, default=100, help="training iterations (default 100)")
-    ap.add_argument("--profile", metavar="TRACE.json", default=None,
-                    help="time the last iteration on the device: a Chrome trace / Perfetto file "
-                         "and a per-kernel summary (docs/debugging.md)")
-    ap.add_argument("--steps", type=int, default=STEPS, help=f"time steps (default {STEPS})")
+    ap = arguments(__doc__, STEPS, iters=100)
     ap.add_argument("--grid", type=int, default=N_GRID,
                     help=f"grid cells per side (default {N_GRID}; particles: {DENSITY} per cell "
                          "side)")
-    ap.add_argument("--f64", action="store_true", help="simulate in f64 (default f32)")
-    ap.add_argument("--no-graph", action="store_true",
-                    help="launch every iteration's kernels one by one instead of replaying a graph")
-    ap.add_argument("--seed", type=int, default=0, help="weight initialisation seed (default 0)")
-    ap.add_argument("--device", default=None, help="device index or name substring")
-    ap.add_argument("--out", default=".", help="folder for the plots (default .)")
     a = ap.parse_args(argv)
-    device = int(a.device) if a.device is not None and a.device.isdigit() else a.device
-    with vkad.Session(device) as s:
+    with open_session(a) as s:
         sim = DiffMPM3D(s, a.steps, a.grid, vkad.f64 if a.f64 else vkad.f32, seed=a.seed,
                         graph=not a.no_graph)
         sc = sim.scene

@@ -50,7 +50,6 @@ Electric class is what tests/python/test_difftaichi_electric.py and bench/diffta
 import.
 """
 
-import argparse
 import math
 import os
 import random
@@ -62,7 +61,7 @@ import numpy as np
 import vkad
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from training import train  # noqa: E402  (the ports' shared loop)
+from training import arguments, open_session, train  # noqa: E402  (the ports' shared parts)
 from vkad import Vector
 
 # DiffTaichi's constants (examples/electric.py)
@@ -372,27 +371,15 @@ def plot(sim: Electric, losses: Sequence[float], out: str) -> List[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--iters", type=int, default=200, help="training iterations (default 200)")
-    ap.add_argument("--profile", metavar="TRACE.json", default=None,
-                    help="time the last iteration on the device: a Chrome trace / Perfetto file "
-                         "and a per-kernel summary (docs/debugging.md)")
-    ap.add_argument("--steps", type=int, default=STEPS, help=f"time steps (default {STEPS})")
+    ap = arguments(__doc__, STEPS, iters=200)
     ap.add_argument("--seg-size", type=int, default=SEG_SIZE,
                     help=f"steps per segment of the goal path (default {SEG_SIZE})")
     ap.add_argument("--same-task", action="store_true",
                     help="train on one goal path instead of a new one per iteration")
-    ap.add_argument("--f64", action="store_true", help="simulate in f64 (default f32)")
-    ap.add_argument("--no-graph", action="store_true",
-                    help="launch every iteration's kernels one by one instead of replaying a graph")
     ap.add_argument("--no-loop", action="store_true",
                     help="the step loop as a Python loop of launches instead of Session.loop")
-    ap.add_argument("--seed", type=int, default=0, help="weights' and paths' seed (default 0)")
-    ap.add_argument("--device", default=None, help="device index or name substring")
-    ap.add_argument("--out", default=".", help="folder for the plots (default .)")
     a = ap.parse_args(argv)
-    device = int(a.device) if a.device is not None and a.device.isdigit() else a.device
-    with vkad.Session(device) as s:
+    with open_session(a) as s:
         sim = Electric(s, a.steps, vkad.f64 if a.f64 else vkad.f32, seed=a.seed,
                        graph=not a.no_graph, loop=not a.no_loop, seg_size=a.seg_size,
                        same_task=a.same_task)

@@ -37,7 +37,6 @@ What vkad does instead of Taichi's behaviour:
   is DiffTaichi's use_toi = False (advance_no_toi).
 """
 
-import argparse
 import math
 import os
 import sys
@@ -48,7 +47,7 @@ import numpy as np
 import vkad
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from training import train  # noqa: E402  (the ports' shared loop)
+from training import arguments, open_session, train  # noqa: E402  (the ports' shared parts)
 from vkad import Vector
 
 # DiffTaichi's constants (examples/rigid_body.py)
@@ -499,26 +498,14 @@ def plot(sim: RigidBody, losses: Sequence[float], out: str) -> List[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = arguments(__doc__, STEPS, iters=20)
     ap.add_argument("--robot", type=int, default=0, help="DiffTaichi's robot 0-2 (default 0)")
-    ap.add_argument("--iters", type=int, default=20, help="training iterations (default 20)")
-    ap.add_argument("--profile", metavar="TRACE.json", default=None,
-                    help="time the last iteration on the device: a Chrome trace / Perfetto file "
-                         "and a per-kernel summary (docs/debugging.md)")
-    ap.add_argument("--steps", type=int, default=STEPS, help=f"time steps (default {STEPS})")
     ap.add_argument("--no-toi", action="store_true",
                     help="DiffTaichi's use_toi = False: advance without the time of impact")
-    ap.add_argument("--f64", action="store_true", help="simulate in f64 (default f32)")
-    ap.add_argument("--no-graph", action="store_true",
-                    help="launch every iteration's kernels one by one instead of replaying a graph")
     ap.add_argument("--no-loop", action="store_true",
                     help="the step loop as a Python loop of launches instead of Session.loop")
-    ap.add_argument("--seed", type=int, default=0, help="weight initialisation seed (default 0)")
-    ap.add_argument("--device", default=None, help="device index or name substring")
-    ap.add_argument("--out", default=".", help="folder for the plots (default .)")
     a = ap.parse_args(argv)
-    device = int(a.device) if a.device is not None and a.device.isdigit() else a.device
-    with vkad.Session(device) as s:
+    with open_session(a) as s:
         sim = RigidBody(s, a.robot, a.steps, vkad.f64 if a.f64 else vkad.f32, toi=not a.no_toi,
                         seed=a.seed, graph=not a.no_graph, loop=not a.no_loop)
         print(f"{s.device_name}: robot {a.robot} ({len(sim.objects)} boxes, "

@@ -46,10 +46,11 @@ def train(sim, iters: int, name: str, bar_digits: int = 6, line_digits: int = 6,
     return losses
 
 
-def arguments(doc: str, steps: int) -> argparse.ArgumentParser:
-    """A port's parser with the flags they share; the port adds its own."""
+def arguments(doc: str, steps: int, iters: int = 100, seed: bool = True) -> argparse.ArgumentParser:
+    """A port's parser with the flags they share (`seed`: a --seed flag); the port adds its own."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
-    ap.add_argument("--iters", type=int, default=100, help="training iterations (default 100)")
+    ap.add_argument("--iters", type=int, default=iters,
+                    help=f"training iterations (default {iters})")
     ap.add_argument("--profile", metavar="TRACE.json", default=None,
                     help="time the last iteration on the device: a Chrome trace / Perfetto file "
                          "and a per-kernel summary (docs/debugging.md)")
@@ -60,7 +61,8 @@ def arguments(doc: str, steps: int) -> argparse.ArgumentParser:
     ap.add_argument("--f64", action="store_true", help="simulate in f64 (default f32)")
     ap.add_argument("--no-graph", action="store_true",
                     help="launch every iteration's kernels one by one instead of replaying a graph")
-    ap.add_argument("--seed", type=int, default=0, help="weight initialisation seed (default 0)")
+    if seed:
+        ap.add_argument("--seed", type=int, default=0, help="initialisation seed (default 0)")
     ap.add_argument("--device", default=None, help="device index or name substring")
     ap.add_argument("--out", default=".", help="folder for the plots (default .)")
     return ap

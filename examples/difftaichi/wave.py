@@ -50,7 +50,6 @@ is what tests/python/test_difftaichi_wave.py and bench/difftaichi_ports.py impor
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -61,7 +60,7 @@ import numpy as np
 import vkad
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from training import train  # noqa: E402  (the ports' shared loop)
+from training import arguments, open_session, train  # noqa: E402  (the ports' shared parts)
 
 # DiffTaichi's constants (examples/wave.py)
 N_GRID = 256
@@ -339,24 +338,13 @@ def plot(sim: Wave, losses: Sequence[float], out: str) -> List[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--iters", type=int, default=200, help="training iterations (default 200)")
-    ap.add_argument("--profile", metavar="TRACE.json", default=None,
-                    help="time the last iteration on the device: a Chrome trace / Perfetto file "
-                         "and a per-kernel summary (docs/debugging.md)")
-    ap.add_argument("--steps", type=int, default=STEPS, help=f"time steps (default {STEPS})")
+    ap = arguments(__doc__, STEPS, iters=200, seed=False)
     ap.add_argument("--grid", type=int, default=N_GRID,
                     help=f"grid cells per side (default {N_GRID}; dx = 1 / grid)")
-    ap.add_argument("--f64", action="store_true", help="simulate in f64 (default f32)")
-    ap.add_argument("--no-graph", action="store_true",
-                    help="launch every iteration's kernels one by one instead of replaying a graph")
     ap.add_argument("--no-loop", action="store_true",
                     help="the step loop as a Python loop of launches instead of Session.loop")
-    ap.add_argument("--device", default=None, help="device index or name substring")
-    ap.add_argument("--out", default=".", help="folder for the plots (default .)")
     a = ap.parse_args(argv)
-    device = int(a.device) if a.device is not None and a.device.isdigit() else a.device
-    with vkad.Session(device) as s:
+    with open_session(a) as s:
         sim = Wave(s, a.steps, a.grid, vkad.f64 if a.f64 else vkad.f32, graph=not a.no_graph,
                    loop=not a.no_loop)
         print(f"{s.device_name}: {a.grid}^2 grid, {a.steps} steps, {a.iters} iterations")
