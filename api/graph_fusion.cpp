@@ -599,8 +599,17 @@ bool Session::build_fused(std::span<const codegen::FusionRun> runs,
 }
 
 Result<GraphHandle> Session::recapture(const ReworkPlan& w, const std::string& name,
-                                       FusedGraph* map, bool* relaxed) {
+                                       FusedGraph* map, bool* relaxed,
+                                       std::span<const runtime::LaunchOrigin> origins) {
   VKAD_TRY(rt_->begin_capture(name));
+  // The launches recorded again name what the user recorded them from (a fused run: what all
+  // its members share); the caller's note is put back after.
+  struct KeepOrigin {
+    runtime::Runtime& rt;
+    runtime::LaunchOrigin saved = rt.launch_origin();
+    ~KeepOrigin() { rt.set_launch_origin(saved); }
+  } keep{*rt_};
+  runtime::LaunchOrigin origin;  // of the launch being assembled
   map->launch.resize(w.launches.size());
   map->param.resize(w.launches.size());
   uint32_t made = 0;
@@ -622,6 +631,9 @@ Result<GraphHandle> Session::recapture(const ReworkPlan& w, const std::string& n
     const uint32_t orig = w.order[launch];
     map->launch[orig] = made;
     if (w.runs[r].count > 1) map->param[orig] = w.planned[r].param_map[m];
+    const runtime::LaunchOrigin mine =
+        orig < origins.size() ? origins[orig] : runtime::LaunchOrigin{};
+    origin = m == 0 ? mine : runtime::LaunchOrigin::join(origin, mine);
   };
   auto emit = [&](KernelHandle k, std::span<const Arg> a) -> Status {
     const bool barrier = pending.next(unit);
@@ -633,6 +645,7 @@ Result<GraphHandle> Session::recapture(const ReworkPlan& w, const std::string& n
     }
     first_in_stretch = false;
     ++made;
+    rt_->set_launch_origin(origin);
     return rt_->launch(k, a);
   };
   // Fills are recorded only where the plan keeps them (w.dropped: made redundant by a fused
@@ -840,7 +853,14 @@ Result<GraphHandle> Session::install_rework(PreparedRework& p, bool keep_capture
   }
   // The rework's kernels get their specialized pipelines at their first launch: here.
   const double created = rt_->pipeline_create_ms();
-  Result<GraphHandle> fused = recapture(p.w, p.name, &map, &p.relaxed);
+  // What made each captured launch, where the plan's launches are the captured ones in another
+  // order (rolling and blocking make launches of several).
+  std::vector<runtime::LaunchOrigin> origins;
+  if (!p.any_rolled && p.blocked == 0) {
+    Result<std::vector<runtime::LaunchOrigin>> o = rt_->graph_launch_origins(p.graph);
+    if (o.ok() && o->size() == p.w.order.size()) origins = std::move(*o);
+  }
+  Result<GraphHandle> fused = recapture(p.w, p.name, &map, &p.relaxed, origins);
   rework_compile_ms_ += rt_->pipeline_create_ms() - created;
   clock.mark("re-capture");
   if (!fused.ok()) {

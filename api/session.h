@@ -45,6 +45,7 @@
 #include "ir/launch_access.h"
 #include "ir/target.h"
 #include "runtime/defaults.h"
+#include "runtime/launch_origin.h"
 #include "runtime/timeline.h"
 #include "spirv/compiler.h"
 
@@ -687,9 +688,11 @@ class Session {
                    std::span<const std::unordered_map<uint64_t, size_t>> zero_fills,
                    std::vector<MergedLaunch>* planned, std::vector<bool>* dropped);
   // Records the plan as a graph; `map` gets each capture-order launch's place in it and
-  // `relaxed` whether a barrier was left out.
+  // `relaxed` whether a barrier was left out. `origins` (per capture-order launch of `w`, or
+  // empty): what made each, kept by the launches recorded (a fused run's: what its members
+  // share, LaunchOrigin::join).
   Result<GraphHandle> recapture(const ReworkPlan& w, const std::string& name, FusedGraph* map,
-                                bool* relaxed);
+                                bool* relaxed, std::span<const runtime::LaunchOrigin> origins = {});
   void describe_launches(const std::vector<CapturedStep>& captured, FusedGraph* map) const;
   void trace_rework(const ReworkPlan& w, const std::string& name) const;
   // `cap`'s steps in scheduled order into `w` (steps, order, what each launch touches and what
@@ -750,6 +753,10 @@ class Session {
     ReworkPlan w;
     std::vector<std::shared_ptr<const codegen::Kernel>> ir;  // what w.launches points into
     std::vector<uint64_t> zeros;  // arrays the plan needs zero when the loop starts
+    // Per launch of the plan (in its order), the loop iteration it comes from, for its device
+    // errors; empty where the plan rolled or blocked launches (its launch numbers are not the
+    // loop's then).
+    std::vector<int64_t> iteration;
   };
   std::unordered_map<std::string, std::shared_ptr<const LoopRework>> loop_reworks_;
   static std::string loop_key(std::span<const LoopLaunch> body, uint32_t count);

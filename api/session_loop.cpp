@@ -38,6 +38,19 @@ void iteration_args(const LoopLaunch& l, int64_t r, std::vector<Arg>* out) {
   for (size_t p = 0; p < l.step.size(); ++p) (*out)[p].i += r * l.step[p];
 }
 
+// The loop iteration the launches made in its scope name in their device errors
+// (Runtime::set_launch_iteration); none after it.
+class IterationNote {
+ public:
+  explicit IterationNote(runtime::Runtime& rt) : rt_(rt) {}
+  ~IterationNote() { rt_.set_launch_iteration(-1); }
+  IterationNote(const IterationNote&) = delete;
+  IterationNote& operator=(const IterationNote&) = delete;
+
+ private:
+  runtime::Runtime& rt_;
+};
+
 std::string where(size_t j, int64_t r) {
   return "launch_loop: launch " + std::to_string(j) + " of the body, iteration " +
          std::to_string(r);
@@ -134,7 +147,10 @@ Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, Lo
       out->reworked = false;
     }
   }
+  // Launched one at a time, each launch's device errors name its iteration.
+  IterationNote note(*rt_);
   for (int64_t r = 0; r < static_cast<int64_t>(count); ++r) {
+    rt_->set_launch_iteration(r);
     for (size_t j = 0; j < body.size(); ++j) {
       iteration_args(body[j], r, &a);
       VKAD_TRY_CTX(launch(body[j].kernel, a), where(j, r));
@@ -274,6 +290,11 @@ void Session::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
         return Status{};
       });
   clock.mark("pipelines");
+  if (!p->any_rolled && p->blocked == 0 && p->w.order.size() == body.size() * count) {
+    for (uint32_t captured : p->w.order) {
+      r->iteration.push_back(static_cast<int64_t>(captured / body.size()));
+    }
+  }
   r->w = std::move(p->w);
   r->ir = std::move(p->ir);
   slot = std::move(r);
@@ -313,8 +334,17 @@ bool Session::zeros_hold(std::span<const uint64_t> zeros) const {
 Status Session::launch_reworked(const LoopRework& r, LoopInfo* info) {
   // Through launch(): in a capture the log takes them and the barriers are judged as for any
   // launch. A plan's fills are the assumed zeros (rework_loop): never launched.
+  // Each launch names its iteration, a fused run the iterations of its members.
+  IterationNote note(*rt_);
   return walk_plan(
-      r.w, [](size_t, bool) { return Status{}; }, [](size_t, size_t, size_t) {},
+      r.w, [](size_t, bool) { return Status{}; },
+      [&](size_t n, size_t, size_t m) {
+        const runtime::LaunchOrigin so_far = rt_->launch_origin();
+        runtime::LaunchOrigin mine = so_far;
+        mine.iteration = n < r.iteration.size() ? r.iteration[n] : -1;
+        mine.last_iteration = -1;
+        rt_->set_launch_origin(m == 0 ? mine : runtime::LaunchOrigin::join(so_far, mine));
+      },
       [&](KernelHandle k, std::span<const Arg> args) -> Status {
         VKAD_TRY_CTX(launch(k, args), "launch_loop: launch " + std::to_string(info->launches) +
                                           " of the reworked loop");

@@ -307,7 +307,9 @@ Status Tape::launch_adjoint_loop(size_t first, size_t len) {
     }
     body.push_back(std::move(l));
   }
-  LaunchNote note(*session_, "the adjoint of the loop at tape entry", first);
+  // Its iterations run from the forward's last: the note says so.
+  LaunchNote note(*session_, "the adjoint (run from the last iteration) of the loop at tape entry",
+                  first);
   VKAD_TRY_CTX(session_->launch_loop(body, records_[first].loop_count),
                "tape.backward: adjoint of the loop at launch " + std::to_string(first));
   return {};

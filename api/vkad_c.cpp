@@ -553,6 +553,19 @@ vkad_status* vkad_release_idle_memory(vkad_session* session) {
   return from(session->s->release_idle_memory());
 }
 
+vkad_status* vkad_session_set_print_sink(vkad_session* session, vkad_print_sink sink, void* user) {
+  VKAD_C_CHECK_SESSION("vkad_session_set_print_sink");
+  if (sink == nullptr) {
+    session->s->set_print_sink(nullptr);
+    return nullptr;
+  }
+  session->s->set_print_sink([sink, user](std::string_view line) {
+    const std::string text(line);  // NUL-terminated for C
+    sink(text.c_str(), text.size(), user);
+  });
+  return nullptr;
+}
+
 vkad_status* vkad_timeline_begin(vkad_session* session, uint64_t max_events) {
   VKAD_C_CHECK_SESSION("vkad_timeline_begin");
   return from(

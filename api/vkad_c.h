@@ -310,6 +310,14 @@ VKAD_C_API vkad_status* vkad_release_idle_memory(vkad_session* session);
  * fit; NULL when size is 0), with *summary_needed (may be NULL) its full length + 1 and
  * *event_count (may be NULL) the number of events kept. VKAD_FAILED_PRECONDITION for an end
  * without a begin, a second begin, or either while capturing. */
+/* Where the session's kernels' print statements (and the lines saying a launch dropped
+ * records) go (docs/debugging.md, vkad::Session::set_print_sink): `sink` is called with each
+ * line, NUL-terminated and without its newline (`length` bytes; valid during the call only),
+ * on the thread whose vkad call retired the launch (a flush, a synchronize, a download, a later
+ * launch), in launch order. NULL: stdout (the default). `user` is passed back unchanged. */
+typedef void (*vkad_print_sink)(const char* line, size_t length, void* user);
+VKAD_C_API vkad_status* vkad_session_set_print_sink(vkad_session* session, vkad_print_sink sink,
+                                                    void* user);
 VKAD_C_API vkad_status* vkad_timeline_begin(vkad_session* session, uint64_t max_events);
 VKAD_C_API vkad_status* vkad_timeline_end(vkad_session* session, const char* trace_path,
                                           char* summary, size_t size, size_t* summary_needed,

@@ -242,4 +242,13 @@ void CommandList::write_timestamp(QueryPool& pool, uint32_t index) {
                                              pool.handle(), index);
 }
 
+void CommandList::copy_timestamps(QueryPool& pool, uint32_t first, uint32_t count, Buffer& dst,
+                                  uint64_t dst_offset) {
+  mark_used(pool.use());
+  mark_used(dst.use());
+  stream_->device().fn().vkCmdCopyQueryPoolResults(
+      cb_.get(), pool.handle(), first, count, dst.handle(), dst_offset, sizeof(uint64_t),
+      VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+}
+
 }  // namespace vkad::rhi

@@ -112,6 +112,12 @@ class CommandList {
   void fill64(Buffer& dst, uint64_t value, uint64_t bytes);
   void reset_queries(QueryPool& pool, uint32_t first, uint32_t count);
   void write_timestamp(QueryPool& pool, uint32_t index);
+  // Copies timestamps [first, first + count) of `pool` as 64-bit values into `dst` at
+  // `dst_offset`, waiting for each (a transfer write: the list's closing kToHost barrier makes
+  // it visible to the host once the submission completed). Query commands on one queue run in
+  // submission order, so a later reset of the same queries needs no barrier.
+  void copy_timestamps(QueryPool& pool, uint32_t first, uint32_t count, Buffer& dst,
+                       uint64_t dst_offset);
   // Marks an object used by this submission without recording a command (e.g. a buffer only
   // reached through a device address). In a bundle's recording: remembered, and marked at each
   // execution instead.

@@ -205,6 +205,7 @@ void Runtime::run_steps_into(RunPiece& p, size_t begin, size_t end, uint64_t lo)
     p.arrays.insert(p.arrays.end(), bufs.begin(), bufs.end());
     step.args_offset = g.args_offset[i] - lo;
     step.barrier_after = c.barrier_after;
+    step.origin = c.origin;
     p.steps.push_back(std::move(step));
   }
 }
@@ -366,7 +367,7 @@ void Runtime::submit_piece(RunPiece& p) {
   for (const RunStep& st : p.steps) {
     if (!st.kernel) continue;
     ctx_buffers_.flags.push_back(
-        {down + st.args_offset, st.kernel, LaunchId{++next_launch_}, 0, 0});
+        {down + st.args_offset, st.kernel, LaunchId{++next_launch_}, 0, 0, st.origin});
     count_launch(p.plans[st.plan]);
   }
   ++stats_.run_pieces;

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <unordered_map>
 
 #include "runtime/runtime.h"
@@ -51,6 +52,7 @@ Status Runtime::capture_launch(const std::shared_ptr<const Kernel>& k, std::span
   Graph& g = *capture_;
   CapturedLaunch c;
   c.kernel = k;
+  c.origin = note_;
   c.args = g.args.append(args);
   c.arrays = g.arrays.append(planned_.arrays);
   // What a replay needs of the plan, shared with the kernel's previous launch when equal (as it
@@ -163,6 +165,15 @@ Result<std::vector<std::string>> Runtime::graph_launch_kernels(GraphHandle graph
   names.reserve(it->second->launches.size());
   for (const CapturedLaunch& c : it->second->launches) names.push_back(c.kernel->desc.name);
   return names;
+}
+
+Result<std::vector<LaunchOrigin>> Runtime::graph_launch_origins(GraphHandle graph) const {
+  auto it = graphs_.find(graph.id);
+  if (it == graphs_.end()) return dead_handle("graph_launch_origins", "graph", graph.id);
+  std::vector<LaunchOrigin> out;
+  out.reserve(it->second->launches.size());
+  for (const CapturedLaunch& c : it->second->launches) out.push_back(c.origin);
+  return out;
 }
 
 Result<size_t> Runtime::graph_barriers(GraphHandle graph) const {
@@ -367,9 +378,7 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
       bundled = bundled && p->push_descriptors();
     }
   }
-  // With a timeline on, the launches are recorded one by one (below), each with its own
-  // timestamps: a bundle's commands are fixed, its queries could not be reset per replay.
-  if (bundled && !timeline_) return replay_bundle(g, graph.id, any_heap, where, first);
+  if (bundled) return replay_bundle(g, graph.id, any_heap, where, first);
   // 3. Record, in capture order.
   VKAD_TRY(ensure_list());
   const LaunchId first_id{next_launch_ + 1};
@@ -379,11 +388,13 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
     const CapturedLaunch& c = g.launches[i];
     replay_graph_ = graph.id;
     replay_launch_ = i;
+    replay_origin_ = c.origin;
     VKAD_TRY(record_launch(c.kernel, g.plans[c.plan], graph_arrays(g, c),
                            g.args_blob.data() + g.args_offset[i], nullptr, c.barrier_after));
     // With a timeline on, the launches are submitted in small pieces (after a launch: no fill
     // batch is open), so the device runs the first while the host records the rest, as a
-    // bundled replay's pieces do; without it the whole graph waits for its last launch.
+    // bundled replay's pieces do; without it the whole graph waits for its last launch. (Only
+    // graphs that cannot be bundled come here.)
     if (timeline_ && list_.dispatch_count() >= kTimelinePieceDispatches &&
         i + 1 < g.launches.size()) {
       VKAD_TRY(flush().status());
@@ -413,32 +424,69 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
 // bundles go back to their stream, freed after their last execution: in-flight replays keep
 // running. Should recording fail, the pieces submitted have run and the next replay records
 // again.
-Status Runtime::record_bundles(Graph& g) {
+Status Runtime::record_bundles(Graph& g, BundleSet& set, bool timed) {
   const auto t0 = std::chrono::steady_clock::now();
-  g.rerecord = true;  // until every piece is recorded
-  g.bundles.clear();
+  set.current = false;  // until every piece is recorded
+  set.bundles.clear();
+  // A timed set: a stamp before the first launch and after every fill batch, and one after
+  // every launch (the next launch's begin). Launches and fills bound the count.
+  TimelineRecorder::ReplayLayout* layout = nullptr;
+  std::vector<bool> fill_before;  // a fill batch between launch i - 1 and launch i
+  if (timed) {
+    set.layout = std::make_shared<TimelineRecorder::ReplayLayout>();
+    layout = set.layout.get();
+    layout->graph = g.name;
+    layout->kernels.reserve(g.launches.size());
+    for (const CapturedLaunch& c : g.launches) layout->kernels.push_back(c.kernel->desc.name);
+    layout->launch_stamps.resize(g.launches.size());
+    fill_before.assign(g.launches.size(), false);
+    bool fill = false;
+    for (const auto& [is_launch, i] : g.steps) {
+      if (!is_launch) {
+        fill = true;
+      } else {
+        fill_before[i] = fill;
+        fill = false;
+      }
+    }
+    const auto bound = static_cast<uint32_t>(g.launches.size() + g.fills.size() + 1);
+    VKAD_ASSIGN_OR_RETURN(set.stamps,
+                          device_->create_query_pool(bound, "graph '" + g.name + "' stamps"));
+    list_.reset_queries(set.stamps, 0, bound);
+  }
   VKAD_ASSIGN_OR_RETURN(rhi::CommandList rec, stream_->begin_bundle());
   size_t in_piece = 0;
   auto close = [&](bool more) -> Status {
     VKAD_ASSIGN_OR_RETURN(rhi::Bundle b, stream_->end_bundle(rec));
-    g.bundles.push_back(std::move(b));
-    list_.execute(g.bundles.back());
+    set.bundles.push_back(std::move(b));
+    list_.execute(set.bundles.back());
     if (!more) return {};
     VKAD_TRY(flush().status());
     VKAD_TRY(ensure_list());
     VKAD_ASSIGN_OR_RETURN(rec, stream_->begin_bundle());
     return {};
   };
+  uint32_t stamp = 0;  // the next stamp's query
   VKAD_TRY(record_steps(rec, g, [&](uint32_t i) {
     const CapturedLaunch& c = g.launches[i];
+    if (layout) {
+      // The previous launch's end stamp is this one's begin, unless fills ran between them.
+      if (i == 0 || fill_before[i]) rec.write_timestamp(set.stamps, stamp++);
+      layout->launch_stamps[i].first = stamp - 1;
+    }
     VKAD_TRY(record_dispatches(rec, *c.kernel, g.plans[c.plan], graph_arrays(g, c), g.args_dev,
                                g.args_offset[i], c.barrier_after));
+    if (layout) {
+      rec.write_timestamp(set.stamps, stamp);
+      layout->launch_stamps[i].second = stamp++;
+    }
     // Cut after a launch only (record_steps is then between fills) and never after the last.
     if (++in_piece < kBundleLaunches || i + 1 == g.launches.size()) return Status{};
     in_piece = 0;
     return close(true);
   }));
   VKAD_TRY(close(false));
+  if (layout) layout->stamp_count = stamp;
   if (std::getenv("VKAD_GRAPH_TRACE") != nullptr) {
     // What a first replay costs beyond the steady ones: the driver taking every step once.
     const double ms =
@@ -447,21 +495,29 @@ Status Runtime::record_bundles(Graph& g) {
     for (const CapturedLaunch& c : g.launches) barriers += c.barrier_after;
     std::fprintf(stderr,
                  "vkad graph '%s': %zu launches (%zu followed by a barrier) recorded in %zu "
-                 "bundles in %.2f ms\n",
-                 g.name.c_str(), g.launches.size(), barriers, g.bundles.size(), ms);
+                 "%sbundles in %.2f ms\n",
+                 g.name.c_str(), g.launches.size(), barriers, set.bundles.size(),
+                 timed ? "timed " : "", ms);
   }
-  g.bundle_heaps = heaps_.generation();
-  g.rerecord = false;
+  set.heaps = heaps_.generation();
+  set.current = true;
   ++stats_.graph_recordings;
   return {};
 }
 
 Status Runtime::replay_bundle(Graph& g, uint64_t id, bool any_heap, const std::string& where,
                               LaunchId* first) {
+  // While a timeline is on, the timed bundles run: the same commands and their stamps.
+  const bool timed = timeline_ && timeline_->gpu_times();
+  const double replay_begin = timeline_ ? TimelineRecorder::now_us() : 0;
+  if (g.rerecord) {  // plans changed since either set was recorded
+    g.plain.current = g.timed.current = false;
+    g.rerecord = false;
+  }
+  BundleSet& set = timed ? g.timed : g.plain;
   // A graph with no heap task binds its args buffer where the heaps would go: heap growth
   // leaves its bundles valid.
-  const bool record =
-      g.bundles.empty() || g.rerecord || (any_heap && g.bundle_heaps != heaps_.generation());
+  const bool record = !set.current || (any_heap && set.heaps != heaps_.generation());
   if (!g.args_dev.valid()) {
     VKAD_ASSIGN_OR_RETURN(
         g.args_dev,
@@ -484,9 +540,10 @@ Status Runtime::replay_bundle(Graph& g, uint64_t id, bool any_heap, const std::s
   }
   list_.barrier(rhi::Barrier::kTransferToCompute);
   if (record) {
-    VKAD_TRY_CTX(record_bundles(g), where);
+    VKAD_TRY_CTX(record_bundles(g, set, timed), where);
   } else {
-    for (rhi::Bundle& b : g.bundles) list_.execute(b);
+    if (timed) list_.reset_queries(set.stamps, 0, set.layout->stamp_count);
+    for (rhi::Bundle& b : set.bundles) list_.execute(b);
   }
   // The error words back (the launches wrote them into the graph's args buffer), read when
   // this list retires like every launch's. Running out of host memory here returns the error
@@ -501,12 +558,13 @@ Status Runtime::replay_bundle(Graph& g, uint64_t id, bool any_heap, const std::s
   }
   list_.barrier(rhi::Barrier::kTransferToCompute);
   const LaunchId first_id{next_launch_ + 1};
+  if (timed) VKAD_TRY(timeline_->replay_stamps(list_, set.stamps, set.layout, first_id.value));
   size_t piece = 0;
   for (size_t i = 0; i < g.launches.size(); ++i) {
     while (g.args_offset[i] >= g.pieces[piece].second) ++piece;
     const std::byte* at = down[piece] + (g.args_offset[i] - g.pieces[piece].first);
-    ctx_buffers_.flags.push_back(
-        {at, g.launches[i].kernel, LaunchId{++next_launch_}, id, static_cast<uint32_t>(i)});
+    ctx_buffers_.flags.push_back({at, g.launches[i].kernel, LaunchId{++next_launch_}, id,
+                                  static_cast<uint32_t>(i), g.launches[i].origin});
     count_launch(g.plans[g.launches[i].plan]);
   }
   ctx_bytes_ += 2 * g.args_blob.size();  // the upload and the readback slots
@@ -514,6 +572,10 @@ Status Runtime::replay_bundle(Graph& g, uint64_t id, bool any_heap, const std::s
   ++stats_.bundle_replays;
   stats_.replayed_launches += g.launches.size();
   if (first && !g.launches.empty()) *first = first_id;
+  if (timeline_) {
+    timeline_->host("replay '" + g.name + "'", "replay", replay_begin, TimelineRecorder::now_us(),
+                    g.name);
+  }
   return auto_flush();
 }
 

@@ -861,8 +861,8 @@ Status Runtime::record_launch(const std::shared_ptr<const Kernel>& k, const Comm
   VKAD_TRY(recorded);
   ctx_bytes_ += args_bytes;
   const LaunchId launch_id{++next_launch_};
-  ctx_buffers_.flags.push_back(
-      {args_slot.data, k, launch_id, replay_graph_, replay_launch_, note_, note_index_});
+  ctx_buffers_.flags.push_back({args_slot.data, k, launch_id, replay_graph_, replay_launch_,
+                                replay_graph_ != 0 ? replay_origin_ : note_});
   count_launch(plan);
   if (id) *id = launch_id;
   return {};
@@ -1063,13 +1063,15 @@ void Runtime::print_lines(const FlagSite& site) {
 void Runtime::read_error_flags(CtxBuffers& retired) {
   for (const FlagSite& site : retired.flags) {
     if (site.kernel->desc.print_bytes != 0) print_lines(site);
-    if (site.graph == 0 && site.note == nullptr) {
+    if (site.graph == 0 && site.origin.empty()) {
       errors_.record(site.kernel->desc, site.args, site.launch);
       continue;
     }
     errors_.record(site.kernel->desc, site.args, site.launch, [&] {
-      return site.graph != 0 ? graph_launch_where(site.graph, site.graph_launch)
-                             : std::string(site.note) + " " + std::to_string(site.note_index);
+      if (site.graph == 0) return site.origin.text();
+      std::string where = graph_launch_where(site.graph, site.graph_launch);
+      if (!site.origin.empty()) where += ", captured from " + site.origin.text();
+      return where;
     });
   }
 }

@@ -55,6 +55,7 @@
 #include "runtime/defaults.h"
 #include "runtime/device_error_log.h"
 #include "runtime/host_ring.h"
+#include "runtime/launch_origin.h"
 #include "runtime/launch_plan.h"
 #include "runtime/ndarray_table.h"
 #include "runtime/pipeline_cache.h"
@@ -238,8 +239,9 @@ struct RuntimeStats {
   uint64_t graph_replays = 0;
   uint64_t replayed_launches = 0;  // launches recorded by replays (also counted in `launches`)
   // Replays that executed a pre-recorded bundle (the others recorded every step again: a
-  // pipeline without push descriptors), and bundle recordings (one per graph, again after an
-  // update changed a launch's plan or the adstack heaps grew).
+  // pipeline without push descriptors), and bundle recordings (one per graph, one more for its
+  // timed bundles at its first replay under a timeline; again after an update changed a
+  // launch's plan or the adstack heaps grew).
   uint64_t bundle_replays = 0;
   uint64_t graph_recordings = 0;
   // Pieces a running capture (begin_capture's `run`) submitted, and of those the ones recorded
@@ -513,9 +515,21 @@ class Runtime {
   // number, "in launch #12 (the adjoint of tape entry 3)". The tapes set it around their
   // launches. A replayed graph's launches name their graph's launch instead.
   void set_launch_note(const char* what, uint64_t index) {
-    note_ = what;
-    note_index_ = index;
+    note_.what = what;
+    note_.index = index;
   }
+  // The iteration of a loop the launches recorded from now on belong to (a step loop launched
+  // one launch at a time), added to the note: "iteration 4 of the loop at tape entry 2";
+  // negative: none.
+  void set_launch_iteration(int64_t iteration) {
+    note_.iteration = iteration;
+    note_.last_iteration = -1;
+  }
+  // Both at once (a graph rework recording a captured launch again keeps its origin).
+  LaunchOrigin launch_origin() const { return note_; }
+  void set_launch_origin(const LaunchOrigin& origin) { note_ = origin; }
+  // Each launch's origin as it was captured, in capture order.
+  Result<std::vector<LaunchOrigin>> graph_launch_origins(GraphHandle graph) const;
   // Returns the runtime's idle memory to the driver: synchronizes (so every retirement entry is
   // complete and released), then frees the rings' chunks (open and pooled), the adstack heaps
   // (made again at the next launch that needs them), the ndarray pool, what the deferred
@@ -573,10 +587,9 @@ class Runtime {
     const std::byte* args;                 // the launch's args slot in the upload ring (mapped)
     std::shared_ptr<const Kernel> kernel;  // kept alive even if unregistered meanwhile
     LaunchId launch;
-    uint64_t graph = 0;          // a replayed launch's graph (its handle id), else 0
-    uint32_t graph_launch = 0;   // and its index in the graph
-    const char* note = nullptr;  // set_launch_note's, at the launch
-    uint64_t note_index = 0;
+    uint64_t graph = 0;         // a replayed launch's graph (its handle id), else 0
+    uint32_t graph_launch = 0;  // and its index in the graph
+    LaunchOrigin origin;        // at the launch (a replay's: at its capture)
   };
   // Per-flush payload of the retirement queue.
   struct CtxBuffers {
@@ -626,12 +639,12 @@ class Runtime {
   // begin_timeline .. end_timeline; null otherwise (a launch then tests this pointer only).
   std::unique_ptr<TimelineRecorder> timeline_;
   std::function<void(std::string_view)> print_sink_;  // set_print_sink
-  const char* note_ = nullptr;                        // set_launch_note
-  uint64_t note_index_ = 0;
-  const std::string* timeline_graph_ = nullptr;  // the graph being replayed, for its events
+  LaunchOrigin note_;                                 // set_launch_note, set_launch_iteration
+  const std::string* timeline_graph_ = nullptr;       // the graph being replayed, for its events
   // The graph launch record_launch is recording (a replay launch by launch), for its FlagSite.
   uint64_t replay_graph_ = 0;
   uint32_t replay_launch_ = 0;
+  LaunchOrigin replay_origin_;  // ... and its CapturedLaunch::origin
   // "launch k of graph 'name'" for a flagged replayed launch (the graph may be released by then).
   std::string graph_launch_where(uint64_t graph, uint32_t index) const;
   // Records a device event around what `record` records into list_ when the timeline is on;
@@ -731,6 +744,7 @@ class Runtime {
     uint32_t plan = 0;    // Graph::plans index
     // false: the next launch needs no barrier after this one (omit_next_barrier).
     bool barrier_after = true;
+    LaunchOrigin origin;  // the note when it was captured
   };
   // A launch an update changes, while a replay checks and plans it (kept only if the whole
   // replay is recorded).
@@ -744,6 +758,15 @@ class Runtime {
     NdArrayHandle array;
     uint64_t pattern = 0;  // an element's bytes (the low 32 bits where !wide)
     bool wide = false;     // an 8-byte pattern with unequal halves: rhi fill64
+  };
+  // A graph's recorded bundles (record_bundles).
+  struct BundleSet {
+    std::vector<rhi::Bundle> bundles;
+    uint64_t heaps = 0;    // heaps_.generation() they were recorded with
+    bool current = false;  // recorded in full since the plans last changed
+    // A timed set's stamps, reset and copied out by every replay, and what they time.
+    rhi::QueryPool stamps;
+    std::shared_ptr<TimelineRecorder::ReplayLayout> layout;
   };
   struct Graph {
     std::string name;
@@ -769,8 +792,9 @@ class Runtime {
     std::vector<std::pair<uint64_t, uint64_t>> pieces;  // [begin, end) copied per ring slot
     std::vector<std::byte> args_blob;
     rhi::Buffer args_dev;
-    std::vector<rhi::Bundle> bundles;  // the steps in order, kBundleLaunches launches each
-    uint64_t bundle_heaps = 0;         // heaps_.generation() the bundles were recorded with
+    // The steps in order, kBundleLaunches launches each: `plain` for replays, `timed` (the same
+    // commands and a timestamp per boundary) for replays while a timeline is on.
+    BundleSet plain, timed;
     bool rerecord = false;  // an update changed a launch's plan (ranges, groups, pipelines)
     // Some plan runs a generic pipeline while its specialized one is being made
     // (CommandPlan::spec_pending): replays look for it (refresh_pending_plans).
@@ -824,7 +848,8 @@ class Runtime {
     uint64_t fill_array = 0;
     uint64_t fill_bytes = 0;
     uint64_t pattern = 0;
-    bool wide = false;  // CapturedFill::wide
+    bool wide = false;    // CapturedFill::wide
+    LaunchOrigin origin;  // a launch's CapturedLaunch::origin
   };
   struct RunPiece {
     std::vector<RunStep> steps;
@@ -878,7 +903,7 @@ class Runtime {
   void run_stop() noexcept;            // stops the threads, drops what is not submitted
   void submit_piece(RunPiece& piece);  // executes it into the list (submitted by run_pump)
   Status run_start();                  // begin_capture's: side pools made, threads started
-  Status record_bundles(Graph& g);
+  Status record_bundles(Graph& g, BundleSet& set, bool timed);
   // The barriers around a graph's fills, as zero_many records them: one pair per run of
   // consecutive fills, and a second fill of one array in a run ordered after the first (it may
   // write another value). record_steps and a capture run's pieces record with it.

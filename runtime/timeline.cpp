@@ -226,6 +226,40 @@ void TimelineRecorder::end_gpu(rhi::CommandList& list) {
   list.write_timestamp(pools_[pending_.back().pool], pending_.back().query + 1);
 }
 
+Status TimelineRecorder::replay_stamps(rhi::CommandList& list, rhi::QueryPool& pool,
+                                       std::shared_ptr<const ReplayLayout> layout,
+                                       uint64_t first_launch) {
+  const uint64_t events = layout->kernels.size();
+  if (!gpu_times() || events == 0) return {};
+  if (kept_ + events > max_events_) {
+    dropped_ += events;
+    return {};
+  }
+  kept_ += events;
+  // A copy lands in one buffer: a new one where the last has no room for all of it.
+  const uint32_t count = layout->stamp_count;
+  const uint64_t room =
+      stamp_buffers_.empty()
+          ? 0
+          : stamp_base_.back() + stamp_buffers_.back().size() / sizeof(uint64_t) - stamps_copied_;
+  if (room < count) {
+    const uint64_t stamps = std::max<uint64_t>(count, kStampBufferStamps);
+    VKAD_ASSIGN_OR_RETURN(rhi::Buffer b,
+                          device_.create_buffer({stamps * sizeof(uint64_t),
+                                                 rhi::MemoryUsage::kReadback, "timeline stamps"}));
+    stamp_buffers_.push_back(std::move(b));
+    stamp_base_.push_back(stamps_copied_);
+  }
+  list.copy_timestamps(pool, 0, count, stamp_buffers_.back(),
+                       (stamps_copied_ - stamp_base_.back()) * sizeof(uint64_t));
+  Pending& p = pending_.emplace_back();
+  p.event.launch = first_launch;
+  p.replay = std::move(layout);
+  p.copied_stamp = stamps_copied_;
+  stamps_copied_ += count;
+  return {};
+}
+
 void TimelineRecorder::host(std::string name, const char* category, double begin_us, double end_us,
                             const std::string& graph) {
   if (!keep()) return;
@@ -249,31 +283,57 @@ Result<Timeline> TimelineRecorder::finish(const std::string& device_name) {
   // placed at their midpoint, off by at most half their distance.
   const double cal_us = (cal_submit_us_ + cal_done_us_) / 2 - t0_us_;
   t.clock_uncertainty_us = timestamps_ ? (cal_done_us_ - cal_submit_us_) / 2 : 0;
+  auto to_us = [&](uint64_t tick) {
+    // Differences modulo the valid bits: a counter that wrapped still gives the interval.
+    const uint64_t d = (tick - cal_ticks_) & mask_;
+    const double signed_ticks =
+        d > (mask_ >> 1) ? -static_cast<double>((mask_ - d) + 1) : static_cast<double>(d);
+    return cal_us + signed_ticks * period_ns_ / 1000.0;
+  };
   std::vector<uint64_t> ticks;
   for (uint32_t p = 0; p < pools_.size(); ++p) {
     // Queries of pool p that events used: [0, last + 2); read them in one call.
     uint32_t end = 0;
     for (const Pending& e : pending_) {
-      if (e.pool == p) end = std::max(end, e.query + 2);
+      if (!e.replay && e.pool == p) end = std::max(end, e.query + 2);
     }
     if (end == 0) continue;
     ticks.assign(end, 0);
     VKAD_TRY(pools_[p].read(0, end, ticks.data()));
     for (Pending& e : pending_) {
-      if (e.pool != p) continue;
-      auto to_us = [&](uint64_t tick) {
-        // Differences modulo the valid bits: a counter that wrapped still gives the interval.
-        const uint64_t d = (tick - cal_ticks_) & mask_;
-        const double signed_ticks =
-            d > (mask_ >> 1) ? -static_cast<double>((mask_ - d) + 1) : static_cast<double>(d);
-        return cal_us + signed_ticks * period_ns_ / 1000.0;
-      };
+      if (e.replay || e.pool != p) continue;
       e.event.begin_us = to_us(ticks[e.query]);
       e.event.end_us = to_us(ticks[e.query + 1]);
     }
   }
-  t.events.reserve(pending_.size() + host_.size());
-  for (Pending& e : pending_) t.events.push_back(std::move(e.event));
+  // Copied stamps: the buffer holding stamp n is the last whose base is <= n.
+  for (const rhi::Buffer& b : stamp_buffers_) VKAD_TRY(device_.invalidate_mapped(b.allocation()));
+  auto copied = [&](uint64_t n) {
+    const size_t b = static_cast<size_t>(
+        std::upper_bound(stamp_base_.begin(), stamp_base_.end(), n) - stamp_base_.begin() - 1);
+    uint64_t tick = 0;
+    std::memcpy(&tick, stamp_buffers_[b].mapped() + (n - stamp_base_[b]) * sizeof tick,
+                sizeof tick);
+    return to_us(tick);
+  };
+  t.events.reserve(kept_);
+  for (Pending& e : pending_) {
+    if (!e.replay) {
+      t.events.push_back(std::move(e.event));
+      continue;
+    }
+    const ReplayLayout& r = *e.replay;
+    for (size_t i = 0; i < r.kernels.size(); ++i) {
+      TimelineEvent& x = t.events.emplace_back();
+      x.name = r.kernels[i];
+      x.category = "launch";
+      x.gpu = true;
+      x.launch = e.event.launch + i;
+      x.graph = r.graph;
+      x.begin_us = copied(e.copied_stamp + r.launch_stamps[i].first);
+      x.end_us = copied(e.copied_stamp + r.launch_stamps[i].second);
+    }
+  }
   for (TimelineEvent& e : host_) t.events.push_back(std::move(e));
   pending_.clear();
   host_.clear();

@@ -7,12 +7,14 @@
 // - Off (no begin_timeline), the runtime records no query and reads no clock for it: a launch
 //   pays one pointer test.
 // - On, each launch (eager, or a graph's launch replayed) is one GPU event named by its kernel
-//   (a replayed launch also names its graph); replays are recorded launch by launch instead of
-//   from their bundles, so each captured launch has its own timestamps (the host records more;
-//   the device runs the same commands). Both stamps of an event are written at
-//   BOTTOM_OF_PIPE: an event spans from the completion of the commands before it to the
-//   completion of its own, which for the dependent launches vkad records (a barrier between
-//   them) is the launch's run time.
+//   (a replayed launch also names its graph). A graph replayed from bundles runs a second set
+//   of bundles, recorded at its first replay under a timeline and kept with the graph: the same
+//   commands with a stamp between consecutive launches (one stamp per launch, and one before
+//   each batch of fills), copied out after the replay; the host's cost per replay is one record,
+//   whatever the graph's length. Every stamp is written at BOTTOM_OF_PIPE: an event spans from
+//   the completion of the commands before it to the completion of its own, which for the
+//   dependent launches vkad records (a barrier between them) is the launch's run time; launches
+//   recorded without a barrier between them overlap, and their events share the time.
 // - Events are kept up to `max_events`; later ones are counted in Timeline::dropped.
 // - A device whose queue has no timestamp queries (rhi::Capabilities::timestamps) gives host
 //   spans only, and Timeline::gpu_timestamps says so.

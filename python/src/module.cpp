@@ -1632,7 +1632,11 @@ struct Session {
           if (from_empty) keep_loop_check(std::move(key), count, hazards->hazards);
         }
       }
+      // Its launches' device errors name the loop's tape entry (and, launched one by one, the
+      // iteration).
+      if (hazards) st->get().runtime().set_launch_note("the loop at tape entry", nb::len(st->tape));
       Status run = st->get().launch_loop(body, count, &info);
+      st->get().runtime().set_launch_note(nullptr, 0);
       if (!run.ok()) {
         // What did run is in the graph being captured (numbered as the runtime numbered it).
         add_loop_to_capture(info, t->entries.size(), [&](size_t j) { return t->entries[j].k; });
@@ -1844,7 +1848,8 @@ struct Session {
     Status run;
     {
       Locked l(*st);
-      st->get().runtime().set_launch_note("the adjoint of the loop at tape entry", entry);
+      st->get().runtime().set_launch_note(
+          "the adjoint (run from the last iteration) of the loop at tape entry", entry);
       run = st->get().launch_loop(body, loop.count, &info);
       st->get().runtime().set_launch_note(nullptr, 0);
     }

@@ -27,6 +27,15 @@ static int failures = 0;
     }                                                                    \
   } while (0)
 
+/* vkad_session_set_print_sink's: the lines a kernel printed, joined with '|'. */
+static char printed[256];
+static void on_print(const char* line, size_t length, void* user) {
+  ++*(int*)user;
+  if (strlen(line) != length) return; /* NUL-terminated at `length`: checked by the caller */
+  if (printed[0] != '\0') strncat(printed, "|", sizeof printed - strlen(printed) - 1);
+  strncat(printed, line, sizeof printed - strlen(printed) - 1);
+}
+
 static int log_calls = 0;
 static void on_log(int level, const char* message, void* user) {
   (void)level;
@@ -574,6 +583,32 @@ int main(void) {
     CHECK(strlen(summary) == sizeof summary - 1 && needed > sizeof summary);
     CHECK(strncmp(summary, "name", 4) == 0);
     CHECK(events >= 2); /* the submission and the wait at least; the fills with timestamps */
+  }
+  /* Kernel prints into a sink of the caller's; NULL gives stdout back. */
+  {
+    vkad_kernel pr = 0;
+    vkad_arg parg;
+    int lines = 0;
+    OK(vkad_compile(s,
+                    "kernel pr(x: ndarray<f32, 1>) {\n"
+                    "  task main parallel %0 in [0, 2) {\n"
+                    "    %1 = load x[%0] : f32\n    print \"x[{}] = {}\", %0, %1\n"
+                    "  }\n}\n",
+                    &pr));
+    st = vkad_session_set_print_sink(NULL, on_print, &lines);
+    CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+    vkad_status_free(st);
+    OK(vkad_session_set_print_sink(s, on_print, &lines));
+    OK(vkad_ndarray_fill(s, hgx, 0.5));
+    parg = vkad_arg_ndarray(hgx);
+    OK(vkad_launch(s, pr, &parg, 1, NULL));
+    OK(vkad_synchronize(s));
+    CHECK(lines == 2);
+    /* Two invocations: in either order, each with its line prefix. */
+    CHECK(strstr(printed, "x[0] = 0.5") != NULL && strstr(printed, "x[1] = 0.5") != NULL);
+    CHECK(strstr(printed, "[kernel 'pr'") != NULL);
+    OK(vkad_session_set_print_sink(s, NULL, NULL));
+    OK(vkad_kernel_release(s, pr));
   }
   /* The NaN / infinity checks: a second session with check_finite, log(0) stored. */
   {

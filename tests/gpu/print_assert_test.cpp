@@ -259,6 +259,93 @@ TEST_F(PrintAssert, ATapesLaunchesNameTheirEntry) {
   EXPECT_EQ(st.message().find("tape entry 0"), std::string::npos) << st.message();
 }
 
+// y[t, i] = x[t, i] * 2, asserting x[t, i] < 2: a step of a loop over rows t. 1,024 columns,
+// too wide to roll (SessionOptions::resident_max_range): launch_loop launches it once per
+// iteration.
+codegen::Kernel row_check() {
+  KernelBuilder kb("row_check");
+  codegen::Scalar t = kb.scalar("t", DType::kI32);
+  Array x = kb.ndarray("x", DType::kF32, 2, {.needs_grad = true});
+  Array y = kb.ndarray("y", DType::kF32, 2, {.needs_grad = true});
+  kb.parallel_for("main", 0, x.dim(1), [&](Value i) {
+    const Value row = t;
+    Value v = x(row, i);
+    kb.assert_(v < 2.0, "x stays below 2", {v});
+    y.store({row, i}, v * 2.0);
+  });
+  return kb.finish();
+}
+
+// Issue 56, point 5: a loop launched one launch at a time names the iteration of a failing
+// launch: a session's launch_loop, a tape's, and the tape's adjoint (whose iterations run from
+// the forward's last).
+TEST_F(PrintAssert, ALoopsLaunchesNameTheirIteration) {
+  constexpr uint32_t kRows = 4, kCols = 1024;
+  auto d = s_->differentiate(row_check());
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  std::vector<float> x(kRows * kCols, 1.0f);
+  x[2 * kCols + 700] = 5.0f;  // row 2 fails
+  auto xs = s_->ndarray(DType::kF32, {kRows, kCols});
+  auto ys = s_->ndarray(DType::kF32, {kRows, kCols});
+  ASSERT_TRUE(xs.ok() && ys.ok());
+  ASSERT_TRUE(s_->upload(*xs, std::span<const float>(x)).ok());
+  const std::vector<Arg> args = {Arg::i32(0), Arg::ndarray(*xs), Arg::ndarray(*ys)};
+  LoopInfo info;
+  const std::vector<LoopLaunch> body = {{d->forward, args, {1, 0, 0}}};
+  ASSERT_TRUE(s_->launch_loop(body, kRows, &info).ok());
+  EXPECT_FALSE(info.rolled);
+  Status st = s_->synchronize();
+  ASSERT_EQ(st.code(), ErrorCode::kDeviceError) << st.to_string();
+  EXPECT_NE(st.message().find("thread (700) with 5"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("(iteration 2 of a launch_loop)"), std::string::npos) << st.message();
+  // The same loop on a tape after a first entry (row 0 of x, which passes), then its adjoint.
+  auto zs = s_->ndarray(DType::kF32, {kRows, kCols});
+  ASSERT_TRUE(zs.ok());
+  Tape tape(*s_);
+  ASSERT_TRUE(tape.launch(*d, {Arg::i32(0), Arg::ndarray(*xs), Arg::ndarray(*zs)}).ok());
+  const std::vector<TapeLoopLaunch> taped = {{&*d, args, {1, 0, 0}}};
+  ASSERT_TRUE(tape.launch_loop(taped, kRows).ok());
+  st = s_->synchronize();
+  ASSERT_EQ(st.code(), ErrorCode::kDeviceError) << st.to_string();
+  EXPECT_NE(st.message().find("(iteration 2 of the loop at tape entry 1)"), std::string::npos)
+      << st.message();
+  ASSERT_TRUE(tape.backward({TapeSeed::of_value(*ys, 1.0)}).ok());
+  st = s_->synchronize();
+  ASSERT_EQ(st.code(), ErrorCode::kDeviceError) << st.to_string();
+  EXPECT_NE(st.message().find("kernel 'row_check_adjoint'"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("(iteration 1 of the adjoint (run from the last iteration) of the "
+                              "loop at tape entry 1)"),
+            std::string::npos)
+      << st.message();
+}
+
+// A replayed launch names the graph's launch and what the capture recorded it from, also when
+// the graph was reworked (two independent launches of different ranges: scheduled without a
+// barrier between them, not fused).
+TEST_F(PrintAssert, AReplayedTapeLaunchNamesItsEntryToo) {
+  auto d = s_->differentiate(asserting(true));
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  std::vector<float> x(64, 1.0f);
+  NdArrayHandle xs = make(x), ws = make(std::vector<float>(64)),
+                zs = make(std::vector<float>(32, 1.0f)), ys = make(std::vector<float>(32));
+  Tape t(*s_);
+  ASSERT_TRUE(s_->begin_capture("taped").ok());
+  ASSERT_TRUE(t.launch(*d, {Arg::f32(4.0f), Arg::ndarray(zs), Arg::ndarray(ys)}).ok());
+  ASSERT_TRUE(t.launch(*d, {Arg::f32(4.0f), Arg::ndarray(xs), Arg::ndarray(ws)}).ok());
+  auto g = s_->end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  ASSERT_TRUE(s_->synchronize().ok());
+  x[9] = 5.0f;
+  ASSERT_TRUE(s_->upload(xs, std::span<const float>(x)).ok());
+  ASSERT_TRUE(s_->replay(*g).ok());
+  Status st = s_->synchronize();
+  ASSERT_EQ(st.code(), ErrorCode::kDeviceError) << st.to_string();
+  EXPECT_NE(st.message().find("of graph 'taped', captured from tape entry 1)"), std::string::npos)
+      << st.message();
+  EXPECT_EQ(st.message().find("tape entry 0"), std::string::npos) << st.message();
+  ASSERT_TRUE(s_->release_graph(*g).ok());
+}
+
 TEST_F(PrintAssert, AKernelWithoutThemHasNoPrintArea) {
   KernelBuilder kb("plain");
   Array x = kb.ndarray("x", DType::kF32, 1);

@@ -150,7 +150,7 @@ TEST_F(TimelineTest, ATapesForwardAndAdjointLaunchesAreNamedAndGradientsUnchange
   EXPECT_EQ(adjoint, 2);
 }
 
-TEST_F(TimelineTest, AReplayedGraphsLaunchesAreTimedOneByOneWithTheGraphsName) {
+TEST_F(TimelineTest, AReplayedGraphsLaunchesAreTimedWithTheGraphsName) {
   auto k = s_->compile(affine());
   ASSERT_TRUE(k.ok());
   NdArrayHandle a = make("a");
@@ -191,6 +191,72 @@ TEST_F(TimelineTest, AReplayedGraphsLaunchesAreTimedOneByOneWithTheGraphsName) {
     EXPECT_EQ(d[i]->name, d[i % half]->name);
   }
   EXPECT_EQ(d[half]->launch, d[half - 1]->launch + 1);
+}
+
+// A graph replayed from bundles under a timeline runs its timed bundles (recorded at the
+// first replay under it, reused by the next, never by replays without a timeline): each launch
+// one event between two stamps, a stamp shared by consecutive launches and a fill batch timed
+// apart from the launch after it; the result is the untimed replays'.
+TEST_F(TimelineTest, ABundledReplayIsTimedFromItsTimedBundlesOneStampPerLaunch) {
+  runtime::Runtime& rt = s_->runtime();
+  if (!rt.caps().push_descriptor) GTEST_SKIP() << "no push descriptors: replays are not bundled";
+  auto k = s_->compile(affine());
+  ASSERT_TRUE(k.ok());
+  NdArrayHandle a = make("a"), b = make("b");
+  ASSERT_TRUE(s_->fill(a, 0.0).ok());
+  // Through the runtime: its capture keeps the launches as launched (no fusion).
+  const std::vector<Arg> on_a = {Arg::ndarray(a)}, on_b = {Arg::ndarray(b)};
+  // Its shape's pipeline made now: captured with it, the plans never change (a pipeline made on
+  // a thread meanwhile would record the bundles again at some replay).
+  ASSERT_TRUE(rt.prepare(*k, on_a).ok());
+  ASSERT_TRUE(rt.begin_capture("steps").ok());
+  ASSERT_TRUE(rt.launch(*k, on_a).ok());
+  ASSERT_TRUE(rt.launch(*k, on_a).ok());
+  ASSERT_TRUE(rt.fill(b, 1.0).ok());
+  ASSERT_TRUE(rt.launch(*k, on_b).ok());
+  auto g = rt.end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  auto stats = [&] {
+    auto st = rt.stats();
+    EXPECT_TRUE(st.ok());
+    return st.ok() ? *st : runtime::RuntimeStats{};
+  };
+  ASSERT_TRUE(rt.replay(*g).ok());
+  const runtime::RuntimeStats before = stats();
+  ASSERT_TRUE(s_->begin_timeline().ok());
+  runtime::LaunchId first{};
+  ASSERT_TRUE(rt.replay(*g, {}, &first).ok());
+  ASSERT_TRUE(rt.replay(*g).ok());
+  auto t = s_->end_timeline();
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  ASSERT_TRUE(rt.replay(*g).ok());
+  const runtime::RuntimeStats after = stats();
+  // Four replays, all from bundles; the timed set recorded once (the plain one before).
+  EXPECT_EQ(after.bundle_replays - before.bundle_replays, 3u);
+  EXPECT_EQ(after.graph_recordings - before.graph_recordings, t->gpu_timestamps ? 1u : 0u);
+  // a: from 0, x * 2 + 1 twice per replay, four replays: 2^8 - 1; b: 1 * 2 + 1.
+  std::vector<float> got(kN);
+  ASSERT_TRUE(s_->download(a, std::span<float>(got)).ok());
+  EXPECT_EQ(got[0], 255.0f);
+  ASSERT_TRUE(s_->download(b, std::span<float>(got)).ok());
+  EXPECT_EQ(got[kN - 1], 3.0f);
+  if (!timestamps()) GTEST_SKIP() << "no timestamp queries";
+  const std::vector<const TimelineEvent*> d = device_events(*t);
+  ASSERT_EQ(d.size(), 6u);  // three launches per replay
+  for (size_t i = 0; i < d.size(); ++i) {
+    EXPECT_EQ(d[i]->name, "affine");
+    EXPECT_EQ(d[i]->graph, "steps");
+    EXPECT_EQ(d[i]->category, "launch");
+    EXPECT_EQ(d[i]->launch, first.value + i);
+    EXPECT_LE(d[i]->begin_us, d[i]->end_us);
+    if (i > 0) EXPECT_LE(d[i - 1]->end_us, d[i]->begin_us);
+  }
+  for (size_t r : {0u, 3u}) {
+    EXPECT_EQ(d[r]->end_us, d[r + 1]->begin_us);  // one stamp between two launches
+    // The fill ran between the second and the third launch: a stamp of its own after it (a
+    // fill of 16 KiB behind a barrier takes more than the timestamp period on any device).
+    EXPECT_LT(d[r + 1]->end_us, d[r + 2]->begin_us);
+  }
 }
 
 TEST_F(TimelineTest, TheChromeTraceHoldsEveryEventAndEscapesNames) {

@@ -151,3 +151,37 @@ def test_a_print_sink_gets_the_lines(session, capfd):
     assert printed(capfd) == []  # not on stdout as well
     with pytest.raises(vkad.InvalidArgumentError, match="a callable"):
         session.set_print_sink(42)
+
+
+@vkad.kernel
+def row_below_two(t: vkad.i32, x: vkad.array(vkad.f32, ndim=2, grad=True),
+                  y: vkad.array(vkad.f32, ndim=2, grad=True)):
+    for i in range(x.shape[1]):
+        v = x[t, i]
+        assert v < 2.0, "x stays below 2"
+        y[t, i] = v * 2.0
+
+
+def test_a_loops_launches_name_their_iteration(session):
+    # Issue 56, point 5: a loop too wide to roll (1,024 columns) runs one launch per iteration,
+    # and each launch's device error names its iteration -- on a tape, the loop's entry, and in
+    # the adjoint, whose iterations run from the forward's last.
+    x0 = np.ones((4, 1024), np.float32)
+    x0[2, 700] = 5.0
+    x, y = session.ndarray(x0), session.zeros((4, 1024), vkad.f32)
+    row_below_two.compile(session)
+    session.loop(0, 4, lambda t: row_below_two(t, x, y, session=session))
+    with pytest.raises(vkad.DeviceError, match=r"(?s)x stays below 2.*thread \(700\) with 5.*"
+                                               r"\(iteration 2 of a launch_loop\)"):
+        session.synchronize()
+    with session.tape() as tape:
+        session.loop(0, 4, lambda t: row_below_two(t, x, y, session=session))
+    with pytest.raises(vkad.DeviceError, match=r"\(iteration 2 of the loop at tape entry 0\)"):
+        session.synchronize()
+    tape.backward(seed={y: 1.0})
+    with pytest.raises(vkad.DeviceError, match=r"(?s)kernel 'row_below_two_adjoint'.*\(iteration 1 "
+                                               r"of the adjoint \(run from the last iteration\) "
+                                               r"of the loop at tape entry 0\)"):
+        session.synchronize()
+    # the launches ran to their end: row t of y is twice row t of x
+    np.testing.assert_array_equal(y.numpy(), 2 * x0)
