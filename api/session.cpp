@@ -350,7 +350,9 @@ Status Session::release_idle_memory() { return rt_->release_idle_memory(); }
 void Session::set_print_sink(std::function<void(std::string_view)> sink) {
   rt_->set_print_sink(std::move(sink));
 }
-Status Session::begin_timeline(uint64_t max_events) { return rt_->begin_timeline(max_events); }
+Status Session::begin_timeline(uint64_t max_events, uint32_t replay_sample) {
+  return rt_->begin_timeline(max_events, replay_sample);
+}
 Result<Timeline> Session::end_timeline() { return rt_->end_timeline(); }
 Status Session::begin_capture(const std::string& name, CaptureOptions options) {
   VKAD_TRY(rt_->begin_capture(name, options.run));

@@ -467,9 +467,12 @@ class Session {
   // kernel and graph), fill, copy and upload timed on the device by timestamp queries, and the
   // host's submissions and waits. Timeline::write_chrome_trace writes a Chrome trace / Perfetto
   // file, Timeline::summary a per-kernel table. begin waits for the device once; with no
-  // timeline begun nothing is recorded (docs/debugging.md has the costs).
-  // kFailedPrecondition while capturing, on a second begin, or on an end with no begin.
-  Status begin_timeline(uint64_t max_events = runtime::kTimelineMaxEvents);
+  // timeline begun nothing is recorded (docs/debugging.md has the costs). A graph's first
+  // replay and every `replay_sample`-th after it are timed launch by launch, the others as one
+  // event each (1: every replay). kFailedPrecondition while capturing, on a second begin, or on
+  // an end with no begin; kInvalidArgument for a replay_sample of 0.
+  Status begin_timeline(uint64_t max_events = runtime::kTimelineMaxEvents,
+                        uint32_t replay_sample = runtime::kTimelineReplaySample);
   Result<Timeline> end_timeline();
 
   // kFailedPrecondition while another thread is inside this session (runtime/use_guard.h).

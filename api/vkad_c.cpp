@@ -568,8 +568,15 @@ vkad_status* vkad_session_set_print_sink(vkad_session* session, vkad_print_sink 
 
 vkad_status* vkad_timeline_begin(vkad_session* session, uint64_t max_events) {
   VKAD_C_CHECK_SESSION("vkad_timeline_begin");
-  return from(
-      session->s->begin_timeline(max_events == 0 ? vkad::runtime::kTimelineMaxEvents : max_events));
+  return vkad_timeline_begin_sampled(session, max_events, 0);
+}
+
+vkad_status* vkad_timeline_begin_sampled(vkad_session* session, uint64_t max_events,
+                                         uint32_t replay_sample) {
+  VKAD_C_CHECK_SESSION("vkad_timeline_begin_sampled");
+  return from(session->s->begin_timeline(
+      max_events == 0 ? vkad::runtime::kTimelineMaxEvents : max_events,
+      replay_sample == 0 ? vkad::runtime::kTimelineReplaySample : replay_sample));
 }
 
 vkad_status* vkad_timeline_end(vkad_session* session, const char* trace_path, char* summary,

@@ -319,6 +319,10 @@ typedef void (*vkad_print_sink)(const char* line, size_t length, void* user);
 VKAD_C_API vkad_status* vkad_session_set_print_sink(vkad_session* session, vkad_print_sink sink,
                                                     void* user);
 VKAD_C_API vkad_status* vkad_timeline_begin(vkad_session* session, uint64_t max_events);
+/* As vkad_timeline_begin, with a graph's first replay and every replay_sample-th after it timed
+ * launch by launch and the others as one event each (0: the default, 16; 1: every replay). */
+VKAD_C_API vkad_status* vkad_timeline_begin_sampled(vkad_session* session, uint64_t max_events,
+                                                    uint32_t replay_sample);
 VKAD_C_API vkad_status* vkad_timeline_end(vkad_session* session, const char* trace_path,
                                           char* summary, size_t size, size_t* summary_needed,
                                           uint64_t* event_count);

@@ -52,9 +52,16 @@ struct Push {
 // dispatches, which the device may overlap).
 enum class Follow { kMemoryBarrier, kExecutionBarrier, kNothing };
 
+// A timestamp per dispatch, as a timeline writes one (runtime/timeline.h): none, or at `stage`
+// after the barrier (where the next launch's begins) or before it.
+struct Stamp {
+  VkPipelineStageFlagBits stage = VK_PIPELINE_STAGE_NONE;
+  bool before_barrier = false;
+};
+
 double raw_dependent_dispatch_us(rhi::Device& dev, rhi::ComputePipeline& p, rhi::Buffer& a,
                                  rhi::Buffer& b, int n, int reps,
-                                 Follow follow = Follow::kMemoryBarrier) {
+                                 Follow follow = Follow::kMemoryBarrier, Stamp stamp = {}) {
   VkDevice d = dev.handle();
   VkQueue queue;
   dev.fn().vkGetDeviceQueue(d, dev.queue_family(), 0, &queue);
@@ -100,6 +107,13 @@ double raw_dependent_dispatch_us(rhi::Device& dev, rhi::ComputePipeline& p, rhi:
   // set layout, from which no set may be allocated: its buffers are pushed instead (once).
   const bool push = p.push_descriptors();
   if (!push) dev.fn().vkUpdateDescriptorSets(d, 2, writes, 0, nullptr);
+  VkQueryPool queries = VK_NULL_HANDLE;
+  if (stamp.stage != VK_PIPELINE_STAGE_NONE) {
+    VkQueryPoolCreateInfo qci{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+    qci.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    qci.queryCount = static_cast<uint32_t>(n);
+    dev.fn().vkCreateQueryPool(d, &qci, nullptr, &queries);
+  }
 
   std::vector<double> samples;
   Push pc{64, 1, 0};
@@ -116,9 +130,15 @@ double raw_dependent_dispatch_us(rhi::Device& dev, rhi::ComputePipeline& p, rhi:
       dev.fn().vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout(), 0, 1, &set,
                                        0, nullptr);
     }
+    if (queries != VK_NULL_HANDLE) {
+      dev.fn().vkCmdResetQueryPool(cb, queries, 0, static_cast<uint32_t>(n));
+    }
     for (int i = 0; i < n; ++i) {
       dev.fn().vkCmdPushConstants(cb, p.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
       dev.fn().vkCmdDispatch(cb, 1, 1, 1);
+      if (queries != VK_NULL_HANDLE && stamp.before_barrier) {
+        dev.fn().vkCmdWriteTimestamp(cb, stamp.stage, queries, static_cast<uint32_t>(i));
+      }
       if (follow == Follow::kNothing) continue;
       VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
       mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
@@ -127,6 +147,9 @@ double raw_dependent_dispatch_us(rhi::Device& dev, rhi::ComputePipeline& p, rhi:
       dev.fn().vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                                     VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, memory ? 1 : 0,
                                     memory ? &mb : nullptr, 0, nullptr, 0, nullptr);
+      if (queries != VK_NULL_HANDLE && !stamp.before_barrier) {
+        dev.fn().vkCmdWriteTimestamp(cb, stamp.stage, queries, static_cast<uint32_t>(i));
+      }
     }
     dev.fn().vkEndCommandBuffer(cb);
     VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
@@ -137,6 +160,7 @@ double raw_dependent_dispatch_us(rhi::Device& dev, rhi::ComputePipeline& p, rhi:
     dev.fn().vkResetFences(d, 1, &fence);
     samples.push_back((now_us() - t0) / n);
   }
+  if (queries != VK_NULL_HANDLE) dev.fn().vkDestroyQueryPool(d, queries, nullptr);
   dev.fn().vkDestroyDescriptorPool(d, dpool, nullptr);
   dev.fn().vkDestroyFence(d, fence, nullptr);
   dev.fn().vkDestroyCommandPool(d, pool, nullptr);
@@ -312,6 +336,24 @@ int main(int argc, char** argv) {
          raw_dependent_dispatch_us(dev, *p, *a, *b, n, reps, Follow::kExecutionBarrier), "us");
   record("independent dispatch (no barrier), raw", "-",
          raw_dependent_dispatch_us(dev, *p, *a, *b, n, reps, Follow::kNothing), "us");
+  // What a timestamp per dependent dispatch adds (the timeline's cost), by where it is written.
+  if (dev.caps().timestamps) {
+    const struct {
+      const char* what;
+      Stamp stamp;
+    } stamps[] = {
+        {"+ timestamp BOTTOM_OF_PIPE after barrier", {VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, false}},
+        {"+ timestamp BOTTOM_OF_PIPE before barrier", {VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, true}},
+        {"+ timestamp COMPUTE_SHADER after barrier", {VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, false}},
+        {"+ timestamp COMPUTE_SHADER before barrier", {VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, true}},
+        {"+ timestamp TOP_OF_PIPE after barrier", {VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, false}},
+    };
+    for (const auto& v : stamps) {
+      record(v.what, "-",
+             raw_dependent_dispatch_us(dev, *p, *a, *b, n, reps, Follow::kMemoryBarrier, v.stamp),
+             "us");
+    }
+  }
   {
     auto s = dev.create_stream({rhi::SyncMode::kAuto, "bench check"});
     CHECK_OK(s);

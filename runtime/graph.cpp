@@ -378,12 +378,20 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
       bundled = bundled && p->push_descriptors();
     }
   }
-  if (bundled) return replay_bundle(g, graph.id, any_heap, where, first);
+  // With a timeline on: this replay's launches timed one by one, or the replay as one event.
+  const bool time_launches = !timeline_ || timeline_->time_replay(graph.id, g.launches.size());
+  if (bundled) return replay_bundle(g, graph.id, any_heap, where, first, time_launches);
   // 3. Record, in capture order.
   VKAD_TRY(ensure_list());
   const LaunchId first_id{next_launch_ + 1};
   const double replay_begin = timeline_ ? TimelineRecorder::now_us() : 0;
   timeline_graph_ = &g.name;
+  bool span = false;  // the replay as one device event
+  if (timeline_ && !time_launches) {
+    VKAD_ASSIGN_OR_RETURN(
+        span, timeline_->begin_gpu(list_, "replay '" + g.name + "'", "replay", 0, g.name));
+    timeline_quiet_ = true;
+  }
   Status recorded = record_steps(list_, g, [&](uint32_t i) -> Status {
     const CapturedLaunch& c = g.launches[i];
     replay_graph_ = graph.id;
@@ -395,7 +403,7 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
     // batch is open), so the device runs the first while the host records the rest, as a
     // bundled replay's pieces do; without it the whole graph waits for its last launch. (Only
     // graphs that cannot be bundled come here.)
-    if (timeline_ && list_.dispatch_count() >= kTimelinePieceDispatches &&
+    if (timeline_ && !timeline_quiet_ && list_.dispatch_count() >= kTimelinePieceDispatches &&
         i + 1 < g.launches.size()) {
       VKAD_TRY(flush().status());
       VKAD_TRY(ensure_list());
@@ -403,6 +411,8 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
     return {};
   });
   timeline_graph_ = nullptr;
+  timeline_quiet_ = false;
+  if (span && list_.recording()) timeline_->end_gpu(list_);
   replay_graph_ = 0;
   if (timeline_) {
     timeline_->host("replay '" + g.name + "'", "replay", replay_begin, TimelineRecorder::now_us(),
@@ -506,9 +516,10 @@ Status Runtime::record_bundles(Graph& g, BundleSet& set, bool timed) {
 }
 
 Status Runtime::replay_bundle(Graph& g, uint64_t id, bool any_heap, const std::string& where,
-                              LaunchId* first) {
-  // While a timeline is on, the timed bundles run: the same commands and their stamps.
-  const bool timed = timeline_ && timeline_->gpu_times();
+                              LaunchId* first, bool time_launches) {
+  // While a timeline is on, the timed bundles run (the same commands and their stamps), or the
+  // plain ones between two stamps of the whole replay.
+  const bool timed = timeline_ && timeline_->gpu_times() && time_launches;
   const double replay_begin = timeline_ ? TimelineRecorder::now_us() : 0;
   if (g.rerecord) {  // plans changed since either set was recorded
     g.plain.current = g.timed.current = false;
@@ -539,11 +550,20 @@ Status Runtime::replay_bundle(Graph& g, uint64_t id, bool any_heap, const std::s
     list_.copy(*up.buffer, g.args_dev, end - begin, up.offset, begin);
   }
   list_.barrier(rhi::Barrier::kTransferToCompute);
+  bool span = false;
+  if (timeline_ && !time_launches) {
+    VKAD_ASSIGN_OR_RETURN(
+        span, timeline_->begin_gpu(list_, "replay '" + g.name + "'", "replay", 0, g.name));
+  }
   if (record) {
-    VKAD_TRY_CTX(record_bundles(g, set, timed), where);
+    Status recorded = record_bundles(g, set, timed);
+    // Also after a failure (its stamps are read at the end), where the list still records.
+    if (span && list_.recording()) timeline_->end_gpu(list_);
+    VKAD_TRY_CTX(recorded, where);
   } else {
     if (timed) list_.reset_queries(set.stamps, 0, set.layout->stamp_count);
     for (rhi::Bundle& b : set.bundles) list_.execute(b);
+    if (span) timeline_->end_gpu(list_);
   }
   // The error words back (the launches wrote them into the graph's args buffer), read when
   // this list retires like every launch's. Running out of host memory here returns the error

@@ -849,7 +849,7 @@ Status Runtime::record_launch(const std::shared_ptr<const Kernel>& k, const Comm
                         upload_ring_->allocate(*device_, args_bytes, &ctx_buffers_.upload_chunks));
   std::memcpy(args_slot.data, encoded, args_bytes);
   bool timed = false;
-  if (timeline_) {
+  if (timeline_ && !timeline_quiet_) {
     static const std::string kNoGraph;
     VKAD_ASSIGN_OR_RETURN(timed,
                           timeline_->begin_gpu(list_, k->desc.name, "launch", next_launch_ + 1,
@@ -1076,10 +1076,14 @@ void Runtime::read_error_flags(CtxBuffers& retired) {
   }
 }
 
-Status Runtime::begin_timeline(uint64_t max_events) {
+Status Runtime::begin_timeline(uint64_t max_events, uint32_t replay_sample) {
   VKAD_EXCLUSIVE_USE("begin_timeline");
   VKAD_TRY(device_->status());
   VKAD_TRY(not_while_capturing("begin_timeline"));
+  if (replay_sample == 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "begin_timeline: replay_sample is 0 (at least 1: 1 times every replay)");
+  }
   if (timeline_) {
     return make_error(ErrorCode::kFailedPrecondition,
                       "begin_timeline: a timeline is already being recorded (end_timeline first)");
@@ -1088,7 +1092,7 @@ Status Runtime::begin_timeline(uint64_t max_events) {
   // soon as the submission arrives, between the two host times taken around it.
   VKAD_TRY(flush().status());
   VKAD_TRY(drain_all());
-  auto recorder = std::make_unique<TimelineRecorder>(*device_, max_events);
+  auto recorder = std::make_unique<TimelineRecorder>(*device_, max_events, replay_sample);
   VKAD_TRY(ensure_list());
   VKAD_TRY(recorder->begin_calibration(list_, TimelineRecorder::now_us()));
   VKAD_ASSIGN_OR_RETURN(rhi::StreamSemaphore sem, flush());

@@ -547,7 +547,10 @@ class Runtime {
   // dropped. end_timeline waits for every submission and reads the timestamps; device errors
   // raised meanwhile stay pending for the next download / synchronize. kFailedPrecondition
   // when no timeline was begun.
-  Status begin_timeline(uint64_t max_events = kTimelineMaxEvents);
+  // `replay_sample`: a graph's first replay and every replay_sample-th after it are timed
+  // launch by launch, the others as one event (at least 1; 1: every replay).
+  Status begin_timeline(uint64_t max_events = kTimelineMaxEvents,
+                        uint32_t replay_sample = kTimelineReplaySample);
   Result<Timeline> end_timeline();
   bool timeline_on() const { return timeline_ != nullptr; }
   size_t retirement_depth() const { return retirement_.depth(); }
@@ -641,6 +644,7 @@ class Runtime {
   std::function<void(std::string_view)> print_sink_;  // set_print_sink
   LaunchOrigin note_;                                 // set_launch_note, set_launch_iteration
   const std::string* timeline_graph_ = nullptr;       // the graph being replayed, for its events
+  bool timeline_quiet_ = false;  // a replay timed as one event: its launches record no stamps
   // The graph launch record_launch is recording (a replay launch by launch), for its FlagSite.
   uint64_t replay_graph_ = 0;
   uint32_t replay_launch_ = 0;
@@ -807,8 +811,10 @@ class Runtime {
     size_t launches = 0, steps = 0, blob = 0;
   };
   CaptureSizes capture_sizes_;
+  // `time_launches`: with a timeline, whether this replay's launches are timed one by one
+  // (TimelineRecorder::time_replay), else the replay is one event.
   Status replay_bundle(Graph& g, uint64_t id, bool any_heap, const std::string& where,
-                       LaunchId* first);
+                       LaunchId* first, bool time_launches);
   // replay()'s steps: the launches updates change (copies), their new plans (`rerecord` when
   // one changes what a bundle bakes in: same_commands), and every array and heap the graph
   // binds, checked alive.

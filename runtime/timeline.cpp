@@ -51,7 +51,10 @@ std::string Timeline::chrome_trace_json() const {
   append_json_string(out, device);
   out += ", \"gpu_timestamps\": ";
   out += gpu_timestamps ? "true" : "false";
-  out += ", \"dropped_events\": " + std::to_string(dropped) + ", \"clock_uncertainty_us\": ";
+  out += ", \"dropped_events\": " + std::to_string(dropped) +
+         ", \"replay_sample\": " + std::to_string(replay_sample) +
+         ", \"replays_spanned\": " + std::to_string(replays_spanned) +
+         ", \"clock_uncertainty_us\": ";
   append_number(out, clock_uncertainty_us);
   out += ", \"note\": ";
   append_json_string(out, note);
@@ -109,7 +112,7 @@ std::vector<TimelineKernelSummary> Timeline::summarize() const {
   std::map<std::string, TimelineKernelSummary> by_name;
   double all = 0;
   for (const TimelineEvent& e : events) {
-    if (!e.gpu) continue;
+    if (!e.gpu || e.category == "replay") continue;
     TimelineKernelSummary& s = by_name[e.name];
     s.name = e.name;
     ++s.count;
@@ -147,14 +150,24 @@ std::string Timeline::summary() const {
     out += buf;
   }
   if (!gpu_timestamps) out += "no device times: " + note + "\n";
+  if (replays_spanned != 0) {
+    out += std::to_string(replays_spanned) + " of " +
+           std::to_string(replays_spanned + replays_timed) + " graph replays timed as one event (" +
+           std::to_string(spanned_launches) +
+           " launches not in the table): each graph's first replay and every " +
+           std::to_string(replay_sample) + "th are timed launch by launch (replay_sample)\n";
+  }
   if (dropped != 0) {
     out += std::to_string(dropped) + " events past the timeline's max_events were not kept\n";
   }
   return out;
 }
 
-TimelineRecorder::TimelineRecorder(rhi::Device& device, uint64_t max_events)
-    : device_(device), max_events_(max_events), t0_us_(now_us()) {
+TimelineRecorder::TimelineRecorder(rhi::Device& device, uint64_t max_events, uint32_t replay_sample)
+    : device_(device),
+      max_events_(max_events),
+      replay_sample_(std::max<uint32_t>(replay_sample, 1)),
+      t0_us_(now_us()) {
   const rhi::Capabilities& caps = device.caps();
   timestamps_ = caps.timestamps;
   period_ns_ = caps.timestamp_period_ns;
@@ -167,6 +180,17 @@ double TimelineRecorder::now_us() {
   return std::chrono::duration<double, std::micro>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+bool TimelineRecorder::time_replay(uint64_t graph, uint64_t launches) {
+  const bool timed = replays_[graph]++ % replay_sample_ == 0;
+  if (timed) {
+    ++replays_timed_;
+  } else {
+    ++replays_spanned_;
+    spanned_launches_ += launches;
+  }
+  return timed;
 }
 
 bool TimelineRecorder::keep() {
@@ -276,6 +300,10 @@ Result<Timeline> TimelineRecorder::finish(const std::string& device_name) {
   t.device = device_name;
   t.dropped = dropped_;
   t.gpu_timestamps = timestamps_;
+  t.replay_sample = replay_sample_;
+  t.replays_timed = replays_timed_;
+  t.replays_spanned = replays_spanned_;
+  t.spanned_launches = spanned_launches_;
   if (!timestamps_) {
     t.note = "device '" + device_name + "' has no timestamp queries on its compute queue";
   }

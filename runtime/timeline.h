@@ -15,7 +15,14 @@
 //   the completion of the commands before it to the completion of its own, which for the
 //   dependent launches vkad records (a barrier between them) is the launch's run time; launches
 //   recorded without a barrier between them overlap, and their events share the time.
-// - Events are kept up to `max_events`; later ones are counted in Timeline::dropped.
+// - A timestamp costs the device about as much as a third of a dependent dispatch (H200: 1.3-1.9
+//   us per stamp after a 3.3 us dispatch, vkad-bench-dispatch), so timing every launch of a
+//   dispatch-bound program slows it by half. Replays are therefore sampled: a graph's first
+//   replay in a timeline and every `replay_sample`-th after it are timed launch by launch; the
+//   others are one device event each ("replay 'g'", category "replay": two stamps around the
+//   whole replay). replay_sample 1 times every replay. Eager launches are always timed.
+// - Events are kept up to `max_events`; later ones are counted in Timeline::dropped (a replay's
+//   launches all or none).
 // - A device whose queue has no timestamp queries (rhi::Capabilities::timestamps) gives host
 //   spans only, and Timeline::gpu_timestamps says so.
 // - GPU times are placed on the host's clock by one calibration at begin_timeline (a stamp
@@ -33,8 +40,10 @@
 
 namespace vkad::runtime {
 
-// Runtime::begin_timeline's default: events kept (a few hundred bytes each).
+// Runtime::begin_timeline's defaults: events kept (a few hundred bytes each); a graph's replays
+// timed launch by launch: its first and every 16th after it (see the contract).
 inline constexpr uint64_t kTimelineMaxEvents = 1000000;
+inline constexpr uint32_t kTimelineReplaySample = 16;
 
 struct TimelineEvent {
   std::string name;      // the kernel's name, "fill 'x'", "copy 'a' -> 'b'", "synchronize", ...
@@ -60,12 +69,17 @@ struct Timeline {
   std::string device;
   std::string note;  // why GPU events are missing, when they are
   double clock_uncertainty_us = 0;
+  // Replay sampling (see the contract): replays timed launch by launch, replays timed as one
+  // event, and the launches of the latter (not in `events` one by one).
+  uint32_t replay_sample = 1;
+  uint64_t replays_timed = 0, replays_spanned = 0, spanned_launches = 0;
 
   // Chrome trace event format (chrome://tracing, ui.perfetto.dev): one track for the device
   // queue, one for the host; times in microseconds.
   std::string chrome_trace_json() const;
   Status write_chrome_trace(const std::string& path) const;
-  // GPU events grouped by name, largest total first.
+  // GPU events grouped by name, largest total first (a replay timed as one event is not a
+  // kernel: left out).
   std::vector<TimelineKernelSummary> summarize() const;
   // summarize() as a text table (name, count, total, mean, share), then what was dropped.
   std::string summary() const;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -23,7 +24,7 @@ namespace vkad::runtime {
 // The runtime's recorder: query pools, the events waiting for their timestamps, host spans.
 class TimelineRecorder {
  public:
-  TimelineRecorder(rhi::Device& device, uint64_t max_events);
+  TimelineRecorder(rhi::Device& device, uint64_t max_events, uint32_t replay_sample);
   // The calibration (see the contract): called by the runtime with the device idle, `list`
   // open and empty; writes one stamp. After the list's submission completed, calibrate().
   Status begin_calibration(rhi::CommandList& list, double submit_us);
@@ -52,6 +53,10 @@ class TimelineRecorder {
   };
   // Whether GPU events are kept at all (timestamps, calibrated).
   bool gpu_times() const { return timestamps_ && calibrated_; }
+  // A replay of `graph` (`launches` launches) begins: whether its launches are timed one by
+  // one (its first replay in this timeline and every replay_sample-th after it), else it is
+  // one event. Counted for Timeline's replay figures.
+  bool time_replay(uint64_t graph, uint64_t launches);
   // Records into `list` the copy of `layout`'s stamps from `pool` and keeps the replay's
   // launches (numbered from `first_launch`) as events; past max_events, all counted dropped.
   Status replay_stamps(rhi::CommandList& list, rhi::QueryPool& pool,
@@ -80,6 +85,9 @@ class TimelineRecorder {
 
   rhi::Device& device_;
   uint64_t max_events_;
+  uint32_t replay_sample_;
+  std::unordered_map<uint64_t, uint64_t> replays_;  // per graph, in this timeline
+  uint64_t replays_timed_ = 0, replays_spanned_ = 0, spanned_launches_ = 0;
   uint64_t kept_ = 0, dropped_ = 0;
   bool timestamps_ = false;
   double period_ns_ = 0;

@@ -2119,8 +2119,9 @@ struct Session {
     st->print_sink = fn;
     st->get().set_print_sink(std::move(sink));
   }
-  void begin_timeline(uint64_t max_events) {
-    check(blocking(*st, [&](vkad::Session& s) { return s.begin_timeline(max_events); }));
+  void begin_timeline(uint64_t max_events, uint32_t replay_sample) {
+    check(blocking(*st,
+                   [&](vkad::Session& s) { return s.begin_timeline(max_events, replay_sample); }));
   }
   vkad::Timeline end_timeline() {
     return take(blocking(*st, [](vkad::Session& s) { return s.end_timeline(); }));
@@ -2712,6 +2713,14 @@ void bind_timeline(nb::module_& m) {
           "(microseconds since begin_timeline on the host's clock). Device events first, in "
           "recording order, then host spans.")
       .def_ro("dropped", &vkad::Timeline::dropped, "Events past max_events, not kept.")
+      .def_ro("replay_sample", &vkad::Timeline::replay_sample,
+              "A graph's first replay and every replay_sample-th were timed launch by launch.")
+      .def_ro("replays_timed", &vkad::Timeline::replays_timed,
+              "Graph replays timed launch by launch.")
+      .def_ro("replays_spanned", &vkad::Timeline::replays_spanned,
+              "Graph replays timed as one event (category 'replay').")
+      .def_ro("spanned_launches", &vkad::Timeline::spanned_launches,
+              "The launches of those replays (not events of their own).")
       .def_ro("gpu_timestamps", &vkad::Timeline::gpu_timestamps,
               "False when the device has no timestamp queries (host spans only).")
       .def_ro("device", &vkad::Timeline::device)
@@ -2755,9 +2764,12 @@ void bind_session_debugging(nb::class_<Session>& cls) {
           "session); None: stdout.");
   cls.def("begin_timeline", &Session::begin_timeline,
           "max_events"_a = vkad::runtime::kTimelineMaxEvents,
+          "replay_sample"_a = vkad::runtime::kTimelineReplaySample,
           "Starts a timeline (docs/debugging.md): every launch, fill, copy and upload until "
-          "end_timeline() is timed on the device. Waits for the device once. vkad.profile() is "
-          "the context manager around it.")
+          "end_timeline() is timed on the device -- of a graph's replays, the first and every "
+          "replay_sample-th after it launch by launch, the others as one event each (1: every "
+          "replay). Waits for the device once. vkad.profile() is the context manager around "
+          "it.")
       .def("end_timeline", &Session::end_timeline,
            "Waits for the device and returns the Timeline recorded since begin_timeline().");
 }

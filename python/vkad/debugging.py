@@ -636,14 +636,20 @@ class profile:
     graph), fill, copy and upload in the block is timed on the device with timestamp queries;
     submissions and waits are host spans. Entering waits for the device once (to align the
     clocks). A device without timestamp queries gives host spans only (`timeline.gpu_timestamps`
-    is False). After the block, `p.timeline` is the vkad.Timeline (events, kernels(), summary(),
+    is False). A timestamp costs the device about a third of a dependent dispatch, so of a
+    graph's replays the first and every `replay_sample`-th after it are timed launch by launch and
+    the others as one event each ("replay 'g'"; replay_sample=1 times every replay: a program
+    bound by its dispatches then runs ~1.5x slower). After the block, `p.timeline` is the
+    vkad.Timeline (events, kernels(), summary(),
     save(path)); `path` (optional) receives its Chrome trace JSON, `print_summary=True` prints
     the summary. Nothing is timed outside such a block."""
 
-    def __init__(self, path=None, session=None, max_events=1_000_000, print_summary=False):
+    def __init__(self, path=None, session=None, max_events=1_000_000, print_summary=False,
+                 replay_sample=16):
         self.path = path
         self._session = session
         self.max_events = int(max_events)
+        self.replay_sample = int(replay_sample)
         self.print_summary = print_summary
         self.timeline = None
         self.session = None
@@ -651,7 +657,7 @@ class profile:
     def __enter__(self):
         from .frontend import default_session
         self.session = self._session if self._session is not None else default_session()
-        self.session.begin_timeline(self.max_events)
+        self.session.begin_timeline(self.max_events, self.replay_sample)
         return self
 
     def __exit__(self, exc_type, exc, tb):

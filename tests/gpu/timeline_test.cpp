@@ -160,7 +160,7 @@ TEST_F(TimelineTest, AReplayedGraphsLaunchesAreTimedWithTheGraphsName) {
   auto g = s_->end_capture();
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   ASSERT_TRUE(s_->replay(*g).ok());  // before the timeline: recorded into bundles
-  ASSERT_TRUE(s_->begin_timeline().ok());
+  ASSERT_TRUE(s_->begin_timeline(runtime::kTimelineMaxEvents, 1).ok());  // every replay timed
   ASSERT_TRUE(s_->replay(*g).ok());
   ASSERT_TRUE(s_->replay(*g).ok());
   auto t = s_->end_timeline();
@@ -223,7 +223,7 @@ TEST_F(TimelineTest, ABundledReplayIsTimedFromItsTimedBundlesOneStampPerLaunch) 
   };
   ASSERT_TRUE(rt.replay(*g).ok());
   const runtime::RuntimeStats before = stats();
-  ASSERT_TRUE(s_->begin_timeline().ok());
+  ASSERT_TRUE(s_->begin_timeline(runtime::kTimelineMaxEvents, 1).ok());
   runtime::LaunchId first{};
   ASSERT_TRUE(rt.replay(*g, {}, &first).ok());
   ASSERT_TRUE(rt.replay(*g).ok());
@@ -257,6 +257,58 @@ TEST_F(TimelineTest, ABundledReplayIsTimedFromItsTimedBundlesOneStampPerLaunch) 
     // fill of 16 KiB behind a barrier takes more than the timestamp period on any device).
     EXPECT_LT(d[r + 1]->end_us, d[r + 2]->begin_us);
   }
+}
+
+// Replay sampling: with replay_sample 2, a graph's replays 0, 2, 4 are timed launch by launch and
+// 1, 3 as one event each, whose span holds its launches; the summary's kernels are the timed
+// launches and it says what was left out; a replay_sample of 0 is refused.
+TEST_F(TimelineTest, ReplaysBetweenSampledOnesAreOneEventEach) {
+  auto k = s_->compile(affine());
+  ASSERT_TRUE(k.ok());
+  NdArrayHandle a = make("a");
+  ASSERT_TRUE(s_->fill(a, 0.0).ok());
+  ASSERT_TRUE(s_->begin_capture("pair").ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(s_->launch(*k, {Arg::ndarray(a)}).ok());
+  auto g = s_->end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  auto launches = s_->runtime().graph_launch_kernels(*g);
+  ASSERT_TRUE(launches.ok());
+  const uint64_t per_replay = launches->size();  // 1 or 2, whatever the rework made
+  EXPECT_EQ(s_->begin_timeline(100, 0).code(), ErrorCode::kInvalidArgument);
+  ASSERT_TRUE(s_->begin_timeline(runtime::kTimelineMaxEvents, 2).ok());
+  for (int r = 0; r < 5; ++r) ASSERT_TRUE(s_->replay(*g).ok());
+  auto t = s_->end_timeline();
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t->replay_sample, 2u);
+  EXPECT_EQ(t->replays_timed, 3u);
+  EXPECT_EQ(t->replays_spanned, 2u);
+  EXPECT_EQ(t->spanned_launches, 2 * per_replay);
+  std::vector<float> got(kN);
+  ASSERT_TRUE(s_->download(a, std::span<float>(got)).ok());
+  EXPECT_EQ(got[0], 1023.0f);  // x * 2 + 1, ten times
+  if (!timestamps()) GTEST_SKIP() << "no timestamp queries";
+  std::vector<const TimelineEvent*> spans, timed;
+  for (const TimelineEvent* e : device_events(*t)) {
+    (e->category == "replay" ? spans : timed).push_back(e);
+  }
+  ASSERT_EQ(spans.size(), 2u);
+  ASSERT_EQ(timed.size(), 3 * per_replay);
+  for (const TimelineEvent* e : spans) {
+    EXPECT_EQ(e->name, "replay 'pair'");
+    EXPECT_EQ(e->graph, "pair");
+    EXPECT_LE(e->begin_us, e->end_us);
+  }
+  // In recording order: replay 1's span after replay 0's launches, before replay 2's.
+  EXPECT_LE(timed[per_replay - 1]->end_us, spans[0]->end_us);
+  EXPECT_LE(spans[0]->end_us, timed[2 * per_replay - 1]->end_us);
+  uint64_t counted = 0;
+  for (const TimelineKernelSummary& row : t->summarize()) {
+    EXPECT_EQ(row.name.find("replay"), std::string::npos);
+    counted += row.count;
+  }
+  EXPECT_EQ(counted, 3 * per_replay);
+  EXPECT_NE(t->summary().find("2 of 5 graph replays timed as one event"), std::string::npos)
+      << t->summary();
 }
 
 TEST_F(TimelineTest, TheChromeTraceHoldsEveryEventAndEscapesNames) {

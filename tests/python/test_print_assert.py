@@ -169,7 +169,7 @@ def test_a_loops_launches_name_their_iteration(session):
     x0 = np.ones((4, 1024), np.float32)
     x0[2, 700] = 5.0
     x, y = session.ndarray(x0), session.zeros((4, 1024), vkad.f32)
-    row_below_two.compile(session)
+    row_below_two.differentiate(session)  # (a loop's body only launches: made before it)
     session.loop(0, 4, lambda t: row_below_two(t, x, y, session=session))
     with pytest.raises(vkad.DeviceError, match=r"(?s)x stays below 2.*thread \(700\) with 5.*"
                                                r"\(iteration 2 of a launch_loop\)"):

@@ -79,6 +79,31 @@ def test_a_replayed_graph_names_its_launches_and_graph(session):
     assert d and all(e["graph"] == "halve twice" and e["name"] for e in d)
 
 
+def test_replays_between_sampled_ones_are_one_event_each(session):
+    # replay_sample=3: replays 0 and 3 of the graph timed launch by launch, 1, 2 and 4 as one
+    # device event each (category "replay"), left out of the per-kernel summary
+    s = session
+    x = s.ndarray(np.ones(N, np.float32))
+    with s.capture("halve") as g:
+        scale(x, 0.5, session=s)
+    with vkad.profile(session=s, replay_sample=3) as p:
+        for _ in range(5):
+            s.replay(g)
+    np.testing.assert_array_equal(x.numpy(), np.full(N, 2.0 ** -5, np.float32))
+    t = p.timeline
+    assert (t.replay_sample, t.replays_timed, t.replays_spanned, t.spanned_launches) == (3, 2, 3, 3)
+    if not t.gpu_timestamps:
+        pytest.skip("no timestamp queries")
+    d = device_events(t)
+    assert [e["category"] for e in d] == ["launch", "replay", "replay", "launch", "replay"]
+    assert all(e["graph"] == "halve" for e in d)
+    rows = {r["name"]: r for r in t.kernels()}
+    assert set(rows) == {"scale"} and rows["scale"]["count"] == 2
+    assert "3 of 5 graph replays timed as one event" in p.summary()
+    with pytest.raises(vkad.InvalidArgumentError, match="replay_sample is 0"):
+        s.begin_timeline(10, 0)
+
+
 def test_nothing_is_recorded_outside_a_block_and_misuse_raises(session):
     s = session
     x = s.ndarray(np.ones(N, np.float32))
