@@ -5,7 +5,9 @@
 // Reports, on the chosen device in one run:
 //  - us per dependent dispatch (push constants + dispatch + compute->compute barrier), recorded,
 //    submitted and waited for, through rhi and through the same loop written against Vulkan,
-//    and the raw loop with an execution-only barrier and with none (what the barrier costs);
+//    and the raw loop with a buffer memory barrier (the written buffer only), an
+//    execution-only barrier and none (what the barrier costs), and with a timestamp after each
+//    dispatch (what a timeline's stamp costs);
 //  - the host cost of recording one launch, by the commands it records;
 //  - the same through rhi with a fresh descriptor set per dispatch (what a runtime launch does);
 //  - ns per is_signaled() on a finished submission (cached) and on an unfinished one (a device
@@ -50,7 +52,9 @@ struct Push {
 // launch needs; an execution-only barrier (no memory dependency: not enough for a launch that
 // reads what the last wrote, measured to split the barrier's cost); nothing (independent
 // dispatches, which the device may overlap).
-enum class Follow { kMemoryBarrier, kExecutionBarrier, kNothing };
+// A buffer memory barrier on the written buffer only (issue 53, point 4: barriers as narrow as
+// the data) is measured beside the global one.
+enum class Follow { kMemoryBarrier, kBufferBarrier, kExecutionBarrier, kNothing };
 
 // A timestamp per dispatch, as a timeline writes one (runtime/timeline.h): none, or at `stage`
 // after the barrier (where the next launch's begins) or before it.
@@ -144,9 +148,17 @@ double raw_dependent_dispatch_us(rhi::Device& dev, rhi::ComputePipeline& p, rhi:
       mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
       mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
       const bool memory = follow == Follow::kMemoryBarrier;
+      VkBufferMemoryBarrier bb{VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER};
+      bb.srcAccessMask = mb.srcAccessMask;
+      bb.dstAccessMask = mb.dstAccessMask;
+      bb.srcQueueFamilyIndex = bb.dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED;
+      bb.buffer = b.handle();
+      bb.size = VK_WHOLE_SIZE;
+      const bool buffer = follow == Follow::kBufferBarrier;
       dev.fn().vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                                     VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, memory ? 1 : 0,
-                                    memory ? &mb : nullptr, 0, nullptr, 0, nullptr);
+                                    memory ? &mb : nullptr, buffer ? 1 : 0, buffer ? &bb : nullptr,
+                                    0, nullptr);
       if (queries != VK_NULL_HANDLE && !stamp.before_barrier) {
         dev.fn().vkCmdWriteTimestamp(cb, stamp.stage, queries, static_cast<uint32_t>(i));
       }
@@ -332,6 +344,8 @@ int main(int argc, char** argv) {
   raw_dependent_dispatch_us(dev, *p, *a, *b, 16, 2);
   double raw = raw_dependent_dispatch_us(dev, *p, *a, *b, n, reps);
   record("dependent dispatch, raw Vulkan", "-", raw, "us");
+  record("dispatch + buffer memory barrier, raw", "-",
+         raw_dependent_dispatch_us(dev, *p, *a, *b, n, reps, Follow::kBufferBarrier), "us");
   record("dispatch + execution-only barrier, raw", "-",
          raw_dependent_dispatch_us(dev, *p, *a, *b, n, reps, Follow::kExecutionBarrier), "us");
   record("independent dispatch (no barrier), raw", "-",

@@ -357,6 +357,21 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
   bool any_heap = false;
   VKAD_TRY(bind_graph_arrays(g, updated, where, &any_heap));
   if (rerecord) g.rerecord = true;
+  apply_updates(g, updated);
+  if (g.pending_plans) refresh_pending_plans(g);
+  bool bundled = device_->caps().push_descriptor;
+  for (const CommandPlan& plan : g.plans) {
+    for (const rhi::ComputePipeline* p : plan.pipelines) {
+      bundled = bundled && p->push_descriptors();
+    }
+  }
+  // With a timeline on: this replay's launches timed one by one, or the replay as one event.
+  const bool time_launches = !timeline_ || timeline_->time_replay(graph.id, g.launches.size());
+  if (bundled) return replay_bundle(g, graph.id, any_heap, where, first, time_launches);
+  return replay_steps(g, graph.id, first, time_launches);
+}
+
+void Runtime::apply_updates(Graph& g, std::vector<UpdatedLaunch>& updated) {
   for (UpdatedLaunch& u : updated) {
     CapturedLaunch& c = g.launches[u.index];
     std::copy(u.args.begin(), u.args.end(), g.args.at(c.args));
@@ -371,17 +386,10 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
     g.plans.push_back(std::move(u.plan));
     g.plan_users.push_back(1);
   }
-  if (g.pending_plans) refresh_pending_plans(g);
-  bool bundled = device_->caps().push_descriptor;
-  for (const CommandPlan& plan : g.plans) {
-    for (const rhi::ComputePipeline* p : plan.pipelines) {
-      bundled = bundled && p->push_descriptors();
-    }
-  }
-  // With a timeline on: this replay's launches timed one by one, or the replay as one event.
-  const bool time_launches = !timeline_ || timeline_->time_replay(graph.id, g.launches.size());
-  if (bundled) return replay_bundle(g, graph.id, any_heap, where, first, time_launches);
-  // 3. Record, in capture order.
+}
+
+// A graph that cannot be bundled: every step recorded again, in capture order.
+Status Runtime::replay_steps(Graph& g, uint64_t id, LaunchId* first, bool time_launches) {
   VKAD_TRY(ensure_list());
   const LaunchId first_id{next_launch_ + 1};
   const double replay_begin = timeline_ ? TimelineRecorder::now_us() : 0;
@@ -394,7 +402,7 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
   }
   Status recorded = record_steps(list_, g, [&](uint32_t i) -> Status {
     const CapturedLaunch& c = g.launches[i];
-    replay_graph_ = graph.id;
+    replay_graph_ = id;
     replay_launch_ = i;
     replay_origin_ = c.origin;
     VKAD_TRY(record_launch(c.kernel, g.plans[c.plan], graph_arrays(g, c),
@@ -529,27 +537,7 @@ Status Runtime::replay_bundle(Graph& g, uint64_t id, bool any_heap, const std::s
   // A graph with no heap task binds its args buffer where the heaps would go: heap growth
   // leaves its bundles valid.
   const bool record = !set.current || (any_heap && set.heaps != heaps_.generation());
-  if (!g.args_dev.valid()) {
-    VKAD_ASSIGN_OR_RETURN(
-        g.args_dev,
-        device_->create_buffer({std::max<uint64_t>(g.args_blob.size(), 16),
-                                rhi::MemoryUsage::kDeviceLocal, "graph '" + g.name + "' args"}));
-  }
-  VKAD_TRY(ensure_list());
-  // The args in: ring slots of at most a chunk each (no buffer per replay), copied into the
-  // graph's args buffer after every earlier use of it (a previous replay's dispatches) is done.
-  // Each slot's copy is recorded as soon as it is allocated: a slot's `buffer` is the ring's
-  // open chunk, which the next allocation may close and replace.
-  std::vector<const std::byte*>& down = replay_down_;  // where each piece's error words land
-  down.clear();
-  list_.barrier(rhi::Barrier::kComputeToTransfer);
-  for (const auto& [begin, end] : g.pieces) {
-    VKAD_ASSIGN_OR_RETURN(HostRing::Slot up, upload_ring_->allocate(*device_, end - begin,
-                                                                    &ctx_buffers_.upload_chunks));
-    std::memcpy(up.data, g.args_blob.data() + begin, end - begin);
-    list_.copy(*up.buffer, g.args_dev, end - begin, up.offset, begin);
-  }
-  list_.barrier(rhi::Barrier::kTransferToCompute);
+  VKAD_TRY(upload_graph_args(g));
   bool span = false;
   if (timeline_ && !time_launches) {
     VKAD_ASSIGN_OR_RETURN(
@@ -565,18 +553,8 @@ Status Runtime::replay_bundle(Graph& g, uint64_t id, bool any_heap, const std::s
     for (rhi::Bundle& b : set.bundles) list_.execute(b);
     if (span) timeline_->end_gpu(list_);
   }
-  // The error words back (the launches wrote them into the graph's args buffer), read when
-  // this list retires like every launch's. Running out of host memory here returns the error
-  // with the replay recorded but its error words unread.
-  list_.barrier(rhi::Barrier::kComputeToTransfer);
-  for (const auto& [begin, end] : g.pieces) {
-    VKAD_ASSIGN_OR_RETURN(
-        HostRing::Slot slot,
-        readback_ring_->allocate(*device_, end - begin, &ctx_buffers_.readback_chunks));
-    list_.copy(g.args_dev, *slot.buffer, end - begin, begin, slot.offset);
-    down.push_back(slot.data);
-  }
-  list_.barrier(rhi::Barrier::kTransferToCompute);
+  std::vector<const std::byte*>& down = replay_down_;  // where each piece's error words land
+  VKAD_TRY(read_back_graph_args(g, &down));
   const LaunchId first_id{next_launch_ + 1};
   if (timed) VKAD_TRY(timeline_->replay_stamps(list_, set.stamps, set.layout, first_id.value));
   size_t piece = 0;
@@ -597,6 +575,46 @@ Status Runtime::replay_bundle(Graph& g, uint64_t id, bool any_heap, const std::s
                     g.name);
   }
   return auto_flush();
+}
+
+Status Runtime::upload_graph_args(Graph& g) {
+  if (!g.args_dev.valid()) {
+    VKAD_ASSIGN_OR_RETURN(
+        g.args_dev,
+        device_->create_buffer({std::max<uint64_t>(g.args_blob.size(), 16),
+                                rhi::MemoryUsage::kDeviceLocal, "graph '" + g.name + "' args"}));
+  }
+  VKAD_TRY(ensure_list());
+  // Ring slots of at most a chunk each (no buffer per replay), copied into the graph's args
+  // buffer after every earlier use of it (a previous replay's dispatches) is done. Each slot's
+  // copy is recorded as soon as it is allocated: a slot's `buffer` is the ring's open chunk,
+  // which the next allocation may close and replace.
+  list_.barrier(rhi::Barrier::kComputeToTransfer);
+  for (const auto& [begin, end] : g.pieces) {
+    VKAD_ASSIGN_OR_RETURN(HostRing::Slot up, upload_ring_->allocate(*device_, end - begin,
+                                                                    &ctx_buffers_.upload_chunks));
+    std::memcpy(up.data, g.args_blob.data() + begin, end - begin);
+    list_.copy(*up.buffer, g.args_dev, end - begin, up.offset, begin);
+  }
+  list_.barrier(rhi::Barrier::kTransferToCompute);
+  return {};
+}
+
+Status Runtime::read_back_graph_args(Graph& g, std::vector<const std::byte*>* down) {
+  // The launches wrote their error words into the graph's args buffer: read when this list
+  // retires like every launch's. Running out of host memory here returns the error with the
+  // replay recorded but its error words unread.
+  down->clear();
+  list_.barrier(rhi::Barrier::kComputeToTransfer);
+  for (const auto& [begin, end] : g.pieces) {
+    VKAD_ASSIGN_OR_RETURN(
+        HostRing::Slot slot,
+        readback_ring_->allocate(*device_, end - begin, &ctx_buffers_.readback_chunks));
+    list_.copy(g.args_dev, *slot.buffer, end - begin, begin, slot.offset);
+    down->push_back(slot.data);
+  }
+  list_.barrier(rhi::Barrier::kTransferToCompute);
+  return {};
 }
 
 std::string Runtime::graph_launch_where(uint64_t graph, uint32_t index) const {

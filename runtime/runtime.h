@@ -812,9 +812,19 @@ class Runtime {
   };
   CaptureSizes capture_sizes_;
   // `time_launches`: with a timeline, whether this replay's launches are timed one by one
-  // (TimelineRecorder::time_replay), else the replay is one event.
+  // (TimelineRecorder::time_replay), else the replay is one event. replay_bundle executes the
+  // graph's bundles, replay_steps records every step again (a graph that cannot be bundled).
   Status replay_bundle(Graph& g, uint64_t id, bool any_heap, const std::string& where,
                        LaunchId* first, bool time_launches);
+  Status replay_steps(Graph& g, uint64_t id, LaunchId* first, bool time_launches);
+  // replay_bundle's parts: the args blob copied into g.args_dev (made at the first replay)
+  // through upload ring slots; and, after the bundles, back into readback ring slots for the
+  // error words, `down` getting each piece's.
+  Status upload_graph_args(Graph& g);
+  Status read_back_graph_args(Graph& g, std::vector<const std::byte*>* down);
+  // A replay's checked updates into the graph: arguments, encoded args and plans (a plan shared
+  // with other launches is copied).
+  static void apply_updates(Graph& g, std::vector<UpdatedLaunch>& updated);
   // replay()'s steps: the launches updates change (copies), their new plans (`rerecord` when
   // one changes what a bundle bakes in: same_commands), and every array and heap the graph
   // binds, checked alive.
