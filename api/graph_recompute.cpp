@@ -9,7 +9,7 @@
 #include <unordered_set>
 
 #include "adstack/size_expr.h"
-#include "api/session.h"
+#include "api/graph_compiler.h"
 #include "graph/gather_recompute.h"
 #include "graph/graph_rework.h"
 #include "ir/text.h"
@@ -38,7 +38,7 @@ bool zero_fill(const CapturedStep& s) {
 
 }  // namespace
 
-codegen::UniformInputs Session::launch_inputs(const CapturedStep& s) const {
+codegen::UniformInputs GraphCompiler::launch_inputs(const CapturedStep& s) const {
   return codegen::UniformInputs{
       [&s](uint32_t p) -> int64_t { return p < s.args.size() ? s.args[p].i : 0; },
       [this, &s](uint32_t p, uint32_t d) -> std::optional<uint32_t> {
@@ -50,11 +50,11 @@ codegen::UniformInputs Session::launch_inputs(const CapturedStep& s) const {
 }
 
 // `k` (s's kernel) is the catalog's IR: its index expressions are found there, once per kernel.
-void Session::gather_uniform(const CapturedStep& s, const codegen::Kernel& /*k*/,
-                             codegen::UniformWords* out) const {
+void GraphCompiler::gather_uniform(const CapturedStep& s, const codegen::Kernel& /*k*/,
+                                   codegen::UniformWords* out) const {
   // Only the values used as indices are asked for (graph/gather_recompute.h); their expressions
   // are found once per kernel, sorted by value id as UniformWords keeps them.
-  const KernelCatalog::IndexExprs& exprs = catalog_.index_exprs(s.kernel.id);
+  const KernelCatalog::IndexExprs& exprs = core_.catalog.index_exprs(s.kernel.id);
   const codegen::UniformInputs in = launch_inputs(s);
   out->sorted.clear();
   out->sorted.reserve(exprs.size());
@@ -64,7 +64,7 @@ void Session::gather_uniform(const CapturedStep& s, const codegen::Kernel& /*k*/
   }
 }
 
-std::optional<std::vector<std::pair<int64_t, int64_t>>> Session::gather_ranges(
+std::optional<std::vector<std::pair<int64_t, int64_t>>> GraphCompiler::gather_ranges(
     const CapturedStep& s, const codegen::Kernel& k) const {
   std::vector<std::pair<int64_t, int64_t>> ranges;
   const codegen::Task& t = k.tasks[0];
@@ -98,9 +98,9 @@ std::optional<std::vector<std::pair<int64_t, int64_t>>> Session::gather_ranges(
   return ranges;
 }
 
-std::optional<codegen::GatherLaunch> Session::gather_launch(const CapturedStep& s,
-                                                            bool producer) const {
-  const std::shared_ptr<const codegen::Kernel>& ir = catalog_.ir(s.kernel.id);
+std::optional<codegen::GatherLaunch> GraphCompiler::gather_launch(const CapturedStep& s,
+                                                                  bool producer) const {
+  const std::shared_ptr<const codegen::Kernel>& ir = core_.catalog.ir(s.kernel.id);
   if (!ir || ir->params.size() != s.args.size()) return std::nullopt;
   const codegen::Kernel& k = *ir;
   codegen::GatherLaunch g;
@@ -122,9 +122,8 @@ std::optional<codegen::GatherLaunch> Session::gather_launch(const CapturedStep& 
   return g;
 }
 
-
-std::vector<std::vector<uint64_t>> Session::zero_outputs(std::span<const CapturedStep> steps,
-                                                         ScheduleMemo* memo) const {
+std::vector<std::vector<uint64_t>> GraphCompiler::zero_outputs(std::span<const CapturedStep> steps,
+                                                               ScheduleMemo* memo) const {
   // Per step, the arrays the launch adds into (atomic_add) at a known row that holds zeros
   // when it starts: the array's last fill was +0 over the whole array and no launch since
   // wrote that row, or an unknown one. One pass in step order.
@@ -171,29 +170,31 @@ std::vector<std::vector<uint64_t>> Session::zero_outputs(std::span<const Capture
   return out;
 }
 
-std::optional<size_t> Session::recompute_producer(
+std::optional<size_t> GraphCompiler::recompute_producer(
     std::span<const CapturedStep> steps, size_t consumer,
     const std::unordered_map<uint64_t, size_t>& first_write) {
   const CapturedStep& c = steps[consumer];
-  const std::shared_ptr<const codegen::KernelAccess>& ca = catalog_.access(c.kernel.id);
+  const std::shared_ptr<const codegen::KernelAccess>& ca = core_.catalog.access(c.kernel.id);
   if (!ca) return std::nullopt;
   // The nearest earlier launch that writes something the consumer touches.
   std::optional<size_t> producer;
   for (size_t i = consumer; i-- > 0 && !producer;) {
     if (!steps[i].launch) return std::nullopt;  // fills end the search
-    const std::shared_ptr<const codegen::KernelAccess>& pa = catalog_.access(steps[i].kernel.id);
+    const std::shared_ptr<const codegen::KernelAccess>& pa =
+        core_.catalog.access(steps[i].kernel.id);
     if (!pa) return std::nullopt;
     for (const codegen::ParamAccess& p : ca->params) {
       if (p.param < c.args.size() && writes(*pa, steps[i].args, c.args[p.param].array.id))
         producer = i;
     }
   }
-  if (!producer || !catalog_.recompute_producer(steps[*producer].kernel.id)) return std::nullopt;
+  if (!producer || !core_.catalog.recompute_producer(steps[*producer].kernel.id))
+    return std::nullopt;
   // A producer whose inputs nothing in the graph writes before it (a controller reading its
   // weights) can run ahead of the chain anyway: copying it into the consumer would only
   // lengthen the consumer.
   const CapturedStep& p = steps[*producer];
-  const codegen::KernelAccess& pk = *catalog_.access(p.kernel.id);  // found above
+  const codegen::KernelAccess& pk = *core_.catalog.access(p.kernel.id);  // found above
   bool fed = false;
   for (const codegen::ParamAccess& q : pk.params) {
     if (q.param >= p.args.size() || writes(pk, p.args, p.args[q.param].array.id)) continue;
@@ -203,7 +204,8 @@ std::optional<size_t> Session::recompute_producer(
   if (!fed) return std::nullopt;
   // Nothing between them may write what the producer reads or writes.
   for (size_t i = *producer + 1; i < consumer; ++i) {
-    const std::shared_ptr<const codegen::KernelAccess>& xa = catalog_.access(steps[i].kernel.id);
+    const std::shared_ptr<const codegen::KernelAccess>& xa =
+        core_.catalog.access(steps[i].kernel.id);
     if (!xa) return std::nullopt;
     for (const codegen::ParamAccess& q : pk.params) {
       if (q.param < p.args.size() && writes(*xa, steps[i].args, p.args[q.param].array.id))
@@ -213,7 +215,7 @@ std::optional<size_t> Session::recompute_producer(
   return producer;
 }
 
-std::optional<CapturedStep> Session::recompute_step(
+std::optional<CapturedStep> GraphCompiler::recompute_step(
     std::span<const CapturedStep> steps, size_t consumer,
     std::span<const std::vector<uint64_t>> zeros_before,
     const std::unordered_map<uint64_t, size_t>& first_write, size_t* producer_step) {
@@ -247,13 +249,13 @@ std::optional<CapturedStep> Session::recompute_step(
   return out;
 }
 
-size_t Session::WordsHash::operator()(const std::vector<uint64_t>& w) const noexcept {
+size_t GraphCompiler::WordsHash::operator()(const std::vector<uint64_t>& w) const noexcept {
   uint64_t h = 14695981039346656037ull;
   for (uint64_t x : w) h = (h ^ x) * 1099511628211ull;
   return static_cast<size_t>(h);
 }
 
-uint64_t Session::shape_class(uint64_t array) const {
+uint64_t GraphCompiler::shape_class(uint64_t array) const {
   auto [it, fresh] = rework_shape_class_.try_emplace(array, 0);
   if (fresh) {
     const std::vector<uint32_t>* shape = extents_of(array);
@@ -263,9 +265,8 @@ uint64_t Session::shape_class(uint64_t array) const {
   return it->second;
 }
 
-std::optional<std::vector<uint64_t>> Session::recompute_key(const CapturedStep& c,
-                                                            const CapturedStep& p,
-                                                            std::span<const uint64_t> zeros) const {
+std::optional<std::vector<uint64_t>> GraphCompiler::recompute_key(
+    const CapturedStep& c, const CapturedStep& p, std::span<const uint64_t> zeros) const {
   // Kernels by handle id (never reused in a session); arrays and index values by the first
   // place each distinct one appears, so two steps of a loop give one key; extents by their
   // session-wide shape class. Words, not text: a step loop asks once per step (diffmpm: 2,046
@@ -282,7 +283,7 @@ std::optional<std::vector<uint64_t>> Session::recompute_key(const CapturedStep& 
   };
   codegen::UniformWords words;
   for (const CapturedStep* s : {&c, &p}) {
-    const std::shared_ptr<const codegen::Kernel>& ir = catalog_.ir(s->kernel.id);
+    const std::shared_ptr<const codegen::Kernel>& ir = core_.catalog.ir(s->kernel.id);
     if (!ir || ir->params.size() != s->args.size()) return std::nullopt;
     const codegen::Kernel& k = *ir;
     for (const Arg& a : s->args) {
@@ -322,22 +323,23 @@ std::optional<std::vector<uint64_t>> Session::recompute_key(const CapturedStep& 
   return key;
 }
 
-Result<KernelHandle> Session::recomputed_kernel(const codegen::Kernel& k) {
+Result<KernelHandle> GraphCompiler::recomputed_kernel(const codegen::Kernel& k) {
   // Compiled once per printed IR; registered with its IR and access summary, so scheduling
   // and fusion see it like any kernel of the session.
   const std::string key = codegen::print(k);
   auto it = recomputed_kernels_.find(key);
   if (it != recomputed_kernels_.end()) return it->second;
-  if (refused_kernels_.count(key)) return refused(k);
+  if (refused_kernels_.count(key)) return refused_status(k);
   VKAD_ASSIGN_OR_RETURN(KernelHandle h, rework_compile(k, /*keep_ir=*/true));
   recomputed_kernels_.emplace(key, h);
-  catalog_.refuse_producer(h.id);
+  core_.catalog.refuse_producer(h.id);
   return h;
 }
 
-bool Session::recompute(const std::vector<CapturedStep>& captured, std::vector<CapturedStep>* out,
-                        std::vector<size_t>* launches, ScheduleMemo* memo) {
-  if (!recompute_graph_gathers_) return false;
+bool GraphCompiler::recompute(const std::vector<CapturedStep>& captured,
+                              std::vector<CapturedStep>* out, std::vector<size_t>* launches,
+                              ScheduleMemo* memo) {
+  if (!core_.graph.recompute) return false;
   *out = captured;
   std::vector<size_t> launch_of(out->size(), 0);  // step -> launch number
   size_t launch = 0;
@@ -347,7 +349,7 @@ bool Session::recompute(const std::vector<CapturedStep>& captured, std::vector<C
   for (size_t i = 0; i < out->size(); ++i) {
     const CapturedStep& s = (*out)[i];
     if (!s.launch) continue;
-    const std::shared_ptr<const codegen::KernelAccess>& a = catalog_.access(s.kernel.id);
+    const std::shared_ptr<const codegen::KernelAccess>& a = core_.catalog.access(s.kernel.id);
     if (!a) continue;
     for (const codegen::ParamAccess& p : a->params) {
       if (p.param < s.args.size() && writes(*a, s.args, s.args[p.param].array.id))

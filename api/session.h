@@ -21,31 +21,22 @@
 // runtime(); a Session never hands out anything that can break its invariants.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
-#include <map>
+#include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "abi/handles.h"
-#include "autodiff/adjoint_plan.h"
-#include "graph/gather_recompute.h"
-#include "graph/graph_rework.h"
-#include "graph/graph_schedule.h"
-#include "graph/kernel_catalog.h"
-#include "graph/resident.h"
+#include "base/status.h"
 #include "ir/ir.h"
-#include "ir/launch_access.h"
 #include "ir/target.h"
 #include "runtime/defaults.h"
-#include "runtime/launch_origin.h"
 #include "runtime/timeline.h"
 #include "spirv/compiler.h"
 
@@ -54,6 +45,15 @@ namespace runtime {
 class Runtime;
 struct RuntimeOptions;
 }  // namespace runtime
+namespace codegen {
+struct KernelAccess;
+}  // namespace codegen
+// The parts a Session holds (api/session_core.h, api/graph_compiler.h, api/compiled_graphs.h,
+// api/step_loops.h): not part of the front door.
+struct SessionCore;
+class GraphCompiler;
+class CompiledGraphs;
+class StepLoops;
 
 using runtime::Arg;
 using runtime::DType;
@@ -269,11 +269,11 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   // The target every kernel is compiled for: this session's device's capabilities.
-  const codegen::Target& target() const { return target_; }
-  const std::string& device_name() const { return target_.device_name; }
+  const codegen::Target& target() const;
+  const std::string& device_name() const;
   // The device's UUID as vkad::devices() lists it ("xxxxxxxx-xxxx-..."): which physical device
   // this session runs on, comparable with CUDA's UUIDs (api/devices.h).
-  const std::string& device_uuid() const { return device_uuid_; }
+  const std::string& device_uuid() const;
 
   // --- kernels ---
   // Verifies, compiles for target() and registers. Errors name the statement (bad IR), or say
@@ -478,421 +478,27 @@ class Session {
   // kFailedPrecondition while another thread is inside this session (runtime/use_guard.h).
   Result<SessionStats> stats() const;
   // The advanced surface (runtime/runtime.h). Outlives nothing: valid while the session is.
-  runtime::Runtime& runtime() { return *rt_; }
+  runtime::Runtime& runtime();
 
  private:
-  Session() = default;
-  // The graph rework at end_capture (api/graph_fusion.cpp; its pure steps graph/graph_rework.h).
-  // Per original captured launch: its launch in the fused graph and parameter map.
-  struct FusedGraph {
-    std::string name;
-    std::vector<uint32_t> launch;
-    std::vector<std::vector<uint32_t>> param;  // empty: the launch was not merged
-    std::vector<std::vector<bool>> scalars;    // which of its parameters are scalars
-    std::vector<std::string> kernel;           // its kernel's name
-    // Graph scheduling relied on rows these scalar parameters decide (per captured launch):
-    // an update of one switches to `original`, the graph as captured, for good; `applied` is
-    // every update so far, in captured numbering, that the switch replays onto it.
-    std::vector<std::vector<bool>> pinned;
-    GraphHandle original{0};
-    bool on_original = false;
-    std::vector<NdArrayHandle> owned;  // blocked stencils' stashes, freed with the graph
-    std::vector<GraphUpdate> applied;
-    // A background rework's: the updates replays made before the install (captured
-    // numbering), applied with the next replay's.
-    std::vector<GraphUpdate> carried;
-  };
-  static std::vector<bool> scalar_params(std::span<const Arg> args);
-  // A kernel a rework compiled: registered under its reserved handle at the install.
-  // A stash a blocked stencil needs: its placeholder id in the plan's arguments, its type and
-  // length.
-  struct StashNeed {
-    uint64_t placeholder = 0;
-    DType dtype = DType::kF32;
-    uint32_t elements = 0;
-  };
-  // Allocates each stash and puts it in place of its placeholder in `w`'s arguments; the
-  // arrays go to `owned` (freed with what uses them).
-  Status materialize_stashes(std::span<const StashNeed> needs, ReworkPlan* w,
-                             std::vector<NdArrayHandle>* owned);
-  uint64_t next_stash_placeholder_ = uint64_t{1} << 62;
-  // Stashes of step-loop plans: graphs may record their launches, so they live as long as the
-  // session.
-  std::vector<NdArrayHandle> loop_stashes_;
-  struct PendingKernel {
-    KernelHandle handle;
-    std::shared_ptr<const runtime::CompiledKernel> compiled;
-  };
-  // What a graph rework decided before anything of it reaches the runtime (prepare_rework:
-  // on the caller's thread, or on a background one); install_rework applies it.
-  struct PreparedRework {
-    GraphHandle graph;  // as captured
-    std::string name;
-    std::vector<CapturedStep> captured;
-    bool rework = false;  // false: the graph stays as captured
-    ReworkPlan w;
-    std::vector<uint32_t> roll_index;
-    std::vector<bool> rolled;
-    size_t blocked = 0;  // captured launches in blocked stencil dispatches
-    // The blocked stencils' stashes (graph/stencil_blocking.h): `w.steps` names each by a
-    // placeholder array id until materialize_stashes allocates it on the caller's thread.
-    std::vector<StashNeed> stashes;
-    std::vector<size_t> recompute_pins;
-    std::vector<std::vector<bool>> pinned;
-    bool any_rolled = false, any_recomputed = false, reordered = false, relaxed = false,
-         rows_used = false;
-    // Compiled by the rework, registered at the install (also when it is dropped: the
-    // session's caches name them).
-    std::vector<PendingKernel> kernels;
-    // The IR `w.launches` points into, kept while this lives (a kernel may be released).
-    std::vector<std::shared_ptr<const codegen::Kernel>> ir;
-  };
-  // The graph rework of end_capture, in two halves. prepare_rework reads the session's kernel
-  // tables and caches and the extents snapshot_extents took, and touches no runtime state
-  // (its kernels get reserved handles): it may run on another thread while the caller's goes
-  // on, as long as nothing else uses those tables (join_rework). install_rework registers the
-  // kernels and records the reworked graph; it returns the graph to replay (`p.graph` where
-  // nothing was reworked). `keep_captured`: the graph as captured stays (a background
-  // rework's: the caller holds it).
-  std::unique_ptr<PreparedRework> prepare_rework(GraphHandle graph,
-                                                 std::vector<CapturedStep> captured,
-                                                 const std::string& name);
-  void plan_rework(PreparedRework* p);
-  Result<GraphHandle> install_rework(PreparedRework& p, bool keep_captured);
-  // Registers p.kernels; false where one is refused (its handle is then forgotten).
-  bool register_rework_kernels(PreparedRework& p);
-  // Drops kernel `id` from the tables note_ir and the rework fill (release and forget_kernel).
-  void drop_tables(uint64_t id);
-  // Drops kernel `id` from every table and cache, its printed IR into refused_kernels_.
-  void forget_kernel(uint64_t id);
-  // Printed IR of rework kernels the device refused to register: not made again.
-  std::unordered_set<std::string> refused_kernels_;
-  static Status refused(const codegen::Kernel& k);
-  void snapshot_extents(const CaptureLog& log);
-  // The background rework (CaptureOptions::background_rework): at most one runs at a time.
-  struct BackgroundRework {
-    GraphHandle graph;  // as captured: the caller's handle
-    CaptureLog log;     // the worker's input (unpacked on its thread)
-    std::thread worker;
-    std::atomic<bool> done{false};
-    std::unique_ptr<PreparedRework> result;  // the worker's, written before `done`
-    std::vector<GraphUpdate> updates;        // replays' updates so far, the latest of each
-  };
-  std::unique_ptr<BackgroundRework> background_;
-  // A background rework's graph (the caller's handle) -> the reworked graph installed for it.
-  std::unordered_map<uint64_t, GraphHandle> reworked_;
-  bool capture_background_ = false;  // the open capture's CaptureOptions::background_rework
-  // Waits for the background worker (its result stays pending): before anything that uses
-  // the tables it reads.
-  void join_rework();
-  // Waits for the background rework and installs it.
-  void settle_rework();
-  // Kernels the running rework compiled (moved into its PreparedRework).
-  std::vector<PendingKernel> unregistered_;
-  // A launch step's schedule_launch answer and pins, by step index: the rework asks for them
-  // twice (zero_outputs, then plan_order), and a step loop has thousands of launches.
-  struct StepSchedule {
-    ScheduleLaunch launch;
-    std::vector<bool> pinned;
-  };
-  using ScheduleMemo = std::vector<std::optional<StepSchedule>>;
-  // Gather recompute (api/graph_recompute.cpp, graph/gather_recompute.h): `captured` with every
-  // launch that gathers an earlier launch's element-wise output rewritten to compute it;
-  // `launches` gets the launch numbers whose arguments a rewritten launch carries. False when
-  // none was rewritten. `memo` gets every launch step's schedule (empty where a step was
-  // rewritten: its kernel changed), for plan_order; left empty when recompute is off.
-  bool recompute(const std::vector<CapturedStep>& captured, std::vector<CapturedStep>* out,
-                 std::vector<size_t>* launches, ScheduleMemo* memo);
-  std::optional<CapturedStep> recompute_step(
-      std::span<const CapturedStep> steps, size_t consumer,
-      std::span<const std::vector<uint64_t>> zeros_before,
-      const std::unordered_map<uint64_t, size_t>& first_write, size_t* producer_step);
-  // The producer of `consumer` that recompute may copy into it, if any.
-  std::optional<size_t> recompute_producer(std::span<const CapturedStep> steps, size_t consumer,
-                                           const std::unordered_map<uint64_t, size_t>& first_write);
-  std::optional<codegen::GatherLaunch> gather_launch(const CapturedStep& s, bool producer) const;
-  // gather_launch's parts (recompute_key uses them too): the launch-uniform values the kernel
-  // indexes with, evaluated for `s` (sorted by value id); a producer's evaluated range per
-  // task dimension (nullopt where one does not evaluate).
-  void gather_uniform(const CapturedStep& s, const codegen::Kernel& k,
-                      codegen::UniformWords* out) const;
-  std::optional<std::vector<std::pair<int64_t, int64_t>>> gather_ranges(
-      const CapturedStep& s, const codegen::Kernel& k) const;
-  std::vector<std::vector<uint64_t>> zero_outputs(std::span<const CapturedStep> steps,
-                                                  ScheduleMemo* memo) const;
-  // What recompute_gathers' answer for consumer `c` and producer `p` depends on, in words:
-  // both kernels, which arguments are the same array, each array's extents (as a shape
-  // class), the launch-uniform values (which equal which), the producer's ranges and which
-  // of its arrays are known zero. Built from the steps without their GatherLaunches (made
-  // only when the answer is not known yet). nullopt where gather_launch would refuse either.
-  std::optional<std::vector<uint64_t>> recompute_key(const CapturedStep& c, const CapturedStep& p,
-                                                     std::span<const uint64_t> zeros) const;
-  // A session-wide number per distinct extents vector (an array's, during a rework).
-  uint64_t shape_class(uint64_t array) const;
-  Result<KernelHandle> recomputed_kernel(const codegen::Kernel& k);
-  // A launch's scalar arguments and array extents, for evaluating launch-uniform indices.
-  codegen::UniformInputs launch_inputs(const CapturedStep& s) const;
-  // Per parameter of a launch, the one first-axis row all its accesses touch
-  // (codegen::FusionLaunch::rows).
-  std::vector<int64_t> launch_rows(const CapturedStep& s) const;
-  // Step loops of small launches in `captured` rolled into resident kernels: false when none
-  // is. Else `out` gets the steps with each loop as one launch, and per captured launch
-  // `launch_index` its launch in `out` and `rolled` whether it was rolled.
-  // Runs of a stencil kernel's launches become launches of blocked kernels
-  // (graph/stencil_blocking.h) too, `blocked` counting the captured launches they take.
-  bool roll(const std::vector<CapturedStep>& captured, std::vector<CapturedStep>* out,
-            std::vector<uint32_t>* launch_index, std::vector<bool>* rolled, size_t* blocked,
-            std::vector<StashNeed>* stashes);
-  // The blocked runs among the launches no segment of `segments` covers, added to it (in
-  // order) with their kernels in `built`; returns the captured launches they take.
-  // A blocked run's prologue (filling its stash) goes before the launch of captured launch
-  // `first`.
-  struct StashPrologue {
-    size_t first = 0;
-    KernelHandle kernel;
-    uint64_t blocked_kernel = 0, placeholder = 0;
-  };
-  // The launches of `launches` that may block (a kernel and box each), where no built
-  // resident loop of `segments` took them.
-  std::vector<RollCandidate> blocking_candidates(
-      std::span<const CapturedStep* const> launches, std::span<const RollSegment> segments,
-      std::span<const std::optional<MergedLaunch>> built) const;
-  // The blocked kernel of one run (its stash and prologue recorded), `K` its launches per
-  // dispatch; nullopt where the run does not block.
-  std::optional<MergedLaunch> build_blocked(const RollSegment& run, const CapturedStep& first,
-                                            const RollCandidate& candidate, uint32_t* K,
-                                            std::vector<StashNeed>* stashes,
-                                            std::vector<StashPrologue>* prologues);
-  size_t block_stencils(std::span<const CapturedStep> captured,
-                        std::span<const CapturedStep* const> launches,
-                        std::vector<RollSegment>* segments,
-                        std::vector<std::optional<MergedLaunch>>* built,
-                        std::vector<StashNeed>* stashes, std::vector<StashPrologue>* prologues);
-  // Puts the stashes' placeholders and the prologues into `out` (splice_rolled's), keeping
-  // `launch_index` in step.
-  static void add_prologues(std::span<const StashPrologue> prologues,
-                            std::vector<CapturedStep>* out, std::vector<uint32_t>* launch_index);
-  std::vector<RollCandidate> roll_candidates(std::span<const CapturedStep* const> launches) const;
-  // The resident kernel of one segment, compiled and registered; nullopt where it cannot be.
-  std::optional<MergedLaunch> build_rolled(const RollSegment& seg,
-                                           std::span<const CapturedStep* const> launches,
-                                           std::span<const RollCandidate> candidates);
-  // The value of a launch's range bound from its arguments (scalar bounds only when
-  // `scalars`); nullopt where unknown.
-  std::optional<int64_t> bound_value(const abi::RangeBound& b, std::span<const Arg> args,
-                                     bool scalars) const;
-  // A kernel the rework made, compiled and registered once per printed IR.
-  Result<KernelHandle> merged_kernel(const codegen::Kernel& k);
-  codegen::FusionLaunch fusion_launch(const CapturedStep& s, bool loops_capped) const;
-  // The fused kernels of `runs` into `planned`, and the zero fills they make redundant into
-  // `dropped`: false where one cannot be built (the graph then stays as captured).
-  bool build_fused(std::span<const codegen::FusionRun> runs,
-                   std::span<const codegen::FusionLaunch> launches,
-                   std::span<const std::unordered_map<uint64_t, size_t>> zero_fills,
-                   std::vector<MergedLaunch>* planned, std::vector<bool>* dropped);
-  // Records the plan as a graph; `map` gets each capture-order launch's place in it and
-  // `relaxed` whether a barrier was left out. `origins` (per capture-order launch of `w`, or
-  // empty): what made each, kept by the launches recorded (a fused run's: what its members
-  // share, LaunchOrigin::join).
-  Result<GraphHandle> recapture(const ReworkPlan& w, const std::string& name, FusedGraph* map,
-                                bool* relaxed, std::span<const runtime::LaunchOrigin> origins = {});
-  void describe_launches(const std::vector<CapturedStep>& captured, FusedGraph* map) const;
-  void trace_rework(const ReworkPlan& w, const std::string& name) const;
-  // `cap`'s steps in scheduled order into `w` (steps, order, what each launch touches and what
-  // fusion needs of it); per launch in capture order, the scalars the schedule rests on. A
-  // step's entry in `memo` (recompute's), where there is one, is used (moved out) instead of
-  // computing it again.
-  void plan_order(const std::vector<CapturedStep>& cap, ReworkPlan* w,
-                  std::vector<std::vector<bool>>* pinned, ScheduleMemo* memo) const;
-  // Keeps `graph` (the graph as captured) in `map` where a reworked graph's schedule rests
-  // on scalar parameters (`pinned`), else releases it.
-  void keep_for_updates(GraphHandle graph, bool reworked, bool keep_captured,
-                        std::vector<std::vector<bool>> pinned, FusedGraph* map);
-  static void unroll_numbering(std::span<const uint32_t> roll_index,
-                               const std::vector<bool>& rolled, FusedGraph* map,
-                               std::vector<std::vector<bool>>* pinned);
-  // replay's part for a graph end_capture reworked (or not): updates in captured numbering.
-  Status replay_reworked(GraphHandle graph, std::span<const GraphUpdate> updates, LaunchId* first);
-  // `updates` into `kept`, one entry per (launch, parameter): the latest value.
-  static void keep_latest(std::span<const GraphUpdate> updates, std::vector<GraphUpdate>* kept);
-  Status translate(const FusedGraph& f, std::span<const GraphUpdate> updates,
-                   std::vector<GraphUpdate>* out) const;
-  // What a captured launch reads and writes, rows evaluated (graph/graph_schedule.h); `pinned`
-  // gets the scalar parameters those rows depend on.
-  ScheduleLaunch schedule_launch(const CapturedStep& s, std::vector<bool>* pinned) const;
-  // `generic_on_demand`: as Runtime::register_kernel's.
-  Result<KernelHandle> register_ir(const codegen::Kernel& kernel, const runtime::CompiledKernel& ck,
-                                   bool generic_on_demand = false);
-  // register_ir's tables for kernel `id` (no runtime call).
-  void note_ir(const codegen::Kernel& kernel, const runtime::CompiledKernel& ck, uint64_t id);
-
-  codegen::CompileOptions compile_options_;
-  codegen::Target target_;
-  codegen::AdjointOptions adjoint_options_;  // reverse mode's, from the device (device_target.h)
-  std::string device_uuid_;
-  // Every kernel this session compiled, by text, target and options: compiling one again
-  // (a DSL re-tracing a function, a fused run seen before) skips emission and validation.
-  codegen::CompileCache compile_cache_;
-  std::unique_ptr<runtime::Runtime> rt_;
-  bool fuse_graph_launches_ = true;
-  bool schedule_graph_launches_ = true;
-  uint32_t resident_max_range_ = 256;
-  bool block_stencils_ = true;
-  // launch_loop's rolled kernels (registered on the caller's thread), by printed IR.
-  std::unordered_map<std::string, KernelHandle> loop_kernels_;
-  // What roll_loop decided, by the body's shape (loop_signature): later loops of that shape skip
-  // rolling and printing. nullopt: the shape does not qualify (ranges, arrays, refused kernel).
-  struct RolledLoop;
-  std::unordered_map<std::string, std::shared_ptr<const RolledLoop>> rolled_by_shape_;
-  // prepare_loop's rolls and compiles, each on a thread of its own, by shape.
-  struct LoopJob;
-  std::vector<std::unique_ptr<LoopJob>> loop_jobs_;  // declared below
-  void join_loop_jobs();
-  uint64_t rolled_loops_ = 0;
-  uint64_t reworked_loops_ = 0;
-  // rework_loop's plans by loop_key (the body's kernels, arguments and steps, and the count);
-  // null: the loop was found to gain nothing (not tried again).
-  struct LoopRework {
-    ReworkPlan w;
-    std::vector<std::shared_ptr<const codegen::Kernel>> ir;  // what w.launches points into
-    std::vector<uint64_t> zeros;  // arrays the plan needs zero when the loop starts
-    // Per launch of the plan (in its order), the loop iteration it comes from, for its device
-    // errors; empty where the plan rolled or blocked launches (its launch numbers are not the
-    // loop's then).
-    std::vector<int64_t> iteration;
-  };
-  std::unordered_map<std::string, std::shared_ptr<const LoopRework>> loop_reworks_;
-  static std::string loop_key(std::span<const LoopLaunch> body, uint32_t count);
-  // launch_loop's checks before anything is launched (errors name the launch and iteration).
-  Status check_loop(std::span<const LoopLaunch> body, uint32_t count) const;
-  // The arrays `l` adds into (atomic_add), appended to `out` once each.
-  void loop_accumulates(const LoopLaunch& l, std::vector<uint64_t>* out) const;
-  // Of the arrays a loop's rework took for zero at the loop's start (`assumed`), those its plan
-  // rests on: gather recompute's accumulating producers' and fusion's zero fills.
-  std::vector<uint64_t> plan_zeros(const PreparedRework& p, std::span<const LoopLaunch> body,
-                                   std::span<const uint64_t> assumed) const;
-  // Whether every array of `zeros` holds zeros now, as far as the open capture's log shows.
-  bool zeros_hold(std::span<const uint64_t> zeros) const;
-  // Launches a rework_loop plan's steps through launch() (info->launches counts them).
-  Status launch_reworked(const LoopRework& r, LoopInfo* info);
-  // loop_member's verdict per kernel handle id: may its launches be rolled (caller's thread).
-  mutable std::unordered_map<uint64_t, bool> loop_residable_;
-  // The rolled kernel of `body` x `count` and its parameter map, or nullopt where the loop runs
-  // its launches one by one (api/session_loop.cpp).
-  struct RolledLoop {
-    KernelHandle kernel;
-    std::vector<std::vector<uint32_t>> param_map;
-    size_t params = 0;
-  };
-  std::optional<RolledLoop> roll_loop(std::span<const LoopLaunch> body, uint32_t count,
-                                      PhaseClock& clock);
-  // The members of body x count as a resident kernel would take them, its workgroup size and
-  // its shape's signature; false where the body does not qualify.
-  struct LoopPlan {
-    std::vector<codegen::ResidentMember> period;
-    std::vector<std::shared_ptr<const codegen::Kernel>> ir;  // what `period` points into
-    uint32_t count = 0, local = 0;
-    std::string name, signature;
-  };
-  bool plan_loop(std::span<const LoopLaunch> body, uint32_t count, LoopPlan* plan) const;
-  // The rolled launch's arguments: each body launch's first-iteration args at its parameters.
-  static void rolled_args(const RolledLoop& rolled, std::span<const LoopLaunch> body,
-                          std::vector<Arg>* out);
-  // A prepare_loop's roll and compile, on its own thread: pure functions and the thread-safe
-  // compile cache only (the members' IR is held by the plan).
-  struct LoopJob {
-    LoopPlan plan;
-    std::thread worker;
-    // The worker's, read after join.
-    std::optional<codegen::ResidentKernel> rolled;
-    std::string key;
-    std::optional<Result<std::shared_ptr<const runtime::CompiledKernel>>> compiled;
-  };
-  // roll_loop's parts: a body launch as a resident member (nullopt: it does not qualify), its
-  // kernel's ranges for `args`, and the rolled kernel compiled and registered (or found).
-  std::optional<codegen::ResidentMember> loop_member(
-      const LoopLaunch& l, uint32_t count, std::shared_ptr<const codegen::Kernel>* ir) const;
-  std::optional<std::vector<std::pair<int64_t, int64_t>>> loop_ranges(
-      const codegen::Kernel& k, std::span<const Arg> args) const;
-  // `key`: k's printed IR ("" prints it); `ck`: its compile (nullopt compiles it).
-  std::optional<KernelHandle> loop_kernel(
-      const codegen::Kernel& k, std::string key,
-      std::optional<Result<std::shared_ptr<const runtime::CompiledKernel>>> ck, PhaseClock& clock);
-  uint64_t rolled_launches_ = 0;      // SessionStats::rolled_launches
-  uint64_t blocked_launches_ = 0;     // SessionStats::blocked_launches
-  uint64_t recomputed_launches_ = 0;  // SessionStats::recomputed_launches
-  // Every kernel compiled here and every kernel a rework made, by handle id: IR, access
-  // summary, adstacks and what the graph passes derive from them (graph/kernel_catalog.h).
-  // Written by register_ir / rework_compile and read by the reworks (a background one's
-  // worker too: the session's thread joins it first), never by a capture's launches.
-  KernelCatalog catalog_;
-  // An array's extents during a graph rework (Session::fuse asks for each launch's arrays in
-  // several passes: read from the runtime once per array), nullptr for a freed one. Emptied
-  // when a rework starts and ends.
-  const std::vector<uint32_t>* extents_of(uint64_t array) const;
-  mutable std::unordered_map<uint64_t, std::optional<std::vector<uint32_t>>> rework_extents_;
-  // shape_class(): by extents for the session's life (recompute_answers_ keys hold them), by
-  // array during a rework (emptied with rework_extents_).
-  mutable std::map<std::vector<uint32_t>, uint64_t> shape_classes_;
-  mutable std::unordered_map<uint64_t, uint64_t> rework_shape_class_;
-  std::unordered_map<std::string, KernelHandle> recomputed_kernels_;  // by printed IR
-  // A kernel a rework made, compiled, with a reserved handle (registered at the install:
-  // unregistered_), with its IR and access summary where `keep_ir` (so later reworks see it
-  // like any kernel of the session), its time added to rework_compile_ms_.
-  Result<KernelHandle> rework_compile(const codegen::Kernel& k, bool keep_ir);
-  // The same for several kernels, compiled on several threads; results in order.
-  std::vector<Result<KernelHandle>> rework_compile_all(std::span<const codegen::Kernel> ks,
-                                                       bool keep_ir);
-  // Milliseconds the graph reworks spent compiling and registering kernels and the driver
-  // making their pipelines (VKAD_GRAPH_TRACE: what of a slow end_capture is the compiler and
-  // the driver's, not the analysis).
-  double rework_compile_ms_ = 0;
-  // recompute_key -> the rewritten kernel and its added arguments (kernel id 0: none).
-  struct RecomputeAnswer {
-    KernelHandle kernel;
-    std::vector<uint32_t> producer_param;
-  };
-  struct WordsHash {
-    size_t operator()(const std::vector<uint64_t>& w) const noexcept;
-  };
-  std::unordered_map<std::vector<uint64_t>, RecomputeAnswer, WordsHash> recompute_answers_;
-  bool recompute_graph_gathers_ = true;
-  // launch_access() of every differentiated forward kernel, by handle id.
-  std::unordered_map<uint64_t, std::shared_ptr<const codegen::KernelAccess>> access_;
-  std::optional<CaptureLog> capture_;  // open capture, as Session saw it
-  // Launches (capture-order [first, end) ranges) that launch_loop made of a rolled or reworked
-  // step loop: replay updates of them are refused, since the kernel run there is not the one
-  // whose parameters the update would number. Of the open capture, then by graph id.
-  using LaunchRanges = std::vector<std::pair<uint32_t, uint32_t>>;
-  LaunchRanges capture_fixed_;
-  std::unordered_map<uint64_t, LaunchRanges> fixed_launches_;
-  Result<GraphHandle> end_capture_log();
-  Status check_fixed_updates(GraphHandle graph, std::span<const GraphUpdate> updates) const;
-  // kernel_access() summed up per parameter and whether it has adstacks, of the kernels a
-  // caller can launch (those register_ir made, and the rework's registered kernels that have an
-  // access summary: a reworked step loop launches them), by handle id: what a capture judges its
-  // barriers on. Apart from catalog_ because a background rework writes that one while a
-  // capture may be open.
-  struct CaptureAccess {
-    // Per ndarray parameter it accesses: the parameter and its kinds of access (kind_bit).
-    std::vector<std::pair<uint32_t, uint8_t>> params;
-    bool adstack = false;
-  };
-  std::unordered_map<uint64_t, CaptureAccess> capture_access_;
-  // capture_access_[id] from catalog_.access(id) (nothing where that is unknown): at a kernel's
-  // registration, on the caller's thread.
-  void note_capture_access(uint64_t id, bool adstack);
-  // The open capture's barriers so far (Graph scheduling: none between launches that share
-  // no array) and the accesses of the launch being judged (reused).
-  ArrayBarrierTracker capture_barriers_;
-  std::vector<ArrayKinds> capture_accesses_;
+  Session();
+  // Graph scheduling's part at capture: whether `kernel`'s launch with `args` needs a barrier
+  // after what the open capture ran since its last one.
   bool capture_needs_barrier(KernelHandle kernel, std::span<const Arg> args);
-  std::string capture_name_;
-  std::unordered_map<std::string, KernelHandle> fused_kernels_;  // by printed IR
-  // differentiate()'s forward IR and clearing adjoints (made on demand), by forward handle id.
+
+  // The runtime, compile configuration and caches, kernel catalog and open capture
+  // (api/session_core.h), and the parts that share them: the graph compiler (a capture's
+  // rework), the compiled graphs (installed reworks, replays) and the step loops. Declared in
+  // the order they are made; destroyed the other way round (the core last).
+  std::unique_ptr<SessionCore> core_;
+  std::unique_ptr<GraphCompiler> compiler_;
+  std::unique_ptr<CompiledGraphs> graphs_;
+  std::unique_ptr<StepLoops> loops_;
+  // differentiate()'s forward IR, clearing adjoints (made on demand) and access summaries, by
+  // forward handle id.
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::Kernel>> forward_ir_;
   std::unordered_map<uint64_t, KernelHandle> clearing_;
-  std::unordered_map<uint64_t, FusedGraph> fused_graphs_;  // by graph id
+  std::unordered_map<uint64_t, std::shared_ptr<const codegen::KernelAccess>> access_;
 };
 
 }  // namespace vkad

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "api/loop_steps.h"
+#include "api/tape_hazards.h"
 #include "runtime/runtime.h"
 
 namespace vkad {
@@ -66,7 +67,8 @@ Status check_seed(Session& session, const TapeSeed& s, bool differentiated) {
 
 }  // namespace
 
-Tape::Tape(Session& session) : session_(&session) {}
+Tape::Tape(Session& session)
+    : session_(&session), hazards_(std::make_unique<TapeHazards>()) {}
 
 Tape::~Tape() {
   for (auto& [array, g] : grads_) {
@@ -120,12 +122,12 @@ Status Tape::launch(const Differentiated& d, std::span<const Arg> args, LaunchId
   r.adjoint = d.adjoint;
   if (checkpoint_every_ == 0) {
     // Refused before it runs: the caller learns at the launch that would spoil the gradients.
-    VKAD_TRY(hazards_.check(*session_, session_->launch_access(d.forward), args));
+    VKAD_TRY(hazards_->check(*session_, session_->launch_access(d.forward), args));
     {
       LaunchNote note(*session_, "tape entry", records_.size());
       VKAD_TRY_CTX(session_->launch(d.forward, args, id), "tape.launch");
     }
-    hazards_.record();
+    hazards_->record();
   } else {
     // Overwrites are what checkpointing is for: the arrays this launch writes are copied the
     // first time their segment writes them, and its adjoint clears the seeds it consumes.
@@ -233,16 +235,16 @@ Status Tape::launch_loop(std::span<const TapeLoopLaunch> body, uint32_t count, L
     return {};
   }
   // Every launch checked before any runs; the record put back if one is refused.
-  TapeHazards saved = hazards_;
+  TapeHazards saved = *hazards_;
   for (uint32_t r = 0; r < count; ++r) {
     for (size_t j = 0; j < body.size(); ++j) {
       loop_args(body[j], r, &a);
-      Status c = hazards_.check(*session_, session_->launch_access(body[j].d->forward), a);
+      Status c = hazards_->check(*session_, session_->launch_access(body[j].d->forward), a);
       if (!c.ok()) {
-        hazards_ = std::move(saved);
+        *hazards_ = std::move(saved);
         return c.with_context(loop_where(j, r));
       }
-      hazards_.record();
+      hazards_->record();
     }
   }
   std::vector<LoopLaunch> fwd;
@@ -255,7 +257,7 @@ Status Tape::launch_loop(std::span<const TapeLoopLaunch> body, uint32_t count, L
   }
   if (info) *info = ran;
   if (!st.ok()) {
-    hazards_ = std::move(saved);
+    *hazards_ = std::move(saved);
     if (ran.launches > 0) {
       broken_ = "a launch_loop failed after " + std::to_string(ran.launches) +
                 " of its launches ran (" + st.message() + "); they are not on the tape";
@@ -352,7 +354,7 @@ void Tape::reset() {
   steps_.clear();
   broken_.clear();
   grad_params_.clear();
-  hazards_.reset();
+  hazards_->reset();
   written_.clear();
   segment_arrays_.clear();
   prune();

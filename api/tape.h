@@ -57,14 +57,16 @@
 #include <cstdint>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "api/session.h"
-#include "api/tape_hazards.h"
 
 namespace vkad {
+
+class TapeHazards;  // api/tape_hazards.h
 
 // One launch of a step loop's body on a tape (Tape::launch_loop): a differentiate() result, its
 // arguments in the first iteration, per parameter what an i32 scalar gains per iteration
@@ -219,7 +221,8 @@ class Tape {
   NdArrayHandle gradient(const Record& r, uint32_t k) const;
 
   Session* session_;     // borrowed
-  TapeHazards hazards_;  // what the recording read and wrote (launch refuses overwrites)
+  // What the recording read and wrote (launch refuses overwrites; api/tape_hazards.h).
+  std::unique_ptr<TapeHazards> hazards_;
   std::vector<Record> records_;
   std::vector<Arg> args_;                     // every record's forward arguments, back to back
   std::vector<int32_t> steps_;                // launch_loop records' steps

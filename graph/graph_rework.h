@@ -1,5 +1,5 @@
-// The pure steps of the Session's graph rework at end_capture (session.h, "Launch fusion",
-// "Resident step loops", "Graph scheduling"; the orchestration is api/graph_fusion.cpp):
+// The pure steps of the graph rework at end_capture (session.h, "Launch fusion",
+// "Resident step loops", "Graph scheduling"; the orchestration is api/graph_compiler.cpp):
 // which captured launches roll into resident loops, the scheduled order, the runs that fuse,
 // the fills a fused run makes redundant, and how the reworked graph's launches map back to
 // the captured ones. Launches, array ids and shapes in; plans out. Nothing here compiles,

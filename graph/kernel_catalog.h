@@ -6,7 +6,7 @@
 //
 // Not thread-safe, and not meant to be: it belongs to whoever runs a graph rework -- the
 // session's thread, or a background rework's worker while the session's thread stays out of it
-// (Session::join_rework before anything that adds or drops a kernel). What a capture on the
+// (CompiledGraphs::join before anything that adds or drops a kernel). What a capture on the
 // session's thread reads while a background rework runs (Session::CaptureAccess) is kept apart,
 // outside this table, for that reason.
 #pragma once

@@ -6,7 +6,8 @@
 // On a GPU each dependent dispatch costs its barrier and drain (~3 us on an H100) while the
 // work is a few hundred instructions. One workgroup that walks the loop itself pays a
 // workgroup barrier per launch instead (tens of nanoseconds), at the price of running on one
-// compute unit: right for small ranges only (Session picks the launches; api/graph_fusion.cpp).
+// compute unit: right for small ranges only (the graph compiler picks the launches;
+// api/graph_compiler.cpp).
 //
 // The loop is what the capture shows: a period of launches repeated `reps` times with the same
 // kernels and arrays, each integer scalar argument changing by a fixed step per repetition

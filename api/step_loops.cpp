@@ -1,10 +1,12 @@
-// Session::launch_loop (docs/graphs.md, "Step loops"): a step loop's body launched `count`
+// StepLoops::launch_loop (docs/graphs.md, "Step loops"): a step loop's body launched `count`
 // times, as one resident kernel (graph/resident.h) where it may be rolled.
 //
 // Why here and not only in the graph rework: the rework rolls a captured step loop, but only
 // after the capture, so a training loop's first iteration still records and runs every launch
 // as captured (DiffTaichi's mass_spring: ~6,800 dependent launches, ~35 ms on an H100, against
 // the 6 ms of the rolled graph). A loop said as one gives the rolled kernel at its first run.
+#include "api/step_loops.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,7 +22,6 @@
 
 #include "api/loop_steps.h"
 #include "api/phase_clock.h"
-#include "api/session.h"
 #include "graph/graph_rework.h"
 #include "graph/resident.h"
 #include "ir/text.h"
@@ -30,7 +31,7 @@ namespace vkad {
 
 namespace {
 
-constexpr uint32_t kMaxLoopLocal = 256;  // as the rework's resident kernels (graph_fusion.cpp)
+constexpr uint32_t kMaxLoopLocal = 256;  // as the rework's resident kernels (graph_compiler.cpp)
 
 // Launch `l`'s arguments in iteration r.
 void iteration_args(const LoopLaunch& l, int64_t r, std::vector<Arg>* out) {
@@ -89,7 +90,7 @@ Status check_loop_steps(std::span<const Arg> args, std::span<const int32_t> step
   return {};
 }
 
-Status Session::check_loop(std::span<const LoopLaunch> body, uint32_t count) const {
+Status StepLoops::check_loop(std::span<const LoopLaunch> body, uint32_t count) const {
   const int64_t last = static_cast<int64_t>(count) - 1;
   std::vector<Arg> a;
   for (size_t j = 0; j < body.size(); ++j) {
@@ -97,31 +98,31 @@ Status Session::check_loop(std::span<const LoopLaunch> body, uint32_t count) con
     VKAD_TRY_CTX(check_loop_steps(l.args, l.step, count), where(j, 0));
     for (int64_t r : {int64_t{0}, last}) {
       iteration_args(l, r, &a);
-      VKAD_TRY_CTX(rt_->check_launch(l.kernel, a), where(j, r));
+      VKAD_TRY_CTX(core_.rt->check_launch(l.kernel, a), where(j, r));
     }
   }
   return {};
 }
 
-Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, LoopInfo* info) {
+Status StepLoops::launch_loop(std::span<const LoopLaunch> body, uint32_t count, LoopInfo* info) {
   if (info) *info = {};
   if (count == 0 || body.empty()) return {};
-  if (capture_ && !rt_->capturing()) capture_.reset();  // ended through runtime()
+  if (core_.capture && !core_.rt->capturing()) core_.capture.reset();  // ended through runtime()
   PhaseClock clock("vkad loop");
   // Everything checked before anything is launched: a refused loop records nothing.
   VKAD_TRY(check_loop(body, count));
   clock.mark("checks");
   std::vector<Arg> a;
   std::optional<RolledLoop> rolled = roll_loop(body, count, clock);
-  const uint32_t first_launch = capture_ ? capture_->launches : 0;
+  const uint32_t first_launch = core_.capture ? core_.capture->launches : 0;
   if (rolled) {
     rolled_args(*rolled, body, &a);
-    VKAD_TRY_CTX(launch(rolled->kernel, a), "launch_loop: the rolled loop");
-    if (capture_) capture_fixed_.push_back({first_launch, capture_->launches});
+    VKAD_TRY_CTX(session_.launch(rolled->kernel, a), "launch_loop: the rolled loop");
+    if (core_.capture) core_.capture_fixed.push_back({first_launch, core_.capture->launches});
     ++rolled_loops_;
     if (info) *info = {true, false, 1};
     // A capture that runs starts it now rather than after the next 64 captured steps.
-    if (capture_) VKAD_TRY(rt_->cut_capture_run());
+    if (core_.capture) VKAD_TRY(core_.rt->cut_capture_run());
     clock.mark("launch (rolled)");
     return {};
   }
@@ -132,8 +133,8 @@ Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, Lo
       LoopInfo* out = info ? info : &local;
       out->reworked = true;
       Status st = launch_reworked(*known->second, out);
-      if (capture_ && capture_->launches > first_launch) {
-        capture_fixed_.push_back({first_launch, capture_->launches});
+      if (core_.capture && core_.capture->launches > first_launch) {
+        core_.capture_fixed.push_back({first_launch, core_.capture->launches});
       }
       if (st.ok()) {
         ++reworked_loops_;
@@ -148,12 +149,12 @@ Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, Lo
     }
   }
   // Launched one at a time, each launch's device errors name its iteration.
-  IterationNote note(*rt_);
+  IterationNote note(*core_.rt);
   for (int64_t r = 0; r < static_cast<int64_t>(count); ++r) {
-    rt_->set_launch_iteration(r);
+    core_.rt->set_launch_iteration(r);
     for (size_t j = 0; j < body.size(); ++j) {
       iteration_args(body[j], r, &a);
-      VKAD_TRY_CTX(launch(body[j].kernel, a), where(j, r));
+      VKAD_TRY_CTX(session_.launch(body[j].kernel, a), where(j, r));
       if (info) ++info->launches;
     }
   }
@@ -161,7 +162,7 @@ Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, Lo
   return {};
 }
 
-std::string Session::loop_key(std::span<const LoopLaunch> body, uint32_t count) {
+std::string StepLoops::loop_key(std::span<const LoopLaunch> body, uint32_t count) {
   // Every bit launch_loop's launches depend on: kernels, arguments (arrays by handle, never
   // reused; scalars by value and type) and steps.
   std::string key;
@@ -182,9 +183,9 @@ std::string Session::loop_key(std::span<const LoopLaunch> body, uint32_t count) 
   return key;
 }
 
-void Session::loop_accumulates(const LoopLaunch& l, std::vector<uint64_t>* out) const {
-  auto ca = capture_access_.find(l.kernel.id);
-  if (ca == capture_access_.end()) return;
+void StepLoops::loop_accumulates(const LoopLaunch& l, std::vector<uint64_t>* out) const {
+  auto ca = core_.capture_access.find(l.kernel.id);
+  if (ca == core_.capture_access.end()) return;
   for (const auto& [param, kinds] : ca->second.params) {
     if (param >= l.args.size() || l.args[param].kind != abi::ParamKind::kNdArray) continue;
     if ((kinds & kind_bit(codegen::ArrayAccess::Kind::kAccumulate)) == 0) continue;
@@ -193,8 +194,9 @@ void Session::loop_accumulates(const LoopLaunch& l, std::vector<uint64_t>* out) 
   }
 }
 
-std::vector<uint64_t> Session::plan_zeros(const PreparedRework& p, std::span<const LoopLaunch> body,
-                                          std::span<const uint64_t> assumed) const {
+std::vector<uint64_t> StepLoops::plan_zeros(const GraphCompiler::PreparedRework& p,
+                                            std::span<const LoopLaunch> body,
+                                            std::span<const uint64_t> assumed) const {
   // The accumulated arrays of the producers gather recompute copied into their consumers
   // (recompute_pins holds consumer, producer launch numbers in turn, numbered after rolling:
   // where the rework rolled a stretch of the loop, every assumed zero).
@@ -212,7 +214,7 @@ std::vector<uint64_t> Session::plan_zeros(const PreparedRework& p, std::span<con
     if (std::find(zeros.begin(), zeros.end(), id) == zeros.end()) zeros.push_back(id);
   };
   const ShapeOf shape_of = [&](uint64_t id) -> std::optional<std::vector<uint32_t>> {
-    Result<std::vector<uint32_t>> shape = rt_->shape(NdArrayHandle{id});
+    Result<std::vector<uint32_t>> shape = core_.rt->shape(NdArrayHandle{id});
     if (!shape.ok()) return std::nullopt;
     return std::move(*shape);
   };
@@ -225,21 +227,21 @@ std::vector<uint64_t> Session::plan_zeros(const PreparedRework& p, std::span<con
   return zeros;
 }
 
-void Session::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
+void StepLoops::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   constexpr size_t kMaxLoopReworks = 8;
-  if (count < 2 || body.empty() || (!fuse_graph_launches_ && !schedule_graph_launches_)) return;
+  if (count < 2 || body.empty() || (!core_.graph.fuse && !core_.graph.schedule)) return;
   // A background rework first installed (as a replay would): until then its kernels sit in the
   // caches under handles the runtime does not know yet, which this plan could take up. Its
   // install records a graph, which an open capture forbids: then no plan.
-  if (background_) {
-    if (rt_->capturing()) return;
-    settle_rework();
+  if (graphs_.background_pending()) {
+    if (core_.rt->capturing()) return;
+    graphs_.settle();
   }
   LoopPlan plan;
   if (plan_loop(body, count, &plan)) return;  // it rolls (ready_loop makes that kernel)
   std::string key = loop_key(body, count);
   if (loop_reworks_.count(key) || !check_loop(body, count).ok()) return;
-  PhaseClock clock("vkad loop rework", &rework_compile_ms_);
+  PhaseClock clock("vkad loop rework", compiler_.compile_ms());
   if (loop_reworks_.size() >= kMaxLoopReworks) loop_reworks_.erase(loop_reworks_.begin());
   std::shared_ptr<const LoopRework>& slot = loop_reworks_[key];
   // The arrays the body adds into are taken to be zero at the loop's start (as after the
@@ -259,23 +261,22 @@ void Session::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
       log.add(true, l.kernel, a, 0.0);
     }
   }
-  snapshot_extents(log);
-  std::unique_ptr<PreparedRework> p;
+  compiler_.snapshot_extents(log);
+  std::unique_ptr<GraphCompiler::PreparedRework> p;
   try {
-    p = prepare_rework(GraphHandle{0}, log.unpack(), "loop");
+    p = compiler_.prepare_rework(GraphHandle{0}, log.unpack(), "loop");
   } catch (...) {  // out of memory: the loop runs its launches one by one
-    PreparedRework left;
-    left.kernels = std::move(unregistered_);
-    unregistered_.clear();
-    (void)register_rework_kernels(left);  // the caches name them
+    GraphCompiler::PreparedRework left;
+    left.kernels = compiler_.take_unregistered();
+    (void)compiler_.register_rework_kernels(left);  // the caches name them
     return;
   }
   clock.mark("plan");
-  if (!register_rework_kernels(*p) || !p->rework) return;
+  if (!compiler_.register_rework_kernels(*p) || !p->rework) return;
   clock.mark("register");
   std::vector<NdArrayHandle> stashes;
-  if (!materialize_stashes(p->stashes, &p->w, &stashes).ok()) {
-    for (NdArrayHandle h : stashes) (void)free(h);
+  if (!compiler_.materialize_stashes(p->stashes, &p->w, &stashes).ok()) {
+    for (NdArrayHandle h : stashes) (void)session_.free(h);
     return;  // out of memory: the loop runs its launches one by one
   }
   loop_stashes_.insert(loop_stashes_.end(), stashes.begin(), stashes.end());
@@ -286,7 +287,7 @@ void Session::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   (void)walk_plan(
       p->w, [](size_t, bool) { return Status{}; }, [](size_t, size_t, size_t) {},
       [&](KernelHandle k, std::span<const Arg> args) {
-        if (ready.insert(k.id).second) (void)rt_->prepare(k, args);
+        if (ready.insert(k.id).second) (void)core_.rt->prepare(k, args);
         return Status{};
       });
   clock.mark("pipelines");
@@ -300,17 +301,17 @@ void Session::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   slot = std::move(r);
 }
 
-bool Session::zeros_hold(std::span<const uint64_t> zeros) const {
+bool StepLoops::zeros_hold(std::span<const uint64_t> zeros) const {
   if (zeros.empty()) return true;
-  if (!capture_) return false;  // outside a capture nothing tells what the arrays hold
+  if (!core_.capture) return false;  // outside a capture nothing tells what the arrays hold
   std::vector<uint64_t> open(zeros.begin(), zeros.end());
   const uint8_t writes = kind_bit(codegen::ArrayAccess::Kind::kAccumulate) |
                          kind_bit(codegen::ArrayAccess::Kind::kOverwrite);
   // From the latest step back: each array's last fill must be a zero fill, with no launch since
   // that may write it.
-  for (size_t i = capture_->steps.size(); i-- > 0 && !open.empty();) {
-    const CaptureLog::Step& s = capture_->steps[i];
-    const Arg* args = capture_->args.at(s.first);
+  for (size_t i = core_.capture->steps.size(); i-- > 0 && !open.empty();) {
+    const CaptureLog::Step& s = core_.capture->steps[i];
+    const Arg* args = core_.capture->args.at(s.first);
     if (!s.launch) {
       auto it = std::find(open.begin(), open.end(), args[0].array.id);
       if (it == open.end()) continue;
@@ -318,8 +319,8 @@ bool Session::zeros_hold(std::span<const uint64_t> zeros) const {
       open.erase(it);
       continue;
     }
-    auto ca = capture_access_.find(s.kernel.id);
-    if (ca == capture_access_.end()) return false;  // it may write anything
+    auto ca = core_.capture_access.find(s.kernel.id);
+    if (ca == core_.capture_access.end()) return false;  // it may write anything
     for (const auto& [param, kinds] : ca->second.params) {
       if (param >= s.count || args[param].kind != abi::ParamKind::kNdArray) return false;
       if ((kinds & writes) != 0 &&
@@ -331,29 +332,30 @@ bool Session::zeros_hold(std::span<const uint64_t> zeros) const {
   return open.empty();
 }
 
-Status Session::launch_reworked(const LoopRework& r, LoopInfo* info) {
-  // Through launch(): in a capture the log takes them and the barriers are judged as for any
+Status StepLoops::launch_reworked(const LoopRework& r, LoopInfo* info) {
+  // Through Session::launch: in a capture the log takes them and the barriers are judged as for any
   // launch. A plan's fills are the assumed zeros (rework_loop): never launched.
   // Each launch names its iteration, a fused run the iterations of its members.
-  IterationNote note(*rt_);
+  IterationNote note(*core_.rt);
   return walk_plan(
       r.w, [](size_t, bool) { return Status{}; },
       [&](size_t n, size_t, size_t m) {
-        const runtime::LaunchOrigin so_far = rt_->launch_origin();
+        const runtime::LaunchOrigin so_far = core_.rt->launch_origin();
         runtime::LaunchOrigin mine = so_far;
         mine.iteration = n < r.iteration.size() ? r.iteration[n] : -1;
         mine.last_iteration = -1;
-        rt_->set_launch_origin(m == 0 ? mine : runtime::LaunchOrigin::join(so_far, mine));
+        core_.rt->set_launch_origin(m == 0 ? mine : runtime::LaunchOrigin::join(so_far, mine));
       },
       [&](KernelHandle k, std::span<const Arg> args) -> Status {
-        VKAD_TRY_CTX(launch(k, args), "launch_loop: launch " + std::to_string(info->launches) +
-                                          " of the reworked loop");
+        VKAD_TRY_CTX(
+            session_.launch(k, args),
+            "launch_loop: launch " + std::to_string(info->launches) + " of the reworked loop");
         ++info->launches;
         return {};
       });
 }
 
-std::optional<std::vector<std::pair<int64_t, int64_t>>> Session::loop_ranges(
+std::optional<std::vector<std::pair<int64_t, int64_t>>> StepLoops::loop_ranges(
     const codegen::Kernel& k, std::span<const Arg> args) const {
   // From the launch's scalars and the arrays' extents, asked of the runtime: this is the
   // caller's thread, unlike the rework's (which reads a snapshot).
@@ -363,7 +365,7 @@ std::optional<std::vector<std::pair<int64_t, int64_t>>> Session::loop_ranges(
   };
   auto extent = [&](uint32_t p, uint32_t d) -> std::optional<int64_t> {
     if (p >= args.size() || args[p].kind != abi::ParamKind::kNdArray) return std::nullopt;
-    Result<uint32_t> e = rt_->extent(args[p].array, d);
+    Result<uint32_t> e = core_.rt->extent(args[p].array, d);
     if (!e.ok()) return std::nullopt;
     return *e;
   };
@@ -371,22 +373,23 @@ std::optional<std::vector<std::pair<int64_t, int64_t>>> Session::loop_ranges(
   for (const codegen::Task& t : k.tasks) {
     std::optional<int64_t> b = abi::evaluate(t.begin, scalar, extent);
     std::optional<int64_t> e = abi::evaluate(t.end, scalar, extent);
-    if (!b || !e || *e - *b > static_cast<int64_t>(resident_max_range_)) return std::nullopt;
+    if (!b || !e || *e - *b > static_cast<int64_t>(core_.graph.resident_max_range))
+      return std::nullopt;
     out.emplace_back(*b, *e);
   }
   return out;
 }
 
-std::optional<codegen::ResidentMember> Session::loop_member(
+std::optional<codegen::ResidentMember> StepLoops::loop_member(
     const LoopLaunch& l, uint32_t count, std::shared_ptr<const codegen::Kernel>* ir) const {
-  const std::shared_ptr<const codegen::Kernel>& fusible = catalog_.fusible_ir(l.kernel.id);
+  const std::shared_ptr<const codegen::Kernel>& fusible = core_.catalog.fusible_ir(l.kernel.id);
   if (!fusible || fusible->params.size() != l.args.size()) return std::nullopt;
   const codegen::Kernel& k = *fusible;
   // Once per kernel (handles are never reused): a loop is planned up to three times per run
   // (prepare_loop, ready_loop, launch_loop) and residable() walks the whole IR.
   auto [known, fresh] = loop_residable_.try_emplace(l.kernel.id, false);
   if (fresh) {
-    const bool loops_capped = rt_->caps().max_loop_passes != 0;
+    const bool loops_capped = core_.rt->caps().max_loop_passes != 0;
     known->second = codegen::residable(k) && !(loops_capped && any_task_loops(k));
   }
   if (!known->second) return std::nullopt;
@@ -408,9 +411,9 @@ std::optional<codegen::ResidentMember> Session::loop_member(
   return m;
 }
 
-bool Session::plan_loop(std::span<const LoopLaunch> body, uint32_t count, LoopPlan* plan) const {
+bool StepLoops::plan_loop(std::span<const LoopLaunch> body, uint32_t count, LoopPlan* plan) const {
   const RollLimits limits;
-  if (resident_max_range_ == 0 || count < limits.min_reps || body.empty()) return false;
+  if (core_.graph.resident_max_range == 0 || count < limits.min_reps || body.empty()) return false;
   // The signature: what the rolled kernel depends on -- the kernels, the steps, which
   // parameters share an array (by first use), the ranges, the count and the workgroup size;
   // not the arrays themselves nor the scalars' values (the launch passes them).
@@ -440,8 +443,8 @@ bool Session::plan_loop(std::span<const LoopLaunch> body, uint32_t count, LoopPl
   if (first_use.size() > limits.max_arrays) return false;
   plan->count = count;
   plan->local = static_cast<uint32_t>(std::min<int64_t>(
-      std::min<uint32_t>(kMaxLoopLocal, target_.max_local_size), (widest + 31) / 32 * 32));
-  const uint32_t cap = rt_->caps().max_loop_passes;
+      std::min<uint32_t>(kMaxLoopLocal, core_.target.max_local_size), (widest + 31) / 32 * 32));
+  const uint32_t cap = core_.rt->caps().max_loop_passes;
   if (cap != 0 && resident_loop_passes(plan->period, count, plan->local) > cap) return false;
   plan->name = "loop_" + plan->period[0].kernel->name + "_x" + std::to_string(plan->period.size()) +
                "_r" + std::to_string(count);
@@ -449,9 +452,9 @@ bool Session::plan_loop(std::span<const LoopLaunch> body, uint32_t count, LoopPl
   return true;
 }
 
-void Session::prepare_loop(std::span<const LoopLaunch> body, uint32_t count) {
+void StepLoops::prepare_loop(std::span<const LoopLaunch> body, uint32_t count) {
   constexpr size_t kMaxLoopJobs = 8;
-  join_rework();  // plan_loop reads the catalog, which a background rework may be writing
+  graphs_.join();  // plan_loop reads the catalog, which a background rework may be writing
   LoopPlan plan;
   if (!plan_loop(body, count, &plan) || rolled_by_shape_.count(plan.signature)) return;
   for (const std::unique_ptr<LoopJob>& j : loop_jobs_) {
@@ -466,7 +469,7 @@ void Session::prepare_loop(std::span<const LoopLaunch> body, uint32_t count) {
   loop_jobs_.reserve(loop_jobs_.size() + 1);  // push_back below cannot throw with a thread live
   auto job = std::make_unique<LoopJob>();
   job->plan = std::move(plan);
-  codegen::CompileOptions options = compile_options_;
+  codegen::CompileOptions options = core_.compile_options;
   options.specialize_shapes = true;  // as roll_loop compiles it (loop_kernel)
   LoopJob* j = job.get();
   auto work = [this, j, options]() noexcept {
@@ -475,7 +478,7 @@ void Session::prepare_loop(std::span<const LoopLaunch> body, uint32_t count) {
           codegen::roll_launches(j->plan.period, j->plan.count, j->plan.local, j->plan.name);
       if (!rk.ok()) return;
       j->key = codegen::print(rk->kernel);
-      j->compiled = compile_cache_.compile(rk->kernel, target_, options);
+      j->compiled = core_.compile_cache.compile(rk->kernel, core_.target, options);
       j->rolled = std::move(*rk);
     } catch (...) {
       j->rolled.reset();  // roll_loop then rolls on the caller's thread
@@ -489,8 +492,8 @@ void Session::prepare_loop(std::span<const LoopLaunch> body, uint32_t count) {
   loop_jobs_.push_back(std::move(job));
 }
 
-void Session::rolled_args(const RolledLoop& rolled, std::span<const LoopLaunch> body,
-                          std::vector<Arg>* out) {
+void StepLoops::rolled_args(const RolledLoop& rolled, std::span<const LoopLaunch> body,
+                            std::vector<Arg>* out) {
   out->assign(rolled.params, Arg{});
   for (size_t j = 0; j < body.size(); ++j) {
     for (size_t p = 0; p < body[j].args.size(); ++p) {
@@ -499,31 +502,31 @@ void Session::rolled_args(const RolledLoop& rolled, std::span<const LoopLaunch> 
   }
 }
 
-void Session::ready_loop(std::span<const LoopLaunch> body, uint32_t count) {
+void StepLoops::ready_loop(std::span<const LoopLaunch> body, uint32_t count) {
   PhaseClock clock("vkad loop");
   std::optional<RolledLoop> rolled = roll_loop(body, count, clock);
   if (!rolled) return;
   std::vector<Arg> a;
   rolled_args(*rolled, body, &a);
-  (void)rt_->prepare(rolled->kernel, a);  // an error shows at the launch
+  (void)core_.rt->prepare(rolled->kernel, a);  // an error shows at the launch
   clock.mark("pipelines (ready_loop)");
 }
 
-bool Session::loop_rolls(std::span<const LoopLaunch> body, uint32_t count) {
+bool StepLoops::loop_rolls(std::span<const LoopLaunch> body, uint32_t count) {
   PhaseClock clock("vkad loop");
   return roll_loop(body, count, clock).has_value();
 }
 
-void Session::join_loop_jobs() {
+void StepLoops::join_jobs() {
   for (std::unique_ptr<LoopJob>& j : loop_jobs_) {
     if (j->worker.joinable()) j->worker.join();
   }
   loop_jobs_.clear();
 }
 
-std::optional<Session::RolledLoop> Session::roll_loop(std::span<const LoopLaunch> body,
-                                                      uint32_t count, PhaseClock& clock) {
-  join_rework();  // plan_loop reads the catalog, which a background rework may be writing
+std::optional<StepLoops::RolledLoop> StepLoops::roll_loop(std::span<const LoopLaunch> body,
+                                                          uint32_t count, PhaseClock& clock) {
+  graphs_.join();  // plan_loop reads the catalog, which a background rework may be writing
   LoopPlan plan;
   if (!plan_loop(body, count, &plan)) return std::nullopt;
   clock.mark("plan");
@@ -560,7 +563,7 @@ std::optional<Session::RolledLoop> Session::roll_loop(std::span<const LoopLaunch
   return out;
 }
 
-std::optional<KernelHandle> Session::loop_kernel(
+std::optional<KernelHandle> StepLoops::loop_kernel(
     const codegen::Kernel& k, std::string key,
     std::optional<Result<std::shared_ptr<const runtime::CompiledKernel>>> ck, PhaseClock& clock) {
   if (key.empty()) {
@@ -568,20 +571,20 @@ std::optional<KernelHandle> Session::loop_kernel(
     clock.mark("print");
   }
   if (auto known = loop_kernels_.find(key); known != loop_kernels_.end()) return known->second;
-  join_rework();  // refused_kernels_ and register_ir's tables are what a background rework reads
-  if (refused_kernels_.count(key)) return std::nullopt;
+  graphs_.join();  // refused_kernels_ and register_ir's tables are what a background rework reads
+  if (compiler_.refused(key)) return std::nullopt;
   if (!ck) {
     // As the rework's kernels: launched with the shapes it was rolled for, so its extents are
     // pipeline constants and its generic pipeline is made only if a launch needs it.
-    codegen::CompileOptions options = compile_options_;
+    codegen::CompileOptions options = core_.compile_options;
     options.specialize_shapes = true;
-    ck = compile_cache_.compile(k, target_, options);
+    ck = core_.compile_cache.compile(k, core_.target, options);
     clock.mark("compile");
   }
-  Result<KernelHandle> h = ck->ok() ? register_ir(k, ***ck, /*generic_on_demand=*/true)
+  Result<KernelHandle> h = ck->ok() ? core_.register_ir(k, ***ck, /*generic_on_demand=*/true)
                                     : Result<KernelHandle>(ck->status());
   if (!h.ok()) {  // the launches run one by one, now and at later loops of this shape
-    refused_kernels_.insert(std::move(key));
+    compiler_.refuse(std::move(key));
     return std::nullopt;
   }
   clock.mark("register");

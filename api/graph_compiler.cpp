@@ -1,4 +1,4 @@
-// Session's graph rework at end_capture (session.h: "Resident step loops", "Graph
+// The graph compiler (api/graph_compiler.h): a capture's rework planned (session.h: "Resident step loops", "Graph
 // scheduling", "Launch fusion"; the pure steps are graph/graph_rework.h, the merging itself
 // graph/resident.h and graph/launch_fusion.h). The runtime captured the launches one by one, which
 // checked them; when some can roll into a resident loop, be reordered, lose a barrier or
@@ -6,6 +6,8 @@
 // where scalar updates may need it). This is an optimisation: whatever keeps a launch from
 // being reworked (a kernel vkad did not compile, a kernel the device refuses) leaves it as it
 // was.
+#include "api/graph_compiler.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -19,7 +21,6 @@
 #include <unordered_set>
 
 #include "api/phase_clock.h"
-#include "api/session.h"
 #include "graph/graph_rework.h"
 #include "graph/launch_fusion.h"
 #include "graph/resident.h"
@@ -77,8 +78,8 @@ std::vector<const CapturedStep*> launches_of(std::span<const CapturedStep> steps
 
 }  // namespace
 
-std::optional<int64_t> Session::bound_value(const abi::RangeBound& b, std::span<const Arg> args,
-                                            bool scalars) const {
+std::optional<int64_t> GraphCompiler::bound_value(const abi::RangeBound& b,
+                                                  std::span<const Arg> args, bool scalars) const {
   auto scalar = [&](uint32_t p) -> std::optional<int64_t> {
     if (!scalars || p >= args.size()) return std::nullopt;
     return args[p].i;
@@ -92,13 +93,13 @@ std::optional<int64_t> Session::bound_value(const abi::RangeBound& b, std::span<
   return abi::evaluate(b, scalar, extent);
 }
 
-const std::vector<uint32_t>* Session::extents_of(uint64_t array) const {
+const std::vector<uint32_t>* GraphCompiler::extents_of(uint64_t array) const {
   // snapshot_extents' answer: the rework may run on another thread than the runtime's user.
   auto it = rework_extents_.find(array);
   return it != rework_extents_.end() && it->second ? &*it->second : nullptr;
 }
 
-void Session::snapshot_extents(const CaptureLog& log) {
+void GraphCompiler::snapshot_extents(const CaptureLog& log) {
   rework_extents_.clear();
   rework_shape_class_.clear();
   for (const CaptureLog::Step& s : log.steps) {
@@ -108,33 +109,33 @@ void Session::snapshot_extents(const CaptureLog& log) {
       if (a.kind != abi::ParamKind::kNdArray) continue;
       auto [it, fresh] = rework_extents_.try_emplace(a.array.id);
       if (!fresh) continue;
-      Result<std::vector<uint32_t>> shape = rt_->shape(a.array);
+      Result<std::vector<uint32_t>> shape = core_.rt->shape(a.array);
       if (shape.ok()) it->second = std::move(*shape);
     }
   }
 }
 
-Result<KernelHandle> Session::merged_kernel(const codegen::Kernel& k) {
+Result<KernelHandle> GraphCompiler::merged_kernel(const codegen::Kernel& k) {
   const std::string key = codegen::print(k);
   auto it = fused_kernels_.find(key);
   if (it != fused_kernels_.end()) return it->second;
-  if (refused_kernels_.count(key)) return refused(k);
+  if (refused_kernels_.count(key)) return refused_status(k);
   VKAD_ASSIGN_OR_RETURN(KernelHandle h, rework_compile(k, /*keep_ir=*/false));
   fused_kernels_.emplace(key, h);
   return h;
 }
 
-Result<KernelHandle> Session::rework_compile(const codegen::Kernel& k, bool keep_ir) {
+Result<KernelHandle> GraphCompiler::rework_compile(const codegen::Kernel& k, bool keep_ir) {
   return std::move(rework_compile_all(std::span<const codegen::Kernel>(&k, 1), keep_ir)[0]);
 }
 
-std::vector<Result<KernelHandle>> Session::rework_compile_all(std::span<const codegen::Kernel> ks,
-                                                              bool keep_ir) {
+std::vector<Result<KernelHandle>> GraphCompiler::rework_compile_all(
+    std::span<const codegen::Kernel> ks, bool keep_ir) {
   const auto t0 = std::chrono::steady_clock::now();
   // A rework kernel is launched only by graphs, each launch with the shapes of its capture:
   // its extents become pipeline constants (launch_spec.h), and its generic pipeline is made
   // only if a launch ever needs it.
-  codegen::CompileOptions options = compile_options_;
+  codegen::CompileOptions options = core_.compile_options;
   options.specialize_shapes = true;
   // Compiled side by side (CompileCache is thread-safe): a step loop's rework makes a dozen or
   // more kernels, each emitted and validated on its own (diffmpm with cold caches: 140 ms one
@@ -147,7 +148,7 @@ std::vector<Result<KernelHandle>> Session::rework_compile_all(std::span<const co
   auto work = [&]() noexcept {
     for (size_t i = next++; i < ks.size(); i = next++) {
       try {
-        compiled[i] = compile_cache_.compile(ks[i], target_, options);
+        compiled[i] = core_.compile_cache.compile(ks[i], core_.target, options);
       } catch (...) {
         compiled[i].reset();
       }
@@ -171,15 +172,15 @@ std::vector<Result<KernelHandle>> Session::rework_compile_all(std::span<const co
                                         "compiling '" + ks[i].name + "' threw (out of memory?)"));
     }
     Compiled& ck = *compiled[i];
-    Result<KernelHandle> h = ck.ok() ? rt_->reserve_kernel_handle() : ck.status();
+    Result<KernelHandle> h = ck.ok() ? core_.rt->reserve_kernel_handle() : ck.status();
     if (h.ok()) {
       if (keep_ir) {
-        note_ir(ks[i], **ck, h->id);
+        core_.catalog.add(h->id, ks[i], (*ck)->has_adstacks());
       } else {
         // No IR (later reworks do not fuse or recompute it again), but its access summary:
-        // a capture that launches it directly (a reworked step loop, Session::rework_loop)
+        // a capture that launches it directly (a reworked step loop, GraphCompiler::rework_loop)
         // judges its barriers and a rework of that capture schedules it, instead of fencing.
-        catalog_.add_access(h->id, ks[i], (*ck)->has_adstacks());
+        core_.catalog.add_access(h->id, ks[i], (*ck)->has_adstacks());
       }
       unregistered_.push_back({*h, std::move(*ck)});
     }
@@ -190,16 +191,16 @@ std::vector<Result<KernelHandle>> Session::rework_compile_all(std::span<const co
   return out;
 }
 
-std::vector<RollCandidate> Session::roll_candidates(
+std::vector<RollCandidate> GraphCompiler::roll_candidates(
     std::span<const CapturedStep* const> launches) const {
   // Where the device cuts long loops (lavapipe) the rolled kernel's passes add up: kernels
   // with loops of their own stay out there.
-  const bool loops_capped = rt_->caps().max_loop_passes != 0;
+  const bool loops_capped = core_.rt->caps().max_loop_passes != 0;
   std::unordered_map<uint64_t, bool> residable;  // by kernel handle id
   std::vector<RollCandidate> out(launches.size());
   for (size_t l = 0; l < launches.size(); ++l) {
     const CapturedStep& s = *launches[l];
-    const std::shared_ptr<const codegen::Kernel>& ir = catalog_.fusible_ir(s.kernel.id);
+    const std::shared_ptr<const codegen::Kernel>& ir = core_.catalog.fusible_ir(s.kernel.id);
     if (!ir || ir->params.size() != s.args.size()) continue;
     const codegen::Kernel& k = *ir;
     auto [r, fresh] = residable.try_emplace(s.kernel.id, false);
@@ -209,7 +210,7 @@ std::vector<RollCandidate> Session::roll_candidates(
     for (const codegen::Task& t : k.tasks) {
       std::optional<int64_t> b = bound_value(t.begin, s.args, true);
       std::optional<int64_t> e = bound_value(t.end, s.args, true);
-      if (!b || !e || *e - *b > static_cast<int64_t>(resident_max_range_)) break;
+      if (!b || !e || *e - *b > static_cast<int64_t>(core_.graph.resident_max_range)) break;
       ranges.emplace_back(*b, *e);
     }
     if (ranges.size() == k.tasks.size()) out[l] = {&k, std::move(ranges)};
@@ -217,9 +218,9 @@ std::vector<RollCandidate> Session::roll_candidates(
   return out;
 }
 
-std::optional<MergedLaunch> Session::build_rolled(const RollSegment& seg,
-                                                  std::span<const CapturedStep* const> launches,
-                                                  std::span<const RollCandidate> candidates) {
+std::optional<MergedLaunch> GraphCompiler::build_rolled(
+    const RollSegment& seg, std::span<const CapturedStep* const> launches,
+    std::span<const RollCandidate> candidates) {
   std::vector<codegen::ResidentMember> period;
   int64_t widest = 1;
   for (size_t j = 0; j < seg.period; ++j) {
@@ -234,11 +235,11 @@ std::optional<MergedLaunch> Session::build_rolled(const RollSegment& seg,
   }
   // One invocation per element of the widest launch, in whole subgroups, up to the cap.
   const uint32_t local = static_cast<uint32_t>(std::min<int64_t>(
-      std::min<uint32_t>(kMaxResidentLocal, target_.max_local_size), (widest + 31) / 32 * 32));
+      std::min<uint32_t>(kMaxResidentLocal, core_.target.max_local_size), (widest + 31) / 32 * 32));
   // Where the device cuts loops past a number of passes per invocation (lavapipe), past the
   // cap the launches stay as they are rather than have the whole graph's rework refused at
   // its re-capture.
-  const uint32_t cap = rt_->caps().max_loop_passes;
+  const uint32_t cap = core_.rt->caps().max_loop_passes;
   if (cap != 0 && resident_loop_passes(period, seg.reps, local) > cap) return std::nullopt;
   const std::string name = "resident_" + period[0].kernel->name + "_x" +
                            std::to_string(seg.period) + "_r" + std::to_string(seg.reps);
@@ -250,22 +251,22 @@ std::optional<MergedLaunch> Session::build_rolled(const RollSegment& seg,
   return MergedLaunch{*h, std::move(rk->param_map), rk->kernel.params.size()};
 }
 
-bool Session::roll(const std::vector<CapturedStep>& captured, std::vector<CapturedStep>* out,
-                   std::vector<uint32_t>* launch_index, std::vector<bool>* rolled, size_t* blocked,
-                   std::vector<StashNeed>* stashes) {
+bool GraphCompiler::roll(const std::vector<CapturedStep>& captured, std::vector<CapturedStep>* out,
+                         std::vector<uint32_t>* launch_index, std::vector<bool>* rolled,
+                         size_t* blocked, std::vector<StashNeed>* stashes) {
   *blocked = 0;
   std::vector<StashPrologue> prologues;
-  if (resident_max_range_ == 0 && !block_stencils_) return false;
+  if (core_.graph.resident_max_range == 0 && !core_.graph.block) return false;
   const std::vector<const CapturedStep*> launches = launches_of(captured);
   std::vector<RollSegment> segments;
   std::vector<std::optional<MergedLaunch>> built;
-  if (resident_max_range_ != 0) {
+  if (core_.graph.resident_max_range != 0) {
     const std::vector<RollCandidate> candidates = roll_candidates(launches);
     segments = find_roll_segments(captured, launches, candidates, RollLimits{});
     for (const RollSegment& seg : segments)
       built.push_back(build_rolled(seg, launches, candidates));
   }
-  if (block_stencils_)
+  if (core_.graph.block)
     *blocked = block_stencils(captured, launches, &segments, &built, stashes, &prologues);
   if (segments.empty()) return false;
   splice_rolled(captured, segments, built, out, launch_index, rolled);
@@ -273,8 +274,9 @@ bool Session::roll(const std::vector<CapturedStep>& captured, std::vector<Captur
   return std::find(rolled->begin(), rolled->end(), true) != rolled->end();
 }
 
-void Session::add_prologues(std::span<const StashPrologue> prologues,
-                            std::vector<CapturedStep>* out, std::vector<uint32_t>* launch_index) {
+void GraphCompiler::add_prologues(std::span<const StashPrologue> prologues,
+                                  std::vector<CapturedStep>* out,
+                                  std::vector<uint32_t>* launch_index) {
   if (prologues.empty()) return;
   std::unordered_map<uint64_t, uint64_t> placeholder;  // by blocked kernel
   for (const StashPrologue& p : prologues) placeholder[p.blocked_kernel] = p.placeholder;
@@ -299,10 +301,11 @@ void Session::add_prologues(std::span<const StashPrologue> prologues,
   }
 }
 
-Status Session::materialize_stashes(std::span<const StashNeed> needs, ReworkPlan* w,
-                                    std::vector<NdArrayHandle>* owned) {
+Status GraphCompiler::materialize_stashes(std::span<const StashNeed> needs, ReworkPlan* w,
+                                          std::vector<NdArrayHandle>* owned) {
   for (const StashNeed& n : needs) {
-    VKAD_ASSIGN_OR_RETURN(NdArrayHandle a, ndarray(n.dtype, {n.elements}, "stencil stash"));
+    VKAD_ASSIGN_OR_RETURN(NdArrayHandle a,
+                          core_.rt->create_ndarray(n.dtype, {n.elements}, "stencil stash"));
     owned->push_back(a);
     for (CapturedStep& s : w->steps) {
       for (Arg& x : s.args) {
@@ -313,7 +316,7 @@ Status Session::materialize_stashes(std::span<const StashNeed> needs, ReworkPlan
   return {};
 }
 
-std::vector<RollCandidate> Session::blocking_candidates(
+std::vector<RollCandidate> GraphCompiler::blocking_candidates(
     std::span<const CapturedStep* const> launches, std::span<const RollSegment> segments,
     std::span<const std::optional<MergedLaunch>> built) const {
   std::vector<bool> covered(launches.size(), false);  // by a resident loop
@@ -322,7 +325,7 @@ std::vector<RollCandidate> Session::blocking_candidates(
     for (size_t i = 0; i < segments[g].period * segments[g].reps; ++i)
       covered[segments[g].first + i] = true;
   }
-  const bool loops_capped = rt_->caps().max_loop_passes != 0;
+  const bool loops_capped = core_.rt->caps().max_loop_passes != 0;
   std::vector<RollCandidate> candidates(launches.size());
   for (size_t l = 0; l < launches.size(); ++l) {
     if (covered[l]) continue;
@@ -335,11 +338,9 @@ std::vector<RollCandidate> Session::blocking_candidates(
   return candidates;
 }
 
-std::optional<MergedLaunch> Session::build_blocked(const RollSegment& run,
-                                                   const CapturedStep& first,
-                                                   const RollCandidate& candidate, uint32_t* K,
-                                                   std::vector<StashNeed>* stashes,
-                                                   std::vector<StashPrologue>* prologues) {
+std::optional<MergedLaunch> GraphCompiler::build_blocked(
+    const RollSegment& run, const CapturedStep& first, const RollCandidate& candidate, uint32_t* K,
+    std::vector<StashNeed>* stashes, std::vector<StashPrologue>* prologues) {
   codegen::StencilLaunch sl;
   sl.kernel = candidate.kernel;
   sl.box = candidate.ranges;
@@ -365,7 +366,7 @@ std::optional<MergedLaunch> Session::build_blocked(const RollSegment& run,
   if (const char* env = std::getenv("VKAD_GRAPH_BLOCK_MIN_TILES"))
     sl.min_tiles = static_cast<int64_t>(
         std::min<unsigned long long>(std::strtoull(env, nullptr, 10), 1u << 30));
-  sl.max_group = std::min<int64_t>(target_.max_local_size, 1024);
+  sl.max_group = std::min<int64_t>(core_.target.max_local_size, 1024);
   *K = codegen::stencil_steps(sl, shared);
   if (*K == 0 || run.reps < *K) return std::nullopt;
   Result<codegen::BlockedStencil> k =
@@ -386,12 +387,12 @@ std::optional<MergedLaunch> Session::build_blocked(const RollSegment& run,
   return MergedLaunch{*h, {identity}, k->kernel.params.size()};
 }
 
-size_t Session::block_stencils(std::span<const CapturedStep> captured,
-                               std::span<const CapturedStep* const> launches,
-                               std::vector<RollSegment>* segments,
-                               std::vector<std::optional<MergedLaunch>>* built,
-                               std::vector<StashNeed>* stashes,
-                               std::vector<StashPrologue>* prologues) {
+size_t GraphCompiler::block_stencils(std::span<const CapturedStep> captured,
+                                     std::span<const CapturedStep* const> launches,
+                                     std::vector<RollSegment>* segments,
+                                     std::vector<std::optional<MergedLaunch>>* built,
+                                     std::vector<StashNeed>* stashes,
+                                     std::vector<StashPrologue>* prologues) {
   const std::vector<RollCandidate> candidates = blocking_candidates(launches, *segments, *built);
   RollLimits limits;
   limits.max_period = 1;
@@ -423,10 +424,11 @@ size_t Session::block_stencils(std::span<const CapturedStep> captured,
   return taken;
 }
 
-ScheduleLaunch Session::schedule_launch(const CapturedStep& s, std::vector<bool>* pinned) const {
+ScheduleLaunch GraphCompiler::schedule_launch(const CapturedStep& s,
+                                              std::vector<bool>* pinned) const {
   ScheduleLaunch out;
   pinned->assign(s.args.size(), false);
-  const std::shared_ptr<const codegen::KernelAccess>& access = catalog_.access(s.kernel.id);
+  const std::shared_ptr<const codegen::KernelAccess>& access = core_.catalog.access(s.kernel.id);
   if (!access) {
     out.known = false;
     return out;
@@ -435,16 +437,16 @@ ScheduleLaunch Session::schedule_launch(const CapturedStep& s, std::vector<bool>
   // Adstack kernels may run from the runtime's one set of heaps, where thread g of every such
   // launch uses the same slots: one pseudo-array they all overwrite keeps them apart (from
   // the kernel, not the plan: an update may move a launch from the private tier to the heap).
-  if (catalog_.adstack(s.kernel.id)) {
+  if (core_.catalog.adstack(s.kernel.id)) {
     out.accesses.push_back(
         {kAdstackHeaps, codegen::ArrayAccess::Kind::kOverwrite, ScheduleAccess::kAnyRow});
   }
   // Without bounds checks an index past its extent reaches another row: rows tell nothing.
-  const bool rows = compile_options_.bounds_checks;
+  const bool rows = core_.compile_options.bounds_checks;
   const codegen::UniformInputs inputs = launch_inputs(s);
   for (const codegen::ParamAccess& p : k.params) {
     if (p.param >= s.args.size() || s.args[p.param].kind != abi::ParamKind::kNdArray) {
-      out.known = false;  // not a launch Session::launch let through
+      out.known = false;  // not a launch GraphCompiler::launch let through
       return out;
     }
     for (const codegen::ArrayAccess& a : p.accesses) {
@@ -463,10 +465,10 @@ ScheduleLaunch Session::schedule_launch(const CapturedStep& s, std::vector<bool>
   return out;
 }
 
-codegen::FusionLaunch Session::fusion_launch(const CapturedStep& s, bool loops_capped) const {
+codegen::FusionLaunch GraphCompiler::fusion_launch(const CapturedStep& s, bool loops_capped) const {
   codegen::FusionLaunch l;
   l.kernel = &not_fusible();
-  const std::shared_ptr<const codegen::Kernel>& ir = catalog_.fusible_ir(s.kernel.id);
+  const std::shared_ptr<const codegen::Kernel>& ir = core_.catalog.fusible_ir(s.kernel.id);
   if (!ir || ir->params.size() != s.args.size()) return l;
   const codegen::Kernel& k = *ir;
   l.arrays.assign(s.args.size(), 0);
@@ -476,7 +478,7 @@ codegen::FusionLaunch Session::fusion_launch(const CapturedStep& s, bool loops_c
   if (k.tasks.empty()) return l;
   if (loops_capped) {
     // Once per kernel: a step loop launches the same few kernels thousands of times.
-    if (catalog_.first_task_loops(s.kernel.id)) return l;
+    if (core_.catalog.first_task_loops(s.kernel.id)) return l;
   }
   // The range: constants and extents only (fusible() refuses scalar bounds).
   std::optional<int64_t> b = bound_value(k.tasks[0].begin, s.args, false);
@@ -494,10 +496,10 @@ codegen::FusionLaunch Session::fusion_launch(const CapturedStep& s, bool loops_c
   return l;
 }
 
-std::vector<int64_t> Session::launch_rows(const CapturedStep& s) const {
+std::vector<int64_t> GraphCompiler::launch_rows(const CapturedStep& s) const {
   // Without bounds checks an index past its extent reaches another row: rows tell nothing.
-  const std::shared_ptr<const codegen::KernelAccess>& acc = catalog_.access(s.kernel.id);
-  if (!compile_options_.bounds_checks || !acc) return {};
+  const std::shared_ptr<const codegen::KernelAccess>& acc = core_.catalog.access(s.kernel.id);
+  if (!core_.compile_options.bounds_checks || !acc) return {};
   const codegen::KernelAccess& k = *acc;
   const codegen::UniformInputs in = launch_inputs(s);
   std::vector<int64_t> rows(s.args.size(), codegen::FusionLaunch::kAnyRow);
@@ -518,10 +520,10 @@ std::vector<int64_t> Session::launch_rows(const CapturedStep& s) const {
   return rows;
 }
 
-bool Session::build_fused(std::span<const codegen::FusionRun> runs,
-                          std::span<const codegen::FusionLaunch> launches,
-                          std::span<const std::unordered_map<uint64_t, size_t>> zero_fills,
-                          std::vector<MergedLaunch>* planned, std::vector<bool>* dropped) {
+bool GraphCompiler::build_fused(std::span<const codegen::FusionRun> runs,
+                                std::span<const codegen::FusionLaunch> launches,
+                                std::span<const std::unordered_map<uint64_t, size_t>> zero_fills,
+                                std::vector<MergedLaunch>* planned, std::vector<bool>* dropped) {
   // A step loop repeats the same runs with other arrays and scalars: a fused kernel is built
   // once per signature (graph_rework.h) and reused; the ones no earlier rework compiled are
   // compiled together, side by side.
@@ -598,72 +600,7 @@ bool Session::build_fused(std::span<const codegen::FusionRun> runs,
   return true;
 }
 
-Result<GraphHandle> Session::recapture(const ReworkPlan& w, const std::string& name,
-                                       FusedGraph* map, bool* relaxed,
-                                       std::span<const runtime::LaunchOrigin> origins) {
-  VKAD_TRY(rt_->begin_capture(name));
-  // The launches recorded again name what the user recorded them from (a fused run: what all
-  // its members share); the caller's note is put back after.
-  struct KeepOrigin {
-    runtime::Runtime& rt;
-    runtime::LaunchOrigin saved = rt.launch_origin();
-    ~KeepOrigin() { rt.set_launch_origin(saved); }
-  } keep{*rt_};
-  runtime::LaunchOrigin origin;  // of the launch being assembled
-  map->launch.resize(w.launches.size());
-  map->param.resize(w.launches.size());
-  uint32_t made = 0;
-  // What ran since the last barrier (a fill records its own): a launch that conflicts with
-  // none of it goes without one.
-  BarrierTracker pending;
-  bool first_in_stretch = true;
-  ScheduleLaunch unit;  // the accesses of the launch being assembled (a run's union)
-  size_t barriers = 0;  // dependent launches: what a replay waits for (VKAD_GRAPH_TRACE)
-  auto fill = [&](size_t i, bool kept) {
-    pending.clear();
-    first_in_stretch = true;
-    return kept ? rt_->fill(w.steps[i].args[0].array, w.steps[i].value) : Status{};
-  };
-  auto member = [&](size_t launch, size_t r, size_t m) {
-    const ScheduleLaunch& sl = w.sched[launch];
-    unit.known = unit.known && sl.known;
-    unit.accesses.insert(unit.accesses.end(), sl.accesses.begin(), sl.accesses.end());
-    const uint32_t orig = w.order[launch];
-    map->launch[orig] = made;
-    if (w.runs[r].count > 1) map->param[orig] = w.planned[r].param_map[m];
-    const runtime::LaunchOrigin mine =
-        orig < origins.size() ? origins[orig] : runtime::LaunchOrigin{};
-    origin = m == 0 ? mine : runtime::LaunchOrigin::join(origin, mine);
-  };
-  auto emit = [&](KernelHandle k, std::span<const Arg> a) -> Status {
-    const bool barrier = pending.next(unit);
-    barriers += barrier || first_in_stretch || !schedule_graph_launches_;
-    unit = ScheduleLaunch{};
-    if (schedule_graph_launches_ && !first_in_stretch && !barrier) {
-      *relaxed = true;
-      VKAD_TRY(rt_->omit_next_barrier());
-    }
-    first_in_stretch = false;
-    ++made;
-    rt_->set_launch_origin(origin);
-    return rt_->launch(k, a);
-  };
-  // Fills are recorded only where the plan keeps them (w.dropped: made redundant by a fused
-  // run's zeroing); a dropped one still ends the stretch, as it did when it was recorded.
-  const Status st = walk_plan(w, fill, member, emit);
-  Result<GraphHandle> fused = rt_->end_capture();
-  if (!st.ok()) {
-    if (fused.ok()) (void)rt_->release_graph(*fused);
-    return st;
-  }
-  if (std::getenv("VKAD_GRAPH_TRACE") != nullptr) {
-    std::fprintf(stderr, "vkad graph '%s': %u launches, %zu after a barrier\n", name.c_str(), made,
-                 barriers);
-  }
-  return fused;
-}
-
-void Session::trace_rework(const ReworkPlan& w, const std::string& name) const {
+void GraphCompiler::trace_rework(const ReworkPlan& w, const std::string& name) const {
   // One line per launch the reworked graph runs (a fused run: its members joined by '+'), in
   // run order, with the number of launches a resident loop stands for: what a user checks
   // when a replay issues more launches than expected (VKAD_GRAPH_TRACE).
@@ -677,72 +614,20 @@ void Session::trace_rework(const ReworkPlan& w, const std::string& name) const {
     std::string line;
     for (size_t m = 0; m < r.count; ++m) {
       const std::shared_ptr<const codegen::Kernel>& k =
-          catalog_.fusible_ir(launches[r.first + m]->kernel.id);
+          core_.catalog.fusible_ir(launches[r.first + m]->kernel.id);
       line += (m ? "+" : "") + (k ? k->name : std::string("?"));
     }
     std::fprintf(stderr, "  %s\n", line.c_str());
   }
 }
 
-void Session::describe_launches(const std::vector<CapturedStep>& captured, FusedGraph* map) const {
-  for (const CapturedStep& s : captured) {
-    if (!s.launch) continue;
-    map->scalars.push_back(scalar_params(s.args));
-    const std::shared_ptr<const codegen::Kernel>& k = catalog_.fusible_ir(s.kernel.id);
-    map->kernel.push_back(k ? k->name : std::string());
-  }
-}
-
-void Session::unroll_numbering(std::span<const uint32_t> roll_index,
-                               const std::vector<bool>& rolled, FusedGraph* map,
-                               std::vector<std::vector<bool>>* pinned) {
-  // Back to the captured launches' numbering: a rolled launch is part of its resident launch,
-  // whose scalars are its first repetition's; an update of any of a rolled launch's scalars
-  // needs the graph as captured (pinned).
-  std::vector<uint32_t> launch(roll_index.size());
-  std::vector<std::vector<uint32_t>> param(roll_index.size());
-  std::vector<std::vector<bool>> pin(roll_index.size());
-  for (size_t o = 0; o < roll_index.size(); ++o) {
-    const uint32_t l = roll_index[o];
-    launch[o] = map->launch[l];
-    if (rolled[o]) {
-      pin[o] = map->scalars[o];
-    } else {
-      param[o] = map->param[l];
-      pin[o] = (*pinned)[l];
-    }
-  }
-  map->launch = std::move(launch);
-  map->param = std::move(param);
-  *pinned = std::move(pin);
-}
-
-void Session::keep_for_updates(GraphHandle graph, bool reworked, bool keep_captured,
-                               std::vector<std::vector<bool>> pinned, FusedGraph* map) {
-  // Where the schedule rests on rows that scalar arguments decide, the graph as captured stays
-  // for an update of one of them (Session::replay).
-  bool any_pinned = false;
-  for (const std::vector<bool>& p : pinned) {
-    for (bool b : p) any_pinned = any_pinned || b;
-  }
-  if (keep_captured || (reworked && any_pinned)) {
-    if (!reworked) {
-      for (std::vector<bool>& p : pinned) p.assign(p.size(), false);
-    }
-    map->pinned = std::move(pinned);
-    map->original = graph;
-  } else {
-    (void)rt_->release_graph(graph);
-  }
-}
-
-void Session::plan_order(const std::vector<CapturedStep>& cap, ReworkPlan* w,
-                         std::vector<std::vector<bool>>* pinned, ScheduleMemo* memo) const {
+void GraphCompiler::plan_order(const std::vector<CapturedStep>& cap, ReworkPlan* w,
+                               std::vector<std::vector<bool>>* pinned, ScheduleMemo* memo) const {
   // What each launch touches, and what fusion needs of it, in capture order. Where the device
   // caps loop passes per invocation (lavapipe), a fused kernel's passes are its members' sum:
   // an update that raises a member's trip count could then be refused where the launches
   // alone were not, so kernels with loops are left alone there.
-  const bool loops_capped = rt_->caps().max_loop_passes != 0;
+  const bool loops_capped = core_.rt->caps().max_loop_passes != 0;
   std::vector<ScheduleLaunch> sched;
   std::vector<codegen::FusionLaunch> fusion;
   const std::vector<const CapturedStep*> cap_launches = launches_of(cap);
@@ -760,7 +645,7 @@ void Session::plan_order(const std::vector<CapturedStep>& cap, ReworkPlan* w,
   }
   // Scheduling first (graph/graph_schedule.h): `w.order[i]` is the launch that runs i-th;
   // fusion then merges runs of that order.
-  w->order = scheduled_order(cap, sched, schedule_graph_launches_);
+  w->order = scheduled_order(cap, sched, core_.graph.schedule);
   size_t li = 0;
   for (const CapturedStep& s : cap)
     w->steps.push_back(s.launch ? *cap_launches[w->order[li++]] : s);
@@ -770,9 +655,8 @@ void Session::plan_order(const std::vector<CapturedStep>& cap, ReworkPlan* w,
   }
 }
 
-std::unique_ptr<Session::PreparedRework> Session::prepare_rework(GraphHandle graph,
-                                                                 std::vector<CapturedStep> captured,
-                                                                 const std::string& name) {
+std::unique_ptr<GraphCompiler::PreparedRework> GraphCompiler::prepare_rework(
+    GraphHandle graph, std::vector<CapturedStep> captured, const std::string& name) {
   auto p = std::make_unique<PreparedRework>();
   p->graph = graph;
   p->name = name.empty() ? "graph" : name;
@@ -780,7 +664,7 @@ std::unique_ptr<Session::PreparedRework> Session::prepare_rework(GraphHandle gra
   // Extents (and shape classes by array) of this rework only: an array freed later must not be
   // found here. shape_classes_ by extents stay: recompute_answers_ keys hold them.
   struct Forget {
-    Session* s;
+    GraphCompiler* s;
     ~Forget() {
       s->rework_extents_.clear();
       s->rework_shape_class_.clear();
@@ -794,7 +678,7 @@ std::unique_ptr<Session::PreparedRework> Session::prepare_rework(GraphHandle gra
   return p;
 }
 
-void Session::plan_rework(PreparedRework* p) {
+void GraphCompiler::plan_rework(PreparedRework* p) {
   PhaseClock clock("vkad graph rework", &rework_compile_ms_);
   const std::vector<CapturedStep>& captured = p->captured;
   // Step loops of small launches first (graph/resident.h): each becomes one launch of a
@@ -815,14 +699,14 @@ void Session::plan_rework(PreparedRework* p) {
   plan_order(cap, &w, &p->pinned, &memo);
   for (size_t l : p->recompute_pins) p->pinned[l].assign(p->pinned[l].size(), true);
   clock.mark("schedule");
-  w.runs = fusion_runs(w.steps, w.launches, fuse_graph_launches_, kMaxFusedArrays,
-                       kMaxFusedLaunches, &p->rows_used);
+  w.runs = fusion_runs(w.steps, w.launches, core_.graph.fuse, kMaxFusedArrays, kMaxFusedLaunches,
+                       &p->rows_used);
   clock.mark("fusion runs");
   bool any_fused = false;
   for (const codegen::FusionRun& r : w.runs) any_fused = any_fused || r.count > 1;
   if (std::getenv("VKAD_GRAPH_TRACE") != nullptr) trace_rework(w, p->name);
   p->reordered = !identity(w.order);
-  p->relaxed = !any_fused && schedule_graph_launches_ && any_barrier_relaxed(w.steps, w.sched);
+  p->relaxed = !any_fused && core_.graph.schedule && any_barrier_relaxed(w.steps, w.sched);
   if (!any_fused && !p->reordered && !p->relaxed && !p->any_rolled) return;
 
   const ShapeOf shape_of = [&](uint64_t id) -> std::optional<std::vector<uint32_t>> {
@@ -837,55 +721,17 @@ void Session::plan_rework(PreparedRework* p) {
   std::unordered_set<uint64_t> kept;  // fusion_launch's kernels: the steps' fusible IR
   for (const CapturedStep& s : w.steps) {
     if (!s.launch || !kept.insert(s.kernel.id).second) continue;
-    const std::shared_ptr<const codegen::Kernel>& ir = catalog_.fusible_ir(s.kernel.id);
+    const std::shared_ptr<const codegen::Kernel>& ir = core_.catalog.fusible_ir(s.kernel.id);
     if (ir) p->ir.push_back(ir);
   }
   p->rework = true;
 }
 
-Result<GraphHandle> Session::install_rework(PreparedRework& p, bool keep_captured) {
-  if (!register_rework_kernels(p) || !p.rework) return p.graph;
-  PhaseClock clock("vkad graph rework", &rework_compile_ms_);
-  FusedGraph map;
-  if (!materialize_stashes(p.stashes, &p.w, &map.owned).ok()) {
-    for (NdArrayHandle a : map.owned) (void)free(a);
-    return p.graph;  // out of memory for a stash: the launches as captured
-  }
-  // The rework's kernels get their specialized pipelines at their first launch: here.
-  const double created = rt_->pipeline_create_ms();
-  // What made each captured launch, where the plan's launches are the captured ones in another
-  // order (rolling and blocking make launches of several).
-  std::vector<runtime::LaunchOrigin> origins;
-  if (!p.any_rolled && p.blocked == 0) {
-    Result<std::vector<runtime::LaunchOrigin>> o = rt_->graph_launch_origins(p.graph);
-    if (o.ok() && o->size() == p.w.order.size()) origins = std::move(*o);
-  }
-  Result<GraphHandle> fused = recapture(p.w, p.name, &map, &p.relaxed, origins);
-  rework_compile_ms_ += rt_->pipeline_create_ms() - created;
-  clock.mark("re-capture");
-  if (!fused.ok()) {
-    for (NdArrayHandle a : map.owned) (void)free(a);
-    return p.graph;  // the launches as captured
-  }
-  map.name = p.name;
-  describe_launches(p.captured, &map);
-  if (p.any_rolled) unroll_numbering(p.roll_index, p.rolled, &map, &p.pinned);
-  keep_for_updates(p.graph,
-                   p.reordered || p.relaxed || p.any_rolled || p.any_recomputed || p.rows_used,
-                   keep_captured, std::move(p.pinned), &map);
-  rolled_launches_ +=
-      static_cast<uint64_t>(std::count(p.rolled.begin(), p.rolled.end(), true)) - p.blocked;
-  blocked_launches_ += p.blocked;
-  recomputed_launches_ += p.recompute_pins.size() / 2;  // a (consumer, producer) pair each
-  fused_graphs_.emplace(fused->id, std::move(map));
-  return *fused;
-}
-
-bool Session::register_rework_kernels(PreparedRework& p) {
+bool GraphCompiler::register_rework_kernels(PreparedRework& p) {
   bool all = true;
   for (PendingKernel& k : p.kernels) {
     Result<KernelHandle> h =
-        rt_->register_kernel(*k.compiled, /*generic_on_demand=*/true, k.handle);
+        core_.rt->register_kernel(*k.compiled, /*generic_on_demand=*/true, k.handle);
     if (!h.ok()) {
       // This rework keeps the graph as captured; later reworks leave that kernel's piece out
       // (a rolled segment or recomputed gather stays as launched; a fused run's graph stays as
@@ -894,13 +740,13 @@ bool Session::register_rework_kernels(PreparedRework& p) {
       all = false;
       continue;
     }
-    note_capture_access(h->id, k.compiled->has_adstacks());
+    core_.note_capture_access(h->id, k.compiled->has_adstacks());
   }
   p.kernels.clear();
   return all;
 }
 
-void Session::forget_kernel(uint64_t id) {
+void GraphCompiler::forget_kernel(uint64_t id) {
   auto remember = [&](auto& by_text) {
     for (auto it = by_text.begin(); it != by_text.end();) {
       if (it->second.id != id) {
@@ -913,45 +759,15 @@ void Session::forget_kernel(uint64_t id) {
   };
   remember(fused_kernels_);
   remember(recomputed_kernels_);
-  drop_tables(id);
+  core_.drop_tables(id);
   for (auto& [key, answer] : recompute_answers_) {
     if (answer.kernel.id == id) answer = RecomputeAnswer{};  // no kernel: stays as launched
   }
 }
 
-Status Session::refused(const codegen::Kernel& k) {
+Status GraphCompiler::refused_status(const codegen::Kernel& k) {
   return make_error(ErrorCode::kInvalidArgument,
                     "graph rework: the device refused kernel '" + k.name + "' before");
-}
-
-std::vector<bool> Session::scalar_params(std::span<const Arg> args) {
-  std::vector<bool> out(args.size());
-  for (size_t p = 0; p < args.size(); ++p) out[p] = args[p].kind == abi::ParamKind::kScalar;
-  return out;
-}
-
-Status Session::translate(const FusedGraph& f, std::span<const GraphUpdate> updates,
-                          std::vector<GraphUpdate>* out) const {
-  // The runtime's messages (runtime/graph.cpp), in the captured launches' numbering.
-  const std::string where = "replay of graph '" + f.name + "'";
-  for (const GraphUpdate& u : updates) {
-    if (u.launch >= f.launch.size()) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        where + ": update of launch " + std::to_string(u.launch) +
-                            "; the graph has " + std::to_string(f.launch.size()) + " launches");
-    }
-    const std::vector<bool>& scalars = f.scalars[u.launch];
-    if (u.param >= scalars.size() || !scalars[u.param]) {
-      const std::string& k = f.kernel[u.launch];
-      return make_error(ErrorCode::kInvalidArgument,
-                        where + ", launch " + std::to_string(u.launch) +
-                            (k.empty() ? "" : " ('" + k + "')") + ": parameter " +
-                            std::to_string(u.param) + " is not a scalar parameter of the kernel");
-    }
-    const std::vector<uint32_t>& pm = f.param[u.launch];
-    out->push_back({f.launch[u.launch], pm.empty() ? u.param : pm[u.param], u.value});
-  }
-  return {};
 }
 
 }  // namespace vkad

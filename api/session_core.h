@@ -1,0 +1,105 @@
+// What vkad::Session (the front door, api/session.h) and the parts it holds share: the runtime,
+// the compile configuration and caches, the kernel catalog, the graph passes' switches and the
+// open capture. The parts are the graph compiler (api/graph_compiler.h: the rework of a
+// capture), the compiled graphs (api/compiled_graphs.h: installed reworks, their replays and
+// background reworks) and the step loops (api/step_loops.h: Session::launch_loop and its plans).
+// Not part of vkad.h: a Session's user never sees these.
+//
+// Contract: one SessionCore per Session, made by Session::create_with_runtime before its parts
+// and destroyed after them; externally synchronised like the Session. A background rework's
+// worker reads `catalog` and the compile caches while the session's thread leaves them alone
+// (CompiledGraphs::join comes first).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "api/session.h"
+#include "autodiff/adjoint_plan.h"
+#include "base/status.h"
+#include "graph/graph_rework.h"
+#include "graph/graph_schedule.h"
+#include "graph/kernel_catalog.h"
+#include "ir/ir.h"
+#include "ir/target.h"
+#include "runtime/runtime.h"
+#include "spirv/compiler.h"
+
+namespace vkad {
+
+// The graph passes a session runs (SessionOptions and the VKAD_GRAPH_* variables, read once at
+// create).
+struct GraphSwitches {
+  bool fuse = true;                   // fuse_graph_launches, VKAD_GRAPH_FUSION
+  bool schedule = true;               // schedule_graph_launches, VKAD_GRAPH_SCHEDULE
+  bool recompute = true;              // VKAD_GRAPH_RECOMPUTE
+  bool block = true;                  // block_stencils, VKAD_GRAPH_BLOCK
+  uint32_t resident_max_range = 256;  // VKAD_GRAPH_RESIDENT
+};
+
+// Capture-order launch ranges [first, end).
+using LaunchRanges = std::vector<std::pair<uint32_t, uint32_t>>;
+
+struct SessionCore {
+  std::unique_ptr<runtime::Runtime> rt;
+  codegen::CompileOptions compile_options;
+  codegen::Target target;
+  codegen::AdjointOptions adjoint_options;  // reverse mode's, from the device (device_target.h)
+  std::string device_uuid;
+  // Every kernel this session compiled, by text, target and options: compiling one again
+  // (a DSL re-tracing a function, a fused run seen before) skips emission and validation.
+  codegen::CompileCache compile_cache;
+  GraphSwitches graph;
+  // Every kernel compiled here and every kernel a rework made, by handle id: IR, access
+  // summary, adstacks and what the graph passes derive from them (graph/kernel_catalog.h).
+  // Written by register_ir / GraphCompiler::rework_compile and read by the reworks (a
+  // background one's worker too: the session's thread joins it first), never by a capture's
+  // launches.
+  KernelCatalog catalog;
+
+  // kernel_access() summed up per parameter and whether it has adstacks, of the kernels a
+  // caller can launch (those register_ir made, and the rework's registered kernels that have an
+  // access summary: a reworked step loop launches them), by handle id: what a capture judges its
+  // barriers on. Apart from `catalog` because a background rework writes that one while a
+  // capture may be open.
+  struct CaptureAccess {
+    // Per ndarray parameter it accesses: the parameter and its kinds of access (kind_bit).
+    std::vector<std::pair<uint32_t, uint8_t>> params;
+    bool adstack = false;
+  };
+  std::unordered_map<uint64_t, CaptureAccess> capture_access;
+
+  // The open capture as Session saw it (Session::begin_capture .. end_capture).
+  std::optional<CaptureLog> capture;
+  // Launches launch_loop made of a rolled or reworked step loop in the open capture: replay
+  // updates of them are refused (CompiledGraphs::check_fixed_updates).
+  LaunchRanges capture_fixed;
+  // The open capture's barriers so far (Graph scheduling: none between launches that share
+  // no array) and the accesses of the launch being judged (reused).
+  ArrayBarrierTracker capture_barriers;
+  std::vector<ArrayKinds> capture_accesses;
+  std::string capture_name;
+  bool capture_background = false;  // the open capture's CaptureOptions::background_rework
+
+  // Registers `kernel` compiled as `ck` and notes its IR in the catalog and its capture access.
+  // `generic_on_demand`: as Runtime::register_kernel's.
+  Result<KernelHandle> register_ir(const codegen::Kernel& kernel, const runtime::CompiledKernel& ck,
+                                   bool generic_on_demand = false);
+  // capture_access[id] from catalog.access(id) (nothing where that is unknown): at a kernel's
+  // registration, on the caller's thread.
+  void note_capture_access(uint64_t id, bool adstack);
+  // Drops kernel `id` from the catalog and capture_access.
+  void drop_tables(uint64_t id);
+  // Forgets a capture begun through Session whose end came through runtime() (nothing to
+  // rework then).
+  void drop_stale_capture() {
+    if (capture && !rt->capturing()) capture.reset();
+  }
+};
+
+}  // namespace vkad
