@@ -36,6 +36,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "api/tape_hazards.h"
 #include "autodiff/forward_mode.h"
 #include "cuda_interop.h"
 #include "dlpack.h"
