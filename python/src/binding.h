@@ -1,0 +1,634 @@
+// Declares what vkad._vkad's sources share: errors, state, bound objects, Session, bind functions.
+//
+// vkad._vkad: the nanobind binding of vkad's front door (api/session.h) for the Python package
+// (python/vkad). It stays thin: kernels come in as IR text (the Python builder prints it), the
+// Tape (vkad::Tape's behaviour, over zero_many) and the dtype/shape conveniences live in Python;
+// the tape's check that a launch does not overwrite what an earlier one read is vkad::Tape's own
+// (vkad::TapeHazards, run by Session::launch), so both front doors refuse with the same message.
+// What lives here is what must be fast or must touch memory: launch (arguments converted against
+// the kernel's parameters), numpy upload and download (one copy at most), and the locking that lets
+// blocking waits release the GIL.
+//
+// Threads: a vkad::Session is externally synchronised. Every Session call takes the session's
+// mutex; a blocking call (download, synchronize, flush, compile, close) releases the GIL first,
+// so other Python threads run while it waits. A non-blocking call tries the mutex while holding
+// the GIL and releases the GIL only when it has to wait for it (no deadlock: the mutex holder
+// never needs the GIL while holding the mutex).
+//
+// Errors: every vkad Status that is not ok is raised as the vkad.Error subclass of its code,
+// carrying vkad's message. Python-side misuse (a wrong argument count or type) raises
+// InvalidArgumentError with a message naming the kernel, the argument and what was expected.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "api/tape_hazards.h"
+#include "cuda_interop.h"
+#include "dlpack.h"
+#include "runtime/runtime.h"
+#include "vkad.h"
+
+namespace nb = nanobind;
+
+namespace vkad_py {
+
+using vkad::Arg;
+using vkad::DType;
+using vkad::ErrorCode;
+using vkad::KernelHandle;
+using vkad::NdArrayHandle;
+using vkad::Result;
+using vkad::Status;
+using vkad::runtime::ParamKind;
+
+// ------------------------------------------------------------------ errors (module.cpp)
+
+constexpr int kCodes = static_cast<int>(ErrorCode::kInternal) + 1;
+extern PyObject* g_error;           // vkad.Error once registered
+extern PyObject* g_errors[kCodes];  // one subclass per ErrorCode (index 0 unused)
+
+// Raises `s` as the vkad.Error subclass of its code (a RuntimeError before _set_errors).
+[[noreturn]] void raise(const Status& s);
+// Raises InvalidArgumentError with `message`.
+[[noreturn]] void invalid(const std::string& message);
+inline void check(const Status& s) {
+  if (!s.ok()) raise(s);
+}
+template <typename T>
+T take(Result<T> r) {
+  if (!r.ok()) raise(r.status());
+  return std::move(r).value();
+}
+
+// ------------------------------------------------------------------ session state
+
+struct Kernel;
+
+// Session.loop's trace (docs/graphs.md, "Step loops"): while its body runs, launches are collected
+// here with the loop index's arguments at the first iteration and their step, and run nothing.
+struct LoopEntry {
+  nb::object kernel;  // as launched: a Kernel or a Differentiated
+  Kernel* k = nullptr;
+  std::vector<Arg> args;      // the first iteration's
+  std::vector<int32_t> step;  // per parameter: 1 where the loop index (+ c) was passed
+  nb::tuple values;           // the Python arguments, the index as the first iteration's int
+  bool recorded = false;      // a differentiated kernel launched while a tape records
+};
+struct LoopTrace {
+  int64_t start = 0;
+  std::vector<LoopEntry> entries;
+  // The thread whose body is traced: another thread's calls on the session go on as usual
+  // (a session may be shared by threads).
+  std::thread::id owner = std::this_thread::get_id();
+  bool mine() const { return owner == std::this_thread::get_id(); }
+};
+
+// What a Session, its arrays and its kernels share. Arrays and kernels keep it alive, so a
+// handle never outlives the vkad::Session that issued it.
+struct State {
+  // CUDA's view of the session's memory (DLPack exports on NVIDIA GPUs), made by the first
+  // CUDA export. Declared before `session`, and reset after it in ~State: freeing the
+  // session's blocks calls into it (Runtime::set_block_freed_hook).
+  std::unique_ptr<vkad::cuda::Interop> cuda;
+  std::string cuda_error;  // why there is none, once tried
+  bool cuda_tried = false;
+  std::unique_ptr<vkad::Session> session;  // null once closed
+  std::mutex mu;                           // held around every call into `session`
+  // DLPack exports not yet released by their consumers (changed with the GIL held). While
+  // there are any, close() parks the session in `closing` (its memory must outlive them) and
+  // the last export's deleter destroys it.
+  uint64_t exports = 0;
+  std::unique_ptr<vkad::Session> closing;
+  // Handles whose Python objects died while another thread held `mu`: freed by the next call.
+  std::mutex pending_mu;
+  std::vector<NdArrayHandle> pending_arrays;
+  std::vector<NdArrayHandle> pending_views;  // host views released while `mu` was held
+  std::vector<KernelHandle> pending_kernels;
+  // The recording tape (a Python list) or None, and its TapeHazards; see Session.launch.
+  nb::object tape = nb::none();
+  nb::object hazards = nb::none();
+  // A checkpointed tape's hook, called with (kernel, args) before a recorded launch runs (it
+  // copies what the launch will overwrite), or None.
+  nb::object before_launch = nb::none();
+  // The graph being captured (a Graph) or None: launches append their kernel to it.
+  nb::object capture = nb::none();
+  // Session.loop's body is running: launches are traced, everything else is refused.
+  std::unique_ptr<LoopTrace> loop;
+  // The tape's check of a loop recorded from an empty record, by its recorded launches: the
+  // record it left (LoopCheck, loop.cpp). At most kLoopChecks, the oldest dropped first.
+  std::vector<std::shared_ptr<struct LoopCheck>> loop_checks;
+  // Session.set_print_sink's callable, or None. The runtime's sink calls it through this State
+  // (with the GIL taken), so no Python object lives in the C++ session; the sink is taken off
+  // before the session is destroyed (stdout then).
+  nb::object print_sink = nb::none();
+
+  vkad::Session& get() {
+    if (!session) raise(Status(ErrorCode::kFailedPrecondition, "the session is closed"));
+    return *session;
+  }
+  // Called with `mu` held.
+  void drain_pending() {
+    std::lock_guard<std::mutex> l(pending_mu);
+    if (session) {
+      for (NdArrayHandle h : pending_views) session->runtime().release_host_view(h);
+      for (NdArrayHandle h : pending_arrays) (void)session->free(h);
+      for (KernelHandle k : pending_kernels) (void)session->release(k);
+    }
+    pending_views.clear();
+    pending_arrays.clear();
+    pending_kernels.clear();
+  }
+  State() = default;
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  ~State() {
+    if (session) session->set_print_sink(nullptr);  // no Python from a destructor
+    session.reset();                                // frees its blocks through `cuda`'s hook first
+    closing.reset();
+    cuda.reset();
+  }
+};
+using StatePtr = std::shared_ptr<State>;
+
+// Inside Session.loop's body only launches are traced: anything else would run once, at the
+// trace, where the loop means it per iteration (or would wait on launches not yet made).
+[[noreturn]] void outside_loop();
+
+// Holds the session mutex for a non-blocking call (see the thread notes at the top).
+class Locked {
+ public:
+  explicit Locked(State& st) : st_(st) {
+    if (st.loop && st.loop->mine()) outside_loop();
+    if (!st.mu.try_lock()) {
+      nb::gil_scoped_release release;
+      st.mu.lock();
+    }
+    st.drain_pending();
+  }
+  ~Locked() { st_.mu.unlock(); }
+  Locked(const Locked&) = delete;
+  Locked& operator=(const Locked&) = delete;
+
+ private:
+  State& st_;
+};
+
+// Runs `f(session)` (which must not touch Python) with the GIL released and the session mutex
+// held; kFailedPrecondition if the session was closed (by another thread, meanwhile too).
+template <typename F>
+auto blocking(State& st, F&& f) -> decltype(f(std::declval<vkad::Session&>())) {
+  if (st.loop && st.loop->mine()) outside_loop();
+  nb::gil_scoped_release release;
+  std::lock_guard<std::mutex> l(st.mu);
+  st.drain_pending();
+  if (!st.session) return Status(ErrorCode::kFailedPrecondition, "the session is closed");
+  return f(*st.session);
+}
+
+inline const char* tname(DType t) { return vkad::runtime::dtype_name(t); }
+
+// "(2, 3)", "(4,)": a shape as Python writes a tuple.
+std::string shape_string(const std::vector<uint32_t>& shape);
+
+// ------------------------------------------------------------------ ndarrays (ndarray.cpp)
+
+struct NdArray {
+  StatePtr st;
+  NdArrayHandle handle;
+  DType dtype = DType::kF32;
+  std::vector<uint32_t> shape;
+  std::string name;
+  bool freed = false;
+  // DLPack exports of this array not yet released; Session.free while there are any marks the
+  // array freed and leaves the device free to the destructor, which runs after the last
+  // export's deleter dropped its reference (free_deferred).
+  uint32_t exports = 0;
+  bool free_deferred = false;
+  // The caller's gradient array (Python `a.grad`), which a Tape uses when set; None otherwise.
+  nb::object grad = nb::none();
+
+  NdArray() = default;
+  NdArray(const NdArray&) = delete;
+  NdArray& operator=(const NdArray&) = delete;
+  ~NdArray() {
+    // Garbage collection frees the device array (after its in-flight launches, as
+    // Session::free does). If another thread is inside the session, the next call frees it.
+    if ((freed && !free_deferred) || !st) return;
+    if (st->mu.try_lock()) {
+      if (st->session) (void)st->session->free(handle);
+      st->mu.unlock();
+    } else {
+      std::lock_guard<std::mutex> l(st->pending_mu);
+      st->pending_arrays.push_back(handle);
+    }
+  }
+  uint64_t size() const {
+    uint64_t n = 1;
+    for (uint32_t e : shape) n *= e;
+    return n;
+  }
+  uint64_t nbytes() const { return size() * vkad::runtime::dtype_bytes(dtype); }
+  std::string label() const {
+    return name.empty() ? "ndarray " + vkad::runtime::handle_string(handle.id)
+                        : "ndarray '" + name + "'";
+  }
+  // A freed array whose device free waits for DLPack consumers is dead to vkad's calls.
+  void check_live(const std::string& where) const {
+    if (free_deferred) {
+      raise(Status(ErrorCode::kNotFound, where + ": " + label() +
+                                             " was freed (its memory stays while DLPack " +
+                                             "consumers hold it)"));
+    }
+  }
+};
+
+// The vkad dtype of a DLPack description nanobind reports; false where vkad holds none.
+bool dtype_of(const nb::dlpack::dtype& d, DType* out);
+
+using HostArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
+
+// A new device array of the session (contents undefined) as a Python NdArray.
+// `pooled`: Runtime::create_ndarray's (a tape's gradients: reused across tapes when freed).
+nb::object new_array(const StatePtr& st, std::vector<uint32_t> shape, DType dtype,
+                     const std::string& name, bool pooled = false);
+
+// ------------------------------------------------------------------ DLPack (interop.cpp)
+
+// Set by a Py_AtExit callback (registered at import), which runs at the very end of
+// Py_FinalizeEx: past it no Python object may be touched.
+extern std::atomic<bool> g_interpreter_gone;
+
+// NdArray.__dlpack__ and NdArray.__dlpack_device__ (docs/interop.md).
+nb::object ndarray_dlpack(nb::handle self, nb::handle stream, nb::handle max_version,
+                          nb::handle dl_device, nb::handle copy);
+nb::tuple ndarray_dlpack_device(NdArray& a);
+
+// ------------------------------------------------------------------ kernels and graphs
+
+struct ParamInfo {
+  std::string name;
+  bool array = false;
+  DType dtype = DType::kF32;
+  uint32_t rank = 0;
+  bool grad = false;
+  // A KernelBuilder parameter's element shape (element=(2,): a Vector in the last axis): the
+  // extents its array's trailing axes must have; empty for IR text and scalar elements.
+  std::vector<uint32_t> element;
+};
+
+struct Kernel {
+  StatePtr st;
+  KernelHandle handle;
+  std::string name;
+  std::vector<ParamInfo> params;
+  bool released = false;
+  // Set on the forward kernel of differentiate(): its adjoint (a Kernel) and, per gradient,
+  // (forward parameter index, gradient name). Launches of such a kernel are what a Tape records.
+  nb::object adjoint = nb::none();
+  std::vector<std::pair<uint32_t, std::string>> gradients;
+  // What it reads and writes (Session::launch_access), which the tape's check needs.
+  std::shared_ptr<const vkad::codegen::KernelAccess> access;
+  // The clearing adjoint (Session::clearing_adjoint), made on first use by a checkpointed tape.
+  nb::object clearing = nb::none();
+
+  Kernel() = default;
+  Kernel(const Kernel&) = delete;
+  Kernel& operator=(const Kernel&) = delete;
+  ~Kernel() {
+    if (released || !st) return;
+    if (st->mu.try_lock()) {
+      if (st->session) (void)st->session->release(handle);
+      st->mu.unlock();
+    } else {
+      std::lock_guard<std::mutex> l(st->pending_mu);
+      st->pending_kernels.push_back(handle);
+    }
+  }
+  std::string signature() const {
+    std::string out = name + "(";
+    for (size_t i = 0; i < params.size(); ++i) {
+      const ParamInfo& p = params[i];
+      out +=
+          (i ? ", " : "") + p.name + ": " +
+          (p.array ? "ndarray<" + std::string(tname(p.dtype)) + ", " + std::to_string(p.rank) + ">"
+                   : std::string(tname(p.dtype)));
+    }
+    return out + ")";
+  }
+};
+
+// A captured launch sequence (Session.capture); released when collected or by release().
+struct Graph {
+  StatePtr st;
+  vkad::GraphHandle handle;  // 0 while the capture is open
+  std::string name;
+  // The Kernel of each captured launch, in order (for updates' dtypes), held alive through
+  // `held` (each kernel once): a pointer per launch, not a Python lookup and list append.
+  std::vector<Kernel*> kernels;
+  std::unordered_set<const Kernel*> seen;
+  nb::list held;
+  // k null: a Session.loop's rolled launch (no Python kernel; its scalars cannot be updated).
+  void add(Kernel* k) {
+    kernels.push_back(k);
+    if (k && seen.insert(k).second) held.append(nb::find(k));
+  }
+  bool released = false;
+
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  ~Graph() {
+    // Best effort: a graph holds no device memory of its own; the session frees the rest.
+    if (released || !st || handle.id == 0) return;
+    if (st->mu.try_lock()) {
+      if (st->session) (void)st->session->release_graph(handle);
+      st->mu.unlock();
+    }
+  }
+};
+
+// Per parameter, a KernelBuilder's element shape (empty: none given, IR text).
+using Elements = std::vector<std::vector<uint32_t>>;
+
+struct Differentiated {
+  nb::object forward, adjoint;  // Kernels
+};
+
+// One Python value as the launch argument of parameter `i` of `k` (launch.cpp); `call` names
+// the call in errors.
+Arg to_arg(const Kernel& k, const State& st, size_t i, nb::handle v, const char* call = "launch");
+
+// ------------------------------------------------------------------ loops and tapes
+
+// Session.loop's index inside its body: the loop's step t plus `offset` (t + 1, t - 1, ...),
+// symbolic -- the body is traced once. Passed to a kernel's i32 scalar, that argument steps by 1
+// per iteration. Anything that needs its value (int(t), t * 2, an `if`) is refused.
+struct LoopIndex {
+  int64_t offset = 0;
+  std::string repr() const {
+    if (offset == 0) return "vkad.LoopIndex(t)";
+    return "vkad.LoopIndex(t " + std::string(offset < 0 ? "- " : "+ ") +
+           std::to_string(offset < 0 ? -offset : offset) + ")";
+  }
+};
+
+// What a tape records for a Session.loop (an entry of Tape.launches beside the (kernel, args)
+// tuples): its differentiated launches, in body order, and its iterations. backward launches
+// their adjoints as a loop too: body reversed, iterations last first.
+struct LoopRecord {
+  std::vector<LoopEntry> entries;
+  int64_t start = 0;
+  uint32_t count = 0;
+};
+
+// A Python Tape's vkad::TapeHazards (api/tape_hazards.h): what its recording read and wrote.
+struct TapeHazards {
+  vkad::TapeHazards hazards;
+  // Why backward must refuse this recording ("" when it may run): a loop failed part way.
+  std::string broken;
+};
+
+// ------------------------------------------------------------------ session
+
+// A Python Session's C++ side: the State its arrays and kernels share, and its calls, each
+// defined in the source of its concern (the groups below name it).
+struct Session {
+  StatePtr st = std::make_shared<State>();
+
+  // ---- Creation, synchronisation, statistics, device queries and close (session.cpp)
+
+  Session(nb::handle device, bool validation, size_t retirement_depth, uint32_t spare_memory_blocks,
+          std::optional<std::string> cache_dir, bool specialize_shapes, bool check_finite);
+  void flush();
+  void synchronize();
+  void release_idle_memory();
+  void close();
+  nb::dict stats();
+  std::vector<std::string> validation_messages();
+  std::string device_name();
+  std::string device_uuid();
+  // What the device can do that changes what a kernel may use or how vkad lowers it.
+  nb::dict capabilities();
+
+  // ---- Arrays (ndarray.cpp)
+
+  nb::object empty(nb::handle shape_obj, DType dtype, const std::string& name);
+  nb::object make_empty(nb::handle shape_obj, DType dtype, const std::string& name, bool pooled);
+  nb::object from_numpy(const HostArray& host, const std::string& name);
+  NdArray& own(nb::handle obj, const char* what);
+  void free(nb::handle obj);
+  void zero(nb::handle obj);
+  // One barrier pair around one fill per array (Session::zero(span)); every array is checked
+  // (type, session, then the runtime's handle check) before anything is recorded.
+  void zero_many(nb::handle arrays);
+  void fill(nb::handle obj, double value);
+  void copy(nb::handle src, nb::handle dst);
+
+  // ---- DLPack import and CUDA interop (interop.cpp)
+
+  // A new vkad array holding a copy of a DLPack tensor (a capsule from x.__dlpack__(); vkad's
+  // Python from_dlpack asks for it). The capsule is consumed: renamed "used_..." and its deleter
+  // called once the bytes are copied (also on every error after the rename). Host memory
+  // (kDLCPU, kDLCUDAHost, kDLCUDAManaged) is uploaded (one copy); kDLCUDA memory is copied on the
+  // device into the new array's CUDA mapping (cuMemcpyDtoDAsync on the legacy default stream,
+  // which the producer was asked to order its work before, then a host wait for the copy).
+  nb::object from_dlpack_capsule(nb::handle capsule, const std::string& name);
+  // from_dlpack's kDLCUDA path: `bytes` at `src` on the tensor's CUDA device copied into `a`
+  // through its block's CUDA mapping, on the legacy default stream, then a host wait.
+  void copy_from_cuda(NdArray& a, const vkad::dlpack::Tensor& t, const std::byte* src,
+                      uint64_t bytes, const std::string& where);
+  nb::dict interop_info();
+
+  // ---- Kernels (kernel.cpp)
+
+  nb::object make_kernel(KernelHandle h, const std::string& name, std::vector<ParamInfo> params);
+  nb::object compile(const std::string& text, const Elements& elements);
+  nb::object differentiate(const std::string& text, const Elements& elements);
+  // Session.jvp: the forward-mode (tangent) kernel of IR text (autodiff/forward_mode.h),
+  // compiled: the forward's parameters, then `<name>_dot` per grad parameter (a scalar's a
+  // scalar, an ndarray's an ndarray, with its element shape).
+  nb::object jvp(const std::string& text, const Elements& elements);
+  void release(Kernel& k);
+  // The forward kernel's clearing adjoint (vkad::Session::clearing_adjoint), kept on it.
+  nb::object clearing_adjoint(Kernel& fwd);
+
+  // ---- Launches (launch.cpp)
+
+  // The Kernel a launch or prepare names (a Differentiated stands for its forward), checked
+  // against this session and the argument count; `where` names the call in errors.
+  Kernel* kernel_for(nb::handle kernel, size_t nargs, const char* where, bool check_count = true);
+  // The hot path: no Python-level wrapper, arguments converted in place.
+  void launch(nb::handle kernel, nb::args args);
+  // launch()'s second half, for arguments converted already (`args`: the Python tuple a tape
+  // records; a null handle where the caller has none, which only a launch no tape records may
+  // pass).
+  // `note`: what makes this launch, for its device errors (Runtime::set_launch_note); a launch
+  // recorded on a tape is its entry.
+  void launch_converted(nb::handle kernel, Kernel* k, std::span<const Arg> span, nb::handle args,
+                        const char* note = nullptr, uint64_t note_index = 0);
+  // Makes the pipelines launch(kernel, *args) would use, launching nothing (GIL released
+  // while the driver compiles them).
+  void prepare(nb::handle kernel, nb::args args);
+  // Session.bind: `kernel` with the arguments named in `named` fixed (converted and checked
+  // here, once); the Bound launches it with the others, given positionally in parameter order.
+  nb::object bind(nb::handle self, nb::handle kernel, nb::kwargs named);
+  // Session.loop's body: the launch traced (docs/graphs.md, "Step loops") -- its arguments
+  // converted, the loop index's as its first iteration's value -- and nothing run. `value(i)`: the
+  // Python argument of parameter i.
+  // Defined in launch.cpp, where its only callers are.
+  template <typename Value>
+  void trace(nb::handle kernel, Kernel* k, Value&& value);
+
+  // ---- Step loops (loop.cpp)
+
+  // The tape's check of every recorded launch of `count` iterations of `t`, in order, recorded
+  // as accepted; a refused one puts `saved` back and raises its message, naming the iteration.
+  void check_loop(const LoopTrace& t, uint32_t count, vkad::TapeHazards& hz,
+                  vkad::TapeHazards* saved);
+  // check_loop's work on a thread of its own (extents from a snapshot: that thread may not call
+  // into the session) while this one readies the loops of `ready` (vkad::Session::ready_loop:
+  // this loop's, and its adjoint's for backward): the check's ~1 us per launch and the rolled
+  // kernels' registrations and pipelines overlap. False
+  // where a launch is refused (or the thread failed): check_loop then gives the message.
+  bool check_loop_beside(const LoopTrace& t, uint32_t count, vkad::TapeHazards& hz,
+                         std::span<const std::span<const vkad::LoopLaunch>> ready);
+  std::shared_ptr<LoopCheck> find_loop_check(std::span<const vkad::LoopLaunch> launches,
+                                             uint32_t count) const;
+  void keep_loop_check(std::vector<vkad::LoopLaunch> launches, uint32_t count,
+                       const vkad::TapeHazards& after);
+  // Session.loop's halves (python/vkad/__init__.py): begin starts the trace and returns the
+  // symbolic index; end runs the traced body `count` times (vkad::Session::launch_loop),
+  // checks and records it on the tape, and adds its launches to the graph being captured.
+  nb::object loop_begin(int64_t start);
+  void loop_abort();
+  // Session.prepare_loop's second half: the traced body's rolled kernel, and its adjoint's where
+  // its kernels are differentiated and every gradient array is known (`array.grad`), rolled,
+  // compiled, registered and their pipelines made (vkad::Session::ready_loop); nothing launched
+  // or recorded. True where the loop will run as one resident kernel.
+  bool loop_prepare(uint32_t count);
+  void loop_end(uint32_t count);
+  // A loop's launches in the Graph being captured, as launch_loop recorded them (`info`, also
+  // when it failed part way): one (no Python kernel) when rolled, the reworked plan's (none
+  // with a Python kernel: their scalars cannot be updated either), else the body's `n`
+  // launches in order, info.launches of them.
+  // Defined in loop.cpp, where its only callers are.
+  template <typename KernelOf>
+  void add_loop_to_capture(const vkad::LoopInfo& info, size_t n, KernelOf&& of);
+  // The adjoint loop of a loop's recorded launches (`entries`, `count` iterations): the body
+  // reversed, each launch's adjoint with its forward's args at the last iteration, steps negated
+  // (the loop runs from the last iteration down), then the gradient of each differentiated
+  // parameter from `grad(primal arg, entry, gradient index, adjoint kernel)`, which returns
+  // nullopt where it has none (the body is then nullopt). `kernels` gets the adjoint kernels.
+  // Defined in loop.cpp, where its only callers are.
+  template <typename Grad>
+  std::optional<std::vector<vkad::LoopLaunch>> adjoint_body(const std::vector<LoopEntry>& entries,
+                                                            uint32_t count, Grad&& grad,
+                                                            std::vector<Kernel*>* kernels);
+  // A recorded Session.loop's adjoints (launch_adjoints): its adjoint_body as one loop -- a
+  // step loop's backward is then one resident kernel too where its forward was.
+  void adjoint_loop(const LoopRecord& loop, nb::dict grads,
+                    const std::unordered_map<uint64_t, Arg>& grad_args, size_t entry);
+  // Before a recorded loop's checks: its rolled kernel, and its adjoint's where every gradient
+  // array is known now (`array.grad` set, as DiffTaichi's lazy_grad does), rolled and compiled
+  // on threads of the session's (vkad::Session::prepare_loop) while the tape's check runs.
+  void prepare_loops(const LoopTrace& t, std::span<const vkad::LoopLaunch> body, uint32_t count);
+  // The adjoint loop of `t`'s differentiated launches with each gradient its array's
+  // `array.grad` -- what can be rolled before a backward exists -- or nullopt where there is
+  // no differentiated launch or a gradient is unset (the tape would make it at backward).
+  std::optional<std::vector<vkad::LoopLaunch>> adjoint_of_set_grads(const LoopTrace& t,
+                                                                    uint32_t count);
+
+  // ---- The tape's backward (tape.cpp)
+
+  // A differentiated scalar parameter's key in a tape's gradients: (forward Kernel, index).
+  static nb::tuple scalar_grad_key(const Kernel* fwd, uint32_t param);
+  // The gradient argument of scalar parameter `param` of `fwd` (adjoint parameter `slot` of
+  // `adj`): the tape's 1-element array for it, converted as a launch converts it.
+  Arg scalar_grad_arg(nb::dict grads, const Kernel* fwd, uint32_t param, const Kernel& adj,
+                      size_t slot);
+  // Tape.backward's loop (python/vkad/tape.py): the adjoint of each of `launches`
+  // ((kernel, args) tuples as the binding recorded them), last first, each with the forward's
+  // args and then the gradient of each differentiated parameter (`grads`: array handle ->
+  // gradient NdArray), launched as Session.launch launches it. A backward launches ~10^4 of
+  // them: here each costs the launch alone, where Python's loop doubled it. An error names the
+  // launch ("tape.backward: adjoint of launch i: ...") and stops the loop there.
+  void launch_adjoints(nb::list launches, nb::dict grads);
+  // The gradient arrays of `grads` by their primal's handle id, each converted once: a lookup
+  // per gradient argument instead of a Python int and a dict lookup (~10^4 launches, a few
+  // gradients each). One that is not a live array of this session is left out, and a launch
+  // that needs it takes the converting path, which names it.
+  std::unordered_map<uint64_t, Arg> gradient_args(nb::dict grads) const;
+  // A vkad error raised again with `prefix` before its message (as tape.py raised it: the
+  // same class, the launch named first); any other exception as it was.
+  [[noreturn]] static void raise_named(nb::python_error& e, const std::string& prefix);
+  // Tape.backward's first pass: the differentiated (grad) array argument of every recorded
+  // launch ((kernel, args) tuples), by array handle, each once, in order of first use; a
+  // differentiated scalar parameter as the key (forward Kernel, parameter index) with None (its
+  // gradient, a 1-element array, sums d/d(value) over every recorded launch of that kernel).
+  nb::dict tape_differentiated(nb::list launches);
+
+  // ---- Graphs (graph.cpp)
+
+  // Session.capture's halves: begin returns the Graph (its handle set by end).
+  nb::object begin_capture(const std::string& name, bool background, bool run);
+  void end_capture();
+  // Waits (GIL released) for a background rework and installs it.
+  void finish_rework(Graph& g);
+  // A launch or parameter index of a replay update: a Python int in [0, 2^32), or a clear error.
+  static uint32_t update_index(nb::handle v, const std::string& what);
+  // A replay update's launch: its index, or its name in Graph.launch_names.
+  static uint32_t update_launch(const Graph& g, nb::handle v, const std::string& which);
+  // updates: (launch index or name, parameter index, value) triples, converted like launch
+  // arguments.
+  void replay(Graph& g, nb::handle updates);
+
+  // ---- Debugging (debugging.cpp)
+
+  // Kernels' print lines to `fn(line)` (None: stdout), called when their launches retire, with
+  // the GIL taken, inside whichever session call retired them: it must not call the session.
+  void set_print_sink(nb::object fn);
+  void begin_timeline(uint64_t max_events, uint32_t replay_sample);
+  vkad::Timeline end_timeline();
+};
+
+// ------------------------------------------------------------------ bind functions
+// NB_MODULE (module.cpp) calls them in this order; each binds its source's classes and Session
+// calls.
+
+// vkad.Session and its creation, synchronisation, statistics and close (session.cpp).
+nb::class_<Session> bind_session(nb::module_& m);
+// vkad.NdArray and Session's array calls (ndarray.cpp).
+void bind_ndarrays(nb::module_& m, nb::class_<Session>& session);
+// Session._from_dlpack_capsule and Session.interop_info (interop.cpp).
+void bind_interop(nb::class_<Session>& session);
+// vkad.Kernel, vkad.Differentiated and Session's kernel calls (kernel.cpp).
+void bind_kernels(nb::module_& m, nb::class_<Session>& session);
+// vkad.BoundLaunch and Session.launch / bind / prepare (launch.cpp).
+void bind_launches(nb::module_& m, nb::class_<Session>& session);
+// vkad.LoopIndex, vkad.LoopRecord and Session.loop's halves (loop.cpp).
+void bind_loops(nb::module_& m, nb::class_<Session>& session);
+// vkad._TapeHazards and the Session calls behind vkad.Tape (tape.cpp).
+void bind_tape(nb::module_& m, nb::class_<Session>& session);
+// vkad.Graph and Session's capture and replay (graph.cpp).
+void bind_graphs(nb::module_& m, nb::class_<Session>& session);
+// vkad.Timeline and Session's debugging calls (debugging.cpp).
+void bind_debugging(nb::module_& m, nb::class_<Session>& session);
+
+}  // namespace vkad_py
