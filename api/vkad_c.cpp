@@ -247,7 +247,8 @@ static vkad_status* session_options_from(const vkad_session_options& o, vkad::Se
     bool* out;
   } switches[] = {
       {"fuse_graph_launches", o.fuse_graph_launches, &so->fuse_graph_launches},
-      {"schedule_graph_launches", o.schedule_graph_launches, &so->schedule_graph_launches}};
+      {"schedule_graph_launches", o.schedule_graph_launches, &so->schedule_graph_launches},
+      {"block_stencils", o.block_stencils, &so->block_stencils}};
   for (const auto& sw : switches) {
     if (sw.value < -1 || sw.value > 1) {
       return invalid("vkad_session_create", (std::string(sw.name) + " " + std::to_string(sw.value) +

@@ -177,6 +177,10 @@ typedef struct vkad_session_options {
    * naming the kernel, the task and the statement. 0 = off (also VKAD_CHECK_FINITE=1 turns it
    * on). */
   int32_t check_finite;
+  /* Blocked stencils (docs/graphs.md, "Blocked stencils"): consecutive captured launches of a
+   * stencil kernel run up to 8 per dispatch at end_capture. 0 = the default (on), 1 = on, -1 =
+   * off; VKAD_GRAPH_BLOCK=0 turns it off regardless. */
+  int32_t block_stencils;
 } vkad_session_options;
 
 /* options may be NULL (all defaults). VKAD_NO_DEVICE when there is no usable Vulkan device. */

@@ -699,6 +699,13 @@ int main(void) {
     CHECK(s2 == NULL);
     vkad_status_free(st);
     opts.fuse_graph_launches = -1;
+    opts.block_stencils = -2;
+    st = vkad_session_create(&opts, &s2);
+    CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+    CHECK(strstr(vkad_status_message(st), "block_stencils -2") != NULL);
+    CHECK(s2 == NULL);
+    vkad_status_free(st);
+    opts.block_stencils = -1;
     opts.schedule_graph_launches = -1;
     opts.resident_max_range = -2;
     st = vkad_session_create(&opts, &s2);
