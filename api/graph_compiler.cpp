@@ -1,7 +1,7 @@
-// The graph compiler (api/graph_compiler.h): a capture's rework planned (session.h: "Resident step loops", "Graph
-// scheduling", "Launch fusion"; the pure steps are graph/graph_rework.h, the merging itself
-// graph/resident.h and graph/launch_fusion.h). The runtime captured the launches one by one, which
-// checked them; when some can roll into a resident loop, be reordered, lose a barrier or
+// The graph compiler (api/graph_compiler.h): a capture's rework planned (session.h: "Resident step
+// loops", "Graph scheduling", "Launch fusion"; the pure steps are graph/graph_rework.h, the merging
+// itself graph/resident.h and graph/launch_fusion.h). The runtime captured the launches one by one,
+// which checked them; when some can roll into a resident loop, be reordered, lose a barrier or
 // merge, the same steps are captured again that way and the first graph is dropped (or kept,
 // where scalar updates may need it). This is an optimisation: whatever keeps a launch from
 // being reworked (a kernel vkad did not compile, a kernel the device refuses) leaves it as it
@@ -359,10 +359,12 @@ std::optional<MergedLaunch> GraphCompiler::build_blocked(
   if (const char* env = std::getenv("VKAD_GRAPH_BLOCK_SHARED"))
     shared = static_cast<uint32_t>(
         std::clamp<unsigned long long>(std::strtoull(env, nullptr, 10), 1024, 1u << 20));
-  // A box of fewer tiles than a GPU has compute units runs its K steps on part of the device
-  // (smoke's 128^2: 64 tiles, slower blocked on an H200); VKAD_GRAPH_BLOCK_MIN_TILES=<n> moves
-  // the limit (tests on small boxes: 1).
-  sl.min_tiles = 128;
+  // No floor on a box's tiles by default: the launches it replaces run as many workgroups as the
+  // box has tiles (256 cells each), so a small box leaves the same compute units idle either
+  // way, and blocking still saves K - 1 dependent dispatches per K steps (H200, 32^2 to 128^2
+  // grids: 1.6-2.1x faster blocked; docs/graphs.md). VKAD_GRAPH_BLOCK_MIN_TILES=<n> sets one
+  // (what a suspected case is checked against).
+  sl.min_tiles = 1;
   if (const char* env = std::getenv("VKAD_GRAPH_BLOCK_MIN_TILES"))
     sl.min_tiles = static_cast<int64_t>(
         std::min<unsigned long long>(std::strtoull(env, nullptr, 10), 1u << 30));

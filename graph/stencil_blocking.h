@@ -84,8 +84,7 @@ struct StencilLaunch {
   // Per parameter: the run's first launch's integer scalar argument (0 for the others).
   std::vector<int64_t> first;
   // The fewest tiles (workgroups) a blocked dispatch may have: each runs its K steps one after
-  // another, so a box of few tiles leaves a GPU's other compute units idle for K steps instead
-  // of one (Session: 128, VKAD_GRAPH_BLOCK_MIN_TILES).
+  // another (the graph compiler: 1, VKAD_GRAPH_BLOCK_MIN_TILES sets another).
   int64_t min_tiles = 1;
   // The most invocations a blocked workgroup may have (the device's; at least a tile's 256).
   int64_t max_group = 256;

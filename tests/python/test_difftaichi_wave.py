@@ -120,12 +120,11 @@ def test_loss_gradient_matches_central_differences(session):
             assert abs(g[idx] - want) <= atol, (dtype, idx, g[idx], want)
 
 
-def test_a_replayed_iteration_equals_a_launched_one(session, monkeypatch):
+def test_a_replayed_iteration_equals_a_launched_one(session):
     # The captured and replayed iteration (the step loop through Session.loop, the update on the
     # device) against every launch made from Python; the losses and the updated heights agree
     # to float rounding (the loss's atomic sum may add in another order). The 32^2 grid is 4
-    # tiles: blocked all the same (a session blocks boxes of 128 tiles and more by default).
-    monkeypatch.setenv("VKAD_GRAPH_BLOCK_MIN_TILES", "1")
+    # tiles: blocked (a session has no floor on a box's tiles).
     sims = [wave.Wave(session, steps=STEPS, n_grid=GRID, graph=g, loop=g) for g in (True, False)]
     losses = [[sim.iteration()] for sim in sims]
     session.finish_rework(sims[0]._graph)
