@@ -206,14 +206,30 @@ std::vector<RollCandidate> GraphCompiler::roll_candidates(
     auto [r, fresh] = residable.try_emplace(s.kernel.id, false);
     if (fresh) r->second = codegen::residable(k) && !(loops_capped && any_task_loops(k));
     if (!r->second) continue;
-    std::vector<std::pair<int64_t, int64_t>> ranges;
+    RollCandidate c{&k, {}, {}};
+    bool any_nd = false;  // an N-d task: its box is walked point by point
     for (const codegen::Task& t : k.tasks) {
-      std::optional<int64_t> b = bound_value(t.begin, s.args, true);
-      std::optional<int64_t> e = bound_value(t.end, s.args, true);
-      if (!b || !e || *e - *b > static_cast<int64_t>(core_.graph.resident_max_range)) break;
-      ranges.emplace_back(*b, *e);
+      std::pair<int64_t, int64_t> range;
+      std::vector<std::pair<int64_t, int64_t>> box;
+      if (t.dims.empty()) {
+        std::optional<int64_t> b = bound_value(t.begin, s.args, true);
+        std::optional<int64_t> e = bound_value(t.end, s.args, true);
+        if (!b || !e) break;
+        range = {*b, *e};
+      } else {
+        std::optional<std::vector<std::pair<int64_t, int64_t>>> evaluated = task_box(s, t);
+        if (!evaluated) break;
+        box = std::move(*evaluated);
+        range = codegen::box_range(box);
+        any_nd = true;
+      }
+      if (range.second - range.first > static_cast<int64_t>(core_.graph.resident_max_range)) break;
+      c.ranges.push_back(range);
+      c.boxes.push_back(std::move(box));
     }
-    if (ranges.size() == k.tasks.size()) out[l] = {&k, std::move(ranges)};
+    if (c.ranges.size() != k.tasks.size()) continue;
+    if (!any_nd) c.boxes.clear();
+    out[l] = std::move(c);
   }
   return out;
 }
@@ -228,6 +244,7 @@ std::optional<MergedLaunch> GraphCompiler::build_rolled(
     m.kernel = candidates[seg.first + j].kernel;
     m.step = seg.steps[j];
     m.ranges = candidates[seg.first + j].ranges;
+    m.boxes = candidates[seg.first + j].boxes;
     for (const Arg& a : launches[seg.first + j]->args)
       m.arrays.push_back(a.kind == abi::ParamKind::kNdArray ? a.array.id : 0);
     for (const auto& [b, e] : m.ranges) widest = std::max(widest, e - b);

@@ -66,15 +66,17 @@ void GraphCompiler::gather_uniform(const CapturedStep& s, const codegen::Kernel&
 
 std::optional<std::vector<std::pair<int64_t, int64_t>>> GraphCompiler::gather_ranges(
     const CapturedStep& s, const codegen::Kernel& k) const {
-  std::vector<std::pair<int64_t, int64_t>> ranges;
   const codegen::Task& t = k.tasks[0];
-  if (t.dims.empty()) {
-    std::optional<int64_t> b = bound_value(t.begin, s.args, true);
-    std::optional<int64_t> e = bound_value(t.end, s.args, true);
-    if (!b || !e) return std::nullopt;
-    ranges.emplace_back(*b, *e);
-    return ranges;
-  }
+  if (!t.dims.empty()) return task_box(s, t);
+  std::optional<int64_t> b = bound_value(t.begin, s.args, true);
+  std::optional<int64_t> e = bound_value(t.end, s.args, true);
+  if (!b || !e) return std::nullopt;
+  return std::vector<std::pair<int64_t, int64_t>>{{*b, *e}};
+}
+
+std::optional<std::vector<std::pair<int64_t, int64_t>>> GraphCompiler::task_box(
+    const CapturedStep& s, const codegen::Task& t) const {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
   bool known = true;  // every extent the box reads is known
   const adstack::SizeInputs sizes{
       [&s](uint32_t p) -> int64_t { return p < s.args.size() ? s.args[p].i : 0; },

@@ -10,11 +10,13 @@ namespace vkad {
 
 namespace {
 
-// Launch b is launch a one repetition later: same kernel, arrays and ranges; i32 scalars
+// Launch b is launch a one repetition later: same kernel, arrays, ranges and boxes; i32 scalars
 // step by `step` (set from this pair when `learn`), the other scalars equal.
 bool repeats(const CapturedStep& x, const CapturedStep& y, const RollCandidate& a,
              const RollCandidate& b, std::vector<int64_t>& step, bool learn) {
-  if (!b.kernel || x.kernel.id != y.kernel.id || a.ranges != b.ranges) return false;
+  if (!b.kernel || x.kernel.id != y.kernel.id || a.ranges != b.ranges || a.boxes != b.boxes) {
+    return false;
+  }
   if (learn) step.assign(x.args.size(), 0);
   for (size_t p = 0; p < x.args.size(); ++p) {
     const Arg& u = x.args[p];

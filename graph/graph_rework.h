@@ -102,6 +102,8 @@ void for_each_stretch(std::span<const CapturedStep> steps, Fn fn) {
 struct RollCandidate {
   const codegen::Kernel* kernel = nullptr;
   std::vector<std::pair<int64_t, int64_t>> ranges;  // per task, [begin, end)
+  // Per task, an N-d task's box (codegen::ResidentMember::boxes); empty where every task is 1-d.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> boxes;
 };
 
 // A run of `reps` repetitions of a period of `period` launches from launch `first`;

@@ -1,5 +1,6 @@
 #include "graph/resident.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -30,14 +31,38 @@ bool residable_block(const Block& b) {
 bool residable(const Kernel& k) {
   if (k.tasks.empty()) return false;
   for (const Task& t : k.tasks) {
-    if (t.serial || !t.dims.empty() || t.index == kNoValue || !residable_block(t.body)) {
+    if (t.serial || t.index == kNoValue || !residable_block(t.body)) {
       return false;
     }
   }
   return true;
 }
 
+std::pair<int64_t, int64_t> box_range(std::span<const std::pair<int64_t, int64_t>> box) {
+  int64_t points = 1;
+  for (const auto& [b, e] : box) {
+    // A resident walk covers at most a workgroup's few hundred points: no overflow to mind
+    // past the first empty or huge dimension.
+    points = e > b && points <= (int64_t{1} << 31) ? points * std::min<int64_t>(e - b, 1 << 30) : 0;
+  }
+  return {0, points};
+}
+
 namespace {
+
+// Whether member `mem`'s ranges and boxes fit kernel `k`'s tasks: per task a range, and an N-d
+// task's box (one pair per dimension) whose points are that range.
+bool shapes_fit(const Kernel& k, const ResidentMember& mem) {
+  if (mem.ranges.size() != k.tasks.size()) return false;
+  if (!mem.boxes.empty() && mem.boxes.size() != k.tasks.size()) return false;
+  for (size_t t = 0; t < k.tasks.size(); ++t) {
+    const size_t dims = k.tasks[t].dims.size();
+    const size_t have = mem.boxes.empty() ? 0 : mem.boxes[t].size();
+    if (have != dims) return false;
+    if (dims != 0 && mem.ranges[t] != box_range(mem.boxes[t])) return false;
+  }
+  return true;
+}
 
 // The rolled kernel's parameters (merged_param) and each member's map into them; an error
 // names a member that does not match its kernel or cannot be rolled.
@@ -49,7 +74,7 @@ Status merge_params(std::span<const ResidentMember> period, ResidentKernel& out,
     const Kernel& k = *mem.kernel;
     if (!residable(k)) return fail("kernel '" + k.name + "' cannot run in a resident kernel");
     if (mem.arrays.size() != k.params.size() || mem.step.size() != k.params.size() ||
-        mem.ranges.size() != k.tasks.size()) {
+        !shapes_fit(k, mem)) {
       return fail("launch " + std::to_string(m) + " of '" + k.name + "' does not match its kernel");
     }
     std::vector<uint32_t>& pm = out.param_map.emplace_back(k.params.size());
@@ -93,6 +118,24 @@ void grid_stride(Rewriter& rw, ValueId index, std::pair<int64_t, int64_t> range,
   }
 }
 
+// An N-d task's point `i` of its box (row-major, the last dimension fastest): each dimension's
+// index, begin + (i / stride) mod extent, read by the copies in place of the task's index values.
+void nd_indices(Rewriter& rw, ValueId i, std::span<const std::pair<int64_t, int64_t>> box,
+                const Task& kt, MemberCopier& c) {
+  int64_t stride = 1;
+  for (size_t d = box.size(); d-- > 0;) {
+    const int64_t extent = box[d].second - box[d].first;  // > 0: the walk has points
+    ValueId q = stride == 1 ? i : rw.op(Op::kDiv, DType::kI32, {i, rw.i32(stride)});
+    // The first dimension needs no wrap: i is below the box's points.
+    if (d > 0) q = rw.op(Op::kMod, DType::kI32, {q, rw.i32(extent)});
+    const ValueId at =
+        box[d].first == 0 ? q : rw.op(Op::kAdd, DType::kI32, {q, rw.i32(box[d].first)});
+    c.substitute(kt.dims[d].index, at);
+    if (d == 0) c.new_index = at;
+    stride *= extent;
+  }
+}
+
 // Appends one repetition of one member at the insertion point (the repetition loop's body, `r`
 // its counter): its stepping scalars' values this repetition, then per task a grid-stride pass
 // over its range by the workgroup (`index` the invocation), then a barrier.
@@ -111,7 +154,11 @@ void append_member(Rewriter& rw, ValueId r, ValueId index, uint32_t local_size,
     const Task& kt = k.tasks[ti];
     MemberCopier c(rw.kernel(), kt.index, pm, &stepped);
     grid_stride(rw, index, mem.ranges[ti], local_size, [&](ValueId i) {
-      c.new_index = i;
+      if (kt.dims.empty()) {
+        c.new_index = i;
+      } else {
+        nd_indices(rw, i, mem.boxes[ti], kt, c);
+      }
       c.copy_block(kt.body, rw.block());
     });
     rw.op(Op::kBarrier, DType::kF32, {});  // what this launch wrote, visible to the next

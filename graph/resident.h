@@ -22,7 +22,9 @@
 //       barrier
 //
 // Ranges are the capture's (constants: the arrays are fixed and a rolled launch's scalar that
-// decides a range must not step), so the kernel states every loop's trip count.
+// decides a range must not step), so the kernel states every loop's trip count. An N-d task
+// (a small grid) is walked the same way over its box's points in row-major order (the last
+// dimension fastest), each point's indices computed from the walk's element.
 #pragma once
 
 #include <cstdint>
@@ -43,12 +45,20 @@ struct ResidentMember {
   std::vector<uint64_t> arrays;
   // Per parameter: what an i32 scalar argument gains per repetition (0 otherwise).
   std::vector<int64_t> step;
-  // Per task of the kernel: its evaluated range [begin, end) (the same in every repetition).
+  // Per task of the kernel: its evaluated range [begin, end) (the same in every repetition);
+  // an N-d task's is [0, its box's points) (box_range), the box itself in `boxes`.
   std::vector<std::pair<int64_t, int64_t>> ranges;
+  // Per task: empty for a 1-d task, an N-d task's evaluated box (per dimension [begin, end)).
+  // Empty altogether where every task is 1-d.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> boxes;
 };
 
-// Whether launches of `k` may be rolled: every task a parallel 1-d task (not serial, no N-d
-// range), no adstack statement, no stated trip bound, no barrier.
+// [0, the number of points of `box`): an N-d task's range as a resident walk takes it (an empty
+// dimension: none).
+std::pair<int64_t, int64_t> box_range(std::span<const std::pair<int64_t, int64_t>> box);
+
+// Whether launches of `k` may be rolled: every task a parallel task (1-d or N-d; not serial), no
+// adstack statement, no stated trip bound, no barrier.
 bool residable(const Kernel& k);
 
 // The rolled kernel of `period` repeated `reps` times (see the file comment). Parameters: one

@@ -173,6 +173,39 @@ TEST(RollLaunches, TheRolledKernelVerifiesSharesArraysAndStepsI32Scalars) {
   EXPECT_NE(bad.status().message().find("not an i32 scalar"), std::string::npos);
 }
 
+TEST(RollLaunches, AnNdTaskIsWalkedOverItsBoxAndAMismatchedBoxIsRefused) {
+  Kernel k = *parse(R"(
+kernel g(t: i32, x: ndarray<f32, 3>) {
+  task main parallel %i in [1, 4), %j in [0, shape(x, 2)) {
+    %t = arg t : i32
+    %v = load x[%t, %i, %j] : f32
+    %one = const 1 : i32
+    %u = add %t, %one : i32
+    store x[%u, %i, %j], %v
+  }
+}
+)");
+  EXPECT_TRUE(residable(k));
+  // A 3 x 5 box: 15 points, rows from 1.
+  const std::vector<std::pair<int64_t, int64_t>> box{{1, 4}, {0, 5}};
+  EXPECT_EQ(box_range(box), (std::pair<int64_t, int64_t>{0, 15}));
+  ResidentMember m{&k, {0, 7}, {1, 0}, {box_range(box)}, {box}};
+  Result<ResidentKernel> r = roll_launches(std::vector<ResidentMember>{m}, 4, 32, "rolled_nd");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(verify(r->kernel).ok()) << verify(r->kernel).to_string() << print(r->kernel);
+  ASSERT_EQ(r->kernel.tasks.size(), 1u);
+  EXPECT_TRUE(r->kernel.tasks[0].dims.empty());  // one 1-d task over the workgroup
+  // The point's indices: (p / 5) + 1 and p mod 5.
+  const std::string text = print(r->kernel);
+  EXPECT_NE(text.find(" div "), std::string::npos) << text;
+  EXPECT_NE(text.find(" mod "), std::string::npos) << text;
+  // A box that does not match the task's dimensions, or a range other than its points.
+  ResidentMember flat{&k, {0, 7}, {1, 0}, {{0, 15}}, {}};
+  EXPECT_FALSE(roll_launches(std::vector<ResidentMember>{flat}, 4, 32, "bad").ok());
+  ResidentMember wrong{&k, {0, 7}, {1, 0}, {{0, 14}}, {box}};
+  EXPECT_FALSE(roll_launches(std::vector<ResidentMember>{wrong}, 4, 32, "bad").ok());
+}
+
 TEST(RollLaunches, AdstackAdjointsAndSerialTasksAreNotResidable) {
   EXPECT_TRUE(residable(*parse(kStep)));
   Kernel serial = *parse(
