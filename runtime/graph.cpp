@@ -553,6 +553,12 @@ Status Runtime::replay_bundle(Graph& g, uint64_t id, bool any_heap, const std::s
     for (rhi::Bundle& b : set.bundles) list_.execute(b);
     if (span) timeline_->end_gpu(list_);
   }
+  // Under the Khronos validation layer a secondary command buffer that writes queries must not
+  // be in two submissions at once: the layer's queue thread, retiring the first, read-locks the
+  // same command buffer it holds write-locked (KhronosGroup/Vulkan-ValidationLayers#7874, fixed
+  // in 1.3.283; Debian 12 ships 1.3.239) and the process aborts ("Resource deadlock avoided").
+  // There each timed replay records its timed bundles afresh, so each is executed once.
+  if (timed && device_->validation_enabled()) set.current = false;
   std::vector<const std::byte*>& down = replay_down_;  // where each piece's error words land
   VKAD_TRY(read_back_graph_args(g, &down));
   const LaunchId first_id{next_launch_ + 1};
