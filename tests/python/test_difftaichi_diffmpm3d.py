@@ -187,15 +187,17 @@ def test_a_replayed_iteration_equals_a_launched_one(session):
     # The captured and replayed iteration (the step loop through Session.loop) against every
     # launch made from Python: the same losses, gradients and updated weights to float rounding
     # (the grid's atomic adds may add in another order). Measured on lavapipe: equal losses,
-    # gradients within 5e-7 of the largest, weights within 1e-9; the bounds are 1e-6, 1e-5
-    # and 1e-8 (the update moves a weight by 30 x 5e-6).
+    # gradients within 5e-7 of the largest, weights within 1e-9; on the H200 the losses 1.1e-6
+    # apart: the grid's f32 atomic sums (a few hundred particles into shared cells) round in
+    # another order at each of the 40 steps and the difference carries through the simulation.
+    # The bounds are 2e-5 (loss), 1e-5 and 1e-8 (the update moves a weight by 30 x 5e-6).
     sims = [_sim(session, graph=g, loop=g) for g in (True, False)]
     before = session.stats()
     losses = [[sim.iteration()] for sim in sims]
     session.finish_rework(sims[0]._graph)
     for sim, ls in zip(sims, losses):
         ls.append(sim.iteration())  # the reworked graph's replay
-    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-6)
+    np.testing.assert_allclose(losses[0], losses[1], rtol=2e-5)
     g = [sim.gradients() for sim in sims]
     w = [sim.weights() for sim in sims]
     for name in mpm.DiffMPM3D.PARAMS:

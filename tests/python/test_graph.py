@@ -201,10 +201,11 @@ kernel cell(f: i32, m: ndarray<f32, 3>, v: ndarray<f32, 3>, o: ndarray<f32, 3>) 
 def test_cell_kernels_of_a_loop_at_different_rows_run_fused(session):
     """An N-d cell kernel launched once per row of a time axis (DiffTaichi's grid_op): the
     launches share arrays only at different rows, so the graph merges them (8 to a launch)
-    and computes what launching them one by one does."""
+    and computes what launching them one by one does. The box is 18 x 16 cells: more than a
+    resident loop takes (256), which would run the whole loop as one launch instead."""
     s = session
     k = s.compile(CELL)
-    steps, rows, cols = 40, 9, 7
+    steps, rows, cols = 40, 18, 16
     rng = np.random.RandomState(3)
     m = s.ndarray(rng.uniform(0, 2, (steps, rows, cols)).astype(np.float32))
     v = s.ndarray(rng.uniform(-1, 1, (steps, rows, cols)).astype(np.float32))
