@@ -67,8 +67,7 @@ Status check_seed(Session& session, const TapeSeed& s, bool differentiated) {
 
 }  // namespace
 
-Tape::Tape(Session& session)
-    : session_(&session), hazards_(std::make_unique<TapeHazards>()) {}
+Tape::Tape(Session& session) : session_(&session), hazards_(std::make_unique<TapeHazards>()) {}
 
 Tape::~Tape() {
   for (auto& [array, g] : grads_) {
