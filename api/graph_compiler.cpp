@@ -78,19 +78,26 @@ std::vector<const CapturedStep*> launches_of(std::span<const CapturedStep> steps
 
 }  // namespace
 
-std::optional<int64_t> GraphCompiler::bound_value(const abi::RangeBound& b,
-                                                  std::span<const Arg> args, bool scalars) const {
-  auto scalar = [&](uint32_t p) -> std::optional<int64_t> {
-    if (!scalars || p >= args.size()) return std::nullopt;
+codegen::ScalarOf GraphCompiler::scalars_in(std::span<const Arg> args) {
+  return [args](uint32_t p) -> std::optional<int64_t> {
+    if (p >= args.size()) return std::nullopt;
     return args[p].i;
   };
-  auto extent = [&](uint32_t p, uint32_t d) -> std::optional<int64_t> {
+}
+
+codegen::ExtentOf GraphCompiler::extents_in(std::span<const Arg> args) const {
+  return [this, args](uint32_t p, uint32_t d) -> std::optional<int64_t> {
     if (p >= args.size() || args[p].kind != abi::ParamKind::kNdArray) return std::nullopt;
     const std::vector<uint32_t>* shape = extents_of(args[p].array.id);
     if (shape == nullptr || d >= shape->size()) return std::nullopt;
     return (*shape)[d];
   };
-  return abi::evaluate(b, scalar, extent);
+}
+
+std::optional<int64_t> GraphCompiler::bound_value(const abi::RangeBound& b,
+                                                  std::span<const Arg> args, bool scalars) const {
+  const codegen::ScalarOf none = [](uint32_t) -> std::optional<int64_t> { return std::nullopt; };
+  return abi::evaluate(b, scalars ? scalars_in(args) : none, extents_in(args));
 }
 
 const std::vector<uint32_t>* GraphCompiler::extents_of(uint64_t array) const {
@@ -206,30 +213,10 @@ std::vector<RollCandidate> GraphCompiler::roll_candidates(
     auto [r, fresh] = residable.try_emplace(s.kernel.id, false);
     if (fresh) r->second = codegen::residable(k) && !(loops_capped && any_task_loops(k));
     if (!r->second) continue;
-    RollCandidate c{&k, {}, {}};
-    bool any_nd = false;  // an N-d task: its box is walked point by point
-    for (const codegen::Task& t : k.tasks) {
-      std::pair<int64_t, int64_t> range;
-      std::vector<std::pair<int64_t, int64_t>> box;
-      if (t.dims.empty()) {
-        std::optional<int64_t> b = bound_value(t.begin, s.args, true);
-        std::optional<int64_t> e = bound_value(t.end, s.args, true);
-        if (!b || !e) break;
-        range = {*b, *e};
-      } else {
-        std::optional<std::vector<std::pair<int64_t, int64_t>>> evaluated = task_box(s, t);
-        if (!evaluated) break;
-        box = std::move(*evaluated);
-        range = codegen::box_range(box);
-        any_nd = true;
-      }
-      if (range.second - range.first > static_cast<int64_t>(core_.graph.resident_max_range)) break;
-      c.ranges.push_back(range);
-      c.boxes.push_back(std::move(box));
-    }
-    if (c.ranges.size() != k.tasks.size()) continue;
-    if (!any_nd) c.boxes.clear();
-    out[l] = std::move(c);
+    std::optional<codegen::LaunchShapes> shapes =
+        codegen::launch_shapes(k, scalars_in(s.args), extents_in(s.args),
+                               static_cast<int64_t>(core_.graph.resident_max_range));
+    if (shapes) out[l] = {&k, std::move(shapes->ranges), std::move(shapes->boxes)};
   }
   return out;
 }

@@ -142,10 +142,9 @@ class GraphCompiler {
                       codegen::UniformWords* out) const;
   std::optional<std::vector<std::pair<int64_t, int64_t>>> gather_ranges(
       const CapturedStep& s, const codegen::Kernel& k) const;
-  // An N-d task's box for launch `s` (per dimension [begin, end); nullopt where an extent is
-  // unknown).
-  std::optional<std::vector<std::pair<int64_t, int64_t>>> task_box(const CapturedStep& s,
-                                                                   const codegen::Task& t) const;
+  // A launch's scalars and its arrays' extents (the snapshot's) as the graph passes read them.
+  static codegen::ScalarOf scalars_in(std::span<const Arg> args);
+  codegen::ExtentOf extents_in(std::span<const Arg> args) const;
   std::vector<std::vector<uint64_t>> zero_outputs(std::span<const CapturedStep> steps,
                                                   ScheduleMemo* memo) const;
   // What recompute_gathers' answer for consumer `c` and producer `p` depends on, in words:

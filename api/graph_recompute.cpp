@@ -8,7 +8,6 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "adstack/size_expr.h"
 #include "api/graph_compiler.h"
 #include "graph/gather_recompute.h"
 #include "graph/graph_rework.h"
@@ -67,37 +66,11 @@ void GraphCompiler::gather_uniform(const CapturedStep& s, const codegen::Kernel&
 std::optional<std::vector<std::pair<int64_t, int64_t>>> GraphCompiler::gather_ranges(
     const CapturedStep& s, const codegen::Kernel& k) const {
   const codegen::Task& t = k.tasks[0];
-  if (!t.dims.empty()) return task_box(s, t);
+  if (!t.dims.empty()) return codegen::task_box(t, scalars_in(s.args), extents_in(s.args));
   std::optional<int64_t> b = bound_value(t.begin, s.args, true);
   std::optional<int64_t> e = bound_value(t.end, s.args, true);
   if (!b || !e) return std::nullopt;
   return std::vector<std::pair<int64_t, int64_t>>{{*b, *e}};
-}
-
-std::optional<std::vector<std::pair<int64_t, int64_t>>> GraphCompiler::task_box(
-    const CapturedStep& s, const codegen::Task& t) const {
-  std::vector<std::pair<int64_t, int64_t>> ranges;
-  bool known = true;  // every extent the box reads is known
-  const adstack::SizeInputs sizes{
-      [&s](uint32_t p) -> int64_t { return p < s.args.size() ? s.args[p].i : 0; },
-      [&s, &known, this](uint32_t p, uint32_t d) -> int64_t {
-        const std::vector<uint32_t>* e =
-            p < s.args.size() && s.args[p].kind == abi::ParamKind::kNdArray
-                ? extents_of(s.args[p].array.id)
-                : nullptr;
-        if (e == nullptr || d >= e->size()) {
-          known = false;
-          return 0;
-        }
-        return (*e)[d];
-      }};
-  for (const codegen::TaskDim& d : t.dims) {
-    Result<int64_t> b = adstack::evaluate(d.begin, sizes);
-    Result<int64_t> e = adstack::evaluate(d.end, sizes);
-    if (!b.ok() || !e.ok() || !known) return std::nullopt;
-    ranges.emplace_back(*b, *e);
-  }
-  return ranges;
 }
 
 std::optional<codegen::GatherLaunch> GraphCompiler::gather_launch(const CapturedStep& s,

@@ -20,7 +20,6 @@
 #include <unordered_set>
 #include <vector>
 
-#include "adstack/size_expr.h"
 #include "api/loop_steps.h"
 #include "api/phase_clock.h"
 #include "graph/graph_rework.h"
@@ -356,7 +355,7 @@ Status StepLoops::launch_reworked(const LoopRework& r, LoopInfo* info) {
       });
 }
 
-std::optional<StepLoops::LoopShapes> StepLoops::loop_ranges(const codegen::Kernel& k,
+std::optional<codegen::LaunchShapes> StepLoops::loop_ranges(const codegen::Kernel& k,
                                                             std::span<const Arg> args) const {
   // From the launch's scalars and the arrays' extents, asked of the runtime: this is the
   // caller's thread, unlike the rework's (which reads a snapshot).
@@ -370,35 +369,8 @@ std::optional<StepLoops::LoopShapes> StepLoops::loop_ranges(const codegen::Kerne
     if (!e.ok()) return std::nullopt;
     return *e;
   };
-  // An N-d task's box: its dimensions' size expressions with the same inputs.
-  bool known = true;
-  const adstack::SizeInputs sizes{[&](uint32_t p) -> int64_t { return scalar(p).value_or(0); },
-                                  [&](uint32_t p, uint32_t d) -> int64_t {
-                                    std::optional<int64_t> e = extent(p, d);
-                                    known = known && e.has_value();
-                                    return e.value_or(0);
-                                  }};
-  LoopShapes out;
-  bool any_nd = false;
-  for (const codegen::Task& t : k.tasks) {
-    std::vector<std::pair<int64_t, int64_t>> box;
-    for (const codegen::TaskDim& d : t.dims) {
-      Result<int64_t> b = adstack::evaluate(d.begin, sizes);
-      Result<int64_t> e = adstack::evaluate(d.end, sizes);
-      if (!b.ok() || !e.ok() || !known) return std::nullopt;
-      box.emplace_back(*b, *e);
-    }
-    std::optional<int64_t> b = t.dims.empty() ? abi::evaluate(t.begin, scalar, extent) : 0;
-    std::optional<int64_t> e =
-        t.dims.empty() ? abi::evaluate(t.end, scalar, extent) : codegen::box_range(box).second;
-    if (!b || !e || *e - *b > static_cast<int64_t>(core_.graph.resident_max_range))
-      return std::nullopt;
-    any_nd = any_nd || !t.dims.empty();
-    out.ranges.emplace_back(*b, *e);
-    out.boxes.push_back(std::move(box));
-  }
-  if (!any_nd) out.boxes.clear();
-  return out;
+  return codegen::launch_shapes(k, scalar, extent,
+                                static_cast<int64_t>(core_.graph.resident_max_range));
 }
 
 std::optional<codegen::ResidentMember> StepLoops::loop_member(
@@ -419,10 +391,10 @@ std::optional<codegen::ResidentMember> StepLoops::loop_member(
   m.step.assign(l.args.size(), 0);
   for (size_t p = 0; p < l.step.size(); ++p) m.step[p] = l.step[p];
   // The rolled kernel states its ranges: they must not step.
-  std::optional<LoopShapes> first = loop_ranges(k, l.args);
+  std::optional<codegen::LaunchShapes> first = loop_ranges(k, l.args);
   std::vector<Arg> a;
   iteration_args(l, static_cast<int64_t>(count) - 1, &a);
-  std::optional<LoopShapes> end = loop_ranges(k, a);
+  std::optional<codegen::LaunchShapes> end = loop_ranges(k, a);
   if (!first || !end || !(*first == *end)) return std::nullopt;
   m.ranges = std::move(first->ranges);
   m.boxes = std::move(first->boxes);

@@ -107,13 +107,9 @@ class StepLoops {
   // kernel's ranges for `args`, and the rolled kernel compiled and registered (or found).
   std::optional<codegen::ResidentMember> loop_member(
       const LoopLaunch& l, uint32_t count, std::shared_ptr<const codegen::Kernel>* ir) const;
-  // A launch's ranges and N-d boxes as a resident walk takes them (ResidentMember's).
-  struct LoopShapes {
-    std::vector<std::pair<int64_t, int64_t>> ranges;
-    std::vector<std::vector<std::pair<int64_t, int64_t>>> boxes;  // empty: every task 1-d
-    bool operator==(const LoopShapes&) const = default;
-  };
-  std::optional<LoopShapes> loop_ranges(const codegen::Kernel& k, std::span<const Arg> args) const;
+  // A launch's ranges and N-d boxes as a resident walk takes them, the runtime's extents.
+  std::optional<codegen::LaunchShapes> loop_ranges(const codegen::Kernel& k,
+                                                   std::span<const Arg> args) const;
   // `key`: k's printed IR ("" prints it); `ck`: its compile (nullopt compiles it).
   std::optional<KernelHandle> loop_kernel(
       const codegen::Kernel& k, std::string key,

@@ -230,6 +230,15 @@ def vkad_kernels(pattern: str, ft, size: Dict[str, int]) -> Dict[str, Callable]:
     def inc(i):
         return i + 1 if i < n - 1 else 0
 
+    def field_loss():
+        """sum (c[t] - target)^2 of a scalar field (stencil's and advection's loss)."""
+        @vkad.kernel
+        def field_loss(t: vkad.i32, c: field3, target: field2, loss: loss_t):
+            for i, j in vkad.ndrange(n, n):
+                d = c[t, i, j] - target[i, j]
+                loss[None] += d * d
+        return field_loss
+
     if pattern == "stencil":
         @vkad.func
         def at(u, t, i, j):
@@ -246,12 +255,7 @@ def vkad_kernels(pattern: str, ft, size: Dict[str, int]) -> Dict[str, Callable]:
                 u[t, i, j] = (2.0 - DAMP) * u[t - 1, i, j] - (1.0 - DAMP) * u[t - 2, i, j] \
                     + C2 * lap
 
-        @vkad.kernel
-        def stencil_loss(t: vkad.i32, u: field3, target: field2, loss: loss_t):
-            for i, j in vkad.ndrange(n, n):
-                d = u[t, i, j] - target[i, j]
-                loss[None] += d * d
-        return {"step": wave, "loss": stencil_loss}
+        return {"step": wave, "loss": field_loss()}
 
     if pattern == "jacobi":
         J = JACOBI_ITERS
@@ -300,12 +304,7 @@ def vkad_kernels(pattern: str, ft, size: Dict[str, int]) -> Dict[str, Callable]:
                 c[t, i, j] = (1.0 - fy) * ((1.0 - fx) * c[t - 1, i0, j0] + fx * c[t - 1, i0, j1]) \
                     + fy * ((1.0 - fx) * c[t - 1, i1, j0] + fx * c[t - 1, i1, j1])
 
-        @vkad.kernel
-        def advection_loss(t: vkad.i32, c: field3, target: field2, loss: loss_t):
-            for i, j in vkad.ndrange(n, n):
-                d = c[t, i, j] - target[i, j]
-                loss[None] += d * d
-        return {"step": advect, "loss": advection_loss}
+        return {"step": advect, "loss": field_loss()}
 
     if pattern == "collisions":
         state = vkad.array(vec, ndim=2, grad=True)  # x[t, i], v[t, i], f[t, i]
@@ -490,6 +489,16 @@ def warp_kernels(pattern: str, size: Dict[str, int]):
             j = 0
         return j
 
+    def field_loss():
+        """sum (c[t] - target)^2 of a scalar field (stencil's and advection's loss)."""
+        @wp.kernel
+        def field_loss(t: int, c: wp.array3d(dtype=float), target: wp.array2d(dtype=float),
+                       loss: wp.array(dtype=float)):
+            i, j = wp.tid()
+            d = c[t, i, j] - target[i, j]
+            wp.atomic_add(loss, 0, d * d)
+        return field_loss
+
     if pattern == "stencil":
         @wp.func
         def at(u: wp.array3d(dtype=float), t: int, i: int, j: int, n: int):
@@ -507,13 +516,7 @@ def warp_kernels(pattern: str, size: Dict[str, int]):
             u[t, i, j] = wp.static(2.0 - DAMP) * u[t - 1, i, j] \
                 - wp.static(1.0 - DAMP) * u[t - 2, i, j] + wp.static(C2) * lap
 
-        @wp.kernel
-        def stencil_loss(t: int, u: wp.array3d(dtype=float), target: wp.array2d(dtype=float),
-                         loss: wp.array(dtype=float)):
-            i, j = wp.tid()
-            d = u[t, i, j] - target[i, j]
-            wp.atomic_add(loss, 0, d * d)
-        return {"step": wave, "loss": stencil_loss}
+        return {"step": wave, "loss": field_loss()}
 
     if pattern == "jacobi":
         @wp.kernel
@@ -574,13 +577,7 @@ def warp_kernels(pattern: str, size: Dict[str, int]):
             c[t, i, j] = (1.0 - fy) * ((1.0 - fx) * c[t - 1, i0, j0] + fx * c[t - 1, i0, j1]) \
                 + fy * ((1.0 - fx) * c[t - 1, i1, j0] + fx * c[t - 1, i1, j1])
 
-        @wp.kernel
-        def advection_loss(t: int, c: wp.array3d(dtype=float), target: wp.array2d(dtype=float),
-                           loss: wp.array(dtype=float)):
-            i, j = wp.tid()
-            d = c[t, i, j] - target[i, j]
-            wp.atomic_add(loss, 0, d * d)
-        return {"step": advect, "loss": advection_loss}
+        return {"step": advect, "loss": field_loss()}
 
     if pattern == "collisions":
         @wp.kernel
@@ -746,9 +743,11 @@ class WarpPattern:
 # --- the per-dispatch floor ---------------------------------------------------------------------
 
 # b[i] = a[min(i + 1, 4095)] + 1 over 4,096 elements (bench/iteration_breakdown.py's): each launch
-# reads a neighbour of what the one before wrote, ping-pong between two arrays, and its range is
-# wider than one workgroup and not a box of 128 tiles, so no graph pass fuses, rolls, blocks or
-# reorders the chain: every launch is a dispatch behind a barrier.
+# reads a neighbour of what the one before wrote, ping-pong between two arrays (no array read and
+# written at a stepping row: nothing to block), and its range is wider than one workgroup, so no
+# graph pass fuses, rolls, blocks or reorders the chain: every launch is a dispatch behind a
+# barrier (dispatch_floor checks it). The kernel text is iteration_breakdown.py's, which imports
+# vkad and the DiffTaichi ports at load.
 BUMP = """
 kernel bump(a: ndarray<f32, 1>, b: ndarray<f32, 1>) {
   task main parallel %i in [0, 4096) {

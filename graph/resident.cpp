@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "abi/kernel_abi.h"
+#include "adstack/size_expr.h"
 #include "graph/launch_fusion.h"
 #include "ir/rewriter.h"
 
@@ -46,6 +48,58 @@ std::pair<int64_t, int64_t> box_range(std::span<const std::pair<int64_t, int64_t
     points = e > b && points <= (int64_t{1} << 31) ? points * std::min<int64_t>(e - b, 1 << 30) : 0;
   }
   return {0, points};
+}
+
+std::optional<std::vector<std::pair<int64_t, int64_t>>> task_box(const Task& t,
+                                                                 const ScalarOf& scalar,
+                                                                 const ExtentOf& extent) {
+  bool known = true;  // every value the box reads is known
+  const adstack::SizeInputs sizes{[&](uint32_t p) -> int64_t {
+                                    std::optional<int64_t> v = scalar(p);
+                                    known = known && v.has_value();
+                                    return v.value_or(0);
+                                  },
+                                  [&](uint32_t p, uint32_t d) -> int64_t {
+                                    std::optional<int64_t> e = extent(p, d);
+                                    known = known && e.has_value();
+                                    return e.value_or(0);
+                                  }};
+  std::vector<std::pair<int64_t, int64_t>> box;
+  for (const TaskDim& d : t.dims) {
+    Result<int64_t> b = adstack::evaluate(d.begin, sizes);
+    Result<int64_t> e = adstack::evaluate(d.end, sizes);
+    if (!b.ok() || !e.ok() || !known) return std::nullopt;
+    box.emplace_back(*b, *e);
+  }
+  return box;
+}
+
+std::optional<LaunchShapes> launch_shapes(const Kernel& k, const ScalarOf& scalar,
+                                          const ExtentOf& extent, int64_t max_range) {
+  LaunchShapes out;
+  bool any_nd = false;
+  for (const Task& t : k.tasks) {
+    std::vector<std::pair<int64_t, int64_t>> box;
+    std::pair<int64_t, int64_t> range;
+    if (t.dims.empty()) {
+      std::optional<int64_t> b = abi::evaluate(t.begin, scalar, extent);
+      std::optional<int64_t> e = abi::evaluate(t.end, scalar, extent);
+      if (!b || !e) return std::nullopt;
+      range = {*b, *e};
+    } else {
+      std::optional<std::vector<std::pair<int64_t, int64_t>>> evaluated =
+          task_box(t, scalar, extent);
+      if (!evaluated) return std::nullopt;
+      box = std::move(*evaluated);
+      range = box_range(box);
+      any_nd = true;
+    }
+    if (range.second - range.first > max_range) return std::nullopt;
+    out.ranges.push_back(range);
+    out.boxes.push_back(std::move(box));
+  }
+  if (!any_nd) out.boxes.clear();
+  return out;
 }
 
 namespace {

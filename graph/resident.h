@@ -28,6 +28,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -56,6 +58,24 @@ struct ResidentMember {
 // [0, the number of points of `box`): an N-d task's range as a resident walk takes it (an empty
 // dimension: none).
 std::pair<int64_t, int64_t> box_range(std::span<const std::pair<int64_t, int64_t>> box);
+
+// A launch's values: parameter p's integer scalar, and array parameter p's extent along axis d
+// (nullopt where unknown).
+using ScalarOf = std::function<std::optional<int64_t>(uint32_t p)>;
+using ExtentOf = std::function<std::optional<int64_t>(uint32_t p, uint32_t d)>;
+// An N-d task's box for a launch (per dimension [begin, end)); nullopt where a value is unknown.
+std::optional<std::vector<std::pair<int64_t, int64_t>>> task_box(const Task& t,
+                                                                 const ScalarOf& scalar,
+                                                                 const ExtentOf& extent);
+// A launch's ranges and boxes as a resident walk takes them (ResidentMember's `ranges` and
+// `boxes`); nullopt where a value is unknown or a range is wider than `max_range`.
+struct LaunchShapes {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> boxes;  // empty: every task 1-d
+  bool operator==(const LaunchShapes&) const = default;
+};
+std::optional<LaunchShapes> launch_shapes(const Kernel& k, const ScalarOf& scalar,
+                                          const ExtentOf& extent, int64_t max_range);
 
 // Whether launches of `k` may be rolled: every task a parallel task (1-d or N-d; not serial), no
 // adstack statement, no stated trip bound, no barrier.
