@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
+#include <string>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -12,6 +14,7 @@
 #include "api/session_core.h"
 #include "api/step_loops.h"
 #include "autodiff/reverse_mode.h"
+#include "graph/graph_passes.h"
 #include "graph/launch_fusion.h"
 #include "ir/text.h"
 #include "rhi/device.h"
@@ -92,6 +95,66 @@ Result<std::unique_ptr<Session>> Session::create(const runtime::RuntimeOptions& 
   return create_with_runtime(runtime, options);
 }
 
+namespace {
+
+// SessionOptions::graph_passes with the switches' and the environment's edits: the text the
+// session's pipeline is parsed from (docs/graphs.md, "Graph passes"). The variables are what a
+// suspected problem is checked against and how a benchmark tries another setting without
+// rebuilding: VKAD_GRAPH_PASSES=<text> replaces the text, VKAD_GRAPH_FUSION / _SCHEDULE /
+// _RECOMPUTE / _BLOCK=0 remove a pass, VKAD_GRAPH_RESIDENT=<n> sets roll's largest range (0
+// removes it), VKAD_GRAPH_BLOCK_SHARED=<bytes> and VKAD_GRAPH_BLOCK_MIN_TILES=<n> block's options.
+Result<GraphPipeline> graph_pipeline(const SessionOptions& options) {
+  auto env = [](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+  std::string text = options.graph_passes.empty() ? kDefaultGraphPipeline : options.graph_passes;
+  if (text == "none") text.clear();
+  if (std::optional<std::string> passes = env("VKAD_GRAPH_PASSES"))
+    text = *passes == "none" ? std::string() : *passes;
+  VKAD_ASSIGN_OR_RETURN(auto specs, codegen::split_pipeline(text.empty() ? "x" : text));
+  if (text.empty()) specs.clear();
+  auto drop = [&](const char* pass, bool off) {
+    if (!off) return;
+    std::erase_if(specs, [&](const auto& spec) { return spec.first == pass; });
+  };
+  auto set = [&](const char* pass, const char* key, const std::string& value) {
+    for (auto& [name, opts] : specs) {
+      if (name == pass) opts[key] = value;
+    }
+  };
+  auto zero = [&](const char* name) {
+    std::optional<std::string> v = env(name);
+    return v && *v == "0";
+  };
+  drop("fuse", !options.fuse_graph_launches || zero("VKAD_GRAPH_FUSION"));
+  drop("schedule", !options.schedule_graph_launches || zero("VKAD_GRAPH_SCHEDULE"));
+  drop("recompute", zero("VKAD_GRAPH_RECOMPUTE"));
+  drop("block", !options.block_stencils || zero("VKAD_GRAPH_BLOCK"));
+  uint32_t range = options.resident_max_range;
+  if (std::optional<std::string> v = env("VKAD_GRAPH_RESIDENT")) {
+    // strtoull saturates; clamped rather than truncated to 32 bits ("4294967296" is not 0).
+    range = static_cast<uint32_t>(
+        std::min<unsigned long long>(std::strtoull(v->c_str(), nullptr, 10), UINT32_MAX));
+  }
+  drop("roll", range == 0);
+  if (range != 256) set("roll", "max-range", std::to_string(std::min<uint32_t>(range, 999999999)));
+  if (std::optional<std::string> v = env("VKAD_GRAPH_BLOCK_SHARED")) set("block", "shared", *v);
+  if (std::optional<std::string> v = env("VKAD_GRAPH_BLOCK_MIN_TILES"))
+    set("block", "min-tiles", *v);
+  std::string edited;
+  for (const auto& [name, opts] : specs) {
+    edited += (edited.empty() ? "" : ", ") + name;
+    std::string o;
+    for (const auto& [key, value] : opts) o += (o.empty() ? "" : ", ") + key + "=" + value;
+    if (!o.empty()) edited += "{" + o + "}";
+  }
+  return GraphPassRegistry::standard().parse(edited);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Session>> Session::create_with_runtime(
     const runtime::RuntimeOptions& runtime, const SessionOptions& options) {
   VKAD_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Runtime> rt, runtime::Runtime::create(runtime));
@@ -107,27 +170,10 @@ Result<std::unique_ptr<Session>> Session::create_with_runtime(
   const char* finite = std::getenv("VKAD_CHECK_FINITE");
   if (finite != nullptr && std::string(finite) == "1")
     s->core_->compile_options.check_finite = true;
-  // VKAD_GRAPH_FUSION=0 turns launch fusion off for every session (what C and Python users
-  // have, and what a suspected fusion problem is checked against).
-  const char* fusion = std::getenv("VKAD_GRAPH_FUSION");
-  s->core_->graph.fuse =
-      options.fuse_graph_launches && (fusion == nullptr || std::string(fusion) != "0");
-  const char* schedule = std::getenv("VKAD_GRAPH_SCHEDULE");  // the same, for scheduling
-  s->core_->graph.schedule =
-      options.schedule_graph_launches && (schedule == nullptr || std::string(schedule) != "0");
-  const char* recompute = std::getenv("VKAD_GRAPH_RECOMPUTE");  // and for gather recompute
-  s->core_->graph.recompute = recompute == nullptr || std::string(recompute) != "0";
-  // The same for resident step loops; a number sets the largest range rolled, and wins over the
-  // option (what a suspected problem is checked against, and how a benchmark tries another
-  // limit without rebuilding).
-  s->core_->graph.resident_max_range = options.resident_max_range;
-  if (const char* resident = std::getenv("VKAD_GRAPH_RESIDENT")) {
-    // strtoull saturates; clamped rather than truncated to 32 bits ("4294967296" is not 0).
-    s->core_->graph.resident_max_range = static_cast<uint32_t>(
-        std::min<unsigned long long>(std::strtoull(resident, nullptr, 10), UINT32_MAX));
-  }
-  const char* block = std::getenv("VKAD_GRAPH_BLOCK");  // and for blocked stencils
-  s->core_->graph.block = options.block_stencils && (block == nullptr || std::string(block) != "0");
+  VKAD_ASSIGN_OR_RETURN(s->core_->pipeline, graph_pipeline(options));
+  const GraphPipeline& pipeline = s->core_->pipeline;
+  s->core_->graph =
+      GraphSwitches{pipeline.has("fuse"), pipeline.has("schedule"), roll_max_range(pipeline)};
   s->core_->target = codegen::target_from_caps(rt->caps());
   s->core_->adjoint_options = codegen::adjoint_options_from_caps(rt->caps());
   s->core_->device_uuid = rhi::format_uuid(rt->caps().device_uuid);
@@ -371,7 +417,7 @@ Result<GraphHandle> Session::end_capture() {
   if (!core_->capture) return g;  // the capture was begun through runtime(): nothing to rework
   CaptureLog log = std::move(*core_->capture);
   core_->capture.reset();
-  if (core_->graph.fuse || core_->graph.schedule) {
+  if (!core_->pipeline.empty()) {  // no pass: the graph stays as captured
     g = graphs_->rework(*g, std::move(log), core_->capture_name, core_->capture_background);
   }
   if (g.ok()) graphs_->note_fixed(*g, std::move(fixed));
@@ -423,6 +469,8 @@ Result<uint32_t> Session::graph_launch(GraphHandle graph, std::string_view name)
                     "graph_launch: the graph has no launch named '" + std::string(name) +
                         "' (its " + std::to_string(names.size()) + " launches: " + some + ")");
 }
+std::string Session::graph_passes() const { return core_->pipeline.text(); }
+
 Result<SessionStats> Session::stats() const {
   VKAD_ASSIGN_OR_RETURN(const runtime::RuntimeStats r, core_->rt->stats());
   SessionStats s;

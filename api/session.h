@@ -118,6 +118,13 @@ struct SessionOptions {
   // docs/graphs.md, "Blocked stencils"); VKAD_GRAPH_BLOCK=0 in the environment turns it off for
   // every session.
   bool block_stencils = true;
+  // The graph passes end_capture runs (docs/graphs.md, "Graph passes"), as a pipeline's text:
+  // "" is the default, "roll, block, recompute, schedule, fuse"; "none" runs none. The switches
+  // above edit it (a switch turned off removes its pass; resident_max_range other than 256 sets
+  // roll{max-range=N}), and so do the VKAD_GRAPH_* variables, after them; VKAD_GRAPH_PASSES=<text>
+  // replaces it for every session. Session::create refuses a text that does not parse
+  // (kInvalidArgument naming the pass).
+  std::string graph_passes;
   // The on-disk caches (compiled kernels and the driver's pipeline cache; README, "Caches on
   // disk"): nullopt = automatic (VKAD_CACHE=0 turns them off, else VKAD_CACHE_DIR, else
   // $XDG_CACHE_HOME/vkad, else ~/.cache/vkad); "" = off; else that directory.
@@ -477,6 +484,9 @@ class Session {
 
   // kFailedPrecondition while another thread is inside this session (runtime/use_guard.h).
   Result<SessionStats> stats() const;
+  // The graph passes every end_capture runs, as pipeline text (SessionOptions::graph_passes with
+  // the switches' and VKAD_GRAPH_* variables' edits; docs/graphs.md, "Graph passes").
+  std::string graph_passes() const;
   // The advanced surface (runtime/runtime.h). Outlives nothing: valid while the session is.
   runtime::Runtime& runtime();
 

@@ -25,6 +25,7 @@
 #include "graph/graph_rework.h"
 #include "graph/graph_schedule.h"
 #include "graph/kernel_catalog.h"
+#include "graph/program.h"
 #include "ir/ir.h"
 #include "ir/target.h"
 #include "runtime/runtime.h"
@@ -32,14 +33,12 @@
 
 namespace vkad {
 
-// The graph passes a session runs (SessionOptions and the VKAD_GRAPH_* variables, read once at
-// create).
+// Which graph passes the session's pipeline holds (SessionCore::pipeline, made once at
+// create): what the capture, the step loops and the install ask of it.
 struct GraphSwitches {
-  bool fuse = true;                   // fuse_graph_launches, VKAD_GRAPH_FUSION
-  bool schedule = true;               // schedule_graph_launches, VKAD_GRAPH_SCHEDULE
-  bool recompute = true;              // VKAD_GRAPH_RECOMPUTE
-  bool block = true;                  // block_stencils, VKAD_GRAPH_BLOCK
-  uint32_t resident_max_range = 256;  // VKAD_GRAPH_RESIDENT
+  bool fuse = true;
+  bool schedule = true;
+  uint32_t resident_max_range = 256;  // the roll pass's; 0 without one
 };
 
 // Capture-order launch ranges [first, end).
@@ -54,6 +53,9 @@ struct SessionCore {
   // Every kernel this session compiled, by text, target and options: compiling one again
   // (a DSL re-tracing a function, a fused run seen before) skips emission and validation.
   codegen::CompileCache compile_cache;
+  // The graph passes every rework runs (SessionOptions::graph_passes edited by the switches and
+  // the VKAD_GRAPH_* variables), and what it holds.
+  GraphPipeline pipeline;
   GraphSwitches graph;
   // Every kernel compiled here and every kernel a rework made, by handle id: IR, access
   // summary, adstacks and what the graph passes derive from them (graph/kernel_catalog.h).

@@ -229,7 +229,7 @@ std::vector<uint64_t> StepLoops::plan_zeros(const GraphCompiler::PreparedRework&
 
 void StepLoops::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   constexpr size_t kMaxLoopReworks = 8;
-  if (count < 2 || body.empty() || (!core_.graph.fuse && !core_.graph.schedule)) return;
+  if (count < 2 || body.empty() || core_.pipeline.empty()) return;
   // A background rework first installed (as a replay would): until then its kernels sit in the
   // caches under handles the runtime does not know yet, which this plan could take up. Its
   // install records a graph, which an open capture forbids: then no plan.

@@ -267,6 +267,7 @@ static vkad_status* session_options_from(const vkad_session_options& o, vkad::Se
     so->resident_max_range =
         o.resident_max_range < 0 ? 0u : static_cast<uint32_t>(o.resident_max_range);
   }
+  if (o.graph_passes != nullptr) so->graph_passes = o.graph_passes;
   return nullptr;
 }
 

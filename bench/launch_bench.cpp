@@ -12,7 +12,7 @@
 // array starts as seeded random data; after timing it is checked exactly against the same f32
 // additions made here (a wrong result exits 3).
 // --capture 1: the N launches are captured into a graph instead (begin_capture ... end_capture,
-// graph fusion and scheduling off, so end_capture does no rework) and replayed once; reports the
+// no graph passes, so end_capture does no rework) and replayed once; reports the
 // median ns per captured launch (launch() returning) and the end_capture per launch. --arrays A
 // (with --capture) launches a kernel of an i32, an f32 and A ndarray parameters instead (a
 // DiffTaichi adjoint's width: its cost grows with the parameters), every array argument x.
@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
   }
   vkad::SessionOptions options;
   options.device = device;
-  if (capture) options.fuse_graph_launches = options.schedule_graph_launches = false;
+  if (capture) options.graph_passes = "none";
   auto session = vkad::Session::create(options);
   if (!session.ok()) return die("session", session.status());
   vkad::Session& s = **session;

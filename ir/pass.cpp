@@ -125,9 +125,9 @@ Status parse_options(const std::string& text, const std::string& pass, const std
 
 }  // namespace
 
-Result<Pipeline> PassRegistry::parse_pipeline(const std::string& text, const Target& target) const {
+Result<std::vector<std::pair<std::string, PassOptions>>> split_pipeline(const std::string& text) {
   VKAD_ASSIGN_OR_RETURN(std::vector<std::string> specs, split_passes(text));
-  Pipeline pipeline(target);
+  std::vector<std::pair<std::string, PassOptions>> out;
   for (size_t i = 0; i < specs.size(); ++i) {
     const std::string& spec = specs[i];
     const size_t brace = spec.find('{');
@@ -135,17 +135,26 @@ Result<Pipeline> PassRegistry::parse_pipeline(const std::string& text, const Tar
     if (name.empty()) {
       return bad_pipeline(text, "pass " + std::to_string(i + 1) + " has no name");
     }
-    auto it = passes_.find(name);
-    if (it == passes_.end()) {
-      std::string known;
-      for (const auto& [n, e] : passes_) known += (known.empty() ? "" : ", ") + n;
-      return bad_pipeline(text, "unknown pass '" + name + "' (known: " + known + ")");
-    }
     PassOptions options;
     if (brace != std::string::npos) {
       if (spec.back() != '}') return bad_pipeline(text, "text after the options of '" + name + "'");
       VKAD_TRY(
           parse_options(text, name, spec.substr(brace + 1, spec.size() - brace - 2), &options));
+    }
+    out.emplace_back(name, std::move(options));
+  }
+  return out;
+}
+
+Result<Pipeline> PassRegistry::parse_pipeline(const std::string& text, const Target& target) const {
+  VKAD_ASSIGN_OR_RETURN(auto specs, split_pipeline(text));
+  Pipeline pipeline(target);
+  for (auto& [name, options] : specs) {
+    auto it = passes_.find(name);
+    if (it == passes_.end()) {
+      std::string known;
+      for (const auto& [n, e] : passes_) known += (known.empty() ? "" : ", ") + n;
+      return bad_pipeline(text, "unknown pass '" + name + "' (known: " + known + ")");
     }
     Result<Pass> pass = it->second.factory(target, options);
     if (!pass.ok()) return bad_pipeline(text, pass.status().message());

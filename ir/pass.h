@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -102,6 +103,12 @@ class PassRegistry {
   };
   std::map<std::string, Entry> passes_;
 };
+
+// The passes written in `text` (the syntax above), each name with its options, in order; kInvalid-
+// Argument naming what is malformed (a pass without a name, unbalanced braces, an option not of
+// the form key=value). Names are not looked up: the caller's registry does that (graph/
+// program.h parses launch-sequence pipelines with it too).
+Result<std::vector<std::pair<std::string, PassOptions>>> split_pipeline(const std::string& text);
 
 // For factories: the unsigned integer option `key` of pass `pass` (default `fallback` when it
 // is absent); kInvalidArgument when it is not a number.

@@ -719,6 +719,22 @@ int main(void) {
       vkad_session_destroy(s2);
       s2 = NULL;
     }
+    /* The graph passes as text: one out of order is refused, naming it; "none" is no pass. */
+    opts.fuse_graph_launches = 0;
+    opts.schedule_graph_launches = 0;
+    opts.resident_max_range = 0;
+    opts.graph_passes = "fuse, schedule";
+    st = vkad_session_create(&opts, &s2);
+    CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+    CHECK(strstr(vkad_status_message(st), "'schedule' must come before 'fuse'") != NULL);
+    CHECK(s2 == NULL);
+    vkad_status_free(st);
+    opts.graph_passes = "none";
+    OK(vkad_session_create(&opts, &s2));
+    step_loop(s2, 0);
+    vkad_session_destroy(s2);
+    s2 = NULL;
+    opts.graph_passes = NULL;
   }
 
   OK(vkad_kernel_release(s, d.forward));

@@ -1,18 +1,14 @@
-// Gather recompute at end_capture (session.h "Gather recompute", graph/gather_recompute.h): a
-// launch that gathers an earlier launch's element-wise output computes it itself, so
-// scheduling no longer makes it wait for that launch.
+// The recompute pass (graph/graph_passes.h, graph/gather_recompute.h): a launch that gathers an
+// earlier launch's element-wise output computes it itself, so scheduling no longer makes it wait
+// for that launch.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 
-#include "api/graph_compiler.h"
 #include "graph/gather_recompute.h"
-#include "graph/graph_rework.h"
-#include "ir/text.h"
-#include "runtime/runtime.h"
+#include "graph/graph_passes.h"
 
 namespace vkad {
 
@@ -35,26 +31,84 @@ bool zero_fill(const CapturedStep& s) {
   return !s.launch && s.value == 0.0 && !std::signbit(s.value);
 }
 
-}  // namespace
+class RecomputePass final : public GraphPass {
+ public:
+  std::string name() const override { return "recompute"; }
+  Stage stage() const override { return Stage::kRewrite; }
 
-codegen::UniformInputs GraphCompiler::launch_inputs(const CapturedStep& s) const {
-  return codegen::UniformInputs{
-      [&s](uint32_t p) -> int64_t { return p < s.args.size() ? s.args[p].i : 0; },
-      [this, &s](uint32_t p, uint32_t d) -> std::optional<uint32_t> {
-        if (p >= s.args.size() || s.args[p].kind != abi::ParamKind::kNdArray) return std::nullopt;
-        const std::vector<uint32_t>* shape = extents_of(s.args[p].array.id);
-        if (shape == nullptr || d >= shape->size()) return std::nullopt;
-        return (*shape)[d];
-      }};
-}
+  bool run(Program& p, PassContext& ctx) override {
+    ctx_ = &ctx;
+    // Shape classes by array hold for this run only: an array freed later must not be found
+    // here (those by extents stay: recompute_answers_ keys hold them).
+    rework_shape_class_.clear();
+    std::vector<CapturedStep> out;
+    p.any_recomputed = recompute(p.steps, &out, &p.recompute_pins, &p.memo);
+    if (p.any_recomputed) p.steps = std::move(out);
+    rework_shape_class_.clear();
+    ctx_ = nullptr;
+    return true;
+  }
+
+  void forget(uint64_t id) override {
+    for (auto& [key, answer] : recompute_answers_) {
+      if (answer.kernel.id == id) answer = RecomputeAnswer{};  // no kernel: stays as launched
+    }
+  }
+
+ private:
+  // `captured` with every launch that gathers an earlier launch's element-wise output
+  // rewritten to compute it; `launches` gets the launch numbers whose arguments a rewritten
+  // launch carries. False when none was rewritten. `memo` gets every launch step's schedule
+  // (empty where a step was rewritten: its kernel changed), for the plan.
+  bool recompute(const std::vector<CapturedStep>& captured, std::vector<CapturedStep>* out,
+                 std::vector<size_t>* launches, ScheduleMemo* memo);
+  std::optional<CapturedStep> recompute_step(
+      std::span<const CapturedStep> steps, size_t consumer,
+      std::span<const std::vector<uint64_t>> zeros_before,
+      const std::unordered_map<uint64_t, size_t>& first_write, size_t* producer_step);
+  // The producer of `consumer` that recompute may copy into it, if any.
+  std::optional<size_t> recompute_producer(std::span<const CapturedStep> steps, size_t consumer,
+                                           const std::unordered_map<uint64_t, size_t>& first_write);
+  std::optional<codegen::GatherLaunch> gather_launch(const CapturedStep& s, bool producer) const;
+  // The launch-uniform values the kernel indexes with, evaluated for `s` (sorted by value id).
+  void gather_uniform(const CapturedStep& s, const codegen::Kernel& k,
+                      codegen::UniformWords* out) const;
+  std::vector<std::vector<uint64_t>> zero_outputs(std::span<const CapturedStep> steps,
+                                                  ScheduleMemo* memo) const;
+  // What recompute_gathers' answer for consumer `c` and producer `p` depends on, in words:
+  // both kernels, which arguments are the same array, each array's extents (as a shape
+  // class), the launch-uniform values (which equal which), the producer's ranges and which
+  // of its arrays are known zero. Built from the steps without their GatherLaunches (made
+  // only when the answer is not known yet). nullopt where gather_launch would refuse either.
+  std::optional<std::vector<uint64_t>> recompute_key(const CapturedStep& c, const CapturedStep& p,
+                                                     std::span<const uint64_t> zeros) const;
+  // A session-wide number per distinct extents vector (an array's, during a run).
+  uint64_t shape_class(uint64_t array) const;
+  Result<KernelHandle> recomputed_kernel(const codegen::Kernel& k);
+
+  PassContext* ctx_ = nullptr;  // during run()
+  // shape_class(): by extents for the pass's life (recompute_answers_ keys hold them), by array
+  // during a run.
+  mutable std::map<std::vector<uint32_t>, uint64_t> shape_classes_;
+  mutable std::unordered_map<uint64_t, uint64_t> rework_shape_class_;
+  // recompute_key -> the rewritten kernel and its added arguments (kernel id 0: none).
+  struct RecomputeAnswer {
+    KernelHandle kernel;
+    std::vector<uint32_t> producer_param;
+  };
+  struct WordsHash {
+    size_t operator()(const std::vector<uint64_t>& w) const noexcept;
+  };
+  std::unordered_map<std::vector<uint64_t>, RecomputeAnswer, WordsHash> recompute_answers_;
+};
 
 // `k` (s's kernel) is the catalog's IR: its index expressions are found there, once per kernel.
-void GraphCompiler::gather_uniform(const CapturedStep& s, const codegen::Kernel& /*k*/,
+void RecomputePass::gather_uniform(const CapturedStep& s, const codegen::Kernel& /*k*/,
                                    codegen::UniformWords* out) const {
   // Only the values used as indices are asked for (graph/gather_recompute.h); their expressions
   // are found once per kernel, sorted by value id as UniformWords keeps them.
-  const KernelCatalog::IndexExprs& exprs = core_.catalog.index_exprs(s.kernel.id);
-  const codegen::UniformInputs in = launch_inputs(s);
+  const KernelCatalog::IndexExprs& exprs = ctx_->catalog.index_exprs(s.kernel.id);
+  const codegen::UniformInputs in = ctx_->launch_inputs(s);
   out->sorted.clear();
   out->sorted.reserve(exprs.size());
   for (const auto& [v, e] : exprs) {
@@ -63,19 +117,9 @@ void GraphCompiler::gather_uniform(const CapturedStep& s, const codegen::Kernel&
   }
 }
 
-std::optional<std::vector<std::pair<int64_t, int64_t>>> GraphCompiler::gather_ranges(
-    const CapturedStep& s, const codegen::Kernel& k) const {
-  const codegen::Task& t = k.tasks[0];
-  if (!t.dims.empty()) return codegen::task_box(t, scalars_in(s.args), extents_in(s.args));
-  std::optional<int64_t> b = bound_value(t.begin, s.args, true);
-  std::optional<int64_t> e = bound_value(t.end, s.args, true);
-  if (!b || !e) return std::nullopt;
-  return std::vector<std::pair<int64_t, int64_t>>{{*b, *e}};
-}
-
-std::optional<codegen::GatherLaunch> GraphCompiler::gather_launch(const CapturedStep& s,
+std::optional<codegen::GatherLaunch> RecomputePass::gather_launch(const CapturedStep& s,
                                                                   bool producer) const {
-  const std::shared_ptr<const codegen::Kernel>& ir = core_.catalog.ir(s.kernel.id);
+  const std::shared_ptr<const codegen::Kernel>& ir = ctx_->catalog.ir(s.kernel.id);
   if (!ir || ir->params.size() != s.args.size()) return std::nullopt;
   const codegen::Kernel& k = *ir;
   codegen::GatherLaunch g;
@@ -85,19 +129,19 @@ std::optional<codegen::GatherLaunch> GraphCompiler::gather_launch(const Captured
   for (const Arg& a : s.args) {
     const bool array = a.kind == abi::ParamKind::kNdArray;
     g.arrays.push_back(array ? a.array.id : 0);
-    const std::vector<uint32_t>* shape = array ? extents_of(a.array.id) : nullptr;
+    const std::vector<uint32_t>* shape = array ? ctx_->extents(a.array.id) : nullptr;
     if (array && shape == nullptr) return std::nullopt;
     g.extents.push_back(array ? *shape : std::vector<uint32_t>{});
   }
   gather_uniform(s, k, &g.uniform);
   if (!producer) return g;
-  std::optional<std::vector<std::pair<int64_t, int64_t>>> ranges = gather_ranges(s, k);
+  std::optional<std::vector<std::pair<int64_t, int64_t>>> ranges = ctx_->task_ranges(s, k);
   if (!ranges) return std::nullopt;
   g.ranges = std::move(*ranges);
   return g;
 }
 
-std::vector<std::vector<uint64_t>> GraphCompiler::zero_outputs(std::span<const CapturedStep> steps,
+std::vector<std::vector<uint64_t>> RecomputePass::zero_outputs(std::span<const CapturedStep> steps,
                                                                ScheduleMemo* memo) const {
   // Per step, the arrays the launch adds into (atomic_add) at a known row that holds zeros
   // when it starts: the array's last fill was +0 over the whole array and no launch since
@@ -116,7 +160,7 @@ std::vector<std::vector<uint64_t>> GraphCompiler::zero_outputs(std::span<const C
       continue;
     }
     StepSchedule& m = (*memo)[i].emplace();
-    m.launch = schedule_launch(s, &m.pinned);
+    m.launch = ctx_->schedule_launch(s, &m.pinned);
     const ScheduleLaunch& l = m.launch;
     if (!l.known) {
       since.clear();
@@ -145,31 +189,31 @@ std::vector<std::vector<uint64_t>> GraphCompiler::zero_outputs(std::span<const C
   return out;
 }
 
-std::optional<size_t> GraphCompiler::recompute_producer(
+std::optional<size_t> RecomputePass::recompute_producer(
     std::span<const CapturedStep> steps, size_t consumer,
     const std::unordered_map<uint64_t, size_t>& first_write) {
   const CapturedStep& c = steps[consumer];
-  const std::shared_ptr<const codegen::KernelAccess>& ca = core_.catalog.access(c.kernel.id);
+  const std::shared_ptr<const codegen::KernelAccess>& ca = ctx_->catalog.access(c.kernel.id);
   if (!ca) return std::nullopt;
   // The nearest earlier launch that writes something the consumer touches.
   std::optional<size_t> producer;
   for (size_t i = consumer; i-- > 0 && !producer;) {
     if (!steps[i].launch) return std::nullopt;  // fills end the search
     const std::shared_ptr<const codegen::KernelAccess>& pa =
-        core_.catalog.access(steps[i].kernel.id);
+        ctx_->catalog.access(steps[i].kernel.id);
     if (!pa) return std::nullopt;
     for (const codegen::ParamAccess& p : ca->params) {
       if (p.param < c.args.size() && writes(*pa, steps[i].args, c.args[p.param].array.id))
         producer = i;
     }
   }
-  if (!producer || !core_.catalog.recompute_producer(steps[*producer].kernel.id))
+  if (!producer || !ctx_->catalog.recompute_producer(steps[*producer].kernel.id))
     return std::nullopt;
   // A producer whose inputs nothing in the graph writes before it (a controller reading its
   // weights) can run ahead of the chain anyway: copying it into the consumer would only
   // lengthen the consumer.
   const CapturedStep& p = steps[*producer];
-  const codegen::KernelAccess& pk = *core_.catalog.access(p.kernel.id);  // found above
+  const codegen::KernelAccess& pk = *ctx_->catalog.access(p.kernel.id);  // found above
   bool fed = false;
   for (const codegen::ParamAccess& q : pk.params) {
     if (q.param >= p.args.size() || writes(pk, p.args, p.args[q.param].array.id)) continue;
@@ -180,7 +224,7 @@ std::optional<size_t> GraphCompiler::recompute_producer(
   // Nothing between them may write what the producer reads or writes.
   for (size_t i = *producer + 1; i < consumer; ++i) {
     const std::shared_ptr<const codegen::KernelAccess>& xa =
-        core_.catalog.access(steps[i].kernel.id);
+        ctx_->catalog.access(steps[i].kernel.id);
     if (!xa) return std::nullopt;
     for (const codegen::ParamAccess& q : pk.params) {
       if (q.param < p.args.size() && writes(*xa, steps[i].args, p.args[q.param].array.id))
@@ -190,7 +234,7 @@ std::optional<size_t> GraphCompiler::recompute_producer(
   return producer;
 }
 
-std::optional<CapturedStep> GraphCompiler::recompute_step(
+std::optional<CapturedStep> RecomputePass::recompute_step(
     std::span<const CapturedStep> steps, size_t consumer,
     std::span<const std::vector<uint64_t>> zeros_before,
     const std::unordered_map<uint64_t, size_t>& first_write, size_t* producer_step) {
@@ -224,23 +268,23 @@ std::optional<CapturedStep> GraphCompiler::recompute_step(
   return out;
 }
 
-size_t GraphCompiler::WordsHash::operator()(const std::vector<uint64_t>& w) const noexcept {
+size_t RecomputePass::WordsHash::operator()(const std::vector<uint64_t>& w) const noexcept {
   uint64_t h = 14695981039346656037ull;
   for (uint64_t x : w) h = (h ^ x) * 1099511628211ull;
   return static_cast<size_t>(h);
 }
 
-uint64_t GraphCompiler::shape_class(uint64_t array) const {
+uint64_t RecomputePass::shape_class(uint64_t array) const {
   auto [it, fresh] = rework_shape_class_.try_emplace(array, 0);
   if (fresh) {
-    const std::vector<uint32_t>* shape = extents_of(array);
+    const std::vector<uint32_t>* shape = ctx_->extents(array);
     const uint64_t next = shape_classes_.size() + 1;  // 0: no array
     it->second = shape ? shape_classes_.try_emplace(*shape, next).first->second : 0;
   }
   return it->second;
 }
 
-std::optional<std::vector<uint64_t>> GraphCompiler::recompute_key(
+std::optional<std::vector<uint64_t>> RecomputePass::recompute_key(
     const CapturedStep& c, const CapturedStep& p, std::span<const uint64_t> zeros) const {
   // Kernels by handle id (never reused in a session); arrays and index values by the first
   // place each distinct one appears, so two steps of a loop give one key; extents by their
@@ -258,7 +302,7 @@ std::optional<std::vector<uint64_t>> GraphCompiler::recompute_key(
   };
   codegen::UniformWords words;
   for (const CapturedStep* s : {&c, &p}) {
-    const std::shared_ptr<const codegen::Kernel>& ir = core_.catalog.ir(s->kernel.id);
+    const std::shared_ptr<const codegen::Kernel>& ir = ctx_->catalog.ir(s->kernel.id);
     if (!ir || ir->params.size() != s->args.size()) return std::nullopt;
     const codegen::Kernel& k = *ir;
     for (const Arg& a : s->args) {
@@ -277,7 +321,7 @@ std::optional<std::vector<uint64_t>> GraphCompiler::recompute_key(
     for (const auto& [v, w] : words.sorted) key.push_back(v), number(w);
     key.push_back(kNext);
     if (s == &p) {
-      std::optional<std::vector<std::pair<int64_t, int64_t>>> ranges = gather_ranges(p, k);
+      std::optional<std::vector<std::pair<int64_t, int64_t>>> ranges = ctx_->task_ranges(p, k);
       if (!ranges) return std::nullopt;
       for (const auto& [b, e] : *ranges) {
         key.push_back(static_cast<uint64_t>(b));
@@ -298,23 +342,17 @@ std::optional<std::vector<uint64_t>> GraphCompiler::recompute_key(
   return key;
 }
 
-Result<KernelHandle> GraphCompiler::recomputed_kernel(const codegen::Kernel& k) {
-  // Compiled once per printed IR; registered with its IR and access summary, so scheduling
-  // and fusion see it like any kernel of the session.
-  const std::string key = codegen::print(k);
-  auto it = recomputed_kernels_.find(key);
-  if (it != recomputed_kernels_.end()) return it->second;
-  if (refused_kernels_.count(key)) return refused_status(k);
-  VKAD_ASSIGN_OR_RETURN(KernelHandle h, rework_compile(k, /*keep_ir=*/true));
-  recomputed_kernels_.emplace(key, h);
-  core_.catalog.refuse_producer(h.id);
+Result<KernelHandle> RecomputePass::recomputed_kernel(const codegen::Kernel& k) {
+  // Made once per printed IR (the sink's cache) with its IR and access summary, so scheduling
+  // and fusion see it like any kernel of the session; never a producer itself.
+  VKAD_ASSIGN_OR_RETURN(KernelHandle h, ctx_->sink.make(k, /*keep_ir=*/true));
+  ctx_->catalog.refuse_producer(h.id);
   return h;
 }
 
-bool GraphCompiler::recompute(const std::vector<CapturedStep>& captured,
+bool RecomputePass::recompute(const std::vector<CapturedStep>& captured,
                               std::vector<CapturedStep>* out, std::vector<size_t>* launches,
                               ScheduleMemo* memo) {
-  if (!core_.graph.recompute) return false;
   *out = captured;
   std::vector<size_t> launch_of(out->size(), 0);  // step -> launch number
   size_t launch = 0;
@@ -324,7 +362,7 @@ bool GraphCompiler::recompute(const std::vector<CapturedStep>& captured,
   for (size_t i = 0; i < out->size(); ++i) {
     const CapturedStep& s = (*out)[i];
     if (!s.launch) continue;
-    const std::shared_ptr<const codegen::KernelAccess>& a = core_.catalog.access(s.kernel.id);
+    const std::shared_ptr<const codegen::KernelAccess>& a = ctx_->catalog.access(s.kernel.id);
     if (!a) continue;
     for (const codegen::ParamAccess& p : a->params) {
       if (p.param < s.args.size() && writes(*a, s.args, s.args[p.param].array.id))
@@ -347,5 +385,9 @@ bool GraphCompiler::recompute(const std::vector<CapturedStep>& captured,
   }
   return any;
 }
+
+}  // namespace
+
+std::unique_ptr<GraphPass> make_recompute_pass() { return std::make_unique<RecomputePass>(); }
 
 }  // namespace vkad

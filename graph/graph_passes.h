@@ -1,0 +1,32 @@
+// The launch-sequence passes (graph/program.h's contract), in the order a pipeline runs them:
+//   roll{max-range=N}   step loops of small launches (ranges of at most N) into resident kernels
+//                       (graph/resident.h)
+//   block{shared=B, min-tiles=T}
+//                       runs of a stencil kernel's launches into blocked kernels, K steps a
+//                       dispatch with the halo recomputed (graph/stencil_blocking.h)
+//   recompute           a launch that gathers an earlier launch's element-wise output computes
+//                       it itself (graph/gather_recompute.h)
+//   schedule            launches reordered by level; barriers only where an array is shared
+//                       (graph/graph_schedule.h)
+//   fuse                runs of element-wise launches of one range into one kernel
+//                       (graph/launch_fusion.h)
+// GraphPassRegistry::standard() makes them by name.
+#pragma once
+
+#include <memory>
+
+#include "graph/program.h"
+
+namespace vkad {
+
+std::unique_ptr<GraphPass> make_roll_pass(uint32_t max_range);
+std::unique_ptr<GraphPass> make_block_pass(uint32_t shared_bytes, uint32_t min_tiles);
+std::unique_ptr<GraphPass> make_recompute_pass();
+std::unique_ptr<GraphPass> make_schedule_pass();
+std::unique_ptr<GraphPass> make_fuse_pass();
+
+// The pipeline's limits the session reads back (GraphSwitches): the roll pass's largest range,
+// 0 where the pipeline has no roll pass.
+uint32_t roll_max_range(const GraphPipeline& pipeline);
+
+}  // namespace vkad

@@ -1,0 +1,170 @@
+// The passes over the plan (graph/graph_passes.h): schedule (the launches in scheduled order;
+// the install then drops the barriers no shared array needs) and fuse (runs of element-wise
+// launches of one range into one kernel each, and the zero fills those make redundant).
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+
+#include "graph/graph_passes.h"
+#include "graph/stencil_blocking.h"
+#include "ir/text.h"
+
+namespace vkad {
+
+namespace {
+
+// At most this many distinct arrays per fused kernel: with its args buffer that stays within
+// the 32 bindings every push-descriptor implementation takes (maxPushDescriptors >= 32).
+constexpr uint32_t kMaxFusedArrays = 24;
+constexpr uint32_t kMaxFusedLaunches = 32;
+
+class SchedulePass final : public GraphPass {
+ public:
+  std::string name() const override { return "schedule"; }
+  Stage stage() const override { return Stage::kSchedule; }
+  bool run(Program& p, PassContext& ctx) override {
+    plan_order(p, ctx, /*reorder=*/true);
+    p.scheduled = true;
+    return true;
+  }
+};
+
+class FusePass final : public GraphPass {
+ public:
+  std::string name() const override { return "fuse"; }
+  Stage stage() const override { return Stage::kFuse; }
+
+  bool run(Program& p, PassContext& ctx) override {
+    if (!p.planned) plan_order(p, ctx, /*reorder=*/false);
+    ReworkPlan& w = p.w;
+    w.runs = fusion_runs(w.steps, w.launches, /*fuse=*/true, kMaxFusedArrays, kMaxFusedLaunches,
+                         &p.rows_used);
+    p.fused = std::any_of(w.runs.begin(), w.runs.end(),
+                          [](const codegen::FusionRun& r) { return r.count > 1; });
+    if (!p.fused) return true;
+    const ShapeOf shape_of = [&](uint64_t id) -> std::optional<std::vector<uint32_t>> {
+      const std::vector<uint32_t>* s = ctx.extents(id);
+      if (s == nullptr) return std::nullopt;
+      return *s;
+    };
+    const auto zero_fills = zero_fills_before_runs(w.steps, w.launches, w.runs, shape_of);
+    w.dropped.assign(w.steps.size(), false);
+    return build(w.runs, w.launches, zero_fills, &w.planned, &w.dropped, ctx);
+  }
+
+ private:
+  // The fused kernels of `runs` into `planned`, and the zero fills they make redundant into
+  // `dropped`: false where one cannot be built (the graph then stays as captured).
+  static bool build(std::span<const codegen::FusionRun> runs,
+                    std::span<const codegen::FusionLaunch> launches,
+                    std::span<const std::unordered_map<uint64_t, size_t>> zero_fills,
+                    std::vector<MergedLaunch>* planned, std::vector<bool>* dropped,
+                    PassContext& ctx) {
+    // A step loop repeats the same runs with other arrays and scalars: a fused kernel is built
+    // once per signature (graph_rework.h) and reused; the sink makes the distinct ones side by
+    // side.
+    struct Built {
+      MergedLaunch launch;
+      std::vector<uint32_t> overwritten;  // arrays by first-use number
+      size_t fresh = 0;                   // its index in `fresh`
+    };
+    std::unordered_map<std::string, Built> built;
+    std::vector<codegen::Kernel> fresh;
+    std::unordered_map<std::string, size_t> fresh_of;  // by printed IR
+    std::vector<const std::string*> sig_of(runs.size(), nullptr);
+    std::vector<std::vector<uint64_t>> ids_of(runs.size());  // each run's arrays by first use
+    for (size_t r = 0; r < runs.size(); ++r) {
+      if (runs[r].count < 2) continue;
+      std::span<const codegen::FusionLaunch> members =
+          launches.subspan(runs[r].first, runs[r].count);
+      const std::string sig = fusion_signature(members, zero_fills[r], &ids_of[r]);
+      auto b = built.find(sig);
+      if (b == built.end()) {
+        std::vector<uint64_t> zeros;
+        for (const auto& entry : zero_fills[r]) zeros.push_back(entry.first);
+        const std::string name =
+            "fused_" + members[0].kernel->name + "_x" + std::to_string(runs[r].count);
+        Result<codegen::FusedKernel> f = codegen::fuse_launches(members, name, zeros);
+        if (!f.ok()) return false;
+        Built nb{{KernelHandle{}, std::move(f->param_map), f->kernel.params.size()}, {}};
+        const std::vector<uint64_t>& ids = ids_of[r];
+        for (uint64_t id : f->overwritten) {
+          nb.overwritten.push_back(
+              static_cast<uint32_t>(std::find(ids.begin(), ids.end(), id) - ids.begin()));
+        }
+        auto [at, added] = fresh_of.try_emplace(codegen::print(f->kernel), fresh.size());
+        if (added) fresh.push_back(std::move(f->kernel));
+        nb.fresh = at->second;
+        b = built.emplace(sig, std::move(nb)).first;
+      }
+      sig_of[r] = &b->first;
+    }
+    std::vector<Result<KernelHandle>> handles = ctx.sink.make(fresh, /*keep_ir=*/false);
+    for (const Result<KernelHandle>& h : handles) {
+      if (!h.ok()) return false;
+    }
+    for (auto& [sig, b] : built) b.launch.kernel = *handles[b.fresh];
+    planned->assign(runs.size(), MergedLaunch{});
+    for (size_t r = 0; r < runs.size(); ++r) {
+      if (sig_of[r] == nullptr) continue;
+      const Built& b = built.at(*sig_of[r]);
+      // A zero fill whose array the run then overwrites whole is left out of the graph.
+      const codegen::FusionLaunch& first = launches[runs[r].first];
+      for (uint32_t n : b.overwritten) {
+        const std::vector<uint32_t>* shape = ctx.extents(ids_of[r][n]);
+        if (shape != nullptr && shape->size() == 1 && first.begin == 0 &&
+            first.end == static_cast<int64_t>((*shape)[0])) {
+          (*dropped)[zero_fills[r].at(ids_of[r][n])] = true;
+        }
+      }
+      (*planned)[r] = b.launch;
+    }
+    return true;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<GraphPass> make_schedule_pass() { return std::make_unique<SchedulePass>(); }
+std::unique_ptr<GraphPass> make_fuse_pass() { return std::make_unique<FusePass>(); }
+
+const GraphPassRegistry& GraphPassRegistry::standard() {
+  static const GraphPassRegistry registry = [] {
+    GraphPassRegistry r;
+    r.add("roll", "step loops of small launches into resident kernels {max-range=256}",
+          [](const codegen::PassOptions& o) -> Result<std::unique_ptr<GraphPass>> {
+            VKAD_TRY(codegen::only_options("roll", o, {"max-range"}));
+            VKAD_ASSIGN_OR_RETURN(uint32_t n, codegen::uint_option("roll", o, "max-range", 256));
+            return make_roll_pass(n);
+          });
+    r.add("block", "stencil runs into blocked kernels {shared=16384, min-tiles=1}",
+          [](const codegen::PassOptions& o) -> Result<std::unique_ptr<GraphPass>> {
+            VKAD_TRY(codegen::only_options("block", o, {"shared", "min-tiles"}));
+            VKAD_ASSIGN_OR_RETURN(
+                uint32_t shared,
+                codegen::uint_option("block", o, "shared", codegen::kStencilSharedBytes));
+            VKAD_ASSIGN_OR_RETURN(uint32_t tiles, codegen::uint_option("block", o, "min-tiles", 1));
+            // What a device may have: 1 KiB to 1 MiB (Vulkan guarantees 16 KiB).
+            return make_block_pass(std::clamp<uint32_t>(shared, 1024, 1u << 20), tiles);
+          });
+    r.add("recompute", "gathers compute the element-wise output they gather",
+          [](const codegen::PassOptions& o) -> Result<std::unique_ptr<GraphPass>> {
+            VKAD_TRY(codegen::only_options("recompute", o, {}));
+            return make_recompute_pass();
+          });
+    r.add("schedule", "launches reordered by level, barriers only where an array is shared",
+          [](const codegen::PassOptions& o) -> Result<std::unique_ptr<GraphPass>> {
+            VKAD_TRY(codegen::only_options("schedule", o, {}));
+            return make_schedule_pass();
+          });
+    r.add("fuse", "runs of element-wise launches of one range into one kernel",
+          [](const codegen::PassOptions& o) -> Result<std::unique_ptr<GraphPass>> {
+            VKAD_TRY(codegen::only_options("fuse", o, {}));
+            return make_fuse_pass();
+          });
+    return r;
+  }();
+  return registry;
+}
+
+}  // namespace vkad
