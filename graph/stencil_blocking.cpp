@@ -228,9 +228,12 @@ class Values {
       o.hi = std::max(o.hi, x);
     }
     if (o.hi - o.lo <= 2 * kMaxOffset && o.lo >= -kMaxOffset && o.hi <= kMaxOffset) return o;
-    // A wrap-around: the offset modulo the extent, folded into (-n / 2, n / 2].
+    // A wrap-around: the offset modulo the extent, folded into (-n / 2, n / 2] -- unambiguous
+    // for a neighbour within kMaxOffset once n > 2 kMaxOffset. Its values must stay inside the
+    // box (select(i < 1, n - 1, i - 1)): an index past the extent is an out-of-bounds access the
+    // launch reports, which a wrapped neighbour would silently read instead.
     const int64_t n = e - b;
-    if (b != 0 || n <= 4 * kMaxOffset) return {};
+    if (b != 0 || n <= 2 * kMaxOffset || o.amin < 0 || o.amax >= n) return {};
     o.lo = INT64_MAX;
     o.hi = INT64_MIN;
     for (int64_t x : d) {

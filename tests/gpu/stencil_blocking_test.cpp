@@ -416,13 +416,13 @@ TEST(StencilBlocking, AJacobiSweepBlocksWithARowThatDoesNotStep) {
   expect_no_validation_messages(*s);
 }
 
-// Periodic neighbours: the halo wraps around the grid (40 x 36: not whole tiles either).
-TEST(StencilBlocking, APeriodicPressureIterationBlocksWithTheLaunchesResults) {
+// Periodic neighbours on a kY x kX grid: the halo wraps around the grid.
+void periodic_pressure(uint32_t kY, uint32_t kX) {
   bool skipped = false;
   auto s = validated_session(&skipped);
   if (skipped) GTEST_SKIP() << "no Vulkan device";
   ASSERT_NE(s, nullptr);
-  constexpr uint32_t kY = 40, kX = 36, kIters = 12;
+  constexpr uint32_t kIters = 12;
   Result<KernelHandle> k = s->compile(std::string_view(kPressure));
   ASSERT_TRUE(k.ok()) << k.status().to_string();
   NdArrayHandle p = *s->ndarray(DType::kF32, {kIters + 11, kY, kX}, "p");
@@ -462,14 +462,23 @@ TEST(StencilBlocking, APeriodicPressureIterationBlocksWithTheLaunchesResults) {
   expect_no_validation_messages(*s);
 }
 
+// 40 x 36: not whole tiles either.
+TEST(StencilBlocking, APeriodicPressureIterationBlocksWithTheLaunchesResults) {
+  periodic_pressure(40, 36);
+}
+
+// A periodic box of at most 32 cells a side (the patterns' Jacobi at 32^2): the halo of a 16-cell
+// tile reaches most of the way round, short of wrapping onto the tile itself.
+TEST(StencilBlocking, APeriodicBoxOf32CellsBlocksToo) { periodic_pressure(32, 28); }
+
 // The pressure iteration's adjoint, k from 11 down to 0 with t fixed: a gather with periodic
 // candidates, blocked with a stash, against the CPU evaluator's atomic adds.
-TEST(StencilBlocking, APeriodicPressureAdjointBlocksWithTheLaunchesResults) {
+void periodic_pressure_adjoint(uint32_t kY, uint32_t kX) {
   bool skipped = false;
   auto s = validated_session(&skipped);
   if (skipped) GTEST_SKIP() << "no Vulkan device";
   ASSERT_NE(s, nullptr);
-  constexpr uint32_t kY = 40, kX = 36, kIters = 12, kRowsP = kIters + 11;
+  constexpr uint32_t kIters = 12, kRowsP = kIters + 11;
   Result<codegen::Kernel> adj = codegen::make_adjoint(parsed(kPressure));
   ASSERT_TRUE(adj.ok()) << adj.status().message();
   const std::string text = codegen::print(*adj);
@@ -520,6 +529,14 @@ TEST(StencilBlocking, APeriodicPressureAdjointBlocksWithTheLaunchesResults) {
   expect_no_validation_messages(*s);
 }
 
+TEST(StencilBlocking, APeriodicPressureAdjointBlocksWithTheLaunchesResults) {
+  periodic_pressure_adjoint(40, 36);
+}
+
+TEST(StencilBlocking, APeriodicAdjointOnABoxOf32CellsBlocksToo) {
+  periodic_pressure_adjoint(32, 28);
+}
+
 // What does not block, and says why.
 TEST(StencilBlocking, KernelsThatAreNotStencilsOfTheFormAreRefused) {
   const codegen::Kernel wave = parsed(kWave);
@@ -552,6 +569,16 @@ TEST(StencilBlocking, KernelsThatAreNotStencilsOfTheFormAreRefused) {
   l.kernel = &racy;
   EXPECT_EQ(codegen::stencil_steps(l, codegen::kStencilSharedBytes, &why), 0u);
   EXPECT_NE(why.find("around a row it stores"), std::string::npos) << why;
+  // An index far past the cell that folds to a near one modulo the extent (i + 18 of 20 rows
+  // is i - 2 wrapped) is no wrap-around neighbour: it leaves the extent, which the launch
+  // reports as out of bounds.
+  text = kWave;
+  text.replace(text.find("%imc = max %im, %zero : i32"), 27,
+               "%far = const 18 : i32\n    %imc = add %i, %far : i32");
+  const codegen::Kernel far = parsed(text.c_str());
+  l.kernel = &far;
+  EXPECT_EQ(codegen::stencil_steps(l, codegen::kStencilSharedBytes, &why), 0u);
+  EXPECT_NE(why.find("no bounded offset"), std::string::npos) << why;
   // A neighbour at an offset no bound is known for (a data-dependent index).
   text = kWave;
   text.replace(text.find("%imc = max %im, %zero : i32"), 27,
