@@ -2,6 +2,10 @@
 #include "support/file_check.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <utility>
 
@@ -107,6 +111,37 @@ std::string match(const std::string& output, const std::vector<Directive>& check
     }
   }
   return check_nots(output.size());
+}
+
+std::string source_dir(const char* built) {
+  const char* env = std::getenv("VKAD_SOURCE_DIR");
+  return env && *env ? env : built;
+}
+
+std::vector<std::string> files_in(const std::string& source, const char* folder, const char* ext) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(source) / "tests" / folder, ec)) {
+    if (e.path().extension() == ext) out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string case_name_of(const std::string& path) {
+  std::string stem = std::filesystem::path(path).stem().string();
+  for (char& c : stem) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return stem;
 }
 
 }  // namespace vkad::test

@@ -33,4 +33,14 @@ CheckFile parse_directives(const std::string& contents);
 // "" when `output` satisfies the directives in order, else what failed, naming the line.
 std::string match(const std::string& output, const std::vector<Directive>& checks);
 
+// The source tree: $VKAD_SOURCE_DIR where set (a test binary carried to another machine, e.g.
+// the GPU check), else `built` (the tree the test was built from).
+std::string source_dir(const char* built);
+// The files of folder `folder` of the source tree whose names end in `ext` (".vkir"), sorted.
+std::vector<std::string> files_in(const std::string& source, const char* folder, const char* ext);
+// A file's whole text ("" where it cannot be read).
+std::string read_file(const std::string& path);
+// A gtest case name from a file's stem (what is not a letter or digit becomes '_').
+std::string case_name_of(const std::string& path);
+
 }  // namespace vkad::test

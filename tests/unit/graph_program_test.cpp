@@ -20,8 +20,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -153,28 +151,11 @@ std::string run_program(const std::string& run, const std::string& contents,
   return out.str();
 }
 
-std::string source_dir() {
-  const char* env = std::getenv("VKAD_SOURCE_DIR");
-  return env && *env ? env : VKAD_SOURCE_DIR;
-}
-
+std::string source_dir() { return test::source_dir(VKAD_SOURCE_DIR); }
 std::vector<std::string> program_files() {
-  namespace fs = std::filesystem;
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(fs::path(source_dir()) / "tests" / "programs", ec)) {
-    if (e.path().extension() == ".vkprog") out.push_back(e.path().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
+  return test::files_in(source_dir(), "programs", ".vkprog");
 }
-
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test::read_file;
 
 // ---- the registry and the pipeline text ----------------------------------------------------
 
@@ -218,7 +199,7 @@ TEST(GraphPipeline, BadTextIsRefusedNamingWhatIsWrong) {
 
 TEST(GraphPipeline, APassThatCannotMakeItsKernelKeepsTheProgramAsCaptured) {
   // Two element-wise launches fuse; with the fused kernel refused the program stays as it was.
-  const std::string text = read(source_dir() + "/tests/programs/fuse_a_chain.vkprog");
+  const std::string text = read_file(source_dir() + "/tests/programs/fuse_a_chain.vkprog");
   bool ok = false;
   std::string out = run_program("schedule, fuse", text, ProgramTarget{}, &ok);
   ASSERT_TRUE(ok) << out;
@@ -257,7 +238,7 @@ class ProgramFile : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ProgramFile, Checks) {
   const std::string& path = GetParam();
-  const std::string contents = read(path);
+  const std::string contents = read_file(path);
   ASSERT_FALSE(contents.empty()) << "cannot read " << path;
   CheckFile f = parse_directives(contents);
   ASSERT_EQ(f.error, "") << path;
@@ -272,11 +253,7 @@ TEST_P(ProgramFile, Checks) {
 }
 
 std::string case_name(const ::testing::TestParamInfo<std::string>& info) {
-  std::string stem = std::filesystem::path(info.param).stem().string();
-  for (char& c : stem) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  return stem;
+  return test::case_name_of(info.param);
 }
 
 INSTANTIATE_TEST_SUITE_P(Programs, ProgramFile, ::testing::ValuesIn(program_files()), case_name);

@@ -73,21 +73,8 @@ std::string run_pipeline(const std::string& run, const std::string& text, bool* 
 
 // The source tree: $VKAD_SOURCE_DIR where set (a binary carried to another machine, e.g. the GPU
 // check), else the tree the test was built from.
-std::string source_dir() {
-  const char* env = std::getenv("VKAD_SOURCE_DIR");
-  return env && *env ? env : VKAD_SOURCE_DIR;
-}
-
-std::vector<std::string> kernel_files() {
-  namespace fs = std::filesystem;
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(fs::path(source_dir()) / "tests" / "kernels", ec)) {
-    if (e.path().extension() == ".vkir") out.push_back(e.path().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
+std::string source_dir() { return test::source_dir(VKAD_SOURCE_DIR); }
+std::vector<std::string> kernel_files() { return test::files_in(source_dir(), "kernels", ".vkir"); }
 
 // ---- the runner's own behaviour -----------------------------------------------------------
 
@@ -234,11 +221,7 @@ TEST_P(VkirFile, Checks) {
 }
 
 std::string case_name(const ::testing::TestParamInfo<std::string>& info) {
-  std::string stem = std::filesystem::path(info.param).stem().string();
-  for (char& c : stem) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  return stem;
+  return test::case_name_of(info.param);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, VkirFile, ::testing::ValuesIn(kernel_files()), case_name);
