@@ -78,7 +78,11 @@ def test_new_tape_per_iteration_creates_no_vulkan_objects_in_the_steady_state(se
         np.testing.assert_allclose(t.grad(xs[0]).numpy(), chain(X0, 0, STEPS), atol=5e-3)
         del t
         gc.collect()  # the tape and its gradients go now, not at some later collection
-        created.append(s.stats()["vulkan_objects_created"])
+        st = s.stats()
+        # Pipelines aside: a specialized variant made in the background (runtime.h,
+        # background_specialization) lands whenever its compile ends -- under load, iterations
+        # later -- and is no allocation of the tape's.
+        created.append(st["vulkan_objects_created"] - st["pipelines_created"])
     assert created[2:] == [created[1]] * 3, created
     assert s.stats()["ndarray_pool_bytes"] >= (STEPS + 1) * N * 4
     s.release_idle_memory()
