@@ -59,7 +59,7 @@ struct SessionCore {
   GraphSwitches graph;
   // Every kernel compiled here and every kernel a rework made, by handle id: IR, access
   // summary, adstacks and what the graph passes derive from them (graph/kernel_catalog.h).
-  // Written by register_ir / GraphCompiler::rework_compile and read by the reworks (a
+  // Written by register_ir / GraphCompiler::make (the passes' sink) and read by the reworks (a
   // background one's worker too: the session's thread joins it first), never by a capture's
   // launches.
   KernelCatalog catalog;

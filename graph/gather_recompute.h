@@ -1,6 +1,7 @@
 // Gather recompute: a launch that gathers from an array an earlier launch wrote element by
 // element computes the elements it reads itself, from that launch's inputs, so it no longer
-// waits for it (GraphCompiler::recompute, before scheduling; session.h "Gather recompute").
+// waits for it (the recompute pass, graph/recompute_pass.cpp, before scheduling; docs/graphs.md,
+// "Gather recompute").
 //
 // Why: on a GPU every dependent launch costs a barrier (2.95 us on an H100) however little it
 // does, and a step of a grid-based simulation is scatter -> element-wise grid update -> gather
