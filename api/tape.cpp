@@ -1,10 +1,10 @@
 #include "api/tape.h"
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -197,7 +197,8 @@ std::string loop_where(size_t j, int64_t r, const codegen::KernelAccess* access 
 
 bool same_arg(const Arg& a, const Arg& b) {
   return a.kind == b.kind && a.dtype == b.dtype && a.i == b.i && a.array.id == b.array.id &&
-         std::memcmp(&a.f, &b.f, sizeof a.f) == 0;
+         // The bits: a NaN argument equals itself, and -0.0 differs from 0.0.
+         std::bit_cast<uint64_t>(a.f) == std::bit_cast<uint64_t>(b.f);
 }
 
 bool same_launches(std::span<const LoopLaunch> a, std::span<const LoopLaunch> b) {
@@ -258,9 +259,9 @@ Status check_loop_serially(Session& session, TapeHazards& hz, std::span<const Ta
 }
 
 // The shapes of the body's arrays, for a check on a thread that may not call the session.
-TapeHazards::Extent extents_of(Session& session, std::span<const TapeLoopLaunch> body,
-                               std::shared_ptr<std::unordered_map<uint64_t, std::vector<uint32_t>>>
-                                   shapes) {
+TapeHazards::Extent extents_of(
+    Session& session, std::span<const TapeLoopLaunch> body,
+    std::shared_ptr<std::unordered_map<uint64_t, std::vector<uint32_t>>> shapes) {
   for (const TapeLoopLaunch& l : body) {
     for (const Arg& x : l.args) {
       if (x.kind != runtime::ParamKind::kNdArray || shapes->count(x.array.id)) continue;
@@ -356,9 +357,8 @@ Status Tape::check_loop(std::span<const TapeLoopLaunch> body, std::span<const Lo
   // The check's ~1 us per launch on a thread of its own while this one readies the loop (its
   // kernels rolled, compiled, registered, their pipelines made): they overlap.
   TapeHazards saved = *hazards_;
-  const TapeHazards::Extent extent =
-      extents_of(*session_, body,
-                 std::make_shared<std::unordered_map<uint64_t, std::vector<uint32_t>>>());
+  const TapeHazards::Extent extent = extents_of(
+      *session_, body, std::make_shared<std::unordered_map<uint64_t, std::vector<uint32_t>>>());
   bool accepted = false;
   auto work = [&]() noexcept {
     try {
@@ -538,20 +538,7 @@ void Tape::reset() {
   prune();
 }
 
-Status Tape::backward(std::span<const TapeSeed> seeds, std::vector<TapeAdjointLaunch>* launched) {
-  if (launched) launched->clear();
-  if (!broken_.empty()) {
-    return make_error(ErrorCode::kFailedPrecondition,
-                      "tape.backward: " + broken_ + "; record the iteration again (reset())");
-  }
-  if (records_.empty()) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "tape.backward: no launch of a differentiated kernel was recorded");
-  }
-  // Everything a seed can get wrong is checked before anything is made or recorded.
-  for (const TapeSeed& s : seeds) VKAD_TRY(check_seed(*session_, s, differentiated(s.array)));
-  prune();
-  // The gradients this recording needs, made where missing, listed once each.
+Status Tape::list_gradients() {
   ++epoch_;
   zero_list_.clear();
   for (const Record& r : records_) {
@@ -594,11 +581,11 @@ Status Tape::backward(std::span<const TapeSeed> seeds, std::vector<TapeAdjointLa
         Result<std::string> name = session_->name(a);
         VKAD_ASSIGN_OR_RETURN_CTX(
             NdArrayHandle g,
-            session_->runtime().create_ndarray(
-                t, std::move(shape),
-                name.ok() && !name->empty() ? *name + "_grad"
-                                            : "tape grad of " + runtime::handle_string(a.id),
-                true),
+            session_->runtime().create_ndarray(t, std::move(shape),
+                                               name.ok() && !name->empty()
+                                                   ? *name + "_grad"
+                                                   : "tape grad of " + runtime::handle_string(a.id),
+                                               true),
             "tape.backward");
         it = grads_.emplace(a.id, Grad{g, true, 0}).first;
       }
@@ -608,6 +595,23 @@ Status Tape::backward(std::span<const TapeSeed> seeds, std::vector<TapeAdjointLa
       }
     }
   }
+  return {};
+}
+
+Status Tape::backward(std::span<const TapeSeed> seeds, std::vector<TapeAdjointLaunch>* launched) {
+  if (launched) launched->clear();
+  if (!broken_.empty()) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "tape.backward: " + broken_ + "; record the iteration again (reset())");
+  }
+  if (records_.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "tape.backward: no launch of a differentiated kernel was recorded");
+  }
+  // Everything a seed can get wrong is checked before anything is made or recorded.
+  for (const TapeSeed& s : seeds) VKAD_TRY(check_seed(*session_, s, differentiated(s.array)));
+  prune();
+  VKAD_TRY(list_gradients());
   VKAD_TRY_CTX(session_->zero(std::span<const NdArrayHandle>(zero_list_)), "tape.backward");
   for (const TapeSeed& s : seeds) {
     const NdArrayHandle g = grads_.at(s.array.id).grad;

@@ -254,6 +254,9 @@ class Tape {
   };
   // Drops the gradients of arrays that are no longer live, freeing those the tape made.
   void prune();
+  // backward's first part: the gradients the recording needs, made where missing (not for an
+  // array freed since it was recorded), listed once each in zero_list_.
+  Status list_gradients();
   Status launch_adjoint(size_t index);
   // launch_loop's check of every iteration's launches against hazards_, on a thread of its own
   // while this one readies `body` (Session::ready_loop); the record left as it was where a
@@ -275,7 +278,7 @@ class Tape {
   // the one of (r.forward, parameter). Listed by backward before any adjoint asks.
   NdArrayHandle gradient(const Record& r, uint32_t k) const;
 
-  Session* session_;     // borrowed
+  Session* session_;  // borrowed
   // What the recording read and wrote (launch refuses overwrites; api/tape_hazards.h).
   std::unique_ptr<TapeHazards> hazards_;
   std::vector<Record> records_;

@@ -5,9 +5,9 @@
 // dtype/shape conveniences live in Python, and vkad.Tape is a Python class over vkad._Tape, this
 // binding's vkad::Tape (tape.cpp): a launch inside `with t:`, a Session.loop on it, backward,
 // checkpointing and scalar gradients are vkad::Tape's, so the front doors share one tape and
-// its messages. What lives here is what must be fast or must touch memory: launch (arguments converted against
-// the kernel's parameters), numpy upload and download (one copy at most), and the locking that lets
-// blocking waits release the GIL.
+// its messages. What lives here is what must be fast or must touch memory: launch (arguments
+// converted against the kernel's parameters), numpy upload and download (one copy at most), and the
+// locking that lets blocking waits release the GIL.
 //
 // Threads: a vkad::Session is externally synchronised. Every Session call takes the session's
 // mutex; a blocking call (download, synchronize, flush, compile, close) releases the GIL first,
@@ -27,8 +27,8 @@
 #include <nanobind/stl/vector.h>
 
 #include <atomic>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -41,9 +41,9 @@
 #include <vector>
 
 #include "api/tape.h"
-#include "ir/launch_access.h"
 #include "cuda_interop.h"
 #include "dlpack.h"
+#include "ir/launch_access.h"
 #include "runtime/runtime.h"
 #include "vkad.h"
 
@@ -134,6 +134,9 @@ struct State {
   // its Python object, held while it records; null / None otherwise.
   Tape* recording = nullptr;
   nb::object recording_obj = nb::none();
+  // The live arrays with `array.grad` set, by handle id (changed with the GIL held): a tape's
+  // backward gives their gradients to its vkad::Tape (Tape::set_grad).
+  std::unordered_map<uint64_t, struct NdArray*> with_grad;
   // The graph being captured (a Graph) or None: launches append their kernel to it.
   nb::object capture = nb::none();
   // Session.loop's body is running: launches are traced, everything else is refused.
@@ -168,7 +171,7 @@ struct State {
   State& operator=(const State&) = delete;
   ~State() {
     if (session) session->set_print_sink(nullptr);  // no Python from a destructor
-    pending_tapes.clear();  // (no _Tape lives: each holds this State)
+    pending_tapes.clear();                          // (no _Tape lives: each holds this State)
     session.reset();                                // frees its blocks through `cuda`'s hook first
     closing.reset();
     cuda.reset();
@@ -242,6 +245,7 @@ struct NdArray {
   ~NdArray() {
     // Garbage collection frees the device array (after its in-flight launches, as
     // Session::free does). If another thread is inside the session, the next call frees it.
+    if (st && !grad.is_none()) st->with_grad.erase(handle.id);
     if ((freed && !free_deferred) || !st || !owner.is_none()) return;
     if (st->mu.try_lock()) {
       if (st->session) (void)st->session->free(handle);
@@ -429,10 +433,6 @@ struct Tape {
   // body's recorded launches.
   std::vector<Kernel*> record_kernels;
   std::unordered_map<size_t, uint32_t> loop_lens;
-  // The recording's differentiated arrays, each once (alive through `launches`): backward
-  // gives the tape their `array.grad`.
-  std::vector<NdArray*> differentiated;
-  std::unordered_set<uint64_t> differentiated_ids;
   // array handle id -> the caller's gradient given to tape->set_grad (its handle id).
   std::unordered_map<uint64_t, uint64_t> caller_grads;
 
@@ -442,11 +442,9 @@ struct Tape {
   Tape& operator=(const Tape&) = delete;
   vkad::Tape& get();  // raises when the session is closed
   // After tape->launch accepted a launch of `k` with `args` (the Python tuple): its record.
-  void record(nb::handle kernel, Kernel* k, std::span<const Arg> span, nb::handle args);
+  void record(nb::handle kernel, Kernel* k, nb::handle args);
   // After tape->launch_loop recorded a Session.loop: its LoopRecord (`rec`, the Python object).
   void record_loop(nb::object rec, const struct LoopRecord& loop);
-  void note_differentiated(const Kernel& k, std::span<const Arg> span,
-                           const std::function<nb::handle(size_t)>& value);
 };
 
 // The launches of a Session.loop in the Graph being captured, as launch_loop made them (`info`,

@@ -198,7 +198,8 @@ void Session::launch_converted(nb::handle kernel, Kernel* k, std::span<const Arg
   // (refused before anything runs), checkpoint copies, launch and record.
   Tape* tape = k->diff ? st->recording : nullptr;
   if (tape && !args.is_valid()) {
-    invalid("launch '" + k->name + "': a differentiated kernel launched on a recording tape "
+    invalid("launch '" + k->name +
+            "': a differentiated kernel launched on a recording tape "
             "without its Python arguments");
   }
   {
@@ -214,7 +215,7 @@ void Session::launch_converted(nb::handle kernel, Kernel* k, std::span<const Arg
       check(launched);
     }
   }
-  if (tape) tape->record(kernel, k, span, args);
+  if (tape) tape->record(kernel, k, args);
   if (!st->capture.is_none()) nb::cast<Graph*>(st->capture)->add(k);
 }
 

@@ -171,7 +171,8 @@ NdArray& Session::own(nb::handle obj, const char* what) {
 void Session::free(nb::handle obj) {
   NdArray& a = own(obj, "free");
   if (!a.owner.is_none()) {
-    invalid("free: " + a.label() + " is a tape's gradient: the tape frees it (with itself, or "
+    invalid("free: " + a.label() +
+            " is a tape's gradient: the tape frees it (with itself, or "
             "once its array is freed)");
   }
   if (a.exports > 0) {  // DLPack consumers still use its memory: freed after the last one
@@ -250,6 +251,12 @@ void bind_ndarray(nb::module_& m) {
               }
             }
             a.grad = std::move(g);
+            // Where a tape's backward finds it (Tape::set_grad).
+            if (a.grad.is_none()) {
+              a.st->with_grad.erase(a.handle.id);
+            } else {
+              a.st->with_grad[a.handle.id] = &a;
+            }
           },
           nb::arg("grad").none(),
           "The caller's gradient array (same dtype and shape), which a Tape uses; None when "

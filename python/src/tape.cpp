@@ -43,32 +43,17 @@ vkad::Tape& Tape::get() {
   return *tape;
 }
 
-void Tape::note_differentiated(const Kernel& k, std::span<const Arg> span,
-                               const std::function<nb::handle(size_t)>& value) {
-  for (const auto& [p, name] : k.gradients) {
-    if (p >= span.size() || span[p].kind != ParamKind::kNdArray) continue;
-    if (!differentiated_ids.insert(span[p].array.id).second) continue;
-    NdArray* a = nullptr;
-    if (nb::try_cast<NdArray*>(value(p), a) && a) differentiated.push_back(a);
-  }
-}
-
-void Tape::record(nb::handle kernel, Kernel* k, std::span<const Arg> span, nb::handle args) {
+void Tape::record(nb::handle kernel, Kernel* k, nb::handle args) {
   nb::tuple rec = nb::make_tuple(nb::borrow(kernel), args);
   untrack_if_atomic(args);
   untrack_if_atomic(rec);
   launches.append(rec);
   record_kernels.push_back(k);
-  nb::tuple values = nb::borrow<nb::tuple>(args);
-  note_differentiated(*k, span, [&](size_t i) { return nb::handle(values[i]); });
 }
 
 void Tape::record_loop(nb::object rec, const LoopRecord& loop) {
   loop_lens.emplace(record_kernels.size(), static_cast<uint32_t>(loop.entries.size()));
-  for (const LoopEntry& e : loop.entries) {
-    record_kernels.push_back(e.k);
-    note_differentiated(*e.k, e.args, [&](size_t i) { return nb::handle(e.values[i]); });
-  }
+  for (const LoopEntry& e : loop.entries) record_kernels.push_back(e.k);
   launches.append(std::move(rec));
 }
 
@@ -100,25 +85,30 @@ NdArray& array_of(const Tape& t, nb::handle obj, const char* what) {
   return *a;
 }
 
-// Each recorded differentiated array's `array.grad` (the caller's gradient) given to the tape
-// (set_grad), or taken back where the caller unset it, before a backward.
+// Each array's `array.grad` (the caller's gradient) given to the tape (set_grad), or taken back
+// where the caller unset it or the array went, before a backward: per array with one, not per
+// recorded launch (the record path stays as cheap as a launch).
 void give_caller_grads(Tape& t) {
-  for (NdArray* a : t.differentiated) {
-    if (a->freed) continue;
+  for (const auto& [id, a] : t.st->with_grad) {
     NdArray* g = nullptr;
-    uint64_t want = 0;
-    if (!a->grad.is_none() && nb::try_cast<NdArray*>(a->grad, g) && g && !g->freed) {
-      want = g->handle.id;
+    if (a->freed || !nb::try_cast<NdArray*>(a->grad, g) || !g || g->freed) continue;
+    auto it = t.caller_grads.find(id);
+    if (it != t.caller_grads.end() && it->second == g->handle.id) continue;
+    check(t.get().set_grad(a->handle, g->handle));
+    t.caller_grads[id] = g->handle.id;
+  }
+  for (auto it = t.caller_grads.begin(); it != t.caller_grads.end();) {
+    auto now = t.st->with_grad.find(it->first);
+    NdArray* g = nullptr;
+    const bool kept = now != t.st->with_grad.end() && !now->second->freed &&
+                      nb::try_cast<NdArray*>(now->second->grad, g) && g && !g->freed &&
+                      g->handle.id == it->second;
+    if (kept) {
+      ++it;
+      continue;
     }
-    auto it = t.caller_grads.find(a->handle.id);
-    const uint64_t had = it == t.caller_grads.end() ? 0 : it->second;
-    if (want == had) continue;
-    check(t.get().set_grad(a->handle, NdArrayHandle{want}));
-    if (want == 0) {
-      t.caller_grads.erase(a->handle.id);
-    } else {
-      t.caller_grads[a->handle.id] = want;
-    }
+    (void)t.get().set_grad(NdArrayHandle{it->first}, NdArrayHandle{});
+    it = t.caller_grads.erase(it);
   }
 }
 
@@ -173,8 +163,6 @@ void reset(Tape& t) {
   // reset drops their gradients.
   t.record_kernels.clear();
   t.loop_lens.clear();
-  t.differentiated.clear();
-  t.differentiated_ids.clear();
   // The same list object, emptied (Tape.launches may be held by the caller).
   if (PySequence_DelSlice(t.launches.ptr(), 0, PY_SSIZE_T_MAX) != 0) throw nb::python_error();
   Locked l(*t.st);
@@ -238,8 +226,8 @@ void bind_tape(nb::module_& m, nb::class_<Session>& session) {
   (void)session;
   nb::class_<Tape>(m, "_Tape",
                    "The session's vkad::Tape (api/tape.h), behind vkad.Tape (python/vkad/tape.py).")
-      .def("__init__",
-           [](Tape* t, Session& s) { new (t) Tape(s.st); }, "session"_a)
+      .def(
+          "__init__", [](Tape* t, Session& s) { new (t) Tape(s.st); }, "session"_a)
       .def_ro("launches", &Tape::launches,
               "A (kernel, args) tuple per recorded launch, a LoopRecord per Session.loop.")
       .def("begin", &begin, "Starts a recording (reset()) that Session.launch / loop record on.")
@@ -254,16 +242,21 @@ void bind_tape(nb::module_& m, nb::class_<Session>& session) {
       .def("scalar_grad", &scalar_grad, "kernel"_a, "param"_a,
            nb::sig("def scalar_grad(self, kernel: Kernel, param: int) -> NdArray"),
            "The gradient of differentiated scalar parameter `param` of forward kernel `kernel`.")
-      .def("has_grad",
-           [](Tape& t, uint64_t handle) { return t.tape && t.tape->has_grad(NdArrayHandle{handle}); },
-           "handle"_a, "Whether the tape holds a gradient for the array of this handle.")
+      .def(
+          "has_grad",
+          [](Tape& t, uint64_t handle) {
+            return t.tape && t.tape->has_grad(NdArrayHandle{handle});
+          },
+          "handle"_a, "Whether the tape holds a gradient for the array of this handle.")
       .def_prop_rw(
           "checkpoint_every", [](Tape& t) { return t.get().checkpoint_every(); },
           &set_checkpoint_every, "vkad::Tape::set_checkpoint_every's launches per segment.")
-      .def_prop_ro("records", [](Tape& t) { return t.get().launches(); },
-                   "vkad::Tape::launches: records, a loop's body counted per launch.")
-      .def_prop_ro("gradients", [](Tape& t) { return t.get().gradients(); },
-                   "vkad::Tape::gradients: gradient arrays held.");
+      .def_prop_ro(
+          "records", [](Tape& t) { return t.get().launches(); },
+          "vkad::Tape::launches: records, a loop's body counted per launch.")
+      .def_prop_ro(
+          "gradients", [](Tape& t) { return t.get().gradients(); },
+          "vkad::Tape::gradients: gradient arrays held.");
 }
 
 }  // namespace vkad_py

@@ -612,8 +612,8 @@ TEST_F(TapeTest, SetGradOfNoneGivesTheGradientBackToTheTape) {
   ASSERT_TRUE(tape.backward({TapeSeed::of_value(b, 1.0)}).ok());
   auto g = tape.grad(a);
   ASSERT_TRUE(g.ok());
-  EXPECT_NE(g->id, mine.id);  // the tape's own, made by that backward
-  EXPECT_NEAR(read(*g, kN)[0], 0.9, 1e-3);  // d(0.9 sin(a) + 0.1)/da at a = 0
+  EXPECT_NE(g->id, mine.id);                            // the tape's own, made by that backward
+  EXPECT_NEAR(read(*g, kN)[0], 0.9, 1e-3);              // d(0.9 sin(a) + 0.1)/da at a = 0
   ASSERT_TRUE(tape.set_grad(a, NdArrayHandle{}).ok());  // a gradient the tape made stays
   EXPECT_TRUE(tape.has_grad(a));
   EXPECT_NEAR(read(mine, kN)[0], 0.9, 1e-3);  // the caller's, left as the first backward left it
