@@ -1,10 +1,14 @@
 #include "api/tape.h"
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
 
 #include "api/loop_steps.h"
 #include "api/tape_hazards.h"
@@ -185,9 +189,91 @@ void loop_args(const TapeLoopLaunch& l, int64_t r, std::vector<Arg>* a) {
   for (size_t p = 0; p < l.step.size() && p < a->size(); ++p) (*a)[p].i += r * l.step[p];
 }
 
-std::string loop_where(size_t j, int64_t r) {
-  return "tape.launch_loop: launch " + std::to_string(j) + " of the body, iteration " +
+std::string loop_where(size_t j, int64_t r, const codegen::KernelAccess* access = nullptr) {
+  return "tape.launch_loop: launch " + std::to_string(j) + " of the body" +
+         (access ? " ('" + access->kernel + "')" : std::string()) + ", iteration " +
          std::to_string(r);
+}
+
+bool same_arg(const Arg& a, const Arg& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.i == b.i && a.array.id == b.array.id &&
+         // The bits: a NaN argument equals itself, and -0.0 differs from 0.0.
+         std::bit_cast<uint64_t>(a.f) == std::bit_cast<uint64_t>(b.f);
+}
+
+bool same_launches(std::span<const LoopLaunch> a, std::span<const LoopLaunch> b) {
+  if (a.size() != b.size()) return false;
+  for (size_t j = 0; j < a.size(); ++j) {
+    if (a[j].kernel.id != b[j].kernel.id || a[j].args.size() != b[j].args.size() ||
+        a[j].step != b[j].step) {
+      return false;
+    }
+    for (size_t p = 0; p < a[j].args.size(); ++p) {
+      if (!same_arg(a[j].args[p], b[j].args[p])) return false;
+    }
+  }
+  return true;
+}
+
+// The recorded launches of a body (its differentiate() results'), as a TapeLoopChecks keys them.
+std::vector<LoopLaunch> recorded_launches(std::span<const TapeLoopLaunch> body) {
+  std::vector<LoopLaunch> out;
+  for (const TapeLoopLaunch& l : body) {
+    if (l.d != nullptr) out.push_back({l.d->forward, l.args, l.step});
+  }
+  return out;
+}
+
+// Every iteration's recorded launches checked against `hz` and recorded, the extents from
+// `extent` (no session call: it runs on a thread of its own). False where one is refused.
+bool accepts_loop(TapeHazards& hz, const TapeHazards::Extent& extent,
+                  std::span<const TapeLoopLaunch> body,
+                  std::span<const std::shared_ptr<const codegen::KernelAccess>> access,
+                  uint32_t count) {
+  std::vector<Arg> a;
+  for (uint32_t r = 0; r < count; ++r) {
+    for (size_t j = 0; j < body.size(); ++j) {
+      if (body[j].d == nullptr) continue;
+      loop_args(body[j], r, &a);
+      if (!hz.accepts(extent, access[j], a)) return false;
+      hz.record();
+    }
+  }
+  return true;
+}
+
+// The check of accepts_loop with the session's extents and messages: the refusal's error.
+Status check_loop_serially(Session& session, TapeHazards& hz, std::span<const TapeLoopLaunch> body,
+                           std::span<const std::shared_ptr<const codegen::KernelAccess>> access,
+                           uint32_t count) {
+  std::vector<Arg> a;
+  for (uint32_t r = 0; r < count; ++r) {
+    for (size_t j = 0; j < body.size(); ++j) {
+      if (body[j].d == nullptr) continue;
+      loop_args(body[j], r, &a);
+      VKAD_TRY_CTX(hz.check(session, access[j], a), loop_where(j, r, access[j].get()));
+      hz.record();
+    }
+  }
+  return {};
+}
+
+// The shapes of the body's arrays, for a check on a thread that may not call the session.
+TapeHazards::Extent extents_of(
+    Session& session, std::span<const TapeLoopLaunch> body,
+    std::shared_ptr<std::unordered_map<uint64_t, std::vector<uint32_t>>> shapes) {
+  for (const TapeLoopLaunch& l : body) {
+    for (const Arg& x : l.args) {
+      if (x.kind != runtime::ParamKind::kNdArray || shapes->count(x.array.id)) continue;
+      Result<std::vector<uint32_t>> sh = session.shape(x.array);
+      if (sh.ok()) shapes->emplace(x.array.id, std::move(*sh));
+    }
+  }
+  return [shapes](NdArrayHandle a, uint32_t d) -> std::optional<uint32_t> {
+    auto it = shapes->find(a.id);
+    if (it == shapes->end() || d >= it->second.size()) return std::nullopt;
+    return it->second[d];
+  };
 }
 
 // What launch() refuses of a differentiate() result's arguments, before its hazard check.
@@ -212,13 +298,106 @@ Status loop_launch_args(const TapeLoopLaunch& l, uint32_t count) {
 
 }  // namespace
 
+TapeLoopChecks::TapeLoopChecks() = default;
+TapeLoopChecks::~TapeLoopChecks() = default;
+
+struct TapeLoopChecks::Entry {
+  std::vector<LoopLaunch> launches;  // the recorded ones, in body order
+  uint32_t count = 0;
+  TapeHazards after;
+};
+
+const TapeHazards* TapeLoopChecks::find(std::span<const LoopLaunch> launches,
+                                        uint32_t count) const {
+  for (const std::unique_ptr<Entry>& e : entries_) {
+    if (e->count == count && same_launches(e->launches, launches)) return &e->after;
+  }
+  return nullptr;
+}
+
+void TapeLoopChecks::keep(std::vector<LoopLaunch> launches, uint32_t count,
+                          const TapeHazards& after) {
+  if (launches.empty() || find(launches, count) != nullptr) return;
+  if (entries_.size() >= kMax) entries_.erase(entries_.begin());
+  entries_.push_back(std::make_unique<Entry>(Entry{std::move(launches), count, after}));
+}
+
+Status TapeLoopChecks::prepare(Session& session, std::span<const TapeLoopLaunch> body,
+                               uint32_t count) {
+  std::vector<std::shared_ptr<const codegen::KernelAccess>> access(body.size());
+  for (size_t j = 0; j < body.size(); ++j) {
+    if (body[j].d == nullptr) continue;
+    VKAD_TRY_CTX(loop_launch_args(body[j], count), loop_where(j, 0));
+    access[j] = session.launch_access(body[j].d->forward);
+  }
+  std::vector<LoopLaunch> key = recorded_launches(body);
+  if (key.empty() || count == 0 || find(key, count) != nullptr) return {};
+  TapeHazards hz;
+  VKAD_TRY(check_loop_serially(session, hz, body, access, count));
+  keep(std::move(key), count, hz);
+  return {};
+}
+
+Status Tape::check_loop(std::span<const TapeLoopLaunch> body, std::span<const LoopLaunch> launches,
+                        uint32_t count) {
+  std::vector<std::shared_ptr<const codegen::KernelAccess>> access(body.size());
+  for (size_t j = 0; j < body.size(); ++j) {
+    if (body[j].d != nullptr) access[j] = session_->launch_access(body[j].d->forward);
+  }
+  const bool from_empty = hazards_->launches() == 0;
+  std::vector<LoopLaunch> key;
+  if (from_empty && loop_checks_) {
+    key = recorded_launches(body);
+    if (const TapeHazards* known = loop_checks_->find(key, count)) {
+      *hazards_ = *known;  // checked before, from an empty record
+      session_->ready_loop(launches, count);
+      return {};
+    }
+  }
+  // The check's ~1 us per launch on a thread of its own while this one readies the loop (its
+  // kernels rolled, compiled, registered, their pipelines made): they overlap.
+  TapeHazards saved = *hazards_;
+  const TapeHazards::Extent extent = extents_of(
+      *session_, body, std::make_shared<std::unordered_map<uint64_t, std::vector<uint32_t>>>());
+  bool accepted = false;
+  auto work = [&]() noexcept {
+    try {
+      accepted = accepts_loop(*hazards_, extent, body, access, count);
+    } catch (...) {
+      accepted = false;
+    }
+  };
+  std::thread checker;
+  try {
+    checker = std::thread(work);
+  } catch (...) {
+    work();  // no thread: here
+  }
+  session_->ready_loop(launches, count);
+  if (checker.joinable()) checker.join();
+  if (!accepted) {  // the check again with the session, for its message
+    *hazards_ = saved;
+    Status c = check_loop_serially(*session_, *hazards_, body, access, count);
+    if (!c.ok()) {
+      *hazards_ = std::move(saved);
+      return c;
+    }
+  }
+  if (from_empty && loop_checks_) loop_checks_->keep(std::move(key), count, *hazards_);
+  return {};
+}
+
 Status Tape::launch_loop(std::span<const TapeLoopLaunch> body, uint32_t count, LoopInfo* info) {
   if (info) *info = {};
   if (count == 0 || body.empty()) return {};
   for (size_t j = 0; j < body.size(); ++j) {
     if (body[j].d == nullptr) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        loop_where(j, 0) + ": no differentiate() result");
+      if (body[j].kernel.id == 0) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          loop_where(j, 0) + ": no differentiate() result, nor a kernel");
+      }
+      VKAD_TRY_CTX(check_loop_steps(body[j].args, body[j].step, count), loop_where(j, 0));
+      continue;
     }
     VKAD_TRY_CTX(loop_launch_args(body[j], count), loop_where(j, 0));
   }
@@ -227,27 +406,24 @@ Status Tape::launch_loop(std::span<const TapeLoopLaunch> body, uint32_t count, L
     for (uint32_t r = 0; r < count; ++r) {
       for (size_t j = 0; j < body.size(); ++j) {
         loop_args(body[j], r, &a);
-        VKAD_TRY_CTX(launch(*body[j].d, a), loop_where(j, r));
+        if (body[j].d != nullptr) {
+          VKAD_TRY_CTX(launch(*body[j].d, a), loop_where(j, r));
+        } else {
+          VKAD_TRY_CTX(session_->launch(body[j].kernel, a), loop_where(j, r));
+        }
         if (info) ++info->launches;
       }
     }
     return {};
   }
-  // Every launch checked before any runs; the record put back if one is refused.
-  TapeHazards saved = *hazards_;
-  for (uint32_t r = 0; r < count; ++r) {
-    for (size_t j = 0; j < body.size(); ++j) {
-      loop_args(body[j], r, &a);
-      Status c = hazards_->check(*session_, session_->launch_access(body[j].d->forward), a);
-      if (!c.ok()) {
-        *hazards_ = std::move(saved);
-        return c.with_context(loop_where(j, r));
-      }
-      hazards_->record();
-    }
-  }
   std::vector<LoopLaunch> fwd;
-  for (const TapeLoopLaunch& l : body) fwd.push_back({l.d->forward, l.args, l.step});
+  for (const TapeLoopLaunch& l : body) {
+    fwd.push_back({l.d != nullptr ? l.d->forward : l.kernel, l.args, l.step});
+  }
+  // Every launch checked before any runs; the record put back if one is refused or the loop
+  // fails.
+  TapeHazards saved = *hazards_;
+  VKAD_TRY(check_loop(body, fwd, count));
   LoopInfo ran;
   Status st;
   {
@@ -269,12 +445,15 @@ Status Tape::launch_loop(std::span<const TapeLoopLaunch> body, uint32_t count, L
 
 void Tape::record_loop(std::span<const TapeLoopLaunch> body, uint32_t count) {
   const uint32_t first = static_cast<uint32_t>(records_.size());
+  uint32_t recorded = 0;
+  for (const TapeLoopLaunch& l : body) recorded += l.d != nullptr ? 1 : 0;
   for (const TapeLoopLaunch& l : body) {
+    if (l.d == nullptr) continue;  // not differentiated: ran, not recorded
     Record r;
     r.forward = l.d->forward;
     r.adjoint = l.d->adjoint;
     r.loop_first = first;
-    r.loop_len = static_cast<uint32_t>(body.size());
+    r.loop_len = recorded;
     r.loop_count = count;
     r.step_begin = static_cast<uint32_t>(steps_.size());
     r.arg_begin = static_cast<uint32_t>(args_.size());
@@ -288,7 +467,7 @@ void Tape::record_loop(std::span<const TapeLoopLaunch> body, uint32_t count) {
   }
 }
 
-Status Tape::launch_adjoint_loop(size_t first, size_t len) {
+Status Tape::launch_adjoint_loop(size_t first, size_t len, LoopInfo* info) {
   std::vector<LoopLaunch> body;
   const int64_t last = static_cast<int64_t>(records_[first].loop_count) - 1;
   for (size_t j = first + len; j-- > first;) {
@@ -311,7 +490,7 @@ Status Tape::launch_adjoint_loop(size_t first, size_t len) {
   // Its iterations run from the forward's last: the note says so.
   LaunchNote note(*session_, "the adjoint (run from the last iteration) of the loop at tape entry",
                   first);
-  VKAD_TRY_CTX(session_->launch_loop(body, records_[first].loop_count),
+  VKAD_TRY_CTX(session_->launch_loop(body, records_[first].loop_count, info),
                "tape.backward: adjoint of the loop at launch " + std::to_string(first));
   return {};
 }
@@ -359,19 +538,7 @@ void Tape::reset() {
   prune();
 }
 
-Status Tape::backward(std::span<const TapeSeed> seeds) {
-  if (!broken_.empty()) {
-    return make_error(ErrorCode::kFailedPrecondition,
-                      "tape.backward: " + broken_ + "; record the iteration again (reset())");
-  }
-  if (records_.empty()) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "tape.backward: no launch of a differentiated kernel was recorded");
-  }
-  // Everything a seed can get wrong is checked before anything is made or recorded.
-  for (const TapeSeed& s : seeds) VKAD_TRY(check_seed(*session_, s, differentiated(s.array)));
-  prune();
-  // The gradients this recording needs, made where missing, listed once each.
+Status Tape::list_gradients() {
   ++epoch_;
   zero_list_.clear();
   for (const Record& r : records_) {
@@ -402,14 +569,23 @@ Status Tape::backward(std::span<const TapeSeed> seeds) {
       const NdArrayHandle a = x.array;
       auto it = grads_.find(a.id);
       if (it == grads_.end()) {
-        VKAD_ASSIGN_OR_RETURN_CTX(DType t, session_->dtype(a), "tape.backward");
+        Result<DType> dtype = session_->dtype(a);
+        // Freed since it was recorded: no gradient; the adjoint of the launch that passes it
+        // says so (launch_adjoint), naming the launch.
+        if (!dtype.ok()) continue;
+        const DType t = *dtype;
         VKAD_ASSIGN_OR_RETURN_CTX(std::vector<uint32_t> shape, session_->shape(a), "tape.backward");
         // Pooled: a new tape per iteration reuses the gradients earlier tapes freed instead of
         // making Vulkan buffers anew (Runtime::create_ndarray's `pooled`).
+        // Named after its array ("x_grad"), as a front door names the gradients it makes.
+        Result<std::string> name = session_->name(a);
         VKAD_ASSIGN_OR_RETURN_CTX(
             NdArrayHandle g,
-            session_->runtime().create_ndarray(
-                t, std::move(shape), "tape grad of " + runtime::handle_string(a.id), true),
+            session_->runtime().create_ndarray(t, std::move(shape),
+                                               name.ok() && !name->empty()
+                                                   ? *name + "_grad"
+                                                   : "tape grad of " + runtime::handle_string(a.id),
+                                               true),
             "tape.backward");
         it = grads_.emplace(a.id, Grad{g, true, 0}).first;
       }
@@ -419,6 +595,23 @@ Status Tape::backward(std::span<const TapeSeed> seeds) {
       }
     }
   }
+  return {};
+}
+
+Status Tape::backward(std::span<const TapeSeed> seeds, std::vector<TapeAdjointLaunch>* launched) {
+  if (launched) launched->clear();
+  if (!broken_.empty()) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "tape.backward: " + broken_ + "; record the iteration again (reset())");
+  }
+  if (records_.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "tape.backward: no launch of a differentiated kernel was recorded");
+  }
+  // Everything a seed can get wrong is checked before anything is made or recorded.
+  for (const TapeSeed& s : seeds) VKAD_TRY(check_seed(*session_, s, differentiated(s.array)));
+  prune();
+  VKAD_TRY(list_gradients());
   VKAD_TRY_CTX(session_->zero(std::span<const NdArrayHandle>(zero_list_)), "tape.backward");
   for (const TapeSeed& s : seeds) {
     const NdArrayHandle g = grads_.at(s.array.id).grad;
@@ -431,9 +624,14 @@ Status Tape::backward(std::span<const TapeSeed> seeds) {
     const Record& r = records_[i];
     if (r.loop_len == 0) {
       VKAD_TRY(launch_adjoint(i));
+      if (launched) launched->push_back({i, false, {}});
       continue;
     }
-    VKAD_TRY(launch_adjoint_loop(r.loop_first, r.loop_len));  // the whole group, then before it
+    // The whole group, then what is before it.
+    LoopInfo info;
+    const Status st = launch_adjoint_loop(r.loop_first, r.loop_len, &info);
+    if (launched) launched->push_back({r.loop_first, true, info});
+    VKAD_TRY(st);
     i = r.loop_first;
   }
   return {};
@@ -506,7 +704,9 @@ NdArrayHandle Tape::gradient(const Record& r, uint32_t k) const {
   const uint32_t param = grad_params_[r.grad_begin + k];
   const Arg& x = args_[r.arg_begin + param];
   if (x.kind != runtime::ParamKind::kNdArray) return scalar_grads_.at({r.forward.id, param}).grad;
-  return grads_.at(x.array.id).grad;
+  auto it = grads_.find(x.array.id);
+  // None for an array freed since it was recorded: the launch refuses that array first.
+  return it != grads_.end() ? it->second.grad : NdArrayHandle{};
 }
 
 Result<NdArrayHandle> Tape::scalar_grad(const Differentiated& d, uint32_t param) const {
@@ -539,6 +739,11 @@ Result<NdArrayHandle> Tape::grad(NdArrayHandle array) const {
 }
 
 Status Tape::set_grad(NdArrayHandle array, NdArrayHandle grad) {
+  if (grad.id == 0) {
+    auto it = grads_.find(array.id);
+    if (it != grads_.end() && !it->second.owned) grads_.erase(it);
+    return {};
+  }
   VKAD_ASSIGN_OR_RETURN_CTX(DType at, session_->dtype(array), "tape.set_grad");
   VKAD_ASSIGN_OR_RETURN_CTX(DType gt, session_->dtype(grad), "tape.set_grad");
   VKAD_ASSIGN_OR_RETURN_CTX(std::vector<uint32_t> as, session_->shape(array), "tape.set_grad");

@@ -70,11 +70,47 @@ class TapeHazards;  // api/tape_hazards.h
 
 // One launch of a step loop's body on a tape (Tape::launch_loop): a differentiate() result, its
 // arguments in the first iteration, per parameter what an i32 scalar gains per iteration
-// (empty: nothing steps).
+// (empty: nothing steps). With `d` null, `kernel` is a launch of a kernel that is not
+// differentiated: it runs with the loop, in its place in the body, and is neither checked nor
+// recorded (as Session::launch of it beside a tape).
 struct TapeLoopLaunch {
   const Differentiated* d = nullptr;
   std::vector<Arg> args;
   std::vector<int32_t> step;
+  KernelHandle kernel;  // when d is null
+};
+
+// The tape's checks of step loops, kept for tapes that record the same loop first in a
+// recording again (a training loop's iterations): from an empty record, the same launches --
+// kernels, arguments (handles are never reused), steps and count -- leave the same record, so
+// Tape::launch_loop takes it instead of checking ~10^4 launches again. prepare() checks a loop
+// ahead (a front door's prepare_loop). At most kMax loops, the oldest dropped first. Shared by
+// the tapes of one session (Tape::set_loop_checks); externally synchronised like the session.
+class TapeLoopChecks {
+ public:
+  static constexpr size_t kMax = 8;
+  TapeLoopChecks();
+  ~TapeLoopChecks();
+  // Checks `body` from an empty record, `count` iterations, and keeps the record it leaves.
+  // The check's error (nothing kept) where a launch is refused. Launches nothing.
+  Status prepare(Session& session, std::span<const TapeLoopLaunch> body, uint32_t count);
+  size_t size() const { return entries_.size(); }
+
+ private:
+  friend class Tape;
+  struct Entry;
+  const TapeHazards* find(std::span<const LoopLaunch> launches, uint32_t count) const;
+  void keep(std::vector<LoopLaunch> launches, uint32_t count, const TapeHazards& after);
+  std::vector<std::unique_ptr<Entry>> entries_;
+};
+
+// One adjoint launch, or adjoint loop, a backward made, in order (Tape::backward's `launched`):
+// for front doors that mirror a graph capture's launches (Python's Graph). `record`: the
+// record whose adjoint ran (a launch_loop group's first, then `loop` says how the loop ran).
+struct TapeAdjointLaunch {
+  size_t record = 0;
+  bool is_loop = false;
+  LoopInfo loop;
 };
 
 // d(objective)/d(array) for one output: `value` for every element, or, when `data` is not
@@ -121,7 +157,10 @@ class Tape {
   }
   // A step loop on the tape (Session::launch_loop; docs/graphs.md, "Step loops"): every launch of
   // every iteration checked as launch() checks it, all before any runs (a refused one names
-  // the body's launch and the iteration, and nothing is recorded), then the loop launched --
+  // the body's launch, its kernel and the iteration, and nothing is recorded; the check runs
+  // on a thread of its own while the caller's readies the loop, Session::ready_loop; a loop
+  // first in a recording that set_loop_checks' checks know is not checked again), then the
+  // loop launched --
   // one resident kernel where it qualifies -- and recorded as its body's launches with their
   // steps and count; backward runs their adjoints as one loop (the body reversed, from the last
   // iteration down). With checkpointing on, the iterations go through launch() one by one. A
@@ -142,7 +181,12 @@ class Tape {
   // launch failing among the adjoints (an argument freed since it was recorded) returns its
   // error ("tape.backward: adjoint of launch 3: ...") with the adjoints before it recorded.
   // The recording stays: backward may run again (gradients are zeroed again, not accumulated).
-  Status backward(std::span<const TapeSeed> seeds);
+  // A differentiated array freed since it was recorded gets no gradient: the adjoint of the
+  // first launch (last first) that passes it returns the launch's error for it.
+  // `launched`, when not null, gets each adjoint launch and adjoint loop in the order they
+  // were made (also those before a failure).
+  Status backward(std::span<const TapeSeed> seeds,
+                  std::vector<TapeAdjointLaunch>* launched = nullptr);
   Status backward(std::initializer_list<TapeSeed> seeds) {
     return backward(std::span<const TapeSeed>(seeds.begin(), seeds.size()));
   }
@@ -161,7 +205,11 @@ class Tape {
   // Makes `grad` (the caller's; the tape never frees it) the gradient of `array` from now on; a
   // gradient the tape had made for `array` is freed. kInvalidArgument when either handle is
   // not live, they are the same array, or their dtypes or shapes differ; nothing changes then.
+  // A null `grad` (id 0) forgets a gradient set_grad gave (the next backward makes one); a
+  // gradient the tape made stays.
   Status set_grad(NdArrayHandle array, NdArrayHandle grad);
+  // Whether the tape holds a gradient for `array` (made or set), live or not.
+  bool has_grad(NdArrayHandle array) const { return grads_.count(array.id) != 0; }
   // Forgets the recorded launches and what they read and wrote (a new recording starts); keeps
   // the gradients, except those of arrays freed meanwhile, which it frees.
   void reset();
@@ -173,6 +221,8 @@ class Tape {
   // was freed).
   Status set_checkpoint_every(uint32_t launches_per_segment);
   uint32_t checkpoint_every() const { return checkpoint_every_; }
+  // The loop checks launch_loop consults and fills (null: none kept; the default).
+  void set_loop_checks(std::shared_ptr<TapeLoopChecks> checks) { loop_checks_ = std::move(checks); }
   // What a gradient holds after backward where the recording wrote the array. True (no
   // checkpointing): grad(x) at an element a recorded launch stored is d(objective)/d(the value
   // stored there) -- DiffTaichi's intermediate gradients, e.g. dL/dx[t] of a time axis. False
@@ -204,11 +254,19 @@ class Tape {
   };
   // Drops the gradients of arrays that are no longer live, freeing those the tape made.
   void prune();
+  // backward's first part: the gradients the recording needs, made where missing (not for an
+  // array freed since it was recorded), listed once each in zero_list_.
+  Status list_gradients();
   Status launch_adjoint(size_t index);
+  // launch_loop's check of every iteration's launches against hazards_, on a thread of its own
+  // while this one readies `body` (Session::ready_loop); the record left as it was where a
+  // launch is refused, with the refusal's message.
+  Status check_loop(std::span<const TapeLoopLaunch> body, std::span<const LoopLaunch> launches,
+                    uint32_t count);
   // launch_loop's records: the body's launches with their steps and the count.
   void record_loop(std::span<const TapeLoopLaunch> body, uint32_t count);
   // The adjoint loop of the launch_loop group records_[first, first + len).
-  Status launch_adjoint_loop(size_t first, size_t len);
+  Status launch_adjoint_loop(size_t first, size_t len, LoopInfo* info);
   // Checkpointing: the tape's copy of `array` for `slot` (made on first use, same dtype and
   // shape), and the segments' backward.
   using SlotKey = std::pair<uint64_t, uint64_t>;  // (slot, array handle id)
@@ -220,7 +278,7 @@ class Tape {
   // the one of (r.forward, parameter). Listed by backward before any adjoint asks.
   NdArrayHandle gradient(const Record& r, uint32_t k) const;
 
-  Session* session_;     // borrowed
+  Session* session_;  // borrowed
   // What the recording read and wrote (launch refuses overwrites; api/tape_hazards.h).
   std::unique_ptr<TapeHazards> hazards_;
   std::vector<Record> records_;
@@ -243,6 +301,7 @@ class Tape {
   std::map<SlotKey, NdArrayHandle> segment_copies_;    // (segment, array) -> start state
   std::map<SlotKey, NdArrayHandle> launch_copies_;     // (position in segment, array)
   std::map<SlotKey, NdArrayHandle> end_copies_;        // (0, array) -> the recording's end state
+  std::shared_ptr<TapeLoopChecks> loop_checks_;
 };
 
 }  // namespace vkad

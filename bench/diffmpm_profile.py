@@ -65,8 +65,8 @@ def main() -> int:
                 for kernel, args in tape.launches:
                     if kernel is not fwd_k and getattr(kernel, "forward", None) is not fwd_k.forward:
                         continue
-                    fwd = tape._forward(kernel)
-                    grads = [tape._gradient(args[p]) for p, _ in fwd.gradients]
+                    fwd = getattr(kernel, "forward", kernel)
+                    grads = [tape.grad(args[p]) for p, _ in fwd.gradients]
                     s.launch(fwd.adjoint, *args, *grads)
             out[f"{name}_adjoint_ms"] = timed(s, g, a.reps)
         n = 8 * (a.steps - 1)

@@ -2,12 +2,12 @@
 //
 // vkad._vkad: the nanobind binding of vkad's front door (api/session.h) for the Python package
 // (python/vkad). It stays thin: kernels come in as IR text (the Python builder prints it), the
-// Tape (vkad::Tape's behaviour, over zero_many) and the dtype/shape conveniences live in Python;
-// the tape's check that a launch does not overwrite what an earlier one read is vkad::Tape's own
-// (vkad::TapeHazards, run by Session::launch), so both front doors refuse with the same message.
-// What lives here is what must be fast or must touch memory: launch (arguments converted against
-// the kernel's parameters), numpy upload and download (one copy at most), and the locking that lets
-// blocking waits release the GIL.
+// dtype/shape conveniences live in Python, and vkad.Tape is a Python class over vkad._Tape, this
+// binding's vkad::Tape (tape.cpp): a launch inside `with t:`, a Session.loop on it, backward,
+// checkpointing and scalar gradients are vkad::Tape's, so the front doors share one tape and
+// its messages. What lives here is what must be fast or must touch memory: launch (arguments
+// converted against the kernel's parameters), numpy upload and download (one copy at most), and the
+// locking that lets blocking waits release the GIL.
 //
 // Threads: a vkad::Session is externally synchronised. Every Session call takes the session's
 // mutex; a blocking call (download, synchronize, flush, compile, close) releases the GIL first,
@@ -28,6 +28,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,9 +40,10 @@
 #include <utility>
 #include <vector>
 
-#include "api/tape_hazards.h"
+#include "api/tape.h"
 #include "cuda_interop.h"
 #include "dlpack.h"
+#include "ir/launch_access.h"
 #include "runtime/runtime.h"
 #include "vkad.h"
 
@@ -80,6 +82,7 @@ T take(Result<T> r) {
 // ------------------------------------------------------------------ session state
 
 struct Kernel;
+struct Tape;
 
 // Session.loop's trace (docs/graphs.md, "Step loops"): while its body runs, launches are collected
 // here with the loop index's arguments at the first iteration and their step, and run nothing.
@@ -121,19 +124,26 @@ struct State {
   std::vector<NdArrayHandle> pending_arrays;
   std::vector<NdArrayHandle> pending_views;  // host views released while `mu` was held
   std::vector<KernelHandle> pending_kernels;
-  // The recording tape (a Python list) or None, and its TapeHazards; see Session.launch.
-  nb::object tape = nb::none();
-  nb::object hazards = nb::none();
-  // A checkpointed tape's hook, called with (kernel, args) before a recorded launch runs (it
-  // copies what the launch will overwrite), or None.
-  nb::object before_launch = nb::none();
+  // vkad::Tapes whose Python objects died while another thread held `mu`: destroyed (their
+  // gradients freed) by the next call.
+  std::vector<std::unique_ptr<vkad::Tape>> pending_tapes;
+  // Every live _Tape of the session (under pending_mu): close() destroys their vkad::Tapes
+  // before the session.
+  std::vector<Tape*> tapes;
+  // The tape recording (inside `with t:`; Session.launch and Session.loop record on it) and
+  // its Python object, held while it records; null / None otherwise.
+  Tape* recording = nullptr;
+  nb::object recording_obj = nb::none();
+  // The live arrays with `array.grad` set, by handle id (changed with the GIL held): a tape's
+  // backward gives their gradients to its vkad::Tape (Tape::set_grad).
+  std::unordered_map<uint64_t, struct NdArray*> with_grad;
   // The graph being captured (a Graph) or None: launches append their kernel to it.
   nb::object capture = nb::none();
   // Session.loop's body is running: launches are traced, everything else is refused.
   std::unique_ptr<LoopTrace> loop;
-  // The tape's check of a loop recorded from an empty record, by its recorded launches: the
-  // record it left (LoopCheck, loop.cpp). At most kLoopChecks, the oldest dropped first.
-  std::vector<std::shared_ptr<struct LoopCheck>> loop_checks;
+  // The tapes' checks of step loops recorded first in a recording (vkad::TapeLoopChecks),
+  // filled by Session.prepare_loop and the tapes' loops, shared by every tape of the session.
+  std::shared_ptr<vkad::TapeLoopChecks> loop_checks = std::make_shared<vkad::TapeLoopChecks>();
   // Session.set_print_sink's callable, or None. The runtime's sink calls it through this State
   // (with the GIL taken), so no Python object lives in the C++ session; the sink is taken off
   // before the session is destroyed (stdout then).
@@ -151,6 +161,7 @@ struct State {
       for (NdArrayHandle h : pending_arrays) (void)session->free(h);
       for (KernelHandle k : pending_kernels) (void)session->release(k);
     }
+    pending_tapes.clear();  // their gradients freed while the session lives (close drains first)
     pending_views.clear();
     pending_arrays.clear();
     pending_kernels.clear();
@@ -160,6 +171,7 @@ struct State {
   State& operator=(const State&) = delete;
   ~State() {
     if (session) session->set_print_sink(nullptr);  // no Python from a destructor
+    pending_tapes.clear();                          // (no _Tape lives: each holds this State)
     session.reset();                                // frees its blocks through `cuda`'s hook first
     closing.reset();
     cuda.reset();
@@ -223,6 +235,9 @@ struct NdArray {
   bool free_deferred = false;
   // The caller's gradient array (Python `a.grad`), which a Tape uses when set; None otherwise.
   nb::object grad = nb::none();
+  // A gradient a tape owns, viewed (Tape.grad): `owner` (the _Tape) is kept alive by it, and
+  // frees it; this object never does.
+  nb::object owner = nb::none();
 
   NdArray() = default;
   NdArray(const NdArray&) = delete;
@@ -230,7 +245,8 @@ struct NdArray {
   ~NdArray() {
     // Garbage collection frees the device array (after its in-flight launches, as
     // Session::free does). If another thread is inside the session, the next call frees it.
-    if ((freed && !free_deferred) || !st) return;
+    if (st && !grad.is_none()) st->with_grad.erase(handle.id);
+    if ((freed && !free_deferred) || !st || !owner.is_none()) return;
     if (st->mu.try_lock()) {
       if (st->session) (void)st->session->free(handle);
       st->mu.unlock();
@@ -303,10 +319,11 @@ struct Kernel {
   // (forward parameter index, gradient name). Launches of such a kernel are what a Tape records.
   nb::object adjoint = nb::none();
   std::vector<std::pair<uint32_t, std::string>> gradients;
-  // What it reads and writes (Session::launch_access), which the tape's check needs.
+  // What it reads and writes (Session::launch_access), which the loop's prepare needs.
   std::shared_ptr<const vkad::codegen::KernelAccess> access;
-  // The clearing adjoint (Session::clearing_adjoint), made on first use by a checkpointed tape.
-  nb::object clearing = nb::none();
+  // The forward kernel's vkad::Differentiated (handles, parameter count, gradients): what
+  // vkad::Tape records a launch of it as.
+  std::shared_ptr<const vkad::Differentiated> diff;
 
   Kernel() = default;
   Kernel(const Kernel&) = delete;
@@ -371,6 +388,10 @@ struct Differentiated {
   nb::object forward, adjoint;  // Kernels
 };
 
+// Leaves a tuple of vkad objects and numbers out of the cyclic GC (launch.cpp: why a tape's
+// records are).
+void untrack_if_atomic(nb::handle tuple);
+
 // One Python value as the launch argument of parameter `i` of `k` (launch.cpp); `call` names
 // the call in errors.
 Arg to_arg(const Kernel& k, const State& st, size_t i, nb::handle v, const char* call = "launch");
@@ -398,12 +419,40 @@ struct LoopRecord {
   uint32_t count = 0;
 };
 
-// A Python Tape's vkad::TapeHazards (api/tape_hazards.h): what its recording read and wrote.
-struct TapeHazards {
-  vkad::TapeHazards hazards;
-  // Why backward must refuse this recording ("" when it may run): a loop failed part way.
-  std::string broken;
+// vkad._Tape (tape.cpp): the session's vkad::Tape and what the Python side keeps beside it.
+// python/vkad/tape.py's Tape wraps one.
+struct Tape {
+  StatePtr st;
+  std::unique_ptr<vkad::Tape> tape;  // null once the session closed
+  // The recording as Python sees it (Tape.launches): a (kernel, args) tuple per launch and a
+  // LoopRecord per Session.loop. It keeps the recorded kernels and arrays alive, whose handles
+  // `tape` holds, until the next recording.
+  nb::list launches;
+  // Per record of `tape` (a loop's body counts per launch): its forward Kernel (alive through
+  // `launches`), for the adjoints a capture gets (Graph::add); and per loop's first record its
+  // body's recorded launches.
+  std::vector<Kernel*> record_kernels;
+  std::unordered_map<size_t, uint32_t> loop_lens;
+  // array handle id -> the caller's gradient given to tape->set_grad (its handle id).
+  std::unordered_map<uint64_t, uint64_t> caller_grads;
+
+  explicit Tape(StatePtr state);
+  ~Tape();
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+  vkad::Tape& get();  // raises when the session is closed
+  // After tape->launch accepted a launch of `k` with `args` (the Python tuple): its record.
+  void record(nb::handle kernel, Kernel* k, nb::handle args);
+  // After tape->launch_loop recorded a Session.loop: its LoopRecord (`rec`, the Python object).
+  void record_loop(nb::object rec, const struct LoopRecord& loop);
 };
+
+// The launches of a Session.loop in the Graph being captured, as launch_loop made them (`info`,
+// also when it failed part way): one (no Python kernel) when rolled, the reworked plan's (none
+// with a Python kernel: their scalars cannot be updated either), else the body's `n` launches
+// in order, info.launches of them, `of(j)` the j-th's kernel (loop.cpp).
+void add_loop_to_capture(State& st, const vkad::LoopInfo& info, size_t n,
+                         const std::function<Kernel*(size_t)>& of);
 
 // ------------------------------------------------------------------ session
 
@@ -466,8 +515,6 @@ struct Session {
   // scalar, an ndarray's an ndarray, with its element shape).
   nb::object jvp(const std::string& text, const Elements& elements);
   void release(Kernel& k);
-  // The forward kernel's clearing adjoint (vkad::Session::clearing_adjoint), kept on it.
-  nb::object clearing_adjoint(Kernel& fwd);
 
   // ---- Launches (launch.cpp)
 
@@ -478,7 +525,7 @@ struct Session {
   void launch(nb::handle kernel, nb::args args);
   // launch()'s second half, for arguments converted already (`args`: the Python tuple a tape
   // records; a null handle where the caller has none, which only a launch no tape records may
-  // pass).
+  // pass). Inside `with t:` a differentiated kernel's launch is the tape's (vkad::Tape::launch).
   // `note`: what makes this launch, for its device errors (Runtime::set_launch_note); a launch
   // recorded on a tape is its entry.
   void launch_converted(nb::handle kernel, Kernel* k, std::span<const Arg> span, nb::handle args,
@@ -498,21 +545,6 @@ struct Session {
 
   // ---- Step loops (loop.cpp)
 
-  // The tape's check of every recorded launch of `count` iterations of `t`, in order, recorded
-  // as accepted; a refused one puts `saved` back and raises its message, naming the iteration.
-  void check_loop(const LoopTrace& t, uint32_t count, vkad::TapeHazards& hz,
-                  vkad::TapeHazards* saved);
-  // check_loop's work on a thread of its own (extents from a snapshot: that thread may not call
-  // into the session) while this one readies the loops of `ready` (vkad::Session::ready_loop:
-  // this loop's, and its adjoint's for backward): the check's ~1 us per launch and the rolled
-  // kernels' registrations and pipelines overlap. False
-  // where a launch is refused (or the thread failed): check_loop then gives the message.
-  bool check_loop_beside(const LoopTrace& t, uint32_t count, vkad::TapeHazards& hz,
-                         std::span<const std::span<const vkad::LoopLaunch>> ready);
-  std::shared_ptr<LoopCheck> find_loop_check(std::span<const vkad::LoopLaunch> launches,
-                                             uint32_t count) const;
-  void keep_loop_check(std::vector<vkad::LoopLaunch> launches, uint32_t count,
-                       const vkad::TapeHazards& after);
   // Session.loop's halves (python/vkad/__init__.py): begin starts the trace and returns the
   // symbolic index; end runs the traced body `count` times (vkad::Session::launch_loop),
   // checks and records it on the tape, and adds its launches to the graph being captured.
@@ -524,13 +556,6 @@ struct Session {
   // or recorded. True where the loop will run as one resident kernel.
   bool loop_prepare(uint32_t count);
   void loop_end(uint32_t count);
-  // A loop's launches in the Graph being captured, as launch_loop recorded them (`info`, also
-  // when it failed part way): one (no Python kernel) when rolled, the reworked plan's (none
-  // with a Python kernel: their scalars cannot be updated either), else the body's `n`
-  // launches in order, info.launches of them.
-  // Defined in loop.cpp, where its only callers are.
-  template <typename KernelOf>
-  void add_loop_to_capture(const vkad::LoopInfo& info, size_t n, KernelOf&& of);
   // The adjoint loop of a loop's recorded launches (`entries`, `count` iterations): the body
   // reversed, each launch's adjoint with its forward's args at the last iteration, steps negated
   // (the loop runs from the last iteration down), then the gradient of each differentiated
@@ -541,10 +566,9 @@ struct Session {
   std::optional<std::vector<vkad::LoopLaunch>> adjoint_body(const std::vector<LoopEntry>& entries,
                                                             uint32_t count, Grad&& grad,
                                                             std::vector<Kernel*>* kernels);
-  // A recorded Session.loop's adjoints (launch_adjoints): its adjoint_body as one loop -- a
-  // step loop's backward is then one resident kernel too where its forward was.
-  void adjoint_loop(const LoopRecord& loop, nb::dict grads,
-                    const std::unordered_map<uint64_t, Arg>& grad_args, size_t entry);
+  // The vkad::Tape loop of a traced body (its differentiated launches as such, the others as
+  // plain kernels).
+  static std::vector<vkad::TapeLoopLaunch> tape_loop(const LoopTrace& t);
   // Before a recorded loop's checks: its rolled kernel, and its adjoint's where every gradient
   // array is known now (`array.grad` set, as DiffTaichi's lazy_grad does), rolled and compiled
   // on threads of the session's (vkad::Session::prepare_loop) while the tape's check runs.
@@ -554,35 +578,6 @@ struct Session {
   // no differentiated launch or a gradient is unset (the tape would make it at backward).
   std::optional<std::vector<vkad::LoopLaunch>> adjoint_of_set_grads(const LoopTrace& t,
                                                                     uint32_t count);
-
-  // ---- The tape's backward (tape.cpp)
-
-  // A differentiated scalar parameter's key in a tape's gradients: (forward Kernel, index).
-  static nb::tuple scalar_grad_key(const Kernel* fwd, uint32_t param);
-  // The gradient argument of scalar parameter `param` of `fwd` (adjoint parameter `slot` of
-  // `adj`): the tape's 1-element array for it, converted as a launch converts it.
-  Arg scalar_grad_arg(nb::dict grads, const Kernel* fwd, uint32_t param, const Kernel& adj,
-                      size_t slot);
-  // Tape.backward's loop (python/vkad/tape.py): the adjoint of each of `launches`
-  // ((kernel, args) tuples as the binding recorded them), last first, each with the forward's
-  // args and then the gradient of each differentiated parameter (`grads`: array handle ->
-  // gradient NdArray), launched as Session.launch launches it. A backward launches ~10^4 of
-  // them: here each costs the launch alone, where Python's loop doubled it. An error names the
-  // launch ("tape.backward: adjoint of launch i: ...") and stops the loop there.
-  void launch_adjoints(nb::list launches, nb::dict grads);
-  // The gradient arrays of `grads` by their primal's handle id, each converted once: a lookup
-  // per gradient argument instead of a Python int and a dict lookup (~10^4 launches, a few
-  // gradients each). One that is not a live array of this session is left out, and a launch
-  // that needs it takes the converting path, which names it.
-  std::unordered_map<uint64_t, Arg> gradient_args(nb::dict grads) const;
-  // A vkad error raised again with `prefix` before its message (as tape.py raised it: the
-  // same class, the launch named first); any other exception as it was.
-  [[noreturn]] static void raise_named(nb::python_error& e, const std::string& prefix);
-  // Tape.backward's first pass: the differentiated (grad) array argument of every recorded
-  // launch ((kernel, args) tuples), by array handle, each once, in order of first use; a
-  // differentiated scalar parameter as the key (forward Kernel, parameter index) with None (its
-  // gradient, a 1-element array, sums d/d(value) over every recorded launch of that kernel).
-  nb::dict tape_differentiated(nb::list launches);
 
   // ---- Graphs (graph.cpp)
 
@@ -624,7 +619,7 @@ void bind_kernels(nb::module_& m, nb::class_<Session>& session);
 void bind_launches(nb::module_& m, nb::class_<Session>& session);
 // vkad.LoopIndex, vkad.LoopRecord and Session.loop's halves (loop.cpp).
 void bind_loops(nb::module_& m, nb::class_<Session>& session);
-// vkad._TapeHazards and the Session calls behind vkad.Tape (tape.cpp).
+// vkad._Tape, behind vkad.Tape (tape.cpp).
 void bind_tape(nb::module_& m, nb::class_<Session>& session);
 // vkad.Graph and Session's capture and replay (graph.cpp).
 void bind_graphs(nb::module_& m, nb::class_<Session>& session);

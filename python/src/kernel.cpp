@@ -73,6 +73,7 @@ nb::object Session::differentiate(const std::string& text, const Elements& eleme
     fk.gradients.emplace_back(g.param, g.name);
   }
   fk.adjoint = make_kernel(d.adjoint, k.name + "_adjoint", aparams);
+  fk.diff = std::make_shared<const vkad::Differentiated>(std::move(d));
   auto* out = new Differentiated{forward, fk.adjoint};
   return nb::cast(out, nb::rv_policy::take_ownership);
 }
@@ -98,22 +99,6 @@ void Session::release(Kernel& k) {
   Locked l(*st);
   check(st->get().release(k.handle));
   k.released = true;
-}
-
-nb::object Session::clearing_adjoint(Kernel& fwd) {
-  if (fwd.st != st)
-    invalid("clearing_adjoint: kernel '" + fwd.name + "' belongs to another session");
-  if (fwd.adjoint.is_none()) invalid("clearing_adjoint: '" + fwd.name + "' is not differentiated");
-  if (!fwd.clearing.is_none()) return fwd.clearing;
-  vkad::Differentiated d;
-  d.forward = fwd.handle;
-  Result<KernelHandle> h = [&] {
-    Locked l(*st);
-    return st->get().clearing_adjoint(d);
-  }();
-  Kernel& adj = nb::cast<Kernel&>(fwd.adjoint);
-  fwd.clearing = make_kernel(take(std::move(h)), fwd.name + "_clearing_adjoint", adj.params);
-  return fwd.clearing;
 }
 
 namespace {
@@ -214,8 +199,7 @@ void bind_session_kernels(nb::class_<Session>& session) {
                    "collections.abc.Sequence[int]] = []) -> Differentiated"),
            "Compiles a kernel (IR text) and its adjoint; `elements` as for compile (the "
            "adjoint's gradient parameters take their array's).")
-      .def("release", &Session::release, "kernel"_a)
-      .def("_clearing_adjoint", &Session::clearing_adjoint, "forward"_a);
+      .def("release", &Session::release, "kernel"_a);
 }
 
 }  // namespace

@@ -13,7 +13,6 @@
 using namespace nb::literals;
 
 namespace vkad_py {
-namespace {
 
 // A tape keeps one (kernel, args) tuple per recorded launch, ~10^4 an iteration. Tracked, they
 // pile up in the cyclic GC's older generations, and that growth is what makes CPython run full
@@ -24,7 +23,7 @@ namespace {
 // Such a tuple can be in no collectable cycle -- CPython's own rule (it untracks a tuple of
 // untracked items once it survives a collection), with NdArrays counted as atomic -- and is
 // untracked at once. A tuple holding anything else stays tracked.
-bool gc_atomic(PyObject* item) {
+static bool gc_atomic(PyObject* item) {
   return !(PyObject_IS_GC(item) && PyObject_GC_IsTracked(item)) ||
          nb::isinstance<NdArray>(nb::handle(item));
 }
@@ -36,6 +35,8 @@ void untrack_if_atomic(nb::handle tuple) {
   }
   PyObject_GC_UnTrack(t);
 }
+
+namespace {
 
 // The "<call> '<kernel>', argument i ('name': type)" that begins an argument's error; built only
 // when one is raised (a launch passes ~10 arguments, ~10^4 times an iteration).
@@ -170,7 +171,7 @@ void Session::trace(nb::handle kernel, Kernel* k, Value&& value) {
     PyTuple_SET_ITEM(values.ptr(), static_cast<Py_ssize_t>(i), pv.release().ptr());
   }
   e.values = std::move(values);
-  e.recorded = !st->tape.is_none() && !k->adjoint.is_none();
+  e.recorded = st->recording != nullptr && !k->adjoint.is_none();
   t.entries.push_back(std::move(e));
 }
 
@@ -193,36 +194,28 @@ void Session::launch(nb::handle kernel, nb::args args) {
 
 void Session::launch_converted(nb::handle kernel, Kernel* k, std::span<const Arg> span,
                                nb::handle args, const char* note, uint64_t note_index) {
-  const bool record = !st->tape.is_none() && !k->adjoint.is_none();
-  if (record) note = "tape entry", note_index = nb::len(st->tape);
-  if (record && !args.is_valid())
+  // A differentiated kernel's launch inside `with t:` is vkad::Tape::launch's: its check
+  // (refused before anything runs), checkpoint copies, launch and record.
+  Tape* tape = k->diff ? st->recording : nullptr;
+  if (tape && !args.is_valid()) {
     invalid("launch '" + k->name +
-            "': a differentiated kernel launched inside a tape's "
-            "recording by tape.backward");
-  if (record && !st->before_launch.is_none()) st->before_launch(kernel, args);
-  TapeHazards* hazards =
-      record && !st->hazards.is_none() ? nb::cast<TapeHazards*>(st->hazards) : nullptr;
+            "': a differentiated kernel launched on a recording tape "
+            "without its Python arguments");
+  }
   {
     Locked l(*st);
-    // vkad::Tape::launch's check, refusing before anything runs.
-    if (hazards) check(hazards->hazards.check(st->get(), k->access, span));
-    // A checkpointed tape keeps no record, but refuses an in-place launch all the same.
-    if (record && !hazards && k->access) {
-      check(vkad::TapeHazards::check_aliasing(st->get(), *k->access, span));
+    if (tape) {
+      (void)st->get();  // a closed session's message first
+      check(tape->get().launch(*k->diff, span));
+    } else {
+      vkad::runtime::Runtime& rt = st->get().runtime();
+      rt.set_launch_note(note, note_index);
+      const Status launched = st->get().launch(k->handle, span);
+      rt.set_launch_note(nullptr, 0);
+      check(launched);
     }
-    vkad::runtime::Runtime& rt = st->get().runtime();
-    rt.set_launch_note(note, note_index);
-    const Status launched = st->get().launch(k->handle, span);
-    rt.set_launch_note(nullptr, 0);
-    check(launched);
-    if (hazards) hazards->hazards.record();
   }
-  if (record) {
-    nb::tuple rec = nb::make_tuple(nb::borrow(kernel), args);
-    untrack_if_atomic(args);
-    untrack_if_atomic(rec);
-    nb::cast<nb::list>(st->tape).append(rec);
-  }
+  if (tape) tape->record(kernel, k, args);
   if (!st->capture.is_none()) nb::cast<Graph*>(st->capture)->add(k);
 }
 
@@ -285,7 +278,7 @@ struct Bound {
     // A tape records the launch with its Python arguments (its backward launches the adjoint
     // with them): built only when one is recording this kernel.
     nb::object recorded;
-    if (!s->st->tape.is_none() && !k->adjoint.is_none()) {
+    if (s->st->recording != nullptr && k->diff) {
       nb::tuple t = nb::steal<nb::tuple>(PyTuple_New(static_cast<Py_ssize_t>(values.size())));
       for (size_t i = 0, r = 0; i < values.size(); ++i) {
         nb::object v = values[i].is_none() ? nb::borrow(rest[r++]) : values[i];

@@ -170,6 +170,11 @@ NdArray& Session::own(nb::handle obj, const char* what) {
 
 void Session::free(nb::handle obj) {
   NdArray& a = own(obj, "free");
+  if (!a.owner.is_none()) {
+    invalid("free: " + a.label() +
+            " is a tape's gradient: the tape frees it (with itself, or "
+            "once its array is freed)");
+  }
   if (a.exports > 0) {  // DLPack consumers still use its memory: freed after the last one
     a.freed = a.free_deferred = true;
     return;
@@ -246,6 +251,12 @@ void bind_ndarray(nb::module_& m) {
               }
             }
             a.grad = std::move(g);
+            // Where a tape's backward finds it (Tape::set_grad).
+            if (a.grad.is_none()) {
+              a.st->with_grad.erase(a.handle.id);
+            } else {
+              a.st->with_grad[a.handle.id] = &a;
+            }
           },
           nb::arg("grad").none(),
           "The caller's gradient array (same dtype and shape), which a Tape uses; None when "
@@ -281,14 +292,6 @@ void bind_session_arrays(nb::class_<Session>& session) {
            nb::sig("def empty(self, shape: int | collections.abc.Sequence[int], dtype: DType, "
                    "name: str = '') -> NdArray"),
            "A new device array (contents undefined until written).")
-      .def(
-          "_empty_pooled",
-          [](Session& s, nb::handle shape, DType dtype, const std::string& name) {
-            return s.make_empty(shape, dtype, name, true);
-          },
-          "shape"_a, "dtype"_a, "name"_a = "",
-          "empty() for a tape's gradients: freed into the runtime's ndarray pool and reused by "
-          "the next tape's (Runtime::create_ndarray's `pooled`).")
       .def(
           "_owns", [](const Session& s, const NdArray& a) { return a.st == s.st; }, "array"_a,
           "Whether `array` is one of this session's arrays.")

@@ -44,6 +44,11 @@ void Session::close() {
   nb::gil_scoped_release release;  // destruction waits for this session's work
   std::lock_guard<std::mutex> l(st->mu);
   st->drain_pending();
+  {
+    // The tapes' gradients and copies are the session's: freed now, while it lives.
+    std::lock_guard<std::mutex> p(st->pending_mu);
+    for (Tape* t : st->tapes) t->tape.reset();
+  }
   if (st->session) st->session->set_print_sink(nullptr);  // stdout from here: no GIL held
   // DLPack consumers still hold its memory: the last one's deleter destroys it.
   if (st->exports > 0 && st->session) {

@@ -1,6 +1,10 @@
-// Binds vkad._TapeHazards and the Session calls behind vkad.Tape (python/vkad/tape.py).
+// Binds vkad._Tape: the session's vkad::Tape (api/tape.h), which python/vkad/tape.py's Tape
+// wraps. Recording (Session.launch / Session.loop inside `with t:`, launch.cpp and loop.cpp),
+// backward, gradients, checkpointing and scalar gradients are vkad::Tape's; what this file adds
+// is Python's: the recorded launches' Python objects kept alive, `array.grad` given to the tape
+// as set_grad, the gradients viewed as NdArrays, and a capture's Graph told of the adjoints.
+#include <algorithm>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -10,179 +14,249 @@ using namespace nb::literals;
 
 namespace vkad_py {
 
-nb::tuple Session::scalar_grad_key(const Kernel* fwd, uint32_t param) {
-  return nb::make_tuple(nb::find(fwd), param);
+Tape::Tape(StatePtr state) : st(std::move(state)) {
+  Locked l(*st);
+  tape = std::make_unique<vkad::Tape>(st->get());
+  tape->set_loop_checks(st->loop_checks);
+  std::lock_guard<std::mutex> p(st->pending_mu);
+  st->tapes.push_back(this);
 }
 
-Arg Session::scalar_grad_arg(nb::dict grads, const Kernel* fwd, uint32_t param, const Kernel& adj,
-                             size_t slot) {
-  nb::object g = grads.get(scalar_grad_key(fwd, param), nb::none());
-  return to_arg(adj, *st, slot, g);
-}
-
-std::unordered_map<uint64_t, Arg> Session::gradient_args(nb::dict grads) const {
-  std::unordered_map<uint64_t, Arg> out;
-  for (auto [key, value] : grads) {
-    NdArray* g = nullptr;
-    if (!nb::try_cast<NdArray*>(value, g) || !g || g->st != st || g->freed || g->free_deferred) {
-      continue;
-    }
-    uint64_t id = 0;
-    if (!nb::try_cast<uint64_t>(key, id)) continue;
-    out.emplace(id, Arg::ndarray(g->handle));
+Tape::~Tape() {
+  {
+    std::lock_guard<std::mutex> p(st->pending_mu);
+    st->tapes.erase(std::remove(st->tapes.begin(), st->tapes.end(), this), st->tapes.end());
   }
-  return out;
-}
-
-void Session::raise_named(nb::python_error& e, const std::string& prefix) {
-  if (!PyObject_IsSubclass(e.type().ptr(), g_error)) throw;
-  const std::string msg = prefix + nb::str(e.value()).c_str();
-  PyErr_SetString(e.type().ptr(), msg.c_str());
-  throw nb::python_error();
-}
-
-void Session::launch_adjoints(nb::list launches, nb::dict grads) {
-  struct Plan {
-    nb::handle adjoint;
-    Kernel* k;
-  };
-  std::unordered_map<const Kernel*, Plan> plans;  // per forward kernel, as tape.py's `plans`
-  const std::unordered_map<uint64_t, Arg> grad_args = gradient_args(grads);
-  auto plan_of = [&](const Kernel* fwd, size_t nargs) -> const Plan& {
-    auto it = plans.find(fwd);
-    if (it == plans.end()) {
-      if (fwd->adjoint.is_none()) invalid("'" + fwd->name + "' is not differentiated");
-      nb::handle adj = fwd->adjoint;
-      it = plans.emplace(fwd, Plan{adj, kernel_for(adj, nargs + fwd->gradients.size(), "launch")})
-               .first;
-    }
-    return it->second;
-  };
-  std::vector<Arg> a;
-  for (size_t i = launches.size(); i-- > 0;) {
-    LoopRecord* loop = nullptr;
-    if (nb::try_cast<LoopRecord*>(launches[i], loop) && loop) {
-      try {
-        adjoint_loop(*loop, grads, grad_args, i);
-      } catch (nb::python_error& e) {
-        raise_named(
-            e, "tape.backward: adjoint of launch " + std::to_string(i) + " (a Session.loop): ");
-      }
-      continue;
-    }
-    nb::tuple rec = nb::cast<nb::tuple>(launches[i]);
-    nb::handle kernel = rec[0];
-    nb::tuple args = nb::cast<nb::tuple>(rec[1]);
-    try {
-      const Kernel* fwd = kernel_for(kernel, args.size(), "launch");
-      const Plan& plan = plan_of(fwd, args.size());
-      a.resize(args.size() + fwd->gradients.size());
-      for (size_t j = 0; j < args.size(); ++j) a[j] = to_arg(*plan.k, *st, j, args[j]);
-      for (size_t j = 0; j < fwd->gradients.size(); ++j) {
-        const Arg& primal = a[fwd->gradients[j].first];  // converted above
-        if (primal.kind != ParamKind::kNdArray) {
-          a[args.size() + j] =
-              scalar_grad_arg(grads, fwd, fwd->gradients[j].first, *plan.k, args.size() + j);
-          continue;
-        }
-        auto found = grad_args.find(primal.array.id);
-        if (found != grad_args.end()) {
-          a[args.size() + j] = found->second;
-          continue;
-        }
-        nb::handle x = args[fwd->gradients[j].first];
-        NdArray* arr = nullptr;
-        nb::object g = nb::try_cast<NdArray*>(x, arr) && arr
-                           ? nb::object(grads.get(nb::int_(arr->handle.id), nb::none()))
-                           : nb::none();
-        a[args.size() + j] = to_arg(*plan.k, *st, args.size() + j, g);
-      }
-      launch_converted(plan.adjoint, plan.k, a, nb::handle(), "the adjoint of tape entry", i);
-    } catch (nb::python_error& e) {
-      raise_named(e, "tape.backward: adjoint of launch " + std::to_string(i) + ": ");
-    }
+  if (!tape) return;  // the session closed first
+  // Its gradients are freed by the vkad::Tape's destructor, which calls into the session.
+  if (st->mu.try_lock()) {
+    tape.reset();
+    st->mu.unlock();
+  } else {
+    std::lock_guard<std::mutex> p(st->pending_mu);
+    st->pending_tapes.push_back(std::move(tape));
   }
 }
 
-nb::dict Session::tape_differentiated(nb::list launches) {
-  nb::dict needed;
-  for (nb::handle rec_h : launches) {
-    LoopRecord* loop = nullptr;
-    if (nb::try_cast<LoopRecord*>(rec_h, loop) && loop) {
-      for (const LoopEntry& e : loop->entries) {
-        for (const auto& [p, name] : e.k->gradients) {
-          if (!e.k->params[p].array) {
-            nb::tuple key = scalar_grad_key(e.k, p);
-            if (!needed.contains(key)) needed[key] = nb::none();
-            continue;
-          }
-          nb::int_ key(e.args[p].array.id);
-          if (!needed.contains(key)) needed[key] = e.values[p];
-        }
-      }
-      continue;
-    }
-    nb::tuple rec = nb::cast<nb::tuple>(rec_h);
-    nb::tuple args = nb::cast<nb::tuple>(rec[1]);
-    const Kernel* fwd = kernel_for(rec[0], args.size(), "tape.backward");
-    for (const auto& [p, name] : fwd->gradients) {
-      if (!fwd->params[p].array) {
-        nb::tuple key = scalar_grad_key(fwd, p);
-        if (!needed.contains(key)) needed[key] = nb::none();
-        continue;
-      }
-      NdArray* arr = nullptr;
-      if (!nb::try_cast<NdArray*>(args[p], arr) || !arr) continue;  // the launch refused it
-      nb::int_ key(arr->handle.id);
-      if (!needed.contains(key)) needed[key] = args[p];
-    }
-  }
-  return needed;
+vkad::Tape& Tape::get() {
+  if (!tape) raise(Status(ErrorCode::kFailedPrecondition, "the session is closed"));
+  return *tape;
+}
+
+void Tape::record(nb::handle kernel, Kernel* k, nb::handle args) {
+  nb::tuple rec = nb::make_tuple(nb::borrow(kernel), args);
+  untrack_if_atomic(args);
+  untrack_if_atomic(rec);
+  launches.append(rec);
+  record_kernels.push_back(k);
+}
+
+void Tape::record_loop(nb::object rec, const LoopRecord& loop) {
+  loop_lens.emplace(record_kernels.size(), static_cast<uint32_t>(loop.entries.size()));
+  for (const LoopEntry& e : loop.entries) record_kernels.push_back(e.k);
+  launches.append(std::move(rec));
 }
 
 namespace {
 
-// vkad._TapeHazards: the tape's hazard record.
-void bind_tape_hazards(nb::module_& m) {
-  nb::class_<TapeHazards>(m, "_TapeHazards",
-                          "What a Tape's recording read and wrote (vkad::TapeHazards): launch "
-                          "refuses a launch that overwrites it.")
-      .def(nb::init<>())
-      .def("reset",
-           [](TapeHazards& h) {
-             h.hazards.reset();
-             h.broken.clear();
-           })
-      .def_prop_ro("broken", [](const TapeHazards& h) { return h.broken; })
-      .def_prop_ro("launches", [](const TapeHazards& h) { return h.hazards.launches(); });
+Kernel* adjoint_of(const Kernel* fwd) { return nb::cast<Kernel*>(fwd->adjoint); }
+
+// A gradient the tape owns as a Python NdArray that keeps the tape (`owner`) alive and frees
+// nothing.
+nb::object view(nb::handle owner, const StatePtr& st, NdArrayHandle h, DType dtype,
+                std::vector<uint32_t> shape, std::string name) {
+  auto* a = new NdArray();
+  a->st = st;
+  a->handle = h;
+  a->dtype = dtype;
+  a->shape = std::move(shape);
+  a->name = std::move(name);
+  a->owner = nb::borrow(owner);
+  return nb::cast(a, nb::rv_policy::take_ownership);
 }
 
-void bind_session_tape(nb::class_<Session>& session) {
-  session
-      .def(
-          "_set_tape",
-          [](Session& s, nb::object tape, nb::object hazards, nb::object before_launch) {
-            s.st->tape = std::move(tape);
-            s.st->hazards = std::move(hazards);
-            s.st->before_launch = std::move(before_launch);
-          },
-          "tape"_a.none(), "hazards"_a.none() = nb::none(), "before_launch"_a.none() = nb::none())
-      .def("_launch_adjoints", &Session::launch_adjoints, "launches"_a, "grads"_a,
-           nb::sig("def _launch_adjoints(self, launches: list[tuple[Kernel | Differentiated, "
-                   "tuple[NdArray | int | float | bool, ...]]], grads: dict[int, NdArray]) "
-                   "-> None"),
-           "Tape.backward's loop: the adjoints of the recorded launches, last first.")
-      .def("_tape_differentiated", &Session::tape_differentiated, "launches"_a,
-           nb::sig("def _tape_differentiated(self, launches: list[tuple[Kernel | Differentiated, "
-                   "tuple[NdArray | int | float | bool, ...]]]) -> dict[int, NdArray]"),
-           "Tape.backward's first pass: each recorded launch's differentiated arrays, by handle.");
+NdArray& array_of(const Tape& t, nb::handle obj, const char* what) {
+  NdArray* a = nullptr;
+  if (!nb::try_cast<NdArray*>(obj, a) || !a) {
+    invalid(std::string(what) + ": expected a vkad ndarray, got " +
+            nb::type_name(obj.type()).c_str());
+  }
+  if (a->st != t.st) invalid(std::string(what) + ": " + a->label() + " belongs to another session");
+  return *a;
+}
+
+// Each array's `array.grad` (the caller's gradient) given to the tape (set_grad), or taken back
+// where the caller unset it or the array went, before a backward: per array with one, not per
+// recorded launch (the record path stays as cheap as a launch).
+void give_caller_grads(Tape& t) {
+  for (const auto& [id, a] : t.st->with_grad) {
+    NdArray* g = nullptr;
+    if (a->freed || !nb::try_cast<NdArray*>(a->grad, g) || !g || g->freed) continue;
+    auto it = t.caller_grads.find(id);
+    if (it != t.caller_grads.end() && it->second == g->handle.id) continue;
+    check(t.get().set_grad(a->handle, g->handle));
+    t.caller_grads[id] = g->handle.id;
+  }
+  for (auto it = t.caller_grads.begin(); it != t.caller_grads.end();) {
+    auto now = t.st->with_grad.find(it->first);
+    NdArray* g = nullptr;
+    const bool kept = now != t.st->with_grad.end() && !now->second->freed &&
+                      nb::try_cast<NdArray*>(now->second->grad, g) && g && !g->freed &&
+                      g->handle.id == it->second;
+    if (kept) {
+      ++it;
+      continue;
+    }
+    (void)t.get().set_grad(NdArrayHandle{it->first}, NdArrayHandle{});
+    it = t.caller_grads.erase(it);
+  }
+}
+
+// What a backward launched, added to the Graph being captured (its adjoints' kernels, per
+// launch, as Session.launch adds a launch's).
+void add_to_capture(Tape& t, std::span<const vkad::TapeAdjointLaunch> launched) {
+  if (t.st->capture.is_none()) return;
+  Graph* g = nb::cast<Graph*>(t.st->capture);
+  for (const vkad::TapeAdjointLaunch& l : launched) {
+    if (!l.is_loop) {
+      g->add(adjoint_of(t.record_kernels[l.record]));
+      continue;
+    }
+    const uint32_t len = t.loop_lens.at(l.record);
+    // The adjoint loop's body is the forward's reversed.
+    add_loop_to_capture(*t.st, l.loop, len, [&](size_t j) {
+      return adjoint_of(t.record_kernels[l.record + len - 1 - j]);
+    });
+  }
+}
+
+// Tape.backward's second half: `seeds` as (array, value) pairs, a value a float or a numpy
+// array of the output's dtype and shape (tape.py converts them).
+void backward(Tape& t, nb::list seeds) {
+  std::vector<vkad::TapeSeed> s;
+  std::vector<HostArray> hosts;  // the host seeds' buffers, alive until backward returns
+  hosts.reserve(nb::len(seeds));
+  for (nb::handle item : seeds) {
+    nb::tuple pair = nb::borrow<nb::tuple>(item);
+    NdArray& out = array_of(t, pair[0], "tape.backward");
+    if (nb::isinstance<nb::float_>(pair[1])) {
+      s.push_back(vkad::TapeSeed::of_value(out.handle, nb::cast<double>(pair[1])));
+      continue;
+    }
+    hosts.push_back(nb::cast<HostArray>(pair[1]));
+    s.push_back(vkad::TapeSeed::of_data(out.handle, hosts.back().data(), hosts.back().nbytes()));
+  }
+  std::vector<vkad::TapeAdjointLaunch> launched;
+  Status st;
+  {
+    Locked l(*t.st);
+    (void)t.st->get();
+    give_caller_grads(t);
+    st = t.get().backward(s, &launched);
+  }
+  add_to_capture(t, launched);
+  check(st);
+}
+
+void reset(Tape& t) {
+  // The Python objects first: arrays only the recording held are freed now, so the tape's
+  // reset drops their gradients.
+  t.record_kernels.clear();
+  t.loop_lens.clear();
+  // The same list object, emptied (Tape.launches may be held by the caller).
+  if (PySequence_DelSlice(t.launches.ptr(), 0, PY_SSIZE_T_MAX) != 0) throw nb::python_error();
+  Locked l(*t.st);
+  t.get().reset();
+  // Arrays freed since: the tape dropped their gradients, and forgets the caller's here.
+  for (auto it = t.caller_grads.begin(); it != t.caller_grads.end();) {
+    it = t.tape->has_grad(NdArrayHandle{it->first}) ? std::next(it) : t.caller_grads.erase(it);
+  }
+}
+
+void begin(nb::handle self) {
+  Tape& t = nb::cast<Tape&>(self);
+  if (t.st->recording != nullptr) {
+    invalid("tape: this session is already recording on another tape");
+  }
+  reset(t);
+  t.st->recording = &t;
+  t.st->recording_obj = nb::borrow(self);
+}
+
+void end(Tape& t) {
+  if (t.st->recording != &t) return;
+  t.st->recording = nullptr;
+  t.st->recording_obj = nb::none();
+}
+
+nb::object grad(nb::handle self, nb::handle obj) {
+  Tape& t = nb::cast<Tape&>(self);
+  NdArray& a = array_of(t, obj, "tape.grad");
+  NdArrayHandle g;
+  {
+    Locked l(*t.st);
+    g = take(t.get().grad(a.handle));
+  }
+  return view(self, t.st, g, a.dtype, a.shape, (a.name.empty() ? "array" : a.name) + "_grad");
+}
+
+nb::object scalar_grad(nb::handle self, nb::handle kernel, uint32_t param) {
+  Tape& t = nb::cast<Tape&>(self);
+  Kernel* k = nullptr;
+  if (!nb::try_cast<Kernel*>(kernel, k) || !k || !k->diff || k->st != t.st) {
+    invalid("tape.scalar_grad: expected a differentiated kernel of this session");
+  }
+  NdArrayHandle g;
+  {
+    Locked l(*t.st);
+    g = take(t.get().scalar_grad(*k->diff, param));
+  }
+  return view(self, t.st, g, k->params.at(param).dtype, {1},
+              k->name + "." + k->params.at(param).name + "_grad");
+}
+
+void set_checkpoint_every(Tape& t, uint32_t k) {
+  Locked l(*t.st);
+  check(t.get().set_checkpoint_every(k));
 }
 
 }  // namespace
 
 void bind_tape(nb::module_& m, nb::class_<Session>& session) {
-  bind_tape_hazards(m);
-  bind_session_tape(session);
+  (void)session;
+  nb::class_<Tape>(m, "_Tape",
+                   "The session's vkad::Tape (api/tape.h), behind vkad.Tape (python/vkad/tape.py).")
+      .def(
+          "__init__", [](Tape* t, Session& s) { new (t) Tape(s.st); }, "session"_a)
+      .def_ro("launches", &Tape::launches,
+              "A (kernel, args) tuple per recorded launch, a LoopRecord per Session.loop.")
+      .def("begin", &begin, "Starts a recording (reset()) that Session.launch / loop record on.")
+      .def("end", &end, "Ends the recording (the launches stay for backward).")
+      .def("reset", &reset, "Forgets the recording; keeps the gradients of live arrays.")
+      .def("backward", &backward, "seeds"_a,
+           nb::sig("def backward(self, seeds: list[tuple[NdArray, float | numpy.typing.NDArray]]) "
+                   "-> None"),
+           "vkad::Tape::backward, with each recorded array's `array.grad` as its gradient.")
+      .def("grad", &grad, "array"_a, nb::sig("def grad(self, array: NdArray) -> NdArray"),
+           "The tape's gradient of `array`, viewed (freed by the tape, not by this object).")
+      .def("scalar_grad", &scalar_grad, "kernel"_a, "param"_a,
+           nb::sig("def scalar_grad(self, kernel: Kernel, param: int) -> NdArray"),
+           "The gradient of differentiated scalar parameter `param` of forward kernel `kernel`.")
+      .def(
+          "has_grad",
+          [](Tape& t, uint64_t handle) {
+            return t.tape && t.tape->has_grad(NdArrayHandle{handle});
+          },
+          "handle"_a, "Whether the tape holds a gradient for the array of this handle.")
+      .def_prop_rw(
+          "checkpoint_every", [](Tape& t) { return t.get().checkpoint_every(); },
+          &set_checkpoint_every, "vkad::Tape::set_checkpoint_every's launches per segment.")
+      .def_prop_ro(
+          "records", [](Tape& t) { return t.get().launches(); },
+          "vkad::Tape::launches: records, a loop's body counted per launch.")
+      .def_prop_ro(
+          "gradients", [](Tape& t) { return t.get().gradients(); },
+          "vkad::Tape::gradients: gradient arrays held.");
 }
 
 }  // namespace vkad_py

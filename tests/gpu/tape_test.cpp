@@ -418,7 +418,7 @@ TEST_F(TapeTest, ALaunchLoopThatWouldSpoilGradientsIsRefusedBeforeItRuns) {
   const TapeLoopLaunch body[] = {{&*d, {Arg::i32(0), Arg::ndarray(*x)}, {}}};
   Status st = tape.launch_loop(body, 3);
   EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("tape.launch_loop: launch 0 of the body, iteration 1"),
+  EXPECT_NE(st.message().find("tape.launch_loop: launch 0 of the body ('sin_row'), iteration 1"),
             std::string::npos)
       << st.to_string();
   EXPECT_EQ(tape.launches(), 0u);
@@ -496,6 +496,144 @@ TEST_F(TapeTest, ScalarParameterGradientSumsOverLaunches) {
               std::string::npos)
         << bad.status().message();
   }
+}
+
+// What the Python binding's tape needs of vkad::Tape (issue 52, point 5): a loop's plain kernels,
+// kept loop checks, the caller's gradient taken back, what a backward launched, and a freed
+// array's adjoint named.
+
+// y[i] = x[1, i] * 2: a kernel that is not differentiated, beside sin_row in a loop's body.
+constexpr const char* kDoubleRow = R"(
+kernel double_row(x: ndarray<f32, 2>, y: ndarray<f32, 1>) {
+  task main parallel %0 in [0, shape(y, 0)) {
+    %r = const 1 : i32
+    %1 = load x[%r, %0] : f32
+    %2 = const 2.0 : f32
+    %3 = mul %1, %2 : f32
+    store y[%0], %3
+  }
+})";
+
+TEST_F(TapeTest, ALoopsPlainKernelRunsUnrecordedAndBackwardListsTheAdjointLoop) {
+  auto d = s_->differentiate(sin_row());
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  auto plain = s_->compile(kDoubleRow);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  const std::vector<float> x0 = start_values();
+  std::vector<float> rows(size_t{kSteps + 1} * kN, 0.0f), seed(rows.size(), 0.0f);
+  std::copy(x0.begin(), x0.end(), rows.begin());
+  std::fill(seed.begin() + size_t{kSteps} * kN, seed.end(), 1.0f);
+  auto x = s_->ndarray(DType::kF32, {kSteps + 1, kN}, "x");
+  ASSERT_TRUE(x.ok());
+  ASSERT_TRUE(s_->upload(*x, std::span<const float>(rows)).ok());
+  NdArrayHandle y = make(kN, "y");
+  Tape tape(*s_);
+  TapeLoopLaunch body[2] = {{&*d, {Arg::i32(0), Arg::ndarray(*x)}, {1, 0}}, {}};
+  body[1].kernel = *plain;
+  body[1].args = {Arg::ndarray(*x), Arg::ndarray(y)};
+  LoopInfo info;
+  Status st = tape.launch_loop(body, kSteps, &info);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(tape.launches(), 1u);  // only the differentiated launch is recorded
+  const std::vector<float> got_y = read(y, kN);
+  for (uint32_t i = 0; i < kN; ++i) {
+    ASSERT_NEAR(got_y[i], 2 * (std::sin(x0[i]) * 0.9 + 0.1), 1e-3) << "the plain kernel ran";
+  }
+  // Neither d nor kernel: refused, nothing recorded.
+  const TapeLoopLaunch empty[] = {{nullptr, {Arg::ndarray(*x)}, {}}};
+  st = tape.launch_loop(empty, 2);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("no differentiate() result, nor a kernel"), std::string::npos);
+  EXPECT_EQ(tape.launches(), 1u);
+  std::vector<TapeAdjointLaunch> launched;
+  ASSERT_TRUE(
+      tape.backward(std::vector<TapeSeed>{TapeSeed::of_data(*x, std::span<const float>(seed))},
+                    &launched)
+          .ok());
+  ASSERT_EQ(launched.size(), 1u);
+  EXPECT_TRUE(launched[0].is_loop);
+  EXPECT_EQ(launched[0].record, 0u);
+  EXPECT_GE(launched[0].loop.launches, 1u);
+  auto g = tape.grad(*x);
+  ASSERT_TRUE(g.ok());
+  std::vector<float> all(rows.size());
+  ASSERT_TRUE(s_->download(*g, std::span<float>(all)).ok());
+  expect_near(std::vector<float>(all.begin(), all.begin() + kN), chain_gradient(x0, 0, kSteps));
+}
+
+TEST_F(TapeTest, LoopChecksAreKeptForALoopFirstInARecordingAndRefusedOnesAreNot) {
+  auto d = s_->differentiate(sin_row());
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  auto x = s_->ndarray(DType::kF32, {kSteps + 1, kN}, "x");
+  ASSERT_TRUE(x.ok());
+  ASSERT_TRUE(s_->zero(*x).ok());
+  auto checks = std::make_shared<TapeLoopChecks>();
+  const TapeLoopLaunch refused[] = {{&*d, {Arg::i32(0), Arg::ndarray(*x)}, {}}};
+  Status st = checks->prepare(*s_, refused, 3);
+  EXPECT_NE(st.message().find("launch 0 of the body ('sin_row'), iteration 1"), std::string::npos)
+      << st.to_string();
+  EXPECT_EQ(checks->size(), 0u);
+  const TapeLoopLaunch stepping[] = {{&*d, {Arg::i32(0), Arg::ndarray(*x)}, {1, 0}}};
+  ASSERT_TRUE(checks->prepare(*s_, stepping, kSteps).ok());
+  EXPECT_EQ(checks->size(), 1u);
+  Tape tape(*s_);
+  tape.set_loop_checks(checks);
+  for (int it = 0; it < 2; ++it) {  // the kept check, taken; then the tape goes on from it
+    tape.reset();
+    ASSERT_TRUE(tape.launch_loop(stepping, kSteps).ok());
+    EXPECT_EQ(checks->size(), 1u);
+    // What the kept record says was read: row kSteps - 1, so writing it again is refused.
+    st = tape.launch(*d, {Arg::i32(kSteps - 2), Arg::ndarray(*x)});
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
+  }
+  // Another loop first in a recording is checked and kept too.
+  tape.reset();
+  ASSERT_TRUE(tape.launch_loop(stepping, kSteps - 1).ok());
+  EXPECT_EQ(checks->size(), 2u);
+  // Not first in its recording: checked against the record, not kept.
+  const TapeLoopLaunch last[] = {{&*d, {Arg::i32(kSteps - 1), Arg::ndarray(*x)}, {1, 0}}};
+  ASSERT_TRUE(tape.launch_loop(last, 1).ok());
+  EXPECT_EQ(checks->size(), 2u);
+}
+
+TEST_F(TapeTest, SetGradOfNoneGivesTheGradientBackToTheTape) {
+  auto d = s_->differentiate(sin_step());
+  ASSERT_TRUE(d.ok());
+  NdArrayHandle a = make(kN, "a"), b = make(kN, "b"), mine = make(kN, "mine");
+  ASSERT_TRUE(s_->zero(a).ok());
+  Tape tape(*s_);
+  ASSERT_TRUE(tape.set_grad(a, mine).ok());
+  EXPECT_TRUE(tape.has_grad(a));
+  ASSERT_TRUE(tape.launch(*d, {Arg::ndarray(a), Arg::ndarray(b)}).ok());
+  ASSERT_TRUE(tape.backward({TapeSeed::of_value(b, 1.0)}).ok());
+  EXPECT_EQ(tape.grad(a)->id, mine.id);
+  ASSERT_TRUE(tape.set_grad(a, NdArrayHandle{}).ok());
+  EXPECT_FALSE(tape.has_grad(a));
+  ASSERT_TRUE(tape.backward({TapeSeed::of_value(b, 1.0)}).ok());
+  auto g = tape.grad(a);
+  ASSERT_TRUE(g.ok());
+  EXPECT_NE(g->id, mine.id);                            // the tape's own, made by that backward
+  EXPECT_NEAR(read(*g, kN)[0], 0.9, 1e-3);              // d(0.9 sin(a) + 0.1)/da at a = 0
+  ASSERT_TRUE(tape.set_grad(a, NdArrayHandle{}).ok());  // a gradient the tape made stays
+  EXPECT_TRUE(tape.has_grad(a));
+  EXPECT_NEAR(read(mine, kN)[0], 0.9, 1e-3);  // the caller's, left as the first backward left it
+}
+
+TEST_F(TapeTest, ADifferentiatedArrayFreedAfterItsLaunchIsNamedByThatLaunchsAdjoint) {
+  auto d = s_->differentiate(sin_step());
+  ASSERT_TRUE(d.ok());
+  NdArrayHandle x0 = make(kN, "x0"), y0 = make(kN, "y0"), x1 = make(kN, "x1"), y1 = make(kN, "y1");
+  ASSERT_TRUE(s_->zero(x0).ok());
+  ASSERT_TRUE(s_->zero(x1).ok());
+  Tape tape(*s_);
+  ASSERT_TRUE(tape.launch(*d, {Arg::ndarray(x0), Arg::ndarray(y0)}).ok());
+  ASSERT_TRUE(tape.launch(*d, {Arg::ndarray(x1), Arg::ndarray(y1)}).ok());
+  ASSERT_TRUE(s_->free(x1).ok());
+  const uint64_t launches = stats().launches;
+  Status st = tape.backward({TapeSeed::of_value(y0, 1.0), TapeSeed::of_value(y1, 1.0)});
+  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(st.message().rfind("tape.backward: adjoint of launch 1: ", 0), 0u) << st.message();
+  EXPECT_EQ(stats().launches, launches);  // launch 1's adjoint is the first; none ran
 }
 
 }  // namespace

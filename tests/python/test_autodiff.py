@@ -174,7 +174,7 @@ def test_tape_errors(session, ftype):
 
 
 def test_backward_names_the_adjoint_that_fails(session, ftype):
-    # The adjoints run in the binding's loop (Session._launch_adjoints): an adjoint that cannot
+    # The adjoints run in vkad::Tape::backward (the binding's _Tape): an adjoint that cannot
     # launch -- an input freed after the recording -- raises the launch's own error class with
     # the recorded launch's index first, and the launches after it in reverse order (0) never run.
     d = session.differentiate(wavy(ftype))

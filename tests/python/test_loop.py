@@ -281,7 +281,7 @@ def test_a_loop_that_fails_part_way_leaves_its_tape_refusing_backward(session, k
             session.loop(0, 4, lambda t: (session.launch(step, t, x, w),
                                           session.launch(tail, t - 2, x, y)))
     with pytest.raises(vkad.FailedPreconditionError,
-                       match="a Session.loop failed after 1 of its launches ran"):
+                       match="a launch_loop failed after 1 of its launches ran"):
         tape.backward(seed={loss: 1.0})
     # the next recording is whole again
     with tape:
@@ -339,8 +339,8 @@ def test_the_tapes_check_runs_per_iteration_before_the_loop_runs(session):
     with session.tape() as tape:
         # iteration 1 writes row 1, which iteration 0 read: its gradient would be wrong
         with pytest.raises(vkad.InvalidArgumentError,
-                           match=r"Session.loop: launch 0 of the body \('shift_back'\), iteration "
-                                 r"1 \(t = 1\)"):
+                           match=r"tape.launch_loop: launch 0 of the body \('shift_back'\), "
+                                 r"iteration 1: "):
             session.loop(0, 3, lambda t: session.launch(back, t, x))
         # nothing ran and the recording goes on: one iteration alone is fine
         session.loop(2, 3, lambda t: session.launch(back, t, x))

@@ -167,6 +167,49 @@ def test_gradient_of_a_collected_array_is_dropped(session, step):
     assert s.stats()["ndarrays"] == count - 2  # a and its gradient
 
 
+def test_a_gradient_the_tape_made_is_a_view_that_keeps_the_tape(session, step):
+    # The tape (vkad::Tape) owns its gradients: t.grad(x) views one, keeps the tape alive, and
+    # frees nothing itself; Session.free refuses it.
+    s = session
+    x, y = s.ndarray(X0), s.empty(N, vkad.f32)
+    t = s.tape()
+    with t:
+        s.launch(step, x, y)
+    t.backward(seed={y: 1.0})
+    g = t.grad(x)
+    assert t.grad(x) is g and g.name == "array_grad"
+    with pytest.raises(vkad.InvalidArgumentError, match="is a tape's gradient"):
+        s.free(g)
+    s.synchronize()
+    count = s.stats()["ndarrays"]
+    del t
+    gc.collect()
+    assert s.stats()["ndarrays"] == count  # the view holds the tape, and so its gradients
+    np.testing.assert_allclose(g.numpy(), chain(X0, 0, 1), atol=5e-3)
+    del g
+    gc.collect()
+    assert s.stats()["ndarrays"] == count - 2  # x's and y's gradients, with the tape
+
+
+def test_unsetting_array_grad_gives_the_gradient_back_to_the_tape(session, step):
+    s = session
+    x, y = s.ndarray(X0), s.empty(N, vkad.f32)
+    mine = s.zeros(N, vkad.f32)
+    t = s.tape()
+    for it in range(3):  # array.grad set, unset, set again
+        x.grad = mine if it != 1 else None
+        if it == 1:
+            s.fill(mine, 7.0)
+        with t:
+            s.launch(step, x, y)
+        t.backward(seed={y: 1.0})
+        g = t.grad(x)
+        assert (g is mine) == (it != 1)
+        np.testing.assert_allclose(g.numpy(), chain(X0, 0, 1), atol=5e-3)
+        if it == 1:  # unset: the tape's own gradient, the caller's array left alone
+            np.testing.assert_array_equal(mine.numpy(), np.full(N, 7.0, np.float32))
+
+
 def test_zero_many(session):
     s = session
     junk = np.full(N, 7.5, np.float32)
