@@ -76,8 +76,15 @@ struct SessionCore {
   };
   std::unordered_map<uint64_t, CaptureAccess> capture_access;
 
-  // The open capture as Session saw it (Session::begin_capture .. end_capture).
-  std::optional<CaptureLog> capture;
+  // Session's part of the open capture (Session::begin_capture .. end_capture). The capture's
+  // one record is the runtime's (Runtime::capture_record, then graph_record, which the rework
+  // reads); Session counts the steps that went through it, which end_capture compares with the
+  // runtime's: a step captured through runtime() meanwhile leaves the graph as captured.
+  struct SessionCapture {
+    size_t steps = 0;       // launches and fills
+    uint32_t launches = 0;  // the next launch's index in capture order
+  };
+  std::optional<SessionCapture> capture;
   // Launches launch_loop made of a rolled or reworked step loop in the open capture: replay
   // updates of them are refused (CompiledGraphs::check_fixed_updates).
   LaunchRanges capture_fixed;
