@@ -1,8 +1,8 @@
 // The graphs a Session captured, as it runs them (api/compiled_graphs.h): each capture's
-// rework installed -- the launches recorded again rolled, reordered, with fewer barriers or
-// fused -- or run on a thread of its own until a replay finds it done; replays in the captured
-// numbering. This is an optimisation: whatever keeps a launch from being reworked (a kernel vkad
-// did not compile, a kernel the device refuses) leaves it as it was.
+// rework installed -- the launches made a graph again (Runtime::instantiate) rolled, reordered,
+// with fewer barriers or fused -- or run on a thread of its own until a replay finds it done;
+// replays in the captured numbering. This is an optimisation: whatever keeps a launch from being
+// reworked (a kernel vkad did not compile, a kernel the device refuses) leaves it as it was.
 #include "api/compiled_graphs.h"
 
 #include <algorithm>
@@ -72,24 +72,42 @@ Status CompiledGraphs::check_fixed_updates(GraphHandle graph,
   return {};
 }
 
-Result<GraphHandle> CompiledGraphs::rework(GraphHandle g, CaptureLog log, const std::string& name,
-                                           bool background) {
-  // Steps recorded through runtime() while Session captured are not in the log: the graph is
-  // then kept as the runtime captured it.
+std::vector<CapturedStep> CompiledGraphs::captured_steps(
+    const runtime::Runtime::GraphRecord& record) {
+  std::vector<CapturedStep> out;
+  out.reserve(record.size());
+  for (size_t i = 0; i < record.size(); ++i) {
+    const runtime::GraphStep s = record[i];
+    if (s.launch) {
+      out.push_back({true, s.kernel, {s.args.begin(), s.args.end()}, 0.0});
+    } else {
+      out.push_back({false, {}, {Arg::ndarray(s.array)}, s.value});
+    }
+  }
+  return out;
+}
+
+Result<GraphHandle> CompiledGraphs::rework(GraphHandle g, size_t session_steps,
+                                           const std::string& name, bool background) {
+  // Steps recorded through runtime() while Session captured: the graph is then kept as the
+  // runtime captured it (the barriers Session judged at capture did not see them).
   Result<size_t> n_steps = core_.rt->graph_steps(g);
-  if (!n_steps.ok() || *n_steps != log.steps.size()) return g;
+  if (!n_steps.ok() || *n_steps != session_steps) return g;
   settle();  // one rework at a time: the previous one is installed first
-  compiler_.snapshot_extents(log);
+  Result<runtime::Runtime::GraphRecord> record = core_.rt->graph_record(g);
+  if (!record.ok()) return g;
+  std::vector<CapturedStep> steps = captured_steps(*record);
+  compiler_.snapshot_extents(steps);
   if (background) {
     auto bg = std::make_unique<BackgroundRework>();
     bg->graph = g;
-    bg->log = std::move(log);
+    bg->steps = std::move(steps);
     BackgroundRework* b = bg.get();
     // The worker reads the session's kernel tables and caches, which are left alone until
     // join(), and writes only its result slot and `done`.
     auto work = [this, b, name]() {
       try {
-        b->result = compiler_.prepare_rework(b->graph, b->log.unpack(), name);
+        b->result = compiler_.prepare_rework(b->graph, std::move(b->steps), name);
       } catch (...) {  // out of memory: the graph stays as captured
         b->result = std::make_unique<GraphCompiler::PreparedRework>();
         b->result->graph = b->graph;
@@ -102,11 +120,11 @@ Result<GraphHandle> CompiledGraphs::rework(GraphHandle g, CaptureLog log, const 
       background_ = std::move(bg);
       return g;
     } catch (const std::system_error&) {
-      log = std::move(bg->log);  // no thread to be had: the rework runs here
+      steps = std::move(bg->steps);  // no thread to be had: the rework runs here
     }
   }
   std::unique_ptr<GraphCompiler::PreparedRework> p =
-      compiler_.prepare_rework(g, log.unpack(), name);
+      compiler_.prepare_rework(g, std::move(steps), name);
   return install(*p, /*keep_captured=*/false);
 }
 
@@ -232,17 +250,14 @@ Status CompiledGraphs::release(GraphHandle graph) {
   return {};
 }
 
-Result<GraphHandle> CompiledGraphs::recapture(const ReworkPlan& w, const std::string& name,
-                                              FusedGraph* map, bool* relaxed,
-                                              std::span<const runtime::LaunchOrigin> origins) {
-  VKAD_TRY(core_.rt->begin_capture(name));
-  // The launches recorded again name what the user recorded them from (a fused run: what all
-  // its members share); the caller's note is put back after.
-  struct KeepOrigin {
-    runtime::Runtime& rt;
-    runtime::LaunchOrigin saved = rt.launch_origin();
-    ~KeepOrigin() { rt.set_launch_origin(saved); }
-  } keep{*core_.rt};
+Result<GraphHandle> CompiledGraphs::instantiate_plan(
+    const ReworkPlan& w, const std::string& name, FusedGraph* map, bool* relaxed,
+    std::span<const runtime::LaunchOrigin> origins) {
+  // The steps, each launch's arguments at `first` in `args` (their spans are set once every
+  // step is in: `args` moves as it grows).
+  std::vector<runtime::GraphStep> steps;
+  std::vector<Arg> args;
+  std::vector<size_t> first;
   runtime::LaunchOrigin origin;  // of the launch being assembled
   map->launch.resize(w.launches.size());
   map->param.resize(w.launches.size());
@@ -253,10 +268,16 @@ Result<GraphHandle> CompiledGraphs::recapture(const ReworkPlan& w, const std::st
   bool first_in_stretch = true;
   ScheduleLaunch unit;  // the accesses of the launch being assembled (a run's union)
   size_t barriers = 0;  // dependent launches: what a replay waits for (VKAD_GRAPH_TRACE)
+  // Fills are kept only where the plan keeps them (w.dropped: made redundant by a fused run's
+  // zeroing); a dropped one still ends the stretch, as it did when it was captured.
   auto fill = [&](size_t i, bool kept) {
     pending.clear();
     first_in_stretch = true;
-    return kept ? core_.rt->fill(w.steps[i].args[0].array, w.steps[i].value) : Status{};
+    if (kept) {
+      steps.push_back(runtime::GraphStep::array_fill(w.steps[i].args[0].array, w.steps[i].value));
+      first.push_back(args.size());
+    }
+    return Status{};
   };
   auto member = [&](size_t launch, size_t r, size_t m) {
     const ScheduleLaunch& sl = w.sched[launch];
@@ -269,27 +290,27 @@ Result<GraphHandle> CompiledGraphs::recapture(const ReworkPlan& w, const std::st
         orig < origins.size() ? origins[orig] : runtime::LaunchOrigin{};
     origin = m == 0 ? mine : runtime::LaunchOrigin::join(origin, mine);
   };
-  auto emit = [&](KernelHandle k, std::span<const Arg> a) -> Status {
+  auto emit = [&](KernelHandle k, std::span<const Arg> a) {
     const bool barrier = pending.next(unit);
     barriers += barrier || first_in_stretch || !core_.graph.schedule;
     unit = ScheduleLaunch{};
-    if (core_.graph.schedule && !first_in_stretch && !barrier) {
-      *relaxed = true;
-      VKAD_TRY(core_.rt->omit_next_barrier());
-    }
+    const bool omit = core_.graph.schedule && !first_in_stretch && !barrier;
+    *relaxed = *relaxed || omit;
     first_in_stretch = false;
     ++made;
-    core_.rt->set_launch_origin(origin);
-    return core_.rt->launch(k, a);
+    steps.push_back(runtime::GraphStep::kernel_launch(k, {}, omit, origin));
+    first.push_back(args.size());
+    args.insert(args.end(), a.begin(), a.end());
+    return Status{};
   };
-  // Fills are recorded only where the plan keeps them (w.dropped: made redundant by a fused
-  // run's zeroing); a dropped one still ends the stretch, as it did when it was recorded.
-  const Status st = walk_plan(w, fill, member, emit);
-  Result<GraphHandle> fused = core_.rt->end_capture();
-  if (!st.ok()) {
-    if (fused.ok()) (void)core_.rt->release_graph(*fused);
-    return st;
+  VKAD_TRY(walk_plan(w, fill, member, emit));
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (!steps[i].launch) continue;
+    const size_t end = i + 1 < steps.size() ? first[i + 1] : args.size();
+    steps[i].args = std::span<const Arg>(args.data() + first[i], end - first[i]);
   }
+  Result<GraphHandle> fused = core_.rt->instantiate(name, steps);
+  if (!fused.ok()) return fused.status();
   if (std::getenv("VKAD_GRAPH_TRACE") != nullptr) {
     std::fprintf(stderr, "vkad graph '%s': %u launches, %zu after a barrier\n", name.c_str(), made,
                  barriers);
@@ -358,7 +379,8 @@ Result<GraphHandle> CompiledGraphs::install(GraphCompiler::PreparedRework& p, bo
     for (NdArrayHandle a : map.owned) (void)core_.rt->free_ndarray(a);
     return p.graph;  // out of memory for a stash: the launches as captured
   }
-  // The rework's kernels get their specialized pipelines at their first launch: here.
+  // The rework's kernels get their specialized pipelines where their first launch is planned:
+  // in instantiate.
   const double created = core_.rt->pipeline_create_ms();
   // What made each captured launch, where the plan's launches are the captured ones in another
   // order (rolling and blocking make launches of several).
@@ -367,9 +389,9 @@ Result<GraphHandle> CompiledGraphs::install(GraphCompiler::PreparedRework& p, bo
     Result<std::vector<runtime::LaunchOrigin>> o = core_.rt->graph_launch_origins(p.graph);
     if (o.ok() && o->size() == p.w.order.size()) origins = std::move(*o);
   }
-  Result<GraphHandle> fused = recapture(p.w, p.name, &map, &p.relaxed, origins);
+  Result<GraphHandle> fused = instantiate_plan(p.w, p.name, &map, &p.relaxed, origins);
   *compiler_.compile_ms() += core_.rt->pipeline_create_ms() - created;
-  clock.mark("re-capture");
+  clock.mark("instantiate");
   if (!fused.ok()) {
     for (NdArrayHandle a : map.owned) (void)core_.rt->free_ndarray(a);
     return p.graph;  // the launches as captured

@@ -1,8 +1,9 @@
 // The graphs a Session captured, as it runs them: each capture's rework (api/graph_compiler.h)
-// installed -- its kernels registered, its stashes allocated, the reworked graph recorded in
-// place of the one captured -- or run in the background until a replay finds it done; replays in
-// the captured launches' numbering, translated to the reworked graph's or falling back to the
-// graph as captured where an update breaks what the schedule rested on; release of both.
+// installed -- its kernels registered, its stashes allocated, the reworked graph made in place
+// of the one captured (Runtime::instantiate) -- or run in the background until a replay finds it
+// done; replays in the captured launches' numbering, translated to the reworked graph's or falling
+// back to the graph as captured where an update breaks what the schedule rested on; release of
+// both.
 //
 // Contract: Session's thread only. join() before anything that registers a kernel or writes the
 // catalog (a background rework reads them); settle() installs a finished or running background
@@ -30,9 +31,11 @@ class CompiledGraphs {
   CompiledGraphs& operator=(const CompiledGraphs&) = delete;
   ~CompiledGraphs() { join(); }
 
-  // Graph `g` just captured from `log` (the whole capture as Session saw it): its rework planned
-  // and installed, or started on a thread (`background`); returns the graph to hand the caller.
-  Result<GraphHandle> rework(GraphHandle g, CaptureLog log, const std::string& name,
+  // Graph `g` just captured, `session_steps` of its steps through Session: its rework planned
+  // from the runtime's record of it (Runtime::graph_record) and installed, or started on a
+  // thread (`background`); returns the graph to hand the caller. A graph with steps captured
+  // through runtime() (more steps than `session_steps`) is kept as captured.
+  Result<GraphHandle> rework(GraphHandle g, size_t session_steps, const std::string& name,
                              bool background);
   // Launch ranges of `graph` that launch_loop made (CompiledGraphs::check_fixed_updates).
   void note_fixed(GraphHandle graph, LaunchRanges fixed);
@@ -82,7 +85,7 @@ class CompiledGraphs {
   // The background rework (CaptureOptions::background_rework): at most one runs at a time.
   struct BackgroundRework {
     GraphHandle graph;  // as captured: the caller's handle
-    CaptureLog log;     // the worker's input (unpacked on its thread)
+    std::vector<CapturedStep> steps;  // the worker's input, copied from the runtime's record
     std::thread worker;
     std::atomic<bool> done{false};
     std::unique_ptr<GraphCompiler::PreparedRework> result;  // the worker's, written before `done`
@@ -90,12 +93,16 @@ class CompiledGraphs {
   };
 
   static std::vector<bool> scalar_params(std::span<const Arg> args);
-  // Records the plan as a graph; `map` gets each capture-order launch's place in it and
-  // `relaxed` whether a barrier was left out. `origins` (per capture-order launch of `w`, or
-  // empty): what made each, kept by the launches recorded (a fused run's: what its members
+  // A graph's steps as the rework reads them, copied from the runtime's record: the rework may
+  // run on a thread of its own while replays update the graph's arguments.
+  static std::vector<CapturedStep> captured_steps(const runtime::Runtime::GraphRecord& record);
+  // Makes the plan a graph (Runtime::instantiate); `map` gets each capture-order launch's place
+  // in it and `relaxed` whether a barrier was left out. `origins` (per capture-order launch of
+  // `w`, or empty): what made each, kept by the launches made (a fused run's: what its members
   // share, LaunchOrigin::join).
-  Result<GraphHandle> recapture(const ReworkPlan& w, const std::string& name, FusedGraph* map,
-                                bool* relaxed, std::span<const runtime::LaunchOrigin> origins = {});
+  Result<GraphHandle> instantiate_plan(const ReworkPlan& w, const std::string& name,
+                                       FusedGraph* map, bool* relaxed,
+                                       std::span<const runtime::LaunchOrigin> origins = {});
   void describe_launches(const std::vector<CapturedStep>& captured, FusedGraph* map) const;
   // Keeps `graph` (the graph as captured) in `map` where a reworked graph's schedule rests
   // on scalar parameters (`pinned`), else releases it.

@@ -30,12 +30,10 @@ const std::vector<uint32_t>* GraphCompiler::extents_of(uint64_t array) const {
   return it != rework_extents_.end() && it->second ? &*it->second : nullptr;
 }
 
-void GraphCompiler::snapshot_extents(const CaptureLog& log) {
+void GraphCompiler::snapshot_extents(std::span<const CapturedStep> steps) {
   rework_extents_.clear();
-  for (const CaptureLog::Step& s : log.steps) {
-    const Arg* args = log.args.at(s.first);
-    for (uint32_t i = 0; i < s.count; ++i) {
-      const Arg& a = args[i];
+  for (const CapturedStep& s : steps) {
+    for (const Arg& a : s.args) {
       if (a.kind != abi::ParamKind::kNdArray) continue;
       auto [it, fresh] = rework_extents_.try_emplace(a.array.id);
       if (!fresh) continue;

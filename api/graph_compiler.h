@@ -67,9 +67,9 @@ class GraphCompiler final : public KernelSink {
     std::vector<std::shared_ptr<const codegen::Kernel>> ir;
   };
 
-  // The array extents the next prepare_rework reads (each launch's arrays, asked of the runtime
+  // The array extents the next prepare_rework reads (each step's arrays, asked of the runtime
   // once per array, on the session's thread).
-  void snapshot_extents(const CaptureLog& log);
+  void snapshot_extents(std::span<const CapturedStep> steps);
   // The rework of `captured` (graph `graph` as captured, called `name`): the session's pipeline
   // run over it, its kernels compiled. Where it throws (out of memory), the kernels compiled so
   // far are left for take_unregistered.

@@ -318,10 +318,7 @@ Status Session::zero(std::span<const NdArrayHandle> arrays) {
   if (core_->capture) {
     // The fills' barriers order everything before them and after (none for no arrays).
     if (!arrays.empty()) core_->capture_barriers.clear();
-    for (NdArrayHandle h : arrays) {
-      const Arg a = Arg::ndarray(h);
-      core_->capture->add(false, {}, {&a, 1}, 0.0);
-    }
+    core_->capture->steps += arrays.size();
   }
   return {};
 }
@@ -330,8 +327,7 @@ Status Session::fill(NdArrayHandle array, double value) {
   VKAD_TRY(core_->rt->fill(array, value));
   if (core_->capture) {
     core_->capture_barriers.clear();
-    const Arg a = Arg::ndarray(array);
-    core_->capture->add(false, {}, {&a, 1}, value);
+    ++core_->capture->steps;
   }
   return {};
 }
@@ -382,7 +378,10 @@ Status Session::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
     VKAD_TRY(core_->rt->omit_next_barrier());
   }
   VKAD_TRY(core_->rt->launch(kernel, args, id));
-  if (core_->capture) core_->capture->add(true, kernel, args, 0.0);
+  if (core_->capture) {
+    ++core_->capture->steps;
+    ++core_->capture->launches;
+  }
   return {};
 }
 Status Session::prepare(KernelHandle kernel, std::span<const Arg> args) {
@@ -415,10 +414,10 @@ Result<GraphHandle> Session::end_capture() {
   Result<GraphHandle> g = core_->rt->end_capture();
   if (!g.ok()) return g;
   if (!core_->capture) return g;  // the capture was begun through runtime(): nothing to rework
-  CaptureLog log = std::move(*core_->capture);
+  const size_t steps = core_->capture->steps;
   core_->capture.reset();
   if (!core_->pipeline.empty()) {  // no pass: the graph stays as captured
-    g = graphs_->rework(*g, std::move(log), core_->capture_name, core_->capture_background);
+    g = graphs_->rework(*g, steps, core_->capture_name, core_->capture_background);
   }
   if (g.ok()) graphs_->note_fixed(*g, std::move(fixed));
   return g;

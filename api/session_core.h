@@ -44,6 +44,17 @@ struct GraphSwitches {
 // Capture-order launch ranges [first, end).
 using LaunchRanges = std::vector<std::pair<uint32_t, uint32_t>>;
 
+// Session's part of an open capture. The capture's one record is the runtime's
+// (Runtime::capture_record, then graph_record, which the rework reads); Session counts the steps
+// that went through it, which end_capture compares with the runtime's: a step captured through
+// runtime() meanwhile leaves the graph as captured. (At namespace scope: std::optional of a
+// nested struct with default member initializers is not default-constructible inside its
+// enclosing class for clang.)
+struct SessionCapture {
+  size_t steps = 0;       // launches and fills
+  uint32_t launches = 0;  // the next launch's index in capture order
+};
+
 struct SessionCore {
   std::unique_ptr<runtime::Runtime> rt;
   codegen::CompileOptions compile_options;
@@ -76,8 +87,8 @@ struct SessionCore {
   };
   std::unordered_map<uint64_t, CaptureAccess> capture_access;
 
-  // The open capture as Session saw it (Session::begin_capture .. end_capture).
-  std::optional<CaptureLog> capture;
+  // Session's part of the open capture (Session::begin_capture .. end_capture; SessionCapture).
+  std::optional<SessionCapture> capture;
   // Launches launch_loop made of a rolled or reworked step loop in the open capture: replay
   // updates of them are refused (CompiledGraphs::check_fixed_updates).
   LaunchRanges capture_fixed;

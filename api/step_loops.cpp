@@ -231,8 +231,8 @@ void StepLoops::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   constexpr size_t kMaxLoopReworks = 8;
   if (count < 2 || body.empty() || core_.pipeline.empty()) return;
   // A background rework first installed (as a replay would): until then its kernels sit in the
-  // caches under handles the runtime does not know yet, which this plan could take up. Its
-  // install records a graph, which an open capture forbids: then no plan.
+  // caches under handles the runtime does not know yet, which this plan could take up. Never
+  // inside an open capture, as finish_rework (which refuses then) and replay: then no plan.
   if (graphs_.background_pending()) {
     if (core_.rt->capturing()) return;
     graphs_.settle();
@@ -246,25 +246,22 @@ void StepLoops::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   std::shared_ptr<const LoopRework>& slot = loop_reworks_[key];
   // The arrays the body adds into are taken to be zero at the loop's start (as after the
   // tape's zeroing of its gradients): a fill of each before the launches. The plan keeps the
-  // ones it relied on (plan_zeros), which launch_loop checks against the capture's log.
+  // ones it relied on (plan_zeros), which launch_loop checks against the capture's record.
   std::vector<uint64_t> accumulated;
   for (const LoopLaunch& l : body) loop_accumulates(l, &accumulated);
-  CaptureLog log;
-  for (uint64_t id : accumulated) {
-    const Arg z = Arg::ndarray(NdArrayHandle{id});
-    log.add(false, {}, {&z, 1}, 0.0);
-  }
-  std::vector<Arg> a;
+  std::vector<CapturedStep> steps;
+  steps.reserve(accumulated.size() + body.size() * count);
+  for (uint64_t id : accumulated) steps.push_back({false, {}, {Arg::ndarray({id})}, 0.0});
   for (int64_t r = 0; r < static_cast<int64_t>(count); ++r) {
     for (const LoopLaunch& l : body) {
-      iteration_args(l, r, &a);
-      log.add(true, l.kernel, a, 0.0);
+      steps.push_back({true, l.kernel, {}, 0.0});
+      iteration_args(l, r, &steps.back().args);
     }
   }
-  compiler_.snapshot_extents(log);
+  compiler_.snapshot_extents(steps);
   std::unique_ptr<GraphCompiler::PreparedRework> p;
   try {
-    p = compiler_.prepare_rework(GraphHandle{0}, log.unpack(), "loop");
+    p = compiler_.prepare_rework(GraphHandle{0}, std::move(steps), "loop");
   } catch (...) {  // out of memory: the loop runs its launches one by one
     GraphCompiler::PreparedRework left;
     left.kernels = compiler_.take_unregistered();
@@ -307,13 +304,13 @@ bool StepLoops::zeros_hold(std::span<const uint64_t> zeros) const {
   std::vector<uint64_t> open(zeros.begin(), zeros.end());
   const uint8_t writes = kind_bit(codegen::ArrayAccess::Kind::kAccumulate) |
                          kind_bit(codegen::ArrayAccess::Kind::kOverwrite);
-  // From the latest step back: each array's last fill must be a zero fill, with no launch since
-  // that may write it.
-  for (size_t i = core_.capture->steps.size(); i-- > 0 && !open.empty();) {
-    const CaptureLog::Step& s = core_.capture->steps[i];
-    const Arg* args = core_.capture->args.at(s.first);
+  // From the latest step back (the runtime's record of the open capture): each array's last
+  // fill must be a zero fill, with no launch since that may write it.
+  const runtime::Runtime::GraphRecord record = core_.rt->capture_record();
+  for (size_t i = record.size(); i-- > 0 && !open.empty();) {
+    const runtime::GraphStep s = record[i];
     if (!s.launch) {
-      auto it = std::find(open.begin(), open.end(), args[0].array.id);
+      auto it = std::find(open.begin(), open.end(), s.array.id);
       if (it == open.end()) continue;
       if (s.value != 0.0 || std::signbit(s.value)) return false;  // +0, all bits zero
       open.erase(it);
@@ -322,9 +319,9 @@ bool StepLoops::zeros_hold(std::span<const uint64_t> zeros) const {
     auto ca = core_.capture_access.find(s.kernel.id);
     if (ca == core_.capture_access.end()) return false;  // it may write anything
     for (const auto& [param, kinds] : ca->second.params) {
-      if (param >= s.count || args[param].kind != abi::ParamKind::kNdArray) return false;
+      if (param >= s.args.size() || s.args[param].kind != abi::ParamKind::kNdArray) return false;
       if ((kinds & writes) != 0 &&
-          std::find(open.begin(), open.end(), args[param].array.id) != open.end()) {
+          std::find(open.begin(), open.end(), s.args[param].array.id) != open.end()) {
         return false;
       }
     }
@@ -333,8 +330,9 @@ bool StepLoops::zeros_hold(std::span<const uint64_t> zeros) const {
 }
 
 Status StepLoops::launch_reworked(const LoopRework& r, LoopInfo* info) {
-  // Through Session::launch: in a capture the log takes them and the barriers are judged as for any
-  // launch. A plan's fills are the assumed zeros (rework_loop): never launched.
+  // Through Session::launch, not Runtime::instantiate: these are the caller's launches, run now
+  // or captured into the caller's open capture, whose barriers Session judges as for any launch.
+  // A plan's fills are the assumed zeros (rework_loop): never launched.
   // Each launch names its iteration, a fused run the iterations of its members.
   IterationNote note(*core_.rt);
   return walk_plan(

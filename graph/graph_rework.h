@@ -17,7 +17,6 @@
 
 #include "abi/handles.h"
 #include "abi/kernel_abi.h"
-#include "base/chunked_vector.h"
 #include "base/status.h"
 #include "graph/graph_schedule.h"
 #include "graph/launch_fusion.h"
@@ -30,44 +29,12 @@ using runtime::Arg;
 using runtime::DType;
 using runtime::KernelHandle;
 
-// A step of a capture as the Session saw it.
+// A step of a capture as the rework reads it (from the runtime's record, Runtime::graph_record).
 struct CapturedStep {
   bool launch = true;
   KernelHandle kernel;
   std::vector<Arg> args;  // a fill: args[0] is the array, `value` its value
   double value = 0;
-};
-
-// An open capture's steps as Session::launch saw them, kept flat: the steps' arguments in one
-// ChunkedVector (base/chunked_vector.h), so a captured launch allocates nothing and a
-// growing capture copies nothing (a capture records ~10^4 launches of ~20 arguments: a vector
-// per step was the recording's largest allocation). unpack() makes the CapturedSteps the
-// rework reads, on the rework's thread where it runs in the background.
-struct CaptureLog {
-  struct Step {
-    bool launch = true;
-    KernelHandle kernel;
-    uint32_t first = 0, count = 0;  // its arguments: args.at(first)[0, count)
-    double value = 0;               // a fill's value
-  };
-  std::vector<Step> steps;
-  runtime::ChunkedVector<Arg> args;
-  uint32_t launches = 0;  // launch steps so far: the next launch's index in capture order
-
-  void add(bool launch, KernelHandle kernel, std::span<const Arg> step_args, double value) {
-    launches += launch;
-    const uint32_t first = args.append(step_args);
-    steps.push_back({launch, kernel, first, static_cast<uint32_t>(step_args.size()), value});
-  }
-  std::vector<CapturedStep> unpack() const {
-    std::vector<CapturedStep> out;
-    out.reserve(steps.size());
-    for (const Step& s : steps) {
-      const Arg* a = args.at(s.first);
-      out.push_back({s.launch, s.kernel, {a, a + s.count}, s.value});
-    }
-    return out;
-  }
 };
 
 // A launch of a kernel the rework made (a resident loop, a fused run): its members'

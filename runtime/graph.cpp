@@ -47,47 +47,6 @@ Status Runtime::begin_capture(const std::string& name, bool run) {
   return {};
 }
 
-Status Runtime::capture_launch(const std::shared_ptr<const Kernel>& k, std::span<const Arg> args,
-                               bool omit_barrier) {
-  Graph& g = *capture_;
-  CapturedLaunch c;
-  c.kernel = k;
-  c.origin = note_;
-  c.args = g.args.append(args);
-  c.arrays = g.arrays.append(planned_.arrays);
-  // What a replay needs of the plan, shared with the kernel's previous launch when equal (as it
-  // is for a step loop's launches).
-  auto [last, first_use] = g.last_plan.try_emplace(k.get(), 0);
-  if (first_use &&
-      std::find(g.pipeline_keys.begin(), g.pipeline_keys.end(), k->hash) == g.pipeline_keys.end()) {
-    pipelines_.retain(k->hash);
-    g.pipeline_keys.push_back(k->hash);
-  }
-  c.plan = share_plan(g, last->second, first_use, planned_);
-  ++g.plan_users[c.plan];
-  // The encoded args into the graph's blob, at an offset a storage binding may start at, in
-  // pieces of at most a ring chunk (a launch's args never straddle two pieces).
-  const uint64_t align =
-      std::max<uint64_t>(device_->caps().min_storage_buffer_offset_alignment, 16);
-  const uint64_t bytes = args_scratch_.size();
-  const uint64_t at = (g.args_blob.size() + align - 1) / align * align;
-  if (g.pieces.empty() || at + bytes - g.pieces.back().first > upload_ring_->chunk_bytes()) {
-    if (!g.pieces.empty()) g.pieces.back().second = at;
-    g.pieces.push_back({at, at});
-  }
-  g.args_offset.push_back(at);
-  g.args_blob.resize(at + bytes);  // the padding before `at` is zero
-  std::memcpy(g.args_blob.data() + at, args_scratch_.data(), bytes);
-  g.pieces.back().second = at + bytes;
-  if (omit_barrier && !g.steps.empty() && g.steps.back().first) {
-    g.launches.back().barrier_after = false;
-  }
-  g.steps.push_back({true, static_cast<uint32_t>(g.launches.size())});
-  g.launches.push_back(std::move(c));
-  if (run_) run_after_step();
-  return {};
-}
-
 uint32_t Runtime::share_plan(Graph& g, uint32_t& slot, bool fresh, const CommandPlan& plan) {
   if (fresh || !(g.plans[slot] == plan)) {
     slot = static_cast<uint32_t>(g.plans.size());
@@ -119,11 +78,15 @@ Result<GraphHandle> Runtime::end_capture() {
     }
   }
   VKAD_ASSIGN_OR_RETURN(uint64_t id, issue_id());
-  capture_->pending_plans = std::any_of(capture_->plans.begin(), capture_->plans.end(),
-                                        [](const CommandPlan& p) { return p.spec_pending > 0; });
-  capture_->last_plan = {};  // capture_launch's only
   capture_sizes_ = {capture_->launches.size(), capture_->steps.size(), capture_->args_blob.size()};
-  graphs_.emplace(id, std::move(capture_));
+  return keep_graph(id, std::move(capture_));
+}
+
+GraphHandle Runtime::keep_graph(uint64_t id, std::unique_ptr<Graph> g) {
+  g->pending_plans = std::any_of(g->plans.begin(), g->plans.end(),
+                                 [](const CommandPlan& p) { return p.spec_pending > 0; });
+  g->last_plan = {};  // add_launch's only
+  graphs_.emplace(id, std::move(g));
   stats_.graphs = graphs_.size();
   return GraphHandle{id};
 }

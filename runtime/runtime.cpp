@@ -206,6 +206,7 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel, bool
   if (hit) ++stats_.pipeline_cache_hits;
   auto k = std::make_shared<Kernel>();
   k->desc = kernel;
+  k->id = id;
   k->hash = key;
   k->args_bytes = kernel.args_bytes();
   k->array_count = kernel.array_count();
@@ -405,29 +406,32 @@ Status Runtime::timed(const char* category, Name&& name, Record&& record) {
   return {};
 }
 
+Result<Runtime::CapturedFill> Runtime::fill_step(NdArrayHandle array, double value) const {
+  auto it = arrays_.find(array.id);
+  if (it == arrays_.end()) return dead_handle("fill", "ndarray", array.id);
+  const NdArray& a = it->second;
+  VKAD_ASSIGN_OR_RETURN(const uint64_t pattern, fill_pattern(a.dtype, value, a.name));
+  const uint32_t lo = static_cast<uint32_t>(pattern), hi = static_cast<uint32_t>(pattern >> 32);
+  // vkCmdFillBuffer repeats 32 bits: an 8-byte pattern with unequal halves is `wide`. fill()
+  // stages it from the host; a graph, which cannot, has the list write it (CommandList::fill64)
+  // at every replay.
+  const bool wide = dtype_bytes(a.dtype) == 8 && lo != hi;
+  return CapturedFill{array, wide ? pattern : lo, wide, value};
+}
+
 Status Runtime::fill(NdArrayHandle array, double value) {
   VKAD_EXCLUSIVE_USE("fill");
   VKAD_TRY(device_->status());
-  auto it = arrays_.find(array.id);
-  if (it == arrays_.end()) return dead_handle("fill", "ndarray", array.id);
-  NdArray& a = it->second;
-  VKAD_ASSIGN_OR_RETURN(const uint64_t pattern, fill_pattern(a.dtype, value, a.name));
-  const uint32_t elem = dtype_bytes(a.dtype);
-  const uint32_t lo = static_cast<uint32_t>(pattern), hi = static_cast<uint32_t>(pattern >> 32);
+  VKAD_ASSIGN_OR_RETURN(const CapturedFill f, fill_step(array, value));
   if (capture_) {
-    // Host staging cannot be captured: an 8-byte pattern with unequal halves is written by the
-    // list itself (CommandList::fill64) at every replay.
-    const bool wide = elem == 8 && lo != hi;
-    capture_->steps.push_back({false, static_cast<uint32_t>(capture_->fills.size())});
-    capture_->fills.push_back({array, wide ? pattern : lo, wide});
+    add_fill(*capture_, f);
     if (run_) run_after_step();
     return {};
   }
-  if (elem == 8 && lo != hi) {
-    // vkCmdFillBuffer repeats 32 bits: an 8-byte pattern with unequal halves is staged.
+  NdArray& a = arrays_.find(array.id)->second;
+  if (f.wide) {
     std::vector<unsigned char> host(a.bytes);
-    for (uint64_t off = 0; off < a.bytes; off += elem)
-      std::memcpy(host.data() + off, &pattern, elem);
+    for (uint64_t off = 0; off < a.bytes; off += 8) std::memcpy(host.data() + off, &f.pattern, 8);
     return record_host_copy(a, host.data());
   }
   VKAD_TRY(ensure_list());
@@ -435,7 +439,7 @@ Status Runtime::fill(NdArrayHandle array, double value) {
       "fill", [&] { return "fill '" + a.name + "'"; },
       [&] {
         list_.barrier(rhi::Barrier::kComputeToTransfer);
-        list_.fill(a.buffer, lo, 0, a.bytes);
+        list_.fill(a.buffer, static_cast<uint32_t>(f.pattern), 0, a.bytes);
         list_.barrier(rhi::Barrier::kTransferToCompute);
       });
 }
@@ -477,10 +481,7 @@ Status Runtime::zero_many(std::span<const NdArrayHandle> arrays) {
   }
   if (arrays.empty()) return {};
   if (capture_) {  // captured as fills; a replay batches consecutive fills the same way
-    for (NdArrayHandle h : arrays) {
-      capture_->steps.push_back({false, static_cast<uint32_t>(capture_->fills.size())});
-      capture_->fills.push_back({h, 0});
-    }
+    for (NdArrayHandle h : arrays) add_fill(*capture_, {h, 0, false, 0.0});
     if (run_) run_after_step();
     return {};
   }
@@ -824,7 +825,11 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   // Plan every task and find its pipeline before recording anything, so a bad range records
   // nothing.
   VKAD_TRY(plan_pipelines(*k, args, &planned_, options_.background_specialization));
-  if (capture_) return capture_launch(k, args, omit_barrier);
+  if (capture_) {
+    add_launch(*capture_, k, args, omit_barrier, note_);
+    if (run_) run_after_step();
+    return {};
+  }
   if (planned_.lp.any_heap_task) VKAD_TRY(ensure_heaps(planned_.lp.heap_need));
   VKAD_TRY(ensure_list());
   VKAD_TRY(record_launch(k, planned_, planned_.arrays, args_scratch_.data(), id));

@@ -254,7 +254,44 @@ struct RuntimeStats {
   uint64_t pipeline_cache_bytes_loaded = 0;
 };
 
+// One step of a graph: what Runtime::instantiate makes a graph of, and what a graph's record
+// (Runtime::graph_record, capture_record) reads back. A launch of `kernel` with `args`, or a fill
+// of `array` with `value`; the factories below make either.
+struct GraphStep {
+  bool launch = true;  // false: a fill
+  KernelHandle kernel;
+  // A launch's arguments, borrowed: instantiate reads them during the call; a record's point
+  // into the graph (valid while its GraphRecord is).
+  std::span<const Arg> args;
+  // A launch: no barrier between the launch before it and this one, so the two may run
+  // concurrently (Runtime::omit_next_barrier's request, with its contract: for a caller that
+  // proved they touch nothing in common). Honoured only where the step before is a launch.
+  bool omit_barrier = false;
+  LaunchOrigin origin;  // a launch: what its device errors name (set_launch_note's)
+  NdArrayHandle array;  // a fill's array and value (Runtime::fill's conversion)
+  double value = 0;
+
+  static GraphStep kernel_launch(KernelHandle kernel, std::span<const Arg> args,
+                                 bool omit_barrier = false, const LaunchOrigin& origin = {}) {
+    GraphStep s;
+    s.kernel = kernel;
+    s.args = args;
+    s.omit_barrier = omit_barrier;
+    s.origin = origin;
+    return s;
+  }
+  static GraphStep array_fill(NdArrayHandle array, double value) {
+    GraphStep s;
+    s.launch = false;
+    s.array = array;
+    s.value = value;
+    return s;
+  }
+};
+
 class Runtime {
+  struct Graph;  // a graph's steps, plans and bundles (private: below)
+
  public:
   // kInvalidArgument for options out of range (max_groups must be 1 to the device's
   // maxComputeWorkGroupCount[0]).
@@ -424,7 +461,8 @@ class Runtime {
   // Drops the graph (its pipelines return to the cache's care). kNotFound for a dead handle.
   Status release_graph(GraphHandle graph);
   // Whether a capture is open; the steps (launches and fills) of a graph (kNotFound for a dead
-  // handle). What a layer above that keeps its own record of a capture checks it against.
+  // handle): what Session checks its count of the steps it captured against (a step captured
+  // through runtime() meanwhile leaves its graph unreworked).
   bool capturing() const { return capture_ != nullptr; }
   // During a capture: the next launch captured is recorded without the barrier that otherwise
   // follows the launch captured last, so the two may run concurrently. For a caller that has
@@ -447,6 +485,50 @@ class Runtime {
   // How many of a graph's launches a barrier follows (the rest run concurrently with the next
   // launch: omit_next_barrier). kNotFound for a dead handle.
   Result<size_t> graph_barriers(GraphHandle graph) const;
+  // A graph made directly from `steps`, in order, without a capture: each launch checked and
+  // planned as a launch() between begin_capture(name) and end_capture is (the same errors,
+  // plans, pipelines -- specialized variants included, made or begun as such a launch makes
+  // them -- and stats), its `omit_barrier` taken as omit_next_barrier() before it, its `origin`
+  // as the note it was captured under; each fill as fill() captures it (zero_many's fills are
+  // fills of 0). The graph is then a captured one in every respect (replay, its bundles and
+  // timed replays, updates, graph_record, release_graph). Nothing is recorded or run.
+  //
+  // No capture is opened: capturing() and capture_record() do not change, and a capture the
+  // caller has open -- one that runs included -- goes on unchanged (its steps, its pending
+  // omit_next_barrier request, the launch note): instantiate is allowed then, and makes a graph
+  // of `steps` alone. `name` "" is "graph", as begin_capture's.
+  //
+  // Errors: the first step refused, with the code launch() or fill() gives it and the message
+  // "instantiate of graph '<name>', step <i>: " followed by theirs (a dead or foreign handle, a
+  // bad argument, a value the array's dtype cannot hold, a launch past the device's loop
+  // limit...); nothing is kept then (no graph, no pipeline retained by it; pipelines made for
+  // the steps before stay in the cache). kFailedPrecondition while another thread uses the
+  // runtime, kDeviceLost after a loss.
+  Result<GraphHandle> instantiate(const std::string& name, std::span<const GraphStep> steps);
+  // A read-only view of a graph's steps (graph_record) or of the open capture's so far
+  // (capture_record), what a layer above reads instead of keeping its own record of a capture
+  // (Session's graph rework). Reading is cheap: no copy; step i's arguments point into the
+  // graph. Valid until the runtime's next non-const call: a replay with updates changes the
+  // arguments (they are read with every update so far applied), release_graph frees them,
+  // another captured step may move the open capture's.
+  class GraphRecord {
+   public:
+    size_t size() const;      // steps: launches and fills
+    size_t launches() const;  // launch steps, the numbering replay updates take
+    // Step i (< size()): its kernel and arguments or its array and value; `omit_barrier` true
+    // where no barrier separates it from the launch before it; the origin it was captured
+    // (or instantiated) with. A fill's value is the one given to fill().
+    GraphStep operator[](size_t i) const;
+
+   private:
+    friend class Runtime;
+    explicit GraphRecord(const Graph* g) : g_(g) {}
+    const Graph* g_ = nullptr;  // null: no steps
+  };
+  // kNotFound for a dead graph handle.
+  Result<GraphRecord> graph_record(GraphHandle graph) const;
+  // The open capture's steps so far (none without one).
+  GraphRecord capture_record() const { return GraphRecord(capture_.get()); }
   // --- sharing an ndarray's memory with another API (runtime/ndarray_export.cpp) ---
   // What the Python package's DLPack exchange is built on (docs/interop.md, "Sharing arrays
   // with PyTorch, JAX and numpy"). The memory stays the runtime's: a caller that hands it out must
@@ -525,7 +607,8 @@ class Runtime {
     note_.iteration = iteration;
     note_.last_iteration = -1;
   }
-  // Both at once (a graph rework recording a captured launch again keeps its origin).
+  // Both at once (a reworked step loop's launches name their iterations, a fused one all of
+  // its members').
   LaunchOrigin launch_origin() const { return note_; }
   void set_launch_origin(const LaunchOrigin& origin) { note_ = origin; }
   // Each launch's origin as it was captured, in capture order.
@@ -577,6 +660,7 @@ class Runtime {
  private:
   struct Kernel {
     CompiledKernel desc;
+    uint64_t id = 0;                 // its handle (GraphRecord gives it back)
     uint64_t hash = 0;               // the key of its pipelines in the pipeline cache
     std::vector<bool> private_tier;  // per task: its module declares the private tier
     // desc's layout facts, found once at registration (each is a scan of desc).
@@ -762,6 +846,7 @@ class Runtime {
     NdArrayHandle array;
     uint64_t pattern = 0;  // an element's bytes (the low 32 bits where !wide)
     bool wide = false;     // an 8-byte pattern with unequal halves: rhi fill64
+    double value = 0;      // what fill() was given (GraphRecord reads it back)
   };
   // A graph's recorded bundles (record_bundles).
   struct BundleSet {
@@ -781,7 +866,7 @@ class Runtime {
     ChunkedVector<rhi::Buffer*> arrays;
     std::vector<CommandPlan> plans;
     std::vector<uint32_t> plan_users;  // launches per plan: an update copies a shared plan
-    // While capturing: each kernel's last plan, the one its next launch shares if equal.
+    // While steps are added: each kernel's last plan, the one its next launch shares if equal.
     std::unordered_map<const Kernel*, uint32_t> last_plan;
     // Steps in order: launch i is {true, i}, fill i is {false, i}.
     std::vector<std::pair<bool, uint32_t>> steps;
@@ -938,8 +1023,18 @@ class Runtime {
   Status record_steps(rhi::CommandList& list, const Graph& g,
                       const std::function<Status(uint32_t)>& launch);
   std::vector<uint64_t> filled_scratch_;  // record_steps' scratch
-  Status capture_launch(const std::shared_ptr<const Kernel>& k, std::span<const Arg> args,
-                        bool omit_barrier);
+  // Steps into a graph (runtime/graph_steps.cpp), the open capture's or instantiate's. add_launch
+  // takes what check_args and plan_pipelines just made of `args` (planned_, args_scratch_);
+  // `omit_barrier`: no barrier after the graph's last step where that is a launch.
+  void add_launch(Graph& g, const std::shared_ptr<const Kernel>& k, std::span<const Arg> args,
+                  bool omit_barrier, const LaunchOrigin& origin);
+  static void add_fill(Graph& g, const CapturedFill& fill);
+  // fill()'s checks of a fill of `array` with `value` (a dead handle, a value its dtype cannot
+  // hold) and the step a graph keeps of it.
+  Result<CapturedFill> fill_step(NdArrayHandle array, double value) const;
+  Status instantiate_step(Graph& g, const GraphStep& step);
+  // end_capture's and instantiate's last part: `g` kept under handle `id`.
+  GraphHandle keep_graph(uint64_t id, std::unique_ptr<Graph> g);
   Status not_while_capturing(const char* what) const;
   std::unique_ptr<Graph> capture_;  // the capture being recorded
   bool omit_next_barrier_ = false;  // omit_next_barrier() before the next captured launch

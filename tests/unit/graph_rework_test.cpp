@@ -188,47 +188,5 @@ TEST(GraphRework, RunsShareAFusedKernelExactlyWhenTheirArraysShareAlike) {
   EXPECT_NE(s1, fusion_signature(run1, {{3, 0}}, &ids4)) << "a known-zero array changes the kernel";
 }
 
-// Session's log of an open capture keeps every step's arguments in chunks; what it hands the
-// rework must be each step as it was added, across chunk boundaries, for launches and fills
-// alike.
-TEST(GraphRework, ACaptureLogUnpacksEveryStepAsAddedAcrossItsChunks) {
-  CaptureLog log;
-  std::vector<CapturedStep> added;
-  int32_t next = 0;
-  // 3,000 steps of 1-12 arguments (~16,700: several chunks), a fill every 7th, then one of
-  // 5,000.
-  for (uint32_t i = 0; i < 3000; ++i) {
-    CapturedStep s;
-    if (i % 7 == 3) {
-      s = fill(100 + i % 5, 0.5 * i);
-    } else {
-      s.kernel = KernelHandle{1 + i % 4};
-      for (uint32_t j = 0; j < 1 + i % 12; ++j) {
-        s.args.push_back(j % 3 == 0 ? array(200 + next % 9) : Arg::i32(next));
-        ++next;
-      }
-    }
-    log.add(s.launch, s.kernel, s.args, s.value);
-    added.push_back(s);
-  }
-  CapturedStep wide = launch(9, std::vector<Arg>(5000, Arg::i32(7)));  // past the first chunk
-  log.add(wide.launch, wide.kernel, wide.args, wide.value);
-  added.push_back(wide);
-  const std::vector<CapturedStep> got = log.unpack();
-  ASSERT_EQ(got.size(), added.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    SCOPED_TRACE("step " + std::to_string(i));
-    EXPECT_EQ(got[i].launch, added[i].launch);
-    EXPECT_EQ(got[i].kernel.id, added[i].kernel.id);
-    EXPECT_EQ(got[i].value, added[i].value);
-    ASSERT_EQ(got[i].args.size(), added[i].args.size());
-    for (size_t j = 0; j < got[i].args.size(); ++j) {
-      EXPECT_EQ(got[i].args[j].kind, added[i].args[j].kind);
-      EXPECT_EQ(got[i].args[j].i, added[i].args[j].i);
-      EXPECT_EQ(got[i].args[j].array.id, added[i].args[j].array.id);
-    }
-  }
-}
-
 }  // namespace
 }  // namespace vkad::testing
