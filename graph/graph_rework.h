@@ -159,7 +159,8 @@ struct ReworkPlan {
 // the plan's order -- and, at the last member of its run, launch(kernel, args): the launch itself
 // where the run has one member, else the run's merged kernel with every member's arguments at their
 // parameters (MergedLaunch::param_map). Stops at the first error of fill or launch and returns it.
-// Graph recapture and a reworked step loop (Session::rework_loop) launch a plan this way.
+// A graph's instantiate (CompiledGraphs::instantiate_plan) and a reworked step loop
+// (StepLoops::rework_loop) walk a plan this way.
 template <typename Fill, typename Member, typename Launch>
 Status walk_plan(const ReworkPlan& w, Fill&& fill, Member&& member, Launch&& launch) {
   std::vector<size_t> run_of(w.launches.size());

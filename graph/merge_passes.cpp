@@ -152,7 +152,7 @@ class RollPass final : public GraphPass {
         std::min<uint32_t>(kMaxResidentLocal, ctx.target.max_local_size), (widest + 31) / 32 * 32));
     // Where the device cuts loops past a number of passes per invocation (lavapipe), past the
     // cap the launches stay as they are rather than have the whole graph's rework refused at
-    // its re-capture.
+    // its instantiate.
     const uint32_t cap = ctx.target.max_loop_passes;
     if (cap != 0 && resident_loop_passes(period, seg.reps, local) > cap) return std::nullopt;
     const std::string name = "resident_" + period[0].kernel->name + "_x" +
