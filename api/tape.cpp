@@ -224,38 +224,46 @@ std::vector<LoopLaunch> recorded_launches(std::span<const TapeLoopLaunch> body) 
   return out;
 }
 
+// Calls each(j, r, args) for body launch j of iteration r, every differentiated launch of
+// every iteration in order, recording each in `hz` after it; stops at the first error.
+template <typename Each>
+Status each_loop_launch(TapeHazards& hz, std::span<const TapeLoopLaunch> body, uint32_t count,
+                        Each&& each) {
+  std::vector<Arg> a;
+  for (uint32_t r = 0; r < count; ++r) {
+    for (size_t j = 0; j < body.size(); ++j) {
+      if (body[j].d == nullptr) continue;
+      loop_args(body[j], r, &a);
+      VKAD_TRY(each(j, r, a));
+      hz.record();
+    }
+  }
+  return {};
+}
+
 // Every iteration's recorded launches checked against `hz` and recorded, the extents from
 // `extent` (no session call: it runs on a thread of its own). False where one is refused.
 bool accepts_loop(TapeHazards& hz, const TapeHazards::Extent& extent,
                   std::span<const TapeLoopLaunch> body,
                   std::span<const std::shared_ptr<const codegen::KernelAccess>> access,
                   uint32_t count) {
-  std::vector<Arg> a;
-  for (uint32_t r = 0; r < count; ++r) {
-    for (size_t j = 0; j < body.size(); ++j) {
-      if (body[j].d == nullptr) continue;
-      loop_args(body[j], r, &a);
-      if (!hz.accepts(extent, access[j], a)) return false;
-      hz.record();
-    }
-  }
-  return true;
+  return each_loop_launch(hz, body, count,
+                          [&](size_t j, uint32_t, const std::vector<Arg>& a) -> Status {
+                            if (hz.accepts(extent, access[j], a)) return {};
+                            return make_error(ErrorCode::kInvalidArgument, "refused");
+                          })
+      .ok();
 }
 
 // The check of accepts_loop with the session's extents and messages: the refusal's error.
 Status check_loop_serially(Session& session, TapeHazards& hz, std::span<const TapeLoopLaunch> body,
                            std::span<const std::shared_ptr<const codegen::KernelAccess>> access,
                            uint32_t count) {
-  std::vector<Arg> a;
-  for (uint32_t r = 0; r < count; ++r) {
-    for (size_t j = 0; j < body.size(); ++j) {
-      if (body[j].d == nullptr) continue;
-      loop_args(body[j], r, &a);
-      VKAD_TRY_CTX(hz.check(session, access[j], a), loop_where(j, r, access[j].get()));
-      hz.record();
-    }
-  }
-  return {};
+  return each_loop_launch(
+      hz, body, count, [&](size_t j, uint32_t r, const std::vector<Arg>& a) -> Status {
+        VKAD_TRY_CTX(hz.check(session, access[j], a), loop_where(j, r, access[j].get()));
+        return {};
+      });
 }
 
 // The shapes of the body's arrays, for a check on a thread that may not call the session.
