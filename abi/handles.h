@@ -19,7 +19,7 @@ struct KernelHandle {
 struct NdArrayHandle {
   uint64_t id = 0;
 };
-// A captured launch sequence (Runtime::begin_capture / end_capture / replay).
+// A captured launch sequence (Runtime::Graphs::begin_capture / end_capture / replay).
 struct GraphHandle {
   uint64_t id = 0;
 };
@@ -42,7 +42,7 @@ struct Arg {
   static Arg ndarray(NdArrayHandle h) { return {ParamKind::kNdArray, DType::kF32, 0, 0, h}; }
 };
 
-// A scalar argument of a captured launch replaced at a replay (Runtime::replay): launch index
+// A scalar argument of a captured launch replaced at a replay (Runtime::Graphs::replay): launch index
 // in capture order, parameter index, new value.
 struct GraphUpdate {
   uint32_t launch = 0;

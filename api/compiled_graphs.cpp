@@ -1,5 +1,5 @@
 // The graphs a Session captured, as it runs them (api/compiled_graphs.h): each capture's
-// rework installed -- the launches made a graph again (Runtime::instantiate) rolled, reordered,
+// rework installed -- the launches made a graph again (Runtime::Graphs::instantiate) rolled, reordered,
 // with fewer barriers or fused -- or run on a thread of its own until a replay finds it done;
 // replays in the captured numbering. This is an optimisation: whatever keeps a launch from being
 // reworked (a kernel vkad did not compile, a kernel the device refuses) leaves it as it was.
@@ -17,6 +17,7 @@
 
 #include "api/phase_clock.h"
 #include "graph/graph_rework.h"
+#include "runtime/graphs.h"
 #include "runtime/runtime.h"
 
 namespace vkad {
@@ -73,7 +74,7 @@ Status CompiledGraphs::check_fixed_updates(GraphHandle graph,
 }
 
 std::vector<CapturedStep> CompiledGraphs::captured_steps(
-    const runtime::Runtime::GraphRecord& record) {
+    const runtime::Runtime::Graphs::GraphRecord& record) {
   std::vector<CapturedStep> out;
   out.reserve(record.size());
   for (size_t i = 0; i < record.size(); ++i) {
@@ -91,10 +92,10 @@ Result<GraphHandle> CompiledGraphs::rework(GraphHandle g, size_t session_steps,
                                            const std::string& name, bool background) {
   // Steps recorded through runtime() while Session captured: the graph is then kept as the
   // runtime captured it (the barriers Session judged at capture did not see them).
-  Result<size_t> n_steps = core_.rt->graph_steps(g);
+  Result<size_t> n_steps = core_.rt->graphs().graph_steps(g);
   if (!n_steps.ok() || *n_steps != session_steps) return g;
   settle();  // one rework at a time: the previous one is installed first
-  Result<runtime::Runtime::GraphRecord> record = core_.rt->graph_record(g);
+  Result<runtime::Runtime::Graphs::GraphRecord> record = core_.rt->graphs().graph_record(g);
   if (!record.ok()) return g;
   std::vector<CapturedStep> steps = captured_steps(*record);
   compiler_.snapshot_extents(steps);
@@ -143,7 +144,7 @@ void CompiledGraphs::keep_latest(std::span<const GraphUpdate> updates,
 
 Status CompiledGraphs::finish_rework(GraphHandle graph) {
   if (!background_ || background_->graph.id != graph.id) return {};
-  if (core_.rt->capturing()) {
+  if (core_.rt->graphs().capturing()) {
     return make_error(ErrorCode::kFailedPrecondition,
                       "finish_rework: a capture is open; end it first (the rework records the "
                       "reworked graph)");
@@ -156,11 +157,11 @@ Status CompiledGraphs::replay(GraphHandle graph, std::span<const GraphUpdate> up
                               LaunchId* first) {
   VKAD_TRY(check_fixed_updates(graph, updates));
   if (background_ && background_->graph.id == graph.id) {
-    if (background_->done.load(std::memory_order_acquire) && !core_.rt->capturing()) {
+    if (background_->done.load(std::memory_order_acquire) && !core_.rt->graphs().capturing()) {
       settle();
     } else {
       // The launches as captured until the rework is done; the updates carry over to it.
-      VKAD_TRY(core_.rt->replay(graph, updates, first));
+      VKAD_TRY(core_.rt->graphs().replay(graph, updates, first));
       keep_latest(updates, &background_->updates);
       return {};
     }
@@ -183,9 +184,9 @@ Status CompiledGraphs::replay_reworked(GraphHandle graph, std::span<const GraphU
   auto it = fused_graphs_.find(graph.id);
   if (it == fused_graphs_.end() || updates.empty()) {
     if (it != fused_graphs_.end() && it->second.on_original) {
-      return core_.rt->replay(it->second.original, updates, first);
+      return core_.rt->graphs().replay(it->second.original, updates, first);
     }
-    return core_.rt->replay(graph, updates, first);
+    return core_.rt->graphs().replay(graph, updates, first);
   }
   FusedGraph& f = it->second;
   if (f.original.id != 0) {
@@ -199,7 +200,7 @@ Status CompiledGraphs::replay_reworked(GraphHandle graph, std::span<const GraphU
       // with every update so far, from now on.
       std::vector<GraphUpdate> all = f.on_original ? std::vector<GraphUpdate>{} : f.applied;
       all.insert(all.end(), updates.begin(), updates.end());
-      VKAD_TRY(core_.rt->replay(f.original, all, first));
+      VKAD_TRY(core_.rt->graphs().replay(f.original, all, first));
       f.on_original = true;
       f.applied.clear();
       return {};
@@ -207,7 +208,7 @@ Status CompiledGraphs::replay_reworked(GraphHandle graph, std::span<const GraphU
   }
   std::vector<GraphUpdate> mapped;
   VKAD_TRY(translate(f, updates, &mapped));
-  Status st = core_.rt->replay(graph, mapped, first);
+  Status st = core_.rt->graphs().replay(graph, mapped, first);
   if (st.ok()) {
     // The latest value per launch and parameter: what the graph as captured would need.
     if (f.original.id != 0) keep_latest(updates, &f.applied);
@@ -234,16 +235,16 @@ Status CompiledGraphs::release(GraphHandle graph) {
       (void)compiler_.register_rework_kernels(*background_->result);
     background_.reset();
   }
-  VKAD_TRY(core_.rt->release_graph(graph));
+  VKAD_TRY(core_.rt->graphs().release_graph(graph));
   if (auto rw = reworked_.find(graph.id); rw != reworked_.end()) {
     // The reworked graph installed for it: its graph as captured is the one just released.
-    (void)core_.rt->release_graph(rw->second);
+    (void)core_.rt->graphs().release_graph(rw->second);
     forget(rw->second.id);
     reworked_.erase(rw);
   }
   auto it = fused_graphs_.find(graph.id);
   if (it != fused_graphs_.end() && it->second.original.id != 0) {
-    (void)core_.rt->release_graph(it->second.original);
+    (void)core_.rt->graphs().release_graph(it->second.original);
   }
   forget(graph.id);
   fixed_launches_.erase(graph.id);
@@ -309,7 +310,7 @@ Result<GraphHandle> CompiledGraphs::instantiate_plan(
     const size_t end = i + 1 < steps.size() ? first[i + 1] : args.size();
     steps[i].args = std::span<const Arg>(args.data() + first[i], end - first[i]);
   }
-  Result<GraphHandle> fused = core_.rt->instantiate(name, steps);
+  Result<GraphHandle> fused = core_.rt->graphs().instantiate(name, steps);
   if (!fused.ok()) return fused.status();
   if (std::getenv("VKAD_GRAPH_TRACE") != nullptr) {
     std::fprintf(stderr, "vkad graph '%s': %u launches, %zu after a barrier\n", name.c_str(), made,
@@ -367,7 +368,7 @@ void CompiledGraphs::keep_for_updates(GraphHandle graph, bool reworked, bool kee
     map->pinned = std::move(pinned);
     map->original = graph;
   } else {
-    (void)core_.rt->release_graph(graph);
+    (void)core_.rt->graphs().release_graph(graph);
   }
 }
 
@@ -386,7 +387,7 @@ Result<GraphHandle> CompiledGraphs::install(GraphCompiler::PreparedRework& p, bo
   // order (rolling and blocking make launches of several).
   std::vector<runtime::LaunchOrigin> origins;
   if (!p.any_rolled && p.blocked == 0) {
-    Result<std::vector<runtime::LaunchOrigin>> o = core_.rt->graph_launch_origins(p.graph);
+    Result<std::vector<runtime::LaunchOrigin>> o = core_.rt->graphs().graph_launch_origins(p.graph);
     if (o.ok() && o->size() == p.w.order.size()) origins = std::move(*o);
   }
   Result<GraphHandle> fused = instantiate_plan(p.w, p.name, &map, &p.relaxed, origins);

@@ -1,6 +1,6 @@
 // The graphs a Session captured, as it runs them: each capture's rework (api/graph_compiler.h)
 // installed -- its kernels registered, its stashes allocated, the reworked graph made in place
-// of the one captured (Runtime::instantiate) -- or run in the background until a replay finds it
+// of the one captured (Runtime::Graphs::instantiate) -- or run in the background until a replay finds it
 // done; replays in the captured launches' numbering, translated to the reworked graph's or falling
 // back to the graph as captured where an update breaks what the schedule rested on; release of
 // both.
@@ -21,6 +21,7 @@
 
 #include "api/graph_compiler.h"
 #include "api/session_core.h"
+#include "runtime/graphs.h"
 
 namespace vkad {
 
@@ -32,7 +33,7 @@ class CompiledGraphs {
   ~CompiledGraphs() { join(); }
 
   // Graph `g` just captured, `session_steps` of its steps through Session: its rework planned
-  // from the runtime's record of it (Runtime::graph_record) and installed, or started on a
+  // from the runtime's record of it (Runtime::Graphs::graph_record) and installed, or started on a
   // thread (`background`); returns the graph to hand the caller. A graph with steps captured
   // through runtime() (more steps than `session_steps`) is kept as captured.
   Result<GraphHandle> rework(GraphHandle g, size_t session_steps, const std::string& name,
@@ -84,7 +85,7 @@ class CompiledGraphs {
   };
   // The background rework (CaptureOptions::background_rework): at most one runs at a time.
   struct BackgroundRework {
-    GraphHandle graph;  // as captured: the caller's handle
+    GraphHandle graph;                // as captured: the caller's handle
     std::vector<CapturedStep> steps;  // the worker's input, copied from the runtime's record
     std::thread worker;
     std::atomic<bool> done{false};
@@ -95,8 +96,9 @@ class CompiledGraphs {
   static std::vector<bool> scalar_params(std::span<const Arg> args);
   // A graph's steps as the rework reads them, copied from the runtime's record: the rework may
   // run on a thread of its own while replays update the graph's arguments.
-  static std::vector<CapturedStep> captured_steps(const runtime::Runtime::GraphRecord& record);
-  // Makes the plan a graph (Runtime::instantiate); `map` gets each capture-order launch's place
+  static std::vector<CapturedStep> captured_steps(
+      const runtime::Runtime::Graphs::GraphRecord& record);
+  // Makes the plan a graph (Runtime::Graphs::instantiate); `map` gets each capture-order launch's place
   // in it and `relaxed` whether a barrier was left out. `origins` (per capture-order launch of
   // `w`, or empty): what made each, kept by the launches made (a fused run's: what its members
   // share, LaunchOrigin::join).

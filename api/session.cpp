@@ -18,6 +18,7 @@
 #include "graph/launch_fusion.h"
 #include "ir/text.h"
 #include "rhi/device.h"
+#include "runtime/graphs.h"
 #include "runtime/runtime.h"
 
 namespace vkad {
@@ -313,7 +314,8 @@ Result<KernelHandle> Session::clearing_adjoint(const Differentiated& d) {
   return h;
 }
 Status Session::zero(std::span<const NdArrayHandle> arrays) {
-  if (core_->capture && !core_->rt->capturing()) core_->capture.reset();  // ended through runtime()
+  if (core_->capture && !core_->rt->graphs().capturing())
+    core_->capture.reset();  // ended through runtime()
   VKAD_TRY(core_->rt->zero_many(arrays));
   if (core_->capture) {
     // The fills' barriers order everything before them and after (none for no arrays).
@@ -323,7 +325,8 @@ Status Session::zero(std::span<const NdArrayHandle> arrays) {
   return {};
 }
 Status Session::fill(NdArrayHandle array, double value) {
-  if (core_->capture && !core_->rt->capturing()) core_->capture.reset();  // ended through runtime()
+  if (core_->capture && !core_->rt->graphs().capturing())
+    core_->capture.reset();  // ended through runtime()
   VKAD_TRY(core_->rt->fill(array, value));
   if (core_->capture) {
     core_->capture_barriers.clear();
@@ -370,12 +373,13 @@ bool Session::capture_needs_barrier(KernelHandle kernel, std::span<const Arg> ar
 }
 
 Status Session::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id) {
-  if (core_->capture && !core_->rt->capturing()) core_->capture.reset();  // ended through runtime()
+  if (core_->capture && !core_->rt->graphs().capturing())
+    core_->capture.reset();  // ended through runtime()
   // Graph scheduling's part at capture: no barrier where nothing since the last one conflicts
   // (the runtime omits only between two launches; a refused launch drops the request, and what
   // it noted here only makes later barriers likelier).
   if (core_->capture && core_->graph.schedule && !capture_needs_barrier(kernel, args)) {
-    VKAD_TRY(core_->rt->omit_next_barrier());
+    VKAD_TRY(core_->rt->graphs().omit_next_barrier());
   }
   VKAD_TRY(core_->rt->launch(kernel, args, id));
   if (core_->capture) {
@@ -401,7 +405,7 @@ Status Session::begin_timeline(uint64_t max_events, uint32_t replay_sample) {
 }
 Result<Timeline> Session::end_timeline() { return core_->rt->end_timeline(); }
 Status Session::begin_capture(const std::string& name, CaptureOptions options) {
-  VKAD_TRY(core_->rt->begin_capture(name, options.run));
+  VKAD_TRY(core_->rt->graphs().begin_capture(name, options.run));
   core_->capture.emplace();
   core_->capture_fixed.clear();
   core_->capture_barriers.clear();
@@ -411,7 +415,7 @@ Status Session::begin_capture(const std::string& name, CaptureOptions options) {
 }
 Result<GraphHandle> Session::end_capture() {
   LaunchRanges fixed = std::exchange(core_->capture_fixed, {});
-  Result<GraphHandle> g = core_->rt->end_capture();
+  Result<GraphHandle> g = core_->rt->graphs().end_capture();
   if (!g.ok()) return g;
   if (!core_->capture) return g;  // the capture was begun through runtime(): nothing to rework
   const size_t steps = core_->capture->steps;
@@ -443,7 +447,8 @@ void Session::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   loops_->rework_loop(body, count);
 }
 Result<std::vector<std::string>> Session::graph_launch_names(GraphHandle graph) const {
-  VKAD_ASSIGN_OR_RETURN(std::vector<std::string> names, core_->rt->graph_launch_kernels(graph));
+  VKAD_ASSIGN_OR_RETURN(std::vector<std::string> names,
+                        core_->rt->graphs().graph_launch_kernels(graph));
   // A reworked graph's own launches are fused and reordered: updates (and so names) keep the
   // captured numbering, which its FusedGraph records.
   if (const std::vector<std::string>* captured = graphs_->captured_kernels(graph)) {

@@ -248,7 +248,7 @@ struct CaptureOptions {
   // release_graph of this graph (which drops the rework) and the destructor wait for it.
   bool background_rework = false;
   // The capture also runs what it captures, in order, as the launches and fills would have run
-  // (Runtime::begin_capture's `run`): a thread records the captured steps in pieces and the
+  // (Runtime::Graphs::begin_capture's `run`): a thread records the captured steps in pieces and the
   // device runs them while the capture goes on. A training loop's first iteration is then its
   // capture alone -- no replay after it. end_capture returns once every step is submitted.
   bool run = false;
@@ -405,7 +405,7 @@ class Session {
   // nothing is reworked, the arguments are refused or the rework's switches are off; best
   // effort (kernels the device refuses leave the loop as it was). At most 8 plans are kept.
   void rework_loop(std::span<const LoopLaunch> body, uint32_t count);
-  // Captured launch sequences (runtime::Runtime::begin_capture, "captured launch sequences"):
+  // Captured launch sequences (runtime::Runtime::Graphs::begin_capture, runtime/graphs.h):
   // launches (and zero / fill) between begin_capture and end_capture are checked and planned
   // but not run; replay runs them all with one call, optionally replacing scalar arguments
   // (GraphUpdate: launch index in capture order, parameter, value; kept for later replays).

@@ -28,6 +28,7 @@
 #include "graph/program.h"
 #include "ir/ir.h"
 #include "ir/target.h"
+#include "runtime/graphs.h"
 #include "runtime/runtime.h"
 #include "spirv/compiler.h"
 
@@ -45,7 +46,7 @@ struct GraphSwitches {
 using LaunchRanges = std::vector<std::pair<uint32_t, uint32_t>>;
 
 // Session's part of an open capture. The capture's one record is the runtime's
-// (Runtime::capture_record, then graph_record, which the rework reads); Session counts the steps
+// (Runtime::Graphs::capture_record, then graph_record, which the rework reads); Session counts the steps
 // that went through it, which end_capture compares with the runtime's: a step captured through
 // runtime() meanwhile leaves the graph as captured. (At namespace scope: std::optional of a
 // nested struct with default member initializers is not default-constructible inside its
@@ -111,7 +112,7 @@ struct SessionCore {
   // Forgets a capture begun through Session whose end came through runtime() (nothing to
   // rework then).
   void drop_stale_capture() {
-    if (capture && !rt->capturing()) capture.reset();
+    if (capture && !rt->graphs().capturing()) capture.reset();
   }
 };
 

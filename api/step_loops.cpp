@@ -25,6 +25,7 @@
 #include "graph/graph_rework.h"
 #include "graph/resident.h"
 #include "ir/text.h"
+#include "runtime/graphs.h"
 #include "runtime/runtime.h"
 
 namespace vkad {
@@ -107,7 +108,8 @@ Status StepLoops::check_loop(std::span<const LoopLaunch> body, uint32_t count) c
 Status StepLoops::launch_loop(std::span<const LoopLaunch> body, uint32_t count, LoopInfo* info) {
   if (info) *info = {};
   if (count == 0 || body.empty()) return {};
-  if (core_.capture && !core_.rt->capturing()) core_.capture.reset();  // ended through runtime()
+  if (core_.capture && !core_.rt->graphs().capturing())
+    core_.capture.reset();  // ended through runtime()
   PhaseClock clock("vkad loop");
   // Everything checked before anything is launched: a refused loop records nothing.
   VKAD_TRY(check_loop(body, count));
@@ -122,7 +124,7 @@ Status StepLoops::launch_loop(std::span<const LoopLaunch> body, uint32_t count, 
     ++rolled_loops_;
     if (info) *info = {true, false, 1};
     // A capture that runs starts it now rather than after the next 64 captured steps.
-    if (core_.capture) VKAD_TRY(core_.rt->cut_capture_run());
+    if (core_.capture) VKAD_TRY(core_.rt->graphs().cut_capture_run());
     clock.mark("launch (rolled)");
     return {};
   }
@@ -234,7 +236,7 @@ void StepLoops::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   // caches under handles the runtime does not know yet, which this plan could take up. Never
   // inside an open capture, as finish_rework (which refuses then) and replay: then no plan.
   if (graphs_.background_pending()) {
-    if (core_.rt->capturing()) return;
+    if (core_.rt->graphs().capturing()) return;
     graphs_.settle();
   }
   LoopPlan plan;
@@ -306,7 +308,7 @@ bool StepLoops::zeros_hold(std::span<const uint64_t> zeros) const {
                          kind_bit(codegen::ArrayAccess::Kind::kOverwrite);
   // From the latest step back (the runtime's record of the open capture): each array's last
   // fill must be a zero fill, with no launch since that may write it.
-  const runtime::Runtime::GraphRecord record = core_.rt->capture_record();
+  const runtime::Runtime::Graphs::GraphRecord record = core_.rt->graphs().capture_record();
   for (size_t i = record.size(); i-- > 0 && !open.empty();) {
     const runtime::GraphStep s = record[i];
     if (!s.launch) {
@@ -330,7 +332,7 @@ bool StepLoops::zeros_hold(std::span<const uint64_t> zeros) const {
 }
 
 Status StepLoops::launch_reworked(const LoopRework& r, LoopInfo* info) {
-  // Through Session::launch, not Runtime::instantiate: these are the caller's launches, run now
+  // Through Session::launch, not Runtime::Graphs::instantiate: these are the caller's launches, run now
   // or captured into the caller's open capture, whose barriers Session judges as for any launch.
   // A plan's fills are the assumed zeros (rework_loop): never launched.
   // Each launch names its iteration, a fused run the iterations of its members.

@@ -1,4 +1,4 @@
-// A capture that runs what it captures (Runtime::begin_capture's `run`, runtime.h).
+// A capture that runs what it captures (Runtime::Graphs::begin_capture's `run`, graphs.h).
 //
 // Why: a training loop's first iteration is captured, then replayed; the device sat idle while
 // the caller captured (~8,000 launches from Python for a DiffTaichi iteration, tens of ms), and
@@ -19,12 +19,14 @@
 // records it into the list directly when it submits it (also where no thread could be made).
 //
 // Up to kRunThreads recording threads, each with a side pool of its own, record pieces in any
-// order; the caller submits them in cut order (CaptureRun::done is keyed by it), as many as
+// order; the caller submits them in cut order (Run::done_ is keyed by it), as many as
 // are ready in one submission. What a recording thread reads stays valid: kernels and plans
-// are the piece's own copies, buffers belong to arrays a free waits for (run_drain: cut and
+// are the piece's own copies, buffers belong to arrays a free waits for (Run::drain: cut and
 // submit everything first, so the buffers are marked used), heaps are replaced only after
-// run_drain, the args buffer is the piece's. Side bundles are released only after the threads
-// stopped (CaptureRun::keep), so each side pool has one user at a time.
+// drain, the args buffer is the piece's. Side bundles are released only after the threads
+// stopped (Run::keep_), so each side pool has one user at a time.
+#include "runtime/capture_run.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -33,8 +35,6 @@
 #include <mutex>
 #include <system_error>
 #include <unordered_map>
-
-#include "runtime/runtime.h"
 
 namespace vkad::runtime {
 
@@ -46,15 +46,15 @@ double clock_us() {
 }
 }  // namespace
 
-void Runtime::run_thread(CaptureRun* r, rhi::Stream* stream, int index) {
+void Runtime::Graphs::Run::thread_main(Run* r, rhi::Stream* stream, int index) {
   for (;;) {
-    std::unique_ptr<RunPiece> p;
+    std::unique_ptr<Piece> p;
     {
-      std::unique_lock<std::mutex> l(r->mu);
-      r->cv.wait(l, [&] { return r->stop || !r->todo.empty(); });
-      if (r->stop) return;
-      p = std::move(r->todo.front());
-      r->todo.pop_front();
+      std::unique_lock<std::mutex> l(r->mu_);
+      r->cv_.wait(l, [&] { return r->stop_ || !r->todo_.empty(); });
+      if (r->stop_) return;
+      p = std::move(r->todo_.front());
+      r->todo_.pop_front();
     }
     if (!p->direct) {
       try {
@@ -66,11 +66,11 @@ void Runtime::run_thread(CaptureRun* r, rhi::Stream* stream, int index) {
       }
     }
     {
-      std::lock_guard<std::mutex> l(r->mu);
+      std::lock_guard<std::mutex> l(r->mu_);
       const uint64_t seq = p->seq;
-      r->done.emplace(seq, std::move(p));
+      r->done_.emplace(seq, std::move(p));
     }
-    r->cv.notify_all();
+    r->cv_.notify_all();
   }
 }
 
@@ -79,9 +79,10 @@ void Runtime::run_thread(CaptureRun* r, rhi::Stream* stream, int index) {
 // with both, a third takes a slow host's variance. Fewer where the machine has fewer cores.
 constexpr int kRunThreads = 3;
 
-Status Runtime::run_start() {
+Result<std::unique_ptr<Runtime::Graphs::Run>> Runtime::Graphs::Run::start(Runtime& rt,
+                                                                          Graphs& graphs) {
   const int hw = static_cast<int>(std::thread::hardware_concurrency());
-  int want = device_->caps().push_descriptor ? std::clamp(hw - 1, 1, kRunThreads) : 0;
+  int want = rt.device_->caps().push_descriptor ? std::clamp(hw - 1, 1, kRunThreads) : 0;
   // VKAD_RUN_THREADS=<n> (0 to 8) sets how many, where push descriptors allow any: how a
   // host's balance between the caller and the recording threads is measured.
   if (const char* env = std::getenv("VKAD_RUN_THREADS"); env != nullptr && want > 0) {
@@ -90,37 +91,36 @@ Status Runtime::run_start() {
   // A replay recorded into the open list keeps its side bundles alive up to that list's serial;
   // a graph released since queues them under it. Submit it first, or settle_side_bundles would
   // wait for a serial that is never submitted.
-  if (list_.recording()) VKAD_TRY(submit_list().status());
-  VKAD_TRY(stream_->settle_side_bundles());
-  VKAD_TRY(stream_->ensure_side_pools(want));
-  auto r = std::make_unique<CaptureRun>();
-  r->trace = std::getenv("VKAD_GRAPH_TRACE") != nullptr;
+  if (rt.list_.recording()) VKAD_TRY(rt.submit_list().status());
+  VKAD_TRY(rt.stream_->settle_side_bundles());
+  VKAD_TRY(rt.stream_->ensure_side_pools(want));
+  std::unique_ptr<Run> r(new Run(rt, graphs));
+  r->trace_ = std::getenv("VKAD_GRAPH_TRACE") != nullptr;
   for (int i = 0; i < want; ++i) {
     try {
-      r->threads.emplace_back(run_thread, r.get(), stream_.get(), i);
+      r->threads_.emplace_back(thread_main, r.get(), rt.stream_.get(), i);
     } catch (const std::system_error&) {
       break;  // fewer threads (none: the caller's thread records every piece; same results)
     }
   }
-  run_ = std::move(r);
-  return {};
+  return r;
 }
 
 // The piece's steps into a side bundle, as record_steps and record_dispatches record a graph's.
-Status Runtime::record_piece(rhi::Stream& stream, RunPiece& p, int pool) {
+Status Runtime::Graphs::Run::record_piece(rhi::Stream& stream, Piece& p, int pool) {
   VKAD_ASSIGN_OR_RETURN(rhi::CommandList list, stream.begin_side_bundle(pool));
   std::vector<rhi::Buffer*> bindings;
   std::vector<uint64_t> filled;
-  VKAD_TRY(record_run_steps(list, p, bindings, filled));
+  VKAD_TRY(record_steps(list, p, bindings, filled));
   VKAD_ASSIGN_OR_RETURN(p.bundle, stream.end_side_bundle(list));
   return {};
 }
 
-Status Runtime::record_run_steps(rhi::CommandList& list, RunPiece& p,
-                                 std::vector<rhi::Buffer*>& bindings,
-                                 std::vector<uint64_t>& filled) {
+Status Runtime::Graphs::Run::record_steps(rhi::CommandList& list, Piece& p,
+                                          std::vector<rhi::Buffer*>& bindings,
+                                          std::vector<uint64_t>& filled) {
   FillBarriers fills(filled);
-  for (const RunStep& s : p.steps) {
+  for (const Step& s : p.steps) {
     if (!s.kernel) {
       fills.fill(list, *s.fill, s.fill_array, s.pattern, s.wide, s.fill_bytes);
       continue;
@@ -134,19 +134,19 @@ Status Runtime::record_run_steps(rhi::CommandList& list, RunPiece& p,
   return {};
 }
 
-void Runtime::run_after_step() {
-  if (run_->outstanding > 0) run_pump(/*wait_all=*/false);  // no lock per step when none is
+void Runtime::Graphs::Run::after_step() {
+  if (outstanding_ > 0) pump(/*wait_all=*/false);  // no lock per step when none is
   // The first pieces are smaller (64, 128, 256 steps, then kBundleLaunches): the device starts
   // after the first 64 steps are captured and recorded, not 512.
   const uint64_t first =
-      std::min<uint64_t>(kBundleLaunches, 64ull << std::min<uint64_t>(run_->next_seq, 3));
-  if (capture_->steps.size() - run_->next_step >= first) run_cut();
+      std::min<uint64_t>(kBundleLaunches, 64ull << std::min<uint64_t>(next_seq_, 3));
+  if (graphs_.capture_->steps.size() - next_step_ >= first) cut();
 }
 
 // The heaps steps [begin, end) need, grown where they fall short, and the span of the graph's
 // args blob their launches use ([*lo, *hi)). An error goes to the run's.
-Status Runtime::run_heaps(size_t begin, size_t end, uint64_t* lo, uint64_t* hi) {
-  const Graph& g = *capture_;
+Status Runtime::Graphs::Run::grow_heaps(size_t begin, size_t end, uint64_t* lo, uint64_t* hi) {
+  const Graph& g = *graphs_.capture_;
   std::array<uint64_t, adstack::kHeapCount> need{};
   bool grows = false;
   *lo = UINT64_MAX;
@@ -158,7 +158,7 @@ Status Runtime::run_heaps(size_t begin, size_t end, uint64_t* lo, uint64_t* hi) 
     const CommandPlan& plan = g.plans[c.plan];
     for (size_t h = 0; plan.lp.any_heap_task && h < need.size(); ++h) {
       need[h] = std::max(need[h], plan.lp.heap_need[h]);
-      const rhi::Buffer& b = heaps_.heap(static_cast<uint32_t>(h));
+      const rhi::Buffer& b = rt_.heaps_.heap(static_cast<uint32_t>(h));
       grows = grows || !b.valid() || b.size() < need[h];
     }
     *lo = std::min(*lo, g.args_offset[i]);
@@ -167,22 +167,22 @@ Status Runtime::run_heaps(size_t begin, size_t end, uint64_t* lo, uint64_t* hi) 
   if (!grows) return {};
   // A thread may be reading the heaps the growth replaces: everything cut so far is recorded
   // and submitted first (the old heaps then retire with the list that used them last).
-  run_pump(/*wait_all=*/true);
-  VKAD_TRY(run_->error);
-  return ensure_heaps(need);
+  pump(/*wait_all=*/true);
+  VKAD_TRY(error_);
+  return rt_.ensure_heaps(need);
 }
 
 // Steps [begin, end) into `p` with what their recording reads: fills' buffers, launches' plans
 // (one copy per distinct plan), buffers, args offsets within the piece's.
-void Runtime::run_steps_into(RunPiece& p, size_t begin, size_t end, uint64_t lo) {
-  const Graph& g = *capture_;
+void Runtime::Graphs::Run::steps_into(Piece& p, size_t begin, size_t end, uint64_t lo) {
+  const Graph& g = *graphs_.capture_;
   std::unordered_map<uint32_t, uint32_t> plan_index;  // graph plan -> the piece's copy
   p.steps.reserve(end - begin);
   for (size_t s = begin; s < end; ++s) {
-    RunStep step;
+    Step step;
     if (!g.steps[s].first) {
       const CapturedFill& f = g.fills[g.steps[s].second];
-      NdArray& a = arrays_.at(f.array.id);  // alive: a free cuts and submits first
+      NdArray& a = rt_.arrays_.at(f.array.id);  // alive: a free cuts and submits first
       step.fill = &a.buffer;
       step.fill_array = f.array.id;
       step.fill_bytes = a.bytes;
@@ -210,210 +210,201 @@ void Runtime::run_steps_into(RunPiece& p, size_t begin, size_t end, uint64_t lo)
   }
 }
 
-Status Runtime::cut_capture_run() {
-  VKAD_EXCLUSIVE_USE("cut_capture_run");
-  if (run_ && capture_) run_cut();
-  return {};
-}
-
-void Runtime::run_cut(bool split) {
-  CaptureRun& r = *run_;
-  const size_t begin = r.next_step, end = capture_->steps.size();
-  r.next_step = end;
-  if (begin == end || !r.error.ok()) return;
+void Runtime::Graphs::Run::cut(bool split) {
+  const size_t begin = next_step_, end = graphs_.capture_->steps.size();
+  next_step_ = end;
+  if (begin == end || !error_.ok()) return;
   // The last steps (end_capture, a free) in up to one piece per thread: nothing is cut after
   // them, so their recording is the wait before they run (~3.5 ms for 512 launches on one
   // thread in NVIDIA's driver) -- shared, a third of it.
   constexpr size_t kMinSplitSteps = 64;
   const size_t parts = split ? std::clamp<size_t>((end - begin) / kMinSplitSteps, 1,
-                                                  std::max<size_t>(r.threads.size(), 1))
+                                                  std::max<size_t>(threads_.size(), 1))
                              : 1;
-  const double t0 = r.trace ? clock_us() : 0;
-  for (size_t i = 0; i < parts && r.error.ok(); ++i) {
-    run_cut_range(begin + (end - begin) * i / parts, begin + (end - begin) * (i + 1) / parts);
+  const double t0 = trace_ ? clock_us() : 0;
+  for (size_t i = 0; i < parts && error_.ok(); ++i) {
+    cut_range(begin + (end - begin) * i / parts, begin + (end - begin) * (i + 1) / parts);
   }
-  if (r.trace) r.cut_us += clock_us() - t0;
+  if (trace_) cut_us_ += clock_us() - t0;
 }
 
-void Runtime::run_cut_range(size_t begin, size_t end) {
-  Graph& g = *capture_;
-  CaptureRun& r = *run_;
+void Runtime::Graphs::Run::cut_range(size_t begin, size_t end) {
+  Graph& g = *graphs_.capture_;
   try {
-    auto p = std::make_unique<RunPiece>();
+    auto p = std::make_unique<Piece>();
     uint64_t lo = 0, hi = 0;
-    if (Status heaps = run_heaps(begin, end, &lo, &hi); !heaps.ok()) {
-      if (r.error.ok()) r.error = heaps;
+    if (Status grown = grow_heaps(begin, end, &lo, &hi); !grown.ok()) {
+      if (error_.ok()) error_ = grown;
       return;
     }
-    for (uint32_t h = 0; h < adstack::kHeapCount; ++h) p->heaps[h] = &heaps_.heap(h);
+    for (uint32_t h = 0; h < adstack::kHeapCount; ++h) p->heaps[h] = &rt_.heaps_.heap(h);
     if (hi > lo) {
-      Result<rhi::Buffer> args = device_->create_buffer(
+      Result<rhi::Buffer> args = rt_.device_->create_buffer(
           {hi - lo, rhi::MemoryUsage::kDeviceLocal, "graph '" + g.name + "' run args"});
       if (!args.ok()) {
-        r.error = args.status();
+        error_ = args.status();
         return;
       }
       p->args = std::move(*args);
       p->args_host.assign(g.args_blob.begin() + static_cast<ptrdiff_t>(lo),
                           g.args_blob.begin() + static_cast<ptrdiff_t>(hi));
     }
-    run_steps_into(*p, begin, end, lo);
-    p->direct = p->direct || r.threads.empty();
-    p->seq = r.next_seq++;
-    ++r.outstanding;
+    steps_into(*p, begin, end, lo);
+    p->direct = p->direct || threads_.empty();
+    p->seq = next_seq_++;
+    ++outstanding_;
     {
-      std::lock_guard<std::mutex> l(r.mu);
+      std::lock_guard<std::mutex> l(mu_);
       if (p->direct) {
         // The caller's thread records it when its turn to be submitted comes.
         const uint64_t seq = p->seq;
-        r.done.emplace(seq, std::move(p));
+        done_.emplace(seq, std::move(p));
       } else {
-        r.todo.push_back(std::move(p));
+        todo_.push_back(std::move(p));
       }
     }
-    r.cv.notify_all();
+    cv_.notify_all();
   } catch (const std::bad_alloc&) {
-    r.error = make_error(ErrorCode::kOutOfHostMemory, "cutting a piece: out of memory");
+    error_ = make_error(ErrorCode::kOutOfHostMemory, "cutting a piece: out of memory");
   }
 }
 
-void Runtime::run_pump(bool wait_all) {
-  CaptureRun& r = *run_;
+void Runtime::Graphs::Run::pump(bool wait_all) {
   // Every piece recorded and next in cut order goes into the list, then one submission.
   bool executed = false;
   auto submit = [&] {
-    const double t0 = r.trace ? clock_us() : 0;
-    Result<rhi::StreamSemaphore> sem = submit_list();
-    if (!sem.ok() && r.error.ok()) r.error = sem.status();
+    const double t0 = trace_ ? clock_us() : 0;
+    Result<rhi::StreamSemaphore> sem = rt_.submit_list();
+    if (!sem.ok() && error_.ok()) error_ = sem.status();
     executed = false;
-    if (r.trace) r.queue_us += clock_us() - t0;
+    if (trace_) queue_us_ += clock_us() - t0;
   };
   for (;;) {
-    std::unique_ptr<RunPiece> p;
+    std::unique_ptr<Piece> p;
     {
-      std::unique_lock<std::mutex> l(r.mu);
-      auto ready = [&] { return !r.done.empty() && r.done.begin()->first == r.next_submit; };
-      if (wait_all && !ready() && r.outstanding > 0) {
+      std::unique_lock<std::mutex> l(mu_);
+      auto ready = [&] { return !done_.empty() && done_.begin()->first == next_submit_; };
+      if (wait_all && !ready() && outstanding_ > 0) {
         if (executed) {  // the device starts on what is in the list while the rest records
           l.unlock();
           submit();
           l.lock();
         }
-        const double t0 = r.trace ? clock_us() : 0;
-        r.cv.wait(l, [&] { return ready() || r.outstanding == 0; });
-        if (r.trace) r.wait_us += clock_us() - t0;
+        const double t0 = trace_ ? clock_us() : 0;
+        cv_.wait(l, [&] { return ready() || outstanding_ == 0; });
+        if (trace_) wait_us_ += clock_us() - t0;
       }
       if (!ready()) break;
-      p = std::move(r.done.begin()->second);
-      r.done.erase(r.done.begin());
+      p = std::move(done_.begin()->second);
+      done_.erase(done_.begin());
     }
-    ++r.next_submit;
-    --r.outstanding;
-    if (r.error.ok()) {
-      const double t0 = r.trace ? clock_us() : 0;
+    ++next_submit_;
+    --outstanding_;
+    if (error_.ok()) {
+      const double t0 = trace_ ? clock_us() : 0;
       submit_piece(*p);
       executed = true;
-      if (r.trace) r.submit_us += clock_us() - t0, r.record_us += p->record_us;
+      if (trace_) submit_us_ += clock_us() - t0, record_us_ += p->record_us;
     }
     // Executed or not, a side bundle is freed into its thread's pool: not before it stopped.
-    if (p->bundle.valid()) r.keep.push_back(std::move(p->bundle));
+    if (p->bundle.valid()) keep_.push_back(std::move(p->bundle));
   }
   if (executed) submit();
 }
 
-void Runtime::submit_piece(RunPiece& p) {
-  CaptureRun& r = *run_;
+void Runtime::Graphs::Run::submit_piece(Piece& p) {
   if (!p.status.ok()) {
-    if (p.status.code() == ErrorCode::kDeviceLost) device_->mark_lost();
-    r.error = p.status;
+    if (p.status.code() == ErrorCode::kDeviceLost) rt_.device_->mark_lost();
+    error_ = p.status;
     return;
   }
-  Status s = ensure_list();
+  Status s = rt_.ensure_list();
   const uint64_t bytes = p.args_host.size();
   if (s.ok() && bytes > 0) {  // the args in (a fresh buffer: nothing earlier to wait for)
     Result<HostRing::Slot> up =
-        upload_ring_->allocate(*device_, bytes, &ctx_buffers_.upload_chunks);
+        rt_.upload_ring_->allocate(*rt_.device_, bytes, &rt_.ctx_buffers_.upload_chunks);
     s = up.status();
     if (s.ok()) {
       std::memcpy(up->data, p.args_host.data(), bytes);
-      list_.copy(*up->buffer, p.args, bytes, up->offset, 0);
+      rt_.list_.copy(*up->buffer, p.args, bytes, up->offset, 0);
     }
   }
   // After the copy, and what was recorded before the capture (host copies into arrays).
-  if (s.ok()) list_.barrier(rhi::Barrier::kTransferToCompute);
+  if (s.ok()) rt_.list_.barrier(rhi::Barrier::kTransferToCompute);
   if (s.ok() && p.direct) {
-    s = record_run_steps(list_, p, bindings_, filled_scratch_);  // straight into the list
+    s = record_steps(rt_.list_, p, rt_.bindings_,
+                     graphs_.filled_scratch_);  // straight into the list
   } else if (s.ok()) {
-    list_.execute(p.bundle);
-    ++stats_.run_pieces_recorded_aside;
+    rt_.list_.execute(p.bundle);
+    ++rt_.stats_.run_pieces_recorded_aside;
   }
   // The error words out, read when this list retires.
   const std::byte* down = nullptr;
   if (s.ok() && bytes > 0) {
     Result<HostRing::Slot> slot =
-        readback_ring_->allocate(*device_, bytes, &ctx_buffers_.readback_chunks);
+        rt_.readback_ring_->allocate(*rt_.device_, bytes, &rt_.ctx_buffers_.readback_chunks);
     s = slot.status();
     if (s.ok()) {
-      list_.barrier(rhi::Barrier::kComputeToTransfer);
-      list_.copy(p.args, *slot->buffer, bytes, 0, slot->offset);
-      list_.barrier(rhi::Barrier::kTransferToCompute);
+      rt_.list_.barrier(rhi::Barrier::kComputeToTransfer);
+      rt_.list_.copy(p.args, *slot->buffer, bytes, 0, slot->offset);
+      rt_.list_.barrier(rhi::Barrier::kTransferToCompute);
       down = slot->data;
     }
   }
   if (!s.ok()) {
-    r.error = s;
+    error_ = s;
     return;
   }
-  for (const RunStep& st : p.steps) {
+  for (const Step& st : p.steps) {
     if (!st.kernel) continue;
-    ctx_buffers_.flags.push_back(
-        {down + st.args_offset, st.kernel, LaunchId{++next_launch_}, 0, 0, st.origin});
-    count_launch(p.plans[st.plan]);
+    rt_.ctx_buffers_.flags.push_back(
+        {down + st.args_offset, st.kernel, LaunchId{++rt_.next_launch_}, 0, 0, st.origin});
+    rt_.count_launch(p.plans[st.plan]);
   }
-  ++stats_.run_pieces;
+  ++rt_.stats_.run_pieces;
   if (p.args.valid()) {
-    ctx_bytes_ += 2 * bytes;
-    ctx_buffers_.buffers.push_back(std::move(p.args));  // released when this list retires
+    rt_.ctx_bytes_ += 2 * bytes;
+    rt_.ctx_buffers_.buffers.push_back(std::move(p.args));  // released when this list retires
   }
 }
 
-Status Runtime::run_drain() {
-  run_cut(/*split=*/true);
-  run_pump(/*wait_all=*/true);
-  return run_->error;
+Status Runtime::Graphs::Run::drain() {
+  cut(/*split=*/true);
+  pump(/*wait_all=*/true);
+  return error_;
 }
 
-Status Runtime::run_finish() {
-  Status s = run_drain();
-  if (run_->trace) {
-    const CaptureRun& r = *run_;
+Status Runtime::Graphs::Run::finish() {
+  Status s = drain();
+  if (trace_) {
     std::fprintf(stderr,
                  "vkad graph '%s' run: %llu pieces; caller: cut %.2f ms, pieces into the list "
                  "%.2f ms, submissions %.2f ms, waited for recordings %.2f ms; recording threads "
                  "(%zu): %.2f ms\n",
-                 capture_->name.c_str(), static_cast<unsigned long long>(r.next_seq),
-                 r.cut_us / 1e3, r.submit_us / 1e3, r.queue_us / 1e3, r.wait_us / 1e3,
-                 r.threads.size(), r.record_us / 1e3);
+                 graphs_.capture_->name.c_str(), static_cast<unsigned long long>(next_seq_),
+                 cut_us_ / 1e3, submit_us_ / 1e3, queue_us_ / 1e3, wait_us_ / 1e3, threads_.size(),
+                 record_us_ / 1e3);
   }
-  run_stop();
+  stop();
   return s;
 }
 
-void Runtime::run_stop() noexcept {
-  if (!run_) return;
-  CaptureRun& r = *run_;
+Runtime::Graphs::Run::~Run() { stop(); }
+
+// Idempotent: finish stops, then the graph's end_capture drops the Run.
+void Runtime::Graphs::Run::stop() noexcept {
   {
-    std::lock_guard<std::mutex> l(r.mu);
-    r.stop = true;
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
   }
-  r.cv.notify_all();
-  for (std::thread& t : r.threads) t.join();
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
   // Unsubmitted pieces (never executed) and the submitted bundles go back to the side pools,
   // now that no thread records from them.
-  r.todo.clear();
-  r.done.clear();
-  r.keep.clear();
-  run_.reset();
+  todo_.clear();
+  done_.clear();
+  keep_.clear();
 }
 
 }  // namespace vkad::runtime

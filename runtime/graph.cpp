@@ -1,4 +1,4 @@
-// Captured launch sequences (runtime.h, "captured launch sequences"): capture keeps what a
+// Captured launch sequences (graphs.h): capture keeps what a
 // launch checked and planned; replay re-resolves the arrays and re-plans only the launches
 // whose scalars were updated. Where every pipeline binds with push descriptors the steps are
 // recorded once into bundles (secondary command buffers of kBundleLaunches launches, each
@@ -16,11 +16,12 @@
 #include <memory>
 #include <unordered_map>
 
-#include "runtime/runtime.h"
+#include "runtime/capture_run.h"
+#include "runtime/graphs.h"
 
 namespace vkad::runtime {
 
-Status Runtime::not_while_capturing(const char* what) const {
+Status Runtime::Graphs::not_while_capturing(const char* what) const {
   if (!capture_) return {};
   return make_error(ErrorCode::kFailedPrecondition,
                     std::string(what) + ": graph '" + capture_->name +
@@ -28,26 +29,63 @@ Status Runtime::not_while_capturing(const char* what) const {
                         "first)");
 }
 
-Status Runtime::begin_capture(const std::string& name, bool run) {
+Status Runtime::Graphs::begin_capture(const std::string& name, bool run) {
   VKAD_EXCLUSIVE_USE("begin_capture");
-  VKAD_TRY(device_->status());
+  VKAD_TRY(rt_.device_->status());
   if (capture_) {
     return make_error(ErrorCode::kFailedPrecondition,
                       "begin_capture: graph '" + capture_->name + "' is being captured already");
   }
-  if (run) VKAD_TRY(run_start());
-  capture_ = std::make_unique<Graph>();
-  capture_->name = name.empty() ? "graph" : name;
+  auto g = std::make_unique<Graph>();
+  g->name = name.empty() ? "graph" : name;
   const CaptureSizes& was = capture_sizes_;
-  capture_->launches.reserve(was.launches);
-  capture_->steps.reserve(was.steps);
-  capture_->args_offset.reserve(was.launches);
-  capture_->args_blob.reserve(was.blob);
+  g->launches.reserve(was.launches);
+  g->steps.reserve(was.steps);
+  g->args_offset.reserve(was.launches);
+  g->args_blob.reserve(was.blob);
+  if (run) {
+    VKAD_ASSIGN_OR_RETURN(run_, Run::start(rt_, *this));
+  }
+  capture_ = std::move(g);
   omit_next_barrier_ = false;
   return {};
 }
 
-uint32_t Runtime::share_plan(Graph& g, uint32_t& slot, bool fresh, const CommandPlan& plan) {
+Runtime::Graphs::Graphs(Runtime& rt) : rt_(rt), use_guard_(rt.use_guard_) {}
+
+Runtime::Graphs::~Graphs() { drop_all(); }
+
+void Runtime::Graphs::drop_capture() noexcept {
+  run_.reset();  // the recording threads stopped first
+  capture_.reset();
+}
+
+void Runtime::Graphs::drop_all() noexcept {
+  drop_capture();
+  graphs_.clear();
+}
+
+Status Runtime::Graphs::cut_capture_run() {
+  VKAD_EXCLUSIVE_USE("cut_capture_run");
+  if (run_ && capture_) run_->cut();
+  return {};
+}
+
+void Runtime::Graphs::captured_launch(const std::shared_ptr<const Kernel>& k,
+                                      std::span<const Arg> args, bool omit_barrier) {
+  add_launch(*capture_, k, args, omit_barrier, rt_.note_);
+  if (run_) run_->after_step();
+}
+
+void Runtime::Graphs::captured_fill(const CapturedFill& fill, bool last) {
+  add_fill(*capture_, fill);
+  if (run_ && last) run_->after_step();
+}
+
+Status Runtime::Graphs::drain_run() { return run_ ? run_->drain() : Status{}; }
+
+uint32_t Runtime::Graphs::share_plan(Graph& g, uint32_t& slot, bool fresh,
+                                     const CommandPlan& plan) {
   if (fresh || !(g.plans[slot] == plan)) {
     slot = static_cast<uint32_t>(g.plans.size());
     g.plans.push_back(plan);
@@ -56,7 +94,7 @@ uint32_t Runtime::share_plan(Graph& g, uint32_t& slot, bool fresh, const Command
   return slot;
 }
 
-Status Runtime::omit_next_barrier() {
+Status Runtime::Graphs::omit_next_barrier() {
   if (!capture_) {
     return make_error(ErrorCode::kFailedPrecondition, "omit_next_barrier: no capture is open");
   }
@@ -64,12 +102,13 @@ Status Runtime::omit_next_barrier() {
   return {};
 }
 
-Result<GraphHandle> Runtime::end_capture() {
+Result<GraphHandle> Runtime::Graphs::end_capture() {
   VKAD_EXCLUSIVE_USE("end_capture");
   if (!capture_)
     return make_error(ErrorCode::kFailedPrecondition, "end_capture: no capture is open");
   if (run_) {
-    Status ran = run_finish();
+    Status ran = run_->finish();
+    run_.reset();
     if (!ran.ok()) {
       const std::string name = capture_->name;
       capture_.reset();
@@ -77,33 +116,33 @@ Result<GraphHandle> Runtime::end_capture() {
                                         "', running its steps as captured: " + ran.message());
     }
   }
-  VKAD_ASSIGN_OR_RETURN(uint64_t id, issue_id());
+  VKAD_ASSIGN_OR_RETURN(uint64_t id, rt_.issue_id());
   capture_sizes_ = {capture_->launches.size(), capture_->steps.size(), capture_->args_blob.size()};
   return keep_graph(id, std::move(capture_));
 }
 
-GraphHandle Runtime::keep_graph(uint64_t id, std::unique_ptr<Graph> g) {
+GraphHandle Runtime::Graphs::keep_graph(uint64_t id, std::unique_ptr<Graph> g) {
   g->pending_plans = std::any_of(g->plans.begin(), g->plans.end(),
                                  [](const CommandPlan& p) { return p.spec_pending > 0; });
   g->last_plan = {};  // add_launch's only
   graphs_.emplace(id, std::move(g));
-  stats_.graphs = graphs_.size();
+  rt_.stats_.graphs = graphs_.size();
   return GraphHandle{id};
 }
 
-void Runtime::refresh_pending_plans(Graph& g) {
+void Runtime::Graphs::refresh_pending_plans(Graph& g) {
   std::unordered_map<const Kernel*, uint32_t> last;  // a kernel's latest refreshed plan
   bool still = false;
   for (CapturedLaunch& c : g.launches) {
     if (g.plans[c.plan].spec_pending == 0) continue;
     const std::span<const Arg> args(g.args.at(c.args), c.kernel->desc.params.size());
     // Never waits: a pipeline still being made leaves the plan as it is, for the next replay.
-    if (!check_args(*c.kernel, args).ok() ||
-        !plan_pipelines(*c.kernel, args, &planned_, /*background=*/true).ok()) {
+    if (!rt_.check_args(*c.kernel, args).ok() ||
+        !rt_.plan_pipelines(*c.kernel, args, &rt_.planned_, /*background=*/true).ok()) {
       still = true;
       continue;
     }
-    const CommandPlan& fresh = planned_;
+    const CommandPlan& fresh = rt_.planned_;
     still = still || fresh.spec_pending > 0;
     if (fresh == g.plans[c.plan]) continue;
     auto [it, first] = last.try_emplace(c.kernel.get(), 0);
@@ -115,57 +154,57 @@ void Runtime::refresh_pending_plans(Graph& g) {
   g.pending_plans = still;
 }
 
-Result<size_t> Runtime::graph_steps(GraphHandle graph) const {
+Result<size_t> Runtime::Graphs::graph_steps(GraphHandle graph) const {
   auto it = graphs_.find(graph.id);
-  if (it == graphs_.end()) return dead_handle("graph_steps", "graph", graph.id);
+  if (it == graphs_.end()) return rt_.dead_handle("graph_steps", "graph", graph.id);
   return it->second->steps.size();
 }
 
-Result<std::vector<std::string>> Runtime::graph_launch_kernels(GraphHandle graph) const {
+Result<std::vector<std::string>> Runtime::Graphs::graph_launch_kernels(GraphHandle graph) const {
   auto it = graphs_.find(graph.id);
-  if (it == graphs_.end()) return dead_handle("graph_launch_kernels", "graph", graph.id);
+  if (it == graphs_.end()) return rt_.dead_handle("graph_launch_kernels", "graph", graph.id);
   std::vector<std::string> names;
   names.reserve(it->second->launches.size());
   for (const CapturedLaunch& c : it->second->launches) names.push_back(c.kernel->desc.name);
   return names;
 }
 
-Result<std::vector<LaunchOrigin>> Runtime::graph_launch_origins(GraphHandle graph) const {
+Result<std::vector<LaunchOrigin>> Runtime::Graphs::graph_launch_origins(GraphHandle graph) const {
   auto it = graphs_.find(graph.id);
-  if (it == graphs_.end()) return dead_handle("graph_launch_origins", "graph", graph.id);
+  if (it == graphs_.end()) return rt_.dead_handle("graph_launch_origins", "graph", graph.id);
   std::vector<LaunchOrigin> out;
   out.reserve(it->second->launches.size());
   for (const CapturedLaunch& c : it->second->launches) out.push_back(c.origin);
   return out;
 }
 
-Result<size_t> Runtime::graph_barriers(GraphHandle graph) const {
+Result<size_t> Runtime::Graphs::graph_barriers(GraphHandle graph) const {
   auto it = graphs_.find(graph.id);
-  if (it == graphs_.end()) return dead_handle("graph_barriers", "graph", graph.id);
+  if (it == graphs_.end()) return rt_.dead_handle("graph_barriers", "graph", graph.id);
   size_t n = 0;
   for (const CapturedLaunch& c : it->second->launches) n += c.barrier_after;
   return n;
 }
 
-Status Runtime::release_graph(GraphHandle graph) {
+Status Runtime::Graphs::release_graph(GraphHandle graph) {
   VKAD_EXCLUSIVE_USE("release_graph");
   auto it = graphs_.find(graph.id);
-  if (it == graphs_.end()) return dead_handle("release_graph", "graph", graph.id);
-  for (uint64_t key : it->second->pipeline_keys) pipelines_.release(key);
+  if (it == graphs_.end()) return rt_.dead_handle("release_graph", "graph", graph.id);
+  for (uint64_t key : it->second->pipeline_keys) rt_.pipelines_.release(key);
   graphs_.erase(it);
-  stats_.graphs = graphs_.size();
+  rt_.stats_.graphs = graphs_.size();
   return {};
 }
 
 // The graph's steps in capture order into `list`: fills directly, launch i through
 // `launch(i)`. Consecutive fills share one barrier pair (as zero_many records them); a second
 // fill of an array in one run is ordered after the first (it may write another value).
-Status Runtime::record_steps(rhi::CommandList& list, const Graph& g,
-                             const std::function<Status(uint32_t)>& launch) {
+Status Runtime::Graphs::record_steps(rhi::CommandList& list, const Graph& g,
+                                     const std::function<Status(uint32_t)>& launch) {
   FillBarriers fills(filled_scratch_);
   for (const auto& [is_launch, i] : g.steps) {
     if (!is_launch) {
-      NdArray& a = arrays_.at(g.fills[i].array.id);
+      NdArray& a = rt_.arrays_.at(g.fills[i].array.id);
       fills.fill(list, a.buffer, g.fills[i].array.id, g.fills[i].pattern, g.fills[i].wide, a.bytes);
       continue;
     }
@@ -176,8 +215,9 @@ Status Runtime::record_steps(rhi::CommandList& list, const Graph& g,
   return {};
 }
 
-void Runtime::FillBarriers::fill(rhi::CommandList& list, rhi::Buffer& buffer, uint64_t array,
-                                 uint64_t pattern, bool wide, uint64_t bytes) {
+void Runtime::Graphs::FillBarriers::fill(rhi::CommandList& list, rhi::Buffer& buffer,
+                                         uint64_t array, uint64_t pattern, bool wide,
+                                         uint64_t bytes) {
   if (!filling_) {
     list.barrier(rhi::Barrier::kComputeToTransfer);
     filled_.clear();
@@ -194,15 +234,16 @@ void Runtime::FillBarriers::fill(rhi::CommandList& list, rhi::Buffer& buffer, ui
   }
 }
 
-void Runtime::FillBarriers::end(rhi::CommandList& list) {
+void Runtime::Graphs::FillBarriers::end(rhi::CommandList& list) {
   if (filling_) list.barrier(rhi::Barrier::kTransferToCompute);
   filling_ = false;
 }
 
 // The launches `updates` change, as copies of the graph's with the new scalar values (one
 // copy per launch however many updates it gets); an error names an update that does not fit.
-Status Runtime::updated_launches(const Graph& g, std::span<const GraphUpdate> updates,
-                                 const std::string& where, std::vector<UpdatedLaunch>* updated) {
+Status Runtime::Graphs::updated_launches(const Graph& g, std::span<const GraphUpdate> updates,
+                                         const std::string& where,
+                                         std::vector<UpdatedLaunch>* updated) {
   for (const GraphUpdate& u : updates) {
     if (u.launch >= g.launches.size()) {
       return make_error(ErrorCode::kInvalidArgument,
@@ -231,7 +272,7 @@ Status Runtime::updated_launches(const Graph& g, std::span<const GraphUpdate> up
 
 // Whether a launch planned `was` records the same commands planned `now`: the bundle bakes
 // ranges, workgroup counts and pipelines in; only the args are read at run time.
-bool Runtime::same_commands(const CommandPlan& was, const CommandPlan& now) {
+bool Runtime::Graphs::same_commands(const CommandPlan& was, const CommandPlan& now) {
   bool same = was.pipelines == now.pipelines && was.lp.any_heap_task == now.lp.any_heap_task &&
               was.lp.tasks.size() == now.lp.tasks.size();
   for (size_t t = 0; same && t < was.lp.tasks.size(); ++t) {
@@ -242,24 +283,25 @@ bool Runtime::same_commands(const CommandPlan& was, const CommandPlan& now) {
   return same;
 }
 
-Status Runtime::plan_updates(std::vector<UpdatedLaunch>& updated, const Graph& g,
-                             const std::string& where, bool* rerecord) {
+Status Runtime::Graphs::plan_updates(std::vector<UpdatedLaunch>& updated, const Graph& g,
+                                     const std::string& where, bool* rerecord) {
   for (UpdatedLaunch& u : updated) {
     const CapturedLaunch& c = g.launches[u.index];
-    VKAD_TRY_CTX(check_args(*c.kernel, u.args), where + ", launch " + std::to_string(u.index));
-    VKAD_TRY_CTX(plan_pipelines(*c.kernel, u.args, &planned_, options_.background_specialization),
+    VKAD_TRY_CTX(rt_.check_args(*c.kernel, u.args), where + ", launch " + std::to_string(u.index));
+    VKAD_TRY_CTX(rt_.plan_pipelines(*c.kernel, u.args, &rt_.planned_,
+                                    rt_.options_.background_specialization),
                  where + ", launch " + std::to_string(u.index));
-    if (!same_commands(g.plans[c.plan], planned_)) *rerecord = true;
-    u.plan = planned_;
-    u.encoded.assign(args_scratch_.begin(), args_scratch_.end());
+    if (!same_commands(g.plans[c.plan], rt_.planned_)) *rerecord = true;
+    u.plan = rt_.planned_;
+    u.encoded.assign(rt_.args_scratch_.begin(), rt_.args_scratch_.end());
   }
   return {};
 }
 
 // Every launch's arrays looked up again (into g.arrays; updates change scalars only), and the
 // heaps the launches need (an updated launch's as planned with its updates).
-Status Runtime::bind_graph_arrays(Graph& g, std::span<const UpdatedLaunch> updated,
-                                  const std::string& where, bool* any_heap) {
+Status Runtime::Graphs::bind_graph_arrays(Graph& g, std::span<const UpdatedLaunch> updated,
+                                          const std::string& where, bool* any_heap) {
   std::array<uint64_t, adstack::kHeapCount> heap_need{};
   for (uint32_t i = 0; i < g.launches.size(); ++i) {
     const CapturedLaunch& c = g.launches[i];
@@ -268,12 +310,12 @@ Status Runtime::bind_graph_arrays(Graph& g, std::span<const UpdatedLaunch> updat
     for (size_t p = 0; p < d.params.size(); ++p) {
       const Arg& arg = g.args.at(c.args)[p];
       if (arg.kind != ParamKind::kNdArray) continue;
-      auto a = arrays_.find(arg.array.id);
-      if (a == arrays_.end()) {
-        return dead_handle(where + ", launch " + std::to_string(i) + " ('" + d.name +
-                               "'), argument " + std::to_string(p) + " ('" + d.params[p].name +
-                               "')",
-                           "ndarray", arg.array.id);
+      auto a = rt_.arrays_.find(arg.array.id);
+      if (a == rt_.arrays_.end()) {
+        return rt_.dead_handle(where + ", launch " + std::to_string(i) + " ('" + d.name +
+                                   "'), argument " + std::to_string(p) + " ('" + d.params[p].name +
+                                   "')",
+                               "ndarray", arg.array.id);
       }
       *buffers++ = &a->second.buffer;
     }
@@ -288,11 +330,11 @@ Status Runtime::bind_graph_arrays(Graph& g, std::span<const UpdatedLaunch> updat
     }
   }
   for (const CapturedFill& f : g.fills) {
-    if (arrays_.find(f.array.id) == arrays_.end()) {
-      return dead_handle(where + ", fill", "ndarray", f.array.id);
+    if (rt_.arrays_.find(f.array.id) == rt_.arrays_.end()) {
+      return rt_.dead_handle(where + ", fill", "ndarray", f.array.id);
     }
   }
-  if (*any_heap) VKAD_TRY(ensure_heaps(heap_need));
+  if (*any_heap) VKAD_TRY(rt_.ensure_heaps(heap_need));
   return {};
 }
 
@@ -303,12 +345,13 @@ namespace {
 constexpr uint32_t kTimelinePieceDispatches = 128;
 }  // namespace
 
-Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, LaunchId* first) {
+Status Runtime::Graphs::replay(GraphHandle graph, std::span<const GraphUpdate> updates,
+                               LaunchId* first) {
   VKAD_EXCLUSIVE_USE("replay");
-  VKAD_TRY(device_->status());
+  VKAD_TRY(rt_.device_->status());
   VKAD_TRY(not_while_capturing("replay"));
   auto it = graphs_.find(graph.id);
-  if (it == graphs_.end()) return dead_handle("replay", "graph", graph.id);
+  if (it == graphs_.end()) return rt_.dead_handle("replay", "graph", graph.id);
   Graph& g = *it->second;
   const std::string where = "replay of graph '" + g.name + "'";
   // 1. Updates: checked and planned on copies, kept only if the whole replay is recorded.
@@ -322,19 +365,20 @@ Status Runtime::replay(GraphHandle graph, std::span<const GraphUpdate> updates, 
   if (rerecord) g.rerecord = true;
   apply_updates(g, updated);
   if (g.pending_plans) refresh_pending_plans(g);
-  bool bundled = device_->caps().push_descriptor;
+  bool bundled = rt_.device_->caps().push_descriptor;
   for (const CommandPlan& plan : g.plans) {
     for (const rhi::ComputePipeline* p : plan.pipelines) {
       bundled = bundled && p->push_descriptors();
     }
   }
   // With a timeline on: this replay's launches timed one by one, or the replay as one event.
-  const bool time_launches = !timeline_ || timeline_->time_replay(graph.id, g.launches.size());
+  const bool time_launches =
+      !rt_.timeline_ || rt_.timeline_->time_replay(graph.id, g.launches.size());
   if (bundled) return replay_bundle(g, graph.id, any_heap, where, first, time_launches);
   return replay_steps(g, graph.id, first, time_launches);
 }
 
-void Runtime::apply_updates(Graph& g, std::vector<UpdatedLaunch>& updated) {
+void Runtime::Graphs::apply_updates(Graph& g, std::vector<UpdatedLaunch>& updated) {
   for (UpdatedLaunch& u : updated) {
     CapturedLaunch& c = g.launches[u.index];
     std::copy(u.args.begin(), u.args.end(), g.args.at(c.args));
@@ -352,60 +396,59 @@ void Runtime::apply_updates(Graph& g, std::vector<UpdatedLaunch>& updated) {
 }
 
 // A graph that cannot be bundled: every step recorded again, in capture order.
-Status Runtime::replay_steps(Graph& g, uint64_t id, LaunchId* first, bool time_launches) {
-  VKAD_TRY(ensure_list());
-  const LaunchId first_id{next_launch_ + 1};
-  const double replay_begin = timeline_ ? TimelineRecorder::now_us() : 0;
-  timeline_graph_ = &g.name;
+Status Runtime::Graphs::replay_steps(Graph& g, uint64_t id, LaunchId* first, bool time_launches) {
+  VKAD_TRY(rt_.ensure_list());
+  const LaunchId first_id{rt_.next_launch_ + 1};
+  const double replay_begin = rt_.timeline_ ? TimelineRecorder::now_us() : 0;
+  rt_.timeline_graph_ = &g.name;
   bool span = false;  // the replay as one device event
-  if (timeline_ && !time_launches) {
+  if (rt_.timeline_ && !time_launches) {
     VKAD_ASSIGN_OR_RETURN(
-        span, timeline_->begin_gpu(list_, "replay '" + g.name + "'", "replay", 0, g.name));
-    timeline_quiet_ = true;
+        span, rt_.timeline_->begin_gpu(rt_.list_, "replay '" + g.name + "'", "replay", 0, g.name));
+    rt_.timeline_quiet_ = true;
   }
-  Status recorded = record_steps(list_, g, [&](uint32_t i) -> Status {
+  Status recorded = record_steps(rt_.list_, g, [&](uint32_t i) -> Status {
     const CapturedLaunch& c = g.launches[i];
-    replay_graph_ = id;
-    replay_launch_ = i;
-    replay_origin_ = c.origin;
-    VKAD_TRY(record_launch(c.kernel, g.plans[c.plan], graph_arrays(g, c),
-                           g.args_blob.data() + g.args_offset[i], nullptr, c.barrier_after));
+    rt_.replay_graph_ = id;
+    rt_.replay_launch_ = i;
+    rt_.replay_origin_ = c.origin;
+    VKAD_TRY(rt_.record_launch(c.kernel, g.plans[c.plan], graph_arrays(g, c),
+                               g.args_blob.data() + g.args_offset[i], nullptr, c.barrier_after));
     // With a timeline on, the launches are submitted in small pieces (after a launch: no fill
     // batch is open), so the device runs the first while the host records the rest, as a
     // bundled replay's pieces do; without it the whole graph waits for its last launch. (Only
     // graphs that cannot be bundled come here.)
-    if (timeline_ && !timeline_quiet_ && list_.dispatch_count() >= kTimelinePieceDispatches &&
-        i + 1 < g.launches.size()) {
-      VKAD_TRY(flush().status());
-      VKAD_TRY(ensure_list());
+    if (rt_.timeline_ && !rt_.timeline_quiet_ &&
+        rt_.list_.dispatch_count() >= kTimelinePieceDispatches && i + 1 < g.launches.size()) {
+      VKAD_TRY(rt_.flush().status());
+      VKAD_TRY(rt_.ensure_list());
     }
     return {};
   });
-  timeline_graph_ = nullptr;
-  timeline_quiet_ = false;
-  if (span && list_.recording()) timeline_->end_gpu(list_);
-  replay_graph_ = 0;
-  if (timeline_) {
-    timeline_->host("replay '" + g.name + "'", "replay", replay_begin, TimelineRecorder::now_us(),
-                    g.name);
+  rt_.timeline_graph_ = nullptr;
+  rt_.timeline_quiet_ = false;
+  if (span && rt_.list_.recording()) rt_.timeline_->end_gpu(rt_.list_);
+  rt_.replay_graph_ = 0;
+  if (rt_.timeline_) {
+    rt_.timeline_->host("replay '" + g.name + "'", "replay", replay_begin,
+                        TimelineRecorder::now_us(), g.name);
   }
   VKAD_TRY(recorded);
-  ++stats_.graph_replays;
-  stats_.replayed_launches += g.launches.size();
+  ++rt_.stats_.graph_replays;
+  rt_.stats_.replayed_launches += g.launches.size();
   if (first && !g.launches.empty()) *first = first_id;
-  return auto_flush();
+  return rt_.auto_flush();
 }
 
 // The steps into fresh bundles, with the same commands record_launch and the fill path above
 // record, each launch reading its args from g.args_dev (made by the caller, kept with the
-// graph). A bundle holds at most kBundleLaunches launches and is executed in list_ as soon as it
-// is recorded; every one but the last is then submitted, so the device runs a piece of the
-// graph while the driver takes the next (a DiffTaichi iteration's 5,149 launches took the
-// NVIDIA driver 20-27 ms to record, about as long as the device takes to run them). The old
-// bundles go back to their stream, freed after their last execution: in-flight replays keep
-// running. Should recording fail, the pieces submitted have run and the next replay records
-// again.
-Status Runtime::record_bundles(Graph& g, BundleSet& set, bool timed) {
+// graph). A bundle holds at most kBundleLaunches launches and is executed in rt_.list_ as soon as
+// it is recorded; every one but the last is then submitted, so the device runs a piece of the graph
+// while the driver takes the next (a DiffTaichi iteration's 5,149 launches took the NVIDIA driver
+// 20-27 ms to record, about as long as the device takes to run them). The old bundles go back to
+// their stream, freed after their last execution: in-flight replays keep running. Should recording
+// fail, the pieces submitted have run and the next replay records again.
+Status Runtime::Graphs::record_bundles(Graph& g, BundleSet& set, bool timed) {
   const auto t0 = std::chrono::steady_clock::now();
   set.current = false;  // until every piece is recorded
   set.bundles.clear();
@@ -432,19 +475,19 @@ Status Runtime::record_bundles(Graph& g, BundleSet& set, bool timed) {
     }
     const auto bound = static_cast<uint32_t>(g.launches.size() + g.fills.size() + 1);
     VKAD_ASSIGN_OR_RETURN(set.stamps,
-                          device_->create_query_pool(bound, "graph '" + g.name + "' stamps"));
-    list_.reset_queries(set.stamps, 0, bound);
+                          rt_.device_->create_query_pool(bound, "graph '" + g.name + "' stamps"));
+    rt_.list_.reset_queries(set.stamps, 0, bound);
   }
-  VKAD_ASSIGN_OR_RETURN(rhi::CommandList rec, stream_->begin_bundle());
+  VKAD_ASSIGN_OR_RETURN(rhi::CommandList rec, rt_.stream_->begin_bundle());
   size_t in_piece = 0;
   auto close = [&](bool more) -> Status {
-    VKAD_ASSIGN_OR_RETURN(rhi::Bundle b, stream_->end_bundle(rec));
+    VKAD_ASSIGN_OR_RETURN(rhi::Bundle b, rt_.stream_->end_bundle(rec));
     set.bundles.push_back(std::move(b));
-    list_.execute(set.bundles.back());
+    rt_.list_.execute(set.bundles.back());
     if (!more) return {};
-    VKAD_TRY(flush().status());
-    VKAD_TRY(ensure_list());
-    VKAD_ASSIGN_OR_RETURN(rec, stream_->begin_bundle());
+    VKAD_TRY(rt_.flush().status());
+    VKAD_TRY(rt_.ensure_list());
+    VKAD_ASSIGN_OR_RETURN(rec, rt_.stream_->begin_bundle());
     return {};
   };
   uint32_t stamp = 0;  // the next stamp's query
@@ -455,8 +498,8 @@ Status Runtime::record_bundles(Graph& g, BundleSet& set, bool timed) {
       if (i == 0 || fill_before[i]) rec.write_timestamp(set.stamps, stamp++);
       layout->launch_stamps[i].first = stamp - 1;
     }
-    VKAD_TRY(record_dispatches(rec, *c.kernel, g.plans[c.plan], graph_arrays(g, c), g.args_dev,
-                               g.args_offset[i], c.barrier_after));
+    VKAD_TRY(rt_.record_dispatches(rec, *c.kernel, g.plans[c.plan], graph_arrays(g, c), g.args_dev,
+                                   g.args_offset[i], c.barrier_after));
     if (layout) {
       rec.write_timestamp(set.stamps, stamp);
       layout->launch_stamps[i].second = stamp++;
@@ -480,18 +523,19 @@ Status Runtime::record_bundles(Graph& g, BundleSet& set, bool timed) {
                  g.name.c_str(), g.launches.size(), barriers, set.bundles.size(),
                  timed ? "timed " : "", ms);
   }
-  set.heaps = heaps_.generation();
+  set.heaps = rt_.heaps_.generation();
   set.current = true;
-  ++stats_.graph_recordings;
+  ++rt_.stats_.graph_recordings;
   return {};
 }
 
-Status Runtime::replay_bundle(Graph& g, uint64_t id, bool any_heap, const std::string& where,
-                              LaunchId* first, bool time_launches) {
+Status Runtime::Graphs::replay_bundle(Graph& g, uint64_t id, bool any_heap,
+                                      const std::string& where, LaunchId* first,
+                                      bool time_launches) {
   // While a timeline is on, the timed bundles run (the same commands and their stamps), or the
   // plain ones between two stamps of the whole replay.
-  const bool timed = timeline_ && timeline_->gpu_times() && time_launches;
-  const double replay_begin = timeline_ ? TimelineRecorder::now_us() : 0;
+  const bool timed = rt_.timeline_ && rt_.timeline_->gpu_times() && time_launches;
+  const double replay_begin = rt_.timeline_ ? TimelineRecorder::now_us() : 0;
   if (g.rerecord) {  // plans changed since either set was recorded
     g.plain.current = g.timed.current = false;
     g.rerecord = false;
@@ -499,94 +543,96 @@ Status Runtime::replay_bundle(Graph& g, uint64_t id, bool any_heap, const std::s
   BundleSet& set = timed ? g.timed : g.plain;
   // A graph with no heap task binds its args buffer where the heaps would go: heap growth
   // leaves its bundles valid.
-  const bool record = !set.current || (any_heap && set.heaps != heaps_.generation());
+  const bool record = !set.current || (any_heap && set.heaps != rt_.heaps_.generation());
   VKAD_TRY(upload_graph_args(g));
   bool span = false;
-  if (timeline_ && !time_launches) {
+  if (rt_.timeline_ && !time_launches) {
     VKAD_ASSIGN_OR_RETURN(
-        span, timeline_->begin_gpu(list_, "replay '" + g.name + "'", "replay", 0, g.name));
+        span, rt_.timeline_->begin_gpu(rt_.list_, "replay '" + g.name + "'", "replay", 0, g.name));
   }
   if (record) {
     Status recorded = record_bundles(g, set, timed);
     // Also after a failure (its stamps are read at the end), where the list still records.
-    if (span && list_.recording()) timeline_->end_gpu(list_);
+    if (span && rt_.list_.recording()) rt_.timeline_->end_gpu(rt_.list_);
     VKAD_TRY_CTX(recorded, where);
   } else {
-    if (timed) list_.reset_queries(set.stamps, 0, set.layout->stamp_count);
-    for (rhi::Bundle& b : set.bundles) list_.execute(b);
-    if (span) timeline_->end_gpu(list_);
+    if (timed) rt_.list_.reset_queries(set.stamps, 0, set.layout->stamp_count);
+    for (rhi::Bundle& b : set.bundles) rt_.list_.execute(b);
+    if (span) rt_.timeline_->end_gpu(rt_.list_);
   }
   // Under the Khronos validation layer a secondary command buffer that writes queries must not
   // be in two submissions at once: the layer's queue thread, retiring the first, read-locks the
   // same command buffer it holds write-locked (KhronosGroup/Vulkan-ValidationLayers#7874, fixed
   // in 1.3.283; Debian 12 ships 1.3.239) and the process aborts ("Resource deadlock avoided").
   // There each timed replay records its timed bundles afresh, so each is executed once.
-  if (timed && device_->validation_enabled()) set.current = false;
+  if (timed && rt_.device_->validation_enabled()) set.current = false;
   std::vector<const std::byte*>& down = replay_down_;  // where each piece's error words land
   VKAD_TRY(read_back_graph_args(g, &down));
-  const LaunchId first_id{next_launch_ + 1};
-  if (timed) VKAD_TRY(timeline_->replay_stamps(list_, set.stamps, set.layout, first_id.value));
+  const LaunchId first_id{rt_.next_launch_ + 1};
+  if (timed)
+    VKAD_TRY(rt_.timeline_->replay_stamps(rt_.list_, set.stamps, set.layout, first_id.value));
   size_t piece = 0;
   for (size_t i = 0; i < g.launches.size(); ++i) {
     while (g.args_offset[i] >= g.pieces[piece].second) ++piece;
     const std::byte* at = down[piece] + (g.args_offset[i] - g.pieces[piece].first);
-    ctx_buffers_.flags.push_back({at, g.launches[i].kernel, LaunchId{++next_launch_}, id,
-                                  static_cast<uint32_t>(i), g.launches[i].origin});
-    count_launch(g.plans[g.launches[i].plan]);
+    rt_.ctx_buffers_.flags.push_back({at, g.launches[i].kernel, LaunchId{++rt_.next_launch_}, id,
+                                      static_cast<uint32_t>(i), g.launches[i].origin});
+    rt_.count_launch(g.plans[g.launches[i].plan]);
   }
-  ctx_bytes_ += 2 * g.args_blob.size();  // the upload and the readback slots
-  ++stats_.graph_replays;
-  ++stats_.bundle_replays;
-  stats_.replayed_launches += g.launches.size();
+  rt_.ctx_bytes_ += 2 * g.args_blob.size();  // the upload and the readback slots
+  ++rt_.stats_.graph_replays;
+  ++rt_.stats_.bundle_replays;
+  rt_.stats_.replayed_launches += g.launches.size();
   if (first && !g.launches.empty()) *first = first_id;
-  if (timeline_) {
-    timeline_->host("replay '" + g.name + "'", "replay", replay_begin, TimelineRecorder::now_us(),
-                    g.name);
+  if (rt_.timeline_) {
+    rt_.timeline_->host("replay '" + g.name + "'", "replay", replay_begin,
+                        TimelineRecorder::now_us(), g.name);
   }
-  return auto_flush();
+  return rt_.auto_flush();
 }
 
-Status Runtime::upload_graph_args(Graph& g) {
+Status Runtime::Graphs::upload_graph_args(Graph& g) {
   if (!g.args_dev.valid()) {
-    VKAD_ASSIGN_OR_RETURN(
-        g.args_dev,
-        device_->create_buffer({std::max<uint64_t>(g.args_blob.size(), 16),
-                                rhi::MemoryUsage::kDeviceLocal, "graph '" + g.name + "' args"}));
+    VKAD_ASSIGN_OR_RETURN(g.args_dev,
+                          rt_.device_->create_buffer({std::max<uint64_t>(g.args_blob.size(), 16),
+                                                      rhi::MemoryUsage::kDeviceLocal,
+                                                      "graph '" + g.name + "' args"}));
   }
-  VKAD_TRY(ensure_list());
+  VKAD_TRY(rt_.ensure_list());
   // Ring slots of at most a chunk each (no buffer per replay), copied into the graph's args
   // buffer after every earlier use of it (a previous replay's dispatches) is done. Each slot's
   // copy is recorded as soon as it is allocated: a slot's `buffer` is the ring's open chunk,
   // which the next allocation may close and replace.
-  list_.barrier(rhi::Barrier::kComputeToTransfer);
+  rt_.list_.barrier(rhi::Barrier::kComputeToTransfer);
   for (const auto& [begin, end] : g.pieces) {
-    VKAD_ASSIGN_OR_RETURN(HostRing::Slot up, upload_ring_->allocate(*device_, end - begin,
-                                                                    &ctx_buffers_.upload_chunks));
+    VKAD_ASSIGN_OR_RETURN(
+        HostRing::Slot up,
+        rt_.upload_ring_->allocate(*rt_.device_, end - begin, &rt_.ctx_buffers_.upload_chunks));
     std::memcpy(up.data, g.args_blob.data() + begin, end - begin);
-    list_.copy(*up.buffer, g.args_dev, end - begin, up.offset, begin);
+    rt_.list_.copy(*up.buffer, g.args_dev, end - begin, up.offset, begin);
   }
-  list_.barrier(rhi::Barrier::kTransferToCompute);
+  rt_.list_.barrier(rhi::Barrier::kTransferToCompute);
   return {};
 }
 
-Status Runtime::read_back_graph_args(Graph& g, std::vector<const std::byte*>* down) {
+Status Runtime::Graphs::read_back_graph_args(Graph& g, std::vector<const std::byte*>* down) {
   // The launches wrote their error words into the graph's args buffer: read when this list
   // retires like every launch's. Running out of host memory here returns the error with the
   // replay recorded but its error words unread.
   down->clear();
-  list_.barrier(rhi::Barrier::kComputeToTransfer);
+  rt_.list_.barrier(rhi::Barrier::kComputeToTransfer);
   for (const auto& [begin, end] : g.pieces) {
     VKAD_ASSIGN_OR_RETURN(
         HostRing::Slot slot,
-        readback_ring_->allocate(*device_, end - begin, &ctx_buffers_.readback_chunks));
-    list_.copy(g.args_dev, *slot.buffer, end - begin, begin, slot.offset);
+        rt_.readback_ring_->allocate(*rt_.device_, end - begin, &rt_.ctx_buffers_.readback_chunks));
+    rt_.list_.copy(g.args_dev, *slot.buffer, end - begin, begin, slot.offset);
     down->push_back(slot.data);
   }
-  list_.barrier(rhi::Barrier::kTransferToCompute);
+  rt_.list_.barrier(rhi::Barrier::kTransferToCompute);
   return {};
 }
 
-std::string Runtime::graph_launch_where(uint64_t graph, uint32_t index) const {
+std::string Runtime::Graphs::graph_launch_where(uint64_t graph, uint32_t index) const {
   auto it = graphs_.find(graph);
   const std::string name = it == graphs_.end() ? "#" + std::to_string(graph) + " (released since)"
                                                : "'" + it->second->name + "'";

@@ -43,4 +43,38 @@ Result<uint64_t> ndarray_bytes(abi::DType dtype, const std::vector<uint32_t>& sh
   return bytes;
 }
 
+rhi::Buffer NdArrayPool::take(uint64_t bytes, rhi::Stream& stream) {
+  for (bool refreshed : {false, true}) {
+    const rhi::Serial done = refreshed ? stream.refresh_completed() : stream.completed_cached();
+    for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+      if (it->bytes != bytes || it->buffer.use().last[stream.index()] > done) continue;
+      rhi::Buffer b = std::move(it->buffer);
+      bytes_ -= it->bytes;
+      kept_.erase(it);
+      ++reuses_;
+      return b;
+    }
+  }
+  return {};
+}
+
+void NdArrayPool::put(rhi::Buffer buffer, uint64_t bytes, const rhi::Stream& stream) {
+  const rhi::ResourceUse& use = buffer.use();
+  for (int s = 0; s < static_cast<int>(use.last.size()); ++s) {
+    if (s != stream.index() && use.last[s] != rhi::kNoSerial) return;  // destroyed as usual
+  }
+  if (bytes > capacity_) return;
+  kept_.push_back({std::move(buffer), bytes});
+  bytes_ += bytes;
+  while (bytes_ > capacity_) {
+    bytes_ -= kept_.front().bytes;
+    kept_.pop_front();  // to the deferred deleter
+  }
+}
+
+void NdArrayPool::clear() {
+  kept_.clear();
+  bytes_ = 0;
+}
+
 }  // namespace vkad::runtime

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "abi/kernel_abi.h"
 #include "base/status.h"
 #include "rhi/buffer.h"
+#include "rhi/stream.h"
 
 namespace vkad::runtime {
 
@@ -22,6 +24,34 @@ struct NdArray {
   bool pooled = false;  // Runtime::create_ndarray's `pooled`: freed into the ndarray pool
 };
 using NdArrayTable = std::unordered_map<uint64_t, NdArray>;
+
+// Freed pooled ndarrays' buffers (Runtime::create_ndarray's `pooled`), oldest first, bounded to
+// `capacity` bytes (the oldest evicted to the device's deferred deleter). Only buffers one stream
+// alone used are kept, so whether one's every use has completed is one serial to compare.
+class NdArrayPool {
+ public:
+  explicit NdArrayPool(uint64_t capacity = 0) : capacity_(capacity) {}
+  // A kept buffer of `bytes` whose last use on `stream` has completed (the completed serial
+  // read again if none has by the cached one), counted as a reuse; else an invalid Buffer.
+  rhi::Buffer take(uint64_t bytes, rhi::Stream& stream);
+  // Keeps `buffer` (of `bytes`) if `stream` alone used it and it fits the capacity; otherwise it
+  // is destroyed as usual (dropped here).
+  void put(rhi::Buffer buffer, uint64_t bytes, const rhi::Stream& stream);
+  bool empty() const { return kept_.empty(); }
+  void clear();                                // every kept buffer to the deferred deleter
+  uint64_t bytes() const { return bytes_; }    // bytes kept
+  uint64_t reuses() const { return reuses_; }  // take() calls that returned a buffer
+
+ private:
+  struct Kept {
+    rhi::Buffer buffer;
+    uint64_t bytes = 0;
+  };
+  uint64_t capacity_ = 0;
+  std::deque<Kept> kept_;
+  uint64_t bytes_ = 0;
+  uint64_t reuses_ = 0;
+};
 
 // The bytes of an ndarray of `dtype` and `shape` called `label`, or kInvalidArgument naming it:
 // an unknown dtype, a rank outside 1..kMaxNdArrayRank, a zero extent, a size that overflows 64

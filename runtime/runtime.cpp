@@ -12,6 +12,8 @@
 
 #include "abi/print_records.h"
 #include "base/cache_file.h"
+#include "runtime/graphs.h"
+#include "runtime/interop.h"
 #include "runtime/kernel_checks.h"
 #include "runtime/spirv_interface.h"
 
@@ -87,6 +89,11 @@ std::string handle_string(uint64_t id) {
   return std::to_string(id >> 32) + ":" + std::to_string(id & 0xffffffffu);
 }
 
+Runtime::Runtime()
+    : retirement_(kDefaultRetirementDepth),
+      interop_(new Interop(*this)),
+      graphs_(new Graphs(*this)) {}
+
 Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) {
   // A zero cap would dispatch no workgroups: every kernel would silently do nothing.
   if (options.max_groups == 0) {
@@ -95,6 +102,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   }
   std::unique_ptr<Runtime> rt(new Runtime());
   rt->options_ = options;
+  rt->ndarray_pool_ = NdArrayPool(options.ndarray_pool_bytes);
   rt->pipelines_ =
       PipelineCache(options.pipeline_cache_capacity, options.pipeline_hash_for_testing);
   VKAD_ASSIGN_OR_RETURN(rt->options_.adstack_tier, resolve_adstack_tier(options.adstack_tier));
@@ -146,8 +154,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
 Runtime::~Runtime() {
   // create() may have failed part-way: nothing to flush without a device and a stream.
   if (!device_ || !stream_) return;
-  run_stop();        // a running capture's thread; its pieces not submitted are dropped
-  capture_.reset();  // an open capture recorded nothing more
+  graphs_->drop_capture();  // a running capture's threads stopped; nothing more is captured
   // Flush what was recorded and wait for this stream's work only; then release everything.
   Status s = flush().status();
   if (s.ok()) s = drain_all();
@@ -155,7 +162,7 @@ Runtime::~Runtime() {
   list_ = rhi::CommandList();
   ctx_buffers_ = {};
   arrays_.clear();
-  graphs_.clear();  // their bundles go back to the stream before it is destroyed
+  graphs_->drop_all();  // their bundles go back to the stream before it is destroyed
   heaps_ = {};
   upload_ring_.reset();
   readback_ring_.reset();
@@ -274,10 +281,9 @@ Result<NdArrayHandle> Runtime::create_ndarray(DType dtype, std::vector<uint32_t>
   VKAD_ASSIGN_OR_RETURN(
       uint64_t bytes, ndarray_bytes(dtype, shape, label, device_->caps().max_storage_buffer_range));
   VKAD_ASSIGN_OR_RETURN(uint64_t id, issue_id());
-  rhi::Buffer buffer = pooled ? take_pooled(bytes) : rhi::Buffer();
+  rhi::Buffer buffer = pooled ? ndarray_pool_.take(bytes, *stream_) : rhi::Buffer();
   if (buffer.valid()) {
     device_->set_name(VK_OBJECT_TYPE_BUFFER, reinterpret_cast<uint64_t>(buffer.handle()), label);
-    ++ndarray_pool_reuses_;
   } else {
     Result<rhi::Buffer> made =
         device_->create_buffer({bytes, rhi::MemoryUsage::kDeviceLocal, label});
@@ -285,7 +291,6 @@ Result<NdArrayHandle> Runtime::create_ndarray(DType dtype, std::vector<uint32_t>
         !ndarray_pool_.empty()) {
       // The pool's idle buffers give way to an array the program asks for.
       ndarray_pool_.clear();
-      ndarray_pool_bytes_ = 0;
       stream_->recycle();  // their memory back to the allocator once past their last use
       made = device_->create_buffer({bytes, rhi::MemoryUsage::kDeviceLocal, label});
     }
@@ -302,11 +307,11 @@ Status Runtime::free_ndarray(NdArrayHandle array) {
   auto it = arrays_.find(array.id);
   if (it == arrays_.end()) return dead_handle("free_ndarray", "ndarray", array.id);
   // A running capture's pieces not submitted yet bind buffers not marked used: submitted first.
-  if (run_) VKAD_TRY(run_drain());
+  VKAD_TRY(graphs_->drain_run());
   // A pooled array's buffer waits in the pool for the next pooled array of its size; a mapped
   // view the host may still hold keeps it out (the view must not see another array's data).
-  if (it->second.pooled && !host_views_.count(array.id))
-    pool_buffer(std::move(it->second.buffer), it->second.bytes);
+  if (it->second.pooled && !interop_->viewed(array.id))
+    ndarray_pool_.put(std::move(it->second.buffer), it->second.bytes, *stream_);
   arrays_.erase(it);  // Buffer -> deferred deleter at the serial of its last use
   return {};
 }
@@ -423,9 +428,8 @@ Status Runtime::fill(NdArrayHandle array, double value) {
   VKAD_EXCLUSIVE_USE("fill");
   VKAD_TRY(device_->status());
   VKAD_ASSIGN_OR_RETURN(const CapturedFill f, fill_step(array, value));
-  if (capture_) {
-    add_fill(*capture_, f);
-    if (run_) run_after_step();
+  if (graphs_->capturing()) {
+    graphs_->captured_fill(f);
     return {};
   }
   NdArray& a = arrays_.find(array.id)->second;
@@ -447,7 +451,7 @@ Status Runtime::fill(NdArrayHandle array, double value) {
 Status Runtime::copy(NdArrayHandle src, NdArrayHandle dst) {
   VKAD_EXCLUSIVE_USE("copy");
   VKAD_TRY(device_->status());
-  VKAD_TRY(not_while_capturing("copy"));
+  VKAD_TRY(graphs_->not_while_capturing("copy"));
   auto s = arrays_.find(src.id);
   if (s == arrays_.end()) return dead_handle("copy", "ndarray", src.id);
   auto d = arrays_.find(dst.id);
@@ -480,9 +484,10 @@ Status Runtime::zero_many(std::span<const NdArrayHandle> arrays) {
     if (arrays_.find(h.id) == arrays_.end()) return dead_handle("zero_many", "ndarray", h.id);
   }
   if (arrays.empty()) return {};
-  if (capture_) {  // captured as fills; a replay batches consecutive fills the same way
-    for (NdArrayHandle h : arrays) add_fill(*capture_, {h, 0, false, 0.0});
-    if (run_) run_after_step();
+  if (graphs_->capturing()) {  // captured as fills; a replay batches consecutive fills alike
+    for (size_t i = 0; i < arrays.size(); ++i) {
+      graphs_->captured_fill({arrays[i], 0, false, 0.0}, /*last=*/i + 1 == arrays.size());
+    }
     return {};
   }
   VKAD_TRY(ensure_list());
@@ -540,7 +545,7 @@ Status Runtime::ensure_list() {
 Status Runtime::upload(NdArrayHandle array, const void* data, uint64_t bytes) {
   VKAD_EXCLUSIVE_USE("upload");
   VKAD_TRY(device_->status());
-  VKAD_TRY(not_while_capturing("upload"));
+  VKAD_TRY(graphs_->not_while_capturing("upload"));
   auto it = arrays_.find(array.id);
   if (it == arrays_.end()) return dead_handle("upload", "ndarray", array.id);
   NdArray& a = it->second;
@@ -588,7 +593,7 @@ Status Runtime::record_host_copy(NdArray& a, const void* data) {
 Status Runtime::download(NdArrayHandle array, void* out, uint64_t bytes) {
   VKAD_EXCLUSIVE_USE("download");
   VKAD_TRY(device_->status());
-  VKAD_TRY(not_while_capturing("download"));
+  VKAD_TRY(graphs_->not_while_capturing("download"));
   auto it = arrays_.find(array.id);
   if (it == arrays_.end()) return dead_handle("download", "ndarray", array.id);
   NdArray& a = it->second;
@@ -815,7 +820,7 @@ Status Runtime::check_launch(KernelHandle kernel, std::span<const Arg> args) {
 Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id) {
   VKAD_EXCLUSIVE_USE("launch");
   // omit_next_barrier() asks it of this launch only: a refused one drops it.
-  const bool omit_barrier = std::exchange(omit_next_barrier_, false);
+  const bool omit_barrier = std::exchange(graphs_->omit_next_barrier_, false);
   VKAD_TRY(device_->status());
   auto kit = kernels_.find(kernel.id);
   if (kit == kernels_.end()) return dead_handle("launch", "kernel", kernel.id);
@@ -825,9 +830,8 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   // Plan every task and find its pipeline before recording anything, so a bad range records
   // nothing.
   VKAD_TRY(plan_pipelines(*k, args, &planned_, options_.background_specialization));
-  if (capture_) {
-    add_launch(*capture_, k, args, omit_barrier, note_);
-    if (run_) run_after_step();
+  if (graphs_->capturing()) {
+    graphs_->captured_launch(k, args, omit_barrier);
     return {};
   }
   if (planned_.lp.any_heap_task) VKAD_TRY(ensure_heaps(planned_.lp.heap_need));
@@ -926,7 +930,8 @@ void Runtime::count_launch(const CommandPlan& planned) {
 Result<rhi::StreamSemaphore> Runtime::flush() {
   VKAD_EXCLUSIVE_USE("flush");
   VKAD_TRY(device_->status());
-  if (capture_) return last_sem_;  // nothing is recorded while capturing: nothing to submit
+  if (graphs_->capturing())
+    return last_sem_;  // nothing is recorded while capturing: nothing to submit
   return submit_list();
 }
 
@@ -940,7 +945,7 @@ Result<rhi::StreamSemaphore> Runtime::submit_list() {
   list_.barrier(rhi::Barrier::kToHost);
   // Host writes through held views of non-coherent memory (ndarray_export.cpp), before the
   // submission that may read them.
-  if (!host_views_.empty()) VKAD_TRY(sync_host_views(/*to_device=*/true));
+  VKAD_TRY(interop_->sync_host_views(/*to_device=*/true));
   const bool profile = options_.profile_flush;
   const double submit_begin = timeline_ ? TimelineRecorder::now_us() : 0;
   Result<rhi::StreamSemaphore> sem = [&] {
@@ -1010,7 +1015,7 @@ Status Runtime::drain_all() {
 
 Status Runtime::synchronize() {
   VKAD_EXCLUSIVE_USE("synchronize");
-  VKAD_TRY(not_while_capturing("synchronize"));
+  VKAD_TRY(graphs_->not_while_capturing("synchronize"));
   VKAD_ASSIGN_OR_RETURN(rhi::StreamSemaphore sem, flush());
   const double wait_begin = timeline_ ? TimelineRecorder::now_us() : 0;
   if (!sem.wait()) {
@@ -1018,7 +1023,7 @@ Status Runtime::synchronize() {
     return make_error(ErrorCode::kTimeout, "synchronize: the last submission did not complete");
   }
   if (timeline_) timeline_->host("synchronize", "wait", wait_begin, TimelineRecorder::now_us());
-  if (!host_views_.empty()) VKAD_TRY(sync_host_views(/*to_device=*/false));
+  VKAD_TRY(interop_->sync_host_views(/*to_device=*/false));
   VKAD_TRY(drain_all());
   return errors_.take();
 }
@@ -1034,7 +1039,7 @@ Status Runtime::ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& ne
 Status Runtime::set_retirement_depth(size_t depth) {
   VKAD_EXCLUSIVE_USE("set_retirement_depth");
   VKAD_TRY(device_->status());
-  VKAD_TRY(not_while_capturing("set_retirement_depth"));
+  VKAD_TRY(graphs_->not_while_capturing("set_retirement_depth"));
   Status s = retirement_.set_depth(depth);
   take_retired();
   VKAD_TRY(s);
@@ -1074,7 +1079,7 @@ void Runtime::read_error_flags(CtxBuffers& retired) {
     }
     errors_.record(site.kernel->desc, site.args, site.launch, [&] {
       if (site.graph == 0) return site.origin.text();
-      std::string where = graph_launch_where(site.graph, site.graph_launch);
+      std::string where = graphs_->graph_launch_where(site.graph, site.graph_launch);
       if (!site.origin.empty()) where += ", captured from " + site.origin.text();
       return where;
     });
@@ -1084,7 +1089,7 @@ void Runtime::read_error_flags(CtxBuffers& retired) {
 Status Runtime::begin_timeline(uint64_t max_events, uint32_t replay_sample) {
   VKAD_EXCLUSIVE_USE("begin_timeline");
   VKAD_TRY(device_->status());
-  VKAD_TRY(not_while_capturing("begin_timeline"));
+  VKAD_TRY(graphs_->not_while_capturing("begin_timeline"));
   if (replay_sample == 0) {
     return make_error(ErrorCode::kInvalidArgument,
                       "begin_timeline: replay_sample is 0 (at least 1: 1 times every replay)");
@@ -1112,7 +1117,7 @@ Status Runtime::begin_timeline(uint64_t max_events, uint32_t replay_sample) {
 
 Result<Timeline> Runtime::end_timeline() {
   VKAD_EXCLUSIVE_USE("end_timeline");
-  VKAD_TRY(not_while_capturing("end_timeline"));
+  VKAD_TRY(graphs_->not_while_capturing("end_timeline"));
   if (!timeline_) {
     return make_error(ErrorCode::kFailedPrecondition,
                       "end_timeline: no timeline is being recorded (begin_timeline first)");
@@ -1156,8 +1161,8 @@ Result<RuntimeStats> Runtime::stats() const {
   s.args_ring_bytes = upload_ring_->bytes_held();
   s.readback_ring_bytes = readback_ring_->bytes_held();
   s.spare_block_bytes = device_->allocator().spare_bytes();
-  s.ndarray_pool_bytes = ndarray_pool_bytes_;
-  s.ndarray_pool_reuses = ndarray_pool_reuses_;
+  s.ndarray_pool_bytes = ndarray_pool_.bytes();
+  s.ndarray_pool_reuses = ndarray_pool_.reuses();
   s.flush_profile = profile_;
   return s;
 }

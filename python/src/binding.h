@@ -44,6 +44,7 @@
 #include "cuda_interop.h"
 #include "dlpack.h"
 #include "ir/launch_access.h"
+#include "runtime/interop.h"
 #include "runtime/runtime.h"
 #include "vkad.h"
 
@@ -157,7 +158,7 @@ struct State {
   void drain_pending() {
     std::lock_guard<std::mutex> l(pending_mu);
     if (session) {
-      for (NdArrayHandle h : pending_views) session->runtime().release_host_view(h);
+      for (NdArrayHandle h : pending_views) session->runtime().interop().release_host_view(h);
       for (NdArrayHandle h : pending_arrays) (void)session->free(h);
       for (KernelHandle k : pending_kernels) (void)session->release(k);
     }

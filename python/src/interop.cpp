@@ -4,6 +4,8 @@
 // devices, kDLCUDA through cuda_interop.h on NVIDIA GPUs) and Session._from_dlpack_capsule (a
 // copy into a new vkad array). docs/interop.md, "Sharing arrays with PyTorch, JAX and numpy",
 // states the synchronisation and lifetime rules implemented here.
+#include "runtime/interop.h"
+
 #include <atomic>
 #include <climits>
 #include <cstddef>
@@ -18,6 +20,8 @@
 using namespace nb::literals;
 
 namespace vkad_py {
+
+using NdArrayMemory = vkad::runtime::Runtime::Interop::NdArrayMemory;
 
 std::atomic<bool> g_interpreter_gone{false};
 
@@ -47,10 +51,10 @@ vkad::cuda::Interop* cuda_of(State& st) {
   }
   st.cuda = std::move(r).value();
   vkad::cuda::Interop* cu = st.cuda.get();
-  rt.set_block_freed_hook([cu](uint64_t id) { cu->block_freed(id); });
+  rt.interop().set_block_freed_hook([cu](uint64_t id) { cu->block_freed(id); });
   // Without an imported timeline, exports wait on the host (cuda_interop.h, "Ordering").
   if (caps.export_semaphore_fd) {
-    Result<int> fd = rt.export_timeline_fd();
+    Result<int> fd = rt.interop().export_timeline_fd();
     if (fd.ok()) (void)cu->import_timeline(*fd);
   }
   return cu;
@@ -98,7 +102,7 @@ void release_export(Export* e) {
     StatePtr st = a->st;  // the array may die below; the state must live to the end
     if (e->host_view) {
       if (st->mu.try_lock()) {
-        if (st->session) st->session->runtime().release_host_view(a->handle);
+        if (st->session) st->session->runtime().interop().release_host_view(a->handle);
         st->mu.unlock();
       } else {
         std::lock_guard<std::mutex> l(st->pending_mu);
@@ -162,10 +166,10 @@ int64_t cuda_stream(nb::handle stream) {
 }
 
 // Where the array's memory can be viewed: (kDLCPU, 0), (kDLCUDA, ordinal), or a BufferError.
-std::pair<int32_t, int32_t> dlpack_device(NdArray& a, vkad::runtime::Runtime::NdArrayMemory* mem) {
+std::pair<int32_t, int32_t> dlpack_device(NdArray& a, NdArrayMemory* mem) {
   State& st = *a.st;
   Locked l(st);
-  *mem = take(st.get().runtime().ndarray_memory(a.handle));
+  *mem = take(st.get().runtime().interop().ndarray_memory(a.handle));
   if (mem->host) return {vkad::dlpack::kDLCPU, 0};
   if (!mem->exportable) {
     buffer_error("__dlpack__ of " + a.label() + ": its memory is neither host-visible nor " +
@@ -210,8 +214,8 @@ void check_dl_device(const NdArray& a, nb::handle dl_device, int32_t dev_type, i
 // The address a DLPack consumer reads `a` at, recorded in `e`: a host view once the array's
 // last vkad use is done, or its block's CUDA mapping with the consumer's stream ordered after
 // that use.
-void* dlpack_data(NdArray& a, nb::handle stream, int32_t dev_type,
-                  const vkad::runtime::Runtime::NdArrayMemory& mem, Export* e) {
+void* dlpack_data(NdArray& a, nb::handle stream, int32_t dev_type, const NdArrayMemory& mem,
+                  Export* e) {
   State& st = *a.st;
   const vkad::NdArrayHandle h = a.handle;
   if (dev_type == vkad::dlpack::kDLCPU) {
@@ -219,9 +223,9 @@ void* dlpack_data(NdArray& a, nb::handle stream, int32_t dev_type,
       invalid("__dlpack__ of " + a.label() + ": stream must be None for a CPU (host-visible) " +
               "array, got " + nb::str(stream).c_str());
     }
-    check(blocking(st, [&](vkad::Session& s) { return s.runtime().wait_ndarray(h); }));
+    check(blocking(st, [&](vkad::Session& s) { return s.runtime().interop().wait_ndarray(h); }));
     Locked l(st);
-    check(st.get().runtime().hold_host_view(h));
+    check(st.get().runtime().interop().hold_host_view(h));
     e->host_view = true;
     return mem.host;
   }
@@ -229,8 +233,8 @@ void* dlpack_data(NdArray& a, nb::handle stream, int32_t dev_type,
   Locked l(st);
   vkad::runtime::Runtime& rt = st.get().runtime();
   vkad::cuda::Interop* cu = st.cuda.get();
-  Result<uint64_t> base =
-      cu->acquire_block(mem.block_id, mem.block_bytes, [&] { return rt.export_ndarray_fd(h); });
+  Result<uint64_t> base = cu->acquire_block(mem.block_id, mem.block_bytes,
+                                            [&] { return rt.interop().export_ndarray_fd(h); });
   if (!base.ok()) buffer_error("__dlpack__ of " + a.label() + ": " + base.status().message());
   e->cuda_block = mem.block_id;
   void* data = reinterpret_cast<void*>(static_cast<uintptr_t>(*base + mem.offset));
@@ -241,7 +245,7 @@ void* dlpack_data(NdArray& a, nb::handle stream, int32_t dev_type,
       ordered = cu->wait_on_stream(mem.last_use.value(), static_cast<uintptr_t>(s));
     } else {
       nb::gil_scoped_release release;
-      ordered = rt.wait_ndarray(h);
+      ordered = rt.interop().wait_ndarray(h);
     }
     if (!ordered.ok()) {
       cu->release_block(mem.block_id);
@@ -315,7 +319,7 @@ void dlpack_layout(const vkad::dlpack::Tensor& t, const std::string& where,
 
 nb::tuple ndarray_dlpack_device(NdArray& a) {
   a.check_live("__dlpack_device__");
-  vkad::runtime::Runtime::NdArrayMemory mem;
+  NdArrayMemory mem;
   auto [type, id] = dlpack_device(a, &mem);
   return nb::make_tuple(type, id);
 }
@@ -347,7 +351,7 @@ nb::object ndarray_dlpack(nb::handle self, nb::handle stream, nb::handle max_ver
     }
     return cap;
   }
-  vkad::runtime::Runtime::NdArrayMemory mem;
+  NdArrayMemory mem;
   auto [dev_type, dev_id] = dlpack_device(a, &mem);
   check_dl_device(a, dl_device, dev_type, dev_id);
   auto e = std::make_unique<Export>();
@@ -453,7 +457,7 @@ void Session::copy_from_cuda(NdArray& a, const vkad::dlpack::Tensor& t, const st
                              uint64_t bytes, const std::string& where) {
   Locked l(*st);
   vkad::runtime::Runtime& rt = st->get().runtime();
-  vkad::runtime::Runtime::NdArrayMemory mem = take(rt.ndarray_memory(a.handle));
+  NdArrayMemory mem = take(rt.interop().ndarray_memory(a.handle));
   vkad::cuda::Interop* cu = mem.exportable ? cuda_of(*st) : nullptr;
   if (cu == nullptr) {
     invalid(where + ": a CUDA tensor, and this session has no CUDA view of its memory: " +
@@ -464,8 +468,8 @@ void Session::copy_from_cuda(NdArray& a, const vkad::dlpack::Tensor& t, const st
             ", this session's device is CUDA device " + std::to_string(cu->ordinal()));
   }
   const NdArrayHandle h = a.handle;
-  Result<uint64_t> base =
-      cu->acquire_block(mem.block_id, mem.block_bytes, [&] { return rt.export_ndarray_fd(h); });
+  Result<uint64_t> base = cu->acquire_block(mem.block_id, mem.block_bytes,
+                                            [&] { return rt.interop().export_ndarray_fd(h); });
   check(base.status());
   Status copied;
   {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/graphs.h"
 #include "runtime/runtime.h"
 #include "support/session_fixture.h"
 #include "vkad.h"
@@ -377,7 +378,7 @@ TEST_F(FusionEdges, StepsRecordedThroughTheRuntimeDuringACaptureAreKept) {
   for (float v : read(w, 8)) EXPECT_EQ(v, 4.0f);  // (1 + 1) * 2
   for (float v : read(x, 8)) EXPECT_EQ(v, 5.0f);
   // A capture begun through the runtime and ended through the session has nothing to fuse.
-  ASSERT_TRUE(s_->runtime().begin_capture("h").ok());
+  ASSERT_TRUE(s_->runtime().graphs().begin_capture("h").ok());
   ASSERT_TRUE(s_->launch(copy, {Arg::ndarray(y), Arg::ndarray(w)}).ok());
   auto h = s_->end_capture();
   ASSERT_TRUE(h.ok()) << h.status().to_string();

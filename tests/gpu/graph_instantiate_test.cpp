@@ -1,14 +1,15 @@
-// Runtime::instantiate: a graph made from a list of steps, without a capture, is the graph that
+// Runtime::Graphs::instantiate: a graph made from a list of steps, without a capture, is the graph that
 // capturing those steps makes -- the same results as launching them one by one, the barriers the
 // list leaves out omitted only between two launches, each launch's origin kept -- and a refused
 // step is the error launch() or fill() gives, naming the step, with nothing kept. A capture the
-// caller has open is left as it was. Runtime::graph_record reads a graph's steps back.
+// caller has open is left as it was. Runtime::Graphs::graph_record reads a graph's steps back.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "runtime/graphs.h"
 #include "runtime/runtime.h"
 #include "support/sample_kernels.h"
 
@@ -117,21 +118,21 @@ TEST_P(GraphInstantiate, AStepListReplaysAsTheStepsLaunchedOneByOne) {
   const auto eager_args = launch_args(eager), made_args = launch_args(made);
   run_eagerly(steps(eager, eager_args));
   const runtime::RuntimeStats before = *rt_->stats();
-  auto g = rt_->instantiate("made", steps(made, made_args));
+  auto g = rt_->graphs().instantiate("made", steps(made, made_args));
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   const runtime::RuntimeStats after = *rt_->stats();
   EXPECT_EQ(after.launches, before.launches) << "instantiate runs nothing";
   EXPECT_EQ(after.graphs, before.graphs + 1);
-  EXPECT_FALSE(rt_->capturing());
+  EXPECT_FALSE(rt_->graphs().capturing());
   for (float v : read<float>(made.y)) ASSERT_EQ(v, -7.0f) << "nothing ran before the replay";
-  EXPECT_EQ(*rt_->graph_steps(*g), 7u);
-  EXPECT_EQ(*rt_->graph_barriers(*g), 3u) << "one of the four launches goes without";
-  EXPECT_EQ(rt_->graph_launch_kernels(*g)->size(), 4u);
-  const std::vector<LaunchOrigin> origins = *rt_->graph_launch_origins(*g);
+  EXPECT_EQ(*rt_->graphs().graph_steps(*g), 7u);
+  EXPECT_EQ(*rt_->graphs().graph_barriers(*g), 3u) << "one of the four launches goes without";
+  EXPECT_EQ(rt_->graphs().graph_launch_kernels(*g)->size(), 4u);
+  const std::vector<LaunchOrigin> origins = *rt_->graphs().graph_launch_origins(*g);
   ASSERT_EQ(origins.size(), 4u);
   for (uint64_t i = 0; i < 4; ++i) EXPECT_EQ(origins[i].text(), origin(i).text());
   for (int r = 0; r < 2; ++r) {  // the first replay records the bundles, the second runs them
-    ASSERT_TRUE(rt_->replay(*g).ok());
+    ASSERT_TRUE(rt_->graphs().replay(*g).ok());
     EXPECT_EQ(read<float>(made.y), read<float>(eager.y)) << "replay " << r;
     EXPECT_EQ(read<float>(made.z), read<float>(eager.z)) << "replay " << r;
     EXPECT_EQ(read<double>(made.w), read<double>(eager.w)) << "replay " << r;
@@ -142,7 +143,7 @@ TEST_P(GraphInstantiate, AStepListReplaysAsTheStepsLaunchedOneByOne) {
     ASSERT_EQ(y[i], (0.5f + 3.0f * xs_[i]) + (4.0f * xs_[i] + (2.0f * xs_[i] + 1.0f)))
         << "element " << i;
   }
-  ASSERT_TRUE(rt_->release_graph(*g).ok());
+  ASSERT_TRUE(rt_->graphs().release_graph(*g).ok());
   EXPECT_EQ(rt_->stats()->graphs, before.graphs);
 }
 
@@ -155,10 +156,10 @@ TEST_P(GraphInstantiate, ABarrierIsLeftOutOnlyBetweenTwoLaunches) {
                             GraphStep::array_fill(a.z, 0.0),
                             GraphStep::kernel_launch(axpy_, z, /*omit_barrier=*/true),
                             GraphStep::kernel_launch(axpy_, y, /*omit_barrier=*/true)};
-  auto g = rt_->instantiate("barriers", list);
+  auto g = rt_->graphs().instantiate("barriers", list);
   ASSERT_TRUE(g.ok()) << g.status().to_string();
-  EXPECT_EQ(*rt_->graph_barriers(*g), 2u) << "only the third launch's request is honoured";
-  auto record = rt_->graph_record(*g);
+  EXPECT_EQ(*rt_->graphs().graph_barriers(*g), 2u) << "only the third launch's request is honoured";
+  auto record = rt_->graphs().graph_record(*g);
   ASSERT_TRUE(record.ok());
   ASSERT_EQ(record->size(), 4u);
   EXPECT_EQ(record->launches(), 3u);
@@ -193,7 +194,7 @@ TEST_P(GraphInstantiate, ARefusedStepNamesItsIndexAndNothingIsKept) {
   };
   for (const Case& c : cases) {
     ASSERT_FALSE(c.alone.ok());
-    auto g = rt_->instantiate("refused", c.steps);
+    auto g = rt_->graphs().instantiate("refused", c.steps);
     ASSERT_FALSE(g.ok());
     EXPECT_EQ(g.status().code(), c.alone.code());
     EXPECT_EQ(g.status().message(), "instantiate of graph 'refused', step " +
@@ -201,9 +202,10 @@ TEST_P(GraphInstantiate, ARefusedStepNamesItsIndexAndNothingIsKept) {
     EXPECT_EQ(rt_->stats()->graphs, graphs);
   }
   // The graphs made after a refusal are whole: the refused lists left nothing behind.
-  auto g = rt_->instantiate("after", std::vector<GraphStep>{GraphStep::kernel_launch(axpy_, good)});
+  auto g = rt_->graphs().instantiate("after",
+                                     std::vector<GraphStep>{GraphStep::kernel_launch(axpy_, good)});
   ASSERT_TRUE(g.ok()) << g.status().to_string();
-  EXPECT_EQ(*rt_->graph_steps(*g), 1u);
+  EXPECT_EQ(*rt_->graphs().graph_steps(*g), 1u);
 }
 
 // Dead and foreign handles, of kernels and of arrays: the errors launch() and fill() give.
@@ -233,7 +235,7 @@ TEST_P(GraphInstantiate, ABadHandleIsRefusedAsLaunchAndFillRefuseIt) {
   };
   for (const Case& c : cases) {
     const GraphStep list[] = {GraphStep::kernel_launch(axpy_, good), c.step};
-    auto g = rt_->instantiate("", list);
+    auto g = rt_->graphs().instantiate("", list);
     ASSERT_FALSE(g.ok());
     EXPECT_EQ(g.status().code(), c.code) << g.status().to_string();
     const std::string& m = g.status().message();
@@ -252,28 +254,28 @@ TEST_P(GraphInstantiate, ACaptureOpenMeanwhileIsLeftAsItWas) {
   const Arrays a = arrays("a");
   const Arg y[] = {Arg::f32(2.0f), Arg::ndarray(x_), Arg::ndarray(a.y)};
   const Arg z[] = {Arg::f32(3.0f), Arg::ndarray(x_), Arg::ndarray(a.z)};
-  ASSERT_TRUE(rt_->begin_capture("user").ok());
+  ASSERT_TRUE(rt_->graphs().begin_capture("user").ok());
   rt_->set_launch_note("user note", 9);
   ASSERT_TRUE(rt_->fill(a.y, 1.0).ok());
   ASSERT_TRUE(rt_->launch(axpy_, y).ok());
-  ASSERT_TRUE(rt_->omit_next_barrier().ok());
+  ASSERT_TRUE(rt_->graphs().omit_next_barrier().ok());
   const GraphStep list[] = {GraphStep::array_fill(a.z, 0.0),
                             GraphStep::kernel_launch(axpy_, z, false, origin(4))};
-  auto made = rt_->instantiate("meanwhile", list);
+  auto made = rt_->graphs().instantiate("meanwhile", list);
   ASSERT_TRUE(made.ok()) << made.status().to_string();
-  EXPECT_TRUE(rt_->capturing());
-  EXPECT_EQ(rt_->capture_record().size(), 2u);
+  EXPECT_TRUE(rt_->graphs().capturing());
+  EXPECT_EQ(rt_->graphs().capture_record().size(), 2u);
   ASSERT_TRUE(rt_->launch(axpy_, z).ok());  // takes the request made before instantiate
-  auto user = rt_->end_capture();
+  auto user = rt_->graphs().end_capture();
   ASSERT_TRUE(user.ok()) << user.status().to_string();
   rt_->set_launch_note(nullptr, 0);
-  EXPECT_EQ(*rt_->graph_steps(*user), 3u);
-  EXPECT_EQ(*rt_->graph_barriers(*user), 1u);
-  const std::vector<LaunchOrigin> user_origins = *rt_->graph_launch_origins(*user);
+  EXPECT_EQ(*rt_->graphs().graph_steps(*user), 3u);
+  EXPECT_EQ(*rt_->graphs().graph_barriers(*user), 1u);
+  const std::vector<LaunchOrigin> user_origins = *rt_->graphs().graph_launch_origins(*user);
   for (const LaunchOrigin& o : user_origins) EXPECT_EQ(o.text(), "user note 9");
-  EXPECT_EQ(rt_->graph_launch_origins(*made)->at(0).text(), origin(4).text());
-  ASSERT_TRUE(rt_->replay(*made).ok());
-  ASSERT_TRUE(rt_->replay(*user).ok());
+  EXPECT_EQ(rt_->graphs().graph_launch_origins(*made)->at(0).text(), origin(4).text());
+  ASSERT_TRUE(rt_->graphs().replay(*made).ok());
+  ASSERT_TRUE(rt_->graphs().replay(*user).ok());
   const std::vector<float> ys = read<float>(a.y), zs = read<float>(a.z);
   for (uint32_t i = 0; i < kN; ++i) {
     ASSERT_EQ(ys[i], 1.0f + 2.0f * xs_[i]) << "element " << i;
@@ -288,9 +290,9 @@ TEST_P(GraphInstantiate, ARecordReadsTheStepsBackAndInstantiatesTheSameGraph) {
   const Arrays a = arrays("a");
   const auto args = launch_args(a);
   const std::vector<GraphStep> list = steps(a, args);
-  auto g = rt_->instantiate("recorded", list);
+  auto g = rt_->graphs().instantiate("recorded", list);
   ASSERT_TRUE(g.ok()) << g.status().to_string();
-  auto check = [&](const Runtime::GraphRecord& record, float first_scalar) {
+  auto check = [&](const Runtime::Graphs::GraphRecord& record, float first_scalar) {
     ASSERT_EQ(record.size(), list.size());
     EXPECT_EQ(record.launches(), 4u);
     for (size_t i = 0; i < list.size(); ++i) {
@@ -313,29 +315,30 @@ TEST_P(GraphInstantiate, ARecordReadsTheStepsBackAndInstantiatesTheSameGraph) {
       }
     }
   };
-  check(*rt_->graph_record(*g), 2.0f);
+  check(*rt_->graphs().graph_record(*g), 2.0f);
   const runtime::GraphUpdate update[] = {{0, 0, Arg::f32(5.0f)}};
-  ASSERT_TRUE(rt_->replay(*g, update).ok());
-  check(*rt_->graph_record(*g), 5.0f);
+  ASSERT_TRUE(rt_->graphs().replay(*g, update).ok());
+  check(*rt_->graphs().graph_record(*g), 5.0f);
   const std::vector<float> y = read<float>(a.y);
   // From the record: the updated scalar taken as captured.
   std::vector<GraphStep> again;
-  const Runtime::GraphRecord record = *rt_->graph_record(*g);
+  const Runtime::Graphs::GraphRecord record = *rt_->graphs().graph_record(*g);
   for (size_t i = 0; i < record.size(); ++i) again.push_back(record[i]);
-  auto copy = rt_->instantiate("again", again);
+  auto copy = rt_->graphs().instantiate("again", again);
   ASSERT_TRUE(copy.ok()) << copy.status().to_string();
-  ASSERT_TRUE(rt_->replay(*copy).ok());
+  ASSERT_TRUE(rt_->graphs().replay(*copy).ok());
   EXPECT_EQ(read<float>(a.y), y);
-  EXPECT_EQ(*rt_->graph_barriers(*copy), *rt_->graph_barriers(*g));
-  EXPECT_EQ(rt_->graph_record(runtime::GraphHandle{12345}).status().code(), ErrorCode::kNotFound);
-  EXPECT_EQ(rt_->capture_record().size(), 0u) << "no capture open";
+  EXPECT_EQ(*rt_->graphs().graph_barriers(*copy), *rt_->graphs().graph_barriers(*g));
+  EXPECT_EQ(rt_->graphs().graph_record(runtime::GraphHandle{12345}).status().code(),
+            ErrorCode::kNotFound);
+  EXPECT_EQ(rt_->graphs().capture_record().size(), 0u) << "no capture open";
 }
 
 // The record of a long capture (its arguments in several chunks of the graph's ChunkedVector)
 // gives every step back as captured: what Session's rework reads in place of a log of its own.
 TEST_P(GraphInstantiate, ACapturesRecordGivesEveryStepBackAcrossItsChunks) {
   const Arrays a = arrays("a");
-  ASSERT_TRUE(rt_->begin_capture("long").ok());
+  ASSERT_TRUE(rt_->graphs().begin_capture("long").ok());
   for (int32_t i = 0; i < 3000; ++i) {  // 3 arguments a launch: past the first chunks
     if (i % 7 == 3) {
       ASSERT_TRUE(rt_->fill(a.z, 0.5 * (i % 5)).ok());
@@ -345,11 +348,11 @@ TEST_P(GraphInstantiate, ACapturesRecordGivesEveryStepBackAcrossItsChunks) {
                         Arg::ndarray(i % 2 ? a.y : a.z)};
     ASSERT_TRUE(rt_->launch(axpy_, args).ok());
   }
-  const Runtime::GraphRecord open = rt_->capture_record();
+  const Runtime::Graphs::GraphRecord open = rt_->graphs().capture_record();
   ASSERT_EQ(open.size(), 3000u);
-  auto g = rt_->end_capture();
+  auto g = rt_->graphs().end_capture();
   ASSERT_TRUE(g.ok());
-  const Runtime::GraphRecord record = *rt_->graph_record(*g);
+  const Runtime::Graphs::GraphRecord record = *rt_->graphs().graph_record(*g);
   ASSERT_EQ(record.size(), 3000u);
   EXPECT_EQ(record.launches(), 3000u - 429u);
   for (int32_t i = 0; i < 3000; ++i) {

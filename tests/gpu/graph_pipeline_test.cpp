@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/graphs.h"
 #include "runtime/runtime.h"
 #include "support/session_fixture.h"
 #include "vkad.h"
@@ -60,7 +61,7 @@ Chain run_chain(const std::string& passes, bool* skipped) {
   Result<GraphHandle> g = s->end_capture();
   EXPECT_TRUE(g.ok()) << g.status().to_string();
   if (!g.ok()) return c;
-  c.graph_steps = *s->runtime().graph_steps(*g);
+  c.graph_steps = *s->runtime().graphs().graph_steps(*g);
   EXPECT_TRUE(s->replay(*g).ok());
   c.out.resize(kN);
   EXPECT_TRUE(s->download(x[kLinks], std::span<float>(c.out)).ok());

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/graphs.h"
 #include "runtime/runtime.h"
 #include "support/session_fixture.h"
 #include "vkad.h"
@@ -165,7 +166,7 @@ TEST(GraphSchedule, ControllerLaunchesRunTogetherAndBarriersFallOnlyBetweenDepen
     ASSERT_TRUE(q->s->synchronize().ok());
     expect_results(*q);
     expect_clean(*q);
-    const size_t barriers = *q->s->runtime().graph_barriers(*g);
+    const size_t barriers = *q->s->runtime().graphs().graph_barriers(*g);
     if (q == plain.get()) {
       EXPECT_EQ(barriers, 3u * kT);  // one after every launch
       continue;
@@ -194,7 +195,7 @@ TEST(GraphSchedule, ScheduledThenFusedTheIdiomIsThreeDependentLaunches) {
   // decide, the invocation's own column) and the sums (s[i]: an atomic on the invocation's own
   // element): three launches, each after a barrier.
   EXPECT_EQ(p->s->stats()->launches - before, 2u * 3);
-  EXPECT_EQ(*p->s->runtime().graph_barriers(*g), 3u);
+  EXPECT_EQ(*p->s->runtime().graphs().graph_barriers(*g), 3u);
 }
 
 TEST(GraphSchedule, AnUpdateOfARowDecidingScalarRunsTheLaunchesAsCaptured) {
@@ -238,11 +239,12 @@ TEST(GraphSchedule, TheGraphAsCapturedGoesWithoutTheBarriersNoArrayNeeds) {
     auto g = capture_idiom(*q, {.background_rework = true});
     ASSERT_TRUE(g.ok()) << g.status().to_string();
     // The runtime's graph of that handle is the one captured, whatever the rework does.
-    ASSERT_TRUE(q->s->runtime().replay(*g).ok());
+    ASSERT_TRUE(q->s->runtime().graphs().replay(*g).ok());
     ASSERT_TRUE(q->s->synchronize().ok());
     expect_results(*q);
     expect_clean(*q);
-    EXPECT_EQ(*q->s->runtime().graph_barriers(*g), q == plain.get() ? 3u * kT : 2u * kT + 1u);
+    EXPECT_EQ(*q->s->runtime().graphs().graph_barriers(*g),
+              q == plain.get() ? 3u * kT : 2u * kT + 1u);
   }
 }
 
@@ -267,7 +269,7 @@ TEST(GraphSchedule, ARefusedLaunchTakesItsOmittedBarrierWithIt) {
   ASSERT_TRUE(s.launch(p->step, {Arg::i32(0), Arg::ndarray(p->a), Arg::ndarray(p->x)}).ok());
   auto g = s.end_capture();
   ASSERT_TRUE(g.ok()) << g.status().to_string();
-  EXPECT_EQ(*s.runtime().graph_barriers(*g), 2u);  // act | step |
+  EXPECT_EQ(*s.runtime().graphs().graph_barriers(*g), 2u);  // act | step |
   expect_clean(*p);
 }
 
@@ -331,7 +333,7 @@ TEST(GraphSchedule, AdjointsSharingTheAdstackHeapsKeepTheirBarrier) {
   for (const Set& q : sets) ASSERT_TRUE(s.launch(d->adjoint, args(q)).ok());
   auto g = s.end_capture();
   ASSERT_TRUE(g.ok()) << g.status().to_string();
-  EXPECT_EQ(*s.runtime().graph_barriers(*g), 2u);
+  EXPECT_EQ(*s.runtime().graphs().graph_barriers(*g), 2u);
   for (const Set& q : sets) ASSERT_TRUE(s.zero(q.gx).ok());
   ASSERT_TRUE(s.replay(*g).ok());
   ASSERT_TRUE(s.synchronize().ok());

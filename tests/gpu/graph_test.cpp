@@ -1,4 +1,4 @@
-// Captured launch sequences (Runtime::begin_capture / end_capture / replay): a replay computes
+// Captured launch sequences (Runtime::Graphs::begin_capture / end_capture / replay): a replay computes
 // what launching the captured steps one by one computes, takes scalar updates, binds arrays
 // by reference, reports device errors with the replayed launch's number, refuses misuse with
 // nothing recorded, and in its steady state creates no Vulkan object.
@@ -12,6 +12,7 @@
 
 #include "diffsim/diffsim.h"
 #include "rhi/vk_check.h"
+#include "runtime/graphs.h"
 #include "runtime/runtime.h"
 #include "support/sample_kernels.h"
 #include "support/session_fixture.h"
@@ -72,13 +73,13 @@ class Graphs : public ::testing::TestWithParam<bool> {
   }
   // y = 1, then y = a_k * x + y for a = {2, 3, 4}: captured, not run (`run`: run as captured).
   runtime::GraphHandle capture_three(bool run = false) {
-    EXPECT_TRUE(rt_->begin_capture("three", run).ok());
+    EXPECT_TRUE(rt_->graphs().begin_capture("three", run).ok());
     EXPECT_TRUE(rt_->fill(y_, 1.0).ok());
     for (float a : {2.0f, 3.0f, 4.0f}) {
       const Arg args[] = {Arg::f32(a), Arg::ndarray(x_), Arg::ndarray(y_)};
       EXPECT_TRUE(rt_->launch(axpy_, args).ok());
     }
-    auto g = rt_->end_capture();
+    auto g = rt_->graphs().end_capture();
     EXPECT_TRUE(g.ok()) << g.status().to_string();
     return *g;
   }
@@ -121,10 +122,10 @@ TEST_P(Graphs, CaptureRunsNothingAndReplayEqualsLaunchingTheSteps) {
   std::vector<float> y0 = read(y_);
   for (float v : y0) ASSERT_EQ(v, 0.0f) << "the captured fill did not run either";
   runtime::LaunchId first;
-  ASSERT_TRUE(rt_->replay(g, {}, &first).ok());
+  ASSERT_TRUE(rt_->graphs().replay(g, {}, &first).ok());
   EXPECT_EQ(first.value, launches + 1);
   expect_y(9.0f);
-  ASSERT_TRUE(rt_->replay(g).ok());  // the fill resets y: the same result again
+  ASSERT_TRUE(rt_->graphs().replay(g).ok());  // the fill resets y: the same result again
   expect_y(9.0f);
   auto s = *rt_->stats();
   EXPECT_EQ(s.graph_replays, 2u);
@@ -160,17 +161,17 @@ TEST_P(Graphs, EightByteFillsWithUnequalHalvesAreCapturedAndReplayed) {
       ASSERT_TRUE(rt_->upload(*h, junk.data(), junk.size()).ok());
       arrays.push_back(*h);
     }
-    ASSERT_TRUE(rt_->begin_capture("wide fills", run).ok());
+    ASSERT_TRUE(rt_->graphs().begin_capture("wide fills", run).ok());
     for (size_t k = 0; k < arrays.size(); ++k) {
       Status st = rt_->fill(arrays[k], cases[k].v);
       ASSERT_TRUE(st.ok()) << st.to_string();
       const Arg args[] = {Arg::f32(1.0f), Arg::ndarray(x_), Arg::ndarray(y_)};
       ASSERT_TRUE(rt_->launch(axpy_, args).ok());
     }
-    auto g = rt_->end_capture();
+    auto g = rt_->graphs().end_capture();
     ASSERT_TRUE(g.ok()) << g.status().to_string();
     if (!run) {
-      ASSERT_TRUE(rt_->replay(*g).ok());
+      ASSERT_TRUE(rt_->graphs().replay(*g).ok());
     }
     for (size_t k = 0; k < arrays.size(); ++k) {
       std::vector<unsigned char> got(8 * cases[k].n);
@@ -187,7 +188,7 @@ TEST_P(Graphs, EightByteFillsWithUnequalHalvesAreCapturedAndReplayed) {
         }
       }
     }
-    ASSERT_TRUE(rt_->release_graph(*g).ok());
+    ASSERT_TRUE(rt_->graphs().release_graph(*g).ok());
     for (runtime::NdArrayHandle h : arrays) ASSERT_TRUE(rt_->free_ndarray(h).ok());
   }
 }
@@ -197,23 +198,23 @@ TEST_P(Graphs, EightByteFillsWithUnequalHalvesAreCapturedAndReplayed) {
 TEST_P(Graphs, ReplaysInFlightTogetherEachSeeTheirOwnScalars) {
   auto k = rt_->register_kernel(make_axpy_kernel("axpy"));
   ASSERT_TRUE(k.ok());
-  ASSERT_TRUE(rt_->begin_capture("one").ok());
+  ASSERT_TRUE(rt_->graphs().begin_capture("one").ok());
   const Arg args[] = {Arg::f32(1.0f), Arg::ndarray(x_), Arg::ndarray(y_)};
   ASSERT_TRUE(rt_->launch(axpy_, args).ok());
-  auto g = rt_->end_capture();
+  auto g = rt_->graphs().end_capture();
   ASSERT_TRUE(g.ok());
   for (bool flush_between : {false, true}) {
     auto z = array(std::vector<float>(kN, 0.0f), "z");
     ASSERT_TRUE(rt_->fill(y_, 0.0).ok());
     const GraphUpdate two[] = {{0, 0, Arg::f32(2.0f)}};
-    ASSERT_TRUE(rt_->replay(*g, two).ok());  // y = 2x
+    ASSERT_TRUE(rt_->graphs().replay(*g, two).ok());  // y = 2x
     const Arg copy[] = {Arg::f32(1.0f), Arg::ndarray(y_), Arg::ndarray(z)};
     ASSERT_TRUE(rt_->launch(*k, copy).ok());  // z = y
     if (flush_between) {
       ASSERT_TRUE(rt_->flush().ok());
     }
     const GraphUpdate three[] = {{0, 0, Arg::f32(3.0f)}};
-    ASSERT_TRUE(rt_->replay(*g, three).ok());  // y = 3x + 2x
+    ASSERT_TRUE(rt_->graphs().replay(*g, three).ok());  // y = 3x + 2x
     std::vector<float> zs = read(z), ys = read(y_);
     for (uint32_t i = 0; i < kN; ++i) {
       ASSERT_EQ(zs[i], 2.0f * xs_[i]) << "element " << i << ", flush " << flush_between;
@@ -230,7 +231,7 @@ TEST_P(Graphs, AGraphWhoseArgsSpanSeveralRingChunksRunsEveryLaunchWithItsOwnArgs
   // Each launch takes at least its args bytes (more when aligned): past two chunks' worth.
   const uint64_t per_launch = make_axpy_kernel("axpy").args_bytes();
   const uint32_t n = static_cast<uint32_t>(2 * runtime::kRingChunkBytes / per_launch + 64);
-  ASSERT_TRUE(rt_->begin_capture("long").ok());
+  ASSERT_TRUE(rt_->graphs().begin_capture("long").ok());
   ASSERT_TRUE(rt_->fill(y_, 1.0).ok());
   float sum = 0;
   for (uint32_t i = 0; i < n; ++i) {
@@ -239,17 +240,17 @@ TEST_P(Graphs, AGraphWhoseArgsSpanSeveralRingChunksRunsEveryLaunchWithItsOwnArgs
     const Arg args[] = {Arg::f32(a), Arg::ndarray(x_), Arg::ndarray(y_)};
     ASSERT_TRUE(rt_->launch(axpy_, args).ok());
   }
-  auto g = rt_->end_capture();
+  auto g = rt_->graphs().end_capture();
   ASSERT_TRUE(g.ok());
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(rt_->replay(*g).ok());
+    ASSERT_TRUE(rt_->graphs().replay(*g).ok());
     expect_y(sum);  // exact: small integer sums times multiples of 1/4
   }
   std::vector<float> neg(xs_);
   neg[7] = -1.0f;  // every launch flags it
   ASSERT_TRUE(rt_->upload(x_, neg.data(), 4 * kN).ok());
   runtime::LaunchId first;
-  ASSERT_TRUE(rt_->replay(*g, {}, &first).ok());
+  ASSERT_TRUE(rt_->graphs().replay(*g, {}, &first).ok());
   Status s = rt_->synchronize();
   EXPECT_EQ(s.code(), ErrorCode::kDeviceError);
   EXPECT_NE(s.message().find("#" + std::to_string(first.value) + " (launch 0 of graph '"),
@@ -264,7 +265,7 @@ TEST_P(Graphs, AGraphWhoseArgsSpanSeveralRingChunksRunsEveryLaunchWithItsOwnArgs
 TEST_P(Graphs, AGraphRecordedInPiecesRunsEveryLaunchAndNamesItsErrors) {
   const uint32_t n = 3 * runtime::kBundleLaunches + 5;  // four bundles
   runtime::NdArrayHandle z = array(std::vector<float>(kN, 5.0f), "z");
-  ASSERT_TRUE(rt_->begin_capture("pieces").ok());
+  ASSERT_TRUE(rt_->graphs().begin_capture("pieces").ok());
   ASSERT_TRUE(rt_->fill(y_, 1.0).ok());
   float sum = 0;
   for (uint32_t i = 0; i < n; ++i) {
@@ -277,14 +278,14 @@ TEST_P(Graphs, AGraphRecordedInPiecesRunsEveryLaunchAndNamesItsErrors) {
     const Arg args[] = {Arg::f32(a), Arg::ndarray(x_), Arg::ndarray(y_)};
     ASSERT_TRUE(rt_->launch(axpy_, args).ok());
   }
-  auto g = rt_->end_capture();
+  auto g = rt_->graphs().end_capture();
   ASSERT_TRUE(g.ok());
   std::vector<float> neg(xs_);
   neg[7] = -1.0f;  // every launch flags it, from the first bundle on
   ASSERT_TRUE(rt_->upload(x_, neg.data(), 4 * kN).ok());
   const uint64_t flushes = rt_->stats()->flushes;
   runtime::LaunchId first;
-  ASSERT_TRUE(rt_->replay(*g, {}, &first).ok());
+  ASSERT_TRUE(rt_->graphs().replay(*g, {}, &first).ok());
   const bool pieces = bundled() && rt_->device().caps().push_descriptor;
   if (pieces) {
     EXPECT_GE(rt_->stats()->flushes, flushes + 3) << "each bundle but the last submitted";
@@ -298,7 +299,7 @@ TEST_P(Graphs, AGraphRecordedInPiecesRunsEveryLaunchAndNamesItsErrors) {
   const uint64_t recorded = rt_->stats()->graph_recordings;
   for (int r = 0; r < 2; ++r) {
     const uint64_t before = rt_->stats()->flushes;
-    ASSERT_TRUE(rt_->replay(*g).ok());
+    ASSERT_TRUE(rt_->graphs().replay(*g).ok());
     if (pieces) {
       // At most the one flush a list past max_dispatches_per_list gets after the replay.
       EXPECT_LE(rt_->stats()->flushes, before + 1);
@@ -318,10 +319,10 @@ TEST_P(Graphs, AnUpdateThatChangesTheRangeIsRecordedAgain) {
   std::vector<uint32_t> src(kN), zeros(kN, 0u);
   for (uint32_t i = 0; i < kN; ++i) src[i] = 1000u + i;
   auto a = u32_array(src, "a"), b = u32_array(zeros, "b");
-  ASSERT_TRUE(rt_->begin_capture("copy").ok());
+  ASSERT_TRUE(rt_->graphs().begin_capture("copy").ok());
   const Arg args[] = {Arg::u32(2), Arg::ndarray(a), Arg::ndarray(b)};
   ASSERT_TRUE(rt_->launch(*k, args).ok());
-  auto g = rt_->end_capture();
+  auto g = rt_->graphs().end_capture();
   ASSERT_TRUE(g.ok());
   auto check = [&](uint32_t copied) {
     std::vector<uint32_t> out(kN);
@@ -330,16 +331,16 @@ TEST_P(Graphs, AnUpdateThatChangesTheRangeIsRecordedAgain) {
       ASSERT_EQ(out[i], i < copied ? src[i] : 0u) << "element " << i << " of " << copied;
     }
   };
-  ASSERT_TRUE(rt_->replay(*g).ok());
+  ASSERT_TRUE(rt_->graphs().replay(*g).ok());
   check(8);
   const uint64_t recorded = rt_->stats()->graph_recordings;
   const GraphUpdate all[] = {{0, 0, Arg::u32(kN / 4)}};
-  ASSERT_TRUE(rt_->replay(*g, all).ok());
+  ASSERT_TRUE(rt_->graphs().replay(*g, all).ok());
   check(kN / 4 * 4);
   if (bundled() && rt_->device().caps().push_descriptor) {
     EXPECT_EQ(rt_->stats()->graph_recordings, recorded + 1);
   }
-  ASSERT_TRUE(rt_->replay(*g).ok());  // the update stays
+  ASSERT_TRUE(rt_->graphs().replay(*g).ok());  // the update stays
   check(kN / 4 * 4);
   if (bundled() && rt_->device().caps().push_descriptor) {
     EXPECT_EQ(rt_->stats()->graph_recordings, recorded + 1) << "nothing changed: not again";
@@ -354,12 +355,12 @@ TEST_P(Graphs, AnUpdateOfOneOfTwoLaunchesPlannedAlikeChangesThatLaunchOnly) {
   std::vector<uint32_t> src(kN), zeros(kN, 0u);
   for (uint32_t i = 0; i < kN; ++i) src[i] = 1000u + i;
   auto a = u32_array(src, "a"), b = u32_array(zeros, "b"), c = u32_array(zeros, "c");
-  ASSERT_TRUE(rt_->begin_capture("two copies").ok());
+  ASSERT_TRUE(rt_->graphs().begin_capture("two copies").ok());
   for (runtime::NdArrayHandle to : {b, c}) {
     const Arg args[] = {Arg::u32(2), Arg::ndarray(a), Arg::ndarray(to)};
     ASSERT_TRUE(rt_->launch(*k, args).ok());
   }
-  auto g = rt_->end_capture();
+  auto g = rt_->graphs().end_capture();
   ASSERT_TRUE(g.ok());
   auto check = [&](runtime::NdArrayHandle h, uint32_t copied) {
     std::vector<uint32_t> out(kN);
@@ -369,12 +370,12 @@ TEST_P(Graphs, AnUpdateOfOneOfTwoLaunchesPlannedAlikeChangesThatLaunchOnly) {
     }
   };
   const GraphUpdate second[] = {{1, 0, Arg::u32(kN / 4)}};
-  ASSERT_TRUE(rt_->replay(*g, second).ok());
+  ASSERT_TRUE(rt_->graphs().replay(*g, second).ok());
   check(b, 8);
   check(c, kN / 4 * 4);
   ASSERT_TRUE(rt_->upload(c, zeros.data(), 4 * kN).ok());
   const GraphUpdate first[] = {{0, 0, Arg::u32(4)}};
-  ASSERT_TRUE(rt_->replay(*g, first).ok());  // the second launch's update stays
+  ASSERT_TRUE(rt_->graphs().replay(*g, first).ok());  // the second launch's update stays
   check(b, 16);
   check(c, kN / 4 * 4);
 }
@@ -384,16 +385,16 @@ TEST_P(Graphs, AnUpdateOfOneOfTwoLaunchesPlannedAlikeChangesThatLaunchOnly) {
 TEST_P(Graphs, CapturedZeroManyRunsAtEveryReplay) {
   auto z = array(std::vector<float>(kN, 5.0f), "z");
   const runtime::NdArrayHandle both[] = {y_, z};
-  ASSERT_TRUE(rt_->begin_capture("zeros").ok());
+  ASSERT_TRUE(rt_->graphs().begin_capture("zeros").ok());
   ASSERT_TRUE(rt_->zero_many(both).ok());
   ASSERT_TRUE(rt_->fill(z, 2.0).ok());  // same array again in the same run of fills
-  auto g = rt_->end_capture();
+  auto g = rt_->graphs().end_capture();
   ASSERT_TRUE(g.ok());
   for (int i = 0; i < 3; ++i) {
     std::vector<float> junk(kN, 9.0f + i);
     ASSERT_TRUE(rt_->upload(y_, junk.data(), 4 * kN).ok());
     ASSERT_TRUE(rt_->upload(z, junk.data(), 4 * kN).ok());
-    ASSERT_TRUE(rt_->replay(*g).ok());
+    ASSERT_TRUE(rt_->graphs().replay(*g).ok());
     for (float v : read(y_)) ASSERT_EQ(v, 0.0f) << "replay " << i;
     for (float v : read(z)) ASSERT_EQ(v, 2.0f) << "replay " << i;
   }
@@ -402,9 +403,9 @@ TEST_P(Graphs, CapturedZeroManyRunsAtEveryReplay) {
 TEST_P(Graphs, ScalarUpdatesApplyToThisAndLaterReplays) {
   runtime::GraphHandle g = capture_three();
   const GraphUpdate u[] = {{1, 0, Arg::f32(-5.0f)}};
-  ASSERT_TRUE(rt_->replay(g, u).ok());
+  ASSERT_TRUE(rt_->graphs().replay(g, u).ok());
   expect_y(2.0f - 5.0f + 4.0f);
-  ASSERT_TRUE(rt_->replay(g).ok());
+  ASSERT_TRUE(rt_->graphs().replay(g).ok());
   expect_y(1.0f);
 }
 
@@ -412,25 +413,25 @@ TEST_P(Graphs, BadUpdatesAreRefusedWithNothingRecordedOrKept) {
   runtime::GraphHandle g = capture_three();
   const uint64_t launches = rt_->stats()->launches;
   const GraphUpdate past[] = {{3, 0, Arg::f32(1.0f)}};
-  Status s = rt_->replay(g, past);
+  Status s = rt_->graphs().replay(g, past);
   EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(
       s.message().find("replay of graph 'three': update of launch 3; the graph has 3 launches"),
       std::string::npos)
       << s.message();
   const GraphUpdate array_param[] = {{0, 1, Arg::f32(1.0f)}};
-  s = rt_->replay(g, array_param);
+  s = rt_->graphs().replay(g, array_param);
   EXPECT_NE(s.message().find("parameter 1 is not a scalar parameter"), std::string::npos)
       << s.message();
   // A good update next to a bad one: neither is kept.
   const GraphUpdate mixed[] = {{0, 0, Arg::f32(100.0f)}, {2, 0, Arg::i32(1)}};
-  s = rt_->replay(g, mixed);
+  s = rt_->graphs().replay(g, mixed);
   EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(s.message().find("launch 2: launch of 'axpy', argument 0 ('a'): expected f32, got i32"),
             std::string::npos)
       << s.message();
   EXPECT_EQ(rt_->stats()->launches, launches) << "nothing recorded";
-  ASSERT_TRUE(rt_->replay(g).ok());
+  ASSERT_TRUE(rt_->graphs().replay(g).ok());
   expect_y(9.0f);
 }
 
@@ -438,26 +439,26 @@ TEST_P(Graphs, ArraysAreBoundByReferenceAndAFreedOneIsNamed) {
   runtime::GraphHandle g = capture_three();
   std::vector<float> x2(kN, 1.0f);
   ASSERT_TRUE(rt_->upload(x_, x2.data(), 4 * kN).ok());  // new contents, same array
-  ASSERT_TRUE(rt_->replay(g).ok());
+  ASSERT_TRUE(rt_->graphs().replay(g).ok());
   for (float v : read(y_)) ASSERT_EQ(v, 10.0f);
   const uint64_t launches = rt_->stats()->launches;
   ASSERT_TRUE(rt_->free_ndarray(x_).ok());
-  Status s = rt_->replay(g);
+  Status s = rt_->graphs().replay(g);
   EXPECT_EQ(s.code(), ErrorCode::kNotFound);
   EXPECT_NE(s.message().find("replay of graph 'three', launch 0 ('axpy'), argument 1 ('x')"),
             std::string::npos)
       << s.message();
   EXPECT_EQ(rt_->stats()->launches, launches);
-  ASSERT_TRUE(rt_->release_graph(g).ok());
-  EXPECT_EQ(rt_->replay(g).code(), ErrorCode::kNotFound);
-  EXPECT_EQ(rt_->release_graph(g).code(), ErrorCode::kNotFound);
+  ASSERT_TRUE(rt_->graphs().release_graph(g).ok());
+  EXPECT_EQ(rt_->graphs().replay(g).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(rt_->graphs().release_graph(g).code(), ErrorCode::kNotFound);
   EXPECT_EQ(rt_->stats()->graphs, 0u);
 }
 
 TEST_P(Graphs, CallsThatCannotBeCapturedAreRefusedWhileCapturing) {
-  EXPECT_EQ(rt_->end_capture().status().code(), ErrorCode::kFailedPrecondition);
-  ASSERT_TRUE(rt_->begin_capture("open").ok());
-  EXPECT_EQ(rt_->begin_capture().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(rt_->graphs().end_capture().status().code(), ErrorCode::kFailedPrecondition);
+  ASSERT_TRUE(rt_->graphs().begin_capture("open").ok());
+  EXPECT_EQ(rt_->graphs().begin_capture().code(), ErrorCode::kFailedPrecondition);
   std::vector<float> v(kN);
   for (Status s : {rt_->upload(x_, v.data(), 4 * kN), rt_->download(x_, v.data(), 4 * kN),
                    rt_->synchronize(), rt_->set_retirement_depth(2)}) {
@@ -465,9 +466,9 @@ TEST_P(Graphs, CallsThatCannotBeCapturedAreRefusedWhileCapturing) {
     EXPECT_NE(s.message().find("graph 'open' is being captured"), std::string::npos) << s.message();
   }
   EXPECT_TRUE(rt_->flush().ok()) << "flush submits nothing while capturing";
-  auto empty = rt_->end_capture();
+  auto empty = rt_->graphs().end_capture();
   ASSERT_TRUE(empty.ok());
-  ASSERT_TRUE(rt_->replay(*empty).ok()) << "an empty graph replays as nothing";
+  ASSERT_TRUE(rt_->graphs().replay(*empty).ok()) << "an empty graph replays as nothing";
   ASSERT_TRUE(rt_->synchronize().ok());
 }
 
@@ -477,7 +478,7 @@ TEST_P(Graphs, ADeviceErrorInAReplayNamesTheReplayedLaunch) {
   neg[5] = -1.0f;  // the axpy kernel flags x < 0 (error code 7)
   ASSERT_TRUE(rt_->upload(x_, neg.data(), 4 * kN).ok());
   runtime::LaunchId first;
-  ASSERT_TRUE(rt_->replay(g, {}, &first).ok());
+  ASSERT_TRUE(rt_->graphs().replay(g, {}, &first).ok());
   expect_three_flagged(first, /*replayed=*/true);
 }
 
@@ -489,7 +490,7 @@ TEST_P(Graphs, ACaptureThatRunsRunsEveryStepAsLaunchingThem) {
   runtime::NdArrayHandle z = array(std::vector<float>(kN, 5.0f), "z");
   const uint64_t launches = rt_->stats()->launches;
   const runtime::LaunchId next = rt_->next_launch_id();
-  ASSERT_TRUE(rt_->begin_capture("running", /*run=*/true).ok());
+  ASSERT_TRUE(rt_->graphs().begin_capture("running", /*run=*/true).ok());
   ASSERT_TRUE(rt_->fill(y_, 1.0).ok());
   float sum = 0;
   for (uint32_t i = 0; i < n; ++i) {
@@ -505,7 +506,7 @@ TEST_P(Graphs, ACaptureThatRunsRunsEveryStepAsLaunchingThem) {
     const Arg args[] = {Arg::f32(a), Arg::ndarray(x_), Arg::ndarray(y_)};
     ASSERT_TRUE(rt_->launch(axpy_, args).ok());
   }
-  auto g = rt_->end_capture();
+  auto g = rt_->graphs().end_capture();
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   const runtime::RuntimeStats s = *rt_->stats();
   EXPECT_EQ(s.launches, launches + n) << "every captured launch ran";
@@ -521,7 +522,7 @@ TEST_P(Graphs, ACaptureThatRunsRunsEveryStepAsLaunchingThem) {
   for (float v : read(z)) ASSERT_EQ(v, 0.0f);
   // The graph is as a capture without `run` leaves it: its replay computes the same.
   ASSERT_TRUE(rt_->fill(y_, 7.0).ok());
-  ASSERT_TRUE(rt_->replay(*g).ok());
+  ASSERT_TRUE(rt_->graphs().replay(*g).ok());
   expect_y(sum);
 }
 
@@ -532,7 +533,7 @@ TEST_P(Graphs, ACaptureThatRunsRunsEveryStepAsLaunchingThem) {
 TEST_P(Graphs, ACaptureThatRunsSharesItsLastStepsAmongTheThreads) {
   const uint32_t first_pieces = 64 + 128 + 256 + runtime::kBundleLaunches;
   const uint32_t left = 300;
-  ASSERT_TRUE(rt_->begin_capture("last steps", /*run=*/true).ok());
+  ASSERT_TRUE(rt_->graphs().begin_capture("last steps", /*run=*/true).ok());
   ASSERT_TRUE(rt_->fill(y_, 1.0).ok());  // a step too
   float sum = 0;
   for (uint32_t i = 0; i + 1 < first_pieces + left; ++i) {
@@ -542,7 +543,7 @@ TEST_P(Graphs, ACaptureThatRunsSharesItsLastStepsAmongTheThreads) {
     ASSERT_TRUE(rt_->launch(axpy_, args).ok());
   }
   const uint64_t pieces_before = rt_->stats()->run_pieces;
-  auto g = rt_->end_capture();
+  auto g = rt_->graphs().end_capture();
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   const int hw = static_cast<int>(std::thread::hardware_concurrency());
   const uint64_t threads = rt_->device().caps().push_descriptor ? std::clamp(hw - 1, 1, 3) : 0;
@@ -550,7 +551,7 @@ TEST_P(Graphs, ACaptureThatRunsSharesItsLastStepsAmongTheThreads) {
   EXPECT_EQ(rt_->stats()->run_pieces, 4 + last);
   EXPECT_LE(pieces_before, 4u) << "the last steps are cut by end_capture";
   expect_y(sum);
-  ASSERT_TRUE(rt_->release_graph(*g).ok());
+  ASSERT_TRUE(rt_->graphs().release_graph(*g).ok());
 }
 
 TEST_P(Graphs, ACaptureThatRunsReportsDeviceErrorsWithTheLaunchesNumbers) {
@@ -567,7 +568,7 @@ TEST_P(Graphs, ACaptureThatRunsReportsDeviceErrorsWithTheLaunchesNumbers) {
 // array at its replay, as any graph does.
 TEST_P(Graphs, FreeingAnArrayWhileACaptureRunsRunsTheStepsBeforeTheFree) {
   runtime::NdArrayHandle z = array(std::vector<float>(kN, 0.0f), "z");
-  ASSERT_TRUE(rt_->begin_capture("running", /*run=*/true).ok());
+  ASSERT_TRUE(rt_->graphs().begin_capture("running", /*run=*/true).ok());
   ASSERT_TRUE(rt_->fill(y_, 1.0).ok());
   for (int i = 0; i < 5; ++i) {
     const Arg into_z[] = {Arg::f32(1.0f), Arg::ndarray(x_), Arg::ndarray(z)};
@@ -580,10 +581,10 @@ TEST_P(Graphs, FreeingAnArrayWhileACaptureRunsRunsTheStepsBeforeTheFree) {
   EXPECT_EQ(rt_->stats()->run_pieces, pieces + 1) << "the steps before the free submitted";
   const Arg more[] = {Arg::f32(3.0f), Arg::ndarray(x_), Arg::ndarray(y_)};
   ASSERT_TRUE(rt_->launch(axpy_, more).ok());
-  auto g = rt_->end_capture();
+  auto g = rt_->graphs().end_capture();
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   expect_y(13.0f);
-  Status s = rt_->replay(*g);
+  Status s = rt_->graphs().replay(*g);
   EXPECT_EQ(s.code(), ErrorCode::kNotFound) << s.to_string();
 }
 
@@ -596,12 +597,12 @@ TEST_P(Graphs, ACaptureWhosePieceFailsReportsItAndLeavesTheRuntimeUsable) {
   }
   rhi::FaultInjection::arm("vkAllocateCommandBuffers (side bundle)", VK_ERROR_OUT_OF_DEVICE_MEMORY,
                            /*skip=*/1);
-  ASSERT_TRUE(rt_->begin_capture("failing", /*run=*/true).ok());
+  ASSERT_TRUE(rt_->graphs().begin_capture("failing", /*run=*/true).ok());
   for (uint32_t i = 0; i < 3 * runtime::kBundleLaunches; ++i) {
     const Arg args[] = {Arg::f32(1.0f), Arg::ndarray(x_), Arg::ndarray(y_)};
     ASSERT_TRUE(rt_->launch(axpy_, args).ok());
   }
-  auto g = rt_->end_capture();
+  auto g = rt_->graphs().end_capture();
   rhi::FaultInjection::disarm_all();
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("end_capture of graph 'failing', running its steps as "
@@ -609,17 +610,17 @@ TEST_P(Graphs, ACaptureWhosePieceFailsReportsItAndLeavesTheRuntimeUsable) {
             std::string::npos)
       << g.status().to_string();
   EXPECT_NE(g.status().message().find("side bundle"), std::string::npos) << g.status().to_string();
-  EXPECT_FALSE(rt_->capturing());
+  EXPECT_FALSE(rt_->graphs().capturing());
   ASSERT_TRUE(rt_->synchronize().ok());
   // The second allocation fails: the first or second piece (recorded side by side); what was
   // cut before the failed one ran, nothing after it.
   EXPECT_LE(rt_->stats()->run_pieces, 1u);
   ASSERT_TRUE(rt_->fill(y_, 1.0).ok());
-  Status again = rt_->begin_capture("again", /*run=*/true);
+  Status again = rt_->graphs().begin_capture("again", /*run=*/true);
   ASSERT_TRUE(again.ok()) << again.to_string();
   const Arg args[] = {Arg::f32(2.0f), Arg::ndarray(x_), Arg::ndarray(y_)};
   ASSERT_TRUE(rt_->launch(axpy_, args).ok());
-  ASSERT_TRUE(rt_->end_capture().ok());
+  ASSERT_TRUE(rt_->graphs().end_capture().ok());
   ASSERT_TRUE(rt_->launch(axpy_, args).ok());
   expect_y(4.0f);
 }
@@ -627,7 +628,7 @@ TEST_P(Graphs, ACaptureWhosePieceFailsReportsItAndLeavesTheRuntimeUsable) {
 // The runtime destroyed while a capture runs (pieces queued, recorded, submitted): its thread
 // stops, nothing leaks, nothing hangs.
 TEST_P(Graphs, ARuntimeDestroyedWhileACaptureRunsStopsItsThread) {
-  ASSERT_TRUE(rt_->begin_capture("abandoned", /*run=*/true).ok());
+  ASSERT_TRUE(rt_->graphs().begin_capture("abandoned", /*run=*/true).ok());
   for (uint32_t i = 0; i < 3 * runtime::kBundleLaunches + 11; ++i) {
     const Arg args[] = {Arg::f32(1.0f), Arg::ndarray(x_), Arg::ndarray(y_)};
     ASSERT_TRUE(rt_->launch(axpy_, args).ok());
@@ -661,9 +662,9 @@ TEST_P(GraphsUnflushed, CapturesThatRunAfterAReplayedAndReleasedGraphAllStart) {
     runtime::GraphHandle g = capture_three(/*run=*/true);
     if (HasFailure()) return;
     ASSERT_TRUE(rt_->fill(y_, 1.0).ok());
-    Status replayed = rt_->replay(g);
+    Status replayed = rt_->graphs().replay(g);
     ASSERT_TRUE(replayed.ok()) << "round " << round << ": " << replayed.to_string();
-    ASSERT_TRUE(rt_->release_graph(g).ok());
+    ASSERT_TRUE(rt_->graphs().release_graph(g).ok());
   }
   expect_y(9.0f);
 }
@@ -698,14 +699,14 @@ TEST(GraphTraining, ReplayedTrainingStepsEqualDirectStepsAndCreateNothing) {
   auto direct = diffsim::Simulation::create(*direct_rt, c);
   auto graphed = diffsim::Simulation::create(*graph_rt, c);
   ASSERT_TRUE(direct.ok() && graphed.ok());
-  ASSERT_TRUE(graph_rt->begin_capture("train").ok());
+  ASSERT_TRUE(graph_rt->graphs().begin_capture("train").ok());
   ASSERT_TRUE((*graphed)->step().ok());
-  auto g = graph_rt->end_capture();
+  auto g = graph_rt->graphs().end_capture();
   ASSERT_TRUE(g.ok());
   uint64_t created = 0;
   for (int i = 0; i < 4; ++i) {
     ASSERT_TRUE((*direct)->step().ok());
-    ASSERT_TRUE(graph_rt->replay(*g).ok());
+    ASSERT_TRUE(graph_rt->graphs().replay(*g).ok());
     ASSERT_TRUE(graph_rt->synchronize().ok());
     if (i == 1) created = graph_rt->stats()->live.created;
     if (i > 1) {

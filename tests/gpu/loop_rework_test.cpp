@@ -14,6 +14,7 @@
 
 #include "ir/text.h"
 #include "reference/cpu_eval.h"
+#include "runtime/graphs.h"
 #include "runtime/runtime.h"
 #include "support/session_fixture.h"
 #include "vkad.h"
@@ -164,7 +165,7 @@ void expect_x(Program& p, float g0, bool pre) {
 }
 
 size_t graph_steps(Program& p, GraphHandle g) {
-  Result<size_t> n = p.s->runtime().graph_steps(g);
+  Result<size_t> n = p.s->runtime().graphs().graph_steps(g);
   EXPECT_TRUE(n.ok()) << n.status().to_string();
   return n.ok() ? *n : 0;
 }

@@ -13,6 +13,7 @@
 
 #include "ir/text.h"
 #include "reference/cpu_eval.h"
+#include "runtime/graphs.h"
 #include "runtime/runtime.h"
 #include "support/session_fixture.h"
 #include "vkad.h"
@@ -162,7 +163,7 @@ void expect_matches(Program& p, float c3) {
 void expect_clean(Program& p) { expect_no_validation_messages(*p.s); }
 
 size_t graph_steps(Program& p, GraphHandle g) {
-  Result<size_t> n = p.s->runtime().graph_steps(g);
+  Result<size_t> n = p.s->runtime().graphs().graph_steps(g);
   EXPECT_TRUE(n.ok()) << n.status().to_string();
   return n.ok() ? *n : 0;
 }
@@ -484,7 +485,7 @@ void run_grid(bool loop, bool* skipped) {
     Result<GraphHandle> g = s->end_capture();
     ASSERT_TRUE(g.ok()) << g.status().to_string();
     EXPECT_EQ(s->stats()->rolled_launches, 2u * kGridT) << "the captured 2-d loop was not rolled";
-    Result<size_t> n = s->runtime().graph_steps(*g);
+    Result<size_t> n = s->runtime().graphs().graph_steps(*g);
     ASSERT_TRUE(n.ok());
     EXPECT_EQ(*n, 1u);  // one resident launch
     ASSERT_TRUE(s->replay(*g).ok());

@@ -10,6 +10,7 @@
 #include "ir/text.h"
 #include "rhi/vk_check.h"
 #include "runtime/counted_launch.h"
+#include "runtime/graphs.h"
 #include "runtime/runtime.h"
 #include "spirv/compiler.h"
 
@@ -291,13 +292,13 @@ TEST_F(RuntimeMisuse, ForwardCountedPairStatesEachMisuseAndFreesTheTrips) {
                ErrorCode::kNotFound, "launch: kernel handle");
   // Inside a graph capture: refused with nothing captured (a replay would reuse the per-call
   // trips array after launch_counted_adjoint freed it).
-  ASSERT_TRUE(rt_->begin_capture("step").ok());
+  ASSERT_TRUE(rt_->graphs().begin_capture("step").ok());
   EXPECT_ERROR(runtime::launch_forward_counted(*rt_, hf, 1, fargs, &trips),
                ErrorCode::kFailedPrecondition, "graph 'step' is being captured");
-  auto graph = rt_->end_capture();
+  auto graph = rt_->graphs().end_capture();
   ASSERT_TRUE(graph.ok());
-  EXPECT_TRUE(rt_->replay(*graph).ok());  // an empty graph: launches no kernel
-  EXPECT_TRUE(rt_->release_graph(*graph).ok());
+  EXPECT_TRUE(rt_->graphs().replay(*graph).ok());  // an empty graph: launches no kernel
+  EXPECT_TRUE(rt_->graphs().release_graph(*graph).ok());
   EXPECT_EQ(trips.id, 0u);
   EXPECT_TRUE(arrays_back_to_live());
   EXPECT_EQ(rt_->stats()->launches, 0u);

@@ -18,6 +18,7 @@
 #include "autodiff/reverse_mode.h"
 #include "ir/text.h"
 #include "reference/cpu_eval.h"
+#include "runtime/graphs.h"
 #include "runtime/runtime.h"
 #include "support/session_fixture.h"
 #include "vkad.h"
@@ -181,7 +182,7 @@ std::vector<float> initial_wave() {
 }
 
 size_t graph_steps(Session& s, GraphHandle g) {
-  Result<size_t> n = s.runtime().graph_steps(g);
+  Result<size_t> n = s.runtime().graphs().graph_steps(g);
   EXPECT_TRUE(n.ok()) << n.status().to_string();
   return n.ok() ? *n : 0;
 }

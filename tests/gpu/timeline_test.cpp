@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ir/builder.h"
+#include "runtime/graphs.h"
 #include "runtime/runtime.h"
 #include "support/session_fixture.h"
 #include "vkad.h"
@@ -210,27 +211,27 @@ TEST_F(TimelineTest, ABundledReplayIsTimedFromItsTimedBundlesOneStampPerLaunch) 
   // Its shape's pipeline made now: captured with it, the plans never change (a pipeline made on
   // a thread meanwhile would record the bundles again at some replay).
   ASSERT_TRUE(rt.prepare(*k, on_a).ok());
-  ASSERT_TRUE(rt.begin_capture("steps").ok());
+  ASSERT_TRUE(rt.graphs().begin_capture("steps").ok());
   ASSERT_TRUE(rt.launch(*k, on_a).ok());
   ASSERT_TRUE(rt.launch(*k, on_a).ok());
   ASSERT_TRUE(rt.fill(b, 1.0).ok());
   ASSERT_TRUE(rt.launch(*k, on_b).ok());
-  auto g = rt.end_capture();
+  auto g = rt.graphs().end_capture();
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   auto stats = [&] {
     auto st = rt.stats();
     EXPECT_TRUE(st.ok());
     return st.ok() ? *st : runtime::RuntimeStats{};
   };
-  ASSERT_TRUE(rt.replay(*g).ok());
+  ASSERT_TRUE(rt.graphs().replay(*g).ok());
   const runtime::RuntimeStats before = stats();
   ASSERT_TRUE(s_->begin_timeline(runtime::kTimelineMaxEvents, 1).ok());
   runtime::LaunchId first{};
-  ASSERT_TRUE(rt.replay(*g, {}, &first).ok());
-  ASSERT_TRUE(rt.replay(*g).ok());
+  ASSERT_TRUE(rt.graphs().replay(*g, {}, &first).ok());
+  ASSERT_TRUE(rt.graphs().replay(*g).ok());
   auto t = s_->end_timeline();
   ASSERT_TRUE(t.ok()) << t.status().to_string();
-  ASSERT_TRUE(rt.replay(*g).ok());
+  ASSERT_TRUE(rt.graphs().replay(*g).ok());
   const runtime::RuntimeStats after = stats();
   // Four replays, all from bundles; the timed set recorded once (the plain one before), or
   // under the validation layer once per timed replay (runtime/graph.cpp: the layer must not see
@@ -276,7 +277,7 @@ TEST_F(TimelineTest, ReplaysBetweenSampledOnesAreOneEventEach) {
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(s_->launch(*k, {Arg::ndarray(a)}).ok());
   auto g = s_->end_capture();
   ASSERT_TRUE(g.ok()) << g.status().to_string();
-  auto launches = s_->runtime().graph_launch_kernels(*g);
+  auto launches = s_->runtime().graphs().graph_launch_kernels(*g);
   ASSERT_TRUE(launches.ok());
   const uint64_t per_replay = launches->size();  // 1 or 2, whatever the rework made
   EXPECT_EQ(s_->begin_timeline(100, 0).code(), ErrorCode::kInvalidArgument);
