@@ -42,8 +42,8 @@ struct Arg {
   static Arg ndarray(NdArrayHandle h) { return {ParamKind::kNdArray, DType::kF32, 0, 0, h}; }
 };
 
-// A scalar argument of a captured launch replaced at a replay (Runtime::Graphs::replay): launch index
-// in capture order, parameter index, new value.
+// A scalar argument of a captured launch replaced at a replay (Runtime::Graphs::replay): launch
+// index in capture order, parameter index, new value.
 struct GraphUpdate {
   uint32_t launch = 0;
   uint32_t param = 0;

@@ -1,8 +1,8 @@
 // The graphs a Session captured, as it runs them (api/compiled_graphs.h): each capture's
-// rework installed -- the launches made a graph again (Runtime::Graphs::instantiate) rolled, reordered,
-// with fewer barriers or fused -- or run on a thread of its own until a replay finds it done;
-// replays in the captured numbering. This is an optimisation: whatever keeps a launch from being
-// reworked (a kernel vkad did not compile, a kernel the device refuses) leaves it as it was.
+// rework installed -- the launches made a graph again (Runtime::Graphs::instantiate) rolled,
+// reordered, with fewer barriers or fused -- or run on a thread of its own until a replay finds it
+// done; replays in the captured numbering. This is an optimisation: whatever keeps a launch from
+// being reworked (a kernel vkad did not compile, a kernel the device refuses) leaves it as it was.
 #include "api/compiled_graphs.h"
 
 #include <algorithm>

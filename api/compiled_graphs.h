@@ -1,9 +1,9 @@
 // The graphs a Session captured, as it runs them: each capture's rework (api/graph_compiler.h)
 // installed -- its kernels registered, its stashes allocated, the reworked graph made in place
-// of the one captured (Runtime::Graphs::instantiate) -- or run in the background until a replay finds it
-// done; replays in the captured launches' numbering, translated to the reworked graph's or falling
-// back to the graph as captured where an update breaks what the schedule rested on; release of
-// both.
+// of the one captured (Runtime::Graphs::instantiate) -- or run in the background until a replay
+// finds it done; replays in the captured launches' numbering, translated to the reworked graph's or
+// falling back to the graph as captured where an update breaks what the schedule rested on; release
+// of both.
 //
 // Contract: Session's thread only. join() before anything that registers a kernel or writes the
 // catalog (a background rework reads them); settle() installs a finished or running background
@@ -98,9 +98,9 @@ class CompiledGraphs {
   // run on a thread of its own while replays update the graph's arguments.
   static std::vector<CapturedStep> captured_steps(
       const runtime::Runtime::Graphs::GraphRecord& record);
-  // Makes the plan a graph (Runtime::Graphs::instantiate); `map` gets each capture-order launch's place
-  // in it and `relaxed` whether a barrier was left out. `origins` (per capture-order launch of
-  // `w`, or empty): what made each, kept by the launches made (a fused run's: what its members
+  // Makes the plan a graph (Runtime::Graphs::instantiate); `map` gets each capture-order launch's
+  // place in it and `relaxed` whether a barrier was left out. `origins` (per capture-order launch
+  // of `w`, or empty): what made each, kept by the launches made (a fused run's: what its members
   // share, LaunchOrigin::join).
   Result<GraphHandle> instantiate_plan(const ReworkPlan& w, const std::string& name,
                                        FusedGraph* map, bool* relaxed,

@@ -46,9 +46,9 @@ struct GraphSwitches {
 using LaunchRanges = std::vector<std::pair<uint32_t, uint32_t>>;
 
 // Session's part of an open capture. The capture's one record is the runtime's
-// (Runtime::Graphs::capture_record, then graph_record, which the rework reads); Session counts the steps
-// that went through it, which end_capture compares with the runtime's: a step captured through
-// runtime() meanwhile leaves the graph as captured. (At namespace scope: std::optional of a
+// (Runtime::Graphs::capture_record, then graph_record, which the rework reads); Session counts the
+// steps that went through it, which end_capture compares with the runtime's: a step captured
+// through runtime() meanwhile leaves the graph as captured. (At namespace scope: std::optional of a
 // nested struct with default member initializers is not default-constructible inside its
 // enclosing class for clang.)
 struct SessionCapture {

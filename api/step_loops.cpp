@@ -332,10 +332,10 @@ bool StepLoops::zeros_hold(std::span<const uint64_t> zeros) const {
 }
 
 Status StepLoops::launch_reworked(const LoopRework& r, LoopInfo* info) {
-  // Through Session::launch, not Runtime::Graphs::instantiate: these are the caller's launches, run now
-  // or captured into the caller's open capture, whose barriers Session judges as for any launch.
-  // A plan's fills are the assumed zeros (rework_loop): never launched.
-  // Each launch names its iteration, a fused run the iterations of its members.
+  // Through Session::launch, not Runtime::Graphs::instantiate: these are the caller's launches, run
+  // now or captured into the caller's open capture, whose barriers Session judges as for any
+  // launch. A plan's fills are the assumed zeros (rework_loop): never launched. Each launch names
+  // its iteration, a fused run the iterations of its members.
   IterationNote note(*core_.rt);
   return walk_plan(
       r.w, [](size_t, bool) { return Status{}; },

@@ -29,7 +29,8 @@ using runtime::Arg;
 using runtime::DType;
 using runtime::KernelHandle;
 
-// A step of a capture as the rework reads it (from the runtime's record, Runtime::Graphs::graph_record).
+// A step of a capture as the rework reads it (from the runtime's record,
+// Runtime::Graphs::graph_record).
 struct CapturedStep {
   bool launch = true;
   KernelHandle kernel;

@@ -1,7 +1,7 @@
 // How a graph's steps come to be and are read back (graphs.h):
 // a captured launch or fill (launch() and fill() while a capture is open) and a step of
-// Runtime::Graphs::instantiate go into a Graph through the same two functions, so a graph made from a
-// list is the graph its capture would have made; GraphRecord reads the steps back for a layer
+// Runtime::Graphs::instantiate go into a Graph through the same two functions, so a graph made from
+// a list is the graph its capture would have made; GraphRecord reads the steps back for a layer
 // above that reworks a graph (Session), which thus keeps no record of its own.
 #include <algorithm>
 #include <cstring>

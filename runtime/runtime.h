@@ -100,8 +100,8 @@ const char* adstack_specialize_name(AdstackSpecialize s);
 // from the driver's per-thread scratch (NVIDIA: local memory; lavapipe: the invocation's stack).
 inline constexpr uint64_t kMaxPrivateTierBytes = 16384;
 
-// Launches per bundle of a replayed graph (Runtime::Graphs::replay): the replay that records a graph
-// submits each bundle as soon as it is recorded, so the device starts on the graph's first
+// Launches per bundle of a replayed graph (Runtime::Graphs::replay): the replay that records a
+// graph submits each bundle as soon as it is recorded, so the device starts on the graph's first
 // launches while the driver records the rest.
 inline constexpr uint32_t kBundleLaunches = 512;
 
@@ -254,9 +254,9 @@ struct RuntimeStats {
   uint64_t pipeline_cache_bytes_loaded = 0;
 };
 
-// One step of a graph: what Runtime::Graphs::instantiate makes a graph of, and what a graph's record
-// (Runtime::Graphs::graph_record, capture_record) reads back. A launch of `kernel` with `args`, or a fill
-// of `array` with `value`; the factories below make either.
+// One step of a graph: what Runtime::Graphs::instantiate makes a graph of, and what a graph's
+// record (Runtime::Graphs::graph_record, capture_record) reads back. A launch of `kernel` with
+// `args`, or a fill of `array` with `value`; the factories below make either.
 struct GraphStep {
   bool launch = true;  // false: a fill
   KernelHandle kernel;
@@ -264,8 +264,8 @@ struct GraphStep {
   // into the graph (valid while its GraphRecord is).
   std::span<const Arg> args;
   // A launch: no barrier between the launch before it and this one, so the two may run
-  // concurrently (Runtime::Graphs::omit_next_barrier's request, with its contract: for a caller that
-  // proved they touch nothing in common). Honoured only where the step before is a launch.
+  // concurrently (Runtime::Graphs::omit_next_barrier's request, with its contract: for a caller
+  // that proved they touch nothing in common). Honoured only where the step before is a launch.
   bool omit_barrier = false;
   LaunchOrigin origin;  // a launch: what its device errors name (set_launch_note's)
   NdArrayHandle array;  // a fill's array and value (Runtime::fill's conversion)

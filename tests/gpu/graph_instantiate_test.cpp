@@ -1,6 +1,6 @@
-// Runtime::Graphs::instantiate: a graph made from a list of steps, without a capture, is the graph that
-// capturing those steps makes -- the same results as launching them one by one, the barriers the
-// list leaves out omitted only between two launches, each launch's origin kept -- and a refused
+// Runtime::Graphs::instantiate: a graph made from a list of steps, without a capture, is the graph
+// that capturing those steps makes -- the same results as launching them one by one, the barriers
+// the list leaves out omitted only between two launches, each launch's origin kept -- and a refused
 // step is the error launch() or fill() gives, naming the step, with nothing kept. A capture the
 // caller has open is left as it was. Runtime::Graphs::graph_record reads a graph's steps back.
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
-// Captured launch sequences (Runtime::Graphs::begin_capture / end_capture / replay): a replay computes
-// what launching the captured steps one by one computes, takes scalar updates, binds arrays
-// by reference, reports device errors with the replayed launch's number, refuses misuse with
+// Captured launch sequences (Runtime::Graphs::begin_capture / end_capture / replay): a replay
+// computes what launching the captured steps one by one computes, takes scalar updates, binds
+// arrays by reference, reports device errors with the replayed launch's number, refuses misuse with
 // nothing recorded, and in its steady state creates no Vulkan object.
 #include <gtest/gtest.h>
 
