@@ -53,6 +53,14 @@ Status Runtime::Graphs::begin_capture(const std::string& name, bool run) {
 
 Runtime::Graphs::Graphs(Runtime& rt) : rt_(rt), use_guard_(rt.use_guard_) {}
 
+std::unique_ptr<Runtime::CaptureHooks> Runtime::make_graphs(Runtime& rt) {
+  return std::make_unique<Graphs>(rt);
+}
+
+Runtime::Graphs& Runtime::graphs() { return static_cast<Graphs&>(*graphs_); }
+
+const Runtime::Graphs& Runtime::graphs() const { return static_cast<const Graphs&>(*graphs_); }
+
 Runtime::Graphs::~Graphs() { drop_all(); }
 
 void Runtime::Graphs::drop_capture() noexcept {

@@ -34,18 +34,19 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "runtime/runtime.h"
 
 namespace vkad::runtime {
 
-class Runtime::Graphs {
+class Runtime::Graphs : public Runtime::CaptureHooks {
   struct Graph;  // a graph's steps, plans and bundles (private: below)
 
  public:
   explicit Graphs(Runtime& rt);
-  ~Graphs();  // stops a running capture's threads
+  ~Graphs() override;  // stops a running capture's threads
   Graphs(const Graphs&) = delete;
   Graphs& operator=(const Graphs&) = delete;
 
@@ -92,7 +93,7 @@ class Runtime::Graphs {
   // Whether a capture is open; the steps (launches and fills) of a graph (kNotFound for a dead
   // handle): what Session checks its count of the steps it captured against (a step captured
   // through runtime() meanwhile leaves its graph unreworked).
-  bool capturing() const { return capture_ != nullptr; }
+  bool capturing() const override { return capture_ != nullptr; }
   // During a capture: the next launch captured is recorded without the barrier that otherwise
   // follows the launch captured last, so the two may run concurrently. For a caller that has
   // proved they touch nothing in common (Session's graph scheduling, session.h) -- the
@@ -166,8 +167,6 @@ class Runtime::Graphs {
   class Run;  // a capture that runs (runtime/capture_run.h)
   Runtime& rt_;
   UseGuard& use_guard_;  // the runtime's (VKAD_EXCLUSIVE_USE)
-  // "launch k of graph 'name'" for a flagged replayed launch (the graph may be released by then).
-  std::string graph_launch_where(uint64_t graph, uint32_t index) const;
   // Graphs (runtime/graph.cpp). A captured launch owns no memory of its own: its arguments,
   // buffers and encoded args are ranges of its graph's pools and its plan is shared, so a capture
   // allocates nothing per launch but the pools' amortised growth (and a plan per change of
@@ -307,22 +306,19 @@ class Runtime::Graphs {
   Status instantiate_step(Graph& g, const GraphStep& step);
   // end_capture's and instantiate's last part: `g` kept under handle `id`.
   GraphHandle keep_graph(uint64_t id, std::unique_ptr<Graph> g);
-  Status not_while_capturing(const char* what) const;
   std::unique_ptr<Graph> capture_;  // the capture being recorded
   bool omit_next_barrier_ = false;  // omit_next_barrier() before the next captured launch
   std::unordered_map<uint64_t, std::unique_ptr<Graph>> graphs_;
-  // For the runtime: its launch(), fill() and zero_many() while a capture is open.
-  // `omit_barrier`: omit_next_barrier() was asked before it.
+  // Runtime::CaptureHooks (runtime.h says what each is for).
+  Status not_while_capturing(const char* what) const override;
+  bool take_omit_barrier() override { return std::exchange(omit_next_barrier_, false); }
   void captured_launch(const std::shared_ptr<const Kernel>& k, std::span<const Arg> args,
-                       bool omit_barrier);
-  // `last`: the call's last fill (zero_many's fills are one step for a running capture's cuts).
-  void captured_fill(const CapturedFill& fill, bool last = true);
-  // ~Runtime's, in two steps: first a running capture's threads stopped, its pieces not
-  // submitted dropped, an open capture dropped (drop_capture); once the runtime drained, every
-  // graph released too (drop_all: their bundles go back to the stream before it is destroyed).
-  void drop_capture() noexcept;
-  void drop_all() noexcept;
-  Status drain_run();  // free_ndarray's: every step captured so far submitted (a running capture)
+                       bool omit_barrier) override;
+  void captured_fill(const CapturedFill& fill, bool last) override;
+  Status drain_run() override;
+  void drop_capture() noexcept override;
+  void drop_all() noexcept override;
+  std::string graph_launch_where(uint64_t graph, uint32_t index) const override;
 };
 
 }  // namespace vkad::runtime

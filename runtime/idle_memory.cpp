@@ -1,6 +1,5 @@
 // The runtime's own memory given back (runtime.h, release_idle_memory): what a program that
 // frees everything relies on to see its memory come back.
-#include "runtime/graphs.h"
 #include "runtime/runtime.h"
 
 namespace vkad::runtime {

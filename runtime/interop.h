@@ -1,11 +1,11 @@
-// Sharing an ndarray's memory with another API (runtime/ndarray_export.cpp): an object a Runtime
-// holds (Runtime::interop()), sharing its thread model (runtime.h, "Threads") and its life.
+// Sharing an ndarray's memory with another API (runtime/ndarray_export.cpp): a view of a Runtime
+// (Runtime::interop()) that holds nothing of its own, under the runtime's thread model
+// (runtime.h, "Threads"); valid while its runtime lives.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <unordered_map>
 
 #include "runtime/runtime.h"
 
@@ -14,8 +14,6 @@ namespace vkad::runtime {
 class Runtime::Interop {
  public:
   explicit Interop(Runtime& rt) : rt_(rt), use_guard_(rt.use_guard_) {}
-  Interop(const Interop&) = delete;
-  Interop& operator=(const Interop&) = delete;
 
   // What the Python package's DLPack exchange is built on (docs/interop.md, "Sharing arrays
   // with PyTorch, JAX and numpy"). The memory stays the runtime's: a caller that hands it out must
@@ -57,17 +55,8 @@ class Runtime::Interop {
   void set_block_freed_hook(std::function<void(uint64_t)> hook);
 
  private:
-  friend class Runtime;
-  // Whether a host view of `array` is held (free_ndarray keeps such an array's buffer out of
-  // the ndarray pool: the view must not see another array's data).
-  bool viewed(uint64_t array) const { return host_views_.count(array) != 0; }
-  // Flush (to_device: before a submission) or invalidate (after synchronize) every held view.
-  Status sync_host_views(bool to_device);
-
   Runtime& rt_;
   UseGuard& use_guard_;  // the runtime's (VKAD_EXCLUSIVE_USE)
-  // hold_host_view's counts, of arrays in mapped memory that is not host-coherent only.
-  std::unordered_map<uint64_t, uint32_t> host_views_;
 };
 
 }  // namespace vkad::runtime

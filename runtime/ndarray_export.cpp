@@ -1,7 +1,6 @@
 // Runtime::Interop (interop.h): sharing an ndarray's memory with another API
 // -- where the bytes are, waiting for their last use, host views of
 // non-coherent memory, and opaque fds of the memory block and of the timeline semaphore.
-#include "runtime/graphs.h"
 #include "runtime/interop.h"
 
 namespace vkad::runtime {
@@ -53,21 +52,21 @@ Status Runtime::Interop::hold_host_view(NdArrayHandle array) {
     return make_error(ErrorCode::kUnsupported,
                       "host view of '" + it->second.name + "': its memory is not host-visible");
   }
-  if (!rt_.device_->allocator().block_info(alloc).host_coherent) ++host_views_[array.id];
+  if (!rt_.device_->allocator().block_info(alloc).host_coherent) ++rt_.host_views_[array.id];
   return {};
 }
 
 void Runtime::Interop::release_host_view(NdArrayHandle array) {
-  auto it = host_views_.find(array.id);
-  if (it != host_views_.end() && --it->second == 0) host_views_.erase(it);
+  auto it = rt_.host_views_.find(array.id);
+  if (it != rt_.host_views_.end() && --it->second == 0) rt_.host_views_.erase(it);
 }
 
-Status Runtime::Interop::sync_host_views(bool to_device) {
+Status Runtime::sync_host_views(bool to_device) {
   for (const auto& [id, count] : host_views_) {
-    auto a = rt_.arrays_.find(id);
-    if (a == rt_.arrays_.end()) continue;
+    auto a = arrays_.find(id);
+    if (a == arrays_.end()) continue;
     const rhi::Allocation& alloc = a->second.buffer.allocation();
-    VKAD_TRY(to_device ? rt_.device_->flush_mapped(alloc) : rt_.device_->invalidate_mapped(alloc));
+    VKAD_TRY(to_device ? device_->flush_mapped(alloc) : device_->invalidate_mapped(alloc));
   }
   return {};
 }
@@ -89,5 +88,7 @@ Result<int> Runtime::Interop::export_timeline_fd() {
 void Runtime::Interop::set_block_freed_hook(std::function<void(uint64_t)> hook) {
   rt_.device_->allocator().set_block_freed_hook(std::move(hook));
 }
+
+Runtime::Interop Runtime::interop() { return Interop(*this); }
 
 }  // namespace vkad::runtime

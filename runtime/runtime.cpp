@@ -12,8 +12,6 @@
 
 #include "abi/print_records.h"
 #include "base/cache_file.h"
-#include "runtime/graphs.h"
-#include "runtime/interop.h"
 #include "runtime/kernel_checks.h"
 #include "runtime/spirv_interface.h"
 
@@ -89,10 +87,7 @@ std::string handle_string(uint64_t id) {
   return std::to_string(id >> 32) + ":" + std::to_string(id & 0xffffffffu);
 }
 
-Runtime::Runtime()
-    : retirement_(kDefaultRetirementDepth),
-      interop_(new Interop(*this)),
-      graphs_(new Graphs(*this)) {}
+Runtime::Runtime() : retirement_(kDefaultRetirementDepth), graphs_(make_graphs(*this)) {}
 
 Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) {
   // A zero cap would dispatch no workgroups: every kernel would silently do nothing.
@@ -310,7 +305,7 @@ Status Runtime::free_ndarray(NdArrayHandle array) {
   VKAD_TRY(graphs_->drain_run());
   // A pooled array's buffer waits in the pool for the next pooled array of its size; a mapped
   // view the host may still hold keeps it out (the view must not see another array's data).
-  if (it->second.pooled && !interop_->viewed(array.id))
+  if (it->second.pooled && !host_views_.count(array.id))
     ndarray_pool_.put(std::move(it->second.buffer), it->second.bytes, *stream_);
   arrays_.erase(it);  // Buffer -> deferred deleter at the serial of its last use
   return {};
@@ -429,7 +424,7 @@ Status Runtime::fill(NdArrayHandle array, double value) {
   VKAD_TRY(device_->status());
   VKAD_ASSIGN_OR_RETURN(const CapturedFill f, fill_step(array, value));
   if (graphs_->capturing()) {
-    graphs_->captured_fill(f);
+    graphs_->captured_fill(f, /*last=*/true);
     return {};
   }
   NdArray& a = arrays_.find(array.id)->second;
@@ -820,7 +815,7 @@ Status Runtime::check_launch(KernelHandle kernel, std::span<const Arg> args) {
 Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id) {
   VKAD_EXCLUSIVE_USE("launch");
   // omit_next_barrier() asks it of this launch only: a refused one drops it.
-  const bool omit_barrier = std::exchange(graphs_->omit_next_barrier_, false);
+  const bool omit_barrier = graphs_->take_omit_barrier();
   VKAD_TRY(device_->status());
   auto kit = kernels_.find(kernel.id);
   if (kit == kernels_.end()) return dead_handle("launch", "kernel", kernel.id);
@@ -945,7 +940,7 @@ Result<rhi::StreamSemaphore> Runtime::submit_list() {
   list_.barrier(rhi::Barrier::kToHost);
   // Host writes through held views of non-coherent memory (ndarray_export.cpp), before the
   // submission that may read them.
-  VKAD_TRY(interop_->sync_host_views(/*to_device=*/true));
+  if (!host_views_.empty()) VKAD_TRY(sync_host_views(/*to_device=*/true));
   const bool profile = options_.profile_flush;
   const double submit_begin = timeline_ ? TimelineRecorder::now_us() : 0;
   Result<rhi::StreamSemaphore> sem = [&] {
@@ -1023,7 +1018,7 @@ Status Runtime::synchronize() {
     return make_error(ErrorCode::kTimeout, "synchronize: the last submission did not complete");
   }
   if (timeline_) timeline_->host("synchronize", "wait", wait_begin, TimelineRecorder::now_us());
-  VKAD_TRY(interop_->sync_host_views(/*to_device=*/false));
+  if (!host_views_.empty()) VKAD_TRY(sync_host_views(/*to_device=*/false));
   VKAD_TRY(drain_all());
   return errors_.take();
 }

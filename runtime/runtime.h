@@ -409,11 +409,12 @@ class Runtime {
   // zero_many() are captured instead of recorded (launch's `id` is left unchanged) and flush()
   // submits nothing; upload, download, copy, synchronize, set_retirement_depth, the timeline,
   // ndarray_memory and release_idle_memory return kFailedPrecondition naming the capture.
-  Graphs& graphs() { return *graphs_; }
-  const Graphs& graphs() const { return *graphs_; }
+  Graphs& graphs();
+  const Graphs& graphs() const;
 
   // --- sharing an ndarray's memory with another API (interop.h) ---
-  Interop& interop() { return *interop_; }
+  // A view (it holds nothing of its own: copy it freely while the runtime lives).
+  Interop interop();
 
   // Submits what was recorded (if anything) and runs the retirement policy. With nothing
   // recorded it only polls, and returns the semaphore of the last submission.
@@ -664,9 +665,37 @@ class Runtime {
   std::vector<rhi::Buffer*> bindings_;  // record_launch's scratch
 
   UseGuard use_guard_;  // see use_guard.h: the thread model, enforced
-  // Last: made with the runtime, destroyed first (~Runtime empties graphs_ before the device goes).
-  std::unique_ptr<Interop> interop_;
-  std::unique_ptr<Graphs> graphs_;
+  // hold_host_view's counts (Interop), of arrays in mapped memory that is not host-coherent only.
+  std::unordered_map<uint64_t, uint32_t> host_views_;
+  Status sync_host_views(bool to_device);  // flush (to_device) or invalidate them all
+
+  // What the runtime asks of its graphs where a launch, fill, flush or free meets an open capture
+  // (Graphs implements it, graphs.h): an interface, so that the runtime's own sources need nothing
+  // of graphs.h, which sits above them as a layer over the runtime.
+  class CaptureHooks {
+   public:
+    virtual ~CaptureHooks() = default;
+    virtual bool capturing() const = 0;
+    // kFailedPrecondition naming the open capture for `what`, a call a capture refuses.
+    virtual Status not_while_capturing(const char* what) const = 0;
+    virtual bool take_omit_barrier() = 0;  // omit_next_barrier's request, for this launch only
+    // A checked and planned launch (planned_, args_scratch_) or a fill into the open capture;
+    // `last`: the call's last fill (zero_many's fills are one step for a running capture).
+    virtual void captured_launch(const std::shared_ptr<const Kernel>& k, std::span<const Arg> args,
+                                 bool omit_barrier) = 0;
+    virtual void captured_fill(const CapturedFill& fill, bool last) = 0;
+    // free_ndarray's: a running capture's steps so far submitted (they bind buffers).
+    virtual Status drain_run() = 0;
+    // ~Runtime's two steps: a running capture stopped and the capture dropped; once drained,
+    // every graph released (their bundles go back to the stream before it is destroyed).
+    virtual void drop_capture() noexcept = 0;
+    virtual void drop_all() noexcept = 0;
+    // "launch k of graph 'name'" for a flagged replayed launch (the graph may be released).
+    virtual std::string graph_launch_where(uint64_t graph, uint32_t index) const = 0;
+  };
+  static std::unique_ptr<CaptureHooks> make_graphs(Runtime& rt);  // graph.cpp
+  // Last: made with the runtime, destroyed first (~Runtime empties it before the device goes).
+  std::unique_ptr<CaptureHooks> graphs_;
 };
 
 }  // namespace vkad::runtime
