@@ -48,6 +48,7 @@ void CompiledGraphs::settle() {
   if (!background_) return;
   join();
   std::unique_ptr<BackgroundRework> bg = std::move(background_);
+  spare_record_ = std::move(bg->record);
   if (bg->result == nullptr) return;
   Result<GraphHandle> g = install(*bg->result, /*keep_captured=*/true);
   if (!g.ok() || g->id == bg->graph.id) return;
@@ -73,17 +74,36 @@ Status CompiledGraphs::check_fixed_updates(GraphHandle graph,
   return {};
 }
 
-std::vector<CapturedStep> CompiledGraphs::captured_steps(
-    const runtime::Runtime::Graphs::GraphRecord& record) {
-  std::vector<CapturedStep> out;
-  out.reserve(record.size());
+void CompiledGraphs::copy_record(const runtime::Runtime::Graphs::GraphRecord& record,
+                                 RecordCopy* copy) {
+  RecordCopy& out = *copy;
+  out.steps.clear();
+  out.args.clear();
+  out.offset.clear();
+  out.steps.reserve(record.size());
+  out.offset.reserve(record.size() + 1);
+  out.offset.push_back(0);
   for (size_t i = 0; i < record.size(); ++i) {
-    const runtime::GraphStep s = record[i];
+    runtime::GraphStep s = record[i];
     if (s.launch) {
-      out.push_back({true, s.kernel, {s.args.begin(), s.args.end()}, 0.0});
+      out.args.insert(out.args.end(), s.args.begin(), s.args.end());
     } else {
-      out.push_back({false, {}, {Arg::ndarray(s.array)}, s.value});
+      out.args.push_back(Arg::ndarray(s.array));
     }
+    s.args = {};
+    out.steps.push_back(s);
+    out.offset.push_back(out.args.size());
+  }
+}
+
+std::vector<CapturedStep> CompiledGraphs::captured_steps(const RecordCopy& record) {
+  std::vector<CapturedStep> out;
+  out.reserve(record.steps.size());
+  for (size_t i = 0; i < record.steps.size(); ++i) {
+    const runtime::GraphStep& s = record.steps[i];
+    const auto begin = record.args.begin() + static_cast<ptrdiff_t>(record.offset[i]);
+    const auto end = record.args.begin() + static_cast<ptrdiff_t>(record.offset[i + 1]);
+    out.push_back({s.launch, s.kernel, {begin, end}, s.launch ? 0.0 : s.value});
   }
   return out;
 }
@@ -97,18 +117,21 @@ Result<GraphHandle> CompiledGraphs::rework(GraphHandle g, size_t session_steps,
   settle();  // one rework at a time: the previous one is installed first
   Result<runtime::Runtime::Graphs::GraphRecord> record = core_.rt->graphs().graph_record(g);
   if (!record.ok()) return g;
-  std::vector<CapturedStep> steps = captured_steps(*record);
-  compiler_.snapshot_extents(steps);
+  // Into the last rework's vectors: a training loop's record is the same size each time, and
+  // fresh pages for it cost the caller more than the copy (lavapipe, diffmpm).
+  RecordCopy copy = std::move(spare_record_);
+  copy_record(*record, &copy);
+  compiler_.snapshot_extents(std::span<const Arg>(copy.args));
   if (background) {
     auto bg = std::make_unique<BackgroundRework>();
     bg->graph = g;
-    bg->steps = std::move(steps);
+    bg->record = std::move(copy);
     BackgroundRework* b = bg.get();
     // The worker reads the session's kernel tables and caches, which are left alone until
     // join(), and writes only its result slot and `done`.
     auto work = [this, b, name]() {
       try {
-        b->result = compiler_.prepare_rework(b->graph, std::move(b->steps), name);
+        b->result = compiler_.prepare_rework(b->graph, captured_steps(b->record), name);
       } catch (...) {  // out of memory: the graph stays as captured
         b->result = std::make_unique<GraphCompiler::PreparedRework>();
         b->result->graph = b->graph;
@@ -121,11 +144,12 @@ Result<GraphHandle> CompiledGraphs::rework(GraphHandle g, size_t session_steps,
       background_ = std::move(bg);
       return g;
     } catch (const std::system_error&) {
-      steps = std::move(bg->steps);  // no thread to be had: the rework runs here
+      copy = std::move(bg->record);  // no thread to be had: the rework runs here
     }
   }
   std::unique_ptr<GraphCompiler::PreparedRework> p =
-      compiler_.prepare_rework(g, std::move(steps), name);
+      compiler_.prepare_rework(g, captured_steps(copy), name);
+  spare_record_ = std::move(copy);
   return install(*p, /*keep_captured=*/false);
 }
 
@@ -233,6 +257,7 @@ Status CompiledGraphs::release(GraphHandle graph) {
     join();
     if (background_->result != nullptr)
       (void)compiler_.register_rework_kernels(*background_->result);
+    spare_record_ = std::move(background_->record);
     background_.reset();
   }
   VKAD_TRY(core_.rt->graphs().release_graph(graph));

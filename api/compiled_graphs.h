@@ -83,10 +83,21 @@ class CompiledGraphs {
     // numbering), applied with the next replay's.
     std::vector<GraphUpdate> carried;
   };
+  // A graph's steps copied flat from the runtime's record, in a few vectors whatever their number
+  // (the copy is made at end_capture, on the caller's thread; the per-step vectors of
+  // CapturedStep are made from it by the rework, on its own): each launch's arguments and each
+  // fill's array (as Arg::ndarray) one after another in `args`, step i's from offset[i] to
+  // offset[i + 1].
+  struct RecordCopy {
+    std::vector<runtime::GraphStep> steps;  // `args` spans left empty: `offset` says where
+    std::vector<Arg> args;
+    std::vector<size_t> offset;
+  };
+  RecordCopy spare_record_;  // the last rework's input, emptied: the next copy's vectors
   // The background rework (CaptureOptions::background_rework): at most one runs at a time.
   struct BackgroundRework {
-    GraphHandle graph;                // as captured: the caller's handle
-    std::vector<CapturedStep> steps;  // the worker's input, copied from the runtime's record
+    GraphHandle graph;  // as captured: the caller's handle
+    RecordCopy record;  // the worker's input
     std::thread worker;
     std::atomic<bool> done{false};
     std::unique_ptr<GraphCompiler::PreparedRework> result;  // the worker's, written before `done`
@@ -94,10 +105,11 @@ class CompiledGraphs {
   };
 
   static std::vector<bool> scalar_params(std::span<const Arg> args);
-  // A graph's steps as the rework reads them, copied from the runtime's record: the rework may
-  // run on a thread of its own while replays update the graph's arguments.
-  static std::vector<CapturedStep> captured_steps(
-      const runtime::Runtime::Graphs::GraphRecord& record);
+  // A graph's steps as the rework reads them, copied from the runtime's record (copy_record):
+  // the rework may run on a thread of its own while replays update the graph's arguments.
+  // `copy`'s vectors are cleared and refilled (their capacity kept).
+  static void copy_record(const runtime::Runtime::Graphs::GraphRecord& record, RecordCopy* copy);
+  static std::vector<CapturedStep> captured_steps(const RecordCopy& record);
   // Makes the plan a graph (Runtime::Graphs::instantiate); `map` gets each capture-order launch's
   // place in it and `relaxed` whether a barrier was left out. `origins` (per capture-order launch
   // of `w`, or empty): what made each, kept by the launches made (a fused run's: what its members

@@ -32,14 +32,21 @@ const std::vector<uint32_t>* GraphCompiler::extents_of(uint64_t array) const {
 
 void GraphCompiler::snapshot_extents(std::span<const CapturedStep> steps) {
   rework_extents_.clear();
-  for (const CapturedStep& s : steps) {
-    for (const Arg& a : s.args) {
-      if (a.kind != abi::ParamKind::kNdArray) continue;
-      auto [it, fresh] = rework_extents_.try_emplace(a.array.id);
-      if (!fresh) continue;
-      Result<std::vector<uint32_t>> shape = core_.rt->shape(a.array);
-      if (shape.ok()) it->second = std::move(*shape);
-    }
+  for (const CapturedStep& s : steps) add_extents(s.args);
+}
+
+void GraphCompiler::snapshot_extents(std::span<const Arg> args) {
+  rework_extents_.clear();
+  add_extents(args);
+}
+
+void GraphCompiler::add_extents(std::span<const Arg> args) {
+  for (const Arg& a : args) {
+    if (a.kind != abi::ParamKind::kNdArray) continue;
+    auto [it, fresh] = rework_extents_.try_emplace(a.array.id);
+    if (!fresh) continue;
+    Result<std::vector<uint32_t>> shape = core_.rt->shape(a.array);
+    if (shape.ok()) it->second = std::move(*shape);
   }
 }
 

@@ -70,6 +70,7 @@ class GraphCompiler final : public KernelSink {
   // The array extents the next prepare_rework reads (each step's arrays, asked of the runtime
   // once per array, on the session's thread).
   void snapshot_extents(std::span<const CapturedStep> steps);
+  void snapshot_extents(std::span<const Arg> args);  // every ndarray among `args`
   // The rework of `captured` (graph `graph` as captured, called `name`): the session's pipeline
   // run over it, its kernels compiled. Where it throws (out of memory), the kernels compiled so
   // far are left for take_unregistered.
@@ -118,6 +119,7 @@ class GraphCompiler final : public KernelSink {
   // times: read from the runtime once per array), nullopt for a freed one. Emptied when a
   // rework starts and ends.
   std::unordered_map<uint64_t, std::optional<std::vector<uint32_t>>> rework_extents_;
+  void add_extents(std::span<const Arg> args);  // snapshot_extents' arrays not asked yet
 };
 
 }  // namespace vkad
