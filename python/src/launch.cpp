@@ -24,8 +24,11 @@ namespace vkad_py {
 // untracked items once it survives a collection), with NdArrays counted as atomic -- and is
 // untracked at once. A tuple holding anything else stays tracked.
 static bool gc_atomic(PyObject* item) {
-  return !(PyObject_IS_GC(item) && PyObject_GC_IsTracked(item)) ||
-         nb::isinstance<NdArray>(nb::handle(item));
+  if (!(PyObject_IS_GC(item) && PyObject_GC_IsTracked(item))) return true;
+  // An array holds no cycle but through a tape it views a gradient of (`owner`), whose record
+  // then holds it: a record with a view stays where the GC sees it.
+  NdArray* a = nullptr;
+  return nb::try_cast<NdArray*>(nb::handle(item), a) && a && a->owner.is_none();
 }
 void untrack_if_atomic(nb::handle tuple) {
   PyObject* t = tuple.ptr();

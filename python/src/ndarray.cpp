@@ -212,9 +212,26 @@ void Session::copy(nb::handle src, nb::handle dst) {
 
 namespace {
 
+// The cyclic GC sees what an array holds: a view's tape (`owner`), which may record the view
+// among its launches (a cycle through the binding that would otherwise keep the tape and its
+// gradients until the process ends), and the caller's gradient (`grad`). No tp_clear: clearing
+// `owner` would make the view free the tape's gradient; a cycle through a view is broken at
+// the tape's record (tape.cpp), one through `a.grad` at the Python objects around it.
+int ndarray_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) return 0;
+  const NdArray* a = nb::inst_ptr<NdArray>(self);
+  Py_VISIT(a->owner.ptr());
+  Py_VISIT(a->grad.ptr());
+  return 0;
+}
+
+PyType_Slot ndarray_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(ndarray_traverse)},
+                               {0, nullptr}};
+
 // vkad.NdArray.
 void bind_ndarray(nb::module_& m) {
-  nb::class_<NdArray>(m, "NdArray", nb::is_weak_referenceable(),
+  nb::class_<NdArray>(m, "NdArray", nb::is_weak_referenceable(), nb::type_slots(ndarray_slots),
                       "A device array owned by a Session; freed when collected.")
       .def_prop_ro("shape",
                    [](const NdArray& a) {

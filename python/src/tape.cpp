@@ -222,9 +222,32 @@ void set_checkpoint_every(Tape& t, uint32_t k) {
 
 }  // namespace
 
+namespace {
+
+// The cyclic GC sees the recording (`launches`): a gradient view (Tape.grad) launched on its own
+// tape is held by the record and holds the tape. Clearing the recording breaks such a cycle
+// once nothing else reaches it.
+int tape_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) return 0;
+  Py_VISIT(nb::inst_ptr<Tape>(self)->launches.ptr());
+  return 0;
+}
+
+int tape_clear(PyObject* self) {
+  if (nb::inst_ready(self)) nb::inst_ptr<Tape>(self)->launches = nb::list();
+  return 0;
+}
+
+PyType_Slot tape_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(tape_traverse)},
+                            {Py_tp_clear, reinterpret_cast<void*>(tape_clear)},
+                            {0, nullptr}};
+
+}  // namespace
+
 void bind_tape(nb::module_& m, nb::class_<Session>& session) {
   (void)session;
-  nb::class_<Tape>(m, "_Tape",
+  nb::class_<Tape>(m, "_Tape", nb::type_slots(tape_slots),
                    "The session's vkad::Tape (api/tape.h), behind vkad.Tape (python/vkad/tape.py).")
       .def(
           "__init__", [](Tape* t, Session& s) { new (t) Tape(s.st); }, "session"_a)

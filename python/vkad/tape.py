@@ -20,7 +20,8 @@ launch first. Nothing waits. A gradient is `array.grad` when the caller set one
 makes (same dtype and shape) the first time a backward needs it and keeps while the array
 lives: after the first iteration backward allocates and frees nothing. The gradient of an array
 that was freed or collected is freed at the next recording or backward. t.grad(x) views a
-gradient the tape made: the view keeps the tape alive, and the tape frees the array.
+gradient the tape made: the view keeps the tape alive, and the tape frees the array (a view
+launched on its own tape is a cycle the garbage collector frees with the tape).
 
 As in reverse mode generally, the adjoints read the forward's inputs as they are when they run:
 a launch recorded later must not overwrite an input of an earlier one (keep each step's state:

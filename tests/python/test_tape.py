@@ -191,6 +191,26 @@ def test_a_gradient_the_tape_made_is_a_view_that_keeps_the_tape(session, step):
     assert s.stats()["ndarrays"] == count - 2  # x's and y's gradients, with the tape
 
 
+def test_a_gradient_view_launched_on_its_own_tape_goes_with_the_tape(session, step):
+    # The view keeps the tape; launched on that tape, the tape's record keeps the view: a cycle
+    # through the binding. The cyclic GC must see it, or the tape and its gradients stay until
+    # the process ends.
+    s = session
+    x, y, z = s.ndarray(X0), s.empty(N, vkad.f32), s.empty(N, vkad.f32)
+    t = s.tape()
+    with t:
+        s.launch(step, x, y)
+    t.backward(seed={y: 1.0})
+    g = t.grad(x)
+    with t:
+        s.launch(step, g, z)
+    s.synchronize()
+    count = s.stats()["ndarrays"]
+    del t, g
+    gc.collect()
+    assert s.stats()["ndarrays"] == count - 2  # x's and y's gradients, with the tape
+
+
 def test_unsetting_array_grad_gives_the_gradient_back_to_the_tape(session, step):
     s = session
     x, y = s.ndarray(X0), s.empty(N, vkad.f32)
