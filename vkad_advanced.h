@@ -15,6 +15,8 @@
 #include "rhi/device.h"
 #include "rhi/pipeline.h"
 #include "rhi/stream.h"
+#include "runtime/graphs.h"
+#include "runtime/interop.h"
 #include "runtime/runtime.h"
 #include "spirv/compiler.h"
 #include "vkad.h"
