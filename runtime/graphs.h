@@ -23,16 +23,11 @@
 #pragma once
 
 #include <array>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -90,9 +85,7 @@ class Runtime::Graphs : public Runtime::CaptureHooks {
                 LaunchId* first = nullptr);
   // Drops the graph (its pipelines return to the cache's care). kNotFound for a dead handle.
   Status release_graph(GraphHandle graph);
-  // Whether a capture is open; the steps (launches and fills) of a graph (kNotFound for a dead
-  // handle): what Session checks its count of the steps it captured against (a step captured
-  // through runtime() meanwhile leaves its graph unreworked).
+  // Whether a capture is open.
   bool capturing() const override { return capture_ != nullptr; }
   // During a capture: the next launch captured is recorded without the barrier that otherwise
   // follows the launch captured last, so the two may run concurrently. For a caller that has
@@ -108,6 +101,9 @@ class Runtime::Graphs : public Runtime::CaptureHooks {
   // Session::launch_loop) wants, so the device starts it while the caller goes on. Nothing
   // otherwise (kFailedPrecondition while another thread uses the runtime).
   Status cut_capture_run();
+  // The steps (launches and fills) of a graph (kNotFound for a dead handle): what Session checks
+  // its count of the steps it captured against (a step captured through runtime() meanwhile
+  // leaves its graph unreworked).
   Result<size_t> graph_steps(GraphHandle graph) const;
   // The kernel name of each of a graph's launches, in the numbering replay updates take
   // (kNotFound for a dead handle).

@@ -17,18 +17,20 @@ namespace vkad_py {
 // A tape keeps one (kernel, args) tuple per recorded launch, ~10^4 an iteration. Tracked, they
 // pile up in the cyclic GC's older generations, and that growth is what makes CPython run full
 // collections (several ms each, over every tracked object of the process) in the middle of a
-// recording. Their items are kernels and numbers, which the GC does not track, and NdArrays,
-// which it tracks only because they take weak references: an NdArray shows the GC no reference
-// of its own (its `grad` is a C++ member), so no cycle the GC could find passes through one.
-// Such a tuple can be in no collectable cycle -- CPython's own rule (it untracks a tuple of
-// untracked items once it survives a collection), with NdArrays counted as atomic -- and is
-// untracked at once. A tuple holding anything else stays tracked.
+// recording. Their items are kernels and numbers, which the GC does not track, and NdArrays. An
+// NdArray shows the GC two references (ndarray.cpp): the tape a gradient view keeps (`owner`)
+// and the caller's gradient (`grad`); one with neither can close no cycle, so a tuple of such
+// arrays, kernels and numbers can be in no collectable cycle -- CPython's own rule (it untracks
+// a tuple of untracked items once it survives a collection), with those arrays counted as
+// atomic -- and is untracked at once. A tuple holding anything else stays tracked. Not seen: an
+// array given a `grad` after a tuple holding it was untracked (a cycle through it needs that
+// gradient to be a view of the very tape that recorded the tuple; such a tape then stays until
+// exit).
 static bool gc_atomic(PyObject* item) {
   if (!(PyObject_IS_GC(item) && PyObject_GC_IsTracked(item))) return true;
-  // An array holds no cycle but through a tape it views a gradient of (`owner`), whose record
-  // then holds it: a record with a view stays where the GC sees it.
   NdArray* a = nullptr;
-  return nb::try_cast<NdArray*>(nb::handle(item), a) && a && a->owner.is_none();
+  return nb::try_cast<NdArray*>(nb::handle(item), a) && a && a->owner.is_none() &&
+         a->grad.is_none();
 }
 void untrack_if_atomic(nb::handle tuple) {
   PyObject* t = tuple.ptr();

@@ -232,9 +232,24 @@ void bind_loop_index(nb::module_& m) {
       .def("__repr__", &LoopIndex::repr);
 }
 
+// The cyclic GC sees a loop record's kernels and arguments: a tape's gradient view passed to a
+// Session.loop on that tape is held here and holds the tape (ndarray.cpp, tape.cpp).
+int loop_record_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) return 0;
+  for (const LoopEntry& e : nb::inst_ptr<LoopRecord>(self)->entries) {
+    Py_VISIT(e.kernel.ptr());
+    Py_VISIT(e.values.ptr());
+  }
+  return 0;
+}
+
+PyType_Slot loop_record_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(loop_record_traverse)},
+                                   {0, nullptr}};
+
 // vkad.LoopRecord: a tape's record of a Session.loop.
 void bind_loop_record(nb::module_& m) {
-  nb::class_<LoopRecord>(m, "LoopRecord",
+  nb::class_<LoopRecord>(m, "LoopRecord", nb::type_slots(loop_record_slots),
                          "A Session.loop as a tape recorded it (an entry of Tape.launches).")
       .def_prop_ro("count", [](const LoopRecord& r) { return r.count; })
       .def_prop_ro("start", [](const LoopRecord& r) { return r.start; })

@@ -214,9 +214,10 @@ namespace {
 
 // The cyclic GC sees what an array holds: a view's tape (`owner`), which may record the view
 // among its launches (a cycle through the binding that would otherwise keep the tape and its
-// gradients until the process ends), and the caller's gradient (`grad`). No tp_clear: clearing
-// `owner` would make the view free the tape's gradient; a cycle through a view is broken at
-// the tape's record (tape.cpp), one through `a.grad` at the Python objects around it.
+// gradients until the process ends), and the caller's gradient (`grad`, which may be an array
+// whose own `grad` is this one). tp_clear drops `grad` only: clearing `owner` would make the
+// view free the tape's gradient; a cycle through a view is broken at the tape's record
+// (tape.cpp).
 int ndarray_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(Py_TYPE(self));
   if (!nb::inst_ready(self)) return 0;
@@ -226,7 +227,17 @@ int ndarray_traverse(PyObject* self, visitproc visit, void* arg) {
   return 0;
 }
 
+int ndarray_clear(PyObject* self) {
+  if (!nb::inst_ready(self)) return 0;
+  NdArray* a = nb::inst_ptr<NdArray>(self);
+  if (a->grad.is_none()) return 0;
+  if (a->st) a->st->with_grad.erase(a->handle.id);  // as the setter does for None
+  a->grad = nb::none();
+  return 0;
+}
+
 PyType_Slot ndarray_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(ndarray_traverse)},
+                               {Py_tp_clear, reinterpret_cast<void*>(ndarray_clear)},
                                {0, nullptr}};
 
 // vkad.NdArray.

@@ -191,10 +191,11 @@ def test_a_gradient_the_tape_made_is_a_view_that_keeps_the_tape(session, step):
     assert s.stats()["ndarrays"] == count - 2  # x's and y's gradients, with the tape
 
 
-def test_a_gradient_view_launched_on_its_own_tape_goes_with_the_tape(session, step):
-    # The view keeps the tape; launched on that tape, the tape's record keeps the view: a cycle
-    # through the binding. The cyclic GC must see it, or the tape and its gradients stay until
-    # the process ends.
+@pytest.mark.parametrize("looped", [False, True])
+def test_a_gradient_view_launched_on_its_own_tape_goes_with_the_tape(session, step, looped):
+    # The view keeps the tape; launched on that tape (as a launch, or in a Session.loop's body),
+    # the tape's record keeps the view: a cycle through the binding. The cyclic GC must see it,
+    # or the tape and its gradients stay until the process ends.
     s = session
     x, y, z = s.ndarray(X0), s.empty(N, vkad.f32), s.empty(N, vkad.f32)
     t = s.tape()
@@ -203,7 +204,11 @@ def test_a_gradient_view_launched_on_its_own_tape_goes_with_the_tape(session, st
     t.backward(seed={y: 1.0})
     g = t.grad(x)
     with t:
-        s.launch(step, g, z)
+        if looped:
+            s.loop(0, 1, lambda i: s.launch(step, g, z))
+        else:
+            s.launch(step, g, z)
+    assert isinstance(t.launches[0], vkad.LoopRecord) == looped
     s.synchronize()
     count = s.stats()["ndarrays"]
     del t, g
