@@ -442,6 +442,9 @@ struct Tape {
   Tape(const Tape&) = delete;
   Tape& operator=(const Tape&) = delete;
   vkad::Tape& get();  // raises when the session is closed
+  // Forgets the Python side of the recording (reset(), and the GC's tp_clear): false with a
+  // Python error set where the list could not be emptied.
+  bool clear_record();
   // After tape->launch accepted a launch of `k` with `args` (the Python tuple): its record.
   void record(nb::handle kernel, Kernel* k, nb::handle args);
   // After tape->launch_loop recorded a Session.loop: its LoopRecord (`rec`, the Python object).

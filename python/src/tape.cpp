@@ -38,6 +38,13 @@ Tape::~Tape() {
   }
 }
 
+bool Tape::clear_record() {
+  record_kernels.clear();
+  loop_lens.clear();
+  // The same list object, emptied (Tape.launches may be held by the caller).
+  return PySequence_DelSlice(launches.ptr(), 0, PY_SSIZE_T_MAX) == 0;
+}
+
 vkad::Tape& Tape::get() {
   if (!tape) raise(Status(ErrorCode::kFailedPrecondition, "the session is closed"));
   return *tape;
@@ -161,10 +168,7 @@ void backward(Tape& t, nb::list seeds) {
 void reset(Tape& t) {
   // The Python objects first: arrays only the recording held are freed now, so the tape's
   // reset drops their gradients.
-  t.record_kernels.clear();
-  t.loop_lens.clear();
-  // The same list object, emptied (Tape.launches may be held by the caller).
-  if (PySequence_DelSlice(t.launches.ptr(), 0, PY_SSIZE_T_MAX) != 0) throw nb::python_error();
+  if (!t.clear_record()) throw nb::python_error();
   Locked l(*t.st);
   t.get().reset();
   // Arrays freed since: the tape dropped their gradients, and forgets the caller's here.
@@ -236,11 +240,8 @@ int tape_traverse(PyObject* self, visitproc visit, void* arg) {
 
 int tape_clear(PyObject* self) {
   if (!nb::inst_ready(self)) return 0;
-  Tape* t = nb::inst_ptr<Tape>(self);
-  // Emptied in place, as reset() does (no allocation and nothing thrown inside the GC).
-  t->record_kernels.clear();
-  t->loop_lens.clear();
-  if (PySequence_DelSlice(t->launches.ptr(), 0, PY_SSIZE_T_MAX) != 0) PyErr_Clear();
+  // As reset() does, but nothing may be thrown inside the GC.
+  if (!nb::inst_ptr<Tape>(self)->clear_record()) PyErr_Clear();
   return 0;
 }
 
