@@ -289,7 +289,63 @@ Result<NdArrayHandle> Session::ndarray(DType dtype, std::vector<uint32_t> shape,
 }
 Status Session::free(NdArrayHandle array) { return core_->rt->free_ndarray(array); }
 Status Session::zero(NdArrayHandle array) { return fill(array, 0.0); }
-Status Session::copy(NdArrayHandle src, NdArrayHandle dst) { return core_->rt->copy(src, dst); }
+namespace {
+
+// A copy kernel's IR: `dst[i...] = src[i...]` over every element of two arrays of `dtype` and
+// `rank`, an N-d task over the first three axes (serial loops over the rest, innermost last).
+std::string copy_kernel_ir(DType dtype, uint32_t rank) {
+  const std::string t = runtime::dtype_name(dtype), r = std::to_string(rank);
+  std::string ir = "kernel vkad_copy_" + t + "_" + r + "(src: ndarray<" + t + ", " + r +
+                   ">, dst: ndarray<" + t + ", " + r + ">) {\n  task copy parallel ";
+  std::string index, close;
+  for (uint32_t a = 0; a < rank; ++a) index += (a ? ", %i" : "%i") + std::to_string(a);
+  for (uint32_t a = 0; a < std::min(rank, 3u); ++a) {
+    ir +=
+        (a ? ", %i" : "%i") + std::to_string(a) + " in [0, shape(src, " + std::to_string(a) + "))";
+  }
+  ir += " {\n";
+  if (rank > 3) ir += "    %zero = const 0 : i32\n";
+  for (uint32_t a = 3; a < rank; ++a) {
+    const std::string n = std::to_string(a);
+    ir += "    %n" + n + " = shape src " + n + " : i32\n    for %i" + n + " in [%zero, %n" + n +
+          ") {\n";
+    close += "    }\n";
+  }
+  ir += "    %v = load src[" + index + "] : " + t + "\n    store dst[" + index + "], %v\n" + close +
+        "  }\n}\n";
+  return ir;
+}
+
+}  // namespace
+
+Status Session::copy(NdArrayHandle src, NdArrayHandle dst) {
+  if (core_->capture && !core_->rt->graphs().capturing())
+    core_->capture.reset();  // ended through runtime()
+  if (!core_->capture) return core_->rt->copy(src, dst);
+  // Inside a capture a copy is a launch of a copy kernel (one per dtype and rank, kept while
+  // the session lives): a graph step like any other, which the graph passes schedule around
+  // what it reads and writes (a checkpointed tape's copies are captured this way).
+  VKAD_ASSIGN_OR_RETURN(DType t, dtype(src));
+  VKAD_ASSIGN_OR_RETURN(std::vector<uint32_t> shape, this->shape(src));
+  VKAD_ASSIGN_OR_RETURN(DType dt, dtype(dst));
+  VKAD_ASSIGN_OR_RETURN(std::vector<uint32_t> dshape, this->shape(dst));
+  if (src.id == dst.id || t != dt || shape != dshape) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "copy " + runtime::handle_string(src.id) + " -> " +
+                          runtime::handle_string(dst.id) +
+                          (src.id == dst.id ? ": source and destination are one array"
+                                            : ": dtypes or shapes differ"));
+  }
+  const uint64_t key = static_cast<uint64_t>(t) << 32 | shape.size();
+  auto k = copy_kernels_.find(key);
+  if (k == copy_kernels_.end()) {
+    VKAD_ASSIGN_OR_RETURN(KernelHandle h,
+                          compile(copy_kernel_ir(t, static_cast<uint32_t>(shape.size()))));
+    k = copy_kernels_.emplace(key, h).first;
+  }
+  const Arg args[] = {Arg::ndarray(src), Arg::ndarray(dst)};
+  return launch(k->second, args);
+}
 
 Result<KernelHandle> Session::clearing_adjoint(const Differentiated& d) {
   graphs_->join();
@@ -387,6 +443,9 @@ Status Session::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
     ++core_->capture->launches;
   }
   return {};
+}
+uint32_t Session::captured_launches() const {
+  return core_->capture && core_->rt->graphs().capturing() ? core_->capture->launches : 0;
 }
 Status Session::prepare(KernelHandle kernel, std::span<const Arg> args) {
   return core_->rt->prepare(kernel, args);

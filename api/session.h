@@ -319,7 +319,9 @@ class Session {
   Status zero(NdArrayHandle array);
   Status fill(NdArrayHandle array, double value);
   // Copies one array into another of the same dtype and shape on the device, ordered with
-  // launches; nothing waits (runtime::Runtime::copy). Not while capturing.
+  // launches; nothing waits (runtime::Runtime::copy). Inside a capture (begin_capture) it is
+  // a launch of a copy kernel this session makes per dtype and rank ('vkad_copy_f32_2'): it
+  // takes a launch index in the graph (GraphUpdate) and is scheduled and fused like any launch.
   Status copy(NdArrayHandle src, NdArrayHandle dst);
   // Zeroes every array of `arrays` with one barrier pair around one fill each
   // (runtime::Runtime::zero_many): every handle is checked first, and an error (naming the bad
@@ -458,6 +460,9 @@ class Session {
   // kNotFound for a dead handle.
   Result<std::vector<std::string>> graph_launch_names(GraphHandle graph) const;
   Result<uint32_t> graph_launch(GraphHandle graph, std::string_view name) const;
+  // The launches the open capture (begun here) holds so far: the GraphUpdate index the next
+  // one takes. 0 without one. For front doors that mirror a capture's launches.
+  uint32_t captured_launches() const;
   // Submits what was recorded; never waits for the device.
   Status flush();
   // Waits for everything this session submitted; reports device errors (kDeviceError).
@@ -508,6 +513,8 @@ class Session {
   // forward handle id.
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::Kernel>> forward_ir_;
   std::unordered_map<uint64_t, KernelHandle> clearing_;
+  // copy()'s kernels inside a capture, by dtype << 32 | rank.
+  std::unordered_map<uint64_t, KernelHandle> copy_kernels_;
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::KernelAccess>> access_;
 };
 

@@ -627,7 +627,7 @@ Status Tape::backward(std::span<const TapeSeed> seeds, std::vector<TapeAdjointLa
         s.data != nullptr ? session_->upload(g, s.data, s.bytes) : session_->fill(g, s.value),
         "tape.backward");
   }
-  if (checkpoint_every_ > 0) return checkpointed_backward();
+  if (checkpoint_every_ > 0) return checkpointed_backward(launched);
   for (size_t i = records_.size(); i-- > 0;) {
     const Record& r = records_[i];
     if (r.loop_len == 0) {
@@ -645,9 +645,13 @@ Status Tape::backward(std::span<const TapeSeed> seeds, std::vector<TapeAdjointLa
   return {};
 }
 
-Status Tape::checkpointed_backward() {
+Status Tape::checkpointed_backward(std::vector<TapeAdjointLaunch>* launched) {
   const size_t n = records_.size(), k = checkpoint_every_;
-  auto copy = [&](NdArrayHandle from, NdArrayHandle to) { return session_->copy(from, to); };
+  auto copy = [&](NdArrayHandle from, NdArrayHandle to) {
+    VKAD_TRY(session_->copy(from, to));
+    if (launched) launched->push_back({0, false, {}, false, true});
+    return Status{};
+  };
   // The recording's end state, put back at the end.
   std::vector<uint64_t> all;
   for (const std::vector<uint64_t>& seg : segment_arrays_) {
@@ -680,6 +684,7 @@ Status Tape::checkpointed_backward() {
       VKAD_TRY_CTX(session_->launch(r.forward,
                                     std::span<const Arg>(args_.data() + r.arg_begin, r.arg_count)),
                    "tape.backward: forward of launch " + std::to_string(j) + " again");
+      if (launched) launched->push_back({j, false, {}, true, false});
     }
     // 3. Last launch first: what it wrote put back as it was before it, then its adjoint,
     //    which sees the arrays as the launch saw them.
@@ -690,6 +695,7 @@ Status Tape::checkpointed_backward() {
         VKAD_TRY_CTX(copy(launch_copies_.at({j - first, a.id}), a), "tape.backward");
       }
       VKAD_TRY(launch_adjoint(j));
+      if (launched) launched->push_back({j, false, {}, false, false});
     }
   }
   for (uint64_t a : all) {

@@ -45,8 +45,8 @@
 // ring's arrays, plus one copy of each written array per segment (S / K) and per launch of a
 // segment (K), plus one of the recording's end state (backward puts it back when it is done,
 // so the arrays hold what the forward left, as without checkpointing); compute: the forward
-// twice. Copies cannot be captured: a checkpointed tape's launches and backward are refused
-// while a graph capture is open.
+// twice. Inside a graph capture the copies are launches of copy kernels (Session::copy), so a
+// checkpointed iteration is captured, reworked and replayed like any other.
 //
 // Contract: every fallible call returns Status / Result and never throws. A Tape borrows its
 // Session, which must outlive it, and is externally synchronised like the session. Launches
@@ -104,13 +104,17 @@ class TapeLoopChecks {
   std::vector<std::unique_ptr<Entry>> entries_;
 };
 
-// One adjoint launch, or adjoint loop, a backward made, in order (Tape::backward's `launched`):
-// for front doors that mirror a graph capture's launches (Python's Graph). `record`: the
-// record whose adjoint ran (a launch_loop group's first, then `loop` says how the loop ran).
+// One launch, or adjoint loop, a backward made, in order (Tape::backward's `launched`): for
+// front doors that mirror a graph capture's launches (Python's Graph). `record`: the record
+// whose adjoint ran (a launch_loop group's first, then `loop` says how the loop ran). A
+// checkpointed tape's backward also launches records' forwards again (`is_forward`) and copies
+// (`is_copy`: Session::copy, a launch of a copy kernel inside a capture, one entry each).
 struct TapeAdjointLaunch {
   size_t record = 0;
   bool is_loop = false;
   LoopInfo loop;
+  bool is_forward = false;
+  bool is_copy = false;
 };
 
 // d(objective)/d(array) for one output: `value` for every element, or, when `data` is not
@@ -272,7 +276,7 @@ class Tape {
   using SlotKey = std::pair<uint64_t, uint64_t>;  // (slot, array handle id)
   Result<NdArrayHandle> copy_slot(std::map<SlotKey, NdArrayHandle>& pool, uint64_t slot,
                                   NdArrayHandle array);
-  Status checkpointed_backward();
+  Status checkpointed_backward(std::vector<TapeAdjointLaunch>* launched);
   bool differentiated(NdArrayHandle array) const;
   // The gradient of record r's k-th differentiated parameter: its array's, or, for a scalar,
   // the one of (r.forward, parameter). Listed by backward before any adjoint asks.

@@ -362,7 +362,8 @@ struct Graph {
   std::vector<Kernel*> kernels;
   std::unordered_set<const Kernel*> seen;
   nb::list held;
-  // k null: a Session.loop's rolled launch (no Python kernel; its scalars cannot be updated).
+  // k null: a Session.loop's rolled launch or a checkpointing tape's copy (no Python kernel;
+  // no scalars to update).
   void add(Kernel* k) {
     kernels.push_back(k);
     if (k && seen.insert(k).second) held.append(nb::find(k));

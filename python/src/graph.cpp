@@ -13,7 +13,8 @@ namespace vkad_py {
 namespace {
 
 // Graph.launch_names: each launch's kernel name, '#k' on its k-th repeat (as
-// vkad::Session::graph_launch_names names them); nullopt for a Session.loop's rolled launch.
+// vkad::Session::graph_launch_names names them); nullopt for a Session.loop's rolled launch
+// and a checkpointing tape's copies.
 std::vector<std::optional<std::string>> launch_names(const Graph& g) {
   std::vector<std::optional<std::string>> out;
   std::unordered_map<std::string, uint32_t> seen;
@@ -118,9 +119,10 @@ void Session::replay(Graph& g, nb::handle updates) {
       Kernel* k = g.kernels[launch];
       if (!k) {
         invalid("replay of graph '" + g.name + "': update of launch " + std::to_string(launch) +
-                ", made by a Session.loop that runs as one resident kernel or as its reworked "
-                "launches (Session.prepare_loop): its scalars are fixed (replace them through "
-                "an array, or capture the loop's launches one by one)");
+                ": a checkpointing tape's copy (no scalars), or a launch made by a Session.loop "
+                "that runs as one resident kernel or as its reworked launches "
+                "(Session.prepare_loop): its scalars are fixed (replace them through an array, "
+                "or capture the loop's launches one by one)");
       }
       if (param >= k->params.size() || k->params[param].array) {
         invalid("replay of graph '" + g.name + "', launch " + std::to_string(launch) + " ('" +
@@ -153,7 +155,8 @@ void bind_graph(nb::module_& m) {
           "A unique name for each captured launch, by the index replay updates take (capture "
           "order: a tape's backward adds its adjoints, '<kernel>_adjoint', last launch first): "
           "the kernel's name, '#k' appended to its k-th repeat ('step', 'step#1', ...); None "
-          "for a Session.loop's rolled launch. A replay update may name its launch by it: "
+          "for a Session.loop's rolled launch and a checkpointing tape's copies. A replay update "
+          "may name its launch by it: "
           "g.replay([('step_adjoint#2', 0, 0.5)]). vkad::Session::graph_launch_names in C++.")
       .def(
           "release",

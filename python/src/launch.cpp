@@ -207,11 +207,13 @@ void Session::launch_converted(nb::handle kernel, Kernel* k, std::span<const Arg
             "': a differentiated kernel launched on a recording tape "
             "without its Python arguments");
   }
+  uint32_t captured = 0;  // launches in the open capture after this one
   {
     Locked l(*st);
     if (tape) {
       (void)st->get();  // a closed session's message first
       check(tape->get().launch(*k->diff, span));
+      captured = st->get().captured_launches();
     } else {
       vkad::runtime::Runtime& rt = st->get().runtime();
       rt.set_launch_note(note, note_index);
@@ -221,7 +223,12 @@ void Session::launch_converted(nb::handle kernel, Kernel* k, std::span<const Arg
     }
   }
   if (tape) tape->record(kernel, k, args);
-  if (!st->capture.is_none()) nb::cast<Graph*>(st->capture)->add(k);
+  if (!st->capture.is_none()) {
+    Graph* g = nb::cast<Graph*>(st->capture);
+    // A checkpointing tape's copies before the launch: launches of copy kernels there.
+    while (tape && g->kernels.size() + 1 < captured) g->add(nullptr);
+    g->add(k);
+  }
 }
 
 void Session::prepare(nb::handle kernel, nb::args args) {

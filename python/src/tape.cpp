@@ -125,8 +125,13 @@ void add_to_capture(Tape& t, std::span<const vkad::TapeAdjointLaunch> launched) 
   if (t.st->capture.is_none()) return;
   Graph* g = nb::cast<Graph*>(t.st->capture);
   for (const vkad::TapeAdjointLaunch& l : launched) {
+    if (l.is_copy) {  // a checkpointing tape's copy: a launch of a copy kernel
+      g->add(nullptr);
+      continue;
+    }
     if (!l.is_loop) {
-      g->add(adjoint_of(t.record_kernels[l.record]));
+      Kernel* fwd = t.record_kernels[l.record];
+      g->add(l.is_forward ? fwd : adjoint_of(fwd));
       continue;
     }
     const uint32_t len = t.loop_lens.at(l.record);

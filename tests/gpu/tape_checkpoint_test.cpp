@@ -71,36 +71,47 @@ class TapeCheckpoint : public ValidatedSessionFixture<::testing::TestWithParam<u
     EXPECT_TRUE(s_->download(h, std::span<float>(out)).ok());
     return out;
   }
+  // The reference: one array per step, default tape. Returns dL/dx0, x_S and the loss.
+  struct Reference {
+    std::vector<float> grad, last;
+    float loss = 0;
+  };
+  Reference per_step(const std::vector<float>& x0) {
+    Reference want;
+    Tape t(*s_);
+    std::vector<NdArrayHandle> xs;
+    for (uint32_t j = 0; j <= kSteps; ++j) {
+      xs.push_back(array(j == 0 ? x0 : std::vector<float>(kN, 0), "x" + std::to_string(j)));
+    }
+    NdArrayHandle loss = array({0}, "loss");
+    for (uint32_t j = 0; j < kSteps; ++j) {
+      EXPECT_TRUE(
+          t.launch(step_, {Arg::ndarray(xs[j]), Arg::ndarray(xs[j + 1]), Arg::f32(c_of(j))}).ok());
+    }
+    EXPECT_TRUE(t.launch(loss_, {Arg::ndarray(xs[kSteps]), Arg::ndarray(loss)}).ok());
+    EXPECT_TRUE(t.backward({TapeSeed::of_value(loss, 1.0)}).ok());
+    want.grad = read(*t.grad(xs[0]));
+    want.last = read(xs[kSteps]);
+    want.loss = read(loss, 1)[0];
+    for (NdArrayHandle x : xs) EXPECT_TRUE(s_->free(x).ok());
+    EXPECT_TRUE(s_->free(loss).ok());
+    return want;
+  }
+  void expect_near(const std::vector<float>& got, const Reference& want, const std::string& what) {
+    for (uint32_t i = 0; i < kN; ++i) {
+      // The same f32 operations; only the loss's atomic sum may add in another order.
+      ASSERT_NEAR(got[i], want.grad[i], 1e-5 * std::fabs(want.grad[i]) + 1e-7)
+          << what << ", element " << i;
+    }
+  }
   Differentiated step_, loss_;
   std::vector<float> x0_;
 };
 
-// The reference: one array per step, default tape. Returns dL/dx0, x_S and the loss.
-struct Reference {
-  std::vector<float> grad, last;
-  float loss = 0;
-};
-
 TEST_P(TapeCheckpoint, ARingOfTwoArraysGetsThePerStepProgramsGradients) {
   const uint32_t k = GetParam();
-  Reference want;
-  {
-    Tape t(*s_);
-    std::vector<NdArrayHandle> xs;
-    for (uint32_t j = 0; j <= kSteps; ++j) {
-      xs.push_back(array(j == 0 ? x0_ : std::vector<float>(kN, 0), "x" + std::to_string(j)));
-    }
-    NdArrayHandle loss = array({0}, "loss");
-    for (uint32_t j = 0; j < kSteps; ++j) {
-      ASSERT_TRUE(
-          t.launch(step_, {Arg::ndarray(xs[j]), Arg::ndarray(xs[j + 1]), Arg::f32(c_of(j))}).ok());
-    }
-    ASSERT_TRUE(t.launch(loss_, {Arg::ndarray(xs[kSteps]), Arg::ndarray(loss)}).ok());
-    ASSERT_TRUE(t.backward({TapeSeed::of_value(loss, 1.0)}).ok());
-    want.grad = read(*t.grad(xs[0]));
-    want.last = read(xs[kSteps]);
-    want.loss = read(loss, 1)[0];
-  }
+  Reference want = per_step(x0_);
+  if (HasFatalFailure()) return;
   // The ring: step j reads ring[j % 2] and writes ring[(j + 1) % 2]. The default tape refuses
   // it (step 2 overwrites what step 0 read) ...
   NdArrayHandle ring[2] = {array(x0_, "ring0"), array(std::vector<float>(kN, 0), "ring1")};
@@ -136,11 +147,8 @@ TEST_P(TapeCheckpoint, ARingOfTwoArraysGetsThePerStepProgramsGradients) {
     ASSERT_TRUE(st.ok()) << st.to_string();
     // dL/d(ring[0] as it was before the first step): ring[0]'s gradient after backward.
     const std::vector<float> got = read(*t.grad(ring[0]));
-    for (uint32_t i = 0; i < kN; ++i) {
-      // The same f32 operations; only the loss's atomic sum may add in another order.
-      ASSERT_NEAR(got[i], want.grad[i], 1e-5 * std::fabs(want.grad[i]) + 1e-7)
-          << "K = " << k << ", element " << i << ", iteration " << iteration;
-    }
+    expect_near(got, want, "K = " + std::to_string(k) + ", iteration " + std::to_string(iteration));
+    if (HasFatalFailure()) return;
     // The arrays hold what the forward left.
     const std::vector<float> last = read(ring[kSteps % 2]);
     for (uint32_t i = 0; i < kN; ++i) EXPECT_EQ(last[i], want.last[i]) << i;
@@ -152,6 +160,140 @@ TEST_P(TapeCheckpoint, ARingOfTwoArraysGetsThePerStepProgramsGradients) {
     }
     created = now;
   }
+}
+
+// A checkpointed iteration captured as a graph (its copies are launches of copy kernels there)
+// and replayed on two inputs: the per-step program's gradients, and the arrays hold the
+// forward's end state after each replay.
+TEST_P(TapeCheckpoint, ACapturedCheckpointedIterationReplaysToThePerStepProgramsGradients) {
+  const uint32_t k = GetParam();
+  NdArrayHandle ring[2] = {array(x0_, "ring0"), array(std::vector<float>(kN, 0), "ring1")};
+  NdArrayHandle loss = array({0}, "loss");
+  Tape t(*s_);
+  ASSERT_TRUE(t.set_checkpoint_every(k).ok());
+  ASSERT_TRUE(s_->begin_capture("checkpointed").ok());
+  ASSERT_TRUE(s_->zero(loss).ok());
+  for (uint32_t j = 0; j < kSteps; ++j) {
+    ASSERT_TRUE(t.launch(step_, {Arg::ndarray(ring[j % 2]), Arg::ndarray(ring[(j + 1) % 2]),
+                                 Arg::f32(c_of(j))})
+                    .ok());
+  }
+  ASSERT_TRUE(t.launch(loss_, {Arg::ndarray(ring[kSteps % 2]), Arg::ndarray(loss)}).ok());
+  std::vector<TapeAdjointLaunch> launched;
+  const TapeSeed seed = TapeSeed::of_value(loss, 1.0);
+  Status st = t.backward(std::span<const TapeSeed>(&seed, 1), &launched);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  Result<GraphHandle> g = s_->end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  // backward told every launch it made: copies, forward launches again and adjoints, as the
+  // graph numbers them after the recording's (the seed's fill is not a launch).
+  Result<std::vector<std::string>> names = s_->graph_launch_names(*g);
+  ASSERT_TRUE(names.ok());
+  ASSERT_GE(names->size(), launched.size());
+  const size_t first = names->size() - launched.size();
+  size_t copies = 0;
+  for (size_t i = 0; i < launched.size(); ++i) {
+    const std::string& name = (*names)[first + i];
+    const TapeAdjointLaunch& l = launched[i];
+    copies += l.is_copy;
+    // Records 0 .. kSteps - 1 are steps, kSteps the loss.
+    const std::string kernel = l.record < kSteps ? "step" : "sq";
+    const std::string want =
+        l.is_copy ? "vkad_copy_f32_1" : kernel + (l.is_forward ? "" : "_adjoint");
+    EXPECT_TRUE(name == want || name.rfind(want + "#", 0) == 0)
+        << "launch " << first + i << " '" << name << "', want '" << want << "'";
+  }
+  EXPECT_GT(copies, 0u);
+  ASSERT_TRUE(s_->finish_rework(*g).ok());
+  for (float scale : {1.0f, 1.5f}) {
+    std::vector<float> x0 = x0_;
+    for (float& v : x0) v *= scale;
+    const Reference want = per_step(x0);
+    if (HasFatalFailure()) return;
+    ASSERT_TRUE(s_->upload(ring[0], std::span<const float>(x0)).ok());
+    st = s_->replay(*g);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    expect_near(read(*t.grad(ring[0])), want,
+                "K = " + std::to_string(k) + ", scale " + std::to_string(scale));
+    if (HasFatalFailure()) return;
+    const std::vector<float> last = read(ring[kSteps % 2]);
+    for (uint32_t i = 0; i < kN; ++i) EXPECT_EQ(last[i], want.last[i]) << i;
+    EXPECT_NEAR(read(loss, 1)[0], want.loss, 1e-5 * std::fabs(want.loss));
+  }
+  ASSERT_TRUE(s_->release_graph(*g).ok());
+}
+
+// Session::copy inside a capture is a launch of a copy kernel: every element of every rank
+// (the first three axes a parallel task, the rest serial loops) and dtype arrives, the replay
+// copying what the source holds then; outside a capture it is the transfer copy still.
+TEST_P(TapeCheckpoint, ACopyInsideACaptureCopiesEveryElementOfEveryRankAndDtype) {
+  if (GetParam() != 1) GTEST_SKIP() << "one run is enough";
+  std::vector<DType> dtypes = {DType::kF32, DType::kI32, DType::kU32, DType::kBool};
+  if (s_->target().float64) dtypes.push_back(DType::kF64);
+  if (s_->target().int64) dtypes.push_back(DType::kI64);
+  const std::vector<std::vector<uint32_t>> shapes = {
+      {7}, {5, 3}, {3, 4, 5}, {2, 3, 4, 5}, {2, 2, 3, 1, 3}};
+  uint32_t seed = 12345;
+  for (DType t : dtypes) {
+    for (const std::vector<uint32_t>& shape : shapes) {
+      SCOPED_TRACE(std::string(runtime::dtype_name(t)) + ", rank " + std::to_string(shape.size()));
+      uint64_t n = 1;
+      for (uint32_t e : shape) n *= e;
+      const uint64_t bytes = n * runtime::dtype_bytes(t);
+      auto src = s_->ndarray(t, shape, "src");
+      auto dst = s_->ndarray(t, shape, "dst");
+      ASSERT_TRUE(src.ok() && dst.ok());
+      auto bits = [&] {
+        std::vector<unsigned char> v(bytes);
+        for (unsigned char& b : v)
+          b = static_cast<unsigned char>((seed = seed * 1103515245 + 12345) >> 16);
+        // bool elements hold 0 or 1 in their first byte.
+        if (t == DType::kBool)
+          for (size_t i = 0; i < v.size(); ++i) v[i] = i % 4 == 0 ? v[i] & 1 : 0;
+        return v;
+      };
+      ASSERT_TRUE(s_->upload(*dst, bits().data(), bytes).ok());
+      ASSERT_TRUE(s_->begin_capture("copy").ok());
+      Status st = s_->copy(*src, *dst);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      Result<GraphHandle> g = s_->end_capture();
+      ASSERT_TRUE(g.ok()) << g.status().to_string();
+      Result<std::vector<std::string>> names = s_->graph_launch_names(*g);
+      ASSERT_TRUE(names.ok());
+      EXPECT_EQ(*names,
+                std::vector<std::string>{"vkad_copy_" + std::string(runtime::dtype_name(t)) + "_" +
+                                         std::to_string(shape.size())});
+      for (int replay = 0; replay < 2; ++replay) {
+        const std::vector<unsigned char> want = bits();
+        ASSERT_TRUE(s_->upload(*src, want.data(), bytes).ok());
+        ASSERT_TRUE(s_->replay(*g).ok());
+        std::vector<unsigned char> got(bytes);
+        ASSERT_TRUE(s_->download(*dst, got.data(), bytes).ok());
+        ASSERT_EQ(got, want) << "replay " << replay;
+      }
+      // Outside a capture: the transfer copy (no launch).
+      const std::vector<unsigned char> want = bits();
+      ASSERT_TRUE(s_->upload(*src, want.data(), bytes).ok());
+      ASSERT_TRUE(s_->copy(*src, *dst).ok());
+      std::vector<unsigned char> got(bytes);
+      ASSERT_TRUE(s_->download(*dst, got.data(), bytes).ok());
+      ASSERT_EQ(got, want);
+      ASSERT_TRUE(s_->release_graph(*g).ok());
+      ASSERT_TRUE(s_->free(*src).ok());
+      ASSERT_TRUE(s_->free(*dst).ok());
+    }
+  }
+  // A copy the session cannot make inside a capture is refused there as outside, by name.
+  auto a = s_->ndarray(DType::kF32, {4}, "a");
+  auto b = s_->ndarray(DType::kF32, {5}, "b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(s_->begin_capture("bad copy").ok());
+  Status st = s_->copy(*a, *b);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("dtypes or shapes differ"), std::string::npos) << st.message();
+  st = s_->copy(*a, *a);
+  EXPECT_NE(st.message().find("one array"), std::string::npos) << st.message();
+  ASSERT_TRUE(s_->end_capture().ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Segments, TapeCheckpoint, ::testing::Values(1u, 2u, 3u, 8u),

@@ -497,3 +497,60 @@ def test_intermediate_gradients_of_a_checkpointed_tape_are_a_documented_property
     for f in range(1, STEPS + 1):
         np.testing.assert_allclose(grads[0][f], chain(X0, f, STEPS), rtol=5e-3, atol=1e-6)
         np.testing.assert_array_equal(grads[2][f], np.zeros(N, np.float32))
+
+
+SCALED_STEP = """
+kernel step(x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad, c: f32) {
+  task main parallel %0 in [0, shape(x, 0)) {
+    %1 = load x[%0] : f32
+    %2 = sin %1 : f32
+    %3 = arg c : f32
+    %4 = mul %2, %3 : f32
+    %5 = const 0.1 : f32
+    %6 = add %4, %5 : f32
+    store y[%0], %6
+  }
+}"""
+
+
+def test_a_checkpointed_iteration_is_captured_and_replayed_with_updates(session):
+    """Issue 57, point 1: a checkpointing tape's iteration (its copies are launches of copy
+    kernels inside a capture) is captured and replayed: the closed-form gradient on two inputs,
+    and after an update of every launch's c (forward launches, their launches again and the
+    adjoints, found by Graph.launch_names: the copies are None there) the gradient for the new
+    c -- which would not hold if the Graph's launch indices and the runtime's disagreed."""
+    s = session
+    step = s.differentiate(SCALED_STEP)
+    ring = [s.ndarray(X0, name="ring0"), s.zeros(N, name="ring1")]
+    t = s.tape()
+    t.checkpoint_every = 3
+    with s.capture("checkpointed") as g:
+        with t:
+            for f in range(STEPS):
+                s.launch(step, ring[f % 2], ring[(f + 1) % 2], 0.9)
+        t.backward(seed={ring[STEPS % 2]: 1.0})
+    names = g.launch_names
+    assert None in names and "step" in names and "step_adjoint" in names
+    assert len(names) > 3 * STEPS  # launches, the segments' launches again, adjoints, copies
+
+    def closed_form(x0, c):
+        x, d = x0.astype(np.float64), np.ones(len(x0))
+        for _ in range(STEPS):
+            d = d * c * np.cos(x)
+            x = np.sin(x) * c + 0.1
+        return d, x
+
+    for scale in (1.0, 0.5):
+        ring[0].upload((X0 * scale).astype(np.float32))
+        s.replay(g)
+        want, end = closed_form(X0 * scale, 0.9)
+        np.testing.assert_allclose(t.grad(ring[0]).numpy(), want, rtol=5e-3, atol=1e-6)
+        np.testing.assert_allclose(ring[STEPS % 2].numpy(), end, rtol=1e-5, atol=1e-6)
+    with pytest.raises(vkad.InvalidArgumentError, match="checkpointing tape's copy"):
+        s.replay(g, updates=[(names.index(None), 0, 1.0)])
+    updates = [(i, 2, 0.7) for i, n in enumerate(names) if n is not None]
+    ring[0].upload(X0)
+    s.replay(g, updates=updates)
+    want, end = closed_form(X0, 0.7)
+    np.testing.assert_allclose(t.grad(ring[0]).numpy(), want, rtol=5e-3, atol=1e-6)
+    np.testing.assert_allclose(ring[STEPS % 2].numpy(), end, rtol=1e-5, atol=1e-6)
