@@ -12,6 +12,7 @@
 
 #include "api/loop_steps.h"
 #include "api/tape_hazards.h"
+#include "runtime/graphs.h"
 #include "runtime/runtime.h"
 
 namespace vkad {
@@ -78,9 +79,11 @@ Tape::~Tape() {
     if (g.owned) (void)session_->free(g.grad);  // deferred past in-flight uses by the runtime
   }
   for (auto& [key, g] : scalar_grads_) (void)session_->free(g.grad);
-  for (auto* pool : {&segment_copies_, &launch_copies_, &end_copies_}) {
-    for (auto& [key, copy] : *pool) (void)session_->free(copy);
+  for (auto& pool : level_copies_) {
+    for (auto& [key, copy] : pool) (void)session_->free(copy);
   }
+  for (auto& [key, copy] : end_copies_) (void)session_->free(copy);
+  for (NdArrayHandle copy : spare_copies_) (void)session_->free(copy);
 }
 
 Status Tape::set_checkpoint_every(uint32_t launches_per_segment) {
@@ -90,20 +93,397 @@ Status Tape::set_checkpoint_every(uint32_t launches_per_segment) {
                           " launches are recorded; set it before a recording (or after reset())");
   }
   checkpoint_every_ = launches_per_segment;
+  memory_budget_ = 0;
+  planned_top_ = 0;
+  planned_top_bytes_ = 0;
   return {};
 }
 
+Status Tape::set_memory_budget(uint64_t bytes) {
+  if (!records_.empty()) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "tape.set_memory_budget: " + std::to_string(records_.size()) +
+                          " launches are recorded; set it before a recording (or after reset())");
+  }
+  memory_budget_ = bytes;
+  checkpoint_every_ = 0;
+  planned_top_ = 0;
+  planned_top_bytes_ = 0;
+  return {};
+}
+
+Result<codegen::CheckpointPlan> Tape::checkpoint_plan() const {
+  return checkpoint_plan("tape.checkpoint_plan");
+}
+
+Result<codegen::CheckpointPlan> Tape::checkpoint_plan(const std::string& what) const {
+  if (!checkpointing() || records_.empty()) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      what + ": " +
+                          (checkpointing() ? "nothing is recorded"
+                                           : "checkpointing is off (set_memory_budget or "
+                                             "set_checkpoint_every)"));
+  }
+  uint64_t state = 0;
+  for (const auto& [array, bytes] : state_bytes_) state += bytes;
+  const uint32_t n = static_cast<uint32_t>(records_.size());
+  // Where the recording's level-0 cut leaves too little for the levels below, backward merges
+  // its segments m at a time (their copies reused below): of the cuts m = 1, 2, 3, 4, 6, 8,
+  // ... the one with the fewest levels, then bytes.
+  Result<codegen::CheckpointPlan> best = make_error(ErrorCode::kInternal, "");
+  for (uint64_t m = 1;; m = std::max(m + 1, m * 3 / 2)) {
+    const uint64_t top = std::min<uint64_t>(m * top_, n);
+    Result<codegen::CheckpointPlan> p = codegen::plan_checkpoints(
+        n, state, launch_bytes_, memory_budget_, static_cast<uint32_t>(top), what);
+    if (p.ok() && (!best.ok() || p->recompute < best->recompute ||
+                   (p->recompute == best->recompute && p->peak_bytes < best->peak_bytes))) {
+      best = std::move(p);
+    } else if (!best.ok() && !p.ok()) {
+      best = std::move(p);  // the refusal of the coarsest cut tried
+    }
+    if (memory_budget_ == 0 || top >= n || (best.ok() && best->recompute == 2)) break;
+  }
+  return best;
+}
+
+Result<uint64_t> Tape::form_index(std::span<const uint64_t> list, size_t i) {
+  auto form_of = [&](uint64_t a) -> Result<uint64_t> {
+    VKAD_ASSIGN_OR_RETURN(DType t, session_->dtype(NdArrayHandle{a}));
+    VKAD_ASSIGN_OR_RETURN(std::vector<uint32_t> shape, session_->shape(NdArrayHandle{a}));
+    for (size_t f = 0; f < forms_.size(); ++f) {
+      if (forms_[f].first == t && forms_[f].second == shape) return f;
+    }
+    forms_.emplace_back(t, std::move(shape));
+    return forms_.size() - 1;
+  };
+  VKAD_ASSIGN_OR_RETURN(uint64_t form, form_of(list[i]));
+  uint64_t before = 0;
+  for (size_t j = 0; j < i; ++j) {
+    VKAD_ASSIGN_OR_RETURN(uint64_t f, form_of(list[j]));
+    before += f == form;
+  }
+  return form << 32 | before;
+}
+
 Result<NdArrayHandle> Tape::copy_slot(std::map<SlotKey, NdArrayHandle>& pool, uint64_t slot,
-                                      NdArrayHandle array) {
-  auto it = pool.find({slot, array.id});
-  if (it != pool.end()) return it->second;
+                                      uint64_t index, NdArrayHandle array) {
   VKAD_ASSIGN_OR_RETURN(DType t, session_->dtype(array));
   VKAD_ASSIGN_OR_RETURN(std::vector<uint32_t> shape, session_->shape(array));
+  auto same_form = [&](NdArrayHandle c) {
+    Result<DType> ct = session_->dtype(c);
+    Result<std::vector<uint32_t>> cs = session_->shape(c);
+    return ct.ok() && cs.ok() && *ct == t && *cs == shape;
+  };
+  // `index` is form_index's: a slot holds a copy per form (dtype and shape) and per array of
+  // that form its segment writes, so a ring's arrays, alike in form, share the slots.
+  used_.insert({&pool, SlotKey{slot, index}});
+  auto it = pool.find({slot, index});
+  if (it != pool.end()) {
+    if (same_form(it->second)) return it->second;
+    spare_copies_.push_back(it->second);
+    pool.erase(it);
+  }
+  for (size_t i = 0; i < spare_copies_.size(); ++i) {  // a merged-away copy of the same form
+    const NdArrayHandle c = spare_copies_[i];
+    if (same_form(c)) {
+      spare_copies_.erase(spare_copies_.begin() + static_cast<std::ptrdiff_t>(i));
+      pool.emplace(SlotKey{slot, index}, c);
+      return c;
+    }
+  }
+  uint64_t bytes = runtime::dtype_bytes(t);
+  for (uint32_t e : shape) bytes *= e;
   VKAD_ASSIGN_OR_RETURN(
       NdArrayHandle c, session_->ndarray(t, std::move(shape),
                                          "tape checkpoint of " + runtime::handle_string(array.id)));
-  pool.emplace(SlotKey{slot, array.id}, c);
+  pool.emplace(SlotKey{slot, index}, c);
+  copy_sizes_.emplace(c.id, bytes);
+  copy_bytes_ += bytes;
   return c;
+}
+
+Status Tape::copy_array(NdArrayHandle from, NdArrayHandle to,
+                        std::vector<TapeAdjointLaunch>* launched) {
+  VKAD_TRY(session_->copy(from, to));
+  if (launched) launched->push_back({0, false, {}, false, true});
+  return {};
+}
+
+void Tape::written_by(size_t first, size_t last, std::vector<uint64_t>* out) const {
+  out->clear();
+  for (size_t j = first; j < last; ++j) {
+    const Record& r = records_[j];
+    for (uint32_t w = 0; w < r.written_count; ++w) {
+      const uint64_t a = written_[r.written_begin + w];
+      if (std::find(out->begin(), out->end(), a) == out->end()) out->push_back(a);
+    }
+  }
+}
+
+void Tape::merge_segments(uint32_t m) {
+  std::vector<std::vector<uint64_t>> merged((segment_arrays_.size() + m - 1) / m);
+  // The earliest segment's copy of an array is the merged segment's start state; a later
+  // one's only where no earlier one wrote the array (it held the same value then).
+  std::map<SlotKey, NdArrayHandle> pool;
+  std::map<SlotKey, NdArrayHandle> old = std::move(level_copies_[0]);
+  for (size_t seg = 0; seg < segment_arrays_.size(); ++seg) {
+    std::vector<uint64_t>& into = merged[seg / m];
+    for (size_t index = 0; index < segment_arrays_[seg].size(); ++index) {
+      const uint64_t a = segment_arrays_[seg][index];
+      Result<uint64_t> was = form_index(segment_arrays_[seg], index);
+      auto c = was.ok() ? old.find({seg, *was}) : old.end();
+      if (c == old.end()) continue;
+      const NdArrayHandle copy = c->second;
+      old.erase(c);
+      if (std::find(into.begin(), into.end(), a) != into.end()) {
+        spare_copies_.push_back(copy);
+        continue;
+      }
+      into.push_back(a);
+      Result<uint64_t> now = form_index(into, into.size() - 1);
+      if (now.ok()) {
+        pool.emplace(SlotKey{seg / m, *now}, copy);
+      } else {
+        into.pop_back();
+        spare_copies_.push_back(copy);
+      }
+    }
+  }
+  for (auto& [key, copy] : old) spare_copies_.push_back(copy);  // an earlier recording's slots
+  segment_arrays_ = std::move(merged);
+  level_copies_[0] = std::move(pool);
+  top_ *= m;
+}
+
+void Tape::trim_copies() {
+  if (session_->runtime().graphs().capturing()) return;  // a captured launch may name them
+  // What this recording and its backward did not copy into (an earlier plan's slots) is spare.
+  auto drop = [&](std::map<SlotKey, NdArrayHandle>& pool) {
+    for (auto it = pool.begin(); it != pool.end();) {
+      if (used_.count({&pool, it->first})) {
+        ++it;
+        continue;
+      }
+      spare_copies_.push_back(it->second);
+      it = pool.erase(it);
+    }
+  };
+  for (auto& pool : level_copies_) drop(pool);
+  drop(end_copies_);
+  // Spares the next backward takes again (a slot's copies of arrays of two forms) are kept
+  // while the budget holds them: freeing them would make them again every iteration.
+  while (copy_bytes_ > memory_budget_ && !spare_copies_.empty()) {
+    free_copy(spare_copies_.back());
+    spare_copies_.pop_back();
+  }
+}
+
+void Tape::free_copy(NdArrayHandle copy) {
+  auto it = copy_sizes_.find(copy.id);
+  if (it != copy_sizes_.end()) {
+    copy_bytes_ -= it->second;
+    copy_sizes_.erase(it);
+  }
+  (void)session_->free(copy);
+}
+
+Status Tape::note_writes(const codegen::KernelAccess& access, std::span<const Arg> args, Record* r,
+                         std::vector<std::pair<uint64_t, uint64_t>>* fresh) {
+  r->written_begin = static_cast<uint32_t>(written_.size());
+  for (const codegen::ParamAccess& pa : access.params) {
+    bool writes = false;
+    for (const codegen::ArrayAccess& a : pa.accesses) {
+      writes = writes || a.kind != codegen::ArrayAccess::Kind::kRead;
+    }
+    if (!writes || pa.param >= args.size()) continue;
+    const NdArrayHandle a = args[pa.param].array;
+    Result<DType> t = session_->dtype(a);
+    Result<std::vector<uint32_t>> shape = session_->shape(a);
+    if (!t.ok() || !shape.ok()) {
+      written_.resize(r->written_begin);
+      return make_error((t.ok() ? shape.status() : t.status()).code(),
+                        "tape.launch: " + (t.ok() ? shape.status() : t.status()).message());
+    }
+    uint64_t bytes = runtime::dtype_bytes(*t);
+    for (uint32_t e : *shape) bytes *= e;
+    written_.push_back(a.id);
+    if (!state_bytes_.count(a.id)) fresh->emplace_back(a.id, bytes);
+  }
+  r->written_count = static_cast<uint32_t>(written_.size()) - r->written_begin;
+  return {};
+}
+
+Result<uint64_t> Tape::slot_bytes(std::span<const uint64_t> writes,
+                                  std::map<uint64_t, uint64_t>* mult) {
+  // What the deepest level's slot for a launch holds: a copy per form and per array of that
+  // form it writes (copy_slot), the most of each over the recording.
+  for (size_t w = 0; w < writes.size(); ++w) {
+    VKAD_ASSIGN_OR_RETURN(uint64_t index, form_index(writes, w));
+    uint64_t& m = (*mult)[index >> 32];
+    m = std::max(m, (index & 0xffffffffu) + 1);
+  }
+  uint64_t total = 0;
+  for (const auto& [form, m] : *mult) {
+    uint64_t bytes = runtime::dtype_bytes(forms_[form].first);
+    for (uint32_t e : forms_[form].second) bytes *= e;
+    total += m * bytes;
+  }
+  return total;
+}
+
+Status Tape::fit_budget(uint64_t state, uint64_t slot) {
+  // Any schedule holds the end state, one level-0 segment's start and one launch's copies.
+  if (2 * state + slot > memory_budget_) {
+    Result<codegen::CheckpointPlan> p = codegen::plan_checkpoints(
+        static_cast<uint32_t>(records_.size() + 1), state, slot, memory_budget_, 0, "tape.launch");
+    return p.ok() ? make_error(ErrorCode::kInvalidArgument,
+                               "tape.launch: the memory budget of " +
+                                   codegen::format_bytes(memory_budget_) + " is below " +
+                                   codegen::format_bytes(2 * state + slot))
+                  : p.status();
+  }
+  // Level 0 holds at most half the budget (the deeper levels and the end state the rest), or
+  // after a plan what that plan's level 0 held: where a new segment would pass it, two
+  // segments become one.
+  const uint64_t cap = std::max(memory_budget_ / 2, planned_top_bytes_);
+  auto segments = [&] { return records_.size() / top_ + 1; };
+  while (records_.size() % top_ == 0 && segments() > 1 && segments() * state > cap) {
+    merge_segments(2);
+  }
+  return {};
+}
+
+Status Tape::copy_segment_start(const Record& r) {
+  const size_t segment = records_.size() / top_;
+  if (segment_arrays_.size() <= segment) segment_arrays_.resize(segment + 1);
+  std::vector<uint64_t>& at_start = segment_arrays_[segment];
+  for (uint32_t w = 0; w < r.written_count; ++w) {
+    const uint64_t a = written_[r.written_begin + w];
+    if (std::find(at_start.begin(), at_start.end(), a) != at_start.end()) continue;
+    at_start.push_back(a);
+    Result<uint64_t> index = form_index(at_start, at_start.size() - 1);
+    Result<NdArrayHandle> c = index.ok()
+                                  ? copy_slot(level_copies_[0], segment, *index, NdArrayHandle{a})
+                                  : Result<NdArrayHandle>(index.status());
+    const Status st = c.ok() ? session_->copy(NdArrayHandle{a}, *c) : c.status();
+    if (!st.ok()) {
+      at_start.pop_back();
+      return st;
+    }
+  }
+  return {};
+}
+
+Status Tape::checkpointed_launch(const Differentiated& d, std::span<const Arg> args, LaunchId* id,
+                                 Record* r) {
+  // Overwrites are what checkpointing is for: the arrays this launch writes are copied the
+  // first time their level-0 segment writes them, and its adjoint clears the seeds it consumes.
+  std::shared_ptr<const codegen::KernelAccess> access = session_->launch_access(d.forward);
+  if (!access) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "tape.launch: kernel " + runtime::handle_string(d.forward.id) +
+                          " is not a live differentiate() result of this session");
+  }
+  // No record to compare with, but an in-place launch is wrong at backward all the same.
+  VKAD_TRY(TapeHazards::check_aliasing(*session_, *access, args));
+  VKAD_ASSIGN_OR_RETURN_CTX(r->adjoint, session_->clearing_adjoint(d), "tape.launch");
+  std::vector<std::pair<uint64_t, uint64_t>> fresh;  // arrays new to the recording, and bytes
+  VKAD_TRY(note_writes(*access, args, r, &fresh));
+  auto undo = [&](const Status& st) {
+    written_.resize(r->written_begin);
+    return st.message().rfind("tape.launch", 0) == 0
+               ? st
+               : make_error(st.code(), "tape.launch: " + st.message());
+  };
+  std::map<uint64_t, uint64_t> mult = form_mult_;
+  Result<uint64_t> slot = slot_bytes(
+      std::span<const uint64_t>(written_.data() + r->written_begin, r->written_count), &mult);
+  if (!slot.ok()) return undo(slot.status());
+  if (records_.empty()) {
+    used_.clear();
+    top_ = checkpoint_every_ != 0 ? checkpoint_every_ : std::max(planned_top_, 1u);
+    if (level_copies_.empty()) level_copies_.resize(2);
+  }
+  Status st;
+  if (memory_budget_ != 0) {
+    uint64_t state = 0;
+    for (const auto& [array, bytes] : state_bytes_) state += bytes;
+    for (const auto& [array, bytes] : fresh) state += bytes;
+    st = fit_budget(state, *slot);
+  }
+  if (st.ok()) st = copy_segment_start(*r);
+  if (st.ok()) {
+    LaunchNote note(*session_, "tape entry", records_.size());
+    st = session_->launch(d.forward, args, id);
+  }
+  if (!st.ok()) return undo(st);
+  for (const auto& [array, bytes] : fresh) state_bytes_.emplace(array, bytes);
+  for (const Arg& a : args) {
+    if (a.kind == runtime::ParamKind::kNdArray) touched_.insert(a.array.id);
+  }
+  launch_bytes_ = *slot;
+  form_mult_ = std::move(mult);
+  return {};
+}
+
+Status Tape::fill(NdArrayHandle array, double value) {
+  bool touched = false;
+  if (checkpointing()) {
+    touched = touched_.count(array.id) != 0;
+  } else {
+    for (const Arg& a : args_) {
+      touched = touched || (a.kind == runtime::ParamKind::kNdArray && a.array.id == array.id);
+    }
+  }
+  // An array the recording has not touched: the fill is its state before the recording (a
+  // checkpoint of a later segment copies it where a launch writes it).
+  if (!touched) {
+    VKAD_TRY_CTX(session_->fill(array, value), "tape.fill");
+    return {};
+  }
+  if (!checkpointing()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "tape.fill: " + label(array) +
+                          " is an argument of a recorded launch; backward reads the arrays as "
+                          "they are when it runs, so the fill would change what the launch is "
+                          "differentiated at. A tape with checkpointing (set_memory_budget, "
+                          "Python's t.memory_budget) records fills and runs them again");
+  }
+  Record r;
+  r.written_begin = static_cast<uint32_t>(written_.size());
+  VKAD_ASSIGN_OR_RETURN_CTX(DType t, session_->dtype(array), "tape.fill");
+  VKAD_ASSIGN_OR_RETURN_CTX(std::vector<uint32_t> shape, session_->shape(array), "tape.fill");
+  uint64_t bytes = runtime::dtype_bytes(t);
+  for (uint32_t e : shape) bytes *= e;
+  written_.push_back(array.id);
+  r.written_count = 1;
+  auto undo = [&](const Status& st) {
+    written_.resize(r.written_begin);
+    return make_error(st.code(), "tape.fill: " + st.message());
+  };
+  std::map<uint64_t, uint64_t> mult = form_mult_;
+  Result<uint64_t> slot = slot_bytes(std::span<const uint64_t>(&written_.back(), 1), &mult);
+  if (!slot.ok()) return undo(slot.status());
+  const bool fresh = !state_bytes_.count(array.id);  // (records_ is not empty: touched)
+  Status st;
+  if (memory_budget_ != 0) {
+    uint64_t state = fresh ? bytes : 0;
+    for (const auto& [a, b] : state_bytes_) state += b;
+    st = fit_budget(state, *slot);
+  }
+  if (st.ok()) st = copy_segment_start(r);
+  if (st.ok()) st = session_->fill(array, value);
+  if (!st.ok()) return undo(st);
+  if (fresh) state_bytes_.emplace(array.id, bytes);
+  launch_bytes_ = *slot;
+  form_mult_ = std::move(mult);
+  r.arg_begin = static_cast<uint32_t>(args_.size());
+  r.arg_count = 2;
+  r.grad_begin = static_cast<uint32_t>(grad_params_.size());
+  args_.push_back(Arg::ndarray(array));
+  args_.push_back(Arg::f64(value));
+  records_.push_back(r);
+  return {};
 }
 
 Status Tape::launch(const Differentiated& d, std::span<const Arg> args, LaunchId* id) {
@@ -123,7 +503,7 @@ Status Tape::launch(const Differentiated& d, std::span<const Arg> args, LaunchId
   Record r;
   r.forward = d.forward;
   r.adjoint = d.adjoint;
-  if (checkpoint_every_ == 0) {
+  if (!checkpointing()) {
     // Refused before it runs: the caller learns at the launch that would spoil the gradients.
     VKAD_TRY(hazards_->check(*session_, session_->launch_access(d.forward), args));
     {
@@ -132,45 +512,7 @@ Status Tape::launch(const Differentiated& d, std::span<const Arg> args, LaunchId
     }
     hazards_->record();
   } else {
-    // Overwrites are what checkpointing is for: the arrays this launch writes are copied the
-    // first time their segment writes them, and its adjoint clears the seeds it consumes.
-    std::shared_ptr<const codegen::KernelAccess> access = session_->launch_access(d.forward);
-    if (!access) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "tape.launch: kernel " + runtime::handle_string(d.forward.id) +
-                            " is not a live differentiate() result of this session");
-    }
-    // No record to compare with, but an in-place launch is wrong at backward all the same.
-    VKAD_TRY(TapeHazards::check_aliasing(*session_, *access, args));
-    VKAD_ASSIGN_OR_RETURN_CTX(r.adjoint, session_->clearing_adjoint(d), "tape.launch");
-    r.written_begin = static_cast<uint32_t>(written_.size());
-    for (const codegen::ParamAccess& pa : access->params) {
-      bool writes = false;
-      for (const codegen::ArrayAccess& a : pa.accesses) {
-        writes = writes || a.kind != codegen::ArrayAccess::Kind::kRead;
-      }
-      if (writes && pa.param < args.size()) written_.push_back(args[pa.param].array.id);
-    }
-    r.written_count = static_cast<uint32_t>(written_.size()) - r.written_begin;
-    const size_t segment = records_.size() / checkpoint_every_;
-    if (segment_arrays_.size() <= segment) segment_arrays_.resize(segment + 1);
-    std::vector<uint64_t>& at_start = segment_arrays_[segment];
-    Status st;
-    for (uint32_t w = 0; w < r.written_count && st.ok(); ++w) {
-      const uint64_t a = written_[r.written_begin + w];
-      if (std::find(at_start.begin(), at_start.end(), a) != at_start.end()) continue;
-      Result<NdArrayHandle> c = copy_slot(segment_copies_, segment, NdArrayHandle{a});
-      st = c.ok() ? session_->copy(NdArrayHandle{a}, *c) : c.status();
-      if (st.ok()) at_start.push_back(a);
-    }
-    if (st.ok()) {
-      LaunchNote note(*session_, "tape entry", records_.size());
-      st = session_->launch(d.forward, args, id);
-    }
-    if (!st.ok()) {
-      written_.resize(r.written_begin);
-      return make_error(st.code(), "tape.launch: " + st.message());
-    }
+    VKAD_TRY(checkpointed_launch(d, args, id, &r));
   }
   r.arg_begin = static_cast<uint32_t>(args_.size());
   r.arg_count = static_cast<uint32_t>(args.size());
@@ -410,7 +752,7 @@ Status Tape::launch_loop(std::span<const TapeLoopLaunch> body, uint32_t count, L
     VKAD_TRY_CTX(loop_launch_args(body[j], count), loop_where(j, 0));
   }
   std::vector<Arg> a;
-  if (checkpoint_every_ != 0) {  // checkpointing copies before each launch: one by one
+  if (checkpointing()) {  // checkpointing copies before each launch: one by one
     for (uint32_t r = 0; r < count; ++r) {
       for (size_t j = 0; j < body.size(); ++j) {
         loop_args(body[j], r, &a);
@@ -522,16 +864,6 @@ void Tape::prune() {
     if (it->second.owned) (void)session_->free(it->second.grad);
     it = grads_.erase(it);
   }
-  for (auto* pool : {&segment_copies_, &launch_copies_, &end_copies_}) {
-    for (auto it = pool->begin(); it != pool->end();) {
-      if (session_->dtype(NdArrayHandle{it->first.second}).ok()) {
-        ++it;
-        continue;
-      }
-      (void)session_->free(it->second);
-      it = pool->erase(it);
-    }
-  }
 }
 
 void Tape::reset() {
@@ -543,6 +875,10 @@ void Tape::reset() {
   hazards_->reset();
   written_.clear();
   segment_arrays_.clear();
+  state_bytes_.clear();
+  touched_.clear();
+  launch_bytes_ = 0;
+  form_mult_.clear();
   prune();
 }
 
@@ -618,6 +954,20 @@ Status Tape::backward(std::span<const TapeSeed> seeds, std::vector<TapeAdjointLa
   }
   // Everything a seed can get wrong is checked before anything is made or recorded.
   for (const TapeSeed& s : seeds) VKAD_TRY(check_seed(*session_, s, differentiated(s.array)));
+  // A checkpointed backward's schedule, refused (the least bytes named) before anything runs.
+  codegen::CheckpointPlan plan;
+  if (checkpointing()) {
+    VKAD_ASSIGN_OR_RETURN(plan, checkpoint_plan("tape.backward"));
+    if (plan.segments[0] > top_) merge_segments((plan.segments[0] + top_ - 1) / top_);
+    if (memory_budget_ != 0) {
+      // The next recording's cut: the best for this one's length, where it fits.
+      Result<codegen::CheckpointPlan> free = codegen::plan_checkpoints(
+          plan.launches, plan.state_bytes, plan.launch_bytes, memory_budget_, 0, "");
+      const codegen::CheckpointPlan& next = free.ok() ? *free : plan;
+      planned_top_ = next.segments[0];
+      planned_top_bytes_ = (next.launches + planned_top_ - 1) / planned_top_ * next.state_bytes;
+    }
+  }
   prune();
   VKAD_TRY(list_gradients());
   VKAD_TRY_CTX(session_->zero(std::span<const NdArrayHandle>(zero_list_)), "tape.backward");
@@ -627,7 +977,7 @@ Status Tape::backward(std::span<const TapeSeed> seeds, std::vector<TapeAdjointLa
         s.data != nullptr ? session_->upload(g, s.data, s.bytes) : session_->fill(g, s.value),
         "tape.backward");
   }
-  if (checkpoint_every_ > 0) return checkpointed_backward(launched);
+  if (checkpointing()) return checkpointed_backward(plan, launched);
   for (size_t i = records_.size(); i-- > 0;) {
     const Record& r = records_[i];
     if (r.loop_len == 0) {
@@ -645,13 +995,10 @@ Status Tape::backward(std::span<const TapeSeed> seeds, std::vector<TapeAdjointLa
   return {};
 }
 
-Status Tape::checkpointed_backward(std::vector<TapeAdjointLaunch>* launched) {
-  const size_t n = records_.size(), k = checkpoint_every_;
-  auto copy = [&](NdArrayHandle from, NdArrayHandle to) {
-    VKAD_TRY(session_->copy(from, to));
-    if (launched) launched->push_back({0, false, {}, false, true});
-    return Status{};
-  };
+Status Tape::checkpointed_backward(const codegen::CheckpointPlan& plan,
+                                   std::vector<TapeAdjointLaunch>* launched) {
+  const size_t n = records_.size(), k = top_;
+  if (level_copies_.size() < plan.segments.size()) level_copies_.resize(plan.segments.size());
   // The recording's end state, put back at the end.
   std::vector<uint64_t> all;
   for (const std::vector<uint64_t>& seg : segment_arrays_) {
@@ -659,53 +1006,119 @@ Status Tape::checkpointed_backward(std::vector<TapeAdjointLaunch>* launched) {
       if (std::find(all.begin(), all.end(), a) == all.end()) all.push_back(a);
     }
   }
-  for (uint64_t a : all) {
-    VKAD_ASSIGN_OR_RETURN_CTX(NdArrayHandle c, copy_slot(end_copies_, 0, NdArrayHandle{a}),
-                              "tape.backward");
-    VKAD_TRY_CTX(copy(NdArrayHandle{a}, c), "tape.backward");
+  for (size_t i = 0; i < all.size(); ++i) {
+    VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, form_index(all, i), "tape.backward");
+    VKAD_ASSIGN_OR_RETURN_CTX(
+        NdArrayHandle c, copy_slot(end_copies_, 0, index, NdArrayHandle{all[i]}), "tape.backward");
+    VKAD_TRY_CTX(copy_array(NdArrayHandle{all[i]}, c, launched), "tape.backward");
   }
   for (size_t segment = (n + k - 1) / k; segment-- > 0;) {
-    const size_t first = segment * k, last = std::min(n, first + k);
-    // 1. The segment's start state: what its launches overwrite, as it was before them (the
-    //    other arrays hold it already: later segments were put back to their starts).
-    for (uint64_t a : segment_arrays_[segment]) {
-      VKAD_TRY_CTX(copy(segment_copies_.at({segment, a}), NdArrayHandle{a}), "tape.backward");
+    // The segment's start state: what its launches overwrite, as it was before them (the
+    // other arrays hold it already: later segments were put back to their starts).
+    const std::vector<uint64_t>& at_start = segment_arrays_[segment];
+    for (size_t i = 0; i < at_start.size(); ++i) {
+      VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, form_index(at_start, i), "tape.backward");
+      VKAD_TRY_CTX(
+          copy_array(level_copies_[0].at({segment, index}), NdArrayHandle{at_start[i]}, launched),
+          "tape.backward");
     }
-    // 2. Its launches again, what each writes copied before it runs.
+    VKAD_TRY(reverse_range(plan, 1, segment * k, std::min(n, segment * k + k), launched));
+  }
+  for (size_t i = 0; i < all.size(); ++i) {
+    VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, form_index(all, i), "tape.backward");
+    VKAD_TRY_CTX(copy_array(end_copies_.at({0, index}), NdArrayHandle{all[i]}, launched),
+                 "tape.backward");
+  }
+  if (memory_budget_ != 0) trim_copies();
+  return {};
+}
+
+Status Tape::launch_forward_again(size_t j, std::vector<TapeAdjointLaunch>* launched) {
+  const Record& r = records_[j];
+  if (r.forward.id == 0) {  // a fill (not a launch: nothing to report)
+    VKAD_TRY_CTX(session_->fill(args_[r.arg_begin].array, args_[r.arg_begin + 1].f),
+                 "tape.backward: fill " + std::to_string(j) + " again");
+    return {};
+  }
+  LaunchNote note(*session_, "the forward of tape entry", j);
+  VKAD_TRY_CTX(
+      session_->launch(r.forward, std::span<const Arg>(args_.data() + r.arg_begin, r.arg_count)),
+      "tape.backward: forward of launch " + std::to_string(j) + " again");
+  if (launched) launched->push_back({j, false, {}, true, false});
+  return {};
+}
+
+Status Tape::reverse_range(const codegen::CheckpointPlan& plan, size_t level, size_t first,
+                           size_t last, std::vector<TapeAdjointLaunch>* launched) {
+  std::map<SlotKey, NdArrayHandle>& pool = level_copies_[level];
+  if (level + 1 == plan.segments.size()) {
+    // The last level: the launches again, what each writes copied before it runs ...
     for (size_t j = first; j < last; ++j) {
       const Record& r = records_[j];
+      const std::span<const uint64_t> writes(written_.data() + r.written_begin, r.written_count);
       for (uint32_t w = 0; w < r.written_count; ++w) {
-        const NdArrayHandle a{written_[r.written_begin + w]};
-        VKAD_ASSIGN_OR_RETURN_CTX(NdArrayHandle c, copy_slot(launch_copies_, j - first, a),
+        const NdArrayHandle a{writes[w]};
+        VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, form_index(writes, w), "tape.backward");
+        VKAD_ASSIGN_OR_RETURN_CTX(NdArrayHandle c, copy_slot(pool, j - first, index, a),
                                   "tape.backward");
-        VKAD_TRY_CTX(copy(a, c), "tape.backward");
+        VKAD_TRY_CTX(copy_array(a, c, launched), "tape.backward");
       }
-      LaunchNote note(*session_, "the forward of tape entry", j);
-      VKAD_TRY_CTX(session_->launch(r.forward,
-                                    std::span<const Arg>(args_.data() + r.arg_begin, r.arg_count)),
-                   "tape.backward: forward of launch " + std::to_string(j) + " again");
-      if (launched) launched->push_back({j, false, {}, true, false});
+      VKAD_TRY(launch_forward_again(j, launched));
     }
-    // 3. Last launch first: what it wrote put back as it was before it, then its adjoint,
-    //    which sees the arrays as the launch saw them.
+    // ... then last launch first: what it wrote put back as it was before it, then its
+    // adjoint, which sees the arrays as the launch saw them.
     for (size_t j = last; j-- > first;) {
       const Record& r = records_[j];
+      const std::span<const uint64_t> writes(written_.data() + r.written_begin, r.written_count);
       for (uint32_t w = 0; w < r.written_count; ++w) {
-        const NdArrayHandle a{written_[r.written_begin + w]};
-        VKAD_TRY_CTX(copy(launch_copies_.at({j - first, a.id}), a), "tape.backward");
+        VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, form_index(writes, w), "tape.backward");
+        VKAD_TRY_CTX(copy_array(pool.at({j - first, index}), NdArrayHandle{writes[w]}, launched),
+                     "tape.backward");
       }
       VKAD_TRY(launch_adjoint(j));
       if (launched) launched->push_back({j, false, {}, false, false});
     }
+    return {};
   }
-  for (uint64_t a : all) {
-    VKAD_TRY_CTX(copy(end_copies_.at({0, a}), NdArrayHandle{a}), "tape.backward");
+  // A deeper level: its segments' starts copied while their launches run again (the last
+  // segment's need not run: the level below runs it), then each reversed, last first.
+  const size_t len = plan.segments[level];
+  const size_t parts = (last - first + len - 1) / len;
+  std::vector<std::vector<uint64_t>> starts(parts);
+  for (size_t p = 0; p < parts; ++p) {
+    const size_t a = first + p * len, b = std::min(last, a + len);
+    written_by(a, b, &starts[p]);
+    for (size_t i = 0; i < starts[p].size(); ++i) {
+      const NdArrayHandle x{starts[p][i]};
+      VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, form_index(starts[p], i), "tape.backward");
+      VKAD_ASSIGN_OR_RETURN_CTX(NdArrayHandle c, copy_slot(pool, p, index, x), "tape.backward");
+      VKAD_TRY_CTX(copy_array(x, c, launched), "tape.backward");
+    }
+    if (p + 1 == parts) break;
+    for (size_t j = a; j < b; ++j) VKAD_TRY(launch_forward_again(j, launched));
+  }
+  for (size_t p = parts; p-- > 0;) {
+    const size_t a = first + p * len, b = std::min(last, a + len);
+    for (size_t i = 0; i < starts[p].size(); ++i) {
+      VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, form_index(starts[p], i), "tape.backward");
+      VKAD_TRY_CTX(copy_array(pool.at({p, index}), NdArrayHandle{starts[p][i]}, launched),
+                   "tape.backward");
+    }
+    VKAD_TRY(reverse_range(plan, level + 1, a, b, launched));
   }
   return {};
 }
 
 Status Tape::launch_adjoint(size_t index) {
   const Record& r = records_[index];
+  if (r.forward.id == 0) {
+    // A fill's adjoint: what reached the array's values after it came from nothing before it.
+    auto g = grads_.find(args_[r.arg_begin].array.id);
+    if (g == grads_.end()) return {};
+    VKAD_TRY_CTX(session_->fill(g->second.grad, 0.0),
+                 "tape.backward: adjoint of fill " + std::to_string(index));
+    return {};
+  }
   adjoint_args_.assign(args_.begin() + r.arg_begin, args_.begin() + r.arg_begin + r.arg_count);
   for (uint32_t k = 0; k < r.grad_count; ++k) adjoint_args_.push_back(Arg::ndarray(gradient(r, k)));
   LaunchNote note(*session_, "the adjoint of tape entry", index);

@@ -58,11 +58,14 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "api/session.h"
+#include "graph/checkpoint_schedule.h"
 
 namespace vkad {
 
@@ -159,6 +162,17 @@ class Tape {
   Status launch(const Differentiated& d, std::initializer_list<Arg> args, LaunchId* id = nullptr) {
     return launch(d, std::span<const Arg>(args.begin(), args.size()), id);
   }
+  // A fill of `array` with `value` in its place on the tape (DiffTaichi's grid cleared and
+  // refilled every step). A fill of an array no recorded launch was passed is Session::fill,
+  // not recorded (the array's state before the recording). Otherwise, with checkpointing on
+  // (set_checkpoint_every, set_memory_budget), it is recorded: backward's runs of the forward
+  // fill again where the recording did, and in reverse the array's gradient is zeroed there
+  // (what the array held before the fill reaches nothing after it) -- a Session::fill beside
+  // such a tape would not run again, and the recomputed launches would read what it was to
+  // clear. Without checkpointing it is refused (kInvalidArgument, nothing run: backward reads
+  // the arrays as they are when it runs), the message pointing to set_memory_budget.
+  // Session::fill's errors, with "tape.fill: " in front.
+  Status fill(NdArrayHandle array, double value);
   // A step loop on the tape (Session::launch_loop; docs/graphs.md, "Step loops"): every launch of
   // every iteration checked as launch() checks it, all before any runs (a refused one names
   // the body's launch, its kernel and the iteration, and nothing is recorded; the check runs
@@ -225,6 +239,28 @@ class Tape {
   // was freed).
   Status set_checkpoint_every(uint32_t launches_per_segment);
   uint32_t checkpoint_every() const { return checkpoint_every_; }
+  // Checkpointing within a memory budget (docs/tape.md, "A memory budget"): the copies the
+  // tape holds stay within `bytes` (device memory, the end-state copy included; the user's
+  // arrays and the gradients are not counted) and backward recomputes the least that allows:
+  // codegen::plan_checkpoints picks the fewest levels of checkpoints that fit (graph/
+  // checkpoint_schedule.h; two levels run every launch twice, as set_checkpoint_every does).
+  // The recording cuts level 0: from the previous recording's plan where there was one (a
+  // training loop's iterations record the same launches), else segments of one launch that
+  // double (two merged into one, their copies reused) whenever level 0 would hold more than
+  // half the budget -- so a recording of a length unknown ahead still fits. 0 turns it off;
+  // replaces set_checkpoint_every (and is replaced by it). kFailedPrecondition while launches
+  // are recorded. A budget below what a recording needs is refused by the launch that finds
+  // it (its copies alone exceed the budget) or by backward (no plan fits), with the least
+  // bytes that would do; nothing is launched then.
+  Status set_memory_budget(uint64_t bytes);
+  uint64_t memory_budget() const { return memory_budget_; }
+  // The schedule backward runs for the recording so far: levels, segments, peak bytes and how
+  // many times each launch runs. kFailedPrecondition without checkpointing or a recording;
+  // kInvalidArgument (the minimum named) where the budget fits no plan.
+  Result<codegen::CheckpointPlan> checkpoint_plan() const;
+  // Device bytes the tape's checkpoint copies hold now (kept across recordings; within the
+  // budget after a backward run outside a capture).
+  uint64_t checkpoint_bytes() const { return copy_bytes_; }
   // The loop checks launch_loop consults and fills (null: none kept; the default).
   void set_loop_checks(std::shared_ptr<TapeLoopChecks> checks) { loop_checks_ = std::move(checks); }
   // What a gradient holds after backward where the recording wrote the array. True (no
@@ -234,16 +270,17 @@ class Tape {
   // several versions), so every gradient is d(objective)/d(the array as the recording found
   // it): 0 where a launch overwrote the element, the same as without checkpointing elsewhere
   // (inputs, and elements only atomically added to).
-  bool keeps_intermediate_gradients() const { return checkpoint_every_ == 0; }
+  bool keeps_intermediate_gradients() const { return !checkpointing(); }
 
-  // Records: a launch, or a launch_loop's body launch (a loop counts its body once).
+  // Records: a launch, a launch_loop's body launch (a loop counts its body once), or a fill
+  // (checkpointing).
   size_t launches() const { return records_.size(); }
   // Gradient arrays held (made or set; scalar parameters' included).
   size_t gradients() const { return grads_.size() + scalar_grads_.size(); }
 
  private:
   struct Record {
-    KernelHandle forward, adjoint;
+    KernelHandle forward, adjoint;  // both 0 for a fill: args_ holds its array and value
     // A launch_loop's body launch: its group's first record, the body's size, the iterations
     // and its steps (arg_count of them, into steps_); loop_len 0 for a plain launch.
     uint32_t loop_first = 0, loop_len = 0, loop_count = 0, step_begin = 0;
@@ -273,10 +310,46 @@ class Tape {
   Status launch_adjoint_loop(size_t first, size_t len, LoopInfo* info);
   // Checkpointing: the tape's copy of `array` for `slot` (made on first use, same dtype and
   // shape), and the segments' backward.
-  using SlotKey = std::pair<uint64_t, uint64_t>;  // (slot, array handle id)
+  using SlotKey = std::pair<uint64_t, uint64_t>;  // (slot, index among its written arrays)
   Result<NdArrayHandle> copy_slot(std::map<SlotKey, NdArrayHandle>& pool, uint64_t slot,
-                                  NdArrayHandle array);
-  Status checkpointed_backward(std::vector<TapeAdjointLaunch>* launched);
+                                  uint64_t index, NdArrayHandle array);
+  bool checkpointing() const { return checkpoint_every_ != 0 || memory_budget_ != 0; }
+  Result<codegen::CheckpointPlan> checkpoint_plan(const std::string& what) const;
+  // launch()'s part with checkpointing on: the copies at its level-0 segment's start (merging
+  // segments where the budget asks), then the launch.
+  Status checkpointed_launch(const Differentiated& d, std::span<const Arg> args, LaunchId* id,
+                             Record* r);
+  // checkpointed_launch's parts: the arrays the launch writes onto written_ (and those new to
+  // the recording, with their bytes, into `fresh`); the bytes a deepest-level slot holds with
+  // this launch's copies (`mult`: the most arrays of each form one launch writes); the
+  // budget's refusal and level 0's merges; the copies at its level-0 segment's start.
+  Status note_writes(const codegen::KernelAccess& access, std::span<const Arg> args, Record* r,
+                     std::vector<std::pair<uint64_t, uint64_t>>* fresh);
+  Result<uint64_t> slot_bytes(std::span<const uint64_t> writes, std::map<uint64_t, uint64_t>* mult);
+  Status fit_budget(uint64_t state, uint64_t slot);
+  Status copy_segment_start(const Record& r);
+  // Budget mode: every m level-0 segments into one (the segment length m times longer); the
+  // copies the merge leaves over become spares.
+  void merge_segments(uint32_t m);
+  Status checkpointed_backward(const codegen::CheckpointPlan& plan,
+                               std::vector<TapeAdjointLaunch>* launched);
+  Status launch_forward_again(size_t record, std::vector<TapeAdjointLaunch>* launched);
+  void free_copy(NdArrayHandle copy);  // frees a copy and counts its bytes out
+  // The slot index of list[i]'s copy: its form's number << 32 | the arrays of that form before
+  // it in `list`.
+  Result<uint64_t> form_index(std::span<const uint64_t> list, size_t i);
+  // Reverses records [first, last) at `level` of `plan` (their written arrays hold the state
+  // at `first`; left so again): below the last level, cut into segments whose starts are copied
+  // while their launches run again, each reversed last first; at the last, every launch's
+  // written arrays copied before it runs again, then its adjoint last first.
+  Status reverse_range(const codegen::CheckpointPlan& plan, size_t level, size_t first, size_t last,
+                       std::vector<TapeAdjointLaunch>* launched);
+  // The arrays records [first, last) write, each once.
+  void written_by(size_t first, size_t last, std::vector<uint64_t>* out) const;
+  // Budget mode, outside a capture: the copies the last recording and backward did not use
+  // become spares, and spares are freed while the copies pass the budget.
+  void trim_copies();
+  Status copy_array(NdArrayHandle from, NdArrayHandle to, std::vector<TapeAdjointLaunch>* launched);
   bool differentiated(NdArrayHandle array) const;
   // The gradient of record r's k-th differentiated parameter: its array's, or, for a scalar,
   // the one of (r.forward, parameter). Listed by backward before any adjoint asks.
@@ -298,13 +371,30 @@ class Tape {
   // either.
   std::vector<NdArrayHandle> zero_list_;
   std::vector<Arg> adjoint_args_;
-  // Checkpointing (set_checkpoint_every).
+  // Checkpointing (set_checkpoint_every, set_memory_budget).
   uint32_t checkpoint_every_ = 0;
-  std::vector<uint64_t> written_;                      // every record's written arrays
+  uint64_t memory_budget_ = 0;
+  uint32_t top_ = 0;                // the recording's level-0 segment length
+  uint32_t planned_top_ = 0;        // budget mode: the previous backward's plan's, 0 before one
+  uint64_t planned_top_bytes_ = 0;  // and what its level 0 holds
+  std::vector<uint64_t> written_;   // every record's written arrays
   std::vector<std::vector<uint64_t>> segment_arrays_;  // per segment: arrays copied at its start
-  std::map<SlotKey, NdArrayHandle> segment_copies_;    // (segment, array) -> start state
-  std::map<SlotKey, NdArrayHandle> launch_copies_;     // (position in segment, array)
-  std::map<SlotKey, NdArrayHandle> end_copies_;        // (0, array) -> the recording's end state
+  // Per level of the plan: (segment within its parent, array) -> that segment's start state;
+  // the last level's by position in its segment. Level 0's are taken while recording.
+  std::vector<std::map<SlotKey, NdArrayHandle>> level_copies_;
+  std::map<SlotKey, NdArrayHandle> end_copies_;        // (0, index) -> the recording's end state
+  std::vector<NdArrayHandle> spare_copies_;            // merged away (budget mode), reused first
+  uint64_t copy_bytes_ = 0;                            // what every copy above holds
+  std::unordered_map<uint64_t, uint64_t> copy_sizes_;  // copy handle id -> its bytes
+  // The slots the recording and its backward copied into (pool, key): trim_copies keeps these.
+  std::set<std::pair<const void*, SlotKey>> used_;
+  std::unordered_map<uint64_t, uint64_t> state_bytes_;  // the recording's written arrays' bytes
+  std::unordered_set<uint64_t> touched_;  // arrays the recording's launches were passed
+  // w: a deepest-level slot's bytes, the most copies of each form one launch needs (form_mult_).
+  uint64_t launch_bytes_ = 0;
+  std::map<uint64_t, uint64_t> form_mult_;  // form -> the most arrays of it one launch writes
+  // The forms (dtype, shape) of the arrays copied, by form_index's numbering.
+  std::vector<std::pair<DType, std::vector<uint32_t>>> forms_;
   std::shared_ptr<TapeLoopChecks> loop_checks_;
 };
 

@@ -701,6 +701,28 @@ vkad_status* vkad_tape_set_checkpoint(vkad_tape* tape, uint32_t launches_per_seg
   return from(tape->tape.set_checkpoint_every(launches_per_segment));
 }
 
+vkad_status* vkad_tape_set_memory_budget(vkad_tape* tape, uint64_t bytes) {
+  VKAD_C_CHECK_TAPE("vkad_tape_set_memory_budget");
+  return from(tape->tape.set_memory_budget(bytes));
+}
+
+vkad_status* vkad_tape_checkpoint_plan(const vkad_tape* tape, vkad_checkpoint_plan* out) {
+  VKAD_C_CHECK_TAPE("vkad_tape_checkpoint_plan");
+  if (out == nullptr) return invalid("vkad_tape_checkpoint_plan", "out is NULL");
+  vkad::Result<vkad::codegen::CheckpointPlan> got = tape->tape.checkpoint_plan();
+  if (!got.ok()) return from(got.status());
+  vkad_checkpoint_plan full{};
+  full.struct_size = sizeof full;
+  full.launches = got->launches;
+  full.levels = static_cast<uint32_t>(got->segments.size());
+  static_assert(sizeof full.segments / sizeof full.segments[0] ==
+                vkad::codegen::kMaxCheckpointLevels);
+  for (size_t i = 0; i < got->segments.size(); ++i) full.segments[i] = got->segments[i];
+  full.peak_bytes = got->peak_bytes;
+  full.min_bytes = got->min_bytes;
+  return write_versioned("vkad_tape_checkpoint_plan", full, out);
+}
+
 vkad_status* vkad_tape_keeps_intermediate_gradients(const vkad_tape* tape, int* out) {
   VKAD_C_CHECK_TAPE("vkad_tape_keeps_intermediate_gradients");
   if (out == nullptr) return invalid("vkad_tape_keeps_intermediate_gradients", "out is NULL");

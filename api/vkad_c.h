@@ -441,6 +441,25 @@ VKAD_C_API vkad_status* vkad_tape_reset(vkad_tape* tape);
  * (VKAD_FAILED_PRECONDITION) while launches are recorded: set it before a recording or after
  * vkad_tape_reset. */
 VKAD_C_API vkad_status* vkad_tape_set_checkpoint(vkad_tape* tape, uint32_t launches_per_segment);
+/* Checkpointing within a memory budget (vkad::Tape::set_memory_budget, docs/tape.md): the
+ * tape's copies stay within `bytes` of device memory and backward runs the forward again the
+ * fewest times that allows. 0 turns it off; replaces vkad_tape_set_checkpoint (and is replaced
+ * by it). VKAD_FAILED_PRECONDITION while launches are recorded. A budget below what the
+ * recording needs: VKAD_INVALID_ARGUMENT from the launch or the backward that finds it, the
+ * message naming the least bytes that would do. */
+VKAD_C_API vkad_status* vkad_tape_set_memory_budget(vkad_tape* tape, uint64_t bytes);
+/* The schedule the next backward runs for the recording so far (vkad::Tape::checkpoint_plan). */
+typedef struct vkad_checkpoint_plan {
+  uint32_t struct_size;  /* set by the caller to sizeof(vkad_checkpoint_plan) */
+  uint32_t launches;     /* the recording's */
+  uint32_t levels;       /* levels of checkpoints; every launch runs this many times */
+  uint32_t segments[24]; /* launches per segment per level, outermost first (`levels` of them) */
+  uint64_t peak_bytes;   /* the copies held at once, at most */
+  uint64_t min_bytes;    /* the least any schedule for this recording holds */
+} vkad_checkpoint_plan;
+/* VKAD_FAILED_PRECONDITION without checkpointing or a recording; VKAD_INVALID_ARGUMENT (the
+ * least bytes named) where the budget fits no schedule. */
+VKAD_C_API vkad_status* vkad_tape_checkpoint_plan(const vkad_tape* tape, vkad_checkpoint_plan* out);
 /* Whether vkad_tape_grad of an array a recorded launch overwrote holds d(objective)/d(its
  * value after that launch) (1: checkpointing off) or is 0 on the overwritten elements (0: a
  * checkpointed tape gives d(objective)/d(the array as the recording found it); input gradients

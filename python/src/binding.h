@@ -426,8 +426,9 @@ struct LoopRecord {
 struct Tape {
   StatePtr st;
   std::unique_ptr<vkad::Tape> tape;  // null once the session closed
-  // The recording as Python sees it (Tape.launches): a (kernel, args) tuple per launch and a
-  // LoopRecord per Session.loop. It keeps the recorded kernels and arrays alive, whose handles
+  // The recording as Python sees it (Tape.launches): a (kernel, args) tuple per launch, a
+  // LoopRecord per Session.loop and (None, (array, value)) per fill a checkpointing tape
+  // recorded. It keeps the recorded kernels and arrays alive, whose handles
   // `tape` holds, until the next recording.
   nb::list launches;
   // Per record of `tape` (a loop's body counts per launch): its forward Kernel (alive through
@@ -448,6 +449,9 @@ struct Tape {
   bool clear_record();
   // After tape->launch accepted a launch of `k` with `args` (the Python tuple): its record.
   void record(nb::handle kernel, Kernel* k, nb::handle args);
+  // Session.zero / fill of `array` inside the recording: vkad::Tape::fill, and where that
+  // recorded it (checkpointing) its record, (None, (array, value)).
+  void fill(nb::handle array, NdArrayHandle handle, double value);
   // After tape->launch_loop recorded a Session.loop: its LoopRecord (`rec`, the Python object).
   void record_loop(nb::object rec, const struct LoopRecord& loop);
 };

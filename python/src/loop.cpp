@@ -69,9 +69,10 @@ nb::object Session::loop_begin(int64_t start) {
         "one at a time");
   }
   if (st->recording != nullptr && st->recording->tape &&
-      st->recording->tape->checkpoint_every() != 0) {
+      !st->recording->tape->keeps_intermediate_gradients()) {
     invalid(
-        "Session.loop: the recording tape checkpoints (checkpoint_every), which copies "
+        "Session.loop: the recording tape checkpoints (checkpoint_every, memory_budget), which "
+        "copies "
         "per launch; Session.loop runs the body per iteration there");
   }
   {

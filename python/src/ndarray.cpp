@@ -184,8 +184,15 @@ void Session::free(nb::handle obj) {
   a.freed = true;
 }
 
+// Inside `with t:` a zero or fill goes through the tape (vkad::Tape::fill): a checkpointing
+// tape records it, and any tape refuses one of an array the recording read or wrote.
 void Session::zero(nb::handle obj) {
   NdArray& a = own(obj, "zero");
+  if (st->recording) {
+    (void)st->get();  // a closed session's message first
+    st->recording->fill(obj, a.handle, 0.0);
+    return;
+  }
   Locked l(*st);
   check(st->get().zero(a.handle));
 }
@@ -193,12 +200,21 @@ void Session::zero(nb::handle obj) {
 void Session::zero_many(nb::handle arrays) {
   std::vector<NdArrayHandle> handles;
   for (nb::handle obj : arrays) handles.push_back(own(obj, "zero_many").handle);
+  if (st->recording) {
+    for (nb::handle obj : arrays) fill(obj, 0.0);
+    return;
+  }
   Locked l(*st);
   check(st->get().zero(std::span<const NdArrayHandle>(handles)));
 }
 
 void Session::fill(nb::handle obj, double value) {
   NdArray& a = own(obj, "fill");
+  if (st->recording) {
+    (void)st->get();  // a closed session's message first
+    st->recording->fill(obj, a.handle, value);
+    return;
+  }
   Locked l(*st);
   check(st->get().fill(a.handle, value));
 }

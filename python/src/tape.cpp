@@ -58,6 +58,18 @@ void Tape::record(nb::handle kernel, Kernel* k, nb::handle args) {
   record_kernels.push_back(k);
 }
 
+void Tape::fill(nb::handle array, NdArrayHandle handle, double value) {
+  size_t before = 0;
+  {
+    Locked l(*st);
+    before = get().launches();
+    check(get().fill(handle, value));
+    if (get().launches() == before) return;  // run, not recorded (no checkpointing)
+  }
+  launches.append(nb::make_tuple(nb::none(), nb::make_tuple(nb::borrow(array), value)));
+  record_kernels.push_back(nullptr);
+}
+
 void Tape::record_loop(nb::object rec, const LoopRecord& loop) {
   loop_lens.emplace(record_kernels.size(), static_cast<uint32_t>(loop.entries.size()));
   for (const LoopEntry& e : loop.entries) record_kernels.push_back(e.k);
@@ -229,6 +241,29 @@ void set_checkpoint_every(Tape& t, uint32_t k) {
   check(t.get().set_checkpoint_every(k));
 }
 
+void set_memory_budget(Tape& t, uint64_t bytes) {
+  Locked l(*t.st);
+  check(t.get().set_memory_budget(bytes));
+}
+
+// Tape.checkpoint_plan(): vkad::Tape::checkpoint_plan as a dict.
+nb::dict checkpoint_plan(Tape& t) {
+  const vkad::codegen::CheckpointPlan plan = take([&] {
+    Locked l(*t.st);
+    return t.get().checkpoint_plan();
+  }());
+  nb::dict d;
+  d["launches"] = plan.launches;
+  d["segments"] = nb::cast(plan.segments);
+  d["levels"] = plan.segments.size();
+  d["recompute"] = plan.recompute;
+  d["peak_bytes"] = plan.peak_bytes;
+  d["min_bytes"] = plan.min_bytes;
+  d["state_bytes"] = plan.state_bytes;
+  d["text"] = plan.to_string();
+  return d;
+}
+
 }  // namespace
 
 namespace {
@@ -285,6 +320,14 @@ void bind_tape(nb::module_& m, nb::class_<Session>& session) {
       .def_prop_rw(
           "checkpoint_every", [](Tape& t) { return t.get().checkpoint_every(); },
           &set_checkpoint_every, "vkad::Tape::set_checkpoint_every's launches per segment.")
+      .def_prop_rw(
+          "memory_budget", [](Tape& t) { return t.get().memory_budget(); }, &set_memory_budget,
+          "vkad::Tape::set_memory_budget's bytes (0: off).")
+      .def("checkpoint_plan", &checkpoint_plan,
+           "vkad::Tape::checkpoint_plan: the schedule backward runs for the recording so far.")
+      .def_prop_ro(
+          "checkpoint_bytes", [](Tape& t) { return t.get().checkpoint_bytes(); },
+          "vkad::Tape::checkpoint_bytes: device bytes the checkpoint copies hold now.")
       .def_prop_ro(
           "records", [](Tape& t) { return t.get().launches(); },
           "vkad::Tape::launches: records, a loop's body counted per launch.")

@@ -261,12 +261,12 @@ class Session(_vkad.Session):
         one by one; stats()["rolled_loops"] counts the former. A tape records the loop as one
         entry (a LoopRecord) and backward runs its adjoints as one loop too; the tape's check
         runs per iteration, before anything runs. Inside a checkpointing tape
-        (checkpoint_every) the body runs per iteration as a plain loop. A loop inside a capture
+        (checkpoint_every, memory_budget) the body runs per iteration as a plain loop. A loop inside a capture
         is captured as launched (one launch when rolled: replay updates cannot change its
         scalars)."""
         start, stop = _operator.index(start), _operator.index(stop)
         rec = self._recording
-        if rec is not None and rec.checkpoint_every:
+        if rec is not None and (rec.checkpoint_every or rec.memory_budget):
             for t in range(start, stop):
                 body(t)
             return

@@ -48,8 +48,15 @@ it writes, the first time its segment of K launches writes it; backward runs the
 first (their start state copied back, their launches again with a copy of what each writes,
 then each adjoint -- a clearing one -- after putting back what its launch wrote) and leaves the
 arrays as the forward did. Memory: a copy of each written array per segment and per launch of a
-segment, plus one; compute: the forward twice. Not inside a graph capture (copies are not
-captured).
+segment, plus one; compute: the forward twice. Inside a graph capture the copies are launches
+of copy kernels (vkad::Session::copy), so a checkpointed iteration is captured and replayed like
+any other (Graph.launch_names shows them as None).
+
+A memory budget instead of K (`t.memory_budget = bytes`, vkad::Tape::set_memory_budget): the
+copies stay within the budget and backward runs the forward again the fewest times that allows
+(several levels of checkpoints where two do not fit); `t.checkpoint_plan()` says what backward
+will run -- levels, segments, peak bytes, how many times each launch runs -- and a budget below
+what the recording needs is refused, naming the least bytes that would do (docs/tape.md).
 """
 from __future__ import annotations
 
@@ -101,6 +108,40 @@ class Tape:
         self._tape.checkpoint_every = k
 
     @property
+    def memory_budget(self) -> int:
+        """Device bytes the checkpoint copies may hold; 0 (the default) is off. Setting it turns
+        checkpoint_every off (and setting checkpoint_every turns it off)."""
+        return self._tape.memory_budget
+
+    @memory_budget.setter
+    def memory_budget(self, nbytes: int) -> None:
+        try:
+            if isinstance(nbytes, bool):
+                raise TypeError
+            nbytes = operator.index(nbytes)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"tape.memory_budget: {nbytes!r} is not an integer") from None
+        if nbytes < 0:
+            raise InvalidArgumentError(f"tape.memory_budget: {nbytes} is negative")
+        if nbytes >= 2 ** 64:
+            raise InvalidArgumentError(f"tape.memory_budget: {nbytes} is out of range")
+        self._tape.memory_budget = nbytes
+
+    def checkpoint_plan(self) -> Dict[str, Any]:
+        """The schedule backward runs for the recording so far (vkad::Tape::checkpoint_plan): a
+        dict of `launches`, `segments` (launches per segment per level, outermost first, the
+        last 1), `levels`, `recompute` (times each launch runs), `peak_bytes`, `min_bytes`,
+        `state_bytes` and `text`. FailedPreconditionError without checkpointing or a recording;
+        InvalidArgumentError, naming the least bytes, where the budget fits no schedule."""
+        return self._tape.checkpoint_plan()
+
+    @property
+    def checkpoint_bytes(self) -> int:
+        """Device bytes the tape's checkpoint copies hold now."""
+        return self._tape.checkpoint_bytes
+
+    @property
     def keeps_intermediate_gradients(self) -> bool:
         """What a gradient holds after backward where the recording wrote the array (vkad::
         Tape::keeps_intermediate_gradients). True (no checkpointing): t.grad(x) at an element a
@@ -108,7 +149,7 @@ class Tape:
         time axis. False (checkpoint_every > 0): each store's adjoint consumes its seed, so
         gradients are with respect to the arrays as the recording found them -- 0 where a launch
         overwrote the element; inputs' gradients are the same either way."""
-        return self.checkpoint_every == 0
+        return self.checkpoint_every == 0 and self.memory_budget == 0
 
     def __enter__(self) -> "Tape":
         if self.session._recording is not None:

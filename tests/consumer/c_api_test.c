@@ -737,6 +737,36 @@ int main(void) {
     opts.graph_passes = NULL;
   }
 
+  {
+    /* A memory budget: checkpointing on, a schedule only once something is recorded. */
+    vkad_tape* tape = NULL;
+    vkad_checkpoint_plan plan;
+    vkad_ndarray arrays[3];
+    vkad_arg args[4];
+    int keeps = -1, i;
+    for (i = 0; i < 3; ++i) OK(vkad_ndarray_create(s, VKAD_F32, 1, shape, "budget", &arrays[i]));
+    args[0] = vkad_arg_f32(1.5f);
+    for (i = 0; i < 3; ++i) args[i + 1] = vkad_arg_ndarray(arrays[i]);
+    OK(vkad_tape_create(s, &tape));
+    OK(vkad_tape_set_memory_budget(tape, 1 << 20));
+    OK(vkad_tape_keeps_intermediate_gradients(tape, &keeps));
+    CHECK(keeps == 0);
+    plan.struct_size = sizeof plan;
+    st = vkad_tape_checkpoint_plan(tape, &plan);
+    CHECK(vkad_status_code(st) == VKAD_FAILED_PRECONDITION);
+    CHECK(strstr(vkad_status_message(st), "nothing is recorded") != NULL);
+    vkad_status_free(st);
+    OK(vkad_tape_launch(tape, &d, args, 4, NULL));
+    OK(vkad_tape_checkpoint_plan(tape, &plan));
+    CHECK(plan.launches == 1 && plan.levels >= 2 && plan.segments[plan.levels - 1] == 1);
+    CHECK(plan.peak_bytes > 0 && plan.peak_bytes <= (1 << 20) && plan.min_bytes <= plan.peak_bytes);
+    st = vkad_tape_checkpoint_plan(tape, NULL);
+    CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
+    vkad_status_free(st);
+    vkad_tape_destroy(tape);
+    for (i = 0; i < 3; ++i) OK(vkad_ndarray_free(s, arrays[i]));
+  }
+
   OK(vkad_kernel_release(s, d.forward));
   OK(vkad_kernel_release(s, d.adjoint));
   vkad_session_destroy(s);

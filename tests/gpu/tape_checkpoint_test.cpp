@@ -45,7 +45,7 @@ kernel sq(x: ndarray<f32, 1> grad, loss: ndarray<f32, 1> grad) {
 constexpr uint32_t kN = 100;
 constexpr uint32_t kSteps = 7;
 
-float c_of(uint32_t j) { return 0.9f - 0.03f * static_cast<float>(j); }
+float c_of(uint32_t j) { return 0.9f - 0.03f * static_cast<float>(j % 8); }
 
 class TapeCheckpoint : public ValidatedSessionFixture<::testing::TestWithParam<uint32_t>> {
  protected:
@@ -76,22 +76,22 @@ class TapeCheckpoint : public ValidatedSessionFixture<::testing::TestWithParam<u
     std::vector<float> grad, last;
     float loss = 0;
   };
-  Reference per_step(const std::vector<float>& x0) {
+  Reference per_step(const std::vector<float>& x0, uint32_t steps = kSteps) {
     Reference want;
     Tape t(*s_);
     std::vector<NdArrayHandle> xs;
-    for (uint32_t j = 0; j <= kSteps; ++j) {
+    for (uint32_t j = 0; j <= steps; ++j) {
       xs.push_back(array(j == 0 ? x0 : std::vector<float>(kN, 0), "x" + std::to_string(j)));
     }
     NdArrayHandle loss = array({0}, "loss");
-    for (uint32_t j = 0; j < kSteps; ++j) {
+    for (uint32_t j = 0; j < steps; ++j) {
       EXPECT_TRUE(
           t.launch(step_, {Arg::ndarray(xs[j]), Arg::ndarray(xs[j + 1]), Arg::f32(c_of(j))}).ok());
     }
-    EXPECT_TRUE(t.launch(loss_, {Arg::ndarray(xs[kSteps]), Arg::ndarray(loss)}).ok());
+    EXPECT_TRUE(t.launch(loss_, {Arg::ndarray(xs[steps]), Arg::ndarray(loss)}).ok());
     EXPECT_TRUE(t.backward({TapeSeed::of_value(loss, 1.0)}).ok());
     want.grad = read(*t.grad(xs[0]));
-    want.last = read(xs[kSteps]);
+    want.last = read(xs[steps]);
     want.loss = read(loss, 1)[0];
     for (NdArrayHandle x : xs) EXPECT_TRUE(s_->free(x).ok());
     EXPECT_TRUE(s_->free(loss).ok());
@@ -294,6 +294,202 @@ TEST_P(TapeCheckpoint, ACopyInsideACaptureCopiesEveryElementOfEveryRankAndDtype)
   st = s_->copy(*a, *a);
   EXPECT_NE(st.message().find("one array"), std::string::npos) << st.message();
   ASSERT_TRUE(s_->end_capture().ok());
+}
+
+// A memory budget instead of K (issue 57, point 2): a ring of 40 steps under budgets from
+// roomy to the least any plan needs gets the per-step program's gradients, every time with
+// fewer bytes of copies and more levels (each running the forward once more); the copies stay
+// within the budget; a budget below the least is refused before anything runs, naming it; the
+// next recording takes the plan's level-0 cut and makes no device object.
+TEST_P(TapeCheckpoint, AMemoryBudgetPicksTheFewestLevelsThatFitAndGetsTheGradients) {
+  if (GetParam() != 1) GTEST_SKIP() << "one run is enough";
+  constexpr uint32_t kLong = 40;
+  const Reference want = per_step(x0_, kLong);
+  if (HasFatalFailure()) return;
+  NdArrayHandle ring[2] = {array(x0_, "ring0"), array(std::vector<float>(kN, 0), "ring1")};
+  NdArrayHandle loss = array({0}, "loss");
+  // W: both ring arrays and the loss; w: a deepest-level slot holds a ring array's copy and
+  // (where the loss's launch sits at that position) the loss's.
+  const uint64_t state = 2 * kN * 4 + 4, per_launch = kN * 4 + 4;
+  auto record = [&](Tape& t) {
+    t.reset();
+    EXPECT_TRUE(s_->upload(ring[0], std::span<const float>(x0_)).ok());
+    EXPECT_TRUE(s_->zero(loss).ok());
+    for (uint32_t j = 0; j < kLong; ++j) {
+      Status st = t.launch(
+          step_, {Arg::ndarray(ring[j % 2]), Arg::ndarray(ring[(j + 1) % 2]), Arg::f32(c_of(j))});
+      EXPECT_TRUE(st.ok()) << st.to_string();
+    }
+    EXPECT_TRUE(t.launch(loss_, {Arg::ndarray(ring[kLong % 2]), Arg::ndarray(loss)}).ok());
+  };
+  Result<codegen::CheckpointPlan> least =
+      codegen::plan_checkpoints(kLong + 1, state, per_launch, 1, 0, "test");
+  ASSERT_FALSE(least.ok());
+  // The least bytes any plan needs, as the refusal names them.
+  const std::string msg = least.status().message();
+  const size_t at = msg.find("at least ");
+  ASSERT_NE(at, std::string::npos) << msg;
+  const uint64_t min_bytes = std::stoull(msg.substr(at + 9));
+  uint32_t last_levels = 0;
+  uint64_t last_objects = 0;
+  uint64_t last_peak = UINT64_MAX;
+  for (uint64_t budget : {uint64_t{1} << 20, 2 * min_bytes, min_bytes + min_bytes / 4, min_bytes}) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    Tape t(*s_);
+    ASSERT_TRUE(t.set_memory_budget(budget).ok());
+    EXPECT_EQ(t.checkpoint_every(), 0u);
+    EXPECT_FALSE(t.keeps_intermediate_gradients());
+    for (int iteration = 0; iteration < 3; ++iteration) {
+      record(t);
+      Result<codegen::CheckpointPlan> plan = t.checkpoint_plan();
+      ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+      EXPECT_LE(plan->peak_bytes, budget) << plan->to_string();
+      EXPECT_EQ(plan->recompute, plan->segments.size());
+      EXPECT_EQ(plan->segments.back(), 1u);
+      EXPECT_EQ(plan->launches, kLong + 1);
+      Status st = t.backward({TapeSeed::of_value(loss, 1.0)});
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      expect_near(read(*t.grad(ring[0])), want, plan->to_string());
+      if (HasFatalFailure()) return;
+      const std::vector<float> last = read(ring[kLong % 2]);
+      for (uint32_t i = 0; i < kN; ++i) ASSERT_EQ(last[i], want.last[i]) << i;
+      EXPECT_LE(t.checkpoint_bytes(), budget);
+      // From the third recording on (the second took the first plan's cut) nothing is made.
+      const uint64_t objects = s_->stats()->vulkan_objects_created;
+      if (iteration == 2) EXPECT_EQ(objects, last_objects) << plan->to_string();
+      last_objects = objects;
+      if (iteration == 2) {
+        EXPECT_GE(plan->recompute, last_levels) << plan->to_string();
+        EXPECT_LE(plan->peak_bytes, last_peak) << plan->to_string();
+        last_levels = plan->recompute;
+        last_peak = plan->peak_bytes;
+      }
+    }
+  }
+  EXPECT_GE(last_levels, 3u);  // the least bytes take more levels
+  // Below the least: refused by the launch (its copies alone pass it) or by backward (no plan
+  // fits), naming the least, with nothing run by backward.
+  for (uint64_t budget : {2 * state + per_launch + 8, state}) {
+    Tape t(*s_);
+    ASSERT_TRUE(t.set_memory_budget(budget).ok());
+    Status st;
+    ASSERT_TRUE(s_->upload(ring[0], std::span<const float>(x0_)).ok());
+    for (uint32_t j = 0; j < kLong && st.ok(); ++j) {
+      st = t.launch(
+          step_, {Arg::ndarray(ring[j % 2]), Arg::ndarray(ring[(j + 1) % 2]), Arg::f32(c_of(j))});
+    }
+    if (st.ok()) st = t.launch(loss_, {Arg::ndarray(ring[kLong % 2]), Arg::ndarray(loss)});
+    if (st.ok()) {
+      std::vector<TapeAdjointLaunch> launched;
+      const TapeSeed seed = TapeSeed::of_value(loss, 1.0);
+      st = t.backward(std::span<const TapeSeed>(&seed, 1), &launched);
+      EXPECT_TRUE(launched.empty());
+    }
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
+    EXPECT_NE(st.message().find("memory budget"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("at least"), std::string::npos) << st.message();
+  }
+  EXPECT_EQ(Tape(*s_).set_memory_budget(0).code(), ErrorCode::kOk);
+}
+
+// DiffTaichi's grid, cleared and refilled every step (issue 57, point 3): particles scatter into
+// one grid (atomic adds) and gather from it, the grid cleared by a fill on the tape. With
+// checkpointing the fill is recorded and run again, and the gradient equals that of a program
+// with a fresh grid per step on the default tape, which refuses the reused grid's fill.
+constexpr const char* kP2g = R"(
+kernel p2g(x: ndarray<f32, 1> grad, cell: ndarray<i32, 1>, g: ndarray<f32, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = load x[%i] : f32
+    %j = load cell[%i] : i32
+    atomic_add g[%j], %v
+  }
+}
+)";
+constexpr const char* kG2p = R"(
+kernel g2p(x: ndarray<f32, 1> grad, g: ndarray<f32, 1> grad, cell: ndarray<i32, 1>,
+           y: ndarray<f32, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %j = load cell[%i] : i32
+    %m = load g[%j] : f32
+    %s = sin %m : f32
+    %h = const 0.5 : f32
+    %a = mul %s, %h : f32
+    %v = load x[%i] : f32
+    %k = const 0.9 : f32
+    %b = mul %v, %k : f32
+    %y = add %a, %b : f32
+    store y[%i], %y
+  }
+}
+)";
+
+TEST_P(TapeCheckpoint, AGridClearedEveryStepByARecordedFillGetsThePerStepGridsGradients) {
+  const uint32_t k = GetParam();
+  auto p2g = s_->differentiate(std::string_view(kP2g));
+  auto g2p = s_->differentiate(std::string_view(kG2p));
+  ASSERT_TRUE(p2g.ok() && g2p.ok()) << p2g.status().to_string() << g2p.status().to_string();
+  constexpr uint32_t kCells = 7, kGridSteps = 6;
+  std::vector<int32_t> cells(kN);
+  for (uint32_t i = 0; i < kN; ++i) cells[i] = static_cast<int32_t>((i * 5) % kCells);
+  auto cell = s_->ndarray(DType::kI32, {kN}, "cell");
+  ASSERT_TRUE(cell.ok() && s_->upload(*cell, std::span<const int32_t>(cells)).ok());
+  auto step = [&](Tape& t, NdArrayHandle x, NdArrayHandle g, NdArrayHandle y) {
+    Status st = t.launch(*p2g, {Arg::ndarray(x), Arg::ndarray(*cell), Arg::ndarray(g)});
+    if (st.ok()) {
+      st = t.launch(*g2p, {Arg::ndarray(x), Arg::ndarray(g), Arg::ndarray(*cell), Arg::ndarray(y)});
+    }
+    return st;
+  };
+  // The reference: a fresh grid (zeros) and state array per step.
+  std::vector<float> want;
+  {
+    Tape t(*s_);
+    std::vector<NdArrayHandle> xs = {array(x0_, "x0")}, gs;
+    for (uint32_t f = 0; f < kGridSteps; ++f) {
+      xs.push_back(array(std::vector<float>(kN, 0), "x"));
+      gs.push_back(array(std::vector<float>(kCells, 0), "g"));
+      ASSERT_TRUE(step(t, xs[f], gs[f], xs[f + 1]).ok());
+    }
+    NdArrayHandle loss = array({0}, "loss");
+    ASSERT_TRUE(t.launch(loss_, {Arg::ndarray(xs.back()), Arg::ndarray(loss)}).ok());
+    ASSERT_TRUE(t.backward({TapeSeed::of_value(loss, 1.0)}).ok());
+    want = read(*t.grad(xs[0]));
+  }
+  NdArrayHandle ring[2] = {array(x0_, "ring0"), array(std::vector<float>(kN, 0), "ring1")};
+  NdArrayHandle grid = array(std::vector<float>(kCells, 0), "grid");
+  NdArrayHandle loss = array({0}, "loss");
+  {  // The default tape refuses the fill of a grid a recorded launch wrote, naming the fix.
+    Tape plain(*s_);
+    ASSERT_TRUE(plain.fill(grid, 0.0).ok());  // untouched yet: the grid's state before
+    ASSERT_TRUE(step(plain, ring[0], grid, ring[1]).ok());
+    Status st = plain.fill(grid, 0.0);
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("set_memory_budget"), std::string::npos) << st.message();
+  }
+  for (bool budget : {false, true}) {
+    SCOPED_TRACE(budget ? "a memory budget" : "K = " + std::to_string(k));
+    Tape t(*s_);
+    ASSERT_TRUE((budget ? t.set_memory_budget(64 << 10) : t.set_checkpoint_every(k)).ok());
+    for (int iteration = 0; iteration < 2; ++iteration) {
+      t.reset();
+      ASSERT_TRUE(s_->upload(ring[0], std::span<const float>(x0_)).ok());
+      ASSERT_TRUE(s_->zero(loss).ok());
+      for (uint32_t f = 0; f < kGridSteps; ++f) {
+        Status st = t.fill(grid, 0.0);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        ASSERT_TRUE(step(t, ring[f % 2], grid, ring[(f + 1) % 2]).ok());
+      }
+      ASSERT_TRUE(t.launch(loss_, {Arg::ndarray(ring[kGridSteps % 2]), Arg::ndarray(loss)}).ok());
+      // The first fill found the grid untouched (not recorded); the others are records.
+      EXPECT_EQ(t.launches(), 2 * kGridSteps + 1 + (kGridSteps - 1));
+      Status st = t.backward({TapeSeed::of_value(loss, 1.0)});
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      const std::vector<float> got = read(*t.grad(ring[0]));
+      for (uint32_t i = 0; i < kN; ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-4 * std::fabs(want[i]) + 1e-6) << "element " << i;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Segments, TapeCheckpoint, ::testing::Values(1u, 2u, 3u, 8u),

@@ -1,6 +1,7 @@
 """The reusable Tape (vkad::Tape's behaviour, python/vkad/tape.py), array.grad, and zero_many:
 gradients against closed forms, no allocation after the first iteration, every error."""
 import gc
+import re
 
 import numpy as np
 import pytest
@@ -554,3 +555,155 @@ def test_a_checkpointed_iteration_is_captured_and_replayed_with_updates(session)
     want, end = closed_form(X0, 0.7)
     np.testing.assert_allclose(t.grad(ring[0]).numpy(), want, rtol=5e-3, atol=1e-6)
     np.testing.assert_allclose(ring[STEPS % 2].numpy(), end, rtol=1e-5, atol=1e-6)
+
+
+def test_a_memory_budget_picks_the_schedule_and_gets_the_gradients(session):
+    """Issue 57, point 2: t.memory_budget instead of K. A ring of 256 steps under budgets from
+    roomy to the least (as a refusal names it) gets the closed-form gradient (captured as a
+    graph too); checkpoint_plan() says the schedule before backward, holding fewer bytes or
+    taking more levels as the budget shrinks; the copies stay within the budget; one below the
+    least is refused, naming it."""
+    s = session
+    step = s.differentiate(SCALED_STEP)
+    steps = 256  # long enough that three levels hold less than two
+    ring = [s.ndarray(X0, name="ring0"), s.zeros(N, name="ring1")]
+    x, want = X0.astype(np.float64), np.ones(N)
+    for _ in range(steps):
+        want = want * 0.9 * np.cos(x)
+        x = np.sin(x) * 0.9 + 0.1
+    state = 2 * N * 4  # both ring arrays
+
+    def record(t):
+        ring[0].upload(X0)
+        with t:
+            for f in range(steps):
+                s.launch(step, ring[f % 2], ring[(f + 1) % 2], 0.9)
+
+    # The least this recording needs, as a refusal names it.
+    t = s.tape()
+    t.memory_budget = 4 * state
+    with pytest.raises(vkad.InvalidArgumentError, match=r"at least \d+ bytes") as refused:
+        record(t)
+        t.checkpoint_plan()
+    least = int(re.search(r"at least (\d+) bytes", str(refused.value)).group(1))
+    levels = []
+    for budget in (1 << 20, 2 * least, least + least // 4, least):
+        t = s.tape()
+        t.memory_budget = budget
+        assert t.memory_budget == budget and not t.keeps_intermediate_gradients
+        with pytest.raises(vkad.FailedPreconditionError, match="nothing is recorded"):
+            t.checkpoint_plan()
+        for _ in range(2):
+            ring[0].upload(X0)
+            with t:
+                s.loop(0, steps, lambda f: s.launch(step, ring[f % 2], ring[(f + 1) % 2], 0.9))
+            plan = t.checkpoint_plan()
+            assert plan["launches"] == steps and plan["segments"][-1] == 1
+            assert plan["recompute"] == plan["levels"] == len(plan["segments"])
+            assert plan["peak_bytes"] <= budget, plan["text"]
+            t.backward(seed={ring[steps % 2]: 1.0})
+            np.testing.assert_allclose(t.grad(ring[0]).numpy(), want, rtol=5e-3, atol=1e-6,
+                                       err_msg=plan["text"])
+            np.testing.assert_allclose(ring[steps % 2].numpy(), x, rtol=1e-5, atol=1e-6)
+            assert t.checkpoint_bytes <= budget
+        levels.append((plan["levels"], -plan["peak_bytes"]))
+    # Fewer bytes, never fewer levels: the plans are ordered as their budgets.
+    assert levels == sorted(levels) and levels[-1] != levels[0], levels
+    # Captured with a budget: the replay gives the same gradient.
+    t = s.tape()
+    t.memory_budget = least
+    with s.capture("budget") as g:
+        with t:
+            for f in range(steps):
+                s.launch(step, ring[f % 2], ring[(f + 1) % 2], 0.9)
+        t.backward(seed={ring[steps % 2]: 1.0})
+    ring[0].upload(X0)
+    s.replay(g)
+    np.testing.assert_allclose(t.grad(ring[0]).numpy(), want, rtol=5e-3, atol=1e-6)
+    # Too small: refused with the least named (by the launch or by backward).
+    t = s.tape()
+    t.memory_budget = 2 * state
+    with pytest.raises(vkad.InvalidArgumentError, match=r"memory budget .* at least \d+ bytes"):
+        ring[0].upload(X0)
+        with t:
+            for f in range(steps):
+                s.launch(step, ring[f % 2], ring[(f + 1) % 2], 0.9)
+        t.backward(seed={ring[steps % 2]: 1.0})
+    for bad in (-1, 2.5, "1"):
+        with pytest.raises(vkad.InvalidArgumentError, match="memory_budget"):
+            t.memory_budget = bad
+
+
+GRID_P2G = """
+kernel p2g(x: ndarray<f32, 1> grad, cell: ndarray<i32, 1>, g: ndarray<f32, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = load x[%i] : f32
+    %j = load cell[%i] : i32
+    atomic_add g[%j], %v
+  }
+}"""
+GRID_G2P = """
+kernel g2p(x: ndarray<f32, 1> grad, g: ndarray<f32, 1> grad, cell: ndarray<i32, 1>,
+           y: ndarray<f32, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %j = load cell[%i] : i32
+    %m = load g[%j] : f32
+    %s = sin %m : f32
+    %h = const 0.5 : f32
+    %a = mul %s, %h : f32
+    %v = load x[%i] : f32
+    %k = const 0.9 : f32
+    %b = mul %v, %k : f32
+    %y = add %a, %b : f32
+    store y[%i], %y
+  }
+}"""
+
+
+def test_a_grid_cleared_every_step_is_recorded_by_a_checkpointing_tape(session):
+    """Issue 57, point 3: DiffTaichi's one grid, zeroed and refilled every step (s.zero inside
+    `with t:` is vkad::Tape::fill). A memory-budget tape records the zero and runs it again,
+    giving the gradient of a fresh grid per step (numpy, float64); the default tape refuses the
+    zero of a grid the recording wrote, pointing to memory_budget."""
+    s = session
+    p2g, g2p = s.differentiate(GRID_P2G), s.differentiate(GRID_G2P)
+    cells, steps = 7, 8
+    cell_host = (np.arange(N) * 5 % cells).astype(np.int32)
+    cell = s.ndarray(cell_host)
+    ring = [s.ndarray(X0), s.zeros(N)]
+    grid = s.zeros(cells)
+
+    def forward(x0):
+        x = x0.astype(np.float64)
+        for _ in range(steps):
+            g = np.bincount(cell_host, weights=x, minlength=cells)
+            x = 0.5 * np.sin(g[cell_host]) + 0.9 * x
+        return x
+
+    def loss_of(x0):
+        return float(np.sum(forward(x0)))
+
+    eps = 1e-4
+    want = np.array([(loss_of(X0 + eps * np.eye(N)[i]) - loss_of(X0 - eps * np.eye(N)[i]))
+                     / (2 * eps) for i in range(N)])
+    plain = s.tape()
+    with pytest.raises(vkad.InvalidArgumentError, match="memory_budget"):
+        with plain:
+            s.zero(grid)  # untouched yet: runs
+            s.launch(p2g, ring[0], cell, grid)
+            s.zero(grid)
+    t = s.tape()
+    t.memory_budget = 1 << 16
+    for _ in range(2):
+        ring[0].upload(X0)
+        with t:
+            for f in range(steps):
+                s.zero(grid)
+                s.launch(p2g, ring[f % 2], cell, grid)
+                s.launch(g2p, ring[f % 2], grid, cell, ring[(f + 1) % 2])
+        fills = [r for r in t.launches if r[0] is None]
+        assert len(fills) == steps - 1  # the first found the grid untouched
+        t.backward(seed={ring[steps % 2]: 1.0})
+        # Vulkan's sin / cos are within 2^-11 absolute: 8 steps of 0.5 sin(...) stay in 2e-3.
+        np.testing.assert_allclose(ring[steps % 2].numpy(), forward(X0), atol=2e-3)
+        np.testing.assert_allclose(t.grad(ring[0]).numpy(), want, rtol=5e-3, atol=2e-3)
