@@ -706,6 +706,11 @@ vkad_status* vkad_tape_set_memory_budget(vkad_tape* tape, uint64_t bytes) {
   return from(tape->tape.set_memory_budget(bytes));
 }
 
+vkad_status* vkad_tape_fill(vkad_tape* tape, vkad_ndarray array, double value) {
+  VKAD_C_CHECK_TAPE("vkad_tape_fill");
+  return from(tape->tape.fill(vkad::NdArrayHandle{array}, value));
+}
+
 vkad_status* vkad_tape_checkpoint_plan(const vkad_tape* tape, vkad_checkpoint_plan* out) {
   VKAD_C_CHECK_TAPE("vkad_tape_checkpoint_plan");
   if (out == nullptr) return invalid("vkad_tape_checkpoint_plan", "out is NULL");

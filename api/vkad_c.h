@@ -448,6 +448,10 @@ VKAD_C_API vkad_status* vkad_tape_set_checkpoint(vkad_tape* tape, uint32_t launc
  * recording needs: VKAD_INVALID_ARGUMENT from the launch or the backward that finds it, the
  * message naming the least bytes that would do. */
 VKAD_C_API vkad_status* vkad_tape_set_memory_budget(vkad_tape* tape, uint64_t bytes);
+/* A fill of `array` in its place on the tape (vkad::Tape::fill): a plain fill where no recorded
+ * launch was passed the array; recorded by a checkpointing tape (run again by backward, the
+ * array's gradient zeroed there); VKAD_INVALID_ARGUMENT without checkpointing otherwise. */
+VKAD_C_API vkad_status* vkad_tape_fill(vkad_tape* tape, vkad_ndarray array, double value);
 /* The schedule the next backward runs for the recording so far (vkad::Tape::checkpoint_plan). */
 typedef struct vkad_checkpoint_plan {
   uint32_t struct_size;  /* set by the caller to sizeof(vkad_checkpoint_plan) */

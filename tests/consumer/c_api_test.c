@@ -756,9 +756,11 @@ int main(void) {
     CHECK(vkad_status_code(st) == VKAD_FAILED_PRECONDITION);
     CHECK(strstr(vkad_status_message(st), "nothing is recorded") != NULL);
     vkad_status_free(st);
+    OK(vkad_tape_fill(tape, arrays[2], 0.0)); /* untouched yet: a plain fill, not recorded */
     OK(vkad_tape_launch(tape, &d, args, 4, NULL));
+    OK(vkad_tape_fill(tape, arrays[2], 0.0)); /* recorded: a launch was passed it */
     OK(vkad_tape_checkpoint_plan(tape, &plan));
-    CHECK(plan.launches == 1 && plan.levels >= 2 && plan.segments[plan.levels - 1] == 1);
+    CHECK(plan.launches == 2 && plan.levels >= 2 && plan.segments[plan.levels - 1] == 1);
     CHECK(plan.peak_bytes > 0 && plan.peak_bytes <= (1 << 20) && plan.min_bytes <= plan.peak_bytes);
     st = vkad_tape_checkpoint_plan(tape, NULL);
     CHECK(vkad_status_code(st) == VKAD_INVALID_ARGUMENT);
