@@ -291,9 +291,10 @@ std::string TapeHazards::conflict(const Session& session, const codegen::KernelA
                    "'s adjoint on the arrays as they are then, so it would read the new values";
   out +=
       ": its gradients would be wrong. Keep one row or one array per step (an array with a time "
-      "axis, read at row f and written at row f + 1, or one array per step), or differentiate "
-      "the steps before the overwrite in a recording of their own; docs/tape.md, \"Tapes and "
-      "memory\". Nothing was launched or recorded";
+      "axis, read at row f and written at row f + 1, or one array per step), give the tape a "
+      "memory budget (Tape::set_memory_budget, Python's t.memory_budget: it checkpoints and "
+      "takes reused arrays), or differentiate the steps before the overwrite in a recording of "
+      "their own; docs/tape.md, \"Tapes and memory\". Nothing was launched or recorded";
   return out;
 }
 

@@ -142,7 +142,7 @@ TEST_F(TapeHazardsTest, ReusedGridIsRefusedNamingBothLaunchesAndTheArray) {
                           "data, which launch 1 ('g2p') read (parameter 'grid')",
                       "Backward runs launch 1's adjoint", "its gradients would be wrong",
                       "Keep one row or one array per step", "\"Tapes and memory\"",
-                      "Nothing was launched or recorded"});
+                      "Tape::set_memory_budget", "Nothing was launched or recorded"});
   EXPECT_EQ(tape.launches(), 2u) << "the refused launch is not recorded";
   EXPECT_EQ(launches(), before) << "nor launched";
   // A new recording forgets what the old one read.

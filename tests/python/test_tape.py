@@ -354,6 +354,7 @@ def test_reused_grid_is_refused_with_the_cpp_tapes_message(session):
         "'grid') at rows that depend on the thread, a loop or data, which launch 1 ('g2p') read "
         "(parameter 'grid'). Backward runs launch 1's adjoint"), msg
     assert "Keep one row or one array per step" in msg and '"Tapes and memory"' in msg
+    assert "t.memory_budget" in msg  # the way to keep the reused array
     assert len(t.launches) == 2 and s.stats()["launches"] == launches  # nor launched
     with t:  # a new recording forgets what the last one read
         s.launch(p2g, x1, grid)
