@@ -176,7 +176,9 @@ Result<NdArrayHandle> Tape::copy_slot(std::map<SlotKey, NdArrayHandle>& pool, ui
   };
   // `index` is form_index's: a slot holds a copy per form (dtype and shape) and per array of
   // that form its segment writes, so a ring's arrays, alike in form, share the slots.
-  used_.insert({&pool, SlotKey{slot, index}});
+  // By level (-1: the end state's), not by the pool's address: level_copies_ may grow.
+  const int level = &pool == &end_copies_ ? -1 : static_cast<int>(&pool - level_copies_.data());
+  used_.insert({level, SlotKey{slot, index}});
   auto it = pool.find({slot, index});
   if (it != pool.end()) {
     if (same_form(it->second)) return it->second;
@@ -205,6 +207,9 @@ Result<NdArrayHandle> Tape::copy_slot(std::map<SlotKey, NdArrayHandle>& pool, ui
 Status Tape::copy_array(NdArrayHandle from, NdArrayHandle to,
                         std::vector<TapeAdjointLaunch>* launched) {
   VKAD_TRY(session_->copy(from, to));
+  if (session_->runtime().graphs().capturing()) {  // a graph launches with it from now on
+    pinned_.insert(copy_sizes_.count(from.id) ? from.id : to.id);
+  }
   if (launched) launched->push_back({0, false, {}, false, true});
   return {};
 }
@@ -253,14 +258,18 @@ void Tape::merge_segments(uint32_t m) {
   segment_arrays_ = std::move(merged);
   level_copies_[0] = std::move(pool);
   top_ *= m;
+  // Every level-0 slot left holds a start state of this recording.
+  for (auto it = used_.begin(); it != used_.end();)
+    it = it->first == 0 ? used_.erase(it) : std::next(it);
+  for (const auto& [key, copy] : level_copies_[0]) used_.insert({0, key});
 }
 
 void Tape::trim_copies() {
   if (session_->runtime().graphs().capturing()) return;  // a captured launch may name them
   // What this recording and its backward did not copy into (an earlier plan's slots) is spare.
-  auto drop = [&](std::map<SlotKey, NdArrayHandle>& pool) {
+  auto drop = [&](std::map<SlotKey, NdArrayHandle>& pool, int level) {
     for (auto it = pool.begin(); it != pool.end();) {
-      if (used_.count({&pool, it->first})) {
+      if (used_.count({level, it->first})) {
         ++it;
         continue;
       }
@@ -268,14 +277,24 @@ void Tape::trim_copies() {
       it = pool.erase(it);
     }
   };
-  for (auto& pool : level_copies_) drop(pool);
-  drop(end_copies_);
-  // Spares the next backward takes again (a slot's copies of arrays of two forms) are kept
-  // while the budget holds them: freeing them would make them again every iteration.
-  while (copy_bytes_ > memory_budget_ && !spare_copies_.empty()) {
-    free_copy(spare_copies_.back());
-    spare_copies_.pop_back();
+  for (size_t level = 0; level < level_copies_.size(); ++level) {
+    drop(level_copies_[level], static_cast<int>(level));
   }
+  drop(end_copies_, -1);
+  // Spares the next backward takes again (a slot's copies of arrays of two forms) are kept
+  // while a budget holds them: freeing them would make them again every iteration. Never one
+  // a captured graph launches with (pinned_): freed with the tape.
+  std::vector<NdArrayHandle> kept;
+  while (copy_bytes_ > memory_budget_ && !spare_copies_.empty()) {
+    const NdArrayHandle c = spare_copies_.back();
+    spare_copies_.pop_back();
+    if (pinned_.count(c.id)) {
+      kept.push_back(c);
+    } else {
+      free_copy(c);
+    }
+  }
+  spare_copies_.insert(spare_copies_.end(), kept.begin(), kept.end());
 }
 
 void Tape::free_copy(NdArrayHandle copy) {
@@ -370,6 +389,7 @@ Status Tape::copy_segment_start(const Record& r) {
       at_start.pop_back();
       return st;
     }
+    if (session_->runtime().graphs().capturing()) pinned_.insert(c->id);
   }
   return {};
 }
@@ -402,7 +422,10 @@ Status Tape::checkpointed_launch(const Differentiated& d, std::span<const Arg> a
   if (records_.empty()) {
     used_.clear();
     top_ = checkpoint_every_ != 0 ? checkpoint_every_ : std::max(planned_top_, 1u);
-    if (level_copies_.empty()) level_copies_.resize(2);
+    if (level_copies_.empty()) {
+      level_copies_.reserve(codegen::kMaxCheckpointLevels);
+      level_copies_.resize(2);
+    }
   }
   Status st;
   if (memory_budget_ != 0) {
@@ -1029,7 +1052,7 @@ Status Tape::checkpointed_backward(const codegen::CheckpointPlan& plan,
     VKAD_TRY_CTX(copy_array(end_copies_.at({0, index}), NdArrayHandle{all[i]}, launched),
                  "tape.backward");
   }
-  if (memory_budget_ != 0) trim_copies();
+  trim_copies();
   return {};
 }
 
@@ -1076,7 +1099,9 @@ Status Tape::reverse_range(const codegen::CheckpointPlan& plan, size_t level, si
                      "tape.backward");
       }
       VKAD_TRY(launch_adjoint(j));
-      if (launched) launched->push_back({j, false, {}, false, false});
+      if (launched && records_[j].forward.id != 0) {  // a fill's adjoint is a fill
+        launched->push_back({j, false, {}, false, false});
+      }
     }
     return {};
   }

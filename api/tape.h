@@ -235,8 +235,8 @@ class Tape {
   // Checkpointing across launches (see the file comment): K launches per segment, 0 = off (the
   // default). kFailedPrecondition while launches are recorded (set it before a recording, or
   // after reset()). The copies it keeps are made on first use and kept, like gradients, for
-  // later recordings; they are freed with the tape (or at reset / backward once their array
-  // was freed).
+  // later recordings; they are freed with the tape, or by a backward (outside a capture) that
+  // no longer uses them, except those a captured graph launches with.
   Status set_checkpoint_every(uint32_t launches_per_segment);
   uint32_t checkpoint_every() const { return checkpoint_every_; }
   // Checkpointing within a memory budget (docs/tape.md, "A memory budget"): the copies the
@@ -346,8 +346,9 @@ class Tape {
                        std::vector<TapeAdjointLaunch>* launched);
   // The arrays records [first, last) write, each once.
   void written_by(size_t first, size_t last, std::vector<uint64_t>* out) const;
-  // Budget mode, outside a capture: the copies the last recording and backward did not use
-  // become spares, and spares are freed while the copies pass the budget.
+  // After a backward outside a capture: the copies the last recording and backward did not use
+  // become spares, and spares are freed while the copies pass the budget (all of them without
+  // one), except those a captured graph launches with.
   void trim_copies();
   Status copy_array(NdArrayHandle from, NdArrayHandle to, std::vector<TapeAdjointLaunch>* launched);
   bool differentiated(NdArrayHandle array) const;
@@ -387,7 +388,8 @@ class Tape {
   uint64_t copy_bytes_ = 0;                            // what every copy above holds
   std::unordered_map<uint64_t, uint64_t> copy_sizes_;  // copy handle id -> its bytes
   // The slots the recording and its backward copied into (pool, key): trim_copies keeps these.
-  std::set<std::pair<const void*, SlotKey>> used_;
+  std::set<std::pair<int, SlotKey>> used_;              // (level, -1 for end_copies_; key)
+  std::unordered_set<uint64_t> pinned_;                 // copies a captured graph launches with
   std::unordered_map<uint64_t, uint64_t> state_bytes_;  // the recording's written arrays' bytes
   std::unordered_set<uint64_t> touched_;  // arrays the recording's launches were passed
   // w: a deepest-level slot's bytes, the most copies of each form one launch needs (form_mult_).

@@ -11,6 +11,13 @@ namespace {
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
+// Saturating: a cut whose bytes pass 2^64 is as good as unaffordable, never cheap.
+uint64_t mul(uint64_t a, uint64_t b) {
+  uint64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+uint64_t add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
 // Segments clamped to what they can be: none longer than the recording or its parent.
 std::vector<uint32_t> clamped(uint32_t n, std::vector<uint32_t> s) {
   uint32_t parent = std::max(n, 1u);
@@ -82,9 +89,11 @@ uint64_t checkpoint_bytes(uint32_t launches, const std::vector<uint32_t>& segmen
   if (segments.empty()) return 0;
   const std::vector<uint32_t> s = clamped(launches, segments);
   const size_t levels = s.size();
-  uint64_t bytes = state_bytes + ceil_div(std::max(launches, 1u), s[0]) * state_bytes;
-  for (size_t i = 1; i + 1 < levels; ++i) bytes += ceil_div(s[i - 1], s[i]) * state_bytes;
-  return bytes + (levels >= 2 ? s[levels - 2] * launch_bytes : 0);
+  uint64_t bytes = add(state_bytes, mul(ceil_div(std::max(launches, 1u), s[0]), state_bytes));
+  for (size_t i = 1; i + 1 < levels; ++i) {
+    bytes = add(bytes, mul(ceil_div(s[i - 1], s[i]), state_bytes));
+  }
+  return add(bytes, levels >= 2 ? mul(s[levels - 2], launch_bytes) : 0);
 }
 
 std::string format_bytes(uint64_t bytes) {

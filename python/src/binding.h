@@ -463,6 +463,12 @@ struct Tape {
 void add_loop_to_capture(State& st, const vkad::LoopInfo& info, size_t n,
                          const std::function<Kernel*(size_t)>& of);
 
+// The Graph being captured gets a null launch (no Python kernel, no scalars to update) for each
+// launch the session made that it has not seen, up to `captured` (vkad::Session::
+// captured_launches, read under the lock after the call): the copy kernels' launches of
+// Session.copy and of a checkpointing tape's copies (launch.cpp).
+void pad_capture(State& st, uint32_t captured);
+
 // ------------------------------------------------------------------ session
 
 // A Python Session's C++ side: the State its arrays and kernels share, and its calls, each

@@ -339,10 +339,13 @@ nb::object ndarray_dlpack(nb::handle self, nb::handle stream, nb::handle max_ver
   // copy=True: a new vkad array holding a copy, exported in its place (flagged as copied).
   if (!copy.is_none() && PyObject_IsTrue(copy.ptr()) == 1) {
     nb::object b = new_array(a.st, a.shape, a.dtype, a.name.empty() ? "" : a.name + " (copy)");
+    uint32_t captured = 0;
     {
       Locked l(st);
       check(st.get().copy(a.handle, nb::cast<NdArray&>(b).handle));
+      captured = st.get().captured_launches();
     }
+    pad_capture(st, captured);
     nb::object cap = ndarray_dlpack(b, stream, max_version, dl_device, nb::none());
     if (versioned) {
       auto* m =

@@ -213,7 +213,6 @@ void Session::launch_converted(nb::handle kernel, Kernel* k, std::span<const Arg
     if (tape) {
       (void)st->get();  // a closed session's message first
       check(tape->get().launch(*k->diff, span));
-      captured = st->get().captured_launches();
     } else {
       vkad::runtime::Runtime& rt = st->get().runtime();
       rt.set_launch_note(note, note_index);
@@ -221,13 +220,13 @@ void Session::launch_converted(nb::handle kernel, Kernel* k, std::span<const Arg
       rt.set_launch_note(nullptr, 0);
       check(launched);
     }
+    captured = st->get().captured_launches();
   }
   if (tape) tape->record(kernel, k, args);
   if (!st->capture.is_none()) {
-    Graph* g = nb::cast<Graph*>(st->capture);
     // A checkpointing tape's copies before the launch: launches of copy kernels there.
-    while (tape && g->kernels.size() + 1 < captured) g->add(nullptr);
-    g->add(k);
+    if (captured > 0) pad_capture(*st, captured - 1);
+    nb::cast<Graph*>(st->capture)->add(k);
   }
 }
 
@@ -389,6 +388,12 @@ void bind_session_launches(nb::class_<Session>& session) {
 void bind_launches(nb::module_& m, nb::class_<Session>& session) {
   bind_bound(m);
   bind_session_launches(session);
+}
+
+void pad_capture(State& st, uint32_t captured) {
+  if (st.capture.is_none()) return;
+  Graph* g = nb::cast<Graph*>(st.capture);
+  while (g->kernels.size() < captured) g->add(nullptr);
 }
 
 }  // namespace vkad_py

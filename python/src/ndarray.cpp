@@ -222,8 +222,13 @@ void Session::fill(nb::handle obj, double value) {
 void Session::copy(nb::handle src, nb::handle dst) {
   NdArray& a = own(src, "copy");
   NdArray& b = own(dst, "copy");
-  Locked l(*st);
-  check(st->get().copy(a.handle, b.handle));
+  uint32_t captured = 0;
+  {
+    Locked l(*st);
+    check(st->get().copy(a.handle, b.handle));
+    captured = st->get().captured_launches();
+  }
+  pad_capture(*st, captured);  // inside a capture a copy is a launch of a copy kernel
 }
 
 namespace {

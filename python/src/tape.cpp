@@ -60,12 +60,17 @@ void Tape::record(nb::handle kernel, Kernel* k, nb::handle args) {
 
 void Tape::fill(nb::handle array, NdArrayHandle handle, double value) {
   size_t before = 0;
+  bool recorded = false;
+  uint32_t captured = 0;
   {
     Locked l(*st);
     before = get().launches();
     check(get().fill(handle, value));
-    if (get().launches() == before) return;  // run, not recorded (no checkpointing)
+    recorded = get().launches() != before;  // not where it ran as a plain fill
+    captured = st->get().captured_launches();
   }
+  pad_capture(*st, captured);  // the copies of a checkpoint it took first
+  if (!recorded) return;
   launches.append(nb::make_tuple(nb::none(), nb::make_tuple(nb::borrow(array), value)));
   record_kernels.push_back(nullptr);
 }
@@ -143,7 +148,7 @@ void add_to_capture(Tape& t, std::span<const vkad::TapeAdjointLaunch> launched) 
     }
     if (!l.is_loop) {
       Kernel* fwd = t.record_kernels[l.record];
-      g->add(l.is_forward ? fwd : adjoint_of(fwd));
+      g->add(!fwd ? nullptr : l.is_forward ? fwd : adjoint_of(fwd));
       continue;
     }
     const uint32_t len = t.loop_lens.at(l.record);
@@ -172,13 +177,16 @@ void backward(Tape& t, nb::list seeds) {
   }
   std::vector<vkad::TapeAdjointLaunch> launched;
   Status st;
+  uint32_t captured = 0;
   {
     Locked l(*t.st);
     (void)t.st->get();
     give_caller_grads(t);
     st = t.get().backward(s, &launched);
+    captured = t.st->get().captured_launches();
   }
   add_to_capture(t, launched);
+  pad_capture(*t.st, captured);  // (every launch it made is in `launched`: a safeguard)
   check(st);
 }
 

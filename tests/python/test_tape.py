@@ -533,6 +533,15 @@ def test_a_checkpointed_iteration_is_captured_and_replayed_with_updates(session)
         t.backward(seed={ring[STEPS % 2]: 1.0})
     names = g.launch_names
     assert None in names and "step" in names and "step_adjoint" in names
+    # Session.copy inside a capture is a launch too (None there), the names after it in step.
+    other = s.zeros(N)
+    with s.capture("copy") as g2:
+        s.copy(ring[0], other)
+        s.launch(step, other, ring[1], 0.5)
+    assert g2.launch_names == [None, "step"]
+    ring[0].upload(X0)
+    s.replay(g2, updates=[("step", 2, 0.25)])
+    np.testing.assert_allclose(ring[1].numpy(), np.sin(X0) * 0.25 + 0.1, rtol=1e-3, atol=1e-3)
     assert len(names) > 3 * STEPS  # launches, the segments' launches again, adjoints, copies
 
     def closed_form(x0, c):
@@ -708,3 +717,21 @@ def test_a_grid_cleared_every_step_is_recorded_by_a_checkpointing_tape(session):
         # Vulkan's sin / cos are within 2^-11 absolute: 8 steps of 0.5 sin(...) stay in 2e-3.
         np.testing.assert_allclose(ring[steps % 2].numpy(), forward(X0), atol=2e-3)
         np.testing.assert_allclose(t.grad(ring[0]).numpy(), want, rtol=5e-3, atol=2e-3)
+    # Captured, the fills with it (a fill's adjoint is a fill, not a launch: the Graph's launch
+    # names stay those of the runtime's launches).
+    with s.capture("grid") as g:
+        with t:
+            for f in range(steps):
+                s.zero(grid)
+                s.launch(p2g, ring[f % 2], cell, grid)
+                s.launch(g2p, ring[f % 2], grid, cell, ring[(f + 1) % 2])
+        t.backward(seed={ring[steps % 2]: 1.0})
+    assert sum(1 for n in g.launch_names if n and n.startswith("g2p_adjoint")) == steps
+    for scale in (1.0, 0.5):
+        ring[0].upload((X0 * scale).astype(np.float32))
+        s.replay(g)
+        np.testing.assert_allclose(ring[steps % 2].numpy(), forward(X0 * scale), atol=2e-3)
+    want_half = np.array([(loss_of(0.5 * X0 + eps * np.eye(N)[i])
+                           - loss_of(0.5 * X0 - eps * np.eye(N)[i])) / (2 * eps)
+                          for i in range(N)])
+    np.testing.assert_allclose(t.grad(ring[0]).numpy(), want_half, rtol=5e-3, atol=2e-3)
