@@ -1056,17 +1056,18 @@ Status Tape::checkpointed_backward(const codegen::CheckpointPlan& plan,
   return {};
 }
 
-Status Tape::launch_forward_again(size_t j, std::vector<TapeAdjointLaunch>* launched) {
+Status Tape::launch_forward_again(size_t j, std::vector<TapeAdjointLaunch>* launched,
+                                  std::span<const Arg> args) {
   const Record& r = records_[j];
+  if (args.empty()) args = std::span<const Arg>(args_.data() + r.arg_begin, r.arg_count);
   if (r.forward.id == 0) {  // a fill (not a launch: nothing to report)
-    VKAD_TRY_CTX(session_->fill(args_[r.arg_begin].array, args_[r.arg_begin + 1].f),
+    VKAD_TRY_CTX(session_->fill(args[0].array, args[1].f),
                  "tape.backward: fill " + std::to_string(j) + " again");
     return {};
   }
   LaunchNote note(*session_, "the forward of tape entry", j);
-  VKAD_TRY_CTX(
-      session_->launch(r.forward, std::span<const Arg>(args_.data() + r.arg_begin, r.arg_count)),
-      "tape.backward: forward of launch " + std::to_string(j) + " again");
+  VKAD_TRY_CTX(session_->launch(r.forward, args),
+               "tape.backward: forward of launch " + std::to_string(j) + " again");
   if (launched) launched->push_back({j, false, {}, true, false});
   return {};
 }
@@ -1075,30 +1076,45 @@ Status Tape::reverse_range(const codegen::CheckpointPlan& plan, size_t level, si
                            size_t last, std::vector<TapeAdjointLaunch>* launched) {
   std::map<SlotKey, NdArrayHandle>& pool = level_copies_[level];
   if (level + 1 == plan.segments.size()) {
-    // The last level: the launches again, what each writes copied before it runs ...
+    // The last level: each launch runs again into copies of what it writes, so the arrays
+    // themselves keep the segment's start state (as reverse_range leaves them) and no copy goes
+    // back. `now`: each array written so far in the segment -> its latest copy; a launch reads
+    // the latest versions, and writes into its own copy of each written array, made from the
+    // latest version first (the launch may write only some elements). Its adjoint then sees
+    // every array as the launch did: the versions before it.
+    std::unordered_map<uint64_t, NdArrayHandle> now;
+    auto version = [&](const Arg& a) {
+      if (a.kind != runtime::ParamKind::kNdArray) return a;
+      auto v = now.find(a.array.id);
+      return v == now.end() ? a : Arg::ndarray(v->second);
+    };
+    std::vector<std::vector<Arg>> before(last - first);  // launch j's arguments as it saw them
+    std::vector<Arg> redirected;
     for (size_t j = first; j < last; ++j) {
       const Record& r = records_[j];
+      const std::span<const Arg> args(args_.data() + r.arg_begin, r.arg_count);
+      std::vector<Arg>& seen = before[j - first];
+      for (const Arg& a : args) seen.push_back(version(a));
       const std::span<const uint64_t> writes(written_.data() + r.written_begin, r.written_count);
       for (uint32_t w = 0; w < r.written_count; ++w) {
         const NdArrayHandle a{writes[w]};
         VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, form_index(writes, w), "tape.backward");
         VKAD_ASSIGN_OR_RETURN_CTX(NdArrayHandle c, copy_slot(pool, j - first, index, a),
                                   "tape.backward");
-        VKAD_TRY_CTX(copy_array(a, c, launched), "tape.backward");
+        if (r.forward.id != 0) {  // a fill covers every element: nothing to start from
+          VKAD_TRY_CTX(copy_array(version(Arg::ndarray(a)).array, c, launched), "tape.backward");
+        } else if (session_->runtime().graphs().capturing()) {
+          pinned_.insert(c.id);
+        }
+        now[a.id] = c;
       }
-      VKAD_TRY(launch_forward_again(j, launched));
+      redirected.clear();
+      for (const Arg& a : args) redirected.push_back(version(a));
+      VKAD_TRY(launch_forward_again(j, launched, redirected));
     }
-    // ... then last launch first: what it wrote put back as it was before it, then its
-    // adjoint, which sees the arrays as the launch saw them.
+    // ... then last launch first, its adjoint on the versions it saw.
     for (size_t j = last; j-- > first;) {
-      const Record& r = records_[j];
-      const std::span<const uint64_t> writes(written_.data() + r.written_begin, r.written_count);
-      for (uint32_t w = 0; w < r.written_count; ++w) {
-        VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, form_index(writes, w), "tape.backward");
-        VKAD_TRY_CTX(copy_array(pool.at({j - first, index}), NdArrayHandle{writes[w]}, launched),
-                     "tape.backward");
-      }
-      VKAD_TRY(launch_adjoint(j));
+      VKAD_TRY(launch_adjoint(j, before[j - first]));
       if (launched && records_[j].forward.id != 0) {  // a fill's adjoint is a fill
         launched->push_back({j, false, {}, false, false});
       }
@@ -1134,8 +1150,11 @@ Status Tape::reverse_range(const codegen::CheckpointPlan& plan, size_t level, si
   return {};
 }
 
-Status Tape::launch_adjoint(size_t index) {
+Status Tape::launch_adjoint(size_t index, std::span<const Arg> forward_args) {
   const Record& r = records_[index];
+  if (forward_args.empty()) {
+    forward_args = std::span<const Arg>(args_.data() + r.arg_begin, r.arg_count);
+  }
   if (r.forward.id == 0) {
     // A fill's adjoint: what reached the array's values after it came from nothing before it.
     auto g = grads_.find(args_[r.arg_begin].array.id);
@@ -1144,7 +1163,8 @@ Status Tape::launch_adjoint(size_t index) {
                  "tape.backward: adjoint of fill " + std::to_string(index));
     return {};
   }
-  adjoint_args_.assign(args_.begin() + r.arg_begin, args_.begin() + r.arg_begin + r.arg_count);
+  adjoint_args_.assign(forward_args.begin(), forward_args.end());
+  // The gradients are the recorded arrays' (an array's copy shares its gradient).
   for (uint32_t k = 0; k < r.grad_count; ++k) adjoint_args_.push_back(Arg::ndarray(gradient(r, k)));
   LaunchNote note(*session_, "the adjoint of tape entry", index);
   VKAD_TRY_CTX(session_->launch(r.adjoint, adjoint_args_),

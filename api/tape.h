@@ -38,9 +38,10 @@
 // and writes B, step f + 1 reads B and writes A), which the default tape refuses. Before each
 // launch the tape copies each array it writes, the first time the array is written in its
 // segment of K launches (the segment's start state); backward runs the segments last first:
-// copies the segment's start state back, launches its forward launches again (copying what each
-// writes before it runs), then, last launch first, copies back what the launch wrote and runs
-// its clearing adjoint (Session::clearing_adjoint: a store's adjoint clears the seed it read,
+// copies the segment's start state back, launches its forward launches again, each into copies
+// of what it writes (made from the latest version; the arrays keep the start state), then, last
+// launch first, runs its clearing adjoint on the versions the launch saw
+// (Session::clearing_adjoint: a store's adjoint clears the seed it read,
 // so the array's gradient holds, in turn, the seed of each version of the array). Memory: the
 // ring's arrays, plus one copy of each written array per segment (S / K) and per launch of a
 // segment (K), plus one of the recording's end state (backward puts it back when it is done,
@@ -298,7 +299,9 @@ class Tape {
   // backward's first part: the gradients the recording needs, made where missing (not for an
   // array freed since it was recorded), listed once each in zero_list_.
   Status list_gradients();
-  Status launch_adjoint(size_t index);
+  // The adjoint of record `index` (a fill's: its array's gradient zeroed), with
+  // `forward_args` in place of the recorded forward arguments where given.
+  Status launch_adjoint(size_t index, std::span<const Arg> forward_args = {});
   // launch_loop's check of every iteration's launches against hazards_, on a thread of its own
   // while this one readies `body` (Session::ready_loop); the record left as it was where a
   // launch is refused, with the refusal's message.
@@ -333,7 +336,10 @@ class Tape {
   void merge_segments(uint32_t m);
   Status checkpointed_backward(const codegen::CheckpointPlan& plan,
                                std::vector<TapeAdjointLaunch>* launched);
-  Status launch_forward_again(size_t record, std::vector<TapeAdjointLaunch>* launched);
+  // Record `record`'s forward (or fill) again, with `args` in place of its recorded ones
+  // where given (a segment's copies: reverse_range).
+  Status launch_forward_again(size_t record, std::vector<TapeAdjointLaunch>* launched,
+                              std::span<const Arg> args = {});
   void free_copy(NdArrayHandle copy);  // frees a copy and counts its bytes out
   // The slot index of list[i]'s copy: its form's number << 32 | the arrays of that form before
   // it in `list`.

@@ -45,8 +45,8 @@ the loop's adjoints as one loop, from its last iteration down.
 Checkpointing across launches (`t.checkpoint_every = K`, vkad::Tape::set_checkpoint_every):
 the recording may reuse state arrays (a ring). Before each recorded launch the tape copies what
 it writes, the first time its segment of K launches writes it; backward runs the segments last
-first (their start state copied back, their launches again with a copy of what each writes,
-then each adjoint -- a clearing one -- after putting back what its launch wrote) and leaves the
+first (their start state copied back, their launches again each into a copy of what it
+writes, then each adjoint -- a clearing one -- on the versions its launch saw) and leaves the
 arrays as the forward did. Memory: a copy of each written array per segment and per launch of a
 segment, plus one; compute: the forward twice. Inside a graph capture the copies are launches
 of copy kernels (vkad::Session::copy), so a checkpointed iteration is captured and replayed like
