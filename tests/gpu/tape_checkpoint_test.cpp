@@ -162,6 +162,37 @@ TEST_P(TapeCheckpoint, ARingOfTwoArraysGetsThePerStepProgramsGradients) {
   }
 }
 
+// The copies a backward no longer uses are freed by it (outside a capture), with K as with a
+// budget: a tape that recorded a ring of one size, then one of another, holds what a tape that
+// only recorded the second holds.
+TEST_P(TapeCheckpoint, ABackwardFreesTheCopiesItNoLongerUses) {
+  const uint32_t k = GetParam();
+  auto iteration = [&](Tape& t, uint32_t n) {
+    t.reset();
+    std::vector<float> x0(x0_.begin(), x0_.begin() + n);
+    NdArrayHandle ring[2] = {array(x0, "ring0"), array(std::vector<float>(n, 0), "ring1")};
+    NdArrayHandle loss = array({0}, "loss");
+    for (uint32_t j = 0; j < kSteps; ++j) {
+      ASSERT_TRUE(t.launch(step_, {Arg::ndarray(ring[j % 2]), Arg::ndarray(ring[(j + 1) % 2]),
+                                   Arg::f32(c_of(j))})
+                      .ok());
+    }
+    ASSERT_TRUE(t.launch(loss_, {Arg::ndarray(ring[kSteps % 2]), Arg::ndarray(loss)}).ok());
+    ASSERT_TRUE(t.backward({TapeSeed::of_value(loss, 1.0)}).ok());
+    ASSERT_TRUE(s_->synchronize().ok());
+  };
+  Tape both(*s_), second(*s_);
+  ASSERT_TRUE(both.set_checkpoint_every(k).ok());
+  ASSERT_TRUE(second.set_checkpoint_every(k).ok());
+  iteration(both, kN);
+  const uint64_t first_bytes = both.checkpoint_bytes();
+  EXPECT_GT(first_bytes, 0u);
+  iteration(both, kN / 2);
+  iteration(second, kN / 2);
+  EXPECT_EQ(both.checkpoint_bytes(), second.checkpoint_bytes());
+  EXPECT_LT(both.checkpoint_bytes(), first_bytes);
+}
+
 // A checkpointed iteration captured as a graph (its copies are launches of copy kernels there)
 // and replayed on two inputs: the per-step program's gradients, and the arrays hold the
 // forward's end state after each replay.
