@@ -219,8 +219,8 @@ class Session(_vkad.Session):
     @_contextlib.contextmanager
     def capture(self, name: str = "", background: bool = False,
                 run: bool = False) -> Iterator[Graph]:
-        """`with s.capture() as g:` captures the launches (and zero / fill / zero_many) of the
-        block instead of running them; `s.replay(g)` then runs them all with one call, and
+        """`with s.capture() as g:` captures the launches (and zero / fill / zero_many, and copy
+        as a launch of a copy kernel) of the block instead of running them; `s.replay(g)` then runs them all with one call, and
         `s.replay(g, updates=[(launch, param, value)])` with scalar arguments replaced (kept for
         later replays). Arrays are bound by reference. Inside the block flush() submits nothing
         and uploads, readbacks and synchronize() raise FailedPreconditionError. A tape's
