@@ -86,30 +86,25 @@ Tape::~Tape() {
   for (NdArrayHandle copy : spare_copies_) (void)session_->free(copy);
 }
 
-Status Tape::set_checkpoint_every(uint32_t launches_per_segment) {
+Status Tape::set_checkpointing(const char* what, uint32_t every, uint64_t budget) {
   if (!records_.empty()) {
     return make_error(ErrorCode::kFailedPrecondition,
-                      "tape.set_checkpoint_every: " + std::to_string(records_.size()) +
+                      std::string("tape.") + what + ": " + std::to_string(records_.size()) +
                           " launches are recorded; set it before a recording (or after reset())");
   }
-  checkpoint_every_ = launches_per_segment;
-  memory_budget_ = 0;
+  checkpoint_every_ = every;
+  memory_budget_ = budget;
   planned_top_ = 0;
   planned_top_bytes_ = 0;
   return {};
 }
 
+Status Tape::set_checkpoint_every(uint32_t launches_per_segment) {
+  return set_checkpointing("set_checkpoint_every", launches_per_segment, 0);
+}
+
 Status Tape::set_memory_budget(uint64_t bytes) {
-  if (!records_.empty()) {
-    return make_error(ErrorCode::kFailedPrecondition,
-                      "tape.set_memory_budget: " + std::to_string(records_.size()) +
-                          " launches are recorded; set it before a recording (or after reset())");
-  }
-  memory_budget_ = bytes;
-  checkpoint_every_ = 0;
-  planned_top_ = 0;
-  planned_top_bytes_ = 0;
-  return {};
+  return set_checkpointing("set_memory_budget", 0, bytes);
 }
 
 Result<codegen::CheckpointPlan> Tape::checkpoint_plan() const {

@@ -317,6 +317,8 @@ class Tape {
   Result<NdArrayHandle> copy_slot(std::map<SlotKey, NdArrayHandle>& pool, uint64_t slot,
                                   uint64_t index, NdArrayHandle array);
   bool checkpointing() const { return checkpoint_every_ != 0 || memory_budget_ != 0; }
+  // set_checkpoint_every / set_memory_budget: one mode replaces the other.
+  Status set_checkpointing(const char* what, uint32_t every, uint64_t budget);
   Result<codegen::CheckpointPlan> checkpoint_plan(const std::string& what) const;
   // launch()'s part with checkpointing on: the copies at its level-0 segment's start (merging
   // segments where the budget asks), then the launch.

@@ -220,7 +220,8 @@ void Session::launch_converted(nb::handle kernel, Kernel* k, std::span<const Arg
       rt.set_launch_note(nullptr, 0);
       check(launched);
     }
-    captured = st->get().captured_launches();
+    // Only a capture has launches to mirror: the launch path reads nothing more without one.
+    if (!st->capture.is_none()) captured = st->get().captured_launches();
   }
   if (tape) tape->record(kernel, k, args);
   if (!st->capture.is_none()) {

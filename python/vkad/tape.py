@@ -72,6 +72,22 @@ if TYPE_CHECKING:
     from . import Session
 
 
+def _count(what: str, value: Any, bits: int) -> int:
+    """`value` as an unsigned integer of `bits` bits, or InvalidArgumentError naming `what`.
+    operator.index: an int (or numpy integer), never "3" or 2.5 silently turned into one."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = operator.index(value)
+    except TypeError:
+        raise InvalidArgumentError(f"{what}: {value!r} is not an integer") from None
+    if value < 0:
+        raise InvalidArgumentError(f"{what}: {value} is negative")
+    if value >= 2 ** bits:
+        raise InvalidArgumentError(f"{what}: {value} is out of range")
+    return value
+
+
 class Tape:
     def __init__(self, session: "Session"):
         self.session = session
@@ -93,19 +109,7 @@ class Tape:
 
     @checkpoint_every.setter
     def checkpoint_every(self, k: int) -> None:
-        # operator.index: an int (or numpy integer), never "3" or 2.5 silently turned into one.
-        try:
-            if isinstance(k, bool):
-                raise TypeError
-            k = operator.index(k)
-        except TypeError:
-            raise InvalidArgumentError(
-                f"tape.checkpoint_every: {k!r} is not an integer") from None
-        if k < 0:
-            raise InvalidArgumentError(f"tape.checkpoint_every: {k} is negative")
-        if k >= 2 ** 32:
-            raise InvalidArgumentError(f"tape.checkpoint_every: {k} is out of range")
-        self._tape.checkpoint_every = k
+        self._tape.checkpoint_every = _count("tape.checkpoint_every", k, 32)
 
     @property
     def memory_budget(self) -> int:
@@ -115,18 +119,7 @@ class Tape:
 
     @memory_budget.setter
     def memory_budget(self, nbytes: int) -> None:
-        try:
-            if isinstance(nbytes, bool):
-                raise TypeError
-            nbytes = operator.index(nbytes)
-        except TypeError:
-            raise InvalidArgumentError(
-                f"tape.memory_budget: {nbytes!r} is not an integer") from None
-        if nbytes < 0:
-            raise InvalidArgumentError(f"tape.memory_budget: {nbytes} is negative")
-        if nbytes >= 2 ** 64:
-            raise InvalidArgumentError(f"tape.memory_budget: {nbytes} is out of range")
-        self._tape.memory_budget = nbytes
+        self._tape.memory_budget = _count("tape.memory_budget", nbytes, 64)
 
     def checkpoint_plan(self) -> Dict[str, Any]:
         """The schedule backward runs for the recording so far (vkad::Tape::checkpoint_plan): a
