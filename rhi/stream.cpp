@@ -247,6 +247,21 @@ Result<VkCommandBuffer> Stream::allocate_command_buffer(VkCommandBufferLevel lev
   return cb;
 }
 
+Status Stream::reserve(size_t submissions) {
+  VKAD_TRY(device_.status());
+  while (primaries_ < submissions) {
+    VKAD_ASSIGN_OR_RETURN(VkCommandBuffer cb,
+                          allocate_command_buffer(VK_COMMAND_BUFFER_LEVEL_PRIMARY, " cmd "));
+    free_cbs_.push_back(cb);
+    ++primaries_;
+  }
+  while (mode_ == SyncMode::kFence && counters_.fences_created < submissions) {
+    VKAD_ASSIGN_OR_RETURN(VkFence f, create_fence());
+    free_fences_.push_back(f);
+  }
+  return {};
+}
+
 Result<CommandList> Stream::begin() {
   VKAD_TRY(device_.status());
   if (recording_) {
@@ -260,6 +275,7 @@ Result<CommandList> Stream::begin() {
     free_cbs_.pop_back();
   } else {
     VKAD_ASSIGN_OR_RETURN(cb, allocate_command_buffer(VK_COMMAND_BUFFER_LEVEL_PRIMARY, " cmd "));
+    ++primaries_;
   }
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
@@ -427,6 +443,10 @@ Result<VkFence> Stream::take_fence() {
     free_fences_.pop_back();
     return f;
   }
+  return create_fence();
+}
+
+Result<VkFence> Stream::create_fence() {
   VkFenceCreateInfo info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
   VkFence f = VK_NULL_HANDLE;
   VKAD_TRY(device_.vk("vkCreateFence", [&] {

@@ -111,6 +111,11 @@ class Stream final : public SerialTracker {
   // Non-blocking: refresh completion, recycle command buffers, fences, descriptor pools and
   // destroy deferred garbage whose serial completed.
   void recycle();
+  // Makes the primary command buffers (and, in fence mode, the fences) for `submissions` lists
+  // recorded or in flight at once, so that a caller that bounds its submissions in flight (the
+  // runtime's retirement depth) creates none later: without it the pool grows to the most
+  // ever in flight, which a loaded machine reaches at a later, unpredictable iteration.
+  Status reserve(size_t submissions);
 
   SyncMode mode() const { return mode_; }
   int index() const { return index_; }
@@ -139,7 +144,8 @@ class Stream final : public SerialTracker {
   // A side bundle whose recording failed, freed by the thread recording it.
   void free_side_now(VkCommandBuffer cb, int side) noexcept;
   Result<VkCommandBuffer> allocate_command_buffer(VkCommandBufferLevel level, const char* label);
-  Result<VkFence> take_fence();
+  Result<VkFence> take_fence();    // a free one, else create_fence()
+  Result<VkFence> create_fence();  // counted and named
   // The driver wait itself, without the sticky device-lost short cut: also used at destruction,
   // where objects may be freed only once the queue is really done with them.
   VkResult wait_in_driver(Serial serial, uint64_t timeout_ns);
@@ -160,6 +166,7 @@ class Stream final : public SerialTracker {
   Serial completed_ = kNoSerial;
   bool recording_ = false;
   std::vector<VkCommandBuffer> free_cbs_;
+  size_t primaries_ = 0;  // primary command buffers made (free, recording or in flight)
   SerialQueue<VkCommandBuffer> in_flight_cbs_;
   struct RetiringBundle {
     VkCommandBuffer cb = VK_NULL_HANDLE;

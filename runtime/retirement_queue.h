@@ -61,6 +61,7 @@ class RetirementQueue {
   }
 
   size_t depth() const { return depth_; }
+  RetirementPolicy policy() const { return policy_; }
   // Lowering the depth retires down to it (forced waits on the oldest entries as needed).
   Status set_depth(size_t depth) {
     depth_ = depth;

@@ -135,6 +135,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   rt->limits_.enforce_loop_limit = options.enforce_loop_limit;
   rt->retirement_ =
       RetirementQueue<CtxBuffers>(options.retirement_depth, options.retirement_policy);
+  VKAD_TRY(rt->reserve_submissions());
   // 256 KiB chunks: about a thousand launches' args each; 32 chunks kept (8 MiB) covers the
   // launches a retirement depth of a few flushes keeps in flight.
   const uint64_t align = std::max<uint64_t>(caps.min_storage_buffer_offset_alignment, 16);
@@ -1039,7 +1040,17 @@ Status Runtime::set_retirement_depth(size_t depth) {
   take_retired();
   VKAD_TRY(s);
   stream_->recycle();
-  return {};
+  return reserve_submissions();
+}
+
+Status Runtime::reserve_submissions() {
+  // The retirement queue keeps at most `depth` flushes in flight and the stream records one
+  // more: the command buffers for them are made now, so a steady-state loop creates none at
+  // whatever iteration a slow device first lets that many pile up. Hold-until-synchronize has
+  // no bound, and a very deep queue is left to grow as it is used.
+  if (retirement_.policy() == RetirementPolicy::kHoldUntilSync) return {};
+  constexpr size_t kMostReserved = 16;
+  return stream_->reserve(std::min(retirement_.depth() + 1, kMostReserved));
 }
 
 void Runtime::print_lines(const FlagSite& site) {

@@ -98,7 +98,9 @@ TEST_F(TimelineTest, EachLaunchFillCopyAndUploadIsOneDeviceEventInOrder) {
     EXPECT_EQ(d[i]->name, want[i]) << "event " << i;
     EXPECT_GE(d[i]->end_us, d[i]->begin_us) << want[i];
     // Dependent work, stamped at BOTTOM_OF_PIPE: each event starts where the one before ended.
-    if (i > 0) EXPECT_GE(d[i]->begin_us, d[i - 1]->end_us - 1e-3) << want[i];
+    if (i > 0) {
+      EXPECT_GE(d[i]->begin_us, d[i - 1]->end_us - 1e-3) << want[i];
+    }
   }
   EXPECT_EQ(d[1]->category, "launch");
   EXPECT_NE(d[1]->launch, 0u);
@@ -111,7 +113,9 @@ TEST_F(TimelineTest, EachLaunchFillCopyAndUploadIsOneDeviceEventInOrder) {
   double share = 0;
   for (const TimelineKernelSummary& r : rows) {
     share += r.share;
-    if (r.name == "affine") EXPECT_EQ(r.count, 3u);
+    if (r.name == "affine") {
+      EXPECT_EQ(r.count, 3u);
+    }
   }
   EXPECT_NEAR(share, 1.0, 1e-9);
   EXPECT_NE(t->summary().find("affine"), std::string::npos);
@@ -255,7 +259,9 @@ TEST_F(TimelineTest, ABundledReplayIsTimedFromItsTimedBundlesOneStampPerLaunch) 
     EXPECT_EQ(d[i]->category, "launch");
     EXPECT_EQ(d[i]->launch, first.value + i);
     EXPECT_LE(d[i]->begin_us, d[i]->end_us);
-    if (i > 0) EXPECT_LE(d[i - 1]->end_us, d[i]->begin_us);
+    if (i > 0) {
+      EXPECT_LE(d[i - 1]->end_us, d[i]->begin_us);
+    }
   }
   for (size_t r : {0u, 3u}) {
     EXPECT_EQ(d[r]->end_us, d[r + 1]->begin_us);  // one stamp between two launches
