@@ -1044,13 +1044,14 @@ Status Runtime::set_retirement_depth(size_t depth) {
 }
 
 Status Runtime::reserve_submissions() {
-  // The retirement queue keeps at most `depth` flushes in flight and the stream records one
-  // more: the command buffers for them are made now, so a steady-state loop creates none at
+  // The retirement queue keeps at most `depth` flushes in flight, one more between a submit
+  // and the wait its push forces, and the stream records one: the command buffers for them are
+  // made now, so a steady-state loop creates none at
   // whatever iteration a slow device first lets that many pile up. Hold-until-synchronize has
   // no bound, and a very deep queue is left to grow as it is used.
   if (retirement_.policy() == RetirementPolicy::kHoldUntilSync) return {};
   constexpr size_t kMostReserved = 16;
-  return stream_->reserve(std::min(retirement_.depth() + 1, kMostReserved));
+  return stream_->reserve(std::min(retirement_.depth() + 2, kMostReserved));
 }
 
 void Runtime::print_lines(const FlagSite& site) {

@@ -337,6 +337,40 @@ TEST_P(RuntimeTest, LoweringDepthAtRunTimeRetiresDownToIt) {
   EXPECT_EQ(rt_->retirement_depth(), 1u);
 }
 
+// The command buffers (and in fence mode the fences) for the submissions a retirement depth
+// lets be in flight are made when the runtime starts and when the depth rises, so that a loop
+// creates none at whatever iteration a slow device first lets that many pile up; launching as
+// deep as the depth allows then makes no more.
+TEST_P(RuntimeTest, TheCommandBuffersADepthNeedsAreMadeUpFront) {
+  SKIP_IF_NO_DEVICE();
+  const int64_t at_start = rt_->stats()->live.command_buffers;
+  EXPECT_EQ(at_start, static_cast<int64_t>(rt_->retirement_depth()) + 2);
+  ASSERT_TRUE(rt_->set_retirement_depth(6).ok());
+  const runtime::RuntimeStats deeper = *rt_->stats();
+  EXPECT_EQ(deeper.live.command_buffers, 8);
+  if (GetParam() == rhi::SyncMode::kFence) {
+    EXPECT_GE(deeper.live.fences, 8);
+  }
+  std::vector<float> x(64, 1.0f), y(64, 0.0f);
+  auto hx = array(x, "x"), hy = array(y, "y");
+  auto k = rt_->register_kernel(make_axpy_kernel("axpy"));
+  ASSERT_TRUE(k.ok());
+  Arg args[] = {Arg::f32(1.0f), Arg::ndarray(hx), Arg::ndarray(hy)};
+  ASSERT_TRUE(rt_->launch(*k, args).ok());  // the first makes the descriptor pool (fence mode)
+  ASSERT_TRUE(rt_->flush().ok());
+  const uint64_t created = rt_->stats()->live.created;
+  for (int i = 0; i < 32; ++i) {
+    ASSERT_TRUE(rt_->launch(*k, args).ok());
+    ASSERT_TRUE(rt_->flush().ok());
+  }
+  const runtime::RuntimeStats after = *rt_->stats();
+  EXPECT_EQ(after.live.command_buffers, 8);
+  EXPECT_EQ(after.live.created, created);
+  // Lowering the depth keeps what was made (freed with the stream).
+  ASSERT_TRUE(rt_->set_retirement_depth(1).ok());
+  EXPECT_EQ(rt_->stats()->live.command_buffers, 8);
+}
+
 TEST_P(RuntimeTest, BadLaunchesAreClearErrorsAndRecordNothing) {
   SKIP_IF_NO_DEVICE();
   std::vector<float> x(64, 1.0f);
