@@ -311,7 +311,8 @@ class Planner {
            "'; its gradient would need the values the stores overwrite, which the adjoint (run "
            "after the forward) no longer sees. Write the result to a separate ndarray, or move "
            "the stores into an earlier task than the reads, or index the reads and the stores on "
-           "one axis by launch-uniform values a constant apart (read x[f, i], store x[f + 1, i]). "
+           "one axis by launch-uniform values a constant apart (read x[f, i], store x[f + 1, i]; "
+           "in a ring of a power-of-two size: read x[f % 2, i], store x[(f + 1) % 2, i]). "
            "To read back what this invocation stored, keep the value in a local (or load it "
            "right after the store, in the same block, with the same indices: forwarded)";
   }
@@ -380,7 +381,7 @@ class Planner {
                        "'; the gradient of the read needs the values the write "
                        "overwrites. Write the result to a separate ndarray, or index the reads "
                        "and the stores on one axis by launch-uniform values a constant apart "
-                       "(read x[f, i], store x[f + 1, i])");
+                       "(read x[f, i], store x[f + 1, i]; or x[f % 2, i], x[(f + 1) % 2, i])");
     }
     return {};
   }

@@ -51,6 +51,17 @@ class UniformForms {
     auto it = forms_.find(v);
     return it == forms_.end() ? nullptr : &it->second;
   }
+  // A ring index: `f` is the single term `mod(a, m)` with m a constant power of two >= 2.
+  // Then a, m, else none.
+  std::optional<std::pair<Form, uint32_t>> ring_of(const Form& f) const {
+    if (f.constant != 0 || f.terms.size() != 1 || f.terms.begin()->second != 1) return {};
+    const TermKey& key = *keys_[f.terms.begin()->first];
+    if (key.op != Op::kMod || !key.operands[1].terms.empty()) return {};
+    const uint32_t m = key.operands[1].constant;
+    // As an i32, m must be positive: 2 .. 2^30.
+    if (m < 2 || m > (1u << 30) || (m & (m - 1)) != 0) return {};
+    return std::make_pair(key.operands[0], m);
+  }
 
  private:
   void walk(const Block& b) {
@@ -71,8 +82,9 @@ class UniformForms {
     return f;
   }
   Form term(TermKey key) {
-    const uint32_t id =
-        term_ids_.emplace(std::move(key), static_cast<uint32_t>(term_ids_.size())).first->second;
+    auto [it, added] = term_ids_.emplace(std::move(key), static_cast<uint32_t>(term_ids_.size()));
+    if (added) keys_.push_back(&it->first);
+    const uint32_t id = it->second;
     Form f;
     f.terms[id] = 1;
     return f;
@@ -150,7 +162,20 @@ class UniformForms {
   std::unordered_map<ValueId, Form> forms_;
   std::unordered_map<ValueId, DType> types_;
   std::map<TermKey, uint32_t> term_ids_;
+  std::vector<const TermKey*> keys_;  // by term id (map nodes do not move)
 };
+
+// Whether launch-uniform indices `w` and `r` differ in every launch: the same terms and
+// different constants (a non-zero word apart), or ring indices mod(a + d, m) and mod(a, m) with
+// m a power of two that does not divide d. mod's result is congruent to its operand modulo m,
+// and for m dividing 2^32 the operand's wrap-around keeps that congruence, so the two results
+// are congruent to a + d and a, which differ modulo m.
+bool apart(const UniformForms& forms, const Form& w, const Form& r) {
+  if (w.terms == r.terms) return w.constant != r.constant;
+  const auto rw = forms.ring_of(w), rr = forms.ring_of(r);
+  if (!rw || !rr || rw->second != rr->second || rw->first.terms != rr->first.terms) return false;
+  return ((rw->first.constant - rr->first.constant) & (rw->second - 1)) != 0;
+}
 
 struct Access {
   const Stmt* stmt;
@@ -191,8 +216,7 @@ DisjointAccess disjoint_access(const Kernel& k, uint32_t param) {
     for (const auto& [w, r] : pairs) {
       const Form* fw = forms.at(w->args[axis]);
       const Form* fr = forms.at(r->args[axis]);
-      // Same terms, different constants: the difference is a non-zero word in every launch.
-      if (!fw || !fr || fw->terms != fr->terms || fw->constant == fr->constant) {
+      if (!fw || !fr || !apart(forms, *fw, *fr)) {
         separated = false;
         break;
       }

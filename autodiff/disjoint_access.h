@@ -21,11 +21,16 @@
 // t_i)` modulo 2^32, the terms t_i being parameters, shapes and any other launch-uniform
 // expression taken whole (`f div 2` is one term, compared by structure), so `f + 1` vs `f`,
 // `f + 1` vs `f - 1`, `(f div 2) + 1` vs `f div 2` and `2 * (f + 1)` vs `2 * f + 1` are all
-// proven. One axis must separate every conflicting pair.
+// proven. Rings too: `mod(f + 1, 2)` vs `mod(f, 2)`, or any `mod(a + d, m)` vs `mod(a, m)` with
+// m a constant power of two that does not divide d (the results are congruent to a + d and a
+// modulo m; for m dividing 2^32 wrap-around keeps that): DiffTaichi's state in a ring of two
+// rows, `x[(f + 1) % 2, p] = x[f % 2, p] + ...`. One axis must separate every conflicting pair.
 //
 // What it gives up on (kUnproven): a task index, a loop index, a mutable local, anything loaded
 // from an ndarray, floating-point or i64 values anywhere in the index; two different parameters
 // (`f` vs `g`: equal in some launch); a difference that is not a constant (`f` vs `2 * f`);
+// a ring whose modulus is not a constant power of two (`f % 3`: wrap-around breaks the
+// congruence) or divides the difference (`f % 2` vs `(f + 2) % 2`);
 // separation that needs ranges rather than a constant difference (`x[f + p]`), or different
 // axes for different pairs. Unproven is not "overlapping": only "not shown disjoint".
 //

@@ -20,12 +20,17 @@ unrolled, `+=` on a grid cell an atomic add, runtime `if`s for the actuators and
 - the loss, minus the mean x of the solid particles at the last step, accumulated atomically
   into a rank-0 array; gradient descent with learning rate 0.1 (DiffTaichi's update).
 
-**The grid has a time axis here.** DiffTaichi clears and reuses one grid every step and
-recomputes the grid in its hand-written `advance` gradient. A vkad.Tape replays each adjoint on
-the arrays as they are when backward runs, so a reused grid would give wrong gradients
+**The grid has a time axis by default.** DiffTaichi clears and reuses one grid every step and
+recomputes the grid in its hand-written `advance` gradient. A default vkad.Tape replays each
+adjoint on the arrays as they are when backward runs, so it refuses a reused grid
 (docs/tape.md): grid_v_in[f, i, j], grid_m_in[f, i, j] and grid_v_out[f, i, j] keep every step's
 grid instead, zeroed once per simulation: 335 MB (f32) at the default size, and as much again
-for their gradients; small next to a GPU's memory, the price of recomputation-free reverse mode.
+for their gradients; the price of recomputation-free reverse mode. **--memory-budget MIB**
+writes DiffTaichi's layout instead: one grid, cleared before every step, and the particles in
+rings of two rows (step f reads row f % 2 and writes row (f + 1) % 2), on a tape given that
+memory budget: it keeps checkpoints within it and runs the forward again where it keeps none
+(docs/tape.md, "A memory budget"); same gradients, at the price of that recomputation
+(bench/diffmpm_budget.py measures both).
 
 The step loop is said as one (Session.loop) and prepared at construction (Session.prepare_loop);
 the whole iteration (zeroing, forward, backward) is captured once as a graph and replayed
@@ -130,14 +135,25 @@ SCENES = {"robot": robot, "fish": fish}
 
 # --- kernels -------------------------------------------------------------------------------------
 
-def build_kernels(ft: vkad.DType, n_grid: int, n_solid: int, fluid: bool, debug: bool = False):
+def build_kernels(ft: vkad.DType, n_grid: int, n_solid: int, fluid: bool, debug: bool = False,
+                  ring: bool = False):
     """DiffTaichi's kernels as @vkad.kernel functions, launched with the step f. The 3x3 stencil
     and the sine waves are unrolled (vkad.static, DiffTaichi's ti.static), `+=` on a grid cell is
     an atomic add; `fluid` adds p2g's fluid branches for scenes that have fluid. grid_op and
     compute_loss choose with vkad.select, not `if`: the graph rework recomputes a straight-line
     grid_op in g2p (docs/graphs.md) and fuses compute_loss's adjoint with g2p's. `debug`
-    (--debug) adds p2g's asserts that each particle's stencil stays on the grid."""
+    (--debug) adds p2g's asserts that each particle's stencil stays on the grid. `ring`
+    (--memory-budget): the particle arrays hold two rows, step f reading row f % 2 and writing
+    row (f + 1) % 2, and the grid one, cleared every step, as DiffTaichi's; the tape's
+    checkpoints keep what backward needs."""
     dx, inv_dx = 1.0 / n_grid, float(n_grid)
+
+    @vkad.func
+    def rows(f):  # the particles' rows step f reads and writes, and its grid's
+        if vkad.static(ring):
+            return f % 2, (f + 1) % 2, 0 * f
+        return f, f + 1, f
+
     particles = vkad.array(vkad.vec(2, ft), ndim=2, grad=True)     # x[f, p], v[f, p]
     matrices = vkad.array(vkad.mat(2, 2, ft), ndim=2, grad=True)   # C[f, p], F[f, p]
     grid_v = vkad.array(vkad.vec(2, ft), ndim=3, grad=True)        # grid_v_in[f, i, j], ...
@@ -165,15 +181,16 @@ def build_kernels(ft: vkad.DType, n_grid: int, n_solid: int, fluid: bool, debug:
     def p2g(f: vkad.i32, x: particles, v: particles, C: matrices, F: matrices, actuation: field,
             actuator_id: ids, particle_type: ids, grid_v_in: grid_v, grid_m_in: grid_m):
         for p in range(x.shape[1]):
-            base, fx, w = stencil(x[f, p])
+            fr, fw, g = rows(f)
+            base, fx, w = stencil(x[fr, p])
             if vkad.static(debug):  # the 3x3 stencil from base stays on the grid
                 assert vkad.min(base[0], base[1]) >= 0, "a particle left the grid"
                 assert vkad.max(base[0], base[1]) < n_grid - 2, "a particle left the grid"
-            new_F = (Matrix.identity(2) + DT * C[f, p]) @ F[f, p]
+            new_F = (Matrix.identity(2) + DT * C[fr, p]) @ F[fr, p]
             J = new_F.determinant()
             if vkad.static(fluid) and particle_type[p] == 0:  # a fluid keeps its volume change
                 new_F = Matrix.diag(2, vkad.sqrt(J))
-            F[f + 1, p] = new_F
+            F[fw, p] = new_F
             r, _ = vkad.polar_decompose(new_F)
             act = actuation[f, vkad.max(0, actuator_id[p])] * ACT_STRENGTH
             if actuator_id[p] == -1:
@@ -187,50 +204,53 @@ def build_kernels(ft: vkad.DType, n_grid: int, n_solid: int, fluid: bool, debug:
                 mass = 4.0
             cauchy += new_F @ A @ new_F.T
             stress = -(DT * P_VOL * 4 * inv_dx * inv_dx) * cauchy
-            affine = stress + mass * C[f, p]
-            momentum = mass * v[f, p]
+            affine = stress + mass * C[fr, p]
+            momentum = mass * v[fr, p]
             for i in vkad.static(range(3)):
                 for j in vkad.static(range(3)):
                     offset = Vector([i, j])
                     dpos = (offset - fx) * dx
                     weight = w[i][0] * w[j][1]
-                    grid_v_in[f, base + offset] += weight * (momentum + affine @ dpos)
-                    grid_m_in[f, base + offset] += weight * mass
+                    grid_v_in[g, base + offset] += weight * (momentum + affine @ dpos)
+                    grid_m_in[g, base + offset] += weight * mass
 
     @vkad.kernel
     def grid_op(f: vkad.i32, grid_v_in: grid_v, grid_m_in: grid_m, grid_v_out: grid_v):
         for i, j in vkad.ndrange(grid_m_in.shape[1], grid_m_in.shape[2]):
-            inv_m = 1 / (grid_m_in[f, i, j] + 1e-10)
-            v_out = inv_m * grid_v_in[f, i, j] - Vector([0.0, DT * GRAVITY])
+            _, _, g = rows(f)
+            inv_m = 1 / (grid_m_in[g, i, j] + 1e-10)
+            v_out = inv_m * grid_v_in[g, i, j] - Vector([0.0, DT * GRAVITY])
             # walls and floor stop what moves into them (DiffTaichi's floor friction sees the
             # velocity its floor branch has just zeroed and changes nothing: the floor is sticky)
             stop = ((i < BOUND and v_out[0] < 0) or (i > n_grid - BOUND and v_out[0] > 0)
                     or (j < BOUND and v_out[1] < 0) or (j > n_grid - BOUND and v_out[1] > 0))
-            grid_v_out[f, i, j] = vkad.select(stop, Vector([0.0, 0.0]), v_out)
+            grid_v_out[g, i, j] = vkad.select(stop, Vector([0.0, 0.0]), v_out)
 
     @vkad.kernel
     def g2p(f: vkad.i32, x: particles, v: particles, C: matrices, grid_v_out: grid_v):
         for p in range(x.shape[1]):
-            xp = x[f, p]
+            fr, fw, g = rows(f)
+            xp = x[fr, p]
             base, fx, w = stencil(xp)
             new_v, new_C = Vector.zero(2), Matrix.zero(2)
             for i in vkad.static(range(3)):
                 for j in vkad.static(range(3)):
                     dpos = Vector([i, j]) - fx
-                    g_v = grid_v_out[f, base[0] + i, base[1] + j]
+                    g_v = grid_v_out[g, base[0] + i, base[1] + j]
                     weight = w[i][0] * w[j][1]
                     new_v += weight * g_v
                     new_C += 4 * inv_dx * weight * g_v.outer_product(dpos)
-            v[f + 1, p] = new_v
-            x[f + 1, p] = xp + DT * new_v
-            C[f + 1, p] = new_C
+            v[fw, p] = new_v
+            x[fw, p] = xp + DT * new_v
+            C[fw, p] = new_C
 
     @vkad.kernel
     def compute_loss(t: vkad.i32, x: particles, loss: vkad.array(ft, ndim=0, grad=True),
                      particle_type: ids):
         for p in range(x.shape[1]):  # DiffTaichi: loss = -(mean x of the solid particles)
+            tr, _, _ = rows(t)
             solid = vkad.select(particle_type[p] == 1, 1.0 / n_solid, 0.0)
-            loss[None] += -solid * x[t, p][0]
+            loss[None] += -solid * x[tr, p][0]
 
     return {"compute_actuation": compute_actuation, "p2g": p2g, "grid_op": grid_op, "g2p": g2p,
             "compute_loss": compute_loss}
@@ -247,9 +267,14 @@ class DiffMPM:
 
     def __init__(self, session: vkad.Session, steps: int = STEPS, n_grid: int = N_GRID,
                  dtype: vkad.DType = vkad.f32, scene: str = "robot", seed: int = 0,
-                 graph: bool = True, loop: bool = True, build=None, debug: bool = False):
+                 graph: bool = True, loop: bool = True, build=None, debug: bool = False,
+                 memory_budget: Optional[int] = None):
         # build: another maker of the kernels, build_kernels's signature (the tests pass the
         # KernelBuilder spelling, tests/python/difftaichi_builder_kernels.py)
+        # memory_budget: bytes for the tape's checkpoints (Tape.memory_budget). The particles
+        # then keep two rows and the grid one, cleared every step as DiffTaichi clears it, and
+        # the tape recomputes what backward needs; the step loop is a Python loop of launches
+        # (a budgeted tape records launches, not a Session.loop).
         if steps < 2:
             raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
         if n_grid < 2 * BOUND + 3:
@@ -260,28 +285,33 @@ class DiffMPM:
         # ~100-200 ms): its ranges are too wide for a resident kernel, so the first iteration
         # runs the graph rework's plan of the loop and its adjoint (H100: 1.3-1.4x the steady
         # 17 ms, against 2.1-2.4x as a Python loop of launches; docs/benchmarks-log.md).
-        self.loop = loop
+        self.budget = memory_budget
+        self.loop = loop and memory_budget is None
+        ring = memory_budget is not None
         self.scene = SCENES[scene](Scene(n_grid))
         sc = self.scene
         n, n_act = sc.n_particles, sc.n_actuators
         fluid = any(t == 0 for t in sc.particle_type)
         kbs = (build or build_kernels)(dtype, n_grid, sc.n_solid_particles, fluid,
-                                       **({"debug": True} if debug else {}))
+                                       **({"debug": True} if debug else {}),
+                                       **({"ring": True} if ring else {}))
         self.kernels = {name: session.differentiate(kb) for name, kb in kbs.items()}
         npt = vkad.numpy_dtype(dtype)
 
         # DiffTaichi's initialisation: weights ~ N(0, 0.01^2), zero bias; F = identity.
         rng = np.random.RandomState(seed)
-        x0 = np.zeros((steps, n, 2))
+        rows = 2 if ring else steps  # the particles' rows: a ring of two, or every step's
+        x0 = np.zeros((rows, n, 2))
         x0[0] = sc.x
-        F0 = np.zeros((steps, n, 2, 2))
+        F0 = np.zeros((rows, n, 2, 2))
         F0[0] = np.eye(2)
         s = session
-        grid = (steps - 1, n_grid, n_grid)  # one grid per step (see the docstring)
+        # one grid per step (see the docstring), or one for all
+        grid = (1 if ring else steps - 1, n_grid, n_grid)
         self.arrays: Dict[str, vkad.NdArray] = {
             "x": s.ndarray(x0, npt, "x"),
-            "v": s.zeros((steps, n, 2), dtype, "v"),
-            "C": s.zeros((steps, n, 2, 2), dtype, "C"),
+            "v": s.zeros((rows, n, 2), dtype, "v"),
+            "C": s.zeros((rows, n, 2, 2), dtype, "C"),
             "F": s.ndarray(F0, npt, "F"),
             "grid_v_in": s.zeros(grid + (2,), dtype, "grid_v_in"),
             "grid_m_in": s.zeros(grid, dtype, "grid_m_in"),
@@ -300,6 +330,9 @@ class DiffMPM:
             a = self.arrays[name]
             a.grad = s.zeros(a.shape, a.dtype, name + "_grad")
         self.tape = s.tape()
+        if ring:  # the first state, copied into the rings at the start of every simulation
+            self._start = {"x": s.ndarray(x0, npt, "x_start"), "F": s.ndarray(F0, npt, "F_start")}
+            self.tape.memory_budget = memory_budget
         self._graph: Optional[vkad.Graph] = None
         self._launchers: Dict[tuple, vkad.BoundLaunch] = {}  # by (kernel name, recorded)
         if loop:  # the loop's and its adjoint's plans and the tape's check of the loop, made now
@@ -334,9 +367,20 @@ class DiffMPM:
         """One simulation from x[0], F[0] = I, v[0] = C[0] = 0: DiffTaichi's forward()
         (steps - 1 steps, then the loss at the last step). Asynchronous."""
         a = self.arrays
+        step = self._step(recorded)
+        if self.budget is not None:
+            # The rings start from x[0], F[0] = I, v = C = 0; DiffTaichi's clear_grid before
+            # every step (on a recording tape: recorded, and run again by backward).
+            for name, start in self._start.items():
+                self.s.copy(start, a[name])
+            self.s.zero_many([a["v"], a["C"], a["loss"]])
+            for f in range(self.steps - 1):
+                self.s.zero_many([a["grid_v_in"], a["grid_m_in"]])
+                step(f)
+            self.launcher("compute_loss", recorded)(self.steps - 1)
+            return
         # DiffTaichi's clear_grid, once for all the steps' grids
         self.s.zero_many([a["grid_v_in"], a["grid_m_in"], a["loss"]])
-        step = self._step(recorded)
         # loop=True: one step loop, launched as the plan prepare_loop made (above).
         if self.loop:
             self.s.loop(0, self.steps - 1, step)
@@ -390,7 +434,9 @@ class DiffMPM:
             self.arrays[p].upload(np.asarray(value, vkad.numpy_dtype(self.dtype)))
 
     def positions(self) -> np.ndarray:
-        return self.arrays["x"].numpy()
+        """The particles' positions at the last step."""
+        x = self.arrays["x"]
+        return x.numpy()[(self.steps - 1) % x.shape[0]]
 
     def actuations(self) -> np.ndarray:
         return self.arrays["actuation"].numpy()
@@ -419,7 +465,7 @@ def plot(sim: DiffMPM, losses: Sequence[float], out: str) -> List[str]:
     plt.close(fig)
 
     last = sim.steps - 1
-    x, act = sim.positions()[last], sim.actuations()[last - 1]
+    x, act = sim.positions(), sim.actuations()[last - 1]
     aid = np.array(sim.scene.actuator_id)
     colors = np.full((len(aid), 3), 0.07)
     on = aid >= 0
@@ -445,13 +491,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help=f"grid cells per side (default {N_GRID}; particles: 2 per cell side)")
     ap.add_argument("--scene", choices=sorted(SCENES), default="robot",
                     help="DiffTaichi's scene (default robot)")
+    ap.add_argument("--memory-budget", type=float, default=None, metavar="MIB",
+                    help="one grid and two-row particle rings, the tape's checkpoints within "
+                         "this many MiB (default: every step's grid and particles kept)")
     a = ap.parse_args(argv)  # --debug: also asserts that particles stay on the grid
+    budget = None if a.memory_budget is None else int(a.memory_budget * (1 << 20))
     with open_session(a) as s:
         sim = DiffMPM(s, a.steps, a.grid, vkad.f64 if a.f64 else vkad.f32, scene=a.scene,
-                      seed=a.seed, graph=not a.no_graph, debug=a.debug)
+                      seed=a.seed, graph=not a.no_graph, debug=a.debug, memory_budget=budget)
         sc = sim.scene
         print(f"{s.device_name}: {a.scene} ({sc.n_particles} particles, {sc.n_actuators} "
               f"actuators), {a.grid}^2 grid, {a.steps} steps, {a.iters} iterations")
+        if budget is not None:
+            print(f"memory budget {a.memory_budget:g} MiB: one grid, particle rings, checkpoints")
         losses = train(sim, a.iters, "diffmpm", bar_digits=4, line_digits=5,
                        profile=a.profile, session=s)
         final = sim.loss()

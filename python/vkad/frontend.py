@@ -1924,6 +1924,51 @@ def func(fn: Callable) -> Func:
 
 _LOWERED: Dict[tuple, "_Lowered"] = {}  # by (source, annotations, captured constants)
 _NAMES: Dict[tuple, list] = {}  # by (source, annotations): the names a lowering captured
+# Each entry of _NAMES is (where, name): `where` the path of func names from the kernel to the
+# func that reads `name` ([] for the kernel itself), or the Func object for a func reached
+# another way (a module's attribute: the same object for every definition). A path, not the
+# Func: another definition of the same source (a kernel made again by a factory) has funcs of
+# its own, whose closures hold its values.
+
+
+def _name_paths(kfn, names, lw) -> list:
+    """`names` ((owner Func or None, name), from a lowering by `lw`) as _NAMES keeps them."""
+    kfid, out = id(kfn.fn), []
+    for owner, name in names:
+        if owner is None:
+            out.append(([], name))
+            continue
+        path, fid = [], id(owner.fn)
+        while fid != kfid:
+            parent = lw.func_parent.get(fid)
+            if parent is None:
+                path = owner  # reached another way
+                break
+            fid, step = parent
+            path.insert(0, step)
+        out.append((path, name))
+    return out
+
+
+def _resolve_names(kfn, entries) -> Optional[list]:
+    """_NAMES's entries as (owner Func or None, name) for kernel `kfn`: each path walked from
+    kfn's own function; None where a step is not a func now (a miss: lowered again)."""
+    names = []
+    for where, name in entries:
+        if not isinstance(where, list):
+            names.append((where, name))
+            continue
+        owner, fn = None, kfn.fn
+        for step in where:
+            try:
+                v = _Scope(None, fn, None, {}, 0).captured(step)
+            except (KeyError, ValueError):
+                return None
+            if not isinstance(v, Func):
+                return None
+            owner, fn = v, v.fn
+        names.append((owner, name))
+    return names
 _LOCK = threading.RLock()
 
 
@@ -2352,8 +2397,12 @@ class KernelFunction:
 
     def _current_captures(self):
         if self._captured_names is None:
-            # a kernel of the same source lowered before (an earlier definition of it)
-            self._captured_names = _NAMES.get(self._source_key())
+            # a kernel of the same source lowered before (an earlier definition of it): its
+            # names, read from this definition's scopes
+            entries = _NAMES.get(self._source_key())
+            if entries is None:
+                return None
+            self._captured_names = _resolve_names(self, entries)
             if self._captured_names is None:
                 return None
         out = []
@@ -2430,7 +2479,7 @@ class KernelFunction:
             owners.update({id(f.fn): f for f in lw.inlined})
             names = [(owners[fid], name) for (fid, name) in lw.captured if fid in owners]
             self._captured_names = names
-            _NAMES[self._source_key()] = names
+            _NAMES[self._source_key()] = _name_paths(self, names, lw)
             caps = self._current_captures()
             low = _Lowered(kb, ir, lw.captured, lw.lines)
             _LOWERED[self._key(caps)] = low

@@ -327,6 +327,41 @@ def test_funcs_static_and_ndrange(session):
     assert helpers.lowered() is first
 
 
+def make_scaled(scale, squared):
+    """A factory: every call defines the kernel (same source) with funcs of its own, whose
+    closures hold this call's values; `squared` is read by a nested func only."""
+
+    @vkad.func
+    def power(v):
+        if vkad.static(squared):
+            return v * v
+        return v
+
+    @vkad.func
+    def scaled(v):
+        return power(v) * scale
+
+    @vkad.kernel
+    def apply(x: vkad.array(vkad.f32), y: vkad.array(vkad.f32)):
+        for i in range(x.shape[0]):
+            y[i] = scaled(x[i])
+
+    return apply
+
+
+def test_a_kernel_made_again_reads_its_own_funcs_closures(session):
+    # The values a kernel's funcs capture are part of its cache key, read from the funcs of the
+    # definition being called, not of the first definition of the same source (the bug: a
+    # factory's second kernel, differing only in a value a nested func reads, ran the first's
+    # lowering: diffmpm's ring rows).
+    x = np.array([1.0, 2.0, -3.0], np.float32)
+    xs, ys = session.ndarray(x), session.zeros(3)
+    for scale, squared in [(2.0, False), (2.0, True), (3.0, True), (2.0, False)]:
+        make_scaled(scale, squared)(xs, ys, session=session)
+        np.testing.assert_allclose(ys.numpy(), (x * x if squared else x) * scale, rtol=1e-6,
+                                   err_msg=f"scale {scale}, squared {squared}")
+
+
 def make_bounds():
     @vkad.kernel
     def bounds(n: vkad.i32, x: vkad.array(vkad.f32), y: vkad.array(vkad.f32)):

@@ -91,6 +91,46 @@ TEST(DisjointAccess, NormalisedFormsAConstantApart) {
       0);
 }
 
+// A ring of a power-of-two size: rows (f + 1) mod m and f mod m differ when m does not divide
+// the difference, whatever f (wrap-around included: m divides 2^32).
+TEST(DisjointAccess, RingRowsOfAPowerOfTwoRing) {
+  const std::string ring2 =
+      "    %r = mod %f, %two : i32\n    %f1 = add %f, %one : i32\n    %w = mod %f1, %two : i32";
+  expect_disjoint(analyse(step2(ring2, "%r", "%w")), 0);
+  expect_disjoint(analyse(step2(ring2, "%w", "%r")), 0);
+  // A ring of 4, three apart (f + 3 vs f, and f - 1 vs f + 2: the same terms, 3 apart).
+  expect_disjoint(analyse(step2("    %four = const 4 : i32\n    %three = const 3 : i32\n"
+                                "    %a = add %f, %three : i32\n    %w = mod %a, %four : i32\n"
+                                "    %r = mod %f, %four : i32",
+                                "%r", "%w")),
+                  0);
+  expect_disjoint(analyse(step2("    %four = const 4 : i32\n    %b = sub %f, %one : i32\n"
+                                "    %c = add %f, %two : i32\n    %r = mod %b, %four : i32\n"
+                                "    %w = mod %c, %four : i32",
+                                "%r", "%w")),
+                  0);
+}
+
+// What a ring does not prove: a difference the modulus divides (f + 2 vs f in a ring of 2:
+// the same row), a modulus that is not a power of two (wrap-around of f + 1 at 2^31 breaks
+// the congruence), different moduli, a modulus that is not a constant, different operands.
+TEST(DisjointAccess, RingsThatCanMeetAreUnproven) {
+  auto unproven = [](const std::string& defs) {
+    EXPECT_EQ(analyse(step2(defs, "%r", "%w")).kind, Kind::kUnproven) << defs;
+  };
+  unproven(
+      "    %r = mod %f, %two : i32\n    %f2 = add %f, %two : i32\n    %w = mod %f2, %two : i32");
+  unproven(
+      "    %three = const 3 : i32\n    %r = mod %f, %three : i32\n"
+      "    %f1 = add %f, %one : i32\n    %w = mod %f1, %three : i32");
+  unproven(
+      "    %four = const 4 : i32\n    %r = mod %f, %two : i32\n"
+      "    %f1 = add %f, %one : i32\n    %w = mod %f1, %four : i32");
+  unproven("    %r = mod %f, %n : i32\n    %f1 = add %f, %one : i32\n    %w = mod %f1, %n : i32");
+  unproven(
+      "    %r = mod %f, %two : i32\n    %g1 = add %g, %one : i32\n    %w = mod %g1, %two : i32");
+}
+
 TEST(DisjointAccess, SameIndexIsUnproven) {
   EXPECT_EQ(analyse(step2("", "%f", "%f")).kind, Kind::kUnproven);
   // Equal after normalisation: (f + 1) - 1 and f; f + f and 2 * f.

@@ -1,0 +1,123 @@
+"""DiffTaichi's diffmpm with one grid, in a memory budget, against its time-axis version
+(issue 57, points 4-5; docs/tape.md, "A memory budget").
+
+examples/difftaichi/diffmpm.py two ways, each in a session of its own, both captured as a graph
+(the first iteration captured while it runs, the rework finished, then replays):
+
+- time:   every step's particles and grid kept (x[f, p], grid_v_in[f, i, j], ...) on the
+          default tape (the example's default);
+- budget: two-row particle rings and one grid cleared every step (DiffTaichi's own layout), the
+          tape given memory_budget = the time version's particle and grid bytes / --fraction: it
+          plans its checkpoints and runs the forward again where it keeps no copy.
+
+Checks that the first iteration's losses and gradients agree (f32, the grid's atomic sums in
+another order: rtol 1e-3), then prints ms per training iteration, what each holds for the
+differentiation (the state arrays, their gradients, the tape's copies) and the session's device
+memory, the checkpoint plan, and the ratios. --long-steps N also runs the budget version for N
+steps within the time version's bytes (issue 57, point 5: 10,240 steps in the memory of 1,024).
+
+    python bench/diffmpm_budget.py --steps 1024 --iters 10 --long-steps 10240   # the GPU machine
+    python bench/diffmpm_budget.py --steps 30 --grid 32 --iters 2 --fraction 2   # a quick check
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+import vkad
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
+                                "difftaichi"))
+import diffmpm  # noqa: E402
+
+STATE = ("x", "v", "C", "F", "grid_v_in", "grid_m_in", "grid_v_out")
+
+
+def mib(b):
+    return b / (1 << 20)
+
+
+def state_bytes(sim):
+    """The particle and grid arrays: what the tape differentiates through (their gradients are
+    as many bytes again)."""
+    return sum(sim.arrays[k].nbytes for k in STATE)
+
+
+def run(steps, grid, iters, budget=None):
+    """A session with one simulation: its first iteration (captured), the rework finished, then
+    `iters` timed iterations. Returns what the report needs."""
+    with vkad.Session() as s:
+        t0 = time.perf_counter()
+        sim = diffmpm.DiffMPM(s, steps=steps, n_grid=grid, memory_budget=budget)
+        first_loss = sim.iteration()
+        grads = sim.gradients()
+        s.finish_rework(sim._graph)
+        first_s = time.perf_counter() - t0
+        sim.iteration()  # the reworked graph's first replay
+        t0 = time.perf_counter()
+        losses = [sim.iteration() for _ in range(iters)]
+        ms = (time.perf_counter() - t0) * 1e3 / iters
+        held = state_bytes(sim)
+        out = {"loss": first_loss, "grads": grads, "ms": ms, "first_s": first_s,
+               "losses": losses, "state": held, "grads_bytes": held,
+               "copies": sim.tape.checkpoint_bytes, "device": s.stats()["memory_block_bytes"],
+               "plan": sim.tape.checkpoint_plan() if budget else None,
+               "dispatches": s.stats()["dispatches"]}
+        return out
+
+
+def report(name, r):
+    held = r["state"] + r["grads_bytes"] + r["copies"]
+    print(f"{name:>8}: {r['ms']:9.2f} ms/iteration, first (capture + rework) {r['first_s']:.1f} s;"
+          f" differentiation {mib(held):8.1f} MiB (state {mib(r['state']):.1f}, gradients "
+          f"{mib(r['grads_bytes']):.1f}, copies {mib(r['copies']):.1f}); device memory held "
+          f"{mib(r['device']):.1f} MiB")
+    if r["plan"]:
+        p = r["plan"]
+        print(f"          plan: {p['levels']} levels {p['segments']}, peak "
+              f"{mib(p['peak_bytes']):.2f} MiB, every launch run {p['recompute']} times")
+    return held
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=diffmpm.STEPS)
+    ap.add_argument("--grid", type=int, default=diffmpm.N_GRID)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--fraction", type=float, default=8.0,
+                    help="the budget: the time version's state bytes / this (default 8)")
+    ap.add_argument("--long-steps", type=int, default=0,
+                    help="also run the budget version this many steps within the time "
+                         "version's state and gradient bytes")
+    a = ap.parse_args()
+    print(f"diffmpm robot, {a.grid}^2 grid, {a.steps} steps, {a.iters} iterations timed")
+    full = run(a.steps, a.grid, a.iters)
+    budget = int(full["state"] / a.fraction)
+    ring = run(a.steps, a.grid, a.iters, budget)
+    np.testing.assert_allclose(ring["loss"], full["loss"], rtol=1e-4)
+    for name in diffmpm.DiffMPM.PARAMS:
+        np.testing.assert_allclose(ring["grads"][name], full["grads"][name], rtol=1e-3,
+                                   atol=1e-7, err_msg=name)
+    print(f"first iteration: loss {full['loss']:.6f} both, gradients equal (rtol 1e-3)")
+    held_full = report("time", full)
+    held_ring = report("budget", ring)
+    print(f"budget {mib(budget):.1f} MiB (1/{a.fraction:g} of the time version's state): "
+          f"{ring['ms'] / full['ms']:.2f}x its ms per iteration, {held_ring / held_full:.3f}x "
+          f"its differentiation bytes")
+    if a.long_steps:
+        # The long run's budget: what the time version holds beyond the gradients the long
+        # run keeps of its own (its rings' gradients are small).
+        long_budget = int(held_full - 2 * ring["state"])
+        long = run(a.long_steps, a.grid, max(1, a.iters // 4), long_budget)
+        held_long = report(f"{a.long_steps}", long)
+        print(f"{a.long_steps} steps in {mib(held_long):.1f} MiB (the {a.steps}-step time "
+              f"version: {mib(held_full):.1f}): {long['ms'] / full['ms']:.2f}x its ms per "
+              f"iteration ({long['ms'] / full['ms'] * a.steps / a.long_steps:.2f}x per step)")
+        assert held_long <= held_full
+        assert all(np.isfinite(long["losses"]))
+
+
+if __name__ == "__main__":
+    main()
