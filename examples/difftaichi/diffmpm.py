@@ -330,6 +330,7 @@ class DiffMPM:
             a = self.arrays[name]
             a.grad = s.zeros(a.shape, a.dtype, name + "_grad")
         self.tape = s.tape()
+        self._planned = False  # a budgeted tape's first recording ran (iteration())
         if ring:  # the first state, copied into the rings at the start of every simulation
             self._start = {"x": s.ndarray(x0, npt, "x_start"), "F": s.ndarray(F0, npt, "F_start")}
             self.tape.memory_budget = memory_budget
@@ -402,8 +403,11 @@ class DiffMPM:
     def iteration(self) -> float:
         """Forward and backward, then DiffTaichi's update: w -= LEARNING_RATE * dL/dw.
         Returns the loss the forward computed."""
-        if not self.graph:
+        if not self.graph or (self.budget is not None and not self._planned):
+            # (budget: the first recording runs as launched, so that the tape plans its cut
+            # for this length, and the graph captures the next, planned one: docs/tape.md)
             self.forward_backward()
+            self._planned = True
         elif self._graph is None:
             # The first iteration is captured, and runs while it is captured (run=True: no
             # replay after it): the tape makes its gradient arrays during the capture and keeps
