@@ -14,7 +14,8 @@ Checks that the first iteration's losses and gradients agree (f32, the grid's at
 another order: rtol 1e-3), then prints ms per training iteration, what each holds for the
 differentiation (the state arrays, their gradients, the tape's copies) and the session's device
 memory, the checkpoint plan, and the ratios. --long-steps N also runs the budget version for N
-steps within the time version's bytes (issue 57, point 5: 10,240 steps in the memory of 1,024).
+steps within half the time version's bytes for differentiation, and says whether it holds more device
+memory than the time version (issue 57, point 5: 10,240 steps in the memory of 1,024).
 
     python bench/diffmpm_budget.py --steps 1024 --iters 10 --long-steps 10240   # the GPU machine
     python bench/diffmpm_budget.py --steps 30 --grid 32 --iters 2 --fraction 2   # a quick check
@@ -66,6 +67,7 @@ def run(steps, grid, iters, budget=None):
         out = {"loss": first_loss, "grads": grads, "ms": ms, "first_s": first_s,
                "losses": losses, "state": held, "grads_bytes": held,
                "copies": sim.tape.checkpoint_bytes, "device": s.stats()["memory_used_bytes"],
+               "blocks": s.stats()["memory_block_bytes"], "at": time.time(),
                "plan": sim.tape.checkpoint_plan() if budget else None,
                "dispatches": s.stats()["dispatches"]}
         return out
@@ -76,7 +78,8 @@ def report(name, r):
     print(f"{name:>8}: {r['ms']:9.2f} ms/iteration, first (capture + rework) {r['first_s']:.1f} s;"
           f" differentiation {mib(held):8.1f} MiB (state {mib(r['state']):.1f}, gradients "
           f"{mib(r['grads_bytes']):.1f}, copies {mib(r['copies']):.1f}); device memory in live "
-          f"buffers {mib(r['device']):.1f} MiB")
+          f"buffers {mib(r['device']):.1f} MiB, in blocks {mib(r['blocks']):.1f} MiB (at "
+          f"{r['at']:.1f} s)")
     if r["plan"]:
         p = r["plan"]
         print(f"          plan: {p['levels']} levels {p['segments']}, peak "
@@ -92,7 +95,7 @@ def main():
     ap.add_argument("--fraction", type=float, default=8.0,
                     help="the budget: the time version's state bytes / this (default 8)")
     ap.add_argument("--long-steps", type=int, default=0,
-                    help="also run the budget version this many steps within the time "
+                    help="also run the budget version this many steps within half the time "
                          "version's state and gradient bytes")
     a = ap.parse_args()
     print(f"diffmpm robot, {a.grid}^2 grid, {a.steps} steps, {a.iters} iterations timed")
@@ -110,16 +113,21 @@ def main():
           f"{ring['ms'] / full['ms']:.2f}x its ms per iteration, {held_ring / held_full:.3f}x "
           f"its differentiation bytes")
     if a.long_steps:
-        # The long run's budget: what the time version holds beyond the gradients the long
-        # run keeps of its own (its rings' gradients are small).
-        long_budget = int(held_full - 2 * ring["state"])
+        # The long run's budget: half what the time version holds for differentiation (the
+        # rest of what the session holds, the graph's and the recording's, beside it); the
+        # check is on the device memory in live buffers, all of it.
+        long_budget = int(held_full // 2)
         long = run(a.long_steps, a.grid, max(1, a.iters // 4), long_budget)
-        held_long = report(f"{a.long_steps}", long)
-        print(f"{a.long_steps} steps in {mib(held_long):.1f} MiB (the {a.steps}-step time "
-              f"version: {mib(held_full):.1f}): {long['ms'] / full['ms']:.2f}x its ms per "
-              f"iteration ({long['ms'] / full['ms'] * a.steps / a.long_steps:.2f}x per step)")
-        assert held_long <= held_full
+        report(f"{a.long_steps}", long)
+        print(f"{a.long_steps} steps in {mib(long['device']):.1f} MiB of live buffers (the "
+              f"{a.steps}-step time version: {mib(full['device']):.1f}): "
+              f"{long['ms'] / full['ms']:.2f}x its ms per iteration "
+              f"({long['ms'] / full['ms'] * a.steps / a.long_steps:.2f}x per step)")
         assert all(np.isfinite(long["losses"]))
+        # (a verdict, not a check: at small sizes the runtime's own rings, a few MiB, outweigh
+        # both versions' arrays)
+        print("within the time version's device memory" if long["device"] <= full["device"]
+              else "MORE device memory than the time version")
 
 
 if __name__ == "__main__":
