@@ -60,22 +60,25 @@ def run(steps, grid, iters, budget=None):
         s.finish_rework(sim._graph)
         first_s = time.perf_counter() - t0
         sim.iteration()  # the reworked graph's first replay
+        d0 = s.stats()["dispatches"]
         t0 = time.perf_counter()
         losses = [sim.iteration() for _ in range(iters)]
         ms = (time.perf_counter() - t0) * 1e3 / iters
+        dispatches = (s.stats()["dispatches"] - d0) / iters
         held = state_bytes(sim)
         out = {"loss": first_loss, "grads": grads, "ms": ms, "first_s": first_s,
                "losses": losses, "state": held, "grads_bytes": held,
                "copies": sim.tape.checkpoint_bytes, "device": s.stats()["memory_used_bytes"],
                "blocks": s.stats()["memory_block_bytes"], "at": time.time(),
                "plan": sim.tape.checkpoint_plan() if budget else None,
-               "dispatches": s.stats()["dispatches"]}
+               "dispatches": dispatches}
         return out
 
 
 def report(name, r):
     held = r["state"] + r["grads_bytes"] + r["copies"]
-    print(f"{name:>8}: {r['ms']:9.2f} ms/iteration, first (capture + rework) {r['first_s']:.1f} s;"
+    print(f"{name:>8}: {r['ms']:9.2f} ms/iteration ({r['dispatches']:.0f} dispatches), first "
+          f"(capture + rework) {r['first_s']:.1f} s;"
           f" differentiation {mib(held):8.1f} MiB (state {mib(r['state']):.1f}, gradients "
           f"{mib(r['grads_bytes']):.1f}, copies {mib(r['copies']):.1f}); device memory in live "
           f"buffers {mib(r['device']):.1f} MiB, in blocks {mib(r['blocks']):.1f} MiB (at "
