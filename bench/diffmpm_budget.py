@@ -1,8 +1,9 @@
 """DiffTaichi's diffmpm with one grid, in a memory budget, against its time-axis version
 (issue 57, points 4-5; docs/tape.md, "A memory budget").
 
-examples/difftaichi/diffmpm.py two ways, each in a session of its own, both captured as a graph
-(the first iteration captured while it runs, the rework finished, then replays):
+examples/difftaichi/diffmpm.py (--dim 3: diffmpm3d.py) two ways, each in a session of its own,
+both captured as a graph (the first iteration captured while it runs, the rework finished, then
+replays):
 
 - time:   every step's particles and grid kept (x[f, p], grid_v_in[f, i, j], ...) on the
           default tape (the example's default);
@@ -18,6 +19,7 @@ steps within half the time version's bytes for differentiation, and says whether
 memory than the time version (issue 57, point 5: 10,240 steps in the memory of 1,024).
 
     python bench/diffmpm_budget.py --steps 1024 --iters 10 --long-steps 10240   # the GPU machine
+    python bench/diffmpm_budget.py --dim 3 --steps 512 --iters 3 --long-steps 2048   # GPU, 3-D
     python bench/diffmpm_budget.py --steps 30 --grid 32 --iters 2 --fraction 2   # a quick check
 """
 import argparse
@@ -32,6 +34,7 @@ import vkad
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
                                 "difftaichi"))
 import diffmpm  # noqa: E402
+import diffmpm3d  # noqa: E402
 
 STATE = ("x", "v", "C", "F", "grid_v_in", "grid_m_in", "grid_v_out")
 
@@ -46,13 +49,14 @@ def state_bytes(sim):
     return sum(sim.arrays[k].nbytes for k in STATE)
 
 
-def run(steps, grid, iters, budget=None):
+def run(mod, steps, grid, iters, budget=None):
     """A session with one simulation: its first iterations (the captured one among them: the
     example runs a budget's first recording as launched, to plan, and captures the second), the
     rework finished, then `iters` timed iterations. Returns what the report needs."""
     with vkad.Session() as s:
         t0 = time.perf_counter()
-        sim = diffmpm.DiffMPM(s, steps=steps, n_grid=grid, memory_budget=budget)
+        make = mod.DiffMPM if mod is diffmpm else mod.DiffMPM3D
+        sim = make(s, steps=steps, n_grid=grid, memory_budget=budget)
         first_loss = sim.iteration()
         grads = sim.gradients()
         while sim._graph is None:
@@ -92,8 +96,10 @@ def report(name, r):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=diffmpm.STEPS)
-    ap.add_argument("--grid", type=int, default=diffmpm.N_GRID)
+    ap.add_argument("--dim", type=int, choices=(2, 3), default=2,
+                    help="diffmpm (2, default) or diffmpm3d (3)")
+    ap.add_argument("--steps", type=int, default=None, help="default: the example's")
+    ap.add_argument("--grid", type=int, default=None, help="default: the example's")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--fraction", type=float, default=8.0,
                     help="the budget: the time version's state bytes / this (default 8)")
@@ -101,12 +107,16 @@ def main():
                     help="also run the budget version this many steps within half the time "
                          "version's state and gradient bytes")
     a = ap.parse_args()
-    print(f"diffmpm robot, {a.grid}^2 grid, {a.steps} steps, {a.iters} iterations timed")
-    full = run(a.steps, a.grid, a.iters)
+    mod = diffmpm if a.dim == 2 else diffmpm3d
+    a.steps = a.steps or mod.STEPS
+    a.grid = a.grid or mod.N_GRID
+    print(f"{mod.__name__} robot, {a.grid}^{a.dim} grid, {a.steps} steps, {a.iters} iterations "
+          "timed")
+    full = run(mod, a.steps, a.grid, a.iters)
     budget = int(full["state"] / a.fraction)
-    ring = run(a.steps, a.grid, a.iters, budget)
+    ring = run(mod, a.steps, a.grid, a.iters, budget)
     np.testing.assert_allclose(ring["loss"], full["loss"], rtol=1e-4)
-    for name in diffmpm.DiffMPM.PARAMS:
+    for name in ("weights", "bias"):
         np.testing.assert_allclose(ring["grads"][name], full["grads"][name], rtol=1e-3,
                                    atol=1e-7, err_msg=name)
     print(f"first iteration: loss {full['loss']:.6f} both, gradients equal (rtol 1e-3)")
@@ -120,7 +130,7 @@ def main():
         # rest of what the session holds, the graph's and the recording's, beside it); the
         # check is on the device memory in live buffers, all of it.
         long_budget = int(held_full // 2)
-        long = run(a.long_steps, a.grid, max(1, a.iters // 4), long_budget)
+        long = run(mod, a.long_steps, a.grid, max(1, a.iters // 4), long_budget)
         report(f"{a.long_steps}", long)
         print(f"{a.long_steps} steps in {mib(long['device']):.1f} MiB of live buffers (the "
               f"{a.steps}-step time version: {mib(full['device']):.1f}): "

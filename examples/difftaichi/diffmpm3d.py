@@ -23,7 +23,7 @@ examples/difftaichi/diffmpm.py (the 2-D port) does:
   into a rank-0 array (DiffTaichi's compute_x_avg and compute_loss in one kernel); gradient
   descent with learning rate 30 (DiffTaichi's `learn`), on the host.
 
-**The grid has a time axis here**, as in the 2-D port: DiffTaichi clears and reuses one grid
+**The grid has a time axis by default**, as in the 2-D port: DiffTaichi clears and reuses one grid
 every step, and its backward() recomputes each step's grid (clear_grid, p2g, grid_op) before
 that step's adjoints. A vkad.Tape replays each adjoint on the arrays as they are when backward
 runs, so a reused grid would give wrong gradients (docs/tape.md): grid_v_in[f, i, j, k],
@@ -32,6 +32,10 @@ simulation: 3.75 GB (f32) at the default size, and as much again for their gradi
 particle state is another 1.5 GB, and its gradients): a GPU's memory, not lavapipe's (whose
 buffers stop at 128 MiB: --grid 32 --steps 100 fits). DiffTaichi's clear_particle_grad /
 ti.ad.clear_all_gradients are the tape's zeroing of its gradients at each backward.
+**--memory-budget MIB** writes DiffTaichi's layout instead, as the 2-D port's does: one grid
+cleared before every step, particle rings of two rows, a tape whose checkpoints stay within the
+budget and which runs the forward again where it keeps none (docs/tape.md, "A memory budget"):
+2,048 steps on a 64^3 grid, whose time-axis tape would take 42 GB, train in a few GB.
 
 The step loop is said as one (Session.loop) and prepared at construction (Session.prepare_loop);
 the whole iteration (zeroing, forward, backward) is captured once as a graph and replayed
@@ -140,13 +144,22 @@ def robot(scene: Scene, block_size: float = 0.1, offset=(0.1, 0.05, 0.3)) -> Sce
 
 # --- kernels -------------------------------------------------------------------------------------
 
-def build_kernels(ft: vkad.DType, n_grid: int, n_solid: int, fluid: bool):
+def build_kernels(ft: vkad.DType, n_grid: int, n_solid: int, fluid: bool, ring: bool = False):
     """DiffTaichi's kernels as @vkad.kernel functions, launched with the step f. The 3x3x3
     stencil and the sine waves are unrolled (vkad.static, DiffTaichi's ti.static), `+=` on a grid
     cell is an atomic add; `fluid` adds p2g's fluid branches for scenes that have fluid. grid_op
     and compute_loss choose with vkad.select, not `if`: the graph rework recomputes a
-    straight-line grid_op in g2p (docs/graphs.md) and fuses compute_loss's adjoint with g2p's."""
+    straight-line grid_op in g2p (docs/graphs.md) and fuses compute_loss's adjoint with g2p's.
+    `ring` (--memory-budget): the particle arrays hold two rows, step f reading row f % 2 and
+    writing row (f + 1) % 2, and the grid one, cleared every step (the 2-D port's)."""
     dx, inv_dx = 1.0 / n_grid, float(n_grid)
+
+    @vkad.func
+    def rows(f):  # the particles' rows step f reads and writes, and its grid's
+        if vkad.static(ring):
+            return f % 2, (f + 1) % 2, 0 * f
+        return f, f + 1, f
+
     particles = vkad.array(vkad.vec(3, ft), ndim=2, grad=True)     # x[f, p], v[f, p]
     matrices = vkad.array(vkad.mat(3, 3, ft), ndim=2, grad=True)   # C[f, p], F[f, p]
     grid_v = vkad.array(vkad.vec(3, ft), ndim=4, grad=True)        # grid_v_in[f, i, j, k], ...
@@ -174,13 +187,14 @@ def build_kernels(ft: vkad.DType, n_grid: int, n_solid: int, fluid: bool):
     def p2g(f: vkad.i32, x: particles, v: particles, C: matrices, F: matrices, actuation: field,
             actuator_id: ids, particle_type: ids, grid_v_in: grid_v, grid_m_in: grid_m):
         for p in range(x.shape[1]):
-            base, fx, w = stencil(x[f, p])
-            new_F = (Matrix.identity(3) + DT * C[f, p]) @ F[f, p]
+            fr, fw, g = rows(f)
+            base, fx, w = stencil(x[fr, p])
+            new_F = (Matrix.identity(3) + DT * C[fr, p]) @ F[fr, p]
             J = new_F.determinant()
             if vkad.static(fluid) and particle_type[p] == 0:  # DiffTaichi: "need pow(x, 1/3)"
                 sqrtJ = vkad.sqrt(J)
                 new_F = Matrix([[sqrtJ, 0.0, 0.0], [0.0, sqrtJ, 0.0], [0.0, 0.0, 1.0]])
-            F[f + 1, p] = new_F
+            F[fw, p] = new_F
             act = actuation[f, vkad.max(0, actuator_id[p])] * ACT_STRENGTH
             if actuator_id[p] == -1:
                 act = 0.0
@@ -193,54 +207,57 @@ def build_kernels(ft: vkad.DType, n_grid: int, n_solid: int, fluid: bool):
                 mass = 4.0
             cauchy += new_F @ A @ new_F.T
             stress = -(DT * P_VOL * 4 * inv_dx * inv_dx) * cauchy
-            affine = stress + mass * C[f, p]
-            momentum = mass * v[f, p]
+            affine = stress + mass * C[fr, p]
+            momentum = mass * v[fr, p]
             for i in vkad.static(range(3)):
                 for j in vkad.static(range(3)):
                     for k in vkad.static(range(3)):
                         offset = Vector([i, j, k])
                         dpos = (offset - fx) * dx
                         weight = w[i][0] * w[j][1] * w[k][2]
-                        grid_v_in[f, base + offset] += weight * (momentum + affine @ dpos)
-                        grid_m_in[f, base + offset] += weight * mass
+                        grid_v_in[g, base + offset] += weight * (momentum + affine @ dpos)
+                        grid_m_in[g, base + offset] += weight * mass
 
     @vkad.kernel
     def grid_op(f: vkad.i32, grid_v_in: grid_v, grid_m_in: grid_m, grid_v_out: grid_v):
         for i, j, k in vkad.ndrange(grid_m_in.shape[1], grid_m_in.shape[2], grid_m_in.shape[3]):
-            inv_m = 1 / (grid_m_in[f, i, j, k] + 1e-10)
-            v_out = inv_m * grid_v_in[f, i, j, k] - Vector([0.0, DT * GRAVITY, 0.0])
+            _, _, g = rows(f)
+            inv_m = 1 / (grid_m_in[g, i, j, k] + 1e-10)
+            v_out = inv_m * grid_v_in[g, i, j, k] - Vector([0.0, DT * GRAVITY, 0.0])
             # DiffTaichi's six ifs in turn: each zeroes v_out, after which none fires again, so
             # their `or` on the first v_out. Its floor friction (coeff 1.5) sees the velocity
             # its floor branch has just zeroed and changes nothing: the floor is sticky.
             stop = ((i < BOUND and v_out[0] < 0) or (i > n_grid - BOUND and v_out[0] > 0)
                     or (k < BOUND and v_out[2] < 0) or (k > n_grid - BOUND and v_out[2] > 0)
                     or (j < BOUND and v_out[1] < 0) or (j > n_grid - BOUND and v_out[1] > 0))
-            grid_v_out[f, i, j, k] = vkad.select(stop, Vector.zero(3), v_out)
+            grid_v_out[g, i, j, k] = vkad.select(stop, Vector.zero(3), v_out)
 
     @vkad.kernel
     def g2p(f: vkad.i32, x: particles, v: particles, C: matrices, grid_v_out: grid_v):
         for p in range(x.shape[1]):
-            xp = x[f, p]
+            fr, fw, g = rows(f)
+            xp = x[fr, p]
             base, fx, w = stencil(xp)
             new_v, new_C = Vector.zero(3), Matrix.zero(3)
             for i in vkad.static(range(3)):
                 for j in vkad.static(range(3)):
                     for k in vkad.static(range(3)):
                         dpos = Vector([i, j, k]) - fx
-                        g_v = grid_v_out[f, base[0] + i, base[1] + j, base[2] + k]
+                        g_v = grid_v_out[g, base[0] + i, base[1] + j, base[2] + k]
                         weight = w[i][0] * w[j][1] * w[k][2]
                         new_v += weight * g_v
                         new_C += 4 * inv_dx * weight * g_v.outer_product(dpos)
-            v[f + 1, p] = new_v
-            x[f + 1, p] = xp + DT * new_v
-            C[f + 1, p] = new_C
+            v[fw, p] = new_v
+            x[fw, p] = xp + DT * new_v
+            C[fw, p] = new_C
 
     @vkad.kernel
     def compute_loss(t: vkad.i32, x: particles, loss: vkad.array(ft, ndim=0, grad=True),
                      particle_type: ids):
         for p in range(x.shape[1]):  # DiffTaichi's x_avg and loss = -x_avg[0], in one
+            tr, _, _ = rows(t)
             solid = vkad.select(particle_type[p] == 1, 1.0 / n_solid, 0.0)
-            loss[None] += -solid * x[t, p][0]
+            loss[None] += -solid * x[tr, p][0]
 
     return {"compute_actuation": compute_actuation, "p2g": p2g, "grid_op": grid_op, "g2p": g2p,
             "compute_loss": compute_loss}
@@ -256,7 +273,9 @@ class DiffMPM3D:
 
     def __init__(self, session: vkad.Session, steps: int = STEPS, n_grid: int = N_GRID,
                  dtype: vkad.DType = vkad.f32, scene=robot, seed: int = 0, graph: bool = True,
-                 loop: bool = True):
+                 loop: bool = True, memory_budget: Optional[int] = None):
+        # memory_budget: bytes for the tape's checkpoints; the particles then keep two rows and
+        # the grid one, cleared every step, on a Python loop of launches (the 2-D port's)
         # scene: a function that fills a Scene (robot, DiffTaichi's only one; the tests add theirs)
         if steps < 2:
             raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
@@ -264,27 +283,32 @@ class DiffMPM3D:
             raise ValueError(f"n_grid={n_grid}: the grid needs more than its walls")
         self.s, self.steps, self.n_grid, self.dtype, self.graph = session, steps, n_grid, \
             dtype, graph
-        self.loop = loop  # the step loop as one Session.loop, prepared here (as the 2-D port's)
+        self.budget = memory_budget
+        ring = memory_budget is not None
+        # the step loop as one Session.loop, prepared here (as the 2-D port's)
+        self.loop = loop and not ring
         self.scene = scene(Scene(n_grid, seed))
         sc = self.scene
         n, n_act = sc.n_particles, sc.n_actuators
         fluid = any(t == 0 for t in sc.particle_type)
-        kbs = build_kernels(dtype, n_grid, sc.n_solid_particles, fluid)
+        kbs = build_kernels(dtype, n_grid, sc.n_solid_particles, fluid, ring=ring)
         self.kernels = {name: session.differentiate(kb) for name, kb in kbs.items()}
         npt = vkad.numpy_dtype(dtype)
 
         # DiffTaichi's init: weights ~ N(0, 0.01^2), zero bias; F = identity.
         rng = np.random.RandomState(seed)
-        x0 = np.zeros((steps, n, 3))
+        rows = 2 if ring else steps  # the particles' rows: a ring of two, or every step's
+        x0 = np.zeros((rows, n, 3))
         x0[0] = sc.x
-        F0 = np.zeros((steps, n, 3, 3))
+        F0 = np.zeros((rows, n, 3, 3))
         F0[0] = np.eye(3)
         s = session
-        grid = (steps - 1, n_grid, n_grid, n_grid)  # one grid per step (see the docstring)
+        # one grid per step (see the docstring), or one for all
+        grid = (1 if ring else steps - 1, n_grid, n_grid, n_grid)
         self.arrays: Dict[str, vkad.NdArray] = {
             "x": s.ndarray(x0, npt, "x"),
-            "v": s.zeros((steps, n, 3), dtype, "v"),
-            "C": s.zeros((steps, n, 3, 3), dtype, "C"),
+            "v": s.zeros((rows, n, 3), dtype, "v"),
+            "C": s.zeros((rows, n, 3, 3), dtype, "C"),
             "F": s.ndarray(F0, npt, "F"),
             "grid_v_in": s.zeros(grid + (3,), dtype, "grid_v_in"),
             "grid_m_in": s.zeros(grid, dtype, "grid_m_in"),
@@ -302,6 +326,10 @@ class DiffMPM3D:
             a = self.arrays[name]
             a.grad = s.zeros(a.shape, a.dtype, name + "_grad")
         self.tape = s.tape()
+        self._planned = False  # a budgeted tape's first recording ran (iteration())
+        if ring:  # the first state, copied into the rings at the start of every simulation
+            self._start = {"x": s.ndarray(x0, npt, "x_start"), "F": s.ndarray(F0, npt, "F_start")}
+            self.tape.memory_budget = memory_budget
         self._graph: Optional[vkad.Graph] = None
         self._launchers: Dict[tuple, vkad.BoundLaunch] = {}  # by (kernel name, recorded)
         if loop:  # the loop's and its adjoint's plans and the tape's check of the loop, made now
@@ -335,8 +363,17 @@ class DiffMPM3D:
         """One simulation from x[0], F[0] = I, v[0] = C[0] = 0: DiffTaichi's forward()
         (steps - 1 steps, then the loss at the last step). Asynchronous."""
         a = self.arrays
-        self.s.zero_many([a["grid_v_in"], a["grid_m_in"], a["loss"]])  # clear_grid, all steps
         step = self._step(recorded)
+        if self.budget is not None:  # the rings' start, and clear_grid before every step
+            for name, start in self._start.items():
+                self.s.copy(start, a[name])
+            self.s.zero_many([a["v"], a["C"], a["loss"]])
+            for f in range(self.steps - 1):
+                self.s.zero_many([a["grid_v_in"], a["grid_m_in"]])
+                step(f)
+            self.launcher("compute_loss", recorded)(self.steps - 1)
+            return
+        self.s.zero_many([a["grid_v_in"], a["grid_m_in"], a["loss"]])  # clear_grid, all steps
         if self.loop:
             self.s.loop(0, self.steps - 1, step)
         else:
@@ -359,8 +396,11 @@ class DiffMPM3D:
     def iteration(self) -> float:
         """Forward and backward (captured as a graph the first time, replayed after), then
         DiffTaichi's learn: w -= LEARNING_RATE * dL/dw. Returns the loss the forward computed."""
-        if not self.graph:
+        if not self.graph or (self.budget is not None and not self._planned):
+            # (budget: the first recording runs as launched, so that the tape plans its cut,
+            # and the graph captures the next: docs/tape.md)
             self.forward_backward()
+            self._planned = True
         elif self._graph is None:
             # run=True: the capture runs this iteration; its rework runs in the background
             with self.s.capture("diffmpm3d iteration", background=True, run=True) as g:
@@ -387,7 +427,8 @@ class DiffMPM3D:
             self.arrays[p].upload(np.asarray(value, vkad.numpy_dtype(self.dtype)))
 
     def state(self) -> Dict[str, np.ndarray]:
-        """The particle state of every step and the actuation, as numpy arrays."""
+        """The particle state of every step (with a memory budget: the rings' two rows, the
+        last step's at (steps - 1) % 2) and the actuation, as numpy arrays."""
         return {k: self.arrays[k].numpy() for k in ("x", "v", "C", "F", "actuation")}
 
 
@@ -416,7 +457,7 @@ def plot(sim: DiffMPM3D, losses: Sequence[float], out: str) -> List[str]:
 
     last = sim.steps - 1
     st = sim.state()
-    x, act = st["x"][last], st["actuation"][last - 1]
+    x, act = st["x"][last % len(st["x"])], st["actuation"][last - 1]
     aid = np.array(sim.scene.actuator_id)
     colors = np.full((len(aid), 3), 0.4)
     on = aid >= 0
@@ -441,10 +482,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--grid", type=int, default=N_GRID,
                     help=f"grid cells per side (default {N_GRID}; particles: {DENSITY} per cell "
                          "side)")
+    ap.add_argument("--memory-budget", type=float, default=None, metavar="MIB",
+                    help="one grid and two-row particle rings, the tape's checkpoints within "
+                         "this many MiB (default: every step's grid and particles kept)")
     a = ap.parse_args(argv)
+    budget = None if a.memory_budget is None else int(a.memory_budget * (1 << 20))
     with open_session(a) as s:
         sim = DiffMPM3D(s, a.steps, a.grid, vkad.f64 if a.f64 else vkad.f32, seed=a.seed,
-                        graph=not a.no_graph)
+                        graph=not a.no_graph, memory_budget=budget)
         sc = sim.scene
         print(f"{s.device_name}: robot ({sc.n_particles} particles, {sc.n_actuators} "
               f"actuators), {a.grid}^3 grid, {a.steps} steps, {a.iters} iterations")
