@@ -260,8 +260,10 @@ void Tape::merge_segments(uint32_t m) {
 }
 
 void Tape::trim_copies() {
-  if (session_->runtime().graphs().capturing()) return;  // a captured launch may name them
   // What this recording and its backward did not copy into (an earlier plan's slots) is spare.
+  // Inside a capture too: every copy a captured launch names is pinned (copy_array,
+  // copy_segment_start, a fill's leaf copy) and is never freed below, and an earlier plan's
+  // slots would otherwise stay beside this one's, past the budget.
   auto drop = [&](std::map<SlotKey, NdArrayHandle>& pool, int level) {
     for (auto it = pool.begin(); it != pool.end();) {
       if (used_.count({level, it->first})) {

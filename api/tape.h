@@ -354,9 +354,9 @@ class Tape {
                        std::vector<TapeAdjointLaunch>* launched);
   // The arrays records [first, last) write, each once.
   void written_by(size_t first, size_t last, std::vector<uint64_t>* out) const;
-  // After a backward outside a capture: the copies the last recording and backward did not use
-  // become spares, and spares are freed while the copies pass the budget (all of them without
-  // one), except those a captured graph launches with.
+  // After a backward (inside a capture too): the copies the last recording and backward did not
+  // use become spares, and spares are freed while the copies pass the budget (all of them
+  // without one), except those a captured graph launches with.
   void trim_copies();
   Status copy_array(NdArrayHandle from, NdArrayHandle to, std::vector<TapeAdjointLaunch>* launched);
   bool differentiated(NdArrayHandle array) const;

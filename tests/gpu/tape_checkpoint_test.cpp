@@ -437,6 +437,62 @@ TEST_F(TapeCheckpointOnce, AMemoryBudgetPicksTheFewestLevelsThatFitAndGetsTheGra
   EXPECT_EQ(Tape(*s_).set_memory_budget(0).code(), ErrorCode::kOk);
 }
 
+// A graph captures a recording after a first one ran (its doubling cut), as a training loop
+// does: the captured backward trims the first plan's slots it does not use, so the copies stay
+// within the budget (they held both plans' slots: past the budget near the least), and the
+// replays get the per-step program's gradients.
+TEST_F(TapeCheckpointOnce, ACapturedSecondRecordingKeepsTheCopiesWithinTheBudget) {
+  constexpr uint32_t kLong = 40;
+  const Reference want = per_step(x0_, kLong);
+  if (HasFatalFailure()) return;
+  NdArrayHandle ring[2] = {array(x0_, "ring0"), array(std::vector<float>(kN, 0), "ring1")};
+  NdArrayHandle loss = array({0}, "loss");
+  const uint64_t state = 2 * kN * 4 + 4, per_launch = kN * 4 + 4;
+  Result<codegen::CheckpointPlan> least =
+      codegen::plan_checkpoints(kLong + 1, state, per_launch, 1, 0, "test");
+  ASSERT_FALSE(least.ok());
+  const std::string msg = least.status().message();
+  const uint64_t min_bytes = std::stoull(msg.substr(msg.find("at least ") + 9));
+  const TapeSeed seed = TapeSeed::of_value(loss, 1.0);
+  auto start = [&] { ASSERT_TRUE(s_->upload(ring[0], std::span<const float>(x0_)).ok()); };
+  auto record = [&](Tape& t) {  // (the start state uploaded before: not inside a capture)
+    t.reset();
+    ASSERT_TRUE(s_->zero(loss).ok());
+    for (uint32_t j = 0; j < kLong; ++j) {
+      ASSERT_TRUE(t.launch(step_, {Arg::ndarray(ring[j % 2]), Arg::ndarray(ring[(j + 1) % 2]),
+                                   Arg::f32(c_of(j))})
+                      .ok());
+    }
+    ASSERT_TRUE(t.launch(loss_, {Arg::ndarray(ring[kLong % 2]), Arg::ndarray(loss)}).ok());
+  };
+  for (uint64_t budget = min_bytes; budget < 3 * min_bytes; budget += min_bytes / 4) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    Tape t(*s_);
+    ASSERT_TRUE(t.set_memory_budget(budget).ok());
+    start();
+    record(t);
+    if (HasFatalFailure()) return;
+    ASSERT_TRUE(t.backward(std::span<const TapeSeed>(&seed, 1)).ok());
+    EXPECT_LE(t.checkpoint_bytes(), budget);
+    start();
+    ASSERT_TRUE(s_->begin_capture("second").ok());
+    record(t);
+    if (HasFatalFailure()) return;
+    Status st = t.backward(std::span<const TapeSeed>(&seed, 1));
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    Result<GraphHandle> g = s_->end_capture();
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    EXPECT_LE(t.checkpoint_bytes(), budget) << t.checkpoint_plan()->to_string();
+    for (int replay = 0; replay < 2; ++replay) {
+      start();
+      ASSERT_TRUE(s_->replay(*g).ok());
+      expect_near(read(*t.grad(ring[0])), want, "replay " + std::to_string(replay));
+      if (HasFatalFailure()) return;
+    }
+    ASSERT_TRUE(s_->release_graph(*g).ok());
+  }
+}
+
 // DiffTaichi's grid, cleared and refilled every step (issue 57, point 3): particles scatter into
 // one grid (atomic adds) and gather from it, the grid cleared by a fill on the tape. With
 // checkpointing the fill is recorded and run again, and the gradient equals that of a program
