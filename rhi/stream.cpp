@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <utility>
 
 #include "rhi/device.h"
 
@@ -255,11 +256,20 @@ Status Stream::reserve(size_t submissions) {
     free_cbs_.push_back(cb);
     ++primaries_;
   }
-  while (mode_ == SyncMode::kFence && counters_.fences_created < submissions) {
-    VKAD_ASSIGN_OR_RETURN(VkFence f, create_fence());
-    free_fences_.push_back(f);
+  if (mode_ != SyncMode::kFence) return {};
+  // take_fence makes a new one while none is free: the free ones are set aside meanwhile.
+  std::vector<VkFence> free = std::exchange(free_fences_, {});
+  Status st;
+  while (st.ok() && counters_.fences_created < submissions) {
+    Result<VkFence> f = take_fence();
+    if (f.ok()) {
+      free.push_back(*f);
+    } else {
+      st = f.status();
+    }
   }
-  return {};
+  free_fences_ = std::move(free);
+  return st;
 }
 
 Result<CommandList> Stream::begin() {
@@ -443,10 +453,6 @@ Result<VkFence> Stream::take_fence() {
     free_fences_.pop_back();
     return f;
   }
-  return create_fence();
-}
-
-Result<VkFence> Stream::create_fence() {
   VkFenceCreateInfo info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
   VkFence f = VK_NULL_HANDLE;
   VKAD_TRY(device_.vk("vkCreateFence", [&] {

@@ -144,8 +144,7 @@ class Stream final : public SerialTracker {
   // A side bundle whose recording failed, freed by the thread recording it.
   void free_side_now(VkCommandBuffer cb, int side) noexcept;
   Result<VkCommandBuffer> allocate_command_buffer(VkCommandBufferLevel level, const char* label);
-  Result<VkFence> take_fence();    // a free one, else create_fence()
-  Result<VkFence> create_fence();  // counted and named
+  Result<VkFence> take_fence();  // a free one, else a new one (counted and named)
   // The driver wait itself, without the sticky device-lost short cut: also used at destruction,
   // where objects may be freed only once the queue is really done with them.
   VkResult wait_in_driver(Serial serial, uint64_t timeout_ns);
