@@ -202,8 +202,11 @@ Result<NdArrayHandle> Tape::copy_slot(std::map<SlotKey, NdArrayHandle>& pool, ui
 Status Tape::copy_array(NdArrayHandle from, NdArrayHandle to,
                         std::vector<TapeAdjointLaunch>* launched) {
   VKAD_TRY(session_->copy(from, to));
-  if (session_->runtime().graphs().capturing()) {  // a graph launches with it from now on
-    pinned_.insert(copy_sizes_.count(from.id) ? from.id : to.id);
+  if (session_->runtime().graphs().capturing()) {  // a graph launches with them from now on
+    // Both sides where both are the tape's: the leaf's second write of an array in a range
+    // copies its first copy into a new one, which the launches after it write and read.
+    if (copy_sizes_.count(from.id)) pinned_.insert(from.id);
+    if (copy_sizes_.count(to.id)) pinned_.insert(to.id);
   }
   if (launched) launched->push_back({0, false, {}, false, true});
   return {};

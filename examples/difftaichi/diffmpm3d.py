@@ -332,7 +332,7 @@ class DiffMPM3D:
             self.tape.memory_budget = memory_budget
         self._graph: Optional[vkad.Graph] = None
         self._launchers: Dict[tuple, vkad.BoundLaunch] = {}  # by (kernel name, recorded)
-        if loop:  # the loop's and its adjoint's plans and the tape's check of the loop, made now
+        if self.loop:  # the loop's and its adjoint's plans and the tape's check, made now
             self.s.prepare_loop(0, steps - 1, self._step(True))
 
     def launcher(self, name: str, recorded: bool = True) -> vkad.BoundLaunch:

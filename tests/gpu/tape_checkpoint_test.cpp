@@ -493,6 +493,64 @@ TEST_F(TapeCheckpointOnce, ACapturedSecondRecordingKeepsTheCopiesWithinTheBudget
   }
 }
 
+// Two graphs of one budgeted tape, recordings of two lengths (two plans, the second deeper):
+// capturing the second trims what the first plan left over the budget, and the first graph
+// still replays to its gradients after it (its copies are pinned, and a graph keeps what it
+// launches with alive).
+TEST_F(TapeCheckpointOnce, AnEarlierGraphKeepsItsCopiesWhenALaterCaptureTrims) {
+  constexpr uint32_t kLong = 40, kShort = 60;
+  const Reference want_long = per_step(x0_, kLong), want_short = per_step(x0_, kShort);
+  if (HasFatalFailure()) return;
+  NdArrayHandle ring[2] = {array(x0_, "ring0"), array(std::vector<float>(kN, 0), "ring1")};
+  NdArrayHandle loss = array({0}, "loss");
+  const TapeSeed seed = TapeSeed::of_value(loss, 1.0);
+  const uint64_t state = 2 * kN * 4 + 4, per_launch = kN * 4 + 4;
+  Result<codegen::CheckpointPlan> least =
+      codegen::plan_checkpoints(std::max(kLong, kShort) + 1, state, per_launch, 1, 0, "test");
+  ASSERT_FALSE(least.ok());
+  const std::string msg = least.status().message();
+  const uint64_t min_bytes = std::stoull(msg.substr(msg.find("at least ") + 9));
+  // From the least up: the tighter, the more a capture's trim frees.
+  for (uint64_t budget : {min_bytes + min_bytes / 4, 3 * min_bytes / 2, 2 * min_bytes}) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    Tape t(*s_);
+    ASSERT_TRUE(t.set_memory_budget(budget).ok());
+    auto capture = [&](uint32_t steps) -> GraphHandle {
+      EXPECT_TRUE(s_->upload(ring[0], std::span<const float>(x0_)).ok());
+      EXPECT_TRUE(s_->begin_capture("ring").ok());
+      t.reset();
+      EXPECT_TRUE(s_->zero(loss).ok());
+      for (uint32_t j = 0; j < steps; ++j) {
+        EXPECT_TRUE(t.launch(step_, {Arg::ndarray(ring[j % 2]), Arg::ndarray(ring[(j + 1) % 2]),
+                                     Arg::f32(c_of(j))})
+                        .ok());
+      }
+      EXPECT_TRUE(t.launch(loss_, {Arg::ndarray(ring[steps % 2]), Arg::ndarray(loss)}).ok());
+      Status st = t.backward(std::span<const TapeSeed>(&seed, 1));
+      EXPECT_TRUE(st.ok()) << st.to_string();
+      Result<GraphHandle> g = s_->end_capture();
+      EXPECT_TRUE(g.ok()) << g.status().to_string();
+      return g.ok() ? *g : GraphHandle{};
+    };
+    auto replay = [&](GraphHandle g, const Reference& want, const std::string& what) {
+      ASSERT_TRUE(s_->upload(ring[0], std::span<const float>(x0_)).ok());
+      Status st = s_->replay(g);
+      ASSERT_TRUE(st.ok()) << what << ": " << st.to_string();
+      expect_near(read(*t.grad(ring[0])), want, what);
+    };
+    const GraphHandle long_graph = capture(kLong);
+    replay(long_graph, want_long, "the long graph");
+    if (HasFatalFailure()) return;
+    const GraphHandle short_graph = capture(kShort);
+    replay(short_graph, want_short, "the short graph");
+    if (HasFatalFailure()) return;
+    replay(long_graph, want_long, "the long graph after the short one's capture");
+    if (HasFatalFailure()) return;
+    ASSERT_TRUE(s_->release_graph(short_graph).ok());
+    ASSERT_TRUE(s_->release_graph(long_graph).ok());
+  }
+}
+
 // DiffTaichi's grid, cleared and refilled every step (issue 57, point 3): particles scatter into
 // one grid (atomic adds) and gather from it, the grid cleared by a fill on the tape. With
 // checkpointing the fill is recorded and run again, and the gradient equals that of a program
