@@ -571,7 +571,7 @@ kernel g2p(x: ndarray<f32, 1> grad, g: ndarray<f32, 1> grad, cell: ndarray<i32, 
     %j = load cell[%i] : i32
     %m = load g[%j] : f32
     %s = sin %m : f32
-    %h = const 0.5 : f32
+    %h = const 0.05 : f32
     %a = mul %s, %h : f32
     %v = load x[%i] : f32
     %k = const 0.9 : f32
@@ -644,8 +644,15 @@ TEST_P(TapeCheckpoint, AGridClearedEveryStepByARecordedFillGetsThePerStepGridsGr
       Status st = t.backward({TapeSeed::of_value(loss, 1.0)});
       ASSERT_TRUE(st.ok()) << st.to_string();
       const std::vector<float> got = read(*t.grad(ring[0]));
+      // The grid's atomic sums add in any order on a GPU, and the reference's too. With 0.05
+      // sin(grid) the six steps amplify that rounding little: a numpy model of this program in
+      // f32 with random atomic orders spreads by 2.3e-6 of the largest gradient (~7; with 0.5
+      // it was chaotic: 3e-3, the H200 reference alone moving by 3.6e-4 between runs). A grid
+      // path missed by the recomputation is off by O(1) of the gradient (it is ~90% of it).
+      float largest = 0;
+      for (float w : want) largest = std::max(largest, std::fabs(w));
       for (uint32_t i = 0; i < kN; ++i) {
-        ASSERT_NEAR(got[i], want[i], 1e-4 * std::fabs(want[i]) + 1e-6) << "element " << i;
+        ASSERT_NEAR(got[i], want[i], 1e-4 * std::fabs(want[i]) + 1e-5 * largest) << "element " << i;
       }
     }
   }
