@@ -135,7 +135,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   rt->limits_.enforce_loop_limit = options.enforce_loop_limit;
   rt->retirement_ =
       RetirementQueue<CtxBuffers>(options.retirement_depth, options.retirement_policy);
-  VKAD_TRY(rt->reserve_submissions());
+  VKAD_TRY(rt->reserve_submissions(options.retirement_depth));
   // 256 KiB chunks: about a thousand launches' args each; 32 chunks kept (8 MiB) covers the
   // launches a retirement depth of a few flushes keeps in flight.
   const uint64_t align = std::max<uint64_t>(caps.min_storage_buffer_offset_alignment, 16);
@@ -1036,22 +1036,24 @@ Status Runtime::set_retirement_depth(size_t depth) {
   VKAD_EXCLUSIVE_USE("set_retirement_depth");
   VKAD_TRY(device_->status());
   VKAD_TRY(graphs_->not_while_capturing("set_retirement_depth"));
+  // The new depth's command buffers first: where the driver cannot make them, the depth stays.
+  VKAD_TRY(reserve_submissions(depth));
   Status s = retirement_.set_depth(depth);
   take_retired();
   VKAD_TRY(s);
   stream_->recycle();
-  return reserve_submissions();
+  return {};
 }
 
-Status Runtime::reserve_submissions() {
+Status Runtime::reserve_submissions(size_t depth) {
   // The retirement queue keeps at most `depth` flushes in flight, one more between a submit
   // and the wait its push forces, and the stream records one: the command buffers for them are
-  // made now, so a steady-state loop creates none at
-  // whatever iteration a slow device first lets that many pile up. Hold-until-synchronize has
-  // no bound, and a very deep queue is left to grow as it is used.
+  // made now, so a steady-state loop creates none at whatever iteration a slow device first
+  // lets that many pile up. Hold-until-synchronize has no bound, and a very deep queue is left
+  // to grow as it is used.
   if (retirement_.policy() == RetirementPolicy::kHoldUntilSync) return {};
   constexpr size_t kMostReserved = 16;
-  return stream_->reserve(std::min(retirement_.depth() + 2, kMostReserved));
+  return stream_->reserve(std::min(depth, kMostReserved - 2) + 2);
 }
 
 void Runtime::print_lines(const FlagSite& site) {

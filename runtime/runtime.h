@@ -560,9 +560,9 @@ class Runtime {
   void read_error_flags(CtxBuffers& retired);
   // The lines a retired launch's print statements left in its print area, to the print sink.
   void print_lines(const FlagSite& site);
-  // The stream's command buffers for the submissions the retirement depth lets be in flight
+  // The stream's command buffers for the submissions a retirement depth lets be in flight
   // (depth + 2, at most 16).
-  Status reserve_submissions();
+  Status reserve_submissions(size_t depth);
   // Reads and releases what the retirement queue retired (after every call that can retire).
   void take_retired();
 
