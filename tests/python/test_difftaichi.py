@@ -339,6 +339,21 @@ def test_diffmpm_main_runs_and_writes_plots(tmp_path, capsys):
     assert (tmp_path / "diffmpm_final.png").stat().st_size > 0
 
 
+def test_diffmpm_main_with_a_memory_budget_runs_and_writes_plots(tmp_path, capsys):
+    # --memory-budget: the one-grid layout from the command line, the plot of the last step read
+    # from the particles' ring (row (steps - 1) % 2).
+    assert diffmpm.main(["--iters", "2", "--steps", "20", "--grid", "32", "--memory-budget", "1",
+                         "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "memory budget 1 MiB: one grid, particle rings, checkpoints" in out
+    assert "loss " in out
+    try:
+        import matplotlib  # noqa: F401 - only whether it is there
+    except ImportError:
+        return
+    assert (tmp_path / "diffmpm_final.png").stat().st_size > 0
+
+
 def test_diffmpm_scenes_are_difftaichis():
     # DiffTaichi's Scene.add_rect puts int(w / dx) * 2 x int(h / dx) * 2 particles in a
     # rectangle. The robot on the 128^2 grid: body 0.3 x 0.1 -> 76 x 24 = 1824, four legs
