@@ -106,6 +106,32 @@ class TapeCheckpointBase : public ValidatedSessionFixture<Base> {
           << what << ", element " << i;
     }
   }
+  // The ring program on `t`: the loss zeroed, `steps` steps from ring[0], the loss of the last
+  // (the start state uploaded by the caller: an upload is not allowed inside a capture).
+  void record_ring(Tape& t, const NdArrayHandle (&ring)[2], NdArrayHandle loss, uint32_t steps) {
+    t.reset();
+    EXPECT_TRUE(this->s_->zero(loss).ok());
+    for (uint32_t j = 0; j < steps; ++j) {
+      Status st = t.launch(
+          step_, {Arg::ndarray(ring[j % 2]), Arg::ndarray(ring[(j + 1) % 2]), Arg::f32(c_of(j))});
+      EXPECT_TRUE(st.ok()) << st.to_string();
+    }
+    EXPECT_TRUE(t.launch(loss_, {Arg::ndarray(ring[steps % 2]), Arg::ndarray(loss)}).ok());
+  }
+  // The least bytes any plan of the ring program of `steps` steps needs, as the planner's
+  // refusal names them. W: both ring arrays and the loss; w: a deepest-level slot holds a ring
+  // array's copy and (where the loss's launch sits at that position) the loss's.
+  static constexpr uint64_t kRingState = 2 * kN * 4 + 4, kRingPerLaunch = kN * 4 + 4;
+  uint64_t least_ring_bytes(uint32_t steps) {
+    Result<codegen::CheckpointPlan> least =
+        codegen::plan_checkpoints(steps + 1, kRingState, kRingPerLaunch, 1, 0, "test");
+    EXPECT_FALSE(least.ok());
+    if (least.ok()) return 0;
+    const std::string msg = least.status().message();
+    const size_t at = msg.find("at least ");
+    EXPECT_NE(at, std::string::npos) << msg;
+    return at == std::string::npos ? 0 : std::stoull(msg.substr(at + 9));
+  }
   Differentiated step_, loss_;
   std::vector<float> x0_;
 };
@@ -345,28 +371,13 @@ TEST_F(TapeCheckpointOnce, AMemoryBudgetPicksTheFewestLevelsThatFitAndGetsTheGra
   if (HasFatalFailure()) return;
   NdArrayHandle ring[2] = {array(x0_, "ring0"), array(std::vector<float>(kN, 0), "ring1")};
   NdArrayHandle loss = array({0}, "loss");
-  // W: both ring arrays and the loss; w: a deepest-level slot holds a ring array's copy and
-  // (where the loss's launch sits at that position) the loss's.
-  const uint64_t state = 2 * kN * 4 + 4, per_launch = kN * 4 + 4;
+  const uint64_t state = kRingState, per_launch = kRingPerLaunch;
   auto record = [&](Tape& t) {
-    t.reset();
     EXPECT_TRUE(s_->upload(ring[0], std::span<const float>(x0_)).ok());
-    EXPECT_TRUE(s_->zero(loss).ok());
-    for (uint32_t j = 0; j < kLong; ++j) {
-      Status st = t.launch(
-          step_, {Arg::ndarray(ring[j % 2]), Arg::ndarray(ring[(j + 1) % 2]), Arg::f32(c_of(j))});
-      EXPECT_TRUE(st.ok()) << st.to_string();
-    }
-    EXPECT_TRUE(t.launch(loss_, {Arg::ndarray(ring[kLong % 2]), Arg::ndarray(loss)}).ok());
+    record_ring(t, ring, loss, kLong);
   };
-  Result<codegen::CheckpointPlan> least =
-      codegen::plan_checkpoints(kLong + 1, state, per_launch, 1, 0, "test");
-  ASSERT_FALSE(least.ok());
-  // The least bytes any plan needs, as the refusal names them.
-  const std::string msg = least.status().message();
-  const size_t at = msg.find("at least ");
-  ASSERT_NE(at, std::string::npos) << msg;
-  const uint64_t min_bytes = std::stoull(msg.substr(at + 9));
+  const uint64_t min_bytes = least_ring_bytes(kLong);
+  if (HasFailure()) return;
   uint32_t last_levels = 0;
   uint64_t last_objects = 0;
   uint64_t last_peak = UINT64_MAX;
@@ -447,24 +458,11 @@ TEST_F(TapeCheckpointOnce, ACapturedSecondRecordingKeepsTheCopiesWithinTheBudget
   if (HasFatalFailure()) return;
   NdArrayHandle ring[2] = {array(x0_, "ring0"), array(std::vector<float>(kN, 0), "ring1")};
   NdArrayHandle loss = array({0}, "loss");
-  const uint64_t state = 2 * kN * 4 + 4, per_launch = kN * 4 + 4;
-  Result<codegen::CheckpointPlan> least =
-      codegen::plan_checkpoints(kLong + 1, state, per_launch, 1, 0, "test");
-  ASSERT_FALSE(least.ok());
-  const std::string msg = least.status().message();
-  const uint64_t min_bytes = std::stoull(msg.substr(msg.find("at least ") + 9));
+  const uint64_t min_bytes = least_ring_bytes(kLong);
+  if (HasFailure()) return;
   const TapeSeed seed = TapeSeed::of_value(loss, 1.0);
   auto start = [&] { ASSERT_TRUE(s_->upload(ring[0], std::span<const float>(x0_)).ok()); };
-  auto record = [&](Tape& t) {  // (the start state uploaded before: not inside a capture)
-    t.reset();
-    ASSERT_TRUE(s_->zero(loss).ok());
-    for (uint32_t j = 0; j < kLong; ++j) {
-      ASSERT_TRUE(t.launch(step_, {Arg::ndarray(ring[j % 2]), Arg::ndarray(ring[(j + 1) % 2]),
-                                   Arg::f32(c_of(j))})
-                      .ok());
-    }
-    ASSERT_TRUE(t.launch(loss_, {Arg::ndarray(ring[kLong % 2]), Arg::ndarray(loss)}).ok());
-  };
+  auto record = [&](Tape& t) { record_ring(t, ring, loss, kLong); };
   for (uint64_t budget = min_bytes; budget < 3 * min_bytes; budget += min_bytes / 4) {
     SCOPED_TRACE("budget " + std::to_string(budget));
     Tape t(*s_);
@@ -504,12 +502,8 @@ TEST_F(TapeCheckpointOnce, AnEarlierGraphKeepsItsCopiesWhenALaterCaptureTrims) {
   NdArrayHandle ring[2] = {array(x0_, "ring0"), array(std::vector<float>(kN, 0), "ring1")};
   NdArrayHandle loss = array({0}, "loss");
   const TapeSeed seed = TapeSeed::of_value(loss, 1.0);
-  const uint64_t state = 2 * kN * 4 + 4, per_launch = kN * 4 + 4;
-  Result<codegen::CheckpointPlan> least =
-      codegen::plan_checkpoints(std::max(kLong, kShort) + 1, state, per_launch, 1, 0, "test");
-  ASSERT_FALSE(least.ok());
-  const std::string msg = least.status().message();
-  const uint64_t min_bytes = std::stoull(msg.substr(msg.find("at least ") + 9));
+  const uint64_t min_bytes = least_ring_bytes(std::max(kLong, kShort));
+  if (HasFailure()) return;
   // From the least up: the tighter, the more a capture's trim frees.
   for (uint64_t budget : {min_bytes + min_bytes / 4, 3 * min_bytes / 2, 2 * min_bytes}) {
     SCOPED_TRACE("budget " + std::to_string(budget));
@@ -518,14 +512,7 @@ TEST_F(TapeCheckpointOnce, AnEarlierGraphKeepsItsCopiesWhenALaterCaptureTrims) {
     auto capture = [&](uint32_t steps) -> GraphHandle {
       EXPECT_TRUE(s_->upload(ring[0], std::span<const float>(x0_)).ok());
       EXPECT_TRUE(s_->begin_capture("ring").ok());
-      t.reset();
-      EXPECT_TRUE(s_->zero(loss).ok());
-      for (uint32_t j = 0; j < steps; ++j) {
-        EXPECT_TRUE(t.launch(step_, {Arg::ndarray(ring[j % 2]), Arg::ndarray(ring[(j + 1) % 2]),
-                                     Arg::f32(c_of(j))})
-                        .ok());
-      }
-      EXPECT_TRUE(t.launch(loss_, {Arg::ndarray(ring[steps % 2]), Arg::ndarray(loss)}).ok());
+      record_ring(t, ring, loss, steps);
       Status st = t.backward(std::span<const TapeSeed>(&seed, 1));
       EXPECT_TRUE(st.ok()) << st.to_string();
       Result<GraphHandle> g = s_->end_capture();
