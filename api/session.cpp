@@ -283,70 +283,6 @@ std::shared_ptr<const codegen::KernelAccess> Session::launch_access(KernelHandle
   return it == access_.end() ? nullptr : it->second;
 }
 
-Result<NdArrayHandle> Session::ndarray(DType dtype, std::vector<uint32_t> shape,
-                                       const std::string& name) {
-  return core_->rt->create_ndarray(dtype, std::move(shape), name);
-}
-Status Session::free(NdArrayHandle array) { return core_->rt->free_ndarray(array); }
-Status Session::zero(NdArrayHandle array) { return fill(array, 0.0); }
-namespace {
-
-// A copy kernel's IR: `dst[i...] = src[i...]` over every element of two arrays of `dtype` and
-// `rank`, an N-d task over the first three axes (serial loops over the rest, innermost last).
-std::string copy_kernel_ir(DType dtype, uint32_t rank) {
-  const std::string t = runtime::dtype_name(dtype), r = std::to_string(rank);
-  std::string ir = "kernel vkad_copy_" + t + "_" + r + "(src: ndarray<" + t + ", " + r +
-                   ">, dst: ndarray<" + t + ", " + r + ">) {\n  task copy parallel ";
-  std::string index, close;
-  for (uint32_t a = 0; a < rank; ++a) index += (a ? ", %i" : "%i") + std::to_string(a);
-  for (uint32_t a = 0; a < std::min(rank, 3u); ++a) {
-    ir +=
-        (a ? ", %i" : "%i") + std::to_string(a) + " in [0, shape(src, " + std::to_string(a) + "))";
-  }
-  ir += " {\n";
-  if (rank > 3) ir += "    %zero = const 0 : i32\n";
-  for (uint32_t a = 3; a < rank; ++a) {
-    const std::string n = std::to_string(a);
-    ir += "    %n" + n + " = shape src " + n + " : i32\n    for %i" + n + " in [%zero, %n" + n +
-          ") {\n";
-    close += "    }\n";
-  }
-  ir += "    %v = load src[" + index + "] : " + t + "\n    store dst[" + index + "], %v\n" + close +
-        "  }\n}\n";
-  return ir;
-}
-
-}  // namespace
-
-Status Session::copy(NdArrayHandle src, NdArrayHandle dst) {
-  if (core_->capture && !core_->rt->graphs().capturing())
-    core_->capture.reset();  // ended through runtime()
-  if (!core_->capture) return core_->rt->copy(src, dst);
-  // Inside a capture a copy is a launch of a copy kernel (one per dtype and rank, kept while
-  // the session lives): a graph step like any other, which the graph passes schedule around
-  // what it reads and writes (a checkpointed tape's copies are captured this way).
-  VKAD_ASSIGN_OR_RETURN(DType t, dtype(src));
-  VKAD_ASSIGN_OR_RETURN(std::vector<uint32_t> shape, this->shape(src));
-  VKAD_ASSIGN_OR_RETURN(DType dt, dtype(dst));
-  VKAD_ASSIGN_OR_RETURN(std::vector<uint32_t> dshape, this->shape(dst));
-  if (src.id == dst.id || t != dt || shape != dshape) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "copy " + runtime::handle_string(src.id) + " -> " +
-                          runtime::handle_string(dst.id) +
-                          (src.id == dst.id ? ": source and destination are one array"
-                                            : ": dtypes or shapes differ"));
-  }
-  const uint64_t key = static_cast<uint64_t>(t) << 32 | shape.size();
-  auto k = copy_kernels_.find(key);
-  if (k == copy_kernels_.end()) {
-    VKAD_ASSIGN_OR_RETURN(KernelHandle h,
-                          compile(copy_kernel_ir(t, static_cast<uint32_t>(shape.size()))));
-    k = copy_kernels_.emplace(key, h).first;
-  }
-  const Arg args[] = {Arg::ndarray(src), Arg::ndarray(dst)};
-  return launch(k->second, args);
-}
-
 Result<KernelHandle> Session::clearing_adjoint(const Differentiated& d) {
   graphs_->join();
   auto done = clearing_.find(d.forward.id);
@@ -369,42 +305,6 @@ Result<KernelHandle> Session::clearing_adjoint(const Differentiated& d) {
   clearing_.emplace(d.forward.id, h);
   return h;
 }
-Status Session::zero(std::span<const NdArrayHandle> arrays) {
-  if (core_->capture && !core_->rt->graphs().capturing())
-    core_->capture.reset();  // ended through runtime()
-  VKAD_TRY(core_->rt->zero_many(arrays));
-  if (core_->capture) {
-    // The fills' barriers order everything before them and after (none for no arrays).
-    if (!arrays.empty()) core_->capture_barriers.clear();
-    core_->capture->steps += arrays.size();
-  }
-  return {};
-}
-Status Session::fill(NdArrayHandle array, double value) {
-  if (core_->capture && !core_->rt->graphs().capturing())
-    core_->capture.reset();  // ended through runtime()
-  VKAD_TRY(core_->rt->fill(array, value));
-  if (core_->capture) {
-    core_->capture_barriers.clear();
-    ++core_->capture->steps;
-  }
-  return {};
-}
-Status Session::upload(NdArrayHandle array, const void* data, uint64_t bytes) {
-  return core_->rt->upload(array, data, bytes);
-}
-Status Session::download(NdArrayHandle array, void* out, uint64_t bytes) {
-  return core_->rt->download(array, out, bytes);
-}
-Result<std::vector<uint32_t>> Session::shape(NdArrayHandle array) const {
-  return core_->rt->shape(array);
-}
-Result<uint32_t> Session::extent(NdArrayHandle array, uint32_t axis) const {
-  return core_->rt->extent(array, axis);
-}
-Result<DType> Session::dtype(NdArrayHandle array) const { return core_->rt->dtype(array); }
-
-Result<std::string> Session::name(NdArrayHandle array) const { return core_->rt->name(array); }
 
 bool Session::capture_needs_barrier(KernelHandle kernel, std::span<const Arg> args) {
   core_->capture_accesses.clear();
@@ -444,9 +344,6 @@ Status Session::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   }
   return {};
 }
-uint32_t Session::captured_launches() const {
-  return core_->capture && core_->rt->graphs().capturing() ? core_->capture->launches : 0;
-}
 Status Session::prepare(KernelHandle kernel, std::span<const Arg> args) {
   return core_->rt->prepare(kernel, args);
 }
@@ -463,76 +360,6 @@ Status Session::begin_timeline(uint64_t max_events, uint32_t replay_sample) {
   return core_->rt->begin_timeline(max_events, replay_sample);
 }
 Result<Timeline> Session::end_timeline() { return core_->rt->end_timeline(); }
-Status Session::begin_capture(const std::string& name, CaptureOptions options) {
-  VKAD_TRY(core_->rt->graphs().begin_capture(name, options.run));
-  core_->capture.emplace();
-  core_->capture_fixed.clear();
-  core_->capture_barriers.clear();
-  core_->capture_name = name;
-  core_->capture_background = options.background_rework;
-  return {};
-}
-Result<GraphHandle> Session::end_capture() {
-  LaunchRanges fixed = std::exchange(core_->capture_fixed, {});
-  Result<GraphHandle> g = core_->rt->graphs().end_capture();
-  if (!g.ok()) return g;
-  if (!core_->capture) return g;  // the capture was begun through runtime(): nothing to rework
-  const size_t steps = core_->capture->steps;
-  core_->capture.reset();
-  if (!core_->pipeline.empty()) {  // no pass: the graph stays as captured
-    g = graphs_->rework(*g, steps, core_->capture_name, core_->capture_background);
-  }
-  if (g.ok()) graphs_->note_fixed(*g, std::move(fixed));
-  return g;
-}
-Status Session::finish_rework(GraphHandle graph) { return graphs_->finish_rework(graph); }
-Status Session::replay(GraphHandle graph, std::span<const GraphUpdate> updates, LaunchId* first) {
-  return graphs_->replay(graph, updates, first);
-}
-Status Session::release_graph(GraphHandle graph) { return graphs_->release(graph); }
-Status Session::launch_loop(std::span<const LoopLaunch> body, uint32_t count, LoopInfo* info) {
-  return loops_->launch_loop(body, count, info);
-}
-void Session::prepare_loop(std::span<const LoopLaunch> body, uint32_t count) {
-  loops_->prepare_loop(body, count);
-}
-void Session::ready_loop(std::span<const LoopLaunch> body, uint32_t count) {
-  loops_->ready_loop(body, count);
-}
-bool Session::loop_rolls(std::span<const LoopLaunch> body, uint32_t count) {
-  return loops_->loop_rolls(body, count);
-}
-void Session::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
-  loops_->rework_loop(body, count);
-}
-Result<std::vector<std::string>> Session::graph_launch_names(GraphHandle graph) const {
-  VKAD_ASSIGN_OR_RETURN(std::vector<std::string> names,
-                        core_->rt->graphs().graph_launch_kernels(graph));
-  // A reworked graph's own launches are fused and reordered: updates (and so names) keep the
-  // captured numbering, which its FusedGraph records.
-  if (const std::vector<std::string>* captured = graphs_->captured_kernels(graph)) {
-    names = *captured;
-  }
-  std::unordered_map<std::string, uint32_t> seen;
-  for (std::string& n : names) {
-    const uint32_t k = seen[n]++;
-    if (k > 0) n += "#" + std::to_string(k);
-  }
-  return names;
-}
-Result<uint32_t> Session::graph_launch(GraphHandle graph, std::string_view name) const {
-  VKAD_ASSIGN_OR_RETURN(const std::vector<std::string> names, graph_launch_names(graph));
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (names[i] == name) return static_cast<uint32_t>(i);
-  }
-  std::string some;
-  for (size_t i = 0; i < names.size() && i < 8; ++i) some += (i ? ", '" : "'") + names[i] + "'";
-  if (names.size() > 8) some += ", ...";
-  return make_error(ErrorCode::kNotFound,
-                    "graph_launch: the graph has no launch named '" + std::string(name) +
-                        "' (its " + std::to_string(names.size()) + " launches: " + some + ")");
-}
-std::string Session::graph_passes() const { return core_->pipeline.text(); }
 
 Result<SessionStats> Session::stats() const {
   VKAD_ASSIGN_OR_RETURN(const runtime::RuntimeStats r, core_->rt->stats());

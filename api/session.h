@@ -254,58 +254,16 @@ struct CaptureOptions {
   bool run = false;
 };
 
-class Session {
+// The front door's calls come in three classes by concern: Session (devices, kernels, launches,
+// diagnostics) derives from SessionArrays (ndarrays) and SessionGraphs (captures, replays,
+// step loops), so a user calls them all on one Session. Only Session derives from them: their
+// definitions reach the session's parts through it (self()).
+class Session;
+
+// Session's calls on ndarrays: make, free, fill, copy, move data to and from the host, ask
+// their shape and dtype.
+class SessionArrays {
  public:
-  // Creates a device (options.runtime.device picks it) and its runtime. kNoDevice when no Vulkan
-  // device qualifies; kInvalidArgument for options out of range.
-  static Result<std::unique_ptr<Session>> create(const SessionOptions& options = {});
-  // Every runtime option (runtime/runtime.h: flush policy, memory limits, an imported Vulkan
-  // device, ...), for embedders that need more than SessionOptions.
-  static Result<std::unique_ptr<Session>> create(const runtime::RuntimeOptions& runtime,
-                                                 const codegen::CompileOptions& compile);
-  // Every runtime option from `runtime`, and from `options` what a session adds over its
-  // runtime: compile options and the graph passes (fuse_graph_launches,
-  // schedule_graph_launches, resident_max_range). `options`' device, validation,
-  // retirement_depth, spare_memory_blocks and cache_dir are not read (`runtime` has them).
-  // The C ABI's vkad_session_create comes through here. The other two create()s are this one
-  // with SessionOptions' defaults where they say nothing.
-  static Result<std::unique_ptr<Session>> create_with_runtime(
-      const runtime::RuntimeOptions& runtime, const SessionOptions& options);
-  ~Session();
-  Session(const Session&) = delete;
-  Session& operator=(const Session&) = delete;
-
-  // The target every kernel is compiled for: this session's device's capabilities.
-  const codegen::Target& target() const;
-  const std::string& device_name() const;
-  // The device's UUID as vkad::devices() lists it ("xxxxxxxx-xxxx-..."): which physical device
-  // this session runs on, comparable with CUDA's UUIDs (api/devices.h).
-  const std::string& device_uuid() const;
-
-  // --- kernels ---
-  // Verifies, compiles for target() and registers. Errors name the statement (bad IR), or say
-  // what the device lacks (kUnsupported).
-  Result<KernelHandle> compile(const codegen::Kernel& kernel);
-  // The same from the IR text form (ir/text.h); parse errors name line and column.
-  Result<KernelHandle> compile(std::string_view ir_text);
-  // Builds the adjoint (codegen::make_adjoint), compiles and registers both kernels. kInvalid-
-  // Argument when no parameter is marked grad.
-  Result<Differentiated> differentiate(const codegen::Kernel& forward);
-  Result<Differentiated> differentiate(std::string_view ir_text);
-  // The adjoint of d.forward in which a store's adjoint also clears the seed it read
-  // (codegen::make_clearing_adjoint): same parameters as d.adjoint. Built and compiled on the
-  // first call per forward, then kept. What a checkpointed Tape (api/tape.h) launches.
-  // kInvalidArgument when d.forward is not a live differentiate() result of this session.
-  Result<KernelHandle> clearing_adjoint(const Differentiated& d);
-  // What the forward kernel of a differentiate() reads and writes of each ndarray, with the
-  // launch-uniform rows (ir/launch_access.h): computed once by differentiate, shared with
-  // the tapes that record it (api/tape_hazards.h). Null for any other handle, and once released.
-  std::shared_ptr<const codegen::KernelAccess> launch_access(KernelHandle forward) const;
-  // Drops a kernel (both of a Differentiated are dropped separately). A graph captured with it
-  // keeps working (the runtime keeps what a captured launch needs).
-  Status release(KernelHandle kernel);
-
-  // --- ndarrays ---
   Result<NdArrayHandle> ndarray(DType dtype, std::vector<uint32_t> shape,
                                 const std::string& name = "");
   Status free(NdArrayHandle array);
@@ -345,18 +303,22 @@ class Session {
   Result<DType> dtype(NdArrayHandle array) const;
   Result<std::string> name(NdArrayHandle array) const;  // as given to ndarray()
 
-  // --- execution ---
-  // Asynchronous: validates and records; see runtime::Runtime::launch for the errors.
-  Status launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id = nullptr);
-  Status launch(KernelHandle kernel, std::initializer_list<Arg> args, LaunchId* id = nullptr) {
-    return launch(kernel, std::span<const Arg>(args.begin(), args.size()), id);
-  }
-  // Makes the pipelines launch(kernel, args) would use, without launching (runtime::Runtime::
-  // prepare): moves the creation of specialized variants out of the first launch.
-  Status prepare(KernelHandle kernel, std::span<const Arg> args);
-  Status prepare(KernelHandle kernel, std::initializer_list<Arg> args) {
-    return prepare(kernel, std::span<const Arg>(args.begin(), args.size()));
-  }
+ protected:
+  SessionArrays() = default;
+  ~SessionArrays() = default;
+  SessionArrays(const SessionArrays&) = delete;
+  SessionArrays& operator=(const SessionArrays&) = delete;
+
+ private:
+  Session& self();
+  const Session& self() const;
+  SessionCore& core() const;  // the session's (api/session_core.h)
+};
+
+// Session's calls on launch sequences: captured graphs (begin_capture .. replay) and step loops
+// (launch_loop and what prepares one).
+class SessionGraphs {
+ public:
   // A step loop (docs/graphs.md, "Step loops"): `count` iterations of `body`, iteration r launching
   // each of body's launches in order with its stepping scalars advanced by r x step -- the
   // results of those launches one by one. Where every launch of the body may run in a resident
@@ -463,6 +425,85 @@ class Session {
   // The launches the open capture (begun here) holds so far: the GraphUpdate index the next
   // one takes. 0 without one. For front doors that mirror a capture's launches.
   uint32_t captured_launches() const;
+  // The graph passes every end_capture runs, as pipeline text (SessionOptions::graph_passes with
+  // the switches' and VKAD_GRAPH_* variables' edits; docs/graphs.md, "Graph passes").
+  std::string graph_passes() const;
+
+ protected:
+  SessionGraphs() = default;
+  ~SessionGraphs() = default;
+  SessionGraphs(const SessionGraphs&) = delete;
+  SessionGraphs& operator=(const SessionGraphs&) = delete;
+
+ private:
+  Session& self();
+  const Session& self() const;
+  SessionCore& core() const;  // the session's (api/session_core.h)
+};
+
+class Session : public SessionArrays, public SessionGraphs {
+ public:
+  // Creates a device (options.runtime.device picks it) and its runtime. kNoDevice when no Vulkan
+  // device qualifies; kInvalidArgument for options out of range.
+  static Result<std::unique_ptr<Session>> create(const SessionOptions& options = {});
+  // Every runtime option (runtime/runtime.h: flush policy, memory limits, an imported Vulkan
+  // device, ...), for embedders that need more than SessionOptions.
+  static Result<std::unique_ptr<Session>> create(const runtime::RuntimeOptions& runtime,
+                                                 const codegen::CompileOptions& compile);
+  // Every runtime option from `runtime`, and from `options` what a session adds over its
+  // runtime: compile options and the graph passes (fuse_graph_launches,
+  // schedule_graph_launches, resident_max_range). `options`' device, validation,
+  // retirement_depth, spare_memory_blocks and cache_dir are not read (`runtime` has them).
+  // The C ABI's vkad_session_create comes through here. The other two create()s are this one
+  // with SessionOptions' defaults where they say nothing.
+  static Result<std::unique_ptr<Session>> create_with_runtime(
+      const runtime::RuntimeOptions& runtime, const SessionOptions& options);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // The target every kernel is compiled for: this session's device's capabilities.
+  const codegen::Target& target() const;
+  const std::string& device_name() const;
+  // The device's UUID as vkad::devices() lists it ("xxxxxxxx-xxxx-..."): which physical device
+  // this session runs on, comparable with CUDA's UUIDs (api/devices.h).
+  const std::string& device_uuid() const;
+
+  // --- kernels ---
+  // Verifies, compiles for target() and registers. Errors name the statement (bad IR), or say
+  // what the device lacks (kUnsupported).
+  Result<KernelHandle> compile(const codegen::Kernel& kernel);
+  // The same from the IR text form (ir/text.h); parse errors name line and column.
+  Result<KernelHandle> compile(std::string_view ir_text);
+  // Builds the adjoint (codegen::make_adjoint), compiles and registers both kernels. kInvalid-
+  // Argument when no parameter is marked grad.
+  Result<Differentiated> differentiate(const codegen::Kernel& forward);
+  Result<Differentiated> differentiate(std::string_view ir_text);
+  // The adjoint of d.forward in which a store's adjoint also clears the seed it read
+  // (codegen::make_clearing_adjoint): same parameters as d.adjoint. Built and compiled on the
+  // first call per forward, then kept. What a checkpointed Tape (api/tape.h) launches.
+  // kInvalidArgument when d.forward is not a live differentiate() result of this session.
+  Result<KernelHandle> clearing_adjoint(const Differentiated& d);
+  // What the forward kernel of a differentiate() reads and writes of each ndarray, with the
+  // launch-uniform rows (ir/launch_access.h): computed once by differentiate, shared with
+  // the tapes that record it (api/tape_hazards.h). Null for any other handle, and once released.
+  std::shared_ptr<const codegen::KernelAccess> launch_access(KernelHandle forward) const;
+  // Drops a kernel (both of a Differentiated are dropped separately). A graph captured with it
+  // keeps working (the runtime keeps what a captured launch needs).
+  Status release(KernelHandle kernel);
+
+  // --- execution ---
+  // Asynchronous: validates and records; see runtime::Runtime::launch for the errors.
+  Status launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id = nullptr);
+  Status launch(KernelHandle kernel, std::initializer_list<Arg> args, LaunchId* id = nullptr) {
+    return launch(kernel, std::span<const Arg>(args.begin(), args.size()), id);
+  }
+  // Makes the pipelines launch(kernel, args) would use, without launching (runtime::Runtime::
+  // prepare): moves the creation of specialized variants out of the first launch.
+  Status prepare(KernelHandle kernel, std::span<const Arg> args);
+  Status prepare(KernelHandle kernel, std::initializer_list<Arg> args) {
+    return prepare(kernel, std::span<const Arg>(args.begin(), args.size()));
+  }
   // Submits what was recorded; never waits for the device.
   Status flush();
   // Waits for everything this session submitted; reports device errors (kDeviceError).
@@ -489,13 +530,12 @@ class Session {
 
   // kFailedPrecondition while another thread is inside this session (runtime/use_guard.h).
   Result<SessionStats> stats() const;
-  // The graph passes every end_capture runs, as pipeline text (SessionOptions::graph_passes with
-  // the switches' and VKAD_GRAPH_* variables' edits; docs/graphs.md, "Graph passes").
-  std::string graph_passes() const;
   // The advanced surface (runtime/runtime.h). Outlives nothing: valid while the session is.
   runtime::Runtime& runtime();
 
  private:
+  friend class SessionArrays;
+  friend class SessionGraphs;
   Session();
   // Graph scheduling's part at capture: whether `kernel`'s launch with `args` needs a barrier
   // after what the open capture ran since its last one.

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "api/loop_steps.h"
+#include "api/tape_copies.h"
 #include "api/tape_hazards.h"
 #include "runtime/graphs.h"
 #include "runtime/runtime.h"
@@ -72,19 +73,19 @@ Status check_seed(Session& session, const TapeSeed& s, bool differentiated) {
 
 }  // namespace
 
-Tape::Tape(Session& session) : session_(&session), hazards_(std::make_unique<TapeHazards>()) {}
+Tape::Tape(Session& session)
+    : session_(&session),
+      hazards_(std::make_unique<TapeHazards>()),
+      copies_(std::make_unique<TapeCopies>(session)) {}
 
 Tape::~Tape() {
   for (auto& [array, g] : grads_) {
     if (g.owned) (void)session_->free(g.grad);  // deferred past in-flight uses by the runtime
   }
   for (auto& [key, g] : scalar_grads_) (void)session_->free(g.grad);
-  for (auto& pool : level_copies_) {
-    for (auto& [key, copy] : pool) (void)session_->free(copy);
-  }
-  for (auto& [key, copy] : end_copies_) (void)session_->free(copy);
-  for (NdArrayHandle copy : spare_copies_) (void)session_->free(copy);
 }
+
+uint64_t Tape::checkpoint_bytes() const { return copies_->bytes(); }
 
 Status Tape::set_checkpointing(const char* what, uint32_t every, uint64_t budget) {
   if (!records_.empty()) {
@@ -141,73 +142,14 @@ Result<codegen::CheckpointPlan> Tape::checkpoint_plan(const std::string& what) c
   return best;
 }
 
-Result<uint64_t> Tape::form_index(std::span<const uint64_t> list, size_t i) {
-  auto form_of = [&](uint64_t a) -> Result<uint64_t> {
-    VKAD_ASSIGN_OR_RETURN(DType t, session_->dtype(NdArrayHandle{a}));
-    VKAD_ASSIGN_OR_RETURN(std::vector<uint32_t> shape, session_->shape(NdArrayHandle{a}));
-    for (size_t f = 0; f < forms_.size(); ++f) {
-      if (forms_[f].first == t && forms_[f].second == shape) return f;
-    }
-    forms_.emplace_back(t, std::move(shape));
-    return forms_.size() - 1;
-  };
-  VKAD_ASSIGN_OR_RETURN(uint64_t form, form_of(list[i]));
-  uint64_t before = 0;
-  for (size_t j = 0; j < i; ++j) {
-    VKAD_ASSIGN_OR_RETURN(uint64_t f, form_of(list[j]));
-    before += f == form;
-  }
-  return form << 32 | before;
-}
-
-Result<NdArrayHandle> Tape::copy_slot(std::map<SlotKey, NdArrayHandle>& pool, uint64_t slot,
-                                      uint64_t index, NdArrayHandle array) {
-  VKAD_ASSIGN_OR_RETURN(DType t, session_->dtype(array));
-  VKAD_ASSIGN_OR_RETURN(std::vector<uint32_t> shape, session_->shape(array));
-  auto same_form = [&](NdArrayHandle c) {
-    Result<DType> ct = session_->dtype(c);
-    Result<std::vector<uint32_t>> cs = session_->shape(c);
-    return ct.ok() && cs.ok() && *ct == t && *cs == shape;
-  };
-  // `index` is form_index's: a slot holds a copy per form (dtype and shape) and per array of
-  // that form its segment writes, so a ring's arrays, alike in form, share the slots.
-  // By level (-1: the end state's), not by the pool's address: level_copies_ may grow.
-  const int level = &pool == &end_copies_ ? -1 : static_cast<int>(&pool - level_copies_.data());
-  used_.insert({level, SlotKey{slot, index}});
-  auto it = pool.find({slot, index});
-  if (it != pool.end()) {
-    if (same_form(it->second)) return it->second;
-    spare_copies_.push_back(it->second);
-    pool.erase(it);
-  }
-  for (size_t i = 0; i < spare_copies_.size(); ++i) {  // a merged-away copy of the same form
-    const NdArrayHandle c = spare_copies_[i];
-    if (same_form(c)) {
-      spare_copies_.erase(spare_copies_.begin() + static_cast<std::ptrdiff_t>(i));
-      pool.emplace(SlotKey{slot, index}, c);
-      return c;
-    }
-  }
-  uint64_t bytes = runtime::dtype_bytes(t);
-  for (uint32_t e : shape) bytes *= e;
-  VKAD_ASSIGN_OR_RETURN(
-      NdArrayHandle c, session_->ndarray(t, std::move(shape),
-                                         "tape checkpoint of " + runtime::handle_string(array.id)));
-  pool.emplace(SlotKey{slot, index}, c);
-  copy_sizes_.emplace(c.id, bytes);
-  copy_bytes_ += bytes;
-  return c;
-}
-
 Status Tape::copy_array(NdArrayHandle from, NdArrayHandle to,
                         std::vector<TapeAdjointLaunch>* launched) {
   VKAD_TRY(session_->copy(from, to));
-  if (session_->runtime().graphs().capturing()) {  // a graph launches with them from now on
-    // Both sides where both are the tape's: the leaf's second write of an array in a range
-    // copies its first copy into a new one, which the launches after it write and read.
-    if (copy_sizes_.count(from.id)) pinned_.insert(from.id);
-    if (copy_sizes_.count(to.id)) pinned_.insert(to.id);
-  }
+  // Where capturing, a graph launches with them from now on. Both sides where both are the
+  // tape's: the leaf's second write of an array in a range copies its first copy into a new
+  // one, which the launches after it write and read.
+  copies_->pin(from.id);
+  copies_->pin(to.id);
   if (launched) launched->push_back({0, false, {}, false, true});
   return {};
 }
@@ -221,89 +163,6 @@ void Tape::written_by(size_t first, size_t last, std::vector<uint64_t>* out) con
       if (std::find(out->begin(), out->end(), a) == out->end()) out->push_back(a);
     }
   }
-}
-
-void Tape::merge_segments(uint32_t m) {
-  std::vector<std::vector<uint64_t>> merged((segment_arrays_.size() + m - 1) / m);
-  // The earliest segment's copy of an array is the merged segment's start state; a later
-  // one's only where no earlier one wrote the array (it held the same value then).
-  std::map<SlotKey, NdArrayHandle> pool;
-  std::map<SlotKey, NdArrayHandle> old = std::move(level_copies_[0]);
-  for (size_t seg = 0; seg < segment_arrays_.size(); ++seg) {
-    std::vector<uint64_t>& into = merged[seg / m];
-    for (size_t index = 0; index < segment_arrays_[seg].size(); ++index) {
-      const uint64_t a = segment_arrays_[seg][index];
-      Result<uint64_t> was = form_index(segment_arrays_[seg], index);
-      auto c = was.ok() ? old.find({seg, *was}) : old.end();
-      if (c == old.end()) continue;
-      const NdArrayHandle copy = c->second;
-      old.erase(c);
-      if (std::find(into.begin(), into.end(), a) != into.end()) {
-        spare_copies_.push_back(copy);
-        continue;
-      }
-      into.push_back(a);
-      Result<uint64_t> now = form_index(into, into.size() - 1);
-      if (now.ok()) {
-        pool.emplace(SlotKey{seg / m, *now}, copy);
-      } else {
-        into.pop_back();
-        spare_copies_.push_back(copy);
-      }
-    }
-  }
-  for (auto& [key, copy] : old) spare_copies_.push_back(copy);  // an earlier recording's slots
-  segment_arrays_ = std::move(merged);
-  level_copies_[0] = std::move(pool);
-  top_ *= m;
-  // Every level-0 slot left holds a start state of this recording.
-  for (auto it = used_.begin(); it != used_.end();)
-    it = it->first == 0 ? used_.erase(it) : std::next(it);
-  for (const auto& [key, copy] : level_copies_[0]) used_.insert({0, key});
-}
-
-void Tape::trim_copies() {
-  // What this recording and its backward did not copy into (an earlier plan's slots) is spare.
-  // Inside a capture too: every copy a captured launch names is pinned (copy_array,
-  // copy_segment_start, a fill's leaf copy) and is never freed below, and an earlier plan's
-  // slots would otherwise stay beside this one's, past the budget.
-  auto drop = [&](std::map<SlotKey, NdArrayHandle>& pool, int level) {
-    for (auto it = pool.begin(); it != pool.end();) {
-      if (used_.count({level, it->first})) {
-        ++it;
-        continue;
-      }
-      spare_copies_.push_back(it->second);
-      it = pool.erase(it);
-    }
-  };
-  for (size_t level = 0; level < level_copies_.size(); ++level) {
-    drop(level_copies_[level], static_cast<int>(level));
-  }
-  drop(end_copies_, -1);
-  // Spares the next backward takes again (a slot's copies of arrays of two forms) are kept
-  // while a budget holds them: freeing them would make them again every iteration. Never one
-  // a captured graph launches with (pinned_): freed with the tape.
-  std::vector<NdArrayHandle> kept;
-  while (copy_bytes_ > memory_budget_ && !spare_copies_.empty()) {
-    const NdArrayHandle c = spare_copies_.back();
-    spare_copies_.pop_back();
-    if (pinned_.count(c.id)) {
-      kept.push_back(c);
-    } else {
-      free_copy(c);
-    }
-  }
-  spare_copies_.insert(spare_copies_.end(), kept.begin(), kept.end());
-}
-
-void Tape::free_copy(NdArrayHandle copy) {
-  auto it = copy_sizes_.find(copy.id);
-  if (it != copy_sizes_.end()) {
-    copy_bytes_ -= it->second;
-    copy_sizes_.erase(it);
-  }
-  (void)session_->free(copy);
 }
 
 Status Tape::note_writes(const codegen::KernelAccess& access, std::span<const Arg> args, Record* r,
@@ -332,24 +191,6 @@ Status Tape::note_writes(const codegen::KernelAccess& access, std::span<const Ar
   return {};
 }
 
-Result<uint64_t> Tape::slot_bytes(std::span<const uint64_t> writes,
-                                  std::map<uint64_t, uint64_t>* mult) {
-  // What the deepest level's slot for a launch holds: a copy per form and per array of that
-  // form it writes (copy_slot), the most of each over the recording.
-  for (size_t w = 0; w < writes.size(); ++w) {
-    VKAD_ASSIGN_OR_RETURN(uint64_t index, form_index(writes, w));
-    uint64_t& m = (*mult)[index >> 32];
-    m = std::max(m, (index & 0xffffffffu) + 1);
-  }
-  uint64_t total = 0;
-  for (const auto& [form, m] : *mult) {
-    uint64_t bytes = runtime::dtype_bytes(forms_[form].first);
-    for (uint32_t e : forms_[form].second) bytes *= e;
-    total += m * bytes;
-  }
-  return total;
-}
-
 Status Tape::fit_budget(uint64_t state, uint64_t slot) {
   // Any schedule holds the end state, one level-0 segment's start and one launch's copies.
   if (2 * state + slot > memory_budget_) {
@@ -367,29 +208,8 @@ Status Tape::fit_budget(uint64_t state, uint64_t slot) {
   const uint64_t cap = std::max(memory_budget_ / 2, planned_top_bytes_);
   auto segments = [&] { return records_.size() / top_ + 1; };
   while (records_.size() % top_ == 0 && segments() > 1 && segments() * state > cap) {
-    merge_segments(2);
-  }
-  return {};
-}
-
-Status Tape::copy_segment_start(const Record& r) {
-  const size_t segment = records_.size() / top_;
-  if (segment_arrays_.size() <= segment) segment_arrays_.resize(segment + 1);
-  std::vector<uint64_t>& at_start = segment_arrays_[segment];
-  for (uint32_t w = 0; w < r.written_count; ++w) {
-    const uint64_t a = written_[r.written_begin + w];
-    if (std::find(at_start.begin(), at_start.end(), a) != at_start.end()) continue;
-    at_start.push_back(a);
-    Result<uint64_t> index = form_index(at_start, at_start.size() - 1);
-    Result<NdArrayHandle> c = index.ok()
-                                  ? copy_slot(level_copies_[0], segment, *index, NdArrayHandle{a})
-                                  : Result<NdArrayHandle>(index.status());
-    const Status st = c.ok() ? session_->copy(NdArrayHandle{a}, *c) : c.status();
-    if (!st.ok()) {
-      at_start.pop_back();
-      return st;
-    }
-    if (session_->runtime().graphs().capturing()) pinned_.insert(c->id);
+    copies_->merge_level0(2);
+    top_ *= 2;
   }
   return {};
 }
@@ -416,16 +236,12 @@ Status Tape::checkpointed_launch(const Differentiated& d, std::span<const Arg> a
                : make_error(st.code(), "tape.launch: " + st.message());
   };
   std::map<uint64_t, uint64_t> mult = form_mult_;
-  Result<uint64_t> slot = slot_bytes(
+  Result<uint64_t> slot = copies_->slot_bytes(
       std::span<const uint64_t>(written_.data() + r->written_begin, r->written_count), &mult);
   if (!slot.ok()) return undo(slot.status());
   if (records_.empty()) {
-    used_.clear();
+    copies_->begin_recording();
     top_ = checkpoint_every_ != 0 ? checkpoint_every_ : std::max(planned_top_, 1u);
-    if (level_copies_.empty()) {
-      level_copies_.reserve(codegen::kMaxCheckpointLevels);
-      level_copies_.resize(2);
-    }
   }
   Status st;
   if (memory_budget_ != 0) {
@@ -434,7 +250,11 @@ Status Tape::checkpointed_launch(const Differentiated& d, std::span<const Arg> a
     for (const auto& [array, bytes] : fresh) state += bytes;
     st = fit_budget(state, *slot);
   }
-  if (st.ok()) st = copy_segment_start(*r);
+  if (st.ok()) {
+    st = copies_->copy_segment_start(
+        records_.size() / top_,
+        std::span<const uint64_t>(written_.data() + r->written_begin, r->written_count));
+  }
   if (st.ok()) {
     LaunchNote note(*session_, "tape entry", records_.size());
     st = session_->launch(d.forward, args, id);
@@ -485,7 +305,8 @@ Status Tape::fill(NdArrayHandle array, double value) {
     return make_error(st.code(), "tape.fill: " + st.message());
   };
   std::map<uint64_t, uint64_t> mult = form_mult_;
-  Result<uint64_t> slot = slot_bytes(std::span<const uint64_t>(&written_.back(), 1), &mult);
+  Result<uint64_t> slot =
+      copies_->slot_bytes(std::span<const uint64_t>(&written_.back(), 1), &mult);
   if (!slot.ok()) return undo(slot.status());
   const bool fresh = !state_bytes_.count(array.id);  // (records_ is not empty: touched)
   Status st;
@@ -494,7 +315,10 @@ Status Tape::fill(NdArrayHandle array, double value) {
     for (const auto& [a, b] : state_bytes_) state += b;
     st = fit_budget(state, *slot);
   }
-  if (st.ok()) st = copy_segment_start(r);
+  if (st.ok()) {
+    st = copies_->copy_segment_start(records_.size() / top_,
+                                     std::span<const uint64_t>(&written_.back(), 1));
+  }
   if (st.ok()) st = session_->fill(array, value);
   if (!st.ok()) return undo(st);
   if (fresh) state_bytes_.emplace(array.id, bytes);
@@ -711,31 +535,32 @@ Status TapeLoopChecks::prepare(Session& session, std::span<const TapeLoopLaunch>
   return {};
 }
 
-Status Tape::check_loop(std::span<const TapeLoopLaunch> body, std::span<const LoopLaunch> launches,
-                        uint32_t count) {
+Status TapeLoopChecks::check(Session& session, TapeHazards& hazards, TapeLoopChecks* known,
+                             std::span<const TapeLoopLaunch> body,
+                             std::span<const LoopLaunch> launches, uint32_t count) {
   std::vector<std::shared_ptr<const codegen::KernelAccess>> access(body.size());
   for (size_t j = 0; j < body.size(); ++j) {
-    if (body[j].d != nullptr) access[j] = session_->launch_access(body[j].d->forward);
+    if (body[j].d != nullptr) access[j] = session.launch_access(body[j].d->forward);
   }
-  const bool from_empty = hazards_->launches() == 0;
+  const bool from_empty = hazards.launches() == 0;
   std::vector<LoopLaunch> key;
-  if (from_empty && loop_checks_) {
+  if (from_empty && known) {
     key = recorded_launches(body);
-    if (const TapeHazards* known = loop_checks_->find(key, count)) {
-      *hazards_ = *known;  // checked before, from an empty record
-      session_->ready_loop(launches, count);
+    if (const TapeHazards* was = known->find(key, count)) {
+      hazards = *was;  // checked before, from an empty record
+      session.ready_loop(launches, count);
       return {};
     }
   }
   // The check's ~1 us per launch on a thread of its own while this one readies the loop (its
   // kernels rolled, compiled, registered, their pipelines made): they overlap.
-  TapeHazards saved = *hazards_;
+  TapeHazards saved = hazards;
   const TapeHazards::Extent extent = extents_of(
-      *session_, body, std::make_shared<std::unordered_map<uint64_t, std::vector<uint32_t>>>());
+      session, body, std::make_shared<std::unordered_map<uint64_t, std::vector<uint32_t>>>());
   bool accepted = false;
   auto work = [&]() noexcept {
     try {
-      accepted = accepts_loop(*hazards_, extent, body, access, count);
+      accepted = accepts_loop(hazards, extent, body, access, count);
     } catch (...) {
       accepted = false;
     }
@@ -746,17 +571,17 @@ Status Tape::check_loop(std::span<const TapeLoopLaunch> body, std::span<const Lo
   } catch (...) {
     work();  // no thread: here
   }
-  session_->ready_loop(launches, count);
+  session.ready_loop(launches, count);
   if (checker.joinable()) checker.join();
   if (!accepted) {  // the check again with the session, for its message
-    *hazards_ = saved;
-    Status c = check_loop_serially(*session_, *hazards_, body, access, count);
+    hazards = saved;
+    Status c = check_loop_serially(session, hazards, body, access, count);
     if (!c.ok()) {
-      *hazards_ = std::move(saved);
+      hazards = std::move(saved);
       return c;
     }
   }
-  if (from_empty && loop_checks_) loop_checks_->keep(std::move(key), count, *hazards_);
+  if (from_empty && known) known->keep(std::move(key), count, hazards);
   return {};
 }
 
@@ -796,7 +621,7 @@ Status Tape::launch_loop(std::span<const TapeLoopLaunch> body, uint32_t count, L
   // Every launch checked before any runs; the record put back if one is refused or the loop
   // fails.
   TapeHazards saved = *hazards_;
-  VKAD_TRY(check_loop(body, fwd, count));
+  VKAD_TRY(TapeLoopChecks::check(*session_, *hazards_, loop_checks_.get(), body, fwd, count));
   LoopInfo ran;
   Status st;
   {
@@ -897,7 +722,7 @@ void Tape::reset() {
   grad_params_.clear();
   hazards_->reset();
   written_.clear();
-  segment_arrays_.clear();
+  copies_->reset();
   state_bytes_.clear();
   touched_.clear();
   launch_bytes_ = 0;
@@ -981,7 +806,11 @@ Status Tape::backward(std::span<const TapeSeed> seeds, std::vector<TapeAdjointLa
   codegen::CheckpointPlan plan;
   if (checkpointing()) {
     VKAD_ASSIGN_OR_RETURN(plan, checkpoint_plan("tape.backward"));
-    if (plan.segments[0] > top_) merge_segments((plan.segments[0] + top_ - 1) / top_);
+    if (plan.segments[0] > top_) {
+      const uint32_t m = (plan.segments[0] + top_ - 1) / top_;
+      copies_->merge_level0(m);
+      top_ *= m;
+    }
     if (memory_budget_ != 0) {
       // The next recording's cut: the best for this one's length, where it fits.
       Result<codegen::CheckpointPlan> free = codegen::plan_checkpoints(
@@ -1021,38 +850,40 @@ Status Tape::backward(std::span<const TapeSeed> seeds, std::vector<TapeAdjointLa
 Status Tape::checkpointed_backward(const codegen::CheckpointPlan& plan,
                                    std::vector<TapeAdjointLaunch>* launched) {
   const size_t n = records_.size(), k = top_;
-  if (level_copies_.size() < plan.segments.size()) level_copies_.resize(plan.segments.size());
+  copies_->ensure_levels(plan.segments.size());
   // The recording's end state, put back at the end.
   std::vector<uint64_t> all;
-  for (const std::vector<uint64_t>& seg : segment_arrays_) {
+  for (const std::vector<uint64_t>& seg : copies_->segment_arrays()) {
     for (uint64_t a : seg) {
       if (std::find(all.begin(), all.end(), a) == all.end()) all.push_back(a);
     }
   }
   for (size_t i = 0; i < all.size(); ++i) {
-    VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, form_index(all, i), "tape.backward");
-    VKAD_ASSIGN_OR_RETURN_CTX(
-        NdArrayHandle c, copy_slot(end_copies_, 0, index, NdArrayHandle{all[i]}), "tape.backward");
+    VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, copies_->form_index(all, i), "tape.backward");
+    VKAD_ASSIGN_OR_RETURN_CTX(NdArrayHandle c,
+                              copies_->slot(TapeCopies::kEnd, 0, index, NdArrayHandle{all[i]}),
+                              "tape.backward");
     VKAD_TRY_CTX(copy_array(NdArrayHandle{all[i]}, c, launched), "tape.backward");
   }
   for (size_t segment = (n + k - 1) / k; segment-- > 0;) {
     // The segment's start state: what its launches overwrite, as it was before them (the
     // other arrays hold it already: later segments were put back to their starts).
-    const std::vector<uint64_t>& at_start = segment_arrays_[segment];
+    const std::vector<uint64_t>& at_start = copies_->segment_arrays()[segment];
     for (size_t i = 0; i < at_start.size(); ++i) {
-      VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, form_index(at_start, i), "tape.backward");
+      VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, copies_->form_index(at_start, i), "tape.backward");
       VKAD_TRY_CTX(
-          copy_array(level_copies_[0].at({segment, index}), NdArrayHandle{at_start[i]}, launched),
+          copy_array(copies_->at(0, {segment, index}), NdArrayHandle{at_start[i]}, launched),
           "tape.backward");
     }
     VKAD_TRY(reverse_range(plan, 1, segment * k, std::min(n, segment * k + k), launched));
   }
   for (size_t i = 0; i < all.size(); ++i) {
-    VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, form_index(all, i), "tape.backward");
-    VKAD_TRY_CTX(copy_array(end_copies_.at({0, index}), NdArrayHandle{all[i]}, launched),
-                 "tape.backward");
+    VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, copies_->form_index(all, i), "tape.backward");
+    VKAD_TRY_CTX(
+        copy_array(copies_->at(TapeCopies::kEnd, {0, index}), NdArrayHandle{all[i]}, launched),
+        "tape.backward");
   }
-  trim_copies();
+  copies_->trim(memory_budget_);
   return {};
 }
 
@@ -1074,7 +905,7 @@ Status Tape::launch_forward_again(size_t j, std::vector<TapeAdjointLaunch>* laun
 
 Status Tape::reverse_range(const codegen::CheckpointPlan& plan, size_t level, size_t first,
                            size_t last, std::vector<TapeAdjointLaunch>* launched) {
-  std::map<SlotKey, NdArrayHandle>& pool = level_copies_[level];
+  const int at = static_cast<int>(level);
   if (level + 1 == plan.segments.size()) {
     // The last level: each launch runs again into copies of what it writes, so the arrays
     // themselves keep the segment's start state (as reverse_range leaves them) and no copy goes
@@ -1098,13 +929,13 @@ Status Tape::reverse_range(const codegen::CheckpointPlan& plan, size_t level, si
       const std::span<const uint64_t> writes(written_.data() + r.written_begin, r.written_count);
       for (uint32_t w = 0; w < r.written_count; ++w) {
         const NdArrayHandle a{writes[w]};
-        VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, form_index(writes, w), "tape.backward");
-        VKAD_ASSIGN_OR_RETURN_CTX(NdArrayHandle c, copy_slot(pool, j - first, index, a),
+        VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, copies_->form_index(writes, w), "tape.backward");
+        VKAD_ASSIGN_OR_RETURN_CTX(NdArrayHandle c, copies_->slot(at, j - first, index, a),
                                   "tape.backward");
         if (r.forward.id != 0) {  // a fill covers every element: nothing to start from
           VKAD_TRY_CTX(copy_array(version(Arg::ndarray(a)).array, c, launched), "tape.backward");
-        } else if (session_->runtime().graphs().capturing()) {
-          pinned_.insert(c.id);
+        } else {
+          copies_->pin(c.id);
         }
         now[a.id] = c;
       }
@@ -1131,8 +962,8 @@ Status Tape::reverse_range(const codegen::CheckpointPlan& plan, size_t level, si
     written_by(a, b, &starts[p]);
     for (size_t i = 0; i < starts[p].size(); ++i) {
       const NdArrayHandle x{starts[p][i]};
-      VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, form_index(starts[p], i), "tape.backward");
-      VKAD_ASSIGN_OR_RETURN_CTX(NdArrayHandle c, copy_slot(pool, p, index, x), "tape.backward");
+      VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, copies_->form_index(starts[p], i), "tape.backward");
+      VKAD_ASSIGN_OR_RETURN_CTX(NdArrayHandle c, copies_->slot(at, p, index, x), "tape.backward");
       VKAD_TRY_CTX(copy_array(x, c, launched), "tape.backward");
     }
     if (p + 1 == parts) break;
@@ -1141,8 +972,8 @@ Status Tape::reverse_range(const codegen::CheckpointPlan& plan, size_t level, si
   for (size_t p = parts; p-- > 0;) {
     const size_t a = first + p * len, b = std::min(last, a + len);
     for (size_t i = 0; i < starts[p].size(); ++i) {
-      VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, form_index(starts[p], i), "tape.backward");
-      VKAD_TRY_CTX(copy_array(pool.at({p, index}), NdArrayHandle{starts[p][i]}, launched),
+      VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, copies_->form_index(starts[p], i), "tape.backward");
+      VKAD_TRY_CTX(copy_array(copies_->at(at, {p, index}), NdArrayHandle{starts[p][i]}, launched),
                    "tape.backward");
     }
     VKAD_TRY(reverse_range(plan, level + 1, a, b, launched));

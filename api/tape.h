@@ -71,6 +71,7 @@
 namespace vkad {
 
 class TapeHazards;  // api/tape_hazards.h
+class TapeCopies;   // api/tape_copies.h
 
 // One launch of a step loop's body on a tape (Tape::launch_loop): a differentiate() result, its
 // arguments in the first iteration, per parameter what an i32 scalar gains per iteration
@@ -103,6 +104,13 @@ class TapeLoopChecks {
  private:
   friend class Tape;
   struct Entry;
+  // Tape::launch_loop's check of every iteration's launches against `hazards` (the tape's
+  // record), on a thread of its own while this one readies the loop (Session::ready_loop);
+  // `hazards` left as it was where a launch is refused, with the refusal's message. `known`:
+  // the checks kept (null: none), consulted and filled from an empty record.
+  static Status check(Session& session, TapeHazards& hazards, TapeLoopChecks* known,
+                      std::span<const TapeLoopLaunch> body, std::span<const LoopLaunch> launches,
+                      uint32_t count);
   const TapeHazards* find(std::span<const LoopLaunch> launches, uint32_t count) const;
   void keep(std::vector<LoopLaunch> launches, uint32_t count, const TapeHazards& after);
   std::vector<std::unique_ptr<Entry>> entries_;
@@ -261,7 +269,7 @@ class Tape {
   Result<codegen::CheckpointPlan> checkpoint_plan() const;
   // Device bytes the tape's checkpoint copies hold now (kept across recordings; within the
   // budget after a backward run outside a capture).
-  uint64_t checkpoint_bytes() const { return copy_bytes_; }
+  uint64_t checkpoint_bytes() const;
   // The loop checks launch_loop consults and fills (null: none kept; the default).
   void set_loop_checks(std::shared_ptr<TapeLoopChecks> checks) { loop_checks_ = std::move(checks); }
   // What a gradient holds after backward where the recording wrote the array. True (no
@@ -302,20 +310,11 @@ class Tape {
   // The adjoint of record `index` (a fill's: its array's gradient zeroed), with
   // `forward_args` in place of the recorded forward arguments where given.
   Status launch_adjoint(size_t index, std::span<const Arg> forward_args = {});
-  // launch_loop's check of every iteration's launches against hazards_, on a thread of its own
-  // while this one readies `body` (Session::ready_loop); the record left as it was where a
-  // launch is refused, with the refusal's message.
-  Status check_loop(std::span<const TapeLoopLaunch> body, std::span<const LoopLaunch> launches,
-                    uint32_t count);
   // launch_loop's records: the body's launches with their steps and the count.
   void record_loop(std::span<const TapeLoopLaunch> body, uint32_t count);
   // The adjoint loop of the launch_loop group records_[first, first + len).
   Status launch_adjoint_loop(size_t first, size_t len, LoopInfo* info);
-  // Checkpointing: the tape's copy of `array` for `slot` (made on first use, same dtype and
-  // shape), and the segments' backward.
-  using SlotKey = std::pair<uint64_t, uint64_t>;  // (slot, index among its written arrays)
-  Result<NdArrayHandle> copy_slot(std::map<SlotKey, NdArrayHandle>& pool, uint64_t slot,
-                                  uint64_t index, NdArrayHandle array);
+  // Checkpointing (set_checkpoint_every, set_memory_budget).
   bool checkpointing() const { return checkpoint_every_ != 0 || memory_budget_ != 0; }
   // set_checkpoint_every / set_memory_budget: one mode replaces the other.
   Status set_checkpointing(const char* what, uint32_t every, uint64_t budget);
@@ -325,27 +324,16 @@ class Tape {
   Status checkpointed_launch(const Differentiated& d, std::span<const Arg> args, LaunchId* id,
                              Record* r);
   // checkpointed_launch's parts: the arrays the launch writes onto written_ (and those new to
-  // the recording, with their bytes, into `fresh`); the bytes a deepest-level slot holds with
-  // this launch's copies (`mult`: the most arrays of each form one launch writes); the
-  // budget's refusal and level 0's merges; the copies at its level-0 segment's start.
+  // the recording, with their bytes, into `fresh`); the budget's refusal and level 0's merges.
   Status note_writes(const codegen::KernelAccess& access, std::span<const Arg> args, Record* r,
                      std::vector<std::pair<uint64_t, uint64_t>>* fresh);
-  Result<uint64_t> slot_bytes(std::span<const uint64_t> writes, std::map<uint64_t, uint64_t>* mult);
   Status fit_budget(uint64_t state, uint64_t slot);
-  Status copy_segment_start(const Record& r);
-  // Budget mode: every m level-0 segments into one (the segment length m times longer); the
-  // copies the merge leaves over become spares.
-  void merge_segments(uint32_t m);
   Status checkpointed_backward(const codegen::CheckpointPlan& plan,
                                std::vector<TapeAdjointLaunch>* launched);
   // Record `record`'s forward (or fill) again, with `args` in place of its recorded ones
   // where given (a segment's copies: reverse_range).
   Status launch_forward_again(size_t record, std::vector<TapeAdjointLaunch>* launched,
                               std::span<const Arg> args = {});
-  void free_copy(NdArrayHandle copy);  // frees a copy and counts its bytes out
-  // The slot index of list[i]'s copy: its form's number << 32 | the arrays of that form before
-  // it in `list`.
-  Result<uint64_t> form_index(std::span<const uint64_t> list, size_t i);
   // Reverses records [first, last) at `level` of `plan` (their written arrays hold the state
   // at `first`; left so again): below the last level, cut into segments whose starts are copied
   // while their launches run again, each reversed last first; at the last, every launch's
@@ -354,10 +342,6 @@ class Tape {
                        std::vector<TapeAdjointLaunch>* launched);
   // The arrays records [first, last) write, each once.
   void written_by(size_t first, size_t last, std::vector<uint64_t>* out) const;
-  // After a backward (inside a capture too): the copies the last recording and backward did not
-  // use become spares, and spares are freed while the copies pass the budget (all of them
-  // without one), except those a captured graph launches with.
-  void trim_copies();
   Status copy_array(NdArrayHandle from, NdArrayHandle to, std::vector<TapeAdjointLaunch>* launched);
   bool differentiated(NdArrayHandle array) const;
   // The gradient of record r's k-th differentiated parameter: its array's, or, for a scalar,
@@ -383,28 +367,17 @@ class Tape {
   // Checkpointing (set_checkpoint_every, set_memory_budget).
   uint32_t checkpoint_every_ = 0;
   uint64_t memory_budget_ = 0;
-  uint32_t top_ = 0;                // the recording's level-0 segment length
-  uint32_t planned_top_ = 0;        // budget mode: the previous backward's plan's, 0 before one
-  uint64_t planned_top_bytes_ = 0;  // and what its level 0 holds
-  std::vector<uint64_t> written_;   // every record's written arrays
-  std::vector<std::vector<uint64_t>> segment_arrays_;  // per segment: arrays copied at its start
-  // Per level of the plan: (segment within its parent, array) -> that segment's start state;
-  // the last level's by position in its segment. Level 0's are taken while recording.
-  std::vector<std::map<SlotKey, NdArrayHandle>> level_copies_;
-  std::map<SlotKey, NdArrayHandle> end_copies_;        // (0, index) -> the recording's end state
-  std::vector<NdArrayHandle> spare_copies_;            // merged away (budget mode), reused first
-  uint64_t copy_bytes_ = 0;                            // what every copy above holds
-  std::unordered_map<uint64_t, uint64_t> copy_sizes_;  // copy handle id -> its bytes
-  // The slots the recording and its backward copied into (pool, key): trim_copies keeps these.
-  std::set<std::pair<int, SlotKey>> used_;              // (level, -1 for end_copies_; key)
-  std::unordered_set<uint64_t> pinned_;                 // copies a captured graph launches with
+  uint32_t top_ = 0;                    // the recording's level-0 segment length
+  uint32_t planned_top_ = 0;            // budget mode: the previous backward's plan's, 0 before one
+  uint64_t planned_top_bytes_ = 0;      // and what its level 0 holds
+  std::vector<uint64_t> written_;       // every record's written arrays
+  std::unique_ptr<TapeCopies> copies_;  // what the written arrays held (api/tape_copies.h)
   std::unordered_map<uint64_t, uint64_t> state_bytes_;  // the recording's written arrays' bytes
   std::unordered_set<uint64_t> touched_;  // arrays the recording's launches were passed
-  // w: a deepest-level slot's bytes, the most copies of each form one launch needs (form_mult_).
+  // w: a deepest-level slot's bytes, the most copies of each form one launch needs (form_mult_;
+  // TapeCopies::slot_bytes).
   uint64_t launch_bytes_ = 0;
   std::map<uint64_t, uint64_t> form_mult_;  // form -> the most arrays of it one launch writes
-  // The forms (dtype, shape) of the arrays copied, by form_index's numbering.
-  std::vector<std::pair<DType, std::vector<uint32_t>>> forms_;
   std::shared_ptr<TapeLoopChecks> loop_checks_;
 };
 

@@ -124,9 +124,11 @@ std::string Capabilities::to_string() const {
   return o.str();
 }
 
-Device::Device() : fn_(std::make_unique<VolkDeviceTable>()) {}
+DeviceCore::DeviceCore() : fn_(std::make_unique<VolkDeviceTable>()) {}
+DeviceCore::~DeviceCore() = default;
+Device::Device() = default;
 
-void Device::on_validation_message(const std::string& message) {
+void DeviceCore::on_validation_message(const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(validation_mutex_);
     if (validation_messages_.size() < 256) validation_messages_.push_back(message);
@@ -134,18 +136,18 @@ void Device::on_validation_message(const std::string& message) {
   validation_count_.fetch_add(1);
 }
 
-std::vector<std::string> Device::validation_messages() const {
+std::vector<std::string> DeviceCore::validation_messages() const {
   std::lock_guard<std::mutex> lock(validation_mutex_);
   return validation_messages_;
 }
 
-void Device::clear_validation_messages() {
+void DeviceCore::clear_validation_messages() {
   std::lock_guard<std::mutex> lock(validation_mutex_);
   validation_messages_.clear();
   validation_count_ = 0;
 }
 
-Status Device::status() const {
+Status DeviceCore::status() const {
   if (lost_) {
     return make_error(ErrorCode::kDeviceLost,
                       "the Vulkan device '" + caps_.device_name + "' was lost; recreate it");
@@ -153,7 +155,7 @@ Status Device::status() const {
   return {};
 }
 
-void Device::set_name(VkObjectType type, uint64_t handle, const std::string& name) {
+void DeviceCore::set_name(VkObjectType type, uint64_t handle, const std::string& name) {
   if (!debug_utils_ || handle == 0) return;
   VkDebugUtilsObjectNameInfoEXT info{VK_STRUCTURE_TYPE_DEBUG_UTILS_OBJECT_NAME_INFO_EXT};
   info.objectType = type;

@@ -236,55 +236,15 @@ Capabilities capabilities_from(const DeviceFacts& facts, bool use_push_descripto
 // The same, restricted to what an imported device was created with.
 Capabilities capabilities_from(const DeviceFacts& facts, const ExternalFeatures& enabled);
 
-class Device final : public ValidationSink {
+// What every rhi object reads of its device: the Vulkan handles and function table, the queue
+// family, the capabilities, whether the device is lost, the live-object counts, the validation
+// messages on it and debug names. Device (below) derives from it and makes the objects; nothing
+// else derives from it.
+class DeviceCore : public ValidationSink {
  public:
-  // Creates the device on the process-wide instance (see instance.h). kNoDevice when Vulkan has no
-  // device at all, kUnsupported when the chosen one lacks Vulkan 1.2 or a required feature (the
-  // message names it). Chooses a physical device (or adopts options.external), reads its
-  // capabilities and creates the logical device. kNoDevice when none qualifies; kInvalidArgument
-  // for an ExternalDevice with null handles or a queue range the family does not have; kUnsupported
-  // for a device below Vulkan 1.2 or missing a required feature.
-  static Result<std::unique_ptr<Device>> create(const DeviceOptions& options = {});
   // True when the device is an imported one (never destroyed by vkad).
   bool imported() const { return imported_; }
-  // Waits for the device to go idle, destroys every queued and live object it owns. Streams,
-  // buffers and pipelines created from it must be destroyed first. Never throws.
-  ~Device() override;
-  Device(const Device&) = delete;
-  Device& operator=(const Device&) = delete;
-
-  // Streams: at most kMaxStreams per device. The stream is owned by the caller and must be
-  // destroyed before the device.
-  Result<std::unique_ptr<Stream>> create_stream(const StreamOptions& options);
-  Result<Buffer> create_buffer(const BufferDesc& desc);
-  // `counted` false: the live-object and unsaved-pipeline counters are left for
-  // count_pipeline(), so that another thread may create it (the runtime's background
-  // specialization): everything else this call touches is the driver's (a VkPipelineCache is
-  // internally synchronized) or atomic. The pipeline is destroyed through the deleter as any.
-  Result<ComputePipeline> create_compute_pipeline(const ComputePipelineDesc& desc,
-                                                  bool counted = true);
-  // The counting a create_compute_pipeline(desc, false) leaves out, on the device's thread
-  // (-1: taking back the count of one that then failed).
-  void count_pipeline(int n = 1) {
-    live_.pipelines += n;
-    live_.created += static_cast<uint64_t>(static_cast<int64_t>(n));
-    if (n > 0) pipelines_unsaved_ += static_cast<uint64_t>(n);
-  }
-  Result<QueryPool> create_query_pool(uint32_t count, const std::string& name);
-
   const Capabilities& caps() const { return caps_; }
-  // The driver's pipeline cache every pipeline of this device is created with (never null
-  // after create()), loaded from DeviceOptions::pipeline_cache_dir when a valid file for this
-  // device's identity is there (pipeline_cache_file.h).
-  VkPipelineCache pipeline_cache() const { return pipeline_cache_; }
-  const PipelineCacheLoad& pipeline_cache_load() const { return pipeline_cache_load_; }
-  // Writes the driver's cache data to the directory (atomically; see base/cache_file.h) if
-  // pipelines were created since it was loaded or last saved, after merging in what the file
-  // holds now (vkMergePipelineCaches: another process may have saved meanwhile); nothing is
-  // written when the result equals the file, or without a directory. The destructor calls it (and
-  // logs a failure as a warning). kInternal naming the file on an I/O error, kVulkan if the driver
-  // does not hand out its data.
-  Status save_pipeline_cache();
   VkDevice handle() const { return device_; }
   VkPhysicalDevice physical_device() const { return physical_; }
   VkInstance instance() const { return instance_->handle(); }
@@ -318,6 +278,81 @@ class Device final : public ValidationSink {
   std::vector<std::string> validation_messages() const;
   void clear_validation_messages();
 
+  const LiveObjects& live() const { return live_; }
+  LiveObjects& live_mut() { return live_; }
+
+ protected:
+  DeviceCore();
+  ~DeviceCore() override;
+  DeviceCore(const DeviceCore&) = delete;
+  DeviceCore& operator=(const DeviceCore&) = delete;
+  void on_validation_message(const std::string& message) override;
+
+  std::shared_ptr<Instance> instance_;
+  std::unique_ptr<VolkDeviceTable> fn_;
+  bool sink_added_ = false;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  VkDevice device_ = VK_NULL_HANDLE;
+  uint32_t queue_family_ = 0;
+  uint32_t queue_count_ = 0;
+  uint32_t first_queue_ = 0;
+  bool imported_ = false;
+  bool debug_utils_ = false;
+  bool validation_enabled_ = false;
+  std::atomic<bool> lost_{false};  // a background pipeline creation may set it
+  Capabilities caps_;
+  LiveObjects live_;
+  std::atomic<uint64_t> validation_count_{0};
+  mutable std::mutex validation_mutex_;
+  std::vector<std::string> validation_messages_;
+};
+
+class Device final : public DeviceCore {
+ public:
+  // Creates the device on the process-wide instance (see instance.h). kNoDevice when Vulkan has no
+  // device at all, kUnsupported when the chosen one lacks Vulkan 1.2 or a required feature (the
+  // message names it). Chooses a physical device (or adopts options.external), reads its
+  // capabilities and creates the logical device. kNoDevice when none qualifies; kInvalidArgument
+  // for an ExternalDevice with null handles or a queue range the family does not have; kUnsupported
+  // for a device below Vulkan 1.2 or missing a required feature.
+  static Result<std::unique_ptr<Device>> create(const DeviceOptions& options = {});
+  // Waits for the device to go idle, destroys every queued and live object it owns. Streams,
+  // buffers and pipelines created from it must be destroyed first. Never throws.
+  ~Device() override;
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  // Streams: at most kMaxStreams per device. The stream is owned by the caller and must be
+  // destroyed before the device.
+  Result<std::unique_ptr<Stream>> create_stream(const StreamOptions& options);
+  Result<Buffer> create_buffer(const BufferDesc& desc);
+  // `counted` false: the live-object and unsaved-pipeline counters are left for
+  // count_pipeline(), so that another thread may create it (the runtime's background
+  // specialization): everything else this call touches is the driver's (a VkPipelineCache is
+  // internally synchronized) or atomic. The pipeline is destroyed through the deleter as any.
+  Result<ComputePipeline> create_compute_pipeline(const ComputePipelineDesc& desc,
+                                                  bool counted = true);
+  // The counting a create_compute_pipeline(desc, false) leaves out, on the device's thread
+  // (-1: taking back the count of one that then failed).
+  void count_pipeline(int n = 1) {
+    live_.pipelines += n;
+    live_.created += static_cast<uint64_t>(static_cast<int64_t>(n));
+    if (n > 0) pipelines_unsaved_ += static_cast<uint64_t>(n);
+  }
+  Result<QueryPool> create_query_pool(uint32_t count, const std::string& name);
+
+  // The driver's pipeline cache every pipeline of this device is created with (never null
+  // after create()), loaded from DeviceOptions::pipeline_cache_dir when a valid file for this
+  // device's identity is there (pipeline_cache_file.h).
+  VkPipelineCache pipeline_cache() const { return pipeline_cache_; }
+  const PipelineCacheLoad& pipeline_cache_load() const { return pipeline_cache_load_; }
+  // Writes the driver's cache data to the directory (atomically; see base/cache_file.h) if
+  // pipelines were created since it was loaded or last saved, after merging in what the file
+  // holds now (vkMergePipelineCaches: another process may have saved meanwhile); nothing is
+  // written when the result equals the file, or without a directory. The destructor calls it (and
+  // logs a failure as a warning). kInternal naming the file on an I/O error, kVulkan if the driver
+  // does not hand out its data.
+  Status save_pipeline_cache();
   MemoryAllocator& allocator() { return *allocator_; }
   // A new opaque POSIX fd for the VkDeviceMemory block of `allocation` (vkGetMemoryFdKHR); the
   // caller owns it (CUDA's import takes it over). kUnsupported when the block is not
@@ -328,8 +363,6 @@ class Device final : public ValidationSink {
   // submission completed). No-ops for coherent or unmapped memory.
   Status flush_mapped(const Allocation& allocation);
   Status invalidate_mapped(const Allocation& allocation);
-  const LiveObjects& live() const { return live_; }
-  LiveObjects& live_mut() { return live_; }
 
   // Hands `garbage` to the deferred deleter: destroyed once every serial in `use` completed.
   void release(const ResourceUse& use, Garbage garbage);
@@ -358,38 +391,19 @@ class Device final : public ValidationSink {
                                  VkDescriptorSetLayout* set_layout, VkPipelineLayout* layout);
   Status create_pipeline_object(const ComputePipelineDesc& desc, VkShaderModule module,
                                 VkPipelineLayout layout, VkPipeline* pipeline);
-  void on_validation_message(const std::string& message) override;
   void print_pipeline_stats(const std::string& name, VkPipeline pipeline) const;
 
-  std::shared_ptr<Instance> instance_;
-  std::unique_ptr<VolkDeviceTable> fn_;
-  bool sink_added_ = false;
-  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
-  VkDevice device_ = VK_NULL_HANDLE;
-  uint32_t queue_family_ = 0;
-  uint32_t queue_count_ = 0;
-  uint32_t first_queue_ = 0;
-  bool imported_ = false;
-  bool debug_utils_ = false;
-  bool validation_enabled_ = false;
   // VKAD_PIPELINE_STATS=1 where the driver has VK_KHR_pipeline_executable_properties: each
   // pipeline is created capturing its statistics, printed to stderr (a diagnostic).
   bool pipeline_stats_ = false;
-  std::atomic<bool> lost_{false};  // a background pipeline creation may set it
-  Capabilities caps_;
   VkPhysicalDeviceProperties properties_{};  // the pipeline cache's identity
   VkPipelineCache pipeline_cache_ = VK_NULL_HANDLE;
   PipelineCacheLoad pipeline_cache_load_;
   std::string pipeline_cache_dir_;
   uint64_t pipelines_unsaved_ = 0;  // pipelines created since the cache was loaded or saved
-  LiveObjects live_;
   std::unique_ptr<MemoryAllocator> allocator_;
   DeferredDeleter<Garbage> deleter_;
   std::array<bool, kMaxStreams> stream_slots_{};
-
-  std::atomic<uint64_t> validation_count_{0};
-  mutable std::mutex validation_mutex_;
-  std::vector<std::string> validation_messages_;
 };
 
 }  // namespace vkad::rhi

@@ -61,7 +61,7 @@ void Runtime::Interop::release_host_view(NdArrayHandle array) {
   if (it != rt_.host_views_.end() && --it->second == 0) rt_.host_views_.erase(it);
 }
 
-Status Runtime::sync_host_views(bool to_device) {
+Status CommandQueue::sync_host_views(bool to_device) {
   for (const auto& [id, count] : host_views_) {
     auto a = arrays_.find(id);
     if (a == arrays_.end()) continue;

@@ -289,7 +289,258 @@ struct GraphStep {
   }
 };
 
-class Runtime {
+// The layer of Runtime below kernels and ndarrays: the device, its stream and the command list
+// every call records into; flush submits the list with its payload (the buffers it used and the
+// launches whose error words and print lines are read back) onto the retirement queue, which
+// hands payloads back as their submissions complete (retirement_queue.h); the timeline, the
+// launch notes device errors name, and the recording of planned launches. Runtime derives from
+// it and nothing else does: its state is Runtime's (protected), so the graphs and the interop
+// (nested in Runtime) reach it as before.
+class CommandQueue {
+ public:
+  // Submits what was recorded (if anything) and runs the retirement policy. With nothing
+  // recorded it only polls, and returns the semaphore of the last submission.
+  Result<rhi::StreamSemaphore> flush();
+  // Device errors are reported once, by the download / synchronize that finds them, as a
+  // kDeviceError whose message names kernel, task, the error and the launch sequence numbers
+  // ("in launch #2", "in launches #2, #5 (3 launches)").
+  Status synchronize();
+  // The device errors behind the last kDeviceError that download / synchronize returned (empty
+  // when none was reported yet), for callers that act on them rather than print them.
+  const std::vector<DeviceError>& device_errors() const { return errors_.reported(); }
+
+  // After a device loss every call above and set_retirement_depth return kDeviceLost and
+  // change nothing; only destruction remains useful. A handle of another runtime is
+  // kInvalidArgument, a freed or never-issued one kNotFound; both name the handle.
+  Status set_retirement_depth(size_t depth);
+  // Where the lines of kernels' print statements go (abi/print_records.h): one call per line
+  // (no newline), on the thread that retires the launch -- the one calling launch, flush,
+  // synchronize, a download -- in launch order, each launch's lines in its records' order;
+  // a launch whose print area filled adds a line saying how many records it dropped. Unset
+  // (the default, or an empty function): written to stdout.
+  void set_print_sink(std::function<void(std::string_view line)> sink) {
+    print_sink_ = std::move(sink);
+  }
+  // What the user wrote that makes the launches recorded from now on, for their device errors:
+  // `what` (static storage; nullptr: nothing) and its number, reported after the launch's own
+  // number, "in launch #12 (the adjoint of tape entry 3)". The tapes set it around their
+  // launches. A replayed graph's launches name their graph's launch instead.
+  void set_launch_note(const char* what, uint64_t index) {
+    note_.what = what;
+    note_.index = index;
+  }
+  // The iteration of a loop the launches recorded from now on belong to (a step loop launched
+  // one launch at a time), added to the note: "iteration 4 of the loop at tape entry 2";
+  // negative: none.
+  void set_launch_iteration(int64_t iteration) {
+    note_.iteration = iteration;
+    note_.last_iteration = -1;
+  }
+  // Both at once (a reworked step loop's launches name their iterations, a fused one all of
+  // its members').
+  LaunchOrigin launch_origin() const { return note_; }
+  void set_launch_origin(const LaunchOrigin& origin) { note_ = origin; }
+
+  // A timeline (runtime/timeline.h): from begin_timeline to end_timeline every launch, fill,
+  // copy and upload is timed on the device and submissions and waits on the host. begin waits
+  // for the device once (the clock calibration); kFailedPrecondition while capturing or when a
+  // timeline is already being recorded. `max_events`: events kept, later ones counted as
+  // dropped. end_timeline waits for every submission and reads the timestamps; device errors
+  // raised meanwhile stay pending for the next download / synchronize. kFailedPrecondition
+  // when no timeline was begun.
+  // `replay_sample`: a graph's first replay and every replay_sample-th after it are timed
+  // launch by launch, the others as one event (at least 1; 1: every replay).
+  Status begin_timeline(uint64_t max_events = kTimelineMaxEvents,
+                        uint32_t replay_sample = kTimelineReplaySample);
+  Result<Timeline> end_timeline();
+  bool timeline_on() const { return timeline_ != nullptr; }
+  size_t retirement_depth() const { return retirement_.depth(); }
+
+  // The sequence number the next recorded launch will get.
+  LaunchId next_launch_id() const { return LaunchId{next_launch_ + 1}; }
+
+  // Read-only: the device's state (capabilities, validation messages, live objects). Calls that
+  // change it (mark_lost, live_mut, creating objects) stay inside the runtime, which keeps its
+  // invariants.
+  const rhi::Device& device() const { return *device_; }
+  const rhi::Capabilities& caps() const { return device_->caps(); }
+
+ protected:
+  CommandQueue();
+  ~CommandQueue();
+  CommandQueue(const CommandQueue&) = delete;
+  CommandQueue& operator=(const CommandQueue&) = delete;
+
+  struct Kernel {
+    CompiledKernel desc;
+    uint64_t id = 0;                 // its handle (GraphRecord gives it back)
+    uint64_t hash = 0;               // the key of its pipelines in the pipeline cache
+    std::vector<bool> private_tier;  // per task: its module declares the private tier
+    // desc's layout facts, found once at registration (each is a scan of desc).
+    uint32_t args_bytes = 0;   // desc.args_bytes()
+    uint32_t array_count = 0;  // desc.array_count()
+    bool has_adstacks = false;
+  };
+
+  // Where a launch's device error words live: checked when its submission retires.
+  struct FlagSite {
+    const std::byte* args;                 // the launch's args slot in the upload ring (mapped)
+    std::shared_ptr<const Kernel> kernel;  // kept alive even if unregistered meanwhile
+    LaunchId launch;
+    uint64_t graph = 0;         // a replayed launch's graph (its handle id), else 0
+    uint32_t graph_launch = 0;  // and its index in the graph
+    LaunchOrigin origin;        // at the launch (a replay's: at its capture)
+  };
+  // Per-flush payload of the retirement queue.
+  struct CtxBuffers {
+    std::vector<rhi::Buffer> buffers;  // per-launch buffers: large staging, replaced heaps
+    std::vector<FlagSite> flags;
+    // Ring chunks closed while this list was recorded (host_ring.h): back to their ring's
+    // pool when it retires.
+    std::vector<rhi::Buffer> upload_chunks, readback_chunks;
+  };
+  // A fill as fill() records it and a graph keeps it (graphs.h).
+  struct CapturedFill {
+    NdArrayHandle array;
+    uint64_t pattern = 0;  // an element's bytes (the low 32 bits where !wide)
+    bool wide = false;     // an 8-byte pattern with unequal halves: rhi fill64
+    double value = 0;      // what fill() was given (GraphRecord reads it back)
+  };
+  // What planning decides for one launch and recording reads: each task's plan and pipeline,
+  // and the launch's counts -- everything a captured launch keeps of its planning but the
+  // buffers. Captured launches of one kernel that plan alike share one (Graph::plans), so ==
+  // compares every field (defaulted: a field added here is compared too).
+  struct CommandPlan {
+    LaunchPlan lp;
+    std::vector<rhi::ComputePipeline*> pipelines;  // per task
+    // Tasks run specialized, past the variant cap, and run generic while their variant is
+    // made in the background.
+    uint64_t specialized = 0, spec_misses = 0, spec_pending = 0;
+    bool operator==(const CommandPlan&) const = default;
+  };
+
+  // What the runtime asks of its graphs where a launch, fill, flush or free meets an open capture
+  // (Graphs implements it, graphs.h): an interface, so that the runtime's own sources need nothing
+  // of graphs.h, which sits above them as a layer over the runtime.
+  class CaptureHooks {
+   public:
+    virtual ~CaptureHooks() = default;
+    virtual bool capturing() const = 0;
+    // kFailedPrecondition naming the open capture for `what`, a call a capture refuses.
+    virtual Status not_while_capturing(const char* what) const = 0;
+    virtual bool take_omit_barrier() = 0;  // omit_next_barrier's request, for this launch only
+    // A checked and planned launch (planned_, args_scratch_) or a fill into the open capture;
+    // `last`: the call's last fill (zero_many's fills are one step for a running capture).
+    virtual void captured_launch(const std::shared_ptr<const Kernel>& k, std::span<const Arg> args,
+                                 bool omit_barrier) = 0;
+    virtual void captured_fill(const CapturedFill& fill, bool last) = 0;
+    // free_ndarray's: a running capture's steps so far submitted (they bind buffers).
+    virtual Status drain_run() = 0;
+    // ~Runtime's two steps: a running capture stopped and the capture dropped; once drained,
+    // every graph released (their bundles go back to the stream before it is destroyed).
+    virtual void drop_capture() noexcept = 0;
+    virtual void drop_all() noexcept = 0;
+    // "launch k of graph 'name'" for a flagged replayed launch (the graph may be released).
+    virtual std::string graph_launch_where(uint64_t graph, uint32_t index) const = 0;
+  };
+
+  Status ensure_list();
+  // Records a host -> device copy of all of `a` from `data` (a.bytes bytes) through a staging
+  // buffer retired with the list: upload, and fill's patterns that vkCmdFillBuffer cannot repeat.
+  Status record_host_copy(NdArray& a, const void* data);
+  Status drain_all();
+  Status ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& need);
+  void read_error_flags(CtxBuffers& retired);
+  // The lines a retired launch's print statements left in its print area, to the print sink.
+  void print_lines(const FlagSite& site);
+  // The stream's command buffers for the submissions a retirement depth lets be in flight
+  // (depth + 2, at most 16).
+  Status reserve_submissions(size_t depth);
+  // Reads and releases what the retirement queue retired (after every call that can retire).
+  void take_retired();
+  // Records a planned launch into the current list (heaps already grown to its need; `arrays`:
+  // its ndarray arguments' buffers in parameter order; `encoded`: its args, k->args_bytes of
+  // them). Only the ring slot can fail.
+  Status record_launch(const std::shared_ptr<const Kernel>& k, const CommandPlan& plan,
+                       std::span<rhi::Buffer* const> arrays, const std::byte* encoded, LaunchId* id,
+                       bool final_barrier = true);
+  // Binds and dispatches every task of a planned launch into `list` (the runtime's list, or a
+  // graph's bundle), reading its args at `args_offset` of `args_buf`. A barrier follows every
+  // task's dispatch; the last one's only with `final_barrier` (a graph step whose next launch
+  // was proved independent of it goes without).
+  Status record_dispatches(rhi::CommandList& list, const Kernel& k, const CommandPlan& plan,
+                           std::span<rhi::Buffer* const> arrays, rhi::Buffer& args_buf,
+                           uint64_t args_offset, bool final_barrier = true);
+  // record_dispatches with everything it reads given: the heap buffers (kHeapCount of them)
+  // and the bindings scratch. Touches no runtime state: a capture run's recording thread calls
+  // it.
+  static Status dispatch_into(rhi::CommandList& list, const Kernel& k, const CommandPlan& plan,
+                              std::span<rhi::Buffer* const> arrays,
+                              std::span<rhi::Buffer* const> heaps, rhi::Buffer& args_buf,
+                              uint64_t args_offset, bool final_barrier,
+                              std::vector<rhi::Buffer*>& bindings);
+  void count_launch(const CommandPlan& plan);  // the stats of one launch recorded
+  Result<rhi::StreamSemaphore> submit_list();  // flush()'s submission, also while capturing
+  Status auto_flush();  // flush when the list is past max_dispatches_per_list or max_list_age_us
+  // flush (to_device) or invalidate every held host view (hold_host_view, Interop).
+  Status sync_host_views(bool to_device);
+  // Records a device event around what `record` records into list_ when the timeline is on;
+  // `name` is called only then.
+  template <typename Record, typename Name>
+  Status timed(const char* category, Name&& name, Record&& record) {
+    bool on = false;
+    if (timeline_) {
+      static const std::string kNoGraph;
+      VKAD_ASSIGN_OR_RETURN(on, timeline_->begin_gpu(list_, name(), category, 0, kNoGraph));
+    }
+    record();
+    if (on) timeline_->end_gpu(list_);
+    return {};
+  }
+
+  RuntimeOptions options_;
+  std::unique_ptr<rhi::Device> device_;
+  std::unique_ptr<rhi::Stream> stream_;
+  rhi::CommandList list_;
+  double list_started_us_ = 0;
+  CtxBuffers ctx_buffers_;
+  uint64_t ctx_bytes_ = 0;
+  RetirementQueue<CtxBuffers> retirement_;
+  std::vector<CtxBuffers> retired_;  // take_retired's scratch (no allocation per flush)
+  // Retired payloads emptied, their vectors' capacity kept: the next flush's ctx_buffers_ come
+  // from here, so a flush allocates no vectors in the steady state.
+  std::vector<CtxBuffers> spare_ctx_;
+  FlushProfile profile_;  // RuntimeOptions::profile_flush
+  // begin_timeline .. end_timeline; null otherwise (a launch then tests this pointer only).
+  std::unique_ptr<TimelineRecorder> timeline_;
+  std::function<void(std::string_view)> print_sink_;  // set_print_sink
+  LaunchOrigin note_;                                 // set_launch_note, set_launch_iteration
+  const std::string* timeline_graph_ = nullptr;       // the graph being replayed, for its events
+  bool timeline_quiet_ = false;  // a replay timed as one event: its launches record no stamps
+  // The graph launch record_launch is recording (a replay launch by launch), for its FlagSite.
+  uint64_t replay_graph_ = 0;
+  uint32_t replay_launch_ = 0;
+  LaunchOrigin replay_origin_;  // ... and its CapturedLaunch::origin
+  NdArrayTable arrays_;
+  rhi::StreamSemaphore last_sem_;
+  AdstackHeaps heaps_;  // shared by all adstack launches
+  // Launch args and small upload staging / small readbacks (host_ring.h): no buffer per call.
+  std::optional<HostRing> upload_ring_, readback_ring_;
+  // Found at retirement, reported at the next drain: one entry per (kernel, task, message).
+  DeviceErrorLog errors_;     // found at retirement, reported at the next drain
+  uint64_t next_launch_ = 0;  // the last LaunchId issued
+  RuntimeStats stats_;
+  std::vector<rhi::Buffer*> bindings_;  // record_launch's scratch
+  UseGuard use_guard_;                  // see use_guard.h: the thread model, enforced
+  // hold_host_view's counts (Interop), of arrays in mapped memory that is not host-coherent only.
+  std::unordered_map<uint64_t, uint32_t> host_views_;
+
+  // The graphs (Runtime::Graphs, made by Runtime's constructor). ~Runtime empties them before
+  // the device goes.
+  std::unique_ptr<CaptureHooks> graphs_;
+};
+
+class Runtime : public CommandQueue {
  public:
   // Captured launch sequences: capture, instantiate, replay (runtime/graphs.h).
   class Graphs;
@@ -401,8 +652,6 @@ class Runtime {
   // scalar ranges): nothing planned, made or recorded. Session::launch_loop checks a loop's
   // launches with it before running any.
   Status check_launch(KernelHandle kernel, std::span<const Arg> args);
-  // The sequence number the next recorded launch will get.
-  LaunchId next_launch_id() const { return LaunchId{next_launch_ + 1}; }
 
   // --- captured launch sequences (graphs.h) ---
   // The runtime's graphs. While a capture is open (Graphs::begin_capture), launch(), fill() and
@@ -416,48 +665,6 @@ class Runtime {
   // A view (it holds nothing of its own: copy it freely while the runtime lives).
   Interop interop();
 
-  // Submits what was recorded (if anything) and runs the retirement policy. With nothing
-  // recorded it only polls, and returns the semaphore of the last submission.
-  Result<rhi::StreamSemaphore> flush();
-  // Device errors are reported once, by the download / synchronize that finds them, as a
-  // kDeviceError whose message names kernel, task, the error and the launch sequence numbers
-  // ("in launch #2", "in launches #2, #5 (3 launches)").
-  Status synchronize();
-  // The device errors behind the last kDeviceError that download / synchronize returned (empty
-  // when none was reported yet), for callers that act on them rather than print them.
-  const std::vector<DeviceError>& device_errors() const { return errors_.reported(); }
-
-  // After a device loss every call above and set_retirement_depth return kDeviceLost and
-  // change nothing; only destruction remains useful. A handle of another runtime is
-  // kInvalidArgument, a freed or never-issued one kNotFound; both name the handle.
-  Status set_retirement_depth(size_t depth);
-  // Where the lines of kernels' print statements go (abi/print_records.h): one call per line
-  // (no newline), on the thread that retires the launch -- the one calling launch, flush,
-  // synchronize, a download -- in launch order, each launch's lines in its records' order;
-  // a launch whose print area filled adds a line saying how many records it dropped. Unset
-  // (the default, or an empty function): written to stdout.
-  void set_print_sink(std::function<void(std::string_view line)> sink) {
-    print_sink_ = std::move(sink);
-  }
-  // What the user wrote that makes the launches recorded from now on, for their device errors:
-  // `what` (static storage; nullptr: nothing) and its number, reported after the launch's own
-  // number, "in launch #12 (the adjoint of tape entry 3)". The tapes set it around their
-  // launches. A replayed graph's launches name their graph's launch instead.
-  void set_launch_note(const char* what, uint64_t index) {
-    note_.what = what;
-    note_.index = index;
-  }
-  // The iteration of a loop the launches recorded from now on belong to (a step loop launched
-  // one launch at a time), added to the note: "iteration 4 of the loop at tape entry 2";
-  // negative: none.
-  void set_launch_iteration(int64_t iteration) {
-    note_.iteration = iteration;
-    note_.last_iteration = -1;
-  }
-  // Both at once (a reworked step loop's launches name their iterations, a fused one all of
-  // its members').
-  LaunchOrigin launch_origin() const { return note_; }
-  void set_launch_origin(const LaunchOrigin& origin) { note_ = origin; }
   // Returns the runtime's idle memory to the driver: synchronizes (so every retirement entry is
   // complete and released), then frees the rings' chunks (open and pooled), the adstack heaps
   // (made again at the next launch that needs them), the ndarray pool, what the deferred
@@ -468,20 +675,6 @@ class Runtime {
   // of a program, not per iteration. Errors: those of synchronize(); kFailedPrecondition while
   // capturing.
   Status release_idle_memory();
-  // A timeline (runtime/timeline.h): from begin_timeline to end_timeline every launch, fill,
-  // copy and upload is timed on the device and submissions and waits on the host. begin waits
-  // for the device once (the clock calibration); kFailedPrecondition while capturing or when a
-  // timeline is already being recorded. `max_events`: events kept, later ones counted as
-  // dropped. end_timeline waits for every submission and reads the timestamps; device errors
-  // raised meanwhile stay pending for the next download / synchronize. kFailedPrecondition
-  // when no timeline was begun.
-  // `replay_sample`: a graph's first replay and every replay_sample-th after it are timed
-  // launch by launch, the others as one event (at least 1; 1: every replay).
-  Status begin_timeline(uint64_t max_events = kTimelineMaxEvents,
-                        uint32_t replay_sample = kTimelineReplaySample);
-  Result<Timeline> end_timeline();
-  bool timeline_on() const { return timeline_ != nullptr; }
-  size_t retirement_depth() const { return retirement_.depth(); }
   // A snapshot of the counters. Like every call, kFailedPrecondition while another thread is
   // inside this runtime (the counters are being changed; see use_guard.h).
   Result<RuntimeStats> stats() const;
@@ -491,11 +684,6 @@ class Runtime {
   // Waits for the specialized variants being made in the background and takes them in, so
   // that the next launches run them (and stats() counts them): for tests and benchmarks.
   void finish_pipelines() { pipelines_.finish_background(); }
-  // Read-only: the device's state (capabilities, validation messages, live objects). Calls that
-  // change it (mark_lost, live_mut, creating objects) stay inside the runtime, which keeps its
-  // invariants.
-  const rhi::Device& device() const { return *device_; }
-  const rhi::Capabilities& caps() const { return device_->caps(); }
   // The resolved RuntimeOptions::cache_dir: "" when the on-disk caches are off.
   const std::string& cache_dir() const { return cache_dir_; }
   // Writes the driver's pipeline cache now (rhi::Device::save_pipeline_cache); the destructor
@@ -503,50 +691,10 @@ class Runtime {
   Status save_pipeline_cache();
 
  private:
-  struct Kernel {
-    CompiledKernel desc;
-    uint64_t id = 0;                 // its handle (GraphRecord gives it back)
-    uint64_t hash = 0;               // the key of its pipelines in the pipeline cache
-    std::vector<bool> private_tier;  // per task: its module declares the private tier
-    // desc's layout facts, found once at registration (each is a scan of desc).
-    uint32_t args_bytes = 0;   // desc.args_bytes()
-    uint32_t array_count = 0;  // desc.array_count()
-    bool has_adstacks = false;
-  };
-
-  // Where a launch's device error words live: checked when its submission retires.
-  struct FlagSite {
-    const std::byte* args;                 // the launch's args slot in the upload ring (mapped)
-    std::shared_ptr<const Kernel> kernel;  // kept alive even if unregistered meanwhile
-    LaunchId launch;
-    uint64_t graph = 0;         // a replayed launch's graph (its handle id), else 0
-    uint32_t graph_launch = 0;  // and its index in the graph
-    LaunchOrigin origin;        // at the launch (a replay's: at its capture)
-  };
-  // Per-flush payload of the retirement queue.
-  struct CtxBuffers {
-    std::vector<rhi::Buffer> buffers;  // per-launch buffers: large staging, replaced heaps
-    std::vector<FlagSite> flags;
-    // Ring chunks closed while this list was recorded (host_ring.h): back to their ring's
-    // pool when it retires.
-    std::vector<rhi::Buffer> upload_chunks, readback_chunks;
-  };
-
-  // A fill as fill() records it and a graph keeps it (graphs.h).
-  struct CapturedFill {
-    NdArrayHandle array;
-    uint64_t pattern = 0;  // an element's bytes (the low 32 bits where !wide)
-    bool wide = false;     // an 8-byte pattern with unequal halves: rhi fill64
-    double value = 0;      // what fill() was given (GraphRecord reads it back)
-  };
   // fill()'s checks of a fill of `array` with `value` (a dead handle, a value its dtype cannot
   // hold) and the step a graph keeps of it.
   Result<CapturedFill> fill_step(NdArrayHandle array, double value) const;
   Runtime();
-  Status ensure_list();
-  // Records a host -> device copy of all of `a` from `data` (a.bytes bytes) through a staging
-  // buffer retired with the list: upload, and fill's patterns that vkCmdFillBuffer cannot repeat.
-  Status record_host_copy(NdArray& a, const void* data);
   // The error for a handle that is not live here: foreign (kInvalidArgument) or freed /
   // never issued (kNotFound). `what` is "kernel" or "ndarray".
   Status dead_handle(const std::string& where, const char* what, uint64_t id) const;
@@ -555,76 +703,18 @@ class Runtime {
   // scalar), which plan_pipelines reads.
   Status check_args(const Kernel& k, std::span<const Arg> args);
   std::vector<NdArray*> checked_arrays_;
-  Status drain_all();
-  Status ensure_heaps(const std::array<uint64_t, adstack::kHeapCount>& need);
-  void read_error_flags(CtxBuffers& retired);
-  // The lines a retired launch's print statements left in its print area, to the print sink.
-  void print_lines(const FlagSite& site);
-  // The stream's command buffers for the submissions a retirement depth lets be in flight
-  // (depth + 2, at most 16).
-  Status reserve_submissions(size_t depth);
-  // Reads and releases what the retirement queue retired (after every call that can retire).
-  void take_retired();
 
-  RuntimeOptions options_;
   std::string cache_dir_;
-  LaunchLimits limits_;  // the device's and options' numbers planning needs (launch_plan.h)
-  std::unique_ptr<rhi::Device> device_;
-  std::unique_ptr<rhi::Stream> stream_;
-  rhi::CommandList list_;
-  double list_started_us_ = 0;
-  CtxBuffers ctx_buffers_;
-  uint64_t ctx_bytes_ = 0;
-  RetirementQueue<CtxBuffers> retirement_;
-  std::vector<CtxBuffers> retired_;  // take_retired's scratch (no allocation per flush)
-  // Retired payloads emptied, their vectors' capacity kept: the next flush's ctx_buffers_ come
-  // from here, so a flush allocates no vectors in the steady state.
-  std::vector<CtxBuffers> spare_ctx_;
-  FlushProfile profile_;  // RuntimeOptions::profile_flush
-  // begin_timeline .. end_timeline; null otherwise (a launch then tests this pointer only).
-  std::unique_ptr<TimelineRecorder> timeline_;
-  std::function<void(std::string_view)> print_sink_;  // set_print_sink
-  LaunchOrigin note_;                                 // set_launch_note, set_launch_iteration
-  const std::string* timeline_graph_ = nullptr;       // the graph being replayed, for its events
-  bool timeline_quiet_ = false;  // a replay timed as one event: its launches record no stamps
-  // The graph launch record_launch is recording (a replay launch by launch), for its FlagSite.
-  uint64_t replay_graph_ = 0;
-  uint32_t replay_launch_ = 0;
-  LaunchOrigin replay_origin_;  // ... and its CapturedLaunch::origin
-  // Records a device event around what `record` records into list_ when the timeline is on;
-  // `name` is called only then.
-  template <typename Record, typename Name>
-  Status timed(const char* category, Name&& name, Record&& record);
+  LaunchLimits limits_;       // the device's and options' numbers planning needs (launch_plan.h)
   NdArrayPool ndarray_pool_;  // create_ndarray's `pooled` (ndarray_table.h); create() sizes it
   PipelineCache pipelines_{256, nullptr};  // create() sets it from the options
   std::unordered_map<uint64_t, std::shared_ptr<const Kernel>> kernels_;
-  NdArrayTable arrays_;
   uint64_t runtime_id_ = 0;  // process-wide, the high half of every handle
   // The low half: atomic for reserve_kernel_handle (any thread); issue_id the same counter.
   std::atomic<uint32_t> next_serial_{1};
   std::unordered_set<uint64_t> reserved_kernels_;  // reserved, not yet registered (under mu)
   std::mutex reserved_mu_;
-  rhi::StreamSemaphore last_sem_;
-  AdstackHeaps heaps_;  // shared by all adstack launches
-  // Launch args and small upload staging / small readbacks (host_ring.h): no buffer per call.
-  std::optional<HostRing> upload_ring_, readback_ring_;
-  // Found at retirement, reported at the next drain: one entry per (kernel, task, message).
-  DeviceErrorLog errors_;     // found at retirement, reported at the next drain
-  uint64_t next_launch_ = 0;  // the last LaunchId issued
-  RuntimeStats stats_;
   std::vector<std::byte> args_scratch_;  // launch: the args encoded before the copy to the device
-  // What planning decides for one launch and recording reads: each task's plan and pipeline,
-  // and the launch's counts -- everything a captured launch keeps of its planning but the
-  // buffers. Captured launches of one kernel that plan alike share one (Graph::plans), so ==
-  // compares every field (defaulted: a field added here is compared too).
-  struct CommandPlan {
-    LaunchPlan lp;
-    std::vector<rhi::ComputePipeline*> pipelines;  // per task
-    // Tasks run specialized, past the variant cap, and run generic while their variant is
-    // made in the background.
-    uint64_t specialized = 0, spec_misses = 0, spec_pending = 0;
-    bool operator==(const CommandPlan&) const = default;
-  };
   // What plan_pipelines finds for one launch (kept as a member: its vectors are reused).
   struct PlannedLaunch : CommandPlan {
     std::vector<rhi::Buffer*> arrays;  // the ndarray arguments' buffers, in parameter order
@@ -641,64 +731,8 @@ class Runtime {
   Status plan_pipelines(const Kernel& k, std::span<const Arg> args, PlannedLaunch* out,
                         bool background);
   void encode_planned_args(const Kernel& k, const LaunchPlan& lp);  // plan_pipelines' encoding
-  // Records a planned launch into the current list (heaps already grown to its need; `arrays`:
-  // its ndarray arguments' buffers in parameter order; `encoded`: its args, k->args_bytes of
-  // them). Only the ring slot can fail.
-  Status record_launch(const std::shared_ptr<const Kernel>& k, const CommandPlan& plan,
-                       std::span<rhi::Buffer* const> arrays, const std::byte* encoded, LaunchId* id,
-                       bool final_barrier = true);
-  // Binds and dispatches every task of a planned launch into `list` (the runtime's list, or a
-  // graph's bundle), reading its args at `args_offset` of `args_buf`. A barrier follows every
-  // task's dispatch; the last one's only with `final_barrier` (a graph step whose next launch
-  // was proved independent of it goes without).
-  Status record_dispatches(rhi::CommandList& list, const Kernel& k, const CommandPlan& plan,
-                           std::span<rhi::Buffer* const> arrays, rhi::Buffer& args_buf,
-                           uint64_t args_offset, bool final_barrier = true);
-  // record_dispatches with everything it reads given: the heap buffers (kHeapCount of them)
-  // and the bindings scratch. Touches no runtime state: a capture run's recording thread calls
-  // it.
-  static Status dispatch_into(rhi::CommandList& list, const Kernel& k, const CommandPlan& plan,
-                              std::span<rhi::Buffer* const> arrays,
-                              std::span<rhi::Buffer* const> heaps, rhi::Buffer& args_buf,
-                              uint64_t args_offset, bool final_barrier,
-                              std::vector<rhi::Buffer*>& bindings);
-  void count_launch(const CommandPlan& plan);  // the stats of one launch recorded
-  Result<rhi::StreamSemaphore> submit_list();  // flush()'s submission, also while capturing
-  Status auto_flush();  // flush when the list is past max_dispatches_per_list or max_list_age_us
-  std::vector<rhi::Buffer*> bindings_;  // record_launch's scratch
 
-  UseGuard use_guard_;  // see use_guard.h: the thread model, enforced
-  // hold_host_view's counts (Interop), of arrays in mapped memory that is not host-coherent only.
-  std::unordered_map<uint64_t, uint32_t> host_views_;
-  Status sync_host_views(bool to_device);  // flush (to_device) or invalidate them all
-
-  // What the runtime asks of its graphs where a launch, fill, flush or free meets an open capture
-  // (Graphs implements it, graphs.h): an interface, so that the runtime's own sources need nothing
-  // of graphs.h, which sits above them as a layer over the runtime.
-  class CaptureHooks {
-   public:
-    virtual ~CaptureHooks() = default;
-    virtual bool capturing() const = 0;
-    // kFailedPrecondition naming the open capture for `what`, a call a capture refuses.
-    virtual Status not_while_capturing(const char* what) const = 0;
-    virtual bool take_omit_barrier() = 0;  // omit_next_barrier's request, for this launch only
-    // A checked and planned launch (planned_, args_scratch_) or a fill into the open capture;
-    // `last`: the call's last fill (zero_many's fills are one step for a running capture).
-    virtual void captured_launch(const std::shared_ptr<const Kernel>& k, std::span<const Arg> args,
-                                 bool omit_barrier) = 0;
-    virtual void captured_fill(const CapturedFill& fill, bool last) = 0;
-    // free_ndarray's: a running capture's steps so far submitted (they bind buffers).
-    virtual Status drain_run() = 0;
-    // ~Runtime's two steps: a running capture stopped and the capture dropped; once drained,
-    // every graph released (their bundles go back to the stream before it is destroyed).
-    virtual void drop_capture() noexcept = 0;
-    virtual void drop_all() noexcept = 0;
-    // "launch k of graph 'name'" for a flagged replayed launch (the graph may be released).
-    virtual std::string graph_launch_where(uint64_t graph, uint32_t index) const = 0;
-  };
   static std::unique_ptr<CaptureHooks> make_graphs(Runtime& rt);  // graph.cpp
-  // Last: made with the runtime, destroyed first (~Runtime empties it before the device goes).
-  std::unique_ptr<CaptureHooks> graphs_;
 };
 
 }  // namespace vkad::runtime
