@@ -471,27 +471,14 @@ void pad_capture(State& st, uint32_t captured);
 
 // ------------------------------------------------------------------ session
 
-// A Python Session's C++ side: the State its arrays and kernels share, and its calls, each
-// defined in the source of its concern (the groups below name it).
-struct Session {
-  StatePtr st = std::make_shared<State>();
+// A Python Session's C++ side is the State its arrays and kernels share and, beside it, the parts
+// below, one per concern, each holding that State and defined in the source of its concern. The
+// module binds their calls as Session methods (on() below), so Python sees one vkad.Session.
 
-  // ---- Creation, synchronisation, statistics, device queries and close (session.cpp)
-
-  Session(nb::handle device, bool validation, size_t retirement_depth, uint32_t spare_memory_blocks,
-          std::optional<std::string> cache_dir, bool specialize_shapes, bool check_finite);
-  void flush();
-  void synchronize();
-  void release_idle_memory();
-  void close();
-  nb::dict stats();
-  std::vector<std::string> validation_messages();
-  std::string device_name();
-  std::string device_uuid();
-  // What the device can do that changes what a kernel may use or how vkad lowers it.
-  nb::dict capabilities();
-
-  // ---- Arrays (ndarray.cpp)
+// Session's arrays (ndarray.cpp, interop.cpp): creation, numpy upload, free, zero, fill and copy,
+// and DLPack import. The arrays a call is given are checked to be this session's and live (own).
+struct Arrays {
+  StatePtr st;
 
   nb::object empty(nb::handle shape_obj, DType dtype, const std::string& name);
   nb::object make_empty(nb::handle shape_obj, DType dtype, const std::string& name, bool pooled);
@@ -519,8 +506,12 @@ struct Session {
   void copy_from_cuda(NdArray& a, const vkad::dlpack::Tensor& t, const std::byte* src,
                       uint64_t bytes, const std::string& where);
   nb::dict interop_info();
+};
 
-  // ---- Kernels (kernel.cpp)
+// Session's kernels (kernel.cpp): IR text compiled, differentiated (reverse and forward mode) and
+// released, each as a Python Kernel holding the State.
+struct Kernels {
+  StatePtr st;
 
   nb::object make_kernel(KernelHandle h, const std::string& name, std::vector<ParamInfo> params);
   nb::object compile(const std::string& text, const Elements& elements);
@@ -530,8 +521,14 @@ struct Session {
   // scalar, an ndarray's an ndarray, with its element shape).
   nb::object jvp(const std::string& text, const Elements& elements);
   void release(Kernel& k);
+};
 
-  // ---- Launches (launch.cpp)
+// Session's launches (launch.cpp): a launch's arguments converted and checked against its
+// kernel, then run -- on the recording tape where it records it, added to the graph being
+// captured -- or traced inside Session.loop's body; prepare makes a launch's pipelines ahead,
+// bind fixes some of its arguments.
+struct Launches {
+  StatePtr st;
 
   // The Kernel a launch or prepare names (a Differentiated stands for its forward), checked
   // against this session and the argument count; `where` names the call in errors.
@@ -550,6 +547,7 @@ struct Session {
   void prepare(nb::handle kernel, nb::args args);
   // Session.bind: `kernel` with the arguments named in `named` fixed (converted and checked
   // here, once); the Bound launches it with the others, given positionally in parameter order.
+  // `self`: the Python Session, which the Bound keeps alive (and with it this object).
   nb::object bind(nb::handle self, nb::handle kernel, nb::kwargs named);
   // Session.loop's body: the launch traced (docs/graphs.md, "Step loops") -- its arguments
   // converted, the loop index's as its first iteration's value -- and nothing run. `value(i)`: the
@@ -557,8 +555,14 @@ struct Session {
   // Defined in launch.cpp, where its only callers are.
   template <typename Value>
   void trace(nb::handle kernel, Kernel* k, Value&& value);
+};
 
-  // ---- Step loops (loop.cpp)
+// Session's step loops (loop.cpp): Session.loop's trace begun, ended by running the traced body
+// (on the recording tape, in the graph being captured) or prepared; its adjoints' kernels are
+// checked as a launch's are (`launches`, the same Session's).
+struct Loops {
+  StatePtr st;
+  Launches& launches;
 
   // Session.loop's halves (python/vkad/__init__.py): begin starts the trace and returns the
   // symbolic index; end runs the traced body `count` times (vkad::Session::launch_loop),
@@ -593,8 +597,12 @@ struct Session {
   // no differentiated launch or a gradient is unset (the tape would make it at backward).
   std::optional<std::vector<vkad::LoopLaunch>> adjoint_of_set_grads(const LoopTrace& t,
                                                                     uint32_t count);
+};
 
-  // ---- Graphs (graph.cpp)
+// Session's graphs (graph.cpp): a capture begun and ended (launches add their kernels to the
+// Graph it returns meanwhile), a background rework awaited, and replays with scalar updates.
+struct Graphs {
+  StatePtr st;
 
   // Session.capture's halves: begin returns the Graph (its handle set by end).
   nb::object begin_capture(const std::string& name, bool background, bool run);
@@ -608,6 +616,35 @@ struct Session {
   // updates: (launch index or name, parameter index, value) triples, converted like launch
   // arguments.
   void replay(Graph& g, nb::handle updates);
+};
+
+// vkad.Session: creation, synchronisation, statistics, device queries, close and debugging
+// (session.cpp, debugging.cpp) are its own calls; the rest are its parts'. Not copied: the parts
+// refer to each other.
+struct Session {
+  StatePtr st = std::make_shared<State>();
+  Arrays arrays{st};
+  Kernels kernels{st};
+  Launches launches{st};
+  Loops loops{st, launches};
+  Graphs graphs{st};
+
+  // ---- Creation, synchronisation, statistics, device queries and close (session.cpp)
+
+  Session(nb::handle device, bool validation, size_t retirement_depth, uint32_t spare_memory_blocks,
+          std::optional<std::string> cache_dir, bool specialize_shapes, bool check_finite);
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+  void flush();
+  void synchronize();
+  void release_idle_memory();
+  void close();
+  nb::dict stats();
+  std::vector<std::string> validation_messages();
+  std::string device_name();
+  std::string device_uuid();
+  // What the device can do that changes what a kernel may use or how vkad lowers it.
+  nb::dict capabilities();
 
   // ---- Debugging (debugging.cpp)
 
@@ -617,6 +654,14 @@ struct Session {
   void begin_timeline(uint64_t max_events, uint32_t replay_sample);
   vkad::Timeline end_timeline();
 };
+
+// A Session call of one of its parts as the module binds it: `method` of the part `Part`
+// (&Session::arrays, ...) run on the Session the call is made on, which is the bound method's
+// self, so the Python signature and errors are the method's own.
+template <auto Part, typename P, typename R, typename... A>
+auto on(R (P::*method)(A...)) {
+  return [method](Session& s, A... a) -> R { return ((s.*Part).*method)(std::forward<A>(a)...); };
+}
 
 // ------------------------------------------------------------------ bind functions
 // NB_MODULE (module.cpp) calls them in this order; each binds its source's classes and Session

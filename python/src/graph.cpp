@@ -32,7 +32,7 @@ std::vector<std::optional<std::string>> launch_names(const Graph& g) {
 
 }  // namespace
 
-nb::object Session::begin_capture(const std::string& name, bool background, bool run) {
+nb::object Graphs::begin_capture(const std::string& name, bool background, bool run) {
   {
     Locked l(*st);
     check(st->get().begin_capture(
@@ -46,7 +46,7 @@ nb::object Session::begin_capture(const std::string& name, bool background, bool
   return obj;
 }
 
-void Session::end_capture() {
+void Graphs::end_capture() {
   Graph* g = st->capture.is_none() ? nullptr : nb::cast<Graph*>(st->capture);
   // GIL released: end_capture may wait for the previous background rework.
   Result<vkad::GraphHandle> h =
@@ -56,7 +56,7 @@ void Session::end_capture() {
   if (g) g->handle = got;
 }
 
-void Session::finish_rework(Graph& g) {
+void Graphs::finish_rework(Graph& g) {
   if (g.st != st)
     invalid("finish_rework of graph '" + g.name + "': the graph belongs to another session");
   if (g.released || g.handle.id == 0) return;
@@ -64,7 +64,7 @@ void Session::finish_rework(Graph& g) {
   check(blocking(*st, [&](vkad::Session& s) { return s.finish_rework(h); }));
 }
 
-uint32_t Session::update_index(nb::handle v, const std::string& what) {
+uint32_t Graphs::update_index(nb::handle v, const std::string& what) {
   if (!nb::isinstance<nb::int_>(v) || nb::isinstance<nb::bool_>(v)) {
     invalid(what + " index " + nb::repr(v).c_str() + " is not an int");
   }
@@ -75,7 +75,7 @@ uint32_t Session::update_index(nb::handle v, const std::string& what) {
   return static_cast<uint32_t>(i);
 }
 
-uint32_t Session::update_launch(const Graph& g, nb::handle v, const std::string& which) {
+uint32_t Graphs::update_launch(const Graph& g, nb::handle v, const std::string& which) {
   if (!nb::isinstance<nb::str>(v)) return update_index(v, which + "launch");
   const std::string name = nb::cast<std::string>(v);
   const std::vector<std::optional<std::string>> names = launch_names(g);
@@ -89,7 +89,7 @@ uint32_t Session::update_launch(const Graph& g, nb::handle v, const std::string&
           (names.size() > 8 ? ", ...)" : ")"));
 }
 
-void Session::replay(Graph& g, nb::handle updates) {
+void Graphs::replay(Graph& g, nb::handle updates) {
   if (g.st != st) invalid("replay of graph '" + g.name + "': the graph belongs to another session");
   if (g.released || g.handle.id == 0) {
     invalid("replay of graph '" + g.name +
@@ -175,13 +175,13 @@ void bind_graph(nb::module_& m) {
 
 void bind_session_graphs(nb::class_<Session>& session) {
   session
-      .def("_begin_capture", &Session::begin_capture, "name"_a, "background"_a = false,
-           "run"_a = false)
-      .def("finish_rework", &Session::finish_rework, "graph"_a,
+      .def("_begin_capture", on<&Session::graphs>(&Graphs::begin_capture), "name"_a,
+           "background"_a = false, "run"_a = false)
+      .def("finish_rework", on<&Session::graphs>(&Graphs::finish_rework), "graph"_a,
            "Waits for the graph's background rework (capture(background=True)) and installs "
            "it: replays run the reworked graph from now on. Nothing for other graphs.")
-      .def("_end_capture", &Session::end_capture)
-      .def("replay", &Session::replay, "graph"_a, "updates"_a = nb::none(),
+      .def("_end_capture", on<&Session::graphs>(&Graphs::end_capture))
+      .def("replay", on<&Session::graphs>(&Graphs::replay), "graph"_a, "updates"_a = nb::none(),
            nb::sig("def replay(self, graph: Graph, updates: list[tuple[int, int, int | float | "
                    "bool]] | None = None) -> None"),
            "Runs a captured graph (asynchronous). updates: (launch index, parameter index, "

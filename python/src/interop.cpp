@@ -382,7 +382,7 @@ nb::object ndarray_dlpack(nb::handle self, nb::handle stream, nb::handle max_ver
   return dlpack_capsule(e.release(), t, versioned);
 }
 
-nb::object Session::from_dlpack_capsule(nb::handle capsule, const std::string& name) {
+nb::object Arrays::from_dlpack_capsule(nb::handle capsule, const std::string& name) {
   using namespace vkad::dlpack;
   const std::string where = "from_dlpack" + (name.empty() ? std::string() : " '" + name + "'");
   if (!PyCapsule_CheckExact(capsule.ptr())) {
@@ -456,8 +456,8 @@ nb::object Session::from_dlpack_capsule(nb::handle capsule, const std::string& n
   return out;
 }
 
-void Session::copy_from_cuda(NdArray& a, const vkad::dlpack::Tensor& t, const std::byte* src,
-                             uint64_t bytes, const std::string& where) {
+void Arrays::copy_from_cuda(NdArray& a, const vkad::dlpack::Tensor& t, const std::byte* src,
+                            uint64_t bytes, const std::string& where) {
   Locked l(*st);
   vkad::runtime::Runtime& rt = st->get().runtime();
   NdArrayMemory mem = take(rt.interop().ndarray_memory(a.handle));
@@ -484,7 +484,7 @@ void Session::copy_from_cuda(NdArray& a, const vkad::dlpack::Tensor& t, const st
   check(copied);
 }
 
-nb::dict Session::interop_info() {
+nb::dict Arrays::interop_info() {
   Locked l(*st);
   vkad::runtime::Runtime& rt = st->get().runtime();
   nb::dict d;
@@ -501,8 +501,10 @@ nb::dict Session::interop_info() {
 }
 
 void bind_interop(nb::class_<Session>& session) {
-  session.def("_from_dlpack_capsule", &Session::from_dlpack_capsule, "capsule"_a, "name"_a = "")
-      .def("interop_info", &Session::interop_info,
+  session
+      .def("_from_dlpack_capsule", on<&Session::arrays>(&Arrays::from_dlpack_capsule), "capsule"_a,
+           "name"_a = "")
+      .def("interop_info", on<&Session::arrays>(&Arrays::interop_info),
            nb::sig("def interop_info(self) -> dict[str, object]"),
            "What DLPack exchange can use on this device: exportable memory and semaphore, "
            "CUDA (and why not), mapped blocks, live exports.");

@@ -26,7 +26,7 @@ std::vector<ParamInfo> params_of(const vkad::codegen::Kernel& k, const Elements&
 
 }  // namespace
 
-nb::object Session::make_kernel(KernelHandle h, const std::string& name,
+nb::object Kernels::make_kernel(KernelHandle h, const std::string& name,
                                 std::vector<ParamInfo> params) {
   auto* k = new Kernel();
   k->st = st;
@@ -36,7 +36,7 @@ nb::object Session::make_kernel(KernelHandle h, const std::string& name,
   return nb::cast(k, nb::rv_policy::take_ownership);
 }
 
-nb::object Session::compile(const std::string& text, const Elements& elements) {
+nb::object Kernels::compile(const std::string& text, const Elements& elements) {
   vkad::codegen::Kernel k;
   Result<KernelHandle> h = blocking(*st, [&](vkad::Session& s) -> Result<KernelHandle> {
     VKAD_ASSIGN_OR_RETURN(k, vkad::codegen::parse(text));
@@ -45,7 +45,7 @@ nb::object Session::compile(const std::string& text, const Elements& elements) {
   return make_kernel(take(std::move(h)), k.name, params_of(k, elements));
 }
 
-nb::object Session::differentiate(const std::string& text, const Elements& elements) {
+nb::object Kernels::differentiate(const std::string& text, const Elements& elements) {
   vkad::codegen::Kernel k;
   std::shared_ptr<const vkad::codegen::KernelAccess> access;
   Result<vkad::Differentiated> r =
@@ -78,7 +78,7 @@ nb::object Session::differentiate(const std::string& text, const Elements& eleme
   return nb::cast(out, nb::rv_policy::take_ownership);
 }
 
-nb::object Session::jvp(const std::string& text, const Elements& elements) {
+nb::object Kernels::jvp(const std::string& text, const Elements& elements) {
   vkad::codegen::Kernel k, j;
   Result<KernelHandle> h = blocking(*st, [&](vkad::Session& s) -> Result<KernelHandle> {
     VKAD_ASSIGN_OR_RETURN(k, vkad::codegen::parse(text));
@@ -94,7 +94,7 @@ nb::object Session::jvp(const std::string& text, const Elements& elements) {
   return make_kernel(handle, j.name, params_of(j, all));
 }
 
-void Session::release(Kernel& k) {
+void Kernels::release(Kernel& k) {
   if (k.st != st) invalid("release: kernel '" + k.name + "' belongs to another session");
   Locked l(*st);
   check(st->get().release(k.handle));
@@ -183,23 +183,24 @@ void bind_differentiated(nb::module_& m) {
 
 void bind_session_kernels(nb::class_<Session>& session) {
   session
-      .def("compile", &Session::compile, "ir"_a, "elements"_a = Elements{},
+      .def("compile", on<&Session::kernels>(&Kernels::compile), "ir"_a, "elements"_a = Elements{},
            nb::sig("def compile(self, ir: str, elements: collections.abc.Sequence["
                    "collections.abc.Sequence[int]] = []) -> Kernel"),
            "Compiles a kernel from the IR text form. `elements`: per parameter, the extents "
            "its array's trailing axes must have at a launch (a KernelBuilder's element shapes).")
-      .def("jvp", &Session::jvp, "ir"_a, "elements"_a = Elements{},
+      .def("jvp", on<&Session::kernels>(&Kernels::jvp), "ir"_a, "elements"_a = Elements{},
            nb::sig("def jvp(self, ir: str, elements: collections.abc.Sequence["
                    "collections.abc.Sequence[int]] = []) -> Kernel"),
            "Compiles the forward-mode (tangent) kernel of a kernel (IR text): its parameters, "
            "then '<name>_dot' per grad parameter (autodiff/forward_mode.h); `elements` as for "
            "compile.")
-      .def("differentiate", &Session::differentiate, "ir"_a, "elements"_a = Elements{},
+      .def("differentiate", on<&Session::kernels>(&Kernels::differentiate), "ir"_a,
+           "elements"_a = Elements{},
            nb::sig("def differentiate(self, ir: str, elements: collections.abc.Sequence["
                    "collections.abc.Sequence[int]] = []) -> Differentiated"),
            "Compiles a kernel (IR text) and its adjoint; `elements` as for compile (the "
            "adjoint's gradient parameters take their array's).")
-      .def("release", &Session::release, "kernel"_a);
+      .def("release", on<&Session::kernels>(&Kernels::release), "kernel"_a);
 }
 
 }  // namespace

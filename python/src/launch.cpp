@@ -127,7 +127,7 @@ Arg to_arg(const Kernel& k, const State& st, size_t i, nb::handle v, const char*
   return integer_arg(p, v, where);
 }
 
-Kernel* Session::kernel_for(nb::handle kernel, size_t nargs, const char* where, bool check_count) {
+Kernel* Launches::kernel_for(nb::handle kernel, size_t nargs, const char* where, bool check_count) {
   Kernel* k = nullptr;
   if (!nb::try_cast<Kernel*>(kernel, k) || !k) {
     Differentiated* d = nullptr;
@@ -147,7 +147,7 @@ Kernel* Session::kernel_for(nb::handle kernel, size_t nargs, const char* where, 
 }
 
 template <typename Value>
-void Session::trace(nb::handle kernel, Kernel* k, Value&& value) {
+void Launches::trace(nb::handle kernel, Kernel* k, Value&& value) {
   LoopTrace& t = *st->loop;
   LoopEntry e;
   e.kernel = nb::borrow(kernel);
@@ -180,7 +180,7 @@ void Session::trace(nb::handle kernel, Kernel* k, Value&& value) {
   t.entries.push_back(std::move(e));
 }
 
-void Session::launch(nb::handle kernel, nb::args args) {
+void Launches::launch(nb::handle kernel, nb::args args) {
   Kernel* k = kernel_for(kernel, args.size(), "launch");
   if (st->loop && st->loop->mine()) {
     trace(kernel, k, [&](size_t i) { return nb::handle(args[i]); });
@@ -197,8 +197,8 @@ void Session::launch(nb::handle kernel, nb::args args) {
   launch_converted(kernel, k, std::span<const Arg>(a, args.size()), args);
 }
 
-void Session::launch_converted(nb::handle kernel, Kernel* k, std::span<const Arg> span,
-                               nb::handle args, const char* note, uint64_t note_index) {
+void Launches::launch_converted(nb::handle kernel, Kernel* k, std::span<const Arg> span,
+                                nb::handle args, const char* note, uint64_t note_index) {
   // A differentiated kernel's launch inside `with t:` is vkad::Tape::launch's: its check
   // (refused before anything runs), checkpoint copies, launch and record.
   Tape* tape = k->diff ? st->recording : nullptr;
@@ -231,7 +231,7 @@ void Session::launch_converted(nb::handle kernel, Kernel* k, std::span<const Arg
   }
 }
 
-void Session::prepare(nb::handle kernel, nb::args args) {
+void Launches::prepare(nb::handle kernel, nb::args args) {
   Kernel* k = kernel_for(kernel, args.size(), "prepare");
   std::vector<Arg> a(args.size());
   for (size_t i = 0; i < args.size(); ++i) a[i] = to_arg(*k, *st, i, args[i]);
@@ -246,8 +246,8 @@ namespace {
 // changes; calling a Bound converts only what changes and goes straight to the launch, where
 // Session.launch converts every argument behind a Python call that builds the argument list.
 struct Bound {
-  nb::object session;  // the Python Session: keeps it (and `s`) alive
-  Session* s = nullptr;
+  nb::object session;  // the Python Session: keeps it (and `s`, its launches) alive
+  Launches* s = nullptr;
   nb::object kernel;  // as given to bind (a Kernel or a Differentiated)
   Kernel* k = nullptr;
   std::vector<Arg> args;           // per parameter (the free ones' filled per call, in a copy)
@@ -304,7 +304,7 @@ struct Bound {
 
 }  // namespace
 
-nb::object Session::bind(nb::handle self, nb::handle kernel, nb::kwargs named) {
+nb::object Launches::bind(nb::handle self, nb::handle kernel, nb::kwargs named) {
   {
     Locked l(*st);
     (void)st->get();  // a closed session binds nothing, as it launches nothing
@@ -362,14 +362,14 @@ void bind_bound(nb::module_& m) {
 
 void bind_session_launches(nb::class_<Session>& session) {
   session
-      .def("launch", &Session::launch, "kernel"_a, "args"_a,
+      .def("launch", on<&Session::launches>(&Launches::launch), "kernel"_a, "args"_a,
            nb::sig("def launch(self, kernel: Kernel | Differentiated, "
                    "*args: NdArray | int | float | bool) -> None"),
            "Records a launch (asynchronous). Scalars are converted to the parameter's dtype.")
       .def(
           "bind",
           [](nb::handle self, nb::handle kernel, nb::kwargs named) {
-            return nb::cast<Session&>(self).bind(self, kernel, std::move(named));
+            return nb::cast<Session&>(self).launches.bind(self, kernel, std::move(named));
           },
           "kernel"_a, "args"_a,
           nb::sig("def bind(self, kernel: Kernel | Differentiated, "
@@ -377,7 +377,7 @@ void bind_session_launches(nb::class_<Session>& session) {
           "The kernel with the arguments named here fixed (checked now): calling the result "
           "with the others, positionally in parameter order, launches it as launch() would "
           "(taped, captured), converting only those. docs/python.md, 'Bound launches'.")
-      .def("prepare", &Session::prepare, "kernel"_a, "args"_a,
+      .def("prepare", on<&Session::launches>(&Launches::prepare), "kernel"_a, "args"_a,
            nb::sig("def prepare(self, kernel: Kernel | Differentiated, "
                    "*args: NdArray | int | float | bool) -> None"),
            "Makes the pipelines a launch with these arguments uses (specialized variants "

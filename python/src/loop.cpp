@@ -26,7 +26,7 @@ void add_loop_to_capture(State& st, const vkad::LoopInfo& info, size_t n,
 }
 
 template <typename Grad>
-std::optional<std::vector<vkad::LoopLaunch>> Session::adjoint_body(
+std::optional<std::vector<vkad::LoopLaunch>> Loops::adjoint_body(
     const std::vector<LoopEntry>& entries, uint32_t count, Grad&& grad,
     std::vector<Kernel*>* kernels) {
   std::vector<vkad::LoopLaunch> body;
@@ -36,7 +36,7 @@ std::optional<std::vector<vkad::LoopLaunch>> Session::adjoint_body(
     const Kernel* fwd = e.k;
     const size_t n = e.args.size();
     if (fwd->adjoint.is_none()) invalid("'" + fwd->name + "' is not differentiated");
-    Kernel* adj = kernel_for(fwd->adjoint, n + fwd->gradients.size(), "launch");
+    Kernel* adj = launches.kernel_for(fwd->adjoint, n + fwd->gradients.size(), "launch");
     vkad::LoopLaunch l;
     l.kernel = adj->handle;
     l.args.resize(n + fwd->gradients.size());
@@ -57,7 +57,7 @@ std::optional<std::vector<vkad::LoopLaunch>> Session::adjoint_body(
   return body;
 }
 
-nb::object Session::loop_begin(int64_t start) {
+nb::object Loops::loop_begin(int64_t start) {
   if (st->loop && st->loop->mine()) {
     invalid(
         "Session.loop inside a loop's body: write the inner loop's launches into the "
@@ -84,11 +84,11 @@ nb::object Session::loop_begin(int64_t start) {
   return nb::cast(LoopIndex{0});
 }
 
-void Session::loop_abort() {
+void Loops::loop_abort() {
   if (st->loop && st->loop->mine()) st->loop.reset();
 }
 
-bool Session::loop_prepare(uint32_t count) {
+bool Loops::loop_prepare(uint32_t count) {
   if (!st->loop || !st->loop->mine()) {
     invalid("Session._loop_prepare: no loop body is being traced on this thread");
   }
@@ -113,7 +113,7 @@ bool Session::loop_prepare(uint32_t count) {
   return s.loop_rolls(body, count);
 }
 
-std::vector<vkad::TapeLoopLaunch> Session::tape_loop(const LoopTrace& t) {
+std::vector<vkad::TapeLoopLaunch> Loops::tape_loop(const LoopTrace& t) {
   std::vector<vkad::TapeLoopLaunch> out;
   for (const LoopEntry& e : t.entries) {
     if (e.recorded) {
@@ -125,7 +125,7 @@ std::vector<vkad::TapeLoopLaunch> Session::tape_loop(const LoopTrace& t) {
   return out;
 }
 
-void Session::loop_end(uint32_t count) {
+void Loops::loop_end(uint32_t count) {
   if (!st->loop || !st->loop->mine()) {
     invalid("Session._loop_end: no loop body is being traced on this thread");
   }
@@ -168,8 +168,8 @@ void Session::loop_end(uint32_t count) {
   }
 }
 
-void Session::prepare_loops(const LoopTrace& t, std::span<const vkad::LoopLaunch> body,
-                            uint32_t count) {
+void Loops::prepare_loops(const LoopTrace& t, std::span<const vkad::LoopLaunch> body,
+                          uint32_t count) {
   vkad::Session& s = st->get();
   s.prepare_loop(body, count);
   if (std::optional<std::vector<vkad::LoopLaunch>> adj = adjoint_of_set_grads(t, count)) {
@@ -177,8 +177,8 @@ void Session::prepare_loops(const LoopTrace& t, std::span<const vkad::LoopLaunch
   }
 }
 
-std::optional<std::vector<vkad::LoopLaunch>> Session::adjoint_of_set_grads(const LoopTrace& t,
-                                                                           uint32_t count) {
+std::optional<std::vector<vkad::LoopLaunch>> Loops::adjoint_of_set_grads(const LoopTrace& t,
+                                                                         uint32_t count) {
   std::vector<LoopEntry> differentiated;
   for (const LoopEntry& e : t.entries) {
     if (!e.k->adjoint.is_none()) differentiated.push_back(e);
@@ -270,10 +270,10 @@ void bind_loop_record(nb::module_& m) {
 }
 
 void bind_session_loops(nb::class_<Session>& session) {
-  session.def("_loop_begin", &Session::loop_begin, "start"_a)
-      .def("_loop_end", &Session::loop_end, "count"_a)
-      .def("_loop_abort", &Session::loop_abort)
-      .def("_loop_prepare", &Session::loop_prepare, "count"_a);
+  session.def("_loop_begin", on<&Session::loops>(&Loops::loop_begin), "start"_a)
+      .def("_loop_end", on<&Session::loops>(&Loops::loop_end), "count"_a)
+      .def("_loop_abort", on<&Session::loops>(&Loops::loop_abort))
+      .def("_loop_prepare", on<&Session::loops>(&Loops::loop_prepare), "count"_a);
 }
 
 }  // namespace

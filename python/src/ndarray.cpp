@@ -120,12 +120,12 @@ nb::object new_array(const StatePtr& st, std::vector<uint32_t> shape, DType dtyp
   return nb::cast(a, nb::rv_policy::take_ownership);
 }
 
-nb::object Session::empty(nb::handle shape_obj, DType dtype, const std::string& name) {
+nb::object Arrays::empty(nb::handle shape_obj, DType dtype, const std::string& name) {
   return make_empty(shape_obj, dtype, name, false);
 }
 
-nb::object Session::make_empty(nb::handle shape_obj, DType dtype, const std::string& name,
-                               bool pooled) {
+nb::object Arrays::make_empty(nb::handle shape_obj, DType dtype, const std::string& name,
+                              bool pooled) {
   std::vector<uint32_t> shape;
   nb::object extents =
       PyIndex_Check(shape_obj.ptr()) ? nb::make_tuple(shape_obj) : nb::borrow(shape_obj);
@@ -144,7 +144,7 @@ nb::object Session::make_empty(nb::handle shape_obj, DType dtype, const std::str
   return new_array(st, std::move(shape), dtype, name, pooled);
 }
 
-nb::object Session::from_numpy(const HostArray& host, const std::string& name) {
+nb::object Arrays::from_numpy(const HostArray& host, const std::string& name) {
   DType t;
   if (!dtype_of(host.dtype(), &t)) {
     invalid("ndarray '" + name + "': " + describe(host) +
@@ -157,7 +157,7 @@ nb::object Session::from_numpy(const HostArray& host, const std::string& name) {
   return a;
 }
 
-NdArray& Session::own(nb::handle obj, const char* what) {
+NdArray& Arrays::own(nb::handle obj, const char* what) {
   NdArray* a = nullptr;
   if (!nb::try_cast<NdArray*>(obj, a) || !a) {
     invalid(std::string(what) + ": expected a vkad ndarray, got " +
@@ -168,7 +168,7 @@ NdArray& Session::own(nb::handle obj, const char* what) {
   return *a;
 }
 
-void Session::free(nb::handle obj) {
+void Arrays::free(nb::handle obj) {
   NdArray& a = own(obj, "free");
   if (!a.owner.is_none()) {
     invalid("free: " + a.label() +
@@ -186,7 +186,7 @@ void Session::free(nb::handle obj) {
 
 // Inside `with t:` a zero or fill goes through the tape (vkad::Tape::fill): a checkpointing
 // tape records it, and any tape refuses one of an array the recording read or wrote.
-void Session::zero(nb::handle obj) {
+void Arrays::zero(nb::handle obj) {
   NdArray& a = own(obj, "zero");
   if (st->recording) {
     (void)st->get();  // a closed session's message first
@@ -197,7 +197,7 @@ void Session::zero(nb::handle obj) {
   check(st->get().zero(a.handle));
 }
 
-void Session::zero_many(nb::handle arrays) {
+void Arrays::zero_many(nb::handle arrays) {
   std::vector<NdArrayHandle> handles;
   for (nb::handle obj : arrays) handles.push_back(own(obj, "zero_many").handle);
   if (st->recording) {
@@ -208,7 +208,7 @@ void Session::zero_many(nb::handle arrays) {
   check(st->get().zero(std::span<const NdArrayHandle>(handles)));
 }
 
-void Session::fill(nb::handle obj, double value) {
+void Arrays::fill(nb::handle obj, double value) {
   NdArray& a = own(obj, "fill");
   if (st->recording) {
     (void)st->get();  // a closed session's message first
@@ -219,7 +219,7 @@ void Session::fill(nb::handle obj, double value) {
   check(st->get().fill(a.handle, value));
 }
 
-void Session::copy(nb::handle src, nb::handle dst) {
+void Arrays::copy(nb::handle src, nb::handle dst) {
   NdArray& a = own(src, "copy");
   NdArray& b = own(dst, "copy");
   uint32_t captured = 0;
@@ -337,23 +337,25 @@ void bind_ndarray(nb::module_& m) {
 
 void bind_session_arrays(nb::class_<Session>& session) {
   session
-      .def("empty", &Session::empty, "shape"_a, "dtype"_a, "name"_a = "",
+      .def("empty", on<&Session::arrays>(&Arrays::empty), "shape"_a, "dtype"_a, "name"_a = "",
            nb::sig("def empty(self, shape: int | collections.abc.Sequence[int], dtype: DType, "
                    "name: str = '') -> NdArray"),
            "A new device array (contents undefined until written).")
       .def(
           "_owns", [](const Session& s, const NdArray& a) { return a.st == s.st; }, "array"_a,
           "Whether `array` is one of this session's arrays.")
-      .def("_from_numpy", &Session::from_numpy, "array"_a, "name"_a = "",
+      .def("_from_numpy", on<&Session::arrays>(&Arrays::from_numpy), "array"_a, "name"_a = "",
            nb::sig("def _from_numpy(self, array: numpy.typing.NDArray, name: str = '') -> NdArray"))
-      .def("free", &Session::free, "array"_a, nb::sig("def free(self, array: NdArray) -> None"))
-      .def("zero", &Session::zero, "array"_a, nb::sig("def zero(self, array: NdArray) -> None"))
-      .def("zero_many", &Session::zero_many, "arrays"_a,
+      .def("free", on<&Session::arrays>(&Arrays::free), "array"_a,
+           nb::sig("def free(self, array: NdArray) -> None"))
+      .def("zero", on<&Session::arrays>(&Arrays::zero), "array"_a,
+           nb::sig("def zero(self, array: NdArray) -> None"))
+      .def("zero_many", on<&Session::arrays>(&Arrays::zero_many), "arrays"_a,
            nb::sig("def zero_many(self, arrays: collections.abc.Iterable[NdArray]) -> None"),
            "Zeroes every array with one barrier pair (recorded, no wait); checks them all first.")
-      .def("fill", &Session::fill, "array"_a, "value"_a,
+      .def("fill", on<&Session::arrays>(&Arrays::fill), "array"_a, "value"_a,
            nb::sig("def fill(self, array: NdArray, value: float) -> None"))
-      .def("copy", &Session::copy, "src"_a, "dst"_a,
+      .def("copy", on<&Session::arrays>(&Arrays::copy), "src"_a, "dst"_a,
            nb::sig("def copy(self, src: NdArray, dst: NdArray) -> None"),
            "Copies src into dst (same dtype and shape) on the device; asynchronous.");
 }
