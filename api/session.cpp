@@ -183,6 +183,21 @@ Result<std::unique_ptr<Session>> Session::create_with_runtime(
   return s;
 }
 
+template <typename Facet>
+Session& SessionFacet<Facet>::self() {
+  return static_cast<Session&>(static_cast<Facet&>(*this));
+}
+template <typename Facet>
+const Session& SessionFacet<Facet>::self() const {
+  return static_cast<const Session&>(static_cast<const Facet&>(*this));
+}
+template <typename Facet>
+SessionCore& SessionFacet<Facet>::core() const {
+  return *self().core_;
+}
+template class SessionFacet<SessionArrays>;
+template class SessionFacet<SessionGraphs>;
+
 Session::Session()
     : core_(std::make_unique<SessionCore>()),
       compiler_(std::make_unique<GraphCompiler>(*core_)),

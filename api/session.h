@@ -260,9 +260,21 @@ struct CaptureOptions {
 // definitions reach the session's parts through it (self()).
 class Session;
 
+// What a facet's definitions reach the session through: the Session it is part of and the
+// session's core. Defined (for the two facets) in api/session.cpp.
+template <typename Facet>
+class SessionFacet {
+ protected:
+  SessionFacet() = default;
+  ~SessionFacet() = default;
+  Session& self();
+  const Session& self() const;
+  SessionCore& core() const;  // the session's (api/session_core.h)
+};
+
 // Session's calls on ndarrays: make, free, fill, copy, move data to and from the host, ask
 // their shape and dtype.
-class SessionArrays {
+class SessionArrays : public SessionFacet<SessionArrays> {
  public:
   Result<NdArrayHandle> ndarray(DType dtype, std::vector<uint32_t> shape,
                                 const std::string& name = "");
@@ -306,18 +318,11 @@ class SessionArrays {
  protected:
   SessionArrays() = default;
   ~SessionArrays() = default;
-  SessionArrays(const SessionArrays&) = delete;
-  SessionArrays& operator=(const SessionArrays&) = delete;
-
- private:
-  Session& self();
-  const Session& self() const;
-  SessionCore& core() const;  // the session's (api/session_core.h)
 };
 
 // Session's calls on launch sequences: captured graphs (begin_capture .. replay) and step loops
 // (launch_loop and what prepares one).
-class SessionGraphs {
+class SessionGraphs : public SessionFacet<SessionGraphs> {
  public:
   // A step loop (docs/graphs.md, "Step loops"): `count` iterations of `body`, iteration r launching
   // each of body's launches in order with its stepping scalars advanced by r x step -- the
@@ -432,13 +437,6 @@ class SessionGraphs {
  protected:
   SessionGraphs() = default;
   ~SessionGraphs() = default;
-  SessionGraphs(const SessionGraphs&) = delete;
-  SessionGraphs& operator=(const SessionGraphs&) = delete;
-
- private:
-  Session& self();
-  const Session& self() const;
-  SessionCore& core() const;  // the session's (api/session_core.h)
 };
 
 class Session : public SessionArrays, public SessionGraphs {
@@ -534,6 +532,8 @@ class Session : public SessionArrays, public SessionGraphs {
   runtime::Runtime& runtime();
 
  private:
+  template <typename Facet>
+  friend class SessionFacet;
   friend class SessionArrays;
   friend class SessionGraphs;
   Session();

@@ -10,10 +10,6 @@
 
 namespace vkad {
 
-Session& SessionArrays::self() { return static_cast<Session&>(*this); }
-const Session& SessionArrays::self() const { return static_cast<const Session&>(*this); }
-SessionCore& SessionArrays::core() const { return *self().core_; }
-
 namespace {
 
 // A copy kernel's IR: `dst[i...] = src[i...]` over every element of two arrays of `dtype` and

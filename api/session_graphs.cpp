@@ -13,10 +13,6 @@
 
 namespace vkad {
 
-Session& SessionGraphs::self() { return static_cast<Session&>(*this); }
-const Session& SessionGraphs::self() const { return static_cast<const Session&>(*this); }
-SessionCore& SessionGraphs::core() const { return *self().core_; }
-
 uint32_t SessionGraphs::captured_launches() const {
   return core().capture && core().rt->graphs().capturing() ? core().capture->launches : 0;
 }

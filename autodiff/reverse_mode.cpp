@@ -601,11 +601,9 @@ size_t count_atomic_max(const Kernel& k) {
   return n;
 }
 
-// make_adjoint's sequence with its steps' outputs kept for make_adjoint_counted: `lowered`
-// receives the kernel without jumps, `differentiated` the one the adjoint was made of.
-Pipeline counted_pipeline(const Target& target, const AdjointOptions& options, Kernel* lowered,
-                          Kernel* differentiated, std::vector<ValueId>* counted) {
-  Pipeline p(target);
+// The steps every adjoint pipeline begins with: verify, refuse overwrites reverse mode cannot
+// undo, lower jumps, forward stores to loads.
+void add_adjoint_prefix(Pipeline& p, const Target& target) {
   p.add(verify_pass(target));
   p.add("check-overwrites", [](Kernel k) -> Result<Kernel> {
     VKAD_TRY(check_overwrites(k));
@@ -613,6 +611,14 @@ Pipeline counted_pipeline(const Target& target, const AdjointOptions& options, K
   });
   p.add(lower_jumps_pass(target));
   p.add(forward_stores_pass());
+}
+
+// make_adjoint's sequence with its steps' outputs kept for make_adjoint_counted: `lowered`
+// receives the kernel without jumps, `differentiated` the one the adjoint was made of.
+Pipeline counted_pipeline(const Target& target, const AdjointOptions& options, Kernel* lowered,
+                          Kernel* differentiated, std::vector<ValueId>* counted) {
+  Pipeline p(target);
+  add_adjoint_prefix(p, target);
   p.add("keep-lowered", [lowered](Kernel k) -> Result<Kernel> {
     *lowered = k;
     return k;
@@ -643,13 +649,7 @@ Pass reverse_mode_pass(const Target& target, const AdjointOptions& options, bool
 
 Pipeline adjoint_pipeline(const Target& target, const AdjointOptions& options, bool clear_seeds) {
   Pipeline p(target);
-  p.add(verify_pass(target));
-  p.add("check-overwrites", [](Kernel k) -> Result<Kernel> {
-    VKAD_TRY(check_overwrites(k));
-    return k;
-  });
-  p.add(lower_jumps_pass(target));
-  p.add(forward_stores_pass());
+  add_adjoint_prefix(p, target);
   p.add(segment_loops_pass(options));
   p.add(reverse_mode_pass(target, options, clear_seeds));
   return p;

@@ -166,15 +166,7 @@ class Values {
     }
   }
   static std::optional<int64_t> compare(Op op, int64_t a, int64_t b) {
-    switch (compare_op(op)) {
-      case CompareOp::kLt: return a < b;
-      case CompareOp::kLe: return a <= b;
-      case CompareOp::kGt: return a > b;
-      case CompareOp::kGe: return a >= b;
-      case CompareOp::kEq: return a == b;
-      case CompareOp::kNe: return a != b;
-    }
-    return std::nullopt;
+    return compare_values(compare_op(op), a, b) ? 1 : 0;
   }
   static std::optional<int64_t> binary(Op op, int64_t a, int64_t b) {
     switch (op) {

@@ -298,6 +298,21 @@ ArrayOp array_op(Op op);
 ControlOp control_op(Op op);
 StackOp stack_op(Op op);
 
+// `a op b` in the values' own type: the one rule of the CPU evaluator and of the passes that
+// fold comparisons (an ordered comparison with a NaN is false, kNe true).
+template <typename T>
+bool compare_values(CompareOp op, T a, T b) {
+  switch (op) {
+    case CompareOp::kLt: return a < b;
+    case CompareOp::kLe: return a <= b;
+    case CompareOp::kGt: return a > b;
+    case CompareOp::kGe: return a >= b;
+    case CompareOp::kEq: return a == b;
+    case CompareOp::kNe: return a != b;
+  }
+  return false;
+}
+
 bool is_float(DType t);
 // The adstack heap holding stacks of element type `t` (f32, f64, or the integer heap).
 adstack::Heap stack_heap(DType t);

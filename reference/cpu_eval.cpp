@@ -348,15 +348,7 @@ class Evaluator {
     return static_cast<double>(adjust ? q - 1 : q);
   }
   static double compare(CompareOp op, double a, double b) {
-    switch (op) {
-      case CompareOp::kLt: return a < b;
-      case CompareOp::kLe: return a <= b;
-      case CompareOp::kGt: return a > b;
-      case CompareOp::kGe: return a >= b;
-      case CompareOp::kEq: return a == b;
-      case CompareOp::kNe: return a != b;
-    }
-    return 0;
+    return compare_values(op, a, b) ? 1.0 : 0.0;
   }
 
   double cast(DType from, DType to, double v) const {

@@ -2,6 +2,7 @@
 
 #include <volk.h>
 
+#include <optional>
 #include <utility>
 
 #include "rhi/device.h"
@@ -87,24 +88,31 @@ VkMappedMemoryRange mapped_range(const Allocation& a, uint64_t atom) {
   r.size = (a.offset + a.size - r.offset + atom - 1) / atom * atom;
   return r;
 }
+// What flush_mapped / invalidate_mapped hand the driver for `a`: nothing for unmapped or
+// host-coherent memory; else its atom-aligned range, the whole block where that would pass it.
+std::optional<VkMappedMemoryRange> range_to_sync(const MemoryAllocator& allocator,
+                                                 const Allocation& a, uint64_t atom) {
+  if (a.mapped == nullptr || allocator.block_info(a).host_coherent) return std::nullopt;
+  VkMappedMemoryRange r = mapped_range(a, atom);
+  if (r.offset + r.size > allocator.block_info(a).bytes) r.size = VK_WHOLE_SIZE;
+  return r;
+}
 }  // namespace
 
 Status Device::flush_mapped(const Allocation& a) {
-  if (a.mapped == nullptr || allocator_->block_info(a).host_coherent) return {};
-  const uint64_t block = allocator_->block_info(a).bytes;
-  VkMappedMemoryRange r = mapped_range(a, caps_.non_coherent_atom_size);
-  if (r.offset + r.size > block) r.size = VK_WHOLE_SIZE;
+  std::optional<VkMappedMemoryRange> r =
+      range_to_sync(*allocator_, a, caps_.non_coherent_atom_size);
+  if (!r) return {};
   return vk("vkFlushMappedMemoryRanges",
-            [&] { return fn_->vkFlushMappedMemoryRanges(device_, 1, &r); });
+            [&] { return fn_->vkFlushMappedMemoryRanges(device_, 1, &*r); });
 }
 
 Status Device::invalidate_mapped(const Allocation& a) {
-  if (a.mapped == nullptr || allocator_->block_info(a).host_coherent) return {};
-  const uint64_t block = allocator_->block_info(a).bytes;
-  VkMappedMemoryRange r = mapped_range(a, caps_.non_coherent_atom_size);
-  if (r.offset + r.size > block) r.size = VK_WHOLE_SIZE;
+  std::optional<VkMappedMemoryRange> r =
+      range_to_sync(*allocator_, a, caps_.non_coherent_atom_size);
+  if (!r) return {};
   return vk("vkInvalidateMappedMemoryRanges",
-            [&] { return fn_->vkInvalidateMappedMemoryRanges(device_, 1, &r); });
+            [&] { return fn_->vkInvalidateMappedMemoryRanges(device_, 1, &*r); });
 }
 
 }  // namespace vkad::rhi

@@ -21,16 +21,6 @@ bool env_flag(const char* name) {
   return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
 }
 
-DeviceKind to_kind(VkPhysicalDeviceType t) {
-  switch (t) {
-    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return DeviceKind::kDiscreteGpu;
-    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return DeviceKind::kIntegratedGpu;
-    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return DeviceKind::kVirtualGpu;
-    case VK_PHYSICAL_DEVICE_TYPE_CPU: return DeviceKind::kCpu;
-    default: return DeviceKind::kOther;
-  }
-}
-
 bool has_extension(const std::vector<VkExtensionProperties>& exts, const char* name) {
   for (const auto& e : exts) {
     if (std::strcmp(e.extensionName, name) == 0) return true;
@@ -267,7 +257,7 @@ Capabilities capabilities_from(const DeviceFacts& facts, bool use_push_descripto
   c.device_name = p.deviceName;
   c.driver_name = facts.p12.driverName;
   c.driver_info = facts.p12.driverInfo;
-  c.kind = to_kind(p.deviceType);
+  c.kind = device_kind(p.deviceType);
   c.api_version = p.apiVersion;
   c.vendor_id = p.vendorID;
   c.device_id = p.deviceID;

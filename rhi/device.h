@@ -293,10 +293,10 @@ class DeviceCore : public ValidationSink {
   bool sink_added_ = false;
   VkPhysicalDevice physical_ = VK_NULL_HANDLE;
   VkDevice device_ = VK_NULL_HANDLE;
+  bool imported_ = false;  // adopted (ExternalDevice): never destroyed here
   uint32_t queue_family_ = 0;
   uint32_t queue_count_ = 0;
   uint32_t first_queue_ = 0;
-  bool imported_ = false;
   bool debug_utils_ = false;
   bool validation_enabled_ = false;
   std::atomic<bool> lost_{false};  // a background pipeline creation may set it

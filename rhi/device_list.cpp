@@ -9,20 +9,6 @@
 
 namespace vkad::rhi {
 
-namespace {
-
-DeviceKind to_kind(VkPhysicalDeviceType t) {
-  switch (t) {
-    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return DeviceKind::kDiscreteGpu;
-    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return DeviceKind::kIntegratedGpu;
-    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return DeviceKind::kVirtualGpu;
-    case VK_PHYSICAL_DEVICE_TYPE_CPU: return DeviceKind::kCpu;
-    default: return DeviceKind::kOther;
-  }
-}
-
-}  // namespace
-
 int compute_queue_family(VkPhysicalDevice pd, uint32_t* count_out) {
   uint32_t n = 0;
   vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, nullptr);
@@ -57,7 +43,7 @@ Result<std::vector<PhysicalDeviceEntry>> enumerate_physical_devices(const Instan
     PhysicalDeviceEntry e;
     e.handle = pd;
     e.info.name = p.deviceName;
-    e.info.kind = to_kind(p.deviceType);
+    e.info.kind = device_kind(p.deviceType);
     e.info.api_version = p.apiVersion;
     e.info.has_compute_queue = compute_queue_family(pd, nullptr) >= 0;
     e.vendor_id = p.vendorID;
@@ -80,6 +66,16 @@ Result<std::vector<PhysicalDeviceEntry>> enumerate_physical_devices(const Instan
     out.push_back(std::move(e));
   }
   return out;
+}
+
+DeviceKind device_kind(VkPhysicalDeviceType t) {
+  switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return DeviceKind::kDiscreteGpu;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return DeviceKind::kIntegratedGpu;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return DeviceKind::kVirtualGpu;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return DeviceKind::kCpu;
+    default: return DeviceKind::kOther;
+  }
 }
 
 }  // namespace vkad::rhi

@@ -34,4 +34,7 @@ Result<std::vector<PhysicalDeviceEntry>> enumerate_physical_devices(const Instan
 // on discrete GPUs), else any family with compute; -1 if none. `count_out` gets its queue count.
 int compute_queue_family(VkPhysicalDevice pd, uint32_t* count_out);
 
+// The kind of a device of Vulkan type `t` (kOther for any type added after 1.2's).
+DeviceKind device_kind(VkPhysicalDeviceType t);
+
 }  // namespace vkad::rhi
