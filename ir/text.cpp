@@ -264,114 +264,16 @@ struct Token {
   int line = 1, col = 1;
 };
 
-class Parser {
- public:
-  explicit Parser(const std::string& src) : src_(src) { advance(); }
+// The token reader: splits the text into tokens (values %N, words, numbers, quoted texts,
+// punctuation; `//` comments and white space skipped), holds the current one in tok_ with its
+// line and column, and reads the small pieces every production uses (a given punctuation or
+// word, a name, an integer in range, a type). Errors name the current token's place and text;
+// a production may set tok_ back to a token it consumed to report there (the text's position
+// stays where it is).
+class Lexer {
+ protected:
+  explicit Lexer(const std::string& src) : src_(src) { advance(); }
 
-  Result<Kernel> kernel() {
-    Kernel k;
-    VKAD_TRY(expect_word("kernel"));
-    VKAD_ASSIGN_OR_RETURN(k.name, ident("a kernel name"));
-    VKAD_TRY(expect("("));
-    while (!is(")")) {
-      if (!k.params.empty()) VKAD_TRY(expect(","));
-      VKAD_ASSIGN_OR_RETURN(Param p, param());
-      k.params.push_back(std::move(p));
-    }
-    advance();
-    k_ = &k;
-    VKAD_TRY(expect("{"));
-    while (!is("}")) {
-      VKAD_ASSIGN_OR_RETURN(Task t, task());
-      k.tasks.push_back(std::move(t));
-    }
-    advance();
-    if (tok_.kind != Token::kEnd) return error("expected the end of the text");
-    k.next_id = max_id_ + 1;
-    k_ = nullptr;
-    return k;
-  }
-
- private:
-  // Consumes the word `w` if it is next; says whether it was.
-  bool accept_word(const char* w) {
-    if (tok_.kind != Token::kIdent || tok_.text != w) return false;
-    advance();
-    return true;
-  }
-  // name: ndarray<dtype, rank> [grad] [readonly]  |  name: dtype [grad]
-  Result<Param> param() {
-    Param p;
-    VKAD_ASSIGN_OR_RETURN(p.name, ident("a parameter name"));
-    VKAD_TRY(expect(":"));
-    if (!accept_word("ndarray")) {
-      VKAD_ASSIGN_OR_RETURN(p.dtype, dtype());
-      p.needs_grad = accept_word("grad");  // a differentiable scalar
-      return p;
-    }
-    p.kind = ParamKind::kNdArray;
-    VKAD_TRY(expect("<"));
-    VKAD_ASSIGN_OR_RETURN(p.dtype, dtype());
-    VKAD_TRY(expect(","));
-    VKAD_ASSIGN_OR_RETURN(int64_t rank, integer("a rank", 0, UINT32_MAX));
-    p.rank = static_cast<uint32_t>(rank);
-    VKAD_TRY(expect(">"));
-    p.needs_grad = accept_word("grad");
-    p.read_only = accept_word("readonly");
-    return p;
-  }
-  // task name parallel|serial %i in [b, e)[, %j in [b, e) ...] [local_size n] { body }
-  Result<Task> task() {
-    Task t;
-    VKAD_TRY(expect_word("task"));
-    VKAD_ASSIGN_OR_RETURN(t.name, ident("a task name"));
-    if (tok_.kind == Token::kIdent && (tok_.text == "serial" || tok_.text == "parallel")) {
-      t.serial = tok_.text == "serial";
-      advance();
-    } else {
-      return error("expected 'parallel' or 'serial'");
-    }
-    VKAD_TRY(task_dims(t));
-    if (accept_word("local_size")) {
-      VKAD_ASSIGN_OR_RETURN(int64_t ls, integer("a local size", 0, UINT32_MAX));
-      t.local_size = static_cast<uint32_t>(ls);
-    }
-    VKAD_TRY(block(t.body));
-    return t;
-  }
-  // One or more `%i in [begin, end)`, bounds as size expressions; a single dimension with
-  // plain bounds is a 1-d task.
-  Status task_dims(Task& t) {
-    while (true) {
-      TaskDim dim;
-      VKAD_ASSIGN_OR_RETURN(dim.index, value());
-      VKAD_TRY(expect_word("in"));
-      VKAD_TRY(expect("["));
-      VKAD_ASSIGN_OR_RETURN(dim.begin, size());
-      VKAD_TRY(expect(","));
-      VKAD_ASSIGN_OR_RETURN(dim.end, size());
-      VKAD_TRY(expect(")"));
-      t.dims.push_back(std::move(dim));
-      if (!is(",")) break;
-      if (t.dims.size() == kMaxTaskDims) {
-        return error("a task has at most " + std::to_string(kMaxTaskDims) + " dimensions");
-      }
-      advance();
-    }
-    t.index = t.dims[0].index;
-    auto leaf = [](const SizeExpr& e) {
-      return e.kind == SizeExpr::Kind::kConst || e.kind == SizeExpr::Kind::kScalar ||
-             e.kind == SizeExpr::Kind::kDim;
-    };
-    if (t.dims.size() == 1 && leaf(t.dims[0].begin) && leaf(t.dims[0].end)) {
-      t.begin = leaf_bound(t.dims[0].begin);
-      t.end = leaf_bound(t.dims[0].end);
-      t.dims.clear();
-    }
-    return {};
-  }
-
-  // --- lexer ---
   void advance() {
     skip_space();
     tok_ = Token{};
@@ -400,6 +302,73 @@ class Parser {
     }
     tok_.text = src_.substr(start, pos_ - start);
   }
+  Status error(const std::string& what) const {
+    std::string got = tok_.kind == Token::kEnd ? "end of text" : "'" + tok_.text + "'";
+    return make_error(ErrorCode::kInvalidArgument, "line " + std::to_string(tok_.line) +
+                                                       ", column " + std::to_string(tok_.col) +
+                                                       ": " + what + ", got " + got);
+  }
+  // An error about a token already consumed (a literal judged once its type is known).
+  static Status error_at(const Token& t, const std::string& what) {
+    return make_error(ErrorCode::kInvalidArgument, "line " + std::to_string(t.line) + ", column " +
+                                                       std::to_string(t.col) + ": " + what);
+  }
+  bool is(const char* p) const { return tok_.kind == Token::kPunct && tok_.text == p; }
+  Status expect(const char* p) {
+    if (!is(p)) return error(std::string("expected '") + p + "'");
+    advance();
+    return {};
+  }
+  Status expect_word(const char* w) {
+    if (tok_.kind != Token::kIdent || tok_.text != w)
+      return error(std::string("expected '") + w + "'");
+    advance();
+    return {};
+  }
+  // Consumes the word `w` if it is next; says whether it was.
+  bool accept_word(const char* w) {
+    if (tok_.kind != Token::kIdent || tok_.text != w) return false;
+    advance();
+    return true;
+  }
+  Result<std::string> ident(const char* what) {
+    if (tok_.kind != Token::kIdent) return error(std::string("expected ") + what);
+    std::string s = tok_.text;
+    advance();
+    return s;
+  }
+  // An integer literal in [lo, hi]; out of range is an error, never a truncated value.
+  Result<int64_t> integer(const char* what, int64_t lo = INT64_MIN, int64_t hi = INT64_MAX) {
+    if (tok_.kind != Token::kNumber) return error(std::string("expected ") + what);
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(tok_.text.c_str(), &end, 10);
+    if (*end != '\0') return error(std::string("expected ") + what + " (an integer)");
+    if (errno == ERANGE || v < lo || v > hi) {
+      return error(std::string(what) + " out of range (" + std::to_string(lo) + " to " +
+                   std::to_string(hi) + ")");
+    }
+    advance();
+    return static_cast<int64_t>(v);
+  }
+  Result<DType> dtype() {
+    static const std::pair<const char*, DType> kTypes[] = {
+        {"f32", DType::kF32}, {"f64", DType::kF64}, {"i32", DType::kI32},
+        {"u32", DType::kU32}, {"i64", DType::kI64}, {"bool", DType::kBool}};
+    if (tok_.kind == Token::kIdent) {
+      for (const auto& [n, t] : kTypes) {
+        if (tok_.text == n) {
+          advance();
+          return t;
+        }
+      }
+    }
+    return error("expected a type (f32, f64, i32, u32, i64, bool)");
+  }
+
+  Token tok_;
+
+ private:
   bool starts_number(char c) const {
     return std::isdigit(static_cast<unsigned char>(c)) ||
            ((c == '-' || c == '+') && pos_ + 1 < src_.size() &&
@@ -447,64 +416,19 @@ class Parser {
     }
   }
 
-  // --- helpers ---
-  Status error(const std::string& what) const {
-    std::string got = tok_.kind == Token::kEnd ? "end of text" : "'" + tok_.text + "'";
-    return make_error(ErrorCode::kInvalidArgument, "line " + std::to_string(tok_.line) +
-                                                       ", column " + std::to_string(tok_.col) +
-                                                       ": " + what + ", got " + got);
-  }
-  // An error about a token already consumed (a literal judged once its type is known).
-  static Status error_at(const Token& t, const std::string& what) {
-    return make_error(ErrorCode::kInvalidArgument, "line " + std::to_string(t.line) + ", column " +
-                                                       std::to_string(t.col) + ": " + what);
-  }
-  bool is(const char* p) const { return tok_.kind == Token::kPunct && tok_.text == p; }
-  Status expect(const char* p) {
-    if (!is(p)) return error(std::string("expected '") + p + "'");
-    advance();
-    return {};
-  }
-  Status expect_word(const char* w) {
-    if (tok_.kind != Token::kIdent || tok_.text != w)
-      return error(std::string("expected '") + w + "'");
-    advance();
-    return {};
-  }
-  Result<std::string> ident(const char* what) {
-    if (tok_.kind != Token::kIdent) return error(std::string("expected ") + what);
-    std::string s = tok_.text;
-    advance();
-    return s;
-  }
-  // An integer literal in [lo, hi]; out of range is an error, never a truncated value.
-  Result<int64_t> integer(const char* what, int64_t lo = INT64_MIN, int64_t hi = INT64_MAX) {
-    if (tok_.kind != Token::kNumber) return error(std::string("expected ") + what);
-    char* end = nullptr;
-    errno = 0;
-    long long v = std::strtoll(tok_.text.c_str(), &end, 10);
-    if (*end != '\0') return error(std::string("expected ") + what + " (an integer)");
-    if (errno == ERANGE || v < lo || v > hi) {
-      return error(std::string(what) + " out of range (" + std::to_string(lo) + " to " +
-                   std::to_string(hi) + ")");
-    }
-    advance();
-    return static_cast<int64_t>(v);
-  }
-  Result<DType> dtype() {
-    static const std::pair<const char*, DType> kTypes[] = {
-        {"f32", DType::kF32}, {"f64", DType::kF64}, {"i32", DType::kI32},
-        {"u32", DType::kU32}, {"i64", DType::kI64}, {"bool", DType::kBool}};
-    if (tok_.kind == Token::kIdent) {
-      for (const auto& [n, t] : kTypes) {
-        if (tok_.text == n) {
-          advance();
-          return t;
-        }
-      }
-    }
-    return error("expected a type (f32, f64, i32, u32, i64, bool)");
-  }
+  const std::string& src_;
+  size_t pos_ = 0;
+  int line_ = 1, col_ = 1;
+};
+
+// The terms statements and tasks are made of: values (%N or %name, numbered as read),
+// references to the kernel's parameters (k_, set while its tasks are read), range bounds and
+// size expressions, operand lists, and constants' literals, which are read before their type
+// and converted once type_suffix has read it.
+class TermParser : public Lexer {
+ protected:
+  using Lexer::Lexer;
+
   Result<ValueId> value() {
     if (tok_.kind != Token::kValue) return error("expected a value (%N)");
     std::string name = tok_.text.substr(1);
@@ -733,6 +657,123 @@ class Parser {
     s.fimm = static_cast<double>(v);
     return {};
   }
+
+  Kernel* k_ = nullptr;
+  ValueId max_id_ = 0;
+
+ private:
+  std::map<std::string, ValueId> named_;
+  enum LiteralKind { kIntLit, kFloatLit, kBoolLit };
+  Token literal_;  // the last constant's literal, converted once its type is read
+  LiteralKind literal_kind_ = kIntLit;
+  int64_t literal_i_ = 0;
+  double literal_f_ = 0;
+};
+
+// The grammar: a kernel, its parameters, its tasks and their dimensions, blocks and
+// statements, each op family's syntax after its name, and for / while / if with their nested
+// blocks (at most kMaxNestingDepth deep).
+class Parser : public TermParser {
+ public:
+  explicit Parser(const std::string& src) : TermParser(src) {}
+
+  Result<Kernel> kernel() {
+    Kernel k;
+    VKAD_TRY(expect_word("kernel"));
+    VKAD_ASSIGN_OR_RETURN(k.name, ident("a kernel name"));
+    VKAD_TRY(expect("("));
+    while (!is(")")) {
+      if (!k.params.empty()) VKAD_TRY(expect(","));
+      VKAD_ASSIGN_OR_RETURN(Param p, param());
+      k.params.push_back(std::move(p));
+    }
+    advance();
+    k_ = &k;
+    VKAD_TRY(expect("{"));
+    while (!is("}")) {
+      VKAD_ASSIGN_OR_RETURN(Task t, task());
+      k.tasks.push_back(std::move(t));
+    }
+    advance();
+    if (tok_.kind != Token::kEnd) return error("expected the end of the text");
+    k.next_id = max_id_ + 1;
+    k_ = nullptr;
+    return k;
+  }
+
+ private:
+  // name: ndarray<dtype, rank> [grad] [readonly]  |  name: dtype [grad]
+  Result<Param> param() {
+    Param p;
+    VKAD_ASSIGN_OR_RETURN(p.name, ident("a parameter name"));
+    VKAD_TRY(expect(":"));
+    if (!accept_word("ndarray")) {
+      VKAD_ASSIGN_OR_RETURN(p.dtype, dtype());
+      p.needs_grad = accept_word("grad");  // a differentiable scalar
+      return p;
+    }
+    p.kind = ParamKind::kNdArray;
+    VKAD_TRY(expect("<"));
+    VKAD_ASSIGN_OR_RETURN(p.dtype, dtype());
+    VKAD_TRY(expect(","));
+    VKAD_ASSIGN_OR_RETURN(int64_t rank, integer("a rank", 0, UINT32_MAX));
+    p.rank = static_cast<uint32_t>(rank);
+    VKAD_TRY(expect(">"));
+    p.needs_grad = accept_word("grad");
+    p.read_only = accept_word("readonly");
+    return p;
+  }
+  // task name parallel|serial %i in [b, e)[, %j in [b, e) ...] [local_size n] { body }
+  Result<Task> task() {
+    Task t;
+    VKAD_TRY(expect_word("task"));
+    VKAD_ASSIGN_OR_RETURN(t.name, ident("a task name"));
+    if (tok_.kind == Token::kIdent && (tok_.text == "serial" || tok_.text == "parallel")) {
+      t.serial = tok_.text == "serial";
+      advance();
+    } else {
+      return error("expected 'parallel' or 'serial'");
+    }
+    VKAD_TRY(task_dims(t));
+    if (accept_word("local_size")) {
+      VKAD_ASSIGN_OR_RETURN(int64_t ls, integer("a local size", 0, UINT32_MAX));
+      t.local_size = static_cast<uint32_t>(ls);
+    }
+    VKAD_TRY(block(t.body));
+    return t;
+  }
+  // One or more `%i in [begin, end)`, bounds as size expressions; a single dimension with
+  // plain bounds is a 1-d task.
+  Status task_dims(Task& t) {
+    while (true) {
+      TaskDim dim;
+      VKAD_ASSIGN_OR_RETURN(dim.index, value());
+      VKAD_TRY(expect_word("in"));
+      VKAD_TRY(expect("["));
+      VKAD_ASSIGN_OR_RETURN(dim.begin, size());
+      VKAD_TRY(expect(","));
+      VKAD_ASSIGN_OR_RETURN(dim.end, size());
+      VKAD_TRY(expect(")"));
+      t.dims.push_back(std::move(dim));
+      if (!is(",")) break;
+      if (t.dims.size() == kMaxTaskDims) {
+        return error("a task has at most " + std::to_string(kMaxTaskDims) + " dimensions");
+      }
+      advance();
+    }
+    t.index = t.dims[0].index;
+    auto leaf = [](const SizeExpr& e) {
+      return e.kind == SizeExpr::Kind::kConst || e.kind == SizeExpr::Kind::kScalar ||
+             e.kind == SizeExpr::Kind::kDim;
+    };
+    if (t.dims.size() == 1 && leaf(t.dims[0].begin) && leaf(t.dims[0].end)) {
+      t.begin = leaf_bound(t.dims[0].begin);
+      t.end = leaf_bound(t.dims[0].end);
+      t.dims.clear();
+    }
+    return {};
+  }
+
   Status type_suffix(Stmt& s) {
     VKAD_TRY(expect(":"));
     VKAD_ASSIGN_OR_RETURN(s.type, dtype());
@@ -952,19 +993,7 @@ class Parser {
     return {};
   }
 
-  const std::string& src_;
-  size_t pos_ = 0;
-  int line_ = 1, col_ = 1;
-  Token tok_;
-  Kernel* k_ = nullptr;
-  ValueId max_id_ = 0;
-  std::map<std::string, ValueId> named_;
   uint32_t depth_ = 0;  // for / if bodies around the statement being parsed
-  enum LiteralKind { kIntLit, kFloatLit, kBoolLit };
-  Token literal_;  // the last constant's literal, converted once its type is read
-  LiteralKind literal_kind_ = kIntLit;
-  int64_t literal_i_ = 0;
-  double literal_f_ = 0;
 };
 
 }  // namespace

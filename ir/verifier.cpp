@@ -19,44 +19,15 @@ struct IdInfo {
   const Stmt* def = nullptr;  // null for a task index
 };
 
-class Verifier {
- public:
-  Verifier(const Kernel& k, const Target& t) : k_(k), target_(t) {}
+// What the verifier's layers share: the kernel and target, the task being checked, the ids
+// defined so far with the scopes that see them, and the state the walk keeps (loop depth,
+// divergence, launch-uniform values). Formats every error ("kernel 'k', task 't', statement
+// `...`: what"); define() records an id in the innermost scope, use() looks an operand up and
+// says why it is not usable.
+class VerifierState {
+ protected:
+  VerifierState(const Kernel& k, const Target& t) : k_(k), target_(t) {}
 
-  Status run() {
-    VKAD_TRY(check_nesting(k_));
-    if (k_.name.empty()) return kernel_error("the kernel has no name");
-    for (size_t i = 0; i < k_.params.size(); ++i) VKAD_TRY(check_param(i));
-    if (k_.tasks.empty()) return kernel_error("the kernel has no tasks");
-    std::unordered_set<std::string> task_names;
-    for (const Task& t : k_.tasks) {
-      task_ = &t;
-      if (!task_names.insert(t.name).second)
-        return task_error("two tasks are called '" + t.name + "'");
-      if (t.dims.empty()) {
-        VKAD_TRY(check_bound(t.begin, "begin"));
-        VKAD_TRY(check_bound(t.end, "end"));
-      } else {
-        VKAD_TRY(check_dims(t));
-      }
-      if (t.local_size > target_.max_local_size) {
-        return task_error("local size " + std::to_string(t.local_size) + " exceeds the device's " +
-                          std::to_string(target_.max_local_size));
-      }
-      if (t.index == kNoValue) return task_error("the task has no index value");
-      std::vector<ValueId> indices = task_indices(t);
-      scopes_.emplace_back();
-      for (ValueId ix : indices) {
-        if (ix == kNoValue) return task_error("the task has no index value");
-        VKAD_TRY(define(ix, {IdKind::kValue, DType::kI32, nullptr}, nullptr));
-      }
-      VKAD_TRY(block(t.body));
-      scopes_.pop_back();
-    }
-    return {};
-  }
-
- private:
   Status kernel_error(const std::string& what) const {
     return make_error(ErrorCode::kInvalidArgument, "kernel '" + k_.name + "': " + what);
   }
@@ -83,6 +54,92 @@ class Verifier {
     if (s) return error(*s, what, ErrorCode::kUnsupported);
     return make_error(ErrorCode::kUnsupported, "kernel '" + k_.name + "', " + where + ": " + what);
   }
+
+  Status define(ValueId id, IdInfo info, const Stmt* s) {
+    if (id == kNoValue) return error(*s, "the statement has no result id");
+    if (!ids_.emplace(id, info).second) {
+      std::string what = "%" + std::to_string(id) + " is defined twice";
+      return s ? error(*s, what) : task_error(what);
+    }
+    if (!scopes_.empty()) scopes_.back().insert(id);
+    return {};
+  }
+
+  // Looks `id` up as an operand and says precisely why it is not usable.
+  Result<IdInfo> use(const Stmt& s, ValueId id, IdKind want) {
+    std::string name = "%" + std::to_string(id);
+    bool visible = false;
+    for (const auto& scope : scopes_) visible = visible || scope.count(id);
+    if (!visible) {
+      auto it = ids_.find(id);
+      if (it != ids_.end()) {
+        return error(s, name + " is used outside its scope (it is defined inside `" +
+                            (it->second.def ? print_stmt(k_, *it->second.def) : "a task") +
+                            "`'s block, which has ended)");
+      }
+      if (all_defs_.count(id)) return error(s, "use of " + name + " before its definition");
+      return error(s, name + " is not defined");
+    }
+    const IdInfo& info = ids_.at(id);
+    if (info.kind != want) {
+      const char* kinds[] = {"a value", "a local (alloca)", "an adstack (stack_alloc)",
+                             "a shared array (shared_alloc)"};
+      return error(s, name + " is " + kinds[static_cast<int>(info.kind)] + ", expected " +
+                          kinds[static_cast<int>(want)]);
+    }
+    return info;
+  }
+
+  Result<DType> value(const Stmt& s, size_t i) {
+    VKAD_ASSIGN_OR_RETURN(IdInfo info, use(s, s.args[i], IdKind::kValue));
+    return info.type;
+  }
+
+  static std::string tn(DType t) { return abi::dtype_name(t); }
+
+  Status expect_args(const Stmt& s, size_t n) const {
+    if (s.args.size() != n) {
+      return error(s, std::string(op_info(s.op).name) + " takes " + std::to_string(n) +
+                          " operand(s), got " + std::to_string(s.args.size()));
+    }
+    return {};
+  }
+
+  Status same(const Stmt& s, DType a, DType b) const {
+    if (a != b) return error(s, "type mismatch: operands are " + tn(a) + " and " + tn(b));
+    return {};
+  }
+  Status result_is(const Stmt& s, DType t) const {
+    if (s.type != t)
+      return error(
+          s, "type mismatch: the result is " + tn(s.type) + " but the operation yields " + tn(t));
+    return {};
+  }
+  Result<const Param*> param(const Stmt& s) const {
+    if (s.param >= k_.params.size())
+      return error(s, "parameter " + std::to_string(s.param) + " does not exist");
+    return &k_.params[s.param];
+  }
+
+  const Kernel& k_;
+  const Target& target_;
+  const Task* task_ = nullptr;
+  std::unordered_map<ValueId, IdInfo> ids_;
+  std::unordered_set<ValueId> all_defs_;
+  std::vector<std::unordered_set<ValueId>> scopes_;
+  uint32_t loop_depth_ = 0;  // for / while bodies around the statement (branches don't count)
+  // Blocks around the statement that invocations may run differently (if, while, for loops
+  // with varying bounds or early exits): a barrier needs none.
+  uint32_t divergent_ = 0;
+  std::unordered_set<ValueId> uniform_;
+};
+
+// The kernel's outline, before any statement: its parameters, the tasks' 1-d range bounds and
+// N-d dimensions, the size expressions statements carry (caps), and whether a task's
+// workgroups are whole (where a barrier or a shared array may go). Reads the state, changes none.
+class ShapeChecks : public VerifierState {
+ protected:
+  using VerifierState::VerifierState;
 
   Status check_param(size_t i) {
     const Param& p = k_.params[i];
@@ -212,133 +269,27 @@ class Verifier {
     return {};
   }
 
-  Status define(ValueId id, IdInfo info, const Stmt* s) {
-    if (id == kNoValue) return error(*s, "the statement has no result id");
-    if (!ids_.emplace(id, info).second) {
-      std::string what = "%" + std::to_string(id) + " is defined twice";
-      return s ? error(*s, what) : task_error(what);
-    }
-    if (!scopes_.empty()) scopes_.back().insert(id);
-    return {};
+  // Where every workgroup's invocations all run the task's body alike, so they may meet at
+  // a barrier and share memory: a parallel 1-d task with its local size set over [0, n *
+  // local_size) (constants; the grid-stride loop then gives every invocation of a workgroup
+  // the same passes).
+  static inline const std::string kWholeGroups =
+      "(a parallel 1-d task over [0, n * local_size) with its local size set)";
+  static bool whole_workgroups(const Task& t) {
+    return !t.serial && t.dims.empty() && t.local_size != 0 &&
+           t.begin.kind == RangeBound::Kind::kConstant &&
+           t.end.kind == RangeBound::Kind::kConstant && t.begin.value == 0 && t.end.value > 0 &&
+           t.end.value % static_cast<int64_t>(t.local_size) == 0;
   }
+};
 
-  // Looks `id` up as an operand and says precisely why it is not usable.
-  Result<IdInfo> use(const Stmt& s, ValueId id, IdKind want) {
-    std::string name = "%" + std::to_string(id);
-    bool visible = false;
-    for (const auto& scope : scopes_) visible = visible || scope.count(id);
-    if (!visible) {
-      auto it = ids_.find(id);
-      if (it != ids_.end()) {
-        return error(s, name + " is used outside its scope (it is defined inside `" +
-                            (it->second.def ? print_stmt(k_, *it->second.def) : "a task") +
-                            "`'s block, which has ended)");
-      }
-      if (all_defs_.count(id)) return error(s, "use of " + name + " before its definition");
-      return error(s, name + " is not defined");
-    }
-    const IdInfo& info = ids_.at(id);
-    if (info.kind != want) {
-      const char* kinds[] = {"a value", "a local (alloca)", "an adstack (stack_alloc)",
-                             "a shared array (shared_alloc)"};
-      return error(s, name + " is " + kinds[static_cast<int>(info.kind)] + ", expected " +
-                          kinds[static_cast<int>(want)]);
-    }
-    return info;
-  }
-
-  Result<DType> value(const Stmt& s, size_t i) {
-    VKAD_ASSIGN_OR_RETURN(IdInfo info, use(s, s.args[i], IdKind::kValue));
-    return info.type;
-  }
-
-  static std::string tn(DType t) { return abi::dtype_name(t); }
-
-  void collect(const Block& b) {
-    for (const Stmt& s : b.stmts) {
-      if (s.result != kNoValue) all_defs_.insert(s.result);
-      for (const Block& c : s.blocks) collect(c);
-    }
-  }
-
-  Status block(const Block& b) {
-    if (all_defs_.empty()) {
-      for (const Task& t : k_.tasks) collect(t.body);
-    }
-    for (const Stmt& s : b.stmts) {
-      if ((s.op == Op::kBreak || s.op == Op::kContinue) && &s != &b.stmts.back()) {
-        return error(s,
-                     std::string(op_info(s.op).name) +
-                         " must be the last statement of its block (what follows it never runs)");
-      }
-      VKAD_TRY(stmt(s));
-    }
-    return {};
-  }
-
-  Status expect_args(const Stmt& s, size_t n) const {
-    if (s.args.size() != n) {
-      return error(s, std::string(op_info(s.op).name) + " takes " + std::to_string(n) +
-                          " operand(s), got " + std::to_string(s.args.size()));
-    }
-    return {};
-  }
-
-  Status array_access(const Stmt& s, size_t n_indices) {
-    if (s.param >= k_.params.size())
-      return error(s, "parameter " + std::to_string(s.param) + " does not exist");
-    const Param& p = k_.params[s.param];
-    if (p.kind != ParamKind::kNdArray) {
-      if (s.op == Op::kLoad) return error(s, "'" + p.name + "' is a scalar; read it with arg");
-      return error(s, "store to scalar parameter '" + p.name + "', which is read-only");
-    }
-    if (s.op != Op::kLoad && p.read_only) {
-      return error(s, "store to ndarray '" + p.name + "', which is declared read-only");
-    }
-    if (n_indices != p.rank) {
-      return error(s, "index rank mismatch: ndarray '" + p.name + "' has rank " +
-                          std::to_string(p.rank) + ", got " + std::to_string(n_indices) +
-                          " index(es)");
-    }
-    for (size_t i = 0; i < n_indices; ++i) {
-      VKAD_ASSIGN_OR_RETURN(DType t, value(s, i));
-      if (t != DType::kI32 && t != DType::kU32) {
-        return error(s, "index " + std::to_string(i) + " is " + tn(t) + ", expected i32 or u32");
-      }
-    }
-    return {};
-  }
-
-  Status stmt(const Stmt& s) {
-    const OpInfo& info = op_info(s.op);
-    VKAD_TRY(check_form(s));
-    IdKind kind = IdKind::kValue;
-    switch (info.family) {
-      case OpFamily::kLeaf: VKAD_TRY(leaf(s)); break;
-      case OpFamily::kUnary: VKAD_TRY(unary(s)); break;
-      case OpFamily::kBinary:
-      case OpFamily::kCompare: VKAD_TRY(binary(s)); break;
-      case OpFamily::kSelect: VKAD_TRY(select(s)); break;
-      case OpFamily::kCast:
-        VKAD_TRY(expect_args(s, 1));
-        VKAD_TRY(value(s, 0).status());
-        break;
-      case OpFamily::kLocal: {
-        VKAD_ASSIGN_OR_RETURN(kind, local(s));
-        break;
-      }
-      case OpFamily::kArray: VKAD_TRY(array(s)); break;
-      case OpFamily::kStack: {
-        VKAD_ASSIGN_OR_RETURN(kind, stack(s));
-        break;
-      }
-      // Loops define their index in their body's scope, not the enclosing one.
-      case OpFamily::kControl: return control(s);
-    }
-    if (info.has_result) VKAD_TRY(define(s.result, {kind, s.type, &s}, &s));
-    note_uniform(s);
-    return {};
-  }
+// One statement without blocks, per op family: its operands (defined, visible, of the right
+// kind and type), its result's type, and what its result is (a value, a local, an adstack, a
+// shared array). The result's definition and the blocks of for / while / if are the
+// Verifier's.
+class OpChecks : public ShapeChecks {
+ protected:
+  using ShapeChecks::ShapeChecks;
 
   // What every statement must be, whatever its op: a result exactly when the op yields one,
   // types the device has, the op's number of blocks, a well-formed cap.
@@ -357,17 +308,6 @@ class Verifier {
           VKAD_TRY(dtype_supported(DType::kI64, "", &s));
       }
     }
-    return {};
-  }
-
-  Status same(const Stmt& s, DType a, DType b) const {
-    if (a != b) return error(s, "type mismatch: operands are " + tn(a) + " and " + tn(b));
-    return {};
-  }
-  Status result_is(const Stmt& s, DType t) const {
-    if (s.type != t)
-      return error(
-          s, "type mismatch: the result is " + tn(s.type) + " but the operation yields " + tn(t));
     return {};
   }
 
@@ -411,11 +351,6 @@ class Verifier {
     if (s.type == DType::kU32 && (s.iimm < 0 || s.iimm > UINT32_MAX))
       return error(s, "constant out of range for u32");
     return {};
-  }
-  Result<const Param*> param(const Stmt& s) const {
-    if (s.param >= k_.params.size())
-      return error(s, "parameter " + std::to_string(s.param) + " does not exist");
-    return &k_.params[s.param];
   }
 
   // The typing rule of arithmetic and comparisons: the op's `operands` column of ops.def.
@@ -544,6 +479,30 @@ class Verifier {
     }
     return {};
   }
+  Status array_access(const Stmt& s, size_t n_indices) {
+    if (s.param >= k_.params.size())
+      return error(s, "parameter " + std::to_string(s.param) + " does not exist");
+    const Param& p = k_.params[s.param];
+    if (p.kind != ParamKind::kNdArray) {
+      if (s.op == Op::kLoad) return error(s, "'" + p.name + "' is a scalar; read it with arg");
+      return error(s, "store to scalar parameter '" + p.name + "', which is read-only");
+    }
+    if (s.op != Op::kLoad && p.read_only) {
+      return error(s, "store to ndarray '" + p.name + "', which is declared read-only");
+    }
+    if (n_indices != p.rank) {
+      return error(s, "index rank mismatch: ndarray '" + p.name + "' has rank " +
+                          std::to_string(p.rank) + ", got " + std::to_string(n_indices) +
+                          " index(es)");
+    }
+    for (size_t i = 0; i < n_indices; ++i) {
+      VKAD_ASSIGN_OR_RETURN(DType t, value(s, i));
+      if (t != DType::kI32 && t != DType::kU32) {
+        return error(s, "index " + std::to_string(i) + " is " + tn(t) + ", expected i32 or u32");
+      }
+    }
+    return {};
+  }
   // store, atomic_add, atomic_max: the value's type is the ndarray's, and the device has the
   // atomic.
   Status array_write(const Stmt& s) {
@@ -578,23 +537,6 @@ class Verifier {
     return {};
   }
 
-  Status control(const Stmt& s) {
-    switch (control_op(s.op)) {
-      case ControlOp::kFor: return for_loop(s);
-      case ControlOp::kIf: return branch(s);
-      case ControlOp::kWhile: return while_loop(s);
-      case ControlOp::kBreak:
-      case ControlOp::kContinue:
-        VKAD_TRY(expect_args(s, 0));
-        if (loop_depth_ == 0)
-          return error(s, std::string(op_info(s.op).name) + " outside a for or while loop body");
-        return {};
-      case ControlOp::kBarrier: return barrier(s);
-      case ControlOp::kPrint:
-      case ControlOp::kAssert: return debug_output(s);
-    }
-    return {};
-  }
   // print "fmt", %v... / assert "message", %cond, %v...: values of any type, at most
   // abi::kMaxPrintValues of them (a record's size is fixed per statement).
   Status debug_output(const Stmt& s) {
@@ -610,6 +552,167 @@ class Verifier {
       VKAD_ASSIGN_OR_RETURN(DType t, value(s, i));
       if (is_assert && i == 0 && t != DType::kBool)
         return error(s, std::string("assert's condition is a bool, got ") + abi::dtype_name(t));
+    }
+    return {};
+  }
+  Status barrier(const Stmt& s) const {
+    VKAD_TRY(expect_args(s, 0));
+    if (!whole_workgroups(*task_))
+      return error(s, "barrier in a task whose workgroups are not whole " + kWholeGroups);
+    if (divergent_ != 0) {
+      return error(s,
+                   "barrier where invocations may diverge (inside if / while, or a "
+                   "for loop whose bounds are not launch-uniform or whose body breaks "
+                   "or continues)");
+    }
+    return {};
+  }
+
+  // Returns what the statement's result is (an adstack for stack_alloc).
+  Result<IdKind> stack(const Stmt& s) {
+    switch (stack_op(s.op)) {
+      case StackOp::kStackAlloc:
+        VKAD_TRY(expect_args(s, 0));
+        if (s.type == DType::kBool) return error(s, "an adstack holds numbers, not bool");
+        // The integer heap has 32-bit elements.
+        if (s.type == DType::kI64)
+          return error(s, "an adstack holds f32, f64, i32 or u32, not i64",
+                       ErrorCode::kUnsupported);
+        return IdKind::kStack;
+      case StackOp::kStackPush:
+      case StackOp::kStackAccAdj: VKAD_TRY(stack_write(s)); return IdKind::kValue;
+      case StackOp::kStackPop:
+      case StackOp::kStackTop:
+      case StackOp::kStackTopAdj: VKAD_TRY(stack_read(s)); return IdKind::kValue;
+    }
+    return IdKind::kValue;
+  }
+  // stack_push, stack_acc_adj: (stack, value of its element type)
+  Status stack_write(const Stmt& s) {
+    VKAD_ASSIGN_OR_RETURN(IdInfo st, holder_and_value(s, IdKind::kStack, "adstack"));
+    if (s.op == Op::kStackAccAdj && !is_float(st.type))
+      return error(s, "an integer adstack has no adjoint");
+    return {};
+  }
+  // stack_pop, stack_top, stack_top_adj: (stack)
+  Status stack_read(const Stmt& s) {
+    VKAD_TRY(expect_args(s, 1));
+    VKAD_ASSIGN_OR_RETURN(IdInfo st, use(s, s.args[0], IdKind::kStack));
+    if (s.op != Op::kStackPop) VKAD_TRY(result_is(s, st.type));
+    if (s.op == Op::kStackTopAdj && !is_float(st.type))
+      return error(s, "an integer adstack has no adjoint");
+    return {};
+  }
+};
+
+// The walk: tasks in order, each a scope holding its indices; blocks and their statements;
+// for / while / if, which open scopes, count loop depth and divergence, and define their
+// index where their body sees it.
+class Verifier : public OpChecks {
+ public:
+  Verifier(const Kernel& k, const Target& t) : OpChecks(k, t) {}
+
+  Status run() {
+    VKAD_TRY(check_nesting(k_));
+    if (k_.name.empty()) return kernel_error("the kernel has no name");
+    for (size_t i = 0; i < k_.params.size(); ++i) VKAD_TRY(check_param(i));
+    if (k_.tasks.empty()) return kernel_error("the kernel has no tasks");
+    std::unordered_set<std::string> task_names;
+    for (const Task& t : k_.tasks) {
+      task_ = &t;
+      if (!task_names.insert(t.name).second)
+        return task_error("two tasks are called '" + t.name + "'");
+      if (t.dims.empty()) {
+        VKAD_TRY(check_bound(t.begin, "begin"));
+        VKAD_TRY(check_bound(t.end, "end"));
+      } else {
+        VKAD_TRY(check_dims(t));
+      }
+      if (t.local_size > target_.max_local_size) {
+        return task_error("local size " + std::to_string(t.local_size) + " exceeds the device's " +
+                          std::to_string(target_.max_local_size));
+      }
+      if (t.index == kNoValue) return task_error("the task has no index value");
+      std::vector<ValueId> indices = task_indices(t);
+      scopes_.emplace_back();
+      for (ValueId ix : indices) {
+        if (ix == kNoValue) return task_error("the task has no index value");
+        VKAD_TRY(define(ix, {IdKind::kValue, DType::kI32, nullptr}, nullptr));
+      }
+      VKAD_TRY(block(t.body));
+      scopes_.pop_back();
+    }
+    return {};
+  }
+
+ private:
+  void collect(const Block& b) {
+    for (const Stmt& s : b.stmts) {
+      if (s.result != kNoValue) all_defs_.insert(s.result);
+      for (const Block& c : s.blocks) collect(c);
+    }
+  }
+
+  Status block(const Block& b) {
+    if (all_defs_.empty()) {
+      for (const Task& t : k_.tasks) collect(t.body);
+    }
+    for (const Stmt& s : b.stmts) {
+      if ((s.op == Op::kBreak || s.op == Op::kContinue) && &s != &b.stmts.back()) {
+        return error(s,
+                     std::string(op_info(s.op).name) +
+                         " must be the last statement of its block (what follows it never runs)");
+      }
+      VKAD_TRY(stmt(s));
+    }
+    return {};
+  }
+
+  Status stmt(const Stmt& s) {
+    const OpInfo& info = op_info(s.op);
+    VKAD_TRY(check_form(s));
+    IdKind kind = IdKind::kValue;
+    switch (info.family) {
+      case OpFamily::kLeaf: VKAD_TRY(leaf(s)); break;
+      case OpFamily::kUnary: VKAD_TRY(unary(s)); break;
+      case OpFamily::kBinary:
+      case OpFamily::kCompare: VKAD_TRY(binary(s)); break;
+      case OpFamily::kSelect: VKAD_TRY(select(s)); break;
+      case OpFamily::kCast:
+        VKAD_TRY(expect_args(s, 1));
+        VKAD_TRY(value(s, 0).status());
+        break;
+      case OpFamily::kLocal: {
+        VKAD_ASSIGN_OR_RETURN(kind, local(s));
+        break;
+      }
+      case OpFamily::kArray: VKAD_TRY(array(s)); break;
+      case OpFamily::kStack: {
+        VKAD_ASSIGN_OR_RETURN(kind, stack(s));
+        break;
+      }
+      // Loops define their index in their body's scope, not the enclosing one.
+      case OpFamily::kControl: return control(s);
+    }
+    if (info.has_result) VKAD_TRY(define(s.result, {kind, s.type, &s}, &s));
+    note_uniform(s);
+    return {};
+  }
+
+  Status control(const Stmt& s) {
+    switch (control_op(s.op)) {
+      case ControlOp::kFor: return for_loop(s);
+      case ControlOp::kIf: return branch(s);
+      case ControlOp::kWhile: return while_loop(s);
+      case ControlOp::kBreak:
+      case ControlOp::kContinue:
+        VKAD_TRY(expect_args(s, 0));
+        if (loop_depth_ == 0)
+          return error(s, std::string(op_info(s.op).name) + " outside a for or while loop body");
+        return {};
+      case ControlOp::kBarrier: return barrier(s);
+      case ControlOp::kPrint:
+      case ControlOp::kAssert: return debug_output(s);
     }
     return {};
   }
@@ -690,78 +793,6 @@ class Verifier {
     --divergent_;
     return {};
   }
-  // Where every workgroup's invocations all run the task's body alike, so they may meet at
-  // a barrier and share memory: a parallel 1-d task with its local size set over [0, n *
-  // local_size) (constants; the grid-stride loop then gives every invocation of a workgroup
-  // the same passes).
-  static inline const std::string kWholeGroups =
-      "(a parallel 1-d task over [0, n * local_size) with its local size set)";
-  static bool whole_workgroups(const Task& t) {
-    return !t.serial && t.dims.empty() && t.local_size != 0 &&
-           t.begin.kind == RangeBound::Kind::kConstant &&
-           t.end.kind == RangeBound::Kind::kConstant && t.begin.value == 0 && t.end.value > 0 &&
-           t.end.value % static_cast<int64_t>(t.local_size) == 0;
-  }
-  Status barrier(const Stmt& s) const {
-    VKAD_TRY(expect_args(s, 0));
-    if (!whole_workgroups(*task_))
-      return error(s, "barrier in a task whose workgroups are not whole " + kWholeGroups);
-    if (divergent_ != 0) {
-      return error(s,
-                   "barrier where invocations may diverge (inside if / while, or a "
-                   "for loop whose bounds are not launch-uniform or whose body breaks "
-                   "or continues)");
-    }
-    return {};
-  }
-
-  // Returns what the statement's result is (an adstack for stack_alloc).
-  Result<IdKind> stack(const Stmt& s) {
-    switch (stack_op(s.op)) {
-      case StackOp::kStackAlloc:
-        VKAD_TRY(expect_args(s, 0));
-        if (s.type == DType::kBool) return error(s, "an adstack holds numbers, not bool");
-        // The integer heap has 32-bit elements.
-        if (s.type == DType::kI64)
-          return error(s, "an adstack holds f32, f64, i32 or u32, not i64",
-                       ErrorCode::kUnsupported);
-        return IdKind::kStack;
-      case StackOp::kStackPush:
-      case StackOp::kStackAccAdj: VKAD_TRY(stack_write(s)); return IdKind::kValue;
-      case StackOp::kStackPop:
-      case StackOp::kStackTop:
-      case StackOp::kStackTopAdj: VKAD_TRY(stack_read(s)); return IdKind::kValue;
-    }
-    return IdKind::kValue;
-  }
-  // stack_push, stack_acc_adj: (stack, value of its element type)
-  Status stack_write(const Stmt& s) {
-    VKAD_ASSIGN_OR_RETURN(IdInfo st, holder_and_value(s, IdKind::kStack, "adstack"));
-    if (s.op == Op::kStackAccAdj && !is_float(st.type))
-      return error(s, "an integer adstack has no adjoint");
-    return {};
-  }
-  // stack_pop, stack_top, stack_top_adj: (stack)
-  Status stack_read(const Stmt& s) {
-    VKAD_TRY(expect_args(s, 1));
-    VKAD_ASSIGN_OR_RETURN(IdInfo st, use(s, s.args[0], IdKind::kStack));
-    if (s.op != Op::kStackPop) VKAD_TRY(result_is(s, st.type));
-    if (s.op == Op::kStackTopAdj && !is_float(st.type))
-      return error(s, "an integer adstack has no adjoint");
-    return {};
-  }
-
-  const Kernel& k_;
-  const Target& target_;
-  const Task* task_ = nullptr;
-  std::unordered_map<ValueId, IdInfo> ids_;
-  std::unordered_set<ValueId> all_defs_;
-  std::vector<std::unordered_set<ValueId>> scopes_;
-  uint32_t loop_depth_ = 0;  // for / while bodies around the statement (branches don't count)
-  // Blocks around the statement that invocations may run differently (if, while, for loops
-  // with varying bounds or early exits): a barrier needs none.
-  uint32_t divergent_ = 0;
-  std::unordered_set<ValueId> uniform_;
 };
 
 // Depth of `e`, counting up to `limit + 1` at most (so a pathological expression costs
