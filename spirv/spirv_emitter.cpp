@@ -29,87 +29,34 @@ constexpr uint32_t kScopeDevice = 1;
 constexpr uint32_t kUnknownSite = (1u << 24) - 1;
 constexpr uint32_t kRelaxed = 0;
 
-class TaskEmitter {
- public:
-  TaskEmitter(const Kernel& k, size_t task, const abi::CompiledKernel& layout, const Target& target,
-              const EmitOptions& o)
+// The emitter of one task is five layers, each a class on top of the one before it; a layer
+// calls only into itself and the layers below, and owns the state of its concern:
+//   ModuleBuilder   the module, the task's inputs, and the building blocks the layers above emit
+//                   with (instructions, dtype constants, structured control flow, IR values, the
+//                   args buffer);
+//   ValueEmitter    pure values: arithmetic, comparisons, casts, transcendentals;
+//   MemoryEmitter   ndarrays: storage buffers, addressing, bounds and finite checks, loads,
+//                   stores, atomics;
+//   AdstackEmitter  the adstacks: heaps, the private tier, push / pop / top / accumulate;
+//   TaskEmitter     the entry point, the grid-stride loop over the task's range, and the
+//                   statements (dispatched by family to the layers below; locals, shared
+//                   arrays, control flow, barriers, print / assert).
+
+// The SPIR-V module of one task and the building blocks every layer above emits with:
+// instructions (op / ext), the types and constants of IR dtypes, the IR values bound so far,
+// structured control flow (blocks, loops, selections, and the current block's state), and the
+// args buffer: the module's interface, launch-constant words (a specializable one as a select
+// of spec constants), the scalars and shapes read once per invocation, the error words.
+class ModuleBuilder {
+ protected:
+  ModuleBuilder(const Kernel& k, size_t task, const abi::CompiledKernel& layout,
+                const Target& target, const EmitOptions& o)
       : k_(k),
         task_(k.tasks[task]),
         task_index_(static_cast<uint32_t>(task)),
         layout_(layout),
         target_(target),
-        o_(o) {
-    if (o_.check_finite) {
-      const std::vector<const Stmt*> sites = finite_check_sites(k, task);
-      for (uint32_t i = 0; i < sites.size(); ++i) finite_site_[sites[i]] = i;
-    }
-    if (o_.bounds_checks) {
-      const std::vector<const Stmt*> sites = access_sites(k, task);
-      for (uint32_t i = 0; i < sites.size(); ++i) access_site_[sites[i]] = i;
-    }
-    const std::vector<const Stmt*> prints = print_sites(k, task);
-    for (uint32_t i = 0; i < prints.size(); ++i) print_site_[prints[i]] = i;
-  }
-
-  std::vector<uint32_t> run() {
-    scan_bits(task_.body);
-    u32_ = m_.t_int(32, false);
-    i32_ = m_.t_int(32, true);
-    bool_ = m_.t_bool();
-    const Interface io = declare_interface();
-    uint32_t void_t = m_.t_void();
-    uint32_t fn = m_.id();
-    m_.op(spv::OpFunction, {void_t, fn, spv::FunctionControlMaskNone, m_.t_function(void_t)});
-    uint32_t entry = m_.id();
-    block(entry);
-    uint32_t gid3 = op(spv::OpLoad, io.v3, {io.gid_var});
-    gid_ = op(spv::OpCompositeExtract, u32_, {gid3, 0});
-    uint32_t nwg3 = op(spv::OpLoad, io.v3, {io.nwg_var});
-    uint32_t nwg = op(spv::OpCompositeExtract, u32_, {nwg3, 0});
-    uint32_t stride = op(spv::OpIMul, u32_, {nwg, m_.c_u32(o_.local_size)});
-    uint32_t pc_ptr = m_.t_pointer(spv::StorageClassPushConstant, u32_);
-    uint32_t begin =
-        op(spv::OpLoad, u32_, {op(spv::OpAccessChain, pc_ptr, {io.pc_var, m_.c_u32(0)})});
-    uint32_t end =
-        op(spv::OpLoad, u32_, {op(spv::OpAccessChain, pc_ptr, {io.pc_var, m_.c_u32(1)})});
-    uint32_t start = op(spv::OpIAdd, u32_, {begin, gid_});
-    m_.preserve_nan_inf(target_.preserve_nan_inf_f32, target_.preserve_nan_inf_f64);
-    load_adstack_layout();
-    load_launch_constants(task_.body);
-    // Every word the runtime may specialize declares its constants (kernel_checks.cpp checks
-    // it), also one this task's statements never load (its unused load is dropped).
-    const std::vector<uint32_t>& spec = layout_.tasks[task_index_].spec_words;
-    for (uint32_t i = 0; i < spec.size(); ++i) {
-      if (!spec_consts_.count(i)) args_word(spec[i]);
-    }
-    for (uint32_t w : layout_.tasks[task_index_].spec_words) args_word(w);  // EXP: declare all
-    load_nd_bounds();
-    if (o_.bounds_checks) {
-      oob_var_ = m_.function_variable(u32_);
-      m_.op(spv::OpStore, {oob_var_, m_.c_u32(0)});
-    }
-    uint32_t first = emit_unrolled_loop(start, end, stride);
-    loop(u32_, first, end, stride, /*is_signed=*/false, [&](uint32_t i) {
-      bind_indices(i);
-      emit_block(task_.body);
-    });
-    if (oob_var_) {  // the bounds checks' one flag, raised once per invocation
-      const uint32_t site1 = op(spv::OpLoad, u32_, {oob_var_});
-      const uint32_t any = op(spv::OpINotEqual, bool_, {site1, m_.c_u32(0)});
-      if_else(
-          any,
-          [&] {
-            // out_of_bounds_word(site): the code, the site + 1 above it.
-            raise(op(spv::OpBitwiseOr, u32_,
-                     {m_.c_u32(kErrorOutOfBounds),
-                      op(spv::OpShiftLeftLogical, u32_, {site1, m_.c_u32(8)})}));
-          },
-          [] {});
-    }
-    m_.op(spv::OpReturn, {});
-    m_.op(spv::OpFunctionEnd, {});
-    return m_.finish(fn, entry, {io.gid_var, io.nwg_var}, o_.local_size);
-  }
+        o_(o) {}
 
   // The module's inputs: the invocation and workgroup counts, the args buffer (as `args` and
   // `errors`), the push constants (the launch's [begin, end)).
@@ -140,113 +87,7 @@ class TaskEmitter {
                                          spv::StorageClassPushConstant);
     return {gid_var, nwg_var, pc_var, v3};
   }
-  // The main loop of an unrolled task (o_.unroll elements per iteration), when the task can
-  // take one; returns where the plain loop starts.
-  uint32_t emit_unrolled_loop(uint32_t start, uint32_t end, uint32_t stride) {
-    uint32_t first = start;
-    if (o_.unroll > 1 && !task_.serial && task_.dims.empty() && unrollable(task_.body)) {
-      // Main loop: kUnroll elements per iteration (i, i + stride, ...), their statements
-      // interleaved so the loads of all copies issue before the first use. One 4-byte load in
-      // flight per thread cannot saturate HBM (H200: generated saxpy 87% of a uvec4 copy).
-      // It runs while the last copy is in range; the plain loop below finishes the rest.
-      const uint32_t u = o_.unroll;
-      uint32_t span = op(spv::OpIMul, u32_, {stride, m_.c_u32(u - 1)});
-      uint32_t has_room = op(spv::OpUGreaterThan, bool_, {end, span});
-      uint32_t limit =
-          op(spv::OpSelect, u32_, {has_room, op(spv::OpISub, u32_, {end, span}), m_.c_u32(0)});
-      uint32_t step = op(spv::OpIMul, u32_, {stride, m_.c_u32(u)});
-      first = loop(u32_, start, limit, step, /*is_signed=*/false, [&](uint32_t i) {
-        std::vector<std::unordered_map<ValueId, uint32_t>> copies(u, values_);
-        for (uint32_t c = 0; c < u; ++c) {
-          uint32_t ic =
-              c == 0 ? i : op(spv::OpIAdd, u32_, {i, op(spv::OpIMul, u32_, {stride, m_.c_u32(c)})});
-          copies[c][task_.index] = op(spv::OpBitcast, i32_, {ic});
-        }
-        types_[task_.index] = DType::kI32;
-        for (const Stmt& st : task_.body.stmts) {
-          for (uint32_t c = 0; c < u; ++c) {
-            std::swap(values_, copies[c]);
-            emit(st);
-            std::swap(values_, copies[c]);
-          }
-        }
-      });
-    }
-    return first;
-  }
 
- private:
-  // ------------------------------------------------------------ N-d ranges
-  // An N-d task's range is [0, product of extents) (the runtime sets it so); each dimension's
-  // begin and extent are computed here once per invocation, from the same args-buffer words
-  // the host evaluated, in i32 (add and mul wrap like the host's exact values modulo 2^32;
-  // the launch refused bounds outside [0, 2^31)).
-  uint32_t size_value(const SizeExpr& e) {
-    switch (e.kind) {
-      case SizeExpr::Kind::kConst: return m_.c_i32(static_cast<int32_t>(e.value));
-      case SizeExpr::Kind::kScalar: {
-        uint32_t s = read_scalar(e.param);
-        if (k_.params[e.param].dtype == DType::kU32) s = op(spv::OpBitcast, i32_, {s});
-        return ext(GLSLstd450SMax, i32_, {s, m_.c_i32(0)});  // a negative scalar counts as 0
-      }
-      case SizeExpr::Kind::kNegScalar: {  // verify() keeps it out of task dimensions
-        uint32_t s = read_scalar(e.param);
-        if (k_.params[e.param].dtype == DType::kU32) return m_.c_i32(0);
-        return ext(GLSLstd450SMax, i32_, {op(spv::OpSNegate, i32_, {s}), m_.c_i32(0)});
-      }
-      case SizeExpr::Kind::kDim:
-        return op(spv::OpBitcast, i32_, {args_word(layout_.shape_offset(e.param) + 4 * e.dim)});
-      case SizeExpr::Kind::kAdd:
-      case SizeExpr::Kind::kMul:
-      case SizeExpr::Kind::kMax:
-      case SizeExpr::Kind::kDiv: {  // verify() keeps div out of task dimensions
-        uint32_t r = size_value(e.operands[0]);
-        for (size_t i = 1; i < e.operands.size(); ++i) {
-          uint32_t x = size_value(e.operands[i]);
-          if (e.kind == SizeExpr::Kind::kAdd)
-            r = op(spv::OpIAdd, i32_, {r, x});
-          else if (e.kind == SizeExpr::Kind::kMul)
-            r = op(spv::OpIMul, i32_, {r, x});
-          else
-            r = ext(GLSLstd450SMax, i32_, {r, x});
-        }
-        return r;
-      }
-    }
-    return m_.c_i32(0);
-  }
-  void load_nd_bounds() {
-    for (const TaskDim& d : task_.dims) {
-      uint32_t b = size_value(d.begin), e = size_value(d.end);
-      uint32_t ext = ext_inst_smax(op(spv::OpISub, i32_, {e, b}));
-      nd_begin_.push_back(op(spv::OpBitcast, u32_, {b}));
-      nd_extent_.push_back(op(spv::OpBitcast, u32_, {ext}));
-    }
-  }
-  uint32_t ext_inst_smax(uint32_t x) { return ext(GLSLstd450SMax, i32_, {x, m_.c_i32(0)}); }
-  // The index values of iteration `i` (u32): i itself for a 1-d task; for an N-d one its
-  // row-major coordinates, the last dimension fastest. i < product of extents, so no
-  // extent divided by here is 0.
-  void bind_indices(uint32_t i) {
-    if (task_.dims.empty()) {
-      values_[task_.index] = op(spv::OpBitcast, i32_, {i});
-      types_[task_.index] = DType::kI32;
-      return;
-    }
-    uint32_t rem = i;
-    for (size_t d = task_.dims.size(); d-- > 0;) {
-      uint32_t coord = rem;
-      if (d > 0) {
-        coord = op(spv::OpUMod, u32_, {rem, nd_extent_[d]});
-        rem = op(spv::OpUDiv, u32_, {rem, nd_extent_[d]});
-      }
-      uint32_t idx = op(spv::OpIAdd, u32_, {nd_begin_[d], coord});
-      values_[task_.dims[d].index] = op(spv::OpBitcast, i32_, {idx});
-      types_[task_.dims[d].index] = DType::kI32;
-    }
-  }
-
-  // ------------------------------------------------------------ helpers
   uint32_t op(spv::Op o, uint32_t type, std::initializer_list<uint32_t> operands) {
     uint32_t r = m_.id();
     SpirvModule::Words w = {type, r};
@@ -324,6 +165,10 @@ class TaskEmitter {
   }
   uint32_t v(ValueId id) const { return values_.at(id); }
   DType vt(ValueId id) const { return types_.at(id); }
+  void set(const Stmt& s, uint32_t id) {
+    values_[s.result] = id;
+    types_[s.result] = s.type;
+  }
 
   // A structured loop `for (i = start; i < end; i += step) body(i)`. The header tests and
   // branches itself (no separate test block): SPIR-V validation walks the dominator tree once
@@ -354,59 +199,6 @@ class TaskEmitter {
     return i;
   }
 
-  // `for (i = 0; test(i); ++i) body(i)`: the loop() shape with the test block emitted in the
-  // check block (its statements may open selections of their own: bounds-checked loads).
-  void while_loop(const Stmt& s) {
-    uint32_t header = 0, check = m_.id(), body_l = m_.id(), cont = m_.id(), merge = m_.id();
-    uint32_t next = m_.id();
-    uint32_t pre = 0;
-    enter_header(&header, &pre);
-    uint32_t i = op(spv::OpPhi, i32_, {m_.c_i32(0), pre, next, cont});
-    values_[s.result] = i;
-    types_[s.result] = DType::kI32;
-    m_.op(spv::OpLoopMerge, {merge, cont, spv::LoopControlMaskNone});
-    branch(check);
-    block(check);
-    emit_block(s.blocks[0]);
-    const uint32_t test_end = cur_;  // the test's statements may have opened blocks of their own
-    m_.op(spv::OpBranchConditional, {v(s.args[0]), body_l, merge});
-    block(body_l);
-    sole_pred_ = test_end;
-    loops_.push_back({merge, cont});
-    emit_block(s.blocks[1]);
-    loops_.pop_back();
-    branch(cont);
-    block(cont);
-    m_.op(spv::OpIAdd, {i32_, next, i, m_.c_i32(1)});
-    branch(header);
-    block(merge);
-  }
-
-  // A parallel task body may run several elements interleaved (statement by statement) only
-  // if the elements cannot see each other: straight-line code (no loops, branches, locals,
-  // adstacks or atomics, whose order or storage the copies would share) in which every ndarray
-  // the body stores to is accessed only at the task's own index, so the copies touch disjoint
-  // elements of it. Reads of arrays the body does not write may use any index.
-  bool unrollable(const Block& b) const {
-    std::unordered_map<uint32_t, bool> written;
-    for (const Stmt& st : b.stmts) {
-      if (!straight_line(st.op)) return false;
-      if (st.op == Op::kStore) written[st.param] = true;
-    }
-    if (written.empty()) return false;
-    for (const Stmt& st : b.stmts) {
-      if ((st.op != Op::kLoad && st.op != Op::kStore) || !written.count(st.param)) continue;
-      size_t nidx = st.op == Op::kStore ? st.args.size() - 1 : st.args.size();
-      if (nidx != 1 || st.args[0] != task_.index) return false;
-    }
-    return true;
-  }
-  // Whether copies of `op` for several elements may run interleaved: values, loads and
-  // stores; not loops, branches, locals, adstacks, atomics or barriers.
-  static bool straight_line(Op op) {
-    return is_pure_value(op) || op == Op::kLoad || op == Op::kStore;
-  }
-
   // `if (cond) then(); else otherwise();` as a structured selection.
   template <typename Then, typename Else>
   void if_else(uint32_t cond, Then then_body, Else else_body) {
@@ -422,10 +214,6 @@ class TaskEmitter {
     block(merge);
   }
 
-  uint32_t args_ptr(uint32_t word) {
-    return op(spv::OpAccessChain, m_.t_pointer(spv::StorageClassStorageBuffer, u32_),
-              {args_var_, m_.c_u32(0), word});
-  }
   // A launch-constant word. One the runtime may specialize (abi/kernel_abi.h, "Launch
   // specialization") is select(flag, value, loaded), both spec constants: the driver folds it
   // to the constant or to the load when it creates the pipeline.
@@ -444,6 +232,16 @@ class TaskEmitter {
     }
     return op(spv::OpSelect, u32_, {c->second.first, c->second.second, loaded});
   }
+  // Every word the runtime may specialize declares its constants (kernel_checks.cpp checks
+  // it), also one this task's statements never load (its unused load is dropped).
+  void declare_spec_words() {
+    const std::vector<uint32_t>& spec = layout_.tasks[task_index_].spec_words;
+    for (uint32_t i = 0; i < spec.size(); ++i) {
+      if (!spec_consts_.count(i)) args_word(spec[i]);
+    }
+    for (uint32_t w : layout_.tasks[task_index_].spec_words) args_word(w);  // EXP: declare all
+  }
+
   // The first error of a launch wins: compare-and-swap 0 -> code.
   void raise(uint32_t code_id) {
     const uint32_t ptr =
@@ -451,6 +249,29 @@ class TaskEmitter {
            {errors_var_, m_.c_u32(0), m_.c_u32(layout_.error_flag_offset(task_index_) / 4)});
     op(spv::OpAtomicCompareExchange, u32_,
        {ptr, m_.c_u32(kScopeDevice), m_.c_u32(kRelaxed), m_.c_u32(kRelaxed), code_id, m_.c_u32(0)});
+  }
+  // A word of the args buffer through the writable view (`errors`).
+  uint32_t error_word_ptr(uint32_t word) {
+    return op(spv::OpAccessChain, m_.t_pointer(spv::StorageClassStorageBuffer, u32_),
+              {errors_var_, m_.c_u32(0), word});
+  }
+  uint32_t read_scalar(uint32_t param) {
+    const Param& p = k_.params[param];
+    uint32_t off = layout_.scalar_offset(param);
+    uint32_t w = args_word(off);
+    switch (p.dtype) {
+      case DType::kF32: return op(spv::OpBitcast, m_.t_float(32), {w});
+      case DType::kI32: return op(spv::OpBitcast, i32_, {w});
+      case DType::kBool: return op(spv::OpINotEqual, bool_, {w, m_.c_u32(0)});
+      case DType::kF64:
+      case DType::kI64: {
+        uint32_t hi = args_word(off + 4);
+        uint32_t pair = op(spv::OpCompositeConstruct, m_.t_vector(u32_, 2), {w, hi});
+        return op(spv::OpBitcast, type(p.dtype), {pair});
+      }
+      case DType::kU32: return w;
+    }
+    return w;
   }
 
   // Scalars and shapes are constant for a launch: read each one once, in the entry block, so
@@ -469,7 +290,412 @@ class TaskEmitter {
     }
   }
 
-  // ------------------------------------------------------------ ndarrays
+  SpirvModule m_;
+  const Kernel& k_;
+  const Task& task_;
+  uint32_t task_index_;
+  const abi::CompiledKernel& layout_;
+  const Target& target_;
+  const EmitOptions& o_;
+  uint32_t u32_ = 0, i32_ = 0, bool_ = 0, gid_ = 0, cur_ = 0;
+  bool ended_ = false;  // the current block ends with a break / continue already
+  // The only predecessor of the current block while it is a loop body's first block, else 0.
+  uint32_t sole_pred_ = 0;
+  std::vector<std::pair<uint32_t, uint32_t>> loops_;  // (merge, continue target), innermost last
+  std::unordered_map<ValueId, uint32_t> values_;
+  std::unordered_map<ValueId, DType> types_;
+  std::unordered_map<uint32_t, uint32_t> scalars_;              // param -> value
+  std::unordered_map<uint32_t, std::vector<uint32_t>> shapes_;  // param -> extents (u32)
+
+ private:
+  uint32_t args_ptr(uint32_t word) {
+    return op(spv::OpAccessChain, m_.t_pointer(spv::StorageClassStorageBuffer, u32_),
+              {args_var_, m_.c_u32(0), word});
+  }
+
+  uint32_t args_var_ = 0, errors_var_ = 0;
+  // Launch specialization constants per spec word index: (flag, value).
+  std::map<uint32_t, std::pair<uint32_t, uint32_t>> spec_consts_;
+};
+
+// The values of pure statements (leaves, unary, binary, compare, cast) with the semantics of
+// ir.h's table for every input, transcendentals as spirv_emitter.h says. Each emits
+// straight-line code into the current block; none touches an ndarray or an adstack.
+class ValueEmitter : public ModuleBuilder {
+ protected:
+  using ModuleBuilder::ModuleBuilder;
+
+  uint32_t leaf(const Stmt& s) {
+    switch (leaf_op(s.op)) {
+      case LeafOp::kConst: return constant(s);
+      case LeafOp::kArg: return scalars_.at(s.param);
+      case LeafOp::kShape: return op(spv::OpBitcast, i32_, {shapes_.at(s.param)[s.dim]});
+    }
+    return 0;
+  }
+
+  uint32_t unary(const Stmt& s) {
+    uint32_t a = v(s.args[0]);
+    DType t = s.type;
+    uint32_t ty = type(t);
+    bool f = is_float(t);
+    switch (unary_op(s.op)) {
+      case UnaryOp::kNeg: return op(f ? spv::OpFNegate : spv::OpSNegate, ty, {a});
+      case UnaryOp::kNot: return op(spv::OpLogicalNot, ty, {a});
+      case UnaryOp::kSqrt: return ext(GLSLstd450Sqrt, ty, {a});
+      case UnaryOp::kRsqrt: return ext(GLSLstd450InverseSqrt, ty, {a});
+      case UnaryOp::kExp: return math(GLSLstd450Exp, t, {a});
+      case UnaryOp::kLog: return math(GLSLstd450Log, t, {a});
+      case UnaryOp::kSin: return math(GLSLstd450Sin, t, {a});
+      case UnaryOp::kCos: return math(GLSLstd450Cos, t, {a});
+      case UnaryOp::kTan: return math(GLSLstd450Tan, t, {a});
+      case UnaryOp::kTanh: return math(GLSLstd450Tanh, t, {a});
+      case UnaryOp::kAsin: return math(GLSLstd450Asin, t, {a});
+      case UnaryOp::kAcos: return math(GLSLstd450Acos, t, {a});
+      case UnaryOp::kAbs:
+        if (t == DType::kU32) return a;
+        return ext(f ? GLSLstd450FAbs : GLSLstd450SAbs, ty, {a});
+      case UnaryOp::kFloor: return ext(GLSLstd450Floor, ty, {a});
+      case UnaryOp::kCeil: return ext(GLSLstd450Ceil, ty, {a});
+    }
+    return 0;
+  }
+
+  uint32_t binary(const Stmt& s) {
+    uint32_t a = v(s.args[0]), b = v(s.args[1]);
+    DType t = vt(s.args[0]);
+    uint32_t ty = type(s.type);
+    bool f = is_float(t);
+    switch (binary_op(s.op)) {
+      case BinaryOp::kAdd: return op(f ? spv::OpFAdd : spv::OpIAdd, ty, {a, b});
+      case BinaryOp::kSub: return op(f ? spv::OpFSub : spv::OpISub, ty, {a, b});
+      case BinaryOp::kMul: return op(f ? spv::OpFMul : spv::OpIMul, ty, {a, b});
+      case BinaryOp::kDiv:
+        if (f) return op(spv::OpFDiv, ty, {a, b});
+        return integer_division(s.op, t, a, b);
+      case BinaryOp::kMod:
+      case BinaryOp::kFloorDiv: return integer_division(s.op, t, a, b);
+      case BinaryOp::kMin:
+      case BinaryOp::kMax: return min_max(s.op == Op::kMin, t, a, b);
+      case BinaryOp::kPow: return math(GLSLstd450Pow, t, {a, b});
+      case BinaryOp::kAtan2: return math(GLSLstd450Atan2, t, {a, b});
+      case BinaryOp::kAnd: return op(spv::OpLogicalAnd, ty, {a, b});
+      case BinaryOp::kOr: return op(spv::OpLogicalOr, ty, {a, b});
+    }
+    return 0;
+  }
+
+  uint32_t compare(const Stmt& s) {
+    uint32_t a = v(s.args[0]), b = v(s.args[1]);
+    DType t = vt(s.args[0]);
+    uint32_t ty = type(s.type);
+    bool f = is_float(t), sg = t == DType::kI32 || t == DType::kI64, bl = t == DType::kBool;
+    auto pick = [&](spv::Op fo, spv::Op so, spv::Op uo) { return f ? fo : sg ? so : uo; };
+    switch (compare_op(s.op)) {
+      case CompareOp::kLt:
+        return op(pick(spv::OpFOrdLessThan, spv::OpSLessThan, spv::OpULessThan), ty, {a, b});
+      case CompareOp::kLe:
+        return op(pick(spv::OpFOrdLessThanEqual, spv::OpSLessThanEqual, spv::OpULessThanEqual), ty,
+                  {a, b});
+      case CompareOp::kGt:
+        return op(pick(spv::OpFOrdGreaterThan, spv::OpSGreaterThan, spv::OpUGreaterThan), ty,
+                  {a, b});
+      case CompareOp::kGe:
+        return op(
+            pick(spv::OpFOrdGreaterThanEqual, spv::OpSGreaterThanEqual, spv::OpUGreaterThanEqual),
+            ty, {a, b});
+      case CompareOp::kEq:
+        return op(bl ? spv::OpLogicalEqual : f ? spv::OpFOrdEqual : spv::OpIEqual, ty, {a, b});
+      case CompareOp::kNe:
+        return op(bl  ? spv::OpLogicalNotEqual
+                  : f ? spv::OpFUnordNotEqual
+                      : spv::OpINotEqual,
+                  ty, {a, b});
+    }
+    return 0;
+  }
+
+  uint32_t cast(const Stmt& s) {
+    uint32_t a = v(s.args[0]);
+    DType from = vt(s.args[0]), to = s.type;
+    uint32_t ty = type(to);
+    if (from == to) return a;
+    if (to == DType::kBool) {
+      return op(is_float(from) ? spv::OpFUnordNotEqual : spv::OpINotEqual, ty, {a, zero(from)});
+    }
+    if (from == DType::kBool) return op(spv::OpSelect, ty, {a, one(to), zero(to)});
+    if (is_float(from) && is_float(to)) return op(spv::OpFConvert, ty, {a});
+    if (is_float(from)) return float_to_int(from, to, a);
+    if (is_float(to))
+      return op(from == DType::kU32 ? spv::OpConvertUToF : spv::OpConvertSToF, ty, {a});
+    if (to == DType::kI64) {  // i32 sign-extends, u32 zero-extends (OpUConvert yields unsigned)
+      if (from == DType::kI32) return op(spv::OpSConvert, ty, {a});
+      return op(spv::OpBitcast, ty, {op(spv::OpUConvert, m_.t_int(64, false), {a})});
+    }
+    if (from == DType::kI64) {  // the low 32 bits
+      uint32_t low = op(spv::OpUConvert, u32_, {op(spv::OpBitcast, m_.t_int(64, false), {a})});
+      return to == DType::kU32 ? low : op(spv::OpBitcast, ty, {low});
+    }
+    return op(spv::OpBitcast, ty, {a});  // i32 <-> u32
+  }
+
+ private:
+  uint32_t constant(const Stmt& s) {
+    switch (s.type) {
+      case DType::kF32: return m_.c_f32(static_cast<float>(s.fimm));
+      case DType::kF64: return m_.c_f64(s.fimm);
+      case DType::kI32: return m_.c_i32(static_cast<int32_t>(s.iimm));
+      case DType::kI64: return m_.c_i64(s.iimm);
+      case DType::kBool: return m_.c_bool(s.iimm != 0);
+      case DType::kU32: return m_.c_u32(static_cast<uint32_t>(s.iimm));
+    }
+    return m_.c_u32(static_cast<uint32_t>(s.iimm));
+  }
+
+  // x - 2*pi*k with k = x / 2pi rounded to an integer, in f32: a two-term Cody-Waite, 2*pi =
+  // C1 + C2 + e with C1 = 201/32 (8 significant bits) and C2 = f32(2*pi - C1). For |k| <= 2^14,
+  // k*C1 is exact and x - k*C1 is exact (Sterbenz), fused or not; the second term rounds once
+  // or twice (a driver may fuse it into an fma: both are covered), and e*k is below 2^-34 |k|.
+  // So the reduced argument is within 2^-19 + |x| 2^-36 of the exact one (precision.cpp) -- far
+  // inside Vulkan's 2^-11 for sin/cos, which holds only inside [-pi, pi], so the reduction is
+  // needed for every |x| up to 2^14 * 2 pi.
+  // k is rounded by adding and subtracting M = 1.5 * 2^23 (exact for |x / 2pi| < 2^22, which
+  // covers the reduction's range), not by RoundEven: NVIDIA runs RoundEven (FRND) on the same
+  // quarter-rate pipe as the sin itself, which doubled the sin loop's time on the H200, while
+  // the two adds are full-rate. They are NoContraction so that no driver folds (q + M) - M
+  // back to q (the f64 algorithms rely on the same decoration); a k off by one at a tie leaves
+  // the argument a rounding past +-pi, as RoundEven of a rounded quotient does.
+  uint32_t reduce_two_pi(uint32_t x) {
+    uint32_t f32 = m_.t_float(32);
+    constexpr double kTwoPi = 6.283185307179586476925;
+    constexpr float kC1 = 6.28125f;        // 201 / 32
+    constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
+    const float c2 = static_cast<float>(kTwoPi - 6.28125);
+    uint32_t q = op(spv::OpFMul, f32, {x, m_.c_f32(static_cast<float>(1 / kTwoPi))});
+    uint32_t k = exact(op(spv::OpFSub, f32,
+                          {exact(op(spv::OpFAdd, f32, {q, m_.c_f32(kRound)})), m_.c_f32(kRound)}));
+    uint32_t r = op(spv::OpFSub, f32, {x, op(spv::OpFMul, f32, {k, m_.c_f32(kC1)})});
+    return op(spv::OpFSub, f32, {r, op(spv::OpFMul, f32, {k, m_.c_f32(c2)})});
+  }
+
+  // Decorates a float result NoContraction: the driver may not fuse it with a neighbouring
+  // multiply or add (Vulkan otherwise allows contraction into fma, which changes the rounding
+  // that range reductions and compensated sums are built on).
+  uint32_t exact(uint32_t id) {
+    m_.decorate(id, spv::DecorationNoContraction);
+    return id;
+  }
+
+  // f64_math.h's backend: the f64 operations Vulkan defines, emitted into the current block.
+  struct SpirvF64 {
+    using Value = uint32_t;
+    ValueEmitter& e;
+    uint32_t f64 = e.m_.t_float(64);
+    uint32_t constant(double v) { return e.m_.c_f64(v); }
+    // NoContraction on every add/sub/mul: the algorithms (Cody-Waite reductions, exact
+    // splits) assume each operation rounds on its own, as on the host; NVIDIA fuses them into
+    // fma otherwise (tan near its poles was 5e5 ulp off on an H100).
+    uint32_t add(uint32_t a, uint32_t b) { return e.exact(e.op(spv::OpFAdd, f64, {a, b})); }
+    uint32_t sub(uint32_t a, uint32_t b) { return e.exact(e.op(spv::OpFSub, f64, {a, b})); }
+    uint32_t mul(uint32_t a, uint32_t b) { return e.exact(e.op(spv::OpFMul, f64, {a, b})); }
+    uint32_t div(uint32_t a, uint32_t b) { return e.op(spv::OpFDiv, f64, {a, b}); }
+    uint32_t neg(uint32_t a) { return e.op(spv::OpFNegate, f64, {a}); }
+    uint32_t abs(uint32_t a) { return e.ext(GLSLstd450FAbs, f64, {a}); }
+    uint32_t min(uint32_t a, uint32_t b) { return select(lt(a, b), a, b); }
+    uint32_t sqrt(uint32_t a) { return e.ext(GLSLstd450Sqrt, f64, {a}); }
+    uint32_t floor(uint32_t a) { return e.ext(GLSLstd450Floor, f64, {a}); }
+    uint32_t round_even(uint32_t a) { return e.ext(GLSLstd450RoundEven, f64, {a}); }
+    // `k` holds a small integer (the algorithms clamp first); NaN, whose conversion is
+    // undefined, becomes 0 -- the caller passes NaN through separately.
+    uint32_t ldexp(uint32_t a, uint32_t k) {
+      uint32_t safe = select(is_nan(k), constant(0), k);
+      return e.ext(GLSLstd450Ldexp, f64, {a, e.op(spv::OpConvertFToS, e.i32_, {safe})});
+    }
+    uint32_t frexp(uint32_t a, uint32_t* exponent) {
+      uint32_t var = e.m_.function_variable(e.i32_);
+      uint32_t m = e.ext(GLSLstd450Frexp, f64, {a, var});
+      *exponent = e.op(spv::OpConvertSToF, f64, {e.op(spv::OpLoad, e.i32_, {var})});
+      return m;
+    }
+    uint32_t lt(uint32_t a, uint32_t b) { return e.op(spv::OpFOrdLessThan, e.bool_, {a, b}); }
+    uint32_t eq(uint32_t a, uint32_t b) { return e.op(spv::OpFOrdEqual, e.bool_, {a, b}); }
+    uint32_t is_nan(uint32_t a) { return e.op(spv::OpIsNan, e.bool_, {a}); }
+    uint32_t select(uint32_t c, uint32_t a, uint32_t b) {
+      return e.op(spv::OpSelect, f64, {c, a, b});
+    }
+  };
+
+  // A transcendental. f32: GLSL.std.450, with Sin, Cos and Tan (period 2*pi too) seeing their
+  // argument reduced first. f64: computed in f64 by f64_math.h (GLSL.std.450 defines these
+  // for 16- and 32-bit floats only).
+  uint32_t math(GLSLstd450 inst, DType t, std::initializer_list<uint32_t> xs) {
+    std::vector<uint32_t> in(xs);
+    if (t == DType::kF64) {
+      SpirvF64 backend{*this};
+      F64Math<SpirvF64> f(backend);
+      switch (inst) {
+        case GLSLstd450Exp: return f.exp(in[0]);
+        case GLSLstd450Log: return f.log(in[0]);
+        case GLSLstd450Sin: return f.sin(in[0]);
+        case GLSLstd450Cos: return f.cos(in[0]);
+        case GLSLstd450Tan: return f.tan(in[0]);
+        case GLSLstd450Tanh: return f.tanh(in[0]);
+        case GLSLstd450Asin: return f.asin(in[0]);
+        case GLSLstd450Acos: return f.acos(in[0]);
+        case GLSLstd450Pow: return f.pow(in[0], in[1]);
+        case GLSLstd450Atan2: return f.atan2(in[0], in[1]);
+        default: break;
+      }
+    }
+    uint32_t f32 = m_.t_float(32);
+    if (inst == GLSLstd450Sin || inst == GLSLstd450Cos || inst == GLSLstd450Tan)
+      in[0] = reduce_two_pi(in[0]);
+    return in.size() == 1 ? ext(inst, f32, {in[0]}) : ext(inst, f32, {in[0], in[1]});
+  }
+
+  // Integer div / mod / floordiv with the semantics of ir.h's table for every input:
+  // x / 0 = 0, x mod 0 = x, floordiv(x, 0) = 0, INT_MIN / -1 = INT_MIN, INT_MIN mod -1 = 0.
+  // SPIR-V leaves OpSDiv/OpUDiv/OpSRem undefined for a zero divisor and for INT_MIN / -1, so
+  // those divisors are replaced by 1 before dividing and the results selected after. The
+  // remainder is a - q*d rather than OpSRem/OpUMod: an NVIDIA driver (580.159) computed OpSRem
+  // by a negative constant as an unsigned remainder; the quotient alone is the one primitive
+  // every driver must get right.
+  // i64 follows the same rules with INT64_MIN.
+  uint32_t integer_division(Op o, DType t, uint32_t a, uint32_t b) {
+    bool is_signed = t != DType::kU32;
+    uint32_t ty = type(t);
+    uint32_t z = zero(t);
+    uint32_t one = this->one(t);
+    uint32_t by_zero = op(spv::OpIEqual, bool_, {b, z});
+    uint32_t bad = by_zero;
+    if (is_signed) {
+      uint32_t min = t == DType::kI64 ? m_.c_i64(INT64_MIN) : m_.c_i32(INT32_MIN);
+      uint32_t minus_one = t == DType::kI64 ? m_.c_i64(-1) : m_.c_i32(-1);
+      uint32_t overflow =
+          op(spv::OpLogicalAnd, bool_,
+             {op(spv::OpIEqual, bool_, {a, min}), op(spv::OpIEqual, bool_, {b, minus_one})});
+      bad = op(spv::OpLogicalOr, bool_, {by_zero, overflow});
+    }
+    uint32_t d = op(spv::OpSelect, ty, {bad, one, b});
+    uint32_t q = op(is_signed ? spv::OpSDiv : spv::OpUDiv, ty, {a, d});
+    if (o == Op::kDiv || (o == Op::kFloorDiv && !is_signed))
+      return op(spv::OpSelect, ty, {by_zero, z, q});
+    uint32_t r = op(spv::OpISub, ty, {a, op(spv::OpIMul, ty, {q, d})});
+    if (!is_signed) return op(spv::OpSelect, ty, {by_zero, a, r});
+    // Floor semantics: when the truncated remainder's sign differs from the divisor's, the
+    // quotient steps down by one and the remainder moves by one divisor.
+    uint32_t differ =
+        op(spv::OpLogicalNotEqual, bool_,
+           {op(spv::OpSLessThan, bool_, {r, z}), op(spv::OpSLessThan, bool_, {d, z})});
+    uint32_t adjust = op(spv::OpLogicalAnd, bool_, {op(spv::OpINotEqual, bool_, {r, z}), differ});
+    if (o == Op::kFloorDiv) {
+      uint32_t fq = op(spv::OpISub, ty, {q, op(spv::OpSelect, ty, {adjust, one, z})});
+      return op(spv::OpSelect, ty, {by_zero, z, fq});
+    }
+    uint32_t fr = op(spv::OpIAdd, ty, {r, op(spv::OpSelect, ty, {adjust, d, z})});
+    return op(spv::OpSelect, ty, {by_zero, a, fr});
+  }
+
+  // Float -> i32/u32, saturating (ir.h's table): NaN -> 0, below the range -> its minimum,
+  // above -> its maximum, otherwise truncation toward zero. OpConvertFToS/U are undefined
+  // outside the range, so only in-range values reach them.
+  uint32_t float_to_int(DType from, DType to, uint32_t x) {
+    bool sg = to != DType::kU32;
+    uint32_t ty = type(to), fty = type(from);
+    auto fc = [&](double v) {
+      return from == DType::kF64 ? m_.c_f64(v) : m_.c_f32(static_cast<float>(v));
+    };
+    // Both bounds are powers of two, exact in f32 and f64; every value in [lo, hi) truncates
+    // to a representable integer.
+    bool wide = to == DType::kI64;
+    uint32_t lo = fc(wide ? -0x1p63 : sg ? -2147483648.0 : 0.0);
+    uint32_t hi = fc(wide ? 0x1p63 : sg ? 2147483648.0 : 4294967296.0);
+    uint32_t clamped = op(spv::OpSelect, fty, {op(spv::OpFOrdLessThan, bool_, {x, lo}), lo, x});
+    uint32_t in_range = op(spv::OpFOrdLessThan, bool_, {clamped, hi});  // false for NaN
+    uint32_t safe = op(spv::OpSelect, fty, {in_range, clamped, fc(0)});
+    uint32_t conv = op(sg ? spv::OpConvertFToS : spv::OpConvertFToU, ty, {safe});
+    uint32_t top = wide ? m_.c_i64(INT64_MAX) : sg ? m_.c_i32(INT32_MAX) : m_.c_u32(UINT32_MAX);
+    uint32_t zero_v = zero(to);
+    uint32_t out = op(spv::OpSelect, ty, {op(spv::OpIsNan, bool_, {x}), zero_v, top});
+    return op(spv::OpSelect, ty, {in_range, conv, out});
+  }
+
+  // FMin/FMax leave the result undefined when an operand is NaN (and may flush or reorder
+  // signed zeros); a compare and a select give the documented `a < b ? a : b`.
+  uint32_t min_max(bool is_min, DType t, uint32_t a, uint32_t b) {
+    uint32_t ty = type(t);
+    if (is_float(t)) {
+      spv::Op cmp = is_min ? spv::OpFOrdLessThan : spv::OpFOrdGreaterThan;
+      return op(spv::OpSelect, ty, {op(cmp, bool_, {a, b}), a, b});
+    }
+    bool sg = t == DType::kI32 || t == DType::kI64;
+    if (is_min) return ext(sg ? GLSLstd450SMin : GLSLstd450UMin, ty, {a, b});
+    return ext(sg ? GLSLstd450SMax : GLSLstd450UMax, ty, {a, b});
+  }
+};
+
+// The ndarrays: their storage buffers, row-major addressing, bounds checks (one out-of-bounds
+// flag per invocation, raised after its last element), loads, stores, atomic add / max, and
+// the finite checks of the float values stored. emit_array() emits one access statement.
+class MemoryEmitter : public ValueEmitter {
+ protected:
+  MemoryEmitter(const Kernel& k, size_t task, const abi::CompiledKernel& layout,
+                const Target& target, const EmitOptions& o)
+      : ValueEmitter(k, task, layout, target, o) {
+    if (o_.check_finite) {
+      const std::vector<const Stmt*> sites = finite_check_sites(k, task);
+      for (uint32_t i = 0; i < sites.size(); ++i) finite_site_[sites[i]] = i;
+    }
+    if (o_.bounds_checks) {
+      const std::vector<const Stmt*> sites = access_sites(k, task);
+      for (uint32_t i = 0; i < sites.size(); ++i) access_site_[sites[i]] = i;
+    }
+  }
+
+  // Before any ndarray is declared: the float ones whose atomic adds are compare-and-swap loops
+  // (their elements are then stored as bits).
+  void scan_bits(const Block& b) {
+    for (const Stmt& s : b.stmts) {
+      if (s.op == Op::kAtomicAdd && is_float(k_.params[s.param].dtype) &&
+          !native_atomic(k_.params[s.param].dtype)) {
+        bits_params_.insert_or_assign(s.param, true);
+      }
+      for (const Block& c : s.blocks) scan_bits(c);
+    }
+  }
+  // The bounds checks' flag, 0 until an access is out of bounds: declared before the first
+  // access (no flag without bounds checks).
+  void declare_bounds_flag() {
+    if (!o_.bounds_checks) return;
+    oob_var_ = m_.function_variable(u32_);
+    m_.op(spv::OpStore, {oob_var_, m_.c_u32(0)});
+  }
+  // After the invocation's last element: raises kErrorOutOfBounds with the flag's site.
+  void raise_bounds_flag() {
+    if (!oob_var_) return;  // the bounds checks' one flag, raised once per invocation
+    const uint32_t site1 = op(spv::OpLoad, u32_, {oob_var_});
+    const uint32_t any = op(spv::OpINotEqual, bool_, {site1, m_.c_u32(0)});
+    if_else(
+        any,
+        [&] {
+          // out_of_bounds_word(site): the code, the site + 1 above it.
+          raise(op(spv::OpBitwiseOr, u32_,
+                   {m_.c_u32(kErrorOutOfBounds),
+                    op(spv::OpShiftLeftLogical, u32_, {site1, m_.c_u32(8)})}));
+        },
+        [] {});
+  }
+
+  void emit_array(const Stmt& s) {
+    switch (array_op(s.op)) {
+      case ArrayOp::kLoad: set(s, load(s)); return;
+      case ArrayOp::kStore: store(s); return;
+      case ArrayOp::kAtomicAdd: atomic_add(s); return;
+      case ArrayOp::kAtomicMax: atomic_max(s); return;
+    }
+  }
+
+ private:
   struct ArrayVar {
     uint32_t var = 0;
     uint32_t elem = 0;  // storage element type
@@ -479,16 +705,6 @@ class TaskEmitter {
   bool native_atomic(DType t) const {
     return o_.native_float_atomics && ((t == DType::kF32 && target_.atomic_float32_add) ||
                                        (t == DType::kF64 && target_.atomic_float64_add));
-  }
-
-  void scan_bits(const Block& b) {
-    for (const Stmt& s : b.stmts) {
-      if (s.op == Op::kAtomicAdd && is_float(k_.params[s.param].dtype) &&
-          !native_atomic(k_.params[s.param].dtype)) {
-        bits_params_.insert_or_assign(s.param, true);
-      }
-      for (const Block& c : s.blocks) scan_bits(c);
-    }
   }
 
   const ArrayVar& array(uint32_t p) {
@@ -559,6 +775,44 @@ class TaskEmitter {
     if_else(
         ok, [&] { access(ptr()); }, [] {});
     return 0;
+  }
+
+  uint32_t load(const Stmt& s) {
+    DType t = k_.params[s.param].dtype;
+    uint32_t ty = type(t);
+    return guarded(s, s.args.size(), ty, zero(t), [&](uint32_t ptr) {
+      const ArrayVar& a = arrays_.at(s.param);
+      uint32_t raw = op(spv::OpLoad, a.elem, {ptr});
+      if (t == DType::kBool) return op(spv::OpINotEqual, bool_, {raw, m_.c_u32(0)});
+      if (a.bits) return op(spv::OpBitcast, ty, {raw});
+      return raw;
+    });
+  }
+  // check_finite: a NaN or infinity about to be stored at site `s` raises kErrorNonFinite (the
+  // first error of the launch wins, like every error word); the value is stored all the same.
+  void check_finite(const Stmt& s, uint32_t val) {
+    auto it = finite_site_.find(&s);
+    if (it == finite_site_.end()) return;
+    const uint32_t bad = op(spv::OpLogicalOr, bool_,
+                            {op(spv::OpIsNan, bool_, {val}), op(spv::OpIsInf, bool_, {val})});
+    if_else(
+        bad, [&] { raise(m_.c_u32(abi::non_finite_word(it->second))); }, [] {});
+  }
+
+  void store(const Stmt& s) {
+    DType t = k_.params[s.param].dtype;
+    uint32_t val = v(s.args.back());
+    check_finite(s, val);
+    guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
+      const ArrayVar& a = arrays_.at(s.param);
+      uint32_t w = val;
+      if (t == DType::kBool)
+        w = op(spv::OpSelect, u32_, {val, m_.c_u32(1), m_.c_u32(0)});
+      else if (a.bits)
+        w = op(spv::OpBitcast, a.elem, {val});
+      m_.op(spv::OpStore, {ptr, w});
+      return 0;
+    });
   }
 
   // element = max(element, value). With subgroup arithmetic (Target::subgroup_arithmetic), the
@@ -748,23 +1002,21 @@ class TaskEmitter {
     block(merge);
   }
 
-  // ------------------------------------------------------------ adstacks
-  void count_stacks(const Block& b, uint32_t* n) {
-    for (const Stmt& s : b.stmts) {
-      if (s.op == Op::kStackAlloc) ++*n;
-      for (const Block& c : s.blocks) count_stacks(c, n);
-    }
-  }
+  std::unordered_map<const Stmt*, uint32_t> finite_site_;  // check_finite's sites
+  std::unordered_map<const Stmt*, uint32_t> access_site_;  // the bounds checks' sites
+  uint32_t oob_var_ = 0;  // the bounds checks' flag (a Function variable), 0 without checks
+  // table_index_values and launch_uniform_values of the kernel, made at its first atomic_add.
+  std::optional<std::unordered_set<ValueId>> table_values_, uniform_values_;
+  std::unordered_map<uint32_t, ArrayVar> arrays_;
+  std::unordered_map<uint32_t, bool> bits_params_;
+};
 
-  struct StackVar {
-    DType type;
-    adstack::Heap heap;
-    uint32_t index;  // within the task
-    uint32_t count;  // Function variable holding the count
-    uint32_t cap;    // value: capacity
-  };
-
-  bool slot_major() const { return target_.adstack_layout == adstack::Layout::kSlotMajor; }
+// The adstacks of a task: one storage heap per element kind (the target's adstack layout) and
+// the private tier's Function arrays, every stack's bases computed once per invocation
+// (load_adstack_layout), and the stack statements (emit_stack) in the launch's tier.
+class AdstackEmitter : public MemoryEmitter {
+ protected:
+  using MemoryEmitter::MemoryEmitter;
 
   // Per stack, the heap index of slot 0's primal and adjoint for this thread, computed once in
   // the entry block; slot k is then `base + k * slot_step_` (adstack::element_index):
@@ -822,6 +1074,76 @@ class TaskEmitter {
     }
     heap_binding_ = 1 + layout_.array_count();
   }
+
+  void emit_stack(const Stmt& s) {
+    if (s.op == Op::kStackAlloc) {
+      StackVar st;
+      st.type = s.type;
+      st.heap = stack_heap(s.type);
+      st.index = static_cast<uint32_t>(stacks_.size());
+      st.count = m_.function_variable(u32_);
+      st.cap = stack_cap_.at(st.index);
+      m_.op(spv::OpStore, {st.count, m_.c_u32(0)});
+      stacks_.emplace(s.result, st);
+      return;
+    }
+    const StackVar& st = stacks_.at(s.args[0]);
+    switch (stack_op(s.op)) {
+      case StackOp::kStackAlloc: return;  // above: it makes the stack the others use
+      case StackOp::kStackPush: {
+        uint32_t c = op(spv::OpLoad, u32_, {st.count});
+        uint32_t fits = op(spv::OpULessThan, bool_, {c, st.cap});
+        if_else(
+            fits,
+            [&] {
+              store_slot(st, c, false, to_heap(st, v(s.args[1])));
+              // A stack without an adjoint block (its adjoint is never used) writes no zero.
+              if (stack_adj_base_.at(st.index)) store_slot(st, c, true, zero(st.type));
+              m_.op(spv::OpStore, {st.count, op(spv::OpIAdd, u32_, {c, m_.c_u32(1)})});
+            },
+            [&] { raise(m_.c_u32(abi::adstack_overflow_word(st.index))); });
+        return;
+      }
+      case StackOp::kStackPop: {
+        uint32_t c = op(spv::OpLoad, u32_, {st.count});
+        uint32_t has = op(spv::OpUGreaterThan, bool_, {c, m_.c_u32(0)});
+        uint32_t dec = op(spv::OpSelect, u32_, {has, op(spv::OpISub, u32_, {c, m_.c_u32(1)}), c});
+        m_.op(spv::OpStore, {st.count, dec});
+        return;
+      }
+      case StackOp::kStackTop:
+      case StackOp::kStackTopAdj: {
+        set(s, from_heap(st, load_slot(st, top_slot(st), s.op == Op::kStackTopAdj)));
+        return;
+      }
+      case StackOp::kStackAccAdj: {
+        uint32_t top = top_slot(st);
+        uint32_t sum = op(spv::OpFAdd, type(st.type), {load_slot(st, top, true), v(s.args[1])});
+        store_slot(st, top, true, sum);
+        return;
+      }
+    }
+  }
+  // Whether a stack was allocated in what was emitted so far.
+  bool any_stack() const { return !stacks_.empty(); }
+
+ private:
+  struct StackVar {
+    DType type;
+    adstack::Heap heap;
+    uint32_t index;  // within the task
+    uint32_t count;  // Function variable holding the count
+    uint32_t cap;    // value: capacity
+  };
+
+  void count_stacks(const Block& b, uint32_t* n) {
+    for (const Stmt& s : b.stmts) {
+      if (s.op == Op::kStackAlloc) ++*n;
+      for (const Block& c : s.blocks) count_stacks(c, n);
+    }
+  }
+
+  bool slot_major() const { return target_.adstack_layout == adstack::Layout::kSlotMajor; }
 
   uint32_t heap_var(adstack::Heap h, DType t) {
     size_t i = static_cast<size_t>(h);
@@ -896,385 +1218,207 @@ class TaskEmitter {
   uint32_t from_heap(const StackVar& st, uint32_t val) {
     return st.type == DType::kI32 ? op(spv::OpBitcast, i32_, {val}) : val;
   }
-
-  void emit_stack(const Stmt& s) {
-    if (s.op == Op::kStackAlloc) {
-      StackVar st;
-      st.type = s.type;
-      st.heap = stack_heap(s.type);
-      st.index = static_cast<uint32_t>(stacks_.size());
-      st.count = m_.function_variable(u32_);
-      st.cap = stack_cap_.at(st.index);
-      m_.op(spv::OpStore, {st.count, m_.c_u32(0)});
-      stacks_.emplace(s.result, st);
-      return;
-    }
-    const StackVar& st = stacks_.at(s.args[0]);
-    switch (stack_op(s.op)) {
-      case StackOp::kStackAlloc: return;  // above: it makes the stack the others use
-      case StackOp::kStackPush: {
-        uint32_t c = op(spv::OpLoad, u32_, {st.count});
-        uint32_t fits = op(spv::OpULessThan, bool_, {c, st.cap});
-        if_else(
-            fits,
-            [&] {
-              store_slot(st, c, false, to_heap(st, v(s.args[1])));
-              // A stack without an adjoint block (its adjoint is never used) writes no zero.
-              if (stack_adj_base_.at(st.index)) store_slot(st, c, true, zero(st.type));
-              m_.op(spv::OpStore, {st.count, op(spv::OpIAdd, u32_, {c, m_.c_u32(1)})});
-            },
-            [&] { raise(m_.c_u32(abi::adstack_overflow_word(st.index))); });
-        return;
-      }
-      case StackOp::kStackPop: {
-        uint32_t c = op(spv::OpLoad, u32_, {st.count});
-        uint32_t has = op(spv::OpUGreaterThan, bool_, {c, m_.c_u32(0)});
-        uint32_t dec = op(spv::OpSelect, u32_, {has, op(spv::OpISub, u32_, {c, m_.c_u32(1)}), c});
-        m_.op(spv::OpStore, {st.count, dec});
-        return;
-      }
-      case StackOp::kStackTop:
-      case StackOp::kStackTopAdj: {
-        set(s, from_heap(st, load_slot(st, top_slot(st), s.op == Op::kStackTopAdj)));
-        return;
-      }
-      case StackOp::kStackAccAdj: {
-        uint32_t top = top_slot(st);
-        uint32_t sum = op(spv::OpFAdd, type(st.type), {load_slot(st, top, true), v(s.args[1])});
-        store_slot(st, top, true, sum);
-        return;
-      }
-    }
-  }
   uint32_t heap_elem_for(const StackVar& st) {
     heap_var(st.heap, st.type);
     return heap_elem_[static_cast<size_t>(st.heap)];
   }
 
-  // ------------------------------------------------------------ statements
-  void set(const Stmt& s, uint32_t id) {
-    values_[s.result] = id;
-    types_[s.result] = s.type;
+  std::unordered_map<ValueId, StackVar> stacks_;
+  std::vector<uint32_t> stack_cap_, stack_base_, stack_adj_base_;  // per stack (values)
+  std::vector<uint32_t> private_base_, private_adj_base_;          // per stack (values)
+  uint32_t private_tier_ = 0;                                      // spec constant (bool)
+  std::array<uint32_t, adstack::kHeapCount> private_vars_{};
+  uint32_t slot_step_ = 0;  // slot-major: T, the dispatched threads
+  std::array<uint32_t, adstack::kHeapCount> heap_vars_{}, heap_elem_{};
+  uint32_t heap_binding_ = 0;
+};
+
+// The statement emitter: the entry function (its interface, the launch constants, the
+// grid-stride loop over the task's range, unrolled where the body allows, and an N-d task's
+// indices), and every statement, each family dispatched to the layer that emits it; locals,
+// shared arrays, control flow, barriers and print / assert records are emitted here.
+class TaskEmitter : public AdstackEmitter {
+ public:
+  TaskEmitter(const Kernel& k, size_t task, const abi::CompiledKernel& layout, const Target& target,
+              const EmitOptions& o)
+      : AdstackEmitter(k, task, layout, target, o) {
+    const std::vector<const Stmt*> prints = print_sites(k, task);
+    for (uint32_t i = 0; i < prints.size(); ++i) print_site_[prints[i]] = i;
   }
 
+  std::vector<uint32_t> run() {
+    scan_bits(task_.body);
+    u32_ = m_.t_int(32, false);
+    i32_ = m_.t_int(32, true);
+    bool_ = m_.t_bool();
+    const Interface io = declare_interface();
+    uint32_t void_t = m_.t_void();
+    uint32_t fn = m_.id();
+    m_.op(spv::OpFunction, {void_t, fn, spv::FunctionControlMaskNone, m_.t_function(void_t)});
+    uint32_t entry = m_.id();
+    block(entry);
+    uint32_t gid3 = op(spv::OpLoad, io.v3, {io.gid_var});
+    gid_ = op(spv::OpCompositeExtract, u32_, {gid3, 0});
+    uint32_t nwg3 = op(spv::OpLoad, io.v3, {io.nwg_var});
+    uint32_t nwg = op(spv::OpCompositeExtract, u32_, {nwg3, 0});
+    uint32_t stride = op(spv::OpIMul, u32_, {nwg, m_.c_u32(o_.local_size)});
+    uint32_t pc_ptr = m_.t_pointer(spv::StorageClassPushConstant, u32_);
+    uint32_t begin =
+        op(spv::OpLoad, u32_, {op(spv::OpAccessChain, pc_ptr, {io.pc_var, m_.c_u32(0)})});
+    uint32_t end =
+        op(spv::OpLoad, u32_, {op(spv::OpAccessChain, pc_ptr, {io.pc_var, m_.c_u32(1)})});
+    uint32_t start = op(spv::OpIAdd, u32_, {begin, gid_});
+    m_.preserve_nan_inf(target_.preserve_nan_inf_f32, target_.preserve_nan_inf_f64);
+    load_adstack_layout();
+    load_launch_constants(task_.body);
+    declare_spec_words();
+    load_nd_bounds();
+    declare_bounds_flag();
+    uint32_t first = emit_unrolled_loop(start, end, stride);
+    loop(u32_, first, end, stride, /*is_signed=*/false, [&](uint32_t i) {
+      bind_indices(i);
+      emit_block(task_.body);
+    });
+    raise_bounds_flag();
+    m_.op(spv::OpReturn, {});
+    m_.op(spv::OpFunctionEnd, {});
+    return m_.finish(fn, entry, {io.gid_var, io.nwg_var}, o_.local_size);
+  }
+
+ private:
+  // The main loop of an unrolled task (o_.unroll elements per iteration), when the task can
+  // take one; returns where the plain loop starts.
+  uint32_t emit_unrolled_loop(uint32_t start, uint32_t end, uint32_t stride) {
+    uint32_t first = start;
+    if (o_.unroll > 1 && !task_.serial && task_.dims.empty() && unrollable(task_.body)) {
+      // Main loop: kUnroll elements per iteration (i, i + stride, ...), their statements
+      // interleaved so the loads of all copies issue before the first use. One 4-byte load in
+      // flight per thread cannot saturate HBM (H200: generated saxpy 87% of a uvec4 copy).
+      // It runs while the last copy is in range; the plain loop below finishes the rest.
+      const uint32_t u = o_.unroll;
+      uint32_t span = op(spv::OpIMul, u32_, {stride, m_.c_u32(u - 1)});
+      uint32_t has_room = op(spv::OpUGreaterThan, bool_, {end, span});
+      uint32_t limit =
+          op(spv::OpSelect, u32_, {has_room, op(spv::OpISub, u32_, {end, span}), m_.c_u32(0)});
+      uint32_t step = op(spv::OpIMul, u32_, {stride, m_.c_u32(u)});
+      first = loop(u32_, start, limit, step, /*is_signed=*/false, [&](uint32_t i) {
+        std::vector<std::unordered_map<ValueId, uint32_t>> copies(u, values_);
+        for (uint32_t c = 0; c < u; ++c) {
+          uint32_t ic =
+              c == 0 ? i : op(spv::OpIAdd, u32_, {i, op(spv::OpIMul, u32_, {stride, m_.c_u32(c)})});
+          copies[c][task_.index] = op(spv::OpBitcast, i32_, {ic});
+        }
+        types_[task_.index] = DType::kI32;
+        for (const Stmt& st : task_.body.stmts) {
+          for (uint32_t c = 0; c < u; ++c) {
+            std::swap(values_, copies[c]);
+            emit(st);
+            std::swap(values_, copies[c]);
+          }
+        }
+      });
+    }
+    return first;
+  }
+
+  // A parallel task body may run several elements interleaved (statement by statement) only
+  // if the elements cannot see each other: straight-line code (no loops, branches, locals,
+  // adstacks or atomics, whose order or storage the copies would share) in which every ndarray
+  // the body stores to is accessed only at the task's own index, so the copies touch disjoint
+  // elements of it. Reads of arrays the body does not write may use any index.
+  bool unrollable(const Block& b) const {
+    std::unordered_map<uint32_t, bool> written;
+    for (const Stmt& st : b.stmts) {
+      if (!straight_line(st.op)) return false;
+      if (st.op == Op::kStore) written[st.param] = true;
+    }
+    if (written.empty()) return false;
+    for (const Stmt& st : b.stmts) {
+      if ((st.op != Op::kLoad && st.op != Op::kStore) || !written.count(st.param)) continue;
+      size_t nidx = st.op == Op::kStore ? st.args.size() - 1 : st.args.size();
+      if (nidx != 1 || st.args[0] != task_.index) return false;
+    }
+    return true;
+  }
+  // Whether copies of `op` for several elements may run interleaved: values, loads and
+  // stores; not loops, branches, locals, adstacks, atomics or barriers.
+  static bool straight_line(Op op) {
+    return is_pure_value(op) || op == Op::kLoad || op == Op::kStore;
+  }
+
+  // ------------------------------------------------------------ N-d ranges
+  // An N-d task's range is [0, product of extents) (the runtime sets it so); each dimension's
+  // begin and extent are computed here once per invocation, from the same args-buffer words
+  // the host evaluated, in i32 (add and mul wrap like the host's exact values modulo 2^32;
+  // the launch refused bounds outside [0, 2^31)).
+  uint32_t size_value(const SizeExpr& e) {
+    switch (e.kind) {
+      case SizeExpr::Kind::kConst: return m_.c_i32(static_cast<int32_t>(e.value));
+      case SizeExpr::Kind::kScalar: {
+        uint32_t s = read_scalar(e.param);
+        if (k_.params[e.param].dtype == DType::kU32) s = op(spv::OpBitcast, i32_, {s});
+        return ext(GLSLstd450SMax, i32_, {s, m_.c_i32(0)});  // a negative scalar counts as 0
+      }
+      case SizeExpr::Kind::kNegScalar: {  // verify() keeps it out of task dimensions
+        uint32_t s = read_scalar(e.param);
+        if (k_.params[e.param].dtype == DType::kU32) return m_.c_i32(0);
+        return ext(GLSLstd450SMax, i32_, {op(spv::OpSNegate, i32_, {s}), m_.c_i32(0)});
+      }
+      case SizeExpr::Kind::kDim:
+        return op(spv::OpBitcast, i32_, {args_word(layout_.shape_offset(e.param) + 4 * e.dim)});
+      case SizeExpr::Kind::kAdd:
+      case SizeExpr::Kind::kMul:
+      case SizeExpr::Kind::kMax:
+      case SizeExpr::Kind::kDiv: {  // verify() keeps div out of task dimensions
+        uint32_t r = size_value(e.operands[0]);
+        for (size_t i = 1; i < e.operands.size(); ++i) {
+          uint32_t x = size_value(e.operands[i]);
+          if (e.kind == SizeExpr::Kind::kAdd)
+            r = op(spv::OpIAdd, i32_, {r, x});
+          else if (e.kind == SizeExpr::Kind::kMul)
+            r = op(spv::OpIMul, i32_, {r, x});
+          else
+            r = ext(GLSLstd450SMax, i32_, {r, x});
+        }
+        return r;
+      }
+    }
+    return m_.c_i32(0);
+  }
+  void load_nd_bounds() {
+    for (const TaskDim& d : task_.dims) {
+      uint32_t b = size_value(d.begin), e = size_value(d.end);
+      uint32_t ext = ext_inst_smax(op(spv::OpISub, i32_, {e, b}));
+      nd_begin_.push_back(op(spv::OpBitcast, u32_, {b}));
+      nd_extent_.push_back(op(spv::OpBitcast, u32_, {ext}));
+    }
+  }
+  uint32_t ext_inst_smax(uint32_t x) { return ext(GLSLstd450SMax, i32_, {x, m_.c_i32(0)}); }
+  // The index values of iteration `i` (u32): i itself for a 1-d task; for an N-d one its
+  // row-major coordinates, the last dimension fastest. i < product of extents, so no
+  // extent divided by here is 0.
+  void bind_indices(uint32_t i) {
+    if (task_.dims.empty()) {
+      values_[task_.index] = op(spv::OpBitcast, i32_, {i});
+      types_[task_.index] = DType::kI32;
+      return;
+    }
+    uint32_t rem = i;
+    for (size_t d = task_.dims.size(); d-- > 0;) {
+      uint32_t coord = rem;
+      if (d > 0) {
+        coord = op(spv::OpUMod, u32_, {rem, nd_extent_[d]});
+        rem = op(spv::OpUDiv, u32_, {rem, nd_extent_[d]});
+      }
+      uint32_t idx = op(spv::OpIAdd, u32_, {nd_begin_[d], coord});
+      values_[task_.dims[d].index] = op(spv::OpBitcast, i32_, {idx});
+      types_[task_.dims[d].index] = DType::kI32;
+    }
+  }
+
+  // ------------------------------------------------------------ statements
   void emit_block(const Block& b) {
     for (const Stmt& s : b.stmts) emit(s);
-  }
-
-  uint32_t constant(const Stmt& s) {
-    switch (s.type) {
-      case DType::kF32: return m_.c_f32(static_cast<float>(s.fimm));
-      case DType::kF64: return m_.c_f64(s.fimm);
-      case DType::kI32: return m_.c_i32(static_cast<int32_t>(s.iimm));
-      case DType::kI64: return m_.c_i64(s.iimm);
-      case DType::kBool: return m_.c_bool(s.iimm != 0);
-      case DType::kU32: return m_.c_u32(static_cast<uint32_t>(s.iimm));
-    }
-    return m_.c_u32(static_cast<uint32_t>(s.iimm));
-  }
-
-  uint32_t read_scalar(uint32_t param) {
-    const Param& p = k_.params[param];
-    uint32_t off = layout_.scalar_offset(param);
-    uint32_t w = args_word(off);
-    switch (p.dtype) {
-      case DType::kF32: return op(spv::OpBitcast, m_.t_float(32), {w});
-      case DType::kI32: return op(spv::OpBitcast, i32_, {w});
-      case DType::kBool: return op(spv::OpINotEqual, bool_, {w, m_.c_u32(0)});
-      case DType::kF64:
-      case DType::kI64: {
-        uint32_t hi = args_word(off + 4);
-        uint32_t pair = op(spv::OpCompositeConstruct, m_.t_vector(u32_, 2), {w, hi});
-        return op(spv::OpBitcast, type(p.dtype), {pair});
-      }
-      case DType::kU32: return w;
-    }
-    return w;
-  }
-
-  // x - 2*pi*k with k = x / 2pi rounded to an integer, in f32: a two-term Cody-Waite, 2*pi =
-  // C1 + C2 + e with C1 = 201/32 (8 significant bits) and C2 = f32(2*pi - C1). For |k| <= 2^14,
-  // k*C1 is exact and x - k*C1 is exact (Sterbenz), fused or not; the second term rounds once
-  // or twice (a driver may fuse it into an fma: both are covered), and e*k is below 2^-34 |k|.
-  // So the reduced argument is within 2^-19 + |x| 2^-36 of the exact one (precision.cpp) -- far
-  // inside Vulkan's 2^-11 for sin/cos, which holds only inside [-pi, pi], so the reduction is
-  // needed for every |x| up to 2^14 * 2 pi.
-  // k is rounded by adding and subtracting M = 1.5 * 2^23 (exact for |x / 2pi| < 2^22, which
-  // covers the reduction's range), not by RoundEven: NVIDIA runs RoundEven (FRND) on the same
-  // quarter-rate pipe as the sin itself, which doubled the sin loop's time on the H200, while
-  // the two adds are full-rate. They are NoContraction so that no driver folds (q + M) - M
-  // back to q (the f64 algorithms rely on the same decoration); a k off by one at a tie leaves
-  // the argument a rounding past +-pi, as RoundEven of a rounded quotient does.
-  uint32_t reduce_two_pi(uint32_t x) {
-    uint32_t f32 = m_.t_float(32);
-    constexpr double kTwoPi = 6.283185307179586476925;
-    constexpr float kC1 = 6.28125f;        // 201 / 32
-    constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
-    const float c2 = static_cast<float>(kTwoPi - 6.28125);
-    uint32_t q = op(spv::OpFMul, f32, {x, m_.c_f32(static_cast<float>(1 / kTwoPi))});
-    uint32_t k = exact(op(spv::OpFSub, f32,
-                          {exact(op(spv::OpFAdd, f32, {q, m_.c_f32(kRound)})), m_.c_f32(kRound)}));
-    uint32_t r = op(spv::OpFSub, f32, {x, op(spv::OpFMul, f32, {k, m_.c_f32(kC1)})});
-    return op(spv::OpFSub, f32, {r, op(spv::OpFMul, f32, {k, m_.c_f32(c2)})});
-  }
-
-  // Decorates a float result NoContraction: the driver may not fuse it with a neighbouring
-  // multiply or add (Vulkan otherwise allows contraction into fma, which changes the rounding
-  // that range reductions and compensated sums are built on).
-  uint32_t exact(uint32_t id) {
-    m_.decorate(id, spv::DecorationNoContraction);
-    return id;
-  }
-
-  // f64_math.h's backend: the f64 operations Vulkan defines, emitted into the current block.
-  struct SpirvF64 {
-    using Value = uint32_t;
-    TaskEmitter& e;
-    uint32_t f64 = e.m_.t_float(64);
-    uint32_t constant(double v) { return e.m_.c_f64(v); }
-    // NoContraction on every add/sub/mul: the algorithms (Cody-Waite reductions, exact
-    // splits) assume each operation rounds on its own, as on the host; NVIDIA fuses them into
-    // fma otherwise (tan near its poles was 5e5 ulp off on an H100).
-    uint32_t add(uint32_t a, uint32_t b) { return e.exact(e.op(spv::OpFAdd, f64, {a, b})); }
-    uint32_t sub(uint32_t a, uint32_t b) { return e.exact(e.op(spv::OpFSub, f64, {a, b})); }
-    uint32_t mul(uint32_t a, uint32_t b) { return e.exact(e.op(spv::OpFMul, f64, {a, b})); }
-    uint32_t div(uint32_t a, uint32_t b) { return e.op(spv::OpFDiv, f64, {a, b}); }
-    uint32_t neg(uint32_t a) { return e.op(spv::OpFNegate, f64, {a}); }
-    uint32_t abs(uint32_t a) { return e.ext(GLSLstd450FAbs, f64, {a}); }
-    uint32_t min(uint32_t a, uint32_t b) { return select(lt(a, b), a, b); }
-    uint32_t sqrt(uint32_t a) { return e.ext(GLSLstd450Sqrt, f64, {a}); }
-    uint32_t floor(uint32_t a) { return e.ext(GLSLstd450Floor, f64, {a}); }
-    uint32_t round_even(uint32_t a) { return e.ext(GLSLstd450RoundEven, f64, {a}); }
-    // `k` holds a small integer (the algorithms clamp first); NaN, whose conversion is
-    // undefined, becomes 0 -- the caller passes NaN through separately.
-    uint32_t ldexp(uint32_t a, uint32_t k) {
-      uint32_t safe = select(is_nan(k), constant(0), k);
-      return e.ext(GLSLstd450Ldexp, f64, {a, e.op(spv::OpConvertFToS, e.i32_, {safe})});
-    }
-    uint32_t frexp(uint32_t a, uint32_t* exponent) {
-      uint32_t var = e.m_.function_variable(e.i32_);
-      uint32_t m = e.ext(GLSLstd450Frexp, f64, {a, var});
-      *exponent = e.op(spv::OpConvertSToF, f64, {e.op(spv::OpLoad, e.i32_, {var})});
-      return m;
-    }
-    uint32_t lt(uint32_t a, uint32_t b) { return e.op(spv::OpFOrdLessThan, e.bool_, {a, b}); }
-    uint32_t eq(uint32_t a, uint32_t b) { return e.op(spv::OpFOrdEqual, e.bool_, {a, b}); }
-    uint32_t is_nan(uint32_t a) { return e.op(spv::OpIsNan, e.bool_, {a}); }
-    uint32_t select(uint32_t c, uint32_t a, uint32_t b) {
-      return e.op(spv::OpSelect, f64, {c, a, b});
-    }
-  };
-
-  // A transcendental. f32: GLSL.std.450, with Sin, Cos and Tan (period 2*pi too) seeing their
-  // argument reduced first. f64: computed in f64 by f64_math.h (GLSL.std.450 defines these
-  // for 16- and 32-bit floats only).
-  uint32_t math(GLSLstd450 inst, DType t, std::initializer_list<uint32_t> xs) {
-    std::vector<uint32_t> in(xs);
-    if (t == DType::kF64) {
-      SpirvF64 backend{*this};
-      F64Math<SpirvF64> f(backend);
-      switch (inst) {
-        case GLSLstd450Exp: return f.exp(in[0]);
-        case GLSLstd450Log: return f.log(in[0]);
-        case GLSLstd450Sin: return f.sin(in[0]);
-        case GLSLstd450Cos: return f.cos(in[0]);
-        case GLSLstd450Tan: return f.tan(in[0]);
-        case GLSLstd450Tanh: return f.tanh(in[0]);
-        case GLSLstd450Asin: return f.asin(in[0]);
-        case GLSLstd450Acos: return f.acos(in[0]);
-        case GLSLstd450Pow: return f.pow(in[0], in[1]);
-        case GLSLstd450Atan2: return f.atan2(in[0], in[1]);
-        default: break;
-      }
-    }
-    uint32_t f32 = m_.t_float(32);
-    if (inst == GLSLstd450Sin || inst == GLSLstd450Cos || inst == GLSLstd450Tan)
-      in[0] = reduce_two_pi(in[0]);
-    return in.size() == 1 ? ext(inst, f32, {in[0]}) : ext(inst, f32, {in[0], in[1]});
-  }
-
-  uint32_t unary(const Stmt& s) {
-    uint32_t a = v(s.args[0]);
-    DType t = s.type;
-    uint32_t ty = type(t);
-    bool f = is_float(t);
-    switch (unary_op(s.op)) {
-      case UnaryOp::kNeg: return op(f ? spv::OpFNegate : spv::OpSNegate, ty, {a});
-      case UnaryOp::kNot: return op(spv::OpLogicalNot, ty, {a});
-      case UnaryOp::kSqrt: return ext(GLSLstd450Sqrt, ty, {a});
-      case UnaryOp::kRsqrt: return ext(GLSLstd450InverseSqrt, ty, {a});
-      case UnaryOp::kExp: return math(GLSLstd450Exp, t, {a});
-      case UnaryOp::kLog: return math(GLSLstd450Log, t, {a});
-      case UnaryOp::kSin: return math(GLSLstd450Sin, t, {a});
-      case UnaryOp::kCos: return math(GLSLstd450Cos, t, {a});
-      case UnaryOp::kTan: return math(GLSLstd450Tan, t, {a});
-      case UnaryOp::kTanh: return math(GLSLstd450Tanh, t, {a});
-      case UnaryOp::kAsin: return math(GLSLstd450Asin, t, {a});
-      case UnaryOp::kAcos: return math(GLSLstd450Acos, t, {a});
-      case UnaryOp::kAbs:
-        if (t == DType::kU32) return a;
-        return ext(f ? GLSLstd450FAbs : GLSLstd450SAbs, ty, {a});
-      case UnaryOp::kFloor: return ext(GLSLstd450Floor, ty, {a});
-      case UnaryOp::kCeil: return ext(GLSLstd450Ceil, ty, {a});
-    }
-    return 0;
-  }
-
-  // Integer div / mod / floordiv with the semantics of ir.h's table for every input:
-  // x / 0 = 0, x mod 0 = x, floordiv(x, 0) = 0, INT_MIN / -1 = INT_MIN, INT_MIN mod -1 = 0.
-  // SPIR-V leaves OpSDiv/OpUDiv/OpSRem undefined for a zero divisor and for INT_MIN / -1, so
-  // those divisors are replaced by 1 before dividing and the results selected after. The
-  // remainder is a - q*d rather than OpSRem/OpUMod: an NVIDIA driver (580.159) computed OpSRem
-  // by a negative constant as an unsigned remainder; the quotient alone is the one primitive
-  // every driver must get right.
-  // i64 follows the same rules with INT64_MIN.
-  uint32_t integer_division(Op o, DType t, uint32_t a, uint32_t b) {
-    bool is_signed = t != DType::kU32;
-    uint32_t ty = type(t);
-    uint32_t z = zero(t);
-    uint32_t one = this->one(t);
-    uint32_t by_zero = op(spv::OpIEqual, bool_, {b, z});
-    uint32_t bad = by_zero;
-    if (is_signed) {
-      uint32_t min = t == DType::kI64 ? m_.c_i64(INT64_MIN) : m_.c_i32(INT32_MIN);
-      uint32_t minus_one = t == DType::kI64 ? m_.c_i64(-1) : m_.c_i32(-1);
-      uint32_t overflow =
-          op(spv::OpLogicalAnd, bool_,
-             {op(spv::OpIEqual, bool_, {a, min}), op(spv::OpIEqual, bool_, {b, minus_one})});
-      bad = op(spv::OpLogicalOr, bool_, {by_zero, overflow});
-    }
-    uint32_t d = op(spv::OpSelect, ty, {bad, one, b});
-    uint32_t q = op(is_signed ? spv::OpSDiv : spv::OpUDiv, ty, {a, d});
-    if (o == Op::kDiv || (o == Op::kFloorDiv && !is_signed))
-      return op(spv::OpSelect, ty, {by_zero, z, q});
-    uint32_t r = op(spv::OpISub, ty, {a, op(spv::OpIMul, ty, {q, d})});
-    if (!is_signed) return op(spv::OpSelect, ty, {by_zero, a, r});
-    // Floor semantics: when the truncated remainder's sign differs from the divisor's, the
-    // quotient steps down by one and the remainder moves by one divisor.
-    uint32_t differ =
-        op(spv::OpLogicalNotEqual, bool_,
-           {op(spv::OpSLessThan, bool_, {r, z}), op(spv::OpSLessThan, bool_, {d, z})});
-    uint32_t adjust = op(spv::OpLogicalAnd, bool_, {op(spv::OpINotEqual, bool_, {r, z}), differ});
-    if (o == Op::kFloorDiv) {
-      uint32_t fq = op(spv::OpISub, ty, {q, op(spv::OpSelect, ty, {adjust, one, z})});
-      return op(spv::OpSelect, ty, {by_zero, z, fq});
-    }
-    uint32_t fr = op(spv::OpIAdd, ty, {r, op(spv::OpSelect, ty, {adjust, d, z})});
-    return op(spv::OpSelect, ty, {by_zero, a, fr});
-  }
-
-  // Float -> i32/u32, saturating (ir.h's table): NaN -> 0, below the range -> its minimum,
-  // above -> its maximum, otherwise truncation toward zero. OpConvertFToS/U are undefined
-  // outside the range, so only in-range values reach them.
-  uint32_t float_to_int(DType from, DType to, uint32_t x) {
-    bool sg = to != DType::kU32;
-    uint32_t ty = type(to), fty = type(from);
-    auto fc = [&](double v) {
-      return from == DType::kF64 ? m_.c_f64(v) : m_.c_f32(static_cast<float>(v));
-    };
-    // Both bounds are powers of two, exact in f32 and f64; every value in [lo, hi) truncates
-    // to a representable integer.
-    bool wide = to == DType::kI64;
-    uint32_t lo = fc(wide ? -0x1p63 : sg ? -2147483648.0 : 0.0);
-    uint32_t hi = fc(wide ? 0x1p63 : sg ? 2147483648.0 : 4294967296.0);
-    uint32_t clamped = op(spv::OpSelect, fty, {op(spv::OpFOrdLessThan, bool_, {x, lo}), lo, x});
-    uint32_t in_range = op(spv::OpFOrdLessThan, bool_, {clamped, hi});  // false for NaN
-    uint32_t safe = op(spv::OpSelect, fty, {in_range, clamped, fc(0)});
-    uint32_t conv = op(sg ? spv::OpConvertFToS : spv::OpConvertFToU, ty, {safe});
-    uint32_t top = wide ? m_.c_i64(INT64_MAX) : sg ? m_.c_i32(INT32_MAX) : m_.c_u32(UINT32_MAX);
-    uint32_t zero_v = zero(to);
-    uint32_t out = op(spv::OpSelect, ty, {op(spv::OpIsNan, bool_, {x}), zero_v, top});
-    return op(spv::OpSelect, ty, {in_range, conv, out});
-  }
-
-  uint32_t binary(const Stmt& s) {
-    uint32_t a = v(s.args[0]), b = v(s.args[1]);
-    DType t = vt(s.args[0]);
-    uint32_t ty = type(s.type);
-    bool f = is_float(t);
-    switch (binary_op(s.op)) {
-      case BinaryOp::kAdd: return op(f ? spv::OpFAdd : spv::OpIAdd, ty, {a, b});
-      case BinaryOp::kSub: return op(f ? spv::OpFSub : spv::OpISub, ty, {a, b});
-      case BinaryOp::kMul: return op(f ? spv::OpFMul : spv::OpIMul, ty, {a, b});
-      case BinaryOp::kDiv:
-        if (f) return op(spv::OpFDiv, ty, {a, b});
-        return integer_division(s.op, t, a, b);
-      case BinaryOp::kMod:
-      case BinaryOp::kFloorDiv: return integer_division(s.op, t, a, b);
-      case BinaryOp::kMin:
-      case BinaryOp::kMax: return min_max(s.op == Op::kMin, t, a, b);
-      case BinaryOp::kPow: return math(GLSLstd450Pow, t, {a, b});
-      case BinaryOp::kAtan2: return math(GLSLstd450Atan2, t, {a, b});
-      case BinaryOp::kAnd: return op(spv::OpLogicalAnd, ty, {a, b});
-      case BinaryOp::kOr: return op(spv::OpLogicalOr, ty, {a, b});
-    }
-    return 0;
-  }
-  // FMin/FMax leave the result undefined when an operand is NaN (and may flush or reorder
-  // signed zeros); a compare and a select give the documented `a < b ? a : b`.
-  uint32_t min_max(bool is_min, DType t, uint32_t a, uint32_t b) {
-    uint32_t ty = type(t);
-    if (is_float(t)) {
-      spv::Op cmp = is_min ? spv::OpFOrdLessThan : spv::OpFOrdGreaterThan;
-      return op(spv::OpSelect, ty, {op(cmp, bool_, {a, b}), a, b});
-    }
-    bool sg = t == DType::kI32 || t == DType::kI64;
-    if (is_min) return ext(sg ? GLSLstd450SMin : GLSLstd450UMin, ty, {a, b});
-    return ext(sg ? GLSLstd450SMax : GLSLstd450UMax, ty, {a, b});
-  }
-
-  uint32_t compare(const Stmt& s) {
-    uint32_t a = v(s.args[0]), b = v(s.args[1]);
-    DType t = vt(s.args[0]);
-    uint32_t ty = type(s.type);
-    bool f = is_float(t), sg = t == DType::kI32 || t == DType::kI64, bl = t == DType::kBool;
-    auto pick = [&](spv::Op fo, spv::Op so, spv::Op uo) { return f ? fo : sg ? so : uo; };
-    switch (compare_op(s.op)) {
-      case CompareOp::kLt:
-        return op(pick(spv::OpFOrdLessThan, spv::OpSLessThan, spv::OpULessThan), ty, {a, b});
-      case CompareOp::kLe:
-        return op(pick(spv::OpFOrdLessThanEqual, spv::OpSLessThanEqual, spv::OpULessThanEqual), ty,
-                  {a, b});
-      case CompareOp::kGt:
-        return op(pick(spv::OpFOrdGreaterThan, spv::OpSGreaterThan, spv::OpUGreaterThan), ty,
-                  {a, b});
-      case CompareOp::kGe:
-        return op(
-            pick(spv::OpFOrdGreaterThanEqual, spv::OpSGreaterThanEqual, spv::OpUGreaterThanEqual),
-            ty, {a, b});
-      case CompareOp::kEq:
-        return op(bl ? spv::OpLogicalEqual : f ? spv::OpFOrdEqual : spv::OpIEqual, ty, {a, b});
-      case CompareOp::kNe:
-        return op(bl  ? spv::OpLogicalNotEqual
-                  : f ? spv::OpFUnordNotEqual
-                      : spv::OpINotEqual,
-                  ty, {a, b});
-    }
-    return 0;
-  }
-
-  uint32_t cast(const Stmt& s) {
-    uint32_t a = v(s.args[0]);
-    DType from = vt(s.args[0]), to = s.type;
-    uint32_t ty = type(to);
-    if (from == to) return a;
-    if (to == DType::kBool) {
-      return op(is_float(from) ? spv::OpFUnordNotEqual : spv::OpINotEqual, ty, {a, zero(from)});
-    }
-    if (from == DType::kBool) return op(spv::OpSelect, ty, {a, one(to), zero(to)});
-    if (is_float(from) && is_float(to)) return op(spv::OpFConvert, ty, {a});
-    if (is_float(from)) return float_to_int(from, to, a);
-    if (is_float(to))
-      return op(from == DType::kU32 ? spv::OpConvertUToF : spv::OpConvertSToF, ty, {a});
-    if (to == DType::kI64) {  // i32 sign-extends, u32 zero-extends (OpUConvert yields unsigned)
-      if (from == DType::kI32) return op(spv::OpSConvert, ty, {a});
-      return op(spv::OpBitcast, ty, {op(spv::OpUConvert, m_.t_int(64, false), {a})});
-    }
-    if (from == DType::kI64) {  // the low 32 bits
-      uint32_t low = op(spv::OpUConvert, u32_, {op(spv::OpBitcast, m_.t_int(64, false), {a})});
-      return to == DType::kU32 ? low : op(spv::OpBitcast, ty, {low});
-    }
-    return op(spv::OpBitcast, ty, {a});  // i32 <-> u32
   }
 
   void emit(const Stmt& s) {
@@ -1292,15 +1436,6 @@ class TaskEmitter {
       case OpFamily::kControl: control(s); return;
       case OpFamily::kStack: emit_stack(s); return;
     }
-  }
-
-  uint32_t leaf(const Stmt& s) {
-    switch (leaf_op(s.op)) {
-      case LeafOp::kConst: return constant(s);
-      case LeafOp::kArg: return scalars_.at(s.param);
-      case LeafOp::kShape: return op(spv::OpBitcast, i32_, {shapes_.at(s.param)[s.dim]});
-    }
-    return 0;
   }
 
   void local(const Stmt& s) {
@@ -1339,52 +1474,6 @@ class TaskEmitter {
     const uint32_t in = ext(GLSLstd450UMin, u32_, {i, m_.c_u32(a.n - 1)});
     return op(spv::OpAccessChain, m_.t_pointer(spv::StorageClassWorkgroup, type(a.type)),
               {a.var, in});
-  }
-
-  void emit_array(const Stmt& s) {
-    switch (array_op(s.op)) {
-      case ArrayOp::kLoad: set(s, load(s)); return;
-      case ArrayOp::kStore: store(s); return;
-      case ArrayOp::kAtomicAdd: atomic_add(s); return;
-      case ArrayOp::kAtomicMax: atomic_max(s); return;
-    }
-  }
-  uint32_t load(const Stmt& s) {
-    DType t = k_.params[s.param].dtype;
-    uint32_t ty = type(t);
-    return guarded(s, s.args.size(), ty, zero(t), [&](uint32_t ptr) {
-      const ArrayVar& a = arrays_.at(s.param);
-      uint32_t raw = op(spv::OpLoad, a.elem, {ptr});
-      if (t == DType::kBool) return op(spv::OpINotEqual, bool_, {raw, m_.c_u32(0)});
-      if (a.bits) return op(spv::OpBitcast, ty, {raw});
-      return raw;
-    });
-  }
-  // check_finite: a NaN or infinity about to be stored at site `s` raises kErrorNonFinite (the
-  // first error of the launch wins, like every error word); the value is stored all the same.
-  void check_finite(const Stmt& s, uint32_t val) {
-    auto it = finite_site_.find(&s);
-    if (it == finite_site_.end()) return;
-    const uint32_t bad = op(spv::OpLogicalOr, bool_,
-                            {op(spv::OpIsNan, bool_, {val}), op(spv::OpIsInf, bool_, {val})});
-    if_else(
-        bad, [&] { raise(m_.c_u32(abi::non_finite_word(it->second))); }, [] {});
-  }
-
-  void store(const Stmt& s) {
-    DType t = k_.params[s.param].dtype;
-    uint32_t val = v(s.args.back());
-    check_finite(s, val);
-    guarded(s, s.args.size() - 1, 0, 0, [&](uint32_t ptr) -> uint32_t {
-      const ArrayVar& a = arrays_.at(s.param);
-      uint32_t w = val;
-      if (t == DType::kBool)
-        w = op(spv::OpSelect, u32_, {val, m_.c_u32(1), m_.c_u32(0)});
-      else if (a.bits)
-        w = op(spv::OpBitcast, a.elem, {val});
-      m_.op(spv::OpStore, {ptr, w});
-      return 0;
-    });
   }
 
   void control(const Stmt& s) {
@@ -1464,14 +1553,35 @@ class TaskEmitter {
              {error_word_ptr(m_.c_u32(base + 1)), scope, sem, m_.c_u32(1)});
         });
   }
-  // A word of the args buffer through the writable view (`errors`).
-  uint32_t error_word_ptr(uint32_t word) {
-    return op(spv::OpAccessChain, m_.t_pointer(spv::StorageClassStorageBuffer, u32_),
-              {errors_var_, m_.c_u32(0), word});
+  // `for (i = 0; test(i); ++i) body(i)`: the loop() shape with the test block emitted in the
+  // check block (its statements may open selections of their own: bounds-checked loads).
+  void while_loop(const Stmt& s) {
+    uint32_t header = 0, check = m_.id(), body_l = m_.id(), cont = m_.id(), merge = m_.id();
+    uint32_t next = m_.id();
+    uint32_t pre = 0;
+    enter_header(&header, &pre);
+    uint32_t i = op(spv::OpPhi, i32_, {m_.c_i32(0), pre, next, cont});
+    values_[s.result] = i;
+    types_[s.result] = DType::kI32;
+    m_.op(spv::OpLoopMerge, {merge, cont, spv::LoopControlMaskNone});
+    branch(check);
+    block(check);
+    emit_block(s.blocks[0]);
+    const uint32_t test_end = cur_;  // the test's statements may have opened blocks of their own
+    m_.op(spv::OpBranchConditional, {v(s.args[0]), body_l, merge});
+    block(body_l);
+    sole_pred_ = test_end;
+    loops_.push_back({merge, cont});
+    emit_block(s.blocks[1]);
+    loops_.pop_back();
+    branch(cont);
+    block(cont);
+    m_.op(spv::OpIAdd, {i32_, next, i, m_.c_i32(1)});
+    branch(header);
+    block(merge);
   }
   void for_loop(const Stmt& s) {
-    const bool unroll = !stacks_.empty() && s.has_cap &&
-                        s.cap.kind == adstack::SizeExpr::Kind::kConst &&
+    const bool unroll = any_stack() && s.has_cap && s.cap.kind == adstack::SizeExpr::Kind::kConst &&
                         s.cap.value <= kUnrollMaxTrips;
     loop(
         i32_, v(s.args[0]), v(s.args[1]), m_.c_i32(1), /*is_signed=*/true,
@@ -1494,45 +1604,13 @@ class TaskEmitter {
           {m_.c_u32(kScopeWorkgroup), m_.c_u32(kScopeWorkgroup), m_.c_u32(kSemantics)});
   }
 
-  SpirvModule m_;
-  const Kernel& k_;
-  const Task& task_;
-  uint32_t task_index_;
-  const abi::CompiledKernel& layout_;
-  const Target& target_;
-  const EmitOptions& o_;
-  uint32_t u32_ = 0, i32_ = 0, bool_ = 0, gid_ = 0, args_var_ = 0, errors_var_ = 0, cur_ = 0;
-  std::unordered_map<const Stmt*, uint32_t> finite_site_;  // check_finite's sites
-  std::unordered_map<const Stmt*, uint32_t> access_site_;  // the bounds checks' sites
-  std::unordered_map<const Stmt*, uint32_t> print_site_;   // print and assert statements
-  uint32_t oob_var_ = 0;  // the bounds checks' flag (a Function variable), 0 without checks
-  bool ended_ = false;    // the current block ends with a break / continue already
-  // The only predecessor of the current block while it is a loop body's first block, else 0.
-  uint32_t sole_pred_ = 0;
-  std::vector<std::pair<uint32_t, uint32_t>> loops_;  // (merge, continue target), innermost last
-  std::unordered_map<ValueId, uint32_t> values_, locals_;
+  std::unordered_map<const Stmt*, uint32_t> print_site_;  // print and assert statements
+  std::unordered_map<ValueId, uint32_t> locals_;
   struct Shared {
     uint32_t var = 0, n = 0;
     DType type = DType::kF32;
   };
   std::unordered_map<ValueId, Shared> shared_;
-  // table_index_values and launch_uniform_values of the kernel, made at its first atomic_add.
-  std::optional<std::unordered_set<ValueId>> table_values_, uniform_values_;
-  std::unordered_map<ValueId, DType> types_;
-  std::unordered_map<uint32_t, ArrayVar> arrays_;
-  std::unordered_map<uint32_t, bool> bits_params_;
-  std::unordered_map<ValueId, StackVar> stacks_;
-  std::vector<uint32_t> stack_cap_, stack_base_, stack_adj_base_;  // per stack (values)
-  std::vector<uint32_t> private_base_, private_adj_base_;          // per stack (values)
-  uint32_t private_tier_ = 0;                                      // spec constant (bool)
-  // Launch specialization constants per spec word index: (flag, value).
-  std::map<uint32_t, std::pair<uint32_t, uint32_t>> spec_consts_;
-  std::array<uint32_t, adstack::kHeapCount> private_vars_{};
-  uint32_t slot_step_ = 0;  // slot-major: T, the dispatched threads
-  std::array<uint32_t, adstack::kHeapCount> heap_vars_{}, heap_elem_{};
-  std::unordered_map<uint32_t, uint32_t> scalars_;              // param -> value
-  std::unordered_map<uint32_t, std::vector<uint32_t>> shapes_;  // param -> extents (u32)
-  uint32_t heap_binding_ = 0;
   std::vector<uint32_t> nd_begin_, nd_extent_;  // N-d tasks: per dimension (u32 values)
 };
 
