@@ -239,7 +239,6 @@ class ModuleBuilder {
     for (uint32_t i = 0; i < spec.size(); ++i) {
       if (!spec_consts_.count(i)) args_word(spec[i]);
     }
-    for (uint32_t w : layout_.tasks[task_index_].spec_words) args_word(w);  // EXP: declare all
   }
 
   // The first error of a launch wins: compare-and-swap 0 -> code.
