@@ -53,7 +53,7 @@ Kernel recurrence(int nest) {
   return kb.finish();
 }
 
-int fail(const char* what, const Status& s) {
+int report_failure(const char* what, const Status& s) {
   std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
   return 1;
 }
@@ -86,49 +86,49 @@ int main(int argc, char** argv) {
     }
   }
   auto session = Session::create(o);
-  if (!session.ok()) return fail("session", session.status());
+  if (!session.ok()) return report_failure("session", session.status());
   Session& s = **session;
   const double create_ms = ms_since(start);
 
   // Reverse mode alone (differentiate runs it again: it is not cached, its output is the key).
   const auto t_adj = std::chrono::steady_clock::now();
   if (auto adj = make_adjoint(recurrence(nest), s.target()); !adj.ok()) {
-    return fail("make_adjoint", adj.status());
+    return report_failure("make_adjoint", adj.status());
   }
   const double adjoint_ms = ms_since(t_adj);
 
   const auto t_diff = std::chrono::steady_clock::now();
   auto d = s.differentiate(recurrence(nest));
-  if (!d.ok()) return fail("differentiate", d.status());
+  if (!d.ok()) return report_failure("differentiate", d.status());
   const double differentiate_ms = ms_since(t_diff);
 
   const auto t_launch = std::chrono::steady_clock::now();
   std::vector<NdArrayHandle> arrays;
   for (const char* name : {"x", "w", "y", "x_grad", "w_grad", "y_grad"}) {
     auto h = s.ndarray(DType::kF32, {n}, name);
-    if (!h.ok()) return fail("ndarray", h.status());
+    if (!h.ok()) return report_failure("ndarray", h.status());
     arrays.push_back(*h);
   }
   for (size_t i = 0; i < 3; ++i) {
-    if (Status st = s.fill(arrays[i], 0.5); !st.ok()) return fail("fill", st);
+    if (Status st = s.fill(arrays[i], 0.5); !st.ok()) return report_failure("fill", st);
   }
   if (Status st = s.zero(std::span<const NdArrayHandle>(arrays.data() + 3, 2)); !st.ok()) {
-    return fail("zero", st);
+    return report_failure("zero", st);
   }
-  if (Status st = s.fill(arrays[5], 1.0); !st.ok()) return fail("fill", st);
+  if (Status st = s.fill(arrays[5], 1.0); !st.ok()) return report_failure("fill", st);
   const Arg fargs[] = {Arg::i32(steps), Arg::ndarray(arrays[0]), Arg::ndarray(arrays[1]),
                        Arg::ndarray(arrays[2])};
   auto aargs = d->adjoint_args(fargs, std::span<const NdArrayHandle>(arrays.data() + 3, 3));
-  if (!aargs.ok()) return fail("adjoint_args", aargs.status());
-  if (Status st = s.launch(d->forward, fargs); !st.ok()) return fail("forward", st);
-  if (Status st = s.launch(d->adjoint, *aargs); !st.ok()) return fail("adjoint", st);
+  if (!aargs.ok()) return report_failure("adjoint_args", aargs.status());
+  if (Status st = s.launch(d->forward, fargs); !st.ok()) return report_failure("forward", st);
+  if (Status st = s.launch(d->adjoint, *aargs); !st.ok()) return report_failure("adjoint", st);
   std::vector<float> grad(n);
   if (Status st = s.download(arrays[3], std::span<float>(grad)); !st.ok()) {
-    return fail("download", st);
+    return report_failure("download", st);
   }
   const double launch_ms = ms_since(t_launch);
   auto st = s.stats();
-  if (!st.ok()) return fail("stats", st.status());
+  if (!st.ok()) return report_failure("stats", st.status());
   std::printf(
       "device %s, cache %s, L = %d, nest %d, n = %u\n"
       "  session %.1f ms, differentiate %.1f ms (of which reverse mode %.1f ms; the rest compile + "
