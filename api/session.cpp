@@ -344,8 +344,7 @@ bool Session::capture_needs_barrier(KernelHandle kernel, std::span<const Arg> ar
 }
 
 Status Session::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id) {
-  if (core_->capture && !core_->rt->graphs().capturing())
-    core_->capture.reset();  // ended through runtime()
+  core_->drop_stale_capture();
   // Graph scheduling's part at capture: no barrier where nothing since the last one conflicts
   // (the runtime omits only between two launches; a refused launch drops the request, and what
   // it noted here only makes later barriers likelier).

@@ -49,9 +49,9 @@ Status SessionArrays::free(NdArrayHandle array) { return core().rt->free_ndarray
 Status SessionArrays::zero(NdArrayHandle array) { return fill(array, 0.0); }
 
 Status SessionArrays::copy(NdArrayHandle src, NdArrayHandle dst) {
-  if (core().capture && !core().rt->graphs().capturing())
-    core().capture.reset();  // ended through runtime()
-  if (!core().capture) return core().rt->copy(src, dst);
+  SessionCore& c = core();
+  c.drop_stale_capture();
+  if (!c.capture) return c.rt->copy(src, dst);
   // Inside a capture a copy is a launch of a copy kernel (one per dtype and rank, kept while
   // the session lives): a graph step like any other, which the graph passes schedule around
   // what it reads and writes (a checkpointed tape's copies are captured this way).
@@ -78,24 +78,24 @@ Status SessionArrays::copy(NdArrayHandle src, NdArrayHandle dst) {
 }
 
 Status SessionArrays::zero(std::span<const NdArrayHandle> arrays) {
-  if (core().capture && !core().rt->graphs().capturing())
-    core().capture.reset();  // ended through runtime()
-  VKAD_TRY(core().rt->zero_many(arrays));
-  if (core().capture) {
+  SessionCore& c = core();
+  c.drop_stale_capture();
+  VKAD_TRY(c.rt->zero_many(arrays));
+  if (c.capture) {
     // The fills' barriers order everything before them and after (none for no arrays).
-    if (!arrays.empty()) core().capture_barriers.clear();
-    core().capture->steps += arrays.size();
+    if (!arrays.empty()) c.capture_barriers.clear();
+    c.capture->steps += arrays.size();
   }
   return {};
 }
 
 Status SessionArrays::fill(NdArrayHandle array, double value) {
-  if (core().capture && !core().rt->graphs().capturing())
-    core().capture.reset();  // ended through runtime()
-  VKAD_TRY(core().rt->fill(array, value));
-  if (core().capture) {
-    core().capture_barriers.clear();
-    ++core().capture->steps;
+  SessionCore& c = core();
+  c.drop_stale_capture();
+  VKAD_TRY(c.rt->fill(array, value));
+  if (c.capture) {
+    c.capture_barriers.clear();
+    ++c.capture->steps;
   }
   return {};
 }

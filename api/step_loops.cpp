@@ -108,8 +108,7 @@ Status StepLoops::check_loop(std::span<const LoopLaunch> body, uint32_t count) c
 Status StepLoops::launch_loop(std::span<const LoopLaunch> body, uint32_t count, LoopInfo* info) {
   if (info) *info = {};
   if (count == 0 || body.empty()) return {};
-  if (core_.capture && !core_.rt->graphs().capturing())
-    core_.capture.reset();  // ended through runtime()
+  core_.drop_stale_capture();
   PhaseClock clock("vkad loop");
   // Everything checked before anything is launched: a refused loop records nothing.
   VKAD_TRY(check_loop(body, count));
