@@ -235,9 +235,9 @@ Status Tape::checkpointed_launch(const Differentiated& d, std::span<const Arg> a
                ? st
                : make_error(st.code(), "tape.launch: " + st.message());
   };
+  const std::span<const uint64_t> writes(written_.data() + r->written_begin, r->written_count);
   std::map<uint64_t, uint64_t> mult = form_mult_;
-  Result<uint64_t> slot = copies_->slot_bytes(
-      std::span<const uint64_t>(written_.data() + r->written_begin, r->written_count), &mult);
+  Result<uint64_t> slot = copies_->slot_bytes(writes, &mult);
   if (!slot.ok()) return undo(slot.status());
   if (records_.empty()) {
     copies_->begin_recording();
@@ -251,9 +251,7 @@ Status Tape::checkpointed_launch(const Differentiated& d, std::span<const Arg> a
     st = fit_budget(state, *slot);
   }
   if (st.ok()) {
-    st = copies_->copy_segment_start(
-        records_.size() / top_,
-        std::span<const uint64_t>(written_.data() + r->written_begin, r->written_count));
+    st = copies_->copy_segment_start(records_.size() / top_, writes);
   }
   if (st.ok()) {
     LaunchNote note(*session_, "tape entry", records_.size());
