@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "graph/graph_passes.h"
+#include "graph/resident.h"
 #include "graph/stencil_blocking.h"
 #include "ir/text.h"
 
@@ -131,11 +132,15 @@ std::unique_ptr<GraphPass> make_fuse_pass() { return std::make_unique<FusePass>(
 const GraphPassRegistry& GraphPassRegistry::standard() {
   static const GraphPassRegistry registry = [] {
     GraphPassRegistry r;
-    r.add("roll", "step loops of small launches into resident kernels {max-range=256}",
+    r.add("roll",
+          "step loops of small launches into resident kernels {max-range=256, shared=16384}",
           [](const codegen::PassOptions& o) -> Result<std::unique_ptr<GraphPass>> {
-            VKAD_TRY(codegen::only_options("roll", o, {"max-range"}));
+            VKAD_TRY(codegen::only_options("roll", o, {"max-range", "shared"}));
             VKAD_ASSIGN_OR_RETURN(uint32_t n, codegen::uint_option("roll", o, "max-range", 256));
-            return make_roll_pass(n);
+            VKAD_ASSIGN_OR_RETURN(
+                uint32_t shared,
+                codegen::uint_option("roll", o, "shared", codegen::kResidentSharedBytes));
+            return make_roll_pass(n, std::min<uint32_t>(shared, 1u << 20));
           });
     r.add("block", "stencil runs into blocked kernels {shared=16384, min-tiles=1}",
           [](const codegen::PassOptions& o) -> Result<std::unique_ptr<GraphPass>> {

@@ -237,5 +237,69 @@ kernel l(n: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
   EXPECT_FALSE(residable(*adj));
 }
 
+
+// Windows (resident.h): the rows a repetition reads, held in shared memory.
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(RollLaunches, RowsTheLoopReadsAreHeldInASlidingWindowThatFitsTheBudget) {
+  Kernel k = *parse(kStep);
+  // x[t, i] read, x[t + 1, i] written, t from 3 by 1: rows t and t + 1 in three slots of 100.
+  ResidentMember m{&k, {0, 0, 7}, {1, 0, 0}, {{0, 100}}, {}, {3, 0, 0}, {{}, {}, {31, 100}}};
+  Result<ResidentKernel> r = roll_launches(std::vector<ResidentMember>{m}, 5, 128, "w", 16384);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->windows, 1u);
+  EXPECT_TRUE(verify(r->kernel).ok()) << verify(r->kernel).to_string() << print(r->kernel);
+  const std::string text = print(r->kernel);
+  EXPECT_NE(text.find("shared_alloc 300 : f32"), std::string::npos) << text;
+  // The load reads the window (the global load only out of bounds); the store writes both.
+  EXPECT_EQ(count_of(text, "load_shared"), 1u) << text;
+  EXPECT_EQ(count_of(text, "store_shared"), 3u) << text;  // prologue, next row, the store
+  EXPECT_EQ(count_of(text, "barrier"), 2u) << text;      // after the prologue; per launch
+  Result<Kernel> back = parse(text);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(print(*back), text);
+
+  // Past the budget, without the first values (no sliding; 3,100 elements too many to hold
+  // whole), or with a budget of 0: no window.
+  EXPECT_EQ(roll_launches(std::vector<ResidentMember>{m}, 5, 128, "w", 1199)->windows, 0u);
+  EXPECT_EQ(roll_launches(std::vector<ResidentMember>{m}, 5, 128, "w", 0)->windows, 0u);
+  ResidentMember unknown = m;
+  unknown.first.clear();
+  EXPECT_EQ(roll_launches(std::vector<ResidentMember>{unknown}, 5, 128, "w", 16384)->windows, 0u);
+  // A small array is held whole, whatever its rows.
+  ResidentMember small = unknown;
+  small.shapes[2] = {3, 100};
+  Result<ResidentKernel> whole =
+      roll_launches(std::vector<ResidentMember>{small}, 5, 128, "w", 16384);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->windows, 1u);
+  EXPECT_TRUE(verify(whole->kernel).ok()) << verify(whole->kernel).to_string();
+  EXPECT_EQ(count_of(print(whole->kernel), "store_shared"), 2u);  // prologue, the store
+}
+
+TEST(RollLaunches, AnArrayTheLoopAddsToAtomicallyOrDoesNotReadGetsNoWindow) {
+  Kernel add = *parse(R"(
+kernel a(t: i32, x: ndarray<f32, 2>, s: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 1)) {
+    %t = arg t : i32
+    %v = load x[%t, %i] : f32
+    %z = const 0 : i32
+    atomic_add s[%z], %v
+    %one = const 1 : i32
+    %u = add %t, %one : i32
+    atomic_add x[%u, %i], %v
+  }
+}
+)");
+  ResidentMember m{&add, {0, 7, 8}, {1, 0, 0}, {{0, 10}}, {}, {0, 0, 0}, {{}, {9, 10}, {1}}};
+  Result<ResidentKernel> r = roll_launches(std::vector<ResidentMember>{m}, 4, 32, "w", 16384);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->windows, 0u) << print(r->kernel);
+}
+
 }  // namespace
 }  // namespace vkad::codegen
