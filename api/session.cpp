@@ -175,8 +175,9 @@ Result<std::unique_ptr<Session>> Session::create_with_runtime(
     s->core_->compile_options.check_finite = true;
   VKAD_ASSIGN_OR_RETURN(s->core_->pipeline, graph_pipeline(options));
   const GraphPipeline& pipeline = s->core_->pipeline;
-  s->core_->graph = GraphSwitches{pipeline.has("fuse"), pipeline.has("schedule"),
-                                  roll_max_range(pipeline), roll_shared_bytes(pipeline)};
+  s->core_->graph =
+      GraphSwitches{pipeline.has("fuse"), pipeline.has("schedule"), roll_max_range(pipeline),
+                    roll_shared_bytes(pipeline)};
   s->core_->target = codegen::target_from_caps(rt->caps());
   s->core_->adjoint_options = codegen::adjoint_options_from_caps(rt->caps());
   s->core_->device_uuid = rhi::format_uuid(rt->caps().device_uuid);

@@ -463,8 +463,9 @@ bool StepLoops::plan_loop(std::span<const LoopLaunch> body, uint32_t count, Loop
   const uint64_t passes = resident_loop_passes(plan->period, count, plan->local);
   if (cap != 0 && passes > cap) return false;
   // Where the device caps loop passes, the windows' loads need their spare.
-  plan->shared =
-      cap != 0 && passes + codegen::kResidentWindowPasses > cap ? 0 : core_.graph.resident_shared;
+  plan->shared = cap != 0 && passes + codegen::kResidentWindowPasses > cap
+                     ? 0
+                     : core_.graph.resident_shared;
   plan->name = "loop_" + plan->period[0].kernel->name + "_x" + std::to_string(plan->period.size()) +
                "_r" + std::to_string(count);
   plan->signature =
@@ -494,8 +495,9 @@ void StepLoops::prepare_loop(std::span<const LoopLaunch> body, uint32_t count) {
   LoopJob* j = job.get();
   auto work = [this, j, options]() noexcept {
     try {
-      Result<codegen::ResidentKernel> rk = codegen::roll_launches(
-          j->plan.period, j->plan.count, j->plan.local, j->plan.name, j->plan.shared);
+      Result<codegen::ResidentKernel> rk =
+          codegen::roll_launches(j->plan.period, j->plan.count, j->plan.local, j->plan.name,
+                                 j->plan.shared);
       if (!rk.ok()) return;
       j->key = codegen::print(rk->kernel);
       j->compiled = core_.compile_cache.compile(rk->kernel, core_.target, options);

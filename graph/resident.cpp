@@ -256,8 +256,7 @@ class MemberValues {
       case Op::kSub: {
         std::optional<Affine> a = affine(s->args[0], depth + 1);
         std::optional<Affine> b = affine(s->args[1], depth + 1);
-        if (!a || !b || (b->param >= 0 && (s->op == Op::kSub || a->param >= 0)))
-          return std::nullopt;
+        if (!a || !b || (b->param >= 0 && (s->op == Op::kSub || a->param >= 0))) return std::nullopt;
         return Affine{std::max(a->param, b->param), s->op == Op::kAdd ? a->c + b->c : a->c - b->c};
       }
       default: return std::nullopt;
@@ -325,8 +324,9 @@ void note_access(const Stmt& s, const ResidentMember& mem, const std::vector<uin
   if (s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax) u.atomic = true;
   if (s.op == Op::kLoad) u.load = true;
   const std::optional<Affine> row = rank > 0 ? vals.affine(s.args[0]) : std::nullopt;
-  const int64_t step =
-      row && row->param >= 0 && !mem.first.empty() ? mem.step[static_cast<size_t>(row->param)] : 0;
+  const int64_t step = row && row->param >= 0 && !mem.first.empty()
+                           ? mem.step[static_cast<size_t>(row->param)]
+                           : 0;
   if (!row || (step != 1 && step != -1) || (u.step != 0 && u.step != step)) {
     u.sliding = false;
     return;
@@ -352,8 +352,9 @@ void note_block(const Block& b, const ResidentMember& mem, const std::vector<uin
 }
 
 // The windows of the period's arrays that fit `shared_bytes`, smallest first.
-std::vector<Window> plan_windows(std::span<const ResidentMember> period, const ResidentKernel& rk,
-                                 uint32_t local_size, uint32_t shared_bytes) {
+std::vector<Window> plan_windows(std::span<const ResidentMember> period,
+                                 const ResidentKernel& rk, uint32_t local_size,
+                                 uint32_t shared_bytes) {
   std::map<uint32_t, ArrayUse> uses;
   for (size_t m = 0; m < period.size(); ++m) {
     const MemberValues vals(*period[m].kernel);
@@ -365,15 +366,14 @@ std::vector<Window> plan_windows(std::span<const ResidentMember> period, const R
   std::vector<Window> out;
   for (const auto& [param, u] : uses) {
     const DType type = rk.kernel.params[param].dtype;
-    const bool number =
-        type == DType::kF32 || type == DType::kF64 || type == DType::kI32 || type == DType::kU32;
+    const bool number = type == DType::kF32 || type == DType::kF64 || type == DType::kI32 ||
+                        type == DType::kU32;
     if (!u.known || u.atomic || !u.load || !number || u.shape.empty()) continue;
     Window w;
     w.param = param;
     w.type = type;
     w.shape = u.shape;
-    for (size_t d = 1; d < u.shape.size(); ++d)
-      w.row_elems *= std::clamp<int64_t>(u.shape[d], 0, kBig);
+    for (size_t d = 1; d < u.shape.size(); ++d) w.row_elems *= std::clamp<int64_t>(u.shape[d], 0, kBig);
     const int64_t rows = u.shape[0];
     if (w.row_elems <= 0 || w.row_elems > kBig || rows <= 0) continue;
     // Sliding where it holds fewer rows than the array and a repetition's new row takes one
@@ -427,7 +427,8 @@ class WindowEmitter {
         const ValueId n = rw_.i32(w.row_elems);
         const ValueId row = rw_.op(Op::kFloorDiv, DType::kI32, {e, n});
         const ValueId x = rw_.op(Op::kMod, DType::kI32, {e, n});
-        load_row(w, w.sliding ? add(add(rw_.arg(DType::kI32, w.ref), rw_.i32(w.lo)), row) : row, x);
+        load_row(w, w.sliding ? add(add(rw_.arg(DType::kI32, w.ref), rw_.i32(w.lo)), row) : row,
+                 x);
       });
     }
     rw_.op(Op::kBarrier, DType::kF32, {});
@@ -490,9 +491,10 @@ class WindowEmitter {
   }
   // Row `row` element `x` of the array into its slot, where the row is inside the array.
   void load_row(const Window& w, ValueId row, ValueId x) {
-    const ValueId inside = rw_.op(Op::kAnd, DType::kBool,
-                                  {rw_.op(Op::kGe, DType::kBool, {row, rw_.i32(0)}),
-                                   rw_.op(Op::kLt, DType::kBool, {row, rw_.i32(w.shape[0])})});
+    const ValueId inside = rw_.op(
+        Op::kAnd, DType::kBool,
+        {rw_.op(Op::kGe, DType::kBool, {row, rw_.i32(0)}),
+         rw_.op(Op::kLt, DType::kBool, {row, rw_.i32(w.shape[0])})});
     rw_.if_(inside, [&](int side) {
       if (side != 0) return;
       std::vector<ValueId> idx = {row};

@@ -512,6 +512,7 @@ TEST(ResidentGraph, ACapturedLoopOfASmallGridRollsItsBoxesPointByPoint) {
   if (skipped) GTEST_SKIP() << "no Vulkan device";
 }
 
+
 // Windows (graph/resident.h): a step loop's rows held in workgroup shared memory. Here
 // x[t, i] = 0.5 x[u, i] + 0.25 x[u, (i + 1) mod n], t and u stepping by -1 (an adjoint's order).
 constexpr const char* kBack = R"(
@@ -583,10 +584,10 @@ TEST(ResidentGraph, ReversedLoopsReadTheirRowsFromSharedWindowsWithTheLaunchesRe
     for (size_t i = 0; i < b->x0.size(); ++i) hx.data[i] = b->x0[i];
     for (int32_t r = 0; r < static_cast<int32_t>(kCount); ++r) {
       using codegen::HostArg;
-      ASSERT_TRUE(
-          codegen::evaluate(
-              back, std::vector<HostArg>{HostArg::of(t0 - r), HostArg::of(u0 - r), HostArg::of(hx)})
-              .ok());
+      ASSERT_TRUE(codegen::evaluate(back, std::vector<HostArg>{HostArg::of(t0 - r),
+                                                               HostArg::of(u0 - r),
+                                                               HostArg::of(hx)})
+                      .ok());
     }
     std::vector<float> gx(hx.data.size());
     ASSERT_TRUE(b->s->download(b->x, std::span<float>(gx)).ok());

@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "graph/graph_passes.h"
+#include "graph/resident.h"
 #include "graph/program.h"
 #include "graph/program_text.h"
-#include "graph/resident.h"
 #include "ir/text.h"
 #include "support/file_check.h"
 

@@ -237,6 +237,7 @@ kernel l(n: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
   EXPECT_FALSE(residable(*adj));
 }
 
+
 // Windows (resident.h): the rows a repetition reads, held in shared memory.
 size_t count_of(const std::string& text, const std::string& what) {
   size_t n = 0;
@@ -257,7 +258,7 @@ TEST(RollLaunches, RowsTheLoopReadsAreHeldInASlidingWindowThatFitsTheBudget) {
   // The load reads the window (the global load only out of bounds); the store writes both.
   EXPECT_EQ(count_of(text, "load_shared"), 1u) << text;
   EXPECT_EQ(count_of(text, "store_shared"), 3u) << text;  // prologue, next row, the store
-  EXPECT_EQ(count_of(text, "barrier"), 2u) << text;       // after the prologue; per launch
+  EXPECT_EQ(count_of(text, "barrier"), 2u) << text;      // after the prologue; per launch
   Result<Kernel> back = parse(text);
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(print(*back), text);
