@@ -103,8 +103,7 @@ namespace {
 // suspected problem is checked against and how a benchmark tries another setting without
 // rebuilding: VKAD_GRAPH_PASSES=<text> replaces the text, VKAD_GRAPH_FUSION / _SCHEDULE /
 // _RECOMPUTE / _BLOCK=0 remove a pass, VKAD_GRAPH_RESIDENT=<n> sets roll's largest range (0
-// removes it), VKAD_GRAPH_RESIDENT_SHARED=<bytes> its windows' shared memory (0: none),
-// VKAD_GRAPH_BLOCK_SHARED=<bytes> and VKAD_GRAPH_BLOCK_MIN_TILES=<n> block's options.
+// removes it), VKAD_GRAPH_BLOCK_SHARED=<bytes> and VKAD_GRAPH_BLOCK_MIN_TILES=<n> block's options.
 Result<GraphPipeline> graph_pipeline(const SessionOptions& options) {
   auto env = [](const char* name) -> std::optional<std::string> {
     const char* v = std::getenv(name);
@@ -143,7 +142,6 @@ Result<GraphPipeline> graph_pipeline(const SessionOptions& options) {
   drop("roll", range == 0);
   if (range != 256) set("roll", "max-range", std::to_string(std::min<uint32_t>(range, 999999999)));
   if (std::optional<std::string> v = env("VKAD_GRAPH_BLOCK_SHARED")) set("block", "shared", *v);
-  if (std::optional<std::string> v = env("VKAD_GRAPH_RESIDENT_SHARED")) set("roll", "shared", *v);
   if (std::optional<std::string> v = env("VKAD_GRAPH_BLOCK_MIN_TILES"))
     set("block", "min-tiles", *v);
   std::string edited;
@@ -176,8 +174,7 @@ Result<std::unique_ptr<Session>> Session::create_with_runtime(
   VKAD_ASSIGN_OR_RETURN(s->core_->pipeline, graph_pipeline(options));
   const GraphPipeline& pipeline = s->core_->pipeline;
   s->core_->graph =
-      GraphSwitches{pipeline.has("fuse"), pipeline.has("schedule"), roll_max_range(pipeline),
-                    roll_shared_bytes(pipeline)};
+      GraphSwitches{pipeline.has("fuse"), pipeline.has("schedule"), roll_max_range(pipeline)};
   s->core_->target = codegen::target_from_caps(rt->caps());
   s->core_->adjoint_options = codegen::adjoint_options_from_caps(rt->caps());
   s->core_->device_uuid = rhi::format_uuid(rt->caps().device_uuid);

@@ -40,7 +40,6 @@ struct GraphSwitches {
   bool fuse = true;
   bool schedule = true;
   uint32_t resident_max_range = 256;  // the roll pass's; 0 without one
-  uint32_t resident_shared = 16384;   // the roll pass's windows' bytes; 0 without one
 };
 
 // Capture-order launch ranges [first, end).

@@ -397,16 +397,8 @@ std::optional<codegen::ResidentMember> StepLoops::loop_member(
   if (!first || !end || !(*first == *end)) return std::nullopt;
   m.ranges = std::move(first->ranges);
   m.boxes = std::move(first->boxes);
-  auto extent = [&](uint32_t p, uint32_t d) -> std::optional<int64_t> {
-    Result<uint32_t> e = core_.rt->extent(l.args[p].array, d);
-    if (!e.ok()) return std::nullopt;
-    return *e;
-  };
   for (const Arg& x : l.args) {
-    const uint32_t p = static_cast<uint32_t>(m.arrays.size());
     m.arrays.push_back(x.kind == abi::ParamKind::kNdArray ? x.array.id : 0);
-    m.first.push_back(x.kind == abi::ParamKind::kScalar ? x.i : 0);
-    m.shapes.push_back(codegen::array_shape(k, p, extent));
   }
   *ir = fusible;
   return m;
@@ -416,13 +408,11 @@ bool StepLoops::plan_loop(std::span<const LoopLaunch> body, uint32_t count, Loop
   const RollLimits limits;
   if (core_.graph.resident_max_range == 0 || count < limits.min_reps || body.empty()) return false;
   // The signature: what the rolled kernel depends on -- the kernels, the steps, which
-  // parameters share an array (by first use), the arrays' shapes, the ranges, the count and
-  // the workgroup size, and the stepping scalars' values less the first one's (the rows the
-  // windows hold); not the arrays themselves nor the scalars' values (the launch passes them).
+  // parameters share an array (by first use), the ranges, the count and the workgroup size;
+  // not the arrays themselves nor the scalars' values (the launch passes them).
   std::unordered_map<uint64_t, size_t> first_use;
   std::string sig = std::to_string(count);
   int64_t widest = 1;
-  std::optional<int64_t> base;  // the first stepping scalar's value
   for (const LoopLaunch& l : body) {
     std::shared_ptr<const codegen::Kernel> ir;
     std::optional<codegen::ResidentMember> m = loop_member(l, count, &ir);
@@ -431,16 +421,9 @@ bool StepLoops::plan_loop(std::span<const LoopLaunch> body, uint32_t count, Loop
     for (size_t p = 0; p < m->arrays.size(); ++p) {
       if (m->arrays[p] != 0) {
         auto [at, fresh] = first_use.try_emplace(m->arrays[p], first_use.size());
-        sig += "a" + std::to_string(at->second) + "(";
-        for (int64_t e : m->shapes[p]) sig += std::to_string(e) + " ";
-        sig += "),";
+        sig += "a" + std::to_string(at->second) + ",";
       } else {
-        sig += "s" + std::to_string(m->step[p]);
-        if (m->step[p] != 0) {
-          if (!base) base = m->first[p];
-          sig += "@" + std::to_string(m->first[p] - *base);
-        }
-        sig += ",";
+        sig += "s" + std::to_string(m->step[p]) + ",";
       }
     }
     for (const auto& [b, e] : m->ranges) {
@@ -460,16 +443,10 @@ bool StepLoops::plan_loop(std::span<const LoopLaunch> body, uint32_t count, Loop
   plan->local = static_cast<uint32_t>(std::min<int64_t>(
       std::min<uint32_t>(kMaxLoopLocal, core_.target.max_local_size), (widest + 31) / 32 * 32));
   const uint32_t cap = core_.rt->caps().max_loop_passes;
-  const uint64_t passes = resident_loop_passes(plan->period, count, plan->local);
-  if (cap != 0 && passes > cap) return false;
-  // Where the device caps loop passes, the windows' loads need their spare.
-  plan->shared = cap != 0 && passes + codegen::kResidentWindowPasses > cap
-                     ? 0
-                     : core_.graph.resident_shared;
+  if (cap != 0 && resident_loop_passes(plan->period, count, plan->local) > cap) return false;
   plan->name = "loop_" + plan->period[0].kernel->name + "_x" + std::to_string(plan->period.size()) +
                "_r" + std::to_string(count);
-  plan->signature =
-      std::move(sig) + "|" + std::to_string(plan->local) + "|w" + std::to_string(plan->shared);
+  plan->signature = std::move(sig) + "|" + std::to_string(plan->local);
   return true;
 }
 
@@ -496,8 +473,7 @@ void StepLoops::prepare_loop(std::span<const LoopLaunch> body, uint32_t count) {
   auto work = [this, j, options]() noexcept {
     try {
       Result<codegen::ResidentKernel> rk =
-          codegen::roll_launches(j->plan.period, j->plan.count, j->plan.local, j->plan.name,
-                                 j->plan.shared);
+          codegen::roll_launches(j->plan.period, j->plan.count, j->plan.local, j->plan.name);
       if (!rk.ok()) return;
       j->key = codegen::print(rk->kernel);
       j->compiled = core_.compile_cache.compile(rk->kernel, core_.target, options);
@@ -572,11 +548,10 @@ std::optional<StepLoops::RolledLoop> StepLoops::roll_loop(std::span<const LoopLa
   }
   if (!rk) {
     Result<codegen::ResidentKernel> r =
-        codegen::roll_launches(plan.period, count, plan.local, plan.name, plan.shared);
+        codegen::roll_launches(plan.period, count, plan.local, plan.name);
     if (r.ok()) rk = std::move(*r);
     clock.mark("roll");
   }
-  if (rk) codegen::trace_windows(*rk);
   if (rk) {
     std::optional<KernelHandle> h = loop_kernel(rk->kernel, std::move(key), std::move(ck), clock);
     if (h) out = RolledLoop{*h, std::move(rk->param_map), rk->kernel.params.size()};

@@ -70,7 +70,6 @@ class StepLoops {
     std::vector<codegen::ResidentMember> period;
     std::vector<std::shared_ptr<const codegen::Kernel>> ir;  // what `period` points into
     uint32_t count = 0, local = 0;
-    uint32_t shared = 0;  // the windows' shared bytes (codegen::roll_launches)
     std::string name, signature;
   };
   // A prepare_loop's roll and compile, on its own thread: pure functions and the thread-safe

@@ -1,7 +1,6 @@
 // The launch-sequence passes (graph/program.h's contract), in the order a pipeline runs them:
-//   roll{max-range=N, shared=B}
-//                       step loops of small launches (ranges of at most N) into resident kernels
-//                       whose windows take at most B bytes of shared memory (graph/resident.h)
+//   roll{max-range=N}   step loops of small launches (ranges of at most N) into resident kernels
+//                       (graph/resident.h)
 //   block{shared=B, min-tiles=T}
 //                       runs of a stencil kernel's launches into blocked kernels, K steps a
 //                       dispatch with the halo recomputed (graph/stencil_blocking.h)
@@ -20,15 +19,14 @@
 
 namespace vkad {
 
-std::unique_ptr<GraphPass> make_roll_pass(uint32_t max_range, uint32_t shared_bytes);
+std::unique_ptr<GraphPass> make_roll_pass(uint32_t max_range);
 std::unique_ptr<GraphPass> make_block_pass(uint32_t shared_bytes, uint32_t min_tiles);
 std::unique_ptr<GraphPass> make_recompute_pass();
 std::unique_ptr<GraphPass> make_schedule_pass();
 std::unique_ptr<GraphPass> make_fuse_pass();
 
 // The pipeline's limits the session reads back (GraphSwitches): the roll pass's largest range,
-// 0 where the pipeline has no roll pass; its windows' shared bytes (0 likewise).
+// 0 where the pipeline has no roll pass.
 uint32_t roll_max_range(const GraphPipeline& pipeline);
-uint32_t roll_shared_bytes(const GraphPipeline& pipeline);
 
 }  // namespace vkad

@@ -10,7 +10,6 @@
 #include <unordered_map>
 
 #include "graph/graph_passes.h"
-#include "graph/resident.h"
 #include "graph/stencil_blocking.h"
 
 namespace vkad {
@@ -86,18 +85,13 @@ void merge(Program& p, std::span<const RollSegment> segments,
 
 class RollPass final : public GraphPass {
  public:
-  RollPass(uint32_t max_range, uint32_t shared) : max_range_(max_range), shared_(shared) {}
+  explicit RollPass(uint32_t max_range) : max_range_(max_range) {}
   std::string name() const override { return "roll"; }
   std::string text() const override {
-    std::string opts;
-    if (max_range_ != 256) opts += "max-range=" + std::to_string(max_range_);
-    if (shared_ != codegen::kResidentSharedBytes)
-      opts += (opts.empty() ? "" : ", ") + ("shared=" + std::to_string(shared_));
-    return opts.empty() ? name() : name() + "{" + opts + "}";
+    return max_range_ == 256 ? name() : name() + "{max-range=" + std::to_string(max_range_) + "}";
   }
   Stage stage() const override { return Stage::kMerge; }
   uint32_t max_range() const { return max_range_; }
-  uint32_t shared() const { return shared_; }
 
   bool run(Program& p, PassContext& ctx) override {
     if (max_range_ == 0) return true;
@@ -148,13 +142,8 @@ class RollPass final : public GraphPass {
       m.step = seg.steps[j];
       m.ranges = candidates[seg.first + j].ranges;
       m.boxes = candidates[seg.first + j].boxes;
-      const codegen::ExtentOf extent = ctx.extents_in(launches[seg.first + j]->args);
-      for (const Arg& a : launches[seg.first + j]->args) {
-        const uint32_t p = static_cast<uint32_t>(m.arrays.size());
+      for (const Arg& a : launches[seg.first + j]->args)
         m.arrays.push_back(a.kind == abi::ParamKind::kNdArray ? a.array.id : 0);
-        m.first.push_back(a.kind == abi::ParamKind::kScalar ? a.i : 0);
-        m.shapes.push_back(array_shape(*m.kernel, p, extent));
-      }
       for (const auto& [b, e] : m.ranges) widest = std::max(widest, e - b);
       period.push_back(std::move(m));
     }
@@ -165,22 +154,18 @@ class RollPass final : public GraphPass {
     // cap the launches stay as they are rather than have the whole graph's rework refused at
     // its instantiate.
     const uint32_t cap = ctx.target.max_loop_passes;
-    const uint64_t passes = resident_loop_passes(period, seg.reps, local);
-    if (cap != 0 && passes > cap) return std::nullopt;
-    const uint32_t shared = cap != 0 && passes + codegen::kResidentWindowPasses > cap ? 0 : shared_;
+    if (cap != 0 && resident_loop_passes(period, seg.reps, local) > cap) return std::nullopt;
     const std::string name = "resident_" + period[0].kernel->name + "_x" +
                              std::to_string(seg.period) + "_r" + std::to_string(seg.reps);
     Result<codegen::ResidentKernel> rk =
-        codegen::roll_launches(period, static_cast<uint32_t>(seg.reps), local, name, shared);
+        codegen::roll_launches(period, static_cast<uint32_t>(seg.reps), local, name);
     if (!rk.ok()) return std::nullopt;  // these launches stay as they are
-    codegen::trace_windows(*rk);
     Result<KernelHandle> h = ctx.sink.make(rk->kernel, /*keep_ir=*/false);
     if (!h.ok()) return std::nullopt;
     return MergedLaunch{*h, std::move(rk->param_map), rk->kernel.params.size()};
   }
 
   uint32_t max_range_;
-  uint32_t shared_;
 };
 
 class BlockPass final : public GraphPass {
@@ -288,8 +273,8 @@ class BlockPass final : public GraphPass {
 
 }  // namespace
 
-std::unique_ptr<GraphPass> make_roll_pass(uint32_t max_range, uint32_t shared_bytes) {
-  return std::make_unique<RollPass>(max_range, shared_bytes);
+std::unique_ptr<GraphPass> make_roll_pass(uint32_t max_range) {
+  return std::make_unique<RollPass>(max_range);
 }
 
 std::unique_ptr<GraphPass> make_block_pass(uint32_t shared_bytes, uint32_t min_tiles) {
@@ -299,11 +284,6 @@ std::unique_ptr<GraphPass> make_block_pass(uint32_t shared_bytes, uint32_t min_t
 uint32_t roll_max_range(const GraphPipeline& pipeline) {
   const auto* roll = dynamic_cast<const RollPass*>(pipeline.find("roll"));
   return roll != nullptr ? roll->max_range() : 0;
-}
-
-uint32_t roll_shared_bytes(const GraphPipeline& pipeline) {
-  const auto* roll = dynamic_cast<const RollPass*>(pipeline.find("roll"));
-  return roll != nullptr ? roll->shared() : 0;
 }
 
 }  // namespace vkad

@@ -6,7 +6,6 @@
 #include <unordered_map>
 
 #include "graph/graph_passes.h"
-#include "graph/resident.h"
 #include "graph/stencil_blocking.h"
 #include "ir/text.h"
 
@@ -132,15 +131,11 @@ std::unique_ptr<GraphPass> make_fuse_pass() { return std::make_unique<FusePass>(
 const GraphPassRegistry& GraphPassRegistry::standard() {
   static const GraphPassRegistry registry = [] {
     GraphPassRegistry r;
-    r.add("roll",
-          "step loops of small launches into resident kernels {max-range=256, shared=16384}",
+    r.add("roll", "step loops of small launches into resident kernels {max-range=256}",
           [](const codegen::PassOptions& o) -> Result<std::unique_ptr<GraphPass>> {
-            VKAD_TRY(codegen::only_options("roll", o, {"max-range", "shared"}));
+            VKAD_TRY(codegen::only_options("roll", o, {"max-range"}));
             VKAD_ASSIGN_OR_RETURN(uint32_t n, codegen::uint_option("roll", o, "max-range", 256));
-            VKAD_ASSIGN_OR_RETURN(
-                uint32_t shared,
-                codegen::uint_option("roll", o, "shared", codegen::kResidentSharedBytes));
-            return make_roll_pass(n, std::min<uint32_t>(shared, 1u << 20));
+            return make_roll_pass(n);
           });
     r.add("block", "stencil runs into blocked kernels {shared=16384, min-tiles=1}",
           [](const codegen::PassOptions& o) -> Result<std::unique_ptr<GraphPass>> {
