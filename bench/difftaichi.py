@@ -47,7 +47,7 @@ PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards", "diffmpm3d",
 STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256, "smoke": 100,
          "billiards": 1024, "diffmpm3d": 512, "electric": 512,
          "rigid_body": 2048}  # the examples' STEPS
-UNPORTED = {"rigid_body"}  # no Taichi or Warp transcription in difftaichi_peers
+UNPORTED = set()  # programs without a Taichi or Warp transcription in difftaichi_peers
 PEERS = {"taichi": set(PROGRAMS) - UNPORTED, "warp": set(PROGRAMS) - UNPORTED}
 # the examples' N_GRID (programs with a grid; diffmpm3d's is 64^3)
 GRIDS = {"diffmpm": 128, "wave": 256, "smoke": 128, "diffmpm3d": 64}
@@ -119,6 +119,9 @@ def _make_taichi(a, program, cache):
     elif program == "electric":
         from difftaichi_peers.taichi_electric import TaichiElectric
         sim = TaichiElectric(steps=a.steps, seed=a.seed)
+    elif program == "rigid_body":
+        from difftaichi_peers.taichi_rigid_body import TaichiRigidBody
+        sim = TaichiRigidBody(steps=a.steps, seed=a.seed)
     else:
         from difftaichi_peers.taichi_diffmpm import TaichiDiffMPM
         sim = TaichiDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed)
@@ -159,6 +162,9 @@ def _make_warp(a, program, cache, graph):
     elif program == "electric":
         from difftaichi_peers.warp_electric import WarpElectric
         sim = WarpElectric(steps=a.steps, seed=a.seed, graph=graph, device=device)
+    elif program == "rigid_body":
+        from difftaichi_peers.warp_rigid_body import WarpRigidBody
+        sim = WarpRigidBody(steps=a.steps, seed=a.seed, graph=graph, device=device)
     else:
         from difftaichi_peers.warp_diffmpm import WarpDiffMPM
         sim = WarpDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
