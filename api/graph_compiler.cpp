@@ -194,6 +194,7 @@ std::unique_ptr<GraphCompiler::PreparedRework> GraphCompiler::prepare_rework(
   ProgramTarget target;
   target.max_loop_passes = core_.rt->caps().max_loop_passes;
   target.max_local_size = core_.target.max_local_size;
+  target.max_storage_buffers = core_.rt->caps().max_storage_buffers;
   target.bounds_checks = core_.compile_options.bounds_checks;
   PassContext ctx(core_.catalog, *this, target,
                   [this](uint64_t array) { return extents_of(array); });

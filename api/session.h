@@ -328,7 +328,8 @@ class SessionGraphs : public SessionFacet<SessionGraphs> {
   // each of body's launches in order with its stepping scalars advanced by r x step -- the
   // results of those launches one by one. Where every launch of the body may run in a resident
   // kernel (the rules of "Resident step loops": parallel 1-d tasks whose ranges do not step and
-  // are at most SessionOptions::resident_max_range, at most 31 distinct arrays, count >= 4) the
+  // are at most SessionOptions::resident_max_range, at most 31 distinct arrays -- 94 where the
+  // device's pipelines bind more storage buffers than its push descriptors --, count >= 4) the
   // loop is one launch of the rolled kernel, compiled at the first loop of its shape and kept
   // while the session lives; otherwise the launches one by one. A step loop's first iteration
   // then costs its device time, not thousands of recorded launches: a graph captured around it

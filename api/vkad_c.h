@@ -295,7 +295,8 @@ typedef struct vkad_loop_launch {
  * iteration r launching each with its stepping scalars advanced by r * step -- the results of
  * those launches one by one. Where every launch of the body qualifies for a resident kernel
  * (1-d parallel tasks whose ranges do not step and are at most the session's
- * resident_max_range, at most 31 arrays, count >= 4) it is one launch of the rolled kernel
+ * resident_max_range, at most 31 arrays -- 94 where the device's pipelines bind more storage
+ * buffers than its push descriptors --, count >= 4) it is one launch of the rolled kernel
  * (compiled at the first loop of its shape, kept), else the launches one by one. `rolled` (may
  * be NULL) gets 1 or 0 accordingly. Asynchronous. Fails, launching nothing, where a launch
  * would fail in the first or the last iteration, or a step is on anything but an i32 scalar or

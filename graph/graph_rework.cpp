@@ -116,6 +116,13 @@ bool any_task_loops(const codegen::Kernel& k) {
   return false;
 }
 
+size_t resident_max_arrays(uint32_t max_storage_buffers) {
+  constexpr size_t kPush = 31, kMost = 94;
+  // Two bindings spare: the args buffer, and one for what a kernel may bind besides.
+  return max_storage_buffers <= kPush + 2 ? kPush
+                                          : std::min<size_t>(kMost, max_storage_buffers - 2);
+}
+
 uint64_t resident_loop_passes(std::span<const codegen::ResidentMember> members, size_t reps,
                               uint32_t local) {
   // Per repetition one pass, plus each member's grid-stride loop where it needs one; and the

@@ -2,6 +2,7 @@
 
 #include <volk.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -90,6 +91,7 @@ std::string Capabilities::to_string() const {
     << yn(preserve_nan_inf_f64) << "\n"
     << "push descriptors:       " << yn(push_descriptor) << " (max " << max_push_descriptors
     << ")\n"
+    << "storage buffers:        " << max_storage_buffers << " per pipeline\n"
     << "timestamps:             " << yn(timestamps) << " (period " << timestamp_period_ns
     << " ns)\n"
     << "subgroup size:          " << subgroup_size
@@ -291,6 +293,8 @@ Capabilities capabilities_from(const DeviceFacts& facts, bool use_push_descripto
         (facts.p11.subgroupSupportedOperations & need) == need;
   }
   c.max_storage_buffer_range = lim.maxStorageBufferRange;
+  c.max_storage_buffers = std::min({lim.maxPerStageDescriptorStorageBuffers,
+                                    lim.maxDescriptorSetStorageBuffers, lim.maxPerStageResources});
   // Mesa's llvmpipe leaves a loop after 65,535 passes per invocation (see Capabilities).
   if (facts.p12.driverID == VK_DRIVER_ID_MESA_LLVMPIPE) c.max_loop_passes = 65535;
   for (int i = 0; i < 3; ++i) {

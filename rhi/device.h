@@ -182,6 +182,10 @@ struct Capabilities {
   // subgroupSupportedOperations BASIC | VOTE | ARITHMETIC). Properties, nothing to enable.
   bool subgroup_arithmetic = false;
   uint64_t max_storage_buffer_range = 0;
+  // Storage buffers one compute pipeline may bind: the least of maxPerStageDescriptorStorage-
+  // Buffers, maxDescriptorSetStorageBuffers and maxPerStageResources. Past
+  // max_push_descriptors a pipeline binds through a pooled descriptor set instead.
+  uint32_t max_storage_buffers = 0;
   std::array<uint32_t, 3> max_workgroup_count{};
   std::array<uint32_t, 3> max_workgroup_size{};
   uint32_t max_workgroup_invocations = 0;

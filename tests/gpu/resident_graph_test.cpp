@@ -512,5 +512,85 @@ TEST(ResidentGraph, ACapturedLoopOfASmallGridRollsItsBoxesPointByPoint) {
   if (skipped) GTEST_SKIP() << "no Vulkan device";
 }
 
+
+// A kernel of kWide arrays, each x_k[t + 1, i] = 0.5 x_k[t, i] + x_(k+1 mod kWide)[t, i]; two
+// launches a step on two sets of arrays: a period binding 2 kWide arrays, past the 31 a resident
+// kernel binds with push descriptors (graph/graph_rework.h, resident_max_arrays).
+constexpr uint32_t kWide = 17;
+
+std::string wide_kernel() {
+  std::string params, body = "    %t = arg t : i32\n    %one = const 1 : i32\n"
+                             "    %t1 = add %t, %one : i32\n    %h = const 0.5 : f32\n";
+  for (uint32_t k = 0; k < kWide; ++k) {
+    const std::string x = "x" + std::to_string(k), y = "x" + std::to_string((k + 1) % kWide);
+    const std::string n = std::to_string(k);
+    params += ", " + x + ": ndarray<f32, 2>";
+    body += "    %a" + n + " = load " + x + "[%t, %i] : f32\n    %b" + n + " = load " + y +
+            "[%t, %i] : f32\n    %c" + n + " = mul %a" + n + ", %h : f32\n    %d" + n +
+            " = add %c" + n + ", %b" + n + " : f32\n    store " + x + "[%t1, %i], %d" + n + "\n";
+  }
+  return "kernel wide(t: i32" + params + ") {\n  task main parallel %i in [0, shape(x0, 1)) {\n" +
+         body + "  }\n}\n";
+}
+
+TEST(ResidentGraph, ALoopBindingMoreArraysThanPushDescriptorsRollsWhereTheDeviceBindsThem) {
+  constexpr uint32_t kSteps = 6, kCols = 20;
+  bool skipped = false;
+  auto s = validated_session(&skipped, [](SessionOptions& o) { o.resident_max_range = 1024; });
+  if (skipped) GTEST_SKIP() << "no Vulkan device";
+  ASSERT_NE(s, nullptr);
+  const std::string text = wide_kernel();
+  Result<KernelHandle> wide = s->compile(std::string_view(text));
+  ASSERT_TRUE(wide.ok()) << wide.status().to_string();
+  std::vector<NdArrayHandle> arrays;
+  std::vector<std::vector<float>> init;
+  for (uint32_t a = 0; a < 2 * kWide; ++a) {
+    arrays.push_back(*s->ndarray(DType::kF32, {kSteps + 1, kCols}, "x" + std::to_string(a)));
+    init.emplace_back(size_t{kSteps + 1} * kCols);
+    for (size_t e = 0; e < init.back().size(); ++e)
+      init.back()[e] = std::cos(0.1f * static_cast<float>(e) + static_cast<float>(a));
+    ASSERT_TRUE(s->upload(arrays.back(), std::span<const float>(init.back())).ok());
+  }
+  std::vector<LoopLaunch> body(2);
+  for (uint32_t set = 0; set < 2; ++set) {
+    body[set].kernel = *wide;
+    body[set].args.push_back(Arg::i32(0));
+    body[set].step.push_back(1);
+    for (uint32_t k = 0; k < kWide; ++k) {
+      body[set].args.push_back(Arg::ndarray(arrays[set * kWide + k]));
+      body[set].step.push_back(0);
+    }
+  }
+  LoopInfo info;
+  ASSERT_TRUE(s->launch_loop(body, kSteps, &info).ok());
+  ASSERT_TRUE(s->synchronize().ok());
+  const bool binds_more = s->runtime().caps().max_storage_buffers > 33;
+  EXPECT_EQ(info.rolled, binds_more) << "max_storage_buffers "
+                                     << s->runtime().caps().max_storage_buffers;
+  // The launches one by one on the CPU evaluator.
+  const codegen::Kernel k = *codegen::parse(text);
+  std::vector<codegen::HostArray> host;
+  for (uint32_t a = 0; a < 2 * kWide; ++a) {
+    host.emplace_back(DType::kF32, std::vector<uint32_t>{kSteps + 1, kCols});
+    for (size_t e = 0; e < init[a].size(); ++e) host.back().data[e] = init[a][e];
+  }
+  for (uint32_t t = 0; t < kSteps; ++t) {
+    for (uint32_t set = 0; set < 2; ++set) {
+      std::vector<codegen::HostArg> args{codegen::HostArg::of(t)};
+      for (uint32_t j = 0; j < kWide; ++j) args.push_back(codegen::HostArg::of(host[set * kWide + j]));
+      ASSERT_TRUE(codegen::evaluate(k, args).ok());
+    }
+  }
+  for (uint32_t a = 0; a < 2 * kWide; ++a) {
+    std::vector<float> got(host[a].data.size());
+    ASSERT_TRUE(s->download(arrays[a], std::span<float>(got)).ok());
+    // Six steps of one multiply-add each (|x| < 4): a few ulps.
+    for (size_t e = 0; e < got.size(); ++e) {
+      ASSERT_NEAR(got[e], host[a].data[e], 1e-5) << "array " << a << " element " << e;
+    }
+  }
+  expect_no_validation_messages(*s);
+}
+
 }  // namespace
 }  // namespace vkad::testing

@@ -7,7 +7,8 @@
 //                           "none" for no pass)
 //   // LIMITS: k=v, ...     optional: loop-passes=N (the device cuts loops past N passes, as
 //                           lavapipe does; default 0, none), local-size=N (default 1024),
-//                           bounds-checks=0|1 (default 1)
+//                           bounds-checks=0|1 (default 1), storage-buffers=N (one pipeline
+//                           binds; default 0, not known: the 32 push descriptors)
 //   // CHECK...: as in tests/kernels/*.vkir (tests/support/file_check.h)
 // The output is a summary line and the plan, one step a line as the install records it:
 //   changed: yes | no; merged 8 (blocked 0), recomputed 0, reordered 0, relaxed 1, fused 0
@@ -101,6 +102,8 @@ Limits parse_limits(const std::string& contents) {
         out.target.max_local_size = v;
       } else if (key == "bounds-checks") {
         out.target.bounds_checks = v != 0;
+      } else if (key == "storage-buffers") {
+        out.target.max_storage_buffers = v;
       } else {
         out.error = "unknown LIMITS key '" + key + "'";
       }
