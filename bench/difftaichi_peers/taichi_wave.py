@@ -1,7 +1,6 @@
-"""DiffTaichi's wave.py in Taichi 1.7, for bench/difftaichi.py. UNTESTED: written without Taichi
-or a GPU at hand (from DiffTaichi's wave.py); run it once on the GPU machine against the vkad
-example (bench/difftaichi.py --program wave compares the losses and the iteration-0 gradients)
-before trusting its numbers.
+"""DiffTaichi's wave.py in Taichi 1.7, for bench/difftaichi.py.
+Checked against the vkad example on Taichi's CPU backend (64 steps, 64^2: gradient
+within 9.6e-7) and in the H200 races (docs/benchmarks.md).
 
 DiffTaichi's idiom: the height with a time axis in one field p[t, i, j] (needs_grad), get_p and
 the laplacian as ti.func, one fdtd kernel launched per step, `ti.ad.Tape(loss=...)` around the
