@@ -41,6 +41,7 @@ class TaichiRigidBody:
         self.friction, self.elasticity, self.ground_height = rb.FRICTION, rb.ELASTICITY, \
             rb.GROUND_HEIGHT
         self.spring_omega = rb.SPRING_OMEGA
+        self.decay = math.exp(-rb.DT * rb.DAMPING)
         self._np_real = np.float64 if real == ti.f64 else np.float32
         vec = lambda shape, grad=True: ti.Vector.field(2, real, shape=shape, needs_grad=grad)
         scalar = lambda shape, grad=True: ti.field(real, shape=shape, needs_grad=grad)
@@ -224,7 +225,7 @@ class TaichiRigidBody:
     @ti.kernel
     def advance_toi(self, t: ti.i32):
         for i in range(self.n_objects):
-            s = math.exp(-self.dt * self.damping)
+            s = self.decay  # DiffTaichi: math.exp(-dt * damping), which Taichi warns about
             self.v[t, i] = s * self.v[t - 1, i] + self.v_inc[t, i] + self.dt * self.gravity * \
                 ti.Vector([0.0, 1.0])
             self.x[t, i] = self.x[t - 1, i] + self.dt * self.v[t, i] + self.x_inc[t, i]
