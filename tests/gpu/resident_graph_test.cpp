@@ -512,15 +512,15 @@ TEST(ResidentGraph, ACapturedLoopOfASmallGridRollsItsBoxesPointByPoint) {
   if (skipped) GTEST_SKIP() << "no Vulkan device";
 }
 
-
 // A kernel of kWide arrays, each x_k[t + 1, i] = 0.5 x_k[t, i] + x_(k+1 mod kWide)[t, i]; two
 // launches a step on two sets of arrays: a period binding 2 kWide arrays, past the 31 a resident
 // kernel binds with push descriptors (graph/graph_rework.h, resident_max_arrays).
 constexpr uint32_t kWide = 17;
 
 std::string wide_kernel() {
-  std::string params, body = "    %t = arg t : i32\n    %one = const 1 : i32\n"
-                             "    %t1 = add %t, %one : i32\n    %h = const 0.5 : f32\n";
+  std::string params, body =
+                          "    %t = arg t : i32\n    %one = const 1 : i32\n"
+                          "    %t1 = add %t, %one : i32\n    %h = const 0.5 : f32\n";
   for (uint32_t k = 0; k < kWide; ++k) {
     const std::string x = "x" + std::to_string(k), y = "x" + std::to_string((k + 1) % kWide);
     const std::string n = std::to_string(k);
@@ -565,8 +565,8 @@ TEST(ResidentGraph, ALoopBindingMoreArraysThanPushDescriptorsRollsWhereTheDevice
   ASSERT_TRUE(s->launch_loop(body, kSteps, &info).ok());
   ASSERT_TRUE(s->synchronize().ok());
   const bool binds_more = s->runtime().caps().max_storage_buffers > 33;
-  EXPECT_EQ(info.rolled, binds_more) << "max_storage_buffers "
-                                     << s->runtime().caps().max_storage_buffers;
+  EXPECT_EQ(info.rolled, binds_more)
+      << "max_storage_buffers " << s->runtime().caps().max_storage_buffers;
   // The launches one by one on the CPU evaluator.
   const codegen::Kernel k = *codegen::parse(text);
   std::vector<codegen::HostArray> host;
@@ -577,7 +577,8 @@ TEST(ResidentGraph, ALoopBindingMoreArraysThanPushDescriptorsRollsWhereTheDevice
   for (uint32_t t = 0; t < kSteps; ++t) {
     for (uint32_t set = 0; set < 2; ++set) {
       std::vector<codegen::HostArg> args{codegen::HostArg::of(t)};
-      for (uint32_t j = 0; j < kWide; ++j) args.push_back(codegen::HostArg::of(host[set * kWide + j]));
+      for (uint32_t j = 0; j < kWide; ++j)
+        args.push_back(codegen::HostArg::of(host[set * kWide + j]));
       ASSERT_TRUE(codegen::evaluate(k, args).ok());
     }
   }
