@@ -282,9 +282,8 @@ bool dtype_of(const nb::dlpack::dtype& d, DType* out);
 using HostArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 
 // A new device array of the session (contents undefined) as a Python NdArray.
-// `pooled`: Runtime::create_ndarray's (a tape's gradients: reused across tapes when freed).
 nb::object new_array(const StatePtr& st, std::vector<uint32_t> shape, DType dtype,
-                     const std::string& name, bool pooled = false);
+                     const std::string& name);
 
 // ------------------------------------------------------------------ DLPack (interop.cpp)
 
@@ -481,7 +480,6 @@ struct Arrays {
   StatePtr st;
 
   nb::object empty(nb::handle shape_obj, DType dtype, const std::string& name);
-  nb::object make_empty(nb::handle shape_obj, DType dtype, const std::string& name, bool pooled);
   nb::object from_numpy(const HostArray& host, const std::string& name);
   NdArray& own(nb::handle obj, const char* what);
   void free(nb::handle obj);

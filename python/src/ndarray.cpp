@@ -104,12 +104,11 @@ nb::object download(NdArray& a) {
 }  // namespace
 
 nb::object new_array(const StatePtr& st, std::vector<uint32_t> shape, DType dtype,
-                     const std::string& name, bool pooled) {
+                     const std::string& name) {
   NdArrayHandle h;
   {
     Locked l(*st);
-    h = take(pooled ? st->get().runtime().create_ndarray(dtype, shape, name, true)
-                    : st->get().ndarray(dtype, shape, name));
+    h = take(st->get().ndarray(dtype, shape, name));
   }
   auto* a = new NdArray();
   a->st = st;
@@ -121,11 +120,6 @@ nb::object new_array(const StatePtr& st, std::vector<uint32_t> shape, DType dtyp
 }
 
 nb::object Arrays::empty(nb::handle shape_obj, DType dtype, const std::string& name) {
-  return make_empty(shape_obj, dtype, name, false);
-}
-
-nb::object Arrays::make_empty(nb::handle shape_obj, DType dtype, const std::string& name,
-                              bool pooled) {
   std::vector<uint32_t> shape;
   nb::object extents =
       PyIndex_Check(shape_obj.ptr()) ? nb::make_tuple(shape_obj) : nb::borrow(shape_obj);
@@ -141,7 +135,7 @@ nb::object Arrays::make_empty(nb::handle shape_obj, DType dtype, const std::stri
     }
     shape.push_back(static_cast<uint32_t>(v));
   }
-  return new_array(st, std::move(shape), dtype, name, pooled);
+  return new_array(st, std::move(shape), dtype, name);
 }
 
 nb::object Arrays::from_numpy(const HostArray& host, const std::string& name) {
