@@ -236,33 +236,36 @@ Status Tape::checkpointed_launch(const Differentiated& d, std::span<const Arg> a
                : make_error(st.code(), "tape.launch: " + st.message());
   };
   const std::span<const uint64_t> writes(written_.data() + r->written_begin, r->written_count);
-  std::map<uint64_t, uint64_t> mult = form_mult_;
-  Result<uint64_t> slot = copies_->slot_bytes(writes, &mult);
-  if (!slot.ok()) return undo(slot.status());
   if (records_.empty()) {
     copies_->begin_recording();
     top_ = checkpoint_every_ != 0 ? checkpoint_every_ : std::max(planned_top_, 1u);
   }
-  Status st;
+  const Status st = checkpointed_entry(writes, fresh, [&] {
+    LaunchNote note(*session_, "tape entry", records_.size());
+    return session_->launch(d.forward, args, id);
+  });
+  if (!st.ok()) return undo(st);
+  for (const Arg& a : args) {
+    if (a.kind == runtime::ParamKind::kNdArray) touched_.insert(a.array.id);
+  }
+  return {};
+}
+
+Status Tape::checkpointed_entry(std::span<const uint64_t> writes,
+                                std::span<const std::pair<uint64_t, uint64_t>> fresh,
+                                const std::function<Status()>& run) {
+  std::map<uint64_t, uint64_t> mult = form_mult_;
+  VKAD_ASSIGN_OR_RETURN(uint64_t slot, copies_->slot_bytes(writes, &mult));
   if (memory_budget_ != 0) {
     uint64_t state = 0;
     for (const auto& [array, bytes] : state_bytes_) state += bytes;
     for (const auto& [array, bytes] : fresh) state += bytes;
-    st = fit_budget(state, *slot);
+    VKAD_TRY(fit_budget(state, slot));
   }
-  if (st.ok()) {
-    st = copies_->copy_segment_start(records_.size() / top_, writes);
-  }
-  if (st.ok()) {
-    LaunchNote note(*session_, "tape entry", records_.size());
-    st = session_->launch(d.forward, args, id);
-  }
-  if (!st.ok()) return undo(st);
+  VKAD_TRY(copies_->copy_segment_start(records_.size() / top_, writes));
+  VKAD_TRY(run());
   for (const auto& [array, bytes] : fresh) state_bytes_.emplace(array, bytes);
-  for (const Arg& a : args) {
-    if (a.kind == runtime::ParamKind::kNdArray) touched_.insert(a.array.id);
-  }
-  launch_bytes_ = *slot;
+  launch_bytes_ = slot;
   form_mult_ = std::move(mult);
   return {};
 }
@@ -302,26 +305,12 @@ Status Tape::fill(NdArrayHandle array, double value) {
     written_.resize(r.written_begin);
     return make_error(st.code(), "tape.fill: " + st.message());
   };
-  std::map<uint64_t, uint64_t> mult = form_mult_;
-  Result<uint64_t> slot =
-      copies_->slot_bytes(std::span<const uint64_t>(&written_.back(), 1), &mult);
-  if (!slot.ok()) return undo(slot.status());
-  const bool fresh = !state_bytes_.count(array.id);  // (records_ is not empty: touched)
-  Status st;
-  if (memory_budget_ != 0) {
-    uint64_t state = fresh ? bytes : 0;
-    for (const auto& [a, b] : state_bytes_) state += b;
-    st = fit_budget(state, *slot);
-  }
-  if (st.ok()) {
-    st = copies_->copy_segment_start(records_.size() / top_,
-                                     std::span<const uint64_t>(&written_.back(), 1));
-  }
-  if (st.ok()) st = session_->fill(array, value);
+  // (records_ is not empty: touched)
+  std::vector<std::pair<uint64_t, uint64_t>> fresh;
+  if (!state_bytes_.count(array.id)) fresh.emplace_back(array.id, bytes);
+  const Status st = checkpointed_entry(std::span<const uint64_t>(&written_.back(), 1), fresh,
+                                       [&] { return session_->fill(array, value); });
   if (!st.ok()) return undo(st);
-  if (fresh) state_bytes_.emplace(array.id, bytes);
-  launch_bytes_ = *slot;
-  form_mult_ = std::move(mult);
   r.arg_begin = static_cast<uint32_t>(args_.size());
   r.arg_count = 2;
   r.grad_begin = static_cast<uint32_t>(grad_params_.size());

@@ -56,6 +56,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -328,6 +329,14 @@ class Tape {
   Status note_writes(const codegen::KernelAccess& access, std::span<const Arg> args, Record* r,
                      std::vector<std::pair<uint64_t, uint64_t>>* fresh);
   Status fit_budget(uint64_t state, uint64_t slot);
+  // What recording an entry that writes `writes` (a launch, a recorded fill) takes with
+  // checkpointing on, around `run` (which records it on the session): its copies' slot within
+  // the budget (the recording's state with `fresh` added), its level-0 segment's start copies,
+  // `run`; then the tape counts `fresh` and the slot. An error leaves the tape's counts as they
+  // were (the caller drops what it noted on written_).
+  Status checkpointed_entry(std::span<const uint64_t> writes,
+                            std::span<const std::pair<uint64_t, uint64_t>> fresh,
+                            const std::function<Status()>& run);
   Status checkpointed_backward(const codegen::CheckpointPlan& plan,
                                std::vector<TapeAdjointLaunch>* launched);
   // Record `record`'s forward (or fill) again, with `args` in place of its recorded ones
