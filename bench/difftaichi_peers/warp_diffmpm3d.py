@@ -21,6 +21,7 @@ import numpy as np
 import warp as wp
 
 from . import load_example
+from .warp_taped import run_taped
 
 mpm = load_example("diffmpm3d")
 DT, P_VOL, E, MU, LA = mpm.DT, mpm.P_VOL, mpm.E, mpm.MU, mpm.LA
@@ -227,16 +228,7 @@ class WarpDiffMPM3D:
     def iteration(self) -> float:
         """Forward on the tape and backward (replayed from a CUDA graph with graph=True), then
         DiffTaichi's update w -= LEARNING_RATE * dL/dw. Returns the forward's loss."""
-        if self.tape is not None:
-            self.tape.zero()  # backward accumulates into .grad: clear the last iteration's
-        if not self.graph:
-            self._forward_backward()
-        else:
-            if self._graph is None:
-                with wp.ScopedCapture(device=self.device) as capture:
-                    self._forward_backward()
-                self._graph = capture.graph
-            wp.capture_launch(self._graph)
+        run_taped(self, self._forward_backward)
         loss = float(self.loss.numpy()[0])
         grads = self.gradients()
         w = self.params()

@@ -24,6 +24,7 @@ import numpy as np
 import warp as wp
 
 from . import load_example
+from .warp_taped import run_taped
 
 el = load_example("electric")
 DT, DAMPING, K = el.DT, el.DAMPING, el.K
@@ -171,16 +172,7 @@ class WarpElectric:
         if self._iterations:
             self.set_task(*el.task(self.rng, self.steps, self.seg_size))
         self._iterations += 1
-        if self.tape is not None:
-            self.tape.zero()  # backward accumulates into .grad: clear the last iteration's
-        if not self.graph:
-            self._forward_backward_update()
-        else:
-            if self._graph is None:
-                with wp.ScopedCapture(device=self.device) as capture:
-                    self._forward_backward_update()
-                self._graph = capture.graph
-            wp.capture_launch(self._graph)
+        run_taped(self, self._forward_backward_update)
         return float(self.loss.numpy()[0])
 
     def gradients(self) -> Dict[str, np.ndarray]:

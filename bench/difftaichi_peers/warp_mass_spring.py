@@ -20,6 +20,7 @@ import numpy as np
 import warp as wp
 
 from . import load_example
+from .warp_taped import run_taped
 
 ms = load_example("mass_spring")
 DT, GROUND_HEIGHT, GRAVITY = ms.DT, ms.GROUND_HEIGHT, ms.GRAVITY
@@ -205,16 +206,7 @@ class WarpMassSpring:
     def iteration(self) -> float:
         """Forward on the tape and backward (replayed from a CUDA graph with graph=True), then
         the update: the gradient scaled to norm GRADIENT_CLIP. Returns the forward's loss."""
-        if self.tape is not None:
-            self.tape.zero()  # backward accumulates into .grad: clear the last iteration's
-        if not self.graph:
-            self._forward_backward()
-        else:
-            if self._graph is None:
-                with wp.ScopedCapture(device=self.device) as capture:
-                    self._forward_backward()
-                self._graph = capture.graph
-            wp.capture_launch(self._graph)
+        run_taped(self, self._forward_backward)
         loss = float(self.loss.numpy()[0])
         grads = self.gradients()
         norm = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values()))

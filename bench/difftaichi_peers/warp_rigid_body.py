@@ -23,6 +23,7 @@ import numpy as np
 import warp as wp
 
 from . import load_example
+from .warp_taped import run_taped
 
 rb = load_example("rigid_body")
 DT, GRAVITY, DAMPING, FRICTION = rb.DT, rb.GRAVITY, rb.DAMPING, rb.FRICTION
@@ -306,16 +307,7 @@ class WarpRigidBody:
         """Forward on the tape and backward (replayed from a CUDA graph with graph=True), then
         DiffTaichi's update on the host: w -= min(1, 0.2 / (|grad| + 1e-4)) * grad. Returns the
         forward's loss."""
-        if self.tape is not None:
-            self.tape.zero()  # backward accumulates into .grad: clear the last iteration's
-        if not self.graph:
-            self._forward_backward()
-        else:
-            if self._graph is None:
-                with wp.ScopedCapture(device=self.device) as capture:
-                    self._forward_backward()
-                self._graph = capture.graph
-            wp.capture_launch(self._graph)
+        run_taped(self, self._forward_backward)
         loss = float(self.loss.numpy()[0])
         grads = self.gradients()
         norm_sqr = sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values())

@@ -19,6 +19,7 @@ import numpy as np
 import warp as wp
 
 from . import load_example
+from .warp_taped import run_taped
 
 wv = load_example("wave")
 
@@ -119,16 +120,7 @@ class WarpWave:
     def iteration(self) -> float:
         """Forward on the tape, backward and DiffTaichi's update (replayed from a CUDA graph
         with graph=True). Returns the forward's loss."""
-        if self.tape is not None:
-            self.tape.zero()  # backward accumulates into .grad: clear the last iteration's
-        if not self.graph:
-            self._forward_backward_update()
-        else:
-            if self._graph is None:
-                with wp.ScopedCapture(device=self.device) as capture:
-                    self._forward_backward_update()
-                self._graph = capture.graph
-            wp.capture_launch(self._graph)
+        run_taped(self, self._forward_backward_update)
         return float(self.loss.numpy()[0])
 
     def gradients(self) -> Dict[str, np.ndarray]:
