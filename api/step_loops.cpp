@@ -405,8 +405,7 @@ std::optional<codegen::ResidentMember> StepLoops::loop_member(
 }
 
 bool StepLoops::plan_loop(std::span<const LoopLaunch> body, uint32_t count, LoopPlan* plan) const {
-  RollLimits limits;
-  limits.max_arrays = resident_max_arrays(core_.rt->caps().max_storage_buffers);
+  const RollLimits limits = roll_limits(core_.rt->caps().max_storage_buffers);
   if (core_.graph.resident_max_range == 0 || count < limits.min_reps || body.empty()) return false;
   // The signature: what the rolled kernel depends on -- the kernels, the steps, which
   // parameters share an array (by first use), the ranges, the count and the workgroup size;

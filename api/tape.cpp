@@ -214,6 +214,25 @@ Status Tape::fit_budget(uint64_t state, uint64_t slot) {
   return {};
 }
 
+template <typename Run>
+Status Tape::checkpointed_entry(std::span<const uint64_t> writes,
+                                std::span<const std::pair<uint64_t, uint64_t>> fresh, Run&& run) {
+  std::map<uint64_t, uint64_t> mult = form_mult_;
+  VKAD_ASSIGN_OR_RETURN(uint64_t slot, copies_->slot_bytes(writes, &mult));
+  if (memory_budget_ != 0) {
+    uint64_t state = 0;
+    for (const auto& [array, bytes] : state_bytes_) state += bytes;
+    for (const auto& [array, bytes] : fresh) state += bytes;
+    VKAD_TRY(fit_budget(state, slot));
+  }
+  VKAD_TRY(copies_->copy_segment_start(records_.size() / top_, writes));
+  VKAD_TRY(run());
+  for (const auto& [array, bytes] : fresh) state_bytes_.emplace(array, bytes);
+  launch_bytes_ = slot;
+  form_mult_ = std::move(mult);
+  return {};
+}
+
 Status Tape::checkpointed_launch(const Differentiated& d, std::span<const Arg> args, LaunchId* id,
                                  Record* r) {
   // Overwrites are what checkpointing is for: the arrays this launch writes are copied the
@@ -248,25 +267,6 @@ Status Tape::checkpointed_launch(const Differentiated& d, std::span<const Arg> a
   for (const Arg& a : args) {
     if (a.kind == runtime::ParamKind::kNdArray) touched_.insert(a.array.id);
   }
-  return {};
-}
-
-Status Tape::checkpointed_entry(std::span<const uint64_t> writes,
-                                std::span<const std::pair<uint64_t, uint64_t>> fresh,
-                                const std::function<Status()>& run) {
-  std::map<uint64_t, uint64_t> mult = form_mult_;
-  VKAD_ASSIGN_OR_RETURN(uint64_t slot, copies_->slot_bytes(writes, &mult));
-  if (memory_budget_ != 0) {
-    uint64_t state = 0;
-    for (const auto& [array, bytes] : state_bytes_) state += bytes;
-    for (const auto& [array, bytes] : fresh) state += bytes;
-    VKAD_TRY(fit_budget(state, slot));
-  }
-  VKAD_TRY(copies_->copy_segment_start(records_.size() / top_, writes));
-  VKAD_TRY(run());
-  for (const auto& [array, bytes] : fresh) state_bytes_.emplace(array, bytes);
-  launch_bytes_ = slot;
-  form_mult_ = std::move(mult);
   return {};
 }
 

@@ -56,7 +56,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -333,10 +332,11 @@ class Tape {
   // checkpointing on, around `run` (which records it on the session): its copies' slot within
   // the budget (the recording's state with `fresh` added), its level-0 segment's start copies,
   // `run`; then the tape counts `fresh` and the slot. An error leaves the tape's counts as they
-  // were (the caller drops what it noted on written_).
+  // were (the caller drops what it noted on written_). A template, defined and used in tape.cpp
+  // only: `run` inlined, no std::function allocated on a recording's path.
+  template <typename Run>
   Status checkpointed_entry(std::span<const uint64_t> writes,
-                            std::span<const std::pair<uint64_t, uint64_t>> fresh,
-                            const std::function<Status()>& run);
+                            std::span<const std::pair<uint64_t, uint64_t>> fresh, Run&& run);
   Status checkpointed_backward(const codegen::CheckpointPlan& plan,
                                std::vector<TapeAdjointLaunch>* launched);
   // Record `record`'s forward (or fill) again, with `args` in place of its recorded ones

@@ -116,11 +116,13 @@ bool any_task_loops(const codegen::Kernel& k) {
   return false;
 }
 
-size_t resident_max_arrays(uint32_t max_storage_buffers) {
+RollLimits roll_limits(uint32_t max_storage_buffers) {
   constexpr size_t kPush = 31, kMost = 94;
+  RollLimits limits;
   // Two bindings spare: the args buffer, and one for what a kernel may bind besides.
-  return max_storage_buffers <= kPush + 2 ? kPush
-                                          : std::min<size_t>(kMost, max_storage_buffers - 2);
+  limits.max_arrays =
+      max_storage_buffers <= kPush + 2 ? kPush : std::min<size_t>(kMost, max_storage_buffers - 2);
+  return limits;
 }
 
 uint64_t resident_loop_passes(std::span<const codegen::ResidentMember> members, size_t reps,

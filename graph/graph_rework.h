@@ -84,17 +84,17 @@ struct RollSegment {
 struct RollLimits {
   size_t max_period = 12;
   size_t min_reps = 4;
-  size_t max_arrays = 31;  // the args buffer makes 32 push descriptors (resident_max_arrays)
+  size_t max_arrays = 31;  // the args buffer makes 32 push descriptors (roll_limits)
 };
 
-// The most distinct arrays a resident kernel may bind on a device whose pipelines take
-// `max_storage_buffers` storage buffers (rhi::Capabilities::max_storage_buffers; 0: not known):
-// 31 where that is all it takes -- the 32 push descriptors every device with them has, less the
-// args buffer -- else up to 94 (the kernel then binds through a pooled descriptor set, and a
-// graph holding it replays launch by launch rather than as recorded bundles: a resident
-// kernel stands for hundreds of launches, so it pays). DiffTaichi's rigid_body's adjoint step
-// reads 25 arrays and adds into 14 gradients.
-size_t resident_max_arrays(uint32_t max_storage_buffers);
+// A device's limits for resident step loops: RollLimits with max_arrays the most distinct arrays
+// a resident kernel may bind where pipelines take `max_storage_buffers` storage buffers
+// (rhi::Capabilities::max_storage_buffers; 0: not known): 31 where that is all it takes -- the 32
+// push descriptors every device with them has, less the args buffer -- else up to 94 (the kernel
+// then binds through a pooled descriptor set, and a graph holding it replays launch by launch
+// rather than as recorded bundles: a resident kernel stands for hundreds of launches, so it pays).
+// DiffTaichi's rigid_body's adjoint step reads 25 arrays and adds into 14 gradients.
+RollLimits roll_limits(uint32_t max_storage_buffers);
 
 // In each stretch between fills, left to right, the longest periodic runs (most launches
 // covered): the same kernels and arrays at the same place of each repetition, ranges equal,

@@ -83,12 +83,6 @@ void merge(Program& p, std::span<const RollSegment> segments,
   p.any_merged = true;
 }
 
-RollLimits roll_limits(const PassContext& ctx) {
-  RollLimits limits;
-  limits.max_arrays = resident_max_arrays(ctx.target.max_storage_buffers);
-  return limits;
-}
-
 class RollPass final : public GraphPass {
  public:
   explicit RollPass(uint32_t max_range) : max_range_(max_range) {}
@@ -103,8 +97,8 @@ class RollPass final : public GraphPass {
     if (max_range_ == 0) return true;
     const std::vector<const CapturedStep*> launches = launches_of(p.steps);
     const std::vector<RollCandidate> candidates = roll_candidates(launches, ctx);
-    const std::vector<RollSegment> segments =
-        find_roll_segments(p.steps, launches, candidates, roll_limits(ctx));
+    const std::vector<RollSegment> segments = find_roll_segments(
+        p.steps, launches, candidates, roll_limits(ctx.target.max_storage_buffers));
     if (segments.empty()) return true;
     std::vector<std::optional<MergedLaunch>> built;
     for (const RollSegment& seg : segments) built.push_back(build(seg, launches, candidates, ctx));

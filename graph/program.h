@@ -62,7 +62,7 @@ struct ProgramTarget {
   uint32_t max_loop_passes = 0;  // loop passes per invocation the device allows (0: no cap)
   uint32_t max_local_size = 1024;
   bool bounds_checks = true;         // without them an index past its extent reaches another row
-  uint32_t max_storage_buffers = 0;  // one pipeline may bind (0: not known; resident_max_arrays)
+  uint32_t max_storage_buffers = 0;  // one pipeline may bind (0: not known; roll_limits)
 };
 
 // A stash a blocked stencil needs: its placeholder id in the steps' arguments (an array made at

@@ -514,7 +514,7 @@ TEST(ResidentGraph, ACapturedLoopOfASmallGridRollsItsBoxesPointByPoint) {
 
 // A kernel of kWide arrays, each x_k[t + 1, i] = 0.5 x_k[t, i] + x_(k+1 mod kWide)[t, i]; two
 // launches a step on two sets of arrays: a period binding 2 kWide arrays, past the 31 a resident
-// kernel binds with push descriptors (graph/graph_rework.h, resident_max_arrays).
+// kernel binds with push descriptors (graph/graph_rework.h, roll_limits).
 constexpr uint32_t kWide = 17;
 
 std::string wide_kernel() {
