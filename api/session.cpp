@@ -270,6 +270,7 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
   }
   d.adjoint = *a;
   access_[d.forward.id] = core_->catalog.access(d.forward.id);  // register_ir computed it
+  adjoint_reads_[d.adjoint.id] = codegen::used_loads(adjoint);
   return d;
 }
 
@@ -285,17 +286,24 @@ Status Session::release(KernelHandle kernel) {
   forward_ir_.erase(kernel.id);
   auto c = clearing_.find(kernel.id);
   if (c != clearing_.end()) {
+    adjoint_reads_.erase(c->second.id);
     (void)core_->rt->unregister_kernel(c->second);
     core_->drop_tables(c->second.id);
     clearing_.erase(c);
   }
   access_.erase(kernel.id);
+  adjoint_reads_.erase(kernel.id);
   return {};
 }
 
 std::shared_ptr<const codegen::KernelAccess> Session::launch_access(KernelHandle forward) const {
   auto it = access_.find(forward.id);
   return it == access_.end() ? nullptr : it->second;
+}
+
+const std::vector<uint32_t>* Session::adjoint_reads(KernelHandle adjoint) const {
+  auto it = adjoint_reads_.find(adjoint.id);
+  return it == adjoint_reads_.end() ? nullptr : &it->second;
 }
 
 Result<KernelHandle> Session::clearing_adjoint(const Differentiated& d) {
@@ -318,6 +326,7 @@ Result<KernelHandle> Session::clearing_adjoint(const Differentiated& d) {
   // any other launches (a kernel without its IR would be a fence there).
   VKAD_ASSIGN_OR_RETURN(KernelHandle h, core_->register_ir(adjoint, *ck));
   clearing_.emplace(d.forward.id, h);
+  adjoint_reads_[h.id] = codegen::used_loads(adjoint);
   return h;
 }
 

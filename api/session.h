@@ -487,6 +487,11 @@ class Session : public SessionArrays, public SessionGraphs {
   // launch-uniform rows (ir/launch_access.h): computed once by differentiate, shared with
   // the tapes that record it (api/tape_hazards.h). Null for any other handle, and once released.
   std::shared_ptr<const codegen::KernelAccess> launch_access(KernelHandle forward) const;
+  // The forward parameters whose values an adjoint or clearing adjoint of this session uses
+  // (codegen::used_loads of its IR: loads feeding nothing, the forward's replay of values its
+  // derivatives do not need, are left out), by the adjoint's handle; null for any other handle,
+  // and once released. A checkpointed tape writes in place what no adjoint reads (api/tape.h).
+  const std::vector<uint32_t>* adjoint_reads(KernelHandle adjoint) const;
   // Drops a kernel (both of a Differentiated are dropped separately). A graph captured with it
   // keeps working (the runtime keeps what a captured launch needs).
   Status release(KernelHandle kernel);
@@ -557,6 +562,8 @@ class Session : public SessionArrays, public SessionGraphs {
   // copy()'s kernels inside a capture, by dtype << 32 | rank.
   std::unordered_map<uint64_t, KernelHandle> copy_kernels_;
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::KernelAccess>> access_;
+  // adjoint_reads: differentiate()'s adjoints and clearing adjoints, by their own handle ids.
+  std::unordered_map<uint64_t, std::vector<uint32_t>> adjoint_reads_;
 };
 
 }  // namespace vkad

@@ -160,9 +160,110 @@ void Tape::written_by(size_t first, size_t last, std::vector<uint64_t>* out) con
     const Record& r = records_[j];
     for (uint32_t w = 0; w < r.written_count; ++w) {
       const uint64_t a = written_[r.written_begin + w];
+      if (stable_arrays_.count(a)) continue;
       if (std::find(out->begin(), out->end(), a) == out->end()) out->push_back(a);
     }
   }
+}
+
+void Tape::stable_by_access(std::unordered_set<uint64_t>* stable) const {
+  std::unordered_map<uint64_t, TapeHazards> candidates;  // array -> its accesses so far
+  for (const Record& r : records_) {
+    for (uint32_t w = 0; w < r.written_count; ++w) candidates[written_[r.written_begin + w]];
+  }
+  std::unordered_map<uint64_t, std::vector<uint32_t>> shapes;
+  auto extent = [&](NdArrayHandle a, uint32_t axis) -> std::optional<uint32_t> {
+    auto it = shapes.find(a.id);
+    if (it == shapes.end()) {
+      Result<std::vector<uint32_t>> sh = session_->shape(a);
+      it = shapes.emplace(a.id, sh.ok() ? *sh : std::vector<uint32_t>{}).first;
+    }
+    if (axis >= it->second.size()) return std::nullopt;
+    return it->second[axis];
+  };
+  // Each candidate's accesses alone, in recording order, through a TapeHazards of its own: a
+  // launch's access filtered to the parameters bound to that array.
+  std::unordered_set<uint64_t> unstable;
+  for (const Record& r : records_) {
+    const std::span<const Arg> args(args_.data() + r.arg_begin, r.arg_count);
+    if (r.forward.id == 0) {  // a fill overwrites every element
+      unstable.insert(args[0].array.id);
+      continue;
+    }
+    std::shared_ptr<const codegen::KernelAccess> access = session_->launch_access(r.forward);
+    for (const Arg& arg : args) {
+      auto c = arg.kind == runtime::ParamKind::kNdArray ? candidates.find(arg.array.id)
+                                                        : candidates.end();
+      if (c == candidates.end() || unstable.count(arg.array.id)) continue;
+      auto only = std::make_shared<codegen::KernelAccess>();
+      if (access) {
+        only->kernel = access->kernel;
+        only->names = access->names;
+        only->exprs = access->exprs;
+        for (const codegen::ParamAccess& pa : access->params) {
+          const bool bound = pa.param < args.size() &&
+                             args[pa.param].kind == runtime::ParamKind::kNdArray &&
+                             args[pa.param].array.id == arg.array.id;
+          if (bound) only->params.push_back(pa);
+        }
+      }
+      if (access && c->second.accepts(extent, std::move(only), args)) {
+        c->second.record();
+      } else {
+        unstable.insert(arg.array.id);
+      }
+    }
+  }
+  for (const auto& [a, h] : candidates) {
+    if (!unstable.count(a)) stable->insert(a);
+  }
+}
+
+void Tape::find_stable() {
+  stable_arrays_.clear();
+  stable_records_.assign(records_.size(), false);
+  for (const Record& r : records_) {
+    if (r.loop_len != 0) return;  // a loop group's rows step per iteration: not looked at
+  }
+  stable_by_access(&stable_arrays_);
+  // A launch writing an unstable array runs again, so every array it writes is unstable too
+  // (an atomic add would add twice); until nothing changes. Then the launches writing only
+  // stable arrays.
+  auto all_stable = [&](const Record& r) {
+    bool all = r.forward.id != 0 && r.written_count != 0;
+    for (uint32_t w = 0; w < r.written_count && all; ++w) {
+      all = stable_arrays_.count(written_[r.written_begin + w]) != 0;
+    }
+    return all;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const Record& r : records_) {
+      if (all_stable(r)) continue;
+      for (uint32_t w = 0; w < r.written_count; ++w) {
+        changed = stable_arrays_.erase(written_[r.written_begin + w]) != 0 || changed;
+      }
+    }
+  }
+  for (size_t j = 0; j < records_.size(); ++j) stable_records_[j] = all_stable(records_[j]);
+}
+
+void Tape::note_adjoint_reads(const Record& r, std::span<const Arg> args,
+                              std::unordered_map<uint64_t, bool>* read) const {
+  // A fill's adjoint zeroes a gradient: it reads no values.
+  if (r.forward.id == 0) return;
+  const std::vector<uint32_t>* used = session_->adjoint_reads(r.adjoint);
+  auto mark = [&](uint32_t param) {
+    if (param < args.size() && args[param].kind == runtime::ParamKind::kNdArray) {
+      (*read)[args[param].array.id] = true;
+    }
+  };
+  if (!used) {  // unknown: it may read every array
+    for (uint32_t p = 0; p < args.size(); ++p) mark(p);
+    return;
+  }
+  // The adjoint's parameters are the forward's, then the gradients (past args: not marked).
+  for (uint32_t p : *used) mark(p);
 }
 
 Status Tape::note_writes(const codegen::KernelAccess& access, std::span<const Arg> args, Record* r,
@@ -838,10 +939,12 @@ Status Tape::checkpointed_backward(const codegen::CheckpointPlan& plan,
                                    std::vector<TapeAdjointLaunch>* launched) {
   const size_t n = records_.size(), k = top_;
   copies_->ensure_levels(plan.segments.size());
-  // The recording's end state, put back at the end.
+  find_stable();
+  // The recording's end state, put back at the end (a stable array keeps it throughout).
   std::vector<uint64_t> all;
   for (const std::vector<uint64_t>& seg : copies_->segment_arrays()) {
     for (uint64_t a : seg) {
+      if (stable_arrays_.count(a)) continue;
       if (std::find(all.begin(), all.end(), a) == all.end()) all.push_back(a);
     }
   }
@@ -855,8 +958,11 @@ Status Tape::checkpointed_backward(const codegen::CheckpointPlan& plan,
   for (size_t segment = (n + k - 1) / k; segment-- > 0;) {
     // The segment's start state: what its launches overwrite, as it was before them (the
     // other arrays hold it already: later segments were put back to their starts).
+    // A stable array's copy (taken while recording, before it was known to be) stays unused: it
+    // holds what every launch saw already.
     const std::vector<uint64_t>& at_start = copies_->segment_arrays()[segment];
     for (size_t i = 0; i < at_start.size(); ++i) {
+      if (stable_arrays_.count(at_start[i])) continue;
       VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, copies_->form_index(at_start, i), "tape.backward");
       VKAD_TRY_CTX(
           copy_array(copies_->at(0, {segment, index}), NdArrayHandle{at_start[i]}, launched),
@@ -871,6 +977,8 @@ Status Tape::checkpointed_backward(const codegen::CheckpointPlan& plan,
         "tape.backward");
   }
   copies_->trim(memory_budget_);
+  stable_arrays_.clear();
+  stable_records_.clear();
   return {};
 }
 
@@ -900,7 +1008,15 @@ Status Tape::reverse_range(const codegen::CheckpointPlan& plan, size_t level, si
     // the latest versions, and writes into its own copy of each written array, made from the
     // latest version first (the launch may write only some elements). Its adjoint then sees
     // every array as the launch did: the versions before it.
+    //
+    // A version no adjoint reads needs no keeping: `read` holds, per array written so far, whether
+    // an adjoint that sees its latest version reads that array's values. A launch writing an
+    // array whose latest version is one of the tape's copies and unread writes it in place --
+    // no copy, no new slot (a fill's zeros that a scatter then accumulates into; a linear
+    // stencil's ring, whose adjoints read only gradients). The arrays themselves are never
+    // written: they keep the segment's start state.
     std::unordered_map<uint64_t, NdArrayHandle> now;
+    std::unordered_map<uint64_t, bool> read;
     auto version = [&](const Arg& a) {
       if (a.kind != runtime::ParamKind::kNdArray) return a;
       auto v = now.find(a.array.id);
@@ -913,9 +1029,14 @@ Status Tape::reverse_range(const codegen::CheckpointPlan& plan, size_t level, si
       const std::span<const Arg> args(args_.data() + r.arg_begin, r.arg_count);
       std::vector<Arg>& seen = before[j - first];
       for (const Arg& a : args) seen.push_back(version(a));
+      note_adjoint_reads(r, args, &read);
+      if (stable_records_[j]) continue;  // what it wrote is still there
       const std::span<const uint64_t> writes(written_.data() + r.written_begin, r.written_count);
       for (uint32_t w = 0; w < r.written_count; ++w) {
         const NdArrayHandle a{writes[w]};
+        auto held = read.find(a.id);
+        if (now.count(a.id) && held != read.end() && !held->second) continue;  // in place
+        read[a.id] = false;  // a new version: no adjoint has seen it yet
         VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, copies_->form_index(writes, w), "tape.backward");
         VKAD_ASSIGN_OR_RETURN_CTX(NdArrayHandle c, copies_->slot(at, j - first, index, a),
                                   "tape.backward");
@@ -954,7 +1075,9 @@ Status Tape::reverse_range(const codegen::CheckpointPlan& plan, size_t level, si
       VKAD_TRY_CTX(copy_array(x, c, launched), "tape.backward");
     }
     if (p + 1 == parts) break;
-    for (size_t j = a; j < b; ++j) VKAD_TRY(launch_forward_again(j, launched));
+    for (size_t j = a; j < b; ++j) {
+      if (!stable_records_[j]) VKAD_TRY(launch_forward_again(j, launched));
+    }
   }
   for (size_t p = parts; p-- > 0;) {
     const size_t a = first + p * len, b = std::min(last, a + len);

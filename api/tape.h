@@ -325,6 +325,10 @@ class Tape {
                              Record* r);
   // checkpointed_launch's parts: the arrays the launch writes onto written_ (and those new to
   // the recording, with their bytes, into `fresh`); the budget's refusal and level 0's merges.
+  // Marks in `read` the arrays of record `r` (bound as `args`) whose values its adjoint reads
+  // (Session::adjoint_reads of its adjoint; every array where that is unknown).
+  void note_adjoint_reads(const Record& r, std::span<const Arg> args,
+                          std::unordered_map<uint64_t, bool>* read) const;
   Status note_writes(const codegen::KernelAccess& access, std::span<const Arg> args, Record* r,
                      std::vector<std::pair<uint64_t, uint64_t>>* fresh);
   Status fit_budget(uint64_t state, uint64_t slot);
@@ -349,8 +353,18 @@ class Tape {
   // written arrays copied before it runs again, then its adjoint last first.
   Status reverse_range(const codegen::CheckpointPlan& plan, size_t level, size_t first, size_t last,
                        std::vector<TapeAdjointLaunch>* launched);
-  // The arrays records [first, last) write, each once.
+  // The arrays records [first, last) write, each once (stable ones left out).
   void written_by(size_t first, size_t last, std::vector<uint64_t>* out) const;
+  // Before a checkpointed backward: the recording's *stable* arrays -- every element written at
+  // most once, by launches (not fills) that write only stable arrays, and read only after that
+  // write: the default tape's check (api/tape_hazards.h) accepts the recording's accesses to
+  // them. A time axis (actuation[t, i] written by step t and read later) is the usual one. When
+  // backward runs they hold what every launch saw, so they need no copies and a launch writing
+  // only stable arrays (`stable_records_`) does not run again. Empty where the recording holds a
+  // launch_loop group.
+  void find_stable();
+  // find_stable's first part: the written arrays whose accesses alone the check accepts.
+  void stable_by_access(std::unordered_set<uint64_t>* stable) const;
   Status copy_array(NdArrayHandle from, NdArrayHandle to, std::vector<TapeAdjointLaunch>* launched);
   bool differentiated(NdArrayHandle array) const;
   // The gradient of record r's k-th differentiated parameter: its array's, or, for a scalar,
@@ -388,6 +402,8 @@ class Tape {
   uint64_t launch_bytes_ = 0;
   std::map<uint64_t, uint64_t> form_mult_;  // form -> the most arrays of it one launch writes
   std::shared_ptr<TapeLoopChecks> loop_checks_;
+  std::unordered_set<uint64_t> stable_arrays_;  // find_stable's, for the backward running
+  std::vector<bool> stable_records_;
 };
 
 }  // namespace vkad

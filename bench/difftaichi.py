@@ -11,7 +11,7 @@ programs, sizes, initialisation, loss and update in each implementation:
   warp-graph  the same with the tape's forward and backward captured in a CUDA graph (CUDA only)
 
     python3 bench/difftaichi.py [--program mass_spring|diffmpm|diffmpm3d|...|rigid_body|both|all]
-                                [--iters 20] [--steps S] [--grid G]
+                                [--iters 20] [--steps S] [--grid G] [--f64]
                                 [--only vkad,taichi,warp,warp-graph]
                                 [--vkad-no-graph] [--warm-cache] [--json OUT]
 
@@ -68,23 +68,26 @@ def _make_vkad(a, program):
     example = load_example(program)
     session = vkad.Session()
     graph = not a.vkad_no_graph
+    ft = {"dtype": vkad.f64} if a.f64 else {}  # every example takes dtype (f32 by default)
     if program == "mass_spring":
-        sim = example.MassSpring(session, steps=a.steps, seed=a.seed, graph=graph)
+        sim = example.MassSpring(session, steps=a.steps, seed=a.seed, graph=graph, **ft)
     elif program == "wave":
-        sim = example.Wave(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
+        sim = example.Wave(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, **ft)
     elif program == "smoke":
-        sim = example.Smoke(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
+        sim = example.Smoke(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, **ft)
     elif program == "billiards":
-        sim = example.Billiards(session, steps=a.steps, seed=a.seed, graph=graph)
+        sim = example.Billiards(session, steps=a.steps, seed=a.seed, graph=graph, **ft)
     elif program == "diffmpm3d":
-        sim = example.DiffMPM3D(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
+        sim = example.DiffMPM3D(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph,
+                                **ft)
     elif program == "electric":
-        sim = example.Electric(session, steps=a.steps, seed=a.seed, graph=graph)
+        sim = example.Electric(session, steps=a.steps, seed=a.seed, graph=graph, **ft)
     elif program == "rigid_body":
-        sim = example.RigidBody(session, steps=a.steps, seed=a.seed, graph=graph)
+        sim = example.RigidBody(session, steps=a.steps, seed=a.seed, graph=graph, **ft)
     else:
-        sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph)
-    name = "vkad graph" if graph else "vkad launches"
+        sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph,
+                              **ft)
+    name = ("vkad graph" if graph else "vkad launches") + (" f64" if a.f64 else "")
     return sim, {"name": name, "device": session.device_name,
                  "version": getattr(vkad, "__version__", ""), "_session": session}
 
@@ -98,40 +101,44 @@ def _make_taichi(a, program, cache):
         raise Skipped(f"taichi not importable ({e})")
     kwargs = {"offline_cache_file_path": cache} if cache else {}
     # arch=cuda falls back to the CPU (with a warning) where Taichi finds no CUDA
-    ti.init(arch=ti.cuda, default_fp=ti.f32, **kwargs)
+    real = ti.f64 if a.f64 else ti.f32  # every transcription takes `real`
+    ti.init(arch=ti.cuda, default_fp=real, **kwargs)
     sys.path.insert(0, str(ROOT / "bench"))
     arch = str(ti.lang.impl.current_cfg().arch).split(".")[-1]
     if program == "mass_spring":
         from difftaichi_peers.taichi_mass_spring import TaichiMassSpring
-        sim = TaichiMassSpring(steps=a.steps, seed=a.seed)
+        sim = TaichiMassSpring(steps=a.steps, seed=a.seed, real=real)
     elif program == "wave":
         from difftaichi_peers.taichi_wave import TaichiWave
-        sim = TaichiWave(steps=a.steps, n_grid=a.grid, seed=a.seed)
+        sim = TaichiWave(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real)
     elif program == "smoke":
         from difftaichi_peers.taichi_smoke import TaichiSmoke
-        sim = TaichiSmoke(steps=a.steps, n_grid=a.grid, seed=a.seed)
+        sim = TaichiSmoke(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real)
     elif program == "billiards":
         from difftaichi_peers.taichi_billiards import TaichiBilliards
-        sim = TaichiBilliards(steps=a.steps, seed=a.seed)
+        sim = TaichiBilliards(steps=a.steps, seed=a.seed, real=real)
     elif program == "diffmpm3d":
         from difftaichi_peers.taichi_diffmpm3d import TaichiDiffMPM3D
-        sim = TaichiDiffMPM3D(steps=a.steps, n_grid=a.grid, seed=a.seed)
+        sim = TaichiDiffMPM3D(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real)
     elif program == "electric":
         from difftaichi_peers.taichi_electric import TaichiElectric
-        sim = TaichiElectric(steps=a.steps, seed=a.seed)
+        sim = TaichiElectric(steps=a.steps, seed=a.seed, real=real)
     elif program == "rigid_body":
         from difftaichi_peers.taichi_rigid_body import TaichiRigidBody
-        sim = TaichiRigidBody(steps=a.steps, seed=a.seed)
+        sim = TaichiRigidBody(steps=a.steps, seed=a.seed, real=real)
     else:
         from difftaichi_peers.taichi_diffmpm import TaichiDiffMPM
-        sim = TaichiDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed)
+        sim = TaichiDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real)
     version = ".".join(map(str, ti.__version__))  # a tuple in Taichi 1.7
-    return sim, {"name": f"taichi {version} ({arch})", "device": arch, "version": version}
+    return sim, {"name": f"taichi {version} ({arch})" + (" f64" if a.f64 else ""), "device": arch,
+                 "version": version}
 
 
 def _make_warp(a, program, cache, graph):
     if program not in PEERS["warp"]:
         raise Skipped(f"no Warp transcription of {program} in bench/difftaichi_peers")
+    if a.f64:
+        raise Skipped("the Warp transcriptions are f32 (wp.float32 kernels)")
     try:
         import warp as wp
     except ImportError as e:
@@ -227,6 +234,7 @@ def run_child(a, program, impl, steps, grid) -> dict:
            "--seed", str(a.seed), "--t0", repr(time.time())]
     cmd += ["--grid", str(grid)] if grid else []
     cmd += ["--vkad-no-graph"] * a.vkad_no_graph + ["--warm-cache"] * a.warm_cache
+    cmd += ["--f64"] * a.f64
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
     except subprocess.TimeoutExpired:
@@ -262,7 +270,7 @@ def fmt(x, spec):
     return "-" if x is None else format(x, spec)
 
 
-def print_table(program, rows):
+def print_table(program, rows, f64=False):
     print(f"\n{program}")
     head = (f"{'implementation':34} {'ms/iter':>9} {'first ms':>9} {'start->1st s':>12} "
             f"{'loss[0]':>10} {'loss[-1]':>10} {'|grad0|':>10} {'grad0 vs vkad':>13} "
@@ -280,7 +288,7 @@ def print_table(program, rows):
               f"{r['losses'][0]:10.6f} {r['final_loss']:10.6f} {r['grad0_norm']:10.4g} "
               f"{fmt(r.get('grad0_rel_diff_vs_vkad'), '13.2e')} "
               f"{fmt(r.get('dispatches_per_iter'), '9d')}")
-    if program.startswith("mass_spring"):
+    if program.startswith("mass_spring") and not f64:
         # Not a disagreement of the implementations: bench/mass_spring_divergence.py.
         print("note: past ~550 steps mass_spring's f32 trajectories part at a ground contact "
               "(vkad f32 differs from vkad f64 as much as the peers differ); compare its "
@@ -299,6 +307,10 @@ def main(argv=None) -> int:
                     help="grid cells per side of the programs with a grid (default: the "
                          "example's, 128 diffmpm, 256 wave, 128 smoke, 64 diffmpm3d)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--f64", action="store_true",
+                    help="every implementation in float64 (vkad's dtype, Taichi's default_fp and "
+                         "fields; Warp's transcriptions are f32 and are skipped): the gradient "
+                         "comparison of a program chaotic in f32 (mass_spring, rigid_body)")
     ap.add_argument("--only", default=",".join(IMPLS), help="comma-separated implementations")
     ap.add_argument("--vkad-no-graph", action="store_true",
                     help="vkad launches every kernel instead of replaying a captured graph")
@@ -336,7 +348,7 @@ def main(argv=None) -> int:
             out["results"].append(dict(r, program=program, impl=impl, steps=steps))
         dims = GRID_DIMS.get(program, 2)
         print_table(f"{program}: {steps} steps" + (f", {grid}^{dims} grid" if grid else "")
-                    + f", {a.iters} iterations", rows)
+                    + f", {a.iters} iterations" + (", float64" if a.f64 else ""), rows, a.f64)
         if ref is not None:
             out.setdefault("device", ref["device"])
     if a.json:

@@ -6,6 +6,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ir/walk.h"
+
 namespace vkad::codegen {
 
 namespace {
@@ -364,6 +366,37 @@ KernelAccess kernel_access(const Kernel& k) {
   KernelAccess out;
   out.kernel = k.name;
   Collector collect(k, out);
+  return out;
+}
+
+std::vector<uint32_t> used_loads(const Kernel& k) {
+  // Liveness from the statements with effects: every value an effect's operands reach through
+  // the statements that define them. A statement without a result (store, atomic, store_local,
+  // if, print, ...) or with blocks (for, while: their bounds) is an effect; so is a stack op
+  // (its adstack is state the kernel keeps).
+  std::unordered_map<ValueId, const Stmt*> def;
+  std::vector<ValueId> work;
+  for_each_stmt(k, [&](const Stmt& s) {
+    if (s.result != kNoValue) def[s.result] = &s;
+    const OpInfo& info = op_info(s.op);
+    if (!info.has_result || !s.blocks.empty() || info.family == OpFamily::kStack) {
+      work.insert(work.end(), s.args.begin(), s.args.end());
+    }
+  });
+  std::unordered_set<ValueId> live;
+  std::vector<uint32_t> out;
+  while (!work.empty()) {
+    const ValueId v = work.back();
+    work.pop_back();
+    if (!live.insert(v).second) continue;
+    auto d = def.find(v);
+    if (d == def.end()) continue;  // a task index or a loop variable
+    const Stmt& s = *d->second;
+    if (s.op == Op::kLoad) out.push_back(s.param);
+    work.insert(work.end(), s.args.begin(), s.args.end());
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 

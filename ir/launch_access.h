@@ -94,6 +94,14 @@ struct KernelAccess {
 // `k` must verify. Pure.
 KernelAccess kernel_access(const Kernel& k);
 
+// The ndarray parameters of `k` whose loaded values it uses: a load whose result reaches,
+// through any chain of operations, a store or atomic, a local or shared store, a stack
+// operation, a branch's condition, a loop's bounds, a print or an assert. A load nothing uses
+// does not count (an adjoint replays its forward's loads whether its derivatives need them or
+// not: a linear kernel's adjoint loads its input and uses only gradients). Sorted, distinct.
+// `k` must verify. Pure.
+std::vector<uint32_t> used_loads(const Kernel& k);
+
 // The values of `k` that are launch-uniform (the set above: what an index may be built from
 // to count as a launch-uniform row). `k` must verify. Pure.
 std::unordered_set<ValueId> launch_uniform_values(const Kernel& k);

@@ -4,6 +4,7 @@
 // end state afterwards.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -286,6 +287,180 @@ TEST_P(TapeCheckpoint, ACapturedCheckpointedIterationReplaysToThePerStepPrograms
     EXPECT_NEAR(read(loss, 1)[0], want.loss, 1e-5 * std::fabs(want.loss));
   }
   ASSERT_TRUE(s_->release_graph(*g).ok());
+}
+
+// b = a * c + 0.1: linear in a, so its adjoint reads no array's values (only b's gradient).
+constexpr const char* kLinearStep = R"(
+kernel lstep(a: ndarray<f32, 1> grad, b: ndarray<f32, 1> grad, c: f32) {
+  task main parallel %i in [0, shape(a, 0)) {
+    %x = load a[%i] : f32
+    %k = arg c : f32
+    %m = mul %x, %k : f32
+    %c1 = const 0.1 : f32
+    %y = add %m, %c1 : f32
+    store b[%i], %y
+  }
+}
+)";
+
+// At the deepest level each launch runs again into a copy of what it writes -- unless no
+// adjoint reads the version it overwrites: then it writes the tape's copy in place. A ring of a
+// linear step (adjoints read only gradients) makes one copy per array a segment writes; the same
+// ring of sin steps (each adjoint reads its input: the ring's other array) one per launch. Both
+// get the per-step program's gradients.
+TEST_P(TapeCheckpoint, ALaunchOverwritingAVersionNoAdjointReadsWritesInPlace) {
+  const uint32_t k = GetParam();
+  Result<Differentiated> linear = s_->differentiate(std::string_view(kLinearStep));
+  ASSERT_TRUE(linear.ok()) << linear.status().to_string();
+  auto copies_of = [&](const Differentiated& step, const Reference& want) -> size_t {
+    NdArrayHandle ring[2] = {array(x0_, "ring0"), array(std::vector<float>(kN, 0), "ring1")};
+    NdArrayHandle loss = array({0}, "loss");
+    Tape t(*s_);
+    EXPECT_TRUE(t.set_checkpoint_every(k).ok());
+    for (uint32_t j = 0; j < kSteps; ++j) {
+      EXPECT_TRUE(t.launch(step, {Arg::ndarray(ring[j % 2]), Arg::ndarray(ring[(j + 1) % 2]),
+                                  Arg::f32(c_of(j))})
+                      .ok());
+    }
+    EXPECT_TRUE(t.launch(loss_, {Arg::ndarray(ring[kSteps % 2]), Arg::ndarray(loss)}).ok());
+    std::vector<TapeAdjointLaunch> launched;
+    const TapeSeed seed = TapeSeed::of_value(loss, 1.0);
+    Status st = t.backward(std::span<const TapeSeed>(&seed, 1), &launched);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    expect_near(read(*t.grad(ring[0])), want, step.forward.id == step_.forward.id ? "sin" : "lin");
+    EXPECT_EQ(read(ring[kSteps % 2]), want.last);
+    size_t copies = 0;
+    for (const TapeAdjointLaunch& l : launched) copies += l.is_copy;
+    for (NdArrayHandle a : {ring[0], ring[1], loss}) EXPECT_TRUE(s_->free(a).ok());
+    return copies;
+  };
+  // The linear program's reference: the fixture's per-step program with lstep for step.
+  const Differentiated sin_step = step_;
+  step_ = *linear;
+  const Reference want_linear = per_step(x0_);
+  step_ = sin_step;
+  const Reference want_sin = per_step(x0_);
+  if (HasFatalFailure()) return;
+  const size_t with_sin = copies_of(sin_step, want_sin);
+  const size_t with_linear = copies_of(*linear, want_linear);
+  if (HasFatalFailure()) return;
+  // Records 0 .. kSteps - 1 write ring[(j + 1) % 2], record kSteps the loss; in each level-0
+  // segment of K records, every write after an array's first is one copy fewer.
+  size_t repeated = 0;
+  for (uint32_t first = 0; first <= kSteps; first += k) {
+    const uint32_t last = std::min(kSteps + 1, first + k);
+    bool seen[3] = {false, false, false};
+    for (uint32_t j = first; j < last; ++j) {
+      const uint32_t a = j < kSteps ? (j + 1) % 2 : 2;
+      repeated += seen[a];
+      seen[a] = true;
+    }
+  }
+  EXPECT_EQ(with_linear + repeated, with_sin) << "K = " << k;
+  if (k >= 3) {
+    EXPECT_GT(repeated, 0u);
+  }
+  ASSERT_TRUE(s_->release(linear->forward).ok());
+  ASSERT_TRUE(s_->release(linear->adjoint).ok());
+}
+
+// log[t, i] = x[i] * x[i]: a time axis written a row per step.
+constexpr const char* kLogRow = R"(
+kernel log_row(x: ndarray<f32, 1> grad, log: ndarray<f32, 2> grad, t: i32) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = load x[%i] : f32
+    %q = mul %v, %v : f32
+    %r = arg t : i32
+    store log[%r, %i], %q
+  }
+}
+)";
+
+// loss += the sum of every log[t, i].
+constexpr const char* kSumLog = R"(
+kernel sum_log(log: ndarray<f32, 2> grad, loss: ndarray<f32, 1> grad) {
+  task main parallel %t in [0, shape(log, 0)), %i in [0, shape(log, 1)) {
+    %v = load log[%t, %i] : f32
+    %z = const 0 : i32
+    atomic_add loss[%z], %v
+  }
+}
+)";
+
+// A ring whose steps also write a time axis (a row per step, read only after: DiffTaichi's
+// actuation[t, i]). The time axis is stable -- what backward finds there is what every launch
+// saw -- so the launches writing it do not run again and it is never copied; the ring's steps
+// run again as before. Gradients: the per-step program's; the time axis keeps the forward's rows.
+TEST_P(TapeCheckpoint, ALaunchWritingOnlyATimeAxisRunsOnceAndItsRowsAreNotCopied) {
+  const uint32_t k = GetParam();
+  Result<Differentiated> log_row = s_->differentiate(std::string_view(kLogRow));
+  Result<Differentiated> sum_log = s_->differentiate(std::string_view(kSumLog));
+  ASSERT_TRUE(log_row.ok()) << log_row.status().to_string();
+  ASSERT_TRUE(sum_log.ok()) << sum_log.status().to_string();
+  auto zeros = [&](uint32_t n) { return std::vector<float>(n, 0); };
+  // The reference: an array per step on the default tape.
+  std::vector<NdArrayHandle> xs;
+  for (uint32_t j = 0; j <= kSteps; ++j) {
+    xs.push_back(array(j == 0 ? x0_ : zeros(kN), "x" + std::to_string(j)));
+  }
+  auto log_ref = s_->ndarray(DType::kF32, {kSteps, kN}, "log_ref");
+  auto log = s_->ndarray(DType::kF32, {kSteps, kN}, "log");
+  ASSERT_TRUE(log_ref.ok() && log.ok());
+  ASSERT_TRUE(s_->zero(*log_ref).ok() && s_->zero(*log).ok());
+  NdArrayHandle loss_ref = array({0}, "loss_ref"), loss = array({0}, "loss");
+  std::vector<float> want_grad, want_log(kSteps * kN), got_log(kSteps * kN);
+  {
+    Tape t(*s_);
+    for (uint32_t j = 0; j < kSteps; ++j) {
+      ASSERT_TRUE(
+          t.launch(step_, {Arg::ndarray(xs[j]), Arg::ndarray(xs[j + 1]), Arg::f32(c_of(j))}).ok());
+      ASSERT_TRUE(t.launch(*log_row, {Arg::ndarray(xs[j + 1]), Arg::ndarray(*log_ref),
+                                      Arg::i32(static_cast<int32_t>(j))})
+                      .ok());
+    }
+    ASSERT_TRUE(t.launch(*sum_log, {Arg::ndarray(*log_ref), Arg::ndarray(loss_ref)}).ok());
+    ASSERT_TRUE(t.backward({TapeSeed::of_value(loss_ref, 1.0)}).ok());
+    want_grad = read(*t.grad(xs[0]));
+    ASSERT_TRUE(s_->download(*log_ref, std::span<float>(want_log)).ok());
+  }
+  NdArrayHandle ring[2] = {array(x0_, "ring0"), array(zeros(kN), "ring1")};
+  Tape t(*s_);
+  ASSERT_TRUE(t.set_checkpoint_every(k).ok());
+  for (uint32_t j = 0; j < kSteps; ++j) {
+    ASSERT_TRUE(t.launch(step_, {Arg::ndarray(ring[j % 2]), Arg::ndarray(ring[(j + 1) % 2]),
+                                 Arg::f32(c_of(j))})
+                    .ok());
+    ASSERT_TRUE(t.launch(*log_row, {Arg::ndarray(ring[(j + 1) % 2]), Arg::ndarray(*log),
+                                    Arg::i32(static_cast<int32_t>(j))})
+                    .ok());
+  }
+  ASSERT_TRUE(t.launch(*sum_log, {Arg::ndarray(*log), Arg::ndarray(loss)}).ok());
+  std::vector<TapeAdjointLaunch> launched;
+  const TapeSeed seed = TapeSeed::of_value(loss, 1.0);
+  Status st = t.backward(std::span<const TapeSeed>(&seed, 1), &launched);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  const std::vector<float> got = read(*t.grad(ring[0]));
+  for (uint32_t i = 0; i < kN; ++i) {
+    ASSERT_NEAR(got[i], want_grad[i], 1e-5 * std::fabs(want_grad[i]) + 1e-7) << "element " << i;
+  }
+  ASSERT_TRUE(s_->download(*log, std::span<float>(got_log)).ok());
+  EXPECT_EQ(got_log, want_log);
+  // Records 2j: step j; 2j + 1: log_row j; 2 kSteps: sum_log. Only steps run again (where K
+  // leaves a segment more than one launch: K = 1 reverses each alone, from its start copy).
+  size_t steps_again = 0;
+  for (const TapeAdjointLaunch& l : launched) {
+    if (!l.is_forward) continue;
+    EXPECT_TRUE(l.record < 2 * kSteps && l.record % 2 == 0)
+        << "record " << l.record << " ran again";
+    steps_again += l.record % 2 == 0;
+  }
+  if (k > 1) {
+    EXPECT_GT(steps_again, 0u);
+  }
+  for (NdArrayHandle a : xs) EXPECT_TRUE(s_->free(a).ok());
+  for (NdArrayHandle a : {*log_ref, *log, loss_ref, loss, ring[0], ring[1]}) {
+    EXPECT_TRUE(s_->free(a).ok());
+  }
 }
 
 // Session::copy inside a capture is a launch of a copy kernel: every element of every rank

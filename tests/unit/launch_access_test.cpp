@@ -50,6 +50,46 @@ std::optional<uint32_t> row(const KernelAccess& a, const ParamAccess& p, size_t 
   return evaluate(a.exprs.at(e), in);
 }
 
+// used_loads: a load counts where its value reaches an effect -- here a store (through
+// arithmetic), a branch's condition, a loop's bound and a local's store -- and not where it
+// feeds only values nothing uses (the dead load of `d`, the sum of `e` that is never stored).
+TEST(LaunchAccess, UsedLoadsAreThoseWhoseValuesReachAnEffect) {
+  auto k = parse(R"(
+kernel k(a: ndarray<f32, 1>, b: ndarray<f32, 1>, c: ndarray<i32, 1>, d: ndarray<f32, 1>,
+         e: ndarray<f32, 1>, l: ndarray<f32, 1>, n: ndarray<i32, 1>, out: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(a, 0)) {
+    %av = load a[%i] : f32
+    %two = const 2 : f32
+    %m = mul %av, %two : f32
+    store out[%i], %m
+    %bv = load b[%i] : f32
+    %zero = const 0 : f32
+    %pos = gt %bv, %zero : bool
+    if %pos {
+      %z = const 0 : f32
+      store out[%i], %z
+    }
+    %dv = load d[%i] : f32
+    %ev = load e[%i] : f32
+    %s = add %ev, %two : f32
+    %loc = alloca : f32
+    %lv = load l[%i] : f32
+    store_local %loc, %lv
+    %z0 = const 0 : i32
+    %nv = load n[%i] : i32
+    for %j in [%z0, %nv) {
+      %cv = load c[%j] : i32
+    }
+  }
+}
+)");
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  ASSERT_TRUE(verify(*k).ok());
+  // a (stored), b (a branch's condition), l (a local's store), n (a loop's bound); not c
+  // (loaded in the loop, unused), d, e.
+  EXPECT_EQ(used_loads(*k), (std::vector<uint32_t>{0, 1, 5, 6}));
+}
+
 TEST(LaunchAccess, TimeAxisStepReadsRowFAndWritesRowFPlusOne) {
   const KernelAccess a = analyse(R"(
 kernel step(x: ndarray<f32, 2> grad, w: ndarray<f32, 1>, f: i32) {
