@@ -998,68 +998,71 @@ Status Tape::launch_forward_again(size_t j, std::vector<TapeAdjointLaunch>* laun
   return {};
 }
 
+Status Tape::reverse_leaf(int at, size_t first, size_t last,
+                          std::vector<TapeAdjointLaunch>* launched) {
+  // The last level: each launch runs again into copies of what it writes, so the arrays
+  // themselves keep the segment's start state (as reverse_range leaves them) and no copy goes
+  // back. `now`: each array written so far in the segment -> its latest copy; a launch reads
+  // the latest versions, and writes into its own copy of each written array, made from the
+  // latest version first (the launch may write only some elements). Its adjoint then sees
+  // every array as the launch did: the versions before it.
+  //
+  // A version no adjoint reads needs no keeping: `read` holds, per array written so far, whether
+  // an adjoint that sees its latest version reads that array's values. A launch writing an
+  // array whose latest version is one of the tape's copies and unread writes it in place --
+  // no copy, no new slot (a fill's zeros that a scatter then accumulates into; a linear
+  // stencil's ring, whose adjoints read only gradients). The arrays themselves are never
+  // written: they keep the segment's start state.
+  std::unordered_map<uint64_t, NdArrayHandle> now;
+  std::unordered_map<uint64_t, bool> read;
+  auto version = [&](const Arg& a) {
+    if (a.kind != runtime::ParamKind::kNdArray) return a;
+    auto v = now.find(a.array.id);
+    return v == now.end() ? a : Arg::ndarray(v->second);
+  };
+  std::vector<std::vector<Arg>> before(last - first);  // launch j's arguments as it saw them
+  std::vector<Arg> redirected;
+  for (size_t j = first; j < last; ++j) {
+    const Record& r = records_[j];
+    const std::span<const Arg> args(args_.data() + r.arg_begin, r.arg_count);
+    std::vector<Arg>& seen = before[j - first];
+    for (const Arg& a : args) seen.push_back(version(a));
+    note_adjoint_reads(r, args, &read);
+    if (stable_records_[j]) continue;  // what it wrote is still there
+    const std::span<const uint64_t> writes(written_.data() + r.written_begin, r.written_count);
+    for (uint32_t w = 0; w < r.written_count; ++w) {
+      const NdArrayHandle a{writes[w]};
+      auto held = read.find(a.id);
+      if (now.count(a.id) && held != read.end() && !held->second) continue;  // in place
+      read[a.id] = false;  // a new version: no adjoint has seen it yet
+      VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, copies_->form_index(writes, w), "tape.backward");
+      VKAD_ASSIGN_OR_RETURN_CTX(NdArrayHandle c, copies_->slot(at, j - first, index, a),
+                                "tape.backward");
+      if (r.forward.id != 0) {  // a fill covers every element: nothing to start from
+        VKAD_TRY_CTX(copy_array(version(Arg::ndarray(a)).array, c, launched), "tape.backward");
+      } else {
+        copies_->pin(c.id);
+      }
+      now[a.id] = c;
+    }
+    redirected.clear();
+    for (const Arg& a : args) redirected.push_back(version(a));
+    VKAD_TRY(launch_forward_again(j, launched, redirected));
+  }
+  // ... then last launch first, its adjoint on the versions it saw.
+  for (size_t j = last; j-- > first;) {
+    VKAD_TRY(launch_adjoint(j, before[j - first]));
+    if (launched && records_[j].forward.id != 0) {  // a fill's adjoint is a fill
+      launched->push_back({j, false, {}, false, false});
+    }
+  }
+  return {};
+}
+
 Status Tape::reverse_range(const codegen::CheckpointPlan& plan, size_t level, size_t first,
                            size_t last, std::vector<TapeAdjointLaunch>* launched) {
   const int at = static_cast<int>(level);
-  if (level + 1 == plan.segments.size()) {
-    // The last level: each launch runs again into copies of what it writes, so the arrays
-    // themselves keep the segment's start state (as reverse_range leaves them) and no copy goes
-    // back. `now`: each array written so far in the segment -> its latest copy; a launch reads
-    // the latest versions, and writes into its own copy of each written array, made from the
-    // latest version first (the launch may write only some elements). Its adjoint then sees
-    // every array as the launch did: the versions before it.
-    //
-    // A version no adjoint reads needs no keeping: `read` holds, per array written so far, whether
-    // an adjoint that sees its latest version reads that array's values. A launch writing an
-    // array whose latest version is one of the tape's copies and unread writes it in place --
-    // no copy, no new slot (a fill's zeros that a scatter then accumulates into; a linear
-    // stencil's ring, whose adjoints read only gradients). The arrays themselves are never
-    // written: they keep the segment's start state.
-    std::unordered_map<uint64_t, NdArrayHandle> now;
-    std::unordered_map<uint64_t, bool> read;
-    auto version = [&](const Arg& a) {
-      if (a.kind != runtime::ParamKind::kNdArray) return a;
-      auto v = now.find(a.array.id);
-      return v == now.end() ? a : Arg::ndarray(v->second);
-    };
-    std::vector<std::vector<Arg>> before(last - first);  // launch j's arguments as it saw them
-    std::vector<Arg> redirected;
-    for (size_t j = first; j < last; ++j) {
-      const Record& r = records_[j];
-      const std::span<const Arg> args(args_.data() + r.arg_begin, r.arg_count);
-      std::vector<Arg>& seen = before[j - first];
-      for (const Arg& a : args) seen.push_back(version(a));
-      note_adjoint_reads(r, args, &read);
-      if (stable_records_[j]) continue;  // what it wrote is still there
-      const std::span<const uint64_t> writes(written_.data() + r.written_begin, r.written_count);
-      for (uint32_t w = 0; w < r.written_count; ++w) {
-        const NdArrayHandle a{writes[w]};
-        auto held = read.find(a.id);
-        if (now.count(a.id) && held != read.end() && !held->second) continue;  // in place
-        read[a.id] = false;  // a new version: no adjoint has seen it yet
-        VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, copies_->form_index(writes, w), "tape.backward");
-        VKAD_ASSIGN_OR_RETURN_CTX(NdArrayHandle c, copies_->slot(at, j - first, index, a),
-                                  "tape.backward");
-        if (r.forward.id != 0) {  // a fill covers every element: nothing to start from
-          VKAD_TRY_CTX(copy_array(version(Arg::ndarray(a)).array, c, launched), "tape.backward");
-        } else {
-          copies_->pin(c.id);
-        }
-        now[a.id] = c;
-      }
-      redirected.clear();
-      for (const Arg& a : args) redirected.push_back(version(a));
-      VKAD_TRY(launch_forward_again(j, launched, redirected));
-    }
-    // ... then last launch first, its adjoint on the versions it saw.
-    for (size_t j = last; j-- > first;) {
-      VKAD_TRY(launch_adjoint(j, before[j - first]));
-      if (launched && records_[j].forward.id != 0) {  // a fill's adjoint is a fill
-        launched->push_back({j, false, {}, false, false});
-      }
-    }
-    return {};
-  }
+  if (level + 1 == plan.segments.size()) return reverse_leaf(at, first, last, launched);
   // A deeper level: its segments' starts copied while their launches run again (the last
   // segment's need not run: the level below runs it), then each reversed, last first.
   const size_t len = plan.segments[level];

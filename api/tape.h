@@ -353,6 +353,9 @@ class Tape {
   // written arrays copied before it runs again, then its adjoint last first.
   Status reverse_range(const codegen::CheckpointPlan& plan, size_t level, size_t first, size_t last,
                        std::vector<TapeAdjointLaunch>* launched);
+  // reverse_range's last level (`at`): records [first, last) again into copies, then their
+  // adjoints, last first.
+  Status reverse_leaf(int at, size_t first, size_t last, std::vector<TapeAdjointLaunch>* launched);
   // The arrays records [first, last) write, each once (stable ones left out).
   void written_by(size_t first, size_t last, std::vector<uint64_t>* out) const;
   // Before a checkpointed backward: the recording's *stable* arrays -- every element written at
