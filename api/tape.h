@@ -353,6 +353,13 @@ class Tape {
   // written arrays copied before it runs again, then its adjoint last first.
   Status reverse_range(const codegen::CheckpointPlan& plan, size_t level, size_t first, size_t last,
                        std::vector<TapeAdjointLaunch>* launched);
+  // The slots (position, form index) reverse_leaf takes for records [first, last), into
+  // `keys`; launches nothing (find_stable first).
+  Status leaf_slots(size_t first, size_t last, std::set<std::pair<uint64_t, uint64_t>>* keys) const;
+  // checkpoint_plan's second look where its estimate leaves more than two levels: two levels
+  // {m * top_, 1} with the deepest level's bytes counted exactly (leaf_slots over every
+  // segment), the fitting one holding least; an error where none fits.
+  Result<codegen::CheckpointPlan> exact_two_levels(uint64_t state, const std::string& what) const;
   // reverse_range's last level (`at`): records [first, last) again into copies, then their
   // adjoints, last first.
   Status reverse_leaf(int at, size_t first, size_t last, std::vector<TapeAdjointLaunch>* launched);
@@ -365,7 +372,7 @@ class Tape {
   // backward runs they hold what every launch saw, so they need no copies and a launch writing
   // only stable arrays (`stable_records_`) does not run again. Empty where the recording holds a
   // launch_loop group.
-  void find_stable();
+  void find_stable() const;
   // find_stable's first part: the written arrays whose accesses alone the check accepts.
   void stable_by_access(std::unordered_set<uint64_t>* stable) const;
   Status copy_array(NdArrayHandle from, NdArrayHandle to, std::vector<TapeAdjointLaunch>* launched);
@@ -405,8 +412,9 @@ class Tape {
   uint64_t launch_bytes_ = 0;
   std::map<uint64_t, uint64_t> form_mult_;  // form -> the most arrays of it one launch writes
   std::shared_ptr<TapeLoopChecks> loop_checks_;
-  std::unordered_set<uint64_t> stable_arrays_;  // find_stable's, for the backward running
-  std::vector<bool> stable_records_;
+  // find_stable's, for the backward running (or checkpoint_plan's exact bytes).
+  mutable std::unordered_set<uint64_t> stable_arrays_;
+  mutable std::vector<bool> stable_records_;
 };
 
 }  // namespace vkad

@@ -540,6 +540,74 @@ TEST_F(TapeCheckpointOnce, ACopyInsideACaptureCopiesEveryElementOfEveryRankAndDt
 // fewer bytes of copies and more levels (each running the forward once more); the copies stay
 // within the budget; a budget below the least is refused before anything runs, naming it; the
 // next recording takes the plan's level-0 cut and makes no device object.
+// Two rings of different sizes stepped in turn: the planner's estimate takes every deepest
+// position to hold both a big and a small copy, so within this budget it needs three levels;
+// counted exactly (every other position holds a small one) two fit, and the tape picks them.
+// The copies stay within the budget and the gradients are the per-step program's.
+TEST_F(TapeCheckpointOnce, TwoLevelsCountedExactlyFitWhereTheEstimateNeedsThree) {
+  constexpr uint32_t kBig = 4096, kSmall = 16, kLong = 64;
+  constexpr uint64_t kBudget = 500000;
+  std::vector<float> big0(kBig), small0(kSmall);
+  for (uint32_t i = 0; i < kBig; ++i) big0[i] = 0.001f * static_cast<float>(i % 1000);
+  for (uint32_t i = 0; i < kSmall; ++i) small0[i] = 0.05f * static_cast<float>(i);
+  auto per_step_grad = [&](const std::vector<float>& x0) {
+    const uint32_t n = static_cast<uint32_t>(x0.size());
+    std::vector<NdArrayHandle> xs;
+    for (uint32_t j = 0; j <= kLong; ++j) {
+      xs.push_back(array(j == 0 ? x0 : std::vector<float>(n, 0), "x" + std::to_string(j)));
+    }
+    NdArrayHandle loss = array({0}, "loss");
+    Tape t(*s_);
+    for (uint32_t j = 0; j < kLong; ++j) {
+      EXPECT_TRUE(
+          t.launch(step_, {Arg::ndarray(xs[j]), Arg::ndarray(xs[j + 1]), Arg::f32(c_of(j))}).ok());
+    }
+    EXPECT_TRUE(t.launch(loss_, {Arg::ndarray(xs[kLong]), Arg::ndarray(loss)}).ok());
+    EXPECT_TRUE(t.backward({TapeSeed::of_value(loss, 1.0)}).ok());
+    std::vector<float> g(n);
+    EXPECT_TRUE(s_->download(*t.grad(xs[0]), std::span<float>(g)).ok());
+    for (NdArrayHandle x : xs) EXPECT_TRUE(s_->free(x).ok());
+    EXPECT_TRUE(s_->free(loss).ok());
+    return g;
+  };
+  const std::vector<float> want_big = per_step_grad(big0), want_small = per_step_grad(small0);
+  NdArrayHandle big[2] = {array(big0, "big0"), array(std::vector<float>(kBig, 0), "big1")};
+  NdArrayHandle small[2] = {array(small0, "small0"), array(std::vector<float>(kSmall, 0), "s1")};
+  NdArrayHandle loss = array({0}, "loss");
+  Tape t(*s_);
+  ASSERT_TRUE(t.set_memory_budget(kBudget).ok());
+  for (uint32_t j = 0; j < kLong; ++j) {
+    for (NdArrayHandle* ring : {big, small}) {
+      ASSERT_TRUE(t.launch(step_, {Arg::ndarray(ring[j % 2]), Arg::ndarray(ring[(j + 1) % 2]),
+                                   Arg::f32(c_of(j))})
+                      .ok());
+    }
+  }
+  ASSERT_TRUE(t.launch(loss_, {Arg::ndarray(big[kLong % 2]), Arg::ndarray(loss)}).ok());
+  ASSERT_TRUE(t.launch(loss_, {Arg::ndarray(small[kLong % 2]), Arg::ndarray(loss)}).ok());
+  Result<codegen::CheckpointPlan> plan = t.checkpoint_plan();
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EXPECT_EQ(plan->segments.size(), 2u) << plan->to_string();
+  EXPECT_LE(plan->peak_bytes, kBudget) << plan->to_string();
+  // The estimate alone: W = both rings and the loss, w = a big, a small and the loss's copy.
+  const uint64_t state = 2 * (kBig + kSmall) * 4 + 4, per_launch = (kBig + kSmall) * 4 + 4;
+  Result<codegen::CheckpointPlan> estimate =
+      codegen::plan_checkpoints(2 * kLong + 2, state, per_launch, kBudget, 0, "test");
+  ASSERT_TRUE(estimate.ok()) << estimate.status().to_string();
+  EXPECT_GT(estimate->segments.size(), 2u) << estimate->to_string();
+  Status st = t.backward({TapeSeed::of_value(loss, 1.0)});
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_LE(t.checkpoint_bytes(), kBudget);
+  for (auto [ring, want] : {std::pair{big, &want_big}, std::pair{small, &want_small}}) {
+    std::vector<float> got(want->size());
+    ASSERT_TRUE(s_->download(*t.grad(ring[0]), std::span<float>(got)).ok());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], (*want)[i], 1e-5 * std::fabs((*want)[i]) + 1e-6) << "element " << i;
+    }
+  }
+  for (NdArrayHandle a : {big[0], big[1], small[0], small[1], loss}) EXPECT_TRUE(s_->free(a).ok());
+}
+
 TEST_F(TapeCheckpointOnce, AMemoryBudgetPicksTheFewestLevelsThatFitAndGetsTheGradients) {
   constexpr uint32_t kLong = 40;
   const Reference want = per_step(x0_, kLong);
