@@ -20,7 +20,10 @@ memory than the time version (issue 57, point 5: 10,240 steps in the memory of 1
 
     python bench/diffmpm_budget.py --steps 1024 --iters 10 --long-steps 10240   # the GPU machine
     python bench/diffmpm_budget.py --dim 3 --steps 512 --iters 3 --long-steps 2048   # GPU, 3-D
-    python bench/diffmpm_budget.py --steps 30 --grid 32 --iters 2 --fraction 2   # a quick check
+    python bench/diffmpm_budget.py --steps 64 --grid 32 --iters 2 --fraction 2   # a quick check
+
+--profile adds each form's device time per kernel over one more iteration (vkad.profile with
+every launch timed: the proportions, not the untimed figure; docs/debugging.md).
 """
 import argparse
 import os
@@ -49,10 +52,11 @@ def state_bytes(sim):
     return sum(sim.arrays[k].nbytes for k in STATE)
 
 
-def run(mod, steps, grid, iters, budget=None):
+def run(mod, steps, grid, iters, budget=None, profile=False):
     """A session with one simulation: its first iterations (the captured one among them: the
     example runs a budget's first recording as launched, to plan, and captures the second), the
-    rework finished, then `iters` timed iterations. Returns what the report needs."""
+    rework finished, then `iters` timed iterations. Returns what the report needs; `profile`:
+    with one more iteration's device timeline, every launch timed (its per-kernel summary)."""
     with vkad.Session() as s:
         t0 = time.perf_counter()
         make = mod.DiffMPM if mod is diffmpm else mod.DiffMPM3D
@@ -70,12 +74,17 @@ def run(mod, steps, grid, iters, budget=None):
         ms = (time.perf_counter() - t0) * 1e3 / iters
         dispatches = (s.stats()["dispatches"] - d0) / iters
         held = state_bytes(sim)
+        summary = None
+        if profile:  # after the timed iterations: a timed replay runs ~1.5x slower
+            with vkad.profile(session=s, replay_sample=1) as p:
+                sim.iteration()
+            summary = p.summary()
         out = {"loss": first_loss, "grads": grads, "ms": ms, "first_s": first_s,
                "losses": losses, "state": held, "grads_bytes": held,
                "copies": sim.tape.checkpoint_bytes, "device": s.stats()["memory_used_bytes"],
                "blocks": s.stats()["memory_block_bytes"], "at": time.time(),
                "plan": sim.tape.checkpoint_plan() if budget else None,
-               "dispatches": dispatches}
+               "dispatches": dispatches, "profile": summary}
         return out
 
 
@@ -87,6 +96,8 @@ def report(name, r):
           f"{mib(r['grads_bytes']):.1f}, copies {mib(r['copies']):.1f}); device memory in live "
           f"buffers {mib(r['device']):.1f} MiB, in blocks {mib(r['blocks']):.1f} MiB (at "
           f"{r['at']:.1f} s)")
+    if r["profile"]:
+        print(r["profile"])
     if r["plan"]:
         p = r["plan"]
         print(f"          plan: {p['levels']} levels {p['segments']}, peak "
@@ -106,15 +117,18 @@ def main():
     ap.add_argument("--long-steps", type=int, default=0,
                     help="also run the budget version this many steps within half the time "
                          "version's state and gradient bytes")
+    ap.add_argument("--profile", action="store_true",
+                    help="print each form's device time per kernel over one more iteration "
+                         "(vkad.profile, every launch timed: docs/debugging.md)")
     a = ap.parse_args()
     mod = diffmpm if a.dim == 2 else diffmpm3d
     a.steps = a.steps or mod.STEPS
     a.grid = a.grid or mod.N_GRID
     print(f"{mod.__name__} robot, {a.grid}^{a.dim} grid, {a.steps} steps, {a.iters} iterations "
           "timed")
-    full = run(mod, a.steps, a.grid, a.iters)
+    full = run(mod, a.steps, a.grid, a.iters, profile=a.profile)
     budget = int(full["state"] / a.fraction)
-    ring = run(mod, a.steps, a.grid, a.iters, budget)
+    ring = run(mod, a.steps, a.grid, a.iters, budget, profile=a.profile)
     np.testing.assert_allclose(ring["loss"], full["loss"], rtol=1e-4)
     for name in ("weights", "bias"):
         np.testing.assert_allclose(ring["grads"][name], full["grads"][name], rtol=1e-3,
