@@ -252,7 +252,9 @@ class Tape {
   // tape holds stay within `bytes` (device memory, the end-state copy included; the user's
   // arrays and the gradients are not counted) and backward recomputes the least that allows:
   // codegen::plan_checkpoints picks the fewest levels of checkpoints that fit (graph/
-  // checkpoint_schedule.h; two levels run every launch twice, as set_checkpoint_every does).
+  // checkpoint_schedule.h; two levels run every launch twice, as set_checkpoint_every does),
+  // from an estimate; where that asks for more than two, two levels counted exactly
+  // (exact_two_levels) are taken where they fit.
   // The recording cuts level 0: from the previous recording's plan where there was one (a
   // training loop's iterations record the same launches), else segments of one launch that
   // double (two merged into one, their copies reused) whenever level 0 would hold more than
