@@ -62,3 +62,31 @@ def test_unknown_implementation_is_refused():
     p = subprocess.run([sys.executable, str(BENCH), "--only", "vkad,jax"], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode != 0 and "unknown ['jax']" in p.stderr
+
+
+def test_f64_runs_vkad_in_float64_and_skips_the_f32_warp_transcriptions(tmp_path):
+    # --f64: the race's comparison for programs chaotic in f32 (issue 54). The vkad child runs
+    # the example with dtype f64 (its loss differs from the f32 run's in the last digits: the
+    # flag reached it), Warp's transcriptions are f32 and report skipped without importing Warp.
+    import vkad
+    with vkad.Session() as s:
+        if not s.capabilities.get("float64"):
+            import pytest
+            pytest.skip("the device has no float64")
+    runs = {}
+    for f64 in (False, True):
+        out = tmp_path / f"race{int(f64)}.json"
+        p = subprocess.run([sys.executable, str(BENCH), "--program", "mass_spring", "--only",
+                            "vkad,warp", "--iters", "2", "--steps", "12", "--json", str(out)]
+                           + ["--f64"] * f64, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        runs[f64] = {r["impl"]: r for r in json.loads(out.read_text())["results"]}
+    assert "float64" in p.stdout
+    vk32, vk64 = runs[False]["vkad"], runs[True]["vkad"]
+    assert vk64["status"] == "ok" and vk64["name"] == "vkad graph f64"
+    assert vk32["name"] == "vkad graph"
+    assert all(math.isfinite(x) for x in vk64["losses"] + vk64["grad0"])
+    assert vk64["losses"][0] != vk32["losses"][0]
+    assert abs(vk64["losses"][0] - vk32["losses"][0]) <= 1e-5 * abs(vk64["losses"][0])
+    assert runs[True]["warp"]["status"] == "skipped"
+    assert "f32" in runs[True]["warp"]["reason"]
