@@ -271,6 +271,7 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
   d.adjoint = *a;
   access_[d.forward.id] = core_->catalog.access(d.forward.id);  // register_ir computed it
   adjoint_reads_[d.adjoint.id] = codegen::used_loads(adjoint);
+  whole_stores_[d.forward.id] = codegen::whole_stores(forward);
   return d;
 }
 
@@ -293,12 +294,18 @@ Status Session::release(KernelHandle kernel) {
   }
   access_.erase(kernel.id);
   adjoint_reads_.erase(kernel.id);
+  whole_stores_.erase(kernel.id);
   return {};
 }
 
 std::shared_ptr<const codegen::KernelAccess> Session::launch_access(KernelHandle forward) const {
   auto it = access_.find(forward.id);
   return it == access_.end() ? nullptr : it->second;
+}
+
+const std::vector<codegen::WholeStore>* Session::whole_stores(KernelHandle forward) const {
+  auto it = whole_stores_.find(forward.id);
+  return it == whole_stores_.end() ? nullptr : &it->second;
 }
 
 const std::vector<uint32_t>* Session::adjoint_reads(KernelHandle adjoint) const {

@@ -35,6 +35,7 @@
 #include "abi/handles.h"
 #include "base/status.h"
 #include "ir/ir.h"
+#include "ir/launch_access.h"
 #include "ir/target.h"
 #include "runtime/defaults.h"
 #include "runtime/timeline.h"
@@ -492,6 +493,11 @@ class Session : public SessionArrays, public SessionGraphs {
   // derivatives do not need, are left out), by the adjoint's handle; null for any other handle,
   // and once released. A checkpointed tape writes in place what no adjoint reads (api/tape.h).
   const std::vector<uint32_t>* adjoint_reads(KernelHandle adjoint) const;
+  // The parameters a differentiate() forward stores to whole (codegen::whole_stores: each
+  // invocation at the top of its task, no other access), by the forward's handle; null for any
+  // other handle, and once released. A checkpointed tape starts a new version of such an
+  // array without copying the old one where the launch's extents cover it (api/tape.h).
+  const std::vector<codegen::WholeStore>* whole_stores(KernelHandle forward) const;
   // Drops a kernel (both of a Differentiated are dropped separately). A graph captured with it
   // keeps working (the runtime keeps what a captured launch needs).
   Status release(KernelHandle kernel);
@@ -564,6 +570,8 @@ class Session : public SessionArrays, public SessionGraphs {
   std::unordered_map<uint64_t, std::shared_ptr<const codegen::KernelAccess>> access_;
   // adjoint_reads: differentiate()'s adjoints and clearing adjoints, by their own handle ids.
   std::unordered_map<uint64_t, std::vector<uint32_t>> adjoint_reads_;
+  // whole_stores: differentiate()'s forwards, by handle id.
+  std::unordered_map<uint64_t, std::vector<codegen::WholeStore>> whole_stores_;
 };
 
 }  // namespace vkad

@@ -1022,6 +1022,57 @@ bool in_place(bool copied, uint64_t a, std::unordered_map<uint64_t, bool>* read)
 
 }  // namespace
 
+bool Tape::overwrites_whole(const Record& r, std::span<const Arg> args, uint64_t array) const {
+  const std::vector<codegen::WholeStore>* whole = session_->whole_stores(r.forward);
+  if (whole == nullptr) return false;
+  const codegen::WholeStore* w = nullptr;
+  for (const codegen::WholeStore& x : *whole) {
+    if (x.param < args.size() && args[x.param].kind == runtime::ParamKind::kNdArray &&
+        args[x.param].array.id == array) {
+      w = &x;
+    }
+  }
+  Result<std::vector<uint32_t>> shape = session_->shape(NdArrayHandle{array});
+  if (w == nullptr || !shape.ok() || shape->size() != w->axes.size()) return false;
+  auto extent = [&](uint32_t p, uint32_t d) -> std::optional<uint32_t> {
+    if (p >= args.size() || args[p].kind != runtime::ParamKind::kNdArray) return std::nullopt;
+    Result<uint32_t> e = session_->extent(args[p].array, d);
+    return e.ok() ? std::optional<uint32_t>(*e) : std::nullopt;
+  };
+  const adstack::SizeInputs sizes{
+      [&](uint32_t p) -> int64_t { return p < args.size() ? args[p].i : 0; },
+      [&](uint32_t p, uint32_t d) -> int64_t { return extent(p, d).value_or(0); }};
+  const codegen::UniformInputs rows{
+      [&](uint32_t p) -> int64_t { return p < args.size() ? args[p].i : 0; }, extent};
+  std::shared_ptr<const codegen::KernelAccess> access = session_->launch_access(r.forward);
+  for (size_t a = 0; a < w->axes.size(); ++a) {
+    const codegen::WholeStore::Axis& axis = w->axes[a];
+    const int64_t e = (*shape)[a];
+    if (axis.kind == codegen::WholeStore::Axis::Kind::kTaskDim) {
+      Result<int64_t> end = adstack::evaluate(axis.end, sizes);
+      if (!end.ok() || *end != e) return false;
+    } else if (axis.kind == codegen::WholeStore::Axis::Kind::kConst) {
+      if (static_cast<int64_t>(axis.consts.size()) != e) return false;
+      for (int64_t i = 0; i < e; ++i) {
+        if (axis.consts[static_cast<size_t>(i)] != i) return false;
+      }
+    } else {
+      // An extent of 1, and every store's launch-uniform row there 0.
+      if (e != 1 || !access) return false;
+      for (const codegen::ParamAccess& pa : access->params) {
+        if (pa.param != w->param) continue;
+        for (const codegen::ArrayAccess& acc : pa.accesses) {
+          if (a >= acc.rows.size() || acc.rows[a] == codegen::ArrayAccess::kNotUniform)
+            return false;
+          std::optional<uint32_t> v = codegen::evaluate(access->exprs[acc.rows[a]], rows);
+          if (!v || *v != 0) return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
 Status Tape::leaf_slots(size_t first, size_t last,
                         std::set<std::pair<uint64_t, uint64_t>>* keys) const {
   std::unordered_set<uint64_t> copied;
@@ -1116,7 +1167,8 @@ Status Tape::reverse_leaf(int at, size_t first, size_t last,
       const uint64_t form = index >> 32;
       VKAD_ASSIGN_OR_RETURN_CTX(NdArrayHandle c, copies_->slot(at, made[form]++, form << 32, a),
                                 "tape.backward");
-      if (r.forward.id != 0) {  // a fill covers every element: nothing to start from
+      // A fill, or a launch storing to every element without reading: nothing to start from.
+      if (r.forward.id != 0 && !overwrites_whole(r, args, a.id)) {
         VKAD_TRY_CTX(copy_array(version(Arg::ndarray(a)).array, c, launched), "tape.backward");
       } else {
         copies_->pin(c.id);

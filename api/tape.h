@@ -355,6 +355,10 @@ class Tape {
   // written arrays copied before it runs again, then its adjoint last first.
   Status reverse_range(const codegen::CheckpointPlan& plan, size_t level, size_t first, size_t last,
                        std::vector<TapeAdjointLaunch>* launched);
+  // Whether record `r` (a launch, with `args`) stores to every element of `array` without
+  // reading it (Session::whole_stores, its extents and rows evaluated): a new version of the
+  // array then needs no copy of the old one to start from.
+  bool overwrites_whole(const Record& r, std::span<const Arg> args, uint64_t array) const;
   // The slots (position, form index) reverse_leaf takes for records [first, last), into
   // `keys`; launches nothing (find_stable first).
   Status leaf_slots(size_t first, size_t last, std::set<std::pair<uint64_t, uint64_t>>* keys) const;

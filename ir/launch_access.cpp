@@ -400,4 +400,112 @@ std::vector<uint32_t> used_loads(const Kernel& k) {
   return out;
 }
 
+namespace {
+
+// One store's index on one axis, classified (whole_stores).
+bool classify_axis(ValueId v, const std::vector<ValueId>& dims,
+                   const std::unordered_map<ValueId, const Stmt*>& def,
+                   const std::unordered_set<ValueId>& uniform, WholeStore::Axis::Kind* kind,
+                   size_t* dim, int64_t* value) {
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (v == dims[d]) {
+      *kind = WholeStore::Axis::Kind::kTaskDim;
+      *dim = d;
+      return true;
+    }
+  }
+  auto it = def.find(v);
+  if (it != def.end() && it->second->op == Op::kConst && !is_float(it->second->type)) {
+    *kind = WholeStore::Axis::Kind::kConst;
+    *value = it->second->iimm;
+    return true;
+  }
+  if (uniform.count(v)) {
+    *kind = WholeStore::Axis::Kind::kUniform;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<WholeStore> whole_stores(const Kernel& k) {
+  std::vector<WholeStore> out;
+  if (k.tasks.size() != 1 || k.tasks[0].serial) return out;
+  const Task& t = k.tasks[0];
+  const std::vector<ValueId> dims = task_indices(t);
+  std::vector<SizeExpr> ends;
+  if (t.dims.empty()) {
+    if (!(bound_expr(t.begin) == SizeExpr::constant(0))) return out;
+    ends.push_back(bound_expr(t.end));
+  } else {
+    for (const TaskDim& d : t.dims) {
+      if (!(d.begin == SizeExpr::constant(0))) return out;
+      ends.push_back(d.end);
+    }
+  }
+  std::unordered_map<ValueId, const Stmt*> def;
+  std::unordered_map<uint32_t, size_t> accesses;  // param -> its loads, stores and atomics
+  for_each_stmt(k, [&](const Stmt& s) {
+    if (s.result != kNoValue) def[s.result] = &s;
+    if (accesses_array(s.op)) ++accesses[s.param];
+  });
+  std::unordered_map<uint32_t, std::vector<const Stmt*>> top;
+  for (const Stmt& s : t.body.stmts) {
+    if (s.op == Op::kStore) top[s.param].push_back(&s);
+  }
+  const std::unordered_set<ValueId> uniform = launch_uniform_values(k);
+  for (const auto& [param, stores] : top) {
+    if (accesses[param] != stores.size()) continue;  // loads, atomics or nested stores too
+    const uint32_t rank = k.params[param].rank;
+    WholeStore w;
+    w.param = param;
+    w.axes.resize(rank);
+    std::vector<size_t> axis_dim(rank, SIZE_MAX);
+    bool ok = true;
+    for (size_t si = 0; si < stores.size() && ok; ++si) {
+      const Stmt& s = *stores[si];
+      if (s.args.size() != rank + 1) ok = false;
+      for (uint32_t a = 0; a < rank && ok; ++a) {
+        WholeStore::Axis::Kind kind;
+        size_t dim = 0;
+        int64_t value = 0;
+        ok = classify_axis(s.args[a], dims, def, uniform, &kind, &dim, &value);
+        if (!ok) break;
+        WholeStore::Axis& axis = w.axes[a];
+        if (si == 0) {
+          axis.kind = kind;
+        } else if (axis.kind != kind) {
+          ok = false;
+          break;
+        }
+        if (kind == WholeStore::Axis::Kind::kTaskDim) {
+          ok = si == 0 ? (axis_dim[a] = dim, true) : axis_dim[a] == dim;
+          axis.end = ends[dim];
+        } else if (kind == WholeStore::Axis::Kind::kConst) {
+          if (std::find(axis.consts.begin(), axis.consts.end(), value) == axis.consts.end()) {
+            axis.consts.push_back(value);
+          }
+        }
+      }
+    }
+    // Every task dimension on one axis at most (a diagonal covers nothing whole), and one axis
+    // of constants varying at most (two would cover their diagonal, not their product).
+    std::vector<size_t> used;
+    for (size_t d : axis_dim) {
+      if (d == SIZE_MAX) continue;
+      ok = ok && std::find(used.begin(), used.end(), d) == used.end();
+      used.push_back(d);
+    }
+    ok = ok && std::count_if(w.axes.begin(), w.axes.end(),
+                             [](const WholeStore::Axis& x) { return x.consts.size() > 1; }) <= 1;
+    if (!ok) continue;
+    for (WholeStore::Axis& axis : w.axes) std::sort(axis.consts.begin(), axis.consts.end());
+    out.push_back(std::move(w));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const WholeStore& a, const WholeStore& b) { return a.param < b.param; });
+  return out;
+}
+
 }  // namespace vkad::codegen

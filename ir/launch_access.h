@@ -94,6 +94,28 @@ struct KernelAccess {
 // `k` must verify. Pure.
 KernelAccess kernel_access(const Kernel& k);
 
+// A parameter every invocation of `k`'s one parallel task stores to at the top of the task's
+// body (not in a branch or loop), and that `k` accesses no other way (no load, no atomic, no
+// store elsewhere): per axis of the parameter, what the stores' indices are there. A launch
+// overwrites every element of the array when each axis is covered at its extent E: a task
+// dimension whose range is [0, E) (`end` evaluates to E; its begin is 0), constants that are
+// 0 .. E-1 together (one axis at most varies across the stores: a vector's components), or an
+// extent of 1 whose launch-uniform index is 0 (`kUniform`: the caller evaluates the access's
+// row, ir/launch_access's rows). A checkpointed tape then need not start a new version of the
+// array from the old one (api/tape.h).
+struct WholeStore {
+  struct Axis {
+    enum class Kind : uint8_t { kTaskDim, kConst, kUniform };
+    Kind kind = Kind::kUniform;
+    SizeExpr end;                 // kTaskDim: the dimension's range end
+    std::vector<int64_t> consts;  // kConst: the stores' constants, sorted and distinct
+  };
+  uint32_t param = 0;
+  std::vector<Axis> axes;
+};
+// `k` must verify. Pure.
+std::vector<WholeStore> whole_stores(const Kernel& k);
+
 // The ndarray parameters of `k` whose loaded values it uses: a load whose result reaches,
 // through any chain of operations, a store or atomic, a local or shared store, a stack
 // operation, a branch's condition, a loop's bounds, a print or an assert. A load nothing uses

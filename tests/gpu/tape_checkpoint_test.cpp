@@ -289,13 +289,30 @@ TEST_P(TapeCheckpoint, ACapturedCheckpointedIterationReplaysToThePerStepPrograms
   ASSERT_TRUE(s_->release_graph(*g).ok());
 }
 
-// b = a * c + 0.1: linear in a, so its adjoint reads no array's values (only b's gradient).
+// b = a * c + 0.1 at every element but the first: linear in a, so its adjoint reads no array's
+// values (only b's gradient); and not a whole overwrite of b, so a new version of b starts
+// from a copy of the old one unless it is written in place.
 constexpr const char* kLinearStep = R"(
 kernel lstep(a: ndarray<f32, 1> grad, b: ndarray<f32, 1> grad, c: f32) {
-  task main parallel %i in [0, shape(a, 0)) {
+  task main parallel %i in [1, shape(a, 0)) {
     %x = load a[%i] : f32
     %k = arg c : f32
     %m = mul %x, %k : f32
+    %c1 = const 0.1 : f32
+    %y = add %m, %c1 : f32
+    store b[%i], %y
+  }
+}
+)";
+
+// The fixture's sin step at every element but the first (kLinearStep's range).
+constexpr const char* kPartialSinStep = R"(
+kernel pstep(a: ndarray<f32, 1> grad, b: ndarray<f32, 1> grad, c: f32) {
+  task main parallel %i in [1, shape(a, 0)) {
+    %x = load a[%i] : f32
+    %s = sin %x : f32
+    %k = arg c : f32
+    %m = mul %s, %k : f32
     %c1 = const 0.1 : f32
     %y = add %m, %c1 : f32
     store b[%i], %y
@@ -307,11 +324,14 @@ kernel lstep(a: ndarray<f32, 1> grad, b: ndarray<f32, 1> grad, c: f32) {
 // adjoint reads the version it overwrites: then it writes the tape's copy in place. A ring of a
 // linear step (adjoints read only gradients) makes one copy per array a segment writes; the same
 // ring of sin steps (each adjoint reads its input: the ring's other array) one per launch. Both
-// get the per-step program's gradients.
+// get the per-step program's gradients. (Both steps leave element 0 alone: a launch storing to
+// every element makes no copy at all, the next test.)
 TEST_P(TapeCheckpoint, ALaunchOverwritingAVersionNoAdjointReadsWritesInPlace) {
   const uint32_t k = GetParam();
   Result<Differentiated> linear = s_->differentiate(std::string_view(kLinearStep));
   ASSERT_TRUE(linear.ok()) << linear.status().to_string();
+  Result<Differentiated> partial_sin = s_->differentiate(std::string_view(kPartialSinStep));
+  ASSERT_TRUE(partial_sin.ok()) << partial_sin.status().to_string();
   auto copies_of = [&](const Differentiated& step, const Reference& want) -> size_t {
     NdArrayHandle ring[2] = {array(x0_, "ring0"), array(std::vector<float>(kN, 0), "ring1")};
     NdArrayHandle loss = array({0}, "loss");
@@ -327,19 +347,21 @@ TEST_P(TapeCheckpoint, ALaunchOverwritingAVersionNoAdjointReadsWritesInPlace) {
     const TapeSeed seed = TapeSeed::of_value(loss, 1.0);
     Status st = t.backward(std::span<const TapeSeed>(&seed, 1), &launched);
     EXPECT_TRUE(st.ok()) << st.to_string();
-    expect_near(read(*t.grad(ring[0])), want, step.forward.id == step_.forward.id ? "sin" : "lin");
+    expect_near(read(*t.grad(ring[0])), want,
+                step.forward.id == linear->forward.id ? "lin" : "sin");
     EXPECT_EQ(read(ring[kSteps % 2]), want.last);
     size_t copies = 0;
     for (const TapeAdjointLaunch& l : launched) copies += l.is_copy;
     for (NdArrayHandle a : {ring[0], ring[1], loss}) EXPECT_TRUE(s_->free(a).ok());
     return copies;
   };
-  // The linear program's reference: the fixture's per-step program with lstep for step.
-  const Differentiated sin_step = step_;
+  // The references: the fixture's per-step program with lstep, then pstep, for step.
+  const Differentiated whole_step = step_, sin_step = *partial_sin;
   step_ = *linear;
   const Reference want_linear = per_step(x0_);
   step_ = sin_step;
   const Reference want_sin = per_step(x0_);
+  step_ = whole_step;
   if (HasFatalFailure()) return;
   const size_t with_sin = copies_of(sin_step, want_sin);
   const size_t with_linear = copies_of(*linear, want_linear);
@@ -360,8 +382,44 @@ TEST_P(TapeCheckpoint, ALaunchOverwritingAVersionNoAdjointReadsWritesInPlace) {
   if (k >= 3) {
     EXPECT_GT(repeated, 0u);
   }
-  ASSERT_TRUE(s_->release(linear->forward).ok());
-  ASSERT_TRUE(s_->release(linear->adjoint).ok());
+  for (const Differentiated* d : {&*linear, &*partial_sin}) {
+    ASSERT_TRUE(s_->release(d->forward).ok());
+    ASSERT_TRUE(s_->release(d->adjoint).ok());
+  }
+}
+
+// A launch storing to every element of the array it writes, reading none of it (the fixture's
+// step: b[i] for every i), starts its new version without a copy of the old: the deepest level
+// makes no copy, and a backward's copies are only the end state's (kept, then put back) and
+// each level-0 segment's start. The per-step program's gradients.
+TEST_P(TapeCheckpoint, ALaunchStoringEveryElementStartsItsVersionWithoutACopy) {
+  const uint32_t k = GetParam();
+  const Reference want = per_step(x0_);
+  if (HasFatalFailure()) return;
+  NdArrayHandle ring[2] = {array(x0_, "ring0"), array(std::vector<float>(kN, 0), "ring1")};
+  NdArrayHandle loss = array({0}, "loss");
+  Tape t(*s_);
+  ASSERT_TRUE(t.set_checkpoint_every(k).ok());
+  record_ring(t, ring, loss, kSteps);
+  std::vector<TapeAdjointLaunch> launched;
+  const TapeSeed seed = TapeSeed::of_value(loss, 1.0);
+  Status st = t.backward(std::span<const TapeSeed>(&seed, 1), &launched);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  expect_near(read(*t.grad(ring[0])), want, "K = " + std::to_string(k));
+  size_t copies = 0;
+  for (const TapeAdjointLaunch& l : launched) copies += l.is_copy;
+  // Records 0 .. kSteps - 1 write ring[(j + 1) % 2]; record kSteps the loss, written once by an
+  // atomic add and read by nothing after: stable, never copied.
+  size_t starts = 0;
+  for (uint32_t first = 0; first <= kSteps; first += k) {
+    bool seen[2] = {false, false};
+    for (uint32_t j = first; j < std::min(kSteps, first + k); ++j) {
+      starts += !seen[(j + 1) % 2];
+      seen[(j + 1) % 2] = true;
+    }
+  }
+  EXPECT_EQ(copies, 2 * 2 + starts) << "K = " << k;
+  for (NdArrayHandle a : {ring[0], ring[1], loss}) EXPECT_TRUE(s_->free(a).ok());
 }
 
 // log[t, i] = x[i] * x[i]: a time axis written a row per step.

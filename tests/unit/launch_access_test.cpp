@@ -90,6 +90,59 @@ kernel k(a: ndarray<f32, 1>, b: ndarray<f32, 1>, c: ndarray<i32, 1>, d: ndarray<
   EXPECT_EQ(used_loads(*k), (std::vector<uint32_t>{0, 1, 5, 6}));
 }
 
+// whole_stores: DiffTaichi's grid_op shape -- an N-d task over (i, j), a row g = 0 * f (launch-
+// uniform), a vector's two components -- is a whole store of v_out; an array also loaded, one
+// stored in a branch, one stored from index 1, and two constant axes varying together are not.
+TEST(LaunchAccess, WholeStoresAreTopLevelStoresCoveringEveryAxis) {
+  auto k = parse(R"(
+kernel k(f: i32, m: ndarray<f32, 3>, v_out: ndarray<f32, 4>, both: ndarray<f32, 1>,
+         cond: ndarray<f32, 1>, diag: ndarray<f32, 2>) {
+  task main parallel %i in [0, shape(m, 1)), %j in [0, shape(m, 2)) {
+    %f = arg f : i32
+    %z = const 0 : i32
+    %g = mul %z, %f : i32
+    %mv = load m[%g, %i, %j] : f32
+    %one = const 1 : i32
+    store v_out[%g, %i, %j, %z], %mv
+    store v_out[%g, %i, %j, %one], %mv
+    %b = load both[%i] : f32
+    store both[%i], %mv
+    %c = gt %mv, %b : bool
+    if %c {
+      store cond[%i], %mv
+    }
+    store diag[%z, %z], %mv
+    store diag[%one, %one], %mv
+  }
+}
+)");
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  ASSERT_TRUE(verify(*k).ok());
+  const std::vector<WholeStore> w = whole_stores(*k);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].param, 2u);  // v_out
+  ASSERT_EQ(w[0].axes.size(), 4u);
+  using Kind = WholeStore::Axis::Kind;
+  EXPECT_EQ(w[0].axes[0].kind, Kind::kUniform);
+  EXPECT_EQ(w[0].axes[1].kind, Kind::kTaskDim);
+  EXPECT_EQ(w[0].axes[1].end, SizeExpr::array_dim(1, 1));  // shape(m, 1)
+  EXPECT_EQ(w[0].axes[2].kind, Kind::kTaskDim);
+  EXPECT_EQ(w[0].axes[2].end, SizeExpr::array_dim(1, 2));
+  EXPECT_EQ(w[0].axes[3].kind, Kind::kConst);
+  EXPECT_EQ(w[0].axes[3].consts, (std::vector<int64_t>{0, 1}));
+  // A task from 1 covers nothing whole.
+  auto from1 = parse(R"(
+kernel k(a: ndarray<f32, 1>, b: ndarray<f32, 1>) {
+  task main parallel %i in [1, shape(a, 0)) {
+    %v = load a[%i] : f32
+    store b[%i], %v
+  }
+}
+)");
+  ASSERT_TRUE(from1.ok());
+  EXPECT_TRUE(whole_stores(*from1).empty());
+}
+
 TEST(LaunchAccess, TimeAxisStepReadsRowFAndWritesRowFPlusOne) {
   const KernelAccess a = analyse(R"(
 kernel step(x: ndarray<f32, 2> grad, w: ndarray<f32, 1>, f: i32) {
