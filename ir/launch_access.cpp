@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -429,82 +430,102 @@ bool classify_axis(ValueId v, const std::vector<ValueId>& dims,
 
 }  // namespace
 
+namespace {
+
+// What whole_stores needs of the kernel to judge one parameter's stores.
+struct StoreContext {
+  std::vector<ValueId> dims;   // the task's index values
+  std::vector<SizeExpr> ends;  // their ranges' ends (every begin is 0)
+  std::unordered_map<ValueId, const Stmt*> def;
+  std::unordered_set<ValueId> uniform;
+};
+
+// One store's index on axis `a`, merged into `w`'s axis: false where it differs in kind (or
+// task dimension) from the earlier stores'.
+bool merge_axis(const StoreContext& c, ValueId v, bool first, uint32_t a, WholeStore* w,
+                std::vector<size_t>* axis_dim) {
+  WholeStore::Axis::Kind kind;
+  size_t dim = 0;
+  int64_t value = 0;
+  if (!classify_axis(v, c.dims, c.def, c.uniform, &kind, &dim, &value)) return false;
+  WholeStore::Axis& axis = w->axes[a];
+  if (first) {
+    axis.kind = kind;
+  } else if (axis.kind != kind) {
+    return false;
+  }
+  if (kind == WholeStore::Axis::Kind::kTaskDim) {
+    if (!first && (*axis_dim)[a] != dim) return false;
+    (*axis_dim)[a] = dim;
+    axis.end = c.ends[dim];
+  } else if (kind == WholeStore::Axis::Kind::kConst &&
+             std::find(axis.consts.begin(), axis.consts.end(), value) == axis.consts.end()) {
+    axis.consts.push_back(value);
+  }
+  return true;
+}
+
+// The parameter `w.param`'s top-level stores, as a WholeStore: false where they do not cover
+// an array whole on some axis however the launch's extents are.
+bool store_axes(const StoreContext& c, std::span<const Stmt* const> stores, uint32_t rank,
+                WholeStore* w) {
+  w->axes.resize(rank);
+  std::vector<size_t> axis_dim(rank, SIZE_MAX);
+  for (size_t si = 0; si < stores.size(); ++si) {
+    if (stores[si]->args.size() != rank + 1) return false;
+    for (uint32_t a = 0; a < rank; ++a) {
+      if (!merge_axis(c, stores[si]->args[a], si == 0, a, w, &axis_dim)) return false;
+    }
+  }
+  // Every task dimension on one axis at most (a diagonal covers nothing whole), and one axis
+  // of constants varying at most (two would cover their diagonal, not their product).
+  std::vector<size_t> used;
+  for (size_t d : axis_dim) {
+    if (d == SIZE_MAX) continue;
+    if (std::find(used.begin(), used.end(), d) != used.end()) return false;
+    used.push_back(d);
+  }
+  if (std::count_if(w->axes.begin(), w->axes.end(),
+                    [](const WholeStore::Axis& x) { return x.consts.size() > 1; }) > 1) {
+    return false;
+  }
+  for (WholeStore::Axis& axis : w->axes) std::sort(axis.consts.begin(), axis.consts.end());
+  return true;
+}
+
+}  // namespace
+
 std::vector<WholeStore> whole_stores(const Kernel& k) {
   std::vector<WholeStore> out;
   if (k.tasks.size() != 1 || k.tasks[0].serial) return out;
   const Task& t = k.tasks[0];
-  const std::vector<ValueId> dims = task_indices(t);
-  std::vector<SizeExpr> ends;
+  StoreContext c;
+  c.dims = task_indices(t);
   if (t.dims.empty()) {
     if (!(bound_expr(t.begin) == SizeExpr::constant(0))) return out;
-    ends.push_back(bound_expr(t.end));
+    c.ends.push_back(bound_expr(t.end));
   } else {
     for (const TaskDim& d : t.dims) {
       if (!(d.begin == SizeExpr::constant(0))) return out;
-      ends.push_back(d.end);
+      c.ends.push_back(d.end);
     }
   }
-  std::unordered_map<ValueId, const Stmt*> def;
   std::unordered_map<uint32_t, size_t> accesses;  // param -> its loads, stores and atomics
   for_each_stmt(k, [&](const Stmt& s) {
-    if (s.result != kNoValue) def[s.result] = &s;
+    if (s.result != kNoValue) c.def[s.result] = &s;
     if (accesses_array(s.op)) ++accesses[s.param];
   });
-  std::unordered_map<uint32_t, std::vector<const Stmt*>> top;
+  std::map<uint32_t, std::vector<const Stmt*>> top;  // param -> its top-level stores
   for (const Stmt& s : t.body.stmts) {
     if (s.op == Op::kStore) top[s.param].push_back(&s);
   }
-  const std::unordered_set<ValueId> uniform = launch_uniform_values(k);
+  c.uniform = launch_uniform_values(k);
   for (const auto& [param, stores] : top) {
     if (accesses[param] != stores.size()) continue;  // loads, atomics or nested stores too
-    const uint32_t rank = k.params[param].rank;
     WholeStore w;
     w.param = param;
-    w.axes.resize(rank);
-    std::vector<size_t> axis_dim(rank, SIZE_MAX);
-    bool ok = true;
-    for (size_t si = 0; si < stores.size() && ok; ++si) {
-      const Stmt& s = *stores[si];
-      if (s.args.size() != rank + 1) ok = false;
-      for (uint32_t a = 0; a < rank && ok; ++a) {
-        WholeStore::Axis::Kind kind;
-        size_t dim = 0;
-        int64_t value = 0;
-        ok = classify_axis(s.args[a], dims, def, uniform, &kind, &dim, &value);
-        if (!ok) break;
-        WholeStore::Axis& axis = w.axes[a];
-        if (si == 0) {
-          axis.kind = kind;
-        } else if (axis.kind != kind) {
-          ok = false;
-          break;
-        }
-        if (kind == WholeStore::Axis::Kind::kTaskDim) {
-          ok = si == 0 ? (axis_dim[a] = dim, true) : axis_dim[a] == dim;
-          axis.end = ends[dim];
-        } else if (kind == WholeStore::Axis::Kind::kConst) {
-          if (std::find(axis.consts.begin(), axis.consts.end(), value) == axis.consts.end()) {
-            axis.consts.push_back(value);
-          }
-        }
-      }
-    }
-    // Every task dimension on one axis at most (a diagonal covers nothing whole), and one axis
-    // of constants varying at most (two would cover their diagonal, not their product).
-    std::vector<size_t> used;
-    for (size_t d : axis_dim) {
-      if (d == SIZE_MAX) continue;
-      ok = ok && std::find(used.begin(), used.end(), d) == used.end();
-      used.push_back(d);
-    }
-    ok = ok && std::count_if(w.axes.begin(), w.axes.end(),
-                             [](const WholeStore::Axis& x) { return x.consts.size() > 1; }) <= 1;
-    if (!ok) continue;
-    for (WholeStore::Axis& axis : w.axes) std::sort(axis.consts.begin(), axis.consts.end());
-    out.push_back(std::move(w));
+    if (store_axes(c, stores, k.params[param].rank, &w)) out.push_back(std::move(w));
   }
-  std::sort(out.begin(), out.end(),
-            [](const WholeStore& a, const WholeStore& b) { return a.param < b.param; });
   return out;
 }
 
