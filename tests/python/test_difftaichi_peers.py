@@ -60,12 +60,18 @@ def test_the_transcription_computes_the_examples_loss_and_gradient(framework, pr
     # losses agree to a few ulps, gradients -- through 64 to 400 steps of tanh controllers
     # and contacts -- to 1e-4 of their largest element (measured: 4e-7 electric, 1e-5
     # rigid_body), which a wrong term or a missing step exceeds by orders of magnitude.
-    assert other_loss == pytest.approx(loss, rel=1e-5)
-    for p in sim.PARAMS:
+    assert_agree(sim.PARAMS, loss, grads, other_loss, other_grads, 1e-5, 1e-4)
+
+
+def assert_agree(params, loss, grads, other_loss, other_grads, loss_rtol, grad_tol):
+    """The losses within `loss_rtol`, each parameter's gradients within `grad_tol` of its largest
+    element."""
+    assert other_loss == pytest.approx(loss, rel=loss_rtol)
+    for p in params:
         g, h = np.asarray(grads[p], np.float64), np.asarray(other_grads[p], np.float64)
         assert g.shape == h.shape, p
-        scale = max(np.abs(g).max(), 1e-30)
-        assert np.abs(g - h).max() <= 1e-4 * scale, (p, np.abs(g - h).max() / scale)
+        scale = max(np.abs(g).max(), 1e-300)
+        assert np.abs(g - h).max() <= grad_tol * scale, (p, np.abs(g - h).max() / scale)
 
 
 # The chaotic programs in float64 (bench/difftaichi.py --f64, issue 54): past a ground contact
@@ -98,10 +104,5 @@ def test_in_f64_the_chaotic_programs_gradients_agree_with_taichi(program, steps)
         grads = sim.gradients()
     other_loss = other.iteration()
     other_grads = other.gradients()
-    assert other_loss == pytest.approx(loss, rel=1e-9)
-    for p in sim.PARAMS:
-        g, h = np.asarray(grads[p], np.float64), np.asarray(other_grads[p], np.float64)
-        assert g.shape == h.shape, p
-        scale = max(np.abs(g).max(), 1e-300)
-        # 1e-6 of the largest element: f32 runs of these lengths differ by O(1) of it.
-        assert np.abs(g - h).max() <= 1e-6 * scale, (p, np.abs(g - h).max() / scale)
+    # 1e-6 of the largest element: f32 runs of these lengths differ by O(1) of it.
+    assert_agree(sim.PARAMS, loss, grads, other_loss, other_grads, 1e-9, 1e-6)
