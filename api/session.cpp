@@ -415,7 +415,7 @@ Result<SessionStats> Session::stats() const {
   s.pipelines_created = r.pipelines_created;
   s.pipeline_create_ms = r.pipeline_create_ms;
   s.rolled_launches = graphs_->rolled_launches();
-  s.blocked_launches = graphs_->blocked_launches();
+  s.blocked_launches = graphs_->blocked_launches() + loops_->blocked_launches();
   s.rolled_loops = loops_->rolled_loops();
   s.reworked_loops = loops_->reworked_loops();
   s.recomputed_launches = graphs_->recomputed_launches();

@@ -168,8 +168,8 @@ struct SessionStats {
   // Captured launches that graphs captured so far run inside resident kernels (docs/graphs.md,
   // "Resident step loops").
   uint64_t rolled_launches = 0;
-  // Captured launches that graphs captured so far run inside blocked stencil dispatches
-  // (docs/graphs.md, "Blocked stencils").
+  // Launches run inside blocked stencil dispatches (docs/graphs.md, "Blocked stencils"): those
+  // graphs captured so far, and those of step loops launched as a rework_loop plan.
   uint64_t blocked_launches = 0;
   // Session::launch_loop calls that ran as one launch of a resident kernel (docs/graphs.md,
   // "Step loops").

@@ -129,7 +129,11 @@ Status StepLoops::launch_loop(std::span<const LoopLaunch> body, uint32_t count, 
   }
   if (!loop_reworks_.empty()) {
     auto known = loop_reworks_.find(loop_key(body, count));
-    if (known != loop_reworks_.end() && known->second && zeros_hold(known->second->zeros)) {
+    const bool usable =
+        known != loop_reworks_.end() && known->second && zeros_hold(known->second->zeros);
+    // Why a loop with a plan runs its launches one by one (a first iteration's cost).
+    if (known != loop_reworks_.end() && known->second && !usable) clock.mark("zeros not held");
+    if (usable) {
       LoopInfo local;
       LoopInfo* out = info ? info : &local;
       out->reworked = true;
@@ -139,6 +143,7 @@ Status StepLoops::launch_loop(std::span<const LoopLaunch> body, uint32_t count, 
       }
       if (st.ok()) {
         ++reworked_loops_;
+        blocked_launches_ += known->second->blocked;
         clock.mark("launches (reworked)");
         return {};
       }
@@ -199,10 +204,15 @@ std::vector<uint64_t> StepLoops::plan_zeros(const GraphCompiler::PreparedRework&
                                             std::span<const LoopLaunch> body,
                                             std::span<const uint64_t> assumed) const {
   // The accumulated arrays of the producers gather recompute copied into their consumers
-  // (recompute_pins holds consumer, producer launch numbers in turn, numbered after rolling:
-  // where the rework rolled a stretch of the loop, every assumed zero).
+  // (recompute_pins holds consumer, producer launch numbers in turn, numbered after rolling
+  // and blocking: where the rework merged a stretch of the loop and recomputed, every assumed
+  // zero). Merging alone relies on no zero: a rolled or blocked kernel runs its members' adds
+  // as they are, and a blocked adjoint's rows that hold earlier sums get a stash -- so a
+  // blocked adjoint loop whose gradient rows the loss seeded still launches its plan.
   std::vector<uint64_t> zeros;
-  if (p.any_rolled) {
+  if (p.recompute_pins.empty()) {
+    // gather recompute copied no producer
+  } else if (p.any_rolled) {
     zeros.assign(assumed.begin(), assumed.end());
   } else {
     for (size_t i = 1; i < p.recompute_pins.size(); i += 2) {
@@ -243,7 +253,12 @@ void StepLoops::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   std::string key = loop_key(body, count);
   if (loop_reworks_.count(key) || !check_loop(body, count).ok()) return;
   PhaseClock clock("vkad loop rework", compiler_.compile_ms());
-  if (loop_reworks_.size() >= kMaxLoopReworks) loop_reworks_.erase(loop_reworks_.begin());
+  // The oldest plan makes room (a loop and its adjoint, prepared together, both stay).
+  if (loop_reworks_.size() >= kMaxLoopReworks && !loop_rework_order_.empty()) {
+    loop_reworks_.erase(loop_rework_order_.front());
+    loop_rework_order_.pop_front();
+  }
+  loop_rework_order_.push_back(key);
   std::shared_ptr<const LoopRework>& slot = loop_reworks_[key];
   // The arrays the body adds into are taken to be zero at the loop's start (as after the
   // tape's zeroing of its gradients): a fill of each before the launches. The plan keeps the
@@ -294,6 +309,7 @@ void StepLoops::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
       r->iteration.push_back(static_cast<int64_t>(captured / body.size()));
     }
   }
+  r->blocked = p->blocked;
   r->w = std::move(p->w);
   r->ir = std::move(p->ir);
   slot = std::move(r);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -44,6 +45,8 @@ class StepLoops {
 
   uint64_t rolled_loops() const { return rolled_loops_; }      // SessionStats::rolled_loops
   uint64_t reworked_loops() const { return reworked_loops_; }  // SessionStats::reworked_loops
+  // The loops' launches run inside blocked stencil dispatches (part of blocked_launches).
+  uint64_t blocked_launches() const { return blocked_launches_; }
 
  private:
   // rework_loop's plans by loop_key (the body's kernels, arguments and steps, and the count);
@@ -56,6 +59,7 @@ class StepLoops {
     // errors; empty where the plan rolled or blocked launches (its launch numbers are not the
     // loop's then).
     std::vector<int64_t> iteration;
+    size_t blocked = 0;  // the loop's launches run inside blocked stencil dispatches
   };
   // The rolled kernel of `body` x `count` and its parameter map, or nullopt where the loop runs
   // its launches one by one.
@@ -127,6 +131,7 @@ class StepLoops {
   // prepare_loop's rolls and compiles, each on a thread of its own, by shape.
   std::vector<std::unique_ptr<LoopJob>> loop_jobs_;
   std::unordered_map<std::string, std::shared_ptr<const LoopRework>> loop_reworks_;
+  std::deque<std::string> loop_rework_order_;  // loop_reworks_' keys, oldest first
   // loop_member's verdict per kernel handle id: may its launches be rolled (caller's thread).
   mutable std::unordered_map<uint64_t, bool> loop_residable_;
   // Stashes of step-loop plans: graphs may record their launches, so they live as long as the
@@ -134,6 +139,7 @@ class StepLoops {
   std::vector<NdArrayHandle> loop_stashes_;
   uint64_t rolled_loops_ = 0;
   uint64_t reworked_loops_ = 0;
+  uint64_t blocked_launches_ = 0;
 };
 
 }  // namespace vkad

@@ -5,7 +5,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "difftaichi"))
 
 PROGRAMS = ("diffmpm", "mass_spring", "wave", "smoke", "billiards", "electric",
-            "rigid_body")
+            "rigid_body", "diffmpm3d")
 
 
 def make(session, program: str, steps=None, loop=None, **extra):
@@ -31,6 +31,9 @@ def make(session, program: str, steps=None, loop=None, **extra):
     if program == "electric":
         from difftaichi_peers import load_example
         return load_example("electric").Electric(session, **kw)
+    if program == "diffmpm3d":
+        from difftaichi_peers import load_example
+        return load_example("diffmpm3d").DiffMPM3D(session, **kw)
     if program == "rigid_body":
         from difftaichi_peers import load_example
         return load_example("rigid_body").RigidBody(session, **kw)

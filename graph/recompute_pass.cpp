@@ -66,9 +66,17 @@ class RecomputePass final : public GraphPass {
       std::span<const CapturedStep> steps, size_t consumer,
       std::span<const std::vector<uint64_t>> zeros_before,
       const std::unordered_map<uint64_t, size_t>& first_write, size_t* producer_step);
-  // The producer of `consumer` that recompute may copy into it, if any.
-  std::optional<size_t> recompute_producer(std::span<const CapturedStep> steps, size_t consumer,
-                                           const std::unordered_map<uint64_t, size_t>& first_write);
+  // The producers of `consumer` that recompute may copy into it, nearest first.
+  std::vector<size_t> recompute_producers(std::span<const CapturedStep> steps, size_t consumer,
+                                          const std::unordered_map<uint64_t, size_t>& first_write);
+  // Whether the producer's inputs are written before it and nothing between it and the
+  // consumer writes what it reads or writes.
+  bool producer_fits(std::span<const CapturedStep> steps, size_t producer, size_t consumer,
+                     const std::unordered_map<uint64_t, size_t>& first_write);
+  // `consumer` rewritten to compute what it gathers of `producer`'s outputs, if it does.
+  std::optional<CapturedStep> recompute_with(std::span<const CapturedStep> steps, size_t consumer,
+                                             size_t producer,
+                                             std::span<const std::vector<uint64_t>> zeros_before);
   std::optional<codegen::GatherLaunch> gather_launch(const CapturedStep& s, bool producer) const;
   // The launch-uniform values the kernel indexes with, evaluated for `s` (sorted by value id).
   void gather_uniform(const CapturedStep& s, const codegen::Kernel& k,
@@ -189,60 +197,88 @@ std::vector<std::vector<uint64_t>> RecomputePass::zero_outputs(std::span<const C
   return out;
 }
 
-std::optional<size_t> RecomputePass::recompute_producer(
+std::vector<size_t> RecomputePass::recompute_producers(
     std::span<const CapturedStep> steps, size_t consumer,
     const std::unordered_map<uint64_t, size_t>& first_write) {
+  std::vector<size_t> out;
   const CapturedStep& c = steps[consumer];
   const std::shared_ptr<const codegen::KernelAccess>& ca = ctx_->catalog.access(c.kernel.id);
-  if (!ca) return std::nullopt;
-  // The nearest earlier launch that writes something the consumer touches.
-  std::optional<size_t> producer;
-  for (size_t i = consumer; i-- > 0 && !producer;) {
-    if (!steps[i].launch) return std::nullopt;  // fills end the search
+  if (!ca) return out;
+  // The nearest earlier launches that write something the consumer touches, up to
+  // kMaxWriters of them: the nearest may write only what the consumer reads element-wise or
+  // writes in part (a checkpointed tape's copy of the version the consumer then writes), with
+  // the launch whose output the consumer gathers before it. Each candidate is checked below
+  // against everything between it and the consumer.
+  constexpr size_t kMaxWriters = 4;
+  size_t writers = 0;
+  for (size_t i = consumer; i-- > 0 && writers < kMaxWriters;) {
+    if (!steps[i].launch) break;  // fills end the search
     const std::shared_ptr<const codegen::KernelAccess>& pa =
         ctx_->catalog.access(steps[i].kernel.id);
-    if (!pa) return std::nullopt;
+    if (!pa) break;
+    bool touched = false;
     for (const codegen::ParamAccess& p : ca->params) {
-      if (p.param < c.args.size() && writes(*pa, steps[i].args, c.args[p.param].array.id))
-        producer = i;
+      touched = touched ||
+                (p.param < c.args.size() && writes(*pa, steps[i].args, c.args[p.param].array.id));
+    }
+    if (!touched) continue;
+    ++writers;
+    if (ctx_->catalog.recompute_producer(steps[i].kernel.id) &&
+        producer_fits(steps, i, consumer, first_write)) {
+      out.push_back(i);
     }
   }
-  if (!producer || !ctx_->catalog.recompute_producer(steps[*producer].kernel.id))
-    return std::nullopt;
+  return out;
+}
+
+bool RecomputePass::producer_fits(std::span<const CapturedStep> steps, size_t producer,
+                                  size_t consumer,
+                                  const std::unordered_map<uint64_t, size_t>& first_write) {
   // A producer whose inputs nothing in the graph writes before it (a controller reading its
   // weights) can run ahead of the chain anyway: copying it into the consumer would only
   // lengthen the consumer.
-  const CapturedStep& p = steps[*producer];
-  const codegen::KernelAccess& pk = *ctx_->catalog.access(p.kernel.id);  // found above
+  const CapturedStep& p = steps[producer];
+  const codegen::KernelAccess& pk = *ctx_->catalog.access(p.kernel.id);  // the caller found it
   bool fed = false;
   for (const codegen::ParamAccess& q : pk.params) {
     if (q.param >= p.args.size() || writes(pk, p.args, p.args[q.param].array.id)) continue;
     auto w = first_write.find(p.args[q.param].array.id);
-    fed = fed || (w != first_write.end() && w->second < *producer);
+    fed = fed || (w != first_write.end() && w->second < producer);
   }
-  if (!fed) return std::nullopt;
+  if (!fed) return false;
   // Nothing between them may write what the producer reads or writes.
-  for (size_t i = *producer + 1; i < consumer; ++i) {
+  for (size_t i = producer + 1; i < consumer; ++i) {
     const std::shared_ptr<const codegen::KernelAccess>& xa =
         ctx_->catalog.access(steps[i].kernel.id);
-    if (!xa) return std::nullopt;
+    if (!xa) return false;
     for (const codegen::ParamAccess& q : pk.params) {
       if (q.param < p.args.size() && writes(*xa, steps[i].args, p.args[q.param].array.id))
-        return std::nullopt;
+        return false;
     }
   }
-  return producer;
+  return true;
 }
 
 std::optional<CapturedStep> RecomputePass::recompute_step(
     std::span<const CapturedStep> steps, size_t consumer,
     std::span<const std::vector<uint64_t>> zeros_before,
     const std::unordered_map<uint64_t, size_t>& first_write, size_t* producer_step) {
-  std::optional<size_t> producer = recompute_producer(steps, consumer, first_write);
-  if (!producer) return std::nullopt;
+  // The nearest candidate whose outputs the consumer gathers.
+  for (size_t producer : recompute_producers(steps, consumer, first_write)) {
+    if (std::optional<CapturedStep> out = recompute_with(steps, consumer, producer, zeros_before)) {
+      *producer_step = producer;
+      return out;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<CapturedStep> RecomputePass::recompute_with(
+    std::span<const CapturedStep> steps, size_t consumer, size_t producer,
+    std::span<const std::vector<uint64_t>> zeros_before) {
   const CapturedStep& c = steps[consumer];
-  const CapturedStep& p = steps[*producer];
-  const std::vector<uint64_t>& zeros = zeros_before[*producer];
+  const CapturedStep& p = steps[producer];
+  const std::vector<uint64_t>& zeros = zeros_before[producer];
   // A step loop asks the same question once per step: the answer depends on the two kernels
   // and on which arrays, extents, ranges and index values are equal, not on their values.
   std::optional<std::vector<uint64_t>> key = recompute_key(c, p, zeros);
@@ -263,7 +299,6 @@ std::optional<CapturedStep> RecomputePass::recompute_step(
   if (known->second.kernel.id == 0) return std::nullopt;  // the launch stays as it was
   CapturedStep out = c;
   out.kernel = known->second.kernel;
-  *producer_step = *producer;
   for (uint32_t q : known->second.producer_param) out.args.push_back(p.args[q]);
   return out;
 }

@@ -143,6 +143,27 @@ def test_a_replayed_iteration_equals_a_launched_one(session):
     assert not any(isinstance(r, vkad.LoopRecord) for r in sims[1].tape.launches)
 
 
+def test_first_iteration_runs_both_step_loops_as_their_plans(session):
+    # The step loop and its adjoint are reworked at construction (Session.loop prepared): the
+    # adjoint's plan blocks the gathered stencil adjoint, which adds into rows of the height's
+    # gradient that the loss's adjoint seeded before the loop. The plan relies on no zero (a
+    # blocked run's rows that hold sums get a stash), so the first, captured iteration and
+    # every launched one run both plans -- and equal the Python loop of launches (gradients to
+    # the blocked adjoint's order of sums: rounding).
+    for graph in (True, False):
+        sims = [wave.Wave(session, steps=STEPS, n_grid=GRID, graph=graph, loop=lp)
+                for lp in (True, False)]
+        before = session.stats()
+        losses = [sims[0].iteration()]
+        after = session.stats()
+        assert after["reworked_loops"] - before["reworked_loops"] == 2, graph
+        assert after["blocked_launches"] > before["blocked_launches"], graph
+        losses.append(sims[1].iteration())
+        np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
+        g = [sim.gradients()["initial"] for sim in sims]
+        np.testing.assert_allclose(g[0], g[1], rtol=0, atol=1e-5 * np.abs(g[1]).max())
+
+
 def test_training_lowers_the_loss(session):
     # DiffTaichi's update (rate 1) from initial = 0: here each of five iterations lowers the
     # loss (0.217 -> 0.152 measured), and the update is initial -= dL/dinitial exactly.
