@@ -1,6 +1,7 @@
 // atomic_add on the device (validation on, zero messages) against the CPU reference, with the
 // target's subgroup arithmetic on and off: one element for all threads (a constant index, also
-// under a branch only the even threads take), runs of consecutive threads on one element,
+// under a branch only the even threads take; from 1,024 elements a subgroup adds first, and at
+// 70,001 the invocations run several elements each), runs of consecutive threads on one element,
 // neighbours on different elements, i32 wrapping, and ranges that do not fill their last
 // subgroup; indices read from a table (which a subgroup combines its adds on where it agrees:
 // spirv_emitter.cpp, atomic_add) in runs and at random, with zeros the emitter skips; a zero
@@ -70,7 +71,7 @@ TEST_F(AtomicAddDevice, MatchesTheCpuEvaluatorForUniformDivergentAndPartlyActive
   for (bool subgroup : {true, false}) {
     auto c = compiled(*k, subgroup);
     ASSERT_TRUE(c.ok()) << c.status().to_string();
-    for (uint32_t n : {1u, 37u, 1000u, 4099u}) {
+    for (uint32_t n : {1u, 37u, 1000u, 4099u, 70001u}) {
       HostArgs dev =
           make_args(*k,
                     {ArgSpec::array({n}, -1000, 1000), ArgSpec::array({n}, -1000000, 1000000),
@@ -127,7 +128,7 @@ TEST_F(AtomicAddDevice, TableIndexedAddsMatchTheCpuEvaluatorInRunsAndAtRandom) {
     auto c = compiled(*k, subgroup);
     ASSERT_TRUE(c.ok()) << c.status().to_string();
     for (bool runs : {true, false}) {
-      for (uint32_t n : {1u, 37u, 1000u, 4099u}) {
+      for (uint32_t n : {1u, 37u, 1000u, 4099u, 70001u}) {
         HostArgs dev = make_args(*k,
                                  {ArgSpec::array({n}, -3, 3), ArgSpec::array({n}, -1, 4),
                                   ArgSpec::array({2, 5}, 0, 0), ArgSpec::of(1)},
