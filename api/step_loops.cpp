@@ -144,6 +144,9 @@ Status StepLoops::launch_loop(std::span<const LoopLaunch> body, uint32_t count, 
       if (st.ok()) {
         ++reworked_loops_;
         blocked_launches_ += known->second->blocked;
+        // As after a rolled loop: a capture that runs starts the loop's dispatches now, while
+        // the caller records what follows (wave's backward), not after 64 more captured steps.
+        if (core_.capture) VKAD_TRY(core_.rt->graphs().cut_capture_run());
         clock.mark("launches (reworked)");
         return {};
       }

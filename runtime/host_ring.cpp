@@ -35,6 +35,14 @@ Result<HostRing::Slot> HostRing::allocate(rhi::Device& device, uint64_t bytes,
   return Slot{&open_, *at, open_.mapped() + *at};
 }
 
+Status HostRing::reserve(rhi::Device& device) {
+  if (created_ > 0 || open_.valid() || !free_.empty()) return {};
+  VKAD_ASSIGN_OR_RETURN(rhi::Buffer chunk, device.create_buffer({chunk_bytes_, usage_, name_}));
+  ++created_;
+  free_.push_back(std::move(chunk));
+  return {};
+}
+
 void HostRing::recycle(std::vector<rhi::Buffer>& chunks) {
   for (rhi::Buffer& c : chunks) {
     if (free_.size() < max_free_ && c.size() == chunk_bytes_) free_.push_back(std::move(c));

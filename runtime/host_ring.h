@@ -70,6 +70,9 @@ class HostRing {
   // chunk gets a buffer of its own, closed at once (so released when this list retires).
   // kOutOfDeviceMemory leaves the ring as it was.
   Result<Slot> allocate(rhi::Device& device, uint64_t bytes, std::vector<rhi::Buffer>* closing);
+  // The ring's first chunk made now, into the pool, where the ring has never made one: its
+  // first slots then take no buffer creation (a capture that runs hands out slots per piece).
+  Status reserve(rhi::Device& device);
   // Chunks from a retired payload: back into the pool; past max_free they are released.
   void recycle(std::vector<rhi::Buffer>& chunks);
   uint64_t chunk_bytes() const { return chunk_bytes_; }

@@ -646,7 +646,9 @@ class Runtime : public CommandQueue {
   // their values (tens of ms on NVIDIA) -- without recording, dispatching or allocating heaps.
   // Checks the arguments as launch does and returns its errors (nothing made on error). Call it
   // where a pause is acceptable (loading, before a timed loop) with the arguments the hot loop
-  // will pass. Counts in RuntimeStats::prepares; not a launch.
+  // will pass. Also makes the args and readback rings' first chunks where they have none yet
+  // (HostRing::reserve): a first launch or capture then makes no buffer. Counts in
+  // RuntimeStats::prepares; not a launch.
   Status prepare(KernelHandle kernel, std::span<const Arg> args);
   // The argument checks of launch(kernel, args) alone (handles, count, kinds, dtypes, ranks,
   // scalar ranges): nothing planned, made or recorded. Session::launch_loop checks a loop's

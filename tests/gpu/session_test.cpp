@@ -38,6 +38,37 @@ codegen::Kernel weighted_sin() {
   return kb.finish();
 }
 
+// Session::prepare makes the args and readback rings' first chunks with the pipelines (a
+// first capture that runs otherwise makes them inside the program's first iteration), so the
+// first launch and readback after it make no ring chunk; a later prepare makes none either.
+TEST_F(SessionTest, PrepareMakesTheRingsFirstChunksSoTheFirstRunMakesNone) {
+  auto k = s_->compile(weighted_sin());
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  const uint32_t n = 64;
+  std::vector<NdArrayHandle> h;
+  for (const char* name : {"x", "w", "y", "out"}) {
+    auto a = s_->ndarray(DType::kF32, {n}, name);
+    ASSERT_TRUE(a.ok());
+    ASSERT_TRUE(s_->fill(*a, 0.5).ok());
+    h.push_back(*a);
+  }
+  ASSERT_TRUE(s_->synchronize().ok());
+  auto chunks = [&] { return s_->runtime().stats()->ring_chunks_created; };
+  ASSERT_EQ(chunks(), 0u) << "fills and a synchronize take no ring slot";
+  const std::vector<Arg> args = {Arg::f32(2.0f), Arg::ndarray(h[0]), Arg::ndarray(h[1]),
+                                 Arg::ndarray(h[2]), Arg::ndarray(h[3])};
+  ASSERT_TRUE(s_->prepare(*k, args).ok());
+  EXPECT_EQ(chunks(), 2u) << "one chunk each for the args and readback rings";
+  EXPECT_GT(s_->stats()->args_ring_bytes, 0u);
+  EXPECT_GT(s_->stats()->readback_ring_bytes, 0u);
+  ASSERT_TRUE(s_->prepare(*k, args).ok());
+  ASSERT_TRUE(s_->launch(*k, args).ok());
+  std::vector<float> out(n);
+  ASSERT_TRUE(s_->download(h[3], std::span<float>(out)).ok());
+  EXPECT_FLOAT_EQ(out[0], 0.5f * std::sin(1.0f) * 0.5f);
+  EXPECT_EQ(chunks(), 2u) << "the launch's args and the readback took the prepared chunks";
+}
+
 TEST_F(SessionTest, DifferentiateMapsEachGradParamToItsGradientAndRuns) {
   auto d = s_->differentiate(weighted_sin());
   ASSERT_TRUE(d.ok()) << d.status().to_string();
