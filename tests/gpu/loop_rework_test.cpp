@@ -286,6 +286,29 @@ TEST(LoopRework, APlanNeedingNoZerosRunsOutsideACaptureToo) {
   expect_no_validation_messages(s);
 }
 
+// A capture that runs cuts a piece after a loop launched as its plan (as after a rolled one),
+// so the device starts the loop while the caller records what follows: the hops, then a use
+// of their result, make two pieces, not the one a capture of so few steps makes otherwise.
+TEST(LoopRework, ACaptureThatRunsStartsAPlannedLoopAtOnce) {
+  bool skipped = false;
+  auto p = make_program(&skipped);
+  if (skipped) GTEST_SKIP() << "no Vulkan device";
+  ASSERT_NE(p, nullptr);
+  Session& s = *p->s;
+  const std::vector<LoopLaunch> hops = prepared_hops(*p);
+  const uint64_t pieces = s.runtime().stats()->run_pieces;
+  ASSERT_TRUE(s.begin_capture("hops", CaptureOptions{.run = true}).ok());
+  LoopInfo info;
+  ASSERT_TRUE(s.launch_loop(hops, kT, &info).ok());
+  EXPECT_TRUE(info.reworked);
+  ASSERT_TRUE(s.launch(p->copy, {Arg::i32(kT - 1), Arg::ndarray(p->x), Arg::ndarray(p->a)}).ok());
+  Result<GraphHandle> g = s.end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  ASSERT_TRUE(s.synchronize().ok());
+  EXPECT_EQ(s.runtime().stats()->run_pieces - pieces, 2u);
+  expect_no_validation_messages(s);
+}
+
 // A reworked loop captured in a graph: its launches are the plan's (fused kernels of other
 // parameters), so an update in the body's numbering would land on another parameter. Refused
 // as for a rolled loop, naming the launch, and the graph replays as before.
