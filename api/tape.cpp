@@ -230,6 +230,10 @@ void Tape::stable_by_access(std::unordered_set<uint64_t>* stable) const {
 }
 
 void Tape::find_stable() const {
+  // Once per recording: checkpoint_plan's exact two-level count and the backward after it ask
+  // of the same records.
+  if (stable_of_ == recorded_) return;
+  stable_of_ = recorded_;
   stable_arrays_.clear();
   stable_records_.assign(records_.size(), false);
   for (const Record& r : records_) {
@@ -428,6 +432,7 @@ Status Tape::fill(NdArrayHandle array, double value) {
   args_.push_back(Arg::ndarray(array));
   args_.push_back(Arg::f64(value));
   records_.push_back(r);
+  ++recorded_;
   return {};
 }
 
@@ -466,6 +471,7 @@ Status Tape::launch(const Differentiated& d, std::span<const Arg> args, LaunchId
   args_.insert(args_.end(), args.begin(), args.end());
   for (const GradientParam& g : d.gradients) grad_params_.push_back(g.param);
   records_.push_back(r);
+  ++recorded_;
   return {};
 }
 
@@ -760,6 +766,7 @@ void Tape::record_loop(std::span<const TapeLoopLaunch> body, uint32_t count) {
     for (size_t p = 0; p < l.args.size(); ++p) steps_.push_back(p < l.step.size() ? l.step[p] : 0);
     for (const GradientParam& g : l.d->gradients) grad_params_.push_back(g.param);
     records_.push_back(r);
+    ++recorded_;
   }
 }
 
@@ -814,6 +821,7 @@ void Tape::prune() {
 
 void Tape::reset() {
   records_.clear();
+  ++recorded_;
   args_.clear();
   steps_.clear();
   broken_.clear();
@@ -989,6 +997,7 @@ Status Tape::checkpointed_backward(const codegen::CheckpointPlan& plan,
   copies_->trim(memory_budget_);
   stable_arrays_.clear();
   stable_records_.clear();
+  stable_of_ = 0;  // asked again of this recording, found again
   return {};
 }
 

@@ -421,6 +421,9 @@ class Tape {
   // find_stable's, for the backward running (or checkpoint_plan's exact bytes).
   mutable std::unordered_set<uint64_t> stable_arrays_;
   mutable std::vector<bool> stable_records_;
+  // Bumped by every record and reset; stable_of_: the value find_stable last ran at (0: none).
+  uint64_t recorded_ = 1;
+  mutable uint64_t stable_of_ = 0;
 };
 
 }  // namespace vkad
