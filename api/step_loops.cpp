@@ -213,9 +213,7 @@ std::vector<uint64_t> StepLoops::plan_zeros(const GraphCompiler::PreparedRework&
   // as they are, and a blocked adjoint's rows that hold earlier sums get a stash -- so a
   // blocked adjoint loop whose gradient rows the loss seeded still launches its plan.
   std::vector<uint64_t> zeros;
-  if (p.recompute_pins.empty()) {
-    // gather recompute copied no producer
-  } else if (p.any_rolled) {
+  if (p.any_rolled && !p.recompute_pins.empty()) {
     zeros.assign(assumed.begin(), assumed.end());
   } else {
     for (size_t i = 1; i < p.recompute_pins.size(); i += 2) {

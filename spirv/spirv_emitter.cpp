@@ -905,15 +905,10 @@ class MemoryEmitter : public ValueEmitter {
     const DType t = k_.params[s.param].dtype;
     const uint32_t val = v(s.args.back());
     check_finite(s, val);
-    if (target_.subgroup_arithmetic && is_float(t) && uniform_indexed(s)) {
-      return combine_if_wide(s, val);
-    }
-    if (!target_.subgroup_arithmetic || !is_float(t) || !table_indexed(s)) {
-      return add_atomically(s, val, false);
-    }
-    m_.capability(spv::CapabilityGroupNonUniform);
+    if (!target_.subgroup_arithmetic || !is_float(t)) return add_atomically(s, val, false);
+    if (uniform_indexed(s)) return combine_where(wide_, s, val, false);
+    if (!table_indexed(s)) return add_atomically(s, val, false);
     m_.capability(spv::CapabilityGroupNonUniformVote);
-    m_.capability(spv::CapabilityGroupNonUniformArithmetic);
     const uint32_t scope = m_.c_u32(spv::ScopeSubgroup);
     // Whether every active invocation has these indices (the launch-uniform ones agree): the
     // same in all of them, so the branch on it is uniform and the reduction inside sees
@@ -924,43 +919,38 @@ class MemoryEmitter : public ValueEmitter {
       uint32_t eq = op(spv::OpGroupNonUniformAllEqual, bool_, {scope, v(s.args[d])});
       same = same == 0 ? eq : op(spv::OpLogicalAnd, bool_, {same, eq});
     }
-    if_else(
-        same,
-        [&] {
-          const uint32_t sum =
-              op(spv::OpGroupNonUniformFAdd, type(t), {scope, spv::GroupOperationReduce, val});
-          const uint32_t elected = op(spv::OpGroupNonUniformElect, bool_, {scope});
-          if_else(
-              elected, [&] { add_atomically(s, sum, true); }, [] {});
-        },
-        [&] { add_atomically(s, val, true); });
+    combine_where(same, s, val, true);
   }
 
-  // atomic_add where every index is launch-uniform: in a wide launch the subgroup's sum from
-  // one invocation (the active ones: under a branch, in a last partial pass), else each its own.
-  void combine_if_wide(const Stmt& s, uint32_t val) {
+  // atomic_add of `val` where `combine` (a uniform condition: the active invocations all take
+  // the same branch) as the subgroup's sum from one elected invocation, else one atomic each.
+  void combine_where(uint32_t combine, const Stmt& s, uint32_t val, bool skip_zero) {
     m_.capability(spv::CapabilityGroupNonUniform);
     m_.capability(spv::CapabilityGroupNonUniformArithmetic);
     const uint32_t scope = m_.c_u32(spv::ScopeSubgroup);
     const DType t = k_.params[s.param].dtype;
     if_else(
-        wide_,
+        combine,
         [&] {
           const uint32_t sum =
               op(spv::OpGroupNonUniformFAdd, type(t), {scope, spv::GroupOperationReduce, val});
           const uint32_t elected = op(spv::OpGroupNonUniformElect, bool_, {scope});
           if_else(
-              elected, [&] { add_atomically(s, sum, false); }, [] {});
+              elected, [&] { add_atomically(s, sum, skip_zero); }, [] {});
         },
-        [&] { add_atomically(s, val, false); });
+        [&] { add_atomically(s, val, skip_zero); });
+  }
+
+  // table_values_ and uniform_values_, made at the kernel's first atomic_add.
+  void index_values() {
+    if (table_values_) return;
+    table_values_ = table_index_values(k_);
+    uniform_values_ = launch_uniform_values(k_);
   }
 
   // Every index of `s` launch-uniform (a 0-d array's element included).
   bool uniform_indexed(const Stmt& s) {
-    if (!table_values_) {
-      table_values_ = table_index_values(k_);
-      uniform_values_ = launch_uniform_values(k_);
-    }
+    index_values();
     for (size_t d = 0; d + 1 < s.args.size(); ++d) {
       if (!uniform_values_->count(s.args[d])) return false;
     }
@@ -969,10 +959,7 @@ class MemoryEmitter : public ValueEmitter {
 
   // Every index of `s` a table index or launch-uniform, at least one a table index.
   bool table_indexed(const Stmt& s) {
-    if (!table_values_) {
-      table_values_ = table_index_values(k_);
-      uniform_values_ = launch_uniform_values(k_);
-    }
+    index_values();
     bool table = false;
     for (size_t d = 0; d + 1 < s.args.size(); ++d) {
       if (table_values_->count(s.args[d])) {

@@ -187,11 +187,20 @@ LoopInfo captured_loop(Program& p, Before&& before, GraphHandle* graph) {
   return info;
 }
 
-TEST(LoopRework, APreparedLoopRunsItsPlanWhereTheZerosItNeedsHold) {
-  bool skipped = false;
-  auto p = make_program(&skipped);
-  if (skipped) GTEST_SKIP() << "no Vulkan device";
-  ASSERT_NE(p, nullptr);
+// Each test's program (make_program) on a session of its own.
+class LoopRework : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    bool skipped = false;
+    p_ = make_program(&skipped);
+    if (skipped) GTEST_SKIP() << "no Vulkan device";
+    ASSERT_NE(p_, nullptr);
+  }
+  std::unique_ptr<Program> p_;
+};
+
+TEST_F(LoopRework, APreparedLoopRunsItsPlanWhereTheZerosItNeedsHold) {
+  auto& p = p_;
   Session& s = *p->s;
   // Unprepared: the launches one by one.
   GraphHandle g{0};
@@ -258,11 +267,8 @@ std::vector<LoopLaunch> prepared_hops(Program& p) {
   return hops;
 }
 
-TEST(LoopRework, APlanNeedingNoZerosRunsOutsideACaptureToo) {
-  bool skipped = false;
-  auto p = make_program(&skipped);
-  if (skipped) GTEST_SKIP() << "no Vulkan device";
-  ASSERT_NE(p, nullptr);
+TEST_F(LoopRework, APlanNeedingNoZerosRunsOutsideACaptureToo) {
+  auto& p = p_;
   Session& s = *p->s;
   const std::vector<LoopLaunch> hops = prepared_hops(*p);
   LoopInfo info;
@@ -289,11 +295,8 @@ TEST(LoopRework, APlanNeedingNoZerosRunsOutsideACaptureToo) {
 // A capture that runs cuts a piece after a loop launched as its plan (as after a rolled one),
 // so the device starts the loop while the caller records what follows: the hops, then a use
 // of their result, make two pieces, not the one a capture of so few steps makes otherwise.
-TEST(LoopRework, ACaptureThatRunsStartsAPlannedLoopAtOnce) {
-  bool skipped = false;
-  auto p = make_program(&skipped);
-  if (skipped) GTEST_SKIP() << "no Vulkan device";
-  ASSERT_NE(p, nullptr);
+TEST_F(LoopRework, ACaptureThatRunsStartsAPlannedLoopAtOnce) {
+  auto& p = p_;
   Session& s = *p->s;
   const std::vector<LoopLaunch> hops = prepared_hops(*p);
   const uint64_t pieces = s.runtime().stats()->run_pieces;
@@ -312,11 +315,8 @@ TEST(LoopRework, ACaptureThatRunsStartsAPlannedLoopAtOnce) {
 // A reworked loop captured in a graph: its launches are the plan's (fused kernels of other
 // parameters), so an update in the body's numbering would land on another parameter. Refused
 // as for a rolled loop, naming the launch, and the graph replays as before.
-TEST(LoopRework, AnUpdateOfAReworkedLoopsLaunchIsRefused) {
-  bool skipped = false;
-  auto p = make_program(&skipped);
-  if (skipped) GTEST_SKIP() << "no Vulkan device";
-  ASSERT_NE(p, nullptr);
+TEST_F(LoopRework, AnUpdateOfAReworkedLoopsLaunchIsRefused) {
+  auto& p = p_;
   Session& s = *p->s;
   const std::vector<LoopLaunch> hops = prepared_hops(*p);
   ASSERT_TRUE(s.begin_capture("reworked").ok());
@@ -342,14 +342,11 @@ TEST(LoopRework, AnUpdateOfAReworkedLoopsLaunchIsRefused) {
   expect_no_validation_messages(s);
 }
 
-TEST(LoopRework, APlanReadingAZeroFilledArrayRunsOnlyWhereItIsZero) {
+TEST_F(LoopRework, APlanReadingAZeroFilledArrayRunsOnlyWhereItIsZero) {
   // use(t) reads s, bump(t) adds into it: their element-wise launches fuse, and a fused run
   // right after a zero fill of a 1-d array reads it as the constant -- so the plan relies on
   // s being zero at the loop's start, as on a zeroed accumulator.
-  bool skipped = false;
-  auto p = make_program(&skipped);
-  if (skipped) GTEST_SKIP() << "no Vulkan device";
-  ASSERT_NE(p, nullptr);
+  auto& p = p_;
   Session& s = *p->s;
   const KernelHandle use = *s.compile(std::string_view(kUse));
   const KernelHandle bump = *s.compile(std::string_view(kBump));
@@ -382,14 +379,11 @@ TEST(LoopRework, APlanReadingAZeroFilledArrayRunsOnlyWhereItIsZero) {
   expect_no_validation_messages(s);
 }
 
-TEST(LoopRework, APendingBackgroundReworkIsInstalledBeforeThePlanIsMade) {
+TEST_F(LoopRework, APendingBackgroundReworkIsInstalledBeforeThePlanIsMade) {
   // The same loop captured one by one with its rework in the background: that rework compiles
   // the kernels the plan wants and caches them under handles registered only at its install.
   // rework_loop installs it first, so the plan launches registered kernels.
-  bool skipped = false;
-  auto p = make_program(&skipped);
-  if (skipped) GTEST_SKIP() << "no Vulkan device";
-  ASSERT_NE(p, nullptr);
+  auto& p = p_;
   Session& s = *p->s;
   ASSERT_TRUE(s.upload(p->x, std::span<const float>(p->x0)).ok());
   ASSERT_TRUE(s.upload(p->a, std::span<const float>(p->x0)).ok());
