@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """DiffTaichi's programs raced: vkad against Taichi and Warp (issues 28, 54).
 
-mass_spring, diffmpm, wave, smoke, billiards, diffmpm3d, electric and rigid_body: the same
-programs, sizes, initialisation, loss and update in each implementation:
+mass_spring, diffmpm, wave, smoke, billiards, diffmpm3d, electric, rigid_body and
+volume_renderer: the same programs, sizes, initialisation, loss and update in each
+implementation:
   vkad        examples/difftaichi/<program>.py (a replayed graph per iteration;
               --vkad-no-graph launches the kernels one by one)
   taichi      bench/difftaichi_peers/taichi_*.py: DiffTaichi's idiom, ti.ad.Tape; arch=cuda
@@ -10,8 +11,9 @@ programs, sizes, initialisation, loss and update in each implementation:
   warp        bench/difftaichi_peers/warp_*.py: wp.Tape (cuda:0 when present, else cpu)
   warp-graph  the same with the tape's forward and backward captured in a CUDA graph (CUDA only)
 
-    python3 bench/difftaichi.py [--program mass_spring|diffmpm|diffmpm3d|...|rigid_body|both|all]
-                                [--iters 20] [--steps S] [--grid G] [--f64]
+    python3 bench/difftaichi.py [--program mass_spring|diffmpm|diffmpm3d|...|volume_renderer|
+                                           both|all]
+                                [--iters 20] [--steps S] [--grid G] [--res R] [--f64]
                                 [--only vkad,taichi,warp,warp-graph]
                                 [--vkad-no-graph] [--warm-cache] [--json OUT]
 
@@ -43,15 +45,19 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 IMPLS = ("vkad", "taichi", "warp", "warp-graph")
 PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards", "diffmpm3d", "electric",
-            "rigid_body")
+            "rigid_body", "volume_renderer")
 STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256, "smoke": 100,
          "billiards": 1024, "diffmpm3d": 512, "electric": 512,
-         "rigid_body": 2048}  # the examples' STEPS
+         "rigid_body": 2048,
+         "volume_renderer": 1000}  # the examples' STEPS (volume_renderer: MARCHING_STEPS)
 UNPORTED = set()  # programs without a Taichi or Warp transcription in difftaichi_peers
 PEERS = {"taichi": set(PROGRAMS) - UNPORTED, "warp": set(PROGRAMS) - UNPORTED}
-# the examples' N_GRID (programs with a grid; diffmpm3d's is 64^3)
-GRIDS = {"diffmpm": 128, "wave": 256, "smoke": 128, "diffmpm3d": 64}
-GRID_DIMS = {"diffmpm3d": 3}  # the others' grids are 2-d
+# the examples' N_GRID (programs with a grid; diffmpm3d's is 64^3; volume_renderer's is its
+# density, DENSITY_RES^3)
+GRIDS = {"diffmpm": 128, "wave": 256, "smoke": 128, "diffmpm3d": 64, "volume_renderer": 128}
+GRID_DIMS = {"diffmpm3d": 3, "volume_renderer": 3}  # the others' grids are 2-d
+# the examples' image resolution (programs that render: volume_renderer's RES^2 pixels per view)
+RESES = {"volume_renderer": 512}
 RESULT = "DIFFTAICHI-RESULT "  # the child's last line of stdout: this, then its JSON
 
 
@@ -84,6 +90,9 @@ def _make_vkad(a, program):
         sim = example.Electric(session, steps=a.steps, seed=a.seed, graph=graph, **ft)
     elif program == "rigid_body":
         sim = example.RigidBody(session, steps=a.steps, seed=a.seed, graph=graph, **ft)
+    elif program == "volume_renderer":
+        sim = example.VolumeRenderer(session, res=a.res, density_res=a.grid,
+                                     marching_steps=a.steps, seed=a.seed, graph=graph, **ft)
     else:
         sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph,
                               **ft)
@@ -126,6 +135,10 @@ def _make_taichi(a, program, cache):
     elif program == "rigid_body":
         from difftaichi_peers.taichi_rigid_body import TaichiRigidBody
         sim = TaichiRigidBody(steps=a.steps, seed=a.seed, real=real)
+    elif program == "volume_renderer":
+        from difftaichi_peers.taichi_volume_renderer import TaichiVolumeRenderer
+        sim = TaichiVolumeRenderer(res=a.res, density_res=a.grid, marching_steps=a.steps,
+                                   seed=a.seed, real=real)
     else:
         from difftaichi_peers.taichi_diffmpm import TaichiDiffMPM
         sim = TaichiDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real)
@@ -172,6 +185,10 @@ def _make_warp(a, program, cache, graph):
     elif program == "rigid_body":
         from difftaichi_peers.warp_rigid_body import WarpRigidBody
         sim = WarpRigidBody(steps=a.steps, seed=a.seed, graph=graph, device=device)
+    elif program == "volume_renderer":
+        from difftaichi_peers.warp_volume_renderer import WarpVolumeRenderer
+        sim = WarpVolumeRenderer(res=a.res, density_res=a.grid, marching_steps=a.steps,
+                                 seed=a.seed, graph=graph, device=device)
     else:
         from difftaichi_peers.warp_diffmpm import WarpDiffMPM
         sim = WarpDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
@@ -183,6 +200,8 @@ def _make_warp(a, program, cache, graph):
 def child(a) -> dict:
     if a.grid is None and a.program in GRIDS:
         a.grid = GRIDS[a.program]
+    if a.res is None and a.program in RESES:
+        a.res = RESES[a.program]
     cache = None if a.warm_cache else tempfile.mkdtemp(prefix=f"difftaichi-{a.child}-")
     try:
         if a.child == "vkad":
@@ -214,6 +233,7 @@ def child(a) -> dict:
         return dict(info, status="ok", dispatches_per_iter=dispatches, iters=a.iters,
                     steps=a.steps,
                     grid=a.grid if a.program in GRIDS else None,
+                    res=a.res if a.program in RESES else None,
                     ms_per_iter=statistics.median(steady) if steady else None,
                     ms_per_iter_min=min(steady) if steady else None,
                     first_iter_ms=ms[0], start_to_first_iter_s=to_first, iter_ms=ms,
@@ -228,11 +248,12 @@ def child(a) -> dict:
 
 # --- the race -----------------------------------------------------------------------------------
 
-def run_child(a, program, impl, steps, grid) -> dict:
+def run_child(a, program, impl, steps, grid, res=None) -> dict:
     cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--child", impl,
            "--program", program, "--iters", str(a.iters), "--steps", str(steps),
            "--seed", str(a.seed), "--t0", repr(time.time())]
     cmd += ["--grid", str(grid)] if grid else []
+    cmd += ["--res", str(res)] if res else []
     cmd += ["--vkad-no-graph"] * a.vkad_no_graph + ["--warm-cache"] * a.warm_cache
     cmd += ["--f64"] * a.f64
     try:
@@ -302,10 +323,15 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=20, help="training iterations (default 20)")
     ap.add_argument("--steps", type=int, default=None,
                     help="time steps (default: the example's, 682 mass_spring, 1024 diffmpm, "
-                         "256 wave, 100 smoke, 1024 billiards, 512 diffmpm3d)")
+                         "256 wave, 100 smoke, 1024 billiards, 512 diffmpm3d; volume_renderer's "
+                         "marching steps, 1000)")
     ap.add_argument("--grid", type=int, default=None,
                     help="grid cells per side of the programs with a grid (default: the "
-                         "example's, 128 diffmpm, 256 wave, 128 smoke, 64 diffmpm3d)")
+                         "example's, 128 diffmpm, 256 wave, 128 smoke, 64 diffmpm3d; "
+                         "volume_renderer's density, 128)")
+    ap.add_argument("--res", type=int, default=None,
+                    help="pixels per side of each view of the programs that render (default: "
+                         "the example's, 512 volume_renderer)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--f64", action="store_true",
                     help="every implementation in float64 (vkad's dtype, Taichi's default_fp and "
@@ -337,9 +363,10 @@ def main(argv=None) -> int:
     for program in programs:
         steps = a.steps or STEPS[program]
         grid = (a.grid or GRIDS[program]) if program in GRIDS else None
+        res = (a.res or RESES[program]) if program in RESES else None
         rows = []
         for impl in impls:
-            r = run_child(a, program, impl, steps, grid)
+            r = run_child(a, program, impl, steps, grid, res)
             rows.append((impl, r))
         ref = next((r for impl, r in rows if impl == "vkad" and r["status"] == "ok"), None)
         for impl, r in rows:
@@ -348,6 +375,7 @@ def main(argv=None) -> int:
             out["results"].append(dict(r, program=program, impl=impl, steps=steps))
         dims = GRID_DIMS.get(program, 2)
         print_table(f"{program}: {steps} steps" + (f", {grid}^{dims} grid" if grid else "")
+                    + (f", {res}^2 pixels" if res else "")
                     + f", {a.iters} iterations" + (", float64" if a.f64 else ""), rows, a.f64)
         if ref is not None:
             out.setdefault("device", ref["device"])

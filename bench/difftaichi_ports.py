@@ -5,13 +5,22 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "difftaichi"))
 
 PROGRAMS = ("diffmpm", "mass_spring", "wave", "smoke", "billiards", "electric",
-            "rigid_body", "diffmpm3d")
+            "rigid_body", "diffmpm3d", "volume_renderer")
 
 
 def make(session, program: str, steps=None, loop=None, **extra):
     """The port `program` built on `session` (its kernels compiled, its arrays made); `steps`
     and `loop` (its step loop through Session.loop, prepared in the constructor) None: the
-    program's own. `extra`: more of the port's constructor arguments (diffmpm's debug=True)."""
+    program's own. `extra`: more of the port's constructor arguments (diffmpm's debug=True).
+    volume_renderer's `steps` are its marching steps; it has no step loop (its marching loop is
+    inside ray_march), so `loop` is refused for it."""
+    if program == "volume_renderer":
+        if loop is not None:
+            raise ValueError("volume_renderer has no step loop for Session.loop (its marching "
+                             "loop is inside the ray_march kernel): leave `loop` out")
+        from difftaichi_peers import load_example
+        kw = dict(extra) if steps is None else dict(extra, marching_steps=steps)
+        return load_example("volume_renderer").VolumeRenderer(session, **kw)
     kw = dict(extra) if steps is None else dict(extra, steps=steps)
     if loop is not None:
         kw["loop"] = loop

@@ -13,7 +13,7 @@ BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench" / "difftaichi.py"
 def test_vkad_only_run_writes_the_results(tmp_path):
     out = tmp_path / "race.json"
     p = subprocess.run([sys.executable, str(BENCH), "--only", "vkad", "--iters", "3",
-                        "--steps", "12", "--grid", "32", "--json", str(out)],
+                        "--steps", "12", "--grid", "32", "--res", "15", "--json", str(out)],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "mass_spring: 12 steps" in p.stdout and "diffmpm: 12 steps, 32^2 grid" in p.stdout
@@ -26,7 +26,7 @@ def test_vkad_only_run_writes_the_results(tmp_path):
     assert data["python"] and "commit" in data and data["device"]
     rows = {r["program"]: r for r in data["results"]}
     assert set(rows) == {"mass_spring", "diffmpm", "wave", "smoke", "billiards", "diffmpm3d",
-                         "electric", "rigid_body"}
+                         "electric", "rigid_body", "volume_renderer"}
     # the controllers' sizes: mass_spring robot 0 (32 x 36 + 32 + 11 x 32 + 11 weights),
     # diffmpm's 4 actuators x 4 sine waves + 4 biases; wave's initial height, 32 x 32; smoke's
     # initial velocity, 32 x 32 x 2; diffmpm3d's 16 actuators x 4 sine waves + 16 biases;
@@ -56,6 +56,33 @@ def test_vkad_only_run_writes_the_results(tmp_path):
     assert r["impl"] == "vkad" and r["name"] == "vkad graph" and r["steps"] == 12
     assert len(r["losses"]) == len(r["iter_ms"]) == 3 and len(r["grad0"]) == 4
     assert all(math.isfinite(x) for x in r["losses"] + r["grad0"])
+    # volume_renderer: 12 marching steps of 0.02 end 0.24 from the camera, before the box (0.5
+    # away): images and targets are 0, and so are the loss and the gradient (the rendering at a
+    # size that reaches the density: the next test)
+    assert "volume_renderer: 12 steps, 32^3 grid, 15^2 pixels, 3 iterations" in p.stdout
+    r = rows["volume_renderer"]
+    assert r["status"] == "ok", r
+    assert r["name"] == "vkad graph" and r["steps"] == 12 and r["grid"] == 32 and r["res"] == 15
+    assert r["losses"] == [0.0] * 3 and len(r["grad0"]) == 32 ** 3 and r["grad0_norm"] == 0
+
+
+def test_volume_renderer_through_its_density(tmp_path):
+    # 80 marching steps cross the box: DiffTaichi's 7 views of 15^2 pixels of an 8^3 density,
+    # trained from 0 (the example's learning rate for that size): the loss falls.
+    out = tmp_path / "race.json"
+    p = subprocess.run([sys.executable, str(BENCH), "--program", "volume_renderer", "--only",
+                        "vkad", "--iters", "3", "--steps", "80", "--grid", "8", "--res", "15",
+                        "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "volume_renderer: 80 steps, 8^3 grid, 15^2 pixels, 3 iterations" in p.stdout
+    (r,) = json.loads(out.read_text())["results"]
+    assert r["status"] == "ok", r
+    assert r["impl"] == "vkad" and r["name"] == "vkad graph" and r["steps"] == 80
+    assert r["grid"] == 8 and r["res"] == 15
+    assert len(r["grad0"]) == 8 ** 3 and r["grad0_norm"] > 0
+    assert max(r["grad0"]) <= 0  # from density 0 the images are darker than the targets
+    assert r["losses"][0] > r["losses"][1] > r["losses"][2] > 0
+    assert r["dispatches_per_iter"] > 0
 
 
 def test_unknown_implementation_is_refused():
