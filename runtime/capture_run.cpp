@@ -18,6 +18,13 @@
 // launch. A piece whose pipelines lack push descriptors cannot be a bundle: the caller's thread
 // records it into the list directly when it submits it (also where no thread could be made).
 //
+// The caller's thread records the pieces itself (when it submits them) until the capture has
+// cut RuntimeOptions::run_threads_after_steps steps: a capture of a few hundred or a couple of
+// thousand launches -- a training iteration whose step loops are prepared -- finishes sooner that
+// way on the hosts measured (the threads' hand-off, secondary command buffers and the wait for
+// the last pieces' recording cost more than the driver's recording saved off the caller); a
+// longer one then moves the recording to the threads.
+//
 // Up to kRunThreads recording threads, each with a side pool of its own, record pieces in any
 // order; the caller submits them in cut order (Run::done_ is keyed by it), as many as
 // are ready in one submission. What a recording thread reads stays valid: kernels and plans
@@ -83,27 +90,41 @@ Result<std::unique_ptr<Runtime::Graphs::Run>> Runtime::Graphs::Run::start(Runtim
                                                                           Graphs& graphs) {
   const int hw = static_cast<int>(std::thread::hardware_concurrency());
   int want = rt.device_->caps().push_descriptor ? std::clamp(hw - 1, 1, kRunThreads) : 0;
-  // VKAD_RUN_THREADS=<n> (0 to 8) sets how many, where push descriptors allow any: how a
-  // host's balance between the caller and the recording threads is measured.
+  // VKAD_RUN_THREADS=<n> (0 to 8) sets how many, where push descriptors allow any, and
+  // VKAD_RUN_THREADS_AFTER=<steps> after how many captured steps they start: how a host's
+  // balance between the caller and the recording threads is measured.
   if (const char* env = std::getenv("VKAD_RUN_THREADS"); env != nullptr && want > 0) {
     want = static_cast<int>(std::clamp(std::strtol(env, nullptr, 10), 0L, 8L));
   }
-  // A replay recorded into the open list keeps its side bundles alive up to that list's serial;
-  // a graph released since queues them under it. Submit it first, or settle_side_bundles would
-  // wait for a serial that is never submitted.
-  if (rt.list_.recording()) VKAD_TRY(rt.submit_list().status());
-  VKAD_TRY(rt.stream_->settle_side_bundles());
-  VKAD_TRY(rt.stream_->ensure_side_pools(want));
+  uint64_t after = rt.options_.run_threads_after_steps;
+  if (const char* env = std::getenv("VKAD_RUN_THREADS_AFTER"); env != nullptr) {
+    after = std::strtoull(env, nullptr, 10);
+  }
   std::unique_ptr<Run> r(new Run(rt, graphs));
   r->trace_ = std::getenv("VKAD_GRAPH_TRACE") != nullptr;
-  for (int i = 0; i < want; ++i) {
+  r->want_threads_ = want;
+  r->threads_after_ = after;
+  if (want > 0 && after == 0) VKAD_TRY(r->start_threads());
+  return r;
+}
+
+Status Runtime::Graphs::Run::start_threads() {
+  threads_started_ = true;
+  // A replay recorded into the open list keeps its side bundles alive up to that list's serial;
+  // a graph released since queues them under it. Submit it first, or settle_side_bundles would
+  // wait for a serial that is never submitted. (Mid-capture the list holds pieces already
+  // executed: submitting it is what pump does anyway.)
+  if (rt_.list_.recording()) VKAD_TRY(rt_.submit_list().status());
+  VKAD_TRY(rt_.stream_->settle_side_bundles());
+  VKAD_TRY(rt_.stream_->ensure_side_pools(want_threads_));
+  for (int i = 0; i < want_threads_; ++i) {
     try {
-      r->threads_.emplace_back(thread_main, r.get(), rt.stream_.get(), i);
+      threads_.emplace_back(thread_main, this, rt_.stream_.get(), i);
     } catch (const std::system_error&) {
       break;  // fewer threads (none: the caller's thread records every piece; same results)
     }
   }
-  return r;
+  return {};
 }
 
 // The piece's steps into a side bundle, as record_steps and record_dispatches record a graph's.
@@ -248,6 +269,14 @@ void Runtime::Graphs::Run::cut_range(size_t begin, size_t end) {
       p->args = std::move(*args);
       p->args_host.assign(g.args_blob.begin() + static_cast<ptrdiff_t>(lo),
                           g.args_blob.begin() + static_cast<ptrdiff_t>(hi));
+    }
+    if (!threads_started_ && want_threads_ > 0 && begin >= threads_after_) {
+      if (Status started = start_threads(); !started.ok()) {
+        if (started.code() == ErrorCode::kDeviceLost) {
+          error_ = started;
+          return;
+        }
+      }  // otherwise no threads: the caller records the rest
     }
     steps_into(*p, begin, end, lo);
     p->direct = p->direct || threads_.empty();

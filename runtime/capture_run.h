@@ -73,6 +73,10 @@ class Runtime::Graphs::Run {
   void cut_range(size_t begin, size_t end);  // steps [begin, end) as one piece
   Status grow_heaps(size_t begin, size_t end, uint64_t* lo, uint64_t* hi);  // cut_range's
   void steps_into(Piece& piece, size_t begin, size_t end, uint64_t lo);
+  // The recording threads and their side pools, made when the capture has cut threads_after_
+  // steps (start: at once where that is 0). Where they cannot be made every piece is recorded
+  // on the caller's thread (same results); a device loss goes to error_.
+  Status start_threads();
   void pump(bool wait_all);         // submits recorded pieces (all outstanding: wait_all)
   void submit_piece(Piece& piece);  // executes it into the list (submitted by pump)
   void stop() noexcept;             // stops the threads, drops what is not submitted
@@ -87,6 +91,9 @@ class Runtime::Graphs::Run {
   bool stop_ = false;
   // The caller's thread only:
   std::vector<std::thread> threads_;  // none: the caller's thread records every piece
+  int want_threads_ = 0;              // how many start_threads makes (0: none ever)
+  uint64_t threads_after_ = 0;        // steps cut before start_threads runs
+  bool threads_started_ = false;      // start_threads ran (threads_ may still be empty)
   uint64_t next_seq_ = 0, next_submit_ = 0;
   size_t outstanding_ = 0;         // pieces cut, not submitted yet
   size_t next_step_ = 0;           // the first captured step not in a piece

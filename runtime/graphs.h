@@ -57,18 +57,19 @@ class Runtime::Graphs : public Runtime::CaptureHooks {
   // `run`: the capture also runs what it captures, as launch() and fill() would have, in
   // order and asynchronously -- the first iteration of a training loop without a replay after
   // its capture (docs/graphs.md, "A capture that runs"). The captured steps are cut into pieces of
-  // kBundleLaunches steps (the first three of 64, 128 and 256); threads of the runtime's own record
-  // each piece into a bundle (the driver's per-launch recording, ~5 us on NVIDIA, off the caller's
-  // thread) and the caller's next captured step submits the pieces recorded so far, so the device
-  // runs the first pieces while the capture goes on. Each piece reads its args from a device buffer
-  // of its own (copied in from the upload ring at submission, and out to the readback ring for the
-  // error words); launches get their LaunchIds, stats and device-error reports when submitted.
-  // Freeing an array while running first submits every step captured so far (its buffer stays alive
-  // until they complete). end_capture submits the rest and returns once everything is submitted;
-  // the graph is then the same as without `run` (its first replay records its own bundles). Should
-  // a piece fail (out of memory, device lost), nothing after it runs and end_capture returns that
-  // error, the capture dropped. Without push descriptors every piece is recorded on the caller's
-  // thread (same results).
+  // kBundleLaunches steps (the first three of 64, 128 and 256); the caller's next captured step
+  // records and submits them, so the device runs the first pieces while the capture goes on.
+  // From RuntimeOptions::run_threads_after_steps captured steps on, threads of the runtime's own
+  // record each piece into a bundle (the driver's per-launch recording, ~5 us on NVIDIA, off the
+  // caller's thread) and the caller submits the pieces recorded so far. Each piece reads its args
+  // from a device buffer of its own (copied in from the upload ring at submission, and out to the
+  // readback ring for the error words); launches get their LaunchIds, stats and device-error
+  // reports when submitted. Freeing an array while running first submits every step captured so far
+  // (its buffer stays alive until they complete). end_capture submits the rest and returns once
+  // everything is submitted; the graph is then the same as without `run` (its first replay records
+  // its own bundles). Should a piece fail (out of memory, device lost), nothing after it runs and
+  // end_capture returns that error, the capture dropped. Without push descriptors every piece is
+  // recorded on the caller's thread (same results).
   Status begin_capture(const std::string& name = "", bool run = false);
   // The graph (kFailedPrecondition without an open capture; an empty capture is a graph too).
   Result<GraphHandle> end_capture();

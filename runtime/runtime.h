@@ -159,6 +159,15 @@ struct RuntimeOptions {
   bool profile_flush = false;
   // The ndarray pool's bound (create_ndarray's `pooled`): bytes of freed pooled buffers kept.
   uint64_t ndarray_pool_bytes = 512ull << 20;
+  // A capture that runs (Graphs::begin_capture's `run`) records its pieces on the caller's
+  // thread until it has cut this many steps, then on recording threads (VKAD_RUN_THREADS_AFTER
+  // overrides; 0: threads from the start). On an H200 host every DiffTaichi port's first
+  // iteration (up to 2,370 captured launches) ran as fast or faster with none -- wave 2.5 vs
+  // 2.9 ms, smoke 9.6-10.2 vs 11.2-11.9 -- the threads' hand-off, their secondary command
+  // buffers and the wait for the last pieces' recording costing more than the driver's ~5 us a
+  // launch on the caller; a long capture (8,186 launches from a Python loop) gained ~20 ms from
+  // them (docs/benchmarks-log.md).
+  uint32_t run_threads_after_steps = 2048;
 };
 
 // Where the host time of flushes and of opening command lists goes, summed over the runtime's

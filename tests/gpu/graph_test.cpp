@@ -36,6 +36,7 @@ class Graphs : public ::testing::TestWithParam<bool> {
     o.device.enable_validation = true;
     o.device.push_descriptors = GetParam();
     o.max_list_age_us = max_list_age_us_;
+    o.run_threads_after_steps = run_threads_after_;
     auto r = Runtime::create(o);
     if (!r.ok() && r.status().code() == ErrorCode::kNoDevice)
       GTEST_SKIP() << "SKIPPED: no Vulkan device";
@@ -110,6 +111,8 @@ class Graphs : public ::testing::TestWithParam<bool> {
     return v;
   }();
   double max_list_age_us_ = runtime::RuntimeOptions{}.max_list_age_us;
+  // Recording threads from a capture's first step: the tests of pieces recorded aside.
+  uint32_t run_threads_after_ = 0;
   std::unique_ptr<Runtime> rt_;
   runtime::KernelHandle axpy_;
   runtime::NdArrayHandle x_, y_;
@@ -888,4 +891,58 @@ TEST(SessionGraphs, LaunchNamesAreUniqueAndNumberedAsUpdates) {
 }
 
 }  // namespace
+// Recording threads that start part-way (RuntimeOptions::run_threads_after_steps): the pieces cut
+// before the threshold are recorded on the caller's thread, those after it aside, and every step
+// runs in order either way -- also after a replayed and released graph left side bundles in
+// flight, which the threads' start settles mid-capture.
+class GraphsLateThreads : public Graphs {
+ protected:
+  void SetUp() override {
+    max_list_age_us_ = 1e12;  // the released graph's bundles stay in the open list
+    run_threads_after_ = 64 + 128;
+    Graphs::SetUp();
+  }
+};
+
+TEST_P(GraphsLateThreads, ACaptureThatRunsRecordsOnTheCallerUntilItsThreadsStart) {
+  runtime::GraphHandle three = capture_three(/*run=*/true);  // 3 steps: on the caller
+  if (HasFailure()) return;
+  EXPECT_EQ(rt_->stats()->run_pieces_recorded_aside, 0u)
+      << "a short capture records no piece aside";
+  ASSERT_TRUE(rt_->graphs().replay(three).ok());
+  ASSERT_TRUE(rt_->graphs().release_graph(three).ok());
+  const runtime::RuntimeStats before = *rt_->stats();
+  // Pieces of 64, 128, 256, 512 and the 37 left at end_capture: the first two begin before the
+  // threshold (192 steps cut), the other three at or after it.
+  const uint32_t n = 64 + 128 + 256 + runtime::kBundleLaunches + 37;
+  ASSERT_TRUE(rt_->graphs().begin_capture("late threads", /*run=*/true).ok());
+  ASSERT_TRUE(rt_->fill(y_, 1.0).ok());
+  float sum = 0;
+  for (uint32_t i = 0; i + 1 < n; ++i) {
+    const float a = static_cast<float>(i % 7) - 3.0f;
+    sum += a;
+    const Arg args[] = {Arg::f32(a), Arg::ndarray(x_), Arg::ndarray(y_)};
+    ASSERT_TRUE(rt_->launch(axpy_, args).ok());
+  }
+  auto g = rt_->graphs().end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  const runtime::RuntimeStats s = *rt_->stats();
+  EXPECT_EQ(s.run_pieces - before.run_pieces, 5u);
+  const uint64_t aside = s.run_pieces_recorded_aside - before.run_pieces_recorded_aside;
+  if (bundled() && rt_->device().caps().push_descriptor) {
+    EXPECT_EQ(aside, 3u) << "the pieces cut from the 192nd step on, recorded by the threads";
+  } else {
+    EXPECT_EQ(aside, 0u);
+  }
+  expect_y(sum);  // exact: small integer sums times multiples of 1/4
+  ASSERT_TRUE(rt_->fill(y_, 1.0).ok());
+  ASSERT_TRUE(rt_->graphs().replay(*g).ok());
+  expect_y(sum);
+}
+
+INSTANTIATE_TEST_SUITE_P(Replay, GraphsLateThreads, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "Bundled" : "RecordedAgain";
+                         });
+
 }  // namespace vkad::testing
