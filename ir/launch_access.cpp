@@ -318,6 +318,118 @@ std::unordered_set<ValueId> table_index_values(const Kernel& k) {
 
 namespace {
 
+// masked_values' walk: every statement with a result, by value, and each local's stored values.
+void collect_defs(const Block& b, std::unordered_map<ValueId, const Stmt*>& defs,
+                  std::unordered_map<ValueId, std::vector<ValueId>>& stores) {
+  for (const Stmt& s : b.stmts) {
+    if (s.result != kNoValue) defs[s.result] = &s;
+    if (s.op == Op::kStoreLocal) stores[s.args[0]].push_back(s.args[1]);
+    for (const Block& c : s.blocks) collect_defs(c, defs, stores);
+  }
+}
+
+bool is_float_type(DType t) { return t == DType::kF32 || t == DType::kF64; }
+
+// An integer or bool `v` every definition of which is a constant, one of them 0: a flag (an
+// integer local assigned constants in branches, a select of two constants).
+bool flag_value(ValueId v, const std::unordered_map<ValueId, const Stmt*>& defs,
+                const std::unordered_map<ValueId, std::vector<ValueId>>& stores) {
+  auto it = defs.find(v);
+  if (it == defs.end()) return false;
+  const Stmt& s = *it->second;
+  if (s.type == DType::kBool) return true;
+  auto is_const = [&](ValueId x, bool* zero) {
+    auto d = defs.find(x);
+    if (d == defs.end() || d->second->op != Op::kConst) return false;
+    *zero = *zero || d->second->iimm == 0;
+    return true;
+  };
+  bool zero = false;
+  if (s.op == Op::kSelect) return is_const(s.args[1], &zero) && is_const(s.args[2], &zero) && zero;
+  if (s.op != Op::kLoadLocal) return false;
+  auto st = stores.find(s.args[0]);
+  if (st == stores.end()) return false;
+  for (ValueId x : st->second) {
+    if (!is_const(x, &zero)) return false;
+  }
+  return zero;
+}
+
+}  // namespace
+
+namespace {
+
+using Defs = std::unordered_map<ValueId, const Stmt*>;
+using LocalStores = std::unordered_map<ValueId, std::vector<ValueId>>;
+
+// Whether masked_values starts from `s`'s result: a float value a rule may keep.
+bool mask_candidate(const Stmt& s, const Defs& defs, const LocalStores& stores) {
+  if (!is_float_type(s.type)) return false;
+  switch (s.op) {
+    case Op::kConst: return s.fimm == 0;
+    case Op::kSelect:
+    case Op::kMul:
+    case Op::kDiv:
+    case Op::kNeg:
+    case Op::kAdd:
+    case Op::kSub:
+    case Op::kLoadLocal: return true;
+    case Op::kCast: {
+      auto d = defs.find(s.args[0]);
+      return d != defs.end() && !is_float_type(d->second->type) &&
+             flag_value(s.args[0], defs, stores);
+    }
+    default: return false;
+  }
+}
+
+// Whether `s`'s result stays in masked_values' set `in`.
+bool stays_masked(const Stmt& s, const std::unordered_set<ValueId>& in, const LocalStores& stores) {
+  auto m = [&](size_t i) { return in.count(s.args[i]) > 0; };
+  switch (s.op) {
+    case Op::kSelect: return m(1) || m(2);
+    case Op::kMul: return m(0) || m(1);
+    case Op::kDiv:
+    case Op::kNeg: return m(0);
+    case Op::kAdd:
+    case Op::kSub: return m(0) && m(1);
+    case Op::kLoadLocal: {
+      auto st = stores.find(s.args[0]);
+      return st != stores.end() && std::all_of(st->second.begin(), st->second.end(),
+                                               [&](ValueId x) { return in.count(x) > 0; });
+    }
+    default: return true;  // a zero constant, a cast flag
+  }
+}
+
+}  // namespace
+
+std::unordered_set<ValueId> masked_values(const Kernel& k) {
+  Defs defs;
+  LocalStores stores;
+  for (const Task& t : k.tasks) collect_defs(t.body, defs, stores);
+  // The greatest set closed under the rules: start from every float value a rule may keep and
+  // drop those whose rule fails, until none does.
+  std::unordered_set<ValueId> in;
+  for (const auto& [v, s] : defs) {
+    if (mask_candidate(*s, defs, stores)) in.insert(v);
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (auto it = in.begin(); it != in.end();) {
+      if (stays_masked(*defs.at(*it), in, stores)) {
+        ++it;
+      } else {
+        it = in.erase(it);
+        changed = true;
+      }
+    }
+  }
+  return in;
+}
+
+namespace {
+
 void index_values(const Block& b, std::vector<ValueId>& out) {
   for (const Stmt& s : b.stmts) {
     if (op_info(s.op).family == OpFamily::kArray) {

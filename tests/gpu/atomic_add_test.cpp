@@ -5,8 +5,9 @@
 // neighbours on different elements, i32 wrapping, and ranges that do not fill their last
 // subgroup; indices read from a table (which a subgroup combines its adds on where it agrees:
 // spirv_emitter.cpp, atomic_add) in runs and at random, with zeros the emitter skips; a zero
-// added out of bounds is still reported. The f32 values are small integers, so every order of
-// the additions gives the same, exact sum and the comparison can be exact.
+// added out of bounds is still reported; masked values (a select's zero arm, a 0/1 flag) added at
+// computed indices, whose zeros are skipped too. The f32 values are small integers, so every order
+// of the additions gives the same, exact sum and the comparison can be exact.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -198,6 +199,93 @@ TEST_F(AtomicAddDevice, AZeroAddedOutOfBoundsIsStillReported) {
     EXPECT_NE(st.message().find("out-of-bounds ndarray access"), std::string::npos) << st.message();
     for (double x : dev.arrays[1].data) EXPECT_EQ(x, 2.0);  // adding zero changed nothing
     EXPECT_TRUE(runner_->rt().synchronize().ok());
+  }
+}
+
+// Masked adds at indices the task index computes (masked_values: not a table, not uniform), as
+// a ray marcher's adjoint adds `flag * d image` at a clamped voxel: outside a window of 8
+// invocations the values are zero -- a select's zero arm, a 0/1 flag local cast and multiplied
+// -- and their clamped indices pile onto the two end elements.
+const char* kMaskedAdd =
+    R"(kernel madd(v: ndarray<f32, 1>, s: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(v, 0)) {
+    %x = load v[%i] : f32
+    %lo = const 50 : i32
+    %hi = const 58 : i32
+    %zi = const 0 : i32
+    %oi = const 1 : i32
+    %seven = const 7 : i32
+    %z = const 0.0 : f32
+    %ge = ge %i, %lo : bool
+    %lt = lt %i, %hi : bool
+    %in = and %ge, %lt : bool
+    %j = sub %i, %lo : i32
+    %jm = min %j, %seven : i32
+    %c = max %zi, %jm : i32
+    %sel = select %in, %x, %z : f32
+    atomic_add s[%c], %sel
+    %flag = alloca : i32
+    store_local %flag, %zi
+    if %in {
+      store_local %flag, %oi
+    } else {
+    }
+    %fl = load_local %flag : i32
+    %ff = cast %fl : f32
+    %p = mul %x, %ff : f32
+    atomic_add s[%c], %p
+  }
+}
+)";
+
+TEST_F(AtomicAddDevice, MaskedAddsAtComputedIndicesMatchTheCpuEvaluator) {
+  auto k = codegen::parse(kMaskedAdd);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  for (bool subgroup : {true, false}) {
+    auto c = compiled(*k, subgroup);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    for (uint32_t n : {37u, 100u, 4099u, 70001u}) {
+      HostArgs dev =
+          make_args(*k, {ArgSpec::array({n}, -1000, 1000), ArgSpec::array({8}, -5, 5)}, n);
+      for (double& x : dev.arrays[0].data) x = std::round(x);  // exact sums in any order
+      for (double& x : dev.arrays[1].data) x = std::round(x);
+      HostArgs cpu = dev;
+      Status st = runner_->run_compiled(*c, dev);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      auto view = cpu.view();
+      auto r = codegen::evaluate(*k, view);
+      ASSERT_TRUE(r.ok());
+      EXPECT_EQ(compare_arrays_exact(dev.arrays[1], cpu.arrays[1]), "")
+          << "n " << n << " subgroup " << subgroup;
+    }
+  }
+}
+
+TEST_F(AtomicAddDevice, AMaskedZeroIsNotAddedAndANanStillIs) {
+  // Every element starts at -0.0 and every value added is a zero (the masked ones +0.0, the
+  // window's -0.0) but one NaN: the +0.0s are skipped (adding one would make an element +0.0),
+  // the NaN is not.
+  auto k = codegen::parse(kMaskedAdd);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  for (bool subgroup : {true, false}) {
+    auto c = compiled(*k, subgroup);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    const uint32_t n = 200;
+    HostArgs dev = make_args(*k, {ArgSpec::array({n}, 1, 9), ArgSpec::array({8}, 0, 0)}, 3);
+    for (uint32_t i = 50; i < 58; ++i) dev.arrays[0].data[i] = i == 53 ? std::nan("") : -0.0;
+    for (double& x : dev.arrays[1].data) x = -0.0;
+    Status st = runner_->run_compiled(*c, dev);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    const std::vector<double>& s = dev.arrays[1].data;
+    for (uint32_t e = 0; e < 8; ++e) {
+      if (e == 3) {
+        EXPECT_TRUE(std::isnan(s[e])) << "subgroup " << subgroup;
+        continue;
+      }
+      EXPECT_EQ(s[e], 0.0) << "element " << e;
+      EXPECT_TRUE(std::signbit(s[e]))
+          << "element " << e << ": a masked +0.0 was added; subgroup " << subgroup;
+    }
   }
 }
 

@@ -332,5 +332,68 @@ kernel k(ids: ndarray<i32, 1>, x: ndarray<f32, 1>, g: ndarray<f32, 2>, f: i32) {
   EXPECT_EQ(got, (std::vector<bool>{true, true, true, false, false, false, false, false}));
 }
 
+// masked_values: the values atomic adds skip zeros of. Kept: a select with a zero arm, a bool
+// cast, an integer flag local (constants, 0 among them) cast, products with them, a reverse-mode
+// accumulator of them (a local adding to itself), a sum of two. Not: a load, a product of
+// loads, a cast task index, a local one store of which is a load, a sum with an unmasked term.
+TEST(LaunchAccess, MaskedValuesAreZeroBehindAConditionOrAFlag) {
+  auto k = parse(R"(
+kernel k(x: ndarray<f32, 1>, g: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %zi = const 0 : i32
+    %oi = const 1 : i32
+    %z = const 0.0 : f32
+    %v = load x[%i] : f32
+    %w = load x[%zi] : f32
+    %in = lt %v, %w : bool
+    %sel = select %in, %v, %z : f32
+    %b = cast %in : f32
+    %flag = alloca : i32
+    store_local %flag, %zi
+    if %in {
+      store_local %flag, %oi
+    } else {
+    }
+    %fl = load_local %flag : i32
+    %ff = cast %fl : f32
+    %prod = mul %v, %ff : f32
+    %acc = alloca : f32
+    store_local %acc, %z
+    %a0 = load_local %acc : f32
+    %a1 = add %a0, %prod : f32
+    store_local %acc, %a1
+    %a2 = load_local %acc : f32
+    %two = add %sel, %b : f32
+    %vw = mul %v, %w : f32
+    %ci = cast %i : f32
+    %bad = alloca : f32
+    store_local %bad, %sel
+    store_local %bad, %v
+    %b2 = load_local %bad : f32
+    %mix = add %sel, %v : f32
+    atomic_add g[%i], %sel
+    atomic_add g[%i], %b
+    atomic_add g[%i], %ff
+    atomic_add g[%i], %prod
+    atomic_add g[%i], %a2
+    atomic_add g[%i], %two
+    atomic_add g[%i], %v
+    atomic_add g[%i], %vw
+    atomic_add g[%i], %ci
+    atomic_add g[%i], %b2
+    atomic_add g[%i], %mix
+  }
+})");
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  ASSERT_TRUE(verify(*k).ok());
+  const std::unordered_set<ValueId> masked = masked_values(*k);
+  std::vector<bool> got;
+  for (const Stmt& s : k->tasks[0].body.stmts) {
+    if (s.op == Op::kAtomicAdd) got.push_back(masked.count(s.args[1]) > 0);
+  }
+  EXPECT_EQ(got, (std::vector<bool>{true, true, true, true, true, true, false, false, false, false,
+                                    false}));
+}
+
 }  // namespace
 }  // namespace vkad::codegen
