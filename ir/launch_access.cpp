@@ -409,20 +409,33 @@ std::unordered_set<ValueId> masked_values(const Kernel& k) {
   LocalStores stores;
   for (const Task& t : k.tasks) collect_defs(t.body, defs, stores);
   // The greatest set closed under the rules: start from every float value a rule may keep and
-  // drop those whose rule fails, until none does.
+  // drop those whose rule fails; a drop re-checks the values whose rules read the dropped one (a
+  // worklist: linear in the kernel, whatever the order of the chains).
   std::unordered_set<ValueId> in;
   for (const auto& [v, s] : defs) {
     if (mask_candidate(*s, defs, stores)) in.insert(v);
   }
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (auto it = in.begin(); it != in.end();) {
-      if (stays_masked(*defs.at(*it), in, stores)) {
-        ++it;
-      } else {
-        it = in.erase(it);
-        changed = true;
-      }
+  std::unordered_map<ValueId, std::vector<ValueId>> readers;
+  for (ValueId v : in) {
+    const Stmt& s = *defs.at(v);
+    if (s.op == Op::kLoadLocal) {
+      auto st = stores.find(s.args[0]);
+      if (st == stores.end()) continue;
+      for (ValueId x : st->second) readers[x].push_back(v);
+    } else if (s.op != Op::kConst && s.op != Op::kCast) {
+      for (ValueId a : s.args) readers[a].push_back(v);
+    }
+  }
+  std::vector<ValueId> work(in.begin(), in.end());
+  while (!work.empty()) {
+    const ValueId v = work.back();
+    work.pop_back();
+    if (!in.count(v) || stays_masked(*defs.at(v), in, stores)) continue;
+    in.erase(v);
+    auto r = readers.find(v);
+    if (r == readers.end()) continue;
+    for (ValueId u : r->second) {
+      if (in.count(u)) work.push_back(u);
     }
   }
   return in;
