@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """DiffTaichi's programs raced: vkad against Taichi and Warp (issues 28, 54).
 
-mass_spring, diffmpm, wave, smoke, billiards, diffmpm3d, electric, rigid_body and
-volume_renderer: the same programs, sizes, initialisation, loss and update in each
+mass_spring, diffmpm, wave, smoke, billiards, diffmpm3d, electric, rigid_body,
+volume_renderer and liquid: the same programs, sizes, initialisation, loss and update in each
 implementation:
   vkad        examples/difftaichi/<program>.py (a replayed graph per iteration;
               --vkad-no-graph launches the kernels one by one)
@@ -12,7 +12,7 @@ implementation:
   warp-graph  the same with the tape's forward and backward captured in a CUDA graph (CUDA only)
 
     python3 bench/difftaichi.py [--program mass_spring|diffmpm|diffmpm3d|...|volume_renderer|
-                                           both|all]
+                                           liquid|both|all]
                                 [--iters 20] [--steps S] [--grid G] [--res R] [--f64]
                                 [--only vkad,taichi,warp,warp-graph]
                                 [--vkad-no-graph] [--warm-cache] [--json OUT]
@@ -45,17 +45,19 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 IMPLS = ("vkad", "taichi", "warp", "warp-graph")
 PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards", "diffmpm3d", "electric",
-            "rigid_body", "volume_renderer")
+            "rigid_body", "volume_renderer", "liquid")
 STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256, "smoke": 100,
          "billiards": 1024, "diffmpm3d": 512, "electric": 512,
          "rigid_body": 2048,
-         "volume_renderer": 1000}  # the examples' STEPS (volume_renderer: MARCHING_STEPS)
+         "volume_renderer": 1000,  # the examples' STEPS (volume_renderer: MARCHING_STEPS)
+         "liquid": 512}
 UNPORTED = set()  # programs without a Taichi or Warp transcription in difftaichi_peers
 PEERS = {"taichi": set(PROGRAMS) - UNPORTED, "warp": set(PROGRAMS) - UNPORTED}
-# the examples' N_GRID (programs with a grid; diffmpm3d's is 64^3; volume_renderer's is its
-# density, DENSITY_RES^3)
-GRIDS = {"diffmpm": 128, "wave": 256, "smoke": 128, "diffmpm3d": 64, "volume_renderer": 128}
-GRID_DIMS = {"diffmpm3d": 3, "volume_renderer": 3}  # the others' grids are 2-d
+# the examples' N_GRID (programs with a grid; diffmpm3d's and liquid's are 64^3;
+# volume_renderer's is its density, DENSITY_RES^3)
+GRIDS = {"diffmpm": 128, "wave": 256, "smoke": 128, "diffmpm3d": 64, "volume_renderer": 128,
+         "liquid": 64}
+GRID_DIMS = {"diffmpm3d": 3, "volume_renderer": 3, "liquid": 3}  # the others' grids are 2-d
 # the examples' image resolution (programs that render: volume_renderer's RES^2 pixels per view)
 RESES = {"volume_renderer": 512}
 RESULT = "DIFFTAICHI-RESULT "  # the child's last line of stdout: this, then its JSON
@@ -93,6 +95,9 @@ def _make_vkad(a, program):
     elif program == "volume_renderer":
         sim = example.VolumeRenderer(session, res=a.res, density_res=a.grid,
                                      marching_steps=a.steps, seed=a.seed, graph=graph, **ft)
+    elif program == "liquid":
+        sim = example.Liquid(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph,
+                             **ft)
     else:
         sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph,
                               **ft)
@@ -139,6 +144,9 @@ def _make_taichi(a, program, cache):
         from difftaichi_peers.taichi_volume_renderer import TaichiVolumeRenderer
         sim = TaichiVolumeRenderer(res=a.res, density_res=a.grid, marching_steps=a.steps,
                                    seed=a.seed, real=real)
+    elif program == "liquid":
+        from difftaichi_peers.taichi_liquid import TaichiLiquid
+        sim = TaichiLiquid(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real)
     else:
         from difftaichi_peers.taichi_diffmpm import TaichiDiffMPM
         sim = TaichiDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real)
@@ -189,6 +197,9 @@ def _make_warp(a, program, cache, graph):
         from difftaichi_peers.warp_volume_renderer import WarpVolumeRenderer
         sim = WarpVolumeRenderer(res=a.res, density_res=a.grid, marching_steps=a.steps,
                                  seed=a.seed, graph=graph, device=device)
+    elif program == "liquid":
+        from difftaichi_peers.warp_liquid import WarpLiquid
+        sim = WarpLiquid(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
     else:
         from difftaichi_peers.warp_diffmpm import WarpDiffMPM
         sim = WarpDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
@@ -323,11 +334,11 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=20, help="training iterations (default 20)")
     ap.add_argument("--steps", type=int, default=None,
                     help="time steps (default: the example's, 682 mass_spring, 1024 diffmpm, "
-                         "256 wave, 100 smoke, 1024 billiards, 512 diffmpm3d; volume_renderer's "
-                         "marching steps, 1000)")
+                         "256 wave, 100 smoke, 1024 billiards, 512 diffmpm3d, 512 liquid; "
+                         "volume_renderer's marching steps, 1000)")
     ap.add_argument("--grid", type=int, default=None,
                     help="grid cells per side of the programs with a grid (default: the "
-                         "example's, 128 diffmpm, 256 wave, 128 smoke, 64 diffmpm3d; "
+                         "example's, 128 diffmpm, 256 wave, 128 smoke, 64 diffmpm3d, 64 liquid; "
                          "volume_renderer's density, 128)")
     ap.add_argument("--res", type=int, default=None,
                     help="pixels per side of each view of the programs that render (default: "

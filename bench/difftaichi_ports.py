@@ -5,7 +5,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "difftaichi"))
 
 PROGRAMS = ("diffmpm", "mass_spring", "wave", "smoke", "billiards", "electric",
-            "rigid_body", "diffmpm3d", "volume_renderer")
+            "rigid_body", "diffmpm3d", "volume_renderer", "liquid")
 
 
 def make(session, program: str, steps=None, loop=None, **extra):
@@ -46,5 +46,8 @@ def make(session, program: str, steps=None, loop=None, **extra):
     if program == "rigid_body":
         from difftaichi_peers import load_example
         return load_example("rigid_body").RigidBody(session, **kw)
+    if program == "liquid":
+        from difftaichi_peers import load_example
+        return load_example("liquid").Liquid(session, **kw)
     from mass_spring import MassSpring
     return MassSpring(session, **kw)

@@ -1,5 +1,5 @@
 """Taichi and Warp versions of DiffTaichi's programs, for bench/difftaichi.py: mass_spring,
-diffmpm, diffmpm3d, wave, smoke, billiards, electric, rigid_body and volume_renderer.
+diffmpm, diffmpm3d, wave, smoke, billiards, electric, rigid_body, volume_renderer and liquid.
 
 Each module holds one program in one framework, written the way that framework's users write
 it, with the interface of the vkad examples in examples/difftaichi: construct with the size and

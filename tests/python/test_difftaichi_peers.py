@@ -25,9 +25,20 @@ from difftaichi_peers import load_example  # noqa: E402
 # marching steps, through the box, of 2 views of 15^2 pixels into a 16^3 density: no sample
 # lies within 4e-5 of a voxel's or the box's faces, ~300x the f32 rounding of a point, so every
 # implementation's f32 samples read the same voxels; test_difftaichi_volume_renderer.py says
-# why res is odd).
-CASES = [("electric", 64), ("rigid_body", 400), ("volume_renderer", 80)]
+# why res is odd), liquid (20 steps on a 16^3 grid, the scene of test_difftaichi_liquid.py: the
+# robot on the floor band and the fluid laid on its body, 434 particles; Taichi's CPU backend
+# takes ~8.5 of this case's 9.7 minutes (2 busy cores) to compile p2g's adjoint, the 27
+# unrolled atomic adds under the fluid / solid branches; Warp's case takes 12 s).
+CASES = [("electric", 64), ("rigid_body", 400), ("volume_renderer", 80), ("liquid", 20)]
 VOLUME = dict(res=15, density_res=16, n_views=2)
+
+
+def liquid_size():
+    """test_difftaichi_liquid.py's grid and scene, for the example and its peers."""
+    import functools
+    scene = functools.partial(load_example("liquid").liquid, offset=(0.25, 0.16, 0.3),
+                              fluid=(0.1, 0.07, 0.1, 0.2, 0.05, 0.2))
+    return dict(n_grid=16, scene=scene)
 
 
 def peer(framework, program, steps):
@@ -41,6 +52,9 @@ def peer(framework, program, steps):
         if program == "volume_renderer":
             from difftaichi_peers.warp_volume_renderer import WarpVolumeRenderer
             return WarpVolumeRenderer(marching_steps=steps, seed=0, device="cpu", **VOLUME)
+        if program == "liquid":
+            from difftaichi_peers.warp_liquid import WarpLiquid
+            return WarpLiquid(steps=steps, seed=0, device="cpu", **liquid_size())
         from difftaichi_peers.warp_rigid_body import WarpRigidBody
         return WarpRigidBody(steps=steps, seed=0, device="cpu")
     ti = pytest.importorskip("taichi")
@@ -51,6 +65,9 @@ def peer(framework, program, steps):
     if program == "volume_renderer":
         from difftaichi_peers.taichi_volume_renderer import TaichiVolumeRenderer
         return TaichiVolumeRenderer(marching_steps=steps, seed=0, **VOLUME)
+    if program == "liquid":
+        from difftaichi_peers.taichi_liquid import TaichiLiquid
+        return TaichiLiquid(steps=steps, seed=0, **liquid_size())
     from difftaichi_peers.taichi_rigid_body import TaichiRigidBody
     return TaichiRigidBody(steps=steps, seed=0)
 
@@ -61,6 +78,8 @@ def example_sim(session, program, steps):
     if program == "volume_renderer":
         return example.VolumeRenderer(session, marching_steps=steps, seed=0, graph=False,
                                       **VOLUME)
+    if program == "liquid":
+        return example.Liquid(session, steps=steps, seed=0, graph=False, **liquid_size())
     make = example.Electric if program == "electric" else example.RigidBody
     return make(session, steps=steps, seed=0, graph=False)
 
