@@ -66,6 +66,10 @@ def peer(framework, program, steps):
         from difftaichi_peers.taichi_volume_renderer import TaichiVolumeRenderer
         return TaichiVolumeRenderer(marching_steps=steps, seed=0, **VOLUME)
     if program == "liquid":
+        # ~8.5 minutes of Taichi's CPU compile: asked for, not part of every run of the suite
+        # (CI has no Taichi; a developer's machine with it would wait that long each time).
+        if os.environ.get("VKAD_SLOW_PEERS") != "1":
+            pytest.skip("Taichi's liquid compiles for ~8.5 min on the CPU: VKAD_SLOW_PEERS=1")
         from difftaichi_peers.taichi_liquid import TaichiLiquid
         return TaichiLiquid(steps=steps, seed=0, **liquid_size())
     from difftaichi_peers.taichi_rigid_body import TaichiRigidBody
