@@ -319,13 +319,12 @@ std::unordered_set<ValueId> table_index_values(const Kernel& k) {
 namespace {
 
 // masked_values' walk: every statement with a result, by value, and each local's stored values.
-void collect_defs(const Block& b, std::unordered_map<ValueId, const Stmt*>& defs,
+void collect_defs(const Kernel& k, std::unordered_map<ValueId, const Stmt*>& defs,
                   std::unordered_map<ValueId, std::vector<ValueId>>& stores) {
-  for (const Stmt& s : b.stmts) {
+  for_each_stmt(k, [&](const Stmt& s) {
     if (s.result != kNoValue) defs[s.result] = &s;
     if (s.op == Op::kStoreLocal) stores[s.args[0]].push_back(s.args[1]);
-    for (const Block& c : s.blocks) collect_defs(c, defs, stores);
-  }
+  });
 }
 
 bool is_float_type(DType t) { return t == DType::kF32 || t == DType::kF64; }
@@ -407,7 +406,7 @@ bool stays_masked(const Stmt& s, const std::unordered_set<ValueId>& in, const Lo
 std::unordered_set<ValueId> masked_values(const Kernel& k) {
   Defs defs;
   LocalStores stores;
-  for (const Task& t : k.tasks) collect_defs(t.body, defs, stores);
+  collect_defs(k, defs, stores);
   // The greatest set closed under the rules: start from every float value a rule may keep and
   // drop those whose rule fails; a drop re-checks the values whose rules read the dropped one (a
   // worklist: linear in the kernel, whatever the order of the chains).

@@ -955,17 +955,8 @@ class MemoryEmitter : public ValueEmitter {
   bool skips_zero(ValueId value) {
     if (!masked_values_) {
       masked_values_ = masked_values(k_);
-      std::function<bool(const Block&)> barrier = [&](const Block& b) {
-        for (const Stmt& st : b.stmts) {
-          if (st.op == Op::kBarrier) return true;
-          for (const Block& c : st.blocks) {
-            if (barrier(c)) return true;
-          }
-        }
-        return false;
-      };
-      with_barrier_ = std::any_of(k_.tasks.begin(), k_.tasks.end(),
-                                  [&](const Task& task) { return barrier(task.body); });
+      for_each_stmt(
+          k_, [&](const Stmt& st) { with_barrier_ = with_barrier_ || st.op == Op::kBarrier; });
     }
     return !with_barrier_ && masked_values_->count(value) > 0;
   }

@@ -33,12 +33,15 @@ ACT_STRENGTH, BOUND = mpm.ACT_STRENGTH, mpm.BOUND
 @ti.data_oriented
 class TaichiDiffMPM3D:
     PARAMS = ("weights", "bias")
+    LEARNING_RATE = mpm.LEARNING_RATE
+    SCENE = staticmethod(mpm.robot)  # fills a Scene: the robot (taichi_liquid's adds its fluid)
 
     def __init__(self, steps: int = mpm.STEPS, n_grid: int = mpm.N_GRID, seed: int = 0,
-                 real=ti.f32):
+                 real=ti.f32, scene=None):
         self.steps, self.n_grid = steps, n_grid
         self.dx, self.inv_dx = 1.0 / n_grid, float(n_grid)
-        sc = self.scene = mpm.robot(mpm.Scene(n_grid, seed))
+        # scene: a function that fills a Scene (default SCENE; tests move it on a coarse grid)
+        sc = self.scene = (scene or self.SCENE)(mpm.Scene(n_grid, seed))
         self.n_particles, self.n_actuators = n, n_act = sc.n_particles, sc.n_actuators
         self.n_solid = sc.n_solid_particles
         np_real = self._np_real = np.float64 if real == ti.f64 else np.float32
@@ -226,7 +229,7 @@ class TaichiDiffMPM3D:
         loss = float(self.loss[None])
         grads = self.gradients()
         w = self.params()
-        self.set_params({p: w[p] - mpm.LEARNING_RATE * grads[p] for p in self.PARAMS})
+        self.set_params({p: w[p] - self.LEARNING_RATE * grads[p] for p in self.PARAMS})
         return loss
 
     def gradients(self) -> Dict[str, np.ndarray]:

@@ -160,15 +160,18 @@ def build_kernels(n_grid: int, n_solid: int):
 
 class WarpDiffMPM3D:
     PARAMS = ("weights", "bias")
+    LEARNING_RATE = mpm.LEARNING_RATE
+    SCENE = staticmethod(mpm.robot)  # fills a Scene: the robot (warp_liquid's adds its fluid)
 
     def __init__(self, steps: int = mpm.STEPS, n_grid: int = mpm.N_GRID, seed: int = 0,
-                 graph: bool = False, device=None):
+                 graph: bool = False, device=None, scene=None):
         self.steps, self.n_grid = steps, n_grid
         self.device = wp.get_device(device)
         if graph and not self.device.is_cuda:
             raise ValueError("graph=True: CUDA graphs need a CUDA device")
         self.graph = graph
-        sc = self.scene = mpm.robot(mpm.Scene(n_grid, seed))
+        # scene: a function that fills a Scene (default SCENE; tests move it on a coarse grid)
+        sc = self.scene = (scene or self.SCENE)(mpm.Scene(n_grid, seed))
         self.n_particles, self.n_actuators = n, n_act = sc.n_particles, sc.n_actuators
         (self.k_actuation, self.k_p2g, self.k_grid_op, self.k_g2p,
          self.k_loss) = build_kernels(n_grid, sc.n_solid_particles)
@@ -232,7 +235,7 @@ class WarpDiffMPM3D:
         loss = float(self.loss.numpy()[0])
         grads = self.gradients()
         w = self.params()
-        self.set_params({p: w[p] - mpm.LEARNING_RATE * grads[p] for p in self.PARAMS})
+        self.set_params({p: w[p] - self.LEARNING_RATE * grads[p] for p in self.PARAMS})
         return loss
 
     def gradients(self) -> Dict[str, np.ndarray]:

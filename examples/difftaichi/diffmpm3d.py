@@ -270,6 +270,8 @@ class DiffMPM3D:
     current loss; weights() / set_weights() the controller as numpy arrays."""
 
     PARAMS = ("weights", "bias")
+    LEARNING_RATE = LEARNING_RATE
+    NAME = "diffmpm3d"  # the captured graph is "<NAME> iteration"
 
     def __init__(self, session: vkad.Session, steps: int = STEPS, n_grid: int = N_GRID,
                  dtype: vkad.DType = vkad.f32, scene=robot, seed: int = 0, graph: bool = True,
@@ -395,7 +397,8 @@ class DiffMPM3D:
 
     def iteration(self) -> float:
         """Forward and backward (captured as a graph the first time, replayed after), then
-        DiffTaichi's learn: w -= LEARNING_RATE * dL/dw. Returns the loss the forward computed."""
+        DiffTaichi's learn: w -= LEARNING_RATE * dL/dw (the class's: liquid's is 10). Returns the
+        loss the forward computed."""
         if not self.graph or (self.budget is not None and not self._planned):
             # (budget: the first recording runs as launched, so that the tape plans its cut,
             # and the graph captures the next: docs/tape.md)
@@ -403,7 +406,7 @@ class DiffMPM3D:
             self._planned = True
         elif self._graph is None:
             # run=True: the capture runs this iteration; its rework runs in the background
-            with self.s.capture("diffmpm3d iteration", background=True, run=True) as g:
+            with self.s.capture(f"{self.NAME} iteration", background=True, run=True) as g:
                 self.forward_backward()
             self._graph = g
         else:
@@ -411,7 +414,7 @@ class DiffMPM3D:
         loss = float(self.arrays["loss"].numpy()[0])
         grads = self.gradients()
         w = self.weights()
-        self.set_weights({p: w[p] - LEARNING_RATE * grads[p] for p in self.PARAMS})
+        self.set_weights({p: w[p] - self.LEARNING_RATE * grads[p] for p in self.PARAMS})
         return loss
 
     def loss(self) -> float:

@@ -28,8 +28,8 @@ DiffTaichi's liquid.py is its diffmpm3d.py with that fluid block added and learn
 (not 30): its kernels, Scene and robot are the same statement for statement (liquid.py spells
 them in the Taichi of its time: ti.var, ti.sqr, ti.transposed, @ti.layout). So is this port:
 examples/difftaichi/diffmpm3d.py's Scene, robot and kernels (build_kernels with its fluid
-branches on; DiffMPM3D) build it, and Liquid adds the scene (liquid()), the learning rate and its
-own iteration(); tests/python/test_difftaichi_liquid.py checks it against a float64 numpy
+branches on; DiffMPM3D, its iteration() too) build it, and Liquid adds the scene (liquid()) and
+the learning rate; tests/python/test_difftaichi_liquid.py checks it against a float64 numpy
 transcription of liquid.py itself. The kernels are `@vkad.kernel` functions written as DiffTaichi
 writes them: the outermost `for` the parallel loop, `vkad.static` loops unrolled, `+=` on a grid
 cell an atomic add, runtime `if`s for the actuators and the fluid.
@@ -127,7 +127,8 @@ class Liquid(mpm3d.DiffMPM3D):
     state() the particles of every step."""
 
     PARAMS = ("weights", "bias")
-    LEARNING_RATE = LEARNING_RATE
+    LEARNING_RATE = LEARNING_RATE  # DiffMPM3D.iteration's update
+    NAME = "liquid"
 
     def __init__(self, session: vkad.Session, steps: int = STEPS, n_grid: int = N_GRID,
                  dtype: vkad.DType = vkad.f32, seed: int = 0, graph: bool = True,
@@ -135,28 +136,6 @@ class Liquid(mpm3d.DiffMPM3D):
         # memory_budget: bytes for the tape's checkpoints, DiffTaichi's one grid (docstring)
         super().__init__(session, steps=steps, n_grid=n_grid, dtype=dtype, scene=scene,
                          seed=seed, graph=graph, loop=loop, memory_budget=memory_budget)
-
-    def iteration(self) -> float:
-        """Forward and backward (captured as a graph the first time, replayed after), then
-        DiffTaichi's update: w -= 10 dL/dw for weights and bias. Returns the loss the forward
-        computed."""
-        if not self.graph or (self.budget is not None and not self._planned):
-            # (budget: the first recording runs as launched, so that the tape plans its cut,
-            # and the graph captures the next: docs/tape.md)
-            self.forward_backward()
-            self._planned = True
-        elif self._graph is None:
-            # run=True: the capture runs this iteration; its rework runs in the background
-            with self.s.capture("liquid iteration", background=True, run=True) as g:
-                self.forward_backward()
-            self._graph = g
-        else:
-            self.s.replay(self._graph)
-        loss = float(self.arrays["loss"].numpy()[0])
-        grads = self.gradients()
-        w = self.weights()
-        self.set_weights({p: w[p] - self.LEARNING_RATE * grads[p] for p in self.PARAMS})
-        return loss
 
 
 # --- the program ---------------------------------------------------------------------------------
