@@ -418,10 +418,16 @@ def launch_threads(args, world: int) -> List[Dict]:
     store = dist.HashStore()
     out: List[Optional[Dict]] = [None] * world
     errors: List[BaseException] = []
+    # Each rank's group outlives every rank's thread: a group destroyed as its thread ends, while
+    # the other rank's group is still connected to it, has aborted the process (gloo's teardown;
+    # seen as "Fatal Python error: Aborted" in a finished rank's thread while the other closed its
+    # session: twice in the last two sessions' full suite runs on the 2-core machine, never alone).
+    groups: List[object] = []
 
     def body(rank):
         try:
             group = dist.ProcessGroupGloo(store, rank, world, datetime.timedelta(seconds=120))
+            groups.append(group)
             out[rank] = run_rank(rank, world, args, "gloo", group)
         except BaseException as e:  # re-raised below, in the caller's thread
             errors.append(e)
@@ -431,6 +437,7 @@ def launch_threads(args, world: int) -> List[Dict]:
         t.start()
     for t in threads:
         t.join()
+    groups.clear()  # every rank done: the groups go together
     if errors:
         raise errors[0]
     return out  # type: ignore[return-value]
