@@ -4,12 +4,18 @@ with a tqdm bar where tqdm is installed (else a line per iteration, as DiffTaich
 the first iteration's time beside the steady one's. With `profile` (the examples' --profile
 TRACE.json) the last iteration runs inside vkad.profile: its timeline goes to that file and its
 per-kernel summary is printed (docs/debugging.md). `arguments` and `open_session`: the
-command-line flags the ports share and the session they ask for."""
+command-line flags the ports share and the session they ask for. `Simulation`: the base of the
+ports' simulation classes (bound launches, the iteration captured as a graph and replayed, the
+trained arrays as numpy)."""
 import argparse
 import statistics
 import time
 from contextlib import nullcontext
-from typing import List, Optional
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+import vkad
 
 
 def train(sim, iters: int, name: str, bar_digits: int = 6, line_digits: int = 6,
@@ -23,7 +29,6 @@ def train(sim, iters: int, name: str, bar_digits: int = 6, line_digits: int = 6,
     for it in bar:
         timed = profile is not None and it == iters - 1
         if timed:
-            import vkad
             scope = vkad.profile(profile, session=session)
         else:
             scope = nullcontext()
@@ -70,6 +75,117 @@ def arguments(doc: str, steps: int, iters: int = 100, seed: bool = True) -> argp
 
 def open_session(a: argparse.Namespace):
     """The session the flags ask for (--device, --debug's finite checks)."""
-    import vkad
     device = int(a.device) if a.device is not None and a.device.isdigit() else a.device
     return vkad.Session(device, check_finite=a.debug)
+
+
+class Simulation:
+    """What every port's simulation class (Wave, DiffMPM, ...) does the same way: its kernels
+    bound to its arrays, forward and backward on its tape, one training iteration launched,
+    captured as a graph or replayed, and its trained arrays read and written as numpy.
+
+    A subclass calls Simulation.__init__(session, dtype, graph) first, then sets
+      arrays:  name -> vkad.NdArray, at least "loss" (shape (1,)) and every name in PARAMS;
+      kernels: name -> vkad.Differentiated, the kernels launcher() binds;
+      tape:    the vkad.Tape forward_backward() records on;
+    and defines forward(recorded=True): one simulation (asynchronous) that zeroes and sums
+    arrays["loss"], its kernels on the tape when recorded, their forwards alone when not.
+    Class attributes: PARAMS (the trained arrays), NAME (the captured graph's label, "NAME
+    iteration"), LAUNCH_ARGS (the kernels' parameters given at each launch, the step `t` by
+    default; launcher() binds every other parameter to the array of its name).
+
+    The port keeps iteration() (DiffTaichi's update differs from port to port) and calls
+    run_iteration() in it; a port whose parameters or launches are laid out otherwise overrides
+    the method concerned (smoke's weights, volume_renderer's launcher)."""
+
+    PARAMS: Tuple[str, ...] = ()
+    NAME = "simulation"
+    LAUNCH_ARGS: Tuple[str, ...] = ("t",)
+
+    def __init__(self, session: vkad.Session, dtype: vkad.DType, graph: bool = True):
+        self.s, self.dtype, self.graph = session, dtype, graph
+        self._graph: Optional[vkad.Graph] = None  # the captured iteration, once the first ran
+        self._launchers: Dict[tuple, vkad.BoundLaunch] = {}  # by (kernel name, recorded)
+
+    def lazy_grad(self, names: Optional[Sequence[str]] = None) -> None:
+        """DiffTaichi's ti.root.lazy_grad(): the gradient of each array in `names` (default:
+        every array a kernel differentiates) allocated now, with the arrays, rather than by the
+        first backward inside the first (captured) iteration."""
+        if names is None:
+            names = sorted({k.forward.param_names[p] for k in self.kernels.values()
+                            for p, _ in k.forward.gradients})
+        for name in names:
+            a = self.arrays[name]
+            a.grad = self.s.zeros(a.shape, a.dtype, name + "_grad")
+
+    def launcher(self, name: str, recorded: bool = True) -> vkad.BoundLaunch:
+        """Kernel `name` with its arrays bound (Session.bind), launched with LAUNCH_ARGS alone
+        (`advance(t)`, as DiffTaichi calls its kernels); recorded=False: its forward, which no
+        tape records. Made once per kernel and kept: a simulation launches thousands, and
+        converting every array at each launch was most of its Python time."""
+        bound = self._launchers.get((name, recorded))
+        if bound is None:
+            k = self.kernels[name]
+            k = k if recorded else k.forward  # a Differentiated is recorded by a tape; .forward not
+            params = k.forward.param_names if recorded else k.param_names
+            bound = self.s.bind(k, **{p: self.arrays[p] for p in params
+                                      if p not in self.LAUNCH_ARGS})
+            self._launchers[(name, recorded)] = bound
+        return bound
+
+    def bind_update(self, kernel: vkad.Kernel) -> vkad.BoundLaunch:
+        """`kernel` (compiled, not differentiated: DiffTaichi's update runs off the tape) bound
+        to each trained array p and its gradient, as parameters p and p + "_grad"."""
+        return self.s.bind(kernel, **{n: a for p in self.PARAMS
+                                      for n, a in ((p, self.arrays[p]),
+                                                   (p + "_grad", self.arrays[p].grad))})
+
+    def forward_backward(self) -> None:
+        """forward() on the tape, then its backward (seed d loss = 1): gradients() after it."""
+        with self.tape:
+            self.forward()
+        self.tape.backward(seed={self.arrays["loss"]: 1.0})
+
+    def gradients(self) -> Dict[str, np.ndarray]:
+        """d loss / d (each trained array), after an iteration's backward."""
+        return {p: self.tape.grad(self.arrays[p]).numpy() for p in self.PARAMS}
+
+    def read_loss(self) -> float:
+        """The loss the last forward summed (the read waits for it)."""
+        return float(self.arrays["loss"].numpy()[0])
+
+    def loss(self) -> float:
+        """The loss of the current trained arrays (a forward alone, not recorded)."""
+        self.forward(recorded=False)
+        return self.read_loss()
+
+    def run_iteration(self, *launches: Callable[[], None]) -> float:
+        """One training iteration, `launches` called in order (forward_backward, then an update
+        on the device if any): with graph=False launched from Python every time; else the first
+        is captured as a graph and runs while it is captured (run=True: no replay after it) and
+        every later one replays that graph. Returns the loss, read back after the iteration.
+
+        The tape makes its gradient arrays during the capture and keeps them for the next
+        backward, so the graph binds arrays that live on. The capture's rework (scheduling,
+        fusion, compiles) runs in the background: the replays run the launches as captured until
+        a later replay installs the reworked graph (Session.finish_rework waits for it)."""
+        if not self.graph:
+            for launch in launches:
+                launch()
+        elif self._graph is None:
+            with self.s.capture(f"{self.NAME} iteration", background=True, run=True) as g:
+                for launch in launches:
+                    launch()
+            self._graph = g
+        else:
+            self.s.replay(self._graph)
+        return self.read_loss()
+
+    def weights(self) -> Dict[str, np.ndarray]:
+        """The trained arrays as float64 numpy, by name."""
+        return {p: self.arrays[p].numpy().astype(np.float64) for p in self.PARAMS}
+
+    def set_weights(self, w: Dict[str, np.ndarray]) -> None:
+        """Uploads each given array (by name, any float dtype) in the simulation's dtype."""
+        for p, value in w.items():
+            self.arrays[p].upload(np.asarray(value, vkad.numpy_dtype(self.dtype)))
