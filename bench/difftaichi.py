@@ -2,7 +2,7 @@
 """DiffTaichi's programs raced: vkad against Taichi and Warp (issues 28, 54).
 
 mass_spring, diffmpm, wave, smoke, billiards, diffmpm3d, electric, rigid_body,
-volume_renderer and liquid: the same programs, sizes, initialisation, loss and update in each
+volume_renderer, liquid and rigid_body_toi: the same programs, sizes, initialisation, loss and update in each
 implementation:
   vkad        examples/difftaichi/<program>.py (a replayed graph per iteration;
               --vkad-no-graph launches the kernels one by one)
@@ -12,7 +12,7 @@ implementation:
   warp-graph  the same with the tape's forward and backward captured in a CUDA graph (CUDA only)
 
     python3 bench/difftaichi.py [--program mass_spring|diffmpm|diffmpm3d|...|volume_renderer|
-                                           liquid|both|all]
+                                           liquid|rigid_body_toi|both|all]
                                 [--iters 20] [--steps S] [--grid G] [--res R] [--f64]
                                 [--only vkad,taichi,warp,warp-graph]
                                 [--vkad-no-graph] [--warm-cache] [--json OUT]
@@ -20,7 +20,8 @@ implementation:
 Each implementation runs in its own subprocess, so Taichi's and Warp's initialisation and JIT are
 their own and a framework that is not installed is reported as skipped. Reported per
 implementation: ms per training iteration (forward + backward + update, which reads the loss and
-gradients back: median of iterations 2..N), the first iteration's ms (Taichi's and Warp's JIT,
+gradients back: median of iterations 2..N; rigid_body_toi, which DiffTaichi does not train, one
+point of its scan: forward + backward), the first iteration's ms (Taichi's and Warp's JIT,
 graph capture; vkad compiles when the example is constructed, before it) and the seconds from launching the subprocess to the end of the first iteration (interpreter,
 imports, initialisation, compilation), the loss curve, and the gradient at iteration 0 (its norm,
 and its relative difference from vkad's), and for vkad the compute dispatches one iteration records
@@ -45,12 +46,12 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 IMPLS = ("vkad", "taichi", "warp", "warp-graph")
 PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards", "diffmpm3d", "electric",
-            "rigid_body", "volume_renderer", "liquid")
+            "rigid_body", "volume_renderer", "liquid", "rigid_body_toi")
 STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256, "smoke": 100,
          "billiards": 1024, "diffmpm3d": 512, "electric": 512,
          "rigid_body": 2048,
          "volume_renderer": 1000,  # the examples' STEPS (volume_renderer: MARCHING_STEPS)
-         "liquid": 512}
+         "liquid": 512, "rigid_body_toi": 204}
 UNPORTED = set()  # programs without a Taichi or Warp transcription in difftaichi_peers
 PEERS = {"taichi": set(PROGRAMS) - UNPORTED, "warp": set(PROGRAMS) - UNPORTED}
 # the examples' N_GRID (programs with a grid; diffmpm3d's and liquid's are 64^3;
@@ -98,6 +99,8 @@ def _make_vkad(a, program):
     elif program == "liquid":
         sim = example.Liquid(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph,
                              **ft)
+    elif program == "rigid_body_toi":
+        sim = example.RigidBodyTOI(session, steps=a.steps, seed=a.seed, graph=graph, **ft)
     else:
         sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph,
                               **ft)
@@ -147,6 +150,9 @@ def _make_taichi(a, program, cache):
     elif program == "liquid":
         from difftaichi_peers.taichi_liquid import TaichiLiquid
         sim = TaichiLiquid(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real)
+    elif program == "rigid_body_toi":
+        from difftaichi_peers.taichi_rigid_body_toi import TaichiRigidBodyTOI
+        sim = TaichiRigidBodyTOI(steps=a.steps, seed=a.seed, real=real)
     else:
         from difftaichi_peers.taichi_diffmpm import TaichiDiffMPM
         sim = TaichiDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real)
@@ -200,6 +206,9 @@ def _make_warp(a, program, cache, graph):
     elif program == "liquid":
         from difftaichi_peers.warp_liquid import WarpLiquid
         sim = WarpLiquid(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
+    elif program == "rigid_body_toi":
+        from difftaichi_peers.warp_rigid_body_toi import WarpRigidBodyTOI
+        sim = WarpRigidBodyTOI(steps=a.steps, seed=a.seed, graph=graph, device=device)
     else:
         from difftaichi_peers.warp_diffmpm import WarpDiffMPM
         sim = WarpDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
@@ -334,7 +343,8 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=20, help="training iterations (default 20)")
     ap.add_argument("--steps", type=int, default=None,
                     help="time steps (default: the example's, 682 mass_spring, 1024 diffmpm, "
-                         "256 wave, 100 smoke, 1024 billiards, 512 diffmpm3d, 512 liquid; "
+                         "256 wave, 100 smoke, 1024 billiards, 512 diffmpm3d, 512 liquid, "
+                         "204 rigid_body_toi; "
                          "volume_renderer's marching steps, 1000)")
     ap.add_argument("--grid", type=int, default=None,
                     help="grid cells per side of the programs with a grid (default: the "

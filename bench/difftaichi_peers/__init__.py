@@ -1,5 +1,6 @@
 """Taichi and Warp versions of DiffTaichi's programs, for bench/difftaichi.py: mass_spring,
-diffmpm, diffmpm3d, wave, smoke, billiards, electric, rigid_body, volume_renderer and liquid.
+diffmpm, diffmpm3d, wave, smoke, billiards, electric, rigid_body, volume_renderer, liquid and
+rigid_body_toi.
 
 Each module holds one program in one framework, written the way that framework's users write
 it, with the interface of the vkad examples in examples/difftaichi: construct with the size and
@@ -13,7 +14,8 @@ each one's losses and its iteration-0 gradient's difference from vkad's. electri
 and volume_renderer were written that way: losses equal (to 1e-7), gradients within 4e-7
 (electric, 64 steps) and 1e-5 (rigid_body, 400 steps: past its ground contacts) of vkad's, and
 volume_renderer's equal to vkad's (2 views of 15^2 pixels, a 16^3 density, 80 marching steps;
-and 7 views of 64^2, 32^3, 1000 steps)."""
+and 7 views of 64^2, 32^3, 1000 steps). rigid_body_toi's losses and gradients are equal to vkad's
+(its 204 steps, the first three points of the scan)."""
 import importlib.util
 import pathlib
 import sys

@@ -28,8 +28,10 @@ from difftaichi_peers import load_example  # noqa: E402
 # why res is odd), liquid (20 steps on a 16^3 grid, the scene of test_difftaichi_liquid.py: the
 # robot on the floor band and the fluid laid on its body, 434 particles; Taichi's CPU backend
 # takes ~8.5 of this case's 9.7 minutes (2 busy cores) to compile p2g's adjoint, the 27
-# unrolled atomic adds under the fluid / solid branches; Warp's case takes 12 s).
-CASES = [("electric", 64), ("rigid_body", 400), ("volume_renderer", 80), ("liquid", 20)]
+# unrolled atomic adds under the fluid / solid branches; Warp's case takes 12 s), rigid_body_toi
+# (its own 204 steps: the ball bounces off the ground at step ~100).
+CASES = [("electric", 64), ("rigid_body", 400), ("volume_renderer", 80), ("liquid", 20),
+         ("rigid_body_toi", 204)]
 VOLUME = dict(res=15, density_res=16, n_views=2)
 
 
@@ -55,6 +57,9 @@ def peer(framework, program, steps):
         if program == "liquid":
             from difftaichi_peers.warp_liquid import WarpLiquid
             return WarpLiquid(steps=steps, seed=0, device="cpu", **liquid_size())
+        if program == "rigid_body_toi":
+            from difftaichi_peers.warp_rigid_body_toi import WarpRigidBodyTOI
+            return WarpRigidBodyTOI(steps=steps, seed=0, device="cpu")
         from difftaichi_peers.warp_rigid_body import WarpRigidBody
         return WarpRigidBody(steps=steps, seed=0, device="cpu")
     ti = pytest.importorskip("taichi")
@@ -72,6 +77,9 @@ def peer(framework, program, steps):
             pytest.skip("Taichi's liquid compiles for ~8.5 min on the CPU: VKAD_SLOW_PEERS=1")
         from difftaichi_peers.taichi_liquid import TaichiLiquid
         return TaichiLiquid(steps=steps, seed=0, **liquid_size())
+    if program == "rigid_body_toi":
+        from difftaichi_peers.taichi_rigid_body_toi import TaichiRigidBodyTOI
+        return TaichiRigidBodyTOI(steps=steps, seed=0)
     from difftaichi_peers.taichi_rigid_body import TaichiRigidBody
     return TaichiRigidBody(steps=steps, seed=0)
 
@@ -84,6 +92,8 @@ def example_sim(session, program, steps):
                                       **VOLUME)
     if program == "liquid":
         return example.Liquid(session, steps=steps, seed=0, graph=False, **liquid_size())
+    if program == "rigid_body_toi":
+        return example.RigidBodyTOI(session, steps=steps, seed=0, graph=False)
     make = example.Electric if program == "electric" else example.RigidBody
     return make(session, steps=steps, seed=0, graph=False)
 
