@@ -2,7 +2,7 @@
 """DiffTaichi's programs raced: vkad against Taichi and Warp (issues 28, 54).
 
 mass_spring, diffmpm, wave, smoke, billiards, diffmpm3d, electric, rigid_body,
-volume_renderer, liquid and rigid_body_toi: the same programs, sizes, initialisation, loss and update in each
+volume_renderer, liquid, rigid_body_toi and mass_spring_simple: the same programs, sizes, initialisation, loss and update in each
 implementation:
   vkad        examples/difftaichi/<program>.py (a replayed graph per iteration;
               --vkad-no-graph launches the kernels one by one)
@@ -12,7 +12,7 @@ implementation:
   warp-graph  the same with the tape's forward and backward captured in a CUDA graph (CUDA only)
 
     python3 bench/difftaichi.py [--program mass_spring|diffmpm|diffmpm3d|...|volume_renderer|
-                                           liquid|rigid_body_toi|both|all]
+                                           liquid|rigid_body_toi|mass_spring_simple|both|all]
                                 [--iters 20] [--steps S] [--grid G] [--res R] [--f64]
                                 [--only vkad,taichi,warp,warp-graph]
                                 [--vkad-no-graph] [--warm-cache] [--json OUT]
@@ -46,12 +46,12 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 IMPLS = ("vkad", "taichi", "warp", "warp-graph")
 PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards", "diffmpm3d", "electric",
-            "rigid_body", "volume_renderer", "liquid", "rigid_body_toi")
+            "rigid_body", "volume_renderer", "liquid", "rigid_body_toi", "mass_spring_simple")
 STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256, "smoke": 100,
          "billiards": 1024, "diffmpm3d": 512, "electric": 512,
          "rigid_body": 2048,
          "volume_renderer": 1000,  # the examples' STEPS (volume_renderer: MARCHING_STEPS)
-         "liquid": 512, "rigid_body_toi": 204}
+         "liquid": 512, "rigid_body_toi": 204, "mass_spring_simple": 1024}
 UNPORTED = set()  # programs without a Taichi or Warp transcription in difftaichi_peers
 PEERS = {"taichi": set(PROGRAMS) - UNPORTED, "warp": set(PROGRAMS) - UNPORTED}
 # the examples' N_GRID (programs with a grid; diffmpm3d's and liquid's are 64^3;
@@ -101,6 +101,8 @@ def _make_vkad(a, program):
                              **ft)
     elif program == "rigid_body_toi":
         sim = example.RigidBodyTOI(session, steps=a.steps, seed=a.seed, graph=graph, **ft)
+    elif program == "mass_spring_simple":
+        sim = example.MassSpringSimple(session, steps=a.steps, seed=a.seed, graph=graph, **ft)
     else:
         sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph,
                               **ft)
@@ -153,6 +155,9 @@ def _make_taichi(a, program, cache):
     elif program == "rigid_body_toi":
         from difftaichi_peers.taichi_rigid_body_toi import TaichiRigidBodyTOI
         sim = TaichiRigidBodyTOI(steps=a.steps, seed=a.seed, real=real)
+    elif program == "mass_spring_simple":
+        from difftaichi_peers.taichi_mass_spring_simple import TaichiMassSpringSimple
+        sim = TaichiMassSpringSimple(steps=a.steps, seed=a.seed, real=real)
     else:
         from difftaichi_peers.taichi_diffmpm import TaichiDiffMPM
         sim = TaichiDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real)
@@ -209,6 +214,9 @@ def _make_warp(a, program, cache, graph):
     elif program == "rigid_body_toi":
         from difftaichi_peers.warp_rigid_body_toi import WarpRigidBodyTOI
         sim = WarpRigidBodyTOI(steps=a.steps, seed=a.seed, graph=graph, device=device)
+    elif program == "mass_spring_simple":
+        from difftaichi_peers.warp_mass_spring_simple import WarpMassSpringSimple
+        sim = WarpMassSpringSimple(steps=a.steps, seed=a.seed, graph=graph, device=device)
     else:
         from difftaichi_peers.warp_diffmpm import WarpDiffMPM
         sim = WarpDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
@@ -329,7 +337,7 @@ def print_table(program, rows, f64=False):
               f"{r['losses'][0]:10.6f} {r['final_loss']:10.6f} {r['grad0_norm']:10.4g} "
               f"{fmt(r.get('grad0_rel_diff_vs_vkad'), '13.2e')} "
               f"{fmt(r.get('dispatches_per_iter'), '9d')}")
-    if program.startswith("mass_spring") and not f64:
+    if program.split(":")[0] == "mass_spring" and not f64:  # not mass_spring_simple
         # Not a disagreement of the implementations: bench/mass_spring_divergence.py.
         print("note: past ~550 steps mass_spring's f32 trajectories part at a ground contact "
               "(vkad f32 differs from vkad f64 as much as the peers differ); compare its "
@@ -344,7 +352,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=None,
                     help="time steps (default: the example's, 682 mass_spring, 1024 diffmpm, "
                          "256 wave, 100 smoke, 1024 billiards, 512 diffmpm3d, 512 liquid, "
-                         "204 rigid_body_toi; "
+                         "204 rigid_body_toi, 1024 mass_spring_simple; "
                          "volume_renderer's marching steps, 1000)")
     ap.add_argument("--grid", type=int, default=None,
                     help="grid cells per side of the programs with a grid (default: the "

@@ -5,7 +5,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "difftaichi"))
 
 PROGRAMS = ("diffmpm", "mass_spring", "wave", "smoke", "billiards", "electric",
-            "rigid_body", "diffmpm3d", "volume_renderer", "liquid", "rigid_body_toi")
+            "rigid_body", "diffmpm3d", "volume_renderer", "liquid", "rigid_body_toi",
+            "mass_spring_simple")
 
 
 def make(session, program: str, steps=None, loop=None, **extra):
@@ -52,5 +53,8 @@ def make(session, program: str, steps=None, loop=None, **extra):
     if program == "rigid_body_toi":
         from difftaichi_peers import load_example
         return load_example("rigid_body_toi").RigidBodyTOI(session, **kw)
+    if program == "mass_spring_simple":
+        from difftaichi_peers import load_example
+        return load_example("mass_spring_simple").MassSpringSimple(session, **kw)
     from mass_spring import MassSpring
     return MassSpring(session, **kw)

@@ -29,9 +29,10 @@ from difftaichi_peers import load_example  # noqa: E402
 # robot on the floor band and the fluid laid on its body, 434 particles; Taichi's CPU backend
 # takes ~8.5 of this case's 9.7 minutes (2 busy cores) to compile p2g's adjoint, the 27
 # unrolled atomic adds under the fluid / solid branches; Warp's case takes 12 s), rigid_body_toi
-# (its own 204 steps: the ball bounces off the ground at step ~100).
+# (its own 204 steps: the ball bounces off the ground at step ~100), mass_spring_simple (its own
+# 1024 steps).
 CASES = [("electric", 64), ("rigid_body", 400), ("volume_renderer", 80), ("liquid", 20),
-         ("rigid_body_toi", 204)]
+         ("rigid_body_toi", 204), ("mass_spring_simple", 1024)]
 VOLUME = dict(res=15, density_res=16, n_views=2)
 
 
@@ -60,6 +61,9 @@ def peer(framework, program, steps):
         if program == "rigid_body_toi":
             from difftaichi_peers.warp_rigid_body_toi import WarpRigidBodyTOI
             return WarpRigidBodyTOI(steps=steps, seed=0, device="cpu")
+        if program == "mass_spring_simple":
+            from difftaichi_peers.warp_mass_spring_simple import WarpMassSpringSimple
+            return WarpMassSpringSimple(steps=steps, seed=0, device="cpu")
         from difftaichi_peers.warp_rigid_body import WarpRigidBody
         return WarpRigidBody(steps=steps, seed=0, device="cpu")
     ti = pytest.importorskip("taichi")
@@ -80,6 +84,9 @@ def peer(framework, program, steps):
     if program == "rigid_body_toi":
         from difftaichi_peers.taichi_rigid_body_toi import TaichiRigidBodyTOI
         return TaichiRigidBodyTOI(steps=steps, seed=0)
+    if program == "mass_spring_simple":
+        from difftaichi_peers.taichi_mass_spring_simple import TaichiMassSpringSimple
+        return TaichiMassSpringSimple(steps=steps, seed=0)
     from difftaichi_peers.taichi_rigid_body import TaichiRigidBody
     return TaichiRigidBody(steps=steps, seed=0)
 
@@ -94,6 +101,8 @@ def example_sim(session, program, steps):
         return example.Liquid(session, steps=steps, seed=0, graph=False, **liquid_size())
     if program == "rigid_body_toi":
         return example.RigidBodyTOI(session, steps=steps, seed=0, graph=False)
+    if program == "mass_spring_simple":
+        return example.MassSpringSimple(session, steps=steps, seed=0, graph=False)
     make = example.Electric if program == "electric" else example.RigidBody
     return make(session, steps=steps, seed=0, graph=False)
 
