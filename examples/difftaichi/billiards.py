@@ -76,7 +76,7 @@ import numpy as np
 import vkad
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from training import arguments, open_session, train  # noqa: E402  (the ports' shared parts)
+from training import Simulation, arguments, open_session, train  # noqa: E402  (shared)
 from vkad import Vector
 
 # DiffTaichi's constants (examples/billiards.py)
@@ -179,7 +179,7 @@ def build_apply_grad(ft: vkad.DType) -> vkad.KernelBuilder:
     return kb
 
 
-class Billiards:
+class Billiards(Simulation):
     """The table, the rack and the differentiated simulation on one session.
 
     forward() launches one simulation (on the tape when recording); iteration() runs one
@@ -189,6 +189,7 @@ class Billiards:
     DiffTaichi starts from fixed values."""
 
     PARAMS = ("init_x", "init_v")
+    NAME = "billiards"
 
     def __init__(self, session: vkad.Session, steps: int = STEPS, dtype: vkad.DType = vkad.f32,
                  seed: int = 0, graph: bool = True, loop: bool = True,
@@ -198,7 +199,8 @@ class Billiards:
             raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
         if layers < 1:
             raise ValueError(f"layers={layers}: the rack needs at least 1 layer")
-        self.s, self.steps, self.dtype, self.graph = session, steps, dtype, graph
+        super().__init__(session, dtype, graph)
+        self.steps = steps
         self.loop = loop  # the step loop through Session.loop; False: a Python loop of launches
         self.layers, self.n_balls = layers, n_balls(layers)
         self.target_ball = self.n_balls - 1
@@ -219,19 +221,9 @@ class Billiards:
             "init_v": s.ndarray(np.array(init_v, np.float64), npt, "init_v"),
             "loss": s.zeros(1, dtype, "loss"),
         }
-        # DiffTaichi's ti.root.lazy_grad(): the gradients are allocated with the fields, not by
-        # the first backward inside the first iteration.
-        for name in sorted({k.forward.param_names[p] for k in self.kernels.values()
-                            for p, _ in k.forward.gradients}):
-            a = self.arrays[name]
-            a.grad = s.zeros(a.shape, a.dtype, name + "_grad")
+        self.lazy_grad()  # DiffTaichi's ti.root.lazy_grad(): with the arrays, not in a backward
         self.tape = s.tape()
-        self._graph: Optional[vkad.Graph] = None
-        self._launchers: Dict[tuple, vkad.BoundLaunch] = {}  # by (kernel name, recorded)
-        self._apply_grad = s.bind(self.apply_grad_kernel,
-                                  **{n: a for p in self.PARAMS
-                                     for n, a in ((p, self.arrays[p]),
-                                                  (p + "_grad", self.arrays[p].grad))})
+        self._apply_grad = self.bind_update(self.apply_grad_kernel)
         # loop=True: the step loop said as one (Session.loop); its two 1-d launches of n_balls
         # invocations roll into one resident kernel, made here with its adjoint's (and the
         # tape's check of the loop), so the first iteration pays no compile for them.
@@ -239,18 +231,6 @@ class Billiards:
             self.s.prepare_loop(1, steps, self._step(True))
 
     # launches
-    def launcher(self, name: str, recorded: bool = True) -> vkad.BoundLaunch:
-        """Kernel `name` with its arrays bound (Session.bind), launched with the step alone:
-        `collide(t - 1)`, as DiffTaichi calls its kernels."""
-        bound = self._launchers.get((name, recorded))
-        if bound is None:
-            k = self.kernels[name]
-            k = k if recorded else k.forward  # a Differentiated is recorded by a tape; .forward not
-            params = k.forward.param_names if recorded else k.param_names
-            bound = self.s.bind(k, **{p: self.arrays[p] for p in params if p != "t"})
-            self._launchers[(name, recorded)] = bound
-        return bound
-
     def _step(self, recorded: bool):
         """DiffTaichi's loop body, step t (symbolic inside Session.loop, which traces it once)."""
         collide, advance = self.launcher("collide", recorded), self.launcher("advance", recorded)
@@ -266,54 +246,13 @@ class Billiards:
         self.s.zero(self.arrays["loss"])  # ti.Tape(loss) zeroes the loss
         self.launcher("initialize", recorded)()
         step = self._step(recorded)
-        if self.loop:
-            self.s.loop(1, self.steps, step)
-        else:
-            for t in range(1, self.steps):
-                step(t)
+        self.step_loop(1, self.steps, step)
         self.launcher("compute_loss", recorded)(self.steps - 1)
-
-    def forward_backward(self) -> None:
-        """forward() on the tape, then its backward (seed d loss = 1): gradients() after it."""
-        with self.tape:
-            self.forward()
-        self.tape.backward(seed={self.arrays["loss"]: 1.0})
-
-    def gradients(self) -> Dict[str, np.ndarray]:
-        """d loss / d init_x and d init_v, after an iteration's backward (the update leaves
-        them)."""
-        return {p: self.tape.grad(self.arrays[p]).numpy() for p in self.PARAMS}
-
-    def _forward_backward_update(self) -> None:
-        self.forward_backward()
-        self._apply_grad()  # DiffTaichi's update, off the tape
 
     def iteration(self) -> float:
         """Forward and backward, then DiffTaichi's update (rate 0.01) on the device. Returns the
         loss the forward computed."""
-        if not self.graph:
-            self._forward_backward_update()
-        elif self._graph is None:
-            # The first iteration is captured and runs while it is captured (run=True); its
-            # rework runs in the background and is installed by a later replay.
-            with self.s.capture("billiards iteration", background=True, run=True) as g:
-                self._forward_backward_update()
-            self._graph = g
-        else:
-            self.s.replay(self._graph)
-        return float(self.arrays["loss"].numpy()[0])
-
-    def loss(self) -> float:
-        """The loss of the current init_x, init_v (a forward alone, not recorded)."""
-        self.forward(recorded=False)
-        return float(self.arrays["loss"].numpy()[0])
-
-    def weights(self) -> Dict[str, np.ndarray]:
-        return {p: self.arrays[p].numpy().astype(np.float64) for p in self.PARAMS}
-
-    def set_weights(self, w: Dict[str, np.ndarray]) -> None:
-        for p, value in w.items():
-            self.arrays[p].upload(np.asarray(value, vkad.numpy_dtype(self.dtype)))
+        return self.run_iteration(self.forward_backward, self._apply_grad)  # update off the tape
 
     def positions(self) -> np.ndarray:
         """x[t, i] of the last simulation."""

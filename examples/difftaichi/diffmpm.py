@@ -48,7 +48,7 @@ import numpy as np
 import vkad
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from training import arguments, open_session, train  # noqa: E402  (the ports' shared parts)
+from training import Simulation, arguments, open_session, train  # noqa: E402  (shared)
 from vkad import Matrix, Vector
 
 # DiffTaichi's constants (examples/diffmpm.py)
@@ -256,7 +256,7 @@ def build_kernels(ft: vkad.DType, n_grid: int, n_solid: int, fluid: bool, debug:
             "compute_loss": compute_loss}
 
 
-class DiffMPM:
+class DiffMPM(Simulation):
     """A scene, its controller and the differentiated simulation on one session.
 
     forward() launches one simulation (on the tape when recording); iteration() runs one
@@ -264,6 +264,8 @@ class DiffMPM:
     weights() / set_weights() the controller as numpy arrays."""
 
     PARAMS = ("weights", "bias")
+    NAME = "diffmpm"
+    LAUNCH_ARGS = ("t", "f")
 
     def __init__(self, session: vkad.Session, steps: int = STEPS, n_grid: int = N_GRID,
                  dtype: vkad.DType = vkad.f32, scene: str = "robot", seed: int = 0,
@@ -279,8 +281,8 @@ class DiffMPM:
             raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
         if n_grid < 2 * BOUND + 3:
             raise ValueError(f"n_grid={n_grid}: the grid needs more than its walls")
-        self.s, self.steps, self.n_grid, self.dtype, self.graph = session, steps, n_grid, \
-            dtype, graph
+        super().__init__(session, dtype, graph)
+        self.steps, self.n_grid = steps, n_grid
         # loop=True: the step loop said as one (Session.loop), prepared here (prepare_loop,
         # ~100-200 ms): its ranges are too wide for a resident kernel, so the first iteration
         # runs the graph rework's plan of the loop and its adjoint (H100: 1.3-1.4x the steady
@@ -323,34 +325,14 @@ class DiffMPM:
             "bias": s.zeros(n_act, dtype, "bias"),
             "loss": s.zeros(1, dtype, "loss"),
         }
-        # DiffTaichi's ti.root.lazy_grad(): the gradient of every field a kernel differentiates
-        # allocated with the fields (the tape uses `.grad`), not by the first backward.
-        for name in sorted({k.forward.param_names[p] for k in self.kernels.values()
-                            for p, _ in k.forward.gradients}):
-            a = self.arrays[name]
-            a.grad = s.zeros(a.shape, a.dtype, name + "_grad")
+        self.lazy_grad()  # DiffTaichi's ti.root.lazy_grad(): with the arrays, not in a backward
         self.tape = s.tape()
         self._planned = False  # a budgeted tape's first recording ran (iteration())
         if ring:  # the first state, copied into the rings at the start of every simulation
             self._start = {"x": s.ndarray(x0, npt, "x_start"), "F": s.ndarray(F0, npt, "F_start")}
             self.tape.memory_budget = memory_budget
-        self._graph: Optional[vkad.Graph] = None
-        self._launchers: Dict[tuple, vkad.BoundLaunch] = {}  # by (kernel name, recorded)
         if self.loop:  # the loop's and its adjoint's plans and the tape's check, made now
             self.s.prepare_loop(0, steps - 1, self._step(True))
-
-    def launcher(self, name: str, recorded: bool = True) -> vkad.BoundLaunch:
-        """Kernel `name` with its arrays bound (Session.bind), launched with the step alone:
-        `p2g(f)`, as DiffTaichi calls its kernels. Made once per kernel: a simulation launches
-        thousands, and converting every array at each was most of its Python time."""
-        bound = self._launchers.get((name, recorded))
-        if bound is None:
-            k = self.kernels[name]
-            k = k if recorded else k.forward  # a Differentiated is recorded by a tape; .forward not
-            params = k.forward.param_names if recorded else k.param_names
-            bound = self.s.bind(k, **{p: self.arrays[p] for p in params if p not in ("t", "f")})
-            self._launchers[(name, recorded)] = bound
-        return bound
 
     def _step(self, recorded: bool):
         """DiffTaichi's loop body, step f (symbolic inside Session.loop, which traces it once)."""
@@ -383,59 +365,24 @@ class DiffMPM:
         # DiffTaichi's clear_grid, once for all the steps' grids
         self.s.zero_many([a["grid_v_in"], a["grid_m_in"], a["loss"]])
         # loop=True: one step loop, launched as the plan prepare_loop made (above).
-        if self.loop:
-            self.s.loop(0, self.steps - 1, step)
-        else:
-            for f in range(self.steps - 1):
-                step(f)
+        self.step_loop(0, self.steps - 1, step)
         self.launcher("compute_loss", recorded)(self.steps - 1)
-
-    def forward_backward(self) -> None:
-        """forward() on the tape, then its backward (seed d loss = 1): gradients() after it."""
-        with self.tape:
-            self.forward()
-        self.tape.backward(seed={self.arrays["loss"]: 1.0})
-
-    def gradients(self) -> Dict[str, np.ndarray]:
-        """d loss / d (weights, bias), after an iteration's backward."""
-        return {p: self.tape.grad(self.arrays[p]).numpy() for p in self.PARAMS}
 
     def iteration(self) -> float:
         """Forward and backward, then DiffTaichi's update: w -= LEARNING_RATE * dL/dw.
         Returns the loss the forward computed."""
-        if not self.graph or (self.budget is not None and not self._planned):
-            # (budget: the first recording runs as launched, so that the tape plans its cut
-            # for this length, and the graph captures the next, planned one: docs/tape.md)
+        if self.budget is not None and not self._planned:
+            # budget: the first recording runs as launched, so that the tape plans its cut for
+            # this length, and the graph captures the next, planned one (docs/tape.md)
             self.forward_backward()
             self._planned = True
-        elif self._graph is None:
-            # The first iteration is captured, and runs while it is captured (run=True: no
-            # replay after it): the tape makes its gradient arrays during the capture and keeps
-            # them for the next backward, so the graph binds arrays that live on. Its rework
-            # (scheduling, fusion, compiles) runs in the background: the next replays run the
-            # launches as captured until the reworked graph is ready.
-            with self.s.capture("diffmpm iteration", background=True, run=True) as g:
-                self.forward_backward()
-            self._graph = g
+            loss = self.read_loss()
         else:
-            self.s.replay(self._graph)
-        loss = float(self.arrays["loss"].numpy()[0])
+            loss = self.run_iteration(self.forward_backward)
         grads = self.gradients()
         w = self.weights()
         self.set_weights({p: w[p] - LEARNING_RATE * grads[p] for p in self.PARAMS})
         return loss
-
-    def loss(self) -> float:
-        """The loss of the current weights (a forward alone, not recorded)."""
-        self.forward(recorded=False)
-        return float(self.arrays["loss"].numpy()[0])
-
-    def weights(self) -> Dict[str, np.ndarray]:
-        return {p: self.arrays[p].numpy().astype(np.float64) for p in self.PARAMS}
-
-    def set_weights(self, w: Dict[str, np.ndarray]) -> None:
-        for p, value in w.items():
-            self.arrays[p].upload(np.asarray(value, vkad.numpy_dtype(self.dtype)))
 
     def positions(self) -> np.ndarray:
         """The particles' positions at the last step."""

@@ -61,7 +61,7 @@ import numpy as np
 import vkad
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from training import arguments, open_session, train  # noqa: E402  (the ports' shared parts)
+from training import Simulation, arguments, open_session, train  # noqa: E402  (shared)
 from vkad import Vector
 
 # DiffTaichi's constants (examples/electric.py)
@@ -186,7 +186,7 @@ def build_kernels(ft: vkad.DType):
             "compute_loss": compute_loss}, initialize, apply_grad
 
 
-class Electric:
+class Electric(Simulation):
     """The particle, the electrodes, the controller and the differentiated simulation on one
     session.
 
@@ -196,6 +196,7 @@ class Electric:
     numpy; set_task(goal, goal_v) another path."""
 
     PARAMS = ("weight1", "bias1", "weight2", "bias2")
+    NAME = "electric"
 
     def __init__(self, session: vkad.Session, steps: int = STEPS, dtype: vkad.DType = vkad.f32,
                  seed: int = 0, graph: bool = True, loop: bool = True,
@@ -204,7 +205,8 @@ class Electric:
             raise ValueError(f"steps={steps}, seg_size={seg_size}: the simulation needs at "
                              "least 2 steps and the goal path segments of at least 1")
         seg_size = min(seg_size, steps)  # a run shorter than a segment: one segment
-        self.s, self.steps, self.dtype, self.graph = session, steps, dtype, graph
+        super().__init__(session, dtype, graph)
+        self.steps = steps
         self.loop = loop  # the step loop through Session.loop; False: a Python loop of launches
         self.seg_size, self.same_task, self._iterations = seg_size, same_task, 0
         kernels, initialize, apply_grad = build_kernels(dtype)
@@ -223,21 +225,12 @@ class Electric:
         }
         for name, value in init_weights(self.rng).items():
             self.arrays[name] = s.ndarray(value, npt, name)
-        # DiffTaichi's ti.root.lazy_grad(): the gradients allocated with the fields
-        for name in sorted({k.forward.param_names[p] for k in self.kernels.values()
-                            for p, _ in k.forward.gradients}):
-            a = self.arrays[name]
-            a.grad = s.zeros(a.shape, a.dtype, name + "_grad")
+        self.lazy_grad()  # DiffTaichi's ti.root.lazy_grad(): with the arrays, not in a backward
         self.set_task(*task(self.rng, steps, seg_size))
         self.tape = s.tape()
-        self._graph: Optional[vkad.Graph] = None
-        self._launchers: Dict[tuple, vkad.BoundLaunch] = {}  # by (kernel name, recorded)
         self._initialize = s.bind(s.compile(initialize), x=self.arrays["x"],
                                   goal=self.arrays["goal"])
-        self._apply_grad = s.bind(s.compile(apply_grad),
-                                  **{n: a for p in self.PARAMS
-                                     for n, a in ((p, self.arrays[p]),
-                                                  (p + "_grad", self.arrays[p].grad))})
+        self._apply_grad = self.bind_update(s.compile(apply_grad))
         if loop:  # the step loop's resident kernel and its adjoint's made now, with the kernels
             self.s.prepare_loop(1, steps, self._step(True))
 
@@ -246,18 +239,6 @@ class Electric:
         self.task = (np.asarray(goal, np.float64), np.asarray(goal_v, np.float64))
         for name, value in zip(("goal", "goal_v"), self.task):
             self.arrays[name].upload(np.asarray(value, vkad.numpy_dtype(self.dtype)))
-
-    def launcher(self, name: str, recorded: bool = True) -> vkad.BoundLaunch:
-        """Kernel `name` with its arrays bound (Session.bind), launched with the step alone:
-        `nn1(t)`, as DiffTaichi calls its kernels."""
-        bound = self._launchers.get((name, recorded))
-        if bound is None:
-            k = self.kernels[name]
-            k = k if recorded else k.forward  # a Differentiated is recorded by a tape; .forward not
-            params = k.forward.param_names if recorded else k.param_names
-            bound = self.s.bind(k, **{p: self.arrays[p] for p in params if p != "t"})
-            self._launchers[(name, recorded)] = bound
-        return bound
 
     def _step(self, recorded: bool):
         """DiffTaichi's loop body, step t (symbolic inside Session.loop, which traces it once)."""
@@ -277,25 +258,7 @@ class Electric:
         self.s.zero(self.arrays["loss"])  # ti.ad.Tape(loss) zeroes the loss
         self._initialize()
         step = self._step(recorded)
-        if self.loop:
-            self.s.loop(1, self.steps, step)
-        else:
-            for t in range(1, self.steps):
-                step(t)
-
-    def forward_backward(self) -> None:
-        """forward() on the tape, then its backward (seed d loss = 1): gradients() after it."""
-        with self.tape:
-            self.forward()
-        self.tape.backward(seed={self.arrays["loss"]: 1.0})
-
-    def gradients(self) -> Dict[str, np.ndarray]:
-        """d loss / d (each controller array), after an iteration's backward."""
-        return {p: self.tape.grad(self.arrays[p]).numpy() for p in self.PARAMS}
-
-    def _forward_backward_update(self) -> None:
-        self.forward_backward()
-        self._apply_grad()  # DiffTaichi's update, off the tape
+        self.step_loop(1, self.steps, step)
 
     def iteration(self) -> float:
         """DiffTaichi's initialize() (a new goal path, unless same_task), forward and backward,
@@ -303,29 +266,7 @@ class Electric:
         if self._iterations and not self.same_task:  # the first uses the constructor's path
             self.set_task(*task(self.rng, self.steps, self.seg_size))
         self._iterations += 1
-        if not self.graph:
-            self._forward_backward_update()
-        elif self._graph is None:
-            # The first iteration is captured and runs while it is captured (run=True); its
-            # rework runs in the background and is installed by a later replay.
-            with self.s.capture("electric iteration", background=True, run=True) as g:
-                self._forward_backward_update()
-            self._graph = g
-        else:
-            self.s.replay(self._graph)
-        return float(self.arrays["loss"].numpy()[0])
-
-    def loss(self) -> float:
-        """The loss of the current weights on the current goal path (a forward alone)."""
-        self.forward(recorded=False)
-        return float(self.arrays["loss"].numpy()[0])
-
-    def weights(self) -> Dict[str, np.ndarray]:
-        return {p: self.arrays[p].numpy().astype(np.float64) for p in self.PARAMS}
-
-    def set_weights(self, w: Dict[str, np.ndarray]) -> None:
-        for p, value in w.items():
-            self.arrays[p].upload(np.asarray(value, vkad.numpy_dtype(self.dtype)))
+        return self.run_iteration(self.forward_backward, self._apply_grad)  # update off the tape
 
     def positions(self) -> np.ndarray:
         """x[t] of the last simulation."""

@@ -35,7 +35,7 @@ import numpy as np
 import vkad
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from training import arguments, open_session, train  # noqa: E402  (the ports' shared parts)
+from training import Simulation, arguments, open_session, train  # noqa: E402  (shared)
 from vkad import Vector
 
 # DiffTaichi's constants (examples/mass_spring.py)
@@ -226,7 +226,7 @@ def build_kernels(ft: vkad.DType, n_objects: int, n_springs: int, toi: bool):
             "compute_loss": compute_loss}, n_input
 
 
-class MassSpring:
+class MassSpring(Simulation):
     """A robot, its controller and the differentiated simulation on one session.
 
     forward() launches one simulation (on the tape when recording); iteration() runs one
@@ -234,6 +234,7 @@ class MassSpring:
     weights() / set_weights() the controller as numpy arrays."""
 
     PARAMS = ("weights1", "bias1", "weights2", "bias2")
+    NAME = "mass_spring"
 
     def __init__(self, session: vkad.Session, robot_id: int = 0, steps: int = STEPS,
                  dtype: vkad.DType = vkad.f32, toi: bool = True, seed: int = 0,
@@ -242,7 +243,8 @@ class MassSpring:
         # KernelBuilder spelling, tests/python/difftaichi_builder_kernels.py)
         if steps < 2:
             raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
-        self.s, self.steps, self.dtype, self.graph = session, steps, dtype, graph
+        super().__init__(session, dtype, graph)
+        self.steps = steps
         self.loop = loop  # the step loop through Session.loop; False: a Python loop of launches
         objects, springs = robot(robot_id)
         self.objects, self.springs = objects, springs
@@ -276,32 +278,12 @@ class MassSpring:
         }
         for name, value in host.items():
             self.arrays[name] = s.ndarray(value, npt, name)
-        # DiffTaichi's ti.root.lazy_grad(): the gradient of every field a kernel differentiates
-        # allocated with the fields (the tape uses `.grad`), not by the first backward.
-        for name in sorted({k.forward.param_names[p] for k in self.kernels.values()
-                            for p, _ in k.forward.gradients}):
-            a = self.arrays[name]
-            a.grad = s.zeros(a.shape, a.dtype, name + "_grad")
+        self.lazy_grad()  # DiffTaichi's ti.root.lazy_grad(): with the arrays, not in a backward
         self.tape = s.tape()
-        self._graph: Optional[vkad.Graph] = None
-        self._launchers: Dict[tuple, vkad.BoundLaunch] = {}  # by (kernel name, recorded)
         if loop:
             # the step loop's resident kernel and its adjoint's made now, with the kernels: the
             # first iteration pays its launches, not their compiles (H100: 16 -> ~11 ms)
             self.s.prepare_loop(1, steps, self._step(True))
-
-    def launcher(self, name: str, recorded: bool = True) -> vkad.BoundLaunch:
-        """Kernel `name` with its arrays bound (Session.bind), launched with the step alone:
-        `p2g(f)`, as DiffTaichi calls its kernels. Made once per kernel: a simulation launches
-        thousands, and converting every array at each was most of its Python time."""
-        bound = self._launchers.get((name, recorded))
-        if bound is None:
-            k = self.kernels[name]
-            k = k if recorded else k.forward  # a Differentiated is recorded by a tape; .forward not
-            params = k.forward.param_names if recorded else k.param_names
-            bound = self.s.bind(k, **{p: self.arrays[p] for p in params if p not in ("t",)})
-            self._launchers[(name, recorded)] = bound
-        return bound
 
     def _step(self, recorded: bool):
         """DiffTaichi's loop body, step t (symbolic inside Session.loop, which traces it once)."""
@@ -324,57 +306,21 @@ class MassSpring:
         step = self._step(recorded)
         # One step loop rather than ~3,400 launches from Python: the session runs it as one
         # resident kernel (its ranges are small), and the tape's backward its adjoint likewise.
-        if self.loop:
-            self.s.loop(1, self.steps, step)
-        else:
-            for t in range(1, self.steps):
-                step(t)
+        self.step_loop(1, self.steps, step)
         self.launcher("compute_loss", recorded)(self.steps - 1)
-
-    def forward_backward(self) -> None:
-        """forward() on the tape, then its backward (seed d loss = 1): gradients() after it."""
-        with self.tape:
-            self.forward()
-        self.tape.backward(seed={self.arrays["loss"]: 1.0})
-
-    def gradients(self) -> Dict[str, np.ndarray]:
-        """d loss / d (each controller array), after an iteration's backward."""
-        return {p: self.tape.grad(self.arrays[p]).numpy() for p in self.PARAMS}
 
     def iteration(self) -> float:
         """Forward and backward, then DiffTaichi's update: the gradient scaled to norm
         GRADIENT_CLIP. Returns the loss the forward computed."""
-        if not self.graph:
-            self.forward_backward()
-        elif self._graph is None:
-            # The first iteration is captured and runs while it is captured (run=True): the
-            # tape's gradient arrays, made during the capture, live on for the graph. Its rework
-            # (the step loop as one resident kernel, ~18 ms) runs in the background and is
-            # installed by the second or third iteration (H100: 38 ms, then 10, then 6 ms).
-            with self.s.capture("mass_spring iteration", background=True, run=True) as g:
-                self.forward_backward()
-            self._graph = g
-        else:
-            self.s.replay(self._graph)
-        loss = float(self.arrays["loss"].numpy()[0])
+        # The capture's rework (the step loop as one resident kernel, ~18 ms) is installed by
+        # the second or third iteration (H100: 38 ms, then 10, then 6 ms).
+        loss = self.run_iteration(self.forward_backward)
         grads = self.gradients()
         norm = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values()))
         scale = GRADIENT_CLIP / (norm + 1e-6)
         w = self.weights()
         self.set_weights({p: w[p] - scale * grads[p] for p in self.PARAMS})
         return loss
-
-    def loss(self) -> float:
-        """The loss of the current weights (a forward alone, not recorded)."""
-        self.forward(recorded=False)
-        return float(self.arrays["loss"].numpy()[0])
-
-    def weights(self) -> Dict[str, np.ndarray]:
-        return {p: self.arrays[p].numpy().astype(np.float64) for p in self.PARAMS}
-
-    def set_weights(self, w: Dict[str, np.ndarray]) -> None:
-        for p, value in w.items():
-            self.arrays[p].upload(np.asarray(value, vkad.numpy_dtype(self.dtype)))
 
     def positions(self) -> np.ndarray:
         return self.arrays["x"].numpy()

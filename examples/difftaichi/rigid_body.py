@@ -47,7 +47,7 @@ import numpy as np
 import vkad
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from training import arguments, open_session, train  # noqa: E402  (the ports' shared parts)
+from training import Simulation, arguments, open_session, train  # noqa: E402  (shared)
 from vkad import Vector
 
 # DiffTaichi's constants (examples/rigid_body.py)
@@ -299,7 +299,7 @@ def build_kernels(ft: vkad.DType, n_objects: int, n_springs: int, head_id: int, 
             "advance": advance, "compute_loss": compute_loss}, n_input
 
 
-class RigidBody:
+class RigidBody(Simulation):
     """A robot, its controller and the differentiated simulation on one session.
 
     forward() launches one simulation (on the tape when recording); iteration() runs one
@@ -307,6 +307,7 @@ class RigidBody:
     weights() / set_weights() the controller as numpy arrays."""
 
     PARAMS = ("weights1", "bias1", "weights2", "bias2")
+    NAME = "rigid_body"
     STATE = ("x", "v", "rotation", "omega", "x_inc", "v_inc", "rotation_inc", "omega_inc")
 
     def __init__(self, session: vkad.Session, robot_id: int = 0, steps: int = STEPS,
@@ -314,7 +315,8 @@ class RigidBody:
                  graph: bool = True, loop: bool = True):
         if steps < 2:
             raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
-        self.s, self.steps, self.dtype, self.graph = session, steps, dtype, graph
+        super().__init__(session, dtype, graph)
+        self.steps = steps
         self.loop = loop  # the step loop through Session.loop; False: a Python loop of launches
         self.objects, self.springs, self.head_id = robot(robot_id)
         n_obj, n_spr = len(self.objects), len(self.springs)
@@ -357,28 +359,10 @@ class RigidBody:
         r0 = np.zeros((steps, n_obj))
         r0[0] = [o[2] for o in self.objects]
         self.arrays["rotation"].upload(r0.astype(npt))
-        # DiffTaichi's ti.root.lazy_grad(): the gradients allocated with the fields
-        for name in sorted({k.forward.param_names[p] for k in self.kernels.values()
-                            for p, _ in k.forward.gradients}):
-            a = self.arrays[name]
-            a.grad = s.zeros(a.shape, a.dtype, name + "_grad")
+        self.lazy_grad()  # DiffTaichi's ti.root.lazy_grad(): with the arrays, not in a backward
         self.tape = s.tape()
-        self._graph: Optional[vkad.Graph] = None
-        self._launchers: Dict[tuple, vkad.BoundLaunch] = {}  # by (kernel name, recorded)
         if loop:  # the step loop's resident kernel and its adjoint's made now, with the kernels
             self.s.prepare_loop(1, steps, self._step(True))
-
-    def launcher(self, name: str, recorded: bool = True) -> vkad.BoundLaunch:
-        """Kernel `name` with its arrays bound (Session.bind), launched with the step alone:
-        `collide(t - 1)`, as DiffTaichi calls its kernels."""
-        bound = self._launchers.get((name, recorded))
-        if bound is None:
-            k = self.kernels[name]
-            k = k if recorded else k.forward  # a Differentiated is recorded by a tape; .forward not
-            params = k.forward.param_names if recorded else k.param_names
-            bound = self.s.bind(k, **{p: self.arrays[p] for p in params if p != "t"})
-            self._launchers[(name, recorded)] = bound
-        return bound
 
     def _step(self, recorded: bool):
         """DiffTaichi's loop body, step t (symbolic inside Session.loop, which traces it once)."""
@@ -399,55 +383,19 @@ class RigidBody:
         (steps - 1 steps, then the loss at the last step). Asynchronous."""
         self.s.zero_many([self.arrays[n] for n in self.STATE[4:]] + [self.arrays["loss"]])
         step = self._step(recorded)
-        if self.loop:
-            self.s.loop(1, self.steps, step)
-        else:
-            for t in range(1, self.steps):
-                step(t)
+        self.step_loop(1, self.steps, step)
         self.launcher("compute_loss", recorded)(self.steps - 1)
-
-    def forward_backward(self) -> None:
-        """forward() on the tape, then its backward (seed d loss = 1): gradients() after it."""
-        with self.tape:
-            self.forward()
-        self.tape.backward(seed={self.arrays["loss"]: 1.0})
-
-    def gradients(self) -> Dict[str, np.ndarray]:
-        """d loss / d (each controller array), after an iteration's backward."""
-        return {p: self.tape.grad(self.arrays[p]).numpy() for p in self.PARAMS}
 
     def iteration(self) -> float:
         """Forward and backward, then DiffTaichi's update: w -= lr * min(1, 0.2 / (|grad| +
         1e-4)) * grad. Returns the loss the forward computed."""
-        if not self.graph:
-            self.forward_backward()
-        elif self._graph is None:
-            # The first iteration is captured and runs while it is captured (run=True); its
-            # rework runs in the background and is installed by a later replay.
-            with self.s.capture("rigid_body iteration", background=True, run=True) as g:
-                self.forward_backward()
-            self._graph = g
-        else:
-            self.s.replay(self._graph)
-        loss = float(self.arrays["loss"].numpy()[0])
+        loss = self.run_iteration(self.forward_backward)
         grads = self.gradients()
         norm_sqr = sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values())
         scale = LEARNING_RATE * min(1.0, GRADIENT_CLIP / (norm_sqr ** 0.5 + 1e-4))
         w = self.weights()
         self.set_weights({p: w[p] - scale * grads[p] for p in self.PARAMS})
         return loss
-
-    def loss(self) -> float:
-        """The loss of the current weights (a forward alone, not recorded)."""
-        self.forward(recorded=False)
-        return float(self.arrays["loss"].numpy()[0])
-
-    def weights(self) -> Dict[str, np.ndarray]:
-        return {p: self.arrays[p].numpy().astype(np.float64) for p in self.PARAMS}
-
-    def set_weights(self, w: Dict[str, np.ndarray]) -> None:
-        for p, value in w.items():
-            self.arrays[p].upload(np.asarray(value, vkad.numpy_dtype(self.dtype)))
 
     def corners(self, t: int) -> np.ndarray:
         """The boxes' corners at step t of the last simulation, (boxes, 4, 2)."""

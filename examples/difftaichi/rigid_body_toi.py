@@ -58,7 +58,7 @@ import numpy as np
 import vkad
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from training import arguments, open_session, train  # noqa: E402  (the ports' shared parts)
+from training import Simulation, arguments, open_session, train  # noqa: E402  (shared)
 
 # DiffTaichi's constants (examples/rigid_body_toi.py)
 STEPS = 204
@@ -121,24 +121,27 @@ def build_kernels(ft: vkad.DType, toi: bool):
             "compute_loss": compute_loss}
 
 
-class RigidBodyTOI:
+class RigidBodyTOI(Simulation):
     """The ball, the ground and the differentiated simulation on one session.
 
     evaluate(dy) runs one point of DiffTaichi's scan (start (0.7, 0.5 + dy), velocity (-1, -2),
     forward and backward on the tape) and returns the loss; gradients() then gives d loss /
     d init_x and d init_v (DiffTaichi's x.grad[0, 0] is init_x's). iteration() evaluates the
-    scan's next point (cycling through offsets(zoom)). `seed` is accepted for the benchmarks'
+    scan's next point (cycling through offsets(zoom)). weights() / set_weights(): the start,
+    init_x and init_v (the next evaluate() sets its own). `seed` is accepted for the benchmarks'
     common interface and unused: DiffTaichi's scene has nothing random."""
 
     PARAMS = ("init_x", "init_v")
+    NAME = "rigid_body_toi"
 
     def __init__(self, session: vkad.Session, steps: int = STEPS, dtype: vkad.DType = vkad.f32,
                  toi: bool = True, seed: int = 0, graph: bool = True, loop: bool = True,
                  zoom: bool = False):
         if steps < 2:
             raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
-        self.s, self.steps, self.dtype, self.toi = session, steps, dtype, toi
-        self.graph, self.loop = graph, loop  # loop: the step loop through Session.loop
+        super().__init__(session, dtype, graph)
+        self.steps, self.toi = steps, toi
+        self.loop = loop  # the step loop through Session.loop; False: a Python loop of launches
         self.offsets, self._next = offsets(zoom), 0
         self.kernels = {name: session.differentiate(k)
                         for name, k in build_kernels(dtype, toi).items()}
@@ -151,15 +154,9 @@ class RigidBodyTOI:
             "init_v": s.zeros(2, dtype, "init_v"),
             "loss": s.zeros(1, dtype, "loss"),
         }
-        # DiffTaichi's ti.root.lazy_grad(): the gradients allocated with the fields
-        for name in sorted({k.forward.param_names[p] for k in self.kernels.values()
-                            for p, _ in k.forward.gradients}):
-            a = self.arrays[name]
-            a.grad = s.zeros(a.shape, a.dtype, name + "_grad")
+        self.lazy_grad()  # DiffTaichi's ti.root.lazy_grad(): with the arrays, not in a backward
         self.set_start(0.0)
         self.tape = s.tape()
-        self._graph: Optional[vkad.Graph] = None
-        self._launchers: Dict[tuple, vkad.BoundLaunch] = {}  # by (kernel name, recorded)
         if loop:  # the step loop's resident kernel and its adjoint's made now, with the kernels
             self.s.prepare_loop(1, steps, self._step(True))
 
@@ -169,18 +166,6 @@ class RigidBodyTOI:
         self.start = (np.array([INIT_X[0], INIT_X[1] + dy]), np.array(init_v, np.float64))
         self.arrays["init_x"].upload(self.start[0].astype(npt))
         self.arrays["init_v"].upload(self.start[1].astype(npt))
-
-    def launcher(self, name: str, recorded: bool = True) -> vkad.BoundLaunch:
-        """Kernel `name` with its arrays bound (Session.bind), launched with the step alone:
-        `advance(t)`, as DiffTaichi calls its kernels."""
-        bound = self._launchers.get((name, recorded))
-        if bound is None:
-            k = self.kernels[name]
-            k = k if recorded else k.forward  # a Differentiated is recorded by a tape; .forward not
-            params = k.forward.param_names if recorded else k.param_names
-            bound = self.s.bind(k, **{p: self.arrays[p] for p in params if p != "t"})
-            self._launchers[(name, recorded)] = bound
-        return bound
 
     def _step(self, recorded: bool):
         advance = self.launcher("advance", recorded)
@@ -194,59 +179,21 @@ class RigidBodyTOI:
         then the loss at step steps - 1. Asynchronous."""
         self.launcher("initialize", recorded)()
         step = self._step(recorded)
-        if self.loop:
-            self.s.loop(1, self.steps, step)
-        else:
-            for t in range(1, self.steps):
-                step(t)
+        self.step_loop(1, self.steps, step)
         self.launcher("compute_loss", recorded)(self.steps - 1)
-
-    def forward_backward(self) -> None:
-        """forward() on the tape, then its backward (seed d loss = 1): gradients() after it."""
-        with self.tape:
-            self.forward()
-        self.tape.backward(seed={self.arrays["loss"]: 1.0})
 
     def evaluate(self, dy: float) -> float:
         """One point of DiffTaichi's scan: the start (0.7, 0.5 + dy), forward and backward --
         captured as a graph the first time and replayed after (unless graph=False). Returns the
         loss; gradients() the gradient."""
         self.set_start(dy)
-        if not self.graph:
-            self.forward_backward()
-        elif self._graph is None:
-            # The first evaluation is captured and runs while it is captured (run=True); its
-            # rework runs in the background and is installed by a later replay.
-            with self.s.capture("rigid_body_toi evaluation", background=True, run=True) as g:
-                self.forward_backward()
-            self._graph = g
-        else:
-            self.s.replay(self._graph)
-        return float(self.arrays["loss"].numpy()[0])
+        return self.run_iteration(self.forward_backward)
 
     def iteration(self) -> float:
         """The scan's next point (offsets(zoom), from dy = 0, cycling): evaluate(dy)."""
         dy = float(self.offsets[self._next % len(self.offsets)])
         self._next += 1
         return self.evaluate(dy)
-
-    def gradients(self) -> Dict[str, np.ndarray]:
-        """d loss / d init_x and d init_v, after an evaluation's backward."""
-        return {p: self.tape.grad(self.arrays[p]).numpy() for p in self.PARAMS}
-
-    def loss(self) -> float:
-        """The loss from the current start (a forward alone, not recorded)."""
-        self.forward(recorded=False)
-        return float(self.arrays["loss"].numpy()[0])
-
-    def weights(self) -> Dict[str, np.ndarray]:
-        """The start, init_x and init_v, as float64 numpy."""
-        return {p: self.arrays[p].numpy().astype(np.float64) for p in self.PARAMS}
-
-    def set_weights(self, w: Dict[str, np.ndarray]) -> None:
-        """Uploads a start (init_x and / or init_v); the next evaluate() sets its own."""
-        for p, value in w.items():
-            self.arrays[p].upload(np.asarray(value, vkad.numpy_dtype(self.dtype)))
 
     def positions(self) -> np.ndarray:
         """x[t, i] of the last simulation."""

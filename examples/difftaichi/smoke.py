@@ -88,7 +88,7 @@ import numpy as np
 import vkad
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from training import arguments, open_session, train  # noqa: E402  (the ports' shared parts)
+from training import Simulation, arguments, open_session, train  # noqa: E402  (shared)
 
 # DiffTaichi's constants (examples/smoke_taichi.py)
 N_GRID = 128
@@ -231,7 +231,7 @@ def build_apply_grad(ft: vkad.DType, n_grid: int,
 STEP_KERNELS = ("advect_v", "compute_div", "compute_p", "update_v", "advect_smoke")
 
 
-class Smoke:
+class Smoke(Simulation):
     """The fluid, its smoke, the target and the differentiated simulation on one session.
 
     forward() launches one simulation (on the tape when recording); iteration() runs one
@@ -242,7 +242,9 @@ class Smoke:
     (the loss is a mean over the cells, so one cell's gradient grows as 1 / n_grid^2 on a
     smaller grid: 400 (n_grid / 128)^2 takes DiffTaichi's steps there; the tests do)."""
 
-    PARAMS = ("v",)  # its row 0 (DiffTaichi optimises v[0])
+    PARAMS = ("v",)  # its row 0, DiffTaichi's v[0]: hence gradients() and weights() of its own
+    NAME = "smoke"
+    LAUNCH_ARGS = ("t", "k")
 
     def __init__(self, session: vkad.Session, steps: int = STEPS, n_grid: int = N_GRID,
                  dtype: vkad.DType = vkad.f32, seed: int = 0, graph: bool = True,
@@ -252,8 +254,8 @@ class Smoke:
             raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
         if n_grid < 2:
             raise ValueError(f"n_grid={n_grid}: the grid needs at least 2 cells per side")
-        self.s, self.steps, self.n_grid, self.dtype, self.graph = session, steps, n_grid, \
-            dtype, graph
+        super().__init__(session, dtype, graph)
+        self.steps, self.n_grid = steps, n_grid
         self.loop = loop  # the step loop through Session.loop; False: a Python loop of launches
         kbs = build_kernels(dtype, n_grid)
         self.kernels = {name: session.differentiate(kb) for name, kb in kbs.items()}
@@ -276,17 +278,9 @@ class Smoke:
             "target": s.ndarray(self.target, npt, "target"),
             "loss": s.zeros(1, dtype, "loss"),
         }
-        # DiffTaichi's lazy_grad places every field's gradient with the fields: allocated here,
-        # not by the first backward inside the first iteration.
-        for name in sorted({k.forward.param_names[p] for k in self.kernels.values()
-                            for p, _ in k.forward.gradients}):
-            a = self.arrays[name]
-            a.grad = s.zeros(a.shape, a.dtype, name + "_grad")
+        self.lazy_grad()  # DiffTaichi's ti.root.lazy_grad(): with the arrays, not in a backward
         self.tape = s.tape()
-        self._graph: Optional[vkad.Graph] = None
-        self._launchers: Dict[tuple, vkad.BoundLaunch] = {}  # by (kernel name, recorded)
-        self._apply_grad = s.bind(self.apply_grad_kernel, v=self.arrays["v"],
-                                  v_grad=self.arrays["v"].grad)
+        self._apply_grad = self.bind_update(self.apply_grad_kernel)
         # loop=True: the step loop said as one (Session.loop), prepared here (the tape's check of
         # the loop made now). Its 2-d tasks of n_grid^2 cells are too wide to roll into a
         # resident kernel, so the prepare makes the graph rework's plan of the loop's launches.
@@ -294,18 +288,6 @@ class Smoke:
             self.s.prepare_loop(1, steps, self._step(True))
 
     # launches
-    def launcher(self, name: str, recorded: bool = True) -> vkad.BoundLaunch:
-        """Kernel `name` with its arrays bound (Session.bind), launched with the step (and
-        iteration) alone: `compute_p(t, k)`, as DiffTaichi calls its kernels."""
-        bound = self._launchers.get((name, recorded))
-        if bound is None:
-            k = self.kernels[name]
-            k = k if recorded else k.forward  # a Differentiated is recorded by a tape; .forward not
-            params = k.forward.param_names if recorded else k.param_names
-            bound = self.s.bind(k, **{p: self.arrays[p] for p in params if p not in ("t", "k")})
-            self._launchers[(name, recorded)] = bound
-        return bound
-
     def _step(self, recorded: bool):
         """DiffTaichi's loop body, step t (symbolic inside Session.loop, which traces it once)."""
         advect_v, compute_div, compute_p, update_v, advect_smoke = (
@@ -325,46 +307,17 @@ class Smoke:
         steps - 1, then the loss at the last step). Asynchronous."""
         self.s.zero(self.arrays["loss"])  # ti.ad.Tape(loss) zeroes the loss
         step = self._step(recorded)
-        if self.loop:
-            self.s.loop(1, self.steps, step)
-        else:
-            for t in range(1, self.steps):
-                step(t)
+        self.step_loop(1, self.steps, step)
         self.launcher("compute_loss", recorded)(self.steps - 1)
-
-    def forward_backward(self) -> None:
-        """forward() on the tape, then its backward (seed d loss = 1): gradients() after it."""
-        with self.tape:
-            self.forward()
-        self.tape.backward(seed={self.arrays["loss"]: 1.0})
 
     def gradients(self) -> Dict[str, np.ndarray]:
         """d loss / d v[0] (n, n, 2), after an iteration's backward (the update leaves it)."""
         return {p: self.tape.grad(self.arrays[p]).numpy()[0] for p in self.PARAMS}
 
-    def _forward_backward_update(self) -> None:
-        self.forward_backward()
-        self._apply_grad()  # DiffTaichi's apply_grad(), off the tape
-
     def iteration(self) -> float:
         """Forward and backward, then DiffTaichi's update: v[0] -= learning_rate * dL/dv[0], on
         the device. Returns the loss the forward computed."""
-        if not self.graph:
-            self._forward_backward_update()
-        elif self._graph is None:
-            # The first iteration is captured and runs while it is captured (run=True); its
-            # rework runs in the background and is installed by a later replay.
-            with self.s.capture("smoke iteration", background=True, run=True) as g:
-                self._forward_backward_update()
-            self._graph = g
-        else:
-            self.s.replay(self._graph)
-        return float(self.arrays["loss"].numpy()[0])
-
-    def loss(self) -> float:
-        """The loss of the current initial velocity (a forward alone, not recorded)."""
-        self.forward(recorded=False)
-        return float(self.arrays["loss"].numpy()[0])
+        return self.run_iteration(self.forward_backward, self._apply_grad)  # update off the tape
 
     def weights(self) -> Dict[str, np.ndarray]:
         return {p: self.arrays[p].numpy()[0].astype(np.float64) for p in self.PARAMS}

@@ -90,6 +90,7 @@ class Simulation:
       tape:    the vkad.Tape forward_backward() records on;
     and defines forward(recorded=True): one simulation (asynchronous) that zeroes and sums
     arrays["loss"], its kernels on the tape when recorded, their forwards alone when not.
+    With a step loop, the port sets `loop` (bool) too, for step_loop().
     Class attributes: PARAMS (the trained arrays), NAME (the captured graph's label, "NAME
     iteration"), LAUNCH_ARGS (the kernels' parameters given at each launch, the step `t` by
     default; launcher() binds every other parameter to the array of its name).
@@ -139,6 +140,16 @@ class Simulation:
         return self.s.bind(kernel, **{n: a for p in self.PARAMS
                                       for n, a in ((p, self.arrays[p]),
                                                    (p + "_grad", self.arrays[p].grad))})
+
+    def step_loop(self, begin: int, end: int, step: Callable[[int], None]) -> None:
+        """step(t) for t = begin .. end - 1: said as one Session.loop when the port's `loop` is
+        set (the session runs it as its prepared plan or one resident kernel, the tape records
+        one LoopRecord), else a Python loop of launches."""
+        if self.loop:
+            self.s.loop(begin, end, step)
+        else:
+            for t in range(begin, end):
+                step(t)
 
     def forward_backward(self) -> None:
         """forward() on the tape, then its backward (seed d loss = 1): gradients() after it."""

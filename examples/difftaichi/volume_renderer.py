@@ -83,7 +83,7 @@ import numpy as np
 import vkad
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from training import arguments, open_session, train  # noqa: E402  (the ports' shared parts)
+from training import Simulation, arguments, open_session, train  # noqa: E402  (shared)
 from vkad import Vector  # noqa: E402
 
 # DiffTaichi's constants (examples/volume_renderer.py)
@@ -192,7 +192,7 @@ def build_kernels(ft: vkad.DType, res: int, density_res: int, marching_steps: in
     return {"ray_march": ray_march, "compute_loss": compute_loss}, apply_grad
 
 
-class VolumeRenderer:
+class VolumeRenderer(Simulation):
     """The density grid, the target images and the differentiated renderer on one session.
 
     forward() renders every view and adds up the loss (on the tape when recording); iteration()
@@ -204,6 +204,7 @@ class VolumeRenderer:
     given (DiffTaichi's 15 at its size)."""
 
     PARAMS = ("density",)
+    NAME = "volume_renderer"
 
     def __init__(self, session: vkad.Session, res: int = RES, density_res: int = DENSITY_RES,
                  marching_steps: int = MARCHING_STEPS, n_views: int = N_VIEWS,
@@ -213,8 +214,8 @@ class VolumeRenderer:
         if res < 1 or density_res < 1 or marching_steps < 1 or n_views < 1:
             raise ValueError(f"res={res}, density_res={density_res}, marching_steps="
                              f"{marching_steps}, n_views={n_views}: each must be at least 1")
-        self.s, self.res, self.density_res, self.dtype, self.graph = session, res, density_res, \
-            dtype, graph
+        super().__init__(session, dtype, graph)
+        self.res, self.density_res = res, density_res
         if learning_rate is None:
             learning_rate = default_learning_rate(density_res, n_views)
         self.marching_steps, self.n_views, self.learning_rate = marching_steps, n_views, \
@@ -234,16 +235,10 @@ class VolumeRenderer:
             "target_images": s.zeros((n_views, res, res), dtype, "target_images"),
             "loss": s.zeros(1, dtype, "loss"),
         }
-        # DiffTaichi's ti.root.lazy_grad(): the gradients allocated with the fields (those the
-        # tape differentiates; ray_march's `field` is images there)
-        for name in ("density", "images", "loss"):
-            a = self.arrays[name]
-            a.grad = s.zeros(a.shape, a.dtype, name + "_grad")
+        # DiffTaichi's ti.root.lazy_grad(), named: ray_march's `field` is images on the tape
+        self.lazy_grad(("density", "images", "loss"))
         self.tape = s.tape()
-        self._graph: Optional[vkad.Graph] = None
-        self._launchers: Dict[tuple, vkad.BoundLaunch] = {}  # by (kernel name, recorded)
-        self._apply_grad = s.bind(s.compile(apply_grad), density=self.arrays["density"],
-                                  density_grad=self.arrays["density"].grad)
+        self._apply_grad = self.bind_update(s.compile(apply_grad))
         # create_target_images(): ray_march(target_images, angle, view) from the target density,
         # then clear_density() (the gradient is zeroed by every backward)
         march = s.bind(self.kernels["ray_march"].forward, field=self.arrays["target_images"],
@@ -255,7 +250,8 @@ class VolumeRenderer:
     # launches
     def launcher(self, name: str, recorded: bool = True) -> vkad.BoundLaunch:
         """Kernel `name` with its arrays bound (Session.bind), launched with what DiffTaichi passes:
-        `ray_march(angle, view)`, `compute_loss(view)`."""
+        `ray_march(angle, view)`, `compute_loss(view)`. Simulation.launcher's, but ray_march's
+        `field` is bound to images (and to target_images at construction)."""
         bound = self._launchers.get((name, recorded))
         if bound is None:
             k = self.kernels[name]
@@ -278,46 +274,10 @@ class VolumeRenderer:
             ray_march(angle, view)
             compute_loss(view)
 
-    def forward_backward(self) -> None:
-        """forward() on the tape, then its backward (seed d loss = 1): gradients() after it."""
-        with self.tape:
-            self.forward()
-        self.tape.backward(seed={self.arrays["loss"]: 1.0})
-
-    def gradients(self) -> Dict[str, np.ndarray]:
-        """d loss / d density, after an iteration's backward (the update leaves it)."""
-        return {p: self.tape.grad(self.arrays[p]).numpy() for p in self.PARAMS}
-
-    def _forward_backward_update(self) -> None:
-        self.forward_backward()
-        self._apply_grad()  # DiffTaichi's apply_grad(), off the tape
-
     def iteration(self) -> float:
         """Forward and backward, then DiffTaichi's apply_grad: density = max(density -
         learning_rate dL/d density, 0), on the device. Returns the loss the forward computed."""
-        if not self.graph:
-            self._forward_backward_update()
-        elif self._graph is None:
-            # The first iteration is captured and runs while it is captured (run=True); its
-            # rework runs in the background and is installed by a later replay.
-            with self.s.capture("volume_renderer iteration", background=True, run=True) as g:
-                self._forward_backward_update()
-            self._graph = g
-        else:
-            self.s.replay(self._graph)
-        return float(self.arrays["loss"].numpy()[0])
-
-    def loss(self) -> float:
-        """The loss of the current density (a forward alone, not recorded)."""
-        self.forward(recorded=False)
-        return float(self.arrays["loss"].numpy()[0])
-
-    def weights(self) -> Dict[str, np.ndarray]:
-        return {p: self.arrays[p].numpy().astype(np.float64) for p in self.PARAMS}
-
-    def set_weights(self, w: Dict[str, np.ndarray]) -> None:
-        for p, value in w.items():
-            self.arrays[p].upload(np.asarray(value, vkad.numpy_dtype(self.dtype)))
+        return self.run_iteration(self.forward_backward, self._apply_grad)  # update off the tape
 
     def images(self) -> np.ndarray:
         """images[view, y, x] of the last forward."""
