@@ -2,27 +2,17 @@
 vkad), at small sizes: the gradient of the loss w.r.t. controller weights against central finite
 differences of the loss, a replayed (graph) iteration against a launched one, and training
 lowers the loss."""
-import importlib.util
-import pathlib
 
 import numpy as np
 import pytest
 
 import vkad
 from conftest import f64_ok
+from difftaichi_checks import (assert_close_by_name, assert_main_graph_equals_launches,
+                               assert_plots, load_example, replayed_and_launched, run_main)
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "difftaichi"
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-mass_spring = _load("mass_spring")
-diffmpm = _load("diffmpm")
+mass_spring = load_example("mass_spring")
+diffmpm = load_example("diffmpm")
 
 STEPS = 40  # 0.16 s of simulated time: the robot falls, lands and its springs work
 
@@ -71,17 +61,12 @@ def test_a_replayed_iteration_equals_a_launched_one(session):
     rolled = session.stats()["rolled_loops"]
     # the example's step loop (Session.loop, rolled) captured, against a Python loop of launches
     sims = [mass_spring.MassSpring(session, steps=STEPS, graph=g, loop=g) for g in (True, False)]
-    losses = [[sim.iteration()] for sim in sims]
-    session.finish_rework(sims[0]._graph)
-    for sim, ls in zip(sims, losses):
-        ls += [sim.iteration() for _ in range(2)]
+    losses = replayed_and_launched(session, sims)
     # The step loop and its adjoint ran as resident kernels (docs/graphs.md, "Step loops"), so this
     # compares them with the launches.
     assert session.stats()["rolled_loops"] - rolled == 2
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
-    w = [sim.weights() for sim in sims]
-    for name in mass_spring.MassSpring.PARAMS:
-        np.testing.assert_allclose(w[0][name], w[1][name], rtol=1e-4, atol=1e-5, err_msg=name)
+    assert_close_by_name(sims[0].weights(), sims[1].weights(), rtol=1e-4, atol=1e-5)
     assert sims[0]._graph is not None and sims[1]._graph is None
 
 
@@ -98,21 +83,11 @@ def test_training_moves_the_robot_forward(session):
 
 
 def test_main_runs_and_writes_plots(tmp_path, capsys):
-    assert mass_spring.main(["--iters", "2", "--steps", "20", "--out", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+    out = run_main(mass_spring.main, ["--iters", "2", "--steps", "20", "--out", str(tmp_path)],
+                   capsys)
     assert "robot 0 (6 masses, 11 springs), 20 steps, 2 iterations" in out
     assert "loss " in out
-    try:
-        import matplotlib  # noqa: F401 - only whether it is there
-    except ImportError:
-        assert not list(tmp_path.iterdir())  # skipped quietly
-        return
-    assert (tmp_path / "mass_spring_loss.png").stat().st_size > 0
-    assert (tmp_path / "mass_spring_final.png").stat().st_size > 0
-
-
-def _loss_line(out):
-    return next(line for line in out.splitlines() if line.startswith("loss "))
+    assert_plots(tmp_path, "mass_spring")
 
 
 @pytest.mark.parametrize("example", ["mass_spring", "diffmpm"])
@@ -126,10 +101,7 @@ def test_f64_main_with_its_graph_equals_without(session, example, tmp_path, caps
     args = ["--f64", "--iters", "2", "--steps", "12", "--out", str(tmp_path)]
     if example == "diffmpm":
         args += ["--grid", "32"]
-    assert mod.main(args) == 0
-    graphed = _loss_line(capsys.readouterr().out)
-    assert mod.main(args + ["--no-graph"]) == 0
-    assert _loss_line(capsys.readouterr().out) == graphed
+    assert_main_graph_equals_launches(mod.main, args, capsys, launched=["--no-graph"])
 
 
 def test_robots_are_difftaichis():
@@ -194,20 +166,13 @@ def test_diffmpm_replayed_iteration_equals_a_launched_one(session):
     sims = [diffmpm.DiffMPM(session, steps=MPM_STEPS, n_grid=MPM_GRID, graph=g, loop=False)
             for g in (True, False)]
     recomputed = session.stats()["recomputed_launches"]
-    losses = [[sim.iteration()] for sim in sims]  # the first captures (rework in background)
-    session.finish_rework(sims[0]._graph)  # the reworked graph from here on
-    for sim, loss in zip(sims, losses):
-        loss += [sim.iteration() for _ in range(2)]
+    losses = replayed_and_launched(session, sims)
     # Gather recompute rewrote the graph (docs/graphs.md, "Gather recompute"): per step g2p computes
     # the grid_op cells it reads, and the adjoint of p2g those of grid_op's adjoint.
     assert session.stats()["recomputed_launches"] - recomputed >= 2 * (MPM_STEPS - 1)
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
-    grads = [sim.gradients() for sim in sims]
-    w = [sim.weights() for sim in sims]
-    for name in diffmpm.DiffMPM.PARAMS:
-        np.testing.assert_allclose(grads[0][name], grads[1][name], rtol=1e-3, atol=1e-7,
-                                   err_msg=name)
-        np.testing.assert_allclose(w[0][name], w[1][name], rtol=1e-4, atol=1e-6, err_msg=name)
+    assert_close_by_name(sims[0].gradients(), sims[1].gradients(), rtol=1e-3, atol=1e-7)
+    assert_close_by_name(sims[0].weights(), sims[1].weights(), rtol=1e-4, atol=1e-6)
     assert sims[0]._graph is not None and sims[1]._graph is None
 
 
@@ -325,18 +290,11 @@ def test_diffmpm_training_lowers_the_loss(session):
 
 
 def test_diffmpm_main_runs_and_writes_plots(tmp_path, capsys):
-    assert diffmpm.main(["--iters", "2", "--steps", "20", "--grid", "32",
-                         "--out", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+    out = run_main(diffmpm.main, ["--iters", "2", "--steps", "20", "--grid", "32",
+                                  "--out", str(tmp_path)], capsys)
     assert "robot (156 particles, 4 actuators), 32^2 grid, 20 steps, 2 iterations" in out
     assert "loss " in out
-    try:
-        import matplotlib  # noqa: F401 - only whether it is there
-    except ImportError:
-        assert not list(tmp_path.iterdir())  # skipped quietly
-        return
-    assert (tmp_path / "diffmpm_loss.png").stat().st_size > 0
-    assert (tmp_path / "diffmpm_final.png").stat().st_size > 0
+    assert_plots(tmp_path, "diffmpm")
 
 
 def test_diffmpm_main_with_a_memory_budget_runs_and_writes_plots(tmp_path, capsys):

@@ -3,26 +3,17 @@ against a float64 numpy transcription of DiffTaichi's collide / advance / comput
 collisions), the gradient of the loss w.r.t. the cue ball's init_x and init_v against central
 differences of that transcription where no collision switches step within the difference, a
 replayed (graph) iteration against a launched one, and training lowering the loss."""
-import importlib.util
-import pathlib
 
 import numpy as np
 import pytest
 
 import vkad
 from conftest import f64_ok
+from difftaichi_checks import (assert_close_by_name, assert_graph_and_step_loop_in_the_first,
+                               assert_main_graph_equals_launches, assert_plots, dtypes,
+                               load_example, replayed_and_launched, run_main)
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "difftaichi"
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-billiards = _load("billiards")
+billiards = load_example("billiards")
 
 # 3 layers (7 balls; DiffTaichi's: 4, 11 balls) and 320 steps (DiffTaichi's: 1024), the cue ball
 # 0.2 closer to the rack than DiffTaichi's (0.3, 0.5), at its velocity (0.3, 0): it reaches the
@@ -73,10 +64,6 @@ def _sim(session, dtype=vkad.f32, **kw):
     return billiards.Billiards(session, dtype=dtype, **kw)
 
 
-def _dtypes(session):
-    return [vkad.f32] + ([vkad.f64] if f64_ok(session) else [])
-
-
 def test_the_reduced_scene_has_its_collisions():
     events = []
     x, _, loss = reference(INIT_X, INIT_V, events=events)
@@ -94,7 +81,7 @@ def test_forward_matches_a_float64_transcription(session):
     # rounding each, through 7 collisions), tolerance 3e-5; the loss (0.10) rel 4e-6, tolerance
     # 5e-5. f64: the same operations in the same order (the pair sums too: zeros and one or two
     # contributions), measured equal to the last bit; tolerance 1e-12.
-    for dtype in _dtypes(session):
+    for dtype in dtypes(session):
         sim = _sim(session, dtype, graph=False)
         w = sim.weights()  # the f32 run starts from INIT_X / INIT_V rounded to f32
         want_x, want_v, want_loss = reference(w["init_x"], w["init_v"])
@@ -116,7 +103,7 @@ def test_forward_at_difftaichis_size(session):
                                      billiards.STEPS, events)
     assert len(events) == 2 * 14
     assert want_loss == pytest.approx(0.045415852505606556, rel=1e-12)
-    for dtype in _dtypes(session):
+    for dtype in dtypes(session):
         sim = billiards.Billiards(session, dtype=dtype, graph=False)
         assert sim.n_balls == 11 and sim.steps == 1024
         loss = sim.loss()
@@ -154,7 +141,7 @@ def test_loss_gradient_matches_central_differences(session):
     fd = np.array(fd)
     scale = np.abs(fd).max()
     assert np.abs(fd).min() > 0.2 * scale  # all four are there (0.22 .. 0.63)
-    for dtype in _dtypes(session):
+    for dtype in dtypes(session):
         sim = _sim(session, dtype, graph=False)
         sim.forward_backward()
         g = sim.gradients()
@@ -207,18 +194,11 @@ def test_a_replayed_iteration_equals_a_launched_one(session):
     # update on the device) against every launch made from Python: the same arithmetic, so
     # the losses, gradients and updated init_x / init_v agree to f32 rounding.
     sims = [_sim(session, graph=g, loop=g) for g in (True, False)]
-    losses = [[sim.iteration()] for sim in sims]
-    session.finish_rework(sims[0]._graph)
-    for sim, ls in zip(sims, losses):
-        ls += [sim.iteration() for _ in range(2)]
+    losses = replayed_and_launched(session, sims)
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
-    for p in billiards.Billiards.PARAMS:
-        np.testing.assert_allclose(sims[0].weights()[p], sims[1].weights()[p], rtol=0, atol=1e-6)
-        g = [sim.gradients()[p] for sim in sims]
-        np.testing.assert_allclose(g[0], g[1], rtol=0, atol=1e-5)
-    assert sims[0]._graph is not None and sims[1]._graph is None
-    assert any(isinstance(r, vkad.LoopRecord) for r in sims[0].tape.launches)
-    assert not any(isinstance(r, vkad.LoopRecord) for r in sims[1].tape.launches)
+    assert_close_by_name(sims[0].weights(), sims[1].weights(), atol=1e-6)
+    assert_close_by_name(sims[0].gradients(), sims[1].gradients(), atol=1e-5)
+    assert_graph_and_step_loop_in_the_first(sims)
     # a replay: initialize, the rolled loop, compute_loss, their three adjoints, apply_grad
     before = session.stats()["launches"]
     sims[0].iteration()
@@ -245,36 +225,19 @@ def test_training_lowers_the_loss(session):
 
 def test_main_runs_and_writes_plots(tmp_path, capsys):
     args = ["--iters", "2", "--steps", "40", "--layers", "2", "--out", str(tmp_path)]
-    assert billiards.main(args) == 0
-    out = capsys.readouterr().out
+    out = run_main(billiards.main, args, capsys)
     assert "4 balls, 40 steps, 2 iterations" in out
     assert "loss " in out
-    try:
-        import matplotlib  # noqa: F401 - only whether it is there
-    except ImportError:
-        assert not list(tmp_path.iterdir())  # skipped quietly
-        return
-    assert (tmp_path / "billiards_loss.png").stat().st_size > 0
-    assert (tmp_path / "billiards_final.png").stat().st_size > 0
-
-
-def _loss_line(out):
-    return next(line for line in out.splitlines() if line.startswith("loss "))
+    assert_plots(tmp_path, "billiards")
 
 
 @pytest.mark.parametrize("f64", [False, True], ids=["f32", "f64"])
 def test_main_with_its_graph_and_loop_equals_launches(session, f64, tmp_path, capsys):
-    # The default (the iteration captured and replayed, the step loop through Session.loop)
-    # against --no-graph --no-loop (every launch from Python): the same losses to the digits
-    # printed; in f64 the captured backward seeds the f64 loss gradient with 1.0 (a fill whose
-    # 8-byte halves differ).
+    # in f64 the captured backward seeds the f64 loss gradient with 1.0 (a fill whose 8-byte
+    # halves differ)
     if f64 and not f64_ok(session):
         pytest.skip("the device has no f64")
     # One layer (the cue and the target) and 400 steps: DiffTaichi's cue reaches the target at
     # step 377, so the losses printed move (0.209, 0.197, 0.185, then 0.173).
     args = ["--iters", "3", "--steps", "400", "--layers", "1", "--out", str(tmp_path)]
-    args += ["--f64"] if f64 else []
-    assert billiards.main(args) == 0
-    graphed = _loss_line(capsys.readouterr().out)
-    assert billiards.main(args + ["--no-graph", "--no-loop"]) == 0
-    assert _loss_line(capsys.readouterr().out) == graphed
+    assert_main_graph_equals_launches(billiards.main, args + (["--f64"] if f64 else []), capsys)

@@ -3,27 +3,17 @@ against a float64 numpy transcription of DiffTaichi's equations, the gradient of
 controller weights and biases against central differences of that transcription, a replayed
 (graph) iteration against a launched one, and training lowering the loss."""
 import functools
-import importlib.util
 import math
-import pathlib
 
 import numpy as np
 import pytest
 
 import vkad
 from conftest import f64_ok
+from difftaichi_checks import (assert_close_by_name, assert_graph_and_step_loop_in_the_first,
+                               dtypes, load_example, replayed_and_launched)
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "difftaichi"
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-mpm = _load("diffmpm3d")
+mpm = load_example("diffmpm3d")
 
 # A 32^3 grid (DiffTaichi's: 64^3) and DiffTaichi's robot at the block size its comment offers
 # for small GPUs (0.05; default 0.1): 272 particles, 16 actuators; 40 steps (0.08 s). The robot
@@ -96,10 +86,6 @@ def reference(weights, bias, n_grid=GRID, steps=STEPS, scene=SCENE):
     return {"x": x, "v": v, "C": C, "F": F, "actuation": act}, loss
 
 
-def _dtypes(session):
-    return [vkad.f32] + ([vkad.f64] if f64_ok(session) else [])
-
-
 def _sim(session, dtype=vkad.f32, **kw):
     return mpm.DiffMPM3D(session, steps=STEPS, n_grid=GRID, dtype=dtype, scene=SCENE, **kw)
 
@@ -129,7 +115,7 @@ def test_forward_matches_a_float64_transcription(session):
     # 1.6e-6 (F), 3e-5 (C: 128 x the velocities' error), 1e-7 (actuation), 2.5e-7 relative
     # (the loss); the bounds are ~4-10x.
     w0 = None
-    for dtype in _dtypes(session):
+    for dtype in dtypes(session):
         sim = _sim(session, dtype, graph=False)
         w0 = sim.weights()
         want, want_loss = reference(w0["weights"], w0["bias"])
@@ -172,7 +158,7 @@ def test_loss_gradient_matches_central_differences(session):
             w[name][idx] += sign * h
             d += sign * reference(w["weights"], w["bias"])[1]
         fd.append(d / (2 * h))
-    for dtype in _dtypes(session):
+    for dtype in dtypes(session):
         sim = _sim(session, dtype, graph=False)
         sim.set_weights(w0)  # the f32 weights, exactly
         sim.forward_backward()
@@ -193,18 +179,10 @@ def test_a_replayed_iteration_equals_a_launched_one(session):
     # The bounds are 2e-5 (loss), 1e-5 and 1e-8 (the update moves a weight by 30 x 5e-6).
     sims = [_sim(session, graph=g, loop=g) for g in (True, False)]
     before = session.stats()
-    losses = [[sim.iteration()] for sim in sims]
-    session.finish_rework(sims[0]._graph)
-    for sim, ls in zip(sims, losses):
-        ls.append(sim.iteration())  # the reworked graph's replay
+    losses = replayed_and_launched(session, sims, iters=2)  # the capture's run, a replay
     np.testing.assert_allclose(losses[0], losses[1], rtol=2e-5)
-    g = [sim.gradients() for sim in sims]
-    w = [sim.weights() for sim in sims]
-    for name in mpm.DiffMPM3D.PARAMS:
-        scale = np.abs(g[1][name]).max()
-        np.testing.assert_allclose(g[0][name], g[1][name], rtol=0, atol=1e-5 * scale,
-                                   err_msg=name)
-        np.testing.assert_allclose(w[0][name], w[1][name], rtol=0, atol=1e-8, err_msg=name)
+    assert_close_by_name(sims[0].gradients(), sims[1].gradients(), atol_of_max=1e-5)
+    assert_close_by_name(sims[0].weights(), sims[1].weights(), atol=1e-8)
     # The capture ran the step loop as its prepared plan (docs/graphs.md). Its adjoint's plan
     # ran too when this file ran alone on lavapipe (2 reworked loops), not in the whole suite
     # there nor on the H200 (1): the adjoint's launches then run one by one, a loss of speed,
@@ -212,9 +190,7 @@ def test_a_replayed_iteration_equals_a_launched_one(session):
     after = session.stats()
     assert after["reworked_loops"] + after["rolled_loops"] > (before["reworked_loops"] +
                                                               before["rolled_loops"])
-    assert sims[0]._graph is not None and sims[1]._graph is None
-    assert any(isinstance(r, vkad.LoopRecord) for r in sims[0].tape.launches)
-    assert not any(isinstance(r, vkad.LoopRecord) for r in sims[1].tape.launches)
+    assert_graph_and_step_loop_in_the_first(sims)
 
 
 def test_one_grid_in_a_memory_budget_has_the_time_axis_gradients(session):

@@ -3,28 +3,18 @@ against a float64 numpy transcription of DiffTaichi's nn1 / nn2 / advance / comp
 gradient of the loss w.r.t. a few controller weights against central differences of that
 transcription, a replayed (graph) iteration against a launched one, and training lowering the
 loss."""
-import importlib.util
 import math
-import pathlib
 import random
 
 import numpy as np
 import pytest
 
 import vkad
-from conftest import f64_ok
+from difftaichi_checks import (assert_close_by_name, assert_graph_and_step_loop_in_the_first,
+                               assert_main_graph_equals_launches, assert_plots, dtypes,
+                               load_example, replayed_and_launched)
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "difftaichi"
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-electric = _load("electric")
+electric = load_example("electric")
 
 # 96 steps in 3 segments of 32 (DiffTaichi's: 512 in 2 of 256), the full controller
 STEPS = 96
@@ -58,10 +48,6 @@ def _sim(session, dtype=vkad.f32, **kw):
     return electric.Electric(session, dtype=dtype, **kw)
 
 
-def _dtypes(session):
-    return [vkad.f32] + ([vkad.f64] if f64_ok(session) else [])
-
-
 def test_the_goal_path_is_difftaichis():
     # DiffTaichi's initialize(): straight segments through random points in [0.2, 0.8]^2,
     # goal_v the segment's direction; the same random stream draws the same path.
@@ -84,7 +70,7 @@ def test_forward_matches_a_float64_transcription(session):
     # K = 1e-3, is weak); measured 3.2e-7 off in position (1.4e-4 of that motion), 1.2e-7 in
     # the charges and 1.3e-6 relative in the loss; tolerances 2e-6 (1e-3 of the motion), 1e-6
     # and 2e-5.
-    for dtype in _dtypes(session):
+    for dtype in dtypes(session):
         sim = _sim(session, dtype, graph=False)
         w = sim.weights()
         goal = sim.arrays["goal"].numpy().astype(np.float64)  # the path rounded to the dtype
@@ -115,7 +101,7 @@ def test_loss_gradient_matches_central_differences(session):
     # adjoint of 95 steps in f32, measured 8e-7, per entry <= 6e-6 relative) 2e-5. A wrong
     # adjoint (a dropped force term, the loss's factor dt, the damping) is off by O(1e-1 .. 1).
     h = 1e-5
-    for dtype in _dtypes(session):
+    for dtype in dtypes(session):
         sim = _sim(session, dtype, graph=False)
         w0 = sim.weights()
         goal, goal_v = (sim.arrays[n].numpy().astype(np.float64) for n in ("goal", "goal_v"))
@@ -151,19 +137,12 @@ def test_a_replayed_iteration_equals_a_launched_one(session):
     # Python: the same seed draws the same weights and paths, the same arithmetic gives the
     # same losses, gradients and updated weights to f32 rounding.
     sims = [_sim(session, graph=g, loop=g) for g in (True, False)]
-    losses = [[sim.iteration()] for sim in sims]
-    session.finish_rework(sims[0]._graph)
-    for sim, ls in zip(sims, losses):
-        ls += [sim.iteration() for _ in range(2)]
+    losses = replayed_and_launched(session, sims)
     assert len(set(np.round(losses[1], 6))) == 3  # three paths, three losses
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
-    for p in electric.Electric.PARAMS:
-        np.testing.assert_allclose(sims[0].weights()[p], sims[1].weights()[p], rtol=0, atol=1e-6)
-        g = [sim.gradients()[p] for sim in sims]
-        np.testing.assert_allclose(g[0], g[1], rtol=0, atol=1e-5 * np.abs(g[1]).max())
-    assert sims[0]._graph is not None and sims[1]._graph is None
-    assert any(isinstance(r, vkad.LoopRecord) for r in sims[0].tape.launches)
-    assert not any(isinstance(r, vkad.LoopRecord) for r in sims[1].tape.launches)
+    assert_close_by_name(sims[0].weights(), sims[1].weights(), atol=1e-6)
+    assert_close_by_name(sims[0].gradients(), sims[1].gradients(), atol_of_max=1e-5)
+    assert_graph_and_step_loop_in_the_first(sims)
     # a replay: initialize, the rolled loop, its adjoint, apply_grad
     before = session.stats()["launches"]
     sims[0].iteration()
@@ -189,24 +168,9 @@ def test_training_lowers_the_loss(session):
     assert sim.loss() < 0.98 * first, (first, losses)
 
 
-def _loss_line(out):
-    return next(line for line in out.splitlines() if line.startswith("loss "))
-
-
 def test_main_runs_writes_plots_and_its_graph_equals_launches(tmp_path, capsys):
-    # The default (the iteration captured and replayed, the step loop through Session.loop)
-    # against --no-graph --no-loop (every launch from Python): the same losses to the digits
-    # printed, over three goal paths.
+    # over three goal paths
     args = ["--iters", "3", "--steps", "48", "--seg-size", "16", "--out", str(tmp_path)]
-    assert electric.main(args) == 0
-    out = capsys.readouterr().out
+    out = assert_main_graph_equals_launches(electric.main, args, capsys)
     assert "48 steps, 3 iterations" in out
-    assert electric.main(args + ["--no-graph", "--no-loop"]) == 0
-    assert _loss_line(capsys.readouterr().out) == _loss_line(out)
-    try:
-        import matplotlib  # noqa: F401 - only whether it is there
-    except ImportError:
-        assert not list(tmp_path.iterdir())  # skipped quietly
-        return
-    assert (tmp_path / "electric_loss.png").stat().st_size > 0
-    assert (tmp_path / "electric_final.png").stat().st_size > 0
+    assert_plots(tmp_path, "electric")

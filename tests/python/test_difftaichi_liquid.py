@@ -4,27 +4,17 @@ the floor's friction branch as written), the gradient of the loss w.r.t. control
 biases against central differences of that transcription (f32 and f64), a replayed (graph)
 iteration against a launched one, and training lowering the loss."""
 import functools
-import importlib.util
 import math
-import pathlib
 
 import numpy as np
 import pytest
 
 import vkad
 from conftest import f64_ok
+from difftaichi_checks import (assert_close_by_name, assert_graph_and_step_loop_in_the_first,
+                               dtypes, load_example)
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "difftaichi"
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-liq = _load("liquid")
+liq = load_example("liquid")
 mpm3d = liq.mpm3d
 
 # A 16^3 grid (DiffTaichi's: 64^3), 30 steps, DiffTaichi's robot and fluid block at the density
@@ -118,10 +108,6 @@ def reference(weights, bias, n_grid=GRID, steps=STEPS, scene=SCENE, seed=0):
     return {"x": x, "v": v, "C": C, "F": F, "actuation": act, "rubbed": rubbed}, -x_avg[0]
 
 
-def _dtypes(session):
-    return [vkad.f32] + ([vkad.f64] if f64_ok(session) else [])
-
-
 _SIMS = {}
 
 
@@ -166,7 +152,7 @@ def test_forward_matches_a_float64_transcription(session):
     # scale 0.6), 6.5e-7 (v), 1.0e-6 (F), 1.1e-5 (C), 9e-8 (actuation), 1.8e-7 relative (the
     # loss); the bounds are ~5-10x.
     want = None
-    for dtype in _dtypes(session):
+    for dtype in dtypes(session):
         sim = _sim(session, dtype)
         w0 = sim.weights()
         want, want_loss = reference(w0["weights"], w0["bias"])
@@ -217,7 +203,7 @@ def test_loss_gradient_matches_central_differences(session):
             w[name][idx] += sign * h
             d += sign * reference(w["weights"], w["bias"])[1]
         fd.append(d / (2 * h))
-    for dtype in _dtypes(session):
+    for dtype in dtypes(session):
         sim = _sim(session, dtype)
         sim.set_weights(w0)  # the f32 weights, exactly
         sim.forward_backward()
@@ -246,15 +232,9 @@ def test_a_replayed_iteration_equals_a_launched_one(session):
     np.testing.assert_allclose(losses[0], losses[1], rtol=2e-6)
     assert losses[1][1] < losses[1][0]
     for g0, g1 in zip(*grads):
-        for name in liq.Liquid.PARAMS:
-            np.testing.assert_allclose(g0[name], g1[name], rtol=0,
-                                       atol=1e-5 * np.abs(g1[name]).max(), err_msg=name)
-    w = [sim.weights() for sim in sims]
-    for name in liq.Liquid.PARAMS:
-        np.testing.assert_allclose(w[0][name], w[1][name], rtol=0, atol=1e-8, err_msg=name)
-    assert sims[0]._graph is not None and sims[1]._graph is None
-    assert any(isinstance(r, vkad.LoopRecord) for r in sims[0].tape.launches)
-    assert not any(isinstance(r, vkad.LoopRecord) for r in sims[1].tape.launches)
+        assert_close_by_name(g0, g1, atol_of_max=1e-5)
+    assert_close_by_name(sims[0].weights(), sims[1].weights(), atol=1e-8)
+    assert_graph_and_step_loop_in_the_first(sims)
 
 
 def test_training_lowers_the_loss(session):

@@ -4,27 +4,18 @@ apply_spring_force / advance_toi / compute_loss (robot A, its legs reaching the 
 gradient of the loss w.r.t. a few controller weights against central differences of that
 transcription (in f64: contacts make f32 runs part), a replayed (graph) iteration against a
 launched one, and training lowering the loss."""
-import importlib.util
 import math
-import pathlib
 
 import numpy as np
 import pytest
 
 import vkad
 from conftest import f64_ok
+from difftaichi_checks import (assert_close_by_name, assert_graph_and_step_loop_in_the_first,
+                               assert_main_graph_equals_launches, assert_plots, load_example,
+                               replayed_and_launched)
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "difftaichi"
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-rb = _load("rigid_body")
+rb = load_example("rigid_body")
 
 STEPS = 200  # DiffTaichi's: 2048. Robot A's feet reach the ground at step ~80.
 
@@ -196,17 +187,11 @@ def test_a_replayed_iteration_equals_a_launched_one(session):
     # The captured and replayed iteration (the step loop through Session.loop) against every
     # launch made from Python, over three iterations with DiffTaichi's update between.
     sims = [_sim(session, graph=g, loop=g) for g in (True, False)]
-    losses = [[sim.iteration()] for sim in sims]
-    session.finish_rework(sims[0]._graph)
-    for sim, ls in zip(sims, losses):
-        ls += [sim.iteration() for _ in range(2)]
+    losses = replayed_and_launched(session, sims)
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
-    for p in rb.RigidBody.PARAMS:
-        np.testing.assert_allclose(sims[0].weights()[p], sims[1].weights()[p], rtol=0, atol=1e-5)
-        g = [sim.gradients()[p] for sim in sims]
-        np.testing.assert_allclose(g[0], g[1], rtol=0, atol=1e-3 * np.abs(g[1]).max())
-    assert any(isinstance(r, vkad.LoopRecord) for r in sims[0].tape.launches)
-    assert not any(isinstance(r, vkad.LoopRecord) for r in sims[1].tape.launches)
+    assert_close_by_name(sims[0].weights(), sims[1].weights(), atol=1e-5)
+    assert_close_by_name(sims[0].gradients(), sims[1].gradients(), atol_of_max=1e-3)
+    assert_graph_and_step_loop_in_the_first(sims)
 
 
 def test_training_lowers_the_loss(session):
@@ -220,20 +205,8 @@ def test_training_lowers_the_loss(session):
     assert sim.loss() < losses[-1]
 
 
-def _loss_line(out):
-    return next(line for line in out.splitlines() if line.startswith("loss "))
-
-
 def test_main_runs_writes_plots_and_its_graph_equals_launches(tmp_path, capsys):
     args = ["--iters", "2", "--steps", "60", "--robot", "1", "--out", str(tmp_path)]
-    assert rb.main(args) == 0
-    out = capsys.readouterr().out
+    out = assert_main_graph_equals_launches(rb.main, args, capsys)
     assert "robot 1 (3 boxes, 4 springs), 60 steps, 2 iterations" in out
-    assert rb.main(args + ["--no-graph", "--no-loop"]) == 0
-    assert _loss_line(capsys.readouterr().out) == _loss_line(out)
-    try:
-        import matplotlib  # noqa: F401 - only whether it is there
-    except ImportError:
-        return
-    assert (tmp_path / "rigid_body_loss.png").stat().st_size > 0
-    assert (tmp_path / "rigid_body_final.png").stat().st_size > 0
+    assert_plots(tmp_path, "rigid_body")

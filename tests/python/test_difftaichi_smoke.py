@@ -2,26 +2,16 @@
 against a float64 numpy transcription of DiffTaichi's equations, the gradient of the loss w.r.t.
 entries of the initial velocity against central differences of that transcription, a replayed
 (graph) iteration against a launched one, and training lowering the loss."""
-import importlib.util
-import pathlib
 
 import numpy as np
 import pytest
 
 import vkad
 from conftest import f64_ok
+from difftaichi_checks import (assert_graph_and_step_loop_in_the_first, assert_plots, dtypes,
+                               load_example, loss_line, run_main)
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "difftaichi"
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-smoke = _load("smoke")
+smoke = load_example("smoke")
 
 # A 32^2 grid (DiffTaichi's: 128^2) and 12 steps (DiffTaichi's: 100), with DiffTaichi's 10
 # Jacobi iterations per step and its 16-cell checkerboard (here 2 x 2 squares). The test's
@@ -95,10 +85,6 @@ def _initial(seed=1):
     return np.random.RandomState(seed).uniform(-1.5, 1.5, (GRID, GRID, 2))
 
 
-def _dtypes(session):
-    return [vkad.f32] + ([vkad.f64] if f64_ok(session) else [])
-
-
 def test_target_and_initial_smoke():
     img = smoke.taichi_image(64)
     assert img.shape == (64, 64) and img.min() == 0.0 and img.max() == 1.0
@@ -122,7 +108,7 @@ def test_forward_matches_a_float64_transcription(session):
     # Tolerances: 3e-5 of each field's scale in f32, 1e-12 in f64. The loss (0.39, a sum of
     # 1024 squares) to rel 1e-5 (f32, measured 3e-7) and 1e-12 (f64).
     init = _initial()
-    for dtype in _dtypes(session):
+    for dtype in dtypes(session):
         sim = smoke.Smoke(session, steps=STEPS, n_grid=GRID, dtype=dtype, graph=False)
         sim.set_weights({"v": init})
         want, want_loss = reference(sim.weights()["v"], sim.smoke0, sim.target)
@@ -160,7 +146,7 @@ def test_loss_gradient_matches_central_differences(session):
              (16, 15, 1), (9, 22, 0), (22, 9, 1)]
     h = 1e-5
     grads = {}
-    for dtype in _dtypes(session):
+    for dtype in dtypes(session):
         sim = smoke.Smoke(session, steps=STEPS, n_grid=GRID, dtype=dtype, graph=False)
         sim.set_weights({"v": init})
         x0 = sim.weights()["v"]  # the f32 run starts from init rounded to f32: use that
@@ -205,9 +191,7 @@ def test_a_replayed_iteration_equals_a_launched_one(session):
     # once in ~15 runs at the third iteration: 3% of the largest) while the loss, continuous,
     # stays within 1e-4. A launch missing from either path moves it by far more than 1e-3.
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-3)
-    assert sims[0]._graph is not None and sims[1]._graph is None
-    assert any(isinstance(r, vkad.LoopRecord) for r in sims[0].tape.launches)
-    assert not any(isinstance(r, vkad.LoopRecord) for r in sims[1].tape.launches)
+    assert_graph_and_step_loop_in_the_first(sims)
     # the step's 14 launches x 11 steps, and compute_loss
     assert len(sims[1].tape.launches) == 14 * (STEPS - 1) + 1
 
@@ -230,24 +214,16 @@ def test_training_lowers_the_loss(session):
 
 
 def test_main_runs_and_writes_plots(tmp_path, capsys):
-    assert smoke.main(["--iters", "2", "--steps", "6", "--grid", "16", "--lr", "6.25", "--out",
-                       str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+    out = run_main(smoke.main, ["--iters", "2", "--steps", "6", "--grid", "16", "--lr", "6.25",
+                                "--out", str(tmp_path)], capsys)
     assert "16^2 grid, 6 steps, 2 iterations" in out
     assert "loss " in out
-    try:
-        import matplotlib  # noqa: F401 - only whether it is there
-    except ImportError:
-        assert not list(tmp_path.iterdir())  # skipped quietly
-        return
-    assert (tmp_path / "smoke_loss.png").stat().st_size > 0
-    assert (tmp_path / "smoke_final.png").stat().st_size > 0
+    assert_plots(tmp_path, "smoke")
 
 
 def _losses(out):
     """(first, last) from the example's 'loss A -> B' line."""
-    line = next(line for line in out.splitlines() if line.startswith("loss "))
-    first, last = line[len("loss "):].split(" -> ")
+    first, last = loss_line(out)[len("loss "):].split(" -> ")
     return float(first), float(last)
 
 
@@ -262,10 +238,8 @@ def test_main_with_its_graph_and_loop_equals_launches(session, f64, tmp_path, ca
     args = ["--iters", "3", "--steps", "8", "--grid", "24", "--lr", "14.0625",  # 400 (24/128)^2
             "--out", str(tmp_path)]
     args += ["--f64"] if f64 else []
-    assert smoke.main(args) == 0
-    graphed = _losses(capsys.readouterr().out)
-    assert smoke.main(args + ["--no-graph", "--no-loop"]) == 0
-    launched = _losses(capsys.readouterr().out)
+    graphed = _losses(run_main(smoke.main, args, capsys))
+    launched = _losses(run_main(smoke.main, args + ["--no-graph", "--no-loop"], capsys))
     # The loss is an atomic sum over the 24^2 cells, whose order a GPU does not fix: two orders
     # of n positive terms differ by at most (n - 1) u times the sum (u the unit roundoff), plus
     # the 5e-7 the six printed digits round. The last loss also follows two updates, each

@@ -3,27 +3,16 @@ the rendered images and the loss against a float64 numpy transcription of DiffTa
 and compute_loss, the gradient of the loss w.r.t. voxels of the density against central
 differences of that transcription, apply_grad's clamp, a replayed (graph) iteration against a
 launched one, and training lowering the loss."""
-import importlib.util
 import math
-import pathlib
 
 import numpy as np
 import pytest
 
 import vkad
-from conftest import f64_ok
+from difftaichi_checks import (assert_close_by_name, assert_main_graph_equals_launches,
+                               assert_plots, dtypes, load_example, replayed_and_launched)
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "difftaichi"
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-vr = _load("volume_renderer")
+vr = load_example("volume_renderer")
 
 # 2 views of 15^2 pixels (DiffTaichi's: 7 of 512^2), an 8^3 density (128^3), 80 marching steps
 # (1000): the rays run 1.6 from the camera, through the box (0.5 to 1.5 away along the axis).
@@ -78,10 +67,6 @@ def _sim(session, dtype=vkad.f32, **kw):
                              n_views=VIEWS, dtype=dtype, **kw)
 
 
-def _dtypes(session):
-    return [vkad.f32] + ([vkad.f64] if f64_ok(session) else [])
-
-
 def _density(seed=1):
     return np.random.RandomState(seed).uniform(0, 1.0 / DENSITY_RES, (DENSITY_RES,) * 3)
 
@@ -124,7 +109,7 @@ def test_forward_matches_a_float64_transcription(session):
     # 4.76) to ~1e-6 relative (measured 2.6e-8). f64: measured 7e-16. Tolerances: images 2e-6
     # of the largest value (f32) / 1e-12, the loss rel 1e-5 / 1e-12.
     density = _density()
-    for dtype in _dtypes(session):
+    for dtype in dtypes(session):
         sim = _sim(session, dtype, graph=False)
         sim.set_weights({"density": density})
         d = sim.weights()["density"]  # rounded to the dtype
@@ -159,7 +144,7 @@ def test_loss_gradient_matches_central_differences(session):
     density = _density(2)
     direction = np.random.RandomState(3).randn(*density.shape)
     h = 1e-4
-    for dtype in _dtypes(session):
+    for dtype in dtypes(session):
         sim = _sim(session, dtype, graph=False)
         sim.set_weights({"density": density})
         d0 = sim.weights()["density"]
@@ -216,16 +201,11 @@ def test_a_replayed_iteration_equals_a_launched_one(session):
     # gradients and updated densities to f32 rounding (atomic sums in another order).
     lr = 0.03
     sims = [_sim(session, graph=g, learning_rate=lr) for g in (True, False)]
-    losses = [[sim.iteration()] for sim in sims]
-    session.finish_rework(sims[0]._graph)
-    for sim, ls in zip(sims, losses):
-        ls += [sim.iteration() for _ in range(2)]
+    losses = replayed_and_launched(session, sims)
     assert losses[1][2] < losses[1][0]  # three different densities
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
-    w = [sim.weights()["density"] for sim in sims]
-    np.testing.assert_allclose(w[0], w[1], rtol=0, atol=1e-6 * np.abs(w[1]).max())
-    g = [sim.gradients()["density"] for sim in sims]
-    np.testing.assert_allclose(g[0], g[1], rtol=0, atol=1e-5 * np.abs(g[1]).max())
+    assert_close_by_name(sims[0].weights(), sims[1].weights(), atol_of_max=1e-6)
+    assert_close_by_name(sims[0].gradients(), sims[1].gradients(), atol_of_max=1e-5)
     assert sims[0]._graph is not None and sims[1]._graph is None
     # captured: 2 views x (ray_march, compute_loss), their adjoints and apply_grad; a replay
     # runs them with at least the views' compute_loss adjoints (2-d tasks over the same pixels,
@@ -258,22 +238,9 @@ def test_training_lowers_the_loss(session):
     assert sim.loss() < 0.6 * first, (first, losses)
 
 
-def _loss_line(out):
-    return next(line for line in out.splitlines() if line.startswith("loss "))
-
-
 def test_main_runs_writes_plots_and_its_graph_equals_launches(tmp_path, capsys):
     args = ["--iters", "3", "--steps", str(STEPS), "--res", str(RES), "--density-res",
             str(DENSITY_RES), "--views", str(VIEWS), "--out", str(tmp_path)]
-    assert vr.main(args) == 0
-    out = capsys.readouterr().out
+    out = assert_main_graph_equals_launches(vr.main, args, capsys, launched=["--no-graph"])
     assert "2 views of 15^2 pixels, 8^3 density, 80 marching steps, 3 iterations" in out
-    assert vr.main(args + ["--no-graph"]) == 0
-    assert _loss_line(capsys.readouterr().out) == _loss_line(out)
-    try:
-        import matplotlib  # noqa: F401 - only whether it is there
-    except ImportError:
-        assert not list(tmp_path.iterdir())  # skipped quietly
-        return
-    assert (tmp_path / "volume_renderer_loss.png").stat().st_size > 0
-    assert (tmp_path / "volume_renderer_final.png").stat().st_size > 0
+    assert_plots(tmp_path, "volume_renderer")

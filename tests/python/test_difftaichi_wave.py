@@ -2,26 +2,17 @@
 float64 numpy transcription of DiffTaichi's equations, the gradient of the loss w.r.t. entries of
 the initial height against central differences of that transcription, a replayed (graph)
 iteration against a launched one, and training lowering the loss."""
-import importlib.util
-import pathlib
 
 import numpy as np
 import pytest
 
 import vkad
 from conftest import f64_ok
+from difftaichi_checks import (assert_close_by_name, assert_graph_and_step_loop_in_the_first,
+                               assert_main_graph_equals_launches, assert_plots, dtypes,
+                               load_example, replayed_and_launched, run_main)
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "difftaichi"
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-wave = _load("wave")
+wave = load_example("wave")
 
 # A 32^2 grid (DiffTaichi's: 256^2) and 40 steps: at c dt / dx = 1 / sqrt(3) cells per step the
 # wave crosses 23 cells, so every cell's height reaches the edges (get_p's zeros) and back.
@@ -50,10 +41,6 @@ def _initial(seed=1):
     return np.random.RandomState(seed).uniform(-0.5, 0.5, (GRID, GRID))
 
 
-def _dtypes(session):
-    return [vkad.f32] + ([vkad.f64] if f64_ok(session) else [])
-
-
 def test_forward_matches_a_float64_transcription(session):
     # The scheme is stable (c^2 dt^2 / dx^2 = 1/3 <= 1/2), so a rounding error is carried, not
     # amplified: after 38 steps of ~10 f32 operations each the heights err by ~steps x 10 x
@@ -61,7 +48,7 @@ def test_forward_matches_a_float64_transcription(session):
     # f64: equal to the last bit). The loss (a sum of 1024 squares, 0.244) to the f32 rounding of
     # the sum: rel 1e-5 (measured 1e-7).
     init = _initial()
-    for dtype in _dtypes(session):
+    for dtype in dtypes(session):
         sim = wave.Wave(session, steps=STEPS, n_grid=GRID, dtype=dtype, graph=False)
         sim.set_weights({"initial": init})
         want_p, want_loss = reference(sim.weights()["initial"], sim.target)
@@ -107,7 +94,7 @@ def test_loss_gradient_matches_central_differences(session):
             x[idx] += sign * h
             d += sign * reference(x, target)[1]
         fd.append(d / (2 * h))
-    for dtype in _dtypes(session):
+    for dtype in dtypes(session):
         sim = wave.Wave(session, steps=STEPS, n_grid=GRID, dtype=dtype, graph=False)
         sim.set_weights({"initial": init})
         sim.forward_backward()
@@ -126,21 +113,14 @@ def test_a_replayed_iteration_equals_a_launched_one(session):
     # to float rounding (the loss's atomic sum may add in another order). The 32^2 grid is 4
     # tiles: blocked (a session has no floor on a box's tiles).
     sims = [wave.Wave(session, steps=STEPS, n_grid=GRID, graph=g, loop=g) for g in (True, False)]
-    losses = [[sim.iteration()] for sim in sims]
-    session.finish_rework(sims[0]._graph)
-    for sim, ls in zip(sims, losses):
-        ls += [sim.iteration() for _ in range(2)]
+    losses = replayed_and_launched(session, sims)
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
-    w = [sim.weights()["initial"] for sim in sims]
-    np.testing.assert_allclose(w[0], w[1], rtol=0, atol=1e-6 * np.abs(w[1]).max())
-    g = [sim.gradients()["initial"] for sim in sims]
-    np.testing.assert_allclose(g[0], g[1], rtol=0, atol=1e-5 * np.abs(g[1]).max())
-    assert sims[0]._graph is not None and sims[1]._graph is None
+    assert_close_by_name(sims[0].weights(), sims[1].weights(), atol_of_max=1e-6)
+    assert_close_by_name(sims[0].gradients(), sims[1].gradients(), atol_of_max=1e-5)
+    assert_graph_and_step_loop_in_the_first(sims)
     # The replayed graph runs the step loop's stencil launches several per dispatch (blocked
     # stencils, docs/graphs.md): what the agreement above checks.
     assert session.stats()["blocked_launches"] > 0
-    assert any(isinstance(r, vkad.LoopRecord) for r in sims[0].tape.launches)
-    assert not any(isinstance(r, vkad.LoopRecord) for r in sims[1].tape.launches)
 
 
 def test_first_iteration_runs_both_step_loops_as_their_plans(session):
@@ -179,34 +159,18 @@ def test_training_lowers_the_loss(session):
 
 
 def test_main_runs_and_writes_plots(tmp_path, capsys):
-    assert wave.main(["--iters", "2", "--steps", "12", "--grid", "16", "--out", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+    out = run_main(wave.main, ["--iters", "2", "--steps", "12", "--grid", "16", "--out",
+                               str(tmp_path)], capsys)
     assert "16^2 grid, 12 steps, 2 iterations" in out
     assert "loss " in out
-    try:
-        import matplotlib  # noqa: F401 - only whether it is there
-    except ImportError:
-        assert not list(tmp_path.iterdir())  # skipped quietly
-        return
-    assert (tmp_path / "wave_loss.png").stat().st_size > 0
-    assert (tmp_path / "wave_final.png").stat().st_size > 0
-
-
-def _loss_line(out):
-    return next(line for line in out.splitlines() if line.startswith("loss "))
+    assert_plots(tmp_path, "wave")
 
 
 @pytest.mark.parametrize("f64", [False, True], ids=["f32", "f64"])
 def test_main_with_its_graph_and_loop_equals_launches(session, f64, tmp_path, capsys):
-    # The default (the iteration captured and replayed, the step loop through Session.loop)
-    # against --no-graph --no-loop (every launch from Python): the same losses to the digits
-    # printed; in f64 the captured backward seeds the f64 loss gradient with 1.0 (a fill whose
-    # 8-byte halves differ).
+    # in f64 the captured backward seeds the f64 loss gradient with 1.0 (a fill whose 8-byte
+    # halves differ)
     if f64 and not f64_ok(session):
         pytest.skip("the device has no f64")
     args = ["--iters", "3", "--steps", "16", "--grid", "24", "--out", str(tmp_path)]
-    args += ["--f64"] if f64 else []
-    assert wave.main(args) == 0
-    graphed = _loss_line(capsys.readouterr().out)
-    assert wave.main(args + ["--no-graph", "--no-loop"]) == 0
-    assert _loss_line(capsys.readouterr().out) == graphed
+    assert_main_graph_equals_launches(wave.main, args + (["--f64"] if f64 else []), capsys)
