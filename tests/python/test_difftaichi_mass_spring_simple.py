@@ -4,27 +4,17 @@ lavapipe): the forward against a float64 numpy transcription of apply_spring_for
 time_integrate / compute_loss, the gradient against central differences of that transcription
 (f32 and f64), a replayed (graph) iteration against a launched one, and training lowering the
 loss."""
-import importlib.util
 import math
-import pathlib
 
 import numpy as np
 import pytest
 
 import vkad
-from conftest import f64_ok
+from difftaichi_checks import (assert_close_by_name, assert_graph_and_step_loop_in_the_first,
+                               assert_plots, dtypes, load_example, loss_line,
+                               replayed_and_launched, run_main)
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "difftaichi"
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-mss = _load("mass_spring_simple")
+mss = load_example("mass_spring_simple")
 STEPS = mss.STEPS
 REST = np.array([r for _, _, r in mss.SPRINGS])
 # Rest lengths two of DiffTaichi's updates away from its start (measured on the transcription):
@@ -63,10 +53,6 @@ def reference(lengths, steps=STEPS):
     return x, v, (area - mss.TARGET_AREA) ** 2, projected
 
 
-def _dtypes(session):
-    return [vkad.f32] + ([vkad.f64] if f64_ok(session) else [])
-
-
 def test_forward_matches_a_float64_transcription(session):
     # f64: the same operations (the springs' atomic adds in another order: ~1e-17); tolerance
     # 1e-13 on positions < 1. f32: 1023 steps each add dt v to a position below 1 (rounding <=
@@ -75,7 +61,7 @@ def test_forward_matches_a_float64_transcription(session):
     # the loss. Tolerance 1e-5 on both and 1e-4 relative on the loss, whose area is a
     # difference of products of positions ~0.1 apart (an error of 1e-5 in a position moves it by
     # ~1e-6 of ~0.005, and (area - 0.1)^2 doubles that relatively: ~5e-5).
-    for dtype in _dtypes(session):
+    for dtype in dtypes(session):
         sim = mss.MassSpringSimple(session, dtype=dtype, graph=False)
         for lengths in (REST, TRAINED):
             sim.set_weights({"spring_length": lengths})
@@ -102,7 +88,7 @@ def test_loss_gradient_matches_central_differences(session):
     # terms (above) -- measured 2e-5 of the largest; tolerance 5e-4 of it. A dropped term (a
     # spring's force on one end, the projection's velocity) is off by O(1) of it.
     h = 1e-6
-    for dtype in _dtypes(session):
+    for dtype in dtypes(session):
         sim = mss.MassSpringSimple(session, dtype=dtype, graph=False)
         for lengths in (REST, TRAINED):
             sim.set_weights({"spring_length": lengths})
@@ -129,19 +115,12 @@ def test_a_replayed_iteration_equals_a_launched_one(session):
     # gradients and rest lengths to f32 rounding (1e-6 relative), over three iterations that
     # change the lengths.
     sims = [mss.MassSpringSimple(session, graph=g, loop=g) for g in (True, False)]
-    losses = [[sim.iteration()] for sim in sims]
-    session.finish_rework(sims[0]._graph)
-    for sim, ls in zip(sims, losses):
-        ls += [sim.iteration() for _ in range(2)]
+    losses = replayed_and_launched(session, sims)
     assert losses[1][2] < losses[1][0]  # the updates changed the lengths
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
-    w = [sim.weights()["spring_length"] for sim in sims]
-    np.testing.assert_allclose(w[0], w[1], rtol=0, atol=1e-6)
-    g = [sim.gradients()["spring_length"] for sim in sims]
-    np.testing.assert_allclose(g[0], g[1], rtol=0, atol=1e-4 * np.abs(g[1]).max())
-    assert sims[0]._graph is not None and sims[1]._graph is None
-    assert any(isinstance(r, vkad.LoopRecord) for r in sims[0].tape.launches)
-    assert not any(isinstance(r, vkad.LoopRecord) for r in sims[1].tape.launches)
+    assert_close_by_name(sims[0].weights(), sims[1].weights(), atol=1e-6)
+    assert_close_by_name(sims[0].gradients(), sims[1].gradients(), atol_of_max=1e-4)
+    assert_graph_and_step_loop_in_the_first(sims)
     # a replay: the rolled loop, compute_loss, their adjoints and apply_grad
     before = session.stats()["launches"]
     sims[0].iteration()
@@ -168,16 +147,9 @@ def test_training_lowers_the_loss(session):
 def test_main_runs_and_writes_plots(tmp_path, capsys):
     # DiffTaichi's 25 iterations at its size: the loss falls by two orders of magnitude
     # (measured 0.00903 -> 3.0e-5).
-    assert mss.main(["--out", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+    out = run_main(mss.main, ["--out", str(tmp_path)], capsys)
     assert "1024 steps, 25 iterations" in out
-    line = next(ln for ln in out.splitlines() if ln.startswith("loss "))
+    line = loss_line(out)
     first, final = (float(s) for s in line.split(";")[0][5:].split(" -> "))
     assert final < 0.01 * first, line
-    try:
-        import matplotlib  # noqa: F401 - only whether it is there
-    except ImportError:
-        assert not list(tmp_path.iterdir())
-        return
-    assert (tmp_path / "mass_spring_simple_loss.png").stat().st_size > 0
-    assert (tmp_path / "mass_spring_simple_final.png").stat().st_size > 0
+    assert_plots(tmp_path, "mass_spring_simple")

@@ -5,26 +5,14 @@ central differences of that transcription (f32 and f64), a replayed (graph) eval
 launched one, and DiffTaichi's scan (its result: the naive gradient +1, the one with time of
 impact -1, the loss's slope over the scan -1). DiffTaichi has no optimiser for this program, so
 there is no training to test."""
-import importlib.util
-import pathlib
 
 import numpy as np
 import pytest
 
 import vkad
-from conftest import f64_ok
+from difftaichi_checks import assert_graph_and_step_loop_in_the_first, dtypes, load_example
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "difftaichi"
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-rbt = _load("rigid_body_toi")
+rbt = load_example("rigid_body_toi")
 STEPS = rbt.STEPS
 # Starting offsets for the comparisons: DiffTaichi's scan points dy = 0.02 k put the impact
 # exactly on a step boundary (the ball falls 0.004 a step, 0.4 + 0.02 k to the ground), where the
@@ -60,17 +48,13 @@ def _start(dy):
     return np.array([rbt.INIT_X[0], rbt.INIT_X[1] + dy]), np.array(rbt.INIT_V)
 
 
-def _dtypes(session):
-    return [vkad.f32] + ([vkad.f64] if f64_ok(session) else [])
-
-
 def test_forward_matches_a_float64_transcription(session):
     # f64: the same operations in the same order; tolerance 1e-12 (~1e4 ulps of the O(1)
     # positions, for a contracted multiply-add here and there). f32: each of the 203 steps adds
     # dt v (~4e-3) to a position below 1, rounding by <= 2^-24 each: <= 203 * 6e-8 = 1.2e-5
     # after the last; the bounce's time of impact is a quotient of such values, good to ~1e-7
     # relative, moving the position by less. Tolerance 2e-5.
-    for dtype in _dtypes(session):
+    for dtype in dtypes(session):
         for toi in (False, True):
             sim = rbt.RigidBodyTOI(session, dtype=dtype, toi=toi, graph=False)
             for dy in DYS:
@@ -97,7 +81,7 @@ def test_gradient_matches_central_differences(session):
     # (<= 1.2e-5, above): tolerance 2e-5. The gradients are O(1e-1 .. 1); a dropped time of
     # impact flips d / d y0 from -1 to +1.
     h = 1e-6
-    for dtype in _dtypes(session):
+    for dtype in dtypes(session):
         for toi in (False, True):
             sim = rbt.RigidBodyTOI(session, dtype=dtype, toi=toi, graph=False)
             for dy in DYS:
@@ -133,9 +117,7 @@ def test_a_replayed_evaluation_equals_a_launched_one(session):
             session.finish_rework(sims[0]._graph)
     np.testing.assert_allclose(results[0], results[1], rtol=0, atol=1e-6)
     assert len({round(float(r[0]), 4) for r in results[1]}) == len(DYS)  # four starts
-    assert sims[0]._graph is not None and sims[1]._graph is None
-    assert any(isinstance(r, vkad.LoopRecord) for r in sims[0].tape.launches)
-    assert not any(isinstance(r, vkad.LoopRecord) for r in sims[1].tape.launches)
+    assert_graph_and_step_loop_in_the_first(sims)
     # a replay: initialize, the rolled loop, compute_loss and their three adjoints
     before = session.stats()["launches"]
     sims[0].evaluate(DYS[0])
