@@ -2,7 +2,7 @@
 """DiffTaichi's programs raced: vkad against Taichi and Warp (issues 28, 54).
 
 mass_spring, diffmpm, wave, smoke, billiards, diffmpm3d, electric, rigid_body,
-volume_renderer, liquid, rigid_body_toi and mass_spring_simple: the same programs, sizes, initialisation, loss and update in each
+volume_renderer, liquid, rigid_body_toi, mass_spring_simple and diffmpm_simple: the same programs, sizes, initialisation, loss and update in each
 implementation:
   vkad        examples/difftaichi/<program>.py (a replayed graph per iteration;
               --vkad-no-graph launches the kernels one by one)
@@ -12,7 +12,8 @@ implementation:
   warp-graph  the same with the tape's forward and backward captured in a CUDA graph (CUDA only)
 
     python3 bench/difftaichi.py [--program mass_spring|diffmpm|diffmpm3d|...|volume_renderer|
-                                           liquid|rigid_body_toi|mass_spring_simple|both|all]
+                                           liquid|rigid_body_toi|mass_spring_simple|
+                                           diffmpm_simple|both|all]
                                 [--iters 20] [--steps S] [--grid G] [--res R] [--f64]
                                 [--only vkad,taichi,warp,warp-graph]
                                 [--vkad-no-graph] [--warm-cache] [--json OUT]
@@ -46,18 +47,20 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 IMPLS = ("vkad", "taichi", "warp", "warp-graph")
 PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards", "diffmpm3d", "electric",
-            "rigid_body", "volume_renderer", "liquid", "rigid_body_toi", "mass_spring_simple")
+            "rigid_body", "volume_renderer", "liquid", "rigid_body_toi", "mass_spring_simple",
+            "diffmpm_simple")
 STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256, "smoke": 100,
          "billiards": 1024, "diffmpm3d": 512, "electric": 512,
          "rigid_body": 2048,
          "volume_renderer": 1000,  # the examples' STEPS (volume_renderer: MARCHING_STEPS)
-         "liquid": 512, "rigid_body_toi": 204, "mass_spring_simple": 1024}
+         "liquid": 512, "rigid_body_toi": 204, "mass_spring_simple": 1024,
+         "diffmpm_simple": 1024}
 UNPORTED = set()  # programs without a Taichi or Warp transcription in difftaichi_peers
 PEERS = {"taichi": set(PROGRAMS) - UNPORTED, "warp": set(PROGRAMS) - UNPORTED}
 # the examples' N_GRID (programs with a grid; diffmpm3d's and liquid's are 64^3;
 # volume_renderer's is its density, DENSITY_RES^3)
 GRIDS = {"diffmpm": 128, "wave": 256, "smoke": 128, "diffmpm3d": 64, "volume_renderer": 128,
-         "liquid": 64}
+         "liquid": 64, "diffmpm_simple": 120}
 GRID_DIMS = {"diffmpm3d": 3, "volume_renderer": 3, "liquid": 3}  # the others' grids are 2-d
 # the examples' image resolution (programs that render: volume_renderer's RES^2 pixels per view)
 RESES = {"volume_renderer": 512}
@@ -103,6 +106,9 @@ def _make_vkad(a, program):
         sim = example.RigidBodyTOI(session, steps=a.steps, seed=a.seed, graph=graph, **ft)
     elif program == "mass_spring_simple":
         sim = example.MassSpringSimple(session, steps=a.steps, seed=a.seed, graph=graph, **ft)
+    elif program == "diffmpm_simple":
+        sim = example.DiffMPMSimple(session, steps=a.steps, n_grid=a.grid, seed=a.seed,
+                                    graph=graph, **ft)
     else:
         sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph,
                               **ft)
@@ -158,6 +164,9 @@ def _make_taichi(a, program, cache):
     elif program == "mass_spring_simple":
         from difftaichi_peers.taichi_mass_spring_simple import TaichiMassSpringSimple
         sim = TaichiMassSpringSimple(steps=a.steps, seed=a.seed, real=real)
+    elif program == "diffmpm_simple":
+        from difftaichi_peers.taichi_diffmpm_simple import TaichiDiffMPMSimple
+        sim = TaichiDiffMPMSimple(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real)
     else:
         from difftaichi_peers.taichi_diffmpm import TaichiDiffMPM
         sim = TaichiDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real)
@@ -217,6 +226,10 @@ def _make_warp(a, program, cache, graph):
     elif program == "mass_spring_simple":
         from difftaichi_peers.warp_mass_spring_simple import WarpMassSpringSimple
         sim = WarpMassSpringSimple(steps=a.steps, seed=a.seed, graph=graph, device=device)
+    elif program == "diffmpm_simple":
+        from difftaichi_peers.warp_diffmpm_simple import WarpDiffMPMSimple
+        sim = WarpDiffMPMSimple(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph,
+                                device=device)
     else:
         from difftaichi_peers.warp_diffmpm import WarpDiffMPM
         sim = WarpDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
@@ -352,11 +365,12 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=None,
                     help="time steps (default: the example's, 682 mass_spring, 1024 diffmpm, "
                          "256 wave, 100 smoke, 1024 billiards, 512 diffmpm3d, 512 liquid, "
-                         "204 rigid_body_toi, 1024 mass_spring_simple; "
+                         "204 rigid_body_toi, 1024 mass_spring_simple, 1024 diffmpm_simple; "
                          "volume_renderer's marching steps, 1000)")
     ap.add_argument("--grid", type=int, default=None,
                     help="grid cells per side of the programs with a grid (default: the "
-                         "example's, 128 diffmpm, 256 wave, 128 smoke, 64 diffmpm3d, 64 liquid; "
+                         "example's, 128 diffmpm, 256 wave, 128 smoke, 64 diffmpm3d, 64 liquid, "
+                         "120 diffmpm_simple; "
                          "volume_renderer's density, 128)")
     ap.add_argument("--res", type=int, default=None,
                     help="pixels per side of each view of the programs that render (default: "

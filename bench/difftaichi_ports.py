@@ -6,7 +6,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "di
 
 PROGRAMS = ("diffmpm", "mass_spring", "wave", "smoke", "billiards", "electric",
             "rigid_body", "diffmpm3d", "volume_renderer", "liquid", "rigid_body_toi",
-            "mass_spring_simple")
+            "mass_spring_simple", "diffmpm_simple")
 
 
 def make(session, program: str, steps=None, loop=None, **extra):
@@ -56,5 +56,8 @@ def make(session, program: str, steps=None, loop=None, **extra):
     if program == "mass_spring_simple":
         from difftaichi_peers import load_example
         return load_example("mass_spring_simple").MassSpringSimple(session, **kw)
+    if program == "diffmpm_simple":
+        from difftaichi_peers import load_example
+        return load_example("diffmpm_simple").DiffMPMSimple(session, **kw)
     from mass_spring import MassSpring
     return MassSpring(session, **kw)

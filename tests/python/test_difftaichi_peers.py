@@ -30,10 +30,12 @@ from difftaichi_peers import load_example  # noqa: E402
 # takes ~8.5 of this case's 9.7 minutes (2 busy cores) to compile p2g's adjoint, the 27
 # unrolled atomic adds under the fluid / solid branches; Warp's case takes 12 s), rigid_body_toi
 # (its own 204 steps: the ball bounces off the ground at step ~100), mass_spring_simple (its own
-# 1024 steps).
+# 1024 steps), diffmpm_simple (100 steps of test_difftaichi_diffmpm_simple.py's 16^2 block on a
+# 64^2 grid).
 CASES = [("electric", 64), ("rigid_body", 400), ("volume_renderer", 80), ("liquid", 20),
-         ("rigid_body_toi", 204), ("mass_spring_simple", 1024)]
+         ("rigid_body_toi", 204), ("mass_spring_simple", 1024), ("diffmpm_simple", 100)]
 VOLUME = dict(res=15, density_res=16, n_views=2)
+MPM_SIMPLE = dict(n_grid=64, n=16)
 
 
 def liquid_size():
@@ -64,6 +66,9 @@ def peer(framework, program, steps):
         if program == "mass_spring_simple":
             from difftaichi_peers.warp_mass_spring_simple import WarpMassSpringSimple
             return WarpMassSpringSimple(steps=steps, seed=0, device="cpu")
+        if program == "diffmpm_simple":
+            from difftaichi_peers.warp_diffmpm_simple import WarpDiffMPMSimple
+            return WarpDiffMPMSimple(steps=steps, seed=0, device="cpu", **MPM_SIMPLE)
         from difftaichi_peers.warp_rigid_body import WarpRigidBody
         return WarpRigidBody(steps=steps, seed=0, device="cpu")
     ti = pytest.importorskip("taichi")
@@ -87,6 +92,9 @@ def peer(framework, program, steps):
     if program == "mass_spring_simple":
         from difftaichi_peers.taichi_mass_spring_simple import TaichiMassSpringSimple
         return TaichiMassSpringSimple(steps=steps, seed=0)
+    if program == "diffmpm_simple":
+        from difftaichi_peers.taichi_diffmpm_simple import TaichiDiffMPMSimple
+        return TaichiDiffMPMSimple(steps=steps, seed=0, **MPM_SIMPLE)
     from difftaichi_peers.taichi_rigid_body import TaichiRigidBody
     return TaichiRigidBody(steps=steps, seed=0)
 
@@ -103,6 +111,8 @@ def example_sim(session, program, steps):
         return example.RigidBodyTOI(session, steps=steps, seed=0, graph=False)
     if program == "mass_spring_simple":
         return example.MassSpringSimple(session, steps=steps, seed=0, graph=False)
+    if program == "diffmpm_simple":
+        return example.DiffMPMSimple(session, steps=steps, seed=0, graph=False, **MPM_SIMPLE)
     make = example.Electric if program == "electric" else example.RigidBody
     return make(session, steps=steps, seed=0, graph=False)
 
