@@ -2,7 +2,8 @@
 """DiffTaichi's programs raced: vkad against Taichi and Warp (issues 28, 54).
 
 mass_spring, diffmpm, wave, smoke, billiards, diffmpm3d, electric, rigid_body,
-volume_renderer, liquid, rigid_body_toi, mass_spring_simple and diffmpm_simple: the same programs, sizes, initialisation, loss and update in each
+volume_renderer, liquid, rigid_body_toi, mass_spring_simple, diffmpm_simple and
+gradient_explosion: the same programs, sizes, initialisation, loss and update in each
 implementation:
   vkad        examples/difftaichi/<program>.py (a replayed graph per iteration;
               --vkad-no-graph launches the kernels one by one)
@@ -13,7 +14,7 @@ implementation:
 
     python3 bench/difftaichi.py [--program mass_spring|diffmpm|diffmpm3d|...|volume_renderer|
                                            liquid|rigid_body_toi|mass_spring_simple|
-                                           diffmpm_simple|both|all]
+                                           diffmpm_simple|gradient_explosion|both|all]
                                 [--iters 20] [--steps S] [--grid G] [--res R] [--f64]
                                 [--only vkad,taichi,warp,warp-graph]
                                 [--vkad-no-graph] [--warm-cache] [--json OUT]
@@ -21,8 +22,8 @@ implementation:
 Each implementation runs in its own subprocess, so Taichi's and Warp's initialisation and JIT are
 their own and a framework that is not installed is reported as skipped. Reported per
 implementation: ms per training iteration (forward + backward + update, which reads the loss and
-gradients back: median of iterations 2..N; rigid_body_toi, which DiffTaichi does not train, one
-point of its scan: forward + backward), the first iteration's ms (Taichi's and Warp's JIT,
+gradients back: median of iterations 2..N; rigid_body_toi and gradient_explosion, which
+DiffTaichi does not train, one point of their scans: forward + backward), the first iteration's ms (Taichi's and Warp's JIT,
 graph capture; vkad compiles when the example is constructed, before it) and the seconds from launching the subprocess to the end of the first iteration (interpreter,
 imports, initialisation, compilation), the loss curve, and the gradient at iteration 0 (its norm,
 and its relative difference from vkad's), and for vkad the compute dispatches one iteration records
@@ -48,13 +49,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 IMPLS = ("vkad", "taichi", "warp", "warp-graph")
 PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards", "diffmpm3d", "electric",
             "rigid_body", "volume_renderer", "liquid", "rigid_body_toi", "mass_spring_simple",
-            "diffmpm_simple")
+            "diffmpm_simple", "gradient_explosion")
 STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256, "smoke": 100,
          "billiards": 1024, "diffmpm3d": 512, "electric": 512,
          "rigid_body": 2048,
          "volume_renderer": 1000,  # the examples' STEPS (volume_renderer: MARCHING_STEPS)
          "liquid": 512, "rigid_body_toi": 204, "mass_spring_simple": 1024,
-         "diffmpm_simple": 1024}
+         "diffmpm_simple": 1024, "gradient_explosion": 1000}
 UNPORTED = set()  # programs without a Taichi or Warp transcription in difftaichi_peers
 PEERS = {"taichi": set(PROGRAMS) - UNPORTED, "warp": set(PROGRAMS) - UNPORTED}
 # the examples' N_GRID (programs with a grid; diffmpm3d's and liquid's are 64^3;
@@ -107,8 +108,11 @@ def _make_vkad(a, program):
     elif program == "mass_spring_simple":
         sim = example.MassSpringSimple(session, steps=a.steps, seed=a.seed, graph=graph, **ft)
     elif program == "diffmpm_simple":
-        sim = example.DiffMPMSimple(session, steps=a.steps, n_grid=a.grid, seed=a.seed,
-                                    graph=graph, **ft)
+        # the block shrinks on a smaller grid (DiffTaichi places it in grid cells)
+        sim = example.DiffMPMSimple(session, steps=a.steps, n_grid=a.grid,
+                                    n=example.block_side(a.grid), seed=a.seed, graph=graph, **ft)
+    elif program == "gradient_explosion":
+        sim = example.GradientExplosion(session, steps=a.steps, seed=a.seed, graph=graph, **ft)
     else:
         sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph,
                               **ft)
@@ -166,7 +170,12 @@ def _make_taichi(a, program, cache):
         sim = TaichiMassSpringSimple(steps=a.steps, seed=a.seed, real=real)
     elif program == "diffmpm_simple":
         from difftaichi_peers.taichi_diffmpm_simple import TaichiDiffMPMSimple
-        sim = TaichiDiffMPMSimple(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real)
+        from difftaichi_peers import load_example
+        sim = TaichiDiffMPMSimple(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real,
+                                  n=load_example("diffmpm_simple").block_side(a.grid))
+    elif program == "gradient_explosion":
+        from difftaichi_peers.taichi_gradient_explosion import TaichiGradientExplosion
+        sim = TaichiGradientExplosion(steps=a.steps, seed=a.seed, real=real)
     else:
         from difftaichi_peers.taichi_diffmpm import TaichiDiffMPM
         sim = TaichiDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real)
@@ -228,8 +237,13 @@ def _make_warp(a, program, cache, graph):
         sim = WarpMassSpringSimple(steps=a.steps, seed=a.seed, graph=graph, device=device)
     elif program == "diffmpm_simple":
         from difftaichi_peers.warp_diffmpm_simple import WarpDiffMPMSimple
+        from difftaichi_peers import load_example
         sim = WarpDiffMPMSimple(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph,
-                                device=device)
+                                device=device,
+                                n=load_example("diffmpm_simple").block_side(a.grid))
+    elif program == "gradient_explosion":
+        from difftaichi_peers.warp_gradient_explosion import WarpGradientExplosion
+        sim = WarpGradientExplosion(steps=a.steps, seed=a.seed, graph=graph, device=device)
     else:
         from difftaichi_peers.warp_diffmpm import WarpDiffMPM
         sim = WarpDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
@@ -365,7 +379,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=None,
                     help="time steps (default: the example's, 682 mass_spring, 1024 diffmpm, "
                          "256 wave, 100 smoke, 1024 billiards, 512 diffmpm3d, 512 liquid, "
-                         "204 rigid_body_toi, 1024 mass_spring_simple, 1024 diffmpm_simple; "
+                         "204 rigid_body_toi, 1024 mass_spring_simple, 1024 diffmpm_simple, "
+                         "1000 gradient_explosion; "
                          "volume_renderer's marching steps, 1000)")
     ap.add_argument("--grid", type=int, default=None,
                     help="grid cells per side of the programs with a grid (default: the "

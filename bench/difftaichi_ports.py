@@ -6,7 +6,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "di
 
 PROGRAMS = ("diffmpm", "mass_spring", "wave", "smoke", "billiards", "electric",
             "rigid_body", "diffmpm3d", "volume_renderer", "liquid", "rigid_body_toi",
-            "mass_spring_simple", "diffmpm_simple")
+            "mass_spring_simple", "diffmpm_simple", "gradient_explosion")
 
 
 def make(session, program: str, steps=None, loop=None, **extra):
@@ -59,5 +59,8 @@ def make(session, program: str, steps=None, loop=None, **extra):
     if program == "diffmpm_simple":
         from difftaichi_peers import load_example
         return load_example("diffmpm_simple").DiffMPMSimple(session, **kw)
+    if program == "gradient_explosion":
+        from difftaichi_peers import load_example
+        return load_example("gradient_explosion").GradientExplosion(session, **kw)
     from mass_spring import MassSpring
     return MassSpring(session, **kw)

@@ -1,6 +1,6 @@
 """Taichi and Warp versions of DiffTaichi's programs, for bench/difftaichi.py: mass_spring,
 diffmpm, diffmpm3d, wave, smoke, billiards, electric, rigid_body, volume_renderer, liquid,
-rigid_body_toi, mass_spring_simple and diffmpm_simple.
+rigid_body_toi, mass_spring_simple, diffmpm_simple and gradient_explosion.
 
 Each module holds one program in one framework, written the way that framework's users write
 it, with the interface of the vkad examples in examples/difftaichi: construct with the size and
@@ -17,7 +17,8 @@ volume_renderer's equal to vkad's (2 views of 15^2 pixels, a 16^3 density, 80 ma
 and 7 views of 64^2, 32^3, 1000 steps). rigid_body_toi's losses and gradients are equal to vkad's
 (its 204 steps, the first three points of the scan); mass_spring_simple's losses are equal and
 its gradients within 6e-8 of vkad's (1024 steps, 3 iterations); diffmpm_simple's losses are equal
-and its gradients within 4e-5 of vkad's (100 steps on its 120^2 grid, 3 iterations)."""
+and its gradients within 4e-5 of vkad's (100 steps on its 120^2 grid, 3 iterations);
+gradient_explosion's losses and gradients are equal to vkad's (1000 steps, the four alphas)."""
 import importlib.util
 import pathlib
 import sys

@@ -80,6 +80,12 @@ def block(n: int = N, n_grid: int = N_GRID) -> np.ndarray:
     return np.stack([dx * (i * 0.7 + 10), dx * (j * 0.7 + 25)], -1).reshape(-1, 2)
 
 
+def block_side(n_grid: int = N_GRID) -> int:
+    """The most particles per side (N at most) whose block, placed in DiffTaichi's cells,
+    keeps its stencils clear of the walls on an n_grid^2 grid: N at 120, 49 at 64, 3 at 32."""
+    return max(1, min(N, int((n_grid - BOUND - 27) / 0.7) + 1))
+
+
 # --- kernels -------------------------------------------------------------------------------------
 
 def build_kernels(ft: vkad.DType, n_grid: int):
@@ -196,8 +202,10 @@ class DiffMPMSimple(Simulation):
                  loop: bool = True):
         if steps < 2:
             raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
-        if n_grid < 2 * BOUND + 3:
-            raise ValueError(f"n_grid={n_grid}: the grid needs more than its walls")
+        if 25 + 0.7 * (n - 1) + 2 >= n_grid - BOUND:  # the top row's stencil, in cells
+            raise ValueError(f"n={n} particles per side on a {n_grid}^2 grid: the block "
+                             "(DiffTaichi's cells 10 and 25 onwards, 0.7 apart) reaches the "
+                             f"walls; block_side({n_grid}) = {block_side(n_grid)} fits")
         super().__init__(session, dtype, graph)
         self.steps, self.n_grid, self.n = steps, n_grid, n * n
         self.loop = loop  # the step loop through Session.loop; False: a Python loop of launches
