@@ -391,9 +391,9 @@ std::optional<codegen::LaunchShapes> StepLoops::loop_ranges(const codegen::Kerne
 
 std::optional<codegen::ResidentMember> StepLoops::loop_member(
     const LoopLaunch& l, uint32_t count, std::shared_ptr<const codegen::Kernel>* ir) const {
-  const std::shared_ptr<const codegen::Kernel>& fusible = core_.catalog.fusible_ir(l.kernel.id);
-  if (!fusible || fusible->params.size() != l.args.size()) return std::nullopt;
-  const codegen::Kernel& k = *fusible;
+  const std::shared_ptr<const codegen::Kernel>& rollable = core_.catalog.rollable_ir(l.kernel.id);
+  if (!rollable || rollable->params.size() != l.args.size()) return std::nullopt;
+  const codegen::Kernel& k = *rollable;
   // Once per kernel (handles are never reused): a loop is planned up to three times per run
   // (prepare_loop, ready_loop, launch_loop) and residable() walks the whole IR.
   auto [known, fresh] = loop_residable_.try_emplace(l.kernel.id, false);
@@ -417,7 +417,7 @@ std::optional<codegen::ResidentMember> StepLoops::loop_member(
   for (const Arg& x : l.args) {
     m.arrays.push_back(x.kind == abi::ParamKind::kNdArray ? x.array.id : 0);
   }
-  *ir = fusible;
+  *ir = rollable;
   return m;
 }
 

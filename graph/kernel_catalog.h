@@ -38,13 +38,21 @@ class KernelCatalog {
   const std::shared_ptr<const codegen::Kernel>& ir(uint64_t id) const;
   // Its IR where launch fusion may merge it (graph/launch_fusion.h, fusible()), else null.
   const std::shared_ptr<const codegen::Kernel>& fusible_ir(uint64_t id) const;
+  // Its IR where step-loop rolling may take it (graph/resident.h, residable(), decides the
+  // rest): a fusible kernel, or one of one serial task (DiffTaichi's kernels of top-level
+  // statements, which fusion leaves alone: one invocation owns no element); else null.
+  const std::shared_ptr<const codegen::Kernel>& rollable_ir(uint64_t id) const;
   // Its access summary; null where unknown (a capture then fences the kernel's launches).
   const std::shared_ptr<const codegen::KernelAccess>& access(uint64_t id) const;
   bool adstack(uint64_t id) const;
 
   // Derived from the IR once per kernel (false / empty for a kernel without IR):
-  // may it be gather recompute's producer (graph/gather_recompute.h, recompute_producer()).
+  // may it be gather recompute's producer (graph/gather_recompute.h, recompute_producer()),
+  // as written or with its ifs converted (graph/if_conversion.h).
   bool recompute_producer(uint64_t id) const;
+  // The IR recompute copies of it as a producer (its ifs converted where that makes it one);
+  // null where it cannot be one.
+  std::shared_ptr<const codegen::Kernel> producer_ir(uint64_t id) const;
   // Never a producer from now on (a recomputed kernel: copies of copies would grow with every
   // step of a chain).
   void refuse_producer(uint64_t id);
@@ -57,9 +65,11 @@ class KernelCatalog {
   struct Entry {
     std::shared_ptr<const codegen::Kernel> ir;
     std::shared_ptr<const codegen::Kernel> fusible;
+    std::shared_ptr<const codegen::Kernel> rollable;
     std::shared_ptr<const codegen::KernelAccess> access;
     bool adstack = false;
     mutable std::optional<bool> producer;
+    mutable std::shared_ptr<const codegen::Kernel> producer_ir;  // once producer is known
     mutable std::optional<bool> loops;
     mutable std::optional<IndexExprs> index_exprs;
   };

@@ -115,7 +115,7 @@ class RollPass final : public GraphPass {
     std::vector<RollCandidate> out(launches.size());
     for (size_t l = 0; l < launches.size(); ++l) {
       const CapturedStep& s = *launches[l];
-      const std::shared_ptr<const codegen::Kernel>& ir = ctx.catalog.fusible_ir(s.kernel.id);
+      const std::shared_ptr<const codegen::Kernel>& ir = ctx.catalog.rollable_ir(s.kernel.id);
       if (!ir || ir->params.size() != s.args.size()) continue;
       const codegen::Kernel& k = *ir;
       auto [r, fresh] = residable.try_emplace(s.kernel.id, false);

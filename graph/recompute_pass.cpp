@@ -127,7 +127,11 @@ void RecomputePass::gather_uniform(const CapturedStep& s, const codegen::Kernel&
 
 std::optional<codegen::GatherLaunch> RecomputePass::gather_launch(const CapturedStep& s,
                                                                   bool producer) const {
-  const std::shared_ptr<const codegen::Kernel>& ir = ctx_->catalog.ir(s.kernel.id);
+  // A producer's body is copied as recompute takes it: with its ifs converted where it has any
+  // (graph/if_conversion.h; the values the original defines keep their ids, so its index
+  // expressions hold for both).
+  const std::shared_ptr<const codegen::Kernel> ir =
+      producer ? ctx_->catalog.producer_ir(s.kernel.id) : ctx_->catalog.ir(s.kernel.id);
   if (!ir || ir->params.size() != s.args.size()) return std::nullopt;
   const codegen::Kernel& k = *ir;
   codegen::GatherLaunch g;

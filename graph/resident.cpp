@@ -33,9 +33,10 @@ bool residable_block(const Block& b) {
 bool residable(const Kernel& k) {
   if (k.tasks.empty()) return false;
   for (const Task& t : k.tasks) {
-    if (t.serial || t.index == kNoValue || !residable_block(t.body)) {
-      return false;
-    }
+    // A serial task is one invocation over [0, 1) that names no index (DiffTaichi's kernels of
+    // top-level statements): its walk below runs the body once, as its own launch does.
+    if (!residable_block(t.body)) return false;
+    if (t.serial ? !t.dims.empty() : t.index == kNoValue) return false;
   }
   return true;
 }
@@ -207,6 +208,27 @@ void append_member(Rewriter& rw, ValueId r, ValueId index, uint32_t local_size,
   for (size_t ti = 0; ti < k.tasks.size(); ++ti) {
     const Task& kt = k.tasks[ti];
     MemberCopier c(rw.kernel(), kt.index, pm, &stepped);
+    if (kt.serial) {
+      // Invocation 0 walks the range in order, as the task's own launch does.
+      const int64_t b = mem.ranges[ti].first, e = mem.ranges[ti].second;
+      if (e > b) {
+        rw.if_(rw.op(Op::kEq, DType::kBool, {index, rw.i32(0)}), [&](int side) {
+          if (side != 0) return;
+          if (e - b == 1) {
+            c.new_index = rw.i32(b);
+            c.copy_block(kt.body, rw.block());
+            return;
+          }
+          const ValueId lo = rw.i32(b);  // before the bound: function arguments are unsequenced
+          rw.for_(lo, rw.i32(e), std::nullopt, [&](ValueId i) {
+            c.new_index = i;
+            c.copy_block(kt.body, rw.block());
+          });
+        });
+      }
+      rw.op(Op::kBarrier, DType::kF32, {});
+      continue;
+    }
     grid_stride(rw, index, mem.ranges[ti], local_size, [&](ValueId i) {
       if (kt.dims.empty()) {
         c.new_index = i;

@@ -24,7 +24,9 @@
 // Ranges are the capture's (constants: the arrays are fixed and a rolled launch's scalar that
 // decides a range must not step), so the kernel states every loop's trip count. An N-d task
 // (a small grid) is walked the same way over its box's points in row-major order (the last
-// dimension fastest), each point's indices computed from the walk's element.
+// dimension fastest), each point's indices computed from the walk's element. A serial task (one
+// invocation over its range, in order: DiffTaichi's kernels of top-level statements) is walked
+// by invocation 0 alone, in order, then the barrier.
 #pragma once
 
 #include <cstdint>
@@ -77,8 +79,8 @@ struct LaunchShapes {
 std::optional<LaunchShapes> launch_shapes(const Kernel& k, const ScalarOf& scalar,
                                           const ExtentOf& extent, int64_t max_range);
 
-// Whether launches of `k` may be rolled: every task a parallel task (1-d or N-d; not serial), no
-// adstack statement, no stated trip bound, no barrier.
+// Whether launches of `k` may be rolled: every task a parallel task (1-d or N-d) or a serial one
+// (run by one invocation of the walk), no adstack statement, no stated trip bound, no barrier.
 bool residable(const Kernel& k);
 
 // The rolled kernel of `period` repeated `reps` times (see the file comment). Parameters: one

@@ -33,10 +33,8 @@ What vkad does instead of Taichi's behaviour, and what DiffTaichi leaves open:
   gradient_explosion_scan.png (DiffTaichi's figure) goes into --out.
 
 The step loop is said as one (Session.loop) and prepared at construction for `steps`. DiffTaichi's
-kernels are top-level statements, a serial task each in vkad as in Taichi, and vkad rolls only
-parallel tasks into a resident kernel, so the loop runs as launches, one per step each way (the
-same kernels under `for _ in range(1):` roll into one launch; written as DiffTaichi writes them
-here). Each evaluation's
+kernels are top-level statements, a serial task each in vkad as in Taichi; the loop of them rolls
+into one resident kernel each way (docs/graphs.md, "Resident step loops"). Each evaluation's
 launches are captured once per num_steps as a graph and replayed for the other alphas, damping
 uploaded before each replay (--no-graph launches the kernels one by one; the results are the
 same). The GradientExplosion class is what tests/python/test_difftaichi_gradient_explosion.py and

@@ -113,12 +113,12 @@ def test_a_replayed_evaluation_equals_a_launched_one(session):
     assert any(isinstance(r, vkad.LoopRecord) for r in sims[0].tape.launches)
     assert not any(isinstance(r, vkad.LoopRecord) for r in sims[1].tape.launches)
     # a replay: the loop, compute_loss and their adjoints. DiffTaichi's advance is top-level
-    # statements (a serial task), which vkad does not roll into a resident kernel (a parallel
-    # `for _ in range(1)` would roll: /work/notes/helper_ports_findings.md), so the loop is 949
-    # launches each way; one launch each way where it rolls.
+    # statements (a serial task), whose step loop rolls into one resident kernel each way:
+    # 2 * 949 + 2 launches if it did not.
+    assert sims[0].rolled
     before = session.stats()["launches"]
     sims[0].evaluate(1, 950)
-    assert session.stats()["launches"] - before == (4 if sims[0].rolled else 2 * 949 + 2)
+    assert session.stats()["launches"] - before == 4
     # iteration() walks the four alphas at `steps`
     alphas = [sims[1].iteration() for _ in range(4)]
     want = [reference(1.0, math.exp(-DT * a), ge.STEPS)[2] for a in ge.ALPHAS]

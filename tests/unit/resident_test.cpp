@@ -206,13 +206,26 @@ kernel g(t: i32, x: ndarray<f32, 3>) {
   EXPECT_FALSE(roll_launches(std::vector<ResidentMember>{wrong}, 4, 32, "bad").ok());
 }
 
-TEST(RollLaunches, AdstackAdjointsAndSerialTasksAreNotResidable) {
-  EXPECT_TRUE(residable(*parse(kStep)));
+TEST(RollLaunches, SerialTasksAreWalkedByOneInvocation) {
   Kernel serial = *parse(
       "kernel s(x: ndarray<f32, 1>) {\n  task main serial %i in [0, 4) {\n    %v = load x[%i] : "
       "f32\n"
       "    store x[%i], %v\n  }\n}\n");
-  EXPECT_FALSE(residable(serial));
+  EXPECT_TRUE(residable(serial));
+  ResidentMember m{&serial, {7}, {0}, {{0, 4}}};
+  Result<ResidentKernel> r = roll_launches(std::vector<ResidentMember>{m}, 3, 32, "rolled_serial");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(verify(r->kernel).ok()) << verify(r->kernel).to_string() << print(r->kernel);
+  // Invocation 0 alone (an eq against 0, not the walk's lt against the range's end) runs a loop
+  // over [0, 4) -- in order, where a grid-stride walk would hand the elements to 4 invocations.
+  const std::string text = print(r->kernel);
+  EXPECT_NE(text.find(" eq "), std::string::npos) << text;
+  EXPECT_EQ(text.find(" lt "), std::string::npos) << text;
+  EXPECT_NE(text.find("const 4 : i32"), std::string::npos) << text;
+}
+
+TEST(RollLaunches, AdstackAdjointsAreNotResidable) {
+  EXPECT_TRUE(residable(*parse(kStep)));
   // A loop whose trip count is data-dependent gets an adstack in its adjoint.
   Kernel loop = *parse(R"(
 kernel l(n: i32, x: ndarray<f32, 1> grad, y: ndarray<f32, 1> grad) {
