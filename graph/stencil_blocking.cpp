@@ -95,6 +95,15 @@ class Values {
     c.result = rw.kernel().fresh();
     return done[v] = rw.insert(std::move(c));
   }
+  // Whether v - i is `off` for every index i in [from, to) of dimension `dim` (v depends on no
+  // other): a gathered add's target seen from the candidates that exist there.
+  bool always_at(ValueId v, int dim, int64_t from, int64_t to, int64_t off) {
+    for (int64_t i = from; i < to; ++i) {
+      std::optional<int64_t> f = eval(v, dim, i);
+      if (!f || *f - i != off) return false;
+    }
+    return true;
+  }
   // Where a launch is known (its scalars' steps and first values) rows use them.
   void set_launch(const std::vector<int64_t>* step, const std::vector<int64_t>* first) {
     step_ = step;
@@ -545,10 +554,26 @@ bool reaches(const Access& a, const std::array<int64_t, kMaxTaskDims>& o, size_t
   return true;
 }
 
+// Whether thread j + o's add `a` lands on j wherever both are in the box: its target is i - o
+// on every axis at every i = j + o the box holds (a clamp min(i + 1, n - 1) seen from
+// o = -1, where i stops at n - 2). Its compare with j is then true and left out.
+bool always_lands(Values& vals, const Box& box, const Access& a,
+                  const std::array<int64_t, kMaxTaskDims>& o, size_t dims) {
+  const size_t lead = a.s->args.size() - 1 - dims;
+  for (size_t d = 0; d < dims; ++d) {
+    if (a.cell[d].periodic) return false;
+    const int64_t from = std::max(box[d].first, box[d].first + o[d]);
+    const int64_t to = std::min(box[d].second, box[d].second + o[d]);
+    if (!vals.always_at(a.s->args[lead + d], static_cast<int>(d), from, to, -o[d])) return false;
+  }
+  return true;
+}
+
 // One candidate thread i = j + o's body at the insertion point: its adds into gathered arrays
 // that land on j into their sums (`acc`), its other writes only where o = 0 (j's own body).
-void gather_candidate(Rewriter& rw, const Kernel& k, const Box& box, const GatherAdds& g,
-                      const std::vector<ValueId>& old_index, const std::vector<ValueId>& j,
+void gather_candidate(Rewriter& rw, Values& vals, const Kernel& k, const Box& box,
+                      const GatherAdds& g, const std::vector<ValueId>& old_index,
+                      const std::vector<ValueId>& j,
                       const std::array<int64_t, kMaxTaskDims>& o,
                       const std::unordered_map<const Stmt*, ValueId>& acc) {
   const size_t dims = box.size();
@@ -573,18 +598,23 @@ void gather_candidate(Rewriter& rw, const Kernel& k, const Box& box, const Gathe
     if (s.op != Op::kAtomicAdd || !g.gathered[s.param]) return !self;  // j's own body only
     // An add whose offsets never reach j from this candidate is left out (and what only it
     // needed is then dead: the candidates of a 5-point stencil compute one term each).
-    if (!reaches(*add_of.at(&s), o, dims)) return true;
+    const Access& a = *add_of.at(&s);
+    if (!reaches(a, o, dims)) return true;
     // Thread i's add lands on j: into this statement's sum.
+    const ValueId val = c.v(s.args.back());
+    const ValueId sum = acc.at(&s);
+    const DType ty = k.params[s.param].dtype;
+    auto add = [&] { rw.store_local(sum, rw.op(Op::kAdd, ty, {rw.load_local(sum, ty), val})); };
+    if (always_lands(vals, box, a, o, dims)) {
+      add();
+      return true;
+    }
     const size_t lead = s.args.size() - 1 - dims;
     std::vector<ValueId> eq;
     for (size_t e = 0; e < dims; ++e)
       eq.push_back(rw.op(Op::kEq, DType::kBool, {c.v(s.args[lead + e]), j[e]}));
-    const ValueId hit = all(rw, eq);
-    const ValueId val = c.v(s.args.back());
-    const ValueId sum = acc.at(&s);
-    const DType ty = k.params[s.param].dtype;
-    rw.if_(hit, [&](int side) {
-      if (side == 0) rw.store_local(sum, rw.op(Op::kAdd, ty, {rw.load_local(sum, ty), val}));
+    rw.if_(all(rw, eq), [&](int side) {
+      if (side == 0) add();
     });
     return true;
   };
@@ -635,7 +665,7 @@ Result<Kernel> gather_form(const Kernel& k, const Box& box,
       bool any = false;  // (a candidate no add reaches from only costs)
       for (const Access& a : g.adds) any = any || reaches(a, o, dims);
       if (any || o == std::array<int64_t, kMaxTaskDims>{}) {
-        gather_candidate(rw, k, box, g, vals.indices(), j, o, acc);
+        gather_candidate(rw, vals, k, box, g, vals.indices(), j, o, acc);
       }
     };
     each(0);

@@ -268,6 +268,15 @@ TEST(StencilBlocking, TheGatherFormOfTheWavesAdjointHasItsResults) {
   ASSERT_TRUE(gathered.ok()) << gathered.status().message();
   EXPECT_NE(codegen::print(*adj).find("atomic_add p_grad"), std::string::npos);
   EXPECT_EQ(codegen::print(*gathered).find("atomic_add"), std::string::npos);
+  // Which candidate's add lands on the thread's cell is known where the box decides it: a
+  // neighbour's clamped read (max(i - 1, 0) from i = j + 1) always lands, the own-cell reads
+  // too; only the centre's four clamped reads land at the edge alone and keep their compares,
+  // one per axis: 8 (20 when every reaching add was compared).
+  const std::string text = codegen::print(*gathered);
+  size_t eqs = 0;
+  for (size_t at = text.find(" = eq "); at != std::string::npos; at = text.find(" = eq ", at + 1))
+    ++eqs;
+  EXPECT_EQ(eqs, 8u) << text;
   const std::vector<float> p0 = initial_wave();
   codegen::HostArray hp(DType::kF32, {kSteps + 2, kRows, kCols}), ha = hp, hb = hp;
   for (size_t e = 0; e < p0.size(); ++e) {
