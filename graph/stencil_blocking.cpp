@@ -95,12 +95,15 @@ class Values {
     c.result = rw.kernel().fresh();
     return done[v] = rw.insert(std::move(c));
   }
-  // Whether v - i is `off` for every index i in [from, to) of dimension `dim` (v depends on no
-  // other): a gathered add's target seen from the candidates that exist there.
-  bool always_at(ValueId v, int dim, int64_t from, int64_t to, int64_t off) {
+  // Whether v - i is `off` (modulo `wrap` where it is not 0) for every index i in [from, to) of
+  // dimension `dim` (v depends on no other): a gathered add's target seen from the candidates
+  // that exist there.
+  bool always_at(ValueId v, int dim, int64_t from, int64_t to, int64_t off, int64_t wrap = 0) {
     for (int64_t i = from; i < to; ++i) {
       std::optional<int64_t> f = eval(v, dim, i);
-      if (!f || *f - i != off) return false;
+      if (!f) return false;
+      const int64_t d = *f - i - off;
+      if (wrap != 0 ? d % wrap != 0 : d != 0) return false;
     }
     return true;
   }
@@ -556,15 +559,21 @@ bool reaches(const Access& a, const std::array<int64_t, kMaxTaskDims>& o, size_t
 
 // Whether thread j + o's add `a` lands on j wherever both are in the box: its target is i - o
 // on every axis at every i = j + o the box holds (a clamp min(i + 1, n - 1) seen from
-// o = -1, where i stops at n - 2). Its compare with j is then true and left out.
-bool always_lands(Values& vals, const Box& box, const Access& a,
+// o = -1, where i stops at n - 2; along a wrapping axis every i, modulo the extent). Its compare
+// with j is then true and left out.
+bool always_lands(Values& vals, const Box& box, const GatherAdds& g, const Access& a,
                   const std::array<int64_t, kMaxTaskDims>& o, size_t dims) {
   const size_t lead = a.s->args.size() - 1 - dims;
   for (size_t d = 0; d < dims; ++d) {
-    if (a.cell[d].periodic) return false;
+    const ValueId v = a.s->args[lead + d];
+    if (g.wrap[d]) {  // i = (j + o) mod n for every j: each i of the box (which starts at 0)
+      const int64_t n = box[d].second;
+      if (!vals.always_at(v, static_cast<int>(d), 0, n, -o[d], n)) return false;
+      continue;
+    }
     const int64_t from = std::max(box[d].first, box[d].first + o[d]);
     const int64_t to = std::min(box[d].second, box[d].second + o[d]);
-    if (!vals.always_at(a.s->args[lead + d], static_cast<int>(d), from, to, -o[d])) return false;
+    if (!vals.always_at(v, static_cast<int>(d), from, to, -o[d])) return false;
   }
   return true;
 }
@@ -605,7 +614,7 @@ void gather_candidate(Rewriter& rw, Values& vals, const Kernel& k, const Box& bo
     const ValueId sum = acc.at(&s);
     const DType ty = k.params[s.param].dtype;
     auto add = [&] { rw.store_local(sum, rw.op(Op::kAdd, ty, {rw.load_local(sum, ty), val})); };
-    if (always_lands(vals, box, a, o, dims)) {
+    if (always_lands(vals, box, g, a, o, dims)) {
       add();
       return true;
     }
