@@ -2,9 +2,9 @@
 """DiffTaichi's programs raced: vkad against Taichi and Warp (issues 28, 54).
 
 mass_spring, diffmpm, wave, smoke, billiards, diffmpm3d, electric, rigid_body,
-volume_renderer, liquid, rigid_body_toi, mass_spring_simple, diffmpm_simple and
-gradient_explosion: the same programs, sizes, initialisation, loss and update in each
-implementation:
+volume_renderer, liquid, rigid_body_toi, mass_spring_simple, diffmpm_simple,
+gradient_explosion and diffmpm_checkpointing: the same programs, sizes, initialisation, loss and
+update in each implementation:
   vkad        examples/difftaichi/<program>.py (a replayed graph per iteration;
               --vkad-no-graph launches the kernels one by one)
   taichi      bench/difftaichi_peers/taichi_*.py: DiffTaichi's idiom, ti.ad.Tape; arch=cuda
@@ -14,7 +14,8 @@ implementation:
 
     python3 bench/difftaichi.py [--program mass_spring|diffmpm|diffmpm3d|...|volume_renderer|
                                            liquid|rigid_body_toi|mass_spring_simple|
-                                           diffmpm_simple|gradient_explosion|both|all]
+                                           diffmpm_simple|gradient_explosion|
+                                           diffmpm_checkpointing|both|all]
                                 [--iters 20] [--steps S] [--grid G] [--res R] [--f64]
                                 [--only vkad,taichi,warp,warp-graph]
                                 [--vkad-no-graph] [--warm-cache] [--json OUT]
@@ -49,23 +50,32 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 IMPLS = ("vkad", "taichi", "warp", "warp-graph")
 PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards", "diffmpm3d", "electric",
             "rigid_body", "volume_renderer", "liquid", "rigid_body_toi", "mass_spring_simple",
-            "diffmpm_simple", "gradient_explosion")
+            "diffmpm_simple", "gradient_explosion", "diffmpm_checkpointing")
 STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256, "smoke": 100,
          "billiards": 1024, "diffmpm3d": 512, "electric": 512,
          "rigid_body": 2048,
          "volume_renderer": 1000,  # the examples' STEPS (volume_renderer: MARCHING_STEPS)
          "liquid": 512, "rigid_body_toi": 204, "mass_spring_simple": 1024,
-         "diffmpm_simple": 1024, "gradient_explosion": 1000}
+         "diffmpm_simple": 1024, "gradient_explosion": 1000, "diffmpm_checkpointing": 1024}
 UNPORTED = set()  # programs without a Taichi or Warp transcription in difftaichi_peers
 PEERS = {"taichi": set(PROGRAMS) - UNPORTED, "warp": set(PROGRAMS) - UNPORTED}
 # the examples' N_GRID (programs with a grid; diffmpm3d's and liquid's are 64^3;
 # volume_renderer's is its density, DENSITY_RES^3)
 GRIDS = {"diffmpm": 128, "wave": 256, "smoke": 128, "diffmpm3d": 64, "volume_renderer": 128,
-         "liquid": 64, "diffmpm_simple": 120}
+         "liquid": 64, "diffmpm_simple": 120, "diffmpm_checkpointing": 120}
 GRID_DIMS = {"diffmpm3d": 3, "volume_renderer": 3, "liquid": 3}  # the others' grids are 2-d
 # the examples' image resolution (programs that render: volume_renderer's RES^2 pixels per view)
 RESES = {"volume_renderer": 512}
 RESULT = "DIFFTAICHI-RESULT "  # the child's last line of stdout: this, then its JSON
+
+
+def _checkpointing_side(n_grid: int) -> int:
+    """diffmpm_checkpointing's particles per side on an n_grid^2 grid: DiffTaichi's 80 at 120,
+    fewer where its block (spacing 0.5, in DiffTaichi's cells) would reach the walls."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from difftaichi_peers import load_example
+    ck = load_example("diffmpm_checkpointing")
+    return ck.simple.block_side(n_grid, ck.N, ck.SPACING)
 
 
 class Skipped(Exception):
@@ -113,6 +123,11 @@ def _make_vkad(a, program):
                                     n=example.block_side(a.grid), seed=a.seed, graph=graph, **ft)
     elif program == "gradient_explosion":
         sim = example.GradientExplosion(session, steps=a.steps, seed=a.seed, graph=graph, **ft)
+    elif program == "diffmpm_checkpointing":
+        # DiffTaichi's block shrunk as diffmpm_simple's; the memory budget the example's default
+        sim = example.DiffMPMCheckpointing(session, steps=a.steps, n_grid=a.grid,
+                                           n=_checkpointing_side(a.grid), seed=a.seed,
+                                           graph=graph, **ft)
     else:
         sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph,
                               **ft)
@@ -176,6 +191,10 @@ def _make_taichi(a, program, cache):
     elif program == "gradient_explosion":
         from difftaichi_peers.taichi_gradient_explosion import TaichiGradientExplosion
         sim = TaichiGradientExplosion(steps=a.steps, seed=a.seed, real=real)
+    elif program == "diffmpm_checkpointing":
+        from difftaichi_peers.taichi_diffmpm_checkpointing import TaichiDiffMPMCheckpointing
+        sim = TaichiDiffMPMCheckpointing(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real,
+                                         n=_checkpointing_side(a.grid))
     else:
         from difftaichi_peers.taichi_diffmpm import TaichiDiffMPM
         sim = TaichiDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real)
@@ -244,6 +263,10 @@ def _make_warp(a, program, cache, graph):
     elif program == "gradient_explosion":
         from difftaichi_peers.warp_gradient_explosion import WarpGradientExplosion
         sim = WarpGradientExplosion(steps=a.steps, seed=a.seed, graph=graph, device=device)
+    elif program == "diffmpm_checkpointing":
+        from difftaichi_peers.warp_diffmpm_checkpointing import WarpDiffMPMCheckpointing
+        sim = WarpDiffMPMCheckpointing(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph,
+                                       device=device, n=_checkpointing_side(a.grid))
     else:
         from difftaichi_peers.warp_diffmpm import WarpDiffMPM
         sim = WarpDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
@@ -380,12 +403,12 @@ def main(argv=None) -> int:
                     help="time steps (default: the example's, 682 mass_spring, 1024 diffmpm, "
                          "256 wave, 100 smoke, 1024 billiards, 512 diffmpm3d, 512 liquid, "
                          "204 rigid_body_toi, 1024 mass_spring_simple, 1024 diffmpm_simple, "
-                         "1000 gradient_explosion; "
+                         "1000 gradient_explosion, 1024 diffmpm_checkpointing; "
                          "volume_renderer's marching steps, 1000)")
     ap.add_argument("--grid", type=int, default=None,
                     help="grid cells per side of the programs with a grid (default: the "
                          "example's, 128 diffmpm, 256 wave, 128 smoke, 64 diffmpm3d, 64 liquid, "
-                         "120 diffmpm_simple; "
+                         "120 diffmpm_simple, 120 diffmpm_checkpointing; "
                          "volume_renderer's density, 128)")
     ap.add_argument("--res", type=int, default=None,
                     help="pixels per side of each view of the programs that render (default: "

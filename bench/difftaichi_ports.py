@@ -6,7 +6,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "di
 
 PROGRAMS = ("diffmpm", "mass_spring", "wave", "smoke", "billiards", "electric",
             "rigid_body", "diffmpm3d", "volume_renderer", "liquid", "rigid_body_toi",
-            "mass_spring_simple", "diffmpm_simple", "gradient_explosion")
+            "mass_spring_simple", "diffmpm_simple", "gradient_explosion",
+            "diffmpm_checkpointing")
 
 
 def make(session, program: str, steps=None, loop=None, **extra):
@@ -62,5 +63,9 @@ def make(session, program: str, steps=None, loop=None, **extra):
     if program == "gradient_explosion":
         from difftaichi_peers import load_example
         return load_example("gradient_explosion").GradientExplosion(session, **kw)
+    if program == "diffmpm_checkpointing":
+        # loop is refused (a budgeted tape records launches): leave it None
+        from difftaichi_peers import load_example
+        return load_example("diffmpm_checkpointing").DiffMPMCheckpointing(session, **kw)
     from mass_spring import MassSpring
     return MassSpring(session, **kw)

@@ -44,6 +44,7 @@ DiffMPMSimple class is what tests/python/test_difftaichi_diffmpm_simple.py and
 bench/difftaichi.py import.
 """
 
+import math
 import os
 import sys
 from typing import Dict, List, Optional, Sequence
@@ -73,26 +74,40 @@ LEARNING_RATE = 10.0
 ITERS = 30
 
 
-def block(n: int = N, n_grid: int = N_GRID) -> np.ndarray:
-    """DiffTaichi's particles: i * n + j at dx (0.7 i + 10, 0.7 j + 25), (n^2, 2) float64."""
+SPACING = 0.7  # cells between neighbouring particles
+
+
+def block(n: int = N, n_grid: int = N_GRID, spacing: float = SPACING) -> np.ndarray:
+    """DiffTaichi's particles: i * n + j at dx (0.7 i + 10, 0.7 j + 25), (n^2, 2) float64
+    (diffmpm_checkpointing.py's spacing is 0.5)."""
     dx = 1.0 / n_grid
     i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-    return np.stack([dx * (i * 0.7 + 10), dx * (j * 0.7 + 25)], -1).reshape(-1, 2)
+    return np.stack([dx * (i * spacing + 10), dx * (j * spacing + 25)], -1).reshape(-1, 2)
 
 
-def block_side(n_grid: int = N_GRID) -> int:
-    """The most particles per side (N at most) whose block, placed in DiffTaichi's cells,
+def block_side(n_grid: int = N_GRID, n: int = N, spacing: float = SPACING) -> int:
+    """The most particles per side (n at most) whose block, placed in DiffTaichi's cells,
     keeps its stencils clear of the walls on an n_grid^2 grid: N at 120, 49 at 64, 3 at 32."""
-    return max(1, min(N, int((n_grid - BOUND - 27) / 0.7) + 1))
+    # the most n with 25 + spacing (n - 1) + 2 < n_grid - BOUND (the constructor's check)
+    return max(1, min(n, math.ceil((n_grid - BOUND - 27) / spacing)))
 
 
 # --- kernels -------------------------------------------------------------------------------------
 
-def build_kernels(ft: vkad.DType, n_grid: int):
+def build_kernels(ft: vkad.DType, n_grid: int, ring: bool = False):
     """DiffTaichi's kernels as @vkad.kernel functions: set_v, p2g(f), grid_op(f), g2p(f),
     compute_x_avg(t), compute_loss; and its update, apply_grad. The 3x3 stencil is unrolled
-    (vkad.static, DiffTaichi's ti.static); `+=` on a grid cell or x_avg is an atomic add."""
+    (vkad.static, DiffTaichi's ti.static); `+=` on a grid cell or x_avg is an atomic add.
+    `ring` (diffmpm_checkpointing.py): the particle arrays hold two rows, step f reading row f % 2
+    and writing row (f + 1) % 2, and the grid one, which every step reuses."""
     dx, inv_dx = 1.0 / n_grid, float(n_grid)
+
+    @vkad.func
+    def rows(f):  # the particles' rows step f reads and writes, and its grid's
+        if vkad.static(ring):
+            return f % 2, (f + 1) % 2, 0 * f
+        return f, f + 1, f
+
     vec, mat = vkad.vec(2, ft), vkad.mat(2, 2, ft)
     particles = vkad.array(vec, ndim=2, grad=True)  # x[f, p], v[f, p]
     matrices = vkad.array(mat, ndim=2, grad=True)   # C[f, p], F[f, p]
@@ -109,29 +124,31 @@ def build_kernels(ft: vkad.DType, n_grid: int):
     def p2g(f: vkad.i32, x: particles, v: particles, C: matrices, F: matrices,
             grid_v_in: grid_v, grid_m_in: grid_m):
         for p in range(x.shape[1]):
-            base = vkad.cast(x[f, p] * inv_dx - 0.5, vkad.i32)  # truncated, as ti.cast
-            fx = x[f, p] * inv_dx - vkad.cast(base, ft)
+            fr, fw, g = rows(f)
+            base = vkad.cast(x[fr, p] * inv_dx - 0.5, vkad.i32)  # truncated, as ti.cast
+            fx = x[fr, p] * inv_dx - vkad.cast(base, ft)
             w = (0.5 * (1.5 - fx) ** 2, 0.75 - (fx - 1) ** 2, 0.5 * (fx - 0.5) ** 2)
-            new_F = (Matrix.diag(2, 1.0) + DT * C[f, p]) @ F[f, p]
-            F[f + 1, p] = new_F
+            new_F = (Matrix.diag(2, 1.0) + DT * C[fr, p]) @ F[fr, p]
+            F[fw, p] = new_F
             J = new_F.determinant()
             r, s = vkad.polar_decompose(new_F)
             cauchy = 2 * MU * (new_F - r) @ new_F.transpose() + Matrix.diag(2, LA * (J - 1) * J)
             stress = -(DT * P_VOL * 4 * inv_dx * inv_dx) * cauchy
-            affine = stress + P_MASS * C[f, p]
+            affine = stress + P_MASS * C[fr, p]
             for i in vkad.static(range(3)):
                 for j in vkad.static(range(3)):
                     offset = Vector([i, j])
                     dpos = (offset - fx) * dx
                     weight = w[i][0] * w[j][1]
-                    grid_v_in[f, base + offset] += weight * (P_MASS * v[f, p] + affine @ dpos)
-                    grid_m_in[f, base + offset] += weight * P_MASS
+                    grid_v_in[g, base + offset] += weight * (P_MASS * v[fr, p] + affine @ dpos)
+                    grid_m_in[g, base + offset] += weight * P_MASS
 
     @vkad.kernel
     def grid_op(f: vkad.i32, grid_v_in: grid_v, grid_m_in: grid_m, grid_v_out: grid_v):
         for i, j in vkad.ndrange(n_grid, n_grid):
-            inv_m = 1 / (grid_m_in[f, i, j] + 1e-10)
-            v_out = inv_m * grid_v_in[f, i, j]
+            _, _, g = rows(f)
+            inv_m = 1 / (grid_m_in[g, i, j] + 1e-10)
+            v_out = inv_m * grid_v_in[g, i, j]
             v_out[1] -= DT * GRAVITY
             # the walls: a node within BOUND cells of one stops what moves into it
             if i < BOUND and v_out[0] < 0:
@@ -142,31 +159,33 @@ def build_kernels(ft: vkad.DType, n_grid: int):
                 v_out[1] = 0.0
             if j > n_grid - BOUND and v_out[1] > 0:
                 v_out[1] = 0.0
-            grid_v_out[f, i, j] = v_out
+            grid_v_out[g, i, j] = v_out
 
     @vkad.kernel
     def g2p(f: vkad.i32, x: particles, v: particles, C: matrices, grid_v_out: grid_v):
         for p in range(x.shape[1]):
-            base = vkad.cast(x[f, p] * inv_dx - 0.5, vkad.i32)
-            fx = x[f, p] * inv_dx - vkad.cast(base, ft)
+            fr, fw, g = rows(f)
+            base = vkad.cast(x[fr, p] * inv_dx - 0.5, vkad.i32)
+            fx = x[fr, p] * inv_dx - vkad.cast(base, ft)
             w = (0.5 * (1.5 - fx) ** 2, 0.75 - (fx - 1.0) ** 2, 0.5 * (fx - 0.5) ** 2)
             new_v = Vector([0.0, 0.0])
             new_C = Matrix([[0.0, 0.0], [0.0, 0.0]])
             for i in vkad.static(range(3)):
                 for j in vkad.static(range(3)):
                     dpos = Vector([i, j]) - fx
-                    g_v = grid_v_out[f, base[0] + i, base[1] + j]
+                    g_v = grid_v_out[g, base[0] + i, base[1] + j]
                     weight = w[i][0] * w[j][1]
                     new_v += weight * g_v
                     new_C += 4 * weight * g_v.outer_product(dpos) * inv_dx
-            v[f + 1, p] = new_v
-            x[f + 1, p] = x[f, p] + DT * new_v  # DiffTaichi reads v[f + 1, p] back
-            C[f + 1, p] = new_C
+            v[fw, p] = new_v
+            x[fw, p] = x[fr, p] + DT * new_v  # DiffTaichi reads v[f + 1, p] back
+            C[fw, p] = new_C
 
     @vkad.kernel
     def compute_x_avg(t: vkad.i32, x: particles, x_avg: point):
         for i in range(x.shape[1]):
-            x_avg[None] += (1 / x.shape[1]) * x[t, i]
+            tr, _, _ = rows(t)
+            x_avg[None] += (1 / x.shape[1]) * x[tr, i]
 
     @vkad.kernel
     def compute_loss(x_avg: point, loss: vkad.array(ft, ndim=0, grad=True)):
@@ -196,32 +215,36 @@ class DiffMPMSimple(Simulation):
     PARAMS = ("init_v",)
     NAME = "diffmpm_simple"
     LAUNCH_ARGS = ("t", "f")
+    SPACING = SPACING  # the block's, in cells
+    RING = False       # True (diffmpm_checkpointing.py): two particle rows and one grid row
 
     def __init__(self, session: vkad.Session, steps: int = STEPS, n_grid: int = N_GRID,
                  n: int = N, dtype: vkad.DType = vkad.f32, seed: int = 0, graph: bool = True,
                  loop: bool = True):
         if steps < 2:
             raise ValueError(f"steps={steps}: the simulation needs at least 2 steps")
-        if 25 + 0.7 * (n - 1) + 2 >= n_grid - BOUND:  # the top row's stencil, in cells
+        spacing = self.SPACING
+        if 25 + spacing * (n - 1) + 2 >= n_grid - BOUND:  # the top row's stencil, in cells
             raise ValueError(f"n={n} particles per side on a {n_grid}^2 grid: the block "
-                             "(DiffTaichi's cells 10 and 25 onwards, 0.7 apart) reaches the "
-                             f"walls; block_side({n_grid}) = {block_side(n_grid)} fits")
+                             f"(DiffTaichi's cells 10 and 25 onwards, {spacing} apart) reaches "
+                             f"the walls; {block_side(n_grid, n, spacing)} per side fits")
         super().__init__(session, dtype, graph)
         self.steps, self.n_grid, self.n = steps, n_grid, n * n
         self.loop = loop  # the step loop through Session.loop; False: a Python loop of launches
-        kernels, apply_grad = build_kernels(dtype, n_grid)
+        kernels, apply_grad = build_kernels(dtype, n_grid, self.RING)
         self.kernels = {name: session.differentiate(k) for name, k in kernels.items()}
         npt = vkad.numpy_dtype(dtype)
         s = session
-        x0 = np.zeros((steps, n * n, 2))
-        x0[0] = block(n, n_grid)
-        F0 = np.zeros((steps, n * n, 2, 2))
+        rows = 2 if self.RING else steps  # the particles' rows: a ring of two, or every step's
+        x0 = np.zeros((rows, n * n, 2))
+        x0[0] = block(n, n_grid, spacing)
+        F0 = np.zeros((rows, n * n, 2, 2))
         F0[0] = np.eye(2)
-        grid = (steps - 1, n_grid, n_grid)  # step f's grid in row f
+        grid = (1 if self.RING else steps - 1, n_grid, n_grid)  # step f's grid in row f
         self.arrays: Dict[str, vkad.NdArray] = {
             "x": s.ndarray(x0, npt, "x"),
-            "v": s.zeros((steps, n * n, 2), dtype, "v"),
-            "C": s.zeros((steps, n * n, 2, 2), dtype, "C"),
+            "v": s.zeros((rows, n * n, 2), dtype, "v"),
+            "C": s.zeros((rows, n * n, 2, 2), dtype, "C"),
             "F": s.ndarray(F0, npt, "F"),
             "grid_v_in": s.zeros(grid + (2,), dtype, "grid_v_in"),
             "grid_m_in": s.zeros(grid, dtype, "grid_m_in"),

@@ -38,14 +38,14 @@ def polar(m):
     return np.stack([np.stack([c, -s], -1), np.stack([s, c], -1)], -2)
 
 
-def reference(init_v, n=N, n_grid=GRID, steps=STEPS):
+def reference(init_v, n=N, n_grid=GRID, steps=STEPS, spacing=mpm.SPACING):
     """DiffTaichi's set_v, substeps 0 .. steps - 2 and loss in float64 numpy, every particle at
-    once: (state dict, loss)."""
+    once: (state dict, loss). `spacing`: the block's (diffmpm_checkpointing's is 0.5)."""
     dx, inv_dx, dt = 1.0 / n_grid, float(n_grid), mpm.DT
     count, eye = n * n, np.eye(2)
     x, v = np.zeros((steps, count, 2)), np.zeros((steps, count, 2))
     C, F = np.zeros((steps, count, 2, 2)), np.zeros((steps, count, 2, 2))
-    x[0], F[0], v[0] = mpm.block(n, n_grid), eye, init_v
+    x[0], F[0], v[0] = mpm.block(n, n_grid, spacing), eye, init_v
     stencil = [np.array(o) for o in np.ndindex(3, 3)]
     node = np.stack(np.meshgrid(np.arange(n_grid), np.arange(n_grid), indexing="ij"), -1)
     for f in range(steps - 1):

@@ -31,10 +31,12 @@ from difftaichi_peers import load_example  # noqa: E402
 # unrolled atomic adds under the fluid / solid branches; Warp's case takes 12 s), rigid_body_toi
 # (its own 204 steps: the ball bounces off the ground at step ~100), mass_spring_simple (its own
 # 1024 steps), diffmpm_simple (100 steps of test_difftaichi_diffmpm_simple.py's 16^2 block on a
-# 64^2 grid), gradient_explosion (its 1000 steps, alpha 0: no damping).
+# 64^2 grid), gradient_explosion (its 1000 steps, alpha 0: no damping), diffmpm_checkpointing
+# (100 steps of test_difftaichi_diffmpm_checkpointing.py's 16^2 block at spacing 0.5 on 64^2;
+# Taichi's own checkpointed substeps, Warp's time-axis tape, vkad's memory budget).
 CASES = [("electric", 64), ("rigid_body", 400), ("volume_renderer", 80), ("liquid", 20),
          ("rigid_body_toi", 204), ("mass_spring_simple", 1024), ("diffmpm_simple", 100),
-         ("gradient_explosion", 1000)]
+         ("gradient_explosion", 1000), ("diffmpm_checkpointing", 100)]
 VOLUME = dict(res=15, density_res=16, n_views=2)
 MPM_SIMPLE = dict(n_grid=64, n=16)
 
@@ -73,6 +75,9 @@ def peer(framework, program, steps):
         if program == "gradient_explosion":
             from difftaichi_peers.warp_gradient_explosion import WarpGradientExplosion
             return WarpGradientExplosion(steps=steps, seed=0, device="cpu")
+        if program == "diffmpm_checkpointing":
+            from difftaichi_peers.warp_diffmpm_checkpointing import WarpDiffMPMCheckpointing
+            return WarpDiffMPMCheckpointing(steps=steps, seed=0, device="cpu", **MPM_SIMPLE)
         from difftaichi_peers.warp_rigid_body import WarpRigidBody
         return WarpRigidBody(steps=steps, seed=0, device="cpu")
     ti = pytest.importorskip("taichi")
@@ -102,6 +107,9 @@ def peer(framework, program, steps):
     if program == "gradient_explosion":
         from difftaichi_peers.taichi_gradient_explosion import TaichiGradientExplosion
         return TaichiGradientExplosion(steps=steps, seed=0)
+    if program == "diffmpm_checkpointing":
+        from difftaichi_peers.taichi_diffmpm_checkpointing import TaichiDiffMPMCheckpointing
+        return TaichiDiffMPMCheckpointing(steps=steps, seed=0, **MPM_SIMPLE)
     from difftaichi_peers.taichi_rigid_body import TaichiRigidBody
     return TaichiRigidBody(steps=steps, seed=0)
 
@@ -122,6 +130,9 @@ def example_sim(session, program, steps):
         return example.DiffMPMSimple(session, steps=steps, seed=0, graph=False, **MPM_SIMPLE)
     if program == "gradient_explosion":
         return example.GradientExplosion(session, steps=steps, seed=0, graph=False)
+    if program == "diffmpm_checkpointing":
+        return example.DiffMPMCheckpointing(session, steps=steps, seed=0, graph=False,
+                                            **MPM_SIMPLE)
     make = example.Electric if program == "electric" else example.RigidBody
     return make(session, steps=steps, seed=0, graph=False)
 
