@@ -3,8 +3,8 @@
 
 mass_spring, diffmpm, wave, smoke, billiards, diffmpm3d, electric, rigid_body,
 volume_renderer, liquid, rigid_body_toi, mass_spring_simple, diffmpm_simple,
-gradient_explosion and diffmpm_checkpointing: the same programs, sizes, initialisation, loss and
-update in each implementation:
+gradient_explosion, diffmpm_checkpointing and rigid_body_discontinuity: the same programs, sizes,
+initialisation, loss and update in each implementation:
   vkad        examples/difftaichi/<program>.py (a replayed graph per iteration;
               --vkad-no-graph launches the kernels one by one)
   taichi      bench/difftaichi_peers/taichi_*.py: DiffTaichi's idiom, ti.ad.Tape; arch=cuda
@@ -15,7 +15,8 @@ update in each implementation:
     python3 bench/difftaichi.py [--program mass_spring|diffmpm|diffmpm3d|...|volume_renderer|
                                            liquid|rigid_body_toi|mass_spring_simple|
                                            diffmpm_simple|gradient_explosion|
-                                           diffmpm_checkpointing|both|all]
+                                           diffmpm_checkpointing|rigid_body_discontinuity|
+                                           both|all]
                                 [--iters 20] [--steps S] [--grid G] [--res R] [--f64]
                                 [--only vkad,taichi,warp,warp-graph]
                                 [--vkad-no-graph] [--warm-cache] [--json OUT]
@@ -23,8 +24,8 @@ update in each implementation:
 Each implementation runs in its own subprocess, so Taichi's and Warp's initialisation and JIT are
 their own and a framework that is not installed is reported as skipped. Reported per
 implementation: ms per training iteration (forward + backward + update, which reads the loss and
-gradients back: median of iterations 2..N; rigid_body_toi and gradient_explosion, which
-DiffTaichi does not train, one point of their scans: forward + backward), the first iteration's ms (Taichi's and Warp's JIT,
+gradients back: median of iterations 2..N; rigid_body_toi, gradient_explosion and
+rigid_body_discontinuity, which DiffTaichi does not train, one point of their scans: forward + backward), the first iteration's ms (Taichi's and Warp's JIT,
 graph capture; vkad compiles when the example is constructed, before it) and the seconds from launching the subprocess to the end of the first iteration (interpreter,
 imports, initialisation, compilation), the loss curve, and the gradient at iteration 0 (its norm,
 and its relative difference from vkad's), and for vkad the compute dispatches one iteration records
@@ -50,13 +51,15 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 IMPLS = ("vkad", "taichi", "warp", "warp-graph")
 PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards", "diffmpm3d", "electric",
             "rigid_body", "volume_renderer", "liquid", "rigid_body_toi", "mass_spring_simple",
-            "diffmpm_simple", "gradient_explosion", "diffmpm_checkpointing")
+            "diffmpm_simple", "gradient_explosion", "diffmpm_checkpointing",
+            "rigid_body_discontinuity")
 STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256, "smoke": 100,
          "billiards": 1024, "diffmpm3d": 512, "electric": 512,
          "rigid_body": 2048,
          "volume_renderer": 1000,  # the examples' STEPS (volume_renderer: MARCHING_STEPS)
          "liquid": 512, "rigid_body_toi": 204, "mass_spring_simple": 1024,
-         "diffmpm_simple": 1024, "gradient_explosion": 1000, "diffmpm_checkpointing": 1024}
+         "diffmpm_simple": 1024, "gradient_explosion": 1000, "diffmpm_checkpointing": 1024,
+         "rigid_body_discontinuity": 2048}
 UNPORTED = set()  # programs without a Taichi or Warp transcription in difftaichi_peers
 PEERS = {"taichi": set(PROGRAMS) - UNPORTED, "warp": set(PROGRAMS) - UNPORTED}
 # the examples' N_GRID (programs with a grid; diffmpm3d's and liquid's are 64^3;
@@ -128,6 +131,9 @@ def _make_vkad(a, program):
         sim = example.DiffMPMCheckpointing(session, steps=a.steps, n_grid=a.grid,
                                            n=_checkpointing_side(a.grid), seed=a.seed,
                                            graph=graph, **ft)
+    elif program == "rigid_body_discontinuity":
+        sim = example.RigidBodyDiscontinuity(session, steps=a.steps, seed=a.seed, graph=graph,
+                                             **ft)
     else:
         sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph,
                               **ft)
@@ -195,6 +201,10 @@ def _make_taichi(a, program, cache):
         from difftaichi_peers.taichi_diffmpm_checkpointing import TaichiDiffMPMCheckpointing
         sim = TaichiDiffMPMCheckpointing(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real,
                                          n=_checkpointing_side(a.grid))
+    elif program == "rigid_body_discontinuity":
+        from difftaichi_peers.taichi_rigid_body_discontinuity import \
+            TaichiRigidBodyDiscontinuity
+        sim = TaichiRigidBodyDiscontinuity(steps=a.steps, seed=a.seed, real=real)
     else:
         from difftaichi_peers.taichi_diffmpm import TaichiDiffMPM
         sim = TaichiDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real)
@@ -267,6 +277,9 @@ def _make_warp(a, program, cache, graph):
         from difftaichi_peers.warp_diffmpm_checkpointing import WarpDiffMPMCheckpointing
         sim = WarpDiffMPMCheckpointing(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph,
                                        device=device, n=_checkpointing_side(a.grid))
+    elif program == "rigid_body_discontinuity":
+        from difftaichi_peers.warp_rigid_body_discontinuity import WarpRigidBodyDiscontinuity
+        sim = WarpRigidBodyDiscontinuity(steps=a.steps, seed=a.seed, graph=graph, device=device)
     else:
         from difftaichi_peers.warp_diffmpm import WarpDiffMPM
         sim = WarpDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
@@ -403,7 +416,8 @@ def main(argv=None) -> int:
                     help="time steps (default: the example's, 682 mass_spring, 1024 diffmpm, "
                          "256 wave, 100 smoke, 1024 billiards, 512 diffmpm3d, 512 liquid, "
                          "204 rigid_body_toi, 1024 mass_spring_simple, 1024 diffmpm_simple, "
-                         "1000 gradient_explosion, 1024 diffmpm_checkpointing; "
+                         "1000 gradient_explosion, 1024 diffmpm_checkpointing, "
+                         "2048 rigid_body_discontinuity; "
                          "volume_renderer's marching steps, 1000)")
     ap.add_argument("--grid", type=int, default=None,
                     help="grid cells per side of the programs with a grid (default: the "

@@ -7,7 +7,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "di
 PROGRAMS = ("diffmpm", "mass_spring", "wave", "smoke", "billiards", "electric",
             "rigid_body", "diffmpm3d", "volume_renderer", "liquid", "rigid_body_toi",
             "mass_spring_simple", "diffmpm_simple", "gradient_explosion",
-            "diffmpm_checkpointing")
+            "diffmpm_checkpointing", "rigid_body_discontinuity")
 
 
 def make(session, program: str, steps=None, loop=None, **extra):
@@ -67,5 +67,8 @@ def make(session, program: str, steps=None, loop=None, **extra):
         # loop is refused (a budgeted tape records launches): leave it None
         from difftaichi_peers import load_example
         return load_example("diffmpm_checkpointing").DiffMPMCheckpointing(session, **kw)
+    if program == "rigid_body_discontinuity":
+        from difftaichi_peers import load_example
+        return load_example("rigid_body_discontinuity").RigidBodyDiscontinuity(session, **kw)
     from mass_spring import MassSpring
     return MassSpring(session, **kw)

@@ -33,10 +33,13 @@ from difftaichi_peers import load_example  # noqa: E402
 # 1024 steps), diffmpm_simple (100 steps of test_difftaichi_diffmpm_simple.py's 16^2 block on a
 # 64^2 grid), gradient_explosion (its 1000 steps, alpha 0: no damping), diffmpm_checkpointing
 # (100 steps of test_difftaichi_diffmpm_checkpointing.py's 16^2 block at spacing 0.5 on 64^2;
-# Taichi's own checkpointed substeps, Warp's time-axis tape, vkad's memory budget).
+# Taichi's own checkpointed substeps, Warp's time-axis tape, vkad's memory budget),
+# rigid_body_discontinuity (its 2048 steps, from the scan's 21st point: friction 1, angle
+# -0.0195, where the friction, the angle and the spin all reach the loss).
 CASES = [("electric", 64), ("rigid_body", 400), ("volume_renderer", 80), ("liquid", 20),
          ("rigid_body_toi", 204), ("mass_spring_simple", 1024), ("diffmpm_simple", 100),
-         ("gradient_explosion", 1000), ("diffmpm_checkpointing", 100)]
+         ("gradient_explosion", 1000), ("diffmpm_checkpointing", 100),
+         ("rigid_body_discontinuity", 2048)]
 VOLUME = dict(res=15, density_res=16, n_views=2)
 MPM_SIMPLE = dict(n_grid=64, n=16)
 
@@ -47,6 +50,12 @@ def liquid_size():
     scene = functools.partial(load_example("liquid").liquid, offset=(0.25, 0.16, 0.3),
                               fluid=(0.1, 0.07, 0.1, 0.2, 0.05, 0.2))
     return dict(n_grid=16, scene=scene)
+
+
+def from_friction_1(sim):
+    """rigid_body_discontinuity's implementations from the scan's first point with friction."""
+    sim._next = len(sim.points) // 2
+    return sim
 
 
 def peer(framework, program, steps):
@@ -78,6 +87,11 @@ def peer(framework, program, steps):
         if program == "diffmpm_checkpointing":
             from difftaichi_peers.warp_diffmpm_checkpointing import WarpDiffMPMCheckpointing
             return WarpDiffMPMCheckpointing(steps=steps, seed=0, device="cpu", **MPM_SIMPLE)
+        if program == "rigid_body_discontinuity":
+            from difftaichi_peers.warp_rigid_body_discontinuity import \
+                WarpRigidBodyDiscontinuity
+            return from_friction_1(WarpRigidBodyDiscontinuity(steps=steps, seed=0,
+                                                              device="cpu"))
         from difftaichi_peers.warp_rigid_body import WarpRigidBody
         return WarpRigidBody(steps=steps, seed=0, device="cpu")
     ti = pytest.importorskip("taichi")
@@ -110,6 +124,10 @@ def peer(framework, program, steps):
     if program == "diffmpm_checkpointing":
         from difftaichi_peers.taichi_diffmpm_checkpointing import TaichiDiffMPMCheckpointing
         return TaichiDiffMPMCheckpointing(steps=steps, seed=0, **MPM_SIMPLE)
+    if program == "rigid_body_discontinuity":
+        from difftaichi_peers.taichi_rigid_body_discontinuity import \
+            TaichiRigidBodyDiscontinuity
+        return from_friction_1(TaichiRigidBodyDiscontinuity(steps=steps, seed=0))
     from difftaichi_peers.taichi_rigid_body import TaichiRigidBody
     return TaichiRigidBody(steps=steps, seed=0)
 
@@ -133,6 +151,9 @@ def example_sim(session, program, steps):
     if program == "diffmpm_checkpointing":
         return example.DiffMPMCheckpointing(session, steps=steps, seed=0, graph=False,
                                             **MPM_SIMPLE)
+    if program == "rigid_body_discontinuity":
+        return from_friction_1(example.RigidBodyDiscontinuity(session, steps=steps, seed=0,
+                                                              graph=False))
     make = example.Electric if program == "electric" else example.RigidBody
     return make(session, steps=steps, seed=0, graph=False)
 
