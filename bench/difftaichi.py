@@ -3,8 +3,8 @@
 
 mass_spring, diffmpm, wave, smoke, billiards, diffmpm3d, electric, rigid_body,
 volume_renderer, liquid, rigid_body_toi, mass_spring_simple, diffmpm_simple,
-gradient_explosion, diffmpm_checkpointing and rigid_body_discontinuity: the same programs, sizes,
-initialisation, loss and update in each implementation:
+gradient_explosion, diffmpm_checkpointing, rigid_body_discontinuity and mass_spring_velocity: the
+same programs, sizes, initialisation, loss and update in each implementation:
   vkad        examples/difftaichi/<program>.py (a replayed graph per iteration;
               --vkad-no-graph launches the kernels one by one)
   taichi      bench/difftaichi_peers/taichi_*.py: DiffTaichi's idiom, ti.ad.Tape; arch=cuda
@@ -16,7 +16,7 @@ initialisation, loss and update in each implementation:
                                            liquid|rigid_body_toi|mass_spring_simple|
                                            diffmpm_simple|gradient_explosion|
                                            diffmpm_checkpointing|rigid_body_discontinuity|
-                                           both|all]
+                                           mass_spring_velocity|both|all]
                                 [--iters 20] [--steps S] [--grid G] [--res R] [--f64]
                                 [--only vkad,taichi,warp,warp-graph]
                                 [--vkad-no-graph] [--warm-cache] [--json OUT]
@@ -52,14 +52,14 @@ IMPLS = ("vkad", "taichi", "warp", "warp-graph")
 PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards", "diffmpm3d", "electric",
             "rigid_body", "volume_renderer", "liquid", "rigid_body_toi", "mass_spring_simple",
             "diffmpm_simple", "gradient_explosion", "diffmpm_checkpointing",
-            "rigid_body_discontinuity")
+            "rigid_body_discontinuity", "mass_spring_velocity")
 STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256, "smoke": 100,
          "billiards": 1024, "diffmpm3d": 512, "electric": 512,
          "rigid_body": 2048,
          "volume_renderer": 1000,  # the examples' STEPS (volume_renderer: MARCHING_STEPS)
          "liquid": 512, "rigid_body_toi": 204, "mass_spring_simple": 1024,
          "diffmpm_simple": 1024, "gradient_explosion": 1000, "diffmpm_checkpointing": 1024,
-         "rigid_body_discontinuity": 2048}
+         "rigid_body_discontinuity": 2048, "mass_spring_velocity": 1024}
 UNPORTED = set()  # programs without a Taichi or Warp transcription in difftaichi_peers
 PEERS = {"taichi": set(PROGRAMS) - UNPORTED, "warp": set(PROGRAMS) - UNPORTED}
 # the examples' N_GRID (programs with a grid; diffmpm3d's and liquid's are 64^3;
@@ -134,6 +134,8 @@ def _make_vkad(a, program):
     elif program == "rigid_body_discontinuity":
         sim = example.RigidBodyDiscontinuity(session, steps=a.steps, seed=a.seed, graph=graph,
                                              **ft)
+    elif program == "mass_spring_velocity":
+        sim = example.MassSpringVelocity(session, steps=a.steps, seed=a.seed, graph=graph, **ft)
     else:
         sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph,
                               **ft)
@@ -205,6 +207,9 @@ def _make_taichi(a, program, cache):
         from difftaichi_peers.taichi_rigid_body_discontinuity import \
             TaichiRigidBodyDiscontinuity
         sim = TaichiRigidBodyDiscontinuity(steps=a.steps, seed=a.seed, real=real)
+    elif program == "mass_spring_velocity":
+        from difftaichi_peers.taichi_mass_spring_velocity import TaichiMassSpringVelocity
+        sim = TaichiMassSpringVelocity(steps=a.steps, seed=a.seed, real=real)
     else:
         from difftaichi_peers.taichi_diffmpm import TaichiDiffMPM
         sim = TaichiDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real)
@@ -280,6 +285,9 @@ def _make_warp(a, program, cache, graph):
     elif program == "rigid_body_discontinuity":
         from difftaichi_peers.warp_rigid_body_discontinuity import WarpRigidBodyDiscontinuity
         sim = WarpRigidBodyDiscontinuity(steps=a.steps, seed=a.seed, graph=graph, device=device)
+    elif program == "mass_spring_velocity":
+        from difftaichi_peers.warp_mass_spring_velocity import WarpMassSpringVelocity
+        sim = WarpMassSpringVelocity(steps=a.steps, seed=a.seed, graph=graph, device=device)
     else:
         from difftaichi_peers.warp_diffmpm import WarpDiffMPM
         sim = WarpDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
@@ -417,7 +425,7 @@ def main(argv=None) -> int:
                          "256 wave, 100 smoke, 1024 billiards, 512 diffmpm3d, 512 liquid, "
                          "204 rigid_body_toi, 1024 mass_spring_simple, 1024 diffmpm_simple, "
                          "1000 gradient_explosion, 1024 diffmpm_checkpointing, "
-                         "2048 rigid_body_discontinuity; "
+                         "2048 rigid_body_discontinuity, 1024 mass_spring_velocity; "
                          "volume_renderer's marching steps, 1000)")
     ap.add_argument("--grid", type=int, default=None,
                     help="grid cells per side of the programs with a grid (default: the "
