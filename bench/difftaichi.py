@@ -3,8 +3,8 @@
 
 mass_spring, diffmpm, wave, smoke, billiards, diffmpm3d, electric, rigid_body,
 volume_renderer, liquid, rigid_body_toi, mass_spring_simple, diffmpm_simple,
-gradient_explosion, diffmpm_checkpointing, rigid_body_discontinuity and mass_spring_velocity: the
-same programs, sizes, initialisation, loss and update in each implementation:
+gradient_explosion, diffmpm_checkpointing, rigid_body_discontinuity, mass_spring_velocity and
+water_renderer: the same programs, sizes, initialisation, loss and update in each implementation:
   vkad        examples/difftaichi/<program>.py (a replayed graph per iteration;
               --vkad-no-graph launches the kernels one by one)
   taichi      bench/difftaichi_peers/taichi_*.py: DiffTaichi's idiom, ti.ad.Tape; arch=cuda
@@ -16,7 +16,7 @@ same programs, sizes, initialisation, loss and update in each implementation:
                                            liquid|rigid_body_toi|mass_spring_simple|
                                            diffmpm_simple|gradient_explosion|
                                            diffmpm_checkpointing|rigid_body_discontinuity|
-                                           mass_spring_velocity|both|all]
+                                           mass_spring_velocity|water_renderer|both|all]
                                 [--iters 20] [--steps S] [--grid G] [--res R] [--f64]
                                 [--only vkad,taichi,warp,warp-graph]
                                 [--vkad-no-graph] [--warm-cache] [--json OUT]
@@ -52,20 +52,20 @@ IMPLS = ("vkad", "taichi", "warp", "warp-graph")
 PROGRAMS = ("mass_spring", "diffmpm", "wave", "smoke", "billiards", "diffmpm3d", "electric",
             "rigid_body", "volume_renderer", "liquid", "rigid_body_toi", "mass_spring_simple",
             "diffmpm_simple", "gradient_explosion", "diffmpm_checkpointing",
-            "rigid_body_discontinuity", "mass_spring_velocity")
+            "rigid_body_discontinuity", "mass_spring_velocity", "water_renderer")
 STEPS = {"mass_spring": 2048 // 3, "diffmpm": 1024, "wave": 256, "smoke": 100,
          "billiards": 1024, "diffmpm3d": 512, "electric": 512,
          "rigid_body": 2048,
          "volume_renderer": 1000,  # the examples' STEPS (volume_renderer: MARCHING_STEPS)
          "liquid": 512, "rigid_body_toi": 204, "mass_spring_simple": 1024,
          "diffmpm_simple": 1024, "gradient_explosion": 1000, "diffmpm_checkpointing": 1024,
-         "rigid_body_discontinuity": 2048, "mass_spring_velocity": 1024}
+         "rigid_body_discontinuity": 2048, "mass_spring_velocity": 1024, "water_renderer": 256}
 UNPORTED = set()  # programs without a Taichi or Warp transcription in difftaichi_peers
 PEERS = {"taichi": set(PROGRAMS) - UNPORTED, "warp": set(PROGRAMS) - UNPORTED}
 # the examples' N_GRID (programs with a grid; diffmpm3d's and liquid's are 64^3;
 # volume_renderer's is its density, DENSITY_RES^3)
 GRIDS = {"diffmpm": 128, "wave": 256, "smoke": 128, "diffmpm3d": 64, "volume_renderer": 128,
-         "liquid": 64, "diffmpm_simple": 120, "diffmpm_checkpointing": 120}
+         "liquid": 64, "diffmpm_simple": 120, "diffmpm_checkpointing": 120, "water_renderer": 256}
 GRID_DIMS = {"diffmpm3d": 3, "volume_renderer": 3, "liquid": 3}  # the others' grids are 2-d
 # the examples' image resolution (programs that render: volume_renderer's RES^2 pixels per view)
 RESES = {"volume_renderer": 512}
@@ -136,6 +136,9 @@ def _make_vkad(a, program):
                                              **ft)
     elif program == "mass_spring_velocity":
         sim = example.MassSpringVelocity(session, steps=a.steps, seed=a.seed, graph=graph, **ft)
+    elif program == "water_renderer":
+        sim = example.WaterRenderer(session, steps=a.steps, n_grid=a.grid, seed=a.seed,
+                                    graph=graph, **ft)
     else:
         sim = example.DiffMPM(session, steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph,
                               **ft)
@@ -210,6 +213,9 @@ def _make_taichi(a, program, cache):
     elif program == "mass_spring_velocity":
         from difftaichi_peers.taichi_mass_spring_velocity import TaichiMassSpringVelocity
         sim = TaichiMassSpringVelocity(steps=a.steps, seed=a.seed, real=real)
+    elif program == "water_renderer":
+        from difftaichi_peers.taichi_water_renderer import TaichiWaterRenderer
+        sim = TaichiWaterRenderer(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real)
     else:
         from difftaichi_peers.taichi_diffmpm import TaichiDiffMPM
         sim = TaichiDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, real=real)
@@ -288,6 +294,10 @@ def _make_warp(a, program, cache, graph):
     elif program == "mass_spring_velocity":
         from difftaichi_peers.warp_mass_spring_velocity import WarpMassSpringVelocity
         sim = WarpMassSpringVelocity(steps=a.steps, seed=a.seed, graph=graph, device=device)
+    elif program == "water_renderer":
+        from difftaichi_peers.warp_water_renderer import WarpWaterRenderer
+        sim = WarpWaterRenderer(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph,
+                                device=device)
     else:
         from difftaichi_peers.warp_diffmpm import WarpDiffMPM
         sim = WarpDiffMPM(steps=a.steps, n_grid=a.grid, seed=a.seed, graph=graph, device=device)
@@ -425,12 +435,13 @@ def main(argv=None) -> int:
                          "256 wave, 100 smoke, 1024 billiards, 512 diffmpm3d, 512 liquid, "
                          "204 rigid_body_toi, 1024 mass_spring_simple, 1024 diffmpm_simple, "
                          "1000 gradient_explosion, 1024 diffmpm_checkpointing, "
-                         "2048 rigid_body_discontinuity, 1024 mass_spring_velocity; "
+                         "2048 rigid_body_discontinuity, 1024 mass_spring_velocity, "
+                         "256 water_renderer; "
                          "volume_renderer's marching steps, 1000)")
     ap.add_argument("--grid", type=int, default=None,
                     help="grid cells per side of the programs with a grid (default: the "
                          "example's, 128 diffmpm, 256 wave, 128 smoke, 64 diffmpm3d, 64 liquid, "
-                         "120 diffmpm_simple, 120 diffmpm_checkpointing; "
+                         "120 diffmpm_simple, 120 diffmpm_checkpointing, 256 water_renderer; "
                          "volume_renderer's density, 128)")
     ap.add_argument("--res", type=int, default=None,
                     help="pixels per side of each view of the programs that render (default: "

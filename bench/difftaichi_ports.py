@@ -7,7 +7,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "di
 PROGRAMS = ("diffmpm", "mass_spring", "wave", "smoke", "billiards", "electric",
             "rigid_body", "diffmpm3d", "volume_renderer", "liquid", "rigid_body_toi",
             "mass_spring_simple", "diffmpm_simple", "gradient_explosion",
-            "diffmpm_checkpointing", "rigid_body_discontinuity", "mass_spring_velocity")
+            "diffmpm_checkpointing", "rigid_body_discontinuity", "mass_spring_velocity",
+            "water_renderer")
 
 
 def make(session, program: str, steps=None, loop=None, **extra):
@@ -73,5 +74,8 @@ def make(session, program: str, steps=None, loop=None, **extra):
     if program == "mass_spring_velocity":
         from difftaichi_peers import load_example
         return load_example("mass_spring_velocity").MassSpringVelocity(session, **kw)
+    if program == "water_renderer":
+        from difftaichi_peers import load_example
+        return load_example("water_renderer").WaterRenderer(session, **kw)
     from mass_spring import MassSpring
     return MassSpring(session, **kw)

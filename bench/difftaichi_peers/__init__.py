@@ -1,7 +1,7 @@
 """Taichi and Warp versions of DiffTaichi's programs, for bench/difftaichi.py: mass_spring,
 diffmpm, diffmpm3d, wave, smoke, billiards, electric, rigid_body, volume_renderer, liquid,
 rigid_body_toi, mass_spring_simple, diffmpm_simple, gradient_explosion, diffmpm_checkpointing,
-rigid_body_discontinuity and mass_spring_velocity.
+rigid_body_discontinuity, mass_spring_velocity and water_renderer.
 
 Each module holds one program in one framework, written the way that framework's users write
 it, with the interface of the vkad examples in examples/difftaichi: construct with the size and

@@ -30,6 +30,7 @@ def test_vkad_only_run_writes_the_results(tmp_path):
     assert "diffmpm_checkpointing: 12 steps, 32^2 grid" in p.stdout
     assert "rigid_body_discontinuity: 12 steps, 3 iterations" in p.stdout
     assert "mass_spring_velocity: 12 steps, 3 iterations" in p.stdout
+    assert "water_renderer: 12 steps, 32^2 grid" in p.stdout
     data = json.loads(out.read_text())
     assert data["python"] and "commit" in data and data["device"]
     rows = {r["program"]: r for r in data["results"]}
@@ -37,7 +38,7 @@ def test_vkad_only_run_writes_the_results(tmp_path):
                          "electric", "rigid_body", "volume_renderer", "liquid",
                          "rigid_body_toi", "mass_spring_simple", "diffmpm_simple",
                          "gradient_explosion", "diffmpm_checkpointing",
-                         "rigid_body_discontinuity", "mass_spring_velocity"}
+                         "rigid_body_discontinuity", "mass_spring_velocity", "water_renderer"}
     # the controllers' sizes: mass_spring robot 0 (32 x 36 + 32 + 11 x 32 + 11 weights),
     # diffmpm's 4 actuators x 4 sine waves + 4 biases; wave's initial height, 32 x 32; smoke's
     # initial velocity, 32 x 32 x 2; diffmpm3d's 16 actuators x 4 sine waves + 16 biases;
@@ -47,7 +48,7 @@ def test_vkad_only_run_writes_the_results(tmp_path):
     # mass_spring_simple's 3 rest lengths; diffmpm_simple's init_v; gradient_explosion's a and
     # damping (not trained); diffmpm_checkpointing's init_v; rigid_body_discontinuity's box's
     # start (init_x, init_v, angle, spin: not trained); mass_spring_velocity's robot 1 controller
-    # (32 x (10 + 4 x 14 + 2) + 32 + 30 x 32 + 30)
+    # (32 x (10 + 4 x 14 + 2) + 32 + 30 x 32 + 30); water_renderer's initial height, 32 x 32
     for program, n_params in (("mass_spring", 32 * 36 + 32 + 11 * 32 + 11), ("diffmpm", 20),
                               ("wave", 32 * 32), ("smoke", 32 * 32 * 2), ("diffmpm3d", 80),
                               ("electric", 8 * 64 + 64 + 64 * 8 + 8),
@@ -55,7 +56,8 @@ def test_vkad_only_run_writes_the_results(tmp_path):
                               ("rigid_body_toi", 4), ("mass_spring_simple", 3),
                               ("diffmpm_simple", 2), ("gradient_explosion", 2),
                               ("diffmpm_checkpointing", 2), ("rigid_body_discontinuity", 6),
-                              ("mass_spring_velocity", 32 * 68 + 32 + 30 * 32 + 30)):
+                              ("mass_spring_velocity", 32 * 68 + 32 + 30 * 32 + 30),
+                              ("water_renderer", 32 * 32)):
         r = rows[program]
         assert r["status"] == "ok", r
         assert r["impl"] == "vkad" and r["name"] == "vkad graph" and r["steps"] == 12

@@ -35,11 +35,13 @@ from difftaichi_peers import load_example  # noqa: E402
 # (100 steps of test_difftaichi_diffmpm_checkpointing.py's 16^2 block at spacing 0.5 on 64^2;
 # Taichi's own checkpointed substeps, Warp's time-axis tape, vkad's memory budget),
 # rigid_body_discontinuity (its 2048 steps, from the scan's 21st point: friction 1, angle
-# -0.0195, where the friction, the angle and the spin all reach the loss).
+# -0.0195, where the friction, the angle and the spin all reach the loss), water_renderer
+# (48 steps on test_difftaichi_water_renderer.py's 48^2 grid; its first iteration from 0, where
+# every sample lies on a cell: the same one-sided bilinear derivative in each).
 CASES = [("electric", 64), ("rigid_body", 400), ("volume_renderer", 80), ("liquid", 20),
          ("rigid_body_toi", 204), ("mass_spring_simple", 1024), ("diffmpm_simple", 100),
          ("gradient_explosion", 1000), ("diffmpm_checkpointing", 100),
-         ("rigid_body_discontinuity", 2048)]
+         ("rigid_body_discontinuity", 2048), ("water_renderer", 48)]
 VOLUME = dict(res=15, density_res=16, n_views=2)
 MPM_SIMPLE = dict(n_grid=64, n=16)
 
@@ -92,9 +94,9 @@ def peer(framework, program, steps):
                 WarpRigidBodyDiscontinuity
             return from_friction_1(WarpRigidBodyDiscontinuity(steps=steps, seed=0,
                                                               device="cpu"))
-        if program == "mass_spring_velocity":
-            from difftaichi_peers.warp_mass_spring_velocity import WarpMassSpringVelocity
-            return WarpMassSpringVelocity(steps=steps, seed=0, device="cpu")
+        if program == "water_renderer":
+            from difftaichi_peers.warp_water_renderer import WarpWaterRenderer
+            return WarpWaterRenderer(steps=steps, n_grid=48, seed=0, device="cpu")
         from difftaichi_peers.warp_rigid_body import WarpRigidBody
         return WarpRigidBody(steps=steps, seed=0, device="cpu")
     ti = pytest.importorskip("taichi")
@@ -131,9 +133,9 @@ def peer(framework, program, steps):
         from difftaichi_peers.taichi_rigid_body_discontinuity import \
             TaichiRigidBodyDiscontinuity
         return from_friction_1(TaichiRigidBodyDiscontinuity(steps=steps, seed=0))
-    if program == "mass_spring_velocity":
-        from difftaichi_peers.taichi_mass_spring_velocity import TaichiMassSpringVelocity
-        return TaichiMassSpringVelocity(steps=steps, seed=0)
+    if program == "water_renderer":
+        from difftaichi_peers.taichi_water_renderer import TaichiWaterRenderer
+        return TaichiWaterRenderer(steps=steps, n_grid=48, seed=0)
     from difftaichi_peers.taichi_rigid_body import TaichiRigidBody
     return TaichiRigidBody(steps=steps, seed=0)
 
@@ -160,8 +162,8 @@ def example_sim(session, program, steps):
     if program == "rigid_body_discontinuity":
         return from_friction_1(example.RigidBodyDiscontinuity(session, steps=steps, seed=0,
                                                               graph=False))
-    if program == "mass_spring_velocity":
-        return example.MassSpringVelocity(session, steps=steps, seed=0, graph=False)
+    if program == "water_renderer":
+        return example.WaterRenderer(session, steps=steps, n_grid=48, seed=0, graph=False)
     make = example.Electric if program == "electric" else example.RigidBody
     return make(session, steps=steps, seed=0, graph=False)
 
