@@ -127,13 +127,15 @@ RollLimits roll_limits(uint32_t max_storage_buffers) {
 
 uint64_t resident_loop_passes(std::span<const codegen::ResidentMember> members, size_t reps,
                               uint32_t local) {
-  // Per repetition one pass, plus each member's grid-stride loop where it needs one; and the
-  // repetition loop's exit.
+  // Per repetition one pass, plus each member's grid-stride loop where it needs one (a serial
+  // task's walk: one pass per element, all on invocation 0); and the repetition loop's exit.
   uint64_t per_rep = 1;
   for (const codegen::ResidentMember& m : members) {
-    for (const auto& [b, e] : m.ranges) {
-      const uint64_t passes =
-          static_cast<uint64_t>(std::max<int64_t>(e - b, 0) + local - 1) / local;
+    for (size_t t = 0; t < m.ranges.size(); ++t) {
+      const auto [b, e] = m.ranges[t];
+      const auto n = static_cast<uint64_t>(std::max<int64_t>(e - b, 0));
+      const bool serial = m.kernel && t < m.kernel->tasks.size() && m.kernel->tasks[t].serial;
+      const uint64_t passes = serial ? n : (n + local - 1) / local;
       per_rep += passes > 1 ? passes + 1 : 0;
     }
   }

@@ -117,6 +117,17 @@ TEST(GraphRework, ResidentLoopPassesCountTheGridStrideLoopsOfWideMembers) {
   EXPECT_EQ(resident_loop_passes(members, 10, 256), 10u * (1 + 5) + 1);
   EXPECT_EQ(resident_loop_passes(std::span(members).first(1), 7, 256), 7u * 1 + 1);
   EXPECT_EQ(resident_loop_passes(std::span(members).first(1), 7, 64), 7u * (1 + 5) + 1);
+  // A serial task's walk is one invocation's: a pass per element (a loop: 200 + exit), one
+  // element no loop.
+  codegen::Kernel serial;
+  serial.tasks.emplace_back().serial = true;
+  codegen::ResidentMember walk, once;
+  walk.kernel = once.kernel = &serial;
+  walk.ranges = {{0, 200}};
+  once.ranges = {{0, 1}};
+  EXPECT_EQ(resident_loop_passes(std::vector<codegen::ResidentMember>{walk}, 3, 256),
+            3u * (1 + 201) + 1);
+  EXPECT_EQ(resident_loop_passes(std::vector<codegen::ResidentMember>{once}, 3, 256), 3u * 1 + 1);
 }
 
 TEST(GraphRework, SplicingMapsEachCapturedLaunchToItsResidentLaunch) {
