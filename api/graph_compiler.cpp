@@ -196,6 +196,10 @@ std::unique_ptr<GraphCompiler::PreparedRework> GraphCompiler::prepare_rework(
   target.max_local_size = core_.target.max_local_size;
   target.max_storage_buffers = core_.rt->caps().max_storage_buffers;
   target.bounds_checks = core_.compile_options.bounds_checks;
+  target.cas_float_atomics_f32 =
+      !(core_.compile_options.native_float_atomics && core_.target.atomic_float32_add);
+  target.cas_float_atomics_f64 =
+      !(core_.compile_options.native_float_atomics && core_.target.atomic_float64_add);
   PassContext ctx(core_.catalog, *this, target,
                   [this](uint64_t array) { return extents_of(array); });
   Program program = Program::of(p->captured);

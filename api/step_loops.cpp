@@ -491,7 +491,7 @@ void StepLoops::prepare_loop(std::span<const LoopLaunch> body, uint32_t count) {
     try {
       Result<codegen::ResidentKernel> rk =
           codegen::roll_launches(j->plan.period, j->plan.count, j->plan.local, j->plan.name);
-      if (!rk.ok()) return;
+      if (!rk.ok() || !within_loop_cap(*rk)) return;
       j->key = codegen::print(rk->kernel);
       j->compiled = core_.compile_cache.compile(rk->kernel, core_.target, options);
       j->rolled = std::move(*rk);
@@ -539,6 +539,16 @@ void StepLoops::join_jobs() {
   loop_jobs_.clear();
 }
 
+bool StepLoops::within_loop_cap(const codegen::ResidentKernel& rk) const {
+  // plan_loop's estimate leaves out what only the made kernel shows (float atomics that are
+  // compare-and-swap loops, the idle passes): the runtime would refuse the launch past the cap.
+  const uint32_t cap = core_.rt->caps().max_loop_passes;
+  if (cap == 0) return true;
+  const bool native = core_.compile_options.native_float_atomics;
+  return codegen::rolled_loop_passes(rk, !(native && core_.target.atomic_float32_add),
+                                     !(native && core_.target.atomic_float64_add)) <= cap;
+}
+
 std::optional<StepLoops::RolledLoop> StepLoops::roll_loop(std::span<const LoopLaunch> body,
                                                           uint32_t count, PhaseClock& clock) {
   graphs_.join();  // plan_loop reads the catalog, which a background rework may be writing
@@ -566,7 +576,7 @@ std::optional<StepLoops::RolledLoop> StepLoops::roll_loop(std::span<const LoopLa
   if (!rk) {
     Result<codegen::ResidentKernel> r =
         codegen::roll_launches(plan.period, count, plan.local, plan.name);
-    if (r.ok()) rk = std::move(*r);
+    if (r.ok() && within_loop_cap(*r)) rk = std::move(*r);
     clock.mark("roll");
   }
   if (rk) {

@@ -104,6 +104,9 @@ class StepLoops {
   std::optional<RolledLoop> roll_loop(std::span<const LoopLaunch> body, uint32_t count,
                                       PhaseClock& clock);
   bool plan_loop(std::span<const LoopLaunch> body, uint32_t count, LoopPlan* plan) const;
+  // Whether the made kernel's loop passes fit the device's cap (codegen::rolled_loop_passes):
+  // thread-safe (reads the runtime's caps and the session's options only).
+  bool within_loop_cap(const codegen::ResidentKernel& rk) const;
   // The rolled launch's arguments: each body launch's first-iteration args at its parameters.
   static void rolled_args(const RolledLoop& rolled, std::span<const LoopLaunch> body,
                           std::vector<Arg>* out);

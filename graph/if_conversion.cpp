@@ -13,17 +13,16 @@ namespace {
 // Whether `s` may run whatever its branch decides: it computes a value from values, or declares
 // or reads a local (stores and nested ifs are converted, not hoisted as they are).
 bool speculable(const Stmt& s) {
+  // Every value op is defined on every input: an integer x / 0 is 0 (ir.h); a float one inf or
+  // NaN, which the select then discards.
   switch (op_info(s.op).family) {
     case OpFamily::kLeaf:
     case OpFamily::kUnary:
+    case OpFamily::kBinary:
     case OpFamily::kCompare:
     case OpFamily::kSelect:
     case OpFamily::kCast:
       return true;
-    case OpFamily::kBinary:
-      // An integer division or remainder by zero is undefined where a float one is inf / NaN
-      // (then discarded by the select).
-      return is_float(s.type) || (s.op != Op::kDiv && s.op != Op::kMod && s.op != Op::kFloorDiv);
     case OpFamily::kLocal:
       return s.op == Op::kAlloca || s.op == Op::kLoadLocal;
     default:

@@ -13,9 +13,10 @@
 // launches keep the kernel as written.
 //
 // Not converted (nullopt): a side that touches an array (a load out of the range the branch
-// guards would be made unconditionally), loops, breaks, prints, asserts, barriers, adstacks, or
-// divides integers (a division by zero the branch guards against); a kernel without an `if` in
-// its tasks' top-level blocks.
+// guards would be made unconditionally), loops, breaks, prints, asserts, barriers or adstacks; a
+// kernel without an `if` in its tasks' top-level blocks. Every value op is defined on every
+// input (ir.h: an integer x / 0 is 0), so a side's arithmetic runs wherever the branch would
+// not have.
 #pragma once
 
 #include <optional>

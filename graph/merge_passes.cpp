@@ -160,6 +160,10 @@ class RollPass final : public GraphPass {
     Result<codegen::ResidentKernel> rk =
         codegen::roll_launches(period, static_cast<uint32_t>(seg.reps), local, name);
     if (!rk.ok()) return std::nullopt;  // these launches stay as they are
+    if (cap != 0 && codegen::rolled_loop_passes(*rk, ctx.target.cas_float_atomics_f32,
+                                                ctx.target.cas_float_atomics_f64) > cap) {
+      return std::nullopt;  // the estimate missed what the kernel counts (its float atomics)
+    }
     Result<KernelHandle> h = ctx.sink.make(rk->kernel, /*keep_ir=*/false);
     if (!h.ok()) return std::nullopt;
     return MergedLaunch{*h, std::move(rk->param_map), rk->kernel.params.size()};

@@ -63,6 +63,8 @@ struct ProgramTarget {
   uint32_t max_local_size = 1024;
   bool bounds_checks = true;         // without them an index past its extent reaches another row
   uint32_t max_storage_buffers = 0;  // one pipeline may bind (0: not known; roll_limits)
+  // Float atomic adds of that width become compare-and-swap loops (passes on lavapipe).
+  bool cas_float_atomics_f32 = false, cas_float_atomics_f64 = false;
 };
 
 // A stash a blocked stencil needs: its placeholder id in the steps' arguments (an array made at

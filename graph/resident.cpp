@@ -10,6 +10,7 @@
 #include "abi/kernel_abi.h"
 #include "adstack/size_expr.h"
 #include "graph/launch_fusion.h"
+#include "ir/loop_passes.h"
 #include "ir/rewriter.h"
 
 namespace vkad::codegen {
@@ -33,8 +34,8 @@ bool residable_block(const Block& b) {
 bool residable(const Kernel& k) {
   if (k.tasks.empty()) return false;
   for (const Task& t : k.tasks) {
-    // A serial task is one invocation over [0, 1) that names no index (DiffTaichi's kernels of
-    // top-level statements): its walk below runs the body once, as its own launch does.
+    // A serial task (DiffTaichi's kernels of top-level statements: [0, 1), no index) is walked
+    // below by one invocation over its range in order, as its own launch runs it.
     if (!residable_block(t.body)) return false;
     if (t.serial ? !t.dims.empty() : t.index == kNoValue) return false;
   }
@@ -272,6 +273,25 @@ Result<ResidentKernel> roll_launches(std::span<const ResidentMember> period, uin
   });
   f.tasks.push_back(std::move(t));
   return out;
+}
+
+uint64_t rolled_loop_passes(const ResidentKernel& rk, bool cas_f32, bool cas_f64) {
+  if (rk.kernel.tasks.size() != 1) return UINT64_MAX;
+  const Task& t = rk.kernel.tasks[0];
+  const LoopPassBound b = loop_pass_bound(rk.kernel, t, cas_f32, cas_f64);
+  bool constant = true;  // every bound the rolled kernel states is a constant
+  const adstack::SizeInputs none{[&](uint32_t) -> int64_t {
+                                   constant = false;
+                                   return 0;
+                                 },
+                                 [&](uint32_t, uint32_t) -> int64_t {
+                                   constant = false;
+                                   return 0;
+                                 }};
+  Result<int64_t> body = adstack::evaluate(b.per_iteration, none);
+  if (!body.ok() || !constant || *body < 0 || !b.unchecked_loops.empty()) return UINT64_MAX;
+  // One workgroup over [0, local): one grid-stride iteration, its pass, the pass that ends it.
+  return static_cast<uint64_t>(*body) + 1 + 1 + b.idle;
 }
 
 }  // namespace vkad::codegen

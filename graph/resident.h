@@ -95,4 +95,12 @@ struct ResidentKernel {
 Result<ResidentKernel> roll_launches(std::span<const ResidentMember> period, uint32_t reps,
                                      uint32_t local_size, const std::string& name);
 
+// The loop passes one invocation of a rolled kernel makes, as the runtime counts them before a
+// launch on a device that cuts loops (ir/loop_passes.h's model: the repetitions, grid-stride and
+// serial walks, float atomics that are compare-and-swap loops per `cas_f32` / `cas_f64`);
+// UINT64_MAX where a member's body has a loop whose trip count a scalar decides. What a plan
+// checks against the cap once the kernel is made (graph_rework.h's resident_loop_passes is
+// the estimate that decides whether to make it).
+uint64_t rolled_loop_passes(const ResidentKernel& rk, bool cas_f32, bool cas_f64);
+
 }  // namespace vkad::codegen

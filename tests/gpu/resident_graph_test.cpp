@@ -691,5 +691,61 @@ TEST(ResidentGraph, ACapturedLoopOfSerialTasksRollsAndWalksEachInOrder) {
   if (skipped) GTEST_SKIP() << "no Vulkan device";
 }
 
+// A serial walk whose body adds f64 atomically (a compare-and-swap loop where the device has no
+// f64 atomic add: lavapipe): each element costs two loop passes there, which the plan's
+// estimate does not see. 400 steps of a 100-element walk fit the estimate (~41,000 passes) and
+// not the made kernel (~81,000): on a device that cuts loops at 65,535 the loop must stay
+// launches (the runtime would refuse the rolled launch), elsewhere it rolls; the sums are the
+// launches' either way.
+constexpr const char* kSerialSum = R"(
+kernel serial_sum(t: i32, x: ndarray<f64, 2>, s: ndarray<f64, 1>) {
+  task main serial %i in [0, shape(x, 1)) {
+    %t = arg t : i32
+    %v = load x[%t, %i] : f64
+    %z = const 0 : i32
+    atomic_add s[%z], %v
+    %one = const 1 : i32
+    %u = add %t, %one : i32
+    %h = const 0.5 : f64
+    %w = mul %v, %h : f64
+    store x[%u, %i], %w
+  }
+}
+)";
+
+TEST(ResidentGraph, ASerialWalkOfFloatAtomicsPastTheLoopCapStaysLaunches) {
+  constexpr uint32_t kSteps = 400, kCols = 100;
+  bool skipped = false;
+  auto s = validated_session(&skipped, [](SessionOptions& o) { o.resident_max_range = 1024; });
+  if (skipped) GTEST_SKIP() << "no Vulkan device";
+  ASSERT_NE(s, nullptr);
+  if (!s->runtime().caps().shader_float64) GTEST_SKIP() << "no float64";
+  Result<KernelHandle> k = s->compile(std::string_view(kSerialSum));
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  NdArrayHandle x = *s->ndarray(DType::kF64, {kSteps + 1, kCols}, "x");
+  NdArrayHandle sum = *s->ndarray(DType::kF64, {1}, "s");
+  std::vector<double> x0(size_t{kSteps + 1} * kCols, 0.0);
+  for (uint32_t i = 0; i < kCols; ++i) x0[i] = 1.0 + 0.01 * i;
+  ASSERT_TRUE(s->upload(x, std::span<const double>(x0)).ok());
+  ASSERT_TRUE(s->zero(sum).ok());
+  const std::vector<LoopLaunch> body{
+      {*k, {Arg::i32(0), Arg::ndarray(x), Arg::ndarray(sum)}, {1, 0, 0}}};
+  LoopInfo info;
+  Status st = s->launch_loop(body, kSteps, &info);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  const uint32_t cap = s->runtime().caps().max_loop_passes;
+  const bool cas = !s->runtime().caps().atomic_float64_add;
+  if (cap != 0 && cap < 80000 && cas) EXPECT_FALSE(info.rolled);
+  if (cap == 0) EXPECT_TRUE(info.rolled);
+  ASSERT_TRUE(s->synchronize().ok());
+  // The sum of a geometric series per column: sum_t 0.5^t x0[i], in f64 (exact to ~1e-15).
+  double want = 0;
+  for (uint32_t i = 0; i < kCols; ++i) want += x0[i] * (2.0 - std::ldexp(1.0, 1 - int(kSteps)));
+  std::vector<double> got(1);
+  ASSERT_TRUE(s->download(sum, std::span<double>(got)).ok());
+  EXPECT_NEAR(got[0], want, 1e-9 * want);
+  expect_no_validation_messages(*s);
+}
+
 }  // namespace
 }  // namespace vkad::testing

@@ -1,7 +1,7 @@
 // If-conversion (graph/if_conversion.h): a kernel whose ifs only compute, rewritten without them,
 // must store exactly what the kernel as written stores on the CPU evaluator -- for inputs that
 // take every side of every branch, nested ones too -- verify, and make gather recompute take
-// it as a producer; a branch that touches an array, loops or divides integers is not converted.
+// it as a producer; a branch that touches an array or loops is not converted.
 #include "graph/if_conversion.h"
 
 #include <gtest/gtest.h>
@@ -106,6 +106,51 @@ TEST(IfConversion, TheConvertedKernelStoresWhatTheBranchesDo) {
   EXPECT_GT(doubled, 0);
 }
 
+// An integer local set on one side, and a local declared inside the branch (hoisted, its stores
+// through selects too): odd cells get 3 + 2 = 5 added, even ones 0.
+constexpr const char* kLocals = R"(
+kernel locals(x: ndarray<f32, 1> readonly, y: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = load x[%i] : f32
+    %k = alloca : i32
+    %c0 = const 0 : i32
+    store_local %k, %c0
+    %two = const 2 : i32
+    %m = mod %i, %two : i32
+    %odd = ne %m, %c0 : bool
+    if %odd {
+      %b = alloca : f32
+      %h = const 3.0 : f32
+      store_local %b, %h
+      %bb = load_local %b : f32
+      %bi = cast %bb : i32
+      %kk = add %bi, %two : i32
+      store_local %k, %kk
+    }
+    %kv = load_local %k : i32
+    %kf = cast %kv : f32
+    %o = add %v, %kf : f32
+    store y[%i], %o
+  }
+}
+)";
+
+TEST(IfConversion, IntegerLocalsAndLocalsDeclaredInABranchKeepTheirValues) {
+  const Kernel k = parse(kLocals);
+  std::optional<Kernel> c = codegen::if_converted(k);
+  ASSERT_TRUE(c.has_value());
+  ASSERT_TRUE(codegen::verify(*c).ok()) << codegen::verify(*c).to_string() << codegen::print(*c);
+  constexpr uint32_t n = 6;
+  HostArray x(DType::kF32, {n}), want(DType::kF32, {n}), got(DType::kF32, {n});
+  for (uint32_t i = 0; i < n; ++i) x.data[i] = 0.25 * i;
+  ASSERT_TRUE(codegen::evaluate(k, std::vector<HostArg>{HostArg::of(x), HostArg::of(want)}).ok());
+  ASSERT_TRUE(codegen::evaluate(*c, std::vector<HostArg>{HostArg::of(x), HostArg::of(got)}).ok());
+  for (uint32_t i = 0; i < n; ++i) {
+    EXPECT_EQ(got.data[i], want.data[i]) << "cell " << i;
+    EXPECT_EQ(want.data[i], x.data[i] + (i % 2 ? 5.0 : 0.0)) << "cell " << i;
+  }
+}
+
 std::string branch_with(const std::string& side) {
   return "kernel b(x: ndarray<f32, 1>, m: ndarray<i32, 1>) {\n"
          "  task main parallel %i in [0, shape(x, 0)) {\n"
@@ -117,19 +162,22 @@ std::string branch_with(const std::string& side) {
          "    %r = load_local %a : f32\n    store x[%i], %r\n  }\n}\n";
 }
 
-TEST(IfConversion, BranchesThatTouchArraysLoopOrDivideIntegersAreLeftAlone) {
-  // The kernel converts with a side that only computes ...
-  EXPECT_TRUE(codegen::if_converted(parse(branch_with(
-                                        "      %h = const 0.5 : f32\n      store_local %a, %h\n")))
-                  .has_value());
+TEST(IfConversion, BranchesThatTouchArraysOrLoopAreLeftAlone) {
+  // The kernel converts with a side that only computes -- an integer division too (x / 0 is 0
+  // in the IR, so it may run where the branch guards against a zero) ...
+  for (const std::string& side :
+       {std::string("      %h = const 0.5 : f32\n      store_local %a, %h\n"),
+        std::string("      %q = div %c0, %i : i32\n      %f = cast %q : f32\n"
+                    "      store_local %a, %f\n")}) {
+    EXPECT_TRUE(codegen::if_converted(parse(branch_with(side))).has_value()) << side;
+  }
   // ... and not with one that loads (the branch may guard the index), stores or adds to an
-  // array, loops, or divides integers (by a zero the branch may guard against).
+  // array, or loops.
   const std::vector<std::string> sides = {
       "      %l = load x[%i] : f32\n      store_local %a, %l\n",
       "      %h = const 0.5 : f32\n      store x[%i], %h\n",
       "      %h = const 0.5 : f32\n      atomic_add x[%i], %h\n",
       "      %one = const 1 : i32\n      for %k in [%c0, %one) {\n      }\n",
-      "      %q = div %c0, %i : i32\n      %f = cast %q : f32\n      store_local %a, %f\n",
   };
   for (const std::string& side : sides) {
     const Kernel k = parse(branch_with(side));
