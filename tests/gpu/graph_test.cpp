@@ -489,7 +489,8 @@ TEST_P(Graphs, ADeviceErrorInAReplayNamesTheReplayedLaunch) {
 // have, in order, pieces recorded on the runtime's thread (push descriptors) or the caller's;
 // the graph it leaves replays to the same result.
 TEST_P(Graphs, ACaptureThatRunsRunsEveryStepAsLaunchingThem) {
-  const uint32_t n = 2 * runtime::kBundleLaunches + 37;  // pieces of 64, 128, 256, 512, the rest
+  // Pieces of 16, 32, 64, 128, 256, 512 steps, then the rest (the launches and 8 fills).
+  const uint32_t n = 2 * runtime::kBundleLaunches + 37;
   runtime::NdArrayHandle z = array(std::vector<float>(kN, 5.0f), "z");
   const uint64_t launches = rt_->stats()->launches;
   const runtime::LaunchId next = rt_->next_launch_id();
@@ -514,7 +515,7 @@ TEST_P(Graphs, ACaptureThatRunsRunsEveryStepAsLaunchingThem) {
   const runtime::RuntimeStats s = *rt_->stats();
   EXPECT_EQ(s.launches, launches + n) << "every captured launch ran";
   EXPECT_EQ(rt_->next_launch_id().value, next.value + n) << "each with a LaunchId";
-  EXPECT_EQ(s.run_pieces, 5u);
+  EXPECT_EQ(s.run_pieces, 7u);
   EXPECT_GE(s.flushes, 1u);
   if (bundled() && rt_->device().caps().push_descriptor) {
     EXPECT_EQ(s.run_pieces_recorded_aside, s.run_pieces) << "recorded on the runtime's thread";
@@ -534,7 +535,7 @@ TEST_P(Graphs, ACaptureThatRunsRunsEveryStepAsLaunchingThem) {
 // Here 300 are left: three pieces where the runtime has three threads (a GPU machine), one on
 // a two-core machine (one thread); either way every step runs, in order.
 TEST_P(Graphs, ACaptureThatRunsSharesItsLastStepsAmongTheThreads) {
-  const uint32_t first_pieces = 64 + 128 + 256 + runtime::kBundleLaunches;
+  const uint32_t first_pieces = 16 + 32 + 64 + 128 + 256 + runtime::kBundleLaunches;
   const uint32_t left = 300;
   ASSERT_TRUE(rt_->graphs().begin_capture("last steps", /*run=*/true).ok());
   ASSERT_TRUE(rt_->fill(y_, 1.0).ok());  // a step too
@@ -551,8 +552,8 @@ TEST_P(Graphs, ACaptureThatRunsSharesItsLastStepsAmongTheThreads) {
   const int hw = static_cast<int>(std::thread::hardware_concurrency());
   const uint64_t threads = rt_->device().caps().push_descriptor ? std::clamp(hw - 1, 1, 3) : 0;
   const uint64_t last = std::clamp<uint64_t>(left / 64, 1, std::max<uint64_t>(threads, 1));
-  EXPECT_EQ(rt_->stats()->run_pieces, 4 + last);
-  EXPECT_LE(pieces_before, 4u) << "the last steps are cut by end_capture";
+  EXPECT_EQ(rt_->stats()->run_pieces, 6 + last);
+  EXPECT_LE(pieces_before, 6u) << "the last steps are cut by end_capture";
   expect_y(sum);
   ASSERT_TRUE(rt_->graphs().release_graph(*g).ok());
 }
@@ -899,7 +900,7 @@ class GraphsLateThreads : public Graphs {
  protected:
   void SetUp() override {
     max_list_age_us_ = 1e12;  // the released graph's bundles stay in the open list
-    run_threads_after_ = 64 + 128;
+    run_threads_after_ = 16 + 32 + 64 + 128;
     Graphs::SetUp();
   }
 };
@@ -912,9 +913,9 @@ TEST_P(GraphsLateThreads, ACaptureThatRunsRecordsOnTheCallerUntilItsThreadsStart
   ASSERT_TRUE(rt_->graphs().replay(three).ok());
   ASSERT_TRUE(rt_->graphs().release_graph(three).ok());
   const runtime::RuntimeStats before = *rt_->stats();
-  // Pieces of 64, 128, 256, 512 and the 37 left at end_capture: the first two begin before the
-  // threshold (192 steps cut), the other three at or after it.
-  const uint32_t n = 64 + 128 + 256 + runtime::kBundleLaunches + 37;
+  // Pieces of 16, 32, 64, 128, 256, 512 and the 37 left at end_capture: the first four begin
+  // before the threshold (240 steps cut), the other three at or after it.
+  const uint32_t n = 16 + 32 + 64 + 128 + 256 + runtime::kBundleLaunches + 37;
   ASSERT_TRUE(rt_->graphs().begin_capture("late threads", /*run=*/true).ok());
   ASSERT_TRUE(rt_->fill(y_, 1.0).ok());
   float sum = 0;
@@ -927,10 +928,10 @@ TEST_P(GraphsLateThreads, ACaptureThatRunsRecordsOnTheCallerUntilItsThreadsStart
   auto g = rt_->graphs().end_capture();
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   const runtime::RuntimeStats s = *rt_->stats();
-  EXPECT_EQ(s.run_pieces - before.run_pieces, 5u);
+  EXPECT_EQ(s.run_pieces - before.run_pieces, 7u);
   const uint64_t aside = s.run_pieces_recorded_aside - before.run_pieces_recorded_aside;
   if (bundled() && rt_->device().caps().push_descriptor) {
-    EXPECT_EQ(aside, 3u) << "the pieces cut from the 192nd step on, recorded by the threads";
+    EXPECT_EQ(aside, 3u) << "the pieces cut from the 240th step on, recorded by the threads";
   } else {
     EXPECT_EQ(aside, 0u);
   }

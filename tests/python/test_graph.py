@@ -130,7 +130,7 @@ def test_a_capture_that_runs_is_the_direct_iteration_and_its_graph_replays_it(se
     the gradient it leaves is the direct iteration's, bit for bit, as is every replay's after;
     a run over several pieces runs them all, in order."""
     s = session
-    steps = 300  # 600 launches: four pieces (64, 128, 256, the rest)
+    steps = 300  # 600 launches: six pieces (16, 32, 64, 128, 256, the rest)
     _, xs, t, iteration = _sin_chain(s, steps)
     iteration()
     direct = t.grad(xs[0]).numpy()
