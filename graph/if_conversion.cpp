@@ -21,12 +21,9 @@ bool speculable(const Stmt& s) {
     case OpFamily::kBinary:
     case OpFamily::kCompare:
     case OpFamily::kSelect:
-    case OpFamily::kCast:
-      return true;
-    case OpFamily::kLocal:
-      return s.op == Op::kAlloca || s.op == Op::kLoadLocal;
-    default:
-      return false;
+    case OpFamily::kCast: return true;
+    case OpFamily::kLocal: return s.op == Op::kAlloca || s.op == Op::kLoadLocal;
+    default: return false;
   }
 }
 

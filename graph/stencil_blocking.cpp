@@ -582,8 +582,7 @@ bool always_lands(Values& vals, const Box& box, const GatherAdds& g, const Acces
 // that land on j into their sums (`acc`), its other writes only where o = 0 (j's own body).
 void gather_candidate(Rewriter& rw, Values& vals, const Kernel& k, const Box& box,
                       const GatherAdds& g, const std::vector<ValueId>& old_index,
-                      const std::vector<ValueId>& j,
-                      const std::array<int64_t, kMaxTaskDims>& o,
+                      const std::vector<ValueId>& j, const std::array<int64_t, kMaxTaskDims>& o,
                       const std::unordered_map<const Stmt*, ValueId>& acc) {
   const size_t dims = box.size();
   bool self = true;

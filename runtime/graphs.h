@@ -57,8 +57,8 @@ class Runtime::Graphs : public Runtime::CaptureHooks {
   // `run`: the capture also runs what it captures, as launch() and fill() would have, in
   // order and asynchronously -- the first iteration of a training loop without a replay after
   // its capture (docs/graphs.md, "A capture that runs"). The captured steps are cut into pieces of
-  // kBundleLaunches steps (the first five of 16, 32, 64, 128 and 256); the caller's next captured step
-  // records and submits them, so the device runs the first pieces while the capture goes on.
+  // kBundleLaunches steps (the first five of 16, 32, 64, 128 and 256); the caller's next captured
+  // step records and submits them, so the device runs the first pieces while the capture goes on.
   // From RuntimeOptions::run_threads_after_steps captured steps on, threads of the runtime's own
   // record each piece into a bundle (the driver's per-launch recording, ~5 us on NVIDIA, off the
   // caller's thread) and the caller submits the pieces recorded so far. Each piece reads its args

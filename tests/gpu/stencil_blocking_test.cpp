@@ -501,9 +501,8 @@ void periodic_pressure_adjoint(uint32_t kY, uint32_t kX) {
     // (as the run below launches it: k steps down from kIters - 1, t fixed at 1)
     const std::vector<int64_t> pshape{kRowsP, kY, kX}, dshape{2, kY, kX};
     const std::vector<int64_t> step{-1, 0, 0, 0, 0, 0}, first{kIters - 1, 1, 0, 0, 0, 0};
-    Result<codegen::Kernel> gathered =
-        codegen::gather_form(*adj, {{0, kY}, {0, kX}}, {{}, {}, pshape, dshape, pshape, dshape},
-                             &step, &first);
+    Result<codegen::Kernel> gathered = codegen::gather_form(
+        *adj, {{0, kY}, {0, kX}}, {{}, {}, pshape, dshape, pshape, dshape}, &step, &first);
     ASSERT_TRUE(gathered.ok()) << gathered.status().message();
     const std::string gtext = codegen::print(*gathered);
     EXPECT_EQ(gtext.find(" = eq "), std::string::npos) << gtext;

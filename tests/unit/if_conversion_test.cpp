@@ -192,7 +192,8 @@ kernel n(x: ndarray<f32, 1>) {
     store x[%i], %h
   }
 }
-)")).has_value());
+)"))
+                   .has_value());
 }
 
 }  // namespace
