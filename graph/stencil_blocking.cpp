@@ -99,13 +99,32 @@ class Values {
   // dimension `dim` (v depends on no other): a gathered add's target seen from the candidates
   // that exist there.
   bool always_at(ValueId v, int dim, int64_t from, int64_t to, int64_t off, int64_t wrap = 0) {
+    const std::vector<int64_t>* diffs = differences(v, dim);
+    if (diffs == nullptr) return false;
+    const int64_t b = box_[static_cast<size_t>(dim)].first;
     for (int64_t i = from; i < to; ++i) {
-      std::optional<int64_t> f = eval(v, dim, i);
-      if (!f) return false;
-      const int64_t d = *f - i - off;
+      const int64_t d = (*diffs)[static_cast<size_t>(i - b)] - off;
       if (wrap != 0 ? d % wrap != 0 : d != 0) return false;
     }
     return true;
+  }
+  // v - i at every index i of dimension `dim`'s extent in the box, evaluated once per value
+  // (a gather form asks it for each candidate of each add); nullptr where v cannot be evaluated.
+  const std::vector<int64_t>* differences(ValueId v, int dim) {
+    const uint64_t key = (uint64_t{v} << 2) | static_cast<uint64_t>(dim);
+    auto [it, fresh] = diffs_.try_emplace(key);
+    if (fresh) {
+      const auto [b, e] = box_[static_cast<size_t>(dim)];
+      std::vector<int64_t> d;
+      d.reserve(static_cast<size_t>(std::max<int64_t>(e - b, 0)));
+      for (int64_t i = b; i < e; ++i) {
+        std::optional<int64_t> f = eval(v, dim, i);
+        if (!f) break;
+        d.push_back(*f - i);
+      }
+      if (static_cast<int64_t>(d.size()) == e - b) it->second = std::move(d);
+    }
+    return it->second ? &*it->second : nullptr;
   }
   // Where a launch is known (its scalars' steps and first values) rows use them.
   void set_launch(const std::vector<int64_t>* step, const std::vector<int64_t>* first) {
@@ -286,6 +305,7 @@ class Values {
   std::vector<ValueId> idx_;
   std::unordered_map<ValueId, const Stmt*> defs_;
   std::unordered_map<ValueId, Offset> memo_;
+  std::unordered_map<uint64_t, std::optional<std::vector<int64_t>>> diffs_;  // differences()
 };
 
 // One access of an array indexed [row, cell] or [cell].
