@@ -197,9 +197,9 @@ std::unique_ptr<GraphCompiler::PreparedRework> GraphCompiler::prepare_rework(
   target.max_storage_buffers = core_.rt->caps().max_storage_buffers;
   target.bounds_checks = core_.compile_options.bounds_checks;
   target.cas_float_atomics_f32 =
-      !(core_.compile_options.native_float_atomics && core_.target.atomic_float32_add);
+      codegen::cas_float_atomics(core_.compile_options, core_.target, false);
   target.cas_float_atomics_f64 =
-      !(core_.compile_options.native_float_atomics && core_.target.atomic_float64_add);
+      codegen::cas_float_atomics(core_.compile_options, core_.target, true);
   PassContext ctx(core_.catalog, *this, target,
                   [this](uint64_t array) { return extents_of(array); });
   Program program = Program::of(p->captured);

@@ -544,9 +544,9 @@ bool StepLoops::within_loop_cap(const codegen::ResidentKernel& rk) const {
   // compare-and-swap loops, the idle passes): the runtime would refuse the launch past the cap.
   const uint32_t cap = core_.rt->caps().max_loop_passes;
   if (cap == 0) return true;
-  const bool native = core_.compile_options.native_float_atomics;
-  return codegen::rolled_loop_passes(rk, !(native && core_.target.atomic_float32_add),
-                                     !(native && core_.target.atomic_float64_add)) <= cap;
+  return codegen::rolled_loop_passes(
+             rk, codegen::cas_float_atomics(core_.compile_options, core_.target, false),
+             codegen::cas_float_atomics(core_.compile_options, core_.target, true)) <= cap;
 }
 
 std::optional<StepLoops::RolledLoop> StepLoops::roll_loop(std::span<const LoopLaunch> body,

@@ -237,14 +237,13 @@ class Values {
     while (!(dep & (1 << k))) ++k;
     const auto [b, e] = box_[k];
     Offset o{true, k, INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN, false};
-    std::vector<int64_t> d;
-    d.reserve(static_cast<size_t>(e - b));
-    for (int64_t i = b; i < e; ++i) {
-      std::optional<int64_t> f = eval(v, k, i);
-      if (!f) return {};
-      d.push_back(*f - i);
-      o.amin = std::min(o.amin, *f);
-      o.amax = std::max(o.amax, *f);
+    const std::vector<int64_t>* diffs = differences(v, k);
+    if (diffs == nullptr) return {};
+    const std::vector<int64_t>& d = *diffs;
+    for (size_t x = 0; x < d.size(); ++x) {
+      const int64_t f = d[x] + b + static_cast<int64_t>(x);
+      o.amin = std::min(o.amin, f);
+      o.amax = std::max(o.amax, f);
     }
     for (int64_t x : d) {
       o.lo = std::min(o.lo, x);

@@ -160,9 +160,8 @@ Result<abi::CompiledKernel> compile(const Kernel& k, const Target& target,
     ct.local_size = std::min(ct.local_size, target.max_local_size);
     collect_stacks(k, t.body, &ct.adstacks);
     // The emitter lowers a float atomic add to a compare-and-swap loop under these conditions.
-    LoopPassBound passes =
-        loop_pass_bound(k, t, !(options.native_float_atomics && target.atomic_float32_add),
-                        !(options.native_float_atomics && target.atomic_float64_add));
+    LoopPassBound passes = loop_pass_bound(k, t, cas_float_atomics(options, target, false),
+                                           cas_float_atomics(options, target, true));
     ct.loop_passes = std::move(passes.per_iteration);
     ct.loop_passes_idle = passes.idle;
     out.tasks.push_back(std::move(ct));

@@ -43,6 +43,12 @@ struct CompileOptions {
   uint32_t print_buffer_bytes = 16384;
 };
 
+// Whether compile() lowers a float atomic add of that width to a compare-and-swap loop for
+// `target` (a loop the passes of which lavapipe's loop cap counts: ir/loop_passes.h).
+inline bool cas_float_atomics(const CompileOptions& o, const Target& t, bool f64) {
+  return !(o.native_float_atomics && (f64 ? t.atomic_float64_add : t.atomic_float32_add));
+}
+
 // Errors: those of verify() (kInvalidArgument / kUnsupported naming the statement), kInternal
 // when an emitted module does not validate.
 Result<abi::CompiledKernel> compile(const Kernel& k, const Target& target,
