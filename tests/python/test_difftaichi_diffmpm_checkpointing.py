@@ -11,7 +11,7 @@ import pytest
 
 import vkad
 from difftaichi_checks import assert_plots, dtypes, load_example, loss_line, run_main
-from test_difftaichi_diffmpm_simple import reference
+from test_difftaichi_diffmpm_simple import assert_trains_init_v, reference
 
 ck = load_example("diffmpm_checkpointing")
 simple = ck.simple
@@ -158,20 +158,7 @@ def test_a_replayed_iteration_equals_a_launched_one(session):
 
 
 def test_training_lowers_the_loss(session):
-    # DiffTaichi's update (rate 10) for five iterations: each lowers the loss, and the first is
-    # init_v -= 10 d loss / d init_v to f32 rounding (init_v ~0.1 after one: ulp 7e-9).
-    sim = _sim(session)
-    first = sim.loss()
-    losses = [sim.iteration()]
-    g = sim.gradients()["init_v"].astype(np.float64)
-    np.testing.assert_allclose(sim.weights()["init_v"], -simple.LEARNING_RATE * g, rtol=0,
-                               atol=1e-7)
-    losses += [sim.iteration() for _ in range(4)]
-    assert losses[0] == pytest.approx(first, rel=1e-5)
-    assert all(b < a for a, b in zip(losses, losses[1:])), losses
-    assert sim.loss() < losses[-1]
-    v = sim.weights()["init_v"]
-    assert v[0] > 0 and v[1] > 0  # towards the target, up and right of the block's mean
+    assert_trains_init_v(_sim(session))
 
 
 def test_main_runs_and_writes_plots(tmp_path, capsys):

@@ -5,27 +5,15 @@ the target as at full size: the forward against a float64 numpy transcription of
 grid_op / g2p / compute_x_avg / compute_loss, the gradient against central differences of that
 transcription (f32 and f64), a replayed (graph) iteration against a launched one, and training
 lowering the loss."""
-import importlib.util
-import math
-import pathlib
 
 import numpy as np
 import pytest
 
 import vkad
 from conftest import f64_ok
+from difftaichi_checks import assert_plots, load_example, run_main
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "difftaichi"
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-mpm = _load("diffmpm_simple")
+mpm = load_example("diffmpm_simple")
 N, GRID, STEPS = 16, 64, 100
 STATE = ("x", "v", "C", "F")
 
@@ -181,10 +169,10 @@ def test_a_replayed_iteration_equals_a_launched_one(session):
     assert not any(isinstance(r, vkad.LoopRecord) for r in sims[1].tape.launches)
 
 
-def test_training_lowers_the_loss(session):
-    # DiffTaichi's update (rate 10) for five iterations: each lowers the loss, and the update is
-    # init_v -= 10 d loss / d init_v to f32 rounding (init_v ~0.1 after one: ulp 7e-9).
-    sim = _sim(session)
+def assert_trains_init_v(sim) -> None:
+    """DiffTaichi's update (rate 10) for five iterations from init_v = 0: each lowers the loss,
+    and the first is init_v -= 10 d loss / d init_v to f32 rounding (init_v ~0.1 after one: ulp
+    7e-9); init_v heads up and right, towards the target. (diffmpm_checkpointing's test too.)"""
     first = sim.loss()
     losses = [sim.iteration()]
     g = sim.gradients()["init_v"].astype(np.float64)
@@ -198,16 +186,13 @@ def test_training_lowers_the_loss(session):
     assert v[0] > 0 and v[1] > 0  # towards the target, up and right of the block's mean
 
 
+def test_training_lowers_the_loss(session):
+    assert_trains_init_v(_sim(session))
+
+
 def test_main_runs_and_writes_plots(tmp_path, capsys):
     args = ["--iters", "2", "--steps", "20", "--grid", str(GRID), "--n", "8", "--out",
             str(tmp_path)]
-    assert mpm.main(args) == 0
-    out = capsys.readouterr().out
+    out = run_main(mpm.main, args, capsys)
     assert "64 particles, 64^2 grid, 20 steps, 2 iterations" in out
-    try:
-        import matplotlib  # noqa: F401 - only whether it is there
-    except ImportError:
-        assert not list(tmp_path.iterdir())
-        return
-    assert (tmp_path / "diffmpm_simple_loss.png").stat().st_size > 0
-    assert (tmp_path / "diffmpm_simple_final.png").stat().st_size > 0
+    assert_plots(tmp_path, "diffmpm_simple")
