@@ -35,7 +35,8 @@ N_SIN_WAVES, N_HIDDEN, HEAD_ID = ms.N_SIN_WAVES, ms.N_HIDDEN, ms.HEAD_ID
 wp.set_module_options({"max_unroll": 64})
 
 
-def build_kernels(n_objects: int):
+def build_kernels(n_objects: int, gravity: float = GRAVITY):
+    """The program's kernels; `gravity`: the advance kernels' (mass_spring_velocity's differs)."""
     @wp.kernel
     def compute_center(t: int, x: wp.array2d(dtype=wp.vec2), center: wp.array(dtype=wp.vec2)):
         c = x[t, 0]
@@ -96,7 +97,7 @@ def build_kernels(n_objects: int):
                     v: wp.array2d(dtype=wp.vec2)):
         i = wp.tid()
         old_v = (wp.static(math.exp(-DT * DAMPING)) * v[t - 1, i]
-                 + wp.vec2(0.0, wp.static(DT * GRAVITY)) + v_inc[t, i])
+                 + wp.vec2(0.0, wp.static(DT * gravity)) + v_inc[t, i])
         old_x = x[t - 1, i]
         new_x = old_x + DT * old_v
         toi = float(0.0)
@@ -112,7 +113,7 @@ def build_kernels(n_objects: int):
                        v: wp.array2d(dtype=wp.vec2)):
         i = wp.tid()
         old_v = (wp.static(math.exp(-DT * DAMPING)) * v[t - 1, i]
-                 + wp.vec2(0.0, wp.static(DT * GRAVITY)) + v_inc[t, i])
+                 + wp.vec2(0.0, wp.static(DT * gravity)) + v_inc[t, i])
         old_x = x[t - 1, i]
         new_v = old_v
         if old_x[1] - GROUND_HEIGHT < 0.0 and new_v[1] < 0.0:  # friction projection

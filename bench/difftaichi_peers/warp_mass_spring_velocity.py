@@ -16,6 +16,7 @@ import warp as wp
 
 from . import load_example
 from .warp_mass_spring import WarpMassSpring
+from .warp_mass_spring import build_kernels as build_mass_spring_kernels
 from .warp_taped import run_taped
 
 msv = load_example("mass_spring_velocity")
@@ -26,7 +27,7 @@ HEAD_ID = msv.HEAD_ID
 
 
 def build_kernels(n_objects: int):
-    """nn1, advance_toi, advance_no_toi and compute_loss of this program."""
+    """nn1 and compute_loss of this program, advance_toi and advance_no_toi mass_spring's."""
 
     @wp.kernel
     def nn1(t: int, x: wp.array2d(dtype=wp.vec2), v: wp.array2d(dtype=wp.vec2),
@@ -51,34 +52,8 @@ def build_kernels(n_objects: int):
         act = act + weights1[i, k] * tv[0] + weights1[i, k + 1] * tv[1]
         hidden[t, i] = wp.tanh(act + bias1[i])
 
-    @wp.kernel
-    def advance_toi(t: int, v_inc: wp.array2d(dtype=wp.vec2), x: wp.array2d(dtype=wp.vec2),
-                    v: wp.array2d(dtype=wp.vec2)):
-        i = wp.tid()
-        old_v = (wp.static(math.exp(-DT * DAMPING)) * v[t - 1, i]
-                 + wp.vec2(0.0, wp.static(DT * GRAVITY)) + v_inc[t, i])
-        old_x = x[t - 1, i]
-        new_x = old_x + DT * old_v
-        toi = float(0.0)
-        new_v = old_v
-        if new_x[1] < GROUND_HEIGHT and old_v[1] < -1e-4:
-            toi = -(old_x[1] - GROUND_HEIGHT) / old_v[1]
-            new_v = wp.vec2(0.0, 0.0)
-        v[t, i] = new_v
-        x[t, i] = old_x + toi * old_v + (DT - toi) * new_v
-
-    @wp.kernel
-    def advance_no_toi(t: int, v_inc: wp.array2d(dtype=wp.vec2), x: wp.array2d(dtype=wp.vec2),
-                       v: wp.array2d(dtype=wp.vec2)):
-        i = wp.tid()
-        old_v = (wp.static(math.exp(-DT * DAMPING)) * v[t - 1, i]
-                 + wp.vec2(0.0, wp.static(DT * GRAVITY)) + v_inc[t, i])
-        old_x = x[t - 1, i]
-        new_v = old_v
-        if old_x[1] - GROUND_HEIGHT < 0.0 and new_v[1] < 0.0:  # friction projection
-            new_v = wp.vec2(0.0, 0.0)
-        v[t, i] = new_v
-        x[t, i] = old_x + DT * new_v
+    # mass_spring's advance kernels with this program's gravity
+    advance_toi, advance_no_toi = build_mass_spring_kernels(n_objects, GRAVITY)[4:6]
 
     @wp.kernel
     def compute_loss(t: int, v: wp.array2d(dtype=wp.vec2), target_v: wp.array(dtype=wp.vec2),
