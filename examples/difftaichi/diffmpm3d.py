@@ -432,6 +432,19 @@ def plot(sim: DiffMPM3D, losses: Sequence[float], out: str) -> List[str]:
     return written
 
 
+def train_and_report(s: vkad.Session, sim: DiffMPM3D, a, name: str, plot_fn) -> None:
+    """main()'s run of a built simulation (liquid.py's too): `a.iters` training iterations, the
+    loss line with how far the solid particles' mean x moved, then `plot_fn`'s plots."""
+    losses = train(sim, a.iters, name, bar_digits=6, line_digits=7, profile=a.profile, session=s)
+    final = sim.loss()
+    sc = sim.scene
+    start = -float(np.mean([p[0] for p, t in zip(sc.x, sc.particle_type) if t == 1]))
+    print(f"loss {losses[0] if losses else final:.7f} -> {final:.7f} (the solid particles' "
+          f"mean x moved {start - final:+.7f} from its start)")
+    for path in plot_fn(sim, losses + [final], a.out):
+        print(f"wrote {path}")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = arguments(__doc__, STEPS, iters=100)
     ap.add_argument("--grid", type=int, default=N_GRID,
@@ -448,14 +461,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sc = sim.scene
         print(f"{s.device_name}: robot ({sc.n_particles} particles, {sc.n_actuators} "
               f"actuators), {a.grid}^3 grid, {a.steps} steps, {a.iters} iterations")
-        losses = train(sim, a.iters, "diffmpm3d", bar_digits=6, line_digits=7,
-                       profile=a.profile, session=s)
-        final = sim.loss()
-        start = -float(np.mean([p[0] for p, t in zip(sc.x, sc.particle_type) if t == 1]))
-        print(f"loss {losses[0] if losses else final:.7f} -> {final:.7f} (the solid particles' "
-              f"mean x moved {start - final:+.7f} from its start)")
-        for path in plot(sim, losses + [final], a.out):
-            print(f"wrote {path}")
+        train_and_report(s, sim, a, "diffmpm3d", plot)
     return 0
 
 

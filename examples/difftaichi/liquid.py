@@ -93,7 +93,7 @@ import vkad
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import diffmpm3d as mpm3d  # noqa: E402  (DiffTaichi's diffmpm3d: the same kernels and robot)
-from training import arguments, open_session, train  # noqa: E402  (the ports' shared parts)
+from training import arguments, open_session  # noqa: E402  (the ports' shared parts)
 
 # DiffTaichi's constants (examples/liquid.py; its max_steps = steps), diffmpm3d's but the rate
 N_GRID = mpm3d.N_GRID  # 64
@@ -202,14 +202,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{s.device_name}: robot and liquid ({sc.n_particles - n_fluid} solid and "
               f"{n_fluid} fluid particles, {sc.n_actuators} actuators), {a.grid}^3 grid, "
               f"{a.steps} steps, {a.iters} iterations")
-        losses = train(sim, a.iters, "liquid", bar_digits=6, line_digits=7,
-                       profile=a.profile, session=s)
-        final = sim.loss()
-        start = -float(np.mean([p[0] for p, t in zip(sc.x, sc.particle_type) if t == 1]))
-        print(f"loss {losses[0] if losses else final:.7f} -> {final:.7f} (the solid particles' "
-              f"mean x moved {start - final:+.7f} from its start)")
-        for path in plot(sim, losses + [final], a.out):
-            print(f"wrote {path}")
+        mpm3d.train_and_report(s, sim, a, "liquid", plot)
     return 0
 
 
