@@ -428,8 +428,8 @@ Result<GraphHandle> CompiledGraphs::install(GraphCompiler::PreparedRework& p, bo
   keep_for_updates(p.graph,
                    p.reordered || p.relaxed || p.any_rolled || p.any_recomputed || p.rows_used,
                    keep_captured, std::move(p.pinned), &map);
-  rolled_launches_ +=
-      static_cast<uint64_t>(std::count(p.rolled.begin(), p.rolled.end(), true)) - p.blocked;
+  rolled_launches_ += static_cast<uint64_t>(std::count(p.rolled.begin(), p.rolled.end(), true)) -
+                      p.blocked - p.dropped;
   blocked_launches_ += p.blocked;
   recomputed_launches_ += p.recompute_pins.size() / 2;  // a (consumer, producer) pair each
   fused_graphs_.emplace(fused->id, std::move(map));

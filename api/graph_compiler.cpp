@@ -32,11 +32,13 @@ const std::vector<uint32_t>* GraphCompiler::extents_of(uint64_t array) const {
 
 void GraphCompiler::snapshot_extents(std::span<const CapturedStep> steps) {
   rework_extents_.clear();
+  rework_dtypes_.clear();
   for (const CapturedStep& s : steps) add_extents(s.args);
 }
 
 void GraphCompiler::snapshot_extents(std::span<const Arg> args) {
   rework_extents_.clear();
+  rework_dtypes_.clear();
   add_extents(args);
 }
 
@@ -47,6 +49,8 @@ void GraphCompiler::add_extents(std::span<const Arg> args) {
     if (!fresh) continue;
     Result<std::vector<uint32_t>> shape = core_.rt->shape(a.array);
     if (shape.ok()) it->second = std::move(*shape);
+    Result<DType> t = core_.rt->dtype(a.array);
+    if (t.ok()) rework_dtypes_[a.array.id] = *t;
   }
 }
 
@@ -146,8 +150,10 @@ std::vector<Result<KernelHandle>> GraphCompiler::compile_all(std::span<const cod
 Status GraphCompiler::materialize_stashes(std::span<const StashNeed> needs, ReworkPlan* w,
                                           std::vector<NdArrayHandle>* owned) {
   for (const StashNeed& n : needs) {
-    VKAD_ASSIGN_OR_RETURN(NdArrayHandle a,
-                          core_.rt->create_ndarray(n.dtype, {n.elements}, "stencil stash"));
+    const bool twin = !n.shape.empty();
+    VKAD_ASSIGN_OR_RETURN(
+        NdArrayHandle a, core_.rt->create_ndarray(n.dtype, twin ? n.shape : std::vector{n.elements},
+                                                  twin ? "renamed array's twin" : "stencil stash"));
     owned->push_back(a);
     for (CapturedStep& s : w->steps) {
       for (Arg& x : s.args) {
@@ -188,7 +194,10 @@ std::unique_ptr<GraphCompiler::PreparedRework> GraphCompiler::prepare_rework(
   // Extents of this rework only: an array freed later must not be found here.
   struct Forget {
     GraphCompiler* s;
-    ~Forget() { s->rework_extents_.clear(); }
+    ~Forget() {
+      s->rework_extents_.clear();
+      s->rework_dtypes_.clear();
+    }
   } forget{this};
   PhaseClock clock("vkad graph rework", &rework_compile_ms_);
   ProgramTarget target;
@@ -200,8 +209,18 @@ std::unique_ptr<GraphCompiler::PreparedRework> GraphCompiler::prepare_rework(
       codegen::cas_float_atomics(core_.compile_options, core_.target, false);
   target.cas_float_atomics_f64 =
       codegen::cas_float_atomics(core_.compile_options, core_.target, true);
-  PassContext ctx(core_.catalog, *this, target,
-                  [this](uint64_t array) { return extents_of(array); });
+  // A graph's arrays' types, for the rename pass; a step loop's plan (graph 0) keeps its fills:
+  // its zeros are planned around them (StepLoops::plan_zeros).
+  PassContext::DTypes dtypes = nullptr;
+  if (graph.id != 0) {
+    dtypes = [this](uint64_t array) -> std::optional<DType> {
+      auto it = rework_dtypes_.find(array);
+      return it == rework_dtypes_.end() ? std::nullopt : std::optional<DType>(it->second);
+    };
+  }
+  PassContext ctx(
+      core_.catalog, *this, target, [this](uint64_t array) { return extents_of(array); },
+      std::move(dtypes));
   Program program = Program::of(p->captured);
   const bool planned =
       core_.pipeline.run(program, ctx, [&](const std::string& pass) { clock.mark(pass.c_str()); });
@@ -216,10 +235,13 @@ std::unique_ptr<GraphCompiler::PreparedRework> GraphCompiler::prepare_rework(
   p->roll_index = std::move(program.launch_index);
   p->rolled = std::move(program.merged);
   p->blocked = program.blocked;
+  p->dropped = program.dropped;
   p->stashes = std::move(program.stashes);
   p->recompute_pins = std::move(program.recompute_pins);
   p->pinned = std::move(program.pinned);
-  p->any_rolled = program.any_merged;
+  // Renaming turns fills into launches: the captured launches' numbering then goes through
+  // roll_index as a rolled graph's does (none of them is part of another).
+  p->any_rolled = program.any_merged || program.renamed > 0;
   p->any_recomputed = program.any_recomputed;
   p->reordered = program.reordered;
   p->relaxed = program.relaxed;

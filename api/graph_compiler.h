@@ -53,6 +53,7 @@ class GraphCompiler final : public KernelSink {
     std::vector<uint32_t> roll_index;  // Program::launch_index
     std::vector<bool> rolled;          // Program::merged
     size_t blocked = 0;                // captured launches in blocked stencil dispatches
+    size_t dropped = 0;                // captured launches left out (dead; graph/rename_pass.cpp)
     // The blocked stencils' stashes (graph/stencil_blocking.h): `w.steps` names each by a
     // placeholder array id until materialize_stashes allocates it on the caller's thread.
     std::vector<StashNeed> stashes;
@@ -119,7 +120,8 @@ class GraphCompiler final : public KernelSink {
   // times: read from the runtime once per array), nullopt for a freed one. Emptied when a
   // rework starts and ends.
   std::unordered_map<uint64_t, std::optional<std::vector<uint32_t>>> rework_extents_;
-  void add_extents(std::span<const Arg> args);  // snapshot_extents' arrays not asked yet
+  std::unordered_map<uint64_t, DType> rework_dtypes_;  // with rework_extents_
+  void add_extents(std::span<const Arg> args);         // snapshot_extents' arrays not asked yet
 };
 
 }  // namespace vkad

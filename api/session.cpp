@@ -102,8 +102,9 @@ namespace {
 // session's pipeline is parsed from (docs/graphs.md, "Graph passes"). The variables are what a
 // suspected problem is checked against and how a benchmark tries another setting without
 // rebuilding: VKAD_GRAPH_PASSES=<text> replaces the text, VKAD_GRAPH_FUSION / _SCHEDULE /
-// _RECOMPUTE / _BLOCK=0 remove a pass, VKAD_GRAPH_RESIDENT=<n> sets roll's largest range (0
-// removes it), VKAD_GRAPH_BLOCK_SHARED=<bytes> and VKAD_GRAPH_BLOCK_MIN_TILES=<n> block's options.
+// _RECOMPUTE / _BLOCK / _RENAME / _PRUNE=0 remove a pass, VKAD_GRAPH_RESIDENT=<n> sets roll's
+// largest range (0 removes it), VKAD_GRAPH_BLOCK_SHARED=<bytes> and VKAD_GRAPH_BLOCK_MIN_TILES=<n>
+// block's options.
 Result<GraphPipeline> graph_pipeline(const SessionOptions& options) {
   auto env = [](const char* name) -> std::optional<std::string> {
     const char* v = std::getenv(name);
@@ -132,6 +133,8 @@ Result<GraphPipeline> graph_pipeline(const SessionOptions& options) {
   drop("fuse", !options.fuse_graph_launches || zero("VKAD_GRAPH_FUSION"));
   drop("schedule", !options.schedule_graph_launches || zero("VKAD_GRAPH_SCHEDULE"));
   drop("recompute", zero("VKAD_GRAPH_RECOMPUTE"));
+  drop("rename", zero("VKAD_GRAPH_RENAME"));
+  drop("prune", zero("VKAD_GRAPH_PRUNE"));
   drop("block", !options.block_stencils || zero("VKAD_GRAPH_BLOCK"));
   uint32_t range = options.resident_max_range;
   if (std::optional<std::string> v = env("VKAD_GRAPH_RESIDENT")) {

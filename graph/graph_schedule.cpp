@@ -136,6 +136,19 @@ std::vector<uint32_t> asap(size_t n, At at) {
 
 }  // namespace
 
+bool launches_conflict(const ScheduleLaunch& a, const ScheduleLaunch& b) {
+  if (!a.known || !b.known) return true;
+  for (const ScheduleAccess& x : a.accesses) {
+    for (const ScheduleAccess& y : b.accesses) {
+      if (x.array != y.array) continue;
+      if (x.row != ScheduleAccess::kAnyRow && y.row != ScheduleAccess::kAnyRow && x.row != y.row)
+        continue;
+      if (conflicting(kind_bit(x.kind)) & kind_bit(y.kind)) return true;
+    }
+  }
+  return false;
+}
+
 std::vector<uint32_t> schedule_levels(std::span<const ScheduleLaunch> launches) {
   const size_t n = launches.size();
   std::vector<uint32_t> levels =

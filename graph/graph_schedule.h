@@ -57,6 +57,11 @@ std::vector<uint32_t> schedule_levels(std::span<const ScheduleLaunch> launches);
 std::vector<uint32_t> schedule_order(std::span<const uint32_t> levels,
                                      std::span<const ScheduleLaunch> launches);
 
+// Whether two launches conflict (as above: on an array one writes and the other touches, or one
+// adds to and the other reads or writes, at rows not known to differ; a launch whose accesses
+// are unknown conflicts with every launch).
+bool launches_conflict(const ScheduleLaunch& a, const ScheduleLaunch& b);
+
 // The barriers of a sequence one launch at a time: next() says whether `l`, run after the
 // launches given before it, needs a barrier before it (never the first; clear() after a fill,
 // which records its own).

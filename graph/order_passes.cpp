@@ -29,6 +29,51 @@ class SchedulePass final : public GraphPass {
   }
 };
 
+// Within each stretch between fills of a scheduled plan, a launch of the shape of the one
+// before it, found among the next kPullWindow launches and conflicting with none of those it
+// passes, is moved up next to it: the schedule orders a level's launches by shape, so a chain's
+// next step may sit behind the other launches of its level (a controller that many steps
+// write, diffmpm's compute_actuation, between g2p(f) and p2g(f + 1)), where fusion, which
+// merges runs of consecutive launches, would not see it. Results are the launches' in capture
+// order: only launches that conflict with nothing they pass move. True where one moved.
+constexpr size_t kPullWindow = 64;
+
+bool pull_successors(ReworkPlan& w) {
+  std::vector<size_t> step_of;  // per launch in run order: its step
+  for (size_t i = 0; i < w.steps.size(); ++i) {
+    if (w.steps[i].launch) step_of.push_back(i);
+  }
+  bool moved = false;
+  auto move = [&](size_t from, size_t to) {  // launch `from` to position `to` < from
+    auto rot = [&](auto& v) {
+      std::rotate(v.begin() + static_cast<std::ptrdiff_t>(to),
+                  v.begin() + static_cast<std::ptrdiff_t>(from),
+                  v.begin() + static_cast<std::ptrdiff_t>(from + 1));
+    };
+    rot(w.order);
+    rot(w.sched);
+    rot(w.launches);
+    CapturedStep s = std::move(w.steps[step_of[from]]);
+    for (size_t k = from; k > to; --k) w.steps[step_of[k]] = std::move(w.steps[step_of[k - 1]]);
+    w.steps[step_of[to]] = std::move(s);
+    moved = true;
+  };
+  for_each_stretch(w.steps, [&](size_t first, size_t count) {
+    const size_t end = first + count;
+    for (size_t i = first; i + 2 < end; ++i) {
+      const uint64_t shape = w.sched[i].shape;
+      if (shape == 0 || w.sched[i + 1].shape == shape) continue;
+      size_t j = i + 2;
+      while (j < end && j < i + 1 + kPullWindow && w.sched[j].shape != shape) ++j;
+      if (j >= end || j >= i + 1 + kPullWindow) continue;
+      bool free = true;
+      for (size_t k = i + 1; k < j && free; ++k) free = !launches_conflict(w.sched[k], w.sched[j]);
+      if (free) move(j, i + 1);
+    }
+  });
+  return moved;
+}
+
 class FusePass final : public GraphPass {
  public:
   std::string name() const override { return "fuse"; }
@@ -37,6 +82,9 @@ class FusePass final : public GraphPass {
   bool run(Program& p, PassContext& ctx) override {
     if (!p.planned) plan_order(p, ctx, /*reorder=*/false);
     ReworkPlan& w = p.w;
+    if (p.scheduled && pull_successors(w)) {
+      p.reordered = true;
+    }
     w.runs = fusion_runs(w.steps, w.launches, /*fuse=*/true, kMaxFusedArrays, kMaxFusedLaunches,
                          &p.rows_used);
     p.fused = std::any_of(w.runs.begin(), w.runs.end(),
@@ -131,6 +179,11 @@ std::unique_ptr<GraphPass> make_fuse_pass() { return std::make_unique<FusePass>(
 const GraphPassRegistry& GraphPassRegistry::standard() {
   static const GraphPassRegistry registry = [] {
     GraphPassRegistry r;
+    r.add("rename", "arrays filled whole again and again get a ring of buffers",
+          [](const codegen::PassOptions& o) -> Result<std::unique_ptr<GraphPass>> {
+            VKAD_TRY(codegen::only_options("rename", o, {}));
+            return make_rename_pass();
+          });
     r.add("roll", "step loops of small launches into resident kernels {max-range=256}",
           [](const codegen::PassOptions& o) -> Result<std::unique_ptr<GraphPass>> {
             VKAD_TRY(codegen::only_options("roll", o, {"max-range"}));
@@ -151,6 +204,11 @@ const GraphPassRegistry& GraphPassRegistry::standard() {
           [](const codegen::PassOptions& o) -> Result<std::unique_ptr<GraphPass>> {
             VKAD_TRY(codegen::only_options("recompute", o, {}));
             return make_recompute_pass();
+          });
+    r.add("prune", "launches whose writes are overwritten before any read are left out",
+          [](const codegen::PassOptions& o) -> Result<std::unique_ptr<GraphPass>> {
+            VKAD_TRY(codegen::only_options("prune", o, {}));
+            return make_prune_pass();
           });
     r.add("schedule", "launches reordered by level, barriers only where an array is shared",
           [](const codegen::PassOptions& o) -> Result<std::unique_ptr<GraphPass>> {

@@ -227,6 +227,7 @@ void plan_order(Program& p, const PassContext& ctx, bool reorder) {
     w.launches.push_back(fusion[o]);
   }
   for (size_t l : p.recompute_pins) p.pinned[l].assign(p.pinned[l].size(), true);
+  for (size_t l : p.prune_pins) p.pinned[l].assign(p.pinned[l].size(), true);
   p.reordered = !identity(w.order);
   p.planned = true;
 }

@@ -27,6 +27,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "abi/handles.h"
@@ -67,12 +68,14 @@ struct ProgramTarget {
   bool cas_float_atomics_f32 = false, cas_float_atomics_f64 = false;
 };
 
-// A stash a blocked stencil needs: its placeholder id in the steps' arguments (an array made at
-// the install), its type and length.
+// An array a pass needs made at the install: a blocked stencil's stash, or a renamed array's
+// twin (graph/rename_pass.cpp). Its placeholder id stands in the steps' arguments until then;
+// its type, and its extents (`shape`; a stash's are {elements}).
 struct StashNeed {
   uint64_t placeholder = 0;
   runtime::DType dtype = runtime::DType::kF32;
   uint32_t elements = 0;
+  std::vector<uint32_t> shape;  // empty: {elements}
 };
 
 // What a launch step reads and writes (schedule_launch) and the scalar parameters its rows rest
@@ -93,8 +96,11 @@ struct Program {
   std::vector<bool> merged;
   bool any_merged = false;
   size_t blocked = 0;                  // captured launches in blocked stencil dispatches
-  std::vector<StashNeed> stashes;      // the blocked stencils' stashes
+  std::vector<StashNeed> stashes;      // the blocked stencils' stashes, the renamed arrays' twins
+  size_t renamed = 0;                  // arrays whose lifetimes rename gave twins
+  size_t dropped = 0;                  // launches rename left out (dead: overwritten unread)
   std::vector<size_t> recompute_pins;  // (consumer, producer) launch numbers after merging
+  std::vector<size_t> prune_pins;      // launches whose rows a dropped launch relies on
   bool any_recomputed = false;
   ScheduleMemo memo;       // by step: schedule_launch's answers recompute computed
   bool scheduled = false;  // the schedule pass ran (the install may then drop barriers)
@@ -108,22 +114,42 @@ struct Program {
   // A program of `captured` steps: nothing decided yet.
   static Program of(std::vector<CapturedStep> captured);
   // Whether anything the install records differs from the steps as captured.
-  bool changed() const { return fused || reordered || relaxed || any_merged; }
+  bool changed() const { return fused || reordered || relaxed || any_merged || renamed > 0; }
 };
 
 // What a pass may ask of the kernels, the device and the arrays.
 class PassContext {
  public:
   using Extents = std::function<const std::vector<uint32_t>*(uint64_t array)>;
-  PassContext(KernelCatalog& catalog, KernelSink& sink, ProgramTarget target, Extents extents)
-      : catalog(catalog), sink(sink), target(target), extents_(std::move(extents)) {}
+  using DTypes = std::function<std::optional<runtime::DType>(uint64_t array)>;
+  // `dtypes` null: arrays' types unknown (the rename pass then renames nothing).
+  PassContext(KernelCatalog& catalog, KernelSink& sink, ProgramTarget target, Extents extents,
+              DTypes dtypes = nullptr)
+      : catalog(catalog),
+        sink(sink),
+        target(target),
+        extents_(std::move(extents)),
+        dtypes_(std::move(dtypes)) {}
 
   KernelCatalog& catalog;
   KernelSink& sink;
   const ProgramTarget target;
 
   // An array's extents; null for one that is unknown (freed).
-  const std::vector<uint32_t>* extents(uint64_t array) const { return extents_(array); }
+  const std::vector<uint32_t>* extents(uint64_t array) const {
+    auto a = aliases_.find(array);
+    return extents_(a == aliases_.end() ? array : a->second);
+  }
+  // An array's dtype; nullopt where unknown.
+  std::optional<runtime::DType> dtype(uint64_t array) const {
+    auto a = aliases_.find(array);
+    return dtypes_ ? dtypes_(a == aliases_.end() ? array : a->second) : std::nullopt;
+  }
+  // Whether the arrays' types are known: a graph's rework (a step loop's plan does not rename).
+  bool knows_dtypes() const { return dtypes_ != nullptr; }
+  // A placeholder a pass put in the steps (a renamed array's twin) has `array`'s extents and
+  // dtype for the passes after it.
+  void alias(uint64_t placeholder, uint64_t array) { aliases_[placeholder] = array; }
   bool loops_capped() const { return target.max_loop_passes != 0; }
   // A launch's scalars and its arrays' extents as the passes read them.
   static codegen::ScalarOf scalars_in(std::span<const Arg> args);
@@ -145,6 +171,8 @@ class PassContext {
  private:
   std::vector<int64_t> launch_rows(const CapturedStep& s) const;
   Extents extents_;
+  DTypes dtypes_;
+  std::unordered_map<uint64_t, uint64_t> aliases_;
 };
 
 // A pass over a Program.
@@ -197,7 +225,7 @@ class GraphPassRegistry {
   // an unknown pass (listing the known ones), a pass twice, passes out of stage order, an
   // option the pass refuses.
   Result<GraphPipeline> parse(const std::string& text) const;
-  // roll, block, recompute, schedule, fuse (graph_passes.h).
+  // rename, roll, block, recompute, prune, schedule, fuse (graph_passes.h).
   static const GraphPassRegistry& standard();
 
  private:
@@ -209,7 +237,8 @@ class GraphPassRegistry {
 };
 
 // The session's default pipeline.
-inline constexpr const char* kDefaultGraphPipeline = "roll, block, recompute, schedule, fuse";
+inline constexpr const char* kDefaultGraphPipeline =
+    "rename, roll, block, recompute, prune, schedule, fuse";
 
 // Plans `p` (steps in scheduled order when `reorder`, else as they are): w.steps, w.order,
 // w.sched, w.launches, pinned. The schedule pass calls it with reorder; the pipeline without.

@@ -109,7 +109,7 @@ TEST(GraphPipeline, ASwitchRemovesItsPassFromTheText) {
   o.block_stencils = false;
   auto t = Session::create(o);
   ASSERT_TRUE(t.ok()) << t.status().to_string();
-  EXPECT_EQ((*t)->graph_passes(), "roll{max-range=64}, recompute, schedule, fuse");
+  EXPECT_EQ((*t)->graph_passes(), "rename, roll{max-range=64}, recompute, prune, schedule, fuse");
 }
 
 TEST(GraphPipeline, ABadTextIsRefusedAtCreate) {

@@ -3,8 +3,8 @@
 //
 // A .vkprog file is a program in text (graph/program_text.h) plus directives in comment lines:
 //   // RUN: <pipeline>       exactly one: the graph passes to run, as SessionOptions::
-//                           graph_passes writes them ("roll, block, recompute, schedule, fuse";
-//                           "none" for no pass)
+//                           graph_passes writes them ("rename, roll, block, recompute, prune,
+//                           schedule, fuse"; "none" for no pass)
 //   // LIMITS: k=v, ...     optional: loop-passes=N (the device cuts loops past N passes, as
 //                           lavapipe does; default 0, none), local-size=N (default 1024),
 //                           bounds-checks=0|1 (default 1), storage-buffers=N (one pipeline
@@ -128,9 +128,15 @@ std::string run_program(const std::string& run, const std::string& contents,
   sink.refuse = refuse;
   for (size_t k = 0; k < text->kernels.size(); ++k) sink.names[k + 1] = text->kernels[k].name;
   const std::vector<ProgramText::Array>& arrays = text->arrays;
-  PassContext ctx(catalog, sink, target, [&](uint64_t id) -> const std::vector<uint32_t>* {
-    return id >= 1 && id <= arrays.size() ? &arrays[id - 1].extents : nullptr;
-  });
+  PassContext ctx(
+      catalog, sink, target,
+      [&](uint64_t id) -> const std::vector<uint32_t>* {
+        return id >= 1 && id <= arrays.size() ? &arrays[id - 1].extents : nullptr;
+      },
+      [&](uint64_t id) -> std::optional<runtime::DType> {
+        if (id >= 1 && id <= arrays.size()) return arrays[id - 1].dtype;
+        return std::nullopt;
+      });
   Program p = Program::of(text->steps);
   if (!pipeline->run(p, ctx)) return "RUN failed: a pass kept the program as captured";
   std::map<uint64_t, size_t> stash_number;
@@ -147,8 +153,9 @@ std::string run_program(const std::string& run, const std::string& contents,
   const size_t merged = static_cast<size_t>(std::count(p.merged.begin(), p.merged.end(), true));
   std::ostringstream out;
   out << "changed: " << (p.changed() ? "yes" : "no") << "; merged " << merged << " (blocked "
-      << p.blocked << "), recomputed " << p.recompute_pins.size() / 2 << ", reordered "
-      << p.reordered << ", relaxed " << p.relaxed << ", fused " << p.fused << "\n";
+      << p.blocked << ", dropped " << p.dropped << "), renamed " << p.renamed << ", recomputed "
+      << p.recompute_pins.size() / 2 << ", reordered " << p.reordered << ", relaxed " << p.relaxed
+      << ", fused " << p.fused << "\n";
   out << print_plan(p.w, kernel_name, array_name);
   *ok = true;
   return out.str();
@@ -165,9 +172,9 @@ using test::read_file;
 TEST(GraphPipeline, TheDefaultTextParsesAndPrintsBack) {
   Result<GraphPipeline> p = GraphPassRegistry::standard().parse(kDefaultGraphPipeline);
   ASSERT_TRUE(p.ok()) << p.status().to_string();
-  EXPECT_EQ(p->text(), "roll, block, recompute, schedule, fuse");
-  EXPECT_EQ(p->names(),
-            (std::vector<std::string>{"roll", "block", "recompute", "schedule", "fuse"}));
+  EXPECT_EQ(p->text(), "rename, roll, block, recompute, prune, schedule, fuse");
+  EXPECT_EQ(p->names(), (std::vector<std::string>{"rename", "roll", "block", "recompute", "prune",
+                                                  "schedule", "fuse"}));
   Result<GraphPipeline> q =
       GraphPassRegistry::standard().parse("roll{max-range=64}, block{shared=49152, min-tiles=4}");
   ASSERT_TRUE(q.ok()) << q.status().to_string();
@@ -186,8 +193,8 @@ TEST(GraphPipeline, BadTextIsRefusedNamingWhatIsWrong) {
     return p.status().message();
   };
   EXPECT_NE(message("roll, fusion")
-                .find("unknown pass 'fusion' (known: block, fuse, recompute, "
-                      "roll, schedule)"),
+                .find("unknown pass 'fusion' (known: block, fuse, prune, recompute, "
+                      "rename, roll, schedule)"),
             std::string::npos);
   EXPECT_NE(message("fuse, fuse").find("pass 'fuse' appears twice"), std::string::npos);
   EXPECT_NE(message("fuse, schedule").find("'schedule' must come before 'fuse'"),

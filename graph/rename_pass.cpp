@@ -1,0 +1,475 @@
+// The rename and prune passes (graph/graph_passes.h, docs/graphs.md "Arrays refilled every
+// step"): arrays a program fills whole again and again get a ring of buffers, and those fills
+// become launches; launches whose every write is overwritten before anything reads it go.
+//
+// DiffTaichi's idiom clears one grid before every step, scatters into it and gathers from it
+// (diffmpm_simple, diffmpm_checkpointing; a checkpointed tape's forward and the gradients it
+// zeroes in reverse). Each fill is a stretch boundary for scheduling and fusion, and every step
+// touches the same buffer, so step f's gather can never run in one dispatch with step f + 1's
+// scatter, as it does where the grid has a time axis. But a whole-array fill ends what the
+// array held: the accesses between two fills (a lifetime) depend on nothing before the first and
+// nothing after the second reads them. So lifetimes may live in different buffers: the last in
+// the caller's array (what a replay leaves there is what it would leave), the one before the
+// first fill too (it reads what the caller put there), the others in turn in up to two twins
+// the graph owns (StashNeed with a shape: made at the install, freed with the graph) and the
+// caller's array -- a ring of three, so a lifetime's fill need not wait for the one before it.
+// Each fill of a renamed array becomes a launch of a fill kernel (`vkad_fill_<dtype>_<rank>`,
+// one per dtype and rank) writing its lifetime's buffer: a launch the schedule places by what it
+// touches, so the launches around it are no longer cut apart.
+//
+// Renamed: arrays of rank >= 2 (a 1-d array's zero fill is what fusion reads as constants and
+// leaves out, launch_fusion.h), of f32, i32 or u32, filled at least twice, at most 64 MiB each
+// and 256 MiB of twins per program, in programs whose arrays' types are known (graphs; step
+// loops' plans keep their fills, api/step_loops.cpp).
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "adstack/size_expr.h"
+#include "graph/graph_passes.h"
+#include "ir/text.h"
+#include "ir/walk.h"
+
+namespace vkad {
+
+namespace {
+
+constexpr uint64_t kMaxRenamedBytes = uint64_t{64} << 20;
+constexpr uint64_t kMaxTwinBytes = uint64_t{256} << 20;
+constexpr size_t kRing = 3;  // buffers per renamed array, the caller's included
+
+// A fill kernel's IR: `dst[i...] = value` over every element of an array of `dtype` with these
+// extents, an N-d task over the first three axes; the elements of the others are stored one by
+// one where they are at most kMaxUnrolled (a grid's vector components: no loop, so lavapipe,
+// which keeps kernels with loops out of fusion, fuses it), else walked by serial loops.
+constexpr uint64_t kMaxUnrolled = 16;
+
+std::string fill_kernel_ir(DType dtype, const std::vector<uint32_t>& shape) {
+  const uint32_t rank = static_cast<uint32_t>(shape.size());
+  uint64_t rest = 1;
+  for (uint32_t a = 3; a < rank; ++a) rest *= shape[a];
+  const bool unrolled = rest <= kMaxUnrolled;
+  const std::string t = runtime::dtype_name(dtype), r = std::to_string(rank);
+  std::string name = "vkad_fill_" + t + "_" + r;
+  if (rank > 3 && unrolled) {
+    for (uint32_t a = 3; a < rank; ++a) name += "_" + std::to_string(shape[a]);
+  }
+  std::string ir = "kernel " + name + "(dst: ndarray<" + t + ", " + r + ">, value: " + t +
+                   ") {\n  task fill parallel ";
+  for (uint32_t a = 0; a < std::min(rank, 3u); ++a) {
+    ir +=
+        (a ? ", %i" : "%i") + std::to_string(a) + " in [0, shape(dst, " + std::to_string(a) + "))";
+  }
+  ir += " {\n    %v = arg value : " + t + "\n";
+  std::string lead;  // the task's indices
+  for (uint32_t a = 0; a < std::min(rank, 3u); ++a) lead += (a ? ", %i" : "%i") + std::to_string(a);
+  if (rank <= 3) return ir + "    store dst[" + lead + "], %v\n  }\n}\n";
+  if (unrolled) {
+    // Every index of the trailing axes, the last fastest.
+    std::vector<uint32_t> at(rank - 3, 0);
+    for (uint64_t e = 0; e < rest; ++e) {
+      std::string index = lead;
+      for (size_t k = 0; k < at.size(); ++k) {
+        const std::string c = "%c" + std::to_string(e) + "_" + std::to_string(k);
+        ir += "    " + c + " = const " + std::to_string(at[k]) + " : i32\n";
+        index += ", " + c;
+      }
+      ir += "    store dst[" + index + "], %v\n";
+      for (size_t k = at.size(); k-- > 0;) {
+        if (++at[k] < shape[3 + k]) break;
+        at[k] = 0;
+      }
+    }
+    return ir + "  }\n}\n";
+  }
+  std::string index = lead, close;
+  ir += "    %zero = const 0 : i32\n";
+  for (uint32_t a = 3; a < rank; ++a) {
+    const std::string n = std::to_string(a);
+    ir += "    %n" + n + " = shape dst " + n + " : i32\n    for %i" + n + " in [%zero, %n" + n +
+          ") {\n";
+    index += ", %i" + n;
+    close += "    }\n";
+  }
+  return ir + "    store dst[" + index + "], %v\n" + close + "  }\n}\n";
+}
+
+Arg fill_value(DType t, double v) {
+  switch (t) {
+    case DType::kI32: return Arg::i32(static_cast<int32_t>(v));
+    case DType::kU32: return Arg::u32(static_cast<uint32_t>(v));
+    default: return Arg::f32(static_cast<float>(v));
+  }
+}
+
+// An array the pass renames and where its rewrite stands.
+struct Renamed {
+  DType dtype = DType::kF32;
+  size_t fills = 0;                    // its lifetimes after the first fill: 1 .. fills
+  size_t seen = 0;                     // fills the rewrite met so far
+  uint64_t buffer[kRing] = {0, 0, 0};  // [0] the caller's array, then the twins
+  uint64_t current = 0;                // the buffer of the lifetime the rewrite is in
+};
+
+// The arrays to rename (see the file's comment), with their dtype and number of fills.
+std::unordered_map<uint64_t, Renamed> candidates(const Program& p, const PassContext& ctx) {
+  std::unordered_map<uint64_t, Renamed> out;
+  for (const CapturedStep& s : p.steps) {
+    if (!s.launch && !s.args.empty() && s.args[0].kind == abi::ParamKind::kNdArray)
+      ++out[s.args[0].array.id].fills;
+  }
+  uint64_t twin_bytes = 0;
+  for (auto it = out.begin(); it != out.end();) {
+    const std::vector<uint32_t>* shape = ctx.extents(it->first);
+    const std::optional<DType> t = ctx.dtype(it->first);
+    uint64_t bytes = 0;
+    if (shape != nullptr && t) {
+      bytes = runtime::dtype_bytes(*t);
+      for (uint32_t e : *shape) bytes *= e;
+    }
+    const uint64_t twins = std::min<uint64_t>(kRing - 1, it->second.fills - 1);
+    const bool keep = it->second.fills >= 2 && shape != nullptr && shape->size() >= 2 && t &&
+                      (*t == DType::kF32 || *t == DType::kI32 || *t == DType::kU32) && bytes > 0 &&
+                      bytes <= kMaxRenamedBytes && twin_bytes + twins * bytes <= kMaxTwinBytes;
+    if (!keep) {
+      it = out.erase(it);
+      continue;
+    }
+    twin_bytes += twins * bytes;
+    it->second.dtype = *t;
+    ++it;
+  }
+  return out;
+}
+
+// Whether a size has no scalar in it (an update cannot change it).
+bool scalar_free(const adstack::SizeExpr& e) {
+  if (e.kind == adstack::SizeExpr::Kind::kScalar || e.kind == adstack::SizeExpr::Kind::kNegScalar)
+    return false;
+  for (const adstack::SizeExpr& o : e.operands) {
+    if (!scalar_free(o)) return false;
+  }
+  return true;
+}
+
+// Whether every access of parameter `param` in `acc` has launch-uniform row 0 on `axis` with
+// launch `s`'s arguments.
+bool rows_zero(const codegen::KernelAccess& acc, uint32_t param, size_t axis, const CapturedStep& s,
+               const PassContext& ctx) {
+  const codegen::UniformInputs in = ctx.launch_inputs(s);
+  for (const codegen::ParamAccess& pa : acc.params) {
+    if (pa.param != param) continue;
+    for (const codegen::ArrayAccess& a : pa.accesses) {
+      if (axis >= a.rows.size() || a.rows[axis] == codegen::ArrayAccess::kNotUniform) return false;
+      std::optional<uint32_t> v = codegen::evaluate(acc.exprs[a.rows[axis]], in);
+      if (!v || *v != 0) return false;
+    }
+  }
+  return true;
+}
+
+// Whether launch `s` (kernel `k`, accesses `acc`) stores every element of `array` and touches
+// it no other way: a whole store (ir/launch_access.h) at the array's only parameter whose axes
+// are task dimensions over the extent by sizes without scalars, constants 0 .. E-1, or an axis
+// of extent 1 at a launch-uniform row that is 0 with these arguments (one grid of DiffTaichi's
+// layout, `grid[g, i, j]`: the caller pins the launch's scalars, so an update that could move
+// the row runs the graph as captured).
+bool overwrites_whole(const CapturedStep& s, const codegen::Kernel& k,
+                      const codegen::KernelAccess& acc, uint64_t array, const PassContext& ctx) {
+  const std::vector<uint32_t>* shape = ctx.extents(array);
+  if (shape == nullptr) return false;
+  int param = -1;
+  for (size_t a = 0; a < s.args.size(); ++a) {
+    if (s.args[a].kind != abi::ParamKind::kNdArray || s.args[a].array.id != array) continue;
+    if (param >= 0) return false;  // the array at two parameters
+    param = static_cast<int>(a);
+  }
+  if (param < 0) return false;
+  for (const codegen::WholeStore& w : codegen::whole_stores(k)) {
+    if (w.param != static_cast<uint32_t>(param) || w.axes.size() != shape->size()) continue;
+    const adstack::SizeInputs sizes{[&](uint32_t) -> int64_t { return 0; },
+                                    [&](uint32_t p, uint32_t d) -> int64_t {
+                                      const codegen::ExtentOf e = ctx.extents_in(s.args);
+                                      return e(p, d).value_or(-1);
+                                    }};
+    for (size_t a = 0; a < w.axes.size(); ++a) {
+      const codegen::WholeStore::Axis& axis = w.axes[a];
+      const int64_t e = (*shape)[a];
+      switch (axis.kind) {
+        case codegen::WholeStore::Axis::Kind::kTaskDim: {
+          if (!scalar_free(axis.end)) return false;
+          Result<int64_t> end = adstack::evaluate(axis.end, sizes);
+          if (!end.ok() || *end != e) return false;
+          break;
+        }
+        case codegen::WholeStore::Axis::Kind::kConst:
+          if (static_cast<int64_t>(axis.consts.size()) != e) return false;
+          for (int64_t i = 0; i < e; ++i) {
+            if (axis.consts[static_cast<size_t>(i)] != i) return false;
+          }
+          break;
+        case codegen::WholeStore::Axis::Kind::kUniform:
+          if (e != 1 || !rows_zero(acc, w.param, a, s, ctx)) return false;
+          break;
+      }
+    }
+    return true;
+  }
+  return false;
+}
+
+// The arrays step `s` touches: a fill its array; a launch the arrays at the parameters its
+// kernel accesses (gather recompute's kernels keep the producer's unread parameters), every
+// array where its kernel's accesses are unknown.
+void touched_arrays(const CapturedStep& s, const PassContext& ctx, std::vector<uint64_t>* out) {
+  out->clear();
+  const std::shared_ptr<const codegen::KernelAccess>* acc =
+      s.launch ? &ctx.catalog.access(s.kernel.id) : nullptr;
+  if (acc != nullptr && *acc) {
+    for (const codegen::ParamAccess& pa : (*acc)->params) {
+      if (pa.param < s.args.size() && s.args[pa.param].kind == abi::ParamKind::kNdArray)
+        out->push_back(s.args[pa.param].array.id);
+    }
+    return;
+  }
+  for (const Arg& a : s.args) {
+    if (a.kind == abi::ParamKind::kNdArray) out->push_back(a.array.id);
+  }
+}
+
+// Per step, per array it touches, the next step that touches the array (SIZE_MAX: none).
+using NextTouch = std::vector<std::vector<std::pair<uint64_t, size_t>>>;
+NextTouch next_touches(std::span<const CapturedStep> steps, const PassContext& ctx) {
+  NextTouch next(steps.size());
+  std::unordered_map<uint64_t, size_t> next_of;
+  std::vector<uint64_t> touched;
+  for (size_t i = steps.size(); i-- > 0;) {
+    touched_arrays(steps[i], ctx, &touched);
+    for (uint64_t id : touched) {
+      auto it = next_of.find(id);
+      next[i].emplace_back(id, it == next_of.end() ? SIZE_MAX : it->second);
+    }
+    for (uint64_t id : touched) next_of[id] = i;
+  }
+  return next;
+}
+
+// Whether step `j` overwrites every element of `array` (a fill of it, or overwrites_whole);
+// `pins` gets a launch's step.
+bool overwritten_at(std::span<const CapturedStep> steps, size_t j, uint64_t array,
+                    const PassContext& ctx, std::vector<size_t>* pins) {
+  const CapturedStep& t = steps[j];
+  if (!t.launch) return !t.args.empty() && t.args[0].array.id == array;
+  const std::shared_ptr<const codegen::Kernel>& k = ctx.catalog.ir(t.kernel.id);
+  const std::shared_ptr<const codegen::KernelAccess>& acc = ctx.catalog.access(t.kernel.id);
+  if (!k || !acc || k->params.size() != t.args.size()) return false;
+  if (!overwrites_whole(t, *k, *acc, array, ctx)) return false;
+  pins->push_back(j);
+  return true;
+}
+
+// Whether launch step `i` may be left out for what it does: a kernel vkad compiled, without
+// adstacks, print or assert.
+bool only_writes(const CapturedStep& s, const PassContext& ctx) {
+  if (ctx.catalog.adstack(s.kernel.id) || !ctx.catalog.access(s.kernel.id)) return false;
+  const std::shared_ptr<const codegen::Kernel>& k = ctx.catalog.ir(s.kernel.id);
+  if (!k || k->params.size() != s.args.size()) return false;
+  bool effects = false;
+  codegen::for_each_stmt(*k, [&](const codegen::Stmt& st) {
+    effects = effects || st.op == codegen::Op::kPrint || st.op == codegen::Op::kAssert;
+  });
+  return !effects;
+}
+
+// Whether every array launch step `i` writes is overwritten whole by the next step touching it
+// (`pins` gets those steps; left as it was where not).
+bool writes_overwritten(std::span<const CapturedStep> steps, size_t i, const NextTouch& next,
+                        const PassContext& ctx, std::vector<size_t>* pins) {
+  const CapturedStep& s = steps[i];
+  const size_t pinned = pins->size();
+  bool any_write = false;
+  for (const codegen::ParamAccess& pa : ctx.catalog.access(s.kernel.id)->params) {
+    const bool writes = std::any_of(pa.accesses.begin(), pa.accesses.end(), [](const auto& x) {
+      return x.kind != codegen::ArrayAccess::Kind::kRead;
+    });
+    if (!writes) continue;
+    any_write = true;
+    size_t j = SIZE_MAX;
+    if (pa.param < s.args.size() && s.args[pa.param].kind == abi::ParamKind::kNdArray) {
+      for (const auto& [id, n] : next[i]) {
+        if (id == s.args[pa.param].array.id) j = n;
+      }
+    }
+    if (j == SIZE_MAX || !overwritten_at(steps, j, s.args[pa.param].array.id, ctx, pins)) {
+      pins->resize(pinned);
+      return false;
+    }
+  }
+  return any_write;
+}
+
+// Per step: a launch whose every write is overwritten whole before anything reads it -- the
+// next step that touches each array it writes is a fill of that array, or a launch that stores
+// every element of it (overwrites_whole) -- and that does nothing else (only_writes). The last
+// launch touching an array is never dead: what it leaves is what the caller reads; nor the
+// last launch left. A checkpointed tape's forward without copies repeats such a launch every
+// step (grid_op writing the one grid_v_out that g2p recomputes: diffmpm in a memory budget).
+// `pins` gets the steps of the launches that overwrite a dead one's writes (their scalars must
+// keep the rows they had: the install pins them).
+std::vector<bool> dead_launches(std::span<const CapturedStep> steps, const PassContext& ctx,
+                                std::vector<size_t>* pins) {
+  std::vector<bool> dead(steps.size(), false);
+  const NextTouch next = next_touches(steps, ctx);
+  size_t launches = 0, dropped = 0;
+  for (const CapturedStep& s : steps) launches += s.launch ? 1 : 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (!steps[i].launch || dropped + 1 >= launches || !only_writes(steps[i], ctx)) continue;
+    if (writes_overwritten(steps, i, next, ctx, pins)) {
+      dead[i] = true;
+      ++dropped;
+    }
+  }
+  return dead;
+}
+
+class RenamePass final : public GraphPass {
+ public:
+  std::string name() const override { return "rename"; }
+  Stage stage() const override { return Stage::kMerge; }
+
+  bool run(Program& p, PassContext& ctx) override {
+    // A step loop's plan keeps its fills and launches: its zeros are planned around them
+    // (StepLoops::plan_zeros), and its launches map to the body's by position.
+    if (!ctx.knows_dtypes()) return true;
+    rename(p, ctx);
+    return true;
+  }
+
+ private:
+  void rename(Program& p, PassContext& ctx) {
+    std::unordered_map<uint64_t, Renamed> renamed = candidates(p, ctx);
+    if (renamed.empty()) return;
+    // The fill kernels, one per dtype and rank.
+    std::unordered_map<std::string, KernelHandle> fill_kernel;
+    for (auto& [id, r] : renamed) {
+      const std::string key = fill_kernel_ir(r.dtype, *ctx.extents(id));
+      if (fill_kernel.count(key)) continue;
+      Result<codegen::Kernel> k = codegen::parse(key);
+      if (!k.ok()) return;
+      Result<KernelHandle> h = ctx.sink.make(*k, /*keep_ir=*/true);
+      if (!h.ok()) return;  // the program keeps its fills
+      fill_kernel.emplace(key, *h);
+    }
+    // The twins: a lifetime k of n (k = 1 .. n after the k-th fill) lives in buffer (n - k) % 3,
+    // so the last is the caller's; before the first fill, the caller's.
+    for (auto& [id, r] : renamed) {
+      r.buffer[0] = r.current = id;
+      const size_t twins = std::min(kRing - 1, r.fills - 1);
+      for (size_t b = 1; b <= twins; ++b) {
+        r.buffer[b] = next_placeholder_++;
+        p.stashes.push_back({r.buffer[b], r.dtype, 0, *ctx.extents(id)});
+        ctx.alias(r.buffer[b], id);
+      }
+    }
+    std::vector<CapturedStep> out;
+    std::vector<uint32_t> launch_of;  // per launch of p.steps: its number in `out`
+    uint32_t launches = 0;
+    for (const CapturedStep& s : p.steps) {
+      if (s.launch) {
+        CapturedStep l = s;
+        for (Arg& a : l.args) {
+          if (a.kind != abi::ParamKind::kNdArray) continue;
+          auto it = renamed.find(a.array.id);
+          if (it != renamed.end()) a.array = runtime::NdArrayHandle{it->second.current};
+        }
+        launch_of.push_back(launches++);
+        out.push_back(std::move(l));
+        continue;
+      }
+      auto it = renamed.find(s.args[0].array.id);
+      if (it == renamed.end()) {
+        out.push_back(s);
+        continue;
+      }
+      Renamed& r = it->second;
+      r.current = r.buffer[(r.fills - ++r.seen) % kRing];
+      CapturedStep f;
+      f.kernel = fill_kernel.at(fill_kernel_ir(r.dtype, *ctx.extents(it->first)));
+      f.args = {Arg::ndarray(runtime::NdArrayHandle{r.current}), fill_value(r.dtype, s.value)};
+      ++launches;
+      out.push_back(std::move(f));
+    }
+    for (uint32_t& l : p.launch_index) l = launch_of[l];
+    p.steps = std::move(out);
+    p.renamed = renamed.size();
+  }
+
+  // Placeholder ids are array ids no ndarray has, unique for the session's life (the block
+  // pass's start at 2^62).
+  uint64_t next_placeholder_ = (uint64_t{1} << 62) + (uint64_t{1} << 61);
+};
+
+// The prune pass: launches whose every write is overwritten whole before anything reads it are
+// left out (dead_launches).
+class PrunePass final : public GraphPass {
+ public:
+  std::string name() const override { return "prune"; }
+  Stage stage() const override { return Stage::kRewrite; }
+
+  // Leaves out each launch whose every write is overwritten whole before anything reads it
+  // (dead_launches). A captured launch left out counts as merged into the launch after it: an
+  // update of its scalars runs the graph as captured (CompiledGraphs::unroll_numbering).
+  bool run(Program& p, PassContext& ctx) override {
+    if (!ctx.knows_dtypes()) return true;  // as rename: a step loop's plan keeps its launches
+    std::vector<size_t> pin_steps;
+    const std::vector<bool> dead = dead_launches(p.steps, ctx, &pin_steps);
+    if (std::find(dead.begin(), dead.end(), true) == dead.end()) return true;
+    std::vector<CapturedStep> out;
+    std::vector<uint32_t> launch_of;  // per launch of p.steps: the launch of `out` it maps to
+    std::vector<bool> dropped;        // per launch of p.steps
+    uint32_t kept = 0;
+    for (size_t i = 0; i < p.steps.size(); ++i) {
+      if (!p.steps[i].launch) {
+        out.push_back(std::move(p.steps[i]));
+        continue;
+      }
+      dropped.push_back(dead[i]);
+      launch_of.push_back(kept);  // a dropped launch: the next one kept
+      if (!dead[i]) {
+        ++kept;
+        out.push_back(std::move(p.steps[i]));
+      }
+    }
+    for (uint32_t& l : launch_of) l = std::min(l, kept - 1);  // kept >= 1: see dead_launches
+    for (size_t c = 0; c < p.launch_index.size(); ++c) {
+      const uint32_t l = p.launch_index[c];
+      p.merged[c] = p.merged[c] || dropped[l];
+      p.launch_index[c] = launch_of[l];
+    }
+    // Recompute's pairs and answers follow the launches (a dropped producer's pair pins the
+    // launch after it: conservative).
+    for (size_t& l : p.recompute_pins) l = launch_of[l];
+    std::vector<uint32_t> launch_at(p.steps.size(), 0);  // per step of a launch: its number
+    for (size_t i = 0, n = 0; i < p.steps.size(); ++i) launch_at[i] = p.steps[i].launch ? n++ : n;
+    for (size_t st : pin_steps) p.prune_pins.push_back(launch_of[launch_at[st]]);
+    if (!p.memo.empty()) {
+      ScheduleMemo memo;
+      for (size_t i = 0; i < p.steps.size() && i < p.memo.size(); ++i) {
+        if (!dead[i]) memo.push_back(std::move(p.memo[i]));
+      }
+      p.memo = std::move(memo);
+    }
+    p.steps = std::move(out);
+    p.dropped = static_cast<size_t>(std::count(dropped.begin(), dropped.end(), true));
+    p.any_merged = true;
+    return true;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<GraphPass> make_rename_pass() { return std::make_unique<RenamePass>(); }
+std::unique_ptr<GraphPass> make_prune_pass() { return std::make_unique<PrunePass>(); }
+
+}  // namespace vkad
