@@ -414,6 +414,16 @@ Result<GraphHandle> CompiledGraphs::install(GraphCompiler::PreparedRework& p, bo
   if (!p.any_rolled && p.blocked == 0) {
     Result<std::vector<runtime::LaunchOrigin>> o = core_.rt->graphs().graph_launch_origins(p.graph);
     if (o.ok() && o->size() == p.w.order.size()) origins = std::move(*o);
+  } else if (p.renumbered_only) {
+    // In the plan's numbering: a fill launch rename made has none, a launch prune left out
+    // none of its own.
+    Result<std::vector<runtime::LaunchOrigin>> o = core_.rt->graphs().graph_launch_origins(p.graph);
+    if (o.ok() && o->size() == p.roll_index.size()) {
+      origins.assign(p.w.order.size(), runtime::LaunchOrigin{});
+      for (size_t c = 0; c < o->size(); ++c) {
+        if (!p.rolled[c] && p.roll_index[c] < origins.size()) origins[p.roll_index[c]] = (*o)[c];
+      }
+    }
   }
   Result<GraphHandle> fused = instantiate_plan(p.w, p.name, &map, &p.relaxed, origins);
   *compiler_.compile_ms() += core_.rt->pipeline_create_ms() - created;

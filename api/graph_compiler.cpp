@@ -239,9 +239,10 @@ std::unique_ptr<GraphCompiler::PreparedRework> GraphCompiler::prepare_rework(
   p->stashes = std::move(program.stashes);
   p->recompute_pins = std::move(program.recompute_pins);
   p->pinned = std::move(program.pinned);
-  // Renaming turns fills into launches: the captured launches' numbering then goes through
-  // roll_index as a rolled graph's does (none of them is part of another).
-  p->any_rolled = program.any_merged || program.renamed > 0;
+  // Renaming turns fills into launches and prune leaves launches out: the captured launches'
+  // numbering then goes through roll_index as a rolled graph's does.
+  p->any_rolled = program.any_merged || program.renumbered;
+  p->renumbered_only = program.renumbered && !program.any_merged;
   p->any_recomputed = program.any_recomputed;
   p->reordered = program.reordered;
   p->relaxed = program.relaxed;

@@ -54,6 +54,7 @@ class GraphCompiler final : public KernelSink {
     std::vector<bool> rolled;          // Program::merged
     size_t blocked = 0;                // captured launches in blocked stencil dispatches
     size_t dropped = 0;                // captured launches left out (dead; graph/rename_pass.cpp)
+    bool renumbered_only = false;      // rename / prune changed the numbering, nothing merged
     // The blocked stencils' stashes (graph/stencil_blocking.h): `w.steps` names each by a
     // placeholder array id until materialize_stashes allocates it on the caller's thread.
     std::vector<StashNeed> stashes;

@@ -30,13 +30,20 @@ class SchedulePass final : public GraphPass {
 };
 
 // Within each stretch between fills of a scheduled plan, a launch of the shape of the one
-// before it, found among the next kPullWindow launches and conflicting with none of those it
-// passes, is moved up next to it: the schedule orders a level's launches by shape, so a chain's
-// next step may sit behind the other launches of its level (a controller that many steps
-// write, diffmpm's compute_actuation, between g2p(f) and p2g(f + 1)), where fusion, which
-// merges runs of consecutive launches, would not see it. Results are the launches' in capture
-// order: only launches that conflict with nothing they pass move. True where one moved.
+// before it, found among the next kPullWindow launches, that fuses with it and with neither of
+// its own neighbours and conflicts with none of the launches it passes, is moved up next to it: the
+// schedule orders a level's launches by shape, so a chain's next step may sit behind the other
+// launches of its level (a controller that many steps write, diffmpm's compute_actuation, between
+// g2p(f) and p2g(f + 1)), where fusion, which merges runs of consecutive launches, would not see
+// it. Results are the launches' in capture order: only launches that conflict with nothing they
+// pass move. True where one moved.
 constexpr size_t kPullWindow = 64;
+
+// Whether launches `a` then `b` fuse into one run (launch_fusion.h).
+bool fuse_pair(const codegen::FusionLaunch& a, const codegen::FusionLaunch& b) {
+  const codegen::FusionLaunch pair[] = {a, b};
+  return codegen::fusion_groups(pair, kMaxFusedArrays, kMaxFusedLaunches).size() == 1;
+}
 
 bool pull_successors(ReworkPlan& w) {
   std::vector<size_t> step_of;  // per launch in run order: its step
@@ -68,7 +75,11 @@ bool pull_successors(ReworkPlan& w) {
       if (j >= end || j >= i + 1 + kPullWindow) continue;
       bool free = true;
       for (size_t k = i + 1; k < j && free; ++k) free = !launches_conflict(w.sched[k], w.sched[j]);
-      if (free) move(j, i + 1);
+      if (free && fuse_pair(w.launches[i], w.launches[j]) &&
+          !fuse_pair(w.launches[j - 1], w.launches[j]) &&
+          (j + 1 >= end || !fuse_pair(w.launches[j], w.launches[j + 1]))) {
+        move(j, i + 1);
+      }
     }
   });
   return moved;

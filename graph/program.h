@@ -95,10 +95,13 @@ struct Program {
   std::vector<uint32_t> launch_index;
   std::vector<bool> merged;
   bool any_merged = false;
-  size_t blocked = 0;                  // captured launches in blocked stencil dispatches
-  std::vector<StashNeed> stashes;      // the blocked stencils' stashes, the renamed arrays' twins
-  size_t renamed = 0;                  // arrays whose lifetimes rename gave twins
-  size_t dropped = 0;                  // launches rename left out (dead: overwritten unread)
+  size_t blocked = 0;              // captured launches in blocked stencil dispatches
+  std::vector<StashNeed> stashes;  // the blocked stencils' stashes, the renamed arrays' twins
+  size_t renamed = 0;              // arrays whose lifetimes rename gave twins
+  size_t dropped = 0;              // captured launches prune left out (dead: overwritten unread)
+  // Launches added or left out (rename, prune) without merging any: the captured launches'
+  // numbering goes through launch_index.
+  bool renumbered = false;
   std::vector<size_t> recompute_pins;  // (consumer, producer) launch numbers after merging
   std::vector<size_t> prune_pins;      // launches whose rows a dropped launch relies on
   bool any_recomputed = false;
@@ -114,7 +117,7 @@ struct Program {
   // A program of `captured` steps: nothing decided yet.
   static Program of(std::vector<CapturedStep> captured);
   // Whether anything the install records differs from the steps as captured.
-  bool changed() const { return fused || reordered || relaxed || any_merged || renamed > 0; }
+  bool changed() const { return fused || reordered || relaxed || any_merged || renumbered; }
 };
 
 // What a pass may ask of the kernels, the device and the arrays.

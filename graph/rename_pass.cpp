@@ -175,7 +175,7 @@ bool rows_zero(const codegen::KernelAccess& acc, uint32_t param, size_t axis, co
 // of extent 1 at a launch-uniform row that is 0 with these arguments (one grid of DiffTaichi's
 // layout, `grid[g, i, j]`: the caller pins the launch's scalars, so an update that could move
 // the row runs the graph as captured).
-bool overwrites_whole(const CapturedStep& s, const codegen::Kernel& k,
+bool overwrites_whole(const CapturedStep& s, std::span<const codegen::WholeStore> whole,
                       const codegen::KernelAccess& acc, uint64_t array, const PassContext& ctx) {
   const std::vector<uint32_t>* shape = ctx.extents(array);
   if (shape == nullptr) return false;
@@ -186,7 +186,7 @@ bool overwrites_whole(const CapturedStep& s, const codegen::Kernel& k,
     param = static_cast<int>(a);
   }
   if (param < 0) return false;
-  for (const codegen::WholeStore& w : codegen::whole_stores(k)) {
+  for (const codegen::WholeStore& w : whole) {
     if (w.param != static_cast<uint32_t>(param) || w.axes.size() != shape->size()) continue;
     const adstack::SizeInputs sizes{[&](uint32_t) -> int64_t { return 0; },
                                     [&](uint32_t p, uint32_t d) -> int64_t {
@@ -218,6 +218,14 @@ bool overwrites_whole(const CapturedStep& s, const codegen::Kernel& k,
   }
   return false;
 }
+
+// What prune asks of each kernel once (a budgeted forward launches a few kernels thousands of
+// times): its whole stores, and whether it may be left out (only_writes).
+struct KernelFacts {
+  std::vector<codegen::WholeStore> whole;
+  bool only_writes = false;
+};
+using FactsCache = std::unordered_map<uint64_t, KernelFacts>;
 
 // The arrays step `s` touches: a fill its array; a launch the arrays at the parameters its
 // kernel accesses (gather recompute's kernels keep the producer's unread parameters), every
@@ -255,37 +263,43 @@ NextTouch next_touches(std::span<const CapturedStep> steps, const PassContext& c
   return next;
 }
 
+// The facts of launch `s`'s kernel (null where vkad has no IR of it); may it be left out for
+// what it does: a kernel vkad compiled, without adstacks, print or assert.
+const KernelFacts* kernel_facts(const CapturedStep& s, const PassContext& ctx, FactsCache& facts) {
+  auto [it, fresh] = facts.try_emplace(s.kernel.id);
+  if (fresh) {
+    const std::shared_ptr<const codegen::Kernel>& k = ctx.catalog.ir(s.kernel.id);
+    if (!k || k->params.size() != s.args.size()) {
+      facts.erase(it);
+      return nullptr;
+    }
+    it->second.whole = codegen::whole_stores(*k);
+    bool effects = ctx.catalog.adstack(s.kernel.id) || !ctx.catalog.access(s.kernel.id);
+    codegen::for_each_stmt(*k, [&](const codegen::Stmt& st) {
+      effects = effects || st.op == codegen::Op::kPrint || st.op == codegen::Op::kAssert;
+    });
+    it->second.only_writes = !effects;
+  }
+  return &it->second;
+}
+
 // Whether step `j` overwrites every element of `array` (a fill of it, or overwrites_whole);
 // `pins` gets a launch's step.
 bool overwritten_at(std::span<const CapturedStep> steps, size_t j, uint64_t array,
-                    const PassContext& ctx, std::vector<size_t>* pins) {
+                    const PassContext& ctx, FactsCache& facts, std::vector<size_t>* pins) {
   const CapturedStep& t = steps[j];
   if (!t.launch) return !t.args.empty() && t.args[0].array.id == array;
-  const std::shared_ptr<const codegen::Kernel>& k = ctx.catalog.ir(t.kernel.id);
+  const KernelFacts* f = kernel_facts(t, ctx, facts);
   const std::shared_ptr<const codegen::KernelAccess>& acc = ctx.catalog.access(t.kernel.id);
-  if (!k || !acc || k->params.size() != t.args.size()) return false;
-  if (!overwrites_whole(t, *k, *acc, array, ctx)) return false;
+  if (f == nullptr || !acc || !overwrites_whole(t, f->whole, *acc, array, ctx)) return false;
   pins->push_back(j);
   return true;
-}
-
-// Whether launch step `i` may be left out for what it does: a kernel vkad compiled, without
-// adstacks, print or assert.
-bool only_writes(const CapturedStep& s, const PassContext& ctx) {
-  if (ctx.catalog.adstack(s.kernel.id) || !ctx.catalog.access(s.kernel.id)) return false;
-  const std::shared_ptr<const codegen::Kernel>& k = ctx.catalog.ir(s.kernel.id);
-  if (!k || k->params.size() != s.args.size()) return false;
-  bool effects = false;
-  codegen::for_each_stmt(*k, [&](const codegen::Stmt& st) {
-    effects = effects || st.op == codegen::Op::kPrint || st.op == codegen::Op::kAssert;
-  });
-  return !effects;
 }
 
 // Whether every array launch step `i` writes is overwritten whole by the next step touching it
 // (`pins` gets those steps; left as it was where not).
 bool writes_overwritten(std::span<const CapturedStep> steps, size_t i, const NextTouch& next,
-                        const PassContext& ctx, std::vector<size_t>* pins) {
+                        const PassContext& ctx, FactsCache& facts, std::vector<size_t>* pins) {
   const CapturedStep& s = steps[i];
   const size_t pinned = pins->size();
   bool any_write = false;
@@ -301,7 +315,7 @@ bool writes_overwritten(std::span<const CapturedStep> steps, size_t i, const Nex
         if (id == s.args[pa.param].array.id) j = n;
       }
     }
-    if (j == SIZE_MAX || !overwritten_at(steps, j, s.args[pa.param].array.id, ctx, pins)) {
+    if (j == SIZE_MAX || !overwritten_at(steps, j, s.args[pa.param].array.id, ctx, facts, pins)) {
       pins->resize(pinned);
       return false;
     }
@@ -311,7 +325,7 @@ bool writes_overwritten(std::span<const CapturedStep> steps, size_t i, const Nex
 
 // Per step: a launch whose every write is overwritten whole before anything reads it -- the
 // next step that touches each array it writes is a fill of that array, or a launch that stores
-// every element of it (overwrites_whole) -- and that does nothing else (only_writes). The last
+// every element of it (overwrites_whole) -- and that does nothing else (kernel_facts). The last
 // launch touching an array is never dead: what it leaves is what the caller reads; nor the
 // last launch left. A checkpointed tape's forward without copies repeats such a launch every
 // step (grid_op writing the one grid_v_out that g2p recomputes: diffmpm in a memory budget).
@@ -323,9 +337,12 @@ std::vector<bool> dead_launches(std::span<const CapturedStep> steps, const PassC
   const NextTouch next = next_touches(steps, ctx);
   size_t launches = 0, dropped = 0;
   for (const CapturedStep& s : steps) launches += s.launch ? 1 : 0;
+  FactsCache facts;
   for (size_t i = 0; i < steps.size(); ++i) {
-    if (!steps[i].launch || dropped + 1 >= launches || !only_writes(steps[i], ctx)) continue;
-    if (writes_overwritten(steps, i, next, ctx, pins)) {
+    if (!steps[i].launch || dropped + 1 >= launches) continue;
+    const KernelFacts* f = kernel_facts(steps[i], ctx, facts);
+    if (f == nullptr || !f->only_writes) continue;
+    if (writes_overwritten(steps, i, next, ctx, facts, pins)) {
       dead[i] = true;
       ++dropped;
     }
@@ -403,6 +420,7 @@ class RenamePass final : public GraphPass {
     for (uint32_t& l : p.launch_index) l = launch_of[l];
     p.steps = std::move(out);
     p.renamed = renamed.size();
+    p.renumbered = true;
   }
 
   // Placeholder ids are array ids no ndarray has, unique for the session's life (the block
@@ -425,6 +443,8 @@ class PrunePass final : public GraphPass {
     std::vector<size_t> pin_steps;
     const std::vector<bool> dead = dead_launches(p.steps, ctx, &pin_steps);
     if (std::find(dead.begin(), dead.end(), true) == dead.end()) return true;
+    std::vector<uint32_t> launch_at(p.steps.size(), 0);  // per launch step: its launch number
+    for (size_t i = 0, n = 0; i < p.steps.size(); ++i) launch_at[i] = p.steps[i].launch ? n++ : n;
     std::vector<CapturedStep> out;
     std::vector<uint32_t> launch_of;  // per launch of p.steps: the launch of `out` it maps to
     std::vector<bool> dropped;        // per launch of p.steps
@@ -442,17 +462,27 @@ class PrunePass final : public GraphPass {
       }
     }
     for (uint32_t& l : launch_of) l = std::min(l, kept - 1);  // kept >= 1: see dead_launches
+    size_t newly = 0;  // captured launches left out here (a fill launch rename made is none)
     for (size_t c = 0; c < p.launch_index.size(); ++c) {
       const uint32_t l = p.launch_index[c];
+      newly += !p.merged[c] && dropped[l] ? 1 : 0;
       p.merged[c] = p.merged[c] || dropped[l];
       p.launch_index[c] = launch_of[l];
     }
-    // Recompute's pairs and answers follow the launches (a dropped producer's pair pins the
-    // launch after it: conservative).
-    for (size_t& l : p.recompute_pins) l = launch_of[l];
-    std::vector<uint32_t> launch_at(p.steps.size(), 0);  // per step of a launch: its number
-    for (size_t i = 0, n = 0; i < p.steps.size(); ++i) launch_at[i] = p.steps[i].launch ? n++ : n;
-    for (size_t st : pin_steps) p.prune_pins.push_back(launch_of[launch_at[st]]);
+    // Recompute's pairs follow their launches; a member left out stands for the other (its own
+    // scalars are pinned as a merged launch's), so no unrelated launch gets pinned.
+    for (size_t k = 0; k + 1 < p.recompute_pins.size(); k += 2) {
+      size_t& a = p.recompute_pins[k];
+      size_t& b = p.recompute_pins[k + 1];
+      const bool da = dropped[a], db = dropped[b];
+      a = launch_of[a];
+      b = launch_of[b];
+      if (da && !db) a = b;
+      if (db && !da) b = a;
+    }
+    for (size_t st : pin_steps) {
+      if (!dead[st]) p.prune_pins.push_back(launch_of[launch_at[st]]);
+    }
     if (!p.memo.empty()) {
       ScheduleMemo memo;
       for (size_t i = 0; i < p.steps.size() && i < p.memo.size(); ++i) {
@@ -461,8 +491,8 @@ class PrunePass final : public GraphPass {
       p.memo = std::move(memo);
     }
     p.steps = std::move(out);
-    p.dropped = static_cast<size_t>(std::count(dropped.begin(), dropped.end(), true));
-    p.any_merged = true;
+    p.dropped += newly;
+    p.renumbered = true;
     return true;
   }
 };
