@@ -2,8 +2,10 @@
 // the install then drops the barriers no shared array needs) and fuse (runs of element-wise
 // launches of one range into one kernel each, and the zero fills those make redundant).
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "graph/graph_passes.h"
 #include "graph/stencil_blocking.h"
@@ -39,13 +41,56 @@ class SchedulePass final : public GraphPass {
 // pass move. True where one moved.
 constexpr size_t kPullWindow = 64;
 
-// Whether launches `a` then `b` fuse into one run (launch_fusion.h).
-bool fuse_pair(const codegen::FusionLaunch& a, const codegen::FusionLaunch& b) {
-  const codegen::FusionLaunch pair[] = {a, b};
-  return codegen::fusion_groups(pair, kMaxFusedArrays, kMaxFusedLaunches).size() == 1;
-}
+// Whether launches `a` then `b` (shapes `sa`, `sb`: graph_schedule.h) fuse into one run
+// (launch_fusion.h). Asked of thousands of pairs of a few kernels in a budgeted forward, so
+// answers are kept by what decides them: the two kernels, which of their parameters share an
+// array and whether those accesses' rows are equal.
+class FusePairs {
+ public:
+  bool operator()(const codegen::FusionLaunch& a, uint64_t sa, const codegen::FusionLaunch& b,
+                  uint64_t sb) {
+    if (sa == 0 || sa != sb) return false;  // another range, box or workgroup: never
+    key_.assign({reinterpret_cast<uintptr_t>(a.kernel), reinterpret_cast<uintptr_t>(b.kernel)});
+    const codegen::FusionLaunch* l[] = {&a, &b};
+    for (int x = 0; x < 2; ++x) {
+      for (size_t p = 0; p < l[x]->arrays.size(); ++p) {
+        if (l[x]->arrays[p] == 0) continue;
+        for (int y = x; y < 2; ++y) {
+          for (size_t q = y == x ? p + 1 : 0; q < l[y]->arrays.size(); ++q) {
+            if (l[y]->arrays[q] != l[x]->arrays[p]) continue;
+            // Rows: both known and equal, both known and different, or one unknown.
+            const int64_t any = codegen::FusionLaunch::kAnyRow;
+            const int64_t rp = p < l[x]->rows.size() ? l[x]->rows[p] : any;
+            const int64_t rq = q < l[y]->rows.size() ? l[y]->rows[q] : any;
+            const uintptr_t rows = rp == any || rq == any ? 2 : rp == rq ? 1 : 0;
+            key_.insert(key_.end(), {static_cast<uintptr_t>(x * 4096 + p),
+                                     static_cast<uintptr_t>(y * 4096 + q), rows});
+          }
+        }
+      }
+    }
+    auto it = memo_.find(key_);
+    if (it != memo_.end()) return it->second;
+    const codegen::FusionLaunch pair[] = {a, b};
+    const bool fuses = codegen::fusion_groups(pair, kMaxFusedArrays, kMaxFusedLaunches).size() == 1;
+    memo_.emplace(key_, fuses);
+    return fuses;
+  }
+
+ private:
+  struct Hash {
+    size_t operator()(const std::vector<uintptr_t>& v) const {
+      size_t h = 0;
+      for (uintptr_t x : v) h = (h ^ std::hash<uintptr_t>{}(x)) * 0x100000001B3ull;
+      return h;
+    }
+  };
+  std::vector<uintptr_t> key_;
+  std::unordered_map<std::vector<uintptr_t>, bool, Hash> memo_;
+};
 
 bool pull_successors(ReworkPlan& w) {
+  FusePairs fuse_pair;
   std::vector<size_t> step_of;  // per launch in run order: its step
   for (size_t i = 0; i < w.steps.size(); ++i) {
     if (w.steps[i].launch) step_of.push_back(i);
@@ -75,9 +120,10 @@ bool pull_successors(ReworkPlan& w) {
       if (j >= end || j >= i + 1 + kPullWindow) continue;
       bool free = true;
       for (size_t k = i + 1; k < j && free; ++k) free = !launches_conflict(w.sched[k], w.sched[j]);
-      if (free && fuse_pair(w.launches[i], w.launches[j]) &&
-          !fuse_pair(w.launches[j - 1], w.launches[j]) &&
-          (j + 1 >= end || !fuse_pair(w.launches[j], w.launches[j + 1]))) {
+      auto fuse = [&](size_t x, size_t y) {
+        return fuse_pair(w.launches[x], w.sched[x].shape, w.launches[y], w.sched[y].shape);
+      };
+      if (free && fuse(i, j) && !fuse(j - 1, j) && (j + 1 >= end || !fuse(j, j + 1))) {
         move(j, i + 1);
       }
     }
