@@ -50,7 +50,17 @@ class FusePairs {
   bool operator()(const codegen::FusionLaunch& a, uint64_t sa, const codegen::FusionLaunch& b,
                   uint64_t sb) {
     if (sa == 0 || sa != sb) return false;  // another range, box or workgroup: never
-    key_.assign({reinterpret_cast<uintptr_t>(a.kernel), reinterpret_cast<uintptr_t>(b.kernel)});
+    // The kernels and ranges (the shape is a hash of the ranges: equal ones are compared).
+    key_.assign({reinterpret_cast<uintptr_t>(a.kernel), reinterpret_cast<uintptr_t>(b.kernel),
+                 static_cast<uintptr_t>(a.begin), static_cast<uintptr_t>(a.end),
+                 static_cast<uintptr_t>(b.begin), static_cast<uintptr_t>(b.end)});
+    for (const codegen::FusionLaunch* l : {&a, &b}) {
+      for (const auto& [lo, hi] : l->dims) {
+        key_.push_back(static_cast<uintptr_t>(lo));
+        key_.push_back(static_cast<uintptr_t>(hi));
+      }
+      key_.push_back(UINTPTR_MAX);
+    }
     const codegen::FusionLaunch* l[] = {&a, &b};
     for (int x = 0; x < 2; ++x) {
       for (size_t p = 0; p < l[x]->arrays.size(); ++p) {
@@ -58,11 +68,13 @@ class FusePairs {
         for (int y = x; y < 2; ++y) {
           for (size_t q = y == x ? p + 1 : 0; q < l[y]->arrays.size(); ++q) {
             if (l[y]->arrays[q] != l[x]->arrays[p]) continue;
-            // Rows: both known and equal, both known and different, or one unknown.
+            // Rows: both known, equal or not; else which of them is unknown (a parameter a
+            // kernel never accesses has none, and fusion notes no row for it).
             const int64_t any = codegen::FusionLaunch::kAnyRow;
             const int64_t rp = p < l[x]->rows.size() ? l[x]->rows[p] : any;
             const int64_t rq = q < l[y]->rows.size() ? l[y]->rows[q] : any;
-            const uintptr_t rows = rp == any || rq == any ? 2 : rp == rq ? 1 : 0;
+            const uintptr_t rows = (rp == any ? 2 : 0) + (rq == any ? 4 : 0) +
+                                   (rp != any && rq != any && rp == rq ? 1 : 0);
             key_.insert(key_.end(), {static_cast<uintptr_t>(x * 4096 + p),
                                      static_cast<uintptr_t>(y * 4096 + q), rows});
           }

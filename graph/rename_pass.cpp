@@ -473,7 +473,7 @@ class PrunePass final : public GraphPass {
       p.launch_index[c] = launch_of[l];
     }
     // Recompute's pairs follow their launches; a member left out stands for the other (its own
-    // scalars are pinned as a merged launch's), so no unrelated launch gets pinned.
+    // scalars are pinned as a merged launch's), so no unrelated launch gets pinned for it.
     for (size_t k = 0; k + 1 < p.recompute_pins.size(); k += 2) {
       size_t& a = p.recompute_pins[k];
       size_t& b = p.recompute_pins[k + 1];
@@ -482,6 +482,7 @@ class PrunePass final : public GraphPass {
       b = launch_of[b];
       if (da && !db) a = b;
       if (db && !da) b = a;
+      // Both left out: the launch after them pinned (conservative; none of theirs runs).
     }
     for (size_t st : pin_steps) {
       if (!dead[st]) p.prune_pins.push_back(launch_of[launch_at[st]]);
