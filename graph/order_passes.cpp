@@ -75,8 +75,8 @@ class FusePairs {
             const int64_t rq = q < l[y]->rows.size() ? l[y]->rows[q] : any;
             const uintptr_t rows = (rp == any ? 2 : 0) + (rq == any ? 4 : 0) +
                                    (rp != any && rq != any && rp == rq ? 1 : 0);
-            key_.insert(key_.end(), {static_cast<uintptr_t>(x * 4096 + p),
-                                     static_cast<uintptr_t>(y * 4096 + q), rows});
+            key_.insert(key_.end(),
+                        {static_cast<uintptr_t>(x), p, static_cast<uintptr_t>(y), q, rows});
           }
         }
       }
