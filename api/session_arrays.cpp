@@ -5,6 +5,7 @@
 
 #include "api/session.h"
 #include "api/session_core.h"
+#include "ir/text.h"
 #include "runtime/graphs.h"
 #include "runtime/runtime.h"
 
@@ -13,28 +14,15 @@ namespace vkad {
 namespace {
 
 // A copy kernel's IR: `dst[i...] = src[i...]` over every element of two arrays of `dtype` and
-// `rank`, an N-d task over the first three axes (serial loops over the rest, innermost last).
+// `rank`.
 std::string copy_kernel_ir(DType dtype, uint32_t rank) {
   const std::string t = runtime::dtype_name(dtype), r = std::to_string(rank);
-  std::string ir = "kernel vkad_copy_" + t + "_" + r + "(src: ndarray<" + t + ", " + r +
-                   ">, dst: ndarray<" + t + ", " + r + ">) {\n  task copy parallel ";
-  std::string index, close;
-  for (uint32_t a = 0; a < rank; ++a) index += (a ? ", %i" : "%i") + std::to_string(a);
-  for (uint32_t a = 0; a < std::min(rank, 3u); ++a) {
-    ir +=
-        (a ? ", %i" : "%i") + std::to_string(a) + " in [0, shape(src, " + std::to_string(a) + "))";
-  }
-  ir += " {\n";
-  if (rank > 3) ir += "    %zero = const 0 : i32\n";
-  for (uint32_t a = 3; a < rank; ++a) {
-    const std::string n = std::to_string(a);
-    ir += "    %n" + n + " = shape src " + n + " : i32\n    for %i" + n + " in [%zero, %n" + n +
-          ") {\n";
-    close += "    }\n";
-  }
-  ir += "    %v = load src[" + index + "] : " + t + "\n    store dst[" + index + "], %v\n" + close +
-        "  }\n}\n";
-  return ir;
+  const std::string array = "ndarray<" + t + ", " + r + ">";
+  return codegen::whole_array_kernel_text(
+      "vkad_copy_" + t + "_" + r, "src: " + array + ", dst: " + array, "copy", "src", rank, "",
+      [&](const std::string& index) {
+        return "    %v = load src[" + index + "] : " + t + "\n    store dst[" + index + "], %v\n";
+      });
 }
 
 }  // namespace

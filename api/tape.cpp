@@ -1031,45 +1031,6 @@ bool in_place(bool copied, uint64_t a, std::unordered_map<uint64_t, bool>* read)
 
 }  // namespace
 
-namespace {
-
-// Whether one axis of a whole store covers extent `e` at a launch (Tape::overwrites_whole):
-// `end` the evaluated task range's end, `rows_zero` whether every access's launch-uniform row
-// on the axis is 0.
-bool axis_covers(const codegen::WholeStore::Axis& axis, int64_t e, std::optional<int64_t> end,
-                 bool rows_zero) {
-  switch (axis.kind) {
-    case codegen::WholeStore::Axis::Kind::kTaskDim: return end == e;
-    case codegen::WholeStore::Axis::Kind::kConst:
-      if (static_cast<int64_t>(axis.consts.size()) != e) return false;
-      for (int64_t i = 0; i < e; ++i) {
-        if (axis.consts[static_cast<size_t>(i)] != i) return false;
-      }
-      return true;
-    case codegen::WholeStore::Axis::Kind::kUniform: return e == 1 && rows_zero;
-  }
-  return false;
-}
-
-// Whether every access of `param` in `access` has launch-uniform row 0 on `axis`.
-bool rows_zero(const codegen::KernelAccess* access, uint32_t param, size_t axis,
-               const codegen::UniformInputs& in) {
-  if (access == nullptr) return false;
-  for (const codegen::ParamAccess& pa : access->params) {
-    if (pa.param != param) continue;
-    for (const codegen::ArrayAccess& acc : pa.accesses) {
-      if (axis >= acc.rows.size() || acc.rows[axis] == codegen::ArrayAccess::kNotUniform) {
-        return false;
-      }
-      std::optional<uint32_t> v = codegen::evaluate(access->exprs[acc.rows[axis]], in);
-      if (!v || *v != 0) return false;
-    }
-  }
-  return true;
-}
-
-}  // namespace
-
 bool Tape::overwrites_whole(const Record& r, std::span<const Arg> args, uint64_t array) const {
   const std::vector<codegen::WholeStore>* whole = session_->whole_stores(r.forward);
   if (whole == nullptr) return false;
@@ -1092,19 +1053,11 @@ bool Tape::overwrites_whole(const Record& r, std::span<const Arg> args, uint64_t
       scalar, [&](uint32_t p, uint32_t d) -> int64_t { return extent(p, d).value_or(0); }};
   const codegen::UniformInputs rows{scalar, extent};
   const std::shared_ptr<const codegen::KernelAccess> access = session_->launch_access(r.forward);
-  for (size_t a = 0; a < w->axes.size(); ++a) {
-    const codegen::WholeStore::Axis& axis = w->axes[a];
-    const bool task_dim = axis.kind == codegen::WholeStore::Axis::Kind::kTaskDim;
-    std::optional<int64_t> end;
-    if (task_dim) {
-      Result<int64_t> e = adstack::evaluate(axis.end, sizes);
-      if (e.ok()) end = *e;
-    }
-    const bool zero = axis.kind == codegen::WholeStore::Axis::Kind::kUniform &&
-                      rows_zero(access.get(), w->param, a, rows);
-    if (!axis_covers(axis, (*shape)[a], end, zero)) return false;
-  }
-  return true;
+  auto end_of = [&](const adstack::SizeExpr& e) -> std::optional<int64_t> {
+    Result<int64_t> v = adstack::evaluate(e, sizes);
+    return v.ok() ? std::optional<int64_t>(*v) : std::nullopt;
+  };
+  return codegen::whole_store_covers(*w, *shape, end_of, access.get(), rows);
 }
 
 Status Tape::leaf_slots(size_t first, size_t last,

@@ -52,50 +52,34 @@ std::string fill_kernel_ir(DType dtype, const std::vector<uint32_t>& shape) {
   const uint32_t rank = static_cast<uint32_t>(shape.size());
   uint64_t rest = 1;
   for (uint32_t a = 3; a < rank; ++a) rest *= shape[a];
-  const bool unrolled = rest <= kMaxUnrolled;
+  const bool unrolled = rank > 3 && rest <= kMaxUnrolled;
   const std::string t = runtime::dtype_name(dtype), r = std::to_string(rank);
   std::string name = "vkad_fill_" + t + "_" + r;
-  if (rank > 3 && unrolled) {
-    for (uint32_t a = 3; a < rank; ++a) name += "_" + std::to_string(shape[a]);
-  }
-  std::string ir = "kernel " + name + "(dst: ndarray<" + t + ", " + r + ">, value: " + t +
-                   ") {\n  task fill parallel ";
-  for (uint32_t a = 0; a < std::min(rank, 3u); ++a) {
-    ir +=
-        (a ? ", %i" : "%i") + std::to_string(a) + " in [0, shape(dst, " + std::to_string(a) + "))";
-  }
-  ir += " {\n    %v = arg value : " + t + "\n";
-  std::string lead;  // the task's indices
-  for (uint32_t a = 0; a < std::min(rank, 3u); ++a) lead += (a ? ", %i" : "%i") + std::to_string(a);
-  if (rank <= 3) return ir + "    store dst[" + lead + "], %v\n  }\n}\n";
-  if (unrolled) {
-    // Every index of the trailing axes, the last fastest.
+  for (uint32_t a = 3; unrolled && a < rank; ++a) name += "_" + std::to_string(shape[a]);
+  // Unrolled: the task's indices, then every index of the trailing axes (the last fastest).
+  auto stores = [&](const std::string& lead) {
+    std::string out;
     std::vector<uint32_t> at(rank - 3, 0);
     for (uint64_t e = 0; e < rest; ++e) {
       std::string index = lead;
       for (size_t k = 0; k < at.size(); ++k) {
         const std::string c = "%c" + std::to_string(e) + "_" + std::to_string(k);
-        ir += "    " + c + " = const " + std::to_string(at[k]) + " : i32\n";
+        out += "    " + c + " = const " + std::to_string(at[k]) + " : i32\n";
         index += ", " + c;
       }
-      ir += "    store dst[" + index + "], %v\n";
+      out += "    store dst[" + index + "], %v\n";
       for (size_t k = at.size(); k-- > 0;) {
         if (++at[k] < shape[3 + k]) break;
         at[k] = 0;
       }
     }
-    return ir + "  }\n}\n";
-  }
-  std::string index = lead, close;
-  ir += "    %zero = const 0 : i32\n";
-  for (uint32_t a = 3; a < rank; ++a) {
-    const std::string n = std::to_string(a);
-    ir += "    %n" + n + " = shape dst " + n + " : i32\n    for %i" + n + " in [%zero, %n" + n +
-          ") {\n";
-    index += ", %i" + n;
-    close += "    }\n";
-  }
-  return ir + "    store dst[" + index + "], %v\n" + close + "  }\n}\n";
+    return out;
+  };
+  return codegen::whole_array_kernel_text(
+      name, "dst: ndarray<" + t + ", " + r + ">, value: " + t, "fill", "dst", unrolled ? 3 : rank,
+      "    %v = arg value : " + t + "\n", [&](const std::string& index) {
+        return unrolled ? stores(index) : "    store dst[" + index + "], %v\n";
+      });
 }
 
 Arg fill_value(DType t, double v) {
@@ -156,22 +140,6 @@ bool scalar_free(const adstack::SizeExpr& e) {
   return true;
 }
 
-// Whether every access of parameter `param` in `acc` has launch-uniform row 0 on `axis` with
-// launch `s`'s arguments.
-bool rows_zero(const codegen::KernelAccess& acc, uint32_t param, size_t axis, const CapturedStep& s,
-               const PassContext& ctx) {
-  const codegen::UniformInputs in = ctx.launch_inputs(s);
-  for (const codegen::ParamAccess& pa : acc.params) {
-    if (pa.param != param) continue;
-    for (const codegen::ArrayAccess& a : pa.accesses) {
-      if (axis >= a.rows.size() || a.rows[axis] == codegen::ArrayAccess::kNotUniform) return false;
-      std::optional<uint32_t> v = codegen::evaluate(acc.exprs[a.rows[axis]], in);
-      if (!v || *v != 0) return false;
-    }
-  }
-  return true;
-}
-
 // Whether launch `s` (kernel `k`, accesses `acc`) stores every element of `array` and touches
 // it no other way: a whole store (ir/launch_access.h) at the array's only parameter whose axes
 // are task dimensions over the extent by sizes without scalars, constants 0 .. E-1, or an axis
@@ -189,35 +157,19 @@ bool overwrites_whole(const CapturedStep& s, std::span<const codegen::WholeStore
     param = static_cast<int>(a);
   }
   if (param < 0) return false;
+  const codegen::ExtentOf extent = ctx.extents_in(s.args);
+  const adstack::SizeInputs sizes{
+      [](uint32_t) -> int64_t { return 0; },
+      [&](uint32_t p, uint32_t d) { return extent(p, d).value_or(-1); }};
+  // Task-dimension ends by sizes without scalars: an update cannot shrink the store.
+  auto end_of = [&](const adstack::SizeExpr& e) -> std::optional<int64_t> {
+    if (!scalar_free(e)) return std::nullopt;
+    Result<int64_t> v = adstack::evaluate(e, sizes);
+    return v.ok() ? std::optional<int64_t>(*v) : std::nullopt;
+  };
   for (const codegen::WholeStore& w : whole) {
-    if (w.param != static_cast<uint32_t>(param) || w.axes.size() != shape->size()) continue;
-    const adstack::SizeInputs sizes{[&](uint32_t) -> int64_t { return 0; },
-                                    [&](uint32_t p, uint32_t d) -> int64_t {
-                                      const codegen::ExtentOf e = ctx.extents_in(s.args);
-                                      return e(p, d).value_or(-1);
-                                    }};
-    for (size_t a = 0; a < w.axes.size(); ++a) {
-      const codegen::WholeStore::Axis& axis = w.axes[a];
-      const int64_t e = (*shape)[a];
-      switch (axis.kind) {
-        case codegen::WholeStore::Axis::Kind::kTaskDim: {
-          if (!scalar_free(axis.end)) return false;
-          Result<int64_t> end = adstack::evaluate(axis.end, sizes);
-          if (!end.ok() || *end != e) return false;
-          break;
-        }
-        case codegen::WholeStore::Axis::Kind::kConst:
-          if (static_cast<int64_t>(axis.consts.size()) != e) return false;
-          for (int64_t i = 0; i < e; ++i) {
-            if (axis.consts[static_cast<size_t>(i)] != i) return false;
-          }
-          break;
-        case codegen::WholeStore::Axis::Kind::kUniform:
-          if (e != 1 || !rows_zero(acc, w.param, a, s, ctx)) return false;
-          break;
-      }
-    }
-    return true;
+    if (w.param == static_cast<uint32_t>(param))
+      return codegen::whole_store_covers(w, *shape, end_of, &acc, ctx.launch_inputs(s));
   }
   return false;
 }

@@ -653,4 +653,47 @@ std::vector<WholeStore> whole_stores(const Kernel& k) {
   return out;
 }
 
+namespace {
+
+// Whether every access of `param` in `access` has launch-uniform row 0 on `axis`.
+bool rows_zero(const KernelAccess* access, uint32_t param, size_t axis, const UniformInputs& in) {
+  if (access == nullptr) return false;
+  for (const ParamAccess& pa : access->params) {
+    if (pa.param != param) continue;
+    for (const ArrayAccess& acc : pa.accesses) {
+      if (axis >= acc.rows.size() || acc.rows[axis] == ArrayAccess::kNotUniform) return false;
+      std::optional<uint32_t> v = evaluate(access->exprs[acc.rows[axis]], in);
+      if (!v || *v != 0) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool whole_store_covers(const WholeStore& w, std::span<const uint32_t> shape,
+                        const std::function<std::optional<int64_t>(const SizeExpr&)>& end_of,
+                        const KernelAccess* access, const UniformInputs& rows) {
+  if (shape.size() != w.axes.size()) return false;
+  for (size_t a = 0; a < w.axes.size(); ++a) {
+    const WholeStore::Axis& axis = w.axes[a];
+    const int64_t e = shape[a];
+    switch (axis.kind) {
+      case WholeStore::Axis::Kind::kTaskDim:
+        if (end_of(axis.end) != e) return false;
+        break;
+      case WholeStore::Axis::Kind::kConst:
+        if (static_cast<int64_t>(axis.consts.size()) != e) return false;
+        for (int64_t i = 0; i < e; ++i) {
+          if (axis.consts[static_cast<size_t>(i)] != i) return false;
+        }
+        break;
+      case WholeStore::Axis::Kind::kUniform:
+        if (e != 1 || !rows_zero(access, w.param, a, rows)) return false;
+        break;
+    }
+  }
+  return true;
+}
+
 }  // namespace vkad::codegen

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -115,6 +116,15 @@ struct WholeStore {
 };
 // `k` must verify. Pure.
 std::vector<WholeStore> whole_stores(const Kernel& k);
+
+// Whether whole store `w` of a launch covers every element of an array of extents `shape`:
+// per axis, a task dimension whose range end (`end_of`: its value at the launch, nullopt where
+// it does not evaluate) is the extent, constants 0 .. E-1 together, or an extent of 1 at which
+// every access of the parameter in `access` (null: unknown) has launch-uniform row 0 with
+// `rows`. What a checkpointed tape (api/tape.h) and the prune graph pass ask.
+bool whole_store_covers(const WholeStore& w, std::span<const uint32_t> shape,
+                        const std::function<std::optional<int64_t>(const SizeExpr&)>& end_of,
+                        const KernelAccess* access, const UniformInputs& rows);
 
 // The ndarray parameters of `k` whose loaded values it uses: a load whose result reaches,
 // through any chain of operations, a store or atomic, a local or shared store, a stack

@@ -1,5 +1,6 @@
 #include "ir/text.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cfloat>
@@ -1001,6 +1002,28 @@ class Parser : public TermParser {
 Result<Kernel> parse(const std::string& text) {
   Parser p(text);
   return p.kernel();
+}
+
+std::string whole_array_kernel_text(const std::string& name, const std::string& params,
+                                    const std::string& task, const std::string& array,
+                                    uint32_t axes, const std::string& prologue,
+                                    const std::function<std::string(const std::string&)>& body) {
+  std::string ir = "kernel " + name + "(" + params + ") {\n  task " + task + " parallel ";
+  std::string index, close;
+  for (uint32_t a = 0; a < axes; ++a) index += (a ? ", %i" : "%i") + std::to_string(a);
+  for (uint32_t a = 0; a < std::min(axes, 3u); ++a) {
+    ir += (a ? ", %i" : "%i") + std::to_string(a) + " in [0, shape(" + array + ", " +
+          std::to_string(a) + "))";
+  }
+  ir += " {\n" + prologue;
+  if (axes > 3) ir += "    %zero = const 0 : i32\n";
+  for (uint32_t a = 3; a < axes; ++a) {
+    const std::string n = std::to_string(a);
+    ir += "    %n" + n + " = shape " + array + " " + n + " : i32\n    for %i" + n +
+          " in [%zero, %n" + n + ") {\n";
+    close += "    }\n";
+  }
+  return ir + body(index) + close + "  }\n}\n";
 }
 
 }  // namespace vkad::codegen

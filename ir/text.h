@@ -21,6 +21,8 @@
 // print_stmt prints it too, so every error that quotes a statement says where it was written.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
 #include "base/status.h"
@@ -38,5 +40,15 @@ std::string print_size(const Kernel& k, const SizeExpr& e);
 // kInvalidArgument "line L, column C: <what was expected>, got '<token>'" on a syntax error.
 // The result is not verified; run verify() on it.
 Result<Kernel> parse(const std::string& text);
+
+// The text of a kernel `name(params)` of one parallel task `task` that visits every element of
+// ndarray parameter `array` over its first `axes` axes: an N-d task over the first three, serial
+// loops over the rest (innermost last); `prologue` opens the task's body, `body(index)` gives
+// the statements for the element at `index` ("%i0, %i1, ..."). The session's copy kernels
+// (api/session_arrays.cpp) and the rename pass's fill kernels (graph/rename_pass.cpp).
+std::string whole_array_kernel_text(const std::string& name, const std::string& params,
+                                    const std::string& task, const std::string& array,
+                                    uint32_t axes, const std::string& prologue,
+                                    const std::function<std::string(const std::string&)>& body);
 
 }  // namespace vkad::codegen
