@@ -98,6 +98,9 @@ struct Program {
   size_t blocked = 0;              // captured launches in blocked stencil dispatches
   std::vector<StashNeed> stashes;  // the blocked stencils' stashes, the renamed arrays' twins
   size_t renamed = 0;              // arrays whose lifetimes rename gave twins
+  // The kernels of the fill launches rename made (dst, value): later passes read such a launch
+  // as the fill it replaced (recompute's known zeros).
+  std::vector<uint64_t> fill_kernels;
   size_t dropped = 0;              // captured launches prune left out (dead: overwritten unread)
   // Launches added or left out (rename, prune) without merging any: the captured launches'
   // numbering goes through launch_index.

@@ -31,6 +31,17 @@ bool zero_fill(const CapturedStep& s) {
   return !s.launch && s.value == 0.0 && !std::signbit(s.value);
 }
 
+// Whether launch `s` is a fill launch the rename pass made (Program::fill_kernels: `dst`,
+// `value`) and, if so, whether it fills +0 (`*zero`).
+bool fill_launch(const CapturedStep& s, std::span<const uint64_t> fill_kernels, bool* zero) {
+  if (!s.launch || s.args.size() != 2 ||
+      std::find(fill_kernels.begin(), fill_kernels.end(), s.kernel.id) == fill_kernels.end())
+    return false;
+  const Arg& v = s.args[1];
+  *zero = v.dtype == runtime::DType::kF32 ? v.f == 0.0 && !std::signbit(v.f) : v.i == 0;
+  return true;
+}
+
 class RecomputePass final : public GraphPass {
  public:
   std::string name() const override { return "recompute"; }
@@ -38,6 +49,7 @@ class RecomputePass final : public GraphPass {
 
   bool run(Program& p, PassContext& ctx) override {
     ctx_ = &ctx;
+    fill_kernels_ = p.fill_kernels;
     // Shape classes by array hold for this run only: an array freed later must not be found
     // here (those by extents stay: recompute_answers_ keys hold them).
     rework_shape_class_.clear();
@@ -95,6 +107,7 @@ class RecomputePass final : public GraphPass {
   Result<KernelHandle> recomputed_kernel(const codegen::Kernel& k);
 
   PassContext* ctx_ = nullptr;  // during run()
+  std::vector<uint64_t> fill_kernels_;  // the program's (Program::fill_kernels), during run()
   // shape_class(): by extents for the pass's life (recompute_answers_ keys hold them), by array
   // during a run.
   mutable std::map<std::vector<uint32_t>, uint64_t> shape_classes_;
@@ -169,6 +182,10 @@ std::vector<std::vector<uint64_t>> RecomputePass::zero_outputs(std::span<const C
     const CapturedStep& s = steps[i];
     if (!s.launch) {
       if (!s.args.empty()) since[s.args[0].array.id] = Since{zero_fill(s), false, {}};
+      continue;
+    }
+    if (bool zero = false; fill_launch(s, fill_kernels_, &zero)) {
+      since[s.args[0].array.id] = Since{zero, false, {}};
       continue;
     }
     StepSchedule& m = (*memo)[i].emplace();

@@ -99,33 +99,40 @@ struct Renamed {
   uint64_t current = 0;                // the buffer of the lifetime the rewrite is in
 };
 
-// The arrays to rename (see the file's comment), with their dtype and number of fills.
+// The arrays to rename (see the file's comment), with their dtype and number of fills. The
+// twins' budget goes to the arrays filled most often first (ties: the first filled first): a
+// budgeted tape's deepest level fills each step's grid version once a segment, its reverse the
+// one gradient grid once a step, and only the latter's fills cut every step apart.
 std::unordered_map<uint64_t, Renamed> candidates(const Program& p, const PassContext& ctx) {
   std::unordered_map<uint64_t, Renamed> out;
+  std::vector<uint64_t> order;  // by first fill
   for (const CapturedStep& s : p.steps) {
-    if (!s.launch && !s.args.empty() && s.args[0].kind == abi::ParamKind::kNdArray)
-      ++out[s.args[0].array.id].fills;
+    if (!s.launch && !s.args.empty() && s.args[0].kind == abi::ParamKind::kNdArray) {
+      if (out[s.args[0].array.id].fills++ == 0) order.push_back(s.args[0].array.id);
+    }
   }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint64_t a, uint64_t b) { return out[a].fills > out[b].fills; });
   uint64_t twin_bytes = 0;
-  for (auto it = out.begin(); it != out.end();) {
-    const std::vector<uint32_t>* shape = ctx.extents(it->first);
-    const std::optional<DType> t = ctx.dtype(it->first);
+  for (uint64_t id : order) {
+    Renamed& r = out[id];
+    const std::vector<uint32_t>* shape = ctx.extents(id);
+    const std::optional<DType> t = ctx.dtype(id);
     uint64_t bytes = 0;
     if (shape != nullptr && t) {
       bytes = runtime::dtype_bytes(*t);
       for (uint32_t e : *shape) bytes *= e;
     }
-    const uint64_t twins = std::min<uint64_t>(kRing - 1, it->second.fills - 1);
-    const bool keep = it->second.fills >= 2 && shape != nullptr && shape->size() >= 2 && t &&
+    const uint64_t twins = std::min<uint64_t>(kRing - 1, r.fills - 1);
+    const bool keep = r.fills >= 2 && shape != nullptr && shape->size() >= 2 && t &&
                       (*t == DType::kF32 || *t == DType::kI32 || *t == DType::kU32) && bytes > 0 &&
                       bytes <= kMaxRenamedBytes && twin_bytes + twins * bytes <= kMaxTwinBytes;
     if (!keep) {
-      it = out.erase(it);
+      out.erase(id);
       continue;
     }
     twin_bytes += twins * bytes;
-    it->second.dtype = *t;
-    ++it;
+    r.dtype = *t;
   }
   return out;
 }
@@ -332,6 +339,7 @@ class RenamePass final : public GraphPass {
       Result<KernelHandle> h = ctx.sink.make(*k, /*keep_ir=*/true);
       if (!h.ok()) return;  // the program keeps its fills
       fill_kernel.emplace(key, *h);
+      p.fill_kernels.push_back(h->id);
     }
     // The twins: a lifetime k of n (k = 1 .. n after the k-th fill) lives in buffer (n - k) % 3,
     // so the last is the caller's; before the first fill, the caller's.
