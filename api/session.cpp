@@ -135,6 +135,7 @@ Result<GraphPipeline> graph_pipeline(const SessionOptions& options) {
   drop("recompute", zero("VKAD_GRAPH_RECOMPUTE"));
   drop("rename", zero("VKAD_GRAPH_RENAME"));
   drop("prune", zero("VKAD_GRAPH_PRUNE"));
+  drop("slice", zero("VKAD_GRAPH_SLICE"));
   drop("block", !options.block_stencils || zero("VKAD_GRAPH_BLOCK"));
   uint32_t range = options.resident_max_range;
   if (std::optional<std::string> v = env("VKAD_GRAPH_RESIDENT")) {

@@ -120,7 +120,7 @@ struct SessionOptions {
   // every session.
   bool block_stencils = true;
   // The graph passes end_capture runs (docs/graphs.md, "Graph passes"), as a pipeline's text:
-  // "" is the default, "rename, roll, block, recompute, prune, schedule, fuse"; "none" runs
+  // "" is the default, "rename, roll, block, recompute, prune, slice, schedule, fuse"; "none" runs
   // none. The switches above edit it (a switch turned off removes its pass; resident_max_range
   // other than 256 sets roll{max-range=N}), and so do the VKAD_GRAPH_* variables, after them;
   // VKAD_GRAPH_PASSES=<text> replaces it for every session. Session::create refuses a text that

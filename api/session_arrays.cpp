@@ -14,15 +14,9 @@ namespace vkad {
 namespace {
 
 // A copy kernel's IR: `dst[i...] = src[i...]` over every element of two arrays of `dtype` and
-// `rank`.
+// `rank` (the slice graph pass recognizes it by this text).
 std::string copy_kernel_ir(DType dtype, uint32_t rank) {
-  const std::string t = runtime::dtype_name(dtype), r = std::to_string(rank);
-  const std::string array = "ndarray<" + t + ", " + r + ">";
-  return codegen::whole_array_kernel_text(
-      "vkad_copy_" + t + "_" + r, "src: " + array + ", dst: " + array, "copy", "src", rank, "",
-      [&](const std::string& index) {
-        return "    %v = load src[" + index + "] : " + t + "\n    store dst[" + index + "], %v\n";
-      });
+  return codegen::copy_kernel_text(runtime::dtype_name(dtype), rank);
 }
 
 }  // namespace

@@ -279,6 +279,11 @@ const GraphPassRegistry& GraphPassRegistry::standard() {
             VKAD_TRY(codegen::only_options("prune", o, {}));
             return make_prune_pass();
           });
+    r.add("slice", "copies before a 1-d launch copy over its task, for fusion",
+          [](const codegen::PassOptions& o) -> Result<std::unique_ptr<GraphPass>> {
+            VKAD_TRY(codegen::only_options("slice", o, {}));
+            return make_slice_pass();
+          });
     r.add("schedule", "launches reordered by level, barriers only where an array is shared",
           [](const codegen::PassOptions& o) -> Result<std::unique_ptr<GraphPass>> {
             VKAD_TRY(codegen::only_options("schedule", o, {}));

@@ -102,6 +102,7 @@ struct Program {
   // as the fill it replaced (recompute's known zeros).
   std::vector<uint64_t> fill_kernels;
   size_t dropped = 0;              // captured launches prune left out (dead: overwritten unread)
+  size_t sliced = 0;               // copy launches the slice pass gave their consumer's task
   // Launches added or left out (rename, prune) without merging any: the captured launches'
   // numbering goes through launch_index.
   bool renumbered = false;
@@ -231,7 +232,7 @@ class GraphPassRegistry {
   // an unknown pass (listing the known ones), a pass twice, passes out of stage order, an
   // option the pass refuses.
   Result<GraphPipeline> parse(const std::string& text) const;
-  // rename, roll, block, recompute, prune, schedule, fuse (graph_passes.h).
+  // rename, roll, block, recompute, prune, slice, schedule, fuse (graph_passes.h).
   static const GraphPassRegistry& standard();
 
  private:
@@ -244,7 +245,7 @@ class GraphPassRegistry {
 
 // The session's default pipeline.
 inline constexpr const char* kDefaultGraphPipeline =
-    "rename, roll, block, recompute, prune, schedule, fuse";
+    "rename, roll, block, recompute, prune, slice, schedule, fuse";
 
 // Plans `p` (steps in scheduled order when `reorder`, else as they are): w.steps, w.order,
 // w.sched, w.launches, pinned. The schedule pass calls it with reorder; the pipeline without.

@@ -48,7 +48,58 @@ constexpr size_t kRing = 3;  // buffers per renamed array, the caller's included
 // which keeps kernels with loops out of fusion, fuses it), else walked by serial loops.
 constexpr uint64_t kMaxUnrolled = 16;
 
+// The fill kernel of an array whose leading axes have extent 1 (DiffTaichi's one grid kept at
+// grid[0, i, j]): an N-d task over the axes after them -- the box of the grid's cell kernels,
+// so fusion can merge the fill with a cell kernel of another buffer that the schedule puts
+// beside it -- with index 0 on the leading axes and the axes after the task's unrolled;
+// nullopt where there are none, or fewer than two task axes after them, or too many elements to
+// unroll.
+std::optional<std::string> row_fill_kernel_ir(const std::string& t,
+                                              const std::vector<uint32_t>& shape) {
+  const uint32_t rank = static_cast<uint32_t>(shape.size());
+  uint32_t lead = 0;
+  while (lead < rank && shape[lead] == 1) ++lead;
+  // The task's axes: up to three after the leading ones, not a last axis of at most 4 (a
+  // vector's components: cell kernels store them one by one).
+  uint32_t task_end = std::min(rank, lead + 3);
+  if (task_end == rank && shape[rank - 1] <= 4) --task_end;
+  if (lead == 0 || task_end - lead < 2) return std::nullopt;
+  uint64_t rest = 1;
+  for (uint32_t a = task_end; a < rank; ++a) rest *= shape[a];
+  if (rest > kMaxUnrolled) return std::nullopt;
+  const std::string r = std::to_string(rank);
+  std::string name = "vkad_fill_" + t + "_" + r + "_row0";
+  for (uint32_t a = task_end; a < rank; ++a) name += "_" + std::to_string(shape[a]);
+  std::string ir = "kernel " + name + "(dst: ndarray<" + t + ", " + r + ">, value: " + t +
+                   ") {\n  task fill parallel ";
+  for (uint32_t a = lead; a < task_end; ++a) {
+    ir += std::string(a > lead ? ", " : "") + "%i" + std::to_string(a) + " in [0, shape(dst, " +
+          std::to_string(a) + "))";
+  }
+  ir += " {\n    %v = arg value : " + t + "\n";
+  uint32_t widest = 1;
+  for (uint32_t a = task_end; a < rank; ++a) widest = std::max(widest, shape[a]);
+  for (uint32_t c = 0; c < widest; ++c)
+    ir += "    %k" + std::to_string(c) + " = const " + std::to_string(c) + " : i32\n";
+  std::vector<uint32_t> at(rank, 0);
+  for (uint64_t e = 0; e < rest; ++e) {
+    std::string index;
+    for (uint32_t a = 0; a < rank; ++a) {
+      index += std::string(a ? ", " : "") +
+               (a >= lead && a < task_end ? "%i" + std::to_string(a) : "%k" + std::to_string(at[a]));
+    }
+    ir += "    store dst[" + index + "], %v\n";
+    for (uint32_t a = rank; a-- > task_end;) {
+      if (++at[a] < shape[a]) break;
+      at[a] = 0;
+    }
+  }
+  return ir + "  }\n}\n";
+}
+
 std::string fill_kernel_ir(DType dtype, const std::vector<uint32_t>& shape) {
+  if (std::optional<std::string> row = row_fill_kernel_ir(runtime::dtype_name(dtype), shape))
+    return *row;
   const uint32_t rank = static_cast<uint32_t>(shape.size());
   uint64_t rest = 1;
   for (uint32_t a = 3; a < rank; ++a) rest *= shape[a];

@@ -51,4 +51,9 @@ std::string whole_array_kernel_text(const std::string& name, const std::string& 
                                     uint32_t axes, const std::string& prologue,
                                     const std::function<std::string(const std::string&)>& body);
 
+// The session's copy kernel for arrays of dtype `t` ("f32") and `rank`: `vkad_copy_<t>_<rank>(src,
+// dst)`, dst[i...] = src[i...] over every element (whole_array_kernel_text's task). The slice
+// graph pass recognizes its launches by this text (graph/slice_pass.cpp).
+std::string copy_kernel_text(const std::string& t, uint32_t rank);
+
 }  // namespace vkad::codegen

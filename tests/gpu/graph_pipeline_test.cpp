@@ -109,7 +109,8 @@ TEST(GraphPipeline, ASwitchRemovesItsPassFromTheText) {
   o.block_stencils = false;
   auto t = Session::create(o);
   ASSERT_TRUE(t.ok()) << t.status().to_string();
-  EXPECT_EQ((*t)->graph_passes(), "rename, roll{max-range=64}, recompute, prune, schedule, fuse");
+  EXPECT_EQ((*t)->graph_passes(),
+            "rename, roll{max-range=64}, recompute, prune, slice, schedule, fuse");
 }
 
 TEST(GraphPipeline, ABadTextIsRefusedAtCreate) {
