@@ -101,8 +101,8 @@ struct Program {
   // The kernels of the fill launches rename made (dst, value): later passes read such a launch
   // as the fill it replaced (recompute's known zeros).
   std::vector<uint64_t> fill_kernels;
-  size_t dropped = 0;              // captured launches prune left out (dead: overwritten unread)
-  size_t sliced = 0;               // copy launches the slice pass gave their consumer's task
+  size_t dropped = 0;  // captured launches prune left out (dead: overwritten unread)
+  size_t sliced = 0;   // copy launches the slice pass gave their consumer's task
   // Launches added or left out (rename, prune) without merging any: the captured launches'
   // numbering goes through launch_index.
   bool renumbered = false;

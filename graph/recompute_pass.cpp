@@ -106,7 +106,7 @@ class RecomputePass final : public GraphPass {
   uint64_t shape_class(uint64_t array) const;
   Result<KernelHandle> recomputed_kernel(const codegen::Kernel& k);
 
-  PassContext* ctx_ = nullptr;  // during run()
+  PassContext* ctx_ = nullptr;          // during run()
   std::vector<uint64_t> fill_kernels_;  // the program's (Program::fill_kernels), during run()
   // shape_class(): by extents for the pass's life (recompute_answers_ keys hold them), by array
   // during a run.

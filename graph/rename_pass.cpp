@@ -85,8 +85,9 @@ std::optional<std::string> row_fill_kernel_ir(const std::string& t,
   for (uint64_t e = 0; e < rest; ++e) {
     std::string index;
     for (uint32_t a = 0; a < rank; ++a) {
-      index += std::string(a ? ", " : "") +
-               (a >= lead && a < task_end ? "%i" + std::to_string(a) : "%k" + std::to_string(at[a]));
+      index +=
+          std::string(a ? ", " : "") +
+          (a >= lead && a < task_end ? "%i" + std::to_string(a) : "%k" + std::to_string(at[a]));
     }
     ir += "    store dst[" + index + "], %v\n";
     for (uint32_t a = rank; a-- > task_end;) {

@@ -35,8 +35,8 @@ std::string sliced_copy_ir(const std::string& t, const std::vector<uint32_t>& sh
                            uint32_t axis) {
   const uint32_t rank = static_cast<uint32_t>(shape.size());
   const std::string array = "ndarray<" + t + ", " + std::to_string(rank) + ">";
-  std::string name = "vkad_copy_" + t + "_" + std::to_string(rank) + "_along" +
-                     std::to_string(axis);
+  std::string name =
+      "vkad_copy_" + t + "_" + std::to_string(rank) + "_along" + std::to_string(axis);
   uint32_t widest = 0;
   for (uint32_t a = 0; a < rank; ++a) {
     if (a == axis) continue;
@@ -54,8 +54,8 @@ std::string sliced_copy_ir(const std::string& t, const std::vector<uint32_t>& sh
     for (uint32_t a = 0; a < rank; ++a)
       index += std::string(a ? ", " : "") + (a == axis ? "%p" : "%k" + std::to_string(at[a]));
     const std::string v = "%v" + std::to_string(e);
-    ir += "    " + v + " = load src[" + index + "] : " + t + "\n    store dst[" + index +
-          "], " + v + "\n";
+    ir += "    " + v + " = load src[" + index + "] : " + t + "\n    store dst[" + index + "], " +
+          v + "\n";
     uint32_t a = rank;
     while (a-- > 0) {
       if (a == axis) continue;
@@ -65,6 +65,20 @@ std::string sliced_copy_ir(const std::string& t, const std::vector<uint32_t>& sh
     if (a == UINT32_MAX) break;  // every coordinate wrapped: done
   }
   return ir + "  }\n}\n";
+}
+
+// The one axis on which some access of `pa` (arrays of `rank` axes) is not launch-uniform, the
+// same axis in all of them; nullopt where there is none or more than one.
+std::optional<uint32_t> one_varying_axis(const codegen::ParamAccess& pa, size_t rank) {
+  std::optional<uint32_t> axis;
+  for (const codegen::ArrayAccess& x : pa.accesses) {
+    if (x.rows.size() != rank) return std::nullopt;
+    for (uint32_t a = 0; a < x.rows.size(); ++a) {
+      if (x.rows[a] == codegen::ArrayAccess::kNotUniform && axis && *axis != a) return std::nullopt;
+      if (x.rows[a] == codegen::ArrayAccess::kNotUniform) axis = a;
+    }
+  }
+  return axis;
 }
 
 class SlicePass final : public GraphPass {
@@ -157,15 +171,7 @@ class SlicePass final : public GraphPass {
       if (!k) return std::nullopt;
       const std::optional<std::vector<std::pair<int64_t, int64_t>>> r = ctx.task_ranges(l, *k);
       if (!r || r->size() != 1 || (*r)[0].first != 0) return std::nullopt;
-      std::optional<uint32_t> axis;
-      for (const codegen::ArrayAccess& x : pa->accesses) {
-        if (x.rows.size() != shape.size()) return std::nullopt;
-        for (uint32_t a = 0; a < x.rows.size(); ++a) {
-          if (x.rows[a] != codegen::ArrayAccess::kNotUniform) continue;
-          if (axis && *axis != a) return std::nullopt;
-          axis = a;
-        }
-      }
+      const std::optional<uint32_t> axis = one_varying_axis(*pa, shape.size());
       if (!axis || shape[*axis] != static_cast<uint64_t>((*r)[0].second)) return std::nullopt;
       return axis;
     }

@@ -1029,11 +1029,11 @@ std::string whole_array_kernel_text(const std::string& name, const std::string& 
 std::string copy_kernel_text(const std::string& t, uint32_t rank) {
   const std::string r = std::to_string(rank);
   const std::string array = "ndarray<" + t + ", " + r + ">";
-  return whole_array_kernel_text(
-      "vkad_copy_" + t + "_" + r, "src: " + array + ", dst: " + array, "copy", "src", rank, "",
-      [&](const std::string& index) {
-        return "    %v = load src[" + index + "] : " + t + "\n    store dst[" + index + "], %v\n";
-      });
+  return whole_array_kernel_text("vkad_copy_" + t + "_" + r, "src: " + array + ", dst: " + array,
+                                 "copy", "src", rank, "", [&](const std::string& index) {
+                                   return "    %v = load src[" + index + "] : " + t +
+                                          "\n    store dst[" + index + "], %v\n";
+                                 });
 }
 
 }  // namespace vkad::codegen
