@@ -360,7 +360,19 @@ Status Tape::checkpointed_launch(const Differentiated& d, std::span<const Arg> a
   }
   // No record to compare with, but an in-place launch is wrong at backward all the same.
   VKAD_TRY(TapeHazards::check_aliasing(*session_, *access, args));
-  VKAD_ASSIGN_OR_RETURN_CTX(r->adjoint, session_->clearing_adjoint(d), "tape.launch");
+  // A launch whose every store overwrites its array whole (DiffTaichi's grid_op storing the one
+  // grid_v_out) clears each seed it reads, every element of the gradient: the tape runs the
+  // plain adjoint and clears the gradients itself, after the adjoint, as late as it may -- just
+  // before the next adjoint that touches them. The graph then sees the adjoint as a pure function
+  // of its inputs (gather recompute copies it into the gather that reads its output) and the
+  // clears as fills (rename gives the gradient a ring of buffers).
+  r->forward = d.forward;
+  r->clears_after = stores_only_whole(*r, args, *access);
+  if (r->clears_after) {
+    r->adjoint = d.adjoint;
+  } else {
+    VKAD_ASSIGN_OR_RETURN_CTX(r->adjoint, session_->clearing_adjoint(d), "tape.launch");
+  }
   std::vector<std::pair<uint64_t, uint64_t>> fresh;  // arrays new to the recording, and bytes
   VKAD_TRY(note_writes(*access, args, r, &fresh));
   auto undo = [&](const Status& st) {
@@ -771,6 +783,7 @@ void Tape::record_loop(std::span<const TapeLoopLaunch> body, uint32_t count) {
 }
 
 Status Tape::launch_adjoint_loop(size_t first, size_t len, LoopInfo* info) {
+  VKAD_TRY(flush_clears({}, /*all=*/true));  // the loop's adjoints may touch any of them
   std::vector<LoopLaunch> body;
   const int64_t last = static_cast<int64_t>(records_[first].loop_count) - 1;
   for (size_t j = first + len; j-- > first;) {
@@ -935,7 +948,11 @@ Status Tape::backward(std::span<const TapeSeed> seeds, std::vector<TapeAdjointLa
         s.data != nullptr ? session_->upload(g, s.data, s.bytes) : session_->fill(g, s.value),
         "tape.backward");
   }
-  if (checkpointing()) return checkpointed_backward(plan, launched);
+  if (checkpointing()) {
+    pending_clears_.clear();  // the gradients were zeroed above
+    VKAD_TRY(checkpointed_backward(plan, launched));
+    return flush_clears({}, /*all=*/true);  // what the gradients hold when backward returns
+  }
   for (size_t i = records_.size(); i-- > 0;) {
     const Record& r = records_[i];
     if (r.loop_len == 0) {
@@ -1220,16 +1237,70 @@ Status Tape::launch_adjoint(size_t index, std::span<const Arg> forward_args) {
     // A fill's adjoint: what reached the array's values after it came from nothing before it.
     auto g = grads_.find(args_[r.arg_begin].array.id);
     if (g == grads_.end()) return {};
-    VKAD_TRY_CTX(session_->fill(g->second.grad, 0.0),
+    const NdArrayHandle grad = g->second.grad;
+    std::erase_if(pending_clears_, [&](NdArrayHandle p) { return p.id == grad.id; });
+    VKAD_TRY_CTX(session_->fill(grad, 0.0),
                  "tape.backward: adjoint of fill " + std::to_string(index));
     return {};
   }
   adjoint_args_.assign(forward_args.begin(), forward_args.end());
   // The gradients are the recorded arrays' (an array's copy shares its gradient).
   for (uint32_t k = 0; k < r.grad_count; ++k) adjoint_args_.push_back(Arg::ndarray(gradient(r, k)));
-  LaunchNote note(*session_, "the adjoint of tape entry", index);
-  VKAD_TRY_CTX(session_->launch(r.adjoint, adjoint_args_),
-               "tape.backward: adjoint of launch " + std::to_string(index));
+  VKAD_TRY(flush_clears(adjoint_args_));
+  {
+    LaunchNote note(*session_, "the adjoint of tape entry", index);
+    VKAD_TRY_CTX(session_->launch(r.adjoint, adjoint_args_),
+                 "tape.backward: adjoint of launch " + std::to_string(index));
+  }
+  if (!r.clears_after) return {};
+  const std::shared_ptr<const codegen::KernelAccess> access = session_->launch_access(r.forward);
+  if (!access) return make_error(ErrorCode::kInternal, "tape.backward: no access summary");
+  for (const codegen::ParamAccess& pa : access->params) {
+    const bool stores = std::any_of(pa.accesses.begin(), pa.accesses.end(), [](const auto& x) {
+      return x.kind == codegen::ArrayAccess::Kind::kOverwrite;
+    });
+    if (!stores || pa.param >= r.arg_count) continue;
+    auto g = grads_.find(args_[r.arg_begin + pa.param].array.id);
+    if (g == grads_.end()) continue;  // not differentiated: no seed
+    const NdArrayHandle grad = g->second.grad;
+    if (std::none_of(pending_clears_.begin(), pending_clears_.end(),
+                     [&](NdArrayHandle p) { return p.id == grad.id; })) {
+      pending_clears_.push_back(grad);
+    }
+  }
+  return {};
+}
+
+bool Tape::stores_only_whole(const Record& r, std::span<const Arg> args,
+                             const codegen::KernelAccess& access) const {
+  size_t stored = 0;
+  for (const codegen::ParamAccess& pa : access.params) {
+    const bool stores = std::any_of(pa.accesses.begin(), pa.accesses.end(), [](const auto& x) {
+      return x.kind == codegen::ArrayAccess::Kind::kOverwrite;
+    });
+    if (!stores) continue;
+    if (pa.param >= args.size() || args[pa.param].kind != runtime::ParamKind::kNdArray ||
+        !overwrites_whole(r, args, args[pa.param].array.id)) {
+      return false;
+    }
+    ++stored;
+  }
+  return stored > 0;
+}
+
+Status Tape::flush_clears(std::span<const Arg> args, bool all) {
+  for (size_t i = 0; i < pending_clears_.size();) {
+    const NdArrayHandle g = pending_clears_[i];
+    const bool passed = all || std::any_of(args.begin(), args.end(), [&](const Arg& a) {
+                          return a.kind == runtime::ParamKind::kNdArray && a.array.id == g.id;
+                        });
+    if (!passed) {
+      ++i;
+      continue;
+    }
+    pending_clears_.erase(pending_clears_.begin() + static_cast<std::ptrdiff_t>(i));
+    VKAD_TRY_CTX(session_->fill(g, 0.0), "tape.backward: a gradient's clear");
+  }
   return {};
 }
 

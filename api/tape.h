@@ -298,6 +298,10 @@ class Tape {
     uint32_t arg_begin = 0, arg_count = 0;          // into args_
     uint32_t grad_begin = 0, grad_count = 0;        // into grad_params_
     uint32_t written_begin = 0, written_count = 0;  // into written_ (checkpointing only)
+    // Checkpointing: a launch every store of which overwrites its array whole runs the plain
+    // adjoint, and the gradients of the arrays it stores are cleared after it, deferred to the
+    // next adjoint that touches them or the end of backward (clear_seeds_after).
+    bool clears_after = false;
   };
   struct Grad {
     NdArrayHandle grad;
@@ -359,6 +363,12 @@ class Tape {
   // reading it (Session::whole_stores, its extents and rows evaluated): a new version of the
   // array then needs no copy of the old one to start from.
   bool overwrites_whole(const Record& r, std::span<const Arg> args, uint64_t array) const;
+  // Whether launch `r` (bound as `args`, forward accesses `access`) stores to some array and
+  // every array it stores to is overwritten whole (overwrites_whole).
+  bool stores_only_whole(const Record& r, std::span<const Arg> args,
+                         const codegen::KernelAccess& access) const;
+  // The pending clears among `args` (all of them: `all`) zeroed and no longer pending.
+  Status flush_clears(std::span<const Arg> args, bool all = false);
   // The slots (position, form index) reverse_leaf takes for records [first, last), into
   // `keys`; launches nothing (find_stable first).
   Status leaf_slots(size_t first, size_t last, std::set<std::pair<uint64_t, uint64_t>>* keys) const;
@@ -403,6 +413,9 @@ class Tape {
   // either.
   std::vector<NdArrayHandle> zero_list_;
   std::vector<Arg> adjoint_args_;
+  // Gradients whose clear (Record::clears_after) is pending: zeroed before the next adjoint
+  // passed one of them, and at the end of backward.
+  std::vector<NdArrayHandle> pending_clears_;
   // Checkpointing (set_checkpoint_every, set_memory_budget).
   uint32_t checkpoint_every_ = 0;
   uint64_t memory_budget_ = 0;
