@@ -276,6 +276,35 @@ def test_diffmpm_in_a_memory_budget_trains_as_a_graph_like_the_time_axis_version
         np.testing.assert_allclose(w[1][name], w[0][name], rtol=1e-4, atol=1e-6, err_msg=name)
 
 
+def test_diffmpm_in_a_memory_budget_copies_its_rings_inside_the_steps(session, monkeypatch):
+    # The budget's deepest level keeps each step's particle rings by copying them before the g2p
+    # and p2g that write one row of them: the slice graph pass gives each copy the particle
+    # kernel's task, so it runs inside that kernel (docs/graphs.md, "Copies sliced for fusion").
+    # A replay of the reworked graph then issues at least one dispatch a step fewer than with the
+    # pass off (VKAD_GRAPH_SLICE=0, read when a session is made), and trains the same.
+    budget = _mpm_full_bytes(diffmpm.DiffMPM(session, steps=MPM_STEPS, n_grid=MPM_GRID)) // 2
+    out = {}
+    for off in (False, True):
+        if off:
+            monkeypatch.setenv("VKAD_GRAPH_SLICE", "0")
+        with vkad.Session() as s:
+            sim = diffmpm.DiffMPM(s, steps=MPM_STEPS, n_grid=MPM_GRID, memory_budget=budget)
+            losses = [sim.iteration() for _ in range(2)]
+            assert sim._graph is not None
+            s.finish_rework(sim._graph)
+            losses.append(sim.iteration())  # the reworked graph's first replay
+            d0 = s.stats()["dispatches"]
+            losses.append(sim.iteration())
+            out[off] = (s.stats()["dispatches"] - d0, losses, sim.gradients())
+            assert s.validation_messages() == []
+    (on, on_losses, on_grads), (plain, off_losses, off_grads) = out[False], out[True]
+    assert on <= plain - MPM_STEPS, (on, plain)
+    np.testing.assert_allclose(on_losses, off_losses, rtol=1e-5)
+    for name in diffmpm.DiffMPM.PARAMS:
+        np.testing.assert_allclose(on_grads[name], off_grads[name], rtol=1e-3, atol=1e-7,
+                                   err_msg=name)
+
+
 def test_diffmpm_training_lowers_the_loss(session):
     # The loss is -(mean x of the solid particles) at the last step. DiffTaichi's update (rate
     # 0.1, gradients ~2e-3 here) is small: over 100 steps each iteration lowers the loss by
