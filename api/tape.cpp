@@ -366,12 +366,26 @@ Status Tape::checkpointed_launch(const Differentiated& d, std::span<const Arg> a
   // before the next adjoint that touches them. The graph then sees the adjoint as a pure function
   // of its inputs (gather recompute copies it into the gather that reads its output) and the
   // clears as fills (rename gives the gradient a ring of buffers).
+  // The clearing adjoint clears only differentiated parameters' seeds: those are the ones the
+  // tape clears.
   r->forward = d.forward;
-  r->clears_after = stores_only_whole(*r, args, *access);
-  if (r->clears_after) {
-    r->adjoint = d.adjoint;
-  } else {
-    VKAD_ASSIGN_OR_RETURN_CTX(r->adjoint, session_->clearing_adjoint(d), "tape.launch");
+  VKAD_ASSIGN_OR_RETURN_CTX(r->adjoint, session_->clearing_adjoint(d), "tape.launch");
+  if (stores_only_whole(*r, args, *access)) {
+    r->clear_begin = static_cast<uint32_t>(clear_params_.size());
+    for (const codegen::ParamAccess& pa : access->params) {
+      const bool stores = std::any_of(pa.accesses.begin(), pa.accesses.end(), [](const auto& x) {
+        return x.kind == codegen::ArrayAccess::Kind::kOverwrite;
+      });
+      const bool grad = std::any_of(d.gradients.begin(), d.gradients.end(),
+                                    [&](const GradientParam& g) { return g.param == pa.param; });
+      if (stores && grad) clear_params_.push_back(pa.param);
+    }
+    r->clear_count = static_cast<uint32_t>(clear_params_.size()) - r->clear_begin;
+    if (r->clear_count > 0) {
+      r->clears_after = true;
+      r->clearing = r->adjoint;
+      r->adjoint = d.adjoint;
+    }
   }
   std::vector<std::pair<uint64_t, uint64_t>> fresh;  // arrays new to the recording, and bytes
   VKAD_TRY(note_writes(*access, args, r, &fresh));
@@ -834,6 +848,8 @@ void Tape::prune() {
 
 void Tape::reset() {
   records_.clear();
+  pending_clears_.clear();
+  clear_params_.clear();
   ++recorded_;
   args_.clear();
   steps_.clear();
@@ -911,6 +927,7 @@ Status Tape::list_gradients() {
 
 Status Tape::backward(std::span<const TapeSeed> seeds, std::vector<TapeAdjointLaunch>* launched) {
   if (launched) launched->clear();
+  pending_clears_.clear();
   if (!broken_.empty()) {
     return make_error(ErrorCode::kFailedPrecondition,
                       "tape.backward: " + broken_ + "; record the iteration again (reset())");
@@ -950,7 +967,11 @@ Status Tape::backward(std::span<const TapeSeed> seeds, std::vector<TapeAdjointLa
   }
   if (checkpointing()) {
     pending_clears_.clear();  // the gradients were zeroed above
-    VKAD_TRY(checkpointed_backward(plan, launched));
+    const Status st = checkpointed_backward(plan, launched);
+    if (!st.ok()) {
+      pending_clears_.clear();  // a later backward zeroes them first
+      return st;
+    }
     return flush_clears({}, /*all=*/true);  // what the gradients hold when backward returns
   }
   for (size_t i = records_.size(); i-- > 0;) {
@@ -1247,25 +1268,31 @@ Status Tape::launch_adjoint(size_t index, std::span<const Arg> forward_args) {
   // The gradients are the recorded arrays' (an array's copy shares its gradient).
   for (uint32_t k = 0; k < r.grad_count; ++k) adjoint_args_.push_back(Arg::ndarray(gradient(r, k)));
   VKAD_TRY(flush_clears(adjoint_args_));
+  // The gradients to clear after it; a gradient array shared with another parameter would lose
+  // what the adjoint adds into it for that one: the clearing adjoint then, as recorded.
+  std::vector<NdArrayHandle> clears;
+  bool shared = false;
+  const std::span<const Arg> grads(adjoint_args_.data() + r.arg_count, r.grad_count);
+  for (uint32_t c = 0; c < r.clear_count && r.clears_after; ++c) {
+    const uint32_t param = clear_params_[r.clear_begin + c];
+    for (uint32_t k = 0; k < r.grad_count; ++k) {
+      if (grad_params_[r.grad_begin + k] != param) continue;
+      const NdArrayHandle g = grads[k].array;
+      shared = shared || std::count_if(grads.begin(), grads.end(),
+                                       [&](const Arg& a) { return a.array.id == g.id; }) > 1;
+      clears.push_back(g);
+    }
+  }
   {
     LaunchNote note(*session_, "the adjoint of tape entry", index);
-    VKAD_TRY_CTX(session_->launch(r.adjoint, adjoint_args_),
+    VKAD_TRY_CTX(session_->launch(shared ? r.clearing : r.adjoint, adjoint_args_),
                  "tape.backward: adjoint of launch " + std::to_string(index));
   }
-  if (!r.clears_after) return {};
-  const std::shared_ptr<const codegen::KernelAccess> access = session_->launch_access(r.forward);
-  if (!access) return make_error(ErrorCode::kInternal, "tape.backward: no access summary");
-  for (const codegen::ParamAccess& pa : access->params) {
-    const bool stores = std::any_of(pa.accesses.begin(), pa.accesses.end(), [](const auto& x) {
-      return x.kind == codegen::ArrayAccess::Kind::kOverwrite;
-    });
-    if (!stores || pa.param >= r.arg_count) continue;
-    auto g = grads_.find(args_[r.arg_begin + pa.param].array.id);
-    if (g == grads_.end()) continue;  // not differentiated: no seed
-    const NdArrayHandle grad = g->second.grad;
+  if (shared) return {};
+  for (NdArrayHandle g : clears) {
     if (std::none_of(pending_clears_.begin(), pending_clears_.end(),
-                     [&](NdArrayHandle p) { return p.id == grad.id; })) {
-      pending_clears_.push_back(grad);
+                     [&](NdArrayHandle p) { return p.id == g.id; })) {
+      pending_clears_.push_back(g);
     }
   }
   return {};

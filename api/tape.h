@@ -299,9 +299,13 @@ class Tape {
     uint32_t grad_begin = 0, grad_count = 0;        // into grad_params_
     uint32_t written_begin = 0, written_count = 0;  // into written_ (checkpointing only)
     // Checkpointing: a launch every store of which overwrites its array whole runs the plain
-    // adjoint, and the gradients of the arrays it stores are cleared after it, deferred to the
-    // next adjoint that touches them or the end of backward (clear_seeds_after).
+    // adjoint (`adjoint`), and the gradients of its stored differentiated parameters
+    // (clear_params_[clear_begin, + clear_count)) are zeroed after it, deferred to the next
+    // adjoint passed one of them or the end of backward; `clearing` is its clearing adjoint,
+    // run instead where one of those gradients is shared with another parameter's.
     bool clears_after = false;
+    KernelHandle clearing;
+    uint32_t clear_begin = 0, clear_count = 0;
   };
   struct Grad {
     NdArrayHandle grad;
@@ -416,6 +420,7 @@ class Tape {
   // Gradients whose clear (Record::clears_after) is pending: zeroed before the next adjoint
   // passed one of them, and at the end of backward.
   std::vector<NdArrayHandle> pending_clears_;
+  std::vector<uint32_t> clear_params_;  // Record::clear_begin / clear_count
   // Checkpointing (set_checkpoint_every, set_memory_budget).
   uint32_t checkpoint_every_ = 0;
   uint64_t memory_budget_ = 0;

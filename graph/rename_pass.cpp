@@ -63,7 +63,7 @@ std::optional<std::string> row_fill_kernel_ir(const std::string& t,
   // vector's components: cell kernels store them one by one).
   uint32_t task_end = std::min(rank, lead + 3);
   if (task_end == rank && shape[rank - 1] <= 4) --task_end;
-  if (lead == 0 || task_end - lead < 2) return std::nullopt;
+  if (lead == 0 || task_end < lead + 2) return std::nullopt;  // all-ones shapes too
   uint64_t rest = 1;
   for (uint32_t a = task_end; a < rank; ++a) rest *= shape[a];
   if (rest > kMaxUnrolled) return std::nullopt;

@@ -95,7 +95,11 @@ class SlicePass final : public GraphPass {
       const uint64_t src = c.args[0].array.id, dst = c.args[1].array.id;
       const std::vector<uint32_t>* shape = ctx.extents(dst);
       const std::optional<runtime::DType> t = ctx.dtype(dst);
-      if (shape == nullptr || shape->size() < 2 || !t || src == dst ||
+      // The session's copy binds arrays of one shape; a kernel of the same text on others (a
+      // user's) iterates src's extents, the sliced one dst's: left as it is.
+      const std::vector<uint32_t>* src_shape = ctx.extents(src);
+      if (shape == nullptr || shape->size() < 2 || !t || src == dst || src_shape == nullptr ||
+          *src_shape != *shape ||
           !whole_copy(c.kernel.id, runtime::dtype_name(*t), shape->size(), ctx))
         continue;
       const std::optional<uint32_t> axis = slice_axis(p.steps, i, dst, *shape, ctx);

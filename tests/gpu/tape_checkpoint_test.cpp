@@ -197,6 +197,27 @@ TEST_P(TapeCheckpoint, ARingOfTwoArraysGetsThePerStepProgramsGradients) {
   }
 }
 
+TEST_F(TapeCheckpointOnce, ARingWhoseArraysShareOneGradientGetsThePerStepProgramsGradients) {
+  // Both ring arrays given one gradient array (set_grad): each step's adjoint reads its seed from
+  // it, and adds into it what reaches the array it read. `step` stores its output whole, so the
+  // tape would run the plain adjoint and clear the output's gradient itself afterwards -- which
+  // here would clear what the adjoint just added for the input: it runs the clearing adjoint
+  // for such a launch instead (api/tape.h, Record::clears_after).
+  Reference want = per_step(x0_);
+  if (HasFatalFailure()) return;
+  NdArrayHandle ring[2] = {array(x0_, "ring0"), array(std::vector<float>(kN, 0), "ring1")};
+  NdArrayHandle loss = array({0}, "loss");
+  NdArrayHandle shared = array(std::vector<float>(kN, 0), "shared grad");
+  Tape t(*s_);
+  ASSERT_TRUE(t.set_checkpoint_every(3).ok());
+  ASSERT_TRUE(t.set_grad(ring[0], shared).ok());
+  ASSERT_TRUE(t.set_grad(ring[1], shared).ok());
+  record_ring(t, ring, loss, kSteps);
+  Status st = t.backward({TapeSeed::of_value(loss, 1.0)});
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  expect_near(read(shared), want, "one gradient for both ring arrays");
+}
+
 // The copies a backward no longer uses are freed by it (outside a capture), with K as with a
 // budget: a tape that recorded a ring of one size, then one of another, holds what a tape that
 // only recorded the second holds.
