@@ -348,6 +348,17 @@ Status Tape::checkpointed_entry(std::span<const uint64_t> writes,
   return {};
 }
 
+namespace {
+
+// Whether the kernel stores to (overwrites elements of) the parameter of `pa`.
+bool stores_to(const codegen::ParamAccess& pa) {
+  return std::any_of(pa.accesses.begin(), pa.accesses.end(), [](const codegen::ArrayAccess& x) {
+    return x.kind == codegen::ArrayAccess::Kind::kOverwrite;
+  });
+}
+
+}  // namespace
+
 Status Tape::checkpointed_launch(const Differentiated& d, std::span<const Arg> args, LaunchId* id,
                                  Record* r) {
   // Overwrites are what checkpointing is for: the arrays this launch writes are copied the
@@ -373,16 +384,12 @@ Status Tape::checkpointed_launch(const Differentiated& d, std::span<const Arg> a
   if (stores_only_whole(*r, args, *access)) {
     r->clear_begin = static_cast<uint32_t>(clear_params_.size());
     for (const codegen::ParamAccess& pa : access->params) {
-      const bool stores = std::any_of(pa.accesses.begin(), pa.accesses.end(), [](const auto& x) {
-        return x.kind == codegen::ArrayAccess::Kind::kOverwrite;
-      });
       const bool grad = std::any_of(d.gradients.begin(), d.gradients.end(),
                                     [&](const GradientParam& g) { return g.param == pa.param; });
-      if (stores && grad) clear_params_.push_back(pa.param);
+      if (grad && stores_to(pa)) clear_params_.push_back(pa.param);
     }
     r->clear_count = static_cast<uint32_t>(clear_params_.size()) - r->clear_begin;
     if (r->clear_count > 0) {
-      r->clears_after = true;
       r->clearing = r->adjoint;
       r->adjoint = d.adjoint;
     }
@@ -966,7 +973,6 @@ Status Tape::backward(std::span<const TapeSeed> seeds, std::vector<TapeAdjointLa
         "tape.backward");
   }
   if (checkpointing()) {
-    pending_clears_.clear();  // the gradients were zeroed above
     const Status st = checkpointed_backward(plan, launched);
     if (!st.ok()) {
       pending_clears_.clear();  // a later backward zeroes them first
@@ -1273,7 +1279,7 @@ Status Tape::launch_adjoint(size_t index, std::span<const Arg> forward_args) {
   std::vector<NdArrayHandle> clears;
   bool shared = false;
   const std::span<const Arg> grads(adjoint_args_.data() + r.arg_count, r.grad_count);
-  for (uint32_t c = 0; c < r.clear_count && r.clears_after; ++c) {
+  for (uint32_t c = 0; c < r.clear_count; ++c) {
     const uint32_t param = clear_params_[r.clear_begin + c];
     for (uint32_t k = 0; k < r.grad_count; ++k) {
       if (grad_params_[r.grad_begin + k] != param) continue;
@@ -1290,10 +1296,8 @@ Status Tape::launch_adjoint(size_t index, std::span<const Arg> forward_args) {
   }
   if (shared) return {};
   for (NdArrayHandle g : clears) {
-    if (std::none_of(pending_clears_.begin(), pending_clears_.end(),
-                     [&](NdArrayHandle p) { return p.id == g.id; })) {
-      pending_clears_.push_back(g);
-    }
+    std::erase_if(pending_clears_, [&](NdArrayHandle p) { return p.id == g.id; });
+    pending_clears_.push_back(g);
   }
   return {};
 }
@@ -1302,10 +1306,7 @@ bool Tape::stores_only_whole(const Record& r, std::span<const Arg> args,
                              const codegen::KernelAccess& access) const {
   size_t stored = 0;
   for (const codegen::ParamAccess& pa : access.params) {
-    const bool stores = std::any_of(pa.accesses.begin(), pa.accesses.end(), [](const auto& x) {
-      return x.kind == codegen::ArrayAccess::Kind::kOverwrite;
-    });
-    if (!stores) continue;
+    if (!stores_to(pa)) continue;
     if (pa.param >= args.size() || args[pa.param].kind != runtime::ParamKind::kNdArray ||
         !overwrites_whole(r, args, args[pa.param].array.id)) {
       return false;

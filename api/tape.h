@@ -300,10 +300,10 @@ class Tape {
     uint32_t written_begin = 0, written_count = 0;  // into written_ (checkpointing only)
     // Checkpointing: a launch every store of which overwrites its array whole runs the plain
     // adjoint (`adjoint`), and the gradients of its stored differentiated parameters
-    // (clear_params_[clear_begin, + clear_count)) are zeroed after it, deferred to the next
-    // adjoint passed one of them or the end of backward; `clearing` is its clearing adjoint,
-    // run instead where one of those gradients is shared with another parameter's.
-    bool clears_after = false;
+    // (clear_params_[clear_begin, + clear_count), none for other launches) are zeroed after
+    // it, deferred to the next adjoint passed one of them or the end of backward; `clearing` is
+    // its clearing adjoint, run instead where one of those gradients is shared with another
+    // parameter's.
     KernelHandle clearing;
     uint32_t clear_begin = 0, clear_count = 0;
   };
@@ -417,7 +417,7 @@ class Tape {
   // either.
   std::vector<NdArrayHandle> zero_list_;
   std::vector<Arg> adjoint_args_;
-  // Gradients whose clear (Record::clears_after) is pending: zeroed before the next adjoint
+  // Gradients whose clear (Record::clear_count) is pending: zeroed before the next adjoint
   // passed one of them, and at the end of backward.
   std::vector<NdArrayHandle> pending_clears_;
   std::vector<uint32_t> clear_params_;  // Record::clear_begin / clear_count

@@ -70,32 +70,10 @@ std::optional<std::string> row_fill_kernel_ir(const std::string& t,
   const std::string r = std::to_string(rank);
   std::string name = "vkad_fill_" + t + "_" + r + "_row0";
   for (uint32_t a = task_end; a < rank; ++a) name += "_" + std::to_string(shape[a]);
-  std::string ir = "kernel " + name + "(dst: ndarray<" + t + ", " + r + ">, value: " + t +
-                   ") {\n  task fill parallel ";
-  for (uint32_t a = lead; a < task_end; ++a) {
-    ir += std::string(a > lead ? ", " : "") + "%i" + std::to_string(a) + " in [0, shape(dst, " +
-          std::to_string(a) + "))";
-  }
-  ir += " {\n    %v = arg value : " + t + "\n";
-  uint32_t widest = 1;
-  for (uint32_t a = task_end; a < rank; ++a) widest = std::max(widest, shape[a]);
-  for (uint32_t c = 0; c < widest; ++c)
-    ir += "    %k" + std::to_string(c) + " = const " + std::to_string(c) + " : i32\n";
-  std::vector<uint32_t> at(rank, 0);
-  for (uint64_t e = 0; e < rest; ++e) {
-    std::string index;
-    for (uint32_t a = 0; a < rank; ++a) {
-      index +=
-          std::string(a ? ", " : "") +
-          (a >= lead && a < task_end ? "%i" + std::to_string(a) : "%k" + std::to_string(at[a]));
-    }
-    ir += "    store dst[" + index + "], %v\n";
-    for (uint32_t a = rank; a-- > task_end;) {
-      if (++at[a] < shape[a]) break;
-      at[a] = 0;
-    }
-  }
-  return ir + "  }\n}\n";
+  return codegen::unrolled_array_kernel_text(
+      name, "dst: ndarray<" + t + ", " + r + ">, value: " + t, "fill", "dst", shape, lead, task_end,
+      "    %v = arg value : " + t + "\n",
+      [](const std::string& index, uint64_t) { return "    store dst[" + index + "], %v\n"; });
 }
 
 std::string fill_kernel_ir(DType dtype, const std::vector<uint32_t>& shape) {

@@ -38,34 +38,14 @@ std::string sliced_copy_ir(const std::string& t, const std::vector<uint32_t>& sh
   const std::string array = "ndarray<" + t + ", " + std::to_string(rank) + ">";
   std::string name =
       "vkad_copy_" + t + "_" + std::to_string(rank) + "_along" + std::to_string(axis);
-  uint32_t widest = 0;
-  for (uint32_t a = 0; a < rank; ++a) {
-    if (a == axis) continue;
-    name += "_" + std::to_string(shape[a]);
-    widest = std::max(widest, shape[a]);
-  }
-  std::string ir = "kernel " + name + "(src: " + array + ", dst: " + array +
-                   ") {\n  task copy parallel %p in [0, shape(src, " + std::to_string(axis) +
-                   ")) {\n";
-  for (uint32_t c = 0; c < widest; ++c)
-    ir += "    %k" + std::to_string(c) + " = const " + std::to_string(c) + " : i32\n";
-  std::vector<uint32_t> at(rank, 0);  // the other axes' coordinates, the last fastest
-  for (uint64_t e = 0;; ++e) {
-    std::string index;
-    for (uint32_t a = 0; a < rank; ++a)
-      index += std::string(a ? ", " : "") + (a == axis ? "%p" : "%k" + std::to_string(at[a]));
-    const std::string v = "%v" + std::to_string(e);
-    ir += "    " + v + " = load src[" + index + "] : " + t + "\n    store dst[" + index + "], " +
-          v + "\n";
-    uint32_t a = rank;
-    while (a-- > 0) {
-      if (a == axis) continue;
-      if (++at[a] < shape[a]) break;
-      at[a] = 0;
-    }
-    if (a == UINT32_MAX) break;  // every coordinate wrapped: done
-  }
-  return ir + "  }\n}\n";
+  for (uint32_t a = 0; a < rank; ++a) name += a == axis ? "" : "_" + std::to_string(shape[a]);
+  return codegen::unrolled_array_kernel_text(
+      name, "src: " + array + ", dst: " + array, "copy", "src", shape, axis, axis + 1, "",
+      [&](const std::string& index, uint64_t e) {
+        const std::string v = "%v" + std::to_string(e);
+        return "    " + v + " = load src[" + index + "] : " + t + "\n    store dst[" + index +
+               "], " + v + "\n";
+      });
 }
 
 // The one axis on which some access of `pa` (arrays of `rank` axes) is not launch-uniform, the

@@ -1026,6 +1026,42 @@ std::string whole_array_kernel_text(const std::string& name, const std::string& 
   return ir + body(index) + close + "  }\n}\n";
 }
 
+std::string unrolled_array_kernel_text(
+    const std::string& name, const std::string& params, const std::string& task,
+    const std::string& array, const std::vector<uint32_t>& shape, uint32_t first, uint32_t last,
+    const std::string& prologue,
+    const std::function<std::string(const std::string&, uint64_t)>& body) {
+  const uint32_t rank = static_cast<uint32_t>(shape.size());
+  auto tasked = [&](uint32_t a) { return a >= first && a < last; };
+  std::string ir = "kernel " + name + "(" + params + ") {\n  task " + task + " parallel ";
+  for (uint32_t a = first; a < last; ++a) {
+    ir += std::string(a > first ? ", " : "") + "%i" + std::to_string(a) + " in [0, shape(" + array +
+          ", " + std::to_string(a) + "))";
+  }
+  ir += " {\n" + prologue;
+  uint32_t widest = 1;
+  for (uint32_t a = 0; a < rank; ++a) widest = tasked(a) ? widest : std::max(widest, shape[a]);
+  for (uint32_t c = 0; c < widest; ++c)
+    ir += "    %k" + std::to_string(c) + " = const " + std::to_string(c) + " : i32\n";
+  std::vector<uint32_t> at(rank, 0);  // the unrolled axes' coordinates
+  for (uint64_t e = 0;; ++e) {
+    std::string index;
+    for (uint32_t a = 0; a < rank; ++a) {
+      index += std::string(a ? ", " : "") + (tasked(a) ? "%i" : "%k") +
+               std::to_string(tasked(a) ? a : at[a]);
+    }
+    ir += body(index, e);
+    uint32_t a = rank;
+    while (a-- > 0) {
+      if (tasked(a)) continue;
+      if (++at[a] < shape[a]) break;
+      at[a] = 0;
+    }
+    if (a == UINT32_MAX) break;  // every coordinate wrapped: done
+  }
+  return ir + "  }\n}\n";
+}
+
 std::string copy_kernel_text(const std::string& t, uint32_t rank) {
   const std::string r = std::to_string(rank);
   const std::string array = "ndarray<" + t + ", " + r + ">";

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "ir/ir.h"
@@ -50,6 +51,17 @@ std::string whole_array_kernel_text(const std::string& name, const std::string& 
                                     const std::string& task, const std::string& array,
                                     uint32_t axes, const std::string& prologue,
                                     const std::function<std::string(const std::string&)>& body);
+
+// The text of a kernel `name(params)` of one parallel task `task` over axes [first, last) of
+// ndarray parameter `array` (extents `shape`), every other axis unrolled: its coordinates are
+// constants (`%k<c>`), and `body(index, e)` gives the statements for the e-th element of the
+// unrolled axes (the last fastest) at `index` ("%k0, %i1, %i2, %k1"); `prologue` opens the body.
+// The slice pass's copies and the rename pass's fills of a one-row grid.
+std::string unrolled_array_kernel_text(
+    const std::string& name, const std::string& params, const std::string& task,
+    const std::string& array, const std::vector<uint32_t>& shape, uint32_t first, uint32_t last,
+    const std::string& prologue,
+    const std::function<std::string(const std::string&, uint64_t)>& body);
 
 // The session's copy kernel for arrays of dtype `t` ("f32") and `rank`: `vkad_copy_<t>_<rank>(src,
 // dst)`, dst[i...] = src[i...] over every element (whole_array_kernel_text's task). The slice
