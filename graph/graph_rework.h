@@ -203,8 +203,9 @@ Status walk_plan(const ReworkPlan& w, Fill&& fill, Member&& member, Launch&& lau
 }
 
 // A fused run's kernel depends only on its members' kernels, which of their parameters share
-// an array and which arrays are known zero: the key of that (arrays numbered by first use in
-// the run, `ids` gets them in that order).
+// an array and which arrays are known zero -- and, where the run holds several ranges (side by
+// side: launch_fusion.h), on the ranges, which its kernel holds as numbers: the key of that
+// (arrays numbered by first use in the run, `ids` gets them in that order).
 std::string fusion_signature(std::span<const codegen::FusionLaunch> members,
                              const std::unordered_map<uint64_t, size_t>& zero_fills,
                              std::vector<uint64_t>* ids);

@@ -1,6 +1,7 @@
 #include "graph/launch_fusion.h"
 
 #include <algorithm>
+#include <bit>
 #include <map>
 #include <span>
 #include <unordered_map>
@@ -21,6 +22,11 @@ struct ParamUse {
 
 struct Summary {
   bool ok = true;  // fusible
+  // May run beside launches of another range (under a guard of its own): no workgroup
+  // barrier or shared memory, which need every invocation of the workgroup to take part, and
+  // no print or assert, whose reports name the launch they come from (a run of several ranges
+  // joins launches of unrelated origins: a tape entry, a loop step).
+  bool side = true;
   std::vector<ParamUse> use;
 };
 
@@ -60,6 +66,10 @@ void scan(const Block& b, ValueId index, const std::unordered_set<ValueId>& unif
       u.axis = axis;
     }
     if (st.has_cap) s.ok = false;  // a stated trip bound may read scalars: kept out for now
+    if (st.op == Op::kBarrier || st.op == Op::kSharedAlloc || st.op == Op::kLoadShared ||
+        st.op == Op::kStoreShared || st.op == Op::kPrint || st.op == Op::kAssert) {
+      s.side = false;
+    }
     for (const Block& c : st.blocks) scan(c, index, uniform, s);
     if (!s.ok) return;
   }
@@ -105,7 +115,9 @@ void remap_size(SizeExpr& e, const std::vector<uint32_t>& pm) {
 }
 
 // Per array: which members touch it and whether every touch is pointwise, or at known rows
-// that no two members share.
+// that no two members share. `boxes`: the run's ranges (FusionRun's boxes) whose members touch
+// it, one bit each: pointwise means nothing between members of two ranges (the same index is
+// another element), so a written array touched from two of them must be kept apart by rows.
 struct ArrayUse {
   uint32_t members = 0;
   size_t last_member = SIZE_MAX;
@@ -114,9 +126,15 @@ struct ArrayUse {
   DType dtype = DType::kF32;
   uint32_t rank = 0;
   bool rows_disjoint = true;
+  uint32_t boxes = 0;
   std::vector<std::pair<size_t, int64_t>> rows;  // (member, row) of every touch
-  bool safe() const { return !written || members < 2 || pointwise || rows_disjoint; }
-  bool by_rows() const { return written && members > 1 && !pointwise && rows_disjoint; }
+  bool across() const { return std::popcount(boxes) > 1; }
+  bool safe() const {
+    return !written || ((members < 2 || pointwise || rows_disjoint) && (!across() || rows_disjoint));
+  }
+  bool by_rows() const {
+    return written && members > 1 && (!pointwise || across()) && rows_disjoint;
+  }
 };
 
 // Notes that member `m` touches the array at `row`: another member at the same row, or an
@@ -140,6 +158,7 @@ struct Undo {
   uint32_t members = 0;
   size_t last_member = SIZE_MAX, rows = 0;
   bool written = false, pointwise = true, rows_disjoint = true;
+  uint32_t boxes = 0;
 };
 
 void take_back(std::vector<Undo>& undo, std::unordered_map<uint64_t, ArrayUse>& table) {
@@ -154,16 +173,18 @@ void take_back(std::vector<Undo>& undo, std::unordered_map<uint64_t, ArrayUse>& 
     a.written = u->written;
     a.pointwise = u->pointwise;
     a.rows_disjoint = u->rows_disjoint;
+    a.boxes = u->boxes;
     a.rows.resize(u->rows);
   }
   undo.clear();
 }
 
-// Adds member `m` (launch `l`, its kernel's summary `sum`) to the run's array table; false when
-// that makes an array unsafe (written by one member and touched by another other than
-// pointwise along one axis) or one array is seen as two types. Every entry it touches is noted
-// in `undo` first: take_back() then restores the table as it was.
-bool admit_member(const FusionLaunch& l, size_t m, const Summary& sum,
+// Adds member `m` (launch `l`, its kernel's summary `sum`, of the run's range `box`) to the
+// run's array table; false when that makes an array unsafe (written by one member and touched
+// by another other than pointwise along one axis within one range, or at rows no other member
+// touches) or one array is seen as two types. Every entry it touches is noted in `undo` first:
+// take_back() then restores the table as it was.
+bool admit_member(const FusionLaunch& l, size_t m, uint32_t box, const Summary& sum,
                   std::unordered_map<uint64_t, ArrayUse>& table, std::vector<Undo>& undo) {
   const Kernel& k = *l.kernel;
   for (size_t p = 0; p < k.params.size(); ++p) {
@@ -172,7 +193,7 @@ bool admit_member(const FusionLaunch& l, size_t m, const Summary& sum,
     auto [it, fresh] = table.try_emplace(l.arrays[p]);
     ArrayUse& a = it->second;
     undo.push_back({l.arrays[p], fresh, a.members, a.last_member, a.rows.size(), a.written,
-                    a.pointwise, a.rows_disjoint});
+                    a.pointwise, a.rows_disjoint, a.boxes});
     if (fresh) {
       a.dtype = k.params[p].dtype;
       a.rank = k.params[p].rank;
@@ -186,6 +207,7 @@ bool admit_member(const FusionLaunch& l, size_t m, const Summary& sum,
     }
     a.written = a.written || u.written;
     a.pointwise = a.pointwise && u.pointwise && a.axis == u.axis;
+    if (u.read || u.written) a.boxes |= 1u << box;
     if (u.read || u.written) {
       note_row(a, m, l.rows.empty() || a.rank < 2 ? FusionLaunch::kAnyRow : l.rows[p]);
     }
@@ -195,6 +217,10 @@ bool admit_member(const FusionLaunch& l, size_t m, const Summary& sum,
 }
 
 }  // namespace
+
+bool same_box(const FusionLaunch& a, const FusionLaunch& b) {
+  return a.begin == b.begin && a.end == b.end && a.dims == b.dims;
+}
 
 bool fusible(const Kernel& k) { return summarize(k).ok; }
 
@@ -213,29 +239,47 @@ std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uin
   auto sums = [&](size_t i) -> const Summary& { return *sum_of[i]; };
   std::unordered_map<uint64_t, ArrayUse> arrays;
   std::vector<Undo> undo;
-  // Member m into the table; refused (false), the table is as it was.
-  auto admit = [&](size_t m) {
+  // Member m of range `box` into the table; refused (false), the table is as it was.
+  auto admit = [&](size_t m, uint32_t box) {
     undo.clear();
-    if (admit_member(launches[m], m, sums(m), arrays, undo) && arrays.size() <= max_arrays)
+    if (admit_member(launches[m], m, box, sums(m), arrays, undo) && arrays.size() <= max_arrays)
       return true;
     take_back(undo, arrays);
     return false;
   };
+  std::vector<const FusionLaunch*> boxes;  // the run's ranges: a launch of each
+  auto box_of = [&](const FusionLaunch& l) -> size_t {
+    for (size_t b = 0; b < boxes.size(); ++b) {
+      if (same_box(*boxes[b], l)) return b;
+    }
+    return boxes.size();
+  };
   size_t i = 0;
   while (i < launches.size()) {
     FusionRun run{i, 1};
+    boxes.assign(1, &launches[i]);
     if (sums(i).ok) {
       arrays.clear();
-      if (admit(i)) {
+      if (admit(i, 0)) {
         const uint32_t size = launches[i].kernel->tasks[0].local_size;
-        const uint32_t most =
-            launches[i].dims.empty() ? max_launches : std::min(max_launches, kMaxNdMembers);
-        for (size_t j = i + 1; j < launches.size() && run.count < most; ++j) {
-          if (!sums(j).ok || launches[j].begin != launches[i].begin ||
-              launches[j].end != launches[i].end || launches[j].dims != launches[i].dims ||
-              launches[j].kernel->tasks[0].local_size != size || !admit(j)) {
+        uint32_t nd = launches[i].dims.empty() ? 0 : 1;
+        bool side = sums(i).side;  // every member so far
+        for (size_t j = i + 1; j < launches.size() && run.count < max_launches; ++j) {
+          const FusionLaunch& l = launches[j];
+          if (!sums(j).ok || l.kernel->tasks[0].local_size != size) break;
+          if (!l.dims.empty() && nd >= kMaxNdMembers) break;
+          const size_t box = box_of(l);
+          const bool fresh = box == boxes.size();
+          // Another range: every member, this one too, runs under a guard of its range.
+          if ((fresh || boxes.size() > 1) && !(side && sums(j).side)) break;
+          if (fresh && (boxes.size() >= kMaxRunBoxes || max_launches < 2)) break;
+          if (fresh) boxes.push_back(&l);
+          if (!admit(j, static_cast<uint32_t>(box))) {
+            if (fresh) boxes.pop_back();
             break;
           }
+          side = side && sums(j).side;
+          nd += l.dims.empty() ? 0 : 1;
           ++run.count;
         }
       }
@@ -493,6 +537,125 @@ Task fused_task(const Task& t0, const std::vector<uint32_t>& pm, Kernel& f) {
   return t;
 }
 
+// The number of invocations of launch `l`'s task (its range, or its box's points).
+int64_t task_size(const FusionLaunch& l) {
+  if (l.dims.empty()) return std::max<int64_t>(0, l.end - l.begin);
+  int64_t n = 1;
+  for (const auto& [lo, hi] : l.dims) n *= std::max<int64_t>(0, hi - lo);
+  return n;
+}
+
+// Appends `s` to `b`, returning its result.
+ValueId emit(Kernel& f, Block& b, Stmt s) {
+  if (op_info(s.op).has_result) s.result = f.fresh();
+  const ValueId r = s.result;
+  b.stmts.push_back(std::move(s));
+  return r;
+}
+
+ValueId emit_i32(Kernel& f, Block& b, int64_t v) {
+  Stmt s;
+  s.op = Op::kConst;
+  s.type = DType::kI32;
+  s.iimm = v;
+  s.fimm = static_cast<double>(v);
+  return emit(f, b, std::move(s));
+}
+
+ValueId emit_binary(Kernel& f, Block& b, Op op, ValueId x, ValueId y) {
+  Stmt s;
+  s.op = op;
+  s.type = op_info(op).family == OpFamily::kCompare ? DType::kBool : DType::kI32;
+  s.args = {x, y};
+  return emit(f, b, std::move(s));
+}
+
+// `fuse_launches` for a run of several ranges (fusion_groups): one 1-d task of the largest
+// range's size; per range, in order of first appearance, its members under `index < size`
+// (no guard for the largest), their task indices rebuilt from the index -- `begin + index`, or
+// an N-d box's coordinates row-major -- and assembled as a run of their own (forwarding and
+// known zeros within the range; the caller's zero arrays only for the first member's range,
+// the one they were found for).
+Status fuse_side_by_side(std::span<const FusionLaunch> run, std::span<const uint64_t> zero_arrays,
+                         const std::map<uint64_t, uint32_t>& array_param, FusedKernel& out) {
+  Kernel& f = out.kernel;
+  std::vector<std::vector<size_t>> by_box;  // members, grouped by range in order of appearance
+  for (size_t m = 0; m < run.size(); ++m) {
+    auto it = std::find_if(by_box.begin(), by_box.end(),
+                           [&](const std::vector<size_t>& g) { return same_box(run[g[0]], run[m]); });
+    if (it == by_box.end()) {
+      by_box.push_back({m});
+    } else {
+      it->push_back(m);
+    }
+  }
+  int64_t most = 0;
+  for (const std::vector<size_t>& g : by_box) most = std::max(most, task_size(run[g[0]]));
+  if (most > INT32_MAX) {
+    return make_error(ErrorCode::kInvalidArgument, "fuse_launches: a range past 2^31 invocations");
+  }
+  Task t;
+  t.name = "fused";
+  t.local_size = run[0].kernel->tasks[0].local_size;
+  t.begin = RangeBound::constant(0);
+  t.end = RangeBound::constant(most);
+  t.index = f.fresh();
+  for (size_t g = 0; g < by_box.size(); ++g) {
+    const FusionLaunch& box = run[by_box[g][0]];
+    const int64_t size = task_size(box);
+    Block* into = &t.body;
+    Stmt guard;
+    if (size < most) {
+      guard.op = Op::kIf;
+      guard.type = DType::kBool;
+      guard.args = {emit_binary(f, t.body, Op::kLt, t.index, emit_i32(f, t.body, size))};
+      guard.blocks.resize(2);
+      into = &guard.blocks[0];
+    }
+    // The range's task indices from the fused index.
+    std::vector<ValueId> index;
+    if (box.dims.empty()) {
+      index.push_back(box.begin == 0 ? t.index
+                                     : emit_binary(f, *into, Op::kAdd, t.index,
+                                                   emit_i32(f, *into, box.begin)));
+    } else {
+      index.resize(box.dims.size());
+      ValueId rest = t.index;
+      for (size_t d = box.dims.size(); d-- > 0;) {
+        const auto [lo, hi] = box.dims[d];
+        ValueId coord = rest;
+        if (d > 0) {
+          const ValueId extent = emit_i32(f, *into, hi - lo);
+          coord = emit_binary(f, *into, Op::kMod, rest, extent);
+          rest = emit_binary(f, *into, Op::kFloorDiv, rest, extent);
+        }
+        index[d] = lo == 0 ? coord : emit_binary(f, *into, Op::kAdd, coord, emit_i32(f, *into, lo));
+      }
+    }
+    std::vector<FusionLaunch> members;
+    std::vector<std::vector<uint32_t>> maps;
+    for (size_t m : by_box[g]) {
+      members.push_back(run[m]);
+      maps.push_back(out.param_map[m]);
+    }
+    const bool nd = !box.dims.empty();
+    BodyFacts facts(f, nd ? kNoValue : index[0],
+                    nd || g > 0 ? std::span<const uint64_t>() : zero_arrays, array_param,
+                    nd ? std::vector<bool>() : adds_as_stores(members, maps, f));
+    for (size_t m : by_box[g]) {
+      const Task& kt = run[m].kernel->tasks[0];
+      MemberCopier c(f, kt.index, out.param_map[m]);
+      c.new_index = index[0];
+      for (size_t d = 1; d < kt.dims.size(); ++d) c.substitute(kt.dims[d].index, index[d]);
+      for (const Stmt& src : kt.body.stmts) facts.append(c.copy(src), src.result, c, *into);
+    }
+    if (g == 0) out.overwritten = facts.overwritten(array_param);
+    if (size < most) t.body.stmts.push_back(std::move(guard));
+  }
+  f.tasks.push_back(std::move(t));
+  return {};
+}
+
 }  // namespace
 
 Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::string& name,
@@ -508,14 +671,20 @@ Result<FusedKernel> fuse_launches(std::span<const FusionLaunch> run, const std::
       return make_error(ErrorCode::kInvalidArgument,
                         "fuse_launches: kernel '" + k.name + "' cannot be fused");
     }
-    if (run[m].dims != run[0].dims || k.tasks[0].dims.size() != run[m].dims.size()) {
+    if (k.tasks[0].dims.size() != run[m].dims.size()) {
       return make_error(ErrorCode::kInvalidArgument,
                         "fuse_launches: member " + std::to_string(m) + " (kernel '" + k.name +
-                            "') has another box than the first member's");
+                            "') has a box of another rank than its task's");
     }
     std::vector<uint32_t>& pm = out.param_map.emplace_back(k.params.size());
     for (size_t p = 0; p < k.params.size(); ++p) {
       pm[p] = merged_param(f, array_param, k.params[p], run[m].arrays[p], m);
+    }
+  }
+  for (size_t m = 1; m < run.size(); ++m) {
+    if (!same_box(run[m], run[0])) {
+      VKAD_TRY(fuse_side_by_side(run, zero_arrays, array_param, out));
+      return out;
     }
   }
   Task t = fused_task(run[0].kernel->tasks[0], out.param_map[0], f);

@@ -47,6 +47,9 @@ namespace vkad::codegen {
 // members diffmpm's rework took 30-80 ms longer than with 8 (H100, warm caches).
 inline constexpr uint32_t kMaxNdMembers = 8;
 
+// The most ranges one run holds (launches of other ranges side by side, below).
+inline constexpr uint32_t kMaxRunBoxes = 4;
+
 // One launch: its kernel, and per parameter the identity of the array bound to it (any
 // nonzero number equal exactly for equal arrays; 0 for scalar parameters), and the launch's
 // evaluated task range.
@@ -68,13 +71,25 @@ struct FusionLaunch {
 
 // Whether `k` may take part in a fusion at all (see the file comment).
 bool fusible(const Kernel& k);
+// Whether two launches have one range (1-d) or box (N-d).
+bool same_box(const FusionLaunch& a, const FusionLaunch& b);
 
 // Splits `launches` into runs of consecutive launches, [first, first + count) each, in order
 // and covering all; a run of two or more may be fused. A run stops before a launch that is
-// not fusible, has another range or workgroup size, would make an access unsafe (an array
-// written by one member and touched by another, neither pointwise along one axis nor at known
-// different rows), or would take the fused kernel past `max_arrays` distinct arrays or
-// `max_launches` members.
+// not fusible, has another workgroup size, would make an access unsafe (an array written by
+// one member and touched by another, neither pointwise along one axis of one range nor at
+// known different rows), or would take the fused kernel past `max_arrays` distinct arrays,
+// `max_launches` members or kMaxNdMembers N-d ones.
+//
+// Launches of other ranges run side by side: a run may hold up to kMaxRunBoxes ranges where
+// an array one member writes is touched from no other range (but at known different rows), so
+// the members of one range share nothing written with the others'. The fused kernel then runs
+// max(size) invocations, each range's members under a guard `index < its size`, an N-d box's
+// coordinates taken from the index (row-major): what a graph would run as independent
+// dispatches between the same barriers -- a ring's fill over a grid's cells beside the next
+// particle step, a gradient's clear beside an adjoint -- is one dispatch. Kernels with a
+// workgroup barrier or shared memory never run beside another range (a guard would leave
+// invocations out of the workgroup's barrier).
 struct FusionRun {
   size_t first = 0, count = 0;
 };
@@ -83,7 +98,8 @@ struct FusionRun {
 std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uint32_t max_arrays,
                                      uint32_t max_launches, bool* rows_used = nullptr);
 
-// The fused kernel of a run (every member fusible; fusion_groups' conditions hold). Its
+// The fused kernel of a run (every member fusible; fusion_groups' conditions hold; members of
+// several ranges as fusion_groups describes, their ranges' sizes taken from `run`). Its
 // parameters: one per distinct array (in order of first use; name "l<member>_<param>"), one per
 // scalar parameter of each member. `param_map[m][p]`: the fused parameter of member m's
 // parameter p. Named `name`.

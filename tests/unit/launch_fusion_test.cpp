@@ -519,16 +519,14 @@ TEST(LaunchFusion, CellKernelsAtDifferentRowsFuseAndComputeWhatTheyComputeOneByO
   EXPECT_EQ(arrays[2].data, one[2].data);
   for (double x : arrays[2].data) ASSERT_NE(x, -7.0) << "every cell of every row written";
 
-  // The same row twice, another box, or an unknown row: apart.
+  // The same row twice, or an unknown row: apart. Another box at another row runs side by
+  // side (the rows keep them apart); at the same row, apart.
   std::vector<FusionLaunch> same = {l[0], l[0]};
   EXPECT_EQ(codegen::fusion_groups(same, 24, 32).size(), 2u) << "row 0 twice";
   std::vector<FusionLaunch> box = {l[0], cell_launch(cell, {0, 1, 2, 3}, {any, 1, 1, 1}, 4, 6)};
-  EXPECT_EQ(codegen::fusion_groups(box, 24, 32).size(), 2u) << "a 4x6 box beside a 4x5 one";
-  auto mixed = codegen::fuse_launches(box, "mixed");
-  ASSERT_FALSE(mixed.ok()) << "fuse_launches refuses members of two boxes itself";
-  EXPECT_NE(mixed.status().message().find("member 1 (kernel 'cell') has another box"),
-            std::string::npos)
-      << mixed.status().message();
+  EXPECT_EQ(codegen::fusion_groups(box, 24, 32).size(), 1u) << "a 4x6 box beside a 4x5 one";
+  box[1].rows = {any, 0, 0, 0};
+  EXPECT_EQ(codegen::fusion_groups(box, 24, 32).size(), 2u) << "both boxes at row 0";
   std::vector<FusionLaunch> unknown = {l[0], l[1]};
   unknown[1].rows.clear();
   EXPECT_EQ(codegen::fusion_groups(unknown, 24, 32).size(), 2u) << "rows not known";
@@ -591,6 +589,107 @@ kernel box(f: i32, m: ndarray<f32, 4>, o: ndarray<f32, 4>) {
   ASSERT_TRUE(codegen::evaluate(fused->kernel, fargs).ok());
   EXPECT_EQ(o.data, o1.data);
   for (double x : o.data) ASSERT_NE(x, -1.0);
+}
+
+// Three ranges: y = 2 x and then y2 = y + 1 over 7 particles, a 3x5 grid's cells, and the tail
+// [2, 9) of another array. Independent of each other, they run in one kernel of 15 invocations.
+const char* kScale = R"(
+kernel scale(x: ndarray<f32, 1>, y: ndarray<f32, 1>) {
+  task particles parallel %i in [0, shape(x, 0)) {
+    %a = load x[%i] : f32
+    %two = const 2.0 : f32
+    %b = mul %a, %two : f32
+    store y[%i], %b
+  }
+}
+)";
+const char* kPlusOne = R"(
+kernel plus_one(y: ndarray<f32, 1>, y2: ndarray<f32, 1>) {
+  task particles parallel %i in [0, shape(y, 0)) {
+    %a = load y[%i] : f32
+    %one = const 1.0 : f32
+    %b = add %a, %one : f32
+    store y2[%i], %b
+  }
+}
+)";
+const char* kCells = R"(
+kernel cells(g: ndarray<f32, 2>) {
+  task cells parallel %i in [0, shape(g, 0)), %j in [0, shape(g, 1)) {
+    %ten = const 10 : i32
+    %a = mul %i, %ten : i32
+    %b = add %a, %j : i32
+    %c = cast %b : f32
+    store g[%i, %j], %c
+  }
+}
+)";
+const char* kTail = R"(
+kernel tail(z: ndarray<f32, 1>) {
+  task rest parallel %i in [2, shape(z, 0)) {
+    %c = cast %i : f32
+    %k = const 0.5 : f32
+    %d = add %c, %k : f32
+    store z[%i], %d
+  }
+}
+)";
+
+TEST(LaunchFusion, LaunchesOfOtherRangesRunSideBySideAndComputeWhatTheyComputeOneByOne) {
+  Kernel scale = parse(kScale), plus_one = parse(kPlusOne), cells = parse(kCells),
+         tail = parse(kTail);
+  // Arrays: 1 x, 2 y, 3 y2 (7 each), 4 g (3x5), 5 z (9).
+  FusionLaunch g{&cells, {4}, 0, 1};
+  g.dims = {{0, 3}, {0, 5}};
+  std::vector<FusionLaunch> l = {launch(scale, {1, 2}, 7), g, launch(plus_one, {2, 3}, 7),
+                                 FusionLaunch{&tail, {5}, 2, 9}};
+  std::vector<codegen::FusionRun> runs = codegen::fusion_groups(l, 24, 32);
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].count, 4u);
+  auto fused = codegen::fuse_launches(l, "side");
+  ASSERT_TRUE(fused.ok()) << fused.status().to_string();
+  ASSERT_TRUE(codegen::verify(fused->kernel).ok()) << codegen::print(fused->kernel);
+  const codegen::Task& t = fused->kernel.tasks[0];
+  EXPECT_TRUE(t.dims.empty());
+  EXPECT_EQ(t.end.value, 15) << "the largest range's size";
+
+  auto arrays = [] {
+    std::vector<HostArray> a = {HostArray(abi::DType::kF32, {7}), HostArray(abi::DType::kF32, {7}),
+                                HostArray(abi::DType::kF32, {7}), HostArray(abi::DType::kF32, {3, 5}),
+                                HostArray(abi::DType::kF32, {9})};
+    for (size_t i = 0; i < 7; ++i) a[0].data[i] = codegen::round_to(abi::DType::kF32, 0.3 * i - 1);
+    for (size_t k = 1; k < a.size(); ++k) std::fill(a[k].data.begin(), a[k].data.end(), -7.0);
+    return a;
+  };
+  std::vector<HostArray> one = arrays(), side = arrays();
+  for (const FusionLaunch& m : l) {
+    std::vector<HostArg> args;
+    for (uint64_t id : m.arrays) args.push_back(HostArg::of(one[id - 1]));
+    ASSERT_TRUE(codegen::evaluate(*m.kernel, args).ok());
+  }
+  std::vector<HostArg> fargs(fused->kernel.params.size());
+  for (size_t m = 0; m < l.size(); ++m) {
+    for (size_t p = 0; p < l[m].arrays.size(); ++p)
+      fargs[fused->param_map[m][p]] = HostArg::of(side[l[m].arrays[p] - 1]);
+  }
+  auto r = codegen::evaluate(fused->kernel, fargs);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  for (size_t k = 0; k < one.size(); ++k) EXPECT_EQ(side[k].data, one[k].data) << "array " << k + 1;
+  EXPECT_EQ(one[3].data[2 * 5 + 4], 24.0) << "the grid's last cell written";
+  EXPECT_EQ(one[4].data[1], -7.0) << "the tail's range starts at 2";
+  EXPECT_EQ(one[4].data[8], 8.5);
+
+  // A written array touched from another range keeps the launches apart: y, which scale
+  // writes, read by a launch over the grid's 15 cells.
+  std::vector<FusionLaunch> apart = {launch(scale, {1, 2}, 7), launch(plus_one, {2, 3}, 15)};
+  EXPECT_EQ(codegen::fusion_groups(apart, 24, 32).size(), 2u);
+  // Nor does a run take more ranges than kMaxRunBoxes.
+  std::vector<FusionLaunch> many;
+  for (int64_t n = 0; n <= codegen::kMaxRunBoxes; ++n)
+    many.push_back(launch(scale, {static_cast<uint64_t>(10 + 2 * n), static_cast<uint64_t>(11 + 2 * n)}, 3 + n));
+  runs = codegen::fusion_groups(many, 24, 32);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].count, codegen::kMaxRunBoxes);
 }
 
 }  // namespace
