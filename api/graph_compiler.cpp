@@ -185,6 +185,22 @@ void GraphCompiler::trace_rework(const ReworkPlan& w, const std::string& name) c
   }
 }
 
+void GraphCompiler::dump_rework(const ReworkPlan& w, const std::string& name) const {
+  // The whole plan, fills included, appended to the file VKAD_GRAPH_DUMP names (docs/graphs.md,
+  // "Diagnostics"): what the trace's runs leave out.
+  const std::string text = print_plan(
+      w,
+      [this](uint64_t k) {
+        const std::shared_ptr<const codegen::Kernel>& ir = core_.catalog.fusible_ir(k);
+        return ir ? ir->name : "k" + std::to_string(k);
+      },
+      [](uint64_t a) { return "a" + std::to_string(a); });
+  if (FILE* f = std::fopen(std::getenv("VKAD_GRAPH_DUMP"), "a")) {
+    std::fprintf(f, "=== %s\n%s\n", name.c_str(), text.c_str());
+    std::fclose(f);
+  }
+}
+
 std::unique_ptr<GraphCompiler::PreparedRework> GraphCompiler::prepare_rework(
     GraphHandle graph, std::vector<CapturedStep> captured, const std::string& name) {
   auto p = std::make_unique<PreparedRework>();
@@ -226,19 +242,8 @@ std::unique_ptr<GraphCompiler::PreparedRework> GraphCompiler::prepare_rework(
       core_.pipeline.run(program, ctx, [&](const std::string& pass) { clock.mark(pass.c_str()); });
   if (program.planned && std::getenv("VKAD_GRAPH_TRACE") != nullptr)
     trace_rework(program.w, p->name);
-  if (program.planned && std::getenv("VKAD_GRAPH_DUMP") != nullptr) {
-    std::string text = print_plan(
-        program.w,
-        [this](uint64_t k) {
-          const std::shared_ptr<const codegen::Kernel>& ir = core_.catalog.fusible_ir(k);
-          return ir ? ir->name : "k" + std::to_string(k);
-        },
-        [](uint64_t a) { return "a" + std::to_string(a); });
-    if (FILE* f = std::fopen(std::getenv("VKAD_GRAPH_DUMP"), "a")) {
-      std::fprintf(f, "=== %s\n%s\n", p->name.c_str(), text.c_str());
-      std::fclose(f);
-    }
-  }
+  if (program.planned && std::getenv("VKAD_GRAPH_DUMP") != nullptr) dump_rework(program.w, p->name);
+
   // Registered at the install, or where the rework is dropped: the caches name them. (Where a
   // pass throws they stay in unregistered_ for the caller.)
   p->kernels = std::move(unregistered_);

@@ -105,6 +105,7 @@ class GraphCompiler final : public KernelSink {
   // Drops kernel `id` from every table and cache, its printed IR into refused_kernels_.
   void forget_kernel(uint64_t id);
   void trace_rework(const ReworkPlan& w, const std::string& name) const;
+  void dump_rework(const ReworkPlan& w, const std::string& name) const;
   // An array's extents during a graph rework (snapshot_extents'), nullptr for a freed one.
   const std::vector<uint32_t>* extents_of(uint64_t array) const;
   // The kernels, compiled on several threads, with reserved handles; results in order.

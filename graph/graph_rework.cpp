@@ -297,13 +297,13 @@ std::string fusion_signature(std::span<const codegen::FusionLaunch> members,
   }
   std::sort(zero_numbers.begin(), zero_numbers.end());
   for (size_t z : zero_numbers) sig += "z" + std::to_string(z);
-  const bool one_box = std::all_of(members.begin(), members.end(), [&](const auto& m) {
-    return codegen::same_box(m, members[0]);
-  });
+  const bool one_box = std::all_of(members.begin(), members.end(),
+                                   [&](const auto& m) { return codegen::same_box(m, members[0]); });
   if (!one_box) {
     for (const codegen::FusionLaunch& m : members) {
       sig += "r" + std::to_string(m.begin) + ":" + std::to_string(m.end);
-      for (const auto& [lo, hi] : m.dims) sig += "d" + std::to_string(lo) + ":" + std::to_string(hi);
+      for (const auto& [lo, hi] : m.dims)
+        sig += "d" + std::to_string(lo) + ":" + std::to_string(hi);
     }
   }
   return sig;

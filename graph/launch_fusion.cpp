@@ -130,7 +130,8 @@ struct ArrayUse {
   std::vector<std::pair<size_t, int64_t>> rows;  // (member, row) of every touch
   bool across() const { return std::popcount(boxes) > 1; }
   bool safe() const {
-    return !written || ((members < 2 || pointwise || rows_disjoint) && (!across() || rows_disjoint));
+    return !written ||
+           ((members < 2 || pointwise || rows_disjoint) && (!across() || rows_disjoint));
   }
   bool by_rows() const {
     return written && members > 1 && (!pointwise || across()) && rows_disjoint;
@@ -224,69 +225,95 @@ bool same_box(const FusionLaunch& a, const FusionLaunch& b) {
 
 bool fusible(const Kernel& k) { return summarize(k).ok; }
 
+namespace {
+
+// One run at a time: its members' array table, their ranges, and whether the next launch may
+// join.
+class RunBuilder {
+ public:
+  RunBuilder(std::span<const FusionLaunch> launches, uint32_t max_arrays, uint32_t max_launches)
+      : launches_(launches), max_arrays_(max_arrays), max_launches_(max_launches) {
+    // One summary per kernel (a step loop launches a few kernels thousands of times).
+    sum_of_.reserve(launches.size());
+    for (const FusionLaunch& l : launches) {
+      auto it = by_kernel_.find(l.kernel);
+      if (it == by_kernel_.end()) it = by_kernel_.emplace(l.kernel, summarize(*l.kernel)).first;
+      sum_of_.push_back(&it->second);
+    }
+  }
+
+  // The run from launch i: as many launches as may join it.
+  FusionRun run_from(size_t i) {
+    FusionRun run{i, 1};
+    boxes_.assign(1, &launches_[i]);
+    arrays_.clear();
+    if (!sums(i).ok || !admit(i, 0)) return run;
+    nd_ = launches_[i].dims.empty() ? 0 : 1;
+    side_ = sums(i).side;
+    for (size_t j = i + 1; j < launches_.size() && run.count < max_launches_ && join(j, i); ++j)
+      ++run.count;
+    return run;
+  }
+  // Whether the run just built is safe only because of rows.
+  bool by_rows() const {
+    return std::any_of(arrays_.begin(), arrays_.end(),
+                       [](const auto& entry) { return entry.second.by_rows(); });
+  }
+
+ private:
+  const Summary& sums(size_t i) const { return *sum_of_[i]; }
+  // Member m of range `box` into the table; refused (false), the table is as it was.
+  bool admit(size_t m, uint32_t box) {
+    undo_.clear();
+    if (admit_member(launches_[m], m, box, sums(m), arrays_, undo_) &&
+        arrays_.size() <= max_arrays_)
+      return true;
+    take_back(undo_, arrays_);
+    return false;
+  }
+  // Launch j into the run that starts at `first`; false (nothing changed) where it may not.
+  bool join(size_t j, size_t first) {
+    const FusionLaunch& l = launches_[j];
+    if (!sums(j).ok ||
+        l.kernel->tasks[0].local_size != launches_[first].kernel->tasks[0].local_size)
+      return false;
+    if (!l.dims.empty() && nd_ >= kMaxNdMembers) return false;
+    size_t box = 0;
+    while (box < boxes_.size() && !same_box(*boxes_[box], l)) ++box;
+    const bool fresh = box == boxes_.size();
+    // Another range: every member, this one too, runs under a guard of its range.
+    if ((fresh || boxes_.size() > 1) && !(side_ && sums(j).side)) return false;
+    if (fresh && boxes_.size() >= kMaxRunBoxes) return false;
+    if (fresh) boxes_.push_back(&l);
+    if (!admit(j, static_cast<uint32_t>(box))) {
+      if (fresh) boxes_.pop_back();
+      return false;
+    }
+    side_ = side_ && sums(j).side;
+    nd_ += l.dims.empty() ? 0 : 1;
+    return true;
+  }
+
+  std::span<const FusionLaunch> launches_;
+  uint32_t max_arrays_, max_launches_;
+  std::unordered_map<const Kernel*, Summary> by_kernel_;
+  std::vector<const Summary*> sum_of_;
+  std::unordered_map<uint64_t, ArrayUse> arrays_;
+  std::vector<Undo> undo_;
+  std::vector<const FusionLaunch*> boxes_;  // the run's ranges: a launch of each
+  uint32_t nd_ = 0;                         // N-d members
+  bool side_ = true;                        // every member may run beside another range
+};
+
+}  // namespace
+
 std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uint32_t max_arrays,
                                      uint32_t max_launches, bool* rows_used) {
   std::vector<FusionRun> runs;
-  // One summary per kernel (a step loop launches a few kernels thousands of times).
-  std::unordered_map<const Kernel*, Summary> by_kernel;
-  std::vector<const Summary*> sum_of;
-  sum_of.reserve(launches.size());
-  for (const FusionLaunch& l : launches) {
-    auto it = by_kernel.find(l.kernel);
-    if (it == by_kernel.end()) it = by_kernel.emplace(l.kernel, summarize(*l.kernel)).first;
-    sum_of.push_back(&it->second);
-  }
-  auto sums = [&](size_t i) -> const Summary& { return *sum_of[i]; };
-  std::unordered_map<uint64_t, ArrayUse> arrays;
-  std::vector<Undo> undo;
-  // Member m of range `box` into the table; refused (false), the table is as it was.
-  auto admit = [&](size_t m, uint32_t box) {
-    undo.clear();
-    if (admit_member(launches[m], m, box, sums(m), arrays, undo) && arrays.size() <= max_arrays)
-      return true;
-    take_back(undo, arrays);
-    return false;
-  };
-  std::vector<const FusionLaunch*> boxes;  // the run's ranges: a launch of each
-  auto box_of = [&](const FusionLaunch& l) -> size_t {
-    for (size_t b = 0; b < boxes.size(); ++b) {
-      if (same_box(*boxes[b], l)) return b;
-    }
-    return boxes.size();
-  };
-  size_t i = 0;
-  while (i < launches.size()) {
-    FusionRun run{i, 1};
-    boxes.assign(1, &launches[i]);
-    if (sums(i).ok) {
-      arrays.clear();
-      if (admit(i, 0)) {
-        const uint32_t size = launches[i].kernel->tasks[0].local_size;
-        uint32_t nd = launches[i].dims.empty() ? 0 : 1;
-        bool side = sums(i).side;  // every member so far
-        for (size_t j = i + 1; j < launches.size() && run.count < max_launches; ++j) {
-          const FusionLaunch& l = launches[j];
-          if (!sums(j).ok || l.kernel->tasks[0].local_size != size) break;
-          if (!l.dims.empty() && nd >= kMaxNdMembers) break;
-          const size_t box = box_of(l);
-          const bool fresh = box == boxes.size();
-          // Another range: every member, this one too, runs under a guard of its range.
-          if ((fresh || boxes.size() > 1) && !(side && sums(j).side)) break;
-          if (fresh && (boxes.size() >= kMaxRunBoxes || max_launches < 2)) break;
-          if (fresh) boxes.push_back(&l);
-          if (!admit(j, static_cast<uint32_t>(box))) {
-            if (fresh) boxes.pop_back();
-            break;
-          }
-          side = side && sums(j).side;
-          nd += l.dims.empty() ? 0 : 1;
-          ++run.count;
-        }
-      }
-    }
-    if (run.count > 1 && rows_used) {
-      for (const auto& [id, a] : arrays) *rows_used = *rows_used || a.by_rows();
-    }
+  RunBuilder b(launches, max_arrays, max_launches);
+  for (size_t i = 0; i < launches.size();) {
+    const FusionRun run = b.run_from(i);
+    if (run.count > 1 && rows_used) *rows_used = *rows_used || b.by_rows();
     runs.push_back(run);
     i += run.count;
   }
@@ -581,8 +608,9 @@ Status fuse_side_by_side(std::span<const FusionLaunch> run, std::span<const uint
   Kernel& f = out.kernel;
   std::vector<std::vector<size_t>> by_box;  // members, grouped by range in order of appearance
   for (size_t m = 0; m < run.size(); ++m) {
-    auto it = std::find_if(by_box.begin(), by_box.end(),
-                           [&](const std::vector<size_t>& g) { return same_box(run[g[0]], run[m]); });
+    auto it = std::find_if(by_box.begin(), by_box.end(), [&](const std::vector<size_t>& g) {
+      return same_box(run[g[0]], run[m]);
+    });
     if (it == by_box.end()) {
       by_box.push_back({m});
     } else {
@@ -615,9 +643,9 @@ Status fuse_side_by_side(std::span<const FusionLaunch> run, std::span<const uint
     // The range's task indices from the fused index.
     std::vector<ValueId> index;
     if (box.dims.empty()) {
-      index.push_back(box.begin == 0 ? t.index
-                                     : emit_binary(f, *into, Op::kAdd, t.index,
-                                                   emit_i32(f, *into, box.begin)));
+      index.push_back(
+          box.begin == 0 ? t.index
+                         : emit_binary(f, *into, Op::kAdd, t.index, emit_i32(f, *into, box.begin)));
     } else {
       index.resize(box.dims.size());
       ValueId rest = t.index;

@@ -655,7 +655,8 @@ TEST(LaunchFusion, LaunchesOfOtherRangesRunSideBySideAndComputeWhatTheyComputeOn
 
   auto arrays = [] {
     std::vector<HostArray> a = {HostArray(abi::DType::kF32, {7}), HostArray(abi::DType::kF32, {7}),
-                                HostArray(abi::DType::kF32, {7}), HostArray(abi::DType::kF32, {3, 5}),
+                                HostArray(abi::DType::kF32, {7}),
+                                HostArray(abi::DType::kF32, {3, 5}),
                                 HostArray(abi::DType::kF32, {9})};
     for (size_t i = 0; i < 7; ++i) a[0].data[i] = codegen::round_to(abi::DType::kF32, 0.3 * i - 1);
     for (size_t k = 1; k < a.size(); ++k) std::fill(a[k].data.begin(), a[k].data.end(), -7.0);
@@ -686,7 +687,8 @@ TEST(LaunchFusion, LaunchesOfOtherRangesRunSideBySideAndComputeWhatTheyComputeOn
   // Nor does a run take more ranges than kMaxRunBoxes.
   std::vector<FusionLaunch> many;
   for (int64_t n = 0; n <= codegen::kMaxRunBoxes; ++n)
-    many.push_back(launch(scale, {static_cast<uint64_t>(10 + 2 * n), static_cast<uint64_t>(11 + 2 * n)}, 3 + n));
+    many.push_back(launch(
+        scale, {static_cast<uint64_t>(10 + 2 * n), static_cast<uint64_t>(11 + 2 * n)}, 3 + n));
   runs = codegen::fusion_groups(many, 24, 32);
   ASSERT_EQ(runs.size(), 2u);
   EXPECT_EQ(runs[0].count, codegen::kMaxRunBoxes);
