@@ -242,7 +242,9 @@ std::unique_ptr<GraphCompiler::PreparedRework> GraphCompiler::prepare_rework(
       core_.pipeline.run(program, ctx, [&](const std::string& pass) { clock.mark(pass.c_str()); });
   if (program.planned && std::getenv("VKAD_GRAPH_TRACE") != nullptr)
     trace_rework(program.w, p->name);
-  if (program.planned && std::getenv("VKAD_GRAPH_DUMP") != nullptr) dump_rework(program.w, p->name);
+  // Only a plan the pipeline finished: a failed fusion leaves runs without their kernels.
+  if (planned && program.planned && std::getenv("VKAD_GRAPH_DUMP") != nullptr)
+    dump_rework(program.w, p->name);
 
   // Registered at the install, or where the rework is dropped: the caches name them. (Where a
   // pass throws they stay in unregistered_ for the caller.)

@@ -32,7 +32,7 @@ std::unique_ptr<GraphPass> make_recompute_pass();
 std::unique_ptr<GraphPass> make_prune_pass();
 std::unique_ptr<GraphPass> make_slice_pass();
 std::unique_ptr<GraphPass> make_schedule_pass();
-std::unique_ptr<GraphPass> make_fuse_pass();
+std::unique_ptr<GraphPass> make_fuse_pass(uint32_t side = 1);
 
 // The pipeline's limits the session reads back (GraphSwitches): the roll pass's largest range,
 // 0 where the pipeline has no roll pass.

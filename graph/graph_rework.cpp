@@ -202,7 +202,7 @@ std::vector<uint32_t> scheduled_order(std::span<const CapturedStep> steps,
 std::vector<codegen::FusionRun> fusion_runs(std::span<const CapturedStep> steps,
                                             std::span<const codegen::FusionLaunch> launches,
                                             bool fuse, uint32_t max_arrays, uint32_t max_launches,
-                                            bool* rows_used) {
+                                            bool* rows_used, uint32_t max_ranges) {
   std::vector<codegen::FusionRun> runs;
   if (!fuse) {
     for (size_t i = 0; i < launches.size(); ++i) runs.push_back({i, 1});
@@ -210,7 +210,7 @@ std::vector<codegen::FusionRun> fusion_runs(std::span<const CapturedStep> steps,
   }
   for_each_stretch(steps, [&](size_t first, size_t count) {
     for (codegen::FusionRun r : codegen::fusion_groups(launches.subspan(first, count), max_arrays,
-                                                       max_launches, rows_used)) {
+                                                       max_launches, rows_used, max_ranges)) {
       r.first += first;
       runs.push_back(r);
     }

@@ -136,7 +136,7 @@ std::vector<uint32_t> scheduled_order(std::span<const CapturedStep> steps,
 std::vector<codegen::FusionRun> fusion_runs(std::span<const CapturedStep> steps,
                                             std::span<const codegen::FusionLaunch> launches,
                                             bool fuse, uint32_t max_arrays, uint32_t max_launches,
-                                            bool* rows_used = nullptr);
+                                            bool* rows_used = nullptr, uint32_t max_ranges = 1);
 
 // Whether scheduling leaves out a barrier somewhere in `steps` (launches in run order).
 bool any_barrier_relaxed(std::span<const CapturedStep> steps,

@@ -219,6 +219,21 @@ bool admit_member(const FusionLaunch& l, size_t m, uint32_t box, const Summary& 
 
 }  // namespace
 
+namespace {
+
+// The number of invocations of launch `l`'s task (its range, or its box's points), saturated
+// at INT64_MAX (three extents below 2^31 multiply past it).
+int64_t task_size(const FusionLaunch& l) {
+  if (l.dims.empty()) return std::max<int64_t>(0, l.end - l.begin);
+  int64_t n = 1;
+  for (const auto& [lo, hi] : l.dims) {
+    if (__builtin_mul_overflow(n, std::max<int64_t>(0, hi - lo), &n)) return INT64_MAX;
+  }
+  return n;
+}
+
+}  // namespace
+
 bool same_box(const FusionLaunch& a, const FusionLaunch& b) {
   return a.begin == b.begin && a.end == b.end && a.dims == b.dims;
 }
@@ -231,8 +246,12 @@ namespace {
 // join.
 class RunBuilder {
  public:
-  RunBuilder(std::span<const FusionLaunch> launches, uint32_t max_arrays, uint32_t max_launches)
-      : launches_(launches), max_arrays_(max_arrays), max_launches_(max_launches) {
+  RunBuilder(std::span<const FusionLaunch> launches, uint32_t max_arrays, uint32_t max_launches,
+             uint32_t max_ranges)
+      : launches_(launches),
+        max_arrays_(max_arrays),
+        max_launches_(max_launches),
+        max_ranges_(std::clamp<uint32_t>(max_ranges, 1, kMaxRunBoxes)) {
     // One summary per kernel (a step loop launches a few kernels thousands of times).
     sum_of_.reserve(launches.size());
     for (const FusionLaunch& l : launches) {
@@ -281,9 +300,13 @@ class RunBuilder {
     size_t box = 0;
     while (box < boxes_.size() && !same_box(*boxes_[box], l)) ++box;
     const bool fresh = box == boxes_.size();
-    // Another range: every member, this one too, runs under a guard of its range.
+    // Another range: every member, this one too, runs under a guard of its range, in a 1-d
+    // task of i32 indices (one past 2^31 invocations runs alone, as the runtime allows it).
     if ((fresh || boxes_.size() > 1) && !(side_ && sums(j).side)) return false;
-    if (fresh && boxes_.size() >= kMaxRunBoxes) return false;
+    if (fresh && (boxes_.size() >= max_ranges_ || task_size(l) > INT32_MAX ||
+                  std::any_of(boxes_.begin(), boxes_.end(),
+                              [](const FusionLaunch* b) { return task_size(*b) > INT32_MAX; })))
+      return false;
     if (fresh) boxes_.push_back(&l);
     if (!admit(j, static_cast<uint32_t>(box))) {
       if (fresh) boxes_.pop_back();
@@ -295,7 +318,7 @@ class RunBuilder {
   }
 
   std::span<const FusionLaunch> launches_;
-  uint32_t max_arrays_, max_launches_;
+  uint32_t max_arrays_, max_launches_, max_ranges_;
   std::unordered_map<const Kernel*, Summary> by_kernel_;
   std::vector<const Summary*> sum_of_;
   std::unordered_map<uint64_t, ArrayUse> arrays_;
@@ -308,9 +331,9 @@ class RunBuilder {
 }  // namespace
 
 std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uint32_t max_arrays,
-                                     uint32_t max_launches, bool* rows_used) {
+                                     uint32_t max_launches, bool* rows_used, uint32_t max_ranges) {
   std::vector<FusionRun> runs;
-  RunBuilder b(launches, max_arrays, max_launches);
+  RunBuilder b(launches, max_arrays, max_launches, max_ranges);
   for (size_t i = 0; i < launches.size();) {
     const FusionRun run = b.run_from(i);
     if (run.count > 1 && rows_used) *rows_used = *rows_used || b.by_rows();
@@ -565,12 +588,6 @@ Task fused_task(const Task& t0, const std::vector<uint32_t>& pm, Kernel& f) {
 }
 
 // The number of invocations of launch `l`'s task (its range, or its box's points).
-int64_t task_size(const FusionLaunch& l) {
-  if (l.dims.empty()) return std::max<int64_t>(0, l.end - l.begin);
-  int64_t n = 1;
-  for (const auto& [lo, hi] : l.dims) n *= std::max<int64_t>(0, hi - lo);
-  return n;
-}
 
 // Appends `s` to `b`, returning its result.
 ValueId emit(Kernel& f, Block& b, Stmt s) {

@@ -10,8 +10,9 @@
 // load of the same element) instead of from memory after a barrier.
 //
 // Which launches merge (`fusion_groups`): each is a kernel of one parallel task (not serial,
-// no adstack statements, no loop with a stated trip bound), and all have the same evaluated
-// range (an N-d task: the same box) and workgroup size. An array written by one member and
+// no adstack statements, no loop with a stated trip bound), and all have the same workgroup
+// size and, but where they run side by side (below), the same evaluated range (an N-d task:
+// the same box). An array written by one member and
 // accessed by another is accessed by every member
 // only at elements the invocation owns (loads, stores and atomics alike): one index is the
 // task's own index value, on the same axis in every access, and the others are launch-uniform
@@ -58,8 +59,8 @@ struct FusionLaunch {
   const Kernel* kernel = nullptr;
   std::vector<uint64_t> arrays;
   int64_t begin = 0, end = 0;
-  // An N-d task's box, [begin, end) per dimension (empty for a 1-d task): members' boxes must
-  // be equal.
+  // An N-d task's box, [begin, end) per dimension (empty for a 1-d task): members of one
+  // range have equal boxes (side by side, several ranges).
   std::vector<std::pair<int64_t, int64_t>> dims;
   // Per parameter: the one row (first axis, a launch-uniform index evaluated for this launch)
   // that every access of the parameter touches, kAnyRow where it is not one known row. Empty:
@@ -81,7 +82,8 @@ bool same_box(const FusionLaunch& a, const FusionLaunch& b);
 // known different rows), or would take the fused kernel past `max_arrays` distinct arrays,
 // `max_launches` members or kMaxNdMembers N-d ones.
 //
-// Launches of other ranges run side by side: a run may hold up to kMaxRunBoxes ranges where
+// Launches of other ranges run side by side (where `max_ranges` > 1; the fuse pass's
+// `side` option): a run may hold up to `max_ranges` ranges where
 // an array one member writes is touched from no other range (but at known different rows), so
 // the members of one range share nothing written with the others'. The fused kernel then runs
 // max(size) invocations, each range's members under a guard `index < its size`, an N-d box's
@@ -95,8 +97,11 @@ struct FusionRun {
 };
 // `rows_used`, when given, is set when some run of two or more is only safe because of rows:
 // its launches' scalar arguments must then not change without the graph as captured.
+// `max_ranges`: how many ranges a run may hold side by side (1: one range, none beside it;
+// at most kMaxRunBoxes).
 std::vector<FusionRun> fusion_groups(std::span<const FusionLaunch> launches, uint32_t max_arrays,
-                                     uint32_t max_launches, bool* rows_used = nullptr);
+                                     uint32_t max_launches, bool* rows_used = nullptr,
+                                     uint32_t max_ranges = 1);
 
 // The fused kernel of a run (every member fusible; fusion_groups' conditions hold; members of
 // several ranges as fusion_groups describes, their ranges' sizes taken from `run`). Its

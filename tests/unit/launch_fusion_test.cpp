@@ -524,9 +524,12 @@ TEST(LaunchFusion, CellKernelsAtDifferentRowsFuseAndComputeWhatTheyComputeOneByO
   std::vector<FusionLaunch> same = {l[0], l[0]};
   EXPECT_EQ(codegen::fusion_groups(same, 24, 32).size(), 2u) << "row 0 twice";
   std::vector<FusionLaunch> box = {l[0], cell_launch(cell, {0, 1, 2, 3}, {any, 1, 1, 1}, 4, 6)};
-  EXPECT_EQ(codegen::fusion_groups(box, 24, 32).size(), 1u) << "a 4x6 box beside a 4x5 one";
+  const uint32_t side = codegen::kMaxRunBoxes;
+  EXPECT_EQ(codegen::fusion_groups(box, 24, 32).size(), 2u) << "one range a run by default";
+  EXPECT_EQ(codegen::fusion_groups(box, 24, 32, nullptr, side).size(), 1u)
+      << "a 4x6 box beside a 4x5 one";
   box[1].rows = {any, 0, 0, 0};
-  EXPECT_EQ(codegen::fusion_groups(box, 24, 32).size(), 2u) << "both boxes at row 0";
+  EXPECT_EQ(codegen::fusion_groups(box, 24, 32, nullptr, side).size(), 2u) << "both boxes at row 0";
   std::vector<FusionLaunch> unknown = {l[0], l[1]};
   unknown[1].rows.clear();
   EXPECT_EQ(codegen::fusion_groups(unknown, 24, 32).size(), 2u) << "rows not known";
@@ -643,9 +646,13 @@ TEST(LaunchFusion, LaunchesOfOtherRangesRunSideBySideAndComputeWhatTheyComputeOn
   g.dims = {{0, 3}, {0, 5}};
   std::vector<FusionLaunch> l = {launch(scale, {1, 2}, 7), g, launch(plus_one, {2, 3}, 7),
                                  FusionLaunch{&tail, {5}, 2, 9}};
-  std::vector<codegen::FusionRun> runs = codegen::fusion_groups(l, 24, 32);
+  const uint32_t ranges = codegen::kMaxRunBoxes;
+  EXPECT_EQ(codegen::fusion_groups(l, 24, 32).size(), 4u) << "one range a run by default";
+  bool rows_used = false;
+  std::vector<codegen::FusionRun> runs = codegen::fusion_groups(l, 24, 32, &rows_used, ranges);
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0].count, 4u);
+  EXPECT_FALSE(rows_used) << "no array shared but y, within one range";
   auto fused = codegen::fuse_launches(l, "side");
   ASSERT_TRUE(fused.ok()) << fused.status().to_string();
   ASSERT_TRUE(codegen::verify(fused->kernel).ok()) << codegen::print(fused->kernel);
@@ -683,15 +690,18 @@ TEST(LaunchFusion, LaunchesOfOtherRangesRunSideBySideAndComputeWhatTheyComputeOn
   // A written array touched from another range keeps the launches apart: y, which scale
   // writes, read by a launch over the grid's 15 cells.
   std::vector<FusionLaunch> apart = {launch(scale, {1, 2}, 7), launch(plus_one, {2, 3}, 15)};
-  EXPECT_EQ(codegen::fusion_groups(apart, 24, 32).size(), 2u);
+  EXPECT_EQ(codegen::fusion_groups(apart, 24, 32, nullptr, ranges).size(), 2u);
   // Nor does a run take more ranges than kMaxRunBoxes.
   std::vector<FusionLaunch> many;
   for (int64_t n = 0; n <= codegen::kMaxRunBoxes; ++n)
     many.push_back(launch(
         scale, {static_cast<uint64_t>(10 + 2 * n), static_cast<uint64_t>(11 + 2 * n)}, 3 + n));
-  runs = codegen::fusion_groups(many, 24, 32);
+  runs = codegen::fusion_groups(many, 24, 32, nullptr, ranges);
   ASSERT_EQ(runs.size(), 2u);
   EXPECT_EQ(runs[0].count, codegen::kMaxRunBoxes);
+  runs = codegen::fusion_groups(many, 24, 32, nullptr, 2);
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_EQ(runs[0].count, 2u) << "max_ranges = 2";
 }
 
 }  // namespace
