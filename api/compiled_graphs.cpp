@@ -276,6 +276,36 @@ Status CompiledGraphs::release(GraphHandle graph) {
   return {};
 }
 
+namespace {
+
+// VKAD_GRAPH_DUMP (docs/graphs.md, "Diagnostics"): the graph as recorded, a line per dispatch or
+// fill, '|' before those a barrier precedes, a fused run's members joined by '+'.
+class RecordedDump {
+ public:
+  void fill(uint64_t array) {
+    if (to_) text_ += "| fill a" + std::to_string(array) + "\n";
+  }
+  void member(const codegen::Kernel* k, size_t m) {
+    if (to_) members_ += (m ? "+" : "") + (k ? k->name : std::string("?"));
+  }
+  void launch(bool barrier) {
+    if (to_) text_ += (barrier ? "| " : "  ") + members_ + "\n";
+    members_.clear();
+  }
+  void write(const std::string& name) const {
+    FILE* f = to_ ? std::fopen(to_, "a") : nullptr;
+    if (!f) return;
+    std::fprintf(f, "=== %s as recorded ('|': after a barrier)\n%s", name.c_str(), text_.c_str());
+    std::fclose(f);
+  }
+
+ private:
+  const char* to_ = std::getenv("VKAD_GRAPH_DUMP");
+  std::string text_, members_;
+};
+
+}  // namespace
+
 Result<GraphHandle> CompiledGraphs::instantiate_plan(
     const ReworkPlan& w, const std::string& name, FusedGraph* map, bool* relaxed,
     std::span<const runtime::LaunchOrigin> origins) {
@@ -294,12 +324,14 @@ Result<GraphHandle> CompiledGraphs::instantiate_plan(
   bool first_in_stretch = true;
   ScheduleLaunch unit;  // the accesses of the launch being assembled (a run's union)
   size_t barriers = 0;  // dependent launches: what a replay waits for (VKAD_GRAPH_TRACE)
+  RecordedDump dump;
   // Fills are kept only where the plan keeps them (w.dropped: made redundant by a fused run's
   // zeroing); a dropped one still ends the stretch, as it did when it was captured.
   auto fill = [&](size_t i, bool kept) {
     pending.clear();
     first_in_stretch = true;
     if (kept) {
+      dump.fill(w.steps[i].args[0].array.id);
       steps.push_back(runtime::GraphStep::array_fill(w.steps[i].args[0].array, w.steps[i].value));
       first.push_back(args.size());
     }
@@ -310,6 +342,7 @@ Result<GraphHandle> CompiledGraphs::instantiate_plan(
     unit.known = unit.known && sl.known;
     unit.accesses.insert(unit.accesses.end(), sl.accesses.begin(), sl.accesses.end());
     const uint32_t orig = w.order[launch];
+    dump.member(w.launches[launch].kernel, m);
     map->launch[orig] = made;
     if (w.runs[r].count > 1) map->param[orig] = w.planned[r].param_map[m];
     const runtime::LaunchOrigin mine =
@@ -321,6 +354,7 @@ Result<GraphHandle> CompiledGraphs::instantiate_plan(
     barriers += barrier || first_in_stretch || !core_.graph.schedule;
     unit = ScheduleLaunch{};
     const bool omit = core_.graph.schedule && !first_in_stretch && !barrier;
+    dump.launch(!omit);
     *relaxed = *relaxed || omit;
     first_in_stretch = false;
     ++made;
@@ -335,6 +369,7 @@ Result<GraphHandle> CompiledGraphs::instantiate_plan(
     const size_t end = i + 1 < steps.size() ? first[i + 1] : args.size();
     steps[i].args = std::span<const Arg>(args.data() + first[i], end - first[i]);
   }
+  dump.write(name);
   Result<GraphHandle> fused = core_.rt->graphs().instantiate(name, steps);
   if (!fused.ok()) return fused.status();
   if (std::getenv("VKAD_GRAPH_TRACE") != nullptr) {
