@@ -32,9 +32,8 @@ class SchedulePass final : public GraphPass {
 };
 
 // Within each stretch between fills of a scheduled plan, a launch of the shape of the one
-// before it, found among the next kPullWindow launches, that fuses with it and not with the
-// launch before it, is moved up next to it with the launches after it that it fuses with (a
-// step with its sliced copies), where none of them conflicts with the launches they pass: the
+// before it, found among the next kPullWindow launches, that fuses with it and with neither of
+// its own neighbours and conflicts with none of the launches it passes, is moved up next to it: the
 // schedule orders a level's launches by shape, so a chain's next step may sit behind the other
 // launches of its level (a controller that many steps write, diffmpm's compute_actuation, between
 // g2p(f) and p2g(f + 1)), where fusion, which merges runs of consecutive launches, would not see
@@ -131,21 +130,14 @@ bool pull_successors(ReworkPlan& w) {
       size_t j = i + 2;
       while (j < end && j < i + 1 + kPullWindow && w.sched[j].shape != shape) ++j;
       if (j >= end || j >= i + 1 + kPullWindow) continue;
+      bool free = true;
+      for (size_t k = i + 1; k < j && free; ++k) free = !launches_conflict(w.sched[k], w.sched[j]);
       auto fuse = [&](size_t x, size_t y) {
         return fuse_pair(w.launches[x], w.sched[x].shape, w.launches[y], w.sched[y].shape);
       };
-      if (!fuse(i, j) || fuse(j - 1, j)) continue;
-      // The launch with the launches after it that it fuses with (a step with the sliced
-      // copies of its rings): moved as one, so fusion keeps them together.
-      size_t k = j + 1;
-      while (k < end && k < j + kMaxFusedLaunches && fuse(k - 1, k)) ++k;
-      bool free = true;
-      for (size_t m = j; m < k && free; ++m) {
-        for (size_t x = i + 1; x < j && free; ++x)
-          free = !launches_conflict(w.sched[x], w.sched[m]);
+      if (free && fuse(i, j) && !fuse(j - 1, j) && (j + 1 >= end || !fuse(j, j + 1))) {
+        move(j, i + 1);
       }
-      if (!free) continue;
-      for (size_t m = j; m < k; ++m) move(m, i + 1 + (m - j));
     }
   });
   return moved;

@@ -335,3 +335,33 @@ def test_captures_that_run_after_a_replayed_and_released_graph_start_from_severa
     for t in threads:
         t.join()
     assert failures == []
+
+
+def test_graph_dump_writes_the_plan_and_the_barriers_as_recorded(session, monkeypatch, tmp_path):
+    """VKAD_GRAPH_DUMP=<file> (docs/graphs.md, "Diagnostics"): at end_capture the reworked plan
+    and the graph as recorded are appended to the file: the fill, then the chain x -> y -> z ->
+    w fused into one dispatch (its kernel named by id in the plan: the session keeps no IR of
+    fused kernels; by its members in the recording), after a barrier."""
+    path = tmp_path / "plan.txt"
+    monkeypatch.setenv("VKAD_GRAPH_DUMP", str(path))
+    s = session
+    step, axpy = s.compile(STEP), s.compile(AXPY)
+    x, y, z, w = s.ndarray(XS), s.zeros(N, vkad.f32), s.zeros(N, vkad.f32), s.zeros(N, vkad.f32)
+    with s.capture("dumped") as g:
+        s.fill(w, 1.0)
+        s.launch(step, x, y)
+        s.launch(step, y, z)
+        s.launch(axpy, 2.0, z, w)
+    s.finish_rework(g)
+    s.replay(g)
+    z1 = np.sin(XS) * 0.9 + 0.1
+    z2 = np.sin(z1.astype(np.float32)) * 0.9 + 0.1
+    np.testing.assert_allclose(w.numpy(), 1 + 2 * z2, rtol=1e-5)
+    text = path.read_text()
+    plan, recorded = text.split("=== dumped as recorded ('|': after a barrier)\n")
+    assert plan.startswith("=== dumped\n"), text
+    w_id = plan.splitlines()[1].split()[1]
+    assert plan.splitlines()[1] == f"fill {w_id} 1", text
+    assert plan.splitlines()[2].startswith("launch k") and plan.splitlines()[2].endswith(
+        f", 2, {w_id})"), text
+    assert recorded.splitlines()[:2] == [f"| fill {w_id}", "| step+step+axpy"], text
