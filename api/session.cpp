@@ -136,6 +136,7 @@ Result<GraphPipeline> graph_pipeline(const SessionOptions& options) {
   drop("rename", zero("VKAD_GRAPH_RENAME"));
   drop("prune", zero("VKAD_GRAPH_PRUNE"));
   drop("slice", zero("VKAD_GRAPH_SLICE"));
+  drop("hoist", zero("VKAD_GRAPH_HOIST"));
   drop("block", !options.block_stencils || zero("VKAD_GRAPH_BLOCK"));
   uint32_t range = options.resident_max_range;
   if (std::optional<std::string> v = env("VKAD_GRAPH_RESIDENT")) {

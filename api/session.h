@@ -120,11 +120,11 @@ struct SessionOptions {
   // every session.
   bool block_stencils = true;
   // The graph passes end_capture runs (docs/graphs.md, "Graph passes"), as a pipeline's text:
-  // "" is the default, "rename, roll, block, recompute, prune, slice, schedule, fuse"; "none" runs
-  // none. The switches above edit it (a switch turned off removes its pass; resident_max_range
-  // other than 256 sets roll{max-range=N}), and so do the VKAD_GRAPH_* variables, after them;
-  // VKAD_GRAPH_PASSES=<text> replaces it for every session. Session::create refuses a text that
-  // does not parse (kInvalidArgument naming the pass).
+  // "" is the default, "rename, roll, block, recompute, prune, slice, hoist, schedule, fuse";
+  // "none" runs none. The switches above edit it (a switch turned off removes its pass;
+  // resident_max_range other than 256 sets roll{max-range=N}), and so do the VKAD_GRAPH_*
+  // variables, after them; VKAD_GRAPH_PASSES=<text> replaces it for every session.
+  // Session::create refuses a text that does not parse (kInvalidArgument naming the pass).
   std::string graph_passes;
   // The on-disk caches (compiled kernels and the driver's pipeline cache; README, "Caches on
   // disk"): nullopt = automatic (VKAD_CACHE=0 turns them off, else VKAD_CACHE_DIR, else

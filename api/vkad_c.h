@@ -182,9 +182,9 @@ typedef struct vkad_session_options {
    * off; VKAD_GRAPH_BLOCK=0 turns it off regardless. */
   int32_t block_stencils;
   /* The graph passes at vkad_end_capture as pipeline text (docs/graphs.md, "Graph passes"):
-   * NULL or "" = the default ("rename, roll, block, recompute, prune, slice, schedule, fuse"),
-   * "none" = no pass; the switches above and the VKAD_GRAPH_* variables edit it. Text that does
-   * not parse is VKAD_INVALID_ARGUMENT naming what is wrong. */
+   * NULL or "" = the default ("rename, roll, block, recompute, prune, slice, hoist, schedule,
+   * fuse"), "none" = no pass; the switches above and the VKAD_GRAPH_* variables edit it. Text
+   * that does not parse is VKAD_INVALID_ARGUMENT naming what is wrong. */
   const char* graph_passes;
 } vkad_session_options;
 

@@ -12,6 +12,8 @@
 //                       it are left out (rename_pass.cpp)
 //   slice               a whole-array copy before a 1-d launch that touches the copy one slice
 //                       per invocation copies over that launch's task (slice_pass.cpp)
+//   hoist               a fill step moves up to the fills before it where nothing between
+//                       touches its array (hoist_pass.cpp)
 //   schedule            launches reordered by level; barriers only where an array is shared
 //                       (graph/graph_schedule.h)
 //   fuse                runs of element-wise launches of one range into one kernel
@@ -31,6 +33,7 @@ std::unique_ptr<GraphPass> make_block_pass(uint32_t shared_bytes, uint32_t min_t
 std::unique_ptr<GraphPass> make_recompute_pass();
 std::unique_ptr<GraphPass> make_prune_pass();
 std::unique_ptr<GraphPass> make_slice_pass();
+std::unique_ptr<GraphPass> make_hoist_pass();
 std::unique_ptr<GraphPass> make_schedule_pass();
 std::unique_ptr<GraphPass> make_fuse_pass(uint32_t side = 1);
 

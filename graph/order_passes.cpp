@@ -130,14 +130,21 @@ bool pull_successors(ReworkPlan& w) {
       size_t j = i + 2;
       while (j < end && j < i + 1 + kPullWindow && w.sched[j].shape != shape) ++j;
       if (j >= end || j >= i + 1 + kPullWindow) continue;
-      bool free = true;
-      for (size_t k = i + 1; k < j && free; ++k) free = !launches_conflict(w.sched[k], w.sched[j]);
       auto fuse = [&](size_t x, size_t y) {
         return fuse_pair(w.launches[x], w.sched[x].shape, w.launches[y], w.sched[y].shape);
       };
-      if (free && fuse(i, j) && !fuse(j - 1, j) && (j + 1 >= end || !fuse(j, j + 1))) {
-        move(j, i + 1);
+      if (!fuse(i, j) || fuse(j - 1, j)) continue;
+      // The launch with the launches after it that it fuses with (a step with the sliced
+      // copies of its rings): moved as one, so fusion keeps them together.
+      size_t k = j + 1;
+      while (k < end && k < j + kMaxFusedLaunches && fuse(k - 1, k)) ++k;
+      bool free = true;
+      for (size_t m = j; m < k && free; ++m) {
+        for (size_t x = i + 1; x < j && free; ++x)
+          free = !launches_conflict(w.sched[x], w.sched[m]);
       }
+      if (!free) continue;
+      for (size_t m = j; m < k; ++m) move(m, i + 1 + (m - j));
     }
   });
   return moved;
@@ -288,6 +295,11 @@ const GraphPassRegistry& GraphPassRegistry::standard() {
           [](const codegen::PassOptions& o) -> Result<std::unique_ptr<GraphPass>> {
             VKAD_TRY(codegen::only_options("slice", o, {}));
             return make_slice_pass();
+          });
+    r.add("hoist", "fill steps move up to the fills before them, nothing between touching them",
+          [](const codegen::PassOptions& o) -> Result<std::unique_ptr<GraphPass>> {
+            VKAD_TRY(codegen::only_options("hoist", o, {}));
+            return make_hoist_pass();
           });
     r.add("schedule", "launches reordered by level, barriers only where an array is shared",
           [](const codegen::PassOptions& o) -> Result<std::unique_ptr<GraphPass>> {

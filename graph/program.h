@@ -101,8 +101,9 @@ struct Program {
   // The kernels of the fill launches rename made (dst, value): later passes read such a launch
   // as the fill it replaced (recompute's known zeros).
   std::vector<uint64_t> fill_kernels;
-  size_t dropped = 0;  // captured launches prune left out (dead: overwritten unread)
-  size_t sliced = 0;   // copy launches the slice pass gave their consumer's task
+  size_t dropped = 0;    // captured launches prune left out (dead: overwritten unread)
+  size_t sliced = 0;     // copy launches the slice pass gave their consumer's task
+  bool hoisted = false;  // fill steps the hoist pass moved up to the fills before them
   // Launches added or left out (rename, prune) without merging any: the captured launches'
   // numbering goes through launch_index.
   bool renumbered = false;
@@ -121,7 +122,9 @@ struct Program {
   // A program of `captured` steps: nothing decided yet.
   static Program of(std::vector<CapturedStep> captured);
   // Whether anything the install records differs from the steps as captured.
-  bool changed() const { return fused || reordered || relaxed || any_merged || renumbered; }
+  bool changed() const {
+    return fused || reordered || relaxed || any_merged || renumbered || hoisted;
+  }
 };
 
 // What a pass may ask of the kernels, the device and the arrays.
@@ -232,7 +235,7 @@ class GraphPassRegistry {
   // an unknown pass (listing the known ones), a pass twice, passes out of stage order, an
   // option the pass refuses.
   Result<GraphPipeline> parse(const std::string& text) const;
-  // rename, roll, block, recompute, prune, slice, schedule, fuse (graph_passes.h).
+  // rename, roll, block, recompute, prune, slice, hoist, schedule, fuse (graph_passes.h).
   static const GraphPassRegistry& standard();
 
  private:
@@ -245,7 +248,7 @@ class GraphPassRegistry {
 
 // The session's default pipeline.
 inline constexpr const char* kDefaultGraphPipeline =
-    "rename, roll, block, recompute, prune, slice, schedule, fuse";
+    "rename, roll, block, recompute, prune, slice, hoist, schedule, fuse";
 
 // Plans `p` (steps in scheduled order when `reorder`, else as they are): w.steps, w.order,
 // w.sched, w.launches, pinned. The schedule pass calls it with reorder; the pipeline without.

@@ -110,7 +110,7 @@ TEST(GraphPipeline, ASwitchRemovesItsPassFromTheText) {
   auto t = Session::create(o);
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   EXPECT_EQ((*t)->graph_passes(),
-            "rename, roll{max-range=64}, recompute, prune, slice, schedule, fuse");
+            "rename, roll{max-range=64}, recompute, prune, slice, hoist, schedule, fuse");
 }
 
 TEST(GraphPipeline, ABadTextIsRefusedAtCreate) {

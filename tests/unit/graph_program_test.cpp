@@ -155,7 +155,7 @@ std::string run_program(const std::string& run, const std::string& contents,
   out << "changed: " << (p.changed() ? "yes" : "no") << "; merged " << merged << " (blocked "
       << p.blocked << ", dropped " << p.dropped << "), renamed " << p.renamed << ", recomputed "
       << p.recompute_pins.size() / 2 << ", reordered " << p.reordered << ", relaxed " << p.relaxed
-      << ", fused " << p.fused << ", sliced " << p.sliced << "\n";
+      << ", fused " << p.fused << ", sliced " << p.sliced << ", hoisted " << p.hoisted << "\n";
   out << print_plan(p.w, kernel_name, array_name);
   *ok = true;
   return out.str();
@@ -172,9 +172,9 @@ using test::read_file;
 TEST(GraphPipeline, TheDefaultTextParsesAndPrintsBack) {
   Result<GraphPipeline> p = GraphPassRegistry::standard().parse(kDefaultGraphPipeline);
   ASSERT_TRUE(p.ok()) << p.status().to_string();
-  EXPECT_EQ(p->text(), "rename, roll, block, recompute, prune, slice, schedule, fuse");
+  EXPECT_EQ(p->text(), "rename, roll, block, recompute, prune, slice, hoist, schedule, fuse");
   EXPECT_EQ(p->names(), (std::vector<std::string>{"rename", "roll", "block", "recompute", "prune",
-                                                  "slice", "schedule", "fuse"}));
+                                                  "slice", "hoist", "schedule", "fuse"}));
   Result<GraphPipeline> q =
       GraphPassRegistry::standard().parse("roll{max-range=64}, block{shared=49152, min-tiles=4}");
   ASSERT_TRUE(q.ok()) << q.status().to_string();
@@ -193,7 +193,7 @@ TEST(GraphPipeline, BadTextIsRefusedNamingWhatIsWrong) {
     return p.status().message();
   };
   EXPECT_NE(message("roll, fusion")
-                .find("unknown pass 'fusion' (known: block, fuse, prune, recompute, "
+                .find("unknown pass 'fusion' (known: block, fuse, hoist, prune, recompute, "
                       "rename, roll, schedule, slice)"),
             std::string::npos);
   EXPECT_NE(message("fuse, fuse").find("pass 'fuse' appears twice"), std::string::npos);
