@@ -401,18 +401,18 @@ class SessionGraphs : public SessionFacet<SessionGraphs> {
   // the last barrier, so independent launches run concurrently. Conflicts are judged per array
   // and per row of its first axis where a launch-uniform index and the launch's arguments
   // decide it (x[f, p] of step f and of step f + 1 are different rows); two atomic adds to one
-  // array commute. A launch of a kernel this session did not compile keeps everything in
-  // place around it. Results are those of the launches in capture order (atomic adds may sum
-  // in another order); the graph's launches are numbered (LaunchIds, device errors) in the
-  // order they run. Where the schedule relied on rows that a scalar parameter decides, an
-  // update of that parameter makes this and every later replay run the launches as captured
-  // (the graph keeps that form too), so an update never breaks the schedule's premise.
-  // The graph as captured already goes without the barriers the capture can tell are not
-  // needed: while capturing, a launch that conflicts on no whole array with the launches
-  // captured since the last barrier (or fill) is recorded without one before it (judged per
-  // array, never per row, so no update can break it). That graph is what a background
-  // rework's first replays and a capture that runs (CaptureOptions::run) execute, and what
-  // end_capture keeps where the rework changes nothing.
+  // array commute. A launch of a kernel this session did not compile keeps every launch in
+  // place around it (a fill of an array it does not take may move past it). Results are those of
+  // the launches in capture order (atomic adds may sum in another order); the graph's launches are
+  // numbered (LaunchIds, device errors) in the order they run. Where the schedule relied on rows
+  // that a scalar parameter decides, an update of that parameter makes this and every later replay
+  // run the launches as captured (the graph keeps that form too), so an update never breaks the
+  // schedule's premise. The graph as captured already goes without the barriers the capture can
+  // tell are not needed: while capturing, a launch that conflicts on no whole array with the
+  // launches captured since the last barrier (or fill) is recorded without one before it (judged
+  // per array, never per row, so no update can break it). That graph is what a background rework's
+  // first replays and a capture that runs (CaptureOptions::run) execute, and what end_capture keeps
+  // where the rework changes nothing.
   Status begin_capture(const std::string& name = "", CaptureOptions options = {});
   Result<GraphHandle> end_capture();
   // Waits for `graph`'s background rework (CaptureOptions::background_rework), if it has one

@@ -133,7 +133,8 @@ bool pull_successors(ReworkPlan& w) {
       auto fuse = [&](size_t x, size_t y) {
         return fuse_pair(w.launches[x], w.sched[x].shape, w.launches[y], w.sched[y].shape);
       };
-      if (!fuse(i, j) || fuse(j - 1, j)) continue;
+      // (j - 1, the launch before j, has another shape: j is the first of i's after i + 1.)
+      if (!fuse(i, j)) continue;
       // The launch with the launches after it that it fuses with (a step with the sliced
       // copies of its rings): moved as one, so fusion keeps them together.
       size_t k = j + 1;
