@@ -293,14 +293,11 @@ class RecordedDump {
     members_.clear();
   }
   void write(const std::string& name) const {
-    FILE* f = to_ ? std::fopen(to_, "a") : nullptr;
-    if (!f) return;
-    std::fprintf(f, "=== %s as recorded ('|': after a barrier)\n%s", name.c_str(), text_.c_str());
-    std::fclose(f);
+    if (to_) append_graph_dump("=== " + name + " as recorded ('|': after a barrier)\n" + text_);
   }
 
  private:
-  const char* to_ = std::getenv("VKAD_GRAPH_DUMP");
+  const bool to_ = std::getenv("VKAD_GRAPH_DUMP") != nullptr;
   std::string text_, members_;
 };
 

@@ -195,8 +195,13 @@ void GraphCompiler::dump_rework(const ReworkPlan& w, const std::string& name) co
         return ir ? ir->name : "k" + std::to_string(k);
       },
       [](uint64_t a) { return "a" + std::to_string(a); });
-  if (FILE* f = std::fopen(std::getenv("VKAD_GRAPH_DUMP"), "a")) {
-    std::fprintf(f, "=== %s\n%s\n", name.c_str(), text.c_str());
+  append_graph_dump("=== " + name + "\n" + text + "\n");
+}
+
+void append_graph_dump(const std::string& text) {
+  const char* path = std::getenv("VKAD_GRAPH_DUMP");
+  if (FILE* f = path ? std::fopen(path, "a") : nullptr) {
+    std::fputs(text.c_str(), f);
     std::fclose(f);
   }
 }

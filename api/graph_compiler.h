@@ -30,6 +30,10 @@
 
 namespace vkad {
 
+// Appends `text` to the file VKAD_GRAPH_DUMP names (nothing where it is unset or cannot be
+// opened): the plans and recorded graphs of docs/graphs.md, "Diagnostics".
+void append_graph_dump(const std::string& text);
+
 class GraphCompiler final : public KernelSink {
  public:
   explicit GraphCompiler(SessionCore& core) : core_(core) {}

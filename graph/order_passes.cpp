@@ -315,7 +315,7 @@ const GraphPassRegistry& GraphPassRegistry::standard() {
             // way: the launches it merges ran between the same barriers already), while its
             // more numerous kernels cost the first iteration ~3.5 s of driver compiles.
             VKAD_ASSIGN_OR_RETURN(uint32_t side, codegen::uint_option("fuse", o, "side", 1));
-            return make_fuse_pass(std::clamp<uint32_t>(side, 1, codegen::kMaxRunBoxes));
+            return make_fuse_pass(side);  // fusion_groups clamps it to [1, kMaxRunBoxes]
           });
     return r;
   }();
