@@ -1,11 +1,15 @@
 #include "ir/launch_access.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "ir/walk.h"
 
@@ -327,6 +331,43 @@ void collect_defs(const Kernel& k, std::unordered_map<ValueId, const Stmt*>& def
   });
 }
 
+// The stores into locals that lie inside more `if`s than the local's alloca, as (local, value)
+// pairs, less any pair also stored at the alloca's depth: a local (zero from its alloca) that
+// only such stores change is zero unless one of their branches ran -- a contact that did not
+// happen, a pair that did not collide.
+using LocalValue = std::pair<ValueId, ValueId>;
+struct LocalValueHash {
+  size_t operator()(const LocalValue& p) const {
+    return std::hash<uint64_t>()((static_cast<uint64_t>(p.first) << 32) ^ p.second);
+  }
+};
+using ConditionalStores = std::unordered_set<LocalValue, LocalValueHash>;
+
+struct DepthWalk {
+  std::unordered_map<ValueId, int> alloca_depth;
+  std::vector<std::tuple<ValueId, ValueId, int>> stores;  // local, value, `if` depth
+  void walk(const Block& b, int depth) {
+    for (const Stmt& s : b.stmts) {
+      if (s.op == Op::kAlloca) alloca_depth[s.result] = depth;
+      if (s.op == Op::kStoreLocal) stores.emplace_back(s.args[0], s.args[1], depth);
+      for (const Block& c : s.blocks) walk(c, depth + (s.op == Op::kIf ? 1 : 0));
+    }
+  }
+};
+
+ConditionalStores conditional_stores(const Kernel& k) {
+  DepthWalk w;
+  for (const Task& t : k.tasks) w.walk(t.body, 0);
+  ConditionalStores deeper, level;
+  for (const auto& [local, value, depth] : w.stores) {
+    auto d = w.alloca_depth.find(local);
+    if (d == w.alloca_depth.end()) continue;
+    (depth > d->second ? deeper : level).insert({local, value});
+  }
+  for (const LocalValue& p : level) deeper.erase(p);
+  return deeper;
+}
+
 bool is_float_type(DType t) { return t == DType::kF32 || t == DType::kF64; }
 
 // An integer or bool `v` every definition of which is a constant, one of them 0: a flag (an
@@ -383,7 +424,8 @@ bool mask_candidate(const Stmt& s, const Defs& defs, const LocalStores& stores) 
 }
 
 // Whether `s`'s result stays in masked_values' set `in`.
-bool stays_masked(const Stmt& s, const std::unordered_set<ValueId>& in, const LocalStores& stores) {
+bool stays_masked(const Stmt& s, const std::unordered_set<ValueId>& in, const LocalStores& stores,
+                  const ConditionalStores& cond) {
   auto m = [&](size_t i) { return in.count(s.args[i]) > 0; };
   switch (s.op) {
     case Op::kSelect: return m(1) || m(2);
@@ -395,7 +437,10 @@ bool stays_masked(const Stmt& s, const std::unordered_set<ValueId>& in, const Lo
     case Op::kLoadLocal: {
       auto st = stores.find(s.args[0]);
       return st != stores.end() && std::all_of(st->second.begin(), st->second.end(),
-                                               [&](ValueId x) { return in.count(x) > 0; });
+                                               [&](ValueId x) {
+                                                 return in.count(x) > 0 ||
+                                                        cond.count({s.args[0], x}) > 0;
+                                               });
     }
     default: return true;  // a zero constant, a cast flag
   }
@@ -407,6 +452,7 @@ std::unordered_set<ValueId> masked_values(const Kernel& k) {
   Defs defs;
   LocalStores stores;
   collect_defs(k, defs, stores);
+  const ConditionalStores cond = conditional_stores(k);
   // The greatest set closed under the rules: start from every float value a rule may keep and
   // drop those whose rule fails; a drop re-checks the values whose rules read the dropped one (a
   // worklist: linear in the kernel, whatever the order of the chains).
@@ -429,7 +475,7 @@ std::unordered_set<ValueId> masked_values(const Kernel& k) {
   while (!work.empty()) {
     const ValueId v = work.back();
     work.pop_back();
-    if (!in.count(v) || stays_masked(*defs.at(v), in, stores)) continue;
+    if (!in.count(v) || stays_masked(*defs.at(v), in, stores, cond)) continue;
     in.erase(v);
     auto r = readers.find(v);
     if (r == readers.end()) continue;

@@ -151,10 +151,12 @@ std::unordered_set<ValueId> table_index_values(const Kernel& k);
 // The float values of `k` that are zero wherever a condition or a flag says so: a float zero,
 // a select with such an arm, a bool -- or an integer every definition of which is a constant, 0
 // among them (`flag = 0; if inside: flag = 1`) -- cast to float, products and quotients of such
-// a value, negations, sums and differences of two, and loads of a local every store gives one
-// (a reverse-mode accumulator of them: the greatest such set, so a local that adds to itself
-// counts). Reverse mode adds a read's adjoint wherever the read ran; behind a mask -- a ray's
-// sample outside the volume, a clamp, a relu, a contact that did not happen -- it is zero,
+// a value, negations, sums and differences of two, and loads of a local every store of which
+// gives one or lies inside more `if`s than the local's alloca (a local, zero from its alloca,
+// that only a branch changes; a reverse-mode accumulator of such values: the greatest such set,
+// so a local that adds to itself counts). Reverse mode adds a read's adjoint wherever the read
+// ran; behind a mask -- a ray's sample outside the volume, a clamp, a relu, a contact that did
+// not happen (the adjoint accumulated inside the contact's branch) -- it is zero,
 // which the SPIR-V emitter then does not add atomically (spirv_emitter.cpp, atomic_add). A
 // heuristic of where zeros are likely, not a proof that a value is ever zero. `k` must verify.
 // Pure.

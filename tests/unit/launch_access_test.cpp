@@ -14,6 +14,7 @@
 
 #include "ir/text.h"
 #include "ir/verifier.h"
+#include "ir/walk.h"
 
 namespace vkad::codegen {
 namespace {
@@ -393,6 +394,59 @@ kernel k(x: ndarray<f32, 1>, g: ndarray<f32, 1>) {
   }
   EXPECT_EQ(got, (std::vector<bool>{true, true, true, true, true, true, false, false, false, false,
                                     false}));
+}
+
+// masked_values, locals only a branch changes: zero from the alloca, stored inside an `if` the
+// alloca is not in (an adjoint accumulated inside a contact's branch) -- kept, whether the store
+// adds to the local or replaces it. Not: a local also stored at its alloca's depth, a local
+// allocated inside the same `if` as its store (a rolled kernel's range guard around a whole
+// body), a conditional store of a value also stored unconditionally into the same local.
+TEST(LaunchAccess, MaskedValuesIncludeLocalsOnlyABranchChanges) {
+  auto k = parse(R"(
+kernel k(x: ndarray<f32, 1>, g: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = load x[%i] : f32
+    %zi = const 0 : i32
+    %w = load x[%zi] : f32
+    %in = lt %v, %w : bool
+    %acc = alloca : f32
+    %rep = alloca : f32
+    %both = alloca : f32
+    %same = alloca : f32
+    if %in {
+      %a0 = load_local %acc : f32
+      %a1 = add %a0, %v : f32
+      store_local %acc, %a1
+      store_local %rep, %v
+      store_local %both, %v
+      store_local %same, %w
+      %inner = alloca : f32
+      store_local %inner, %v
+      %n = load_local %inner : f32
+      atomic_add g[%i], %n
+    } else {
+    }
+    store_local %both, %w
+    store_local %same, %w
+    %la = load_local %acc : f32
+    %lr = load_local %rep : f32
+    %lb = load_local %both : f32
+    %ls = load_local %same : f32
+    atomic_add g[%i], %la
+    atomic_add g[%i], %lr
+    atomic_add g[%i], %lb
+    atomic_add g[%i], %ls
+  }
+})");
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  ASSERT_TRUE(verify(*k).ok());
+  const std::unordered_set<ValueId> masked = masked_values(*k);
+  std::vector<bool> got;
+  for_each_stmt(*k, [&](const Stmt& s) {
+    if (s.op == Op::kAtomicAdd) got.push_back(masked.count(s.args[1]) > 0);
+  });
+  // The inner local's add (in the branch, its alloca there too), then acc, rep, both, same.
+  EXPECT_EQ(got, (std::vector<bool>{false, true, true, false, false}));
 }
 
 }  // namespace
