@@ -436,11 +436,8 @@ bool stays_masked(const Stmt& s, const std::unordered_set<ValueId>& in, const Lo
     case Op::kSub: return m(0) && m(1);
     case Op::kLoadLocal: {
       auto st = stores.find(s.args[0]);
-      return st != stores.end() && std::all_of(st->second.begin(), st->second.end(),
-                                               [&](ValueId x) {
-                                                 return in.count(x) > 0 ||
-                                                        cond.count({s.args[0], x}) > 0;
-                                               });
+      auto kept = [&](ValueId x) { return in.count(x) > 0 || cond.count({s.args[0], x}) > 0; };
+      return st != stores.end() && std::all_of(st->second.begin(), st->second.end(), kept);
     }
     default: return true;  // a zero constant, a cast flag
   }
