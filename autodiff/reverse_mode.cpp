@@ -260,7 +260,86 @@ class ReverseMode : public PartialBuilder {
         vadj_[s.result] = rw_.op(Op::kAlloca, s.type, {});
       }
     }
-    for (auto it = b.stmts.rbegin(); it != b.stmts.rend(); ++it) rev_stmt(*it);
+    plan_sinks(b);
+    for (auto it = b.stmts.rbegin(); it != b.stmts.rend(); ++it) {
+      if (!sunk_.count(&*it)) rev_stmt(*it);
+    }
+  }
+
+  // Values only a branch uses. A value of block `b` whose every use that can carry an adjoint
+  // lies in the then-side of one later `if` of `b` (nested there at any depth, or through other
+  // such values of `b`) has a zero adjoint wherever that side did not run. Its reverse then runs
+  // at the end of that side's reverse (rev_control) instead of after the `if`: where the side
+  // did not run -- a contact, a collision, a clamp that did not happen -- it does no arithmetic
+  // and adds nothing. billiards' collide tests 10 pairs a ball, nearly all apart, and each
+  // pair's distance, norm and relative velocity, computed before the contact's `if`, had their
+  // zero adjoints propagated and added. The sums are the same: every adjoint those values get
+  // comes from that side (uses in comparisons carry none), and the reverse still runs each
+  // after all of its uses' reverses (the sunk ones in descending order). Only values whose
+  // reverse commutes with what the `if` moves it past sink: arithmetic, selects, casts and
+  // ndarray loads (whose reverse adds into the gradient); local loads (ordered against the
+  // local's stores), arguments and control flow stay.
+  void plan_sinks(const Block& b) {
+    if (!planned_.insert(&b).second) return;  // a loop body reversed again: planned
+    std::unordered_map<ValueId, size_t> def;  // sinkable value -> its statement's index in b
+    for (size_t j = 0; j < b.stmts.size(); ++j) {
+      if (sinkable(b.stmts[j])) def[b.stmts[j].result] = j;
+    }
+    if (def.empty()) return;
+    // Per sinkable value: the later statements of b that use it, each with whether the use is
+    // in that `if`'s then-side alone (kThen) or anywhere else (kOther).
+    enum Kind : uint8_t { kThen, kOther };
+    std::unordered_map<ValueId, std::vector<std::pair<size_t, Kind>>> uses;
+    for (size_t m = 0; m < b.stmts.size(); ++m) {
+      const Stmt& u = b.stmts[m];
+      std::unordered_set<ValueId> then_side, other;
+      if (u.op == Op::kIf) {
+        collect_args(u.blocks[0], then_side);
+        collect_args(u.blocks[1], other);
+        other.insert(u.args.begin(), u.args.end());
+      } else {
+        if (op_info(u.op).family != OpFamily::kCompare) other.insert(u.args.begin(), u.args.end());
+        for (const Block& c : u.blocks) collect_args(c, other);
+      }
+      for (ValueId v : other) {
+        if (def.count(v)) uses[v].push_back({m, kOther});
+      }
+      for (ValueId v : then_side) {
+        if (def.count(v) && !other.count(v)) uses[v].push_back({m, kThen});
+      }
+    }
+    for (size_t k = 0; k < b.stmts.size(); ++k) {
+      if (b.stmts[k].op != Op::kIf) continue;
+      std::unordered_set<size_t> into;  // indices sunk into this `if`
+      std::vector<const Stmt*>& list = sink_into_[&b.stmts[k]];
+      for (size_t j = k; j-- > 0;) {
+        const Stmt& s = b.stmts[j];
+        if (!sinkable(s) || sunk_.count(&s)) continue;
+        auto it = uses.find(s.result);
+        if (it == uses.end()) continue;
+        const bool only_here = std::all_of(it->second.begin(), it->second.end(), [&](auto& use) {
+          return (use.first == k && use.second == kThen) || into.count(use.first) > 0;
+        });
+        if (!only_here) continue;
+        into.insert(j);
+        list.push_back(&s);  // descending: the order the reverse takes them
+        sunk_.insert(&s);
+      }
+    }
+  }
+  bool sinkable(const Stmt& s) const {
+    if (s.result == kNoValue || !is_float(s.type) || !act(s.result)) return false;
+    switch (op_info(s.op).family) {
+      case OpFamily::kUnary:
+      case OpFamily::kBinary:
+      case OpFamily::kSelect:
+      case OpFamily::kCast: return true;
+      case OpFamily::kArray: return s.op == Op::kLoad;
+      default: return false;
+    }
+  }
+  static void collect_args(const Block& b, std::unordered_set<ValueId>& out) {
+    for_each_stmt(b, [&](const Stmt& s) { out.insert(s.args.begin(), s.args.end()); });
   }
 
   // Control flow's reverse (every member listed).
@@ -273,6 +352,10 @@ class ReverseMode : public PartialBuilder {
         rw_.if_(p(s.args[0]), [&](int side) {
           load_hoisted(s.blocks[side]);
           rev(s.blocks[side]);
+          auto sunk = sink_into_.find(&s);
+          if (side == 0 && sunk != sink_into_.end()) {
+            for (const Stmt* t : sunk->second) rev_stmt(*t);  // plan_sinks
+          }
         });
         return;
       // Jumps and barriers are not in a forward reverse mode accepts (jumps.h lowers the
@@ -450,6 +533,7 @@ class ReverseMode : public PartialBuilder {
   void task(const Task& t, const TaskPlan& plan) {
     tp_ = &plan;
     stacks_.clear(), hoist_.clear(), map_.clear(), vadj_.clear(), ladj_.clear(), trips_.clear();
+    sink_into_.clear(), sunk_.clear(), planned_.clear();
     Task at;
     at.name = t.name + "_adjoint";
     at.begin = t.begin;
@@ -521,6 +605,11 @@ class ReverseMode : public PartialBuilder {
   std::unordered_map<const Stmt*, ValueId> trips_;
   std::unordered_map<const Stmt*, std::vector<ValueId>> stacks_;  // adjoint stack ids
   std::unordered_map<ValueId, ValueId> map_, vadj_, ladj_;
+  // plan_sinks: per forward `if`, the values whose reverse ends its then-side's reverse, in the
+  // order they run; and every such value's statement (rev skips them where they stand).
+  std::unordered_map<const Stmt*, std::vector<const Stmt*>> sink_into_;
+  std::unordered_set<const Stmt*> sunk_;
+  std::unordered_set<const Block*> planned_;
 };
 
 }  // namespace

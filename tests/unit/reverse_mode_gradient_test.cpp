@@ -3,6 +3,8 @@
 // the same kernels on the device.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "autodiff/reverse_mode.h"
 #include "ir/text.h"
 #include "ir/verifier.h"
@@ -64,6 +66,77 @@ TEST(ReverseModeGradient, LinearlyCarriedPositionNeededValues) {
               HostArray(codegen::DType::kF64, {4})};
   v.scalars = {6, 0.1, 0, 0, 0};
   expect_gradients_match(kLinearlyCarriedPosition, v, 8);
+}
+
+// A contact as billiards' collide has it: the distance to a neighbour, its norm and the
+// relative value, computed before the contact's `if` and used only inside it (and in its
+// condition). Their reverse sinks into the branch's (reverse_mode.cpp, plan_sinks): the
+// gradients still match finite differences with some pairs in contact and some apart, and the
+// adjoint adds into the neighbour's gradient only inside an `if`.
+const char* kContact =
+    R"(kernel contact(x: ndarray<f64, 1> grad, v: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
+  task main parallel %i in [0, 7) {
+    %one = const 1 : i32
+    %seven = const 7 : i32
+    %ip = add %i, %one : i32
+    %j = min %ip, %seven : i32
+    %a = load x[%i] : f64
+    %b = load x[%j] : f64
+    %d = sub %a, %b : f64
+    %d2 = mul %d, %d : f64
+    %n = sqrt %d2 : f64
+    %va = load v[%i] : f64
+    %vb = load v[%j] : f64
+    %rel = sub %va, %vb : f64
+    %r = const 0.5 : f64
+    %close = lt %n, %r : bool
+    %acc = alloca : f64
+    if %close {
+      %dir = div %d, %n : f64
+      %p = mul %dir, %rel : f64
+      %gap = sub %n, %r : f64
+      %imp = mul %p, %gap : f64
+      store_local %acc, %imp
+    } else {
+    }
+    %out = load_local %acc : f64
+    %own = mul %a, %va : f64
+    %sum = add %out, %own : f64
+    store y[%i], %sum
+  }
+})";
+
+TEST(ReverseModeGradient, AContactsValuesReverseInsideItsBranch) {
+  auto k = codegen::parse(kContact);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  // x: pairs 0-1, 2-3 and 4-5 within 0.5 of each other (in contact), the rest apart; the last
+  // element is only a neighbour.
+  HostValues v;
+  v.arrays = {array_of(codegen::DType::kF64, {0.1, 0.3, 1.5, 1.8, 3.0, 2.9, 4.5, 6.0}),
+              array_of(codegen::DType::kF64, {0.4, -0.3, 0.2, 0.7, -0.5, 0.6, 0.1, -0.2}),
+              HostArray(codegen::DType::kF64, {8})};
+  v.scalars = {0, 0, 0};
+  auto r = check_gradients_cpu(*k, v, 7);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->failure, "");
+  EXPECT_GE(r->checked, 12) << "skipped " << r->skipped;
+  // Every atomic add into x's gradient but the one of x[i] itself (used outside the branch:
+  // %own) lies inside an `if`.
+  auto adj = codegen::make_adjoint(*k);
+  ASSERT_TRUE(adj.ok()) << adj.status().to_string();
+  const uint32_t x_grad = 3, v_grad = 4;  // after x, v, y
+  int outside = 0, inside = 0;
+  std::function<void(const codegen::Block&, int)> walk = [&](const codegen::Block& b, int ifs) {
+    for (const codegen::Stmt& s : b.stmts) {
+      if (s.op == codegen::Op::kAtomicAdd && (s.param == x_grad || s.param == v_grad)) {
+        (ifs > 0 ? inside : outside) += 1;
+      }
+      for (const codegen::Block& c : s.blocks) walk(c, ifs + (s.op == codegen::Op::kIf ? 1 : 0));
+    }
+  };
+  for (const codegen::Task& t : adj->tasks) walk(t.body, 0);
+  EXPECT_EQ(outside, 2) << codegen::print(*adj);  // x[i] and v[i]: also used by %own
+  EXPECT_EQ(inside, 2) << codegen::print(*adj);   // x[j] and v[j]: only the contact uses them
 }
 
 }  // namespace
