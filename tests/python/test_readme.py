@@ -54,6 +54,13 @@ def test_every_borrowed_name_in_the_python_guide_exists():
         for owner, name in re.findall(r"\b(vkad|s|t|a|v|M|Vector|Matrix)\.([A-Za-z_]\w*)",
                                       first):
             if owner == "vkad" and name == "torch":
+                try:
+                    import torch  # noqa: F401  (vkad.torch imports it)
+                except ImportError:
+                    # Without PyTorch the module cannot be imported; it must still define it.
+                    src = (pathlib.Path(vkad.__file__).parent / "torch.py").read_text()
+                    assert "\ndef function(" in src
+                    continue
                 import vkad.torch as vt
                 assert hasattr(vt, "function")
                 continue
