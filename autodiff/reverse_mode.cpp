@@ -277,10 +277,14 @@ class ReverseMode : public PartialBuilder {
   // comes from that side (uses in comparisons carry none), and the reverse still runs each
   // after all of its uses' reverses (the sunk ones in descending order). Only values whose
   // reverse commutes with what the `if` moves it past sink: arithmetic, selects, casts and
-  // ndarray loads (whose reverse adds into the gradient); local loads (ordered against the
-  // local's stores), arguments and control flow stay.
+  // ndarray loads; local loads (ordered against the local's stores), arguments and control
+  // flow stay. A sunk load's gradient add now runs before the reverse of any store or
+  // atomic_add between the load and the `if`, which reads (and, clearing, zeroes) its seed
+  // there: that commutes because a task that reads an array and writes it touches disjoint
+  // elements for the two, and a reload of an element the invocation stored was forwarded away
+  // (the rules in reverse_mode.h). A value only an else-side uses does not sink.
   void plan_sinks(const Block& b) {
-    if (!planned_.insert(&b).second) return;  // a loop body reversed again: planned
+    if (!planned_.insert(&b).second) return;  // each block's reverse is emitted once; defensive
     std::unordered_map<ValueId, size_t> def;  // sinkable value -> its statement's index in b
     for (size_t j = 0; j < b.stmts.size(); ++j) {
       if (sinkable(b.stmts[j])) def[b.stmts[j].result] = j;

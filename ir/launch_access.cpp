@@ -334,7 +334,8 @@ void collect_defs(const Kernel& k, std::unordered_map<ValueId, const Stmt*>& def
 // The stores into locals that lie inside more `if`s than the local's alloca, as (local, value)
 // pairs, less any pair also stored at the alloca's depth: a local (zero from its alloca) that
 // only such stores change is zero unless one of their branches ran -- a contact that did not
-// happen, a pair that did not collide.
+// happen, a pair that did not collide -- or, allocated outside a loop, ran in an earlier
+// iteration (masked_values is a heuristic of likely zeros, not a proof).
 using LocalValue = std::pair<ValueId, ValueId>;
 struct LocalValueHash {
   size_t operator()(const LocalValue& p) const {

@@ -398,7 +398,8 @@ kernel k(x: ndarray<f32, 1>, g: ndarray<f32, 1>) {
 
 // masked_values, locals only a branch changes: zero from the alloca, stored inside an `if` the
 // alloca is not in (an adjoint accumulated inside a contact's branch) -- kept, whether the store
-// adds to the local or replaces it. Not: a local also stored at its alloca's depth, a local
+// adds to the local or replaces it. Not: a local also stored an unmasked value at its alloca's
+// depth, a local
 // allocated inside the same `if` as its store (a rolled kernel's range guard around a whole
 // body), a conditional store of a value also stored unconditionally into the same local.
 TEST(LaunchAccess, MaskedValuesIncludeLocalsOnlyABranchChanges) {
