@@ -1,6 +1,7 @@
 #include "autodiff/reverse_mode.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <map>
 #include <optional>
@@ -267,8 +268,8 @@ class ReverseMode : public PartialBuilder {
   }
 
   // Values only a branch uses. A value of block `b` whose every use that can carry an adjoint
-  // lies in the then-side of one later `if` of `b` (nested there at any depth, or through other
-  // such values of `b`) has a zero adjoint wherever that side did not run. Its reverse then runs
+  // lies in one side of one later `if` of `b` (nested there at any depth, or through other such
+  // values of `b`) has a zero adjoint wherever that side did not run. Its reverse then runs
   // at the end of that side's reverse (rev_control) instead of after the `if`: where the side
   // did not run -- a contact, a collision, a clamp that did not happen -- it does no arithmetic
   // and adds nothing. billiards' collide tests 10 pairs a ball, nearly all apart, and each
@@ -282,7 +283,41 @@ class ReverseMode : public PartialBuilder {
   // atomic_add between the load and the `if`, which reads (and, clearing, zeroes) its seed
   // there: that commutes because a task that reads an array and writes it touches disjoint
   // elements for the two, and a reload of an element the invocation stored was forwarded away
-  // (the rules in reverse_mode.h). A value only an else-side uses does not sink.
+  // (the rules in reverse_mode.h).
+  // Per sinkable value of a block: the later statements of the block that use it, each with
+  // whether the use is in that `if`'s then-side alone, its else-side alone or anywhere else
+  // (plan_sinks).
+  enum class SinkUse : uint8_t { kThen, kElse, kOther };
+  using SinkUses = std::unordered_map<ValueId, std::vector<std::pair<size_t, SinkUse>>>;
+  static SinkUses sink_uses(const Block& b, const std::unordered_map<ValueId, size_t>& def) {
+    SinkUses uses;
+    for (size_t m = 0; m < b.stmts.size(); ++m) {
+      const Stmt& u = b.stmts[m];
+      std::unordered_set<ValueId> sides[2], other;
+      if (u.op == Op::kIf) {
+        collect_args(u.blocks[0], sides[0]);
+        collect_args(u.blocks[1], sides[1]);
+        for (ValueId v : sides[0]) {
+          if (sides[1].count(v)) other.insert(v);
+        }
+        other.insert(u.args.begin(), u.args.end());
+      } else {
+        if (op_info(u.op).family != OpFamily::kCompare) other.insert(u.args.begin(), u.args.end());
+        for (const Block& c : u.blocks) collect_args(c, other);
+      }
+      for (ValueId v : other) {
+        if (def.count(v)) uses[v].push_back({m, SinkUse::kOther});
+      }
+      for (int side = 0; side < 2; ++side) {
+        const SinkUse kind = side == 0 ? SinkUse::kThen : SinkUse::kElse;
+        for (ValueId v : sides[side]) {
+          if (def.count(v) && !other.count(v)) uses[v].push_back({m, kind});
+        }
+      }
+    }
+    return uses;
+  }
+
   void plan_sinks(const Block& b) {
     if (!planned_.insert(&b).second) return;  // each block's reverse is emitted once; defensive
     std::unordered_map<ValueId, size_t> def;  // sinkable value -> its statement's index in b
@@ -290,44 +325,26 @@ class ReverseMode : public PartialBuilder {
       if (sinkable(b.stmts[j])) def[b.stmts[j].result] = j;
     }
     if (def.empty()) return;
-    // Per sinkable value: the later statements of b that use it, each with whether the use is
-    // in that `if`'s then-side alone (kThen) or anywhere else (kOther).
-    enum Kind : uint8_t { kThen, kOther };
-    std::unordered_map<ValueId, std::vector<std::pair<size_t, Kind>>> uses;
-    for (size_t m = 0; m < b.stmts.size(); ++m) {
-      const Stmt& u = b.stmts[m];
-      std::unordered_set<ValueId> then_side, other;
-      if (u.op == Op::kIf) {
-        collect_args(u.blocks[0], then_side);
-        collect_args(u.blocks[1], other);
-        other.insert(u.args.begin(), u.args.end());
-      } else {
-        if (op_info(u.op).family != OpFamily::kCompare) other.insert(u.args.begin(), u.args.end());
-        for (const Block& c : u.blocks) collect_args(c, other);
-      }
-      for (ValueId v : other) {
-        if (def.count(v)) uses[v].push_back({m, kOther});
-      }
-      for (ValueId v : then_side) {
-        if (def.count(v) && !other.count(v)) uses[v].push_back({m, kThen});
-      }
-    }
+    const SinkUses uses = sink_uses(b, def);
     for (size_t k = 0; k < b.stmts.size(); ++k) {
       if (b.stmts[k].op != Op::kIf) continue;
-      std::unordered_set<size_t> into;  // indices sunk into this `if`
-      std::vector<const Stmt*>& list = sink_into_[&b.stmts[k]];
-      for (size_t j = k; j-- > 0;) {
-        const Stmt& s = b.stmts[j];
-        if (!sinkable(s) || sunk_.count(&s)) continue;
-        auto it = uses.find(s.result);
-        if (it == uses.end()) continue;
-        const bool only_here = std::all_of(it->second.begin(), it->second.end(), [&](auto& use) {
-          return (use.first == k && use.second == kThen) || into.count(use.first) > 0;
-        });
-        if (!only_here) continue;
-        into.insert(j);
-        list.push_back(&s);  // descending: the order the reverse takes them
-        sunk_.insert(&s);
+      for (int side = 0; side < 2; ++side) {
+        std::unordered_set<size_t> into;  // indices sunk into this side
+        std::vector<const Stmt*>& list = sink_into_[&b.stmts[k]][side];
+        const SinkUse here = side == 0 ? SinkUse::kThen : SinkUse::kElse;
+        for (size_t j = k; j-- > 0;) {
+          const Stmt& s = b.stmts[j];
+          if (!sinkable(s) || sunk_.count(&s)) continue;
+          auto it = uses.find(s.result);
+          if (it == uses.end()) continue;
+          const bool only_here = std::all_of(it->second.begin(), it->second.end(), [&](auto& u) {
+            return (u.first == k && u.second == here) || into.count(u.first) > 0;
+          });
+          if (!only_here) continue;
+          into.insert(j);
+          list.push_back(&s);  // descending: the order the reverse takes them
+          sunk_.insert(&s);
+        }
       }
     }
   }
@@ -357,8 +374,8 @@ class ReverseMode : public PartialBuilder {
           load_hoisted(s.blocks[side]);
           rev(s.blocks[side]);
           auto sunk = sink_into_.find(&s);
-          if (side == 0 && sunk != sink_into_.end()) {
-            for (const Stmt* t : sunk->second) rev_stmt(*t);  // plan_sinks
+          if (sunk != sink_into_.end()) {
+            for (const Stmt* t : sunk->second[side]) rev_stmt(*t);  // plan_sinks
           }
         });
         return;
@@ -609,9 +626,9 @@ class ReverseMode : public PartialBuilder {
   std::unordered_map<const Stmt*, ValueId> trips_;
   std::unordered_map<const Stmt*, std::vector<ValueId>> stacks_;  // adjoint stack ids
   std::unordered_map<ValueId, ValueId> map_, vadj_, ladj_;
-  // plan_sinks: per forward `if`, the values whose reverse ends its then-side's reverse, in the
-  // order they run; and every such value's statement (rev skips them where they stand).
-  std::unordered_map<const Stmt*, std::vector<const Stmt*>> sink_into_;
+  // plan_sinks: per forward `if` and side, the values whose reverse ends that side's reverse,
+  // in the order they run; and every such value's statement (rev skips them where they stand).
+  std::unordered_map<const Stmt*, std::array<std::vector<const Stmt*>, 2>> sink_into_;
   std::unordered_set<const Stmt*> sunk_;
   std::unordered_set<const Block*> planned_;
 };

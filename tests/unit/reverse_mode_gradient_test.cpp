@@ -70,9 +70,10 @@ TEST(ReverseModeGradient, LinearlyCarriedPositionNeededValues) {
 
 // A contact as billiards' collide has it: the distance to a neighbour, its norm and the
 // relative value, computed before the contact's `if` and used only inside it (and in its
-// condition). Their reverse sinks into the branch's (reverse_mode.cpp, plan_sinks): the
-// gradients still match finite differences with some pairs in contact and some apart, and the
-// adjoint adds into the neighbour's gradient only inside an `if`.
+// condition), in its then-side or (the parameter) its else-side. Their reverse sinks into the
+// branch's (reverse_mode.cpp, plan_sinks): the gradients still match finite differences with some
+// pairs in contact and some apart, and the adjoint adds into the neighbour's gradient only inside
+// an `if`.
 const char* kContact =
     R"(kernel contact(x: ndarray<f64, 1> grad, v: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad) {
   task main parallel %i in [0, 7) {
@@ -106,9 +107,26 @@ const char* kContact =
   }
 })";
 
-TEST(ReverseModeGradient, AContactsValuesReverseInsideItsBranch) {
-  auto k = codegen::parse(kContact);
-  ASSERT_TRUE(k.ok()) << k.status().to_string();
+// The same contact written the other way round: `if apart {} else { contact }`.
+std::string contact_in_else() {
+  std::string t = kContact;
+  auto swap = [&](const std::string& a, const std::string& b) {
+    const size_t at = t.find(a);
+    EXPECT_NE(at, std::string::npos) << a;
+    if (at != std::string::npos) t.replace(at, a.size(), b);
+  };
+  swap("%close = lt %n, %r : bool", "%apart = ge %n, %r : bool");
+  swap("if %close {", "if %apart {\n    } else {");
+  swap("      store_local %acc, %imp\n    } else {\n    }", "      store_local %acc, %imp\n    }");
+  return t;
+}
+
+class ReverseModeContact : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ReverseModeContact, AContactsValuesReverseInsideItsBranch) {
+  const std::string text = GetParam() ? contact_in_else() : std::string(kContact);
+  auto k = codegen::parse(text);
+  ASSERT_TRUE(k.ok()) << k.status().to_string() << "\n" << text;
   // x: pairs 0-1, 2-3 and 4-5 within 0.5 of each other (in contact), the rest apart; the last
   // element is only a neighbour.
   HostValues v;
@@ -138,6 +156,8 @@ TEST(ReverseModeGradient, AContactsValuesReverseInsideItsBranch) {
   EXPECT_EQ(outside, 2) << codegen::print(*adj);  // x[i] and v[i]: also used by %own
   EXPECT_EQ(inside, 2) << codegen::print(*adj);   // x[j] and v[j]: only the contact uses them
 }
+
+INSTANTIATE_TEST_SUITE_P(ThenOrElse, ReverseModeContact, ::testing::Bool());
 
 }  // namespace
 }  // namespace vkad::testing
