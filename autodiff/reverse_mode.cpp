@@ -267,23 +267,6 @@ class ReverseMode : public PartialBuilder {
     }
   }
 
-  // Values only a branch uses. A value of block `b` whose every use that can carry an adjoint
-  // lies in one side of one later `if` of `b` (nested there at any depth, or through other such
-  // values of `b`) has a zero adjoint wherever that side did not run. Its reverse then runs
-  // at the end of that side's reverse (rev_control) instead of after the `if`: where the side
-  // did not run -- a contact, a collision, a clamp that did not happen -- it does no arithmetic
-  // and adds nothing. billiards' collide tests 10 pairs a ball, nearly all apart, and each
-  // pair's distance, norm and relative velocity, computed before the contact's `if`, had their
-  // zero adjoints propagated and added. The sums are the same: every adjoint those values get
-  // comes from that side (uses in comparisons carry none), and the reverse still runs each
-  // after all of its uses' reverses (the sunk ones in descending order). Only values whose
-  // reverse commutes with what the `if` moves it past sink: arithmetic, selects, casts and
-  // ndarray loads; local loads (ordered against the local's stores), arguments and control
-  // flow stay. A sunk load's gradient add now runs before the reverse of any store or
-  // atomic_add between the load and the `if`, which reads (and, clearing, zeroes) its seed
-  // there: that commutes because a task that reads an array and writes it touches disjoint
-  // elements for the two, and a reload of an element the invocation stored was forwarded away
-  // (the rules in reverse_mode.h).
   // Per sinkable value of a block: the later statements of the block that use it, each with
   // whether the use is in that `if`'s then-side alone, its else-side alone or anywhere else
   // (plan_sinks).
@@ -318,8 +301,24 @@ class ReverseMode : public PartialBuilder {
     return uses;
   }
 
+  // Values only a branch uses. A value of block `b` whose every use that can carry an adjoint
+  // lies in one side of one later `if` of `b` (nested there at any depth, or through other such
+  // values of `b`) has a zero adjoint wherever that side did not run. Its reverse then runs
+  // at the end of that side's reverse (rev_control) instead of after the `if`: where the side
+  // did not run -- a contact, a collision, a clamp that did not happen -- it does no arithmetic
+  // and adds nothing. billiards' collide tests 10 pairs a ball, nearly all apart, and each
+  // pair's distance, norm and relative velocity, computed before the contact's `if`, had their
+  // zero adjoints propagated and added. The sums are the same: every adjoint those values get
+  // comes from that side (uses in comparisons carry none), and the reverse still runs each
+  // after all of its uses' reverses (the sunk ones in descending order). Only values whose
+  // reverse commutes with what the `if` moves it past sink: arithmetic, selects, casts and
+  // ndarray loads; local loads (ordered against the local's stores), arguments and control
+  // flow stay. A sunk load's gradient add now runs before the reverse of any store or
+  // atomic_add between the load and the `if`, which reads (and, clearing, zeroes) its seed
+  // there: that commutes because a task that reads an array and writes it touches disjoint
+  // elements for the two, and a reload of an element the invocation stored was forwarded away
+  // (the rules in reverse_mode.h).
   void plan_sinks(const Block& b) {
-    if (!planned_.insert(&b).second) return;  // each block's reverse is emitted once; defensive
     std::unordered_map<ValueId, size_t> def;  // sinkable value -> its statement's index in b
     for (size_t j = 0; j < b.stmts.size(); ++j) {
       if (sinkable(b.stmts[j])) def[b.stmts[j].result] = j;
@@ -554,7 +553,7 @@ class ReverseMode : public PartialBuilder {
   void task(const Task& t, const TaskPlan& plan) {
     tp_ = &plan;
     stacks_.clear(), hoist_.clear(), map_.clear(), vadj_.clear(), ladj_.clear(), trips_.clear();
-    sink_into_.clear(), sunk_.clear(), planned_.clear();
+    sink_into_.clear(), sunk_.clear();
     Task at;
     at.name = t.name + "_adjoint";
     at.begin = t.begin;
@@ -630,7 +629,6 @@ class ReverseMode : public PartialBuilder {
   // in the order they run; and every such value's statement (rev skips them where they stand).
   std::unordered_map<const Stmt*, std::array<std::vector<const Stmt*>, 2>> sink_into_;
   std::unordered_set<const Stmt*> sunk_;
-  std::unordered_set<const Block*> planned_;
 };
 
 }  // namespace

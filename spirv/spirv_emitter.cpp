@@ -907,10 +907,10 @@ class MemoryEmitter : public ValueEmitter {
   //   as above, in every kernel. DiffTaichi's volume_renderer adds `density * flag` at every
   //   marching step and its adjoint `flag * d image` into the density's gradient: ~95% of the
   //   steps lie outside the volume, their indices clamped onto its faces, so nearly every
-  //   atomic was a zero queued on a few boundary voxels -- 129 ms a view on an H200. Its
-  //   billiards' rolled adjoint adds each pair's contact adjoint, zero where the balls did not
-  //   touch (nearly always): 8.9 -> 8.0 ms an iteration on an H200 once resident kernels skip
-  //   too; mass_spring, rigid_body, electric and mass_spring_velocity unchanged.
+  //   atomic was a zero queued on a few boundary voxels -- 129 ms a view on an H200.
+  //   DiffTaichi's billiards' rolled adjoint adds each pair's contact adjoint, zero where the
+  //   balls did not touch (nearly always): 8.9 -> 8.0 ms an iteration on an H200 once resident
+  //   kernels skip too; mass_spring, rigid_body, electric and mass_spring_velocity unchanged.
   void atomic_add(const Stmt& s) {
     const DType t = k_.params[s.param].dtype;
     const uint32_t val = v(s.args.back());
