@@ -176,6 +176,11 @@ Result<std::unique_ptr<Session>> Session::create_with_runtime(
   const char* finite = std::getenv("VKAD_CHECK_FINITE");
   if (finite != nullptr && std::string(finite) == "1")
     s->core_->compile_options.check_finite = true;
+  // VKAD_READ_ONLY_BUFFERS=1: arrays a task only reads are declared read-only to the driver
+  // (CompileOptions::read_only_buffers: off by default until the GPU suite has run with it).
+  const char* read_only = std::getenv("VKAD_READ_ONLY_BUFFERS");
+  if (read_only != nullptr && std::string(read_only) == "1")
+    s->core_->compile_options.read_only_buffers = true;
   VKAD_ASSIGN_OR_RETURN(s->core_->pipeline, graph_pipeline(options));
   const GraphPipeline& pipeline = s->core_->pipeline;
   s->core_->graph =

@@ -176,6 +176,7 @@ Result<abi::CompiledKernel> compile(const Kernel& k, const Target& target,
     eo.local_size = out.tasks[i].local_size;
     eo.unroll = std::max(options.unroll, 1u);
     eo.check_finite = options.check_finite;
+    eo.read_only_buffers = options.read_only_buffers;
     if (options.check_finite) {
       for (const Stmt* s : finite_check_sites(k, i)) {
         out.tasks[i].finite_sites.push_back(print_stmt(k, *s));
@@ -214,7 +215,7 @@ std::string compile_key(const Kernel& k, const Target& target, const CompileOpti
          (o.optimize ? "O" : "") + (o.native_float_atomics ? "N" : "") +
          (o.bounds_checks ? "B" : "") + std::to_string(o.default_local_size) + "u" +
          std::to_string(o.unroll) + (o.specialize_shapes ? "S" : "") + (o.check_finite ? "F" : "") +
-         "p" + std::to_string(o.print_buffer_bytes);
+         (o.read_only_buffers ? "R" : "") + "p" + std::to_string(o.print_buffer_bytes);
   key += "|vkad-compiler ";
   key += compiler_fingerprint();
   key += " spirv-tools ";

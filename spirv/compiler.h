@@ -41,6 +41,16 @@ struct CompileOptions {
   // are dropped and counted. A kernel with asserts and no print gets abi::kMinPrintBytes (its
   // first failure's record); one with neither, no area.
   uint32_t print_buffer_bytes = 16384;
+  // Declare every storage buffer that a task never stores to nor adds to NonWritable (GLSL's
+  // `readonly`), so the driver may read it through its read-only data path. Legal for what
+  // vkad runs: a task's arrays are distinct memory objects (SPIR-V assumes they do not alias),
+  // the graph's fused and resident kernels take one parameter per array, and what another
+  // dispatch wrote is made visible by the barrier before the read. Off by default until the
+  // GPU suite has run with it: on the H200 it took 4-7% off DiffTaichi's diffmpm,
+  // diffmpm_simple and diffmpm3d, and moved mass_spring's chaotic f32 loss in the third digit,
+  // which is not explained yet (docs/benchmarks-log.md, "Read-only buffers").
+  // VKAD_READ_ONLY_BUFFERS=1 turns it on for every session.
+  bool read_only_buffers = false;
 };
 
 // Whether compile() lowers a float atomic add of that width to a compare-and-swap loop for

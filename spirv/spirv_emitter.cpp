@@ -658,8 +658,12 @@ class MemoryEmitter : public ValueEmitter {
 
   // Before any ndarray is declared: the float ones whose atomic adds are compare-and-swap loops
   // (their elements are then stored as bits).
+  // (and the parameters the task writes: CompileOptions::read_only_buffers)
   void scan_bits(const Block& b) {
     for (const Stmt& s : b.stmts) {
+      if (s.op == Op::kStore || s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax) {
+        written_params_.insert(s.param);
+      }
       if (s.op == Op::kAtomicAdd && is_float(k_.params[s.param].dtype) &&
           !native_atomic(k_.params[s.param].dtype)) {
         bits_params_.insert_or_assign(s.param, true);
@@ -700,6 +704,7 @@ class MemoryEmitter : public ValueEmitter {
   }
 
  private:
+  std::unordered_set<uint32_t> written_params_;  // stored or added to anywhere in the task
   struct ArrayVar {
     uint32_t var = 0;
     uint32_t elem = 0;  // storage element type
@@ -735,6 +740,9 @@ class MemoryEmitter : public ValueEmitter {
     a.var = m_.global_variable(m_.t_pointer(spv::StorageClassStorageBuffer, blk),
                                spv::StorageClassStorageBuffer, static_cast<int>(binding));
     m_.name(a.var, prm.name);
+    if (o_.read_only_buffers && !written_params_.count(p)) {
+      m_.decorate(a.var, spv::DecorationNonWritable);
+    }
     return arrays_.emplace(p, a).first->second;
   }
 

@@ -47,6 +47,7 @@ struct EmitOptions {
   // infinity raises kErrorNonFinite with its site (finite_check_sites' index) and is still
   // stored. Off: nothing emitted.
   bool check_finite = false;
+  bool read_only_buffers = false;  // CompileOptions::read_only_buffers
 };
 
 // The statements the finite checks cover in task `task` (float stores and atomic adds into

@@ -826,9 +826,16 @@ const std::vector<CorpusCase>& corpus() {
 class CodegenCorpus : public KernelTest, public ::testing::WithParamInterface<size_t> {
  protected:
   void SetUp() override { KernelTest::SetUp(); }
+  void matches_cpu_reference(bool read_only_buffers);
 };
 
-TEST_P(CodegenCorpus, MatchesCpuReference) {
+TEST_P(CodegenCorpus, MatchesCpuReference) { matches_cpu_reference(false); }
+
+// The same with the arrays each task only reads declared read-only to the driver
+// (CompileOptions::read_only_buffers): the driver may then read them through another path.
+TEST_P(CodegenCorpus, MatchesCpuReferenceWithReadOnlyBuffers) { matches_cpu_reference(true); }
+
+void CodegenCorpus::matches_cpu_reference(bool read_only_buffers) {
   const CorpusCase& c = corpus()[GetParam()];
   auto k = codegen::parse(c.text);
   ASSERT_TRUE(k.ok()) << k.status().to_string();
@@ -845,6 +852,7 @@ TEST_P(CodegenCorpus, MatchesCpuReference) {
     ASSERT_EQ(f, 0u) << "the reference hit an error; fix the case";
   codegen::CompileOptions o;
   o.native_float_atomics = !c.cas_atomics;
+  o.read_only_buffers = read_only_buffers;
   Status st = runner_->run(*k, device, o);
   ASSERT_TRUE(st.ok()) << st.to_string();
   for (size_t i = 0; i < k->params.size(); ++i) {
