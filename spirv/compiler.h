@@ -43,9 +43,11 @@ struct CompileOptions {
   uint32_t print_buffer_bytes = 16384;
   // Declare every storage buffer that a task never stores to nor adds to NonWritable (GLSL's
   // `readonly`), so the driver may read it through its read-only data path. Legal for what
-  // vkad runs: a task's arrays are distinct memory objects (SPIR-V assumes they do not alias),
-  // the graph's fused and resident kernels take one parameter per array, and what another
-  // dispatch wrote is made visible by the barrier before the read. Off by default until the
+  // vkad runs: a task's arrays are distinct memory objects (none is decorated Aliased), the
+  // graph's fused and resident kernels take one parameter per array, and what another
+  // dispatch wrote is made visible by the barrier before the read (a launch that passes one
+  // array for a parameter it reads and one it writes -- allowed off a tape -- is outside that,
+  // as it is outside what undecorated SPIR-V memory objects promise). Off by default until the
   // GPU suite has run with it: on the H200 it took 4-7% off DiffTaichi's diffmpm,
   // diffmpm_simple and diffmpm3d, and moved mass_spring's chaotic f32 loss in the third digit,
   // which is not explained yet (docs/benchmarks-log.md, "Read-only buffers").
