@@ -384,6 +384,9 @@ def run_child(a, program, impl, steps, grid, res=None) -> dict:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
     except subprocess.TimeoutExpired:
         return {"status": "failed", "reason": f"timed out after {a.timeout} s"}
+    if getattr(a, "show_stderr", False):
+        for ln in p.stderr.splitlines():
+            print(f"[{impl} {program}] {ln}", file=sys.stderr)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith(RESULT)]
     if p.returncode != 0 or not lines:
         tail = (p.stderr or p.stdout).strip().splitlines()[-15:]
@@ -471,6 +474,9 @@ def main(argv=None) -> int:
                     help="vkad launches every kernel instead of replaying a captured graph")
     ap.add_argument("--warm-cache", action="store_true",
                     help="let Taichi and Warp use their usual kernel caches")
+    ap.add_argument("--show-stderr", action="store_true",
+                    help="pass each implementation's stderr through, prefixed with its name "
+                         "(what VKAD_PIPELINE_STATS=1 and VKAD_GRAPH_TRACE=1 print goes there)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per implementation")
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--child", choices=IMPLS, help=argparse.SUPPRESS)
