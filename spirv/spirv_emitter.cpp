@@ -657,8 +657,8 @@ class MemoryEmitter : public ValueEmitter {
   }
 
   // Before any ndarray is declared: the float ones whose atomic adds are compare-and-swap loops
-  // (their elements are then stored as bits).
-  // (and the parameters the task writes: CompileOptions::read_only_buffers)
+  // (their elements are then stored as bits), and the ones the task stores to or adds to (the
+  // others are read-only: CompileOptions::read_only_buffers).
   void scan_bits(const Block& b) {
     for (const Stmt& s : b.stmts) {
       if (s.op == Op::kStore || s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax) {
