@@ -106,10 +106,11 @@ there_suite() {
   mkdir -p /tmp/bin && tar xJf build-gpu/pack/bin.tar.xz -C /tmp/bin
   echo "commit $(cat build-gpu/pack/COMMIT)"
   (time VKAD_VALIDATION=1 VKAD_CACHE_DIR=/tmp/vkcache /tmp/bin/vkad_gpu_tests) >"$out/gpu.txt" 2>&1
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?" "$out/gpu.txt"
+  # The last summary lines: death tests' child processes print their own before them.
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?" "$out/gpu.txt" | tail -3
   echo "validation messages: $(grep -c -E 'VUID-|Validation Error' "$out/gpu.txt")"
   VKAD_SOURCE_DIR=$root /tmp/bin/vkad_unit_tests >"$out/unit.txt" 2>&1
-  grep -E "^\[  (PASSED|FAILED) +\] [0-9]+ tests?" "$out/unit.txt"
+  grep -E "^\[  (PASSED|FAILED) +\] [0-9]+ tests?" "$out/unit.txt" | tail -2
   VKAD_VALIDATION=1 /tmp/bin/vkad_c_api_test >"$out/capi.txt" 2>&1
   echo "c api: rc $?, $(tail -1 "$out/capi.txt")"
 }
