@@ -159,6 +159,12 @@ Result<GraphPipeline> graph_pipeline(const SessionOptions& options) {
   return GraphPassRegistry::standard().parse(edited);
 }
 
+// Whether environment variable `name` is set to exactly `value`.
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string(v) == value;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Session>> Session::create_with_runtime(
@@ -166,21 +172,15 @@ Result<std::unique_ptr<Session>> Session::create_with_runtime(
   VKAD_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Runtime> rt, runtime::Runtime::create(runtime));
   std::unique_ptr<Session> s(new Session());
   s->core_->compile_options = options.compile;
-  // VKAD_SPECIALIZE_SHAPES=0 turns shape specialization off for every session (what a
-  // suspected problem with it is checked against, and the baseline of a measurement).
-  const char* shapes = std::getenv("VKAD_SPECIALIZE_SHAPES");
-  if (shapes != nullptr && std::string(shapes) == "0")
-    s->core_->compile_options.specialize_shapes = false;
-  // VKAD_CHECK_FINITE=1 turns the NaN / infinity checks on for every session (a program's
-  // debug run without editing it).
-  const char* finite = std::getenv("VKAD_CHECK_FINITE");
-  if (finite != nullptr && std::string(finite) == "1")
-    s->core_->compile_options.check_finite = true;
-  // VKAD_READ_ONLY_BUFFERS=1: arrays a task only reads are declared read-only to the driver
+  // Overrides for every session, what a suspected problem is checked against and how a
+  // measurement takes its baseline without editing the program: VKAD_SPECIALIZE_SHAPES=0 turns
+  // shape specialization off, VKAD_CHECK_FINITE=1 the NaN / infinity checks on (a program's debug
+  // run), VKAD_READ_ONLY_BUFFERS=1 declares the arrays a task only reads read-only to the driver
   // (CompileOptions::read_only_buffers: off by default until the GPU suite has run with it).
-  const char* read_only = std::getenv("VKAD_READ_ONLY_BUFFERS");
-  if (read_only != nullptr && std::string(read_only) == "1")
-    s->core_->compile_options.read_only_buffers = true;
+  codegen::CompileOptions& compile_options = s->core_->compile_options;
+  if (env_is("VKAD_SPECIALIZE_SHAPES", "0")) compile_options.specialize_shapes = false;
+  if (env_is("VKAD_CHECK_FINITE", "1")) compile_options.check_finite = true;
+  if (env_is("VKAD_READ_ONLY_BUFFERS", "1")) compile_options.read_only_buffers = true;
   VKAD_ASSIGN_OR_RETURN(s->core_->pipeline, graph_pipeline(options));
   const GraphPipeline& pipeline = s->core_->pipeline;
   s->core_->graph =

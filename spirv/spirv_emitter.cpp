@@ -659,7 +659,7 @@ class MemoryEmitter : public ValueEmitter {
   // Before any ndarray is declared: the float ones whose atomic adds are compare-and-swap loops
   // (their elements are then stored as bits), and the ones the task stores to or adds to (the
   // others are read-only: CompileOptions::read_only_buffers).
-  void scan_bits(const Block& b) {
+  void scan_arrays(const Block& b) {
     for (const Stmt& s : b.stmts) {
       if (s.op == Op::kStore || s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax) {
         written_params_.insert(s.param);
@@ -668,7 +668,7 @@ class MemoryEmitter : public ValueEmitter {
           !native_atomic(k_.params[s.param].dtype)) {
         bits_params_.insert_or_assign(s.param, true);
       }
-      for (const Block& c : s.blocks) scan_bits(c);
+      for (const Block& c : s.blocks) scan_arrays(c);
     }
   }
   // The bounds checks' flag, 0 until an access is out of bounds: declared before the first
@@ -1309,7 +1309,7 @@ class TaskEmitter : public AdstackEmitter {
   }
 
   std::vector<uint32_t> run() {
-    scan_bits(task_.body);
+    scan_arrays(task_.body);
     u32_ = m_.t_int(32, false);
     i32_ = m_.t_int(32, true);
     bool_ = m_.t_bool();
