@@ -175,12 +175,10 @@ Result<std::unique_ptr<Session>> Session::create_with_runtime(
   // Overrides for every session, what a suspected problem is checked against and how a
   // measurement takes its baseline without editing the program: VKAD_SPECIALIZE_SHAPES=0 turns
   // shape specialization off, VKAD_CHECK_FINITE=1 the NaN / infinity checks on (a program's debug
-  // run), VKAD_READ_ONLY_BUFFERS=1 declares the arrays a task only reads read-only to the driver
-  // (CompileOptions::read_only_buffers: off by default until the GPU suite has run with it).
+  // run).
   codegen::CompileOptions& compile_options = s->core_->compile_options;
   if (env_is("VKAD_SPECIALIZE_SHAPES", "0")) compile_options.specialize_shapes = false;
   if (env_is("VKAD_CHECK_FINITE", "1")) compile_options.check_finite = true;
-  if (env_is("VKAD_READ_ONLY_BUFFERS", "1")) compile_options.read_only_buffers = true;
   VKAD_ASSIGN_OR_RETURN(s->core_->pipeline, graph_pipeline(options));
   const GraphPipeline& pipeline = s->core_->pipeline;
   s->core_->graph =

@@ -41,17 +41,15 @@ struct CompileOptions {
   // are dropped and counted. A kernel with asserts and no print gets abi::kMinPrintBytes (its
   // first failure's record); one with neither, no area.
   uint32_t print_buffer_bytes = 16384;
-  // Declare every storage buffer that a task never stores to nor adds to NonWritable (GLSL's
-  // `readonly`), so the driver may read it through its read-only data path. Legal for what
-  // vkad runs: a task's arrays are distinct memory objects (none is decorated Aliased), the
-  // graph's fused and resident kernels take one parameter per array, and what another
-  // dispatch wrote is made visible by the barrier before the read (a launch that passes one
-  // array for a parameter it reads and one it writes -- allowed off a tape -- is outside that,
-  // as it is outside what undecorated SPIR-V memory objects promise). Off by default until the
-  // GPU suite has run with it: on the H200 it took 4-7% off DiffTaichi's diffmpm,
-  // diffmpm_simple and diffmpm3d, and moved mass_spring's chaotic f32 loss in the third digit,
-  // which is not explained yet (docs/benchmarks-log.md, "Read-only buffers").
-  // VKAD_READ_ONLY_BUFFERS=1 turns it on for every session.
+  // An experiment, not for use: declare every storage buffer that a task never stores to nor
+  // adds to NonWritable (GLSL's `readonly`), so the driver may read it through its read-only
+  // data path. On the H200 (driver 580.159.04) it took 4-7% off DiffTaichi's MPM programs but
+  // gives a wrong gradient: TapeCheckpoint.ALaunchWritingOnlyATimeAxisRunsOnceAndItsRowsAreNot
+  // Copied reads 0 where 1.67 is right when log_row's adjoint alone declares `x` read-only
+  // (no array of that dispatch aliases another; barriers over all commands and all memory do
+  // not mend it), and mass_spring's f64 training diverges from the undecorated run after its
+  // first iteration. Cause not found (docs/benchmarks-log.md, "Read-only buffers wrong on the
+  // H200"); no environment switch turns it on.
   bool read_only_buffers = false;
 };
 

@@ -170,7 +170,9 @@ void replays_the_loop_as_the_cpu(Session& s, bool prefill) {
     const Arg gi = Arg::i32(static_cast<int32_t>(g));
     ASSERT_TRUE(
         s.launch(*grid_op, {gi, Arg::ndarray(*gv), Arg::ndarray(*gm), Arg::ndarray(*out)}).ok());
-    if (prefill) ASSERT_TRUE(s.launch(*fill, {gi, Arg::ndarray(*y)}).ok());
+    if (prefill) {
+      ASSERT_TRUE(s.launch(*fill, {gi, Arg::ndarray(*y)}).ok());
+    }
     ASSERT_TRUE(
         s.launch(*gather, {gi, Arg::ndarray(*cell), Arg::ndarray(*out), Arg::ndarray(*y)}).ok());
     ASSERT_TRUE(s.launch(*update, {gi, Arg::ndarray(*y), Arg::ndarray(*gv)}).ok());
