@@ -568,6 +568,69 @@ def _ewma_ref(xa, alpha):
 
 
 @pytest.mark.parametrize("form", [
+    "fresh",
+    "separate_arrays",
+    pytest.param("in_place", marks=pytest.mark.xfail(
+        strict=True, raises=vkad.InvalidArgumentError,
+        reason="vkad refuses to differentiate a task that reads x[None] and then stores to it "
+               "(`ndarray 'x' (grad) is both read and written in task 'main'`), though a "
+               "correct adjoint exists (each invocation reads only the element it overwrites: "
+               "its adjoint needs the value before the launch, which a tape could keep); see "
+               "docs/conformance.md")),
+])
+def test_taichi_2505_update_in_place(session, ft, form):
+    """taichi-dev/taichi#2505, https://github.com/taichi-dev/taichi/issues/2505 ("Incorrect
+    gradients from autodiff"). multiplier = x[None]; x[None] = cos(theta) * multiplier, then
+    loss += x[None], under ti.Tape, for a sweep of theta with x carried from one iteration to
+    the next. Taichi's gradient was right for x = cos(theta) (fresh) and silently wrong for the
+    update in place: its adjoint read the x the kernel had overwritten. Three forms here: fresh,
+    the update written from one array into another (separate_arrays, the old and new x swapped
+    between iterations, what vkad's refusal asks for), and the report's update in place. Each
+    iteration's d loss / d theta is checked against f64 finite differences of
+    theta -> cos(theta) x_prev (-sin(theta) x_prev)."""
+    s = session
+    kb = Builder("taichi2505")
+    th = kb.ndarray("theta", ft, 0, grad=True)
+    x = kb.ndarray("x", ft, 0, grad=True)
+    xn = kb.ndarray("x_new", ft, 0, grad=True) if form == "separate_arrays" else None
+    with kb.parallel_for("main", 0, 1):
+        if form == "fresh":
+            x[None] = vkad.cos(th[None])
+        elif form == "separate_arrays":
+            xn[None] = vkad.cos(th[None]) * x[None]
+        else:
+            x[None] = vkad.cos(th[None]) * x[None]
+    d = s.differentiate(kb)
+    kl = Builder("taichi2505_loss")
+    xl = kl.ndarray("x", ft, 0, grad=True)
+    lo = kl.ndarray("l", ft, 0, grad=True)
+    with kl.parallel_for("main", 0, 1):
+        lo.atomic_add(None, xl[None])
+    dl = s.differentiate(kl)
+    cur, nxt = s.ndarray([1.0], npt(ft)), s.zeros(1, ft)
+    x_prev = 1.0
+    for theta in rounded(np.linspace(0.3, 2 * np.pi - 0.5, 5), ft):
+        ts, ls = s.ndarray([theta], npt(ft)), s.zeros(1, ft)
+        with s.tape() as tp:
+            if form == "separate_arrays":
+                s.launch(d, ts, cur, nxt)
+                s.launch(dl, nxt, ls)
+            else:
+                s.launch(d, ts, cur)
+                s.launch(dl, cur, ls)
+        tp.backward(seed={ls: 1.0})
+        scale = 1.0 if form == "fresh" else x_prev
+        want = math.cos(theta) * scale
+        assert_forward(ls.numpy(), [want], ft, f"loss at theta {theta:.3f}")
+        assert_grad(tp.grad(ts).numpy(),
+                    fd_grad(lambda q: math.cos(q[0]) * scale, [theta]), ft,
+                    f"dl/dtheta at theta {theta:.3f}")
+        x_prev = float(np.asarray(want, dtype=npt(ft)))
+        if form == "separate_arrays":
+            cur, nxt = nxt, cur
+
+
+@pytest.mark.parametrize("form", [
     "local_carried",
     pytest.param("global_recursive", marks=pytest.mark.xfail(
         strict=True, raises=vkad.InvalidArgumentError,
