@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <spirv-tools/optimizer.hpp>
@@ -32,6 +35,36 @@ bool any_stmt(const Block& b, Pred pred) {
   bool found = false;
   for_each_stmt(b, [&](const Stmt& s) { found = found || pred(s); });
   return found;
+}
+
+// VKAD_DUMP_SPIRV=<dir> (docs/debugging.md, "The SPIR-V a kernel runs"): each compiled task's
+// module, as the driver gets it, into <dir>/<kernel>.<task>.<16 hex digits of its FNV-1a>.spv,
+// so that two compiles of one task with different options or targets keep both files. Best
+// effort: a directory that does not exist or cannot be written is reported once a process on
+// the log and the compile goes on (a debugging aid must not make a kernel fail).
+void dump_spirv(const Kernel& k, size_t task, const std::vector<uint32_t>& words) {
+  const char* dir = std::getenv("VKAD_DUMP_SPIRV");
+  if (dir == nullptr || *dir == '\0') return;
+  auto safe = [](std::string n) {
+    for (char& c : n) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '_' || c == '-' || c == '.';
+      if (!ok) c = '_';
+    }
+    return n;
+  };
+  const std::string_view bytes(reinterpret_cast<const char*>(words.data()), words.size() * 4);
+  char hash[17];
+  std::snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(fnv1a64(bytes)));
+  const std::string path =
+      std::string(dir) + "/" + safe(k.name) + "." + safe(k.tasks[task].name) + "." + hash + ".spv";
+  FILE* f = std::fopen(path.c_str(), "wb");
+  const bool ok = f != nullptr && std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  if (f != nullptr) std::fclose(f);
+  static std::atomic<bool> warned{false};  // compiles run on several threads
+  if (!ok && !warned.exchange(true)) {
+    log(LogLevel::kWarning, "VKAD_DUMP_SPIRV: cannot write '" + path + "'; SPIR-V is not dumped");
+  }
 }
 
 bool writes(const Block& b, uint32_t param) {
@@ -199,6 +232,7 @@ Result<abi::CompiledKernel> compile(const Kernel& k, const Target& target,
       VKAD_ASSIGN_OR_RETURN(words, optimize_spirv(words));
       VKAD_TRY(validate_spirv(words));
     }
+    dump_spirv(k, i, words);
     out.tasks[i].spirv = std::move(words);
   }
   return out;

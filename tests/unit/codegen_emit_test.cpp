@@ -2,6 +2,13 @@
 // (compile() runs the gate), in both atomic lowerings, with and without spirv-opt, and the
 // output is deterministic.
 #include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <vector>
 
 #include "abi/spirv_tools.h"
 #include "ir/text.h"
@@ -94,6 +101,46 @@ TEST(CodegenEmit, ReadOnlyBuffersDeclareExactlyTheArraysATaskOnlyReads) {
       EXPECT_EQ(decorated, on && std::string(name) == "a") << name << "\n" << dis;
     }
   }
+}
+
+// VKAD_DUMP_SPIRV=<dir>: every task's module lands in <dir>/<kernel>.<task>.<hash>.spv holding
+// exactly the words compile() returns (the optimized module where spirv-opt ran), and another
+// option set's module of the same task is a second file beside the first.
+TEST(CodegenEmit, DumpSpirvWritesEachTasksModuleAsCompiled) {
+  char tmpl[] = "/tmp/vkad_dump_spirv_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  Kernel k = parsed(testing::kEveryStatementKernel);
+  ASSERT_EQ(setenv("VKAD_DUMP_SPIRV", dir.c_str(), 1), 0);
+  std::vector<std::vector<uint32_t>> modules;
+  for (bool opt : {false, true}) {
+    CompileOptions o;
+    o.optimize = opt;
+    auto c = compile(k, Target::host(), o);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    for (const auto& t : c->tasks) modules.push_back(t.spirv);
+  }
+  unsetenv("VKAD_DUMP_SPIRV");
+  ASSERT_EQ(modules.size(), 4u);
+  ASSERT_NE(modules[0], modules[2]) << "spirv-opt changed nothing: the test sees one file";
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  EXPECT_EQ(files.size(), 4u);
+  for (size_t m = 0; m < modules.size(); ++m) {
+    const std::string prefix = k.name + "." + k.tasks[m % 2].name + ".";
+    bool found = false;
+    for (const auto& f : files) {
+      const std::string name = f.filename().string();
+      if (name.rfind(prefix, 0) != 0 || f.extension() != ".spv") continue;
+      std::ifstream in(f, std::ios::binary);
+      std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
+      found = found || (bytes.size() == modules[m].size() * 4 &&
+                        std::memcmp(bytes.data(), modules[m].data(), bytes.size()) == 0);
+    }
+    EXPECT_TRUE(found) << "no " << prefix << "*.spv holds module " << m;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // The unrolled main loop applies exactly where the copies of the body cannot see each other:
