@@ -34,12 +34,6 @@ T get(const std::string& in, size_t offset) {
   return v;
 }
 
-std::string hex16(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 Status errno_error(const std::string& what, const std::string& path) {
   return make_error(ErrorCode::kInternal, what + " '" + path + "': " + std::strerror(errno));
 }
@@ -59,6 +53,12 @@ Status make_dirs(const std::string& dir) {
 }
 
 }  // namespace
+
+std::string hex16(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
 
 uint64_t fnv1a64(std::string_view data, uint64_t seed) {
   uint64_t h = seed;

@@ -45,6 +45,8 @@ enum class CacheKind : uint32_t { kCompiledKernel = 1, kPipelineCache = 2 };
 
 // FNV-1a, 64-bit, over `data` (`seed` replaces the offset basis).
 uint64_t fnv1a64(std::string_view data, uint64_t seed = 14695981039346656037ull);
+// `v` as 16 lower-case hex digits (cache files' and dumps' names).
+std::string hex16(uint64_t v);
 
 // The environment the location comes from (a test passes its own).
 struct CacheEnv {

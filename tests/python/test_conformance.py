@@ -96,6 +96,14 @@ def assert_forward(got, want, ft, what):
         f"{np.ravel(want)}")
 
 
+def refused(form, reason):
+    """A parametrized form vkad refuses to differentiate though a correct adjoint exists: an
+    xfail(strict=True) on vkad's InvalidArgumentError with `reason`, so a fix shows as an XPASS
+    that fails the run until the mark is removed."""
+    return pytest.param(form, marks=pytest.mark.xfail(
+        strict=True, raises=vkad.InvalidArgumentError, reason=reason))
+
+
 def c(kb, v, ft):
     return kb.constant(v, ft)
 
@@ -475,12 +483,11 @@ def test_taichi_8027_long_inner_loop(session, ft):
 
 @pytest.mark.parametrize("form", [
     "atomic", "local_then_atomic",
-    pytest.param("load_store", marks=pytest.mark.xfail(
-        strict=True, raises=vkad.InvalidArgumentError,
-        reason="vkad refuses x[i] = x[i] + y[j] in the inner loop (`ndarray 'x' (grad) is both "
-               "read and written in task 'main'`): reverse mode keeps no overwritten values, "
-               "though this update's adjoint needs none (it is linear in x: x_grad passes "
-               "through unchanged); see docs/conformance.md")),
+    refused("load_store",
+            "vkad refuses x[i] = x[i] + y[j] in the inner loop (`ndarray 'x' (grad) is both "
+            "read and written in task 'main'`): reverse mode keeps no overwritten values, "
+            "though this update's adjoint needs none (it is linear in x: x_grad passes "
+            "through unchanged); see docs/conformance.md"),
 ])
 def test_taichi_8356_global_accumulation_in_inner_loop(session, ft, form):
     """taichi-dev/taichi#8356, https://github.com/taichi-dev/taichi/issues/8356 ("Possibly
@@ -570,13 +577,12 @@ def _ewma_ref(xa, alpha):
 @pytest.mark.parametrize("form", [
     "fresh",
     "separate_arrays",
-    pytest.param("in_place", marks=pytest.mark.xfail(
-        strict=True, raises=vkad.InvalidArgumentError,
-        reason="vkad refuses to differentiate a task that reads x[None] and then stores to it "
-               "(`ndarray 'x' (grad) is both read and written in task 'main'`), though a "
-               "correct adjoint exists (each invocation reads only the element it overwrites: "
-               "its adjoint needs the value before the launch, which a tape could keep); see "
-               "docs/conformance.md")),
+    refused("in_place",
+            "vkad refuses to differentiate a task that reads x[None] and then stores to it "
+            "(`ndarray 'x' (grad) is both read and written in task 'main'`), though a "
+            "correct adjoint exists (each invocation reads only the element it overwrites: "
+            "its adjoint needs the value before the launch, which a tape could keep); see "
+            "docs/conformance.md"),
 ])
 def test_taichi_2505_update_in_place(session, ft, form):
     """taichi-dev/taichi#2505, https://github.com/taichi-dev/taichi/issues/2505 ("Incorrect
@@ -632,13 +638,12 @@ def test_taichi_2505_update_in_place(session, ft, form):
 
 @pytest.mark.parametrize("form", [
     "local_carried",
-    pytest.param("global_recursive", marks=pytest.mark.xfail(
-        strict=True, raises=vkad.InvalidArgumentError,
-        reason="vkad refuses to differentiate a serial loop that reads ewma[i - 1] after "
-               "writing it in the previous iteration (`ndarray 'ewma' (grad) is both read and "
-               "written in task 'main'`), though a correct adjoint exists (the reversed loop "
-               "reads ewma_grad[i] before it adds into ewma_grad[i - 1]); see "
-               "docs/conformance.md")),
+    refused("global_recursive",
+            "vkad refuses to differentiate a serial loop that reads ewma[i - 1] after "
+            "writing it in the previous iteration (`ndarray 'ewma' (grad) is both read and "
+            "written in task 'main'`), though a correct adjoint exists (the reversed loop "
+            "reads ewma_grad[i] before it adds into ewma_grad[i - 1]); see "
+            "docs/conformance.md"),
 ])
 def test_taichi_2425_recursive_formulation(session, ft, form):
     """taichi-dev/taichi#2425, https://github.com/taichi-dev/taichi/issues/2425 ("Gradients seems
@@ -751,12 +756,11 @@ def _plasticity_ref(th, N, E, SY):
 
 @pytest.mark.parametrize("form", [
     "local_carried",
-    pytest.param("global_loop_carried", marks=pytest.mark.xfail(
-        strict=True, raises=vkad.InvalidArgumentError,
-        reason="vkad refuses to differentiate a serial loop that reads epsp[i] and writes "
-               "epsp[i + 1] (`ndarray 'epsp' (grad) is both read and written in task "
-               "'main'`), though a correct adjoint exists (reversed iterations: epsp_grad[i + 1] "
-               "is complete before iteration i reads it); see docs/conformance.md")),
+    refused("global_loop_carried",
+            "vkad refuses to differentiate a serial loop that reads epsp[i] and writes "
+            "epsp[i + 1] (`ndarray 'epsp' (grad) is both read and written in task "
+            "'main'`), though a correct adjoint exists (reversed iterations: epsp_grad[i + 1] "
+            "is complete before iteration i reads it); see docs/conformance.md"),
 ])
 def test_taichi_8802_loop_carried_read_after_write(session, ft, form):
     """taichi-dev/taichi#8802, https://github.com/taichi-dev/taichi/issues/8802
