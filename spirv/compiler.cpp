@@ -54,8 +54,8 @@ void dump_spirv(const Kernel& k, size_t task, const std::vector<uint32_t>& words
     return n;
   };
   const std::string_view bytes(reinterpret_cast<const char*>(words.data()), words.size() * 4);
-  const std::string path = std::string(dir) + "/" + safe(k.name) + "." +
-                           safe(k.tasks[task].name) + "." + hex16(fnv1a64(bytes)) + ".spv";
+  const std::string path = std::string(dir) + "/" + safe(k.name) + "." + safe(k.tasks[task].name) +
+                           "." + hex16(fnv1a64(bytes)) + ".spv";
   FILE* f = std::fopen(path.c_str(), "wb");
   const bool ok = f != nullptr && std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
   if (f != nullptr) std::fclose(f);
