@@ -391,6 +391,7 @@ Status Session::flush() {
 }
 Status Session::synchronize() { return core_->rt->synchronize(); }
 Status Session::release_idle_memory() { return core_->rt->release_idle_memory(); }
+Status Session::reset_memory_peaks() { return core_->rt->reset_memory_peaks(); }
 void Session::set_print_sink(std::function<void(std::string_view)> sink) {
   core_->rt->set_print_sink(std::move(sink));
 }
@@ -411,6 +412,8 @@ Result<SessionStats> Session::stats() const {
   s.kernels_cached = r.pipelines_cached;
   s.memory_block_bytes = r.memory_block_bytes;
   s.memory_used_bytes = r.memory_used_bytes;
+  s.memory_peak_block_bytes = r.memory_peak_block_bytes;
+  s.memory_peak_used_bytes = r.memory_peak_used_bytes;
   s.adstack_heap_bytes = r.adstack_heap_bytes;
   s.vulkan_objects_created = r.live.created;
   s.kernels_compiled = core_->compile_cache.misses();

@@ -145,6 +145,10 @@ struct SessionStats {
   uint64_t kernels_cached = 0;      // pipelines held (kernels registered or kept for reuse)
   uint64_t memory_block_bytes = 0;  // device memory held
   uint64_t memory_used_bytes = 0;   // ... of which in live buffers
+  // The most of each held at once since the session was made or reset_memory_peaks(): what a
+  // program needs of the device (nvidia-smi shows the blocks, with the driver's own beside).
+  uint64_t memory_peak_block_bytes = 0;
+  uint64_t memory_peak_used_bytes = 0;
   uint64_t adstack_heap_bytes = 0;  // reverse-mode stack storage held now
   // Vulkan objects and memory blocks created so far: constant across the iterations of a
   // training loop in its steady state (launch args and small transfers use recycled rings).
@@ -523,6 +527,8 @@ class Session : public SessionArrays, public SessionGraphs {
   // (Runtime::release_idle_memory). For between phases of a program: the next launches make
   // what they need again.
   Status release_idle_memory();
+  // Starts stats()' memory peaks again from what is held now (to measure one phase).
+  Status reset_memory_peaks();
   // Where kernels' print statements write (Runtime::set_print_sink; default stdout).
   void set_print_sink(std::function<void(std::string_view line)> sink);
   // A timeline of what runs from begin_timeline to end_timeline (runtime/timeline.h): each

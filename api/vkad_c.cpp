@@ -555,6 +555,11 @@ vkad_status* vkad_release_idle_memory(vkad_session* session) {
   return from(session->s->release_idle_memory());
 }
 
+vkad_status* vkad_reset_memory_peaks(vkad_session* session) {
+  VKAD_C_CHECK_SESSION("vkad_reset_memory_peaks");
+  return from(session->s->reset_memory_peaks());
+}
+
 vkad_status* vkad_session_set_print_sink(vkad_session* session, vkad_print_sink sink, void* user) {
   VKAD_C_CHECK_SESSION("vkad_session_set_print_sink");
   if (sink == nullptr) {
@@ -851,6 +856,8 @@ vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out) {
   full.ndarray_pool_bytes = st.ndarray_pool_bytes;
   full.live_buffers = st.live_buffers;
   full.dispatches = st.dispatches;
+  full.memory_peak_block_bytes = st.memory_peak_block_bytes;
+  full.memory_peak_used_bytes = st.memory_peak_used_bytes;
   return write_versioned("vkad_session_stats", full, out);
 }
 

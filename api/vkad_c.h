@@ -312,6 +312,8 @@ VKAD_C_API vkad_status* vkad_synchronize(vkad_session* session);
  * spare memory blocks) to the driver; arrays, kernels and graphs are kept. Between phases of a
  * program: the next launches make what they need again. */
 VKAD_C_API vkad_status* vkad_release_idle_memory(vkad_session* session);
+/* Starts vkad_stats' memory peaks again from what is held now (to measure one phase). */
+VKAD_C_API vkad_status* vkad_reset_memory_peaks(vkad_session* session);
 /* A timeline of what runs between the two calls (docs/debugging.md, vkad::Session::
  * begin_timeline): each launch, fill, copy and upload timed on the device, submissions and
  * waits on the host. max_events: events kept (0: the default, 1,000,000). vkad_timeline_end
@@ -490,6 +492,9 @@ typedef struct vkad_stats {
   uint64_t ndarray_pool_bytes, live_buffers;
   /* Compute dispatches recorded (a launch's tasks; a replay's launches again). */
   uint64_t dispatches;
+  /* The most device memory held at once (blocks; of which in live buffers) since the session
+   * was made or vkad_reset_memory_peaks. */
+  uint64_t memory_peak_block_bytes, memory_peak_used_bytes;
 } vkad_stats;
 /* Fails (VKAD_FAILED_PRECONDITION) while another thread is inside the session. */
 VKAD_C_API vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out);

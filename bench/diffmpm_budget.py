@@ -13,8 +13,9 @@ replays):
 
 Checks that the first iteration's losses and gradients agree (f32, the grid's atomic sums in
 another order: rtol 1e-3), then prints ms per training iteration, what each holds for the
-differentiation (the state arrays, their gradients, the tape's copies) and the session's device
-memory, the checkpoint plan, and the ratios. --long-steps N also runs the budget version for N
+differentiation (the state arrays, their gradients, the tape's copies), the session's device
+memory now and at its peak (vkad's stats; beside it, where there is nvidia-smi, how much more the
+GPU's used memory is than before the session), the checkpoint plan, and the ratios. --long-steps N also runs the budget version for N
 steps within half the time version's bytes for differentiation, and says whether it holds more device
 memory than the time version (issue 57, point 5: 10,240 steps in the memory of 1,024).
 
@@ -27,6 +28,8 @@ every launch timed: the proportions, not the untimed figure; docs/debugging.md).
 """
 import argparse
 import os
+import shutil
+import subprocess
 import sys
 import time
 
@@ -52,11 +55,25 @@ def state_bytes(sim):
     return sum(sim.arrays[k].nbytes for k in STATE)
 
 
+def smi_used():
+    """The device memory nvidia-smi says is used on the first GPU, in bytes (None without
+    nvidia-smi): the check on vkad's own figures."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    q = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                       capture_output=True, text=True)
+    try:
+        return int(q.stdout.split()[0]) << 20  # MiB
+    except (ValueError, IndexError):
+        return None
+
+
 def run(mod, steps, grid, iters, budget=None, profile=False):
     """A session with one simulation: its first iterations (the captured one among them: the
     example runs a budget's first recording as launched, to plan, and captures the second), the
     rework finished, then `iters` timed iterations. Returns what the report needs; `profile`:
     with one more iteration's device timeline, every launch timed (its per-kernel summary)."""
+    smi_before = smi_used()
     with vkad.Session() as s:
         t0 = time.perf_counter()
         make = mod.DiffMPM if mod is diffmpm else mod.DiffMPM3D
@@ -79,7 +96,12 @@ def run(mod, steps, grid, iters, budget=None, profile=False):
             with vkad.profile(session=s, replay_sample=1) as p:
                 sim.iteration()
             summary = p.summary()
+        s.synchronize()
+        st = s.stats()
+        smi_now = smi_used()
         out = {"loss": first_loss, "grads": grads, "ms": ms, "first_s": first_s,
+               "peak": st["memory_peak_block_bytes"], "peak_used": st["memory_peak_used_bytes"],
+               "smi": None if smi_now is None or smi_before is None else smi_now - smi_before,
                "losses": losses, "state": held, "grads_bytes": held,
                "copies": sim.tape.checkpoint_bytes, "device": s.stats()["memory_used_bytes"],
                "blocks": s.stats()["memory_block_bytes"], "at": time.time(),
@@ -96,6 +118,11 @@ def report(name, r):
           f"{mib(r['grads_bytes']):.1f}, copies {mib(r['copies']):.1f}); device memory in live "
           f"buffers {mib(r['device']):.1f} MiB, in blocks {mib(r['blocks']):.1f} MiB (at "
           f"{r['at']:.1f} s)")
+    smi = "" if r["smi"] is None else (
+        f"; nvidia-smi: {mib(r['smi']):.0f} MiB more than before the session (the driver's own "
+        f"beside vkad's {mib(r['blocks']):.1f} MiB of blocks)")
+    print(f"          peak device memory (vkad's stats): {mib(r['peak']):.1f} MiB of blocks, "
+          f"{mib(r['peak_used']):.1f} MiB in live buffers{smi}")
     if r["profile"]:
         print(r["profile"])
     if r["plan"]:
@@ -149,7 +176,9 @@ def main():
         print(f"{a.long_steps} steps in {mib(long['device']):.1f} MiB of live buffers (the "
               f"{a.steps}-step time version: {mib(full['device']):.1f}): "
               f"{long['ms'] / full['ms']:.2f}x its ms per iteration "
-              f"({long['ms'] / full['ms'] * a.steps / a.long_steps:.2f}x per step)")
+              f"({long['ms'] / full['ms'] * a.steps / a.long_steps:.2f}x per step); peak "
+              f"device memory {mib(long['peak']):.1f} MiB of blocks against the time version's "
+              f"{mib(full['peak']):.1f}")
         assert all(np.isfinite(long["losses"]))
         # (a verdict, not a check: at small sizes the runtime's own rings, a few MiB, outweigh
         # both versions' arrays)

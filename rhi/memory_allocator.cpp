@@ -2,6 +2,8 @@
 
 #include <volk.h>
 
+#include <algorithm>
+
 #include "rhi/device.h"
 
 namespace vkad::rhi {
@@ -88,6 +90,7 @@ Result<int> MemoryAllocator::new_block(int memory_type, uint64_t size, bool host
   b.exportable = exportable;
   b.id = next_block_id_++;
   stats_.block_bytes += size;
+  stats_.peak_block_bytes = std::max(stats_.peak_block_bytes, stats_.block_bytes);
   ++stats_.blocks;
   ++device_.live_mut().memory_blocks;
   ++device_.live_mut().created;
@@ -140,6 +143,7 @@ Result<Allocation> MemoryAllocator::allocate(const VkMemoryRequirements& reqs, M
       }
       if (auto offset = b.ranges->allocate(reqs.size, alignment)) {
         stats_.used_bytes += reqs.size;
+        stats_.peak_used_bytes = std::max(stats_.peak_used_bytes, stats_.used_bytes);
         ++stats_.allocations;
         return Allocation{b.memory,  *offset,
                           reqs.size, b.mapped ? b.mapped + *offset : nullptr,
@@ -159,6 +163,7 @@ Result<Allocation> MemoryAllocator::allocate(const VkMemoryRequirements& reqs, M
   Block& b = blocks_[index];
   auto offset = b.ranges->allocate(reqs.size, alignment);
   stats_.used_bytes += reqs.size;
+  stats_.peak_used_bytes = std::max(stats_.peak_used_bytes, stats_.used_bytes);
   ++stats_.allocations;
   return Allocation{b.memory, *offset, reqs.size, b.mapped ? b.mapped + *offset : nullptr,
                     type,     index,   b.id};

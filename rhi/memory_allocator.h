@@ -54,6 +54,10 @@ struct MemoryStats {
   uint64_t used_bytes = 0;   // bytes handed out to live allocations
   uint64_t blocks = 0;
   uint64_t allocations = 0;
+  // The most of each held at once since the allocator was made or reset_peaks: the device
+  // memory a workload needs, which the current figures no longer show once it has freed.
+  uint64_t peak_block_bytes = 0;
+  uint64_t peak_used_bytes = 0;
 };
 
 class MemoryAllocator {
@@ -68,6 +72,11 @@ class MemoryAllocator {
   Result<Allocation> allocate(const VkMemoryRequirements& reqs, MemoryUsage usage);
   void free(const Allocation& allocation);
   const MemoryStats& stats() const { return stats_; }
+  // The peaks start again from what is held now.
+  void reset_peaks() {
+    stats_.peak_block_bytes = stats_.block_bytes;
+    stats_.peak_used_bytes = stats_.used_bytes;
+  }
   // The empty blocks kept for reuse (spare_blocks per memory type): their bytes, and freeing
   // them all (returns how many were freed). Blocks holding a live allocation are never touched.
   uint64_t spare_bytes() const;

@@ -773,6 +773,12 @@ Status Runtime::save_pipeline_cache() {
   return device_->save_pipeline_cache();
 }
 
+Status Runtime::reset_memory_peaks() {
+  VKAD_EXCLUSIVE_USE("reset_memory_peaks");
+  device_->allocator().reset_peaks();
+  return {};
+}
+
 Result<RuntimeStats> Runtime::stats() const {
   VKAD_EXCLUSIVE_USE("stats");
   RuntimeStats s = stats_;
@@ -789,6 +795,8 @@ Result<RuntimeStats> Runtime::stats() const {
   s.ndarrays = arrays_.size();
   s.memory_block_bytes = device_->allocator().stats().block_bytes;
   s.memory_used_bytes = device_->allocator().stats().used_bytes;
+  s.memory_peak_block_bytes = device_->allocator().stats().peak_block_bytes;
+  s.memory_peak_used_bytes = device_->allocator().stats().peak_used_bytes;
   s.live_descriptor_sets = stream_->live_descriptor_sets();
   s.ring_chunks_held = upload_ring_->chunks_held() + readback_ring_->chunks_held();
   s.ring_chunks_created = upload_ring_->chunks_created() + readback_ring_->chunks_created();

@@ -209,6 +209,9 @@ struct RuntimeStats {
   uint64_t ndarrays = 0;
   uint64_t memory_block_bytes = 0;  // VkDeviceMemory held (blocks, spares included)
   uint64_t memory_used_bytes = 0;   // ... of which handed out to live buffers
+  // The most of each held at once since the runtime was made or reset_memory_peaks.
+  uint64_t memory_peak_block_bytes = 0;
+  uint64_t memory_peak_used_bytes = 0;
   size_t live_descriptor_sets = 0;
   uint64_t adstack_heap_bytes = 0;    // current f32 + f64 + int adstack heaps
   uint64_t adstack_heap_growths = 0;  // heaps replaced by bigger ones (old ones retired)
@@ -686,6 +689,10 @@ class Runtime : public CommandQueue {
   // of a program, not per iteration. Errors: those of synchronize(); kFailedPrecondition while
   // capturing.
   Status release_idle_memory();
+  // Starts the memory peaks (RuntimeStats::memory_peak_*) again from what is held now, so the
+  // next stats() tell the most a phase of a program held. Like stats(), kFailedPrecondition
+  // while another thread is inside this runtime.
+  Status reset_memory_peaks();
   // A snapshot of the counters. Like every call, kFailedPrecondition while another thread is
   // inside this runtime (the counters are being changed; see use_guard.h).
   Result<RuntimeStats> stats() const;

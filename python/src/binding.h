@@ -636,6 +636,7 @@ struct Session {
   void flush();
   void synchronize();
   void release_idle_memory();
+  void reset_memory_peaks();
   void close();
   nb::dict stats();
   std::vector<std::string> validation_messages();

@@ -40,6 +40,10 @@ void Session::release_idle_memory() {
   check(blocking(*st, [](vkad::Session& s) { return s.release_idle_memory(); }));
 }
 
+void Session::reset_memory_peaks() {
+  check(blocking(*st, [](vkad::Session& s) { return s.reset_memory_peaks(); }));
+}
+
 void Session::close() {
   nb::gil_scoped_release release;  // destruction waits for this session's work
   std::lock_guard<std::mutex> l(st->mu);
@@ -79,6 +83,8 @@ nb::dict Session::stats() {
   d["recomputed_launches"] = s.recomputed_launches;
   d["memory_block_bytes"] = s.memory_block_bytes;
   d["memory_used_bytes"] = s.memory_used_bytes;
+  d["memory_peak_block_bytes"] = s.memory_peak_block_bytes;
+  d["memory_peak_used_bytes"] = s.memory_peak_used_bytes;
   d["adstack_heap_bytes"] = s.adstack_heap_bytes;
   d["vulkan_objects_created"] = s.vulkan_objects_created;
   d["disk_cache_hits"] = s.disk_cache_hits;
@@ -160,6 +166,9 @@ nb::class_<Session> bind_session(nb::module_& m) {
            "Waits like synchronize(), then returns the runtime's idle memory (rings, adstack "
            "heaps, spare memory blocks) to the driver; arrays, kernels and graphs are kept. "
            "stats() tells the user's memory (user_bytes) from the runtime's (runtime_bytes).")
+      .def("reset_memory_peaks", &Session::reset_memory_peaks,
+           "Starts stats()' memory_peak_block_bytes and memory_peak_used_bytes again from what "
+           "is held now (the most held at once since: to measure one phase of a program).")
       .def("validation_messages", &Session::validation_messages);
   return session;
 }

@@ -553,6 +553,13 @@ int main(void) {
   CHECK(stats.dispatches >= stats.launches); /* a dispatch per task */
   CHECK(stats.ndarrays == 5);
   CHECK(stats.memory_used_bytes > 0);
+  /* The peaks hold at least what is held now; a reset starts them from it. */
+  CHECK(stats.memory_peak_used_bytes >= stats.memory_used_bytes);
+  CHECK(stats.memory_peak_block_bytes >= stats.memory_block_bytes);
+  OK(vkad_reset_memory_peaks(s));
+  OK(vkad_session_stats(s, &stats));
+  CHECK(stats.memory_peak_used_bytes == stats.memory_used_bytes);
+  CHECK(stats.memory_peak_block_bytes == stats.memory_block_bytes);
   CHECK(stats.vulkan_objects_created > 0); /* the device's own objects at least */
   CHECK(stats.kernels_compiled >= 2);
   CHECK(stats.disk_cache_hits == 0 && stats.disk_cache_misses == 0); /* caches off */

@@ -284,6 +284,50 @@ TEST(SessionMemory, SpareBlocksOptionDecidesWhetherFreedMemoryIsKept) {
   }
 }
 
+// The memory peaks (SessionStats::memory_peak_*, issue 57): an array made and freed leaves the
+// current figures where they were and the peaks at least its bytes above them (a block of its
+// own, given back at its free whatever spare_memory_blocks says); reset_memory_peaks starts
+// them again from what is held now, and the next array raises them again.
+TEST(SessionMemory, PeaksKeepTheMostHeldAfterAFreeUntilReset) {
+  constexpr uint32_t kElems = 9u << 20;  // 36 MiB: past half a block, a block of its own
+  constexpr uint64_t kBytes = uint64_t{kElems} * 4;
+  for (uint32_t spare : {0u, 1u}) {
+    SCOPED_TRACE("spare_memory_blocks " + std::to_string(spare));
+    SessionOptions o;
+    o.validation = true;
+    o.spare_memory_blocks = spare;
+    auto r = Session::create(o);
+    if (!r.ok() && r.status().code() == ErrorCode::kNoDevice)
+      GTEST_SKIP() << "SKIPPED: no Vulkan device";
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    Session& s = **r;
+    ASSERT_TRUE(s.synchronize().ok());
+    const SessionStats before = *s.stats();
+    EXPECT_GE(before.memory_peak_block_bytes, before.memory_block_bytes);
+    EXPECT_GE(before.memory_peak_used_bytes, before.memory_used_bytes);
+    for (int round = 0; round < 2; ++round) {
+      SCOPED_TRACE(round == 0 ? "since creation" : "after reset_memory_peaks");
+      const SessionStats start = *s.stats();
+      auto h = s.ndarray(DType::kF32, {kElems}, "big");
+      ASSERT_TRUE(h.ok()) << h.status().to_string();
+      ASSERT_TRUE(s.zero(*h).ok());
+      ASSERT_TRUE(s.synchronize().ok());
+      ASSERT_TRUE(s.free(*h).ok());
+      ASSERT_TRUE(s.synchronize().ok());
+      const SessionStats after = *s.stats();
+      EXPECT_LT(after.memory_used_bytes, start.memory_used_bytes + kBytes);
+      EXPECT_GE(after.memory_peak_used_bytes, start.memory_used_bytes + kBytes);
+      EXPECT_GE(after.memory_peak_block_bytes, start.memory_block_bytes + kBytes);
+      EXPECT_LT(after.memory_block_bytes, start.memory_block_bytes + kBytes);
+      ASSERT_TRUE(s.reset_memory_peaks().ok());
+      const SessionStats reset = *s.stats();
+      EXPECT_EQ(reset.memory_peak_used_bytes, reset.memory_used_bytes);
+      EXPECT_EQ(reset.memory_peak_block_bytes, reset.memory_block_bytes);
+    }
+    EXPECT_EQ(s.runtime().device().validation_message_count(), 0u);
+  }
+}
+
 // A fill is ordered with launches: launch, fill, launch again sees the fill in between.
 TEST_F(SessionTest, FillIsOrderedWithLaunches) {
   KernelBuilder kb("add_one");

@@ -176,7 +176,8 @@ def test_stats_is_a_dict(session):
                 "memory_block_bytes", "memory_used_bytes", "adstack_heap_bytes",
                 "vulkan_objects_created", "kernels_compiled", "compile_cache_hits", "user_bytes",
                 "runtime_bytes", "args_ring_bytes", "readback_ring_bytes", "spare_block_bytes",
-                "ndarray_pool_bytes", "live_buffers"]:
+                "ndarray_pool_bytes", "live_buffers", "memory_peak_block_bytes",
+                "memory_peak_used_bytes"]:
         assert isinstance(st[key], int)
 
 

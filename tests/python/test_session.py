@@ -48,6 +48,33 @@ def test_retirement_depth_one_keeps_results():
         assert s.stats()["flushes"] >= 10
 
 
+def test_memory_peaks_keep_the_most_held_until_reset():
+    # 36 MiB (a block of its own) made and freed: the current figures fall back, the peaks stay at least that much
+    # above where they were, and reset_memory_peaks() starts them from what is held now.
+    s = vkad.Session(spare_memory_blocks=0)
+    try:
+        n = 9 << 20
+        for _ in range(2):
+            s.synchronize()
+            start = s.stats()
+            a = s.zeros(n, vkad.f32)
+            s.synchronize()
+            del a
+            gc.collect()
+            s.synchronize()
+            st = s.stats()
+            assert st["memory_used_bytes"] < start["memory_used_bytes"] + 4 * n
+            assert st["memory_block_bytes"] < start["memory_block_bytes"] + 4 * n
+            assert st["memory_peak_used_bytes"] >= start["memory_used_bytes"] + 4 * n
+            assert st["memory_peak_block_bytes"] >= start["memory_block_bytes"] + 4 * n
+            s.reset_memory_peaks()
+            st = s.stats()
+            assert st["memory_peak_used_bytes"] == st["memory_used_bytes"]
+            assert st["memory_peak_block_bytes"] == st["memory_block_bytes"]
+    finally:
+        s.close()
+
+
 def test_spare_memory_blocks_zero_gives_freed_memory_back():
     for spare in (0, 1):
         s = vkad.Session(spare_memory_blocks=spare)
