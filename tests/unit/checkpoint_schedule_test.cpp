@@ -60,7 +60,9 @@ TEST(CheckpointSchedule, ASmallerBudgetTakesMoreLevelsAndNeverMoreBytes) {
     EXPECT_EQ(p->recompute, p->segments.size());
     EXPECT_EQ(p->min_bytes, least);
     EXPECT_GE(p->recompute, levels) << p->to_string();
-    if (p->recompute == levels) EXPECT_LE(p->peak_bytes, peak) << p->to_string();
+    if (p->recompute == levels) {
+      EXPECT_LE(p->peak_bytes, peak) << p->to_string();
+    }
     for (size_t i = 1; i < p->segments.size(); ++i) EXPECT_LE(p->segments[i], p->segments[i - 1]);
     levels = p->recompute;
     peak = p->peak_bytes;
