@@ -253,15 +253,20 @@ TEST_F(SessionTest, FillRefusesValuesTheDtypeCannotHold) {
   }
 }
 
+// A validated session keeping `spare` empty memory blocks (the SessionMemory tests).
+Result<std::unique_ptr<Session>> session_with_spare_blocks(uint32_t spare) {
+  SessionOptions o;
+  o.validation = true;
+  o.spare_memory_blocks = spare;
+  return Session::create(o);
+}
+
 // SessionOptions::spare_memory_blocks: with 0, freeing the last array of a block gives the block
 // back (device memory held returns to what it was); with the default 1 the empty block is kept.
 TEST(SessionMemory, SpareBlocksOptionDecidesWhetherFreedMemoryIsKept) {
   for (uint32_t spare : {0u, 1u}) {
     SCOPED_TRACE("spare_memory_blocks " + std::to_string(spare));
-    SessionOptions o;
-    o.validation = true;
-    o.spare_memory_blocks = spare;
-    auto r = Session::create(o);
+    auto r = session_with_spare_blocks(spare);
     if (!r.ok() && r.status().code() == ErrorCode::kNoDevice)
       GTEST_SKIP() << "SKIPPED: no Vulkan device";
     ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -293,10 +298,7 @@ TEST(SessionMemory, PeaksKeepTheMostHeldAfterAFreeUntilReset) {
   constexpr uint64_t kBytes = uint64_t{kElems} * 4;
   for (uint32_t spare : {0u, 1u}) {
     SCOPED_TRACE("spare_memory_blocks " + std::to_string(spare));
-    SessionOptions o;
-    o.validation = true;
-    o.spare_memory_blocks = spare;
-    auto r = Session::create(o);
+    auto r = session_with_spare_blocks(spare);
     if (!r.ok() && r.status().code() == ErrorCode::kNoDevice)
       GTEST_SKIP() << "SKIPPED: no Vulkan device";
     ASSERT_TRUE(r.ok()) << r.status().to_string();
