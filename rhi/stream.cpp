@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <new>
 #include <utility>
 
 #include "rhi/device.h"
@@ -358,7 +359,20 @@ void Stream::release_bundle(VkCommandBuffer cb, Serial last_use, int side) noexc
 
 void Stream::free_bundle(VkCommandBuffer cb, int side) noexcept {
   if (side >= 0) {
+    {
+      std::lock_guard<std::mutex> l(side_mu_);
+      if (side_threads_) {  // thread `side` records from the pool: it frees the buffer
+        try {
+          side_free_[side].push_back(cb);
+          return;
+        } catch (const std::bad_alloc&) {
+          // Kept until the pool is destroyed: a leak of one buffer, not a race.
+          return;
+        }
+      }
+    }
     device_.fn().vkFreeCommandBuffers(device_.handle(), side_pools_[side], 1, &cb);
+    side_freed(1);
     return;
   }
   device_.fn().vkFreeCommandBuffers(device_.handle(), command_pool_, 1, &cb);
@@ -368,6 +382,22 @@ void Stream::free_bundle(VkCommandBuffer cb, int side) noexcept {
 void Stream::free_side_now(VkCommandBuffer cb, int side) noexcept {
   device_.fn().vkEndCommandBuffer(cb);  // may fail on a lost device: freed all the same
   device_.fn().vkFreeCommandBuffers(device_.handle(), side_pools_[side], 1, &cb);
+  side_freed(1);
+}
+
+void Stream::side_threads(bool recording) noexcept {
+  std::vector<std::vector<VkCommandBuffer>> left;
+  {
+    std::lock_guard<std::mutex> l(side_mu_);
+    side_threads_ = recording;
+    if (!recording) left.swap(side_free_);
+  }
+  for (size_t i = 0; i < left.size(); ++i) {
+    if (left[i].empty()) continue;
+    device_.fn().vkFreeCommandBuffers(device_.handle(), side_pools_[i],
+                                      static_cast<uint32_t>(left[i].size()), left[i].data());
+    side_freed(left[i].size());
+  }
 }
 
 Status Stream::ensure_side_pools(int count) {
@@ -383,6 +413,8 @@ Status Stream::ensure_side_pools(int count) {
                      name_ + " side bundle pool " + std::to_string(side_pools_.size()));
     side_pools_.push_back(pool);
   }
+  std::lock_guard<std::mutex> l(side_mu_);
+  if (side_free_.size() < side_pools_.size()) side_free_.resize(side_pools_.size());
   return {};
 }
 
@@ -402,6 +434,16 @@ Status Stream::settle_side_bundles() {
 // The two below run on the recording thread: vk_call, not device_.vk (which marks the device
 // lost, shared state); the owner marks it when the recording's error reaches it.
 Result<CommandList> Stream::begin_side_bundle(int pool) {
+  std::vector<VkCommandBuffer> done;  // side bundles the owner released: this pool is ours
+  {
+    std::lock_guard<std::mutex> l(side_mu_);
+    done.swap(side_free_[pool]);
+  }
+  if (!done.empty()) {
+    device_.fn().vkFreeCommandBuffers(device_.handle(), side_pools_[pool],
+                                      static_cast<uint32_t>(done.size()), done.data());
+    side_freed(done.size());
+  }
   VkCommandBufferAllocateInfo info{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
   info.commandPool = side_pools_[pool];
   info.level = VK_COMMAND_BUFFER_LEVEL_SECONDARY;
@@ -410,6 +452,10 @@ Result<CommandList> Stream::begin_side_bundle(int pool) {
   VKAD_TRY(vk_call("vkAllocateCommandBuffers (side bundle)", [&] {
     return device_.fn().vkAllocateCommandBuffers(device_.handle(), &info, &cb);
   }));
+  const int64_t live = ++side_live_;
+  for (int64_t peak = side_peak_.load();
+       live > peak && !side_peak_.compare_exchange_weak(peak, live);) {
+  }
   VkCommandBufferInheritanceInfo inherit{VK_STRUCTURE_TYPE_COMMAND_BUFFER_INHERITANCE_INFO};
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
@@ -418,6 +464,7 @@ Result<CommandList> Stream::begin_side_bundle(int pool) {
                      [&] { return device_.fn().vkBeginCommandBuffer(cb, &bi); });
   if (!s.ok()) {
     device_.fn().vkFreeCommandBuffers(device_.handle(), side_pools_[pool], 1, &cb);
+    side_freed(1);
     return s;
   }
   return CommandList(this, cb, kNoSerial, /*bundle=*/true, pool);
@@ -436,6 +483,7 @@ Result<Bundle> Stream::end_side_bundle(CommandList& list) {
   if (!s.ok()) {
     b.cb_ = VK_NULL_HANDLE;
     device_.fn().vkFreeCommandBuffers(device_.handle(), side_pools_[b.side_], 1, &cb);
+    side_freed(1);
     return s;
   }
   return b;

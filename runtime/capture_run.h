@@ -95,10 +95,9 @@ class Runtime::Graphs::Run {
   uint64_t threads_after_ = 0;        // steps cut before start_threads runs
   bool threads_started_ = false;      // start_threads ran (threads_ may still be empty)
   uint64_t next_seq_ = 0, next_submit_ = 0;
-  size_t outstanding_ = 0;         // pieces cut, not submitted yet
-  size_t next_step_ = 0;           // the first captured step not in a piece
-  std::vector<rhi::Bundle> keep_;  // submitted bundles, released once the threads stopped
-  Status error_;                   // the first piece that failed: nothing after it runs
+  size_t outstanding_ = 0;  // pieces cut, not submitted yet
+  size_t next_step_ = 0;    // the first captured step not in a piece
+  Status error_;            // the first piece that failed: nothing after it runs
   // VKAD_GRAPH_TRACE: where the caller's time went (us), printed by finish.
   bool trace_ = false;
   double cut_us_ = 0, submit_us_ = 0, queue_us_ = 0, wait_us_ = 0, record_us_ = 0;

@@ -204,6 +204,59 @@ TEST_P(RhiTest, CommandBuffersAndFencesAreRecycled) {
   EXPECT_EQ(stream_->counters().submits, 200u);
 }
 
+// A capture's recording threads (rhi::Stream::side_threads): a side bundle the owner releases
+// while they record is freed by the thread of its pool at that thread's next begin, not on the
+// owner's thread (Vulkan: a pool has one user at a time), and what is left when they stop by
+// side_threads(false). Each bundle's fill runs (the buffer holds the second's value).
+TEST_P(RhiTest, SideBundlesReleasedWhileThreadsRecordAreFreedByTheirThread) {
+  auto scratch = device_->create_buffer({256, MemoryUsage::kDeviceLocal, "scratch"});
+  ASSERT_TRUE(scratch.ok());
+  ASSERT_TRUE(stream_->ensure_side_pools(1).ok());
+  ASSERT_TRUE(stream_->settle_side_bundles().ok());
+  stream_->side_threads(true);
+  auto record = [&](uint32_t value) {
+    rhi::Bundle out;
+    std::thread t([&] {  // the pool's thread
+      auto l = stream_->begin_side_bundle(0);
+      EXPECT_TRUE(l.ok()) << l.status().to_string();
+      if (!l.ok()) return;
+      l->fill(*scratch, value);
+      auto b = stream_->end_side_bundle(*l);
+      EXPECT_TRUE(b.ok()) << b.status().to_string();
+      if (b.ok()) out = std::move(*b);
+    });
+    t.join();
+    return out;
+  };
+  auto run = [&](rhi::Bundle& b) {
+    auto list = stream_->begin();
+    ASSERT_TRUE(list.ok());
+    list->execute(b);
+    auto sem = stream_->submit(*list);
+    ASSERT_TRUE(sem.ok());
+    ASSERT_TRUE(sem->wait());
+  };
+  rhi::Bundle first = record(1);
+  ASSERT_TRUE(first.valid());
+  EXPECT_EQ(stream_->side_bundles_live(), 1);
+  run(first);
+  first.reset();
+  stream_->recycle();
+  EXPECT_EQ(stream_->side_bundles_live(), 1) << "handed to the pool's thread, not freed here";
+  rhi::Bundle second = record(2);  // its begin frees the first
+  ASSERT_TRUE(second.valid());
+  EXPECT_EQ(stream_->side_bundles_live(), 1);
+  EXPECT_EQ(stream_->side_bundles_peak(), 1) << "the first was freed before the second was made";
+  run(second);
+  second.reset();
+  stream_->recycle();
+  EXPECT_EQ(stream_->side_bundles_live(), 1);
+  stream_->side_threads(false);
+  EXPECT_EQ(stream_->side_bundles_live(), 0) << "freed when the threads stop";
+  auto got = download_u32(*device_, *stream_, *scratch);
+  for (uint32_t v : got) ASSERT_EQ(v, 2u);
+}
+
 TEST_P(RhiTest, ObjectsReleasedRightAfterRecordingSurviveUntilCompletion) {
   const uint32_t n = 4096;
   std::vector<uint32_t> input(n);
