@@ -24,7 +24,11 @@ memory than the time version (issue 57, point 5: 10,240 steps in the memory of 1
     python bench/diffmpm_budget.py --steps 64 --grid 32 --iters 2 --fraction 2   # a quick check
 
 --profile adds each form's device time per kernel over one more iteration (vkad.profile with
-every launch timed: the proportions, not the untimed figure; docs/debugging.md).
+every launch timed: the proportions, not the untimed figure; docs/debugging.md). --warp also
+runs Warp's tape of the full-memory (time-axis) program in a CUDA graph
+(bench/difftaichi_peers/warp_diffmpm.py, 2-D only), in a process of its own after vkad's: its ms
+per iteration, its first loss against vkad's, and its peak memory (Warp's memory pool high-water
+mark, and nvidia-smi's growth over the process, which counts the CUDA context too).
 """
 import argparse
 import os
@@ -66,6 +70,46 @@ def smi_used():
         return int(q.stdout.split()[0]) << 20  # MiB
     except (ValueError, IndexError):
         return None
+
+
+def warp_child(steps, grid, iters):
+    """--warp-child: Warp's CUDA graph of the time-axis diffmpm (the race's transcription), one
+    JSON line: ms per iteration (the median after the first), first loss, gradients, peaks."""
+    import json
+    import statistics
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    smi_before = smi_used()
+    import warp as wp
+    from difftaichi_peers.warp_diffmpm import WarpDiffMPM
+    wp.config.quiet = True
+    wp.init()
+    sim = WarpDiffMPM(steps=steps, n_grid=grid, graph=True, device="cuda:0")
+    losses, ms = [], []
+    for it in range(iters + 1):
+        t0 = time.perf_counter()
+        losses.append(sim.iteration())  # reads the loss back: the iteration has finished
+        ms.append((time.perf_counter() - t0) * 1e3)
+        if it == 0:
+            grads = {p: g.astype(np.float64).tolist() for p, g in sim.gradients().items()}
+    smi_now = smi_used()
+    print(json.dumps({"ms": statistics.median(ms[1:]), "loss": losses[0], "grads": grads,
+                      "version": wp.config.version,
+                      "pool_peak": wp.get_mempool_used_mem_high("cuda:0"),
+                      "smi": None if smi_now is None or smi_before is None
+                      else smi_now - smi_before}))
+
+
+def run_warp(steps, grid, iters):
+    """warp_child in a process of its own (CUDA beside no Vulkan device): its result, or None
+    with the reason printed where Warp or CUDA is missing."""
+    import json
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--warp-child",
+                        "--steps", str(steps), "--grid", str(grid), "--iters", str(iters)],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        print("warp: not run (" + (p.stderr.strip().splitlines() or ["no output"])[-1] + ")")
+        return None
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def run(mod, steps, grid, iters, budget=None, profile=False):
@@ -147,8 +191,14 @@ def main():
     ap.add_argument("--profile", action="store_true",
                     help="print each form's device time per kernel over one more iteration "
                          "(vkad.profile, every launch timed: docs/debugging.md)")
+    ap.add_argument("--warp", action="store_true",
+                    help="also Warp's CUDA graph of the time-axis program (2-D; CUDA and Warp)")
+    ap.add_argument("--warp-child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     mod = diffmpm if a.dim == 2 else diffmpm3d
+    if a.warp_child:
+        warp_child(a.steps or mod.STEPS, a.grid or mod.N_GRID, a.iters)
+        return
     a.steps = a.steps or mod.STEPS
     a.grid = a.grid or mod.N_GRID
     print(f"{mod.__name__} robot, {a.grid}^{a.dim} grid, {a.steps} steps, {a.iters} iterations "
@@ -184,6 +234,21 @@ def main():
         # both versions' arrays)
         print("within the time version's device memory" if long["device"] <= full["device"]
               else "MORE device memory than the time version")
+    if a.warp and a.dim == 2:
+        w = run_warp(a.steps, a.grid, a.iters)
+        if w is not None:
+            np.testing.assert_allclose(w["loss"], full["loss"], rtol=1e-4)
+            for name in ("weights", "bias"):
+                np.testing.assert_allclose(np.array(w["grads"][name]), full["grads"][name],
+                                           rtol=1e-3, atol=1e-7, err_msg=f"warp {name}")
+            smi = "" if w["smi"] is None else f", nvidia-smi +{mib(w['smi']):.0f} MiB"
+            print(f"    warp {w['version']} tape in a CUDA graph (time axis): {w['ms']:9.2f} "
+                  f"ms/iteration, first loss and gradients equal vkad's (rtol 1e-3); peak "
+                  f"{mib(w['pool_peak']):.1f} MiB in its memory pool{smi}")
+            print(f"against it: vkad time axis {full['ms'] / w['ms']:.2f}x, budget "
+                  f"{ring['ms'] / w['ms']:.2f}x its ms per iteration; budget's peak "
+                  f"{mib(ring['peak']):.1f} MiB of blocks against its "
+                  f"{mib(w['pool_peak']):.1f} MiB")
 
 
 if __name__ == "__main__":
