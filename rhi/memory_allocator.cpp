@@ -142,9 +142,7 @@ Result<Allocation> MemoryAllocator::allocate(const VkMemoryRequirements& reqs, M
         continue;
       }
       if (auto offset = b.ranges->allocate(reqs.size, alignment)) {
-        stats_.used_bytes += reqs.size;
-        stats_.peak_used_bytes = std::max(stats_.peak_used_bytes, stats_.used_bytes);
-        ++stats_.allocations;
+        count_allocation(reqs.size);
         return Allocation{b.memory,  *offset,
                           reqs.size, b.mapped ? b.mapped + *offset : nullptr,
                           type,      static_cast<int>(i),
@@ -162,9 +160,7 @@ Result<Allocation> MemoryAllocator::allocate(const VkMemoryRequirements& reqs, M
   VKAD_ASSIGN_OR_RETURN(int index, new_block(type, size, host_visible, dedicated, exportable));
   Block& b = blocks_[index];
   auto offset = b.ranges->allocate(reqs.size, alignment);
-  stats_.used_bytes += reqs.size;
-  stats_.peak_used_bytes = std::max(stats_.peak_used_bytes, stats_.used_bytes);
-  ++stats_.allocations;
+  count_allocation(reqs.size);
   return Allocation{b.memory, *offset, reqs.size, b.mapped ? b.mapped + *offset : nullptr,
                     type,     index,   b.id};
 }

@@ -5,6 +5,7 @@
 
 #include <vulkan/vulkan.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -101,6 +102,12 @@ class MemoryAllocator {
   Result<int> new_block(int memory_type, uint64_t size, bool host_visible, bool dedicated,
                         bool exportable);
   void free_block(int index);
+  // An allocation of `bytes` made: the used bytes, their peak and the count.
+  void count_allocation(uint64_t bytes) {
+    stats_.used_bytes += bytes;
+    stats_.peak_used_bytes = std::max(stats_.peak_used_bytes, stats_.used_bytes);
+    ++stats_.allocations;
+  }
 
   Device& device_;
   uint64_t block_bytes_;
