@@ -78,12 +78,11 @@ def warp_child(steps, grid, iters):
     import json
     import statistics
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import difftaichi  # the race's Warp program, made as the race makes it
     smi_before = smi_used()
+    sim, info = difftaichi._make_warp(argparse.Namespace(f64=False, steps=steps, grid=grid, seed=0),
+                                      "diffmpm", cache=None, graph=True)
     import warp as wp
-    from difftaichi_peers.warp_diffmpm import WarpDiffMPM
-    wp.config.quiet = True
-    wp.init()
-    sim = WarpDiffMPM(steps=steps, n_grid=grid, graph=True, device="cuda:0")
     losses, ms = [], []
     for it in range(iters + 1):
         t0 = time.perf_counter()
@@ -93,7 +92,7 @@ def warp_child(steps, grid, iters):
             grads = {p: g.astype(np.float64).tolist() for p, g in sim.gradients().items()}
     smi_now = smi_used()
     print(json.dumps({"ms": statistics.median(ms[1:]), "loss": losses[0], "grads": grads,
-                      "version": wp.config.version,
+                      "version": info["version"],
                       "pool_peak": wp.get_mempool_used_mem_high("cuda:0"),
                       "smi": None if smi_now is None or smi_before is None
                       else smi_now - smi_before}))
