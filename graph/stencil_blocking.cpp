@@ -1360,10 +1360,16 @@ class Blocker {
                       {rw_.op(Op::kLt, DType::kBool, {diff, rw_.i32(-(n / 2))}),
                        rw_.op(Op::kAdd, DType::kI32, {diff, rw_.i32(n)}), diff});
         y[d] = rw_.op(Op::kAdd, DType::kI32, {x[d], diff});
-      } else {
-        // Outside the box the run writes nothing: the array holds the value.
+      } else if (a.cell[d].amin < l_.box[d].first || a.cell[d].amax >= l_.box[d].second) {
+        // Outside the box the run writes nothing: the array holds the value. (An index that
+        // stays inside the box at every cell of it -- a clamped neighbour, max(i - 1, 0) --
+        // needs no test: each test and its branch to the array cost every cell of every step.)
         in.push_back(in_range(y[d], d));
       }
+    }
+    if (in.empty()) {
+      c.map[s.result] = rw_.op(Op::kLoadShared, ty, {shared_[slot->second], lin(y)});
+      return true;
     }
     const ValueId local = rw_.op(Op::kAlloca, ty, {});
     rw_.if_(all(rw_, in), [&](int side) {
