@@ -615,6 +615,11 @@ void gather_candidate(Rewriter& rw, Values& vals, const Kernel& k, const Box& bo
     }
     if (o[e] < 0) inside.push_back(rw.op(Op::kGe, DType::kBool, {i[e], rw.i32(box[e].first)}));
     if (o[e] > 0) inside.push_back(rw.op(Op::kLt, DType::kBool, {i[e], rw.i32(box[e].second)}));
+    // The body runs only where i is inside the box, so i clamped to the box is i there; said
+    // clamped, its accesses stay inside the box at every j, which a blocked kernel reads from
+    // shared memory with no test of its own (Blocker::access).
+    if (o[e] < 0) i[e] = rw.op(Op::kMax, DType::kI32, {i[e], rw.i32(box[e].first)});
+    if (o[e] > 0) i[e] = rw.op(Op::kMin, DType::kI32, {i[e], rw.i32(box[e].second - 1)});
   }
   Copier c(rw);
   for (size_t e = 0; e < dims; ++e) c.map[old_index[e]] = i[e];
