@@ -16,7 +16,8 @@ finds the rework done installs it (`iterations_ms` shows where); --sync reworks 
 end_capture instead (VKAD_GRAPH_TRACE=1 prints the rework's phases). `steady_ms` is the median
 of the last half of the --iters iterations after the first. `construct` is the example's
 constructor (its kernels compiled, its gradient arrays made) before any of them. Point
-VKAD_CACHE_DIR at an empty folder for a cold start.
+VKAD_CACHE_DIR at an empty folder for a cold start (and, on NVIDIA, __GL_SHADER_DISK_CACHE_PATH
+for the driver's own cache); --idle S sleeps S seconds after the construction, the device idle.
 """
 import argparse
 import json
@@ -43,6 +44,9 @@ def main() -> int:
     ap.add_argument("--loop", choices=("on", "off"), default=None,
                     help="the port's step loop through Session.loop (prepared in its constructor) "
                          "or as a Python loop; the port's default when left out")
+    ap.add_argument("--idle", type=float, default=0.0,
+                    help="seconds to sleep between the construction and the first iteration "
+                         "(the device idle, as while a long construction compiles on the host)")
     ap.add_argument("--retirement-depth", type=int, default=3,
                     help="submissions in flight before the host waits (Session's)")
     a = ap.parse_args()
@@ -54,6 +58,13 @@ def main() -> int:
         sim = make(s, a.program, a.steps, None if a.loop is None else a.loop == "on")
         s.synchronize()
         out["construct_ms"] = _ms(t0)
+        if a.idle > 0:
+            # A GPU left idle for seconds lowers its clocks and takes a while to raise them
+            # again: on the H200 a first iteration after 4 s of idle ran ~4x slower (docs/
+            # benchmarks.md, "The first iteration"), which a construction that compiles for
+            # seconds on a cold driver cache brings about as well.
+            time.sleep(a.idle)
+        out["idle_s"] = a.idle
         before = s.stats()
         first = time.perf_counter()
         t0 = time.perf_counter()
