@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <future>
 #include <system_error>
 #include <utility>
@@ -50,9 +53,66 @@ rhi::ComputePipelineDesc variant_desc(const abi::CompiledKernel& k, uint32_t tas
 
 }  // namespace
 
+// The creations' turns: a counter and a condition variable (their threads outlive no cache:
+// every future is taken in before an entry goes).
+struct PipelineCache::Turns {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint32_t free = 0;
+};
+
+uint32_t PipelineCache::max_making() {
+  const unsigned hw = std::thread::hardware_concurrency();
+  return std::clamp<uint32_t>(hw > 1 ? hw - 1 : 1, 1, 8);
+}
+
+bool PipelineCache::start_making(rhi::Device& device, const rhi::ComputePipelineDesc& desc,
+                                 std::future<Made>* f) {
+  if (!turns_) {
+    turns_ = std::make_shared<Turns>();
+    turns_->free = max_making();
+  }
+  try {
+    *f = std::async(std::launch::async, [d = &device, desc, turns = turns_] {
+      {
+        std::unique_lock<std::mutex> lock(turns->mu);
+        turns->cv.wait(lock, [&] { return turns->free > 0; });
+        --turns->free;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      Result<rhi::ComputePipeline> p = d->create_compute_pipeline(desc, /*counted=*/false);
+      const auto t1 = std::chrono::steady_clock::now();
+      {
+        std::lock_guard<std::mutex> lock(turns->mu);
+        ++turns->free;
+      }
+      turns->cv.notify_one();
+      return Made{std::move(p), std::chrono::duration<double, std::milli>(t1 - t0).count()};
+    });
+  } catch (const std::system_error&) {  // no thread to be had: the caller makes it
+    return false;
+  }
+  device.count_pipeline();  // now, on this thread (take_made takes it back on a failure)
+  ++created_;
+  return true;
+}
+
+Status PipelineCache::take_made(rhi::Device& device, std::future<Made>& f,
+                                rhi::ComputePipeline* p) {
+  Made made = f.get();
+  create_ms_ += made.ms;
+  if (!made.pipeline.ok()) {
+    device.count_pipeline(-1);
+    --created_;
+    return made.pipeline.status();
+  }
+  *p = std::move(made.pipeline).value();
+  return {};
+}
+
 Result<uint64_t> PipelineCache::acquire(rhi::Device& device, const abi::CompiledKernel& kernel,
                                         const std::function<Status()>& validate,
-                                        bool generic_on_demand, bool* hit) {
+                                        bool generic_on_demand, bool* hit, bool background) {
   uint64_t key = hash_ ? hash_(kernel) : kernel.content_hash();
   auto it = entries_.find(key);
   while (it != entries_.end() && !abi::same_pipelines(*it->second.content, kernel)) {
@@ -64,9 +124,18 @@ Result<uint64_t> PipelineCache::acquire(rhi::Device& device, const abi::Compiled
     Entry e;
     e.content = std::make_shared<const abi::CompiledKernel>(kernel);
     e.tasks.resize(kernel.tasks.size());
+    e.making.resize(kernel.tasks.size());
+    e.device = &device;
     for (uint32_t t = 0; t < kernel.tasks.size(); ++t) {
       if (generic_on_demand && !kernel.tasks[t].spec_words.empty()) continue;
-      VKAD_ASSIGN_OR_RETURN(e.tasks[t], create(device, task_desc(kernel, t)));
+      const rhi::ComputePipelineDesc desc = task_desc(kernel, t);
+      if (background && start_making(device, desc, &e.making[t])) continue;
+      Result<rhi::ComputePipeline> p = create(device, desc);
+      if (!p.ok()) {
+        harvest_all(e);  // (the tasks made on threads so far go with `e`)
+        return p.status();
+      }
+      e.tasks[t] = std::move(p).value();
     }
     it = entries_.emplace(key, std::move(e)).first;
   }
@@ -119,6 +188,11 @@ Result<rhi::ComputePipeline*> PipelineCache::variant(rhi::Device& device, uint64
   const VariantKey& variant = *wanted;  // specialized or private tier (generic returned above)
   rhi::ComputePipelineDesc desc = variant_desc(*e.content, task, variant);
   Variant made;
+  if (background && !variant.private_tier && e.making.at(task).valid()) {
+    // Its generic pipeline, still being made, is what this launch would run meanwhile.
+    VKAD_ASSIGN_OR_RETURN(rhi::ComputePipeline * g, generic(device, e, task));
+    (void)g;
+  }
   if (background && !variant.private_tier && e.tasks.at(task).valid() &&
       start_background(device, desc, &made)) {
     variants.emplace(variant, std::move(made));
@@ -166,11 +240,25 @@ void PipelineCache::harvest(Variant& v) {
 }
 
 void PipelineCache::harvest_all(Entry& e) {
+  for (size_t t = 0; t < e.making.size(); ++t) {
+    // A failure is left for no one: the entry goes or its first use makes it again.
+    if (e.making[t].valid()) (void)take_made(*e.device, e.making[t], &e.tasks[t]);
+  }
   for (auto& task : e.variants) {
     for (auto& [key, v] : task) {
       if (v.pending.valid()) harvest(v);
     }
   }
+}
+
+Status PipelineCache::finish_making(uint64_t key) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return {};
+  Entry& e = it->second;
+  for (uint32_t t = 0; t < e.making.size(); ++t) {
+    if (e.making[t].valid()) VKAD_TRY(generic(*e.device, e, t));
+  }
+  return {};
 }
 
 void PipelineCache::finish_background() {
@@ -185,6 +273,7 @@ void PipelineCache::clear() {
 uint64_t PipelineCache::pending_count() const {
   uint64_t n = 0;
   for (const auto& [key, e] : entries_) {
+    for (const auto& f : e.making) n += f.valid();
     for (const auto& task : e.variants) {
       for (const auto& [k, v] : task) n += v.pending.valid();
     }
@@ -194,6 +283,8 @@ uint64_t PipelineCache::pending_count() const {
 
 Result<rhi::ComputePipeline*> PipelineCache::generic(rhi::Device& device, Entry& e, uint32_t task) {
   rhi::ComputePipeline& p = e.tasks.at(task);
+  // One refused on its thread is made again here: this call's error is the caller's.
+  if (!p.valid() && e.making.at(task).valid()) (void)take_made(device, e.making[task], &p);
   if (!p.valid()) {
     VKAD_ASSIGN_OR_RETURN(p, create(device, task_desc(*e.content, task)));
   }

@@ -51,8 +51,12 @@ class PipelineCache {
   };
   struct Entry {
     // One per task: the heap tier, unspecialized (not valid() until made, where made on
-    // demand: acquire's generic_on_demand).
+    // demand: acquire's generic_on_demand, or while made on a thread: `making`).
     std::vector<rhi::ComputePipeline> tasks;
+    // Per task: the generic pipeline being made on a thread (acquire's `background`), valid()
+    // until its first use or a harvest takes it in.
+    std::vector<std::future<Made>> making;
+    rhi::Device* device = nullptr;  // where `making`'s pipelines are counted
     // Per task, the variants made or being made so far.
     std::vector<std::map<VariantKey, Variant>> variants;
     std::shared_ptr<const abi::CompiledKernel> content;  // what they were built from
@@ -67,10 +71,14 @@ class PipelineCache {
   // The key of `kernel`'s pipelines, created on a miss (after `validate` passes: drivers trust
   // their input, so every module is checked before one reaches the driver), with one more
   // reference. *hit tells which. `generic_on_demand`: a task with spec_words gets its generic
-  // pipeline at the first variant() that returns it, not here.
+  // pipeline at the first variant() that returns it, not here. `background`: the generic
+  // pipelines are made on threads (at most max_making() at a time; counted now), so that the
+  // kernels a program registers one after another compile side by side in the driver; the
+  // first variant() that needs one waits for it, and makes it again where the driver refused
+  // it on its thread (that creation's error is then the caller's).
   Result<uint64_t> acquire(rhi::Device& device, const abi::CompiledKernel& kernel,
                            const std::function<Status()>& validate, bool generic_on_demand,
-                           bool* hit);
+                           bool* hit, bool background = false);
   // Drops one reference; then evicts unreferenced entries past the capacity.
   void release(uint64_t key);
   // One more reference to an entry that has one (a captured graph keeps its pipelines).
@@ -94,6 +102,9 @@ class PipelineCache {
   // Waits for every variant being made in the background and takes it in (counted as made
   // here). The destructor, clear() and eviction do the same first.
   void finish_background();
+  // Waits for `key`'s generic pipelines being made on threads (acquire's `background`) and
+  // takes them in, making again any the driver refused there (its error then returned).
+  Status finish_making(uint64_t key);
   size_t size() const { return entries_.size(); }
   uint64_t private_variant_count() const;  // variants in the private tier
   // Variants with launch constants fixed, made or being made (not failed ones).
@@ -114,6 +125,7 @@ class PipelineCache {
     tick_ = o.tick_;
     create_ms_ = o.create_ms_;
     created_ = o.created_;
+    turns_ = std::move(o.turns_);
     entries_ = std::move(o.entries_);
     return *this;
   }
@@ -128,8 +140,21 @@ class PipelineCache {
   // Starts making `desc` on a thread of its own into `v` (counted now); false where no thread
   // could be had (`v` untouched: the caller makes it).
   bool start_background(rhi::Device& device, const rhi::ComputePipelineDesc& desc, Variant* v);
+  // Starts making `desc` on a thread into `*f` (counted now), the driver's compiles at most
+  // max_making() at a time (the others' threads wait for a turn); false where no thread could be
+  // had.
+  bool start_making(rhi::Device& device, const rhi::ComputePipelineDesc& desc,
+                    std::future<Made>* f);
+  // Takes a generic pipeline made on a thread into `*p` (waiting for it); the driver's error
+  // where it failed (its count taken back).
+  Status take_made(rhi::Device& device, std::future<Made>& f, rhi::ComputePipeline* p);
   Result<rhi::ComputePipeline*> generic(rhi::Device& device, Entry& e, uint32_t task);
   Result<rhi::ComputePipeline> create(rhi::Device& device, const rhi::ComputePipelineDesc& desc);
+  // Generic pipelines made on threads at once, at most (acquire's `background`): the
+  // hardware's threads less the caller's, 1 to 8.
+  static uint32_t max_making();
+  struct Turns;  // the creations' turns (a counting semaphore shared with their threads)
+  std::shared_ptr<Turns> turns_;
   double create_ms_ = 0;
   uint64_t created_ = 0;
   size_t capacity_;

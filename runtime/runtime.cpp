@@ -95,6 +95,9 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   rt->ndarray_pool_ = NdArrayPool(options.ndarray_pool_bytes);
   rt->pipelines_ =
       PipelineCache(options.pipeline_cache_capacity, options.pipeline_hash_for_testing);
+  if (const char* e = std::getenv("VKAD_BACKGROUND_PIPELINES"); e && std::string(e) == "0") {
+    rt->options_.background_pipelines = false;
+  }
   VKAD_ASSIGN_OR_RETURN(rt->options_.adstack_tier, resolve_adstack_tier(options.adstack_tier));
   VKAD_ASSIGN_OR_RETURN(rt->options_.adstack_specialize,
                         resolve_adstack_specialize(options.adstack_specialize));
@@ -201,7 +204,8 @@ Result<KernelHandle> Runtime::register_kernel(const CompiledKernel& kernel, bool
   }
   bool hit = false;
   VKAD_ASSIGN_OR_RETURN(uint64_t key,
-                        pipelines_.acquire(*device_, kernel, validate, generic_on_demand, &hit));
+                        pipelines_.acquire(*device_, kernel, validate, generic_on_demand, &hit,
+                                           options_.background_pipelines));
   if (hit) ++stats_.pipeline_cache_hits;
   auto k = std::make_shared<Kernel>();
   k->desc = kernel;
@@ -723,6 +727,10 @@ Status Runtime::prepare(KernelHandle kernel, std::span<const Arg> args) {
   if (kit == kernels_.end()) return dead_handle("prepare", "kernel", kernel.id);
   VKAD_TRY(check_args(*kit->second, args));
   VKAD_TRY(plan_pipelines(*kit->second, args, &planned_, /*background=*/false));
+  // Its generic pipelines too, where they are being made on threads (background_pipelines):
+  // ready means nothing left to wait for.
+  VKAD_TRY_CTX(pipelines_.finish_making(kit->second->hash),
+               "prepare: kernel '" + kit->second->desc.name + "'");
   // The rings' first chunks too: a first capture that runs took 1.3 ms of wave's 4 ms first
   // iteration on an H200 making the readback ring's (its pieces' error words). Out of memory
   // here is not the launch's: a ring then makes its chunk when first used, as without this.

@@ -148,6 +148,14 @@ struct RuntimeOptions {
   // heap tier; prepare() always makes variants at once. false: made by the launch that first
   // wants it (deterministic counts for tests that check them).
   bool background_specialization = true;
+  // A kernel's generic pipelines are made on threads from its registration (a few at a time,
+  // PipelineCache::acquire's `background`) and waited for by its first launch or prepare():
+  // the kernels a program registers one after another compile side by side in the driver
+  // (tens to hundreds of ms each on a cold NVIDIA cache). One the driver refuses there is made
+  // again by its first launch, whose error it is should the driver refuse it again (the
+  // module passed validation at registration either way).
+  // false, or VKAD_BACKGROUND_PIPELINES=0: made by register_kernel.
+  bool background_pipelines = true;
   // The on-disk caches' directory (base/cache_file.h: compiled kernels, which api::Session
   // keeps there, and the driver's pipeline cache, which the device loads and saves):
   // nullopt = automatic (VKAD_CACHE=0 turns them off, else VKAD_CACHE_DIR, else

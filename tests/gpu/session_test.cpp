@@ -559,6 +559,42 @@ TEST_F(SessionTest, KernelsRunSpecializedToEachShapeUpToTheCap) {
   EXPECT_EQ(past.adstack_specialized_dispatches, full.adstack_specialized_dispatches);
 }
 
+// A kernel's generic pipeline is made on a thread from its registration
+// (RuntimeOptions::background_pipelines): compile returns before the driver is done. Where the
+// driver refuses it there (out of memory), the first launch makes it again; refused again, the
+// launch reports it, naming the pipeline, and runs nothing; failed creations are not counted as
+// made, and the next launch makes it and computes the right result.
+TEST_F(SessionTest, AGenericPipelineThatFailsOnItsThreadFailsTheFirstLaunchAndIsMadeAgain) {
+  const char* env = std::getenv("VKAD_BACKGROUND_PIPELINES");
+  if (env != nullptr && std::string(env) == "0") GTEST_SKIP() << "turned off in the environment";
+  runtime::RuntimeStats at = *s_->runtime().stats();
+  // Two refusals: the thread's and the first launch's.
+  rhi::FaultInjection::arm("vkCreateComputePipelines", VK_ERROR_OUT_OF_DEVICE_MEMORY, 0, 2);
+  auto k = s_->compile(reverse_twice());
+  ASSERT_TRUE(k.ok()) << k.status().to_string();  // validated; the driver's part on a thread
+  s_->runtime().finish_pipelines();
+  EXPECT_EQ(s_->runtime().stats()->pipelines_created, at.pipelines_created)
+      << "a failed creation is no pipeline";
+  constexpr uint32_t kN = 37;
+  auto x = s_->ndarray(DType::kF32, {kN}, "x");
+  auto out = s_->ndarray(DType::kF32, {kN}, "out");
+  ASSERT_TRUE(x.ok() && out.ok());
+  std::vector<float> in(kN);
+  for (uint32_t i = 0; i < kN; ++i) in[i] = 1.0f + static_cast<float>(i);
+  ASSERT_TRUE(s_->upload(*x, std::span<const float>(in)).ok());
+  Status first = s_->launch(*k, {Arg::ndarray(*x), Arg::ndarray(*out)});
+  rhi::FaultInjection::disarm_all();
+  ASSERT_FALSE(first.ok()) << "the launch ran without its pipeline";
+  EXPECT_NE(first.message().find("reverse_twice.main"), std::string::npos) << first.to_string();
+  EXPECT_NE(first.message().find("VK_ERROR_OUT_OF_DEVICE_MEMORY"), std::string::npos)
+      << first.to_string();
+  ASSERT_TRUE(s_->launch(*k, {Arg::ndarray(*x), Arg::ndarray(*out)}).ok());
+  std::vector<float> got(kN);
+  ASSERT_TRUE(s_->download(*out, std::span<float>(got)).ok());
+  for (uint32_t i = 0; i < kN; ++i) ASSERT_EQ(got[i], in[kN - 1 - i] * 2.0f) << "element " << i;
+  EXPECT_GT(s_->runtime().stats()->pipelines_created, at.pipelines_created);
+}
+
 // prepare() makes a shape's pipeline at once: the first launch already runs it.
 TEST_F(SessionTest, PrepareMakesAShapesPipelineBeforeItsFirstLaunch) {
   if (shapes_forced_off()) GTEST_SKIP() << "shape specialization turned off in the environment";
@@ -584,6 +620,7 @@ TEST_F(SessionTest, AShapesPipelineThatFailsOnItsThreadLeavesTheGenericOne) {
   if (shapes_forced_off()) GTEST_SKIP() << "shape specialization turned off in the environment";
   auto k = s_->compile(reverse_twice());
   ASSERT_TRUE(k.ok()) << k.status().to_string();
+  s_->runtime().finish_pipelines();  // its generic pipeline, made on a thread, made before the fault
   runtime::RuntimeStats at = *s_->runtime().stats();
   rhi::FaultInjection::arm("vkCreateComputePipelines", VK_ERROR_OUT_OF_DEVICE_MEMORY);
   const uint32_t sizes[] = {300};
