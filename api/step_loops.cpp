@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <optional>
 #include <unordered_set>
 #include <vector>
 
@@ -296,14 +297,25 @@ void StepLoops::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   loop_stashes_.insert(loop_stashes_.end(), stashes.begin(), stashes.end());
   auto r = std::make_shared<LoopRework>();
   r->zeros = plan_zeros(*p, body, accumulated);
-  // The pipelines the launches will use, made now (a first launch would make them).
+  // The pipelines the launches will use, made now (a first launch would make them), side by
+  // side on threads: a rework's kernels are dozens, each tens to hundreds of ms in a cold
+  // driver.
   std::unordered_set<uint64_t> ready;
+  struct Batch {  // ended however walk_plan leaves
+    runtime::Runtime& rt;
+    explicit Batch(runtime::Runtime& r) : rt(r) { rt.begin_prepare_batch(); }
+    ~Batch() { rt.end_prepare_batch(); }
+    Batch(const Batch&) = delete;
+    Batch& operator=(const Batch&) = delete;
+  };
+  std::optional<Batch> batch(std::in_place, *core_.rt);
   (void)walk_plan(
       p->w, [](size_t, bool) { return Status{}; }, [](size_t, size_t, size_t) {},
       [&](KernelHandle k, std::span<const Arg> args) {
         if (ready.insert(k.id).second) (void)core_.rt->prepare(k, args);
         return Status{};
       });
+  batch.reset();
   clock.mark("pipelines");
   if (!p->any_rolled && p->blocked == 0 && p->w.order.size() == body.size() * count) {
     for (uint32_t captured : p->w.order) {

@@ -66,35 +66,82 @@ uint32_t PipelineCache::max_making() {
   return std::clamp<uint32_t>(hw > 1 ? hw - 1 : 1, 1, 8);
 }
 
-bool PipelineCache::start_making(rhi::Device& device, const rhi::ComputePipelineDesc& desc,
-                                 std::future<Made>* f) {
-  if (!turns_) {
-    turns_ = std::make_shared<Turns>();
-    turns_->free = max_making();
-  }
-  try {
-    *f = std::async(std::launch::async, [d = &device, desc, turns = turns_] {
-      {
-        std::unique_lock<std::mutex> lock(turns->mu);
-        turns->cv.wait(lock, [&] { return turns->free > 0; });
-        --turns->free;
-      }
-      const auto t0 = std::chrono::steady_clock::now();
-      Result<rhi::ComputePipeline> p = d->create_compute_pipeline(desc, /*counted=*/false);
-      const auto t1 = std::chrono::steady_clock::now();
+namespace {
+
+// Makes `desc` on a thread (uncounted: the caller counts), waiting first for a turn where
+// `turns` is given; std::system_error where no thread could be had.
+template <typename Turns>
+std::future<PipelineCache::Made> make_on_thread(rhi::Device& device,
+                                                const rhi::ComputePipelineDesc& desc,
+                                                std::shared_ptr<Turns> turns) {
+  return std::async(std::launch::async, [d = &device, desc, turns] {
+    if (turns) {
+      std::unique_lock<std::mutex> lock(turns->mu);
+      turns->cv.wait(lock, [&] { return turns->free > 0; });
+      --turns->free;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    Result<rhi::ComputePipeline> p = d->create_compute_pipeline(desc, /*counted=*/false);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (turns) {
       {
         std::lock_guard<std::mutex> lock(turns->mu);
         ++turns->free;
       }
       turns->cv.notify_one();
-      return Made{std::move(p), std::chrono::duration<double, std::milli>(t1 - t0).count()};
-    });
+    }
+    return PipelineCache::Made{std::move(p),
+                               std::chrono::duration<double, std::milli>(t1 - t0).count()};
+  });
+}
+
+}  // namespace
+
+std::shared_ptr<PipelineCache::Turns> PipelineCache::turns() {
+  if (!turns_) {
+    turns_ = std::make_shared<Turns>();
+    turns_->free = max_making();
+  }
+  return turns_;
+}
+
+bool PipelineCache::start_making(rhi::Device& device, const rhi::ComputePipelineDesc& desc,
+                                 std::future<Made>* f) {
+  try {
+    *f = make_on_thread(device, desc, turns());
   } catch (const std::system_error&) {  // no thread to be had: the caller makes it
     return false;
   }
   device.count_pipeline();  // now, on this thread (take_made takes it back on a failure)
   ++created_;
   return true;
+}
+
+void PipelineCache::start(rhi::Device& device, uint64_t key, uint32_t task,
+                          const VariantKey& wanted, uint32_t max_specialized) {
+  Entry& e = entries_.at(key);
+  auto start_generic = [&] {
+    if (!e.tasks.at(task).valid() && !e.making.at(task).valid()) {
+      (void)start_making(device, task_desc(*e.content, task), &e.making[task]);
+    }
+  };
+  if (!wanted.private_tier && wanted.spec_values.empty()) return start_generic();
+  auto& variants = e.variants.at(task);
+  if (variants.count(wanted)) return;  // made, being made, or failed
+  if (!wanted.spec_values.empty()) {
+    uint32_t made = 0;
+    for (const auto& [v, p] : variants) made += !v.spec_values.empty();
+    if (made >= max_specialized) {  // past the cap: the tier's generic pipeline
+      if (!wanted.private_tier) return start_generic();
+      VariantKey tier = wanted;
+      tier.spec_values.clear();
+      return start(device, key, task, tier, max_specialized);
+    }
+  }
+  Variant v;
+  if (start_background(device, variant_desc(*e.content, task, wanted), &v, /*turns=*/true)) {
+    variants.emplace(wanted, std::move(v));
+  }
 }
 
 Status PipelineCache::take_made(rhi::Device& device, std::future<Made>& f,
@@ -207,14 +254,9 @@ Result<rhi::ComputePipeline*> PipelineCache::variant(rhi::Device& device, uint64
 }
 
 bool PipelineCache::start_background(rhi::Device& device, const rhi::ComputePipelineDesc& desc,
-                                     Variant* v) {
+                                     Variant* v, bool with_turns) {
   try {
-    v->pending = std::async(std::launch::async, [d = &device, desc] {
-      const auto t0 = std::chrono::steady_clock::now();
-      Result<rhi::ComputePipeline> p = d->create_compute_pipeline(desc, /*counted=*/false);
-      const auto t1 = std::chrono::steady_clock::now();
-      return Made{std::move(p), std::chrono::duration<double, std::milli>(t1 - t0).count()};
-    });
+    v->pending = make_on_thread(device, desc, with_turns ? turns() : nullptr);
   } catch (const std::system_error&) {  // no thread to be had: the caller makes it
     return false;
   }

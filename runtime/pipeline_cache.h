@@ -99,6 +99,12 @@ class PipelineCache {
   Result<rhi::ComputePipeline*> variant(rhi::Device& device, uint64_t key, uint32_t task,
                                         VariantKey* variant, uint32_t max_specialized,
                                         bool background = false, bool* pending = nullptr);
+  // Starts on a thread what variant(device, key, task, *wanted, max_specialized) would make
+  // (the variant, or the generic pipeline where that is what it would return) and returns
+  // without waiting; finish_background() takes them in. A batch of prepares
+  // (Runtime::begin_prepare_batch).
+  void start(rhi::Device& device, uint64_t key, uint32_t task, const VariantKey& wanted,
+             uint32_t max_specialized);
   // Waits for every variant being made in the background and takes it in (counted as made
   // here). The destructor, clear() and eviction do the same first.
   void finish_background();
@@ -139,7 +145,8 @@ class PipelineCache {
   void harvest_all(Entry& e);
   // Starts making `desc` on a thread of its own into `v` (counted now); false where no thread
   // could be had (`v` untouched: the caller makes it).
-  bool start_background(rhi::Device& device, const rhi::ComputePipelineDesc& desc, Variant* v);
+  bool start_background(rhi::Device& device, const rhi::ComputePipelineDesc& desc, Variant* v,
+                        bool with_turns = false);
   // Starts making `desc` on a thread into `*f` (counted now), the driver's compiles at most
   // max_making() at a time (the others' threads wait for a turn); false where no thread could be
   // had.
@@ -154,6 +161,7 @@ class PipelineCache {
   // hardware's threads less the caller's, 1 to 8.
   static uint32_t max_making();
   struct Turns;  // the creations' turns (a counting semaphore shared with their threads)
+  std::shared_ptr<Turns> turns();  // made on first use
   std::shared_ptr<Turns> turns_;
   double create_ms_ = 0;
   uint64_t created_ = 0;

@@ -703,6 +703,10 @@ Status Runtime::plan_pipelines(const Kernel& k, std::span<const Arg> args, Plann
         variant.spec_values.push_back(value);
       }
     }
+    if (batch_prepare_) {  // prepare() in a batch: made on threads, taken in at its end
+      pipelines_.start(*device_, k.hash, task, variant, options_.adstack_specialize_max_variants);
+      continue;
+    }
     const bool wanted = !variant.spec_values.empty();
     bool pending = false;
     VKAD_ASSIGN_OR_RETURN(
@@ -728,9 +732,11 @@ Status Runtime::prepare(KernelHandle kernel, std::span<const Arg> args) {
   VKAD_TRY(check_args(*kit->second, args));
   VKAD_TRY(plan_pipelines(*kit->second, args, &planned_, /*background=*/false));
   // Its generic pipelines too, where they are being made on threads (background_pipelines):
-  // ready means nothing left to wait for.
-  VKAD_TRY_CTX(pipelines_.finish_making(kit->second->hash),
-               "prepare: kernel '" + kit->second->desc.name + "'");
+  // ready means nothing left to wait for (in a batch: at its end).
+  if (!batch_prepare_) {
+    VKAD_TRY_CTX(pipelines_.finish_making(kit->second->hash),
+                 "prepare: kernel '" + kit->second->desc.name + "'");
+  }
   // The rings' first chunks too: a first capture that runs took 1.3 ms of wave's 4 ms first
   // iteration on an H200 making the readback ring's (its pieces' error words). Out of memory
   // here is not the launch's: a ring then makes its chunk when first used, as without this.
@@ -738,6 +744,11 @@ Status Runtime::prepare(KernelHandle kernel, std::span<const Arg> args) {
   (void)readback_ring_->reserve(*device_);
   ++stats_.prepares;
   return {};
+}
+
+void Runtime::end_prepare_batch() {
+  batch_prepare_ = false;
+  pipelines_.finish_background();
 }
 
 Status Runtime::check_launch(KernelHandle kernel, std::span<const Arg> args) {
@@ -752,6 +763,11 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   VKAD_EXCLUSIVE_USE("launch");
   // omit_next_barrier() asks it of this launch only: a refused one drops it.
   const bool omit_barrier = graphs_->take_omit_barrier();
+  if (batch_prepare_) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "launch: inside a batch of prepares (begin_prepare_batch without "
+                      "end_prepare_batch)");
+  }
   VKAD_TRY(device_->status());
   auto kit = kernels_.find(kernel.id);
   if (kit == kernels_.end()) return dead_handle("launch", "kernel", kernel.id);

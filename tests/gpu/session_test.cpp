@@ -595,6 +595,36 @@ TEST_F(SessionTest, AGenericPipelineThatFailsOnItsThreadFailsTheFirstLaunchAndIs
   EXPECT_GT(s_->runtime().stats()->pipelines_created, at.pipelines_created);
 }
 
+// Prepares in a batch (Runtime::begin_prepare_batch, what a step loop's rework uses): each
+// returns with its pipelines started on threads, the batch's end waits for them all, and the
+// launches after it run specialized with the right results, nothing left to make; a launch
+// inside the batch is refused and leaves the runtime usable.
+TEST_F(SessionTest, PreparesInABatchMakeTheirPipelinesSideBySide) {
+  if (shapes_forced_off()) GTEST_SKIP() << "shape specialization turned off in the environment";
+  Reverse a, b;
+  make_reverse(*s_, 41, &a);
+  make_reverse(*s_, 53, &b);
+  if (HasFatalFailure()) return;
+  s_->runtime().finish_pipelines();
+  runtime::RuntimeStats at = *s_->runtime().stats();
+  s_->runtime().begin_prepare_batch();
+  ASSERT_TRUE(s_->prepare(a.k, a.args()).ok());
+  ASSERT_TRUE(s_->prepare(b.k, b.args()).ok());
+  Status inside = s_->launch(a.k, a.args());
+  EXPECT_EQ(inside.code(), ErrorCode::kFailedPrecondition) << inside.to_string();
+  s_->runtime().end_prepare_batch();
+  runtime::RuntimeStats prepared = *s_->runtime().stats();
+  EXPECT_EQ(prepared.pipelines_created, at.pipelines_created + 2);  // one per shape
+  EXPECT_EQ(prepared.pipelines_pending, 0u);
+  ASSERT_TRUE(s_->launch(a.k, a.args()).ok());
+  ASSERT_TRUE(s_->launch(b.k, b.args()).ok());
+  runtime::RuntimeStats launched = *s_->runtime().stats();
+  EXPECT_EQ(launched.adstack_specialized_dispatches, at.adstack_specialized_dispatches + 2);
+  EXPECT_EQ(launched.pipelines_created, prepared.pipelines_created);
+  expect_reversed(*s_, a);
+  expect_reversed(*s_, b);
+}
+
 // prepare() makes a shape's pipeline at once: the first launch already runs it.
 TEST_F(SessionTest, PrepareMakesAShapesPipelineBeforeItsFirstLaunch) {
   if (shapes_forced_off()) GTEST_SKIP() << "shape specialization turned off in the environment";
