@@ -60,11 +60,12 @@ if [[ "$skip" != *" tsan "* ]]; then
   export TSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/tsan.supp halt_on_error=1 second_deadlock_stack=1"
   # ProcessWide: sessions on threads; GraphFusion's background reworks: a worker thread beside
   # the session's user; SessionTest's shape tests and DiffMpm: pipelines made on threads while
-  # launches go on (RuntimeOptions::background_specialization); ResidentGraph's loops: step
+  # launches go on (RuntimeOptions::background_specialization), generic pipelines made on
+  # threads from registration and prepares in a batch (background_pipelines); ResidentGraph's loops: step
   # loops rolled and compiled on threads (Session::prepare_loop); LoopRework: a loop's plan
   # made while a background rework is pending (Session::rework_loop installs it first).
   VKAD_VALIDATION=1 ./build-tsan/tests/vkad_gpu_tests \
-    --gtest_filter='ProcessWide.*:GraphFusion.*Background*:GraphFusion.TheNextCapture*:Replay/Graphs.*Run*:Replay/Graphs.*Free*:Replay/Graphs.*Fail*:SessionTest.Kernels*:SessionTest.Prepare*:SessionTest.AShape*:SessionTest.Saving*:SessionTest.AGraph*:DiffMpm*:ResidentGraph.*Loop*:LoopRework.*:Replay/GraphsUnflushed.*:SessionGraphs.*'
+    --gtest_filter='ProcessWide.*:GraphFusion.*Background*:GraphFusion.TheNextCapture*:Replay/Graphs.*Run*:Replay/Graphs.*Free*:Replay/Graphs.*Fail*:SessionTest.Kernels*:SessionTest.Prepare*:SessionTest.AShape*:SessionTest.AGeneric*:SessionTest.Saving*:SessionTest.AGraph*:DiffMpm*:ResidentGraph.*Loop*:LoopRework.*:Replay/GraphsUnflushed.*:SessionGraphs.*'
   ./build-tsan/tests/vkad_unit_tests --gtest_filter='UseGuard.*:CompileCacheThreads.*'
   unset TSAN_OPTIONS
 fi
