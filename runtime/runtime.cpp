@@ -703,7 +703,9 @@ Status Runtime::plan_pipelines(const Kernel& k, std::span<const Arg> args, Plann
         variant.spec_values.push_back(value);
       }
     }
-    if (batch_prepare_) {  // prepare() in a batch: made on threads, taken in at its end
+    if (batch_prepare_ && options_.background_pipelines) {
+      // prepare() in a batch: made on threads, taken in at its end (made at once below where
+      // background_pipelines is off).
       pipelines_.start(*device_, k.hash, task, variant, options_.adstack_specialize_max_variants);
       continue;
     }
@@ -733,7 +735,7 @@ Status Runtime::prepare(KernelHandle kernel, std::span<const Arg> args) {
   VKAD_TRY(plan_pipelines(*kit->second, args, &planned_, /*background=*/false));
   // Its generic pipelines too, where they are being made on threads (background_pipelines):
   // ready means nothing left to wait for (in a batch: at its end).
-  if (!batch_prepare_) {
+  if (!batch_prepare_ || !options_.background_pipelines) {
     VKAD_TRY_CTX(pipelines_.finish_making(kit->second->hash),
                  "prepare: kernel '" + kit->second->desc.name + "'");
   }

@@ -671,8 +671,8 @@ class Runtime : public CommandQueue {
   // RuntimeStats::prepares; not a launch.
   Status prepare(KernelHandle kernel, std::span<const Arg> args);
   // Between these two, prepare() starts the pipelines it would make on threads (at most
-  // PipelineCache::max_making() compiling at a time) and returns; end_prepare_batch() waits
-  // for them all. A rework's dozens of kernels (a step loop's) then compile side by side in
+  // PipelineCache::max_making() compiling at a time; with background_pipelines off it makes
+  // them at once) and returns; end_prepare_batch() waits for them all. A rework's dozens of kernels (a step loop's) then compile side by side in
   // the driver. One the driver refuses there is made by its first launch instead (whose error
   // it is then). No launch may come between the two (kFailedPrecondition).
   void begin_prepare_batch() { batch_prepare_ = true; }
