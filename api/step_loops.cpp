@@ -14,10 +14,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <optional>
 #include <unordered_set>
 #include <vector>
 

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
-#include <thread>
 #include <future>
+#include <mutex>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 namespace vkad::runtime {
