@@ -139,7 +139,7 @@ void PipelineCache::start(rhi::Device& device, uint64_t key, uint32_t task,
     }
   }
   Variant v;
-  if (start_background(device, variant_desc(*e.content, task, wanted), &v, /*turns=*/true)) {
+  if (start_background(device, variant_desc(*e.content, task, wanted), &v, /*with_turns=*/true)) {
     variants.emplace(wanted, std::move(v));
   }
 }
