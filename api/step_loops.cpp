@@ -301,21 +301,21 @@ void StepLoops::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   // side on threads: a rework's kernels are dozens, each tens to hundreds of ms in a cold
   // driver.
   std::unordered_set<uint64_t> ready;
-  struct Batch {  // ended however walk_plan leaves
-    runtime::Runtime& rt;
-    explicit Batch(runtime::Runtime& r) : rt(r) { rt.begin_prepare_batch(); }
-    ~Batch() { rt.end_prepare_batch(); }
-    Batch(const Batch&) = delete;
-    Batch& operator=(const Batch&) = delete;
-  };
-  std::optional<Batch> batch(std::in_place, *core_.rt);
-  (void)walk_plan(
-      p->w, [](size_t, bool) { return Status{}; }, [](size_t, size_t, size_t) {},
-      [&](KernelHandle k, std::span<const Arg> args) {
-        if (ready.insert(k.id).second) (void)core_.rt->prepare(k, args);
-        return Status{};
-      });
-  batch.reset();
+  {
+    struct Batch {  // ended however the walk leaves
+      runtime::Runtime& rt;
+      explicit Batch(runtime::Runtime& r) : rt(r) { rt.begin_prepare_batch(); }
+      ~Batch() { rt.end_prepare_batch(); }
+      Batch(const Batch&) = delete;
+      Batch& operator=(const Batch&) = delete;
+    } batch(*core_.rt);
+    (void)walk_plan(
+        p->w, [](size_t, bool) { return Status{}; }, [](size_t, size_t, size_t) {},
+        [&](KernelHandle k, std::span<const Arg> args) {
+          if (ready.insert(k.id).second) (void)core_.rt->prepare(k, args);
+          return Status{};
+        });
+  }
   clock.mark("pipelines");
   if (!p->any_rolled && p->blocked == 0 && p->w.order.size() == body.size() * count) {
     for (uint32_t captured : p->w.order) {
