@@ -672,9 +672,10 @@ class Runtime : public CommandQueue {
   Status prepare(KernelHandle kernel, std::span<const Arg> args);
   // Between these two, prepare() starts the pipelines it would make on threads (at most
   // PipelineCache::max_making() compiling at a time; with background_pipelines off it makes
-  // them at once) and returns; end_prepare_batch() waits for them all. A rework's dozens of kernels (a step loop's) then compile side by side in
-  // the driver. One the driver refuses there is made by its first launch instead (whose error
-  // it is then). No launch may come between the two (kFailedPrecondition).
+  // them at once) and returns; end_prepare_batch() waits for them all. A rework's dozens of kernels
+  // (a step loop's) then compile side by side in the driver. One the driver refuses there is made
+  // by its first launch instead (whose error it is then). No launch may come between the two
+  // (kFailedPrecondition).
   void begin_prepare_batch() { batch_prepare_ = true; }
   void end_prepare_batch();
   // The argument checks of launch(kernel, args) alone (handles, count, kinds, dtypes, ranks,
@@ -757,7 +758,7 @@ class Runtime : public CommandQueue {
   std::vector<abi::ScalarValue> plan_scalars_;             // plan_pipelines' scratch
   std::vector<std::vector<uint32_t>> plan_adstack_words_;  // plan_pipelines' scratch
   PipelineCache::VariantKey plan_variant_;  // plan_pipelines' scratch (one task's key)
-  bool batch_prepare_ = false;               // between begin_ and end_prepare_batch()
+  bool batch_prepare_ = false;              // between begin_ and end_prepare_batch()
   // `args` must have just passed check_args(k, args): its arrays are read from checked_arrays_.
   // `background`: a specialized variant not made yet is made on a thread while this launch
   // runs the generic pipeline (RuntimeOptions::background_specialization); prepare() makes it
