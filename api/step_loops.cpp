@@ -240,6 +240,30 @@ std::vector<uint64_t> StepLoops::plan_zeros(const GraphCompiler::PreparedRework&
   return zeros;
 }
 
+namespace {
+
+// The pipelines a plan's launches will use, made now (a first launch would make them), side by
+// side on threads (a batch of prepares): a rework's kernels are dozens, each tens to hundreds
+// of ms in a cold driver. Best effort: a failure shows at the launch.
+void prepare_pipelines(runtime::Runtime& rt, const ReworkPlan& w) {
+  struct Batch {  // ended however the walk leaves
+    runtime::Runtime& rt;
+    explicit Batch(runtime::Runtime& r) : rt(r) { rt.begin_prepare_batch(); }
+    ~Batch() { rt.end_prepare_batch(); }
+    Batch(const Batch&) = delete;
+    Batch& operator=(const Batch&) = delete;
+  } batch(rt);
+  std::unordered_set<uint64_t> ready;
+  (void)walk_plan(
+      w, [](size_t, bool) { return Status{}; }, [](size_t, size_t, size_t) {},
+      [&](KernelHandle k, std::span<const Arg> args) {
+        if (ready.insert(k.id).second) (void)rt.prepare(k, args);
+        return Status{};
+      });
+}
+
+}  // namespace
+
 void StepLoops::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   constexpr size_t kMaxLoopReworks = 8;
   if (count < 2 || body.empty() || core_.pipeline.empty()) return;
@@ -297,25 +321,7 @@ void StepLoops::rework_loop(std::span<const LoopLaunch> body, uint32_t count) {
   loop_stashes_.insert(loop_stashes_.end(), stashes.begin(), stashes.end());
   auto r = std::make_shared<LoopRework>();
   r->zeros = plan_zeros(*p, body, accumulated);
-  // The pipelines the launches will use, made now (a first launch would make them), side by
-  // side on threads: a rework's kernels are dozens, each tens to hundreds of ms in a cold
-  // driver.
-  std::unordered_set<uint64_t> ready;
-  {
-    struct Batch {  // ended however the walk leaves
-      runtime::Runtime& rt;
-      explicit Batch(runtime::Runtime& r) : rt(r) { rt.begin_prepare_batch(); }
-      ~Batch() { rt.end_prepare_batch(); }
-      Batch(const Batch&) = delete;
-      Batch& operator=(const Batch&) = delete;
-    } batch(*core_.rt);
-    (void)walk_plan(
-        p->w, [](size_t, bool) { return Status{}; }, [](size_t, size_t, size_t) {},
-        [&](KernelHandle k, std::span<const Arg> args) {
-          if (ready.insert(k.id).second) (void)core_.rt->prepare(k, args);
-          return Status{};
-        });
-  }
+  prepare_pipelines(*core_.rt, p->w);
   clock.mark("pipelines");
   if (!p->any_rolled && p->blocked == 0 && p->w.order.size() == body.size() * count) {
     for (uint32_t captured : p->w.order) {
