@@ -650,7 +650,8 @@ TEST_F(SessionTest, AShapesPipelineThatFailsOnItsThreadLeavesTheGenericOne) {
   if (shapes_forced_off()) GTEST_SKIP() << "shape specialization turned off in the environment";
   auto k = s_->compile(reverse_twice());
   ASSERT_TRUE(k.ok()) << k.status().to_string();
-  s_->runtime().finish_pipelines();  // its generic pipeline, made on a thread, made before the fault
+  // Its generic pipeline, made on a thread from compile, made before the fault is armed.
+  s_->runtime().finish_pipelines();
   runtime::RuntimeStats at = *s_->runtime().stats();
   rhi::FaultInjection::arm("vkCreateComputePipelines", VK_ERROR_OUT_OF_DEVICE_MEMORY);
   const uint32_t sizes[] = {300};
