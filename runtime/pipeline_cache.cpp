@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <future>
+#include <map>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -95,6 +96,17 @@ std::future<PipelineCache::Made> make_on_thread(rhi::Device& device,
   });
 }
 
+// Whether `wanted`, a specialized variant not in `variants`, is past the cap of
+// `max_specialized` specialized variants per task (its launches then run the tier's generic
+// pipeline).
+bool past_cap(const std::map<PipelineCache::VariantKey, PipelineCache::Variant>& variants,
+              const PipelineCache::VariantKey& wanted, uint32_t max_specialized) {
+  if (wanted.spec_values.empty()) return false;
+  uint32_t made = 0;
+  for (const auto& [v, p] : variants) made += !v.spec_values.empty();
+  return made >= max_specialized;
+}
+
 }  // namespace
 
 std::shared_ptr<PipelineCache::Turns> PipelineCache::turns() {
@@ -106,9 +118,9 @@ std::shared_ptr<PipelineCache::Turns> PipelineCache::turns() {
 }
 
 bool PipelineCache::start_making(rhi::Device& device, const rhi::ComputePipelineDesc& desc,
-                                 std::future<Made>* f) {
+                                 std::future<Made>* f, bool with_turns) {
   try {
-    *f = make_on_thread(device, desc, turns());
+    *f = make_on_thread(device, desc, with_turns ? turns() : nullptr);
   } catch (const std::system_error&) {  // no thread to be had: the caller makes it
     return false;
   }
@@ -127,16 +139,12 @@ void PipelineCache::start(rhi::Device& device, uint64_t key, uint32_t task,
   };
   if (!wanted.private_tier && wanted.spec_values.empty()) return start_generic();
   auto& variants = e.variants.at(task);
-  if (variants.count(wanted)) return;  // made, being made, or failed
-  if (!wanted.spec_values.empty()) {
-    uint32_t made = 0;
-    for (const auto& [v, p] : variants) made += !v.spec_values.empty();
-    if (made >= max_specialized) {  // past the cap: the tier's generic pipeline
-      if (!wanted.private_tier) return start_generic();
-      VariantKey tier = wanted;
-      tier.spec_values.clear();
-      return start(device, key, task, tier, max_specialized);
-    }
+  if (variants.count(wanted)) return;                 // made, being made, or failed
+  if (past_cap(variants, wanted, max_specialized)) {  // the tier's generic pipeline
+    if (!wanted.private_tier) return start_generic();
+    VariantKey tier = wanted;
+    tier.spec_values.clear();
+    return start(device, key, task, tier, max_specialized);
   }
   Variant v;
   if (start_background(device, variant_desc(*e.content, task, wanted), &v, /*with_turns=*/true)) {
@@ -227,18 +235,13 @@ Result<rhi::ComputePipeline*> PipelineCache::variant(rhi::Device& device, uint64
     if (v.failed) return instead();
     return &v.pipeline;
   }
-  if (!wanted->spec_values.empty()) {
-    uint32_t made = 0;
-    for (const auto& [v, p] : variants) made += !v.spec_values.empty();
-    if (made >= max_specialized) return instead();  // past the cap
-  }
+  if (past_cap(variants, *wanted, max_specialized)) return instead();
   const VariantKey& variant = *wanted;  // specialized or private tier (generic returned above)
   rhi::ComputePipelineDesc desc = variant_desc(*e.content, task, variant);
   Variant made;
   if (background && !variant.private_tier && e.making.at(task).valid()) {
     // Its generic pipeline, still being made, is what this launch would run meanwhile.
-    VKAD_ASSIGN_OR_RETURN(rhi::ComputePipeline * g, generic(device, e, task));
-    (void)g;
+    VKAD_TRY(generic(device, e, task).status());
   }
   if (background && !variant.private_tier && e.tasks.at(task).valid() &&
       start_background(device, desc, &made)) {
@@ -255,30 +258,17 @@ Result<rhi::ComputePipeline*> PipelineCache::variant(rhi::Device& device, uint64
 
 bool PipelineCache::start_background(rhi::Device& device, const rhi::ComputePipelineDesc& desc,
                                      Variant* v, bool with_turns) {
-  try {
-    v->pending = make_on_thread(device, desc, with_turns ? turns() : nullptr);
-  } catch (const std::system_error&) {  // no thread to be had: the caller makes it
-    return false;
-  }
-  // Counted now, on this thread, so a count is the same whenever the thread finishes
-  // (harvest() takes it back should the creation fail).
-  device.count_pipeline();
-  ++created_;
+  // Counted when started, so a count is the same whenever the thread finishes (harvest()
+  // takes it back should the creation fail).
+  if (!start_making(device, desc, &v->pending, with_turns)) return false;
   v->device = &device;
   return true;
 }
 
 void PipelineCache::harvest(Variant& v) {
-  Made made = v.pending.get();
-  create_ms_ += made.ms;
-  if (made.pipeline.ok()) {
-    v.pipeline = std::move(made.pipeline).value();
-  } else {
-    // The generic pipeline serves its launches (a device loss shows at the next status()).
-    v.device->count_pipeline(-1);
-    --created_;
-    v.failed = true;
-  }
+  // A failed one: the generic pipeline serves its launches (a device loss shows at the next
+  // status()).
+  v.failed = !take_made(*v.device, v.pending, &v.pipeline).ok();
 }
 
 void PipelineCache::harvest_all(Entry& e) {

@@ -147,11 +147,11 @@ class PipelineCache {
   // could be had (`v` untouched: the caller makes it).
   bool start_background(rhi::Device& device, const rhi::ComputePipelineDesc& desc, Variant* v,
                         bool with_turns = false);
-  // Starts making `desc` on a thread into `*f` (counted now), the driver's compiles at most
-  // max_making() at a time (the others' threads wait for a turn); false where no thread could be
-  // had.
-  bool start_making(rhi::Device& device, const rhi::ComputePipelineDesc& desc,
-                    std::future<Made>* f);
+  // Starts making `desc` on a thread into `*f` (counted now), `with_turns`: the driver's
+  // compiles at most max_making() at a time (the others' threads wait for a turn); false where
+  // no thread could be had.
+  bool start_making(rhi::Device& device, const rhi::ComputePipelineDesc& desc, std::future<Made>* f,
+                    bool with_turns = true);
   // Takes a generic pipeline made on a thread into `*p` (waiting for it); the driver's error
   // where it failed (its count taken back).
   Status take_made(rhi::Device& device, std::future<Made>& f, rhi::ComputePipeline* p);
