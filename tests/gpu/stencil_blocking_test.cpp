@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -215,6 +216,22 @@ uint64_t blocked(Session& s) {
   Result<SessionStats> st = s.stats();
   EXPECT_TRUE(st.ok());
   return st.ok() ? st->blocked_launches : 0;
+}
+
+// Captures `iters` launches of `k` as `name` (`args(a)`: launch a's arguments), expects the
+// run blocked (`what`: the launches, named where they were not), replays the graph and
+// downloads `out` into *got (as many elements).
+void replay_blocked(Session& s, const char* name, KernelHandle k, uint32_t iters,
+                    const std::function<std::vector<Arg>(uint32_t)>& args, const char* what,
+                    NdArrayHandle out, std::vector<float>* got) {
+  ASSERT_TRUE(s.begin_capture(name).ok());
+  for (uint32_t a = 0; a < iters; ++a) ASSERT_TRUE(s.launch(k, args(a)).ok());
+  Result<GraphHandle> g = s.end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EXPECT_LT(graph_steps(s, *g), iters / 2) << what << " were not blocked";
+  ASSERT_TRUE(s.replay(*g).ok());
+  ASSERT_TRUE(s.synchronize().ok());
+  ASSERT_TRUE(s.download(out, std::span<float>(*got)).ok());
 }
 
 // The wave's forward (t = 2 .. kSteps + 1), captured; the blocked replay against the CPU.
@@ -422,19 +439,15 @@ TEST(StencilBlocking, AJacobiSweepBlocksWithARowThatDoesNotStep) {
   for (size_t i = 0; i < b0.size(); ++i) b0[i] = 0.01f * static_cast<float>(i % 11);
   ASSERT_TRUE(s->upload(x, std::span<const float>(x0)).ok());
   ASSERT_TRUE(s->upload(b, std::span<const float>(b0)).ok());
-  ASSERT_TRUE(s->begin_capture("jacobi").ok());
-  for (uint32_t a = 0; a < kIters; ++a) {
-    ASSERT_TRUE(s->launch(*k, {Arg::i32(static_cast<int32_t>(a)), Arg::i32(1), Arg::ndarray(x),
-                               Arg::ndarray(b)})
-                    .ok());
-  }
-  Result<GraphHandle> g = s->end_capture();
-  ASSERT_TRUE(g.ok()) << g.status().to_string();
-  EXPECT_LT(graph_steps(*s, *g), kIters / 2) << "the sweeps were not blocked";
-  ASSERT_TRUE(s->replay(*g).ok());
-  ASSERT_TRUE(s->synchronize().ok());
   std::vector<float> got(x0.size());
-  ASSERT_TRUE(s->download(x, std::span<float>(got)).ok());
+  replay_blocked(
+      *s, "jacobi", *k, kIters,
+      [&](uint32_t a) {
+        return std::vector<Arg>{Arg::i32(static_cast<int32_t>(a)), Arg::i32(1), Arg::ndarray(x),
+                                Arg::ndarray(b)};
+      },
+      "the sweeps", x, &got);
+  if (HasFatalFailure()) return;
   const codegen::Kernel jacobi = parsed(kJacobi);
   codegen::HostArray hx(DType::kF32, {kIters + 1, kN}), hb(DType::kF32, {2, kN});
   for (size_t e = 0; e < x0.size(); ++e) hx.data[e] = x0[e];
@@ -468,16 +481,14 @@ TEST(StencilBlocking, AnInteriorSweepReadsTheBoundaryOutsideItsBoxFromTheArray) 
     x0[size_t{a} * kN + kN - 1] = -20.0f - static_cast<float>(a);
   }
   ASSERT_TRUE(s->upload(x, std::span<const float>(x0)).ok());
-  ASSERT_TRUE(s->begin_capture("jacobi_interior").ok());
-  for (uint32_t a = 0; a < kIters; ++a)
-    ASSERT_TRUE(s->launch(*k, {Arg::i32(static_cast<int32_t>(a)), Arg::ndarray(x)}).ok());
-  Result<GraphHandle> g = s->end_capture();
-  ASSERT_TRUE(g.ok()) << g.status().to_string();
-  EXPECT_LT(graph_steps(*s, *g), kIters / 2) << "the sweeps were not blocked";
-  ASSERT_TRUE(s->replay(*g).ok());
-  ASSERT_TRUE(s->synchronize().ok());
   std::vector<float> got(x0.size());
-  ASSERT_TRUE(s->download(x, std::span<float>(got)).ok());
+  replay_blocked(
+      *s, "jacobi_interior", *k, kIters,
+      [&](uint32_t a) {
+        return std::vector<Arg>{Arg::i32(static_cast<int32_t>(a)), Arg::ndarray(x)};
+      },
+      "the sweeps", x, &got);
+  if (HasFatalFailure()) return;
   const codegen::Kernel jacobi = parsed(kJacobiInterior);
   codegen::HostArray hx(DType::kF32, {kIters + 1, kN});
   for (size_t e = 0; e < x0.size(); ++e) hx.data[e] = x0[e];
@@ -509,19 +520,15 @@ void periodic_pressure(uint32_t kY, uint32_t kX) {
   for (size_t e = 0; e < d0.size(); ++e) d0[e] = 0.01f * static_cast<float>(e % 13) - 0.05f;
   ASSERT_TRUE(s->upload(p, std::span<const float>(p0)).ok());
   ASSERT_TRUE(s->upload(div, std::span<const float>(d0)).ok());
-  ASSERT_TRUE(s->begin_capture("pressure").ok());
-  for (uint32_t a = 0; a < kIters; ++a) {
-    ASSERT_TRUE(s->launch(*k, {Arg::i32(static_cast<int32_t>(a)), Arg::i32(1), Arg::ndarray(p),
-                               Arg::ndarray(div)})
-                    .ok());
-  }
-  Result<GraphHandle> g = s->end_capture();
-  ASSERT_TRUE(g.ok()) << g.status().to_string();
-  EXPECT_LT(graph_steps(*s, *g), kIters / 2) << "the iterations were not blocked";
-  ASSERT_TRUE(s->replay(*g).ok());
-  ASSERT_TRUE(s->synchronize().ok());
   std::vector<float> got(p0.size());
-  ASSERT_TRUE(s->download(p, std::span<float>(got)).ok());
+  replay_blocked(
+      *s, "pressure", *k, kIters,
+      [&](uint32_t a) {
+        return std::vector<Arg>{Arg::i32(static_cast<int32_t>(a)), Arg::i32(1), Arg::ndarray(p),
+                                Arg::ndarray(div)};
+      },
+      "the iterations", p, &got);
+  if (::testing::Test::HasFatalFailure()) return;
   const codegen::Kernel pressure = parsed(kPressure);
   codegen::HostArray hp(DType::kF32, {kIters + 11, kY, kX}), hd(DType::kF32, {2, kY, kX});
   for (size_t e = 0; e < p0.size(); ++e) hp.data[e] = p0[e];
