@@ -170,7 +170,8 @@ def report(name, r):
         print(r["profile"])
     if r["plan"]:
         p = r["plan"]
-        print(f"          plan: {p['levels']} levels {p['segments']}, peak "
+        over = ", overlapped" if p.get("overlapped") else ""
+        print(f"          plan: {p['levels']} levels {p['segments']}{over}, peak "
               f"{mib(p['peak_bytes']):.2f} MiB, every launch run {p['recompute']} times")
     return held
 

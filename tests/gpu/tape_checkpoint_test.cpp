@@ -759,6 +759,97 @@ TEST_F(TapeCheckpointOnce, AMemoryBudgetPicksTheFewestLevelsThatFitAndGetsTheGra
   EXPECT_EQ(Tape(*s_).set_memory_budget(0).code(), ErrorCode::kOk);
 }
 
+// Where the budget holds two segments' deepest copies, the plan is overlapped: each segment's
+// forward runs again launch by launch between the adjoints of the segment after it (so the two
+// chains share barriers), reading the level-0 copies instead of putting them back into the
+// arrays. The gradients are the per-step program's, eager and replayed from a capture, and the
+// arrays keep the recording's end state; a budget between the plain plan's bytes and the
+// overlapped one's gets the plain plan and the same gradients.
+TEST_F(TapeCheckpointOnce, AnOverlappedPlanRunsASegmentsForwardBetweenTheAdjointsAfterIt) {
+  constexpr uint32_t kLong = 37;  // segments of unequal length, the last shorter
+  const Reference want = per_step(x0_, kLong);
+  if (HasFatalFailure()) return;
+  NdArrayHandle ring[2] = {array(x0_, "ring0"), array(std::vector<float>(kN, 0), "ring1")};
+  NdArrayHandle loss = array({0}, "loss");
+  const TapeSeed seed = TapeSeed::of_value(loss, 1.0);
+  auto start = [&] { ASSERT_TRUE(s_->upload(ring[0], std::span<const float>(x0_)).ok()); };
+  uint64_t overlapped_bytes = 0, plain_bytes = 0;
+  {
+    Tape t(*s_);
+    ASSERT_TRUE(t.set_memory_budget(64 * kRingState).ok());
+    for (int iteration = 0; iteration < 2; ++iteration) {  // the second takes the first's cut
+      start();
+      record_ring(t, ring, loss, kLong);
+      if (HasFatalFailure()) return;
+      Result<codegen::CheckpointPlan> plan = t.checkpoint_plan();
+      ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+      ASSERT_TRUE(plan->overlapped) << plan->to_string();
+      EXPECT_EQ(plan->segments.size(), 2u) << plan->to_string();
+      EXPECT_EQ(plan->recompute, 2u);
+      EXPECT_LT(plan->segments[0], kLong + 1) << plan->to_string();  // several segments
+      EXPECT_NE(plan->to_string().find("overlapped"), std::string::npos);
+      overlapped_bytes = plan->peak_bytes;
+      std::vector<TapeAdjointLaunch> launched;
+      Status st = t.backward(std::span<const TapeSeed>(&seed, 1), &launched);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      expect_near(read(*t.grad(ring[0])), want, plan->to_string());
+      if (HasFatalFailure()) return;
+      EXPECT_EQ(read(ring[kLong % 2]), want.last);
+      EXPECT_LE(t.checkpoint_bytes(), 64 * kRingState);
+      // Forward launches again after an adjoint, and adjoints after a forward again: the chains
+      // interleave (the plain plan runs a segment's forwards, then all of its adjoints).
+      size_t switches = 0;
+      for (size_t i = 1; i < launched.size(); ++i) {
+        const TapeAdjointLaunch &a = launched[i - 1], &b = launched[i];
+        switches += !a.is_copy && !b.is_copy && a.is_forward != b.is_forward;
+      }
+      EXPECT_GT(switches, 2 * kLong / plan->segments[0]) << plan->to_string();
+    }
+    // Captured and replayed, from two start states.
+    start();
+    ASSERT_TRUE(s_->begin_capture("overlapped").ok());
+    record_ring(t, ring, loss, kLong);
+    Status st = t.backward(std::span<const TapeSeed>(&seed, 1));
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    Result<GraphHandle> g = s_->end_capture();
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    ASSERT_TRUE(s_->finish_rework(*g).ok());
+    for (float scale : {1.0f, 1.5f}) {
+      std::vector<float> x0 = x0_;
+      for (float& v : x0) v *= scale;
+      const Reference scaled = per_step(x0, kLong);
+      if (HasFatalFailure()) return;
+      ASSERT_TRUE(s_->upload(ring[0], std::span<const float>(x0)).ok());
+      st = s_->replay(*g);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      expect_near(read(*t.grad(ring[0])), scaled, "replay, scale " + std::to_string(scale));
+      if (HasFatalFailure()) return;
+      EXPECT_EQ(read(ring[kLong % 2]), scaled.last);
+    }
+    ASSERT_TRUE(s_->release_graph(*g).ok());
+  }
+  {
+    // Just below the overlapped plan's bytes: the plain plan, the same gradients.
+    Tape t(*s_);
+    ASSERT_TRUE(t.set_memory_budget(overlapped_bytes - 1).ok());
+    for (int iteration = 0; iteration < 2; ++iteration) {
+      start();
+      record_ring(t, ring, loss, kLong);
+      if (HasFatalFailure()) return;
+      Result<codegen::CheckpointPlan> plan = t.checkpoint_plan();
+      ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+      plain_bytes = plan->peak_bytes;
+      Status st = t.backward(std::span<const TapeSeed>(&seed, 1));
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      expect_near(read(*t.grad(ring[0])), want, plan->to_string());
+      if (HasFatalFailure()) return;
+      if (iteration == 1) EXPECT_FALSE(plan->overlapped) << plan->to_string();
+    }
+  }
+  EXPECT_LT(plain_bytes, overlapped_bytes);
+  for (NdArrayHandle a : {ring[0], ring[1], loss}) EXPECT_TRUE(s_->free(a).ok());
+}
+
 // A graph captures a recording after a first one ran (its doubling cut), as a training loop
 // does: the captured backward trims the first plan's slots it does not use, so the copies stay
 // within the budget (they held both plans' slots: past the budget near the least), and the
