@@ -5,9 +5,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -149,23 +147,6 @@ Result<codegen::CheckpointPlan> Tape::checkpoint_plan(const std::string& what) c
     if (two.ok()) {
       two->min_bytes = best.ok() ? std::min(best->min_bytes, two->peak_bytes) : two->peak_bytes;
       best = std::move(two);
-    }
-  }
-  // Where the budget holds two segments' deepest copies, their forwards and adjoints overlap
-  // (overlapped_backward): the same launches, about one dependent dispatch a step fewer. Only
-  // over records the deepest level runs one by one (no launch_loop group).
-  // VKAD_TAPE_OVERLAP=0 turns it off (read once: a process's tapes all plan alike).
-  static const bool overlap = [] {
-    const char* e = std::getenv("VKAD_TAPE_OVERLAP");
-    return e == nullptr || std::string_view(e) != "0";
-  }();
-  const bool loops = std::any_of(records_.begin(), records_.end(),
-                                 [](const Record& r) { return r.loop_len != 0; });
-  if (overlap && memory_budget_ != 0 && best.ok() && !loops) {
-    Result<codegen::CheckpointPlan> over = exact_two_levels(state, what, /*overlapped=*/true);
-    if (over.ok()) {
-      over->min_bytes = std::min(best->min_bytes, over->peak_bytes);
-      best = std::move(over);
     }
   }
   return best;
@@ -1018,7 +999,6 @@ Status Tape::backward(std::span<const TapeSeed> seeds, std::vector<TapeAdjointLa
 
 Status Tape::checkpointed_backward(const codegen::CheckpointPlan& plan,
                                    std::vector<TapeAdjointLaunch>* launched) {
-  if (plan.overlapped) return overlapped_backward(launched);
   const size_t n = records_.size(), k = top_;
   copies_->ensure_levels(plan.segments.size());
   find_stable();
@@ -1145,8 +1125,8 @@ Status Tape::leaf_slots(size_t first, size_t last,
   return {};
 }
 
-Result<codegen::CheckpointPlan> Tape::exact_two_levels(uint64_t state, const std::string& what,
-                                                       bool overlapped) const {
+Result<codegen::CheckpointPlan> Tape::exact_two_levels(uint64_t state,
+                                                       const std::string& what) const {
   const size_t n = records_.size();
   find_stable();
   Result<codegen::CheckpointPlan> best =
@@ -1158,9 +1138,8 @@ Result<codegen::CheckpointPlan> Tape::exact_two_levels(uint64_t state, const std
     uint64_t leaf = 0;
     for (const auto& [position, index] : keys) leaf += copies_->form_bytes(index >> 32);
     // The end state, a copy of what each level-0 segment writes at its start (at most all of
-    // it), and the deepest level's slots; overlapped, two segments' slots and no end state.
-    const uint64_t starts = (n + top - 1) / top * state;
-    const uint64_t bytes = overlapped ? starts + 2 * leaf : state + starts + leaf;
+    // it), and the deepest level's slots.
+    const uint64_t bytes = state + (n + top - 1) / top * state + leaf;
     if (bytes <= memory_budget_ && (!best.ok() || bytes < best->peak_bytes)) {
       codegen::CheckpointPlan p;
       p.launches = static_cast<uint32_t>(n);
@@ -1170,61 +1149,11 @@ Result<codegen::CheckpointPlan> Tape::exact_two_levels(uint64_t state, const std
       p.peak_bytes = bytes;
       p.min_bytes = bytes;
       p.recompute = 2;
-      p.overlapped = overlapped;
       best = std::move(p);
     }
     if (top >= n) break;
   }
   return best;
-}
-
-Arg Tape::LeafRun::version(const Arg& a) const {
-  if (a.kind != runtime::ParamKind::kNdArray) return a;
-  auto v = now.find(a.array.id);
-  if (v != now.end()) return Arg::ndarray(v->second);
-  auto s = start.find(a.array.id);
-  return s == start.end() ? a : Arg::ndarray(s->second);
-}
-
-Status Tape::leaf_forward(LeafRun& leaf, std::vector<TapeAdjointLaunch>* launched) {
-  const size_t j = leaf.next++;
-  const Record& r = records_[j];
-  const std::span<const Arg> args(args_.data() + r.arg_begin, r.arg_count);
-  std::vector<Arg>& seen = leaf.before[j - leaf.first];
-  for (const Arg& a : args) seen.push_back(leaf.version(a));
-  note_adjoint_reads(r, args, &leaf.read);
-  if (stable_records_[j]) return {};  // what it wrote is still there
-  const std::span<const uint64_t> writes(written_.data() + r.written_begin, r.written_count);
-  for (uint32_t w = 0; w < r.written_count; ++w) {
-    const NdArrayHandle a{writes[w]};
-    // In place only over one of this segment's own copies: a level-0 copy in `start` is the
-    // next segment's start state too.
-    if (in_place(leaf.now.count(a.id) != 0, a.id, &leaf.read)) continue;
-    VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, copies_->form_index(writes, w), "tape.backward");
-    const uint64_t form = index >> 32;
-    const uint64_t k = leaf.made[form]++;
-    const uint64_t position = leaf.parity ? 2 * k + *leaf.parity : k;
-    VKAD_ASSIGN_OR_RETURN_CTX(NdArrayHandle c, copies_->slot(leaf.at, position, form << 32, a),
-                              "tape.backward");
-    // A fill, or a launch storing to every element without reading: nothing to start from.
-    if (r.forward.id != 0 && !overwrites_whole(r, args, a.id)) {
-      VKAD_TRY_CTX(copy_array(leaf.version(Arg::ndarray(a)).array, c, launched), "tape.backward");
-    } else {
-      copies_->pin(c.id);
-    }
-    leaf.now[a.id] = c;
-  }
-  leaf.redirected.clear();
-  for (const Arg& a : args) leaf.redirected.push_back(leaf.version(a));
-  return launch_forward_again(j, launched, leaf.redirected);
-}
-
-Status Tape::leaf_adjoint(const LeafRun& leaf, size_t j, std::vector<TapeAdjointLaunch>* launched) {
-  VKAD_TRY(launch_adjoint(j, leaf.before[j - leaf.first]));
-  if (launched && records_[j].forward.id != 0) {  // a fill's adjoint is a fill
-    launched->push_back({j, false, {}, false, false});
-  }
-  return {};
 }
 
 Status Tape::reverse_leaf(int at, size_t first, size_t last,
@@ -1242,76 +1171,52 @@ Status Tape::reverse_leaf(int at, size_t first, size_t last,
   // no copy, no new slot (a fill's zeros that a scatter then accumulates into; a linear
   // stencil's ring, whose adjoints read only gradients). The arrays themselves are never
   // written: they keep the segment's start state.
-  //
+  std::unordered_map<uint64_t, NdArrayHandle> now;
+  std::unordered_map<uint64_t, bool> read;
+  auto version = [&](const Arg& a) {
+    if (a.kind != runtime::ParamKind::kNdArray) return a;
+    auto v = now.find(a.array.id);
+    return v == now.end() ? a : Arg::ndarray(v->second);
+  };
   // A copy's slot: the k-th copy of its form (dtype and shape) in the segment, so segments
   // whatever their phase in a periodic recording share slots (leaf_slots counts them alike).
-  LeafRun leaf;
-  leaf.at = at;
-  leaf.first = leaf.next = first;
-  leaf.last = last;
-  leaf.before.resize(last - first);
-  while (leaf.next < last) VKAD_TRY(leaf_forward(leaf, launched));
-  // ... then last launch first, its adjoint on the versions it saw.
-  for (size_t j = last; j-- > first;) VKAD_TRY(leaf_adjoint(leaf, j, launched));
-  return {};
-}
-
-Status Tape::overlapped_backward(std::vector<TapeAdjointLaunch>* launched) {
-  const size_t n = records_.size(), k = top_, segments = (n + k - 1) / k;
-  copies_->ensure_levels(2);
-  find_stable();
-  // `start` for segment s: each array a segment from s on writes -> its level-0 copy at the
-  // first such segment (no segment between wrote it: it held the same value at s). Arrays no
-  // later segment writes hold their value at s already.
-  std::unordered_map<uint64_t, NdArrayHandle> start;
-  auto add_start = [&](size_t s) -> Status {
-    const std::vector<uint64_t>& at_start = copies_->segment_arrays()[s];
-    for (size_t i = 0; i < at_start.size(); ++i) {
-      if (stable_arrays_.count(at_start[i])) continue;  // holds what every launch saw
-      VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, copies_->form_index(at_start, i), "tape.backward");
-      const NdArrayHandle c = copies_->at(0, {s, index});
-      copies_->pin(c.id);
-      start[at_start[i]] = c;
-    }
-    return {};
-  };
-  auto leaf_of = [&](size_t s) {
-    auto leaf = std::make_unique<LeafRun>();
-    leaf->at = 1;
-    leaf->first = leaf->next = s * k;
-    leaf->last = std::min(n, s * k + k);
-    leaf->parity = s % 2;
-    leaf->start = start;
-    leaf->before.resize(leaf->last - leaf->first);
-    return leaf;
-  };
-  VKAD_TRY(add_start(segments - 1));
-  std::unique_ptr<LeafRun> cur = leaf_of(segments - 1);
-  while (cur->next < cur->last) VKAD_TRY(leaf_forward(*cur, launched));
-  for (size_t s = segments; s-- > 0;) {
-    // Segment s's adjoints, last first, with segment s - 1's forward again spread evenly
-    // between them: the two chains touch no array one writes and the other reads (alternate
-    // slots; the level-0 copies and the arrays are only read), so each pair shares a barrier.
-    std::unique_ptr<LeafRun> prev;
-    if (s > 0) {
-      VKAD_TRY(add_start(s - 1));
-      prev = leaf_of(s - 1);
-    }
-    const size_t adjoints = cur->last - cur->first;
-    const size_t forwards = prev ? prev->last - prev->first : 0;
-    for (size_t i = 0; i < adjoints; ++i) {
-      while (prev && prev->next - prev->first < (i + 1) * forwards / adjoints) {
-        VKAD_TRY(leaf_forward(*prev, launched));
+  std::unordered_map<uint64_t, uint64_t> made;         // form -> copies of it taken so far
+  std::vector<std::vector<Arg>> before(last - first);  // launch j's arguments as it saw them
+  std::vector<Arg> redirected;
+  for (size_t j = first; j < last; ++j) {
+    const Record& r = records_[j];
+    const std::span<const Arg> args(args_.data() + r.arg_begin, r.arg_count);
+    std::vector<Arg>& seen = before[j - first];
+    for (const Arg& a : args) seen.push_back(version(a));
+    note_adjoint_reads(r, args, &read);
+    if (stable_records_[j]) continue;  // what it wrote is still there
+    const std::span<const uint64_t> writes(written_.data() + r.written_begin, r.written_count);
+    for (uint32_t w = 0; w < r.written_count; ++w) {
+      const NdArrayHandle a{writes[w]};
+      if (in_place(now.count(a.id) != 0, a.id, &read)) continue;
+      VKAD_ASSIGN_OR_RETURN_CTX(uint64_t index, copies_->form_index(writes, w), "tape.backward");
+      const uint64_t form = index >> 32;
+      VKAD_ASSIGN_OR_RETURN_CTX(NdArrayHandle c, copies_->slot(at, made[form]++, form << 32, a),
+                                "tape.backward");
+      // A fill, or a launch storing to every element without reading: nothing to start from.
+      if (r.forward.id != 0 && !overwrites_whole(r, args, a.id)) {
+        VKAD_TRY_CTX(copy_array(version(Arg::ndarray(a)).array, c, launched), "tape.backward");
+      } else {
+        copies_->pin(c.id);
       }
-      VKAD_TRY(leaf_adjoint(*cur, cur->last - 1 - i, launched));
+      now[a.id] = c;
     }
-    while (prev && prev->next < prev->last) VKAD_TRY(leaf_forward(*prev, launched));
-    cur = std::move(prev);
+    redirected.clear();
+    for (const Arg& a : args) redirected.push_back(version(a));
+    VKAD_TRY(launch_forward_again(j, launched, redirected));
   }
-  copies_->trim(memory_budget_);
-  stable_arrays_.clear();
-  stable_records_.clear();
-  stable_of_ = 0;  // asked again of this recording, found again
+  // ... then last launch first, its adjoint on the versions it saw.
+  for (size_t j = last; j-- > first;) {
+    VKAD_TRY(launch_adjoint(j, before[j - first]));
+    if (launched && records_[j].forward.id != 0) {  // a fill's adjoint is a fill
+      launched->push_back({j, false, {}, false, false});
+    }
+  }
   return {};
 }
 

@@ -59,7 +59,6 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
-#include <optional>
 #include <set>
 #include <span>
 #include <unordered_map>
@@ -377,40 +376,13 @@ class Tape {
   // The slots (position, form index) reverse_leaf takes for records [first, last), into
   // `keys`; launches nothing (find_stable first).
   Status leaf_slots(size_t first, size_t last, std::set<std::pair<uint64_t, uint64_t>>* keys) const;
-  // checkpoint_plan's second look where its estimate leaves more than two levels (and, with
-  // `overlapped`, its first in budget mode): two levels {m * top_, 1} with the deepest level's
-  // bytes counted exactly (leaf_slots over every segment), the fitting one holding least; an
-  // error where none fits. Overlapped: the deepest level's copies twice and no end state.
-  Result<codegen::CheckpointPlan> exact_two_levels(uint64_t state, const std::string& what,
-                                                   bool overlapped = false) const;
-  // One deepest-level segment, records [first, last), run again into copies (reverse_leaf):
-  // each array's latest version (`now`), else its version at `first` where that is one of the
-  // tape's copies and not the array itself (`start`: an overlapped backward's level-0 copies),
-  // else the array; slots at 2 * position + parity where `parity` is set (an overlapped
-  // backward's two segments in flight take alternate slots).
-  struct LeafRun {
-    int at = 0;
-    size_t first = 0, last = 0, next = 0;  // next: the record leaf_forward runs next
-    std::optional<uint64_t> parity;
-    std::unordered_map<uint64_t, NdArrayHandle> now, start;
-    std::unordered_map<uint64_t, bool> read;
-    std::unordered_map<uint64_t, uint64_t> made;  // form -> copies of it taken so far
-    std::vector<std::vector<Arg>> before;         // launch j's arguments as it saw them
-    std::vector<Arg> redirected;
-    Arg version(const Arg& a) const;
-  };
-  // The next record of `leaf` again, into its copies.
-  Status leaf_forward(LeafRun& leaf, std::vector<TapeAdjointLaunch>* launched);
-  // Record j's adjoint on the versions it saw in `leaf`.
-  Status leaf_adjoint(const LeafRun& leaf, size_t j, std::vector<TapeAdjointLaunch>* launched);
+  // checkpoint_plan's second look where its estimate leaves more than two levels: two levels
+  // {m * top_, 1} with the deepest level's bytes counted exactly (leaf_slots over every
+  // segment), the fitting one holding least; an error where none fits.
+  Result<codegen::CheckpointPlan> exact_two_levels(uint64_t state, const std::string& what) const;
   // reverse_range's last level (`at`): records [first, last) again into copies, then their
   // adjoints, last first.
   Status reverse_leaf(int at, size_t first, size_t last, std::vector<TapeAdjointLaunch>* launched);
-  // An overlapped plan's backward (codegen::CheckpointPlan::overlapped): level-0 segments last
-  // first, each segment's forward run again (reading the level-0 copies, never the arrays)
-  // launch by launch beside the adjoints of the segment after it, so the two chains share
-  // barriers; the arrays keep the recording's end state throughout.
-  Status overlapped_backward(std::vector<TapeAdjointLaunch>* launched);
   // The arrays records [first, last) write, each once (stable ones left out).
   void written_by(size_t first, size_t last, std::vector<uint64_t>* out) const;
   // Before a checkpointed backward: the recording's *stable* arrays -- every element written at

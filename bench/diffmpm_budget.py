@@ -170,8 +170,7 @@ def report(name, r):
         print(r["profile"])
     if r["plan"]:
         p = r["plan"]
-        over = ", overlapped" if p.get("overlapped") else ""
-        print(f"          plan: {p['levels']} levels {p['segments']}{over}, peak "
+        print(f"          plan: {p['levels']} levels {p['segments']}, peak "
               f"{mib(p['peak_bytes']):.2f} MiB, every launch run {p['recompute']} times")
     return held
 

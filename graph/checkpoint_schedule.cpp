@@ -116,8 +116,7 @@ std::string format_bytes(uint64_t bytes) {
 std::string CheckpointPlan::to_string() const {
   std::string cut;
   for (uint32_t s : segments) cut += (cut.empty() ? "" : ", ") + std::to_string(s);
-  return std::to_string(segments.size()) + " levels {" + cut + "}" +
-         (overlapped ? ", overlapped" : "") + ": " + format_bytes(peak_bytes) +
+  return std::to_string(segments.size()) + " levels {" + cut + "}: " + format_bytes(peak_bytes) +
          " of copies at most, every launch run " + std::to_string(recompute) + " times (" +
          std::to_string(launches) + " launches)";
 }

@@ -39,12 +39,7 @@ struct CheckpointPlan {
   uint64_t peak_bytes = 0;         // the copies held at once, at most (the formula above)
   uint64_t min_bytes = 0;          // the least any plan of up to kMaxLevels levels holds
   uint32_t recompute = 0;          // forward runs of every launch, the recording's included: L
-  // Two levels whose segments' forwards run again beside the adjoints of the segment after
-  // them (api/tape.h, Tape::set_memory_budget): the deepest level's copies held twice, no
-  // end-state copy. Chosen by the tape where it fits the budget; plan_checkpoints never sets it.
-  bool overlapped = false;
-  // "3 levels {64, 8, 1}: 1.2 MB of copies at most, every launch run 3 times (n = 1024)";
-  // "2 levels {198, 1}, overlapped: ..." for an overlapped plan.
+  // "3 levels {64, 8, 1}: 1.2 MB of copies at most, every launch run 3 times (n = 1024)".
   std::string to_string() const;
 };
 

@@ -80,8 +80,8 @@ class RowMarks {
   std::unordered_map<int64_t, Marks> far_;
 };
 
-// Some earlier accesses of one array: all of them, those at an unknown row, and by known row.
-struct Marked {
+// Every earlier access of one array: all of them, those at an unknown row, and by known row.
+struct ArrayMarks {
   Marks all, any_row;
   RowMarks rows;
   int64_t conflict(const ScheduleAccess& a) const {
@@ -96,64 +96,24 @@ struct Marked {
   }
 };
 
-// Every earlier access of one array: all of them (`every`), and split by whether a later access
-// may share their level -- the pointwise ones by (launch shape, owned axis), the rest `plain`.
-struct ArrayMarks {
-  struct Key {
-    uint64_t shape = 0;
-    int32_t axis = -1;
-    bool operator==(const Key&) const = default;
-  };
-  Marked every, plain;
-  std::vector<std::pair<Key, Marked>> pointwise;  // few: one or two keys an array
-  // The highest level `a` (of a launch of `shape`) must be above, and the highest it may share
-  // (-1: none).
-  std::pair<int64_t, int64_t> conflict(const ScheduleAccess& a, uint64_t shape, bool soft) const {
-    if (!soft || a.owned < 0 || shape == 0) return {every.conflict(a), -1};
-    const Key key{shape, a.owned};
-    int64_t above = plain.conflict(a), share = -1;
-    for (const auto& [k, m] : pointwise) {
-      int64_t& into = k == key ? share : above;
-      into = std::max(into, m.conflict(a));
-    }
-    return {above, share};
-  }
-  void note(const ScheduleAccess& a, int64_t level, uint64_t shape) {
-    every.note(a, level);
-    if (a.owned < 0 || shape == 0) {
-      plain.note(a, level);
-      return;
-    }
-    const Key key{shape, a.owned};
-    for (auto& [k, m] : pointwise) {
-      if (k == key) return m.note(a, level);
-    }
-    pointwise.emplace_back(key, Marked{}).second.note(a, level);
-  }
-};
-
 // What a set of launches touched, with the highest level of each access; a launch that may
 // touch anything raises `floor`, which every later launch must be above.
 struct Touched {
   std::unordered_map<uint64_t, ArrayMarks> arrays;
   int64_t floor = -1, top = -1;
-  // The lowest level `l` may take: above every launch it conflicts with, or (`soft`) at the
-  // level of one it meets only pointwise (schedule_levels).
-  int64_t level(const ScheduleLaunch& l, bool soft) const {
-    if (!l.known) return top + 1;
-    int64_t level = floor + 1;
+  int64_t conflict(const ScheduleLaunch& l) const {
+    if (!l.known) return top;
+    int64_t level = floor;
     for (const ScheduleAccess& a : l.accesses) {
       auto it = arrays.find(a.array);
-      if (it == arrays.end()) continue;
-      const auto [above, share] = it->second.conflict(a, l.shape, soft);
-      level = std::max({level, above + 1, share});
+      if (it != arrays.end()) level = std::max(level, it->second.conflict(a));
     }
     return level;
   }
   void note(const ScheduleLaunch& l, int64_t level) {
     top = std::max(top, level);
     if (!l.known) floor = std::max(floor, level);
-    for (const ScheduleAccess& a : l.accesses) arrays[a.array].note(a, level, l.shape);
+    for (const ScheduleAccess& a : l.accesses) arrays[a.array].note(a, level);
   }
 };
 
@@ -161,14 +121,13 @@ struct Touched {
 
 namespace {
 
-// ASAP levels of `launches` taken in the order `at(0), at(1), ...`; `soft`: pointwise meetings
-// may share a level (schedule_levels).
+// ASAP levels of `launches` taken in the order `at(0), at(1), ...`.
 template <typename At>
-std::vector<uint32_t> asap(size_t n, At at, bool soft) {
+std::vector<uint32_t> asap(size_t n, At at) {
   std::vector<uint32_t> levels(n);
   Touched touched;
   for (size_t i = 0; i < n; ++i) {
-    const int64_t level = touched.level(at(i), soft);
+    const int64_t level = touched.conflict(at(i)) + 1;
     levels[i] = static_cast<uint32_t>(level);
     touched.note(at(i), level);
   }
@@ -193,13 +152,12 @@ bool launches_conflict(const ScheduleLaunch& a, const ScheduleLaunch& b) {
 std::vector<uint32_t> schedule_levels(std::span<const ScheduleLaunch> launches) {
   const size_t n = launches.size();
   std::vector<uint32_t> levels =
-      asap(n, [&](size_t i) -> const ScheduleLaunch& { return launches[i]; }, /*soft=*/true);
+      asap(n, [&](size_t i) -> const ScheduleLaunch& { return launches[i]; });
   // Sinks -- launches no later one conflicts with (their level counted from the end is 0) --
   // go to the last level: nothing waits for them, and where they were they would sit between
   // the launches of the chains (an adjoint's parameter gradients between its steps).
-  // (Counted with every conflict a level: a launch only a pointwise successor meets is no sink.)
-  const std::vector<uint32_t> from_end = asap(
-      n, [&](size_t i) -> const ScheduleLaunch& { return launches[n - 1 - i]; }, /*soft=*/false);
+  const std::vector<uint32_t> from_end =
+      asap(n, [&](size_t i) -> const ScheduleLaunch& { return launches[n - 1 - i]; });
   uint32_t last = 0;
   for (uint32_t l : levels) last = std::max(last, l);
   for (size_t i = 0; i < n; ++i) {
@@ -246,7 +204,7 @@ BarrierTracker::BarrierTracker() : pending_(std::make_unique<Pending>()) {}
 BarrierTracker::~BarrierTracker() = default;
 
 bool BarrierTracker::next(const ScheduleLaunch& l) {
-  const bool barrier = !pending_->empty && pending_->touched.level(l, /*soft=*/false) > 0;
+  const bool barrier = !pending_->empty && pending_->touched.conflict(l) >= 0;
   if (barrier) pending_->touched = Touched{};
   pending_->touched.note(l, 0);
   pending_->empty = false;

@@ -36,9 +36,6 @@ struct ScheduleAccess {
   uint64_t array = 0;
   codegen::ArrayAccess::Kind kind = codegen::ArrayAccess::Kind::kRead;
   int64_t row = kAnyRow;  // the first axis's row, where launch-uniform and known
-  // The axis along which every access of the launch to this array touches only what its
-  // invocation owns (launch_fusion.h, pointwise_axes); -1 for none.
-  int32_t owned = -1;
 };
 
 struct ScheduleLaunch {
@@ -49,13 +46,7 @@ struct ScheduleLaunch {
   uint64_t shape = 0;
 };
 
-// The levels of `launches` (in capture order) as above, except that a launch whose conflicts
-// with an earlier one of its shape are all on arrays both own along one axis (ScheduleAccess::
-// owned) may share that launch's level, after it: fusion runs the two in one invocation each,
-// with no barrier between them. Two chains of such launches (a checkpointed segment's forward
-// beside the adjoint of the segment after it) then step level by level together, and each
-// level's run of one shape fuses, instead of the chains' barriers falling between each other's.
-// Where fusion does not merge them, the barrier between them is recorded all the same.
+// The levels of `launches` (in capture order) as above.
 std::vector<uint32_t> schedule_levels(std::span<const ScheduleLaunch> launches);
 
 // The capture-order indices sorted by level. Within a level, launches of the shape of the one

@@ -240,17 +240,6 @@ bool same_box(const FusionLaunch& a, const FusionLaunch& b) {
 
 bool fusible(const Kernel& k) { return summarize(k).ok; }
 
-std::vector<int> pointwise_axes(const Kernel& k) {
-  const Summary s = summarize(k);
-  std::vector<int> out(k.params.size(), -1);
-  if (!s.ok) return out;
-  for (size_t p = 0; p < s.use.size() && p < out.size(); ++p) {
-    const ParamUse& u = s.use[p];
-    if ((u.read || u.written) && u.pointwise && u.axis >= 0) out[p] = u.axis;
-  }
-  return out;
-}
-
 namespace {
 
 // One run at a time: its members' array table, their ranges, and whether the next launch may

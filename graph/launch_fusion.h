@@ -72,11 +72,6 @@ struct FusionLaunch {
 
 // Whether `k` may take part in a fusion at all (see the file comment).
 bool fusible(const Kernel& k);
-// Per parameter of `k`: the axis along which every access of it touches only what its
-// invocation owns (the task index on that axis, launch-uniform indices elsewhere), -1 where
-// there is none or `k` does not fuse. Two launches of one range that meet only at such
-// accesses, along one axis, may run in one fused invocation each (graph scheduling's levels).
-std::vector<int> pointwise_axes(const Kernel& k);
 // Whether two launches have one range (1-d) or box (N-d).
 bool same_box(const FusionLaunch& a, const FusionLaunch& b);
 

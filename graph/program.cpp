@@ -27,25 +27,6 @@ uint64_t fusion_shape(const codegen::FusionLaunch& l) {
   return std::hash<uint64_t>{}(h) | 1;
 }
 
-// Each access's owned axis (ScheduleAccess::owned): the one every parameter bound to its array
-// owns along, -1 where one of them owns none or they differ.
-// `axes_of`: per kernel, pointwise_axes (asked once per kernel of a plan).
-void note_owned(const codegen::FusionLaunch& f, ScheduleLaunch* l,
-                std::unordered_map<const codegen::Kernel*, std::vector<int>>* axes_of) {
-  if (l->shape == 0 || !f.dims.empty()) return;  // an N-d task owns no element
-  auto it = axes_of->find(f.kernel);
-  if (it == axes_of->end()) it = axes_of->emplace(f.kernel, codegen::pointwise_axes(*f.kernel)).first;
-  const std::vector<int>& axes = it->second;
-  for (ScheduleAccess& a : l->accesses) {
-    int axis = -2;  // none seen yet
-    for (size_t p = 0; p < f.arrays.size() && p < axes.size(); ++p) {
-      if (f.arrays[p] != a.array) continue;
-      axis = axis == -2 || axis == axes[p] ? axes[p] : -1;
-    }
-    a.owned = axis >= 0 ? axis : -1;
-  }
-}
-
 bool identity(std::span<const uint32_t> order) {
   for (size_t i = 0; i < order.size(); ++i) {
     if (order[i] != i) return false;
@@ -223,7 +204,6 @@ void plan_order(Program& p, const PassContext& ctx, bool reorder) {
   std::vector<ScheduleLaunch> sched;
   std::vector<codegen::FusionLaunch> fusion;
   std::vector<const CapturedStep*> cap_launches;
-  std::unordered_map<const codegen::Kernel*, std::vector<int>> axes_of;
   for (size_t i = 0; i < cap.size(); ++i) {
     if (!cap[i].launch) continue;
     cap_launches.push_back(&cap[i]);
@@ -236,7 +216,6 @@ void plan_order(Program& p, const PassContext& ctx, bool reorder) {
     }
     fusion.push_back(ctx.fusion_launch(cap[i]));
     sched.back().shape = fusion_shape(fusion.back());
-    note_owned(fusion.back(), &sched.back(), &axes_of);
   }
   // Scheduling first (graph/graph_schedule.h): `w.order[i]` is the launch that runs i-th;
   // fusion then merges runs of that order.

@@ -265,7 +265,6 @@ nb::dict checkpoint_plan(Tape& t) {
   d["segments"] = nb::cast(plan.segments);
   d["levels"] = plan.segments.size();
   d["recompute"] = plan.recompute;
-  d["overlapped"] = plan.overlapped;
   d["peak_bytes"] = plan.peak_bytes;
   d["min_bytes"] = plan.min_bytes;
   d["state_bytes"] = plan.state_bytes;

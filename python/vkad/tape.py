@@ -124,8 +124,7 @@ class Tape:
     def checkpoint_plan(self) -> Dict[str, Any]:
         """The schedule backward runs for the recording so far (vkad::Tape::checkpoint_plan): a
         dict of `launches`, `segments` (launches per segment per level, outermost first, the
-        last 1), `levels`, `recompute` (times each launch runs), `overlapped` (a segment's forward
-        runs again between the adjoints of the segment after it), `peak_bytes`, `min_bytes`,
+        last 1), `levels`, `recompute` (times each launch runs), `peak_bytes`, `min_bytes`,
         `state_bytes` and `text`. FailedPreconditionError without checkpointing or a recording;
         InvalidArgumentError, naming the least bytes, where the budget fits no schedule."""
         return self._tape.checkpoint_plan()

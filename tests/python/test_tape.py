@@ -611,9 +611,6 @@ def test_a_memory_budget_picks_the_schedule_and_gets_the_gradients(session):
             assert plan["launches"] == steps and plan["segments"][-1] == 1
             assert plan["recompute"] == plan["levels"] == len(plan["segments"])
             assert plan["peak_bytes"] <= budget, plan["text"]
-            # The loosest budget holds two segments' deepest copies: an overlapped plan.
-            assert plan["overlapped"] == ("overlapped" in plan["text"])
-            assert plan["overlapped"] or budget != 1 << 20, plan["text"]
             t.backward(seed={ring[steps % 2]: 1.0})
             np.testing.assert_allclose(t.grad(ring[0]).numpy(), want, rtol=5e-3, atol=1e-6,
                                        err_msg=plan["text"])
