@@ -20,6 +20,10 @@ total) are compared iteration by iteration: the largest relative difference of t
     python3 bench/multi_gpu.py [--gpus 1,2] [--per-device 1048576] [--strong-total 2097152]
                                [--steps 64] [--iters 100] [--warmup 5] [--reduce gloo|nccl]
                                [--json FILE]
+
+--program diffmpm runs examples/multi_gpu/diffmpm_batch.py instead (DiffTaichi's diffmpm over a
+batch of scenes): the units are scenes, not particles (defaults: 1 scene per GPU for weak
+scaling, 8 in all for strong scaling, 1024 steps on a 128^2 grid, 20 iterations after 2).
 """
 import argparse
 import json
@@ -31,6 +35,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(ROOT, "examples", "multi_gpu", "train.py")
+BATCH = os.path.join(ROOT, "examples", "multi_gpu", "diffmpm_batch.py")
 
 
 def gpu_count() -> int:
@@ -41,16 +46,21 @@ def gpu_count() -> int:
 def run(devices: int, particles: int, args) -> dict:
     with tempfile.TemporaryDirectory(prefix="vkad-bench-multi-") as tmp:
         out = os.path.join(tmp, "run.json")
-        cmd = [sys.executable, TRAIN, "--devices", str(devices), "--particles", str(particles),
-               "--steps", str(args.steps), "--iters", str(args.iters), "--warmup",
-               str(args.warmup), "--lr", str(args.lr), "--reduce", args.reduce, "--json", out]
+        if args.program == "diffmpm":  # `particles`: scenes
+            cmd = [sys.executable, BATCH, "--devices", str(devices), "--batch", str(particles),
+                   "--steps", str(args.steps), "--grid", str(args.grid)]
+        else:
+            cmd = [sys.executable, TRAIN, "--devices", str(devices), "--particles",
+                   str(particles), "--steps", str(args.steps), "--lr", str(args.lr)]
+        cmd += ["--iters", str(args.iters), "--warmup", str(args.warmup), "--reduce",
+                args.reduce, "--json", out]
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True)
         record = json.load(open(out))
     s = record["summary"]
     return {"gpus": devices, "particles": particles, "per_gpu": particles // devices,
             "iterations_per_s": s["iterations_per_s"], "allreduce_share": s["allreduce_share"],
-            "compute_share": s["compute_share"], "setup_s": s["setup_s"],
+            "compute_share": s.get("compute_share", float("nan")), "setup_s": s["setup_s"],
             "wall_s": time.perf_counter() - t0, "devices": s["devices"],
             "loss_first": s["loss_first"], "loss_last": s["loss_last"],
             "losses": record["ranks"][0]["history"]["loss"],
@@ -60,16 +70,26 @@ def run(devices: int, particles: int, args) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--gpus", default=None, help="GPU counts (default 1, 2, 4, 8 up to present)")
-    p.add_argument("--per-device", type=int, default=1 << 20)
-    p.add_argument("--strong-total", type=int, default=1 << 21)
-    p.add_argument("--steps", type=int, default=64)
-    p.add_argument("--iters", type=int, default=100)
-    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--program", choices=("substep", "diffmpm"), default="substep")
+    p.add_argument("--per-device", type=int, default=None,
+                   help="particles (scenes) per GPU, weak scaling (default 2^20; diffmpm 1)")
+    p.add_argument("--strong-total", type=int, default=None,
+                   help="particles (scenes) in all, strong scaling (default 2^21; diffmpm 8)")
+    p.add_argument("--steps", type=int, default=None, help="default 64; diffmpm 1024")
+    p.add_argument("--grid", type=int, default=128, help="diffmpm's grid cells per side")
+    p.add_argument("--iters", type=int, default=None, help="default 100; diffmpm 20")
+    p.add_argument("--warmup", type=int, default=None, help="default 5; diffmpm 2")
     p.add_argument("--lr", type=float, default=2.0)
     p.add_argument("--reduce", default="gloo",
                    help="gloo (through the host) or nccl (NVIDIA: DLPack views, NCCL)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
+    mpm = args.program == "diffmpm"
+    for name, substep, diffmpm in (("per_device", 1 << 20, 1), ("strong_total", 1 << 21, 8),
+                                   ("steps", 64, 1024), ("iters", 100, 20), ("warmup", 5, 2)):
+        if getattr(args, name) is None:
+            setattr(args, name, diffmpm if mpm else substep)
+    unit = "scenes" if mpm else "particles"
     present = gpu_count()
     counts = ([int(c) for c in args.gpus.split(",")] if args.gpus
               else [n for n in (1, 2, 4, 8) if n <= max(present, 1)])
@@ -80,7 +100,7 @@ def main() -> int:
         if (n, total) not in runs:
             runs[(n, total)] = run(n, total, args)
             r = runs[(n, total)]
-            print(f"  {n} GPU(s), {total} particles ({total // n} each): "
+            print(f"  {n} GPU(s), {total} {unit} ({total // n} each): "
                   f"{r['iterations_per_s']:.1f} it/s, all-reduce {100 * r['allreduce_share']:.1f}%"
                   f", compute {100 * r['compute_share']:.1f}%", flush=True)
         return runs[(n, total)]

@@ -41,7 +41,7 @@ The DiffMPM class is what tests/python/test_difftaichi.py imports.
 import math
 import os
 import sys
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -270,7 +270,7 @@ class DiffMPM(Simulation):
     def __init__(self, session: vkad.Session, steps: int = STEPS, n_grid: int = N_GRID,
                  dtype: vkad.DType = vkad.f32, scene: str = "robot", seed: int = 0,
                  graph: bool = True, loop: bool = True, build=None, debug: bool = False,
-                 memory_budget: Optional[int] = None):
+                 memory_budget: Optional[int] = None, shift: Tuple[float, float] = (0.0, 0.0)):
         # build: another maker of the kernels, build_kernels's signature (the tests pass the
         # KernelBuilder spelling, tests/python/difftaichi_builder_kernels.py)
         # memory_budget: bytes for the tape's checkpoints (Tape.memory_budget). The particles
@@ -292,6 +292,9 @@ class DiffMPM(Simulation):
         ring = memory_budget is not None
         self.scene = SCENES[scene](Scene(n_grid))
         sc = self.scene
+        # shift: the scene moved by (dx, dy), one of a batch of scenes
+        # (examples/multi_gpu/diffmpm_batch.py)
+        sc.x = [[px + shift[0], py + shift[1]] for px, py in sc.x]
         n, n_act = sc.n_particles, sc.n_actuators
         fluid = any(t == 0 for t in sc.particle_type)
         kbs = (build or build_kernels)(dtype, n_grid, sc.n_solid_particles, fluid,

@@ -392,16 +392,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch_processes(args, world: int) -> List[Dict]:
-    """`world` worker processes (this file with --worker), torch.distributed over localhost;
-    each writes its record to a file this process reads."""
+def launch_processes(args, world: int, script: Optional[str] = None) -> List[Dict]:
+    """`world` worker processes (`script`, default this file, with --worker), torch.distributed
+    over localhost; each writes its record to a file this process reads."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="vkad-multi-gpu-") as tmp:
         procs = []
         for rank in range(world):
             env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                        RANK=str(rank), WORLD_SIZE=str(world))
-            cmd = [sys.executable, os.path.abspath(__file__), "--worker",
+            cmd = [sys.executable, os.path.abspath(script or __file__), "--worker",
                    "--out", os.path.join(tmp, f"rank{rank}.json")] + args.passthrough
             procs.append(subprocess.Popen(cmd, env=env))
         codes = [p.wait() for p in procs]
@@ -410,9 +410,10 @@ def launch_processes(args, world: int) -> List[Dict]:
         return [json.load(open(os.path.join(tmp, f"rank{r}.json"))) for r in range(world)]
 
 
-def launch_threads(args, world: int) -> List[Dict]:
+def launch_threads(args, world: int, rank_fn: Optional[Callable[..., Dict]] = None) -> List[Dict]:
     """`world` ranks as threads of this process, one session each, gloo process groups over one
-    in-memory store (torch.distributed.ProcessGroupGloo per thread)."""
+    in-memory store (torch.distributed.ProcessGroupGloo per thread); each runs `rank_fn` (default
+    run_rank) with run_rank's arguments."""
     import datetime
     import torch.distributed as dist
     store = dist.HashStore()
@@ -428,7 +429,7 @@ def launch_threads(args, world: int) -> List[Dict]:
         try:
             group = dist.ProcessGroupGloo(store, rank, world, datetime.timedelta(seconds=120))
             groups.append(group)
-            out[rank] = run_rank(rank, world, args, "gloo", group)
+            out[rank] = (rank_fn or run_rank)(rank, world, args, "gloo", group)
         except BaseException as e:  # re-raised below, in the caller's thread
             errors.append(e)
 
@@ -443,7 +444,9 @@ def launch_threads(args, world: int) -> List[Dict]:
     return out  # type: ignore[return-value]
 
 
-def worker_main(args) -> None:
+def worker_main(args, rank_fn: Optional[Callable[..., Dict]] = None) -> None:
+    """A worker process of launch_processes: its process group, `rank_fn` (default run_rank)
+    with run_rank's arguments, its record written to args.out."""
     import torch.distributed as dist
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if args.reduce == "nccl":
@@ -452,7 +455,7 @@ def worker_main(args) -> None:
     dist.init_process_group("nccl" if args.reduce == "nccl" else "gloo", rank=rank,
                             world_size=world)
     try:
-        record = run_rank(rank, world, args, args.reduce)
+        record = (rank_fn or run_rank)(rank, world, args, args.reduce)
     finally:
         dist.destroy_process_group()
     with open(args.out, "w") as f:

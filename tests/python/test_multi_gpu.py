@@ -1,8 +1,11 @@
 """Several sessions: vkad.devices() and choosing a session's device by index or UUID, CUDA
-ordinals matched by UUID, and examples/multi_gpu/train.py's data-parallel training with two
-sessions on the same device (lavapipe here), as threads of one process and as two processes
+ordinals matched by UUID, examples/multi_gpu/train.py's data-parallel training with two and
+four sessions on the same device (lavapipe here), as threads of one process and as processes
 (torch.distributed gloo over localhost), each against one session over the whole batch within
-the f32 reduction-order bound that train.check_against_single derives."""
+the f32 reduction-order bound that train.check_against_single derives; and
+examples/multi_gpu/diffmpm_batch.py, DiffTaichi's diffmpm over a batch of scenes, on four
+processes (a scene each) and two threads (two scenes each), against one session running the
+whole batch."""
 import importlib.util
 import pathlib
 import sys
@@ -25,6 +28,19 @@ def _load_train():
 
 
 train = _load_train()
+
+BATCH_EXAMPLE = EXAMPLE.parent / "diffmpm_batch.py"
+
+
+def _load_batch():
+    spec = importlib.util.spec_from_file_location("multi_gpu_diffmpm_batch", BATCH_EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["multi_gpu_diffmpm_batch"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+batch = _load_batch()
 
 
 def test_devices_are_listed_in_index_order_with_uuids(session):
@@ -89,16 +105,20 @@ def test_cuda_ordinals_are_matched_by_uuid(monkeypatch):
     assert vkad.devices()[0].cuda_ordinal is None
 
 
-# The data-parallel runs: 2048 particles, 8 substeps, 3 iterations; two ranks of 1024.
+# The data-parallel runs: 2048 particles, 8 substeps, 3 iterations; two ranks of 1024, or four
+# of 512.
 ARGS = ["--particles", "2048", "--steps", "8", "--iters", "3", "--warmup", "0", "--lr", "2.0"]
 
 
 def _check(records, session):
-    """Both ranks on this session's device, no validation message, the same parameters, and
+    """Every rank on this session's device, no validation message, the same parameters, and
     every iteration equal to one session over the whole batch within the derived bound; and
     the bound is tight enough to see a missing all-reduce (rank 0's own share of the
     gradient lies outside it)."""
-    assert [r["particles"] for r in records] == [[0, 1024], [1024, 2048]]
+    world = len(records)
+    share = 2048 // world
+    assert [r["particles"] for r in records] == [[r * share, (r + 1) * share]
+                                                 for r in range(world)]
     for r in records:
         assert r["device_uuid"] == session.device_uuid
         assert r["validation_messages"] == []
@@ -112,10 +132,11 @@ def _check(records, session):
     assert losses[-1] < losses[0], "training lowers the loss"
 
 
-def _args(session, *more):
-    # Both ranks on the test session's device (on a machine with two GPUs the example would
-    # otherwise give rank 1 the second one).
-    return train.parse(ARGS + ["--devices", "2", "--device", session.device_uuid] + list(more))
+def _args(session, *more, devices=2):
+    # Every rank on the test session's device (on a machine with several GPUs the example would
+    # otherwise give rank r the r-th).
+    return train.parse(ARGS + ["--devices", str(devices), "--device", session.device_uuid] +
+                       list(more))
 
 
 def test_two_sessions_on_threads_equal_one_session(session):
@@ -128,3 +149,56 @@ def test_two_processes_with_gloo_equal_one_session(session):
     pytest.importorskip("torch.distributed")
     records = train.launch_processes(_args(session), 2)
     _check(records, session)
+
+
+def test_four_processes_with_gloo_equal_one_session(session):
+    pytest.importorskip("torch.distributed")
+    records = train.launch_processes(_args(session, devices=4), 4)
+    _check(records, session)
+
+
+# DiffTaichi's diffmpm over a batch of four robots: 64 steps on a 32^2 grid, 3 iterations.
+BATCH_ARGS = ["--steps", "64", "--grid", "32", "--iters", "3", "--warmup", "0"]
+
+
+def _check_batch(records, session, args):
+    """Every rank on this session's device with its share of the scenes, no validation message,
+    the ranks' loss curve and gradients equal to one session running the whole batch (the
+    example's compare(): 1e-4 of the loss), and the scenes different enough that a scene or a
+    rank left out of the sums would show (rank 0's own mean loss lies outside the tolerance)."""
+    world = len(records)
+    per = args.batch // world
+    assert [r["scenes"] for r in records] == [[r * per, (r + 1) * per] for r in range(world)]
+    for r in records:
+        assert r["device_uuid"] == session.device_uuid
+        assert r["validation_messages"] == []
+    one = batch.single(args, session)
+    check = batch.compare(records, one)
+    assert check["ok"], check
+    own = records[0]["history"]["local_loss"][0] / per
+    whole = one["history"]["loss"][0]
+    assert abs(own - whole) > 10 * 1e-4 * abs(whole), (own, whole)
+    assert np.any(np.array(records[0]["history"]["grad"][0]) != 0)
+    losses = one["history"]["loss"]
+    assert losses[-1] != losses[0], "the controller's steps change the batch's loss"
+
+
+def test_diffmpm_scenes_on_four_processes_equal_one_session(session):
+    pytest.importorskip("torch.distributed")
+    args = batch.parse(BATCH_ARGS + ["--devices", "4", "--batch", "4", "--device",
+                                     session.device_uuid])
+    records = batch.mg.launch_processes(args, 4, script=str(BATCH_EXAMPLE))
+    _check_batch(records, session, args)
+
+
+def test_diffmpm_scenes_two_per_thread_equal_one_session(session):
+    pytest.importorskip("torch.distributed")
+    args = batch.parse(BATCH_ARGS + ["--devices", "2", "--batch", "4", "--threads", "--device",
+                                     session.device_uuid])
+    records = batch.mg.launch_threads(args, 2, batch.run_rank)
+    _check_batch(records, session, args)
+
+
+def test_a_batch_smaller_than_the_ranks_is_refused():
+    with pytest.raises(SystemExit):
+        batch.parse(["--devices", "4", "--batch", "2"])
