@@ -191,14 +191,7 @@ def parse(argv=None):
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=1, help="iterations before the timed ones")
     p.add_argument("--reduce", default="gloo", help="gloo (through the host) or nccl")
-    p.add_argument("--threads", action="store_true", help="ranks as threads of one process")
-    p.add_argument("--device", default=None,
-                   help="Vulkan device(s) for the ranks, comma-separated (default: GPU r)")
-    p.add_argument("--check", action="store_true",
-                   help="compare with one session over the whole batch (compare())")
-    p.add_argument("--json", default=None, help="write the run's record here")
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    mg.add_rank_arguments(p, "compare()")
     args = p.parse_args(argv)
     if args.per_device is not None:
         args.batch = args.per_device * args.devices
@@ -220,12 +213,7 @@ def main(argv=None) -> int:
         mg.worker_main(args, run_rank)
         return 0
     t0 = time.perf_counter()
-    if args.devices == 1 and not args.threads:
-        records = [run_rank(0, 1, args, "none")]
-    elif args.threads:
-        records = mg.launch_threads(args, args.devices, run_rank)
-    else:
-        records = mg.launch_processes(args, args.devices, script=__file__)
+    records = mg.run_ranks(args, run_rank, script=__file__)
     wall = time.perf_counter() - t0
     slowest = max(r["times"]["total"] for r in records)
     hist = records[0]["history"]

@@ -549,6 +549,32 @@ def check_against_single(records: List[Dict], steps: int, total: int,
 
 # ----------------------------------------------------------------------------- command line
 
+def add_rank_arguments(p: argparse.ArgumentParser, check: str) -> None:
+    """How the ranks run, what they are compared with and where the record goes: the arguments
+    this file and diffmpm_batch.py share (`check`: the function --check names)."""
+    p.add_argument("--threads", action="store_true", help="ranks as threads of one process")
+    p.add_argument("--device", default=None,
+                   help="Vulkan device(s) for the ranks, comma-separated (default: GPU r)")
+    p.add_argument("--check", action="store_true",
+                   help=f"compare with one session over the whole batch ({check})")
+    p.add_argument("--json", default=None, help="write the run's record here")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
+
+
+def run_ranks(args, rank_fn: Optional[Callable[..., Dict]] = None,
+              script: Optional[str] = None) -> List[Dict]:
+    """The run's records, one per rank: one rank in this process (--devices 1, no torch), the
+    ranks as threads (--threads) or as worker processes of `script` (default this file);
+    `rank_fn` (default run_rank) is each rank's work."""
+    rank_fn = rank_fn or run_rank
+    if args.devices == 1 and not args.threads:
+        return [rank_fn(0, 1, args, "none")]
+    if args.threads:
+        return launch_threads(args, args.devices, rank_fn)
+    return launch_processes(args, args.devices, script)
+
+
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -563,14 +589,7 @@ def parse(argv=None):
     p.add_argument("--reduce", default="gloo",
                    help="gloo (through the host) or nccl (NVIDIA GPUs, DLPack views, one process "
                         "per GPU)")
-    p.add_argument("--threads", action="store_true", help="ranks as threads of one process")
-    p.add_argument("--device", default=None,
-                   help="Vulkan device(s) for the ranks, comma-separated (default: GPU r)")
-    p.add_argument("--check", action="store_true",
-                   help="compare with one session over the whole batch (check_against_single)")
-    p.add_argument("--json", default=None, help="write the run's record here")
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    add_rank_arguments(p, "check_against_single")
     args = p.parse_args(argv)
     if args.per_device is not None:
         args.particles = args.per_device * args.devices
@@ -615,12 +634,7 @@ def main(argv=None) -> int:
         worker_main(args)
         return 0
     t0 = time.perf_counter()
-    if args.devices == 1 and not args.threads:
-        records = [run_rank(0, 1, args, "none")]
-    elif args.threads:
-        records = launch_threads(args, args.devices)
-    else:
-        records = launch_processes(args, args.devices)
+    records = run_ranks(args)
     wall = time.perf_counter() - t0
     summary = summarize(records, wall)
     print(f"{summary['ranks']} rank(s), {summary['particles']} particles, {args.steps} steps: "
