@@ -405,6 +405,7 @@ Result<SessionStats> Session::stats() const {
   SessionStats s;
   s.launches = r.launches;
   s.dispatches = r.dispatches;
+  s.barriers = r.barriers;
   s.flushes = r.flushes;
   s.forced_waits = r.retirement.forced_waits;
   s.forced_wait_ms = r.retirement.forced_wait_us / 1e3;

@@ -138,6 +138,10 @@ struct SessionStats {
   // Compute dispatches recorded (a launch's tasks; every replay's again): the figure a device's
   // per-dispatch cost multiplies (docs/benchmarks.md, the DiffTaichi race's dispatches column).
   uint64_t dispatches = 0;
+  // Compute barriers recorded after those dispatches (RuntimeStats::barriers): the dispatches
+  // the next one waited behind, a device's dependent-dispatch latency each; a graph's schedule
+  // leaves out the ones between launches it proved independent.
+  uint64_t barriers = 0;
   uint64_t flushes = 0;
   uint64_t forced_waits = 0;  // times a flush waited for the oldest submission
   double forced_wait_ms = 0;  // host time those waits took (the device pacing the host)

@@ -858,6 +858,7 @@ vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out) {
   full.dispatches = st.dispatches;
   full.memory_peak_block_bytes = st.memory_peak_block_bytes;
   full.memory_peak_used_bytes = st.memory_peak_used_bytes;
+  full.barriers = st.barriers;
   return write_versioned("vkad_session_stats", full, out);
 }
 

@@ -495,6 +495,9 @@ typedef struct vkad_stats {
   /* The most device memory held at once (blocks; of which in live buffers) since the session
    * was made or vkad_reset_memory_peaks. */
   uint64_t memory_peak_block_bytes, memory_peak_used_bytes;
+  /* Compute barriers recorded after those dispatches (a replay's again): the dispatches the
+   * next one waited behind; a graph's schedule leaves out those between independent launches. */
+  uint64_t barriers;
 } vkad_stats;
 /* Fails (VKAD_FAILED_PRECONDITION) while another thread is inside the session. */
 VKAD_C_API vkad_status* vkad_session_stats(const vkad_session* session, vkad_stats* out);

@@ -29,7 +29,8 @@ rigid_body_discontinuity, which DiffTaichi does not train, one point of their sc
 graph capture; vkad compiles when the example is constructed, before it) and the seconds from launching the subprocess to the end of the first iteration (interpreter,
 imports, initialisation, compilation), the loss curve, and the gradient at iteration 0 (its norm,
 and its relative difference from vkad's), and for vkad the compute dispatches one iteration records
-(stats()["dispatches"] over an extra, untimed iteration). vkad's later iterations replay the
+and the barriers after them (stats()["dispatches"] and ["barriers"] over an extra, untimed
+iteration: a device waits its dependent-dispatch latency at each barrier). vkad's later iterations replay the
 reworked graph: after the iteration that captured it the race waits, untimed, for the capture's
 background rework (Session.finish_rework) and reports the wait in the JSON (rework_wait_ms) --
 a large graph's rework (seconds) would otherwise outlast a short race, which would then time
@@ -346,15 +347,19 @@ def child(a) -> dict:
                 session.finish_rework(graph)
                 info["rework_wait_ms"] = (time.perf_counter() - t0) * 1e3
                 reworked = True
-        dispatches = None
+        dispatches = barriers = None
         if session is not None:
-            # One more iteration, untimed: the compute dispatches it records (the figure a
-            # device's dependent-dispatch floor multiplies; vkad-bench-dispatch measures it).
-            before = session.stats()["dispatches"]
+            # One more iteration, untimed: the compute dispatches it records and the barriers
+            # after them (the dependent ones: what a device's dependent-dispatch floor
+            # multiplies; vkad-bench-dispatch measures it).
+            before = session.stats()
             sim.iteration()
-            dispatches = session.stats()["dispatches"] - before
+            after = session.stats()
+            dispatches = after["dispatches"] - before["dispatches"]
+            barriers = after["barriers"] - before["barriers"]
         steady = ms[1:]
-        return dict(info, status="ok", dispatches_per_iter=dispatches, iters=a.iters,
+        return dict(info, status="ok", dispatches_per_iter=dispatches,
+                    barriers_per_iter=barriers, iters=a.iters,
                     steps=a.steps,
                     grid=a.grid if a.program in GRIDS else None,
                     res=a.res if a.program in RESES else None,
@@ -422,7 +427,7 @@ def print_table(program, rows, f64=False):
     print(f"\n{program}")
     head = (f"{'implementation':34} {'ms/iter':>9} {'first ms':>9} {'start->1st s':>12} "
             f"{'loss[0]':>10} {'loss[-1]':>10} {'|grad0|':>10} {'grad0 vs vkad':>13} "
-            f"{'disp/iter':>9}")
+            f"{'disp/iter':>9} {'barr/iter':>9}")
     print(head)
     print("-" * len(head))
     for impl, r in rows:
@@ -435,7 +440,8 @@ def print_table(program, rows, f64=False):
               f"{r['first_iter_ms']:9.1f} {r['start_to_first_iter_s']:12.2f} "
               f"{r['losses'][0]:10.6f} {r['final_loss']:10.6f} {r['grad0_norm']:10.4g} "
               f"{fmt(r.get('grad0_rel_diff_vs_vkad'), '13.2e')} "
-              f"{fmt(r.get('dispatches_per_iter'), '9d')}")
+              f"{fmt(r.get('dispatches_per_iter'), '9d')} "
+              f"{fmt(r.get('barriers_per_iter'), '9d')}")
     if program.split(":")[0] == "mass_spring" and not f64:  # not mass_spring_simple
         # Not a disagreement of the implementations: bench/mass_spring_divergence.py.
         print("note: past ~550 steps mass_spring's f32 trajectories part at a ground contact "

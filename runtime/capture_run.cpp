@@ -395,7 +395,7 @@ void Runtime::Graphs::Run::submit_piece(Piece& p) {
     if (!st.kernel) continue;
     rt_.ctx_buffers_.flags.push_back(
         {down + st.args_offset, st.kernel, LaunchId{++rt_.next_launch_}, 0, 0, st.origin});
-    rt_.count_launch(p.plans[st.plan]);
+    rt_.count_launch(p.plans[st.plan], st.barrier_after);
   }
   ++rt_.stats_.run_pieces;
   if (p.args.valid()) {

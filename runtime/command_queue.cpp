@@ -114,7 +114,7 @@ Status CommandQueue::record_launch(const std::shared_ptr<const Kernel>& k, const
   const LaunchId launch_id{++next_launch_};
   ctx_buffers_.flags.push_back({args_slot.data, k, launch_id, replay_graph_, replay_launch_,
                                 replay_graph_ != 0 ? replay_origin_ : note_});
-  count_launch(plan);
+  count_launch(plan, final_barrier);
   if (id) *id = launch_id;
   return {};
 }
@@ -156,10 +156,13 @@ Status CommandQueue::dispatch_into(rhi::CommandList& list, const Kernel& k, cons
   return {};
 }
 
-void CommandQueue::count_launch(const CommandPlan& planned) {
+void CommandQueue::count_launch(const CommandPlan& planned, bool barrier_after) {
   const std::array<uint64_t, 3>& tier_counts = planned.lp.tier_counts;
   ++stats_.launches;
-  stats_.dispatches += planned.lp.tasks.size();
+  const size_t tasks = planned.lp.tasks.size();
+  stats_.dispatches += tasks;
+  // dispatch_into's: one after every task but the last, and after the last with barrier_after.
+  if (tasks > 0) stats_.barriers += tasks - 1 + (barrier_after ? 1 : 0);
   stats_.adstack_heap_dispatches += tier_counts[0] + tier_counts[2];
   stats_.adstack_private_dispatches += tier_counts[1];
   stats_.adstack_private_fallbacks += tier_counts[2];

@@ -585,7 +585,7 @@ Status Runtime::Graphs::replay_bundle(Graph& g, uint64_t id, bool any_heap,
     const std::byte* at = down[piece] + (g.args_offset[i] - g.pieces[piece].first);
     rt_.ctx_buffers_.flags.push_back({at, g.launches[i].kernel, LaunchId{++rt_.next_launch_}, id,
                                       static_cast<uint32_t>(i), g.launches[i].origin});
-    rt_.count_launch(g.plans[g.launches[i].plan]);
+    rt_.count_launch(g.plans[g.launches[i].plan], g.launches[i].barrier_after);
   }
   rt_.ctx_bytes_ += 2 * g.args_blob.size();  // the upload and the readback slots
   ++rt_.stats_.graph_replays;

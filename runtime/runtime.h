@@ -204,6 +204,11 @@ struct RuntimeStats {
   // Compute dispatches those launches recorded (one per task; a graph's fused launch counts
   // once, a replay every launch again): what a device pays a dependent-dispatch floor for.
   uint64_t dispatches = 0;
+  // Compute-to-compute barriers recorded after those dispatches (between a launch's tasks and
+  // after its last where the next launch may depend on it; a replay's again): how many of the
+  // dispatches the next one waited behind. A graph's scheduling leaves out the barriers between
+  // launches it proved independent, so dispatches - barriers ran beside the one before them.
+  uint64_t barriers = 0;
   uint64_t prepares = 0;  // Runtime::prepare calls that succeeded
   uint64_t flushes = 0;   // submissions made by flush (explicit or automatic)
   uint64_t auto_flushes = 0;
@@ -499,7 +504,9 @@ class CommandQueue {
                               std::span<rhi::Buffer* const> heaps, rhi::Buffer& args_buf,
                               uint64_t args_offset, bool final_barrier,
                               std::vector<rhi::Buffer*>& bindings);
-  void count_launch(const CommandPlan& plan);  // the stats of one launch recorded
+  // The stats of one launch recorded; `barrier_after`: a compute barrier follows its last
+  // task's dispatch (record_launch's final_barrier, a graph step's barrier_after).
+  void count_launch(const CommandPlan& plan, bool barrier_after);
   Result<rhi::StreamSemaphore> submit_list();  // flush()'s submission, also while capturing
   Status auto_flush();  // flush when the list is past max_dispatches_per_list or max_list_age_us
   // flush (to_device) or invalidate every held host view (hold_host_view, Interop).

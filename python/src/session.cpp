@@ -69,6 +69,7 @@ nb::dict Session::stats() {
   nb::dict d;
   d["launches"] = s.launches;
   d["dispatches"] = s.dispatches;
+  d["barriers"] = s.barriers;
   d["flushes"] = s.flushes;
   d["forced_waits"] = s.forced_waits;
   d["forced_wait_us"] = static_cast<uint64_t>(s.forced_wait_ms * 1e3);

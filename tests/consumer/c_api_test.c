@@ -551,6 +551,7 @@ int main(void) {
    * 1 run, then 6 runs and 6 replays */
   CHECK(stats.launches == 24);
   CHECK(stats.dispatches >= stats.launches); /* a dispatch per task */
+  CHECK(stats.barriers > 0 && stats.barriers <= stats.dispatches); /* eager: one after each */
   CHECK(stats.ndarrays == 5);
   CHECK(stats.memory_used_bytes > 0);
   /* The peaks hold at least what is held now; a reset starts them from it. */

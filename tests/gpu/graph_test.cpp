@@ -806,7 +806,8 @@ TEST(SessionGraphs, CapturesThatRunAfterAReplayedAndReleasedGraphStartOnSeveralT
   for (std::thread& th : threads) th.join();
 }
 
-// SessionStats::dispatches counts a dispatch per task of every launch, eager or replayed.
+// SessionStats::dispatches counts a dispatch per task of every launch, eager or replayed, and
+// SessionStats::barriers the compute barriers after them.
 TEST(SessionGraphs, StatsCountADispatchPerTaskOfEveryLaunch) {
   bool skipped = false;
   std::unique_ptr<Session> s = validated_session(&skipped);
@@ -842,9 +843,74 @@ kernel two(x: ndarray<f32, 1>, t: ndarray<f32, 1>) {
   ASSERT_TRUE(s->replay(*g).ok());
   const SessionStats replayed = *s->stats();
   EXPECT_EQ(replayed.dispatches - eager.dispatches, 4u);
+  // A barrier between the two tasks and after the second: every launch's next may read it.
+  EXPECT_EQ(eager.barriers - before.barriers, 2u);
+  EXPECT_EQ(replayed.barriers - eager.barriers, 4u);  // the same two each replay
   std::vector<float> got(32);
   ASSERT_TRUE(s->download(*x, std::span<float>(got)).ok());
   EXPECT_EQ(got[5], 128.0f);  // x <- 2 x^2, three times from 1: 2, 8, 128
+  ASSERT_TRUE(s->release_graph(*g).ok());
+  expect_no_validation_messages(*s);
+}
+
+// SessionStats::barriers counts only the barriers a replay records: two chains a -> b and
+// c -> d of launches over different ranges (so they do not fuse) are scheduled a, c, b, d with
+// a barrier after c and after d alone: four dispatches, two barriers (as launched one by one,
+// four).
+TEST(SessionGraphs, StatsCountTheBarriersAReplayRecords) {
+  bool skipped = false;
+  std::unique_ptr<Session> s = validated_session(&skipped);
+  if (skipped) GTEST_SKIP() << "SKIPPED: no Vulkan device";
+  ASSERT_NE(s, nullptr);
+  // A neighbour read: the next launch cannot fuse with the one writing its input.
+  auto k = s->compile(std::string_view(R"(
+kernel nb(a: ndarray<f32, 1>, b: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(a, 0)) {
+    %one = const 1 : i32
+    %n = shape a 0 : i32
+    %nl = sub %n, %one : i32
+    %ip = add %i, %one : i32
+    %ipc = min %ip, %nl : i32
+    %x = load a[%ipc] : f32
+    %y = load a[%i] : f32
+    %s = add %x, %y : f32
+    store b[%i], %s
+  }
+})"));
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  std::vector<NdArrayHandle> a;
+  for (uint32_t i = 0; i < 6; ++i) {
+    auto h = s->ndarray(DType::kF32, {i < 3 ? 64u : 48u}, "a" + std::to_string(i));
+    ASSERT_TRUE(h.ok());
+    ASSERT_TRUE(s->fill(*h, 1.0).ok());
+    a.push_back(*h);
+  }
+  ASSERT_TRUE(s->begin_capture("two chains").ok());
+  ASSERT_TRUE(s->launch(*k, {Arg::ndarray(a[0]), Arg::ndarray(a[1])}).ok());  // chain 1
+  ASSERT_TRUE(s->launch(*k, {Arg::ndarray(a[1]), Arg::ndarray(a[2])}).ok());
+  ASSERT_TRUE(s->launch(*k, {Arg::ndarray(a[3]), Arg::ndarray(a[4])}).ok());  // chain 2
+  ASSERT_TRUE(s->launch(*k, {Arg::ndarray(a[4]), Arg::ndarray(a[5])}).ok());
+  auto g = s->end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  ASSERT_TRUE(s->finish_rework(*g).ok());
+  SessionStats before = *s->stats();
+  ASSERT_TRUE(s->replay(*g).ok());
+  SessionStats after = *s->stats();
+  const uint64_t dispatches = after.dispatches - before.dispatches;
+  const uint64_t barriers = after.barriers - before.barriers;
+  EXPECT_EQ(dispatches, 4u);
+  EXPECT_EQ(barriers, 2u);
+  std::vector<float> got(48);
+  ASSERT_TRUE(s->download(a[5], std::span<float>(got)).ok());
+  EXPECT_EQ(got[10], 4.0f);  // 1 + 1, then 2 + 2
+  // The same launches one by one: a barrier after each.
+  before = *s->stats();
+  ASSERT_TRUE(s->launch(*k, {Arg::ndarray(a[0]), Arg::ndarray(a[1])}).ok());
+  ASSERT_TRUE(s->launch(*k, {Arg::ndarray(a[1]), Arg::ndarray(a[2])}).ok());
+  ASSERT_TRUE(s->launch(*k, {Arg::ndarray(a[3]), Arg::ndarray(a[4])}).ok());
+  ASSERT_TRUE(s->launch(*k, {Arg::ndarray(a[4]), Arg::ndarray(a[5])}).ok());
+  after = *s->stats();
+  EXPECT_EQ(after.barriers - before.barriers, 4u);
   ASSERT_TRUE(s->release_graph(*g).ok());
   expect_no_validation_messages(*s);
 }

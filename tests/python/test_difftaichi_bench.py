@@ -68,6 +68,8 @@ def test_vkad_only_run_writes_the_results(tmp_path):
         assert r["ms_per_iter"] > 0 and r["first_iter_ms"] > 0
         # a replayed iteration records dispatches (a rolled step loop is one)
         assert r["dispatches_per_iter"] > 0, r["dispatches_per_iter"]
+        # ... and the barriers after them: at least the last's, at most one each
+        assert 0 < r["barriers_per_iter"] <= r["dispatches_per_iter"], r
         # the race waited for the capture's rework, so later iterations replay the reworked graph
         assert r["rework_wait_ms"] >= 0, r
         # the process's start came before the end of its first iteration

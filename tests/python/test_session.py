@@ -41,11 +41,16 @@ def test_retirement_depth_one_keeps_results():
             x[i] = x[i] * 2
         k = s.compile(kb)
         a = s.ndarray(np.ones(100, np.int32))
+        before = s.stats()
         for _ in range(10):
             s.launch(k, a)
             s.flush()
         np.testing.assert_array_equal(a.numpy(), np.full(100, 1024))
-        assert s.stats()["flushes"] >= 10
+        after = s.stats()
+        assert after["flushes"] >= 10
+        # one task a launch: a dispatch each, and the compute barrier after it
+        assert after["dispatches"] - before["dispatches"] == 10
+        assert after["barriers"] - before["barriers"] == 10
 
 
 def test_memory_peaks_keep_the_most_held_until_reset():
