@@ -68,6 +68,15 @@ class Scenes:
         # DiffTaichi's initialisation from seed 0: every rank's scenes start from the same.
         return self.sims[0].weights()
 
+    def finish_rework(self) -> None:
+        """Waits for each scene's captured iteration's background rework (Session.finish_rework):
+        until a replay installs it, replays run the graph as captured, and a short run would
+        time those."""
+        for sim in self.sims:
+            graph = getattr(sim, "_graph", None)
+            if graph is not None:
+                sim.s.finish_rework(graph)
+
     def grad(self, w: Dict[str, np.ndarray]):
         """The scenes' summed loss and gradient (flattened, PARAMS in order) at weights `w`."""
         loss, g = 0.0, None
@@ -84,7 +93,8 @@ def train_batch(scenes: Scenes, reduce, iters: int, batch: int, warmup: int = 0)
     """DiffTaichi's gradient descent on the batch's mean loss: each iteration the rank's scenes'
     sums, all-reduced (sum; `reduce` None: one rank), divided by the batch, one step on every
     rank. Returns the history (the batch's loss and gradient per iteration, this rank's own
-    sums) and times (s) as train.py's train() does."""
+    sums) and times (s) as train.py's train() does. After the first iteration (which captures
+    each scene's graph) the rank waits, untimed, for the graphs' background rework."""
     w = scenes.initial_weights()
     shapes = [(p, w[p].shape) for p in diffmpm.DiffMPM.PARAMS]
     on_device = getattr(reduce, "on_device", False)
@@ -118,6 +128,8 @@ def train_batch(scenes: Scenes, reduce, iters: int, batch: int, warmup: int = 0)
             w[p] = w[p] - diffmpm.LEARNING_RATE * mean[at:at + n].reshape(shape)
             at += n
         t3 = time.perf_counter()
+        if it == 0:
+            scenes.finish_rework()
         if it >= warmup:
             times["compute"] += t1 - t0
             times["allreduce"] += t2 - t1
