@@ -394,7 +394,9 @@ def free_port() -> int:
 
 def launch_processes(args, world: int, script: Optional[str] = None) -> List[Dict]:
     """`world` worker processes (`script`, default this file, with --worker), torch.distributed
-    over localhost; each writes its record to a file this process reads."""
+    over localhost; each writes its record to a file this process reads. A worker that fails
+    stops the run: the others, which would wait for it in their next all-reduce until the
+    process group's timeout, are killed, and SystemExit names the rank."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="vkad-multi-gpu-") as tmp:
         procs = []
@@ -404,7 +406,17 @@ def launch_processes(args, world: int, script: Optional[str] = None) -> List[Dic
             cmd = [sys.executable, os.path.abspath(script or __file__), "--worker",
                    "--out", os.path.join(tmp, f"rank{rank}.json")] + args.passthrough
             procs.append(subprocess.Popen(cmd, env=env))
-        codes = [p.wait() for p in procs]
+        while any(p.poll() is None for p in procs):
+            failed = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+            if failed:
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+                codes = [p.wait() for p in procs]
+                raise SystemExit(f"rank {failed[0]} failed (exit code {codes[failed[0]]}); the "
+                                 f"other ranks were stopped (worker exit codes {codes})")
+            time.sleep(0.05)
+        codes = [p.returncode for p in procs]
         if any(codes):
             raise SystemExit(f"worker exit codes {codes}")
         return [json.load(open(os.path.join(tmp, f"rank{r}.json"))) for r in range(world)]
@@ -452,8 +464,11 @@ def worker_main(args, rank_fn: Optional[Callable[..., Dict]] = None) -> None:
     if args.reduce == "nccl":
         import torch
         torch.cuda.set_device(rank)  # rank r's GPU: pick_device took CUDA device r's twin
+    import datetime
+    # A bounded wait: a rank whose peer died mid-run fails instead of waiting 30 minutes
+    # (launch_processes stops the others sooner).
     dist.init_process_group("nccl" if args.reduce == "nccl" else "gloo", rank=rank,
-                            world_size=world)
+                            world_size=world, timeout=datetime.timedelta(seconds=300))
     try:
         record = (rank_fn or run_rank)(rank, world, args, args.reduce)
     finally:

@@ -202,3 +202,14 @@ def test_diffmpm_scenes_two_per_thread_equal_one_session(session):
 def test_a_batch_smaller_than_the_ranks_is_refused():
     with pytest.raises(SystemExit):
         batch.parse(["--devices", "4", "--batch", "2"])
+
+
+def test_a_failing_worker_stops_the_others_and_is_named(session):
+    """Rank 3 of four cannot open its device: the run ends with SystemExit naming it, the three
+    others (waiting for it in their first all-reduce) stopped instead of left to the process
+    group's timeout."""
+    pytest.importorskip("torch.distributed")
+    uuid = session.device_uuid
+    args = train.parse(ARGS + ["--devices", "4", "--device", ",".join([uuid] * 3 + ["no-such"])])
+    with pytest.raises(SystemExit, match="rank 3 failed"):
+        train.launch_processes(args, 4)
