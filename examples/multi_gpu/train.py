@@ -459,12 +459,12 @@ def launch_threads(args, world: int, rank_fn: Optional[Callable[..., Dict]] = No
 def worker_main(args, rank_fn: Optional[Callable[..., Dict]] = None) -> None:
     """A worker process of launch_processes: its process group, `rank_fn` (default run_rank)
     with run_rank's arguments, its record written to args.out."""
+    import datetime
     import torch.distributed as dist
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if args.reduce == "nccl":
         import torch
         torch.cuda.set_device(rank)  # rank r's GPU: pick_device took CUDA device r's twin
-    import datetime
     # A bounded wait: a rank whose peer died mid-run fails instead of waiting 30 minutes
     # (launch_processes stops the others sooner).
     dist.init_process_group("nccl" if args.reduce == "nccl" else "gloo", rank=rank,
