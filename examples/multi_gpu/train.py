@@ -413,7 +413,20 @@ def launch_processes(args, world: int, script: Optional[str] = None) -> List[Dic
                     if p.poll() is None:
                         p.kill()
                 codes = [p.wait() for p in procs]
-                raise SystemExit(f"rank {failed[0]} failed (exit code {codes[failed[0]]}); the "
+                # Its peers fail right after a failing rank (their all-reduce loses it), maybe
+                # before it has exited: the first failure is the one stamped first.
+                stamps = []
+                for r in range(world):
+                    try:
+                        with open(os.path.join(tmp, f"rank{r}.json.failed")) as f:
+                            stamps.append((json.load(f), r))
+                    except (OSError, ValueError):
+                        pass
+                first, why = failed[0], ""
+                if stamps:
+                    stamp, first = min(stamps, key=lambda s: s[0]["time"])
+                    why = f": {stamp['error']}"
+                raise SystemExit(f"rank {first} failed (exit code {codes[first]}){why}; the "
                                  f"other ranks were stopped (worker exit codes {codes})")
             time.sleep(0.05)
         codes = [p.returncode for p in procs]
@@ -471,6 +484,12 @@ def worker_main(args, rank_fn: Optional[Callable[..., Dict]] = None) -> None:
                             world_size=world, timeout=datetime.timedelta(seconds=300))
     try:
         record = (rank_fn or run_rank)(rank, world, args, args.reduce)
+    except BaseException as e:
+        # Stamped before the group goes (which makes the peers fail): launch_processes names
+        # the rank that failed first.
+        with open(args.out + ".failed", "w") as f:
+            json.dump({"time": time.time(), "error": f"{type(e).__name__}: {e}"}, f)
+        raise
     finally:
         dist.destroy_process_group()
     with open(args.out, "w") as f:
