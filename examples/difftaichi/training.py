@@ -192,6 +192,15 @@ class Simulation:
             self.s.replay(self._graph)
         return self.read_loss()
 
+    def finish_rework(self) -> bool:
+        """Waits for the captured iteration's background rework (Session.finish_rework): until a
+        replay installs it, replays run the graph as captured, which a short timed run would
+        measure. False where no iteration was captured yet (graph=False, or before the first)."""
+        if self._graph is None:
+            return False
+        self.s.finish_rework(self._graph)
+        return True
+
     def weights(self) -> Dict[str, np.ndarray]:
         """The trained arrays as float64 numpy, by name."""
         return {p: self.arrays[p].numpy().astype(np.float64) for p in self.PARAMS}

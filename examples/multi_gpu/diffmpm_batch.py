@@ -69,13 +69,9 @@ class Scenes:
         return self.sims[0].weights()
 
     def finish_rework(self) -> None:
-        """Waits for each scene's captured iteration's background rework (Session.finish_rework):
-        until a replay installs it, replays run the graph as captured, and a short run would
-        time those."""
+        """Each scene's Simulation.finish_rework: the timed iterations replay reworked graphs."""
         for sim in self.sims:
-            graph = getattr(sim, "_graph", None)
-            if graph is not None:
-                sim.s.finish_rework(graph)
+            sim.finish_rework()
 
     def grad(self, w: Dict[str, np.ndarray]):
         """The scenes' summed loss and gradient (flattened, PARAMS in order) at weights `w`."""
