@@ -38,6 +38,7 @@ Target target_from_caps(const rhi::Capabilities& caps) {
   // contend, and lavapipe's subgroup operations cost more than they save (the counting kernel
   // of vkad-bench-counted ran ~30% slower with them, docs/benchmarks-log.md).
   t.subgroup_arithmetic = caps.subgroup_arithmetic && caps.kind != rhi::DeviceKind::kCpu;
+  t.subgroup_shuffle = t.subgroup_arithmetic && caps.subgroup_shuffle;
   t.max_local_size = std::min(caps.max_workgroup_invocations, caps.max_workgroup_size[0]);
   t.preserve_nan_inf_f32 = caps.preserve_nan_inf_f32;
   t.preserve_nan_inf_f64 = caps.preserve_nan_inf_f64;

@@ -28,6 +28,11 @@ struct Target {
   // reassociated (as atomics' order is anyway). target_from_caps leaves it off on CPU devices,
   // where it costs more than it saves.
   bool subgroup_arithmetic = false;
+  // With subgroup_arithmetic: ballot and relative shuffles in compute too. The emitter then
+  // adds each run of consecutive invocations that hit one element of a computed index (an MPM
+  // particle's grid cell, its neighbours in the launch often in the same cell) as one atomic
+  // of the run's sum (spirv_emitter.cpp, atomic_add).
+  bool subgroup_shuffle = false;
   uint32_t max_local_size = 1024;
   // How adstack heaps order their elements (adstack/adstack_layout.h): slot-major on GPUs
   // (coalesced pushes and pops), thread-major on CPU devices (one thread's stacks in its own
@@ -45,7 +50,7 @@ struct Target {
     Target t;
     t.device_name = "any device (host)";
     t.float64 = t.int64 = t.atomic_float32_add = t.atomic_float64_add = t.atomic_int64 = true;
-    t.subgroup_arithmetic = true;
+    t.subgroup_arithmetic = t.subgroup_shuffle = true;
     return t;
   }
 };

@@ -95,7 +95,8 @@ std::string Capabilities::to_string() const {
     << "timestamps:             " << yn(timestamps) << " (period " << timestamp_period_ns
     << " ns)\n"
     << "subgroup size:          " << subgroup_size
-    << " (arithmetic in compute: " << yn(subgroup_arithmetic) << ")\n"
+    << " (arithmetic in compute: " << yn(subgroup_arithmetic)
+    << ", ballot and relative shuffles: " << yn(subgroup_shuffle) << ")\n"
     << "loop passes per thread: "
     << (max_loop_passes
             ? std::to_string(max_loop_passes) + " (the driver silently leaves loops past it)"
@@ -291,6 +292,10 @@ Capabilities capabilities_from(const DeviceFacts& facts, bool use_push_descripto
     c.subgroup_arithmetic =
         (facts.p11.subgroupSupportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0 &&
         (facts.p11.subgroupSupportedOperations & need) == need;
+    const VkSubgroupFeatureFlags shuffle =
+        need | VK_SUBGROUP_FEATURE_BALLOT_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_RELATIVE_BIT;
+    c.subgroup_shuffle = c.subgroup_arithmetic &&
+                         (facts.p11.subgroupSupportedOperations & shuffle) == shuffle;
   }
   c.max_storage_buffer_range = lim.maxStorageBufferRange;
   c.max_storage_buffers = std::min({lim.maxPerStageDescriptorStorageBuffers,

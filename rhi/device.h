@@ -181,6 +181,9 @@ struct Capabilities {
   // (VkPhysicalDeviceVulkan11Properties: subgroupSupportedStages has the compute stage,
   // subgroupSupportedOperations BASIC | VOTE | ARITHMETIC). Properties, nothing to enable.
   bool subgroup_arithmetic = false;
+  // ... and the ballot and relative shuffle operations too (BALLOT | SHUFFLE_RELATIVE besides
+  // the three above): what combining runs of an atomic add needs (spirv_emitter.cpp).
+  bool subgroup_shuffle = false;
   uint64_t max_storage_buffer_range = 0;
   // Storage buffers one compute pipeline may bind: the least of maxPerStageDescriptorStorage-
   // Buffers, maxDescriptorSetStorageBuffers and maxPerStageResources. Past

@@ -642,6 +642,11 @@ class MemoryEmitter : public ValueEmitter {
   // (atomic_add); set by the task's entry before its body is emitted.
   static constexpr uint32_t kCombineUniformFrom = 1024;
   uint32_t wide_ = 0;
+  // ... and reach kCombineRunsFrom (flush_runs).
+  static constexpr uint32_t kCombineRunsFrom = 16384;
+  uint32_t runs_wide_ = 0;
+  // SubgroupLocalInvocationId, SubgroupSize, SubgroupLeMask (or 0: not used)
+  uint32_t lane_var_ = 0, size_var_ = 0, le_mask_var_ = 0;
 
   MemoryEmitter(const Kernel& k, size_t task, const abi::CompiledKernel& layout,
                 const Target& target, const EmitOptions& o)
@@ -926,7 +931,10 @@ class MemoryEmitter : public ValueEmitter {
     const bool skip = is_float(t) && skips_zero(s.args.back());
     if (!target_.subgroup_arithmetic || !is_float(t)) return add_atomically(s, val, skip);
     if (uniform_indexed(s)) return combine_where(wide_, s, val, false);
-    if (!table_indexed(s)) return add_atomically(s, val, skip);
+    if (!table_indexed(s)) {
+      if (may_run(s)) return pending_runs_.push_back({&s, val, skip});
+      return add_atomically(s, val, skip);
+    }
     m_.capability(spv::CapabilityGroupNonUniformVote);
     const uint32_t scope = m_.c_u32(spv::ScopeSubgroup);
     // Whether every active invocation has these indices (the launch-uniform ones agree): the
@@ -960,6 +968,175 @@ class MemoryEmitter : public ValueEmitter {
         [&] { add_atomically(s, val, skip_zero); });
   }
 
+  // atomic_add of `val` at a computed index, in a launch of at least kCombineUniformFrom
+  // iterations, on a device with ballot and relative shuffles: consecutive active invocations
+  // of a subgroup that hit one element add their sum from one of them, in chunks of up to
+  // kRunChunk. Particles a program made one after another sit near each other, so an MPM
+  // scatter's neighbouring invocations often share a cell at every stencil offset (DiffTaichi's
+  // diffmpm3d: runs of 3 along a row of its lattice, 27 nodes x 4 words each; on an H200 its
+  // iteration went from 88 to 55 ms, liquid's 115 -> 100). Only in launches of at least
+  // kCombineRunsFrom iterations (a uniform branch; the plain adds otherwise): an H200's 132
+  // compute units have 4 schedulers each, so a smaller launch gives each at most one subgroup
+  // and the chain below adds its latency whole -- diffmpm's 2,976 particles went 17.7 -> 20.6 ms
+  // with it, its adds meeting few others on a cell (9 nodes x 4 particles a cell).
+  //
+  // Such adds wait in pending_runs_ while only values, locals and more such adds follow (their
+  // values are SSA, and atomic adds commute), and flush_runs emits them at the first other
+  // statement or the block's end, grouped by their non-uniform indices: a grid node's vector
+  // components and mass share one group, whose run is found once, whose sums build up side by
+  // side, and whose adds sit behind one branch.
+  //
+  // Lanes are the subgroup's: an invocation joins the run of the one before it where that one
+  // is active (a ballot) and has the same indices (a shuffle up; launch-uniform indices agree
+  // everywhere and are not compared). head = the last lane at or before this one that does not
+  // join (the highest bit of the ballot of those, below or at this lane); a run is cut into
+  // chunks of kRunChunk lanes from its head, and each chunk's sum builds up over doubling
+  // distances, a lane adding the partial sum d lanes up while that lane is in its chunk (after
+  // the step of distance d a lane holds the sum of the up to 2d lanes of its chunk ending at
+  // it). The last lane of a chunk -- the chunk full, or the next lane inactive, past the
+  // subgroup or not joining -- adds the sums. Every value used is read from a lane of the same
+  // chunk, so inactive lanes' undefined shuffles are never used. Straight-line code but for the
+  // adds' branch: the chain is a shuffle, three ballots and log2(kRunChunk) shuffles, short
+  // enough for a launch of few subgroups per compute unit, whose latency nothing hides.
+  static constexpr uint32_t kRunChunk = 4;
+  struct PendingAdd {
+    const Stmt* s;
+    uint32_t val;
+    bool skip_zero;
+  };
+  std::vector<PendingAdd> pending_runs_;
+
+  // Whether combine-by-runs applies to the float atomic_add `s` (neither uniform- nor
+  // table-indexed: atomic_add checked): the device and launch allow it, an index is not
+  // launch-uniform, and none is the task's index (or an N-d task's fastest one), which
+  // consecutive invocations never share.
+  bool may_run(const Stmt& s) {
+    if (!target_.subgroup_shuffle || !runs_wide_ || !is_float(k_.params[s.param].dtype)) {
+      return false;
+    }
+    index_values();
+    if (uniform_indexed(s) || table_indexed(s)) return false;
+    const ValueId fastest = task_.dims.empty() ? task_.index : task_.dims.back().index;
+    for (size_t d = 0; d + 1 < s.args.size(); ++d) {
+      if (s.args[d] == fastest) return false;
+    }
+    return true;
+  }
+
+  // Non-uniform indices of `s` (what a run compares).
+  std::vector<ValueId> run_key(const Stmt& s) {
+    std::vector<ValueId> key;
+    for (size_t d = 0; d + 1 < s.args.size(); ++d) {
+      if (!uniform_values_->count(s.args[d])) key.push_back(s.args[d]);
+    }
+    return key;
+  }
+
+  // Emits the pending run adds (may_run): called before a statement they may not pass and at
+  // every block's end.
+ protected:
+  void flush_runs() {
+    if (pending_runs_.empty()) return;
+    std::vector<PendingAdd> pending;
+    pending.swap(pending_runs_);
+    std::vector<bool> done(pending.size(), false);
+    for (size_t i = 0; i < pending.size(); ++i) {
+      if (done[i]) continue;
+      const std::vector<ValueId> key = run_key(*pending[i].s);
+      std::vector<PendingAdd> group;
+      for (size_t j = i; j < pending.size(); ++j) {
+        if (!done[j] && run_key(*pending[j].s) == key) {
+          group.push_back(pending[j]);
+          done[j] = true;
+        }
+      }
+      if_else(
+          runs_wide_, [&] { combine_runs(key, group); },
+          [&] {
+            for (const PendingAdd& p : group) add_atomically(*p.s, p.val, p.skip_zero);
+          });
+    }
+  }
+
+ private:
+  void combine_runs(const std::vector<ValueId>& key, std::vector<PendingAdd> group) {
+    m_.capability(spv::CapabilityGroupNonUniform);
+    m_.capability(spv::CapabilityGroupNonUniformBallot);
+    m_.capability(spv::CapabilityGroupNonUniformShuffleRelative);
+    const uint32_t scope = m_.c_u32(spv::ScopeSubgroup);
+    const uint32_t zero = m_.c_u32(0), one = m_.c_u32(1);
+    uint32_t same = 0;
+    for (ValueId index : key) {
+      const uint32_t x = v(index);
+      const uint32_t up = op(spv::OpGroupNonUniformShuffleUp, type(vt(index)), {scope, x, one});
+      const uint32_t eq = op(spv::OpIEqual, bool_, {up, x});
+      same = same == 0 ? eq : op(spv::OpLogicalAnd, bool_, {same, eq});
+    }
+    const uint32_t v4 = m_.t_vector(u32_, 4);
+    const uint32_t lane = builtin_u32(&lane_var_, spv::BuiltInSubgroupLocalInvocationId);
+    const uint32_t size = builtin_u32(&size_var_, spv::BuiltInSubgroupSize);
+    const uint32_t active = op(spv::OpGroupNonUniformBallot, v4, {scope, m_.c_bool(true)});
+    const uint32_t has_prev = op(spv::OpUGreaterThan, bool_, {lane, zero});
+    const uint32_t prev =
+        op(spv::OpSelect, u32_, {has_prev, op(spv::OpISub, u32_, {lane, one}), zero});
+    const uint32_t prev_on =
+        op(spv::OpGroupNonUniformBallotBitExtract, bool_, {scope, active, prev});
+    const uint32_t joins = op(spv::OpLogicalAnd, bool_,
+                              {same, op(spv::OpLogicalAnd, bool_, {has_prev, prev_on})});
+    const uint32_t starts = op(spv::OpGroupNonUniformBallot, v4,
+                               {scope, op(spv::OpLogicalNot, bool_, {joins})});
+    if (le_mask_var_ == 0) {
+      le_mask_var_ = m_.global_variable(m_.t_pointer(spv::StorageClassInput, v4),
+                                        spv::StorageClassInput);
+      m_.decorate(le_mask_var_, spv::DecorationBuiltIn, {spv::BuiltInSubgroupLeMask});
+    }
+    const uint32_t le = op(spv::OpLoad, v4, {le_mask_var_});
+    const uint32_t head = op(spv::OpGroupNonUniformBallotFindMSB, u32_,
+                             {scope, op(spv::OpBitwiseAnd, v4, {starts, le})});
+    // the chunk's first lane: head + (lane - head) rounded down to kRunChunk
+    const uint32_t first = op(
+        spv::OpIAdd, u32_,
+        {head, op(spv::OpBitwiseAnd, u32_,
+                  {op(spv::OpISub, u32_, {lane, head}), m_.c_u32(~(kRunChunk - 1))})});
+    for (uint32_t d = 1; d < kRunChunk; d *= 2) {
+      const uint32_t take =
+          op(spv::OpUGreaterThanEqual, bool_, {lane, op(spv::OpIAdd, u32_, {first, m_.c_u32(d)})});
+      for (PendingAdd& p : group) {
+        const uint32_t ft = type(k_.params[p.s->param].dtype);
+        const uint32_t up =
+            op(spv::OpGroupNonUniformShuffleUp, ft, {scope, p.val, m_.c_u32(d)});
+        p.val = op(spv::OpSelect, ft, {take, op(spv::OpFAdd, ft, {p.val, up}), p.val});
+      }
+    }
+    const uint32_t next = op(spv::OpIAdd, u32_, {lane, one});
+    const uint32_t next_in = op(spv::OpULessThan, bool_, {next, size});
+    const uint32_t joined = op(spv::OpGroupNonUniformBallot, v4, {scope, joins});  // active ones
+    const uint32_t next_joins = op(
+        spv::OpLogicalAnd, bool_,
+        {next_in, op(spv::OpGroupNonUniformBallotBitExtract, bool_,
+                     {scope, joined, op(spv::OpSelect, u32_, {next_in, next, lane})})});
+    const uint32_t chunk_full =
+        op(spv::OpIEqual, bool_, {op(spv::OpISub, u32_, {lane, first}), m_.c_u32(kRunChunk - 1)});
+    const uint32_t last = op(spv::OpLogicalOr, bool_,
+                             {chunk_full, op(spv::OpLogicalNot, bool_, {next_joins})});
+    if_else(
+        last,
+        [&] {
+          for (const PendingAdd& p : group) add_atomically(*p.s, p.val, p.skip_zero);
+        },
+        [] {});
+  }
+
+  // A u32 builtin input (declared at first use into *var, listed in the entry point's
+  // interface by the task's entry), loaded here.
+  uint32_t builtin_u32(uint32_t* var, spv::BuiltIn b) {
+    if (*var == 0) {
+      *var = m_.global_variable(m_.t_pointer(spv::StorageClassInput, u32_),
+                                spv::StorageClassInput);
+      m_.decorate(*var, spv::DecorationBuiltIn, {static_cast<uint32_t>(b)});
+    }
+    return op(spv::OpLoad, u32_, {*var});
+  }
   // Whether an atomic add of `value` skips a float zero (atomic_add): `value` is masked. The
   // set is made at the kernel's first atomic_add.
   bool skips_zero(ValueId value) {
@@ -1334,6 +1511,8 @@ class TaskEmitter : public AdstackEmitter {
     // a uniform value, so a branch on it costs a small launch nothing).
     wide_ = op(spv::OpUGreaterThanEqual, bool_,
                {op(spv::OpISub, u32_, {end, begin}), m_.c_u32(kCombineUniformFrom)});
+    runs_wide_ = op(spv::OpUGreaterThanEqual, bool_,
+                    {op(spv::OpISub, u32_, {end, begin}), m_.c_u32(kCombineRunsFrom)});
     m_.preserve_nan_inf(target_.preserve_nan_inf_f32, target_.preserve_nan_inf_f64);
     load_adstack_layout();
     load_launch_constants(task_.body);
@@ -1345,10 +1524,15 @@ class TaskEmitter : public AdstackEmitter {
       bind_indices(i);
       emit_block(task_.body);
     });
+    flush_runs();  // emit_block flushed (none pending here)
     raise_bounds_flag();
     m_.op(spv::OpReturn, {});
     m_.op(spv::OpFunctionEnd, {});
-    return m_.finish(fn, entry, {io.gid_var, io.nwg_var}, o_.local_size);
+    std::vector<uint32_t> interface = {io.gid_var, io.nwg_var};
+    for (uint32_t var : {lane_var_, size_var_, le_mask_var_}) {
+      if (var) interface.push_back(var);
+    }
+    return m_.finish(fn, entry, interface, o_.local_size);
   }
 
  private:
@@ -1485,10 +1669,16 @@ class TaskEmitter : public AdstackEmitter {
   // ------------------------------------------------------------ statements
   void emit_block(const Block& b) {
     for (const Stmt& s : b.stmts) emit(s);
+    flush_runs();
   }
 
   void emit(const Stmt& s) {
-    switch (op_info(s.op).family) {
+    const OpFamily family = op_info(s.op).family;
+    // Pending run adds (flush_runs) wait only behind values, locals and other atomic adds.
+    const bool passes = family != OpFamily::kArray && family != OpFamily::kControl &&
+                        family != OpFamily::kStack;
+    if (!passes && s.op != Op::kAtomicAdd) flush_runs();
+    switch (family) {
       case OpFamily::kLeaf: set(s, leaf(s)); return;
       case OpFamily::kUnary: set(s, unary(s)); return;
       case OpFamily::kBinary: set(s, binary(s)); return;

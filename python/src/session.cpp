@@ -122,6 +122,7 @@ nb::dict Session::capabilities() {
   d["atomic_float64_add"] = c.atomic_float64_add && c.shader_float64;
   d["subgroup_size"] = c.subgroup_size;
   d["subgroup_arithmetic"] = c.subgroup_arithmetic;
+  d["subgroup_shuffle"] = c.subgroup_shuffle;
   d["max_workgroup_invocations"] = c.max_workgroup_invocations;
   return d;
 }
@@ -157,7 +158,8 @@ nb::class_<Session> bind_session(nb::module_& m) {
                    "What the device offers kernels: float64, int64, atomic_float32_add / "
                    "atomic_float64_add (hardware float atomic adds: without them vkad adds by "
                    "compare-and-swap), subgroup_size, "
-                   "subgroup_arithmetic, max_workgroup_invocations.")
+                   "subgroup_arithmetic, subgroup_shuffle (ballot and relative shuffles), "
+                   "max_workgroup_invocations.")
       .def("flush", &Session::flush)
       .def("synchronize", &Session::synchronize,
            "Waits for everything submitted (GIL released); raises device errors.")

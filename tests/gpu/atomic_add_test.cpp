@@ -7,7 +7,9 @@
 // spirv_emitter.cpp, atomic_add) in runs and at random, with zeros the emitter skips; a zero
 // added out of bounds is still reported; masked values (a select's zero arm, a 0/1 flag) added at
 // computed indices, whose zeros are skipped too. The f32 values are small integers, so every order
-// of the additions gives the same, exact sum and the comparison can be exact.
+// of the additions gives the same, exact sum and the comparison can be exact. Runs of
+// consecutive threads on one computed cell (an MPM scatter's: one atomic per run where the
+// device has ballot and relative shuffles).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -60,6 +62,7 @@ class AtomicAddDevice : public KernelTest {
   Result<runtime::CompiledKernel> compiled(const codegen::Kernel& k, bool subgroup) {
     codegen::Target t = runner_->target();
     t.subgroup_arithmetic = subgroup && runner_->rt().caps().subgroup_arithmetic;
+    t.subgroup_shuffle = t.subgroup_arithmetic && runner_->rt().caps().subgroup_shuffle;
     if (subgroup && !t.subgroup_arithmetic)
       GTEST_LOG_(INFO) << "device has no subgroup arithmetic: per-thread path only";
     return codegen::compile(k, t);
@@ -349,6 +352,88 @@ TEST_F(AtomicAddDevice, ABranchOnlyLocalSkipsItsZeroInAKernelWithABarrier) {
     auto r = codegen::evaluate(*plain, view);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_EQ(compare_arrays_exact(dev.arrays[1], cpu.arrays[1]), "") << "subgroup " << subgroup;
+  }
+}
+
+// Computed indices (a float position cast to a cell, as an MPM scatter's; neither a table index
+// nor launch-uniform) in runs of consecutive invocations on one cell, of random lengths from 1
+// to past two subgroups, some cut by a branch that leaves every seventh invocation out, and at
+// random: with ballot and relative shuffles each run adds its sum from its last invocation
+// (spirv_emitter.cpp, combine_runs; g[c, 0] and m[c] in one group, g[c + 1, 1] in another, the
+// branch's add alone), which must equal the CPU's sums exactly (the values are
+// small integers), for a 2-d array (the cell and a constant component, as a vector's) and a
+// 1-d one, also at sizes that leave the last subgroup partly active. A cell past the end
+// inside a run is still reported.
+const char* kRunAdd =
+    R"(kernel radd(pos: ndarray<f32, 1>, v: ndarray<f32, 1>, g: ndarray<f32, 2>, m: ndarray<f32, 1>) {
+  task main parallel %i in [0, shape(pos, 0)) {
+    %p = load pos[%i] : f32
+    %c = cast %p : i32
+    %x = load v[%i] : f32
+    %zero = const 0 : i32
+    %one = const 1 : i32
+    atomic_add g[%c, %zero], %x
+    %c1 = add %c, %one : i32
+    %y = mul %x, %x : f32
+    atomic_add g[%c1, %one], %y
+    atomic_add m[%c], %y
+    %seven = const 7 : i32
+    %r = mod %i, %seven : i32
+    %three = const 3 : i32
+    %keep = ne %r, %three : bool
+    if %keep {
+      atomic_add m[%c], %x
+    }
+  }
+}
+)";
+
+TEST_F(AtomicAddDevice, RunsOnOneComputedCellAddAsTheCpuDoes) {
+  auto k = codegen::parse(kRunAdd);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  for (bool subgroup : {true, false}) {
+    auto c = compiled(*k, subgroup);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    for (bool runs : {true, false}) {
+      // from 16,384 the combined path (kCombineRunsFrom), below it one add each
+      for (uint32_t n : {1000u, 4099u, 16389u, 70001u}) {
+        const uint32_t cells = 600;
+        HostArgs dev = make_args(*k,
+                                 {ArgSpec::array({n}, 0, cells - 2), ArgSpec::array({n}, -4, 4),
+                                  ArgSpec::array({cells, 2}, 0, 0), ArgSpec::array({cells}, 0, 0)},
+                                 n + 3 * runs);
+        std::vector<double>& pos = dev.arrays[0].data;
+        for (double& x : dev.arrays[1].data) x = std::round(x);  // exact sums in any order
+        if (runs) {  // run lengths 1 .. 70 from the seed's values, cells in increasing order
+          uint32_t i = 0, cell = 0;
+          while (i < n) {
+            const uint32_t len = 1 + static_cast<uint32_t>(std::fabs(dev.arrays[1].data[i]) * 17);
+            for (uint32_t j = 0; j < len && i < n; ++j) pos[i++] = cell + 0.25;
+            cell = (cell + 1) % (cells - 1);
+          }
+        }
+        HostArgs cpu = dev;
+        Status st = runner_->run_compiled(*c, dev);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        auto view = cpu.view();
+        auto r = codegen::evaluate(*k, view);
+        ASSERT_TRUE(r.ok());
+        for (int a : {2, 3}) {
+          EXPECT_EQ(compare_arrays_exact(dev.arrays[a], cpu.arrays[a]), "")
+              << "array " << a << " n " << n << " subgroup " << subgroup << " runs " << runs;
+        }
+      }
+    }
+    // A run whose cell is past the end: its last invocation's access is checked and reported.
+    const uint32_t n = 20000;
+    HostArgs dev = make_args(*k,
+                             {ArgSpec::array({n}, 0, 0), ArgSpec::array({n}, 1, 1),
+                              ArgSpec::array({64, 2}, 0, 0), ArgSpec::array({64}, 0, 0)},
+                             11);
+    for (uint32_t i = 0; i < n; ++i) dev.arrays[0].data[i] = i >= 1000 && i < 1040 ? 70.5 : i % 60;
+    Status st = runner_->run_compiled(*c, dev);
+    ASSERT_FALSE(st.ok()) << "subgroup " << subgroup;
+    EXPECT_NE(st.message().find("out-of-bounds ndarray access"), std::string::npos) << st.message();
   }
 }
 

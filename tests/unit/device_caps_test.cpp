@@ -30,7 +30,9 @@ DeviceFacts gpu_facts() {
   f.p11.subgroupSize = 32;
   f.p11.subgroupSupportedStages = VK_SHADER_STAGE_COMPUTE_BIT;
   f.p11.subgroupSupportedOperations = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_VOTE_BIT |
-                                      VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
+                                      VK_SUBGROUP_FEATURE_ARITHMETIC_BIT |
+                                      VK_SUBGROUP_FEATURE_BALLOT_BIT |
+                                      VK_SUBGROUP_FEATURE_SHUFFLE_RELATIVE_BIT;
   f.memory.memoryHeapCount = 2;
   f.memory.memoryHeaps[0] = {80ull << 30, VK_MEMORY_HEAP_DEVICE_LOCAL_BIT};
   f.memory.memoryHeaps[1] = {64ull << 30, 0};
@@ -45,7 +47,7 @@ TEST(DeviceCaps, FeaturesFollowTheFactsAndTheirPrerequisites) {
   EXPECT_TRUE(c.atomic_int64 && c.atomic_float64_add && c.preserve_nan_inf_f64);
   EXPECT_TRUE(c.push_descriptor);
   EXPECT_EQ(c.max_push_descriptors, 32u);
-  EXPECT_TRUE(c.subgroup_arithmetic);
+  EXPECT_TRUE(c.subgroup_arithmetic && c.subgroup_shuffle);
   EXPECT_TRUE(c.timestamps);
   EXPECT_EQ(c.max_loop_passes, 0u);
   ASSERT_EQ(c.heaps.size(), 2u);
@@ -63,6 +65,15 @@ TEST(DeviceCaps, FeaturesFollowTheFactsAndTheirPrerequisites) {
   f = gpu_facts();
   f.p11.subgroupSupportedOperations &= ~VK_SUBGROUP_FEATURE_VOTE_BIT;
   EXPECT_FALSE(capabilities_from(f, true).subgroup_arithmetic);
+  EXPECT_FALSE(capabilities_from(f, true).subgroup_shuffle);  // needs subgroup_arithmetic
+  // Combining runs also needs ballot and relative shuffles.
+  for (VkSubgroupFeatureFlags bit :
+       {VK_SUBGROUP_FEATURE_BALLOT_BIT, VK_SUBGROUP_FEATURE_SHUFFLE_RELATIVE_BIT}) {
+    f = gpu_facts();
+    f.p11.subgroupSupportedOperations &= ~bit;
+    EXPECT_TRUE(capabilities_from(f, true).subgroup_arithmetic);
+    EXPECT_FALSE(capabilities_from(f, true).subgroup_shuffle);
+  }
   f = gpu_facts();
   f.p11.subgroupSupportedStages = VK_SHADER_STAGE_FRAGMENT_BIT;
   EXPECT_FALSE(capabilities_from(f, true).subgroup_arithmetic);
