@@ -642,9 +642,12 @@ class MemoryEmitter : public ValueEmitter {
   // (atomic_add); set by the task's entry before its body is emitted.
   static constexpr uint32_t kCombineUniformFrom = 1024;
   uint32_t wide_ = 0;
-  // ... and reach kCombineRunsFrom (flush_runs).
-  static constexpr uint32_t kCombineRunsFrom = 16384;
+  // ... and pass kCombineRunsAbove (flush_runs).
+  static constexpr uint32_t kCombineRunsAbove = 132 * 4 * 32;
   uint32_t runs_wide_ = 0;
+  // may_run's switch (the task's plain copy turns it off), and whether flush_runs branches on
+  // runs_wide_ itself (off where the whole body already sits in that branch).
+  bool runs_on_ = true, runs_branch_ = true;
   // SubgroupLocalInvocationId, SubgroupSize, SubgroupLeMask (or 0: not used)
   uint32_t lane_var_ = 0, size_var_ = 0, le_mask_var_ = 0;
 
@@ -932,7 +935,14 @@ class MemoryEmitter : public ValueEmitter {
     if (!target_.subgroup_arithmetic || !is_float(t)) return add_atomically(s, val, skip);
     if (uniform_indexed(s)) return combine_where(wide_, s, val, false);
     if (!table_indexed(s)) {
-      if (may_run(s)) return pending_runs_.push_back({&s, val, skip});
+      if (may_run(s)) {
+        // a group is consecutive adds at one key: another key emits the pending ones first,
+        // which keeps their values' lives (registers) as short as in program order
+        if (!pending_runs_.empty() && run_key(*pending_runs_.back().s) != run_key(s)) {
+          flush_runs();
+        }
+        return pending_runs_.push_back({&s, val, skip});
+      }
       return add_atomically(s, val, skip);
     }
     m_.capability(spv::CapabilityGroupNonUniformVote);
@@ -974,17 +984,20 @@ class MemoryEmitter : public ValueEmitter {
   // kRunChunk. Particles a program made one after another sit near each other, so an MPM
   // scatter's neighbouring invocations often share a cell at every stencil offset (DiffTaichi's
   // diffmpm3d: runs of 3 along a row of its lattice, 27 nodes x 4 words each; on an H200 its
-  // iteration went from 88 to 55 ms, liquid's 115 -> 100). Only in launches of at least
-  // kCombineRunsFrom iterations (a uniform branch; the plain adds otherwise): an H200's 132
-  // compute units have 4 schedulers each, so a smaller launch gives each at most one subgroup
-  // and the chain below adds its latency whole -- diffmpm's 2,976 particles went 17.7 -> 20.6 ms
-  // with it, its adds meeting few others on a cell (9 nodes x 4 particles a cell).
+  // iteration went from 88 to 55 ms, liquid's 115 -> 100). Only in launches of more than
+  // kCombineRunsAbove iterations (a uniform branch; the plain adds otherwise): an H200's 132
+  // compute units have 4 schedulers each, so a launch of at most 132 x 4 subgroups of 32 gives
+  // each at most one and the chain below adds its latency whole -- diffmpm's 2,976 particles
+  // went 17.7 -> 20.6 ms with it (its adds meet few others on a cell: 9 nodes x 4 particles a
+  // cell), smoke's 128^2 cells 5.5 -> 5.9 (bilinear adjoints, whose neighbours rarely share a
+  // cell). A device with more compute units would want a larger bound; one with fewer a
+  // smaller (Vulkan does not say how many a device has).
   //
-  // Such adds wait in pending_runs_ while only values, locals and more such adds follow (their
-  // values are SSA, and atomic adds commute), and flush_runs emits them at the first other
-  // statement or the block's end, grouped by their non-uniform indices: a grid node's vector
-  // components and mass share one group, whose run is found once, whose sums build up side by
-  // side, and whose adds sit behind one branch.
+  // Consecutive such adds at the same non-uniform indices wait in pending_runs_ while only
+  // values and locals come between them (their values are SSA, and atomic adds commute), and
+  // flush_runs emits them as one group at the first other statement, another key or the
+  // block's end: a grid node's vector components and mass, whose run is found once, whose sums
+  // build up side by side, and whose adds sit behind one branch.
   //
   // Lanes are the subgroup's: an invocation joins the run of the one before it where that one
   // is active (a ballot) and has the same indices (a shuffle up; launch-uniform indices agree
@@ -1007,12 +1020,21 @@ class MemoryEmitter : public ValueEmitter {
   std::vector<PendingAdd> pending_runs_;
 
   // Whether combine-by-runs applies to the float atomic_add `s` (neither uniform- nor
-  // table-indexed: atomic_add checked): the device and launch allow it, an index is not
+  // table-indexed): the device allows it, the task is not serial and has no shared memory
+  // (uses_shared), its range may pass kCombineRunsAbove (a
+  // constant range that does not never will: the adds stay where they are), an index is not
   // launch-uniform, and none is the task's index (or an N-d task's fastest one), which
   // consecutive invocations never share.
   bool may_run(const Stmt& s) {
-    if (!target_.subgroup_shuffle || !runs_wide_ || !is_float(k_.params[s.param].dtype)) {
+    if (!runs_on_ || !target_.subgroup_shuffle || !runs_wide_ ||
+        s.op != Op::kAtomicAdd || !is_float(k_.params[s.param].dtype)) {
       return false;
+    }
+    if (task_.serial || uses_shared()) return false;
+    if (task_.dims.empty() && task_.begin.kind == abi::RangeBound::Kind::kConstant &&
+        task_.end.kind == abi::RangeBound::Kind::kConstant &&
+        task_.end.value - task_.begin.value <= kCombineRunsAbove) {
+      return false;  // never wide enough (a resident kernel's one workgroup, a specialized range)
     }
     index_values();
     if (uniform_indexed(s) || table_indexed(s)) return false;
@@ -1022,6 +1044,27 @@ class MemoryEmitter : public ValueEmitter {
     }
     return true;
   }
+
+  // Whether the task declares shared memory: a blocked stencil's tile or a resident kernel's
+  // phases, which add where their own tile or phase says (runs are not what they meet), and
+  // whose body could not run as two copies (run). On an H200 smoke's blocked Jacobi adjoint
+  // took 11.0 -> 11.5 us with the runs' branches in it.
+  bool uses_shared() {
+    if (!uses_shared_) {
+      std::function<bool(const Block&)> any = [&](const Block& b) {
+        for (const Stmt& st : b.stmts) {
+          if (st.op == Op::kSharedAlloc) return true;
+          for (const Block& c : st.blocks) {
+            if (any(c)) return true;
+          }
+        }
+        return false;
+      };
+      uses_shared_ = any(task_.body);
+    }
+    return *uses_shared_;
+  }
+  std::optional<bool> uses_shared_;
 
   // Non-uniform indices of `s` (what a run compares).
   std::vector<ValueId> run_key(const Stmt& s) {
@@ -1035,6 +1078,16 @@ class MemoryEmitter : public ValueEmitter {
   // Emits the pending run adds (may_run): called before a statement they may not pass and at
   // every block's end.
  protected:
+  // Whether an add in `b` (or a block inside it) may combine in runs.
+  bool any_may_run(const Block& b) {
+    for (const Stmt& st : b.stmts) {
+      if (may_run(st)) return true;
+      for (const Block& c : st.blocks) {
+        if (any_may_run(c)) return true;
+      }
+    }
+    return false;
+  }
   void flush_runs() {
     if (pending_runs_.empty()) return;
     std::vector<PendingAdd> pending;
@@ -1049,6 +1102,10 @@ class MemoryEmitter : public ValueEmitter {
           group.push_back(pending[j]);
           done[j] = true;
         }
+      }
+      if (!runs_branch_) {
+        combine_runs(key, group);
+        continue;
       }
       if_else(
           runs_wide_, [&] { combine_runs(key, group); },
@@ -1511,8 +1568,8 @@ class TaskEmitter : public AdstackEmitter {
     // a uniform value, so a branch on it costs a small launch nothing).
     wide_ = op(spv::OpUGreaterThanEqual, bool_,
                {op(spv::OpISub, u32_, {end, begin}), m_.c_u32(kCombineUniformFrom)});
-    runs_wide_ = op(spv::OpUGreaterThanEqual, bool_,
-                    {op(spv::OpISub, u32_, {end, begin}), m_.c_u32(kCombineRunsFrom)});
+    runs_wide_ = op(spv::OpUGreaterThan, bool_,
+                    {op(spv::OpISub, u32_, {end, begin}), m_.c_u32(kCombineRunsAbove)});
     m_.preserve_nan_inf(target_.preserve_nan_inf_f32, target_.preserve_nan_inf_f64);
     load_adstack_layout();
     load_launch_constants(task_.body);
@@ -1520,9 +1577,23 @@ class TaskEmitter : public AdstackEmitter {
     load_nd_bounds();
     declare_bounds_flag();
     uint32_t first = emit_unrolled_loop(start, end, stride);
+    // A body with adds that may combine in runs (may_run), no adstack and no shared memory runs
+    // as two copies, one per side of a uniform branch on runs_wide_: the plain one is the code
+    // without combining, so a launch too small for it pays nothing (branches per group inside
+    // it cost diffmpm's 2,976-particle g2p/p2g 7.7 -> 8.2 us on an H200).
+    const bool two_copies = !has_stack_or_shared(task_.body) && any_may_run(task_.body);
     loop(u32_, first, end, stride, /*is_signed=*/false, [&](uint32_t i) {
       bind_indices(i);
-      emit_block(task_.body);
+      if (!two_copies) return emit_block(task_.body);
+      runs_branch_ = false;
+      if_else(
+          runs_wide_, [&] { emit_block(task_.body); },
+          [&] {
+            runs_on_ = false;
+            emit_block(task_.body);
+            runs_on_ = true;
+          });
+      runs_branch_ = true;
     });
     flush_runs();  // emit_block flushed (none pending here)
     raise_bounds_flag();
@@ -1536,6 +1607,18 @@ class TaskEmitter : public AdstackEmitter {
   }
 
  private:
+  // Whether `b` holds an adstack or shared-memory statement, which the two copies of a task
+  // body (run) would each declare.
+  static bool has_stack_or_shared(const Block& b) {
+    for (const Stmt& st : b.stmts) {
+      if (op_info(st.op).family == OpFamily::kStack || st.op == Op::kSharedAlloc) return true;
+      for (const Block& c : st.blocks) {
+        if (has_stack_or_shared(c)) return true;
+      }
+    }
+    return false;
+  }
+
   // The main loop of an unrolled task (o_.unroll elements per iteration), when the task can
   // take one; returns where the plain loop starts.
   uint32_t emit_unrolled_loop(uint32_t start, uint32_t end, uint32_t stride) {

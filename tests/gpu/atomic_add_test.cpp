@@ -395,8 +395,8 @@ TEST_F(AtomicAddDevice, RunsOnOneComputedCellAddAsTheCpuDoes) {
     auto c = compiled(*k, subgroup);
     ASSERT_TRUE(c.ok()) << c.status().to_string();
     for (bool runs : {true, false}) {
-      // from 16,384 the combined path (kCombineRunsFrom), below it one add each
-      for (uint32_t n : {1000u, 4099u, 16389u, 70001u}) {
+      // past 16,896 the combined path (kCombineRunsAbove), up to it one add each
+      for (uint32_t n : {1000u, 4099u, 16896u, 16897u, 70001u}) {
         const uint32_t cells = 600;
         HostArgs dev = make_args(*k,
                                  {ArgSpec::array({n}, 0, cells - 2), ArgSpec::array({n}, -4, 4),
