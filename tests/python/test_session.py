@@ -107,7 +107,7 @@ def test_capabilities_say_what_kernels_may_use():
     with vkad.Session() as s:
         caps = s.capabilities
         assert set(caps) == {"float64", "int64", "atomic_float32_add", "atomic_float64_add",
-                             "subgroup_size", "subgroup_arithmetic",
+                             "subgroup_size", "subgroup_arithmetic", "subgroup_shuffle",
                              "max_workgroup_invocations"}
         f64 = "kernel k(x: ndarray<f64, 1>) {\n  task t parallel %0 in [0, shape(x, 0)) {\n" \
               "    %1 = load x[%0] : f64\n    store x[%0], %1\n  }\n}\n"
@@ -118,4 +118,6 @@ def test_capabilities_say_what_kernels_may_use():
                 s.compile(f64)
         assert caps["subgroup_size"] in (1, 2, 4, 8, 16, 32, 64, 128)
         assert caps["max_workgroup_invocations"] >= 128  # Vulkan's required minimum
+        # ballot and relative shuffles are reported only beside the arithmetic they extend
+        assert not caps["subgroup_shuffle"] or caps["subgroup_arithmetic"]
         assert not caps["atomic_float64_add"] or caps["float64"]

@@ -45,6 +45,60 @@ TEST(CodegenEmit, EveryStatementKindValidates) {
   }
 }
 
+// atomic_add at a computed index (a float position's cell) combines runs of consecutive
+// invocations (spirv_emitter.cpp, combine_runs) where the target has ballot and relative
+// shuffles, its two adds at one cell as one group (one run found: one ShuffleUp of the cell),
+// in a body emitted twice (the plain copy for launches of at most 16,896 iterations); not at
+// the task's own index (neighbours never share it), not in a task whose constant range is
+// never that wide, not in a task with shared memory, and not without the target's shuffles.
+TEST(CodegenEmit, AtomicAddsCombineRunsOnlyAtComputedIndicesOfWideTasks) {
+  auto kernel = [](const std::string& range, const std::string& index, bool shared) {
+    return parsed("kernel k(p: ndarray<f32, 1>, g: ndarray<f32, 2>) {\n"
+                  "  task main parallel %i in " + range + " {\n" +
+                  (shared ? "    %sh = shared_alloc 64 : f32\n" : "") +
+                  "    %x = load p[%i] : f32\n"
+                  "    %c = cast %x : i32\n"
+                  "    %zero = const 0 : i32\n"
+                  "    %one = const 1 : i32\n"
+                  "    atomic_add g[" + index + ", %zero], %x\n"
+                  "    %y = mul %x, %x : f32\n"
+                  "    atomic_add g[" + index + ", %one], %y\n"
+                  "  }\n}\n");
+  };
+  auto count = [](const std::string& dis, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = dis.find(what); at != std::string::npos; at = dis.find(what, at + 1)) ++n;
+    return n;
+  };
+  struct Case {
+    const char* what;
+    Kernel k;
+    bool combines;
+  };
+  const std::vector<Case> cases = {
+      {"computed cell, range from the array", kernel("[0, shape(p, 0))", "%c", false), true},
+      {"the task's own index", kernel("[0, shape(p, 0))", "%i", false), false},
+      {"a constant range of 4,096", kernel("[0, 4096)", "%c", false), false},
+      {"a constant range of 100,000", kernel("[0, 100000)", "%c", false), true},
+      {"shared memory", kernel("[0, 65536) local_size 256", "%c", true), false},
+  };
+  for (const Case& c : cases) {
+    for (bool shuffle : {true, false}) {
+      Target t = Target::host();
+      t.subgroup_shuffle = shuffle;
+      auto compiled = compile(c.k, t);
+      ASSERT_TRUE(compiled.ok()) << c.what << ": " << compiled.status().to_string();
+      const std::string dis = disassemble_spirv(compiled->tasks[0].spirv);
+      const bool combines = shuffle && c.combines;
+      EXPECT_EQ(count(dis, "OpGroupNonUniformShuffleUp %int"), combines ? 1u : 0u)
+          << c.what << " shuffle " << shuffle << "\n" << dis;
+      EXPECT_EQ(count(dis, "OpGroupNonUniformBallotFindMSB"), combines ? 1u : 0u) << c.what;
+      // the two adds, twice where the body has a plain copy beside the combining one
+      EXPECT_EQ(count(dis, "OpAtomicFAddEXT"), combines ? 4u : 2u) << c.what << "\n" << dis;
+    }
+  }
+}
+
 // atomic_max: with subgroup arithmetic each subgroup whose invocations hit one element issues
 // one atomic of their maximum (the test, the reduction and the election in one block), the
 // others their own; without it, every invocation its own and no subgroup operation at all.
