@@ -294,8 +294,8 @@ Capabilities capabilities_from(const DeviceFacts& facts, bool use_push_descripto
         (facts.p11.subgroupSupportedOperations & need) == need;
     const VkSubgroupFeatureFlags shuffle =
         need | VK_SUBGROUP_FEATURE_BALLOT_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_RELATIVE_BIT;
-    c.subgroup_shuffle = c.subgroup_arithmetic &&
-                         (facts.p11.subgroupSupportedOperations & shuffle) == shuffle;
+    c.subgroup_shuffle =
+        c.subgroup_arithmetic && (facts.p11.subgroupSupportedOperations & shuffle) == shuffle;
   }
   c.max_storage_buffer_range = lim.maxStorageBufferRange;
   c.max_storage_buffers = std::min({lim.maxPerStageDescriptorStorageBuffers,

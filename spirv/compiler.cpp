@@ -242,12 +242,12 @@ std::string compile_key(const Kernel& k, const Target& target, const CompileOpti
   key += "|" + target.device_name + (target.float64 ? "d" : "") + (target.int64 ? "l" : "") +
          (target.atomic_float32_add ? "a" : "") + (target.atomic_float64_add ? "A" : "") +
          (target.atomic_int64 ? "I" : "") + (target.subgroup_arithmetic ? "s" : "") +
-         (target.subgroup_shuffle ? "r" : "") +
-         std::to_string(target.max_local_size) + adstack::layout_name(target.adstack_layout) +
-         (target.preserve_nan_inf_f32 ? "n" : "") + (target.preserve_nan_inf_f64 ? "N" : "") + "|" +
-         (o.optimize ? "O" : "") + (o.native_float_atomics ? "N" : "") +
-         (o.bounds_checks ? "B" : "") + std::to_string(o.default_local_size) + "u" +
-         std::to_string(o.unroll) + (o.specialize_shapes ? "S" : "") + (o.check_finite ? "F" : "") +
+         (target.subgroup_shuffle ? "r" : "") + std::to_string(target.max_local_size) +
+         adstack::layout_name(target.adstack_layout) + (target.preserve_nan_inf_f32 ? "n" : "") +
+         (target.preserve_nan_inf_f64 ? "N" : "") + "|" + (o.optimize ? "O" : "") +
+         (o.native_float_atomics ? "N" : "") + (o.bounds_checks ? "B" : "") +
+         std::to_string(o.default_local_size) + "u" + std::to_string(o.unroll) +
+         (o.specialize_shapes ? "S" : "") + (o.check_finite ? "F" : "") +
          (o.read_only_buffers ? "R" : "") + "p" + std::to_string(o.print_buffer_bytes);
   key += "|vkad-compiler ";
   key += compiler_fingerprint();

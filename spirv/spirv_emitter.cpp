@@ -978,13 +978,13 @@ class MemoryEmitter : public ValueEmitter {
         [&] { add_atomically(s, val, skip_zero); });
   }
 
-  // atomic_add of `val` at a computed index, in a launch of at least kCombineUniformFrom
-  // iterations, on a device with ballot and relative shuffles: consecutive active invocations
-  // of a subgroup that hit one element add their sum from one of them, in chunks of up to
-  // kRunChunk. Particles a program made one after another sit near each other, so an MPM
-  // scatter's neighbouring invocations often share a cell at every stencil offset (DiffTaichi's
-  // diffmpm3d: runs of 3 along a row of its lattice, 27 nodes x 4 words each; on an H200 its
-  // iteration went from 88 to 55 ms, liquid's 115 -> 100). Only in launches of more than
+  // atomic_add of `val` at a computed index, on a device with ballot and relative shuffles:
+  // consecutive active invocations of a subgroup that hit one element add their sum from one of
+  // them, in chunks of up to kRunChunk. Particles a program made one after another sit near
+  // each other, so an MPM scatter's neighbouring invocations often share a cell at every
+  // stencil offset (DiffTaichi's diffmpm3d: runs of 3 along a row of its lattice, 27 nodes x 4
+  // words each; on an H200 its iteration went from 86-88 to 51-60 ms, liquid's 115-121 ->
+  // 98-107). Only in launches of more than
   // kCombineRunsAbove iterations (a uniform branch; the plain adds otherwise): an H200's 132
   // compute units have 4 schedulers each, so a launch of at most 132 x 4 subgroups of 32 gives
   // each at most one and the chain below adds its latency whole -- diffmpm's 2,976 particles
@@ -1021,13 +1021,12 @@ class MemoryEmitter : public ValueEmitter {
 
   // Whether combine-by-runs applies to the float atomic_add `s` (neither uniform- nor
   // table-indexed): the device allows it, the task is not serial and has no shared memory
-  // (uses_shared), its range may pass kCombineRunsAbove (a
-  // constant range that does not never will: the adds stay where they are), an index is not
-  // launch-uniform, and none is the task's index (or an N-d task's fastest one), which
-  // consecutive invocations never share.
+  // (uses_shared), its range may pass kCombineRunsAbove (a constant range that does not never
+  // will: the adds stay where they are), an index is not launch-uniform, and none is the
+  // task's index (or an N-d task's fastest one), which consecutive invocations never share.
   bool may_run(const Stmt& s) {
-    if (!runs_on_ || !target_.subgroup_shuffle || !runs_wide_ ||
-        s.op != Op::kAtomicAdd || !is_float(k_.params[s.param].dtype)) {
+    if (!runs_on_ || !target_.subgroup_shuffle || !runs_wide_ || s.op != Op::kAtomicAdd ||
+        !is_float(k_.params[s.param].dtype)) {
       return false;
     }
     if (task_.serial || uses_shared()) return false;
@@ -1075,8 +1074,6 @@ class MemoryEmitter : public ValueEmitter {
     return key;
   }
 
-  // Emits the pending run adds (may_run): called before a statement they may not pass and at
-  // every block's end.
  protected:
   // Whether an add in `b` (or a block inside it) may combine in runs.
   bool any_may_run(const Block& b) {
@@ -1088,6 +1085,8 @@ class MemoryEmitter : public ValueEmitter {
     }
     return false;
   }
+  // Emits the pending run adds (may_run): called before a statement they may not pass and at
+  // every block's end.
   void flush_runs() {
     if (pending_runs_.empty()) return;
     std::vector<PendingAdd> pending;
@@ -1138,44 +1137,43 @@ class MemoryEmitter : public ValueEmitter {
         op(spv::OpSelect, u32_, {has_prev, op(spv::OpISub, u32_, {lane, one}), zero});
     const uint32_t prev_on =
         op(spv::OpGroupNonUniformBallotBitExtract, bool_, {scope, active, prev});
-    const uint32_t joins = op(spv::OpLogicalAnd, bool_,
-                              {same, op(spv::OpLogicalAnd, bool_, {has_prev, prev_on})});
-    const uint32_t starts = op(spv::OpGroupNonUniformBallot, v4,
-                               {scope, op(spv::OpLogicalNot, bool_, {joins})});
+    const uint32_t joins =
+        op(spv::OpLogicalAnd, bool_, {same, op(spv::OpLogicalAnd, bool_, {has_prev, prev_on})});
+    const uint32_t starts =
+        op(spv::OpGroupNonUniformBallot, v4, {scope, op(spv::OpLogicalNot, bool_, {joins})});
     if (le_mask_var_ == 0) {
-      le_mask_var_ = m_.global_variable(m_.t_pointer(spv::StorageClassInput, v4),
-                                        spv::StorageClassInput);
+      le_mask_var_ =
+          m_.global_variable(m_.t_pointer(spv::StorageClassInput, v4), spv::StorageClassInput);
       m_.decorate(le_mask_var_, spv::DecorationBuiltIn, {spv::BuiltInSubgroupLeMask});
     }
     const uint32_t le = op(spv::OpLoad, v4, {le_mask_var_});
     const uint32_t head = op(spv::OpGroupNonUniformBallotFindMSB, u32_,
                              {scope, op(spv::OpBitwiseAnd, v4, {starts, le})});
     // the chunk's first lane: head + (lane - head) rounded down to kRunChunk
-    const uint32_t first = op(
-        spv::OpIAdd, u32_,
-        {head, op(spv::OpBitwiseAnd, u32_,
-                  {op(spv::OpISub, u32_, {lane, head}), m_.c_u32(~(kRunChunk - 1))})});
+    const uint32_t first =
+        op(spv::OpIAdd, u32_,
+           {head, op(spv::OpBitwiseAnd, u32_,
+                     {op(spv::OpISub, u32_, {lane, head}), m_.c_u32(~(kRunChunk - 1))})});
     for (uint32_t d = 1; d < kRunChunk; d *= 2) {
       const uint32_t take =
           op(spv::OpUGreaterThanEqual, bool_, {lane, op(spv::OpIAdd, u32_, {first, m_.c_u32(d)})});
       for (PendingAdd& p : group) {
         const uint32_t ft = type(k_.params[p.s->param].dtype);
-        const uint32_t up =
-            op(spv::OpGroupNonUniformShuffleUp, ft, {scope, p.val, m_.c_u32(d)});
+        const uint32_t up = op(spv::OpGroupNonUniformShuffleUp, ft, {scope, p.val, m_.c_u32(d)});
         p.val = op(spv::OpSelect, ft, {take, op(spv::OpFAdd, ft, {p.val, up}), p.val});
       }
     }
     const uint32_t next = op(spv::OpIAdd, u32_, {lane, one});
     const uint32_t next_in = op(spv::OpULessThan, bool_, {next, size});
     const uint32_t joined = op(spv::OpGroupNonUniformBallot, v4, {scope, joins});  // active ones
-    const uint32_t next_joins = op(
-        spv::OpLogicalAnd, bool_,
-        {next_in, op(spv::OpGroupNonUniformBallotBitExtract, bool_,
-                     {scope, joined, op(spv::OpSelect, u32_, {next_in, next, lane})})});
+    const uint32_t next_joins =
+        op(spv::OpLogicalAnd, bool_,
+           {next_in, op(spv::OpGroupNonUniformBallotBitExtract, bool_,
+                        {scope, joined, op(spv::OpSelect, u32_, {next_in, next, lane})})});
     const uint32_t chunk_full =
         op(spv::OpIEqual, bool_, {op(spv::OpISub, u32_, {lane, first}), m_.c_u32(kRunChunk - 1)});
-    const uint32_t last = op(spv::OpLogicalOr, bool_,
-                             {chunk_full, op(spv::OpLogicalNot, bool_, {next_joins})});
+    const uint32_t last =
+        op(spv::OpLogicalOr, bool_, {chunk_full, op(spv::OpLogicalNot, bool_, {next_joins})});
     if_else(
         last,
         [&] {
@@ -1188,8 +1186,7 @@ class MemoryEmitter : public ValueEmitter {
   // interface by the task's entry), loaded here.
   uint32_t builtin_u32(uint32_t* var, spv::BuiltIn b) {
     if (*var == 0) {
-      *var = m_.global_variable(m_.t_pointer(spv::StorageClassInput, u32_),
-                                spv::StorageClassInput);
+      *var = m_.global_variable(m_.t_pointer(spv::StorageClassInput, u32_), spv::StorageClassInput);
       m_.decorate(*var, spv::DecorationBuiltIn, {static_cast<uint32_t>(b)});
     }
     return op(spv::OpLoad, u32_, {*var});
@@ -1758,8 +1755,8 @@ class TaskEmitter : public AdstackEmitter {
   void emit(const Stmt& s) {
     const OpFamily family = op_info(s.op).family;
     // Pending run adds (flush_runs) wait only behind values, locals and other atomic adds.
-    const bool passes = family != OpFamily::kArray && family != OpFamily::kControl &&
-                        family != OpFamily::kStack;
+    const bool passes =
+        family != OpFamily::kArray && family != OpFamily::kControl && family != OpFamily::kStack;
     if (!passes && s.op != Op::kAtomicAdd) flush_runs();
     switch (family) {
       case OpFamily::kLeaf: set(s, leaf(s)); return;

@@ -53,17 +53,22 @@ TEST(CodegenEmit, EveryStatementKindValidates) {
 // never that wide, not in a task with shared memory, and not without the target's shuffles.
 TEST(CodegenEmit, AtomicAddsCombineRunsOnlyAtComputedIndicesOfWideTasks) {
   auto kernel = [](const std::string& range, const std::string& index, bool shared) {
-    return parsed("kernel k(p: ndarray<f32, 1>, g: ndarray<f32, 2>) {\n"
-                  "  task main parallel %i in " + range + " {\n" +
-                  (shared ? "    %sh = shared_alloc 64 : f32\n" : "") +
-                  "    %x = load p[%i] : f32\n"
-                  "    %c = cast %x : i32\n"
-                  "    %zero = const 0 : i32\n"
-                  "    %one = const 1 : i32\n"
-                  "    atomic_add g[" + index + ", %zero], %x\n"
-                  "    %y = mul %x, %x : f32\n"
-                  "    atomic_add g[" + index + ", %one], %y\n"
-                  "  }\n}\n");
+    return parsed(
+        "kernel k(p: ndarray<f32, 1>, g: ndarray<f32, 2>) {\n"
+        "  task main parallel %i in " +
+        range + " {\n" + (shared ? "    %sh = shared_alloc 64 : f32\n" : "") +
+        "    %x = load p[%i] : f32\n"
+        "    %c = cast %x : i32\n"
+        "    %zero = const 0 : i32\n"
+        "    %one = const 1 : i32\n"
+        "    atomic_add g[" +
+        index +
+        ", %zero], %x\n"
+        "    %y = mul %x, %x : f32\n"
+        "    atomic_add g[" +
+        index +
+        ", %one], %y\n"
+        "  }\n}\n");
   };
   auto count = [](const std::string& dis, const std::string& what) {
     size_t n = 0;
@@ -91,7 +96,8 @@ TEST(CodegenEmit, AtomicAddsCombineRunsOnlyAtComputedIndicesOfWideTasks) {
       const std::string dis = disassemble_spirv(compiled->tasks[0].spirv);
       const bool combines = shuffle && c.combines;
       EXPECT_EQ(count(dis, "OpGroupNonUniformShuffleUp %int"), combines ? 1u : 0u)
-          << c.what << " shuffle " << shuffle << "\n" << dis;
+          << c.what << " shuffle " << shuffle << "\n"
+          << dis;
       EXPECT_EQ(count(dis, "OpGroupNonUniformBallotFindMSB"), combines ? 1u : 0u) << c.what;
       // the two adds, twice where the body has a plain copy beside the combining one
       EXPECT_EQ(count(dis, "OpAtomicFAddEXT"), combines ? 4u : 2u) << c.what << "\n" << dis;
