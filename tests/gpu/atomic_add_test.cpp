@@ -67,6 +67,19 @@ class AtomicAddDevice : public KernelTest {
       GTEST_LOG_(INFO) << "device has no subgroup arithmetic: per-thread path only";
     return codegen::compile(k, t);
   }
+
+  // *dev run through `c` on the device, and `k` evaluated on the CPU from the same inputs into
+  // *cpu; both must succeed, the CPU without an error flag.
+  void run_on_both(const codegen::Kernel& k, const runtime::CompiledKernel& c, HostArgs* dev,
+                   HostArgs* cpu) {
+    *cpu = *dev;
+    Status st = runner_->run_compiled(c, *dev);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    auto view = cpu->view();
+    auto r = codegen::evaluate(k, view);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->error_flags, std::vector<uint32_t>{0u});
+  }
 };
 
 TEST_F(AtomicAddDevice, MatchesTheCpuEvaluatorForUniformDivergentAndPartlyActiveSubgroups) {
@@ -83,13 +96,8 @@ TEST_F(AtomicAddDevice, MatchesTheCpuEvaluatorForUniformDivergentAndPartlyActive
                      ArgSpec::array({6}, 0, 0), ArgSpec::array({5}, 0, 0)},
                     n);
       for (double& x : dev.arrays[0].data) x = std::round(x);  // exact sums in any order
-      HostArgs cpu = dev;
-      Status st = runner_->run_compiled(*c, dev);
-      ASSERT_TRUE(st.ok()) << st.to_string();
-      auto view = cpu.view();
-      auto r = codegen::evaluate(*k, view);
-      ASSERT_TRUE(r.ok());
-      ASSERT_EQ(r->error_flags, std::vector<uint32_t>{0u});
+      HostArgs cpu;
+      ASSERT_NO_FATAL_FAILURE(run_on_both(*k, *c, &dev, &cpu));
       for (int a : {3, 4, 5}) {
         EXPECT_EQ(compare_arrays_exact(dev.arrays[a], cpu.arrays[a]), "")
             << "array " << a << " n " << n << " subgroup " << subgroup;
@@ -141,12 +149,8 @@ TEST_F(AtomicAddDevice, TableIndexedAddsMatchTheCpuEvaluatorInRunsAndAtRandom) {
         if (runs) {
           for (uint32_t i = 0; i < n; ++i) dev.arrays[1].data[i] = (i / 40) % 6 - 1.0;
         }
-        HostArgs cpu = dev;
-        Status st = runner_->run_compiled(*c, dev);
-        ASSERT_TRUE(st.ok()) << st.to_string();
-        auto view = cpu.view();
-        auto r = codegen::evaluate(*k, view);
-        ASSERT_TRUE(r.ok());
+        HostArgs cpu;
+        ASSERT_NO_FATAL_FAILURE(run_on_both(*k, *c, &dev, &cpu));
         EXPECT_EQ(compare_arrays_exact(dev.arrays[2], cpu.arrays[2]), "")
             << "n " << n << " subgroup " << subgroup << " runs " << runs;
       }
@@ -252,12 +256,8 @@ TEST_F(AtomicAddDevice, MaskedAddsAtComputedIndicesMatchTheCpuEvaluator) {
           make_args(*k, {ArgSpec::array({n}, -1000, 1000), ArgSpec::array({8}, -5, 5)}, n);
       for (double& x : dev.arrays[0].data) x = std::round(x);  // exact sums in any order
       for (double& x : dev.arrays[1].data) x = std::round(x);
-      HostArgs cpu = dev;
-      Status st = runner_->run_compiled(*c, dev);
-      ASSERT_TRUE(st.ok()) << st.to_string();
-      auto view = cpu.view();
-      auto r = codegen::evaluate(*k, view);
-      ASSERT_TRUE(r.ok());
+      HostArgs cpu;
+      ASSERT_NO_FATAL_FAILURE(run_on_both(*k, *c, &dev, &cpu));
       EXPECT_EQ(compare_arrays_exact(dev.arrays[1], cpu.arrays[1]), "")
           << "n " << n << " subgroup " << subgroup;
     }
@@ -412,12 +412,8 @@ TEST_F(AtomicAddDevice, RunsOnOneComputedCellAddAsTheCpuDoes) {
             cell = (cell + 1) % (cells - 1);
           }
         }
-        HostArgs cpu = dev;
-        Status st = runner_->run_compiled(*c, dev);
-        ASSERT_TRUE(st.ok()) << st.to_string();
-        auto view = cpu.view();
-        auto r = codegen::evaluate(*k, view);
-        ASSERT_TRUE(r.ok());
+        HostArgs cpu;
+        ASSERT_NO_FATAL_FAILURE(run_on_both(*k, *c, &dev, &cpu));
         for (int a : {2, 3}) {
           EXPECT_EQ(compare_arrays_exact(dev.arrays[a], cpu.arrays[a]), "")
               << "array " << a << " n " << n << " subgroup " << subgroup << " runs " << runs;
