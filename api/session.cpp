@@ -184,6 +184,9 @@ Result<std::unique_ptr<Session>> Session::create_with_runtime(
   s->core_->graph =
       GraphSwitches{pipeline.has("fuse"), pipeline.has("schedule"), roll_max_range(pipeline)};
   s->core_->target = codegen::target_from_caps(rt->caps());
+  // Runs of atomic adds (spirv_emitter.cpp, combine_runs) pay from a launch size measured on an
+  // H200; VKAD_COMBINE_RUNS=0 compiles without them (another GPU's users, and A/B runs).
+  if (env_is("VKAD_COMBINE_RUNS", "0")) s->core_->target.subgroup_shuffle = false;
   s->core_->adjoint_options = codegen::adjoint_options_from_caps(rt->caps());
   s->core_->device_uuid = rhi::format_uuid(rt->caps().device_uuid);
   s->core_->compile_cache.set_disk_dir(rt->cache_dir());

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "api/device_target.h"
 #include "ir/builder.h"
 #include "rhi/vk_check.h"
 #include "runtime/runtime.h"
@@ -250,6 +251,22 @@ TEST_F(SessionTest, FillRefusesValuesTheDtypeCannotHold) {
     ASSERT_TRUE(s_->download(*h, got.data(), 12).ok());
     EXPECT_EQ(got[2], e.want);
     ASSERT_TRUE(s_->free(*h).ok());
+  }
+}
+
+// VKAD_COMBINE_RUNS=0: the session's target has no ballot and relative shuffles, so atomic adds
+// do not combine runs (spirv_emitter.cpp); otherwise the target has them where the device does
+// (target_from_caps: on GPUs, not on CPU devices such as lavapipe).
+TEST(SessionCombineRuns, TheSwitchTurnsTheTargetsShufflesOff) {
+  for (const char* value : {"0", "1"}) {
+    ASSERT_EQ(setenv("VKAD_COMBINE_RUNS", value, 1), 0);
+    SessionOptions o;
+    o.validation = true;
+    auto s = Session::create(o);
+    unsetenv("VKAD_COMBINE_RUNS");
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    const bool device_has = codegen::target_from_caps((*s)->runtime().caps()).subgroup_shuffle;
+    EXPECT_EQ((*s)->target().subgroup_shuffle, std::string(value) == "1" && device_has) << value;
   }
 }
 
