@@ -994,7 +994,9 @@ class MemoryEmitter : public ValueEmitter {
   // smaller (Vulkan does not say how many a device has).
   //
   // Consecutive such adds at the same non-uniform indices wait in pending_runs_ while only
-  // values and locals come between them (their values are SSA, and atomic adds commute), and
+  // values, locals and other atomic adds come between them (their values are SSA, and atomic
+  // adds commute: an add at a table or uniform index may be issued before them, so where an
+  // invocation has two out-of-bounds accesses the bounds report may name the other one), and
   // flush_runs emits them as one group at the first other statement, another key or the
   // block's end: a grid node's vector components and mass, whose run is found once, whose sums
   // build up side by side, and whose adds sit behind one branch.
@@ -1025,16 +1027,13 @@ class MemoryEmitter : public ValueEmitter {
   // will: the adds stay where they are), an index is not launch-uniform, and none is the
   // task's index (or an N-d task's fastest one), which consecutive invocations never share.
   bool may_run(const Stmt& s) {
-    if (!runs_on_ || !target_.subgroup_shuffle || !runs_wide_ || s.op != Op::kAtomicAdd ||
-        !is_float(k_.params[s.param].dtype)) {
+    if (!runs_on_ || !target_.subgroup_arithmetic || !target_.subgroup_shuffle || !runs_wide_ ||
+        s.op != Op::kAtomicAdd || !is_float(k_.params[s.param].dtype)) {
       return false;
     }
     if (task_.serial || uses_shared()) return false;
-    if (task_.dims.empty() && task_.begin.kind == abi::RangeBound::Kind::kConstant &&
-        task_.end.kind == abi::RangeBound::Kind::kConstant &&
-        task_.end.value - task_.begin.value <= kCombineRunsAbove) {
-      return false;  // never wide enough (a resident kernel's one workgroup, a specialized range)
-    }
+    // never wide enough: a resident kernel's one workgroup, a small constant N-d range
+    if (std::optional<int64_t> n = constant_range(); n && *n <= kCombineRunsAbove) return false;
     index_values();
     if (uniform_indexed(s) || table_indexed(s)) return false;
     const ValueId fastest = task_.dims.empty() ? task_.index : task_.dims.back().index;
@@ -1042,6 +1041,27 @@ class MemoryEmitter : public ValueEmitter {
       if (s.args[d] == fastest) return false;
     }
     return true;
+  }
+
+  // The task's iteration count where its bounds are constants (nullopt otherwise).
+  std::optional<int64_t> constant_range() const {
+    if (task_.dims.empty()) {
+      if (task_.begin.kind != abi::RangeBound::Kind::kConstant ||
+          task_.end.kind != abi::RangeBound::Kind::kConstant) {
+        return std::nullopt;
+      }
+      return task_.end.value - task_.begin.value;
+    }
+    int64_t n = 1;
+    for (const TaskDim& d : task_.dims) {
+      if (d.begin.kind != SizeExpr::Kind::kConst || d.end.kind != SizeExpr::Kind::kConst) {
+        return std::nullopt;
+      }
+      const int64_t extent = std::max<int64_t>(d.end.value - d.begin.value, 0);
+      if (extent > 0 && n > (int64_t{1} << 40) / extent) return std::nullopt;  // wide anyway
+      n *= extent;
+    }
+    return n;
   }
 
   // Whether the task declares shared memory: a blocked stencil's tile or a resident kernel's
@@ -1089,29 +1109,15 @@ class MemoryEmitter : public ValueEmitter {
   // every block's end.
   void flush_runs() {
     if (pending_runs_.empty()) return;
-    std::vector<PendingAdd> pending;
-    pending.swap(pending_runs_);
-    std::vector<bool> done(pending.size(), false);
-    for (size_t i = 0; i < pending.size(); ++i) {
-      if (done[i]) continue;
-      const std::vector<ValueId> key = run_key(*pending[i].s);
-      std::vector<PendingAdd> group;
-      for (size_t j = i; j < pending.size(); ++j) {
-        if (!done[j] && run_key(*pending[j].s) == key) {
-          group.push_back(pending[j]);
-          done[j] = true;
-        }
-      }
-      if (!runs_branch_) {
-        combine_runs(key, group);
-        continue;
-      }
-      if_else(
-          runs_wide_, [&] { combine_runs(key, group); },
-          [&] {
-            for (const PendingAdd& p : group) add_atomically(*p.s, p.val, p.skip_zero);
-          });
-    }
+    std::vector<PendingAdd> group;
+    group.swap(pending_runs_);  // one key: atomic_add flushes before another
+    const std::vector<ValueId> key = run_key(*group.front().s);
+    if (!runs_branch_) return combine_runs(key, group);
+    if_else(
+        runs_wide_, [&] { combine_runs(key, group); },
+        [&] {
+          for (const PendingAdd& p : group) add_atomically(*p.s, p.val, p.skip_zero);
+        });
   }
 
  private:
@@ -1137,8 +1143,11 @@ class MemoryEmitter : public ValueEmitter {
         op(spv::OpSelect, u32_, {has_prev, op(spv::OpISub, u32_, {lane, one}), zero});
     const uint32_t prev_on =
         op(spv::OpGroupNonUniformBallotBitExtract, bool_, {scope, active, prev});
+    // a select, not an and: `same` is undefined where the lane before is inactive or absent,
+    // and a driver may treat that as poison, which an and would pass on
     const uint32_t joins =
-        op(spv::OpLogicalAnd, bool_, {same, op(spv::OpLogicalAnd, bool_, {has_prev, prev_on})});
+        op(spv::OpSelect, bool_,
+           {op(spv::OpLogicalAnd, bool_, {has_prev, prev_on}), same, m_.c_bool(false)});
     const uint32_t starts =
         op(spv::OpGroupNonUniformBallot, v4, {scope, op(spv::OpLogicalNot, bool_, {joins})});
     if (le_mask_var_ == 0) {

@@ -49,8 +49,9 @@ TEST(CodegenEmit, EveryStatementKindValidates) {
 // invocations (spirv_emitter.cpp, combine_runs) where the target has ballot and relative
 // shuffles, its two adds at one cell as one group (one run found: one ShuffleUp of the cell),
 // in a body emitted twice (the plain copy for launches of at most 16,896 iterations); not at
-// the task's own index (neighbours never share it), not in a task whose constant range is
-// never that wide, not in a task with shared memory, and not without the target's shuffles.
+// the task's own index or an N-d task's fastest one (neighbours never share it), not in a task
+// whose constant range (1-d or N-d) is never that wide, not in a task with shared memory, and
+// not without the target's shuffles or its subgroup arithmetic.
 TEST(CodegenEmit, AtomicAddsCombineRunsOnlyAtComputedIndicesOfWideTasks) {
   auto kernel = [](const std::string& range, const std::string& index, bool shared) {
     return parsed(
@@ -86,11 +87,23 @@ TEST(CodegenEmit, AtomicAddsCombineRunsOnlyAtComputedIndicesOfWideTasks) {
       {"a constant range of 4,096", kernel("[0, 4096)", "%c", false), false},
       {"a constant range of 100,000", kernel("[0, 100000)", "%c", false), true},
       {"shared memory", kernel("[0, 65536) local_size 256", "%c", true), false},
+      {"a constant 2-d range of 64 x 64", kernel("[0, 64), %j in [0, 64)", "%c", false), false},
+      {"a constant 2-d range of 512 x 512", kernel("[0, 512), %j in [0, 512)", "%c", false), true},
+      {"the 2-d task's fastest index", kernel("[0, 512), %j in [0, 512)", "%j", false), false},
   };
   for (const Case& c : cases) {
     for (bool shuffle : {true, false}) {
       Target t = Target::host();
       t.subgroup_shuffle = shuffle;
+      if (shuffle) {  // shuffles without subgroup arithmetic: the plain adds, one copy
+        Target no_arithmetic = t;
+        no_arithmetic.subgroup_arithmetic = false;
+        auto plain = compile(c.k, no_arithmetic);
+        ASSERT_TRUE(plain.ok()) << c.what << ": " << plain.status().to_string();
+        const std::string dis = disassemble_spirv(plain->tasks[0].spirv);
+        EXPECT_EQ(count(dis, "OpGroupNonUniform"), 0u) << c.what;
+        EXPECT_EQ(count(dis, "OpAtomicFAddEXT"), 2u) << c.what;
+      }
       auto compiled = compile(c.k, t);
       ASSERT_TRUE(compiled.ok()) << c.what << ": " << compiled.status().to_string();
       const std::string dis = disassemble_spirv(compiled->tasks[0].spirv);
