@@ -68,6 +68,9 @@ class AtomicAddDevice : public KernelTest {
     return codegen::compile(k, t);
   }
 
+  // kRunAdd (`text`, its floats of type `ft`) against the CPU, with and without runs.
+  void expect_runs_add_as_the_cpu_does(const std::string& text, const std::string& ft);
+
   // *dev run through `c` on the device, and `k` evaluated on the CPU from the same inputs into
   // *cpu; both must succeed, the CPU without an error flag.
   void run_on_both(const codegen::Kernel& k, const runtime::CompiledKernel& c, HostArgs* dev,
@@ -389,7 +392,23 @@ const char* kRunAdd =
 )";
 
 TEST_F(AtomicAddDevice, RunsOnOneComputedCellAddAsTheCpuDoes) {
-  auto k = codegen::parse(kRunAdd);
+  for (const std::string ft : {"f32", "f64"}) {  // f64: shuffles of 64-bit values
+    std::string text = kRunAdd;
+    if (ft == "f64") {
+      if (!runner_->target().float64) {
+        GTEST_LOG_(INFO) << "device has no f64: f32 only";
+        continue;
+      }
+      for (size_t at = text.find("f32"); at != std::string::npos; at = text.find("f32", at))
+        text.replace(at, 3, "f64");
+    }
+    ASSERT_NO_FATAL_FAILURE(expect_runs_add_as_the_cpu_does(text, ft));
+  }
+}
+
+void AtomicAddDevice::expect_runs_add_as_the_cpu_does(const std::string& text,
+                                                      const std::string& ft) {
+  auto k = codegen::parse(text);
   ASSERT_TRUE(k.ok()) << k.status().to_string();
   for (bool subgroup : {true, false}) {
     auto c = compiled(*k, subgroup);
@@ -416,7 +435,7 @@ TEST_F(AtomicAddDevice, RunsOnOneComputedCellAddAsTheCpuDoes) {
         ASSERT_NO_FATAL_FAILURE(run_on_both(*k, *c, &dev, &cpu));
         for (int a : {2, 3}) {
           EXPECT_EQ(compare_arrays_exact(dev.arrays[a], cpu.arrays[a]), "")
-              << "array " << a << " n " << n << " subgroup " << subgroup << " runs " << runs;
+              << ft << " array " << a << " n " << n << " subgroup " << subgroup << " runs " << runs;
         }
       }
     }
