@@ -1069,18 +1069,7 @@ class MemoryEmitter : public ValueEmitter {
   // whose body could not run as two copies (run). On an H200 smoke's blocked Jacobi adjoint
   // took 11.0 -> 11.5 us with the runs' branches in it.
   bool uses_shared() {
-    if (!uses_shared_) {
-      std::function<bool(const Block&)> any = [&](const Block& b) {
-        for (const Stmt& st : b.stmts) {
-          if (st.op == Op::kSharedAlloc) return true;
-          for (const Block& c : st.blocks) {
-            if (any(c)) return true;
-          }
-        }
-        return false;
-      };
-      uses_shared_ = any(task_.body);
-    }
+    if (!uses_shared_) uses_shared_ = contains_op(task_.body, Op::kSharedAlloc);
     return *uses_shared_;
   }
   std::optional<bool> uses_shared_;
@@ -1097,13 +1086,9 @@ class MemoryEmitter : public ValueEmitter {
  protected:
   // Whether an add in `b` (or a block inside it) may combine in runs.
   bool any_may_run(const Block& b) {
-    for (const Stmt& st : b.stmts) {
-      if (may_run(st)) return true;
-      for (const Block& c : st.blocks) {
-        if (any_may_run(c)) return true;
-      }
-    }
-    return false;
+    bool any = false;
+    for_each_stmt(b, [&](const Stmt& st) { any = any || may_run(st); });
+    return any;
   }
   // Emits the pending run adds (may_run): called before a statement they may not pass and at
   // every block's end.
@@ -1587,7 +1572,8 @@ class TaskEmitter : public AdstackEmitter {
     // as two copies, one per side of a uniform branch on runs_wide_: the plain one is the code
     // without combining, so a launch too small for it pays nothing (branches per group inside
     // it cost diffmpm's 2,976-particle g2p/p2g 7.7 -> 8.2 us on an H200).
-    const bool two_copies = !has_stack_or_shared(task_.body) && any_may_run(task_.body);
+    // (may_run leaves shared-memory tasks out; an adstack is declared once per task)
+    const bool two_copies = !contains_op(task_.body, Op::kStackAlloc) && any_may_run(task_.body);
     loop(u32_, first, end, stride, /*is_signed=*/false, [&](uint32_t i) {
       bind_indices(i);
       if (!two_copies) return emit_block(task_.body);
@@ -1613,18 +1599,6 @@ class TaskEmitter : public AdstackEmitter {
   }
 
  private:
-  // Whether `b` holds an adstack or shared-memory statement, which the two copies of a task
-  // body (run) would each declare.
-  static bool has_stack_or_shared(const Block& b) {
-    for (const Stmt& st : b.stmts) {
-      if (op_info(st.op).family == OpFamily::kStack || st.op == Op::kSharedAlloc) return true;
-      for (const Block& c : st.blocks) {
-        if (has_stack_or_shared(c)) return true;
-      }
-    }
-    return false;
-  }
-
   // The main loop of an unrolled task (o_.unroll elements per iteration), when the task can
   // take one; returns where the plain loop starts.
   uint32_t emit_unrolled_loop(uint32_t start, uint32_t end, uint32_t stride) {
