@@ -54,6 +54,17 @@ def liquid_size():
     return dict(n_grid=16, scene=scene)
 
 
+def warp_cpu():
+    """Warp with its CPU backend, or a skip: the transcriptions run on Warp's CPU device, which
+    a wheel stripped of warp-clang (the GPU session's packed copy) does not have."""
+    wp = pytest.importorskip("warp")
+    wp.config.quiet = True
+    wp.init()
+    if not wp.is_cpu_available():
+        pytest.skip("Warp is installed without its CPU backend (warp-clang)")
+    return wp
+
+
 def from_friction_1(sim):
     """rigid_body_discontinuity's implementations from the scan's first point with friction."""
     sim._next = len(sim.points) // 2
@@ -62,9 +73,7 @@ def from_friction_1(sim):
 
 def peer(framework, program, steps):
     if framework == "warp":
-        wp = pytest.importorskip("warp")
-        wp.config.quiet = True
-        wp.init()
+        warp_cpu()
         if program == "electric":
             from difftaichi_peers.warp_electric import WarpElectric
             return WarpElectric(steps=steps, seed=0, device="cpu")
@@ -245,9 +254,7 @@ def test_mass_spring_velocitys_warp_f32_gradient_is_within_f32s_reach_of_vkads_f
     # stiff springs' contacts: vkad's own f32 gradient is 7e-4 of the largest from its f64 one,
     # Warp's and Taichi's f32 ones 4e-4 .. 3.5e-3 from vkad's f32 one. Tolerance 1e-2 of the
     # largest: a dropped target input or a wrong per-step loss is off by O(1).
-    wp = pytest.importorskip("warp")
-    wp.config.quiet = True
-    wp.init()
+    warp_cpu()
     from difftaichi_peers.warp_mass_spring_velocity import WarpMassSpringVelocity
     other = WarpMassSpringVelocity(steps=400, seed=0, device="cpu")
     with vkad.Session() as s:

@@ -74,13 +74,17 @@ def test_race_with_vkad_prints_and_writes_json(tmp_path, capsys):
                         "6", "--balls", "4", "--chain", "16", "--json", str(out)])
     text = capsys.readouterr().out
     assert rc == 0, text
-    assert "per-dispatch floor on" in text and "warp-graph  skipped (" in text
+    assert "per-dispatch floor on" in text
+    # Warp races where it is installed with a CUDA device (the GPU session), else says why not.
+    warp_ran = "warp-graph  skipped (" not in text
+    backends = ("vkad-graph", "vkad") + (("warp-graph",) if warp_ran else ())
     rows = json.loads(out.read_text())["rows"]
     assert [(r["pattern"], r["backend"]) for r in rows] == [
-        (p, b) for p in patterns.PATTERNS for b in ("vkad-graph", "vkad")]
+        (p, b) for p in patterns.PATTERNS for b in backends]
     for r in rows:
-        assert r["dispatches"] > 0 and r["floor_ms"] > 0 and np.isfinite(r["loss"])
-        assert r["size"]["steps"] == 6 and r["grad_l2"] > 0
-        if r["backend"] == "vkad":  # checked against vkad-graph's
+        assert np.isfinite(r["loss"]) and r["size"]["steps"] == 6 and r["grad_l2"] > 0
+        if r["backend"] != "vkad-graph":  # checked against vkad-graph's
             assert r["loss_vs_first"] <= patterns.LOSS_RTOL
             assert r["grad_vs_first"] <= patterns.GRAD_RTOL
+        if r["backend"].startswith("vkad"):  # Warp's graph reports no dispatches
+            assert r["dispatches"] > 0 and r["floor_ms"] > 0
