@@ -10,45 +10,29 @@
 
 namespace vkad::codegen {
 
-namespace {
+ValueNumbers::ValueNumbers(const Kernel& k) {
+  for (const Task& t : k.tasks) walk(t.body);
+}
 
-// Value numbering of the statements whose value is a function of their operands alone (the
-// leaves const / arg / shape and the unary, binary, compare, select and cast families): two
-// such statements with the same op, type, immediates and numbered operands compute the same
-// value wherever both are in scope, so `arg t` written twice is one index. Every other value
-// (a loop index, a load, a local's load) is its own number.
-class ValueNumbers {
- public:
-  explicit ValueNumbers(const Kernel& k) {
-    for (const Task& t : k.tasks) walk(t.body);
-  }
-  ValueId of(ValueId v) const {
-    auto it = number_.find(v);
-    return it == number_.end() ? v : it->second;
-  }
-
- private:
-  using Key = std::tuple<Op, DType, uint32_t, uint32_t, int64_t, uint64_t, std::vector<ValueId>>;
-  void walk(const Block& b) {
-    for (const Stmt& s : b.stmts) {
-      const OpFamily f = op_info(s.op).family;
-      const bool pure = f == OpFamily::kLeaf || f == OpFamily::kUnary || f == OpFamily::kBinary ||
-                        f == OpFamily::kCompare || f == OpFamily::kSelect || f == OpFamily::kCast;
-      if (pure && s.result != kNoValue) {
-        std::vector<ValueId> args;
-        for (ValueId a : s.args) args.push_back(of(a));
-        uint64_t bits = 0;
-        std::memcpy(&bits, &s.fimm, sizeof bits);
-        Key key{s.op, s.type, s.param, s.dim, s.iimm, bits, std::move(args)};
-        auto [it, fresh] = first_.try_emplace(std::move(key), s.result);
-        if (!fresh) number_[s.result] = it->second;
-      }
-      for (const Block& c : s.blocks) walk(c);
+void ValueNumbers::walk(const Block& b) {
+  for (const Stmt& s : b.stmts) {
+    const OpFamily f = op_info(s.op).family;
+    const bool pure = f == OpFamily::kLeaf || f == OpFamily::kUnary || f == OpFamily::kBinary ||
+                      f == OpFamily::kCompare || f == OpFamily::kSelect || f == OpFamily::kCast;
+    if (pure && s.result != kNoValue) {
+      std::vector<ValueId> args;
+      for (ValueId a : s.args) args.push_back(of(a));
+      uint64_t bits = 0;
+      std::memcpy(&bits, &s.fimm, sizeof bits);
+      Key key{s.op, s.type, s.param, s.dim, s.iimm, bits, std::move(args)};
+      auto [it, fresh] = first_.try_emplace(std::move(key), s.result);
+      if (!fresh) number_[s.result] = it->second;
     }
+    for (const Block& c : s.blocks) walk(c);
   }
-  std::map<Key, ValueId> first_;
-  std::unordered_map<ValueId, ValueId> number_;
-};
+}
+
+namespace {
 
 // The ndarray parameters a statement writes, itself or anywhere in its blocks.
 void written_params(const Stmt& s, std::unordered_set<uint32_t>& out) {

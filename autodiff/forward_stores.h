@@ -25,10 +25,37 @@
 // every use of the load).
 #pragma once
 
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
 #include "ir/ir.h"
 #include "ir/pass.h"
 
 namespace vkad::codegen {
+
+// Value numbering of the statements whose value is a function of their operands alone (the
+// leaves const / arg / shape and the unary, binary, compare, select and cast families): two
+// such statements with the same op, type, immediates and numbered operands compute the same
+// value wherever both are in scope, so `arg t` written twice is one index. Every other value
+// (a loop index, a load, a local's load) is its own number. What forward_stores and
+// accumulate_stores (accumulations.h) compare indices by.
+class ValueNumbers {
+ public:
+  explicit ValueNumbers(const Kernel& k);
+  ValueId of(ValueId v) const {
+    auto it = number_.find(v);
+    return it == number_.end() ? v : it->second;
+  }
+
+ private:
+  using Key = std::tuple<Op, DType, uint32_t, uint32_t, int64_t, uint64_t, std::vector<ValueId>>;
+  void walk(const Block& b);
+  std::map<Key, ValueId> first_;
+  std::unordered_map<ValueId, ValueId> number_;
+};
 
 // The kernel with every load described above replaced by its stored value; `*forwarded`
 // (optional) receives how many loads were.

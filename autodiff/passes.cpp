@@ -1,5 +1,6 @@
 #include "autodiff/passes.h"
 
+#include "autodiff/accumulations.h"
 #include "autodiff/forward_mode.h"
 #include "autodiff/forward_stores.h"
 #include "autodiff/jumps.h"
@@ -55,6 +56,8 @@ PassRegistry make_registry() {
         plain("text-roundtrip", [](const Target&) { return text_roundtrip_pass(); }));
   r.add("lower-jumps", "break / continue rewritten into flags and guards (jumps.h)",
         plain("lower-jumps", [](const Target& t) { return lower_jumps_pass(t); }));
+  r.add("accumulate-stores", "updates x[I] = x[I] + v as the atomic adds they compute",
+        plain("accumulate-stores", [](const Target&) { return accumulate_stores_pass(); }));
   r.add("forward-stores", "a load of what the invocation stored earlier in its block, forwarded",
         plain("forward-stores", [](const Target&) { return forward_stores_pass(); }));
   r.add("segment-loops", "the loops reverse mode would checkpoint split into segments",
@@ -65,7 +68,9 @@ PassRegistry make_registry() {
   r.add("clearing-reverse-mode", "reverse-mode, clearing each store's seed",
         plain("clearing-reverse-mode",
               [](const Target& t) { return reverse_mode_pass(t, {}, true); }));
-  r.add("adjoint", "make_adjoint: verify, lower-jumps, forward-stores, segment-loops, reverse-mode",
+  r.add("adjoint",
+        "make_adjoint: verify, accumulate-stores, check-overwrites, lower-jumps, "
+        "forward-stores, segment-loops, reverse-mode",
         with_segment("adjoint", [](const Target& t, const AdjointOptions& o) {
           return Pass{"adjoint", [t, o](const Kernel& k) { return make_adjoint(k, t, o); }};
         }));

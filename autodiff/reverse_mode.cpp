@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "autodiff/accumulations.h"
 #include "autodiff/adjoint_plan.h"
 #include "autodiff/checkpoint.h"
 #include "autodiff/derivative_rules.h"
@@ -709,10 +710,12 @@ size_t count_atomic_max(const Kernel& k) {
   return n;
 }
 
-// The steps every adjoint pipeline begins with: verify, refuse overwrites reverse mode cannot
+// The steps every adjoint pipeline begins with: verify, (`accumulate`) updates x[I] = x[I] + v
+// as the atomic adds they compute (accumulations.h), refuse overwrites reverse mode cannot
 // undo, lower jumps, forward stores to loads.
-void add_adjoint_prefix(Pipeline& p, const Target& target) {
+void add_adjoint_prefix(Pipeline& p, const Target& target, bool accumulate) {
   p.add(verify_pass(target));
+  if (accumulate) p.add(accumulate_stores_pass());
   p.add("check-overwrites", [](Kernel k) -> Result<Kernel> {
     VKAD_TRY(check_overwrites(k));
     return k;
@@ -726,7 +729,9 @@ void add_adjoint_prefix(Pipeline& p, const Target& target) {
 Pipeline counted_pipeline(const Target& target, const AdjointOptions& options, Kernel* lowered,
                           Kernel* differentiated, std::vector<ValueId>* counted) {
   Pipeline p(target);
-  add_adjoint_prefix(p, target);
+  // No accumulate-stores: `lowered` becomes the counting forward, which the user launches in
+  // place of the forward, so it must be the kernel as written.
+  add_adjoint_prefix(p, target, /*accumulate=*/false);
   p.add("keep-lowered", [lowered](Kernel k) -> Result<Kernel> {
     *lowered = k;
     return k;
@@ -757,7 +762,7 @@ Pass reverse_mode_pass(const Target& target, const AdjointOptions& options, bool
 
 Pipeline adjoint_pipeline(const Target& target, const AdjointOptions& options, bool clear_seeds) {
   Pipeline p(target);
-  add_adjoint_prefix(p, target);
+  add_adjoint_prefix(p, target, /*accumulate=*/true);
   p.add(segment_loops_pass(options));
   p.add(reverse_mode_pass(target, options, clear_seeds));
   return p;

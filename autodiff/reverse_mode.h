@@ -153,7 +153,10 @@ Result<CountedAdjoint> make_adjoint_counted(const Kernel& forward,
 std::vector<bool> owned_ndarrays(const Kernel& k, const Task& task);
 
 // make_adjoint as a pipeline of passes (ir/pass.h), each of which a .vkir test may run alone:
-//   verify -> lower-jumps (jumps.h) -> segment-loops -> reverse-mode
+//   verify -> accumulate-stores (accumulations.h) -> check-overwrites -> lower-jumps (jumps.h)
+//   -> forward-stores (forward_stores.h) -> segment-loops -> reverse-mode
+// (make_adjoint_counted leaves accumulate-stores out: its counting forward is the kernel as
+// written.)
 // segment-loops: the loops plan_adjoint selects for segmented checkpointing split by
 // segment_loops (checkpoint.h); the kernel unchanged when options.checkpoint_segment is 0.
 // reverse-mode ("clearing-reverse-mode" with clear_seeds): plan_adjoint, then the adjoint that

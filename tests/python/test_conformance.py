@@ -483,11 +483,7 @@ def test_taichi_8027_long_inner_loop(session, ft):
 
 @pytest.mark.parametrize("form", [
     "atomic", "local_then_atomic",
-    refused("load_store",
-            "vkad refuses x[i] = x[i] + y[j] in the inner loop (`ndarray 'x' (grad) is both "
-            "read and written in task 'main'`): reverse mode keeps no overwritten values, "
-            "though this update's adjoint needs none (it is linear in x: x_grad passes "
-            "through unchanged); see docs/conformance.md"),
+    "load_store",
 ])
 def test_taichi_8356_global_accumulation_in_inner_loop(session, ft, form):
     """taichi-dev/taichi#8356, https://github.com/taichi-dev/taichi/issues/8356 ("Possibly
@@ -496,8 +492,9 @@ def test_taichi_8356_global_accumulation_in_inner_loop(session, ft, form):
     y.grad = [1, 1, 1] where it is [5, 5, 5]; the equivalent form a = 0; for j in y: a += y[j];
     x[i] += a gave the right answer. Both forms here (atomic_add into x in the inner loop; a
     local sum then one atomic_add), and the same update as a plain load and store
-    (x[i] = x[i] + y[j], the non-atomic spelling of the update), with a non-uniform seed w on
-    x: d/dy_j = sum_i w_i, and x's gradient is the seed itself (x_out = x_in + sum y)."""
+    (x[i] = x[i] + y[j], the non-atomic spelling of the update: differentiated as the atomic
+    add it computes, autodiff/accumulations.h), with a non-uniform seed w on x: d/dy_j =
+    sum_i w_i, and x's gradient is the seed itself (x_out = x_in + sum y)."""
     s = session
     kb = Builder("taichi8356")
     x = kb.ndarray("x", ft, 1, grad=True)

@@ -157,6 +157,65 @@ TEST_P(ReverseModeContact, AContactsValuesReverseInsideItsBranch) {
   EXPECT_EQ(inside, 2) << codegen::print(*adj);   // x[j] and v[j]: only the contact uses them
 }
 
+// Running sums kept in the arrays (autodiff/accumulations.h): x[i] = x[i] + sin(y_j^2 i) in a
+// loop of a task that owns x, and s[0] = s[0] + y_k^2, s[1] = s[1] + exp(y_k) in a serial task.
+// Reverse mode refused both ("both read and written"); their adjoints are atomic adds': every
+// gradient -- of y, and of x and s as inputs (the seed passes through) -- against finite
+// differences.
+constexpr const char* kArrayAccumulations = R"(
+kernel acc(x: ndarray<f64, 1> grad, y: ndarray<f64, 1> grad, s: ndarray<f64, 1> grad) {
+  task owned parallel %i in [0, shape(x, 0)) {
+    %zero = const 0 : i32
+    %n = shape y 0 : i32
+    %fi = cast %i : f64
+    for %j in [%zero, %n) {
+      %xold = load x[%i] : f64
+      %yj = load y[%j] : f64
+      %t = mul %yj, %yj : f64
+      %u = mul %t, %fi : f64
+      %v = sin %u : f64
+      %xnew = add %xold, %v : f64
+      store x[%i], %xnew
+    }
+  }
+  task running serial %k in [0, shape(y, 0)) {
+    %c0 = const 0 : i32
+    %c1 = const 1 : i32
+    %yk = load y[%k] : f64
+    %sq = mul %yk, %yk : f64
+    %sold = load s[%c0] : f64
+    %snew = add %sq, %sold : f64
+    store s[%c0], %snew
+    %e = exp %yk : f64
+    %s1 = load s[%c1] : f64
+    %s1n = add %s1, %e : f64
+    store s[%c1], %s1n
+  }
+}
+)";
+
+TEST(ReverseModeGradient, RunningSumsKeptInArrays) {
+  HostValues v;
+  v.arrays = {array_of(codegen::DType::kF64, {0.3, -0.7, 1.1}),
+              array_of(codegen::DType::kF64, {0.4, -0.9, 0.6, 1.3}),
+              array_of(codegen::DType::kF64, {0.25, -1.5})};
+  v.scalars = {0, 0, 0};
+  expect_gradients_match(kArrayAccumulations, v, 4);  // y's (x and s are outputs too)
+  // x and s as inputs: d(w . outputs) / d input is w (each output is its input plus terms that
+  // do not read it), so their gradients after the adjoint are their seeds, unchanged.
+  auto k = codegen::parse(kArrayAccumulations);
+  ASSERT_TRUE(k.ok());
+  auto adj = codegen::make_adjoint(*k);
+  ASSERT_TRUE(adj.ok()) << adj.status().to_string();
+  HostValues a = adjoint_args(*k, v, random_seeds(*k, v, 5));
+  const uint32_t x_grad = 3, s_grad = 5;  // after x, y, s: x_grad, y_grad, s_grad
+  const std::vector<double> x_seed = a.arrays[x_grad].data, s_seed = a.arrays[s_grad].data;
+  ASSERT_NE(x_seed, std::vector<double>(x_seed.size(), 0.0));
+  ASSERT_TRUE(codegen::evaluate(*adj, a.view()).ok());
+  EXPECT_EQ(a.arrays[x_grad].data, x_seed);
+  EXPECT_EQ(a.arrays[s_grad].data, s_seed);
+}
+
 INSTANTIATE_TEST_SUITE_P(ThenOrElse, ReverseModeContact, ::testing::Bool());
 
 }  // namespace
