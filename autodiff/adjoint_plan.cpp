@@ -364,7 +364,8 @@ class Planner {
       if (!first_read[p] || !first_write[p]) continue;
       const bool ordered =
           last_write_task[p] < first_read_task[p] ||
-          disjoint_access(f_, static_cast<uint32_t>(p)).kind != DisjointAccess::Kind::kUnproven;
+          disjoint_access(f_, static_cast<uint32_t>(p)).kind != DisjointAccess::Kind::kUnproven ||
+          written_before_read(f_, static_cast<uint32_t>(p));
       const std::string name = "ndarray '" + f_.params[p].name + "'";
       if (!f_.params[p].needs_grad) {
         rw_no_grad_[p] = true;

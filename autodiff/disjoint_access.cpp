@@ -6,6 +6,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ir/walk.h"
+
 namespace vkad::codegen {
 
 namespace {
@@ -228,6 +230,138 @@ DisjointAccess disjoint_access(const Kernel& k, uint32_t param) {
     }
   }
   return out;
+}
+
+namespace {
+
+bool is_access(const Stmt& s) {
+  return s.op == Op::kLoad || s.op == Op::kStore || s.op == Op::kAtomicAdd ||
+         s.op == Op::kAtomicMax;
+}
+
+// Whether `s` or a statement in its blocks accesses ndarray parameter `p`.
+bool touches(const Stmt& s, uint32_t p) {
+  if (is_access(s) && s.param == p) return true;
+  for (const Block& b : s.blocks) {
+    for (const Stmt& c : b.stmts) {
+      if (touches(c, p)) return true;
+    }
+  }
+  return false;
+}
+
+// written_before_read's walk (see the header).
+class WriteBeforeRead {
+ public:
+  WriteBeforeRead(const Kernel& k, uint32_t p) : k_(k), p_(p) {
+    for_each_stmt(k, [&](const Stmt& s) {
+      if (s.result != kNoValue) def_[s.result] = &s;
+    });
+  }
+
+  bool run() {
+    if (k_.params[p_].rank != 1) return false;
+    const Task* task = nullptr;
+    for (const Task& t : k_.tasks) {
+      bool any = false;
+      for (const Stmt& s : t.body.stmts) any = any || touches(s, p_);
+      if (!any) continue;
+      if (task) return false;  // several tasks
+      task = &t;
+    }
+    // One iteration (serial or parallel alike: one invocation runs the loop).
+    if (!task || !task->dims.empty()) return false;
+    using K = RangeBound::Kind;
+    if (task->begin.kind != K::kConstant || task->end.kind != K::kConstant ||
+        task->end.value - task->begin.value != 1) {
+      return false;
+    }
+    const Stmt* loop = nullptr;
+    std::vector<int64_t> before;  // the constant indices stored before the loop
+    for (const Stmt& s : task->body.stmts) {
+      if (!touches(s, p_)) continue;
+      if (!loop && s.op == Op::kStore) {
+        std::optional<int64_t> c = constant(s.args[0]);
+        if (!c) return false;
+        before.push_back(*c);
+      } else if (!loop && s.op == Op::kFor) {
+        loop = &s;
+      } else if (!loop || s.op != Op::kLoad) {
+        return false;  // a load before the loop, a second loop, a branch, a store after it
+      }
+    }
+    if (!loop || !in_loop(loop->blocks[0], loop->result)) return false;
+    if (!store_offset_) return true;  // the loop only reads
+    for (int64_t l : load_offsets_) {
+      if (l >= *store_offset_) return false;
+    }
+    if (before.empty()) return true;
+    std::optional<int64_t> b = constant(loop->args[0]);
+    if (!b) return false;
+    for (int64_t c : before) {
+      if (c >= *b + *store_offset_) return false;
+    }
+    return true;
+  }
+
+ private:
+  // The accesses of p in the loop body `b` (index `i`), their offsets noted; false on one the
+  // header does not admit.
+  bool in_loop(const Block& b, ValueId i) {
+    for (const Stmt& s : b.stmts) {
+      if (!touches(s, p_)) continue;
+      if (s.op == Op::kLoad || s.op == Op::kStore) {
+        std::optional<int64_t> c = offset(s.args[0], i);
+        if (!c) return false;
+        if (s.op == Op::kLoad) {
+          load_offsets_.push_back(*c);
+        } else if (store_offset_ && *store_offset_ != *c) {
+          return false;
+        } else {
+          store_offset_ = *c;
+        }
+      } else if (s.op == Op::kIf) {
+        for (const Block& side : s.blocks) {
+          if (!in_loop(side, i)) return false;
+        }
+      } else {
+        return false;  // an atomic, or a nested loop
+      }
+    }
+    return true;
+  }
+
+  std::optional<int64_t> constant(ValueId v) const {
+    auto it = def_.find(v);
+    if (it == def_.end() || it->second->op != Op::kConst || !is_word(it->second->type)) return {};
+    return it->second->iimm;
+  }
+
+  // c where v is i, i + c, c + i or i - c.
+  std::optional<int64_t> offset(ValueId v, ValueId i) const {
+    if (v == i) return 0;
+    auto it = def_.find(v);
+    if (it == def_.end()) return {};
+    const Stmt& s = *it->second;
+    if (s.op != Op::kAdd && s.op != Op::kSub) return {};
+    std::optional<int64_t> c;
+    if (s.args[0] == i) c = constant(s.args[1]);
+    if (s.op == Op::kAdd && s.args[1] == i) c = constant(s.args[0]);
+    if (!c) return {};
+    return s.op == Op::kSub ? -*c : *c;
+  }
+
+  const Kernel& k_;
+  const uint32_t p_;
+  std::unordered_map<ValueId, const Stmt*> def_;
+  std::optional<int64_t> store_offset_;
+  std::vector<int64_t> load_offsets_;
+};
+
+}  // namespace
+
+bool written_before_read(const Kernel& k, uint32_t param) {
+  return WriteBeforeRead(k, param).run();
 }
 
 }  // namespace vkad::codegen

@@ -57,4 +57,28 @@ struct DisjointAccess {
 // are i32 or u32, one per axis). Pure: reads `k` only.
 DisjointAccess disjoint_access(const Kernel& k, uint32_t param);
 
+// Written before read: a proof that every load of ndarray parameter `param` reads an element no
+// write of the kernel changes after that load, so a replay after the kernel (reverse mode's)
+// reads what the load read -- a recurrence kept in the array itself, one element a step:
+// `ewma[0] = x[0]; for i in [1, n): ewma[i] = a x[i] + (1 - a) ewma[i - 1]` (taichi#2425),
+// `for i in [0, n): epsp[i + 1] = f(epsp[i])` (taichi#8802).
+//
+// What is proven. `param` is rank 1 and touched (loads and stores; no atomics) in one task only,
+// a 1-d task of exactly one iteration (constant bounds, one apart: one invocation runs it,
+// serial or not), in this order at its top
+// level: stores at constant indices; one `for i in [b, e)` loop (ascending, one element per
+// trip); loads at any index. Inside the loop, at any depth but not inside a nested loop (each
+// access runs at most once a trip), every access is at i + c (the loop index itself, or it
+// plus or minus an integer constant): the stores all at one offset cs, the loads at offsets
+// below cs. Then a load in trip i reads element i + cl, which trip i + cl - cs wrote (or the
+// stores before the loop, or nothing), and which no later trip writes (they write i' + cs >
+// i + cl); the stores before the loop are at constants below b + cs (b a constant), so no trip
+// overwrites them; and the loads after the loop run after every write. Each element is then
+// written at most once by the loop (check_overwrites, adjoint_plan.h, sees to the rest).
+//
+// Gives up (false) on anything else: another rank, several tasks, a task of more than one
+// iteration (its invocations, or its trips, would run the loop again), branches or loops around the accesses outside the one loop, indices other
+// than i + constant, loads at or above the stores' offset, an atomic add.
+bool written_before_read(const Kernel& k, uint32_t param);
+
 }  // namespace vkad::codegen

@@ -635,12 +635,7 @@ def test_taichi_2505_update_in_place(session, ft, form):
 
 @pytest.mark.parametrize("form", [
     "local_carried",
-    refused("global_recursive",
-            "vkad refuses to differentiate a serial loop that reads ewma[i - 1] after "
-            "writing it in the previous iteration (`ndarray 'ewma' (grad) is both read and "
-            "written in task 'main'`), though a correct adjoint exists (the reversed loop "
-            "reads ewma_grad[i] before it adds into ewma_grad[i - 1]); see "
-            "docs/conformance.md"),
+    "global_recursive",
 ])
 def test_taichi_2425_recursive_formulation(session, ft, form):
     """taichi-dev/taichi#2425, https://github.com/taichi-dev/taichi/issues/2425 ("Gradients seems
@@ -650,7 +645,9 @@ def test_taichi_2425_recursive_formulation(session, ft, form):
     gradients (its maintainers: the program breaks Taichi's "global data access rule"). Two
     forms here: the report's, reading the global array it writes (global_recursive), and the
     recurrence carried in a local with each value stored (local_carried). Checked:
-    d(sum w ewma)/d x and d/d alpha (alpha a rank-0 input)."""
+    d(sum w ewma)/d x and d/d alpha (alpha a rank-0 input). The report's form is
+    differentiated because every element is written before it is read and never again
+    (written_before_read, autodiff/disjoint_access.h): the replay reads what the loop read."""
     s = session
     N = 12
     rng = np.random.default_rng(2425)
@@ -753,11 +750,7 @@ def _plasticity_ref(th, N, E, SY):
 
 @pytest.mark.parametrize("form", [
     "local_carried",
-    refused("global_loop_carried",
-            "vkad refuses to differentiate a serial loop that reads epsp[i] and writes "
-            "epsp[i + 1] (`ndarray 'epsp' (grad) is both read and written in task "
-            "'main'`), though a correct adjoint exists (reversed iterations: epsp_grad[i + 1] "
-            "is complete before iteration i reads it); see docs/conformance.md"),
+    "global_loop_carried",
 ])
 def test_taichi_8802_loop_carried_read_after_write(session, ft, form):
     """taichi-dev/taichi#8802, https://github.com/taichi-dev/taichi/issues/8802
@@ -767,7 +760,9 @@ def test_taichi_8802_loop_carried_read_after_write(session, ft, form):
     acc += d. Taichi returned ~4.8x the true gradient, 3.895472 at th = 0.0045 (E = 1000,
     sigma_y = 2, N = 60), without a warning. Both the report's form (the plastic strain in a
     global array with a time axis) and the strain carried in a local. f64 only against the
-    report's number; f32 against the same f64 reference (the kernel's input th rounded)."""
+    report's number; f32 against the same f64 reference (the kernel's input th rounded). The
+    report's form: epsp[i] is written (trip i - 1) before trip i reads it, and never again
+    (written_before_read, autodiff/disjoint_access.h)."""
     s = session
     E, SY, N = 1000.0, 2.0, 60
     kb = Builder("taichi8802")

@@ -103,7 +103,15 @@ Result<GradCheckReport> check_gradients_cpu(const Kernel& forward, const HostVal
                                             uint32_t seed, const GradCheckOptions& o) {
   VKAD_ASSIGN_OR_RETURN(Kernel adjoint, codegen::make_adjoint(forward));
   std::vector<HostArray> seeds = random_seeds(forward, base, seed);
-  HostValues adj = adjoint_args(forward, base, seeds);
+  // The adjoint runs on the arrays as the forward left them (make_adjoint's contract): a kernel
+  // that reads what it wrote (a recurrence kept in its array) replays from those values.
+  HostValues primal = base;
+  {
+    auto v = primal.view();
+    VKAD_ASSIGN_OR_RETURN(codegen::EvalResult r, codegen::evaluate(forward, v));
+    VKAD_TRY(check_flags(forward, r));
+  }
+  HostValues adj = adjoint_args(forward, primal, seeds);
   {
     auto v = adj.view();
     VKAD_ASSIGN_OR_RETURN(codegen::EvalResult r, codegen::evaluate(adjoint, v));

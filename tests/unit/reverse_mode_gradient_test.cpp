@@ -216,6 +216,49 @@ TEST(ReverseModeGradient, RunningSumsKeptInArrays) {
   EXPECT_EQ(a.arrays[s_grad].data, s_seed);
 }
 
+// A nonlinear recurrence kept in the array (written_before_read, autodiff/disjoint_access.h):
+// e[0] = x[0]; e[i] = a x[i] + (1 - a) sin(e[i - 1]); then f[i] = e[i + 1] e[i] read after
+// the loop. Reverse mode refused it ("both read and written"); x's and a's gradients against
+// finite differences.
+constexpr const char* kRecurrenceInTheArray = R"(
+kernel rec(x: ndarray<f64, 1> grad, a: f64 grad, e: ndarray<f64, 1> grad, f: ndarray<f64, 1> grad) {
+  task main serial %t in [0, 1) {
+    %c0 = const 0 : i32
+    %x0 = load x[%c0] : f64
+    store e[%c0], %x0
+    %one = const 1 : i32
+    %n = shape x 0 : i32
+    %av = arg a : f64
+    %f1 = const 1.0 : f64
+    %b = sub %f1, %av : f64
+    for %i in [%one, %n) {
+      %xi = load x[%i] : f64
+      %im = sub %i, %one : i32
+      %prev = load e[%im] : f64
+      %sp = sin %prev : f64
+      %u = mul %av, %xi : f64
+      %w = mul %b, %sp : f64
+      %v = add %u, %w : f64
+      store e[%i], %v
+    }
+    %c1 = const 1 : i32
+    %e1 = load e[%c1] : f64
+    %e0 = load e[%c0] : f64
+    %p = mul %e1, %e0 : f64
+    store f[%c0], %p
+  }
+}
+)";
+
+
+TEST(ReverseModeGradient, RecurrenceKeptInTheArray) {
+  HostValues v;
+  v.arrays = {array_of(codegen::DType::kF64, {0.3, -0.7, 1.1, 0.45, -0.2}), HostArray(),
+              HostArray(codegen::DType::kF64, {5}), HostArray(codegen::DType::kF64, {1})};
+  v.scalars = {0, 0.35, 0, 0};
+  expect_gradients_match(kRecurrenceInTheArray, v, 6);  // x's 5 and a
+}
+
 INSTANTIATE_TEST_SUITE_P(ThenOrElse, ReverseModeContact, ::testing::Bool());
 
 }  // namespace
