@@ -77,8 +77,9 @@ DisjointAccess disjoint_access(const Kernel& k, uint32_t param);
 // written at most once by the loop (check_overwrites, adjoint_plan.h, sees to the rest).
 //
 // Gives up (false) on anything else: another rank, several tasks, a task of more than one
-// iteration (its invocations, or its trips, would run the loop again), branches or loops around the accesses outside the one loop, indices other
-// than i + constant, loads at or above the stores' offset, an atomic add.
+// iteration (its invocations, or its trips, would run the loop again), branches or loops around the
+// accesses outside the one loop, indices other than i + constant, loads at or above the stores'
+// offset, an atomic add.
 bool written_before_read(const Kernel& k, uint32_t param);
 
 }  // namespace vkad::codegen
