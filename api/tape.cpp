@@ -466,7 +466,48 @@ Status Tape::fill(NdArrayHandle array, double value) {
   args_.push_back(Arg::f64(value));
   records_.push_back(r);
   ++recorded_;
+  note_touched(std::span<const Arg>(&args_[args_.size() - 2], 1), nullptr);  // the recording's
   return {};
+}
+
+Status Tape::check_unwritten(std::span<const Arg> args, const std::string& where) const {
+  for (const Arg& a : args) {
+    if (a.kind != abi::ParamKind::kNdArray) continue;
+    auto seen = reads_seen_.find(a.array.id);
+    if (seen == reads_seen_.end()) continue;
+    // A freed array: the launch or adjoint that binds it reports that, naming it.
+    Result<std::pair<uint64_t, std::string>> now = session_->runtime().write_count(a.array);
+    if (!now.ok() || now->first == seen->second) continue;
+    Result<std::string> name = session_->runtime().name(a.array);
+    return make_error(
+        ErrorCode::kFailedPrecondition,
+        where + ": ndarray '" + (name.ok() ? *name : std::string("?")) + "' (" +
+            std::to_string(a.array.id >> 32) + ":" + std::to_string(a.array.id & 0xffffffffu) +
+            ") was written after the tape recorded a launch that reads it, by " + now->second +
+            " that is not on the tape (" + std::to_string(now->first - seen->second) +
+            " write(s) since); the adjoints read it as it is now and would give wrong "
+            "gradients. Make that write after backward(), record it on the tape, or write into "
+            "another array (docs/tape.md)");
+  }
+  return {};
+}
+
+void Tape::note_touched(std::span<const Arg> args, const codegen::KernelAccess* access) {
+  for (size_t p = 0; p < args.size(); ++p) {
+    if (args[p].kind != abi::ParamKind::kNdArray) continue;
+    bool loads = false;
+    if (access) {
+      for (const codegen::ParamAccess& pa : access->params) {
+        if (pa.param != p) continue;
+        for (const codegen::ArrayAccess& x : pa.accesses)
+          loads = loads || x.kind == codegen::ArrayAccess::Kind::kRead;
+      }
+    }
+    auto seen = reads_seen_.find(args[p].array.id);
+    if (!loads && seen == reads_seen_.end()) continue;
+    Result<std::pair<uint64_t, std::string>> now = session_->runtime().write_count(args[p].array);
+    if (now.ok()) reads_seen_[args[p].array.id] = now->first;
+  }
 }
 
 Status Tape::launch(const Differentiated& d, std::span<const Arg> args, LaunchId* id) {
@@ -486,9 +527,11 @@ Status Tape::launch(const Differentiated& d, std::span<const Arg> args, LaunchId
   Record r;
   r.forward = d.forward;
   r.adjoint = d.adjoint;
+  VKAD_TRY(check_unwritten(args, "tape.launch"));
+  const std::shared_ptr<const codegen::KernelAccess> access = session_->launch_access(d.forward);
   if (!checkpointing()) {
     // Refused before it runs: the caller learns at the launch that would spoil the gradients.
-    VKAD_TRY(hazards_->check(*session_, session_->launch_access(d.forward), args));
+    VKAD_TRY(hazards_->check(*session_, access, args));
     {
       LaunchNote note(*session_, "tape entry", records_.size());
       VKAD_TRY_CTX(session_->launch(d.forward, args, id), "tape.launch");
@@ -497,6 +540,7 @@ Status Tape::launch(const Differentiated& d, std::span<const Arg> args, LaunchId
   } else {
     VKAD_TRY(checkpointed_launch(d, args, id, &r));
   }
+  note_touched(args, access.get());
   r.arg_begin = static_cast<uint32_t>(args_.size());
   r.arg_count = static_cast<uint32_t>(args.size());
   r.grad_begin = static_cast<uint32_t>(grad_params_.size());
@@ -755,6 +799,8 @@ Status Tape::launch_loop(std::span<const TapeLoopLaunch> body, uint32_t count, L
   for (const TapeLoopLaunch& l : body) {
     fwd.push_back({l.d != nullptr ? l.d->forward : l.kernel, l.args, l.step});
   }
+  for (size_t j = 0; j < body.size(); ++j)
+    VKAD_TRY(check_unwritten(body[j].args, loop_where(j, 0)));
   // Every launch checked before any runs; the record put back if one is refused or the loop
   // fails.
   TapeHazards saved = *hazards_;
@@ -775,6 +821,11 @@ Status Tape::launch_loop(std::span<const TapeLoopLaunch> body, uint32_t count, L
     return st.with_context("tape.launch_loop");
   }
   record_loop(body, count);
+  for (const TapeLoopLaunch& l : body) {
+    const std::shared_ptr<const codegen::KernelAccess> access =
+        l.d != nullptr ? session_->launch_access(l.d->forward) : nullptr;
+    note_touched(l.args, access.get());
+  }
   return {};
 }
 
@@ -855,6 +906,7 @@ void Tape::prune() {
 
 void Tape::reset() {
   records_.clear();
+  reads_seen_.clear();
   pending_clears_.clear();
   clear_params_.clear();
   ++recorded_;
@@ -943,6 +995,22 @@ Status Tape::backward(std::span<const TapeSeed> seeds, std::vector<TapeAdjointLa
     return make_error(ErrorCode::kInvalidArgument,
                       "tape.backward: no launch of a differentiated kernel was recorded");
   }
+  for (const auto& [id, count] : reads_seen_) {
+    const Arg a = Arg::ndarray(NdArrayHandle{id});
+    VKAD_TRY(check_unwritten(std::span<const Arg>(&a, 1), "tape.backward"));
+  }
+  // A checkpointed backward writes the recording's arrays itself (copies back, the forward
+  // again, the end state put back): those writes are the tape's, so a later backward or launch
+  // compares with the counts it leaves, whichever way it returns.
+  struct Recount {
+    Tape* t;
+    ~Recount() {
+      for (auto& [id, count] : t->reads_seen_) {
+        auto now = t->session_->runtime().write_count(NdArrayHandle{id});
+        if (now.ok()) count = now->first;
+      }
+    }
+  } recount{this};
   // Everything a seed can get wrong is checked before anything is made or recorded.
   for (const TapeSeed& s : seeds) VKAD_TRY(check_seed(*session_, s, differentiated(s.array)));
   // A checkpointed backward's schedule, refused (the least bytes named) before anything runs.

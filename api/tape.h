@@ -401,7 +401,22 @@ class Tape {
   // the one of (r.forward, parameter). Listed by backward before any adjoint asks.
   NdArrayHandle gradient(const Record& r, uint32_t k) const;
 
+  // Writes from outside the recording. Before a launch or loop is recorded: kFailedPrecondition
+  // naming the array when one of `args` that an earlier recorded launch reads was written since
+  // the tape last touched it (Runtime::write_count), by a launch, upload, fill or copy that is
+  // not on the tape. `where`: the message's opening.
+  Status check_unwritten(std::span<const Arg> args, const std::string& where) const;
+  // After a launch or loop of the recording ran: its arrays' write counts, for those `access`
+  // says it loads (null: none) and those an earlier launch read.
+  void note_touched(std::span<const Arg> args, const codegen::KernelAccess* access);
+
   Session* session_;  // borrowed
+  // The arrays the recorded launches load -> their write count (Runtime::write_count) after the
+  // recording last touched them. The adjoints read these arrays as they are when backward runs,
+  // so a write from outside the recording in between (another launch, an upload, a fill: what
+  // Warp's tape allows silently, NVIDIA/warp#1350) is refused by the next launch that uses
+  // the array and by backward.
+  std::unordered_map<uint64_t, uint64_t> reads_seen_;
   // What the recording read and wrote (launch refuses overwrites; api/tape_hazards.h).
   std::unique_ptr<TapeHazards> hazards_;
   std::vector<Record> records_;

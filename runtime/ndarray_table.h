@@ -22,6 +22,13 @@ struct NdArray {
   std::string name;
   uint64_t bytes = 0;
   bool pooled = false;  // Runtime::create_ndarray's `pooled`: freed into the ndarray pool
+  // Writes recorded into it so far (Runtime::write_count): launches that may write it, fills,
+  // zeroes, copies into it and uploads. The last one: its kind, and a launch's kernel handle id
+  // (no name kept per launch: the launch path stays free of allocations).
+  enum class Writer : uint8_t { kNone, kLaunch, kUpload, kFill, kZero, kCopy };
+  uint64_t writes = 0;
+  Writer writer = Writer::kNone;
+  uint64_t writer_kernel = 0;
 };
 using NdArrayTable = std::unordered_map<uint64_t, NdArray>;
 

@@ -320,6 +320,34 @@ Result<std::vector<uint32_t>> Runtime::shape(NdArrayHandle array) const {
   return it->second.shape;
 }
 
+Result<std::pair<uint64_t, std::string>> Runtime::write_count(NdArrayHandle array) const {
+  VKAD_EXCLUSIVE_USE("write_count");
+  auto it = arrays_.find(array.id);
+  if (it == arrays_.end()) return dead_handle("write_count", "ndarray", array.id);
+  const NdArray& a = it->second;
+  std::string what;
+  switch (a.writer) {
+    case NdArray::Writer::kNone: break;
+    case NdArray::Writer::kLaunch: {
+      auto k = kernels_.find(a.writer_kernel);
+      what = k == kernels_.end() ? "a launch (of a kernel since unregistered)"
+                                 : "a launch of '" + k->second->desc.name + "'";
+      break;
+    }
+    case NdArray::Writer::kUpload: what = "an upload"; break;
+    case NdArray::Writer::kFill: what = "a fill"; break;
+    case NdArray::Writer::kZero: what = "a zero"; break;
+    case NdArray::Writer::kCopy: what = "a copy into it"; break;
+  }
+  return std::pair(a.writes, std::move(what));
+}
+
+void Runtime::note_write(NdArray& a, NdArray::Writer what, uint64_t kernel) {
+  ++a.writes;
+  a.writer = what;
+  a.writer_kernel = kernel;
+}
+
 Result<uint32_t> Runtime::extent(NdArrayHandle array, uint32_t axis) const {
   VKAD_EXCLUSIVE_USE("extent");
   VKAD_TRY(device_->status());
@@ -412,6 +440,7 @@ Status Runtime::fill(NdArrayHandle array, double value) {
   VKAD_EXCLUSIVE_USE("fill");
   VKAD_TRY(device_->status());
   VKAD_ASSIGN_OR_RETURN(const CapturedFill f, fill_step(array, value));
+  note_write(arrays_.find(array.id)->second, NdArray::Writer::kFill);
   if (graphs_->capturing()) {
     graphs_->captured_fill(f, /*last=*/true);
     return {};
@@ -450,6 +479,7 @@ Status Runtime::copy(NdArrayHandle src, NdArrayHandle dst) {
         "copy '" + s->second.name + "' into '" + d->second.name + "': dtypes or shapes differ");
   }
   VKAD_TRY(ensure_list());
+  note_write(d->second, NdArray::Writer::kCopy);
   return timed(
       "copy", [&] { return "copy '" + s->second.name + "' -> '" + d->second.name + "'"; },
       [&] {
@@ -468,6 +498,7 @@ Status Runtime::zero_many(std::span<const NdArrayHandle> arrays) {
     if (arrays_.find(h.id) == arrays_.end()) return dead_handle("zero_many", "ndarray", h.id);
   }
   if (arrays.empty()) return {};
+  for (NdArrayHandle h : arrays) note_write(arrays_.find(h.id)->second, NdArray::Writer::kZero);
   if (graphs_->capturing()) {  // captured as fills; a replay batches consecutive fills alike
     for (size_t i = 0; i < arrays.size(); ++i) {
       graphs_->captured_fill({arrays[i], 0, false, 0.0}, /*last=*/i + 1 == arrays.size());
@@ -509,6 +540,7 @@ Status Runtime::upload(NdArrayHandle array, const void* data, uint64_t bytes) {
                       "upload to '" + a.name + "': " + std::to_string(bytes) +
                           " bytes given, the array holds " + std::to_string(a.bytes));
   }
+  note_write(a, NdArray::Writer::kUpload);
   return record_host_copy(a, data);
 }
 
@@ -779,6 +811,11 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   // Plan every task and find its pipeline before recording anything, so a bad range records
   // nothing.
   VKAD_TRY(plan_pipelines(*k, args, &planned_, options_.background_specialization));
+  for (size_t p = 0; p < args.size() && p < k->desc.params.size(); ++p) {
+    if (!k->desc.params[p].written || args[p].kind != ParamKind::kNdArray) continue;
+    auto a = arrays_.find(args[p].array.id);
+    if (a != arrays_.end()) note_write(a->second, NdArray::Writer::kLaunch, k->id);
+  }
   if (graphs_->capturing()) {
     graphs_->captured_launch(k, args, omit_barrier);
     return {};

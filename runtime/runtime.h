@@ -631,6 +631,14 @@ class Runtime : public CommandQueue {
   // axis past the array's rank).
   Result<uint32_t> extent(NdArrayHandle array, uint32_t axis) const;
   Result<DType> dtype(NdArrayHandle array) const;
+  // How many writes into `array` have been recorded (or captured) so far, and what the last one
+  // was ("launch of 'k'", "upload", "fill", "zero", "copy from 'a'"; "" before any): launches of
+  // kernels that may write it (a parameter the kernel stores or atomically adds into, whether or
+  // not this launch does), fills, zeroes, copies into it and uploads. A replayed graph's
+  // launches are counted at their capture, not per replay; writes by another API through shared
+  // memory (DLPack, CUDA interop) are not seen. What a tape compares to tell that an array
+  // its recording read was written since (Tape::backward).
+  Result<std::pair<uint64_t, std::string>> write_count(NdArrayHandle array) const;
   // The name given at creation ("" when none).
   Result<std::string> name(NdArrayHandle array) const;
   // Sets every element to `value` converted to the array's dtype: rounded to f32 / exact in
@@ -739,6 +747,8 @@ class Runtime : public CommandQueue {
   // The error for a handle that is not live here: foreign (kInvalidArgument) or freed /
   // never issued (kNotFound). `what` is "kernel" or "ndarray".
   Status dead_handle(const std::string& where, const char* what, uint64_t id) const;
+  // One more write into `a` (write_count), by `what` (a launch: of kernel handle id `kernel`).
+  static void note_write(NdArray& a, NdArray::Writer what, uint64_t kernel = 0);
   Result<uint64_t> issue_id();  // the next handle id of this runtime
   // Also finds each ndarray argument's NdArray (checked_arrays_, by parameter; null for a
   // scalar), which plan_pipelines reads.

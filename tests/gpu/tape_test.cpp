@@ -637,5 +637,63 @@ TEST_F(TapeTest, ADifferentiatedArrayFreedAfterItsLaunchIsNamedByThatLaunchsAdjo
   EXPECT_EQ(stats().launches, launches);  // launch 1's adjoint is the first; none ran
 }
 
+// Writes from outside the recording (NVIDIA/warp#1350: Warp's tape differentiates at whatever
+// the arrays hold when backward runs, silently). x0 -> x1 -> x2 recorded; then x1, which launch
+// 1 reads, is written by something not on the tape: backward refuses, naming the array and the
+// writer, and nothing it would have read is changed. An outside launch that only reads x1, or
+// writes the recording's output x2 (which no recorded launch reads), is no reason to refuse.
+TEST_F(TapeTest, AnArrayTheRecordingReadsWrittenOutsideItIsRefusedNamingTheWriter) {
+  auto d = s_->differentiate(sin_step());
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  auto plain = s_->compile(sin_step());  // the forward alone: reads x, writes y
+  ASSERT_TRUE(plain.ok());
+  const std::vector<float> x0 = start_values();
+  NdArrayHandle x[3] = {make(kN, "x0"), make(kN, "x1"), make(kN, "x2")};
+  NdArrayHandle scratch = make(kN, "scratch");
+  ASSERT_TRUE(s_->upload(x[0], std::span<const float>(x0)).ok());
+  auto record = [&](Tape& t) {
+    for (int k = 0; k < 2; ++k) {
+      Status st = t.launch(*d, {Arg::ndarray(x[k]), Arg::ndarray(x[k + 1])});
+      ASSERT_TRUE(st.ok()) << st.to_string();
+    }
+  };
+  auto refused = [&](Status st, const char* writer) {
+    EXPECT_EQ(st.code(), ErrorCode::kFailedPrecondition) << st.to_string();
+    EXPECT_NE(st.message().find("'x1'"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find(writer), std::string::npos) << st.message();
+  };
+  Tape tape(*s_);
+  record(tape);
+  // Reading x1 or writing x2 outside the recording: backward runs, with the right gradient.
+  ASSERT_TRUE(s_->launch(*plain, {Arg::ndarray(x[1]), Arg::ndarray(scratch)}).ok());
+  ASSERT_TRUE(s_->launch(*plain, {Arg::ndarray(scratch), Arg::ndarray(x[2])}).ok());
+  ASSERT_TRUE(s_->launch(*plain, {Arg::ndarray(x[0]), Arg::ndarray(x[1])}).ok());  // x1 again
+  // (the same values: the launch is what counts, not what it stores)
+  refused(tape.backward({TapeSeed::of_value(x[2], 1.0)}), "a launch of 'sin_step'");
+  tape.reset();
+  record(tape);
+  ASSERT_TRUE(tape.backward({TapeSeed::of_value(x[2], 1.0)}).ok());
+  expect_near(read(*tape.grad(x[0]), kN), chain_gradient(x0, 0, 2));
+  // An upload, a fill, a copy into x1: refused, each named; and a later recorded launch that
+  // uses x1 is refused too, before it runs.
+  const std::vector<float> ones(kN, 1.0f);
+  ASSERT_TRUE(s_->upload(x[1], std::span<const float>(ones)).ok());
+  refused(tape.backward({TapeSeed::of_value(x[2], 1.0)}), "an upload");
+  refused(tape.launch(*d, {Arg::ndarray(x[1]), Arg::ndarray(scratch)}), "an upload");
+  tape.reset();
+  record(tape);
+  ASSERT_TRUE(s_->fill(x[1], 0.5).ok());
+  refused(tape.backward({TapeSeed::of_value(x[2], 1.0)}), "a fill");
+  tape.reset();
+  record(tape);
+  ASSERT_TRUE(s_->copy(x[0], x[1]).ok());
+  refused(tape.backward({TapeSeed::of_value(x[2], 1.0)}), "a copy");
+  // Recorded again: the gradient is that of the arrays as they now are.
+  tape.reset();
+  record(tape);
+  ASSERT_TRUE(tape.backward({TapeSeed::of_value(x[2], 1.0)}).ok());
+  expect_near(read(*tape.grad(x[0]), kN), chain_gradient(x0, 0, 2));
+}
+
 }  // namespace
 }  // namespace vkad::testing

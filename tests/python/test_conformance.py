@@ -211,6 +211,49 @@ def test_warp_1694_pre_loop_value_used_after_dynamic_loop(session, ft, init):
         assert tp.grad(xs).numpy()[0] == pytest.approx(22.0, rel=RTOL[ft])
 
 
+@pytest.mark.parametrize("writer", ["launch", "upload", "fill"])
+def test_warp_1350_array_written_between_forward_and_backward(session, ft, writer):
+    """NVIDIA/warp#1350, https://github.com/NVIDIA/warp/issues/1350 ("wp.Tape: backward()
+    evaluates at current array state, not forward values -- silent gradient corruption").
+    y = x^2 recorded on a tape at x = 3; x is then overwritten (a kernel storing 100, in the
+    report) before backward: Warp returned 200 where the gradient at the recorded point is 6,
+    with no error. vkad refuses the backward (the adjoint would read x as it is now), naming x
+    and the write, for a launch, an upload and a fill; recorded again, backward gives the
+    gradient at the new x. The control (no write between) gives 6."""
+    s = session
+    kb = Builder("square")
+    x = kb.ndarray("x", ft, 1, grad=True)
+    y = kb.ndarray("y", ft, 1, grad=True)
+    with kb.parallel_for("main", 0, x.shape[0]) as i:
+        y[i] = x[i] * x[i]
+    d = s.differentiate(kb)
+    ob = Builder("overwrite")
+    a = ob.ndarray("a", ft, 1)
+    v = ob.scalar("v", ft)
+    with ob.parallel_for("main", 0, a.shape[0]) as i:
+        a[i] = v
+    overwrite = s.compile(ob)
+    xs, ys = s.ndarray(np.array([3.0]), npt(ft)), s.zeros(1, ft)
+    with s.tape() as tp:
+        s.launch(d, xs, ys)
+    tp.backward(seed={ys: 1.0})
+    assert_grad(tp.grad(xs).numpy(), [6.0], ft, "control")
+    if writer == "launch":
+        s.launch(overwrite, xs, 100.0)
+    elif writer == "upload":
+        xs.upload(np.array([100.0], npt(ft)))
+    else:
+        s.fill(xs, 100.0)
+    with pytest.raises(vkad.FailedPreconditionError) as e:
+        tp.backward(seed={ys: 1.0})
+    assert "was written after the tape recorded a launch that reads it" in str(e.value)
+    assert {"launch": "'overwrite'", "upload": "upload", "fill": "fill"}[writer] in str(e.value)
+    with s.tape() as tp:  # recorded at x = 100
+        s.launch(d, xs, ys)
+    tp.backward(seed={ys: 1.0})
+    assert_grad(tp.grad(xs).numpy(), [200.0], ft, "recorded again")
+
+
 @pytest.mark.parametrize("n", [1, 3, 7])
 def test_warp_1740_nonlinear_use_of_the_accumulator_after_the_loop(session, ft, n):
     """NVIDIA/warp#1740, https://github.com/NVIDIA/warp/issues/1740 ("Dynamic for loop variable
