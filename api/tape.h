@@ -24,7 +24,10 @@
 //
 // Memory (docs/tape.md): a recorded launch keeps its arguments' handles, not
 // copies, and backward reads every array as it is when the adjoints run (reverse mode reads the
-// forward's inputs as they are). So a launch recorded later must not overwrite an array that an
+// forward's inputs as they are). An array a recorded launch loads that something not on the
+// tape writes before backward (Runtime::write_count: a launch, upload, fill, zero or copy) makes
+// backward, and the next recorded launch that uses it, fail with kFailedPrecondition naming the
+// array and the writer. So a launch recorded later must not overwrite an array that an
 // earlier recorded launch reads, or one it wrote through a differentiated parameter; launch()
 // refuses such a launch before it runs (api/tape_hazards.h has the rule: rows given by
 // launch-uniform indices are compared, so DiffTaichi's time axis -- launch f reads row f and
