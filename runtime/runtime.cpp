@@ -811,10 +811,10 @@ Status Runtime::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
   // Plan every task and find its pipeline before recording anything, so a bad range records
   // nothing.
   VKAD_TRY(plan_pipelines(*k, args, &planned_, options_.background_specialization));
-  for (size_t p = 0; p < args.size() && p < k->desc.params.size(); ++p) {
-    if (!k->desc.params[p].written || args[p].kind != ParamKind::kNdArray) continue;
-    auto a = arrays_.find(args[p].array.id);
-    if (a != arrays_.end()) note_write(a->second, NdArray::Writer::kLaunch, k->id);
+  // (check_args found the arrays: no lookup on the launch path)
+  for (size_t p = 0; p < checked_arrays_.size() && p < k->desc.params.size(); ++p) {
+    if (k->desc.params[p].written && checked_arrays_[p] != nullptr)
+      note_write(*checked_arrays_[p], NdArray::Writer::kLaunch, k->id);
   }
   if (graphs_->capturing()) {
     graphs_->captured_launch(k, args, omit_barrier);
