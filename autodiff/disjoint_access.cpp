@@ -261,35 +261,11 @@ class WriteBeforeRead {
 
   bool run() {
     if (k_.params[p_].rank != 1) return false;
-    const Task* task = nullptr;
-    for (const Task& t : k_.tasks) {
-      bool any = false;
-      for (const Stmt& s : t.body.stmts) any = any || touches(s, p_);
-      if (!any) continue;
-      if (task) return false;  // several tasks
-      task = &t;
-    }
-    // One iteration (serial or parallel alike: one invocation runs the loop).
-    if (!task || !task->dims.empty()) return false;
-    using K = RangeBound::Kind;
-    if (task->begin.kind != K::kConstant || task->end.kind != K::kConstant ||
-        task->end.value - task->begin.value != 1) {
-      return false;
-    }
+    const Task* task = one_task();
+    if (!task) return false;
     const Stmt* loop = nullptr;
     std::vector<int64_t> before;  // the constant indices stored before the loop
-    for (const Stmt& s : task->body.stmts) {
-      if (!touches(s, p_)) continue;
-      if (!loop && s.op == Op::kStore) {
-        std::optional<int64_t> c = constant(s.args[0]);
-        if (!c) return false;
-        before.push_back(*c);
-      } else if (!loop && s.op == Op::kFor) {
-        loop = &s;
-      } else if (!loop || s.op != Op::kLoad) {
-        return false;  // a load before the loop, a second loop, a branch, a store after it
-      }
-    }
+    if (!top_level(*task, &loop, &before)) return false;
     if (!loop || !in_loop(loop->blocks[0], loop->result)) return false;
     if (!store_offset_) return true;  // the loop only reads
     for (int64_t l : load_offsets_) {
@@ -305,6 +281,43 @@ class WriteBeforeRead {
   }
 
  private:
+  // The one task that touches p, where it runs one iteration (serial or parallel alike: one
+  // invocation runs the loop); else null.
+  const Task* one_task() const {
+    const Task* task = nullptr;
+    for (const Task& t : k_.tasks) {
+      bool any = false;
+      for (const Stmt& s : t.body.stmts) any = any || touches(s, p_);
+      if (!any) continue;
+      if (task) return nullptr;  // several tasks
+      task = &t;
+    }
+    using K = RangeBound::Kind;
+    if (!task || !task->dims.empty() || task->begin.kind != K::kConstant ||
+        task->end.kind != K::kConstant || task->end.value - task->begin.value != 1) {
+      return nullptr;
+    }
+    return task;
+  }
+
+  // The task body's statements touching p, in the admitted order: stores at constants (into
+  // `before`), the one loop (`loop`), loads. False on anything else.
+  bool top_level(const Task& task, const Stmt** loop, std::vector<int64_t>* before) const {
+    for (const Stmt& s : task.body.stmts) {
+      if (!touches(s, p_)) continue;
+      if (!*loop && s.op == Op::kStore) {
+        std::optional<int64_t> c = constant(s.args[0]);
+        if (!c) return false;
+        before->push_back(*c);
+      } else if (!*loop && s.op == Op::kFor) {
+        *loop = &s;
+      } else if (!*loop || s.op != Op::kLoad) {
+        return false;  // a load before the loop, a second loop, a branch, a store after it
+      }
+    }
+    return true;
+  }
+
   // The accesses of p in the loop body `b` (index `i`), their offsets noted; false on one the
   // header does not admit.
   bool in_loop(const Block& b, ValueId i) {

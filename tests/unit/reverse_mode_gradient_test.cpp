@@ -250,7 +250,6 @@ kernel rec(x: ndarray<f64, 1> grad, a: f64 grad, e: ndarray<f64, 1> grad, f: nda
 }
 )";
 
-
 TEST(ReverseModeGradient, RecurrenceKeptInTheArray) {
   HostValues v;
   v.arrays = {array_of(codegen::DType::kF64, {0.3, -0.7, 1.1, 0.45, -0.2}), HostArray(),
