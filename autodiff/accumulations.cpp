@@ -9,26 +9,11 @@
 
 #include "autodiff/forward_stores.h"
 #include "autodiff/reverse_mode.h"
+#include "ir/walk.h"
 
 namespace vkad::codegen {
 
 namespace {
-
-bool is_access(const Stmt& s) {
-  return s.op == Op::kLoad || s.op == Op::kStore || s.op == Op::kAtomicAdd ||
-         s.op == Op::kAtomicMax;
-}
-
-// Whether `s`, or a statement in its blocks, accesses ndarray parameter `p`.
-bool touches(const Stmt& s, uint32_t p) {
-  if (is_access(s) && s.param == p) return true;
-  for (const Block& b : s.blocks) {
-    for (const Stmt& c : b.stmts) {
-      if (touches(c, p)) return true;
-    }
-  }
-  return false;
-}
 
 // Where a statement stands: its block, its place there, its task.
 struct Site {
@@ -81,7 +66,7 @@ class Accumulations {
       Stmt& s = b.stmts[i];
       for (ValueId a : s.args) ++uses_[a];
       if (s.result != kNoValue) def_[s.result] = {&b, i, &t};
-      if (is_access(s)) accesses_[s.param].push_back({&b, i, &t});
+      if (is_array_access(s)) accesses_[s.param].push_back({&b, i, &t});
       for (Block& c : s.blocks) scan(t, c);
     }
   }
@@ -135,7 +120,7 @@ class Accumulations {
       if (!same) continue;
       // (The load precedes the add, which precedes the store: definitions precede uses.)
       for (size_t i = l.at + 1; i < store.at; ++i) {
-        if (touches(store.block->stmts[i], p)) return {};
+        if (accesses_param(store.block->stmts[i], p)) return {};
       }
       return Update{l, add->second, store, v};
     }

@@ -234,22 +234,6 @@ DisjointAccess disjoint_access(const Kernel& k, uint32_t param) {
 
 namespace {
 
-bool is_access(const Stmt& s) {
-  return s.op == Op::kLoad || s.op == Op::kStore || s.op == Op::kAtomicAdd ||
-         s.op == Op::kAtomicMax;
-}
-
-// Whether `s` or a statement in its blocks accesses ndarray parameter `p`.
-bool touches(const Stmt& s, uint32_t p) {
-  if (is_access(s) && s.param == p) return true;
-  for (const Block& b : s.blocks) {
-    for (const Stmt& c : b.stmts) {
-      if (touches(c, p)) return true;
-    }
-  }
-  return false;
-}
-
 // written_before_read's walk (see the header).
 class WriteBeforeRead {
  public:
@@ -287,7 +271,7 @@ class WriteBeforeRead {
     const Task* task = nullptr;
     for (const Task& t : k_.tasks) {
       bool any = false;
-      for (const Stmt& s : t.body.stmts) any = any || touches(s, p_);
+      for (const Stmt& s : t.body.stmts) any = any || accesses_param(s, p_);
       if (!any) continue;
       if (task) return nullptr;  // several tasks
       task = &t;
@@ -304,7 +288,7 @@ class WriteBeforeRead {
   // `before`), the one loop (`loop`), loads. False on anything else.
   bool top_level(const Task& task, const Stmt** loop, std::vector<int64_t>* before) const {
     for (const Stmt& s : task.body.stmts) {
-      if (!touches(s, p_)) continue;
+      if (!accesses_param(s, p_)) continue;
       if (!*loop && s.op == Op::kStore) {
         std::optional<int64_t> c = constant(s.args[0]);
         if (!c) return false;
@@ -322,7 +306,7 @@ class WriteBeforeRead {
   // header does not admit.
   bool in_loop(const Block& b, ValueId i) {
     for (const Stmt& s : b.stmts) {
-      if (!touches(s, p_)) continue;
+      if (!accesses_param(s, p_)) continue;
       if (s.op == Op::kLoad || s.op == Op::kStore) {
         std::optional<int64_t> c = offset(s.args[0], i);
         if (!c) return false;

@@ -24,4 +24,21 @@ void for_each_stmt(const Kernel& k, F&& f) {
   for (const Task& t : k.tasks) for_each_stmt(t.body, f);
 }
 
+// Whether `s` is a load, store, atomic_add or atomic_max of an ndarray parameter.
+inline bool is_array_access(const Stmt& s) {
+  return s.op == Op::kLoad || s.op == Op::kStore || s.op == Op::kAtomicAdd ||
+         s.op == Op::kAtomicMax;
+}
+
+// Whether `s`, or a statement in its blocks, accesses ndarray parameter `p`.
+inline bool accesses_param(const Stmt& s, uint32_t p) {
+  if (is_array_access(s) && s.param == p) return true;
+  for (const Block& b : s.blocks) {
+    for (const Stmt& c : b.stmts) {
+      if (accesses_param(c, p)) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace vkad::codegen
