@@ -476,15 +476,17 @@ Status Tape::check_unwritten(std::span<const Arg> args, const std::string& where
     auto seen = reads_seen_.find(a.array.id);
     if (seen == reads_seen_.end()) continue;
     // A freed array: the launch or adjoint that binds it reports that, naming it.
-    Result<std::pair<uint64_t, std::string>> now = session_->runtime().write_count(a.array);
-    if (!now.ok() || now->first == seen->second) continue;
+    Result<uint64_t> now = session_->runtime().write_count(a.array);
+    if (!now.ok() || *now == seen->second) continue;
     Result<std::string> name = session_->runtime().name(a.array);
+    Result<std::string> writer = session_->runtime().last_writer(a.array);
     return make_error(
         ErrorCode::kFailedPrecondition,
         where + ": ndarray '" + (name.ok() ? *name : std::string("?")) + "' (" +
             std::to_string(a.array.id >> 32) + ":" + std::to_string(a.array.id & 0xffffffffu) +
-            ") was written after the tape recorded a launch that reads it, by " + now->second +
-            " that is not on the tape (" + std::to_string(now->first - seen->second) +
+            ") was written after the tape recorded a launch that reads it, by " +
+            (writer.ok() ? *writer : std::string("?")) + " that is not on the tape (" +
+            std::to_string(*now - seen->second) +
             " write(s) since); the adjoints read it as it is now and would give wrong "
             "gradients. Make that write after backward(), record it on the tape, or write into "
             "another array (docs/tape.md)");
@@ -505,8 +507,8 @@ void Tape::note_touched(std::span<const Arg> args, const codegen::KernelAccess* 
     }
     auto seen = reads_seen_.find(args[p].array.id);
     if (!loads && seen == reads_seen_.end()) continue;
-    Result<std::pair<uint64_t, std::string>> now = session_->runtime().write_count(args[p].array);
-    if (now.ok()) reads_seen_[args[p].array.id] = now->first;
+    Result<uint64_t> now = session_->runtime().write_count(args[p].array);
+    if (now.ok()) reads_seen_[args[p].array.id] = *now;
   }
 }
 
@@ -1006,8 +1008,8 @@ Status Tape::backward(std::span<const TapeSeed> seeds, std::vector<TapeAdjointLa
     Tape* t;
     ~Recount() {
       for (auto& [id, count] : t->reads_seen_) {
-        auto now = t->session_->runtime().write_count(NdArrayHandle{id});
-        if (now.ok()) count = now->first;
+        Result<uint64_t> now = t->session_->runtime().write_count(NdArrayHandle{id});
+        if (now.ok()) count = *now;
       }
     }
   } recount{this};

@@ -320,10 +320,17 @@ Result<std::vector<uint32_t>> Runtime::shape(NdArrayHandle array) const {
   return it->second.shape;
 }
 
-Result<std::pair<uint64_t, std::string>> Runtime::write_count(NdArrayHandle array) const {
+Result<uint64_t> Runtime::write_count(NdArrayHandle array) const {
   VKAD_EXCLUSIVE_USE("write_count");
   auto it = arrays_.find(array.id);
   if (it == arrays_.end()) return dead_handle("write_count", "ndarray", array.id);
+  return it->second.writes;
+}
+
+Result<std::string> Runtime::last_writer(NdArrayHandle array) const {
+  VKAD_EXCLUSIVE_USE("last_writer");
+  auto it = arrays_.find(array.id);
+  if (it == arrays_.end()) return dead_handle("last_writer", "ndarray", array.id);
   const NdArray& a = it->second;
   std::string what;
   switch (a.writer) {
@@ -339,7 +346,7 @@ Result<std::pair<uint64_t, std::string>> Runtime::write_count(NdArrayHandle arra
     case NdArray::Writer::kZero: what = "a zero"; break;
     case NdArray::Writer::kCopy: what = "a copy into it"; break;
   }
-  return std::pair(a.writes, std::move(what));
+  return what;
 }
 
 void Runtime::note_write(NdArray& a, NdArray::Writer what, uint64_t kernel) {

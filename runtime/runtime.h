@@ -631,14 +631,16 @@ class Runtime : public CommandQueue {
   // axis past the array's rank).
   Result<uint32_t> extent(NdArrayHandle array, uint32_t axis) const;
   Result<DType> dtype(NdArrayHandle array) const;
-  // How many writes into `array` have been recorded (or captured) so far, and what the last one
-  // was ("launch of 'k'", "upload", "fill", "zero", "copy from 'a'"; "" before any): launches of
+  // How many writes into `array` have been recorded (or captured) so far: launches of
   // kernels that may write it (a parameter the kernel stores or atomically adds into, whether or
   // not this launch does), fills, zeroes, copies into it and uploads. A replayed graph's
   // launches are counted at their capture, not per replay; writes by another API through shared
   // memory (DLPack, CUDA interop) are not seen. What a tape compares to tell that an array
   // its recording read was written since (Tape::backward).
-  Result<std::pair<uint64_t, std::string>> write_count(NdArrayHandle array) const;
+  Result<uint64_t> write_count(NdArrayHandle array) const;
+  // The last of those writes in words ("a launch of 'k'", "an upload", "a fill", "a zero", "a
+  // copy into it"; "" before any), for messages (write_count itself allocates nothing).
+  Result<std::string> last_writer(NdArrayHandle array) const;
   // The name given at creation ("" when none).
   Result<std::string> name(NdArrayHandle array) const;
   // Sets every element to `value` converted to the array's dtype: rounded to f32 / exact in
