@@ -483,7 +483,7 @@ Status Tape::check_unwritten(std::span<const Arg> args, const std::string& where
     return make_error(
         ErrorCode::kFailedPrecondition,
         where + ": ndarray '" + (name.ok() ? *name : std::string("?")) + "' (" +
-            std::to_string(a.array.id >> 32) + ":" + std::to_string(a.array.id & 0xffffffffu) +
+            runtime::handle_string(a.array.id) +
             ") was written after the tape recorded a launch that reads it, by " +
             (writer.ok() ? *writer : std::string("?")) + " that is not on the tape (" +
             std::to_string(*now - seen->second) +
