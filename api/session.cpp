@@ -18,6 +18,7 @@
 #include "graph/launch_fusion.h"
 #include "ir/text.h"
 #include "rhi/device.h"
+#include "runtime/counted_launch.h"
 #include "runtime/graphs.h"
 #include "runtime/runtime.h"
 
@@ -249,8 +250,8 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
                       "differentiate '" + forward.name +
                           "': no parameter is marked grad, so there is no gradient to compute");
   }
-  VKAD_ASSIGN_OR_RETURN(codegen::Kernel adjoint,
-                        codegen::make_adjoint(forward, core_->target, core_->adjoint_options));
+  VKAD_ASSIGN_OR_RETURN(codegen::CountedAdjoint ca, adjoint_of(forward, /*clear_seeds=*/false));
+  const codegen::Kernel& adjoint = ca.adjoint;
   VKAD_ASSIGN_OR_RETURN(
       std::shared_ptr<const runtime::CompiledKernel> fck,
       core_->compile_cache.compile(forward, core_->target, core_->compile_options));
@@ -259,6 +260,7 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
       core_->compile_cache.compile(adjoint, core_->target, core_->compile_options));
   Differentiated d;
   d.forward_params = static_cast<uint32_t>(forward.params.size());
+  d.counted = ca.counted;
   // make_adjoint's contract (reverse_mode.h): the forward's parameters, then one gradient per
   // parameter marked grad, in parameter order.
   uint32_t next = d.forward_params;
@@ -280,10 +282,67 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
     return a.status();
   }
   d.adjoint = *a;
+  if (ca.counted) {
+    const Status st = register_counter(d.adjoint, forward, ca, next);
+    if (!st.ok()) {
+      (void)release(d.adjoint);
+      (void)release(d.forward);
+      return st;
+    }
+  }
   access_[d.forward.id] = core_->catalog.access(d.forward.id);  // register_ir computed it
   adjoint_reads_[d.adjoint.id] = codegen::used_loads(adjoint);
   whole_stores_[d.forward.id] = codegen::whole_stores(forward);
   return d;
+}
+
+Result<codegen::CountedAdjoint> Session::adjoint_of(const codegen::Kernel& forward,
+                                                    bool clear_seeds) const {
+  Result<codegen::Kernel> plain =
+      clear_seeds ? codegen::make_clearing_adjoint(forward, core_->target, core_->adjoint_options)
+                  : codegen::make_adjoint(forward, core_->target, core_->adjoint_options);
+  if (plain.ok()) {
+    codegen::CountedAdjoint out;
+    out.adjoint = std::move(*plain);
+    return out;
+  }
+  // Refused for want of a trip bound: the counted adjoint, whose stacks launch() sizes from
+  // counts made on the device. Any other refusal is make_adjoint's, as it said it.
+  Result<codegen::CountedAdjoint> counted = codegen::make_adjoint_counted(
+      forward, core_->target, core_->adjoint_options, clear_seeds);
+  if (!counted.ok() || counted->counted == 0) return plain.status();
+  return counted;
+}
+
+Status Session::register_counter(KernelHandle adjoint, const codegen::Kernel& forward,
+                                 const codegen::CountedAdjoint& ca, uint32_t args) {
+  VKAD_ASSIGN_OR_RETURN(
+      std::shared_ptr<const runtime::CompiledKernel> ck,
+      core_->compile_cache.compile(ca.counter, core_->target, core_->compile_options));
+  VKAD_ASSIGN_OR_RETURN(KernelHandle counter, core_->register_ir(ca.counter, *ck));
+  counted_[adjoint.id] = {counter, ca.counted, static_cast<uint32_t>(forward.params.size()), args,
+                          forward.name};
+  return {};
+}
+
+uint32_t Session::counted_loops(KernelHandle adjoint) const {
+  auto it = counted_.find(adjoint.id);
+  return it == counted_.end() ? 0 : it->second.counted;
+}
+
+Status Session::launch_counted(KernelHandle adjoint, const CountedLaunch& c,
+                               std::span<const Arg> args, LaunchId* id) {
+  core_->drop_stale_capture();
+  if (core_->capture) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "launch: the adjoint of '" + c.name + "' counts the trips of " +
+                          std::to_string(c.counted) +
+                          " loop(s) without a trip bound on the device before it runs, and waits "
+                          "for the counts, which a graph cannot replay; state max_trip on the "
+                          "loop (a while loop's bound, or a for loop's) to capture it");
+  }
+  return runtime::launch_counted(*core_->rt, c.counter, adjoint, c.counted, c.forward_params, args,
+                                 id);
 }
 
 Result<Differentiated> Session::differentiate(std::string_view ir_text) {
@@ -291,16 +350,26 @@ Result<Differentiated> Session::differentiate(std::string_view ir_text) {
   return differentiate(k);
 }
 
+void Session::drop_counter(uint64_t adjoint) {
+  auto it = counted_.find(adjoint);
+  if (it == counted_.end()) return;
+  (void)core_->rt->unregister_kernel(it->second.counter);
+  core_->drop_tables(it->second.counter.id);
+  counted_.erase(it);
+}
+
 Status Session::release(KernelHandle kernel) {
   graphs_->join();
   VKAD_TRY(core_->rt->unregister_kernel(kernel));
   core_->drop_tables(kernel.id);
+  drop_counter(kernel.id);
   forward_ir_.erase(kernel.id);
   auto c = clearing_.find(kernel.id);
   if (c != clearing_.end()) {
     adjoint_reads_.erase(c->second.id);
     (void)core_->rt->unregister_kernel(c->second);
     core_->drop_tables(c->second.id);
+    drop_counter(c->second.id);
     clearing_.erase(c);
   }
   access_.erase(kernel.id);
@@ -334,15 +403,24 @@ Result<KernelHandle> Session::clearing_adjoint(const Differentiated& d) {
                       "clearing_adjoint: kernel " + runtime::handle_string(d.forward.id) +
                           " is not a live differentiate() result of this session");
   }
-  VKAD_ASSIGN_OR_RETURN(
-      codegen::Kernel adjoint,
-      codegen::make_clearing_adjoint(*f->second, core_->target, core_->adjoint_options));
+  VKAD_ASSIGN_OR_RETURN(codegen::CountedAdjoint ca, adjoint_of(*f->second, /*clear_seeds=*/true));
+  const codegen::Kernel& adjoint = ca.adjoint;
   VKAD_ASSIGN_OR_RETURN(
       std::shared_ptr<const runtime::CompiledKernel> ck,
       core_->compile_cache.compile(adjoint, core_->target, core_->compile_options));
   // Through register_ir: a checkpointed tape's captured backward is scheduled and fused like
   // any other launches (a kernel without its IR would be a fence there).
   VKAD_ASSIGN_OR_RETURN(KernelHandle h, core_->register_ir(adjoint, *ck));
+  if (ca.counted) {
+    const Status st = register_counter(
+        h, *f->second, ca,
+        static_cast<uint32_t>(adjoint.params.size()) - ca.counted);
+    if (!st.ok()) {
+      (void)core_->rt->unregister_kernel(h);
+      core_->drop_tables(h.id);
+      return st;
+    }
+  }
   clearing_.emplace(d.forward.id, h);
   adjoint_reads_[h.id] = codegen::used_loads(adjoint);
   return h;
@@ -371,6 +449,13 @@ bool Session::capture_needs_barrier(KernelHandle kernel, std::span<const Arg> ar
 }
 
 Status Session::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId* id) {
+  if (!counted_.empty()) {  // most sessions have none: no lookup on their launch path
+    auto c = counted_.find(kernel.id);
+    // With its trips_ scalars given, a counted adjoint is launched as the caller sized it.
+    if (c != counted_.end() && args.size() == c->second.args) {
+      return launch_counted(kernel, c->second, args, id);
+    }
+  }
   core_->drop_stale_capture();
   // Graph scheduling's part at capture: no barrier where nothing since the last one conflicts
   // (the runtime omits only between two launches; a refused launch drops the request, and what

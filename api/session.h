@@ -48,6 +48,7 @@ struct RuntimeOptions;
 }  // namespace runtime
 namespace codegen {
 struct KernelAccess;
+struct CountedAdjoint;
 }  // namespace codegen
 // The parts a Session holds (api/session_core.h, api/graph_compiler.h, api/compiled_graphs.h,
 // api/step_loops.h): not part of the front door.
@@ -219,6 +220,11 @@ struct Differentiated {
   KernelHandle adjoint;
   uint32_t forward_params = 0;
   std::vector<GradientParam> gradients;
+  // Loops whose trip counts no bound gives (a while loop without max_trip, a for loop whose
+  // bounds depend on array contents): the adjoint's stacks are sized by counting their trips on
+  // the device (codegen::make_adjoint_counted) at each launch of the adjoint, which launch()
+  // does (Session::counted_loops); 0 for most kernels.
+  uint32_t counted = 0;
   // The adjoint's argument list: the forward's arguments, then `grads` (one ndarray per entry
   // of `gradients`, in order). kInvalidArgument if the counts disagree.
   Result<std::vector<Arg>> adjoint_args(std::span<const Arg> forward_args,
@@ -484,7 +490,14 @@ class Session : public SessionArrays, public SessionGraphs {
   // The same from the IR text form (ir/text.h); parse errors name line and column.
   Result<KernelHandle> compile(std::string_view ir_text);
   // Builds the adjoint (codegen::make_adjoint), compiles and registers both kernels. kInvalid-
-  // Argument when no parameter is marked grad.
+  // Argument when no parameter is marked grad. A loop with no trip bound (a while loop without
+  // max_trip, a for loop whose bounds depend on array contents) that make_adjoint refuses is
+  // counted instead (codegen::make_adjoint_counted; d.counted says how many): launch() of
+  // d.adjoint with the adjoint's arguments (the forward's, then the gradients) first runs the
+  // trip-counting kernel on the arrays as they are and waits for its counts (a blocking point,
+  // like a readback), then launches the adjoint with stacks exactly as deep as it needs. Such
+  // a launch cannot be captured in a graph (kFailedPrecondition, naming the kernel and
+  // max_trip); a loop with max_trip is launched as any other.
   Result<Differentiated> differentiate(const codegen::Kernel& forward);
   Result<Differentiated> differentiate(std::string_view ir_text);
   // The adjoint of d.forward in which a store's adjoint also clears the seed it read
@@ -506,6 +519,9 @@ class Session : public SessionArrays, public SessionGraphs {
   // other handle, and once released. A checkpointed tape starts a new version of such an
   // array without copying the old one where the launch's extents cover it (api/tape.h).
   const std::vector<codegen::WholeStore>* whole_stores(KernelHandle forward) const;
+  // How many loops the adjoint (or clearing adjoint) `adjoint` counts on the device at its
+  // launches (Differentiated::counted); 0 for any other handle.
+  uint32_t counted_loops(KernelHandle adjoint) const;
   // Drops a kernel (both of a Differentiated are dropped separately). A graph captured with it
   // keeps working (the runtime keeps what a captured launch needs).
   Status release(KernelHandle kernel);
@@ -559,6 +575,25 @@ class Session : public SessionArrays, public SessionGraphs {
   friend class SessionArrays;
   friend class SessionGraphs;
   Session();
+  // A counted adjoint (differentiate): the trip-counting kernel launch() runs first, how many
+  // loops it counts, how many of the arguments are the forward's and how many launch() takes
+  // (the adjoint's parameters without its trips_ scalars), and the forward's name.
+  struct CountedLaunch {
+    KernelHandle counter;
+    uint32_t counted = 0, forward_params = 0, args = 0;
+    std::string name;
+  };
+  // make_adjoint's (clear_seeds: make_clearing_adjoint's) adjoint of `forward`, or, where that
+  // refuses a loop for want of a trip bound, the counted one; otherwise make_adjoint's error.
+  Result<codegen::CountedAdjoint> adjoint_of(const codegen::Kernel& forward,
+                                             bool clear_seeds) const;
+  // Registers `ca.counter` for the adjoint `adjoint` (counted_ then holds it); drop_counter
+  // unregisters the one of adjoint handle id `adjoint`, where there is one.
+  void drop_counter(uint64_t adjoint);
+  Status register_counter(KernelHandle adjoint, const codegen::Kernel& forward,
+                          const codegen::CountedAdjoint& ca, uint32_t args);
+  Status launch_counted(KernelHandle adjoint, const CountedLaunch& c, std::span<const Arg> args,
+                        LaunchId* id);
   // Graph scheduling's part at capture: whether `kernel`'s launch with `args` needs a barrier
   // after what the open capture ran since its last one.
   bool capture_needs_barrier(KernelHandle kernel, std::span<const Arg> args);
@@ -582,6 +617,8 @@ class Session : public SessionArrays, public SessionGraphs {
   std::unordered_map<uint64_t, std::vector<uint32_t>> adjoint_reads_;
   // whole_stores: differentiate()'s forwards, by handle id.
   std::unordered_map<uint64_t, std::vector<codegen::WholeStore>> whole_stores_;
+  // Counted adjoints and clearing adjoints (differentiate), by their own handle ids.
+  std::unordered_map<uint64_t, CountedLaunch> counted_;
 };
 
 }  // namespace vkad

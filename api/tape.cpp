@@ -782,8 +782,13 @@ Status Tape::launch_loop(std::span<const TapeLoopLaunch> body, uint32_t count, L
     }
     VKAD_TRY_CTX(loop_launch_args(body[j], count), loop_where(j, 0));
   }
+  // Checkpointing copies before each launch, and a counted adjoint (Session::differentiate)
+  // counts its trips per launch, which an adjoint loop cannot: one by one.
+  const bool counted = std::any_of(body.begin(), body.end(), [&](const TapeLoopLaunch& l) {
+    return l.d != nullptr && session_->counted_loops(l.d->adjoint) != 0;
+  });
   std::vector<Arg> a;
-  if (checkpointing()) {  // checkpointing copies before each launch: one by one
+  if (checkpointing() || counted) {
     for (uint32_t r = 0; r < count; ++r) {
       for (size_t j = 0; j < body.size(); ++j) {
         loop_args(body[j], r, &a);

@@ -193,7 +193,8 @@ class Tape {
   // loop launched --
   // one resident kernel where it qualifies -- and recorded as its body's launches with their
   // steps and count; backward runs their adjoints as one loop (the body reversed, from the last
-  // iteration down). With checkpointing on, the iterations go through launch() one by one. A
+  // iteration down). With checkpointing on, or a body launch whose adjoint counts its loops'
+  // trips (Differentiated::counted), the iterations go through launch() one by one. A
   // loop launched one by one that fails past the checks leaves what ran off the tape, and
   // backward refuses until reset().
   Status launch_loop(std::span<const TapeLoopLaunch> body, uint32_t count,
@@ -202,7 +203,8 @@ class Tape {
   // Zeroes the gradient of every differentiated argument of the recorded launches (making the
   // missing ones: same dtype and shape), seeds (a value fills the output's gradient, host data
   // is uploaded into it), then launches every recorded adjoint, last launch first. Records;
-  // never waits.
+  // never waits, but for an adjoint that counts its loops' trips (Differentiated::counted),
+  // whose launch waits for the counts (Session::differentiate).
   // kInvalidArgument, nothing recorded, when nothing was recorded since the last reset
   // ("tape.backward: no launch of a differentiated kernel was recorded"), a seed names an array
   // that no recorded launch differentiates ("tape.backward: seed for ndarray 1:4, which is not a

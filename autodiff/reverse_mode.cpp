@@ -726,8 +726,8 @@ void add_adjoint_prefix(Pipeline& p, const Target& target, bool accumulate) {
 
 // make_adjoint's sequence with its steps' outputs kept for make_adjoint_counted: `lowered`
 // receives the kernel without jumps, `differentiated` the one the adjoint was made of.
-Pipeline counted_pipeline(const Target& target, const AdjointOptions& options, Kernel* lowered,
-                          Kernel* differentiated, std::vector<ValueId>* counted) {
+Pipeline counted_pipeline(const Target& target, const AdjointOptions& options, bool clear_seeds,
+                          Kernel* lowered, Kernel* differentiated, std::vector<ValueId>* counted) {
   Pipeline p(target);
   // No accumulate-stores: `lowered` becomes the counting forward, which the user launches in
   // place of the forward, so it must be the kernel as written.
@@ -741,7 +741,7 @@ Pipeline counted_pipeline(const Target& target, const AdjointOptions& options, K
   });
   p.add("reverse-mode-counted", [=](Kernel k) {
     *differentiated = k;
-    return differentiate(k, target, options, /*counting=*/true, false, counted);
+    return differentiate(k, target, options, /*counting=*/true, clear_seeds, counted);
   });
   return p;
 }
@@ -769,13 +769,14 @@ Pipeline adjoint_pipeline(const Target& target, const AdjointOptions& options, b
 }
 
 Result<CountedAdjoint> make_adjoint_counted(const Kernel& forward, const Target& target,
-                                            const AdjointOptions& options) {
+                                            const AdjointOptions& options, bool clear_seeds) {
   Kernel lowered, differentiated;
   std::vector<ValueId> loops;
   CountedAdjoint out;
   VKAD_ASSIGN_OR_RETURN(
       out.adjoint,
-      counted_pipeline(target, options, &lowered, &differentiated, &loops).run(forward));
+      counted_pipeline(target, options, clear_seeds, &lowered, &differentiated, &loops)
+          .run(forward));
   out.counted = static_cast<uint32_t>(loops.size());
   if (!out.counted) return out;
   const uint32_t slot_run = target.subgroup_arithmetic ? kTripSlotRun : 1;

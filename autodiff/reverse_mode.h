@@ -127,6 +127,8 @@ Result<Kernel> make_clearing_adjoint(const Kernel& forward, const Target& target
 // runtime/counted_launch.h runs them: launch_counted (counter, then adjoint) or
 // launch_forward_counted then launch_counted_adjoint. `max_trip` still overrides. With
 // `counted` == 0, `counter` and `counting_forward` are empty and `adjoint` is make_adjoint's.
+// `clear_seeds`: the adjoint is make_clearing_adjoint's instead (what a checkpointed tape runs);
+// `counter` and `counting_forward` are the same either way.
 struct CountedAdjoint {
   Kernel adjoint;
   Kernel counter;
@@ -135,7 +137,8 @@ struct CountedAdjoint {
 };
 Result<CountedAdjoint> make_adjoint_counted(const Kernel& forward,
                                             const Target& target = Target::host(),
-                                            const AdjointOptions& options = {});
+                                            const AdjointOptions& options = {},
+                                            bool clear_seeds = false);
 
 // Which ndarray parameters of `k` each invocation of `task` (one of k's tasks) owns: flag p is
 // true when the task is parallel and every load, store and atomic_add of parameter p in it

@@ -1,6 +1,7 @@
 #include "autodiff/trip_counter.h"
 
 #include <map>
+#include <string>
 #include <unordered_map>
 
 #include "abi/kernel_abi.h"
@@ -10,10 +11,18 @@ namespace vkad::codegen {
 
 namespace {
 
-// The trips parameter both kernels append last.
-Param trips_param() {
+// The trips parameter both kernels append last: "trips", or "trips_<n>" where a parameter of
+// `params` has that name (a kernel that counts its own trips into an array called trips).
+Param trips_param(const std::vector<Param>& params) {
   Param trips;
   trips.name = "trips";
+  auto taken = [&](const std::string& name) {
+    for (const Param& p : params) {
+      if (p.name == name) return true;
+    }
+    return false;
+  };
+  for (int n = 1; taken(trips.name); ++n) trips.name = "trips_" + std::to_string(n);
   trips.kind = ParamKind::kNdArray;
   trips.dtype = DType::kI32;
   trips.rank = 1;
@@ -135,7 +144,7 @@ Kernel with_trips(const Kernel& f, const std::vector<ValueId>& loops, uint32_t s
     for (Param& p : c.params) p.needs_grad = false;
   }
   const auto trips = static_cast<uint32_t>(c.params.size());
-  c.params.push_back(trips_param());
+  c.params.push_back(trips_param(c.params));
   c.next_id = f.next_id;
   std::unordered_map<ValueId, uint32_t> slot;  // counted loop (its result id) -> trips index
   for (size_t j = 0; j < loops.size(); ++j) slot[loops[j]] = static_cast<uint32_t>(j);

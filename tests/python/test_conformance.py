@@ -903,21 +903,16 @@ def test_drjit_while_loop_with_max_iterations(session, ft):
     assert_grad(tp.grad(as_).numpy(), fd_grad(lambda q: obj(xv, q[0]), av), ft, "dL/da")
 
 
-@pytest.mark.xfail(
-    strict=True, raises=vkad.InvalidArgumentError,
-    reason="the Python package's Session.differentiate refuses a while loop without max_trip "
-           "whose body needs checkpoints (`reverse mode needs a bound on this while loop's trip "
-           "count to size its adstack ... or let make_adjoint_counted count it on the device`): "
-           "the C++ API has make_adjoint_counted / launch_counted, which count the trips on the "
-           "device and give the exact gradient, but neither Session nor the tape uses them")
 def test_drjit_while_loop_without_max_iterations(session, ft):
     """Dr.Jit (drjit#491, https://github.com/mitsuba-renderer/drjit/pull/491): without a
     `max_iterations` hint, a general while loop "raise[s] an error message when differentiated
     in reverse mode" (before drjit#491 every such loop did: "propagating derivatives through
     multiple iterations of a recorded loop is not supported (and never will be)", drjit#53).
     The same program as above with no bound stated: the trip count is data-dependent but
-    finite for every lane, so a correct adjoint exists (vkad's C++ make_adjoint_counted sizes
-    it by counting the trips on the device); the gradient must match finite differences."""
+    finite for every lane, so a correct adjoint exists: Session.differentiate makes the counted
+    adjoint (make_adjoint_counted), whose launch at backward counts the trips on the device
+    first and sizes its stacks by them; the gradients (d/dx, d/da) must match finite
+    differences."""
     s = session
     xv = rounded([0.02, 0.35, 1.7, 3.99], ft)
     av = rounded([0.4], ft)
@@ -929,6 +924,8 @@ def test_drjit_while_loop_without_max_iterations(session, ft):
     tp.backward(seed={os_: 1.0})
     want = fd_grad(lambda q: float(sum(_grow_ref(xx, av[0])[0] for xx in q)), xv)
     assert_grad(tp.grad(xs).numpy(), want, ft, "dL/dx")
+    want_a = fd_grad(lambda q: float(sum(_grow_ref(xx, q[0])[0] for xx in xv)), av)
+    assert_grad(tp.grad(as_).numpy(), want_a, ft, "dL/da")
 
 
 def test_drjit_while_loop_past_max_iterations_is_an_error(session, ft):

@@ -132,6 +132,58 @@ TEST(CountedSizing, CountIsTheLargestTripCount) {
   EXPECT_EQ(ca->adjoint.params.back().name.rfind("trips_", 0), 0u);
 }
 
+// A kernel that counts its own trips into an array called `trips` (the Dr.Jit conformance
+// test's form): the counting kernels' appended array takes another name, so both verify, and
+// the count is the largest trip count.
+TEST(CountedSizing, AParameterCalledTripsKeepsItsName) {
+  auto k = codegen::parse(R"(
+kernel grow(x: ndarray<f32, 1> grad, trips: ndarray<i32, 1>) {
+  task main parallel %0 in [0, shape(x, 0)) {
+    %1 = load x[%0] : f32
+    %2 = alloca : f32
+    store_local %2, %1
+    %3 = alloca : i32
+    while %4 (%7) {
+      %5 = load_local %2 : f32
+      %6 = const 4.0 : f32
+      %7 = lt %5, %6 : bool
+    } do {
+      %8 = load_local %2 : f32
+      %9 = mul %8, %8 : f32
+      %10 = const 0.5 : f32
+      %11 = add %9, %10 : f32
+      store_local %2, %11
+      %12 = load_local %3 : i32
+      %13 = const 1 : i32
+      %14 = add %12, %13 : i32
+      store_local %3, %14
+    }
+    %15 = load_local %3 : i32
+    store trips[%0], %15
+  }
+}
+)");
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  auto ca = codegen::make_adjoint_counted(*k);
+  ASSERT_TRUE(ca.ok()) << ca.status().to_string();
+  ASSERT_EQ(ca->counted, 1u);
+  EXPECT_EQ(ca->counter.params.back().name, "trips_1");
+  EXPECT_EQ(ca->counting_forward.params.back().name, "trips_1");
+  EXPECT_EQ(ca->counter.params[1].name, "trips");
+  HostValues base;
+  base.arrays = {HostArray(DType::kF32, {4}), HostArray(DType::kI32, {4})};
+  base.arrays[0].data = {0.0, 0.9, 1.5, 3.0};
+  base.scalars = {0, 0};
+  int want = 0;  // 0 -> 0.5 -> 0.75 -> 1.0625 -> 1.63 -> 3.16 -> 10.5: 6 trips
+  for (double x : base.arrays[0].data) {
+    int n = 0;
+    for (float v = static_cast<float>(x); v < 4.0f; v = v * v + 0.5f) ++n;
+    want = std::max(want, n);
+  }
+  EXPECT_EQ(want, 6);
+  EXPECT_EQ(count_trips(*k, *ca, base), std::vector<int32_t>{want});
+}
+
 // The two slot layouts of the counting kernel (trip_counter.h: runs of kTripSlotRun indices per
 // word where the target has subgroup arithmetic, neighbours on different words where not) find
 // the same counts for every while kernel; the runs put each loop's maxima on fewer words.
