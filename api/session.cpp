@@ -13,6 +13,7 @@
 #include "api/graph_compiler.h"
 #include "api/session_core.h"
 #include "api/step_loops.h"
+#include "autodiff/in_place.h"
 #include "autodiff/reverse_mode.h"
 #include "graph/graph_passes.h"
 #include "graph/launch_fusion.h"
@@ -241,6 +242,36 @@ Result<KernelHandle> Session::compile(std::string_view ir_text) {
   return compile(k);
 }
 
+namespace {
+
+// What a tape's hazard check (api/tape_hazards.h) takes an in-place update's launch to do: its
+// adjoint reads the copies, not the arrays (their reads go), and its stores to them leave no
+// seed behind (AdjointOptions::clear_seeds_of), so overwriting what an earlier launch wrote,
+// differentiated, spoils nothing: they count as accumulations, which the check still holds
+// against earlier reads.
+std::shared_ptr<const codegen::KernelAccess> in_place_hazards(const codegen::KernelAccess& access,
+                                                              const codegen::InPlaceSplit& split) {
+  auto out = std::make_shared<codegen::KernelAccess>(access);
+  for (codegen::ParamAccess& pa : out->params) {
+    const bool split_here = std::any_of(split.arrays.begin(), split.arrays.end(),
+                                        [&](const codegen::InPlaceParam& a) {
+                                          return a.param == pa.param;
+                                        });
+    if (!split_here) continue;
+    std::erase_if(pa.accesses, [](const codegen::ArrayAccess& x) {
+      return x.kind == codegen::ArrayAccess::Kind::kRead;
+    });
+    for (codegen::ArrayAccess& x : pa.accesses) {
+      if (x.kind == codegen::ArrayAccess::Kind::kOverwrite) {
+        x.kind = codegen::ArrayAccess::Kind::kAccumulate;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
   graphs_->join();
   bool any = false;
@@ -250,7 +281,21 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
                       "differentiate '" + forward.name +
                           "': no parameter is marked grad, so there is no gradient to compute");
   }
-  VKAD_ASSIGN_OR_RETURN(codegen::CountedAdjoint ca, adjoint_of(forward, /*clear_seeds=*/false));
+  codegen::InPlaceSplit split;
+  Result<codegen::CountedAdjoint> made = adjoint_of(forward, /*clear_seeds=*/false);
+  if (!made.ok()) {
+    // An array updated in place (taichi#2505's x = cos(theta) x): the adjoint of the kernel
+    // that reads a copy taken before the launch, which a tape keeps (autodiff/in_place.h).
+    split = codegen::split_in_place(forward);
+    if (split.arrays.empty()) return made.status();
+    codegen::AdjointOptions o = core_->adjoint_options;
+    for (const codegen::InPlaceParam& a : split.arrays) o.clear_seeds_of.push_back(a.param);
+    Result<codegen::Kernel> adj = codegen::make_adjoint(split.kernel, core_->target, o);
+    if (!adj.ok()) return made.status();  // refused for another reason: say the first
+    made = codegen::CountedAdjoint{};
+    made->adjoint = std::move(*adj);
+  }
+  codegen::CountedAdjoint& ca = *made;
   const codegen::Kernel& adjoint = ca.adjoint;
   VKAD_ASSIGN_OR_RETURN(
       std::shared_ptr<const runtime::CompiledKernel> fck,
@@ -262,8 +307,10 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
   d.forward_params = static_cast<uint32_t>(forward.params.size());
   d.counted = ca.counted;
   // make_adjoint's contract (reverse_mode.h): the forward's parameters, then one gradient per
-  // parameter marked grad, in parameter order.
-  uint32_t next = d.forward_params;
+  // parameter marked grad, in parameter order (an in-place split's copies after the former and
+  // their gradients after the latter).
+  uint32_t next = static_cast<uint32_t>(split.arrays.empty() ? forward.params.size()
+                                                              : split.kernel.params.size());
   for (uint32_t p = 0; p < forward.params.size(); ++p) {
     if (!forward.params[p].needs_grad) continue;
     if (next >= adjoint.params.size()) {
@@ -289,6 +336,12 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
       (void)release(d.forward);
       return st;
     }
+  }
+  if (!split.arrays.empty()) {
+    for (const codegen::InPlaceParam& a : split.arrays) d.in_place.push_back(a.param);
+    in_place_[d.adjoint.id] = {split.arrays, d.forward_params,
+                               static_cast<uint32_t>(d.gradients.size()), forward.name,
+                               in_place_hazards(*core_->catalog.access(d.forward.id), split)};
   }
   access_[d.forward.id] = core_->catalog.access(d.forward.id);  // register_ir computed it
   adjoint_reads_[d.adjoint.id] = codegen::used_loads(adjoint);
@@ -323,6 +376,16 @@ Status Session::register_counter(KernelHandle adjoint, const codegen::Kernel& fo
   counted_[adjoint.id] = {counter, ca.counted, static_cast<uint32_t>(forward.params.size()), args,
                           forward.name};
   return {};
+}
+
+std::shared_ptr<const codegen::KernelAccess> Session::in_place_access(KernelHandle adjoint) const {
+  auto it = in_place_.find(adjoint.id);
+  return it == in_place_.end() ? nullptr : it->second.access;
+}
+
+const std::vector<codegen::InPlaceParam>* Session::in_place(KernelHandle adjoint) const {
+  auto it = in_place_.find(adjoint.id);
+  return it == in_place_.end() ? nullptr : &it->second.arrays;
 }
 
 uint32_t Session::counted_loops(KernelHandle adjoint) const {
@@ -363,6 +426,7 @@ Status Session::release(KernelHandle kernel) {
   VKAD_TRY(core_->rt->unregister_kernel(kernel));
   core_->drop_tables(kernel.id);
   drop_counter(kernel.id);
+  in_place_.erase(kernel.id);
   forward_ir_.erase(kernel.id);
   auto c = clearing_.find(kernel.id);
   if (c != clearing_.end()) {
@@ -454,6 +518,18 @@ Status Session::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
     // With its trips_ scalars given, a counted adjoint is launched as the caller sized it.
     if (c != counted_.end() && args.size() == c->second.args) {
       return launch_counted(kernel, c->second, args, id);
+    }
+  }
+  if (!in_place_.empty()) {
+    auto c = in_place_.find(kernel.id);
+    if (c != in_place_.end() && args.size() == c->second.forward_params + c->second.grads) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "launch: the adjoint of '" + c->second.name +
+                            "' differentiates an array it updates in place: it reads that array "
+                            "as it was before the forward launch, after the forward's arguments "
+                            "(and its gradient again after the gradients), which a Tape keeps for "
+                            "each launch it records; record the forward on a Tape, or write the "
+                            "result into another array");
     }
   }
   core_->drop_stale_capture();

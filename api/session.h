@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "abi/handles.h"
+#include "autodiff/in_place.h"
 #include "base/status.h"
 #include "ir/ir.h"
 #include "ir/launch_access.h"
@@ -225,6 +226,11 @@ struct Differentiated {
   // the device (codegen::make_adjoint_counted) at each launch of the adjoint, which launch()
   // does (Session::counted_loops); 0 for most kernels.
   uint32_t counted = 0;
+  // Forward parameters the kernel updates in place (x[I] = f(x[I]): autodiff/in_place.h), which
+  // make_adjoint refuses: the adjoint is that of the kernel reading a copy of each taken before
+  // the launch, and only a Tape, which keeps those copies, launches it (Session::in_place).
+  // Empty for most kernels.
+  std::vector<uint32_t> in_place;
   // The adjoint's argument list: the forward's arguments, then `grads` (one ndarray per entry
   // of `gradients`, in order). kInvalidArgument if the counts disagree.
   Result<std::vector<Arg>> adjoint_args(std::span<const Arg> forward_args,
@@ -519,6 +525,16 @@ class Session : public SessionArrays, public SessionGraphs {
   // other handle, and once released. A checkpointed tape starts a new version of such an
   // array without copying the old one where the launch's extents cover it (api/tape.h).
   const std::vector<codegen::WholeStore>* whole_stores(KernelHandle forward) const;
+  // The arrays the adjoint `adjoint` differentiates as updated in place (Differentiated::
+  // in_place): each forward parameter and the adjoint parameter that takes its copy from before
+  // the launch (the copies follow the forward's arguments in this order, their gradients --
+  // the arrays' own -- follow the gradients); null for any other handle. launch() of such an
+  // adjoint with the forward's arguments and the gradients alone is refused (kInvalidArgument).
+  const std::vector<codegen::InPlaceParam>* in_place(KernelHandle adjoint) const;
+  // For such an adjoint, the forward's launch_access as a tape's hazard check takes it: the
+  // arrays' reads left out (the adjoint reads the copies) and their stores counted as
+  // accumulations (its adjoint clears the seeds they read); null for any other handle.
+  std::shared_ptr<const codegen::KernelAccess> in_place_access(KernelHandle adjoint) const;
   // How many loops the adjoint (or clearing adjoint) `adjoint` counts on the device at its
   // launches (Differentiated::counted); 0 for any other handle.
   uint32_t counted_loops(KernelHandle adjoint) const;
@@ -619,6 +635,15 @@ class Session : public SessionArrays, public SessionGraphs {
   std::unordered_map<uint64_t, std::vector<codegen::WholeStore>> whole_stores_;
   // Counted adjoints and clearing adjoints (differentiate), by their own handle ids.
   std::unordered_map<uint64_t, CountedLaunch> counted_;
+  // Adjoints of in-place updates (differentiate), by their own handle ids: the split's arrays,
+  // the forward's parameter and gradient counts, the forward's name.
+  struct InPlaceAdjoint {
+    std::vector<codegen::InPlaceParam> arrays;
+    uint32_t forward_params = 0, grads = 0;
+    std::string name;
+    std::shared_ptr<const codegen::KernelAccess> access;  // in_place_access
+  };
+  std::unordered_map<uint64_t, InPlaceAdjoint> in_place_;
 };
 
 }  // namespace vkad

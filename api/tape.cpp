@@ -79,6 +79,7 @@ Tape::Tape(Session& session)
       copies_(std::make_unique<TapeCopies>(session)) {}
 
 Tape::~Tape() {
+  free_before();
   for (auto& [array, g] : grads_) {
     if (g.owned) (void)session_->free(g.grad);  // deferred past in-flight uses by the runtime
   }
@@ -530,13 +531,34 @@ Status Tape::launch(const Differentiated& d, std::span<const Arg> args, LaunchId
   r.forward = d.forward;
   r.adjoint = d.adjoint;
   VKAD_TRY(check_unwritten(args, "tape.launch"));
-  const std::shared_ptr<const codegen::KernelAccess> access = session_->launch_access(d.forward);
+  const std::vector<codegen::InPlaceParam>* in_place = session_->in_place(d.adjoint);
+  // An in-place update's adjoint reads the copies the tape keeps, not the arrays.
+  const std::shared_ptr<const codegen::KernelAccess> access =
+      in_place ? session_->in_place_access(d.adjoint) : session_->launch_access(d.forward);
+  if (in_place && checkpointing()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "tape.launch: the kernel updates an array in place (its adjoint reads a "
+                      "copy from before the launch), which a checkpointed tape does not keep; "
+                      "write the result into another array, or record without checkpointing");
+  }
   if (!checkpointing()) {
     // Refused before it runs: the caller learns at the launch that would spoil the gradients.
     VKAD_TRY(hazards_->check(*session_, access, args));
+    if (in_place) {
+      r.before_begin = static_cast<uint32_t>(before_.size());
+      VKAD_TRY(copy_before(*in_place, args));
+      r.before_count = static_cast<uint32_t>(in_place->size());
+    }
     {
       LaunchNote note(*session_, "tape entry", records_.size());
-      VKAD_TRY_CTX(session_->launch(d.forward, args, id), "tape.launch");
+      const Status st = session_->launch(d.forward, args, id);
+      if (!st.ok()) {
+        for (uint32_t i = 0; i < r.before_count; ++i) {
+          (void)session_->free(before_[r.before_begin + i]);
+        }
+        before_.resize(r.before_begin);
+        return Status(st.code(), "tape.launch: " + st.message());
+      }
     }
     hazards_->record();
   } else {
@@ -782,10 +804,12 @@ Status Tape::launch_loop(std::span<const TapeLoopLaunch> body, uint32_t count, L
     }
     VKAD_TRY_CTX(loop_launch_args(body[j], count), loop_where(j, 0));
   }
-  // Checkpointing copies before each launch, and a counted adjoint (Session::differentiate)
-  // counts its trips per launch, which an adjoint loop cannot: one by one.
+  // Checkpointing copies before each launch, a counted adjoint (Session::differentiate) counts
+  // its trips per launch and an in-place update's adjoint reads its launch's copy, which an
+  // adjoint loop cannot: one by one.
   const bool counted = std::any_of(body.begin(), body.end(), [&](const TapeLoopLaunch& l) {
-    return l.d != nullptr && session_->counted_loops(l.d->adjoint) != 0;
+    return l.d != nullptr && (session_->counted_loops(l.d->adjoint) != 0 ||
+                              session_->in_place(l.d->adjoint) != nullptr);
   });
   std::vector<Arg> a;
   if (checkpointing() || counted) {
@@ -911,7 +935,47 @@ void Tape::prune() {
   }
 }
 
+void Tape::free_before() {
+  for (NdArrayHandle h : before_) (void)session_->free(h);  // deferred past in-flight uses
+  before_.clear();
+}
+
+Status Tape::copy_before(const std::vector<codegen::InPlaceParam>& in_place,
+                         std::span<const Arg> args) {
+  const size_t first = before_.size();
+  Status st;
+  for (const codegen::InPlaceParam& a : in_place) {
+    if (a.param >= args.size() || args[a.param].kind != runtime::ParamKind::kNdArray) {
+      st = make_error(ErrorCode::kInvalidArgument,
+                      "tape.launch: argument " + std::to_string(a.param) +
+                          " is updated in place by the kernel and must be an ndarray");
+      break;
+    }
+    const NdArrayHandle x = args[a.param].array;
+    Result<DType> t = session_->dtype(x);
+    Result<std::vector<uint32_t>> shape = session_->shape(x);
+    if (!t.ok() || !shape.ok()) {
+      st = t.ok() ? shape.status() : t.status();
+      break;
+    }
+    Result<NdArrayHandle> c = session_->ndarray(*t, *shape, "before");
+    if (!c.ok()) {
+      st = c.status();
+      break;
+    }
+    before_.push_back(*c);
+    st = session_->copy(x, *c);
+    if (!st.ok()) break;
+  }
+  if (st.ok()) return {};
+  for (size_t i = first; i < before_.size(); ++i) (void)session_->free(before_[i]);
+  before_.resize(first);
+  return Status(st.code(), "tape.launch: the copy of an array the kernel updates in place: " +
+                               st.message());
+}
+
 void Tape::reset() {
+  free_before();
   records_.clear();
   reads_seen_.clear();
   pending_clears_.clear();
@@ -1346,14 +1410,35 @@ Status Tape::launch_adjoint(size_t index, std::span<const Arg> forward_args) {
     return {};
   }
   adjoint_args_.assign(forward_args.begin(), forward_args.end());
+  // An in-place update's copies from before its launch, then (after the gradients) the
+  // arrays' own gradients again, as the copies' (Session::in_place).
+  for (uint32_t i = 0; i < r.before_count; ++i) {
+    adjoint_args_.push_back(Arg::ndarray(before_[r.before_begin + i]));
+  }
+  const size_t forward_count = adjoint_args_.size();
   // The gradients are the recorded arrays' (an array's copy shares its gradient).
   for (uint32_t k = 0; k < r.grad_count; ++k) adjoint_args_.push_back(Arg::ndarray(gradient(r, k)));
+  if (r.before_count) {
+    const std::vector<codegen::InPlaceParam>* in_place = session_->in_place(r.adjoint);
+    if (!in_place || in_place->size() != r.before_count) {
+      return make_error(ErrorCode::kFailedPrecondition,
+                        "tape.backward: the adjoint of launch " + std::to_string(index) +
+                            " was released since it was recorded");
+    }
+    for (const codegen::InPlaceParam& a : *in_place) {
+      NdArrayHandle g;
+      for (uint32_t k = 0; k < r.grad_count; ++k) {
+        if (grad_params_[r.grad_begin + k] == a.param) g = gradient(r, k);
+      }
+      adjoint_args_.push_back(Arg::ndarray(g));
+    }
+  }
   VKAD_TRY(flush_clears(adjoint_args_));
   // The gradients to clear after it; a gradient array shared with another parameter would lose
   // what the adjoint adds into it for that one: the clearing adjoint then, as recorded.
   std::vector<NdArrayHandle> clears;
   bool shared = false;
-  const std::span<const Arg> grads(adjoint_args_.data() + r.arg_count, r.grad_count);
+  const std::span<const Arg> grads(adjoint_args_.data() + forward_count, r.grad_count);
   for (uint32_t c = 0; c < r.clear_count; ++c) {
     const uint32_t param = clear_params_[r.clear_begin + c];
     for (uint32_t k = 0; k < r.grad_count; ++k) {

@@ -311,6 +311,9 @@ class Tape {
     // parameter's.
     KernelHandle clearing;
     uint32_t clear_begin = 0, clear_count = 0;
+    // An in-place update (Differentiated::in_place): the copies of its arrays taken before the
+    // launch, before_[before_begin, + before_count), in Session::in_place's order.
+    uint32_t before_begin = 0, before_count = 0;
   };
   struct Grad {
     NdArrayHandle grad;
@@ -322,6 +325,11 @@ class Tape {
   // backward's first part: the gradients the recording needs, made where missing (not for an
   // array freed since it was recorded), listed once each in zero_list_.
   Status list_gradients();
+  // launch()'s part for an in-place update: a copy of each array `in_place` names, taken now
+  // (before the launch), appended to before_; on an error none is left.
+  Status copy_before(const std::vector<codegen::InPlaceParam>& in_place,
+                     std::span<const Arg> args);
+  void free_before();
   // The adjoint of record `index` (a fill's: its array's gradient zeroed), with
   // `forward_args` in place of the recorded forward arguments where given.
   Status launch_adjoint(size_t index, std::span<const Arg> forward_args = {});
@@ -441,6 +449,9 @@ class Tape {
   // passed one of them, and at the end of backward.
   std::vector<NdArrayHandle> pending_clears_;
   std::vector<uint32_t> clear_params_;  // Record::clear_begin / clear_count
+  // The copies in-place updates' adjoints read (Record::before_begin): the tape's, freed by
+  // reset() and the destructor.
+  std::vector<NdArrayHandle> before_;
   // Checkpointing (set_checkpoint_every, set_memory_budget).
   uint32_t checkpoint_every_ = 0;
   uint64_t memory_budget_ = 0;

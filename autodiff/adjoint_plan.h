@@ -54,6 +54,11 @@ struct AdjointOptions {
   // load-add-store stays.
   bool atomic_f32_add = false;
   bool atomic_f64_add = false;
+  // Parameters whose stores' adjoints also clear the seed they read, as make_clearing_adjoint's
+  // do for every parameter: an array a kernel updates in place, differentiated as the rewrite
+  // in_place.h makes (its loads read a copy; the gradient of the copy is bound to the array's
+  // own, so the element's new seed must be gone before the old value's gradient is added).
+  std::vector<uint32_t> clear_seeds_of;
 };
 
 // adjoint_options_from_caps's segment length on GPUs (docs/benchmarks-log.md,

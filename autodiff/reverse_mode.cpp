@@ -26,9 +26,10 @@ namespace {
 
 class ReverseMode : public PartialBuilder {
  public:
-  // Applies `plan` (plan_adjoint of `f`). `clear_seeds`: make_clearing_adjoint.
-  ReverseMode(const Kernel& f, const AdjointPlan& plan, bool clear_seeds = false)
-      : f_(f), plan_(plan), clear_seeds_(clear_seeds) {}
+  // Applies `plan` (plan_adjoint of `f`). `clear_seeds`: per parameter, whether its stores'
+  // adjoints clear the seed (make_clearing_adjoint: all; AdjointOptions::clear_seeds_of).
+  ReverseMode(const Kernel& f, const AdjointPlan& plan, std::vector<bool> clear_seeds)
+      : f_(f), plan_(plan), clear_seeds_(std::move(clear_seeds)) {}
 
   Kernel run() {
     a_.name = f_.name + "_adjoint";
@@ -488,7 +489,7 @@ class ReverseMode : public PartialBuilder {
     if (act(s.args.back())) {
       acc(s.args.back(), rw_.access(Op::kLoad, f_.params[s.param].dtype, g, idx));
     }
-    if (clear_seeds_ && s.op == Op::kStore) {
+    if (clear_seeds_[s.param] && s.op == Op::kStore) {
       // The store replaced the element: what the array held before (an earlier step's
       // value, when a checkpointed tape reuses the array) gets none of this seed.
       idx.push_back(rw_.constant(f_.params[s.param].dtype, 0));
@@ -615,7 +616,7 @@ class ReverseMode : public PartialBuilder {
 
   const Kernel& f_;
   const AdjointPlan& plan_;
-  bool clear_seeds_ = false;      // make_clearing_adjoint
+  std::vector<bool> clear_seeds_;  // per parameter: make_clearing_adjoint, clear_seeds_of
   int reversing_ = 0;             // reversed loop iterations being written (prints skip them)
   const TaskPlan* tp_ = nullptr;  // the current task's plan
   Kernel a_;
@@ -680,7 +681,11 @@ Result<Kernel> differentiate(const Kernel& k, const Target& target, const Adjoin
         "reverse-mode: kernel '" + k.name + "' holds break / continue; run lower-jumps first");
   }
   VKAD_ASSIGN_OR_RETURN(AdjointPlan plan, plan_adjoint(k, options, counting));
-  Kernel adjoint = ReverseMode(k, plan, clear_seeds).run();
+  std::vector<bool> clear(k.params.size(), clear_seeds);
+  for (uint32_t p : options.clear_seeds_of) {
+    if (p < clear.size()) clear[p] = true;
+  }
+  Kernel adjoint = ReverseMode(k, plan, std::move(clear)).run();
   VKAD_TRY(verify_adjoint(k, adjoint, target));
   if (counted) {
     counted->clear();

@@ -617,12 +617,7 @@ def _ewma_ref(xa, alpha):
 @pytest.mark.parametrize("form", [
     "fresh",
     "separate_arrays",
-    refused("in_place",
-            "vkad refuses to differentiate a task that reads x[None] and then stores to it "
-            "(`ndarray 'x' (grad) is both read and written in task 'main'`), though a "
-            "correct adjoint exists (each invocation reads only the element it overwrites: "
-            "its adjoint needs the value before the launch, which a tape could keep); see "
-            "docs/conformance.md"),
+    "in_place",
 ])
 def test_taichi_2505_update_in_place(session, ft, form):
     """taichi-dev/taichi#2505, https://github.com/taichi-dev/taichi/issues/2505 ("Incorrect
@@ -631,7 +626,8 @@ def test_taichi_2505_update_in_place(session, ft, form):
     the next. Taichi's gradient was right for x = cos(theta) (fresh) and silently wrong for the
     update in place: its adjoint read the x the kernel had overwritten. Three forms here: fresh,
     the update written from one array into another (separate_arrays, the old and new x swapped
-    between iterations, what vkad's refusal asks for), and the report's update in place. Each
+    between iterations), and the report's update in place, whose adjoint reads the copy of x
+    the tape took before the launch (autodiff/in_place.h). Each
     iteration's d loss / d theta is checked against f64 finite differences of
     theta -> cos(theta) x_prev (-sin(theta) x_prev)."""
     s = session

@@ -1,0 +1,107 @@
+#include "autodiff/in_place.h"
+
+#include <string>
+
+#include "autodiff/reverse_mode.h"
+#include "ir/walk.h"
+
+namespace vkad::codegen {
+
+namespace {
+
+// What one task does with one array: program positions of its loads and stores, and whether a
+// loop holds both.
+struct Uses {
+  int64_t last_load = -1, first_store = -1;
+  bool atomic = false, loop_holds_both = false, any = false;
+};
+
+void scan(const Block& b, uint32_t p, int64_t* pos, Uses* u) {
+  for (const Stmt& s : b.stmts) {
+    ++*pos;
+    if (is_array_access(s) && s.param == p) {
+      u->any = true;
+      if (s.op == Op::kLoad) u->last_load = *pos;
+      if (s.op == Op::kStore && u->first_store < 0) u->first_store = *pos;
+      if (s.op == Op::kAtomicAdd || s.op == Op::kAtomicMax) u->atomic = true;
+    }
+    if ((s.op == Op::kFor || s.op == Op::kWhile) && accesses_param(s, p)) {
+      Uses inner;
+      int64_t ipos = 0;
+      for (const Block& c : s.blocks) scan(c, p, &ipos, &inner);
+      u->loop_holds_both = u->loop_holds_both || (inner.last_load >= 0 && inner.first_store >= 0);
+    }
+    for (const Block& c : s.blocks) scan(c, p, pos, u);
+  }
+}
+
+bool one_iteration(const Task& t) {
+  if (!t.dims.empty()) {
+    for (const TaskDim& d : t.dims) {
+      if (d.begin.kind != SizeExpr::Kind::kConst || d.end.kind != SizeExpr::Kind::kConst ||
+          d.end.value - d.begin.value != 1) {
+        return false;
+      }
+    }
+    return true;
+  }
+  return t.begin.kind == RangeBound::Kind::kConstant && t.end.kind == RangeBound::Kind::kConstant &&
+         t.end.value - t.begin.value == 1;
+}
+
+// Whether parameter `p` of `k` qualifies (in_place.h).
+bool qualifies(const Kernel& k, uint32_t p) {
+  const Task* holder = nullptr;
+  Uses u;
+  for (const Task& t : k.tasks) {
+    Uses here;
+    int64_t pos = 0;
+    scan(t.body, p, &pos, &here);
+    if (!here.any) continue;
+    if (holder) return false;  // accessed in two tasks
+    holder = &t;
+    u = here;
+  }
+  if (!holder || u.atomic || u.loop_holds_both || u.last_load < 0 || u.first_store < 0) {
+    return false;
+  }
+  if (u.last_load > u.first_store) return false;
+  if (one_iteration(*holder)) return true;
+  return !holder->serial && owned_ndarrays(k, *holder)[p];
+}
+
+void move_loads(Block& b, uint32_t from, uint32_t to) {
+  for (Stmt& s : b.stmts) {
+    if (s.op == Op::kLoad && s.param == from) s.param = to;
+    for (Block& c : s.blocks) move_loads(c, from, to);
+  }
+}
+
+}  // namespace
+
+InPlaceSplit split_in_place(const Kernel& forward) {
+  InPlaceSplit out;
+  Kernel k = forward;
+  for (uint32_t p = 0; p < forward.params.size(); ++p) {
+    const Param& fp = forward.params[p];
+    if (fp.kind != ParamKind::kNdArray || !fp.needs_grad || !qualifies(forward, p)) continue;
+    Param before = fp;
+    before.read_only = true;
+    before.name = fp.name + "_before";
+    auto taken = [&](const std::string& name) {
+      for (const Param& q : k.params) {
+        if (q.name == name) return true;
+      }
+      return false;
+    };
+    for (int n = 1; taken(before.name); ++n) before.name = fp.name + "_before_" + std::to_string(n);
+    const auto index = static_cast<uint32_t>(k.params.size());
+    k.params.push_back(before);
+    for (Task& t : k.tasks) move_loads(t.body, p, index);
+    out.arrays.push_back({p, index});
+  }
+  if (!out.arrays.empty()) out.kernel = std::move(k);
+  return out;
+}
+
+}  // namespace vkad::codegen
