@@ -105,6 +105,44 @@ TEST_F(InPlaceTapeTest, UpdatesInPlaceGetTheGradientsOfTheValuesTheyReplaced) {
   }
 }
 
+// Two updates in place and their backward captured as a graph (the copies are launches there),
+// replayed on two inputs: the closed form's gradients each time.
+TEST_F(InPlaceTapeTest, ACapturedIterationReplaysToTheClosedForm) {
+  auto d = s_->differentiate(square_in_place());
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  const std::vector<float> x0 = values(-1.2f, 2.6f), w = values(0.3f, -0.9f);
+  NdArrayHandle x = upload(x0, "x"), wh = upload(w, "w");
+  Tape tape(*s_);
+  ASSERT_TRUE(s_->begin_capture("in place").ok());
+  for (int k = 0; k < 2; ++k) {
+    Status st = tape.launch(*d, {Arg::ndarray(x), Arg::ndarray(wh)});
+    ASSERT_TRUE(st.ok()) << st.to_string();
+  }
+  Status st = tape.backward({TapeSeed::of_value(x, 1.0)});
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  Result<GraphHandle> g = s_->end_capture();
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  ASSERT_TRUE(s_->finish_rework(*g).ok());
+  auto gx = tape.grad(x);
+  auto gw = tape.grad(wh);
+  ASSERT_TRUE(gx.ok() && gw.ok());
+  for (float scale : {1.0f, 0.5f}) {
+    SCOPED_TRACE("scale " + std::to_string(scale));
+    std::vector<float> start = x0;
+    for (float& v : start) v *= scale;
+    ASSERT_TRUE(s_->upload(x, std::span<const float>(start)).ok());
+    st = s_->replay(*g);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    const std::vector<float> got_x = read(*gx), got_w = read(*gw);
+    for (uint32_t i = 0; i < kN; ++i) {
+      const double x1 = static_cast<double>(static_cast<float>(0.5 * start[i] * start[i] + w[i]));
+      EXPECT_NEAR(got_x[i], x1 * start[i], 1e-5 * (1 + std::fabs(x1 * start[i]))) << i;
+      EXPECT_NEAR(got_w[i], x1 + 1, 1e-5 * (1 + std::fabs(x1))) << i;
+    }
+  }
+  EXPECT_TRUE(s_->release_graph(*g).ok());
+}
+
 TEST_F(InPlaceTapeTest, WithoutATapeOrWithCheckpointingItIsRefusedSayingWhy) {
   auto d = s_->differentiate(square_in_place());
   ASSERT_TRUE(d.ok()) << d.status().to_string();
