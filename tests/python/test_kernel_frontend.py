@@ -1238,9 +1238,12 @@ def test_scalar_gradient_on_a_tape_and_forward_mode(session, ft):
 
 def test_refused_reverse_mode_names_the_python_line(session):
     # vkad's own errors quote the IR statement; the front end appends its Python line
+    # x read at i + 1 and written at i: another invocation's element (an update of x[i] from
+    # x[i] alone would be differentiated: docs/tape.md, "A kernel that updates an array in
+    # place")
     def k(x: vkad.array(vkad.f32, grad=True), y: vkad.array(vkad.f32, grad=True)):
-        for i in range(x.shape[0]):
-            y[i] = x[i] * 2.0
+        for i in range(x.shape[0] - 1):
+            y[i] = x[i + 1] * 2.0
             b = y[i] + 1.0
             x[i] = b
     kern = vkad.kernel(k)
