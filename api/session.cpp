@@ -253,10 +253,9 @@ std::shared_ptr<const codegen::KernelAccess> in_place_hazards(const codegen::Ker
                                                               const codegen::InPlaceSplit& split) {
   auto out = std::make_shared<codegen::KernelAccess>(access);
   for (codegen::ParamAccess& pa : out->params) {
-    const bool split_here = std::any_of(split.arrays.begin(), split.arrays.end(),
-                                        [&](const codegen::InPlaceParam& a) {
-                                          return a.param == pa.param;
-                                        });
+    const bool split_here =
+        std::any_of(split.arrays.begin(), split.arrays.end(),
+                    [&](const codegen::InPlaceParam& a) { return a.param == pa.param; });
     if (!split_here) continue;
     std::erase_if(pa.accesses, [](const codegen::ArrayAccess& x) {
       return x.kind == codegen::ArrayAccess::Kind::kRead;
@@ -310,7 +309,7 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
   // parameter marked grad, in parameter order (an in-place split's copies after the former and
   // their gradients after the latter).
   uint32_t next = static_cast<uint32_t>(split.arrays.empty() ? forward.params.size()
-                                                              : split.kernel.params.size());
+                                                             : split.kernel.params.size());
   for (uint32_t p = 0; p < forward.params.size(); ++p) {
     if (!forward.params[p].needs_grad) continue;
     if (next >= adjoint.params.size()) {
@@ -361,8 +360,8 @@ Result<codegen::CountedAdjoint> Session::adjoint_of(const codegen::Kernel& forwa
   }
   // Refused for want of a trip bound: the counted adjoint, whose stacks launch() sizes from
   // counts made on the device. Any other refusal is make_adjoint's, as it said it.
-  Result<codegen::CountedAdjoint> counted = codegen::make_adjoint_counted(
-      forward, core_->target, core_->adjoint_options, clear_seeds);
+  Result<codegen::CountedAdjoint> counted =
+      codegen::make_adjoint_counted(forward, core_->target, core_->adjoint_options, clear_seeds);
   if (!counted.ok() || counted->counted == 0) return plain.status();
   return counted;
 }
@@ -476,9 +475,8 @@ Result<KernelHandle> Session::clearing_adjoint(const Differentiated& d) {
   // any other launches (a kernel without its IR would be a fence there).
   VKAD_ASSIGN_OR_RETURN(KernelHandle h, core_->register_ir(adjoint, *ck));
   if (ca.counted) {
-    const Status st = register_counter(
-        h, *f->second, ca,
-        static_cast<uint32_t>(adjoint.params.size()) - ca.counted);
+    const Status st = register_counter(h, *f->second, ca,
+                                       static_cast<uint32_t>(adjoint.params.size()) - ca.counted);
     if (!st.ok()) {
       (void)core_->rt->unregister_kernel(h);
       core_->drop_tables(h.id);

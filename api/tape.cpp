@@ -970,8 +970,8 @@ Status Tape::copy_before(const std::vector<codegen::InPlaceParam>& in_place,
   if (st.ok()) return {};
   for (size_t i = first; i < before_.size(); ++i) (void)session_->free(before_[i]);
   before_.resize(first);
-  return Status(st.code(), "tape.launch: the copy of an array the kernel updates in place: " +
-                               st.message());
+  return Status(st.code(),
+                "tape.launch: the copy of an array the kernel updates in place: " + st.message());
 }
 
 void Tape::reset() {
@@ -1421,9 +1421,9 @@ Status Tape::launch_adjoint(size_t index, std::span<const Arg> forward_args) {
   if (r.before_count) {
     const std::vector<codegen::InPlaceParam>* in_place = session_->in_place(r.adjoint);
     if (!in_place || in_place->size() != r.before_count) {
-      return make_error(ErrorCode::kFailedPrecondition,
-                        "tape.backward: the adjoint of launch " + std::to_string(index) +
-                            " was released since it was recorded");
+      return make_error(ErrorCode::kFailedPrecondition, "tape.backward: the adjoint of launch " +
+                                                            std::to_string(index) +
+                                                            " was released since it was recorded");
     }
     for (const codegen::InPlaceParam& a : *in_place) {
       NdArrayHandle g;

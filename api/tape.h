@@ -327,8 +327,7 @@ class Tape {
   Status list_gradients();
   // launch()'s part for an in-place update: a copy of each array `in_place` names, taken now
   // (before the launch), appended to before_; on an error none is left.
-  Status copy_before(const std::vector<codegen::InPlaceParam>& in_place,
-                     std::span<const Arg> args);
+  Status copy_before(const std::vector<codegen::InPlaceParam>& in_place, std::span<const Arg> args);
   void free_before();
   // The adjoint of record `index` (a fill's: its array's gradient zeroed), with
   // `forward_args` in place of the recorded forward arguments where given.

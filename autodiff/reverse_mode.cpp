@@ -617,8 +617,8 @@ class ReverseMode : public PartialBuilder {
   const Kernel& f_;
   const AdjointPlan& plan_;
   std::vector<bool> clear_seeds_;  // per parameter: make_clearing_adjoint, clear_seeds_of
-  int reversing_ = 0;             // reversed loop iterations being written (prints skip them)
-  const TaskPlan* tp_ = nullptr;  // the current task's plan
+  int reversing_ = 0;              // reversed loop iterations being written (prints skip them)
+  const TaskPlan* tp_ = nullptr;   // the current task's plan
   Kernel a_;
   Rewriter rw_{a_};                             // writes a_
   std::map<uint32_t, ValueId> scalar_adj_;      // differentiable scalar param -> its adjoint local
@@ -779,9 +779,8 @@ Result<CountedAdjoint> make_adjoint_counted(const Kernel& forward, const Target&
   std::vector<ValueId> loops;
   CountedAdjoint out;
   VKAD_ASSIGN_OR_RETURN(
-      out.adjoint,
-      counted_pipeline(target, options, clear_seeds, &lowered, &differentiated, &loops)
-          .run(forward));
+      out.adjoint, counted_pipeline(target, options, clear_seeds, &lowered, &differentiated, &loops)
+                       .run(forward));
   out.counted = static_cast<uint32_t>(loops.size());
   if (!out.counted) return out;
   const uint32_t slot_run = target.subgroup_arithmetic ? kTripSlotRun : 1;

@@ -120,8 +120,7 @@ class CountedTapeTest : public ValidatedSessionTest {
   // Runs kSteps steps of grow_row on a tape (`how`: "launches", "loop" or "checkpointed"),
   // seeds d(sum of row kSteps), and checks row kSteps, row 0's gradient and a's against the
   // reference.
-  void run(const Differentiated& d, const std::string& how, const std::vector<float>& x0,
-           float a) {
+  void run(const Differentiated& d, const std::string& how, const std::vector<float>& x0, float a) {
     SCOPED_TRACE(how);
     const Reference want = reference(x0, a);
     ASSERT_GE(want.margin, 1e-3);

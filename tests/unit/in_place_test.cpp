@@ -2,11 +2,12 @@
 // before the writes, one invocation per element -- and the rewrite (the loads moved to a copy
 // parameter appended last). The gradients of the split kernels on a device, through a tape,
 // are tests/gpu/in_place_tape_test.cpp's.
+#include "autodiff/in_place.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "autodiff/in_place.h"
 #include "ir/text.h"
 #include "ir/verifier.h"
 #include "ir/walk.h"
@@ -27,9 +28,8 @@ codegen::InPlaceSplit split(const std::string& text) {
 
 size_t loads_of(const Kernel& k, uint32_t p) {
   size_t n = 0;
-  codegen::for_each_stmt(k, [&](const codegen::Stmt& s) {
-    n += s.op == codegen::Op::kLoad && s.param == p;
-  });
+  codegen::for_each_stmt(
+      k, [&](const codegen::Stmt& s) { n += s.op == codegen::Op::kLoad && s.param == p; });
   return n;
 }
 
