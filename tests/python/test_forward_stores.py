@@ -120,3 +120,29 @@ kernel k(x: ndarray<f32, 1> grad) {
     # A gradient that ignored the copy (the adjoint reading x after the launches) would be
     # cos(sin(x1)) cos(x1): far outside that.
     assert np.max(np.abs(np.cos(np.sin(x1)) * np.cos(x1) - np.cos(x1) * np.cos(x0))) > 0.1
+
+
+def test_an_update_in_place_in_a_step_loop_on_a_tape(session):
+    # Session.loop of the same update on a tape: recorded launch by launch (each adjoint reads
+    # its own copy), d x_3 / d x_0 = cos(x_2) cos(x_1) cos(x_0).
+    s = session
+    d = s.differentiate("""
+kernel k(x: ndarray<f32, 1> grad) {
+  task main parallel %i in [0, shape(x, 0)) {
+    %v = load x[%i] : f32
+    %s = sin %v : f32
+    store x[%i], %s
+  }
+}""")
+    x0 = np.linspace(-1.5, 1.5, 9)
+    x = s.ndarray(x0.astype(np.float32))
+    with s.tape() as t:
+        s.loop(0, 3, lambda f: s.launch(d, x))
+    assert len(t.launches) == 1  # the loop's record
+    t.backward(seed={x: 1.0})
+    x1 = np.sin(x0)
+    x2 = np.sin(x1)
+    # Vulkan's f32 sin and cos: 2^-11 absolute on [-pi, pi]; three of each chained.
+    np.testing.assert_allclose(x.numpy(), np.sin(x2), rtol=0, atol=3e-3)
+    np.testing.assert_allclose(t.grad(x).numpy(), np.cos(x2) * np.cos(x1) * np.cos(x0),
+                               rtol=0, atol=3e-3)
