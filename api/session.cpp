@@ -291,6 +291,7 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
     for (const codegen::InPlaceParam& a : split.arrays) o.clear_seeds_of.push_back(a.param);
     Result<codegen::Kernel> adj = codegen::make_adjoint(split.kernel, core_->target, o);
     if (!adj.ok()) return made.status();  // refused for another reason: say the first
+    VKAD_TRY(codegen::merge_copy_gradients(split, &*adj));
     made = codegen::CountedAdjoint{};
     made->adjoint = std::move(*adj);
   }
@@ -306,8 +307,8 @@ Result<Differentiated> Session::differentiate(const codegen::Kernel& forward) {
   d.forward_params = static_cast<uint32_t>(forward.params.size());
   d.counted = ca.counted;
   // make_adjoint's contract (reverse_mode.h): the forward's parameters, then one gradient per
-  // parameter marked grad, in parameter order (an in-place split's copies after the former and
-  // their gradients after the latter).
+  // parameter marked grad, in parameter order (an in-place split's copies after the former;
+  // their gradients are the arrays': merge_copy_gradients).
   uint32_t next = static_cast<uint32_t>(split.arrays.empty() ? forward.params.size()
                                                              : split.kernel.params.size());
   for (uint32_t p = 0; p < forward.params.size(); ++p) {
@@ -524,10 +525,9 @@ Status Session::launch(KernelHandle kernel, std::span<const Arg> args, LaunchId*
       return make_error(ErrorCode::kInvalidArgument,
                         "launch: the adjoint of '" + c->second.name +
                             "' differentiates an array it updates in place: it reads that array "
-                            "as it was before the forward launch, after the forward's arguments "
-                            "(and its gradient again after the gradients), which a Tape keeps for "
-                            "each launch it records; record the forward on a Tape, or write the "
-                            "result into another array");
+                            "as it was before the forward launch, after the forward's arguments, "
+                            "which a Tape keeps for each launch it records; record the forward "
+                            "on a Tape, or write the result into another array");
     }
   }
   core_->drop_stale_capture();

@@ -232,7 +232,8 @@ struct Differentiated {
   // Empty for most kernels.
   std::vector<uint32_t> in_place;
   // The adjoint's argument list: the forward's arguments, then `grads` (one ndarray per entry
-  // of `gradients`, in order). kInvalidArgument if the counts disagree.
+  // of `gradients`, in order). kInvalidArgument if the counts disagree. (With `in_place` the
+  // adjoint also takes the copies, which a Tape binds: launch() refuses this list then.)
   Result<std::vector<Arg>> adjoint_args(std::span<const Arg> forward_args,
                                         std::span<const NdArrayHandle> grads) const;
 };
@@ -496,18 +497,22 @@ class Session : public SessionArrays, public SessionGraphs {
   // The same from the IR text form (ir/text.h); parse errors name line and column.
   Result<KernelHandle> compile(std::string_view ir_text);
   // Builds the adjoint (codegen::make_adjoint), compiles and registers both kernels. kInvalid-
-  // Argument when no parameter is marked grad. A loop with no trip bound (a while loop without
-  // max_trip, a for loop whose bounds depend on array contents) that make_adjoint refuses is
-  // counted instead (codegen::make_adjoint_counted; d.counted says how many): launch() of
-  // d.adjoint with the adjoint's arguments (the forward's, then the gradients) first runs the
-  // trip-counting kernel on the arrays as they are and waits for its counts (a blocking point,
-  // like a readback), then launches the adjoint with stacks exactly as deep as it needs. Such
-  // a launch cannot be captured in a graph (kFailedPrecondition, naming the kernel and
+  // Argument when no parameter is marked grad. An array updated in place that make_adjoint
+  // refuses is differentiated through a copy from before the launch where split_in_place
+  // qualifies it (Differentiated::in_place; only a Tape launches that adjoint). A loop with no trip
+  // bound (a while loop without max_trip, a for loop whose bounds depend on array contents) that
+  // make_adjoint refuses is counted instead (codegen::make_adjoint_counted; d.counted says how
+  // many): launch() of d.adjoint with the adjoint's arguments (the forward's, then the gradients)
+  // first runs the trip-counting kernel on the arrays as they are and waits for its counts (a
+  // blocking point, like a readback), then launches the adjoint with stacks exactly as deep as it
+  // needs. Such a launch cannot be captured in a graph (kFailedPrecondition, naming the kernel and
   // max_trip); a loop with max_trip is launched as any other.
   Result<Differentiated> differentiate(const codegen::Kernel& forward);
   Result<Differentiated> differentiate(std::string_view ir_text);
   // The adjoint of d.forward in which a store's adjoint also clears the seed it read
-  // (codegen::make_clearing_adjoint): same parameters as d.adjoint. Built and compiled on the
+  // (codegen::make_clearing_adjoint): same parameters as d.adjoint (none for an in-place
+  // update's: it fails with make_adjoint's refusal, and a checkpointed tape refuses those
+  // launches first). Built and compiled on the
   // first call per forward, then kept. What a checkpointed Tape (api/tape.h) launches.
   // kInvalidArgument when d.forward is not a live differentiate() result of this session.
   Result<KernelHandle> clearing_adjoint(const Differentiated& d);
@@ -527,9 +532,9 @@ class Session : public SessionArrays, public SessionGraphs {
   const std::vector<codegen::WholeStore>* whole_stores(KernelHandle forward) const;
   // The arrays the adjoint `adjoint` differentiates as updated in place (Differentiated::
   // in_place): each forward parameter and the adjoint parameter that takes its copy from before
-  // the launch (the copies follow the forward's arguments in this order, their gradients --
-  // the arrays' own -- follow the gradients); null for any other handle. launch() of such an
-  // adjoint with the forward's arguments and the gradients alone is refused (kInvalidArgument).
+  // the launch (the copies follow the forward's arguments in this order, then the gradients;
+  // a copy's gradient is its array's); null for any other handle. launch() of such an adjoint
+  // with the forward's arguments and the gradients alone is refused (kInvalidArgument).
   const std::vector<codegen::InPlaceParam>* in_place(KernelHandle adjoint) const;
   // For such an adjoint, the forward's launch_access as a tape's hazard check takes it: the
   // arrays' reads left out (the adjoint reads the copies) and their stores counted as

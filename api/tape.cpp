@@ -545,6 +545,9 @@ Status Tape::launch(const Differentiated& d, std::span<const Arg> args, LaunchId
     // Refused before it runs: the caller learns at the launch that would spoil the gradients.
     VKAD_TRY(hazards_->check(*session_, access, args));
     if (in_place) {
+      // One array bound to two parameters is judged on what the kernel does (in_place_access
+      // speaks for the adjoint: with both parameters updated in place it would see no read).
+      VKAD_TRY(TapeHazards::check_aliasing(*session_, *session_->launch_access(d.forward), args));
       r.before_begin = static_cast<uint32_t>(before_.size());
       VKAD_TRY(copy_before(*in_place, args));
       r.before_count = static_cast<uint32_t>(in_place->size());
@@ -813,14 +816,21 @@ Status Tape::launch_loop(std::span<const TapeLoopLaunch> body, uint32_t count, L
   });
   std::vector<Arg> a;
   if (checkpointing() || counted) {
+    uint32_t ran = 0;
     for (uint32_t r = 0; r < count; ++r) {
       for (size_t j = 0; j < body.size(); ++j) {
         loop_args(body[j], r, &a);
-        if (body[j].d != nullptr) {
-          VKAD_TRY_CTX(launch(*body[j].d, a), loop_where(j, r));
-        } else {
-          VKAD_TRY_CTX(session_->launch(body[j].kernel, a), loop_where(j, r));
+        Status st =
+            body[j].d != nullptr ? launch(*body[j].d, a) : session_->launch(body[j].kernel, a);
+        if (!st.ok()) {
+          // What ran is recorded: a part of the loop, which backward must not differentiate.
+          if (ran > 0) {
+            broken_ = "a launch_loop failed after " + std::to_string(ran) +
+                      " of its launches ran (" + st.message() + "); the tape holds part of it";
+          }
+          return st.with_context(loop_where(j, r));
         }
+        ++ran;
         if (info) ++info->launches;
       }
     }
@@ -1410,29 +1420,14 @@ Status Tape::launch_adjoint(size_t index, std::span<const Arg> forward_args) {
     return {};
   }
   adjoint_args_.assign(forward_args.begin(), forward_args.end());
-  // An in-place update's copies from before its launch, then (after the gradients) the
-  // arrays' own gradients again, as the copies' (Session::in_place).
+  // An in-place update's copies from before its launch (Session::in_place; the adjoint adds
+  // their gradients into the arrays' own).
   for (uint32_t i = 0; i < r.before_count; ++i) {
     adjoint_args_.push_back(Arg::ndarray(before_[r.before_begin + i]));
   }
   const size_t forward_count = adjoint_args_.size();
   // The gradients are the recorded arrays' (an array's copy shares its gradient).
   for (uint32_t k = 0; k < r.grad_count; ++k) adjoint_args_.push_back(Arg::ndarray(gradient(r, k)));
-  if (r.before_count) {
-    const std::vector<codegen::InPlaceParam>* in_place = session_->in_place(r.adjoint);
-    if (!in_place || in_place->size() != r.before_count) {
-      return make_error(ErrorCode::kFailedPrecondition, "tape.backward: the adjoint of launch " +
-                                                            std::to_string(index) +
-                                                            " was released since it was recorded");
-    }
-    for (const codegen::InPlaceParam& a : *in_place) {
-      NdArrayHandle g;
-      for (uint32_t k = 0; k < r.grad_count; ++k) {
-        if (grad_params_[r.grad_begin + k] == a.param) g = gradient(r, k);
-      }
-      adjoint_args_.push_back(Arg::ndarray(g));
-    }
-  }
   VKAD_TRY(flush_clears(adjoint_args_));
   // The gradients to clear after it; a gradient array shared with another parameter would lose
   // what the adjoint adds into it for that one: the clearing adjoint then, as recorded.

@@ -194,7 +194,9 @@ class Tape {
   // one resident kernel where it qualifies -- and recorded as its body's launches with their
   // steps and count; backward runs their adjoints as one loop (the body reversed, from the last
   // iteration down). With checkpointing on, or a body launch whose adjoint counts its loops'
-  // trips (Differentiated::counted), the iterations go through launch() one by one. A
+  // trips (Differentiated::counted) or reads an in-place update's copy (Differentiated::
+  // in_place), the iterations go through launch() one by one (a launch refused there leaves
+  // the ones before it recorded, and backward refuses until reset()). A
   // loop launched one by one that fails past the checks leaves what ran off the tape, and
   // backward refuses until reset().
   Status launch_loop(std::span<const TapeLoopLaunch> body, uint32_t count,

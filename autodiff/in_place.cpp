@@ -104,4 +104,37 @@ InPlaceSplit split_in_place(const Kernel& forward) {
   return out;
 }
 
+namespace {
+
+void move_param(Block& b, uint32_t from, uint32_t to) {
+  for (Stmt& s : b.stmts) {
+    if (is_array_access(s) && s.param == from) s.param = to;
+    for (Block& c : s.blocks) move_param(c, from, to);
+  }
+}
+
+}  // namespace
+
+Status merge_copy_gradients(const InPlaceSplit& split, Kernel* adjoint) {
+  const Kernel& f = split.kernel;
+  std::vector<uint32_t> grad_of(f.params.size(), UINT32_MAX);
+  auto next = static_cast<uint32_t>(f.params.size());
+  for (uint32_t q = 0; q < f.params.size(); ++q) {
+    if (f.params[q].needs_grad) grad_of[q] = next++;
+  }
+  const size_t keep = adjoint->params.size() - split.arrays.size();
+  for (const InPlaceParam& a : split.arrays) {
+    const uint32_t from = grad_of[a.before], to = grad_of[a.param];
+    if (from == UINT32_MAX || to == UINT32_MAX || from < keep || from >= adjoint->params.size()) {
+      return make_error(ErrorCode::kInternal,
+                        "the adjoint of '" + f.name + "' does not end with the gradients of the " +
+                            "copies of its arrays updated in place (a bug in vkad; please report "
+                            "it with the kernel's text)");
+    }
+    for (Task& t : adjoint->tasks) move_param(t.body, from, to);
+  }
+  adjoint->params.resize(keep);
+  return {};
+}
+
 }  // namespace vkad::codegen

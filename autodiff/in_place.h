@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/status.h"
 #include "ir/ir.h"
 
 namespace vkad::codegen {
@@ -42,5 +43,14 @@ struct InPlaceSplit {
 // adjoints add the old value's gradient there -- in one invocation, in reverse order.
 // An array that fails a condition is left as it is (reverse mode then refuses it, saying why).
 InPlaceSplit split_in_place(const Kernel& forward);
+
+// make_adjoint's adjoint of split.kernel (its parameters, then one gradient per parameter marked
+// grad, in order) with each copy's gradient made its array's: the copies' gradient parameters
+// (the last ones) go, and what the adjoint adds into them goes into the arrays' gradients. One
+// binding for the two, so the order of the seed's clear and the old value's add is the
+// invocation's program order (two bindings of one buffer are not known to alias in SPIR-V).
+// The adjoint's parameters are then split.kernel's, then the forward's gradients.
+// kInternal where the copies' gradients are not the adjoint's last parameters.
+Status merge_copy_gradients(const InPlaceSplit& split, Kernel* adjoint);
 
 }  // namespace vkad::codegen

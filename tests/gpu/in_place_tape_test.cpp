@@ -170,6 +170,70 @@ TEST_F(InPlaceTapeTest, WithoutATapeOrWithCheckpointingItIsRefusedSayingWhy) {
   EXPECT_NEAR(read(x)[3], 0.5f * std::pow(0.1f + 3.0f / kN, 2.0f) + 3.0f / kN, 1e-6);
 }
 
+// x[i] = 0.5 x[i]^2 and z[i] = 0.5 z[i]^2 in one kernel: both split. One array bound to both is
+// refused (each copy would hold the array before the launch, and the adjoint would miss that
+// the second update read the first's result), as without the split.
+TEST_F(InPlaceTapeTest, OneArrayPassedForTwoUpdatedParametersIsRefused) {
+  KernelBuilder kb("two_updates");
+  Array x = kb.ndarray("x", DType::kF32, 1, {.needs_grad = true});
+  Array z = kb.ndarray("z", DType::kF32, 1, {.needs_grad = true});
+  kb.parallel_for("main", 0, x.dim(0), [&](Value i) {
+    Value a = x(i);
+    Value b = z(i);
+    x.store({i}, a * a * 0.5);
+    z.store({i}, b * b * 0.5);
+  });
+  auto d = s_->differentiate(kb.finish());
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->in_place, (std::vector<uint32_t>{0, 1}));
+  NdArrayHandle a = upload(values(0.5f, 1.0f), "a"), b = upload(values(0.2f, 1.0f), "b");
+  Tape tape(*s_);
+  Status st = tape.launch(*d, {Arg::ndarray(a), Arg::ndarray(a)});
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("ndarray 'a'"), std::string::npos) << st.to_string();
+  EXPECT_EQ(tape.launches(), 0u);
+  // Two arrays: both gradients, d(0.5 v^2)/dv = v.
+  const std::vector<float> a0 = read(a), b0 = read(b);
+  ASSERT_TRUE(tape.launch(*d, {Arg::ndarray(a), Arg::ndarray(b)}).ok());
+  ASSERT_TRUE(tape.backward({TapeSeed::of_value(a, 1.0), TapeSeed::of_value(b, 1.0)}).ok());
+  auto ga = tape.grad(a);
+  auto gb = tape.grad(b);
+  ASSERT_TRUE(ga.ok() && gb.ok());
+  const std::vector<float> got_a = read(*ga), got_b = read(*gb);
+  for (uint32_t i = 0; i < kN; ++i) {
+    EXPECT_NEAR(got_a[i], a0[i], 1e-6) << i;
+    EXPECT_NEAR(got_b[i], b0[i], 1e-6) << i;
+  }
+}
+
+// A step loop recorded launch by launch whose second body launch is refused (it updates x in
+// place after the first read x, differentiated) leaves the first recorded: backward refuses
+// until reset() rather than differentiate part of the loop.
+TEST_F(InPlaceTapeTest, AStepLoopRefusedPartWayLeavesTheTapeRefusingBackward) {
+  KernelBuilder kb("sin_of");
+  Array xp = kb.ndarray("x", DType::kF32, 1, {.needs_grad = true});
+  Array yp = kb.ndarray("y", DType::kF32, 1, {.needs_grad = true});
+  kb.parallel_for("main", 0, xp.dim(0), [&](Value i) { yp.store({i}, sin(xp(i))); });
+  auto reader = s_->differentiate(kb.finish());
+  auto d = s_->differentiate(square_in_place());
+  ASSERT_TRUE(reader.ok() && d.ok());
+  NdArrayHandle x = upload(values(0.1f, 1.0f), "x"), w = upload(values(0.0f, 1.0f), "w");
+  NdArrayHandle y = upload(values(0.0f, 0.0f), "y");
+  Tape tape(*s_);
+  const TapeLoopLaunch body[] = {{&*reader, {Arg::ndarray(x), Arg::ndarray(y)}, {}},
+                                 {&*d, {Arg::ndarray(x), Arg::ndarray(w)}, {}}};
+  Status st = tape.launch_loop(body, 2);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("iteration 0"), std::string::npos) << st.to_string();
+  EXPECT_EQ(tape.launches(), 1u);  // sin_of ran and is recorded
+  st = tape.backward({TapeSeed::of_value(y, 1.0)});
+  EXPECT_EQ(st.code(), ErrorCode::kFailedPrecondition) << st.to_string();
+  EXPECT_NE(st.message().find("launch_loop"), std::string::npos) << st.to_string();
+  tape.reset();
+  ASSERT_TRUE(tape.launch(*reader, {Arg::ndarray(x), Arg::ndarray(y)}).ok());
+  EXPECT_TRUE(tape.backward({TapeSeed::of_value(y, 1.0)}).ok());
+}
+
 // What the split does not take stays refused with reverse mode's message: a load after the
 // store (it would read the new value) and a loop that loads and stores.
 TEST_F(InPlaceTapeTest, AnUpdateThatReadsWhatItStoredIsStillRefused) {
