@@ -96,17 +96,21 @@ kernel k(x: ndarray<f32, 1> grad) {
 }""")
 
 
-def test_an_update_in_place_of_the_own_element_is_differentiated_on_a_tape(session):
-    # x[i] = sin(x[i]): the adjoint reads the copy of x the tape took before the launch
-    # (autodiff/in_place.h), so d x_after / d x_before = cos(x_before), twice in a row.
-    d = session.differentiate("""
+# x[i] = sin(x[i]), in place.
+_SIN_IN_PLACE = """
 kernel k(x: ndarray<f32, 1> grad) {
   task main parallel %i in [0, shape(x, 0)) {
     %v = load x[%i] : f32
     %s = sin %v : f32
     store x[%i], %s
   }
-}""")
+}"""
+
+
+def test_an_update_in_place_of_the_own_element_is_differentiated_on_a_tape(session):
+    # x[i] = sin(x[i]): the adjoint reads the copy of x the tape took before the launch
+    # (autodiff/in_place.h), so d x_after / d x_before = cos(x_before), twice in a row.
+    d = session.differentiate(_SIN_IN_PLACE)
     x0 = np.linspace(-1.5, 1.5, 9)
     x = session.ndarray(x0.astype(np.float32))
     with session.tape() as t:
@@ -126,14 +130,7 @@ def test_an_update_in_place_in_a_step_loop_on_a_tape(session):
     # Session.loop of the same update on a tape: recorded launch by launch (each adjoint reads
     # its own copy), d x_3 / d x_0 = cos(x_2) cos(x_1) cos(x_0).
     s = session
-    d = s.differentiate("""
-kernel k(x: ndarray<f32, 1> grad) {
-  task main parallel %i in [0, shape(x, 0)) {
-    %v = load x[%i] : f32
-    %s = sin %v : f32
-    store x[%i], %s
-  }
-}""")
+    d = s.differentiate(_SIN_IN_PLACE)
     x0 = np.linspace(-1.5, 1.5, 9)
     x = s.ndarray(x0.astype(np.float32))
     with s.tape() as t:
