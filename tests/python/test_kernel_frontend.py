@@ -569,6 +569,33 @@ def test_continue_and_return_gradient(session, ft):
                                rtol=1e-12)
 
 
+@vkad.kernel
+def decay_in_place(x: vkad.array(vkad.f32, grad=True), rate: vkad.array(vkad.f32, grad=True)):
+    for i in range(x.shape[0]):
+        x[i] = x[i] * x[i] * rate[i] + 0.1
+
+
+def test_an_update_in_place_differentiates_on_a_tape(session):
+    # DiffTaichi's idiom, a state updated where it lives, three times on one tape: each launch's
+    # adjoint reads the copy of x the tape took before it (docs/tape.md).
+    x0 = np.linspace(0.2, 1.2, 6)
+    r = np.linspace(0.5, 0.9, 6)
+    xs, rs = session.ndarray(x0.astype(np.float32)), session.ndarray(r.astype(np.float32))
+    t = session.tape()
+    with t:
+        for _ in range(3):
+            decay_in_place(xs, rs, session=session)
+    t.backward(seed={xs: 1.0})
+    v, dx, dr = x0.copy(), np.ones(6), np.zeros(6)
+    for _ in range(3):
+        dr = dr * 2 * v * r + v * v  # d x_{k+1} / d rate, through x_k and directly
+        dx = dx * 2 * v * r
+        v = v * v * r + 0.1
+    np.testing.assert_allclose(xs.numpy(), v, rtol=1e-5)
+    np.testing.assert_allclose(t.grad(xs).numpy(), dx, rtol=1e-5)
+    np.testing.assert_allclose(t.grad(rs).numpy(), dr, rtol=1e-5)
+
+
 def test_error_bare_return_in_a_serial_loop():
     def k(x: vkad.array(vkad.f32)):
         for i in range(x.shape[0]):
