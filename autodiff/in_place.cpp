@@ -1,6 +1,7 @@
 #include "autodiff/in_place.h"
 
 #include <string>
+#include <unordered_set>
 
 #include "autodiff/reverse_mode.h"
 #include "ir/walk.h"
@@ -49,6 +50,32 @@ bool one_iteration(const Task& t) {
          t.end.value - t.begin.value == 1;
 }
 
+// Whether every access of `p` in the parallel task `t` indexes its leading axes by exactly the
+// task's own indices, in order, and the rest by constants (a vector's or matrix's components,
+// x[i, 0, 1]): each invocation then touches only its own row. owned_ndarrays asks for the task
+// indices alone; this is the split's wider case (taichi's and warp's arrays of matrices).
+bool owns_rows(const Task& t, uint32_t p) {
+  std::unordered_set<ValueId> constants;
+  for_each_stmt(t.body, [&](const Stmt& s) {
+    if (s.op == Op::kConst) constants.insert(s.result);
+  });
+  const std::vector<ValueId> own = task_indices(t);
+  bool ok = true;
+  for_each_stmt(t.body, [&](const Stmt& s) {
+    if (!ok || !is_array_access(s) || s.param != p) return;
+    // A load's operands are its indices; a store's and an atomic's end with the value.
+    const size_t n = s.op == Op::kLoad ? s.args.size() : s.args.size() - 1;
+    if (n < own.size()) {
+      ok = false;
+      return;
+    }
+    for (size_t d = 0; d < n; ++d) {
+      ok = ok && (d < own.size() ? s.args[d] == own[d] : constants.count(s.args[d]) != 0);
+    }
+  });
+  return ok;
+}
+
 // Whether parameter `p` of `k` qualifies (in_place.h).
 bool qualifies(const Kernel& k, uint32_t p) {
   const Task* holder = nullptr;
@@ -67,7 +94,7 @@ bool qualifies(const Kernel& k, uint32_t p) {
   }
   if (u.last_load > u.first_store) return false;
   if (one_iteration(*holder)) return true;
-  return !holder->serial && owned_ndarrays(k, *holder)[p];
+  return !holder->serial && (owned_ndarrays(k, *holder)[p] || owns_rows(*holder, p));
 }
 
 void move_loads(Block& b, uint32_t from, uint32_t to) {

@@ -36,7 +36,7 @@ struct InPlaceSplit {
 //    a load and a store of it (a later trip would read what an earlier one stored);
 //  - each element is touched by one invocation: the task runs one iteration (a constant range
 //    of one), or it is parallel and indexes the array exactly by its own indices
-//    (owned_ndarrays).
+//    (owned_ndarrays), or by its own indices then constants (a row of components: x[i, 0, 1]).
 // The adjoint of the returned kernel must clear the seeds its stores to each `param` read
 // (AdjointOptions::clear_seeds_of): the copy's gradient is the array's gradient array, so a
 // store's adjoint reads the element's seed (the new value's) and zeroes it before the loads'

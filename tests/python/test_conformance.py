@@ -297,6 +297,57 @@ def test_warp_1740_nonlinear_use_of_the_accumulator_after_the_loop(session, ft, 
                     ["1/total (init 0)", "1/total (init 1)", "total^2"][k])
 
 
+def _rmw_kernel(ft):
+    @vkad.kernel
+    def rmw(x: vkad.array(ft, grad=True), m: vkad.array(vkad.mat(2, 2, ft), grad=True)):
+        for i in range(x.shape[0]):
+            a = m[i]
+            a[0, 0] = a[0, 0] + x[i]
+            a[0, 0] = a[0, 0] + x[i] * a[0, 0]
+            a[1, 1] = a[1, 1] * a[0, 0]
+            m[i] = a
+    return rmw
+
+
+def _rmw_ref(x, m0, launches):
+    m = np.array(m0, dtype=np.float64).reshape(-1, 2, 2).copy()
+    for _ in range(launches):
+        m[:, 0, 0] = m[:, 0, 0] + x
+        m[:, 0, 0] = m[:, 0, 0] + x * m[:, 0, 0]
+        m[:, 1, 1] = m[:, 1, 1] * m[:, 0, 0]
+    return m
+
+
+@pytest.mark.parametrize("launches", [1, 4])
+def test_warp_1697_component_read_modify_write_chained_over_launches(session, ft, launches):
+    """NVIDIA/warp#1697, https://github.com/NVIDIA/warp/issues/1697 ("Adjoint of v[i] = v[i] +
+    x on local vectors/matrices appears silently wrong ... compounds exponentially across taped
+    launches"): a chain of component writes m[0, 0] = m[0, 0] + x on a local matrix double-
+    counted each overwritten component's adjoint (write k of n weighted 2^(n-k)), a right
+    forward with a wrong gradient, compounding geometrically over N taped launches (the
+    augmented form m[0, 0] += x was exact). Here: a matrix read from an array, three component
+    read-modify-writes (one reading another component), stored back into the array it came
+    from, launched 1 and 4 times on one tape; d/dx and d/dm0 against f64 finite differences."""
+    s = session
+    n = 5
+    xv = rounded(np.linspace(0.1, 0.5, n), ft)
+    m0 = rounded(np.linspace(0.3, 0.9, n * 4).reshape(n, 2, 2), ft)
+    w = np.linspace(0.5, 1.5, n * 4).reshape(n, 2, 2)
+    k = _rmw_kernel(ft)
+    xs, ms = s.ndarray(xv, npt(ft)), s.ndarray(m0, npt(ft))
+    with s.tape() as tp:
+        for _ in range(launches):
+            k(xs, ms, session=s)
+    assert_forward(ms.numpy(), _rmw_ref(xv, m0, launches), ft, "m")
+    tp.backward(seed={ms: w})
+
+    def obj(xa, ma):
+        return float(np.sum(w * _rmw_ref(xa, ma, launches)))
+
+    assert_grad(tp.grad(xs).numpy(), fd_grad(lambda q: obj(q, m0), xv), ft, "dL/dx")
+    assert_grad(tp.grad(ms).numpy(), fd_grad(lambda q: obj(xv, q), m0), ft, "dL/dm0")
+
+
 def test_warp_140_loop_bound_computed_in_the_kernel(session, ft):
     """NVIDIA/warp#140, https://github.com/NVIDIA/warp/issues/140 ("Tape back propagation breaks
     when used with loops of size which are calculated inside the function"). summ = 0; for j in

@@ -77,6 +77,37 @@ kernel k(theta: ndarray<f32, 1> grad, x: ndarray<f32, 1> grad) {
   EXPECT_EQ(loads_of(r.kernel, 2), 1u);
 }
 
+// An array of 2-vectors updated a component at a time, x[i, 0] and x[i, 1]: each invocation's
+// own row (the task index, then constants), split; a row chosen by the thread's neighbour is not.
+TEST(InPlace, ARowOfComponentsIsSplitANeighboursRowIsNot) {
+  auto r = split(R"(
+kernel k(x: ndarray<f32, 2> grad) {
+  task main parallel %0 in [0, shape(x, 0)) {
+    %1 = const 0 : i32
+    %2 = const 1 : i32
+    %3 = load x[%0, %1] : f32
+    %4 = load x[%0, %2] : f32
+    %5 = mul %3, %4 : f32
+    store x[%0, %1], %5
+  }
+}
+)");
+  ASSERT_EQ(r.arrays.size(), 1u);
+  EXPECT_EQ(loads_of(r.kernel, 0), 0u);
+  auto n = split(R"(
+kernel k(x: ndarray<f32, 2> grad) {
+  task main parallel %0 in [0, 4) {
+    %1 = const 0 : i32
+    %2 = const 1 : i32
+    %3 = add %0, %2 : i32
+    %4 = load x[%3, %1] : f32
+    store x[%0, %1], %4
+  }
+}
+)");
+  EXPECT_TRUE(n.arrays.empty());
+}
+
 // Each form breaks one condition; the kernel is left alone (reverse mode refuses it).
 TEST(InPlace, WhatMayReadAStoredValueOrAnotherInvocationsElementIsNotSplit) {
   const char* forms[] = {
