@@ -348,6 +348,35 @@ def test_warp_1697_component_read_modify_write_chained_over_launches(session, ft
     assert_grad(tp.grad(ms).numpy(), fd_grad(lambda q: obj(xv, q), m0), ft, "dL/dm0")
 
 
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError,
+    reason="Session.copy inside a tape's recording is not on the tape: the gradient that reaches "
+           "the copy's destination never reaches its source (half of d/dx here), silently. "
+           "Planned: the tape records a copy as a launch of a differentiated copy kernel")
+def test_warp_1728_copy_recorded_between_launches(session, ft):
+    """NVIDIA/warp#1728, https://github.com/NVIDIA/warp/issues/1728 ("Tape-recorded wp.copy() /
+    wp.clone() / array.assign() produces silently wrong gradients"): the copy's adjoint assigned
+    instead of accumulating into the source's gradient, and never consumed the destination's.
+    Here: y += x^2, z = copy of x, y += z^2 on one tape; d sum(y) / dx = 4 x."""
+    s = session
+    kb = Builder("sq_add")
+    x = kb.ndarray("x", ft, 1, grad=True)
+    y = kb.ndarray("y", ft, 1, grad=True)
+    with kb.parallel_for("main", 0, x.shape[0]) as i:
+        y.atomic_add(i, x[i] * x[i])
+    d = s.differentiate(kb)
+    xv = rounded([1.0, 2.0, 3.0, -0.5], ft)
+    xs, zs, ys = s.ndarray(xv, npt(ft)), s.zeros(4, ft), s.zeros(4, ft)
+    with s.tape() as tp:
+        s.launch(d, xs, ys)
+        s.copy(xs, zs)
+        s.launch(d, zs, ys)
+    assert_forward(ys.numpy(), 2 * xv * xv, ft, "y")
+    tp.backward(seed={ys: 1.0})
+    assert_grad(tp.grad(xs).numpy(), fd_grad(lambda q: float(np.sum(2 * q * q)), xv), ft,
+                "dL/dx")
+
+
 def test_warp_140_loop_bound_computed_in_the_kernel(session, ft):
     """NVIDIA/warp#140, https://github.com/NVIDIA/warp/issues/140 ("Tape back propagation breaks
     when used with loops of size which are calculated inside the function"). summ = 0; for j in
