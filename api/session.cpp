@@ -457,6 +457,31 @@ const std::vector<uint32_t>* Session::adjoint_reads(KernelHandle adjoint) const 
   return it == adjoint_reads_.end() ? nullptr : &it->second;
 }
 
+Result<const Differentiated*> Session::differentiated_copy(DType dtype, uint32_t rank) {
+  if (dtype != DType::kF32 && dtype != DType::kF64) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      std::string("differentiated_copy: ") + runtime::dtype_name(dtype) +
+                          " arrays have no gradient (f32 and f64 do)");
+  }
+  const uint64_t key = static_cast<uint64_t>(dtype) << 32 | rank;
+  auto it = copy_differentiated_.find(key);
+  if (it != copy_differentiated_.end()) return &it->second;
+  // The copy kernel's text (ir/text.h) with both arrays marked grad, under a name of its own.
+  const std::string t = runtime::dtype_name(dtype), r = std::to_string(rank);
+  const std::string array = "ndarray<" + t + ", " + r + ">";
+  std::string text = codegen::copy_kernel_text(t, rank);
+  const std::string plain = "src: " + array + ", dst: " + array;
+  const size_t at = text.find(plain);
+  const size_t name = text.find("vkad_copy_");
+  if (at == std::string::npos || name == std::string::npos) {
+    return make_error(ErrorCode::kInternal, "differentiated_copy: the copy kernel's text changed");
+  }
+  text.replace(at, plain.size(), "src: " + array + " grad, dst: " + array + " grad");
+  text.replace(name, std::string("vkad_copy_").size(), "vkad_tape_copy_");
+  VKAD_ASSIGN_OR_RETURN(Differentiated d, differentiate(std::string_view(text)));
+  return &copy_differentiated_.emplace(key, std::move(d)).first->second;
+}
+
 Result<KernelHandle> Session::clearing_adjoint(const Differentiated& d) {
   graphs_->join();
   auto done = clearing_.find(d.forward.id);

@@ -536,6 +536,11 @@ class Session : public SessionArrays, public SessionGraphs {
   // a copy's gradient is its array's); null for any other handle. launch() of such an adjoint
   // with the forward's arguments and the gradients alone is refused (kInvalidArgument).
   const std::vector<codegen::InPlaceParam>* in_place(KernelHandle adjoint) const;
+  // differentiate() of `dst[...] = src[...]` over every element of two arrays of `dtype` (f32 or
+  // f64) and `rank`: what a Tape records a copy as (Tape::copy). Made on the first call per
+  // dtype and rank, then kept while the session lives (the pointer stays valid).
+  // kInvalidArgument for another dtype.
+  Result<const Differentiated*> differentiated_copy(DType dtype, uint32_t rank);
   // For such an adjoint, the forward's launch_access as a tape's hazard check takes it: the
   // arrays' reads left out (the adjoint reads the copies) and their stores counted as
   // accumulations (its adjoint clears the seeds they read); null for any other handle.
@@ -649,6 +654,8 @@ class Session : public SessionArrays, public SessionGraphs {
     std::shared_ptr<const codegen::KernelAccess> access;  // in_place_access
   };
   std::unordered_map<uint64_t, InPlaceAdjoint> in_place_;
+  // differentiated_copy's, by dtype << 32 | rank (a node's address stays put).
+  std::unordered_map<uint64_t, Differentiated> copy_differentiated_;
 };
 
 }  // namespace vkad

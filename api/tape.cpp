@@ -419,6 +419,34 @@ Status Tape::checkpointed_launch(const Differentiated& d, std::span<const Arg> a
   return {};
 }
 
+Status Tape::copy(NdArrayHandle src, NdArrayHandle dst) {
+  bool touched = false;
+  if (checkpointing()) {
+    touched = touched_.count(src.id) != 0 || touched_.count(dst.id) != 0;
+  } else {
+    for (const Arg& a : args_) {
+      touched = touched || (a.kind == runtime::ParamKind::kNdArray &&
+                            (a.array.id == src.id || a.array.id == dst.id));
+    }
+  }
+  Result<DType> t = session_->dtype(src);
+  Result<std::vector<uint32_t>> shape = session_->shape(src);
+  const bool floats = t.ok() && (*t == DType::kF32 || *t == DType::kF64);
+  Result<DType> dt = session_->dtype(dst);
+  Result<std::vector<uint32_t>> dshape = session_->shape(dst);
+  const bool same = src.id != dst.id && t.ok() && dt.ok() && *t == *dt && shape.ok() &&
+                    dshape.ok() && *shape == *dshape;
+  if (!touched || !floats || !same) {  // Session::copy names what is wrong, if anything
+    VKAD_TRY_CTX(session_->copy(src, dst), "tape.copy");
+    return {};
+  }
+  VKAD_ASSIGN_OR_RETURN_CTX(const Differentiated* d,
+                            session_->differentiated_copy(*t, static_cast<uint32_t>(shape->size())),
+                            "tape.copy");
+  const Arg args[] = {Arg::ndarray(src), Arg::ndarray(dst)};
+  return launch(*d, args);
+}
+
 Status Tape::fill(NdArrayHandle array, double value) {
   bool touched = false;
   if (checkpointing()) {

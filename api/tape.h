@@ -185,6 +185,14 @@ class Tape {
   // the arrays as they are when it runs), the message pointing to set_memory_budget.
   // Session::fill's errors, with "tape.fill: " in front.
   Status fill(NdArrayHandle array, double value);
+  // Session::copy(src, dst) inside the recording. Where the recording has touched src or dst
+  // (passed it to a recorded launch) and they are f32 / f64, it is recorded as a launch of the
+  // differentiated copy `dst[...] = src[...]` (Session::differentiated_copy): checked and
+  // recorded as launch() does, and backward adds dst's gradient into src's (NVIDIA/warp#1728's
+  // case). Otherwise it is the arrays' state before the recording (or has no gradient) and is a
+  // plain Session::copy. Session::copy's errors (dtypes or shapes that differ, one array), with
+  // "tape.copy: " in front; launch()'s refusals.
+  Status copy(NdArrayHandle src, NdArrayHandle dst);
   // A step loop on the tape (Session::launch_loop; docs/graphs.md, "Step loops"): every launch of
   // every iteration checked as launch() checks it, all before any runs (a refused one names
   // the body's launch, its kernel and the iteration, and nothing is recorded; the check runs

@@ -451,6 +451,9 @@ struct Tape {
   // Session.zero / fill of `array` inside the recording: vkad::Tape::fill, and where that
   // recorded it (checkpointing) its record, (None, (array, value)).
   void fill(nb::handle array, NdArrayHandle handle, double value);
+  // Session.copy inside the recording: vkad::Tape::copy, and where that recorded it (a launch
+  // of the differentiated copy) its record, (None, (src, dst)).
+  void copy(nb::handle src, nb::handle dst, NdArrayHandle a, NdArrayHandle b);
   // After tape->launch_loop recorded a Session.loop: its LoopRecord (`rec`, the Python object).
   void record_loop(nb::object rec, const struct LoopRecord& loop);
 };

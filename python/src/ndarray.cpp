@@ -216,6 +216,11 @@ void Arrays::fill(nb::handle obj, double value) {
 void Arrays::copy(nb::handle src, nb::handle dst) {
   NdArray& a = own(src, "copy");
   NdArray& b = own(dst, "copy");
+  if (st->recording) {  // vkad::Tape::copy: recorded where the gradient must flow through it
+    (void)st->get();    // a closed session's message first
+    st->recording->copy(src, dst, a.handle, b.handle);
+    return;
+  }
   uint32_t captured = 0;
   {
     Locked l(*st);

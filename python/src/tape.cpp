@@ -75,6 +75,23 @@ void Tape::fill(nb::handle array, NdArrayHandle handle, double value) {
   record_kernels.push_back(nullptr);
 }
 
+void Tape::copy(nb::handle src, nb::handle dst, NdArrayHandle a, NdArrayHandle b) {
+  size_t before = 0;
+  bool recorded = false;
+  uint32_t captured = 0;
+  {
+    Locked l(*st);
+    before = get().launches();
+    check(get().copy(a, b));
+    recorded = get().launches() != before;
+    captured = st->get().captured_launches();
+  }
+  pad_capture(*st, captured);  // the copy kernel's launch, and a checkpoint's copies before it
+  if (!recorded) return;
+  launches.append(nb::make_tuple(nb::none(), nb::make_tuple(nb::borrow(src), nb::borrow(dst))));
+  record_kernels.push_back(nullptr);
+}
+
 void Tape::record_loop(nb::object rec, const LoopRecord& loop) {
   loop_lens.emplace(record_kernels.size(), static_cast<uint32_t>(loop.entries.size()));
   for (const LoopEntry& e : loop.entries) record_kernels.push_back(e.k);

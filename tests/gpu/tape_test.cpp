@@ -697,3 +697,39 @@ TEST_F(TapeTest, AnArrayTheRecordingReadsWrittenOutsideItIsRefusedNamingTheWrite
 
 }  // namespace
 }  // namespace vkad::testing
+
+namespace vkad::testing {
+namespace {
+
+// Tape::copy (NVIDIA/warp#1728's case): a copy of an array the recording touched is recorded as
+// the differentiated copy, so the gradient reaching the copy reaches its source; a copy of
+// arrays the recording has not touched is their state before it (plain, not recorded); a copy
+// into an array a recorded launch read is refused like any launch that would overwrite it.
+TEST_F(TapeTest, ACopyInTheRecordingPassesTheGradientToItsSource) {
+  auto d = s_->differentiate(sin_step());
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  const std::vector<float> x0 = start_values();
+  NdArrayHandle x = make(kN, "x"), z = make(kN, "z"), y1 = make(kN, "y1"), y2 = make(kN, "y2");
+  ASSERT_TRUE(s_->upload(x, std::span<const float>(x0)).ok());
+  Tape tape(*s_);
+  ASSERT_TRUE(tape.copy(x, z).ok());  // nothing touched yet: the state before the recording
+  EXPECT_EQ(tape.launches(), 0u);
+  ASSERT_TRUE(tape.launch(*d, {Arg::ndarray(x), Arg::ndarray(y1)}).ok());
+  Status st = tape.copy(x, z);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(tape.launches(), 2u);
+  ASSERT_TRUE(tape.launch(*d, {Arg::ndarray(z), Arg::ndarray(y2)}).ok());
+  st = tape.copy(y2, x);  // x was read by launch 0
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("ndarray 'x'"), std::string::npos) << st.to_string();
+  EXPECT_EQ(tape.launches(), 3u);
+  ASSERT_TRUE(
+      tape.backward({TapeSeed::of_value(y1, 1.0), TapeSeed::of_value(y2, 1.0)}).ok());
+  auto g = tape.grad(x);
+  ASSERT_TRUE(g.ok());
+  // y1 and y2 are each 0.9 sin(x) + 0.1 of the same values: d(y1 + y2)/dx = 2 x 0.9 cos(x).
+  expect_near(read(*g, kN), chain_gradient(x0, 0, 1), 2.0);
+}
+
+}  // namespace
+}  // namespace vkad::testing

@@ -348,16 +348,12 @@ def test_warp_1697_component_read_modify_write_chained_over_launches(session, ft
     assert_grad(tp.grad(ms).numpy(), fd_grad(lambda q: obj(xv, q), m0), ft, "dL/dm0")
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="Session.copy inside a tape's recording is not on the tape: the gradient that reaches "
-           "the copy's destination never reaches its source (half of d/dx here), silently. "
-           "Planned: the tape records a copy as a launch of a differentiated copy kernel")
 def test_warp_1728_copy_recorded_between_launches(session, ft):
     """NVIDIA/warp#1728, https://github.com/NVIDIA/warp/issues/1728 ("Tape-recorded wp.copy() /
     wp.clone() / array.assign() produces silently wrong gradients"): the copy's adjoint assigned
     instead of accumulating into the source's gradient, and never consumed the destination's.
-    Here: y += x^2, z = copy of x, y += z^2 on one tape; d sum(y) / dx = 4 x."""
+    Here: y += x^2, z = copy of x, y += z^2 on one tape; d sum(y) / dx = 4 x. The tape records
+    the copy (x is an argument of the recording) as a launch of the differentiated copy."""
     s = session
     kb = Builder("sq_add")
     x = kb.ndarray("x", ft, 1, grad=True)
