@@ -459,9 +459,9 @@ const std::vector<uint32_t>* Session::adjoint_reads(KernelHandle adjoint) const 
 
 Result<const Differentiated*> Session::differentiated_copy(DType dtype, uint32_t rank) {
   if (dtype != DType::kF32 && dtype != DType::kF64) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      std::string("differentiated_copy: ") + runtime::dtype_name(dtype) +
-                          " arrays have no gradient (f32 and f64 do)");
+    return make_error(ErrorCode::kInvalidArgument, std::string("differentiated_copy: ") +
+                                                       runtime::dtype_name(dtype) +
+                                                       " arrays have no gradient (f32 and f64 do)");
   }
   const uint64_t key = static_cast<uint64_t>(dtype) << 32 | rank;
   auto it = copy_differentiated_.find(key);

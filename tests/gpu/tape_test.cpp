@@ -723,8 +723,7 @@ TEST_F(TapeTest, ACopyInTheRecordingPassesTheGradientToItsSource) {
   EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
   EXPECT_NE(st.message().find("ndarray 'x'"), std::string::npos) << st.to_string();
   EXPECT_EQ(tape.launches(), 3u);
-  ASSERT_TRUE(
-      tape.backward({TapeSeed::of_value(y1, 1.0), TapeSeed::of_value(y2, 1.0)}).ok());
+  ASSERT_TRUE(tape.backward({TapeSeed::of_value(y1, 1.0), TapeSeed::of_value(y2, 1.0)}).ok());
   auto g = tape.grad(x);
   ASSERT_TRUE(g.ok());
   // y1 and y2 are each 0.9 sin(x) + 0.1 of the same values: d(y1 + y2)/dx = 2 x 0.9 cos(x).
