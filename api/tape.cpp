@@ -419,16 +419,15 @@ Status Tape::checkpointed_launch(const Differentiated& d, std::span<const Arg> a
   return {};
 }
 
+bool Tape::recording_touched(NdArrayHandle array) const {
+  if (checkpointing()) return touched_.count(array.id) != 0;
+  return std::any_of(args_.begin(), args_.end(), [&](const Arg& a) {
+    return a.kind == runtime::ParamKind::kNdArray && a.array.id == array.id;
+  });
+}
+
 Status Tape::copy(NdArrayHandle src, NdArrayHandle dst) {
-  bool touched = false;
-  if (checkpointing()) {
-    touched = touched_.count(src.id) != 0 || touched_.count(dst.id) != 0;
-  } else {
-    for (const Arg& a : args_) {
-      touched = touched || (a.kind == runtime::ParamKind::kNdArray &&
-                            (a.array.id == src.id || a.array.id == dst.id));
-    }
-  }
+  const bool touched = recording_touched(src) || recording_touched(dst);
   Result<DType> t = session_->dtype(src);
   Result<std::vector<uint32_t>> shape = session_->shape(src);
   const bool floats = t.ok() && (*t == DType::kF32 || *t == DType::kF64);
@@ -448,14 +447,7 @@ Status Tape::copy(NdArrayHandle src, NdArrayHandle dst) {
 }
 
 Status Tape::fill(NdArrayHandle array, double value) {
-  bool touched = false;
-  if (checkpointing()) {
-    touched = touched_.count(array.id) != 0;
-  } else {
-    for (const Arg& a : args_) {
-      touched = touched || (a.kind == runtime::ParamKind::kNdArray && a.array.id == array.id);
-    }
-  }
+  const bool touched = recording_touched(array);
   // An array the recording has not touched: the fill is its state before the recording (a
   // checkpoint of a later segment copies it where a launch writes it).
   if (!touched) {

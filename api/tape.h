@@ -391,6 +391,9 @@ class Tape {
   bool overwrites_whole(const Record& r, std::span<const Arg> args, uint64_t array) const;
   // Whether launch `r` (bound as `args`, forward accesses `access`) stores to some array and
   // every array it stores to is overwritten whole (overwrites_whole).
+  // Whether a recorded launch was passed `array` (fill's and copy's test: an untouched array's
+  // fill or copy is its state before the recording).
+  bool recording_touched(NdArrayHandle array) const;
   bool stores_only_whole(const Record& r, std::span<const Arg> args,
                          const codegen::KernelAccess& access) const;
   // The pending clears among `args` (all of them: `all`) zeroed and no longer pending.
